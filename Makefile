@@ -1,0 +1,100 @@
+# fulmen: `make demo` trains the C MNIST example, `make test` runs every suite.
+# libtorch: $LIBTORCH or LIBTORCH_USE_PYTORCH=1 if set, else a CPU libtorch
+# 2.13.0 assembled from PyPI wheels into .deps/libtorch (once).
+
+SHELL := /bin/bash
+ROOT := $(CURDIR)
+DEPS := $(ROOT)/.deps
+MNIST := $(DEPS)/data/mnist_5k.csv.gz
+PREFIX ?= /usr/local
+
+ifeq ($(origin LIBTORCH),undefined)
+ifeq ($(LIBTORCH_USE_PYTORCH),)
+LIBTORCH := $(DEPS)/libtorch
+LIBTORCH_STAMP := $(LIBTORCH)/build-version
+endif
+endif
+ifneq ($(LIBTORCH),)
+export LIBTORCH
+endif
+
+CARGO ?= cargo
+CARGO_FLAGS := --release
+LIBDIR := $(ROOT)/target/release
+BUILD := $(ROOT)/build
+CC ?= cc
+CFLAGS_STRICT := -std=c11 -Wall -Wextra -Werror -pedantic -g
+SAN := -fsanitize=address,undefined -fno-omit-frame-pointer
+C_INC := -I$(ROOT)/include
+C_LINK := -L$(LIBDIR) -Wl,-rpath,$(LIBDIR) -lfulmen -lm
+# libtorch's own allocations outlive exit on purpose; leak checking covers
+# fulmen's handles through fulmen_live_handles() in every C test.
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+
+C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
+
+.PHONY: all deps lib header test test-rust test-c demo example lint fmt install clean
+
+all: lib
+
+deps: $(LIBTORCH_STAMP) $(MNIST)
+
+$(DEPS)/libtorch/build-version:
+	bash scripts/fetch-libtorch.sh $(DEPS)/libtorch
+
+$(MNIST):
+	bash scripts/fetch-mnist.sh $@
+
+lib: $(LIBTORCH_STAMP)
+	$(CARGO) build $(CARGO_FLAGS) --lib
+	@mkdir -p $(BUILD)
+	@sed -e 's|@PREFIX@|$(ROOT)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(ROOT)/include|' fulmen.pc.in > $(BUILD)/fulmen.pc
+
+header: $(LIBTORCH_STAMP)
+	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test header_drift
+
+test: deps lib test-rust test-c example
+	@echo "all suites passed"
+
+test-rust: $(LIBTORCH_STAMP) $(MNIST)
+	FULMEN_MNIST=$(MNIST) $(CARGO) test $(CARGO_FLAGS)
+
+$(BUILD)/tests/%: tests/c/%.c tests/c/check.h include/fulmen.h lib
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK)
+
+test-c: $(C_TESTS) $(MNIST)
+	@set -e; for t in $(C_TESTS); do echo "== $$t"; (cd $(ROOT) && $(ASAN_ENV) FULMEN_MNIST=$(MNIST) FULMEN_FIXTURES=$(ROOT)/tests/fixtures $$t); done
+	@echo "C tests: $(words $(C_TESTS)) passed, 0 failed"
+	$(MAKE) --no-print-directory test-pkgconfig
+
+test-pkgconfig: lib
+	@rm -rf $(BUILD)/outside && mkdir -p $(BUILD)/outside && cp tests/c/outside/train_xor.c $(BUILD)/outside/
+	cd $(BUILD)/outside && export PKG_CONFIG_PATH=$(BUILD) && $(CC) $(CFLAGS_STRICT) train_xor.c -o train_xor $$(pkg-config --cflags --libs fulmen) && ./train_xor
+
+example: $(BUILD)/examples/mnist
+
+$(BUILD)/examples/mnist: examples/c/mnist.c include/fulmen.h lib
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
+
+demo: deps lib example
+	$(BUILD)/examples/mnist --data $(MNIST) --epochs 10 --out $(ROOT)/runs/mnist
+
+lint: $(LIBTORCH_STAMP)
+	$(CARGO) fmt --check
+	$(CARGO) clippy $(CARGO_FLAGS) --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt
+
+install: lib
+	install -d $(PREFIX)/lib $(PREFIX)/include $(PREFIX)/lib/pkgconfig
+	install -m 644 include/fulmen.h $(PREFIX)/include/
+	install -m 755 $(LIBDIR)/libfulmen.so $(PREFIX)/lib/
+	install -m 644 $(LIBDIR)/libfulmen.a $(PREFIX)/lib/
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(PREFIX)/lib|; s|@INCLUDEDIR@|$(PREFIX)/include|' fulmen.pc.in > $(PREFIX)/lib/pkgconfig/fulmen.pc
+
+clean:
+	$(CARGO) clean
+	rm -rf $(BUILD)

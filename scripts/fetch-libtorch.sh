@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Assemble a CPU libtorch 2.13.0 from PyPI wheels into $1 (default .deps/libtorch).
+# pip verifies the wheels' hashes; the result is reused when already present.
+set -euo pipefail
+dest=${1:-.deps/libtorch}
+[ -f "$dest/build-version" ] && exit 0
+work=$(mktemp -d "${TMPDIR:-/tmp}/fulmen-libtorch.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+echo "fetching libtorch 2.13.0 (CPU layout) from PyPI wheels into $dest" >&2
+python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$work/wheels" \
+  torch==2.13.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85
+mkdir -p "$work/x"
+for w in "$work"/wheels/*.whl; do
+  python3 - "$w" "$work/x" <<'PY'
+import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+keep = [n for n in z.namelist()
+        if n.startswith("torch/include/") or "/lib/" in n or n.startswith("torch/lib/")]
+for n in keep:
+    z.extract(n, sys.argv[2])
+PY
+done
+stage="$work/libtorch"
+mkdir -p "$stage/lib"
+mv "$work/x/torch/include" "$stage/include"
+for f in libtorch_cpu.so libc10.so libgomp.so.1; do
+  src=$(find "$work/x" -name "$f" | head -n1)
+  [ -n "$src" ] || src=$(find "$work/x" -name "${f%%.so*}*.so*" | head -n1)
+  [ -n "$src" ] || { echo "missing $f in the torch wheel" >&2; exit 1; }
+  cp "$src" "$stage/lib/$f"
+done
+for f in libcudart.so.13 libcupti.so.13; do
+  src=$(find "$work/x" -name "$f" | head -n1)
+  [ -n "$src" ] || { echo "missing $f in the nvidia wheels" >&2; exit 1; }
+  cp "$src" "$stage/lib/$f"
+done
+ln -sf libgomp.so.1 "$stage/lib/libgomp.so"
+echo 'INPUT(libtorch_cpu.so)' > "$stage/lib/libtorch.so"
+echo 2.13.0 > "$stage/build-version"
+mkdir -p "$(dirname "$dest")"
+rm -rf "$dest"
+mv "$stage" "$dest"
+echo "libtorch ready in $dest" >&2

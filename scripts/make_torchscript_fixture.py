@@ -1,0 +1,52 @@
+"""Makes the TorchScript test fixtures of fulmen's nn module.
+
+Writes, next to each other in tests/fixtures/:
+  mlp_scripted.pt           torch.jit.script of a 4 -> 8 -> 3 MLP with ReLU
+  mlp_scripted.safetensors  its state_dict ("l1.weight", "l1.bias", ...)
+  mlp_seq.safetensors       the same weights named as nn.Sequential ("0.weight", "2.weight", ...)
+  mlp_reference.txt         a reference input (2 x 4) and the output (2 x 3), one row a line
+
+Run with torch 2.13:  python scripts/make_torchscript_fixture.py [out_dir]
+"""
+import os
+import sys
+
+import torch
+from safetensors.torch import save_file
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = torch.nn.Linear(4, 8)
+        self.act = torch.nn.ReLU()
+        self.l2 = torch.nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(self.act(self.l1(x)))
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    default = os.path.join(here, "..", "tests", "fixtures")
+    out = sys.argv[1] if len(sys.argv) > 1 else default
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(1234)
+    model = Mlp()
+    scripted = torch.jit.script(model)
+    scripted.save(os.path.join(out, "mlp_scripted.pt"))
+    sd = {k: v.contiguous() for k, v in model.state_dict().items()}
+    save_file(sd, os.path.join(out, "mlp_scripted.safetensors"), metadata={"source": "pytorch"})
+    seq = {k.replace("l1.", "0.").replace("l2.", "2."): v for k, v in sd.items()}
+    save_file(seq, os.path.join(out, "mlp_seq.safetensors"))
+    x = torch.linspace(-1.0, 1.0, 8).reshape(2, 4)
+    with torch.no_grad():
+        y = model(x)
+    with open(os.path.join(out, "mlp_reference.txt"), "w") as f:
+        f.write("# input 2x4, then output 2x3; float32 values printed with repr\n")
+        for row in x.tolist() + y.tolist():
+            f.write(" ".join(repr(v) for v in row) + "\n")
+
+
+if __name__ == "__main__":
+    main()

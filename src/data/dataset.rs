@@ -1,0 +1,19 @@
+//! The map-style dataset trait.
+use tch::Tensor;
+
+use crate::error::Result;
+
+/// A map-style dataset that hands out whole batches.
+pub trait Dataset: Send + Sync {
+    /// Number of samples.
+    fn len(&self) -> usize;
+
+    /// Whether the dataset holds no samples.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The samples at `indices` stacked into one batch: a Vec of tensors whose
+    /// first dim is `indices.len()` (e.g. `[features, labels]`).
+    fn get_batch(&self, indices: &[i64]) -> Result<Vec<Tensor>>;
+}

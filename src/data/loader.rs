@@ -1,0 +1,158 @@
+//! The data loader: batches of a dataset, shuffled deterministically per epoch.
+use std::sync::Arc;
+
+use tch::Tensor;
+
+use super::dataset::Dataset;
+use super::rng::permutation;
+use crate::error::{Error, Result};
+
+/// How a [`DataLoader`] cuts an epoch into batches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataLoaderOptions {
+    /// Samples per batch (at least 1).
+    pub batch_size: usize,
+    /// Shuffle the samples every epoch (with a permutation of `(seed, epoch)`).
+    pub shuffle: bool,
+    /// Seed of the shuffle.
+    pub seed: u64,
+    /// Drop the last batch when it is smaller than `batch_size`.
+    pub drop_last: bool,
+}
+
+impl Default for DataLoaderOptions {
+    /// torch's defaults: batch size 1, no shuffle, seed 0, keep the last batch.
+    fn default() -> Self {
+        DataLoaderOptions { batch_size: 1, shuffle: false, seed: 0, drop_last: false }
+    }
+}
+
+/// Hands out the batches of a dataset epoch by epoch.
+#[derive(Clone)]
+pub struct DataLoader {
+    dataset: Arc<dyn Dataset>,
+    opts: DataLoaderOptions,
+}
+
+impl std::fmt::Debug for DataLoader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataLoader").field("dataset_len", &self.dataset.len()).field("opts", &self.opts).finish()
+    }
+}
+
+impl DataLoader {
+    /// A loader over `dataset`; a `batch_size` of 0 is an invalid argument.
+    pub fn new(dataset: Arc<dyn Dataset>, opts: DataLoaderOptions) -> Result<Self> {
+        if opts.batch_size == 0 {
+            return Err(Error::invalid("DataLoader::new: batch_size must be at least 1"));
+        }
+        Ok(DataLoader { dataset, opts })
+    }
+
+    /// Number of batches per epoch, as torch's `len(DataLoader)`.
+    pub fn len(&self) -> usize {
+        let n = self.dataset.len();
+        if self.opts.drop_last {
+            n / self.opts.batch_size
+        } else {
+            n.div_ceil(self.opts.batch_size)
+        }
+    }
+
+    /// Whether an epoch has no batch.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The dataset.
+    pub fn dataset(&self) -> &Arc<dyn Dataset> {
+        &self.dataset
+    }
+
+    /// The options.
+    pub fn options(&self) -> &DataLoaderOptions {
+        &self.opts
+    }
+
+    /// Indices of each batch for `epoch`: shuffled with
+    /// [`permutation`]`(len, seed, epoch)` (reproducible across runs and
+    /// machines, independent of torch's global RNG), in order if not shuffling.
+    pub fn batch_indices(&self, epoch: u64) -> Vec<Vec<i64>> {
+        let n = self.dataset.len();
+        let order: Vec<i64> =
+            if self.opts.shuffle { permutation(n, self.opts.seed, epoch) } else { (0..n as i64).collect() };
+        order.chunks(self.opts.batch_size).take(self.len()).map(<[i64]>::to_vec).collect()
+    }
+
+    /// Iterator over the batches of `epoch` (each item the dataset's
+    /// `get_batch` of one batch's indices).
+    pub fn iter(&self, epoch: u64) -> impl Iterator<Item = Result<Vec<Tensor>>> + '_ {
+        self.batch_indices(epoch).into_iter().map(move |idx| self.dataset.get_batch(&idx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::TensorDataset;
+    use crate::error::ErrorCode;
+    use tch::{Device, Kind};
+
+    fn loader(n: i64, batch_size: usize, shuffle: bool, drop_last: bool) -> DataLoader {
+        let y = Tensor::arange(n, (Kind::Int64, Device::Cpu));
+        let ds = Arc::new(TensorDataset::new(vec![y]).unwrap());
+        DataLoader::new(ds, DataLoaderOptions { batch_size, shuffle, seed: 17, drop_last }).unwrap()
+    }
+
+    #[test]
+    fn len_with_and_without_drop_last() {
+        assert_eq!(loader(10, 3, false, false).len(), 4);
+        assert_eq!(loader(10, 3, false, true).len(), 3);
+        assert_eq!(loader(9, 3, true, false).len(), 3);
+        assert_eq!(loader(9, 3, true, true).len(), 3);
+        assert_eq!(loader(2, 3, false, true).len(), 0);
+        assert!(loader(2, 3, false, true).is_empty());
+        let l = loader(10, 3, true, true);
+        assert_eq!(l.batch_indices(0).len(), 3);
+        assert!(l.batch_indices(0).iter().all(|b| b.len() == 3));
+        let l = loader(10, 3, false, false);
+        assert_eq!(l.batch_indices(0).last().unwrap(), &vec![9]);
+        assert_eq!(l.iter(0).count(), 4);
+        assert_eq!(l.options().batch_size, 3);
+        assert_eq!(l.dataset().len(), 10);
+    }
+
+    #[test]
+    fn batch_size_zero_is_invalid() {
+        let y = Tensor::arange(4, (Kind::Int64, Device::Cpu));
+        let ds = Arc::new(TensorDataset::new(vec![y]).unwrap());
+        let opts = DataLoaderOptions { batch_size: 0, ..Default::default() };
+        assert_eq!(DataLoader::new(ds, opts).unwrap_err().code, ErrorCode::InvalidArgument);
+    }
+
+    #[test]
+    fn every_index_once_per_epoch() {
+        let l = loader(103, 8, true, false);
+        for epoch in 0..3 {
+            let mut seen: Vec<i64> = Vec::new();
+            for batch in l.iter(epoch) {
+                let b = batch.unwrap();
+                seen.extend(Vec::<i64>::try_from(&b[0]).unwrap());
+            }
+            seen.sort_unstable();
+            assert_eq!(seen, (0..103).collect::<Vec<i64>>());
+        }
+    }
+
+    #[test]
+    fn order_is_reproducible() {
+        let a = loader(100, 10, true, false);
+        let b = loader(100, 10, true, false);
+        assert_eq!(a.batch_indices(5), b.batch_indices(5));
+        assert_ne!(a.batch_indices(5), a.batch_indices(6));
+        assert_ne!(a.batch_indices(0).concat(), (0..100).collect::<Vec<i64>>());
+        let plain = loader(25, 10, false, false);
+        assert_eq!(plain.batch_indices(3).concat(), (0..25).collect::<Vec<i64>>());
+        assert_eq!(plain.batch_indices(0), plain.batch_indices(1));
+    }
+}

@@ -1,0 +1,17 @@
+//! Data: map-style datasets that hand out whole batches, CSV loading, subsets
+//! and splits, a deterministic shuffling data loader.
+mod csv;
+mod dataset;
+mod loader;
+pub mod rng;
+mod scaling;
+mod subset;
+mod tensor_dataset;
+
+pub use self::csv::{load_csv, CsvOptions};
+pub use self::dataset::Dataset;
+pub use self::loader::{DataLoader, DataLoaderOptions};
+pub use self::rng::{permutation, SplitMix64};
+pub use self::scaling::Scaling;
+pub use self::subset::{split_every, Subset};
+pub use self::tensor_dataset::TensorDataset;

@@ -1,0 +1,132 @@
+//! The error type of the Rust core: a stable numeric code and a message with
+//! context. The C layer hands it out as `fulmen_error`.
+use std::fmt;
+
+/// Stable numeric error codes, shared by the Rust core and the C ABI.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// A required pointer argument was NULL.
+    NullArgument = 1,
+    /// An argument had a value outside what the call accepts.
+    InvalidArgument = 2,
+    /// A handle was freed, of the wrong type, or never created by fulmen.
+    InvalidHandle = 3,
+    /// Tensor shapes do not fit together.
+    ShapeMismatch = 4,
+    /// A tensor has a dtype the call does not accept.
+    DtypeMismatch = 5,
+    /// libtorch reported an error.
+    Torch = 6,
+    /// Reading or writing a file failed.
+    Io = 7,
+    /// A host callback returned an error.
+    Callback = 8,
+    /// A panic was caught at the C boundary.
+    Panic = 9,
+    /// The feature is not supported by this build or device.
+    Unsupported = 10,
+    /// The requested device or backend is not available on this machine.
+    Unavailable = 11,
+    /// A loss or metric was NaN or infinite.
+    NonFinite = 12,
+    /// A file was truncated, corrupted, or does not match what it should hold.
+    Format = 13,
+    /// An index or count was out of range.
+    OutOfRange = 14,
+    /// The call is not valid in the object's current state.
+    InvalidState = 15,
+}
+
+/// An error from the fulmen core: a code plus a message that says which call,
+/// which callback, which step or which shapes were involved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    /// The stable code.
+    pub code: ErrorCode,
+    /// Human-readable message with context.
+    pub message: String,
+}
+
+/// Result type of the Rust core.
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// Makes an error with a code and a message.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Error { code, message: message.into() }
+    }
+
+    /// `InvalidArgument` error.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidArgument, message)
+    }
+
+    /// `ShapeMismatch` error.
+    pub fn shape(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::ShapeMismatch, message)
+    }
+
+    /// `DtypeMismatch` error.
+    pub fn dtype(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::DtypeMismatch, message)
+    }
+
+    /// `Io` error.
+    pub fn io(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Io, message)
+    }
+
+    /// `Format` error (truncated or corrupted files).
+    pub fn format(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Format, message)
+    }
+
+    /// `InvalidState` error.
+    pub fn state(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidState, message)
+    }
+
+    /// Prefixes the message with context, keeping the code: `"ctx: message"`.
+    pub fn context(mut self, ctx: impl fmt::Display) -> Self {
+        self.message = format!("{ctx}: {}", self.message);
+        self
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (code {})", self.message, self.code as i32)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<tch::TchError> for Error {
+    fn from(e: tch::TchError) -> Self {
+        // libtorch messages carry a C++ backtrace after the first lines; keep
+        // the part a user needs.
+        let text = e.to_string();
+        let short: String =
+            text.lines().take_while(|l| !l.starts_with("Exception raised from")).collect::<Vec<_>>().join("\n");
+        Error::new(ErrorCode::Torch, short.trim().to_string())
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::io(e.to_string())
+    }
+}
+
+/// Adds context to the error of a `Result`.
+pub trait ResultExt<T> {
+    /// Prefixes the error message with `ctx`.
+    fn ctx(self, ctx: impl fmt::Display) -> Result<T>;
+}
+
+impl<T, E: Into<Error>> ResultExt<T> for std::result::Result<T, E> {
+    fn ctx(self, ctx: impl fmt::Display) -> Result<T> {
+        self.map_err(|e| e.into().context(ctx))
+    }
+}

@@ -1,0 +1,486 @@
+//! `fulmen_dataset` and `fulmen_loader`: in-memory and CSV datasets,
+//! subsets, host-implemented data sources and iterators, and loaders.
+use super::batch::{check_batch, fulmen_batch_builder, with_temp_handle};
+use super::callback::{call_host, check_struct_size, Userdata};
+use super::error::{fulmen_error, guard, guard_value, str_arg};
+use super::handle::{self, check_out, write_out, Handle};
+use super::tensor::handle::{emit, fulmen_tensor, i64_list, tensor_list};
+use crate::data::{
+    load_csv, split_every, CsvOptions, DataLoader, DataLoaderOptions, Dataset, Scaling, Subset, TensorDataset,
+};
+use crate::error::{Error, ErrorCode, Result};
+use crate::trainer::{BatchIter, BatchSource};
+use std::ffi::{c_char, c_void};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use tch::Tensor;
+
+/// A map-style dataset: samples addressed by index, handed out as batches.
+pub struct fulmen_dataset {
+    pub(crate) inner: Arc<dyn Dataset>,
+}
+
+impl Handle for fulmen_dataset {
+    const C_NAME: &'static str = "fulmen_dataset";
+}
+
+/// Something the trainer draws batches from: a loader over a dataset, or a
+/// host iterator.
+pub struct fulmen_loader {
+    pub(crate) inner: Box<dyn BatchSource + Send>,
+}
+
+impl Handle for fulmen_loader {
+    const C_NAME: &'static str = "fulmen_loader";
+}
+
+unsafe fn emit_dataset(out: *mut *mut fulmen_dataset, ds: Arc<dyn Dataset>) -> Result<()> {
+    check_out(out, "out")?;
+    out.write(handle::into_raw(fulmen_dataset { inner: ds }));
+    Ok(())
+}
+
+unsafe fn dataset_arg<'a>(p: *const fulmen_dataset, arg: &str) -> Result<&'a Arc<dyn Dataset>> {
+    Ok(&handle::borrow(p, arg)?.inner)
+}
+
+/// Creates a dataset from `tensors[0..n]` that share their first dimension
+/// (sample i is row i of each). The dataset shares the tensors' storage.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_dataset_from_tensors(
+    tensors: *const *const fulmen_tensor,
+    n: usize,
+    out: *mut *mut fulmen_dataset,
+) -> *mut fulmen_error {
+    guard("fulmen_dataset_from_tensors", || {
+        check_out(out, "out")?;
+        let list: Vec<Tensor> = tensor_list(tensors, n, "tensors")?.into_iter().map(|t| t.shallow_clone()).collect();
+        emit_dataset(out, Arc::new(TensorDataset::new(list)?))
+    })
+}
+
+/// How CSV features are scaled (`fulmen_scaling`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CsvScaling {
+    /// Values as read.
+    None = 0,
+    /// Divided by `scale_divisor` (255 for pixels).
+    Divide = 1,
+    /// Per column to [0, 1] by the column's min and max.
+    MinMax = 2,
+    /// Per column to zero mean and unit variance.
+    Standardize = 3,
+}
+
+/// Options of `fulmen_dataset_from_csv`; defaults from
+/// `fulmen_csv_options_default`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct fulmen_csv_options {
+    /// Whether a column holds integer class labels (default true).
+    pub has_labels: bool,
+    /// The label column; negative counts from the end (default 0).
+    pub label_column: i64,
+    /// 1: the first row is a header, 0: it is not, -1: detect (default).
+    pub header: i32,
+    /// Field separator (default ',').
+    pub delimiter: c_char,
+    /// A `fulmen_scaling` (default none).
+    pub scaling: i32,
+    /// Divisor for FULMEN_SCALING_DIVIDE (default 1).
+    pub scale_divisor: f64,
+}
+
+/// Default CSV options: labels in column 0, header detected, ',', no scaling.
+#[no_mangle]
+pub extern "C" fn fulmen_csv_options_default() -> fulmen_csv_options {
+    fulmen_csv_options {
+        has_labels: true,
+        label_column: 0,
+        header: -1,
+        delimiter: b',' as c_char,
+        scaling: 0,
+        scale_divisor: 1.0,
+    }
+}
+
+fn csv_options(o: &fulmen_csv_options) -> Result<CsvOptions> {
+    let has_header = match o.header {
+        -1 => None,
+        0 => Some(false),
+        1 => Some(true),
+        h => return Err(Error::invalid(format!("csv header must be -1, 0 or 1, got {h}"))),
+    };
+    let scaling = match o.scaling {
+        0 => Scaling::None,
+        1 => Scaling::Divide(o.scale_divisor),
+        2 => Scaling::MinMax,
+        3 => Scaling::Standardize,
+        s => return Err(Error::invalid(format!("{s} is not a fulmen_scaling (0..=3)"))),
+    };
+    Ok(CsvOptions {
+        label_column: o.has_labels.then_some(o.label_column),
+        has_header,
+        delimiter: o.delimiter as u8,
+        scaling,
+    })
+}
+
+/// Loads a `.csv` or gzip-compressed `.csv.gz` file: features as f32
+/// (N, F) and, with labels, class labels as i64 (N). Errors name the file
+/// and line. `options` may be NULL for the defaults.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_dataset_from_csv(
+    path: *const c_char,
+    options: *const fulmen_csv_options,
+    out: *mut *mut fulmen_dataset,
+) -> *mut fulmen_error {
+    guard("fulmen_dataset_from_csv", || {
+        check_out(out, "out")?;
+        let p = str_arg(path, "path")?;
+        let o = options.as_ref().copied().unwrap_or_else(|| fulmen_csv_options_default());
+        let ds = load_csv(Path::new(p), &csv_options(&o)?)?;
+        emit_dataset(out, Arc::new(ds))
+    })
+}
+
+/// Creates a dataset of the samples `indices[0..n]` of `dataset` (which it
+/// keeps alive).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_dataset_subset(
+    dataset: *const fulmen_dataset,
+    indices: *const i64,
+    n: usize,
+    out: *mut *mut fulmen_dataset,
+) -> *mut fulmen_error {
+    guard("fulmen_dataset_subset", || {
+        check_out(out, "out")?;
+        let ds = dataset_arg(dataset, "dataset")?.clone();
+        let idx = i64_list(indices, n, "indices")?.to_vec();
+        emit_dataset(out, Arc::new(Subset::new(ds, idx)?))
+    })
+}
+
+/// Splits `dataset` into every `k`-th sample starting at `offset`
+/// (`*every_out`) and the rest (`*rest_out`): with k = 5, a 20% holdout.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_dataset_split_every(
+    dataset: *const fulmen_dataset,
+    k: usize,
+    offset: usize,
+    every_out: *mut *mut fulmen_dataset,
+    rest_out: *mut *mut fulmen_dataset,
+) -> *mut fulmen_error {
+    guard("fulmen_dataset_split_every", || {
+        check_out(every_out, "every_out")?;
+        check_out(rest_out, "rest_out")?;
+        let ds = dataset_arg(dataset, "dataset")?.clone();
+        if k == 0 || offset >= k {
+            return Err(Error::invalid(format!("split_every needs k >= 1 and offset < k, got k={k} offset={offset}")));
+        }
+        let (every, rest) = split_every(ds.len(), k, offset);
+        let a = Subset::new(ds.clone(), every)?;
+        let b = Subset::new(ds, rest)?;
+        emit_dataset(every_out, Arc::new(a))?;
+        emit_dataset(rest_out, Arc::new(b))
+    })
+}
+
+/// Writes the number of samples.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_dataset_len(dataset: *const fulmen_dataset, out: *mut usize) -> *mut fulmen_error {
+    guard("fulmen_dataset_len", || write_out(out, "out", dataset_arg(dataset, "dataset")?.len()))
+}
+
+/// Fetches the samples `indices[0..n]` as a batch: writes up to `capacity`
+/// new tensor handles to `tensors_out` and their count to `*count_out`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_dataset_get(
+    dataset: *const fulmen_dataset,
+    indices: *const i64,
+    n: usize,
+    tensors_out: *mut *mut fulmen_tensor,
+    capacity: usize,
+    count_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_dataset_get", || {
+        check_out(count_out, "count_out")?;
+        let ds = dataset_arg(dataset, "dataset")?;
+        let batch = ds.get_batch(i64_list(indices, n, "indices")?)?;
+        if batch.len() > capacity {
+            return Err(Error::new(
+                ErrorCode::OutOfRange,
+                format!("the batch has {} tensors, `tensors_out` holds {capacity}", batch.len()),
+            ));
+        }
+        check_out(tensors_out, "tensors_out")?;
+        count_out.write(batch.len());
+        for (i, t) in batch.into_iter().enumerate() {
+            emit(tensors_out.add(i), t)?;
+        }
+        Ok(())
+    })
+}
+
+/// Frees a dataset handle (loaders and subsets built on it keep it alive).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_dataset_free(dataset: *mut fulmen_dataset) {
+    guard_value((), || drop(handle::take(dataset)));
+}
+
+/// A map-style dataset implemented by the host. Set `struct_size` to
+/// `sizeof(fulmen_data_source_vtable)`. Callbacks run on the thread that
+/// iterates the loader (the one that called fit / validate / ...).
+#[repr(C)]
+pub struct fulmen_data_source_vtable {
+    /// `sizeof(fulmen_data_source_vtable)`.
+    pub struct_size: usize,
+    /// Passed to every callback.
+    pub userdata: *mut c_void,
+    /// Called once when fulmen drops the dataset; may be NULL.
+    pub userdata_free: Option<unsafe extern "C" fn(*mut c_void)>,
+    /// Writes the number of samples to `*len_out`. Required.
+    pub len: Option<unsafe extern "C" fn(userdata: *mut c_void, len_out: *mut usize) -> *mut fulmen_error>,
+    /// Pushes the batch of samples `indices[0..n]` (for example inputs,
+    /// then targets, each with first dimension n) into `batch`. Tensors it
+    /// creates are released after it returns. Required.
+    pub get_batch: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            indices: *const i64,
+            n: usize,
+            batch: *mut fulmen_batch_builder,
+        ) -> *mut fulmen_error,
+    >,
+}
+
+struct HostDataset {
+    userdata: Mutex<Userdata>,
+    len: usize,
+    get_batch: unsafe extern "C" fn(*mut c_void, *const i64, usize, *mut fulmen_batch_builder) -> *mut fulmen_error,
+}
+
+impl Dataset for HostDataset {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn get_batch(&self, indices: &[i64]) -> Result<Vec<Tensor>> {
+        if let Some(bad) = indices.iter().find(|i| **i < 0 || **i as usize >= self.len) {
+            return Err(Error::new(
+                ErrorCode::OutOfRange,
+                format!("index {bad} outside the host dataset of {} samples", self.len),
+            ));
+        }
+        let ud = self.userdata.lock().unwrap_or_else(|p| p.into_inner());
+        let (builder, r) = with_temp_handle(fulmen_batch_builder { tensors: Vec::new() }, |b| {
+            call_host("get_batch", || unsafe { (self.get_batch)(ud.ptr(), indices.as_ptr(), indices.len(), b) })
+        });
+        r?;
+        check_batch(&builder.tensors, "get_batch")?;
+        for (i, t) in builder.tensors.iter().enumerate() {
+            if t.size().first().copied() != Some(indices.len() as i64) {
+                return Err(Error::shape(format!(
+                    "get_batch for {} samples pushed tensor {i} of shape {:?}: its first dimension must be {}",
+                    indices.len(),
+                    t.size(),
+                    indices.len()
+                )));
+            }
+        }
+        Ok(builder.tensors)
+    }
+}
+
+/// Creates a dataset whose samples the host provides through `vtable`
+/// (copied; `len` is called once, now). On failure `userdata_free` is not
+/// called: the host still owns its userdata.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_dataset_from_source(
+    vtable: *const fulmen_data_source_vtable,
+    out: *mut *mut fulmen_dataset,
+) -> *mut fulmen_error {
+    guard("fulmen_dataset_from_source", || {
+        check_out(out, "out")?;
+        let v = vtable.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `vtable` is NULL"))?;
+        check_struct_size(
+            v.struct_size,
+            std::mem::size_of::<fulmen_data_source_vtable>(),
+            "fulmen_data_source_vtable",
+        )?;
+        let len_fn = v.len.ok_or_else(|| Error::invalid("fulmen_data_source_vtable.len is NULL"))?;
+        let get_batch = v.get_batch.ok_or_else(|| Error::invalid("fulmen_data_source_vtable.get_batch is NULL"))?;
+        let mut len = 0usize;
+        call_host("len", || len_fn(v.userdata, &mut len))?;
+        let ds = HostDataset { userdata: Mutex::new(Userdata::new(v.userdata, v.userdata_free)), len, get_batch };
+        emit_dataset(out, Arc::new(ds))
+    })
+}
+
+// SAFETY: the host dataset is only used from the thread that runs the loop;
+// the mutex serialises calls should a loader ever be shared.
+unsafe impl Sync for HostDataset {}
+
+/// Options of a loader; defaults from `fulmen_loader_options_default`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct fulmen_loader_options {
+    /// Samples per batch (default 1).
+    pub batch_size: usize,
+    /// Reshuffle every epoch (default false).
+    pub shuffle: bool,
+    /// Seed of the shuffle; the order depends only on (seed, epoch).
+    pub seed: u64,
+    /// Drop the last incomplete batch (default false).
+    pub drop_last: bool,
+}
+
+/// torch's DataLoader defaults (batch size 1, no shuffle).
+#[no_mangle]
+pub extern "C" fn fulmen_loader_options_default() -> fulmen_loader_options {
+    let d = DataLoaderOptions::default();
+    fulmen_loader_options { batch_size: d.batch_size, shuffle: d.shuffle, seed: d.seed, drop_last: d.drop_last }
+}
+
+unsafe fn emit_loader(out: *mut *mut fulmen_loader, inner: Box<dyn BatchSource + Send>) -> Result<()> {
+    check_out(out, "out")?;
+    out.write(handle::into_raw(fulmen_loader { inner }));
+    Ok(())
+}
+
+/// Creates a loader that batches `dataset` (kept alive by the loader).
+/// `options` may be NULL for the defaults.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_loader_new(
+    dataset: *const fulmen_dataset,
+    options: *const fulmen_loader_options,
+    out: *mut *mut fulmen_loader,
+) -> *mut fulmen_error {
+    guard("fulmen_loader_new", || {
+        check_out(out, "out")?;
+        let ds = dataset_arg(dataset, "dataset")?.clone();
+        let o = options.as_ref().copied().unwrap_or_else(|| fulmen_loader_options_default());
+        let opts =
+            DataLoaderOptions { batch_size: o.batch_size, shuffle: o.shuffle, seed: o.seed, drop_last: o.drop_last };
+        emit_loader(out, Box::new(DataLoader::new(ds, opts)?))
+    })
+}
+
+/// Writes the number of batches per epoch; FULMEN_CODE_UNSUPPORTED for an
+/// iterator whose length the host did not give.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_loader_len(loader: *const fulmen_loader, out: *mut usize) -> *mut fulmen_error {
+    guard("fulmen_loader_len", || {
+        let n = handle::borrow(loader, "loader")?.inner.num_batches();
+        write_out(
+            out,
+            "out",
+            n.ok_or_else(|| Error::new(ErrorCode::Unsupported, "this loader does not know its length"))?,
+        )
+    })
+}
+
+/// Frees a loader. NULL or an already freed handle is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_loader_free(loader: *mut fulmen_loader) {
+    guard_value((), || drop(handle::take(loader)));
+}
+
+/// An iterable data source implemented by the host (like a PyTorch
+/// IterableDataset). Set `struct_size` to `sizeof(fulmen_iterator_vtable)`.
+#[repr(C)]
+pub struct fulmen_iterator_vtable {
+    /// `sizeof(fulmen_iterator_vtable)`.
+    pub struct_size: usize,
+    /// Passed to every callback.
+    pub userdata: *mut c_void,
+    /// Called once when fulmen drops the loader; may be NULL.
+    pub userdata_free: Option<unsafe extern "C" fn(*mut c_void)>,
+    /// Starts epoch `epoch` from the beginning. May be NULL.
+    pub reset: Option<unsafe extern "C" fn(userdata: *mut c_void, epoch: u64) -> *mut fulmen_error>,
+    /// Pushes the next batch into `batch`, or sets `*done` to true at the
+    /// end of the epoch (pushing nothing). Required.
+    pub next: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            batch: *mut fulmen_batch_builder,
+            done: *mut bool,
+        ) -> *mut fulmen_error,
+    >,
+    /// Batches per epoch if known, or -1. Used for progress and limits.
+    pub num_batches: i64,
+}
+
+struct HostIterator {
+    userdata: Userdata,
+    reset: Option<unsafe extern "C" fn(*mut c_void, u64) -> *mut fulmen_error>,
+    next: unsafe extern "C" fn(*mut c_void, *mut fulmen_batch_builder, *mut bool) -> *mut fulmen_error,
+    num_batches: Option<usize>,
+}
+
+impl HostIterator {
+    fn next_batch(&self) -> Result<Option<Vec<Tensor>>> {
+        let mut done = false;
+        let (builder, r) = with_temp_handle(fulmen_batch_builder { tensors: Vec::new() }, |b| {
+            call_host("next", || unsafe { (self.next)(self.userdata.ptr(), b, &mut done) })
+        });
+        r?;
+        if done {
+            return Ok(None);
+        }
+        check_batch(&builder.tensors, "next")?;
+        Ok(Some(builder.tensors))
+    }
+}
+
+impl BatchSource for HostIterator {
+    fn num_batches(&self) -> Option<usize> {
+        self.num_batches
+    }
+
+    fn batches(&self, epoch: u64) -> Result<BatchIter<'_>> {
+        if let Some(reset) = self.reset {
+            call_host("reset", || unsafe { reset(self.userdata.ptr(), epoch) })?;
+        }
+        let mut finished = false;
+        Ok(Box::new(std::iter::from_fn(move || {
+            if finished {
+                return None;
+            }
+            match self.next_batch() {
+                Ok(Some(b)) => Some(Ok(b)),
+                Ok(None) => {
+                    finished = true;
+                    None
+                }
+                Err(e) => {
+                    finished = true;
+                    Some(Err(e))
+                }
+            }
+        })))
+    }
+}
+
+/// Creates a loader that pulls batches from a host iterator (`vtable` is
+/// copied). On failure `userdata_free` is not called.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_loader_from_iterator(
+    vtable: *const fulmen_iterator_vtable,
+    out: *mut *mut fulmen_loader,
+) -> *mut fulmen_error {
+    guard("fulmen_loader_from_iterator", || {
+        check_out(out, "out")?;
+        let v = vtable.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `vtable` is NULL"))?;
+        check_struct_size(v.struct_size, std::mem::size_of::<fulmen_iterator_vtable>(), "fulmen_iterator_vtable")?;
+        let next = v.next.ok_or_else(|| Error::invalid("fulmen_iterator_vtable.next is NULL"))?;
+        let it = HostIterator {
+            userdata: Userdata::new(v.userdata, v.userdata_free),
+            reset: v.reset,
+            next,
+            num_batches: usize::try_from(v.num_batches).ok(),
+        };
+        emit_loader(out, Box::new(it))
+    })
+}

@@ -1,0 +1,150 @@
+//! `fulmen_error`: the error object of the C API, and the panic boundary that
+//! every exported function runs inside.
+use super::handle::{self, Handle};
+use crate::error::{Error, ErrorCode, Result};
+use std::ffi::{c_char, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// An error returned by a fulmen call or made by the host with
+/// `fulmen_error_new`. Owned by whoever receives it; free it with
+/// `fulmen_error_free`.
+pub struct fulmen_error {
+    code: ErrorCode,
+    message: CString,
+}
+
+impl Handle for fulmen_error {
+    const C_NAME: &'static str = "fulmen_error";
+}
+
+fn message_cstring(text: &str) -> CString {
+    CString::new(text.replace('\0', "\\0")).unwrap_or_default()
+}
+
+/// Turns a core error into a C error handle.
+pub fn error_into_raw(e: Error) -> *mut fulmen_error {
+    handle::into_raw(fulmen_error { code: e.code, message: message_cstring(&e.message) })
+}
+
+/// Takes back an error handle returned by a host callback, as a core error.
+/// A pointer that is not a live error is reported as such.
+///
+/// # Safety
+/// `err` must be NULL or a pointer the host got from fulmen.
+pub unsafe fn error_from_raw(err: *mut fulmen_error) -> Option<Error> {
+    if err.is_null() {
+        return None;
+    }
+    match handle::take(err) {
+        Some(e) => Some(Error::new(e.code, e.message.to_string_lossy().into_owned())),
+        None => {
+            Some(Error::new(ErrorCode::InvalidHandle, "a callback returned a pointer that is not a live fulmen_error"))
+        }
+    }
+}
+
+/// Message of a caught panic payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic payload".to_string()
+    }
+}
+
+/// Runs the body of an exported function: errors get the function's name as
+/// context, panics become `FULMEN_CODE_PANIC` errors, nothing unwinds into C.
+pub fn guard<F: FnOnce() -> Result<()>>(func: &str, body: F) -> *mut fulmen_error {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => std::ptr::null_mut(),
+        Ok(Err(e)) => error_into_raw(e.context(func)),
+        Err(p) => {
+            error_into_raw(Error::new(ErrorCode::Panic, format!("{func}: internal panic: {}", panic_message(&*p))))
+        }
+    }
+}
+
+/// Like [`guard`] for functions that return a value instead of an error;
+/// `fallback` is returned on error or panic.
+pub fn guard_value<T, F: FnOnce() -> T>(fallback: T, body: F) -> T {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
+}
+
+/// Reads a C string argument as UTF-8.
+///
+/// # Safety
+/// `s` must be NULL or a NUL-terminated string.
+pub unsafe fn str_arg<'a>(s: *const c_char, arg: &str) -> Result<&'a str> {
+    if s.is_null() {
+        return Err(Error::new(ErrorCode::NullArgument, format!("argument `{arg}` is NULL")));
+    }
+    CStr::from_ptr(s).to_str().map_err(|_| Error::invalid(format!("argument `{arg}` is not valid UTF-8")))
+}
+
+/// Creates an error with a code and a message, for a host callback to
+/// return. An unknown code becomes `FULMEN_CODE_CALLBACK`; a NULL message
+/// becomes an empty one. Never returns NULL.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_error_new(code: i32, message: *const c_char) -> *mut fulmen_error {
+    let text = guard_value(String::from("<message not readable>"), || {
+        if message.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(message).to_string_lossy().into_owned()
+        }
+    });
+    error_into_raw(Error::new(code_from_i32(code).unwrap_or(ErrorCode::Callback), text))
+}
+
+/// The error's stable code (a `fulmen_code` value); 0 for NULL or a
+/// pointer that is not a live error.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_error_code(error: *const fulmen_error) -> i32 {
+    guard_value(0, || match handle::borrow(error, "error") {
+        Ok(e) => e.code as i32,
+        Err(_) => 0,
+    })
+}
+
+/// The error's message, NUL-terminated UTF-8, owned by the error and valid
+/// until `fulmen_error_free`. Returns "" for NULL or an invalid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_error_message(error: *const fulmen_error) -> *const c_char {
+    static EMPTY: &[u8] = b"\0";
+    guard_value(EMPTY.as_ptr() as *const c_char, || match handle::borrow(error, "error") {
+        Ok(e) => e.message.as_ptr(),
+        Err(_) => EMPTY.as_ptr() as *const c_char,
+    })
+}
+
+/// Frees an error. NULL is a no-op; so is a pointer already freed.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_error_free(error: *mut fulmen_error) {
+    guard_value((), || drop(handle::take(error)));
+}
+
+/// Maps a C code back to the enum; `None` for values no code has.
+pub fn code_from_i32(code: i32) -> Option<ErrorCode> {
+    use ErrorCode::*;
+    [
+        NullArgument,
+        InvalidArgument,
+        InvalidHandle,
+        ShapeMismatch,
+        DtypeMismatch,
+        Torch,
+        Io,
+        Callback,
+        Panic,
+        Unsupported,
+        Unavailable,
+        NonFinite,
+        Format,
+        OutOfRange,
+        InvalidState,
+    ]
+    .into_iter()
+    .find(|c| *c as i32 == code)
+}

@@ -1,0 +1,16 @@
+//! The C API. This layer converts and validates; the logic lives in the
+//! Rust core. Every exported function runs inside a panic boundary.
+#![allow(non_camel_case_types)]
+pub mod batch;
+pub mod callback;
+pub mod context;
+pub mod data;
+pub mod error;
+pub mod handle;
+pub mod model;
+pub mod module;
+pub mod optim;
+pub mod runtime;
+pub mod scheduler;
+pub mod tensor;
+pub mod trainer;

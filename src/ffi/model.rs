@@ -1,0 +1,485 @@
+//! `fulmen_model`: building, running, naming, saving and loading models.
+use super::error::{fulmen_error, guard, guard_value, str_arg};
+use super::handle::{self, check_out, write_out, Handle};
+use super::tensor::handle::{emit, fulmen_tensor, i64_list, tensor_arg};
+use crate::error::{Error, ErrorCode, Result};
+use crate::nn::{Activation, Module};
+use crate::trainer::SharedModel;
+use std::ffi::c_char;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A model: a tree of layers (a single layer, a sequential, or a container
+/// of named children), or a TorchScript module. Free with
+/// `fulmen_model_free`; a LightningModule built on it keeps it alive.
+pub struct fulmen_model {
+    pub(crate) inner: SharedModel,
+}
+
+impl Handle for fulmen_model {
+    const C_NAME: &'static str = "fulmen_model";
+}
+
+/// Locks a shared model (a poisoned lock still holds a usable model).
+pub(crate) fn lock(m: &SharedModel) -> MutexGuard<'_, Module> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Borrows the shared model behind a handle.
+pub(crate) unsafe fn model_arg<'a>(p: *const fulmen_model, arg: &str) -> Result<&'a SharedModel> {
+    Ok(&handle::borrow(p, arg)?.inner)
+}
+
+unsafe fn emit_model(out: *mut *mut fulmen_model, m: Result<Module>) -> Result<()> {
+    check_out(out, "out")?;
+    let m = m?;
+    out.write(handle::into_raw(fulmen_model { inner: Arc::new(Mutex::new(m)) }));
+    Ok(())
+}
+
+/// Creates an empty sequential model (`nn.Sequential`): children run in
+/// order and are named "0", "1", ...
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_sequential_new(out: *mut *mut fulmen_model) -> *mut fulmen_error {
+    guard("fulmen_model_sequential_new", || emit_model(out, Ok(Module::sequential())))
+}
+
+/// Creates an empty container of named children (an `nn.Module` with
+/// attributes); run its children with `fulmen_model_forward_child`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_named_new(out: *mut *mut fulmen_model) -> *mut fulmen_error {
+    guard("fulmen_model_named_new", || emit_model(out, Ok(Module::named())))
+}
+
+/// Creates `nn.Linear(in_features, out_features, bias)`, initialised as
+/// PyTorch does from the global generator.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_linear_new(
+    in_features: i64,
+    out_features: i64,
+    bias: bool,
+    out: *mut *mut fulmen_model,
+) -> *mut fulmen_error {
+    guard("fulmen_model_linear_new", || emit_model(out, Module::linear(in_features, out_features, bias)))
+}
+
+/// Options of a 2-D convolution; get defaults from
+/// `fulmen_conv2d_options_default` and set what differs.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct fulmen_conv2d_options {
+    /// Kernel height and width.
+    pub kernel: [i64; 2],
+    /// Stride (default 1, 1).
+    pub stride: [i64; 2],
+    /// Zero padding (default 0, 0).
+    pub padding: [i64; 2],
+    /// Dilation (default 1, 1).
+    pub dilation: [i64; 2],
+    /// Groups (default 1).
+    pub groups: i64,
+    /// Learn a bias (default true).
+    pub bias: bool,
+}
+
+/// Default convolution options for a square `kernel`.
+#[no_mangle]
+pub extern "C" fn fulmen_conv2d_options_default(kernel: i64) -> fulmen_conv2d_options {
+    fulmen_conv2d_options {
+        kernel: [kernel, kernel],
+        stride: [1, 1],
+        padding: [0, 0],
+        dilation: [1, 1],
+        groups: 1,
+        bias: true,
+    }
+}
+
+/// Creates `nn.Conv2d(in_channels, out_channels, ...)` with `options`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_conv2d_new(
+    in_channels: i64,
+    out_channels: i64,
+    options: *const fulmen_conv2d_options,
+    out: *mut *mut fulmen_model,
+) -> *mut fulmen_error {
+    guard("fulmen_model_conv2d_new", || {
+        if options.is_null() {
+            return Err(Error::new(ErrorCode::NullArgument, "argument `options` is NULL"));
+        }
+        let o = *options;
+        emit_model(
+            out,
+            Module::conv2d(in_channels, out_channels, o.kernel, o.stride, o.padding, o.dilation, o.groups, o.bias),
+        )
+    })
+}
+
+/// Creates `nn.MaxPool2d(kernel, stride, padding)` with square windows;
+/// `stride` 0 means "equal to kernel", as PyTorch's default.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_max_pool2d_new(
+    kernel: i64,
+    stride: i64,
+    padding: i64,
+    out: *mut *mut fulmen_model,
+) -> *mut fulmen_error {
+    let s = if stride == 0 { kernel } else { stride };
+    guard("fulmen_model_max_pool2d_new", || emit_model(out, Module::max_pool2d([kernel; 2], [s; 2], [padding; 2])))
+}
+
+/// Creates `nn.AvgPool2d(kernel, stride, padding)`; `stride` 0 = kernel.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_avg_pool2d_new(
+    kernel: i64,
+    stride: i64,
+    padding: i64,
+    out: *mut *mut fulmen_model,
+) -> *mut fulmen_error {
+    let s = if stride == 0 { kernel } else { stride };
+    guard("fulmen_model_avg_pool2d_new", || emit_model(out, Module::avg_pool2d([kernel; 2], [s; 2], [padding; 2])))
+}
+
+/// Creates `nn.BatchNorm1d/2d(num_features, eps, momentum)` with affine
+/// parameters and running statistics (buffers `running_mean`,
+/// `running_var`, `num_batches_tracked`).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_batch_norm_new(
+    num_features: i64,
+    eps: f64,
+    momentum: f64,
+    out: *mut *mut fulmen_model,
+) -> *mut fulmen_error {
+    guard("fulmen_model_batch_norm_new", || {
+        emit_model(out, Module::batch_norm(num_features, eps, momentum, true, true))
+    })
+}
+
+/// Creates `nn.LayerNorm(shape[0..ndim], eps)` with affine parameters.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_layer_norm_new(
+    shape: *const i64,
+    ndim: usize,
+    eps: f64,
+    out: *mut *mut fulmen_model,
+) -> *mut fulmen_error {
+    guard("fulmen_model_layer_norm_new", || {
+        let s = i64_list(shape, ndim, "shape")?;
+        emit_model(out, Module::layer_norm(s, eps, true))
+    })
+}
+
+/// Creates `nn.Dropout(p)`: zeroes elements with probability `p` in
+/// training mode only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_dropout_new(p: f64, out: *mut *mut fulmen_model) -> *mut fulmen_error {
+    guard("fulmen_model_dropout_new", || emit_model(out, Module::dropout(p)))
+}
+
+/// Creates `nn.Embedding(num_embeddings, dim)`; its input is integer ids.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_embedding_new(
+    num_embeddings: i64,
+    dim: i64,
+    out: *mut *mut fulmen_model,
+) -> *mut fulmen_error {
+    guard("fulmen_model_embedding_new", || emit_model(out, Module::embedding(num_embeddings, dim)))
+}
+
+/// Creates `nn.Flatten(start_dim, end_dim)` (PyTorch's default is 1, -1).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_flatten_new(
+    start_dim: i64,
+    end_dim: i64,
+    out: *mut *mut fulmen_model,
+) -> *mut fulmen_error {
+    guard("fulmen_model_flatten_new", || emit_model(out, Ok(Module::flatten(start_dim, end_dim))))
+}
+
+/// Activation layers (`fulmen_activation`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActivationKind {
+    /// `nn.ReLU`.
+    Relu = 0,
+    /// `nn.LeakyReLU(param)` (negative slope).
+    LeakyRelu = 1,
+    /// `nn.GELU` (exact).
+    Gelu = 2,
+    /// `nn.Sigmoid`.
+    Sigmoid = 3,
+    /// `nn.Tanh`.
+    Tanh = 4,
+    /// `nn.SiLU`.
+    Silu = 5,
+    /// `nn.ELU(param)` (alpha).
+    Elu = 6,
+    /// `nn.Softmax(dim = param)`.
+    Softmax = 7,
+    /// `nn.LogSoftmax(dim = param)`.
+    LogSoftmax = 8,
+    /// `nn.Identity`.
+    Identity = 9,
+}
+
+fn activation(kind: i32, param: f64) -> Result<Activation> {
+    let dim = || -> Result<i64> {
+        if param.fract() != 0.0 {
+            return Err(Error::invalid(format!("softmax dim must be a whole number, got {param}")));
+        }
+        Ok(param as i64)
+    };
+    Ok(match kind {
+        0 => Activation::Relu,
+        1 => Activation::LeakyRelu(param),
+        2 => Activation::Gelu,
+        3 => Activation::Sigmoid,
+        4 => Activation::Tanh,
+        5 => Activation::Silu,
+        6 => Activation::Elu(param),
+        7 => Activation::Softmax(dim()?),
+        8 => Activation::LogSoftmax(dim()?),
+        9 => Activation::Identity,
+        k => return Err(Error::invalid(format!("{k} is not a fulmen_activation (0..=9)"))),
+    })
+}
+
+/// Creates an activation layer; `param` is the slope (LeakyReLU), alpha
+/// (ELU) or dimension (Softmax, LogSoftmax), ignored otherwise.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_activation_new(
+    kind: i32,
+    param: f64,
+    out: *mut *mut fulmen_model,
+) -> *mut fulmen_error {
+    guard("fulmen_model_activation_new", || emit_model(out, activation(kind, param).map(Module::activation)))
+}
+
+/// Loads a TorchScript module saved by `torch.jit.save` (CPU). Its
+/// parameters keep PyTorch's dotted names and train like built-in layers.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_load_torchscript(
+    path: *const c_char,
+    out: *mut *mut fulmen_model,
+) -> *mut fulmen_error {
+    guard("fulmen_model_load_torchscript", || {
+        let p = str_arg(path, "path")?;
+        emit_model(out, Module::load_torchscript(Path::new(p), tch::Device::Cpu))
+    })
+}
+
+/// Takes the module out of a child handle to move it into a container.
+unsafe fn take_child(child: *mut fulmen_model) -> Result<Module> {
+    handle::check(child, "child")?;
+    let shared = &(*child).inner;
+    if Arc::strong_count(shared) != 1 {
+        return Err(Error::state("`child` is in use by a LightningModule and cannot be moved into another model"));
+    }
+    let owned = handle::take(child)
+        .ok_or_else(|| Error::new(ErrorCode::InvalidHandle, "`child` is not a live fulmen_model"))?;
+    match Arc::try_unwrap(owned.inner) {
+        Ok(m) => Ok(m.into_inner().unwrap_or_else(|p| p.into_inner())),
+        Err(_) => Err(Error::state("`child` is shared")),
+    }
+}
+
+/// Appends `child` to a sequential model. On success the child handle is
+/// consumed (do not use or free it); on failure both are unchanged.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_push(model: *mut fulmen_model, child: *mut fulmen_model) -> *mut fulmen_error {
+    guard("fulmen_model_push", || {
+        let m = model_arg(model, "model")?;
+        if std::ptr::eq(model, child) {
+            return Err(Error::invalid("a model cannot contain itself"));
+        }
+        let mut g = lock(m);
+        if g.type_name() != "Sequential" {
+            return Err(Error::invalid(format!("fulmen_model_push needs a sequential model, got a {}", g.type_name())));
+        }
+        let c = take_child(child)?;
+        g.push(c)
+    })
+}
+
+/// Adds `child` to a named container (or a sequential) under `name`, like
+/// assigning an attribute of an `nn.Module`. On success the child handle is
+/// consumed; on failure both are unchanged.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_add(
+    model: *mut fulmen_model,
+    name: *const c_char,
+    child: *mut fulmen_model,
+) -> *mut fulmen_error {
+    guard("fulmen_model_add", || {
+        let m = model_arg(model, "model")?;
+        let name = str_arg(name, "name")?;
+        if std::ptr::eq(model, child) {
+            return Err(Error::invalid("a model cannot contain itself"));
+        }
+        let mut g = lock(m);
+        if g.child_names().iter().any(|n| n == name) {
+            return Err(Error::invalid(format!("the model already has a child named {name:?}")));
+        }
+        if name.is_empty() || name.contains('.') {
+            return Err(Error::invalid(format!("child name {name:?} must be non-empty and hold no '.'")));
+        }
+        handle::check(child, "child")?;
+        if !matches!(g.type_name(), "Sequential" | "Module") {
+            return Err(Error::invalid(format!("cannot add children to a {}", g.type_name())));
+        }
+        let c = take_child(child)?;
+        g.add(name, c)
+    })
+}
+
+/// Runs the model's forward pass on `input`. A sequential runs its children
+/// in order; a named container has no forward of its own.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_forward(
+    model: *const fulmen_model,
+    input: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard("fulmen_model_forward", || {
+        check_out(out, "out")?;
+        let m = model_arg(model, "model")?;
+        let x = tensor_arg(input, "input")?;
+        let y = lock(m).forward(x)?;
+        emit(out, y)
+    })
+}
+
+/// Runs the child at `path` ("encoder" or "encoder.0") on `input`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_forward_child(
+    model: *const fulmen_model,
+    path: *const c_char,
+    input: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard("fulmen_model_forward_child", || {
+        check_out(out, "out")?;
+        let m = model_arg(model, "model")?;
+        let p = str_arg(path, "path")?;
+        let x = tensor_arg(input, "input")?;
+        let y = lock(m).forward_child(p, x)?;
+        emit(out, y)
+    })
+}
+
+/// Sets training mode (`true`, as `model.train()`) or evaluation mode
+/// (`false`, as `model.eval()`) for the whole tree.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_set_training(model: *mut fulmen_model, training: bool) -> *mut fulmen_error {
+    guard("fulmen_model_set_training", || lock(model_arg(model, "model")?).set_training(training))
+}
+
+/// Writes whether the model is in training mode.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_is_training(model: *const fulmen_model, out: *mut bool) -> *mut fulmen_error {
+    guard("fulmen_model_is_training", || write_out(out, "out", lock(model_arg(model, "model")?).is_training()))
+}
+
+/// Writes the number of scalar parameters (all trainable tensors' elements).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_num_parameters(model: *const fulmen_model, out: *mut i64) -> *mut fulmen_error {
+    guard("fulmen_model_num_parameters", || write_out(out, "out", lock(model_arg(model, "model")?).num_parameters()))
+}
+
+/// Writes the number of entries of the model's state_dict (parameters and
+/// buffers).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_state_dict_len(model: *const fulmen_model, out: *mut usize) -> *mut fulmen_error {
+    guard("fulmen_model_state_dict_len", || write_out(out, "out", lock(model_arg(model, "model")?).state_dict().len()))
+}
+
+/// Copies the name of state_dict entry `index` (PyTorch's naming, e.g.
+/// "0.weight", "bn.running_mean") NUL-terminated into `buf` of `capacity`
+/// bytes and writes its length (without the NUL) to `*len_out`. When
+/// `capacity` is too small, fails with FULMEN_CODE_OUT_OF_RANGE after
+/// writing only `*len_out`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_state_dict_name(
+    model: *const fulmen_model,
+    index: usize,
+    buf: *mut c_char,
+    capacity: usize,
+    len_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_model_state_dict_name", || {
+        check_out(len_out, "len_out")?;
+        let sd = lock(model_arg(model, "model")?).state_dict();
+        let (name, _) = sd.get(index).ok_or_else(|| {
+            Error::new(ErrorCode::OutOfRange, format!("index {index} >= state_dict size {}", sd.len()))
+        })?;
+        copy_str(name, buf, capacity, len_out)
+    })
+}
+
+/// Copies `s` NUL-terminated into a caller buffer (shared by name getters).
+pub(crate) unsafe fn copy_str(s: &str, buf: *mut c_char, capacity: usize, len_out: *mut usize) -> Result<()> {
+    check_out(len_out, "len_out")?;
+    len_out.write(s.len());
+    if capacity < s.len() + 1 {
+        return Err(Error::new(
+            ErrorCode::OutOfRange,
+            format!("buffer of {capacity} bytes cannot hold {} bytes and a NUL", s.len()),
+        ));
+    }
+    check_out(buf, "buf")?;
+    std::ptr::copy_nonoverlapping(s.as_ptr(), buf as *mut u8, s.len());
+    *buf.add(s.len()) = 0;
+    Ok(())
+}
+
+/// Writes a new handle to the state_dict entry `name` (a parameter or
+/// buffer; it shares storage with the model, so in-place changes show).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_state_dict_get(
+    model: *const fulmen_model,
+    name: *const c_char,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard("fulmen_model_state_dict_get", || {
+        check_out(out, "out")?;
+        let n = str_arg(name, "name")?;
+        let sd = lock(model_arg(model, "model")?).state_dict();
+        match sd.into_iter().find(|(k, _)| k == n) {
+            Some((_, t)) => emit(out, t),
+            None => Err(Error::invalid(format!("the model has no parameter or buffer named {n:?}"))),
+        }
+    })
+}
+
+/// Saves the state_dict (PyTorch names) as a safetensors file, written to a
+/// temporary file and renamed so a crash never leaves a partial file.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_save(model: *const fulmen_model, path: *const c_char) -> *mut fulmen_error {
+    guard("fulmen_model_save", || {
+        let p = str_arg(path, "path")?;
+        lock(model_arg(model, "model")?).save_safetensors(Path::new(p), None)
+    })
+}
+
+/// Loads weights from a safetensors file (for example one written by
+/// PyTorch's `safetensors.torch.save_file(model.state_dict(), path)`).
+/// `strict`: missing or unexpected names are an error. Shapes must match.
+/// On error the model is unchanged.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_load(
+    model: *mut fulmen_model,
+    path: *const c_char,
+    strict: bool,
+) -> *mut fulmen_error {
+    guard("fulmen_model_load", || {
+        let p = str_arg(path, "path")?;
+        lock(model_arg(model, "model")?).load_safetensors(Path::new(p), strict).map(|_| ())
+    })
+}
+
+/// Frees a model handle. NULL or an already freed handle is a no-op. A
+/// LightningModule or optimizer built on the model keeps what it needs.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_free(model: *mut fulmen_model) {
+    guard_value((), || drop(handle::take(model)));
+}

@@ -1,0 +1,294 @@
+//! `fulmen_lightning_module`: the host's step functions as a vtable, and
+//! the optimizer configuration its `configure_optimizers` fills.
+use super::batch::{fulmen_batch, with_temp_handle};
+use super::callback::{check_struct_size, Userdata};
+use super::context::fulmen_step_context;
+use super::error::{error_from_raw, fulmen_error, guard, guard_value, str_arg};
+use super::handle::{self, check_out, Handle};
+use super::model::{fulmen_model, model_arg};
+use super::optim::fulmen_optimizer;
+use super::scheduler::fulmen_scheduler;
+use super::tensor::handle::{fulmen_tensor, tensor_arg};
+use super::tensor::TensorScope;
+use crate::error::{Error, ErrorCode, Result};
+use crate::trainer::{Interval, LightningModule, OptimizerConfig, SchedulerConfig, SharedModel, StepContext};
+use std::ffi::{c_char, c_void};
+use tch::Tensor;
+
+/// A step that returns a tensor (training: the loss; predict: the output).
+pub type fulmen_step_fn = unsafe extern "C" fn(
+    userdata: *mut c_void,
+    ctx: *mut fulmen_step_context,
+    batch: *const fulmen_batch,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error;
+
+/// A step that only logs (validation, test).
+pub type fulmen_eval_step_fn = unsafe extern "C" fn(
+    userdata: *mut c_void,
+    ctx: *mut fulmen_step_context,
+    batch: *const fulmen_batch,
+) -> *mut fulmen_error;
+
+/// The host's LightningModule. Set `struct_size` to
+/// `sizeof(fulmen_module_vtable)`; NULL slots are "not implemented".
+/// Every callback runs on the thread that called fit / validate / test /
+/// predict. Tensors a callback creates are released when it returns,
+/// except those kept with `fulmen_tensor_keep`; the `ctx` and `batch`
+/// arguments are valid only during the call.
+#[repr(C)]
+pub struct fulmen_module_vtable {
+    /// `sizeof(fulmen_module_vtable)`.
+    pub struct_size: usize,
+    /// Passed to every callback.
+    pub userdata: *mut c_void,
+    /// Called once when the LightningModule is freed; may be NULL.
+    pub userdata_free: Option<unsafe extern "C" fn(*mut c_void)>,
+    /// Computes the loss of a training batch into `*out` (a one-element
+    /// floating tensor computed from the parameters). Required for fit.
+    pub training_step: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            ctx: *mut fulmen_step_context,
+            batch: *const fulmen_batch,
+            out: *mut *mut fulmen_tensor,
+        ) -> *mut fulmen_error,
+    >,
+    /// Evaluates a validation batch (log metrics through `ctx`).
+    pub validation_step: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            ctx: *mut fulmen_step_context,
+            batch: *const fulmen_batch,
+        ) -> *mut fulmen_error,
+    >,
+    /// Evaluates a test batch.
+    pub test_step: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            ctx: *mut fulmen_step_context,
+            batch: *const fulmen_batch,
+        ) -> *mut fulmen_error,
+    >,
+    /// Writes the prediction for a batch to `*out` (or leaves it NULL).
+    pub predict_step: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            ctx: *mut fulmen_step_context,
+            batch: *const fulmen_batch,
+            out: *mut *mut fulmen_tensor,
+        ) -> *mut fulmen_error,
+    >,
+    /// Creates the optimizers (and schedulers) with
+    /// `fulmen_optimizer_config_add`. Required for fit.
+    pub configure_optimizers:
+        Option<unsafe extern "C" fn(userdata: *mut c_void, config: *mut fulmen_optimizer_config) -> *mut fulmen_error>,
+}
+
+/// The user's model logic: step functions, optimizer set-up, and the model
+/// they train. Free with `fulmen_lightning_module_free`.
+pub struct fulmen_lightning_module {
+    pub(crate) inner: HostModule,
+}
+
+impl Handle for fulmen_lightning_module {
+    const C_NAME: &'static str = "fulmen_lightning_module";
+}
+
+/// The list of optimizers `configure_optimizers` fills. Borrowed: valid
+/// only during that callback.
+pub struct fulmen_optimizer_config {
+    pub(crate) configs: Vec<OptimizerConfig>,
+}
+
+impl Handle for fulmen_optimizer_config {
+    const C_NAME: &'static str = "fulmen_optimizer_config";
+}
+
+/// The host module as a core LightningModule.
+pub struct HostModule {
+    userdata: Userdata,
+    training_step: Option<fulmen_step_fn>,
+    validation_step: Option<fulmen_eval_step_fn>,
+    test_step: Option<fulmen_eval_step_fn>,
+    predict_step: Option<fulmen_step_fn>,
+    configure_optimizers: Option<unsafe extern "C" fn(*mut c_void, *mut fulmen_optimizer_config) -> *mut fulmen_error>,
+    model: Option<SharedModel>,
+}
+
+fn host_error(name: &str, err: *mut fulmen_error) -> Result<()> {
+    match unsafe { error_from_raw(err) } {
+        None => Ok(()),
+        Some(e) => Err(Error::new(
+            if e.code == ErrorCode::InvalidHandle { ErrorCode::Callback } else { e.code },
+            format!("{name} failed: {}", e.message),
+        )),
+    }
+}
+
+impl HostModule {
+    /// Calls a step callback with temporary ctx and batch handles inside a
+    /// tensor scope; returns the tensor it wrote to `out`, if any.
+    fn call_step(
+        &self,
+        name: &str,
+        ctx: &mut StepContext,
+        batch: &[Tensor],
+        f: impl FnOnce(
+            *mut c_void,
+            *mut fulmen_step_context,
+            *const fulmen_batch,
+            *mut *mut fulmen_tensor,
+        ) -> *mut fulmen_error,
+    ) -> Result<Option<Tensor>> {
+        let _scope = TensorScope::enter();
+        let ctx_ptr = ctx as *mut StepContext as *mut StepContext<'static>;
+        let batch_value = fulmen_batch { tensors: batch.iter().map(Tensor::shallow_clone).collect() };
+        let mut out: *mut fulmen_tensor = std::ptr::null_mut();
+        let (_, (_, err)) = with_temp_handle(batch_value, |b| {
+            with_temp_handle(fulmen_step_context { ctx: ctx_ptr }, |c| f(self.userdata.ptr(), c, b, &mut out))
+        });
+        host_error(name, err)?;
+        if out.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: `out` is checked to be a live tensor handle before use.
+        let t = unsafe { tensor_arg(out, "out") }.map_err(|e| {
+            Error::new(ErrorCode::Callback, format!("{name} wrote an invalid tensor to *out: {}", e.message))
+        })?;
+        Ok(Some(t.shallow_clone()))
+    }
+}
+
+impl LightningModule for HostModule {
+    fn model(&self) -> Option<SharedModel> {
+        self.model.clone()
+    }
+
+    fn training_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Tensor> {
+        let f = self.training_step.ok_or_else(|| Error::state("the module has no training_step"))?;
+        self.call_step("training_step", ctx, batch, |u, c, b, o| unsafe { f(u, c, b, o) })?
+            .ok_or_else(|| Error::new(ErrorCode::Callback, "training_step returned no loss (left *out NULL)"))
+    }
+
+    fn has_validation_step(&self) -> bool {
+        self.validation_step.is_some()
+    }
+
+    fn validation_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<()> {
+        let f = self.validation_step.ok_or_else(|| Error::state("the module has no validation_step"))?;
+        self.call_step("validation_step", ctx, batch, |u, c, b, _| unsafe { f(u, c, b) }).map(|_| ())
+    }
+
+    fn has_test_step(&self) -> bool {
+        self.test_step.is_some()
+    }
+
+    fn test_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<()> {
+        let f = self.test_step.ok_or_else(|| Error::state("the module has no test_step"))?;
+        self.call_step("test_step", ctx, batch, |u, c, b, _| unsafe { f(u, c, b) }).map(|_| ())
+    }
+
+    fn predict_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
+        let f = self.predict_step.ok_or_else(|| Error::state("the module has no predict_step"))?;
+        self.call_step("predict_step", ctx, batch, |u, c, b, o| unsafe { f(u, c, b, o) })
+    }
+
+    fn configure_optimizers(&mut self) -> Result<Vec<OptimizerConfig>> {
+        let f = self.configure_optimizers.ok_or_else(|| Error::state("the module has no configure_optimizers"))?;
+        let _scope = TensorScope::enter();
+        let (cfg, err) =
+            with_temp_handle(fulmen_optimizer_config { configs: Vec::new() }, |c| unsafe { f(self.userdata.ptr(), c) });
+        host_error("configure_optimizers", err)?;
+        Ok(cfg.configs)
+    }
+}
+
+/// Creates a LightningModule from the host's `vtable` (copied) training
+/// `model` (may be NULL; the module shares it, so the host may free its own
+/// handle). On failure `userdata_free` is not called.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_lightning_module_new(
+    vtable: *const fulmen_module_vtable,
+    model: *const fulmen_model,
+    out: *mut *mut fulmen_lightning_module,
+) -> *mut fulmen_error {
+    guard("fulmen_lightning_module_new", || {
+        check_out(out, "out")?;
+        let v = vtable.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `vtable` is NULL"))?;
+        check_struct_size(v.struct_size, std::mem::size_of::<fulmen_module_vtable>(), "fulmen_module_vtable")?;
+        let model = if model.is_null() { None } else { Some(model_arg(model, "model")?.clone()) };
+        let inner = HostModule {
+            userdata: Userdata::new(v.userdata, v.userdata_free),
+            training_step: v.training_step,
+            validation_step: v.validation_step,
+            test_step: v.test_step,
+            predict_step: v.predict_step,
+            configure_optimizers: v.configure_optimizers,
+            model,
+        };
+        out.write(handle::into_raw(fulmen_lightning_module { inner }));
+        Ok(())
+    })
+}
+
+/// Frees a LightningModule and calls its `userdata_free`. NULL or an
+/// already freed handle is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_lightning_module_free(module: *mut fulmen_lightning_module) {
+    guard_value((), || drop(handle::take(module)));
+}
+
+/// When a scheduler steps (`fulmen_interval`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchedulerInterval {
+    /// After every optimizer step.
+    Step = 0,
+    /// After every training epoch (Lightning's default).
+    Epoch = 1,
+}
+
+/// Hands `optimizer` (and optionally `scheduler`, created for it) to the
+/// trainer. `interval` is a `fulmen_interval`; the scheduler steps every
+/// `frequency` intervals; `monitor` names the logged metric fed to
+/// ReduceLROnPlateau (NULL otherwise). On success both handles are
+/// consumed: do not use or free them. On failure nothing is consumed.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_optimizer_config_add(
+    config: *mut fulmen_optimizer_config,
+    optimizer: *mut fulmen_optimizer,
+    scheduler: *mut fulmen_scheduler,
+    interval: i32,
+    frequency: i64,
+    monitor: *const c_char,
+) -> *mut fulmen_error {
+    guard("fulmen_optimizer_config_add", || {
+        handle::check(config, "config")?;
+        handle::check(optimizer, "optimizer")?;
+        let interval = match interval {
+            0 => Interval::Step,
+            1 => Interval::Epoch,
+            i => return Err(Error::invalid(format!("{i} is not a fulmen_interval (0 step, 1 epoch)"))),
+        };
+        if frequency < 1 {
+            return Err(Error::invalid(format!("frequency must be >= 1, got {frequency}")));
+        }
+        let monitor = if monitor.is_null() { None } else { Some(str_arg(monitor, "monitor")?.to_string()) };
+        if !scheduler.is_null() {
+            let s = handle::borrow(scheduler, "scheduler")?;
+            if s.optimizer != optimizer as usize {
+                return Err(Error::invalid("`scheduler` was created for another optimizer"));
+            }
+            if s.inner.name() == "reduce_lr_on_plateau" && monitor.is_none() {
+                return Err(Error::invalid("ReduceLROnPlateau needs `monitor`: the name of a logged metric"));
+            }
+        }
+        let cfg = handle::borrow_mut(config, "config")?;
+        let opt = handle::take(optimizer).ok_or_else(|| Error::new(ErrorCode::InvalidHandle, "optimizer"))?;
+        let scheduler =
+            handle::take(scheduler).map(|s| SchedulerConfig { scheduler: s.inner, interval, frequency, monitor });
+        cfg.configs.push(OptimizerConfig { optimizer: opt.inner, scheduler });
+        Ok(())
+    })
+}

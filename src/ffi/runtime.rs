@@ -1,0 +1,51 @@
+//! Process-wide settings: version, seeding, thread count.
+use super::error::{fulmen_error, guard, guard_value};
+use crate::error::Error;
+use std::ffi::c_char;
+
+/// The library version as "MAJOR.MINOR.PATCH", a static string.
+#[no_mangle]
+pub extern "C" fn fulmen_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr() as *const c_char
+}
+
+/// The libtorch version fulmen was built against, a static string.
+#[no_mangle]
+pub extern "C" fn fulmen_libtorch_version() -> *const c_char {
+    c"2.13.0".as_ptr()
+}
+
+/// Seeds every random generator fulmen and libtorch use (CPU and CUDA), as
+/// Lightning's `seed_everything`.
+#[no_mangle]
+pub extern "C" fn fulmen_manual_seed(seed: u64) -> *mut fulmen_error {
+    guard("fulmen_manual_seed", || {
+        crate::seed_everything(seed);
+        Ok(())
+    })
+}
+
+/// Sets the number of threads libtorch uses for intra-op parallelism.
+#[no_mangle]
+pub extern "C" fn fulmen_set_num_threads(n: i32) -> *mut fulmen_error {
+    guard("fulmen_set_num_threads", || {
+        if n < 1 {
+            return Err(Error::invalid(format!("thread count must be at least 1, got {n}")));
+        }
+        tch::set_num_threads(n);
+        Ok(())
+    })
+}
+
+/// The number of threads libtorch uses for intra-op parallelism.
+#[no_mangle]
+pub extern "C" fn fulmen_get_num_threads() -> i32 {
+    guard_value(0, tch::get_num_threads)
+}
+
+/// Number of live fulmen handles of every type in this process (tensors,
+/// models, errors, ...): a leak check for tests and long-running hosts.
+#[no_mangle]
+pub extern "C" fn fulmen_live_handles() -> usize {
+    guard_value(0, super::handle::live_count)
+}

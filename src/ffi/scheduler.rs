@@ -1,0 +1,260 @@
+//! `fulmen_scheduler`: learning-rate schedulers (torch.optim.lr_scheduler)
+//! attached to an optimizer, stepped by the trainer or by the host.
+use super::error::{fulmen_error, guard, guard_value};
+use super::handle::{self, check_out, Handle};
+use super::optim::fulmen_optimizer;
+use super::tensor::handle::i64_list;
+use crate::error::{Error, ErrorCode, Result};
+use crate::optim::{
+    AnnealStrategy, CosineAnnealingLr, ExponentialLr, LinearLr, LrScheduler, MultiStepLr, OneCycleLr, OneCycleOptions,
+    PlateauMode, PlateauOptions, ReduceLrOnPlateau, StepLr, ThresholdMode,
+};
+
+/// A learning-rate scheduler bound to the optimizer it was created for.
+/// Free with `fulmen_scheduler_free` unless handed to the trainer.
+pub struct fulmen_scheduler {
+    pub(crate) inner: Box<dyn LrScheduler>,
+    /// The optimizer it was created for (identity check in host loops).
+    pub(crate) optimizer: usize,
+}
+
+impl Handle for fulmen_scheduler {
+    const C_NAME: &'static str = "fulmen_scheduler";
+}
+
+unsafe fn make(
+    optimizer: *mut fulmen_optimizer,
+    out: *mut *mut fulmen_scheduler,
+    build: impl FnOnce(&mut dyn crate::optim::Optimizer) -> Result<Box<dyn LrScheduler>>,
+) -> Result<()> {
+    check_out(out, "out")?;
+    let o = handle::borrow_mut(optimizer, "optimizer")?;
+    let inner = build(o.inner.as_mut())?;
+    out.write(handle::into_raw(fulmen_scheduler { inner, optimizer: optimizer as usize }));
+    Ok(())
+}
+
+/// `StepLR`: multiplies the lr by `gamma` every `step_size` steps.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_step_lr_new(
+    optimizer: *mut fulmen_optimizer,
+    step_size: i64,
+    gamma: f64,
+    out: *mut *mut fulmen_scheduler,
+) -> *mut fulmen_error {
+    guard("fulmen_scheduler_step_lr_new", || make(optimizer, out, |o| Ok(Box::new(StepLr::new(o, step_size, gamma)?))))
+}
+
+/// `MultiStepLR`: multiplies the lr by `gamma` at each of `milestones`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_multi_step_lr_new(
+    optimizer: *mut fulmen_optimizer,
+    milestones: *const i64,
+    n_milestones: usize,
+    gamma: f64,
+    out: *mut *mut fulmen_scheduler,
+) -> *mut fulmen_error {
+    guard("fulmen_scheduler_multi_step_lr_new", || {
+        let m = i64_list(milestones, n_milestones, "milestones")?;
+        make(optimizer, out, |o| Ok(Box::new(MultiStepLr::new(o, m, gamma)?)))
+    })
+}
+
+/// `ExponentialLR`: multiplies the lr by `gamma` every step.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_exponential_lr_new(
+    optimizer: *mut fulmen_optimizer,
+    gamma: f64,
+    out: *mut *mut fulmen_scheduler,
+) -> *mut fulmen_error {
+    guard("fulmen_scheduler_exponential_lr_new", || {
+        make(optimizer, out, |o| Ok(Box::new(ExponentialLr::new(o, gamma)?)))
+    })
+}
+
+/// `CosineAnnealingLR(t_max, eta_min)`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_cosine_lr_new(
+    optimizer: *mut fulmen_optimizer,
+    t_max: i64,
+    eta_min: f64,
+    out: *mut *mut fulmen_scheduler,
+) -> *mut fulmen_error {
+    guard("fulmen_scheduler_cosine_lr_new", || {
+        make(optimizer, out, |o| Ok(Box::new(CosineAnnealingLr::new(o, t_max, eta_min)?)))
+    })
+}
+
+/// `LinearLR(start_factor, end_factor, total_iters)`: linear warm-up (or
+/// decay) of the lr factor.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_linear_lr_new(
+    optimizer: *mut fulmen_optimizer,
+    start_factor: f64,
+    end_factor: f64,
+    total_iters: i64,
+    out: *mut *mut fulmen_scheduler,
+) -> *mut fulmen_error {
+    guard("fulmen_scheduler_linear_lr_new", || {
+        make(optimizer, out, |o| Ok(Box::new(LinearLr::new(o, start_factor, end_factor, total_iters)?)))
+    })
+}
+
+/// Options of `OneCycleLR`; defaults from `fulmen_one_cycle_options_default`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct fulmen_one_cycle_options {
+    /// Peak learning rate.
+    pub max_lr: f64,
+    /// Steps in the cycle.
+    pub total_steps: i64,
+    /// Fraction of the cycle spent increasing the lr (default 0.3).
+    pub pct_start: f64,
+    /// Cosine (false, default) or linear (true) annealing.
+    pub linear_anneal: bool,
+    /// Cycle momentum / beta1 inversely to the lr (default true).
+    pub cycle_momentum: bool,
+    /// Lower momentum bound (default 0.85).
+    pub base_momentum: f64,
+    /// Upper momentum bound (default 0.95).
+    pub max_momentum: f64,
+    /// initial lr = max_lr / div_factor (default 25).
+    pub div_factor: f64,
+    /// min lr = initial lr / final_div_factor (default 1e4).
+    pub final_div_factor: f64,
+    /// Three-phase schedule (default false).
+    pub three_phase: bool,
+}
+
+/// torch's OneCycleLR defaults for a peak lr and a cycle length.
+#[no_mangle]
+pub extern "C" fn fulmen_one_cycle_options_default(max_lr: f64, total_steps: i64) -> fulmen_one_cycle_options {
+    let d = OneCycleOptions::new(max_lr, total_steps);
+    fulmen_one_cycle_options {
+        max_lr: d.max_lr,
+        total_steps: d.total_steps,
+        pct_start: d.pct_start,
+        linear_anneal: d.anneal_strategy == AnnealStrategy::Linear,
+        cycle_momentum: d.cycle_momentum,
+        base_momentum: d.base_momentum,
+        max_momentum: d.max_momentum,
+        div_factor: d.div_factor,
+        final_div_factor: d.final_div_factor,
+        three_phase: d.three_phase,
+    }
+}
+
+/// `OneCycleLR` with `options` (required).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_one_cycle_lr_new(
+    optimizer: *mut fulmen_optimizer,
+    options: *const fulmen_one_cycle_options,
+    out: *mut *mut fulmen_scheduler,
+) -> *mut fulmen_error {
+    guard("fulmen_scheduler_one_cycle_lr_new", || {
+        let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
+        let opts = OneCycleOptions {
+            max_lr: o.max_lr,
+            total_steps: o.total_steps,
+            pct_start: o.pct_start,
+            anneal_strategy: if o.linear_anneal { AnnealStrategy::Linear } else { AnnealStrategy::Cos },
+            cycle_momentum: o.cycle_momentum,
+            base_momentum: o.base_momentum,
+            max_momentum: o.max_momentum,
+            div_factor: o.div_factor,
+            final_div_factor: o.final_div_factor,
+            three_phase: o.three_phase,
+        };
+        make(optimizer, out, |op| Ok(Box::new(OneCycleLr::new(op, opts)?)))
+    })
+}
+
+/// Options of `ReduceLROnPlateau`; defaults from
+/// `fulmen_plateau_options_default`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct fulmen_plateau_options {
+    /// Higher metric is better (false: lower is better, the default).
+    pub mode_max: bool,
+    /// Factor applied to the lr on a plateau (default 0.1).
+    pub factor: f64,
+    /// Bad steps tolerated before reducing (default 10).
+    pub patience: u64,
+    /// Threshold of a significant improvement (default 1e-4).
+    pub threshold: f64,
+    /// Absolute (true) or relative (false, default) threshold.
+    pub threshold_abs: bool,
+    /// Steps to wait after a reduction (default 0).
+    pub cooldown: u64,
+    /// Lower bound of the lr (default 0).
+    pub min_lr: f64,
+    /// Smaller reductions are skipped (default 1e-8).
+    pub eps: f64,
+}
+
+/// torch's ReduceLROnPlateau defaults.
+#[no_mangle]
+pub extern "C" fn fulmen_plateau_options_default() -> fulmen_plateau_options {
+    let d = PlateauOptions::default();
+    fulmen_plateau_options {
+        mode_max: d.mode == PlateauMode::Max,
+        factor: d.factor,
+        patience: d.patience,
+        threshold: d.threshold,
+        threshold_abs: d.threshold_mode == ThresholdMode::Abs,
+        cooldown: d.cooldown,
+        min_lr: d.min_lr,
+        eps: d.eps,
+    }
+}
+
+/// `ReduceLROnPlateau` with `options` (NULL for the defaults). Step it
+/// with a metric.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_reduce_on_plateau_new(
+    optimizer: *mut fulmen_optimizer,
+    options: *const fulmen_plateau_options,
+    out: *mut *mut fulmen_scheduler,
+) -> *mut fulmen_error {
+    guard("fulmen_scheduler_reduce_on_plateau_new", || {
+        let o = options.as_ref().copied().unwrap_or_else(|| fulmen_plateau_options_default());
+        let opts = PlateauOptions {
+            mode: if o.mode_max { PlateauMode::Max } else { PlateauMode::Min },
+            factor: o.factor,
+            patience: o.patience,
+            threshold: o.threshold,
+            threshold_mode: if o.threshold_abs { ThresholdMode::Abs } else { ThresholdMode::Rel },
+            cooldown: o.cooldown,
+            min_lr: o.min_lr,
+            eps: o.eps,
+        };
+        make(optimizer, out, |op| Ok(Box::new(ReduceLrOnPlateau::new(op, opts)?)))
+    })
+}
+
+/// Advances the scheduler one step and sets the new lr in `optimizer`,
+/// which must be the one it was created for. `metric` is used by
+/// ReduceLROnPlateau (required there: pass a finite value) and ignored by
+/// the others.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_step(
+    scheduler: *mut fulmen_scheduler,
+    optimizer: *mut fulmen_optimizer,
+    metric: f64,
+) -> *mut fulmen_error {
+    guard("fulmen_scheduler_step", || {
+        let s = handle::borrow_mut(scheduler, "scheduler")?;
+        if s.optimizer != optimizer as usize {
+            return Err(Error::invalid("`optimizer` is not the optimizer this scheduler was created for"));
+        }
+        let o = handle::borrow_mut(optimizer, "optimizer")?;
+        let m = if metric.is_nan() { None } else { Some(metric) };
+        s.inner.step(o.inner.as_mut(), m)
+    })
+}
+
+/// Frees a scheduler. NULL or an already freed handle is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_free(scheduler: *mut fulmen_scheduler) {
+    guard_value((), || drop(handle::take(scheduler)));
+}

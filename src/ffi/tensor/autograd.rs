@@ -1,0 +1,59 @@
+//! Autograd from C: backward, gradients, requires_grad.
+use super::handle::{emit, fulmen_tensor, tensor_arg};
+use crate::error::Error;
+use crate::ffi::error::{fulmen_error, guard};
+use crate::ffi::handle;
+
+/// Runs backpropagation from a one-element `tensor` (a loss), accumulating
+/// gradients into the leaves that require them.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_backward(tensor: *const fulmen_tensor) -> *mut fulmen_error {
+    guard("fulmen_tensor_backward", || {
+        let t = tensor_arg(tensor, "tensor")?;
+        if t.numel() != 1 {
+            return Err(Error::shape(format!("backward needs a one-element tensor, got shape {:?}", t.size())));
+        }
+        if !t.requires_grad() {
+            return Err(Error::state(
+                "backward: the tensor does not require grad (no parameter was used to compute it)",
+            ));
+        }
+        Ok(t.f_backward()?)
+    })
+}
+
+/// Writes the accumulated gradient of `tensor` to `*out`, or NULL when it
+/// has none yet. The gradient shares storage with the tensor's `.grad`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_grad(
+    tensor: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard("fulmen_tensor_grad", || {
+        handle::check_out(out, "out")?;
+        let g = tensor_arg(tensor, "tensor")?.grad();
+        if g.defined() {
+            emit(out, g)
+        } else {
+            out.write(std::ptr::null_mut());
+            Ok(())
+        }
+    })
+}
+
+/// Turns gradient recording on or off for a leaf tensor.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_set_requires_grad(
+    tensor: *mut fulmen_tensor,
+    requires_grad: bool,
+) -> *mut fulmen_error {
+    guard("fulmen_tensor_set_requires_grad", || {
+        let h = handle::borrow_mut(tensor, "tensor")?;
+        if requires_grad && !crate::tensor::dtype::is_floating(h.tensor.f_kind()?) {
+            return Err(Error::dtype(format!("only floating tensors can require grad, got {:?}", h.tensor.kind())));
+        }
+        let t = h.tensor.f_set_requires_grad(requires_grad)?;
+        h.tensor = t;
+        Ok(())
+    })
+}

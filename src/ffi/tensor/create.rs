@@ -1,0 +1,188 @@
+//! Creating tensors: from host buffers, filled, random, ranges.
+use super::handle::{emit, fulmen_tensor, i64_list};
+use crate::error::{Error, ErrorCode, Result};
+use crate::ffi::error::{fulmen_error, guard, guard_value};
+use crate::tensor::DType;
+use tch::{Device, Kind, Tensor};
+
+fn check_shape(shape: &[i64]) -> Result<usize> {
+    let mut numel: usize = 1;
+    for (i, d) in shape.iter().enumerate() {
+        if *d < 0 {
+            return Err(Error::shape(format!("shape {shape:?}: dimension {i} is negative")));
+        }
+        numel = numel
+            .checked_mul(*d as usize)
+            .ok_or_else(|| Error::shape(format!("shape {shape:?} has too many elements")))?;
+    }
+    Ok(numel)
+}
+
+unsafe fn shape_arg<'a>(shape: *const i64, ndim: usize) -> Result<&'a [i64]> {
+    let s = i64_list(shape, ndim, "shape")?;
+    check_shape(s)?;
+    Ok(s)
+}
+
+/// Creates a CPU tensor by copying `nbytes` bytes of host data laid out
+/// row-major with element type `dtype` (a `fulmen_dtype`; f16 and bf16 are
+/// given as their 16-bit patterns, bool as bytes 0/1) and shape
+/// `shape[0..ndim]` (ndim 0 is a scalar). `nbytes` must equal the element
+/// count times the element size. The new tensor is written to `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_from_data(
+    data: *const std::ffi::c_void,
+    nbytes: usize,
+    dtype: i32,
+    shape: *const i64,
+    ndim: usize,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard("fulmen_tensor_from_data", || {
+        crate::ffi::handle::check_out(out, "out")?;
+        let dt = DType::from_i32(dtype)?;
+        let s = shape_arg(shape, ndim)?;
+        let numel = check_shape(s)?;
+        let want = numel * dt.size();
+        if nbytes != want {
+            return Err(Error::shape(format!("shape {s:?} of {} needs {want} bytes, got {nbytes}", dt.name())));
+        }
+        if want > 0 && data.is_null() {
+            return Err(Error::new(ErrorCode::NullArgument, "argument `data` is NULL"));
+        }
+        let bytes: &[u8] = if want == 0 { &[] } else { std::slice::from_raw_parts(data as *const u8, want) };
+        if dt == DType::Bool && bytes.iter().any(|b| *b > 1) {
+            return Err(Error::invalid("bool data must hold only bytes 0 and 1"));
+        }
+        emit(out, Tensor::f_from_data_size(bytes, s, dt.kind())?)
+    })
+}
+
+unsafe fn filled(
+    func: &str,
+    shape: *const i64,
+    ndim: usize,
+    dtype: i32,
+    out: *mut *mut fulmen_tensor,
+    make: impl FnOnce(&[i64], Kind) -> std::result::Result<Tensor, tch::TchError>,
+) -> *mut fulmen_error {
+    guard(func, || {
+        crate::ffi::handle::check_out(out, "out")?;
+        let dt = DType::from_i32(dtype)?;
+        let s = shape_arg(shape, ndim)?;
+        emit(out, make(s, dt.kind())?)
+    })
+}
+
+/// Creates a CPU tensor of zeros with the given shape and `fulmen_dtype`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_zeros(
+    shape: *const i64,
+    ndim: usize,
+    dtype: i32,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    filled("fulmen_tensor_zeros", shape, ndim, dtype, out, |s, k| Tensor::f_zeros(s, (k, Device::Cpu)))
+}
+
+/// Creates a CPU tensor of ones with the given shape and `fulmen_dtype`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_ones(
+    shape: *const i64,
+    ndim: usize,
+    dtype: i32,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    filled("fulmen_tensor_ones", shape, ndim, dtype, out, |s, k| Tensor::f_ones(s, (k, Device::Cpu)))
+}
+
+/// Creates a CPU tensor filled with `value` (converted to the dtype).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_full(
+    shape: *const i64,
+    ndim: usize,
+    value: f64,
+    dtype: i32,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    filled("fulmen_tensor_full", shape, ndim, dtype, out, |s, k| Tensor::f_full(s, value, (k, Device::Cpu)))
+}
+
+/// Creates a CPU tensor of samples from N(0, 1), drawn from libtorch's global
+/// generator (seeded by `fulmen_manual_seed`). `dtype` must be floating.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_randn(
+    shape: *const i64,
+    ndim: usize,
+    dtype: i32,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    filled("fulmen_tensor_randn", shape, ndim, dtype, out, |s, k| Tensor::f_randn(s, (k, Device::Cpu)))
+}
+
+/// Creates a CPU tensor of samples from U[0, 1), from libtorch's global
+/// generator. `dtype` must be floating.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_rand(
+    shape: *const i64,
+    ndim: usize,
+    dtype: i32,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    filled("fulmen_tensor_rand", shape, ndim, dtype, out, |s, k| Tensor::f_rand(s, (k, Device::Cpu)))
+}
+
+/// Creates the 1-D CPU tensor `start, start+step, ...` below `end`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_arange(
+    start: f64,
+    end: f64,
+    step: f64,
+    dtype: i32,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard("fulmen_tensor_arange", || {
+        crate::ffi::handle::check_out(out, "out")?;
+        let dt = DType::from_i32(dtype)?;
+        if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
+            return Err(Error::invalid(format!("arange({start}, {end}, {step}): bad range")));
+        }
+        emit(out, Tensor::f_arange_start_step(start, end, step, (dt.kind(), Device::Cpu))?)
+    })
+}
+
+/// Creates a 0-dimensional CPU tensor holding `value` as `dtype`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_scalar(
+    value: f64,
+    dtype: i32,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    filled("fulmen_tensor_scalar", std::ptr::null(), 0, dtype, out, |_, k| {
+        Tensor::f_full([0i64; 0].as_slice(), value, (k, Device::Cpu))
+    })
+}
+
+/// Converts a float to the IEEE half bit pattern (round to nearest even).
+#[no_mangle]
+pub extern "C" fn fulmen_f16_from_f32(value: f32) -> u16 {
+    guard_value(0, || half::f16::from_f32(value).to_bits())
+}
+
+/// Converts an IEEE half bit pattern to a float.
+#[no_mangle]
+pub extern "C" fn fulmen_f32_from_f16(bits: u16) -> f32 {
+    guard_value(0.0, || half::f16::from_bits(bits).to_f32())
+}
+
+/// Converts a float to the bfloat16 bit pattern (round to nearest even).
+#[no_mangle]
+pub extern "C" fn fulmen_bf16_from_f32(value: f32) -> u16 {
+    guard_value(0, || half::bf16::from_f32(value).to_bits())
+}
+
+/// Converts a bfloat16 bit pattern to a float.
+#[no_mangle]
+pub extern "C" fn fulmen_f32_from_bf16(bits: u16) -> f32 {
+    guard_value(0.0, || half::bf16::from_bits(bits).to_f32())
+}

@@ -1,0 +1,240 @@
+//! Elementwise arithmetic with broadcasting, matrix products, activations.
+use super::handle::{binary, check_broadcast, fulmen_tensor, unary};
+use crate::error::{Error, Result};
+use crate::ffi::error::fulmen_error;
+use tch::Tensor;
+
+fn broadcasting(
+    a: &Tensor,
+    b: &Tensor,
+    op: fn(&Tensor, &Tensor) -> std::result::Result<Tensor, tch::TchError>,
+) -> Result<Tensor> {
+    check_broadcast(a, b)?;
+    Ok(op(a, b)?)
+}
+
+/// `out = a + b`, broadcasting as PyTorch does.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_add(
+    a: *const fulmen_tensor,
+    b: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    binary("fulmen_tensor_add", a, b, out, |a, b| broadcasting(a, b, Tensor::f_add))
+}
+
+/// `out = a - b`, broadcasting.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_sub(
+    a: *const fulmen_tensor,
+    b: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    binary("fulmen_tensor_sub", a, b, out, |a, b| broadcasting(a, b, Tensor::f_sub))
+}
+
+/// `out = a * b` elementwise, broadcasting.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_mul(
+    a: *const fulmen_tensor,
+    b: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    binary("fulmen_tensor_mul", a, b, out, |a, b| broadcasting(a, b, Tensor::f_mul))
+}
+
+/// `out = a / b` elementwise (true division), broadcasting.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_div(
+    a: *const fulmen_tensor,
+    b: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    binary("fulmen_tensor_div", a, b, out, |a, b| broadcasting(a, b, Tensor::f_div))
+}
+
+/// `out = a ^ b` elementwise, broadcasting.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_pow(
+    a: *const fulmen_tensor,
+    b: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    binary("fulmen_tensor_pow", a, b, out, |a, b| broadcasting(a, b, Tensor::f_pow))
+}
+
+/// `out = x + value`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_add_scalar(
+    x: *const fulmen_tensor,
+    value: f64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    unary("fulmen_tensor_add_scalar", x, out, |x| Ok(x.f_add_scalar(value)?))
+}
+
+/// `out = x * value`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_mul_scalar(
+    x: *const fulmen_tensor,
+    value: f64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    unary("fulmen_tensor_mul_scalar", x, out, |x| Ok(x.f_mul_scalar(value)?))
+}
+
+/// `out = x ^ exponent`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_pow_scalar(
+    x: *const fulmen_tensor,
+    exponent: f64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    unary("fulmen_tensor_pow_scalar", x, out, |x| Ok(x.f_pow_tensor_scalar(exponent)?))
+}
+
+/// `out = clamp(x, min, max)`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_clamp(
+    x: *const fulmen_tensor,
+    min: f64,
+    max: f64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    unary("fulmen_tensor_clamp", x, out, |x| {
+        if min > max {
+            return Err(Error::invalid(format!("clamp: min {min} > max {max}")));
+        }
+        Ok(x.f_clamp(min, max)?)
+    })
+}
+
+/// `out = -x`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_neg(x: *const fulmen_tensor, out: *mut *mut fulmen_tensor) -> *mut fulmen_error {
+    unary("fulmen_tensor_neg", x, out, |x| Ok(x.f_neg()?))
+}
+
+/// `out = exp(x)`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_exp(x: *const fulmen_tensor, out: *mut *mut fulmen_tensor) -> *mut fulmen_error {
+    unary("fulmen_tensor_exp", x, out, |x| Ok(x.f_exp()?))
+}
+
+/// `out = ln(x)`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_log(x: *const fulmen_tensor, out: *mut *mut fulmen_tensor) -> *mut fulmen_error {
+    unary("fulmen_tensor_log", x, out, |x| Ok(x.f_log()?))
+}
+
+/// `out = sqrt(x)`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_sqrt(
+    x: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    unary("fulmen_tensor_sqrt", x, out, |x| Ok(x.f_sqrt()?))
+}
+
+/// `out = |x|`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_abs(x: *const fulmen_tensor, out: *mut *mut fulmen_tensor) -> *mut fulmen_error {
+    unary("fulmen_tensor_abs", x, out, |x| Ok(x.f_abs()?))
+}
+
+/// Matrix product with `torch.matmul` semantics (vectors, matrices,
+/// batched). The inner dimensions must agree.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_matmul(
+    a: *const fulmen_tensor,
+    b: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    binary("fulmen_tensor_matmul", a, b, out, |a, b| {
+        let (sa, sb) = (a.size(), b.size());
+        if sa.is_empty() || sb.is_empty() {
+            return Err(Error::shape(format!("matmul needs tensors of at least 1 dimension, got {sa:?} and {sb:?}")));
+        }
+        let k_a = sa[sa.len() - 1];
+        let k_b = if sb.len() == 1 { sb[0] } else { sb[sb.len() - 2] };
+        if k_a != k_b {
+            return Err(Error::shape(format!("matmul of {sa:?} and {sb:?}: inner dimensions {k_a} and {k_b} differ")));
+        }
+        Ok(a.f_matmul(b)?)
+    })
+}
+
+/// `out = max(x, 0)`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_relu(
+    x: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    unary("fulmen_tensor_relu", x, out, |x| Ok(x.f_relu()?))
+}
+
+/// `out = x if x > 0 else slope * x`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_leaky_relu(
+    x: *const fulmen_tensor,
+    slope: f64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    unary("fulmen_tensor_leaky_relu", x, out, |x| Ok(crate::tensor::functional::leaky_relu(x, slope)?))
+}
+
+/// Logistic sigmoid.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_sigmoid(
+    x: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    unary("fulmen_tensor_sigmoid", x, out, |x| Ok(x.f_sigmoid()?))
+}
+
+/// Hyperbolic tangent.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_tanh(
+    x: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    unary("fulmen_tensor_tanh", x, out, |x| Ok(x.f_tanh()?))
+}
+
+/// GELU (exact, erf form).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_gelu(
+    x: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    unary("fulmen_tensor_gelu", x, out, |x| Ok(x.f_gelu("none")?))
+}
+
+/// SiLU (swish): `x * sigmoid(x)`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_silu(
+    x: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    unary("fulmen_tensor_silu", x, out, |x| Ok(x.f_silu()?))
+}
+
+/// Softmax along `dim` (negative counts from the end).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_softmax(
+    x: *const fulmen_tensor,
+    dim: i64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    unary("fulmen_tensor_softmax", x, out, |x| Ok(x.f_softmax(super::shape::check_dim(x, dim)?, None)?))
+}
+
+/// Log-softmax along `dim` (negative counts from the end).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_log_softmax(
+    x: *const fulmen_tensor,
+    dim: i64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    unary("fulmen_tensor_log_softmax", x, out, |x| Ok(x.f_log_softmax(super::shape::check_dim(x, dim)?, None)?))
+}

@@ -1,0 +1,198 @@
+//! Reading tensors: dtype, shape, device, data copied out; ownership calls.
+use super::handle::{emit, fulmen_tensor, keep, tensor_arg, unary};
+use crate::error::{Error, ErrorCode};
+use crate::ffi::error::{fulmen_error, guard, guard_value};
+use crate::ffi::handle::{self, write_out};
+use crate::tensor::{DType, DeviceSpec};
+
+/// Frees a tensor handle. NULL, or a handle already freed, is a no-op.
+/// Other handles that share the tensor's storage stay valid.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_free(tensor: *mut fulmen_tensor) {
+    guard_value((), || drop(handle::take(tensor)));
+}
+
+/// Keeps a tensor created inside a step callback alive after the callback
+/// returns: the host now owns it and frees it with `fulmen_tensor_free`.
+/// Has no effect on tensors created outside a callback.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_keep(tensor: *mut fulmen_tensor) -> *mut fulmen_error {
+    guard("fulmen_tensor_keep", || {
+        handle::check(tensor, "tensor")?;
+        keep(tensor);
+        Ok(())
+    })
+}
+
+/// Writes the tensor's `fulmen_dtype` to `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_dtype(tensor: *const fulmen_tensor, out: *mut i32) -> *mut fulmen_error {
+    guard("fulmen_tensor_dtype", || {
+        let t = tensor_arg(tensor, "tensor")?;
+        write_out(out, "out", DType::from_kind(t.f_kind()?)? as i32)
+    })
+}
+
+/// Writes the number of dimensions to `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_ndim(tensor: *const fulmen_tensor, out: *mut usize) -> *mut fulmen_error {
+    guard("fulmen_tensor_ndim", || write_out(out, "out", tensor_arg(tensor, "tensor")?.dim()))
+}
+
+/// Writes the number of elements to `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_numel(tensor: *const fulmen_tensor, out: *mut usize) -> *mut fulmen_error {
+    guard("fulmen_tensor_numel", || write_out(out, "out", tensor_arg(tensor, "tensor")?.numel()))
+}
+
+/// Copies the shape into `dims[0..capacity]` and writes the number of
+/// dimensions to `*ndim_out`. Fails with `FULMEN_CODE_OUT_OF_RANGE` (and
+/// writes `*ndim_out` only) when `capacity` is smaller than that number.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_shape(
+    tensor: *const fulmen_tensor,
+    dims: *mut i64,
+    capacity: usize,
+    ndim_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_tensor_shape", || {
+        handle::check_out(ndim_out, "ndim_out")?;
+        let s = tensor_arg(tensor, "tensor")?.size();
+        ndim_out.write(s.len());
+        if s.len() > capacity {
+            return Err(Error::new(
+                ErrorCode::OutOfRange,
+                format!("tensor has {} dimensions, `dims` holds {capacity}", s.len()),
+            ));
+        }
+        if !s.is_empty() {
+            handle::check_out(dims, "dims")?;
+            std::ptr::copy_nonoverlapping(s.as_ptr(), dims, s.len());
+        }
+        Ok(())
+    })
+}
+
+/// Writes the tensor's device as a `fulmen_device_type` and an index.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_device(
+    tensor: *const fulmen_tensor,
+    type_out: *mut i32,
+    index_out: *mut i64,
+) -> *mut fulmen_error {
+    guard("fulmen_tensor_device", || {
+        handle::check_out(type_out, "type_out")?;
+        handle::check_out(index_out, "index_out")?;
+        let d = DeviceSpec::from_tch(tensor_arg(tensor, "tensor")?.device());
+        type_out.write(d.kind as i32);
+        index_out.write(d.index);
+        Ok(())
+    })
+}
+
+/// Copies the elements, converted to `dtype`, row-major into the host buffer
+/// `dst` of `nbytes` bytes, which must equal the element count times the
+/// size of `dtype`. Works for tensors on any device and of any layout.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_copy_to(
+    tensor: *const fulmen_tensor,
+    dtype: i32,
+    dst: *mut std::ffi::c_void,
+    nbytes: usize,
+) -> *mut fulmen_error {
+    guard("fulmen_tensor_copy_to", || {
+        let t = tensor_arg(tensor, "tensor")?;
+        let dt = DType::from_i32(dtype)?;
+        let numel = t.numel();
+        let want = numel * dt.size();
+        if nbytes != want {
+            return Err(Error::shape(format!(
+                "tensor of shape {:?} as {} needs {want} bytes, buffer has {nbytes}",
+                t.size(),
+                dt.name()
+            )));
+        }
+        if want == 0 {
+            return Ok(());
+        }
+        handle::check_out(dst, "dst")?;
+        let host = t.f_detach()?.f_to_device(tch::Device::Cpu)?.f_to_kind(dt.kind())?.f_contiguous()?;
+        let buf = std::slice::from_raw_parts_mut(dst as *mut u8, want);
+        host.f_copy_data_u8(buf, numel)?;
+        Ok(())
+    })
+}
+
+/// Writes the value of a one-element tensor, as a double, to `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_item(tensor: *const fulmen_tensor, out: *mut f64) -> *mut fulmen_error {
+    guard("fulmen_tensor_item", || {
+        let t = tensor_arg(tensor, "tensor")?;
+        if t.numel() != 1 {
+            return Err(Error::shape(format!("item() needs one element, tensor has shape {:?}", t.size())));
+        }
+        let v = t.f_double_value(&vec![0; t.dim()])?;
+        write_out(out, "out", v)
+    })
+}
+
+/// Writes whether the tensor records operations for autograd.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_requires_grad(
+    tensor: *const fulmen_tensor,
+    out: *mut bool,
+) -> *mut fulmen_error {
+    guard("fulmen_tensor_requires_grad", || write_out(out, "out", tensor_arg(tensor, "tensor")?.requires_grad()))
+}
+
+/// A new handle to the same tensor (shares storage and autograd history).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_share(
+    tensor: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    unary("fulmen_tensor_share", tensor, out, |t| Ok(t.shallow_clone()))
+}
+
+/// A copy with its own storage (autograd-tracked, like `torch.clone`).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_clone(
+    tensor: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    unary("fulmen_tensor_clone", tensor, out, |t| Ok(t.f_clone(t)?))
+}
+
+/// The same data cut off from autograd (`torch.detach`).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_detach(
+    tensor: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    unary("fulmen_tensor_detach", tensor, out, |t| Ok(t.f_detach()?))
+}
+
+/// Converts to another `fulmen_dtype`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_to_dtype(
+    tensor: *const fulmen_tensor,
+    dtype: i32,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    unary("fulmen_tensor_to_dtype", tensor, out, |t| Ok(t.f_to_kind(DType::from_i32(dtype)?.kind())?))
+}
+
+/// Moves (copies) to a device given as `fulmen_device_type` and index.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_to_device(
+    tensor: *const fulmen_tensor,
+    device_type: i32,
+    device_index: i64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard("fulmen_tensor_to_device", || {
+        handle::check_out(out, "out")?;
+        let d = DeviceSpec::from_c(device_type, device_index)?.to_tch()?;
+        emit(out, tensor_arg(tensor, "tensor")?.f_to_device(d)?)
+    })
+}

@@ -1,0 +1,26 @@
+//! fulmen: Lightning-style training on libtorch, with a C ABI.
+//!
+//! The Rust core ([`trainer`], [`nn`], [`optim`], [`data`]) is usable on its
+//! own; [`ffi`] is the C API over it (see `include/fulmen.h`).
+#![allow(clippy::missing_safety_doc)]
+
+pub mod data;
+pub mod error;
+pub mod ffi;
+pub mod loggers;
+pub mod nn;
+pub mod optim;
+pub mod tensor;
+pub mod trainer;
+
+pub use error::{Error, ErrorCode, Result};
+
+/// Seeds libtorch's generators (CPU and, when present, CUDA), as
+/// Lightning's `seed_everything`. fulmen's own data shuffling is seeded per
+/// loader and does not depend on this.
+pub fn seed_everything(seed: u64) {
+    tch::manual_seed(seed as i64);
+    if tch::Cuda::is_available() {
+        tch::Cuda::manual_seed_all(seed);
+    }
+}

@@ -1,0 +1,3 @@
+//! Experiment loggers.
+pub mod csv;
+pub use csv::CsvLogger;

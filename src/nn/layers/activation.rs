@@ -1,0 +1,69 @@
+//! Element-wise activations and (log-)softmax.
+use super::Layer;
+use crate::error::Result;
+use tch::Tensor;
+
+/// An activation function, used as a parameterless layer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Activation {
+    /// `max(0, x)`.
+    Relu,
+    /// `max(0, x) + slope * min(0, x)`.
+    LeakyRelu(f64),
+    /// Exact (erf) GELU.
+    Gelu,
+    /// Logistic sigmoid.
+    Sigmoid,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// `x * sigmoid(x)`.
+    Silu,
+    /// `x` for `x > 0`, `alpha * (exp(x) - 1)` otherwise.
+    Elu(f64),
+    /// Softmax along a dimension.
+    Softmax(i64),
+    /// Log-softmax along a dimension.
+    LogSoftmax(i64),
+    /// Returns its input.
+    Identity,
+}
+
+impl Activation {
+    /// Applies the activation to `x`.
+    pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        let y = match *self {
+            Activation::Relu => x.f_relu()?,
+            Activation::LeakyRelu(slope) => x.f_relu()?.f_add(&x.f_clamp_max(0.0)?.f_mul_scalar(slope)?)?,
+            Activation::Gelu => x.f_gelu("none")?,
+            Activation::Sigmoid => x.f_sigmoid()?,
+            Activation::Tanh => x.f_tanh()?,
+            Activation::Silu => x.f_silu()?,
+            Activation::Elu(alpha) => x.f_relu()?.f_add(&x.f_clamp_max(0.0)?.f_expm1()?.f_mul_scalar(alpha)?)?,
+            Activation::Softmax(dim) => x.f_softmax(dim, None)?,
+            Activation::LogSoftmax(dim) => x.f_log_softmax(dim, None)?,
+            Activation::Identity => x.shallow_clone(),
+        };
+        Ok(y)
+    }
+}
+
+impl Layer for Activation {
+    fn type_name(&self) -> &'static str {
+        match self {
+            Activation::Relu => "ReLU",
+            Activation::LeakyRelu(_) => "LeakyReLU",
+            Activation::Gelu => "GELU",
+            Activation::Sigmoid => "Sigmoid",
+            Activation::Tanh => "Tanh",
+            Activation::Silu => "SiLU",
+            Activation::Elu(_) => "ELU",
+            Activation::Softmax(_) => "Softmax",
+            Activation::LogSoftmax(_) => "LogSoftmax",
+            Activation::Identity => "Identity",
+        }
+    }
+
+    fn forward(&self, x: &Tensor, _training: bool) -> Result<Tensor> {
+        self.apply(x)
+    }
+}

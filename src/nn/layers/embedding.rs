@@ -1,0 +1,58 @@
+//! `Embedding`: a lookup table of `num_embeddings` vectors of size `dim`.
+use super::{shape_of, Layer};
+use crate::error::{Error, ErrorCode, Result};
+use crate::nn::init;
+use tch::{Kind, Tensor};
+
+/// An embedding table, weight drawn from `N(0, 1)` like PyTorch's.
+#[derive(Debug)]
+pub(crate) struct Embedding {
+    num_embeddings: i64,
+    weight: Tensor,
+}
+
+impl Embedding {
+    /// Weight `[num_embeddings, dim]`.
+    pub(crate) fn new(num_embeddings: i64, dim: i64) -> Result<Embedding> {
+        if num_embeddings <= 0 || dim <= 0 {
+            return Err(Error::invalid(format!(
+                "embedding: num_embeddings ({num_embeddings}) and dim ({dim}) must be positive"
+            )));
+        }
+        let weight = init::normal(&[num_embeddings, dim], 0.0, 1.0)?;
+        Ok(Embedding { num_embeddings, weight })
+    }
+}
+
+impl Layer for Embedding {
+    fn type_name(&self) -> &'static str {
+        "Embedding"
+    }
+
+    fn forward(&self, x: &Tensor, _training: bool) -> Result<Tensor> {
+        let kind = x.f_kind()?;
+        if kind != Kind::Int64 && kind != Kind::Int {
+            return Err(Error::dtype(format!("embedding: indices must be int64 or int32, got {kind:?}")));
+        }
+        if x.numel() > 0 {
+            // An out-of-range index would be a device-side assert on CUDA.
+            let lo = x.f_min()?.f_int64_value(&[])?;
+            let hi = x.f_max()?.f_int64_value(&[])?;
+            if lo < 0 || hi >= self.num_embeddings {
+                return Err(Error::new(
+                    ErrorCode::OutOfRange,
+                    format!(
+                        "embedding: indices of shape {} range over [{lo}, {hi}], table has {} rows",
+                        shape_of(x),
+                        self.num_embeddings
+                    ),
+                ));
+            }
+        }
+        Ok(Tensor::f_embedding(&self.weight, x, -1, false, false)?)
+    }
+
+    fn params(&self) -> Vec<(&'static str, &Tensor)> {
+        vec![("weight", &self.weight)]
+    }
+}

@@ -1,0 +1,29 @@
+//! `Flatten`: merges dimensions `start_dim..=end_dim`.
+use super::{shape_of, Layer};
+use crate::error::{Error, Result};
+use tch::Tensor;
+
+/// Flattens a range of dimensions (negative indices count from the end).
+#[derive(Debug)]
+pub(crate) struct Flatten {
+    pub(crate) start_dim: i64,
+    pub(crate) end_dim: i64,
+}
+
+impl Layer for Flatten {
+    fn type_name(&self) -> &'static str {
+        "Flatten"
+    }
+
+    fn forward(&self, x: &Tensor, _training: bool) -> Result<Tensor> {
+        x.f_flatten(self.start_dim, self.end_dim).map_err(|e| {
+            Error::shape(format!(
+                "flatten({}, {}): input of shape {}: {}",
+                self.start_dim,
+                self.end_dim,
+                shape_of(x),
+                crate::error::Error::from(e).message
+            ))
+        })
+    }
+}

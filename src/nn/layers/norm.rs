@@ -1,0 +1,176 @@
+//! `BatchNorm` (1-D and 2-D in one) and `LayerNorm`.
+use super::{shape_of, Layer};
+use crate::error::{Error, Result};
+use crate::nn::init;
+use tch::{Device, Kind, Tensor};
+
+/// Batch normalisation over dimension 1 of `(N, C)`, `(N, C, L)`,
+/// `(N, C, H, W)` or `(N, C, D, H, W)` input, PyTorch's `BatchNorm1d/2d/3d`.
+#[derive(Debug)]
+pub(crate) struct BatchNorm {
+    num_features: i64,
+    eps: f64,
+    momentum: f64,
+    weight: Option<Tensor>,
+    bias: Option<Tensor>,
+    running: Option<RunningStats>,
+}
+
+#[derive(Debug)]
+struct RunningStats {
+    mean: Tensor,
+    var: Tensor,
+    num_batches_tracked: Tensor,
+}
+
+impl BatchNorm {
+    /// `affine`: learnable weight (ones) and bias (zeros); `track_running_stats`:
+    /// buffers `running_mean` (zeros), `running_var` (ones) and
+    /// `num_batches_tracked` (int64 0).
+    pub(crate) fn new(
+        num_features: i64,
+        eps: f64,
+        momentum: f64,
+        affine: bool,
+        track_running_stats: bool,
+    ) -> Result<BatchNorm> {
+        if num_features <= 0 || eps.is_nan() || eps < 0.0 || !(0.0..=1.0).contains(&momentum) {
+            return Err(Error::invalid(format!(
+                "batch_norm: num_features ({num_features}) must be positive, eps ({eps}) \
+                 non-negative and momentum ({momentum}) in [0, 1]"
+            )));
+        }
+        let (weight, bias) = if affine {
+            (Some(init::ones(&[num_features])?), Some(init::zeros(&[num_features])?))
+        } else {
+            (None, None)
+        };
+        let running = if track_running_stats {
+            let opts = (Kind::Float, Device::Cpu);
+            Some(RunningStats {
+                mean: Tensor::f_zeros([num_features], opts)?,
+                var: Tensor::f_ones([num_features], opts)?,
+                num_batches_tracked: Tensor::f_zeros([], (Kind::Int64, Device::Cpu))?,
+            })
+        } else {
+            None
+        };
+        Ok(BatchNorm { num_features, eps, momentum, weight, bias, running })
+    }
+}
+
+impl Layer for BatchNorm {
+    fn type_name(&self) -> &'static str {
+        "BatchNorm"
+    }
+
+    fn forward(&self, x: &Tensor, training: bool) -> Result<Tensor> {
+        let size = x.size();
+        if !(2..=5).contains(&size.len()) || size[1] != self.num_features {
+            return Err(Error::shape(format!(
+                "batch_norm: input of shape {} must be (N, {}, ...) with 2 to 5 dimensions",
+                shape_of(x),
+                self.num_features
+            )));
+        }
+        let per_channel: i64 = size[0] * size[2..].iter().product::<i64>();
+        if training && per_channel <= 1 {
+            return Err(Error::shape(format!(
+                "batch_norm: expected more than 1 value per channel when training, got input of shape {}",
+                shape_of(x)
+            )));
+        }
+        let (mean, var) = match &self.running {
+            Some(r) => {
+                if training {
+                    let mut n = r.num_batches_tracked.shallow_clone();
+                    let _ = tch::no_grad(|| n.f_add_scalar_(1))?;
+                }
+                (Some(&r.mean), Some(&r.var))
+            }
+            None => (None, None),
+        };
+        let use_batch_stats = training || self.running.is_none();
+        Ok(x.f_batch_norm(
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            mean,
+            var,
+            use_batch_stats,
+            self.momentum,
+            self.eps,
+            true,
+        )?)
+    }
+
+    fn params(&self) -> Vec<(&'static str, &Tensor)> {
+        match (&self.weight, &self.bias) {
+            (Some(w), Some(b)) => vec![("weight", w), ("bias", b)],
+            _ => Vec::new(),
+        }
+    }
+
+    fn buffers(&self) -> Vec<(&'static str, &Tensor)> {
+        match &self.running {
+            Some(r) => vec![
+                ("running_mean", &r.mean),
+                ("running_var", &r.var),
+                ("num_batches_tracked", &r.num_batches_tracked),
+            ],
+            None => Vec::new(),
+        }
+    }
+}
+
+/// Layer normalisation over the trailing `normalized_shape` dimensions.
+#[derive(Debug)]
+pub(crate) struct LayerNorm {
+    shape: Vec<i64>,
+    eps: f64,
+    weight: Option<Tensor>,
+    bias: Option<Tensor>,
+}
+
+impl LayerNorm {
+    /// `elementwise_affine`: weight (ones) and bias (zeros) of `normalized_shape`.
+    pub(crate) fn new(normalized_shape: &[i64], eps: f64, elementwise_affine: bool) -> Result<LayerNorm> {
+        if normalized_shape.is_empty() || normalized_shape.iter().any(|&d| d <= 0) || eps.is_nan() || eps < 0.0 {
+            return Err(Error::invalid(format!(
+                "layer_norm: normalized_shape {normalized_shape:?} must be non-empty and positive, \
+                 eps ({eps}) non-negative"
+            )));
+        }
+        let (weight, bias) = if elementwise_affine {
+            (Some(init::ones(normalized_shape)?), Some(init::zeros(normalized_shape)?))
+        } else {
+            (None, None)
+        };
+        Ok(LayerNorm { shape: normalized_shape.to_vec(), eps, weight, bias })
+    }
+}
+
+impl Layer for LayerNorm {
+    fn type_name(&self) -> &'static str {
+        "LayerNorm"
+    }
+
+    fn forward(&self, x: &Tensor, _training: bool) -> Result<Tensor> {
+        let size = x.size();
+        let n = self.shape.len();
+        if size.len() < n || size[size.len() - n..] != self.shape[..] {
+            return Err(Error::shape(format!(
+                "layer_norm: input of shape {} must end in {:?}",
+                shape_of(x),
+                self.shape
+            )));
+        }
+        Ok(x.f_layer_norm(self.shape.as_slice(), self.weight.as_ref(), self.bias.as_ref(), self.eps, true)?)
+    }
+
+    fn params(&self) -> Vec<(&'static str, &Tensor)> {
+        match (&self.weight, &self.bias) {
+            (Some(w), Some(b)) => vec![("weight", w), ("bias", b)],
+            _ => Vec::new(),
+        }
+    }
+}

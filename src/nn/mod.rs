@@ -1,0 +1,16 @@
+//! Neural-network modules: a tree of layers named as in `torch.nn`, state
+//! dicts, safetensors I/O and TorchScript loading.
+pub mod init;
+pub mod layers;
+mod module;
+mod safetensors_io;
+mod state_dict;
+mod torchscript;
+
+#[cfg(test)]
+mod tests;
+
+pub use layers::Activation;
+pub use module::Module;
+pub use safetensors_io::{read_safetensors, write_safetensors};
+pub use state_dict::LoadReport;

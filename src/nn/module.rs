@@ -1,0 +1,421 @@
+//! The module tree: leaves are built-in layers or TorchScript modules,
+//! containers are `Sequential` (children "0", "1", ...) or named containers.
+use super::layers::conv::{Conv2d, Conv2dConfig};
+use super::layers::dropout::Dropout;
+use super::layers::embedding::Embedding;
+use super::layers::flatten::Flatten;
+use super::layers::linear::Linear;
+use super::layers::norm::{BatchNorm, LayerNorm};
+use super::layers::pool::{Pool2d, PoolKind};
+use super::layers::{Activation, Layer};
+use super::torchscript::ScriptModule;
+use crate::error::{Error, ErrorCode, Result, ResultExt};
+use tch::{Device, Kind, Tensor};
+
+/// A node of a model, like a `torch.nn.Module`: a built-in layer, a
+/// TorchScript module, a `Sequential` or a named container. `Send`.
+#[derive(Debug)]
+pub struct Module {
+    pub(crate) node: Node,
+    training: bool,
+}
+
+#[derive(Debug)]
+pub(crate) enum Node {
+    Layer(Box<dyn Layer>),
+    Sequential(Vec<(String, Module)>),
+    Named(Vec<(String, Module)>),
+    Script(ScriptModule),
+}
+
+/// Whether a state tensor is a parameter or a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    Param,
+    Buffer,
+}
+
+impl Module {
+    fn leaf(layer: impl Layer + 'static) -> Module {
+        Module { node: Node::Layer(Box::new(layer)), training: true }
+    }
+
+    pub(crate) fn from_script(script: ScriptModule) -> Module {
+        Module { node: Node::Script(script), training: true }
+    }
+
+    /// `nn.Linear(in_features, out_features, bias)`.
+    pub fn linear(in_features: i64, out_features: i64, bias: bool) -> Result<Module> {
+        Ok(Module::leaf(Linear::new(in_features, out_features, bias)?))
+    }
+
+    /// `nn.Conv2d` with explicit stride, padding, dilation and groups.
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv2d(
+        in_channels: i64,
+        out_channels: i64,
+        kernel: [i64; 2],
+        stride: [i64; 2],
+        padding: [i64; 2],
+        dilation: [i64; 2],
+        groups: i64,
+        bias: bool,
+    ) -> Result<Module> {
+        let cfg = Conv2dConfig { in_channels, out_channels, kernel, stride, padding, dilation, groups, bias };
+        Ok(Module::leaf(Conv2d::new(cfg)?))
+    }
+
+    /// `nn.MaxPool2d(kernel, stride, padding)`.
+    pub fn max_pool2d(kernel: [i64; 2], stride: [i64; 2], padding: [i64; 2]) -> Result<Module> {
+        Ok(Module::leaf(Pool2d::new(PoolKind::Max, kernel, stride, padding)?))
+    }
+
+    /// `nn.AvgPool2d(kernel, stride, padding)` (`count_include_pad = True`).
+    pub fn avg_pool2d(kernel: [i64; 2], stride: [i64; 2], padding: [i64; 2]) -> Result<Module> {
+        Ok(Module::leaf(Pool2d::new(PoolKind::Avg, kernel, stride, padding)?))
+    }
+
+    /// `nn.BatchNorm1d/2d`: normalises dimension 1 of 2-D to 5-D input.
+    /// Buffers `running_mean`, `running_var`, `num_batches_tracked` (int64)
+    /// exist when `track_running_stats`; `weight`/`bias` when `affine`.
+    pub fn batch_norm(
+        num_features: i64,
+        eps: f64,
+        momentum: f64,
+        affine: bool,
+        track_running_stats: bool,
+    ) -> Result<Module> {
+        let bn = BatchNorm::new(num_features, eps, momentum, affine, track_running_stats)?;
+        Ok(Module::leaf(bn))
+    }
+
+    /// `nn.LayerNorm(normalized_shape, eps, elementwise_affine)`.
+    pub fn layer_norm(normalized_shape: &[i64], eps: f64, elementwise_affine: bool) -> Result<Module> {
+        Ok(Module::leaf(LayerNorm::new(normalized_shape, eps, elementwise_affine)?))
+    }
+
+    /// `nn.Dropout(p)`: active only in training mode.
+    pub fn dropout(p: f64) -> Result<Module> {
+        Ok(Module::leaf(Dropout::new(p)?))
+    }
+
+    /// `nn.Embedding(num_embeddings, dim)`: takes int64/int32 indices.
+    pub fn embedding(num_embeddings: i64, dim: i64) -> Result<Module> {
+        Ok(Module::leaf(Embedding::new(num_embeddings, dim)?))
+    }
+
+    /// `nn.Flatten(start_dim, end_dim)`.
+    pub fn flatten(start_dim: i64, end_dim: i64) -> Module {
+        Module::leaf(Flatten { start_dim, end_dim })
+    }
+
+    /// An activation as a layer (`nn.ReLU()`, `nn.Softmax(dim)`, ...).
+    pub fn activation(act: Activation) -> Module {
+        Module::leaf(act)
+    }
+
+    /// An empty `nn.Sequential`: children run in order, named "0", "1", ...
+    pub fn sequential() -> Module {
+        Module { node: Node::Sequential(Vec::new()), training: true }
+    }
+
+    /// An empty named container: children are added by name, like the
+    /// attributes of a custom `nn.Module`; it has no forward of its own.
+    pub fn named() -> Module {
+        Module { node: Node::Named(Vec::new()), training: true }
+    }
+
+    /// PyTorch-like type name: "Sequential", "Module" (named container),
+    /// "ScriptModule" or the layer's class ("Linear", "BatchNorm", ...).
+    pub fn type_name(&self) -> &'static str {
+        match &self.node {
+            Node::Layer(l) => l.type_name(),
+            Node::Sequential(_) => "Sequential",
+            Node::Named(_) => "Module",
+            Node::Script(_) => "ScriptModule",
+        }
+    }
+
+    fn children(&self) -> &[(String, Module)] {
+        match &self.node {
+            Node::Sequential(c) | Node::Named(c) => c,
+            _ => &[],
+        }
+    }
+
+    /// Names of the direct children, in order (empty for leaves).
+    pub fn child_names(&self) -> Vec<String> {
+        self.children().iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// Appends a child to a `Sequential`, named by its position.
+    pub fn push(&mut self, child: Module) -> Result<()> {
+        match &self.node {
+            Node::Sequential(c) => {
+                let name = c.len().to_string();
+                self.add(&name, child)
+            }
+            _ => Err(Error::invalid(format!(
+                "push: only a Sequential takes unnamed children, this is a {}; use add(name, child)",
+                self.type_name()
+            ))),
+        }
+    }
+
+    /// Adds a named child to a named container or a `Sequential` (where it
+    /// runs after the existing children). Names are non-empty, unique and
+    /// contain no '.'.
+    pub fn add(&mut self, name: &str, child: Module) -> Result<()> {
+        if name.is_empty() || name.contains('.') {
+            return Err(Error::invalid(format!("add: child name {name:?} must be non-empty and contain no '.'")));
+        }
+        let type_name = self.type_name();
+        match &mut self.node {
+            Node::Sequential(c) | Node::Named(c) => {
+                if c.iter().any(|(n, _)| n == name) {
+                    return Err(Error::invalid(format!("add: a child named {name:?} already exists")));
+                }
+                c.push((name.to_string(), child));
+                Ok(())
+            }
+            _ => Err(Error::invalid(format!("add: a {type_name} is a leaf and cannot hold children"))),
+        }
+    }
+
+    /// The descendant at a dotted path ("encoder.0"); "" is `self`.
+    pub fn child(&self, path: &str) -> Result<&Module> {
+        let mut cur = self;
+        if path.is_empty() {
+            return Ok(cur);
+        }
+        for part in path.split('.') {
+            cur = cur
+                .children()
+                .iter()
+                .find(|(n, _)| n == part)
+                .map(|(_, m)| m)
+                .ok_or_else(|| no_child(path, part, cur))?;
+        }
+        Ok(cur)
+    }
+
+    /// Mutable access to the descendant at a dotted path.
+    pub fn child_mut(&mut self, path: &str) -> Result<&mut Module> {
+        let mut cur = self;
+        if path.is_empty() {
+            return Ok(cur);
+        }
+        for part in path.split('.') {
+            let err = no_child(path, part, cur);
+            cur = match &mut cur.node {
+                Node::Sequential(c) | Node::Named(c) => {
+                    c.iter_mut().find(|(n, _)| n == part).map(|(_, m)| m).ok_or(err)?
+                }
+                _ => return Err(err),
+            };
+        }
+        Ok(cur)
+    }
+
+    /// Runs the module. A `Sequential` runs its children in order; a named
+    /// container has no forward of its own (use `forward_child`).
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match &self.node {
+            Node::Layer(l) => l.forward(x, self.training),
+            Node::Script(s) => s.forward(x),
+            Node::Sequential(children) => {
+                let mut y = x.shallow_clone();
+                for (name, m) in children {
+                    y = m.forward(&y).ctx(format!("Sequential child {name} ({})", m.type_name()))?;
+                }
+                Ok(y)
+            }
+            Node::Named(children) => {
+                let names: Vec<&str> = children.iter().map(|(n, _)| n.as_str()).collect();
+                Err(Error::new(
+                    ErrorCode::Unsupported,
+                    format!(
+                        "forward: a named container has no forward of its own; call its children \
+                         by name with forward_child (children: {names:?})"
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Runs the descendant at a dotted path.
+    pub fn forward_child(&self, path: &str, x: &Tensor) -> Result<Tensor> {
+        self.child(path)?.forward(x).ctx(format!("child {path}"))
+    }
+
+    /// Switches this module and all descendants to training (`true`) or
+    /// evaluation mode, like `nn.Module.train()` / `eval()`.
+    pub fn set_training(&mut self, on: bool) -> Result<()> {
+        self.training = on;
+        match &mut self.node {
+            Node::Sequential(c) | Node::Named(c) => {
+                for (_, m) in c.iter_mut() {
+                    m.set_training(on)?;
+                }
+                Ok(())
+            }
+            Node::Script(s) => s.set_training(on),
+            Node::Layer(_) => Ok(()),
+        }
+    }
+
+    /// Whether this module is in training mode.
+    pub fn is_training(&self) -> bool {
+        self.training
+    }
+
+    /// Calls `f(name, tensor, slot)` for every parameter and buffer in
+    /// PyTorch's `state_dict` order: per module its parameters, then its
+    /// buffers, then its children.
+    pub(crate) fn visit(&self, prefix: &str, f: &mut dyn FnMut(String, &Tensor, Slot)) {
+        match &self.node {
+            Node::Layer(l) => {
+                for (n, t) in l.params() {
+                    f(format!("{prefix}{n}"), t, Slot::Param);
+                }
+                for (n, t) in l.buffers() {
+                    f(format!("{prefix}{n}"), t, Slot::Buffer);
+                }
+            }
+            Node::Script(s) => {
+                for (n, t) in s.params() {
+                    f(format!("{prefix}{n}"), t, Slot::Param);
+                }
+            }
+            Node::Sequential(c) | Node::Named(c) => {
+                for (name, m) in c {
+                    m.visit(&format!("{prefix}{name}."), f);
+                }
+            }
+        }
+    }
+
+    fn collect(&self, want: Option<Slot>) -> Vec<(String, Tensor)> {
+        let mut out = Vec::new();
+        self.visit("", &mut |name, t, slot| {
+            if want.is_none() || want == Some(slot) {
+                out.push((name, t.shallow_clone()));
+            }
+        });
+        out
+    }
+
+    /// Parameters with PyTorch's dotted names, in PyTorch's order ("0.weight",
+    /// "encoder.1.bias"). The tensors are shallow clones: the same leaves.
+    pub fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        self.collect(Some(Slot::Param))
+    }
+
+    /// The parameters (shallow clones), in `named_parameters` order.
+    pub fn parameters(&self) -> Vec<Tensor> {
+        self.named_parameters().into_iter().map(|(_, t)| t).collect()
+    }
+
+    /// Buffers with dotted names ("bn.running_mean", ...). TorchScript
+    /// modules expose no buffers through tch, so theirs are not listed.
+    pub fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        self.collect(Some(Slot::Buffer))
+    }
+
+    /// Parameters and buffers in PyTorch's `state_dict` order (shallow clones).
+    pub fn state_dict(&self) -> Vec<(String, Tensor)> {
+        self.collect(None)
+    }
+
+    /// Total number of parameter elements.
+    pub fn num_parameters(&self) -> i64 {
+        self.parameters().iter().map(|t| t.numel() as i64).sum()
+    }
+
+    /// Moves every parameter and buffer to `device`, in place (`param.data =
+    /// ...` as PyTorch does), so parameters stay the same leaf tensors.
+    pub fn to_device(&mut self, device: Device) -> Result<()> {
+        check_device(device)?;
+        self.convert(Some(device), None).ctx(format!("to_device({device:?})"))
+    }
+
+    /// Casts floating-point parameters and buffers to the floating `kind`
+    /// (integer buffers such as `num_batches_tracked` keep theirs).
+    pub fn to_kind(&mut self, kind: Kind) -> Result<()> {
+        if !is_floating(kind) {
+            return Err(Error::dtype(format!("to_kind: {kind:?} is not a floating-point kind")));
+        }
+        self.convert(None, Some(kind)).ctx(format!("to_kind({kind:?})"))
+    }
+
+    fn convert(&mut self, device: Option<Device>, kind: Option<Kind>) -> Result<()> {
+        match &mut self.node {
+            Node::Layer(l) => {
+                for (_, t) in l.params().into_iter().chain(l.buffers()) {
+                    convert_tensor(t, device, kind)?;
+                }
+                Ok(())
+            }
+            Node::Script(s) => s.to(device, kind),
+            Node::Sequential(c) | Node::Named(c) => {
+                for (_, m) in c.iter_mut() {
+                    m.convert(device, kind)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn no_child(path: &str, part: &str, parent: &Module) -> Error {
+    Error::invalid(format!(
+        "no child {part:?} on the way to {path:?} (a {} with children {:?})",
+        parent.type_name(),
+        parent.child_names()
+    ))
+}
+
+/// Whether `kind` is a real floating-point kind.
+pub(crate) fn is_floating(kind: Kind) -> bool {
+    matches!(kind, Kind::Half | Kind::Float | Kind::Double | Kind::BFloat16)
+}
+
+/// Fails with `Unavailable` when `device` does not exist on this machine.
+pub(crate) fn check_device(device: Device) -> Result<()> {
+    let ok = match device {
+        Device::Cpu => true,
+        Device::Cuda(i) => (i as i64) < tch::Cuda::device_count(),
+        Device::Mps => tch::utils::has_mps(),
+        Device::Vulkan => tch::utils::has_vulkan(),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::new(ErrorCode::Unavailable, format!("device {device:?} is not available")))
+    }
+}
+
+/// Converts `t` in place (`set_data`), keeping it the same (leaf) tensor;
+/// its gradient, if any, follows. Non-floating tensors keep their kind.
+fn convert_tensor(t: &Tensor, device: Option<Device>, kind: Option<Kind>) -> Result<()> {
+    let cur_kind = t.f_kind()?;
+    let cur_dev = t.device();
+    let new_kind = match kind {
+        Some(k) if is_floating(cur_kind) => k,
+        _ => cur_kind,
+    };
+    let new_dev = device.unwrap_or(cur_dev);
+    if new_kind == cur_kind && new_dev == cur_dev {
+        return Ok(());
+    }
+    tch::no_grad(|| -> Result<()> {
+        let data = t.f_to_device_(new_dev, new_kind, false, false)?;
+        t.shallow_clone().f_set_data(&data)?;
+        let grad = t.f_grad()?;
+        if grad.defined() {
+            let g = grad.f_to_device_(new_dev, new_kind, false, false)?;
+            grad.shallow_clone().f_set_data(&g)?;
+        }
+        Ok(())
+    })
+}

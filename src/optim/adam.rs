@@ -1,0 +1,261 @@
+//! Adam and AdamW, `torch.optim.Adam` / `torch.optim.AdamW` (one shared
+//! implementation; AdamW is Adam with decoupled weight decay, as in torch).
+use super::state::{add_scaled, addcdiv_, addcmul_, flag, read_flag, Core, ParamState, Spec};
+use super::{check_non_negative, Optimizer, ParamGroup};
+use crate::error::{Error, Result};
+use tch::Tensor;
+
+/// Options of [`Adam`] and [`AdamW`]; the defaults are torch's Adam ones
+/// (use [`AdamOptions::adamw`] for AdamW's, which has weight decay 1e-2).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamOptions {
+    /// Learning rate (default 1e-3).
+    pub lr: f64,
+    /// Coefficients of the running averages of the gradient and its square
+    /// (default (0.9, 0.999)).
+    pub betas: (f64, f64),
+    /// Term added to the denominator (default 1e-8).
+    pub eps: f64,
+    /// Weight decay: L2 added to the gradient for Adam, decoupled
+    /// `p *= 1 - lr * wd` for AdamW (default 0, AdamW 1e-2).
+    pub weight_decay: f64,
+    /// Use the AMSGrad variant (default false).
+    pub amsgrad: bool,
+    /// Maximize the objective instead of minimizing it (default false).
+    pub maximize: bool,
+}
+
+impl Default for AdamOptions {
+    fn default() -> Self {
+        AdamOptions { lr: 1e-3, betas: (0.9, 0.999), eps: 1e-8, weight_decay: 0.0, amsgrad: false, maximize: false }
+    }
+}
+
+impl AdamOptions {
+    /// torch's AdamW defaults (weight decay 1e-2).
+    pub fn adamw() -> Self {
+        AdamOptions { weight_decay: 1e-2, ..Default::default() }
+    }
+
+    /// Checks the options as torch does.
+    pub fn validate(&self) -> Result<()> {
+        check_non_negative("learning rate", self.lr)?;
+        check_non_negative("epsilon value", self.eps)?;
+        check_beta(0, self.betas.0)?;
+        check_beta(1, self.betas.1)?;
+        check_non_negative("weight_decay value", self.weight_decay)
+    }
+}
+
+fn check_beta(index: usize, beta: f64) -> Result<()> {
+    if !(0.0..1.0).contains(&beta) {
+        return Err(Error::invalid(format!(
+            "invalid beta parameter at index {index}: {beta} (expected 0 <= beta < 1)"
+        )));
+    }
+    Ok(())
+}
+
+const HYPERS: [&str; 5] = ["betas.1", "eps", "amsgrad", "maximize", "decoupled_weight_decay"];
+
+/// The shared implementation; `decoupled` selects AdamW.
+#[derive(Debug)]
+struct AdamCore {
+    core: Core,
+    opts: AdamOptions,
+    decoupled: bool,
+}
+
+impl AdamCore {
+    fn new(params: Vec<Tensor>, opts: AdamOptions, decoupled: bool) -> Result<Self> {
+        opts.validate()?;
+        let core = Core::new(params, opts.lr, opts.weight_decay, opts.betas.0)?;
+        Ok(AdamCore { core, opts, decoupled })
+    }
+
+    fn kind(&self) -> &'static str {
+        if self.decoupled {
+            "adamw"
+        } else {
+            "adam"
+        }
+    }
+
+    fn spec(&self) -> Spec {
+        Spec {
+            kind: self.kind(),
+            momentum_key: "betas.0",
+            has_step: true,
+            required: &["exp_avg", "exp_avg_sq"],
+            optional: &["max_exp_avg_sq"],
+        }
+    }
+
+    /// torch's `_single_tensor_adam`.
+    fn step(&mut self) -> Result<()> {
+        let _guard = tch::no_grad_guard();
+        let o = self.opts;
+        let beta2 = o.betas.1;
+        self.core.sync_state_len();
+        let mut index = 0;
+        for g in &self.core.groups {
+            let (lr, beta1) = (g.lr, g.momentum);
+            for p in &g.params {
+                let i = index;
+                index += 1;
+                let grad = p.grad();
+                if !grad.defined() {
+                    continue;
+                }
+                let mut grad = if o.maximize { grad.f_neg()? } else { grad };
+                let mut param = p.shallow_clone();
+                let st = self.core.state[i].get_or_insert_with(ParamState::default);
+                st.buffer_or_zeros("exp_avg", p)?;
+                st.buffer_or_zeros("exp_avg_sq", p)?;
+                if o.amsgrad {
+                    st.buffer_or_zeros("max_exp_avg_sq", p)?;
+                }
+                st.step += 1.0;
+                if g.weight_decay != 0.0 {
+                    if self.decoupled {
+                        let _ = param.f_mul_scalar_(1.0 - lr * g.weight_decay)?;
+                    } else {
+                        grad = add_scaled(&grad, p, g.weight_decay)?;
+                    }
+                }
+                let step = st.step;
+                let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
+                let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
+                let exp_avg = exp_avg.shallow_clone();
+                let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?;
+                let _ = exp_avg_sq.f_mul_scalar_(beta2)?;
+                addcmul_(exp_avg_sq, &grad, &grad, 1.0 - beta2)?;
+                let exp_avg_sq = exp_avg_sq.shallow_clone();
+
+                let bias_correction1 = 1.0 - beta1.powf(step);
+                let bias_correction2 = 1.0 - beta2.powf(step);
+                let step_size = lr / bias_correction1;
+                let bias_correction2_sqrt = bias_correction2.powf(0.5);
+                let second = if o.amsgrad {
+                    let max = st.buffer_or_zeros("max_exp_avg_sq", p)?;
+                    let m = max.f_maximum(&exp_avg_sq)?;
+                    max.f_copy_(&m)?;
+                    max.shallow_clone()
+                } else {
+                    exp_avg_sq
+                };
+                let mut denom = second.f_sqrt()?.f_div_scalar(bias_correction2_sqrt)?;
+                let _ = denom.f_add_scalar_(o.eps)?;
+                addcdiv_(&mut param, &exp_avg, &denom, -step_size)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn add_param_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()> {
+        let o = self.opts;
+        self.core.add_group(params, lr.unwrap_or(o.lr), o.weight_decay, o.betas.0)
+    }
+
+    fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
+        let o = &self.opts;
+        let values = [o.betas.1, o.eps, flag(o.amsgrad), flag(o.maximize), flag(self.decoupled)];
+        let hypers: Vec<(&str, f64)> = HYPERS.iter().copied().zip(values).collect();
+        self.core.state_dict(&self.spec(), &hypers)
+    }
+
+    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+        let kind = self.kind();
+        let parsed = self.core.parse(&self.spec(), state, &HYPERS)?;
+        let mut opts = self.opts;
+        if let [beta2, eps, amsgrad, maximize, decoupled] = parsed.hypers[..] {
+            if read_flag(kind, "decoupled_weight_decay", decoupled)? != self.decoupled {
+                let other = if self.decoupled { "adam" } else { "adamw" };
+                return Err(Error::format(format!("{kind} state dict: it is the state of an {other} optimizer")));
+            }
+            opts.betas.1 = beta2;
+            opts.eps = eps;
+            opts.amsgrad = read_flag(kind, "amsgrad", amsgrad)?;
+            opts.maximize = read_flag(kind, "maximize", maximize)?;
+        }
+        if !(0.0..1.0).contains(&opts.betas.1) || !(0.0..).contains(&opts.eps) {
+            return Err(Error::format(format!("{kind} state dict: bad beta2 {} or eps {}", opts.betas.1, opts.eps)));
+        }
+        self.opts = opts;
+        self.core.commit(parsed);
+        Ok(())
+    }
+}
+
+/// Adam (L2 weight decay added to the gradient), with the update rule of
+/// torch's `_single_tensor_adam`, including AMSGrad and maximize.
+#[derive(Debug)]
+pub struct Adam(AdamCore);
+
+/// AdamW: Adam with decoupled weight decay `p *= 1 - lr * weight_decay`.
+#[derive(Debug)]
+pub struct AdamW(AdamCore);
+
+impl Adam {
+    /// An Adam optimizer over shallow clones of `params` (one group).
+    pub fn new(params: Vec<Tensor>, opts: AdamOptions) -> Result<Self> {
+        Ok(Adam(AdamCore::new(params, opts, false)?))
+    }
+
+    /// An AdamW optimizer (same as [`AdamW::new`]).
+    pub fn new_w(params: Vec<Tensor>, opts: AdamOptions) -> Result<AdamW> {
+        AdamW::new(params, opts)
+    }
+
+    /// The options (defaults for new groups; others used by every group).
+    pub fn options(&self) -> &AdamOptions {
+        &self.0.opts
+    }
+}
+
+impl AdamW {
+    /// An AdamW optimizer over shallow clones of `params` (one group); pass
+    /// [`AdamOptions::adamw`] for torch's AdamW defaults.
+    pub fn new(params: Vec<Tensor>, opts: AdamOptions) -> Result<Self> {
+        Ok(AdamW(AdamCore::new(params, opts, true)?))
+    }
+
+    /// The options (defaults for new groups; others used by every group).
+    pub fn options(&self) -> &AdamOptions {
+        &self.0.opts
+    }
+}
+
+macro_rules! impl_optimizer {
+    ($t:ty, $name:literal) => {
+        impl Optimizer for $t {
+            fn name(&self) -> &'static str {
+                $name
+            }
+            fn step(&mut self) -> Result<()> {
+                self.0.step()
+            }
+            fn param_groups(&self) -> &[ParamGroup] {
+                &self.0.core.groups
+            }
+            fn param_groups_mut(&mut self) -> &mut [ParamGroup] {
+                &mut self.0.core.groups
+            }
+            fn add_param_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()> {
+                self.0.add_param_group(params, lr)
+            }
+            fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
+                self.0.state_dict()
+            }
+            fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+                self.0.load_state_dict(state)
+            }
+        }
+    };
+}
+
+impl_optimizer!(Adam, "adam");
+impl_optimizer!(AdamW, "adamw");
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,167 @@
+//! Optimizers and learning-rate schedulers with the update rules of
+//! `torch.optim` (single-tensor implementations, as PyTorch uses on CPU).
+//!
+//! An optimizer holds shallow clones of the parameter tensors: they share
+//! storage and `.grad()` with the model's parameters, so [`Optimizer::step`]
+//! updates the model in place (under `no_grad`). Per-parameter state is
+//! created lazily on the first step that sees a gradient, like torch; a
+//! parameter whose gradient is undefined is skipped.
+//!
+//! Parameters are numbered across groups in order (group 0 first), as in
+//! torch's `state_dict`; that number keys the per-parameter state. Appending
+//! tensors to a group through [`Optimizer::param_groups_mut`] is fine only for
+//! the last group; reordering or removing parameters after a step misaligns
+//! the state.
+use crate::error::{Error, Result};
+use tch::{Kind, Tensor};
+
+mod adam;
+mod rmsprop;
+pub mod scheduler;
+mod sgd;
+mod state;
+
+pub use adam::{Adam, AdamOptions, AdamW};
+pub use rmsprop::{RmsProp, RmsPropOptions};
+pub use scheduler::{
+    AnnealStrategy, CosineAnnealingLr, ExponentialLr, LinearLr, LrScheduler, MultiStepLr, OneCycleLr, OneCycleOptions,
+    PlateauMode, PlateauOptions, ReduceLrOnPlateau, StepLr, ThresholdMode,
+};
+pub use sgd::{Sgd, SgdOptions};
+
+#[cfg(test)]
+mod test_util;
+
+/// A group of parameters sharing the schedulable hyperparameters.
+#[derive(Debug)]
+pub struct ParamGroup {
+    /// Shallow clones of the parameters (same storage and grad as the model's).
+    pub params: Vec<Tensor>,
+    /// Learning rate.
+    pub lr: f64,
+    /// Weight decay (L2 added to the gradient; decoupled for AdamW).
+    pub weight_decay: f64,
+    /// Momentum for SGD and RMSprop, `beta1` for Adam and AdamW (what
+    /// `OneCycleLR` cycles when `cycle_momentum` is on).
+    pub momentum: f64,
+    /// The learning rate recorded by the first scheduler attached to the
+    /// optimizer (torch's `group["initial_lr"]`); `None` until then.
+    pub initial_lr: Option<f64>,
+}
+
+impl ParamGroup {
+    /// Makes a group of shallow clones of `params`.
+    pub fn new(params: &[Tensor], lr: f64, weight_decay: f64, momentum: f64) -> Self {
+        ParamGroup {
+            params: params.iter().map(Tensor::shallow_clone).collect(),
+            lr,
+            weight_decay,
+            momentum,
+            initial_lr: None,
+        }
+    }
+}
+
+/// An optimizer over groups of parameters, with torch.optim semantics.
+pub trait Optimizer: Send {
+    /// Short name: `"sgd"`, `"adam"`, `"adamw"` or `"rmsprop"`.
+    fn name(&self) -> &'static str;
+
+    /// Performs one update of every parameter that has a gradient.
+    fn step(&mut self) -> Result<()>;
+
+    /// Resets the gradients of all parameters to undefined, torch's default
+    /// `zero_grad(set_to_none=True)` (done through libtorch's C++ optimizer
+    /// `zero_grad`, whose default is also set-to-none). Should that fail, the
+    /// gradients are detached and zeroed instead (tch's `Tensor::zero_grad`).
+    fn zero_grad(&mut self) {
+        zero_grad_groups(self.param_groups());
+    }
+
+    /// The parameter groups.
+    fn param_groups(&self) -> &[ParamGroup];
+
+    /// The parameter groups, mutably (to change lr, weight_decay, momentum).
+    fn param_groups_mut(&mut self) -> &mut [ParamGroup];
+
+    /// Adds a group of parameters; `lr` defaults to the optimizer's default
+    /// learning rate, other hyperparameters to the optimizer's defaults.
+    fn add_param_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()>;
+
+    /// Learning rate of group 0.
+    fn lr(&self) -> f64 {
+        self.param_groups().first().map_or(0.0, |g| g.lr)
+    }
+
+    /// Sets the learning rate of every group.
+    fn set_lr(&mut self, lr: f64) {
+        for g in self.param_groups_mut() {
+            g.lr = lr;
+        }
+    }
+
+    /// Full state as named tensors (per-param buffers, step counts, and every
+    /// group's hyperparameters such as lr as 0-dim f64 tensors), names like
+    /// `"state.3.exp_avg"`, `"param_groups.0.lr"`, so it fits in a safetensors
+    /// file, plus `param_groups.N.params`, a 1-D i64 tensor of the numbers of
+    /// the group's parameters. Tensors are copies: later steps do not change
+    /// them.
+    fn state_dict(&self) -> Result<Vec<(String, Tensor)>>;
+
+    /// Restores exactly what `state_dict` produced. Fails with a `Format`
+    /// error on missing, unknown or malformed keys or a dict from another
+    /// optimizer kind, and `ShapeMismatch` when a buffer's shape differs from
+    /// its parameter's; on error the optimizer is unchanged.
+    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()>;
+}
+
+/// Sets the gradients of all parameters of `groups` to undefined.
+pub(crate) fn zero_grad_groups(groups: &[ParamGroup]) {
+    let reset = || -> std::result::Result<(), tch::TchError> {
+        let mut helper = tch::COptimizer::sgd(0.0, 0.0, 0.0, 0.0, false)?;
+        for p in groups.iter().flat_map(|g| g.params.iter()) {
+            helper.add_parameters(p, 0)?;
+        }
+        helper.zero_grad()
+    };
+    if reset().is_err() {
+        for p in groups.iter().flat_map(|g| g.params.iter()) {
+            let mut p = p.shallow_clone();
+            p.zero_grad();
+        }
+    }
+}
+
+/// Checks that a hyperparameter is a finite number `>= 0`.
+pub(crate) fn check_non_negative(what: &str, v: f64) -> Result<()> {
+    if !(0.0..).contains(&v) || !v.is_finite() {
+        return Err(Error::invalid(format!("invalid {what}: {v} (expected a finite value >= 0)")));
+    }
+    Ok(())
+}
+
+/// Checks a parameter list given to a constructor or `add_param_group`.
+pub(crate) fn check_params(existing: &[ParamGroup], params: &[Tensor]) -> Result<()> {
+    for (i, p) in params.iter().enumerate() {
+        if !p.defined() {
+            return Err(Error::invalid(format!("parameter {i} is an undefined tensor")));
+        }
+        if matches!(p.kind(), Kind::ComplexHalf | Kind::ComplexFloat | Kind::ComplexDouble) {
+            return Err(Error::dtype(format!(
+                "parameter {i} is complex ({:?}); fulmen optimizers support real tensors only",
+                p.kind()
+            )));
+        }
+    }
+    // Same storage address and shape means the same parameter (tensors
+    // without plain storage are not compared).
+    let plain = |t: &Tensor| !t.is_sparse() && !t.is_mkldnn() && t.numel() > 0;
+    let same = |a: &Tensor, b: &Tensor| plain(a) && plain(b) && a.data_ptr() == b.data_ptr() && a.size() == b.size();
+    let all: Vec<&Tensor> = existing.iter().flat_map(|g| g.params.iter()).collect();
+    for (i, p) in params.iter().enumerate() {
+        if all.iter().any(|q| same(p, q)) || params[..i].iter().any(|q| same(p, q)) {
+            return Err(Error::invalid("some parameters appear in more than one parameter group"));
+        }
+    }
+    Ok(())
+}

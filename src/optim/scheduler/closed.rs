@@ -1,0 +1,281 @@
+//! Schedulers with a closed form: StepLR, MultiStepLR, ExponentialLR,
+//! CosineAnnealingLR and LinearLR.
+use super::{Base, Lookup, LrScheduler};
+use crate::error::{Error, Result};
+use crate::optim::Optimizer;
+
+/// Implements `LrScheduler` from `lr_at`, `hypers` and `with_hypers`.
+macro_rules! closed_form {
+    ($t:ty, $name:literal) => {
+        impl $t {
+            /// Writes the lrs of `self.base.last_epoch` into the optimizer.
+            fn apply_epoch(&mut self, opt: &mut dyn Optimizer) {
+                let epoch = self.base.last_epoch;
+                let lrs = self.base.base_lrs.iter().map(|b| self.lr_at(*b, epoch)).collect();
+                self.base.apply(opt, lrs);
+            }
+        }
+
+        impl LrScheduler for $t {
+            fn name(&self) -> &'static str {
+                $name
+            }
+
+            fn step(&mut self, opt: &mut dyn Optimizer, _metric: Option<f64>) -> Result<()> {
+                self.base.check_groups(opt, $name)?;
+                self.base.last_epoch += 1;
+                self.apply_epoch(opt);
+                Ok(())
+            }
+
+            fn last_lr(&self) -> Vec<f64> {
+                self.base.last_lr.clone()
+            }
+
+            fn state_dict(&self) -> Vec<(String, f64)> {
+                let mut out = self.base.state();
+                out.extend(self.hypers());
+                out
+            }
+
+            fn load_state_dict(&mut self, state: &[(String, f64)]) -> Result<()> {
+                let l = Lookup::new($name, state)?;
+                let base = self.base.load(&l)?;
+                let mut new = self.with_hypers(&l)?;
+                l.finish()?;
+                new.base = base;
+                *self = new;
+                Ok(())
+            }
+        }
+    };
+}
+
+/// Multiplies the lr by `gamma` every `step_size` steps (`StepLR`).
+#[derive(Debug, Clone)]
+pub struct StepLr {
+    base: Base,
+    step_size: i64,
+    gamma: f64,
+}
+
+impl StepLr {
+    /// `lr = base_lr * gamma^(epoch / step_size)`; `step_size >= 1`.
+    pub fn new(opt: &mut dyn Optimizer, step_size: i64, gamma: f64) -> Result<Self> {
+        check_step_size(step_size).map_err(Error::invalid)?;
+        check_finite("gamma", gamma).map_err(Error::invalid)?;
+        let mut s = StepLr { base: Base::attach(opt), step_size, gamma };
+        s.apply_epoch(opt);
+        Ok(s)
+    }
+
+    fn lr_at(&self, base_lr: f64, epoch: i64) -> f64 {
+        base_lr * self.gamma.powf(epoch.div_euclid(self.step_size) as f64)
+    }
+
+    fn hypers(&self) -> Vec<(String, f64)> {
+        vec![("step_size".into(), self.step_size as f64), ("gamma".into(), self.gamma)]
+    }
+
+    fn with_hypers(&self, l: &Lookup) -> Result<Self> {
+        let (step_size, gamma) = (l.int("step_size")?, l.get("gamma")?);
+        check_step_size(step_size).map_err(Error::format)?;
+        check_finite("gamma", gamma).map_err(Error::format)?;
+        Ok(StepLr { base: self.base.clone(), step_size, gamma })
+    }
+}
+closed_form!(StepLr, "step_lr");
+
+/// Multiplies the lr by `gamma` at every milestone (`MultiStepLR`).
+#[derive(Debug, Clone)]
+pub struct MultiStepLr {
+    base: Base,
+    milestones: Vec<i64>,
+    gamma: f64,
+}
+
+impl MultiStepLr {
+    /// `lr = base_lr * gamma^(number of milestones <= epoch)`; a milestone
+    /// listed twice counts twice, as in torch.
+    pub fn new(opt: &mut dyn Optimizer, milestones: &[i64], gamma: f64) -> Result<Self> {
+        check_finite("gamma", gamma).map_err(Error::invalid)?;
+        let mut milestones = milestones.to_vec();
+        milestones.sort_unstable();
+        let mut s = MultiStepLr { base: Base::attach(opt), milestones, gamma };
+        s.apply_epoch(opt);
+        Ok(s)
+    }
+
+    fn lr_at(&self, base_lr: f64, epoch: i64) -> f64 {
+        let passed = self.milestones.partition_point(|m| *m <= epoch);
+        base_lr * self.gamma.powf(passed as f64)
+    }
+
+    fn hypers(&self) -> Vec<(String, f64)> {
+        let mut out =
+            vec![("gamma".to_string(), self.gamma), ("milestones.len".to_string(), self.milestones.len() as f64)];
+        out.extend(self.milestones.iter().enumerate().map(|(i, m)| (format!("milestones.{i}"), *m as f64)));
+        out
+    }
+
+    fn with_hypers(&self, l: &Lookup) -> Result<Self> {
+        let gamma = l.get("gamma")?;
+        check_finite("gamma", gamma).map_err(Error::format)?;
+        let n = l.int("milestones.len")?;
+        if !(0..=1_000_000).contains(&n) {
+            return Err(l.bad("milestones.len", n as f64));
+        }
+        let mut milestones = (0..n).map(|i| l.int(&format!("milestones.{i}"))).collect::<Result<Vec<_>>>()?;
+        milestones.sort_unstable();
+        Ok(MultiStepLr { base: self.base.clone(), milestones, gamma })
+    }
+}
+closed_form!(MultiStepLr, "multi_step_lr");
+
+/// Multiplies the lr by `gamma` every step (`ExponentialLR`).
+#[derive(Debug, Clone)]
+pub struct ExponentialLr {
+    base: Base,
+    gamma: f64,
+}
+
+impl ExponentialLr {
+    /// `lr = base_lr * gamma^epoch`.
+    pub fn new(opt: &mut dyn Optimizer, gamma: f64) -> Result<Self> {
+        check_finite("gamma", gamma).map_err(Error::invalid)?;
+        let mut s = ExponentialLr { base: Base::attach(opt), gamma };
+        s.apply_epoch(opt);
+        Ok(s)
+    }
+
+    fn lr_at(&self, base_lr: f64, epoch: i64) -> f64 {
+        base_lr * self.gamma.powf(epoch as f64)
+    }
+
+    fn hypers(&self) -> Vec<(String, f64)> {
+        vec![("gamma".into(), self.gamma)]
+    }
+
+    fn with_hypers(&self, l: &Lookup) -> Result<Self> {
+        let gamma = l.get("gamma")?;
+        check_finite("gamma", gamma).map_err(Error::format)?;
+        Ok(ExponentialLr { base: self.base.clone(), gamma })
+    }
+}
+closed_form!(ExponentialLr, "exponential_lr");
+
+/// Cosine annealing from the base lr to `eta_min` over `t_max` steps
+/// (`CosineAnnealingLR`, without restarts; past `t_max` the cosine goes on).
+#[derive(Debug, Clone)]
+pub struct CosineAnnealingLr {
+    base: Base,
+    t_max: i64,
+    eta_min: f64,
+}
+
+impl CosineAnnealingLr {
+    /// `lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * epoch / t_max)) / 2`;
+    /// `t_max >= 1`.
+    pub fn new(opt: &mut dyn Optimizer, t_max: i64, eta_min: f64) -> Result<Self> {
+        check_t_max(t_max, eta_min).map_err(Error::invalid)?;
+        let mut s = CosineAnnealingLr { base: Base::attach(opt), t_max, eta_min };
+        s.apply_epoch(opt);
+        Ok(s)
+    }
+
+    fn lr_at(&self, base_lr: f64, epoch: i64) -> f64 {
+        let angle = std::f64::consts::PI * epoch as f64 / self.t_max as f64;
+        self.eta_min + (base_lr - self.eta_min) * (1.0 + angle.cos()) / 2.0
+    }
+
+    fn hypers(&self) -> Vec<(String, f64)> {
+        vec![("t_max".into(), self.t_max as f64), ("eta_min".into(), self.eta_min)]
+    }
+
+    fn with_hypers(&self, l: &Lookup) -> Result<Self> {
+        let (t_max, eta_min) = (l.int("t_max")?, l.get("eta_min")?);
+        check_t_max(t_max, eta_min).map_err(Error::format)?;
+        Ok(CosineAnnealingLr { base: self.base.clone(), t_max, eta_min })
+    }
+}
+closed_form!(CosineAnnealingLr, "cosine_annealing_lr");
+
+/// Linear change of the lr factor from `start_factor` to `end_factor` over
+/// `total_iters` steps (`LinearLR`, the usual linear warm-up).
+#[derive(Debug, Clone)]
+pub struct LinearLr {
+    base: Base,
+    start_factor: f64,
+    end_factor: f64,
+    total_iters: i64,
+}
+
+impl LinearLr {
+    /// `lr = base_lr * (start + (end - start) * min(total_iters, epoch) / total_iters)`;
+    /// `0 < start_factor <= 1`, `0 <= end_factor <= 1`, `total_iters >= 1`.
+    pub fn new(opt: &mut dyn Optimizer, start_factor: f64, end_factor: f64, total_iters: i64) -> Result<Self> {
+        check_linear(start_factor, end_factor, total_iters).map_err(Error::invalid)?;
+        let mut s = LinearLr { base: Base::attach(opt), start_factor, end_factor, total_iters };
+        s.apply_epoch(opt);
+        Ok(s)
+    }
+
+    fn lr_at(&self, base_lr: f64, epoch: i64) -> f64 {
+        let done = self.total_iters.min(epoch) as f64;
+        let delta = self.end_factor - self.start_factor;
+        base_lr * (self.start_factor + delta * done / self.total_iters as f64)
+    }
+
+    fn hypers(&self) -> Vec<(String, f64)> {
+        vec![
+            ("start_factor".into(), self.start_factor),
+            ("end_factor".into(), self.end_factor),
+            ("total_iters".into(), self.total_iters as f64),
+        ]
+    }
+
+    fn with_hypers(&self, l: &Lookup) -> Result<Self> {
+        let (start_factor, end_factor) = (l.get("start_factor")?, l.get("end_factor")?);
+        let total_iters = l.int("total_iters")?;
+        check_linear(start_factor, end_factor, total_iters).map_err(Error::format)?;
+        Ok(LinearLr { base: self.base.clone(), start_factor, end_factor, total_iters })
+    }
+}
+closed_form!(LinearLr, "linear_lr");
+
+fn check_finite(what: &str, v: f64) -> std::result::Result<(), String> {
+    if v.is_finite() {
+        Ok(())
+    } else {
+        Err(format!("{what} must be finite, got {v}"))
+    }
+}
+
+fn check_step_size(step_size: i64) -> std::result::Result<(), String> {
+    if step_size < 1 {
+        return Err(format!("step_size must be >= 1, got {step_size}"));
+    }
+    Ok(())
+}
+
+fn check_t_max(t_max: i64, eta_min: f64) -> std::result::Result<(), String> {
+    if t_max < 1 {
+        return Err(format!("t_max must be >= 1, got {t_max}"));
+    }
+    check_finite("eta_min", eta_min)
+}
+
+fn check_linear(start: f64, end: f64, total_iters: i64) -> std::result::Result<(), String> {
+    if !(start > 0.0 && start <= 1.0) {
+        return Err(format!(
+            "Starting multiplicative factor expected to be greater than 0 and less or equal to 1, got {start}"
+        ));
+    }
+    if !(0.0..=1.0).contains(&end) {
+        return Err(format!("Ending multiplicative factor expected to be between 0 and 1, got {end}"));
+    }
+    if total_iters < 1 {
+        return Err(format!("total_iters must be >= 1, got {total_iters}"));
+    }
+    Ok(())
+}

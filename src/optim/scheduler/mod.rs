@@ -1,0 +1,180 @@
+//! Learning-rate schedulers with the schedules of `torch.optim.lr_scheduler`.
+//!
+//! StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR and LinearLR use
+//! torch's closed forms (`_get_closed_form_lr`) from `base_lrs` and the epoch
+//! counter, so the lr after `n` steps does not depend on the step history
+//! (torch's default chainable form gives the same values up to rounding when
+//! nothing else changes the lr). OneCycleLR and ReduceLROnPlateau follow
+//! torch's only form.
+//!
+//! Like torch, constructing a scheduler records `initial_lr` in every group
+//! (if unset) and writes the lr of epoch 0 into the optimizer.
+use super::Optimizer;
+use crate::error::{Error, ErrorCode, Result};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+
+mod closed;
+mod one_cycle;
+mod plateau;
+
+pub use closed::{CosineAnnealingLr, ExponentialLr, LinearLr, MultiStepLr, StepLr};
+pub use one_cycle::{AnnealStrategy, OneCycleLr, OneCycleOptions};
+pub use plateau::{PlateauMode, PlateauOptions, ReduceLrOnPlateau, ThresholdMode};
+
+#[cfg(test)]
+mod tests;
+
+/// A learning-rate scheduler driving an optimizer's group learning rates.
+pub trait LrScheduler: Send {
+    /// Short name, e.g. `"step_lr"`, `"one_cycle_lr"`.
+    fn name(&self) -> &'static str;
+
+    /// Advances one step (epoch or batch, as the caller decides) and writes
+    /// the new lr(s) into the optimizer. `metric` is required by
+    /// ReduceLROnPlateau (error if `None`) and ignored by the others.
+    fn step(&mut self, opt: &mut dyn Optimizer, metric: Option<f64>) -> Result<()>;
+
+    /// The learning rates written by the last step (or the constructor).
+    fn last_lr(&self) -> Vec<f64>;
+
+    /// State and hyperparameters as named numbers (`last_epoch`,
+    /// `base_lrs.N`, `last_lr.N`, `best`, `num_bad_epochs`, ...).
+    fn state_dict(&self) -> Vec<(String, f64)>;
+
+    /// Restores what `state_dict` produced; a `Format` error on missing,
+    /// unknown or invalid entries, leaving the scheduler unchanged.
+    fn load_state_dict(&mut self, state: &[(String, f64)]) -> Result<()>;
+}
+
+/// Epoch counter, base and last learning rates shared by the schedulers.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Base {
+    /// torch's `last_epoch` (0 after construction).
+    pub last_epoch: i64,
+    /// Per-group `initial_lr` at construction.
+    pub base_lrs: Vec<f64>,
+    /// Learning rates written last.
+    pub last_lr: Vec<f64>,
+}
+
+impl Base {
+    /// Records `initial_lr` (if unset) in every group and takes them as the
+    /// base learning rates, as torch's `LRScheduler.__init__`.
+    pub fn attach(opt: &mut dyn Optimizer) -> Base {
+        let base_lrs = opt.param_groups_mut().iter_mut().map(|g| *g.initial_lr.get_or_insert(g.lr)).collect();
+        Base { last_epoch: 0, base_lrs, last_lr: Vec::new() }
+    }
+
+    /// Fails when the optimizer's group count changed since construction.
+    pub fn check_groups(&self, opt: &dyn Optimizer, name: &str) -> Result<()> {
+        let n = opt.param_groups().len();
+        if n != self.base_lrs.len() {
+            return Err(Error::state(format!(
+                "{name}: the optimizer has {n} param groups but the scheduler was built for {}",
+                self.base_lrs.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes `lrs` into the optimizer's groups and remembers them.
+    pub fn apply(&mut self, opt: &mut dyn Optimizer, lrs: Vec<f64>) {
+        for (g, lr) in opt.param_groups_mut().iter_mut().zip(&lrs) {
+            g.lr = *lr;
+        }
+        self.last_lr = lrs;
+    }
+
+    /// Serialises the counter and both lr lists.
+    pub fn state(&self) -> Vec<(String, f64)> {
+        let mut out = vec![("last_epoch".to_string(), self.last_epoch as f64)];
+        out.extend(self.base_lrs.iter().enumerate().map(|(i, v)| (format!("base_lrs.{i}"), *v)));
+        out.extend(self.last_lr.iter().enumerate().map(|(i, v)| (format!("last_lr.{i}"), *v)));
+        out
+    }
+
+    /// Reads what `state` wrote; the lists must keep their length.
+    pub fn load(&self, l: &Lookup) -> Result<Base> {
+        let last_epoch = l.int("last_epoch")?;
+        let n = self.base_lrs.len();
+        let base_lrs = (0..n).map(|i| l.get(&format!("base_lrs.{i}"))).collect::<Result<_>>()?;
+        let last_lr = (0..n).map(|i| l.get(&format!("last_lr.{i}"))).collect::<Result<_>>()?;
+        Ok(Base { last_epoch, base_lrs, last_lr })
+    }
+}
+
+/// Reads named numbers of a scheduler state dict, remembering which were used.
+pub(crate) struct Lookup<'a> {
+    kind: &'static str,
+    map: HashMap<&'a str, f64>,
+    used: RefCell<HashSet<&'a str>>,
+}
+
+impl<'a> Lookup<'a> {
+    /// Indexes `state`; duplicate names are an error.
+    pub fn new(kind: &'static str, state: &'a [(String, f64)]) -> Result<Self> {
+        let mut map = HashMap::new();
+        for (k, v) in state {
+            if map.insert(k.as_str(), *v).is_some() {
+                return Err(Error::format(format!("{kind} state dict: duplicate key '{k}'")));
+            }
+        }
+        Ok(Lookup { kind, map, used: RefCell::new(HashSet::new()) })
+    }
+
+    /// The value of `key`, or a `Format` error when it is missing.
+    pub fn get(&self, key: &str) -> Result<f64> {
+        match self.map.get_key_value(key) {
+            Some((k, v)) => {
+                self.used.borrow_mut().insert(*k);
+                Ok(*v)
+            }
+            None => Err(Error::format(format!(
+                "{} state dict: missing key '{key}' (is it the state of a {} scheduler?)",
+                self.kind, self.kind
+            ))),
+        }
+    }
+
+    /// An integer value.
+    pub fn int(&self, key: &str) -> Result<i64> {
+        let v = self.get(key)?;
+        if v.fract() != 0.0 || !v.is_finite() || v.abs() > 9.0e15 {
+            return Err(self.bad(key, v));
+        }
+        Ok(v as i64)
+    }
+
+    /// A flag stored as 0 or 1.
+    pub fn flag(&self, key: &str) -> Result<bool> {
+        let v = self.get(key)?;
+        if v == 0.0 || v == 1.0 {
+            Ok(v == 1.0)
+        } else {
+            Err(self.bad(key, v))
+        }
+    }
+
+    /// A `Format` error for a bad value.
+    pub fn bad(&self, key: &str, v: f64) -> Error {
+        Error::format(format!("{} state dict: invalid '{key}' {v}", self.kind))
+    }
+
+    /// Fails on keys that were never read.
+    pub fn finish(&self) -> Result<()> {
+        let used = self.used.borrow();
+        match self.map.keys().find(|k| !used.contains(*k)) {
+            Some(k) => Err(Error::format(format!(
+                "{} state dict: unexpected key '{k}' (state of another scheduler?)",
+                self.kind
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// An `OutOfRange` error.
+pub(crate) fn out_of_range(message: String) -> Error {
+    Error::new(ErrorCode::OutOfRange, message)
+}

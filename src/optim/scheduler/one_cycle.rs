@@ -1,0 +1,234 @@
+//! The 1cycle policy, `torch.optim.lr_scheduler.OneCycleLR`.
+use super::{out_of_range, Base, Lookup, LrScheduler};
+use crate::error::{Error, Result};
+use crate::optim::Optimizer;
+
+/// How OneCycleLR interpolates within a phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnnealStrategy {
+    /// Cosine annealing (torch's default `"cos"`).
+    Cos,
+    /// Linear annealing (`"linear"`).
+    Linear,
+}
+
+impl AnnealStrategy {
+    fn anneal(self, start: f64, end: f64, pct: f64) -> f64 {
+        match self {
+            AnnealStrategy::Cos => {
+                let cos_out = (std::f64::consts::PI * pct).cos() + 1.0;
+                end + (start - end) / 2.0 * cos_out
+            }
+            AnnealStrategy::Linear => (end - start) * pct + start,
+        }
+    }
+}
+
+/// Options of [`OneCycleLr`]; [`OneCycleOptions::new`] gives torch's defaults
+/// for everything but `max_lr` and `total_steps`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OneCycleOptions {
+    /// Peak learning rate (every group).
+    pub max_lr: f64,
+    /// Number of steps in the cycle (`>= 1`).
+    pub total_steps: i64,
+    /// Fraction of the cycle spent increasing the lr (default 0.3).
+    pub pct_start: f64,
+    /// Annealing strategy (default cosine).
+    pub anneal_strategy: AnnealStrategy,
+    /// Momentum (SGD/RMSprop) or beta1 (Adam) cycled inversely to the lr
+    /// between `base_momentum` and `max_momentum` (default true, as torch).
+    pub cycle_momentum: bool,
+    /// Lower momentum bound (default 0.85).
+    pub base_momentum: f64,
+    /// Upper momentum bound (default 0.95).
+    pub max_momentum: f64,
+    /// `initial_lr = max_lr / div_factor` (default 25).
+    pub div_factor: f64,
+    /// `min_lr = initial_lr / final_div_factor` (default 1e4).
+    pub final_div_factor: f64,
+    /// Use the three-phase schedule (default false).
+    pub three_phase: bool,
+}
+
+impl OneCycleOptions {
+    /// torch's defaults with the given peak lr and cycle length.
+    pub fn new(max_lr: f64, total_steps: i64) -> Self {
+        OneCycleOptions {
+            max_lr,
+            total_steps,
+            pct_start: 0.3,
+            anneal_strategy: AnnealStrategy::Cos,
+            cycle_momentum: true,
+            base_momentum: 0.85,
+            max_momentum: 0.95,
+            div_factor: 25.0,
+            final_div_factor: 1e4,
+            three_phase: false,
+        }
+    }
+
+    /// The phases: (end step, start lr, end lr, start momentum, end momentum)
+    /// with values 0 initial_lr, 1 max_lr, 2 min_lr / 0 max_momentum,
+    /// 1 base_momentum.
+    fn phases(&self) -> Vec<(f64, usize, usize, usize, usize)> {
+        let total = self.total_steps as f64;
+        if self.three_phase {
+            vec![
+                (self.pct_start * total - 1.0, 0, 1, 0, 1),
+                (2.0 * self.pct_start * total - 2.0, 1, 0, 1, 0),
+                (total - 1.0, 0, 2, 0, 0),
+            ]
+        } else {
+            vec![(self.pct_start * total - 1.0, 0, 1, 0, 1), (total - 1.0, 1, 2, 1, 0)]
+        }
+    }
+
+    fn validate(&self) -> std::result::Result<(), String> {
+        if self.total_steps < 1 {
+            return Err(format!("Expected positive integer total_steps, but got {}", self.total_steps));
+        }
+        if !(0.0..=1.0).contains(&self.pct_start) {
+            return Err(format!("Expected float between 0 and 1 pct_start, but got {}", self.pct_start));
+        }
+        for (what, v) in
+            [("max_lr", self.max_lr), ("div_factor", self.div_factor), ("final_div_factor", self.final_div_factor)]
+        {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!("{what} must be finite and > 0, got {v}"));
+            }
+        }
+        if !(self.base_momentum.is_finite() && self.max_momentum.is_finite()) {
+            return Err("base_momentum and max_momentum must be finite".into());
+        }
+        let mut start = 0.0;
+        for (end, ..) in self.phases() {
+            if end == start {
+                return Err(format!(
+                    "pct_start {} with total_steps {} gives an empty phase (torch divides by zero)",
+                    self.pct_start, self.total_steps
+                ));
+            }
+            start = end;
+        }
+        Ok(())
+    }
+}
+
+/// OneCycleLR: warm-up from `max_lr / div_factor` to `max_lr`, then annealing
+/// to `initial_lr / final_div_factor` (optionally three phases), cycling
+/// momentum inversely. Stepping past `total_steps` is an `OutOfRange` error.
+#[derive(Debug, Clone)]
+pub struct OneCycleLr {
+    base: Base,
+    opts: OneCycleOptions,
+}
+
+impl OneCycleLr {
+    /// Sets every group's `initial_lr` to `max_lr / div_factor` (and its
+    /// momentum to `max_momentum` when cycling), then writes the lr of step 0.
+    pub fn new(opt: &mut dyn Optimizer, opts: OneCycleOptions) -> Result<Self> {
+        opts.validate().map_err(Error::invalid)?;
+        for g in opt.param_groups_mut() {
+            g.initial_lr = Some(opts.max_lr / opts.div_factor);
+            if opts.cycle_momentum {
+                g.momentum = opts.max_momentum;
+            }
+        }
+        let mut s = OneCycleLr { base: Base::attach(opt), opts };
+        s.apply_step(opt, 0)?;
+        Ok(s)
+    }
+
+    /// Writes the lr (and momentum) of `step_num` into the optimizer.
+    fn apply_step(&mut self, opt: &mut dyn Optimizer, step_num: i64) -> Result<()> {
+        let o = self.opts;
+        if step_num > o.total_steps {
+            return Err(out_of_range(format!(
+                "one_cycle_lr: tried to step {step_num} times; the specified number of total steps is {}",
+                o.total_steps
+            )));
+        }
+        let phases = o.phases();
+        let step = step_num as f64;
+        let mut lrs = Vec::with_capacity(self.base.base_lrs.len());
+        for (g, initial_lr) in opt.param_groups_mut().iter_mut().zip(&self.base.base_lrs) {
+            let lr_values = [*initial_lr, o.max_lr, *initial_lr / o.final_div_factor];
+            let momenta = [o.max_momentum, o.base_momentum];
+            let mut start_step = 0.0;
+            for (i, &(end_step, s_lr, e_lr, s_m, e_m)) in phases.iter().enumerate() {
+                if step <= end_step || i == phases.len() - 1 {
+                    let pct = (step - start_step) / (end_step - start_step);
+                    let anneal = |a: f64, b: f64| o.anneal_strategy.anneal(a, b, pct);
+                    lrs.push(anneal(lr_values[s_lr], lr_values[e_lr]));
+                    if o.cycle_momentum {
+                        g.momentum = anneal(momenta[s_m], momenta[e_m]);
+                    }
+                    break;
+                }
+                start_step = end_step;
+            }
+        }
+        self.base.last_epoch = step_num;
+        self.base.apply(opt, lrs);
+        Ok(())
+    }
+}
+
+impl LrScheduler for OneCycleLr {
+    fn name(&self) -> &'static str {
+        "one_cycle_lr"
+    }
+
+    fn step(&mut self, opt: &mut dyn Optimizer, _metric: Option<f64>) -> Result<()> {
+        self.base.check_groups(opt, "one_cycle_lr")?;
+        self.apply_step(opt, self.base.last_epoch + 1)
+    }
+
+    fn last_lr(&self) -> Vec<f64> {
+        self.base.last_lr.clone()
+    }
+
+    fn state_dict(&self) -> Vec<(String, f64)> {
+        let o = &self.opts;
+        let mut out = self.base.state();
+        let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        for (k, v) in [
+            ("max_lr", o.max_lr),
+            ("total_steps", o.total_steps as f64),
+            ("pct_start", o.pct_start),
+            ("anneal_linear", flag(o.anneal_strategy == AnnealStrategy::Linear)),
+            ("cycle_momentum", flag(o.cycle_momentum)),
+            ("base_momentum", o.base_momentum),
+            ("max_momentum", o.max_momentum),
+            ("div_factor", o.div_factor),
+            ("final_div_factor", o.final_div_factor),
+            ("three_phase", flag(o.three_phase)),
+        ] {
+            out.push((k.to_string(), v));
+        }
+        out
+    }
+
+    fn load_state_dict(&mut self, state: &[(String, f64)]) -> Result<()> {
+        let l = Lookup::new("one_cycle_lr", state)?;
+        let base = self.base.load(&l)?;
+        let opts = OneCycleOptions {
+            max_lr: l.get("max_lr")?,
+            total_steps: l.int("total_steps")?,
+            pct_start: l.get("pct_start")?,
+            anneal_strategy: if l.flag("anneal_linear")? { AnnealStrategy::Linear } else { AnnealStrategy::Cos },
+            cycle_momentum: l.flag("cycle_momentum")?,
+            base_momentum: l.get("base_momentum")?,
+            max_momentum: l.get("max_momentum")?,
+            div_factor: l.get("div_factor")?,
+            final_div_factor: l.get("final_div_factor")?,
+            three_phase: l.flag("three_phase")?,
+        };
+        opts.validate().map_err(|m| Error::format(format!("one_cycle_lr state dict: {m}")))?;
+        l.finish()?;
+        self.base = base;
+        self.opts = opts;
+        Ok(())
+    }
+}

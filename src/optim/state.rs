@@ -1,0 +1,339 @@
+//! Parameter groups plus per-parameter state shared by all optimizers, the
+//! tensor helpers of the update rules, and the (de)serialisation of both as
+//! named tensors.
+use super::{check_params, ParamGroup};
+use crate::error::{Error, Result};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use tch::{Kind, Tensor};
+
+/// State of one parameter: a step counter and named buffers.
+#[derive(Debug, Default)]
+pub struct ParamState {
+    /// Steps taken for this parameter (Adam, RMSprop); unused by SGD.
+    pub step: f64,
+    /// Named buffers such as `exp_avg` or `momentum_buffer`.
+    pub buffers: BTreeMap<&'static str, Tensor>,
+}
+
+impl ParamState {
+    /// The buffer `name`, created as zeros like `param` when missing.
+    pub(crate) fn buffer_or_zeros(&mut self, name: &'static str, param: &Tensor) -> Result<&mut Tensor> {
+        if !self.buffers.contains_key(name) {
+            self.buffers.insert(name, param.f_zeros_like()?);
+        }
+        self.buffers.get_mut(name).ok_or_else(|| Error::state(format!("optimizer buffer {name} is missing")))
+    }
+}
+
+/// What the serialised form of an optimizer holds besides groups' lr,
+/// weight_decay and params.
+pub(crate) struct Spec {
+    /// Optimizer name, for messages.
+    pub kind: &'static str,
+    /// Key of `ParamGroup::momentum` (`"momentum"` or `"betas.0"`).
+    pub momentum_key: &'static str,
+    /// Whether states carry a step counter.
+    pub has_step: bool,
+    /// Buffers every state has.
+    pub required: &'static [&'static str],
+    /// Buffers a state may have.
+    pub optional: &'static [&'static str],
+}
+
+/// Groups and state of an optimizer.
+#[derive(Debug)]
+pub(crate) struct Core {
+    /// Parameter groups.
+    pub groups: Vec<ParamGroup>,
+    /// State by flat parameter index; `None` until the first step with a grad.
+    pub state: Vec<Option<ParamState>>,
+}
+
+/// What `Core::parse` read from a state dict, applied by `Core::commit`.
+pub(crate) struct Parsed {
+    groups: Vec<(f64, f64, f64, Option<f64>)>,
+    state: Vec<Option<ParamState>>,
+    /// Optimizer-wide hyperparameters, in the order asked for.
+    pub hypers: Vec<f64>,
+}
+
+impl Core {
+    /// One group of `params`; fails on an empty list like torch.
+    pub fn new(params: Vec<Tensor>, lr: f64, weight_decay: f64, momentum: f64) -> Result<Self> {
+        if params.is_empty() {
+            return Err(Error::invalid("optimizer got an empty parameter list"));
+        }
+        let mut core = Core { groups: Vec::new(), state: Vec::new() };
+        core.add_group(params, lr, weight_decay, momentum)?;
+        Ok(core)
+    }
+
+    /// Appends a group after checking its parameters.
+    pub fn add_group(&mut self, params: Vec<Tensor>, lr: f64, wd: f64, momentum: f64) -> Result<()> {
+        super::check_non_negative("learning rate", lr)?;
+        check_params(&self.groups, &params)?;
+        self.groups.push(ParamGroup::new(&params, lr, wd, momentum));
+        Ok(())
+    }
+
+    /// Number of parameters over all groups.
+    pub fn num_params(&self) -> usize {
+        self.groups.iter().map(|g| g.params.len()).sum()
+    }
+
+    /// Makes `state` as long as the parameter list (before a step).
+    pub fn sync_state_len(&mut self) {
+        let n = self.num_params();
+        if self.state.len() < n {
+            self.state.resize_with(n, || None);
+        }
+    }
+
+    /// Serialises groups (with `hypers` written into every group) and state.
+    pub fn state_dict(&self, spec: &Spec, hypers: &[(&str, f64)]) -> Result<Vec<(String, Tensor)>> {
+        let mut out = Vec::new();
+        let mut start = 0i64;
+        for (g, group) in self.groups.iter().enumerate() {
+            let n = group.params.len() as i64;
+            let ids: Vec<i64> = (start..start + n).collect();
+            start += n;
+            out.push((format!("param_groups.{g}.params"), Tensor::f_from_slice(&ids)?));
+            let mut put = |k: &str, v: f64| -> Result<()> {
+                out.push((format!("param_groups.{g}.{k}"), scalar(v)?));
+                Ok(())
+            };
+            put("lr", group.lr)?;
+            put("weight_decay", group.weight_decay)?;
+            put(spec.momentum_key, group.momentum)?;
+            if let Some(v) = group.initial_lr {
+                put("initial_lr", v)?;
+            }
+            for (k, v) in hypers {
+                put(k, *v)?;
+            }
+        }
+        for (i, st) in self.state.iter().enumerate() {
+            let Some(st) = st else { continue };
+            if spec.has_step {
+                out.push((format!("state.{i}.step"), scalar(st.step)?));
+            }
+            for (name, t) in &st.buffers {
+                out.push((format!("state.{i}.{name}"), deep_copy(t)?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads a state dict without changing anything; `hyper_names` are the
+    /// optimizer-wide hyperparameters stored in every group.
+    pub fn parse(&self, spec: &Spec, dict: &[(String, Tensor)], hyper_names: &[&str]) -> Result<Parsed> {
+        let kind = spec.kind;
+        let mut map: HashMap<&str, &Tensor> = HashMap::new();
+        for (k, t) in dict {
+            if map.insert(k.as_str(), t).is_some() {
+                return Err(Error::format(format!("{kind} state dict: duplicate key '{k}'")));
+            }
+        }
+        let mut used: HashSet<&str> = HashSet::new();
+        let mut get = |k: &str| -> Result<Option<&Tensor>> {
+            match map.get_key_value(k) {
+                Some((key, t)) => {
+                    used.insert(*key);
+                    if !t.defined() {
+                        return Err(Error::format(format!("{kind} state dict: '{k}' is undefined")));
+                    }
+                    Ok(Some(*t))
+                }
+                None => Ok(None),
+            }
+        };
+        let missing = |k: &str| {
+            Error::format(format!(
+                "{kind} state dict: missing key '{k}' (is it the state of a {kind} optimizer with the same parameter groups?)"
+            ))
+        };
+        let mut groups = Vec::new();
+        let mut hypers: Vec<f64> = Vec::new();
+        let mut start = 0i64;
+        for (g, group) in self.groups.iter().enumerate() {
+            let key = format!("param_groups.{g}.params");
+            let t = get(&key)?.ok_or_else(|| missing(&key))?;
+            let ids: Vec<i64> = if t.dim() == 1 { Vec::<i64>::try_from(t)? } else { Vec::new() };
+            let n = group.params.len() as i64;
+            if t.dim() != 1 || ids != (start..start + n).collect::<Vec<_>>() {
+                return Err(Error::format(format!(
+                    "{kind} state dict: '{key}' does not list the {n} parameters of group {g} (got shape {:?})",
+                    t.size()
+                )));
+            }
+            start += n;
+            let mut num = |k: &str, required: bool| -> Result<Option<f64>> {
+                let key = format!("param_groups.{g}.{k}");
+                match get(&key)? {
+                    Some(t) => Ok(Some(read_scalar(t, &key)?)),
+                    None if required => Err(missing(&key)),
+                    None => Ok(None),
+                }
+            };
+            let lr = num("lr", true)?.unwrap_or_default();
+            let wd = num("weight_decay", true)?.unwrap_or_default();
+            let momentum = num(spec.momentum_key, true)?.unwrap_or_default();
+            let initial_lr = num("initial_lr", false)?;
+            for (k, v) in [("lr", lr), ("weight_decay", wd), (spec.momentum_key, momentum)] {
+                if !v.is_finite() || v < 0.0 {
+                    return Err(Error::format(format!("{kind} state dict: group {g} has invalid {k} {v}")));
+                }
+            }
+            for (h, name) in hyper_names.iter().enumerate() {
+                let v = num(name, true)?.unwrap_or_default();
+                match hypers.get(h) {
+                    None => hypers.push(v),
+                    Some(first) if first.to_bits() == v.to_bits() => {}
+                    Some(first) => {
+                        return Err(Error::format(format!(
+                            "{kind} state dict: '{name}' is {v} in group {g} but {first} in group 0; fulmen keeps it per optimizer"
+                        )))
+                    }
+                }
+            }
+            groups.push((lr, wd, momentum, initial_lr));
+        }
+        let params: Vec<&Tensor> = self.groups.iter().flat_map(|g| g.params.iter()).collect();
+        let mut state = Vec::with_capacity(params.len());
+        for (i, p) in params.iter().enumerate() {
+            let names = spec.required.iter().chain(spec.optional.iter());
+            let step_key = format!("state.{i}.step");
+            let mut found = Vec::new();
+            for name in names {
+                let key = format!("state.{i}.{name}");
+                if let Some(t) = get(&key)? {
+                    found.push((*name, key, t));
+                }
+            }
+            let step = if spec.has_step { get(&step_key)? } else { None };
+            if found.is_empty() && step.is_none() {
+                state.push(None);
+                continue;
+            }
+            let mut st = ParamState::default();
+            if spec.has_step {
+                let t = step.ok_or_else(|| missing(&step_key))?;
+                st.step = read_scalar(t, &step_key)?;
+                if !(st.step >= 0.0 && st.step.fract() == 0.0) {
+                    return Err(Error::format(format!("{kind} state dict: bad '{step_key}' {}", st.step)));
+                }
+            }
+            for name in spec.required {
+                if !found.iter().any(|(n, _, _)| n == name) {
+                    return Err(missing(&format!("state.{i}.{name}")));
+                }
+            }
+            for (name, key, t) in found {
+                if t.size() != p.size() {
+                    return Err(Error::shape(format!(
+                        "{kind} state dict: '{key}' has shape {:?} but parameter {i} has shape {:?}",
+                        t.size(),
+                        p.size()
+                    )));
+                }
+                let copy = t.f_detach()?.f_to_device_(p.device(), p.kind(), false, true)?;
+                st.buffers.insert(name, copy);
+            }
+            state.push(Some(st));
+        }
+        if let Some((k, _)) = dict.iter().find(|(k, _)| !used.contains(k.as_str())) {
+            return Err(Error::format(format!(
+                "{kind} state dict: unexpected key '{k}' (state of another optimizer or other parameter groups?)"
+            )));
+        }
+        Ok(Parsed { groups, state, hypers })
+    }
+
+    /// Applies what `parse` read.
+    pub fn commit(&mut self, parsed: Parsed) {
+        for (group, (lr, wd, momentum, initial_lr)) in self.groups.iter_mut().zip(parsed.groups) {
+            group.lr = lr;
+            group.weight_decay = wd;
+            group.momentum = momentum;
+            group.initial_lr = initial_lr;
+        }
+        self.state = parsed.state;
+    }
+}
+
+/// A 0-dim f64 tensor.
+pub(crate) fn scalar(v: f64) -> Result<Tensor> {
+    Ok(Tensor::f_from_slice(&[v])?.f_reshape([0i64; 0])?)
+}
+
+/// The value of a one-element tensor.
+fn read_scalar(t: &Tensor, key: &str) -> Result<f64> {
+    if t.numel() != 1 {
+        return Err(Error::format(format!("'{key}' should hold one number, it has shape {:?}", t.size())));
+    }
+    Ok(t.f_reshape([1i64])?.f_to_kind(Kind::Double)?.f_double_value(&[0])?)
+}
+
+/// A detached copy with its own storage.
+pub(crate) fn deep_copy(t: &Tensor) -> Result<Tensor> {
+    Ok(t.f_detach()?.f_to_device_(t.device(), t.kind(), false, true)?)
+}
+
+/// `a + s * b` as torch's `a.add(b, alpha=s)` (computed as `a + (b * s)`).
+pub(crate) fn add_scaled(a: &Tensor, b: &Tensor, s: f64) -> Result<Tensor> {
+    if s == 1.0 {
+        Ok(a.f_add(b)?)
+    } else {
+        let st = Tensor::f_scalar_tensor(s, (a.kind(), a.device()))?;
+        Ok(a.f_addcmul(b, &st)?)
+    }
+}
+
+/// In place `a += s * b`, torch's `a.add_(b, alpha=s)`.
+pub(crate) fn add_scaled_(a: &mut Tensor, b: &Tensor, s: f64) -> Result<()> {
+    if s == 1.0 {
+        let _ = a.f_add_(b)?;
+    } else {
+        let st = Tensor::f_scalar_tensor(s, (a.kind(), a.device()))?;
+        let _ = a.f_addcmul_(b, &st)?;
+    }
+    Ok(())
+}
+
+/// In place `a += (s * t1) * t2`, torch's `a.addcmul_(t1, t2, value=s)`.
+pub(crate) fn addcmul_(a: &mut Tensor, t1: &Tensor, t2: &Tensor, s: f64) -> Result<()> {
+    if s == 1.0 {
+        let _ = a.f_addcmul_(t1, t2)?;
+    } else {
+        let _ = a.f_addcmul_(&t1.f_mul_scalar(s)?, t2)?;
+    }
+    Ok(())
+}
+
+/// In place `a += (s * t1) / t2`, torch's `a.addcdiv_(t1, t2, value=s)`.
+pub(crate) fn addcdiv_(a: &mut Tensor, t1: &Tensor, t2: &Tensor, s: f64) -> Result<()> {
+    if s == 1.0 {
+        let _ = a.f_add_(&t1.f_div(t2)?)?;
+    } else {
+        let _ = a.f_add_(&t1.f_mul_scalar(s)?.f_div(t2)?)?;
+    }
+    Ok(())
+}
+
+/// Maps a flag to the number stored in state dicts.
+pub(crate) fn flag(b: bool) -> f64 {
+    if b {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// Reads a flag stored by `flag`.
+pub(crate) fn read_flag(kind: &str, name: &str, v: f64) -> Result<bool> {
+    if v == 0.0 || v == 1.0 {
+        Ok(v == 1.0)
+    } else {
+        Err(Error::format(format!("{kind} state dict: '{name}' should be 0 or 1, got {v}")))
+    }
+}

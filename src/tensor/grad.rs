@@ -1,0 +1,60 @@
+//! Gradient clipping, as `torch.nn.utils.clip_grad_norm_` / `_value_`.
+use crate::error::{Error, Result};
+use tch::Tensor;
+
+/// Scales the gradients of `params` in place so that their joint
+/// `norm_type`-norm is at most `max_norm`; returns the norm before
+/// clipping. `norm_type` may be `f64::INFINITY`. Parameters without a
+/// gradient are ignored.
+pub fn clip_grad_norm(params: &[Tensor], max_norm: f64, norm_type: f64) -> Result<f64> {
+    if !(max_norm >= 0.0) || !(norm_type > 0.0) {
+        return Err(Error::invalid(format!(
+            "clip_grad_norm: max_norm {max_norm} must be >= 0 and norm_type {norm_type} > 0"
+        )));
+    }
+    let grads: Vec<Tensor> = params.iter().map(|p| p.grad()).filter(|g| g.defined()).collect();
+    if grads.is_empty() {
+        return Ok(0.0);
+    }
+    let _guard = tch::no_grad_guard();
+    let total = if norm_type.is_infinite() {
+        let maxes: Vec<Tensor> = grads.iter().map(|g| g.f_abs()?.f_max()).collect::<std::result::Result<_, _>>()?;
+        Tensor::f_stack(&maxes, 0)?.f_max()?
+    } else {
+        let norms: Vec<Tensor> = grads
+            .iter()
+            .map(|g| {
+                g.f_flatten(0, -1)?.f_to_kind(tch::Kind::Double)?.f_norm_scalaropt_dim(
+                    norm_type,
+                    [0i64].as_slice(),
+                    false,
+                )
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        Tensor::f_stack(&norms, 0)?.f_norm_scalaropt_dim(norm_type, [0i64].as_slice(), false)?
+    };
+    let total_norm = total.f_double_value(&[])?;
+    let coef = max_norm / (total_norm + 1e-6);
+    if coef < 1.0 {
+        for g in &grads {
+            let mut g = g.shallow_clone();
+            let _ = g.f_mul_scalar_(coef)?;
+        }
+    }
+    Ok(total_norm)
+}
+
+/// Clamps every gradient element of `params` into `[-clip_value, clip_value]`.
+pub fn clip_grad_value(params: &[Tensor], clip_value: f64) -> Result<()> {
+    if !(clip_value >= 0.0) {
+        return Err(Error::invalid(format!("clip_grad_value: clip_value {clip_value} must be >= 0")));
+    }
+    let _guard = tch::no_grad_guard();
+    for p in params {
+        let mut g = p.grad();
+        if g.defined() {
+            let _ = g.f_clamp_(-clip_value, clip_value)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,7 @@
+//! Tensor helpers of the core: dtypes and devices as fulmen names them.
+pub mod device;
+pub mod dtype;
+pub mod functional;
+pub mod grad;
+pub use device::DeviceSpec;
+pub use dtype::DType;

@@ -1,0 +1,74 @@
+//! The step context handed to every step function.
+use super::metrics::{LogFlags, MetricStore};
+use crate::error::{Error, Result};
+
+/// Which loop is running.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// The training loop of `fit`.
+    Train = 0,
+    /// Validation (inside `fit` or `validate`).
+    Validate = 1,
+    /// `test`.
+    Test = 2,
+    /// `predict`.
+    Predict = 3,
+}
+
+impl Stage {
+    /// Lightning's default flags for `self.log` in this stage.
+    pub fn default_flags(self) -> LogFlags {
+        match self {
+            Stage::Train => LogFlags { on_step: true, on_epoch: false, prog_bar: false },
+            _ => LogFlags { on_step: false, on_epoch: true, prog_bar: false },
+        }
+    }
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Train => "train",
+            Stage::Validate => "validate",
+            Stage::Test => "test",
+            Stage::Predict => "predict",
+        }
+    }
+}
+
+/// What a step function can read and do: where the loop is, and logging.
+pub struct StepContext<'a> {
+    /// The running loop.
+    pub stage: Stage,
+    /// Current epoch (0-based).
+    pub epoch: i64,
+    /// Optimizer steps taken so far in this fit.
+    pub global_step: i64,
+    /// Index of the batch within the epoch (0-based).
+    pub batch_idx: i64,
+    /// Number of samples in the batch (first dimension of its first tensor).
+    pub batch_size: i64,
+    pub(crate) metrics: &'a mut MetricStore,
+}
+
+impl StepContext<'_> {
+    /// Logs a metric, as Lightning's `self.log(name, value, ...)`. `flags`
+    /// `None` uses the stage's defaults; `batch_size` 0 uses the batch's.
+    pub fn log(&mut self, name: &str, value: f64, flags: Option<LogFlags>, batch_size: i64) -> Result<()> {
+        if name.is_empty() || name.contains(['\n', '\r', ',', '"']) {
+            return Err(Error::invalid(format!(
+                "metric name {name:?} must be non-empty and hold no comma, quote or newline"
+            )));
+        }
+        if batch_size < 0 {
+            return Err(Error::invalid(format!("batch_size {batch_size} is negative")));
+        }
+        if self.stage == Stage::Predict {
+            return Err(Error::state("metrics cannot be logged from predict_step"));
+        }
+        let flags = flags.unwrap_or_else(|| self.stage.default_flags());
+        let bs = if batch_size > 0 { batch_size } else { self.batch_size.max(1) };
+        self.metrics.log(name, value, flags, bs as f64);
+        Ok(())
+    }
+}

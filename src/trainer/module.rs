@@ -1,0 +1,70 @@
+//! The LightningModule: the user's step functions and optimizer set-up.
+use super::context::StepContext;
+use crate::error::Result;
+use crate::nn::Module;
+use crate::optim::{LrScheduler, Optimizer};
+use std::sync::{Arc, Mutex};
+use tch::Tensor;
+
+/// A model shared between the host and the trainer.
+pub type SharedModel = Arc<Mutex<Module>>;
+
+/// When a scheduler steps (Lightning's `interval`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interval {
+    /// After every optimizer step.
+    Step,
+    /// After every training epoch.
+    Epoch,
+}
+
+/// A scheduler with its stepping rule.
+pub struct SchedulerConfig {
+    /// The scheduler.
+    pub scheduler: Box<dyn LrScheduler>,
+    /// Step or epoch.
+    pub interval: Interval,
+    /// Step every `frequency` intervals.
+    pub frequency: i64,
+    /// Metric fed to ReduceLROnPlateau (a logged name such as "val_loss").
+    pub monitor: Option<String>,
+}
+
+/// One optimizer and its optional scheduler.
+pub struct OptimizerConfig {
+    /// The optimizer.
+    pub optimizer: Box<dyn Optimizer>,
+    /// Its LR scheduler, if any.
+    pub scheduler: Option<SchedulerConfig>,
+}
+
+/// The user's model logic, as Lightning's `LightningModule`. Every method
+/// runs on the thread that called `fit` / `validate` / `test` / `predict`.
+pub trait LightningModule {
+    /// The model whose parameters are trained (used for train / eval mode).
+    fn model(&self) -> Option<SharedModel> {
+        None
+    }
+    /// Computes the loss of one training batch.
+    fn training_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Tensor>;
+    /// Whether `validation_step` is implemented.
+    fn has_validation_step(&self) -> bool {
+        false
+    }
+    /// Evaluates one validation batch (log metrics through `ctx`).
+    fn validation_step(&mut self, _ctx: &mut StepContext, _batch: &[Tensor]) -> Result<()> {
+        Ok(())
+    }
+    /// Whether `test_step` is implemented.
+    fn has_test_step(&self) -> bool {
+        false
+    }
+    /// Evaluates one test batch.
+    fn test_step(&mut self, _ctx: &mut StepContext, _batch: &[Tensor]) -> Result<()> {
+        Ok(())
+    }
+    /// Predicts one batch; `None` when the step produced nothing.
+    fn predict_step(&mut self, _ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>>;
+    /// Creates the optimizers (and schedulers) for `fit`.
+    fn configure_optimizers(&mut self) -> Result<Vec<OptimizerConfig>>;
+}

@@ -1,0 +1,26 @@
+//! Where batches come from: anything that yields the batches of an epoch.
+use crate::data::DataLoader;
+use crate::error::Result;
+use tch::Tensor;
+
+/// Iterator over the batches of one epoch.
+pub type BatchIter<'a> = Box<dyn Iterator<Item = Result<Vec<Tensor>>> + 'a>;
+
+/// A source of batches for the trainer's loops: a [`DataLoader`] over a
+/// map-style dataset, or a host iterator.
+pub trait BatchSource {
+    /// Number of batches per epoch, when known.
+    fn num_batches(&self) -> Option<usize>;
+    /// The batches of `epoch`.
+    fn batches(&self, epoch: u64) -> Result<BatchIter<'_>>;
+}
+
+impl BatchSource for DataLoader {
+    fn num_batches(&self) -> Option<usize> {
+        Some(self.len())
+    }
+
+    fn batches(&self, epoch: u64) -> Result<BatchIter<'_>> {
+        Ok(Box::new(self.iter(epoch)))
+    }
+}
