@@ -33,7 +33,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_e
 
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all deps lib header test test-rust test-c demo example lint fmt install clean
+.PHONY: all deps lib header test test-rust test-c test-pkgconfig demo example lint fmt install clean
 
 all: lib
 
@@ -53,7 +53,7 @@ lib: $(LIBTORCH_STAMP)
 header: $(LIBTORCH_STAMP)
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test header_drift
 
-test: deps lib test-rust test-c example
+test: deps lib lint test-rust test-c example
 	@echo "all suites passed"
 
 test-rust: $(LIBTORCH_STAMP) $(MNIST)

@@ -142,7 +142,7 @@ impl HostModule {
         ) -> *mut fulmen_error,
     ) -> Result<Option<Tensor>> {
         let _scope = TensorScope::enter();
-        let ctx_ptr = ctx as *mut StepContext as *mut StepContext<'static>;
+        let ctx_ptr = std::ptr::from_mut(ctx).cast::<StepContext<'static>>();
         let batch_value = fulmen_batch { tensors: batch.iter().map(Tensor::shallow_clone).collect() };
         let mut out: *mut fulmen_tensor = std::ptr::null_mut();
         let (_, (_, err)) = with_temp_handle(batch_value, |b| {

@@ -309,7 +309,7 @@ pub unsafe extern "C" fn fulmen_optimizer_get_lr(
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_optimizer_set_lr(optimizer: *mut fulmen_optimizer, lr: f64) -> *mut fulmen_error {
     guard("fulmen_optimizer_set_lr", || {
-        if !(lr >= 0.0) || !lr.is_finite() {
+        if !lr.is_finite() || lr < 0.0 {
             return Err(Error::invalid(format!("learning rate {lr} must be finite and >= 0")));
         }
         handle::borrow_mut(optimizer, "optimizer")?.inner.set_lr(lr);

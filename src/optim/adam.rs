@@ -235,6 +235,9 @@ macro_rules! impl_optimizer {
             fn step(&mut self) -> Result<()> {
                 self.0.step()
             }
+            fn zero_grad(&mut self) {
+                self.0.core.zero_grad();
+            }
             fn param_groups(&self) -> &[ParamGroup] {
                 &self.0.core.groups
             }

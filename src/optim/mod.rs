@@ -74,9 +74,7 @@ pub trait Optimizer: Send {
     /// `zero_grad(set_to_none=True)` (done through libtorch's C++ optimizer
     /// `zero_grad`, whose default is also set-to-none). Should that fail, the
     /// gradients are detached and zeroed instead (tch's `Tensor::zero_grad`).
-    fn zero_grad(&mut self) {
-        zero_grad_groups(self.param_groups());
-    }
+    fn zero_grad(&mut self);
 
     /// The parameter groups.
     fn param_groups(&self) -> &[ParamGroup];
@@ -115,19 +113,46 @@ pub trait Optimizer: Send {
     fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()>;
 }
 
-/// Sets the gradients of all parameters of `groups` to undefined.
-pub(crate) fn zero_grad_groups(groups: &[ParamGroup]) {
-    let reset = || -> std::result::Result<(), tch::TchError> {
-        let mut helper = tch::COptimizer::sgd(0.0, 0.0, 0.0, 0.0, false)?;
-        for p in groups.iter().flat_map(|g| g.params.iter()) {
-            helper.add_parameters(p, 0)?;
-        }
-        helper.zero_grad()
-    };
-    if reset().is_err() {
-        for p in groups.iter().flat_map(|g| g.params.iter()) {
-            let mut p = p.shallow_clone();
-            p.zero_grad();
+/// Sets gradients back to undefined (torch's `zero_grad(set_to_none=True)`).
+///
+/// tch cannot reset a gradient directly, so this keeps a libtorch C++
+/// optimizer over the same parameters, used only for its `zero_grad` (which
+/// is set-to-none in libtorch); it is built once and rebuilt only when the
+/// parameter list grows.
+#[derive(Default)]
+pub(crate) struct GradReset {
+    helper: Option<(tch::COptimizer, usize)>,
+}
+
+impl std::fmt::Debug for GradReset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GradReset")
+    }
+}
+
+impl GradReset {
+    /// Resets the gradients of every parameter of `groups`.
+    pub fn run(&mut self, groups: &[ParamGroup]) {
+        let n: usize = groups.iter().map(|g| g.params.len()).sum();
+        let reset = |this: &mut Self| -> std::result::Result<(), tch::TchError> {
+            if this.helper.as_ref().is_none_or(|(_, count)| *count != n) {
+                let mut helper = tch::COptimizer::sgd(0.0, 0.0, 0.0, 0.0, false)?;
+                for p in groups.iter().flat_map(|g| g.params.iter()) {
+                    helper.add_parameters(p, 0)?;
+                }
+                this.helper = Some((helper, n));
+            }
+            match this.helper.as_mut() {
+                Some((h, _)) => h.zero_grad(),
+                None => Ok(()),
+            }
+        };
+        if reset(self).is_err() {
+            self.helper = None;
+            for p in groups.iter().flat_map(|g| g.params.iter()) {
+                let mut p = p.shallow_clone();
+                p.zero_grad();
+            }
         }
     }
 }

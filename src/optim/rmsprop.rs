@@ -139,6 +139,10 @@ impl Optimizer for RmsProp {
         Ok(())
     }
 
+    fn zero_grad(&mut self) {
+        self.core.zero_grad();
+    }
+
     fn param_groups(&self) -> &[ParamGroup] {
         &self.core.groups
     }

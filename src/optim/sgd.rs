@@ -114,6 +114,10 @@ impl Optimizer for Sgd {
         Ok(())
     }
 
+    fn zero_grad(&mut self) {
+        self.core.zero_grad();
+    }
+
     fn param_groups(&self) -> &[ParamGroup] {
         &self.core.groups
     }

@@ -47,6 +47,8 @@ pub(crate) struct Core {
     pub groups: Vec<ParamGroup>,
     /// State by flat parameter index; `None` until the first step with a grad.
     pub state: Vec<Option<ParamState>>,
+    /// Resets gradients for `zero_grad`.
+    pub grad_reset: super::GradReset,
 }
 
 /// What `Core::parse` read from a state dict, applied by `Core::commit`.
@@ -63,7 +65,7 @@ impl Core {
         if params.is_empty() {
             return Err(Error::invalid("optimizer got an empty parameter list"));
         }
-        let mut core = Core { groups: Vec::new(), state: Vec::new() };
+        let mut core = Core { groups: Vec::new(), state: Vec::new(), grad_reset: Default::default() };
         core.add_group(params, lr, weight_decay, momentum)?;
         Ok(core)
     }
@@ -74,6 +76,11 @@ impl Core {
         check_params(&self.groups, &params)?;
         self.groups.push(ParamGroup::new(&params, lr, wd, momentum));
         Ok(())
+    }
+
+    /// Resets every parameter's gradient to undefined.
+    pub fn zero_grad(&mut self) {
+        self.grad_reset.run(&self.groups);
     }
 
     /// Number of parameters over all groups.

@@ -7,7 +7,7 @@ use tch::Tensor;
 /// clipping. `norm_type` may be `f64::INFINITY`. Parameters without a
 /// gradient are ignored.
 pub fn clip_grad_norm(params: &[Tensor], max_norm: f64, norm_type: f64) -> Result<f64> {
-    if !(max_norm >= 0.0) || !(norm_type > 0.0) {
+    if max_norm.is_nan() || max_norm < 0.0 || norm_type.is_nan() || norm_type <= 0.0 {
         return Err(Error::invalid(format!(
             "clip_grad_norm: max_norm {max_norm} must be >= 0 and norm_type {norm_type} > 0"
         )));
@@ -46,7 +46,7 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64, norm_type: f64) -> Resul
 
 /// Clamps every gradient element of `params` into `[-clip_value, clip_value]`.
 pub fn clip_grad_value(params: &[Tensor], clip_value: f64) -> Result<()> {
-    if !(clip_value >= 0.0) {
+    if clip_value.is_nan() || clip_value < 0.0 {
         return Err(Error::invalid(format!("clip_grad_value: clip_value {clip_value} must be >= 0")));
     }
     let _guard = tch::no_grad_guard();

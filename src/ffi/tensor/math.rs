@@ -180,7 +180,7 @@ pub unsafe extern "C" fn fulmen_tensor_leaky_relu(
     slope: f64,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    unary("fulmen_tensor_leaky_relu", x, out, |x| Ok(crate::tensor::functional::leaky_relu(x, slope)?))
+    unary("fulmen_tensor_leaky_relu", x, out, |x| crate::tensor::functional::leaky_relu(x, slope))
 }
 
 /// Logistic sigmoid.
