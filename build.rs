@@ -1,7 +1,8 @@
 //! Build script: gives every binary linked against fulmen (the cdylib, tests,
 //! examples) an rpath to the libtorch it was built with, so programs run
-//! without `LD_LIBRARY_PATH`.
+//! without `LD_LIBRARY_PATH`, and compiles the C++ shims of `csrc/`.
 use std::env;
+use std::path::{Path, PathBuf};
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -9,5 +10,67 @@ fn main() {
     if let Ok(lib) = env::var("DEP_TCH_LIBTORCH_LIB") {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
         println!("cargo:rustc-env=FULMEN_LIBTORCH_LIB={lib}");
+        build_cxx_shims(Path::new(&lib));
     }
+}
+
+/// Compiles `csrc/*.cpp` against the libtorch headers torch-sys used, with
+/// the same C++ standard and `_GLIBCXX_USE_CXX11_ABI`.
+fn build_cxx_shims(lib: &Path) {
+    for file in ["csrc/fulmen_cxx.h", "csrc/autocast.cpp", "csrc/accelerators.cpp", "csrc/runtime.cpp"] {
+        println!("cargo:rerun-if-changed={file}");
+    }
+    println!("cargo:rerun-if-env-changed=LIBTORCH_INCLUDE");
+    println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
+    println!("cargo:rerun-if-env-changed=CUDA_HOME");
+    println!("cargo:rerun-if-env-changed=CUDA_PATH");
+    println!("cargo:rerun-if-env-changed=FULMEN_CUDA_INCLUDE");
+    // torch-sys takes the headers from $LIBTORCH_INCLUDE when set, else from
+    // the libtorch folder that holds lib/.
+    let root = env::var("LIBTORCH_INCLUDE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| lib.parent().map(Path::to_path_buf).unwrap_or_else(|| lib.to_path_buf()));
+    let abi = env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".to_owned());
+    let mut build = cc::Build::new();
+    build
+        .cpp(true)
+        .pic(true)
+        .warnings(false)
+        .include(root.join("include"))
+        .include(root.join("include/torch/csrc/api/include"))
+        .flag("-std=c++17")
+        .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
+        .flag("-DGLOG_USE_GLOG_EXPORT")
+        .file("csrc/autocast.cpp")
+        .file("csrc/accelerators.cpp")
+        .file("csrc/runtime.cpp");
+    if lib.join("libtorch_cuda.so").exists() {
+        match cuda_include_dir() {
+            Some(cuda) => {
+                build.include(cuda).define("FULMEN_WITH_CUDA", None);
+                println!("cargo:rustc-link-lib=c10_cuda");
+            }
+            None => println!(
+                "cargo:warning=libtorch has CUDA but the CUDA runtime headers were not found \
+                 (set FULMEN_CUDA_INCLUDE or CUDA_HOME): CUDA memory stats and set_device are disabled"
+            ),
+        }
+    }
+    build.compile("fulmen_cxx");
+}
+
+/// The folder holding `cuda_runtime_api.h`, from `FULMEN_CUDA_INCLUDE`,
+/// `CUDA_HOME`, `CUDA_PATH` or `/usr/local/cuda`.
+fn cuda_include_dir() -> Option<PathBuf> {
+    let mut candidates = Vec::new();
+    if let Ok(dir) = env::var("FULMEN_CUDA_INCLUDE") {
+        candidates.push(PathBuf::from(dir));
+    }
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Ok(dir) = env::var(var) {
+            candidates.push(PathBuf::from(dir).join("include"));
+        }
+    }
+    candidates.push(PathBuf::from("/usr/local/cuda/include"));
+    candidates.into_iter().find(|dir| dir.join("cuda_runtime_api.h").exists())
 }

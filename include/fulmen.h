@@ -326,6 +326,178 @@ typedef enum fulmen_scaling {
 } fulmen_scaling;
 
 /**
+ * The hooks, in Lightning's names (`fulmen_hook`). Callbacks receive them
+ * in Lightning's order: each callback first (in the order added), then the
+ * LightningModule.
+ */
+typedef enum fulmen_hook {
+  /**
+   * Start of fit / validate / test / predict (`setup(stage)`).
+   */
+  FULMEN_HOOK_SETUP = 0,
+  /**
+   * End of fit / validate / test / predict (`teardown(stage)`).
+   */
+  FULMEN_HOOK_TEARDOWN = 1,
+  /**
+   * `on_fit_start`.
+   */
+  FULMEN_HOOK_FIT_START = 2,
+  /**
+   * `on_fit_end`.
+   */
+  FULMEN_HOOK_FIT_END = 3,
+  /**
+   * `on_sanity_check_start`.
+   */
+  FULMEN_HOOK_SANITY_CHECK_START = 4,
+  /**
+   * `on_sanity_check_end`.
+   */
+  FULMEN_HOOK_SANITY_CHECK_END = 5,
+  /**
+   * `on_train_start`.
+   */
+  FULMEN_HOOK_TRAIN_START = 6,
+  /**
+   * `on_train_end`.
+   */
+  FULMEN_HOOK_TRAIN_END = 7,
+  /**
+   * `on_train_epoch_start`.
+   */
+  FULMEN_HOOK_TRAIN_EPOCH_START = 8,
+  /**
+   * `on_train_epoch_end`.
+   */
+  FULMEN_HOOK_TRAIN_EPOCH_END = 9,
+  /**
+   * `on_train_batch_start`; setting `skip_batch` skips the rest of the
+   * epoch (Lightning: returning -1).
+   */
+  FULMEN_HOOK_TRAIN_BATCH_START = 10,
+  /**
+   * `on_train_batch_end` (the loss is readable).
+   */
+  FULMEN_HOOK_TRAIN_BATCH_END = 11,
+  /**
+   * `on_validation_start`.
+   */
+  FULMEN_HOOK_VALIDATION_START = 12,
+  /**
+   * `on_validation_end`.
+   */
+  FULMEN_HOOK_VALIDATION_END = 13,
+  /**
+   * `on_validation_epoch_start`.
+   */
+  FULMEN_HOOK_VALIDATION_EPOCH_START = 14,
+  /**
+   * `on_validation_epoch_end`.
+   */
+  FULMEN_HOOK_VALIDATION_EPOCH_END = 15,
+  /**
+   * `on_validation_batch_start`.
+   */
+  FULMEN_HOOK_VALIDATION_BATCH_START = 16,
+  /**
+   * `on_validation_batch_end`.
+   */
+  FULMEN_HOOK_VALIDATION_BATCH_END = 17,
+  /**
+   * `on_test_start`.
+   */
+  FULMEN_HOOK_TEST_START = 18,
+  /**
+   * `on_test_end`.
+   */
+  FULMEN_HOOK_TEST_END = 19,
+  /**
+   * `on_test_epoch_start`.
+   */
+  FULMEN_HOOK_TEST_EPOCH_START = 20,
+  /**
+   * `on_test_epoch_end`.
+   */
+  FULMEN_HOOK_TEST_EPOCH_END = 21,
+  /**
+   * `on_test_batch_start`.
+   */
+  FULMEN_HOOK_TEST_BATCH_START = 22,
+  /**
+   * `on_test_batch_end`.
+   */
+  FULMEN_HOOK_TEST_BATCH_END = 23,
+  /**
+   * `on_predict_start`.
+   */
+  FULMEN_HOOK_PREDICT_START = 24,
+  /**
+   * `on_predict_end`.
+   */
+  FULMEN_HOOK_PREDICT_END = 25,
+  /**
+   * `on_predict_epoch_start`.
+   */
+  FULMEN_HOOK_PREDICT_EPOCH_START = 26,
+  /**
+   * `on_predict_epoch_end`.
+   */
+  FULMEN_HOOK_PREDICT_EPOCH_END = 27,
+  /**
+   * `on_predict_batch_start`.
+   */
+  FULMEN_HOOK_PREDICT_BATCH_START = 28,
+  /**
+   * `on_predict_batch_end` (the prediction is readable).
+   */
+  FULMEN_HOOK_PREDICT_BATCH_END = 29,
+  /**
+   * `on_before_backward` (the loss is readable).
+   */
+  FULMEN_HOOK_BEFORE_BACKWARD = 30,
+  /**
+   * `on_after_backward`: gradients are populated.
+   */
+  FULMEN_HOOK_AFTER_BACKWARD = 31,
+  /**
+   * `on_before_optimizer_step`: gradients are final (unscaled, before
+   * clipping).
+   */
+  FULMEN_HOOK_BEFORE_OPTIMIZER_STEP = 32,
+  /**
+   * `on_before_zero_grad`.
+   */
+  FULMEN_HOOK_BEFORE_ZERO_GRAD = 33,
+  /**
+   * `on_save_checkpoint`: add entries with the checkpoint accessors.
+   */
+  FULMEN_HOOK_SAVE_CHECKPOINT = 34,
+  /**
+   * `on_load_checkpoint`: read entries with the checkpoint accessors.
+   */
+  FULMEN_HOOK_LOAD_CHECKPOINT = 35,
+  /**
+   * `on_exception`: the run is failing; the error text is readable.
+   */
+  FULMEN_HOOK_EXCEPTION = 36,
+} fulmen_hook;
+
+/**
+ * Which path of the trainer's ModelCheckpoint to read (`fulmen_checkpoint_path`).
+ */
+typedef enum fulmen_checkpoint_path {
+  /**
+   * The best checkpoint (by the monitored metric; the latest without one).
+   */
+  FULMEN_CHECKPOINT_PATH_BEST = 0,
+  /**
+   * The `last.ckpt` copy (with save_last).
+   */
+  FULMEN_CHECKPOINT_PATH_LAST = 1,
+} fulmen_checkpoint_path;
+
+/**
  * A batch given to a step callback: an ordered list of tensors (for
  * example inputs then targets). Borrowed: valid only during the callback.
  */
@@ -348,6 +520,12 @@ typedef struct fulmen_dataset fulmen_dataset;
  * `fulmen_error_free`.
  */
 typedef struct fulmen_error fulmen_error;
+
+/**
+ * What a hook call sees: the hook's trainer state and data. Borrowed:
+ * valid only during the hook callback.
+ */
+typedef struct fulmen_hook_context fulmen_hook_context;
 
 /**
  * The user's model logic: step functions, optimizer set-up, and the model
@@ -409,6 +587,126 @@ typedef struct fulmen_trainer fulmen_trainer;
  * arguments. Free with `fulmen_trainer_options_free`.
  */
 typedef struct fulmen_trainer_options fulmen_trainer_options;
+
+/**
+ * Options of `fulmen_trainer_add_model_checkpoint`; defaults (Lightning's)
+ * from `fulmen_model_checkpoint_options_default`. Strings are copied.
+ */
+typedef struct fulmen_model_checkpoint_options {
+  /**
+   * Folder; NULL = `<log dir>/checkpoints`.
+   */
+  const char *dirpath;
+  /**
+   * Name template such as "{epoch}-{val_loss:.3f}"; NULL = "{epoch}-{step}".
+   */
+  const char *filename;
+  /**
+   * Metric to rank by; NULL = keep the latest.
+   */
+  const char *monitor;
+  /**
+   * 0: lower is better, 1: higher is better.
+   */
+  int32_t mode;
+  /**
+   * Best checkpoints to keep (-1 all, 0 none; default 1).
+   */
+  int64_t save_top_k;
+  /**
+   * Also write `last.ckpt` (default false).
+   */
+  bool save_last;
+  /**
+   * Save every n optimizer steps (default 0: off).
+   */
+  int64_t every_n_train_steps;
+  /**
+   * Save every n epochs (default 1).
+   */
+  int64_t every_n_epochs;
+  /**
+   * Save only weights (default false).
+   */
+  bool save_weights_only;
+  /**
+   * `name=value` in file names (default true).
+   */
+  bool auto_insert_metric_name;
+  /**
+   * -1 auto (default), 0 after validation, 1 at training epoch end.
+   */
+  int32_t save_on_train_epoch_end;
+} fulmen_model_checkpoint_options;
+
+/**
+ * Options of `fulmen_trainer_add_early_stopping`; defaults from
+ * `fulmen_early_stopping_options_default`.
+ */
+typedef struct fulmen_early_stopping_options {
+  /**
+   * Metric to watch (required).
+   */
+  const char *monitor;
+  /**
+   * Smallest change that counts as an improvement (default 0).
+   */
+  double min_delta;
+  /**
+   * Checks without improvement before stopping (default 3).
+   */
+  int64_t patience;
+  /**
+   * 0: lower is better (default), 1: higher is better.
+   */
+  int32_t mode;
+  /**
+   * A missing metric is an error (default true).
+   */
+  bool strict;
+  /**
+   * Stop on NaN or infinite values (default true).
+   */
+  bool check_finite;
+  /**
+   * Stop once better than this; NaN = none (default).
+   */
+  double stopping_threshold;
+  /**
+   * Stop once worse than this; NaN = none (default).
+   */
+  double divergence_threshold;
+  /**
+   * -1 auto (default), 0 after validation, 1 at training epoch end.
+   */
+  int32_t check_on_train_epoch_end;
+} fulmen_early_stopping_options;
+
+/**
+ * A host callback: receives every hook (`fulmen_hook`) through `on_hook`
+ * on the thread running the trainer. Set `struct_size` to
+ * `sizeof(fulmen_callback_vtable)`.
+ */
+typedef struct fulmen_callback_vtable {
+  /**
+   * `sizeof(fulmen_callback_vtable)`.
+   */
+  size_t struct_size;
+  /**
+   * Passed to `on_hook`.
+   */
+  void *userdata;
+  /**
+   * Called once when the trainer that holds the callback is freed; may
+   * be NULL.
+   */
+  void (*userdata_free)(void*);
+  /**
+   * Called for every hook; return NULL, or an error to stop the run.
+   * Required.
+   */
+  struct fulmen_error *(*on_hook)(void *userdata, int32_t hook, struct fulmen_hook_context *ctx);
+} fulmen_callback_vtable;
 
 /**
  * Options of `fulmen_dataset_from_csv`; defaults from
@@ -529,6 +827,47 @@ typedef struct fulmen_iterator_vtable {
 } fulmen_iterator_vtable;
 
 /**
+ * A logger implemented by the host. Set `struct_size` to
+ * `sizeof(fulmen_logger_vtable)`; NULL slots are skipped. The arrays
+ * passed are valid only during the call. Calls come from the thread
+ * running the trainer.
+ */
+typedef struct fulmen_logger_vtable {
+  /**
+   * `sizeof(fulmen_logger_vtable)`.
+   */
+  size_t struct_size;
+  /**
+   * Passed to every callback.
+   */
+  void *userdata;
+  /**
+   * Called once when the trainer is freed; may be NULL.
+   */
+  void (*userdata_free)(void*);
+  /**
+   * `n` metrics (`names[i]` = `values[i]`) at `step` in `epoch`.
+   */
+  struct fulmen_error *(*log_metrics)(void *userdata,
+                                      const char *const *names,
+                                      const double *values,
+                                      size_t n,
+                                      int64_t epoch,
+                                      int64_t step);
+  /**
+   * `n` hyperparameters as text (`keys[i]` = `values[i]`).
+   */
+  struct fulmen_error *(*log_hyperparams)(void *userdata,
+                                          const char *const *keys,
+                                          const char *const *values,
+                                          size_t n);
+  /**
+   * The run ended: `status` is "success", "failed" or "interrupted".
+   */
+  struct fulmen_error *(*finalize)(void *userdata, const char *status);
+} fulmen_logger_vtable;
+
+/**
  * Options of a 2-D convolution; get defaults from
  * `fulmen_conv2d_options_default` and set what differs.
  */
@@ -583,6 +922,9 @@ typedef struct fulmen_module_vtable {
   /**
    * Computes the loss of a training batch into `*out` (a one-element
    * floating tensor computed from the parameters). Required for fit.
+   * fulmen reads `*out` and does not take it: a tensor made in the step
+   * is released with the step's other tensors, a kept one stays the
+   * host's to free.
    */
   struct fulmen_error *(*training_step)(void *userdata,
                                         struct fulmen_step_context *ctx,
@@ -613,6 +955,12 @@ typedef struct fulmen_module_vtable {
    */
   struct fulmen_error *(*configure_optimizers)(void *userdata,
                                                struct fulmen_optimizer_config *config);
+  /**
+   * The module's own hooks (any `fulmen_hook`), called after every
+   * callback's. May be NULL. Added in 0.1; older, smaller vtables
+   * without this field are accepted.
+   */
+  struct fulmen_error *(*on_hook)(void *userdata, int32_t hook, struct fulmen_hook_context *ctx);
 } fulmen_module_vtable;
 
 /**
@@ -805,6 +1153,21 @@ typedef struct fulmen_plateau_options {
 extern "C" {
 #endif // __cplusplus
 
+extern int fulmen_cxx_cuda_compiled(void);
+
+extern int fulmen_cxx_cuda_set_device(int64_t index, char *err, size_t err_len);
+
+extern int fulmen_cxx_cuda_empty_cache(char *err, size_t err_len);
+
+extern int fulmen_cxx_cuda_memory_stats(int64_t index,
+                                        char *buf,
+                                        size_t buf_len,
+                                        size_t *needed,
+                                        char *err,
+                                        size_t err_len);
+
+extern int fulmen_cxx_xla_device_count(int64_t *out, char *err, size_t err_len);
+
 /**
  * Writes the number of tensors in the batch.
  */
@@ -824,6 +1187,55 @@ struct fulmen_error *fulmen_batch_get(const struct fulmen_batch *batch,
  */
 struct fulmen_error *fulmen_batch_builder_push(struct fulmen_batch_builder *builder,
                                                const struct fulmen_tensor *tensor);
+
+/**
+ * Lightning's ModelCheckpoint defaults.
+ */
+struct fulmen_model_checkpoint_options fulmen_model_checkpoint_options_default(void);
+
+/**
+ * Adds a ModelCheckpoint (`options` may be NULL for the defaults). The
+ * default checkpoint callback is then not added.
+ */
+struct fulmen_error *fulmen_trainer_add_model_checkpoint(struct fulmen_trainer *trainer,
+                                                         const struct fulmen_model_checkpoint_options *options);
+
+/**
+ * Lightning's EarlyStopping defaults (monitor NULL: set it).
+ */
+struct fulmen_early_stopping_options fulmen_early_stopping_options_default(void);
+
+/**
+ * Adds an EarlyStopping callback.
+ */
+struct fulmen_error *fulmen_trainer_add_early_stopping(struct fulmen_trainer *trainer,
+                                                       const struct fulmen_early_stopping_options *options);
+
+/**
+ * Adds a LearningRateMonitor logging `lr-<Optimizer>` every
+ * `log_every_n_steps` ("step"), at each epoch start ("epoch"), or both
+ * (NULL).
+ */
+struct fulmen_error *fulmen_trainer_add_lr_monitor(struct fulmen_trainer *trainer,
+                                                   const char *logging_interval);
+
+/**
+ * Adds a Timer stopping training after `duration` (seconds, or
+ * "DD:HH:MM:SS"; NULL only measures), checked every "step" or "epoch".
+ */
+struct fulmen_error *fulmen_trainer_add_timer(struct fulmen_trainer *trainer,
+                                              const char *duration,
+                                              const char *interval);
+
+/**
+ * Adds a host callback named `name` (which keys its entries in
+ * checkpoints); `vtable` is copied. Its hooks run before the
+ * LightningModule's, in the order callbacks were added. On failure
+ * `userdata_free` is not called.
+ */
+struct fulmen_error *fulmen_trainer_add_callback(struct fulmen_trainer *trainer,
+                                                 const char *name,
+                                                 const struct fulmen_callback_vtable *vtable);
 
 /**
  * Logs a metric, as Lightning's `self.log(name, value, ...)`. `flags`
@@ -910,6 +1322,8 @@ struct fulmen_error *fulmen_dataset_len(const struct fulmen_dataset *dataset, si
 /**
  * Fetches the samples `indices[0..n]` as a batch: writes up to `capacity`
  * new tensor handles to `tensors_out` and their count to `*count_out`.
+ * `*count_out` is written even when `capacity` is too small, which fails
+ * with FULMEN_CODE_OUT_OF_RANGE.
  */
 struct fulmen_error *fulmen_dataset_get(const struct fulmen_dataset *dataset,
                                         const int64_t *indices,
@@ -985,6 +1399,108 @@ const char *fulmen_error_message(const struct fulmen_error *error);
  * Frees an error. NULL is a no-op; so is a pointer already freed.
  */
 void fulmen_error_free(struct fulmen_error *error);
+
+/**
+ * The name Lightning gives hook `hook` ("on_train_epoch_end"), a static
+ * string; "" for a value that is not a `fulmen_hook`.
+ */
+const char *fulmen_hook_name(int32_t hook);
+
+/**
+ * Writes the running entry point ("fit", "validate", "test", "predict")
+ * as a static string.
+ */
+struct fulmen_error *fulmen_hook_context_stage(const struct fulmen_hook_context *ctx,
+                                               const char **out);
+
+/**
+ * Writes the current epoch (0-based).
+ */
+struct fulmen_error *fulmen_hook_context_epoch(const struct fulmen_hook_context *ctx, int64_t *out);
+
+/**
+ * Writes the number of optimizer steps taken so far.
+ */
+struct fulmen_error *fulmen_hook_context_global_step(const struct fulmen_hook_context *ctx,
+                                                     int64_t *out);
+
+/**
+ * Writes the batch index for batch hooks, -1 for the others.
+ */
+struct fulmen_error *fulmen_hook_context_batch_idx(const struct fulmen_hook_context *ctx,
+                                                   int64_t *out);
+
+/**
+ * Writes the latest value of a logged metric;
+ * FULMEN_CODE_INVALID_STATE names the logged ones when it is missing.
+ */
+struct fulmen_error *fulmen_hook_context_metric(const struct fulmen_hook_context *ctx,
+                                                const char *name,
+                                                double *out);
+
+/**
+ * Asks the trainer to stop after the current step (Lightning's
+ * `trainer.should_stop = True`; min_epochs / min_steps still apply).
+ */
+struct fulmen_error *fulmen_hook_context_request_stop(struct fulmen_hook_context *ctx);
+
+/**
+ * Writes the number of tensors of the hook's batch (0 when the hook has
+ * none).
+ */
+struct fulmen_error *fulmen_hook_context_batch_len(const struct fulmen_hook_context *ctx,
+                                                   size_t *out);
+
+/**
+ * Writes a handle to tensor `index` of the hook's batch (released when the
+ * hook returns unless kept).
+ */
+struct fulmen_error *fulmen_hook_context_batch_get(const struct fulmen_hook_context *ctx,
+                                                   size_t index,
+                                                   struct fulmen_tensor **out);
+
+/**
+ * Writes a handle to the hook's output: the loss (training batch end,
+ * before / after backward) or the prediction (predict batch end); NULL
+ * when the hook has none.
+ */
+struct fulmen_error *fulmen_hook_context_output(const struct fulmen_hook_context *ctx,
+                                                struct fulmen_tensor **out);
+
+/**
+ * In `on_save_checkpoint`: stores `value` under `key` in the checkpoint.
+ */
+struct fulmen_error *fulmen_hook_context_checkpoint_set(struct fulmen_hook_context *ctx,
+                                                        const char *key,
+                                                        const char *value);
+
+/**
+ * In `on_load_checkpoint`: copies the value stored under `key` into `buf`
+ * as for `fulmen_model_state_dict_name`; FULMEN_CODE_INVALID_ARGUMENT when
+ * the checkpoint has no such key.
+ */
+struct fulmen_error *fulmen_hook_context_checkpoint_get(struct fulmen_hook_context *ctx,
+                                                        const char *key,
+                                                        char *buf,
+                                                        size_t capacity,
+                                                        size_t *len_out);
+
+/**
+ * In `on_exception`: copies the failure's message into `buf` as for
+ * `fulmen_model_state_dict_name`.
+ */
+struct fulmen_error *fulmen_hook_context_exception(const struct fulmen_hook_context *ctx,
+                                                   char *buf,
+                                                   size_t capacity,
+                                                   size_t *len_out);
+
+/**
+ * Adds a host logger that receives every metric the file loggers get (and
+ * the metrics of validate / test runs). `vtable` is copied; on failure
+ * `userdata_free` is not called.
+ */
+struct fulmen_error *fulmen_trainer_add_logger(struct fulmen_trainer *trainer,
+                                               const struct fulmen_logger_vtable *vtable);
 
 /**
  * Creates an empty sequential model (`nn.Sequential`): children run in
@@ -1184,6 +1700,17 @@ struct fulmen_error *fulmen_model_load(struct fulmen_model *model, const char *p
 void fulmen_model_free(struct fulmen_model *model);
 
 /**
+ * Copies the model's layer table (name, type, parameter count, totals), as
+ * Lightning's ModelSummary prints it, down to `max_depth` levels (1: direct
+ * children) into `buf` as for `fulmen_model_state_dict_name`.
+ */
+struct fulmen_error *fulmen_model_summary(const struct fulmen_model *model,
+                                          size_t max_depth,
+                                          char *buf,
+                                          size_t capacity,
+                                          size_t *len_out);
+
+/**
  * Creates a LightningModule from the host's `vtable` (copied) training
  * `model` (may be NULL; the module shares it, so the host may free its own
  * handle). On failure `userdata_free` is not called.
@@ -1197,6 +1724,15 @@ struct fulmen_error *fulmen_lightning_module_new(const struct fulmen_module_vtab
  * already freed handle is a no-op.
  */
 void fulmen_lightning_module_free(struct fulmen_lightning_module *module);
+
+/**
+ * Records a hyperparameter (Lightning's `save_hyperparameters`): written
+ * to `hparams.yaml`, the TensorBoard hparams view and every checkpoint.
+ * Setting a key again replaces its value.
+ */
+struct fulmen_error *fulmen_lightning_module_set_hparam(struct fulmen_lightning_module *module,
+                                                        const char *key,
+                                                        const char *value);
 
 /**
  * Hands `optimizer` (and optionally `scheduler`, created for it) to the
@@ -2054,8 +2590,11 @@ struct fulmen_error *fulmen_trainer_new(const struct fulmen_trainer_options *opt
                                         struct fulmen_trainer **out);
 
 /**
- * Trains `module` on `train`, validating on `val` (may be NULL) after
- * every epoch when the module has a validation_step. Callbacks run on the
+ * Trains `module` on `train`, validating on `val` (may be NULL) as
+ * `val_check_interval` says when the module has a validation_step.
+ * `ckpt_path` (may be NULL) resumes from a checkpoint: a file path,
+ * "last" (the newest last/any checkpoint of this root dir) or "best" (the
+ * best checkpoint of this trainer's previous fit). Callbacks run on the
  * calling thread. A failing callback stops training with an error naming
  * the callback, epoch and step; the parameters keep the last completed
  * update.
@@ -2063,29 +2602,35 @@ struct fulmen_error *fulmen_trainer_new(const struct fulmen_trainer_options *opt
 struct fulmen_error *fulmen_trainer_fit(struct fulmen_trainer *trainer,
                                         struct fulmen_lightning_module *module,
                                         const struct fulmen_loader *train,
-                                        const struct fulmen_loader *val);
+                                        const struct fulmen_loader *val,
+                                        const char *ckpt_path);
 
 /**
- * Runs the validation loop over `loader` once.
+ * Runs the validation loop over `loader` once; `ckpt_path` (may be NULL)
+ * first loads the weights of a checkpoint ("best", "last" or a path).
  */
 struct fulmen_error *fulmen_trainer_validate(struct fulmen_trainer *trainer,
                                              struct fulmen_lightning_module *module,
-                                             const struct fulmen_loader *loader);
+                                             const struct fulmen_loader *loader,
+                                             const char *ckpt_path);
 
 /**
- * Runs the test loop over `loader` once.
+ * Runs the test loop over `loader` once; `ckpt_path` as for validate.
  */
 struct fulmen_error *fulmen_trainer_test(struct fulmen_trainer *trainer,
                                          struct fulmen_lightning_module *module,
-                                         const struct fulmen_loader *loader);
+                                         const struct fulmen_loader *loader,
+                                         const char *ckpt_path);
 
 /**
  * Runs predict_step over `loader` and writes the outputs concatenated
- * along dimension 0 to `*out` (NULL when no step produced an output).
+ * along dimension 0 to `*out` (NULL when no step produced an output);
+ * `ckpt_path` as for validate.
  */
 struct fulmen_error *fulmen_trainer_predict(struct fulmen_trainer *trainer,
                                             struct fulmen_lightning_module *module,
                                             const struct fulmen_loader *loader,
+                                            const char *ckpt_path,
                                             struct fulmen_tensor **out);
 
 /**
@@ -2119,9 +2664,57 @@ struct fulmen_error *fulmen_trainer_log_dir(const struct fulmen_trainer *trainer
                                             size_t *len_out);
 
 /**
- * Frees a trainer. NULL or an already freed handle is a no-op.
+ * Copies the best or last checkpoint path of the trainer's first
+ * ModelCheckpoint (the user's, else the default one) into `buf` as for
+ * `fulmen_model_state_dict_name`; FULMEN_CODE_INVALID_STATE when there is
+ * none yet. `which` is a `fulmen_checkpoint_path`.
+ */
+struct fulmen_error *fulmen_trainer_checkpoint_path(const struct fulmen_trainer *trainer,
+                                                    int32_t which,
+                                                    char *buf,
+                                                    size_t capacity,
+                                                    size_t *len_out);
+
+/**
+ * Writes the best monitored score of the trainer's ModelCheckpoint;
+ * FULMEN_CODE_INVALID_STATE when it monitors nothing or saved nothing.
+ */
+struct fulmen_error *fulmen_trainer_best_model_score(const struct fulmen_trainer *trainer,
+                                                     double *out);
+
+/**
+ * Frees a trainer (and the callbacks and loggers added to it). NULL or an
+ * already freed handle is a no-op.
  */
 void fulmen_trainer_free(struct fulmen_trainer *trainer);
+
+extern int fulmen_cxx_autocast_is_available(int device_type, int *out, char *err, size_t len);
+
+extern int fulmen_cxx_autocast_is_enabled(int device_type, int *out, char *err, size_t len);
+
+extern int fulmen_cxx_autocast_set_enabled(int device_type, int enabled, char *err, size_t len);
+
+extern int fulmen_cxx_autocast_get_dtype(int device_type, int *out, char *err, size_t len);
+
+extern int fulmen_cxx_autocast_set_dtype(int device_type, int dtype, char *err, size_t len);
+
+extern int fulmen_cxx_autocast_increment_nesting(int *out, char *err, size_t len);
+
+extern int fulmen_cxx_autocast_decrement_nesting(int *out, char *err, size_t len);
+
+extern int fulmen_cxx_autocast_clear_cache(char *err, size_t len);
+
+extern int fulmen_cxx_autocast_is_cache_enabled(int *out, char *err, size_t len);
+
+extern int fulmen_cxx_autocast_set_cache_enabled(int enabled, char *err, size_t len);
+
+extern int fulmen_cxx_set_deterministic(int on, char *err, size_t err_len);
+
+extern int fulmen_cxx_deterministic(void);
+
+extern int fulmen_cxx_cpu_rng_get_state(void **out, char *err, size_t err_len);
+
+extern int fulmen_cxx_cpu_rng_set_state(const void *state, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }  // extern "C"

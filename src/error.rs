@@ -109,7 +109,37 @@ impl From<tch::TchError> for Error {
         let text = e.to_string();
         let short: String =
             text.lines().take_while(|l| !l.starts_with("Exception raised from")).collect::<Vec<_>>().join("\n");
-        Error::new(ErrorCode::Torch, short.trim().to_string())
+        let short = short.trim().to_string();
+        Error::new(classify_torch_message(&short), short)
+    }
+}
+
+/// The fulmen code of a libtorch error message: dtype, shape and range
+/// problems keep their meaning; anything else is `Torch`.
+fn classify_torch_message(msg: &str) -> ErrorCode {
+    const DTYPE: [&str; 6] = [
+        "expected scalar type",
+        "Expected object of scalar type",
+        "must have the same dtype",
+        "expected both inputs to have same dtype",
+        "not implemented for 'Long'",
+        "not implemented for 'Int'",
+    ];
+    const SHAPE: [&str; 5] = [
+        "shapes cannot be multiplied",
+        "size mismatch",
+        "must match the size",
+        "Expected input batch_size",
+        "expected input",
+    ];
+    if DTYPE.iter().any(|p| msg.contains(p)) || (msg.contains("dtype") && msg.contains("expected")) {
+        ErrorCode::DtypeMismatch
+    } else if msg.contains("Dimension out of range") || msg.contains("out of range") || msg.contains("out of bounds") {
+        ErrorCode::OutOfRange
+    } else if SHAPE.iter().any(|p| msg.contains(p)) {
+        ErrorCode::ShapeMismatch
+    } else {
+        ErrorCode::Torch
     }
 }
 

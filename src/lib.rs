@@ -4,12 +4,16 @@
 //! own; [`ffi`] is the C API over it (see `include/fulmen.h`).
 #![allow(clippy::missing_safety_doc)]
 
+pub mod accelerators;
+pub mod callbacks;
+pub mod checkpoint;
 pub mod data;
 pub mod error;
 pub mod ffi;
 pub mod loggers;
 pub mod nn;
 pub mod optim;
+pub mod precision;
 pub mod tensor;
 pub mod trainer;
 

@@ -220,7 +220,7 @@ int main(int argc, char **argv) {
     check(fulmen_trainer_options_set_int(opts, "log_every_n_steps", 10), "log_every_n_steps");
     fulmen_trainer *trainer = NULL;
     check(fulmen_trainer_new(opts, &trainer), "creating the trainer");
-    check(fulmen_trainer_fit(trainer, module, train_loader, val_loader), "training");
+    check(fulmen_trainer_fit(trainer, module, train_loader, val_loader, NULL), "training");
 
     double acc = 0, vloss = 0;
     check(fulmen_trainer_callback_metric(trainer, "val_acc", &acc), "reading val_acc");

@@ -195,6 +195,8 @@ pub unsafe extern "C" fn fulmen_dataset_len(dataset: *const fulmen_dataset, out:
 
 /// Fetches the samples `indices[0..n]` as a batch: writes up to `capacity`
 /// new tensor handles to `tensors_out` and their count to `*count_out`.
+/// `*count_out` is written even when `capacity` is too small, which fails
+/// with FULMEN_CODE_OUT_OF_RANGE.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_dataset_get(
     dataset: *const fulmen_dataset,
@@ -208,6 +210,7 @@ pub unsafe extern "C" fn fulmen_dataset_get(
         check_out(count_out, "count_out")?;
         let ds = dataset_arg(dataset, "dataset")?;
         let batch = ds.get_batch(i64_list(indices, n, "indices")?)?;
+        count_out.write(batch.len());
         if batch.len() > capacity {
             return Err(Error::new(
                 ErrorCode::OutOfRange,
@@ -215,7 +218,6 @@ pub unsafe extern "C" fn fulmen_dataset_get(
             ));
         }
         check_out(tensors_out, "tensors_out")?;
-        count_out.write(batch.len());
         for (i, t) in batch.into_iter().enumerate() {
             emit(tensors_out.add(i), t)?;
         }
@@ -475,6 +477,9 @@ pub unsafe extern "C" fn fulmen_loader_from_iterator(
         let v = vtable.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `vtable` is NULL"))?;
         check_struct_size(v.struct_size, std::mem::size_of::<fulmen_iterator_vtable>(), "fulmen_iterator_vtable")?;
         let next = v.next.ok_or_else(|| Error::invalid("fulmen_iterator_vtable.next is NULL"))?;
+        if v.num_batches < -1 {
+            return Err(Error::invalid(format!("num_batches must be -1 (unknown) or >= 0, got {}", v.num_batches)));
+        }
         let it = HostIterator {
             userdata: Userdata::new(v.userdata, v.userdata_free),
             reset: v.reset,

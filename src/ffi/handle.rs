@@ -14,21 +14,42 @@ pub trait Handle: Sized + 'static {
     const C_NAME: &'static str;
 }
 
-fn live() -> &'static Mutex<HashMap<usize, &'static str>> {
-    static LIVE: OnceLock<Mutex<HashMap<usize, &'static str>>> = OnceLock::new();
+/// A live handle's type and serial number (unique for the process, so an
+/// address reused by a new handle is told apart from the old one).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    type_name: &'static str,
+    serial: u64,
+}
+
+type Registry = HashMap<usize, Entry>;
+
+fn live() -> &'static Mutex<Registry> {
+    static LIVE: OnceLock<Mutex<Registry>> = OnceLock::new();
     LIVE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-fn lock_live() -> std::sync::MutexGuard<'static, HashMap<usize, &'static str>> {
+fn lock_live() -> std::sync::MutexGuard<'static, Registry> {
     // A panic while holding this lock cannot leave the map inconsistent.
     live().lock().unwrap_or_else(|p| p.into_inner())
 }
 
+fn next_serial() -> u64 {
+    static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Boxes `value`, records it as live and returns the raw handle.
 pub fn into_raw<T: Handle>(value: T) -> *mut T {
+    into_raw_with_serial(value).0
+}
+
+/// As [`into_raw`], also returning the handle's serial number.
+pub fn into_raw_with_serial<T: Handle>(value: T) -> (*mut T, u64) {
     let ptr = Box::into_raw(Box::new(value));
-    lock_live().insert(ptr as usize, T::C_NAME);
-    ptr
+    let serial = next_serial();
+    lock_live().insert(ptr as usize, Entry { type_name: T::C_NAME, serial });
+    (ptr, serial)
 }
 
 /// Checks that `ptr` is a live handle of type `T`.
@@ -36,8 +57,8 @@ pub fn check<T: Handle>(ptr: *const T, arg: &str) -> Result<()> {
     if ptr.is_null() {
         return Err(Error::new(ErrorCode::NullArgument, format!("argument `{arg}` is NULL")));
     }
-    match lock_live().get(&(ptr as usize)) {
-        Some(name) if *name == T::C_NAME => Ok(()),
+    match lock_live().get(&(ptr as usize)).map(|e| e.type_name) {
+        Some(name) if name == T::C_NAME => Ok(()),
         Some(name) => {
             Err(Error::new(ErrorCode::InvalidHandle, format!("argument `{arg}` is a {name}, expected a {}", T::C_NAME)))
         }
@@ -50,7 +71,7 @@ pub fn check<T: Handle>(ptr: *const T, arg: &str) -> Result<()> {
 
 /// Whether `ptr` is a live handle of type `T`.
 pub fn is_live<T: Handle>(ptr: *const T) -> bool {
-    !ptr.is_null() && lock_live().get(&(ptr as usize)) == Some(&T::C_NAME)
+    !ptr.is_null() && lock_live().get(&(ptr as usize)).map(|e| e.type_name) == Some(T::C_NAME)
 }
 
 /// Borrows the value behind a live handle.
@@ -81,9 +102,25 @@ pub unsafe fn take<T: Handle>(ptr: *mut T) -> Option<T> {
     if ptr.is_null() {
         return None;
     }
+    take_matching(ptr, None)
+}
+
+/// Takes back a handle only if it is still the one created with `serial`
+/// (not a newer handle at a reused address).
+///
+/// # Safety
+/// As [`take`].
+pub unsafe fn take_serial<T: Handle>(ptr: *mut T, serial: u64) -> Option<T> {
+    take_matching(ptr, Some(serial))
+}
+
+unsafe fn take_matching<T: Handle>(ptr: *mut T, serial: Option<u64>) -> Option<T> {
+    if ptr.is_null() {
+        return None;
+    }
     let mut map = lock_live();
     match map.get(&(ptr as usize)) {
-        Some(name) if *name == T::C_NAME => {
+        Some(e) if e.type_name == T::C_NAME && serial.is_none_or(|s| s == e.serial) => {
             map.remove(&(ptr as usize));
             drop(map);
             Some(*Box::from_raw(ptr))

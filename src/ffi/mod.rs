@@ -3,10 +3,13 @@
 #![allow(non_camel_case_types)]
 pub mod batch;
 pub mod callback;
+pub mod callbacks;
 pub mod context;
 pub mod data;
 pub mod error;
 pub mod handle;
+pub mod hooks;
+pub mod logger;
 pub mod model;
 pub mod module;
 pub mod optim;

@@ -483,3 +483,21 @@ pub unsafe extern "C" fn fulmen_model_load(
 pub unsafe extern "C" fn fulmen_model_free(model: *mut fulmen_model) {
     guard_value((), || drop(handle::take(model)));
 }
+
+/// Copies the model's layer table (name, type, parameter count, totals), as
+/// Lightning's ModelSummary prints it, down to `max_depth` levels (1: direct
+/// children) into `buf` as for `fulmen_model_state_dict_name`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_summary(
+    model: *const fulmen_model,
+    max_depth: usize,
+    buf: *mut c_char,
+    capacity: usize,
+    len_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_model_summary", || {
+        let m = model_arg(model, "model")?;
+        let text = crate::callbacks::ModelSummary::of(&lock(m), max_depth)?.render();
+        copy_str(&text, buf, capacity, len_out)
+    })
+}

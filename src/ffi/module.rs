@@ -5,13 +5,17 @@ use super::callback::{check_struct_size, Userdata};
 use super::context::fulmen_step_context;
 use super::error::{error_from_raw, fulmen_error, guard, guard_value, str_arg};
 use super::handle::{self, check_out, Handle};
+use super::hooks::{call_host_hook, fulmen_hook_context, fulmen_hook_fn};
 use super::model::{fulmen_model, model_arg};
 use super::optim::fulmen_optimizer;
 use super::scheduler::fulmen_scheduler;
 use super::tensor::handle::{fulmen_tensor, tensor_arg};
 use super::tensor::TensorScope;
 use crate::error::{Error, ErrorCode, Result};
-use crate::trainer::{Interval, LightningModule, OptimizerConfig, SchedulerConfig, SharedModel, StepContext};
+use crate::trainer::{
+    HookContext, Interval, LightningModule, OptimizerConfig, SchedulerConfig, SharedModel, StepContext,
+};
+use std::collections::BTreeMap;
 use std::ffi::{c_char, c_void};
 use tch::Tensor;
 
@@ -46,6 +50,9 @@ pub struct fulmen_module_vtable {
     pub userdata_free: Option<unsafe extern "C" fn(*mut c_void)>,
     /// Computes the loss of a training batch into `*out` (a one-element
     /// floating tensor computed from the parameters). Required for fit.
+    /// fulmen reads `*out` and does not take it: a tensor made in the step
+    /// is released with the step's other tensors, a kept one stays the
+    /// host's to free.
     pub training_step: Option<
         unsafe extern "C" fn(
             userdata: *mut c_void,
@@ -83,6 +90,12 @@ pub struct fulmen_module_vtable {
     /// `fulmen_optimizer_config_add`. Required for fit.
     pub configure_optimizers:
         Option<unsafe extern "C" fn(userdata: *mut c_void, config: *mut fulmen_optimizer_config) -> *mut fulmen_error>,
+    /// The module's own hooks (any `fulmen_hook`), called after every
+    /// callback's. May be NULL. Added in 0.1; older, smaller vtables
+    /// without this field are accepted.
+    pub on_hook: Option<
+        unsafe extern "C" fn(userdata: *mut c_void, hook: i32, ctx: *mut fulmen_hook_context) -> *mut fulmen_error,
+    >,
 }
 
 /// The user's model logic: step functions, optimizer set-up, and the model
@@ -113,7 +126,9 @@ pub struct HostModule {
     test_step: Option<fulmen_eval_step_fn>,
     predict_step: Option<fulmen_step_fn>,
     configure_optimizers: Option<unsafe extern "C" fn(*mut c_void, *mut fulmen_optimizer_config) -> *mut fulmen_error>,
+    on_hook: Option<fulmen_hook_fn>,
     model: Option<SharedModel>,
+    hparams: BTreeMap<String, String>,
 }
 
 fn host_error(name: &str, err: *mut fulmen_error) -> Result<()> {
@@ -194,6 +209,17 @@ impl LightningModule for HostModule {
         self.call_step("predict_step", ctx, batch, |u, c, b, o| unsafe { f(u, c, b, o) })
     }
 
+    fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()> {
+        match self.on_hook {
+            Some(f) => call_host_hook(f, self.userdata.ptr(), "LightningModule", ctx),
+            None => Ok(()),
+        }
+    }
+
+    fn hparams(&self) -> BTreeMap<String, String> {
+        self.hparams.clone()
+    }
+
     fn configure_optimizers(&mut self) -> Result<Vec<OptimizerConfig>> {
         let f = self.configure_optimizers.ok_or_else(|| Error::state("the module has no configure_optimizers"))?;
         let _scope = TensorScope::enter();
@@ -216,7 +242,11 @@ pub unsafe extern "C" fn fulmen_lightning_module_new(
     guard("fulmen_lightning_module_new", || {
         check_out(out, "out")?;
         let v = vtable.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `vtable` is NULL"))?;
-        check_struct_size(v.struct_size, std::mem::size_of::<fulmen_module_vtable>(), "fulmen_module_vtable")?;
+        // Vtables are append-only: accept the 0.1.0 layout, which ends
+        // before `on_hook`, and read newer slots only when present.
+        let v1_size = std::mem::offset_of!(fulmen_module_vtable, on_hook);
+        check_struct_size(v.struct_size, v1_size, "fulmen_module_vtable")?;
+        let on_hook = if v.struct_size >= std::mem::size_of::<fulmen_module_vtable>() { v.on_hook } else { None };
         let model = if model.is_null() { None } else { Some(model_arg(model, "model")?.clone()) };
         let inner = HostModule {
             userdata: Userdata::new(v.userdata, v.userdata_free),
@@ -225,7 +255,9 @@ pub unsafe extern "C" fn fulmen_lightning_module_new(
             test_step: v.test_step,
             predict_step: v.predict_step,
             configure_optimizers: v.configure_optimizers,
+            on_hook,
             model,
+            hparams: BTreeMap::new(),
         };
         out.write(handle::into_raw(fulmen_lightning_module { inner }));
         Ok(())
@@ -237,6 +269,28 @@ pub unsafe extern "C" fn fulmen_lightning_module_new(
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_lightning_module_free(module: *mut fulmen_lightning_module) {
     guard_value((), || drop(handle::take(module)));
+}
+
+/// Records a hyperparameter (Lightning's `save_hyperparameters`): written
+/// to `hparams.yaml`, the TensorBoard hparams view and every checkpoint.
+/// Setting a key again replaces its value.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_lightning_module_set_hparam(
+    module: *mut fulmen_lightning_module,
+    key: *const c_char,
+    value: *const c_char,
+) -> *mut fulmen_error {
+    guard("fulmen_lightning_module_set_hparam", || {
+        let m = handle::borrow_mut(module, "module")?;
+        let (k, v) = (str_arg(key, "key")?, str_arg(value, "value")?);
+        if k.is_empty() || k.contains(['\n', ':']) {
+            return Err(Error::invalid(format!(
+                "hyperparameter name {k:?} must be non-empty and hold no ':' or newline"
+            )));
+        }
+        m.inner.hparams.insert(k.to_string(), v.to_string());
+        Ok(())
+    })
 }
 
 /// When a scheduler steps (`fulmen_interval`).

@@ -244,6 +244,7 @@ pub unsafe extern "C" fn fulmen_scheduler_step(
 ) -> *mut fulmen_error {
     guard("fulmen_scheduler_step", || {
         let s = handle::borrow_mut(scheduler, "scheduler")?;
+        handle::check(optimizer, "optimizer")?;
         if s.optimizer != optimizer as usize {
             return Err(Error::invalid("`optimizer` is not the optimizer this scheduler was created for"));
         }

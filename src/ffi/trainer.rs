@@ -6,7 +6,7 @@ use super::model::copy_str;
 use super::module::fulmen_lightning_module;
 use super::tensor::handle::{emit, fulmen_tensor};
 use crate::error::{Error, ErrorCode, Result};
-use crate::trainer::{BatchLimit, BatchSource, Trainer, TrainerOptions};
+use crate::trainer::{BatchLimit, BatchSource, ClipAlgorithm, LoggerChoice, Trainer, TrainerOptions, ValCheckInterval};
 use std::ffi::c_char;
 use std::path::PathBuf;
 
@@ -29,11 +29,22 @@ impl Handle for fulmen_trainer {
     const C_NAME: &'static str = "fulmen_trainer";
 }
 
-const KEYS: &str = "max_epochs, max_steps, limit_train_batches, limit_val_batches, limit_test_batches, \
-limit_predict_batches, log_every_n_steps, seed, default_root_dir, enable_progress_bar, logger, detect_nonfinite_loss";
+const KEYS: &str = "max_epochs, min_epochs, max_steps, min_steps, max_time, limit_train_batches, limit_val_batches, \
+limit_test_batches, limit_predict_batches, val_check_interval, check_val_every_n_epoch, num_sanity_val_steps, \
+accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm, fast_dev_run, overfit_batches, deterministic, \
+log_every_n_steps, seed, default_root_dir, enable_progress_bar, enable_checkpointing, enable_model_summary, \
+inference_mode, logger, detect_nonfinite_loss";
 
 fn parse_int(key: &str, v: &str) -> Result<i64> {
     v.trim().parse::<i64>().map_err(|_| Error::invalid(format!("option {key}: {v:?} is not an integer")))
+}
+
+fn parse_opt_int(key: &str, v: &str) -> Result<Option<i64>> {
+    if v.trim().eq_ignore_ascii_case("none") {
+        Ok(None)
+    } else {
+        parse_int(key, v).map(Some)
+    }
 }
 
 fn parse_bool(key: &str, v: &str) -> Result<bool> {
@@ -44,26 +55,96 @@ fn parse_bool(key: &str, v: &str) -> Result<bool> {
     }
 }
 
+/// A number written with a '.' or an exponent is a float (a fraction);
+/// otherwise an integer (a count), as Lightning tells 1.0 from 1.
+fn is_float_text(v: &str) -> bool {
+    v.contains(['.', 'e', 'E'])
+}
+
+fn parse_number(key: &str, v: &str) -> Result<f64> {
+    v.trim().parse::<f64>().map_err(|_| Error::invalid(format!("option {key}: {v:?} is not a number")))
+}
+
 fn parse_limit(key: &str, v: &str) -> Result<BatchLimit> {
-    let x = v.trim().parse::<f64>().map_err(|_| Error::invalid(format!("option {key}: {v:?} is not a number")))?;
-    BatchLimit::from_f64(x).map_err(|e| e.context(format!("option {key}")))
+    let v = v.trim();
+    let limit = if is_float_text(v) {
+        let f = parse_number(key, v)?;
+        if !(0.0..=1.0).contains(&f) {
+            return Err(Error::invalid(format!(
+                "option {key}: a fraction must be in [0.0, 1.0], got {v}; give a whole number for a count"
+            )));
+        }
+        if f == 1.0 {
+            BatchLimit::All
+        } else {
+            BatchLimit::Fraction(f)
+        }
+    } else {
+        let n = parse_int(key, v)?;
+        if n < 0 {
+            return Err(Error::invalid(format!("option {key}: {n} batches is negative")));
+        }
+        BatchLimit::Count(n as usize)
+    };
+    Ok(limit)
 }
 
 /// Applies one `key = value` option.
 pub(crate) fn set_option(o: &mut TrainerOptions, key: &str, value: &str) -> Result<()> {
+    let v = value.trim();
     match key {
-        "max_epochs" => {
-            let v = value.trim();
-            o.max_epochs = if v.eq_ignore_ascii_case("none") { None } else { Some(parse_int(key, v)?) };
+        "max_epochs" => o.max_epochs = parse_opt_int(key, v)?,
+        "min_epochs" => o.min_epochs = parse_opt_int(key, v)?,
+        "max_steps" => o.max_steps = parse_int(key, v)?,
+        "min_steps" => o.min_steps = parse_opt_int(key, v)?,
+        "max_time" => {
+            o.max_time =
+                if v.eq_ignore_ascii_case("none") { None } else { Some(crate::callbacks::timer::parse_duration(v)?) }
         }
-        "max_steps" => o.max_steps = parse_int(key, value)?,
-        "limit_train_batches" => o.limit_train_batches = parse_limit(key, value)?,
-        "limit_val_batches" => o.limit_val_batches = parse_limit(key, value)?,
-        "limit_test_batches" => o.limit_test_batches = parse_limit(key, value)?,
-        "limit_predict_batches" => o.limit_predict_batches = parse_limit(key, value)?,
-        "log_every_n_steps" => o.log_every_n_steps = parse_int(key, value)?,
+        "limit_train_batches" => o.limit_train_batches = parse_limit(key, v)?,
+        "limit_val_batches" => o.limit_val_batches = parse_limit(key, v)?,
+        "limit_test_batches" => o.limit_test_batches = parse_limit(key, v)?,
+        "limit_predict_batches" => o.limit_predict_batches = parse_limit(key, v)?,
+        "overfit_batches" => o.overfit_batches = parse_limit(key, v)?,
+        "val_check_interval" => {
+            o.val_check_interval = if is_float_text(v) {
+                ValCheckInterval::Fraction(parse_number(key, v)?)
+            } else {
+                let n = parse_int(key, v)?;
+                if n < 1 {
+                    return Err(Error::invalid(format!("option val_check_interval: {n} batches must be >= 1")));
+                }
+                ValCheckInterval::Batches(n as usize)
+            }
+        }
+        "check_val_every_n_epoch" => o.check_val_every_n_epoch = parse_opt_int(key, v)?,
+        "num_sanity_val_steps" => o.num_sanity_val_steps = parse_int(key, v)?,
+        "accumulate_grad_batches" => o.accumulate_grad_batches = parse_int(key, v)?,
+        "gradient_clip_val" => {
+            o.gradient_clip_val = if v.eq_ignore_ascii_case("none") { None } else { Some(parse_number(key, v)?) }
+        }
+        "gradient_clip_algorithm" => {
+            o.gradient_clip_algorithm = match v {
+                "norm" => ClipAlgorithm::Norm,
+                "value" => ClipAlgorithm::Value,
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "option gradient_clip_algorithm: {v:?} is not \"norm\" or \"value\""
+                    )))
+                }
+            }
+        }
+        "fast_dev_run" => {
+            o.fast_dev_run = match parse_bool(key, v) {
+                Ok(b) => i64::from(b),
+                Err(_) => parse_int(key, v).map_err(|_| {
+                    Error::invalid(format!("option fast_dev_run: {v:?} is not a boolean or a batch count"))
+                })?,
+            }
+        }
+        "deterministic" => o.deterministic = parse_bool(key, v)?,
+        "log_every_n_steps" => o.log_every_n_steps = parse_int(key, v)?,
         "seed" => {
-            let v = value.trim();
             o.seed = if v.eq_ignore_ascii_case("none") {
                 None
             } else {
@@ -79,9 +160,31 @@ pub(crate) fn set_option(o: &mut TrainerOptions, key: &str, value: &str) -> Resu
             }
             o.default_root_dir = PathBuf::from(value);
         }
-        "enable_progress_bar" => o.enable_progress_bar = parse_bool(key, value)?,
-        "logger" => o.enable_csv_logger = parse_bool(key, value)?,
-        "detect_nonfinite_loss" => o.detect_nonfinite_loss = parse_bool(key, value)?,
+        "enable_progress_bar" => o.enable_progress_bar = parse_bool(key, v)?,
+        "enable_checkpointing" => o.enable_checkpointing = parse_bool(key, v)?,
+        "enable_model_summary" => o.enable_model_summary = parse_bool(key, v)?,
+        "inference_mode" => o.inference_mode = parse_bool(key, v)?,
+        "logger" => {
+            o.logger = match parse_bool(key, v) {
+                Ok(b) => LoggerChoice { csv: b, tensorboard: b },
+                Err(_) => {
+                    let mut c = LoggerChoice { csv: false, tensorboard: false };
+                    for part in v.split(',').map(str::trim) {
+                        match part {
+                            "csv" => c.csv = true,
+                            "tensorboard" => c.tensorboard = true,
+                            _ => {
+                                return Err(Error::invalid(format!(
+                                    "option logger: {part:?} is not true, false, \"csv\" or \"tensorboard\""
+                                )))
+                            }
+                        }
+                    }
+                    c
+                }
+            }
+        }
+        "detect_nonfinite_loss" => o.detect_nonfinite_loss = parse_bool(key, v)?,
         _ => return Err(Error::invalid(format!("unknown trainer option {key:?}; known options: {KEYS}"))),
     }
     o.validate().map_err(|e| e.context(format!("option {key}")))
@@ -147,7 +250,7 @@ pub unsafe extern "C" fn fulmen_trainer_options_set_float(
     guard("fulmen_trainer_options_set_float", || {
         let o = handle::borrow_mut(options, "options")?;
         let mut next = o.opts.clone();
-        set_option(&mut next, str_arg(key, "key")?, &value.to_string())?;
+        set_option(&mut next, str_arg(key, "key")?, &format!("{value:?}"))?;
         o.opts = next;
         Ok(())
     })
@@ -198,8 +301,19 @@ unsafe fn loader<'a>(p: *const fulmen_loader, arg: &str) -> Result<&'a dyn Batch
     Ok(handle::borrow(p, arg)?.inner.as_ref())
 }
 
-/// Trains `module` on `train`, validating on `val` (may be NULL) after
-/// every epoch when the module has a validation_step. Callbacks run on the
+unsafe fn ckpt<'a>(p: *const c_char) -> Result<Option<&'a str>> {
+    if p.is_null() {
+        Ok(None)
+    } else {
+        str_arg(p, "ckpt_path").map(Some)
+    }
+}
+
+/// Trains `module` on `train`, validating on `val` (may be NULL) as
+/// `val_check_interval` says when the module has a validation_step.
+/// `ckpt_path` (may be NULL) resumes from a checkpoint: a file path,
+/// "last" (the newest last/any checkpoint of this root dir) or "best" (the
+/// best checkpoint of this trainer's previous fit). Callbacks run on the
 /// calling thread. A failing callback stops training with an error naming
 /// the callback, epoch and step; the parameters keep the last completed
 /// update.
@@ -209,58 +323,64 @@ pub unsafe extern "C" fn fulmen_trainer_fit(
     module: *mut fulmen_lightning_module,
     train: *const fulmen_loader,
     val: *const fulmen_loader,
+    ckpt_path: *const c_char,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_fit", || {
         let t = handle::borrow_mut(trainer, "trainer")?;
         let m = handle::borrow_mut(module, "module")?;
         let tr = loader(train, "train")?;
         let v = if val.is_null() { None } else { Some(loader(val, "val")?) };
-        t.inner.fit(&mut m.inner, tr, v)
+        t.inner.fit(&mut m.inner, tr, v, ckpt(ckpt_path)?)
     })
 }
 
-/// Runs the validation loop over `loader` once.
+/// Runs the validation loop over `loader` once; `ckpt_path` (may be NULL)
+/// first loads the weights of a checkpoint ("best", "last" or a path).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_validate(
     trainer: *mut fulmen_trainer,
     module: *mut fulmen_lightning_module,
     loader: *const fulmen_loader,
+    ckpt_path: *const c_char,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_validate", || {
         let t = handle::borrow_mut(trainer, "trainer")?;
         let m = handle::borrow_mut(module, "module")?;
-        t.inner.validate(&mut m.inner, self::loader(loader, "loader")?).map(|_| ())
+        t.inner.validate(&mut m.inner, self::loader(loader, "loader")?, ckpt(ckpt_path)?).map(|_| ())
     })
 }
 
-/// Runs the test loop over `loader` once.
+/// Runs the test loop over `loader` once; `ckpt_path` as for validate.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_test(
     trainer: *mut fulmen_trainer,
     module: *mut fulmen_lightning_module,
     loader: *const fulmen_loader,
+    ckpt_path: *const c_char,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_test", || {
         let t = handle::borrow_mut(trainer, "trainer")?;
         let m = handle::borrow_mut(module, "module")?;
-        t.inner.test(&mut m.inner, self::loader(loader, "loader")?).map(|_| ())
+        t.inner.test(&mut m.inner, self::loader(loader, "loader")?, ckpt(ckpt_path)?).map(|_| ())
     })
 }
 
 /// Runs predict_step over `loader` and writes the outputs concatenated
-/// along dimension 0 to `*out` (NULL when no step produced an output).
+/// along dimension 0 to `*out` (NULL when no step produced an output);
+/// `ckpt_path` as for validate.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_predict(
     trainer: *mut fulmen_trainer,
     module: *mut fulmen_lightning_module,
     loader: *const fulmen_loader,
+    ckpt_path: *const c_char,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_predict", || {
         check_out(out, "out")?;
         let t = handle::borrow_mut(trainer, "trainer")?;
         let m = handle::borrow_mut(module, "module")?;
-        match t.inner.predict(&mut m.inner, self::loader(loader, "loader")?)? {
+        match t.inner.predict(&mut m.inner, self::loader(loader, "loader")?, ckpt(ckpt_path)?)? {
             Some(p) => emit(out, p),
             None => {
                 out.write(std::ptr::null_mut());
@@ -282,12 +402,11 @@ pub unsafe extern "C" fn fulmen_trainer_callback_metric(
     guard("fulmen_trainer_callback_metric", || {
         let t = handle::borrow(trainer, "trainer")?;
         let n = str_arg(name, "name")?;
-        let v = t.inner.callback_metrics.get(n).copied().ok_or_else(|| {
-            Error::invalid(format!(
-                "no metric {n:?}; logged: {:?}",
-                t.inner.callback_metrics.keys().collect::<Vec<_>>()
-            ))
-        })?;
+        let m = t.inner.callback_metrics();
+        let v = m
+            .get(n)
+            .copied()
+            .ok_or_else(|| Error::invalid(format!("no metric {n:?}; logged: {:?}", m.keys().collect::<Vec<_>>())))?;
         write_out(out, "out", v)
     })
 }
@@ -298,7 +417,9 @@ pub unsafe extern "C" fn fulmen_trainer_global_step(
     trainer: *const fulmen_trainer,
     out: *mut i64,
 ) -> *mut fulmen_error {
-    guard("fulmen_trainer_global_step", || write_out(out, "out", handle::borrow(trainer, "trainer")?.inner.global_step))
+    guard("fulmen_trainer_global_step", || {
+        write_out(out, "out", handle::borrow(trainer, "trainer")?.inner.global_step())
+    })
 }
 
 /// Writes the number of epochs the last fit completed.
@@ -308,7 +429,7 @@ pub unsafe extern "C" fn fulmen_trainer_current_epoch(
     out: *mut i64,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_current_epoch", || {
-        write_out(out, "out", handle::borrow(trainer, "trainer")?.inner.current_epoch)
+        write_out(out, "out", handle::borrow(trainer, "trainer")?.inner.current_epoch())
     })
 }
 
@@ -324,12 +445,71 @@ pub unsafe extern "C" fn fulmen_trainer_log_dir(
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_log_dir", || {
         let t = handle::borrow(trainer, "trainer")?;
-        let d = t.inner.log_dir.as_ref().ok_or_else(|| Error::new(ErrorCode::InvalidState, "no logger has run"))?;
+        let d = t.inner.log_dir().ok_or_else(|| Error::new(ErrorCode::InvalidState, "no logger has run"))?;
         copy_str(&d.to_string_lossy(), buf, capacity, len_out)
     })
 }
 
-/// Frees a trainer. NULL or an already freed handle is a no-op.
+/// Which path of the trainer's ModelCheckpoint to read (`fulmen_checkpoint_path`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointPath {
+    /// The best checkpoint (by the monitored metric; the latest without one).
+    Best = 0,
+    /// The `last.ckpt` copy (with save_last).
+    Last = 1,
+}
+
+/// Copies the best or last checkpoint path of the trainer's first
+/// ModelCheckpoint (the user's, else the default one) into `buf` as for
+/// `fulmen_model_state_dict_name`; FULMEN_CODE_INVALID_STATE when there is
+/// none yet. `which` is a `fulmen_checkpoint_path`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_checkpoint_path(
+    trainer: *const fulmen_trainer,
+    which: i32,
+    buf: *mut c_char,
+    capacity: usize,
+    len_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_trainer_checkpoint_path", || {
+        let t = handle::borrow(trainer, "trainer")?;
+        let cb = t
+            .inner
+            .checkpoint_callback()
+            .ok_or_else(|| Error::new(ErrorCode::InvalidState, "the trainer has no ModelCheckpoint"))?;
+        let path = match which {
+            0 => &cb.best_model_path,
+            1 => &cb.last_model_path,
+            w => return Err(Error::invalid(format!("{w} is not a fulmen_checkpoint_path (0 best, 1 last)"))),
+        };
+        if path.is_empty() {
+            return Err(Error::new(ErrorCode::InvalidState, "no checkpoint has been saved yet"));
+        }
+        copy_str(path, buf, capacity, len_out)
+    })
+}
+
+/// Writes the best monitored score of the trainer's ModelCheckpoint;
+/// FULMEN_CODE_INVALID_STATE when it monitors nothing or saved nothing.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_best_model_score(
+    trainer: *const fulmen_trainer,
+    out: *mut f64,
+) -> *mut fulmen_error {
+    guard("fulmen_trainer_best_model_score", || {
+        let t = handle::borrow(trainer, "trainer")?;
+        let score = t.inner.checkpoint_callback().and_then(|c| c.best_model_score);
+        write_out(
+            out,
+            "out",
+            score.ok_or_else(|| Error::new(ErrorCode::InvalidState, "no monitored checkpoint has been saved"))?,
+        )
+    })
+}
+
+/// Frees a trainer (and the callbacks and loggers added to it). NULL or an
+/// already freed handle is a no-op.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_free(trainer: *mut fulmen_trainer) {
     guard_value((), || drop(handle::take(trainer)));

@@ -3,5 +3,7 @@ pub mod device;
 pub mod dtype;
 pub mod functional;
 pub mod grad;
+pub mod runtime;
 pub use device::DeviceSpec;
 pub use dtype::DType;
+pub use runtime::set_deterministic;

@@ -1,63 +1,69 @@
-//! The evaluation loops: validate, test, predict.
+//! The evaluation entry points: validate, test, predict, with their hooks.
 use super::context::{Stage, StepContext};
+use super::hooks::{Callback, Hook};
 use super::metrics::MetricStore;
+use super::run::{HookData, Run};
 use super::source::BatchSource;
 use super::{batch_size_of, progress, set_mode, LightningModule, Trainer};
 use crate::error::{Error, Result, ResultExt};
+use crate::loggers::Logger;
 use std::collections::BTreeMap;
 use tch::Tensor;
 
-impl Trainer {
-    /// Runs `stage`'s step over `source` in eval mode without gradients and
-    /// returns the epoch-level metrics. Used by fit's validation too.
-    pub(crate) fn run_eval(
-        &mut self,
-        stage: Stage,
-        module: &mut dyn LightningModule,
-        source: &dyn BatchSource,
-        epoch: i64,
-    ) -> Result<(BTreeMap<String, f64>, usize)> {
-        let limit = match stage {
-            Stage::Test => self.opts.limit_test_batches,
-            _ => self.opts.limit_val_batches,
-        }
-        .apply(source.num_batches());
-        let mut store = MetricStore::default();
-        set_mode(module, false)?;
-        let _no_grad = tch::no_grad_guard();
-        let mut ran = 0;
-        for (i, batch) in source.batches(epoch as u64)?.enumerate() {
-            if limit.is_some_and(|n| i >= n) {
-                break;
-            }
-            let batch = batch.ctx(format!("loading {} batch {i}", stage.name()))?;
-            let mut ctx = StepContext {
-                stage,
-                epoch,
-                global_step: self.global_step,
-                batch_idx: i as i64,
-                batch_size: batch_size_of(&batch),
-                metrics: &mut store,
-            };
-            let (name, r) = match stage {
-                Stage::Test => ("test_step", module.test_step(&mut ctx, &batch)),
-                _ => ("validation_step", module.validation_step(&mut ctx, &batch)),
-            };
-            r.map_err(|e| e.context(format!("{name} (epoch {epoch}, global step {}, batch {i})", self.global_step)))?;
-            ran += 1;
-        }
-        let metrics = store.end_epoch();
-        self.callback_metrics.extend(store.callback_metrics);
-        Ok((metrics, ran))
-    }
+/// Hooks of one evaluation stage.
+struct StageHooks {
+    start: Hook,
+    epoch_start: Hook,
+    batch_start: Hook,
+    batch_end: Hook,
+    epoch_end: Hook,
+    end: Hook,
+}
 
-    /// Runs the validation loop once (Lightning's `trainer.validate`).
+fn hooks_of(stage: Stage) -> StageHooks {
+    use Hook::*;
+    match stage {
+        Stage::Test => StageHooks {
+            start: TestStart,
+            epoch_start: TestEpochStart,
+            batch_start: TestBatchStart,
+            batch_end: TestBatchEnd,
+            epoch_end: TestEpochEnd,
+            end: TestEnd,
+        },
+        Stage::Predict => StageHooks {
+            start: PredictStart,
+            epoch_start: PredictEpochStart,
+            batch_start: PredictBatchStart,
+            batch_end: PredictBatchEnd,
+            epoch_end: PredictEpochEnd,
+            end: PredictEnd,
+        },
+        _ => StageHooks {
+            start: ValidationStart,
+            epoch_start: ValidationEpochStart,
+            batch_start: ValidationBatchStart,
+            batch_end: ValidationBatchEnd,
+            epoch_end: ValidationEpochEnd,
+            end: ValidationEnd,
+        },
+    }
+}
+
+impl Trainer {
+    /// Runs the validation loop once (Lightning's `trainer.validate`);
+    /// `ckpt_path` first loads the weights of a checkpoint ("best", "last"
+    /// or a path).
     pub fn validate(
         &mut self,
         module: &mut dyn LightningModule,
         source: &dyn BatchSource,
+        ckpt_path: Option<&str>,
     ) -> Result<BTreeMap<String, f64>> {
-        self.eval_entry(Stage::Validate, module, source)
+        if !module.has_validation_step() {
+            return Err(Error::state("validate: the module has no validation_step"));
+        }
+        self.evaluate(Stage::Validate, module, source, ckpt_path).map(|(m, _)| m)
     }
 
     /// Runs the test loop once (Lightning's `trainer.test`).
@@ -65,74 +71,30 @@ impl Trainer {
         &mut self,
         module: &mut dyn LightningModule,
         source: &dyn BatchSource,
+        ckpt_path: Option<&str>,
     ) -> Result<BTreeMap<String, f64>> {
-        self.eval_entry(Stage::Test, module, source)
-    }
-
-    fn eval_entry(
-        &mut self,
-        stage: Stage,
-        module: &mut dyn LightningModule,
-        source: &dyn BatchSource,
-    ) -> Result<BTreeMap<String, f64>> {
-        let implemented = match stage {
-            Stage::Test => module.has_test_step(),
-            _ => module.has_validation_step(),
-        };
-        if !implemented {
-            return Err(Error::state(format!(
-                "{}: the module has no {}_step",
-                stage.name(),
-                if stage == Stage::Test { "test" } else { "validation" }
-            )));
+        if !module.has_test_step() {
+            return Err(Error::state("test: the module has no test_step"));
         }
-        if let Some(s) = self.opts.seed {
-            crate::seed_everything(s);
-        }
-        let (metrics, n) = self.run_eval(stage, module, source, self.current_epoch)?;
-        if self.opts.enable_progress_bar {
-            progress::eval_line(stage.name(), n, &metrics);
-        }
-        Ok(metrics)
+        self.evaluate(Stage::Test, module, source, ckpt_path).map(|(m, _)| m)
     }
 
     /// Runs `predict_step` over every batch and concatenates the outputs
     /// along dimension 0 (`None` when no step returned anything).
-    pub fn predict(&mut self, module: &mut dyn LightningModule, source: &dyn BatchSource) -> Result<Option<Tensor>> {
-        if let Some(s) = self.opts.seed {
-            crate::seed_everything(s);
-        }
-        let limit = self.opts.limit_predict_batches.apply(source.num_batches());
-        let mut store = MetricStore::default();
-        set_mode(module, false)?;
-        let _no_grad = tch::no_grad_guard();
-        let mut outputs = Vec::new();
-        for (i, batch) in source.batches(0)?.enumerate() {
-            if limit.is_some_and(|n| i >= n) {
-                break;
-            }
-            let batch = batch.ctx(format!("loading predict batch {i}"))?;
-            let mut ctx = StepContext {
-                stage: Stage::Predict,
-                epoch: 0,
-                global_step: self.global_step,
-                batch_idx: i as i64,
-                batch_size: batch_size_of(&batch),
-                metrics: &mut store,
-            };
-            if let Some(out) =
-                module.predict_step(&mut ctx, &batch).map_err(|e| e.context(format!("predict_step (batch {i})")))?
-            {
-                outputs.push(out);
-            }
-        }
+    pub fn predict(
+        &mut self,
+        module: &mut dyn LightningModule,
+        source: &dyn BatchSource,
+        ckpt_path: Option<&str>,
+    ) -> Result<Option<Tensor>> {
+        let (_, outputs) = self.evaluate(Stage::Predict, module, source, ckpt_path)?;
         if outputs.is_empty() {
             return Ok(None);
         }
         let first = outputs[0].size();
         for (i, o) in outputs.iter().enumerate() {
             let s = o.size();
-            if s.is_empty() || s[1..] != first[1..] {
+            if s.is_empty() || first.is_empty() || s[1..] != first[1..] {
                 return Err(Error::shape(format!(
                     "predict: outputs cannot be concatenated: batch 0 gave shape {first:?}, batch {i} gave {s:?}"
                 )));
@@ -140,4 +102,135 @@ impl Trainer {
         }
         Ok(Some(Tensor::f_cat(&outputs, 0)?))
     }
+
+    fn evaluate(
+        &mut self,
+        stage: Stage,
+        module: &mut dyn LightningModule,
+        source: &dyn BatchSource,
+        ckpt_path: Option<&str>,
+    ) -> Result<(BTreeMap<String, f64>, Vec<Tensor>)> {
+        let weights = match ckpt_path {
+            Some(p) => Some(self.resolve_ckpt_path(p)?),
+            None => None,
+        };
+        if let Some(s) = self.opts.seed {
+            crate::seed_everything(s);
+        }
+        let (epoch, step) = (self.state.epoch, self.state.global_step);
+        self.begin_state();
+        self.state.epoch = epoch;
+        self.state.global_step = step;
+        self.defaults = self.default_callbacks(false)?;
+        let opts = self.opts.clone();
+        let callbacks: Vec<&mut Box<dyn Callback>> =
+            self.defaults.iter_mut().chain(self.callbacks.iter_mut()).collect();
+        let loggers: Vec<&mut Box<dyn Logger>> = self.extra_loggers.iter_mut().collect();
+        let name = match stage {
+            Stage::Test => "test",
+            Stage::Predict => "predict",
+            _ => "validate",
+        };
+        let mut run = Run {
+            stage: name,
+            state: &mut self.state,
+            callbacks,
+            module,
+            optimizers: Vec::new(),
+            loggers,
+            batches_in_epoch: 0,
+            epoch_finished: false,
+        };
+        let result = eval_run(&mut run, &opts, stage, source, weights.as_deref());
+        match &result {
+            Ok((metrics, _)) => {
+                if opts.enable_progress_bar && stage != Stage::Predict {
+                    progress::eval_line(name, metrics);
+                }
+            }
+            Err(e) => run.exception(e),
+        }
+        result
+    }
+}
+
+fn eval_run(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    stage: Stage,
+    source: &dyn BatchSource,
+    weights: Option<&std::path::Path>,
+) -> Result<(BTreeMap<String, f64>, Vec<Tensor>)> {
+    run.simple(Hook::Setup)?;
+    if let Some(path) = weights {
+        let ck = crate::checkpoint::Checkpoint::load(path)?;
+        let model = run.module.model().ok_or_else(|| Error::state("ckpt_path needs a LightningModule with a model"))?;
+        model
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .load_state_dict(&ck.state_dict, true)
+            .ctx(format!("loading {}", path.display()))?;
+    }
+    let limit = match stage {
+        Stage::Test => opts.effective_limit(opts.limit_test_batches),
+        Stage::Predict => opts.effective_limit(opts.limit_predict_batches),
+        _ => opts.effective_limit(opts.limit_val_batches),
+    }
+    .apply(source.num_batches());
+    let h = hooks_of(stage);
+    set_mode(run.module, false)?;
+    run.simple(h.start)?;
+    run.simple(h.epoch_start)?;
+    let mut store = MetricStore::default();
+    let mut outputs = Vec::new();
+    let epoch = run.state.epoch;
+    {
+        let _no_grad = tch::no_grad_guard();
+        for (i, batch) in source.batches(epoch as u64)?.enumerate() {
+            if limit.is_some_and(|n| i >= n) {
+                break;
+            }
+            let batch = batch.ctx(format!("loading {} batch {i}", stage.name()))?;
+            run.hook(h.batch_start, HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() })?;
+            let mut ctx = StepContext {
+                stage,
+                epoch,
+                global_step: run.state.global_step,
+                batch_idx: i as i64,
+                batch_size: batch_size_of(&batch),
+                metrics: &mut store,
+            };
+            let at = |name: &str| format!("{name} (batch {i})");
+            let out = match stage {
+                Stage::Test => {
+                    run.module.test_step(&mut ctx, &batch).map(|_| None).map_err(|e| e.context(at("test_step")))?
+                }
+                Stage::Predict => {
+                    run.module.predict_step(&mut ctx, &batch).map_err(|e| e.context(at("predict_step")))?
+                }
+                _ => run
+                    .module
+                    .validation_step(&mut ctx, &batch)
+                    .map(|_| None)
+                    .map_err(|e| e.context(at("validation_step")))?,
+            };
+            run.hook(
+                h.batch_end,
+                HookData { batch_idx: i as i64, batch: Some(&batch), output: out.as_ref(), ..Default::default() },
+            )?;
+            if let Some(o) = out {
+                outputs.push(o);
+            }
+        }
+    }
+    let metrics = store.end_epoch();
+    run.state.callback_metrics.extend(store.callback_metrics);
+    run.state.progress_metrics.extend(store.progress_metrics);
+    run.simple(h.epoch_end)?;
+    if !metrics.is_empty() {
+        run.log_metrics(&metrics, run.state.global_step)?;
+    }
+    run.simple(h.end)?;
+    run.simple(Hook::Teardown)?;
+    Ok((metrics, outputs))
 }

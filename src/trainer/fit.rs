@@ -1,14 +1,18 @@
-//! The fit loop: training epochs with optimizer steps, scheduler steps,
-//! validation after each epoch, logging and progress output.
+//! The fit loop, in Lightning's order: sanity check, epochs of training
+//! batches (step, zero_grad, backward, clip, optimizer step, schedulers),
+//! validation at `val_check_interval`, callbacks, logging and checkpoints.
 use super::context::{Stage, StepContext};
+use super::hooks::{Callback, Hook};
 use super::metrics::MetricStore;
 use super::module::{Interval, OptimizerConfig};
+use super::options::{ClipAlgorithm, ValCheckInterval};
+use super::run::{HookData, Run};
 use super::source::BatchSource;
-use super::{batch_size_of, progress, set_mode, LightningModule, Trainer};
+use super::{batch_size_of, set_mode, LightningModule, Trainer};
+use crate::callbacks::{ModelCheckpoint, ModelCheckpointOptions, ProgressBar, Timer};
 use crate::error::{Error, ErrorCode, Result, ResultExt};
-use crate::loggers::CsvLogger;
+use crate::loggers::Logger;
 use std::collections::BTreeMap;
-use std::time::Instant;
 use tch::Tensor;
 
 /// Checks the value a training_step returned before it is used.
@@ -59,111 +63,399 @@ fn step_schedulers(
     Ok(())
 }
 
+fn clip(configs: &[OptimizerConfig], value: f64, algorithm: ClipAlgorithm) -> Result<()> {
+    for cfg in configs {
+        let params: Vec<Tensor> =
+            cfg.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect();
+        match algorithm {
+            ClipAlgorithm::Norm => {
+                crate::tensor::grad::clip_grad_norm(&params, value, 2.0)?;
+            }
+            ClipAlgorithm::Value => crate::tensor::grad::clip_grad_value(&params, value)?,
+        }
+    }
+    Ok(())
+}
+
+fn is_checkpoint(cb: &dyn Callback) -> bool {
+    cb.as_any().is_some_and(|a| a.is::<ModelCheckpoint>())
+}
+
 impl Trainer {
-    /// Trains `module` on `train`, validating on `val` after each epoch when
-    /// the module has a validation step (Lightning's `trainer.fit`).
+    /// The built-in callbacks a run adds: progress bar, a Timer for
+    /// `max_time`, and a ModelCheckpoint when checkpointing is on and the
+    /// user added none.
+    pub(crate) fn default_callbacks(&self, fitting: bool) -> Result<Vec<Box<dyn Callback>>> {
+        let mut d: Vec<Box<dyn Callback>> = Vec::new();
+        if self.opts.enable_progress_bar {
+            d.push(Box::new(ProgressBar::new(1)));
+        }
+        if fitting {
+            if let Some(t) = self.opts.max_time {
+                d.push(Box::new(Timer::new(Some(t), "step")?));
+            }
+            let has_checkpoint = self.callbacks.iter().any(|c| is_checkpoint(c.as_ref()));
+            if self.opts.enable_checkpointing && !has_checkpoint && self.opts.fast_dev_run == 0 {
+                d.push(Box::new(ModelCheckpoint::new(ModelCheckpointOptions::default())?));
+            }
+        }
+        Ok(d)
+    }
+
+    /// Creates this run's file loggers in a new `version_N` folder.
+    fn file_loggers(&mut self) -> Result<Vec<Box<dyn Logger>>> {
+        let mut out: Vec<Box<dyn Logger>> = Vec::new();
+        let choice = self.opts.logger;
+        if self.opts.fast_dev_run > 0 || !(choice.csv || choice.tensorboard) {
+            self.state.log_dir = None;
+            return Ok(out);
+        }
+        let dir = crate::loggers::next_version_dir(&self.opts.default_root_dir)?;
+        if choice.csv {
+            out.push(Box::new(crate::loggers::CsvLogger::create(&dir)?));
+        }
+        if choice.tensorboard {
+            out.push(Box::new(crate::loggers::TensorBoardLogger::create(&dir)?));
+        }
+        self.state.log_dir = Some(dir);
+        Ok(out)
+    }
+
+    /// Resets the state for a new run and fills in what hooks read.
+    pub(crate) fn begin_state(&mut self) {
+        let o = &self.opts;
+        self.state = super::hooks::TrainerState {
+            root_dir: o.default_root_dir.clone(),
+            check_val_every_n_epoch: o.check_val_every_n_epoch,
+            val_once_per_epoch: o.val_check_interval == ValCheckInterval::Fraction(1.0),
+            fast_dev_run: o.fast_dev_run > 0,
+            log_every_n_steps: o.log_every_n_steps,
+            max_epochs: o.epoch_limit(),
+            ..Default::default()
+        };
+    }
+
+    /// Trains `module` on `train`, validating on `val` (Lightning's
+    /// `trainer.fit`); `ckpt_path` resumes from a checkpoint: a path,
+    /// "last" or "best".
     pub fn fit(
         &mut self,
         module: &mut dyn LightningModule,
         train: &dyn BatchSource,
         val: Option<&dyn BatchSource>,
+        ckpt_path: Option<&str>,
     ) -> Result<()> {
+        let resume = match ckpt_path {
+            Some(p) => Some(self.resolve_ckpt_path(p)?),
+            None => None,
+        };
         if let Some(s) = self.opts.seed {
             crate::seed_everything(s);
         }
-        self.global_step = 0;
-        self.current_epoch = 0;
-        self.callback_metrics.clear();
-        let mut optimizers = module.configure_optimizers().ctx("configure_optimizers")?;
-        if optimizers.is_empty() {
-            return Err(Error::state("configure_optimizers returned no optimizer"));
+        if self.opts.deterministic {
+            crate::tensor::set_deterministic(true)?;
         }
-        let mut logger =
-            if self.opts.enable_csv_logger { Some(CsvLogger::create(&self.opts.default_root_dir)?) } else { None };
-        self.log_dir = logger.as_ref().map(|l| l.dir().to_path_buf());
-        let result = self.fit_epochs(module, train, val, &mut optimizers, &mut logger);
-        let flushed = logger.as_ref().map_or(Ok(()), |l| l.flush());
-        result.and(flushed)
+        self.begin_state();
+        self.defaults = self.default_callbacks(true)?;
+        let mut file_loggers = self.file_loggers()?;
+        let validating = val.is_some()
+            && module.has_validation_step()
+            && !self.opts.effective_limit(self.opts.limit_val_batches).is_zero();
+        self.state.num_val_batches = if validating {
+            self.opts.effective_limit(self.opts.limit_val_batches).apply(val.and_then(|v| v.num_batches())).unwrap_or(1)
+        } else {
+            0
+        };
+        self.state.num_train_batches =
+            self.opts.effective_limit(self.opts.limit_train_batches).apply(train.num_batches());
+        let opts = self.opts.clone();
+        let mut ordered: Vec<&mut Box<dyn Callback>> = Vec::new();
+        let mut checkpoints: Vec<&mut Box<dyn Callback>> = Vec::new();
+        for cb in self.defaults.iter_mut().chain(self.callbacks.iter_mut()) {
+            if is_checkpoint(cb.as_ref()) {
+                checkpoints.push(cb);
+            } else {
+                ordered.push(cb);
+            }
+        }
+        ordered.extend(checkpoints);
+        let mut loggers: Vec<&mut Box<dyn Logger>> = file_loggers.iter_mut().collect();
+        loggers.extend(self.extra_loggers.iter_mut());
+        let mut run = Run {
+            stage: "fit",
+            state: &mut self.state,
+            callbacks: ordered,
+            module,
+            optimizers: Vec::new(),
+            loggers,
+            batches_in_epoch: 0,
+            epoch_finished: false,
+        };
+        let result = fit_run(&mut run, &opts, train, if validating { val } else { None }, resume.as_deref());
+        match &result {
+            Ok(()) => {
+                for l in run.loggers.iter_mut() {
+                    l.finalize("success").ctx(format!("{} logger", l.name()))?;
+                }
+            }
+            Err(e) => run.exception(e),
+        }
+        result
     }
+}
 
-    fn fit_epochs(
-        &mut self,
-        module: &mut dyn LightningModule,
-        train: &dyn BatchSource,
-        val: Option<&dyn BatchSource>,
-        optimizers: &mut [OptimizerConfig],
-        logger: &mut Option<CsvLogger>,
-    ) -> Result<()> {
-        let max_epochs = self.opts.epoch_limit();
-        let max_steps = self.opts.max_steps;
-        let limit = self.opts.limit_train_batches.apply(train.num_batches());
-        let validate = val.filter(|_| module.has_validation_step());
-        let mut epoch: i64 = 0;
-        while max_epochs.is_none_or(|m| epoch < m) && (max_steps < 0 || self.global_step < max_steps) {
-            let started = Instant::now();
-            let mut store = MetricStore::default();
-            let (mut loss_sum, mut batches) = (0.0, 0usize);
-            set_mode(module, true)?;
-            for (i, batch) in train.batches(epoch as u64)?.enumerate() {
-                if limit.is_some_and(|n| i >= n) || (max_steps >= 0 && self.global_step >= max_steps) {
-                    break;
-                }
-                let batch = batch.ctx(format!("loading training batch {i} of epoch {epoch}"))?;
-                let at = format!("training_step (epoch {epoch}, global step {}, batch {i})", self.global_step);
-                let mut ctx = StepContext {
-                    stage: Stage::Train,
-                    epoch,
-                    global_step: self.global_step,
-                    batch_idx: i as i64,
-                    batch_size: batch_size_of(&batch),
-                    metrics: &mut store,
-                };
-                let loss = module.training_step(&mut ctx, &batch).map_err(|e| e.context(&at))?;
-                loss_sum += check_loss(&loss, self.opts.detect_nonfinite_loss, &at)?;
-                for cfg in optimizers.iter_mut() {
-                    cfg.optimizer.zero_grad();
-                }
-                loss.f_backward().ctx(format!("{at}: backward"))?;
-                for cfg in optimizers.iter_mut() {
-                    cfg.optimizer.step().ctx(format!("{at}: optimizer {} step", cfg.optimizer.name()))?;
-                }
-                let step_index = self.global_step;
-                self.global_step += 1;
-                batches += 1;
-                self.callback_metrics.extend(store.callback_metrics.iter().map(|(k, v)| (k.clone(), *v)));
-                step_schedulers(optimizers, Interval::Step, self.global_step, &self.callback_metrics)?;
-                let step_values = store.take_step_values();
-                if (step_index + 1) % self.opts.log_every_n_steps == 0 {
-                    if let Some(l) = logger.as_mut() {
-                        l.log_metrics(&step_values, epoch, step_index);
-                    }
+/// The body of fit, on a prepared run.
+fn fit_run(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    train: &dyn BatchSource,
+    val: Option<&dyn BatchSource>,
+    resume: Option<&std::path::Path>,
+) -> Result<()> {
+    run.simple(Hook::Setup)?;
+    run.optimizers = run.module.configure_optimizers().ctx("configure_optimizers")?;
+    if run.optimizers.is_empty() {
+        return Err(Error::state("configure_optimizers returned no optimizer"));
+    }
+    let mut start_epoch = 0;
+    let mut skip_batches = 0;
+    if let Some(path) = resume {
+        let ck = crate::checkpoint::Checkpoint::load(path)?;
+        run.restore(&ck, path)?;
+        if ck.epoch_finished {
+            start_epoch = ck.epoch + 1;
+        } else {
+            start_epoch = ck.epoch;
+            skip_batches = ck.batches_in_epoch.max(0) as usize;
+        }
+    }
+    let hparams = run.module.hparams();
+    for l in run.loggers.iter_mut() {
+        l.log_hyperparams(&hparams).ctx(format!("{} logger", l.name()))?;
+    }
+    if opts.enable_model_summary {
+        if let Some(m) = run.module.model() {
+            let s = crate::callbacks::ModelSummary::of(&m.lock().unwrap_or_else(|p| p.into_inner()), 1)?;
+            eprint!("{}", s.render());
+        }
+    }
+    run.simple(Hook::FitStart)?;
+    if let Some(v) = val {
+        let sanity = if opts.fast_dev_run > 0 { 0 } else { opts.num_sanity_val_steps };
+        if sanity != 0 {
+            run.state.sanity_checking = true;
+            run.simple(Hook::SanityCheckStart)?;
+            let limit = if sanity < 0 { None } else { Some(sanity as usize) };
+            let saved = run.state.callback_metrics.clone();
+            run_validation(run, opts, v, limit)?;
+            run.state.callback_metrics = saved;
+            run.state.progress_metrics.clear();
+            run.simple(Hook::SanityCheckEnd)?;
+            run.state.sanity_checking = false;
+        }
+    }
+    run.simple(Hook::TrainStart)?;
+    run.refresh_learning_rates();
+    let max_epochs = opts.epoch_limit();
+    let max_steps = opts.step_limit();
+    let min_epochs = opts.min_epochs.unwrap_or(0);
+    let min_steps = opts.min_steps.unwrap_or(0);
+    let mut epoch = start_epoch;
+    let mut total_batches: u64 = 0;
+    while max_epochs.is_none_or(|m| epoch < m) && (max_steps < 0 || run.state.global_step < max_steps) {
+        run.state.epoch = epoch;
+        let stop = train_epoch(run, opts, train, val, skip_batches, &mut total_batches)?;
+        skip_batches = 0;
+        epoch += 1;
+        let mins_done = epoch >= min_epochs && run.state.global_step >= min_steps;
+        if stop || (run.state.should_stop && mins_done) {
+            break;
+        }
+        run.state.should_stop = false;
+    }
+    run.state.epoch = epoch;
+    run.simple(Hook::TrainEnd)?;
+    set_mode(run.module, true)?;
+    run.simple(Hook::FitEnd)?;
+    run.simple(Hook::Teardown)?;
+    run.save_logs()
+}
+
+/// One training epoch; returns true when training must end (no batches).
+fn train_epoch(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    train: &dyn BatchSource,
+    val: Option<&dyn BatchSource>,
+    skip: usize,
+    total_batches: &mut u64,
+) -> Result<bool> {
+    let epoch = run.state.epoch;
+    let limit = opts.effective_limit(opts.limit_train_batches).apply(train.num_batches());
+    let overfit = !opts.overfit_batches.is_zero();
+    let acc = opts.accumulate_grad_batches.max(1) as usize;
+    let val_every = match opts.val_check_interval {
+        ValCheckInterval::Fraction(f) => limit.map(|n| ((n as f64 * f) as usize).max(1)),
+        ValCheckInterval::Batches(b) => Some(b),
+    };
+    let val_this_epoch = val.is_some() && opts.check_val_every_n_epoch.is_none_or(|n| (epoch + 1) % n == 0);
+    let mut store = MetricStore::default();
+    let (mut loss_sum, mut loss_count) = (0.0, 0usize);
+    set_mode(run.module, true)?;
+    run.batches_in_epoch = 0;
+    run.epoch_finished = false;
+    run.state.running_loss = None;
+    run.simple(Hook::TrainEpochStart)?;
+    let mut batches = train.batches(if overfit { 0 } else { epoch as u64 })?.enumerate().skip(skip).peekable();
+    let mut ran = 0usize;
+    while let Some((i, batch)) = batches.next() {
+        if limit.is_some_and(|n| i >= n) || (opts.step_limit() >= 0 && run.state.global_step >= opts.step_limit()) {
+            break;
+        }
+        let batch = batch.ctx(format!("loading training batch {i} of epoch {epoch}"))?;
+        let is_last = match limit {
+            Some(n) => i + 1 >= n,
+            None => batches.peek().is_none(),
+        };
+        let data = || HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() };
+        run.hook(Hook::TrainBatchStart, data())?;
+        let at = format!("training_step (epoch {epoch}, global step {}, batch {i})", run.state.global_step);
+        let mut ctx = StepContext {
+            stage: Stage::Train,
+            epoch,
+            global_step: run.state.global_step,
+            batch_idx: i as i64,
+            batch_size: batch_size_of(&batch),
+            metrics: &mut store,
+        };
+        let loss = run.module.training_step(&mut ctx, &batch).map_err(|e| e.context(&at))?;
+        loss_sum += check_loss(&loss, opts.detect_nonfinite_loss, &at)?;
+        loss_count += 1;
+        run.state.running_loss = Some(loss_sum / loss_count as f64);
+        if i % acc == 0 || i == skip {
+            run.simple(Hook::BeforeZeroGrad)?;
+            for cfg in run.optimizers.iter_mut() {
+                cfg.optimizer.zero_grad();
+            }
+        }
+        let scaled = if acc > 1 { loss.f_div_scalar(acc as f64)? } else { loss.shallow_clone() };
+        run.hook(Hook::BeforeBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
+        scaled.f_backward().ctx(format!("{at}: backward"))?;
+        run.hook(Hook::AfterBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
+        let stepped = (i + 1) % acc == 0 || is_last;
+        let step_index = run.state.global_step;
+        if stepped {
+            run.simple(Hook::BeforeOptimizerStep)?;
+            if let Some(v) = opts.gradient_clip_val {
+                clip(&run.optimizers, v, opts.gradient_clip_algorithm)?;
+            }
+            for cfg in run.optimizers.iter_mut() {
+                cfg.optimizer.step().ctx(format!("{at}: optimizer {} step", cfg.optimizer.name()))?;
+            }
+            run.state.global_step += 1;
+        }
+        ran += 1;
+        run.batches_in_epoch = (i + 1) as i64;
+        run.epoch_finished = is_last;
+        run.state.callback_metrics.extend(store.callback_metrics.iter().map(|(k, v)| (k.clone(), *v)));
+        run.state.progress_metrics.extend(store.progress_metrics.iter().map(|(k, v)| (k.clone(), *v)));
+        if stepped {
+            step_schedulers(&mut run.optimizers, Interval::Step, run.state.global_step, &run.state.callback_metrics)?;
+            run.refresh_learning_rates();
+        }
+        let step_values = store.take_step_values();
+        run.hook(
+            Hook::TrainBatchEnd,
+            HookData { batch_idx: i as i64, batch: Some(&batch), output: Some(&loss), ..Default::default() },
+        )?;
+        if stepped && (step_index + 1) % opts.log_every_n_steps == 0 && !step_values.is_empty() {
+            run.log_metrics(&step_values, step_index)?;
+        }
+        *total_batches += 1;
+        if val_this_epoch {
+            let counter = if opts.check_val_every_n_epoch.is_none() { *total_batches as usize } else { i + 1 };
+            let due = val_every.map_or(is_last, |n| counter % n == 0)
+                || (is_last && opts.val_check_interval == ValCheckInterval::Fraction(1.0));
+            if due {
+                if let Some(v) = val {
+                    run_validation(run, opts, v, None)?;
+                    set_mode(run.module, true)?;
                 }
             }
-            let mut epoch_metrics = store.end_epoch();
-            self.callback_metrics.extend(store.callback_metrics);
-            if let Some(v) = validate {
-                let (m, _) = self.run_eval(Stage::Validate, module, v, epoch)?;
-                epoch_metrics.extend(m);
-            }
-            if let Some(l) = logger.as_mut() {
-                l.log_metrics(&epoch_metrics, epoch, (self.global_step - 1).max(0));
-                l.flush()?;
-            }
-            step_schedulers(optimizers, Interval::Epoch, epoch + 1, &self.callback_metrics)?;
-            if self.opts.enable_progress_bar {
-                let mut shown = epoch_metrics.clone();
-                if batches > 0 {
-                    shown.insert("loss".into(), loss_sum / batches as f64);
-                }
-                progress::epoch_line(epoch, max_epochs, batches, started.elapsed(), &shown);
-            }
-            epoch += 1;
-            self.current_epoch = epoch;
-            if batches == 0 {
+        }
+        let mins_done =
+            epoch + 1 >= opts.min_epochs.unwrap_or(0) && run.state.global_step >= opts.min_steps.unwrap_or(0);
+        if run.state.should_stop && mins_done {
+            break;
+        }
+    }
+    let train_epoch_metrics = store.end_epoch();
+    run.state.callback_metrics.extend(store.callback_metrics);
+    run.state.progress_metrics.extend(store.progress_metrics);
+    run.hook(Hook::TrainEpochEnd, HookData { batch_idx: -1, ..Default::default() })?;
+    if !train_epoch_metrics.is_empty() {
+        run.log_metrics(&train_epoch_metrics, (run.state.global_step - 1).max(0))?;
+    }
+    step_schedulers(&mut run.optimizers, Interval::Epoch, epoch + 1, &run.state.callback_metrics)?;
+    run.refresh_learning_rates();
+    run.save_logs()?;
+    Ok(ran == 0 && skip == 0)
+}
+
+/// One validation run inside fit (or the sanity check): eval mode, no
+/// grad, hooks, epoch metrics into the callback metrics and the loggers.
+pub(super) fn run_validation(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    val: &dyn BatchSource,
+    sanity_limit: Option<usize>,
+) -> Result<()> {
+    let epoch = run.state.epoch;
+    let limit = opts.effective_limit(opts.limit_val_batches).apply(val.num_batches());
+    let limit = match (limit, sanity_limit) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    };
+    set_mode(run.module, false)?;
+    run.simple(Hook::ValidationStart)?;
+    run.simple(Hook::ValidationEpochStart)?;
+    let mut store = MetricStore::default();
+    {
+        let _no_grad = tch::no_grad_guard();
+        for (i, batch) in val.batches(epoch as u64)?.enumerate() {
+            if limit.is_some_and(|n| i >= n) {
                 break;
             }
+            let batch = batch.ctx(format!("loading validation batch {i}"))?;
+            run.hook(
+                Hook::ValidationBatchStart,
+                HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() },
+            )?;
+            let mut ctx = StepContext {
+                stage: Stage::Validate,
+                epoch,
+                global_step: run.state.global_step,
+                batch_idx: i as i64,
+                batch_size: batch_size_of(&batch),
+                metrics: &mut store,
+            };
+            run.module.validation_step(&mut ctx, &batch).map_err(|e| {
+                e.context(format!("validation_step (epoch {epoch}, global step {}, batch {i})", run.state.global_step))
+            })?;
+            run.hook(
+                Hook::ValidationBatchEnd,
+                HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() },
+            )?;
         }
-        set_mode(module, true)?;
-        Ok(())
     }
+    let metrics = store.end_epoch();
+    run.state.callback_metrics.extend(store.callback_metrics);
+    run.state.progress_metrics.extend(store.progress_metrics);
+    run.simple(Hook::ValidationEpochEnd)?;
+    if !run.state.sanity_checking && !metrics.is_empty() {
+        run.log_metrics(&metrics, run.state.global_step.max(1) - 1)?;
+    }
+    run.simple(Hook::ValidationEnd)?;
+    Ok(())
 }

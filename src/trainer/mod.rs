@@ -1,46 +1,100 @@
-//! The Trainer: Lightning's fit / validate / test / predict loops.
+//! The Trainer: Lightning's fit / validate / test / predict loops with
+//! hooks, callbacks, loggers and checkpoints.
 pub mod context;
 mod eval;
 mod fit;
+pub mod hooks;
 pub mod metrics;
 pub mod module;
 pub mod options;
 pub mod progress;
+mod resume;
+mod run;
 pub mod source;
 
 pub use context::{Stage, StepContext};
+pub use hooks::{Callback, Hook, HookContext, TrainerState};
 pub use metrics::{LogFlags, MetricStore};
 pub use module::{Interval, LightningModule, OptimizerConfig, SchedulerConfig, SharedModel};
-pub use options::{BatchLimit, TrainerOptions};
+pub use options::{BatchLimit, ClipAlgorithm, LoggerChoice, TrainerOptions, ValCheckInterval};
 pub use source::{BatchIter, BatchSource};
 
+use crate::callbacks::ModelCheckpoint;
 use crate::error::Result;
+use crate::loggers::Logger;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Runs a [`LightningModule`] through training and evaluation loops.
 pub struct Trainer {
     opts: TrainerOptions,
-    /// Optimizer steps taken in the last `fit`.
-    pub global_step: i64,
-    /// Epochs completed in the last `fit`.
-    pub current_epoch: i64,
-    /// Latest value of every logged metric (Lightning's `callback_metrics`).
-    pub callback_metrics: BTreeMap<String, f64>,
-    /// The log folder of the last run, when a logger was active.
-    pub log_dir: Option<PathBuf>,
+    /// Callbacks added by the user, kept across runs.
+    callbacks: Vec<Box<dyn Callback>>,
+    /// Built-in callbacks of the last run (progress bar, default
+    /// ModelCheckpoint, max_time Timer).
+    defaults: Vec<Box<dyn Callback>>,
+    /// Loggers added by the user (host loggers), kept across runs.
+    extra_loggers: Vec<Box<dyn Logger>>,
+    /// State of the last run.
+    pub state: TrainerState,
 }
 
 impl Trainer {
     /// Creates a trainer; the options are checked here.
     pub fn new(opts: TrainerOptions) -> Result<Self> {
         opts.validate()?;
-        Ok(Trainer { opts, global_step: 0, current_epoch: 0, callback_metrics: BTreeMap::new(), log_dir: None })
+        Ok(Trainer {
+            opts,
+            callbacks: Vec::new(),
+            defaults: Vec::new(),
+            extra_loggers: Vec::new(),
+            state: TrainerState::default(),
+        })
     }
 
     /// The options.
     pub fn options(&self) -> &TrainerOptions {
         &self.opts
+    }
+
+    /// Adds a callback (called before the LightningModule's own hooks).
+    pub fn add_callback(&mut self, cb: Box<dyn Callback>) {
+        self.callbacks.push(cb);
+    }
+
+    /// Adds a logger that receives every logged metric besides the file
+    /// loggers.
+    pub fn add_logger(&mut self, logger: Box<dyn Logger>) {
+        self.extra_loggers.push(logger);
+    }
+
+    /// Optimizer steps taken in the last fit.
+    pub fn global_step(&self) -> i64 {
+        self.state.global_step
+    }
+
+    /// Epochs completed in the last fit.
+    pub fn current_epoch(&self) -> i64 {
+        self.state.epoch
+    }
+
+    /// Latest value of every logged metric (Lightning's `callback_metrics`).
+    pub fn callback_metrics(&self) -> &BTreeMap<String, f64> {
+        &self.state.callback_metrics
+    }
+
+    /// The log folder of the last run, when a file logger was active.
+    pub fn log_dir(&self) -> Option<&PathBuf> {
+        self.state.log_dir.as_ref()
+    }
+
+    /// The first ModelCheckpoint of the last run (the user's, else the
+    /// default one), as Lightning's `trainer.checkpoint_callback`.
+    pub fn checkpoint_callback(&self) -> Option<&ModelCheckpoint> {
+        self.callbacks
+            .iter()
+            .chain(self.defaults.iter())
+            .find_map(|c| c.as_any().and_then(|a| a.downcast_ref::<ModelCheckpoint>()))
     }
 }
 

@@ -1,8 +1,10 @@
 //! The LightningModule: the user's step functions and optimizer set-up.
 use super::context::StepContext;
+use super::hooks::HookContext;
 use crate::error::Result;
 use crate::nn::Module;
 use crate::optim::{LrScheduler, Optimizer};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use tch::Tensor;
 
@@ -67,4 +69,13 @@ pub trait LightningModule {
     fn predict_step(&mut self, _ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>>;
     /// Creates the optimizers (and schedulers) for `fit`.
     fn configure_optimizers(&mut self) -> Result<Vec<OptimizerConfig>>;
+    /// The module's own hooks, called after every callback's.
+    fn on_hook(&mut self, _ctx: &mut HookContext) -> Result<()> {
+        Ok(())
+    }
+    /// Hyperparameters saved in checkpoints and given to the loggers
+    /// (Lightning's `save_hyperparameters`).
+    fn hparams(&self) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
 }

@@ -1,6 +1,7 @@
 //! Trainer options, with Lightning's names and defaults.
 use crate::error::{Error, Result};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// How many batches of a loader an epoch uses (`limit_*_batches`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -41,6 +42,38 @@ impl BatchLimit {
             (BatchLimit::Fraction(_), None) => None,
         }
     }
+
+    /// Whether the limit turns batches off entirely.
+    pub fn is_zero(self) -> bool {
+        matches!(self, BatchLimit::Count(0)) || matches!(self, BatchLimit::Fraction(f) if f == 0.0)
+    }
+}
+
+/// When validation runs inside a training epoch (`val_check_interval`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ValCheckInterval {
+    /// After this fraction of the epoch's batches (1.0: at its end).
+    Fraction(f64),
+    /// After every this many training batches.
+    Batches(usize),
+}
+
+/// How gradients are clipped (`gradient_clip_algorithm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClipAlgorithm {
+    /// Scale all gradients so their joint 2-norm is at most the value.
+    Norm,
+    /// Clamp each gradient element into [-value, value].
+    Value,
+}
+
+/// The loggers a run writes to (Lightning's `logger`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoggerChoice {
+    /// CSV logger (`metrics.csv`, `hparams.yaml`).
+    pub csv: bool,
+    /// TensorBoard event files.
+    pub tensorboard: bool,
 }
 
 /// Options of a [`crate::trainer::Trainer`].
@@ -49,8 +82,14 @@ pub struct TrainerOptions {
     /// Stop after this many epochs. `None` with `max_steps == -1` means
     /// 1000, as Lightning.
     pub max_epochs: Option<i64>,
+    /// Train at least this many epochs before an early stop takes effect.
+    pub min_epochs: Option<i64>,
     /// Stop after this many optimizer steps; -1 for no limit.
     pub max_steps: i64,
+    /// Take at least this many optimizer steps before stopping early.
+    pub min_steps: Option<i64>,
+    /// Stop training after this much time.
+    pub max_time: Option<Duration>,
     /// Batches per training epoch.
     pub limit_train_batches: BatchLimit,
     /// Batches per validation run.
@@ -59,16 +98,42 @@ pub struct TrainerOptions {
     pub limit_test_batches: BatchLimit,
     /// Batches per predict run.
     pub limit_predict_batches: BatchLimit,
-    /// Write step-level metrics to the loggers every N steps.
+    /// When validation runs within an epoch.
+    pub val_check_interval: ValCheckInterval,
+    /// Validate every n epochs; `None` counts `val_check_interval` batches
+    /// across epochs.
+    pub check_val_every_n_epoch: Option<i64>,
+    /// Validation batches run before training as a sanity check (-1: all).
+    pub num_sanity_val_steps: i64,
+    /// Accumulate gradients over this many batches per optimizer step.
+    pub accumulate_grad_batches: i64,
+    /// Clip gradients at this value (`None`: no clipping).
+    pub gradient_clip_val: Option<f64>,
+    /// Norm or value clipping.
+    pub gradient_clip_algorithm: ClipAlgorithm,
+    /// Run only this many batches of each loop (0: off), without loggers
+    /// or checkpoints, to check that everything runs.
+    pub fast_dev_run: i64,
+    /// Train and validate on the same few batches (off when `Count(0)`).
+    pub overfit_batches: BatchLimit,
+    /// Ask libtorch for deterministic algorithms.
+    pub deterministic: bool,
+    /// Optimizer steps between writes of step metrics to the loggers.
     pub log_every_n_steps: i64,
     /// Seed everything at the start of fit / validate / test / predict.
     pub seed: Option<u64>,
     /// Folder for logs and checkpoints (Lightning's `default_root_dir`).
     pub default_root_dir: PathBuf,
-    /// Print progress to stderr.
+    /// Show progress on stderr.
     pub enable_progress_bar: bool,
-    /// Write metrics to `<root>/lightning_logs/version_N/metrics.csv`.
-    pub enable_csv_logger: bool,
+    /// Add a ModelCheckpoint (saving the latest epoch) when none is given.
+    pub enable_checkpointing: bool,
+    /// Print the layer table when fit starts.
+    pub enable_model_summary: bool,
+    /// Evaluate without autograd (libtorch's no-grad mode).
+    pub inference_mode: bool,
+    /// Which file loggers run.
+    pub logger: LoggerChoice,
     /// End the run with an error when a training loss is NaN or infinite.
     pub detect_nonfinite_loss: bool,
 }
@@ -77,16 +142,31 @@ impl Default for TrainerOptions {
     fn default() -> Self {
         TrainerOptions {
             max_epochs: None,
+            min_epochs: None,
             max_steps: -1,
+            min_steps: None,
+            max_time: None,
             limit_train_batches: BatchLimit::All,
             limit_val_batches: BatchLimit::All,
             limit_test_batches: BatchLimit::All,
             limit_predict_batches: BatchLimit::All,
+            val_check_interval: ValCheckInterval::Fraction(1.0),
+            check_val_every_n_epoch: Some(1),
+            num_sanity_val_steps: 2,
+            accumulate_grad_batches: 1,
+            gradient_clip_val: None,
+            gradient_clip_algorithm: ClipAlgorithm::Norm,
+            fast_dev_run: 0,
+            overfit_batches: BatchLimit::Count(0),
+            deterministic: false,
             log_every_n_steps: 50,
             seed: None,
             default_root_dir: PathBuf::from("."),
             enable_progress_bar: true,
-            enable_csv_logger: true,
+            enable_checkpointing: true,
+            enable_model_summary: true,
+            inference_mode: true,
+            logger: LoggerChoice { csv: true, tensorboard: true },
             detect_nonfinite_loss: true,
         }
     }
@@ -95,6 +175,10 @@ impl Default for TrainerOptions {
 impl TrainerOptions {
     /// Checks the options for values Lightning would refuse.
     pub fn validate(&self) -> Result<()> {
+        let non_negative = |name: &str, v: Option<i64>| match v {
+            Some(x) if x < 0 => Err(Error::invalid(format!("{name} must be >= 0, got {x}"))),
+            _ => Ok(()),
+        };
         if let Some(e) = self.max_epochs {
             if e < -1 {
                 return Err(Error::invalid(format!("max_epochs must be -1 (no limit) or >= 0, got {e}")));
@@ -103,19 +187,79 @@ impl TrainerOptions {
         if self.max_steps < -1 {
             return Err(Error::invalid(format!("max_steps must be -1 (no limit) or >= 0, got {}", self.max_steps)));
         }
+        non_negative("min_epochs", self.min_epochs)?;
+        non_negative("min_steps", self.min_steps)?;
         if self.log_every_n_steps < 1 {
             return Err(Error::invalid(format!("log_every_n_steps must be >= 1, got {}", self.log_every_n_steps)));
+        }
+        if self.accumulate_grad_batches < 1 {
+            return Err(Error::invalid(format!(
+                "accumulate_grad_batches must be >= 1, got {}",
+                self.accumulate_grad_batches
+            )));
+        }
+        if let Some(n) = self.check_val_every_n_epoch {
+            if n < 1 {
+                return Err(Error::invalid(format!("check_val_every_n_epoch must be >= 1 or none, got {n}")));
+            }
+        }
+        if self.num_sanity_val_steps < -1 {
+            return Err(Error::invalid(format!(
+                "num_sanity_val_steps must be -1 (all) or >= 0, got {}",
+                self.num_sanity_val_steps
+            )));
+        }
+        if let Some(v) = self.gradient_clip_val {
+            if !v.is_finite() || v < 0.0 {
+                return Err(Error::invalid(format!("gradient_clip_val must be finite and >= 0, got {v}")));
+            }
+        }
+        match self.val_check_interval {
+            ValCheckInterval::Fraction(f) if !(f > 0.0 && f <= 1.0) => {
+                return Err(Error::invalid(format!(
+                    "val_check_interval {f} must be a fraction in (0, 1] or a batch count"
+                )))
+            }
+            ValCheckInterval::Batches(0) => return Err(Error::invalid("val_check_interval must be at least 1 batch")),
+            ValCheckInterval::Batches(_) if self.check_val_every_n_epoch.is_none() => {}
+            _ => {}
+        }
+        if self.fast_dev_run < 0 {
+            return Err(Error::invalid(format!("fast_dev_run must be >= 0, got {}", self.fast_dev_run)));
         }
         Ok(())
     }
 
     /// The epoch limit in effect (`None` = unlimited).
     pub fn epoch_limit(&self) -> Option<i64> {
+        if self.fast_dev_run > 0 {
+            return Some(1);
+        }
         match self.max_epochs {
             Some(-1) => None,
             Some(e) => Some(e),
             None if self.max_steps == -1 => Some(1000),
             None => None,
+        }
+    }
+
+    /// The step limit in effect (-1 = unlimited).
+    pub fn step_limit(&self) -> i64 {
+        if self.fast_dev_run > 0 {
+            self.fast_dev_run
+        } else {
+            self.max_steps
+        }
+    }
+
+    /// The batch limit of a loop, with fast_dev_run and overfit_batches.
+    pub fn effective_limit(&self, limit: BatchLimit) -> BatchLimit {
+        if self.fast_dev_run > 0 {
+            BatchLimit::Count(self.fast_dev_run as usize)
+        } else if !self.overfit_batches.is_zero() {
+            self.overfit_batches
+        } else {
+            limit
         }
     }
 }

@@ -234,11 +234,11 @@ static void test_fit_validate_test_predict(void) {
     fulmen_lightning_module *m = module_for(&f);
     fulmen_trainer *t = trainer_with(root, 4, NULL, NULL);
     size_t live_before = fulmen_live_handles();
-    CHECK_OK(fulmen_trainer_fit(t, m, tl, vl));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
     CHECK(fulmen_live_handles() == live_before); /* step tensors were released */
     CHECK(f.config_calls == 1);
     CHECK(f.train_calls == 4 * 8);
-    CHECK(f.val_calls == 4 * 2);
+    CHECK(f.val_calls == 2 + 4 * 2); /* 2 sanity-check batches, then 2 per epoch */
     int64_t step = 0, epoch = 0;
     CHECK_OK(fulmen_trainer_global_step(t, &step));
     CHECK_OK(fulmen_trainer_current_epoch(t, &epoch));
@@ -262,14 +262,14 @@ static void test_fit_validate_test_predict(void) {
     snprintf(path, sizeof path, "%s/hparams.yaml", dir);
     CHECK(access(path, R_OK) == 0);
 
-    CHECK_OK(fulmen_trainer_validate(t, m, vl));
-    CHECK_OK(fulmen_trainer_test(t, m, vl));
+    CHECK_OK(fulmen_trainer_validate(t, m, vl, NULL));
+    CHECK_OK(fulmen_trainer_test(t, m, vl, NULL));
     double test_loss = 0;
     CHECK_OK(fulmen_trainer_callback_metric(t, "test_loss", &test_loss));
     CHECK(test_loss < 0.5);
     CHECK(f.test_calls == 2);
     fulmen_tensor *pred = NULL;
-    CHECK_OK(fulmen_trainer_predict(t, m, vl, &pred));
+    CHECK_OK(fulmen_trainer_predict(t, m, vl, NULL, &pred));
     int64_t dims[2] = {0, 0};
     size_t nd = 0;
     CHECK_OK(fulmen_tensor_shape(pred, dims, 2, &nd));
@@ -299,25 +299,25 @@ static void test_limits(void) {
     int64_t step = 0;
 
     fulmen_trainer *t = trainer_with(root, 100, "max_steps", "5");
-    CHECK_OK(fulmen_trainer_fit(t, m, tl, NULL));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, NULL, NULL));
     CHECK_OK(fulmen_trainer_global_step(t, &step));
     CHECK(step == 5);
     fulmen_trainer_free(t);
 
     t = trainer_with(root, 2, "limit_train_batches", "3");
-    CHECK_OK(fulmen_trainer_fit(t, m, tl, NULL));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, NULL, NULL));
     CHECK_OK(fulmen_trainer_global_step(t, &step));
     CHECK(step == 6);
     fulmen_trainer_free(t);
 
     t = trainer_with(root, 1, "limit_train_batches", "0.5");
-    CHECK_OK(fulmen_trainer_fit(t, m, tl, NULL));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, NULL, NULL));
     CHECK_OK(fulmen_trainer_global_step(t, &step));
     CHECK(step == 4);
     fulmen_trainer_free(t);
 
     t = trainer_with(root, 1, "logger", "false");
-    CHECK_OK(fulmen_trainer_fit(t, m, tl, NULL));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, NULL, NULL));
     char dir[16];
     size_t len = 0;
     CHECK_ERR(fulmen_trainer_log_dir(t, dir, sizeof dir, &len), FULMEN_CODE_INVALID_STATE, NULL);
@@ -339,27 +339,27 @@ static void test_callback_failures(void) {
     fulmen_trainer *t = trainer_with(root, 2, "logger", "false");
     size_t live = fulmen_live_handles();
 
-    CHECK_ERR(fulmen_trainer_fit(t, m, tl, NULL), FULMEN_CODE_CALLBACK, "training_step (epoch 0, global step 3, batch 3)");
+    CHECK_ERR(fulmen_trainer_fit(t, m, tl, NULL, NULL), FULMEN_CODE_CALLBACK, "training_step (epoch 0, global step 3, batch 3)");
     CHECK(fulmen_live_handles() == live);
     f.fail_at_step = -1;
     f.nan_at_step2 = true;
-    CHECK_ERR(fulmen_trainer_fit(t, m, tl, NULL), FULMEN_CODE_NON_FINITE, "NaN");
+    CHECK_ERR(fulmen_trainer_fit(t, m, tl, NULL, NULL), FULMEN_CODE_NON_FINITE, "NaN");
     f.nan_at_step2 = false;
     f.leave_loss_null = true;
-    CHECK_ERR(fulmen_trainer_fit(t, m, tl, NULL), FULMEN_CODE_CALLBACK, "no loss");
+    CHECK_ERR(fulmen_trainer_fit(t, m, tl, NULL, NULL), FULMEN_CODE_CALLBACK, "no loss");
     f.leave_loss_null = false;
     f.detached_loss = true;
-    CHECK_ERR(fulmen_trainer_fit(t, m, tl, NULL), FULMEN_CODE_INVALID_STATE, "does not require grad");
+    CHECK_ERR(fulmen_trainer_fit(t, m, tl, NULL, NULL), FULMEN_CODE_INVALID_STATE, "does not require grad");
     f.detached_loss = false;
     f.scheduler = "plateau-missing";
-    CHECK_ERR(fulmen_trainer_fit(t, m, tl, NULL), FULMEN_CODE_INVALID_STATE, "no_such_metric");
+    CHECK_ERR(fulmen_trainer_fit(t, m, tl, NULL, NULL), FULMEN_CODE_INVALID_STATE, "no_such_metric");
     CHECK(fulmen_live_handles() == live);
 
     /* NaN passes when detection is off. */
     f.scheduler = NULL;
     fulmen_trainer *lenient = trainer_with(root, 1, "detect_nonfinite_loss", "false");
     f.nan_at_step2 = true;
-    CHECK_OK(fulmen_trainer_fit(lenient, m, tl, NULL));
+    CHECK_OK(fulmen_trainer_fit(lenient, m, tl, NULL, NULL));
     f.nan_at_step2 = false;
     fulmen_trainer_free(lenient);
 
@@ -377,9 +377,9 @@ static void test_schedulers_in_fit(void) {
     fixture f = {.model = mlp(), .fail_at_step = -1, .scheduler = "step"};
     fulmen_lightning_module *m = module_for(&f);
     fulmen_trainer *t = trainer_with(root, 3, "logger", "false");
-    CHECK_OK(fulmen_trainer_fit(t, m, tl, vl));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
     f.scheduler = "plateau";
-    CHECK_OK(fulmen_trainer_fit(t, m, tl, vl));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
     fulmen_trainer_free(t);
     fulmen_lightning_module_free(m);
     fulmen_model_free(f.model);
@@ -396,7 +396,7 @@ static void test_keep_inside_step(void) {
     fixture f = {.model = mlp(), .fail_at_step = -1, .keep_one = true};
     fulmen_lightning_module *m = module_for(&f);
     fulmen_trainer *t = trainer_with(root, 1, "logger", "false");
-    CHECK_OK(fulmen_trainer_fit(t, m, tl, NULL));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, NULL, NULL));
     CHECK(f.kept != NULL);
     size_t nd = 0;
     int64_t dims[2];
@@ -427,13 +427,13 @@ static void test_bad_input(void) {
     fulmen_dataset *train = blobs(8, 9);
     fulmen_loader *tl = loader(train, 4, false);
     fulmen_trainer *t = trainer_with(root, 1, "logger", "false");
-    CHECK_ERR(fulmen_trainer_fit(t, m, tl, NULL), FULMEN_CODE_INVALID_STATE, "configure_optimizers");
-    CHECK_ERR(fulmen_trainer_validate(t, m, tl), FULMEN_CODE_INVALID_STATE, "validation_step");
-    CHECK_ERR(fulmen_trainer_fit(NULL, m, tl, NULL), FULMEN_CODE_NULL_ARGUMENT, "trainer");
-    CHECK_ERR(fulmen_trainer_fit(t, m, NULL, NULL), FULMEN_CODE_NULL_ARGUMENT, "train");
-    CHECK_ERR(fulmen_trainer_fit(t, (fulmen_lightning_module *)tl, tl, NULL), FULMEN_CODE_INVALID_HANDLE, "fulmen_loader");
+    CHECK_ERR(fulmen_trainer_fit(t, m, tl, NULL, NULL), FULMEN_CODE_INVALID_STATE, "configure_optimizers");
+    CHECK_ERR(fulmen_trainer_validate(t, m, tl, NULL), FULMEN_CODE_INVALID_STATE, "validation_step");
+    CHECK_ERR(fulmen_trainer_fit(NULL, m, tl, NULL, NULL), FULMEN_CODE_NULL_ARGUMENT, "trainer");
+    CHECK_ERR(fulmen_trainer_fit(t, m, NULL, NULL, NULL), FULMEN_CODE_NULL_ARGUMENT, "train");
+    CHECK_ERR(fulmen_trainer_fit(t, (fulmen_lightning_module *)tl, tl, NULL, NULL), FULMEN_CODE_INVALID_HANDLE, "fulmen_loader");
     fulmen_lightning_module_free(m);
-    CHECK_ERR(fulmen_trainer_fit(t, m, tl, NULL), FULMEN_CODE_INVALID_HANDLE, "freed");
+    CHECK_ERR(fulmen_trainer_fit(t, m, tl, NULL, NULL), FULMEN_CODE_INVALID_HANDLE, "freed");
 
     fulmen_trainer_options *o = NULL;
     CHECK_OK(fulmen_trainer_options_new(&o));
@@ -511,11 +511,11 @@ static void test_iterator_loader(void) {
     fixture f = {.model = mlp(), .fail_at_step = -1};
     fulmen_lightning_module *m = module_for(&f);
     fulmen_trainer *t = trainer_with(root, 3, "logger", "false");
-    CHECK_OK(fulmen_trainer_fit(t, m, l, NULL));
+    CHECK_OK(fulmen_trainer_fit(t, m, l, NULL, NULL));
     CHECK(s.resets == 3);
     CHECK(f.train_calls == 12);
     s.fail = true;
-    CHECK_ERR(fulmen_trainer_fit(t, m, l, NULL), FULMEN_CODE_IO, "stream broke");
+    CHECK_ERR(fulmen_trainer_fit(t, m, l, NULL, NULL), FULMEN_CODE_IO, "stream broke");
     fulmen_loader_free(l);
     CHECK(s.freed == 1);
     vt.next = NULL;

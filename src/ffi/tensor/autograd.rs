@@ -49,6 +49,11 @@ pub unsafe extern "C" fn fulmen_tensor_set_requires_grad(
 ) -> *mut fulmen_error {
     guard("fulmen_tensor_set_requires_grad", || {
         let h = handle::borrow_mut(tensor, "tensor")?;
+        if !h.tensor.is_leaf() {
+            return Err(Error::state(
+                "only leaf tensors (not results of operations) can change requires_grad; use fulmen_tensor_detach",
+            ));
+        }
         if requires_grad && !crate::tensor::dtype::is_floating(h.tensor.f_kind()?) {
             return Err(Error::dtype(format!("only floating tensors can require grad, got {:?}", h.tensor.kind())));
         }

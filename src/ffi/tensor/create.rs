@@ -74,6 +74,24 @@ unsafe fn filled(
     })
 }
 
+/// As [`filled`], for random fills that need a floating dtype.
+unsafe fn random(
+    func: &str,
+    shape: *const i64,
+    ndim: usize,
+    dtype: i32,
+    out: *mut *mut fulmen_tensor,
+    make: impl FnOnce(&[i64], Kind) -> std::result::Result<Tensor, tch::TchError>,
+) -> *mut fulmen_error {
+    match DType::from_i32(dtype) {
+        Ok(d) if !d.is_float() => crate::ffi::error::error_into_raw(Error::dtype(format!(
+            "{func}: random samples need a floating dtype, got {}",
+            d.name()
+        ))),
+        _ => filled(func, shape, ndim, dtype, out, make),
+    }
+}
+
 /// Creates a CPU tensor of zeros with the given shape and `fulmen_dtype`.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_zeros(
@@ -117,7 +135,7 @@ pub unsafe extern "C" fn fulmen_tensor_randn(
     dtype: i32,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    filled("fulmen_tensor_randn", shape, ndim, dtype, out, |s, k| Tensor::f_randn(s, (k, Device::Cpu)))
+    random("fulmen_tensor_randn", shape, ndim, dtype, out, |s, k| Tensor::f_randn(s, (k, Device::Cpu)))
 }
 
 /// Creates a CPU tensor of samples from U[0, 1), from libtorch's global
@@ -129,7 +147,7 @@ pub unsafe extern "C" fn fulmen_tensor_rand(
     dtype: i32,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    filled("fulmen_tensor_rand", shape, ndim, dtype, out, |s, k| Tensor::f_rand(s, (k, Device::Cpu)))
+    random("fulmen_tensor_rand", shape, ndim, dtype, out, |s, k| Tensor::f_rand(s, (k, Device::Cpu)))
 }
 
 /// Creates the 1-D CPU tensor `start, start+step, ...` below `end`.
@@ -146,6 +164,9 @@ pub unsafe extern "C" fn fulmen_tensor_arange(
         let dt = DType::from_i32(dtype)?;
         if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
             return Err(Error::invalid(format!("arange({start}, {end}, {step}): bad range")));
+        }
+        if (end - start) * step < 0.0 {
+            return Err(Error::invalid(format!("arange({start}, {end}, {step}): the step goes away from the end")));
         }
         emit(out, Tensor::f_arange_start_step(start, end, step, (dt.kind(), Device::Cpu))?)
     })

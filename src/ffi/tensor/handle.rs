@@ -18,7 +18,7 @@ impl Handle for fulmen_tensor {
 }
 
 thread_local! {
-    static SCOPES: RefCell<Vec<Vec<*mut fulmen_tensor>>> = const { RefCell::new(Vec::new()) };
+    static SCOPES: RefCell<Vec<Vec<(*mut fulmen_tensor, u64)>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// While alive, every tensor handle created on this thread is recorded and
@@ -39,19 +39,20 @@ impl TensorScope {
 impl Drop for TensorScope {
     fn drop(&mut self) {
         let created = SCOPES.with(|s| s.borrow_mut().pop()).unwrap_or_default();
-        for p in created {
-            // SAFETY: `take` ignores pointers the host already freed.
-            drop(unsafe { handle::take(p) });
+        for (p, serial) in created {
+            // SAFETY: `take_serial` ignores handles the host already freed,
+            // even when their address now holds a newer handle.
+            drop(unsafe { handle::take_serial(p, serial) });
         }
     }
 }
 
 /// Hands a tensor to C as a new handle, recorded in the current scope.
 pub fn new_handle(tensor: Tensor) -> *mut fulmen_tensor {
-    let p = handle::into_raw(fulmen_tensor { tensor });
+    let (p, serial) = handle::into_raw_with_serial(fulmen_tensor { tensor });
     SCOPES.with(|s| {
         if let Some(top) = s.borrow_mut().last_mut() {
-            top.push(p);
+            top.push((p, serial));
         }
     });
     p
@@ -61,7 +62,7 @@ pub fn new_handle(tensor: Tensor) -> *mut fulmen_tensor {
 pub fn keep(p: *mut fulmen_tensor) {
     SCOPES.with(|s| {
         for scope in s.borrow_mut().iter_mut() {
-            scope.retain(|q| *q != p);
+            scope.retain(|(q, _)| *q != p);
         }
     });
 }

@@ -102,6 +102,9 @@ pub unsafe extern "C" fn fulmen_tensor_clamp(
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
     unary("fulmen_tensor_clamp", x, out, |x| {
+        if min.is_nan() || max.is_nan() {
+            return Err(Error::invalid("clamp: min and max must not be NaN"));
+        }
         if min > max {
             return Err(Error::invalid(format!("clamp: min {min} > max {max}")));
         }
@@ -151,6 +154,10 @@ pub unsafe extern "C" fn fulmen_tensor_matmul(
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
     binary("fulmen_tensor_matmul", a, b, out, |a, b| {
+        let (ka, kb) = (a.f_kind()?, b.f_kind()?);
+        if ka != kb {
+            return Err(Error::dtype(format!("matmul of {ka:?} and {kb:?}: both tensors need the same dtype")));
+        }
         let (sa, sb) = (a.size(), b.size());
         if sa.is_empty() || sb.is_empty() {
             return Err(Error::shape(format!("matmul needs tensors of at least 1 dimension, got {sa:?} and {sb:?}")));
@@ -226,7 +233,7 @@ pub unsafe extern "C" fn fulmen_tensor_softmax(
     dim: i64,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    unary("fulmen_tensor_softmax", x, out, |x| Ok(x.f_softmax(super::shape::check_dim(x, dim)?, None)?))
+    unary("fulmen_tensor_softmax", x, out, |x| Ok(x.f_softmax(floating_dim(x, dim, "softmax")?, None)?))
 }
 
 /// Log-softmax along `dim` (negative counts from the end).
@@ -236,5 +243,13 @@ pub unsafe extern "C" fn fulmen_tensor_log_softmax(
     dim: i64,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    unary("fulmen_tensor_log_softmax", x, out, |x| Ok(x.f_log_softmax(super::shape::check_dim(x, dim)?, None)?))
+    unary("fulmen_tensor_log_softmax", x, out, |x| Ok(x.f_log_softmax(floating_dim(x, dim, "log_softmax")?, None)?))
+}
+
+/// Checks that `x` is floating and normalises `dim`.
+fn floating_dim(x: &Tensor, dim: i64, what: &str) -> Result<i64> {
+    if !crate::tensor::dtype::is_floating(x.f_kind()?) {
+        return Err(Error::dtype(format!("{what} needs a floating tensor, got {:?}", x.kind())));
+    }
+    super::shape::check_dim(x, dim)
 }

@@ -160,7 +160,11 @@ pub unsafe extern "C" fn fulmen_tensor_clone(
     tensor: *const fulmen_tensor,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    unary("fulmen_tensor_clone", tensor, out, |t| Ok(t.f_clone(t)?))
+    unary("fulmen_tensor_clone", tensor, out, |t| {
+        let mut copy = t.f_empty_like()?;
+        copy.f_copy_(t)?;
+        Ok(copy)
+    })
 }
 
 /// The same data cut off from autograd (`torch.detach`).

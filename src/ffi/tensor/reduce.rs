@@ -62,6 +62,9 @@ pub unsafe extern "C" fn fulmen_tensor_mean_dims(
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
     unary("fulmen_tensor_mean_dims", x, out, |x| {
+        if !crate::tensor::dtype::is_floating(x.f_kind()?) {
+            return Err(Error::dtype(format!("mean needs a floating tensor, got {:?}", x.kind())));
+        }
         let d = dims_checked(x, i64_list(dims, ndims, "dims")?)?;
         Ok(x.f_mean_dim(d.as_slice(), keepdim, None)?)
     })

@@ -1,0 +1,158 @@
+// Device queries of fulmen's accelerators (src/accelerators/cxx.rs) that tch
+// does not expose: CUDA device selection and caching-allocator statistics,
+// and whether an XLA backend is registered in libtorch.
+//
+// The CUDA part is compiled only when build.rs defines FULMEN_WITH_CUDA (it
+// does so when <libtorch>/lib/libtorch_cuda.so exists and the CUDA runtime
+// headers are found); otherwise those functions return
+// FULMEN_CXX_UNSUPPORTED with a "not compiled with CUDA" message.
+#include <c10/core/DeviceType.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "fulmen_cxx.h"
+
+#ifdef FULMEN_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+namespace {
+
+#ifdef FULMEN_WITH_CUDA
+c10::DeviceIndex checked_cuda_index(int64_t index) {
+  int64_t count = static_cast<int64_t>(c10::cuda::device_count());
+  TORCH_CHECK(index >= 0 && index < count, "CUDA device ", index, " requested but ", count,
+              " CUDA device(s) are available");
+  return static_cast<c10::DeviceIndex>(index);
+}
+
+// Appends torch.cuda.memory_stats-style lines "<name> <value>\n".
+void append_stat(std::ostringstream& out, const std::string& name, const c10::CachingAllocator::Stat& stat) {
+  out << name << ".current " << stat.current << "\n";
+  out << name << ".peak " << stat.peak << "\n";
+  out << name << ".allocated " << stat.allocated << "\n";
+  out << name << ".freed " << stat.freed << "\n";
+}
+
+void append_stat_array(std::ostringstream& out, const std::string& name,
+                       const c10::CachingAllocator::StatArray& stats) {
+  static const char* pools[] = {"all", "small_pool", "large_pool"};
+  for (size_t i = 0; i < stats.size() && i < 3; ++i) {
+    append_stat(out, name + "." + pools[i], stats[i]);
+  }
+}
+#endif
+
+#ifndef FULMEN_WITH_CUDA
+int not_compiled_with_cuda(char* err, size_t err_len) {
+  fulmen_cxx::write_message(
+      "fulmen was not compiled with CUDA: the libtorch it was built against has no libtorch_cuda "
+      "(or the CUDA runtime headers were not found at build time)",
+      err, err_len);
+  return FULMEN_CXX_UNSUPPORTED;
+}
+#endif
+
+}  // namespace
+
+extern "C" {
+
+// 1 when the CUDA part of this shim was compiled, else 0.
+int fulmen_cxx_cuda_compiled(void) {
+#ifdef FULMEN_WITH_CUDA
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+// Makes CUDA device `index` current on the calling thread (torch.cuda.set_device).
+int fulmen_cxx_cuda_set_device(int64_t index, char* err, size_t err_len) {
+#ifdef FULMEN_WITH_CUDA
+  FULMEN_CXX_TRY
+  c10::cuda::set_device(checked_cuda_index(index));
+  FULMEN_CXX_CATCH(err, err_len)
+#else
+  (void)index;
+  return not_compiled_with_cuda(err, err_len);
+#endif
+}
+
+// Releases the unused cached blocks of the CUDA caching allocator
+// (torch.cuda.empty_cache).
+int fulmen_cxx_cuda_empty_cache(char* err, size_t err_len) {
+#ifdef FULMEN_WITH_CUDA
+  FULMEN_CXX_TRY
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  FULMEN_CXX_CATCH(err, err_len)
+#else
+  return not_compiled_with_cuda(err, err_len);
+#endif
+}
+
+// Writes the caching-allocator statistics of CUDA device `index` into `buf`
+// as lines "<name> <integer>\n", named as torch.cuda.memory_stats names them
+// ("allocated_bytes.all.current", "num_ooms", ...), NUL-terminated. *needed
+// receives the size the text needs including its NUL; when buf_len is
+// smaller, nothing is written and the call still succeeds (call again with a
+// larger buffer).
+int fulmen_cxx_cuda_memory_stats(int64_t index, char* buf, size_t buf_len, size_t* needed, char* err,
+                                 size_t err_len) {
+#ifdef FULMEN_WITH_CUDA
+  FULMEN_CXX_TRY
+  TORCH_CHECK(needed != nullptr, "cuda_memory_stats: needed is NULL");
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(checked_cuda_index(index));
+  std::ostringstream out;
+  append_stat_array(out, "active", stats.active);
+  append_stat_array(out, "active_bytes", stats.active_bytes);
+  append_stat_array(out, "allocated_bytes", stats.allocated_bytes);
+  append_stat_array(out, "allocation", stats.allocation);
+  append_stat_array(out, "inactive_split", stats.inactive_split);
+  append_stat_array(out, "inactive_split_bytes", stats.inactive_split_bytes);
+  out << "max_split_size " << stats.max_split_size << "\n";
+  out << "num_alloc_retries " << stats.num_alloc_retries << "\n";
+  out << "num_device_alloc " << stats.num_device_alloc << "\n";
+  out << "num_device_free " << stats.num_device_free << "\n";
+  out << "num_ooms " << stats.num_ooms << "\n";
+  out << "num_sync_all_streams " << stats.num_sync_all_streams << "\n";
+  append_stat(out, "oversize_allocations", stats.oversize_allocations);
+  append_stat(out, "oversize_segments", stats.oversize_segments);
+  append_stat_array(out, "requested_bytes", stats.requested_bytes);
+  append_stat_array(out, "reserved_bytes", stats.reserved_bytes);
+  append_stat_array(out, "segment", stats.segment);
+  std::string text = out.str();
+  *needed = text.size() + 1;
+  if (buf != nullptr && buf_len >= text.size() + 1) {
+    std::memcpy(buf, text.c_str(), text.size() + 1);
+  }
+  FULMEN_CXX_CATCH(err, err_len)
+#else
+  (void)index;
+  (void)buf;
+  (void)buf_len;
+  if (needed != nullptr) {
+    *needed = 0;
+  }
+  return not_compiled_with_cuda(err, err_len);
+#endif
+}
+
+// *out = the number of XLA devices of the backend registered in libtorch
+// (torch_xla registers a DeviceGuardImpl for c10::DeviceType::XLA); 0 when
+// none is registered.
+int fulmen_cxx_xla_device_count(int64_t* out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  TORCH_CHECK(out != nullptr, "xla_device_count: out is NULL");
+  *out = 0;
+  if (c10::impl::hasDeviceGuardImpl(c10::DeviceType::XLA)) {
+    *out = static_cast<int64_t>(c10::impl::getDeviceGuardImpl(c10::DeviceType::XLA)->deviceCount());
+  }
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+}  // extern "C"

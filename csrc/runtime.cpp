@@ -1,0 +1,50 @@
+// Process-wide libtorch settings tch does not expose: deterministic
+// algorithms and the CPU generator's state (for exact resume).
+#include "fulmen_cxx.h"
+
+#include <ATen/Context.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
+extern "C" {
+
+// at::globalContext().setDeterministicAlgorithms(on, warn_only = false).
+int fulmen_cxx_set_deterministic(int on, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  at::globalContext().setDeterministicAlgorithms(on != 0, false);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Whether deterministic algorithms are on.
+int fulmen_cxx_deterministic(void) {
+  try {
+    return at::globalContext().deterministicAlgorithms() ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+// The default CPU generator's state as a new uint8 tensor, handed over as
+// a heap `at::Tensor*` (the representation torch-sys uses for tensors).
+int fulmen_cxx_cpu_rng_get_state(void** out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  at::Tensor state = gen.get_state();
+  *out = new at::Tensor(state);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Restores the default CPU generator from a state tensor `state` (an
+// `at::Tensor*` borrowed from the caller).
+int fulmen_cxx_cpu_rng_set_state(const void* state, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  const at::Tensor& t = *static_cast<const at::Tensor*>(state);
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(t);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+}  // extern "C"

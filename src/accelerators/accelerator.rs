@@ -1,0 +1,43 @@
+//! The accelerator interface, as Lightning's `Accelerator` base class.
+use super::devices::{DevicesSpec, ParsedDevices};
+use crate::error::Result;
+use tch::Device;
+
+/// A kind of hardware the trainer can run on: how to find its devices, how
+/// to parse the user's `devices` value for it, how to set a device up and
+/// tear it down, and what statistics it reports.
+///
+/// The trait is object-safe; the registry holds `Arc<dyn Accelerator>`, so
+/// custom accelerators (such as those registered from C) implement it too.
+pub trait Accelerator: Send + Sync {
+    /// The registry name (`"cpu"`, `"cuda"`, ...).
+    fn name(&self) -> &str;
+
+    /// Whether this accelerator can be used on this machine.
+    fn is_available(&self) -> bool;
+
+    /// The number of devices `devices="auto"` selects.
+    fn auto_device_count(&self) -> usize;
+
+    /// Checks the user's `devices` value against this machine.
+    fn parse_devices(&self, devices: &DevicesSpec) -> Result<ParsedDevices>;
+
+    /// The libtorch devices, one per process, for parsed devices.
+    fn get_parallel_devices(&self, parsed: &ParsedDevices) -> Result<Vec<Device>>;
+
+    /// Prepares `device` before the model is moved to it (in the process
+    /// that will use it).
+    fn setup_device(&self, device: Device) -> Result<()>;
+
+    /// Releases what the accelerator holds at the end of a run.
+    fn teardown(&self) -> Result<()>;
+
+    /// Named statistics of `device` for loggers (memory, utilization).
+    fn get_device_stats(&self, device: Device) -> Result<Vec<(String, f64)>>;
+}
+
+impl std::fmt::Debug for dyn Accelerator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Accelerator").field("name", &self.name()).finish()
+    }
+}

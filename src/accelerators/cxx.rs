@@ -1,0 +1,140 @@
+//! Calls into the C++ shims of `csrc/` (built by build.rs): the status
+//! protocol they share and the accelerator queries of `csrc/accelerators.cpp`.
+use crate::error::{Error, ErrorCode, Result};
+use libc::{c_char, c_int, size_t};
+
+/// Success status of a shim call.
+const OK: c_int = 0;
+/// Status of a shim call that needs a part of libtorch this build lacks.
+const UNSUPPORTED: c_int = 2;
+/// Size of the error-message buffer handed to the shims.
+const ERR_LEN: usize = 1024;
+
+extern "C" {
+    fn fulmen_cxx_cuda_compiled() -> c_int;
+    fn fulmen_cxx_cuda_set_device(index: i64, err: *mut c_char, err_len: size_t) -> c_int;
+    fn fulmen_cxx_cuda_empty_cache(err: *mut c_char, err_len: size_t) -> c_int;
+    fn fulmen_cxx_cuda_memory_stats(
+        index: i64,
+        buf: *mut c_char,
+        buf_len: size_t,
+        needed: *mut size_t,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    fn fulmen_cxx_xla_device_count(out: *mut i64, err: *mut c_char, err_len: size_t) -> c_int;
+}
+
+/// Runs a shim call that takes an error buffer `(err, err_len)` and turns a
+/// non-zero status into an [`Error`] prefixed with `what`.
+pub(crate) fn call(what: &str, f: impl FnOnce(*mut c_char, size_t) -> c_int) -> Result<()> {
+    let mut err = [0 as c_char; ERR_LEN];
+    let status = f(err.as_mut_ptr(), ERR_LEN);
+    if status == OK {
+        return Ok(());
+    }
+    // SAFETY: the shims always NUL-terminate what they write, and the buffer
+    // starts zeroed, so it holds a NUL within ERR_LEN bytes.
+    let text = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) }.to_string_lossy().into_owned();
+    let code = if status == UNSUPPORTED { ErrorCode::Unsupported } else { ErrorCode::Torch };
+    Err(Error::new(code, format!("{what}: {text}")))
+}
+
+/// Whether the CUDA part of the shim was compiled (libtorch has CUDA).
+pub(crate) fn cuda_compiled() -> bool {
+    // SAFETY: takes no arguments and cannot fail.
+    unsafe { fulmen_cxx_cuda_compiled() != 0 }
+}
+
+/// `torch.cuda.set_device(index)` on the calling thread.
+pub(crate) fn cuda_set_device(index: usize) -> Result<()> {
+    let index = i64::try_from(index).map_err(|_| Error::invalid(format!("CUDA device index {index} is too large")))?;
+    // SAFETY: the error buffer is valid for its length.
+    call("cuda set_device", |err, len| unsafe { fulmen_cxx_cuda_set_device(index, err, len) })
+}
+
+/// `torch.cuda.empty_cache()`.
+pub(crate) fn cuda_empty_cache() -> Result<()> {
+    // SAFETY: the error buffer is valid for its length.
+    call("cuda empty_cache", |err, len| unsafe { fulmen_cxx_cuda_empty_cache(err, len) })
+}
+
+/// `torch.cuda.memory_stats(index)`: the caching allocator's statistics.
+pub(crate) fn cuda_memory_stats(index: usize) -> Result<Vec<(String, f64)>> {
+    let index = i64::try_from(index).map_err(|_| Error::invalid(format!("CUDA device index {index} is too large")))?;
+    let mut needed: size_t = 0;
+    // SAFETY: a NULL buffer of length 0 only asks for the size; `needed` and
+    // the error buffer are valid.
+    call("cuda memory_stats", |err, len| unsafe {
+        fulmen_cxx_cuda_memory_stats(index, std::ptr::null_mut(), 0, &mut needed, err, len)
+    })?;
+    // The statistics may grow between the two calls; retry with more room.
+    for _ in 0..4 {
+        let mut buf = vec![0u8; needed.max(1) + 256];
+        let buf_len = buf.len();
+        let mut again: size_t = 0;
+        // SAFETY: `buf` is valid for `buf_len` bytes; `again` and the error
+        // buffer are valid.
+        call("cuda memory_stats", |err, len| unsafe {
+            fulmen_cxx_cuda_memory_stats(index, buf.as_mut_ptr().cast(), buf_len, &mut again, err, len)
+        })?;
+        if again <= buf_len {
+            let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+            return parse_stat_lines(&String::from_utf8_lossy(&buf[..end]));
+        }
+        needed = again;
+    }
+    Err(Error::state("cuda memory_stats: the statistics kept growing while being read"))
+}
+
+/// Parses the shim's `"<name> <value>\n"` lines.
+fn parse_stat_lines(text: &str) -> Result<Vec<(String, f64)>> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let (name, value) = line
+                .rsplit_once(' ')
+                .ok_or_else(|| Error::format(format!("cuda memory_stats: malformed line {line:?}")))?;
+            let value: f64 =
+                value.parse().map_err(|_| Error::format(format!("cuda memory_stats: malformed value in {line:?}")))?;
+            Ok((name.to_string(), value))
+        })
+        .collect()
+}
+
+/// Number of devices of the XLA backend registered in libtorch (0 if none).
+pub(crate) fn xla_device_count() -> Result<usize> {
+    let mut count: i64 = 0;
+    // SAFETY: `count` and the error buffer are valid.
+    call("xla device_count", |err, len| unsafe { fulmen_cxx_xla_device_count(&mut count, err, len) })?;
+    Ok(usize::try_from(count).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_parse() {
+        let stats = parse_stat_lines("allocated_bytes.all.current 512\nnum_ooms 0\n").unwrap();
+        assert_eq!(stats, vec![("allocated_bytes.all.current".to_string(), 512.0), ("num_ooms".to_string(), 0.0)]);
+        assert!(parse_stat_lines("garbage").is_err());
+    }
+
+    #[test]
+    fn cuda_shim_reports_not_compiled_on_cpu_libtorch() {
+        if cuda_compiled() {
+            return;
+        }
+        let err = cuda_set_device(0).unwrap_err();
+        assert_eq!(err.code, ErrorCode::Unsupported);
+        assert!(err.message.contains("not compiled with CUDA"), "{}", err.message);
+        assert!(cuda_memory_stats(0).unwrap_err().message.contains("not compiled with CUDA"));
+        assert!(cuda_empty_cache().is_err());
+    }
+
+    #[test]
+    fn no_xla_backend_here() {
+        assert_eq!(xla_device_count().unwrap(), 0);
+    }
+}

@@ -1,0 +1,299 @@
+//! ModelCheckpoint: saves checkpoints when a monitored metric improves (top
+//! k), every n steps or epochs, and a `last` copy, as Lightning's.
+use super::filename::format_name;
+use super::monitor::Mode;
+use crate::error::{Error, Result};
+use crate::trainer::hooks::{Callback, Hook, HookContext};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Checkpoint file extension (Lightning's; the content is safetensors).
+pub const EXTENSION: &str = ".ckpt";
+
+/// Options, with Lightning's defaults from [`Default`].
+#[derive(Debug, Clone)]
+pub struct ModelCheckpointOptions {
+    /// Folder; `None` = `<log dir>/checkpoints` (or `<root>/checkpoints`).
+    pub dirpath: Option<PathBuf>,
+    /// Name template (default `{epoch}-{step}`).
+    pub filename: Option<String>,
+    /// Metric to rank checkpoints by; `None` keeps the latest ones.
+    pub monitor: Option<String>,
+    /// Min or max.
+    pub mode: Mode,
+    /// How many best checkpoints to keep (-1 all, 0 none; default 1).
+    pub save_top_k: i64,
+    /// Also save `last.ckpt` whenever a checkpoint is saved.
+    pub save_last: bool,
+    /// Save every n optimizer steps (0: off).
+    pub every_n_train_steps: i64,
+    /// Save every n epochs (default 1; 0: off).
+    pub every_n_epochs: i64,
+    /// Save only the model's weights.
+    pub save_weights_only: bool,
+    /// Write `name=value` in file names (default true).
+    pub auto_insert_metric_name: bool,
+    /// Save at the end of training epochs instead of after validation;
+    /// `None` decides as Lightning does.
+    pub save_on_train_epoch_end: Option<bool>,
+}
+
+impl Default for ModelCheckpointOptions {
+    fn default() -> Self {
+        ModelCheckpointOptions {
+            dirpath: None,
+            filename: None,
+            monitor: None,
+            mode: Mode::Min,
+            save_top_k: 1,
+            save_last: false,
+            every_n_train_steps: 0,
+            every_n_epochs: 1,
+            save_weights_only: false,
+            auto_insert_metric_name: true,
+            save_on_train_epoch_end: None,
+        }
+    }
+}
+
+/// The ModelCheckpoint callback.
+pub struct ModelCheckpoint {
+    opts: ModelCheckpointOptions,
+    dirpath: Option<PathBuf>,
+    /// Saved checkpoints with their monitored scores.
+    best_k_models: BTreeMap<String, f64>,
+    /// Path of the best checkpoint so far.
+    pub best_model_path: String,
+    /// Its score.
+    pub best_model_score: Option<f64>,
+    /// Path of the last checkpoint written.
+    pub last_model_path: String,
+    last_global_step_saved: i64,
+}
+
+impl ModelCheckpoint {
+    /// Creates the callback after checking the options.
+    pub fn new(opts: ModelCheckpointOptions) -> Result<Self> {
+        if opts.save_top_k < -1 {
+            return Err(Error::invalid(format!("save_top_k must be >= -1, got {}", opts.save_top_k)));
+        }
+        if opts.every_n_train_steps < 0 || opts.every_n_epochs < 0 {
+            return Err(Error::invalid("every_n_train_steps and every_n_epochs must be >= 0"));
+        }
+        if opts.monitor.is_none() && opts.save_top_k > 1 {
+            return Err(Error::invalid(format!(
+                "ModelCheckpoint(save_top_k={}, monitor=None) is not valid: there is no metric to rank the checkpoints",
+                opts.save_top_k
+            )));
+        }
+        Ok(ModelCheckpoint {
+            dirpath: opts.dirpath.clone(),
+            opts,
+            best_k_models: BTreeMap::new(),
+            best_model_path: String::new(),
+            best_model_score: None,
+            last_model_path: String::new(),
+            last_global_step_saved: -1,
+        })
+    }
+
+    /// The options.
+    pub fn options(&self) -> &ModelCheckpointOptions {
+        &self.opts
+    }
+
+    /// The folder checkpoints go to (known once fit has started).
+    pub fn dirpath(&self) -> Option<&Path> {
+        self.dirpath.as_deref()
+    }
+
+    fn save_on_train_epoch_end(&self, ctx: &HookContext) -> bool {
+        if let Some(v) = self.opts.save_on_train_epoch_end {
+            return v;
+        }
+        if ctx.state.check_val_every_n_epoch != Some(1) {
+            return false;
+        }
+        ctx.state.num_val_batches == 0 || ctx.state.val_once_per_epoch
+    }
+
+    fn skip(&self, ctx: &HookContext) -> bool {
+        ctx.state.fast_dev_run || ctx.state.sanity_checking || self.last_global_step_saved == ctx.state.global_step
+    }
+
+    fn metrics_for_name(ctx: &HookContext) -> BTreeMap<String, f64> {
+        let mut m = ctx.state.callback_metrics.clone();
+        m.insert("epoch".into(), ctx.state.epoch as f64);
+        m.insert("step".into(), ctx.state.global_step as f64);
+        m
+    }
+
+    fn path_for(&self, ctx: &HookContext, template: &str) -> Result<PathBuf> {
+        let dir = self.dirpath.as_ref().ok_or_else(|| Error::state("ModelCheckpoint has no folder yet"))?;
+        let name = format_name(template, &Self::metrics_for_name(ctx), self.opts.auto_insert_metric_name)?;
+        let mut path = dir.join(format!("{name}{EXTENSION}"));
+        let mut version = 1;
+        while path.exists()
+            && !self.best_k_models.contains_key(&path.to_string_lossy().to_string())
+            && path.to_string_lossy() != self.last_model_path
+        {
+            path = dir.join(format!("{name}-v{version}{EXTENSION}"));
+            version += 1;
+        }
+        Ok(path)
+    }
+
+    fn save(&mut self, ctx: &mut HookContext) -> Result<()> {
+        let template = self.opts.filename.clone().unwrap_or_else(|| "{epoch}-{step}".to_string());
+        match self.opts.monitor.clone() {
+            Some(monitor) => self.save_top_k(ctx, &monitor, &template)?,
+            None => self.save_latest(ctx, &template)?,
+        }
+        if self.opts.save_last {
+            let path = self
+                .dirpath
+                .as_ref()
+                .map(|d| d.join(format!("last{EXTENSION}")))
+                .ok_or_else(|| Error::state("no folder"))?;
+            ctx.state.save_requests.push((path.clone(), self.opts.save_weights_only));
+            self.last_model_path = path.to_string_lossy().to_string();
+        }
+        self.last_global_step_saved = ctx.state.global_step;
+        Ok(())
+    }
+
+    fn save_latest(&mut self, ctx: &mut HookContext, template: &str) -> Result<()> {
+        if self.opts.save_top_k == 0 {
+            return Ok(());
+        }
+        let path = self.path_for(ctx, template)?;
+        let key = path.to_string_lossy().to_string();
+        if self.opts.save_top_k == 1 && !self.best_model_path.is_empty() && self.best_model_path != key {
+            ctx.state.remove_requests.push(PathBuf::from(&self.best_model_path));
+            self.best_k_models.remove(&self.best_model_path);
+        }
+        ctx.state.save_requests.push((path, self.opts.save_weights_only));
+        self.best_k_models.insert(key.clone(), ctx.state.global_step as f64);
+        self.best_model_path = key;
+        Ok(())
+    }
+
+    fn save_top_k(&mut self, ctx: &mut HookContext, monitor: &str, template: &str) -> Result<()> {
+        let current = ctx
+            .metric(monitor)
+            .map_err(|e| e.context(format!("ModelCheckpoint(monitor={monitor:?}) could not find the metric")))?;
+        let mode = self.opts.mode;
+        // A NaN score ranks as the worst possible.
+        let current = if current.is_nan() { mode.worst() } else { current };
+        let k = self.opts.save_top_k;
+        if k == 0 {
+            return Ok(());
+        }
+        let worst = self.worst_kept();
+        let keep =
+            k == -1 || (self.best_k_models.len() as i64) < k || worst.is_some_and(|(_, w)| mode.better(current, w));
+        if !keep {
+            return Ok(());
+        }
+        let path = self.path_for(ctx, template)?;
+        let key = path.to_string_lossy().to_string();
+        ctx.state.save_requests.push((path, self.opts.save_weights_only));
+        self.best_k_models.insert(key, current);
+        if k > 0 && self.best_k_models.len() as i64 > k {
+            if let Some((p, _)) = self.worst_kept() {
+                self.best_k_models.remove(&p);
+                ctx.state.remove_requests.push(PathBuf::from(p));
+            }
+        }
+        if let Some((p, s)) = self.best_kept() {
+            self.best_model_path = p;
+            self.best_model_score = Some(s);
+        }
+        Ok(())
+    }
+
+    fn best_kept(&self) -> Option<(String, f64)> {
+        let mode = self.opts.mode;
+        self.best_k_models.iter().fold(None, |acc: Option<(String, f64)>, (p, s)| match acc {
+            Some((_, b)) if !mode.better(*s, b) => acc,
+            _ => Some((p.clone(), *s)),
+        })
+    }
+
+    fn worst_kept(&self) -> Option<(String, f64)> {
+        let mode = self.opts.mode;
+        self.best_k_models.iter().fold(None, |acc: Option<(String, f64)>, (p, s)| match acc {
+            Some((_, w)) if !mode.better(w, *s) => acc,
+            _ => Some((p.clone(), *s)),
+        })
+    }
+}
+
+impl Callback for ModelCheckpoint {
+    fn name(&self) -> String {
+        format!("ModelCheckpoint{{monitor={:?}}}", self.opts.monitor.as_deref().unwrap_or(""))
+    }
+
+    fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()> {
+        match ctx.hook {
+            Hook::Setup if ctx.stage == "fit" && self.dirpath.is_none() => {
+                let base = ctx.state.log_dir.clone().unwrap_or_else(|| ctx.state.root_dir.clone());
+                self.dirpath = Some(base.join("checkpoints"));
+            }
+            Hook::TrainBatchEnd => {
+                let n = self.opts.every_n_train_steps;
+                if n > 0 && !self.skip(ctx) && ctx.state.global_step > 0 && ctx.state.global_step % n == 0 {
+                    self.save(ctx)?;
+                }
+            }
+            Hook::TrainEpochEnd if self.save_on_train_epoch_end(ctx) && self.epoch_trigger(ctx) => self.save(ctx)?,
+            Hook::ValidationEnd
+                if ctx.stage == "fit" && !self.save_on_train_epoch_end(ctx) && self.epoch_trigger(ctx) =>
+            {
+                self.save(ctx)?
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn state_dict(&self) -> BTreeMap<String, String> {
+        let mut s = BTreeMap::new();
+        s.insert("monitor".into(), self.opts.monitor.clone().unwrap_or_default());
+        s.insert("best_model_path".into(), self.best_model_path.clone());
+        s.insert("best_model_score".into(), self.best_model_score.map(|v| v.to_string()).unwrap_or_default());
+        s.insert("last_model_path".into(), self.last_model_path.clone());
+        s.insert("dirpath".into(), self.dirpath.as_ref().map(|d| d.to_string_lossy().to_string()).unwrap_or_default());
+        s.insert("best_k_models".into(), serde_json::to_string(&self.best_k_models).unwrap_or_default());
+        s
+    }
+
+    fn load_state_dict(&mut self, state: &BTreeMap<String, String>) -> Result<()> {
+        let get = |k: &str| state.get(k).cloned().unwrap_or_default();
+        self.best_model_path = get("best_model_path");
+        self.best_model_score = get("best_model_score").parse().ok();
+        self.last_model_path = get("last_model_path");
+        // Lightning keeps the top-k bookkeeping only when the folder is the same.
+        let dir = get("dirpath");
+        if self.dirpath.is_none() && !dir.is_empty() {
+            self.dirpath = Some(PathBuf::from(&dir));
+        }
+        if self.dirpath.as_ref().map(|d| d.to_string_lossy().to_string()) == Some(dir) {
+            self.best_k_models = serde_json::from_str(&get("best_k_models"))
+                .map_err(|e| Error::format(format!("ModelCheckpoint state: best_k_models is malformed: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+impl ModelCheckpoint {
+    /// Whether an epoch-end trigger should save now.
+    fn epoch_trigger(&self, ctx: &HookContext) -> bool {
+        let n = self.opts.every_n_epochs;
+        !self.skip(ctx) && self.opts.every_n_train_steps == 0 && n > 0 && (ctx.state.epoch + 1) % n == 0
+    }
+}

@@ -1,0 +1,107 @@
+//! Timer: tracks the time spent in each stage and stops training once a
+//! duration is exceeded (the Trainer's `max_time` uses it).
+use crate::error::{Error, Result};
+use crate::trainer::hooks::{Callback, Hook, HookContext};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// The Timer callback.
+pub struct Timer {
+    duration: Option<Duration>,
+    check_each_step: bool,
+    started: Option<Instant>,
+    /// Seconds from earlier runs (restored from a checkpoint).
+    offset: f64,
+    /// Set when the timer stopped training.
+    pub stopped: bool,
+}
+
+/// Reads a duration: seconds ("90", "1.5") or Lightning's "DD:HH:MM:SS".
+pub fn parse_duration(text: &str) -> Result<Duration> {
+    let bad = || Error::invalid(format!("duration {text:?} must be seconds or \"DD:HH:MM:SS\""));
+    let t = text.trim();
+    if let Ok(s) = t.parse::<f64>() {
+        if s.is_finite() && s >= 0.0 {
+            return Ok(Duration::from_secs_f64(s));
+        }
+        return Err(bad());
+    }
+    let parts: Vec<&str> = t.split(':').collect();
+    if parts.len() != 4 {
+        return Err(bad());
+    }
+    let n: Vec<u64> =
+        parts.iter().map(|p| p.parse::<u64>()).collect::<std::result::Result<_, _>>().map_err(|_| bad())?;
+    Ok(Duration::from_secs(((n[0] * 24 + n[1]) * 60 + n[2]) * 60 + n[3]))
+}
+
+impl Timer {
+    /// A timer stopping after `duration` (None: only measures), checked
+    /// every step (`interval` "step") or every epoch ("epoch").
+    pub fn new(duration: Option<Duration>, interval: &str) -> Result<Self> {
+        let check_each_step = match interval {
+            "step" => true,
+            "epoch" => false,
+            other => {
+                return Err(Error::invalid(format!("Timer interval must be \"step\" or \"epoch\", got {other:?}")))
+            }
+        };
+        Ok(Timer { duration, check_each_step, started: None, offset: 0.0, stopped: false })
+    }
+
+    /// Seconds spent in fit, this run and restored ones.
+    pub fn elapsed(&self) -> f64 {
+        self.offset + self.started.map_or(0.0, |s| s.elapsed().as_secs_f64())
+    }
+
+    fn check(&mut self, ctx: &mut HookContext) {
+        ctx.state.time_elapsed.insert("fit".into(), self.elapsed());
+        if let Some(d) = self.duration {
+            if self.elapsed() >= d.as_secs_f64() {
+                ctx.state.should_stop = true;
+                self.stopped = true;
+            }
+        }
+    }
+}
+
+impl Callback for Timer {
+    fn name(&self) -> String {
+        "Timer".into()
+    }
+
+    fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()> {
+        match ctx.hook {
+            Hook::TrainStart => self.started = Some(Instant::now()),
+            Hook::TrainBatchEnd if self.check_each_step => self.check(ctx),
+            Hook::TrainEpochEnd if !self.check_each_step => self.check(ctx),
+            Hook::TrainEnd => {
+                ctx.state.time_elapsed.insert("fit".into(), self.elapsed());
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn state_dict(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([("time_elapsed_fit".to_string(), self.elapsed().to_string())])
+    }
+
+    fn load_state_dict(&mut self, state: &BTreeMap<String, String>) -> Result<()> {
+        self.offset = state.get("time_elapsed_fit").and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("00:01:00:05").unwrap(), Duration::from_secs(3605));
+        assert!(parse_duration("1:2").is_err());
+        assert!(parse_duration("-3").is_err());
+    }
+}

@@ -1,0 +1,155 @@
+//! The checkpoint container and its validation.
+use crate::error::{Error, Result};
+use crate::nn::{read_safetensors, write_safetensors};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use tch::Tensor;
+
+/// Version of the checkpoint layout written by this library.
+pub const FORMAT_VERSION: &str = "1";
+
+const FORMAT_KEY: &str = "fulmen.checkpoint";
+const MODEL_PREFIX: &str = "state_dict.";
+const OPTIMIZER_PREFIX: &str = "optimizer_states.";
+
+/// Everything a checkpoint holds.
+#[derive(Default)]
+pub struct Checkpoint {
+    /// Epoch the checkpoint was taken in (0-based).
+    pub epoch: i64,
+    /// Optimizer steps taken when it was saved.
+    pub global_step: i64,
+    /// Training batches already done in `epoch` (0 at an epoch end when
+    /// `epoch_finished`).
+    pub batches_in_epoch: i64,
+    /// Whether `epoch` was complete (resuming starts the next one).
+    pub epoch_finished: bool,
+    /// The model's state_dict (PyTorch names).
+    pub state_dict: Vec<(String, Tensor)>,
+    /// Each optimizer's state, in configure_optimizers order.
+    pub optimizer_states: Vec<Vec<(String, Tensor)>>,
+    /// Each optimizer's scheduler state (empty when it has none).
+    pub scheduler_states: Vec<Vec<(String, f64)>>,
+    /// Precision plugin state (loss scaler), as named numbers.
+    pub precision_state: Vec<(String, f64)>,
+    /// Callback states by callback name.
+    pub callbacks: BTreeMap<String, BTreeMap<String, String>>,
+    /// Hyperparameters as text.
+    pub hparams: BTreeMap<String, String>,
+    /// Entries added by `on_save_checkpoint` hooks.
+    pub extra: BTreeMap<String, String>,
+    /// Whether only the weights were saved.
+    pub weights_only: bool,
+}
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+fn parse<T: serde::de::DeserializeOwned>(meta: &HashMap<String, String>, key: &str, path: &Path) -> Result<T> {
+    let text =
+        meta.get(key).ok_or_else(|| Error::format(format!("{}: checkpoint metadata lacks `{key}`", path.display())))?;
+    serde_json::from_str(text)
+        .map_err(|e| Error::format(format!("{}: checkpoint metadata `{key}` is malformed: {e}", path.display())))
+}
+
+impl Checkpoint {
+    /// Writes the checkpoint to `path` (through `<path>.tmp` and a rename).
+    /// A weights-only checkpoint holds just the state_dict, unprefixed, so
+    /// `safetensors.torch.load_file` gives a plain PyTorch state_dict.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let mut meta = HashMap::new();
+        meta.insert(FORMAT_KEY.to_string(), FORMAT_VERSION.to_string());
+        meta.insert("epoch".into(), self.epoch.to_string());
+        meta.insert("global_step".into(), self.global_step.to_string());
+        meta.insert("hparams".into(), json(&self.hparams));
+        if self.weights_only {
+            meta.insert("weights_only".into(), "true".into());
+            let tensors: Vec<(String, Tensor)> =
+                self.state_dict.iter().map(|(k, t)| (k.clone(), t.shallow_clone())).collect();
+            return write_safetensors(path, &tensors, Some(meta));
+        }
+        meta.insert("weights_only".into(), "false".into());
+        meta.insert("batches_in_epoch".into(), self.batches_in_epoch.to_string());
+        meta.insert("epoch_finished".into(), self.epoch_finished.to_string());
+        meta.insert("num_optimizers".into(), self.optimizer_states.len().to_string());
+        meta.insert("lr_schedulers".into(), json(&self.scheduler_states));
+        meta.insert("precision".into(), json(&self.precision_state));
+        meta.insert("callbacks".into(), json(&self.callbacks));
+        meta.insert("extra".into(), json(&self.extra));
+        let mut tensors = Vec::new();
+        for (k, t) in &self.state_dict {
+            tensors.push((format!("{MODEL_PREFIX}{k}"), t.shallow_clone()));
+        }
+        for (i, state) in self.optimizer_states.iter().enumerate() {
+            for (k, t) in state {
+                tensors.push((format!("{OPTIMIZER_PREFIX}{i}.{k}"), t.shallow_clone()));
+            }
+        }
+        write_safetensors(path, &tensors, Some(meta))
+    }
+
+    /// Reads a checkpoint. A truncated or corrupted file, or one that is
+    /// not a fulmen checkpoint, is a `Format` error naming the file.
+    pub fn load(path: &Path) -> Result<Checkpoint> {
+        let (tensors, meta) = read_safetensors(path)?;
+        match meta.get(FORMAT_KEY).map(String::as_str) {
+            Some(FORMAT_VERSION) => {}
+            Some(v) => {
+                return Err(Error::format(format!(
+                    "{}: checkpoint format {v} is not supported (this fulmen reads {FORMAT_VERSION})",
+                    path.display()
+                )))
+            }
+            None => {
+                return Err(Error::format(format!(
+                    "{} is a safetensors file but not a fulmen checkpoint",
+                    path.display()
+                )))
+            }
+        }
+        let int = |key: &str| -> Result<i64> {
+            meta.get(key).and_then(|v| v.parse::<i64>().ok()).ok_or_else(|| {
+                Error::format(format!("{}: checkpoint metadata `{key}` is missing or not an integer", path.display()))
+            })
+        };
+        let mut ck = Checkpoint {
+            epoch: int("epoch")?,
+            global_step: int("global_step")?,
+            hparams: parse(&meta, "hparams", path)?,
+            weights_only: meta.get("weights_only").map(String::as_str) == Some("true"),
+            ..Default::default()
+        };
+        if ck.weights_only {
+            ck.state_dict = tensors;
+            return Ok(ck);
+        }
+        ck.batches_in_epoch = int("batches_in_epoch")?;
+        ck.epoch_finished = meta.get("epoch_finished").map(String::as_str) == Some("true");
+        let n_opt = int("num_optimizers")? as usize;
+        ck.scheduler_states = parse(&meta, "lr_schedulers", path)?;
+        ck.precision_state = parse(&meta, "precision", path)?;
+        ck.callbacks = parse(&meta, "callbacks", path)?;
+        ck.extra = parse(&meta, "extra", path)?;
+        ck.optimizer_states = (0..n_opt).map(|_| Vec::new()).collect();
+        for (name, t) in tensors {
+            if let Some(k) = name.strip_prefix(MODEL_PREFIX) {
+                ck.state_dict.push((k.to_string(), t));
+            } else if let Some(rest) = name.strip_prefix(OPTIMIZER_PREFIX) {
+                let (i, k) = rest
+                    .split_once('.')
+                    .ok_or_else(|| Error::format(format!("{}: bad optimizer tensor name {name:?}", path.display())))?;
+                let i: usize = i
+                    .parse()
+                    .map_err(|_| Error::format(format!("{}: bad optimizer tensor name {name:?}", path.display())))?;
+                let slot = ck.optimizer_states.get_mut(i).ok_or_else(|| {
+                    Error::format(format!("{}: tensor {name:?} names optimizer {i} of {n_opt}", path.display()))
+                })?;
+                slot.push((k.to_string(), t));
+            } else {
+                return Err(Error::format(format!("{}: unexpected tensor {name:?} in a checkpoint", path.display())));
+            }
+        }
+        Ok(ck)
+    }
+}

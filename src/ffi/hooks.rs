@@ -1,0 +1,335 @@
+//! `fulmen_hook_context` and host callbacks (`fulmen_callback_vtable`):
+//! Lightning's hooks delivered to C.
+use super::callback::{check_struct_size, Userdata};
+use super::error::{error_from_raw, fulmen_error, guard, str_arg};
+use super::handle::{self, check_out, write_out, Handle};
+use super::model::copy_str;
+use super::tensor::handle::{emit, fulmen_tensor};
+use super::tensor::TensorScope;
+use crate::error::{Error, ErrorCode, Result};
+use crate::trainer::{Callback, Hook, HookContext};
+use std::collections::BTreeMap;
+use std::ffi::{c_char, c_void};
+
+/// What a hook call sees: the hook's trainer state and data. Borrowed:
+/// valid only during the hook callback.
+pub struct fulmen_hook_context {
+    pub(crate) ctx: *mut HookContext<'static>,
+}
+
+impl Handle for fulmen_hook_context {
+    const C_NAME: &'static str = "fulmen_hook_context";
+}
+
+unsafe fn ctx_ref<'a>(p: *const fulmen_hook_context) -> Result<&'a mut HookContext<'static>> {
+    Ok(&mut *handle::borrow(p, "ctx")?.ctx)
+}
+
+/// A host hook function: `hook` is a `fulmen_hook`.
+pub type fulmen_hook_fn =
+    unsafe extern "C" fn(userdata: *mut c_void, hook: i32, ctx: *mut fulmen_hook_context) -> *mut fulmen_error;
+
+/// Calls a host hook function with a temporary context handle inside a
+/// tensor scope, and takes its error back with the hook's name.
+pub(crate) fn call_host_hook(f: fulmen_hook_fn, userdata: *mut c_void, who: &str, ctx: &mut HookContext) -> Result<()> {
+    let _scope = TensorScope::enter();
+    let ptr = std::ptr::from_mut(ctx).cast::<HookContext<'static>>();
+    let hook = ctx.hook;
+    let h = handle::into_raw(fulmen_hook_context { ctx: ptr });
+    let err = unsafe { f(userdata, hook as i32, h) };
+    // SAFETY: `h` was created above; the host cannot free it.
+    let _ = unsafe { handle::take(h) };
+    match unsafe { error_from_raw(err) } {
+        None => Ok(()),
+        Some(e) => Err(Error::new(
+            if e.code == ErrorCode::InvalidHandle { ErrorCode::Callback } else { e.code },
+            format!("{who}.{} failed: {}", hook.name(), e.message),
+        )),
+    }
+}
+
+/// The name Lightning gives hook `hook` ("on_train_epoch_end"), a static
+/// string; "" for a value that is not a `fulmen_hook`.
+#[no_mangle]
+pub extern "C" fn fulmen_hook_name(hook: i32) -> *const c_char {
+    static NAMES: std::sync::OnceLock<Vec<std::ffi::CString>> = std::sync::OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        (0..=36)
+            .map(|i| std::ffi::CString::new(hook_from_i32(i).map_or("", |h| h.name())).unwrap_or_default())
+            .collect()
+    });
+    usize::try_from(hook).ok().and_then(|i| names.get(i)).map_or(c"".as_ptr(), |s| s.as_ptr())
+}
+
+fn hook_from_i32(v: i32) -> Option<Hook> {
+    use Hook::*;
+    const ALL: [Hook; 37] = [
+        Setup,
+        Teardown,
+        FitStart,
+        FitEnd,
+        SanityCheckStart,
+        SanityCheckEnd,
+        TrainStart,
+        TrainEnd,
+        TrainEpochStart,
+        TrainEpochEnd,
+        TrainBatchStart,
+        TrainBatchEnd,
+        ValidationStart,
+        ValidationEnd,
+        ValidationEpochStart,
+        ValidationEpochEnd,
+        ValidationBatchStart,
+        ValidationBatchEnd,
+        TestStart,
+        TestEnd,
+        TestEpochStart,
+        TestEpochEnd,
+        TestBatchStart,
+        TestBatchEnd,
+        PredictStart,
+        PredictEnd,
+        PredictEpochStart,
+        PredictEpochEnd,
+        PredictBatchStart,
+        PredictBatchEnd,
+        BeforeBackward,
+        AfterBackward,
+        BeforeOptimizerStep,
+        BeforeZeroGrad,
+        SaveCheckpoint,
+        LoadCheckpoint,
+        Exception,
+    ];
+    ALL.into_iter().find(|h| *h as i32 == v)
+}
+
+/// Writes the running entry point ("fit", "validate", "test", "predict")
+/// as a static string.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_stage(
+    ctx: *const fulmen_hook_context,
+    out: *mut *const c_char,
+) -> *mut fulmen_error {
+    guard("fulmen_hook_context_stage", || {
+        let s = match ctx_ref(ctx)?.stage {
+            "fit" => c"fit",
+            "validate" => c"validate",
+            "test" => c"test",
+            _ => c"predict",
+        };
+        write_out(out, "out", s.as_ptr())
+    })
+}
+
+/// Writes the current epoch (0-based).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_epoch(
+    ctx: *const fulmen_hook_context,
+    out: *mut i64,
+) -> *mut fulmen_error {
+    guard("fulmen_hook_context_epoch", || write_out(out, "out", ctx_ref(ctx)?.state.epoch))
+}
+
+/// Writes the number of optimizer steps taken so far.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_global_step(
+    ctx: *const fulmen_hook_context,
+    out: *mut i64,
+) -> *mut fulmen_error {
+    guard("fulmen_hook_context_global_step", || write_out(out, "out", ctx_ref(ctx)?.state.global_step))
+}
+
+/// Writes the batch index for batch hooks, -1 for the others.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_batch_idx(
+    ctx: *const fulmen_hook_context,
+    out: *mut i64,
+) -> *mut fulmen_error {
+    guard("fulmen_hook_context_batch_idx", || write_out(out, "out", ctx_ref(ctx)?.batch_idx))
+}
+
+/// Writes the latest value of a logged metric;
+/// FULMEN_CODE_INVALID_STATE names the logged ones when it is missing.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_metric(
+    ctx: *const fulmen_hook_context,
+    name: *const c_char,
+    out: *mut f64,
+) -> *mut fulmen_error {
+    guard("fulmen_hook_context_metric", || {
+        let c = ctx_ref(ctx)?;
+        let v = c.metric(str_arg(name, "name")?)?;
+        write_out(out, "out", v)
+    })
+}
+
+/// Asks the trainer to stop after the current step (Lightning's
+/// `trainer.should_stop = True`; min_epochs / min_steps still apply).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_request_stop(ctx: *mut fulmen_hook_context) -> *mut fulmen_error {
+    guard("fulmen_hook_context_request_stop", || {
+        ctx_ref(ctx)?.state.should_stop = true;
+        Ok(())
+    })
+}
+
+/// Writes the number of tensors of the hook's batch (0 when the hook has
+/// none).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_batch_len(
+    ctx: *const fulmen_hook_context,
+    out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_hook_context_batch_len", || write_out(out, "out", ctx_ref(ctx)?.batch.map_or(0, |b| b.len())))
+}
+
+/// Writes a handle to tensor `index` of the hook's batch (released when the
+/// hook returns unless kept).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_batch_get(
+    ctx: *const fulmen_hook_context,
+    index: usize,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard("fulmen_hook_context_batch_get", || {
+        check_out(out, "out")?;
+        let c = ctx_ref(ctx)?;
+        let b = c.batch.ok_or_else(|| Error::state(format!("{} has no batch", c.hook.name())))?;
+        let t = b.get(index).ok_or_else(|| {
+            Error::new(ErrorCode::OutOfRange, format!("the batch has {} tensors, index {index} asked", b.len()))
+        })?;
+        emit(out, t.shallow_clone())
+    })
+}
+
+/// Writes a handle to the hook's output: the loss (training batch end,
+/// before / after backward) or the prediction (predict batch end); NULL
+/// when the hook has none.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_output(
+    ctx: *const fulmen_hook_context,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard("fulmen_hook_context_output", || {
+        check_out(out, "out")?;
+        match ctx_ref(ctx)?.output {
+            Some(t) => emit(out, t.shallow_clone()),
+            None => {
+                out.write(std::ptr::null_mut());
+                Ok(())
+            }
+        }
+    })
+}
+
+fn checkpoint_map<'a>(c: &'a mut HookContext<'static>) -> Result<&'a mut BTreeMap<String, String>> {
+    let hook = c.hook;
+    c.checkpoint.as_deref_mut().ok_or_else(|| {
+        Error::state(format!(
+            "checkpoint entries exist only in on_save_checkpoint and on_load_checkpoint, not {}",
+            hook.name()
+        ))
+    })
+}
+
+/// In `on_save_checkpoint`: stores `value` under `key` in the checkpoint.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_checkpoint_set(
+    ctx: *mut fulmen_hook_context,
+    key: *const c_char,
+    value: *const c_char,
+) -> *mut fulmen_error {
+    guard("fulmen_hook_context_checkpoint_set", || {
+        let c = ctx_ref(ctx)?;
+        let (k, v) = (str_arg(key, "key")?, str_arg(value, "value")?);
+        checkpoint_map(c)?.insert(k.to_string(), v.to_string());
+        Ok(())
+    })
+}
+
+/// In `on_load_checkpoint`: copies the value stored under `key` into `buf`
+/// as for `fulmen_model_state_dict_name`; FULMEN_CODE_INVALID_ARGUMENT when
+/// the checkpoint has no such key.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_checkpoint_get(
+    ctx: *mut fulmen_hook_context,
+    key: *const c_char,
+    buf: *mut c_char,
+    capacity: usize,
+    len_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_hook_context_checkpoint_get", || {
+        let c = ctx_ref(ctx)?;
+        let k = str_arg(key, "key")?;
+        let v = checkpoint_map(c)?
+            .get(k)
+            .cloned()
+            .ok_or_else(|| Error::invalid(format!("the checkpoint has no entry {k:?}")))?;
+        copy_str(&v, buf, capacity, len_out)
+    })
+}
+
+/// In `on_exception`: copies the failure's message into `buf` as for
+/// `fulmen_model_state_dict_name`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_exception(
+    ctx: *const fulmen_hook_context,
+    buf: *mut c_char,
+    capacity: usize,
+    len_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_hook_context_exception", || {
+        let c = ctx_ref(ctx)?;
+        let e = c.exception.ok_or_else(|| Error::state(format!("{} carries no exception", c.hook.name())))?;
+        copy_str(&e.message, buf, capacity, len_out)
+    })
+}
+
+/// A host callback: receives every hook (`fulmen_hook`) through `on_hook`
+/// on the thread running the trainer. Set `struct_size` to
+/// `sizeof(fulmen_callback_vtable)`.
+#[repr(C)]
+pub struct fulmen_callback_vtable {
+    /// `sizeof(fulmen_callback_vtable)`.
+    pub struct_size: usize,
+    /// Passed to `on_hook`.
+    pub userdata: *mut c_void,
+    /// Called once when the trainer that holds the callback is freed; may
+    /// be NULL.
+    pub userdata_free: Option<unsafe extern "C" fn(*mut c_void)>,
+    /// Called for every hook; return NULL, or an error to stop the run.
+    /// Required.
+    pub on_hook: Option<
+        unsafe extern "C" fn(userdata: *mut c_void, hook: i32, ctx: *mut fulmen_hook_context) -> *mut fulmen_error,
+    >,
+}
+
+/// A host callback as a core callback.
+pub(crate) struct HostCallback {
+    name: String,
+    userdata: Userdata,
+    on_hook: fulmen_hook_fn,
+}
+
+impl Callback for HostCallback {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()> {
+        call_host_hook(self.on_hook, self.userdata.ptr(), &self.name, ctx)
+    }
+}
+
+/// Reads a host callback vtable.
+pub(crate) unsafe fn host_callback(name: &str, vtable: *const fulmen_callback_vtable) -> Result<HostCallback> {
+    let v = vtable.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `vtable` is NULL"))?;
+    check_struct_size(v.struct_size, std::mem::size_of::<fulmen_callback_vtable>(), "fulmen_callback_vtable")?;
+    let on_hook = v.on_hook.ok_or_else(|| Error::invalid("fulmen_callback_vtable.on_hook is NULL"))?;
+    if name.is_empty() {
+        return Err(Error::invalid("a callback needs a non-empty name (it keys the callback's state in checkpoints)"));
+    }
+    Ok(HostCallback { name: name.to_string(), userdata: Userdata::new(v.userdata, v.userdata_free), on_hook })
+}

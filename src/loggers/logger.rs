@@ -1,0 +1,37 @@
+//! The logger interface: where logged metrics and hyperparameters go.
+use crate::error::Result;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// An experiment logger, as Lightning's `Logger`. Only rank 0 logs.
+pub trait Logger {
+    /// Short name ("csv", "tensorboard", "host").
+    fn name(&self) -> &str;
+    /// The folder this logger writes to, if any.
+    fn log_dir(&self) -> Option<&Path>;
+    /// Records metrics at an optimizer step (`epoch` is recorded too).
+    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: i64, step: i64) -> Result<()>;
+    /// Records the run's hyperparameters (text values, as given).
+    fn log_hyperparams(&mut self, params: &BTreeMap<String, String>) -> Result<()>;
+    /// Makes everything logged so far durable (called at epoch ends).
+    fn save(&mut self) -> Result<()>;
+    /// Ends the run ("success", "failed" or "interrupted").
+    fn finalize(&mut self, status: &str) -> Result<()>;
+}
+
+/// The next free `version_N` folder under `<root>/lightning_logs`,
+/// created; shared by the file loggers of one run.
+pub fn next_version_dir(root: &Path) -> Result<std::path::PathBuf> {
+    use crate::error::ResultExt;
+    let base = root.join("lightning_logs");
+    std::fs::create_dir_all(&base).ctx(format!("creating {}", base.display()))?;
+    let next = std::fs::read_dir(&base)
+        .ctx(format!("listing {}", base.display()))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("version_")?.parse::<u64>().ok())
+        .max()
+        .map_or(0, |v| v + 1);
+    let dir = base.join(format!("version_{next}"));
+    std::fs::create_dir_all(&dir).ctx(format!("creating {}", dir.display()))?;
+    Ok(dir)
+}

@@ -1,0 +1,426 @@
+//! Dynamic loss scaling for `16-mixed`, with the rules of torch's
+//! `GradScaler` (`torch/amp/grad_scaler.py` and `_amp_update_scale_`).
+//!
+//! Per iteration: `scale(loss)` before backward; `unscale(opt, params)`
+//! (optional, before clipping, at most once per step) divides the gradients
+//! by the scale and records whether any was inf/NaN; `should_skip_step(opt,
+//! params)` (unscaling first if needed) tells whether to skip the optimizer
+//! step; `update()` then backs the scale off after an inf/NaN, or grows it
+//! after `growth_interval` clean steps. The scale and the growth tracker
+//! are kept on the host, in float32 as torch keeps them.
+use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+use tch::{Device, Kind, Tensor};
+
+/// Where one optimizer is in the current iteration (torch's `OptState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Gradients were unscaled; `found_inf` is known.
+    Unscaled,
+    /// The step decision was taken.
+    Stepped,
+}
+
+/// The per-optimizer state of an iteration.
+#[derive(Debug, Clone, Copy)]
+struct OptimizerState {
+    stage: Stage,
+    found_inf: bool,
+}
+
+/// Dynamic loss scaler (torch's `GradScaler`).
+#[derive(Debug, Clone)]
+pub struct GradScaler {
+    scale: f64,
+    growth_factor: f64,
+    backoff_factor: f64,
+    growth_interval: i64,
+    growth_tracker: i64,
+    /// Keyed by optimizer index; cleared by `update()`.
+    optimizers: BTreeMap<usize, OptimizerState>,
+}
+
+impl Default for GradScaler {
+    fn default() -> Self {
+        GradScaler {
+            scale: Self::INIT_SCALE,
+            growth_factor: Self::GROWTH_FACTOR,
+            backoff_factor: Self::BACKOFF_FACTOR,
+            growth_interval: Self::GROWTH_INTERVAL,
+            growth_tracker: 0,
+            optimizers: BTreeMap::new(),
+        }
+    }
+}
+
+/// Rounds to the float32 the scale is stored in.
+fn as_f32(v: f64) -> f64 {
+    v as f32 as f64
+}
+
+impl GradScaler {
+    /// torch's default initial scale, 2^16.
+    /// cbindgen:ignore
+    pub const INIT_SCALE: f64 = 65536.0;
+    /// torch's default growth factor.
+    /// cbindgen:ignore
+    pub const GROWTH_FACTOR: f64 = 2.0;
+    /// torch's default backoff factor.
+    /// cbindgen:ignore
+    pub const BACKOFF_FACTOR: f64 = 0.5;
+    /// torch's default number of clean steps between growths.
+    /// cbindgen:ignore
+    pub const GROWTH_INTERVAL: i64 = 2000;
+    /// Names of the exported state, as torch's `GradScaler.state_dict()`.
+    pub const STATE_KEYS: [&'static str; 5] =
+        ["scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"];
+
+    /// A scaler with torch's defaults: scale 65536, growth 2.0, backoff
+    /// 0.5, interval 2000.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A scaler with explicit settings (torch requires growth_factor > 1 and
+    /// backoff_factor < 1; fulmen also requires a positive finite scale, a
+    /// backoff > 0 and an interval > 0).
+    pub fn with_settings(
+        init_scale: f64,
+        growth_factor: f64,
+        backoff_factor: f64,
+        growth_interval: i64,
+    ) -> Result<Self> {
+        check_settings(init_scale, growth_factor, backoff_factor, growth_interval)?;
+        Ok(GradScaler {
+            scale: as_f32(init_scale),
+            growth_factor,
+            backoff_factor,
+            growth_interval,
+            growth_tracker: 0,
+            optimizers: BTreeMap::new(),
+        })
+    }
+
+    /// The current scale.
+    pub fn get_scale(&self) -> f64 {
+        self.scale
+    }
+
+    /// Clean steps since the last growth or backoff.
+    pub fn growth_tracker(&self) -> i64 {
+        self.growth_tracker
+    }
+
+    /// `loss * scale`, as a float32 0-dim scale on the loss's device (so a
+    /// 0-dim fp16 loss is promoted to float32 instead of overflowing).
+    pub fn scale(&self, loss: &Tensor) -> Result<Tensor> {
+        let scale = Tensor::from(self.scale as f32).f_to_device(loss.device())?;
+        Ok(loss.f_mul(&scale)?)
+    }
+
+    /// Divides the gradients of `params` (those that have one) by the
+    /// scale in place, and records and returns whether any of them held an
+    /// inf or NaN. At most once per optimizer between `update()`s, and not
+    /// after the step decision (torch's errors). fp16 gradients are refused:
+    /// `16-mixed` keeps fp32 master weights.
+    pub fn unscale(&mut self, optimizer: usize, params: &[Tensor]) -> Result<bool> {
+        match self.optimizers.get(&optimizer).map(|s| s.stage) {
+            Some(Stage::Unscaled) => {
+                return Err(Error::state(format!(
+                    "unscale: already called on optimizer {optimizer} since the last update()"
+                )))
+            }
+            Some(Stage::Stepped) => {
+                return Err(Error::state(format!("unscale: called on optimizer {optimizer} after its step")))
+            }
+            None => {}
+        }
+        let found_inf = unscale_grads(params, self.scale)?;
+        self.optimizers.insert(optimizer, OptimizerState { stage: Stage::Unscaled, found_inf });
+        Ok(found_inf)
+    }
+
+    /// The inf/NaN result of the last unscale of `optimizer` in this
+    /// iteration, if it was unscaled.
+    pub fn found_inf(&self, optimizer: usize) -> Option<bool> {
+        self.optimizers.get(&optimizer).map(|s| s.found_inf)
+    }
+
+    /// torch's `scaler.step` decision: unscales `params` if that was not
+    /// done yet, and returns `true` when the optimizer step must be skipped
+    /// because a gradient held an inf or NaN. Once per optimizer per
+    /// iteration.
+    pub fn should_skip_step(&mut self, optimizer: usize, params: &[Tensor]) -> Result<bool> {
+        let found_inf = match self.optimizers.get(&optimizer).copied() {
+            Some(OptimizerState { stage: Stage::Stepped, .. }) => {
+                return Err(Error::state(format!(
+                    "step: already called on optimizer {optimizer} since the last update()"
+                )))
+            }
+            Some(state) => state.found_inf,
+            None => self.unscale(optimizer, params)?,
+        };
+        self.optimizers.insert(optimizer, OptimizerState { stage: Stage::Stepped, found_inf });
+        Ok(found_inf)
+    }
+
+    /// Adjusts the scale from this iteration's inf checks (torch's
+    /// `_amp_update_scale_`): after any inf/NaN, `scale *= backoff_factor`
+    /// and the tracker resets; otherwise the tracker counts up and, on
+    /// reaching `growth_interval`, `scale *= growth_factor` (if finite) and
+    /// the tracker resets. Fails when no optimizer was unscaled since the
+    /// last update.
+    pub fn update(&mut self) -> Result<()> {
+        if self.optimizers.is_empty() {
+            return Err(Error::state("update: no inf checks were recorded prior to update()"));
+        }
+        let found_inf = self.optimizers.values().any(|s| s.found_inf);
+        self.optimizers.clear();
+        if found_inf {
+            self.scale = as_f32(self.scale * self.backoff_factor);
+            self.growth_tracker = 0;
+        } else {
+            let successful = self.growth_tracker + 1;
+            if successful == self.growth_interval {
+                let grown = (self.scale * self.growth_factor) as f32;
+                if grown.is_finite() {
+                    self.scale = f64::from(grown);
+                }
+                self.growth_tracker = 0;
+            } else {
+                self.growth_tracker = successful;
+            }
+        }
+        Ok(())
+    }
+
+    /// The state as torch names it: `scale`, `growth_factor`,
+    /// `backoff_factor`, `growth_interval`, `_growth_tracker`.
+    pub fn state_dict(&self) -> Vec<(String, f64)> {
+        let values = [
+            self.scale,
+            self.growth_factor,
+            self.backoff_factor,
+            self.growth_interval as f64,
+            self.growth_tracker as f64,
+        ];
+        Self::STATE_KEYS.iter().zip(values).map(|(k, v)| (k.to_string(), v)).collect()
+    }
+
+    /// Restores a state saved by [`GradScaler::state_dict`]; every key is
+    /// required and checked. Nothing changes on error. Clears the
+    /// iteration's per-optimizer records.
+    pub fn load_state_dict(&mut self, state: &[(String, f64)]) -> Result<()> {
+        if state.is_empty() {
+            return Err(Error::invalid(
+                "GradScaler state is empty, possibly because it was saved without loss scaling",
+            ));
+        }
+        let get = |key: &str| {
+            state.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v).ok_or_else(|| {
+                Error::format(format!("GradScaler state has no {key:?}; expected {}", Self::STATE_KEYS.join(", ")))
+            })
+        };
+        let integer = |key: &str| -> Result<i64> {
+            let v = get(key)?;
+            if v.fract() != 0.0 || !v.is_finite() || v < 0.0 || v > i32::MAX as f64 {
+                return Err(Error::format(format!("GradScaler state {key:?} = {v} is not a non-negative integer")));
+            }
+            Ok(v as i64)
+        };
+        let (scale, growth, backoff) = (get("scale")?, get("growth_factor")?, get("backoff_factor")?);
+        let (interval, tracker) = (integer("growth_interval")?, integer("_growth_tracker")?);
+        check_settings(scale, growth, backoff, interval).map_err(|e| Error::format(e.message))?;
+        self.scale = as_f32(scale);
+        self.growth_factor = growth;
+        self.backoff_factor = backoff;
+        self.growth_interval = interval;
+        self.growth_tracker = tracker;
+        self.optimizers.clear();
+        Ok(())
+    }
+}
+
+/// Checks scaler settings.
+fn check_settings(scale: f64, growth: f64, backoff: f64, interval: i64) -> Result<()> {
+    if !(scale.is_finite() && scale > 0.0 && (scale as f32).is_finite()) {
+        return Err(Error::invalid(format!("GradScaler: scale {scale} must be a positive finite float32")));
+    }
+    if !(growth.is_finite() && growth > 1.0) {
+        return Err(Error::invalid(format!("GradScaler: growth_factor {growth} must be > 1.0")));
+    }
+    if !(backoff > 0.0 && backoff < 1.0) {
+        return Err(Error::invalid(format!("GradScaler: backoff_factor {backoff} must be in (0, 1)")));
+    }
+    if interval <= 0 {
+        return Err(Error::invalid(format!("GradScaler: growth_interval {interval} must be > 0")));
+    }
+    Ok(())
+}
+
+/// torch's `_amp_foreach_non_finite_check_and_unscale_`: multiplies every
+/// defined gradient by the float32 `1 / scale` in place and returns whether
+/// any of them held an inf or NaN before. One host sync at the end.
+fn unscale_grads(params: &[Tensor], scale: f64) -> Result<bool> {
+    let grads: Vec<Tensor> = params.iter().map(Tensor::grad).filter(Tensor::defined).collect();
+    if grads.is_empty() {
+        return Ok(false);
+    }
+    if let Some(g) = grads.iter().find(|g| g.kind() == Kind::Half) {
+        return Err(Error::dtype(format!(
+            "unscale: attempting to unscale FP16 gradients (shape {:?}); 16-mixed keeps fp32 master weights, \
+             so the model must not be cast to fp16",
+            g.size()
+        )));
+    }
+    let inv_scale = f64::from((1.0 / scale) as f32);
+    let _no_grad = tch::no_grad_guard();
+    let first_device = grads[0].device();
+    let mut flags = Vec::with_capacity(grads.len());
+    for g in &grads {
+        flags.push(g.f_isfinite()?.f_all()?.f_logical_not()?.f_to_device(first_device)?);
+        let mut g = g.shallow_clone();
+        let _ = g.f_mul_scalar_(inv_scale)?;
+    }
+    let any = Tensor::f_stack(&flags, 0)?.f_any()?.f_to_device(Device::Cpu)?;
+    Ok(any.f_int64_value(&[])? != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A parameter whose gradient is `grad * scale` after a backward of a
+    /// scaled loss `sum(p * grad)`.
+    fn param_with_grad(scaler: &GradScaler, grad: &[f32]) -> Tensor {
+        let p = Tensor::zeros([grad.len() as i64], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let loss = (&p * Tensor::from_slice(grad)).sum(Kind::Float);
+        scaler.scale(&loss).unwrap().backward();
+        p
+    }
+
+    fn grad_values(p: &Tensor) -> Vec<f32> {
+        Vec::<f32>::try_from(p.grad()).unwrap()
+    }
+
+    #[test]
+    fn scales_and_unscales() {
+        let mut s = GradScaler::new();
+        assert_eq!(s.get_scale(), 65536.0);
+        let loss = Tensor::from(1.5f32);
+        assert_eq!(s.scale(&loss).unwrap().double_value(&[]), 98304.0);
+        // A 0-dim fp16 loss is promoted to float32, not overflowed.
+        let half = Tensor::from(2.0f32).to_kind(Kind::Half);
+        let scaled = s.scale(&half).unwrap();
+        assert_eq!((scaled.kind(), scaled.double_value(&[])), (Kind::Float, 131072.0));
+
+        let p = param_with_grad(&s, &[1.0, -2.0, 0.25]);
+        assert_eq!(grad_values(&p), vec![65536.0, -131072.0, 16384.0]);
+        assert!(!s.unscale(0, &[p.shallow_clone()]).unwrap());
+        assert_eq!(grad_values(&p), vec![1.0, -2.0, 0.25]);
+        assert_eq!(s.found_inf(0), Some(false));
+        let err = s.unscale(0, &[p.shallow_clone()]).unwrap_err();
+        assert!(err.message.contains("already called on optimizer 0"), "{}", err.message);
+        // The step decision does not unscale again.
+        assert!(!s.should_skip_step(0, &[p.shallow_clone()]).unwrap());
+        assert_eq!(grad_values(&p), vec![1.0, -2.0, 0.25]);
+        assert!(s.should_skip_step(0, &[p.shallow_clone()]).is_err());
+        assert!(s.unscale(0, &[p.shallow_clone()]).unwrap_err().message.contains("after its step"));
+        s.update().unwrap();
+        assert_eq!((s.get_scale(), s.growth_tracker()), (65536.0, 1));
+        assert!(s.update().unwrap_err().message.contains("no inf checks were recorded"));
+    }
+
+    #[test]
+    fn inf_gradient_skips_the_step_and_halves_the_scale() {
+        let mut s = GradScaler::new();
+        let good = param_with_grad(&s, &[1.0, 2.0]);
+        let bad = param_with_grad(&s, &[1.0, 2.0]);
+        // Inject an inf into one gradient, as an fp16 overflow would.
+        let _ = bad.grad().get(1).fill_(f64::INFINITY);
+        let no_grad = Tensor::zeros([2], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let params = [good.shallow_clone(), bad.shallow_clone(), no_grad];
+        assert!(s.unscale(0, &params).unwrap());
+        assert_eq!(s.found_inf(0), Some(true));
+        assert!(s.should_skip_step(0, &params).unwrap());
+        s.update().unwrap();
+        assert_eq!((s.get_scale(), s.growth_tracker()), (32768.0, 0));
+        // NaN works the same, through should_skip_step's own unscale.
+        let nan = param_with_grad(&s, &[1.0]);
+        let _ = nan.grad().fill_(f64::NAN);
+        assert!(s.should_skip_step(3, &[nan]).unwrap());
+        s.update().unwrap();
+        assert_eq!(s.get_scale(), 16384.0);
+    }
+
+    #[test]
+    fn growth_after_interval_and_multiple_optimizers() {
+        let mut s = GradScaler::new();
+        let p = param_with_grad(&s, &[1.0]);
+        for step in 1..=2000 {
+            let _ = p.grad().fill_(1.0);
+            assert!(!s.should_skip_step(0, &[p.shallow_clone()]).unwrap());
+            s.update().unwrap();
+            if step < 2000 {
+                assert_eq!((s.get_scale(), s.growth_tracker()), (65536.0, step));
+            }
+        }
+        assert_eq!((s.get_scale(), s.growth_tracker()), (131072.0, 0));
+        // With two optimizers, an inf in either backs off.
+        let q = param_with_grad(&s, &[1.0]);
+        let _ = q.grad().fill_(f64::INFINITY);
+        assert!(!s.should_skip_step(0, &[p.shallow_clone()]).unwrap());
+        assert!(s.should_skip_step(1, &[q]).unwrap());
+        s.update().unwrap();
+        assert_eq!(s.get_scale(), 65536.0);
+    }
+
+    #[test]
+    fn growth_stops_at_float32_max() {
+        let mut s = GradScaler::with_settings(f32::MAX as f64, 2.0, 0.5, 1).unwrap();
+        let p = param_with_grad(&GradScaler::new(), &[1.0]);
+        let _ = p.grad().fill_(1.0);
+        s.unscale(0, &[p]).unwrap();
+        s.update().unwrap();
+        assert_eq!(s.get_scale(), f32::MAX as f64);
+    }
+
+    #[test]
+    fn refuses_fp16_gradients() {
+        let mut s = GradScaler::new();
+        let p = Tensor::zeros([2], (Kind::Half, Device::Cpu)).set_requires_grad(true);
+        (&p * 2.0).sum(Kind::Half).backward();
+        let err = s.unscale(0, &[p]).unwrap_err();
+        assert!(err.message.contains("unscale FP16 gradients"), "{}", err.message);
+    }
+
+    #[test]
+    fn state_round_trip_and_validation() {
+        let mut s = GradScaler::with_settings(1024.0, 4.0, 0.25, 10).unwrap();
+        let p = param_with_grad(&s, &[1.0]);
+        s.unscale(0, &[p]).unwrap();
+        s.update().unwrap();
+        let state = s.state_dict();
+        let names: Vec<&str> = state.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, GradScaler::STATE_KEYS);
+        assert_eq!(state.iter().map(|(_, v)| *v).collect::<Vec<_>>(), vec![1024.0, 4.0, 0.25, 10.0, 1.0]);
+        let mut t = GradScaler::new();
+        t.load_state_dict(&state).unwrap();
+        assert_eq!(t.state_dict(), state);
+        assert_eq!((t.get_scale(), t.growth_tracker()), (1024.0, 1));
+
+        assert!(t.load_state_dict(&[]).unwrap_err().message.contains("empty"));
+        let missing: Vec<(String, f64)> = state.iter().filter(|(k, _)| k != "scale").cloned().collect();
+        assert!(t.load_state_dict(&missing).unwrap_err().message.contains("no \"scale\""));
+        let mut bad = state.clone();
+        bad[4].1 = 1.5;
+        assert!(t.load_state_dict(&bad).unwrap_err().message.contains("not a non-negative integer"));
+        let mut bad = state.clone();
+        bad[1].1 = 0.5;
+        assert!(t.load_state_dict(&bad).unwrap_err().message.contains("growth_factor"));
+        assert_eq!(t.state_dict(), state, "a failed load changes nothing");
+        assert!(GradScaler::with_settings(0.0, 2.0, 0.5, 1).is_err());
+        assert!(GradScaler::with_settings(1.0, 2.0, 1.5, 1).is_err());
+        assert!(GradScaler::with_settings(1.0, 2.0, 0.5, 0).is_err());
+    }
+}

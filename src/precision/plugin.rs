@@ -1,0 +1,275 @@
+//! The precision plugin the trainer calls around a step (Lightning's
+//! `Precision` / `MixedPrecision` / `HalfPrecision` / `DoublePrecision`).
+use super::autocast::AutocastGuard;
+use super::grad_scaler::GradScaler;
+use super::mode::Precision;
+use crate::error::{Error, ErrorCode, Result};
+use crate::tensor::device::DeviceType;
+use crate::tensor::dtype::is_floating;
+use tch::{Device, Kind, Tensor};
+
+/// The optimizer index the single-optimizer methods use with the scaler.
+const DEFAULT_OPTIMIZER: usize = 0;
+
+/// Ties a [`Precision`] to what it needs at each step: autocast regions,
+/// input conversion, and for `16-mixed` a [`GradScaler`].
+///
+/// A training step with it: `convert_input` the batch; forward inside
+/// `forward_context`; `scale_loss` then backward; `unscale_and_check`
+/// before clipping; `should_skip_step` decides whether to call the
+/// optimizer; `update` after the step decision.
+#[derive(Debug, Clone)]
+pub struct PrecisionPlugin {
+    precision: Precision,
+    scaler: Option<GradScaler>,
+}
+
+/// The autocast device type of a libtorch device.
+fn autocast_device(device: Device) -> Result<DeviceType> {
+    match device {
+        Device::Cpu => Ok(DeviceType::Cpu),
+        Device::Cuda(_) => Ok(DeviceType::Cuda),
+        Device::Mps => Ok(DeviceType::Mps),
+        other => Err(Error::new(ErrorCode::Unsupported, format!("mixed precision: no autocast for device {other:?}"))),
+    }
+}
+
+/// Casts a floating tensor to `kind`; other tensors are returned as they are.
+fn cast_floating(tensor: &Tensor, kind: Kind) -> Result<Tensor> {
+    if is_floating(tensor.kind()) && tensor.kind() != kind {
+        Ok(tensor.f_to_kind(kind)?)
+    } else {
+        Ok(tensor.shallow_clone())
+    }
+}
+
+impl PrecisionPlugin {
+    /// The plugin for `precision`; `16-mixed` gets a scaler with torch's
+    /// defaults.
+    pub fn new(precision: Precision) -> Self {
+        let scaler = precision.uses_grad_scaler().then(GradScaler::new);
+        PrecisionPlugin { precision, scaler }
+    }
+
+    /// The plugin for a precision string (see [`Precision::parse`]).
+    pub fn parse(precision: &str) -> Result<Self> {
+        Ok(Self::new(Precision::parse(precision)?))
+    }
+
+    /// `16-mixed` with a custom scaler; other precisions take none.
+    pub fn with_scaler(precision: Precision, scaler: GradScaler) -> Result<Self> {
+        if !precision.uses_grad_scaler() {
+            return Err(Error::invalid(format!("precision {precision} does not use loss scaling; only 16-mixed does")));
+        }
+        Ok(PrecisionPlugin { precision, scaler: Some(scaler) })
+    }
+
+    /// The precision.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// The loss scaler (`16-mixed` only).
+    pub fn scaler(&self) -> Option<&GradScaler> {
+        self.scaler.as_ref()
+    }
+
+    /// The loss scaler, mutable: for several optimizers, call its
+    /// `unscale` / `should_skip_step` with each optimizer's index.
+    pub fn scaler_mut(&mut self) -> Option<&mut GradScaler> {
+        self.scaler.as_mut()
+    }
+
+    /// The dtype the trainer casts the model's floating parameters to
+    /// (`nn::VarStore::set_kind`); fp32 for the mixed precisions.
+    pub fn param_kind(&self) -> Kind {
+        self.precision.param_kind()
+    }
+
+    /// For the mixed precisions, an autocast region on `device`'s type to
+    /// hold while running forward (and the loss); `None` otherwise.
+    pub fn forward_context(&self, device: Device) -> Result<Option<AutocastGuard>> {
+        match self.precision.autocast_kind() {
+            Some(kind) => Ok(Some(AutocastGuard::enter(autocast_device(device)?, kind)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Casts a floating input to the parameter dtype for `64-true`,
+    /// `16-true` and `bf16-true`; unchanged otherwise (autocast casts inside
+    /// the mixed precisions). Non-floating tensors are never cast.
+    pub fn convert_input(&self, input: &Tensor) -> Result<Tensor> {
+        if self.precision.casts_model() {
+            cast_floating(input, self.param_kind())
+        } else {
+            Ok(input.shallow_clone())
+        }
+    }
+
+    /// Casts a floating output back to float32 (Lightning Fabric's
+    /// `convert_output`); non-floating tensors are unchanged.
+    pub fn convert_output(&self, output: &Tensor) -> Result<Tensor> {
+        if self.precision == Precision::Full {
+            return Ok(output.shallow_clone());
+        }
+        cast_floating(output, Kind::Float)
+    }
+
+    /// The loss to call backward on: multiplied by the scale for `16-mixed`,
+    /// unchanged otherwise.
+    pub fn scale_loss(&self, loss: &Tensor) -> Result<Tensor> {
+        match &self.scaler {
+            Some(scaler) => scaler.scale(loss),
+            None => Ok(loss.shallow_clone()),
+        }
+    }
+
+    /// `16-mixed`: divides the gradients of `params` by the scale (before
+    /// clipping, once per step) and returns whether any is inf/NaN. Other
+    /// precisions: does nothing and returns `false`.
+    pub fn unscale_and_check(&mut self, params: &[Tensor]) -> Result<bool> {
+        match &mut self.scaler {
+            Some(scaler) => scaler.unscale(DEFAULT_OPTIMIZER, params),
+            None => Ok(false),
+        }
+    }
+
+    /// Whether to skip the optimizer step (`16-mixed` with an inf/NaN
+    /// gradient); unscales `params` first when `unscale_and_check` was not
+    /// called this step. Always `false` for the other precisions.
+    pub fn should_skip_step(&mut self, params: &[Tensor]) -> Result<bool> {
+        match &mut self.scaler {
+            Some(scaler) => scaler.should_skip_step(DEFAULT_OPTIMIZER, params),
+            None => Ok(false),
+        }
+    }
+
+    /// Adjusts the loss scale after the step decision (`16-mixed`); a no-op
+    /// otherwise.
+    pub fn update(&mut self) -> Result<()> {
+        match &mut self.scaler {
+            Some(scaler) => scaler.update(),
+            None => Ok(()),
+        }
+    }
+
+    /// The state to checkpoint: the scaler's for `16-mixed` (see
+    /// [`GradScaler::state_dict`]), empty otherwise.
+    pub fn state_dict(&self) -> Vec<(String, f64)> {
+        self.scaler.as_ref().map(GradScaler::state_dict).unwrap_or_default()
+    }
+
+    /// Restores a checkpointed state. An empty state is ignored (nothing was
+    /// saved, e.g. by another precision), as is any state for precisions
+    /// without a scaler (as Lightning).
+    pub fn load_state_dict(&mut self, state: &[(String, f64)]) -> Result<()> {
+        match &mut self.scaler {
+            Some(scaler) if !state.is_empty() => scaler.load_state_dict(state),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::precision::autocast;
+
+    #[test]
+    fn mixed_bf16_step_on_cpu() {
+        let mut plugin = PrecisionPlugin::parse("bf16-mixed").unwrap();
+        assert!(plugin.scaler().is_none());
+        assert_eq!(plugin.param_kind(), Kind::Float);
+        let w = Tensor::randn([2, 3], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let x = Tensor::randn([4, 3], (Kind::Float, Device::Cpu));
+        let x = plugin.convert_input(&x).unwrap();
+        assert_eq!(x.kind(), Kind::Float);
+        let loss = {
+            let _ctx = plugin.forward_context(Device::Cpu).unwrap();
+            let y = x.f_linear::<Tensor>(&w, None).unwrap();
+            assert_eq!(y.kind(), Kind::BFloat16);
+            y.to_kind(Kind::Float).square().mean(Kind::Float)
+        };
+        assert!(!autocast::is_enabled(DeviceType::Cpu).unwrap());
+        plugin.scale_loss(&loss).unwrap().backward();
+        assert!(!plugin.unscale_and_check(&[w.shallow_clone()]).unwrap());
+        assert!(!plugin.should_skip_step(&[w.shallow_clone()]).unwrap());
+        plugin.update().unwrap();
+        assert!(plugin.state_dict().is_empty());
+        assert!(plugin.load_state_dict(&[("scale".into(), 2.0)]).is_ok());
+        assert!(plugin.forward_context(Device::Vulkan).unwrap_err().message.contains("no autocast"));
+    }
+
+    #[test]
+    fn mixed_16_step_with_scaler_on_cpu() {
+        let mut plugin = PrecisionPlugin::new(Precision::Mixed16);
+        let w = Tensor::ones([1, 2], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let x = Tensor::from_slice(&[1.0f32, 2.0]).reshape([1, 2]);
+        let step = |plugin: &mut PrecisionPlugin| {
+            let mut g = w.grad();
+            if g.defined() {
+                let _ = g.zero_();
+            }
+            let loss = {
+                let _ctx = plugin.forward_context(Device::Cpu).unwrap().unwrap();
+                let y = x.f_linear::<Tensor>(&w, None).unwrap();
+                assert_eq!(y.kind(), Kind::Half);
+                y.to_kind(Kind::Float).sum(Kind::Float)
+            };
+            let scaled = plugin.scale_loss(&loss).unwrap();
+            assert_eq!(scaled.double_value(&[]), 3.0 * plugin.scaler().unwrap().get_scale());
+            scaled.backward();
+            let found_inf = plugin.unscale_and_check(&[w.shallow_clone()]).unwrap();
+            let skip = plugin.should_skip_step(&[w.shallow_clone()]).unwrap();
+            assert_eq!(found_inf, skip);
+            plugin.update().unwrap();
+            skip
+        };
+        // The first steps overflow for real, as fp16 training does: the
+        // weight gradient x * scale is computed in fp16, and 2 * 65536 or
+        // 2 * 32768 exceed fp16's max (65504). Those steps are skipped and
+        // the scale halves each time, as torch's GradScaler does; at 16384
+        // the gradients fit and come back unscaled.
+        assert!(step(&mut plugin));
+        assert_eq!(plugin.scaler().unwrap().get_scale(), 32768.0);
+        assert!(step(&mut plugin));
+        assert_eq!(plugin.scaler().unwrap().get_scale(), 16384.0);
+        assert!(!step(&mut plugin));
+        assert_eq!(Vec::<f32>::try_from(w.grad().reshape([-1])).unwrap(), vec![1.0, 2.0]);
+        assert_eq!(plugin.scaler().unwrap().growth_tracker(), 1);
+
+        let _ = w.grad().fill_(f64::NAN);
+        assert!(plugin.should_skip_step(&[w.shallow_clone()]).unwrap());
+        plugin.update().unwrap();
+        let state = plugin.state_dict();
+        assert_eq!(state[0], ("scale".to_string(), 8192.0));
+        let mut fresh = PrecisionPlugin::parse("16").unwrap();
+        fresh.load_state_dict(&state).unwrap();
+        assert_eq!(fresh.state_dict(), state);
+        fresh.load_state_dict(&[]).unwrap();
+        assert_eq!(fresh.scaler().unwrap().get_scale(), 8192.0);
+        assert!(fresh.scaler_mut().is_some());
+    }
+
+    #[test]
+    fn true_precisions_convert_inputs() {
+        let x = Tensor::randn([2, 2], (Kind::Float, Device::Cpu));
+        let ids = Tensor::from_slice(&[1i64, 2]);
+        for (name, kind) in [("bf16-true", Kind::BFloat16), ("16-true", Kind::Half), ("64-true", Kind::Double)] {
+            let plugin = PrecisionPlugin::parse(name).unwrap();
+            assert_eq!(plugin.param_kind(), kind);
+            let converted = plugin.convert_input(&x).unwrap();
+            assert_eq!(converted.kind(), kind, "{name}");
+            assert_eq!(plugin.convert_input(&ids).unwrap().kind(), Kind::Int64);
+            assert_eq!(plugin.convert_output(&converted).unwrap().kind(), Kind::Float);
+            assert!(plugin.forward_context(Device::Cpu).unwrap().is_none());
+            assert!(plugin.scaler().is_none());
+        }
+        let full = PrecisionPlugin::new(Precision::Full);
+        assert_eq!(full.convert_input(&x).unwrap().kind(), Kind::Float);
+        assert_eq!(full.convert_output(&ids).unwrap().kind(), Kind::Int64);
+        assert!(PrecisionPlugin::with_scaler(Precision::Full, GradScaler::new()).is_err());
+        assert!(PrecisionPlugin::with_scaler(Precision::Mixed16, GradScaler::new()).is_ok());
+        assert!(PrecisionPlugin::parse("transformer-engine").is_err());
+    }
+}

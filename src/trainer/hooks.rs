@@ -1,0 +1,245 @@
+//! Lightning's hooks: what they are called, and what a hook can see and do.
+use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use tch::Tensor;
+
+/// The hooks, in Lightning's names (`fulmen_hook`). Callbacks receive them
+/// in Lightning's order: each callback first (in the order added), then the
+/// LightningModule.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Hook {
+    /// Start of fit / validate / test / predict (`setup(stage)`).
+    Setup = 0,
+    /// End of fit / validate / test / predict (`teardown(stage)`).
+    Teardown = 1,
+    /// `on_fit_start`.
+    FitStart = 2,
+    /// `on_fit_end`.
+    FitEnd = 3,
+    /// `on_sanity_check_start`.
+    SanityCheckStart = 4,
+    /// `on_sanity_check_end`.
+    SanityCheckEnd = 5,
+    /// `on_train_start`.
+    TrainStart = 6,
+    /// `on_train_end`.
+    TrainEnd = 7,
+    /// `on_train_epoch_start`.
+    TrainEpochStart = 8,
+    /// `on_train_epoch_end`.
+    TrainEpochEnd = 9,
+    /// `on_train_batch_start`; setting `skip_batch` skips the rest of the
+    /// epoch (Lightning: returning -1).
+    TrainBatchStart = 10,
+    /// `on_train_batch_end` (the loss is readable).
+    TrainBatchEnd = 11,
+    /// `on_validation_start`.
+    ValidationStart = 12,
+    /// `on_validation_end`.
+    ValidationEnd = 13,
+    /// `on_validation_epoch_start`.
+    ValidationEpochStart = 14,
+    /// `on_validation_epoch_end`.
+    ValidationEpochEnd = 15,
+    /// `on_validation_batch_start`.
+    ValidationBatchStart = 16,
+    /// `on_validation_batch_end`.
+    ValidationBatchEnd = 17,
+    /// `on_test_start`.
+    TestStart = 18,
+    /// `on_test_end`.
+    TestEnd = 19,
+    /// `on_test_epoch_start`.
+    TestEpochStart = 20,
+    /// `on_test_epoch_end`.
+    TestEpochEnd = 21,
+    /// `on_test_batch_start`.
+    TestBatchStart = 22,
+    /// `on_test_batch_end`.
+    TestBatchEnd = 23,
+    /// `on_predict_start`.
+    PredictStart = 24,
+    /// `on_predict_end`.
+    PredictEnd = 25,
+    /// `on_predict_epoch_start`.
+    PredictEpochStart = 26,
+    /// `on_predict_epoch_end`.
+    PredictEpochEnd = 27,
+    /// `on_predict_batch_start`.
+    PredictBatchStart = 28,
+    /// `on_predict_batch_end` (the prediction is readable).
+    PredictBatchEnd = 29,
+    /// `on_before_backward` (the loss is readable).
+    BeforeBackward = 30,
+    /// `on_after_backward`: gradients are populated.
+    AfterBackward = 31,
+    /// `on_before_optimizer_step`: gradients are final (unscaled, before
+    /// clipping).
+    BeforeOptimizerStep = 32,
+    /// `on_before_zero_grad`.
+    BeforeZeroGrad = 33,
+    /// `on_save_checkpoint`: add entries with the checkpoint accessors.
+    SaveCheckpoint = 34,
+    /// `on_load_checkpoint`: read entries with the checkpoint accessors.
+    LoadCheckpoint = 35,
+    /// `on_exception`: the run is failing; the error text is readable.
+    Exception = 36,
+}
+
+impl Hook {
+    /// Lightning's method name.
+    pub fn name(self) -> &'static str {
+        use Hook::*;
+        match self {
+            Setup => "setup",
+            Teardown => "teardown",
+            FitStart => "on_fit_start",
+            FitEnd => "on_fit_end",
+            SanityCheckStart => "on_sanity_check_start",
+            SanityCheckEnd => "on_sanity_check_end",
+            TrainStart => "on_train_start",
+            TrainEnd => "on_train_end",
+            TrainEpochStart => "on_train_epoch_start",
+            TrainEpochEnd => "on_train_epoch_end",
+            TrainBatchStart => "on_train_batch_start",
+            TrainBatchEnd => "on_train_batch_end",
+            ValidationStart => "on_validation_start",
+            ValidationEnd => "on_validation_end",
+            ValidationEpochStart => "on_validation_epoch_start",
+            ValidationEpochEnd => "on_validation_epoch_end",
+            ValidationBatchStart => "on_validation_batch_start",
+            ValidationBatchEnd => "on_validation_batch_end",
+            TestStart => "on_test_start",
+            TestEnd => "on_test_end",
+            TestEpochStart => "on_test_epoch_start",
+            TestEpochEnd => "on_test_epoch_end",
+            TestBatchStart => "on_test_batch_start",
+            TestBatchEnd => "on_test_batch_end",
+            PredictStart => "on_predict_start",
+            PredictEnd => "on_predict_end",
+            PredictEpochStart => "on_predict_epoch_start",
+            PredictEpochEnd => "on_predict_epoch_end",
+            PredictBatchStart => "on_predict_batch_start",
+            PredictBatchEnd => "on_predict_batch_end",
+            BeforeBackward => "on_before_backward",
+            AfterBackward => "on_after_backward",
+            BeforeOptimizerStep => "on_before_optimizer_step",
+            BeforeZeroGrad => "on_before_zero_grad",
+            SaveCheckpoint => "on_save_checkpoint",
+            LoadCheckpoint => "on_load_checkpoint",
+            Exception => "on_exception",
+        }
+    }
+}
+
+/// The trainer's state that hooks read, and the requests they make.
+#[derive(Debug, Default)]
+pub struct TrainerState {
+    /// Current epoch (0-based).
+    pub epoch: i64,
+    /// Optimizer steps taken so far.
+    pub global_step: i64,
+    /// Latest value of every logged metric.
+    pub callback_metrics: BTreeMap<String, f64>,
+    /// Set by a hook to stop training after the current step / epoch
+    /// (Lightning's `trainer.should_stop = True`).
+    pub should_stop: bool,
+    /// The log folder of this run, if a logger is active.
+    pub log_dir: Option<PathBuf>,
+    /// The default root folder.
+    pub root_dir: PathBuf,
+    /// Whether this is the sanity check's validation.
+    pub sanity_checking: bool,
+    /// Learning rates of every optimizer's groups, `lr-<Name>` style keys.
+    pub learning_rates: Vec<(String, f64)>,
+    /// Checkpoints requested by hooks, written by the trainer afterwards:
+    /// (path, weights only).
+    pub save_requests: Vec<(PathBuf, bool)>,
+    /// Files to remove after the requested saves (old top-k checkpoints).
+    pub remove_requests: Vec<PathBuf>,
+    /// Metrics a callback wants logged (LearningRateMonitor).
+    pub log_requests: Vec<(String, f64)>,
+    /// Validation runs every this many epochs (`None`: counted in batches).
+    pub check_val_every_n_epoch: Option<i64>,
+    /// Whether validation runs once per epoch, at its end.
+    pub val_once_per_epoch: bool,
+    /// Batches one validation run uses (0: no validation).
+    pub num_val_batches: usize,
+    /// Whether this is a fast_dev_run (callbacks that write files skip).
+    pub fast_dev_run: bool,
+    /// Write step metrics every this many steps.
+    pub log_every_n_steps: i64,
+    /// Metrics shown in the progress output (`prog_bar=True`).
+    pub progress_metrics: BTreeMap<String, f64>,
+    /// Mean training loss of the epoch so far.
+    pub running_loss: Option<f64>,
+    /// Training batches per epoch, when known.
+    pub num_train_batches: Option<usize>,
+    /// The epoch limit, when there is one.
+    pub max_epochs: Option<i64>,
+    /// Seconds spent in each stage so far ("fit", "validate", ...), kept
+    /// in checkpoints by the Timer.
+    pub time_elapsed: BTreeMap<String, f64>,
+}
+
+/// What one hook call sees: the hook, the trainer state, and the batch data
+/// involved (when the hook has them).
+pub struct HookContext<'a> {
+    /// The hook being called.
+    pub hook: Hook,
+    /// "fit", "validate", "test" or "predict".
+    pub stage: &'static str,
+    /// Trainer state; hooks may set `should_stop` and add requests.
+    pub state: &'a mut TrainerState,
+    /// Index of the batch within its epoch, for batch hooks.
+    pub batch_idx: i64,
+    /// The batch, for batch hooks.
+    pub batch: Option<&'a [Tensor]>,
+    /// The loss (training batch end, before / after backward) or the
+    /// prediction (predict batch end).
+    pub output: Option<&'a Tensor>,
+    /// Checkpoint entries (save / load hooks): name -> text value.
+    pub checkpoint: Option<&'a mut BTreeMap<String, String>>,
+    /// The failure, for `on_exception`.
+    pub exception: Option<&'a Error>,
+}
+
+impl<'a> HookContext<'a> {
+    /// A context with no batch data.
+    pub fn new(hook: Hook, stage: &'static str, state: &'a mut TrainerState) -> Self {
+        HookContext { hook, stage, state, batch_idx: -1, batch: None, output: None, checkpoint: None, exception: None }
+    }
+
+    /// Reads a metric, or an error naming the metrics that exist.
+    pub fn metric(&self, name: &str) -> Result<f64> {
+        self.state.callback_metrics.get(name).copied().ok_or_else(|| {
+            Error::state(format!(
+                "metric `{name}` was not logged; logged: {:?}",
+                self.state.callback_metrics.keys().collect::<Vec<_>>()
+            ))
+        })
+    }
+}
+
+/// Something that receives hooks: a built-in callback, a host callback, or
+/// the LightningModule's own hooks.
+pub trait Callback {
+    /// A short name, unique per kind ("ModelCheckpoint", "EarlyStopping").
+    fn name(&self) -> String;
+    /// Handles one hook; the default ignores it.
+    fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()>;
+    /// State saved in checkpoints (text values).
+    fn state_dict(&self) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
+    /// Restores what `state_dict` produced.
+    fn load_state_dict(&mut self, _state: &BTreeMap<String, String>) -> Result<()> {
+        Ok(())
+    }
+    /// The callback as `Any`, so the trainer can find its ModelCheckpoints.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+}

@@ -1,0 +1,246 @@
+//! One run of the trainer: hook dispatch to callbacks and the module, the
+//! requests hooks make (checkpoints, logs), loggers and checkpoint files.
+use super::hooks::{Callback, Hook, HookContext, TrainerState};
+use super::module::{LightningModule, OptimizerConfig};
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result, ResultExt};
+use crate::loggers::Logger;
+use std::collections::BTreeMap;
+use tch::Tensor;
+
+/// Data a hook call carries besides the trainer state.
+#[derive(Default)]
+pub(crate) struct HookData<'a> {
+    pub batch_idx: i64,
+    pub batch: Option<&'a [Tensor]>,
+    pub output: Option<&'a Tensor>,
+    pub exception: Option<&'a Error>,
+}
+
+/// Everything one fit / validate / test / predict call works with.
+pub(crate) struct Run<'a> {
+    pub stage: &'static str,
+    pub state: &'a mut TrainerState,
+    pub callbacks: Vec<&'a mut Box<dyn Callback>>,
+    pub module: &'a mut dyn LightningModule,
+    pub optimizers: Vec<OptimizerConfig>,
+    pub loggers: Vec<&'a mut Box<dyn Logger>>,
+    /// Training batches finished in the current epoch (for checkpoints).
+    pub batches_in_epoch: i64,
+    /// Whether the current epoch's training batches are all done.
+    pub epoch_finished: bool,
+}
+
+fn class_name(optimizer: &str) -> &'static str {
+    match optimizer {
+        "sgd" => "SGD",
+        "adam" => "Adam",
+        "adamw" => "AdamW",
+        "rmsprop" => "RMSprop",
+        _ => "Optimizer",
+    }
+}
+
+impl Run<'_> {
+    /// Calls `hook` on every callback, then on the module, then carries
+    /// out the requests they made.
+    pub fn hook(&mut self, hook: Hook, data: HookData) -> Result<()> {
+        let mut ctx = HookContext {
+            hook,
+            stage: self.stage,
+            state: self.state,
+            batch_idx: data.batch_idx,
+            batch: data.batch,
+            output: data.output,
+            checkpoint: None,
+            exception: data.exception,
+        };
+        for cb in self.callbacks.iter_mut() {
+            cb.on_hook(&mut ctx).map_err(|e| e.context(format!("callback {} in {}", cb.name(), hook.name())))?;
+        }
+        self.module.on_hook(&mut ctx).map_err(|e| e.context(format!("LightningModule.{}", hook.name())))?;
+        self.process_requests()
+    }
+
+    /// Calls a hook with no batch data.
+    pub fn simple(&mut self, hook: Hook) -> Result<()> {
+        self.hook(hook, HookData { batch_idx: -1, ..Default::default() })
+    }
+
+    /// Tells every hook the run failed; their own errors are dropped so the
+    /// original one is reported.
+    pub fn exception(&mut self, err: &Error) {
+        let _ = self.hook(Hook::Exception, HookData { batch_idx: -1, exception: Some(err), ..Default::default() });
+        for l in self.loggers.iter_mut() {
+            let _ = l.finalize("failed");
+        }
+    }
+
+    /// Writes requested checkpoints, removes replaced ones, logs requested
+    /// metrics.
+    fn process_requests(&mut self) -> Result<()> {
+        for (path, weights_only) in std::mem::take(&mut self.state.save_requests) {
+            self.save_checkpoint(&path, weights_only)?;
+        }
+        for path in std::mem::take(&mut self.state.remove_requests) {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(format!("removing old checkpoint {}: {e}", path.display()))),
+            }
+        }
+        let requested = std::mem::take(&mut self.state.log_requests);
+        if !requested.is_empty() {
+            let m: BTreeMap<String, f64> = requested.into_iter().collect();
+            self.log_metrics(&m, self.state.global_step)?;
+        }
+        Ok(())
+    }
+
+    /// Sends metrics to every logger.
+    pub fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, step: i64) -> Result<()> {
+        for l in self.loggers.iter_mut() {
+            l.log_metrics(metrics, self.state.epoch, step).ctx(format!("{} logger", l.name()))?;
+        }
+        Ok(())
+    }
+
+    /// Makes the loggers' files durable.
+    pub fn save_logs(&mut self) -> Result<()> {
+        for l in self.loggers.iter_mut() {
+            l.save().ctx(format!("{} logger", l.name()))?;
+        }
+        Ok(())
+    }
+
+    /// Learning rates as LearningRateMonitor names them.
+    pub fn refresh_learning_rates(&mut self) {
+        let mut rates = Vec::new();
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        for cfg in &self.optimizers {
+            let name = class_name(cfg.optimizer.name());
+            let n = seen.entry(name).or_insert(0);
+            let base = if *n == 0 { format!("lr-{name}") } else { format!("lr-{name}-{n}") };
+            *n += 1;
+            let groups = cfg.optimizer.param_groups();
+            for (j, g) in groups.iter().enumerate() {
+                let key = if groups.len() > 1 { format!("{base}/pg{}", j + 1) } else { base.clone() };
+                rates.push((key, g.lr));
+            }
+        }
+        self.state.learning_rates = rates;
+    }
+
+    /// Gathers the full training state into a checkpoint and writes it.
+    pub fn save_checkpoint(&mut self, path: &std::path::Path, weights_only: bool) -> Result<()> {
+        let model = self.module.model().ok_or_else(|| {
+            Error::state(
+                "cannot save a checkpoint: the LightningModule has no model (pass one to fulmen_lightning_module_new)",
+            )
+        })?;
+        let state_dict = model.lock().unwrap_or_else(|p| p.into_inner()).state_dict();
+        let mut ck = Checkpoint {
+            epoch: self.state.epoch,
+            global_step: self.state.global_step,
+            batches_in_epoch: self.batches_in_epoch,
+            epoch_finished: self.epoch_finished,
+            state_dict,
+            hparams: self.module.hparams(),
+            weights_only,
+            ..Default::default()
+        };
+        if !weights_only {
+            for cfg in &self.optimizers {
+                ck.optimizer_states.push(cfg.optimizer.state_dict()?);
+                ck.scheduler_states.push(cfg.scheduler.as_ref().map(|s| s.scheduler.state_dict()).unwrap_or_default());
+            }
+            let mut names: BTreeMap<String, usize> = BTreeMap::new();
+            for cb in &self.callbacks {
+                let key = unique_name(&mut names, cb.name());
+                ck.callbacks.insert(key, cb.state_dict());
+            }
+            let mut extra = BTreeMap::new();
+            let mut ctx = HookContext::new(Hook::SaveCheckpoint, self.stage, self.state);
+            ctx.checkpoint = Some(&mut extra);
+            for cb in self.callbacks.iter_mut() {
+                cb.on_hook(&mut ctx).map_err(|e| e.context(format!("callback {} in on_save_checkpoint", cb.name())))?;
+            }
+            self.module.on_hook(&mut ctx).map_err(|e| e.context("LightningModule.on_save_checkpoint"))?;
+            ck.extra = extra;
+        }
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).ctx(format!("creating {}", dir.display()))?;
+        }
+        ck.save(path).ctx("saving a checkpoint")
+    }
+
+    /// Restores the full training state from a checkpoint (model, optimizers,
+    /// schedulers, callbacks, loop progress) and calls `on_load_checkpoint`.
+    pub fn restore(&mut self, ck: &Checkpoint, path: &std::path::Path) -> Result<()> {
+        let at = || format!("resuming from {}", path.display());
+        let model =
+            self.module.model().ok_or_else(|| Error::state("cannot resume: the LightningModule has no model"))?;
+        model.lock().unwrap_or_else(|p| p.into_inner()).load_state_dict(&ck.state_dict, true).ctx(at())?;
+        if ck.weights_only {
+            return Err(Error::format(format!(
+                "{}: a weights-only checkpoint cannot resume training (no optimizer state)",
+                path.display()
+            )));
+        }
+        if ck.optimizer_states.len() != self.optimizers.len() {
+            return Err(Error::format(format!(
+                "{}: the checkpoint holds {} optimizer states, configure_optimizers made {}",
+                path.display(),
+                ck.optimizer_states.len(),
+                self.optimizers.len()
+            )));
+        }
+        for (i, cfg) in self.optimizers.iter_mut().enumerate() {
+            cfg.optimizer.load_state_dict(&ck.optimizer_states[i]).ctx(format!("{}: optimizer {i}", at()))?;
+            let sched_state = ck.scheduler_states.get(i).cloned().unwrap_or_default();
+            match (cfg.scheduler.as_mut(), sched_state.is_empty()) {
+                (Some(s), false) => {
+                    s.scheduler.load_state_dict(&sched_state).ctx(format!("{}: scheduler {i}", at()))?
+                }
+                (None, true) => {}
+                (Some(_), true) => {
+                    return Err(Error::format(format!("{}: optimizer {i} has a scheduler the checkpoint lacks", at())))
+                }
+                (None, false) => {
+                    return Err(Error::format(format!(
+                        "{}: the checkpoint has a scheduler for optimizer {i}, which has none",
+                        at()
+                    )))
+                }
+            }
+        }
+        let mut names: BTreeMap<String, usize> = BTreeMap::new();
+        for cb in self.callbacks.iter_mut() {
+            let key = unique_name(&mut names, cb.name());
+            if let Some(s) = ck.callbacks.get(&key) {
+                cb.load_state_dict(s).ctx(format!("{}: callback {key}", at()))?;
+            }
+        }
+        let mut extra = ck.extra.clone();
+        let mut ctx = HookContext::new(Hook::LoadCheckpoint, self.stage, self.state);
+        ctx.checkpoint = Some(&mut extra);
+        for cb in self.callbacks.iter_mut() {
+            cb.on_hook(&mut ctx).map_err(|e| e.context(format!("callback {} in on_load_checkpoint", cb.name())))?;
+        }
+        self.module.on_hook(&mut ctx).map_err(|e| e.context("LightningModule.on_load_checkpoint"))?;
+        self.state.global_step = ck.global_step;
+        self.state.epoch = ck.epoch;
+        Ok(())
+    }
+}
+
+/// `name`, or `name#2`, `name#3` for repeats, so states map back in order.
+fn unique_name(seen: &mut BTreeMap<String, usize>, name: String) -> String {
+    let n = seen.entry(name.clone()).or_insert(0);
+    *n += 1;
+    if *n == 1 {
+        name
+    } else {
+        format!("{name}#{n}")
+    }
+}
