@@ -33,7 +33,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_e
 
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all deps lib header test test-rust test-c test-pkgconfig demo example lint fmt install clean
+.PHONY: all deps lib header test test-rust test-c test-pkgconfig test-cpp test-go demo example lint fmt install clean
 
 all: lib
 
@@ -53,7 +53,7 @@ lib: $(LIBTORCH_STAMP)
 header: $(LIBTORCH_STAMP)
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test header_drift
 
-test: deps lib lint test-rust test-c example
+test: deps lib lint test-rust test-c example test-cpp test-go
 	@echo "all suites passed"
 
 test-rust: $(LIBTORCH_STAMP) $(MNIST)
@@ -71,6 +71,12 @@ test-c: $(C_TESTS) $(MNIST)
 test-pkgconfig: lib
 	@rm -rf $(BUILD)/outside && mkdir -p $(BUILD)/outside && cp tests/c/outside/train_xor.c $(BUILD)/outside/
 	cd $(BUILD)/outside && export PKG_CONFIG_PATH=$(BUILD) && $(CC) $(CFLAGS_STRICT) train_xor.c -o train_xor $$(pkg-config --cflags --libs fulmen) && ./train_xor
+
+test-cpp: lib
+	FULMEN_LIBDIR=$(LIBDIR) FULMEN_INCLUDE=$(ROOT)/include bash bindings/cpp/run-tests.sh $(BUILD)/cpp
+
+test-go: lib $(MNIST)
+	FULMEN_MNIST=$(MNIST) bash bindings/go/run-tests.sh
 
 example: $(BUILD)/examples/mnist
 

@@ -372,8 +372,7 @@ typedef enum fulmen_hook {
    */
   FULMEN_HOOK_TRAIN_EPOCH_END = 9,
   /**
-   * `on_train_batch_start`; setting `skip_batch` skips the rest of the
-   * epoch (Lightning: returning -1).
+   * `on_train_batch_start`.
    */
   FULMEN_HOOK_TRAIN_BATCH_START = 10,
   /**
@@ -479,6 +478,8 @@ typedef enum fulmen_hook {
   FULMEN_HOOK_LOAD_CHECKPOINT = 35,
   /**
    * `on_exception`: the run is failing; the error text is readable.
+   * Errors returned from this hook are dropped, so the original failure
+   * is the one reported.
    */
   FULMEN_HOOK_EXCEPTION = 36,
 } fulmen_hook;
@@ -496,6 +497,25 @@ typedef enum fulmen_checkpoint_path {
    */
   FULMEN_CHECKPOINT_PATH_LAST = 1,
 } fulmen_checkpoint_path;
+
+/**
+ * Whether a lower or a higher monitored value is better (`fulmen_mode`).
+ */
+typedef enum fulmen_mode {
+  /**
+   * Lower is better (losses).
+   */
+  FULMEN_MODE_MIN = 0,
+  /**
+   * Higher is better (accuracies).
+   */
+  FULMEN_MODE_MAX = 1,
+} fulmen_mode;
+
+/**
+ * An accelerator from the registry. Free with `fulmen_accelerator_free`.
+ */
+typedef struct fulmen_accelerator fulmen_accelerator;
 
 /**
  * A batch given to a step callback: an ordered list of tensors (for
@@ -565,6 +585,12 @@ typedef struct fulmen_optimizer_config fulmen_optimizer_config;
 typedef struct fulmen_scheduler fulmen_scheduler;
 
 /**
+ * Collects the statistics a custom accelerator reports. Borrowed: valid
+ * only during `get_device_stats`.
+ */
+typedef struct fulmen_stats_builder fulmen_stats_builder;
+
+/**
  * The context of one step call: stage, epoch, step and batch index, and
  * metric logging. Borrowed: valid only during the step callback.
  */
@@ -589,6 +615,96 @@ typedef struct fulmen_trainer fulmen_trainer;
 typedef struct fulmen_trainer_options fulmen_trainer_options;
 
 /**
+ * A device: a `fulmen_device_type` and an index.
+ */
+typedef struct fulmen_device {
+  /**
+   * A `fulmen_device_type`.
+   */
+  int32_t device_type;
+  /**
+   * The device index (0 for the CPU).
+   */
+  int64_t index;
+} fulmen_device;
+
+/**
+ * One device statistic: a NUL-terminated name and a value.
+ */
+typedef struct fulmen_device_stat {
+  /**
+   * The statistic's name (truncated to 63 bytes).
+   */
+  char name[64];
+  /**
+   * Its value.
+   */
+  double value;
+} fulmen_device_stat;
+
+/**
+ * A custom accelerator implemented by the host, registered with
+ * `fulmen_accelerator_register`. Set `struct_size` to
+ * `sizeof(fulmen_accelerator_vtable)`; a NULL slot uses the default named
+ * with it. Callbacks may run on any thread that uses the accelerator
+ * (the trainer's thread during fit); fulmen serialises them.
+ */
+typedef struct fulmen_accelerator_vtable {
+  /**
+   * `sizeof(fulmen_accelerator_vtable)`.
+   */
+  size_t struct_size;
+  /**
+   * Passed to every callback.
+   */
+  void *userdata;
+  /**
+   * Called once when the accelerator leaves the registry (replaced or
+   * unregistered) and no trainer uses it any more; may be NULL.
+   */
+  void (*userdata_free)(void*);
+  /**
+   * Writes whether the accelerator can run here. NULL: available.
+   */
+  struct fulmen_error *(*is_available)(void *userdata, bool *out);
+  /**
+   * Writes how many devices it has. NULL: 1.
+   */
+  struct fulmen_error *(*auto_device_count)(void *userdata, size_t *out);
+  /**
+   * Parses `devices` into ids (`ids[0..capacity]`, count in `*n_out`).
+   * NULL: Lightning's GPU-style parser over `auto_device_count` devices.
+   */
+  struct fulmen_error *(*parse_devices)(void *userdata,
+                                        const char *devices,
+                                        int64_t *ids,
+                                        size_t capacity,
+                                        size_t *n_out);
+  /**
+   * Maps device ids to libtorch devices (`out[0..n]`). NULL: the CPU for
+   * every id (an accelerator computing with CPU tensors).
+   */
+  struct fulmen_error *(*get_parallel_devices)(void *userdata,
+                                               const int64_t *ids,
+                                               size_t n,
+                                               struct fulmen_device *out);
+  /**
+   * Prepares a device before training. NULL: nothing.
+   */
+  struct fulmen_error *(*setup_device)(void *userdata, struct fulmen_device device);
+  /**
+   * Releases resources after a run. NULL: nothing.
+   */
+  struct fulmen_error *(*teardown)(void *userdata);
+  /**
+   * Reports statistics with `fulmen_stats_builder_add`. NULL: none.
+   */
+  struct fulmen_error *(*get_device_stats)(void *userdata,
+                                           struct fulmen_device device,
+                                           struct fulmen_stats_builder *stats);
+} fulmen_accelerator_vtable;
+
+/**
  * Options of `fulmen_trainer_add_model_checkpoint`; defaults (Lightning's)
  * from `fulmen_model_checkpoint_options_default`. Strings are copied.
  */
@@ -606,7 +722,7 @@ typedef struct fulmen_model_checkpoint_options {
    */
   const char *monitor;
   /**
-   * 0: lower is better, 1: higher is better.
+   * A `fulmen_mode`: FULMEN_MODE_MIN (default) or FULMEN_MODE_MAX.
    */
   int32_t mode;
   /**
@@ -657,7 +773,7 @@ typedef struct fulmen_early_stopping_options {
    */
   int64_t patience;
   /**
-   * 0: lower is better (default), 1: higher is better.
+   * A `fulmen_mode`: FULMEN_MODE_MIN (default) or FULMEN_MODE_MAX.
    */
   int32_t mode;
   /**
@@ -862,7 +978,8 @@ typedef struct fulmen_logger_vtable {
                                           const char *const *values,
                                           size_t n);
   /**
-   * The run ended: `status` is "success", "failed" or "interrupted".
+   * The run ended: `status` is "success" or "failed". An error returned
+   * for "failed" is dropped, so the run's own failure is reported.
    */
   struct fulmen_error *(*finalize)(void *userdata, const char *status);
 } fulmen_logger_vtable;
@@ -1153,20 +1270,131 @@ typedef struct fulmen_plateau_options {
 extern "C" {
 #endif // __cplusplus
 
-extern int fulmen_cxx_cuda_compiled(void);
+/**
+ * Looks up an accelerator by name: a registered name ("cpu", "cuda",
+ * "mps", "xla", or a custom one) or an alias ("gpu": mps if available,
+ * else cuda; "tpu": xla; "auto": xla > mps > cuda > cpu by availability).
+ * An unknown name is an error listing the registered ones.
+ */
+struct fulmen_error *fulmen_accelerator_get(const char *name, struct fulmen_accelerator **out);
 
-extern int fulmen_cxx_cuda_set_device(int64_t index, char *err, size_t err_len);
+/**
+ * Copies the accelerator's registry name into `buf` as for
+ * `fulmen_model_state_dict_name`.
+ */
+struct fulmen_error *fulmen_accelerator_name(const struct fulmen_accelerator *acc,
+                                             char *buf,
+                                             size_t capacity,
+                                             size_t *len_out);
 
-extern int fulmen_cxx_cuda_empty_cache(char *err, size_t err_len);
+/**
+ * Writes whether the accelerator can be used on this machine.
+ */
+struct fulmen_error *fulmen_accelerator_is_available(const struct fulmen_accelerator *acc,
+                                                     bool *out);
 
-extern int fulmen_cxx_cuda_memory_stats(int64_t index,
-                                        char *buf,
-                                        size_t buf_len,
-                                        size_t *needed,
-                                        char *err,
-                                        size_t err_len);
+/**
+ * Writes how many devices `devices="auto"` uses (1 for the CPU).
+ */
+struct fulmen_error *fulmen_accelerator_auto_device_count(const struct fulmen_accelerator *acc,
+                                                          size_t *out);
 
-extern int fulmen_cxx_xla_device_count(int64_t *out, char *err, size_t err_len);
+/**
+ * Parses `devices` as Lightning's device parser does for this accelerator
+ * ("auto", "N", "-1", "1,3", "[0]"; for the CPU a process count) and
+ * writes the chosen device ids (a count N gives 0..N-1) to
+ * `ids[0..capacity]` and their number to `*n_out` (written even when
+ * `capacity` is too small, which fails with FULMEN_CODE_OUT_OF_RANGE).
+ * Rejected values give an error naming what is available.
+ */
+struct fulmen_error *fulmen_accelerator_parse_devices(const struct fulmen_accelerator *acc,
+                                                      const char *devices,
+                                                      int64_t *ids,
+                                                      size_t capacity,
+                                                      size_t *n_out);
+
+/**
+ * Writes the libtorch devices `devices` selects (Lightning's
+ * `get_parallel_devices`) to `out[0..capacity]` and their number to
+ * `*n_out` (written even when `capacity` is too small).
+ */
+struct fulmen_error *fulmen_accelerator_get_parallel_devices(const struct fulmen_accelerator *acc,
+                                                             const char *devices,
+                                                             struct fulmen_device *out,
+                                                             size_t capacity,
+                                                             size_t *n_out);
+
+/**
+ * Prepares `device` for use (Lightning's `setup_device`; selects the CUDA
+ * device on CUDA).
+ */
+struct fulmen_error *fulmen_accelerator_setup_device(const struct fulmen_accelerator *acc,
+                                                     struct fulmen_device device);
+
+/**
+ * Releases what the accelerator holds (Lightning's `teardown`; empties the
+ * CUDA cache on CUDA).
+ */
+struct fulmen_error *fulmen_accelerator_teardown(const struct fulmen_accelerator *acc);
+
+/**
+ * Writes `device`'s statistics (Lightning's `get_device_stats`: on the
+ * CPU `cpu_rss_bytes`, `cpu_percent`, `cpu_vm_percent`, `cpu_swap_percent`;
+ * on CUDA the caching allocator's counters) to `out[0..capacity]` and
+ * their number to `*n_out` (written even when `capacity` is too small).
+ */
+struct fulmen_error *fulmen_accelerator_device_stats(const struct fulmen_accelerator *acc,
+                                                     struct fulmen_device device,
+                                                     struct fulmen_device_stat *out,
+                                                     size_t capacity,
+                                                     size_t *n_out);
+
+/**
+ * Frees an accelerator handle (the registry keeps the accelerator).
+ */
+void fulmen_accelerator_free(struct fulmen_accelerator *acc);
+
+/**
+ * Writes the number of registered accelerators.
+ */
+struct fulmen_error *fulmen_accelerator_registry_len(size_t *out);
+
+/**
+ * Copies the name and description of registry entry `index` into the two
+ * buffers (as for `fulmen_model_state_dict_name`) and writes whether it is
+ * available on this machine.
+ */
+struct fulmen_error *fulmen_accelerator_registry_entry(size_t index,
+                                                       char *name,
+                                                       size_t name_capacity,
+                                                       size_t *name_len,
+                                                       char *description,
+                                                       size_t description_capacity,
+                                                       size_t *description_len,
+                                                       bool *available);
+
+/**
+ * Adds a statistic `name` = `value` (inside `get_device_stats`).
+ */
+struct fulmen_error *fulmen_stats_builder_add(struct fulmen_stats_builder *builder,
+                                              const char *name,
+                                              double value);
+
+/**
+ * Registers a custom accelerator under `name` with `description`, so the
+ * trainer accepts `accelerator=name`. A registered name is refused unless
+ * `override_existing`; "auto", "gpu" and "tpu" are reserved. `vtable` is
+ * copied; on failure `userdata_free` is not called.
+ */
+struct fulmen_error *fulmen_accelerator_register(const char *name,
+                                                 const char *description,
+                                                 const struct fulmen_accelerator_vtable *vtable,
+                                                 bool override_existing);
+
+/**
+ * Removes a registered accelerator (custom or built-in) by name.
+ */
+struct fulmen_error *fulmen_accelerator_unregister(const char *name);
 
 /**
  * Writes the number of tensors in the batch.
@@ -2539,19 +2767,36 @@ struct fulmen_error *fulmen_tensor_stack(const struct fulmen_tensor *const *tens
                                          struct fulmen_tensor **out);
 
 /**
- * Creates trainer options with Lightning's defaults (max_epochs 1000 when
- * neither max_epochs nor max_steps is set, log_every_n_steps 50, progress
- * and CSV logger on, default_root_dir ".").
+ * Creates trainer options with Lightning's defaults: max_epochs 1000 when
+ * neither max_epochs nor max_steps is set, 2 sanity-check validation
+ * batches, log_every_n_steps 50, progress bar, model summary, CSV and
+ * TensorBoard loggers and a checkpoint of the latest epoch, all under
+ * default_root_dir "."; accelerator and devices "auto", precision
+ * "32-true".
  */
 struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **out);
 
 /**
- * Sets option `key` from its text form: `max_epochs` (int or "none"),
- * `max_steps` (int, -1 = none), `limit_{train,val,test,predict}_batches`
- * (fraction in [0,1] or whole count), `log_every_n_steps`, `seed` (int or
- * "none"), `default_root_dir` (path), `enable_progress_bar`, `logger` (CSV
- * logger), `detect_nonfinite_loss` (booleans). An unknown key or bad value
- * is an error naming it; the options are then unchanged.
+ * Sets option `key` from its text form, as Lightning's `Trainer(...)`
+ * keyword arguments. Numbers written with '.' or an exponent are floats
+ * (fractions), without them integers (counts): `limit_train_batches` "1.0"
+ * is every batch, "1" is one batch. Keys: `max_epochs`, `min_epochs`,
+ * `max_steps`, `min_steps` (int, "none"), `max_time` (seconds or
+ * "DD:HH:MM:SS"), `limit_{train,val,test,predict}_batches`,
+ * `overfit_batches` (fraction or count), `val_check_interval` (fraction or
+ * batch count), `check_val_every_n_epoch` (int or "none"),
+ * `num_sanity_val_steps` (-1 = all), `accumulate_grad_batches`,
+ * `gradient_clip_val` (number or "none"), `gradient_clip_algorithm`
+ * ("norm", "value"), `fast_dev_run` (bool or batch count),
+ * `deterministic`, `log_every_n_steps`, `seed` (int or "none"),
+ * `default_root_dir`, `enable_progress_bar`, `enable_checkpointing`,
+ * `enable_model_summary`, `inference_mode`, `logger` (bool, "csv",
+ * "tensorboard", "csv,tensorboard"), `detect_nonfinite_loss`,
+ * `accelerator` ("auto", "cpu", "cuda", "gpu", "mps", "xla", "tpu" or a
+ * registered name), `devices` ("auto", "1", "-1", "0,2", ...),
+ * `precision` ("32-true", "16-mixed", "bf16-mixed", "64-true",
+ * "16-true", "bf16-true", legacy "32", "16", "bf16", "64"). An unknown
+ * key or bad value is an error naming it; the options are then unchanged.
  */
 struct fulmen_error *fulmen_trainer_options_set(struct fulmen_trainer_options *options,
                                                 const char *key,
@@ -2688,33 +2933,12 @@ struct fulmen_error *fulmen_trainer_best_model_score(const struct fulmen_trainer
  */
 void fulmen_trainer_free(struct fulmen_trainer *trainer);
 
-extern int fulmen_cxx_autocast_is_available(int device_type, int *out, char *err, size_t len);
-
-extern int fulmen_cxx_autocast_is_enabled(int device_type, int *out, char *err, size_t len);
-
-extern int fulmen_cxx_autocast_set_enabled(int device_type, int enabled, char *err, size_t len);
-
-extern int fulmen_cxx_autocast_get_dtype(int device_type, int *out, char *err, size_t len);
-
-extern int fulmen_cxx_autocast_set_dtype(int device_type, int dtype, char *err, size_t len);
-
-extern int fulmen_cxx_autocast_increment_nesting(int *out, char *err, size_t len);
-
-extern int fulmen_cxx_autocast_decrement_nesting(int *out, char *err, size_t len);
-
-extern int fulmen_cxx_autocast_clear_cache(char *err, size_t len);
-
-extern int fulmen_cxx_autocast_is_cache_enabled(int *out, char *err, size_t len);
-
-extern int fulmen_cxx_autocast_set_cache_enabled(int enabled, char *err, size_t len);
-
-extern int fulmen_cxx_set_deterministic(int on, char *err, size_t err_len);
-
-extern int fulmen_cxx_deterministic(void);
-
-extern int fulmen_cxx_cpu_rng_get_state(void **out, char *err, size_t err_len);
-
-extern int fulmen_cxx_cpu_rng_set_state(const void *state, char *err, size_t err_len);
+/**
+ * Sets the `accelerator` option from a handle (as Lightning accepts an
+ * Accelerator object); same as setting its registry name.
+ */
+struct fulmen_error *fulmen_trainer_options_set_accelerator(struct fulmen_trainer_options *options,
+                                                            const struct fulmen_accelerator *accelerator);
 
 #ifdef __cplusplus
 }  // extern "C"

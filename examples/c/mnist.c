@@ -5,10 +5,13 @@
  *
  *   mnist --data mnist_5k.csv.gz [--epochs 10] [--batch-size 64] [--lr 0.1]
  *         [--cnn] [--seed 42] [--threads N] [--out runs/mnist]
+ *         [--resume last|best|PATH]
  *
- * Prints progress per epoch and the final validation accuracy, writes the
- * CSV logs under <out>/lightning_logs/version_N/ and the trained weights to
- * <out>/model.safetensors.
+ * Prints progress per epoch and the final validation accuracy; writes CSV
+ * and TensorBoard logs under <out>/lightning_logs/version_N/, the best (by
+ * validation accuracy) and the last checkpoint under <out>/checkpoints/, and
+ * the trained weights to <out>/model.safetensors. --resume continues an
+ * interrupted run from a checkpoint.
  */
 #include <fulmen.h>
 
@@ -142,7 +145,7 @@ static fulmen_dataset *as_images(fulmen_dataset *ds) {
 }
 
 int main(int argc, char **argv) {
-    const char *data = NULL, *out = "runs/mnist";
+    const char *data = NULL, *out = "runs/mnist", *resume = NULL;
     long epochs = 10, batch_size = 64, seed = 42, threads = 0;
     double lr = 0.1;
     int cnn = 0;
@@ -158,11 +161,12 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--lr") == 0) lr = atof(v);
         else if (strcmp(a, "--seed") == 0) seed = atol(v);
         else if (strcmp(a, "--threads") == 0) threads = atol(v);
+        else if (strcmp(a, "--resume") == 0) resume = v;
         else { fprintf(stderr, "mnist: unknown option %s\n", a); return 2; }
         i++;
     }
     if (data == NULL) {
-        fprintf(stderr, "usage: mnist --data mnist_5k.csv.gz [--epochs N] [--batch-size N] [--lr X] [--cnn] [--seed N] [--threads N] [--out DIR]\n");
+        fprintf(stderr, "usage: mnist --data mnist_5k.csv.gz [--epochs N] [--batch-size N] [--lr X] [--cnn] [--seed N] [--threads N] [--out DIR] [--resume last|best|PATH]\n");
         return 2;
     }
     printf("fulmen %s on libtorch %s\n", fulmen_version(), fulmen_libtorch_version());
@@ -211,6 +215,12 @@ int main(int argc, char **argv) {
     vt.configure_optimizers = configure_optimizers;
     fulmen_lightning_module *module = NULL;
     check(fulmen_lightning_module_new(&vt, t.model, &module), "creating the module");
+    char hp[64];
+    snprintf(hp, sizeof hp, "%g", lr);
+    check(fulmen_lightning_module_set_hparam(module, "lr", hp), "hparams");
+    snprintf(hp, sizeof hp, "%ld", batch_size);
+    check(fulmen_lightning_module_set_hparam(module, "batch_size", hp), "hparams");
+    check(fulmen_lightning_module_set_hparam(module, "model", cnn ? "cnn" : "mlp"), "hparams");
 
     mkdir(out, 0755);
     fulmen_trainer_options *opts = NULL;
@@ -220,7 +230,16 @@ int main(int argc, char **argv) {
     check(fulmen_trainer_options_set_int(opts, "log_every_n_steps", 10), "log_every_n_steps");
     fulmen_trainer *trainer = NULL;
     check(fulmen_trainer_new(opts, &trainer), "creating the trainer");
-    check(fulmen_trainer_fit(trainer, module, train_loader, val_loader, NULL), "training");
+    char ckpt_dir[4096];
+    snprintf(ckpt_dir, sizeof ckpt_dir, "%s/checkpoints", out);
+    fulmen_model_checkpoint_options mc = fulmen_model_checkpoint_options_default();
+    mc.dirpath = ckpt_dir;
+    mc.filename = "{epoch}-{val_acc:.4f}";
+    mc.monitor = "val_acc";
+    mc.mode = FULMEN_MODE_MAX; /* higher accuracy is better */
+    mc.save_last = true;
+    check(fulmen_trainer_add_model_checkpoint(trainer, &mc), "checkpoint callback");
+    check(fulmen_trainer_fit(trainer, module, train_loader, val_loader, resume), "training");
 
     double acc = 0, vloss = 0;
     check(fulmen_trainer_callback_metric(trainer, "val_acc", &acc), "reading val_acc");
@@ -228,11 +247,13 @@ int main(int argc, char **argv) {
     char logdir[4096];
     size_t len = 0;
     check(fulmen_trainer_log_dir(trainer, logdir, sizeof logdir, &len), "log dir");
-    char weights[4096];
+    char weights[4096], best[4096];
     snprintf(weights, sizeof weights, "%s/model.safetensors", out);
     check(fulmen_model_save(t.model, weights), "saving the weights");
+    check(fulmen_trainer_checkpoint_path(trainer, FULMEN_CHECKPOINT_PATH_BEST, best, sizeof best, &len), "best checkpoint");
     printf("final validation accuracy: %.2f%% (loss %.4f)\n", 100.0 * acc, vloss);
-    printf("logs: %s/metrics.csv\nweights: %s\n", logdir, weights);
+    printf("logs: %s/metrics.csv (and TensorBoard events)\nbest checkpoint: %s\nlast checkpoint: %s/last.ckpt\nweights: %s\n",
+           logdir, best, ckpt_dir, weights);
 
     fulmen_trainer_free(trainer);
     fulmen_trainer_options_free(opts);

@@ -11,6 +11,7 @@ pub const FORMAT_VERSION: &str = "1";
 const FORMAT_KEY: &str = "fulmen.checkpoint";
 const MODEL_PREFIX: &str = "state_dict.";
 const OPTIMIZER_PREFIX: &str = "optimizer_states.";
+const RNG_CPU: &str = "rng_states.cpu";
 
 /// Everything a checkpoint holds.
 #[derive(Default)]
@@ -36,10 +37,14 @@ pub struct Checkpoint {
     pub callbacks: BTreeMap<String, BTreeMap<String, String>>,
     /// Hyperparameters as text.
     pub hparams: BTreeMap<String, String>,
-    /// Entries added by `on_save_checkpoint` hooks.
-    pub extra: BTreeMap<String, String>,
+    /// Entries added by `on_save_checkpoint` hooks, per callback name
+    /// ("LightningModule" for the module's own).
+    pub extra: BTreeMap<String, BTreeMap<String, String>>,
     /// Whether only the weights were saved.
     pub weights_only: bool,
+    /// libtorch's CPU generator state (dropout and other random ops), so
+    /// a resumed run draws the same numbers.
+    pub rng_state: Option<Tensor>,
 }
 
 fn json<T: serde::Serialize>(v: &T) -> String {
@@ -85,6 +90,9 @@ impl Checkpoint {
             for (k, t) in state {
                 tensors.push((format!("{OPTIMIZER_PREFIX}{i}.{k}"), t.shallow_clone()));
             }
+        }
+        if let Some(r) = &self.rng_state {
+            tensors.push((RNG_CPU.to_string(), r.shallow_clone()));
         }
         write_safetensors(path, &tensors, Some(meta))
     }
@@ -133,7 +141,9 @@ impl Checkpoint {
         ck.extra = parse(&meta, "extra", path)?;
         ck.optimizer_states = (0..n_opt).map(|_| Vec::new()).collect();
         for (name, t) in tensors {
-            if let Some(k) = name.strip_prefix(MODEL_PREFIX) {
+            if name == RNG_CPU {
+                ck.rng_state = Some(t);
+            } else if let Some(k) = name.strip_prefix(MODEL_PREFIX) {
                 ck.state_dict.push((k.to_string(), t));
             } else if let Some(rest) = name.strip_prefix(OPTIMIZER_PREFIX) {
                 let (i, k) = rest

@@ -21,6 +21,11 @@ impl Userdata {
         Userdata { ptr, free }
     }
 
+    /// Sets the destructor (armed once the owner is sure to keep the data).
+    pub fn set_free(&mut self, free: Option<unsafe extern "C" fn(*mut c_void)>) {
+        self.free = free;
+    }
+
     /// The raw pointer handed back to callbacks.
     pub fn ptr(&self) -> *mut c_void {
         self.ptr

@@ -20,6 +20,16 @@ unsafe fn opt_str(p: *const c_char, arg: &str) -> Result<Option<String>> {
     }
 }
 
+/// Whether a lower or a higher monitored value is better (`fulmen_mode`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MonitorMode {
+    /// Lower is better (losses).
+    Min = 0,
+    /// Higher is better (accuracies).
+    Max = 1,
+}
+
 fn mode(v: i32) -> Result<Mode> {
     match v {
         0 => Ok(Mode::Min),
@@ -48,7 +58,7 @@ pub struct fulmen_model_checkpoint_options {
     pub filename: *const c_char,
     /// Metric to rank by; NULL = keep the latest.
     pub monitor: *const c_char,
-    /// 0: lower is better, 1: higher is better.
+    /// A `fulmen_mode`: FULMEN_MODE_MIN (default) or FULMEN_MODE_MAX.
     pub mode: i32,
     /// Best checkpoints to keep (-1 all, 0 none; default 1).
     pub save_top_k: i64,
@@ -124,7 +134,7 @@ pub struct fulmen_early_stopping_options {
     pub min_delta: f64,
     /// Checks without improvement before stopping (default 3).
     pub patience: i64,
-    /// 0: lower is better (default), 1: higher is better.
+    /// A `fulmen_mode`: FULMEN_MODE_MIN (default) or FULMEN_MODE_MAX.
     pub mode: i32,
     /// A missing metric is an error (default true).
     pub strict: bool,

@@ -42,7 +42,8 @@ pub struct fulmen_logger_vtable {
             n: usize,
         ) -> *mut fulmen_error,
     >,
-    /// The run ended: `status` is "success", "failed" or "interrupted".
+    /// The run ended: `status` is "success" or "failed". An error returned
+    /// for "failed" is dropped, so the run's own failure is reported.
     pub finalize: Option<unsafe extern "C" fn(userdata: *mut c_void, status: *const c_char) -> *mut fulmen_error>,
 }
 

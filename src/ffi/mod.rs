@@ -1,6 +1,7 @@
 //! The C API. This layer converts and validates; the logic lives in the
 //! Rust core. Every exported function runs inside a panic boundary.
 #![allow(non_camel_case_types)]
+pub mod accelerator;
 pub mod batch;
 pub mod callback;
 pub mod callbacks;

@@ -33,7 +33,7 @@ const KEYS: &str = "max_epochs, min_epochs, max_steps, min_steps, max_time, limi
 limit_test_batches, limit_predict_batches, val_check_interval, check_val_every_n_epoch, num_sanity_val_steps, \
 accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm, fast_dev_run, overfit_batches, deterministic, \
 log_every_n_steps, seed, default_root_dir, enable_progress_bar, enable_checkpointing, enable_model_summary, \
-inference_mode, logger, detect_nonfinite_loss";
+inference_mode, logger, detect_nonfinite_loss, accelerator, devices, precision";
 
 fn parse_int(key: &str, v: &str) -> Result<i64> {
     v.trim().parse::<i64>().map_err(|_| Error::invalid(format!("option {key}: {v:?} is not an integer")))
@@ -98,8 +98,11 @@ pub(crate) fn set_option(o: &mut TrainerOptions, key: &str, value: &str) -> Resu
         "max_steps" => o.max_steps = parse_int(key, v)?,
         "min_steps" => o.min_steps = parse_opt_int(key, v)?,
         "max_time" => {
-            o.max_time =
-                if v.eq_ignore_ascii_case("none") { None } else { Some(crate::callbacks::timer::parse_duration(v)?) }
+            o.max_time = if v.eq_ignore_ascii_case("none") {
+                None
+            } else {
+                Some(crate::callbacks::timer::parse_duration(v).map_err(|e| e.context("option max_time"))?)
+            }
         }
         "limit_train_batches" => o.limit_train_batches = parse_limit(key, v)?,
         "limit_val_batches" => o.limit_val_batches = parse_limit(key, v)?,
@@ -185,14 +188,23 @@ pub(crate) fn set_option(o: &mut TrainerOptions, key: &str, value: &str) -> Resu
             }
         }
         "detect_nonfinite_loss" => o.detect_nonfinite_loss = parse_bool(key, v)?,
+        "accelerator" => {
+            crate::accelerators::registry::resolve(v)?;
+            o.accelerator = v.to_string();
+        }
+        "devices" => o.devices = v.to_string(),
+        "precision" => o.precision = v.to_string(),
         _ => return Err(Error::invalid(format!("unknown trainer option {key:?}; known options: {KEYS}"))),
     }
     o.validate().map_err(|e| e.context(format!("option {key}")))
 }
 
-/// Creates trainer options with Lightning's defaults (max_epochs 1000 when
-/// neither max_epochs nor max_steps is set, log_every_n_steps 50, progress
-/// and CSV logger on, default_root_dir ".").
+/// Creates trainer options with Lightning's defaults: max_epochs 1000 when
+/// neither max_epochs nor max_steps is set, 2 sanity-check validation
+/// batches, log_every_n_steps 50, progress bar, model summary, CSV and
+/// TensorBoard loggers and a checkpoint of the latest epoch, all under
+/// default_root_dir "."; accelerator and devices "auto", precision
+/// "32-true".
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_trainer_options) -> *mut fulmen_error {
     guard("fulmen_trainer_options_new", || {
@@ -202,12 +214,26 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
     })
 }
 
-/// Sets option `key` from its text form: `max_epochs` (int or "none"),
-/// `max_steps` (int, -1 = none), `limit_{train,val,test,predict}_batches`
-/// (fraction in [0,1] or whole count), `log_every_n_steps`, `seed` (int or
-/// "none"), `default_root_dir` (path), `enable_progress_bar`, `logger` (CSV
-/// logger), `detect_nonfinite_loss` (booleans). An unknown key or bad value
-/// is an error naming it; the options are then unchanged.
+/// Sets option `key` from its text form, as Lightning's `Trainer(...)`
+/// keyword arguments. Numbers written with '.' or an exponent are floats
+/// (fractions), without them integers (counts): `limit_train_batches` "1.0"
+/// is every batch, "1" is one batch. Keys: `max_epochs`, `min_epochs`,
+/// `max_steps`, `min_steps` (int, "none"), `max_time` (seconds or
+/// "DD:HH:MM:SS"), `limit_{train,val,test,predict}_batches`,
+/// `overfit_batches` (fraction or count), `val_check_interval` (fraction or
+/// batch count), `check_val_every_n_epoch` (int or "none"),
+/// `num_sanity_val_steps` (-1 = all), `accumulate_grad_batches`,
+/// `gradient_clip_val` (number or "none"), `gradient_clip_algorithm`
+/// ("norm", "value"), `fast_dev_run` (bool or batch count),
+/// `deterministic`, `log_every_n_steps`, `seed` (int or "none"),
+/// `default_root_dir`, `enable_progress_bar`, `enable_checkpointing`,
+/// `enable_model_summary`, `inference_mode`, `logger` (bool, "csv",
+/// "tensorboard", "csv,tensorboard"), `detect_nonfinite_loss`,
+/// `accelerator` ("auto", "cpu", "cuda", "gpu", "mps", "xla", "tpu" or a
+/// registered name), `devices` ("auto", "1", "-1", "0,2", ...),
+/// `precision` ("32-true", "16-mixed", "bf16-mixed", "64-true",
+/// "16-true", "bf16-true", legacy "32", "16", "bf16", "64"). An unknown
+/// key or bad value is an error naming it; the options are then unchanged.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_options_set(
     options: *mut fulmen_trainer_options,
@@ -513,4 +539,19 @@ pub unsafe extern "C" fn fulmen_trainer_best_model_score(
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_free(trainer: *mut fulmen_trainer) {
     guard_value((), || drop(handle::take(trainer)));
+}
+
+/// Sets the `accelerator` option from a handle (as Lightning accepts an
+/// Accelerator object); same as setting its registry name.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_options_set_accelerator(
+    options: *mut fulmen_trainer_options,
+    accelerator: *const super::accelerator::fulmen_accelerator,
+) -> *mut fulmen_error {
+    guard("fulmen_trainer_options_set_accelerator", || {
+        let o = handle::borrow_mut(options, "options")?;
+        let a = handle::borrow(accelerator, "accelerator")?;
+        o.opts.accelerator = a.inner.name().to_string();
+        Ok(())
+    })
 }

@@ -15,7 +15,7 @@ pub trait Logger {
     fn log_hyperparams(&mut self, params: &BTreeMap<String, String>) -> Result<()>;
     /// Makes everything logged so far durable (called at epoch ends).
     fn save(&mut self) -> Result<()>;
-    /// Ends the run ("success", "failed" or "interrupted").
+    /// Ends the run ("success" or "failed").
     fn finalize(&mut self, status: &str) -> Result<()>;
 }
 

@@ -117,6 +117,9 @@ impl Trainer {
         if let Some(s) = self.opts.seed {
             crate::seed_everything(s);
         }
+        let placement =
+            super::device::Placement::choose(&self.opts.accelerator, &self.opts.devices, &self.opts.precision)?;
+        placement.prepare_model(module)?;
         let (epoch, step) = (self.state.epoch, self.state.global_step);
         self.begin_state();
         self.state.epoch = epoch;
@@ -140,12 +143,16 @@ impl Trainer {
             loggers,
             batches_in_epoch: 0,
             epoch_finished: false,
+            placement,
         };
         let result = eval_run(&mut run, &opts, stage, source, weights.as_deref());
         match &result {
             Ok((metrics, _)) => {
                 if opts.enable_progress_bar && stage != Stage::Predict {
                     progress::eval_line(name, metrics);
+                }
+                for l in run.loggers.iter_mut() {
+                    l.finalize("success").ctx(format!("{} logger", l.name()))?;
                 }
             }
             Err(e) => run.exception(e),
@@ -190,7 +197,7 @@ fn eval_run(
             if limit.is_some_and(|n| i >= n) {
                 break;
             }
-            let batch = batch.ctx(format!("loading {} batch {i}", stage.name()))?;
+            let batch = run.placement.prepare_batch(batch.ctx(format!("loading {} batch {i}", stage.name()))?)?;
             run.hook(h.batch_start, HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() })?;
             let mut ctx = StepContext {
                 stage,
@@ -201,6 +208,7 @@ fn eval_run(
                 metrics: &mut store,
             };
             let at = |name: &str| format!("{name} (batch {i})");
+            let autocast = run.placement.forward_context()?;
             let out = match stage {
                 Stage::Test => {
                     run.module.test_step(&mut ctx, &batch).map(|_| None).map_err(|e| e.context(at("test_step")))?
@@ -214,6 +222,7 @@ fn eval_run(
                     .map(|_| None)
                     .map_err(|e| e.context(at("validation_step")))?,
             };
+            drop(autocast);
             run.hook(
                 h.batch_end,
                 HookData { batch_idx: i as i64, batch: Some(&batch), output: out.as_ref(), ..Default::default() },
@@ -232,5 +241,6 @@ fn eval_run(
     }
     run.simple(h.end)?;
     run.simple(Hook::Teardown)?;
+    run.placement.teardown()?;
     Ok((metrics, outputs))
 }

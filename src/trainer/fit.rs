@@ -77,6 +77,20 @@ fn clip(configs: &[OptimizerConfig], value: f64, algorithm: ClipAlgorithm) -> Re
     Ok(())
 }
 
+/// With loss scaling (16-mixed): unscales every optimizer's gradients and
+/// says which steps to skip because a gradient is inf or NaN.
+fn unscale(run: &mut Run) -> Result<Vec<bool>> {
+    let n = run.optimizers.len();
+    let Some(scaler) = run.placement.precision.scaler_mut() else { return Ok(vec![false; n]) };
+    let mut skip = Vec::with_capacity(n);
+    for (j, cfg) in run.optimizers.iter().enumerate() {
+        let params: Vec<Tensor> =
+            cfg.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect();
+        skip.push(scaler.unscale(j, &params)?);
+    }
+    Ok(skip)
+}
+
 fn is_checkpoint(cb: &dyn Callback) -> bool {
     cb.as_any().is_some_and(|a| a.is::<ModelCheckpoint>())
 }
@@ -155,6 +169,9 @@ impl Trainer {
         if self.opts.deterministic {
             crate::tensor::set_deterministic(true)?;
         }
+        let placement =
+            super::device::Placement::choose(&self.opts.accelerator, &self.opts.devices, &self.opts.precision)?;
+        placement.prepare_model(module)?;
         self.begin_state();
         self.defaults = self.default_callbacks(true)?;
         let mut file_loggers = self.file_loggers()?;
@@ -180,7 +197,9 @@ impl Trainer {
         }
         ordered.extend(checkpoints);
         let mut loggers: Vec<&mut Box<dyn Logger>> = file_loggers.iter_mut().collect();
-        loggers.extend(self.extra_loggers.iter_mut());
+        if opts.fast_dev_run == 0 {
+            loggers.extend(self.extra_loggers.iter_mut());
+        }
         let mut run = Run {
             stage: "fit",
             state: &mut self.state,
@@ -190,13 +209,18 @@ impl Trainer {
             loggers,
             batches_in_epoch: 0,
             epoch_finished: false,
+            placement,
         };
         let result = fit_run(&mut run, &opts, train, if validating { val } else { None }, resume.as_deref());
         match &result {
             Ok(()) => {
+                // Every logger is finalized; the first failure is reported.
+                let mut first = Ok(());
                 for l in run.loggers.iter_mut() {
-                    l.finalize("success").ctx(format!("{} logger", l.name()))?;
+                    let r = l.finalize("success").ctx(format!("{} logger", l.name()));
+                    first = first.and(r);
                 }
+                first?;
             }
             Err(e) => run.exception(e),
         }
@@ -268,16 +292,17 @@ fn fit_run(
         skip_batches = 0;
         epoch += 1;
         let mins_done = epoch >= min_epochs && run.state.global_step >= min_steps;
+        // A stop request stays until the minimums are met (Lightning).
         if stop || (run.state.should_stop && mins_done) {
             break;
         }
-        run.state.should_stop = false;
     }
     run.state.epoch = epoch;
     run.simple(Hook::TrainEnd)?;
     set_mode(run.module, true)?;
     run.simple(Hook::FitEnd)?;
     run.simple(Hook::Teardown)?;
+    run.placement.teardown()?;
     run.save_logs()
 }
 
@@ -312,7 +337,7 @@ fn train_epoch(
         if limit.is_some_and(|n| i >= n) || (opts.step_limit() >= 0 && run.state.global_step >= opts.step_limit()) {
             break;
         }
-        let batch = batch.ctx(format!("loading training batch {i} of epoch {epoch}"))?;
+        let batch = run.placement.prepare_batch(batch.ctx(format!("loading training batch {i} of epoch {epoch}"))?)?;
         let is_last = match limit {
             Some(n) => i + 1 >= n,
             None => batches.peek().is_none(),
@@ -328,7 +353,9 @@ fn train_epoch(
             batch_size: batch_size_of(&batch),
             metrics: &mut store,
         };
+        let autocast = run.placement.forward_context()?;
         let loss = run.module.training_step(&mut ctx, &batch).map_err(|e| e.context(&at))?;
+        drop(autocast);
         loss_sum += check_loss(&loss, opts.detect_nonfinite_loss, &at)?;
         loss_count += 1;
         run.state.running_loss = Some(loss_sum / loss_count as f64);
@@ -339,18 +366,25 @@ fn train_epoch(
             }
         }
         let scaled = if acc > 1 { loss.f_div_scalar(acc as f64)? } else { loss.shallow_clone() };
+        let scaled = run.placement.precision.scale_loss(&scaled)?;
         run.hook(Hook::BeforeBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
         scaled.f_backward().ctx(format!("{at}: backward"))?;
         run.hook(Hook::AfterBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
         let stepped = (i + 1) % acc == 0 || is_last;
         let step_index = run.state.global_step;
         if stepped {
+            let skip = unscale(run)?;
             run.simple(Hook::BeforeOptimizerStep)?;
             if let Some(v) = opts.gradient_clip_val {
                 clip(&run.optimizers, v, opts.gradient_clip_algorithm)?;
             }
-            for cfg in run.optimizers.iter_mut() {
-                cfg.optimizer.step().ctx(format!("{at}: optimizer {} step", cfg.optimizer.name()))?;
+            for (j, cfg) in run.optimizers.iter_mut().enumerate() {
+                if !skip[j] {
+                    cfg.optimizer.step().ctx(format!("{at}: optimizer {} step", cfg.optimizer.name()))?;
+                }
+            }
+            if let Some(scaler) = run.placement.precision.scaler_mut() {
+                scaler.update()?;
             }
             run.state.global_step += 1;
         }
@@ -383,8 +417,8 @@ fn train_epoch(
                 }
             }
         }
-        let mins_done =
-            epoch + 1 >= opts.min_epochs.unwrap_or(0) && run.state.global_step >= opts.min_steps.unwrap_or(0);
+        // Lightning's `_can_stop_early`: only finished epochs count.
+        let mins_done = epoch >= opts.min_epochs.unwrap_or(0) && run.state.global_step >= opts.min_steps.unwrap_or(0);
         if run.state.should_stop && mins_done {
             break;
         }
@@ -427,7 +461,7 @@ pub(super) fn run_validation(
             if limit.is_some_and(|n| i >= n) {
                 break;
             }
-            let batch = batch.ctx(format!("loading validation batch {i}"))?;
+            let batch = run.placement.prepare_batch(batch.ctx(format!("loading validation batch {i}"))?)?;
             run.hook(
                 Hook::ValidationBatchStart,
                 HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() },
@@ -440,6 +474,7 @@ pub(super) fn run_validation(
                 batch_size: batch_size_of(&batch),
                 metrics: &mut store,
             };
+            let _autocast = run.placement.forward_context()?;
             run.module.validation_step(&mut ctx, &batch).map_err(|e| {
                 e.context(format!("validation_step (epoch {epoch}, global step {}, batch {i})", run.state.global_step))
             })?;

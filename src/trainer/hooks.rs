@@ -30,8 +30,7 @@ pub enum Hook {
     TrainEpochStart = 8,
     /// `on_train_epoch_end`.
     TrainEpochEnd = 9,
-    /// `on_train_batch_start`; setting `skip_batch` skips the rest of the
-    /// epoch (Lightning: returning -1).
+    /// `on_train_batch_start`.
     TrainBatchStart = 10,
     /// `on_train_batch_end` (the loss is readable).
     TrainBatchEnd = 11,
@@ -85,6 +84,8 @@ pub enum Hook {
     /// `on_load_checkpoint`: read entries with the checkpoint accessors.
     LoadCheckpoint = 35,
     /// `on_exception`: the run is failing; the error text is readable.
+    /// Errors returned from this hook are dropped, so the original failure
+    /// is the one reported.
     Exception = 36,
 }
 

@@ -136,6 +136,13 @@ pub struct TrainerOptions {
     pub logger: LoggerChoice,
     /// End the run with an error when a training loss is NaN or infinite.
     pub detect_nonfinite_loss: bool,
+    /// Accelerator name ("auto", "cpu", "cuda", "gpu", "mps", "xla",
+    /// "tpu", or a registered custom one).
+    pub accelerator: String,
+    /// Devices, in Lightning's forms ("auto", "1", "-1", "0,2", "[1]").
+    pub devices: String,
+    /// Precision ("32-true", "16-mixed", "bf16-mixed", "64-true", ...).
+    pub precision: String,
 }
 
 impl Default for TrainerOptions {
@@ -168,6 +175,9 @@ impl Default for TrainerOptions {
             inference_mode: true,
             logger: LoggerChoice { csv: true, tensorboard: true },
             detect_nonfinite_loss: true,
+            accelerator: "auto".into(),
+            devices: "auto".into(),
+            precision: "32-true".into(),
         }
     }
 }
@@ -224,6 +234,8 @@ impl TrainerOptions {
             ValCheckInterval::Batches(_) if self.check_val_every_n_epoch.is_none() => {}
             _ => {}
         }
+        crate::precision::Precision::parse(&self.precision)?;
+        crate::accelerators::DevicesSpec::parse(&self.devices)?;
         if self.fast_dev_run < 0 {
             return Err(Error::invalid(format!("fast_dev_run must be >= 0, got {}", self.fast_dev_run)));
         }

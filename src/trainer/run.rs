@@ -29,6 +29,8 @@ pub(crate) struct Run<'a> {
     pub batches_in_epoch: i64,
     /// Whether the current epoch's training batches are all done.
     pub epoch_finished: bool,
+    /// Accelerator, device and precision.
+    pub placement: super::device::Placement,
 }
 
 fn class_name(optimizer: &str) -> &'static str {
@@ -159,14 +161,27 @@ impl Run<'_> {
                 let key = unique_name(&mut names, cb.name());
                 ck.callbacks.insert(key, cb.state_dict());
             }
-            let mut extra = BTreeMap::new();
-            let mut ctx = HookContext::new(Hook::SaveCheckpoint, self.stage, self.state);
-            ctx.checkpoint = Some(&mut extra);
+            // Each callback (and the module) gets its own entries.
+            let mut names: BTreeMap<String, usize> = BTreeMap::new();
             for cb in self.callbacks.iter_mut() {
-                cb.on_hook(&mut ctx).map_err(|e| e.context(format!("callback {} in on_save_checkpoint", cb.name())))?;
+                let key = unique_name(&mut names, cb.name());
+                let mut entries = BTreeMap::new();
+                let mut ctx = HookContext::new(Hook::SaveCheckpoint, self.stage, self.state);
+                ctx.checkpoint = Some(&mut entries);
+                cb.on_hook(&mut ctx).map_err(|e| e.context(format!("callback {key} in on_save_checkpoint")))?;
+                if !entries.is_empty() {
+                    ck.extra.insert(key, entries);
+                }
             }
+            let mut entries = BTreeMap::new();
+            let mut ctx = HookContext::new(Hook::SaveCheckpoint, self.stage, self.state);
+            ctx.checkpoint = Some(&mut entries);
             self.module.on_hook(&mut ctx).map_err(|e| e.context("LightningModule.on_save_checkpoint"))?;
-            ck.extra = extra;
+            if !entries.is_empty() {
+                ck.extra.insert(MODULE_KEY.to_string(), entries);
+            }
+            ck.rng_state = Some(crate::tensor::runtime::cpu_rng_state()?);
+            ck.precision_state = self.placement.precision.state_dict();
         }
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).ctx(format!("creating {}", dir.display()))?;
@@ -221,18 +236,30 @@ impl Run<'_> {
                 cb.load_state_dict(s).ctx(format!("{}: callback {key}", at()))?;
             }
         }
-        let mut extra = ck.extra.clone();
-        let mut ctx = HookContext::new(Hook::LoadCheckpoint, self.stage, self.state);
-        ctx.checkpoint = Some(&mut extra);
+        let mut names: BTreeMap<String, usize> = BTreeMap::new();
         for cb in self.callbacks.iter_mut() {
-            cb.on_hook(&mut ctx).map_err(|e| e.context(format!("callback {} in on_load_checkpoint", cb.name())))?;
+            let key = unique_name(&mut names, cb.name());
+            let mut entries = ck.extra.get(&key).cloned().unwrap_or_default();
+            let mut ctx = HookContext::new(Hook::LoadCheckpoint, self.stage, self.state);
+            ctx.checkpoint = Some(&mut entries);
+            cb.on_hook(&mut ctx).map_err(|e| e.context(format!("callback {key} in on_load_checkpoint")))?;
         }
+        let mut entries = ck.extra.get(MODULE_KEY).cloned().unwrap_or_default();
+        let mut ctx = HookContext::new(Hook::LoadCheckpoint, self.stage, self.state);
+        ctx.checkpoint = Some(&mut entries);
         self.module.on_hook(&mut ctx).map_err(|e| e.context("LightningModule.on_load_checkpoint"))?;
+        self.placement.precision.load_state_dict(&ck.precision_state).ctx(format!("{}: precision state", at()))?;
+        if let Some(r) = &ck.rng_state {
+            crate::tensor::runtime::set_cpu_rng_state(r).ctx(at())?;
+        }
         self.state.global_step = ck.global_step;
         self.state.epoch = ck.epoch;
         Ok(())
     }
 }
+
+/// Key of the LightningModule's own checkpoint entries.
+const MODULE_KEY: &str = "LightningModule";
 
 /// `name`, or `name#2`, `name#3` for repeats, so states map back in order.
 fn unique_name(seen: &mut BTreeMap<String, usize>, name: String) -> String {

@@ -1,0 +1,378 @@
+// fulmen C++ binding: Lightning's hooks, callbacks (host and built-in) and
+// host loggers.
+#pragma once
+
+#include "tensor.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace fulmen {
+
+/// The hooks, in Lightning's names (the C `fulmen_hook`). Callbacks receive
+/// them in Lightning's order: every callback first (in the order added),
+/// then the LightningModule.
+enum class Hook : int32_t {
+    Setup = FULMEN_HOOK_SETUP,                                   ///< setup(stage)
+    Teardown = FULMEN_HOOK_TEARDOWN,                             ///< teardown(stage)
+    FitStart = FULMEN_HOOK_FIT_START,                            ///< on_fit_start
+    FitEnd = FULMEN_HOOK_FIT_END,                                ///< on_fit_end
+    SanityCheckStart = FULMEN_HOOK_SANITY_CHECK_START,           ///< on_sanity_check_start
+    SanityCheckEnd = FULMEN_HOOK_SANITY_CHECK_END,               ///< on_sanity_check_end
+    TrainStart = FULMEN_HOOK_TRAIN_START,                        ///< on_train_start
+    TrainEnd = FULMEN_HOOK_TRAIN_END,                            ///< on_train_end
+    TrainEpochStart = FULMEN_HOOK_TRAIN_EPOCH_START,             ///< on_train_epoch_start
+    TrainEpochEnd = FULMEN_HOOK_TRAIN_EPOCH_END,                 ///< on_train_epoch_end
+    TrainBatchStart = FULMEN_HOOK_TRAIN_BATCH_START,             ///< on_train_batch_start
+    TrainBatchEnd = FULMEN_HOOK_TRAIN_BATCH_END,                 ///< on_train_batch_end (output: the loss)
+    ValidationStart = FULMEN_HOOK_VALIDATION_START,              ///< on_validation_start
+    ValidationEnd = FULMEN_HOOK_VALIDATION_END,                  ///< on_validation_end
+    ValidationEpochStart = FULMEN_HOOK_VALIDATION_EPOCH_START,   ///< on_validation_epoch_start
+    ValidationEpochEnd = FULMEN_HOOK_VALIDATION_EPOCH_END,       ///< on_validation_epoch_end
+    ValidationBatchStart = FULMEN_HOOK_VALIDATION_BATCH_START,   ///< on_validation_batch_start
+    ValidationBatchEnd = FULMEN_HOOK_VALIDATION_BATCH_END,       ///< on_validation_batch_end
+    TestStart = FULMEN_HOOK_TEST_START,                          ///< on_test_start
+    TestEnd = FULMEN_HOOK_TEST_END,                              ///< on_test_end
+    TestEpochStart = FULMEN_HOOK_TEST_EPOCH_START,               ///< on_test_epoch_start
+    TestEpochEnd = FULMEN_HOOK_TEST_EPOCH_END,                   ///< on_test_epoch_end
+    TestBatchStart = FULMEN_HOOK_TEST_BATCH_START,               ///< on_test_batch_start
+    TestBatchEnd = FULMEN_HOOK_TEST_BATCH_END,                   ///< on_test_batch_end
+    PredictStart = FULMEN_HOOK_PREDICT_START,                    ///< on_predict_start
+    PredictEnd = FULMEN_HOOK_PREDICT_END,                        ///< on_predict_end
+    PredictEpochStart = FULMEN_HOOK_PREDICT_EPOCH_START,         ///< on_predict_epoch_start
+    PredictEpochEnd = FULMEN_HOOK_PREDICT_EPOCH_END,             ///< on_predict_epoch_end
+    PredictBatchStart = FULMEN_HOOK_PREDICT_BATCH_START,         ///< on_predict_batch_start
+    PredictBatchEnd = FULMEN_HOOK_PREDICT_BATCH_END,             ///< on_predict_batch_end (output: the prediction)
+    BeforeBackward = FULMEN_HOOK_BEFORE_BACKWARD,                ///< on_before_backward (output: the loss)
+    AfterBackward = FULMEN_HOOK_AFTER_BACKWARD,                  ///< on_after_backward (output: the loss)
+    BeforeOptimizerStep = FULMEN_HOOK_BEFORE_OPTIMIZER_STEP,     ///< on_before_optimizer_step
+    BeforeZeroGrad = FULMEN_HOOK_BEFORE_ZERO_GRAD,               ///< on_before_zero_grad
+    SaveCheckpoint = FULMEN_HOOK_SAVE_CHECKPOINT,                ///< on_save_checkpoint (checkpoint_set)
+    LoadCheckpoint = FULMEN_HOOK_LOAD_CHECKPOINT,                ///< on_load_checkpoint (checkpoint_get)
+    Exception = FULMEN_HOOK_EXCEPTION,                           ///< on_exception (exception_message)
+};
+
+/// Lightning's name of `hook` ("on_train_epoch_end"); "" for a value that
+/// is not a Hook.
+inline std::string_view hook_name(Hook hook) { return fulmen_hook_name(static_cast<int32_t>(hook)); }
+
+/// What a hook sees: trainer state and the hook's data (borrowed: valid
+/// only during the hook call).
+class HookContext {
+public:
+    /// Wraps the borrowed C context of a call of `hook`.
+    HookContext(Hook hook, fulmen_hook_context* ctx) noexcept : hook_(hook), ctx_(ctx) {}
+
+    /// The hook being called.
+    Hook hook() const noexcept { return hook_; }
+    /// The running entry point: "fit", "validate", "test" or "predict".
+    std::string_view stage() const {
+        return detail::read<const char*>([&](const char** o) { return fulmen_hook_context_stage(ctx_, o); });
+    }
+    /// The current epoch (0-based).
+    int64_t epoch() const { return query<int64_t>(fulmen_hook_context_epoch); }
+    /// Optimizer steps taken so far.
+    int64_t global_step() const { return query<int64_t>(fulmen_hook_context_global_step); }
+    /// The batch index for batch hooks, -1 for the others.
+    int64_t batch_idx() const { return query<int64_t>(fulmen_hook_context_batch_idx); }
+
+    /// The latest value of a logged metric; throws Error
+    /// (FULMEN_CODE_INVALID_STATE, naming the logged ones) when missing.
+    double metric(const std::string& name) const {
+        return detail::read<double>([&](double* o) { return fulmen_hook_context_metric(ctx_, name.c_str(), o); });
+    }
+    /// The latest value of a logged metric, or nullopt when it was not logged.
+    std::optional<double> find_metric(const std::string& name) const {
+        double v = 0;
+        fulmen_error* err = fulmen_hook_context_metric(ctx_, name.c_str(), &v);
+        if (err != nullptr && fulmen_error_code(err) == FULMEN_CODE_INVALID_STATE) {
+            fulmen_error_free(err);
+            return std::nullopt;
+        }
+        check(err);
+        return v;
+    }
+
+    /// Asks the trainer to stop after the current step (Lightning's
+    /// `trainer.should_stop = True`; min_epochs / min_steps still apply).
+    void request_stop() { check(fulmen_hook_context_request_stop(ctx_)); }
+
+    /// Number of tensors of the hook's batch (0 when the hook has none).
+    size_t batch_size() const { return query<size_t>(fulmen_hook_context_batch_len); }
+    /// Tensor `index` of the hook's batch, as a new owning Tensor.
+    Tensor batch(size_t index) const {
+        return Tensor::make([&](fulmen_tensor** o) { return fulmen_hook_context_batch_get(ctx_, index, o); });
+    }
+    /// The hook's output: the loss (train batch end, before / after
+    /// backward) or the prediction (predict batch end); nullopt otherwise.
+    std::optional<Tensor> output() const {
+        Tensor t = Tensor::make([&](fulmen_tensor** o) { return fulmen_hook_context_output(ctx_, o); });
+        if (!t) return std::nullopt;
+        return t;
+    }
+
+    /// In Hook::SaveCheckpoint: stores `value` under `key` in the checkpoint.
+    void checkpoint_set(const std::string& key, const std::string& value) {
+        check(fulmen_hook_context_checkpoint_set(ctx_, key.c_str(), value.c_str()));
+    }
+    /// In Hook::LoadCheckpoint: the value stored under `key` (throws Error,
+    /// FULMEN_CODE_INVALID_ARGUMENT, when the checkpoint has no such key).
+    std::string checkpoint_get(const std::string& key) const {
+        return detail::read_string([&](char* buf, size_t cap, size_t* len) {
+            return fulmen_hook_context_checkpoint_get(ctx_, key.c_str(), buf, cap, len);
+        });
+    }
+    /// In Hook::Exception: the message of the failure ending the run.
+    std::string exception_message() const {
+        return detail::read_string(
+            [&](char* buf, size_t cap, size_t* len) { return fulmen_hook_context_exception(ctx_, buf, cap, len); });
+    }
+
+    /// The C context.
+    fulmen_hook_context* get() const noexcept { return ctx_; }
+
+private:
+    template <class V, class Fn>
+    V query(Fn fn) const {
+        return detail::read<V>([&](V* out) { return fn(ctx_, out); });
+    }
+    Hook hook_;
+    fulmen_hook_context* ctx_;
+};
+
+/// A hook function: receives every hook with its context.
+using HookFn = std::function<void(Hook, HookContext&)>;
+
+/// A trainer callback (Lightning's Callback). Build one from a lambda,
+/// `Callback([](fulmen::Hook h, fulmen::HookContext& ctx) { ... })`, or
+/// derive from it and override on_hook. Hand it to Trainer::add_callback,
+/// which owns it from then on.
+class Callback {
+public:
+    /// A callback that ignores every hook (override on_hook).
+    Callback() = default;
+    /// A callback calling `fn` for every hook.
+    explicit Callback(HookFn fn) : fn_(std::move(fn)) {}
+    virtual ~Callback() = default;
+    Callback(const Callback&) = delete;
+    Callback& operator=(const Callback&) = delete;
+
+    /// Called for every hook on the thread running the trainer. An
+    /// exception thrown here stops the run and comes back, unchanged, from
+    /// the Trainer call (except in Hook::Exception, where it is dropped so
+    /// the original failure is reported, as fulmen does).
+    virtual void on_hook(Hook hook, HookContext& ctx) {
+        if (fn_) fn_(hook, ctx);
+    }
+
+private:
+    HookFn fn_;
+};
+
+/// Whether a smaller or larger monitored value is better.
+enum class Mode : int32_t {
+    Min = 0,  ///< lower is better
+    Max = 1,  ///< higher is better
+};
+
+/// Options of Trainer::add_model_checkpoint, with Lightning's ModelCheckpoint
+/// defaults (from `fulmen_model_checkpoint_options_default`).
+struct ModelCheckpointOptions {
+    std::string dirpath;               ///< Folder; "" = <log dir>/checkpoints.
+    std::string filename;              ///< Template like "{epoch}-{val_loss:.3f}"; "" = "{epoch}-{step}".
+    std::string monitor;               ///< Metric to rank by; "" = keep the latest.
+    Mode mode = Mode::Min;             ///< Which direction is better.
+    int64_t save_top_k;                ///< Best checkpoints to keep (-1 all, 0 none).
+    bool save_last;                    ///< Also write last.ckpt.
+    int64_t every_n_train_steps;       ///< Save every n optimizer steps (0: off).
+    int64_t every_n_epochs;            ///< Save every n epochs.
+    bool save_weights_only;            ///< Save only the weights.
+    bool auto_insert_metric_name;      ///< name=value in file names.
+    std::optional<bool> save_on_train_epoch_end;  ///< nullopt: auto; false: after validation; true: epoch end.
+
+    /// Lightning's defaults.
+    ModelCheckpointOptions() : ModelCheckpointOptions(fulmen_model_checkpoint_options_default()) {}
+    /// Defaults, ranking by `monitor_name` in `better` direction.
+    explicit ModelCheckpointOptions(std::string monitor_name, Mode better = Mode::Min) : ModelCheckpointOptions() {
+        monitor = std::move(monitor_name);
+        mode = better;
+    }
+
+    /// The C options; the strings point into this object.
+    fulmen_model_checkpoint_options c_options() const noexcept {
+        fulmen_model_checkpoint_options o = fulmen_model_checkpoint_options_default();
+        o.dirpath = detail::c_str_or_null(dirpath);
+        o.filename = detail::c_str_or_null(filename);
+        o.monitor = detail::c_str_or_null(monitor);
+        o.mode = static_cast<int32_t>(mode);
+        o.save_top_k = save_top_k;
+        o.save_last = save_last;
+        o.every_n_train_steps = every_n_train_steps;
+        o.every_n_epochs = every_n_epochs;
+        o.save_weights_only = save_weights_only;
+        o.auto_insert_metric_name = auto_insert_metric_name;
+        o.save_on_train_epoch_end = save_on_train_epoch_end ? (*save_on_train_epoch_end ? 1 : 0) : -1;
+        return o;
+    }
+
+private:
+    explicit ModelCheckpointOptions(const fulmen_model_checkpoint_options& d)
+        : save_top_k(d.save_top_k),
+          save_last(d.save_last),
+          every_n_train_steps(d.every_n_train_steps),
+          every_n_epochs(d.every_n_epochs),
+          save_weights_only(d.save_weights_only),
+          auto_insert_metric_name(d.auto_insert_metric_name) {}
+};
+
+/// Options of Trainer::add_early_stopping, with Lightning's EarlyStopping
+/// defaults (from `fulmen_early_stopping_options_default`).
+struct EarlyStoppingOptions {
+    std::string monitor;                       ///< Metric to watch (required).
+    Mode mode = Mode::Min;                     ///< Which direction is better.
+    double min_delta;                          ///< Smallest change that counts as an improvement.
+    int64_t patience;                          ///< Checks without improvement before stopping.
+    bool strict;                               ///< A missing metric is an error.
+    bool check_finite;                         ///< Stop on NaN or infinite values.
+    std::optional<double> stopping_threshold;  ///< Stop once better than this.
+    std::optional<double> divergence_threshold;  ///< Stop once worse than this.
+    std::optional<bool> check_on_train_epoch_end;  ///< nullopt: auto; false: after validation; true: epoch end.
+
+    /// Defaults, watching `monitor_name` in `better` direction.
+    explicit EarlyStoppingOptions(std::string monitor_name, Mode better = Mode::Min)
+        : EarlyStoppingOptions(fulmen_early_stopping_options_default()) {
+        monitor = std::move(monitor_name);
+        mode = better;
+    }
+
+    /// The C options; the monitor string points into this object.
+    fulmen_early_stopping_options c_options() const noexcept {
+        constexpr double none = std::numeric_limits<double>::quiet_NaN();
+        fulmen_early_stopping_options o = fulmen_early_stopping_options_default();
+        o.monitor = detail::c_str_or_null(monitor);
+        o.mode = static_cast<int32_t>(mode);
+        o.min_delta = min_delta;
+        o.patience = patience;
+        o.strict = strict;
+        o.check_finite = check_finite;
+        o.stopping_threshold = stopping_threshold.value_or(none);
+        o.divergence_threshold = divergence_threshold.value_or(none);
+        o.check_on_train_epoch_end = check_on_train_epoch_end ? (*check_on_train_epoch_end ? 1 : 0) : -1;
+        return o;
+    }
+
+private:
+    explicit EarlyStoppingOptions(const fulmen_early_stopping_options& d)
+        : min_delta(d.min_delta), patience(d.patience), strict(d.strict), check_finite(d.check_finite) {}
+};
+
+/// Which checkpoint path of the trainer's ModelCheckpoint to read.
+enum class CheckpointPath : int32_t {
+    Best = FULMEN_CHECKPOINT_PATH_BEST,  ///< best by the monitored metric (the latest without one)
+    Last = FULMEN_CHECKPOINT_PATH_LAST,  ///< last.ckpt (with save_last)
+};
+
+/// A logger implemented in C++ (empty members are skipped). The trainer
+/// calls it on the thread running fit / validate / test, and owns it once
+/// added (Trainer::add_logger).
+struct Logger {
+    /// Metrics (name -> value) at `step` in `epoch`.
+    std::function<void(const std::map<std::string, double>& metrics, int64_t epoch, int64_t step)> log_metrics;
+    /// Hyperparameters as text (LightningModule::set_hparam).
+    std::function<void(const std::map<std::string, std::string>& hparams)> log_hyperparams;
+    /// The run ended: "success", "failed" or "interrupted".
+    std::function<void(const std::string& status)> finalize;
+};
+
+namespace detail {
+
+/// Runs `body` and turns any exception into a C error without recording
+/// it for rethrow: for calls whose error fulmen drops (on_exception,
+/// finalize("failed")), so the exception that failed the run is the one
+/// rethrown.
+template <class Body>
+fulmen_error* guard_dropped_callback(Body&& body) noexcept {
+    try {
+        std::forward<Body>(body)();
+        return nullptr;
+    } catch (const Error& e) {
+        return fulmen_error_new(e.code(), e.what());
+    } catch (const std::exception& e) {
+        return fulmen_error_new(FULMEN_CODE_CALLBACK, e.what());
+    } catch (...) {
+        return fulmen_error_new(FULMEN_CODE_CALLBACK, "unknown C++ exception in a callback");
+    }
+}
+
+/// Calls `fn(hook, ctx)` for a C hook call, guarding exceptions.
+template <class Fn>
+fulmen_error* dispatch_hook(int32_t hook, fulmen_hook_context* c, Fn&& fn) noexcept {
+    auto body = [&] {
+        HookContext ctx(static_cast<Hook>(hook), c);
+        fn(ctx.hook(), ctx);
+    };
+    if (hook == FULMEN_HOOK_EXCEPTION) return guard_dropped_callback(body);
+    return guard_callback(body);
+}
+
+/// Trampolines from `fulmen_callback_vtable` to a Callback.
+struct CallbackTrampolines {
+    static void free_callback(void* p) noexcept { delete static_cast<Callback*>(p); }
+    static fulmen_error* on_hook(void* ud, int32_t hook, fulmen_hook_context* c) noexcept {
+        return dispatch_hook(hook, c, [&](Hook h, HookContext& ctx) { static_cast<Callback*>(ud)->on_hook(h, ctx); });
+    }
+    static fulmen_callback_vtable vtable(Callback* cb) noexcept {
+        fulmen_callback_vtable vt{};
+        vt.struct_size = sizeof vt;
+        vt.userdata = cb;
+        vt.userdata_free = &free_callback;
+        vt.on_hook = &on_hook;
+        return vt;
+    }
+};
+
+/// Trampolines from `fulmen_logger_vtable` to a Logger.
+struct LoggerTrampolines {
+    static void free_logger(void* p) noexcept { delete static_cast<Logger*>(p); }
+    static fulmen_error* log_metrics(void* ud, const char* const* names, const double* values, size_t n, int64_t epoch,
+                                     int64_t step) noexcept {
+        return guard_callback([&] {
+            std::map<std::string, double> m;
+            for (size_t i = 0; i < n; i++) m.emplace(names[i], values[i]);
+            static_cast<Logger*>(ud)->log_metrics(m, epoch, step);
+        });
+    }
+    static fulmen_error* log_hyperparams(void* ud, const char* const* keys, const char* const* values,
+                                         size_t n) noexcept {
+        return guard_callback([&] {
+            std::map<std::string, std::string> m;
+            for (size_t i = 0; i < n; i++) m.emplace(keys[i], values[i]);
+            static_cast<Logger*>(ud)->log_hyperparams(m);
+        });
+    }
+    static fulmen_error* finalize(void* ud, const char* status) noexcept {
+        auto body = [&] { static_cast<Logger*>(ud)->finalize(status != nullptr ? status : ""); };
+        const bool success = status != nullptr && std::string_view(status) == "success";
+        return success ? guard_callback(body) : guard_dropped_callback(body);
+    }
+    static fulmen_logger_vtable vtable(Logger* logger) noexcept {
+        fulmen_logger_vtable vt{};
+        vt.struct_size = sizeof vt;
+        vt.userdata = logger;
+        vt.userdata_free = &free_logger;
+        if (logger->log_metrics) vt.log_metrics = &log_metrics;
+        if (logger->log_hyperparams) vt.log_hyperparams = &log_hyperparams;
+        if (logger->finalize) vt.finalize = &finalize;
+        return vt;
+    }
+};
+
+}  // namespace detail
+
+}  // namespace fulmen

@@ -1,0 +1,218 @@
+// fulmen C++ binding: models (layer trees and TorchScript modules).
+#pragma once
+
+#include "tensor.hpp"
+
+#include <string>
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+namespace fulmen {
+
+/// Activation layer kinds (the C `fulmen_activation`).
+enum class Activation : int32_t {
+    Relu = FULMEN_ACTIVATION_RELU,
+    LeakyRelu = FULMEN_ACTIVATION_LEAKY_RELU,
+    Gelu = FULMEN_ACTIVATION_GELU,
+    Sigmoid = FULMEN_ACTIVATION_SIGMOID,
+    Tanh = FULMEN_ACTIVATION_TANH,
+    Silu = FULMEN_ACTIVATION_SILU,
+    Elu = FULMEN_ACTIVATION_ELU,
+    Softmax = FULMEN_ACTIVATION_SOFTMAX,
+    LogSoftmax = FULMEN_ACTIVATION_LOG_SOFTMAX,
+    Identity = FULMEN_ACTIVATION_IDENTITY,
+};
+
+/// Options of a 2-D convolution, starting from fulmen's defaults.
+struct Conv2dOptions : fulmen_conv2d_options {
+    /// Defaults for a square `kernel_size` (stride 1, no padding, bias).
+    explicit Conv2dOptions(int64_t kernel_size) : fulmen_conv2d_options(fulmen_conv2d_options_default(kernel_size)) {}
+};
+
+/// A model: a layer, a sequential, a container of named children, or a
+/// TorchScript module. Owns its `fulmen_model` handle.
+class Model : public detail::Handle<fulmen_model, fulmen_model_free> {
+public:
+    /// An empty model object (no handle).
+    Model() = default;
+
+    /// Takes ownership of a `fulmen_model` handle.
+    static Model adopt(fulmen_model* handle) noexcept { return Model(handle); }
+
+    // ---- containers ------------------------------------------------------
+
+    /// An empty nn.Sequential.
+    static Model sequential() { return make([](fulmen_model** o) { return fulmen_model_sequential_new(o); }); }
+
+    /// An nn.Sequential of `layers`, consumed in order (a braced list is
+    /// evaluated left to right, so seeded initialisation matches Python):
+    /// `sequential({linear(2, 8), relu(), linear(8, 1)})`.
+    template <size_t N>
+    static Model sequential(Model (&&layers)[N]) {
+        Model m = sequential();
+        for (Model& layer : layers) m.push(std::move(layer));
+        return m;
+    }
+
+    /// An empty container of named children (run them with forward_child).
+    static Model named() { return make([](fulmen_model** o) { return fulmen_model_named_new(o); }); }
+
+    // ---- layers ----------------------------------------------------------
+
+    /// nn.Linear(in_features, out_features, bias).
+    static Model linear(int64_t in_features, int64_t out_features, bool bias = true) {
+        return make([&](fulmen_model** o) { return fulmen_model_linear_new(in_features, out_features, bias, o); });
+    }
+    /// nn.Conv2d(in_channels, out_channels) with `options`.
+    static Model conv2d(int64_t in_channels, int64_t out_channels, const Conv2dOptions& options) {
+        return make([&](fulmen_model** o) { return fulmen_model_conv2d_new(in_channels, out_channels, &options, o); });
+    }
+    /// nn.Conv2d with a square `kernel` and default options.
+    static Model conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel) {
+        return conv2d(in_channels, out_channels, Conv2dOptions(kernel));
+    }
+    /// nn.MaxPool2d(kernel, stride, padding); stride 0 = kernel.
+    static Model max_pool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0) {
+        return make([&](fulmen_model** o) { return fulmen_model_max_pool2d_new(kernel, stride, padding, o); });
+    }
+    /// nn.AvgPool2d(kernel, stride, padding); stride 0 = kernel.
+    static Model avg_pool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0) {
+        return make([&](fulmen_model** o) { return fulmen_model_avg_pool2d_new(kernel, stride, padding, o); });
+    }
+    /// nn.BatchNorm1d/2d(num_features, eps, momentum).
+    static Model batch_norm(int64_t num_features, double eps = 1e-5, double momentum = 0.1) {
+        return make([&](fulmen_model** o) { return fulmen_model_batch_norm_new(num_features, eps, momentum, o); });
+    }
+    /// nn.LayerNorm(shape, eps).
+    static Model layer_norm(const Shape& shape, double eps = 1e-5) {
+        return make([&](fulmen_model** o) { return fulmen_model_layer_norm_new(shape.data(), shape.size(), eps, o); });
+    }
+    /// nn.Dropout(p).
+    static Model dropout(double p = 0.5) {
+        return make([&](fulmen_model** o) { return fulmen_model_dropout_new(p, o); });
+    }
+    /// nn.Embedding(num_embeddings, dim).
+    static Model embedding(int64_t num_embeddings, int64_t dim) {
+        return make([&](fulmen_model** o) { return fulmen_model_embedding_new(num_embeddings, dim, o); });
+    }
+    /// nn.Flatten(start_dim, end_dim).
+    static Model flatten(int64_t start_dim = 1, int64_t end_dim = -1) {
+        return make([&](fulmen_model** o) { return fulmen_model_flatten_new(start_dim, end_dim, o); });
+    }
+    /// An activation layer; `param` is the slope, alpha or dimension where used.
+    static Model activation(Activation kind, double param = 0) {
+        return make([&](fulmen_model** o) { return fulmen_model_activation_new(static_cast<int32_t>(kind), param, o); });
+    }
+    /// nn.ReLU.
+    static Model relu() { return activation(Activation::Relu); }
+    /// nn.LeakyReLU(slope).
+    static Model leaky_relu(double slope = 0.01) { return activation(Activation::LeakyRelu, slope); }
+    /// nn.GELU.
+    static Model gelu() { return activation(Activation::Gelu); }
+    /// nn.Sigmoid.
+    static Model sigmoid() { return activation(Activation::Sigmoid); }
+    /// nn.Tanh.
+    static Model tanh() { return activation(Activation::Tanh); }
+    /// nn.SiLU.
+    static Model silu() { return activation(Activation::Silu); }
+    /// nn.ELU(alpha).
+    static Model elu(double alpha = 1.0) { return activation(Activation::Elu, alpha); }
+    /// nn.Softmax(dim).
+    static Model softmax(int64_t dim) { return activation(Activation::Softmax, static_cast<double>(dim)); }
+    /// nn.LogSoftmax(dim).
+    static Model log_softmax(int64_t dim) { return activation(Activation::LogSoftmax, static_cast<double>(dim)); }
+    /// nn.Identity.
+    static Model identity() { return activation(Activation::Identity); }
+    /// A TorchScript module saved by torch.jit.save.
+    static Model load_torchscript(const std::string& path) {
+        return make([&](fulmen_model** o) { return fulmen_model_load_torchscript(path.c_str(), o); });
+    }
+
+    // ---- building --------------------------------------------------------
+
+    /// Appends `child` to a sequential; `child` is consumed on success
+    /// (left unchanged if this throws). Returns *this for chaining.
+    Model& push(Model&& child) {
+        check(fulmen_model_push(get(), child.get()));
+        child.release();
+        return *this;
+    }
+
+    /// Adds `child` under `name` (consumed on success). Returns *this.
+    Model& add(const std::string& name, Model&& child) {
+        check(fulmen_model_add(get(), name.c_str(), child.get()));
+        child.release();
+        return *this;
+    }
+
+    // ---- running ---------------------------------------------------------
+
+    /// The forward pass on `input`.
+    Tensor forward(const Tensor& input) const {
+        return Tensor::make([&](fulmen_tensor** o) { return fulmen_model_forward(get(), input.get(), o); });
+    }
+    /// The forward pass on `input` (same as forward).
+    Tensor operator()(const Tensor& input) const { return forward(input); }
+    /// Runs the child at `path` ("encoder" or "encoder.0") on `input`.
+    Tensor forward_child(const std::string& path, const Tensor& input) const {
+        return Tensor::make([&](fulmen_tensor** o) { return fulmen_model_forward_child(get(), path.c_str(), input.get(), o); });
+    }
+    /// Training mode (true, model.train()) or evaluation mode (false).
+    Model& train(bool on = true) {
+        check(fulmen_model_set_training(get(), on));
+        return *this;
+    }
+    /// Evaluation mode (model.eval()).
+    Model& eval() { return train(false); }
+    /// Whether the model is in training mode.
+    bool is_training() const { return query<bool>(fulmen_model_is_training); }
+
+    // ---- parameters and state --------------------------------------------
+
+    /// Number of scalar parameters.
+    int64_t num_parameters() const { return query<int64_t>(fulmen_model_num_parameters); }
+    /// The layer table (name, type, parameter count, totals) as Lightning's
+    /// ModelSummary prints it, down to `max_depth` levels (1: direct children).
+    std::string summary(size_t max_depth = 1) const {
+        return detail::read_string([&](char* buf, size_t cap, size_t* len) {
+            return fulmen_model_summary(get(), max_depth, buf, cap, len);
+        });
+    }
+    /// Number of state_dict entries (parameters and buffers).
+    size_t state_dict_len() const { return query<size_t>(fulmen_model_state_dict_len); }
+    /// The state_dict names in order ("0.weight", "0.bias", ...).
+    std::vector<std::string> state_dict_names() const {
+        std::vector<std::string> names(state_dict_len());
+        for (size_t i = 0; i < names.size(); i++) names[i] = state_dict_name(i);
+        return names;
+    }
+    /// The name of state_dict entry `index`.
+    std::string state_dict_name(size_t index) const {
+        return detail::read_string([&](char* buf, size_t cap, size_t* len) {
+            return fulmen_model_state_dict_name(get(), index, buf, cap, len);
+        });
+    }
+    /// The state_dict entry `name` (shares storage with the model).
+    Tensor state_dict_get(const std::string& name) const {
+        return Tensor::make([&](fulmen_tensor** o) { return fulmen_model_state_dict_get(get(), name.c_str(), o); });
+    }
+    /// Saves the state_dict as safetensors.
+    void save(const std::string& path) const { check(fulmen_model_save(get(), path.c_str())); }
+    /// Loads weights from safetensors; `strict` refuses missing/extra names.
+    void load(const std::string& path, bool strict = true) { check(fulmen_model_load(get(), path.c_str(), strict)); }
+
+private:
+    explicit Model(fulmen_model* owned) noexcept : Handle(owned) {}
+
+    template <class Fn>
+    static Model make(Fn&& fn) {
+        return Model(detail::make<fulmen_model>(std::forward<Fn>(fn)));
+    }
+    template <class V, class Fn>
+    V query(Fn fn) const {
+        return detail::read<V>([&](V* out) { return fn(get(), out); });
+    }
+};
+
+}  // namespace fulmen

@@ -1,0 +1,200 @@
+// fulmen C++ binding: optimizers, learning-rate schedulers, gradient clipping.
+#pragma once
+
+#include "model.hpp"
+
+#include <limits>
+#include <utility>
+#include <vector>
+
+namespace fulmen {
+
+/// SGD options, default-constructed with torch's defaults.
+struct SgdOptions : fulmen_sgd_options {
+    /// torch.optim.SGD defaults (lr 1e-3).
+    SgdOptions() : fulmen_sgd_options(fulmen_sgd_options_default()) {}
+    /// Defaults with learning rate `learning_rate`.
+    explicit SgdOptions(double learning_rate) : SgdOptions() { lr = learning_rate; }
+};
+
+/// Adam options, default-constructed with torch's Adam defaults.
+struct AdamOptions : fulmen_adam_options {
+    /// torch.optim.Adam defaults (lr 1e-3).
+    AdamOptions() : fulmen_adam_options(fulmen_adam_options_default()) {}
+    /// Defaults with learning rate `learning_rate`.
+    explicit AdamOptions(double learning_rate) : AdamOptions() { lr = learning_rate; }
+
+protected:
+    explicit AdamOptions(const fulmen_adam_options& o) : fulmen_adam_options(o) {}
+};
+
+/// AdamW options, default-constructed with torch's AdamW defaults.
+struct AdamWOptions : AdamOptions {
+    /// torch.optim.AdamW defaults (weight decay 1e-2).
+    AdamWOptions() : AdamOptions(fulmen_adamw_options_default()) {}
+    /// Defaults with learning rate `learning_rate`.
+    explicit AdamWOptions(double learning_rate) : AdamWOptions() { lr = learning_rate; }
+};
+
+/// RMSprop options, default-constructed with torch's defaults.
+struct RmspropOptions : fulmen_rmsprop_options {
+    /// torch.optim.RMSprop defaults (lr 1e-2).
+    RmspropOptions() : fulmen_rmsprop_options(fulmen_rmsprop_options_default()) {}
+    /// Defaults with learning rate `learning_rate`.
+    explicit RmspropOptions(double learning_rate) : RmspropOptions() { lr = learning_rate; }
+};
+
+/// OneCycleLR options with torch's defaults for a peak lr and cycle length.
+struct OneCycleOptions : fulmen_one_cycle_options {
+    /// Defaults for a peak lr `peak_lr` over `steps` steps.
+    OneCycleOptions(double peak_lr, int64_t steps)
+        : fulmen_one_cycle_options(fulmen_one_cycle_options_default(peak_lr, steps)) {}
+};
+
+/// ReduceLROnPlateau options, default-constructed with torch's defaults.
+struct PlateauOptions : fulmen_plateau_options {
+    /// torch's ReduceLROnPlateau defaults.
+    PlateauOptions() : fulmen_plateau_options(fulmen_plateau_options_default()) {}
+};
+
+/// An optimizer (torch.optim semantics). Owns its `fulmen_optimizer` handle.
+class Optimizer : public detail::Handle<fulmen_optimizer, fulmen_optimizer_free> {
+public:
+    /// An empty optimizer object (no handle).
+    Optimizer() = default;
+
+    /// Takes ownership of a `fulmen_optimizer` handle.
+    static Optimizer adopt(fulmen_optimizer* handle) noexcept { return Optimizer(handle); }
+
+    /// SGD over `model`'s parameters (and `extra` tensors).
+    static Optimizer sgd(const Model& model, const SgdOptions& o = {}, const TensorList& extra = {}) {
+        return create(fulmen_optimizer_sgd_new, model.get(), extra, o);
+    }
+    /// SGD over the tensors `params`.
+    static Optimizer sgd(const TensorList& params, const SgdOptions& o = {}) {
+        return create(fulmen_optimizer_sgd_new, nullptr, params, o);
+    }
+    /// Adam over `model`'s parameters (and `extra` tensors).
+    static Optimizer adam(const Model& model, const AdamOptions& o = {}, const TensorList& extra = {}) {
+        return create(fulmen_optimizer_adam_new, model.get(), extra, o);
+    }
+    /// Adam over the tensors `params`.
+    static Optimizer adam(const TensorList& params, const AdamOptions& o = {}) {
+        return create(fulmen_optimizer_adam_new, nullptr, params, o);
+    }
+    /// AdamW over `model`'s parameters (and `extra` tensors).
+    static Optimizer adamw(const Model& model, const AdamOptions& o = AdamWOptions(), const TensorList& extra = {}) {
+        return create(fulmen_optimizer_adamw_new, model.get(), extra, o);
+    }
+    /// AdamW over the tensors `params`.
+    static Optimizer adamw(const TensorList& params, const AdamOptions& o = AdamWOptions()) {
+        return create(fulmen_optimizer_adamw_new, nullptr, params, o);
+    }
+    /// RMSprop over `model`'s parameters (and `extra` tensors).
+    static Optimizer rmsprop(const Model& model, const RmspropOptions& o = {}, const TensorList& extra = {}) {
+        return create(fulmen_optimizer_rmsprop_new, model.get(), extra, o);
+    }
+    /// RMSprop over the tensors `params`.
+    static Optimizer rmsprop(const TensorList& params, const RmspropOptions& o = {}) {
+        return create(fulmen_optimizer_rmsprop_new, nullptr, params, o);
+    }
+
+    /// Adds a parameter group of `model`'s parameters; `lr` < 0 keeps the default.
+    Optimizer& add_param_group(const Model& model, double lr = -1) { return add_group(model.get(), {}, lr); }
+    /// Adds a parameter group of tensors; `lr` < 0 keeps the default.
+    Optimizer& add_param_group(const TensorList& params, double lr = -1) { return add_group(nullptr, params, lr); }
+
+    /// Updates every parameter that has a gradient.
+    void step() { check(fulmen_optimizer_step(get())); }
+    /// Clears every parameter's gradient.
+    void zero_grad() { check(fulmen_optimizer_zero_grad(get())); }
+    /// The learning rate of parameter group 0.
+    double lr() const { return detail::read<double>([&](double* o) { return fulmen_optimizer_get_lr(get(), o); }); }
+    /// Sets the learning rate of every group.
+    void set_lr(double lr) { check(fulmen_optimizer_set_lr(get(), lr)); }
+
+private:
+    explicit Optimizer(fulmen_optimizer* owned) noexcept : Handle(owned) {}
+
+    template <class CFn, class Opts>
+    static Optimizer create(CFn fn, const fulmen_model* model, const TensorList& params, const Opts& o) {
+        std::vector<const fulmen_tensor*> h = detail::handles(params);
+        return Optimizer(detail::make<fulmen_optimizer>(
+            [&](fulmen_optimizer** out) { return fn(model, h.data(), h.size(), &o, out); }));
+    }
+    Optimizer& add_group(const fulmen_model* model, const TensorList& params, double lr) {
+        std::vector<const fulmen_tensor*> h = detail::handles(params);
+        check(fulmen_optimizer_add_param_group(get(), model, h.data(), h.size(), lr));
+        return *this;
+    }
+};
+
+/// A learning-rate scheduler bound to the optimizer it was made for.
+class Scheduler : public detail::Handle<fulmen_scheduler, fulmen_scheduler_free> {
+public:
+    /// An empty scheduler object (no handle).
+    Scheduler() = default;
+
+    /// Takes ownership of a `fulmen_scheduler` handle.
+    static Scheduler adopt(fulmen_scheduler* handle) noexcept { return Scheduler(handle); }
+
+    /// StepLR: lr *= gamma every `step_size` steps.
+    static Scheduler step_lr(Optimizer& opt, int64_t step_size, double gamma = 0.1) {
+        return make([&](fulmen_scheduler** o) { return fulmen_scheduler_step_lr_new(opt.get(), step_size, gamma, o); });
+    }
+    /// MultiStepLR: lr *= gamma at each milestone.
+    static Scheduler multi_step_lr(Optimizer& opt, const std::vector<int64_t>& milestones, double gamma = 0.1) {
+        return make([&](fulmen_scheduler** o) {
+            return fulmen_scheduler_multi_step_lr_new(opt.get(), milestones.data(), milestones.size(), gamma, o);
+        });
+    }
+    /// ExponentialLR: lr *= gamma every step.
+    static Scheduler exponential_lr(Optimizer& opt, double gamma) {
+        return make([&](fulmen_scheduler** o) { return fulmen_scheduler_exponential_lr_new(opt.get(), gamma, o); });
+    }
+    /// CosineAnnealingLR(t_max, eta_min).
+    static Scheduler cosine_lr(Optimizer& opt, int64_t t_max, double eta_min = 0) {
+        return make([&](fulmen_scheduler** o) { return fulmen_scheduler_cosine_lr_new(opt.get(), t_max, eta_min, o); });
+    }
+    /// LinearLR(start_factor, end_factor, total_iters).
+    static Scheduler linear_lr(Optimizer& opt, double start_factor, double end_factor, int64_t total_iters) {
+        return make([&](fulmen_scheduler** o) {
+            return fulmen_scheduler_linear_lr_new(opt.get(), start_factor, end_factor, total_iters, o);
+        });
+    }
+    /// OneCycleLR with `options`.
+    static Scheduler one_cycle_lr(Optimizer& opt, const OneCycleOptions& options) {
+        return make([&](fulmen_scheduler** o) { return fulmen_scheduler_one_cycle_lr_new(opt.get(), &options, o); });
+    }
+    /// ReduceLROnPlateau with `options`; step it with a metric.
+    static Scheduler reduce_on_plateau(Optimizer& opt, const PlateauOptions& options = {}) {
+        return make([&](fulmen_scheduler** o) { return fulmen_scheduler_reduce_on_plateau_new(opt.get(), &options, o); });
+    }
+
+    /// Advances one step, setting the new lr in `opt` (the one it was made
+    /// for); `metric` feeds ReduceLROnPlateau and is ignored otherwise.
+    void step(Optimizer& opt, double metric = std::numeric_limits<double>::quiet_NaN()) {
+        check(fulmen_scheduler_step(get(), opt.get(), metric));
+    }
+
+private:
+    explicit Scheduler(fulmen_scheduler* owned) noexcept : Handle(owned) {}
+
+    template <class Fn>
+    static Scheduler make(Fn&& fn) {
+        return Scheduler(detail::make<fulmen_scheduler>(std::forward<Fn>(fn)));
+    }
+};
+
+/// Scales `model`'s gradients to a joint norm of at most `max_norm`;
+/// returns the norm before clipping (norm_type INFINITY for max-norm).
+inline double clip_grad_norm(const Model& model, double max_norm, double norm_type = 2.0) {
+    double total = 0;
+    check(fulmen_clip_grad_norm(model.get(), max_norm, norm_type, &total));
+    return total;
+}
+
+/// Clamps `model`'s gradients into [-value, value].
+inline void clip_grad_value(const Model& model, double value) { check(fulmen_clip_grad_value(model.get(), value)); }
+
+}  // namespace fulmen

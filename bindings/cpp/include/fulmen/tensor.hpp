@@ -1,0 +1,624 @@
+// fulmen C++ binding: tensors, their element types, operators and losses.
+#pragma once
+
+#include "handle.hpp"
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace fulmen {
+
+/// Element type of a tensor (the C `fulmen_dtype`).
+enum class DType : int32_t {
+    F32 = FULMEN_DTYPE_F32,
+    F64 = FULMEN_DTYPE_F64,
+    F16 = FULMEN_DTYPE_F16,
+    BF16 = FULMEN_DTYPE_BF16,
+    I64 = FULMEN_DTYPE_I64,
+    I32 = FULMEN_DTYPE_I32,
+    U8 = FULMEN_DTYPE_U8,
+    Bool = FULMEN_DTYPE_BOOL,
+    I8 = FULMEN_DTYPE_I8,
+    I16 = FULMEN_DTYPE_I16,
+};
+
+/// Kind of device a tensor lives on (the C `fulmen_device_type`).
+enum class DeviceType : int32_t {
+    Cpu = FULMEN_DEVICE_TYPE_CPU,
+    Cuda = FULMEN_DEVICE_TYPE_CUDA,
+    Mps = FULMEN_DEVICE_TYPE_MPS,
+    Xla = FULMEN_DEVICE_TYPE_XLA,
+};
+
+/// A device: its type and index.
+struct Device {
+    DeviceType type = DeviceType::Cpu;  ///< Kind of device.
+    int64_t index = 0;                  ///< Device index within its kind.
+
+    /// The host CPU.
+    static Device cpu() { return {DeviceType::Cpu, 0}; }
+    /// CUDA device `index`.
+    static Device cuda(int64_t index = 0) { return {DeviceType::Cuda, index}; }
+    /// Same type and index.
+    bool operator==(const Device& o) const { return type == o.type && index == o.index; }
+    /// Different type or index.
+    bool operator!=(const Device& o) const { return !(*this == o); }
+};
+
+/// How a loss reduces over the batch (the C `fulmen_reduction`).
+enum class Reduction : int32_t {
+    None = FULMEN_REDUCTION_NONE,
+    Mean = FULMEN_REDUCTION_MEAN,
+    Sum = FULMEN_REDUCTION_SUM,
+};
+
+/// Elementwise comparison (the C `fulmen_compare`).
+enum class Compare : int32_t {
+    Eq = FULMEN_COMPARE_EQ,
+    Ne = FULMEN_COMPARE_NE,
+    Lt = FULMEN_COMPARE_LT,
+    Le = FULMEN_COMPARE_LE,
+    Gt = FULMEN_COMPARE_GT,
+    Ge = FULMEN_COMPARE_GE,
+};
+
+/// A tensor shape (sizes per dimension; `-1` infers one size where allowed).
+using Shape = std::vector<int64_t>;
+
+/// IEEE half precision value, stored as its bit pattern (converted by fulmen).
+struct Half {
+    uint16_t bits = 0;  ///< The 16-bit pattern.
+
+    /// Zero.
+    Half() = default;
+    /// Rounds a float to half (nearest even).
+    Half(float value) : bits(fulmen_f16_from_f32(value)) {}
+    /// A half from its bit pattern.
+    static Half from_bits(uint16_t b) { Half h; h.bits = b; return h; }
+    /// The value as a float.
+    float to_float() const { return fulmen_f32_from_f16(bits); }
+    /// The value as a float.
+    explicit operator float() const { return to_float(); }
+};
+
+/// bfloat16 value, stored as its bit pattern (converted by fulmen).
+struct BFloat16 {
+    uint16_t bits = 0;  ///< The 16-bit pattern.
+
+    /// Zero.
+    BFloat16() = default;
+    /// Rounds a float to bfloat16 (nearest even).
+    BFloat16(float value) : bits(fulmen_bf16_from_f32(value)) {}
+    /// A bfloat16 from its bit pattern.
+    static BFloat16 from_bits(uint16_t b) { BFloat16 h; h.bits = b; return h; }
+    /// The value as a float.
+    float to_float() const { return fulmen_f32_from_bf16(bits); }
+    /// The value as a float.
+    explicit operator float() const { return to_float(); }
+};
+
+/// Maps a host element type to its DType (float, double, Half, BFloat16,
+/// int64_t, int32_t, int16_t, int8_t, uint8_t, bool).
+template <class T>
+struct DTypeOf;
+/// float is F32.
+template <> struct DTypeOf<float> { static constexpr DType value = DType::F32; };
+/// double is F64.
+template <> struct DTypeOf<double> { static constexpr DType value = DType::F64; };
+/// Half is F16.
+template <> struct DTypeOf<Half> { static constexpr DType value = DType::F16; };
+/// BFloat16 is BF16.
+template <> struct DTypeOf<BFloat16> { static constexpr DType value = DType::BF16; };
+/// int64_t is I64.
+template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::I64; };
+/// int32_t is I32.
+template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::I32; };
+/// int16_t is I16.
+template <> struct DTypeOf<int16_t> { static constexpr DType value = DType::I16; };
+/// int8_t is I8.
+template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::I8; };
+/// uint8_t is U8.
+template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::U8; };
+/// bool is Bool (one byte per element).
+template <> struct DTypeOf<bool> { static constexpr DType value = DType::Bool; };
+
+/// The DType of host element type `T`.
+template <class T>
+inline constexpr DType dtype_of = DTypeOf<T>::value;
+
+class Tensor;
+
+/// A borrowed Tensor in an argument list. It also binds temporaries, which
+/// live until the end of the call's full expression: use it for arguments only.
+class TensorRef {
+public:
+    /// Refers to `t`.
+    TensorRef(const Tensor& t) noexcept : tensor_(&t) {}
+    /// The tensor referred to.
+    operator const Tensor&() const noexcept { return *tensor_; }
+
+private:
+    const Tensor* tensor_;
+};
+
+/// A list of borrowed tensors for calls taking several: `{a, b}`, temporaries too.
+using TensorList = std::vector<TensorRef>;
+
+namespace detail {
+
+/// The C handles of a list of tensors.
+template <class Range>
+std::vector<const fulmen_tensor*> handles(const Range& tensors);
+
+/// Number of elements of a shape (1 for a scalar shape).
+inline size_t shape_numel(const Shape& shape) {
+    size_t n = 1;
+    for (int64_t d : shape) n *= static_cast<size_t>(d < 0 ? 0 : d);
+    return n;
+}
+
+}  // namespace detail
+
+/// A tensor (libtorch at::Tensor), owning its `fulmen_tensor` handle.
+///
+/// Every Tensor made by this binding is kept (`fulmen_tensor_keep`), also
+/// inside step and data callbacks, so a Tensor always owns its handle: it
+/// may be stored beyond the callback and is freed by its destructor.
+class Tensor : public detail::Handle<fulmen_tensor, fulmen_tensor_free> {
+public:
+    /// An empty tensor object (no handle).
+    Tensor() = default;
+
+    /// Takes ownership of a handle from the C API (keeping it out of any
+    /// open callback scope). NULL gives an empty Tensor.
+    static Tensor adopt(fulmen_tensor* handle) {
+        Tensor t(handle);
+        if (handle != nullptr) check(fulmen_tensor_keep(handle));
+        return t;
+    }
+
+    // ---- creation ----------------------------------------------------
+
+    /// Copies `nbytes` of row-major host data of element type `dtype`.
+    static Tensor from_bytes(const void* data, size_t nbytes, DType dtype, const Shape& shape) {
+        static const unsigned char none = 0;
+        const void* src = nbytes == 0 ? &none : data;
+        return make([&](fulmen_tensor** o) {
+            return fulmen_tensor_from_data(src, nbytes, static_cast<int32_t>(dtype), shape.data(), shape.size(), o);
+        });
+    }
+
+    /// Copies `shape`'s element count of values from `data`.
+    template <class T>
+    static Tensor from_data(const T* data, const Shape& shape) {
+        return from_bytes(data, detail::shape_numel(shape) * sizeof(T), dtype_of<T>, shape);
+    }
+
+    /// Copies `values` into a tensor of `shape`.
+    template <class T>
+    static Tensor from_vector(const std::vector<T>& values, const Shape& shape) {
+        return from_bytes(values.data(), values.size() * sizeof(T), dtype_of<T>, shape);
+    }
+
+    /// Copies `values` into a 1-D tensor.
+    template <class T>
+    static Tensor from_vector(const std::vector<T>& values) {
+        return from_vector(values, Shape{static_cast<int64_t>(values.size())});
+    }
+
+    /// Copies booleans into a Bool tensor of `shape`.
+    static Tensor from_vector(const std::vector<bool>& values, const Shape& shape) {
+        std::vector<uint8_t> bytes(values.begin(), values.end());
+        return from_bytes(bytes.data(), bytes.size(), DType::Bool, shape);
+    }
+
+    /// Copies booleans into a 1-D Bool tensor.
+    static Tensor from_vector(const std::vector<bool>& values) {
+        return from_vector(values, Shape{static_cast<int64_t>(values.size())});
+    }
+
+    /// Zeros of `shape`.
+    static Tensor zeros(const Shape& shape, DType dtype = DType::F32) { return filled(fulmen_tensor_zeros, shape, dtype); }
+    /// Ones of `shape`.
+    static Tensor ones(const Shape& shape, DType dtype = DType::F32) { return filled(fulmen_tensor_ones, shape, dtype); }
+    /// Samples of U[0, 1) from the global generator (floating dtypes).
+    static Tensor rand(const Shape& shape, DType dtype = DType::F32) { return filled(fulmen_tensor_rand, shape, dtype); }
+    /// Samples of N(0, 1) from the global generator (floating dtypes).
+    static Tensor randn(const Shape& shape, DType dtype = DType::F32) { return filled(fulmen_tensor_randn, shape, dtype); }
+
+    /// `shape` filled with `value`.
+    static Tensor full(const Shape& shape, double value, DType dtype = DType::F32) {
+        return make([&](fulmen_tensor** o) {
+            return fulmen_tensor_full(shape.data(), shape.size(), value, static_cast<int32_t>(dtype), o);
+        });
+    }
+
+    /// `start, start + step, ...` below `end`.
+    static Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::F32) {
+        return make([&](fulmen_tensor** o) { return fulmen_tensor_arange(start, end, step, static_cast<int32_t>(dtype), o); });
+    }
+
+    /// A 0-dimensional tensor holding `value`.
+    static Tensor scalar(double value, DType dtype = DType::F32) {
+        return make([&](fulmen_tensor** o) { return fulmen_tensor_scalar(value, static_cast<int32_t>(dtype), o); });
+    }
+
+    // ---- queries -----------------------------------------------------
+
+    /// The element type.
+    DType dtype() const { return static_cast<DType>(query<int32_t>(fulmen_tensor_dtype)); }
+    /// The number of dimensions.
+    size_t ndim() const { return query<size_t>(fulmen_tensor_ndim); }
+    /// The number of elements.
+    size_t numel() const { return query<size_t>(fulmen_tensor_numel); }
+    /// The value of a one-element tensor.
+    double item() const { return query<double>(fulmen_tensor_item); }
+    /// Whether autograd records operations on this tensor.
+    bool requires_grad() const { return query<bool>(fulmen_tensor_requires_grad); }
+
+    /// The sizes of every dimension.
+    Shape shape() const {
+        Shape dims(ndim());
+        size_t n = 0;
+        check(fulmen_tensor_shape(get(), dims.data(), dims.size(), &n));
+        dims.resize(n);
+        return dims;
+    }
+
+    /// The device the tensor lives on.
+    Device device() const {
+        int32_t type = 0;
+        int64_t index = 0;
+        check(fulmen_tensor_device(get(), &type, &index));
+        return {static_cast<DeviceType>(type), index};
+    }
+
+    /// Copies the elements, converted to `dtype`, into `dst` (`nbytes` long).
+    void copy_to(DType dtype, void* dst, size_t nbytes) const {
+        check(fulmen_tensor_copy_to(get(), static_cast<int32_t>(dtype), dst, nbytes));
+    }
+
+    /// The elements, converted to `T`, row-major.
+    template <class T>
+    std::vector<T> to_vector() const {
+        if constexpr (std::is_same_v<T, bool>) {
+            std::vector<uint8_t> bytes = to_vector<uint8_t>(DType::Bool);
+            return std::vector<bool>(bytes.begin(), bytes.end());
+        } else {
+            return to_vector<T>(dtype_of<T>);
+        }
+    }
+
+    // ---- autograd and conversions --------------------------------------
+
+    /// Turns gradient recording on or off (leaf tensors); returns *this.
+    Tensor& set_requires_grad(bool on = true) {
+        check(fulmen_tensor_set_requires_grad(get(), on));
+        return *this;
+    }
+    /// Backpropagates from this one-element tensor (a loss).
+    void backward() const { check(fulmen_tensor_backward(get())); }
+    /// The accumulated gradient, or nullopt when there is none yet.
+    std::optional<Tensor> grad() const {
+        Tensor g = unary(fulmen_tensor_grad);
+        if (!g) return std::nullopt;
+        return g;
+    }
+    /// A new handle to the same tensor (shared storage and history).
+    Tensor share() const { return unary(fulmen_tensor_share); }
+    /// A copy with its own storage (autograd-tracked).
+    Tensor clone() const { return unary(fulmen_tensor_clone); }
+    /// The same data cut off from autograd.
+    Tensor detach() const { return unary(fulmen_tensor_detach); }
+    /// Converted to another element type.
+    Tensor to(DType dtype) const {
+        return make([&](fulmen_tensor** o) { return fulmen_tensor_to_dtype(get(), static_cast<int32_t>(dtype), o); });
+    }
+    /// Copied to another device.
+    Tensor to(Device device) const {
+        return make([&](fulmen_tensor** o) {
+            return fulmen_tensor_to_device(get(), static_cast<int32_t>(device.type), device.index, o);
+        });
+    }
+
+    // ---- elementwise math ----------------------------------------------
+
+    /// `this + other`, broadcasting.
+    Tensor add(const Tensor& other) const { return binary(fulmen_tensor_add, other); }
+    /// `this - other`, broadcasting.
+    Tensor sub(const Tensor& other) const { return binary(fulmen_tensor_sub, other); }
+    /// `this * other`, broadcasting.
+    Tensor mul(const Tensor& other) const { return binary(fulmen_tensor_mul, other); }
+    /// `this / other` (true division), broadcasting.
+    Tensor div(const Tensor& other) const { return binary(fulmen_tensor_div, other); }
+    /// `this ^ other`, broadcasting.
+    Tensor pow(const Tensor& other) const { return binary(fulmen_tensor_pow, other); }
+    /// `this + value`.
+    Tensor add(double value) const { return with_scalar(fulmen_tensor_add_scalar, value); }
+    /// `this - value`.
+    Tensor sub(double value) const { return with_scalar(fulmen_tensor_add_scalar, -value); }
+    /// `this * value`.
+    Tensor mul(double value) const { return with_scalar(fulmen_tensor_mul_scalar, value); }
+    /// `this / value` (true division by a 0-dimensional f64 tensor).
+    Tensor div(double value) const { return div(scalar(value, DType::F64)); }
+    /// `this ^ exponent`.
+    Tensor pow(double exponent) const { return with_scalar(fulmen_tensor_pow_scalar, exponent); }
+    /// Clamped into `[min, max]`.
+    Tensor clamp(double min, double max) const {
+        return make([&](fulmen_tensor** o) { return fulmen_tensor_clamp(get(), min, max, o); });
+    }
+    /// `-this`.
+    Tensor neg() const { return unary(fulmen_tensor_neg); }
+    /// `exp(this)`.
+    Tensor exp() const { return unary(fulmen_tensor_exp); }
+    /// `ln(this)`.
+    Tensor log() const { return unary(fulmen_tensor_log); }
+    /// `sqrt(this)`.
+    Tensor sqrt() const { return unary(fulmen_tensor_sqrt); }
+    /// `|this|`.
+    Tensor abs() const { return unary(fulmen_tensor_abs); }
+    /// Matrix product (torch.matmul semantics).
+    Tensor matmul(const Tensor& other) const { return binary(fulmen_tensor_matmul, other); }
+
+    // ---- activations ---------------------------------------------------
+
+    /// `max(this, 0)`.
+    Tensor relu() const { return unary(fulmen_tensor_relu); }
+    /// `x if x > 0 else slope * x`.
+    Tensor leaky_relu(double slope = 0.01) const { return with_scalar(fulmen_tensor_leaky_relu, slope); }
+    /// Logistic sigmoid.
+    Tensor sigmoid() const { return unary(fulmen_tensor_sigmoid); }
+    /// Hyperbolic tangent.
+    Tensor tanh() const { return unary(fulmen_tensor_tanh); }
+    /// GELU (exact).
+    Tensor gelu() const { return unary(fulmen_tensor_gelu); }
+    /// SiLU (`x * sigmoid(x)`).
+    Tensor silu() const { return unary(fulmen_tensor_silu); }
+    /// Softmax along `dim`.
+    Tensor softmax(int64_t dim) const { return with_dim(fulmen_tensor_softmax, dim); }
+    /// Log-softmax along `dim`.
+    Tensor log_softmax(int64_t dim) const { return with_dim(fulmen_tensor_log_softmax, dim); }
+
+    // ---- comparisons (bool results) --------------------------------------
+
+    /// `this <op> other`, broadcasting.
+    Tensor compare(const Tensor& other, Compare op) const {
+        return make([&](fulmen_tensor** o) { return fulmen_tensor_compare(get(), other.get(), static_cast<int32_t>(op), o); });
+    }
+    /// `this <op> value`.
+    Tensor compare(double value, Compare op) const {
+        return make([&](fulmen_tensor** o) { return fulmen_tensor_compare_scalar(get(), value, static_cast<int32_t>(op), o); });
+    }
+    /// `this == other`.
+    Tensor eq(const Tensor& other) const { return compare(other, Compare::Eq); }
+    /// `this != other`.
+    Tensor ne(const Tensor& other) const { return compare(other, Compare::Ne); }
+    /// `this < other`.
+    Tensor lt(const Tensor& other) const { return compare(other, Compare::Lt); }
+    /// `this <= other`.
+    Tensor le(const Tensor& other) const { return compare(other, Compare::Le); }
+    /// `this > other`.
+    Tensor gt(const Tensor& other) const { return compare(other, Compare::Gt); }
+    /// `this >= other`.
+    Tensor ge(const Tensor& other) const { return compare(other, Compare::Ge); }
+    /// `this == value`.
+    Tensor eq(double value) const { return compare(value, Compare::Eq); }
+    /// `this != value`.
+    Tensor ne(double value) const { return compare(value, Compare::Ne); }
+    /// `this < value`.
+    Tensor lt(double value) const { return compare(value, Compare::Lt); }
+    /// `this <= value`.
+    Tensor le(double value) const { return compare(value, Compare::Le); }
+    /// `this > value`.
+    Tensor gt(double value) const { return compare(value, Compare::Gt); }
+    /// `this >= value`.
+    Tensor ge(double value) const { return compare(value, Compare::Ge); }
+
+    // ---- reductions ----------------------------------------------------
+
+    /// Sum of all elements (0-dimensional).
+    Tensor sum() const { return unary(fulmen_tensor_sum); }
+    /// Mean of all elements (0-dimensional).
+    Tensor mean() const { return unary(fulmen_tensor_mean); }
+    /// Sum over `dims`.
+    Tensor sum(const Shape& dims, bool keepdim = false) const { return over_dims(fulmen_tensor_sum_dims, dims, keepdim); }
+    /// Mean over `dims`.
+    Tensor mean(const Shape& dims, bool keepdim = false) const { return over_dims(fulmen_tensor_mean_dims, dims, keepdim); }
+    /// Largest element (0-dimensional).
+    Tensor max() const { return unary(fulmen_tensor_max); }
+    /// Smallest element (0-dimensional).
+    Tensor min() const { return unary(fulmen_tensor_min); }
+    /// Indices (I64) of the largest values along `dim`.
+    Tensor argmax(int64_t dim, bool keepdim = false) const { return arg_reduce(fulmen_tensor_argmax, dim, keepdim); }
+    /// Indices (I64) of the smallest values along `dim`.
+    Tensor argmin(int64_t dim, bool keepdim = false) const { return arg_reduce(fulmen_tensor_argmin, dim, keepdim); }
+
+    // ---- shape -----------------------------------------------------------
+
+    /// Same elements in a new shape (copies if needed).
+    Tensor reshape(const Shape& shape) const { return with_shape(fulmen_tensor_reshape, shape); }
+    /// Same storage in a new shape (fails when no view is possible).
+    Tensor view(const Shape& shape) const { return with_shape(fulmen_tensor_view, shape); }
+    /// Dimensions reordered by the permutation `dims`.
+    Tensor permute(const Shape& dims) const { return with_shape(fulmen_tensor_permute, dims); }
+    /// Dimensions `start_dim..=end_dim` flattened into one.
+    Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const {
+        return make([&](fulmen_tensor** o) { return fulmen_tensor_flatten(get(), start_dim, end_dim, o); });
+    }
+    /// Dimensions `dim0` and `dim1` swapped.
+    Tensor transpose(int64_t dim0, int64_t dim1) const {
+        return make([&](fulmen_tensor** o) { return fulmen_tensor_transpose(get(), dim0, dim1, o); });
+    }
+    /// Dimension `dim` removed if its size is 1.
+    Tensor squeeze(int64_t dim) const { return with_dim(fulmen_tensor_squeeze, dim); }
+    /// A size-1 dimension inserted at `dim`.
+    Tensor unsqueeze(int64_t dim) const { return with_dim(fulmen_tensor_unsqueeze, dim); }
+    /// The slice `start..start+length` of `dim` (a view).
+    Tensor narrow(int64_t dim, int64_t start, int64_t length) const {
+        return make([&](fulmen_tensor** o) { return fulmen_tensor_narrow(get(), dim, start, length, o); });
+    }
+
+    // ---- indexing --------------------------------------------------------
+
+    /// Entries along `dim` at the positions in the 1-D integer `index`.
+    Tensor index_select(int64_t dim, const Tensor& index) const { return indexed(fulmen_tensor_index_select, dim, index); }
+    /// Values gathered along `dim` (torch.gather).
+    Tensor gather(int64_t dim, const Tensor& index) const { return indexed(fulmen_tensor_gather, dim, index); }
+
+    /// Wraps a C call `fn(&out)` that makes a tensor (for binding authors).
+    template <class Fn>
+    static Tensor make(Fn&& fn) {
+        return adopt(detail::make<fulmen_tensor>(std::forward<Fn>(fn)));
+    }
+
+private:
+    explicit Tensor(fulmen_tensor* owned) noexcept : Handle(owned) {}
+
+    using Unary = fulmen_error* (*)(const fulmen_tensor*, fulmen_tensor**);
+    using Binary = fulmen_error* (*)(const fulmen_tensor*, const fulmen_tensor*, fulmen_tensor**);
+    using WithScalar = fulmen_error* (*)(const fulmen_tensor*, double, fulmen_tensor**);
+    using WithDim = fulmen_error* (*)(const fulmen_tensor*, int64_t, fulmen_tensor**);
+    using WithShape = fulmen_error* (*)(const fulmen_tensor*, const int64_t*, size_t, fulmen_tensor**);
+    using OverDims = fulmen_error* (*)(const fulmen_tensor*, const int64_t*, size_t, bool, fulmen_tensor**);
+    using ArgReduce = fulmen_error* (*)(const fulmen_tensor*, int64_t, bool, fulmen_tensor**);
+    using Indexed = fulmen_error* (*)(const fulmen_tensor*, int64_t, const fulmen_tensor*, fulmen_tensor**);
+    using Filled = fulmen_error* (*)(const int64_t*, size_t, int32_t, fulmen_tensor**);
+
+    template <class V, class Fn>
+    V query(Fn fn) const {
+        return detail::read<V>([&](V* out) { return fn(get(), out); });
+    }
+    template <class T>
+    std::vector<T> to_vector(DType as) const {
+        std::vector<T> out(numel());
+        if (!out.empty()) copy_to(as, out.data(), out.size() * sizeof(T));
+        return out;
+    }
+    static Tensor filled(Filled fn, const Shape& shape, DType dtype) {
+        return make([&](fulmen_tensor** o) { return fn(shape.data(), shape.size(), static_cast<int32_t>(dtype), o); });
+    }
+    Tensor unary(Unary fn) const {
+        return make([&](fulmen_tensor** o) { return fn(get(), o); });
+    }
+    Tensor binary(Binary fn, const Tensor& other) const {
+        return make([&](fulmen_tensor** o) { return fn(get(), other.get(), o); });
+    }
+    Tensor with_scalar(WithScalar fn, double value) const {
+        return make([&](fulmen_tensor** o) { return fn(get(), value, o); });
+    }
+    Tensor with_dim(WithDim fn, int64_t dim) const {
+        return make([&](fulmen_tensor** o) { return fn(get(), dim, o); });
+    }
+    Tensor with_shape(WithShape fn, const Shape& shape) const {
+        return make([&](fulmen_tensor** o) { return fn(get(), shape.data(), shape.size(), o); });
+    }
+    Tensor over_dims(OverDims fn, const Shape& dims, bool keepdim) const {
+        return make([&](fulmen_tensor** o) { return fn(get(), dims.data(), dims.size(), keepdim, o); });
+    }
+    Tensor arg_reduce(ArgReduce fn, int64_t dim, bool keepdim) const {
+        return make([&](fulmen_tensor** o) { return fn(get(), dim, keepdim, o); });
+    }
+    Tensor indexed(Indexed fn, int64_t dim, const Tensor& index) const {
+        return make([&](fulmen_tensor** o) { return fn(get(), dim, index.get(), o); });
+    }
+};
+
+namespace detail {
+
+template <class Range>
+std::vector<const fulmen_tensor*> handles(const Range& tensors) {
+    std::vector<const fulmen_tensor*> out;
+    for (const auto& t : tensors) out.push_back(static_cast<const Tensor&>(t).get());
+    return out;
+}
+
+using JoinFn = fulmen_error* (*)(const fulmen_tensor* const*, size_t, int64_t, fulmen_tensor**);
+
+template <class Range>
+Tensor join(JoinFn fn, const Range& tensors, int64_t dim) {
+    std::vector<const fulmen_tensor*> h = handles(tensors);
+    return Tensor::make([&](fulmen_tensor** o) { return fn(h.data(), h.size(), dim, o); });
+}
+
+}  // namespace detail
+
+/// Concatenates tensors along the existing dimension `dim`: `cat({a, b}, 0)`.
+inline Tensor cat(const TensorList& tensors, int64_t dim = 0) { return detail::join(fulmen_tensor_cat, tensors, dim); }
+/// Concatenates a container of tensors (e.g. std::vector<Tensor>) along `dim`.
+template <class Range>
+Tensor cat(const Range& tensors, int64_t dim = 0) {
+    return detail::join(fulmen_tensor_cat, tensors, dim);
+}
+/// Stacks same-shaped tensors along a new dimension `dim`: `stack({a, b}, 0)`.
+inline Tensor stack(const TensorList& tensors, int64_t dim = 0) { return detail::join(fulmen_tensor_stack, tensors, dim); }
+/// Stacks a container of tensors (e.g. std::vector<Tensor>) along `dim`.
+template <class Range>
+Tensor stack(const Range& tensors, int64_t dim = 0) {
+    return detail::join(fulmen_tensor_stack, tensors, dim);
+}
+
+/// `a + b`.
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return a.add(b); }
+/// `a - b`.
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return a.sub(b); }
+/// `a * b` elementwise.
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return a.mul(b); }
+/// `a / b` elementwise.
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return a.div(b); }
+/// `a + s`.
+inline Tensor operator+(const Tensor& a, double s) { return a.add(s); }
+/// `a - s`.
+inline Tensor operator-(const Tensor& a, double s) { return a.sub(s); }
+/// `a * s`.
+inline Tensor operator*(const Tensor& a, double s) { return a.mul(s); }
+/// `a / s`.
+inline Tensor operator/(const Tensor& a, double s) { return a.div(s); }
+/// `s + a`.
+inline Tensor operator+(double s, const Tensor& a) { return a.add(s); }
+/// `s - a`.
+inline Tensor operator-(double s, const Tensor& a) { return a.neg().add(s); }
+/// `s * a`.
+inline Tensor operator*(double s, const Tensor& a) { return a.mul(s); }
+/// `s / a`.
+inline Tensor operator/(double s, const Tensor& a) { return Tensor::scalar(s, DType::F64).div(a); }
+/// `-a`.
+inline Tensor operator-(const Tensor& a) { return a.neg(); }
+
+/// Loss functions (torch.nn.functional semantics).
+namespace loss {
+
+namespace detail {
+using LossFn = fulmen_error* (*)(const fulmen_tensor*, const fulmen_tensor*, int32_t, fulmen_tensor**);
+inline Tensor apply(LossFn fn, const Tensor& input, const Tensor& target, Reduction r) {
+    return Tensor::make([&](fulmen_tensor** o) { return fn(input.get(), target.get(), static_cast<int32_t>(r), o); });
+}
+}  // namespace detail
+
+/// Cross-entropy of raw logits against class indices or probabilities.
+inline Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction r = Reduction::Mean) {
+    return detail::apply(fulmen_loss_cross_entropy, logits, target, r);
+}
+/// Negative log-likelihood of log-probabilities against class indices.
+inline Tensor nll(const Tensor& log_probs, const Tensor& target, Reduction r = Reduction::Mean) {
+    return detail::apply(fulmen_loss_nll, log_probs, target, r);
+}
+/// Mean squared error.
+inline Tensor mse(const Tensor& input, const Tensor& target, Reduction r = Reduction::Mean) {
+    return detail::apply(fulmen_loss_mse, input, target, r);
+}
+/// Mean absolute error.
+inline Tensor l1(const Tensor& input, const Tensor& target, Reduction r = Reduction::Mean) {
+    return detail::apply(fulmen_loss_l1, input, target, r);
+}
+/// Binary cross-entropy of raw logits against targets in [0, 1].
+inline Tensor bce_with_logits(const Tensor& logits, const Tensor& target, Reduction r = Reduction::Mean) {
+    return detail::apply(fulmen_loss_bce_with_logits, logits, target, r);
+}
+
+}  // namespace loss
+
+}  // namespace fulmen

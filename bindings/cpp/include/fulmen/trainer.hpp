@@ -1,0 +1,510 @@
+// fulmen C++ binding: LightningModule from lambdas, trainer options, trainer.
+#pragma once
+
+#include "data.hpp"
+#include "hooks.hpp"
+#include "optim.hpp"
+
+#include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace fulmen {
+
+/// Which loop is running (the C `fulmen_stage`).
+enum class Stage : int32_t {
+    Train = FULMEN_STAGE_TRAIN,
+    Validate = FULMEN_STAGE_VALIDATE,
+    Test = FULMEN_STAGE_TEST,
+    Predict = FULMEN_STAGE_PREDICT,
+};
+
+/// When a scheduler steps (the C `fulmen_interval`).
+enum class Interval : int32_t {
+    Step = FULMEN_INTERVAL_STEP,
+    Epoch = FULMEN_INTERVAL_EPOCH,
+};
+
+/// Flags of StepContext::log, combined with `|`.
+struct Log {
+    static constexpr uint32_t on_step = FULMEN_LOG_ON_STEP;    ///< Record every step's value.
+    static constexpr uint32_t on_epoch = FULMEN_LOG_ON_EPOCH;  ///< Record the epoch mean.
+    static constexpr uint32_t prog_bar = FULMEN_LOG_PROG_BAR;  ///< Show in the progress output.
+};
+
+/// The batch a step callback receives (borrowed: valid during the call).
+class Batch {
+public:
+    /// Wraps the borrowed C batch.
+    explicit Batch(const fulmen_batch* batch) noexcept : batch_(batch) {}
+    /// Number of tensors (e.g. 2 for inputs and targets).
+    size_t size() const { return detail::read<size_t>([&](size_t* o) { return fulmen_batch_len(batch_, o); }); }
+    /// Tensor `index`, as a new owning Tensor.
+    Tensor get(size_t index) const {
+        return Tensor::make([&](fulmen_tensor** o) { return fulmen_batch_get(batch_, index, o); });
+    }
+    /// Tensor `index` (same as get).
+    Tensor operator[](size_t index) const { return get(index); }
+    /// The C batch.
+    const fulmen_batch* c_batch() const noexcept { return batch_; }
+
+private:
+    const fulmen_batch* batch_;
+};
+
+/// The context of one step call: stage, counters and metric logging
+/// (borrowed: valid during the call).
+class StepContext {
+public:
+    /// Wraps the borrowed C context.
+    explicit StepContext(fulmen_step_context* ctx) noexcept : ctx_(ctx) {}
+    /// Logs a metric (flags from fulmen::Log; batch_size 0 = the batch's).
+    void log(const std::string& name, double value, uint32_t flags = 0, int64_t batch_size = 0) {
+        check(fulmen_step_context_log(ctx_, name.c_str(), value, flags, batch_size));
+    }
+    /// The running stage.
+    Stage stage() const { return static_cast<Stage>(query<int32_t>(fulmen_step_context_stage)); }
+    /// The current epoch (0-based).
+    int64_t epoch() const { return query<int64_t>(fulmen_step_context_epoch); }
+    /// Optimizer steps taken so far.
+    int64_t global_step() const { return query<int64_t>(fulmen_step_context_global_step); }
+    /// The batch index within the epoch (0-based).
+    int64_t batch_idx() const { return query<int64_t>(fulmen_step_context_batch_idx); }
+    /// The C context.
+    fulmen_step_context* get() const noexcept { return ctx_; }
+
+private:
+    template <class V, class Fn>
+    V query(Fn fn) const {
+        return detail::read<V>([&](V* out) { return fn(ctx_, out); });
+    }
+    fulmen_step_context* ctx_;
+};
+
+/// The optimizer list configure_optimizers fills (borrowed).
+class OptimizerConfig {
+public:
+    /// Wraps the borrowed C config.
+    explicit OptimizerConfig(fulmen_optimizer_config* config) noexcept : config_(config) {}
+
+    /// Hands an optimizer to the trainer (consumed on success).
+    OptimizerConfig& add(Optimizer&& optimizer) {
+        check(fulmen_optimizer_config_add(config_, optimizer.get(), nullptr, static_cast<int32_t>(Interval::Epoch), 1, nullptr));
+        optimizer.release();
+        return *this;
+    }
+
+    /// Hands an optimizer and its scheduler to the trainer (both consumed on
+    /// success); `monitor` names the metric fed to ReduceLROnPlateau.
+    OptimizerConfig& add(Optimizer&& optimizer, Scheduler&& scheduler, Interval interval = Interval::Epoch,
+                         int64_t frequency = 1, const std::string& monitor = {}) {
+        check(fulmen_optimizer_config_add(config_, optimizer.get(), scheduler.get(), static_cast<int32_t>(interval),
+                                          frequency, detail::c_str_or_null(monitor)));
+        optimizer.release();
+        scheduler.release();
+        return *this;
+    }
+
+    /// The C config.
+    fulmen_optimizer_config* get() const noexcept { return config_; }
+
+private:
+    fulmen_optimizer_config* config_;
+};
+
+/// The step functions of a LightningModule (empty members are "not implemented").
+struct Steps {
+    /// Returns the loss of a training batch (required for fit).
+    std::function<Tensor(StepContext&, const Batch&)> training_step;
+    /// Evaluates a validation batch (log metrics through the context).
+    std::function<void(StepContext&, const Batch&)> validation_step;
+    /// Evaluates a test batch.
+    std::function<void(StepContext&, const Batch&)> test_step;
+    /// Returns the prediction of a batch, or nullopt.
+    std::function<std::optional<Tensor>(StepContext&, const Batch&)> predict_step;
+    /// Adds the optimizers (and schedulers) (required for fit).
+    std::function<void(OptimizerConfig&)> configure_optimizers;
+    /// The module's own hooks (any Hook), called after every callback's.
+    HookFn on_hook;
+};
+
+namespace detail {
+
+/// Trampolines from the C module vtable to the Steps members. Exceptions
+/// never cross the C ABI: they become C errors and are rethrown unchanged
+/// by the Trainer call that ran the step.
+struct ModuleTrampolines {
+    /// userdata_free: destroys the Steps (and what the lambdas captured).
+    static void free_steps(void* p) noexcept { delete static_cast<Steps*>(p); }
+
+    /// Writes a step's tensor to `*out` as a new, unkept handle: the step's
+    /// scope frees it after fulmen has taken its value, while the caller's
+    /// Tensor (kept, like every wrapper) is freed by its destructor.
+    static void hand_out(const Tensor& t, fulmen_tensor** out) {
+        *out = detail::make<fulmen_tensor>([&](fulmen_tensor** o) { return fulmen_tensor_share(t.get(), o); });
+    }
+
+    /// Calls Steps::training_step and hands its loss to fulmen.
+    static fulmen_error* training_step(void* ud, fulmen_step_context* c, const fulmen_batch* b, fulmen_tensor** out) {
+        return guard_callback([&] {
+            StepContext ctx(c);
+            hand_out(static_cast<Steps*>(ud)->training_step(ctx, Batch(b)), out);
+        });
+    }
+    /// Calls Steps::validation_step.
+    static fulmen_error* validation_step(void* ud, fulmen_step_context* c, const fulmen_batch* b) {
+        return guard_callback([&] {
+            StepContext ctx(c);
+            static_cast<Steps*>(ud)->validation_step(ctx, Batch(b));
+        });
+    }
+    /// Calls Steps::test_step.
+    static fulmen_error* test_step(void* ud, fulmen_step_context* c, const fulmen_batch* b) {
+        return guard_callback([&] {
+            StepContext ctx(c);
+            static_cast<Steps*>(ud)->test_step(ctx, Batch(b));
+        });
+    }
+    /// Calls Steps::predict_step and hands its output (if any) to fulmen.
+    static fulmen_error* predict_step(void* ud, fulmen_step_context* c, const fulmen_batch* b, fulmen_tensor** out) {
+        return guard_callback([&] {
+            StepContext ctx(c);
+            std::optional<Tensor> y = static_cast<Steps*>(ud)->predict_step(ctx, Batch(b));
+            if (y) hand_out(*y, out);
+        });
+    }
+    /// Calls Steps::configure_optimizers.
+    static fulmen_error* configure_optimizers(void* ud, fulmen_optimizer_config* c) {
+        return guard_callback([&] {
+            OptimizerConfig config(c);
+            static_cast<Steps*>(ud)->configure_optimizers(config);
+        });
+    }
+
+    /// Calls Steps::on_hook.
+    static fulmen_error* on_hook(void* ud, int32_t hook, fulmen_hook_context* c) {
+        return dispatch_hook(hook, c, [&](Hook h, HookContext& ctx) { static_cast<Steps*>(ud)->on_hook(h, ctx); });
+    }
+
+    /// The C vtable for `steps` (slots of empty members stay NULL).
+    static fulmen_module_vtable vtable(Steps* steps) {
+        fulmen_module_vtable vt{};
+        vt.struct_size = sizeof vt;
+        vt.userdata = steps;
+        vt.userdata_free = &free_steps;
+        if (steps->training_step) vt.training_step = &training_step;
+        if (steps->validation_step) vt.validation_step = &validation_step;
+        if (steps->test_step) vt.test_step = &test_step;
+        if (steps->predict_step) vt.predict_step = &predict_step;
+        if (steps->configure_optimizers) vt.configure_optimizers = &configure_optimizers;
+        if (steps->on_hook) vt.on_hook = &on_hook;
+        return vt;
+    }
+};
+
+}  // namespace detail
+
+/// The user's model logic: step lambdas and the model they train. Owns its
+/// `fulmen_lightning_module` handle; freeing it destroys the lambdas once.
+class LightningModule : public detail::Handle<fulmen_lightning_module, fulmen_lightning_module_free> {
+public:
+    class Builder;
+
+    /// An empty module object (no handle).
+    LightningModule() = default;
+
+    /// A module training `model` (shared; may be nullptr) with `steps`.
+    LightningModule(const Model* model, Steps steps) : Handle(create(model, std::move(steps))) {}
+
+    /// A module training `model` (shared) with `steps`.
+    LightningModule(const Model& model, Steps steps) : LightningModule(&model, std::move(steps)) {}
+
+    /// Takes ownership of a `fulmen_lightning_module` handle.
+    static LightningModule adopt(fulmen_lightning_module* handle) noexcept { return LightningModule(handle); }
+
+    /// Starts a fluent builder for a module training `model`.
+    static Builder builder(const Model& model);
+    /// Refused: step lambdas would outlive a temporary model.
+    static Builder builder(const Model&& model) = delete;
+
+    /// Records a hyperparameter (Lightning's save_hyperparameters): written
+    /// to hparams.yaml, TensorBoard, every checkpoint and host loggers.
+    /// Setting a key again replaces its value.
+    LightningModule& set_hparam(const std::string& key, const std::string& value) {
+        check(fulmen_lightning_module_set_hparam(get(), key.c_str(), value.c_str()));
+        return *this;
+    }
+    /// Records a string literal hyperparameter.
+    LightningModule& set_hparam(const std::string& key, const char* value) { return set_hparam(key, std::string(value)); }
+    /// Records a numeric or bool hyperparameter (as text: 0.001, 64, true).
+    template <class V, class = std::enable_if_t<std::is_arithmetic_v<V>>>
+    LightningModule& set_hparam(const std::string& key, V value) {
+        std::ostringstream text;
+        if constexpr (std::is_same_v<V, bool>) {
+            text << (value ? "true" : "false");
+        } else if constexpr (std::is_floating_point_v<V>) {
+            text.precision(std::numeric_limits<V>::digits10);
+            text << value;
+        } else {
+            text << +value;
+        }
+        return set_hparam(key, text.str());
+    }
+
+private:
+    explicit LightningModule(fulmen_lightning_module* owned) noexcept : Handle(owned) {}
+
+    static fulmen_lightning_module* create(const Model* model, Steps steps) {
+        auto state = std::make_unique<Steps>(std::move(steps));
+        fulmen_module_vtable vt = detail::ModuleTrampolines::vtable(state.get());
+        fulmen_lightning_module* m = detail::make<fulmen_lightning_module>([&](fulmen_lightning_module** o) {
+            return fulmen_lightning_module_new(&vt, model != nullptr ? model->get() : nullptr, o);
+        });
+        state.release();  // fulmen owns it now and calls userdata_free once
+        return m;
+    }
+};
+
+/// Fluent construction of a LightningModule from lambdas.
+class LightningModule::Builder {
+public:
+    /// A builder for a module training `model` (nullptr: none).
+    explicit Builder(const Model* model) : model_(model) {}
+    /// Sets training_step: (StepContext&, const Batch&) -> Tensor loss.
+    template <class F>
+    Builder& training_step(F&& f) { steps_.training_step = std::forward<F>(f); return *this; }
+    /// Sets validation_step: (StepContext&, const Batch&) -> void.
+    template <class F>
+    Builder& validation_step(F&& f) { steps_.validation_step = std::forward<F>(f); return *this; }
+    /// Sets test_step: (StepContext&, const Batch&) -> void.
+    template <class F>
+    Builder& test_step(F&& f) { steps_.test_step = std::forward<F>(f); return *this; }
+    /// Sets predict_step: (StepContext&, const Batch&) -> std::optional<Tensor>.
+    template <class F>
+    Builder& predict_step(F&& f) { steps_.predict_step = std::forward<F>(f); return *this; }
+    /// Sets configure_optimizers: (OptimizerConfig&) -> void.
+    template <class F>
+    Builder& configure_optimizers(F&& f) { steps_.configure_optimizers = std::forward<F>(f); return *this; }
+    /// Sets the module's hooks: (Hook, HookContext&) -> void.
+    template <class F>
+    Builder& on_hook(F&& f) { steps_.on_hook = std::forward<F>(f); return *this; }
+    /// Makes the module (the builder's steps are moved into it).
+    LightningModule build() { return LightningModule(model_, std::move(steps_)); }
+
+private:
+    const Model* model_;
+    Steps steps_;
+};
+
+inline LightningModule::Builder LightningModule::builder(const Model& model) { return Builder(&model); }
+
+/// Trainer options by name, as Lightning's Trainer(...) keyword arguments
+/// (max_epochs, min_epochs, max_steps, min_steps, max_time,
+/// limit_{train,val,test,predict}_batches, overfit_batches,
+/// val_check_interval, check_val_every_n_epoch, num_sanity_val_steps,
+/// accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm,
+/// fast_dev_run, deterministic, log_every_n_steps, seed, default_root_dir,
+/// enable_progress_bar, enable_checkpointing, enable_model_summary,
+/// inference_mode, logger (bool, "csv", "tensorboard" or "csv,tensorboard"),
+/// detect_nonfinite_loss). A floating value is a fraction (0.5, 1.0 = all
+/// batches), an integer a count (1 = one batch), as in Lightning.
+class TrainerOptions : public detail::Handle<fulmen_trainer_options, fulmen_trainer_options_free> {
+public:
+    /// Lightning's defaults.
+    TrainerOptions() : Handle(detail::make<fulmen_trainer_options>(fulmen_trainer_options_new)) {}
+
+    /// Takes ownership of a `fulmen_trainer_options` handle.
+    static TrainerOptions adopt(fulmen_trainer_options* handle) noexcept { return TrainerOptions(handle); }
+
+    /// Sets `key` to a string, integer, floating or bool value; chains. A
+    /// floating value always reads as a fraction (1.0 -> "1.0", all
+    /// batches), an integer as a count (1 -> "1", one batch).
+    template <class V>
+    TrainerOptions& set(const std::string& key, const V& value) & {
+        apply(key, value);
+        return *this;
+    }
+    /// Sets `key` on a temporary and passes it on: TrainerOptions().set(...).set(...).
+    template <class V>
+    TrainerOptions&& set(const std::string& key, const V& value) && {
+        apply(key, value);
+        return std::move(*this);
+    }
+
+private:
+    explicit TrainerOptions(fulmen_trainer_options* owned) noexcept : Handle(owned) {}
+
+    template <class V>
+    void apply(const std::string& key, const V& value) {
+        if constexpr (std::is_same_v<V, bool>) {
+            check(fulmen_trainer_options_set_bool(get(), key.c_str(), value));
+        } else if constexpr (std::is_integral_v<V>) {
+            check(fulmen_trainer_options_set_int(get(), key.c_str(), static_cast<int64_t>(value)));
+        } else if constexpr (std::is_floating_point_v<V>) {
+            check(fulmen_trainer_options_set_float(get(), key.c_str(), static_cast<double>(value)));
+        } else {
+            static_assert(std::is_convertible_v<const V&, std::string_view>, "option values are strings, numbers or bools");
+            const std::string text{std::string_view(value)};
+            check(fulmen_trainer_options_set(get(), key.c_str(), text.c_str()));
+        }
+    }
+};
+
+/// A checkpoint to start from: "last", "best" or a file path; nullopt = none.
+using CkptPath = std::optional<std::string>;
+
+/// The trainer: runs fit / validate / test / predict over loaders.
+class Trainer : public detail::Handle<fulmen_trainer, fulmen_trainer_free> {
+public:
+    /// A trainer with Lightning's default options.
+    Trainer() : Handle(create(nullptr)) {}
+    /// A trainer with `options` (copied).
+    explicit Trainer(const TrainerOptions& options) : Handle(create(options.get())) {}
+
+    /// Takes ownership of a `fulmen_trainer` handle.
+    static Trainer adopt(fulmen_trainer* handle) noexcept { return Trainer(handle); }
+
+    /// Trains `module` on `train` without validation. A step or hook that
+    /// throws ends fit, which rethrows that same exception. `ckpt_path`
+    /// resumes from a checkpoint: a file path, "last" (the newest last /
+    /// any checkpoint of this root dir) or "best" (this trainer's previous
+    /// fit's best); nullopt starts afresh.
+    void fit(LightningModule& module, const Loader& train, const CkptPath& ckpt_path = std::nullopt) {
+        fit(module, train, nullptr, ckpt_path);
+    }
+    /// Trains `module` on `train`, validating on `val` (val_check_interval).
+    void fit(LightningModule& module, const Loader& train, const Loader& val, const CkptPath& ckpt_path = std::nullopt) {
+        fit(module, train, &val, ckpt_path);
+    }
+    /// Trains `module` on `train`, validating on `val` unless it is nullptr.
+    void fit(LightningModule& module, const Loader& train, const Loader* val, const CkptPath& ckpt_path = std::nullopt) {
+        run([&] {
+            return fulmen_trainer_fit(get(), module.get(), train.get(), val != nullptr ? val->get() : nullptr,
+                                      c_path(ckpt_path));
+        });
+    }
+    /// Runs the validation loop once; `ckpt_path` ("best", "last" or a
+    /// path) first loads a checkpoint's weights.
+    void validate(LightningModule& module, const Loader& loader, const CkptPath& ckpt_path = std::nullopt) {
+        run([&] { return fulmen_trainer_validate(get(), module.get(), loader.get(), c_path(ckpt_path)); });
+    }
+    /// Runs the test loop once; `ckpt_path` as for validate.
+    void test(LightningModule& module, const Loader& loader, const CkptPath& ckpt_path = std::nullopt) {
+        run([&] { return fulmen_trainer_test(get(), module.get(), loader.get(), c_path(ckpt_path)); });
+    }
+    /// Runs predict_step over `loader`: the outputs concatenated along
+    /// dimension 0, or nullopt when no step produced one; `ckpt_path` as
+    /// for validate.
+    std::optional<Tensor> predict(LightningModule& module, const Loader& loader, const CkptPath& ckpt_path = std::nullopt) {
+        fulmen_tensor* out = nullptr;
+        run([&] { return fulmen_trainer_predict(get(), module.get(), loader.get(), c_path(ckpt_path), &out); });
+        if (out == nullptr) return std::nullopt;
+        return Tensor::adopt(out);
+    }
+
+    // ---- callbacks and loggers (owned by the trainer once added) ------
+
+    /// Adds a callback named `name` (which keys its state in checkpoints);
+    /// its hooks run before the LightningModule's, in the order added.
+    Trainer& add_callback(const std::string& name, std::unique_ptr<Callback> callback) {
+        if (!callback) throw Error(FULMEN_CODE_NULL_ARGUMENT, "add_callback: the callback is null");
+        fulmen_callback_vtable vt = detail::CallbackTrampolines::vtable(callback.get());
+        check(fulmen_trainer_add_callback(get(), name.c_str(), &vt));
+        callback.release();  // fulmen owns it now and calls userdata_free once
+        return *this;
+    }
+    /// Adds a callback calling `fn(hook, ctx)` for every hook.
+    Trainer& add_callback(const std::string& name, HookFn fn) {
+        return add_callback(name, std::make_unique<Callback>(std::move(fn)));
+    }
+    /// Adds a ModelCheckpoint (the default one is then not added).
+    Trainer& add_model_checkpoint(const ModelCheckpointOptions& options = ModelCheckpointOptions()) {
+        fulmen_model_checkpoint_options o = options.c_options();
+        check(fulmen_trainer_add_model_checkpoint(get(), &o));
+        return *this;
+    }
+    /// Adds an EarlyStopping callback.
+    Trainer& add_early_stopping(const EarlyStoppingOptions& options) {
+        fulmen_early_stopping_options o = options.c_options();
+        check(fulmen_trainer_add_early_stopping(get(), &o));
+        return *this;
+    }
+    /// Adds a LearningRateMonitor logging `lr-<Optimizer>` every
+    /// log_every_n_steps ("step"), at each epoch start ("epoch"), or both
+    /// (nullopt).
+    Trainer& add_lr_monitor(const std::optional<std::string>& logging_interval = std::nullopt) {
+        check(fulmen_trainer_add_lr_monitor(get(), c_path(logging_interval)));
+        return *this;
+    }
+    /// Adds a Timer stopping training after `duration` (seconds, or
+    /// "DD:HH:MM:SS"; nullopt only measures), checked every "step" or "epoch".
+    Trainer& add_timer(const std::optional<std::string>& duration, const std::string& interval = "step") {
+        check(fulmen_trainer_add_timer(get(), c_path(duration), interval.c_str()));
+        return *this;
+    }
+    /// Adds a logger implemented in C++ (receives every metric the file
+    /// loggers get, and those of validate / test runs).
+    Trainer& add_logger(Logger logger) {
+        auto owned = std::make_unique<Logger>(std::move(logger));
+        fulmen_logger_vtable vt = detail::LoggerTrampolines::vtable(owned.get());
+        check(fulmen_trainer_add_logger(get(), &vt));
+        owned.release();  // fulmen owns it now and calls userdata_free once
+        return *this;
+    }
+
+    /// The latest value of a logged metric (trainer.callback_metrics[name]).
+    double callback_metric(const std::string& name) const {
+        return detail::read<double>([&](double* o) { return fulmen_trainer_callback_metric(get(), name.c_str(), o); });
+    }
+    /// Optimizer steps of the last fit.
+    int64_t global_step() const {
+        return detail::read<int64_t>([&](int64_t* o) { return fulmen_trainer_global_step(get(), o); });
+    }
+    /// Epochs the last fit completed.
+    int64_t current_epoch() const {
+        return detail::read<int64_t>([&](int64_t* o) { return fulmen_trainer_current_epoch(get(), o); });
+    }
+    /// The last fit's log folder (.../lightning_logs/version_N).
+    std::string log_dir() const {
+        return detail::read_string([&](char* buf, size_t cap, size_t* len) { return fulmen_trainer_log_dir(get(), buf, cap, len); });
+    }
+    /// The best or last checkpoint path of the trainer's first
+    /// ModelCheckpoint (the user's, else the default one); throws Error
+    /// (FULMEN_CODE_INVALID_STATE) when none was saved.
+    std::string checkpoint_path(CheckpointPath which) const {
+        return detail::read_string([&](char* buf, size_t cap, size_t* len) {
+            return fulmen_trainer_checkpoint_path(get(), static_cast<int32_t>(which), buf, cap, len);
+        });
+    }
+    /// checkpoint_path(CheckpointPath::Best).
+    std::string best_model_path() const { return checkpoint_path(CheckpointPath::Best); }
+    /// checkpoint_path(CheckpointPath::Last).
+    std::string last_model_path() const { return checkpoint_path(CheckpointPath::Last); }
+    /// The best monitored score of the ModelCheckpoint; throws Error
+    /// (FULMEN_CODE_INVALID_STATE) when it monitors or saved nothing.
+    double best_model_score() const {
+        return detail::read<double>([&](double* o) { return fulmen_trainer_best_model_score(get(), o); });
+    }
+
+private:
+    explicit Trainer(fulmen_trainer* owned) noexcept : Handle(owned) {}
+
+    static const char* c_path(const std::optional<std::string>& p) noexcept { return p ? p->c_str() : nullptr; }
+
+    static fulmen_trainer* create(const fulmen_trainer_options* options) {
+        return detail::make<fulmen_trainer>([&](fulmen_trainer** o) { return fulmen_trainer_new(options, o); });
+    }
+    template <class Call>
+    static void run(Call&& call) {
+        detail::clear_pending_exception();
+        check(call());
+    }
+};
+
+}  // namespace fulmen

@@ -1,0 +1,294 @@
+// Models, optimizers, schedulers, datasets and loaders through the C++ binding.
+#include "common.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <stdexcept>
+
+using fulmen::Dataset;
+using fulmen::DType;
+using fulmen::Loader;
+using fulmen::Model;
+using fulmen::Optimizer;
+using fulmen::Scheduler;
+using fulmen::Shape;
+using fulmen::Tensor;
+using fulmen_test::FulmenTest;
+
+class ModelTest : public FulmenTest {};
+class OptimTest : public FulmenTest {};
+class DataTest : public FulmenTest {};
+
+namespace {
+
+/// tests/fixtures of the repository (run-tests.sh sets FULMEN_FIXTURES).
+std::filesystem::path fixtures() {
+    const char* dir = std::getenv("FULMEN_FIXTURES");
+    return dir != nullptr ? dir : "tests/fixtures";
+}
+
+/// The 2x4 input and 2x3 output of tests/fixtures/mlp_reference.txt.
+std::pair<std::vector<float>, std::vector<float>> reference() {
+    std::ifstream in(fixtures() / "mlp_reference.txt");
+    std::string comment;
+    std::getline(in, comment);
+    std::vector<float> x(8), y(6);
+    for (float& v : x) in >> v;
+    for (float& v : y) in >> v;
+    return {x, y};
+}
+
+}  // namespace
+
+TEST_F(ModelTest, SequentialForwardAndState) {
+    Model m = fulmen_test::mlp();
+    EXPECT_EQ(m.num_parameters(), 2 * 16 + 16 + 16 * 2 + 2);
+    EXPECT_EQ(m.state_dict_names(), (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"}));
+    EXPECT_EQ(m.state_dict_get("0.weight").shape(), (Shape{16, 2}));
+    EXPECT_EQ(m.forward(Tensor::randn({5, 2})).shape(), (Shape{5, 2}));
+    EXPECT_EQ(m(Tensor::randn({1, 2})).shape(), (Shape{1, 2}));
+    EXPECT_TRUE(m.is_training());
+    EXPECT_FALSE(m.eval().is_training());
+    EXPECT_TRUE(m.train().is_training());
+}
+
+TEST_F(ModelTest, PushConsumesOnlyOnSuccess) {
+    Model seq = Model::sequential();
+    Model layer = Model::linear(3, 4);
+    seq.push(std::move(layer));
+    EXPECT_FALSE(layer);  // consumed
+    Model not_a_sequential = Model::linear(4, 4);
+    Model child = Model::relu();
+    EXPECT_THROW(not_a_sequential.push(std::move(child)), fulmen::Error);
+    EXPECT_TRUE(child);  // still ours after a failure
+    seq.push(std::move(child)).push(Model::linear(4, 1));
+    EXPECT_EQ(seq.forward(Tensor::ones({2, 3})).shape(), (Shape{2, 1}));
+}
+
+TEST_F(ModelTest, NamedChildren) {
+    Model net = Model::named();
+    net.add("encoder", Model::sequential({Model::linear(4, 3), Model::gelu()})).add("head", Model::linear(3, 2));
+    EXPECT_EQ(net.state_dict_name(0), "encoder.0.weight");
+    Tensor x = Tensor::randn({2, 4});
+    Tensor h = net.forward_child("encoder", x);
+    EXPECT_EQ(h.shape(), (Shape{2, 3}));
+    EXPECT_EQ(net.forward_child("head", h).shape(), (Shape{2, 2}));
+    EXPECT_EQ(net.forward_child("encoder.0", x).shape(), (Shape{2, 3}));
+    EXPECT_THROW(net.forward(x), fulmen::Error);  // a named container has no forward
+}
+
+TEST_F(ModelTest, EveryLayerFactory) {
+    fulmen::Conv2dOptions c(3);
+    c.padding[0] = c.padding[1] = 1;
+    Model cnn = Model::sequential({Model::conv2d(1, 4, c), Model::batch_norm(4), Model::relu(), Model::max_pool2d(2),
+                                  Model::conv2d(4, 4, 1), Model::avg_pool2d(2), Model::flatten(), Model::dropout(0.1),
+                                  Model::linear(16, 8), Model::layer_norm({8}), Model::leaky_relu(0.2), Model::silu(),
+                                  Model::elu(), Model::sigmoid(), Model::tanh(), Model::identity(), Model::softmax(1),
+                                  Model::activation(fulmen::Activation::Identity)});
+    EXPECT_EQ(cnn.forward(Tensor::randn({2, 1, 8, 8})).shape(), (Shape{2, 8}));
+    EXPECT_NEAR(cnn.forward(Tensor::randn({2, 1, 8, 8})).sum().item(), 2.0, 1e-5);
+    Model emb = Model::sequential({Model::embedding(10, 3), Model::log_softmax(-1)});
+    EXPECT_EQ(emb.forward(Tensor::from_vector(std::vector<int64_t>{1, 2, 9})).shape(), (Shape{3, 3}));
+    EXPECT_EQ(cnn.state_dict_names()[2], "1.weight");
+    EXPECT_EQ(cnn.state_dict_names()[4], "1.running_mean");
+}
+
+TEST_F(ModelTest, SaveAndLoadWeights) {
+    std::string path = (fulmen_test::scratch() / "mlp.safetensors").string();
+    Model a = fulmen_test::mlp();
+    a.save(path);
+    Model b = fulmen_test::mlp();
+    Tensor x = Tensor::randn({4, 2});
+    EXPECT_NE(a.forward(x).to_vector<float>(), b.forward(x).to_vector<float>());
+    b.load(path);
+    EXPECT_EQ(a.forward(x).to_vector<float>(), b.forward(x).to_vector<float>());
+    Model other = Model::sequential({Model::linear(2, 3)});
+    EXPECT_THROW(other.load(path, true), fulmen::Error);
+    try {
+        Model::sequential().load("/no/such/weights.safetensors");
+        ADD_FAILURE() << "load of a missing file succeeded";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_IO);
+    }
+}
+
+TEST_F(ModelTest, TorchScript) {
+    auto [in, ref] = reference();
+    Model ts = Model::load_torchscript((fixtures() / "mlp_scripted.pt").string());
+    EXPECT_EQ(ts.state_dict_names(), (std::vector<std::string>{"l1.weight", "l1.bias", "l2.weight", "l2.bias"}));
+    std::vector<float> got = ts.forward(Tensor::from_vector(in, {2, 4})).to_vector<float>();
+    for (size_t i = 0; i < ref.size(); i++) EXPECT_NEAR(got[i], ref[i], 1e-5);
+    try {
+        Model::load_torchscript("/no/such/model.pt");
+        ADD_FAILURE() << "loading a missing TorchScript file succeeded";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_IO);
+    }
+}
+
+TEST_F(OptimTest, ManualLoopWithEveryOptimizer) {
+    auto fit = [](auto make_optimizer) {
+        Tensor w = Tensor::zeros({3});
+        w.set_requires_grad();
+        Optimizer opt = make_optimizer(w);
+        for (int i = 0; i < 200; i++) {
+            opt.zero_grad();
+            ((w - 3.0) * (w - 3.0)).sum().backward();
+            opt.step();
+        }
+        return w.mean().item();
+    };
+    EXPECT_NEAR(fit([](const Tensor& w) { return Optimizer::sgd({w}, fulmen::SgdOptions(0.1)); }), 3.0, 1e-3);
+    EXPECT_NEAR(fit([](const Tensor& w) { return Optimizer::adam({w}, fulmen::AdamOptions(0.1)); }), 3.0, 0.05);
+    EXPECT_NEAR(fit([](const Tensor& w) { return Optimizer::adamw({w}, fulmen::AdamWOptions(0.1)); }), 3.0, 0.1);
+    EXPECT_NEAR(fit([](const Tensor& w) { return Optimizer::rmsprop({w}, fulmen::RmspropOptions(0.05)); }), 3.0, 0.1);
+}
+
+TEST_F(OptimTest, OptionsDefaultsLrAndGroups) {
+    EXPECT_EQ(fulmen::SgdOptions().lr, 1e-3);
+    EXPECT_EQ(fulmen::AdamOptions().weight_decay, 0.0);
+    EXPECT_EQ(fulmen::AdamWOptions().weight_decay, 1e-2);
+    EXPECT_EQ(fulmen::RmspropOptions().lr, 1e-2);
+    Model m = fulmen_test::mlp();
+    Optimizer opt = Optimizer::sgd(m, fulmen::SgdOptions(0.5));
+    EXPECT_EQ(opt.lr(), 0.5);
+    opt.set_lr(0.25);
+    EXPECT_EQ(opt.lr(), 0.25);
+    Tensor extra = Tensor::zeros({2});
+    extra.set_requires_grad();
+    opt.add_param_group({extra}, 0.01).add_param_group(Model::linear(1, 1));
+    Optimizer adam = Optimizer::adam(m);
+    Optimizer adamw = Optimizer::adamw(m);
+    Optimizer rms = Optimizer::rmsprop(m);
+    EXPECT_EQ(adamw.lr(), 1e-3);
+    EXPECT_EQ(rms.lr(), 1e-2);
+    EXPECT_EQ(adam.lr(), 1e-3);
+}
+
+TEST_F(OptimTest, GradientClipping) {
+    Model m = Model::sequential({Model::linear(2, 1)});
+    fulmen::loss::mse(m.forward(Tensor::ones({4, 2})), Tensor::full({4, 1}, 100.0)).backward();
+    double before = fulmen::clip_grad_norm(m, 1.0);
+    EXPECT_GT(before, 1.0);
+    EXPECT_NEAR(fulmen::clip_grad_norm(m, 1.0), 1.0, 1e-4);
+    fulmen::clip_grad_value(m, 0.01);
+    std::optional<Tensor> g = m.state_dict_get("0.weight").grad();
+    ASSERT_TRUE(g.has_value());
+    EXPECT_LE(g->abs().max().item(), 0.01 + 1e-9);
+    EXPECT_LE(fulmen::clip_grad_norm(m, 10.0, std::numeric_limits<double>::infinity()), 0.01 + 1e-9);
+}
+
+TEST_F(OptimTest, Schedulers) {
+    Tensor w = Tensor::zeros({1});
+    w.set_requires_grad();
+    Optimizer opt = Optimizer::sgd({w}, fulmen::SgdOptions(1.0));
+    Scheduler step = Scheduler::step_lr(opt, 1, 0.5);
+    step.step(opt);
+    EXPECT_DOUBLE_EQ(opt.lr(), 0.5);
+
+    auto lr_after = [](auto make, int steps) {
+        Tensor p = Tensor::zeros({1});
+        p.set_requires_grad();
+        Optimizer o = Optimizer::sgd({p}, fulmen::SgdOptions(1.0));
+        Scheduler s = make(o);
+        for (int i = 0; i < steps; i++) s.step(o, 1.0);
+        return o.lr();
+    };
+    EXPECT_DOUBLE_EQ(lr_after([](Optimizer& o) { return Scheduler::multi_step_lr(o, {2}, 0.1); }, 2), 0.1);
+    EXPECT_DOUBLE_EQ(lr_after([](Optimizer& o) { return Scheduler::exponential_lr(o, 0.5); }, 2), 0.25);
+    EXPECT_NEAR(lr_after([](Optimizer& o) { return Scheduler::cosine_lr(o, 4, 0.0); }, 4), 0.0, 1e-12);
+    EXPECT_DOUBLE_EQ(lr_after([](Optimizer& o) { return Scheduler::linear_lr(o, 0.5, 1.0, 2); }, 2), 1.0);
+    fulmen::OneCycleOptions oc(1.0, 10);
+    EXPECT_LT(lr_after([&](Optimizer& o) { return Scheduler::one_cycle_lr(o, oc); }, 9), 0.01);
+    fulmen::PlateauOptions po;
+    po.patience = 0;
+    EXPECT_DOUBLE_EQ(lr_after([&](Optimizer& o) { return Scheduler::reduce_on_plateau(o, po); }, 3), 0.01);
+    Scheduler wrong = Scheduler::step_lr(opt, 1);
+    Optimizer other = Optimizer::sgd({w});
+    EXPECT_THROW(wrong.step(other), fulmen::Error);
+}
+
+TEST_F(DataTest, TensorDatasetGetSubsetSplit) {
+    Tensor x = Tensor::arange(0, 20).reshape({10, 2});
+    Tensor y = Tensor::arange(0, 10, 1, DType::I64);
+    Dataset ds = Dataset::from_tensors({x, y});
+    EXPECT_EQ(ds.len(), 10u);
+    std::vector<Tensor> batch = ds.get(std::vector<int64_t>{3, 1});
+    ASSERT_EQ(batch.size(), 2u);
+    EXPECT_EQ(batch[0].to_vector<float>(), (std::vector<float>{6, 7, 2, 3}));
+    EXPECT_EQ(batch[1].to_vector<int64_t>(), (std::vector<int64_t>{3, 1}));
+    Dataset sub = ds.subset(std::vector<int64_t>{0, 9});
+    EXPECT_EQ(sub.size(), 2u);
+    auto [every, rest] = ds.split_every(5);
+    EXPECT_EQ(every.len(), 2u);
+    EXPECT_EQ(rest.len(), 8u);
+    EXPECT_EQ(every.get(std::vector<int64_t>{0, 1})[1].to_vector<int64_t>(), (std::vector<int64_t>{0, 5}));
+    try {
+        ds.get(std::vector<int64_t>{10});
+        ADD_FAILURE() << "out-of-range index accepted";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_OUT_OF_RANGE);
+    }
+    Loader loader(ds, 4);
+    EXPECT_EQ(loader.len(), 3u);
+    fulmen::LoaderOptions lo(4, true, 7);
+    lo.drop_last = true;
+    EXPECT_EQ(Loader(ds, lo).len(), 2u);
+}
+
+TEST_F(DataTest, CsvDataset) {
+    std::string path = (fulmen_test::scratch() / "tiny.csv").string();
+    std::ofstream(path) << "a,b,label\n0,10,1\n5,20,0\n10,30,1\n";
+    fulmen::CsvOptions o;
+    o.label_column = -1;
+    o.scale(fulmen::Scaling::MinMax);
+    Dataset ds = Dataset::from_csv(path, o);
+    ASSERT_EQ(ds.len(), 3u);
+    std::vector<Tensor> all = ds.get(std::vector<int64_t>{0, 1, 2});
+    EXPECT_EQ(all[0].to_vector<float>(), (std::vector<float>{0, 0, 0.5, 0.5, 1, 1}));
+    EXPECT_EQ(all[1].to_vector<int64_t>(), (std::vector<int64_t>{1, 0, 1}));
+}
+
+TEST_F(DataTest, HostDataSource) {
+    int freed = 0;
+    struct Counter {
+        explicit Counter(int* f) : freed(f) {}
+        Counter(const Counter&) = delete;
+        Counter& operator=(const Counter&) = delete;
+        ~Counter() { ++*freed; }
+        int* freed;
+    };
+    auto counter = std::make_shared<Counter>(&freed);
+    {
+        Dataset ds = Dataset::from_source({
+            [counter] { return size_t{6}; },
+            [counter](fulmen::Indices idx, fulmen::BatchBuilder& b) {
+                std::vector<float> x(idx.begin(), idx.end());
+                if (x.size() == 1 && x[0] == 5) throw std::invalid_argument("sample 5 is cursed");
+                b.push(Tensor::from_vector(x)).push(Tensor::from_vector(x) * 10);
+            },
+        });
+        counter.reset();
+        EXPECT_EQ(freed, 0);
+        EXPECT_EQ(ds.len(), 6u);
+        std::vector<Tensor> b = ds.get(std::vector<int64_t>{1, 2});
+        EXPECT_EQ(b[1].to_vector<float>(), (std::vector<float>{10, 20}));
+        EXPECT_THROW(ds.get(std::vector<int64_t>{5}), std::invalid_argument);
+        Dataset sub = ds.subset(std::vector<int64_t>{4});
+        EXPECT_EQ(sub.get(std::vector<int64_t>{0})[0].item(), 4.0);
+    }
+    EXPECT_EQ(freed, 1);  // the lambdas' state was destroyed exactly once
+}
+
+TEST_F(DataTest, HostDataSourceErrorsAtCreation) {
+    EXPECT_THROW(Dataset::from_source({[]() -> size_t { throw std::length_error("no length"); }, [](auto, auto&) {}}),
+                 std::length_error);
+    try {
+        Dataset::from_source({{}, [](fulmen::Indices, fulmen::BatchBuilder&) {}});
+        ADD_FAILURE() << "a source without len was accepted";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_INVALID_ARGUMENT);
+    }
+}

@@ -1,0 +1,418 @@
+// LightningModule from lambdas, the trainer, and exceptions thrown by callbacks.
+#include "common.hpp"
+
+#include <memory>
+#include <stdexcept>
+
+using fulmen::Batch;
+using fulmen::Dataset;
+using fulmen::LightningModule;
+using fulmen::Loader;
+using fulmen::Model;
+using fulmen::Optimizer;
+using fulmen::OptimizerConfig;
+using fulmen::StepContext;
+using fulmen::Tensor;
+using fulmen::Trainer;
+using fulmen_test::FulmenTest;
+
+namespace {
+
+/// Counts destructor calls of the state the step lambdas capture.
+struct DestructionCounter {
+    explicit DestructionCounter(int* count) : count_(count) {}
+    DestructionCounter(const DestructionCounter&) = delete;
+    DestructionCounter& operator=(const DestructionCounter&) = delete;
+    ~DestructionCounter() { ++*count_; }
+    int* count_;
+};
+
+/// Cross-entropy of the model on a batch [inputs, labels].
+Tensor batch_loss(const Model& model, const Batch& batch) {
+    return fulmen::loss::cross_entropy(model.forward(batch[0]), batch[1]);
+}
+
+/// Fraction of correct predictions on a batch.
+double batch_accuracy(const Model& model, const Batch& batch) {
+    return model.forward(batch[0]).argmax(1).eq(batch[1]).to(fulmen::DType::F32).mean().item();
+}
+
+/// A module over `model` with all four steps and SGD(lr).
+LightningModule::Builder full_module(const Model& model, double lr = 0.1) {
+    return LightningModule::builder(model)
+        .training_step([&model](StepContext& ctx, const Batch& batch) {
+            Tensor loss = batch_loss(model, batch);
+            ctx.log("train_loss", loss.item(), fulmen::Log::on_step | fulmen::Log::on_epoch);
+            return loss;
+        })
+        .validation_step([&model](StepContext& ctx, const Batch& batch) {
+            ctx.log("val_loss", batch_loss(model, batch).item());
+            ctx.log("val_acc", batch_accuracy(model, batch), fulmen::Log::prog_bar);
+        })
+        .test_step([&model](StepContext& ctx, const Batch& batch) { ctx.log("test_acc", batch_accuracy(model, batch)); })
+        .predict_step([&model](StepContext&, const Batch& batch) -> std::optional<Tensor> {
+            return model.forward(batch[0]).softmax(1);
+        })
+        .configure_optimizers([&model, lr](OptimizerConfig& config) {
+            config.add(Optimizer::sgd(model, fulmen::SgdOptions(lr)));
+        });
+}
+
+/// Runs one fit whose training_step throws `error` at global step 2 and
+/// checks that fit rethrows it, with the type it was thrown as.
+template <class E>
+void expect_fit_rethrows(const E& error) {
+    Model model = fulmen_test::mlp();
+    Dataset ds = fulmen_test::blobs(64, 5);
+    Loader train(ds, 8);
+    LightningModule module = full_module(model)
+                                 .training_step([&](StepContext& ctx, const Batch& batch) {
+                                     if (ctx.global_step() == 2) throw error;
+                                     return batch_loss(model, batch);
+                                 })
+                                 .build();
+    Trainer trainer(fulmen_test::quiet_options(2).set("logger", false));
+    EXPECT_THROW(trainer.fit(module, train), E);
+    EXPECT_EQ(trainer.global_step(), 2);  // the parameters keep the last completed update
+}
+
+}  // namespace
+
+class TrainerTest : public FulmenTest {};
+
+TEST_F(TrainerTest, FitValidateTestPredictFromLambdas) {
+    Dataset train_ds = fulmen_test::blobs(256, 1);
+    Dataset val_ds = fulmen_test::blobs(64, 2);
+    Loader train(train_ds, 32, true, 7);
+    Loader val(val_ds, 32);
+    Model model = fulmen_test::mlp();
+    LightningModule module = full_module(model).build();
+    Trainer trainer(fulmen_test::quiet_options(4));
+
+    trainer.fit(module, train, val);
+    EXPECT_EQ(trainer.global_step(), 32);
+    EXPECT_EQ(trainer.current_epoch(), 4);
+    EXPECT_GT(trainer.callback_metric("val_acc"), 0.95);
+    EXPECT_LT(trainer.callback_metric("train_loss_epoch"), 0.5);
+    EXPECT_NE(trainer.log_dir().find("lightning_logs/version_"), std::string::npos);
+    EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(trainer.log_dir()) / "metrics.csv"));
+    try {
+        trainer.callback_metric("nope");
+        ADD_FAILURE() << "unknown metric accepted";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(e.what()).find("val_acc"), std::string::npos);
+    }
+
+    trainer.validate(module, val);
+    trainer.test(module, val);
+    EXPECT_GT(trainer.callback_metric("test_acc"), 0.95);
+    std::optional<Tensor> pred = trainer.predict(module, val);
+    ASSERT_TRUE(pred.has_value());
+    EXPECT_EQ(pred->shape(), (fulmen::Shape{64, 2}));
+    EXPECT_NEAR(pred->sum().item(), 64.0, 1e-3);
+}
+
+TEST_F(TrainerTest, StepContextCountersAndStages) {
+    Model model = fulmen_test::mlp();
+    Dataset ds = fulmen_test::blobs(32, 3);
+    Loader loader(ds, 8);
+    std::vector<fulmen::Stage> stages;
+    int64_t last_epoch = -1, last_step = -1, last_batch = -1;
+    LightningModule module = full_module(model)
+                                 .training_step([&](StepContext& ctx, const Batch& batch) {
+                                     stages.push_back(ctx.stage());
+                                     last_epoch = ctx.epoch();
+                                     last_step = ctx.global_step();
+                                     last_batch = ctx.batch_idx();
+                                     EXPECT_EQ(batch.size(), 2u);
+                                     return batch_loss(model, batch);
+                                 })
+                                 .predict_step([&](StepContext& ctx, const Batch&) -> std::optional<Tensor> {
+                                     stages.push_back(ctx.stage());
+                                     EXPECT_THROW(ctx.log("x", 1.0), fulmen::Error);  // no logging in predict
+                                     return std::nullopt;
+                                 })
+                                 .build();
+    Trainer trainer(fulmen_test::quiet_options(2).set("logger", false));
+    trainer.fit(module, loader);
+    EXPECT_EQ(last_epoch, 1);
+    EXPECT_EQ(last_step, 7);
+    EXPECT_EQ(last_batch, 3);
+    EXPECT_EQ(stages.front(), fulmen::Stage::Train);
+    EXPECT_FALSE(trainer.predict(module, loader).has_value());  // no step produced an output
+    EXPECT_EQ(stages.back(), fulmen::Stage::Predict);
+    try {
+        trainer.log_dir();
+        ADD_FAILURE() << "log_dir without a logger";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_INVALID_STATE);
+    }
+}
+
+TEST_F(TrainerTest, StdExceptionInTrainingStepComesBackUnchanged) {
+    expect_fit_rethrows(std::out_of_range("batch index past the end"));
+    expect_fit_rethrows(std::string("not even an exception class"));
+}
+
+TEST_F(TrainerTest, FulmenErrorInTrainingStepKeepsItsCode) {
+    Model model = fulmen_test::mlp();
+    Dataset ds = fulmen_test::blobs(16, 5);
+    Loader train(ds, 8);
+    LightningModule module = full_module(model)
+                                 .training_step([](StepContext&, const Batch&) -> Tensor {
+                                     throw fulmen::Error(FULMEN_CODE_IO, "sensor offline");
+                                 })
+                                 .build();
+    Trainer trainer(fulmen_test::quiet_options(1).set("logger", false));
+    try {
+        trainer.fit(module, train);
+        ADD_FAILURE() << "fit succeeded";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_IO);
+        EXPECT_STREQ(e.what(), "sensor offline");
+    }
+}
+
+TEST_F(TrainerTest, LibraryErrorsInsideAStepKeepTheirCode) {
+    Model model = fulmen_test::mlp();
+    Dataset ds = fulmen_test::blobs(16, 5);
+    Loader train(ds, 8);
+    LightningModule module = full_module(model)
+                                 .training_step([&](StepContext&, const Batch& batch) {
+                                     return model.forward(batch[0]).matmul(batch[0].reshape({-1, 1, 1}));
+                                 })
+                                 .build();
+    Trainer trainer(fulmen_test::quiet_options(1).set("logger", false));
+    try {
+        trainer.fit(module, train);
+        ADD_FAILURE() << "fit succeeded";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_SHAPE_MISMATCH) << e.what();
+    }
+    // a fit failing inside fulmen (not in a callback) throws fulmen::Error
+    LightningModule no_optim = LightningModule::builder(model)
+                                   .training_step([&](StepContext&, const Batch& batch) { return batch_loss(model, batch); })
+                                   .build();
+    try {
+        trainer.fit(no_optim, train);
+        ADD_FAILURE() << "fit without configure_optimizers succeeded";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_INVALID_STATE);
+    }
+    EXPECT_THROW(trainer.validate(no_optim, train), fulmen::Error);  // no validation_step
+}
+
+TEST_F(TrainerTest, ExceptionsFromOtherCallbacksToo) {
+    Model model = fulmen_test::mlp();
+    Dataset ds = fulmen_test::blobs(16, 6);
+    Loader loader(ds, 8);
+    Trainer trainer(fulmen_test::quiet_options(1).set("logger", false));
+    LightningModule bad_val = full_module(model)
+                                  .validation_step([](StepContext&, const Batch&) { throw std::domain_error("val"); })
+                                  .build();
+    EXPECT_THROW(trainer.fit(bad_val, loader, loader), std::domain_error);
+    EXPECT_THROW(trainer.validate(bad_val, loader), std::domain_error);
+    LightningModule bad_rest = full_module(model)
+                                   .test_step([](StepContext&, const Batch&) { throw std::underflow_error("test"); })
+                                   .predict_step([](StepContext&, const Batch&) -> std::optional<Tensor> { throw 42; })
+                                   .configure_optimizers([](OptimizerConfig&) { throw std::overflow_error("optim"); })
+                                   .build();
+    EXPECT_THROW(trainer.test(bad_rest, loader), std::underflow_error);
+    EXPECT_THROW(trainer.predict(bad_rest, loader), int);
+    EXPECT_THROW(trainer.fit(bad_rest, loader), std::overflow_error);
+    trainer.fit(bad_val, loader);  // a stale exception never leaks into a later call
+}
+
+TEST_F(TrainerTest, UserdataIsFreedExactlyOnce) {
+    int destroyed = 0;
+    {
+        Model model = fulmen_test::mlp();
+        Dataset ds = fulmen_test::blobs(16, 7);
+        Loader loader(ds, 8);
+        auto counter = std::make_shared<DestructionCounter>(&destroyed);
+        LightningModule module = full_module(model)
+                                     .test_step([counter, &model](StepContext& ctx, const Batch& batch) {
+                                         ctx.log("test_acc", batch_accuracy(model, batch));
+                                     })
+                                     .build();
+        counter.reset();
+        Trainer trainer(fulmen_test::quiet_options(1).set("logger", false));
+        trainer.fit(module, loader);
+        trainer.test(module, loader);
+        LightningModule moved = std::move(module);
+        EXPECT_EQ(destroyed, 0);
+        fulmen_lightning_module* raw = moved.release();
+        EXPECT_EQ(destroyed, 0);
+        LightningModule again = LightningModule::adopt(raw);
+    }
+    EXPECT_EQ(destroyed, 1);
+
+    // a module that fails to be created frees the lambdas itself, once
+    destroyed = 0;
+    {
+        auto counter = std::make_shared<DestructionCounter>(&destroyed);
+        fulmen::Steps steps;
+        steps.test_step = [counter](StepContext&, const Batch&) {};
+        counter.reset();
+        Tensor not_a_model = Tensor::ones({1});
+        Model wrong = Model::adopt(reinterpret_cast<fulmen_model*>(not_a_model.get()));
+        try {
+            LightningModule(wrong, std::move(steps));
+            ADD_FAILURE() << "a module over a tensor handle was created";
+        } catch (const fulmen::Error& e) {
+            EXPECT_EQ(e.code(), FULMEN_CODE_INVALID_HANDLE);
+        }
+        wrong.release();  // not ours to free
+    }
+    EXPECT_EQ(destroyed, 1);
+}
+
+TEST_F(TrainerTest, TensorsStoredOutsideAStepStayValid) {
+    Model model = fulmen_test::mlp();
+    Dataset ds = fulmen_test::blobs(16, 8);
+    Loader loader(ds, 8);
+    std::vector<Tensor> kept;
+    LightningModule module = full_module(model)
+                                 .training_step([&](StepContext&, const Batch& batch) {
+                                     kept.push_back(batch[1]);
+                                     Tensor loss = batch_loss(model, batch);
+                                     kept.push_back(loss.detach());
+                                     return loss;
+                                 })
+                                 .build();
+    Trainer trainer(fulmen_test::quiet_options(1).set("logger", false));
+    size_t live_before = fulmen::live_handles();
+    trainer.fit(module, loader);
+    ASSERT_EQ(kept.size(), 4u);
+    EXPECT_EQ(fulmen::live_handles(), live_before + kept.size());  // nothing else outlived the steps
+    EXPECT_EQ(kept[0].shape(), (fulmen::Shape{8}));
+    EXPECT_GT(kept[1].item(), 0.0);
+}
+
+TEST_F(TrainerTest, SchedulersThroughConfigureOptimizers) {
+    Model model = fulmen_test::mlp();
+    Dataset train_ds = fulmen_test::blobs(64, 9);
+    Dataset val_ds = fulmen_test::blobs(32, 10);
+    Loader train(train_ds, 16, true);
+    Loader val(val_ds, 16);
+    double lr_seen = 0;
+    LightningModule step_lr = full_module(model)
+                                  .configure_optimizers([&](OptimizerConfig& config) {
+                                      Optimizer opt = Optimizer::sgd(model, fulmen::SgdOptions(0.1));
+                                      fulmen::Scheduler s = fulmen::Scheduler::step_lr(opt, 5, 0.5);
+                                      config.add(std::move(opt), std::move(s), fulmen::Interval::Step);
+                                  })
+                                  .build();
+    Trainer trainer(fulmen_test::quiet_options(3).set("logger", false));
+    trainer.fit(step_lr, train, val);
+    LightningModule plateau = full_module(model)
+                                  .configure_optimizers([&](OptimizerConfig& config) {
+                                      Optimizer opt = Optimizer::sgd(model, fulmen::SgdOptions(0.1));
+                                      lr_seen = opt.lr();
+                                      fulmen::Scheduler s = fulmen::Scheduler::reduce_on_plateau(opt);
+                                      EXPECT_THROW(config.add(std::move(opt), std::move(s)), fulmen::Error);  // needs a monitor
+                                      EXPECT_TRUE(opt && s);  // nothing consumed on failure
+                                      config.add(std::move(opt), std::move(s), fulmen::Interval::Epoch, 1, "val_loss");
+                                      EXPECT_FALSE(opt || s);
+                                  })
+                                  .build();
+    trainer.fit(plateau, train, val);
+    EXPECT_EQ(lr_seen, 0.1);
+}
+
+TEST_F(TrainerTest, IteratorLoaderFromLambdas) {
+    Dataset ds = fulmen_test::blobs(32, 10);
+    int64_t pos = 0;
+    int resets = 0;
+    bool fail = false;
+    fulmen::IteratorSource source;
+    source.reset = [&](uint64_t) {
+        pos = 0;
+        resets++;
+    };
+    source.next = [&](fulmen::BatchBuilder& b) {
+        if (fail && pos >= 8) throw std::runtime_error("the stream broke");
+        if (pos >= 32) return false;
+        std::vector<int64_t> idx;
+        for (int64_t i = 0; i < 8; i++) idx.push_back(pos + i);
+        pos += 8;
+        for (const Tensor& t : ds.get(idx)) b.push(t);
+        return true;
+    };
+    Loader loader = Loader::from_iterator(std::move(source));
+    try {
+        loader.len();
+        ADD_FAILURE() << "an iterator of unknown length has a len";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_UNSUPPORTED);
+    }
+    Model model = fulmen_test::mlp();
+    LightningModule module = full_module(model).build();
+    Trainer trainer(fulmen_test::quiet_options(3).set("logger", false));
+    trainer.fit(module, loader);
+    EXPECT_EQ(resets, 3);
+    EXPECT_EQ(trainer.global_step(), 12);
+    fail = true;
+    try {
+        trainer.fit(module, loader);
+        ADD_FAILURE() << "fit succeeded";
+    } catch (const std::runtime_error& e) {
+        EXPECT_STREQ(e.what(), "the stream broke");
+        EXPECT_EQ(dynamic_cast<const fulmen::Error*>(&e), nullptr);  // the original, not a wrapper
+    }
+}
+
+TEST_F(TrainerTest, TrainerOptionsByName) {
+    fulmen::TrainerOptions o;
+    o.set("max_epochs", 3).set("max_steps", int64_t{5}).set("limit_train_batches", 0.5).set("logger", false);
+    o.set("seed", "none").set("default_root_dir", std::string("/tmp")).set("max_epochs", "none");
+    try {
+        o.set("max_epoch", 3);
+        ADD_FAILURE() << "unknown key accepted";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(e.what()).find("max_epochs"), std::string::npos);
+    }
+    EXPECT_THROW(o.set("limit_val_batches", 2.5), fulmen::Error);
+    EXPECT_THROW(o.set("max_epochs", "three"), fulmen::Error);
+    Trainer defaults;
+    Trainer from_options(o);
+    fulmen::TrainerOptions moved = fulmen::TrainerOptions().set("max_steps", 2);
+    Trainer limited(moved);
+
+    Model model = fulmen_test::mlp();
+    Dataset ds = fulmen_test::blobs(64, 11);
+    Loader loader(ds, 8);
+    LightningModule module = full_module(model).build();
+    Trainer by_steps(fulmen_test::quiet_options(100).set("max_steps", 5).set("logger", false));
+    by_steps.fit(module, loader);
+    EXPECT_EQ(by_steps.global_step(), 5);
+    Trainer by_fraction(fulmen_test::quiet_options(1).set("limit_train_batches", 0.5).set("logger", false));
+    by_fraction.fit(module, loader);
+    EXPECT_EQ(by_fraction.global_step(), 4);
+}
+
+TEST_F(TrainerTest, ModuleFromAnotherTranslationUnit) {
+    int freed = 0;
+    {
+        Model model = fulmen_test::mlp();
+        Dataset ds = fulmen_test::blobs(64, 12);
+        Loader loader(ds, 16, true);
+        LightningModule module = fulmen_test::module_from_second_tu(model, &freed);
+        Trainer trainer(fulmen_test::quiet_options(5).set("logger", false));
+        trainer.fit(module, loader, loader);
+        EXPECT_GT(trainer.callback_metric("val_acc"), 0.9);
+    }
+    EXPECT_EQ(freed, 1);
+}
+
+TEST_F(TrainerTest, VersionAndThreads) {
+    EXPECT_EQ(fulmen::version(), FULMEN_VERSION_STRING);
+    EXPECT_FALSE(fulmen::libtorch_version().empty());
+    int32_t before = fulmen::num_threads();
+    fulmen::set_num_threads(1);
+    EXPECT_EQ(fulmen::num_threads(), 1);
+    fulmen::set_num_threads(before);
+    EXPECT_THROW(fulmen::set_num_threads(0), fulmen::Error);
+}

@@ -1,0 +1,266 @@
+package fulmen
+
+// The //export trampolines that fulmen calls back into (through the
+// adapters of shim.c). Each one finds its Go state from the cgo.Handle in
+// the userdata, opens the Go mirror of the C tensor scope, checks the
+// context of the running call, recovers a panic into a CodeCallback error
+// and records the Go cause for the error the outer call returns. Only
+// declarations may appear in this file's preamble, as cgo requires for a
+// file with //export.
+
+/*
+#include <fulmen.h>
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime/cgo"
+	"runtime/debug"
+	"unsafe"
+)
+
+// cCallbackError turns the Go error of a callback into a fulmen error for
+// C, recording it as the cause of the running call's error. A *Error keeps
+// its code; anything else is CodeCallback.
+func cCallbackError(call *callState, err error, record bool) *C.fulmen_error {
+	if call != nil && record && call.cause == nil {
+		// The first failure is the cause: what follows it (on_exception
+		// hooks, a logger's finalize) runs because of it.
+		call.cause = err
+	}
+	code := CodeCallback
+	var fe *Error
+	if errors.As(err, &fe) {
+		code = fe.Code
+	}
+	msg := cString(err.Error())
+	defer freeCString(msg)
+	return C.fulmen_error_new(C.int32_t(code), msg)
+}
+
+// runCallback runs the body of a callback inside a Go scope, with the
+// context check and panic recovery.
+func runCallback(body func() error) *C.fulmen_error {
+	return runCallbackAfter(false, body)
+}
+
+// runCallbackAfter is runCallback; failing says the callback runs because
+// the call is already failing (on_exception, a logger's "failed"
+// finalize): it then runs even when the context is done, and its own error
+// (which the library drops) is not recorded as the cause.
+func runCallbackAfter(failing bool, body func() error) (result *C.fulmen_error) {
+	sc := enterScope()
+	call := currentCall()
+	defer func() {
+		if r := recover(); r != nil {
+			result = cCallbackError(call, &PanicError{Value: r, Stack: debug.Stack()}, !failing)
+		}
+		exitScope(sc)
+	}()
+	if !failing && call != nil && call.ctx != nil {
+		if err := call.ctx.Err(); err != nil {
+			return cCallbackError(call, err, true)
+		}
+	}
+	if err := body(); err != nil {
+		return cCallbackError(call, err, !failing)
+	}
+	return nil
+}
+
+// lend writes t's handle to *out for the library to read when the callback
+// returns. A scope-owned tensor is written as is (the scope frees it); a
+// Go-owned one is shared into a new scope-owned handle, so ownership of t
+// never changes.
+func lend(t *Tensor, out **C.fulmen_tensor) error {
+	*out = nil
+	if t.Closed() {
+		return nil
+	}
+	if t.Scoped() {
+		*out = t.h
+		return nil
+	}
+	s, err := t.Share()
+	if err != nil {
+		return err
+	}
+	*out = s.h
+	return nil
+}
+
+// moduleOf returns the Go module state behind a userdata handle.
+func moduleOf(ud C.uintptr_t) *moduleState { return cgo.Handle(ud).Value().(*moduleState) }
+
+//export fulmenGoTrainingStep
+func fulmenGoTrainingStep(ud C.uintptr_t, ctx *C.fulmen_step_context, batch *C.fulmen_batch, out **C.fulmen_tensor) *C.fulmen_error {
+	return runCallback(func() error {
+		sc, b := &StepContext{h: ctx}, &Batch{h: batch}
+		defer sc.end()
+		defer b.end()
+		loss, err := moduleOf(ud).funcs.TrainingStep(sc, b)
+		if err != nil {
+			return err
+		}
+		return lend(loss, out)
+	})
+}
+
+//export fulmenGoEvalStep
+func fulmenGoEvalStep(ud C.uintptr_t, stage C.int, ctx *C.fulmen_step_context, batch *C.fulmen_batch) *C.fulmen_error {
+	return runCallback(func() error {
+		sc, b := &StepContext{h: ctx}, &Batch{h: batch}
+		defer sc.end()
+		defer b.end()
+		m := moduleOf(ud)
+		if Stage(stage) == StageTest {
+			return m.funcs.TestStep(sc, b)
+		}
+		return m.funcs.ValidationStep(sc, b)
+	})
+}
+
+//export fulmenGoPredictStep
+func fulmenGoPredictStep(ud C.uintptr_t, ctx *C.fulmen_step_context, batch *C.fulmen_batch, out **C.fulmen_tensor) *C.fulmen_error {
+	return runCallback(func() error {
+		sc, b := &StepContext{h: ctx}, &Batch{h: batch}
+		defer sc.end()
+		defer b.end()
+		pred, err := moduleOf(ud).funcs.PredictStep(sc, b)
+		if err != nil {
+			return err
+		}
+		return lend(pred, out)
+	})
+}
+
+//export fulmenGoConfigureOptimizers
+func fulmenGoConfigureOptimizers(ud C.uintptr_t, config *C.fulmen_optimizer_config) *C.fulmen_error {
+	return runCallback(func() error {
+		cfg := &OptimizerConfig{h: config}
+		defer cfg.end()
+		return moduleOf(ud).funcs.ConfigureOptimizers(cfg)
+	})
+}
+
+//export fulmenGoSourceLen
+func fulmenGoSourceLen(ud C.uintptr_t, lenOut *C.size_t) *C.fulmen_error {
+	return runCallback(func() error {
+		n, err := cgo.Handle(ud).Value().(*DataSource).Len()
+		if err != nil {
+			return err
+		}
+		if n < 0 {
+			return fmt.Errorf("DataSource.Len returned %d", n)
+		}
+		*lenOut = C.size_t(n)
+		return nil
+	})
+}
+
+//export fulmenGoSourceGetBatch
+func fulmenGoSourceGetBatch(ud C.uintptr_t, indices *C.int64_t, n C.size_t, builder *C.fulmen_batch_builder) *C.fulmen_error {
+	return runCallback(func() error {
+		idx := make([]int64, int(n))
+		if n > 0 {
+			copy(idx, unsafe.Slice((*int64)(unsafe.Pointer(indices)), int(n)))
+		}
+		b := &BatchBuilder{h: builder}
+		defer b.end()
+		return cgo.Handle(ud).Value().(*DataSource).GetBatch(idx, b)
+	})
+}
+
+//export fulmenGoIteratorReset
+func fulmenGoIteratorReset(ud C.uintptr_t, epoch C.uint64_t) *C.fulmen_error {
+	return runCallback(func() error {
+		return cgo.Handle(ud).Value().(*Iterator).Reset(uint64(epoch))
+	})
+}
+
+//export fulmenGoIteratorNext
+func fulmenGoIteratorNext(ud C.uintptr_t, builder *C.fulmen_batch_builder, done *C.bool) *C.fulmen_error {
+	return runCallback(func() error {
+		b := &BatchBuilder{h: builder}
+		defer b.end()
+		finished, err := cgo.Handle(ud).Value().(*Iterator).Next(b)
+		if err != nil {
+			return err
+		}
+		*done = C.bool(finished)
+		return nil
+	})
+}
+
+// runHook runs a Go hook function with a HookContext valid for the call.
+func runHook(hook C.int32_t, ctx *C.fulmen_hook_context, f func(Hook, *HookContext) error) *C.fulmen_error {
+	h := Hook(hook)
+	return runCallbackAfter(h == HookException, func() error {
+		hc := &HookContext{h: ctx}
+		defer hc.end()
+		return f(h, hc)
+	})
+}
+
+//export fulmenGoModuleHook
+func fulmenGoModuleHook(ud C.uintptr_t, hook C.int32_t, ctx *C.fulmen_hook_context) *C.fulmen_error {
+	return runHook(hook, ctx, moduleOf(ud).funcs.OnHook)
+}
+
+//export fulmenGoCallbackHook
+func fulmenGoCallbackHook(ud C.uintptr_t, hook C.int32_t, ctx *C.fulmen_hook_context) *C.fulmen_error {
+	return runHook(hook, ctx, cgo.Handle(ud).Value().(Callback).OnHook)
+}
+
+// goStrings copies n C strings.
+func goStrings(p **C.char, n C.size_t) []string {
+	if n == 0 {
+		return nil
+	}
+	out := make([]string, int(n))
+	for i, s := range unsafe.Slice(p, int(n)) {
+		out[i] = C.GoString(s)
+	}
+	return out
+}
+
+//export fulmenGoLogMetrics
+func fulmenGoLogMetrics(ud C.uintptr_t, names **C.char, values *C.double, n C.size_t, epoch, step C.int64_t) *C.fulmen_error {
+	return runCallback(func() error {
+		m := make(map[string]float64, int(n))
+		if n > 0 {
+			vs := unsafe.Slice((*float64)(unsafe.Pointer(values)), int(n))
+			for i, k := range goStrings(names, n) {
+				m[k] = vs[i]
+			}
+		}
+		return cgo.Handle(ud).Value().(Logger).LogMetrics(m, int64(epoch), int64(step))
+	})
+}
+
+//export fulmenGoLogHyperparams
+func fulmenGoLogHyperparams(ud C.uintptr_t, keys, values **C.char, n C.size_t) *C.fulmen_error {
+	return runCallback(func() error {
+		m := make(map[string]string, int(n))
+		vs := goStrings(values, n)
+		for i, k := range goStrings(keys, n) {
+			m[k] = vs[i]
+		}
+		return cgo.Handle(ud).Value().(Logger).LogHyperparams(m)
+	})
+}
+
+//export fulmenGoLoggerFinalize
+func fulmenGoLoggerFinalize(ud C.uintptr_t, status *C.char) *C.fulmen_error {
+	s := C.GoString(status)
+	return runCallbackAfter(s != "success", func() error {
+		return cgo.Handle(ud).Value().(Logger).Finalize(s)
+	})
+}
+
+//export fulmenGoFreeHandle
+func fulmenGoFreeHandle(ud C.uintptr_t) {
+	cgo.Handle(ud).Delete()
+}

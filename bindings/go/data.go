@@ -1,0 +1,321 @@
+package fulmen
+
+/*
+#include <fulmen.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"runtime"
+	"runtime/cgo"
+	"unsafe"
+)
+
+// Dataset is a map-style dataset: samples addressed by index, handed out
+// as batches. Loaders and subsets built on a dataset keep it alive, so it
+// may be closed independently.
+type Dataset struct {
+	h *C.fulmen_dataset
+}
+
+func newDataset(h *C.fulmen_dataset) *Dataset {
+	d := &Dataset{h: h}
+	runtime.SetFinalizer(d, (*Dataset).Close)
+	return d
+}
+
+func (d *Dataset) ptr() *C.fulmen_dataset {
+	if d == nil {
+		gcStress()
+		return nil
+	}
+	h := d.h
+	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
+	return h
+}
+
+// Close frees the dataset handle; idempotent. The error is always nil.
+func (d *Dataset) Close() error {
+	if d == nil || d.h == nil {
+		return nil
+	}
+	C.fulmen_dataset_free(d.h)
+	d.h = nil
+	runtime.SetFinalizer(d, nil)
+	return nil
+}
+
+// NewTensorDataset creates a dataset from tensors that share their first
+// dimension (sample i is row i of each); it shares their storage.
+func NewTensorDataset(tensors ...*Tensor) (*Dataset, error) {
+	arr, n, hs := tensorArray(tensors)
+	var out *C.fulmen_dataset
+	err := check(C.fulmen_dataset_from_tensors(arr, n, &out))
+	runtime.KeepAlive(tensors)
+	runtime.KeepAlive(hs)
+	if err != nil {
+		return nil, err
+	}
+	return newDataset(out), nil
+}
+
+// CSVHeader says whether a CSV file has a header row.
+type CSVHeader int32
+
+// CSV header settings.
+const (
+	// CSVHeaderDetect detects a header row (the default).
+	CSVHeaderDetect CSVHeader = -1
+	// CSVNoHeader: the first row is data.
+	CSVNoHeader CSVHeader = 0
+	// CSVHasHeader: the first row is a header.
+	CSVHasHeader CSVHeader = 1
+)
+
+// CSVOptions are the options of LoadCSV (fulmen_csv_options).
+type CSVOptions struct {
+	// HasLabels: a column holds integer class labels.
+	HasLabels bool
+	// LabelColumn is the label column; negative counts from the end.
+	LabelColumn int64
+	// Header says whether the first row is a header.
+	Header CSVHeader
+	// Delimiter is the field separator.
+	Delimiter byte
+	// Scaling is how the features are scaled.
+	Scaling Scaling
+	// ScaleDivisor is the divisor for ScalingDivide.
+	ScaleDivisor float64
+}
+
+// DefaultCSVOptions are the defaults: labels in column 0, header detected,
+// ',', no scaling.
+func DefaultCSVOptions() CSVOptions {
+	c := C.fulmen_csv_options_default()
+	return CSVOptions{HasLabels: bool(c.has_labels), LabelColumn: int64(c.label_column), Header: CSVHeader(c.header),
+		Delimiter: byte(c.delimiter), Scaling: Scaling(c.scaling), ScaleDivisor: float64(c.scale_divisor)}
+}
+
+// LoadCSV loads a .csv or .csv.gz file: features as float32 (N, F) and,
+// with labels, class labels as int64 (N).
+func LoadCSV(path string, opts CSVOptions) (*Dataset, error) {
+	c := C.fulmen_csv_options{has_labels: C.bool(opts.HasLabels), label_column: C.int64_t(opts.LabelColumn),
+		header: C.int32_t(opts.Header), delimiter: C.char(opts.Delimiter), scaling: C.int32_t(opts.Scaling),
+		scale_divisor: C.double(opts.ScaleDivisor)}
+	p := cString(path)
+	defer freeCString(p)
+	var out *C.fulmen_dataset
+	if err := check(C.fulmen_dataset_from_csv(p, &c, &out)); err != nil {
+		return nil, err
+	}
+	return newDataset(out), nil
+}
+
+func indexArg(indices []int64) *C.int64_t {
+	if len(indices) == 0 {
+		return nil
+	}
+	return (*C.int64_t)(unsafe.Pointer(&indices[0]))
+}
+
+// Subset creates a dataset of the samples indices of d (which it keeps
+// alive).
+func (d *Dataset) Subset(indices []int64) (*Dataset, error) {
+	var out *C.fulmen_dataset
+	err := check(C.fulmen_dataset_subset(d.ptr(), indexArg(indices), C.size_t(len(indices)), &out))
+	runtime.KeepAlive(d)
+	runtime.KeepAlive(indices)
+	if err != nil {
+		return nil, err
+	}
+	return newDataset(out), nil
+}
+
+// SplitEvery splits d into every k-th sample starting at offset and the
+// rest: with k = 5, a 20% holdout.
+func (d *Dataset) SplitEvery(k, offset int) (every, rest *Dataset, err error) {
+	var e, r *C.fulmen_dataset
+	err = check(C.fulmen_dataset_split_every(d.ptr(), C.size_t(k), C.size_t(offset), &e, &r))
+	runtime.KeepAlive(d)
+	if err != nil {
+		return nil, nil, err
+	}
+	return newDataset(e), newDataset(r), nil
+}
+
+// Len is the number of samples.
+func (d *Dataset) Len() (int, error) {
+	var v C.size_t
+	err := check(C.fulmen_dataset_len(d.ptr(), &v))
+	runtime.KeepAlive(d)
+	return int(v), err
+}
+
+// Get fetches the samples indices as a batch, one tensor per dataset
+// column. For a DataSource dataset it runs GetBatch on this goroutine.
+func (d *Dataset) Get(indices []int64) ([]*Tensor, error) {
+	// Most datasets give a few tensors per sample; when there are more, the
+	// library reports how many and the call is made once more.
+	capacity := 8
+	for attempt := 0; ; attempt++ {
+		hs := make([]*C.fulmen_tensor, capacity)
+		var count C.size_t
+		err := withCallbacks(context.Background(), func() *C.fulmen_error {
+			return C.fulmen_dataset_get(d.ptr(), indexArg(indices), C.size_t(len(indices)), &hs[0], C.size_t(capacity), &count)
+		})
+		runtime.KeepAlive(d)
+		runtime.KeepAlive(indices)
+		if err != nil {
+			if fe, ok := err.(*Error); ok && fe.Code == CodeOutOfRange && int(count) > capacity && attempt < 3 {
+				capacity = int(count)
+				continue
+			}
+			return nil, err
+		}
+		out := make([]*Tensor, int(count))
+		for i := range out {
+			out[i] = newTensor(hs[i])
+		}
+		return out, nil
+	}
+}
+
+// DataSource is a map-style dataset implemented in Go.
+type DataSource struct {
+	// Len is the number of samples; called once, by NewSourceDataset.
+	// Required.
+	Len func() (int, error)
+	// GetBatch pushes the batch of samples indices into b (for example
+	// inputs, then targets, each with first dimension len(indices)).
+	// Tensors it creates are released after it returns. Required.
+	GetBatch func(indices []int64, b *BatchBuilder) error
+}
+
+// NewSourceDataset creates a dataset whose samples src provides. Its
+// functions run on the goroutine that iterates the loader (the one that
+// called Fit, ...).
+func NewSourceDataset(src DataSource) (*Dataset, error) {
+	if src.Len == nil || src.GetBatch == nil {
+		return nil, &Error{Code: CodeInvalidArgument, Message: "DataSource.Len and DataSource.GetBatch are required"}
+	}
+	s := src
+	h := cgo.NewHandle(&s)
+	var out *C.fulmen_dataset
+	err := withCallbacks(context.Background(), func() *C.fulmen_error {
+		return C.fulmen_go_dataset_from_source(C.uintptr_t(h), &out)
+	})
+	if err != nil {
+		h.Delete() // the library does not call userdata_free on failure
+		return nil, err
+	}
+	return newDataset(out), nil
+}
+
+// LoaderOptions are the options of a loader (fulmen_loader_options).
+type LoaderOptions struct {
+	// BatchSize is the number of samples per batch.
+	BatchSize int
+	// Shuffle reshuffles every epoch.
+	Shuffle bool
+	// Seed is the seed of the shuffle; the order depends only on (Seed, epoch).
+	Seed uint64
+	// DropLast drops the last incomplete batch.
+	DropLast bool
+}
+
+// DefaultLoaderOptions are torch's DataLoader defaults (batch size 1, no
+// shuffle).
+func DefaultLoaderOptions() LoaderOptions {
+	c := C.fulmen_loader_options_default()
+	return LoaderOptions{BatchSize: int(c.batch_size), Shuffle: bool(c.shuffle), Seed: uint64(c.seed), DropLast: bool(c.drop_last)}
+}
+
+// Loader is something the trainer draws batches from: a loader over a
+// dataset, or a Go Iterator.
+type Loader struct {
+	h *C.fulmen_loader
+}
+
+func newLoader(h *C.fulmen_loader) *Loader {
+	l := &Loader{h: h}
+	runtime.SetFinalizer(l, (*Loader).Close)
+	return l
+}
+
+func (l *Loader) ptr() *C.fulmen_loader {
+	if l == nil {
+		gcStress()
+		return nil
+	}
+	h := l.h
+	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
+	return h
+}
+
+// Close frees the loader; idempotent. The error is always nil.
+func (l *Loader) Close() error {
+	if l == nil || l.h == nil {
+		return nil
+	}
+	C.fulmen_loader_free(l.h)
+	l.h = nil
+	runtime.SetFinalizer(l, nil)
+	return nil
+}
+
+// NewLoader creates a loader that batches ds (which it keeps alive).
+func NewLoader(ds *Dataset, opts LoaderOptions) (*Loader, error) {
+	c := C.fulmen_loader_options{batch_size: C.size_t(opts.BatchSize), shuffle: C.bool(opts.Shuffle),
+		seed: C.uint64_t(opts.Seed), drop_last: C.bool(opts.DropLast)}
+	var out *C.fulmen_loader
+	err := check(C.fulmen_loader_new(ds.ptr(), &c, &out))
+	runtime.KeepAlive(ds)
+	if err != nil {
+		return nil, err
+	}
+	return newLoader(out), nil
+}
+
+// Iterator is an iterable data source implemented in Go (like a PyTorch
+// IterableDataset).
+type Iterator struct {
+	// Reset starts epoch epoch from the beginning. Optional.
+	Reset func(epoch uint64) error
+	// Next pushes the next batch into b, or returns done = true at the end
+	// of the epoch (pushing nothing). Required.
+	Next func(b *BatchBuilder) (done bool, err error)
+	// NumBatches is the number of batches per epoch when known (used for
+	// progress and limits); 0 or negative means unknown.
+	NumBatches int
+}
+
+// NewIteratorLoader creates a loader that pulls batches from it.
+func NewIteratorLoader(it Iterator) (*Loader, error) {
+	if it.Next == nil {
+		return nil, &Error{Code: CodeInvalidArgument, Message: "Iterator.Next is required"}
+	}
+	n := int64(it.NumBatches)
+	if n <= 0 {
+		n = -1
+	}
+	s := it
+	h := cgo.NewHandle(&s)
+	var out *C.fulmen_loader
+	err := check(C.fulmen_go_loader_from_iterator(C.uintptr_t(h), C.bool(it.Reset != nil), C.int64_t(n), &out))
+	if err != nil {
+		h.Delete() // the library does not call userdata_free on failure
+		return nil, err
+	}
+	return newLoader(out), nil
+}
+
+// Len is the number of batches per epoch; ErrUnsupported for an Iterator
+// whose NumBatches is unknown.
+func (l *Loader) Len() (int, error) {
+	var v C.size_t
+	err := check(C.fulmen_loader_len(l.ptr(), &v))
+	runtime.KeepAlive(l)
+	return int(v), err
+}

@@ -1,0 +1,213 @@
+package fulmen_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	fulmen "github.com/fulmen-ml/fulmen/bindings/go"
+)
+
+func TestDatasets(t *testing.T) {
+	noLeaks(t)
+	ds := blobDataset(t, 10, 1)
+	defer ds.Close()
+	if n := must(ds.Len()); n != 10 {
+		t.Fatalf("len %d", n)
+	}
+	batch := must(ds.Get([]int64{0, 3, 9}))
+	if len(batch) != 2 {
+		t.Fatalf("batch of %d tensors", len(batch))
+	}
+	if sh := must(batch[0].Shape()); !reflect.DeepEqual(sh, []int64{3, 2}) {
+		t.Fatalf("x shape %v", sh)
+	}
+	if y := must(fulmen.ToSlice[int64](batch[1])); !reflect.DeepEqual(y, []int64{0, 1, 1}) {
+		t.Fatalf("labels %v", y)
+	}
+	for _, b := range batch {
+		b.Close()
+	}
+	if _, err := ds.Get([]int64{10}); !errors.Is(err, fulmen.ErrOutOfRange) && !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("index 10: %v", err)
+	}
+	sub := must(ds.Subset([]int64{1, 2, 3}))
+	defer sub.Close()
+	if n := must(sub.Len()); n != 3 {
+		t.Fatalf("subset len %d", n)
+	}
+	every, rest, err := ds.SplitEvery(5, 0)
+	ok(t, err)
+	defer every.Close()
+	defer rest.Close()
+	if a, b := must(every.Len()), must(rest.Len()); a != 2 || b != 8 {
+		t.Fatalf("split %d / %d", a, b)
+	}
+	if _, _, err := ds.SplitEvery(0, 0); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("split k=0: %v", err)
+	}
+	ok(t, ds.Close())
+	ok(t, ds.Close())
+	// The subset keeps its parent alive.
+	if n := must(sub.Len()); n != 3 {
+		t.Fatalf("subset len after parent close %d", n)
+	}
+	x := must(fulmen.Zeros(fulmen.Float32, 3, 2))
+	y := must(fulmen.Zeros(fulmen.Int64, 4))
+	defer x.Close()
+	defer y.Close()
+	if _, err := fulmen.NewTensorDataset(x, y); !errors.Is(err, fulmen.ErrShapeMismatch) {
+		t.Fatalf("mismatched dataset: %v", err)
+	}
+}
+
+func TestCSVDataset(t *testing.T) {
+	noLeaks(t)
+	path := filepath.Join(t.TempDir(), "d.csv")
+	ok(t, os.WriteFile(path, []byte("a,b,label\n0,255,1\n51,102,0\n"), 0o644))
+	o := fulmen.DefaultCSVOptions()
+	if !o.HasLabels || o.LabelColumn != 0 || o.Header != fulmen.CSVHeaderDetect || o.Delimiter != ',' {
+		t.Fatalf("csv defaults %+v", o)
+	}
+	o.LabelColumn = -1
+	o.Header = fulmen.CSVHasHeader
+	o.Scaling = fulmen.ScalingDivide
+	o.ScaleDivisor = 255
+	ds := must(fulmen.LoadCSV(path, o))
+	defer ds.Close()
+	b := must(ds.Get([]int64{0, 1}))
+	defer b[0].Close()
+	defer b[1].Close()
+	if x := must(fulmen.ToSlice[float32](b[0])); !near(x, []float32{0, 1, 0.2, 0.4}) {
+		t.Fatalf("features %v", x)
+	}
+	if y := must(fulmen.ToSlice[int64](b[1])); !reflect.DeepEqual(y, []int64{1, 0}) {
+		t.Fatalf("labels %v", y)
+	}
+	if _, err := fulmen.LoadCSV(filepath.Join(t.TempDir(), "none.csv"), o); !errors.Is(err, fulmen.ErrIO) {
+		t.Fatalf("missing csv: %v", err)
+	}
+}
+
+func TestLoaders(t *testing.T) {
+	noLeaks(t)
+	d := fulmen.DefaultLoaderOptions()
+	if d.BatchSize != 1 || d.Shuffle || d.DropLast {
+		t.Fatalf("loader defaults %+v", d)
+	}
+	ds := blobDataset(t, 10, 1)
+	defer ds.Close()
+	l := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 4}))
+	if n := must(l.Len()); n != 3 {
+		t.Fatalf("loader len %d", n)
+	}
+	ok(t, l.Close())
+	ok(t, l.Close())
+	l = must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 4, DropLast: true, Shuffle: true, Seed: 1}))
+	defer l.Close()
+	if n := must(l.Len()); n != 2 {
+		t.Fatalf("drop_last loader len %d", n)
+	}
+	if _, err := fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 0}); err == nil {
+		t.Fatal("batch size 0 accepted")
+	}
+	if _, err := l.Len(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A Go data source: the tensors it creates are scope-owned.
+func TestSourceDataset(t *testing.T) {
+	noLeaks(t)
+	xs, ys := blobs(20, 3)
+	var scopedInside, closedAfter bool
+	var made *fulmen.Tensor
+	src := fulmen.DataSource{
+		Len: func() (int, error) { return len(ys), nil },
+		GetBatch: func(idx []int64, b *fulmen.BatchBuilder) error {
+			x := make([]float32, 0, 2*len(idx))
+			y := make([]int64, 0, len(idx))
+			for _, i := range idx {
+				x = append(x, xs[2*i], xs[2*i+1])
+				y = append(y, ys[i])
+			}
+			xt, err := fulmen.FromSlice(x, int64(len(idx)), 2)
+			if err != nil {
+				return err
+			}
+			yt, err := fulmen.FromSlice(y)
+			if err != nil {
+				return err
+			}
+			scopedInside = xt.Scoped()
+			made = xt
+			if err := b.Push(xt); err != nil {
+				return err
+			}
+			return b.Push(yt)
+		},
+	}
+	ds := must(fulmen.NewSourceDataset(src))
+	got := must(ds.Get([]int64{4, 5}))
+	closedAfter = made.Closed()
+	if !scopedInside || !closedAfter {
+		t.Fatalf("scope: inside %v, closed after %v", scopedInside, closedAfter)
+	}
+	if got[0].Scoped() {
+		t.Fatal("a tensor returned to the caller is scope-owned")
+	}
+	if y := must(fulmen.ToSlice[int64](got[1])); !reflect.DeepEqual(y, []int64{0, 1}) {
+		t.Fatalf("labels %v", y)
+	}
+	got[0].Close()
+	got[1].Close()
+	ok(t, made.Close()) // no-op: the library freed it
+
+	// A failing source surfaces with its code and Go cause.
+	bad := errors.New("disk on fire")
+	failing := must(fulmen.NewSourceDataset(fulmen.DataSource{
+		Len:      func() (int, error) { return 3, nil },
+		GetBatch: func([]int64, *fulmen.BatchBuilder) error { return bad },
+	}))
+	_, err := failing.Get([]int64{0})
+	if !errors.Is(err, fulmen.ErrCallback) || !errors.Is(err, bad) {
+		t.Fatalf("failing source: %v", err)
+	}
+	failing.Close()
+	// Len failing: the dataset is not created (and the handle is released).
+	_, err = fulmen.NewSourceDataset(fulmen.DataSource{
+		Len:      func() (int, error) { return 0, bad },
+		GetBatch: src.GetBatch,
+	})
+	if !errors.Is(err, bad) {
+		t.Fatalf("failing len: %v", err)
+	}
+	if _, err := fulmen.NewSourceDataset(fulmen.DataSource{}); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("empty source: %v", err)
+	}
+	ok(t, ds.Close())
+}
+
+func TestIteratorLoader(t *testing.T) {
+	noLeaks(t)
+	if _, err := fulmen.NewIteratorLoader(fulmen.Iterator{}); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("iterator without Next: %v", err)
+	}
+	l := must(fulmen.NewIteratorLoader(fulmen.Iterator{
+		Next: func(*fulmen.BatchBuilder) (bool, error) { return true, nil },
+	}))
+	if _, err := l.Len(); !errors.Is(err, fulmen.ErrUnsupported) {
+		t.Fatalf("len of an unsized iterator: %v", err)
+	}
+	l.Close()
+	l = must(fulmen.NewIteratorLoader(fulmen.Iterator{
+		Next:       func(*fulmen.BatchBuilder) (bool, error) { return true, nil },
+		NumBatches: 7,
+	}))
+	if n := must(l.Len()); n != 7 {
+		t.Fatalf("len %d", n)
+	}
+	l.Close()
+}

@@ -1,0 +1,300 @@
+// Package fulmen is the Go binding of fulmen, Lightning-style training on
+// libtorch. It is a thin cgo wrapper over the C API in include/fulmen.h:
+// every function calls the library and re-implements nothing.
+//
+// # Errors
+//
+// Every fallible call returns an error; library errors are *Error values
+// with a stable Code. Match them with errors.Is against the sentinels
+// (ErrShapeMismatch, ErrInvalidArgument, ...). An error caused by a Go
+// callback (a returned error, a recovered panic as *PanicError, or a
+// cancelled context.Context) wraps that cause.
+//
+// # Ownership
+//
+// Every handle type (Tensor, Model, Optimizer, Scheduler, Dataset, Loader,
+// LightningModule, Trainer, TrainerOptions) has an idempotent Close, and a
+// finalizer as a safety net; close handles explicitly, the Go garbage
+// collector does not see libtorch memory. Calls that consume a handle
+// (Model.Push, Model.Add, OptimizerConfig.Add) close the Go wrapper on
+// success.
+//
+// Tensors follow the C scope rule: a Tensor created while a callback
+// (a step, configure_optimizers, a hook, a logger, a data source or
+// iterator function) runs,
+// on the callback's goroutine, is scope-owned: the library frees it when
+// the callback returns, and the Go wrapper then reports itself closed
+// (Closed returns true, calls fail with ErrNullArgument). Call Keep to take
+// ownership of such a tensor beyond the callback (then Close it). Close on
+// a scope-owned tensor frees it early, which is always safe. Tensors made
+// outside callbacks are owned by Go. Returning a tensor from TrainingStep
+// or PredictStep lends it to the library for that step only: ownership is
+// unchanged (a Go-owned tensor stays yours to Close).
+//
+// StepContext, HookContext, Batch, BatchBuilder and OptimizerConfig are
+// borrowed: valid only during the callback that received them.
+//
+// # Hooks, callbacks and loggers
+//
+// Lightning's hooks (Hook) reach a Callback added with Trainer.AddCallback
+// and then ModuleFuncs.OnHook, in Lightning's order, with a HookContext to
+// read the trainer's state and the hook's batch and output. Built-in
+// callbacks (AddModelCheckpoint, AddEarlyStopping, AddLRMonitor, AddTimer)
+// and Go loggers (AddLogger) are added to the trainer too; Fit, Validate,
+// Test and Predict take CkptPath to resume from, or load, a checkpoint.
+//
+// # Threads
+//
+// Handles are not thread-safe: use each from one goroutine at a time.
+// Callbacks run on the goroutine that called Fit, Validate, Test, Predict
+// or Dataset.Get.
+package fulmen
+
+/*
+#include <stdlib.h>
+#include <fulmen.h>
+*/
+import "C"
+
+import "unsafe"
+
+// DType is an element type (the C enum fulmen_dtype).
+type DType int32
+
+// Element types.
+const (
+	// Float32 is a 32-bit float.
+	Float32 DType = C.FULMEN_DTYPE_F32
+	// Float64 is a 64-bit float.
+	Float64 DType = C.FULMEN_DTYPE_F64
+	// Half is IEEE half precision (Go element type Float16).
+	Half DType = C.FULMEN_DTYPE_F16
+	// BHalf is bfloat16 (Go element type BFloat16).
+	BHalf DType = C.FULMEN_DTYPE_BF16
+	// Int64 is a 64-bit signed integer.
+	Int64 DType = C.FULMEN_DTYPE_I64
+	// Int32 is a 32-bit signed integer.
+	Int32 DType = C.FULMEN_DTYPE_I32
+	// Uint8 is an 8-bit unsigned integer.
+	Uint8 DType = C.FULMEN_DTYPE_U8
+	// Bool is a boolean, one byte per element.
+	Bool DType = C.FULMEN_DTYPE_BOOL
+	// Int8 is an 8-bit signed integer.
+	Int8 DType = C.FULMEN_DTYPE_I8
+	// Int16 is a 16-bit signed integer.
+	Int16 DType = C.FULMEN_DTYPE_I16
+)
+
+var dtypeNames = map[DType]string{
+	Float32: "float32", Float64: "float64", Half: "float16", BHalf: "bfloat16", Int64: "int64",
+	Int32: "int32", Uint8: "uint8", Bool: "bool", Int8: "int8", Int16: "int16",
+}
+
+// String returns the dtype's name, as torch spells it.
+func (d DType) String() string {
+	if s, ok := dtypeNames[d]; ok {
+		return s
+	}
+	return "dtype(?)"
+}
+
+// Size is the size of one element in bytes.
+func (d DType) Size() int {
+	switch d {
+	case Float64, Int64:
+		return 8
+	case Float32, Int32:
+		return 4
+	case Half, BHalf, Int16:
+		return 2
+	default:
+		return 1
+	}
+}
+
+// DeviceType is a device kind (the C enum fulmen_device_type).
+type DeviceType int32
+
+// Device kinds.
+const (
+	// CPU is the host CPU.
+	CPU DeviceType = C.FULMEN_DEVICE_TYPE_CPU
+	// CUDA is an NVIDIA GPU.
+	CUDA DeviceType = C.FULMEN_DEVICE_TYPE_CUDA
+	// MPS is Apple's Metal Performance Shaders.
+	MPS DeviceType = C.FULMEN_DEVICE_TYPE_MPS
+	// XLA is a PJRT / XLA device.
+	XLA DeviceType = C.FULMEN_DEVICE_TYPE_XLA
+)
+
+// Device is a device kind and index.
+type Device struct {
+	// Type is the device kind.
+	Type DeviceType
+	// Index is the device index (0 for the CPU).
+	Index int64
+}
+
+// Compare is an elementwise comparison (the C enum fulmen_compare).
+type Compare int32
+
+// Comparison ops.
+const (
+	// Eq is a == b.
+	Eq Compare = C.FULMEN_COMPARE_EQ
+	// Ne is a != b.
+	Ne Compare = C.FULMEN_COMPARE_NE
+	// Lt is a < b.
+	Lt Compare = C.FULMEN_COMPARE_LT
+	// Le is a <= b.
+	Le Compare = C.FULMEN_COMPARE_LE
+	// Gt is a > b.
+	Gt Compare = C.FULMEN_COMPARE_GT
+	// Ge is a >= b.
+	Ge Compare = C.FULMEN_COMPARE_GE
+)
+
+// Reduction says how a loss reduces over the batch (fulmen_reduction).
+type Reduction int32
+
+// Loss reductions.
+const (
+	// ReductionNone gives one loss per element.
+	ReductionNone Reduction = C.FULMEN_REDUCTION_NONE
+	// ReductionMean averages (PyTorch's default).
+	ReductionMean Reduction = C.FULMEN_REDUCTION_MEAN
+	// ReductionSum sums.
+	ReductionSum Reduction = C.FULMEN_REDUCTION_SUM
+)
+
+// Stage is the running loop (fulmen_stage).
+type Stage int32
+
+// Stages.
+const (
+	// StageTrain is the training loop of Fit.
+	StageTrain Stage = C.FULMEN_STAGE_TRAIN
+	// StageValidate is validation (inside Fit or Validate).
+	StageValidate Stage = C.FULMEN_STAGE_VALIDATE
+	// StageTest is Test.
+	StageTest Stage = C.FULMEN_STAGE_TEST
+	// StagePredict is Predict.
+	StagePredict Stage = C.FULMEN_STAGE_PREDICT
+)
+
+// String returns the stage's name.
+func (s Stage) String() string {
+	switch s {
+	case StageTrain:
+		return "train"
+	case StageValidate:
+		return "validate"
+	case StageTest:
+		return "test"
+	case StagePredict:
+		return "predict"
+	}
+	return "stage(?)"
+}
+
+// Interval says when a scheduler steps (fulmen_interval).
+type Interval int32
+
+// Scheduler intervals.
+const (
+	// IntervalStep steps after every optimizer step.
+	IntervalStep Interval = C.FULMEN_INTERVAL_STEP
+	// IntervalEpoch steps after every training epoch (Lightning's default).
+	IntervalEpoch Interval = C.FULMEN_INTERVAL_EPOCH
+)
+
+// Activation is an activation layer kind (fulmen_activation).
+type Activation int32
+
+// Activation layers.
+const (
+	// ReLU is nn.ReLU.
+	ReLU Activation = C.FULMEN_ACTIVATION_RELU
+	// LeakyReLU is nn.LeakyReLU(param) (negative slope).
+	LeakyReLU Activation = C.FULMEN_ACTIVATION_LEAKY_RELU
+	// GELU is nn.GELU (exact).
+	GELU Activation = C.FULMEN_ACTIVATION_GELU
+	// Sigmoid is nn.Sigmoid.
+	Sigmoid Activation = C.FULMEN_ACTIVATION_SIGMOID
+	// Tanh is nn.Tanh.
+	Tanh Activation = C.FULMEN_ACTIVATION_TANH
+	// SiLU is nn.SiLU.
+	SiLU Activation = C.FULMEN_ACTIVATION_SILU
+	// ELU is nn.ELU(param) (alpha).
+	ELU Activation = C.FULMEN_ACTIVATION_ELU
+	// Softmax is nn.Softmax(dim = param).
+	Softmax Activation = C.FULMEN_ACTIVATION_SOFTMAX
+	// LogSoftmax is nn.LogSoftmax(dim = param).
+	LogSoftmax Activation = C.FULMEN_ACTIVATION_LOG_SOFTMAX
+	// Identity is nn.Identity.
+	Identity Activation = C.FULMEN_ACTIVATION_IDENTITY
+)
+
+// Scaling says how CSV features are scaled (fulmen_scaling).
+type Scaling int32
+
+// CSV feature scalings.
+const (
+	// ScalingNone keeps values as read.
+	ScalingNone Scaling = C.FULMEN_SCALING_NONE
+	// ScalingDivide divides by CSVOptions.ScaleDivisor (255 for pixels).
+	ScalingDivide Scaling = C.FULMEN_SCALING_DIVIDE
+	// ScalingMinMax scales each column to [0, 1] by its min and max.
+	ScalingMinMax Scaling = C.FULMEN_SCALING_MIN_MAX
+	// ScalingStandardize scales each column to zero mean and unit variance.
+	ScalingStandardize Scaling = C.FULMEN_SCALING_STANDARDIZE
+)
+
+// LogFlags combine LogOnStep, LogOnEpoch and LogProgBar (StepContext.Log).
+type LogFlags uint32
+
+// Log flags.
+const (
+	// LogOnStep records the value of every step.
+	LogOnStep LogFlags = C.FULMEN_LOG_ON_STEP
+	// LogOnEpoch records the mean over the epoch (weighted by batch size).
+	LogOnEpoch LogFlags = C.FULMEN_LOG_ON_EPOCH
+	// LogProgBar shows the value in the progress output.
+	LogProgBar LogFlags = C.FULMEN_LOG_PROG_BAR
+)
+
+// Version is the library version, "MAJOR.MINOR.PATCH".
+func Version() string { return C.GoString(C.fulmen_version()) }
+
+// LibtorchVersion is the libtorch version the library was built against.
+func LibtorchVersion() string { return C.GoString(C.fulmen_libtorch_version()) }
+
+// ManualSeed seeds every random generator fulmen and libtorch use, as
+// Lightning's seed_everything.
+func ManualSeed(seed uint64) error { return check(C.fulmen_manual_seed(C.uint64_t(seed))) }
+
+// SetNumThreads sets the number of threads libtorch uses for intra-op
+// parallelism.
+func SetNumThreads(n int) error { return check(C.fulmen_set_num_threads(C.int32_t(n))) }
+
+// NumThreads is the number of threads libtorch uses for intra-op parallelism.
+func NumThreads() int { return int(C.fulmen_get_num_threads()) }
+
+// LiveHandles is the number of live fulmen handles of every type in this
+// process: a leak check for tests and long-running programs.
+func LiveHandles() int { return int(C.fulmen_live_handles()) }
+
+// Must returns v, and panics if err is not nil. It shortens examples and
+// set-up code; prefer handling the error elsewhere.
+func Must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// cString converts s to a C string the caller frees with freeCString.
+func cString(s string) *C.char { return C.CString(s) }
+
+// freeCString frees a string from cString.
+func freeCString(p *C.char) { C.free(unsafe.Pointer(p)) }

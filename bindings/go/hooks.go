@@ -1,0 +1,279 @@
+package fulmen
+
+/*
+#include <fulmen.h>
+*/
+import "C"
+
+import "strconv"
+
+// Hook is one of Lightning's hooks (the C enum fulmen_hook). Callbacks
+// receive them in Lightning's order: every Callback first (in the order
+// added), then the LightningModule's ModuleFuncs.OnHook.
+type Hook int32
+
+// The hooks. String returns Lightning's method name ("on_train_epoch_end").
+const (
+	// HookSetup is setup(stage), at the start of Fit / Validate / Test / Predict.
+	HookSetup Hook = C.FULMEN_HOOK_SETUP
+	// HookTeardown is teardown(stage), at their successful end.
+	HookTeardown Hook = C.FULMEN_HOOK_TEARDOWN
+	// HookFitStart is on_fit_start.
+	HookFitStart Hook = C.FULMEN_HOOK_FIT_START
+	// HookFitEnd is on_fit_end.
+	HookFitEnd Hook = C.FULMEN_HOOK_FIT_END
+	// HookSanityCheckStart is on_sanity_check_start.
+	HookSanityCheckStart Hook = C.FULMEN_HOOK_SANITY_CHECK_START
+	// HookSanityCheckEnd is on_sanity_check_end.
+	HookSanityCheckEnd Hook = C.FULMEN_HOOK_SANITY_CHECK_END
+	// HookTrainStart is on_train_start.
+	HookTrainStart Hook = C.FULMEN_HOOK_TRAIN_START
+	// HookTrainEnd is on_train_end.
+	HookTrainEnd Hook = C.FULMEN_HOOK_TRAIN_END
+	// HookTrainEpochStart is on_train_epoch_start.
+	HookTrainEpochStart Hook = C.FULMEN_HOOK_TRAIN_EPOCH_START
+	// HookTrainEpochEnd is on_train_epoch_end.
+	HookTrainEpochEnd Hook = C.FULMEN_HOOK_TRAIN_EPOCH_END
+	// HookTrainBatchStart is on_train_batch_start (the batch is readable).
+	HookTrainBatchStart Hook = C.FULMEN_HOOK_TRAIN_BATCH_START
+	// HookTrainBatchEnd is on_train_batch_end (the batch and loss are readable).
+	HookTrainBatchEnd Hook = C.FULMEN_HOOK_TRAIN_BATCH_END
+	// HookValidationStart is on_validation_start.
+	HookValidationStart Hook = C.FULMEN_HOOK_VALIDATION_START
+	// HookValidationEnd is on_validation_end.
+	HookValidationEnd Hook = C.FULMEN_HOOK_VALIDATION_END
+	// HookValidationEpochStart is on_validation_epoch_start.
+	HookValidationEpochStart Hook = C.FULMEN_HOOK_VALIDATION_EPOCH_START
+	// HookValidationEpochEnd is on_validation_epoch_end.
+	HookValidationEpochEnd Hook = C.FULMEN_HOOK_VALIDATION_EPOCH_END
+	// HookValidationBatchStart is on_validation_batch_start.
+	HookValidationBatchStart Hook = C.FULMEN_HOOK_VALIDATION_BATCH_START
+	// HookValidationBatchEnd is on_validation_batch_end.
+	HookValidationBatchEnd Hook = C.FULMEN_HOOK_VALIDATION_BATCH_END
+	// HookTestStart is on_test_start.
+	HookTestStart Hook = C.FULMEN_HOOK_TEST_START
+	// HookTestEnd is on_test_end.
+	HookTestEnd Hook = C.FULMEN_HOOK_TEST_END
+	// HookTestEpochStart is on_test_epoch_start.
+	HookTestEpochStart Hook = C.FULMEN_HOOK_TEST_EPOCH_START
+	// HookTestEpochEnd is on_test_epoch_end.
+	HookTestEpochEnd Hook = C.FULMEN_HOOK_TEST_EPOCH_END
+	// HookTestBatchStart is on_test_batch_start.
+	HookTestBatchStart Hook = C.FULMEN_HOOK_TEST_BATCH_START
+	// HookTestBatchEnd is on_test_batch_end.
+	HookTestBatchEnd Hook = C.FULMEN_HOOK_TEST_BATCH_END
+	// HookPredictStart is on_predict_start.
+	HookPredictStart Hook = C.FULMEN_HOOK_PREDICT_START
+	// HookPredictEnd is on_predict_end.
+	HookPredictEnd Hook = C.FULMEN_HOOK_PREDICT_END
+	// HookPredictEpochStart is on_predict_epoch_start.
+	HookPredictEpochStart Hook = C.FULMEN_HOOK_PREDICT_EPOCH_START
+	// HookPredictEpochEnd is on_predict_epoch_end.
+	HookPredictEpochEnd Hook = C.FULMEN_HOOK_PREDICT_EPOCH_END
+	// HookPredictBatchStart is on_predict_batch_start.
+	HookPredictBatchStart Hook = C.FULMEN_HOOK_PREDICT_BATCH_START
+	// HookPredictBatchEnd is on_predict_batch_end (the prediction is readable).
+	HookPredictBatchEnd Hook = C.FULMEN_HOOK_PREDICT_BATCH_END
+	// HookBeforeBackward is on_before_backward (the loss is readable).
+	HookBeforeBackward Hook = C.FULMEN_HOOK_BEFORE_BACKWARD
+	// HookAfterBackward is on_after_backward: gradients are populated.
+	HookAfterBackward Hook = C.FULMEN_HOOK_AFTER_BACKWARD
+	// HookBeforeOptimizerStep is on_before_optimizer_step: gradients are
+	// final (unscaled, before clipping).
+	HookBeforeOptimizerStep Hook = C.FULMEN_HOOK_BEFORE_OPTIMIZER_STEP
+	// HookBeforeZeroGrad is on_before_zero_grad.
+	HookBeforeZeroGrad Hook = C.FULMEN_HOOK_BEFORE_ZERO_GRAD
+	// HookSaveCheckpoint is on_save_checkpoint: add entries with
+	// HookContext.CheckpointSet.
+	HookSaveCheckpoint Hook = C.FULMEN_HOOK_SAVE_CHECKPOINT
+	// HookLoadCheckpoint is on_load_checkpoint: read entries with
+	// HookContext.CheckpointGet.
+	HookLoadCheckpoint Hook = C.FULMEN_HOOK_LOAD_CHECKPOINT
+	// HookException is on_exception: the run is failing
+	// (HookContext.Exception has the message). It runs even when the
+	// context is done, and its error is ignored.
+	HookException Hook = C.FULMEN_HOOK_EXCEPTION
+)
+
+// String returns Lightning's name of the hook ("on_train_epoch_end",
+// "setup"), from the library.
+func (h Hook) String() string {
+	if s := C.GoString(C.fulmen_hook_name(C.int32_t(h))); s != "" {
+		return s
+	}
+	return "hook(" + strconv.Itoa(int(h)) + ")"
+}
+
+// Callback receives every hook of the trainer it is added to
+// (Trainer.AddCallback), on the goroutine that called Fit / Validate /
+// Test / Predict. Returning an error (or panicking) stops the run: the
+// error the run returns wraps it, as for the step functions. Tensors it
+// creates, and those HookContext returns, are scope-owned (released when
+// the hook returns unless kept).
+type Callback interface {
+	OnHook(hook Hook, ctx *HookContext) error
+}
+
+// CallbackFunc adapts a function to Callback.
+type CallbackFunc func(hook Hook, ctx *HookContext) error
+
+// OnHook calls f.
+func (f CallbackFunc) OnHook(hook Hook, ctx *HookContext) error { return f(hook, ctx) }
+
+// HookContext is what a hook sees: the trainer's state and the hook's
+// data. Borrowed: valid only during the hook call.
+type HookContext struct {
+	h *C.fulmen_hook_context
+}
+
+func (c *HookContext) ptr() *C.fulmen_hook_context {
+	if c == nil {
+		gcStress()
+		return nil
+	}
+	h := c.h
+	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
+	return h
+}
+
+func (c *HookContext) end() { c.h = nil }
+
+// Stage is the running entry point: "fit", "validate", "test" or "predict".
+func (c *HookContext) Stage() (string, error) {
+	var s *C.char
+	if err := check(C.fulmen_hook_context_stage(c.ptr(), &s)); err != nil {
+		return "", err
+	}
+	return C.GoString(s), nil
+}
+
+// Epoch is the current epoch (0-based).
+func (c *HookContext) Epoch() (int64, error) {
+	var v C.int64_t
+	err := check(C.fulmen_hook_context_epoch(c.ptr(), &v))
+	return int64(v), err
+}
+
+// GlobalStep is the number of optimizer steps taken so far.
+func (c *HookContext) GlobalStep() (int64, error) {
+	var v C.int64_t
+	err := check(C.fulmen_hook_context_global_step(c.ptr(), &v))
+	return int64(v), err
+}
+
+// BatchIdx is the batch index for batch hooks, -1 for the others.
+func (c *HookContext) BatchIdx() (int64, error) {
+	var v C.int64_t
+	err := check(C.fulmen_hook_context_batch_idx(c.ptr(), &v))
+	return int64(v), err
+}
+
+// Metric is the latest value of a logged metric (trainer.callback_metrics);
+// ErrInvalidState, naming the logged ones, when it is missing.
+func (c *HookContext) Metric(name string) (float64, error) {
+	n := cString(name)
+	defer freeCString(n)
+	var v C.double
+	err := check(C.fulmen_hook_context_metric(c.ptr(), n, &v))
+	return float64(v), err
+}
+
+// RequestStop asks the trainer to stop after the current step (Lightning's
+// trainer.should_stop = True; min_epochs / min_steps still apply).
+func (c *HookContext) RequestStop() error {
+	return check(C.fulmen_hook_context_request_stop(c.ptr()))
+}
+
+// BatchLen is the number of tensors of the hook's batch (0 when the hook
+// has none).
+func (c *HookContext) BatchLen() (int, error) {
+	var v C.size_t
+	err := check(C.fulmen_hook_context_batch_len(c.ptr(), &v))
+	return int(v), err
+}
+
+// BatchGet is tensor index of the hook's batch (scope-owned).
+func (c *HookContext) BatchGet(index int) (*Tensor, error) {
+	if index < 0 {
+		return nil, &Error{Code: CodeOutOfRange, Message: "negative batch index " + strconv.Itoa(index)}
+	}
+	var out *C.fulmen_tensor
+	if err := check(C.fulmen_hook_context_batch_get(c.ptr(), C.size_t(index), &out)); err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Batch returns every tensor of the hook's batch (none when it has none).
+func (c *HookContext) Batch() ([]*Tensor, error) {
+	n, err := c.BatchLen()
+	if err != nil {
+		return nil, err
+	}
+	ts := make([]*Tensor, n)
+	for i := range ts {
+		if ts[i], err = c.BatchGet(i); err != nil {
+			return nil, err
+		}
+	}
+	return ts, nil
+}
+
+// Output is the hook's output (scope-owned): the loss in
+// HookTrainBatchEnd, HookBeforeBackward and HookAfterBackward, the
+// prediction in HookPredictBatchEnd; nil (and no error) when the hook has
+// none.
+func (c *HookContext) Output() (*Tensor, error) {
+	var out *C.fulmen_tensor
+	if err := check(C.fulmen_hook_context_output(c.ptr(), &out)); err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// CheckpointSet stores value under key in the checkpoint being saved (in
+// HookSaveCheckpoint only; ErrInvalidState elsewhere). The entries of every
+// callback and of the module share one namespace: prefix your keys.
+func (c *HookContext) CheckpointSet(key, value string) error {
+	k, v := cString(key), cString(value)
+	defer freeCString(k)
+	defer freeCString(v)
+	return check(C.fulmen_hook_context_checkpoint_set(c.ptr(), k, v))
+}
+
+// CheckpointGet reads the value stored under key in the checkpoint being
+// loaded (in HookLoadCheckpoint only); ErrInvalidArgument when there is no
+// such entry.
+func (c *HookContext) CheckpointGet(key string) (string, error) {
+	k := cString(key)
+	defer freeCString(k)
+	h := c.ptr()
+	return readString(func(b *C.char, n C.size_t, l *C.size_t) cErr {
+		return C.fulmen_hook_context_checkpoint_get(h, k, b, n, l)
+	})
+}
+
+// Exception is the message of the failure, in HookException
+// (ErrInvalidState elsewhere).
+func (c *HookContext) Exception() (string, error) {
+	h := c.ptr()
+	return readString(func(b *C.char, n C.size_t, l *C.size_t) cErr {
+		return C.fulmen_hook_context_exception(h, b, n, l)
+	})
+}
+
+// Logger receives the metrics and hyperparameters of the runs of the
+// trainer it is added to (Trainer.AddLogger), on the goroutine running
+// them: everything the file loggers get, and the metrics of Validate and
+// Test. An error (or panic) stops the run, as for the step functions;
+// Finalize with a status other than "success" runs because the run is
+// failing, even when the context is done, and its error is ignored.
+type Logger interface {
+	// LogMetrics receives metrics logged at step in epoch.
+	LogMetrics(metrics map[string]float64, epoch, step int64) error
+	// LogHyperparams receives the module's hyperparameters
+	// (LightningModule.SetHparam) when a fit starts.
+	LogHyperparams(params map[string]string) error
+	// Finalize ends a run: status is "success" or "failed".
+	Finalize(status string) error
+}

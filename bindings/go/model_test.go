@@ -1,0 +1,311 @@
+package fulmen_test
+
+import (
+	"errors"
+	"math"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	fulmen "github.com/fulmen-ml/fulmen/bindings/go"
+)
+
+func TestModelLayers(t *testing.T) {
+	noLeaks(t)
+	conv := fulmen.DefaultConv2dOptions(3)
+	if conv.Kernel != [2]int64{3, 3} || conv.Stride != [2]int64{1, 1} || !conv.Bias || conv.Groups != 1 {
+		t.Fatalf("conv defaults %+v", conv)
+	}
+	conv.Padding = [2]int64{1, 1}
+	cnn := must(fulmen.NewSequential(
+		must(fulmen.NewConv2d(1, 4, conv)),
+		must(fulmen.NewBatchNorm(4, 1e-5, 0.1)),
+		must(fulmen.NewActivation(fulmen.ReLU, 0)),
+		must(fulmen.NewMaxPool2d(2, 0, 0)),
+		must(fulmen.NewAvgPool2d(2, 0, 0)),
+		must(fulmen.NewFlatten(1, -1)),
+		must(fulmen.NewDropout(0.1)),
+		must(fulmen.NewLayerNorm([]int64{16}, 1e-5)),
+		must(fulmen.NewLinear(16, 3, true)),
+		must(fulmen.NewActivation(fulmen.LogSoftmax, 1)),
+	))
+	defer cnn.Close()
+	x := must(fulmen.Randn(fulmen.Float32, 2, 1, 8, 8))
+	defer x.Close()
+	y := must(cnn.Forward(x))
+	defer y.Close()
+	if sh := must(y.Shape()); !reflect.DeepEqual(sh, []int64{2, 3}) {
+		t.Fatalf("cnn output %v", sh)
+	}
+	ok(t, cnn.SetTraining(false))
+	if must(cnn.IsTraining()) {
+		t.Fatal("still training")
+	}
+	names := must(cnn.StateDictNames())
+	want := map[string]bool{"0.weight": true, "1.running_mean": true, "1.num_batches_tracked": true, "7.weight": true, "8.bias": true}
+	found := 0
+	for _, n := range names {
+		if want[n] {
+			found++
+		}
+	}
+	if found != len(want) {
+		t.Fatalf("state dict names %v", names)
+	}
+
+	emb := must(fulmen.NewEmbedding(10, 4))
+	defer emb.Close()
+	ids := must(fulmen.FromSlice([]int64{1, 2, 9}))
+	defer ids.Close()
+	e := must(emb.Forward(ids))
+	defer e.Close()
+	if sh := must(e.Shape()); !reflect.DeepEqual(sh, []int64{3, 4}) {
+		t.Fatalf("embedding %v", sh)
+	}
+	for _, k := range []fulmen.Activation{fulmen.LeakyReLU, fulmen.GELU, fulmen.Sigmoid, fulmen.SiLU, fulmen.ELU, fulmen.Softmax, fulmen.Identity} {
+		a := must(fulmen.NewActivation(k, 1))
+		out := must(a.Forward(x))
+		out.Close()
+		a.Close()
+	}
+	if _, err := fulmen.LoadTorchScript(filepath.Join(t.TempDir(), "missing.pt")); err == nil {
+		t.Fatal("loading a missing TorchScript file succeeded")
+	}
+}
+
+func TestModelNamedStateDictSaveLoad(t *testing.T) {
+	noLeaks(t)
+	ok(t, fulmen.ManualSeed(5))
+	named := must(fulmen.NewNamed())
+	defer named.Close()
+	enc := must(fulmen.NewLinear(3, 2, false))
+	ok(t, named.Add("encoder", enc))
+	if !enc.Closed() {
+		t.Fatal("child not consumed by Add")
+	}
+	ok(t, enc.Close()) // no-op
+	head := must(fulmen.NewSequential(must(fulmen.NewLinear(2, 1, true))))
+	ok(t, named.Add("head", head))
+	if n := must(named.NumParameters()); n != 3*2+2+1 {
+		t.Fatalf("num parameters %d", n)
+	}
+	if n := must(named.StateDictLen()); n != 3 {
+		t.Fatalf("state dict len %d", n)
+	}
+	if name := must(named.StateDictName(0)); name != "encoder.weight" {
+		t.Fatalf("first name %q", name)
+	}
+	if _, err := named.StateDictName(10); !errors.Is(err, fulmen.ErrOutOfRange) && !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("name 10: %v", err)
+	}
+	x := must(fulmen.Ones(fulmen.Float32, 4, 3))
+	defer x.Close()
+	h := must(named.ForwardChild("encoder", x))
+	defer h.Close()
+	out := must(named.ForwardChild("head.0", h))
+	defer out.Close()
+	if _, err := named.Forward(x); err == nil {
+		t.Fatal("forward of a named container succeeded")
+	}
+	path := filepath.Join(t.TempDir(), "m.safetensors")
+	ok(t, named.Save(path))
+	w := must(named.StateDictGet("encoder.weight"))
+	defer w.Close()
+	if sh := must(w.Shape()); !reflect.DeepEqual(sh, []int64{2, 3}) {
+		t.Fatalf("encoder.weight %v", sh)
+	}
+	// A second model of the same layout, initialised differently, gives
+	// the same outputs once it loads the saved weights.
+	ok(t, fulmen.ManualSeed(99))
+	twin := must(fulmen.NewNamed())
+	defer twin.Close()
+	ok(t, twin.Add("encoder", must(fulmen.NewLinear(3, 2, false))))
+	ok(t, twin.Add("head", must(fulmen.NewSequential(must(fulmen.NewLinear(2, 1, true))))))
+	ok(t, twin.Load(path, true))
+	th := must(twin.ForwardChild("encoder", x))
+	defer th.Close()
+	if got, want := vals(twin.ForwardChild("head.0", th)), vals(out.Clone()); !near(got, want) {
+		t.Fatalf("outputs after load: %v, want %v", got, want)
+	}
+	if err := named.Load(filepath.Join(t.TempDir(), "nope.safetensors"), true); !errors.Is(err, fulmen.ErrIO) {
+		t.Fatalf("load of a missing file: %v", err)
+	}
+	other := must(fulmen.NewSequential(must(fulmen.NewLinear(5, 5, true))))
+	defer other.Close()
+	if err := other.Load(path, true); err == nil {
+		t.Fatal("strict load of foreign weights succeeded")
+	}
+	// Push on a named container or of a consumed child fails and consumes nothing.
+	lin := must(fulmen.NewLinear(1, 1, true))
+	defer lin.Close()
+	child := must(fulmen.NewLinear(1, 1, true))
+	defer child.Close()
+	if err := lin.Push(child); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("push into a linear layer: %v", err)
+	}
+	if child.Closed() {
+		t.Fatal("a failed push consumed the child")
+	}
+	seq := must(fulmen.NewSequential())
+	defer seq.Close()
+	if err := seq.Push(enc); !errors.Is(err, fulmen.ErrNullArgument) {
+		t.Fatalf("push of a consumed child: %v", err)
+	}
+}
+
+// A host-owned loop: forward, loss, backward, step.
+func TestOptimizersManualLoop(t *testing.T) {
+	noLeaks(t)
+	ok(t, fulmen.ManualSeed(2))
+	xs, ys := blobs(64, 1)
+	x := must(fulmen.FromSlice(xs, 64, 2))
+	y := must(fulmen.FromSlice(ys))
+	defer x.Close()
+	defer y.Close()
+
+	sgdOpts := fulmen.DefaultSGDOptions()
+	adam := fulmen.DefaultAdamOptions()
+	adamw := fulmen.DefaultAdamWOptions()
+	rms := fulmen.DefaultRMSpropOptions()
+	if sgdOpts.LR != 1e-3 || adam.Beta2 != 0.999 || adamw.WeightDecay != 1e-2 || rms.Alpha != 0.99 {
+		t.Fatalf("defaults %+v %+v %+v %+v", sgdOpts, adam, adamw, rms)
+	}
+	sgdOpts.LR, sgdOpts.Momentum = 0.1, 0.9
+	adam.LR, adamw.LR, rms.LR = 0.05, 0.05, 0.01
+	makers := map[string]func(m *fulmen.Model) (*fulmen.Optimizer, error){
+		"sgd":     func(m *fulmen.Model) (*fulmen.Optimizer, error) { return fulmen.NewSGD(m, nil, sgdOpts) },
+		"adam":    func(m *fulmen.Model) (*fulmen.Optimizer, error) { return fulmen.NewAdam(m, nil, adam) },
+		"adamw":   func(m *fulmen.Model) (*fulmen.Optimizer, error) { return fulmen.NewAdamW(m, nil, adamw) },
+		"rmsprop": func(m *fulmen.Model) (*fulmen.Optimizer, error) { return fulmen.NewRMSprop(m, nil, rms) },
+	}
+	for name, mk := range makers {
+		m := mlp(t)
+		opt := must(mk(m))
+		var first, last float64
+		for i := 0; i < 30; i++ {
+			ok(t, opt.ZeroGrad())
+			logits := must(m.Forward(x))
+			loss := must(fulmen.CrossEntropy(logits, y, fulmen.ReductionMean))
+			ok(t, loss.Backward())
+			if i == 0 {
+				norm := must(fulmen.ClipGradNorm(m, 100, 2))
+				if norm <= 0 {
+					t.Fatalf("%s: grad norm %v", name, norm)
+				}
+				ok(t, fulmen.ClipGradValue(m, 100))
+			}
+			ok(t, opt.Step())
+			last = must(loss.Item())
+			if i == 0 {
+				first = last
+			}
+			logits.Close()
+			loss.Close()
+		}
+		if !(last < first/2) {
+			t.Errorf("%s: loss %v -> %v", name, first, last)
+		}
+		ok(t, opt.Close())
+		ok(t, opt.Close())
+		m.Close()
+	}
+
+	// Param groups over explicit tensors.
+	w := must(fulmen.Zeros(fulmen.Float32, 2, 2))
+	defer w.Close()
+	ok(t, w.SetRequiresGrad(true))
+	opt := must(fulmen.NewSGD(nil, []*fulmen.Tensor{w}, fulmen.DefaultSGDOptions()))
+	defer opt.Close()
+	b := must(fulmen.Zeros(fulmen.Float32, 2))
+	defer b.Close()
+	ok(t, b.SetRequiresGrad(true))
+	ok(t, opt.AddParamGroup(nil, []*fulmen.Tensor{b}, 0.5))
+	ok(t, opt.SetLR(0.25))
+	if lr := must(opt.LR()); lr != 0.25 {
+		t.Fatalf("lr %v", lr)
+	}
+}
+
+func TestSchedulers(t *testing.T) {
+	noLeaks(t)
+	m := mlp(t)
+	defer m.Close()
+	o := fulmen.DefaultSGDOptions()
+	o.LR = 1
+	opt := must(fulmen.NewSGD(m, nil, o))
+	defer opt.Close()
+	lr := func() float64 { return must(opt.LR()) }
+	steps := func(s *fulmen.Scheduler, n int, metric float64) {
+		for i := 0; i < n; i++ {
+			ok(t, s.Step(opt, metric))
+		}
+	}
+
+	s := must(fulmen.NewStepLR(opt, 2, 0.5))
+	steps(s, 2, 0)
+	if math.Abs(lr()-0.5) > 1e-9 {
+		t.Fatalf("step lr %v", lr())
+	}
+	ok(t, s.Close())
+	ok(t, s.Close())
+
+	ok(t, opt.SetLR(1))
+	s = must(fulmen.NewMultiStepLR(opt, []int64{1, 3}, 0.1))
+	steps(s, 3, 0)
+	if math.Abs(lr()-0.01) > 1e-9 {
+		t.Fatalf("multistep lr %v", lr())
+	}
+	s.Close()
+
+	ok(t, opt.SetLR(1))
+	s = must(fulmen.NewExponentialLR(opt, 0.5))
+	steps(s, 3, 0)
+	if math.Abs(lr()-0.125) > 1e-9 {
+		t.Fatalf("exponential lr %v", lr())
+	}
+	s.Close()
+
+	ok(t, opt.SetLR(1))
+	s = must(fulmen.NewCosineAnnealingLR(opt, 4, 0))
+	steps(s, 4, 0)
+	if lr() > 1e-6 {
+		t.Fatalf("cosine lr %v", lr())
+	}
+	s.Close()
+
+	ok(t, opt.SetLR(1))
+	s = must(fulmen.NewLinearLR(opt, 0.5, 1, 2))
+	s.Close()
+
+	oc := fulmen.DefaultOneCycleOptions(1, 10)
+	if oc.PctStart != 0.3 || oc.DivFactor != 25 || !oc.CycleMomentum {
+		t.Fatalf("one cycle defaults %+v", oc)
+	}
+	s = must(fulmen.NewOneCycleLR(opt, oc))
+	steps(s, 3, 0)
+	s.Close()
+
+	po := fulmen.DefaultPlateauOptions()
+	if po.Factor != 0.1 || po.Patience != 10 {
+		t.Fatalf("plateau defaults %+v", po)
+	}
+	po.Patience = 0
+	ok(t, opt.SetLR(1))
+	s = must(fulmen.NewReduceLROnPlateau(opt, po))
+	steps(s, 3, 1)
+	if lr() >= 1 {
+		t.Fatalf("plateau lr %v", lr())
+	}
+	if err := s.Step(opt, math.NaN()); err == nil {
+		t.Fatal("plateau step with NaN succeeded")
+	}
+	s.Close()
+
+	other := must(fulmen.NewSGD(m, nil, o))
+	defer other.Close()
+	s = must(fulmen.NewStepLR(opt, 1, 0.5))
+	defer s.Close()
+	if err := s.Step(other, 0); err == nil {
+		t.Fatal("step with a foreign optimizer succeeded")
+	}
+}

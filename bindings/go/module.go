@@ -1,0 +1,289 @@
+package fulmen
+
+/*
+#include <fulmen.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"runtime/cgo"
+)
+
+// ModuleFuncs are the Go functions of a LightningModule. A nil function is
+// "not implemented": Fit needs TrainingStep and ConfigureOptimizers,
+// Validate needs ValidationStep, and so on. They run on the goroutine that
+// called Fit / Validate / Test / Predict; tensors they create are
+// scope-owned (see the package documentation).
+type ModuleFuncs struct {
+	// TrainingStep computes the loss of a training batch: a one-element
+	// floating tensor computed from the parameters.
+	TrainingStep func(ctx *StepContext, batch *Batch) (*Tensor, error)
+	// ValidationStep evaluates a validation batch (log metrics through ctx).
+	ValidationStep func(ctx *StepContext, batch *Batch) error
+	// TestStep evaluates a test batch.
+	TestStep func(ctx *StepContext, batch *Batch) error
+	// PredictStep returns the prediction for a batch (or nil).
+	PredictStep func(ctx *StepContext, batch *Batch) (*Tensor, error)
+	// ConfigureOptimizers creates the optimizers (and schedulers) and hands
+	// them to cfg.
+	ConfigureOptimizers func(cfg *OptimizerConfig) error
+	// OnHook receives the module's own hooks (Lightning's
+	// LightningModule.on_* methods), after every Callback's. An error or
+	// panic stops the run, as for the steps.
+	OnHook func(hook Hook, ctx *HookContext) error
+}
+
+// moduleState is what the userdata handle of a module refers to.
+type moduleState struct {
+	funcs ModuleFuncs
+}
+
+// LightningModule is the user's model logic (ModuleFuncs) and the model it
+// trains.
+type LightningModule struct {
+	h *C.fulmen_lightning_module
+}
+
+// NewLightningModule creates a LightningModule running funcs and training
+// model (may be nil). The module shares the model, so model may be closed
+// independently.
+func NewLightningModule(model *Model, funcs ModuleFuncs) (*LightningModule, error) {
+	var slots C.unsigned
+	if funcs.TrainingStep != nil {
+		slots |= C.FULMEN_GO_TRAINING_STEP
+	}
+	if funcs.ValidationStep != nil {
+		slots |= C.FULMEN_GO_VALIDATION_STEP
+	}
+	if funcs.TestStep != nil {
+		slots |= C.FULMEN_GO_TEST_STEP
+	}
+	if funcs.PredictStep != nil {
+		slots |= C.FULMEN_GO_PREDICT_STEP
+	}
+	if funcs.ConfigureOptimizers != nil {
+		slots |= C.FULMEN_GO_CONFIGURE_OPTIMIZERS
+	}
+	if funcs.OnHook != nil {
+		slots |= C.FULMEN_GO_ON_HOOK
+	}
+	h := cgo.NewHandle(&moduleState{funcs: funcs})
+	var out *C.fulmen_lightning_module
+	err := check(C.fulmen_go_module_new(C.uintptr_t(h), slots, model.ptr(), &out))
+	runtime.KeepAlive(model)
+	if err != nil {
+		h.Delete() // the library does not call userdata_free on failure
+		return nil, err
+	}
+	m := &LightningModule{h: out}
+	runtime.SetFinalizer(m, (*LightningModule).Close)
+	return m, nil
+}
+
+func (m *LightningModule) ptr() *C.fulmen_lightning_module {
+	if m == nil {
+		gcStress()
+		return nil
+	}
+	h := m.h
+	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
+	return h
+}
+
+// Close frees the module (releasing its Go functions); idempotent. The
+// error is always nil.
+func (m *LightningModule) Close() error {
+	if m == nil || m.h == nil {
+		return nil
+	}
+	C.fulmen_lightning_module_free(m.h)
+	m.h = nil
+	runtime.SetFinalizer(m, nil)
+	return nil
+}
+
+// SetHparam records a hyperparameter (Lightning's save_hyperparameters):
+// written to hparams.yaml, the TensorBoard hparams view, every checkpoint,
+// and given to Logger.LogHyperparams. Setting a key again replaces its
+// value; a key must be non-empty, without ':' or newline.
+func (m *LightningModule) SetHparam(key, value string) error {
+	k, v := cString(key), cString(value)
+	defer freeCString(k)
+	defer freeCString(v)
+	err := check(C.fulmen_lightning_module_set_hparam(m.ptr(), k, v))
+	runtime.KeepAlive(m)
+	return err
+}
+
+// StepContext is the context of one step call: stage, epoch, step, batch
+// index and metric logging. Borrowed: valid only during the step.
+type StepContext struct {
+	h *C.fulmen_step_context
+}
+
+func (c *StepContext) ptr() *C.fulmen_step_context {
+	if c == nil {
+		gcStress()
+		return nil
+	}
+	h := c.h
+	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
+	return h
+}
+
+func (c *StepContext) end() { c.h = nil }
+
+// Log logs a metric, as Lightning's self.log(name, value, ...). flags
+// combine LogOnStep, LogOnEpoch and LogProgBar (0: the stage's defaults);
+// batchSize weights the epoch mean (0: the batch's first dimension).
+func (c *StepContext) Log(name string, value float64, flags LogFlags, batchSize int64) error {
+	n := cString(name)
+	defer freeCString(n)
+	return check(C.fulmen_step_context_log(c.ptr(), n, C.double(value), C.uint32_t(flags), C.int64_t(batchSize)))
+}
+
+// Stage is the running loop.
+func (c *StepContext) Stage() (Stage, error) {
+	var v C.int32_t
+	err := check(C.fulmen_step_context_stage(c.ptr(), &v))
+	return Stage(v), err
+}
+
+// Epoch is the current epoch (0-based).
+func (c *StepContext) Epoch() (int64, error) {
+	var v C.int64_t
+	err := check(C.fulmen_step_context_epoch(c.ptr(), &v))
+	return int64(v), err
+}
+
+// GlobalStep is the number of optimizer steps taken so far.
+func (c *StepContext) GlobalStep() (int64, error) {
+	var v C.int64_t
+	err := check(C.fulmen_step_context_global_step(c.ptr(), &v))
+	return int64(v), err
+}
+
+// BatchIdx is the index of the batch within the epoch (0-based).
+func (c *StepContext) BatchIdx() (int64, error) {
+	var v C.int64_t
+	err := check(C.fulmen_step_context_batch_idx(c.ptr(), &v))
+	return int64(v), err
+}
+
+// Batch is the ordered list of tensors given to a step (for example
+// inputs then targets). Borrowed: valid only during the step.
+type Batch struct {
+	h *C.fulmen_batch
+}
+
+func (b *Batch) ptr() *C.fulmen_batch {
+	if b == nil {
+		gcStress()
+		return nil
+	}
+	h := b.h
+	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
+	return h
+}
+
+func (b *Batch) end() { b.h = nil }
+
+// Len is the number of tensors in the batch.
+func (b *Batch) Len() (int, error) {
+	var v C.size_t
+	err := check(C.fulmen_batch_len(b.ptr(), &v))
+	return int(v), err
+}
+
+// Get is tensor index of the batch (scope-owned: released when the step
+// returns unless kept).
+func (b *Batch) Get(index int) (*Tensor, error) {
+	var out *C.fulmen_tensor
+	if err := check(C.fulmen_batch_get(b.ptr(), C.size_t(index), &out)); err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Tensors returns every tensor of the batch.
+func (b *Batch) Tensors() ([]*Tensor, error) {
+	n, err := b.Len()
+	if err != nil {
+		return nil, err
+	}
+	ts := make([]*Tensor, n)
+	for i := range ts {
+		if ts[i], err = b.Get(i); err != nil {
+			return nil, err
+		}
+	}
+	return ts, nil
+}
+
+// BatchBuilder is the batch a DataSource or Iterator fills. Borrowed:
+// valid only during the callback.
+type BatchBuilder struct {
+	h *C.fulmen_batch_builder
+}
+
+func (b *BatchBuilder) end() { b.h = nil }
+
+// Push appends t to the batch. The batch shares the tensor: t keeps its
+// owner (a tensor created in the callback is released after it, which is
+// fine).
+func (b *BatchBuilder) Push(t *Tensor) error {
+	gcStress()
+	var h *C.fulmen_batch_builder
+	if b != nil {
+		h = b.h
+	}
+	err := check(C.fulmen_batch_builder_push(h, t.ptr()))
+	runtime.KeepAlive(t)
+	return err
+}
+
+// OptimizerConfig is the list of optimizers ConfigureOptimizers fills.
+// Borrowed: valid only during that callback.
+type OptimizerConfig struct {
+	h *C.fulmen_optimizer_config
+}
+
+func (c *OptimizerConfig) end() { c.h = nil }
+
+// Add hands opt to the trainer. On success opt is consumed (its wrapper is
+// closed); on failure it is unchanged.
+func (c *OptimizerConfig) Add(opt *Optimizer) error {
+	return c.AddWithScheduler(opt, nil, IntervalEpoch, 1, "")
+}
+
+// AddWithScheduler hands opt and sched (created for opt; may be nil) to the
+// trainer: the scheduler steps every frequency intervals, and monitor names
+// the logged metric fed to ReduceLROnPlateau ("" otherwise). On success
+// both are consumed (their wrappers are closed); on failure nothing is.
+func (c *OptimizerConfig) AddWithScheduler(opt *Optimizer, sched *Scheduler, interval Interval, frequency int64, monitor string) error {
+	gcStress()
+	var h *C.fulmen_optimizer_config
+	if c != nil {
+		h = c.h
+	}
+	var mon *C.char
+	if monitor != "" {
+		mon = cString(monitor)
+		defer freeCString(mon)
+	}
+	err := check(C.fulmen_optimizer_config_add(h, opt.ptr(), sched.ptr(), C.int32_t(interval), C.int64_t(frequency), mon))
+	runtime.KeepAlive(opt)
+	runtime.KeepAlive(sched)
+	if err != nil {
+		return err
+	}
+	opt.h = nil
+	runtime.SetFinalizer(opt, nil)
+	if sched != nil {
+		sched.h = nil
+		runtime.SetFinalizer(sched, nil)
+	}
+	return nil
+}

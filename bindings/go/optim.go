@@ -1,0 +1,404 @@
+package fulmen
+
+/*
+#include <fulmen.h>
+*/
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// Optimizer is an optimizer with torch.optim semantics. Hand it to the
+// trainer with OptimizerConfig.Add (which consumes it) or drive it
+// yourself with Step and ZeroGrad.
+type Optimizer struct {
+	h *C.fulmen_optimizer
+}
+
+func (o *Optimizer) ptr() *C.fulmen_optimizer {
+	if o == nil {
+		gcStress()
+		return nil
+	}
+	h := o.h
+	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
+	return h
+}
+
+// Close frees the optimizer; idempotent. The error is always nil.
+func (o *Optimizer) Close() error {
+	if o == nil || o.h == nil {
+		return nil
+	}
+	C.fulmen_optimizer_free(o.h)
+	o.h = nil
+	runtime.SetFinalizer(o, nil)
+	return nil
+}
+
+// SGDOptions are torch.optim.SGD's options (fulmen_sgd_options).
+type SGDOptions struct {
+	// LR is the learning rate.
+	LR float64
+	// Momentum is the momentum factor.
+	Momentum float64
+	// Dampening is the dampening of the momentum.
+	Dampening float64
+	// WeightDecay is the L2 penalty.
+	WeightDecay float64
+	// Nesterov enables Nesterov momentum.
+	Nesterov bool
+	// Maximize maximizes instead of minimizing.
+	Maximize bool
+}
+
+// DefaultSGDOptions are torch's SGD defaults (fulmen_sgd_options_default).
+func DefaultSGDOptions() SGDOptions {
+	c := C.fulmen_sgd_options_default()
+	return SGDOptions{LR: float64(c.lr), Momentum: float64(c.momentum), Dampening: float64(c.dampening),
+		WeightDecay: float64(c.weight_decay), Nesterov: bool(c.nesterov), Maximize: bool(c.maximize)}
+}
+
+func (o SGDOptions) c() C.fulmen_sgd_options {
+	return C.fulmen_sgd_options{lr: C.double(o.LR), momentum: C.double(o.Momentum), dampening: C.double(o.Dampening),
+		weight_decay: C.double(o.WeightDecay), nesterov: C.bool(o.Nesterov), maximize: C.bool(o.Maximize)}
+}
+
+// AdamOptions are the options of Adam and AdamW (fulmen_adam_options).
+type AdamOptions struct {
+	// LR is the learning rate.
+	LR float64
+	// Beta1 is the first-moment decay.
+	Beta1 float64
+	// Beta2 is the second-moment decay.
+	Beta2 float64
+	// Eps is the denominator term.
+	Eps float64
+	// WeightDecay is L2 for Adam, decoupled for AdamW.
+	WeightDecay float64
+	// AMSGrad enables the AMSGrad variant.
+	AMSGrad bool
+	// Maximize maximizes instead of minimizing.
+	Maximize bool
+}
+
+func adamFromC(c C.fulmen_adam_options) AdamOptions {
+	return AdamOptions{LR: float64(c.lr), Beta1: float64(c.beta1), Beta2: float64(c.beta2), Eps: float64(c.eps),
+		WeightDecay: float64(c.weight_decay), AMSGrad: bool(c.amsgrad), Maximize: bool(c.maximize)}
+}
+
+func (o AdamOptions) c() C.fulmen_adam_options {
+	return C.fulmen_adam_options{lr: C.double(o.LR), beta1: C.double(o.Beta1), beta2: C.double(o.Beta2),
+		eps: C.double(o.Eps), weight_decay: C.double(o.WeightDecay), amsgrad: C.bool(o.AMSGrad), maximize: C.bool(o.Maximize)}
+}
+
+// DefaultAdamOptions are torch's Adam defaults.
+func DefaultAdamOptions() AdamOptions { return adamFromC(C.fulmen_adam_options_default()) }
+
+// DefaultAdamWOptions are torch's AdamW defaults (weight decay 1e-2).
+func DefaultAdamWOptions() AdamOptions { return adamFromC(C.fulmen_adamw_options_default()) }
+
+// RMSpropOptions are torch.optim.RMSprop's options (fulmen_rmsprop_options).
+type RMSpropOptions struct {
+	// LR is the learning rate.
+	LR float64
+	// Alpha is the smoothing constant.
+	Alpha float64
+	// Eps is the denominator term.
+	Eps float64
+	// WeightDecay is the L2 penalty.
+	WeightDecay float64
+	// Momentum is the momentum factor.
+	Momentum float64
+	// Centered enables the centered variant.
+	Centered bool
+	// Maximize maximizes instead of minimizing.
+	Maximize bool
+}
+
+// DefaultRMSpropOptions are torch's RMSprop defaults.
+func DefaultRMSpropOptions() RMSpropOptions {
+	c := C.fulmen_rmsprop_options_default()
+	return RMSpropOptions{LR: float64(c.lr), Alpha: float64(c.alpha), Eps: float64(c.eps),
+		WeightDecay: float64(c.weight_decay), Momentum: float64(c.momentum), Centered: bool(c.centered), Maximize: bool(c.maximize)}
+}
+
+func (o RMSpropOptions) c() C.fulmen_rmsprop_options {
+	return C.fulmen_rmsprop_options{lr: C.double(o.LR), alpha: C.double(o.Alpha), eps: C.double(o.Eps),
+		weight_decay: C.double(o.WeightDecay), momentum: C.double(o.Momentum), centered: C.bool(o.Centered), maximize: C.bool(o.Maximize)}
+}
+
+// makeOptimizer runs an optimizer constructor over model (may be nil) and
+// params.
+func makeOptimizer(model *Model, params []*Tensor,
+	f func(*C.fulmen_model, **C.fulmen_tensor, C.size_t, **C.fulmen_optimizer) cErr) (*Optimizer, error) {
+	arr, n, hs := tensorArray(params)
+	var out *C.fulmen_optimizer
+	err := check(f(model.ptr(), arr, n, &out))
+	runtime.KeepAlive(model)
+	runtime.KeepAlive(params)
+	runtime.KeepAlive(hs)
+	if err != nil {
+		return nil, err
+	}
+	o := &Optimizer{h: out}
+	runtime.SetFinalizer(o, (*Optimizer).Close)
+	return o, nil
+}
+
+// NewSGD creates an SGD optimizer over model's parameters (model may be
+// nil) and params.
+func NewSGD(model *Model, params []*Tensor, opts SGDOptions) (*Optimizer, error) {
+	c := opts.c()
+	return makeOptimizer(model, params, func(m *C.fulmen_model, p **C.fulmen_tensor, n C.size_t, o **C.fulmen_optimizer) cErr {
+		return C.fulmen_optimizer_sgd_new(m, p, n, &c, o)
+	})
+}
+
+// NewAdam creates an Adam optimizer (L2 weight decay).
+func NewAdam(model *Model, params []*Tensor, opts AdamOptions) (*Optimizer, error) {
+	c := opts.c()
+	return makeOptimizer(model, params, func(m *C.fulmen_model, p **C.fulmen_tensor, n C.size_t, o **C.fulmen_optimizer) cErr {
+		return C.fulmen_optimizer_adam_new(m, p, n, &c, o)
+	})
+}
+
+// NewAdamW creates an AdamW optimizer (decoupled weight decay).
+func NewAdamW(model *Model, params []*Tensor, opts AdamOptions) (*Optimizer, error) {
+	c := opts.c()
+	return makeOptimizer(model, params, func(m *C.fulmen_model, p **C.fulmen_tensor, n C.size_t, o **C.fulmen_optimizer) cErr {
+		return C.fulmen_optimizer_adamw_new(m, p, n, &c, o)
+	})
+}
+
+// NewRMSprop creates an RMSprop optimizer.
+func NewRMSprop(model *Model, params []*Tensor, opts RMSpropOptions) (*Optimizer, error) {
+	c := opts.c()
+	return makeOptimizer(model, params, func(m *C.fulmen_model, p **C.fulmen_tensor, n C.size_t, o **C.fulmen_optimizer) cErr {
+		return C.fulmen_optimizer_rmsprop_new(m, p, n, &c, o)
+	})
+}
+
+// AddParamGroup adds a parameter group (model's parameters and/or params)
+// with its own learning rate; lr < 0 uses the optimizer's default.
+func (o *Optimizer) AddParamGroup(model *Model, params []*Tensor, lr float64) error {
+	arr, n, hs := tensorArray(params)
+	err := check(C.fulmen_optimizer_add_param_group(o.ptr(), model.ptr(), arr, n, C.double(lr)))
+	runtime.KeepAlive(o)
+	runtime.KeepAlive(model)
+	runtime.KeepAlive(params)
+	runtime.KeepAlive(hs)
+	return err
+}
+
+// Step updates every parameter that has a gradient (optimizer.step()).
+func (o *Optimizer) Step() error {
+	err := check(C.fulmen_optimizer_step(o.ptr()))
+	runtime.KeepAlive(o)
+	return err
+}
+
+// ZeroGrad clears the gradients of every parameter.
+func (o *Optimizer) ZeroGrad() error {
+	err := check(C.fulmen_optimizer_zero_grad(o.ptr()))
+	runtime.KeepAlive(o)
+	return err
+}
+
+// LR is the learning rate of parameter group 0.
+func (o *Optimizer) LR() (float64, error) {
+	var v C.double
+	err := check(C.fulmen_optimizer_get_lr(o.ptr(), &v))
+	runtime.KeepAlive(o)
+	return float64(v), err
+}
+
+// SetLR sets the learning rate of every parameter group.
+func (o *Optimizer) SetLR(lr float64) error {
+	err := check(C.fulmen_optimizer_set_lr(o.ptr(), C.double(lr)))
+	runtime.KeepAlive(o)
+	return err
+}
+
+// Scheduler is a learning-rate scheduler bound to the optimizer it was
+// created for.
+type Scheduler struct {
+	h *C.fulmen_scheduler
+}
+
+func (s *Scheduler) ptr() *C.fulmen_scheduler {
+	if s == nil {
+		gcStress()
+		return nil
+	}
+	h := s.h
+	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
+	return h
+}
+
+// Close frees the scheduler; idempotent. The error is always nil.
+func (s *Scheduler) Close() error {
+	if s == nil || s.h == nil {
+		return nil
+	}
+	C.fulmen_scheduler_free(s.h)
+	s.h = nil
+	runtime.SetFinalizer(s, nil)
+	return nil
+}
+
+// makeScheduler runs a scheduler constructor for opt.
+func makeScheduler(opt *Optimizer, f func(*C.fulmen_optimizer, **C.fulmen_scheduler) cErr) (*Scheduler, error) {
+	var out *C.fulmen_scheduler
+	err := check(f(opt.ptr(), &out))
+	runtime.KeepAlive(opt)
+	if err != nil {
+		return nil, err
+	}
+	s := &Scheduler{h: out}
+	runtime.SetFinalizer(s, (*Scheduler).Close)
+	return s, nil
+}
+
+// NewStepLR multiplies the lr by gamma every stepSize steps.
+func NewStepLR(opt *Optimizer, stepSize int64, gamma float64) (*Scheduler, error) {
+	return makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
+		return C.fulmen_scheduler_step_lr_new(o, C.int64_t(stepSize), C.double(gamma), out)
+	})
+}
+
+// NewMultiStepLR multiplies the lr by gamma at each of milestones.
+func NewMultiStepLR(opt *Optimizer, milestones []int64, gamma float64) (*Scheduler, error) {
+	s, err := makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
+		var p *C.int64_t
+		if len(milestones) > 0 {
+			p = (*C.int64_t)(unsafe.Pointer(&milestones[0]))
+		}
+		return C.fulmen_scheduler_multi_step_lr_new(o, p, C.size_t(len(milestones)), C.double(gamma), out)
+	})
+	runtime.KeepAlive(milestones)
+	return s, err
+}
+
+// NewExponentialLR multiplies the lr by gamma every step.
+func NewExponentialLR(opt *Optimizer, gamma float64) (*Scheduler, error) {
+	return makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
+		return C.fulmen_scheduler_exponential_lr_new(o, C.double(gamma), out)
+	})
+}
+
+// NewCosineAnnealingLR is CosineAnnealingLR(tMax, etaMin).
+func NewCosineAnnealingLR(opt *Optimizer, tMax int64, etaMin float64) (*Scheduler, error) {
+	return makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
+		return C.fulmen_scheduler_cosine_lr_new(o, C.int64_t(tMax), C.double(etaMin), out)
+	})
+}
+
+// NewLinearLR is LinearLR(startFactor, endFactor, totalIters).
+func NewLinearLR(opt *Optimizer, startFactor, endFactor float64, totalIters int64) (*Scheduler, error) {
+	return makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
+		return C.fulmen_scheduler_linear_lr_new(o, C.double(startFactor), C.double(endFactor), C.int64_t(totalIters), out)
+	})
+}
+
+// OneCycleOptions are the options of OneCycleLR (fulmen_one_cycle_options).
+type OneCycleOptions struct {
+	// MaxLR is the peak learning rate.
+	MaxLR float64
+	// TotalSteps is the number of steps in the cycle.
+	TotalSteps int64
+	// PctStart is the fraction of the cycle spent increasing the lr.
+	PctStart float64
+	// LinearAnneal anneals linearly instead of by cosine.
+	LinearAnneal bool
+	// CycleMomentum cycles momentum / beta1 inversely to the lr.
+	CycleMomentum bool
+	// BaseMomentum is the lower momentum bound.
+	BaseMomentum float64
+	// MaxMomentum is the upper momentum bound.
+	MaxMomentum float64
+	// DivFactor: initial lr = MaxLR / DivFactor.
+	DivFactor float64
+	// FinalDivFactor: min lr = initial lr / FinalDivFactor.
+	FinalDivFactor float64
+	// ThreePhase uses the three-phase schedule.
+	ThreePhase bool
+}
+
+// DefaultOneCycleOptions are torch's OneCycleLR defaults for a peak lr and
+// a cycle length.
+func DefaultOneCycleOptions(maxLR float64, totalSteps int64) OneCycleOptions {
+	c := C.fulmen_one_cycle_options_default(C.double(maxLR), C.int64_t(totalSteps))
+	return OneCycleOptions{MaxLR: float64(c.max_lr), TotalSteps: int64(c.total_steps), PctStart: float64(c.pct_start),
+		LinearAnneal: bool(c.linear_anneal), CycleMomentum: bool(c.cycle_momentum), BaseMomentum: float64(c.base_momentum),
+		MaxMomentum: float64(c.max_momentum), DivFactor: float64(c.div_factor), FinalDivFactor: float64(c.final_div_factor),
+		ThreePhase: bool(c.three_phase)}
+}
+
+// NewOneCycleLR is OneCycleLR with opts.
+func NewOneCycleLR(opt *Optimizer, opts OneCycleOptions) (*Scheduler, error) {
+	c := C.fulmen_one_cycle_options{max_lr: C.double(opts.MaxLR), total_steps: C.int64_t(opts.TotalSteps),
+		pct_start: C.double(opts.PctStart), linear_anneal: C.bool(opts.LinearAnneal), cycle_momentum: C.bool(opts.CycleMomentum),
+		base_momentum: C.double(opts.BaseMomentum), max_momentum: C.double(opts.MaxMomentum), div_factor: C.double(opts.DivFactor),
+		final_div_factor: C.double(opts.FinalDivFactor), three_phase: C.bool(opts.ThreePhase)}
+	return makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
+		return C.fulmen_scheduler_one_cycle_lr_new(o, &c, out)
+	})
+}
+
+// PlateauOptions are the options of ReduceLROnPlateau (fulmen_plateau_options).
+type PlateauOptions struct {
+	// ModeMax: a higher metric is better (false: lower is better).
+	ModeMax bool
+	// Factor is applied to the lr on a plateau.
+	Factor float64
+	// Patience is the number of bad steps tolerated before reducing.
+	Patience uint64
+	// Threshold is the threshold of a significant improvement.
+	Threshold float64
+	// ThresholdAbs makes the threshold absolute (false: relative).
+	ThresholdAbs bool
+	// Cooldown is the number of steps to wait after a reduction.
+	Cooldown uint64
+	// MinLR is the lower bound of the lr.
+	MinLR float64
+	// Eps: smaller reductions are skipped.
+	Eps float64
+}
+
+// DefaultPlateauOptions are torch's ReduceLROnPlateau defaults.
+func DefaultPlateauOptions() PlateauOptions {
+	c := C.fulmen_plateau_options_default()
+	return PlateauOptions{ModeMax: bool(c.mode_max), Factor: float64(c.factor), Patience: uint64(c.patience),
+		Threshold: float64(c.threshold), ThresholdAbs: bool(c.threshold_abs), Cooldown: uint64(c.cooldown),
+		MinLR: float64(c.min_lr), Eps: float64(c.eps)}
+}
+
+// NewReduceLROnPlateau is ReduceLROnPlateau with opts; step it with a metric
+// (or name the metric as the monitor in OptimizerConfig.AddWithScheduler).
+func NewReduceLROnPlateau(opt *Optimizer, opts PlateauOptions) (*Scheduler, error) {
+	c := C.fulmen_plateau_options{mode_max: C.bool(opts.ModeMax), factor: C.double(opts.Factor),
+		patience: C.uint64_t(opts.Patience), threshold: C.double(opts.Threshold), threshold_abs: C.bool(opts.ThresholdAbs),
+		cooldown: C.uint64_t(opts.Cooldown), min_lr: C.double(opts.MinLR), eps: C.double(opts.Eps)}
+	return makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
+		return C.fulmen_scheduler_reduce_on_plateau_new(o, &c, out)
+	})
+}
+
+// Step advances the scheduler one step and sets the new lr in opt, which
+// must be the optimizer it was created for. metric is used by
+// ReduceLROnPlateau (pass a finite value) and ignored by the others.
+func (s *Scheduler) Step(opt *Optimizer, metric float64) error {
+	err := check(C.fulmen_scheduler_step(s.ptr(), opt.ptr(), C.double(metric)))
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(opt)
+	return err
+}
+
+// Closed reports whether the optimizer was closed or consumed.
+func (o *Optimizer) Closed() bool { return o == nil || o.h == nil }
+
+// Closed reports whether the scheduler was closed or consumed.
+func (s *Scheduler) Closed() bool { return s == nil || s.h == nil }

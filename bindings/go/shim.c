@@ -1,0 +1,126 @@
+/* Adapters between the fulmen vtables and the Go trampolines exported by
+ * callbacks.go: they turn the void* userdata into the uintptr_t cgo.Handle
+ * and drop the const qualifiers Go cannot express. */
+#include <string.h>
+
+#include "shim.h"
+#include "_cgo_export.h"
+
+static void free_handle(void *ud) { fulmenGoFreeHandle((uintptr_t)ud); }
+
+static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch,
+                                   fulmen_tensor **out) {
+    return fulmenGoTrainingStep((uintptr_t)ud, ctx, (fulmen_batch *)batch, out);
+}
+
+static fulmen_error *validation_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch) {
+    return fulmenGoEvalStep((uintptr_t)ud, FULMEN_STAGE_VALIDATE, ctx, (fulmen_batch *)batch);
+}
+
+static fulmen_error *test_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch) {
+    return fulmenGoEvalStep((uintptr_t)ud, FULMEN_STAGE_TEST, ctx, (fulmen_batch *)batch);
+}
+
+static fulmen_error *predict_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch,
+                                  fulmen_tensor **out) {
+    return fulmenGoPredictStep((uintptr_t)ud, ctx, (fulmen_batch *)batch, out);
+}
+
+static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *config) {
+    return fulmenGoConfigureOptimizers((uintptr_t)ud, config);
+}
+
+static fulmen_error *module_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+    return fulmenGoModuleHook((uintptr_t)ud, hook, ctx);
+}
+
+fulmen_error *fulmen_go_module_new(uintptr_t handle, unsigned slots, const fulmen_model *model,
+                                   fulmen_lightning_module **out) {
+    fulmen_module_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = (void *)handle;
+    vt.userdata_free = free_handle;
+    if (slots & FULMEN_GO_TRAINING_STEP) vt.training_step = training_step;
+    if (slots & FULMEN_GO_VALIDATION_STEP) vt.validation_step = validation_step;
+    if (slots & FULMEN_GO_TEST_STEP) vt.test_step = test_step;
+    if (slots & FULMEN_GO_PREDICT_STEP) vt.predict_step = predict_step;
+    if (slots & FULMEN_GO_CONFIGURE_OPTIMIZERS) vt.configure_optimizers = configure_optimizers;
+    if (slots & FULMEN_GO_ON_HOOK) vt.on_hook = module_hook;
+    return fulmen_lightning_module_new(&vt, model, out);
+}
+
+static fulmen_error *source_len(void *ud, size_t *len_out) { return fulmenGoSourceLen((uintptr_t)ud, len_out); }
+
+static fulmen_error *source_get_batch(void *ud, const int64_t *indices, size_t n, fulmen_batch_builder *batch) {
+    return fulmenGoSourceGetBatch((uintptr_t)ud, (int64_t *)indices, n, batch);
+}
+
+fulmen_error *fulmen_go_dataset_from_source(uintptr_t handle, fulmen_dataset **out) {
+    fulmen_data_source_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = (void *)handle;
+    vt.userdata_free = free_handle;
+    vt.len = source_len;
+    vt.get_batch = source_get_batch;
+    return fulmen_dataset_from_source(&vt, out);
+}
+
+static fulmen_error *iterator_reset(void *ud, uint64_t epoch) { return fulmenGoIteratorReset((uintptr_t)ud, epoch); }
+
+static fulmen_error *iterator_next(void *ud, fulmen_batch_builder *batch, bool *done) {
+    return fulmenGoIteratorNext((uintptr_t)ud, batch, done);
+}
+
+fulmen_error *fulmen_go_loader_from_iterator(uintptr_t handle, bool has_reset, int64_t num_batches,
+                                             fulmen_loader **out) {
+    fulmen_iterator_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = (void *)handle;
+    vt.userdata_free = free_handle;
+    if (has_reset) vt.reset = iterator_reset;
+    vt.next = iterator_next;
+    vt.num_batches = num_batches;
+    return fulmen_loader_from_iterator(&vt, out);
+}
+
+static fulmen_error *callback_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+    return fulmenGoCallbackHook((uintptr_t)ud, hook, ctx);
+}
+
+fulmen_error *fulmen_go_trainer_add_callback(fulmen_trainer *trainer, const char *name, uintptr_t handle) {
+    fulmen_callback_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = (void *)handle;
+    vt.userdata_free = free_handle;
+    vt.on_hook = callback_hook;
+    return fulmen_trainer_add_callback(trainer, name, &vt);
+}
+
+static fulmen_error *log_metrics(void *ud, const char *const *names, const double *values, size_t n, int64_t epoch,
+                                 int64_t step) {
+    return fulmenGoLogMetrics((uintptr_t)ud, (char **)names, (double *)values, n, epoch, step);
+}
+
+static fulmen_error *log_hyperparams(void *ud, const char *const *keys, const char *const *values, size_t n) {
+    return fulmenGoLogHyperparams((uintptr_t)ud, (char **)keys, (char **)values, n);
+}
+
+static fulmen_error *logger_finalize(void *ud, const char *status) {
+    return fulmenGoLoggerFinalize((uintptr_t)ud, (char *)status);
+}
+
+fulmen_error *fulmen_go_trainer_add_logger(fulmen_trainer *trainer, uintptr_t handle) {
+    fulmen_logger_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = (void *)handle;
+    vt.userdata_free = free_handle;
+    vt.log_metrics = log_metrics;
+    vt.log_hyperparams = log_hyperparams;
+    vt.finalize = logger_finalize;
+    return fulmen_trainer_add_logger(trainer, &vt);
+}

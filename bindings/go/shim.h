@@ -1,0 +1,28 @@
+/* C side of the Go binding: builds the callback vtables whose slots are
+ * the Go trampolines of callbacks.go. The userdata is a cgo.Handle. */
+#ifndef FULMEN_GO_SHIM_H
+#define FULMEN_GO_SHIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <fulmen.h>
+
+/* Which module slots the Go module implements. */
+enum {
+    FULMEN_GO_TRAINING_STEP = 1,
+    FULMEN_GO_VALIDATION_STEP = 2,
+    FULMEN_GO_TEST_STEP = 4,
+    FULMEN_GO_PREDICT_STEP = 8,
+    FULMEN_GO_CONFIGURE_OPTIMIZERS = 16,
+    FULMEN_GO_ON_HOOK = 32
+};
+
+fulmen_error *fulmen_go_module_new(uintptr_t handle, unsigned slots, const fulmen_model *model,
+                                   fulmen_lightning_module **out);
+fulmen_error *fulmen_go_dataset_from_source(uintptr_t handle, fulmen_dataset **out);
+fulmen_error *fulmen_go_loader_from_iterator(uintptr_t handle, bool has_reset, int64_t num_batches,
+                                             fulmen_loader **out);
+fulmen_error *fulmen_go_trainer_add_callback(fulmen_trainer *trainer, const char *name, uintptr_t handle);
+fulmen_error *fulmen_go_trainer_add_logger(fulmen_trainer *trainer, uintptr_t handle);
+
+#endif

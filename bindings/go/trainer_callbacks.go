@@ -1,0 +1,260 @@
+package fulmen
+
+/*
+#include <fulmen.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"runtime/cgo"
+)
+
+// AddCallback adds a Go callback named name (non-empty) to the trainer:
+// it receives every hook of the trainer's runs, before the module's own
+// hooks, in the order callbacks were added. The trainer holds cb until it
+// is closed.
+func (t *Trainer) AddCallback(name string, cb Callback) error {
+	if cb == nil {
+		return &Error{Code: CodeNullArgument, Message: "AddCallback: nil Callback"}
+	}
+	n := cString(name)
+	defer freeCString(n)
+	h := cgo.NewHandle(cb)
+	err := check(C.fulmen_go_trainer_add_callback(t.ptr(), n, C.uintptr_t(h)))
+	runtime.KeepAlive(t)
+	if err != nil {
+		h.Delete() // the library does not call userdata_free on failure
+	}
+	return err
+}
+
+// AddLogger adds a Go logger to the trainer, next to its file loggers
+// (the "logger" option). The trainer holds l until it is closed.
+func (t *Trainer) AddLogger(l Logger) error {
+	if l == nil {
+		return &Error{Code: CodeNullArgument, Message: "AddLogger: nil Logger"}
+	}
+	h := cgo.NewHandle(l)
+	err := check(C.fulmen_go_trainer_add_logger(t.ptr(), C.uintptr_t(h)))
+	runtime.KeepAlive(t)
+	if err != nil {
+		h.Delete()
+	}
+	return err
+}
+
+// Mode says whether a lower or a higher monitored value is better.
+type Mode int32
+
+// Modes.
+const (
+	// ModeMin: lower is better (a loss).
+	ModeMin Mode = 0
+	// ModeMax: higher is better (an accuracy).
+	ModeMax Mode = 1
+)
+
+// CheckTiming says when a ModelCheckpoint saves or EarlyStopping checks.
+type CheckTiming int32
+
+// Check timings.
+const (
+	// CheckAuto: after validation when the fit validates, else at the end of
+	// the training epoch (Lightning's None).
+	CheckAuto CheckTiming = -1
+	// CheckAfterValidation: after each validation run.
+	CheckAfterValidation CheckTiming = 0
+	// CheckOnTrainEpochEnd: at the end of each training epoch.
+	CheckOnTrainEpochEnd CheckTiming = 1
+)
+
+// ModelCheckpointOptions are the options of Lightning's ModelCheckpoint.
+// Start from DefaultModelCheckpointOptions: the zero value saves nothing.
+type ModelCheckpointOptions struct {
+	// Dirpath is the folder ("": <log dir>/checkpoints).
+	Dirpath string
+	// Filename is the name template, such as "{epoch}-{val_loss:.3f}"
+	// ("": "{epoch}-{step}").
+	Filename string
+	// Monitor is the metric to rank by ("": keep the latest).
+	Monitor string
+	// Mode says whether lower or higher Monitor values are better.
+	Mode Mode
+	// SaveTopK is the number of best checkpoints to keep (-1 all, 0 none).
+	SaveTopK int64
+	// SaveLast also writes last.ckpt.
+	SaveLast bool
+	// EveryNTrainSteps saves every n optimizer steps (0: off).
+	EveryNTrainSteps int64
+	// EveryNEpochs saves every n epochs.
+	EveryNEpochs int64
+	// SaveWeightsOnly saves only the weights (such a checkpoint cannot
+	// resume a fit).
+	SaveWeightsOnly bool
+	// AutoInsertMetricName writes name=value in file names.
+	AutoInsertMetricName bool
+	// SaveOnTrainEpochEnd says when to save.
+	SaveOnTrainEpochEnd CheckTiming
+}
+
+// DefaultModelCheckpointOptions are Lightning's ModelCheckpoint defaults
+// (from the library): keep the latest checkpoint, every epoch.
+func DefaultModelCheckpointOptions() ModelCheckpointOptions {
+	d := C.fulmen_model_checkpoint_options_default()
+	return ModelCheckpointOptions{
+		Mode:                 Mode(d.mode),
+		SaveTopK:             int64(d.save_top_k),
+		SaveLast:             bool(d.save_last),
+		EveryNTrainSteps:     int64(d.every_n_train_steps),
+		EveryNEpochs:         int64(d.every_n_epochs),
+		SaveWeightsOnly:      bool(d.save_weights_only),
+		AutoInsertMetricName: bool(d.auto_insert_metric_name),
+		SaveOnTrainEpochEnd:  CheckTiming(d.save_on_train_epoch_end),
+	}
+}
+
+// optCString is a C copy of s, or nil for "" (to free with freeCString).
+func optCString(s string) *C.char {
+	if s == "" {
+		return nil
+	}
+	return cString(s)
+}
+
+// AddModelCheckpoint adds a ModelCheckpoint; the default one
+// (enable_checkpointing) is then not added. BestModelPath, LastModelPath
+// and BestModelScore read the first one added.
+func (t *Trainer) AddModelCheckpoint(o ModelCheckpointOptions) error {
+	c := C.fulmen_model_checkpoint_options_default()
+	c.dirpath = optCString(o.Dirpath)
+	c.filename = optCString(o.Filename)
+	c.monitor = optCString(o.Monitor)
+	defer freeCString(c.dirpath)
+	defer freeCString(c.filename)
+	defer freeCString(c.monitor)
+	c.mode = C.int32_t(o.Mode)
+	c.save_top_k = C.int64_t(o.SaveTopK)
+	c.save_last = C.bool(o.SaveLast)
+	c.every_n_train_steps = C.int64_t(o.EveryNTrainSteps)
+	c.every_n_epochs = C.int64_t(o.EveryNEpochs)
+	c.save_weights_only = C.bool(o.SaveWeightsOnly)
+	c.auto_insert_metric_name = C.bool(o.AutoInsertMetricName)
+	c.save_on_train_epoch_end = C.int32_t(o.SaveOnTrainEpochEnd)
+	err := check(C.fulmen_trainer_add_model_checkpoint(t.ptr(), &c))
+	runtime.KeepAlive(t)
+	return err
+}
+
+// EarlyStoppingOptions are the options of Lightning's EarlyStopping.
+// Start from DefaultEarlyStoppingOptions.
+type EarlyStoppingOptions struct {
+	// Monitor is the metric to watch (required).
+	Monitor string
+	// MinDelta is the smallest change that counts as an improvement.
+	MinDelta float64
+	// Patience is the number of checks without improvement before stopping.
+	Patience int64
+	// Mode says whether lower or higher values are better.
+	Mode Mode
+	// Strict makes a missing metric an error.
+	Strict bool
+	// CheckFinite stops on NaN or infinite values.
+	CheckFinite bool
+	// StoppingThreshold stops once the metric is better than this (NaN: none).
+	StoppingThreshold float64
+	// DivergenceThreshold stops once the metric is worse than this (NaN: none).
+	DivergenceThreshold float64
+	// CheckOnTrainEpochEnd says when to check.
+	CheckOnTrainEpochEnd CheckTiming
+}
+
+// DefaultEarlyStoppingOptions are Lightning's EarlyStopping defaults
+// (from the library) watching monitor.
+func DefaultEarlyStoppingOptions(monitor string) EarlyStoppingOptions {
+	d := C.fulmen_early_stopping_options_default()
+	return EarlyStoppingOptions{
+		Monitor:              monitor,
+		MinDelta:             float64(d.min_delta),
+		Patience:             int64(d.patience),
+		Mode:                 Mode(d.mode),
+		Strict:               bool(d.strict),
+		CheckFinite:          bool(d.check_finite),
+		StoppingThreshold:    float64(d.stopping_threshold),
+		DivergenceThreshold:  float64(d.divergence_threshold),
+		CheckOnTrainEpochEnd: CheckTiming(d.check_on_train_epoch_end),
+	}
+}
+
+// AddEarlyStopping adds an EarlyStopping callback.
+func (t *Trainer) AddEarlyStopping(o EarlyStoppingOptions) error {
+	c := C.fulmen_early_stopping_options_default()
+	c.monitor = optCString(o.Monitor)
+	defer freeCString(c.monitor)
+	c.min_delta = C.double(o.MinDelta)
+	c.patience = C.int64_t(o.Patience)
+	c.mode = C.int32_t(o.Mode)
+	c.strict = C.bool(o.Strict)
+	c.check_finite = C.bool(o.CheckFinite)
+	c.stopping_threshold = C.double(o.StoppingThreshold)
+	c.divergence_threshold = C.double(o.DivergenceThreshold)
+	c.check_on_train_epoch_end = C.int32_t(o.CheckOnTrainEpochEnd)
+	err := check(C.fulmen_trainer_add_early_stopping(t.ptr(), &c))
+	runtime.KeepAlive(t)
+	return err
+}
+
+// AddLRMonitor adds a LearningRateMonitor logging "lr-<Optimizer>" every
+// log_every_n_steps (interval "step"), at each epoch start ("epoch"), or
+// both ("").
+func (t *Trainer) AddLRMonitor(interval string) error {
+	i := optCString(interval)
+	defer freeCString(i)
+	err := check(C.fulmen_trainer_add_lr_monitor(t.ptr(), i))
+	runtime.KeepAlive(t)
+	return err
+}
+
+// AddTimer adds a Timer that stops training after duration (seconds, or
+// "DD:HH:MM:SS"; "" only measures), checked every interval ("step" or
+// "epoch"; "" for "step").
+func (t *Trainer) AddTimer(duration, interval string) error {
+	d, i := optCString(duration), optCString(interval)
+	defer freeCString(d)
+	defer freeCString(i)
+	err := check(C.fulmen_trainer_add_timer(t.ptr(), d, i))
+	runtime.KeepAlive(t)
+	return err
+}
+
+func (t *Trainer) checkpointPath(which C.int32_t) (string, error) {
+	s, err := readString(func(b *C.char, c C.size_t, n *C.size_t) cErr {
+		return C.fulmen_trainer_checkpoint_path(t.ptr(), which, b, c, n)
+	})
+	runtime.KeepAlive(t)
+	return s, err
+}
+
+// BestModelPath is the best checkpoint of the trainer's first
+// ModelCheckpoint (the one added, else the default one): by the monitored
+// metric, the latest without one. ErrInvalidState when none was saved.
+func (t *Trainer) BestModelPath() (string, error) {
+	return t.checkpointPath(C.FULMEN_CHECKPOINT_PATH_BEST)
+}
+
+// LastModelPath is the last.ckpt of the trainer's first ModelCheckpoint
+// (with SaveLast); ErrInvalidState when none was saved.
+func (t *Trainer) LastModelPath() (string, error) {
+	return t.checkpointPath(C.FULMEN_CHECKPOINT_PATH_LAST)
+}
+
+// BestModelScore is the best monitored value of the trainer's first
+// ModelCheckpoint; ErrInvalidState when it monitors nothing or saved
+// nothing.
+func (t *Trainer) BestModelScore() (float64, error) {
+	var v C.double
+	err := check(C.fulmen_trainer_best_model_score(t.ptr(), &v))
+	runtime.KeepAlive(t)
+	return float64(v), err
+}

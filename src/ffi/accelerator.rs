@@ -1,0 +1,519 @@
+//! `fulmen_accelerator`: the accelerator registry, Lightning's accelerator
+//! methods, and custom accelerators implemented in C (`fulmen_accelerator_vtable`).
+use super::callback::{call_host, check_struct_size, Userdata};
+use super::error::{fulmen_error, guard, guard_value, str_arg};
+use super::handle::{self, check_out, write_out, Handle};
+use super::model::copy_str;
+use crate::accelerators::devices::parse_indexed_devices;
+use crate::accelerators::{registry, Accelerator, DevicesSpec, ParsedDevices};
+use crate::error::{Error, ErrorCode, Result};
+use crate::tensor::DeviceSpec;
+use std::ffi::{c_char, c_void, CString};
+use std::sync::{Arc, Mutex};
+use tch::Device;
+
+/// An accelerator from the registry. Free with `fulmen_accelerator_free`.
+pub struct fulmen_accelerator {
+    pub(crate) inner: Arc<dyn Accelerator>,
+}
+
+impl Handle for fulmen_accelerator {
+    const C_NAME: &'static str = "fulmen_accelerator";
+}
+
+/// A device: a `fulmen_device_type` and an index.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct fulmen_device {
+    /// A `fulmen_device_type`.
+    pub device_type: i32,
+    /// The device index (0 for the CPU).
+    pub index: i64,
+}
+
+/// One device statistic: a NUL-terminated name and a value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct fulmen_device_stat {
+    /// The statistic's name (truncated to 63 bytes).
+    pub name: [c_char; 64],
+    /// Its value.
+    pub value: f64,
+}
+
+fn to_c(d: Device) -> fulmen_device {
+    let s = DeviceSpec::from_tch(d);
+    fulmen_device { device_type: s.kind as i32, index: s.index }
+}
+
+fn from_c(d: fulmen_device) -> Result<Device> {
+    let spec = DeviceSpec::from_c(d.device_type, d.index)?;
+    Ok(match spec.kind {
+        crate::tensor::device::DeviceType::Cpu => Device::Cpu,
+        crate::tensor::device::DeviceType::Cuda => Device::Cuda(spec.index as usize),
+        crate::tensor::device::DeviceType::Mps => Device::Mps,
+        crate::tensor::device::DeviceType::Xla => {
+            return Err(Error::new(ErrorCode::Unsupported, "XLA devices cannot be addressed by this libtorch binding"))
+        }
+    })
+}
+
+unsafe fn acc_arg<'a>(p: *const fulmen_accelerator) -> Result<&'a Arc<dyn Accelerator>> {
+    Ok(&handle::borrow(p, "accelerator")?.inner)
+}
+
+/// Looks up an accelerator by name: a registered name ("cpu", "cuda",
+/// "mps", "xla", or a custom one) or an alias ("gpu": mps if available,
+/// else cuda; "tpu": xla; "auto": xla > mps > cuda > cpu by availability).
+/// An unknown name is an error listing the registered ones.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_accelerator_get(
+    name: *const c_char,
+    out: *mut *mut fulmen_accelerator,
+) -> *mut fulmen_error {
+    guard("fulmen_accelerator_get", || {
+        check_out(out, "out")?;
+        let inner = registry::get(str_arg(name, "name")?)?;
+        out.write(handle::into_raw(fulmen_accelerator { inner }));
+        Ok(())
+    })
+}
+
+/// Copies the accelerator's registry name into `buf` as for
+/// `fulmen_model_state_dict_name`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_accelerator_name(
+    acc: *const fulmen_accelerator,
+    buf: *mut c_char,
+    capacity: usize,
+    len_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_accelerator_name", || copy_str(acc_arg(acc)?.name(), buf, capacity, len_out))
+}
+
+/// Writes whether the accelerator can be used on this machine.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_accelerator_is_available(
+    acc: *const fulmen_accelerator,
+    out: *mut bool,
+) -> *mut fulmen_error {
+    guard("fulmen_accelerator_is_available", || write_out(out, "out", acc_arg(acc)?.is_available()))
+}
+
+/// Writes how many devices `devices="auto"` uses (1 for the CPU).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_accelerator_auto_device_count(
+    acc: *const fulmen_accelerator,
+    out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_accelerator_auto_device_count", || write_out(out, "out", acc_arg(acc)?.auto_device_count()))
+}
+
+/// Parses `devices` as Lightning's device parser does for this accelerator
+/// ("auto", "N", "-1", "1,3", "[0]"; for the CPU a process count) and
+/// writes the chosen device ids (a count N gives 0..N-1) to
+/// `ids[0..capacity]` and their number to `*n_out` (written even when
+/// `capacity` is too small, which fails with FULMEN_CODE_OUT_OF_RANGE).
+/// Rejected values give an error naming what is available.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_accelerator_parse_devices(
+    acc: *const fulmen_accelerator,
+    devices: *const c_char,
+    ids: *mut i64,
+    capacity: usize,
+    n_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_accelerator_parse_devices", || {
+        check_out(n_out, "n_out")?;
+        let a = acc_arg(acc)?;
+        let parsed = a.parse_devices(&DevicesSpec::parse(str_arg(devices, "devices")?)?)?;
+        let list: Vec<i64> = match parsed {
+            ParsedDevices::Count(n) => (0..n as i64).collect(),
+            ParsedDevices::Indices(v) => v.into_iter().map(|i| i as i64).collect(),
+        };
+        n_out.write(list.len());
+        if list.len() > capacity {
+            return Err(Error::new(ErrorCode::OutOfRange, format!("{} devices, `ids` holds {capacity}", list.len())));
+        }
+        if !list.is_empty() {
+            check_out(ids, "ids")?;
+            std::ptr::copy_nonoverlapping(list.as_ptr(), ids, list.len());
+        }
+        Ok(())
+    })
+}
+
+/// Writes the libtorch devices `devices` selects (Lightning's
+/// `get_parallel_devices`) to `out[0..capacity]` and their number to
+/// `*n_out` (written even when `capacity` is too small).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_accelerator_get_parallel_devices(
+    acc: *const fulmen_accelerator,
+    devices: *const c_char,
+    out: *mut fulmen_device,
+    capacity: usize,
+    n_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_accelerator_get_parallel_devices", || {
+        check_out(n_out, "n_out")?;
+        let a = acc_arg(acc)?;
+        let parsed = a.parse_devices(&DevicesSpec::parse(str_arg(devices, "devices")?)?)?;
+        let list: Vec<fulmen_device> = a.get_parallel_devices(&parsed)?.into_iter().map(to_c).collect();
+        n_out.write(list.len());
+        if list.len() > capacity {
+            return Err(Error::new(ErrorCode::OutOfRange, format!("{} devices, `out` holds {capacity}", list.len())));
+        }
+        if !list.is_empty() {
+            check_out(out, "out")?;
+            std::ptr::copy_nonoverlapping(list.as_ptr(), out, list.len());
+        }
+        Ok(())
+    })
+}
+
+/// Prepares `device` for use (Lightning's `setup_device`; selects the CUDA
+/// device on CUDA).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_accelerator_setup_device(
+    acc: *const fulmen_accelerator,
+    device: fulmen_device,
+) -> *mut fulmen_error {
+    guard("fulmen_accelerator_setup_device", || acc_arg(acc)?.setup_device(from_c(device)?))
+}
+
+/// Releases what the accelerator holds (Lightning's `teardown`; empties the
+/// CUDA cache on CUDA).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_accelerator_teardown(acc: *const fulmen_accelerator) -> *mut fulmen_error {
+    guard("fulmen_accelerator_teardown", || acc_arg(acc)?.teardown())
+}
+
+/// Writes `device`'s statistics (Lightning's `get_device_stats`: on the
+/// CPU `cpu_rss_bytes`, `cpu_percent`, `cpu_vm_percent`, `cpu_swap_percent`;
+/// on CUDA the caching allocator's counters) to `out[0..capacity]` and
+/// their number to `*n_out` (written even when `capacity` is too small).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_accelerator_device_stats(
+    acc: *const fulmen_accelerator,
+    device: fulmen_device,
+    out: *mut fulmen_device_stat,
+    capacity: usize,
+    n_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_accelerator_device_stats", || {
+        check_out(n_out, "n_out")?;
+        let stats = acc_arg(acc)?.get_device_stats(from_c(device)?)?;
+        n_out.write(stats.len());
+        if stats.len() > capacity {
+            return Err(Error::new(
+                ErrorCode::OutOfRange,
+                format!("{} statistics, `out` holds {capacity}", stats.len()),
+            ));
+        }
+        check_out(out, "out")?;
+        for (i, (name, value)) in stats.iter().enumerate() {
+            let mut s = fulmen_device_stat { name: [0; 64], value: *value };
+            for (j, b) in name.bytes().take(63).enumerate() {
+                s.name[j] = b as c_char;
+            }
+            out.add(i).write(s);
+        }
+        Ok(())
+    })
+}
+
+/// Frees an accelerator handle (the registry keeps the accelerator).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_accelerator_free(acc: *mut fulmen_accelerator) {
+    guard_value((), || drop(handle::take(acc)));
+}
+
+/// Writes the number of registered accelerators.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_accelerator_registry_len(out: *mut usize) -> *mut fulmen_error {
+    guard("fulmen_accelerator_registry_len", || write_out(out, "out", registry::list().len()))
+}
+
+/// Copies the name and description of registry entry `index` into the two
+/// buffers (as for `fulmen_model_state_dict_name`) and writes whether it is
+/// available on this machine.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn fulmen_accelerator_registry_entry(
+    index: usize,
+    name: *mut c_char,
+    name_capacity: usize,
+    name_len: *mut usize,
+    description: *mut c_char,
+    description_capacity: usize,
+    description_len: *mut usize,
+    available: *mut bool,
+) -> *mut fulmen_error {
+    guard("fulmen_accelerator_registry_entry", || {
+        check_out(available, "available")?;
+        let list = registry::list();
+        let e = list
+            .get(index)
+            .ok_or_else(|| Error::new(ErrorCode::OutOfRange, format!("registry entry {index} of {}", list.len())))?;
+        copy_str(&e.name, name, name_capacity, name_len)?;
+        copy_str(&e.description, description, description_capacity, description_len)?;
+        available.write(e.available);
+        Ok(())
+    })
+}
+
+/// Collects the statistics a custom accelerator reports. Borrowed: valid
+/// only during `get_device_stats`.
+pub struct fulmen_stats_builder {
+    stats: Vec<(String, f64)>,
+}
+
+impl Handle for fulmen_stats_builder {
+    const C_NAME: &'static str = "fulmen_stats_builder";
+}
+
+/// Adds a statistic `name` = `value` (inside `get_device_stats`).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_stats_builder_add(
+    builder: *mut fulmen_stats_builder,
+    name: *const c_char,
+    value: f64,
+) -> *mut fulmen_error {
+    guard("fulmen_stats_builder_add", || {
+        let b = handle::borrow_mut(builder, "builder")?;
+        b.stats.push((str_arg(name, "name")?.to_string(), value));
+        Ok(())
+    })
+}
+
+/// A custom accelerator implemented by the host, registered with
+/// `fulmen_accelerator_register`. Set `struct_size` to
+/// `sizeof(fulmen_accelerator_vtable)`; a NULL slot uses the default named
+/// with it. Callbacks may run on any thread that uses the accelerator
+/// (the trainer's thread during fit); fulmen serialises them.
+#[repr(C)]
+pub struct fulmen_accelerator_vtable {
+    /// `sizeof(fulmen_accelerator_vtable)`.
+    pub struct_size: usize,
+    /// Passed to every callback.
+    pub userdata: *mut c_void,
+    /// Called once when the accelerator leaves the registry (replaced or
+    /// unregistered) and no trainer uses it any more; may be NULL.
+    pub userdata_free: Option<unsafe extern "C" fn(*mut c_void)>,
+    /// Writes whether the accelerator can run here. NULL: available.
+    pub is_available: Option<unsafe extern "C" fn(userdata: *mut c_void, out: *mut bool) -> *mut fulmen_error>,
+    /// Writes how many devices it has. NULL: 1.
+    pub auto_device_count: Option<unsafe extern "C" fn(userdata: *mut c_void, out: *mut usize) -> *mut fulmen_error>,
+    /// Parses `devices` into ids (`ids[0..capacity]`, count in `*n_out`).
+    /// NULL: Lightning's GPU-style parser over `auto_device_count` devices.
+    pub parse_devices: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            devices: *const c_char,
+            ids: *mut i64,
+            capacity: usize,
+            n_out: *mut usize,
+        ) -> *mut fulmen_error,
+    >,
+    /// Maps device ids to libtorch devices (`out[0..n]`). NULL: the CPU for
+    /// every id (an accelerator computing with CPU tensors).
+    pub get_parallel_devices: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            ids: *const i64,
+            n: usize,
+            out: *mut fulmen_device,
+        ) -> *mut fulmen_error,
+    >,
+    /// Prepares a device before training. NULL: nothing.
+    pub setup_device: Option<unsafe extern "C" fn(userdata: *mut c_void, device: fulmen_device) -> *mut fulmen_error>,
+    /// Releases resources after a run. NULL: nothing.
+    pub teardown: Option<unsafe extern "C" fn(userdata: *mut c_void) -> *mut fulmen_error>,
+    /// Reports statistics with `fulmen_stats_builder_add`. NULL: none.
+    pub get_device_stats: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            device: fulmen_device,
+            stats: *mut fulmen_stats_builder,
+        ) -> *mut fulmen_error,
+    >,
+}
+
+/// The host's accelerator behind the registry.
+struct HostAccelerator {
+    name: String,
+    // The mutex serialises the host's callbacks.
+    userdata: Mutex<Userdata>,
+    v: VtableCopy,
+}
+
+#[derive(Clone, Copy)]
+struct VtableCopy {
+    is_available: Option<unsafe extern "C" fn(*mut c_void, *mut bool) -> *mut fulmen_error>,
+    auto_device_count: Option<unsafe extern "C" fn(*mut c_void, *mut usize) -> *mut fulmen_error>,
+    parse_devices:
+        Option<unsafe extern "C" fn(*mut c_void, *const c_char, *mut i64, usize, *mut usize) -> *mut fulmen_error>,
+    get_parallel_devices:
+        Option<unsafe extern "C" fn(*mut c_void, *const i64, usize, *mut fulmen_device) -> *mut fulmen_error>,
+    setup_device: Option<unsafe extern "C" fn(*mut c_void, fulmen_device) -> *mut fulmen_error>,
+    teardown: Option<unsafe extern "C" fn(*mut c_void) -> *mut fulmen_error>,
+    get_device_stats:
+        Option<unsafe extern "C" fn(*mut c_void, fulmen_device, *mut fulmen_stats_builder) -> *mut fulmen_error>,
+}
+
+// SAFETY: every call into the host goes through the `userdata` mutex; the
+// header tells hosts their callbacks may run on the trainer's thread.
+unsafe impl Sync for HostAccelerator {}
+
+impl HostAccelerator {
+    fn ud(&self) -> std::sync::MutexGuard<'_, Userdata> {
+        self.userdata.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn call(&self, what: &str, f: impl FnOnce(*mut c_void) -> *mut fulmen_error) -> Result<()> {
+        let ud = self.ud();
+        call_host(&format!("accelerator {:?} {what}", self.name), || f(ud.ptr()))
+    }
+}
+
+impl Accelerator for HostAccelerator {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn is_available(&self) -> bool {
+        let Some(f) = self.v.is_available else { return true };
+        let mut out = false;
+        self.call("is_available", |u| unsafe { f(u, &mut out) }).is_ok() && out
+    }
+
+    fn auto_device_count(&self) -> usize {
+        let Some(f) = self.v.auto_device_count else { return 1 };
+        let mut out = 0usize;
+        match self.call("auto_device_count", |u| unsafe { f(u, &mut out) }) {
+            Ok(()) => out,
+            Err(_) => 0,
+        }
+    }
+
+    fn parse_devices(&self, devices: &DevicesSpec) -> Result<ParsedDevices> {
+        let available = self.auto_device_count();
+        let Some(f) = self.v.parse_devices else { return parse_indexed_devices(&self.name, devices, available) };
+        let text = CString::new(devices.describe()).unwrap_or_default();
+        let mut ids = vec![0i64; available.max(1) * 2 + 8];
+        let mut n = 0usize;
+        self.call("parse_devices", |u| unsafe { f(u, text.as_ptr(), ids.as_mut_ptr(), ids.len(), &mut n) })?;
+        if n > ids.len() {
+            return Err(Error::new(
+                ErrorCode::Callback,
+                format!("accelerator {:?} parse_devices reported {n} ids for a buffer of {}", self.name, ids.len()),
+            ));
+        }
+        let mut out = Vec::with_capacity(n);
+        for id in &ids[..n] {
+            if *id < 0 || *id as usize >= available {
+                return Err(Error::new(
+                    ErrorCode::Callback,
+                    format!(
+                        "accelerator {:?} parse_devices returned device {id}, but it has {available} device(s)",
+                        self.name
+                    ),
+                ));
+            }
+            out.push(*id as usize);
+        }
+        crate::accelerators::devices::check_unique(&self.name, &out)?;
+        Ok(ParsedDevices::Indices(out))
+    }
+
+    fn get_parallel_devices(&self, parsed: &ParsedDevices) -> Result<Vec<Device>> {
+        let ids: Vec<i64> = match parsed {
+            ParsedDevices::Count(n) => (0..*n as i64).collect(),
+            ParsedDevices::Indices(v) => v.iter().map(|i| *i as i64).collect(),
+        };
+        let Some(f) = self.v.get_parallel_devices else { return Ok(vec![Device::Cpu; ids.len()]) };
+        let mut out = vec![fulmen_device { device_type: -1, index: -1 }; ids.len()];
+        self.call("get_parallel_devices", |u| unsafe { f(u, ids.as_ptr(), ids.len(), out.as_mut_ptr()) })?;
+        out.into_iter()
+            .map(|d| {
+                from_c(d).map_err(|e| {
+                    Error::new(
+                        ErrorCode::Callback,
+                        format!("accelerator {:?} get_parallel_devices: {}", self.name, e.message),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    fn setup_device(&self, device: Device) -> Result<()> {
+        match self.v.setup_device {
+            Some(f) => self.call("setup_device", |u| unsafe { f(u, to_c(device)) }),
+            None => Ok(()),
+        }
+    }
+
+    fn teardown(&self) -> Result<()> {
+        match self.v.teardown {
+            Some(f) => self.call("teardown", |u| unsafe { f(u) }),
+            None => Ok(()),
+        }
+    }
+
+    fn get_device_stats(&self, device: Device) -> Result<Vec<(String, f64)>> {
+        let Some(f) = self.v.get_device_stats else { return Ok(Vec::new()) };
+        let (builder, r) = super::batch::with_temp_handle(fulmen_stats_builder { stats: Vec::new() }, |b| {
+            self.call("get_device_stats", |u| unsafe { f(u, to_c(device), b) })
+        });
+        r?;
+        Ok(builder.stats)
+    }
+}
+
+/// Registers a custom accelerator under `name` with `description`, so the
+/// trainer accepts `accelerator=name`. A registered name is refused unless
+/// `override_existing`; "auto", "gpu" and "tpu" are reserved. `vtable` is
+/// copied; on failure `userdata_free` is not called.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_accelerator_register(
+    name: *const c_char,
+    description: *const c_char,
+    vtable: *const fulmen_accelerator_vtable,
+    override_existing: bool,
+) -> *mut fulmen_error {
+    guard("fulmen_accelerator_register", || {
+        let n = str_arg(name, "name")?;
+        let d = if description.is_null() { "" } else { str_arg(description, "description")? };
+        let v = vtable.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `vtable` is NULL"))?;
+        check_struct_size(
+            v.struct_size,
+            std::mem::size_of::<fulmen_accelerator_vtable>(),
+            "fulmen_accelerator_vtable",
+        )?;
+        let copy = VtableCopy {
+            is_available: v.is_available,
+            auto_device_count: v.auto_device_count,
+            parse_devices: v.parse_devices,
+            get_parallel_devices: v.get_parallel_devices,
+            setup_device: v.setup_device,
+            teardown: v.teardown,
+            get_device_stats: v.get_device_stats,
+        };
+        // The destructor is armed only once the registry took the
+        // accelerator, so a refused registration leaves userdata to the host.
+        let acc = Arc::new(HostAccelerator {
+            name: n.trim().to_lowercase(),
+            userdata: Mutex::new(Userdata::new(v.userdata, None)),
+            v: copy,
+        });
+        registry::register(n, d, acc.clone(), override_existing)?;
+        acc.ud().set_free(v.userdata_free);
+        Ok(())
+    })
+}
+
+/// Removes a registered accelerator (custom or built-in) by name.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_accelerator_unregister(name: *const c_char) -> *mut fulmen_error {
+    guard("fulmen_accelerator_unregister", || registry::remove(str_arg(name, "name")?))
+}

@@ -1,0 +1,92 @@
+//! The accelerator, device and precision of a run: chosen from the
+//! options (Lightning's `accelerator`, `devices`, `precision`), applied to
+//! the model and to every batch.
+use super::module::LightningModule;
+use crate::accelerators::{registry, Accelerator, DevicesSpec};
+use crate::error::{Error, ErrorCode, Result, ResultExt};
+use crate::precision::{AutocastGuard, PrecisionPlugin};
+use std::sync::Arc;
+use tch::{Device, Tensor};
+
+/// Where and how a run computes.
+pub struct Placement {
+    /// The accelerator.
+    pub accelerator: Arc<dyn Accelerator>,
+    /// The one device of this run.
+    pub device: Device,
+    /// The precision plugin.
+    pub precision: PrecisionPlugin,
+}
+
+impl Placement {
+    /// Resolves `accelerator` (a registered name, an alias or "auto"),
+    /// parses `devices` with that accelerator's rules and sets the device
+    /// up. More than one device needs a distributed strategy, which this
+    /// trainer does not run yet: that is refused with a clear error.
+    pub fn choose(accelerator: &str, devices: &str, precision: &str) -> Result<Placement> {
+        let acc = registry::get_available(accelerator)?;
+        let spec = DevicesSpec::parse(devices)?;
+        let parsed = acc.parse_devices(&spec).ctx(format!("devices={devices:?} for accelerator {:?}", acc.name()))?;
+        let list = acc.get_parallel_devices(&parsed)?;
+        let device = match list.as_slice() {
+            [one] => *one,
+            [] => return Err(Error::invalid(format!("devices={devices:?} selects no device"))),
+            many => {
+                return Err(Error::new(
+                    ErrorCode::Unsupported,
+                    format!(
+                        "devices={devices:?} selects {} devices of {:?}; training on more than one device needs a \
+                         distributed strategy (ddp), which this build does not run yet: use devices=1",
+                        many.len(),
+                        acc.name()
+                    ),
+                ))
+            }
+        };
+        acc.setup_device(device)?;
+        let precision = PrecisionPlugin::parse(precision)?;
+        Ok(Placement { accelerator: acc, device, precision })
+    }
+
+    /// Moves the module's model to the device and casts it for `*-true`
+    /// precisions.
+    pub fn prepare_model(&self, module: &dyn LightningModule) -> Result<()> {
+        if let Some(m) = module.model() {
+            let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
+            g.to_device(self.device)?;
+            if self.precision.precision().casts_model() {
+                g.to_kind(self.precision.param_kind())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The batch on the device, floating inputs cast for `*-true`.
+    pub fn prepare_batch(&self, batch: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        let casts = self.precision.precision().casts_model();
+        if self.device == Device::Cpu && !casts {
+            return Ok(batch);
+        }
+        batch
+            .into_iter()
+            .map(|t| {
+                let t = if t.device() == self.device { t } else { t.f_to_device(self.device)? };
+                if casts {
+                    self.precision.convert_input(&t)
+                } else {
+                    Ok(t)
+                }
+            })
+            .collect()
+    }
+
+    /// Autocast for `*-mixed` precisions around a step, else nothing.
+    pub fn forward_context(&self) -> Result<Option<AutocastGuard>> {
+        self.precision.forward_context(self.device)
+    }
+
+    /// Releases the device (Lightning's `accelerator.teardown`).
+    pub fn teardown(&self) -> Result<()> {
+        self.accelerator.teardown()
+    }
+}

@@ -1,0 +1,595 @@
+/*
+ * Checkpoints through the C API: ModelCheckpoint's top-k / last / every-n
+ * files and names, weights-only files, exact resumption (end of epoch and
+ * mid-epoch), ckpt_path "last" / "best", and broken or foreign files.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "check.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char root[256];
+
+/* ---- small model / data helpers (as in test_trainer.c) ---- */
+
+static fulmen_dataset *blobs(size_t n, uint64_t seed) {
+    CHECK_OK(fulmen_manual_seed(seed));
+    int64_t shape[2] = {(int64_t)n, 2}, lshape[1] = {(int64_t)n};
+    float *signs = malloc(n * 2 * sizeof(float));
+    int64_t *lab = malloc(n * sizeof(int64_t));
+    for (size_t i = 0; i < n; i++) {
+        lab[i] = (int64_t)(i % 2);
+        signs[2 * i] = signs[2 * i + 1] = lab[i] ? 1.0f : -1.0f;
+    }
+    fulmen_tensor *noise = NULL, *x = NULL, *labels = NULL, *sign = check_f32(signs, n * 2, shape, 2);
+    CHECK_OK(fulmen_tensor_randn(shape, 2, FULMEN_DTYPE_F32, &noise));
+    CHECK_OK(fulmen_tensor_add(noise, sign, &x));
+    CHECK_OK(fulmen_tensor_from_data(lab, n * sizeof(int64_t), FULMEN_DTYPE_I64, lshape, 1, &labels));
+    const fulmen_tensor *parts[2] = {x, labels};
+    fulmen_dataset *ds = NULL;
+    CHECK_OK(fulmen_dataset_from_tensors(parts, 2, &ds));
+    fulmen_tensor_free(noise);
+    fulmen_tensor_free(sign);
+    fulmen_tensor_free(x);
+    fulmen_tensor_free(labels);
+    free(signs);
+    free(lab);
+    return ds;
+}
+
+/* Linear(2, hidden) - Tanh - Dropout(0.2) - Linear(hidden, 2): the dropout
+ * makes the resumed runs depend on the restored random state. */
+static fulmen_model *mlp(int64_t hidden) {
+    fulmen_model *m = NULL, *l = NULL;
+    CHECK_OK(fulmen_model_sequential_new(&m));
+    CHECK_OK(fulmen_model_linear_new(2, hidden, true, &l));
+    CHECK_OK(fulmen_model_push(m, l));
+    CHECK_OK(fulmen_model_activation_new(FULMEN_ACTIVATION_TANH, 0, &l));
+    CHECK_OK(fulmen_model_push(m, l));
+    CHECK_OK(fulmen_model_dropout_new(0.2, &l));
+    CHECK_OK(fulmen_model_push(m, l));
+    CHECK_OK(fulmen_model_linear_new(hidden, 2, true, &l));
+    CHECK_OK(fulmen_model_push(m, l));
+    return m;
+}
+
+static fulmen_loader *loader(fulmen_dataset *ds, size_t batch, bool shuffle) {
+    fulmen_loader_options o = fulmen_loader_options_default();
+    o.batch_size = batch;
+    o.shuffle = shuffle;
+    o.seed = 11;
+    fulmen_loader *l = NULL;
+    CHECK_OK(fulmen_loader_new(ds, &o, &l));
+    return l;
+}
+
+static fulmen_trainer *trainer_with(long epochs, const char *const *kv) {
+    fulmen_trainer_options *o = NULL;
+    CHECK_OK(fulmen_trainer_options_new(&o));
+    CHECK_OK(fulmen_trainer_options_set_int(o, "max_epochs", epochs));
+    CHECK_OK(fulmen_trainer_options_set(o, "default_root_dir", root));
+    CHECK_OK(fulmen_trainer_options_set_bool(o, "enable_progress_bar", false));
+    CHECK_OK(fulmen_trainer_options_set_bool(o, "enable_model_summary", false));
+    CHECK_OK(fulmen_trainer_options_set(o, "logger", "false"));
+    CHECK_OK(fulmen_trainer_options_set_int(o, "seed", 3));
+    for (; kv != NULL && kv[0] != NULL; kv += 2) CHECK_OK(fulmen_trainer_options_set(o, kv[0], kv[1]));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_trainer_options_free(o);
+    return t;
+}
+
+/* ---- the module: cross-entropy training; validation logs either the
+ * real loss or a scripted value per epoch ---- */
+
+typedef struct {
+    fulmen_model *model;
+    const double *script; /* val_loss per epoch (NULL: the real loss) */
+    int train_calls;
+} fixture;
+
+static fulmen_error *loss_of(fixture *f, const fulmen_batch *batch, fulmen_tensor **loss) {
+    fulmen_tensor *x = NULL, *y = NULL, *logits = NULL;
+    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
+    if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
+    if (e == NULL) e = fulmen_model_forward(f->model, x, &logits);
+    if (e == NULL) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, loss);
+    return e;
+}
+
+static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    fixture *f = ud;
+    f->train_calls++;
+    fulmen_error *e = loss_of(f, batch, out);
+    if (e == NULL) e = fulmen_step_context_log(ctx, "train_loss", check_item(*out), FULMEN_LOG_ON_STEP, 0);
+    return e;
+}
+
+static fulmen_error *eval_step(fixture *f, fulmen_step_context *ctx, const fulmen_batch *batch, const char *name) {
+    int64_t epoch = 0;
+    fulmen_tensor *loss = NULL;
+    fulmen_error *e = fulmen_step_context_epoch(ctx, &epoch);
+    if (e == NULL && f->script != NULL) return fulmen_step_context_log(ctx, name, f->script[epoch], 0, 0);
+    if (e == NULL) e = loss_of(f, batch, &loss);
+    if (e == NULL) e = fulmen_step_context_log(ctx, name, check_item(loss), 0, 0);
+    return e;
+}
+
+static fulmen_error *validation_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch) {
+    return eval_step(ud, ctx, batch, "val_loss");
+}
+
+static fulmen_error *test_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch) {
+    return eval_step(ud, ctx, batch, "test_loss");
+}
+
+/* SGD with momentum, so the optimizer state matters when resuming. */
+static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *config) {
+    fixture *f = ud;
+    fulmen_sgd_options o = fulmen_sgd_options_default();
+    o.lr = 0.05;
+    o.momentum = 0.9;
+    fulmen_optimizer *opt = NULL;
+    fulmen_error *e = fulmen_optimizer_sgd_new(f->model, NULL, 0, &o, &opt);
+    if (e == NULL) e = fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_EPOCH, 1, NULL);
+    if (e != NULL) fulmen_optimizer_free(opt);
+    return e;
+}
+
+static fulmen_lightning_module *module_for(fixture *f) {
+    fulmen_module_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = f;
+    vt.training_step = training_step;
+    vt.validation_step = validation_step;
+    vt.test_step = test_step;
+    vt.configure_optimizers = configure_optimizers;
+    fulmen_lightning_module *m = NULL;
+    CHECK_OK(fulmen_lightning_module_new(&vt, f->model, &m));
+    return m;
+}
+
+/* ---- files and weights ---- */
+
+/* Every state_dict tensor's bytes, concatenated (malloc'd; *n bytes). */
+static unsigned char *weights_of(const fulmen_model *m, size_t *n) {
+    size_t count = 0, total = 0;
+    CHECK_OK(fulmen_model_state_dict_len(m, &count));
+    unsigned char *buf = NULL;
+    for (size_t i = 0; i < count; i++) {
+        char name[64];
+        size_t len = 0, numel = 0;
+        fulmen_tensor *t = NULL;
+        CHECK_OK(fulmen_model_state_dict_name(m, i, name, sizeof name, &len));
+        CHECK_OK(fulmen_model_state_dict_get(m, name, &t));
+        CHECK_OK(fulmen_tensor_numel(t, &numel));
+        buf = realloc(buf, total + numel * sizeof(float));
+        CHECK_OK(fulmen_tensor_copy_to(t, FULMEN_DTYPE_F32, buf + total, numel * sizeof(float)));
+        total += numel * sizeof(float);
+        fulmen_tensor_free(t);
+    }
+    *n = total;
+    return buf;
+}
+
+static bool same_weights(const fulmen_model *a, const fulmen_model *b) {
+    size_t na = 0, nb = 0;
+    unsigned char *wa = weights_of(a, &na), *wb = weights_of(b, &nb);
+    bool same = na == nb && na > 0 && memcmp(wa, wb, na) == 0;
+    free(wa);
+    free(wb);
+    return same;
+}
+
+static bool same_as_snapshot(const fulmen_model *m, const unsigned char *snap, size_t n) {
+    size_t nm = 0;
+    unsigned char *w = weights_of(m, &nm);
+    bool same = nm == n && memcmp(w, snap, n) == 0;
+    free(w);
+    return same;
+}
+
+/* Number of *.ckpt files in `dir`; `names` (if not NULL) gets them joined by '|'. */
+static int ckpt_files(const char *dir, char *names, size_t cap) {
+    int n = 0;
+    if (names != NULL) names[0] = '\0';
+    DIR *d = opendir(dir);
+    if (d == NULL) return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len > 5 && strcmp(e->d_name + len - 5, ".ckpt") == 0) {
+            n++;
+            if (names != NULL && strlen(names) + len + 2 < cap) {
+                strcat(names, e->d_name);
+                strcat(names, "|");
+            }
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+static bool exists(const char *path) { return access(path, F_OK) == 0; }
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static fulmen_model_checkpoint_options ckpt_opts(const char *dir) {
+    fulmen_model_checkpoint_options o = fulmen_model_checkpoint_options_default();
+    o.dirpath = dir;
+    return o;
+}
+
+static void test_defaults(void) {
+    fulmen_model_checkpoint_options o = fulmen_model_checkpoint_options_default();
+    CHECK(o.dirpath == NULL && o.filename == NULL && o.monitor == NULL && o.mode == 0);
+    CHECK(o.save_top_k == 1 && !o.save_last && o.every_n_train_steps == 0 && o.every_n_epochs == 1);
+    CHECK(!o.save_weights_only && o.auto_insert_metric_name && o.save_on_train_epoch_end == -1);
+    fulmen_trainer *t = trainer_with(1, NULL);
+    o.save_top_k = -2;
+    CHECK_ERR(fulmen_trainer_add_model_checkpoint(t, &o), FULMEN_CODE_INVALID_ARGUMENT, "save_top_k");
+    o.save_top_k = 2; /* several best files need a metric to rank them */
+    CHECK_ERR(fulmen_trainer_add_model_checkpoint(t, &o), FULMEN_CODE_INVALID_ARGUMENT, "monitor");
+    o.save_top_k = 1;
+    o.mode = 2;
+    CHECK_ERR(fulmen_trainer_add_model_checkpoint(t, &o), FULMEN_CODE_INVALID_ARGUMENT, "mode");
+    o.mode = 0;
+    o.every_n_train_steps = -1;
+    CHECK_ERR(fulmen_trainer_add_model_checkpoint(t, &o), FULMEN_CODE_INVALID_ARGUMENT, "every_n_train_steps");
+    char buf[64];
+    size_t len = 0;
+    double score = 0;
+    CHECK_ERR(fulmen_trainer_checkpoint_path(t, FULMEN_CHECKPOINT_PATH_BEST, buf, sizeof buf, &len), FULMEN_CODE_INVALID_STATE, NULL);
+    CHECK_ERR(fulmen_trainer_best_model_score(t, &score), FULMEN_CODE_INVALID_STATE, NULL);
+    CHECK_ERR(fulmen_trainer_checkpoint_path(t, 7, buf, sizeof buf, &len), FULMEN_CODE_INVALID_STATE, NULL);
+    fulmen_trainer_free(t);
+}
+
+/* monitor val_loss, min, top 2, last, "{epoch}-{val_loss:.3f}" over 4 epochs. */
+static void test_top_k(fulmen_loader *tl, fulmen_loader *vl) {
+    static const double script[] = {0.5, 0.25, 0.375, 0.125, 1.0, 1.0};
+    char dir[300], names[1024], path[600];
+    fixture f = {.model = mlp(16), .script = script};
+    fulmen_lightning_module *m = module_for(&f);
+
+    snprintf(dir, sizeof dir, "%s/topk", root);
+    fulmen_model_checkpoint_options o = ckpt_opts(dir);
+    o.monitor = "val_loss";
+    o.save_top_k = 2;
+    o.save_last = true;
+    o.filename = "{epoch}-{val_loss:.3f}";
+    fulmen_trainer *t = trainer_with(4, NULL);
+    CHECK_OK(fulmen_trainer_add_model_checkpoint(t, &o));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
+    CHECK(ckpt_files(dir, names, sizeof names) == 3);
+    snprintf(path, sizeof path, "%s/epoch=1-val_loss=0.250.ckpt", dir);
+    CHECK(exists(path));
+    snprintf(path, sizeof path, "%s/epoch=3-val_loss=0.125.ckpt", dir);
+    CHECK(exists(path));
+    snprintf(path, sizeof path, "%s/last.ckpt", dir);
+    CHECK(exists(path));
+    snprintf(path, sizeof path, "%s/epoch=0-val_loss=0.500.ckpt", dir);
+    CHECK(!exists(path));
+    char best[600], last[600];
+    size_t len = 0;
+    CHECK_OK(fulmen_trainer_checkpoint_path(t, FULMEN_CHECKPOINT_PATH_BEST, best, sizeof best, &len));
+    CHECK(len == strlen(best) && ends_with(best, "/epoch=3-val_loss=0.125.ckpt") && strncmp(best, dir, strlen(dir)) == 0);
+    CHECK_ERR(fulmen_trainer_checkpoint_path(t, FULMEN_CHECKPOINT_PATH_BEST, best, 5, &len), FULMEN_CODE_OUT_OF_RANGE, NULL);
+    CHECK_OK(fulmen_trainer_checkpoint_path(t, FULMEN_CHECKPOINT_PATH_LAST, last, sizeof last, &len));
+    CHECK(ends_with(last, "/last.ckpt"));
+    double score = 0, val = 0;
+    CHECK_OK(fulmen_trainer_best_model_score(t, &score));
+    CHECK_OK(fulmen_trainer_callback_metric(t, "val_loss", &val));
+    CHECK(score == 0.125 && val == 0.125);
+    fulmen_trainer_free(t);
+
+    /* save_top_k -1 keeps every epoch; 0 keeps none */
+    snprintf(dir, sizeof dir, "%s/all", root);
+    o = ckpt_opts(dir);
+    o.monitor = "val_loss";
+    o.save_top_k = -1;
+    t = trainer_with(4, NULL);
+    CHECK_OK(fulmen_trainer_add_model_checkpoint(t, &o));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
+    CHECK(ckpt_files(dir, names, sizeof names) == 4);
+    snprintf(path, sizeof path, "%s/epoch=2-step=6.ckpt", dir); /* default template {epoch}-{step}: 2 batches/epoch */
+    CHECK(exists(path));
+    fulmen_trainer_free(t);
+
+    snprintf(dir, sizeof dir, "%s/none", root);
+    o = ckpt_opts(dir);
+    o.monitor = "val_loss";
+    o.save_top_k = 0;
+    t = trainer_with(2, NULL);
+    CHECK_OK(fulmen_trainer_add_model_checkpoint(t, &o));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
+    CHECK(ckpt_files(dir, NULL, 0) == 0);
+    CHECK_ERR(fulmen_trainer_best_model_score(t, &score), FULMEN_CODE_INVALID_STATE, NULL);
+    fulmen_trainer_free(t);
+
+    /* mode max keeps the highest */
+    snprintf(dir, sizeof dir, "%s/max", root);
+    o = ckpt_opts(dir);
+    o.monitor = "val_loss";
+    o.mode = 1;
+    o.filename = "best-{epoch:02d}";
+    o.auto_insert_metric_name = false;
+    t = trainer_with(4, NULL);
+    CHECK_OK(fulmen_trainer_add_model_checkpoint(t, &o));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
+    CHECK(ckpt_files(dir, names, sizeof names) == 1 && strcmp(names, "best-00.ckpt|") == 0);
+    CHECK_OK(fulmen_trainer_best_model_score(t, &score));
+    CHECK(score == 0.5);
+    fulmen_trainer_free(t);
+
+    /* a monitored metric that is never logged fails fit, naming it */
+    snprintf(dir, sizeof dir, "%s/missing", root);
+    o = ckpt_opts(dir);
+    o.monitor = "val_accuracy";
+    t = trainer_with(2, NULL);
+    CHECK_OK(fulmen_trainer_add_model_checkpoint(t, &o));
+    CHECK_ERR(fulmen_trainer_fit(t, m, tl, vl, NULL), FULMEN_CODE_INVALID_STATE, "val_accuracy");
+    CHECK(ckpt_files(dir, NULL, 0) == 0);
+    fulmen_trainer_free(t);
+
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(f.model);
+}
+
+/* every_n_train_steps (4 batches per epoch, every 3 steps). */
+static void test_every_n_steps(fulmen_loader *tl4) {
+    char dir[300], names[1024];
+    fixture f = {.model = mlp(16)};
+    fulmen_lightning_module *m = module_for(&f);
+    snprintf(dir, sizeof dir, "%s/steps", root);
+    fulmen_model_checkpoint_options o = ckpt_opts(dir);
+    o.every_n_train_steps = 3;
+    o.save_top_k = -1;
+    fulmen_trainer *t = trainer_with(4, NULL);
+    CHECK_OK(fulmen_trainer_add_model_checkpoint(t, &o));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl4, NULL, NULL));
+    CHECK(ckpt_files(dir, names, sizeof names) == 5);
+    static const char *expected[] = {"epoch=0-step=3.ckpt|", "epoch=1-step=6.ckpt|", "epoch=2-step=9.ckpt|",
+                                     "epoch=2-step=12.ckpt|", "epoch=3-step=15.ckpt|"};
+    for (int i = 0; i < 5; i++) CHECK(strstr(names, expected[i]) != NULL);
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(f.model);
+}
+
+/* Weights-only files are plain state_dicts that fulmen_model_load reads. */
+static void test_weights_only(fulmen_loader *tl, fulmen_loader *vl) {
+    char dir[300], path[600];
+    fixture f = {.model = mlp(16)};
+    fulmen_lightning_module *m = module_for(&f);
+    snprintf(dir, sizeof dir, "%s/weights", root);
+    fulmen_model_checkpoint_options o = ckpt_opts(dir);
+    o.save_weights_only = true;
+    o.save_last = true;
+    fulmen_trainer *t = trainer_with(2, NULL);
+    CHECK_OK(fulmen_trainer_add_model_checkpoint(t, &o));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
+    fulmen_model *fresh = mlp(16);
+    CHECK(!same_weights(fresh, f.model));
+    snprintf(path, sizeof path, "%s/last.ckpt", dir);
+    CHECK_OK(fulmen_model_load(fresh, path, true));
+    CHECK(same_weights(fresh, f.model));
+    fulmen_model_free(fresh);
+    fresh = mlp(16);
+    snprintf(path, sizeof path, "%s/epoch=1-step=4.ckpt", dir);
+    CHECK_OK(fulmen_model_load(fresh, path, true));
+    CHECK(same_weights(fresh, f.model));
+    /* it cannot resume training: it has no optimizer state */
+    fulmen_trainer *t2 = trainer_with(3, NULL);
+    CHECK_ERR(fulmen_trainer_fit(t2, m, tl, vl, path), FULMEN_CODE_FORMAT, "weights-only");
+    fulmen_trainer_free(t2);
+    fulmen_model_free(fresh);
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(f.model);
+}
+
+/* Trains `model` (already holding the initial weights) with a trainer of
+ * `epochs` epochs and an optional ModelCheckpoint, resuming from `ckpt`. */
+static int64_t train(fulmen_model *model, long epochs, const fulmen_model_checkpoint_options *o, fulmen_loader *tl,
+                     const char *ckpt) {
+    fixture f = {.model = model};
+    fulmen_lightning_module *m = module_for(&f);
+    fulmen_trainer *t = trainer_with(epochs, NULL);
+    if (o != NULL) CHECK_OK(fulmen_trainer_add_model_checkpoint(t, o));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, NULL, ckpt));
+    int64_t step = -1;
+    CHECK_OK(fulmen_trainer_global_step(t, &step));
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    return step;
+}
+
+static fulmen_model *model_from(const char *init) {
+    fulmen_model *m = mlp(16);
+    CHECK_OK(fulmen_model_load(m, init, true));
+    return m;
+}
+
+/* 4 epochs in one go == 2 epochs + resume to 4 == resume mid-epoch. */
+static void test_resume_exact(fulmen_loader *tl4) {
+    char init[300], dir[300], path[600];
+    snprintf(init, sizeof init, "%s/init.safetensors", root);
+    CHECK_OK(fulmen_manual_seed(42));
+    fulmen_model *a = mlp(16);
+    CHECK_OK(fulmen_model_save(a, init));
+    int64_t step_a = train(a, 4, NULL, tl4, NULL);
+    CHECK(step_a == 16);
+
+    /* end-of-epoch checkpoint */
+    fulmen_model *b = model_from(init);
+    CHECK(!same_weights(a, b));
+    snprintf(dir, sizeof dir, "%s/resume", root);
+    fulmen_model_checkpoint_options o = ckpt_opts(dir);
+    o.save_last = true;
+    CHECK(train(b, 2, &o, tl4, NULL) == 8);
+    CHECK(!same_weights(a, b));
+    snprintf(path, sizeof path, "%s/last.ckpt", dir);
+    snprintf(dir, sizeof dir, "%s/resume2", root);
+    fulmen_model_checkpoint_options o2 = ckpt_opts(dir);
+    int64_t step_b = train(b, 4, &o2, tl4, path);
+    CHECK(step_b == step_a);
+    CHECK(same_weights(a, b));
+
+    /* mid-epoch checkpoint: step 6 is batch 2 of epoch 1 */
+    fulmen_model *c = model_from(init);
+    snprintf(dir, sizeof dir, "%s/mid", root);
+    o = ckpt_opts(dir);
+    o.every_n_train_steps = 6;
+    o.save_top_k = -1;
+    CHECK(train(c, 4, &o, tl4, NULL) == 16);
+    CHECK(same_weights(a, c)); /* checkpointing does not disturb training */
+    fulmen_model *d = model_from(init);
+    snprintf(path, sizeof path, "%s/epoch=1-step=6.ckpt", dir);
+    CHECK(exists(path));
+    int64_t step_d = train(d, 4, NULL, tl4, path);
+    CHECK(step_d == step_a);
+    CHECK(same_weights(a, d));
+
+    fulmen_model_free(a);
+    fulmen_model_free(b);
+    fulmen_model_free(c);
+    fulmen_model_free(d);
+}
+
+/* ckpt_path "last" / "best", validate / test with ckpt_path, bad files. */
+static void test_ckpt_path(fulmen_loader *tl, fulmen_loader *vl) {
+    char init[300], dir[300], best[600], last[600], path[700];
+    size_t len = 0;
+    snprintf(init, sizeof init, "%s/init.safetensors", root);
+    fixture f = {.model = model_from(init)};
+    fulmen_lightning_module *m = module_for(&f);
+    snprintf(dir, sizeof dir, "%s/paths", root);
+    fulmen_model_checkpoint_options o = ckpt_opts(dir);
+    o.monitor = "val_loss";
+    o.save_last = true;
+    fulmen_trainer *t = trainer_with(3, NULL);
+    CHECK_OK(fulmen_trainer_add_model_checkpoint(t, &o));
+    fulmen_trainer *bare = trainer_with(3, NULL);
+    CHECK_ERR(fulmen_trainer_fit(bare, m, tl, vl, "best"), FULMEN_CODE_INVALID_STATE, "best");
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
+    CHECK_OK(fulmen_trainer_checkpoint_path(t, FULMEN_CHECKPOINT_PATH_BEST, best, sizeof best, &len));
+    CHECK_OK(fulmen_trainer_checkpoint_path(t, FULMEN_CHECKPOINT_PATH_LAST, last, sizeof last, &len));
+    double score = 0, final_val = 0, v = 0;
+    CHECK_OK(fulmen_trainer_best_model_score(t, &score));
+    CHECK_OK(fulmen_trainer_callback_metric(t, "val_loss", &final_val));
+
+    /* validate / test load the checkpoint's weights first */
+    CHECK_OK(fulmen_model_load(f.model, init, true));
+    CHECK_OK(fulmen_trainer_validate(t, m, vl, NULL));
+    CHECK_OK(fulmen_trainer_callback_metric(t, "val_loss", &v));
+    CHECK(fabs(v - score) > 1e-3); /* the initial weights are worse */
+    CHECK_OK(fulmen_trainer_validate(t, m, vl, "best"));
+    CHECK_OK(fulmen_trainer_callback_metric(t, "val_loss", &v));
+    CHECK_NEAR(v, score, 1e-6);
+    CHECK_OK(fulmen_model_load(f.model, init, true));
+    CHECK_OK(fulmen_trainer_test(t, m, vl, last));
+    CHECK_OK(fulmen_trainer_callback_metric(t, "test_loss", &v));
+    CHECK_NEAR(v, final_val, 1e-6);
+    CHECK_OK(fulmen_model_load(f.model, init, true));
+    CHECK_OK(fulmen_trainer_validate(t, m, vl, "last"));
+    CHECK_OK(fulmen_trainer_callback_metric(t, "val_loss", &v));
+    CHECK_NEAR(v, final_val, 1e-6);
+
+    /* fit with "last" resumes after epoch 2: with max_epochs 4, one epoch */
+    fulmen_trainer *t4 = trainer_with(4, NULL);
+    CHECK_OK(fulmen_trainer_add_model_checkpoint(t4, &o));
+    f.train_calls = 0;
+    CHECK_OK(fulmen_trainer_fit(t4, m, tl, vl, "last"));
+    int64_t step = 0;
+    CHECK_OK(fulmen_trainer_global_step(t4, &step));
+    CHECK(step == 8 && f.train_calls == 2);
+    /* and "best" resumes from the best file of this trainer's last fit */
+    CHECK_OK(fulmen_trainer_checkpoint_path(t4, FULMEN_CHECKPOINT_PATH_BEST, best, sizeof best, &len));
+    fulmen_trainer *t5 = trainer_with(5, NULL);
+    CHECK_ERR(fulmen_trainer_fit(t5, m, tl, vl, "best"), FULMEN_CODE_INVALID_STATE, "best");
+    fulmen_trainer_free(t5);
+    const char *base = strrchr(best, '/');
+    int best_epoch = -1;
+    CHECK(base != NULL && sscanf(base, "/epoch=%d-", &best_epoch) == 1 && best_epoch >= 0 && best_epoch <= 3);
+    f.train_calls = 0;
+    CHECK_OK(fulmen_trainer_fit(t4, m, tl, vl, "best"));
+    CHECK(f.train_calls == 2 * (3 - best_epoch)); /* resumes after the best epoch, up to max_epochs 4 */
+
+    /* broken and foreign files; the model stays as it was */
+    size_t nsnap = 0;
+    unsigned char *snap = weights_of(f.model, &nsnap);
+    snprintf(path, sizeof path, "%s/truncated.ckpt", root);
+    FILE *in = fopen(last, "rb"), *out = fopen(path, "wb");
+    CHECK(in != NULL && out != NULL);
+    if (in != NULL && out != NULL) {
+        fseek(in, 0, SEEK_END);
+        long size = ftell(in);
+        fseek(in, 0, SEEK_SET);
+        char *bytes = malloc((size_t)size);
+        CHECK(fread(bytes, 1, (size_t)size, in) == (size_t)size);
+        CHECK(fwrite(bytes, 1, (size_t)size / 2, out) == (size_t)size / 2);
+        free(bytes);
+    }
+    if (in != NULL) fclose(in);
+    if (out != NULL) fclose(out);
+    CHECK_ERR(fulmen_trainer_fit(t, m, tl, vl, path), FULMEN_CODE_FORMAT, "truncated.ckpt");
+    CHECK(same_as_snapshot(f.model, snap, nsnap));
+    CHECK_ERR(fulmen_trainer_validate(t, m, vl, path), FULMEN_CODE_FORMAT, "truncated.ckpt");
+    CHECK(same_as_snapshot(f.model, snap, nsnap));
+    CHECK_ERR(fulmen_model_load(f.model, path, true), FULMEN_CODE_FORMAT, "truncated.ckpt");
+    snprintf(path, sizeof path, "%s/no/such/file.ckpt", root);
+    CHECK_ERR(fulmen_trainer_fit(t, m, tl, vl, path), FULMEN_CODE_IO, "no/such/file.ckpt");
+    CHECK_ERR(fulmen_trainer_test(t, m, vl, path), FULMEN_CODE_IO, "no/such/file.ckpt");
+    /* a plain safetensors file is not a checkpoint */
+    CHECK_ERR(fulmen_trainer_fit(t, m, tl, vl, init), FULMEN_CODE_FORMAT, "not a fulmen checkpoint");
+    CHECK(same_as_snapshot(f.model, snap, nsnap));
+    free(snap);
+
+    /* a checkpoint of another architecture: a shape error, model untouched */
+    fixture g = {.model = mlp(8)};
+    fulmen_lightning_module *mg = module_for(&g);
+    snap = weights_of(g.model, &nsnap);
+    CHECK_ERR(fulmen_trainer_fit(bare, mg, tl, vl, last), FULMEN_CODE_SHAPE_MISMATCH, "size mismatch");
+    CHECK(same_as_snapshot(g.model, snap, nsnap));
+    CHECK_ERR(fulmen_trainer_validate(bare, mg, vl, last), FULMEN_CODE_SHAPE_MISMATCH, "0.weight");
+    CHECK(same_as_snapshot(g.model, snap, nsnap));
+    free(snap);
+    fulmen_lightning_module_free(mg);
+    fulmen_model_free(g.model);
+
+    fulmen_trainer_free(bare);
+    fulmen_trainer_free(t4);
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(f.model);
+}
+
+int main(void) {
+    snprintf(root, sizeof root, "/tmp/fulmen-test-checkpoint-XXXXXX");
+    if (mkdtemp(root) == NULL) return 2;
+    fulmen_dataset *train = blobs(32, 1), *val = blobs(32, 2);
+    fulmen_loader *tl = loader(train, 16, true), *tl4 = loader(train, 8, true), *vl = loader(val, 16, false);
+    test_defaults();
+    test_top_k(tl, vl);
+    test_every_n_steps(tl4);
+    test_weights_only(tl, vl);
+    test_resume_exact(tl4);
+    test_ckpt_path(tl, vl);
+    fulmen_loader_free(tl);
+    fulmen_loader_free(tl4);
+    fulmen_loader_free(vl);
+    fulmen_dataset_free(train);
+    fulmen_dataset_free(val);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    CHECK(system(cmd) == 0);
+    return check_finish("test_checkpoint");
+}
