@@ -33,7 +33,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_e
 
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all deps lib header test test-rust test-c test-pkgconfig test-cpp test-go demo example lint fmt install clean
+.PHONY: all deps lib header test test-rust test-c test-pkgconfig test-cpp test-go test-coverage demo example lint fmt install clean
 
 all: lib
 
@@ -53,13 +53,16 @@ lib: $(LIBTORCH_STAMP)
 header: $(LIBTORCH_STAMP)
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test header_drift
 
-test: deps lib lint test-rust test-c example test-cpp test-go
+test: deps lib lint test-rust test-c example test-cpp test-go test-coverage
 	@echo "all suites passed"
+
+test-coverage:
+	bash scripts/check-binding-coverage.sh
 
 test-rust: $(LIBTORCH_STAMP) $(MNIST)
 	FULMEN_MNIST=$(MNIST) $(CARGO) test $(CARGO_FLAGS)
 
-$(BUILD)/tests/%: tests/c/%.c tests/c/check.h include/fulmen.h lib
+$(BUILD)/tests/%: tests/c/%.c tests/c/check.h tests/c/fixture.h include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK)
 
@@ -94,12 +97,17 @@ lint: $(LIBTORCH_STAMP)
 fmt:
 	$(CARGO) fmt
 
+# Installs the library, the C header, the C++ headers, fulmen.pc and a CMake
+# package config. The library keeps its rpath to the libtorch it was built
+# with.
 install: lib
-	install -d $(PREFIX)/lib $(PREFIX)/include $(PREFIX)/lib/pkgconfig
+	install -d $(PREFIX)/lib $(PREFIX)/include/fulmen $(PREFIX)/lib/pkgconfig $(PREFIX)/lib/cmake/fulmen
 	install -m 644 include/fulmen.h $(PREFIX)/include/
+	install -m 644 bindings/cpp/include/fulmen/*.hpp $(PREFIX)/include/fulmen/
 	install -m 755 $(LIBDIR)/libfulmen.so $(PREFIX)/lib/
 	install -m 644 $(LIBDIR)/libfulmen.a $(PREFIX)/lib/
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(PREFIX)/lib|; s|@INCLUDEDIR@|$(PREFIX)/include|' fulmen.pc.in > $(PREFIX)/lib/pkgconfig/fulmen.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' bindings/cpp/cmake/fulmenConfig.cmake.in > $(PREFIX)/lib/cmake/fulmen/fulmenConfig.cmake
 
 clean:
 	$(CARGO) clean

@@ -673,7 +673,9 @@ typedef struct fulmen_accelerator_vtable {
   struct fulmen_error *(*auto_device_count)(void *userdata, size_t *out);
   /**
    * Parses `devices` into ids (`ids[0..capacity]`, count in `*n_out`).
-   * NULL: Lightning's GPU-style parser over `auto_device_count` devices.
+   * `devices` comes in a normalised text form: "auto", "-1", a count
+   * "N", or ids "0,2" ("1," for a single id). NULL: Lightning's
+   * GPU-style parser over `auto_device_count` devices.
    */
   struct fulmen_error *(*parse_devices)(void *userdata,
                                         const char *devices,

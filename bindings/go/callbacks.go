@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"runtime/cgo"
 	"runtime/debug"
+	"sort"
 	"unsafe"
 )
 
@@ -257,6 +258,111 @@ func fulmenGoLoggerFinalize(ud C.uintptr_t, status *C.char) *C.fulmen_error {
 	s := C.GoString(status)
 	return runCallbackAfter(s != "success", func() error {
 		return cgo.Handle(ud).Value().(Logger).Finalize(s)
+	})
+}
+
+//export fulmenGoAccIsAvailable
+func fulmenGoAccIsAvailable(ud C.uintptr_t, out *C.bool) *C.fulmen_error {
+	return runCallback(func() error {
+		v, err := acceleratorOf(ud).acc.IsAvailable()
+		if err != nil {
+			return err
+		}
+		*out = C.bool(v)
+		return nil
+	})
+}
+
+//export fulmenGoAccAutoDeviceCount
+func fulmenGoAccAutoDeviceCount(ud C.uintptr_t, out *C.size_t) *C.fulmen_error {
+	return runCallback(func() error {
+		n, err := acceleratorOf(ud).acc.AutoDeviceCount()
+		if err != nil {
+			return err
+		}
+		if n < 0 {
+			return fmt.Errorf("CustomAccelerator.AutoDeviceCount returned %d", n)
+		}
+		*out = C.size_t(n)
+		return nil
+	})
+}
+
+//export fulmenGoAccParseDevices
+func fulmenGoAccParseDevices(ud C.uintptr_t, devices *C.char, ids *C.int64_t, capacity C.size_t, nOut *C.size_t) *C.fulmen_error {
+	return runCallback(func() error {
+		got, err := acceleratorOf(ud).parser.ParseDevices(C.GoString(devices))
+		if err != nil {
+			return err
+		}
+		*nOut = C.size_t(len(got))
+		if len(got) > int(capacity) {
+			return &Error{Code: CodeOutOfRange, Message: fmt.Sprintf("ParseDevices returned %d ids, the buffer holds %d", len(got), capacity)}
+		}
+		if len(got) > 0 {
+			copy(unsafe.Slice((*int64)(unsafe.Pointer(ids)), len(got)), got)
+		}
+		return nil
+	})
+}
+
+//export fulmenGoAccParallelDevices
+func fulmenGoAccParallelDevices(ud C.uintptr_t, ids *C.int64_t, n C.size_t, out *C.fulmen_device) *C.fulmen_error {
+	return runCallback(func() error {
+		in := make([]int64, int(n))
+		if n > 0 {
+			copy(in, unsafe.Slice((*int64)(unsafe.Pointer(ids)), int(n)))
+		}
+		devs, err := acceleratorOf(ud).acc.ParallelDevices(in)
+		if err != nil {
+			return err
+		}
+		if len(devs) != len(in) {
+			return fmt.Errorf("CustomAccelerator.ParallelDevices returned %d devices for %d ids", len(devs), len(in))
+		}
+		if n > 0 {
+			dst := unsafe.Slice(out, int(n))
+			for i, d := range devs {
+				dst[i] = cDevice(d)
+			}
+		}
+		return nil
+	})
+}
+
+//export fulmenGoAccSetupDevice
+func fulmenGoAccSetupDevice(ud C.uintptr_t, typ C.int32_t, index C.int64_t) *C.fulmen_error {
+	return runCallback(func() error {
+		return acceleratorOf(ud).acc.SetupDevice(Device{Type: DeviceType(typ), Index: int64(index)})
+	})
+}
+
+//export fulmenGoAccTeardown
+func fulmenGoAccTeardown(ud C.uintptr_t) *C.fulmen_error {
+	return runCallback(func() error { return acceleratorOf(ud).acc.Teardown() })
+}
+
+//export fulmenGoAccDeviceStats
+func fulmenGoAccDeviceStats(ud C.uintptr_t, typ C.int32_t, index C.int64_t, builder *C.fulmen_stats_builder) *C.fulmen_error {
+	return runCallback(func() error {
+		stats, err := acceleratorOf(ud).acc.DeviceStats(Device{Type: DeviceType(typ), Index: int64(index)})
+		if err != nil {
+			return err
+		}
+		names := make([]string, 0, len(stats))
+		for k := range stats {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			ck := cString(k)
+			err := check(C.fulmen_stats_builder_add(builder, ck, C.double(stats[k])))
+			freeCString(ck)
+			if err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 

@@ -124,3 +124,45 @@ fulmen_error *fulmen_go_trainer_add_logger(fulmen_trainer *trainer, uintptr_t ha
     vt.finalize = logger_finalize;
     return fulmen_trainer_add_logger(trainer, &vt);
 }
+
+static fulmen_error *acc_is_available(void *ud, bool *out) { return fulmenGoAccIsAvailable((uintptr_t)ud, out); }
+
+static fulmen_error *acc_auto_device_count(void *ud, size_t *out) {
+    return fulmenGoAccAutoDeviceCount((uintptr_t)ud, out);
+}
+
+static fulmen_error *acc_parse_devices(void *ud, const char *devices, int64_t *ids, size_t capacity,
+                                       size_t *n_out) {
+    return fulmenGoAccParseDevices((uintptr_t)ud, (char *)devices, ids, capacity, n_out);
+}
+
+static fulmen_error *acc_get_parallel_devices(void *ud, const int64_t *ids, size_t n, fulmen_device *out) {
+    return fulmenGoAccParallelDevices((uintptr_t)ud, (int64_t *)ids, n, out);
+}
+
+static fulmen_error *acc_setup_device(void *ud, fulmen_device device) {
+    return fulmenGoAccSetupDevice((uintptr_t)ud, device.device_type, device.index);
+}
+
+static fulmen_error *acc_teardown(void *ud) { return fulmenGoAccTeardown((uintptr_t)ud); }
+
+static fulmen_error *acc_get_device_stats(void *ud, fulmen_device device, fulmen_stats_builder *stats) {
+    return fulmenGoAccDeviceStats((uintptr_t)ud, device.device_type, device.index, stats);
+}
+
+fulmen_error *fulmen_go_accelerator_register(const char *name, const char *description, uintptr_t handle,
+                                             bool has_parse_devices, bool override_existing) {
+    fulmen_accelerator_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = (void *)handle;
+    vt.userdata_free = free_handle;
+    vt.is_available = acc_is_available;
+    vt.auto_device_count = acc_auto_device_count;
+    if (has_parse_devices) vt.parse_devices = acc_parse_devices;
+    vt.get_parallel_devices = acc_get_parallel_devices;
+    vt.setup_device = acc_setup_device;
+    vt.teardown = acc_teardown;
+    vt.get_device_stats = acc_get_device_stats;
+    return fulmen_accelerator_register(name, description, &vt, override_existing);
+}

@@ -18,7 +18,11 @@ import (
 // gradient_clip_algorithm, fast_dev_run, deterministic, log_every_n_steps,
 // seed, default_root_dir, enable_progress_bar, enable_checkpointing,
 // enable_model_summary, inference_mode, logger ("true", "false", "csv",
-// "tensorboard" or "csv,tensorboard"), detect_nonfinite_loss.
+// "tensorboard" or "csv,tensorboard"), detect_nonfinite_loss, accelerator
+// ("auto", "cpu", "cuda", "gpu", "mps", "xla", "tpu" or a registered name;
+// see also SetAccelerator), devices ("auto", "1", "-1", "0,2", ...),
+// precision ("32-true", "16-mixed", "bf16-mixed", "64-true", "16-true",
+// "bf16-true").
 //
 // As in Lightning, a number written with '.' or an exponent is a fraction
 // and one without is a count: for limit_*_batches, overfit_batches and

@@ -5,7 +5,8 @@
  *
  *   mnist --data mnist_5k.csv.gz [--epochs 10] [--batch-size 64] [--lr 0.1]
  *         [--cnn] [--seed 42] [--threads N] [--out runs/mnist]
- *         [--resume last|best|PATH]
+ *         [--resume last|best|PATH] [--accelerator auto] [--devices auto]
+ *         [--precision 32-true]
  *
  * Prints progress per epoch and the final validation accuracy; writes CSV
  * and TensorBoard logs under <out>/lightning_logs/version_N/, the best (by
@@ -146,6 +147,7 @@ static fulmen_dataset *as_images(fulmen_dataset *ds) {
 
 int main(int argc, char **argv) {
     const char *data = NULL, *out = "runs/mnist", *resume = NULL;
+    const char *accelerator = "auto", *devices = "auto", *precision = "32-true";
     long epochs = 10, batch_size = 64, seed = 42, threads = 0;
     double lr = 0.1;
     int cnn = 0;
@@ -162,11 +164,14 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--seed") == 0) seed = atol(v);
         else if (strcmp(a, "--threads") == 0) threads = atol(v);
         else if (strcmp(a, "--resume") == 0) resume = v;
+        else if (strcmp(a, "--accelerator") == 0) accelerator = v;
+        else if (strcmp(a, "--devices") == 0) devices = v;
+        else if (strcmp(a, "--precision") == 0) precision = v;
         else { fprintf(stderr, "mnist: unknown option %s\n", a); return 2; }
         i++;
     }
     if (data == NULL) {
-        fprintf(stderr, "usage: mnist --data mnist_5k.csv.gz [--epochs N] [--batch-size N] [--lr X] [--cnn] [--seed N] [--threads N] [--out DIR] [--resume last|best|PATH]\n");
+        fprintf(stderr, "usage: mnist --data mnist_5k.csv.gz [--epochs N] [--batch-size N] [--lr X] [--cnn] [--seed N] [--threads N] [--out DIR] [--resume last|best|PATH] [--accelerator NAME] [--devices SPEC] [--precision P]\n");
         return 2;
     }
     printf("fulmen %s on libtorch %s\n", fulmen_version(), fulmen_libtorch_version());
@@ -228,6 +233,9 @@ int main(int argc, char **argv) {
     check(fulmen_trainer_options_set_int(opts, "max_epochs", epochs), "max_epochs");
     check(fulmen_trainer_options_set(opts, "default_root_dir", out), "default_root_dir");
     check(fulmen_trainer_options_set_int(opts, "log_every_n_steps", 10), "log_every_n_steps");
+    check(fulmen_trainer_options_set(opts, "accelerator", accelerator), "accelerator");
+    check(fulmen_trainer_options_set(opts, "devices", devices), "devices");
+    check(fulmen_trainer_options_set(opts, "precision", precision), "precision");
     fulmen_trainer *trainer = NULL;
     check(fulmen_trainer_new(opts, &trainer), "creating the trainer");
     char ckpt_dir[4096];

@@ -4,7 +4,8 @@
 //
 //   mnist --data mnist_5k.csv.gz [--epochs 10] [--batch-size 64] [--lr 0.1]
 //         [--cnn] [--seed 42] [--threads N] [--out runs/mnist]
-//         [--resume last|best|PATH]
+//         [--resume last|best|PATH] [--accelerator auto] [--devices auto]
+//         [--precision 32-true]
 //
 // Prints progress per epoch and the final validation accuracy; writes CSV
 // and TensorBoard logs under <out>/lightning_logs/version_N/, the best (by
@@ -38,11 +39,14 @@ struct Args {
     uint64_t seed = 42;
     int32_t threads = 0;
     std::optional<std::string> resume;  // "last", "best" or a checkpoint path
+    std::string accelerator = "auto";
+    std::string devices = "auto";
+    std::string precision = "32-true";
 };
 
 constexpr const char* usage =
     "usage: mnist --data mnist_5k.csv.gz [--epochs N] [--batch-size N] [--lr X] [--cnn] [--seed N] "
-    "[--threads N] [--out DIR] [--resume last|best|PATH]";
+    "[--threads N] [--out DIR] [--resume last|best|PATH] [--accelerator NAME] [--devices SPEC] [--precision P]";
 
 /// Parses argv; throws std::invalid_argument on a bad command line.
 Args parse(int argc, char** argv) {
@@ -63,6 +67,9 @@ Args parse(int argc, char** argv) {
         else if (opt == "--seed") a.seed = std::stoull(v);
         else if (opt == "--threads") a.threads = std::stoi(v);
         else if (opt == "--resume") a.resume = v;
+        else if (opt == "--accelerator") a.accelerator = v;
+        else if (opt == "--devices") a.devices = v;
+        else if (opt == "--precision") a.precision = v;
         else throw std::invalid_argument("unknown option " + opt);
     }
     if (a.data.empty()) throw std::invalid_argument(usage);
@@ -143,7 +150,10 @@ int run(const Args& args) {
     Trainer trainer(TrainerOptions()
                         .set("max_epochs", args.epochs)
                         .set("default_root_dir", args.out)
-                        .set("log_every_n_steps", 10));
+                        .set("log_every_n_steps", 10)
+                        .set("accelerator", args.accelerator)
+                        .set("devices", args.devices)
+                        .set("precision", args.precision));
     const std::string ckpt_dir = args.out + "/checkpoints";
     ModelCheckpointOptions checkpoints("val_acc", Mode::Max);
     checkpoints.dirpath = ckpt_dir;

@@ -101,6 +101,20 @@ impl DevicesSpec {
     }
 }
 
+impl DevicesSpec {
+    /// The value as text that [`DevicesSpec::parse`] reads back: "auto",
+    /// "-1", a count "N", or ids "0,2" ("1," for a single id).
+    pub fn to_text(&self) -> String {
+        match self {
+            DevicesSpec::Auto => "auto".to_string(),
+            DevicesSpec::All => "-1".to_string(),
+            DevicesSpec::Count(n) => n.to_string(),
+            DevicesSpec::Indices(ids) if ids.len() == 1 => format!("{},", ids[0]),
+            DevicesSpec::Indices(ids) => ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","),
+        }
+    }
+}
+
 /// Parses comma-separated ids, skipping empty items (`"1,"` is `[1]`).
 fn parse_id_list(original: &str, list: &str) -> Result<DevicesSpec> {
     let mut ids = Vec::new();

@@ -210,7 +210,9 @@ pub unsafe extern "C" fn fulmen_accelerator_device_stats(
                 format!("{} statistics, `out` holds {capacity}", stats.len()),
             ));
         }
-        check_out(out, "out")?;
+        if !stats.is_empty() {
+            check_out(out, "out")?;
+        }
         for (i, (name, value)) in stats.iter().enumerate() {
             let mut s = fulmen_device_stat { name: [0; 64], value: *value };
             for (j, b) in name.bytes().take(63).enumerate() {
@@ -305,7 +307,9 @@ pub struct fulmen_accelerator_vtable {
     /// Writes how many devices it has. NULL: 1.
     pub auto_device_count: Option<unsafe extern "C" fn(userdata: *mut c_void, out: *mut usize) -> *mut fulmen_error>,
     /// Parses `devices` into ids (`ids[0..capacity]`, count in `*n_out`).
-    /// NULL: Lightning's GPU-style parser over `auto_device_count` devices.
+    /// `devices` comes in a normalised text form: "auto", "-1", a count
+    /// "N", or ids "0,2" ("1," for a single id). NULL: Lightning's
+    /// GPU-style parser over `auto_device_count` devices.
     pub parse_devices: Option<
         unsafe extern "C" fn(
             userdata: *mut c_void,
@@ -399,7 +403,7 @@ impl Accelerator for HostAccelerator {
     fn parse_devices(&self, devices: &DevicesSpec) -> Result<ParsedDevices> {
         let available = self.auto_device_count();
         let Some(f) = self.v.parse_devices else { return parse_indexed_devices(&self.name, devices, available) };
-        let text = CString::new(devices.describe()).unwrap_or_default();
+        let text = CString::new(devices.to_text()).unwrap_or_default();
         let mut ids = vec![0i64; available.max(1) * 2 + 8];
         let mut n = 0usize;
         self.call("parse_devices", |u| unsafe { f(u, text.as_ptr(), ids.as_mut_ptr(), ids.len(), &mut n) })?;

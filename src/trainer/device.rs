@@ -43,14 +43,22 @@ impl Placement {
                 ))
             }
         };
-        acc.setup_device(device)?;
         let precision = PrecisionPlugin::parse(precision)?;
+        acc.setup_device(device)?;
         Ok(Placement { accelerator: acc, device, precision })
     }
 
     /// Moves the module's model to the device and casts it for `*-true`
-    /// precisions.
+    /// precisions; on failure the device is torn down again.
     pub fn prepare_model(&self, module: &dyn LightningModule) -> Result<()> {
+        let r = self.move_model(module);
+        if r.is_err() {
+            let _ = self.teardown();
+        }
+        r
+    }
+
+    fn move_model(&self, module: &dyn LightningModule) -> Result<()> {
         if let Some(m) = module.model() {
             let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
             g.to_device(self.device)?;

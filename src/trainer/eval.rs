@@ -155,7 +155,10 @@ impl Trainer {
                     l.finalize("success").ctx(format!("{} logger", l.name()))?;
                 }
             }
-            Err(e) => run.exception(e),
+            Err(e) => {
+                run.exception(e);
+                let _ = run.placement.teardown();
+            }
         }
         result
     }

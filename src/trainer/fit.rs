@@ -222,7 +222,12 @@ impl Trainer {
                 }
                 first?;
             }
-            Err(e) => run.exception(e),
+            Err(e) => {
+                run.exception(e);
+                // Lightning tears the accelerator down on failure too; its
+                // own error would hide the run's.
+                let _ = run.placement.teardown();
+            }
         }
         result
     }

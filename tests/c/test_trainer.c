@@ -4,40 +4,13 @@
  * and every way a host callback can fail.
  */
 #include "check.h"
+#include "fixture.h"
 
 #include <stdbool.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Two Gaussian blobs in 2-D: class 0 around (-2, -2), class 1 around (2, 2). */
-static fulmen_dataset *blobs(size_t n, uint64_t seed) {
-    CHECK_OK(fulmen_manual_seed(seed));
-    int64_t shape[2] = {(int64_t)n, 2};
-    fulmen_tensor *noise = NULL, *sign = NULL, *x = NULL, *labels = NULL, *labels_f = NULL, *shift = NULL;
-    float *signs = malloc(n * 2 * sizeof(float));
-    int64_t *lab = malloc(n * sizeof(int64_t));
-    for (size_t i = 0; i < n; i++) {
-        lab[i] = (int64_t)(i % 2);
-        signs[2 * i] = signs[2 * i + 1] = lab[i] ? 2.0f : -2.0f;
-    }
-    CHECK_OK(fulmen_tensor_randn(shape, 2, FULMEN_DTYPE_F32, &noise));
-    sign = check_f32(signs, n * 2, shape, 2);
-    CHECK_OK(fulmen_tensor_add(noise, sign, &x));
-    int64_t lshape[1] = {(int64_t)n};
-    CHECK_OK(fulmen_tensor_from_data(lab, n * sizeof(int64_t), FULMEN_DTYPE_I64, lshape, 1, &labels));
-    const fulmen_tensor *parts[2] = {x, labels};
-    fulmen_dataset *ds = NULL;
-    CHECK_OK(fulmen_dataset_from_tensors(parts, 2, &ds));
-    fulmen_tensor_free(noise);
-    fulmen_tensor_free(sign);
-    fulmen_tensor_free(x);
-    fulmen_tensor_free(labels);
-    fulmen_tensor_free(labels_f);
-    fulmen_tensor_free(shift);
-    free(signs);
-    free(lab);
-    return ds;
-}
+static fulmen_dataset *blobs(size_t n, uint64_t seed) { return fixture_blobs(n, seed, 2.0f); }
 
 /* What the callbacks of the test module see and record. */
 typedef struct {
@@ -55,7 +28,12 @@ typedef struct {
 } fixture;
 
 static fulmen_error *loss_of(fixture *f, const fulmen_batch *batch, fulmen_tensor **logits, fulmen_tensor **loss) {
-    fulmen_tensor *x = NULL, *y = NULL;
+    fulmen_tensor *x = NULL, *y = NULL, *none = NULL;
+    size_t n = 0;
+    CHECK_OK(fulmen_batch_len(batch, &n));
+    CHECK(n == 2);
+    CHECK_ERR(fulmen_batch_get(batch, 2, &none), FULMEN_CODE_OUT_OF_RANGE, "2 tensors");
+    CHECK_ERR(fulmen_batch_len(NULL, &n), FULMEN_CODE_NULL_ARGUMENT, "batch");
     fulmen_error *e = fulmen_batch_get(batch, 0, &x);
     if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
     if (e == NULL) e = fulmen_model_forward(f->model, x, logits);
@@ -171,17 +149,7 @@ static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *con
 
 static void free_fixture(void *ud) { ((fixture *)ud)->freed++; }
 
-static fulmen_model *mlp(void) {
-    fulmen_model *m = NULL, *l = NULL;
-    CHECK_OK(fulmen_model_sequential_new(&m));
-    CHECK_OK(fulmen_model_linear_new(2, 16, true, &l));
-    CHECK_OK(fulmen_model_push(m, l));
-    CHECK_OK(fulmen_model_activation_new(FULMEN_ACTIVATION_TANH, 0, &l));
-    CHECK_OK(fulmen_model_push(m, l));
-    CHECK_OK(fulmen_model_linear_new(16, 2, true, &l));
-    CHECK_OK(fulmen_model_push(m, l));
-    return m;
-}
+static fulmen_model *mlp(void) { return fixture_mlp(16, 0); }
 
 static fulmen_lightning_module *module_for(fixture *f) {
     fulmen_module_vtable vt;
@@ -199,15 +167,7 @@ static fulmen_lightning_module *module_for(fixture *f) {
     return m;
 }
 
-static fulmen_loader *loader(fulmen_dataset *ds, size_t batch, bool shuffle) {
-    fulmen_loader_options o = fulmen_loader_options_default();
-    o.batch_size = batch;
-    o.shuffle = shuffle;
-    o.seed = 7;
-    fulmen_loader *l = NULL;
-    CHECK_OK(fulmen_loader_new(ds, &o, &l));
-    return l;
-}
+static fulmen_loader *loader(fulmen_dataset *ds, size_t batch, bool shuffle) { return fixture_loader(ds, batch, shuffle, 7); }
 
 static fulmen_trainer *trainer_with(const char *root, long epochs, const char *k1, const char *v1) {
     fulmen_trainer_options *o = NULL;
@@ -276,6 +236,13 @@ static void test_fit_validate_test_predict(void) {
     CHECK(nd == 2 && dims[0] == 64 && dims[1] == 2);
     CHECK(f.predict_calls == 2);
     CHECK(f.stages_seen == 0xF);
+    char summary[1024];
+    size_t slen = 0;
+    CHECK_OK(fulmen_model_summary(f.model, 1, summary, sizeof summary, &slen));
+    CHECK(strstr(summary, "Linear") != NULL && strstr(summary, "Total params") != NULL);
+    CHECK(strstr(summary, "82 ") != NULL); /* 2*16+16 + 16*2+2 parameters */
+    CHECK_ERR(fulmen_model_summary(f.model, 1, summary, 8, &slen), FULMEN_CODE_OUT_OF_RANGE, NULL);
+    CHECK(slen > 8);
     fulmen_tensor_free(pred);
 
     fulmen_trainer_free(t);

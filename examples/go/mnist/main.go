@@ -5,7 +5,8 @@
 //
 //	mnist -data mnist_5k.csv.gz [-epochs 10] [-batch-size 64] [-lr 0.1]
 //	      [-cnn] [-seed 42] [-threads N] [-out runs/mnist]
-//	      [-resume last|best|PATH]
+//	      [-resume last|best|PATH] [-accelerator auto] [-devices auto]
+//	      [-precision 32-true]
 //
 // It prints progress per epoch and the final validation accuracy; writes
 // CSV and TensorBoard logs under <out>/lightning_logs/version_N/, the best
@@ -134,9 +135,12 @@ func main() {
 	threads := flag.Int("threads", 0, "libtorch intra-op threads (0: libtorch's default)")
 	out := flag.String("out", "runs/mnist", "output folder for logs, checkpoints and weights")
 	resume := flag.String("resume", "", "resume training from a checkpoint: last, best or a path")
+	accelerator := flag.String("accelerator", "auto", "accelerator: auto, cpu, cuda, gpu, mps, xla, tpu or a registered name")
+	devices := flag.String("devices", "auto", "devices, as Lightning reads them: auto, N, -1, 0,2")
+	precision := flag.String("precision", "32-true", "precision: 32-true, 64-true, bf16-mixed, 16-mixed, ...")
 	flag.Parse()
 	if *data == "" || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: mnist -data mnist_5k.csv.gz [-epochs N] [-batch-size N] [-lr X] [-cnn] [-seed N] [-threads N] [-out DIR] [-resume last|best|PATH]")
+		fmt.Fprintln(os.Stderr, "usage: mnist -data mnist_5k.csv.gz [-epochs N] [-batch-size N] [-lr X] [-cnn] [-seed N] [-threads N] [-out DIR] [-resume last|best|PATH] [-accelerator NAME] [-devices SPEC] [-precision P]")
 		os.Exit(2)
 	}
 	fmt.Printf("fulmen %s on libtorch %s\n", fulmen.Version(), fulmen.LibtorchVersion())
@@ -254,6 +258,9 @@ func main() {
 	check("max_epochs", opts.SetInt("max_epochs", *epochs))
 	check("default_root_dir", opts.Set("default_root_dir", *out))
 	check("log_every_n_steps", opts.SetInt("log_every_n_steps", 10))
+	check("accelerator", opts.Set("accelerator", *accelerator))
+	check("devices", opts.Set("devices", *devices))
+	check("precision", opts.Set("precision", *precision))
 	trainer, err := fulmen.NewTrainer(opts)
 	check("creating the trainer", err)
 	defer trainer.Close()

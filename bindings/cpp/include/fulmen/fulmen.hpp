@@ -19,6 +19,9 @@
 //   fulmen::Trainer trainer(fulmen::TrainerOptions().set("max_epochs", 5));
 //   trainer.fit(module, fulmen::Loader(dataset, 32, true));
 //
+// Accelerators: Accelerator::get("cpu"), registry(), register_accelerator
+// (a CustomAccelerator), TrainerOptions::accelerator / set("devices", ...).
+//
 // Link with -lfulmen (the C library); nothing here re-implements its work.
 //
 // Errors: every failing call throws fulmen::Error (a std::runtime_error with
@@ -38,6 +41,7 @@
 
 #include <fulmen.h>
 
+#include "accelerator.hpp"
 #include "data.hpp"
 #include "error.hpp"
 #include "handle.hpp"

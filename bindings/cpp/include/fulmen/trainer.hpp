@@ -1,6 +1,7 @@
 // fulmen C++ binding: LightningModule from lambdas, trainer options, trainer.
 #pragma once
 
+#include "accelerator.hpp"
 #include "data.hpp"
 #include "hooks.hpp"
 #include "optim.hpp"
@@ -312,7 +313,11 @@ inline LightningModule::Builder LightningModule::builder(const Model& model) { r
 /// fast_dev_run, deterministic, log_every_n_steps, seed, default_root_dir,
 /// enable_progress_bar, enable_checkpointing, enable_model_summary,
 /// inference_mode, logger (bool, "csv", "tensorboard" or "csv,tensorboard"),
-/// detect_nonfinite_loss). A floating value is a fraction (0.5, 1.0 = all
+/// detect_nonfinite_loss, accelerator ("auto", "cpu", "cuda", "gpu", "mps",
+/// "xla", "tpu" or a registered name; or accelerator(Accelerator)),
+/// devices ("auto", "1", "-1", "0,2"), precision ("32-true", "16-mixed",
+/// "bf16-mixed", "64-true", "16-true", "bf16-true", "32", "16", "bf16",
+/// "64")). A floating value is a fraction (0.5, 1.0 = all
 /// batches), an integer a count (1 = one batch), as in Lightning.
 class TrainerOptions : public detail::Handle<fulmen_trainer_options, fulmen_trainer_options_free> {
 public:
@@ -334,6 +339,18 @@ public:
     template <class V>
     TrainerOptions&& set(const std::string& key, const V& value) && {
         apply(key, value);
+        return std::move(*this);
+    }
+
+    /// Sets the `accelerator` option from a handle (as Lightning accepts an
+    /// Accelerator object); the same as set("accelerator", acc.name()).
+    TrainerOptions& accelerator(const Accelerator& acc) & {
+        check(fulmen_trainer_options_set_accelerator(get(), acc.get()));
+        return *this;
+    }
+    /// Sets the accelerator on a temporary and passes it on.
+    TrainerOptions&& accelerator(const Accelerator& acc) && {
+        check(fulmen_trainer_options_set_accelerator(get(), acc.get()));
         return std::move(*this);
     }
 

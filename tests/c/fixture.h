@@ -1,0 +1,70 @@
+/*
+ * Shared fixtures of the C tests: a small two-class data set, a small MLP
+ * and a loader over them. Include after check.h.
+ */
+#ifndef FULMEN_TEST_FIXTURE_H
+#define FULMEN_TEST_FIXTURE_H
+
+#include "check.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* `n` points in 2-D: class 0 around (-d, -d), class 1 around (d, d), with
+ * unit Gaussian noise drawn after seeding with `seed`; labels alternate. */
+static inline fulmen_dataset *fixture_blobs(size_t n, uint64_t seed, float d) {
+    CHECK_OK(fulmen_manual_seed(seed));
+    int64_t shape[2] = {(int64_t)n, 2}, lshape[1] = {(int64_t)n};
+    float *centers = malloc(n * 2 * sizeof(float));
+    int64_t *lab = malloc(n * sizeof(int64_t));
+    if (centers == NULL || lab == NULL) exit(2);
+    for (size_t i = 0; i < n; i++) {
+        lab[i] = (int64_t)(i % 2);
+        centers[2 * i] = centers[2 * i + 1] = lab[i] ? d : -d;
+    }
+    fulmen_tensor *noise = NULL, *x = NULL, *labels = NULL, *c = check_f32(centers, n * 2, shape, 2);
+    CHECK_OK(fulmen_tensor_randn(shape, 2, FULMEN_DTYPE_F32, &noise));
+    CHECK_OK(fulmen_tensor_add(noise, c, &x));
+    CHECK_OK(fulmen_tensor_from_data(lab, n * sizeof(int64_t), FULMEN_DTYPE_I64, lshape, 1, &labels));
+    const fulmen_tensor *parts[2] = {x, labels};
+    fulmen_dataset *ds = NULL;
+    CHECK_OK(fulmen_dataset_from_tensors(parts, 2, &ds));
+    fulmen_tensor_free(noise);
+    fulmen_tensor_free(c);
+    fulmen_tensor_free(x);
+    fulmen_tensor_free(labels);
+    free(centers);
+    free(lab);
+    return ds;
+}
+
+/* Sequential 2 -> hidden (tanh) [-> dropout p] -> 2; no dropout when p is 0. */
+static inline fulmen_model *fixture_mlp(int64_t hidden, double dropout) {
+    fulmen_model *m = NULL, *l = NULL;
+    CHECK_OK(fulmen_model_sequential_new(&m));
+    CHECK_OK(fulmen_model_linear_new(2, hidden, true, &l));
+    CHECK_OK(fulmen_model_push(m, l));
+    CHECK_OK(fulmen_model_activation_new(FULMEN_ACTIVATION_TANH, 0, &l));
+    CHECK_OK(fulmen_model_push(m, l));
+    if (dropout > 0) {
+        CHECK_OK(fulmen_model_dropout_new(dropout, &l));
+        CHECK_OK(fulmen_model_push(m, l));
+    }
+    CHECK_OK(fulmen_model_linear_new(hidden, 2, true, &l));
+    CHECK_OK(fulmen_model_push(m, l));
+    return m;
+}
+
+/* A loader over `ds` shuffled (or not) with `seed`. */
+static inline fulmen_loader *fixture_loader(fulmen_dataset *ds, size_t batch, bool shuffle, uint64_t seed) {
+    fulmen_loader_options o = fulmen_loader_options_default();
+    o.batch_size = batch;
+    o.shuffle = shuffle;
+    o.seed = seed;
+    fulmen_loader *l = NULL;
+    CHECK_OK(fulmen_loader_new(ds, &o, &l));
+    return l;
+}
+
+#endif
