@@ -6,6 +6,7 @@
  * and removed), and host vtables that fail or lie.
  */
 #include "check.h"
+#include "fixture.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -18,45 +19,9 @@ static char root[64];
 
 /* ---------------------------------------------------------------- helpers */
 
-/* Two Gaussian blobs in 2-D: class 0 around (-2, -2), class 1 around (2, 2). */
-static fulmen_dataset *blobs(size_t n, uint64_t seed) {
-    CHECK_OK(fulmen_manual_seed(seed));
-    int64_t shape[2] = {(int64_t)n, 2};
-    fulmen_tensor *noise = NULL, *sign = NULL, *x = NULL, *labels = NULL;
-    float *signs = malloc(n * 2 * sizeof(float));
-    int64_t *lab = malloc(n * sizeof(int64_t));
-    for (size_t i = 0; i < n; i++) {
-        lab[i] = (int64_t)(i % 2);
-        signs[2 * i] = signs[2 * i + 1] = lab[i] ? 2.0f : -2.0f;
-    }
-    CHECK_OK(fulmen_tensor_randn(shape, 2, FULMEN_DTYPE_F32, &noise));
-    sign = check_f32(signs, n * 2, shape, 2);
-    CHECK_OK(fulmen_tensor_add(noise, sign, &x));
-    int64_t lshape[1] = {(int64_t)n};
-    CHECK_OK(fulmen_tensor_from_data(lab, n * sizeof(int64_t), FULMEN_DTYPE_I64, lshape, 1, &labels));
-    const fulmen_tensor *parts[2] = {x, labels};
-    fulmen_dataset *ds = NULL;
-    CHECK_OK(fulmen_dataset_from_tensors(parts, 2, &ds));
-    fulmen_tensor_free(noise);
-    fulmen_tensor_free(sign);
-    fulmen_tensor_free(x);
-    fulmen_tensor_free(labels);
-    free(signs);
-    free(lab);
-    return ds;
-}
+static fulmen_dataset *blobs(size_t n, uint64_t seed) { return fixture_blobs(n, seed, 2.0f); }
 
-static fulmen_model *mlp(void) {
-    fulmen_model *m = NULL, *l = NULL;
-    CHECK_OK(fulmen_model_sequential_new(&m));
-    CHECK_OK(fulmen_model_linear_new(2, 16, true, &l));
-    CHECK_OK(fulmen_model_push(m, l));
-    CHECK_OK(fulmen_model_activation_new(FULMEN_ACTIVATION_TANH, 0, &l));
-    CHECK_OK(fulmen_model_push(m, l));
-    CHECK_OK(fulmen_model_linear_new(16, 2, true, &l));
-    CHECK_OK(fulmen_model_push(m, l));
-    return m;
-}
+static fulmen_model *mlp(void) { return fixture_mlp(16, 0); }
 
 typedef struct {
     fulmen_model *model;
@@ -126,15 +91,7 @@ static fulmen_lightning_module *module_for(fixture *f) {
     return m;
 }
 
-static fulmen_loader *loader(fulmen_dataset *ds, size_t batch, bool shuffle) {
-    fulmen_loader_options o = fulmen_loader_options_default();
-    o.batch_size = batch;
-    o.shuffle = shuffle;
-    o.seed = 7;
-    fulmen_loader *l = NULL;
-    CHECK_OK(fulmen_loader_new(ds, &o, &l));
-    return l;
-}
+static fulmen_loader *loader(fulmen_dataset *ds, size_t batch, bool shuffle) { return fixture_loader(ds, batch, shuffle, 7); }
 
 /* Quiet options: no logger, checkpoint, summary or progress bar. */
 static fulmen_trainer_options *quiet_options(long epochs) {
