@@ -81,7 +81,12 @@ test-cpp: lib
 test-go: lib $(MNIST)
 	FULMEN_MNIST=$(MNIST) bash bindings/go/run-tests.sh
 
-example: $(BUILD)/examples/mnist
+example: $(BUILD)/examples/mnist $(BUILD)/examples/snippet
+	$(ASAN_ENV) $(BUILD)/examples/snippet
+
+$(BUILD)/examples/snippet: examples/c/snippet.c include/fulmen.h lib
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK)
 
 $(BUILD)/examples/mnist: examples/c/mnist.c include/fulmen.h lib
 	@mkdir -p $(dir $@)
