@@ -579,6 +579,11 @@ typedef struct fulmen_optimizer fulmen_optimizer;
 typedef struct fulmen_optimizer_config fulmen_optimizer_config;
 
 /**
+ * A precision plugin. Free with `fulmen_precision_free`.
+ */
+typedef struct fulmen_precision fulmen_precision;
+
+/**
  * A learning-rate scheduler bound to the optimizer it was created for.
  * Free with `fulmen_scheduler_free` unless handed to the trainer.
  */
@@ -2087,6 +2092,45 @@ struct fulmen_error *fulmen_clip_grad_norm(const struct fulmen_model *model,
  * Clamps the gradients of `model`'s parameters into [-value, value].
  */
 struct fulmen_error *fulmen_clip_grad_value(const struct fulmen_model *model, double value);
+
+/**
+ * Creates a precision plugin from one of Lightning's precision values
+ * ("64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true",
+ * legacy "64", "32", "16", "bf16"); anything else is an error listing them.
+ */
+struct fulmen_error *fulmen_precision_new(const char *precision, struct fulmen_precision **out);
+
+/**
+ * Sets the loss scaler of a `16-mixed` plugin (torch's GradScaler:
+ * defaults 65536, 2.0, 0.5, 2000); an error for other precisions or values
+ * torch refuses.
+ */
+struct fulmen_error *fulmen_precision_set_grad_scaler(struct fulmen_precision *precision,
+                                                      double init_scale,
+                                                      double growth_factor,
+                                                      double backoff_factor,
+                                                      int64_t growth_interval);
+
+/**
+ * Copies the plugin's canonical precision name ("16-mixed", ...) into
+ * `buf` as for `fulmen_model_state_dict_name`.
+ */
+struct fulmen_error *fulmen_precision_name(const struct fulmen_precision *precision,
+                                           char *buf,
+                                           size_t capacity,
+                                           size_t *len_out);
+
+/**
+ * Uses `precision` (copied) for runs with these options, as Lightning's
+ * `Trainer(plugins=[...])`.
+ */
+struct fulmen_error *fulmen_trainer_options_set_precision(struct fulmen_trainer_options *options,
+                                                          const struct fulmen_precision *precision);
+
+/**
+ * Frees a precision plugin. NULL or an already freed handle is a no-op.
+ */
+void fulmen_precision_free(struct fulmen_precision *precision);
 
 /**
  * The library version as "MAJOR.MINOR.PATCH", a static string.

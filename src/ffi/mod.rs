@@ -14,6 +14,7 @@ pub mod logger;
 pub mod model;
 pub mod module;
 pub mod optim;
+pub mod precision;
 pub mod runtime;
 pub mod scheduler;
 pub mod tensor;

@@ -193,7 +193,10 @@ pub(crate) fn set_option(o: &mut TrainerOptions, key: &str, value: &str) -> Resu
             o.accelerator = v.to_string();
         }
         "devices" => o.devices = v.to_string(),
-        "precision" => o.precision = v.to_string(),
+        "precision" => {
+            o.precision = v.to_string();
+            o.grad_scaler = None;
+        }
         _ => return Err(Error::invalid(format!("unknown trainer option {key:?}; known options: {KEYS}"))),
     }
     o.validate().map_err(|e| e.context(format!("option {key}")))

@@ -23,7 +23,12 @@ impl Placement {
     /// parses `devices` with that accelerator's rules and sets the device
     /// up. More than one device needs a distributed strategy, which this
     /// trainer does not run yet: that is refused with a clear error.
-    pub fn choose(accelerator: &str, devices: &str, precision: &str) -> Result<Placement> {
+    pub fn choose(
+        accelerator: &str,
+        devices: &str,
+        precision: &str,
+        grad_scaler: Option<(f64, f64, f64, i64)>,
+    ) -> Result<Placement> {
         let acc = registry::get_available(accelerator)?;
         let spec = DevicesSpec::parse(devices)?;
         let parsed = acc.parse_devices(&spec).ctx(format!("devices={devices:?} for accelerator {:?}", acc.name()))?;
@@ -43,7 +48,13 @@ impl Placement {
                 ))
             }
         };
-        let precision = PrecisionPlugin::parse(precision)?;
+        let precision = match grad_scaler {
+            Some((init, growth, backoff, interval)) => PrecisionPlugin::with_scaler(
+                crate::precision::Precision::parse(precision)?,
+                crate::precision::GradScaler::with_settings(init, growth, backoff, interval)?,
+            )?,
+            None => PrecisionPlugin::parse(precision)?,
+        };
         acc.setup_device(device)?;
         Ok(Placement { accelerator: acc, device, precision })
     }

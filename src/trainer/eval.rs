@@ -117,8 +117,12 @@ impl Trainer {
         if let Some(s) = self.opts.seed {
             crate::seed_everything(s);
         }
-        let placement =
-            super::device::Placement::choose(&self.opts.accelerator, &self.opts.devices, &self.opts.precision)?;
+        let placement = super::device::Placement::choose(
+            &self.opts.accelerator,
+            &self.opts.devices,
+            &self.opts.precision,
+            self.opts.grad_scaler,
+        )?;
         placement.prepare_model(module)?;
         let (epoch, step) = (self.state.epoch, self.state.global_step);
         self.begin_state();

@@ -169,8 +169,12 @@ impl Trainer {
         if self.opts.deterministic {
             crate::tensor::set_deterministic(true)?;
         }
-        let placement =
-            super::device::Placement::choose(&self.opts.accelerator, &self.opts.devices, &self.opts.precision)?;
+        let placement = super::device::Placement::choose(
+            &self.opts.accelerator,
+            &self.opts.devices,
+            &self.opts.precision,
+            self.opts.grad_scaler,
+        )?;
         placement.prepare_model(module)?;
         self.begin_state();
         self.defaults = self.default_callbacks(true)?;

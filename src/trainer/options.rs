@@ -143,6 +143,9 @@ pub struct TrainerOptions {
     pub devices: String,
     /// Precision ("32-true", "16-mixed", "bf16-mixed", "64-true", ...).
     pub precision: String,
+    /// Loss-scaler settings for `16-mixed` (init scale, growth factor,
+    /// backoff factor, growth interval); `None`: torch's defaults.
+    pub grad_scaler: Option<(f64, f64, f64, i64)>,
 }
 
 impl Default for TrainerOptions {
@@ -178,6 +181,7 @@ impl Default for TrainerOptions {
             accelerator: "auto".into(),
             devices: "auto".into(),
             precision: "32-true".into(),
+            grad_scaler: None,
         }
     }
 }

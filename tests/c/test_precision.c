@@ -452,6 +452,51 @@ static void test_grad_scaler_skips(void) {
 
 /* -------------------------------------------------------------- MNIST */
 
+/* The handle form of a precision plugin, with GradScaler settings. */
+static void test_precision_objects(void) {
+    fulmen_precision *p = NULL, *bad = NULL, *bf16 = NULL;
+    char name[32];
+    size_t len = 0;
+    CHECK_OK(fulmen_precision_new("16", &p));
+    CHECK_OK(fulmen_precision_name(p, name, sizeof name, &len));
+    CHECK(strcmp(name, "16-mixed") == 0 && len == 8);
+    CHECK_ERR(fulmen_precision_name(p, name, 4, &len), FULMEN_CODE_OUT_OF_RANGE, NULL);
+    CHECK_ERR(fulmen_precision_new("fp8", &bad), FULMEN_CODE_INVALID_ARGUMENT, "bf16-mixed");
+    CHECK(bad == NULL);
+    CHECK_ERR(fulmen_precision_new(NULL, &bad), FULMEN_CODE_NULL_ARGUMENT, "precision");
+    CHECK_OK(fulmen_precision_new("bf16-mixed", &bf16));
+    CHECK_ERR(fulmen_precision_set_grad_scaler(bf16, 1024, 2, 0.5, 100), FULMEN_CODE_INVALID_ARGUMENT, "16-mixed");
+    CHECK_ERR(fulmen_precision_set_grad_scaler(p, -1, 2, 0.5, 100), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_precision_set_grad_scaler(p, 1024, 0.5, 0.5, 100), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    CHECK_OK(fulmen_precision_set_grad_scaler(p, 1024, 2, 0.5, 100));
+
+    fulmen_dataset *train = blobs(128, 21), *val = blobs(64, 22);
+    fulmen_loader *tl = loader(train, 16, true), *vl = loader(val, 32, false);
+    fixture f;
+    fixture_init(&f, mlp(2, 16, 2, FULMEN_ACTIVATION_TANH), 0.1);
+    fulmen_lightning_module *m = module_for(&f);
+    fulmen_trainer_options *o = quiet_options(3);
+    CHECK_OK(fulmen_trainer_options_set_precision(o, p));
+    CHECK_ERR(fulmen_trainer_options_set_precision(o, NULL), FULMEN_CODE_NULL_ARGUMENT, "precision");
+    CHECK_ERR(fulmen_trainer_options_set_precision(o, (fulmen_precision *)tl), FULMEN_CODE_INVALID_HANDLE, NULL);
+    fulmen_precision_free(p);
+    fulmen_precision_free(p); /* double free: ignored */
+    fulmen_trainer *t = trainer_from(o);
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
+    double acc = 0;
+    CHECK_OK(fulmen_trainer_callback_metric(t, "val_acc", &acc));
+    CHECK(acc > 0.9);
+    CHECK(f.logits_dtype == FULMEN_DTYPE_F16); /* the plugin's 16-mixed was used */
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(f.model);
+    fulmen_loader_free(tl);
+    fulmen_loader_free(vl);
+    fulmen_dataset_free(train);
+    fulmen_dataset_free(val);
+    fulmen_precision_free(bf16);
+}
+
 static void test_mnist(void) {
     const char *path = getenv("FULMEN_MNIST");
     if (path == NULL) {
@@ -515,6 +560,7 @@ int main(void) {
     test_training();
     test_refusal_keeps_options();
     test_grad_scaler_skips();
+    test_precision_objects();
     test_mnist();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);

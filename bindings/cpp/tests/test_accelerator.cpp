@@ -18,10 +18,12 @@ using fulmen::Batch;
 using fulmen::CustomAccelerator;
 using fulmen::Device;
 using fulmen::DeviceType;
+using fulmen::Error;
 using fulmen::LightningModule;
 using fulmen::Loader;
 using fulmen::Model;
 using fulmen::Optimizer;
+using fulmen::Precision;
 using fulmen::OptimizerConfig;
 using fulmen::StepContext;
 using fulmen::Tensor;
@@ -531,4 +533,24 @@ TEST_F(AcceleratorTest, Bf16MixedPrecisionTrains) {
     EXPECT_TRUE(std::isfinite(mixed));
     EXPECT_LT(mixed, 0.5);
     EXPECT_NEAR(mixed, full, 0.1);
+}
+
+TEST_F(AcceleratorTest, PrecisionPluginObjects) {
+    EXPECT_EQ(Precision("16").name(), "16-mixed");
+    EXPECT_EQ(Precision("bf16-true").name(), "bf16-true");
+    try {
+        Precision bad("fp8");
+        FAIL() << "fp8 was accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(e.what()).find("bf16-mixed"), std::string::npos);
+    }
+    Precision bf16("bf16-mixed");
+    EXPECT_THROW(bf16.grad_scaler(1024.0), Error);  // only 16-mixed scales the loss
+    Precision fp16("16-mixed");
+    EXPECT_THROW(fp16.grad_scaler(-1.0), Error);
+    fp16.grad_scaler(1024.0, 2.0, 0.5, 100);
+    double loss = train_blobs(fulmen_test::quiet_options(2).precision(fp16));
+    EXPECT_TRUE(std::isfinite(loss));
+    EXPECT_LT(loss, 0.5);
 }

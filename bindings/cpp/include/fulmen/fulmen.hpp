@@ -48,6 +48,7 @@
 #include "hooks.hpp"
 #include "model.hpp"
 #include "optim.hpp"
+#include "precision.hpp"
 #include "tensor.hpp"
 #include "trainer.hpp"
 

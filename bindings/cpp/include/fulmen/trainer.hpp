@@ -5,6 +5,7 @@
 #include "data.hpp"
 #include "hooks.hpp"
 #include "optim.hpp"
+#include "precision.hpp"
 
 #include <functional>
 #include <limits>
@@ -351,6 +352,17 @@ public:
     /// Sets the accelerator on a temporary and passes it on.
     TrainerOptions&& accelerator(const Accelerator& acc) && {
         check(fulmen_trainer_options_set_accelerator(get(), acc.get()));
+        return std::move(*this);
+    }
+
+    /// Uses a precision plugin (copied), as Lightning's `plugins=[...]`.
+    TrainerOptions& precision(const Precision& p) & {
+        check(fulmen_trainer_options_set_precision(get(), p.get()));
+        return *this;
+    }
+    /// Sets the precision plugin on a temporary and passes it on.
+    TrainerOptions&& precision(const Precision& p) && {
+        check(fulmen_trainer_options_set_precision(get(), p.get()));
         return std::move(*this);
     }
 
