@@ -40,7 +40,8 @@ fn step_schedulers(
     interval: Interval,
     count: i64,
     metrics: &BTreeMap<String, f64>,
-) -> Result<()> {
+) -> Result<bool> {
+    let mut stepped = false;
     for cfg in configs.iter_mut() {
         let opt = &mut cfg.optimizer;
         if let Some(s) = cfg.scheduler.as_mut() {
@@ -58,9 +59,10 @@ fn step_schedulers(
                 None => None,
             };
             s.scheduler.step(opt.as_mut(), metric).ctx(format!("{} scheduler step", s.scheduler.name()))?;
+            stepped = true;
         }
     }
-    Ok(())
+    Ok(stepped)
 }
 
 fn clip(configs: &[OptimizerConfig], value: f64, algorithm: ClipAlgorithm) -> Result<()> {
@@ -402,8 +404,10 @@ fn train_epoch(
         run.epoch_finished = is_last;
         run.state.callback_metrics.extend(store.callback_metrics.iter().map(|(k, v)| (k.clone(), *v)));
         run.state.progress_metrics.extend(store.progress_metrics.iter().map(|(k, v)| (k.clone(), *v)));
-        if stepped {
-            step_schedulers(&mut run.optimizers, Interval::Step, run.state.global_step, &run.state.callback_metrics)?;
+        // Learning rates change only when a scheduler steps.
+        if stepped
+            && step_schedulers(&mut run.optimizers, Interval::Step, run.state.global_step, &run.state.callback_metrics)?
+        {
             run.refresh_learning_rates();
         }
         let step_values = store.take_step_values();
@@ -439,8 +443,9 @@ fn train_epoch(
     if !train_epoch_metrics.is_empty() {
         run.log_metrics(&train_epoch_metrics, (run.state.global_step - 1).max(0))?;
     }
-    step_schedulers(&mut run.optimizers, Interval::Epoch, epoch + 1, &run.state.callback_metrics)?;
-    run.refresh_learning_rates();
+    if step_schedulers(&mut run.optimizers, Interval::Epoch, epoch + 1, &run.state.callback_metrics)? {
+        run.refresh_learning_rates();
+    }
     run.save_logs()?;
     Ok(ran == 0 && skip == 0)
 }
