@@ -17,6 +17,10 @@ endif
 ifneq ($(LIBTORCH),)
 export LIBTORCH
 endif
+# gloo's headers (for c10d's ProcessGroupGloo) unless the user points at some.
+ifeq ($(FULMEN_GLOO_INCLUDE),)
+GLOO_STAMP := $(DEPS)/gloo/include/gloo/config.h
+endif
 
 CARGO ?= cargo
 CARGO_FLAGS := --release
@@ -37,20 +41,23 @@ C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
 all: lib
 
-deps: $(LIBTORCH_STAMP) $(MNIST)
+deps: $(LIBTORCH_STAMP) $(GLOO_STAMP) $(MNIST)
 
 $(DEPS)/libtorch/build-version:
 	bash scripts/fetch-libtorch.sh $(DEPS)/libtorch
 
+$(DEPS)/gloo/include/gloo/config.h:
+	bash scripts/fetch-gloo-headers.sh $(DEPS)/gloo
+
 $(MNIST):
 	bash scripts/fetch-mnist.sh $@
 
-lib: $(LIBTORCH_STAMP)
+lib: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	$(CARGO) build $(CARGO_FLAGS) --lib
 	@mkdir -p $(BUILD)
 	@sed -e 's|@PREFIX@|$(ROOT)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(ROOT)/include|' fulmen.pc.in > $(BUILD)/fulmen.pc
 
-header: $(LIBTORCH_STAMP)
+header: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test header_drift
 
 test: deps lib lint test-rust test-c example test-cpp test-go test-coverage
@@ -59,7 +66,7 @@ test: deps lib lint test-rust test-c example test-cpp test-go test-coverage
 test-coverage:
 	bash scripts/check-binding-coverage.sh
 
-test-rust: $(LIBTORCH_STAMP) $(MNIST)
+test-rust: $(LIBTORCH_STAMP) $(GLOO_STAMP) $(MNIST)
 	FULMEN_MNIST=$(MNIST) $(CARGO) test $(CARGO_FLAGS)
 
 $(BUILD)/tests/%: tests/c/%.c tests/c/check.h tests/c/fixture.h include/fulmen.h lib
@@ -95,7 +102,7 @@ $(BUILD)/examples/mnist: examples/c/mnist.c include/fulmen.h lib
 demo: deps lib example
 	$(BUILD)/examples/mnist --data $(MNIST) --epochs 10 --out $(ROOT)/runs/mnist
 
-lint: $(LIBTORCH_STAMP)
+lint: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	$(CARGO) fmt --check
 	$(CARGO) clippy $(CARGO_FLAGS) --all-targets -- -D warnings
 

@@ -17,7 +17,9 @@ fn main() {
 /// Compiles `csrc/*.cpp` against the libtorch headers torch-sys used, with
 /// the same C++ standard and `_GLIBCXX_USE_CXX11_ABI`.
 fn build_cxx_shims(lib: &Path) {
-    for file in ["csrc/fulmen_cxx.h", "csrc/autocast.cpp", "csrc/accelerators.cpp", "csrc/runtime.cpp"] {
+    for file in
+        ["csrc/fulmen_cxx.h", "csrc/autocast.cpp", "csrc/accelerators.cpp", "csrc/runtime.cpp", "csrc/distributed.cpp"]
+    {
         println!("cargo:rerun-if-changed={file}");
     }
     println!("cargo:rerun-if-env-changed=LIBTORCH_INCLUDE");
@@ -25,6 +27,8 @@ fn build_cxx_shims(lib: &Path) {
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
     println!("cargo:rerun-if-env-changed=CUDA_PATH");
     println!("cargo:rerun-if-env-changed=FULMEN_CUDA_INCLUDE");
+    println!("cargo:rerun-if-env-changed=FULMEN_GLOO_INCLUDE");
+    println!("cargo:rerun-if-env-changed=FULMEN_NCCL_INCLUDE");
     // torch-sys takes the headers from $LIBTORCH_INCLUDE when set, else from
     // the libtorch folder that holds lib/.
     let root = env::var("LIBTORCH_INCLUDE")
@@ -43,12 +47,29 @@ fn build_cxx_shims(lib: &Path) {
         .flag("-DGLOG_USE_GLOG_EXPORT")
         .file("csrc/autocast.cpp")
         .file("csrc/accelerators.cpp")
-        .file("csrc/runtime.cpp");
+        .file("csrc/runtime.cpp")
+        .file("csrc/distributed.cpp");
+    match gloo_include_dir(&root) {
+        Some(gloo) => {
+            build
+                .include(gloo)
+                .define("FULMEN_WITH_GLOO", None)
+                .define("USE_DISTRIBUTED", None)
+                .define("USE_C10D_GLOO", None);
+        }
+        None => println!(
+            "cargo:warning=gloo headers not found (run scripts/fetch-gloo-headers.sh or set FULMEN_GLOO_INCLUDE): \
+             this build has no distributed strategies"
+        ),
+    }
     if lib.join("libtorch_cuda.so").exists() {
         match cuda_include_dir() {
             Some(cuda) => {
-                build.include(cuda).define("FULMEN_WITH_CUDA", None);
+                build.include(&cuda).define("FULMEN_WITH_CUDA", None);
                 println!("cargo:rustc-link-lib=c10_cuda");
+                if let Some(nccl) = nccl_include_dir(&cuda) {
+                    build.include(nccl).define("FULMEN_WITH_NCCL", None).define("USE_C10D_NCCL", None);
+                }
             }
             None => println!(
                 "cargo:warning=libtorch has CUDA but the CUDA runtime headers were not found \
@@ -57,6 +78,32 @@ fn build_cxx_shims(lib: &Path) {
         }
     }
     build.compile("fulmen_cxx");
+}
+
+/// The folder holding `gloo/config.h`: `FULMEN_GLOO_INCLUDE`, the libtorch
+/// headers themselves (source builds ship them), or `.deps/gloo/include`
+/// where `scripts/fetch-gloo-headers.sh` puts Debian's copy.
+fn gloo_include_dir(root: &Path) -> Option<PathBuf> {
+    let mut candidates = Vec::new();
+    if let Ok(dir) = env::var("FULMEN_GLOO_INCLUDE") {
+        candidates.push(PathBuf::from(dir));
+    }
+    candidates.push(root.join("include"));
+    if let Ok(dir) = env::var("CARGO_MANIFEST_DIR") {
+        candidates.push(PathBuf::from(dir).join(".deps/gloo/include"));
+    }
+    candidates.into_iter().find(|dir| dir.join("gloo/config.h").exists())
+}
+
+/// The folder holding `nccl.h`: `FULMEN_NCCL_INCLUDE`, else the CUDA
+/// include folder.
+fn nccl_include_dir(cuda: &Path) -> Option<PathBuf> {
+    let mut candidates = Vec::new();
+    if let Ok(dir) = env::var("FULMEN_NCCL_INCLUDE") {
+        candidates.push(PathBuf::from(dir));
+    }
+    candidates.push(cuda.to_path_buf());
+    candidates.into_iter().find(|dir| dir.join("nccl.h").exists())
 }
 
 /// The folder holding `cuda_runtime_api.h`, from `FULMEN_CUDA_INCLUDE`,

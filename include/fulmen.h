@@ -171,6 +171,11 @@ typedef enum fulmen_code {
    * The call is not valid in the object's current state.
    */
   FULMEN_CODE_INVALID_STATE = 15,
+  /**
+   * Another rank failed, hung past the timeout, or disagreed (process
+   * group rendezvous, collectives, launched child processes).
+   */
+  FULMEN_CODE_DISTRIBUTED = 16,
 } fulmen_code;
 
 /**
@@ -1276,6 +1281,77 @@ typedef struct fulmen_plateau_options {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+extern int fulmen_cxx_dist_backends(void);
+
+extern int fulmen_cxx_pg_new(const char *addr,
+                             int port,
+                             int rank,
+                             int world,
+                             int all_clients,
+                             int64_t timeout_ms,
+                             const char *backend,
+                             int device_index,
+                             void **out,
+                             char *err,
+                             size_t err_len);
+
+extern void fulmen_cxx_pg_free(void *group);
+
+extern int fulmen_cxx_pg_allreduce(void *group,
+                                   void *const *tensors,
+                                   size_t n,
+                                   int op,
+                                   char *err,
+                                   size_t err_len);
+
+extern int fulmen_cxx_pg_broadcast(void *group,
+                                   void *const *tensors,
+                                   size_t n,
+                                   int root,
+                                   char *err,
+                                   size_t err_len);
+
+extern int fulmen_cxx_pg_broadcast_coalesced(void *group,
+                                             void *const *tensors,
+                                             size_t n,
+                                             int root,
+                                             char *err,
+                                             size_t err_len);
+
+extern int fulmen_cxx_pg_allgather(void *group,
+                                   const void *input,
+                                   void *const *outputs,
+                                   size_t n,
+                                   char *err,
+                                   size_t err_len);
+
+extern int fulmen_cxx_pg_barrier(void *group, char *err, size_t err_len);
+
+extern int fulmen_cxx_pg_verify_params(void *group,
+                                       void *const *params,
+                                       size_t n,
+                                       char *err,
+                                       size_t err_len);
+
+extern int fulmen_cxx_reducer_new(void *group,
+                                  void *const *params,
+                                  size_t n,
+                                  int find_unused,
+                                  int64_t bucket_cap_bytes,
+                                  void **out,
+                                  char *err,
+                                  size_t err_len);
+
+extern void fulmen_cxx_reducer_free(void *reducer);
+
+extern int fulmen_cxx_reducer_prepare_forward(void *reducer, char *err, size_t err_len);
+
+extern int fulmen_cxx_reducer_prepare_backward(void *reducer,
+                                               void *const *outputs,
+                                               size_t n,
+                                               char *err,
+                                               size_t err_len);
 
 /**
  * Looks up an accelerator by name: a registered name ("cpu", "cuda",

@@ -36,6 +36,9 @@ pub enum ErrorCode {
     OutOfRange = 14,
     /// The call is not valid in the object's current state.
     InvalidState = 15,
+    /// Another rank failed, hung past the timeout, or disagreed (process
+    /// group rendezvous, collectives, launched child processes).
+    Distributed = 16,
 }
 
 /// An error from the fulmen core: a code plus a message that says which call,
@@ -85,6 +88,11 @@ impl Error {
     /// `InvalidState` error.
     pub fn state(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::InvalidState, message)
+    }
+
+    /// `Distributed` error.
+    pub fn distributed(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Distributed, message)
     }
 
     /// Prefixes the message with context, keeping the code: `"ctx: message"`.

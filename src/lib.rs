@@ -8,6 +8,7 @@ pub mod accelerators;
 pub mod callbacks;
 pub mod checkpoint;
 pub mod data;
+pub mod distributed;
 pub mod error;
 pub mod ffi;
 pub mod loggers;

@@ -45,6 +45,8 @@ const (
 	CodeOutOfRange Code = C.FULMEN_CODE_OUT_OF_RANGE
 	// CodeInvalidState: the call is not valid in the object's current state.
 	CodeInvalidState Code = C.FULMEN_CODE_INVALID_STATE
+	// CodeDistributed: another rank failed, timed out, or disagreed.
+	CodeDistributed Code = C.FULMEN_CODE_DISTRIBUTED
 )
 
 var codeNames = map[Code]string{
@@ -63,6 +65,7 @@ var codeNames = map[Code]string{
 	CodeFormat:          "format",
 	CodeOutOfRange:      "out of range",
 	CodeInvalidState:    "invalid state",
+	CodeDistributed:     "distributed",
 }
 
 // String returns a short lower-case name of the code.
@@ -141,6 +144,8 @@ var (
 	ErrOutOfRange = &Error{Code: CodeOutOfRange}
 	// ErrInvalidState matches errors with CodeInvalidState.
 	ErrInvalidState = &Error{Code: CodeInvalidState}
+	// ErrDistributed matches errors with CodeDistributed.
+	ErrDistributed = &Error{Code: CodeDistributed}
 )
 
 // PanicError is the cause of the error returned by Fit (and the other

@@ -144,6 +144,7 @@ pub fn code_from_i32(code: i32) -> Option<ErrorCode> {
         Format,
         OutOfRange,
         InvalidState,
+        Distributed,
     ]
     .into_iter()
     .find(|c| *c as i32 == code)

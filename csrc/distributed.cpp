@@ -1,0 +1,341 @@
+// libtorch's c10d for fulmen: a process group (TCPStore -> PrefixStore
+// chain as Python's init_process_group builds it -> ProcessGroupGloo, or
+// ProcessGroupNCCL on CUDA builds), its collectives, and the c10d::Reducer
+// that averages gradients during backward() as DistributedDataParallel does.
+//
+// Compiled only with gloo headers (FULMEN_WITH_GLOO, set by build.rs); without
+// them every entry point answers FULMEN_CXX_UNSUPPORTED with a clear message.
+// Tensors cross as `at::Tensor*`, the representation torch-sys uses.
+#include "fulmen_cxx.h"
+
+#include <cstdint>
+
+#ifdef FULMEN_WITH_GLOO
+#include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+#ifdef FULMEN_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+// A process group with the store it rendezvoused through.
+struct Group {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  std::chrono::milliseconds timeout;
+};
+
+// A Reducer over a model's parameters, bound to one group.
+struct DdpReducer {
+  std::shared_ptr<c10d::Reducer> reducer;
+  std::vector<at::Tensor> params;
+};
+
+std::vector<at::Tensor> borrow(void* const* tensors, size_t n) {
+  std::vector<at::Tensor> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(*static_cast<const at::Tensor*>(tensors[i]));
+  }
+  return out;
+}
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+// The gloo transport device Python picks: GLOO_SOCKET_IFNAME's interface,
+// loopback for a loopback master, else the host's own address.
+std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master) {
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  if (ifname != nullptr && *ifname != '\0') {
+    std::string first(ifname);
+    first = first.substr(0, first.find(','));
+    return c10d::ProcessGroupGloo::createDeviceForInterface(first);
+  }
+  if (is_loopback(master)) {
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+void wait(const c10::intrusive_ptr<c10d::Work>& work, std::chrono::milliseconds timeout) {
+  if (!work->wait(timeout)) {
+    throw std::runtime_error("collective did not finish within the timeout");
+  }
+}
+
+c10d::ReduceOp reduce_op(int op) {
+  switch (op) {
+    case 0:
+      return c10d::ReduceOp(c10d::ReduceOp::SUM);
+    case 1:
+      return c10d::ReduceOp(c10d::ReduceOp::PRODUCT);
+    case 2:
+      return c10d::ReduceOp(c10d::ReduceOp::MIN);
+    case 3:
+      return c10d::ReduceOp(c10d::ReduceOp::MAX);
+    default:
+      throw std::invalid_argument("unknown reduce op " + std::to_string(op));
+  }
+}
+
+}  // namespace
+#endif
+
+extern "C" {
+
+// Which backends this build has: bit 0 gloo, bit 1 NCCL.
+int fulmen_cxx_dist_backends(void) {
+  int bits = 0;
+#ifdef FULMEN_WITH_GLOO
+  bits |= 1;
+#endif
+#ifdef FULMEN_WITH_NCCL
+  bits |= 2;
+#endif
+  return bits;
+}
+
+#ifdef FULMEN_WITH_GLOO
+
+// Joins (rank 0: also serves, unless `all_clients`) the TCPStore at
+// addr:port and creates the default process group "0" with `backend`
+// ("gloo" or "nccl"); `timeout_ms` bounds the rendezvous and every
+// collective. On success *out owns the group (free with fulmen_cxx_pg_free).
+int fulmen_cxx_pg_new(const char* addr, int port, int rank, int world, int all_clients, int64_t timeout_ms,
+                      const char* backend, int device_index, void** out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  std::string master(addr);
+  std::string name(backend);
+  auto timeout = std::chrono::milliseconds(timeout_ms);
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(port);
+  o.isServer = all_clients == 0 && rank == 0;
+  o.numWorkers = world;
+  o.multiTenant = true;
+  o.timeout = timeout;
+  c10::intrusive_ptr<c10d::Store> tcp = c10::make_intrusive<c10d::TCPStore>(master, o);
+  // The key namespace of Python's init_process_group, so Python ranks of
+  // the same torch version can share the group.
+  auto base = c10::make_intrusive<c10d::PrefixStore>("default_pg", tcp);
+  auto group = c10::make_intrusive<c10d::PrefixStore>("0/", base);
+  auto pg = c10::make_intrusive<c10d::ProcessGroup>(group, rank, world);
+  if (name == "gloo") {
+    auto cpu = c10::make_intrusive<c10d::PrefixStore>("cpu/", group);
+    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+    opts->devices.push_back(gloo_device(master));
+    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(cpu, rank, world, opts);
+    gloo->setSequenceNumberForGroup();
+    pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+    pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+  } else if (name == "nccl") {
+#ifdef FULMEN_WITH_NCCL
+    auto cuda = c10::make_intrusive<c10d::PrefixStore>("cuda/", group);
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = timeout;
+    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(cuda, rank, world, opts);
+    nccl->setSequenceNumberForGroup();
+    pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+    pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+    (void)device_index;
+#else
+    (void)device_index;
+    fulmen_cxx::write_message("the nccl backend needs a libtorch with CUDA and the NCCL headers at build time",
+                              err, err_len);
+    return FULMEN_CXX_UNSUPPORTED;
+#endif
+  } else {
+    throw std::invalid_argument("unknown process group backend \"" + name + "\" (expected gloo or nccl)");
+  }
+  pg->setGroupName("0");
+  *out = new Group{tcp, pg, timeout};
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Frees a group made by fulmen_cxx_pg_new (NULL is ignored).
+void fulmen_cxx_pg_free(void* group) {
+  try {
+    delete static_cast<Group*>(group);
+  } catch (...) {
+  }
+}
+
+// All-reduces `n` tensors in place with `op` (0 sum, 1 product, 2 min, 3 max).
+int fulmen_cxx_pg_allreduce(void* group, void* const* tensors, size_t n, int op, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto* g = static_cast<Group*>(group);
+  auto list = borrow(tensors, n);
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = reduce_op(op);
+  opts.timeout = g->timeout;
+  wait(g->pg->allreduce(list, opts), g->timeout);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Broadcasts `n` tensors in place from rank `root`.
+int fulmen_cxx_pg_broadcast(void* group, void* const* tensors, size_t n, int root, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto* g = static_cast<Group*>(group);
+  auto list = borrow(tensors, n);
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  opts.timeout = g->timeout;
+  wait(g->pg->broadcast(list, opts), g->timeout);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Broadcasts tensors from `root` in coalesced buffers (DDP's
+// _sync_module_states); the tensors may require grad.
+int fulmen_cxx_pg_broadcast_coalesced(void* group, void* const* tensors, size_t n, int root, char* err,
+                                      size_t err_len) {
+  FULMEN_CXX_TRY
+  auto* g = static_cast<Group*>(group);
+  c10::NoGradGuard no_grad;
+  std::vector<at::Tensor> detached;
+  for (auto& t : borrow(tensors, n)) {
+    detached.push_back(t.detach());
+  }
+  c10d::broadcast_coalesced(g->pg, detached, 250 * 1024 * 1024, root);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Gathers `input` from every rank into `outputs` (world_size tensors of the
+// same shape, written in place).
+int fulmen_cxx_pg_allgather(void* group, const void* input, void* const* outputs, size_t n, char* err,
+                            size_t err_len) {
+  FULMEN_CXX_TRY
+  auto* g = static_cast<Group*>(group);
+  std::vector<std::vector<at::Tensor>> out{borrow(outputs, n)};
+  std::vector<at::Tensor> in{*static_cast<const at::Tensor*>(input)};
+  c10d::AllgatherOptions opts;
+  opts.timeout = g->timeout;
+  wait(g->pg->allgather(out, in, opts), g->timeout);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Waits until every rank reaches the barrier (or the timeout passes).
+int fulmen_cxx_pg_barrier(void* group, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto* g = static_cast<Group*>(group);
+  c10d::BarrierOptions opts;
+  opts.timeout = g->timeout;
+  wait(g->pg->barrier(opts), g->timeout);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Checks that every rank has parameters of the same count, shapes and
+// dtypes as rank 0 (DDP's _verify_param_shape_across_processes).
+int fulmen_cxx_pg_verify_params(void* group, void* const* params, size_t n, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto* g = static_cast<Group*>(group);
+  c10d::verify_params_across_processes(g->pg, borrow(params, n), std::nullopt);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// A Reducer over `n` parameters with DDP's default buckets (1 MiB first,
+// then `bucket_cap_bytes`); `find_unused` as DDP's find_unused_parameters.
+int fulmen_cxx_reducer_new(void* group, void* const* params, size_t n, int find_unused, int64_t bucket_cap_bytes,
+                           void** out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto* g = static_cast<Group*>(group);
+  auto list = borrow(params, n);
+  int64_t cap = bucket_cap_bytes > 0 ? bucket_cap_bytes : static_cast<int64_t>(c10d::kDefaultBucketBytesCap);
+  auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
+      list, {static_cast<size_t>(c10d::kDefaultFirstBucketBytes), static_cast<size_t>(cap)},
+      std::vector<bool>(list.size(), false));
+  (void)limits;
+  std::reverse(buckets.begin(), buckets.end());
+  auto reducer = std::make_shared<c10d::Reducer>(
+      list, buckets, g->pg, std::vector<bool>(list.size(), false), cap, find_unused != 0,
+      /*gradient_as_bucket_view=*/false, std::unordered_map<size_t, std::string>{},
+      static_cast<int64_t>(c10d::kDefaultFirstBucketBytes), /*skip_all_reduce_unused_params=*/false,
+      /*use_python_reducer=*/false, std::vector<int64_t>{}, /*batched_grad_copy=*/false);
+  *out = new DdpReducer{reducer, list};
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Frees a Reducer (NULL is ignored).
+void fulmen_cxx_reducer_free(void* reducer) {
+  try {
+    delete static_cast<DdpReducer*>(reducer);
+  } catch (...) {
+  }
+}
+
+// Before a forward pass whose backward reduces: rebuilds buckets after the
+// first iteration, as DDP's _pre_forward.
+int fulmen_cxx_reducer_prepare_forward(void* reducer, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto* r = static_cast<DdpReducer*>(reducer);
+  r->reducer->rebuild_buckets();
+  r->reducer->prepare_for_forward();
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// After the forward pass, before backward(): arms the autograd hooks so the
+// coming backward averages gradients across ranks. `outputs` (may be empty)
+// let find_unused_parameters mark parameters the graph does not reach.
+int fulmen_cxx_reducer_prepare_backward(void* reducer, void* const* outputs, size_t n, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto* r = static_cast<DdpReducer*>(reducer);
+  r->reducer->prepare_for_backward(borrow(outputs, n));
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+#else  // no gloo headers at build time
+
+static int no_distributed(char* err, size_t err_len) {
+  fulmen_cxx::write_message(
+      "this fulmen was built without the gloo headers, so it has no c10d process groups "
+      "(scripts/fetch-libtorch.sh installs them, or set FULMEN_GLOO_INCLUDE)",
+      err, err_len);
+  return FULMEN_CXX_UNSUPPORTED;
+}
+
+int fulmen_cxx_pg_new(const char*, int, int, int, int, int64_t, const char*, int, void**, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
+void fulmen_cxx_pg_free(void*) {}
+int fulmen_cxx_pg_allreduce(void*, void* const*, size_t, int, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
+int fulmen_cxx_pg_broadcast(void*, void* const*, size_t, int, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
+int fulmen_cxx_pg_broadcast_coalesced(void*, void* const*, size_t, int, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
+int fulmen_cxx_pg_allgather(void*, const void*, void* const*, size_t, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
+int fulmen_cxx_pg_barrier(void*, char* err, size_t err_len) { return no_distributed(err, err_len); }
+int fulmen_cxx_pg_verify_params(void*, void* const*, size_t, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
+int fulmen_cxx_reducer_new(void*, void* const*, size_t, int, int64_t, void**, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
+void fulmen_cxx_reducer_free(void*) {}
+int fulmen_cxx_reducer_prepare_forward(void*, char* err, size_t err_len) { return no_distributed(err, err_len); }
+int fulmen_cxx_reducer_prepare_backward(void*, void* const*, size_t, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
+
+#endif
+
+}  // extern "C"

@@ -1,0 +1,186 @@
+//! The process-wide distributed context (torch.distributed's default
+//! group): joined once per process by the first DDP run or by the host,
+//! reused by later runs, ended by [`shutdown`].
+use super::env::ClusterEnv;
+use super::group::{ProcessGroup, Rendezvous};
+use super::launcher::{free_port, threads_per_process, Children, LaunchPlan};
+use crate::error::{Error, ErrorCode, Result};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Lightning's default collective timeout (30 minutes).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// How to join: processes per node, nodes, backend, timeout.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JoinOptions {
+    /// Processes on each node (the number of devices).
+    pub devices_per_node: usize,
+    /// Number of nodes.
+    pub num_nodes: usize,
+    /// "gloo" or "nccl"; `None` picks gloo for CPU, nccl for CUDA.
+    pub backend: Option<String>,
+    /// Whether this rank computes on CUDA (picks nccl when `backend` is None).
+    pub cuda: bool,
+    /// Bound on the rendezvous and every collective.
+    pub timeout: Duration,
+}
+
+impl Default for JoinOptions {
+    fn default() -> Self {
+        JoinOptions { devices_per_node: 1, num_nodes: 1, backend: None, cuda: false, timeout: DEFAULT_TIMEOUT }
+    }
+}
+
+/// This process's membership in a distributed job.
+pub struct DistContext {
+    /// Where this process stands.
+    pub env: ClusterEnv,
+    /// The default process group.
+    pub group: Arc<ProcessGroup>,
+    /// The local ranks this process started (fulmen's launcher, rank 0 only).
+    children: Mutex<Option<Children>>,
+    /// The bound on collectives.
+    pub timeout: Duration,
+}
+
+impl DistContext {
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.env.rank
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.env.world_size
+    }
+
+    /// Whether this is rank 0.
+    pub fn is_global_zero(&self) -> bool {
+        self.env.rank == 0
+    }
+
+    /// The first failure of a launched child rank, if any.
+    pub fn child_failure(&self) -> Option<String> {
+        self.children.lock().unwrap_or_else(|p| p.into_inner()).as_ref().and_then(Children::failure)
+    }
+
+    /// Turns an error of a collective into a `Distributed` error that names
+    /// a failed child rank when the launcher saw one.
+    pub fn explain(&self, e: Error) -> Error {
+        match self.child_failure() {
+            Some(f) => Error::distributed(format!("{f}; on rank {}: {}", self.rank(), e.message)),
+            None if e.code == ErrorCode::Torch => Error::new(ErrorCode::Distributed, e.message),
+            None => e,
+        }
+    }
+}
+
+static CURRENT: Mutex<Option<Arc<DistContext>>> = Mutex::new(None);
+
+/// The context joined by this process, if any.
+pub fn current() -> Option<Arc<DistContext>> {
+    CURRENT.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Joins the job this process belongs to, or returns the context already
+/// joined (which must have the same world size). When no launcher started
+/// the processes and the world has more than one process on this node,
+/// fulmen starts the other local ranks first (re-executing this program).
+pub fn join(opts: &JoinOptions) -> Result<Arc<DistContext>> {
+    let mut slot = CURRENT.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = ClusterEnv::detect(opts.devices_per_node, opts.num_nodes)?;
+    if let Some(ctx) = slot.as_ref() {
+        if ctx.world_size() != env.world_size {
+            return Err(Error::state(format!(
+                "this process already belongs to a job of {} ranks; this run asks for {} \
+                 (end the first with fulmen_distributed_shutdown)",
+                ctx.world_size(),
+                env.world_size
+            )));
+        }
+        return Ok(Arc::clone(ctx));
+    }
+    let backend = match &opts.backend {
+        Some(b) => b.clone(),
+        None if opts.cuda => "nccl".to_owned(),
+        None => "gloo".to_owned(),
+    };
+    let mut children = None;
+    if !env.external && env.world_size > 1 {
+        if env.master_port == 0 {
+            env.master_port = free_port()?;
+        }
+        let threads = if std::env::var_os("OMP_NUM_THREADS").is_none() {
+            let t = threads_per_process(opts.devices_per_node);
+            tch::set_num_threads(t as i32);
+            Some(t)
+        } else {
+            None
+        };
+        children = Some(Children::launch(&LaunchPlan {
+            local_world: opts.devices_per_node,
+            node_rank: env.node_rank,
+            world_size: env.world_size,
+            master_addr: env.master_addr.clone(),
+            master_port: env.master_port,
+            threads,
+        })?);
+    } else if env.master_port == 0 {
+        return Err(Error::invalid(format!(
+            "{} environment: MASTER_PORT is not set; rank {} cannot find rank 0",
+            env.kind.name(),
+            env.rank
+        )));
+    }
+    let rv = Rendezvous {
+        master_addr: env.master_addr.clone(),
+        master_port: env.master_port,
+        rank: env.rank,
+        world_size: env.world_size,
+        all_clients: env.all_clients,
+        timeout: opts.timeout,
+    };
+    let group = match ProcessGroup::new(&rv, &backend, env.local_rank) {
+        Ok(g) => g,
+        Err(e) => {
+            if let Some(c) = &children {
+                let failure = c.failure();
+                c.kill_all();
+                if let Some(f) = failure {
+                    return Err(Error::distributed(format!("{f}; {}", e.message)));
+                }
+            }
+            return Err(e);
+        }
+    };
+    let ctx =
+        Arc::new(DistContext { env, group: Arc::new(group), children: Mutex::new(children), timeout: opts.timeout });
+    *slot = Some(Arc::clone(&ctx));
+    Ok(ctx)
+}
+
+/// Leaves the job: rank 0 of fulmen's launcher waits up to `timeout` for
+/// the ranks it started to end and reports the first that failed; every
+/// rank then drops its process group. Nothing to do when no job was joined.
+pub fn shutdown(timeout: Duration) -> Result<()> {
+    let ctx = CURRENT.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let Some(ctx) = ctx else { return Ok(()) };
+    let children = ctx.children.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match children {
+        Some(c) => c.wait(timeout),
+        None => Ok(()),
+    }
+}
+
+/// Ends the job after a failure of this rank: the ranks this process
+/// started are killed and the context is dropped, so a later run starts
+/// afresh instead of waiting on a broken group.
+pub fn abort() {
+    let ctx = CURRENT.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(ctx) = ctx {
+        if let Some(c) = ctx.children.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            c.kill_all();
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! A c10d process group (libtorch's `ProcessGroupGloo`, or NCCL on CUDA
+//! builds) reached through the C++ shim `csrc/distributed.cpp`, with its
+//! collectives.
+use crate::accelerators::cxx::call;
+use crate::error::{Error, ErrorCode, Result};
+use libc::{c_char, c_int, c_void, size_t};
+use std::ffi::CString;
+use std::time::Duration;
+use tch::Tensor;
+
+extern "C" {
+    fn fulmen_cxx_dist_backends() -> c_int;
+    fn fulmen_cxx_pg_new(
+        addr: *const c_char,
+        port: c_int,
+        rank: c_int,
+        world: c_int,
+        all_clients: c_int,
+        timeout_ms: i64,
+        backend: *const c_char,
+        device_index: c_int,
+        out: *mut *mut c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    fn fulmen_cxx_pg_free(group: *mut c_void);
+    fn fulmen_cxx_pg_allreduce(
+        group: *mut c_void,
+        tensors: *const *mut c_void,
+        n: size_t,
+        op: c_int,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    fn fulmen_cxx_pg_broadcast(
+        group: *mut c_void,
+        tensors: *const *mut c_void,
+        n: size_t,
+        root: c_int,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    fn fulmen_cxx_pg_broadcast_coalesced(
+        group: *mut c_void,
+        tensors: *const *mut c_void,
+        n: size_t,
+        root: c_int,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    fn fulmen_cxx_pg_allgather(
+        group: *mut c_void,
+        input: *const c_void,
+        outputs: *const *mut c_void,
+        n: size_t,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    fn fulmen_cxx_pg_barrier(group: *mut c_void, err: *mut c_char, err_len: size_t) -> c_int;
+    fn fulmen_cxx_pg_verify_params(
+        group: *mut c_void,
+        params: *const *mut c_void,
+        n: size_t,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+}
+
+/// Whether this build has the gloo backend (CPU process groups).
+pub fn gloo_available() -> bool {
+    // SAFETY: takes no arguments and cannot fail.
+    unsafe { fulmen_cxx_dist_backends() & 1 != 0 }
+}
+
+/// Whether this build has the NCCL backend (CUDA process groups).
+pub fn nccl_available() -> bool {
+    // SAFETY: takes no arguments and cannot fail.
+    unsafe { fulmen_cxx_dist_backends() & 2 != 0 }
+}
+
+/// How a reduction combines the ranks' values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// Sum over ranks.
+    Sum,
+    /// Product over ranks.
+    Product,
+    /// Minimum over ranks.
+    Min,
+    /// Maximum over ranks.
+    Max,
+    /// Mean over ranks (a sum divided by the world size, as Lightning does
+    /// on gloo, which has no average).
+    Mean,
+}
+
+impl ReduceOp {
+    /// Parses "sum", "product", "min", "max", "mean" (also "avg").
+    pub fn parse(text: &str) -> Result<ReduceOp> {
+        match text.to_ascii_lowercase().as_str() {
+            "sum" => Ok(ReduceOp::Sum),
+            "product" | "prod" => Ok(ReduceOp::Product),
+            "min" => Ok(ReduceOp::Min),
+            "max" => Ok(ReduceOp::Max),
+            "mean" | "avg" => Ok(ReduceOp::Mean),
+            other => {
+                Err(Error::invalid(format!("unknown reduce op {other:?}; expected sum, product, min, max or mean")))
+            }
+        }
+    }
+
+    fn code(self) -> c_int {
+        match self {
+            ReduceOp::Sum | ReduceOp::Mean => 0,
+            ReduceOp::Product => 1,
+            ReduceOp::Min => 2,
+            ReduceOp::Max => 3,
+        }
+    }
+}
+
+/// Where and how ranks meet: the store address, this rank, the world.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendezvous {
+    /// Address of the TCPStore (rank 0's host).
+    pub master_addr: String,
+    /// Port of the TCPStore.
+    pub master_port: u16,
+    /// This process's global rank.
+    pub rank: usize,
+    /// Number of processes.
+    pub world_size: usize,
+    /// Every rank is a store client (torchrun's agent store,
+    /// `TORCHELASTIC_USE_AGENT_STORE=True`); otherwise rank 0 serves it.
+    pub all_clients: bool,
+    /// Bound on the rendezvous and on every collective.
+    pub timeout: Duration,
+}
+
+/// A process group: the ranks of one training job and their collectives.
+pub struct ProcessGroup {
+    raw: *mut c_void,
+    rank: usize,
+    world_size: usize,
+    backend: String,
+}
+
+// SAFETY: c10d process groups are used from any thread in PyTorch; fulmen
+// serializes calls on one group through `&mut`/ownership where it matters.
+unsafe impl Send for ProcessGroup {}
+// SAFETY: the collectives take `&self` and c10d's backends queue work
+// internally; concurrent collectives on one group must be issued in the same
+// order on every rank, as in PyTorch.
+unsafe impl Sync for ProcessGroup {}
+
+fn raw_list(tensors: &[Tensor]) -> Vec<*mut c_void> {
+    tensors.iter().map(|t| t.as_ptr() as *mut c_void).collect()
+}
+
+fn check_rank(what: &str, rank: usize, world: usize) -> Result<c_int> {
+    if rank >= world {
+        return Err(Error::invalid(format!("{what}: rank {rank} is outside the world of {world} processes")));
+    }
+    c_int::try_from(rank).map_err(|_| Error::invalid(format!("{what}: rank {rank} is too large")))
+}
+
+impl ProcessGroup {
+    /// Meets the other ranks at the store and creates the group with
+    /// `backend` ("gloo" or "nccl"); fails with `Timeout`-like Torch errors
+    /// when a rank does not arrive within `rv.timeout`.
+    pub fn new(rv: &Rendezvous, backend: &str, device_index: usize) -> Result<ProcessGroup> {
+        if rv.world_size == 0 {
+            return Err(Error::invalid("process group: world_size must be at least 1"));
+        }
+        let rank = check_rank("process group", rv.rank, rv.world_size)?;
+        let world = c_int::try_from(rv.world_size).map_err(|_| Error::invalid("process group: world too large"))?;
+        let addr = CString::new(rv.master_addr.as_str())
+            .map_err(|_| Error::invalid("process group: MASTER_ADDR contains a NUL byte"))?;
+        let name = CString::new(backend).map_err(|_| Error::invalid("process group: backend contains a NUL byte"))?;
+        let timeout_ms = i64::try_from(rv.timeout.as_millis()).unwrap_or(i64::MAX).max(1);
+        let device = c_int::try_from(device_index).unwrap_or(0);
+        let mut raw: *mut c_void = std::ptr::null_mut();
+        let what = format!(
+            "joining the {backend} process group as rank {} of {} at {}:{}",
+            rv.rank, rv.world_size, rv.master_addr, rv.master_port
+        );
+        // SAFETY: the strings live through the call; `raw` receives an owned group.
+        call(&what, |err, len| unsafe {
+            fulmen_cxx_pg_new(
+                addr.as_ptr(),
+                c_int::from(rv.master_port),
+                rank,
+                world,
+                c_int::from(rv.all_clients),
+                timeout_ms,
+                name.as_ptr(),
+                device,
+                &mut raw,
+                err,
+                len,
+            )
+        })
+        .map_err(classify)?;
+        Ok(ProcessGroup { raw, rank: rv.rank, world_size: rv.world_size, backend: backend.to_owned() })
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of processes.
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    /// The backend name ("gloo" or "nccl").
+    pub fn backend(&self) -> &str {
+        &self.backend
+    }
+
+    /// Reduces `tensors` in place over all ranks.
+    pub fn all_reduce(&self, tensors: &[Tensor], op: ReduceOp) -> Result<()> {
+        let raw = raw_list(tensors);
+        // SAFETY: the tensors outlive the call; the shim reduces them in place.
+        call("all_reduce", |err, len| unsafe {
+            fulmen_cxx_pg_allreduce(self.raw, raw.as_ptr(), raw.len(), op.code(), err, len)
+        })
+        .map_err(classify)?;
+        if op == ReduceOp::Mean {
+            for t in tensors {
+                // A shallow clone shares storage: dividing it divides `t`.
+                let _ = t.shallow_clone().f_div_scalar_(self.world_size as f64)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies `tensors` from rank `root` to every rank, in place.
+    pub fn broadcast(&self, tensors: &[Tensor], root: usize) -> Result<()> {
+        let root = check_rank("broadcast", root, self.world_size)?;
+        let raw = raw_list(tensors);
+        // SAFETY: the tensors outlive the call.
+        call("broadcast", |err, len| unsafe {
+            fulmen_cxx_pg_broadcast(self.raw, raw.as_ptr(), raw.len(), root, err, len)
+        })
+        .map_err(classify)
+    }
+
+    /// Broadcasts parameters or buffers from `root` in coalesced buffers
+    /// (DDP's module-state sync); tensors that require grad are fine.
+    pub fn broadcast_coalesced(&self, tensors: &[Tensor], root: usize) -> Result<()> {
+        if tensors.is_empty() {
+            return Ok(());
+        }
+        let root = check_rank("broadcast_coalesced", root, self.world_size)?;
+        let raw = raw_list(tensors);
+        // SAFETY: the tensors outlive the call.
+        call("broadcast of the module state", |err, len| unsafe {
+            fulmen_cxx_pg_broadcast_coalesced(self.raw, raw.as_ptr(), raw.len(), root, err, len)
+        })
+        .map_err(classify)
+    }
+
+    /// Every rank's `input`, stacked along a new first dimension of size
+    /// world_size (Lightning's `all_gather`).
+    pub fn all_gather(&self, input: &Tensor) -> Result<Tensor> {
+        let input = input.f_contiguous()?;
+        let outputs: Vec<Tensor> =
+            (0..self.world_size).map(|_| input.f_empty_like()).collect::<std::result::Result<_, _>>()?;
+        let raw = raw_list(&outputs);
+        // SAFETY: input and outputs outlive the call; outputs are written in place.
+        call("all_gather", |err, len| unsafe {
+            fulmen_cxx_pg_allgather(self.raw, input.as_ptr() as *const c_void, raw.as_ptr(), raw.len(), err, len)
+        })
+        .map_err(classify)?;
+        Ok(Tensor::f_stack(&outputs, 0)?)
+    }
+
+    /// Waits for every rank.
+    pub fn barrier(&self) -> Result<()> {
+        // SAFETY: plain call on a live group.
+        call("barrier", |err, len| unsafe { fulmen_cxx_pg_barrier(self.raw, err, len) }).map_err(classify)
+    }
+
+    /// Checks that every rank's parameters match rank 0's in count, shape
+    /// and dtype.
+    pub fn verify_params(&self, params: &[Tensor]) -> Result<()> {
+        let raw = raw_list(params);
+        // SAFETY: the tensors outlive the call.
+        call("checking that every rank has the same model", |err, len| unsafe {
+            fulmen_cxx_pg_verify_params(self.raw, raw.as_ptr(), raw.len(), err, len)
+        })
+        .map_err(classify)
+    }
+
+    /// The shim's handle, for the Reducer.
+    pub(crate) fn raw(&self) -> *mut c_void {
+        self.raw
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from fulmen_cxx_pg_new and is freed once.
+        unsafe { fulmen_cxx_pg_free(self.raw) }
+    }
+}
+
+/// Turns c10d's failures into fulmen codes: timeouts and lost peers are
+/// `Distributed` errors, a missing backend stays `Unsupported`.
+fn classify(e: Error) -> Error {
+    if e.code == ErrorCode::Unsupported {
+        return e;
+    }
+    Error::new(ErrorCode::Distributed, e.message)
+}

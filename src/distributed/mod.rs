@@ -1,0 +1,13 @@
+//! Distributed training on libtorch's c10d: process groups (Gloo on CPU,
+//! NCCL on CUDA), DDP's Reducer, cluster environments (torchrun, SLURM,
+//! Lightning) and fulmen's own launcher.
+pub mod context;
+pub mod env;
+pub mod group;
+pub mod launcher;
+pub mod reducer;
+
+pub use context::{abort, current, join, shutdown, DistContext, JoinOptions, DEFAULT_TIMEOUT};
+pub use env::{ClusterEnv, EnvKind};
+pub use group::{gloo_available, nccl_available, ProcessGroup, ReduceOp, Rendezvous};
+pub use reducer::Reducer;
