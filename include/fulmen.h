@@ -40,6 +40,12 @@
 #define FULMEN_LOG_PROG_BAR 4
 
 /**
+ * Log flag: average the value over ranks first (DDP's `sync_dist`; every
+ * rank must log the same names in the same steps).
+ */
+#define FULMEN_LOG_SYNC_DIST 8
+
+/**
  * A device type (`fulmen_device_type`).
  */
 typedef enum fulmen_device_type {
@@ -540,6 +546,12 @@ typedef struct fulmen_batch_builder fulmen_batch_builder;
 typedef struct fulmen_dataset fulmen_dataset;
 
 /**
+ * DDP for a host-owned loop: a model whose gradients are averaged over the
+ * job's ranks during backward. Free with `fulmen_ddp_free`.
+ */
+typedef struct fulmen_ddp fulmen_ddp;
+
+/**
  * An error returned by a fulmen call or made by the host with
  * `fulmen_error_new`. Owned by whoever receives it; free it with
  * `fulmen_error_free`.
@@ -605,6 +617,11 @@ typedef struct fulmen_stats_builder fulmen_stats_builder;
  * metric logging. Borrowed: valid only during the step callback.
  */
 typedef struct fulmen_step_context fulmen_step_context;
+
+/**
+ * A strategy with its settings. Free with `fulmen_strategy_free`.
+ */
+typedef struct fulmen_strategy fulmen_strategy;
 
 /**
  * A tensor (libtorch `at::Tensor`). Created by fulmen calls; freed with
@@ -1479,7 +1496,8 @@ struct fulmen_error *fulmen_trainer_add_callback(struct fulmen_trainer *trainer,
 
 /**
  * Logs a metric, as Lightning's `self.log(name, value, ...)`. `flags`
- * combines FULMEN_LOG_ON_STEP, FULMEN_LOG_ON_EPOCH and FULMEN_LOG_PROG_BAR;
+ * combines FULMEN_LOG_ON_STEP, FULMEN_LOG_ON_EPOCH, FULMEN_LOG_PROG_BAR and
+ * FULMEN_LOG_SYNC_DIST;
  * when neither ON_STEP nor ON_EPOCH is given, the stage's defaults apply
  * (training: on step; validation / test: on epoch). `batch_size` weights
  * the epoch mean; 0 uses the batch's first dimension. Logged with both,
@@ -1615,6 +1633,110 @@ void fulmen_loader_free(struct fulmen_loader *loader);
  */
 struct fulmen_error *fulmen_loader_from_iterator(const struct fulmen_iterator_vtable *vtable,
                                                  struct fulmen_loader **out);
+
+/**
+ * Joins the distributed job with `strategy`'s settings (backend, timeout,
+ * num_nodes) and `processes_per_node` processes on each node: under
+ * torchrun or SLURM their environment says where rank 0 is; otherwise
+ * fulmen starts local ranks 1.. by re-executing this program with the same
+ * arguments and `LOCAL_RANK` set, and this process is rank 0. A process
+ * that already joined gets the same job back. `cuda` picks nccl when the
+ * strategy names no backend.
+ */
+struct fulmen_error *fulmen_distributed_join(const struct fulmen_strategy *strategy,
+                                             size_t processes_per_node,
+                                             bool cuda);
+
+/**
+ * Writes whether this process has joined a distributed job.
+ */
+struct fulmen_error *fulmen_distributed_is_joined(bool *out);
+
+/**
+ * Writes this process's global rank, local rank (on its node) and the
+ * world size; any of the three may be NULL. Not joined: rank 0 of 1.
+ */
+struct fulmen_error *fulmen_distributed_ranks(size_t *rank, size_t *local_rank, size_t *world_size);
+
+/**
+ * Reduces `tensor` in place over all ranks with `op`: "sum", "mean" (sum
+ * divided by the world size), "min", "max" or "product".
+ */
+struct fulmen_error *fulmen_distributed_all_reduce(struct fulmen_tensor *tensor, const char *op);
+
+/**
+ * Copies `tensor` from rank `root` into `tensor` on every rank.
+ */
+struct fulmen_error *fulmen_distributed_broadcast(struct fulmen_tensor *tensor, size_t root);
+
+/**
+ * Writes every rank's `tensor` stacked along a new first dimension (of
+ * size world_size) to `*out` (a new handle). Every rank passes the same
+ * shape and dtype.
+ */
+struct fulmen_error *fulmen_distributed_all_gather(const struct fulmen_tensor *tensor,
+                                                   struct fulmen_tensor **out);
+
+/**
+ * Waits until every rank reaches the barrier (an error after the timeout).
+ */
+struct fulmen_error *fulmen_distributed_barrier(void);
+
+/**
+ * Lightning's reduce_boolean_decision: writes true when every rank's
+ * `decision` is true (`all`), or when any rank's is (`!all`).
+ */
+struct fulmen_error *fulmen_distributed_reduce_boolean_decision(bool decision, bool all, bool *out);
+
+/**
+ * Leaves the job. On rank 0 of fulmen's own launcher this waits up to
+ * `timeout_s` seconds for the ranks it started to exit and fails
+ * (FULMEN_CODE_DISTRIBUTED) naming the first that failed or still runs.
+ * Without a job it does nothing.
+ */
+struct fulmen_error *fulmen_distributed_shutdown(double timeout_s);
+
+/**
+ * Wraps `model` for DDP in the joined job: checks that every rank has the
+ * same parameters, copies rank 0's parameters and buffers to all ranks,
+ * and hooks gradient averaging (with `strategy`'s find_unused_parameters
+ * and bucket size). Each training step then calls
+ * `fulmen_ddp_prepare_forward`, the forward, `fulmen_ddp_prepare_backward`
+ * with the loss, and backward.
+ */
+struct fulmen_error *fulmen_ddp_new(const struct fulmen_model *model,
+                                    const struct fulmen_strategy *strategy,
+                                    struct fulmen_ddp **out);
+
+/**
+ * Call before the forward pass of a step whose backward averages
+ * gradients. Steps that only accumulate (DDP's no_sync) skip this call and
+ * `fulmen_ddp_prepare_backward`.
+ */
+struct fulmen_error *fulmen_ddp_prepare_forward(struct fulmen_ddp *ddp);
+
+/**
+ * Call after the forward pass, before backward of `loss`: that backward
+ * then averages the gradients over ranks.
+ */
+struct fulmen_error *fulmen_ddp_prepare_backward(struct fulmen_ddp *ddp,
+                                                 const struct fulmen_tensor *loss);
+
+/**
+ * Frees a DDP wrapper (the model stays). NULL or freed: no-op.
+ */
+void fulmen_ddp_free(struct fulmen_ddp *ddp);
+
+/**
+ * Writes a new loader reading rank `rank` of `world`'s share of
+ * `loader`'s dataset, as torch's DistributedSampler (padded so every rank
+ * has as many batches, reshuffled per epoch with the loader's seed). Only
+ * loaders over datasets can be split; a host iterator is an error.
+ */
+struct fulmen_error *fulmen_loader_shard(const struct fulmen_loader *loader,
+                                         size_t rank,
+                                         size_t world,
+                                         struct fulmen_loader **out);
 
 /**
  * Creates an error with a code and a message, for a host callback to
@@ -2253,6 +2375,64 @@ struct fulmen_error *fulmen_scheduler_step(struct fulmen_scheduler *scheduler,
 void fulmen_scheduler_free(struct fulmen_scheduler *scheduler);
 
 /**
+ * Creates a strategy from a registered name: "auto" (ddp when several
+ * devices or processes are asked for, else single_device),
+ * "single_device", "ddp" (one process per device; started by torchrun,
+ * SLURM, or fulmen re-executing the host program), "ddp_spawn",
+ * "ddp_find_unused_parameters_true", "ddp_find_unused_parameters_false".
+ * An unknown name is an error listing the registered ones.
+ */
+struct fulmen_error *fulmen_strategy_new(const char *name, struct fulmen_strategy **out);
+
+/**
+ * Sets a setting from text: `find_unused_parameters` ("true"/"false"),
+ * `process_group_backend` ("gloo", "nccl", "none" = gloo on CPU, nccl on
+ * CUDA), `timeout` (seconds: rendezvous and every collective; default
+ * 1800), `bucket_cap_mb` (default 25), `num_nodes` (default 1). A bad key
+ * or value is an error and changes nothing.
+ */
+struct fulmen_error *fulmen_strategy_set(struct fulmen_strategy *strategy,
+                                         const char *key,
+                                         const char *value);
+
+/**
+ * Copies the strategy's registry name into `buf` as for
+ * `fulmen_model_state_dict_name`.
+ */
+struct fulmen_error *fulmen_strategy_name(const struct fulmen_strategy *strategy,
+                                          char *buf,
+                                          size_t capacity,
+                                          size_t *len_out);
+
+/**
+ * Uses `strategy` (copied) for runs with these options.
+ */
+struct fulmen_error *fulmen_trainer_options_set_strategy(struct fulmen_trainer_options *options,
+                                                         const struct fulmen_strategy *strategy);
+
+/**
+ * Frees a strategy. NULL or an already freed handle is a no-op.
+ */
+void fulmen_strategy_free(struct fulmen_strategy *strategy);
+
+/**
+ * Writes the number of registered strategies.
+ */
+struct fulmen_error *fulmen_strategy_registry_len(size_t *out);
+
+/**
+ * Copies the name and description of registry entry `index` into the two
+ * buffers (as for `fulmen_model_state_dict_name`).
+ */
+struct fulmen_error *fulmen_strategy_registry_entry(size_t index,
+                                                    char *name,
+                                                    size_t name_capacity,
+                                                    size_t *name_len,
+                                                    char *description,
+                                                    size_t description_capacity,
+                                                    size_t *description_len);
+
+/**
  * Runs backpropagation from a one-element `tensor` (a loss), accumulating
  * gradients into the leaves that require them.
  */
@@ -2846,7 +3026,11 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  * `accelerator` ("auto", "cpu", "cuda", "gpu", "mps", "xla", "tpu" or a
  * registered name), `devices` ("auto", "1", "-1", "0,2", ...),
  * `precision` ("32-true", "16-mixed", "bf16-mixed", "64-true",
- * "16-true", "bf16-true", legacy "32", "16", "bf16", "64"). An unknown
+ * "16-true", "bf16-true", legacy "32", "16", "bf16", "64"), `strategy`
+ * ("auto", "single_device", "ddp", "ddp_spawn",
+ * "ddp_find_unused_parameters_true", ...), `num_nodes`,
+ * `process_group_backend` ("gloo", "nccl", "none" = by device),
+ * `ddp_timeout` (seconds; rendezvous and collectives). An unknown
  * key or bad value is an error naming it; the options are then unchanged.
  */
 struct fulmen_error *fulmen_trainer_options_set(struct fulmen_trainer_options *options,

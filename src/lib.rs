@@ -15,6 +15,7 @@ pub mod loggers;
 pub mod nn;
 pub mod optim;
 pub mod precision;
+pub mod strategies;
 pub mod tensor;
 pub mod trainer;
 

@@ -32,6 +32,8 @@ impl Default for DataLoaderOptions {
 pub struct DataLoader {
     dataset: Arc<dyn Dataset>,
     opts: DataLoaderOptions,
+    /// `(rank, world)` when this loader reads one rank's share (DDP).
+    shard: Option<(usize, usize)>,
 }
 
 impl std::fmt::Debug for DataLoader {
@@ -46,12 +48,34 @@ impl DataLoader {
         if opts.batch_size == 0 {
             return Err(Error::invalid("DataLoader::new: batch_size must be at least 1"));
         }
-        Ok(DataLoader { dataset, opts })
+        Ok(DataLoader { dataset, opts, shard: None })
+    }
+
+    /// The same loader reading only rank `rank` of `world`'s share, as
+    /// torch's DistributedSampler (drop_last=False): the epoch's order
+    /// (shuffled with the loader's seed and the epoch when shuffling) is
+    /// padded by repeating its start to a multiple of `world`, and rank r
+    /// takes samples r, r + world, r + 2 world, ... Every rank gets the
+    /// same number of samples, and together they cover the dataset.
+    pub fn sharded(&self, rank: usize, world: usize) -> Result<DataLoader> {
+        if world == 0 || rank >= world {
+            return Err(Error::invalid(format!("DataLoader::sharded: rank {rank} is outside a world of {world}")));
+        }
+        Ok(DataLoader { dataset: Arc::clone(&self.dataset), opts: self.opts.clone(), shard: Some((rank, world)) })
+    }
+
+    /// Samples this loader reads per epoch.
+    fn samples(&self) -> usize {
+        let n = self.dataset.len();
+        match self.shard {
+            Some((_, world)) => n.div_ceil(world),
+            None => n,
+        }
     }
 
     /// Number of batches per epoch, as torch's `len(DataLoader)`.
     pub fn len(&self) -> usize {
-        let n = self.dataset.len();
+        let n = self.samples();
         if self.opts.drop_last {
             n / self.opts.batch_size
         } else {
@@ -79,8 +103,17 @@ impl DataLoader {
     /// machines, independent of torch's global RNG), in order if not shuffling.
     pub fn batch_indices(&self, epoch: u64) -> Vec<Vec<i64>> {
         let n = self.dataset.len();
-        let order: Vec<i64> =
+        let mut order: Vec<i64> =
             if self.opts.shuffle { permutation(n, self.opts.seed, epoch) } else { (0..n as i64).collect() };
+        if let Some((rank, world)) = self.shard {
+            let total = n.div_ceil(world) * world;
+            let mut padded = order.clone();
+            while padded.len() < total && !order.is_empty() {
+                let more = (total - padded.len()).min(order.len());
+                padded.extend_from_slice(&order[..more]);
+            }
+            order = padded.into_iter().skip(rank).step_by(world).collect();
+        }
         order.chunks(self.opts.batch_size).take(self.len()).map(<[i64]>::to_vec).collect()
     }
 
@@ -120,6 +153,25 @@ mod tests {
         assert_eq!(l.iter(0).count(), 4);
         assert_eq!(l.options().batch_size, 3);
         assert_eq!(l.dataset().len(), 10);
+    }
+
+    #[test]
+    fn shards_cover_the_dataset_like_distributed_sampler() {
+        let l = loader(10, 2, false, false);
+        let parts: Vec<Vec<i64>> = (0..3).map(|r| l.sharded(r, 3).unwrap().batch_indices(0).concat()).collect();
+        // 10 samples padded to 12: rank 0 gets 0,3,6,9 and rank 1 1,4,7,0.
+        assert_eq!(parts[0], vec![0, 3, 6, 9]);
+        assert_eq!(parts[1], vec![1, 4, 7, 0]);
+        assert_eq!(parts[2], vec![2, 5, 8, 1]);
+        assert_eq!(l.sharded(1, 3).unwrap().len(), 2);
+        let s = loader(9, 4, true, false);
+        let mut all: Vec<i64> = (0..3).flat_map(|r| s.sharded(r, 3).unwrap().batch_indices(4).concat()).collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..9).collect::<Vec<i64>>());
+        assert_ne!(s.sharded(0, 3).unwrap().batch_indices(4), s.sharded(0, 3).unwrap().batch_indices(5));
+        let tiny = loader(1, 1, false, false);
+        assert_eq!(tiny.sharded(3, 4).unwrap().batch_indices(0), vec![vec![0]]);
+        assert_eq!(l.sharded(3, 3).unwrap_err().code, ErrorCode::InvalidArgument);
     }
 
     #[test]

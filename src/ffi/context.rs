@@ -21,6 +21,9 @@ pub const FULMEN_LOG_ON_STEP: u32 = 1;
 pub const FULMEN_LOG_ON_EPOCH: u32 = 2;
 /// Log flag: show in the progress output.
 pub const FULMEN_LOG_PROG_BAR: u32 = 4;
+/// Log flag: average the value over ranks first (DDP's `sync_dist`; every
+/// rank must log the same names in the same steps).
+pub const FULMEN_LOG_SYNC_DIST: u32 = 8;
 
 unsafe fn ctx_ref<'a>(p: *const fulmen_step_context) -> crate::error::Result<&'a mut StepContext<'static>> {
     let h = handle::borrow(p, "ctx")?;
@@ -28,7 +31,8 @@ unsafe fn ctx_ref<'a>(p: *const fulmen_step_context) -> crate::error::Result<&'a
 }
 
 /// Logs a metric, as Lightning's `self.log(name, value, ...)`. `flags`
-/// combines FULMEN_LOG_ON_STEP, FULMEN_LOG_ON_EPOCH and FULMEN_LOG_PROG_BAR;
+/// combines FULMEN_LOG_ON_STEP, FULMEN_LOG_ON_EPOCH, FULMEN_LOG_PROG_BAR and
+/// FULMEN_LOG_SYNC_DIST;
 /// when neither ON_STEP nor ON_EPOCH is given, the stage's defaults apply
 /// (training: on step; validation / test: on epoch). `batch_size` weights
 /// the epoch mean; 0 uses the batch's first dimension. Logged with both,
@@ -44,18 +48,20 @@ pub unsafe extern "C" fn fulmen_step_context_log(
     guard("fulmen_step_context_log", || {
         let c = ctx_ref(ctx)?;
         let n = str_arg(name, "name")?;
-        if flags & !(FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR) != 0 {
+        if flags & !(FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR | FULMEN_LOG_SYNC_DIST) != 0 {
             return Err(Error::invalid(format!("unknown log flags {flags:#x}")));
         }
         let f = if flags & (FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH) == 0 {
             let mut d = c.stage.default_flags();
             d.prog_bar = flags & FULMEN_LOG_PROG_BAR != 0;
+            d.sync_dist = flags & FULMEN_LOG_SYNC_DIST != 0;
             d
         } else {
             LogFlags {
                 on_step: flags & FULMEN_LOG_ON_STEP != 0,
                 on_epoch: flags & FULMEN_LOG_ON_EPOCH != 0,
                 prog_bar: flags & FULMEN_LOG_PROG_BAR != 0,
+                sync_dist: flags & FULMEN_LOG_SYNC_DIST != 0,
             }
         };
         c.log(n, value, Some(f), batch_size)

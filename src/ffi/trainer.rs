@@ -33,7 +33,8 @@ const KEYS: &str = "max_epochs, min_epochs, max_steps, min_steps, max_time, limi
 limit_test_batches, limit_predict_batches, val_check_interval, check_val_every_n_epoch, num_sanity_val_steps, \
 accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm, fast_dev_run, overfit_batches, deterministic, \
 log_every_n_steps, seed, default_root_dir, enable_progress_bar, enable_checkpointing, enable_model_summary, \
-inference_mode, logger, detect_nonfinite_loss, accelerator, devices, precision";
+inference_mode, logger, detect_nonfinite_loss, accelerator, devices, precision, strategy, num_nodes, \
+process_group_backend, ddp_timeout";
 
 fn parse_int(key: &str, v: &str) -> Result<i64> {
     v.trim().parse::<i64>().map_err(|_| Error::invalid(format!("option {key}: {v:?} is not an integer")))
@@ -193,6 +194,17 @@ pub(crate) fn set_option(o: &mut TrainerOptions, key: &str, value: &str) -> Resu
             o.accelerator = v.to_string();
         }
         "devices" => o.devices = v.to_string(),
+        "strategy" => {
+            let mut spec = crate::strategies::lookup(v)?;
+            let old = &o.strategy;
+            spec.num_nodes = old.num_nodes;
+            spec.timeout = old.timeout;
+            spec.process_group_backend.clone_from(&old.process_group_backend);
+            o.strategy = spec;
+        }
+        "num_nodes" => o.strategy.set("num_nodes", v)?,
+        "process_group_backend" => o.strategy.set("process_group_backend", v)?,
+        "ddp_timeout" => o.strategy.set("timeout", v)?,
         "precision" => {
             o.precision = v.to_string();
             o.grad_scaler = None;
@@ -235,7 +247,11 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 /// `accelerator` ("auto", "cpu", "cuda", "gpu", "mps", "xla", "tpu" or a
 /// registered name), `devices` ("auto", "1", "-1", "0,2", ...),
 /// `precision` ("32-true", "16-mixed", "bf16-mixed", "64-true",
-/// "16-true", "bf16-true", legacy "32", "16", "bf16", "64"). An unknown
+/// "16-true", "bf16-true", legacy "32", "16", "bf16", "64"), `strategy`
+/// ("auto", "single_device", "ddp", "ddp_spawn",
+/// "ddp_find_unused_parameters_true", ...), `num_nodes`,
+/// `process_group_backend` ("gloo", "nccl", "none" = by device),
+/// `ddp_timeout` (seconds; rendezvous and collectives). An unknown
 /// key or bad value is an error naming it; the options are then unchanged.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_options_set(

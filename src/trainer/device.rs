@@ -2,8 +2,8 @@
 //! options (Lightning's `accelerator`, `devices`, `precision`), applied to
 //! the model and to every batch.
 use super::module::LightningModule;
-use crate::accelerators::{registry, Accelerator, DevicesSpec};
-use crate::error::{Error, ErrorCode, Result, ResultExt};
+use crate::accelerators::Accelerator;
+use crate::error::Result;
 use crate::precision::{AutocastGuard, PrecisionPlugin};
 use std::sync::Arc;
 use tch::{Device, Tensor};
@@ -19,35 +19,14 @@ pub struct Placement {
 }
 
 impl Placement {
-    /// Resolves `accelerator` (a registered name, an alias or "auto"),
-    /// parses `devices` with that accelerator's rules and sets the device
-    /// up. More than one device needs a distributed strategy, which this
-    /// trainer does not run yet: that is refused with a clear error.
-    pub fn choose(
-        accelerator: &str,
-        devices: &str,
+    /// The run's placement on `device` of `acc` with `precision` (and
+    /// loss-scaler settings for `16-mixed`); sets the device up.
+    pub fn on(
+        acc: Arc<dyn Accelerator>,
+        device: Device,
         precision: &str,
         grad_scaler: Option<(f64, f64, f64, i64)>,
     ) -> Result<Placement> {
-        let acc = registry::get_available(accelerator)?;
-        let spec = DevicesSpec::parse(devices)?;
-        let parsed = acc.parse_devices(&spec).ctx(format!("devices={devices:?} for accelerator {:?}", acc.name()))?;
-        let list = acc.get_parallel_devices(&parsed)?;
-        let device = match list.as_slice() {
-            [one] => *one,
-            [] => return Err(Error::invalid(format!("devices={devices:?} selects no device"))),
-            many => {
-                return Err(Error::new(
-                    ErrorCode::Unsupported,
-                    format!(
-                        "devices={devices:?} selects {} devices of {:?}; training on more than one device needs a \
-                         distributed strategy (ddp), which this build does not run yet: use devices=1",
-                        many.len(),
-                        acc.name()
-                    ),
-                ))
-            }
-        };
         let precision = match grad_scaler {
             Some((init, growth, backoff, interval)) => PrecisionPlugin::with_scaler(
                 crate::precision::Precision::parse(precision)?,

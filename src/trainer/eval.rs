@@ -117,22 +117,27 @@ impl Trainer {
         if let Some(s) = self.opts.seed {
             crate::seed_everything(s);
         }
-        let placement = super::device::Placement::choose(
-            &self.opts.accelerator,
-            &self.opts.devices,
-            &self.opts.precision,
-            self.opts.grad_scaler,
-        )?;
+        let (placement, mut strategy) = super::strategy::setup(&self.opts)?;
         placement.prepare_model(module)?;
+        if let Err(e) = strategy.setup_model(module, false) {
+            let _ = placement.teardown();
+            return Err(strategy.fail(e));
+        }
+        let global_zero = strategy.is_global_zero();
+        let shard = strategy.shard(source);
+        let source = shard.get();
         let (epoch, step) = (self.state.epoch, self.state.global_step);
         self.begin_state();
         self.state.epoch = epoch;
         self.state.global_step = step;
-        self.defaults = self.default_callbacks(false)?;
+        self.state.global_rank = strategy.global_rank();
+        self.state.world_size = strategy.world_size();
+        self.defaults = self.default_callbacks(false, global_zero)?;
         let opts = self.opts.clone();
         let callbacks: Vec<&mut Box<dyn Callback>> =
             self.defaults.iter_mut().chain(self.callbacks.iter_mut()).collect();
-        let loggers: Vec<&mut Box<dyn Logger>> = self.extra_loggers.iter_mut().collect();
+        let loggers: Vec<&mut Box<dyn Logger>> =
+            if global_zero { self.extra_loggers.iter_mut().collect() } else { Vec::new() };
         let name = match stage {
             Stage::Test => "test",
             Stage::Predict => "predict",
@@ -148,11 +153,12 @@ impl Trainer {
             batches_in_epoch: 0,
             epoch_finished: false,
             placement,
+            strategy,
         };
-        let result = eval_run(&mut run, &opts, stage, source, weights.as_deref());
+        let result = eval_run(&mut run, &opts, stage, source, weights.as_deref()).map_err(|e| run.strategy.fail(e));
         match &result {
             Ok((metrics, _)) => {
-                if opts.enable_progress_bar && stage != Stage::Predict {
+                if opts.enable_progress_bar && stage != Stage::Predict && global_zero {
                     progress::eval_line(name, metrics);
                 }
                 for l in run.loggers.iter_mut() {
@@ -239,7 +245,7 @@ fn eval_run(
             }
         }
     }
-    let metrics = store.end_epoch();
+    let metrics = store.end_epoch_synced(&|v| run.strategy.mean(v))?;
     run.state.callback_metrics.extend(store.callback_metrics);
     run.state.progress_metrics.extend(store.progress_metrics);
     run.simple(h.epoch_end)?;

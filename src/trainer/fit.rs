@@ -101,9 +101,9 @@ impl Trainer {
     /// The built-in callbacks a run adds: progress bar, a Timer for
     /// `max_time`, and a ModelCheckpoint when checkpointing is on and the
     /// user added none.
-    pub(crate) fn default_callbacks(&self, fitting: bool) -> Result<Vec<Box<dyn Callback>>> {
+    pub(crate) fn default_callbacks(&self, fitting: bool, global_zero: bool) -> Result<Vec<Box<dyn Callback>>> {
         let mut d: Vec<Box<dyn Callback>> = Vec::new();
-        if self.opts.enable_progress_bar {
+        if self.opts.enable_progress_bar && global_zero {
             d.push(Box::new(ProgressBar::new(1)));
         }
         if fitting {
@@ -118,11 +118,12 @@ impl Trainer {
         Ok(d)
     }
 
-    /// Creates this run's file loggers in a new `version_N` folder.
-    fn file_loggers(&mut self) -> Result<Vec<Box<dyn Logger>>> {
+    /// Creates this run's file loggers in a new `version_N` folder (on
+    /// rank 0 only: other ranks log nothing, as Lightning's loggers).
+    fn file_loggers(&mut self, global_zero: bool) -> Result<Vec<Box<dyn Logger>>> {
         let mut out: Vec<Box<dyn Logger>> = Vec::new();
         let choice = self.opts.logger;
-        if self.opts.fast_dev_run > 0 || !(choice.csv || choice.tensorboard) {
+        if self.opts.fast_dev_run > 0 || !(choice.csv || choice.tensorboard) || !global_zero {
             self.state.log_dir = None;
             return Ok(out);
         }
@@ -147,6 +148,7 @@ impl Trainer {
             fast_dev_run: o.fast_dev_run > 0,
             log_every_n_steps: o.log_every_n_steps,
             max_epochs: o.epoch_limit(),
+            world_size: 1,
             ..Default::default()
         };
     }
@@ -171,16 +173,22 @@ impl Trainer {
         if self.opts.deterministic {
             crate::tensor::set_deterministic(true)?;
         }
-        let placement = super::device::Placement::choose(
-            &self.opts.accelerator,
-            &self.opts.devices,
-            &self.opts.precision,
-            self.opts.grad_scaler,
-        )?;
+        let (placement, mut strategy) = super::strategy::setup(&self.opts)?;
         placement.prepare_model(module)?;
+        if let Err(e) = strategy.setup_model(module, true) {
+            let _ = placement.teardown();
+            return Err(strategy.fail(e));
+        }
+        let global_zero = strategy.is_global_zero();
+        let train_shard = strategy.shard(train);
+        let train = train_shard.get();
+        let val_shard = val.map(|v| strategy.shard(v));
+        let val = val_shard.as_ref().map(|v| v.get());
         self.begin_state();
-        self.defaults = self.default_callbacks(true)?;
-        let mut file_loggers = self.file_loggers()?;
+        self.state.global_rank = strategy.global_rank();
+        self.state.world_size = strategy.world_size();
+        self.defaults = self.default_callbacks(true, global_zero)?;
+        let mut file_loggers = self.file_loggers(global_zero)?;
         let validating = val.is_some()
             && module.has_validation_step()
             && !self.opts.effective_limit(self.opts.limit_val_batches).is_zero();
@@ -203,7 +211,7 @@ impl Trainer {
         }
         ordered.extend(checkpoints);
         let mut loggers: Vec<&mut Box<dyn Logger>> = file_loggers.iter_mut().collect();
-        if opts.fast_dev_run == 0 {
+        if opts.fast_dev_run == 0 && global_zero {
             loggers.extend(self.extra_loggers.iter_mut());
         }
         let mut run = Run {
@@ -216,8 +224,10 @@ impl Trainer {
             batches_in_epoch: 0,
             epoch_finished: false,
             placement,
+            strategy,
         };
-        let result = fit_run(&mut run, &opts, train, if validating { val } else { None }, resume.as_deref());
+        let result = fit_run(&mut run, &opts, train, if validating { val } else { None }, resume.as_deref())
+            .map_err(|e| run.strategy.fail(e));
         match &result {
             Ok(()) => {
                 // Every logger is finalized; the first failure is reported.
@@ -268,7 +278,7 @@ fn fit_run(
     for l in run.loggers.iter_mut() {
         l.log_hyperparams(&hparams).ctx(format!("{} logger", l.name()))?;
     }
-    if opts.enable_model_summary {
+    if opts.enable_model_summary && run.strategy.is_global_zero() {
         if let Some(m) = run.module.model() {
             let s = crate::callbacks::ModelSummary::of(&m.lock().unwrap_or_else(|p| p.into_inner()), 1)?;
             eprint!("{}", s.render());
@@ -353,6 +363,9 @@ fn train_epoch(
             Some(n) => i + 1 >= n,
             None => batches.peek().is_none(),
         };
+        // The micro-batches of accumulation that do not step skip the
+        // all-reduce (DDP's no_sync).
+        let stepped = (i + 1) % acc == 0 || is_last;
         let data = || HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() };
         run.hook(Hook::TrainBatchStart, data())?;
         let at = format!("training_step (epoch {epoch}, global step {}, batch {i})", run.state.global_step);
@@ -364,9 +377,11 @@ fn train_epoch(
             batch_size: batch_size_of(&batch),
             metrics: &mut store,
         };
+        run.strategy.pre_forward(stepped)?;
         let autocast = run.placement.forward_context()?;
         let loss = run.module.training_step(&mut ctx, &batch).map_err(|e| e.context(&at))?;
         drop(autocast);
+        store.sync_step(&|v| run.strategy.mean(v))?;
         loss_sum += check_loss(&loss, opts.detect_nonfinite_loss, &at)?;
         loss_count += 1;
         run.state.running_loss = Some(loss_sum / loss_count as f64);
@@ -379,9 +394,9 @@ fn train_epoch(
         let scaled = if acc > 1 { loss.f_div_scalar(acc as f64)? } else { loss.shallow_clone() };
         let scaled = run.placement.precision.scale_loss(&scaled)?;
         run.hook(Hook::BeforeBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
+        run.strategy.pre_backward(&loss, stepped)?;
         scaled.f_backward().ctx(format!("{at}: backward"))?;
         run.hook(Hook::AfterBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
-        let stepped = (i + 1) % acc == 0 || is_last;
         let step_index = run.state.global_step;
         if stepped {
             let skip = unscale(run)?;
@@ -428,15 +443,19 @@ fn train_epoch(
                     run_validation(run, opts, v, None)?;
                     set_mode(run.module, true)?;
                 }
+                run.state.should_stop = run.strategy.any(run.state.should_stop)?;
             }
         }
         // Lightning's `_can_stop_early`: only finished epochs count.
+        // Ranks stop together: one rank's request (a Timer, a host hook)
+        // stops all of them (Lightning's reduce_boolean_decision).
         let mins_done = epoch >= opts.min_epochs.unwrap_or(0) && run.state.global_step >= opts.min_steps.unwrap_or(0);
+        run.state.should_stop = run.strategy.any(run.state.should_stop)?;
         if run.state.should_stop && mins_done {
             break;
         }
     }
-    let train_epoch_metrics = store.end_epoch();
+    let train_epoch_metrics = store.end_epoch_synced(&|v| run.strategy.mean(v))?;
     run.state.callback_metrics.extend(store.callback_metrics);
     run.state.progress_metrics.extend(store.progress_metrics);
     run.hook(Hook::TrainEpochEnd, HookData { batch_idx: -1, ..Default::default() })?;
@@ -447,6 +466,7 @@ fn train_epoch(
         run.refresh_learning_rates();
     }
     run.save_logs()?;
+    run.state.should_stop = run.strategy.any(run.state.should_stop)?;
     Ok(ran == 0 && skip == 0)
 }
 
@@ -498,7 +518,7 @@ pub(super) fn run_validation(
             )?;
         }
     }
-    let metrics = store.end_epoch();
+    let metrics = store.end_epoch_synced(&|v| run.strategy.mean(v))?;
     run.state.callback_metrics.extend(store.callback_metrics);
     run.state.progress_metrics.extend(store.progress_metrics);
     run.simple(Hook::ValidationEpochEnd)?;

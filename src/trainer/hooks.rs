@@ -183,6 +183,10 @@ pub struct TrainerState {
     /// Seconds spent in each stage so far ("fit", "validate", ...), kept
     /// in checkpoints by the Timer.
     pub time_elapsed: BTreeMap<String, f64>,
+    /// This process's rank (0 without DDP).
+    pub global_rank: usize,
+    /// Number of processes of the run (1 without DDP).
+    pub world_size: usize,
 }
 
 /// What one hook call sees: the hook, the trainer state, and the batch data

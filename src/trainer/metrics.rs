@@ -1,6 +1,7 @@
 //! Logged metrics: per-step values, per-epoch means weighted by batch size,
 //! and the callback metrics readable after a run (Lightning's semantics).
-use std::collections::BTreeMap;
+use crate::error::Result;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Where a metric is aggregated and shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,6 +12,8 @@ pub struct LogFlags {
     pub on_epoch: bool,
     /// Show it in the progress output.
     pub prog_bar: bool,
+    /// Average it over ranks before it is recorded (DDP).
+    pub sync_dist: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -30,12 +33,17 @@ pub struct MetricStore {
     pub callback_metrics: BTreeMap<String, f64>,
     /// Metrics shown in the progress output.
     pub progress_metrics: BTreeMap<String, f64>,
+    /// Names logged with sync_dist.
+    sync: BTreeSet<String>,
 }
 
 impl MetricStore {
     /// Records one logged value.
     pub fn log(&mut self, name: &str, value: f64, flags: LogFlags, batch_size: f64) {
         let both = flags.on_step && flags.on_epoch;
+        if flags.sync_dist && !self.sync.contains(name) {
+            self.sync.insert(name.to_string());
+        }
         if flags.on_step {
             let key = if both { format!("{name}_step") } else { name.to_string() };
             self.step.insert(key.clone(), value);
@@ -53,6 +61,32 @@ impl MetricStore {
         }
     }
 
+    /// Averages the step values logged with sync_dist over ranks with
+    /// `mean` (one collective for all of them) and records the averages.
+    pub fn sync_step(&mut self, mean: &dyn Fn(&mut [f64]) -> Result<()>) -> Result<()> {
+        let keys: Vec<String> = self.step.keys().filter(|k| self.is_synced(k)).cloned().collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let mut values: Vec<f64> = keys.iter().map(|k| self.step[k]).collect();
+        mean(&mut values)?;
+        for (k, v) in keys.into_iter().zip(values) {
+            self.step.insert(k.clone(), v);
+            if let Some(p) = self.progress_metrics.get_mut(&k) {
+                *p = v;
+            }
+            self.callback_metrics.insert(k, v);
+        }
+        Ok(())
+    }
+
+    /// Whether `key` (a name, or a name with `_step` / `_epoch`) was logged
+    /// with sync_dist.
+    fn is_synced(&self, key: &str) -> bool {
+        let base = key.strip_suffix("_step").or_else(|| key.strip_suffix("_epoch")).unwrap_or(key);
+        self.sync.contains(key) || self.sync.contains(base)
+    }
+
     /// Takes the step values logged since the last call.
     pub fn take_step_values(&mut self) -> BTreeMap<String, f64> {
         std::mem::take(&mut self.step)
@@ -62,12 +96,25 @@ impl MetricStore {
     /// callback metrics and returns them (named `x_epoch` when `x` was
     /// also logged per step).
     pub fn end_epoch(&mut self) -> BTreeMap<String, f64> {
+        self.end_epoch_synced(&|_| Ok(())).unwrap_or_default()
+    }
+
+    /// [`MetricStore::end_epoch`], with the epoch means of sync_dist
+    /// metrics averaged over ranks by `mean` (one collective).
+    pub fn end_epoch_synced(&mut self, mean: &dyn Fn(&mut [f64]) -> Result<()>) -> Result<BTreeMap<String, f64>> {
         let mut out = BTreeMap::new();
-        for (name, acc) in std::mem::take(&mut self.epoch) {
-            if acc.weight <= 0.0 {
-                continue;
+        let done: Vec<(String, EpochAccumulator)> =
+            std::mem::take(&mut self.epoch).into_iter().filter(|(_, a)| a.weight > 0.0).collect();
+        let synced: Vec<usize> = (0..done.len()).filter(|i| self.sync.contains(&done[*i].0)).collect();
+        let mut means: Vec<f64> = done.iter().map(|(_, a)| a.weighted_sum / a.weight).collect();
+        if !synced.is_empty() {
+            let mut values: Vec<f64> = synced.iter().map(|i| means[*i]).collect();
+            mean(&mut values)?;
+            for (i, v) in synced.into_iter().zip(values) {
+                means[i] = v;
             }
-            let mean = acc.weighted_sum / acc.weight;
+        }
+        for ((name, acc), mean) in done.into_iter().zip(means) {
             let key = if acc.on_step { format!("{name}_epoch") } else { name.clone() };
             self.callback_metrics.insert(key.clone(), mean);
             self.callback_metrics.insert(name.clone(), mean);
@@ -76,7 +123,7 @@ impl MetricStore {
             }
             out.insert(key, mean);
         }
-        out
+        Ok(out)
     }
 }
 
@@ -87,7 +134,7 @@ mod tests {
     #[test]
     fn epoch_mean_is_weighted_by_batch_size() {
         let mut m = MetricStore::default();
-        let f = LogFlags { on_step: false, on_epoch: true, prog_bar: false };
+        let f = LogFlags { on_step: false, on_epoch: true, prog_bar: false, sync_dist: false };
         m.log("acc", 1.0, f, 30.0);
         m.log("acc", 0.0, f, 10.0);
         let e = m.end_epoch();
@@ -98,7 +145,7 @@ mod tests {
     #[test]
     fn step_and_epoch_get_suffixes() {
         let mut m = MetricStore::default();
-        let f = LogFlags { on_step: true, on_epoch: true, prog_bar: true };
+        let f = LogFlags { on_step: true, on_epoch: true, prog_bar: true, sync_dist: false };
         m.log("loss", 2.0, f, 1.0);
         m.log("loss", 4.0, f, 1.0);
         assert_eq!(m.take_step_values()["loss_step"], 4.0);
@@ -106,5 +153,24 @@ mod tests {
         assert_eq!(e["loss_epoch"], 3.0);
         assert_eq!(m.callback_metrics["loss"], 3.0);
         assert_eq!(m.progress_metrics["loss_epoch"], 3.0);
+    }
+
+    #[test]
+    fn sync_dist_values_go_through_the_reduction() {
+        let mut m = MetricStore::default();
+        let synced = LogFlags { on_step: true, on_epoch: true, prog_bar: false, sync_dist: true };
+        let local = LogFlags { on_step: true, on_epoch: true, prog_bar: false, sync_dist: false };
+        m.log("loss", 2.0, synced, 1.0);
+        m.log("acc", 0.5, local, 1.0);
+        let double = |v: &mut [f64]| {
+            v.iter_mut().for_each(|x| *x *= 2.0);
+            Ok(())
+        };
+        m.sync_step(&double).unwrap();
+        let step = m.take_step_values();
+        assert_eq!((step["loss_step"], step["acc_step"]), (4.0, 0.5));
+        assert_eq!(m.callback_metrics["loss_step"], 4.0);
+        let e = m.end_epoch_synced(&double).unwrap();
+        assert_eq!((e["loss_epoch"], e["acc_epoch"]), (4.0, 0.5));
     }
 }

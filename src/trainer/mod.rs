@@ -12,6 +12,7 @@ pub mod progress;
 mod resume;
 mod run;
 pub mod source;
+mod strategy;
 
 pub use context::{Stage, StepContext};
 pub use hooks::{Callback, Hook, HookContext, TrainerState};

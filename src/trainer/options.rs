@@ -146,6 +146,8 @@ pub struct TrainerOptions {
     /// Loss-scaler settings for `16-mixed` (init scale, growth factor,
     /// backoff factor, growth interval); `None`: torch's defaults.
     pub grad_scaler: Option<(f64, f64, f64, i64)>,
+    /// The strategy ("auto", "single_device", "ddp", ...) and its settings.
+    pub strategy: crate::strategies::StrategySpec,
 }
 
 impl Default for TrainerOptions {
@@ -182,6 +184,7 @@ impl Default for TrainerOptions {
             devices: "auto".into(),
             precision: "32-true".into(),
             grad_scaler: None,
+            strategy: crate::strategies::lookup("auto").expect("auto is registered"),
         }
     }
 }

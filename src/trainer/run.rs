@@ -31,6 +31,8 @@ pub(crate) struct Run<'a> {
     pub epoch_finished: bool,
     /// Accelerator, device and precision.
     pub placement: super::device::Placement,
+    /// Single device or DDP.
+    pub strategy: super::strategy::RunStrategy,
 }
 
 fn class_name(optimizer: &str) -> &'static str {
@@ -81,10 +83,21 @@ impl Run<'_> {
     /// Writes requested checkpoints, removes replaced ones, logs requested
     /// metrics.
     fn process_requests(&mut self) -> Result<()> {
-        for (path, weights_only) in std::mem::take(&mut self.state.save_requests) {
-            self.save_checkpoint(&path, weights_only)?;
+        // Under DDP every rank makes the same requests; rank 0 writes and
+        // removes files, the others wait for it (Lightning's
+        // strategy.save_checkpoint and barrier).
+        let saves = std::mem::take(&mut self.state.save_requests);
+        let removes = std::mem::take(&mut self.state.remove_requests);
+        let global_zero = self.strategy.is_global_zero();
+        if global_zero {
+            for (path, weights_only) in &saves {
+                self.save_checkpoint(path, *weights_only)?;
+            }
         }
-        for path in std::mem::take(&mut self.state.remove_requests) {
+        if !saves.is_empty() {
+            self.strategy.barrier().ctx("waiting for rank 0 to write the checkpoint")?;
+        }
+        for path in removes.into_iter().filter(|_| global_zero) {
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

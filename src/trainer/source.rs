@@ -13,6 +13,13 @@ pub trait BatchSource {
     fn num_batches(&self) -> Option<usize>;
     /// The batches of `epoch`.
     fn batches(&self, epoch: u64) -> Result<BatchIter<'_>>;
+    /// The part rank `rank` of `world` reads under DDP, when the source can
+    /// be split (a DataLoader: a distributed sampler); `None` means every
+    /// rank reads the whole source (host iterators split themselves).
+    fn shard(&self, rank: usize, world: usize) -> Option<Box<dyn BatchSource + Send>> {
+        let _ = (rank, world);
+        None
+    }
 }
 
 impl BatchSource for DataLoader {
@@ -22,5 +29,9 @@ impl BatchSource for DataLoader {
 
     fn batches(&self, epoch: u64) -> Result<BatchIter<'_>> {
         Ok(Box::new(self.iter(epoch)))
+    }
+
+    fn shard(&self, rank: usize, world: usize) -> Option<Box<dyn BatchSource + Send>> {
+        self.sharded(rank, world).ok().map(|l| Box::new(l) as Box<dyn BatchSource + Send>)
     }
 }

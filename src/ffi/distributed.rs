@@ -1,0 +1,259 @@
+//! Distributed training for host-owned loops: joining the job, the
+//! collectives of Lightning's strategy (all_reduce, broadcast, all_gather,
+//! barrier, reduce_boolean_decision), DDP gradient averaging for a model
+//! (`fulmen_ddp`), and a DataLoader's per-rank shard.
+use super::data::fulmen_loader;
+use super::error::{fulmen_error, guard, guard_value, str_arg};
+use super::handle::{self, check_out, write_out, Handle};
+use super::model::fulmen_model;
+use super::strategy::fulmen_strategy;
+use super::tensor::handle::{emit, fulmen_tensor, tensor_arg};
+use crate::distributed::{self, DistContext, JoinOptions, ReduceOp, Reducer};
+use crate::error::{Error, Result};
+use std::ffi::c_char;
+use std::sync::Arc;
+use std::time::Duration;
+use tch::Tensor;
+
+fn joined() -> Result<Arc<DistContext>> {
+    distributed::current().ok_or_else(|| {
+        Error::state("this process has not joined a distributed job (call fulmen_distributed_join or fit with ddp)")
+    })
+}
+
+/// Joins the distributed job with `strategy`'s settings (backend, timeout,
+/// num_nodes) and `processes_per_node` processes on each node: under
+/// torchrun or SLURM their environment says where rank 0 is; otherwise
+/// fulmen starts local ranks 1.. by re-executing this program with the same
+/// arguments and `LOCAL_RANK` set, and this process is rank 0. A process
+/// that already joined gets the same job back. `cuda` picks nccl when the
+/// strategy names no backend.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_distributed_join(
+    strategy: *const fulmen_strategy,
+    processes_per_node: usize,
+    cuda: bool,
+) -> *mut fulmen_error {
+    guard("fulmen_distributed_join", || {
+        let s = &handle::borrow(strategy, "strategy")?.spec;
+        if processes_per_node == 0 {
+            return Err(Error::invalid("processes_per_node must be at least 1"));
+        }
+        distributed::join(&JoinOptions {
+            devices_per_node: processes_per_node,
+            num_nodes: s.num_nodes,
+            backend: s.process_group_backend.clone(),
+            cuda,
+            timeout: s.timeout,
+        })
+        .map(|_| ())
+    })
+}
+
+/// Writes whether this process has joined a distributed job.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_distributed_is_joined(out: *mut bool) -> *mut fulmen_error {
+    guard("fulmen_distributed_is_joined", || write_out(out, "out", distributed::current().is_some()))
+}
+
+/// Writes this process's global rank, local rank (on its node) and the
+/// world size; any of the three may be NULL. Not joined: rank 0 of 1.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_distributed_ranks(
+    rank: *mut usize,
+    local_rank: *mut usize,
+    world_size: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_distributed_ranks", || {
+        let (r, l, w) = match distributed::current() {
+            Some(c) => (c.rank(), c.env.local_rank, c.world_size()),
+            None => (0, 0, 1),
+        };
+        for (p, v) in [(rank, r), (local_rank, l), (world_size, w)] {
+            if !p.is_null() {
+                p.write(v);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Reduces `tensor` in place over all ranks with `op`: "sum", "mean" (sum
+/// divided by the world size), "min", "max" or "product".
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_distributed_all_reduce(
+    tensor: *mut fulmen_tensor,
+    op: *const c_char,
+) -> *mut fulmen_error {
+    guard("fulmen_distributed_all_reduce", || {
+        let t = tensor_arg(tensor, "tensor")?;
+        let op = ReduceOp::parse(str_arg(op, "op")?)?;
+        let ctx = joined()?;
+        ctx.group.all_reduce(&[t.shallow_clone()], op).map_err(|e| ctx.explain(e))
+    })
+}
+
+/// Copies `tensor` from rank `root` into `tensor` on every rank.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_distributed_broadcast(tensor: *mut fulmen_tensor, root: usize) -> *mut fulmen_error {
+    guard("fulmen_distributed_broadcast", || {
+        let t = tensor_arg(tensor, "tensor")?;
+        let ctx = joined()?;
+        ctx.group.broadcast(&[t.shallow_clone()], root).map_err(|e| ctx.explain(e))
+    })
+}
+
+/// Writes every rank's `tensor` stacked along a new first dimension (of
+/// size world_size) to `*out` (a new handle). Every rank passes the same
+/// shape and dtype.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_distributed_all_gather(
+    tensor: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard("fulmen_distributed_all_gather", || {
+        check_out(out, "out")?;
+        let t = tensor_arg(tensor, "tensor")?;
+        let ctx = joined()?;
+        let g = ctx.group.all_gather(t).map_err(|e| ctx.explain(e))?;
+        emit(out, g)
+    })
+}
+
+/// Waits until every rank reaches the barrier (an error after the timeout).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_distributed_barrier() -> *mut fulmen_error {
+    guard("fulmen_distributed_barrier", || {
+        let ctx = joined()?;
+        ctx.group.barrier().map_err(|e| ctx.explain(e))
+    })
+}
+
+/// Lightning's reduce_boolean_decision: writes true when every rank's
+/// `decision` is true (`all`), or when any rank's is (`!all`).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_distributed_reduce_boolean_decision(
+    decision: bool,
+    all: bool,
+    out: *mut bool,
+) -> *mut fulmen_error {
+    guard("fulmen_distributed_reduce_boolean_decision", || {
+        check_out(out, "out")?;
+        let ctx = joined()?;
+        let t = Tensor::from_slice(&[i64::from(decision)]);
+        let op = if all { ReduceOp::Min } else { ReduceOp::Max };
+        ctx.group.all_reduce(&[t.shallow_clone()], op).map_err(|e| ctx.explain(e))?;
+        out.write(t.int64_value(&[0]) > 0);
+        Ok(())
+    })
+}
+
+/// Leaves the job. On rank 0 of fulmen's own launcher this waits up to
+/// `timeout_s` seconds for the ranks it started to exit and fails
+/// (FULMEN_CODE_DISTRIBUTED) naming the first that failed or still runs.
+/// Without a job it does nothing.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_distributed_shutdown(timeout_s: f64) -> *mut fulmen_error {
+    guard("fulmen_distributed_shutdown", || {
+        if !timeout_s.is_finite() || timeout_s < 0.0 {
+            return Err(Error::invalid(format!("timeout_s must be >= 0, got {timeout_s}")));
+        }
+        distributed::shutdown(Duration::from_secs_f64(timeout_s))
+    })
+}
+
+/// DDP for a host-owned loop: a model whose gradients are averaged over the
+/// job's ranks during backward. Free with `fulmen_ddp_free`.
+pub struct fulmen_ddp {
+    reducer: Reducer,
+    find_unused: bool,
+}
+
+impl Handle for fulmen_ddp {
+    const C_NAME: &'static str = "fulmen_ddp";
+}
+
+/// Wraps `model` for DDP in the joined job: checks that every rank has the
+/// same parameters, copies rank 0's parameters and buffers to all ranks,
+/// and hooks gradient averaging (with `strategy`'s find_unused_parameters
+/// and bucket size). Each training step then calls
+/// `fulmen_ddp_prepare_forward`, the forward, `fulmen_ddp_prepare_backward`
+/// with the loss, and backward.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_ddp_new(
+    model: *const fulmen_model,
+    strategy: *const fulmen_strategy,
+    out: *mut *mut fulmen_ddp,
+) -> *mut fulmen_error {
+    guard("fulmen_ddp_new", || {
+        check_out(out, "out")?;
+        let m = &handle::borrow(model, "model")?.inner;
+        let s = &handle::borrow(strategy, "strategy")?.spec;
+        let ctx = joined()?;
+        let (params, state) = {
+            let g = m.lock().unwrap_or_else(|p| p.into_inner());
+            let params: Vec<Tensor> = g.parameters().into_iter().filter(Tensor::requires_grad).collect();
+            (params, g.state_dict().into_iter().map(|(_, t)| t).collect::<Vec<_>>())
+        };
+        ctx.group.verify_params(&params).map_err(|e| ctx.explain(e))?;
+        ctx.group.broadcast_coalesced(&state, 0).map_err(|e| ctx.explain(e))?;
+        let reducer = Reducer::new(Arc::clone(&ctx.group), &params, s.find_unused_parameters, s.bucket_cap_mb)?;
+        out.write(handle::into_raw(fulmen_ddp { reducer, find_unused: s.find_unused_parameters }));
+        Ok(())
+    })
+}
+
+/// Call before the forward pass of a step whose backward averages
+/// gradients. Steps that only accumulate (DDP's no_sync) skip this call and
+/// `fulmen_ddp_prepare_backward`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_ddp_prepare_forward(ddp: *mut fulmen_ddp) -> *mut fulmen_error {
+    guard("fulmen_ddp_prepare_forward", || handle::borrow_mut(ddp, "ddp")?.reducer.prepare_for_forward())
+}
+
+/// Call after the forward pass, before backward of `loss`: that backward
+/// then averages the gradients over ranks.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_ddp_prepare_backward(
+    ddp: *mut fulmen_ddp,
+    loss: *const fulmen_tensor,
+) -> *mut fulmen_error {
+    guard("fulmen_ddp_prepare_backward", || {
+        let d = handle::borrow_mut(ddp, "ddp")?;
+        let loss = tensor_arg(loss, "loss")?;
+        let outputs = if d.find_unused { vec![loss.shallow_clone()] } else { Vec::new() };
+        d.reducer.prepare_for_backward(&outputs)
+    })
+}
+
+/// Frees a DDP wrapper (the model stays). NULL or freed: no-op.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_ddp_free(ddp: *mut fulmen_ddp) {
+    guard_value((), || drop(handle::take(ddp)));
+}
+
+/// Writes a new loader reading rank `rank` of `world`'s share of
+/// `loader`'s dataset, as torch's DistributedSampler (padded so every rank
+/// has as many batches, reshuffled per epoch with the loader's seed). Only
+/// loaders over datasets can be split; a host iterator is an error.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_loader_shard(
+    loader: *const fulmen_loader,
+    rank: usize,
+    world: usize,
+    out: *mut *mut fulmen_loader,
+) -> *mut fulmen_error {
+    guard("fulmen_loader_shard", || {
+        check_out(out, "out")?;
+        let l = handle::borrow(loader, "loader")?;
+        if world == 0 || rank >= world {
+            return Err(Error::invalid(format!("rank {rank} is outside a world of {world}")));
+        }
+        let inner = l
+            .inner
+            .shard(rank, world)
+            .ok_or_else(|| Error::invalid("only loaders over a dataset can be split; a host iterator cannot"))?;
+        out.write(handle::into_raw(fulmen_loader { inner }));
+        Ok(())
+    })
+}

@@ -1,0 +1,115 @@
+//! `fulmen_strategy`: a strategy from the registry ("auto",
+//! "single_device", "ddp", ...) with its settings, as Lightning's
+//! `Trainer(strategy=DDPStrategy(...))`.
+use super::error::{fulmen_error, guard, guard_value, str_arg};
+use super::handle::{self, check_out, write_out, Handle};
+use super::model::copy_str;
+use super::trainer::fulmen_trainer_options;
+use crate::error::{Error, ErrorCode};
+use crate::strategies::{self, StrategySpec};
+use std::ffi::c_char;
+
+/// A strategy with its settings. Free with `fulmen_strategy_free`.
+pub struct fulmen_strategy {
+    pub(crate) spec: StrategySpec,
+}
+
+impl Handle for fulmen_strategy {
+    const C_NAME: &'static str = "fulmen_strategy";
+}
+
+/// Creates a strategy from a registered name: "auto" (ddp when several
+/// devices or processes are asked for, else single_device),
+/// "single_device", "ddp" (one process per device; started by torchrun,
+/// SLURM, or fulmen re-executing the host program), "ddp_spawn",
+/// "ddp_find_unused_parameters_true", "ddp_find_unused_parameters_false".
+/// An unknown name is an error listing the registered ones.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_strategy_new(name: *const c_char, out: *mut *mut fulmen_strategy) -> *mut fulmen_error {
+    guard("fulmen_strategy_new", || {
+        check_out(out, "out")?;
+        let spec = strategies::lookup(str_arg(name, "name")?)?;
+        out.write(handle::into_raw(fulmen_strategy { spec }));
+        Ok(())
+    })
+}
+
+/// Sets a setting from text: `find_unused_parameters` ("true"/"false"),
+/// `process_group_backend` ("gloo", "nccl", "none" = gloo on CPU, nccl on
+/// CUDA), `timeout` (seconds: rendezvous and every collective; default
+/// 1800), `bucket_cap_mb` (default 25), `num_nodes` (default 1). A bad key
+/// or value is an error and changes nothing.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_strategy_set(
+    strategy: *mut fulmen_strategy,
+    key: *const c_char,
+    value: *const c_char,
+) -> *mut fulmen_error {
+    guard("fulmen_strategy_set", || {
+        let s = handle::borrow_mut(strategy, "strategy")?;
+        let (k, v) = (str_arg(key, "key")?, str_arg(value, "value")?);
+        let mut spec = s.spec.clone();
+        spec.set(k, v)?;
+        s.spec = spec;
+        Ok(())
+    })
+}
+
+/// Copies the strategy's registry name into `buf` as for
+/// `fulmen_model_state_dict_name`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_strategy_name(
+    strategy: *const fulmen_strategy,
+    buf: *mut c_char,
+    capacity: usize,
+    len_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_strategy_name", || copy_str(&handle::borrow(strategy, "strategy")?.spec.name, buf, capacity, len_out))
+}
+
+/// Uses `strategy` (copied) for runs with these options.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_options_set_strategy(
+    options: *mut fulmen_trainer_options,
+    strategy: *const fulmen_strategy,
+) -> *mut fulmen_error {
+    guard("fulmen_trainer_options_set_strategy", || {
+        let o = handle::borrow_mut(options, "options")?;
+        o.opts.strategy = handle::borrow(strategy, "strategy")?.spec.clone();
+        Ok(())
+    })
+}
+
+/// Frees a strategy. NULL or an already freed handle is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_strategy_free(strategy: *mut fulmen_strategy) {
+    guard_value((), || drop(handle::take(strategy)));
+}
+
+/// Writes the number of registered strategies.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_strategy_registry_len(out: *mut usize) -> *mut fulmen_error {
+    guard("fulmen_strategy_registry_len", || write_out(out, "out", strategies::list().len()))
+}
+
+/// Copies the name and description of registry entry `index` into the two
+/// buffers (as for `fulmen_model_state_dict_name`).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_strategy_registry_entry(
+    index: usize,
+    name: *mut c_char,
+    name_capacity: usize,
+    name_len: *mut usize,
+    description: *mut c_char,
+    description_capacity: usize,
+    description_len: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_strategy_registry_entry", || {
+        let list = strategies::list();
+        let e = list
+            .get(index)
+            .ok_or_else(|| Error::new(ErrorCode::OutOfRange, format!("registry entry {index} of {}", list.len())))?;
+        copy_str(e.name, name, name_capacity, name_len)?;
+        copy_str(e.description, description, description_capacity, description_len)
+    })
+}

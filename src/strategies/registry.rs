@@ -1,0 +1,200 @@
+//! The strategy registry: Lightning's names, what each does, and the
+//! settings a strategy handle carries.
+use crate::distributed::DEFAULT_TIMEOUT;
+use crate::error::{Error, Result};
+use std::time::Duration;
+
+/// What a strategy does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StrategyKind {
+    /// Picks `ddp` when more than one device (or an external launcher's
+    /// world of several processes) is asked for, else `single_device`.
+    Auto,
+    /// One process on one device.
+    SingleDevice,
+    /// Distributed data parallel: one process per device, gradients
+    /// averaged by c10d's Reducer during backward.
+    Ddp,
+}
+
+/// A registry entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StrategyInfo {
+    /// The registered name.
+    pub name: &'static str,
+    /// One line on what it does.
+    pub description: &'static str,
+}
+
+struct Entry {
+    name: &'static str,
+    description: &'static str,
+    kind: StrategyKind,
+    find_unused: bool,
+}
+
+const ENTRIES: &[Entry] = &[
+    Entry {
+        name: "auto",
+        description: "ddp when several devices or processes are asked for, else single_device",
+        kind: StrategyKind::Auto,
+        find_unused: false,
+    },
+    Entry {
+        name: "single_device",
+        description: "one process on one device",
+        kind: StrategyKind::SingleDevice,
+        find_unused: false,
+    },
+    Entry {
+        name: "ddp",
+        description: "one process per device (started by torchrun, SLURM or fulmen itself), \
+                      gradients averaged over c10d (gloo on CPU, nccl on CUDA)",
+        kind: StrategyKind::Ddp,
+        find_unused: false,
+    },
+    Entry {
+        name: "ddp_spawn",
+        description: "ddp whose other processes fulmen starts by re-executing the host program",
+        kind: StrategyKind::Ddp,
+        find_unused: false,
+    },
+    Entry {
+        name: "ddp_find_unused_parameters_true",
+        description: "ddp that tolerates parameters the loss does not reach",
+        kind: StrategyKind::Ddp,
+        find_unused: true,
+    },
+    Entry {
+        name: "ddp_find_unused_parameters_false",
+        description: "ddp (unused parameters are an error)",
+        kind: StrategyKind::Ddp,
+        find_unused: false,
+    },
+];
+
+/// Every registered strategy.
+pub fn list() -> Vec<StrategyInfo> {
+    ENTRIES.iter().map(|e| StrategyInfo { name: e.name, description: e.description }).collect()
+}
+
+/// A strategy with its settings (what a `fulmen_strategy` handle holds).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StrategySpec {
+    /// The registered name it was made from.
+    pub name: String,
+    /// What it does.
+    pub kind: StrategyKind,
+    /// DDP's find_unused_parameters.
+    pub find_unused_parameters: bool,
+    /// "gloo" or "nccl"; `None` picks by device.
+    pub process_group_backend: Option<String>,
+    /// Bound on the rendezvous and every collective (Lightning: 30 min).
+    pub timeout: Duration,
+    /// DDP bucket size in MiB (25 as PyTorch).
+    pub bucket_cap_mb: f64,
+    /// Number of nodes (machines).
+    pub num_nodes: usize,
+}
+
+/// The strategy registered as `name` with default settings.
+pub fn lookup(name: &str) -> Result<StrategySpec> {
+    let key = name.trim().to_ascii_lowercase();
+    let entry = ENTRIES.iter().find(|e| e.name == key).ok_or_else(|| {
+        let known: Vec<&str> = ENTRIES.iter().map(|e| e.name).collect();
+        let hint = match key.as_str() {
+            "dp" | "xla" | "fsdp" | "deepspeed" => format!(" ({key} is not available in this build)"),
+            _ => String::new(),
+        };
+        Error::invalid(format!("unknown strategy {name:?}{hint}; registered: {}", known.join(", ")))
+    })?;
+    Ok(StrategySpec {
+        name: entry.name.to_owned(),
+        kind: entry.kind,
+        find_unused_parameters: entry.find_unused,
+        process_group_backend: None,
+        timeout: DEFAULT_TIMEOUT,
+        bucket_cap_mb: 25.0,
+        num_nodes: 1,
+    })
+}
+
+impl StrategySpec {
+    /// Sets one setting from text: `find_unused_parameters` (bool),
+    /// `process_group_backend` ("gloo", "nccl", "none"), `timeout`
+    /// (seconds), `bucket_cap_mb`, `num_nodes`.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let v = value.trim();
+        let number = || -> Result<f64> {
+            v.parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x > 0.0)
+                .ok_or_else(|| Error::invalid(format!("strategy option {key}: {v:?} is not a positive number")))
+        };
+        match key {
+            "find_unused_parameters" => {
+                self.find_unused_parameters = match v {
+                    "true" | "1" => true,
+                    "false" | "0" => false,
+                    _ => return Err(Error::invalid(format!("strategy option {key}: {v:?} is not true or false"))),
+                }
+            }
+            "process_group_backend" => {
+                self.process_group_backend = match v {
+                    "none" | "" => None,
+                    "gloo" | "nccl" => Some(v.to_owned()),
+                    _ => {
+                        return Err(Error::invalid(format!(
+                            "strategy option {key}: {v:?} is not \"gloo\", \"nccl\" or \"none\""
+                        )))
+                    }
+                }
+            }
+            "timeout" => self.timeout = Duration::from_secs_f64(number()?),
+            "bucket_cap_mb" => self.bucket_cap_mb = number()?,
+            "num_nodes" => {
+                self.num_nodes = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| Error::invalid(format!("strategy option {key}: {v:?} is not an integer >= 1")))?
+            }
+            _ => {
+                return Err(Error::invalid(format!(
+                    "unknown strategy option {key:?}; known: find_unused_parameters, process_group_backend, \
+                     timeout, bucket_cap_mb, num_nodes"
+                )))
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+
+    #[test]
+    fn names_and_settings() {
+        assert!(list().iter().any(|i| i.name == "ddp"));
+        let s = lookup("DDP_find_unused_parameters_true").unwrap();
+        assert_eq!((s.kind, s.find_unused_parameters), (StrategyKind::Ddp, true));
+        assert_eq!(lookup("auto").unwrap().kind, StrategyKind::Auto);
+        let e = lookup("dp").unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        assert!(e.message.contains("not available"), "{e}");
+        let mut s = lookup("ddp").unwrap();
+        s.set("timeout", "2.5").unwrap();
+        s.set("process_group_backend", "gloo").unwrap();
+        s.set("num_nodes", "2").unwrap();
+        assert_eq!(
+            (s.timeout, s.process_group_backend.as_deref(), s.num_nodes),
+            (Duration::from_millis(2500), Some("gloo"), 2)
+        );
+        assert!(s.set("timeout", "-1").is_err());
+        assert!(s.set("num_nodes", "0").is_err());
+        assert!(s.set("colour", "red").is_err());
+        assert_eq!(s.timeout, Duration::from_millis(2500));
+    }
+}
