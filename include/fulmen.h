@@ -1628,6 +1628,21 @@ struct fulmen_error *fulmen_loader_len(const struct fulmen_loader *loader, size_
 void fulmen_loader_free(struct fulmen_loader *loader);
 
 /**
+ * Fetches batch `index` of `epoch` (the order `fit` would use: shuffled
+ * with the loader's seed and the epoch, and this rank's share for a
+ * sharded loader), for a host-owned loop: writes up to `capacity` new
+ * tensor handles to `tensors_out` and their count to `*count_out` as
+ * `fulmen_dataset_get` does. An index past the epoch is
+ * FULMEN_CODE_OUT_OF_RANGE; a host iterator is FULMEN_CODE_UNSUPPORTED.
+ */
+struct fulmen_error *fulmen_loader_batch(const struct fulmen_loader *loader,
+                                         uint64_t epoch,
+                                         size_t index,
+                                         struct fulmen_tensor **tensors_out,
+                                         size_t capacity,
+                                         size_t *count_out);
+
+/**
  * Creates a loader that pulls batches from a host iterator (`vtable` is
  * copied). On failure `userdata_free` is not called.
  */

@@ -65,6 +65,20 @@ impl DistContext {
         self.children.lock().unwrap_or_else(|p| p.into_inner()).as_ref().and_then(Children::failure)
     }
 
+    /// Waits up to `limit` for the launcher's watcher to see a child rank
+    /// fail (a collective often notices a dead peer first); returns it.
+    pub fn await_child_failure(&self, limit: Duration) -> Option<String> {
+        let has_children = self.children.lock().unwrap_or_else(|p| p.into_inner()).is_some();
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let failure = self.child_failure();
+            if failure.is_some() || !has_children || std::time::Instant::now() >= deadline {
+                return failure;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Turns an error of a collective into a `Distributed` error that names
     /// a failed child rank when the launcher saw one.
     pub fn explain(&self, e: Error) -> Error {

@@ -465,6 +465,40 @@ impl BatchSource for HostIterator {
     }
 }
 
+/// Fetches batch `index` of `epoch` (the order `fit` would use: shuffled
+/// with the loader's seed and the epoch, and this rank's share for a
+/// sharded loader), for a host-owned loop: writes up to `capacity` new
+/// tensor handles to `tensors_out` and their count to `*count_out` as
+/// `fulmen_dataset_get` does. An index past the epoch is
+/// FULMEN_CODE_OUT_OF_RANGE; a host iterator is FULMEN_CODE_UNSUPPORTED.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_loader_batch(
+    loader: *const fulmen_loader,
+    epoch: u64,
+    index: usize,
+    tensors_out: *mut *mut fulmen_tensor,
+    capacity: usize,
+    count_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_loader_batch", || {
+        check_out(count_out, "count_out")?;
+        let l = handle::borrow(loader, "loader")?;
+        let batch = l.inner.batch_at(epoch, index)?;
+        count_out.write(batch.len());
+        if batch.len() > capacity {
+            return Err(Error::new(
+                ErrorCode::OutOfRange,
+                format!("the batch has {} tensors, `tensors_out` holds {capacity}", batch.len()),
+            ));
+        }
+        check_out(tensors_out, "tensors_out")?;
+        for (i, t) in batch.into_iter().enumerate() {
+            emit(tensors_out.add(i), t)?;
+        }
+        Ok(())
+    })
+}
+
 /// Creates a loader that pulls batches from a host iterator (`vtable` is
 /// copied). On failure `userdata_free` is not called.
 #[no_mangle]

@@ -20,6 +20,15 @@ pub trait BatchSource {
         let _ = (rank, world);
         None
     }
+    /// Batch `index` of `epoch` without iterating (for host-owned loops);
+    /// sources that can only be iterated answer `Unsupported`.
+    fn batch_at(&self, epoch: u64, index: usize) -> Result<Vec<Tensor>> {
+        let _ = (epoch, index);
+        Err(crate::error::Error::new(
+            crate::error::ErrorCode::Unsupported,
+            "this loader can only be iterated (a host iterator); batches by index need a loader over a dataset",
+        ))
+    }
 }
 
 impl BatchSource for DataLoader {
@@ -33,5 +42,16 @@ impl BatchSource for DataLoader {
 
     fn shard(&self, rank: usize, world: usize) -> Option<Box<dyn BatchSource + Send>> {
         self.sharded(rank, world).ok().map(|l| Box::new(l) as Box<dyn BatchSource + Send>)
+    }
+
+    fn batch_at(&self, epoch: u64, index: usize) -> Result<Vec<Tensor>> {
+        let mut all = self.batch_indices(epoch);
+        if index >= all.len() {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorCode::OutOfRange,
+                format!("batch {index} of an epoch of {} batches", all.len()),
+            ));
+        }
+        self.dataset().get_batch(&all.swap_remove(index))
     }
 }

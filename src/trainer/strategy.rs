@@ -223,6 +223,11 @@ impl RunStrategy {
     /// the job is ended (a broken group would make later runs hang).
     pub fn fail(&mut self, e: Error) -> Error {
         let RunStrategy::Ddp(d) = self else { return e };
+        // A dead child rank is usually noticed by a collective first; give
+        // the launcher's watcher a moment so the error can name it.
+        if matches!(e.code, ErrorCode::Torch | ErrorCode::Distributed) {
+            let _ = d.ctx.await_child_failure(std::time::Duration::from_secs(1));
+        }
         let e = d.ctx.explain(e);
         d.reducer = None;
         distributed::abort();

@@ -1,0 +1,508 @@
+/*
+ * DDP across real processes on loopback (c10d's gloo backend).
+ *
+ * Without arguments this program is the orchestrator: it runs each scenario
+ * as a child process of itself (`test_ddp SCENARIO DIR`) and checks what the
+ * scenarios leave behind. Scenarios:
+ *   reference B     one process, global batch B: the weights DDP must reach
+ *   launcher        strategy "ddp", devices=2: fulmen re-executes this
+ *                   program for rank 1 (its own launcher)
+ *   external        3 ranks started by the orchestrator with torchrun's
+ *                   environment variables (RANK, LOCAL_RANK, WORLD_SIZE, ...)
+ *   killed          launcher with 2 ranks; rank 1 dies by SIGKILL at step 3:
+ *                   rank 0's fit fails with FULMEN_CODE_DISTRIBUTED in time
+ *   mismatch        2 external ranks whose models differ: both fail clearly
+ *   hostloop        2 external ranks, a host-owned loop with fulmen_ddp,
+ *                   a sharded loader and the collectives
+ * DDP ranks see batch 8 of a sharded loader; with a mean loss their averaged
+ * gradients equal those of one process with batch 8 x world, so the final
+ * weights must match the reference to float tolerance.
+ */
+#define _XOPEN_SOURCE 700 /* fork, kill, putenv, mkdtemp, nanosleep */
+
+#include "check.h"
+#include "fixture.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+
+#define SAMPLES 240
+#define RANK_BATCH 8
+#define EPOCHS 3
+#define HIDDEN 8
+
+static const char *self_path;
+
+/* ---------------------------------------------------------------- helpers */
+
+/* Element `i` of a 1-D tensor. */
+static double element(const fulmen_tensor *t, int64_t i) {
+    fulmen_tensor *one = NULL;
+    CHECK_OK(fulmen_tensor_narrow(t, 0, i, 1, &one));
+    double v = check_item(one);
+    fulmen_tensor_free(one);
+    return v;
+}
+
+static size_t my_rank(void) {
+    size_t rank = 0;
+    CHECK_OK(fulmen_distributed_ranks(&rank, NULL, NULL));
+    return rank;
+}
+
+typedef struct {
+    fulmen_model *model;
+    int64_t die_at_step; /* raise SIGKILL at this global step on rank 1 (-1: never) */
+} module_state;
+
+static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    module_state *s = ud;
+    int64_t step = 0;
+    size_t rank = 0, world = 1;
+    fulmen_error *e = fulmen_step_context_global_step(ctx, &step);
+    if (e == NULL) e = fulmen_distributed_ranks(&rank, NULL, &world);
+    if (e != NULL) return e;
+    if (s->die_at_step >= 0 && rank == 1 && step == s->die_at_step) raise(SIGKILL);
+    fulmen_tensor *x = NULL, *y = NULL, *logits = NULL;
+    e = fulmen_batch_get(batch, 0, &x);
+    if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
+    if (e == NULL) e = fulmen_model_forward(s->model, x, &logits);
+    if (e == NULL) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, out);
+    /* rank_synced averages to (world - 1) / 2 on every rank; rank_local stays. */
+    if (e == NULL) e = fulmen_step_context_log(ctx, "rank_synced", (double)rank, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_SYNC_DIST, 0);
+    if (e == NULL) e = fulmen_step_context_log(ctx, "rank_local", (double)rank, FULMEN_LOG_ON_EPOCH, 0);
+    return e;
+}
+
+static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *config) {
+    module_state *s = ud;
+    fulmen_sgd_options o = fulmen_sgd_options_default();
+    o.lr = 0.2;
+    o.momentum = 0.9;
+    fulmen_optimizer *opt = NULL;
+    fulmen_error *e = fulmen_optimizer_sgd_new(s->model, NULL, 0, &o, &opt);
+    if (e != NULL) return e;
+    e = fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_EPOCH, 1, NULL);
+    if (e != NULL) fulmen_optimizer_free(opt);
+    return e;
+}
+
+static fulmen_lightning_module *module_for(module_state *s) {
+    fulmen_module_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = s;
+    vt.training_step = training_step;
+    vt.configure_optimizers = configure_optimizers;
+    fulmen_lightning_module *m = NULL;
+    CHECK_OK(fulmen_lightning_module_new(&vt, s->model, &m));
+    return m;
+}
+
+/* The same initial weights in every process. */
+static fulmen_model *seeded_mlp(int64_t hidden) {
+    CHECK_OK(fulmen_manual_seed(11));
+    return fixture_mlp(hidden, 0);
+}
+
+static fulmen_trainer_options *options(const char *root, const char *strategy, const char *devices, bool files) {
+    fulmen_trainer_options *o = NULL;
+    CHECK_OK(fulmen_trainer_options_new(&o));
+    CHECK_OK(fulmen_trainer_options_set_int(o, "max_epochs", EPOCHS));
+    CHECK_OK(fulmen_trainer_options_set(o, "default_root_dir", root));
+    CHECK_OK(fulmen_trainer_options_set_bool(o, "enable_progress_bar", false));
+    CHECK_OK(fulmen_trainer_options_set_bool(o, "enable_checkpointing", files));
+    CHECK_OK(fulmen_trainer_options_set_bool(o, "enable_model_summary", false));
+    CHECK_OK(fulmen_trainer_options_set(o, "logger", files ? "csv" : "false"));
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "cpu"));
+    CHECK_OK(fulmen_trainer_options_set(o, "devices", devices));
+    CHECK_OK(fulmen_trainer_options_set_int(o, "num_sanity_val_steps", 0));
+    CHECK_OK(fulmen_trainer_options_set_int(o, "log_every_n_steps", 1));
+    fulmen_strategy *s = NULL;
+    CHECK_OK(fulmen_strategy_new(strategy, &s));
+    CHECK_OK(fulmen_strategy_set(s, "timeout", "30"));
+    CHECK_OK(fulmen_trainer_options_set_strategy(o, s));
+    fulmen_strategy_free(s);
+    return o;
+}
+
+/* Trains the MLP with `strategy` and per-process batch `batch`; saves the
+ * final weights to `weights`. Returns fit's error (NULL on success). */
+static fulmen_error *train(const char *root, const char *strategy, const char *devices, size_t batch, int64_t hidden,
+                           int64_t die_at_step, bool files, const char *weights, fulmen_trainer **trainer_out) {
+    fulmen_dataset *ds = fixture_blobs(SAMPLES, 5, 1.0f);
+    fulmen_loader *loader = fixture_loader(ds, batch, false, 0);
+    module_state s = {seeded_mlp(hidden), die_at_step};
+    fulmen_lightning_module *m = module_for(&s);
+    fulmen_trainer_options *o = options(root, strategy, devices, files);
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_trainer_options_free(o);
+    fulmen_error *err = fulmen_trainer_fit(t, m, loader, NULL, NULL);
+    if (err == NULL && weights != NULL) CHECK_OK(fulmen_model_save(s.model, weights));
+    if (trainer_out != NULL) *trainer_out = t;
+    else fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(s.model);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
+    return err;
+}
+
+static double metric(const fulmen_trainer *t, const char *name) {
+    double v = NAN;
+    CHECK_OK(fulmen_trainer_callback_metric(t, name, &v));
+    return v;
+}
+
+/* ------------------------------------------------------------- scenarios */
+
+static int scenario_reference(const char *dir, size_t batch) {
+    char weights[512];
+    snprintf(weights, sizeof weights, "%s/reference-%zu.safetensors", dir, batch);
+    CHECK_OK(train(dir, "single_device", "1", batch, HIDDEN, -1, false, weights, NULL));
+    return check_finish("reference");
+}
+
+static int scenario_launcher(const char *dir) {
+    char root[512], weights[512], logdir[512];
+    snprintf(root, sizeof root, "%s/launcher", dir);
+    /* rank unknown until fit joins: name the file after it. */
+    fulmen_trainer *t = NULL;
+    snprintf(weights, sizeof weights, "%s/launcher-tmp-%d.safetensors", dir, (int)getpid());
+    CHECK_OK(train(root, "ddp", "2", RANK_BATCH, HIDDEN, -1, true, weights, &t));
+    size_t rank = 0, world = 0, local = 0;
+    CHECK_OK(fulmen_distributed_ranks(&rank, &local, &world));
+    CHECK(world == 2 && rank == local);
+    char final[512];
+    snprintf(final, sizeof final, "%s/launcher-rank%zu.safetensors", dir, rank);
+    CHECK(rename(weights, final) == 0);
+    /* sync_dist averages over ranks; the local metric keeps each rank's own. */
+    CHECK(fabs(metric(t, "rank_synced") - 0.5) < 1e-12);
+    CHECK(fabs(metric(t, "rank_local") - (double)rank) < 1e-12);
+    int64_t step = 0;
+    CHECK_OK(fulmen_trainer_global_step(t, &step));
+    CHECK(step == EPOCHS * (SAMPLES / 2 / RANK_BATCH));
+    /* Only rank 0 writes logs and checkpoints. */
+    size_t n = 0;
+    fulmen_error *e = fulmen_trainer_log_dir(t, logdir, sizeof logdir, &n);
+    if (rank == 0) {
+        CHECK(e == NULL);
+        if (e != NULL) fulmen_error_free(e);
+    } else {
+        CHECK_ERR(e, FULMEN_CODE_INVALID_STATE, NULL);
+    }
+    fulmen_trainer_free(t);
+    /* Rank 0 waits for the rank it started; that rank has nothing to wait for. */
+    CHECK_OK(fulmen_distributed_shutdown(60));
+    bool joined = true;
+    CHECK_OK(fulmen_distributed_is_joined(&joined));
+    CHECK(!joined);
+    return check_finish(rank == 0 ? "launcher rank 0" : "launcher rank 1");
+}
+
+static int scenario_external(const char *dir) {
+    size_t rank = (size_t)atoi(getenv("RANK"));
+    char root[512], weights[512];
+    snprintf(root, sizeof root, "%s/external", dir);
+    snprintf(weights, sizeof weights, "%s/external-rank%zu.safetensors", dir, rank);
+    fulmen_trainer *t = NULL;
+    CHECK_OK(train(root, "ddp", "auto", RANK_BATCH, HIDDEN, -1, false, weights, &t));
+    CHECK(my_rank() == rank);
+    CHECK(fabs(metric(t, "rank_synced") - 1.0) < 1e-12);
+    fulmen_trainer_free(t);
+    CHECK_OK(fulmen_distributed_shutdown(60));
+    return check_finish("external rank");
+}
+
+static int scenario_killed(const char *dir) {
+    char root[512];
+    snprintf(root, sizeof root, "%s/killed", dir);
+    time_t start = time(NULL);
+    fulmen_error *e = train(root, "ddp", "2", RANK_BATCH, HIDDEN, 3, false, NULL, NULL);
+    double took = difftime(time(NULL), start);
+    if (e != NULL) printf("killed: %s\n", fulmen_error_message(e));
+    /* The launcher's watcher names the rank that died. */
+    CHECK_ERR(e, FULMEN_CODE_DISTRIBUTED, "local rank 1");
+    CHECK(took < 60);
+    printf("killed: rank 0's fit failed after %.0f s as expected\n", took);
+    bool joined = true;
+    CHECK_OK(fulmen_distributed_is_joined(&joined));
+    CHECK(!joined);
+    return check_finish("killed rank 0");
+}
+
+static int scenario_mismatch(const char *dir) {
+    size_t rank = (size_t)atoi(getenv("RANK"));
+    char root[512];
+    snprintf(root, sizeof root, "%s/mismatch", dir);
+    time_t start = time(NULL);
+    fulmen_error *e = train(root, "ddp", "auto", RANK_BATCH, rank == 0 ? HIDDEN : HIDDEN + 1, -1, false, NULL, NULL);
+    if (e != NULL) printf("mismatch rank %zu: %s\n", rank, fulmen_error_message(e));
+    CHECK_ERR(e, FULMEN_CODE_DISTRIBUTED, NULL);
+    CHECK(difftime(time(NULL), start) < 60);
+    return check_finish("mismatch rank");
+}
+
+/* A host-owned loop: sharded loader, fulmen_ddp, and the collectives. */
+static int scenario_hostloop(const char *dir) {
+    size_t rank = (size_t)atoi(getenv("RANK"));
+    fulmen_strategy *strategy = NULL;
+    CHECK_OK(fulmen_strategy_new("ddp", &strategy));
+    CHECK_OK(fulmen_strategy_set(strategy, "timeout", "30"));
+    CHECK_OK(fulmen_distributed_join(strategy, 1, false));
+    size_t r = 9, world = 0;
+    CHECK_OK(fulmen_distributed_ranks(&r, NULL, &world));
+    CHECK(r == rank && world == 2);
+
+    /* Collectives. */
+    int64_t shape[1] = {2};
+    float vals[2] = {(float)rank + 1, 10};
+    fulmen_tensor *t = check_f32(vals, 2, shape, 1), *g = NULL;
+    CHECK_OK(fulmen_distributed_all_reduce(t, "sum"));
+    CHECK(fabs(element(t, 0) - 3) < 1e-6 && fabs(element(t, 1) - 20) < 1e-6);
+    CHECK_OK(fulmen_distributed_all_reduce(t, "mean"));
+    CHECK(fabs(element(t, 0) - 3) < 1e-6);
+    CHECK_ERR(fulmen_distributed_all_reduce(t, "median"), FULMEN_CODE_INVALID_ARGUMENT, "median");
+    float mine[2] = {(float)rank, (float)rank};
+    fulmen_tensor *b = check_f32(mine, 2, shape, 1);
+    CHECK_OK(fulmen_distributed_broadcast(b, 1));
+    CHECK(fabs(element(b, 0) - 1) < 1e-6);
+    CHECK_ERR(fulmen_distributed_broadcast(b, 2), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    CHECK_OK(fulmen_distributed_all_gather(t, &g));
+    size_t numel = 0;
+    CHECK_OK(fulmen_tensor_numel(g, &numel));
+    CHECK(numel == 4);
+    bool any = false, all = true;
+    CHECK_OK(fulmen_distributed_reduce_boolean_decision(rank == 1, false, &any));
+    CHECK_OK(fulmen_distributed_reduce_boolean_decision(rank == 1, true, &all));
+    CHECK(any && !all);
+    CHECK_OK(fulmen_distributed_barrier());
+    fulmen_tensor_free(t);
+    fulmen_tensor_free(b);
+    fulmen_tensor_free(g);
+
+    /* Training: the same updates as the trainer's DDP. */
+    fulmen_dataset *ds = fixture_blobs(SAMPLES, 5, 1.0f);
+    fulmen_loader *full = fixture_loader(ds, RANK_BATCH, false, 0), *mine_loader = NULL;
+    CHECK_OK(fulmen_loader_shard(full, rank, world, &mine_loader));
+    fulmen_model *model = seeded_mlp(HIDDEN);
+    fulmen_ddp *ddp = NULL;
+    CHECK_OK(fulmen_ddp_new(model, strategy, &ddp));
+    fulmen_sgd_options so = fulmen_sgd_options_default();
+    so.lr = 0.2;
+    so.momentum = 0.9;
+    fulmen_optimizer *opt = NULL;
+    CHECK_OK(fulmen_optimizer_sgd_new(model, NULL, 0, &so, &opt));
+    size_t batches = 0;
+    CHECK_OK(fulmen_loader_len(mine_loader, &batches));
+    CHECK(batches == SAMPLES / 2 / RANK_BATCH);
+    for (int epoch = 0; epoch < EPOCHS; epoch++) {
+        for (size_t i = 0; i < batches; i++) {
+            fulmen_tensor *xy[2] = {NULL, NULL}, *logits = NULL, *loss = NULL;
+            size_t count = 0;
+            CHECK_OK(fulmen_loader_batch(mine_loader, (uint64_t)epoch, i, xy, 2, &count));
+            CHECK_OK(fulmen_optimizer_zero_grad(opt));
+            CHECK_OK(fulmen_ddp_prepare_forward(ddp));
+            CHECK_OK(fulmen_model_forward(model, xy[0], &logits));
+            CHECK_OK(fulmen_loss_cross_entropy(logits, xy[1], FULMEN_REDUCTION_MEAN, &loss));
+            CHECK_OK(fulmen_ddp_prepare_backward(ddp, loss));
+            CHECK_OK(fulmen_tensor_backward(loss));
+            CHECK_OK(fulmen_optimizer_step(opt));
+            fulmen_tensor_free(xy[0]);
+            fulmen_tensor_free(xy[1]);
+            fulmen_tensor_free(logits);
+            fulmen_tensor_free(loss);
+        }
+    }
+    char weights[512];
+    snprintf(weights, sizeof weights, "%s/hostloop-rank%zu.safetensors", dir, rank);
+    CHECK_OK(fulmen_model_save(model, weights));
+    fulmen_optimizer_free(opt);
+    fulmen_ddp_free(ddp);
+    fulmen_model_free(model);
+    fulmen_loader_free(mine_loader);
+    fulmen_loader_free(full);
+    fulmen_dataset_free(ds);
+    fulmen_strategy_free(strategy);
+    CHECK_OK(fulmen_distributed_shutdown(60));
+    return check_finish("hostloop rank");
+}
+
+/* ---------------------------------------------------------- orchestrator */
+
+/* Starts `self_path scenario dir [arg]` with `env` (NAME=VALUE, NULL-ended). */
+static pid_t start(const char *scenario, const char *dir, const char *arg, char *const *env) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        for (char *const *kv = env; kv != NULL && *kv != NULL; kv++) putenv(*kv);
+        execl(self_path, self_path, scenario, dir, arg, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits for `pid` up to `seconds`; returns its exit status (-1 on timeout,
+ * after killing it; 128 + signal when killed by one). */
+static int finish(pid_t pid, int seconds) {
+    for (int i = 0; i < seconds * 20; i++) {
+        int status = 0;
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+static int run(const char *scenario, const char *dir, const char *arg) {
+    return finish(start(scenario, dir, arg, NULL), 300);
+}
+
+/* Runs `world` ranks of `scenario` with torchrun's variables. */
+static void run_external(const char *scenario, const char *dir, int world, int port, int *codes) {
+    pid_t pids[4];
+    static char vars[4][6][64];
+    for (int r = 0; r < world; r++) {
+        snprintf(vars[r][0], 64, "RANK=%d", r);
+        snprintf(vars[r][1], 64, "LOCAL_RANK=%d", r);
+        snprintf(vars[r][2], 64, "WORLD_SIZE=%d", world);
+        snprintf(vars[r][3], 64, "LOCAL_WORLD_SIZE=%d", world);
+        snprintf(vars[r][4], 64, "MASTER_PORT=%d", port);
+        snprintf(vars[r][5], 64, "GROUP_RANK=0");
+        char *env[] = {vars[r][0], vars[r][1], vars[r][2], vars[r][3], vars[r][4], vars[r][5], "MASTER_ADDR=127.0.0.1",
+                       "OMP_NUM_THREADS=1", NULL};
+        pids[r] = start(scenario, dir, NULL, env);
+    }
+    for (int r = 0; r < world; r++) codes[r] = finish(pids[r], 300);
+}
+
+/* The largest absolute difference between two saved models. */
+static double max_diff(const char *a_path, const char *b_path) {
+    fulmen_model *a = seeded_mlp(HIDDEN), *b = seeded_mlp(HIDDEN);
+    double worst = INFINITY;
+    fulmen_error *ea = fulmen_model_load(a, a_path, true), *eb = fulmen_model_load(b, b_path, true);
+    if (ea == NULL && eb == NULL) {
+        worst = 0;
+        size_t n = 0;
+        CHECK_OK(fulmen_model_state_dict_len(a, &n));
+        for (size_t i = 0; i < n; i++) {
+            char name[128];
+            size_t len = 0;
+            CHECK_OK(fulmen_model_state_dict_name(a, i, name, sizeof name, &len));
+            fulmen_tensor *x = NULL, *y = NULL, *d = NULL, *ad = NULL, *m = NULL;
+            CHECK_OK(fulmen_model_state_dict_get(a, name, &x));
+            CHECK_OK(fulmen_model_state_dict_get(b, name, &y));
+            CHECK_OK(fulmen_tensor_sub(x, y, &d));
+            CHECK_OK(fulmen_tensor_abs(d, &ad));
+            CHECK_OK(fulmen_tensor_max(ad, &m));
+            double v = check_item(m);
+            if (!(v <= worst)) worst = v;
+            fulmen_tensor_free(x);
+            fulmen_tensor_free(y);
+            fulmen_tensor_free(d);
+            fulmen_tensor_free(ad);
+            fulmen_tensor_free(m);
+        }
+    } else {
+        fprintf(stderr, "loading %s / %s: %s\n", a_path, b_path,
+                fulmen_error_message(ea != NULL ? ea : eb));
+    }
+    fulmen_error_free(ea);
+    fulmen_error_free(eb);
+    fulmen_model_free(a);
+    fulmen_model_free(b);
+    return worst;
+}
+
+static void expect_same(const char *dir, const char *a, const char *b) {
+    char pa[512], pb[512];
+    snprintf(pa, sizeof pa, "%s/%s", dir, a);
+    snprintf(pb, sizeof pb, "%s/%s", dir, b);
+    double d = max_diff(pa, pb);
+    printf("max |%s - %s| = %.3g\n", a, b, d);
+    CHECK(d < 1e-5);
+}
+
+/* Entries of a folder besides . and .. (-1 when it cannot be read). */
+static int count_entries(const char *path) {
+    DIR *d = opendir(path);
+    if (d == NULL) return -1;
+    int n = 0;
+    for (struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static int free_port(void) {
+    /* Ports 20000-29999 by pid: runs of this test on one machine differ. */
+    return 20000 + (int)(getpid() % 10000);
+}
+
+int main(int argc, char **argv) {
+    self_path = argv[0];
+    if (argc >= 3) {
+        const char *s = argv[1], *dir = argv[2];
+        if (strcmp(s, "reference") == 0 && argc == 4) return scenario_reference(dir, (size_t)atoi(argv[3]));
+        if (strcmp(s, "launcher") == 0) return scenario_launcher(dir);
+        if (strcmp(s, "external") == 0) return scenario_external(dir);
+        if (strcmp(s, "killed") == 0) return scenario_killed(dir);
+        if (strcmp(s, "mismatch") == 0) return scenario_mismatch(dir);
+        if (strcmp(s, "hostloop") == 0) return scenario_hostloop(dir);
+        fprintf(stderr, "unknown scenario %s\n", s);
+        return 2;
+    }
+    char dir[] = "/tmp/fulmen-ddp-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    unsetenv("LOCAL_RANK");
+    unsetenv("WORLD_SIZE");
+    unsetenv("RANK");
+
+    CHECK(run("reference", dir, "16") == 0);
+    CHECK(run("reference", dir, "24") == 0);
+
+    /* fulmen's own launcher: rank 1 is this program re-executed. */
+    CHECK(run("launcher", dir, NULL) == 0);
+    expect_same(dir, "reference-16.safetensors", "launcher-rank0.safetensors");
+    expect_same(dir, "launcher-rank0.safetensors", "launcher-rank1.safetensors");
+    char path[600];
+    snprintf(path, sizeof path, "%s/launcher/lightning_logs", dir);
+    CHECK(count_entries(path) == 1); /* one version folder: rank 0's */
+    snprintf(path, sizeof path, "%s/launcher/lightning_logs/version_0/checkpoints", dir);
+    CHECK(count_entries(path) == 1);
+
+    /* torchrun's environment, 3 ranks. */
+    int codes[4];
+    run_external("external", dir, 3, free_port(), codes);
+    CHECK(codes[0] == 0 && codes[1] == 0 && codes[2] == 0);
+    expect_same(dir, "reference-24.safetensors", "external-rank0.safetensors");
+    expect_same(dir, "external-rank0.safetensors", "external-rank2.safetensors");
+
+    /* A host-owned loop reaches the trainer's weights. */
+    run_external("hostloop", dir, 2, free_port() + 1, codes);
+    CHECK(codes[0] == 0 && codes[1] == 0);
+    expect_same(dir, "reference-16.safetensors", "hostloop-rank0.safetensors");
+    expect_same(dir, "hostloop-rank0.safetensors", "hostloop-rank1.safetensors");
+
+    /* Faults: a killed rank and mismatched models end with clear errors. */
+    CHECK(run("killed", dir, NULL) == 0);
+    run_external("mismatch", dir, 2, free_port() + 2, codes);
+    CHECK(codes[0] == 0 && codes[1] == 0);
+
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (check_failed == 0) CHECK(system(cmd) == 0);
+    return check_finish("test_ddp");
+}
