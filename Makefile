@@ -88,8 +88,11 @@ test-cpp: lib
 test-go: lib $(MNIST)
 	FULMEN_MNIST=$(MNIST) bash bindings/go/run-tests.sh
 
-example: $(BUILD)/examples/mnist $(BUILD)/examples/snippet
+example: $(BUILD)/examples/mnist $(BUILD)/examples/snippet $(MNIST)
 	$(ASAN_ENV) $(BUILD)/examples/snippet
+	@rm -rf $(BUILD)/ddp-run
+	$(BUILD)/examples/mnist --data $(MNIST) --epochs 1 --strategy ddp --devices 2 --out $(BUILD)/ddp-run | tee $(BUILD)/ddp-run.log
+	@grep -q "trained on 2 ranks" $(BUILD)/ddp-run.log && test -f $(BUILD)/ddp-run/checkpoints/last.ckpt
 
 $(BUILD)/examples/snippet: examples/c/snippet.c include/fulmen.h lib
 	@mkdir -p $(dir $@)

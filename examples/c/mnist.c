@@ -6,8 +6,12 @@
  *   mnist --data mnist_5k.csv.gz [--epochs 10] [--batch-size 64] [--lr 0.1]
  *         [--cnn] [--seed 42] [--threads N] [--out runs/mnist]
  *         [--resume last|best|PATH] [--accelerator auto] [--devices auto]
- *         [--precision 32-true]
+ *         [--precision 32-true] [--strategy auto]
  *
+ * With --strategy ddp --devices N, fulmen starts N - 1 more copies of this
+ * program (or joins the ranks torchrun / SLURM started); each trains on its
+ * share of the data, gradients are averaged over c10d (gloo on the CPU),
+ * and rank 0 alone prints, logs and writes checkpoints.
  * Prints progress per epoch and the final validation accuracy; writes CSV
  * and TensorBoard logs under <out>/lightning_logs/version_N/, the best (by
  * validation accuracy) and the last checkpoint under <out>/checkpoints/, and
@@ -74,8 +78,9 @@ static fulmen_error *validation_step(void *userdata, fulmen_step_context *ctx, c
     fulmen_error *err = forward_loss(userdata, batch, &logits, &labels, &loss);
     if (err == NULL) err = fulmen_tensor_item(loss, &l);
     if (err == NULL) err = accuracy(logits, labels, &acc);
-    if (err == NULL) err = fulmen_step_context_log(ctx, "val_loss", l, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR, 0);
-    if (err == NULL) err = fulmen_step_context_log(ctx, "val_acc", acc, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR, 0);
+    if (err == NULL) err = fulmen_step_context_log(ctx, "val_loss", l, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR | FULMEN_LOG_SYNC_DIST, 0);
+    if (err == NULL)
+        err = fulmen_step_context_log(ctx, "val_acc", acc, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR | FULMEN_LOG_SYNC_DIST, 0);
     return err;
 }
 
@@ -147,7 +152,7 @@ static fulmen_dataset *as_images(fulmen_dataset *ds) {
 
 int main(int argc, char **argv) {
     const char *data = NULL, *out = "runs/mnist", *resume = NULL;
-    const char *accelerator = "auto", *devices = "auto", *precision = "32-true";
+    const char *accelerator = "auto", *devices = "auto", *precision = "32-true", *strategy = "auto";
     long epochs = 10, batch_size = 64, seed = 42, threads = 0;
     double lr = 0.1;
     int cnn = 0;
@@ -167,11 +172,12 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--accelerator") == 0) accelerator = v;
         else if (strcmp(a, "--devices") == 0) devices = v;
         else if (strcmp(a, "--precision") == 0) precision = v;
+        else if (strcmp(a, "--strategy") == 0) strategy = v;
         else { fprintf(stderr, "mnist: unknown option %s\n", a); return 2; }
         i++;
     }
     if (data == NULL) {
-        fprintf(stderr, "usage: mnist --data mnist_5k.csv.gz [--epochs N] [--batch-size N] [--lr X] [--cnn] [--seed N] [--threads N] [--out DIR] [--resume last|best|PATH] [--accelerator NAME] [--devices SPEC] [--precision P]\n");
+        fprintf(stderr, "usage: mnist --data mnist_5k.csv.gz [--epochs N] [--batch-size N] [--lr X] [--cnn] [--seed N] [--threads N] [--out DIR] [--resume last|best|PATH] [--accelerator NAME] [--devices SPEC] [--precision P] [--strategy NAME]\n");
         return 2;
     }
     printf("fulmen %s on libtorch %s\n", fulmen_version(), fulmen_libtorch_version());
@@ -236,6 +242,7 @@ int main(int argc, char **argv) {
     check(fulmen_trainer_options_set(opts, "accelerator", accelerator), "accelerator");
     check(fulmen_trainer_options_set(opts, "devices", devices), "devices");
     check(fulmen_trainer_options_set(opts, "precision", precision), "precision");
+    check(fulmen_trainer_options_set(opts, "strategy", strategy), "strategy");
     fulmen_trainer *trainer = NULL;
     check(fulmen_trainer_new(opts, &trainer), "creating the trainer");
     char ckpt_dir[4096];
@@ -249,6 +256,21 @@ int main(int argc, char **argv) {
     check(fulmen_trainer_add_model_checkpoint(trainer, &mc), "checkpoint callback");
     check(fulmen_trainer_fit(trainer, module, train_loader, val_loader, resume), "training");
 
+    size_t rank = 0, world = 1;
+    check(fulmen_distributed_ranks(&rank, NULL, &world), "ranks");
+    if (rank != 0) { /* rank 0 reports and writes files */
+        fulmen_trainer_free(trainer);
+        fulmen_trainer_options_free(opts);
+        fulmen_lightning_module_free(module);
+        fulmen_model_free(t.model);
+        fulmen_loader_free(train_loader);
+        fulmen_loader_free(val_loader);
+        fulmen_dataset_free(train);
+        fulmen_dataset_free(val);
+        fulmen_dataset_free(all);
+        check(fulmen_distributed_shutdown(60), "leaving the job");
+        return 0;
+    }
     double acc = 0, vloss = 0;
     check(fulmen_trainer_callback_metric(trainer, "val_acc", &acc), "reading val_acc");
     check(fulmen_trainer_callback_metric(trainer, "val_loss", &vloss), "reading val_loss");
@@ -259,6 +281,7 @@ int main(int argc, char **argv) {
     snprintf(weights, sizeof weights, "%s/model.safetensors", out);
     check(fulmen_model_save(t.model, weights), "saving the weights");
     check(fulmen_trainer_checkpoint_path(trainer, FULMEN_CHECKPOINT_PATH_BEST, best, sizeof best, &len), "best checkpoint");
+    if (world > 1) printf("trained on %zu ranks (strategy %s)\n", world, strategy);
     printf("final validation accuracy: %.2f%% (loss %.4f)\n", 100.0 * acc, vloss);
     printf("logs: %s/metrics.csv (and TensorBoard events)\nbest checkpoint: %s\nlast checkpoint: %s/last.ckpt\nweights: %s\n",
            logdir, best, ckpt_dir, weights);
@@ -272,5 +295,7 @@ int main(int argc, char **argv) {
     fulmen_dataset_free(train);
     fulmen_dataset_free(val);
     fulmen_dataset_free(all);
+    /* Waits for the ranks fulmen started (nothing to do without DDP). */
+    check(fulmen_distributed_shutdown(60), "waiting for the other ranks");
     return 0;
 }
