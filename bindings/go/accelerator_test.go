@@ -353,12 +353,13 @@ func TestCustomAcceleratorTrains(t *testing.T) {
 		t.Errorf("train_loss %v after a fit on %s", loss, name)
 	}
 
-	// Two devices need a distributed strategy: refused before any setup.
+	// Two devices on a single-device strategy: refused before any setup
+	// (strategy "auto" would start a DDP job of two processes).
 	*acc = countingAccelerator{devices: 2}
-	tr2, err := fitWith(t, nil, "accelerator", name, "devices", "2")
+	tr2, err := fitWith(t, nil, "accelerator", name, "devices", "2", "strategy", "single_device")
 	defer tr2.Close()
-	if !errors.Is(err, fulmen.ErrUnsupported) {
-		t.Errorf("devices=2: %v, want ErrUnsupported", err)
+	if !errors.Is(err, fulmen.ErrInvalidArgument) || !strings.Contains(err.Error(), `devices="2"`) {
+		t.Errorf("devices=2: %v, want ErrInvalidArgument naming devices", err)
 	}
 	if acc.setup != 0 {
 		t.Errorf("devices=2 set %d devices up", acc.setup)

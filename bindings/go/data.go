@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"runtime/cgo"
 	"unsafe"
@@ -318,4 +319,58 @@ func (l *Loader) Len() (int, error) {
 	err := check(C.fulmen_loader_len(l.ptr(), &v))
 	runtime.KeepAlive(l)
 	return int(v), err
+}
+
+// Shard creates a loader reading rank rank of world's share of l's dataset,
+// as torch's DistributedSampler: the sample order (reshuffled per epoch
+// with the loader's seed when shuffling) is padded by repeating its start
+// to a multiple of world, and rank r takes samples r, r+world, ..., so
+// every rank has as many batches. A rank outside 0..world-1 or a loader
+// over an Iterator is ErrInvalidArgument.
+func (l *Loader) Shard(rank, world int) (*Loader, error) {
+	if rank < 0 || world < 0 {
+		return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("rank %d is outside a world of %d", rank, world)}
+	}
+	var out *C.fulmen_loader
+	err := check(C.fulmen_loader_shard(l.ptr(), C.size_t(rank), C.size_t(world), &out))
+	runtime.KeepAlive(l)
+	if err != nil {
+		return nil, err
+	}
+	return newLoader(out), nil
+}
+
+// Batch fetches batch index of epoch in the order Fit would use (shuffled
+// with the loader's seed and the epoch, and this rank's share for a
+// Shard), for a Go-owned training loop: one tensor per dataset column. An
+// index past the epoch is ErrOutOfRange, an Iterator loader
+// ErrUnsupported. For a DataSource dataset it runs GetBatch on this
+// goroutine.
+func (l *Loader) Batch(epoch uint64, index int) ([]*Tensor, error) {
+	if index < 0 {
+		return nil, &Error{Code: CodeOutOfRange, Message: fmt.Sprintf("batch index %d is negative", index)}
+	}
+	// As Dataset.Get: a few tensors per batch, or once more with the count
+	// the library reports.
+	capacity := 8
+	for attempt := 0; ; attempt++ {
+		hs := make([]*C.fulmen_tensor, capacity)
+		var count C.size_t
+		err := withCallbacks(context.Background(), func() *C.fulmen_error {
+			return C.fulmen_loader_batch(l.ptr(), C.uint64_t(epoch), C.size_t(index), &hs[0], C.size_t(capacity), &count)
+		})
+		runtime.KeepAlive(l)
+		if err != nil {
+			if fe, ok := err.(*Error); ok && fe.Code == CodeOutOfRange && int(count) > capacity && attempt < 3 {
+				capacity = int(count)
+				continue
+			}
+			return nil, err
+		}
+		out := make([]*Tensor, int(count))
+		for i := range out {
+			out[i] = newTensor(hs[i])
+		}
+		return out, nil
+	}
 }

@@ -13,11 +13,11 @@
 // # Ownership
 //
 // Every handle type (Tensor, Model, Optimizer, Scheduler, Dataset, Loader,
-// LightningModule, Trainer, TrainerOptions) has an idempotent Close, and a
-// finalizer as a safety net; close handles explicitly, the Go garbage
-// collector does not see libtorch memory. Calls that consume a handle
-// (Model.Push, Model.Add, OptimizerConfig.Add) close the Go wrapper on
-// success.
+// LightningModule, Trainer, TrainerOptions, Precision, Accelerator,
+// Strategy, DDP) has an idempotent Close, and a finalizer as a safety net;
+// close handles explicitly, the Go garbage collector does not see libtorch
+// memory. Calls that consume a handle (Model.Push, Model.Add,
+// OptimizerConfig.Add) close the Go wrapper on success.
 //
 // Tensors follow the C scope rule: a Tensor created while a callback
 // (a step, configure_optimizers, a hook, a logger, a data source or
@@ -42,6 +42,17 @@
 // callbacks (AddModelCheckpoint, AddEarlyStopping, AddLRMonitor, AddTimer)
 // and Go loggers (AddLogger) are added to the trainer too; Fit, Validate,
 // Test and Predict take CkptPath to resume from, or load, a checkpoint.
+//
+// # Distributed training
+//
+// The trainer option strategy ("ddp", ...) or TrainerOptions.SetStrategy
+// with a Strategy runs Fit over several processes by itself. A host-owned
+// loop joins the job with DistributedJoin, shards its data with
+// Loader.Shard (reading batches with Loader.Batch), averages gradients
+// with a DDP wrapper, and calls the collectives (AllReduce, Broadcast,
+// AllGather, Barrier, ReduceBooleanDecision) on every rank in the same
+// order; before joining they fail with ErrInvalidState.
+// DistributedShutdown leaves the job.
 //
 // # Threads
 //
@@ -250,7 +261,8 @@ const (
 	ScalingStandardize Scaling = C.FULMEN_SCALING_STANDARDIZE
 )
 
-// LogFlags combine LogOnStep, LogOnEpoch and LogProgBar (StepContext.Log).
+// LogFlags combine LogOnStep, LogOnEpoch, LogProgBar and LogSyncDist
+// (StepContext.Log).
 type LogFlags uint32
 
 // Log flags.
@@ -261,6 +273,9 @@ const (
 	LogOnEpoch LogFlags = C.FULMEN_LOG_ON_EPOCH
 	// LogProgBar shows the value in the progress output.
 	LogProgBar LogFlags = C.FULMEN_LOG_PROG_BAR
+	// LogSyncDist averages the value over ranks first (DDP's sync_dist;
+	// every rank must log the same names in the same steps).
+	LogSyncDist LogFlags = C.FULMEN_LOG_SYNC_DIST
 )
 
 // Version is the library version, "MAJOR.MINOR.PATCH".

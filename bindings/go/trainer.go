@@ -22,7 +22,10 @@ import (
 // ("auto", "cpu", "cuda", "gpu", "mps", "xla", "tpu" or a registered name;
 // see also SetAccelerator), devices ("auto", "1", "-1", "0,2", ...),
 // precision ("32-true", "16-mixed", "bf16-mixed", "64-true", "16-true",
-// "bf16-true").
+// "bf16-true"), strategy ("auto", "single_device", "ddp", "ddp_spawn",
+// "ddp_find_unused_parameters_true", ...; see also SetStrategy),
+// num_nodes, process_group_backend ("gloo", "nccl", "none" = by device),
+// ddp_timeout (seconds).
 //
 // As in Lightning, a number written with '.' or an exponent is a fraction
 // and one without is a count: for limit_*_batches, overfit_batches and

@@ -7,6 +7,9 @@ use super::dataset::Dataset;
 use super::rng::permutation;
 use crate::error::{Error, Result};
 
+/// The largest world a loader can be split for (a bound on the padding).
+const MAX_WORLD: usize = 1 << 20;
+
 /// How a [`DataLoader`] cuts an epoch into batches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataLoaderOptions {
@@ -60,6 +63,9 @@ impl DataLoader {
     pub fn sharded(&self, rank: usize, world: usize) -> Result<DataLoader> {
         if world == 0 || rank >= world {
             return Err(Error::invalid(format!("DataLoader::sharded: rank {rank} is outside a world of {world}")));
+        }
+        if world > MAX_WORLD {
+            return Err(Error::invalid(format!("DataLoader::sharded: a world of {world} ranks exceeds {MAX_WORLD}")));
         }
         Ok(DataLoader { dataset: Arc::clone(&self.dataset), opts: self.opts.clone(), shard: Some((rank, world)) })
     }

@@ -321,7 +321,8 @@ TEST_F(AcceleratorTest, CustomAcceleratorTrainsEndToEnd) {
         EXPECT_EQ(calls.setup_device, 2);
         EXPECT_EQ(calls.teardown, 2);
 
-        // Two devices need a distributed strategy: refused before set-up.
+        // Two devices on a single-device strategy: refused before set-up
+        // (strategy "auto" would start a DDP job of two processes).
         Model model = fulmen_test::mlp();
         fulmen::Dataset data = fulmen_test::blobs(16, 1);
         LightningModule module = LightningModule::builder(model)
@@ -332,13 +333,17 @@ TEST_F(AcceleratorTest, CustomAcceleratorTrainsEndToEnd) {
                                          config.add(Optimizer::sgd(model, fulmen::SgdOptions(0.1)));
                                      })
                                      .build();
-        Trainer two(fulmen_test::quiet_options(1).set("accelerator", "cpp-counting").set("devices", "2").set("logger", false));
+        Trainer two(fulmen_test::quiet_options(1)
+                        .set("accelerator", "cpp-counting")
+                        .set("devices", "2")
+                        .set("strategy", "single_device")
+                        .set("logger", false));
         std::string msg;
         try {
             two.fit(module, Loader(data, 8));
             ADD_FAILURE() << "devices=2 trained";
         } catch (const fulmen::Error& e) {
-            EXPECT_EQ(e.code(), FULMEN_CODE_UNSUPPORTED) << e.what();
+            EXPECT_EQ(e.code(), FULMEN_CODE_INVALID_ARGUMENT) << e.what();
             msg = e.what();
         }
         EXPECT_NE(msg.find("devices=\"2\""), std::string::npos) << msg;
@@ -520,8 +525,13 @@ TEST_F(AcceleratorTest, TrainerAcceleratorOptions) {
                                  .build();
     Trainer on_cuda(fulmen_test::quiet_options(1).set("accelerator", "cuda").set("logger", false));
     EXPECT_EQ(error_code([&] { on_cuda.fit(module, Loader(data, 8)); }), FULMEN_CODE_UNAVAILABLE);
-    Trainer four_cpus(fulmen_test::quiet_options(1).accelerator(cpu).set("devices", 4).set("logger", false));
-    EXPECT_EQ(error_code([&] { four_cpus.fit(module, Loader(data, 8)); }), FULMEN_CODE_UNSUPPORTED);
+    // Several devices need a distributed strategy ("auto" would start a DDP job).
+    Trainer four_cpus(fulmen_test::quiet_options(1)
+                          .accelerator(cpu)
+                          .set("devices", 4)
+                          .set("strategy", "single_device")
+                          .set("logger", false));
+    EXPECT_EQ(error_code([&] { four_cpus.fit(module, Loader(data, 8)); }), FULMEN_CODE_INVALID_ARGUMENT);
 }
 
 TEST_F(AcceleratorTest, Bf16MixedPrecisionTrains) {

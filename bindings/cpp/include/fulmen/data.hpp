@@ -141,7 +141,7 @@ struct DataTrampolines {
 /// A map-style dataset. Owns its `fulmen_dataset` handle.
 class Dataset : public detail::Handle<fulmen_dataset, fulmen_dataset_free> {
 public:
-    /// The most tensors Dataset::get reads from one batch.
+    /// The most tensors Dataset::get and Loader::batch read from one batch.
     static constexpr size_t max_batch_tensors = 64;
 
     /// An empty dataset object (no handle).
@@ -252,6 +252,32 @@ public:
     /// Batches per epoch (throws FULMEN_CODE_UNSUPPORTED for an iterator of
     /// unknown length).
     size_t len() const { return detail::read<size_t>([&](size_t* o) { return fulmen_loader_len(get(), o); }); }
+
+    /// Batch `index` of `epoch` in the order fit would use (shuffled with
+    /// the loader's seed and the epoch, this rank's share for a shard), for
+    /// a host-owned loop. Throws Error: FULMEN_CODE_OUT_OF_RANGE for an
+    /// index past the epoch, FULMEN_CODE_UNSUPPORTED for a host iterator;
+    /// a DataSource callback's exception is rethrown unchanged.
+    std::vector<Tensor> batch(uint64_t epoch, size_t index) const {
+        std::vector<fulmen_tensor*> raw(Dataset::max_batch_tensors, nullptr);
+        size_t count = 0;
+        detail::clear_pending_exception();
+        check(fulmen_loader_batch(get(), epoch, index, raw.data(), raw.size(), &count));
+        std::vector<Tensor> out;
+        out.reserve(count);
+        for (size_t i = 0; i < count; i++) out.push_back(Tensor::adopt(raw[i]));
+        return out;
+    }
+
+    /// A new loader reading rank `rank` of `world`'s share of this loader's
+    /// dataset, as torch's DistributedSampler: the sample order (reshuffled
+    /// per epoch with the loader's seed when shuffling) is padded by
+    /// repeating its start to a multiple of `world`, and rank r takes
+    /// samples r, r + world, ..., so every rank has as many batches. Throws
+    /// Error for `rank >= world` and for a loader over a host iterator.
+    Loader shard(size_t rank, size_t world) const {
+        return Loader(detail::make<fulmen_loader>([&](fulmen_loader** o) { return fulmen_loader_shard(get(), rank, world, o); }));
+    }
 
 private:
     explicit Loader(fulmen_loader* owned) noexcept : Handle(owned) {}

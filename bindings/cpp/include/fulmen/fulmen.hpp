@@ -22,6 +22,12 @@
 // Accelerators: Accelerator::get("cpu"), registry(), register_accelerator
 // (a CustomAccelerator), TrainerOptions::accelerator / set("devices", ...).
 //
+// Strategies: Strategy("ddp").set("timeout", 60), strategy_registry(),
+// TrainerOptions::set_strategy / set("strategy", "ddp"). Host-owned loops:
+// distributed::join / all_reduce / barrier / ..., Ddp for gradient
+// averaging, Loader::shard for a rank's share of the data and
+// Loader::batch to read it.
+//
 // Link with -lfulmen (the C library); nothing here re-implements its work.
 //
 // Errors: every failing call throws fulmen::Error (a std::runtime_error with
@@ -43,12 +49,14 @@
 
 #include "accelerator.hpp"
 #include "data.hpp"
+#include "distributed.hpp"
 #include "error.hpp"
 #include "handle.hpp"
 #include "hooks.hpp"
 #include "model.hpp"
 #include "optim.hpp"
 #include "precision.hpp"
+#include "strategy.hpp"
 #include "tensor.hpp"
 #include "trainer.hpp"
 

@@ -6,6 +6,7 @@
 #include "hooks.hpp"
 #include "optim.hpp"
 #include "precision.hpp"
+#include "strategy.hpp"
 
 #include <functional>
 #include <limits>
@@ -35,9 +36,10 @@ enum class Interval : int32_t {
 
 /// Flags of StepContext::log, combined with `|`.
 struct Log {
-    static constexpr uint32_t on_step = FULMEN_LOG_ON_STEP;    ///< Record every step's value.
-    static constexpr uint32_t on_epoch = FULMEN_LOG_ON_EPOCH;  ///< Record the epoch mean.
-    static constexpr uint32_t prog_bar = FULMEN_LOG_PROG_BAR;  ///< Show in the progress output.
+    static constexpr uint32_t on_step = FULMEN_LOG_ON_STEP;      ///< Record every step's value.
+    static constexpr uint32_t on_epoch = FULMEN_LOG_ON_EPOCH;    ///< Record the epoch mean.
+    static constexpr uint32_t prog_bar = FULMEN_LOG_PROG_BAR;    ///< Show in the progress output.
+    static constexpr uint32_t sync_dist = FULMEN_LOG_SYNC_DIST;  ///< Average over ranks first (DDP's sync_dist).
 };
 
 /// The batch a step callback receives (borrowed: valid during the call).
@@ -318,7 +320,10 @@ inline LightningModule::Builder LightningModule::builder(const Model& model) { r
 /// "xla", "tpu" or a registered name; or accelerator(Accelerator)),
 /// devices ("auto", "1", "-1", "0,2"), precision ("32-true", "16-mixed",
 /// "bf16-mixed", "64-true", "16-true", "bf16-true", "32", "16", "bf16",
-/// "64")). A floating value is a fraction (0.5, 1.0 = all
+/// "64"), strategy ("auto", "single_device", "ddp", "ddp_spawn",
+/// "ddp_find_unused_parameters_true", ...; or set_strategy(Strategy)),
+/// num_nodes, process_group_backend ("gloo", "nccl", "none" = by device),
+/// ddp_timeout (seconds)). A floating value is a fraction (0.5, 1.0 = all
 /// batches), an integer a count (1 = one batch), as in Lightning.
 class TrainerOptions : public detail::Handle<fulmen_trainer_options, fulmen_trainer_options_free> {
 public:
@@ -363,6 +368,19 @@ public:
     /// Sets the precision plugin on a temporary and passes it on.
     TrainerOptions&& precision(const Precision& p) && {
         check(fulmen_trainer_options_set_precision(get(), p.get()));
+        return std::move(*this);
+    }
+
+    /// Uses a strategy with its settings (copied), as Lightning's
+    /// `Trainer(strategy=DDPStrategy(...))`; set("strategy", name) picks one
+    /// with default settings.
+    TrainerOptions& set_strategy(const Strategy& s) & {
+        check(fulmen_trainer_options_set_strategy(get(), s.get()));
+        return *this;
+    }
+    /// Sets the strategy on a temporary and passes it on.
+    TrainerOptions&& set_strategy(const Strategy& s) && {
+        check(fulmen_trainer_options_set_strategy(get(), s.get()));
         return std::move(*this);
     }
 

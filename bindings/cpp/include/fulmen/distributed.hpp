@@ -1,0 +1,121 @@
+// fulmen C++ binding: distributed training for host-owned loops: joining
+// the job, the collectives of Lightning's strategy (all_reduce, broadcast,
+// all_gather, barrier, reduce_boolean_decision), and DDP gradient
+// averaging for a model (Ddp). Trainer::fit with strategy "ddp" does all
+// of this itself.
+#pragma once
+
+#include "error.hpp"
+#include "handle.hpp"
+#include "model.hpp"
+#include "strategy.hpp"
+#include "tensor.hpp"
+
+#include <cstddef>
+#include <string>
+
+namespace fulmen {
+
+/// The process group of a distributed job. Every rank must make the same
+/// collective calls in the same order; a collective fails with
+/// FULMEN_CODE_INVALID_STATE before join() and with
+/// FULMEN_CODE_DISTRIBUTED when another rank fails or the strategy's
+/// timeout passes.
+namespace distributed {
+
+/// Where this process is in the job.
+struct Ranks {
+    size_t rank = 0;        ///< The global rank (0 .. world_size - 1).
+    size_t local_rank = 0;  ///< The rank on this node.
+    size_t world_size = 1;  ///< The number of processes of the job.
+};
+
+/// Joins the distributed job with `strategy`'s settings (backend, timeout,
+/// num_nodes) and `processes_per_node` processes on each node: under
+/// torchrun or SLURM their environment says where rank 0 is; otherwise
+/// fulmen starts local ranks 1.. by re-executing this program with the same
+/// arguments and `LOCAL_RANK` set, and this process is rank 0. A process
+/// that already joined gets the same job back. `cuda` picks nccl when the
+/// strategy names no backend.
+inline void join(const Strategy& strategy, size_t processes_per_node, bool cuda = false) {
+    check(fulmen_distributed_join(strategy.get(), processes_per_node, cuda));
+}
+
+/// Whether this process has joined a distributed job.
+inline bool is_joined() { return detail::read<bool>([](bool* o) { return fulmen_distributed_is_joined(o); }); }
+
+/// This process's ranks and the world size (rank 0 of 1 when not joined).
+inline Ranks ranks() {
+    Ranks r;
+    check(fulmen_distributed_ranks(&r.rank, &r.local_rank, &r.world_size));
+    return r;
+}
+
+/// Reduces `tensor` in place over all ranks with `op`: "sum", "mean" (sum
+/// divided by the world size), "min", "max" or "product".
+inline void all_reduce(Tensor& tensor, const std::string& op) {
+    check(fulmen_distributed_all_reduce(tensor.get(), op.c_str()));
+}
+
+/// Copies `tensor` from rank `root` into `tensor` on every rank.
+inline void broadcast(Tensor& tensor, size_t root = 0) { check(fulmen_distributed_broadcast(tensor.get(), root)); }
+
+/// Every rank's `tensor` stacked along a new first dimension (of size
+/// world_size). Every rank passes the same shape and dtype.
+inline Tensor all_gather(const Tensor& tensor) {
+    return Tensor::make([&](fulmen_tensor** o) { return fulmen_distributed_all_gather(tensor.get(), o); });
+}
+
+/// Waits until every rank reaches the barrier (throws after the timeout).
+inline void barrier() { check(fulmen_distributed_barrier()); }
+
+/// Lightning's reduce_boolean_decision: true when every rank's `decision`
+/// is true (`all`), or when any rank's is (`!all`).
+inline bool reduce_boolean_decision(bool decision, bool all = true) {
+    return detail::read<bool>([&](bool* o) { return fulmen_distributed_reduce_boolean_decision(decision, all, o); });
+}
+
+/// Leaves the job. On rank 0 of fulmen's own launcher this waits up to
+/// `timeout_s` seconds for the ranks it started to exit and throws Error
+/// (FULMEN_CODE_DISTRIBUTED) naming the first that failed or still runs.
+/// Without a job it does nothing.
+inline void shutdown(double timeout_s) { check(fulmen_distributed_shutdown(timeout_s)); }
+
+}  // namespace distributed
+
+/// DDP for a host-owned loop (torch's DistributedDataParallel): a model
+/// whose gradients are averaged over the joined job's ranks during
+/// backward. Each training step calls prepare_forward(), the forward,
+/// prepare_backward(loss), then loss.backward(); steps that only
+/// accumulate (DDP's no_sync) skip both prepare calls. Move-only; freeing
+/// it leaves the model as it is.
+class Ddp : public detail::Handle<fulmen_ddp, fulmen_ddp_free> {
+public:
+    /// An empty DDP object (no handle).
+    Ddp() = default;
+
+    /// Wraps `model` in the joined job: checks that every rank has the same
+    /// parameters, copies rank 0's parameters and buffers to all ranks, and
+    /// hooks gradient averaging (with `strategy`'s find_unused_parameters
+    /// and bucket_cap_mb). Throws Error (FULMEN_CODE_INVALID_STATE) before
+    /// distributed::join.
+    Ddp(const Model& model, const Strategy& strategy)
+        : Handle(detail::make<fulmen_ddp>([&](fulmen_ddp** out) {
+              return fulmen_ddp_new(model.get(), strategy.get(), out);
+          })) {}
+
+    /// Takes ownership of a `fulmen_ddp` handle.
+    static Ddp adopt(fulmen_ddp* handle) noexcept { return Ddp(handle); }
+
+    /// Call before the forward pass of a step whose backward averages gradients.
+    void prepare_forward() { check(fulmen_ddp_prepare_forward(get())); }
+
+    /// Call after the forward pass, before `loss.backward()`: that backward
+    /// then averages the gradients over ranks.
+    void prepare_backward(const Tensor& loss) { check(fulmen_ddp_prepare_backward(get(), loss.get())); }
+
+private:
+    explicit Ddp(fulmen_ddp* owned) noexcept : Handle(owned) {}
+};
+
+}  // namespace fulmen

@@ -1,0 +1,182 @@
+package fulmen
+
+/*
+#include <fulmen.h>
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+)
+
+// negativeError is the ErrInvalidArgument of a count or index below zero
+// (checked here: the C API takes size_t).
+func negativeError(what string, v int) error {
+	return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("%s must be >= 0, got %d", what, v)}
+}
+
+// DistributedJoin joins the distributed job with s's settings (backend,
+// timeout, num_nodes) and processesPerNode processes on each node: under
+// torchrun or SLURM their environment says where rank 0 is; otherwise
+// fulmen starts local ranks 1.. by re-executing this program with the same
+// arguments and LOCAL_RANK set, and this process is rank 0. A process that
+// already joined gets the same job back. cuda picks nccl when the strategy
+// names no backend.
+func DistributedJoin(s *Strategy, processesPerNode int, cuda bool) error {
+	if processesPerNode < 0 {
+		return negativeError("processesPerNode", processesPerNode)
+	}
+	err := check(C.fulmen_distributed_join(s.ptr(), C.size_t(processesPerNode), C.bool(cuda)))
+	runtime.KeepAlive(s)
+	return err
+}
+
+// DistributedIsJoined reports whether this process has joined a
+// distributed job.
+func DistributedIsJoined() (bool, error) {
+	var v C.bool
+	err := check(C.fulmen_distributed_is_joined(&v))
+	return bool(v), err
+}
+
+// Ranks says where this process is in a distributed job.
+type Ranks struct {
+	// Rank is the global rank, 0 .. WorldSize-1.
+	Rank int
+	// LocalRank is the rank on this node.
+	LocalRank int
+	// WorldSize is the number of processes of the job.
+	WorldSize int
+}
+
+// DistributedRanks is this process's ranks and the world size; rank 0 of
+// 1 when it has not joined a job.
+func DistributedRanks() (Ranks, error) {
+	var r, l, w C.size_t
+	if err := check(C.fulmen_distributed_ranks(&r, &l, &w)); err != nil {
+		return Ranks{}, err
+	}
+	return Ranks{Rank: int(r), LocalRank: int(l), WorldSize: int(w)}, nil
+}
+
+// AllReduce reduces t in place over all ranks with op: "sum", "mean" (sum
+// divided by the world size), "min", "max" or "product". Before
+// DistributedJoin it is ErrInvalidState; ErrDistributed when another rank
+// fails or the strategy's timeout passes (as for every collective).
+func AllReduce(t *Tensor, op string) error {
+	o := cString(op)
+	defer freeCString(o)
+	err := check(C.fulmen_distributed_all_reduce(t.ptr(), o))
+	runtime.KeepAlive(t)
+	return err
+}
+
+// Broadcast copies t from rank root into t on every rank.
+func Broadcast(t *Tensor, root int) error {
+	if root < 0 {
+		return negativeError("root", root)
+	}
+	err := check(C.fulmen_distributed_broadcast(t.ptr(), C.size_t(root)))
+	runtime.KeepAlive(t)
+	return err
+}
+
+// AllGather is every rank's t stacked along a new first dimension (of size
+// the world size). Every rank passes the same shape and dtype.
+func AllGather(t *Tensor) (*Tensor, error) {
+	var out *C.fulmen_tensor
+	err := check(C.fulmen_distributed_all_gather(t.ptr(), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Barrier waits until every rank reaches the barrier (ErrDistributed after
+// the timeout).
+func Barrier() error { return check(C.fulmen_distributed_barrier()) }
+
+// ReduceBooleanDecision is Lightning's reduce_boolean_decision: true when
+// every rank's decision is true (all), or when any rank's is (!all).
+func ReduceBooleanDecision(decision, all bool) (bool, error) {
+	var v C.bool
+	err := check(C.fulmen_distributed_reduce_boolean_decision(C.bool(decision), C.bool(all), &v))
+	return bool(v), err
+}
+
+// DistributedShutdown leaves the job. On rank 0 of fulmen's own launcher
+// it waits up to timeout for the ranks it started to exit, and is
+// ErrDistributed naming the first that failed or still runs. Without a job
+// it does nothing. A negative timeout is ErrInvalidArgument.
+func DistributedShutdown(timeout time.Duration) error {
+	return check(C.fulmen_distributed_shutdown(C.double(timeout.Seconds())))
+}
+
+// DDP is DDP for a Go-owned training loop (torch's
+// DistributedDataParallel): a model whose gradients are averaged over the
+// joined job's ranks during backward. Each training step calls
+// PrepareForward, the forward, PrepareBackward(loss), then loss.Backward;
+// steps that only accumulate (DDP's no_sync) skip both Prepare calls.
+// Close it when done (the model stays).
+type DDP struct {
+	h *C.fulmen_ddp
+}
+
+// NewDDP wraps model in the joined job: it checks that every rank has the
+// same parameters, copies rank 0's parameters and buffers to all ranks,
+// and hooks gradient averaging (with s's find_unused_parameters and
+// bucket_cap_mb). Before DistributedJoin it is ErrInvalidState.
+func NewDDP(model *Model, s *Strategy) (*DDP, error) {
+	var out *C.fulmen_ddp
+	err := check(C.fulmen_ddp_new(model.ptr(), s.ptr(), &out))
+	runtime.KeepAlive(model)
+	runtime.KeepAlive(s)
+	if err != nil {
+		return nil, err
+	}
+	d := &DDP{h: out}
+	runtime.SetFinalizer(d, (*DDP).Close)
+	return d, nil
+}
+
+func (d *DDP) ptr() *C.fulmen_ddp {
+	if d == nil {
+		gcStress()
+		return nil
+	}
+	h := d.h
+	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
+	return h
+}
+
+// Close frees the DDP wrapper (the model stays); idempotent. The error is
+// always nil.
+func (d *DDP) Close() error {
+	if d == nil || d.h == nil {
+		return nil
+	}
+	C.fulmen_ddp_free(d.h)
+	d.h = nil
+	runtime.SetFinalizer(d, nil)
+	return nil
+}
+
+// PrepareForward is called before the forward pass of a step whose
+// backward averages gradients.
+func (d *DDP) PrepareForward() error {
+	err := check(C.fulmen_ddp_prepare_forward(d.ptr()))
+	runtime.KeepAlive(d)
+	return err
+}
+
+// PrepareBackward is called after the forward pass, before loss.Backward:
+// that backward then averages the gradients over ranks.
+func (d *DDP) PrepareBackward(loss *Tensor) error {
+	err := check(C.fulmen_ddp_prepare_backward(d.ptr(), loss.ptr()))
+	runtime.KeepAlive(d)
+	runtime.KeepAlive(loss)
+	return err
+}
