@@ -37,7 +37,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_e
 
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all deps lib header test test-rust test-c test-pkgconfig test-cpp test-go test-coverage demo example lint fmt install clean
+.PHONY: all deps lib header bench test test-rust test-c test-pkgconfig test-cpp test-go test-coverage demo example lint fmt install clean
 
 all: lib
 
@@ -104,6 +104,19 @@ $(BUILD)/examples/mnist: examples/c/mnist.c include/fulmen.h lib
 
 demo: deps lib example
 	$(BUILD)/examples/mnist --data $(MNIST) --epochs 10 --out $(ROOT)/runs/mnist
+
+# Benchmarks (not part of test): fulmen from C and Go, a hand-written tch
+# loop, plain PyTorch and Lightning in one run; writes bench/RESULTS.md.
+BENCH_ARGS ?= --repeats 3 --micro
+bench: deps lib $(BUILD)/bench/fulmen_bench $(BUILD)/bench/fulmen_micro
+	$(CARGO) build $(CARGO_FLAGS) --example tch_loop
+	bash bench/go/build.sh
+	bash bench/setup-venv.sh $(DEPS)/bench-venv
+	$(DEPS)/bench-venv/bin/python bench/run.py --data $(MNIST) $(BENCH_ARGS)
+
+$(BUILD)/bench/%: bench/c/%.c include/fulmen.h lib
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 
 lint: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	$(CARGO) fmt --check

@@ -17,9 +17,14 @@ fn main() {
 /// Compiles `csrc/*.cpp` against the libtorch headers torch-sys used, with
 /// the same C++ standard and `_GLIBCXX_USE_CXX11_ABI`.
 fn build_cxx_shims(lib: &Path) {
-    for file in
-        ["csrc/fulmen_cxx.h", "csrc/autocast.cpp", "csrc/accelerators.cpp", "csrc/runtime.cpp", "csrc/distributed.cpp"]
-    {
+    for file in [
+        "csrc/fulmen_cxx.h",
+        "csrc/autocast.cpp",
+        "csrc/accelerators.cpp",
+        "csrc/runtime.cpp",
+        "csrc/distributed.cpp",
+        "csrc/ops.cpp",
+    ] {
         println!("cargo:rerun-if-changed={file}");
     }
     println!("cargo:rerun-if-env-changed=LIBTORCH_INCLUDE");
@@ -48,7 +53,8 @@ fn build_cxx_shims(lib: &Path) {
         .file("csrc/autocast.cpp")
         .file("csrc/accelerators.cpp")
         .file("csrc/runtime.cpp")
-        .file("csrc/distributed.cpp");
+        .file("csrc/distributed.cpp")
+        .file("csrc/ops.cpp");
     match gloo_include_dir(&root) {
         Some(gloo) => {
             build

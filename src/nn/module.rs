@@ -226,7 +226,7 @@ impl Module {
             Node::Sequential(children) => {
                 let mut y = x.shallow_clone();
                 for (name, m) in children {
-                    y = m.forward(&y).ctx(format!("Sequential child {name} ({})", m.type_name()))?;
+                    y = m.forward(&y).map_err(|e| e.context(format!("Sequential child {name} ({})", m.type_name())))?;
                 }
                 Ok(y)
             }
@@ -245,7 +245,7 @@ impl Module {
 
     /// Runs the descendant at a dotted path.
     pub fn forward_child(&self, path: &str, x: &Tensor) -> Result<Tensor> {
-        self.child(path)?.forward(x).ctx(format!("child {path}"))
+        self.child(path)?.forward(x).map_err(|e| e.context(format!("child {path}")))
     }
 
     /// Switches this module and all descendants to training (`true`) or

@@ -288,43 +288,22 @@ pub(crate) fn deep_copy(t: &Tensor) -> Result<Tensor> {
 
 /// `a + s * b` as torch's `a.add(b, alpha=s)` (computed as `a + (b * s)`).
 pub(crate) fn add_scaled(a: &Tensor, b: &Tensor, s: f64) -> Result<Tensor> {
-    if s == 1.0 {
-        Ok(a.f_add(b)?)
-    } else {
-        let st = Tensor::f_scalar_tensor(s, (a.kind(), a.device()))?;
-        Ok(a.f_addcmul(b, &st)?)
-    }
+    crate::tensor::scaled::add(a, b, s)
 }
 
 /// In place `a += s * b`, torch's `a.add_(b, alpha=s)`.
 pub(crate) fn add_scaled_(a: &mut Tensor, b: &Tensor, s: f64) -> Result<()> {
-    if s == 1.0 {
-        let _ = a.f_add_(b)?;
-    } else {
-        let st = Tensor::f_scalar_tensor(s, (a.kind(), a.device()))?;
-        let _ = a.f_addcmul_(b, &st)?;
-    }
-    Ok(())
+    crate::tensor::scaled::add_(a, b, s)
 }
 
 /// In place `a += (s * t1) * t2`, torch's `a.addcmul_(t1, t2, value=s)`.
 pub(crate) fn addcmul_(a: &mut Tensor, t1: &Tensor, t2: &Tensor, s: f64) -> Result<()> {
-    if s == 1.0 {
-        let _ = a.f_addcmul_(t1, t2)?;
-    } else {
-        let _ = a.f_addcmul_(&t1.f_mul_scalar(s)?, t2)?;
-    }
-    Ok(())
+    crate::tensor::scaled::addcmul_(a, t1, t2, s)
 }
 
 /// In place `a += (s * t1) / t2`, torch's `a.addcdiv_(t1, t2, value=s)`.
 pub(crate) fn addcdiv_(a: &mut Tensor, t1: &Tensor, t2: &Tensor, s: f64) -> Result<()> {
-    if s == 1.0 {
-        let _ = a.f_add_(&t1.f_div(t2)?)?;
-    } else {
-        let _ = a.f_add_(&t1.f_mul_scalar(s)?.f_div(t2)?)?;
-    }
-    Ok(())
+    crate::tensor::scaled::addcdiv_(a, t1, t2, s)
 }
 
 /// Maps a flag to the number stored in state dicts.

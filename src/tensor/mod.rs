@@ -4,6 +4,7 @@ pub mod dtype;
 pub mod functional;
 pub mod grad;
 pub mod runtime;
+pub mod scaled;
 pub use device::DeviceSpec;
 pub use dtype::DType;
 pub use runtime::set_deterministic;

@@ -16,21 +16,22 @@ use std::collections::BTreeMap;
 use tch::Tensor;
 
 /// Checks the value a training_step returned before it is used.
-fn check_loss(loss: &Tensor, detect_nonfinite: bool, at: &str) -> Result<f64> {
+fn check_loss(loss: &Tensor, detect_nonfinite: bool, at: &dyn Fn() -> String) -> Result<f64> {
     if loss.numel() != 1 {
-        return Err(Error::shape(format!("{at}: the loss must have one element, got shape {:?}", loss.size())));
+        return Err(Error::shape(format!("{}: the loss must have one element, got shape {:?}", at(), loss.size())));
     }
     if !crate::tensor::dtype::is_floating(loss.f_kind()?) {
-        return Err(Error::dtype(format!("{at}: the loss must be floating, got {:?}", loss.kind())));
+        return Err(Error::dtype(format!("{}: the loss must be floating, got {:?}", at(), loss.kind())));
     }
     if !loss.requires_grad() {
         return Err(Error::state(format!(
-            "{at}: the loss does not require grad (was it computed from the model's parameters?)"
+            "{}: the loss does not require grad (was it computed from the model's parameters?)",
+            at()
         )));
     }
     let value = loss.f_double_value(&vec![0; loss.dim()])?;
     if detect_nonfinite && !value.is_finite() {
-        return Err(Error::new(ErrorCode::NonFinite, format!("{at}: the loss is {value}; no update was made")));
+        return Err(Error::new(ErrorCode::NonFinite, format!("{}: the loss is {value}; no update was made", at())));
     }
     Ok(value)
 }
@@ -368,7 +369,9 @@ fn train_epoch(
         let stepped = (i + 1) % acc == 0 || is_last;
         let data = || HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() };
         run.hook(Hook::TrainBatchStart, data())?;
-        let at = format!("training_step (epoch {epoch}, global step {}, batch {i})", run.state.global_step);
+        // Built only when an error needs it.
+        let step_now = run.state.global_step;
+        let at = || format!("training_step (epoch {epoch}, global step {step_now}, batch {i})");
         let mut ctx = StepContext {
             stage: Stage::Train,
             epoch,
@@ -379,7 +382,7 @@ fn train_epoch(
         };
         run.strategy.pre_forward(stepped)?;
         let autocast = run.placement.forward_context()?;
-        let loss = run.module.training_step(&mut ctx, &batch).map_err(|e| e.context(&at))?;
+        let loss = run.module.training_step(&mut ctx, &batch).map_err(|e| e.context(at()))?;
         drop(autocast);
         store.sync_step(&|v| run.strategy.mean(v))?;
         loss_sum += check_loss(&loss, opts.detect_nonfinite_loss, &at)?;
@@ -395,7 +398,7 @@ fn train_epoch(
         let scaled = run.placement.precision.scale_loss(&scaled)?;
         run.hook(Hook::BeforeBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
         run.strategy.pre_backward(&loss, stepped)?;
-        scaled.f_backward().ctx(format!("{at}: backward"))?;
+        scaled.f_backward().map_err(|e| crate::error::Error::from(e).context(format!("{}: backward", at())))?;
         run.hook(Hook::AfterBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
         let step_index = run.state.global_step;
         if stepped {
@@ -406,7 +409,9 @@ fn train_epoch(
             }
             for (j, cfg) in run.optimizers.iter_mut().enumerate() {
                 if !skip[j] {
-                    cfg.optimizer.step().ctx(format!("{at}: optimizer {} step", cfg.optimizer.name()))?;
+                    cfg.optimizer
+                        .step()
+                        .map_err(|e| e.context(format!("{}: optimizer {} step", at(), cfg.optimizer.name())))?;
                 }
             }
             if let Some(scaler) = run.placement.precision.scaler_mut() {

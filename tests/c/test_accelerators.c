@@ -122,6 +122,15 @@ static fulmen_trainer *trainer_on(const char *accelerator, const char *devices, 
     return trainer_from(o);
 }
 
+/* A trainer with strategy single_device (never starts other processes). */
+static fulmen_trainer *trainer_single(const char *accelerator, const char *devices) {
+    fulmen_trainer_options *o = quiet_options(1);
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", accelerator));
+    CHECK_OK(fulmen_trainer_options_set(o, "devices", devices));
+    CHECK_OK(fulmen_trainer_options_set(o, "strategy", "single_device"));
+    return trainer_from(o);
+}
+
 /* A small training task: data, loaders, model and module. */
 typedef struct {
     fulmen_dataset *train, *val;
@@ -517,9 +526,10 @@ static void test_trainer_builtins(void) {
     CHECK_OK(fulmen_trainer_fit(t, k.m, k.tl, NULL, NULL));
     fulmen_trainer_free(t);
 
-    /* More than one CPU process needs a distributed strategy. */
-    t = trainer_on("cpu", "2", 1);
-    CHECK_ERR(fulmen_trainer_fit(t, k.m, k.tl, NULL, NULL), FULMEN_CODE_UNSUPPORTED, "distributed strategy");
+    /* More than one CPU process needs ddp: single_device refuses it
+     * (tests/c/test_ddp.c runs the ddp side). */
+    t = trainer_single("cpu", "2");
+    CHECK_ERR(fulmen_trainer_fit(t, k.m, k.tl, NULL, NULL), FULMEN_CODE_INVALID_ARGUMENT, "strategy=\"ddp\"");
     fulmen_trainer_free(t);
     t = trainer_on("cpu", "0", 1);
     CHECK_ERR(fulmen_trainer_fit(t, k.m, k.tl, NULL, NULL), FULMEN_CODE_INVALID_ARGUMENT, "an int > 0");
@@ -735,13 +745,13 @@ static void test_custom_accelerator(void) {
     CHECK(s.last_n == 1 && s.last_ids[0] == 1);
     fulmen_trainer_free(t);
 
-    /* Two devices need a distributed strategy; so does "auto" (= 2 here). */
+    /* Two devices, or "auto" (= 2 here), are more than single_device runs. */
     const char *many[2] = {"2", "auto"};
     for (int i = 0; i < 2; i++) {
-        t = trainer_on("myacc", many[i], 1);
+        t = trainer_single("myacc", many[i]);
         s.setup_calls = 0;
-        CHECK_ERR(fulmen_trainer_fit(t, k.m, k.tl, NULL, NULL), FULMEN_CODE_UNSUPPORTED,
-                  "training on more than one device needs a distributed strategy");
+        CHECK_ERR(fulmen_trainer_fit(t, k.m, k.tl, NULL, NULL), FULMEN_CODE_INVALID_ARGUMENT,
+                  "selects 2 devices of \"myacc\", but strategy \"single_device\" runs on one");
         CHECK(s.setup_calls == 0);
         fulmen_trainer_free(t);
     }

@@ -34,6 +34,16 @@ fn float_input(x: &Tensor, what: &str) -> Result<()> {
 
 /// Checks class-index targets for (N, C, ...) logits: i64, shape (N, ...),
 /// values in [0, C) except `ignore_index`.
+/// libtorch's CPU "Target N is out of bounds" as fulmen's OutOfRange error.
+fn range_error(e: tch::TchError, what: &str, logits: &Tensor) -> Error {
+    let e = Error::from(e);
+    if e.code != crate::error::ErrorCode::OutOfRange {
+        return e;
+    }
+    let classes = logits.size().get(1).or(logits.size().first()).copied().unwrap_or(0);
+    Error::new(e.code, format!("{what}: a target is outside [0, {classes}): {}", e.message))
+}
+
 fn class_targets(logits: &Tensor, target: &Tensor, what: &str, ignore_index: i64) -> Result<Tensor> {
     float_input(logits, what)?;
     let (ls, ts) = (logits.size(), target.size());
@@ -55,7 +65,10 @@ fn class_targets(logits: &Tensor, target: &Tensor, what: &str, ignore_index: i64
         return Err(Error::dtype(format!("{what}: class targets must be integers, got {k:?}")));
     }
     let t = target.f_to_kind(Kind::Int64)?;
-    if t.numel() > 0 {
+    // On the CPU libtorch checks the range itself (cheaply, inside the
+    // kernel; see `range_error`); elsewhere an out-of-range target is a
+    // device-side assert that ruins the device context, so check first.
+    if t.numel() > 0 && t.device() != tch::Device::Cpu {
         let valid = t.f_ne(ignore_index)?;
         let bad = t.f_lt(0)?.f_logical_or(&t.f_ge(classes)?)?.f_logical_and(&valid)?;
         if bad.f_any()?.f_int64_value(&[])? != 0 {
@@ -93,7 +106,7 @@ pub unsafe extern "C" fn fulmen_loss_cross_entropy(
             return Ok(x.f_cross_entropy_loss::<Tensor>(t, None, r, -100, 0.0)?);
         }
         let t = class_targets(x, t, "cross_entropy", -100)?;
-        Ok(x.f_cross_entropy_loss::<Tensor>(&t, None, r, -100, 0.0)?)
+        x.f_cross_entropy_loss::<Tensor>(&t, None, r, -100, 0.0).map_err(|e| range_error(e, "cross_entropy", x))
     })
 }
 
@@ -108,7 +121,7 @@ pub unsafe extern "C" fn fulmen_loss_nll(
     binary("fulmen_loss_nll", log_probs, target, out, |x, t| {
         let r = self::reduction(reduction)?;
         let t = class_targets(x, t, "nll", -100)?;
-        Ok(x.f_nll_loss::<Tensor>(&t, None, r, -100)?)
+        x.f_nll_loss::<Tensor>(&t, None, r, -100).map_err(|e| range_error(e, "nll", x))
     })
 }
 
