@@ -66,6 +66,10 @@ impl Timer {
 }
 
 impl Callback for Timer {
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn name(&self) -> String {
         "Timer".into()
     }

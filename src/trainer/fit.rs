@@ -353,6 +353,7 @@ fn train_epoch(
     run.epoch_finished = false;
     run.state.running_loss = None;
     run.simple(Hook::TrainEpochStart)?;
+    let has_timer = run.callbacks.iter().any(|c| c.as_any().is_some_and(|a| a.is::<Timer>()));
     let mut batches = train.batches(if overfit { 0 } else { epoch as u64 })?.enumerate().skip(skip).peekable();
     let mut ran = 0usize;
     while let Some((i, batch)) = batches.next() {
@@ -452,10 +453,15 @@ fn train_epoch(
             }
         }
         // Lightning's `_can_stop_early`: only finished epochs count.
-        // Ranks stop together: one rank's request (a Timer, a host hook)
-        // stops all of them (Lightning's reduce_boolean_decision).
+        // Ranks stop together. A Timer's decision differs between ranks, so
+        // with one every batch's request is or-reduced (one small
+        // collective); other stop requests are synchronized after
+        // validation and at the end of the epoch (as in Lightning, a host
+        // hook that stops one rank alone mid-epoch must do so on all).
         let mins_done = epoch >= opts.min_epochs.unwrap_or(0) && run.state.global_step >= opts.min_steps.unwrap_or(0);
-        run.state.should_stop = run.strategy.any(run.state.should_stop)?;
+        if has_timer {
+            run.state.should_stop = run.strategy.any(run.state.should_stop)?;
+        }
         if run.state.should_stop && mins_done {
             break;
         }

@@ -243,7 +243,8 @@ pub trait Callback {
     fn load_state_dict(&mut self, _state: &BTreeMap<String, String>) -> Result<()> {
         Ok(())
     }
-    /// The callback as `Any`, so the trainer can find its ModelCheckpoints.
+    /// The callback as `Any`, so the trainer can find its ModelCheckpoints
+    /// and Timers.
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
     }

@@ -12,6 +12,7 @@
  *   killed          launcher with 2 ranks; rank 1 dies by SIGKILL at step 3:
  *                   rank 0's fit fails with FULMEN_CODE_DISTRIBUTED in time
  *   mismatch        2 external ranks whose models differ: both fail clearly
+ *   timer           max_time with 2 ranks whose clocks disagree: same last step
  *   hostloop        2 external ranks, a host-owned loop with fulmen_ddp,
  *                   a sharded loader and the collectives
  * DDP ranks see batch 8 of a sharded loader; with a mean loss their averaged
@@ -61,6 +62,7 @@ static size_t my_rank(void) {
 typedef struct {
     fulmen_model *model;
     int64_t die_at_step; /* raise SIGKILL at this global step on rank 1 (-1: never) */
+    bool slow_rank1;     /* rank 1 sleeps 3 ms per step (its clock runs ahead) */
 } module_state;
 
 static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
@@ -71,6 +73,10 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
     if (e == NULL) e = fulmen_distributed_ranks(&rank, NULL, &world);
     if (e != NULL) return e;
     if (s->die_at_step >= 0 && rank == 1 && step == s->die_at_step) raise(SIGKILL);
+    if (s->slow_rank1 && rank == 1) {
+        struct timespec ts = {0, 3 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     fulmen_tensor *x = NULL, *y = NULL, *logits = NULL;
     e = fulmen_batch_get(batch, 0, &x);
     if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
@@ -134,15 +140,21 @@ static fulmen_trainer_options *options(const char *root, const char *strategy, c
     return o;
 }
 
+static const char *max_time = NULL; /* the trainer's max_time, when set */
+
 /* Trains the MLP with `strategy` and per-process batch `batch`; saves the
  * final weights to `weights`. Returns fit's error (NULL on success). */
 static fulmen_error *train(const char *root, const char *strategy, const char *devices, size_t batch, int64_t hidden,
                            int64_t die_at_step, bool files, const char *weights, fulmen_trainer **trainer_out) {
     fulmen_dataset *ds = fixture_blobs(SAMPLES, 5, 1.0f);
     fulmen_loader *loader = fixture_loader(ds, batch, false, 0);
-    module_state s = {seeded_mlp(hidden), die_at_step};
+    module_state s = {seeded_mlp(hidden), die_at_step, max_time != NULL};
     fulmen_lightning_module *m = module_for(&s);
     fulmen_trainer_options *o = options(root, strategy, devices, files);
+    if (max_time != NULL) {
+        CHECK_OK(fulmen_trainer_options_set_int(o, "max_epochs", 1000));
+        CHECK_OK(fulmen_trainer_options_set(o, "max_time", max_time));
+    }
     fulmen_trainer *t = NULL;
     CHECK_OK(fulmen_trainer_new(o, &t));
     fulmen_trainer_options_free(o);
@@ -238,6 +250,27 @@ static int scenario_killed(const char *dir) {
     CHECK_OK(fulmen_distributed_is_joined(&joined));
     CHECK(!joined);
     return check_finish("killed rank 0");
+}
+
+/* max_time on ranks whose clocks disagree: they stop at the same step. */
+static int scenario_timer(const char *dir) {
+    char root[512];
+    snprintf(root, sizeof root, "%s/timer", dir);
+    max_time = "1";
+    fulmen_trainer *t = NULL;
+    CHECK_OK(train(root, "ddp", "2", RANK_BATCH, HIDDEN, -1, false, NULL, &t));
+    int64_t step = 0;
+    CHECK_OK(fulmen_trainer_global_step(t, &step));
+    fulmen_trainer_free(t);
+    int64_t shape[1] = {2};
+    float both[2] = {(float)step, (float)-step}; /* max of step and of -step */
+    fulmen_tensor *v = check_f32(both, 2, shape, 1);
+    CHECK_OK(fulmen_distributed_all_reduce(v, "max"));
+    CHECK(element(v, 0) == -element(v, 1) && step > 0);
+    printf("timer rank %zu: stopped at step %lld\n", my_rank(), (long long)step);
+    fulmen_tensor_free(v);
+    CHECK_OK(fulmen_distributed_shutdown(60));
+    return check_finish("timer rank");
 }
 
 static int scenario_mismatch(const char *dir) {
@@ -460,6 +493,7 @@ int main(int argc, char **argv) {
         if (strcmp(s, "external") == 0) return scenario_external(dir);
         if (strcmp(s, "killed") == 0) return scenario_killed(dir);
         if (strcmp(s, "mismatch") == 0) return scenario_mismatch(dir);
+        if (strcmp(s, "timer") == 0) return scenario_timer(dir);
         if (strcmp(s, "hostloop") == 0) return scenario_hostloop(dir);
         fprintf(stderr, "unknown scenario %s\n", s);
         return 2;
@@ -495,6 +529,9 @@ int main(int argc, char **argv) {
     CHECK(codes[0] == 0 && codes[1] == 0);
     expect_same(dir, "reference-16.safetensors", "hostloop-rank0.safetensors");
     expect_same(dir, "hostloop-rank0.safetensors", "hostloop-rank1.safetensors");
+
+    /* A Timer that fires at different moments on each rank stops both together. */
+    CHECK(run("timer", dir, NULL) == 0);
 
     /* Faults: a killed rank and mismatched models end with clear errors. */
     CHECK(run("killed", dir, NULL) == 0);
