@@ -193,6 +193,29 @@ pub unsafe extern "C" fn fulmen_dataset_len(dataset: *const fulmen_dataset, out:
     guard("fulmen_dataset_len", || write_out(out, "out", dataset_arg(dataset, "dataset")?.len()))
 }
 
+/// Writes a batch's tensors as new handles to `tensors_out[0..capacity]`
+/// and their count to `*count_out` (written even when `capacity` is too
+/// small, which is FULMEN_CODE_OUT_OF_RANGE).
+unsafe fn emit_batch(
+    batch: Vec<Tensor>,
+    tensors_out: *mut *mut fulmen_tensor,
+    capacity: usize,
+    count_out: *mut usize,
+) -> Result<()> {
+    count_out.write(batch.len());
+    if batch.len() > capacity {
+        return Err(Error::new(
+            ErrorCode::OutOfRange,
+            format!("the batch has {} tensors, `tensors_out` holds {capacity}", batch.len()),
+        ));
+    }
+    check_out(tensors_out, "tensors_out")?;
+    for (i, t) in batch.into_iter().enumerate() {
+        emit(tensors_out.add(i), t)?;
+    }
+    Ok(())
+}
+
 /// Fetches the samples `indices[0..n]` as a batch: writes up to `capacity`
 /// new tensor handles to `tensors_out` and their count to `*count_out`.
 /// `*count_out` is written even when `capacity` is too small, which fails
@@ -210,18 +233,7 @@ pub unsafe extern "C" fn fulmen_dataset_get(
         check_out(count_out, "count_out")?;
         let ds = dataset_arg(dataset, "dataset")?;
         let batch = ds.get_batch(i64_list(indices, n, "indices")?)?;
-        count_out.write(batch.len());
-        if batch.len() > capacity {
-            return Err(Error::new(
-                ErrorCode::OutOfRange,
-                format!("the batch has {} tensors, `tensors_out` holds {capacity}", batch.len()),
-            ));
-        }
-        check_out(tensors_out, "tensors_out")?;
-        for (i, t) in batch.into_iter().enumerate() {
-            emit(tensors_out.add(i), t)?;
-        }
-        Ok(())
+        emit_batch(batch, tensors_out, capacity, count_out)
     })
 }
 
@@ -484,18 +496,7 @@ pub unsafe extern "C" fn fulmen_loader_batch(
         check_out(count_out, "count_out")?;
         let l = handle::borrow(loader, "loader")?;
         let batch = l.inner.batch_at(epoch, index)?;
-        count_out.write(batch.len());
-        if batch.len() > capacity {
-            return Err(Error::new(
-                ErrorCode::OutOfRange,
-                format!("the batch has {} tensors, `tensors_out` holds {capacity}", batch.len()),
-            ));
-        }
-        check_out(tensors_out, "tensors_out")?;
-        for (i, t) in batch.into_iter().enumerate() {
-            emit(tensors_out.add(i), t)?;
-        }
-        Ok(())
+        emit_batch(batch, tensors_out, capacity, count_out)
     })
 }
 
