@@ -5,7 +5,10 @@
 //   mnist --data mnist_5k.csv.gz [--epochs 10] [--batch-size 64] [--lr 0.1]
 //         [--cnn] [--seed 42] [--threads N] [--out runs/mnist]
 //         [--resume last|best|PATH] [--accelerator auto] [--devices auto]
-//         [--precision 32-true]
+//         [--precision 32-true] [--strategy auto]
+//
+// With --strategy ddp --devices N the job runs on N processes (fulmen starts
+// the others, or torchrun / SLURM did); rank 0 alone reports and writes.
 //
 // Prints progress per epoch and the final validation accuracy; writes CSV
 // and TensorBoard logs under <out>/lightning_logs/version_N/, the best (by
@@ -42,11 +45,12 @@ struct Args {
     std::string accelerator = "auto";
     std::string devices = "auto";
     std::string precision = "32-true";
+    std::string strategy = "auto";
 };
 
 constexpr const char* usage =
     "usage: mnist --data mnist_5k.csv.gz [--epochs N] [--batch-size N] [--lr X] [--cnn] [--seed N] "
-    "[--threads N] [--out DIR] [--resume last|best|PATH] [--accelerator NAME] [--devices SPEC] [--precision P]";
+    "[--threads N] [--out DIR] [--resume last|best|PATH] [--accelerator NAME] [--devices SPEC] [--precision P] [--strategy NAME]";
 
 /// Parses argv; throws std::invalid_argument on a bad command line.
 Args parse(int argc, char** argv) {
@@ -70,6 +74,7 @@ Args parse(int argc, char** argv) {
         else if (opt == "--accelerator") a.accelerator = v;
         else if (opt == "--devices") a.devices = v;
         else if (opt == "--precision") a.precision = v;
+        else if (opt == "--strategy") a.strategy = v;
         else throw std::invalid_argument("unknown option " + opt);
     }
     if (a.data.empty()) throw std::invalid_argument(usage);
@@ -118,8 +123,8 @@ LightningModule classifier(const Model& model, double lr) {
             Tensor logits = model(batch[0]);
             Tensor labels = batch[1];
             double acc = logits.argmax(1).eq(labels).to(DType::F32).mean().item();
-            ctx.log("val_loss", loss::cross_entropy(logits, labels).item(), Log::on_epoch | Log::prog_bar);
-            ctx.log("val_acc", acc, Log::on_epoch | Log::prog_bar);
+            ctx.log("val_loss", loss::cross_entropy(logits, labels).item(), Log::on_epoch | Log::prog_bar | Log::sync_dist);
+            ctx.log("val_acc", acc, Log::on_epoch | Log::prog_bar | Log::sync_dist);
         })
         .configure_optimizers([&model, lr](OptimizerConfig& config) {
             config.add(Optimizer::sgd(model, SgdOptions(lr)));
@@ -153,7 +158,8 @@ int run(const Args& args) {
                         .set("log_every_n_steps", 10)
                         .set("accelerator", args.accelerator)
                         .set("devices", args.devices)
-                        .set("precision", args.precision));
+                        .set("precision", args.precision)
+                        .set("strategy", args.strategy));
     const std::string ckpt_dir = args.out + "/checkpoints";
     ModelCheckpointOptions checkpoints("val_acc", Mode::Max);
     checkpoints.dirpath = ckpt_dir;
@@ -161,6 +167,10 @@ int run(const Args& args) {
     checkpoints.save_last = true;
     trainer.add_model_checkpoint(checkpoints);
     trainer.fit(module, train_loader, val_loader, args.resume);
+    if (distributed::ranks().rank != 0) {  // rank 0 reports and writes files
+        distributed::shutdown(60);
+        return 0;
+    }
 
     const std::string weights = args.out + "/model.safetensors";
     model.save(weights);
@@ -170,6 +180,7 @@ int run(const Args& args) {
     std::cout << "logs: " << trainer.log_dir() << "/metrics.csv (and TensorBoard events)\nbest checkpoint: "
               << best << "\nlast checkpoint: " << ckpt_dir << "/last.ckpt\nweights: " << weights
               << "\n";
+    distributed::shutdown(60);  // waits for the ranks fulmen started, if any
     return 0;
 }
 

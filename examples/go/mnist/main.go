@@ -6,7 +6,10 @@
 //	mnist -data mnist_5k.csv.gz [-epochs 10] [-batch-size 64] [-lr 0.1]
 //	      [-cnn] [-seed 42] [-threads N] [-out runs/mnist]
 //	      [-resume last|best|PATH] [-accelerator auto] [-devices auto]
-//	      [-precision 32-true]
+//	      [-precision 32-true] [-strategy auto]
+//
+// With -strategy ddp -devices N the job runs on N processes (fulmen starts
+// the others, or torchrun / SLURM did); rank 0 alone reports and writes.
 //
 // It prints progress per epoch and the final validation accuracy; writes
 // CSV and TensorBoard logs under <out>/lightning_logs/version_N/, the best
@@ -22,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"time"
 
 	fulmen "github.com/fulmen-ml/fulmen/bindings/go"
 )
@@ -138,9 +142,10 @@ func main() {
 	accelerator := flag.String("accelerator", "auto", "accelerator: auto, cpu, cuda, gpu, mps, xla, tpu or a registered name")
 	devices := flag.String("devices", "auto", "devices, as Lightning reads them: auto, N, -1, 0,2")
 	precision := flag.String("precision", "32-true", "precision: 32-true, 64-true, bf16-mixed, 16-mixed, ...")
+	strategy := flag.String("strategy", "auto", "strategy: auto, single_device, ddp, ...")
 	flag.Parse()
 	if *data == "" || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: mnist -data mnist_5k.csv.gz [-epochs N] [-batch-size N] [-lr X] [-cnn] [-seed N] [-threads N] [-out DIR] [-resume last|best|PATH] [-accelerator NAME] [-devices SPEC] [-precision P]")
+		fmt.Fprintln(os.Stderr, "usage: mnist -data mnist_5k.csv.gz [-epochs N] [-batch-size N] [-lr X] [-cnn] [-seed N] [-threads N] [-out DIR] [-resume last|best|PATH] [-accelerator NAME] [-devices SPEC] [-precision P] [-strategy NAME]")
 		os.Exit(2)
 	}
 	fmt.Printf("fulmen %s on libtorch %s\n", fulmen.Version(), fulmen.LibtorchVersion())
@@ -222,10 +227,10 @@ func main() {
 			if err != nil {
 				return err
 			}
-			if err := ctx.Log("val_loss", l, fulmen.LogOnEpoch|fulmen.LogProgBar, 0); err != nil {
+			if err := ctx.Log("val_loss", l, fulmen.LogOnEpoch|fulmen.LogProgBar|fulmen.LogSyncDist, 0); err != nil {
 				return err
 			}
-			return ctx.Log("val_acc", acc, fulmen.LogOnEpoch|fulmen.LogProgBar, 0)
+			return ctx.Log("val_acc", acc, fulmen.LogOnEpoch|fulmen.LogProgBar|fulmen.LogSyncDist, 0)
 		},
 		ConfigureOptimizers: func(cfg *fulmen.OptimizerConfig) error {
 			o := fulmen.DefaultSGDOptions()
@@ -261,6 +266,7 @@ func main() {
 	check("accelerator", opts.Set("accelerator", *accelerator))
 	check("devices", opts.Set("devices", *devices))
 	check("precision", opts.Set("precision", *precision))
+	check("strategy", opts.Set("strategy", *strategy))
 	trainer, err := fulmen.NewTrainer(opts)
 	check("creating the trainer", err)
 	defer trainer.Close()
@@ -281,6 +287,13 @@ func main() {
 		fitOpts = append(fitOpts, fulmen.CkptPath(*resume))
 	}
 	check("training", trainer.Fit(ctx, module, trainLoader, valLoader, fitOpts...))
+	// Waits for the ranks fulmen started, if any, when main returns.
+	defer func() { check("leaving the job", fulmen.DistributedShutdown(time.Minute)) }()
+	ranks, err := fulmen.DistributedRanks()
+	check("ranks", err)
+	if ranks.Rank != 0 {
+		return // rank 0 reports and writes files
+	}
 
 	acc, err := trainer.CallbackMetric("val_acc")
 	check("reading val_acc", err)
