@@ -84,10 +84,19 @@ impl DistContext {
     pub fn explain(&self, e: Error) -> Error {
         match self.child_failure() {
             Some(f) => Error::distributed(format!("{f}; on rank {}: {}", self.rank(), e.message)),
-            None if e.code == ErrorCode::Torch => Error::new(ErrorCode::Distributed, e.message),
+            None if e.code == ErrorCode::Torch && from_collective(&e.message) => {
+                Error::new(ErrorCode::Distributed, e.message)
+            }
             None => e,
         }
     }
+}
+
+/// Whether a libtorch error came from c10d (a collective inside backward,
+/// the Reducer, gloo's transport, a timeout) rather than from a kernel.
+fn from_collective(message: &str) -> bool {
+    const MARKS: [&str; 7] = ["gloo", "Gloo", "c10d", "ProcessGroup", "Connection", "Timed out", "timed out"];
+    MARKS.iter().any(|m| message.contains(m))
 }
 
 static CURRENT: Mutex<Option<Arc<DistContext>>> = Mutex::new(None);

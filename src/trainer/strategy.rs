@@ -231,11 +231,7 @@ impl RunStrategy {
         let e = d.ctx.explain(e);
         d.reducer = None;
         distributed::abort();
-        if e.code == ErrorCode::Torch {
-            Error::new(ErrorCode::Distributed, e.message)
-        } else {
-            e
-        }
+        e
     }
 }
 
