@@ -157,17 +157,25 @@ func (d *Dataset) Len() (int, error) {
 // Get fetches the samples indices as a batch, one tensor per dataset
 // column. For a DataSource dataset it runs GetBatch on this goroutine.
 func (d *Dataset) Get(indices []int64) ([]*Tensor, error) {
-	// Most datasets give a few tensors per sample; when there are more, the
-	// library reports how many and the call is made once more.
+	out, err := fetchTensors(func(hs **C.fulmen_tensor, capacity C.size_t, count *C.size_t) *C.fulmen_error {
+		return C.fulmen_dataset_get(d.ptr(), indexArg(indices), C.size_t(len(indices)), hs, capacity, count)
+	})
+	runtime.KeepAlive(d)
+	runtime.KeepAlive(indices)
+	return out, err
+}
+
+// fetchTensors calls a C function that writes up to capacity tensor handles
+// and their count. Most batches have a few tensors; when there are more,
+// the library reports how many and the call is made once more.
+func fetchTensors(call func(hs **C.fulmen_tensor, capacity C.size_t, count *C.size_t) *C.fulmen_error) ([]*Tensor, error) {
 	capacity := 8
 	for attempt := 0; ; attempt++ {
 		hs := make([]*C.fulmen_tensor, capacity)
 		var count C.size_t
 		err := withCallbacks(context.Background(), func() *C.fulmen_error {
-			return C.fulmen_dataset_get(d.ptr(), indexArg(indices), C.size_t(len(indices)), &hs[0], C.size_t(capacity), &count)
+			return call(&hs[0], C.size_t(capacity), &count)
 		})
-		runtime.KeepAlive(d)
-		runtime.KeepAlive(indices)
 		if err != nil {
 			if fe, ok := err.(*Error); ok && fe.Code == CodeOutOfRange && int(count) > capacity && attempt < 3 {
 				capacity = int(count)
@@ -350,27 +358,9 @@ func (l *Loader) Batch(epoch uint64, index int) ([]*Tensor, error) {
 	if index < 0 {
 		return nil, &Error{Code: CodeOutOfRange, Message: fmt.Sprintf("batch index %d is negative", index)}
 	}
-	// As Dataset.Get: a few tensors per batch, or once more with the count
-	// the library reports.
-	capacity := 8
-	for attempt := 0; ; attempt++ {
-		hs := make([]*C.fulmen_tensor, capacity)
-		var count C.size_t
-		err := withCallbacks(context.Background(), func() *C.fulmen_error {
-			return C.fulmen_loader_batch(l.ptr(), C.uint64_t(epoch), C.size_t(index), &hs[0], C.size_t(capacity), &count)
-		})
-		runtime.KeepAlive(l)
-		if err != nil {
-			if fe, ok := err.(*Error); ok && fe.Code == CodeOutOfRange && int(count) > capacity && attempt < 3 {
-				capacity = int(count)
-				continue
-			}
-			return nil, err
-		}
-		out := make([]*Tensor, int(count))
-		for i := range out {
-			out[i] = newTensor(hs[i])
-		}
-		return out, nil
-	}
+	out, err := fetchTensors(func(hs **C.fulmen_tensor, capacity C.size_t, count *C.size_t) *C.fulmen_error {
+		return C.fulmen_loader_batch(l.ptr(), C.uint64_t(epoch), C.size_t(index), hs, capacity, count)
+	})
+	runtime.KeepAlive(l)
+	return out, err
 }
