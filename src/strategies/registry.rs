@@ -55,7 +55,8 @@ const ENTRIES: &[Entry] = &[
     },
     Entry {
         name: "ddp_spawn",
-        description: "ddp whose other processes fulmen starts by re-executing the host program",
+        description: "the same as ddp (Lightning's name for a launch by the program itself; \
+                      fulmen always launches by re-executing the host program)",
         kind: StrategyKind::Ddp,
         find_unused: false,
     },
