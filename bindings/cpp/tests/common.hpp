@@ -1,5 +1,6 @@
 // Shared helpers of the C++ binding tests: a fixture that checks for leaked
-// handles after every test, a scratch folder, and a small synthetic task.
+// handles after every test, a scratch folder, a small synthetic task, and
+// the code / message of a thrown fulmen::Error.
 #pragma once
 
 #include <fulmen/fulmen.hpp>
@@ -69,6 +70,30 @@ inline std::string fresh_dir(const std::string& name) {
     std::filesystem::remove_all(p);
     std::filesystem::create_directories(p);
     return p.string();
+}
+
+/// The code of the fulmen::Error `f` throws (fails the test otherwise).
+template <class F>
+fulmen::Code error_code(F&& f) {
+    try {
+        f();
+    } catch (const fulmen::Error& e) {
+        return e.code();
+    }
+    ADD_FAILURE() << "no fulmen::Error thrown";
+    return static_cast<fulmen::Code>(0);
+}
+
+/// The message of the fulmen::Error `f` throws.
+template <class F>
+std::string error_message(F&& f) {
+    try {
+        f();
+    } catch (const fulmen::Error& e) {
+        return e.what();
+    }
+    ADD_FAILURE() << "no fulmen::Error thrown";
+    return "";
 }
 
 /// Defined in test_odr_second_tu.cpp: a tensor made in another translation unit.

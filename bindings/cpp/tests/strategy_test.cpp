@@ -26,33 +26,11 @@ using fulmen::StrategyInfo;
 using fulmen::Tensor;
 using fulmen::Trainer;
 using fulmen::TrainerOptions;
+using fulmen_test::error_code;
+using fulmen_test::error_message;
 using fulmen_test::FulmenTest;
 
 namespace {
-
-/// The code of the fulmen::Error `f` throws (fails the test otherwise).
-template <class F>
-fulmen::Code error_code(F&& f) {
-    try {
-        f();
-    } catch (const fulmen::Error& e) {
-        return e.code();
-    }
-    ADD_FAILURE() << "no fulmen::Error thrown";
-    return static_cast<fulmen::Code>(0);
-}
-
-/// The message of the fulmen::Error `f` throws.
-template <class F>
-std::string error_message(F&& f) {
-    try {
-        f();
-    } catch (const fulmen::Error& e) {
-        return e.what();
-    }
-    ADD_FAILURE() << "no fulmen::Error thrown";
-    return "";
-}
 
 /// A dataset of `n` samples whose only tensor is the sample index (F32, (n, 1)).
 Dataset index_dataset(int64_t n) { return Dataset::from_tensors({Tensor::arange(0, static_cast<double>(n)).reshape({n, 1})}); }

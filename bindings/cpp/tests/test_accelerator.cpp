@@ -29,33 +29,11 @@ using fulmen::StepContext;
 using fulmen::Tensor;
 using fulmen::Trainer;
 using fulmen::TrainerOptions;
+using fulmen_test::error_code;
+using fulmen_test::error_message;
 using fulmen_test::FulmenTest;
 
 namespace {
-
-/// The code of the fulmen::Error `f` throws (fails the test otherwise).
-template <class F>
-fulmen::Code error_code(F&& f) {
-    try {
-        f();
-    } catch (const fulmen::Error& e) {
-        return e.code();
-    }
-    ADD_FAILURE() << "no fulmen::Error thrown";
-    return static_cast<fulmen::Code>(0);
-}
-
-/// The message of the fulmen::Error `f` throws.
-template <class F>
-std::string error_message(F&& f) {
-    try {
-        f();
-    } catch (const fulmen::Error& e) {
-        return e.what();
-    }
-    ADD_FAILURE() << "no fulmen::Error thrown";
-    return "";
-}
 
 /// The registry entry `name` (a copy: registry() returns a temporary).
 std::optional<AcceleratorInfo> find_entry(const std::vector<AcceleratorInfo>& entries, const std::string& name) {
