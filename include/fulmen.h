@@ -2394,10 +2394,13 @@ void fulmen_scheduler_free(struct fulmen_scheduler *scheduler);
  * devices or processes are asked for, else single_device),
  * "single_device", "ddp" (one process per device; started by torchrun,
  * SLURM, or fulmen re-executing the host program), "ddp_spawn",
- * "ddp_find_unused_parameters_true", "ddp_find_unused_parameters_false".
- * An unknown name is an error listing the registered ones.
+ * "ddp_find_unused_parameters_true", "ddp_find_unused_parameters_false",
+ * "dp" (one process; the model replicated on every device, each batch
+ * split along dimension 0 and the step run once per chunk), "xla" (one
+ * process per XLA device; needs the xla accelerator). An unknown name is an error listing the registered ones.
  */
-struct fulmen_error *fulmen_strategy_new(const char *name, struct fulmen_strategy **out);
+struct fulmen_error *fulmen_strategy_new(const char *name,
+                                         struct fulmen_strategy **out);
 
 /**
  * Sets a setting from text: `find_unused_parameters` ("true"/"false"),
@@ -3043,7 +3046,7 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  * `precision` ("32-true", "16-mixed", "bf16-mixed", "64-true",
  * "16-true", "bf16-true", legacy "32", "16", "bf16", "64"), `strategy`
  * ("auto", "single_device", "ddp", "ddp_spawn",
- * "ddp_find_unused_parameters_true", ...), `num_nodes`,
+ * "ddp_find_unused_parameters_true", "dp", "xla", ...), `num_nodes`,
  * `process_group_backend` ("gloo", "nccl", "none" = by device),
  * `ddp_timeout` (seconds; rendezvous and collectives). An unknown
  * key or bad value is an error naming it; the options are then unchanged.

@@ -29,7 +29,7 @@ func TestStrategyNameAndUnknownNames(t *testing.T) {
 	if !errors.Is(err, fulmen.ErrInvalidArgument) || !strings.Contains(err.Error(), "ddp") {
 		t.Errorf("an unknown strategy: %v", err)
 	}
-	if _, err := fulmen.NewStrategy("dp"); !errors.Is(err, fulmen.ErrInvalidArgument) || !strings.Contains(err.Error(), "not available") {
+	if _, err := fulmen.NewStrategy("fsdp"); !errors.Is(err, fulmen.ErrInvalidArgument) || !strings.Contains(err.Error(), "not available") {
 		t.Errorf("dp: %v", err)
 	}
 }
@@ -104,7 +104,7 @@ func TestTrainerOptionsSetStrategy(t *testing.T) {
 	defer o.Close()
 	ok(t, o.SetStrategy(s))
 	ok(t, o.Set("strategy", "ddp_spawn"))
-	if err := o.Set("strategy", "dp"); !errors.Is(err, fulmen.ErrInvalidArgument) {
+	if err := o.Set("strategy", "fsdp"); !errors.Is(err, fulmen.ErrInvalidArgument) {
 		t.Errorf("strategy=dp: %v", err)
 	}
 	if err := o.Set("strategy", "nope"); !errors.Is(err, fulmen.ErrInvalidArgument) {

@@ -22,8 +22,10 @@ impl Handle for fulmen_strategy {
 /// devices or processes are asked for, else single_device),
 /// "single_device", "ddp" (one process per device; started by torchrun,
 /// SLURM, or fulmen re-executing the host program), "ddp_spawn",
-/// "ddp_find_unused_parameters_true", "ddp_find_unused_parameters_false".
-/// An unknown name is an error listing the registered ones.
+/// "ddp_find_unused_parameters_true", "ddp_find_unused_parameters_false",
+/// "dp" (one process; the model replicated on every device, each batch
+/// split along dimension 0 and the step run once per chunk), "xla" (one
+/// process per XLA device; needs the xla accelerator). An unknown name is an error listing the registered ones.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_strategy_new(name: *const c_char, out: *mut *mut fulmen_strategy) -> *mut fulmen_error {
     guard("fulmen_strategy_new", || {

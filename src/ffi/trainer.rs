@@ -249,7 +249,7 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 /// `precision` ("32-true", "16-mixed", "bf16-mixed", "64-true",
 /// "16-true", "bf16-true", legacy "32", "16", "bf16", "64"), `strategy`
 /// ("auto", "single_device", "ddp", "ddp_spawn",
-/// "ddp_find_unused_parameters_true", ...), `num_nodes`,
+/// "ddp_find_unused_parameters_true", "dp", "xla", ...), `num_nodes`,
 /// `process_group_backend` ("gloo", "nccl", "none" = by device),
 /// `ddp_timeout` (seconds; rendezvous and collectives). An unknown
 /// key or bad value is an error naming it; the options are then unchanged.

@@ -7,7 +7,7 @@ use super::layers::flatten::Flatten;
 use super::layers::linear::Linear;
 use super::layers::norm::{BatchNorm, LayerNorm};
 use super::layers::pool::{Pool2d, PoolKind};
-use super::layers::{Activation, Layer};
+use super::layers::{Activation, Layer, TensorMap};
 use super::torchscript::ScriptModule;
 use crate::error::{Error, ErrorCode, Result, ResultExt};
 use tch::{Device, Kind, Tensor};
@@ -337,6 +337,35 @@ impl Module {
     pub fn to_device(&mut self, device: Device) -> Result<()> {
         check_device(device)?;
         self.convert(Some(device), None).ctx(format!("to_device({device:?})"))
+    }
+
+    /// A replica of the module on `device` (DataParallel's `replicate`):
+    /// the same structure and mode, every parameter and buffer
+    /// `tensor.to(device)`, so the gradients of the replica's parameters
+    /// flow back into this module's (on the module's own device the replica
+    /// shares its tensors). TorchScript modules cannot be replicated.
+    pub fn replicate(&self, device: Device) -> Result<Module> {
+        check_device(device)?;
+        self.replicate_with(&mut |t: &Tensor| Ok(t.f_to_device(device)?))
+    }
+
+    fn replicate_with(&self, map: &mut TensorMap<'_>) -> Result<Module> {
+        let children = |c: &[(String, Module)], map: &mut TensorMap<'_>| -> Result<Vec<(String, Module)>> {
+            c.iter().map(|(n, m)| Ok((n.clone(), m.replicate_with(map)?))).collect()
+        };
+        let node = match &self.node {
+            Node::Layer(l) => Node::Layer(l.replicate(map)?),
+            Node::Sequential(c) => Node::Sequential(children(c, map)?),
+            Node::Named(c) => Node::Named(children(c, map)?),
+            Node::Script(_) => {
+                return Err(Error::new(
+                    ErrorCode::Unsupported,
+                    "a TorchScript module cannot be replicated across devices (strategy dp): \
+                     use ddp, or build the model from fulmen's layers",
+                ))
+            }
+        };
+        Ok(Module { node, training: self.training })
     }
 
     /// Casts floating-point parameters and buffers to the floating `kind`

@@ -15,6 +15,13 @@ pub enum StrategyKind {
     /// Distributed data parallel: one process per device, gradients
     /// averaged by c10d's Reducer during backward.
     Ddp,
+    /// DataParallel: one process, the model replicated on every device of
+    /// the accelerator, each batch split along dimension 0, the losses
+    /// averaged and predictions gathered on the first device.
+    Dp,
+    /// One process per XLA device (Lightning's `XLAStrategy`), started as
+    /// for DDP; needs the xla accelerator.
+    Xla,
 }
 
 /// A registry entry.
@@ -72,6 +79,19 @@ const ENTRIES: &[Entry] = &[
         kind: StrategyKind::Ddp,
         find_unused: false,
     },
+    Entry {
+        name: "dp",
+        description: "one process: the model replicated on every device, each batch split along dimension 0, \
+                      losses averaged and predictions gathered on the first device",
+        kind: StrategyKind::Dp,
+        find_unused: false,
+    },
+    Entry {
+        name: "xla",
+        description: "one process per XLA device (TPU), started as for ddp; needs the xla accelerator",
+        kind: StrategyKind::Xla,
+        find_unused: false,
+    },
 ];
 
 /// Every registered strategy.
@@ -104,7 +124,7 @@ pub fn lookup(name: &str) -> Result<StrategySpec> {
     let entry = ENTRIES.iter().find(|e| e.name == key).ok_or_else(|| {
         let known: Vec<&str> = ENTRIES.iter().map(|e| e.name).collect();
         let hint = match key.as_str() {
-            "dp" | "xla" | "fsdp" | "deepspeed" => format!(" ({key} is not available in this build)"),
+            "fsdp" | "deepspeed" => format!(" ({key} is not available in this build)"),
             _ => String::new(),
         };
         Error::invalid(format!("unknown strategy {name:?}{hint}; registered: {}", known.join(", ")))
@@ -182,7 +202,9 @@ mod tests {
         let s = lookup("DDP_find_unused_parameters_true").unwrap();
         assert_eq!((s.kind, s.find_unused_parameters), (StrategyKind::Ddp, true));
         assert_eq!(lookup("auto").unwrap().kind, StrategyKind::Auto);
-        let e = lookup("dp").unwrap_err();
+        assert_eq!(lookup("dp").unwrap().kind, StrategyKind::Dp);
+        assert_eq!(lookup("xla").unwrap().kind, StrategyKind::Xla);
+        let e = lookup("fsdp").unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidArgument);
         assert!(e.message.contains("not available"), "{e}");
         let mut s = lookup("ddp").unwrap();

@@ -212,30 +212,33 @@ fn eval_run(
             }
             let batch = run.placement.prepare_batch(batch.ctx(format!("loading {} batch {i}", stage.name()))?)?;
             run.hook(h.batch_start, HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() })?;
-            let mut ctx = StepContext {
-                stage,
-                epoch,
-                global_step: run.state.global_step,
-                batch_idx: i as i64,
-                batch_size: batch_size_of(&batch),
-                metrics: &mut store,
-            };
             let at = |name: &str| format!("{name} (batch {i})");
             let autocast = run.placement.forward_context()?;
-            let out = match stage {
-                Stage::Test => {
-                    run.module.test_step(&mut ctx, &batch).map(|_| None).map_err(|e| e.context(at("test_step")))?
+            let (module, global_step) = (&mut *run.module, run.state.global_step);
+            store.begin_split();
+            let outs = run.strategy.split(&batch, &mut |chunk| {
+                let mut ctx = StepContext {
+                    stage,
+                    epoch,
+                    global_step,
+                    batch_idx: i as i64,
+                    batch_size: batch_size_of(chunk),
+                    metrics: &mut store,
+                };
+                match stage {
+                    Stage::Test => {
+                        module.test_step(&mut ctx, chunk).map(|_| None).map_err(|e| e.context(at("test_step")))
+                    }
+                    Stage::Predict => module.predict_step(&mut ctx, chunk).map_err(|e| e.context(at("predict_step"))),
+                    _ => module
+                        .validation_step(&mut ctx, chunk)
+                        .map(|_| None)
+                        .map_err(|e| e.context(at("validation_step"))),
                 }
-                Stage::Predict => {
-                    run.module.predict_step(&mut ctx, &batch).map_err(|e| e.context(at("predict_step")))?
-                }
-                _ => run
-                    .module
-                    .validation_step(&mut ctx, &batch)
-                    .map(|_| None)
-                    .map_err(|e| e.context(at("validation_step")))?,
-            };
+            });
+            store.end_split();
             drop(autocast);
+            let out = run.strategy.gather_output(outs?)?;
             run.hook(
                 h.batch_end,
                 HookData { batch_idx: i as i64, batch: Some(&batch), output: out.as_ref(), ..Default::default() },

@@ -373,18 +373,24 @@ fn train_epoch(
         // Built only when an error needs it.
         let step_now = run.state.global_step;
         let at = || format!("training_step (epoch {epoch}, global step {step_now}, batch {i})");
-        let mut ctx = StepContext {
-            stage: Stage::Train,
-            epoch,
-            global_step: run.state.global_step,
-            batch_idx: i as i64,
-            batch_size: batch_size_of(&batch),
-            metrics: &mut store,
-        };
         run.strategy.pre_forward(stepped)?;
         let autocast = run.placement.forward_context()?;
-        let loss = run.module.training_step(&mut ctx, &batch).map_err(|e| e.context(at()))?;
+        let module = &mut *run.module;
+        store.begin_split();
+        let losses = run.strategy.split(&batch, &mut |chunk| {
+            let mut ctx = StepContext {
+                stage: Stage::Train,
+                epoch,
+                global_step: step_now,
+                batch_idx: i as i64,
+                batch_size: batch_size_of(chunk),
+                metrics: &mut store,
+            };
+            module.training_step(&mut ctx, chunk).map_err(|e| e.context(at()))
+        });
+        store.end_split();
         drop(autocast);
+        let loss = run.strategy.gather_loss(losses?)?;
         store.sync_step(&|v| run.strategy.mean(v))?;
         loss_sum += check_loss(&loss, opts.detect_nonfinite_loss, &at)?;
         loss_count += 1;
@@ -511,18 +517,24 @@ pub(super) fn run_validation(
                 Hook::ValidationBatchStart,
                 HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() },
             )?;
-            let mut ctx = StepContext {
-                stage: Stage::Validate,
-                epoch,
-                global_step: run.state.global_step,
-                batch_idx: i as i64,
-                batch_size: batch_size_of(&batch),
-                metrics: &mut store,
-            };
             let _autocast = run.placement.forward_context()?;
-            run.module.validation_step(&mut ctx, &batch).map_err(|e| {
-                e.context(format!("validation_step (epoch {epoch}, global step {}, batch {i})", run.state.global_step))
-            })?;
+            let (module, global_step) = (&mut *run.module, run.state.global_step);
+            store.begin_split();
+            let done = run.strategy.split(&batch, &mut |chunk| {
+                let mut ctx = StepContext {
+                    stage: Stage::Validate,
+                    epoch,
+                    global_step,
+                    batch_idx: i as i64,
+                    batch_size: batch_size_of(chunk),
+                    metrics: &mut store,
+                };
+                module.validation_step(&mut ctx, chunk).map_err(|e| {
+                    e.context(format!("validation_step (epoch {epoch}, global step {global_step}, batch {i})"))
+                })
+            });
+            store.end_split();
+            done?;
             run.hook(
                 Hook::ValidationBatchEnd,
                 HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() },

@@ -35,6 +35,9 @@ pub struct MetricStore {
     pub progress_metrics: BTreeMap<String, f64>,
     /// Names logged with sync_dist.
     sync: BTreeSet<String>,
+    /// While a batch is split over DP replicas: per step key, the weighted
+    /// sum, the weight and the number of values logged for it.
+    split: Option<BTreeMap<String, (f64, f64, usize)>>,
 }
 
 impl MetricStore {
@@ -46,6 +49,18 @@ impl MetricStore {
         }
         if flags.on_step {
             let key = if both { format!("{name}_step") } else { name.to_string() };
+            let value = match self.split.as_mut() {
+                Some(split) => {
+                    let e = split.entry(key.clone()).or_insert((0.0, 0.0, 0));
+                    *e = (e.0 + value * batch_size, e.1 + batch_size, e.2 + 1);
+                    if e.2 > 1 && e.1 > 0.0 {
+                        e.0 / e.1
+                    } else {
+                        value
+                    }
+                }
+                None => value,
+            };
             self.step.insert(key.clone(), value);
             self.callback_metrics.insert(key.clone(), value);
             if flags.prog_bar {
@@ -59,6 +74,18 @@ impl MetricStore {
             acc.prog_bar |= flags.prog_bar;
             acc.on_step |= both;
         }
+    }
+
+    /// Starts a batch split over DP replicas: until [`MetricStore::end_split`]
+    /// a step value logged by several chunks is their mean weighted by the
+    /// chunks' batch sizes (epoch means are weighted anyway).
+    pub fn begin_split(&mut self) {
+        self.split = Some(BTreeMap::new());
+    }
+
+    /// Ends a split batch.
+    pub fn end_split(&mut self) {
+        self.split = None;
     }
 
     /// Averages the step values logged with sync_dist over ranks with
@@ -172,5 +199,19 @@ mod tests {
         assert_eq!(m.callback_metrics["loss_step"], 4.0);
         let e = m.end_epoch_synced(&double).unwrap();
         assert_eq!((e["loss_epoch"], e["acc_epoch"]), (4.0, 0.5));
+    }
+
+    #[test]
+    fn a_split_batch_logs_the_weighted_mean_of_its_chunks() {
+        let mut m = MetricStore::default();
+        let f = LogFlags { on_step: true, on_epoch: true, prog_bar: false, sync_dist: false };
+        m.begin_split();
+        m.log("loss", 1.0, f, 3.0);
+        m.log("loss", 3.0, f, 1.0);
+        m.end_split();
+        assert_eq!(m.take_step_values()["loss_step"], 1.5);
+        m.log("loss", 7.0, f, 4.0);
+        assert_eq!(m.take_step_values()["loss_step"], 7.0);
+        assert_eq!(m.end_epoch()["loss_epoch"], (3.0 + 3.0 + 28.0) / 8.0);
     }
 }

@@ -1,6 +1,7 @@
 //! The Trainer: Lightning's fit / validate / test / predict loops with
 //! hooks, callbacks, loggers and checkpoints.
 pub mod context;
+mod data_parallel;
 pub mod device;
 mod eval;
 mod fit;

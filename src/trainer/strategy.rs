@@ -1,6 +1,7 @@
 //! The strategy of one run: single device, or DDP over the process's
 //! distributed context (gradient averaging by c10d's Reducer, sharded data,
 //! synchronized metrics and decisions, rank-zero-only files).
+use super::data_parallel::DpRun;
 use super::device::Placement;
 use super::module::LightningModule;
 use super::options::TrainerOptions;
@@ -29,6 +30,8 @@ pub(crate) enum RunStrategy {
     Single,
     /// Distributed data parallel.
     Ddp(DdpRun),
+    /// DataParallel: one process, replicas on several devices.
+    Dp(DpRun),
 }
 
 /// Resolves accelerator, devices, precision and strategy; joins the
@@ -48,13 +51,23 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<(Placement, RunStrategy)> {
         ClusterEnv::launched_externally()
             && ClusterEnv::detect(list.len(), s.num_nodes).map(|e| e.world_size > 1).unwrap_or(false)
     };
+    if s.kind == StrategyKind::Xla && acc.name() != "xla" {
+        return Err(Error::invalid(format!(
+            "strategy \"xla\" runs on the xla accelerator, not {:?}: set accelerator=\"xla\" (or \"tpu\")",
+            acc.name()
+        )));
+    }
     let kind = match s.kind {
         StrategyKind::Auto if list.len() > 1 || s.num_nodes > 1 || external_world() => StrategyKind::Ddp,
         StrategyKind::Auto => StrategyKind::SingleDevice,
         k => k,
     };
     match kind {
-        StrategyKind::Ddp => {
+        StrategyKind::Dp => {
+            let placement = Placement::on(acc, list[0], &opts.precision, opts.grad_scaler)?;
+            Ok((placement, RunStrategy::Dp(DpRun::new(list))))
+        }
+        StrategyKind::Ddp | StrategyKind::Xla => {
             let ctx = distributed::join(&JoinOptions {
                 devices_per_node: list.len(),
                 num_nodes: s.num_nodes,
@@ -105,7 +118,7 @@ impl RunStrategy {
     /// Whether this process is rank 0 (always, for a single device).
     pub fn is_global_zero(&self) -> bool {
         match self {
-            RunStrategy::Single => true,
+            RunStrategy::Single | RunStrategy::Dp(_) => true,
             RunStrategy::Ddp(d) => d.ctx.is_global_zero(),
         }
     }
@@ -113,7 +126,7 @@ impl RunStrategy {
     /// This process's rank.
     pub fn global_rank(&self) -> usize {
         match self {
-            RunStrategy::Single => 0,
+            RunStrategy::Single | RunStrategy::Dp(_) => 0,
             RunStrategy::Ddp(d) => d.ctx.rank(),
         }
     }
@@ -121,7 +134,7 @@ impl RunStrategy {
     /// Number of processes.
     pub fn world_size(&self) -> usize {
         match self {
-            RunStrategy::Single => 1,
+            RunStrategy::Single | RunStrategy::Dp(_) => 1,
             RunStrategy::Ddp(d) => d.ctx.world_size(),
         }
     }
@@ -130,6 +143,9 @@ impl RunStrategy {
     /// parameters, copies rank 0's parameters and buffers to all ranks, and
     /// (for training) hooks the Reducer.
     pub fn setup_model(&mut self, module: &dyn LightningModule, training: bool) -> Result<()> {
+        if let RunStrategy::Dp(d) = self {
+            return d.setup_model(module);
+        }
         let RunStrategy::Ddp(d) = self else { return Ok(()) };
         let Some(model) = module.model() else {
             return Err(Error::state(
@@ -202,8 +218,33 @@ impl RunStrategy {
     /// Waits for every rank.
     pub fn barrier(&self) -> Result<()> {
         match self {
-            RunStrategy::Single => Ok(()),
+            RunStrategy::Single | RunStrategy::Dp(_) => Ok(()),
             RunStrategy::Ddp(d) => d.ctx.group.barrier().map_err(|e| d.ctx.explain(e)),
+        }
+    }
+
+    /// Runs a step on `batch`: once, or for DP once per chunk with the
+    /// chunk's replica of the model.
+    pub fn split<T>(&self, batch: &[Tensor], step: &mut dyn FnMut(&[Tensor]) -> Result<T>) -> Result<Vec<T>> {
+        match self {
+            RunStrategy::Dp(d) => d.run(batch, step),
+            _ => Ok(vec![step(batch)?]),
+        }
+    }
+
+    /// The loss of a batch from the losses [`RunStrategy::split`] produced.
+    pub fn gather_loss(&self, losses: Vec<Tensor>) -> Result<Tensor> {
+        match self {
+            RunStrategy::Dp(d) => d.gather_loss(losses),
+            _ => losses.into_iter().next().ok_or_else(|| Error::state("no loss was produced")),
+        }
+    }
+
+    /// The prediction of a batch from those [`RunStrategy::split`] produced.
+    pub fn gather_output(&self, outputs: Vec<Option<Tensor>>) -> Result<Option<Tensor>> {
+        match self {
+            RunStrategy::Dp(d) => d.gather_outputs(outputs),
+            _ => Ok(outputs.into_iter().next().flatten()),
         }
     }
 

@@ -75,8 +75,8 @@ TEST_F(StrategyTest, NameRoundTripsAndUnknownNamesAreErrors) {
     EXPECT_EQ(error_code([] { Strategy("nope"); }), FULMEN_CODE_INVALID_ARGUMENT);
     std::string message = error_message([] { Strategy("nope"); });
     EXPECT_NE(message.find("ddp"), std::string::npos) << message;  // lists the registered names
-    EXPECT_EQ(error_code([] { Strategy("dp"); }), FULMEN_CODE_INVALID_ARGUMENT);
-    EXPECT_NE(error_message([] { Strategy("dp"); }).find("not available"), std::string::npos);
+    EXPECT_EQ(error_code([] { Strategy("fsdp"); }), FULMEN_CODE_INVALID_ARGUMENT);
+    EXPECT_NE(error_message([] { Strategy("fsdp"); }).find("not available"), std::string::npos);
 }
 
 TEST_F(StrategyTest, SettingsAcceptGoodValuesAndRefuseBadOnes) {
@@ -132,7 +132,7 @@ TEST_F(StrategyTest, TrainerOptionsTakeAStrategy) {
     TrainerOptions options;
     options.set_strategy(ddp).set("strategy", "ddp_spawn");
     TrainerOptions chained = TrainerOptions().set_strategy(Strategy("single_device")).set("max_epochs", 1);
-    EXPECT_EQ(error_code([] { TrainerOptions().set("strategy", "dp"); }), FULMEN_CODE_INVALID_ARGUMENT);
+    EXPECT_EQ(error_code([] { TrainerOptions().set("strategy", "fsdp"); }), FULMEN_CODE_INVALID_ARGUMENT);
     EXPECT_EQ(error_code([] { TrainerOptions().set("strategy", "nope"); }), FULMEN_CODE_INVALID_ARGUMENT);
     Strategy empty;
     EXPECT_EQ(error_code([&] { options.set_strategy(empty); }), FULMEN_CODE_NULL_ARGUMENT);

@@ -48,6 +48,10 @@ impl Activation {
 }
 
 impl Layer for Activation {
+    fn replicate(&self, _map: &mut super::TensorMap<'_>) -> Result<Box<dyn Layer>> {
+        Ok(Box::new(*self))
+    }
+
     fn type_name(&self) -> &'static str {
         match self {
             Activation::Relu => "ReLU",

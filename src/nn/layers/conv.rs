@@ -64,6 +64,11 @@ impl Conv2d {
 }
 
 impl Layer for Conv2d {
+    fn replicate(&self, map: &mut super::TensorMap<'_>) -> Result<Box<dyn Layer>> {
+        let (weight, bias) = (map(&self.weight)?, super::map_opt(map, &self.bias)?);
+        Ok(Box::new(Conv2d { cfg: self.cfg, weight, bias }))
+    }
+
     fn type_name(&self) -> &'static str {
         "Conv2d"
     }

@@ -20,6 +20,10 @@ impl Dropout {
 }
 
 impl Layer for Dropout {
+    fn replicate(&self, _map: &mut super::TensorMap<'_>) -> Result<Box<dyn Layer>> {
+        Ok(Box::new(Dropout { p: self.p }))
+    }
+
     fn type_name(&self) -> &'static str {
         "Dropout"
     }

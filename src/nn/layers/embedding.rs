@@ -25,6 +25,10 @@ impl Embedding {
 }
 
 impl Layer for Embedding {
+    fn replicate(&self, map: &mut super::TensorMap<'_>) -> Result<Box<dyn Layer>> {
+        Ok(Box::new(Embedding { num_embeddings: self.num_embeddings, weight: map(&self.weight)? }))
+    }
+
     fn type_name(&self) -> &'static str {
         "Embedding"
     }

@@ -11,6 +11,10 @@ pub(crate) struct Flatten {
 }
 
 impl Layer for Flatten {
+    fn replicate(&self, _map: &mut super::TensorMap<'_>) -> Result<Box<dyn Layer>> {
+        Ok(Box::new(Flatten { start_dim: self.start_dim, end_dim: self.end_dim }))
+    }
+
     fn type_name(&self) -> &'static str {
         "Flatten"
     }

@@ -28,6 +28,11 @@ impl Linear {
 }
 
 impl Layer for Linear {
+    fn replicate(&self, map: &mut super::TensorMap<'_>) -> Result<Box<dyn Layer>> {
+        let (weight, bias) = (map(&self.weight)?, super::map_opt(map, &self.bias)?);
+        Ok(Box::new(Linear { in_features: self.in_features, weight, bias }))
+    }
+
     fn type_name(&self) -> &'static str {
         "Linear"
     }

@@ -28,6 +28,18 @@ pub(crate) trait Layer: Send + std::fmt::Debug {
     fn buffers(&self) -> Vec<(&'static str, &Tensor)> {
         Vec::new()
     }
+    /// A copy of the layer whose parameters and buffers are `map(tensor)`
+    /// (DataParallel's replicas: `map` moves a tensor to a device, keeping
+    /// autograd's link to the original).
+    fn replicate(&self, map: &mut TensorMap<'_>) -> Result<Box<dyn Layer>>;
+}
+
+/// How [`Layer::replicate`] turns each tensor into the replica's.
+pub(crate) type TensorMap<'a> = dyn FnMut(&Tensor) -> Result<Tensor> + 'a;
+
+/// Maps an optional tensor with `map`.
+pub(crate) fn map_opt(map: &mut TensorMap<'_>, t: &Option<Tensor>) -> Result<Option<Tensor>> {
+    t.as_ref().map(map).transpose()
 }
 
 /// Formats a shape for error messages.

@@ -60,6 +60,25 @@ impl BatchNorm {
 }
 
 impl Layer for BatchNorm {
+    fn replicate(&self, map: &mut super::TensorMap<'_>) -> Result<Box<dyn Layer>> {
+        let running = match &self.running {
+            Some(r) => Some(RunningStats {
+                mean: map(&r.mean)?,
+                var: map(&r.var)?,
+                num_batches_tracked: map(&r.num_batches_tracked)?,
+            }),
+            None => None,
+        };
+        Ok(Box::new(BatchNorm {
+            num_features: self.num_features,
+            eps: self.eps,
+            momentum: self.momentum,
+            weight: super::map_opt(map, &self.weight)?,
+            bias: super::map_opt(map, &self.bias)?,
+            running,
+        }))
+    }
+
     fn type_name(&self) -> &'static str {
         "BatchNorm"
     }
@@ -150,6 +169,11 @@ impl LayerNorm {
 }
 
 impl Layer for LayerNorm {
+    fn replicate(&self, map: &mut super::TensorMap<'_>) -> Result<Box<dyn Layer>> {
+        let (weight, bias) = (super::map_opt(map, &self.weight)?, super::map_opt(map, &self.bias)?);
+        Ok(Box::new(LayerNorm { shape: self.shape.clone(), eps: self.eps, weight, bias }))
+    }
+
     fn type_name(&self) -> &'static str {
         "LayerNorm"
     }

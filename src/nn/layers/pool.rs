@@ -37,6 +37,10 @@ impl Pool2d {
 }
 
 impl Layer for Pool2d {
+    fn replicate(&self, _map: &mut super::TensorMap<'_>) -> Result<Box<dyn Layer>> {
+        Ok(Box::new(Pool2d { kind: self.kind, kernel: self.kernel, stride: self.stride, padding: self.padding }))
+    }
+
     fn type_name(&self) -> &'static str {
         match self.kind {
             PoolKind::Max => "MaxPool2d",
