@@ -37,7 +37,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_e
 
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all deps lib header bench test test-rust test-c test-pkgconfig test-cpp test-go test-coverage demo example lint fmt install clean
+.PHONY: all deps lib header bench test test-rust test-c test-pkgconfig test-cpp test-go test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example lint fmt install clean
 
 all: lib
 
@@ -60,7 +60,7 @@ lib: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 header: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test header_drift
 
-test: deps lib lint test-rust test-c example test-cpp test-go test-coverage
+test: deps lib lint test-rust test-c example test-valgrind test-fuzz test-soak test-cpp test-go test-coverage
 	@echo "all suites passed"
 
 test-coverage:
@@ -93,6 +93,74 @@ example: $(BUILD)/examples/mnist $(BUILD)/examples/snippet $(MNIST)
 	@rm -rf $(BUILD)/ddp-run
 	$(BUILD)/examples/mnist --data $(MNIST) --epochs 1 --strategy ddp --devices 2 --out $(BUILD)/ddp-run | tee $(BUILD)/ddp-run.log
 	@grep -q "trained on 2 ranks" $(BUILD)/ddp-run.log && test -f $(BUILD)/ddp-run/checkpoints/last.ckpt
+
+# valgrind: every C test but test_ddp and test_crash (they re-execute the
+# program, which under valgrind is valgrind itself; ASan covers them) and the
+# examples. The tests are linked into one program per half, so libtorch's
+# start-up (about 35 s under valgrind) is paid twice, and the halves run
+# side by side with the MNIST example (one epoch of the real data set; the
+# tests' own MNIST runs, FULMEN_MNIST, are left to the ASan suite). A
+# definite leak or an invalid access fails the suite.
+VG_TESTS := $(filter-out test_ddp test_crash,$(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))) snippet
+VALGRIND := valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite
+CFLAGS_VG := -std=c11 -Wall -Wextra -Werror -pedantic -g -O1
+
+$(BUILD)/valgrind/%.o: tests/c/%.c tests/c/check.h tests/c/fixture.h include/fulmen.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_VG) $(C_INC) -Dmain=$*_main -c $< -o $@
+
+$(BUILD)/valgrind/snippet.o: examples/c/snippet.c include/fulmen.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_VG) $(C_INC) -Dmain=snippet_main -c $< -o $@
+
+$(BUILD)/valgrind/all_tests: scripts/valgrind-runner.sh $(VG_TESTS:%=$(BUILD)/valgrind/%.o) lib
+	bash scripts/valgrind-runner.sh $(VG_TESTS) > $(BUILD)/valgrind/runner.c
+	$(CC) $(CFLAGS_VG) $(BUILD)/valgrind/runner.c $(VG_TESTS:%=$(BUILD)/valgrind/%.o) -o $@ $(C_LINK)
+
+test-valgrind: $(BUILD)/valgrind/all_tests $(BUILD)/examples/mnist $(MNIST)
+	@command -v valgrind >/dev/null || { echo "valgrind is needed (Debian package valgrind)"; exit 1; }
+	@set -u; cd $(ROOT); export FULMEN_FIXTURES=$(ROOT)/tests/fixtures; rm -rf $(BUILD)/valgrind/mnist-run; \
+	  odd=""; even=""; i=0; for t in $(VG_TESTS); do if [ $$((i % 2)) = 0 ]; then even="$$even $$t"; else odd="$$odd $$t"; fi; i=$$((i + 1)); done; \
+	  $(VALGRIND) $(BUILD)/valgrind/all_tests $$even > $(BUILD)/valgrind/even.log 2>&1 & p1=$$!; \
+	  $(VALGRIND) $(BUILD)/valgrind/all_tests $$odd > $(BUILD)/valgrind/odd.log 2>&1 & p2=$$!; \
+	  $(VALGRIND) $(BUILD)/examples/mnist --data $(MNIST) --epochs 1 --threads 1 --out $(BUILD)/valgrind/mnist-run > $(BUILD)/valgrind/mnist.log 2>&1 & p3=$$!; \
+	  r1=0; r2=0; r3=0; wait $$p1 || r1=$$?; wait $$p2 || r2=$$?; wait $$p3 || r3=$$?; \
+	  grep -h -E "^(== |FAILED|test_[a-z]*: [0-9]+ passed|snippet|final validation accuracy)" $(BUILD)/valgrind/even.log $(BUILD)/valgrind/odd.log $(BUILD)/valgrind/mnist.log; \
+	  if [ $$r1 != 0 ] || [ $$r2 != 0 ] || [ $$r3 != 0 ]; then echo "valgrind: failures (exit $$r1 / $$r2 / $$r3), see $(BUILD)/valgrind/*.log"; exit 1; fi
+	@echo "valgrind: $(words $(VG_TESTS)) C programs and the MNIST example clean (no invalid access, no definite leak)"
+
+# Soak: 20,000 steps with flat resident memory, built without sanitizers
+# (their quarantine would hold freed memory). SOAK_STEPS changes the length.
+SOAK_STEPS ?= 20000
+$(BUILD)/tests/soak_memory: tests/c/soak_memory.c tests/c/check.h tests/c/fixture.h include/fulmen.h lib
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
+
+test-soak: $(BUILD)/tests/soak_memory
+	$(BUILD)/tests/soak_memory $(SOAK_STEPS)
+
+# Fuzzing (tests/fuzz): random C API call sequences, mutated checkpoints and
+# CSV files, under ASan. `make test` runs each target for FUZZ_SECONDS after
+# replaying its regressions; `make fuzz FUZZ_SECONDS=600` runs longer.
+# With clang, `make fuzz-libfuzzer` builds coverage-guided libFuzzer targets.
+FUZZ_TARGETS := api csv checkpoint
+FUZZ_SECONDS ?= 15
+FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.h include/fulmen.h lib
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK)
+
+test-fuzz fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
+	@set -eo pipefail; for t in $(FUZZ_TARGETS); do \
+	  $(FUZZ_ENV) FULMEN_FUZZ_SECONDS=$(FUZZ_SECONDS) $(BUILD)/fuzz/fuzz_$$t tests/fuzz/regressions/$$t 2>&1 \
+	    | grep -v -e "failed to allocate" -e "^\[W.*Warning" ; done
+
+fuzz-libfuzzer: lib
+	@mkdir -p $(BUILD)/libfuzzer
+	@for t in $(FUZZ_TARGETS); do \
+	  clang -g -O1 -fsanitize=fuzzer,address -DFULMEN_LIBFUZZER $(C_INC) tests/fuzz/fuzz_$$t.c -o $(BUILD)/libfuzzer/fuzz_$$t $(C_LINK) || exit 1; done
+	@echo "run: ASAN_OPTIONS=allocator_may_return_null=1 $(BUILD)/libfuzzer/fuzz_api -max_total_time=600 tests/fuzz/regressions/api"
 
 $(BUILD)/examples/snippet: examples/c/snippet.c include/fulmen.h lib
 	@mkdir -p $(dir $@)

@@ -22,7 +22,7 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
     let t = text.trim();
     if let Ok(s) = t.parse::<f64>() {
         if s.is_finite() && s >= 0.0 {
-            return Ok(Duration::from_secs_f64(s));
+            return Duration::try_from_secs_f64(s).map_err(|_| bad());
         }
         return Err(bad());
     }

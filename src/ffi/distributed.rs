@@ -158,7 +158,9 @@ pub unsafe extern "C" fn fulmen_distributed_shutdown(timeout_s: f64) -> *mut ful
         if !timeout_s.is_finite() || timeout_s < 0.0 {
             return Err(Error::invalid(format!("timeout_s must be >= 0, got {timeout_s}")));
         }
-        distributed::shutdown(Duration::from_secs_f64(timeout_s))
+        let timeout = Duration::try_from_secs_f64(timeout_s)
+            .map_err(|_| Error::invalid(format!("timeout_s {timeout_s} is too long")))?;
+        distributed::shutdown(timeout)
     })
 }
 

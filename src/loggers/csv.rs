@@ -8,42 +8,81 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Writes metrics as Lightning's `CSVLogger` does.
+/// Rows kept in memory before they are written (Lightning's
+/// `flush_logs_every_n_steps` default).
+const FLUSH_EVERY: usize = 100;
+
+/// Writes metrics as Lightning's `CSVLogger` does. Memory stays bounded in
+/// long runs: rows are appended to the file at every save (and every 100
+/// rows); only a new metric name rewrites the file with the wider header.
 pub struct CsvLogger {
     dir: PathBuf,
-    rows: Vec<BTreeMap<String, f64>>,
-    columns: BTreeSet<String>,
-    dirty: bool,
+    /// Rows logged since the last save.
+    pending: Vec<BTreeMap<String, f64>>,
+    /// The columns of `metrics.csv` as written, `None` before the first save.
+    written: Option<Vec<String>>,
 }
 
 impl CsvLogger {
     /// Writes into the version folder `dir` (created if missing).
     pub fn create(dir: &Path) -> Result<Self> {
         fs::create_dir_all(dir).ctx(format!("creating {}", dir.display()))?;
-        let logger = CsvLogger { dir: dir.to_path_buf(), rows: Vec::new(), columns: BTreeSet::new(), dirty: false };
+        let logger = CsvLogger { dir: dir.to_path_buf(), pending: Vec::new(), written: None };
         write_atomic(&dir.join("hparams.yaml"), "{}\n")?;
         Ok(logger)
     }
 
-    fn render(&self) -> String {
-        let mut cols: Vec<&str> = vec!["epoch"];
-        cols.extend(self.columns.iter().map(String::as_str).filter(|c| *c != "epoch" && *c != "step"));
-        cols.push("step");
-        let mut text = cols.join(",");
-        text.push('\n');
-        for row in &self.rows {
-            let cells: Vec<String> = cols
-                .iter()
-                .map(|c| match row.get(*c) {
-                    Some(v) if *c == "epoch" || *c == "step" => format!("{}", *v as i64),
-                    Some(v) => format!("{v}"),
-                    None => String::new(),
+    /// "epoch", the metric names in order, "step".
+    fn columns(&self) -> Vec<String> {
+        let mut names: BTreeSet<&str> = self.written.iter().flatten().map(String::as_str).collect();
+        names.extend(self.pending.iter().flat_map(|r| r.keys().map(String::as_str)));
+        let mut cols = vec!["epoch".to_string()];
+        cols.extend(names.into_iter().filter(|c| *c != "epoch" && *c != "step").map(str::to_string));
+        cols.push("step".to_string());
+        cols
+    }
+
+    fn row_text(cols: &[String], row: &BTreeMap<String, f64>) -> String {
+        let cells: Vec<String> = cols
+            .iter()
+            .map(|c| match row.get(c) {
+                Some(v) if c == "epoch" || c == "step" => format!("{}", *v as i64),
+                Some(v) => format!("{v}"),
+                None => String::new(),
+            })
+            .collect();
+        let mut line = cells.join(",");
+        line.push('\n');
+        line
+    }
+
+    fn header_text(cols: &[String]) -> String {
+        let names: Vec<String> =
+            cols.iter()
+                .map(|c| {
+                    if c.contains([',', '"', '\n', '\r']) {
+                        format!("\"{}\"", c.replace('"', "\"\""))
+                    } else {
+                        c.clone()
+                    }
                 })
                 .collect();
-            text.push_str(&cells.join(","));
-            text.push('\n');
+        let mut line = names.join(",");
+        line.push('\n');
+        line
+    }
+
+    /// The rows already in the file, re-read to be written under `cols`.
+    fn rows_on_disk(&self, path: &Path, old: &[String], cols: &[String]) -> Result<String> {
+        let text = fs::read_to_string(path).ctx(format!("reading {}", path.display()))?;
+        let mut out = String::new();
+        for line in text.lines().skip(1).filter(|l| !l.is_empty()) {
+            let cells: Vec<&str> = line.split(',').collect();
+            let row: BTreeMap<String, f64> =
+                old.iter().zip(cells).filter_map(|(c, v)| v.parse::<f64>().ok().map(|v| (c.clone(), v))).collect();
+            out.push_str(&Self::row_text(cols, &row));
         }
-        text
+        Ok(out)
     }
 }
 
@@ -83,9 +122,10 @@ impl Logger for CsvLogger {
         let mut row = metrics.clone();
         row.insert("epoch".into(), epoch as f64);
         row.insert("step".into(), step as f64);
-        self.columns.extend(row.keys().cloned());
-        self.rows.push(row);
-        self.dirty = true;
+        self.pending.push(row);
+        if self.pending.len() >= FLUSH_EVERY {
+            self.save()?;
+        }
         Ok(())
     }
 
@@ -99,11 +139,29 @@ impl Logger for CsvLogger {
     }
 
     fn save(&mut self) -> Result<()> {
-        if !self.dirty {
+        if self.pending.is_empty() {
             return Ok(());
         }
-        write_atomic(&self.dir.join("metrics.csv"), &self.render())?;
-        self.dirty = false;
+        let path = self.dir.join("metrics.csv");
+        let cols = self.columns();
+        let rows: String = self.pending.iter().map(|r| Self::row_text(&cols, r)).collect();
+        match &self.written {
+            Some(old) if *old == cols && path.exists() => {
+                let mut f =
+                    fs::OpenOptions::new().append(true).open(&path).ctx(format!("opening {}", path.display()))?;
+                f.write_all(rows.as_bytes()).ctx(format!("appending to {}", path.display()))?;
+            }
+            old => {
+                let mut text = Self::header_text(&cols);
+                if let Some(old) = old.as_ref().filter(|_| path.exists()) {
+                    text.push_str(&self.rows_on_disk(&path, old, &cols)?);
+                }
+                text.push_str(&rows);
+                write_atomic(&path, &text)?;
+            }
+        }
+        self.written = Some(cols);
+        self.pending.clear();
         Ok(())
     }
 
@@ -132,6 +190,26 @@ mod tests {
         assert_eq!(text, "epoch,loss,val_acc,step\n0,0.5,,9\n0,,0.9,9\n");
         let yaml = fs::read_to_string(dir.join("hparams.yaml")).unwrap();
         assert_eq!(yaml, "lr: 0.1\nname: \"mlp\"\n");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn rows_are_appended_and_a_new_metric_widens_the_file() {
+        let dir = std::env::temp_dir().join(format!("fulmen-csv-append-{}", std::process::id()));
+        let mut l = CsvLogger::create(&dir).unwrap();
+        for step in 0..250 {
+            l.log_metrics(&BTreeMap::from([("loss".to_string(), 1.0 / (1 + step) as f64)]), 0, step).unwrap();
+            assert!(l.pending.len() < FLUSH_EVERY);
+        }
+        l.log_metrics(&BTreeMap::from([("a,b".to_string(), 2.0)]), 1, 250).unwrap();
+        l.finalize("success").unwrap();
+        let text = fs::read_to_string(dir.join("metrics.csv")).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 252);
+        assert_eq!(lines[0], "epoch,\"a,b\",loss,step");
+        assert_eq!(lines[1], "0,,1,0");
+        assert_eq!(lines[250], "0,,0.004,249");
+        assert_eq!(lines[251], "1,2,,250");
         fs::remove_dir_all(dir).unwrap();
     }
 }

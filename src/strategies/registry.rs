@@ -171,7 +171,10 @@ impl StrategySpec {
                     }
                 }
             }
-            "timeout" => self.timeout = Duration::from_secs_f64(number()?),
+            "timeout" => {
+                self.timeout = Duration::try_from_secs_f64(number()?)
+                    .map_err(|_| Error::invalid(format!("strategy option {key}: {v:?} seconds is too long")))?
+            }
             "bucket_cap_mb" => self.bucket_cap_mb = number()?,
             "num_nodes" => {
                 self.num_nodes = v
@@ -216,6 +219,7 @@ mod tests {
             (Duration::from_millis(2500), Some("gloo"), 2)
         );
         assert!(s.set("timeout", "-1").is_err());
+        assert!(s.set("timeout", "1e300").is_err());
         assert!(s.set("num_nodes", "0").is_err());
         assert!(s.set("colour", "red").is_err());
         assert_eq!(s.timeout, Duration::from_millis(2500));
