@@ -1,11 +1,13 @@
 // Process-wide libtorch settings tch does not expose: deterministic
-// algorithms and the CPU generator's state (for exact resume).
+// algorithms, autograd's anomaly mode and the CPU generator's state (for
+// exact resume).
 #include "fulmen_cxx.h"
 
 #include <ATen/Context.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <torch/csrc/autograd/anomaly_mode.h>
 
 extern "C" {
 
@@ -20,6 +22,23 @@ int fulmen_cxx_set_deterministic(int on, char* err, size_t err_len) {
 int fulmen_cxx_deterministic(void) {
   try {
     return at::globalContext().deterministicAlgorithms() ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+// torch.autograd.set_detect_anomaly(on, check_nan=True): backward records
+// where each node was made and fails on a NaN gradient, naming it.
+int fulmen_cxx_set_anomaly(int on, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  torch::autograd::AnomalyMode::set_enabled(on != 0, true);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Whether anomaly mode is on.
+int fulmen_cxx_anomaly(void) {
+  try {
+    return torch::autograd::AnomalyMode::is_enabled() ? 1 : 0;
   } catch (...) {
     return 0;
   }

@@ -12,9 +12,26 @@
  * - Every handle argument is checked: NULL, freed or wrong-type handles give
  *   FULMEN_CODE_NULL_ARGUMENT or FULMEN_CODE_INVALID_HANDLE, never a crash.
  *   (An address reused by a new handle of the same type cannot be told apart.)
- * - Handles are not thread-safe: use each from one thread at a time.
- *   Different handles may be used from different threads.
- * - Callbacks run on the thread that made the call that invokes them.
+ * - A panic inside fulmen never crosses into the caller: it becomes
+ *   FULMEN_CODE_PANIC.
+ *
+ * Threads:
+ * - A handle is not thread-safe: use each from one thread at a time (the
+ *   caller serialises). Handles that share nothing may be used from
+ *   different threads at once: two trainers, each with its own module,
+ *   model, optimizers and loaders, can fit in two threads (tested).
+ *   A model, loader or dataset shared by two running trainers is not
+ *   supported: give each trainer its own.
+ * - Thread-safe from any thread: fulmen_error_* on different errors,
+ *   fulmen_live_handles, fulmen_version, the registries (accelerators,
+ *   strategies) and the handle checks themselves (one lock).
+ * - Process-wide, last call wins: fulmen_manual_seed, fulmen_set_num_threads,
+ *   a trainer's `deterministic` and `detect_anomaly` (libtorch's own global
+ *   settings), and the distributed job (one per process).
+ * - Callbacks run on the thread that made the call that invokes them; a
+ *   custom accelerator's callbacks are serialised by fulmen.
+ * - fulmen cannot interrupt host code: a trainer's `callback_timeout`
+ *   fails the run when a late callback returns.
  */
 
 #ifndef FULMEN_H
@@ -3041,6 +3058,11 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  * `default_root_dir`, `enable_progress_bar`, `enable_checkpointing`,
  * `enable_model_summary`, `inference_mode`, `logger` (bool, "csv",
  * "tensorboard", "csv,tensorboard"), `detect_nonfinite_loss`,
+ * `detect_anomaly` (autograd's anomaly mode during the run: a NaN
+ * gradient fails backward naming the operation), `callback_timeout`
+ * (seconds or "DD:HH:MM:SS"; "none" or 0 = no limit: a host callback
+ * that runs longer fails the run with FULMEN_CODE_CALLBACK when it
+ * returns, since fulmen cannot interrupt host code),
  * `accelerator` ("auto", "cpu", "cuda", "gpu", "mps", "xla", "tpu" or a
  * registered name), `devices` ("auto", "1", "-1", "0,2", ...),
  * `precision` ("32-true", "16-mixed", "bf16-mixed", "64-true",
@@ -3192,6 +3214,10 @@ void fulmen_trainer_free(struct fulmen_trainer *trainer);
  */
 struct fulmen_error *fulmen_trainer_options_set_accelerator(struct fulmen_trainer_options *options,
                                                             const struct fulmen_accelerator *accelerator);
+
+extern int fulmen_cxx_set_anomaly(int on, char *err, size_t err_len);
+
+extern int fulmen_cxx_anomaly(void);
 
 #ifdef __cplusplus
 }  // extern "C"

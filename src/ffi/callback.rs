@@ -52,14 +52,54 @@ pub fn check_struct_size(given: usize, known: usize, what: &str) -> Result<()> {
 }
 
 /// Runs a host callback inside a tensor scope and turns its returned error
-/// into a core error naming the callback.
+/// into a core error naming the callback. Under a trainer's
+/// `callback_timeout`, a callback that ran longer fails too.
 pub fn call_host(name: &str, f: impl FnOnce() -> *mut fulmen_error) -> Result<()> {
     let _scope = TensorScope::enter();
-    match unsafe { error_from_raw(f()) } {
+    let timer = HostCallTimer::start();
+    host_result(f(), || format!("callback {name}"))?;
+    timer.check(|| format!("callback {name}"))
+}
+
+/// Takes back the error a host callback returned: an error becomes a core
+/// error "`what` failed: ..." with the host's code (an invalid-handle code,
+/// which would blame the caller, becomes FULMEN_CODE_CALLBACK).
+pub(crate) fn host_result(err: *mut fulmen_error, what: impl FnOnce() -> String) -> Result<()> {
+    // SAFETY: `err` is NULL or an error handle the host handed over.
+    match unsafe { error_from_raw(err) } {
         None => Ok(()),
         Some(e) => {
             let code = if e.code == ErrorCode::InvalidHandle { ErrorCode::Callback } else { e.code };
-            Err(Error::new(code, format!("callback {name} failed: {}", e.message)))
+            Err(Error::new(code, format!("{} failed: {}", what(), e.message)))
         }
+    }
+}
+
+/// Times one host call against the running trainer's `callback_timeout`
+/// (fulmen cannot interrupt host code, so a late call fails when it returns).
+pub struct HostCallTimer(Option<(std::time::Instant, std::time::Duration)>);
+
+impl HostCallTimer {
+    /// Starts timing when a limit is set on this thread.
+    pub fn start() -> Self {
+        HostCallTimer(crate::trainer::run_settings::callback_timeout().map(|l| (std::time::Instant::now(), l)))
+    }
+
+    /// Fails with FULMEN_CODE_CALLBACK when the call ran longer than the limit.
+    pub fn check(&self, what: impl FnOnce() -> String) -> Result<()> {
+        let Some((start, limit)) = self.0 else { return Ok(()) };
+        let took = start.elapsed();
+        if took <= limit {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorCode::Callback,
+            format!(
+                "{} took {:.3} s, longer than callback_timeout = {:.3} s",
+                what(),
+                took.as_secs_f64(),
+                limit.as_secs_f64()
+            ),
+        ))
     }
 }

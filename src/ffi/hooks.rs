@@ -1,7 +1,7 @@
 //! `fulmen_hook_context` and host callbacks (`fulmen_callback_vtable`):
 //! Lightning's hooks delivered to C.
-use super::callback::{check_struct_size, Userdata};
-use super::error::{error_from_raw, fulmen_error, guard, str_arg};
+use super::callback::{check_struct_size, host_result, HostCallTimer, Userdata};
+use super::error::{fulmen_error, guard, str_arg};
 use super::handle::{self, check_out, write_out, Handle};
 use super::model::copy_str;
 use super::tensor::handle::{emit, fulmen_tensor};
@@ -36,16 +36,12 @@ pub(crate) fn call_host_hook(f: fulmen_hook_fn, userdata: *mut c_void, who: &str
     let ptr = std::ptr::from_mut(ctx).cast::<HookContext<'static>>();
     let hook = ctx.hook;
     let h = handle::into_raw(fulmen_hook_context { ctx: ptr });
+    let timer = HostCallTimer::start();
     let err = unsafe { f(userdata, hook as i32, h) };
     // SAFETY: `h` was created above; the host cannot free it.
     let _ = unsafe { handle::take(h) };
-    match unsafe { error_from_raw(err) } {
-        None => Ok(()),
-        Some(e) => Err(Error::new(
-            if e.code == ErrorCode::InvalidHandle { ErrorCode::Callback } else { e.code },
-            format!("{who}.{} failed: {}", hook.name(), e.message),
-        )),
-    }
+    host_result(err, || format!("{who}.{}", hook.name()))?;
+    timer.check(|| format!("{who}.{}", hook.name()))
 }
 
 /// The name Lightning gives hook `hook` ("on_train_epoch_end"), a static

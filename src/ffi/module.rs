@@ -1,9 +1,9 @@
 //! `fulmen_lightning_module`: the host's step functions as a vtable, and
 //! the optimizer configuration its `configure_optimizers` fills.
 use super::batch::{fulmen_batch, with_temp_handle};
-use super::callback::{check_struct_size, Userdata};
+use super::callback::{check_struct_size, host_result, HostCallTimer, Userdata};
 use super::context::fulmen_step_context;
-use super::error::{error_from_raw, fulmen_error, guard, guard_value, str_arg};
+use super::error::{fulmen_error, guard, guard_value, str_arg};
 use super::handle::{self, check_out, Handle};
 use super::hooks::{call_host_hook, fulmen_hook_context, fulmen_hook_fn};
 use super::model::{fulmen_model, model_arg};
@@ -132,13 +132,7 @@ pub struct HostModule {
 }
 
 fn host_error(name: &str, err: *mut fulmen_error) -> Result<()> {
-    match unsafe { error_from_raw(err) } {
-        None => Ok(()),
-        Some(e) => Err(Error::new(
-            if e.code == ErrorCode::InvalidHandle { ErrorCode::Callback } else { e.code },
-            format!("{name} failed: {}", e.message),
-        )),
-    }
+    host_result(err, || name.to_string())
 }
 
 impl HostModule {
@@ -160,10 +154,12 @@ impl HostModule {
         let ctx_ptr = std::ptr::from_mut(ctx).cast::<StepContext<'static>>();
         let batch_value = fulmen_batch { tensors: batch.iter().map(Tensor::shallow_clone).collect() };
         let mut out: *mut fulmen_tensor = std::ptr::null_mut();
+        let timer = HostCallTimer::start();
         let (_, (_, err)) = with_temp_handle(batch_value, |b| {
             with_temp_handle(fulmen_step_context { ctx: ctx_ptr }, |c| f(self.userdata.ptr(), c, b, &mut out))
         });
         host_error(name, err)?;
+        timer.check(|| name.to_string())?;
         if out.is_null() {
             return Ok(None);
         }

@@ -33,7 +33,7 @@ const KEYS: &str = "max_epochs, min_epochs, max_steps, min_steps, max_time, limi
 limit_test_batches, limit_predict_batches, val_check_interval, check_val_every_n_epoch, num_sanity_val_steps, \
 accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm, fast_dev_run, overfit_batches, deterministic, \
 log_every_n_steps, seed, default_root_dir, enable_progress_bar, enable_checkpointing, enable_model_summary, \
-inference_mode, logger, detect_nonfinite_loss, accelerator, devices, precision, strategy, num_nodes, \
+inference_mode, logger, detect_nonfinite_loss, detect_anomaly, callback_timeout, accelerator, devices, precision, strategy, num_nodes, \
 process_group_backend, ddp_timeout";
 
 fn parse_int(key: &str, v: &str) -> Result<i64> {
@@ -189,6 +189,14 @@ pub(crate) fn set_option(o: &mut TrainerOptions, key: &str, value: &str) -> Resu
             }
         }
         "detect_nonfinite_loss" => o.detect_nonfinite_loss = parse_bool(key, v)?,
+        "detect_anomaly" => o.detect_anomaly = parse_bool(key, v)?,
+        "callback_timeout" => {
+            o.callback_timeout = if v.eq_ignore_ascii_case("none") || v == "0" {
+                None
+            } else {
+                Some(crate::callbacks::timer::parse_duration(v).map_err(|e| e.context(format!("option {key}")))?)
+            }
+        }
         "accelerator" => {
             crate::accelerators::registry::resolve(v)?;
             o.accelerator = v.to_string();
@@ -244,6 +252,11 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 /// `default_root_dir`, `enable_progress_bar`, `enable_checkpointing`,
 /// `enable_model_summary`, `inference_mode`, `logger` (bool, "csv",
 /// "tensorboard", "csv,tensorboard"), `detect_nonfinite_loss`,
+/// `detect_anomaly` (autograd's anomaly mode during the run: a NaN
+/// gradient fails backward naming the operation), `callback_timeout`
+/// (seconds or "DD:HH:MM:SS"; "none" or 0 = no limit: a host callback
+/// that runs longer fails the run with FULMEN_CODE_CALLBACK when it
+/// returns, since fulmen cannot interrupt host code),
 /// `accelerator` ("auto", "cpu", "cuda", "gpu", "mps", "xla", "tpu" or a
 /// registered name), `devices` ("auto", "1", "-1", "0,2", ...),
 /// `precision` ("32-true", "16-mixed", "bf16-mixed", "64-true",

@@ -1,6 +1,6 @@
 //! Process-wide libtorch settings reached through the C++ shim
-//! (`csrc/runtime.cpp`): deterministic algorithms and the CPU generator's
-//! state.
+//! (`csrc/runtime.cpp`): deterministic algorithms, autograd's anomaly mode
+//! and the CPU generator's state.
 use crate::accelerators::cxx::call;
 use crate::error::Result;
 use libc::{c_char, c_int, c_void, size_t};
@@ -9,6 +9,8 @@ use tch::Tensor;
 extern "C" {
     fn fulmen_cxx_set_deterministic(on: c_int, err: *mut c_char, err_len: size_t) -> c_int;
     fn fulmen_cxx_deterministic() -> c_int;
+    fn fulmen_cxx_set_anomaly(on: c_int, err: *mut c_char, err_len: size_t) -> c_int;
+    fn fulmen_cxx_anomaly() -> c_int;
     fn fulmen_cxx_cpu_rng_get_state(out: *mut *mut c_void, err: *mut c_char, err_len: size_t) -> c_int;
     fn fulmen_cxx_cpu_rng_set_state(state: *const c_void, err: *mut c_char, err_len: size_t) -> c_int;
 }
@@ -25,6 +27,20 @@ pub fn set_deterministic(on: bool) -> Result<()> {
 pub fn deterministic() -> bool {
     // SAFETY: no arguments; the shim catches everything.
     unsafe { fulmen_cxx_deterministic() != 0 }
+}
+
+/// Turns autograd's anomaly mode on or off (`torch.autograd.set_detect_anomaly`):
+/// backward then fails on a NaN gradient, naming the function that made it
+/// and where it was created. Process-wide; slows backward down.
+pub fn set_anomaly(on: bool) -> Result<()> {
+    // SAFETY: the error buffer is valid for its length.
+    call("set_detect_anomaly", |err, len| unsafe { fulmen_cxx_set_anomaly(c_int::from(on), err, len) })
+}
+
+/// Whether anomaly mode is on.
+pub fn anomaly() -> bool {
+    // SAFETY: no arguments; the shim catches everything.
+    unsafe { fulmen_cxx_anomaly() != 0 }
 }
 
 /// The state of libtorch's default CPU generator (a uint8 tensor).

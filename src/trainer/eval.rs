@@ -110,6 +110,7 @@ impl Trainer {
         source: &dyn BatchSource,
         ckpt_path: Option<&str>,
     ) -> Result<(BTreeMap<String, f64>, Vec<Tensor>)> {
+        let _settings = super::run_settings::RunSettings::enter(&self.opts)?;
         let weights = match ckpt_path {
             Some(p) => Some(self.resolve_ckpt_path(p)?),
             None => None,

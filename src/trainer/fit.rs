@@ -164,6 +164,7 @@ impl Trainer {
         val: Option<&dyn BatchSource>,
         ckpt_path: Option<&str>,
     ) -> Result<()> {
+        let _settings = super::run_settings::RunSettings::enter(&self.opts)?;
         let resume = match ckpt_path {
             Some(p) => Some(self.resolve_ckpt_path(p)?),
             None => None,

@@ -12,6 +12,7 @@ pub mod options;
 pub mod progress;
 mod resume;
 mod run;
+pub mod run_settings;
 pub mod source;
 mod strategy;
 

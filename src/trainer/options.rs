@@ -136,6 +136,12 @@ pub struct TrainerOptions {
     pub logger: LoggerChoice,
     /// End the run with an error when a training loss is NaN or infinite.
     pub detect_nonfinite_loss: bool,
+    /// Autograd's anomaly mode during the run (Lightning's `detect_anomaly`):
+    /// a NaN gradient fails backward, naming the operation that made it.
+    pub detect_anomaly: bool,
+    /// A host callback that runs longer than this fails the run when it
+    /// returns (fulmen cannot interrupt host code); `None`: no limit.
+    pub callback_timeout: Option<std::time::Duration>,
     /// Accelerator name ("auto", "cpu", "cuda", "gpu", "mps", "xla",
     /// "tpu", or a registered custom one).
     pub accelerator: String,
@@ -180,6 +186,8 @@ impl Default for TrainerOptions {
             inference_mode: true,
             logger: LoggerChoice { csv: true, tensorboard: true },
             detect_nonfinite_loss: true,
+            detect_anomaly: false,
+            callback_timeout: None,
             accelerator: "auto".into(),
             devices: "auto".into(),
             precision: "32-true".into(),
