@@ -140,16 +140,23 @@ test-soak: $(BUILD)/tests/soak_memory
 	$(BUILD)/tests/soak_memory $(SOAK_STEPS)
 
 # Fuzzing (tests/fuzz): random C API call sequences, mutated checkpoints and
-# CSV files, under ASan. `make test` runs each target for FUZZ_SECONDS after
+# CSV files, under ASan; the API target also per family. `make test` runs
+# each target for FUZZ_SECONDS after
 # replaying its regressions; `make fuzz FUZZ_SECONDS=600` runs longer.
 # With clang, `make fuzz-libfuzzer` builds coverage-guided libFuzzer targets.
-FUZZ_TARGETS := api csv checkpoint
-FUZZ_SECONDS ?= 15
+FUZZ_FAMILIES := tensor model data optim options trainer
+FUZZ_TARGETS := api $(FUZZ_FAMILIES) csv checkpoint
+FUZZ_SECONDS ?= 10
 FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.h include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK)
+
+# One target per API family, from the same source (tests/fuzz/fuzz_api.c).
+$(FUZZ_FAMILIES:%=$(BUILD)/fuzz/fuzz_%): $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_api.c tests/fuzz/driver.h include/fulmen.h lib
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) -DFUZZ_FAMILY=$* $< -o $@ $(C_LINK)
 
 test-fuzz fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	@set -eo pipefail; for t in $(FUZZ_TARGETS); do \
@@ -158,7 +165,7 @@ test-fuzz fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 
 fuzz-libfuzzer: lib
 	@mkdir -p $(BUILD)/libfuzzer
-	@for t in $(FUZZ_TARGETS); do \
+	@for t in api csv checkpoint; do \
 	  clang -g -O1 -fsanitize=fuzzer,address -DFULMEN_LIBFUZZER $(C_INC) tests/fuzz/fuzz_$$t.c -o $(BUILD)/libfuzzer/fuzz_$$t $(C_LINK) || exit 1; done
 	@echo "run: ASAN_OPTIONS=allocator_may_return_null=1 $(BUILD)/libfuzzer/fuzz_api -max_total_time=600 tests/fuzz/regressions/api"
 

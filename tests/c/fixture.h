@@ -1,6 +1,7 @@
 /*
- * Shared fixtures of the C tests: a small two-class data set, a small MLP
- * and a loader over them. Include after check.h.
+ * Shared fixtures of the C tests: a small two-class data set, a small MLP,
+ * a loader over them, the cross-entropy step and a weight comparison.
+ * Include after check.h.
  */
 #ifndef FULMEN_TEST_FIXTURE_H
 #define FULMEN_TEST_FIXTURE_H
@@ -65,6 +66,45 @@ static inline fulmen_loader *fixture_loader(fulmen_dataset *ds, size_t batch, bo
     fulmen_loader *l = NULL;
     CHECK_OK(fulmen_loader_new(ds, &o, &l));
     return l;
+}
+
+/* Writes the mean cross-entropy of `model` on the batch's (features,
+ * labels) to *out: the training step most tests use. */
+static inline fulmen_error *fixture_cross_entropy(const fulmen_model *model, const fulmen_batch *batch,
+                                                  fulmen_tensor **out) {
+    fulmen_tensor *x = NULL, *y = NULL, *logits = NULL;
+    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
+    if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
+    if (e == NULL) e = fulmen_model_forward(model, x, &logits);
+    if (e == NULL) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, out);
+    return e;
+}
+
+/* The largest absolute difference between the state tensors of two models
+ * with the same names. */
+static inline double fixture_max_diff(const fulmen_model *a, const fulmen_model *b) {
+    size_t n = 0;
+    double worst = 0;
+    CHECK_OK(fulmen_model_state_dict_len(a, &n));
+    for (size_t i = 0; i < n; i++) {
+        char name[128];
+        size_t len = 0;
+        fulmen_tensor *x = NULL, *y = NULL, *d = NULL, *ad = NULL, *mx = NULL;
+        CHECK_OK(fulmen_model_state_dict_name(a, i, name, sizeof name, &len));
+        CHECK_OK(fulmen_model_state_dict_get(a, name, &x));
+        CHECK_OK(fulmen_model_state_dict_get(b, name, &y));
+        CHECK_OK(fulmen_tensor_sub(x, y, &d));
+        CHECK_OK(fulmen_tensor_abs(d, &ad));
+        CHECK_OK(fulmen_tensor_max(ad, &mx));
+        double v = check_item(mx);
+        if (!(v <= worst)) worst = v; /* NaN counts as the worst */
+        fulmen_tensor_free(x);
+        fulmen_tensor_free(y);
+        fulmen_tensor_free(d);
+        fulmen_tensor_free(ad);
+        fulmen_tensor_free(mx);
+    }
+    return worst;
 }
 
 #endif

@@ -38,12 +38,7 @@ static double rss_mib(void) {
 }
 
 static fulmen_error *loss_of(soak *s, const fulmen_batch *batch, fulmen_tensor **out) {
-    fulmen_tensor *x = NULL, *y = NULL, *logits = NULL;
-    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
-    if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
-    if (e == NULL) e = fulmen_model_forward(s->model, x, &logits);
-    if (e == NULL) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, out);
-    return e;
+    return fixture_cross_entropy(s->model, batch, out);
 }
 
 static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {

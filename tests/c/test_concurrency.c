@@ -22,11 +22,7 @@ typedef struct {
 
 static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
     job *j = ud;
-    fulmen_tensor *x = NULL, *y = NULL, *logits = NULL;
-    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
-    if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
-    if (e == NULL) e = fulmen_model_forward(j->model, x, &logits);
-    if (e == NULL) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, out);
+    fulmen_error *e = fixture_cross_entropy(j->model, batch, out);
     double v = 0;
     if (e == NULL) e = fulmen_tensor_item(*out, &v);
     if (e == NULL) e = fulmen_step_context_log(ctx, "loss", v, FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH, 0);
@@ -73,30 +69,6 @@ static void *run_job(void *arg) {
     return NULL;
 }
 
-static double max_diff(const fulmen_model *a, const fulmen_model *b) {
-    size_t n = 0;
-    double worst = 0;
-    CHECK_OK(fulmen_model_state_dict_len(a, &n));
-    for (size_t i = 0; i < n; i++) {
-        char name[64];
-        size_t len = 0;
-        fulmen_tensor *x = NULL, *y = NULL, *d = NULL, *ad = NULL, *mx = NULL;
-        CHECK_OK(fulmen_model_state_dict_name(a, i, name, sizeof name, &len));
-        CHECK_OK(fulmen_model_state_dict_get(a, name, &x));
-        CHECK_OK(fulmen_model_state_dict_get(b, name, &y));
-        CHECK_OK(fulmen_tensor_sub(x, y, &d));
-        CHECK_OK(fulmen_tensor_abs(d, &ad));
-        CHECK_OK(fulmen_tensor_max(ad, &mx));
-        double v = check_item(mx);
-        if (!(v <= worst)) worst = v;
-        fulmen_tensor_free(x);
-        fulmen_tensor_free(y);
-        fulmen_tensor_free(d);
-        fulmen_tensor_free(ad);
-        fulmen_tensor_free(mx);
-    }
-    return worst;
-}
 
 /* Jobs A and B differ (data, width, seed); each runs alone, then both at
  * once in two threads; the weights must match the lone runs exactly. */
@@ -120,7 +92,7 @@ static void two_trainers_in_two_threads(void) {
     for (int k = 0; k < 2; k++) CHECK(pthread_join(threads[k], NULL) == 0);
     for (int k = 0; k < 2; k++) {
         CHECK_OK(par[k].err);
-        double d = max_diff(lone[k].model, par[k].model);
+        double d = fixture_max_diff(lone[k].model, par[k].model);
         printf("  trainer %c in a thread beside another: max |w - w_alone| = %g\n", 'A' + k, d);
         CHECK(d == 0);
         fulmen_model_free(lone[k].model);

@@ -11,6 +11,7 @@
 #define _XOPEN_SOURCE 700 /* fork, kill, mkdtemp, nanosleep */
 
 #include "check.h"
+#include "fixture.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -36,13 +37,7 @@ typedef struct {
 
 static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
     (void)ctx;
-    module_state *s = ud;
-    fulmen_tensor *x = NULL, *y = NULL, *logits = NULL;
-    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
-    if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
-    if (e == NULL) e = fulmen_model_forward(s->model, x, &logits);
-    if (e == NULL) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, out);
-    return e;
+    return fixture_cross_entropy(((module_state *)ud)->model, batch, out);
 }
 
 static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *config) {
@@ -196,26 +191,7 @@ static double now(void) {
 static bool same_weights(const char *a_path, const char *b_path) {
     fulmen_model *a = seeded_model(), *b = seeded_model();
     fulmen_error *ea = fulmen_model_load(a, a_path, true), *eb = fulmen_model_load(b, b_path, true);
-    bool same = ea == NULL && eb == NULL;
-    size_t n = 0;
-    if (same) CHECK_OK(fulmen_model_state_dict_len(a, &n));
-    for (size_t i = 0; same && i < n; i++) {
-        char name[64];
-        size_t len = 0;
-        fulmen_tensor *x = NULL, *y = NULL, *d = NULL, *ad = NULL, *mx = NULL;
-        CHECK_OK(fulmen_model_state_dict_name(a, i, name, sizeof name, &len));
-        CHECK_OK(fulmen_model_state_dict_get(a, name, &x));
-        CHECK_OK(fulmen_model_state_dict_get(b, name, &y));
-        CHECK_OK(fulmen_tensor_sub(x, y, &d));
-        CHECK_OK(fulmen_tensor_abs(d, &ad));
-        CHECK_OK(fulmen_tensor_max(ad, &mx));
-        same = check_item(mx) == 0.0;
-        fulmen_tensor_free(x);
-        fulmen_tensor_free(y);
-        fulmen_tensor_free(d);
-        fulmen_tensor_free(ad);
-        fulmen_tensor_free(mx);
-    }
+    bool same = ea == NULL && eb == NULL && fixture_max_diff(a, b) == 0.0;
     fulmen_error_free(ea);
     fulmen_error_free(eb);
     fulmen_model_free(a);

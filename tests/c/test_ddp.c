@@ -77,11 +77,7 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
         struct timespec ts = {0, 3 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    fulmen_tensor *x = NULL, *y = NULL, *logits = NULL;
-    e = fulmen_batch_get(batch, 0, &x);
-    if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
-    if (e == NULL) e = fulmen_model_forward(s->model, x, &logits);
-    if (e == NULL) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, out);
+    e = fixture_cross_entropy(s->model, batch, out);
     /* rank_synced averages to (world - 1) / 2 on every rank; rank_local stays. */
     if (e == NULL) e = fulmen_step_context_log(ctx, "rank_synced", (double)rank, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_SYNC_DIST, 0);
     if (e == NULL) e = fulmen_step_context_log(ctx, "rank_local", (double)rank, FULMEN_LOG_ON_EPOCH, 0);
@@ -426,30 +422,9 @@ static double max_diff(const char *a_path, const char *b_path) {
     double worst = INFINITY;
     fulmen_error *ea = fulmen_model_load(a, a_path, true), *eb = fulmen_model_load(b, b_path, true);
     if (ea == NULL && eb == NULL) {
-        worst = 0;
-        size_t n = 0;
-        CHECK_OK(fulmen_model_state_dict_len(a, &n));
-        for (size_t i = 0; i < n; i++) {
-            char name[128];
-            size_t len = 0;
-            CHECK_OK(fulmen_model_state_dict_name(a, i, name, sizeof name, &len));
-            fulmen_tensor *x = NULL, *y = NULL, *d = NULL, *ad = NULL, *m = NULL;
-            CHECK_OK(fulmen_model_state_dict_get(a, name, &x));
-            CHECK_OK(fulmen_model_state_dict_get(b, name, &y));
-            CHECK_OK(fulmen_tensor_sub(x, y, &d));
-            CHECK_OK(fulmen_tensor_abs(d, &ad));
-            CHECK_OK(fulmen_tensor_max(ad, &m));
-            double v = check_item(m);
-            if (!(v <= worst)) worst = v;
-            fulmen_tensor_free(x);
-            fulmen_tensor_free(y);
-            fulmen_tensor_free(d);
-            fulmen_tensor_free(ad);
-            fulmen_tensor_free(m);
-        }
+        worst = fixture_max_diff(a, b);
     } else {
-        fprintf(stderr, "loading %s / %s: %s\n", a_path, b_path,
-                fulmen_error_message(ea != NULL ? ea : eb));
+        fprintf(stderr, "loading %s / %s: %s\n", a_path, b_path, fulmen_error_message(ea != NULL ? ea : eb));
     }
     fulmen_error_free(ea);
     fulmen_error_free(eb);

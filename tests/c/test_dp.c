@@ -37,12 +37,7 @@ typedef struct {
 } state;
 
 static fulmen_error *loss_of(state *s, const fulmen_batch *batch, fulmen_tensor **out) {
-    fulmen_tensor *x = NULL, *y = NULL, *logits = NULL;
-    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
-    if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
-    if (e == NULL) e = fulmen_model_forward(s->model, x, &logits);
-    if (e == NULL) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, out);
-    return e;
+    return fixture_cross_entropy(s->model, batch, out);
 }
 
 static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
@@ -148,31 +143,6 @@ static fulmen_error *fit(const char *accelerator, const char *strategy, const ch
     return err;
 }
 
-/* The largest absolute difference between the parameters of two models. */
-static double max_diff(const fulmen_model *a, const fulmen_model *b) {
-    size_t n = 0;
-    double worst = 0;
-    CHECK_OK(fulmen_model_state_dict_len(a, &n));
-    for (size_t i = 0; i < n; i++) {
-        char name[128];
-        size_t len = 0;
-        CHECK_OK(fulmen_model_state_dict_name(a, i, name, sizeof name, &len));
-        fulmen_tensor *x = NULL, *y = NULL, *d = NULL, *ad = NULL, *mx = NULL;
-        CHECK_OK(fulmen_model_state_dict_get(a, name, &x));
-        CHECK_OK(fulmen_model_state_dict_get(b, name, &y));
-        CHECK_OK(fulmen_tensor_sub(x, y, &d));
-        CHECK_OK(fulmen_tensor_abs(d, &ad));
-        CHECK_OK(fulmen_tensor_max(ad, &mx));
-        double v = check_item(mx);
-        if (!(v <= worst)) worst = v;
-        fulmen_tensor_free(x);
-        fulmen_tensor_free(y);
-        fulmen_tensor_free(d);
-        fulmen_tensor_free(ad);
-        fulmen_tensor_free(mx);
-    }
-    return worst;
-}
 
 static void equal_chunks_reach_the_single_device_weights(void) {
     state ref, dp2, dp4;
@@ -185,7 +155,7 @@ static void equal_chunks_reach_the_single_device_weights(void) {
     CHECK(dp2.calls == 2 * batches && dp2.largest_chunk == BATCH / 2);
     CHECK(dp4.calls == 4 * batches && dp4.largest_chunk == BATCH / 4);
     CHECK(dp2.chunk_sum == ref.chunk_sum && dp4.chunk_sum == ref.chunk_sum);
-    double d2 = max_diff(ref.model, dp2.model), d4 = max_diff(ref.model, dp4.model);
+    double d2 = fixture_max_diff(ref.model, dp2.model), d4 = fixture_max_diff(ref.model, dp4.model);
     printf("  max |w_dp - w_single|: 2 devices %.3g, 4 devices %.3g\n", d2, d4);
     CHECK(d2 < 1e-5);
     CHECK(d4 < 1e-5);

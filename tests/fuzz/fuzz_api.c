@@ -7,8 +7,13 @@
  * one or NULL), shapes, dtypes, indices, lengths and option strings.
  *
  * Checked on every call: no crash or sanitizer report, an error has a known
- * code and a message; at the end every handle is freed and
- * fulmen_live_handles() is back to zero.
+ * code and a message (never a caught panic); at the end every handle is
+ * freed and fulmen_live_handles() is back to zero.
+ *
+ * Built with -DFUZZ_FAMILY=<name> the target draws only from one API
+ * family (plus the constructors it needs and frees): tensor, model, data,
+ * optim, options or trainer (random options, then a short real fit on a
+ * small data set). Without it, every family is mixed.
  */
 #define _XOPEN_SOURCE 700
 
@@ -24,7 +29,13 @@
 
 #include "driver.h"
 
-const char *fuzz_target_name = "api";
+#ifndef FUZZ_FAMILY
+#define FUZZ_FAMILY api
+#endif
+#define FUZZ_STR2(x) #x
+#define FUZZ_STR(x) FUZZ_STR2(x)
+
+const char *fuzz_target_name = FUZZ_STR(FUZZ_FAMILY);
 
 enum kind { K_NONE, K_TENSOR, K_MODEL, K_DATASET, K_LOADER, K_OPTIONS, K_STRATEGY, K_ACCEL, K_OPTIM, K_KINDS };
 
@@ -39,6 +50,7 @@ typedef struct {
     void *stale[STALE]; /* freed handles, kept to be passed again */
     size_t stale_next;
     char path[64];      /* a scratch file for save / load */
+    char dir[64];       /* a scratch folder for trainers */
 } vm;
 
 static uint8_t byte(vm *v) {
@@ -98,7 +110,19 @@ static void *handle(vm *v, enum kind want) {
 
 static unsigned long calls, failures;
 
-void fuzz_report(void) { printf("fuzz api: %lu calls, %lu succeeded, %lu gave an error\n", calls, calls - failures, failures); }
+static void remove_tree(const char *dir) {
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "fuzz: could not remove %s\n", dir);
+}
+
+void fuzz_report(void) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/fulmen-fuzz-api-%d", (int)getpid());
+    remove_tree(dir);
+    printf("fuzz %s: %lu calls, %lu succeeded, %lu gave an error\n", fuzz_target_name, calls, calls - failures,
+           failures);
+}
 
 static void check_error(fulmen_error *e) {
     calls++;
@@ -412,6 +436,94 @@ static void op_options(vm *v) {
     }
 }
 
+static fulmen_error *fit_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    (void)ctx;
+    fulmen_tensor *x = NULL, *y = NULL, *logits = NULL;
+    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
+    if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
+    if (e == NULL) e = fulmen_model_forward(ud, x, &logits);
+    if (e == NULL) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, out);
+    return e;
+}
+
+static fulmen_error *fit_eval_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch) {
+    fulmen_tensor *loss = NULL;
+    double v = 0;
+    fulmen_error *e = fit_step(ud, ctx, batch, &loss);
+    if (e == NULL) e = fulmen_tensor_item(loss, &v);
+    if (e == NULL) e = fulmen_step_context_log(ctx, "val_loss", v, FULMEN_LOG_ON_EPOCH, 0);
+    return e;
+}
+
+static fulmen_error *fit_optimizers(void *ud, fulmen_optimizer_config *config) {
+    fulmen_sgd_options o = fulmen_sgd_options_default();
+    fulmen_optimizer *opt = NULL;
+    fulmen_error *e = fulmen_optimizer_sgd_new(ud, NULL, 0, &o, &opt);
+    if (e == NULL) e = fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_STEP, 1, NULL);
+    return e;
+}
+
+/* A trainer from an options slot runs a short fit, validate or predict of
+ * a small MLP on 16 samples; the options it cannot be trusted with here
+ * (run length, strategy, output folder) are set after the random ones. */
+static void op_fit(vm *v) {
+    fulmen_trainer_options *o = handle(v, K_OPTIONS);
+    uint8_t what = byte(v) % 3;
+    fulmen_error *live = o != NULL ? fulmen_trainer_options_set_int(o, "max_steps", 3) : NULL;
+    if (o == NULL || live != NULL) { /* not live options */
+        check_error(live);
+        return;
+    }
+    check_error(fulmen_trainer_options_set_int(o, "max_epochs", 2));
+    check_error(fulmen_trainer_options_set(o, "max_time", "none"));
+    check_error(fulmen_trainer_options_set(o, "strategy", "single_device"));
+    check_error(fulmen_trainer_options_set(o, "default_root_dir", v->dir));
+    check_error(fulmen_trainer_options_set_bool(o, "enable_progress_bar", false));
+    check_error(fulmen_trainer_options_set_bool(o, "enable_model_summary", false));
+    fulmen_model *m = NULL, *l = NULL;
+    check_error(fulmen_model_sequential_new(&m));
+    check_error(fulmen_model_linear_new(4, 3, true, &l));
+    check_error(fulmen_model_push(m, l));
+    int64_t xs[2] = {16, 4}, ys[1] = {16};
+    int64_t labels[16];
+    for (int i = 0; i < 16; i++) labels[i] = i % 3;
+    fulmen_tensor *x = NULL, *y = NULL, *pred = NULL;
+    check_error(fulmen_tensor_randn(xs, 2, FULMEN_DTYPE_F32, &x));
+    check_error(fulmen_tensor_from_data(labels, sizeof labels, FULMEN_DTYPE_I64, ys, 1, &y));
+    const fulmen_tensor *parts[2] = {x, y};
+    fulmen_dataset *ds = NULL;
+    fulmen_loader *loader = NULL;
+    check_error(fulmen_dataset_from_tensors(parts, 2, &ds));
+    fulmen_loader_options lo = fulmen_loader_options_default();
+    lo.batch_size = 1 + byte(v) % 8;
+    check_error(fulmen_loader_new(ds, &lo, &loader));
+    fulmen_module_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = m;
+    vt.training_step = fit_step;
+    vt.validation_step = fit_eval_step;
+    vt.predict_step = fit_step;
+    vt.configure_optimizers = fit_optimizers;
+    fulmen_lightning_module *mod = NULL;
+    fulmen_trainer *t = NULL;
+    check_error(fulmen_lightning_module_new(&vt, m, &mod));
+    check_error(fulmen_trainer_new(o, &t));
+    if (t != NULL && mod != NULL) {
+        if (what == 0) check_error(fulmen_trainer_fit(t, mod, loader, byte(v) & 1 ? loader : NULL, NULL));
+        if (what == 1) check_error(fulmen_trainer_validate(t, mod, loader, NULL));
+        if (what == 2) check_error(fulmen_trainer_predict(t, mod, loader, NULL, &pred));
+    }
+    fulmen_tensor_free(pred);
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(mod);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
+    fulmen_tensor_free(x);
+    fulmen_tensor_free(y);
+    fulmen_model_free(m);
+}
+
 /* Frees: a slot, a freed handle again, or a handle through the wrong free
  * function (both must be no-ops). */
 static void op_free(vm *v) {
@@ -427,11 +539,29 @@ static void op_free(vm *v) {
     }
 }
 
+/* Seeds: 16 pseudo-random programs of 512 bytes (64 operations each), so
+ * mutations start from long call sequences, not from the short
+ * regression files. */
+void fuzz_seeds(void (*add)(const uint8_t *data, size_t size)) {
+    uint8_t buf[512];
+    uint64_t x = 88172645463325252ULL;
+    for (int k = 0; k < 16; k++) {
+        for (size_t i = 0; i < sizeof buf; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            buf[i] = (uint8_t)x;
+        }
+        add(buf, sizeof buf);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static int scratch_made = 0;
-    static char scratch[64];
+    static char scratch[64], dir[64];
     if (!scratch_made) {
         snprintf(scratch, sizeof scratch, "/tmp/fulmen-fuzz-api-%d.safetensors", (int)getpid());
+        snprintf(dir, sizeof dir, "/tmp/fulmen-fuzz-api-%d", (int)getpid());
         scratch_made = 1;
     }
     size_t before = fulmen_live_handles();
@@ -440,23 +570,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     v.p = data;
     v.n = size;
     memcpy(v.path, scratch, sizeof v.path);
-    for (int ops = 0; v.n > 0 && ops < 64; ops++) {
-        switch (byte(&v) % 8) {
-        case 0: op_tensor_new(&v); break;
-        case 1: op_tensor_math(&v); break;
-        case 2: op_tensor_query(&v); break;
-        case 3: op_model(&v); break;
-        case 4: op_data(&v); break;
-        case 5: op_optim(&v); break;
-        case 6: op_options(&v); break;
-        default: op_free(&v);
-        }
-    }
+    memcpy(v.dir, dir, sizeof v.dir);
+    /* The operations this target draws from (see FUZZ_FAMILY). */
+    static void (*const ops_all[])(vm *) = {op_tensor_new, op_tensor_math, op_tensor_query, op_model,
+                                        op_data,       op_optim,       op_options,      op_free};
+    static void (*const ops_tensor[])(vm *) = {op_tensor_new, op_tensor_math, op_tensor_query, op_free};
+    static void (*const ops_model[])(vm *) = {op_tensor_new, op_model, op_model, op_free};
+    static void (*const ops_data[])(vm *) = {op_tensor_new, op_data, op_data, op_free};
+    static void (*const ops_optim[])(vm *) = {op_tensor_new, op_model, op_optim, op_optim, op_free};
+    static void (*const ops_options[])(vm *) = {op_options, op_options, op_free};
+    static void (*const ops_trainer[])(vm *) = {op_options, op_options, op_options, op_fit, op_free};
+#define FUZZ_OPS(name) (name), sizeof(name) / sizeof *(name)
+    static const struct {
+        const char *family;
+        void (*const *ops)(vm *);
+        size_t n;
+    } families[] = {{"api", FUZZ_OPS(ops_all)},         {"tensor", FUZZ_OPS(ops_tensor)},   {"model", FUZZ_OPS(ops_model)},
+                    {"data", FUZZ_OPS(ops_data)},       {"optim", FUZZ_OPS(ops_optim)},     {"options", FUZZ_OPS(ops_options)},
+                    {"trainer", FUZZ_OPS(ops_trainer)}};
+    size_t f = 0;
+    while (f + 1 < sizeof families / sizeof *families && strcmp(families[f].family, fuzz_target_name) != 0) f++;
+    for (int ops = 0; v.n > 0 && ops < 64; ops++) families[f].ops[byte(&v) % families[f].n](&v);
     for (uint8_t i = 0; i < SLOTS; i++) drop(&v, i);
     if (fulmen_live_handles() != before) {
         fprintf(stderr, "fuzz api: %zu handles leaked\n", fulmen_live_handles() - before);
         abort();
     }
     unlink(scratch);
+    static unsigned runs = 0;
+    if (++runs % 64 == 0) remove_tree(dir); /* now and then: trainers write logs there */
     return 0;
 }
