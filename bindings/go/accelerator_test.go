@@ -364,6 +364,19 @@ func TestCustomAcceleratorTrains(t *testing.T) {
 	if acc.setup != 0 {
 		t.Errorf("devices=2 set %d devices up", acc.setup)
 	}
+
+	// Strategy "dp" uses both devices in this process: every batch is split
+	// in two, the model replicated, the losses averaged.
+	*acc = countingAccelerator{devices: 2}
+	tr3, err := fitWith(t, nil, "accelerator", name, "devices", "2", "strategy", "dp")
+	defer tr3.Close()
+	ok(t, err)
+	if acc.setup != 1 {
+		t.Errorf("dp set %d devices up, want the first one", acc.setup)
+	}
+	if loss := must(tr3.CallbackMetric("train_loss")); !(loss < 0.3) {
+		t.Errorf("train_loss %v after a dp fit on %s", loss, name)
+	}
 }
 
 func TestCustomAcceleratorParser(t *testing.T) {

@@ -327,6 +327,16 @@ TEST_F(AcceleratorTest, CustomAcceleratorTrainsEndToEnd) {
         EXPECT_NE(msg.find("devices=\"2\""), std::string::npos) << msg;
         EXPECT_EQ(calls.setup_device, 2);
         EXPECT_EQ(calls.destroyed, 0);
+
+        // Strategy "dp" uses both devices in this process: every batch is
+        // split in two, the model replicated, the losses averaged.
+        double dp_loss = train_blobs(fulmen_test::quiet_options(2)
+                                         .set("accelerator", "cpp-counting")
+                                         .set("devices", "2")
+                                         .set("strategy", "dp"));
+        EXPECT_TRUE(std::isfinite(dp_loss));
+        EXPECT_LT(dp_loss, 0.5);
+        EXPECT_EQ(calls.setup_device, 3);  // the first device holds the model
     }
     // Registration's destructor unregistered it; nothing holds it any more.
     EXPECT_EQ(calls.destroyed, 1);
