@@ -3215,10 +3215,6 @@ void fulmen_trainer_free(struct fulmen_trainer *trainer);
 struct fulmen_error *fulmen_trainer_options_set_accelerator(struct fulmen_trainer_options *options,
                                                             const struct fulmen_accelerator *accelerator);
 
-extern int fulmen_cxx_set_anomaly(int on, char *err, size_t err_len);
-
-extern int fulmen_cxx_anomaly(void);
-
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus
