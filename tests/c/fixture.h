@@ -1,6 +1,7 @@
 /*
  * Shared fixtures of the C tests: a small two-class data set, a small MLP,
- * a loader over them, the cross-entropy step and a weight comparison.
+ * a loader over them, the cross-entropy step, optimizer set-up and a weight
+ * comparison.
  * Include after check.h.
  */
 #ifndef FULMEN_TEST_FIXTURE_H
@@ -78,6 +79,36 @@ static inline fulmen_error *fixture_cross_entropy(const fulmen_model *model, con
     if (e == NULL) e = fulmen_model_forward(model, x, &logits);
     if (e == NULL) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, out);
     return e;
+}
+
+/* Adds to `config` an optimizer made by the caller (NULL: `made` failed);
+ * frees it when adding fails. */
+static inline fulmen_error *fixture_add_optimizer(fulmen_optimizer_config *config, fulmen_error *made,
+                                                  fulmen_optimizer *opt) {
+    if (made != NULL) return made;
+    fulmen_error *e = fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_EPOCH, 1, NULL);
+    if (e != NULL) fulmen_optimizer_free(opt);
+    return e;
+}
+
+/* configure_optimizers' body for SGD with `lr` and `momentum` on `model`. */
+static inline fulmen_error *fixture_add_sgd(fulmen_optimizer_config *config, const fulmen_model *model, double lr,
+                                            double momentum) {
+    fulmen_sgd_options o = fulmen_sgd_options_default();
+    o.lr = lr;
+    o.momentum = momentum;
+    fulmen_optimizer *opt = NULL;
+    fulmen_error *e = fulmen_optimizer_sgd_new(model, NULL, 0, &o, &opt);
+    return fixture_add_optimizer(config, e, opt);
+}
+
+/* configure_optimizers' body for Adam with `lr` on `model`. */
+static inline fulmen_error *fixture_add_adam(fulmen_optimizer_config *config, const fulmen_model *model, double lr) {
+    fulmen_adam_options o = fulmen_adam_options_default();
+    o.lr = lr;
+    fulmen_optimizer *opt = NULL;
+    fulmen_error *e = fulmen_optimizer_adam_new(model, NULL, 0, &o, &opt);
+    return fixture_add_optimizer(config, e, opt);
 }
 
 /* The largest absolute difference between the state tensors of two models

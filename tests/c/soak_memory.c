@@ -59,14 +59,7 @@ static fulmen_error *validation_step(void *ud, fulmen_step_context *ctx, const f
 }
 
 static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *config) {
-    soak *s = ud;
-    fulmen_adam_options o = fulmen_adam_options_default();
-    fulmen_optimizer *opt = NULL;
-    fulmen_error *e = fulmen_optimizer_adam_new(s->model, NULL, 0, &o, &opt);
-    if (e != NULL) return e;
-    e = fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_EPOCH, 1, NULL);
-    if (e != NULL) fulmen_optimizer_free(opt);
-    return e;
+    return fixture_add_adam(config, ((soak *)ud)->model, 1e-3);
 }
 
 static fulmen_error *on_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {

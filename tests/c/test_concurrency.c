@@ -30,16 +30,7 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
 }
 
 static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *config) {
-    job *j = ud;
-    fulmen_sgd_options o = fulmen_sgd_options_default();
-    o.lr = 0.1;
-    o.momentum = 0.9;
-    fulmen_optimizer *opt = NULL;
-    fulmen_error *e = fulmen_optimizer_sgd_new(j->model, NULL, 0, &o, &opt);
-    if (e != NULL) return e;
-    e = fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_EPOCH, 1, NULL);
-    if (e != NULL) fulmen_optimizer_free(opt);
-    return e;
+    return fixture_add_sgd(config, ((job *)ud)->model, 0.1, 0.9);
 }
 
 /* Builds a trainer and module for `j`, fits, frees both. */

@@ -41,15 +41,7 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
 }
 
 static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *config) {
-    module_state *s = ud;
-    fulmen_adam_options o = fulmen_adam_options_default();
-    o.lr = 1e-3;
-    fulmen_optimizer *opt = NULL;
-    fulmen_error *e = fulmen_optimizer_adam_new(s->model, NULL, 0, &o, &opt);
-    if (e != NULL) return e;
-    e = fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_EPOCH, 1, NULL);
-    if (e != NULL) fulmen_optimizer_free(opt);
-    return e;
+    return fixture_add_adam(config, ((module_state *)ud)->model, 1e-3);
 }
 
 static fulmen_model *seeded_model(void) {

@@ -85,16 +85,7 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
 }
 
 static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *config) {
-    module_state *s = ud;
-    fulmen_sgd_options o = fulmen_sgd_options_default();
-    o.lr = 0.2;
-    o.momentum = 0.9;
-    fulmen_optimizer *opt = NULL;
-    fulmen_error *e = fulmen_optimizer_sgd_new(s->model, NULL, 0, &o, &opt);
-    if (e != NULL) return e;
-    e = fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_EPOCH, 1, NULL);
-    if (e != NULL) fulmen_optimizer_free(opt);
-    return e;
+    return fixture_add_sgd(config, ((module_state *)ud)->model, 0.2, 0.9);
 }
 
 static fulmen_lightning_module *module_for(module_state *s) {

@@ -57,15 +57,7 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
 }
 
 static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *config) {
-    state *s = ud;
-    fulmen_adam_options o = fulmen_adam_options_default();
-    o.lr = 0.01;
-    fulmen_optimizer *opt = NULL;
-    fulmen_error *e = fulmen_optimizer_adam_new(s->model, NULL, 0, &o, &opt);
-    if (e != NULL) return e;
-    e = fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_EPOCH, 1, NULL);
-    if (e != NULL) fulmen_optimizer_free(opt);
-    return e;
+    return fixture_add_adam(config, ((state *)ud)->model, 0.01);
 }
 
 static fulmen_lightning_module *module_for(state *s) {
