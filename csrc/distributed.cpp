@@ -113,23 +113,55 @@ int fulmen_cxx_dist_backends(void) {
 
 #ifdef FULMEN_WITH_GLOO
 
-// Joins (rank 0: also serves, unless `all_clients`) the TCPStore at
-// addr:port and creates the default process group "0" with `backend`
-// ("gloo" or "nccl"); `timeout_ms` bounds the rendezvous and every
-// collective. On success *out owns the group (free with fulmen_cxx_pg_free).
-int fulmen_cxx_pg_new(const char* addr, int port, int rank, int world, int all_clients, int64_t timeout_ms,
-                      const char* backend, int device_index, void** out, char* err, size_t err_len) {
+// Connects to (rank 0: also serves, unless `all_clients`) the TCPStore at
+// addr:port and counts this rank in its "init/" key, as TCPStore's own
+// waitForWorkers does, without waiting for the others: the caller polls
+// fulmen_cxx_store_joined so it can give up early. `connect_ms` bounds this
+// call (a client retries until then); `timeout_ms` becomes the store's
+// timeout afterwards. On success *out owns the store (fulmen_cxx_store_free).
+int fulmen_cxx_store_new(const char* addr, int port, int rank, int world, int all_clients, int64_t connect_ms,
+                         int64_t timeout_ms, void** out, char* err, size_t err_len) {
   FULMEN_CXX_TRY
-  std::string master(addr);
-  std::string name(backend);
-  auto timeout = std::chrono::milliseconds(timeout_ms);
   c10d::TCPStoreOptions o;
   o.port = static_cast<uint16_t>(port);
   o.isServer = all_clients == 0 && rank == 0;
   o.numWorkers = world;
+  o.waitWorkers = false;
   o.multiTenant = true;
-  o.timeout = timeout;
-  c10::intrusive_ptr<c10d::Store> tcp = c10::make_intrusive<c10d::TCPStore>(master, o);
+  o.timeout = std::chrono::milliseconds(connect_ms);
+  auto tcp = c10::make_intrusive<c10d::TCPStore>(std::string(addr), o);
+  tcp->setTimeout(std::chrono::milliseconds(timeout_ms));
+  tcp->add("init/", 1);
+  *out = new c10::intrusive_ptr<c10d::Store>(tcp);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Writes how many ranks have counted themselves in the store so far.
+int fulmen_cxx_store_joined(void* store, int64_t* out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  *out = (*static_cast<c10::intrusive_ptr<c10d::Store>*>(store))->add("init/", 0);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Frees a store made by fulmen_cxx_store_new (NULL is ignored).
+void fulmen_cxx_store_free(void* store) {
+  try {
+    delete static_cast<c10::intrusive_ptr<c10d::Store>*>(store);
+  } catch (...) {
+  }
+}
+
+// Creates the default process group "0" with `backend` ("gloo" or "nccl")
+// over a store every rank has joined; `timeout_ms` bounds the backend's
+// rendezvous and every collective. On success *out owns the group (free
+// with fulmen_cxx_pg_free); the store stays the caller's.
+int fulmen_cxx_pg_new(void* store, int rank, int world, int64_t timeout_ms, const char* addr, const char* backend,
+                      int device_index, void** out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  std::string master(addr);
+  std::string name(backend);
+  auto timeout = std::chrono::milliseconds(timeout_ms);
+  c10::intrusive_ptr<c10d::Store> tcp = *static_cast<c10::intrusive_ptr<c10d::Store>*>(store);
   // The key namespace of Python's init_process_group, so Python ranks of
   // the same torch version can share the group.
   auto base = c10::make_intrusive<c10d::PrefixStore>("default_pg", tcp);
@@ -307,7 +339,12 @@ static int no_distributed(char* err, size_t err_len) {
   return FULMEN_CXX_UNSUPPORTED;
 }
 
-int fulmen_cxx_pg_new(const char*, int, int, int, int, int64_t, const char*, int, void**, char* err, size_t err_len) {
+int fulmen_cxx_store_new(const char*, int, int, int, int, int64_t, int64_t, void**, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
+int fulmen_cxx_store_joined(void*, int64_t*, char* err, size_t err_len) { return no_distributed(err, err_len); }
+void fulmen_cxx_store_free(void*) {}
+int fulmen_cxx_pg_new(void*, int, int, int64_t, const char*, const char*, int, void**, char* err, size_t err_len) {
   return no_distributed(err, err_len);
 }
 void fulmen_cxx_pg_free(void*) {}

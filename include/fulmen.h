@@ -15,13 +15,58 @@
  * - A panic inside fulmen never crosses into the caller: it becomes
  *   FULMEN_CODE_PANIC.
  *
+ * Handles in use (one rule for every handle type):
+ * - A call pins each handle it uses until it returns. A call that changes
+ *   a handle (fit changes its trainer and module, a setter changes its
+ *   options) pins it exclusively: any other use meanwhile, from a callback
+ *   of that call or from another thread, fails with
+ *   FULMEN_CODE_INVALID_STATE naming the call that holds it. Reads share.
+ * - `*_free` of a pinned handle is deferred: the handle is invalid for new
+ *   calls at once, and its memory (and `userdata_free`) goes when the last
+ *   call using it returns. Freeing a trainer, module, loader or dataset
+ *   inside a callback of the fit that uses it, or from another thread, is
+ *   therefore safe: the fit finishes on the objects it started with.
+ * - A call that takes ownership of a handle (fulmen_model_push,
+ *   fulmen_optimizer_config_add) refuses a pinned one.
+ * - A callback that calls back into the object running it (a data source's
+ *   get_batch calling fulmen_dataset_get on its own dataset, an
+ *   accelerator's callback querying its own handle) gets
+ *   FULMEN_CODE_INVALID_STATE instead of a deadlock.
+ *
+ * Sizes and files:
+ * - Counts and lengths from hosts, vtables and files are checked before
+ *   anything is allocated for them: a data source of 10^12 samples costs
+ *   nothing up front (sample indices are computed per batch), absurd
+ *   `devices` counts, checkpoint counters and CSV shapes are errors.
+ * - A run creates its files exclusively and never follows a symlink it did
+ *   not make: checkpoints and logs are written to uniquely named temporary
+ *   files renamed into place, log folders are new folders. It deletes only
+ *   `.ckpt` files that its own ModelCheckpoint saved inside its folder,
+ *   never the checkpoint it resumed from.
+ *
+ * Signals:
+ * - While a fit / validate / test / predict runs with the trainer option
+ *   `handle_signals` (default true), fulmen installs its own SIGINT and
+ *   SIGTERM handlers (SA_ONSTACK | SA_RESTART) and restores the previous
+ *   ones when the last such run ends. On a signal the run stops at its next
+ *   hook, on_exception runs, the loggers are finalized (metrics so far are
+ *   on disk) and the call returns FULMEN_CODE_INTERRUPTED. A second signal
+ *   of the same kind before the run stops goes to the previous handler
+ *   (by default: the process ends). A signal the host ignores (SIG_IGN)
+ *   stays ignored; one that arrives after the run's last check is
+ *   re-raised to the previous handler.
+ *
  * Threads:
- * - A handle is not thread-safe: use each from one thread at a time (the
- *   caller serialises). Handles that share nothing may be used from
- *   different threads at once: two trainers, each with its own module,
- *   model, optimizers and loaders, can fit in two threads (tested).
- *   A model, loader or dataset shared by two running trainers is not
- *   supported: give each trainer its own.
+ * - Use a handle from one thread at a time; fulmen detects overlapping
+ *   changes (see above) but a host must not rely on that for ordering.
+ *   Handles that share nothing may be used from different threads at once:
+ *   two trainers, each with its own module, model, optimizers and loaders,
+ *   can fit in two threads (tested). A model, loader or dataset shared by
+ *   two running trainers is not supported: give each trainer its own.
+ * - Tensor scopes are per thread: tensors a step creates on the calling
+ *   thread are released when the step returns; tensors created on another
+ *   thread (a helper thread of the host) belong to the host, which frees
+ *   them with fulmen_tensor_free, as outside any callback.
  * - Thread-safe from any thread: fulmen_error_* on different errors,
  *   fulmen_live_handles, fulmen_version, the registries (accelerators,
  *   strategies) and the handle checks themselves (one lock).
@@ -40,6 +85,23 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/**
+ * The largest device or process count fulmen accepts (a bound on what
+ * parsing `devices` may allocate; far above any real machine or node).
+ */
+#define MAX_DEVICES (1 << 16)
+
+/**
+ * The largest epoch, step or batch count a checkpoint may hold (2^53:
+ * every count stays exact as the f64 loggers write).
+ */
+#define MAX_COUNTER (1 << 53)
+
+/**
+ * The most optimizers a checkpoint may hold.
+ */
+#define MAX_OPTIMIZERS (1 << 16)
 
 /**
  * Log flag: record the value of every step.
@@ -61,6 +123,12 @@
  * rank must log the same names in the same steps).
  */
 #define FULMEN_LOG_SYNC_DIST 8
+
+/**
+ * The largest safetensors header readers accept (the `safetensors`
+ * crate's and Python package's limit).
+ */
+#define MAX_HEADER_BYTES 100000000
 
 /**
  * A device type (`fulmen_device_type`).
@@ -199,6 +267,11 @@ typedef enum fulmen_code {
    * group rendezvous, collectives, launched child processes).
    */
   FULMEN_CODE_DISTRIBUTED = 16,
+  /**
+   * SIGINT or SIGTERM stopped a run (`on_exception` ran, the loggers
+   * were finalized).
+   */
+  FULMEN_CODE_INTERRUPTED = 17,
 } fulmen_code;
 
 /**
@@ -2122,7 +2195,8 @@ void fulmen_lightning_module_free(struct fulmen_lightning_module *module);
 /**
  * Records a hyperparameter (Lightning's `save_hyperparameters`): written
  * to `hparams.yaml`, the TensorBoard hparams view and every checkpoint.
- * Setting a key again replaces its value.
+ * Setting a key again replaces its value. Any UTF-8 key and value is
+ * kept exactly (hparams.yaml quotes and escapes what YAML would alter).
  */
 struct fulmen_error *fulmen_lightning_module_set_hparam(struct fulmen_lightning_module *module,
                                                         const char *key,
@@ -3062,7 +3136,9 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  * gradient fails backward naming the operation), `callback_timeout`
  * (seconds or "DD:HH:MM:SS"; "none" or 0 = no limit: a host callback
  * that runs longer fails the run with FULMEN_CODE_CALLBACK when it
- * returns, since fulmen cannot interrupt host code),
+ * returns, since fulmen cannot interrupt host code), `handle_signals`
+ * (default true: SIGINT / SIGTERM stop the run as described at the top
+ * of this header; false leaves the process's signal handlers alone),
  * `accelerator` ("auto", "cpu", "cuda", "gpu", "mps", "xla", "tpu" or a
  * registered name), `devices` ("auto", "1", "-1", "0,2", ...),
  * `precision` ("32-true", "16-mixed", "bf16-mixed", "64-true",

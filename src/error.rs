@@ -39,6 +39,9 @@ pub enum ErrorCode {
     /// Another rank failed, hung past the timeout, or disagreed (process
     /// group rendezvous, collectives, launched child processes).
     Distributed = 16,
+    /// SIGINT or SIGTERM stopped a run (`on_exception` ran, the loggers
+    /// were finalized).
+    Interrupted = 17,
 }
 
 /// An error from the fulmen core: a code plus a message that says which call,
@@ -115,8 +118,11 @@ impl From<tch::TchError> for Error {
         // libtorch messages carry a C++ backtrace after the first lines; keep
         // the part a user needs.
         let text = e.to_string();
-        let short: String =
-            text.lines().take_while(|l| !l.starts_with("Exception raised from")).collect::<Vec<_>>().join("\n");
+        let short: String = text
+            .lines()
+            .take_while(|l| !l.starts_with("Exception raised from") && !l.starts_with("frame #"))
+            .collect::<Vec<_>>()
+            .join("\n");
         let short = short.trim().to_string();
         Error::new(classify_torch_message(&short), short)
     }
@@ -140,7 +146,10 @@ fn classify_torch_message(msg: &str) -> ErrorCode {
         "Expected input batch_size",
         "expected input",
     ];
-    if DTYPE.iter().any(|p| msg.contains(p)) || (msg.contains("dtype") && msg.contains("expected")) {
+    const ARGUMENT: [&str; 3] = ["without overflow", "invalid size, possible overflow", "must be finite"];
+    if ARGUMENT.iter().any(|p| msg.contains(p)) {
+        ErrorCode::InvalidArgument
+    } else if DTYPE.iter().any(|p| msg.contains(p)) || (msg.contains("dtype") && msg.contains("expected")) {
         ErrorCode::DtypeMismatch
     } else if msg.contains("Dimension out of range") || msg.contains("out of range") || msg.contains("out of bounds") {
         ErrorCode::OutOfRange

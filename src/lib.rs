@@ -11,6 +11,7 @@ pub mod data;
 pub mod distributed;
 pub mod error;
 pub mod ffi;
+pub mod fs_safe;
 pub mod loggers;
 pub mod nn;
 pub mod optim;

@@ -19,6 +19,18 @@ pub trait Accelerator: Send + Sync {
     /// The number of devices `devices="auto"` selects.
     fn auto_device_count(&self) -> usize;
 
+    /// [`Accelerator::is_available`] with the reason when the check itself
+    /// failed (a host callback's error).
+    fn try_is_available(&self) -> Result<bool> {
+        Ok(self.is_available())
+    }
+
+    /// [`Accelerator::auto_device_count`] with the reason when the count
+    /// itself failed.
+    fn try_auto_device_count(&self) -> Result<usize> {
+        Ok(self.auto_device_count())
+    }
+
     /// Checks the user's `devices` value against this machine.
     fn parse_devices(&self, devices: &DevicesSpec) -> Result<ParsedDevices>;
 

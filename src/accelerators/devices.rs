@@ -39,6 +39,19 @@ impl ParsedDevices {
     }
 }
 
+/// The largest device or process count fulmen accepts (a bound on what
+/// parsing `devices` may allocate; far above any real machine or node).
+pub const MAX_DEVICES: usize = 1 << 16;
+
+fn count(value: &dyn std::fmt::Display, n: usize) -> Result<DevicesSpec> {
+    if n > MAX_DEVICES {
+        return Err(Error::invalid(format!(
+            "devices={value} is not valid: the count is too large (at most {MAX_DEVICES} devices or processes)"
+        )));
+    }
+    Ok(DevicesSpec::Count(n))
+}
+
 const FORMS: &str =
     "expected \"auto\", a positive count N, -1 for all devices, or device ids as a list \"[1, 3]\" or \"1,3\" / \"1,\"";
 
@@ -69,10 +82,12 @@ impl DevicesSpec {
             }
         }
         if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-            let n = text
-                .parse::<usize>()
-                .map_err(|_| Error::invalid(format!("devices={value:?} is not valid: the count is too large")))?;
-            return Ok(DevicesSpec::Count(n));
+            let n = text.parse::<usize>().map_err(|_| {
+                Error::invalid(format!(
+                    "devices={value:?} is not valid: the count is too large (at most {MAX_DEVICES} devices or processes)"
+                ))
+            })?;
+            return count(&format!("{value:?}"), n);
         }
         Err(Error::invalid(format!("devices={value:?} is not valid: {FORMS}")))
     }
@@ -81,9 +96,7 @@ impl DevicesSpec {
     pub fn from_int(value: i64) -> Result<DevicesSpec> {
         match value {
             -1 => Ok(DevicesSpec::All),
-            v if v >= 0 => usize::try_from(v)
-                .map(DevicesSpec::Count)
-                .map_err(|_| Error::invalid(format!("devices={v} is too large"))),
+            v if v >= 0 => count(&v, usize::try_from(v).unwrap_or(usize::MAX)),
             v => Err(Error::invalid(format!(
                 "devices={v} is not valid: -1 selects all devices, other negative values are not allowed"
             ))),
@@ -146,6 +159,12 @@ pub fn check_unique(accelerator: &str, ids: &[usize]) -> Result<()> {
 /// `N` selects `0..N`, a list selects those ids; ids must be unique and
 /// exist, and 0 devices or an empty list is an error.
 pub fn parse_indexed_devices(accelerator: &str, spec: &DevicesSpec, available: usize) -> Result<ParsedDevices> {
+    if available > MAX_DEVICES {
+        return Err(Error::new(
+            ErrorCode::Unavailable,
+            format!("the {accelerator} accelerator reports {available} devices; fulmen accepts at most {MAX_DEVICES}"),
+        ));
+    }
     let have = describe_available(accelerator, available);
     let ids: Vec<usize> = match spec {
         DevicesSpec::Count(0) => {
@@ -244,6 +263,13 @@ mod tests {
         assert!(err.message.contains("-1 selects all devices"), "{}", err.message);
         assert!(DevicesSpec::from_int(-3).unwrap_err().message.contains("-1 selects all devices"));
         assert!(DevicesSpec::parse("99999999999999999999999").unwrap_err().message.contains("too large"));
+        for huge in ["100000000000", "65537"] {
+            let err = DevicesSpec::parse(huge).unwrap_err();
+            assert_eq!(err.code, ErrorCode::InvalidArgument, "{huge}");
+            assert!(err.message.contains("too large"), "{huge}: {}", err.message);
+        }
+        assert!(DevicesSpec::from_int(100_000_000_000).unwrap_err().message.contains("too large"));
+        assert_eq!(DevicesSpec::parse("65536").unwrap(), DevicesSpec::Count(MAX_DEVICES));
     }
 
     #[test]

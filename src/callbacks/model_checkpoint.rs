@@ -162,6 +162,28 @@ impl ModelCheckpoint {
         Ok(())
     }
 
+    /// Lightning's `_should_remove_checkpoint`, stricter: the previous file
+    /// is removed only when it is not the current one, not the checkpoint
+    /// this fit resumed from, a `.ckpt` file, and lexically inside this
+    /// callback's folder (no `..`).
+    fn should_remove(&self, ctx: &HookContext, previous: &str, current: &Path) -> bool {
+        let prev = Path::new(previous);
+        if previous.is_empty() || prev == current || !previous.ends_with(EXTENSION) {
+            return false;
+        }
+        if ctx.state.ckpt_path.as_deref().is_some_and(|r| same_file(r, prev)) {
+            return false;
+        }
+        self.dirpath.as_deref().is_some_and(|d| is_inside(d, prev))
+    }
+
+    /// Asks the run to remove `previous` when [`Self::should_remove`] allows it.
+    fn remove_previous(&self, ctx: &mut HookContext, previous: &str, current: &Path) {
+        if self.should_remove(ctx, previous, current) {
+            ctx.state.remove_requests.push(PathBuf::from(previous));
+        }
+    }
+
     fn save_latest(&mut self, ctx: &mut HookContext, template: &str) -> Result<()> {
         if self.opts.save_top_k == 0 {
             return Ok(());
@@ -169,8 +191,9 @@ impl ModelCheckpoint {
         let path = self.path_for(ctx, template)?;
         let key = path.to_string_lossy().to_string();
         if self.opts.save_top_k == 1 && !self.best_model_path.is_empty() && self.best_model_path != key {
-            ctx.state.remove_requests.push(PathBuf::from(&self.best_model_path));
-            self.best_k_models.remove(&self.best_model_path);
+            let previous = self.best_model_path.clone();
+            self.remove_previous(ctx, &previous, &path);
+            self.best_k_models.remove(&previous);
         }
         ctx.state.save_requests.push((path, self.opts.save_weights_only));
         self.best_k_models.insert(key.clone(), ctx.state.global_step as f64);
@@ -197,12 +220,12 @@ impl ModelCheckpoint {
         }
         let path = self.path_for(ctx, template)?;
         let key = path.to_string_lossy().to_string();
-        ctx.state.save_requests.push((path, self.opts.save_weights_only));
+        ctx.state.save_requests.push((path.clone(), self.opts.save_weights_only));
         self.best_k_models.insert(key, current);
         if k > 0 && self.best_k_models.len() as i64 > k {
             if let Some((p, _)) = self.worst_kept() {
                 self.best_k_models.remove(&p);
-                ctx.state.remove_requests.push(PathBuf::from(p));
+                self.remove_previous(ctx, &p, &path);
             }
         }
         if let Some((p, s)) = self.best_kept() {
@@ -283,10 +306,56 @@ impl Callback for ModelCheckpoint {
             self.dirpath = Some(PathBuf::from(&dir));
         }
         if self.dirpath.as_ref().map(|d| d.to_string_lossy().to_string()) == Some(dir) {
-            self.best_k_models = serde_json::from_str(&get("best_k_models"))
+            let all: BTreeMap<String, f64> = serde_json::from_str(&get("best_k_models"))
                 .map_err(|e| Error::format(format!("ModelCheckpoint state: best_k_models is malformed: {e}")))?;
+            // Only checkpoints inside this folder are this callback's to manage.
+            let dir = self.dirpath.clone().unwrap_or_default();
+            self.best_k_models = all.into_iter().filter(|(p, _)| is_inside(&dir, Path::new(p))).collect();
+        } else {
+            // Another folder's bookkeeping (Lightning keeps only best_model_path).
+            self.best_model_score = None;
+            self.last_model_path.clear();
         }
         Ok(())
+    }
+}
+
+/// Whether `path` lies inside `dir`, lexically: both made absolute, no
+/// `..` or `.` tricks, and `path` strictly below `dir`.
+fn is_inside(dir: &Path, path: &Path) -> bool {
+    use std::path::Component;
+    let abs = |p: &Path| {
+        if p.is_absolute() {
+            Some(p.to_path_buf())
+        } else {
+            std::env::current_dir().ok().map(|c| c.join(p))
+        }
+    };
+    let (Some(d), Some(p)) = (abs(dir), abs(path)) else { return false };
+    let clean = |p: &Path| -> Option<PathBuf> {
+        let mut out = PathBuf::new();
+        for c in p.components() {
+            match c {
+                Component::ParentDir => return None,
+                Component::CurDir => {}
+                other => out.push(other),
+            }
+        }
+        Some(out)
+    };
+    match (clean(&d), clean(&p)) {
+        (Some(d), Some(p)) => p != d && p.starts_with(&d),
+        _ => false,
+    }
+}
+
+/// Whether two paths name the same file (same inode when both exist,
+/// else the same text).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => a == b,
     }
 }
 

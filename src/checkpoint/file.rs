@@ -13,6 +13,17 @@ const MODEL_PREFIX: &str = "state_dict.";
 const OPTIMIZER_PREFIX: &str = "optimizer_states.";
 const RNG_CPU: &str = "rng_states.cpu";
 
+/// The largest epoch, step or batch count a checkpoint may hold (2^53:
+/// every count stays exact as the f64 loggers write).
+pub const MAX_COUNTER: i64 = 1 << 53;
+
+/// The most optimizers a checkpoint may hold.
+pub const MAX_OPTIMIZERS: i64 = 1 << 16;
+
+/// The largest metadata a checkpoint may carry, leaving room in the
+/// safetensors header for the tensor table.
+pub const MAX_METADATA_BYTES: usize = crate::nn::MAX_HEADER_BYTES / 2;
+
 /// Everything a checkpoint holds.
 #[derive(Default)]
 pub struct Checkpoint {
@@ -82,6 +93,7 @@ impl Checkpoint {
         meta.insert("precision".into(), json(&self.precision_state));
         meta.insert("callbacks".into(), json(&self.callbacks));
         meta.insert("extra".into(), json(&self.extra));
+        check_metadata_size(&meta, &self.extra, path)?;
         let mut tensors = Vec::new();
         for (k, t) in &self.state_dict {
             tensors.push((format!("{MODEL_PREFIX}{k}"), t.shallow_clone()));
@@ -116,11 +128,19 @@ impl Checkpoint {
                 )))
             }
         }
-        let int = |key: &str| -> Result<i64> {
-            meta.get(key).and_then(|v| v.parse::<i64>().ok()).ok_or_else(|| {
+        let int_in = |key: &str, max: i64| -> Result<i64> {
+            let v = meta.get(key).and_then(|v| v.parse::<i64>().ok()).ok_or_else(|| {
                 Error::format(format!("{}: checkpoint metadata `{key}` is missing or not an integer", path.display()))
-            })
+            })?;
+            if !(0..=max).contains(&v) {
+                return Err(Error::format(format!(
+                    "{}: checkpoint metadata `{key}` = {v} is outside 0..={max}",
+                    path.display()
+                )));
+            }
+            Ok(v)
         };
+        let int = |key: &str| int_in(key, MAX_COUNTER);
         let mut ck = Checkpoint {
             epoch: int("epoch")?,
             global_step: int("global_step")?,
@@ -134,11 +154,18 @@ impl Checkpoint {
         }
         ck.batches_in_epoch = int("batches_in_epoch")?;
         ck.epoch_finished = meta.get("epoch_finished").map(String::as_str) == Some("true");
-        let n_opt = int("num_optimizers")? as usize;
+        let n_opt = int_in("num_optimizers", MAX_OPTIMIZERS)? as usize;
         ck.scheduler_states = parse(&meta, "lr_schedulers", path)?;
         ck.precision_state = parse(&meta, "precision", path)?;
         ck.callbacks = parse(&meta, "callbacks", path)?;
         ck.extra = parse(&meta, "extra", path)?;
+        if ck.scheduler_states.len() > n_opt {
+            return Err(Error::format(format!(
+                "{}: {} scheduler states for {n_opt} optimizers",
+                path.display(),
+                ck.scheduler_states.len()
+            )));
+        }
         ck.optimizer_states = (0..n_opt).map(|_| Vec::new()).collect();
         for (name, t) in tensors {
             if name == RNG_CPU {
@@ -162,4 +189,30 @@ impl Checkpoint {
         }
         Ok(ck)
     }
+}
+
+/// Refuses metadata a reader could not load back, naming the largest
+/// `on_save_checkpoint` entry when the hooks' entries are the cause.
+fn check_metadata_size(
+    meta: &HashMap<String, String>,
+    extra: &BTreeMap<String, BTreeMap<String, String>>,
+    path: &Path,
+) -> Result<()> {
+    let total: usize = meta.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if total <= MAX_METADATA_BYTES {
+        return Ok(());
+    }
+    let largest = extra
+        .iter()
+        .flat_map(|(owner, entries)| entries.iter().map(move |(k, v)| (owner, k, k.len() + v.len())))
+        .max_by_key(|(_, _, n)| *n);
+    let hint = match largest {
+        Some((owner, key, n)) => format!("; the largest on_save_checkpoint entry is {owner} / {key:?} ({n} bytes)"),
+        None => String::new(),
+    };
+    Err(Error::invalid(format!(
+        "{}: checkpoint metadata would be {total} bytes, more than the {MAX_METADATA_BYTES} a checkpoint can \
+         carry and load back{hint}",
+        path.display()
+    )))
 }

@@ -149,8 +149,11 @@ impl<'a> Parser<'a> {
         match self.shape {
             None => {
                 self.set_shape(cols, line_no)?;
+                // Room for about 1024 rows up front, at most 1 Mi values:
+                // the column count comes from the file, so more memory is
+                // only taken as rows are actually read.
                 let per_row = cols - usize::from(self.label.is_some());
-                self.features.reserve(per_row * 1024);
+                self.features.reserve(per_row.saturating_mul(1024).min(1 << 20));
             }
             Some((expected, from)) if expected != cols => {
                 return Err(self.err(

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use tch::Tensor;
 
 use super::dataset::Dataset;
-use super::rng::permutation;
+use super::sampler::EpochOrder;
 use crate::error::{Error, Result};
 
 /// The largest world a loader can be split for (a bound on the padding).
@@ -15,7 +15,7 @@ const MAX_WORLD: usize = 1 << 20;
 pub struct DataLoaderOptions {
     /// Samples per batch (at least 1).
     pub batch_size: usize,
-    /// Shuffle the samples every epoch (with a permutation of `(seed, epoch)`).
+    /// Shuffle the samples every epoch (with a permutation keyed by `(seed, epoch)`).
     pub shuffle: bool,
     /// Seed of the shuffle.
     pub seed: u64,
@@ -104,29 +104,52 @@ impl DataLoader {
         &self.opts
     }
 
-    /// Indices of each batch for `epoch`: shuffled with
-    /// [`permutation`]`(len, seed, epoch)` (reproducible across runs and
-    /// machines, independent of torch's global RNG), in order if not shuffling.
-    pub fn batch_indices(&self, epoch: u64) -> Vec<Vec<i64>> {
-        let n = self.dataset.len();
-        let mut order: Vec<i64> =
-            if self.opts.shuffle { permutation(n, self.opts.seed, epoch) } else { (0..n as i64).collect() };
-        if let Some((rank, world)) = self.shard {
-            let total = n.div_ceil(world) * world;
-            let mut padded = order.clone();
-            while padded.len() < total && !order.is_empty() {
-                let more = (total - padded.len()).min(order.len());
-                padded.extend_from_slice(&order[..more]);
-            }
-            order = padded.into_iter().skip(rank).step_by(world).collect();
+    /// The order this loader reads in `epoch`: shuffled with a permutation
+    /// keyed by `(seed, epoch)` (reproducible across runs and machines,
+    /// independent of torch's global RNG), or in order; computed per
+    /// position, never materialised.
+    fn order(&self, epoch: u64) -> EpochOrder {
+        EpochOrder::new(self.dataset.len() as u64, self.opts.shuffle, self.opts.seed, epoch)
+    }
+
+    /// Indices of batch `index` of `epoch` (empty past the end), in
+    /// O(batch size): this rank's share of the epoch's order, padded as
+    /// DistributedSampler pads (the order repeats from its start).
+    pub fn batch(&self, epoch: u64, index: usize) -> Vec<i64> {
+        self.batch_of(&self.order(epoch), index)
+    }
+
+    fn batch_of(&self, order: &EpochOrder, index: usize) -> Vec<i64> {
+        if index >= self.len() || order.is_empty() {
+            return Vec::new();
         }
-        order.chunks(self.opts.batch_size).take(self.len()).map(<[i64]>::to_vec).collect()
+        let bs = self.opts.batch_size;
+        let start = index.saturating_mul(bs);
+        let end = start.saturating_add(bs).min(self.samples());
+        let n = order.len();
+        (start..end)
+            .map(|p| {
+                let global = match self.shard {
+                    Some((rank, world)) => p as u64 * world as u64 + rank as u64,
+                    None => p as u64,
+                };
+                order.at(global % n) as i64
+            })
+            .collect()
+    }
+
+    /// Indices of every batch of `epoch` (for tests and small datasets;
+    /// the loops use [`DataLoader::iter`], which computes one batch at a time).
+    pub fn batch_indices(&self, epoch: u64) -> Vec<Vec<i64>> {
+        let order = self.order(epoch);
+        (0..self.len()).map(|b| self.batch_of(&order, b)).collect()
     }
 
     /// Iterator over the batches of `epoch` (each item the dataset's
-    /// `get_batch` of one batch's indices).
+    /// `get_batch` of one batch's indices), computed lazily.
     pub fn iter(&self, epoch: u64) -> impl Iterator<Item = Result<Vec<Tensor>>> + '_ {
-        self.batch_indices(epoch).into_iter().map(move |idx| self.dataset.get_batch(&idx))
+        let order = self.order(epoch);
+        (0..self.len()).map(move |b| self.dataset.get_batch(&self.batch_of(&order, b)))
     }
 }
 

@@ -4,6 +4,7 @@ mod csv;
 mod dataset;
 mod loader;
 pub mod rng;
+pub mod sampler;
 mod scaling;
 mod subset;
 mod tensor_dataset;

@@ -1,4 +1,4 @@
-//! A small, documented PRNG and the Fisher–Yates permutation built on it.
+//! A small, documented PRNG, and the epoch permutation built on it.
 //!
 //! The shuffle order of an epoch depends only on `(seed, epoch)`: it does not
 //! touch torch's global RNG and is the same on every run and every machine,
@@ -68,12 +68,12 @@ impl SplitMix64 {
     }
 }
 
-/// A permutation of `0..n` that depends only on `(seed, epoch)`:
-/// Fisher–Yates over `0..n` driven by [`SplitMix64::for_epoch`].
+/// The permutation of `0..n` that depends only on `(seed, epoch)`, the
+/// order a shuffling loader reads (see [`super::sampler::Permutation`]),
+/// collected.
 pub fn permutation(n: usize, seed: u64, epoch: u64) -> Vec<i64> {
-    let mut order: Vec<i64> = (0..n as i64).collect();
-    SplitMix64::for_epoch(seed, epoch).shuffle(&mut order);
-    order
+    let p = super::sampler::Permutation::new(n as u64, seed, epoch);
+    (0..n as u64).map(|i| p.at(i) as i64).collect()
 }
 
 #[cfg(test)]

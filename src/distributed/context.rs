@@ -3,7 +3,7 @@
 //! reused by later runs, ended by [`shutdown`].
 use super::env::ClusterEnv;
 use super::group::{ProcessGroup, Rendezvous};
-use super::launcher::{free_port, threads_per_process, Children, LaunchPlan};
+use super::launcher::{free_port, launcher_gone, threads_per_process, Children, LaunchPlan};
 use crate::error::{Error, ErrorCode, Result};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -164,7 +164,13 @@ pub fn join(opts: &JoinOptions) -> Result<Arc<DistContext>> {
         all_clients: env.all_clients,
         timeout: opts.timeout,
     };
-    let group = match ProcessGroup::new(&rv, &backend, env.local_rank) {
+    // A launched rank that has ended (or, in a launched rank, a launcher
+    // that is gone) will never join: stop waiting at once.
+    let abort = || match &children {
+        Some(c) => c.ended(),
+        None => launcher_gone(),
+    };
+    let group = match ProcessGroup::new(&rv, &backend, env.local_rank, &abort) {
         Ok(g) => g,
         Err(e) => {
             if let Some(c) = &children {

@@ -10,6 +10,9 @@ pub enum EnvKind {
     TorchElastic,
     /// A SLURM job step (`SLURM_NTASKS`, `SLURM_PROCID`, ...).
     Slurm,
+    /// torch's `env://` contract: `RANK`, `WORLD_SIZE`, `MASTER_ADDR`,
+    /// `MASTER_PORT` set by whoever started the processes, no `LOCAL_RANK`.
+    TorchEnv,
     /// fulmen's own launcher, or a user who set `LOCAL_RANK`, `NODE_RANK`,
     /// `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT` by hand.
     Lightning,
@@ -21,6 +24,7 @@ impl EnvKind {
         match self {
             EnvKind::TorchElastic => "torchelastic",
             EnvKind::Slurm => "slurm",
+            EnvKind::TorchEnv => "env://",
             EnvKind::Lightning => "lightning",
         }
     }
@@ -101,6 +105,7 @@ pub fn detect_with(
             None => first_slurm_host(&get("SLURM_NODELIST").or_else(|| get("SLURM_JOB_NODELIST")).unwrap_or_default())
                 .unwrap_or_else(|| "127.0.0.1".to_owned()),
         };
+        validate_slurm(get, devices_per_node, num_nodes)?;
         ClusterEnv {
             kind: EnvKind::Slurm,
             rank: num("SLURM_PROCID", 0)?,
@@ -109,6 +114,24 @@ pub fn detect_with(
             world_size: num("SLURM_NTASKS", 1)?,
             master_addr,
             master_port: port(default_port)?,
+            all_clients: false,
+            external: true,
+        }
+    } else if get("LOCAL_RANK").is_none() && get("RANK").is_some() && get("WORLD_SIZE").is_some() {
+        // torch.distributed's env:// variables: every process was started
+        // by someone else; ranks of a node are numbered consecutively.
+        let rank = num("RANK", 0)?;
+        let per_node = devices_per_node.max(1);
+        ClusterEnv {
+            kind: EnvKind::TorchEnv,
+            rank,
+            local_rank: rank % per_node,
+            node_rank: rank / per_node,
+            world_size: num("WORLD_SIZE", 1)?,
+            master_addr: addr(),
+            // Required, as torch's env:// rendezvous requires it (0: the
+            // join reports it missing).
+            master_port: port(0)?,
             all_clients: false,
             external: true,
         }
@@ -141,6 +164,44 @@ pub fn detect_with(
         )));
     }
     Ok(env)
+}
+
+/// Lightning's SLURM checks: `--ntasks` without `--ntasks-per-node`, and
+/// `devices` / `num_nodes` that disagree with the job's tasks per node and
+/// nodes, are errors.
+fn validate_slurm(get: &dyn Fn(&str) -> Option<String>, devices: usize, nodes: usize) -> Result<()> {
+    let ntasks: usize = match get("SLURM_NTASKS") {
+        Some(v) => parse_num("SLURM_NTASKS", &v)?,
+        None => 1,
+    };
+    let per_node = get("SLURM_NTASKS_PER_NODE");
+    if ntasks > 1 && per_node.is_none() {
+        return Err(Error::invalid(format!(
+            "You set `--ntasks={ntasks}` in your SLURM bash script, but this variable is not supported. \
+             HINT: Use `--ntasks-per-node={ntasks}` instead."
+        )));
+    }
+    if let Some(v) = per_node {
+        // SLURM may write "4(x2)" for uneven layouts: the first count.
+        let first: String = v.chars().take_while(char::is_ascii_digit).collect();
+        let n: usize = parse_num("SLURM_NTASKS_PER_NODE", &first)?;
+        if n != devices {
+            return Err(Error::invalid(format!(
+                "You set `devices={devices}`, but the number of tasks per node configured in SLURM \
+                 `--ntasks-per-node={v}` does not match. HINT: Set `devices={n}`."
+            )));
+        }
+    }
+    if let Some(v) = get("SLURM_NNODES") {
+        let n: usize = parse_num("SLURM_NNODES", &v)?;
+        if n != nodes {
+            return Err(Error::invalid(format!(
+                "You set `num_nodes={nodes}`, but the number of nodes configured in SLURM `--nodes={v}` does not \
+                 match. HINT: Set `num_nodes={n}`."
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl ClusterEnv {
@@ -226,6 +287,8 @@ mod tests {
         let e = env(
             &[
                 ("SLURM_NTASKS", "8"),
+                ("SLURM_NTASKS_PER_NODE", "4"),
+                ("SLURM_NNODES", "2"),
                 ("SLURM_PROCID", "5"),
                 ("SLURM_LOCALID", "1"),
                 ("SLURM_NODEID", "2"),
@@ -243,6 +306,31 @@ mod tests {
         // An interactive allocation is not a job step.
         let e = env(&[("SLURM_NTASKS", "8"), ("SLURM_JOB_NAME", "bash")], 2, 1).unwrap();
         assert_eq!(e.kind, EnvKind::Lightning);
+    }
+
+    #[test]
+    fn slurm_layouts_must_match_devices_and_nodes() {
+        let slurm = [("SLURM_NTASKS", "4"), ("SLURM_NTASKS_PER_NODE", "2"), ("SLURM_NNODES", "2")];
+        assert!(env(&slurm, 2, 2).is_ok());
+        let err = env(&slurm, 3, 2).unwrap_err();
+        assert!(err.message.contains("`--ntasks-per-node=2` does not match. HINT: Set `devices=2`"), "{}", err.message);
+        let err = env(&slurm, 2, 1).unwrap_err();
+        assert!(err.message.contains("HINT: Set `num_nodes=2`"), "{}", err.message);
+        let err = env(&[("SLURM_NTASKS", "4")], 4, 1).unwrap_err();
+        assert!(err.message.contains("Use `--ntasks-per-node=4` instead"), "{}", err.message);
+    }
+
+    #[test]
+    fn torch_env_contract_without_local_rank() {
+        let vars = [("RANK", "1"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "10.1.2.3"), ("MASTER_PORT", "29411")];
+        let e = env(&vars, 1, 1).unwrap();
+        assert_eq!(e.kind, EnvKind::TorchEnv);
+        assert_eq!((e.rank, e.local_rank, e.node_rank, e.world_size), (1, 0, 1, 2));
+        assert_eq!((e.master_addr.as_str(), e.master_port), ("10.1.2.3", 29411));
+        assert!(e.external);
+        let e = env(&[("RANK", "3"), ("WORLD_SIZE", "4"), ("MASTER_PORT", "1")], 2, 2).unwrap();
+        assert_eq!((e.local_rank, e.node_rank), (1, 1));
+        assert!(env(&[("RANK", "2"), ("WORLD_SIZE", "2")], 1, 1).is_err());
     }
 
     #[test]

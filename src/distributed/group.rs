@@ -10,13 +10,26 @@ use tch::Tensor;
 
 extern "C" {
     fn fulmen_cxx_dist_backends() -> c_int;
-    fn fulmen_cxx_pg_new(
+    fn fulmen_cxx_store_new(
         addr: *const c_char,
         port: c_int,
         rank: c_int,
         world: c_int,
         all_clients: c_int,
+        connect_ms: i64,
         timeout_ms: i64,
+        out: *mut *mut c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    fn fulmen_cxx_store_joined(store: *mut c_void, out: *mut i64, err: *mut c_char, err_len: size_t) -> c_int;
+    fn fulmen_cxx_store_free(store: *mut c_void);
+    fn fulmen_cxx_pg_new(
+        store: *mut c_void,
+        rank: c_int,
+        world: c_int,
+        timeout_ms: i64,
+        addr: *const c_char,
         backend: *const c_char,
         device_index: c_int,
         out: *mut *mut c_void,
@@ -137,6 +150,89 @@ pub struct Rendezvous {
     pub timeout: Duration,
 }
 
+/// The job's TCPStore, joined by this rank.
+struct Store(*mut c_void);
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // SAFETY: made by fulmen_cxx_store_new, freed once.
+        unsafe { fulmen_cxx_store_free(self.0) }
+    }
+}
+
+/// How long one attempt to reach rank 0's store may take before `abort`
+/// is asked again.
+const CONNECT_SLICE: Duration = Duration::from_secs(2);
+
+impl Store {
+    /// Connects to the store (retrying while rank 0 is not up yet) and
+    /// waits until all `world` ranks have counted themselves in it, asking
+    /// `abort` between tries.
+    fn join(
+        rv: &Rendezvous,
+        rank: c_int,
+        world: c_int,
+        addr: &CString,
+        abort: &dyn Fn() -> Option<String>,
+    ) -> Result<Store> {
+        let start = std::time::Instant::now();
+        let left = || rv.timeout.saturating_sub(start.elapsed());
+        let timeout_ms = i64::try_from(rv.timeout.as_millis()).unwrap_or(i64::MAX).max(1);
+        let serving = !rv.all_clients && rv.rank == 0;
+        let store = loop {
+            let slice = if serving { rv.timeout } else { left().min(CONNECT_SLICE) };
+            let connect_ms = i64::try_from(slice.as_millis()).unwrap_or(i64::MAX).max(1);
+            let mut raw: *mut c_void = std::ptr::null_mut();
+            // SAFETY: the address lives through the call; `raw` receives an owned store.
+            let made = call("connecting to the store", |err, len| unsafe {
+                fulmen_cxx_store_new(
+                    addr.as_ptr(),
+                    c_int::from(rv.master_port),
+                    rank,
+                    world,
+                    c_int::from(rv.all_clients),
+                    connect_ms,
+                    timeout_ms,
+                    &mut raw,
+                    err,
+                    len,
+                )
+            });
+            match made {
+                Ok(()) => break Store(raw),
+                Err(e) if serving || left().is_zero() => return Err(classify(e)),
+                Err(e) => {
+                    if let Some(why) = abort() {
+                        return Err(Error::distributed(format!("{why}; {}", e.message)));
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        };
+        loop {
+            let mut joined = 0i64;
+            // SAFETY: `store` is live; `joined` receives the count.
+            call("counting the ranks that joined", |err, len| unsafe {
+                fulmen_cxx_store_joined(store.0, &mut joined, err, len)
+            })
+            .map_err(classify)?;
+            if joined >= i64::from(world) {
+                return Ok(store);
+            }
+            if let Some(why) = abort() {
+                return Err(Error::distributed(format!("{why}, before all {world} ranks joined ({joined} did)")));
+            }
+            if left().is_zero() {
+                return Err(Error::distributed(format!(
+                    "only {joined} of {world} ranks joined within the timeout of {:?}",
+                    rv.timeout
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
 /// A process group: the ranks of one training job and their collectives.
 pub struct ProcessGroup {
     raw: *mut c_void,
@@ -166,9 +262,16 @@ fn check_rank(what: &str, rank: usize, world: usize) -> Result<c_int> {
 
 impl ProcessGroup {
     /// Meets the other ranks at the store and creates the group with
-    /// `backend` ("gloo" or "nccl"); fails with `Timeout`-like Torch errors
-    /// when a rank does not arrive within `rv.timeout`.
-    pub fn new(rv: &Rendezvous, backend: &str, device_index: usize) -> Result<ProcessGroup> {
+    /// `backend` ("gloo" or "nccl"). Until every rank has arrived, `abort`
+    /// is asked every few milliseconds whether to give up (a launched rank
+    /// that has ended will never come); a rank that does not arrive within
+    /// `rv.timeout` is a `Distributed` error.
+    pub fn new(
+        rv: &Rendezvous,
+        backend: &str,
+        device_index: usize,
+        abort: &dyn Fn() -> Option<String>,
+    ) -> Result<ProcessGroup> {
         if rv.world_size == 0 {
             return Err(Error::invalid("process group: world_size must be at least 1"));
         }
@@ -179,20 +282,21 @@ impl ProcessGroup {
         let name = CString::new(backend).map_err(|_| Error::invalid("process group: backend contains a NUL byte"))?;
         let timeout_ms = i64::try_from(rv.timeout.as_millis()).unwrap_or(i64::MAX).max(1);
         let device = c_int::try_from(device_index).unwrap_or(0);
-        let mut raw: *mut c_void = std::ptr::null_mut();
         let what = format!(
             "joining the {backend} process group as rank {} of {} at {}:{}",
             rv.rank, rv.world_size, rv.master_addr, rv.master_port
         );
-        // SAFETY: the strings live through the call; `raw` receives an owned group.
+        let store = Store::join(rv, rank, world, &addr, abort).map_err(|e| e.context(&what))?;
+        let mut raw: *mut c_void = std::ptr::null_mut();
+        // SAFETY: the store and strings live through the call; `raw`
+        // receives an owned group that keeps its own reference to the store.
         call(&what, |err, len| unsafe {
             fulmen_cxx_pg_new(
-                addr.as_ptr(),
-                c_int::from(rv.master_port),
+                store.0,
                 rank,
                 world,
-                c_int::from(rv.all_clients),
                 timeout_ms,
+                addr.as_ptr(),
                 name.as_ptr(),
                 device,
                 &mut raw,

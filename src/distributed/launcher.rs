@@ -9,13 +9,25 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// The variable that tells a launched rank its launcher's pid, so it can
+/// give up when the launcher is gone before the job has formed.
+pub const LAUNCHER_PID: &str = "FULMEN_LAUNCHER_PID";
+
+/// Why a rank started by fulmen's launcher should give up: its launcher
+/// (local rank 0) is no longer its parent process.
+pub fn launcher_gone() -> Option<String> {
+    let pid: u32 = std::env::var(LAUNCHER_PID).ok()?.parse().ok()?;
+    let parent = std::os::unix::process::parent_id();
+    (parent != pid).then(|| format!("the launching process (local rank 0, pid {pid}) has exited"))
+}
+
 /// What the watcher saw.
 #[derive(Debug, Default)]
 struct Watch {
     /// The first failure: "rank 2 (pid 1234) exited with status 1".
     failure: Option<String>,
-    /// Ranks whose process has ended, with success or not.
-    finished: Vec<(usize, bool)>,
+    /// Ranks whose process has ended, with success or not, and how.
+    finished: Vec<(usize, bool, String)>,
     /// Set to end the watcher.
     stop: bool,
 }
@@ -74,7 +86,8 @@ impl Children {
                 .env("NODE_RANK", plan.node_rank.to_string())
                 .env("WORLD_SIZE", plan.world_size.to_string())
                 .env("MASTER_ADDR", &plan.master_addr)
-                .env("MASTER_PORT", plan.master_port.to_string());
+                .env("MASTER_PORT", plan.master_port.to_string())
+                .env(LAUNCHER_PID, std::process::id().to_string());
             if let Some(t) = plan.threads {
                 cmd.env("OMP_NUM_THREADS", t.to_string());
             }
@@ -103,6 +116,13 @@ impl Children {
                 .map_err(|e| Error::io(format!("ddp launcher: starting the watcher thread: {e}")))?
         };
         Ok(Children { procs, watch, watcher: Some(watcher) })
+    }
+
+    /// The first child that has ended, successfully or not: before the
+    /// rendezvous completes, any ended child means the job cannot form.
+    pub fn ended(&self) -> Option<String> {
+        let w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        w.finished.first().map(|(_, _, how)| how.clone())
     }
 
     /// The first failure of a child, if any.
@@ -176,13 +196,14 @@ fn watch_children(procs: &Mutex<Vec<(usize, Child)>>, watch: &Mutex<Watch>) {
             let mut list = procs.lock().unwrap_or_else(|p| p.into_inner());
             let mut w = watch.lock().unwrap_or_else(|p| p.into_inner());
             for (rank, child) in list.iter_mut() {
-                if w.finished.iter().any(|(r, _)| r == rank) {
+                if w.finished.iter().any(|(r, _, _)| r == rank) {
                     continue;
                 }
                 if let Ok(Some(status)) = child.try_wait() {
-                    w.finished.push((*rank, status.success()));
+                    let how = format!("local rank {rank} (pid {}) {}", child.id(), describe(status));
+                    w.finished.push((*rank, status.success(), how.clone()));
                     if !status.success() && w.failure.is_none() {
-                        failed = Some(format!("local rank {rank} (pid {}) {}", child.id(), describe(status)));
+                        failed = Some(how);
                     }
                 }
             }

@@ -1,15 +1,15 @@
 //! `fulmen_accelerator`: the accelerator registry, Lightning's accelerator
 //! methods, and custom accelerators implemented in C (`fulmen_accelerator_vtable`).
-use super::callback::{call_host, check_struct_size, Userdata};
+use super::callback::{call_host, check_struct_size, HostLock, Userdata};
 use super::error::{fulmen_error, guard, guard_value, str_arg};
-use super::handle::{self, check_out, write_out, Handle};
+use super::handle::{self, check_out, write_out, Handle, Shared};
 use super::model::copy_str;
-use crate::accelerators::devices::parse_indexed_devices;
+use crate::accelerators::devices::{parse_indexed_devices, MAX_DEVICES};
 use crate::accelerators::{registry, Accelerator, DevicesSpec, ParsedDevices};
 use crate::error::{Error, ErrorCode, Result};
 use crate::tensor::DeviceSpec;
 use std::ffi::{c_char, c_void, CString};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tch::Device;
 
 /// An accelerator from the registry. Free with `fulmen_accelerator_free`.
@@ -58,8 +58,8 @@ fn from_c(d: fulmen_device) -> Result<Device> {
     })
 }
 
-unsafe fn acc_arg<'a>(p: *const fulmen_accelerator) -> Result<&'a Arc<dyn Accelerator>> {
-    Ok(&handle::borrow(p, "accelerator")?.inner)
+unsafe fn acc_arg<'a>(p: *const fulmen_accelerator) -> Result<Shared<'a, Arc<dyn Accelerator>>> {
+    Ok(handle::borrow(p, "accelerator")?.map(|h| &h.inner))
 }
 
 /// Looks up an accelerator by name: a registered name ("cpu", "cuda",
@@ -97,7 +97,7 @@ pub unsafe extern "C" fn fulmen_accelerator_is_available(
     acc: *const fulmen_accelerator,
     out: *mut bool,
 ) -> *mut fulmen_error {
-    guard("fulmen_accelerator_is_available", || write_out(out, "out", acc_arg(acc)?.is_available()))
+    guard("fulmen_accelerator_is_available", || write_out(out, "out", acc_arg(acc)?.try_is_available()?))
 }
 
 /// Writes how many devices `devices="auto"` uses (1 for the CPU).
@@ -106,7 +106,7 @@ pub unsafe extern "C" fn fulmen_accelerator_auto_device_count(
     acc: *const fulmen_accelerator,
     out: *mut usize,
 ) -> *mut fulmen_error {
-    guard("fulmen_accelerator_auto_device_count", || write_out(out, "out", acc_arg(acc)?.auto_device_count()))
+    guard("fulmen_accelerator_auto_device_count", || write_out(out, "out", acc_arg(acc)?.try_auto_device_count()?))
 }
 
 /// Parses `devices` as Lightning's device parser does for this accelerator
@@ -282,7 +282,7 @@ pub unsafe extern "C" fn fulmen_stats_builder_add(
     value: f64,
 ) -> *mut fulmen_error {
     guard("fulmen_stats_builder_add", || {
-        let b = handle::borrow_mut(builder, "builder")?;
+        let mut b = handle::borrow_mut(builder, "builder")?;
         b.stats.push((str_arg(name, "name")?.to_string(), value));
         Ok(())
     })
@@ -346,8 +346,8 @@ pub struct fulmen_accelerator_vtable {
 /// The host's accelerator behind the registry.
 struct HostAccelerator {
     name: String,
-    // The mutex serialises the host's callbacks.
-    userdata: Mutex<Userdata>,
+    // Serialises the host's callbacks and refuses re-entry.
+    userdata: HostLock<Userdata>,
     v: VtableCopy,
 }
 
@@ -370,12 +370,8 @@ struct VtableCopy {
 unsafe impl Sync for HostAccelerator {}
 
 impl HostAccelerator {
-    fn ud(&self) -> std::sync::MutexGuard<'_, Userdata> {
-        self.userdata.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     fn call(&self, what: &str, f: impl FnOnce(*mut c_void) -> *mut fulmen_error) -> Result<()> {
-        let ud = self.ud();
+        let ud = self.userdata.lock(&format!("accelerator {:?}", self.name))?;
         call_host(&format!("accelerator {:?} {what}", self.name), || f(ud.ptr()))
     }
 }
@@ -386,22 +382,38 @@ impl Accelerator for HostAccelerator {
     }
 
     fn is_available(&self) -> bool {
-        let Some(f) = self.v.is_available else { return true };
+        self.try_is_available().unwrap_or(false)
+    }
+
+    fn try_is_available(&self) -> Result<bool> {
+        let Some(f) = self.v.is_available else { return Ok(true) };
         let mut out = false;
-        self.call("is_available", |u| unsafe { f(u, &mut out) }).is_ok() && out
+        self.call("is_available", |u| unsafe { f(u, &mut out) })?;
+        Ok(out)
     }
 
     fn auto_device_count(&self) -> usize {
-        let Some(f) = self.v.auto_device_count else { return 1 };
+        self.try_auto_device_count().unwrap_or(0)
+    }
+
+    fn try_auto_device_count(&self) -> Result<usize> {
+        let Some(f) = self.v.auto_device_count else { return Ok(1) };
         let mut out = 0usize;
-        match self.call("auto_device_count", |u| unsafe { f(u, &mut out) }) {
-            Ok(()) => out,
-            Err(_) => 0,
-        }
+        self.call("auto_device_count", |u| unsafe { f(u, &mut out) })?;
+        Ok(out)
     }
 
     fn parse_devices(&self, devices: &DevicesSpec) -> Result<ParsedDevices> {
-        let available = self.auto_device_count();
+        let available = self.try_auto_device_count()?;
+        if available > MAX_DEVICES {
+            return Err(Error::new(
+                ErrorCode::Callback,
+                format!(
+                    "accelerator {:?} auto_device_count reported {available} devices; fulmen accepts at most {MAX_DEVICES}",
+                    self.name
+                ),
+            ));
+        }
         let Some(f) = self.v.parse_devices else { return parse_indexed_devices(&self.name, devices, available) };
         let text = CString::new(devices.to_text()).unwrap_or_default();
         let mut ids = vec![0i64; available.max(1) * 2 + 8];
@@ -507,11 +519,11 @@ pub unsafe extern "C" fn fulmen_accelerator_register(
         // accelerator, so a refused registration leaves userdata to the host.
         let acc = Arc::new(HostAccelerator {
             name: n.trim().to_lowercase(),
-            userdata: Mutex::new(Userdata::new(v.userdata, None)),
+            userdata: HostLock::new(Userdata::new(v.userdata, None)),
             v: copy,
         });
         registry::register(n, d, acc.clone(), override_existing)?;
-        acc.ud().set_free(v.userdata_free);
+        acc.userdata.lock("the new accelerator")?.set_free(v.userdata_free);
         Ok(())
     })
 }

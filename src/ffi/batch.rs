@@ -58,7 +58,7 @@ pub unsafe extern "C" fn fulmen_batch_builder_push(
     tensor: *const fulmen_tensor,
 ) -> *mut fulmen_error {
     guard("fulmen_batch_builder_push", || {
-        let b = handle::borrow_mut(builder, "builder")?;
+        let mut b = handle::borrow_mut(builder, "builder")?;
         let t = tensor_arg(tensor, "tensor")?;
         b.tensors.push(t.shallow_clone());
         Ok(())
@@ -70,8 +70,9 @@ pub unsafe extern "C" fn fulmen_batch_builder_push(
 pub(crate) fn with_temp_handle<T: Handle, R>(value: T, f: impl FnOnce(*mut T) -> R) -> (T, R) {
     let p = handle::into_raw(value);
     let r = f(p);
-    // SAFETY: `p` was created just above and no reference to it remains.
-    let v = unsafe { handle::take(p) }.expect("temporary handle freed by the callee");
+    // SAFETY: `p` was created just above; the borrowed types have no free
+    // function, and calls still using it on other threads finish first.
+    let v = unsafe { handle::revoke(p) }.expect("temporary handle taken twice");
     (v, r)
 }
 

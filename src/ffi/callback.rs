@@ -41,6 +41,71 @@ impl Drop for Userdata {
     }
 }
 
+/// A host object's userdata behind a lock that serialises its callbacks
+/// and refuses re-entry: a callback that calls back into the object it runs
+/// for (on the same thread) gets FULMEN_CODE_INVALID_STATE, not a deadlock.
+pub struct HostLock<T> {
+    inner: std::sync::Mutex<T>,
+    /// The thread holding the lock (its token), 0 when free.
+    owner: std::sync::atomic::AtomicUsize,
+}
+
+/// The locked value; releases the lock when dropped.
+pub struct HostGuard<'a, T> {
+    guard: std::sync::MutexGuard<'a, T>,
+    owner: &'a std::sync::atomic::AtomicUsize,
+}
+
+/// A number unique to the calling thread while it lives.
+fn thread_token() -> usize {
+    thread_local! {
+        static TOKEN: u8 = const { 0 };
+    }
+    TOKEN.with(|t| std::ptr::from_ref(t) as usize)
+}
+
+impl<T> HostLock<T> {
+    /// Wraps `value`.
+    pub fn new(value: T) -> Self {
+        HostLock { inner: std::sync::Mutex::new(value), owner: std::sync::atomic::AtomicUsize::new(0) }
+    }
+
+    /// Locks for a callback into `what`; a call from inside one of its own
+    /// callbacks is an error.
+    pub fn lock(&self, what: &str) -> Result<HostGuard<'_, T>> {
+        use std::sync::atomic::Ordering;
+        let me = thread_token();
+        if self.owner.load(Ordering::Acquire) == me {
+            return Err(Error::state(format!(
+                "{what} was called from one of its own callbacks (a re-entrant call); \
+                 fulmen refuses it instead of deadlocking"
+            )));
+        }
+        let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        self.owner.store(me, Ordering::Release);
+        Ok(HostGuard { guard, owner: &self.owner })
+    }
+}
+
+impl<T> std::ops::Deref for HostGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for HostGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+impl<T> Drop for HostGuard<'_, T> {
+    fn drop(&mut self) {
+        self.owner.store(0, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// Checks a vtable's `struct_size` against the size this library knows.
 pub fn check_struct_size(given: usize, known: usize, what: &str) -> Result<()> {
     if given < known {

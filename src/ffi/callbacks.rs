@@ -103,7 +103,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_model_checkpoint(
     options: *const fulmen_model_checkpoint_options,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_add_model_checkpoint", || {
-        let t = handle::borrow_mut(trainer, "trainer")?;
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
         let o = options.as_ref().copied().unwrap_or_else(|| fulmen_model_checkpoint_options_default());
         let opts = ModelCheckpointOptions {
             dirpath: opt_str(o.dirpath, "dirpath")?.map(PathBuf::from),
@@ -172,7 +172,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_early_stopping(
     options: *const fulmen_early_stopping_options,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_add_early_stopping", || {
-        let t = handle::borrow_mut(trainer, "trainer")?;
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
         let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
         let monitor = opt_str(o.monitor, "monitor")?
             .ok_or_else(|| Error::new(ErrorCode::NullArgument, "options.monitor is NULL"))?;
@@ -201,7 +201,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_lr_monitor(
     logging_interval: *const c_char,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_add_lr_monitor", || {
-        let t = handle::borrow_mut(trainer, "trainer")?;
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
         let interval = opt_str(logging_interval, "logging_interval")?.unwrap_or_default();
         t.inner.add_callback(Box::new(LearningRateMonitor::new(&interval)?));
         Ok(())
@@ -217,7 +217,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_timer(
     interval: *const c_char,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_add_timer", || {
-        let t = handle::borrow_mut(trainer, "trainer")?;
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
         let d = match opt_str(duration, "duration")? {
             Some(s) => Some(timer::parse_duration(&s)?),
             None => None,
@@ -239,7 +239,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_callback(
     vtable: *const fulmen_callback_vtable,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_add_callback", || {
-        let t = handle::borrow_mut(trainer, "trainer")?;
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
         let cb = host_callback(str_arg(name, "name")?, vtable)?;
         t.inner.add_callback(Box::new(cb));
         Ok(())

@@ -1,6 +1,6 @@
 //! `fulmen_step_context`: what a step callback can read and log.
 use super::error::{fulmen_error, guard, str_arg};
-use super::handle::{self, write_out, Handle};
+use super::handle::{self, write_out, Exclusive, Handle, Shared};
 use crate::error::Error;
 use crate::trainer::{LogFlags, StepContext};
 use std::ffi::c_char;
@@ -25,9 +25,14 @@ pub const FULMEN_LOG_PROG_BAR: u32 = 4;
 /// rank must log the same names in the same steps).
 pub const FULMEN_LOG_SYNC_DIST: u32 = 8;
 
-unsafe fn ctx_ref<'a>(p: *const fulmen_step_context) -> crate::error::Result<&'a mut StepContext<'static>> {
-    let h = handle::borrow(p, "ctx")?;
-    Ok(&mut *h.ctx)
+/// Reads the step context (shared pin).
+unsafe fn ctx_ref<'a>(p: *const fulmen_step_context) -> crate::error::Result<Shared<'a, StepContext<'static>>> {
+    Ok(handle::borrow(p, "ctx")?.map(|h| unsafe { &*h.ctx }))
+}
+
+/// Changes the step context (exclusive pin: one log at a time).
+unsafe fn ctx_mut<'a>(p: *mut fulmen_step_context) -> crate::error::Result<Exclusive<'a, StepContext<'static>>> {
+    Ok(handle::borrow_mut(p, "ctx")?.map(|h| unsafe { &mut *h.ctx }))
 }
 
 /// Logs a metric, as Lightning's `self.log(name, value, ...)`. `flags`
@@ -46,7 +51,7 @@ pub unsafe extern "C" fn fulmen_step_context_log(
     batch_size: i64,
 ) -> *mut fulmen_error {
     guard("fulmen_step_context_log", || {
-        let c = ctx_ref(ctx)?;
+        let mut c = ctx_mut(ctx)?;
         let n = str_arg(name, "name")?;
         if flags & !(FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR | FULMEN_LOG_SYNC_DIST) != 0 {
             return Err(Error::invalid(format!("unknown log flags {flags:#x}")));

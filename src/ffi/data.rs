@@ -1,9 +1,9 @@
 //! `fulmen_dataset` and `fulmen_loader`: in-memory and CSV datasets,
 //! subsets, host-implemented data sources and iterators, and loaders.
 use super::batch::{check_batch, fulmen_batch_builder, with_temp_handle};
-use super::callback::{call_host, check_struct_size, Userdata};
+use super::callback::{call_host, check_struct_size, HostLock, Userdata};
 use super::error::{fulmen_error, guard, guard_value, str_arg};
-use super::handle::{self, check_out, write_out, Handle};
+use super::handle::{self, check_out, write_out, Handle, Shared};
 use super::tensor::handle::{emit, fulmen_tensor, i64_list, tensor_list};
 use crate::data::{
     load_csv, split_every, CsvOptions, DataLoader, DataLoaderOptions, Dataset, Scaling, Subset, TensorDataset,
@@ -12,7 +12,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::trainer::{BatchIter, BatchSource};
 use std::ffi::{c_char, c_void};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tch::Tensor;
 
 /// A map-style dataset: samples addressed by index, handed out as batches.
@@ -40,8 +40,8 @@ unsafe fn emit_dataset(out: *mut *mut fulmen_dataset, ds: Arc<dyn Dataset>) -> R
     Ok(())
 }
 
-unsafe fn dataset_arg<'a>(p: *const fulmen_dataset, arg: &str) -> Result<&'a Arc<dyn Dataset>> {
-    Ok(&handle::borrow(p, arg)?.inner)
+unsafe fn dataset_arg<'a>(p: *const fulmen_dataset, arg: &str) -> Result<Shared<'a, Arc<dyn Dataset>>> {
+    Ok(handle::borrow(p, arg)?.map(|h| &h.inner))
 }
 
 /// Creates a dataset from `tensors[0..n]` that share their first dimension
@@ -270,7 +270,7 @@ pub struct fulmen_data_source_vtable {
 }
 
 struct HostDataset {
-    userdata: Mutex<Userdata>,
+    userdata: HostLock<Userdata>,
     len: usize,
     get_batch: unsafe extern "C" fn(*mut c_void, *const i64, usize, *mut fulmen_batch_builder) -> *mut fulmen_error,
 }
@@ -287,7 +287,7 @@ impl Dataset for HostDataset {
                 format!("index {bad} outside the host dataset of {} samples", self.len),
             ));
         }
-        let ud = self.userdata.lock().unwrap_or_else(|p| p.into_inner());
+        let ud = self.userdata.lock("the host dataset")?;
         let (builder, r) = with_temp_handle(fulmen_batch_builder { tensors: Vec::new() }, |b| {
             call_host("get_batch", || unsafe { (self.get_batch)(ud.ptr(), indices.as_ptr(), indices.len(), b) })
         });
@@ -327,7 +327,7 @@ pub unsafe extern "C" fn fulmen_dataset_from_source(
         let get_batch = v.get_batch.ok_or_else(|| Error::invalid("fulmen_data_source_vtable.get_batch is NULL"))?;
         let mut len = 0usize;
         call_host("len", || len_fn(v.userdata, &mut len))?;
-        let ds = HostDataset { userdata: Mutex::new(Userdata::new(v.userdata, v.userdata_free)), len, get_batch };
+        let ds = HostDataset { userdata: HostLock::new(Userdata::new(v.userdata, v.userdata_free)), len, get_batch };
         emit_dataset(out, Arc::new(ds))
     })
 }

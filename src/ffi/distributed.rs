@@ -115,7 +115,7 @@ pub unsafe extern "C" fn fulmen_distributed_all_gather(
         check_out(out, "out")?;
         let t = tensor_arg(tensor, "tensor")?;
         let ctx = joined()?;
-        let g = ctx.group.all_gather(t).map_err(|e| ctx.explain(e))?;
+        let g = ctx.group.all_gather(&t).map_err(|e| ctx.explain(e))?;
         emit(out, g)
     })
 }
@@ -221,7 +221,7 @@ pub unsafe extern "C" fn fulmen_ddp_prepare_backward(
     loss: *const fulmen_tensor,
 ) -> *mut fulmen_error {
     guard("fulmen_ddp_prepare_backward", || {
-        let d = handle::borrow_mut(ddp, "ddp")?;
+        let mut d = handle::borrow_mut(ddp, "ddp")?;
         let loss = tensor_arg(loss, "loss")?;
         let outputs = if d.find_unused { vec![loss.shallow_clone()] } else { Vec::new() };
         d.reducer.prepare_for_backward(&outputs)

@@ -56,8 +56,9 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// Runs the body of an exported function: errors get the function's name as
 /// context, panics become `FULMEN_CODE_PANIC` errors, nothing unwinds into C.
-pub fn guard<F: FnOnce() -> Result<()>>(func: &str, body: F) -> *mut fulmen_error {
-    match catch_unwind(AssertUnwindSafe(body)) {
+pub fn guard<F: FnOnce() -> Result<()>>(func: &'static str, body: F) -> *mut fulmen_error {
+    let _call = handle::enter_call(func);
+    match catch_unwind(AssertUnwindSafe(|| crate::tensor::tch_panic::catch(body))) {
         Ok(Ok(())) => std::ptr::null_mut(),
         Ok(Err(e)) => error_into_raw(e.context(func)),
         Err(p) => {
@@ -145,6 +146,7 @@ pub fn code_from_i32(code: i32) -> Option<ErrorCode> {
         OutOfRange,
         InvalidState,
         Distributed,
+        Interrupted,
     ]
     .into_iter()
     .find(|c| *c as i32 == code)

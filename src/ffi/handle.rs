@@ -2,11 +2,23 @@
 //! and back. Every live handle is recorded with its type, so a NULL, freed or
 //! wrong-type handle is reported as an error instead of being dereferenced.
 //!
+//! Every call that uses a handle pins it for the call's duration: shared
+//! pins for reads ([`borrow`]), one exclusive pin for changes
+//! ([`borrow_mut`]). A handle pinned exclusively refuses every other use
+//! with `FULMEN_CODE_INVALID_STATE` (a fit's trainer cannot be changed by a
+//! hook or another thread), and the `*_free` of a pinned handle is
+//! deferred: the handle is invalid for new calls at once, and the value is
+//! dropped when the last call using it returns. A call that takes
+//! ownership of a handle (moving a layer into a model) refuses a pinned one.
+//!
 //! A freed address that the allocator hands out again to a new handle of the
 //! same type is indistinguishable from it; that is documented in the header.
 use crate::error::{Error, ErrorCode, Result};
+use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
 /// A Rust type that is handed to C as an opaque handle.
 pub trait Handle: Sized + 'static {
@@ -14,29 +26,77 @@ pub trait Handle: Sized + 'static {
     const C_NAME: &'static str;
 }
 
-/// A live handle's type and serial number (unique for the process, so an
-/// address reused by a new handle is told apart from the old one).
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// A live handle's type, serial number (unique for the process, so an
+/// address reused by a new handle is told apart from the old one) and pins.
+#[derive(Clone, Copy)]
 struct Entry {
     type_name: &'static str,
     serial: u64,
+    /// Running calls that read the handle.
+    shared: u32,
+    /// The exported function that holds it exclusively, if any.
+    exclusive: Option<&'static str>,
+    /// Freed while pinned: invisible to new calls, dropped by the last unpin.
+    released: bool,
+}
+
+impl Entry {
+    fn pinned(&self) -> bool {
+        self.shared > 0 || self.exclusive.is_some()
+    }
 }
 
 type Registry = HashMap<usize, Entry>;
 
-fn live() -> &'static Mutex<Registry> {
-    static LIVE: OnceLock<Mutex<Registry>> = OnceLock::new();
-    LIVE.get_or_init(|| Mutex::new(HashMap::new()))
+struct Live {
+    map: Mutex<Registry>,
+    /// Signalled whenever a pin is dropped (for [`revoke`]).
+    unpinned: Condvar,
 }
 
-fn lock_live() -> std::sync::MutexGuard<'static, Registry> {
+fn live() -> &'static Live {
+    static LIVE: OnceLock<Live> = OnceLock::new();
+    LIVE.get_or_init(|| Live { map: Mutex::new(HashMap::new()), unpinned: Condvar::new() })
+}
+
+fn lock_live() -> MutexGuard<'static, Registry> {
     // A panic while holding this lock cannot leave the map inconsistent.
-    live().lock().unwrap_or_else(|p| p.into_inner())
+    live().map.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn next_serial() -> u64 {
     static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+thread_local! {
+    /// The exported function running on this thread (innermost), named in
+    /// "in use" errors.
+    static CURRENT_CALL: Cell<&'static str> = const { Cell::new("") };
+}
+
+/// Records `func` as the exported function running on this thread until
+/// the returned value is dropped.
+pub(crate) fn enter_call(func: &'static str) -> CallName {
+    CallName(CURRENT_CALL.with(|c| c.replace(func)))
+}
+
+/// Restores the outer call's name when dropped.
+pub(crate) struct CallName(&'static str);
+
+impl Drop for CallName {
+    fn drop(&mut self) {
+        CURRENT_CALL.with(|c| c.set(self.0));
+    }
+}
+
+fn current_call() -> &'static str {
+    let c = CURRENT_CALL.with(|c| c.get());
+    if c.is_empty() {
+        "a running fulmen call"
+    } else {
+        c
+    }
 }
 
 /// Boxes `value`, records it as live and returns the raw handle.
@@ -48,88 +108,263 @@ pub fn into_raw<T: Handle>(value: T) -> *mut T {
 pub fn into_raw_with_serial<T: Handle>(value: T) -> (*mut T, u64) {
     let ptr = Box::into_raw(Box::new(value));
     let serial = next_serial();
-    lock_live().insert(ptr as usize, Entry { type_name: T::C_NAME, serial });
+    let entry = Entry { type_name: T::C_NAME, serial, shared: 0, exclusive: None, released: false };
+    lock_live().insert(ptr as usize, entry);
     (ptr, serial)
 }
 
-/// Checks that `ptr` is a live handle of type `T`.
-pub fn check<T: Handle>(ptr: *const T, arg: &str) -> Result<()> {
+/// The entry of a live handle of type `T`, or the error for `ptr`.
+fn live_entry<'m, T: Handle>(map: &'m mut Registry, ptr: *const T, arg: &str) -> Result<&'m mut Entry> {
     if ptr.is_null() {
         return Err(Error::new(ErrorCode::NullArgument, format!("argument `{arg}` is NULL")));
     }
-    match lock_live().get(&(ptr as usize)).map(|e| e.type_name) {
-        Some(name) if name == T::C_NAME => Ok(()),
-        Some(name) => {
-            Err(Error::new(ErrorCode::InvalidHandle, format!("argument `{arg}` is a {name}, expected a {}", T::C_NAME)))
-        }
-        None => Err(Error::new(
+    match map.get_mut(&(ptr as usize)) {
+        Some(e) if !e.released && e.type_name == T::C_NAME => Ok(e),
+        Some(e) if !e.released => Err(Error::new(
+            ErrorCode::InvalidHandle,
+            format!("argument `{arg}` is a {}, expected a {}", e.type_name, T::C_NAME),
+        )),
+        _ => Err(Error::new(
             ErrorCode::InvalidHandle,
             format!("argument `{arg}` is not a live {} (freed or never created)", T::C_NAME),
         )),
     }
 }
 
+fn in_use(arg: &str, type_name: &str, by: &str) -> Error {
+    Error::new(
+        ErrorCode::InvalidState,
+        format!("argument `{arg}` (a {type_name}) is in use by {by}, which has not returned"),
+    )
+}
+
+/// Checks that `ptr` is a live handle of type `T` (without pinning it).
+pub fn check<T: Handle>(ptr: *const T, arg: &str) -> Result<()> {
+    live_entry(&mut lock_live(), ptr, arg).map(|_| ())
+}
+
 /// Whether `ptr` is a live handle of type `T`.
 pub fn is_live<T: Handle>(ptr: *const T) -> bool {
-    !ptr.is_null() && lock_live().get(&(ptr as usize)).map(|e| e.type_name) == Some(T::C_NAME)
+    !ptr.is_null() && check(ptr, "").is_ok()
 }
 
-/// Borrows the value behind a live handle.
-///
-/// # Safety
-/// The caller must not hold another reference to the same handle and must
-/// not let the reference outlive the handle.
-pub unsafe fn borrow<'a, T: Handle>(ptr: *const T, arg: &str) -> Result<&'a T> {
-    check(ptr, arg)?;
-    Ok(&*ptr)
+/// A pin on a handle, released when dropped. The last unpin of a handle
+/// freed meanwhile drops its value.
+pub struct PinToken {
+    addr: usize,
+    exclusive: bool,
+    drop_value: unsafe fn(usize),
 }
 
-/// Mutably borrows the value behind a live handle.
-///
-/// # Safety
-/// As [`borrow`]; the handle must not be used elsewhere during the borrow.
-pub unsafe fn borrow_mut<'a, T: Handle>(ptr: *mut T, arg: &str) -> Result<&'a mut T> {
-    check(ptr, arg)?;
-    Ok(&mut *ptr)
+unsafe fn drop_boxed<T>(addr: usize) {
+    drop(Box::from_raw(addr as *mut T));
 }
 
-/// Takes back ownership of a live handle; `None` for NULL or a pointer that
-/// is not a live handle of type `T` (so a double free is harmless).
-///
-/// # Safety
-/// No reference to the value may be alive.
-pub unsafe fn take<T: Handle>(ptr: *mut T) -> Option<T> {
-    if ptr.is_null() {
-        return None;
+impl PinToken {
+    fn new<T: Handle>(ptr: *const T, exclusive: bool) -> Self {
+        PinToken { addr: ptr as usize, exclusive, drop_value: drop_boxed::<T> }
     }
-    take_matching(ptr, None)
 }
 
-/// Takes back a handle only if it is still the one created with `serial`
+impl Drop for PinToken {
+    fn drop(&mut self) {
+        let mut map = lock_live();
+        let Some(e) = map.get_mut(&self.addr) else { return };
+        if self.exclusive {
+            e.exclusive = None;
+        } else {
+            e.shared = e.shared.saturating_sub(1);
+        }
+        let finished = e.released && !e.pinned();
+        if finished {
+            map.remove(&self.addr);
+        }
+        drop(map);
+        live().unpinned.notify_all();
+        if finished {
+            // SAFETY: the entry is gone, no pin remains, and the address
+            // came from `Box::into_raw` of the type `drop_value` was made for.
+            unsafe { (self.drop_value)(self.addr) };
+        }
+    }
+}
+
+/// A value read through a handle, pinned for as long as this lives.
+pub struct Shared<'a, U: ?Sized> {
+    value: &'a U,
+    _pin: PinToken,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<'a, U: ?Sized> Shared<'a, U> {
+    /// Narrows the pinned value to a part of it.
+    pub fn map<V: ?Sized>(self, f: impl FnOnce(&'a U) -> &'a V) -> Shared<'a, V> {
+        Shared { value: f(self.value), _pin: self._pin, _not_send: PhantomData }
+    }
+}
+
+impl<U: ?Sized> Deref for Shared<'_, U> {
+    type Target = U;
+    fn deref(&self) -> &U {
+        self.value
+    }
+}
+
+/// A value changed through a handle, pinned exclusively while this lives.
+pub struct Exclusive<'a, U: ?Sized> {
+    value: &'a mut U,
+    _pin: PinToken,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<'a, U: ?Sized> Exclusive<'a, U> {
+    /// Narrows the pinned value to a part of it.
+    pub fn map<V: ?Sized>(self, f: impl FnOnce(&'a mut U) -> &'a mut V) -> Exclusive<'a, V> {
+        Exclusive { value: f(self.value), _pin: self._pin, _not_send: PhantomData }
+    }
+}
+
+impl<U: ?Sized> Deref for Exclusive<'_, U> {
+    type Target = U;
+    fn deref(&self) -> &U {
+        self.value
+    }
+}
+
+impl<U: ?Sized> DerefMut for Exclusive<'_, U> {
+    fn deref_mut(&mut self) -> &mut U {
+        self.value
+    }
+}
+
+/// Pins a live handle for reading; FULMEN_CODE_INVALID_STATE while another
+/// call holds it exclusively.
+///
+/// # Safety
+/// `ptr` must be NULL or a pointer the host got from fulmen (any value is
+/// checked against the registry before it is dereferenced).
+pub unsafe fn borrow<'a, T: Handle>(ptr: *const T, arg: &str) -> Result<Shared<'a, T>> {
+    {
+        let mut map = lock_live();
+        let e = live_entry(&mut map, ptr, arg)?;
+        if let Some(by) = e.exclusive {
+            return Err(in_use(arg, T::C_NAME, by));
+        }
+        e.shared += 1;
+    }
+    Ok(Shared { value: &*ptr, _pin: PinToken::new(ptr, false), _not_send: PhantomData })
+}
+
+/// Pins a live handle for changing it; FULMEN_CODE_INVALID_STATE while any
+/// other call uses it.
+///
+/// # Safety
+/// As [`borrow`].
+pub unsafe fn borrow_mut<'a, T: Handle>(ptr: *mut T, arg: &str) -> Result<Exclusive<'a, T>> {
+    {
+        let mut map = lock_live();
+        let e = live_entry(&mut map, ptr, arg)?;
+        if let Some(by) = e.exclusive {
+            return Err(in_use(arg, T::C_NAME, by));
+        }
+        if e.shared > 0 {
+            return Err(in_use(arg, T::C_NAME, "another call"));
+        }
+        e.exclusive = Some(current_call());
+    }
+    Ok(Exclusive { value: &mut *ptr, _pin: PinToken::new(ptr, true), _not_send: PhantomData })
+}
+
+/// Frees a handle: `None` for NULL or a pointer that is not a live handle
+/// of type `T` (so a double free is harmless) and for a pinned handle,
+/// whose value the last call using it drops; otherwise the value.
+///
+/// # Safety
+/// `ptr` must be NULL or a pointer the host got from fulmen.
+pub unsafe fn take<T: Handle>(ptr: *mut T) -> Option<T> {
+    release(ptr, None)
+}
+
+/// As [`take`], only if the handle is still the one created with `serial`
 /// (not a newer handle at a reused address).
 ///
 /// # Safety
 /// As [`take`].
 pub unsafe fn take_serial<T: Handle>(ptr: *mut T, serial: u64) -> Option<T> {
-    take_matching(ptr, Some(serial))
+    release(ptr, Some(serial))
 }
 
-unsafe fn take_matching<T: Handle>(ptr: *mut T, serial: Option<u64>) -> Option<T> {
+unsafe fn release<T: Handle>(ptr: *mut T, serial: Option<u64>) -> Option<T> {
     if ptr.is_null() {
         return None;
     }
     let mut map = lock_live();
-    match map.get(&(ptr as usize)) {
-        Some(e) if e.type_name == T::C_NAME && serial.is_none_or(|s| s == e.serial) => {
-            map.remove(&(ptr as usize));
-            drop(map);
-            Some(*Box::from_raw(ptr))
-        }
-        _ => None,
+    let e = map.get_mut(&(ptr as usize))?;
+    if e.released || e.type_name != T::C_NAME || serial.is_some_and(|s| s != e.serial) {
+        return None;
     }
+    if e.pinned() {
+        e.released = true;
+        return None;
+    }
+    map.remove(&(ptr as usize));
+    drop(map);
+    Some(*Box::from_raw(ptr))
 }
 
-/// Number of live handles of every type (for leak checks in tests).
+/// Takes ownership of a live handle to move its value elsewhere, after
+/// `accept` approves it (run under the registry's lock: it must not call
+/// fulmen). A pinned handle is FULMEN_CODE_INVALID_STATE. On error the
+/// handle is unchanged.
+///
+/// # Safety
+/// As [`borrow`].
+pub unsafe fn take_owned<T: Handle>(ptr: *mut T, arg: &str, accept: impl FnOnce(&T) -> Result<()>) -> Result<T> {
+    let mut map = lock_live();
+    let e = live_entry(&mut map, ptr, arg)?;
+    if let Some(by) = e.exclusive {
+        return Err(in_use(arg, T::C_NAME, by));
+    }
+    if e.shared > 0 {
+        return Err(in_use(arg, T::C_NAME, "another call"));
+    }
+    accept(&*ptr)?;
+    map.remove(&(ptr as usize));
+    drop(map);
+    Ok(*Box::from_raw(ptr))
+}
+
+/// Takes back a handle fulmen lent to a callback, waiting until calls
+/// still using it (from other threads) return; the handle is invalid for
+/// new calls at once. `None` if it is not a live handle of type `T`.
+///
+/// # Safety
+/// `ptr` must come from [`into_raw`] with type `T`, and fulmen alone may
+/// free it (the borrowed types have no `*_free`).
+pub unsafe fn revoke<T: Handle>(ptr: *mut T) -> Option<T> {
+    let mut map = lock_live();
+    match map.get_mut(&(ptr as usize)) {
+        Some(e) if e.type_name == T::C_NAME => e.released = true,
+        _ => return None,
+    }
+    loop {
+        match map.get(&(ptr as usize)) {
+            Some(e) if e.pinned() => {
+                map = live().unpinned.wait(map).unwrap_or_else(|p| p.into_inner());
+            }
+            Some(_) => break,
+            // The last unpin dropped it (cannot happen while we hold the
+            // only way to free it, but stay safe).
+            None => return None,
+        }
+    }
+    map.remove(&(ptr as usize));
+    drop(map);
+    Some(*Box::from_raw(ptr))
+}
+
+/// Number of live handles of every type (for leak checks in tests); a
+/// handle freed while pinned counts until its last call returns.
 pub fn live_count() -> usize {
     lock_live().len()
 }

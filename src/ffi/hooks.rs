@@ -2,7 +2,7 @@
 //! Lightning's hooks delivered to C.
 use super::callback::{check_struct_size, host_result, HostCallTimer, Userdata};
 use super::error::{fulmen_error, guard, str_arg};
-use super::handle::{self, check_out, write_out, Handle};
+use super::handle::{self, check_out, write_out, Exclusive, Handle, Shared};
 use super::model::copy_str;
 use super::tensor::handle::{emit, fulmen_tensor};
 use super::tensor::TensorScope;
@@ -21,8 +21,14 @@ impl Handle for fulmen_hook_context {
     const C_NAME: &'static str = "fulmen_hook_context";
 }
 
-unsafe fn ctx_ref<'a>(p: *const fulmen_hook_context) -> Result<&'a mut HookContext<'static>> {
-    Ok(&mut *handle::borrow(p, "ctx")?.ctx)
+/// Reads the hook context (shared pin).
+unsafe fn ctx_ref<'a>(p: *const fulmen_hook_context) -> Result<Shared<'a, HookContext<'static>>> {
+    Ok(handle::borrow(p, "ctx")?.map(|h| unsafe { &*h.ctx }))
+}
+
+/// Changes the hook context (exclusive pin).
+unsafe fn ctx_mut<'a>(p: *mut fulmen_hook_context) -> Result<Exclusive<'a, HookContext<'static>>> {
+    Ok(handle::borrow_mut(p, "ctx")?.map(|h| unsafe { &mut *h.ctx }))
 }
 
 /// A host hook function: `hook` is a `fulmen_hook`.
@@ -38,8 +44,9 @@ pub(crate) fn call_host_hook(f: fulmen_hook_fn, userdata: *mut c_void, who: &str
     let h = handle::into_raw(fulmen_hook_context { ctx: ptr });
     let timer = HostCallTimer::start();
     let err = unsafe { f(userdata, hook as i32, h) };
-    // SAFETY: `h` was created above; the host cannot free it.
-    let _ = unsafe { handle::take(h) };
+    // SAFETY: `h` was created above; the host cannot free it. Calls on it
+    // from other threads finish before `ctx` goes away.
+    let _ = unsafe { handle::revoke(h) };
     host_result(err, || format!("{who}.{}", hook.name()))?;
     timer.check(|| format!("{who}.{}", hook.name()))
 }
@@ -166,7 +173,7 @@ pub unsafe extern "C" fn fulmen_hook_context_metric(
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_hook_context_request_stop(ctx: *mut fulmen_hook_context) -> *mut fulmen_error {
     guard("fulmen_hook_context_request_stop", || {
-        ctx_ref(ctx)?.state.should_stop = true;
+        ctx_mut(ctx)?.state.should_stop = true;
         Ok(())
     })
 }
@@ -238,9 +245,9 @@ pub unsafe extern "C" fn fulmen_hook_context_checkpoint_set(
     value: *const c_char,
 ) -> *mut fulmen_error {
     guard("fulmen_hook_context_checkpoint_set", || {
-        let c = ctx_ref(ctx)?;
+        let mut c = ctx_mut(ctx)?;
         let (k, v) = (str_arg(key, "key")?, str_arg(value, "value")?);
-        checkpoint_map(c)?.insert(k.to_string(), v.to_string());
+        checkpoint_map(&mut c)?.insert(k.to_string(), v.to_string());
         Ok(())
     })
 }
@@ -257,9 +264,9 @@ pub unsafe extern "C" fn fulmen_hook_context_checkpoint_get(
     len_out: *mut usize,
 ) -> *mut fulmen_error {
     guard("fulmen_hook_context_checkpoint_get", || {
-        let c = ctx_ref(ctx)?;
+        let mut c = ctx_mut(ctx)?;
         let k = str_arg(key, "key")?;
-        let v = checkpoint_map(c)?
+        let v = checkpoint_map(&mut c)?
             .get(k)
             .cloned()
             .ok_or_else(|| Error::invalid(format!("the checkpoint has no entry {k:?}")))?;

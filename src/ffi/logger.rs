@@ -110,7 +110,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_logger(
     vtable: *const fulmen_logger_vtable,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_add_logger", || {
-        let t = handle::borrow_mut(trainer, "trainer")?;
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
         let v = vtable.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `vtable` is NULL"))?;
         check_struct_size(v.struct_size, std::mem::size_of::<fulmen_logger_vtable>(), "fulmen_logger_vtable")?;
         t.inner.add_logger(Box::new(HostLogger {

@@ -1,6 +1,6 @@
 //! `fulmen_model`: building, running, naming, saving and loading models.
 use super::error::{fulmen_error, guard, guard_value, str_arg};
-use super::handle::{self, check_out, write_out, Handle};
+use super::handle::{self, check_out, write_out, Handle, Shared};
 use super::tensor::handle::{emit, fulmen_tensor, i64_list, tensor_arg};
 use crate::error::{Error, ErrorCode, Result};
 use crate::nn::{Activation, Module};
@@ -26,8 +26,8 @@ pub(crate) fn lock(m: &SharedModel) -> MutexGuard<'_, Module> {
 }
 
 /// Borrows the shared model behind a handle.
-pub(crate) unsafe fn model_arg<'a>(p: *const fulmen_model, arg: &str) -> Result<&'a SharedModel> {
-    Ok(&handle::borrow(p, arg)?.inner)
+pub(crate) unsafe fn model_arg<'a>(p: *const fulmen_model, arg: &str) -> Result<Shared<'a, SharedModel>> {
+    Ok(handle::borrow(p, arg)?.map(|h| &h.inner))
 }
 
 unsafe fn emit_model(out: *mut *mut fulmen_model, m: Result<Module>) -> Result<()> {
@@ -270,13 +270,12 @@ pub unsafe extern "C" fn fulmen_model_load_torchscript(
 
 /// Takes the module out of a child handle to move it into a container.
 unsafe fn take_child(child: *mut fulmen_model) -> Result<Module> {
-    handle::check(child, "child")?;
-    let shared = &(*child).inner;
-    if Arc::strong_count(shared) != 1 {
-        return Err(Error::state("`child` is in use by a LightningModule and cannot be moved into another model"));
-    }
-    let owned = handle::take(child)
-        .ok_or_else(|| Error::new(ErrorCode::InvalidHandle, "`child` is not a live fulmen_model"))?;
+    let owned = handle::take_owned(child, "child", |c| {
+        if Arc::strong_count(&c.inner) != 1 {
+            return Err(Error::state("`child` is in use by a LightningModule and cannot be moved into another model"));
+        }
+        Ok(())
+    })?;
     match Arc::try_unwrap(owned.inner) {
         Ok(m) => Ok(m.into_inner().unwrap_or_else(|p| p.into_inner())),
         Err(_) => Err(Error::state("`child` is shared")),
@@ -292,7 +291,7 @@ pub unsafe extern "C" fn fulmen_model_push(model: *mut fulmen_model, child: *mut
         if std::ptr::eq(model, child) {
             return Err(Error::invalid("a model cannot contain itself"));
         }
-        let mut g = lock(m);
+        let mut g = lock(&m);
         if g.type_name() != "Sequential" {
             return Err(Error::invalid(format!("fulmen_model_push needs a sequential model, got a {}", g.type_name())));
         }
@@ -316,7 +315,7 @@ pub unsafe extern "C" fn fulmen_model_add(
         if std::ptr::eq(model, child) {
             return Err(Error::invalid("a model cannot contain itself"));
         }
-        let mut g = lock(m);
+        let mut g = lock(&m);
         if g.child_names().iter().any(|n| n == name) {
             return Err(Error::invalid(format!("the model already has a child named {name:?}")));
         }
@@ -344,7 +343,7 @@ pub unsafe extern "C" fn fulmen_model_forward(
         check_out(out, "out")?;
         let m = model_arg(model, "model")?;
         let x = tensor_arg(input, "input")?;
-        let y = lock(m).forward(x)?;
+        let y = lock(&m).forward(&x)?;
         emit(out, y)
     })
 }
@@ -362,7 +361,7 @@ pub unsafe extern "C" fn fulmen_model_forward_child(
         let m = model_arg(model, "model")?;
         let p = str_arg(path, "path")?;
         let x = tensor_arg(input, "input")?;
-        let y = lock(m).forward_child(p, x)?;
+        let y = lock(&m).forward_child(p, &x)?;
         emit(out, y)
     })
 }
@@ -371,26 +370,28 @@ pub unsafe extern "C" fn fulmen_model_forward_child(
 /// (`false`, as `model.eval()`) for the whole tree.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_set_training(model: *mut fulmen_model, training: bool) -> *mut fulmen_error {
-    guard("fulmen_model_set_training", || lock(model_arg(model, "model")?).set_training(training))
+    guard("fulmen_model_set_training", || lock(&*model_arg(model, "model")?).set_training(training))
 }
 
 /// Writes whether the model is in training mode.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_is_training(model: *const fulmen_model, out: *mut bool) -> *mut fulmen_error {
-    guard("fulmen_model_is_training", || write_out(out, "out", lock(model_arg(model, "model")?).is_training()))
+    guard("fulmen_model_is_training", || write_out(out, "out", lock(&*model_arg(model, "model")?).is_training()))
 }
 
 /// Writes the number of scalar parameters (all trainable tensors' elements).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_num_parameters(model: *const fulmen_model, out: *mut i64) -> *mut fulmen_error {
-    guard("fulmen_model_num_parameters", || write_out(out, "out", lock(model_arg(model, "model")?).num_parameters()))
+    guard("fulmen_model_num_parameters", || write_out(out, "out", lock(&*model_arg(model, "model")?).num_parameters()))
 }
 
 /// Writes the number of entries of the model's state_dict (parameters and
 /// buffers).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_state_dict_len(model: *const fulmen_model, out: *mut usize) -> *mut fulmen_error {
-    guard("fulmen_model_state_dict_len", || write_out(out, "out", lock(model_arg(model, "model")?).state_dict().len()))
+    guard("fulmen_model_state_dict_len", || {
+        write_out(out, "out", lock(&*model_arg(model, "model")?).state_dict().len())
+    })
 }
 
 /// Copies the name of state_dict entry `index` (PyTorch's naming, e.g.
@@ -408,7 +409,7 @@ pub unsafe extern "C" fn fulmen_model_state_dict_name(
 ) -> *mut fulmen_error {
     guard("fulmen_model_state_dict_name", || {
         check_out(len_out, "len_out")?;
-        let sd = lock(model_arg(model, "model")?).state_dict();
+        let sd = lock(&*model_arg(model, "model")?).state_dict();
         let (name, _) = sd.get(index).ok_or_else(|| {
             Error::new(ErrorCode::OutOfRange, format!("index {index} >= state_dict size {}", sd.len()))
         })?;
@@ -443,7 +444,7 @@ pub unsafe extern "C" fn fulmen_model_state_dict_get(
     guard("fulmen_model_state_dict_get", || {
         check_out(out, "out")?;
         let n = str_arg(name, "name")?;
-        let sd = lock(model_arg(model, "model")?).state_dict();
+        let sd = lock(&*model_arg(model, "model")?).state_dict();
         match sd.into_iter().find(|(k, _)| k == n) {
             Some((_, t)) => emit(out, t),
             None => Err(Error::invalid(format!("the model has no parameter or buffer named {n:?}"))),
@@ -457,7 +458,7 @@ pub unsafe extern "C" fn fulmen_model_state_dict_get(
 pub unsafe extern "C" fn fulmen_model_save(model: *const fulmen_model, path: *const c_char) -> *mut fulmen_error {
     guard("fulmen_model_save", || {
         let p = str_arg(path, "path")?;
-        lock(model_arg(model, "model")?).save_safetensors(Path::new(p), None)
+        lock(&*model_arg(model, "model")?).save_safetensors(Path::new(p), None)
     })
 }
 
@@ -473,7 +474,7 @@ pub unsafe extern "C" fn fulmen_model_load(
 ) -> *mut fulmen_error {
     guard("fulmen_model_load", || {
         let p = str_arg(path, "path")?;
-        lock(model_arg(model, "model")?).load_safetensors(Path::new(p), strict).map(|_| ())
+        lock(&*model_arg(model, "model")?).load_safetensors(Path::new(p), strict).map(|_| ())
     })
 }
 
@@ -497,7 +498,7 @@ pub unsafe extern "C" fn fulmen_model_summary(
 ) -> *mut fulmen_error {
     guard("fulmen_model_summary", || {
         let m = model_arg(model, "model")?;
-        let text = crate::callbacks::ModelSummary::of(&lock(m), max_depth)?.render();
+        let text = crate::callbacks::ModelSummary::of(&lock(&m), max_depth)?.render();
         copy_str(&text, buf, capacity, len_out)
     })
 }

@@ -269,7 +269,8 @@ pub unsafe extern "C" fn fulmen_lightning_module_free(module: *mut fulmen_lightn
 
 /// Records a hyperparameter (Lightning's `save_hyperparameters`): written
 /// to `hparams.yaml`, the TensorBoard hparams view and every checkpoint.
-/// Setting a key again replaces its value.
+/// Setting a key again replaces its value. Any UTF-8 key and value is
+/// kept exactly (hparams.yaml quotes and escapes what YAML would alter).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_lightning_module_set_hparam(
     module: *mut fulmen_lightning_module,
@@ -277,13 +278,8 @@ pub unsafe extern "C" fn fulmen_lightning_module_set_hparam(
     value: *const c_char,
 ) -> *mut fulmen_error {
     guard("fulmen_lightning_module_set_hparam", || {
-        let m = handle::borrow_mut(module, "module")?;
+        let mut m = handle::borrow_mut(module, "module")?;
         let (k, v) = (str_arg(key, "key")?, str_arg(value, "value")?);
-        if k.is_empty() || k.contains(['\n', ':']) {
-            return Err(Error::invalid(format!(
-                "hyperparameter name {k:?} must be non-empty and hold no ':' or newline"
-            )));
-        }
         m.inner.hparams.insert(k.to_string(), v.to_string());
         Ok(())
     })
@@ -334,7 +330,7 @@ pub unsafe extern "C" fn fulmen_optimizer_config_add(
                 return Err(Error::invalid("ReduceLROnPlateau needs `monitor`: the name of a logged metric"));
             }
         }
-        let cfg = handle::borrow_mut(config, "config")?;
+        let mut cfg = handle::borrow_mut(config, "config")?;
         let opt = handle::take(optimizer).ok_or_else(|| Error::new(ErrorCode::InvalidHandle, "optimizer"))?;
         let scheduler =
             handle::take(scheduler).map(|s| SchedulerConfig { scheduler: s.inner, interval, frequency, monitor });

@@ -139,7 +139,7 @@ unsafe fn collect_params(
 ) -> Result<Vec<Tensor>> {
     let mut all = Vec::new();
     if !model.is_null() {
-        all.extend(lock(model_arg(model, "model")?).parameters());
+        all.extend(lock(&*model_arg(model, "model")?).parameters());
     }
     for t in tensor_list(params, n_params, "params")? {
         if !t.requires_grad() {
@@ -274,7 +274,7 @@ pub unsafe extern "C" fn fulmen_optimizer_add_param_group(
     lr: f64,
 ) -> *mut fulmen_error {
     guard("fulmen_optimizer_add_param_group", || {
-        let o = handle::borrow_mut(optimizer, "optimizer")?;
+        let mut o = handle::borrow_mut(optimizer, "optimizer")?;
         let p = collect_params(model, params, n_params)?;
         o.inner.add_param_group(p, if lr < 0.0 { None } else { Some(lr) })
     })
@@ -335,7 +335,7 @@ pub unsafe extern "C" fn fulmen_clip_grad_norm(
     total_norm_out: *mut f64,
 ) -> *mut fulmen_error {
     guard("fulmen_clip_grad_norm", || {
-        let params = lock(model_arg(model, "model")?).parameters();
+        let params = lock(&*model_arg(model, "model")?).parameters();
         let n = crate::tensor::grad::clip_grad_norm(&params, max_norm, norm_type)?;
         if !total_norm_out.is_null() {
             total_norm_out.write(n);
@@ -348,7 +348,7 @@ pub unsafe extern "C" fn fulmen_clip_grad_norm(
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_clip_grad_value(model: *const fulmen_model, value: f64) -> *mut fulmen_error {
     guard("fulmen_clip_grad_value", || {
-        let params = lock(model_arg(model, "model")?).parameters();
+        let params = lock(&*model_arg(model, "model")?).parameters();
         crate::tensor::grad::clip_grad_value(&params, value)
     })
 }

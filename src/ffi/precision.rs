@@ -47,7 +47,7 @@ pub unsafe extern "C" fn fulmen_precision_set_grad_scaler(
     growth_interval: i64,
 ) -> *mut fulmen_error {
     guard("fulmen_precision_set_grad_scaler", || {
-        let p = handle::borrow_mut(precision, "precision")?;
+        let mut p = handle::borrow_mut(precision, "precision")?;
         if !p.precision.uses_grad_scaler() {
             return Err(Error::invalid(format!(
                 "precision {} does not use loss scaling; only 16-mixed does",
@@ -82,9 +82,9 @@ pub unsafe extern "C" fn fulmen_trainer_options_set_precision(
     precision: *const fulmen_precision,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_options_set_precision", || {
-        let o = handle::borrow_mut(options, "options")?;
+        let mut o = handle::borrow_mut(options, "options")?;
         let p = handle::borrow(precision, "precision")?;
-        set(o, p)
+        set(&mut o, &p)
     })
 }
 

@@ -28,7 +28,7 @@ unsafe fn make(
     build: impl FnOnce(&mut dyn crate::optim::Optimizer) -> Result<Box<dyn LrScheduler>>,
 ) -> Result<()> {
     check_out(out, "out")?;
-    let o = handle::borrow_mut(optimizer, "optimizer")?;
+    let mut o = handle::borrow_mut(optimizer, "optimizer")?;
     let inner = build(o.inner.as_mut())?;
     out.write(handle::into_raw(fulmen_scheduler { inner, optimizer: optimizer as usize }));
     Ok(())
@@ -243,12 +243,12 @@ pub unsafe extern "C" fn fulmen_scheduler_step(
     metric: f64,
 ) -> *mut fulmen_error {
     guard("fulmen_scheduler_step", || {
-        let s = handle::borrow_mut(scheduler, "scheduler")?;
+        let mut s = handle::borrow_mut(scheduler, "scheduler")?;
         handle::check(optimizer, "optimizer")?;
         if s.optimizer != optimizer as usize {
             return Err(Error::invalid("`optimizer` is not the optimizer this scheduler was created for"));
         }
-        let o = handle::borrow_mut(optimizer, "optimizer")?;
+        let mut o = handle::borrow_mut(optimizer, "optimizer")?;
         let m = if metric.is_nan() { None } else { Some(metric) };
         s.inner.step(o.inner.as_mut(), m)
     })

@@ -48,7 +48,7 @@ pub unsafe extern "C" fn fulmen_strategy_set(
     value: *const c_char,
 ) -> *mut fulmen_error {
     guard("fulmen_strategy_set", || {
-        let s = handle::borrow_mut(strategy, "strategy")?;
+        let mut s = handle::borrow_mut(strategy, "strategy")?;
         let (k, v) = (str_arg(key, "key")?, str_arg(value, "value")?);
         let mut spec = s.spec.clone();
         spec.set(k, v)?;
@@ -76,7 +76,7 @@ pub unsafe extern "C" fn fulmen_trainer_options_set_strategy(
     strategy: *const fulmen_strategy,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_options_set_strategy", || {
-        let o = handle::borrow_mut(options, "options")?;
+        let mut o = handle::borrow_mut(options, "options")?;
         o.opts.strategy = handle::borrow(strategy, "strategy")?.spec.clone();
         Ok(())
     })

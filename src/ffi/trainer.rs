@@ -1,7 +1,7 @@
 //! `fulmen_trainer_options` and `fulmen_trainer`: Lightning's Trainer.
 use super::data::fulmen_loader;
 use super::error::{fulmen_error, guard, guard_value, str_arg};
-use super::handle::{self, check_out, write_out, Handle};
+use super::handle::{self, check_out, write_out, Handle, Shared};
 use super::model::copy_str;
 use super::module::fulmen_lightning_module;
 use super::tensor::handle::{emit, fulmen_tensor};
@@ -33,7 +33,7 @@ const KEYS: &str = "max_epochs, min_epochs, max_steps, min_steps, max_time, limi
 limit_test_batches, limit_predict_batches, val_check_interval, check_val_every_n_epoch, num_sanity_val_steps, \
 accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm, fast_dev_run, overfit_batches, deterministic, \
 log_every_n_steps, seed, default_root_dir, enable_progress_bar, enable_checkpointing, enable_model_summary, \
-inference_mode, logger, detect_nonfinite_loss, detect_anomaly, callback_timeout, accelerator, devices, precision, strategy, num_nodes, \
+inference_mode, logger, detect_nonfinite_loss, detect_anomaly, callback_timeout, handle_signals, accelerator, devices, precision, strategy, num_nodes, \
 process_group_backend, ddp_timeout";
 
 fn parse_int(key: &str, v: &str) -> Result<i64> {
@@ -190,6 +190,7 @@ pub(crate) fn set_option(o: &mut TrainerOptions, key: &str, value: &str) -> Resu
         }
         "detect_nonfinite_loss" => o.detect_nonfinite_loss = parse_bool(key, v)?,
         "detect_anomaly" => o.detect_anomaly = parse_bool(key, v)?,
+        "handle_signals" => o.handle_signals = parse_bool(key, v)?,
         "callback_timeout" => {
             o.callback_timeout = if v.eq_ignore_ascii_case("none") || v == "0" {
                 None
@@ -256,7 +257,9 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 /// gradient fails backward naming the operation), `callback_timeout`
 /// (seconds or "DD:HH:MM:SS"; "none" or 0 = no limit: a host callback
 /// that runs longer fails the run with FULMEN_CODE_CALLBACK when it
-/// returns, since fulmen cannot interrupt host code),
+/// returns, since fulmen cannot interrupt host code), `handle_signals`
+/// (default true: SIGINT / SIGTERM stop the run as described at the top
+/// of this header; false leaves the process's signal handlers alone),
 /// `accelerator` ("auto", "cpu", "cuda", "gpu", "mps", "xla", "tpu" or a
 /// registered name), `devices` ("auto", "1", "-1", "0,2", ...),
 /// `precision` ("32-true", "16-mixed", "bf16-mixed", "64-true",
@@ -273,7 +276,7 @@ pub unsafe extern "C" fn fulmen_trainer_options_set(
     value: *const c_char,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_options_set", || {
-        let o = handle::borrow_mut(options, "options")?;
+        let mut o = handle::borrow_mut(options, "options")?;
         let (k, v) = (str_arg(key, "key")?, str_arg(value, "value")?);
         let mut next = o.opts.clone();
         set_option(&mut next, k, v)?;
@@ -290,7 +293,7 @@ pub unsafe extern "C" fn fulmen_trainer_options_set_int(
     value: i64,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_options_set_int", || {
-        let o = handle::borrow_mut(options, "options")?;
+        let mut o = handle::borrow_mut(options, "options")?;
         let mut next = o.opts.clone();
         set_option(&mut next, str_arg(key, "key")?, &value.to_string())?;
         o.opts = next;
@@ -306,7 +309,7 @@ pub unsafe extern "C" fn fulmen_trainer_options_set_float(
     value: f64,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_options_set_float", || {
-        let o = handle::borrow_mut(options, "options")?;
+        let mut o = handle::borrow_mut(options, "options")?;
         let mut next = o.opts.clone();
         set_option(&mut next, str_arg(key, "key")?, &format!("{value:?}"))?;
         o.opts = next;
@@ -322,7 +325,7 @@ pub unsafe extern "C" fn fulmen_trainer_options_set_bool(
     value: bool,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_options_set_bool", || {
-        let o = handle::borrow_mut(options, "options")?;
+        let mut o = handle::borrow_mut(options, "options")?;
         let mut next = o.opts.clone();
         set_option(&mut next, str_arg(key, "key")?, if value { "true" } else { "false" })?;
         o.opts = next;
@@ -355,8 +358,8 @@ pub unsafe extern "C" fn fulmen_trainer_new(
     })
 }
 
-unsafe fn loader<'a>(p: *const fulmen_loader, arg: &str) -> Result<&'a dyn BatchSource> {
-    Ok(handle::borrow(p, arg)?.inner.as_ref())
+unsafe fn loader<'a>(p: *const fulmen_loader, arg: &str) -> Result<Shared<'a, dyn BatchSource + Send>> {
+    Ok(handle::borrow(p, arg)?.map(|h| h.inner.as_ref()))
 }
 
 unsafe fn ckpt<'a>(p: *const c_char) -> Result<Option<&'a str>> {
@@ -384,11 +387,11 @@ pub unsafe extern "C" fn fulmen_trainer_fit(
     ckpt_path: *const c_char,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_fit", || {
-        let t = handle::borrow_mut(trainer, "trainer")?;
-        let m = handle::borrow_mut(module, "module")?;
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
+        let mut m = handle::borrow_mut(module, "module")?;
         let tr = loader(train, "train")?;
         let v = if val.is_null() { None } else { Some(loader(val, "val")?) };
-        t.inner.fit(&mut m.inner, tr, v, ckpt(ckpt_path)?)
+        t.inner.fit(&mut m.inner, &*tr, v.as_deref().map(|v| v as &dyn BatchSource), ckpt(ckpt_path)?)
     })
 }
 
@@ -402,9 +405,9 @@ pub unsafe extern "C" fn fulmen_trainer_validate(
     ckpt_path: *const c_char,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_validate", || {
-        let t = handle::borrow_mut(trainer, "trainer")?;
-        let m = handle::borrow_mut(module, "module")?;
-        t.inner.validate(&mut m.inner, self::loader(loader, "loader")?, ckpt(ckpt_path)?).map(|_| ())
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
+        let mut m = handle::borrow_mut(module, "module")?;
+        t.inner.validate(&mut m.inner, &*self::loader(loader, "loader")?, ckpt(ckpt_path)?).map(|_| ())
     })
 }
 
@@ -417,9 +420,9 @@ pub unsafe extern "C" fn fulmen_trainer_test(
     ckpt_path: *const c_char,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_test", || {
-        let t = handle::borrow_mut(trainer, "trainer")?;
-        let m = handle::borrow_mut(module, "module")?;
-        t.inner.test(&mut m.inner, self::loader(loader, "loader")?, ckpt(ckpt_path)?).map(|_| ())
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
+        let mut m = handle::borrow_mut(module, "module")?;
+        t.inner.test(&mut m.inner, &*self::loader(loader, "loader")?, ckpt(ckpt_path)?).map(|_| ())
     })
 }
 
@@ -436,9 +439,9 @@ pub unsafe extern "C" fn fulmen_trainer_predict(
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_predict", || {
         check_out(out, "out")?;
-        let t = handle::borrow_mut(trainer, "trainer")?;
-        let m = handle::borrow_mut(module, "module")?;
-        match t.inner.predict(&mut m.inner, self::loader(loader, "loader")?, ckpt(ckpt_path)?)? {
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
+        let mut m = handle::borrow_mut(module, "module")?;
+        match t.inner.predict(&mut m.inner, &*self::loader(loader, "loader")?, ckpt(ckpt_path)?)? {
             Some(p) => emit(out, p),
             None => {
                 out.write(std::ptr::null_mut());
@@ -581,7 +584,7 @@ pub unsafe extern "C" fn fulmen_trainer_options_set_accelerator(
     accelerator: *const super::accelerator::fulmen_accelerator,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_options_set_accelerator", || {
-        let o = handle::borrow_mut(options, "options")?;
+        let mut o = handle::borrow_mut(options, "options")?;
         let a = handle::borrow(accelerator, "accelerator")?;
         o.opts.accelerator = a.inner.name().to_string();
         Ok(())

@@ -2,7 +2,8 @@
 //! holding `metrics.csv` (one row per logging call, a column per metric)
 //! and `hparams.yaml`.
 use super::logger::Logger;
-use crate::error::{Error, Result, ResultExt};
+use super::yaml;
+use crate::error::{Result, ResultExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::Write;
@@ -86,24 +87,9 @@ impl CsvLogger {
     }
 }
 
-/// Writes `text` to `path` through a temporary file and a rename.
+/// Writes `text` to `path` atomically (see `fs_safe::write_atomic`).
 fn write_atomic(path: &Path, text: &str) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = fs::File::create(&tmp).ctx(format!("creating {}", tmp.display()))?;
-    f.write_all(text.as_bytes()).ctx(format!("writing {}", tmp.display()))?;
-    f.sync_all().ctx(format!("syncing {}", tmp.display()))?;
-    fs::rename(&tmp, path).map_err(|e| Error::io(format!("renaming to {}: {e}", path.display())))
-}
-
-/// YAML scalar for a text value: numbers and booleans as they are,
-/// everything else quoted.
-fn yaml_value(v: &str) -> String {
-    let plain = v.parse::<f64>().is_ok() || matches!(v, "true" | "false" | "null");
-    if plain {
-        v.to_string()
-    } else {
-        format!("{:?}", v)
-    }
+    crate::fs_safe::write_atomic(path, text.as_bytes())
 }
 
 impl Logger for CsvLogger {
@@ -133,7 +119,7 @@ impl Logger for CsvLogger {
         let text = if params.is_empty() {
             "{}\n".to_string()
         } else {
-            params.iter().map(|(k, v)| format!("{k}: {}\n", yaml_value(v))).collect()
+            params.iter().map(|(k, v)| format!("{}: {}\n", yaml::quoted(k), yaml::value(v))).collect()
         };
         write_atomic(&self.dir.join("hparams.yaml"), &text)
     }
@@ -147,8 +133,7 @@ impl Logger for CsvLogger {
         let rows: String = self.pending.iter().map(|r| Self::row_text(&cols, r)).collect();
         match &self.written {
             Some(old) if *old == cols && path.exists() => {
-                let mut f =
-                    fs::OpenOptions::new().append(true).open(&path).ctx(format!("opening {}", path.display()))?;
+                let mut f = crate::fs_safe::open_append(&path).ctx(format!("opening {}", path.display()))?;
                 f.write_all(rows.as_bytes()).ctx(format!("appending to {}", path.display()))?;
             }
             old => {

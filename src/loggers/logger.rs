@@ -25,13 +25,5 @@ pub fn next_version_dir(root: &Path) -> Result<std::path::PathBuf> {
     use crate::error::ResultExt;
     let base = root.join("lightning_logs");
     std::fs::create_dir_all(&base).ctx(format!("creating {}", base.display()))?;
-    let next = std::fs::read_dir(&base)
-        .ctx(format!("listing {}", base.display()))?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix("version_")?.parse::<u64>().ok())
-        .max()
-        .map_or(0, |v| v + 1);
-    let dir = base.join(format!("version_{next}"));
-    std::fs::create_dir_all(&dir).ctx(format!("creating {}", dir.display()))?;
-    Ok(dir)
+    crate::fs_safe::create_next_numbered_dir(&base, "version_")
 }

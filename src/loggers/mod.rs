@@ -3,6 +3,7 @@
 pub mod csv;
 pub mod logger;
 pub mod tensorboard;
+pub mod yaml;
 pub use csv::CsvLogger;
 pub use logger::{next_version_dir, Logger};
 pub use tensorboard::TensorBoardLogger;

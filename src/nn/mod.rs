@@ -12,5 +12,5 @@ mod tests;
 
 pub use layers::Activation;
 pub use module::Module;
-pub use safetensors_io::{read_safetensors, write_safetensors};
+pub use safetensors_io::{read_safetensors, write_safetensors, MAX_HEADER_BYTES};
 pub use state_dict::LoadReport;

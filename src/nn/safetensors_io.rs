@@ -1,13 +1,12 @@
 //! Reading and writing named tensors as safetensors files, atomically
-//! (write `<path>.tmp`, fsync, rename).
+//! (a uniquely named temporary file, fsync, rename: `fs_safe`).
 use super::module::Module;
 use super::state_dict::LoadReport;
 use crate::error::{Error, Result};
 use safetensors::tensor::{Dtype, SafeTensors, View};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use tch::{Device, Kind, Tensor};
 
 fn dtype_of(kind: Kind) -> Option<Dtype> {
@@ -76,35 +75,11 @@ fn host_view(name: &str, t: &Tensor) -> Result<HostView> {
     Ok(HostView { dtype, shape, data })
 }
 
-/// `<path>.tmp`, next to `path`.
-fn tmp_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".tmp");
-    PathBuf::from(s)
-}
+pub(crate) use crate::fs_safe::write_atomic;
 
-/// Writes `bytes` to `path` atomically: `<path>.tmp`, fsync, rename, and a
-/// best-effort fsync of the folder.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = tmp_path(path);
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io(format!("writing {}: {e}", path.display())));
-    }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-    }
-    Ok(())
-}
+/// The largest safetensors header readers accept (the `safetensors`
+/// crate's and Python package's limit).
+pub const MAX_HEADER_BYTES: usize = 100_000_000;
 
 /// Writes named tensors (any device; copied to the host) as a safetensors
 /// file with optional string metadata, atomically. Names must be unique.
@@ -126,6 +101,14 @@ pub fn write_safetensors(
     }
     let bytes = safetensors::tensor::serialize(views.iter().map(|(n, v)| (*n, v)), &metadata)
         .map_err(|e| Error::format(format!("serialising {}: {e:?}", path.display())))?;
+    let header = bytes.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
+    if header > MAX_HEADER_BYTES as u64 {
+        return Err(Error::invalid(format!(
+            "{}: the safetensors header (names and metadata) would be {header} bytes; readers refuse more than \
+             {MAX_HEADER_BYTES}, so the file could not be loaded back",
+            path.display()
+        )));
+    }
     write_atomic(path, &bytes)
 }
 
@@ -148,7 +131,12 @@ pub fn read_safetensors(path: &Path) -> Result<(Vec<(String, Tensor)>, HashMap<S
         let kind = kind_of(view.dtype()).ok_or_else(|| {
             Error::dtype(format!("{}: tensor {name} has unsupported dtype {:?}", path.display(), view.dtype()))
         })?;
-        let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
+        let shape = view
+            .shape()
+            .iter()
+            .map(|&d| i64::try_from(d))
+            .collect::<std::result::Result<Vec<i64>, _>>()
+            .map_err(|_| corrupt(format!("tensor {name} has a dimension above 2^63")))?;
         let t = Tensor::f_from_data_size(view.data(), &shape, kind)?;
         out.push((name, t));
     }

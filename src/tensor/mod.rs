@@ -5,6 +5,7 @@ pub mod functional;
 pub mod grad;
 pub mod runtime;
 pub mod scaled;
+pub mod tch_panic;
 pub use device::DeviceSpec;
 pub use dtype::DType;
 pub use runtime::set_deterministic;

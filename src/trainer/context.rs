@@ -68,7 +68,6 @@ impl StepContext<'_> {
         }
         let flags = flags.unwrap_or_else(|| self.stage.default_flags());
         let bs = if batch_size > 0 { batch_size } else { self.batch_size.max(1) };
-        self.metrics.log(name, value, flags, bs as f64);
-        Ok(())
+        self.metrics.log(name, value, flags, bs as f64)
     }
 }

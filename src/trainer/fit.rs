@@ -188,6 +188,7 @@ impl Trainer {
         let val = val_shard.as_ref().map(|v| v.get());
         self.begin_state();
         self.state.global_rank = strategy.global_rank();
+        self.state.ckpt_path = resume.clone();
         self.state.world_size = strategy.world_size();
         self.defaults = self.default_callbacks(true, global_zero)?;
         let mut file_loggers = self.file_loggers(global_zero)?;
@@ -251,6 +252,23 @@ impl Trainer {
     }
 }
 
+/// Lightning's check of an integer `val_check_interval` against the
+/// training batches of an epoch (when validation runs per epoch).
+fn check_val_interval(opts: &super::TrainerOptions, train_batches: Option<usize>, validating: bool) -> Result<()> {
+    if let (ValCheckInterval::Batches(b), Some(n), Some(_), true) =
+        (opts.val_check_interval, train_batches, opts.check_val_every_n_epoch, validating)
+    {
+        if b > n {
+            return Err(Error::invalid(format!(
+                "`val_check_interval` ({b}) must be less than or equal to the number of the training batches ({n}). \
+                 If you want to disable validation set `limit_val_batches` to 0.0 instead. If you want to validate \
+                 based on the total training batches, set `check_val_every_n_epoch=None`."
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The body of fit, on a prepared run.
 fn fit_run(
     run: &mut Run,
@@ -259,6 +277,7 @@ fn fit_run(
     val: Option<&dyn BatchSource>,
     resume: Option<&std::path::Path>,
 ) -> Result<()> {
+    check_val_interval(opts, run.state.num_train_batches, val.is_some())?;
     run.simple(Hook::Setup)?;
     run.optimizers = run.module.configure_optimizers().ctx("configure_optimizers")?;
     if run.optimizers.is_empty() {
@@ -362,10 +381,11 @@ fn train_epoch(
             break;
         }
         let batch = run.placement.prepare_batch(batch.ctx(format!("loading training batch {i} of epoch {epoch}"))?)?;
-        let is_last = match limit {
-            Some(n) => i + 1 >= n,
-            None => batches.peek().is_none(),
-        };
+        // The last batch by count, or the real last one of a source that
+        // yields fewer batches than it announced (looked ahead by one, as
+        // Lightning's prefetching fetcher does), so the epoch-end
+        // validation, accumulation step and checkpoint still happen.
+        let is_last = limit.is_some_and(|n| i + 1 >= n) || batches.peek().is_none();
         // The micro-batches of accumulation that do not step skip the
         // all-reduce (DDP's no_sync).
         let stepped = (i + 1) % acc == 0 || is_last;

@@ -185,6 +185,8 @@ pub struct TrainerState {
     pub time_elapsed: BTreeMap<String, f64>,
     /// This process's rank (0 without DDP).
     pub global_rank: usize,
+    /// The checkpoint this fit resumed from; a run never deletes it.
+    pub ckpt_path: Option<PathBuf>,
     /// Number of processes of the run (1 without DDP).
     pub world_size: usize,
 }

@@ -1,6 +1,6 @@
 //! Logged metrics: per-step values, per-epoch means weighted by batch size,
 //! and the callback metrics readable after a run (Lightning's semantics).
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Where a metric is aggregated and shown.
@@ -14,6 +14,20 @@ pub struct LogFlags {
     pub prog_bar: bool,
     /// Average it over ranks before it is recorded (DDP).
     pub sync_dist: bool,
+}
+
+impl LogFlags {
+    /// The flags as `on_step=True, on_epoch=False, ...` for messages.
+    pub fn describe(&self) -> String {
+        let b = |v: bool| if v { "True" } else { "False" };
+        format!(
+            "on_step={}, on_epoch={}, prog_bar={}, sync_dist={}",
+            b(self.on_step),
+            b(self.on_epoch),
+            b(self.prog_bar),
+            b(self.sync_dist)
+        )
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -35,14 +49,32 @@ pub struct MetricStore {
     pub progress_metrics: BTreeMap<String, f64>,
     /// Names logged with sync_dist.
     sync: BTreeSet<String>,
+    /// The flags each name was first logged with in this epoch.
+    flags: BTreeMap<String, LogFlags>,
     /// While a batch is split over DP replicas: per step key, the weighted
     /// sum, the weight and the number of values logged for it.
     split: Option<BTreeMap<String, (f64, f64, usize)>>,
 }
 
 impl MetricStore {
-    /// Records one logged value.
-    pub fn log(&mut self, name: &str, value: f64, flags: LogFlags, batch_size: f64) {
+    /// Records one logged value. A name keeps the flags it was first
+    /// logged with in the epoch: logging it again with other flags is an
+    /// error, as in Lightning ("twice ... with different arguments").
+    pub fn log(&mut self, name: &str, value: f64, flags: LogFlags, batch_size: f64) -> Result<()> {
+        match self.flags.get(name) {
+            Some(first) if *first != flags => {
+                return Err(Error::invalid(format!(
+                    "metric {name:?} was logged with {} and now with {}: a name must be logged with the same flags \
+                     every time (as Lightning's `self.log` twice with different arguments)",
+                    first.describe(),
+                    flags.describe()
+                )))
+            }
+            Some(_) => {}
+            None => {
+                self.flags.insert(name.to_string(), flags);
+            }
+        }
         let both = flags.on_step && flags.on_epoch;
         if flags.sync_dist && !self.sync.contains(name) {
             self.sync.insert(name.to_string());
@@ -74,6 +106,7 @@ impl MetricStore {
             acc.prog_bar |= flags.prog_bar;
             acc.on_step |= both;
         }
+        Ok(())
     }
 
     /// Starts a batch split over DP replicas: until [`MetricStore::end_split`]
@@ -162,8 +195,8 @@ mod tests {
     fn epoch_mean_is_weighted_by_batch_size() {
         let mut m = MetricStore::default();
         let f = LogFlags { on_step: false, on_epoch: true, prog_bar: false, sync_dist: false };
-        m.log("acc", 1.0, f, 30.0);
-        m.log("acc", 0.0, f, 10.0);
+        m.log("acc", 1.0, f, 30.0).unwrap();
+        m.log("acc", 0.0, f, 10.0).unwrap();
         let e = m.end_epoch();
         assert_eq!(e["acc"], 0.75);
         assert_eq!(m.callback_metrics["acc"], 0.75);
@@ -173,8 +206,8 @@ mod tests {
     fn step_and_epoch_get_suffixes() {
         let mut m = MetricStore::default();
         let f = LogFlags { on_step: true, on_epoch: true, prog_bar: true, sync_dist: false };
-        m.log("loss", 2.0, f, 1.0);
-        m.log("loss", 4.0, f, 1.0);
+        m.log("loss", 2.0, f, 1.0).unwrap();
+        m.log("loss", 4.0, f, 1.0).unwrap();
         assert_eq!(m.take_step_values()["loss_step"], 4.0);
         let e = m.end_epoch();
         assert_eq!(e["loss_epoch"], 3.0);
@@ -187,8 +220,8 @@ mod tests {
         let mut m = MetricStore::default();
         let synced = LogFlags { on_step: true, on_epoch: true, prog_bar: false, sync_dist: true };
         let local = LogFlags { on_step: true, on_epoch: true, prog_bar: false, sync_dist: false };
-        m.log("loss", 2.0, synced, 1.0);
-        m.log("acc", 0.5, local, 1.0);
+        m.log("loss", 2.0, synced, 1.0).unwrap();
+        m.log("acc", 0.5, local, 1.0).unwrap();
         let double = |v: &mut [f64]| {
             v.iter_mut().for_each(|x| *x *= 2.0);
             Ok(())
@@ -206,11 +239,11 @@ mod tests {
         let mut m = MetricStore::default();
         let f = LogFlags { on_step: true, on_epoch: true, prog_bar: false, sync_dist: false };
         m.begin_split();
-        m.log("loss", 1.0, f, 3.0);
-        m.log("loss", 3.0, f, 1.0);
+        m.log("loss", 1.0, f, 3.0).unwrap();
+        m.log("loss", 3.0, f, 1.0).unwrap();
         m.end_split();
         assert_eq!(m.take_step_values()["loss_step"], 1.5);
-        m.log("loss", 7.0, f, 4.0);
+        m.log("loss", 7.0, f, 4.0).unwrap();
         assert_eq!(m.take_step_values()["loss_step"], 7.0);
         assert_eq!(m.end_epoch()["loss_epoch"], (3.0 + 3.0 + 28.0) / 8.0);
     }

@@ -6,6 +6,7 @@ pub mod device;
 mod eval;
 mod fit;
 pub mod hooks;
+pub mod interrupt;
 pub mod metrics;
 pub mod module;
 pub mod options;

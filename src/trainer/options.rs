@@ -142,6 +142,9 @@ pub struct TrainerOptions {
     /// A host callback that runs longer than this fails the run when it
     /// returns (fulmen cannot interrupt host code); `None`: no limit.
     pub callback_timeout: Option<std::time::Duration>,
+    /// Stop on SIGINT / SIGTERM as Lightning does (see
+    /// `trainer::interrupt`); off leaves the process's handlers alone.
+    pub handle_signals: bool,
     /// Accelerator name ("auto", "cpu", "cuda", "gpu", "mps", "xla",
     /// "tpu", or a registered custom one).
     pub accelerator: String,
@@ -188,6 +191,7 @@ impl Default for TrainerOptions {
             detect_nonfinite_loss: true,
             detect_anomaly: false,
             callback_timeout: None,
+            handle_signals: true,
             accelerator: "auto".into(),
             devices: "auto".into(),
             precision: "32-true".into(),

@@ -49,6 +49,10 @@ impl Run<'_> {
     /// Calls `hook` on every callback, then on the module, then carries
     /// out the requests they made.
     pub fn hook(&mut self, hook: Hook, data: HookData) -> Result<()> {
+        // A SIGINT / SIGTERM stops the run here, at the next hook.
+        if hook != Hook::Exception {
+            super::interrupt::check()?;
+        }
         let mut ctx = HookContext {
             hook,
             stage: self.stage,
@@ -97,7 +101,8 @@ impl Run<'_> {
         if !saves.is_empty() {
             self.strategy.barrier().ctx("waiting for rank 0 to write the checkpoint")?;
         }
-        for path in removes.into_iter().filter(|_| global_zero) {
+        let resumed = self.state.ckpt_path.clone();
+        for path in removes.into_iter().filter(|p| global_zero && resumed.as_deref() != Some(p.as_path())) {
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -204,11 +209,27 @@ impl Run<'_> {
 
     /// Restores the full training state from a checkpoint (model, optimizers,
     /// schedulers, callbacks, loop progress) and calls `on_load_checkpoint`.
+    ///
+    /// A failure leaves the model's weights as they were: the checkpoint is
+    /// checked against the run first, and the weights are put back if a
+    /// later part fails.
     pub fn restore(&mut self, ck: &Checkpoint, path: &std::path::Path) -> Result<()> {
-        let at = || format!("resuming from {}", path.display());
         let model =
             self.module.model().ok_or_else(|| Error::state("cannot resume: the LightningModule has no model"))?;
-        model.lock().unwrap_or_else(|p| p.into_inner()).load_state_dict(&ck.state_dict, true).ctx(at())?;
+        let backup: Vec<(String, Tensor)> = {
+            let m = model.lock().unwrap_or_else(|p| p.into_inner());
+            tch::no_grad(|| m.state_dict().into_iter().map(|(k, t)| (k, t.copy())).collect())
+        };
+        let result = self.restore_all(ck, path, &model);
+        if result.is_err() {
+            // The weights as they were; the run's own error is the one reported.
+            let _ = model.lock().unwrap_or_else(|p| p.into_inner()).load_state_dict(&backup, true);
+        }
+        result
+    }
+
+    fn restore_all(&mut self, ck: &Checkpoint, path: &std::path::Path, model: &super::SharedModel) -> Result<()> {
+        let at = || format!("resuming from {}", path.display());
         if ck.weights_only {
             return Err(Error::format(format!(
                 "{}: a weights-only checkpoint cannot resume training (no optimizer state)",
@@ -223,6 +244,7 @@ impl Run<'_> {
                 self.optimizers.len()
             )));
         }
+        model.lock().unwrap_or_else(|p| p.into_inner()).load_state_dict(&ck.state_dict, true).ctx(at())?;
         for (i, cfg) in self.optimizers.iter_mut().enumerate() {
             cfg.optimizer.load_state_dict(&ck.optimizer_states[i]).ctx(format!("{}: optimizer {i}", at()))?;
             let sched_state = ck.scheduler_states.get(i).cloned().unwrap_or_default();

@@ -1,6 +1,7 @@
 //! Settings that hold while one run (fit, validate, test, predict) is on
-//! the calling thread: the time limit of host callbacks and autograd's
-//! anomaly detection. Both are restored when the run ends, however it ends.
+//! the calling thread: the time limit of host callbacks, autograd's
+//! anomaly detection and the SIGINT / SIGTERM watch. All are restored when
+//! the run ends, however it ends.
 use super::options::TrainerOptions;
 use crate::error::Result;
 use crate::tensor::runtime;
@@ -21,6 +22,7 @@ pub fn callback_timeout() -> Option<Duration> {
 pub(crate) struct RunSettings {
     timeout: Option<Duration>,
     anomaly: Option<bool>,
+    _signals: super::interrupt::SignalGuard,
 }
 
 impl RunSettings {
@@ -33,7 +35,8 @@ impl RunSettings {
             None
         };
         let timeout = CALLBACK_TIMEOUT.with(|c| c.replace(opts.callback_timeout));
-        Ok(RunSettings { timeout, anomaly })
+        let _signals = super::interrupt::SignalGuard::install(opts.handle_signals);
+        Ok(RunSettings { timeout, anomaly, _signals })
     }
 }
 

@@ -45,13 +45,12 @@ impl BatchSource for DataLoader {
     }
 
     fn batch_at(&self, epoch: u64, index: usize) -> Result<Vec<Tensor>> {
-        let mut all = self.batch_indices(epoch);
-        if index >= all.len() {
+        if index >= self.len() {
             return Err(crate::error::Error::new(
                 crate::error::ErrorCode::OutOfRange,
-                format!("batch {index} of an epoch of {} batches", all.len()),
+                format!("batch {index} of an epoch of {} batches", self.len()),
             ));
         }
-        self.dataset().get_batch(&all.swap_remove(index))
+        self.dataset().get_batch(&self.batch(epoch, index))
     }
 }

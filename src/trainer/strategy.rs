@@ -47,9 +47,13 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<(Placement, RunStrategy)> {
         return Err(Error::invalid(format!("devices={:?} selects no device", opts.devices)));
     }
     let s = &opts.strategy;
-    let external_world = || {
-        ClusterEnv::launched_externally()
-            && ClusterEnv::detect(list.len(), s.num_nodes).map(|e| e.world_size > 1).unwrap_or(false)
+    // A job someone else launched (torchrun, SLURM, env:// variables) is
+    // distributed; its layout must agree with `devices` and `num_nodes`.
+    let external_world = || -> Result<bool> {
+        if !ClusterEnv::launched_externally() {
+            return Ok(false);
+        }
+        Ok(ClusterEnv::detect(list.len(), s.num_nodes)?.world_size > 1)
     };
     if s.kind == StrategyKind::Xla && acc.name() != "xla" {
         return Err(Error::invalid(format!(
@@ -58,7 +62,7 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<(Placement, RunStrategy)> {
         )));
     }
     let kind = match s.kind {
-        StrategyKind::Auto if list.len() > 1 || s.num_nodes > 1 || external_world() => StrategyKind::Ddp,
+        StrategyKind::Auto if list.len() > 1 || s.num_nodes > 1 || external_world()? => StrategyKind::Ddp,
         StrategyKind::Auto => StrategyKind::SingleDevice,
         k => k,
     };

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* `n` points in 2-D: class 0 around (-d, -d), class 1 around (d, d), with
  * unit Gaussian noise drawn after seeding with `seed`; labels alternate. */
@@ -109,6 +110,65 @@ static inline fulmen_error *fixture_add_adam(fulmen_optimizer_config *config, co
     fulmen_optimizer *opt = NULL;
     fulmen_error *e = fulmen_optimizer_adam_new(model, NULL, 0, &o, &opt);
     return fixture_add_optimizer(config, e, opt);
+}
+
+/* Trainer options for tests: `max_epochs`, no progress bar and no model
+ * summary; with `root` NULL no logger and no checkpoint, else the default
+ * loggers and checkpoint under `root`. */
+static inline fulmen_trainer_options *fixture_options(const char *root, int64_t max_epochs) {
+    fulmen_trainer_options *o = NULL;
+    CHECK_OK(fulmen_trainer_options_new(&o));
+    CHECK_OK(fulmen_trainer_options_set_int(o, "max_epochs", max_epochs));
+    CHECK_OK(fulmen_trainer_options_set_bool(o, "enable_progress_bar", false));
+    CHECK_OK(fulmen_trainer_options_set_bool(o, "enable_model_summary", false));
+    if (root == NULL) {
+        CHECK_OK(fulmen_trainer_options_set_bool(o, "enable_checkpointing", false));
+        CHECK_OK(fulmen_trainer_options_set(o, "logger", "false"));
+    } else {
+        CHECK_OK(fulmen_trainer_options_set(o, "default_root_dir", root));
+    }
+    return o;
+}
+
+/* A trainer with fixture_options(root, max_epochs). */
+static inline fulmen_trainer *fixture_trainer(const char *root, int64_t max_epochs) {
+    fulmen_trainer_options *o = fixture_options(root, max_epochs);
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_trainer_options_free(o);
+    return t;
+}
+
+/* configure_optimizers for a userdata whose first member is the model:
+ * plain SGD with lr 0.1. */
+static inline fulmen_error *fixture_configure_sgd(void *ud, fulmen_optimizer_config *config) {
+    return fixture_add_sgd(config, *(fulmen_model **)ud, 0.1, 0.0);
+}
+
+/* A LightningModule over `model` with `step` (and `on_hook`, may be NULL);
+ * `ud` (first member: the model) goes to both and to
+ * fixture_configure_sgd. */
+static inline fulmen_lightning_module *fixture_module(
+    fulmen_model *model, void *ud,
+    fulmen_error *(*step)(void *, fulmen_step_context *, const fulmen_batch *, fulmen_tensor **),
+    fulmen_error *(*on_hook)(void *, int32_t, fulmen_hook_context *)) {
+    fulmen_module_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = ud;
+    vt.training_step = step;
+    vt.configure_optimizers = fixture_configure_sgd;
+    vt.on_hook = on_hook;
+    fulmen_lightning_module *m = NULL;
+    CHECK_OK(fulmen_lightning_module_new(&vt, model, &m));
+    return m;
+}
+
+/* The code of `e` (0 for NULL), freeing it. */
+static inline int fixture_code(fulmen_error *e) {
+    int code = e == NULL ? 0 : fulmen_error_code(e);
+    fulmen_error_free(e);
+    return code;
 }
 
 /* The largest absolute difference between the state tensors of two models

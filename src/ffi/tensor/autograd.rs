@@ -48,7 +48,7 @@ pub unsafe extern "C" fn fulmen_tensor_set_requires_grad(
     requires_grad: bool,
 ) -> *mut fulmen_error {
     guard("fulmen_tensor_set_requires_grad", || {
-        let h = handle::borrow_mut(tensor, "tensor")?;
+        let mut h = handle::borrow_mut(tensor, "tensor")?;
         if !h.tensor.is_leaf() {
             return Err(Error::state(
                 "only leaf tensors (not results of operations) can change requires_grad; use fulmen_tensor_detach",

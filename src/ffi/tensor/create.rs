@@ -59,7 +59,7 @@ pub unsafe extern "C" fn fulmen_tensor_from_data(
 }
 
 unsafe fn filled(
-    func: &str,
+    func: &'static str,
     shape: *const i64,
     ndim: usize,
     dtype: i32,
@@ -76,7 +76,7 @@ unsafe fn filled(
 
 /// As [`filled`], for random fills that need a floating dtype.
 unsafe fn random(
-    func: &str,
+    func: &'static str,
     shape: *const i64,
     ndim: usize,
     dtype: i32,

@@ -2,7 +2,7 @@
 //! callback creates, and the helpers every tensor function uses.
 use crate::error::{Error, Result};
 use crate::ffi::error::{fulmen_error, guard};
-use crate::ffi::handle::{self, Handle};
+use crate::ffi::handle::{self, Handle, Shared};
 use std::cell::RefCell;
 use tch::Tensor;
 
@@ -71,15 +71,19 @@ pub fn keep(p: *mut fulmen_tensor) {
 ///
 /// # Safety
 /// `p` must be NULL or a pointer obtained from fulmen.
-pub unsafe fn tensor_arg<'a>(p: *const fulmen_tensor, arg: &str) -> Result<&'a Tensor> {
-    Ok(&handle::borrow(p, arg)?.tensor)
+pub unsafe fn tensor_arg<'a>(p: *const fulmen_tensor, arg: &str) -> Result<Shared<'a, Tensor>> {
+    Ok(handle::borrow(p, arg)?.map(|h| &h.tensor))
 }
 
 /// Reads an array of tensor handles.
 ///
 /// # Safety
 /// `ptrs` must be NULL or valid for `n` reads.
-pub unsafe fn tensor_list<'a>(ptrs: *const *const fulmen_tensor, n: usize, arg: &str) -> Result<Vec<&'a Tensor>> {
+pub unsafe fn tensor_list<'a>(
+    ptrs: *const *const fulmen_tensor,
+    n: usize,
+    arg: &str,
+) -> Result<Vec<Shared<'a, Tensor>>> {
     if n == 0 {
         return Ok(Vec::new());
     }
@@ -118,14 +122,14 @@ pub unsafe fn emit(out: *mut *mut fulmen_tensor, tensor: Tensor) -> Result<()> {
 /// # Safety
 /// Pointers as for [`tensor_arg`] and [`emit`].
 pub unsafe fn unary(
-    func: &str,
+    func: &'static str,
     x: *const fulmen_tensor,
     out: *mut *mut fulmen_tensor,
     op: impl FnOnce(&Tensor) -> Result<Tensor>,
 ) -> *mut fulmen_error {
     guard(func, || {
         handle::check_out(out, "out")?;
-        let y = op(tensor_arg(x, "x")?)?;
+        let y = op(&*tensor_arg(x, "x")?)?;
         emit(out, y)
     })
 }
@@ -135,7 +139,7 @@ pub unsafe fn unary(
 /// # Safety
 /// Pointers as for [`tensor_arg`] and [`emit`].
 pub unsafe fn binary(
-    func: &str,
+    func: &'static str,
     a: *const fulmen_tensor,
     b: *const fulmen_tensor,
     out: *mut *mut fulmen_tensor,
@@ -143,7 +147,7 @@ pub unsafe fn binary(
 ) -> *mut fulmen_error {
     guard(func, || {
         handle::check_out(out, "out")?;
-        let y = op(tensor_arg(a, "a")?, tensor_arg(b, "b")?)?;
+        let y = op(&*tensor_arg(a, "a")?, &*tensor_arg(b, "b")?)?;
         emit(out, y)
     })
 }

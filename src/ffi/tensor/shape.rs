@@ -168,7 +168,7 @@ pub unsafe extern "C" fn fulmen_tensor_narrow(
 }
 
 unsafe fn join(
-    func: &str,
+    func: &'static str,
     tensors: *const *const fulmen_tensor,
     n: usize,
     dim: i64,
@@ -194,6 +194,7 @@ unsafe fn join(
                 return Err(Error::shape(format!("tensors[{i}] has shape {s:?}, tensors[0] has {s0:?}")));
             }
         }
+        let refs: Vec<&Tensor> = list.iter().map(|t| &**t).collect();
         let y = if stack {
             let n = s0.len() as i64 + 1;
             if dim < -n || dim >= n {
@@ -202,9 +203,9 @@ unsafe fn join(
                     format!("stack: dimension {dim} out of range"),
                 ));
             }
-            Tensor::f_stack(&list, dim)?
+            Tensor::f_stack(&refs, dim)?
         } else {
-            Tensor::f_cat(&list, check_dim(first, dim)?)?
+            Tensor::f_cat(&refs, check_dim(first, dim)?)?
         };
         emit(out, y)
     })
