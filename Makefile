@@ -69,7 +69,7 @@ test-coverage:
 test-rust: $(LIBTORCH_STAMP) $(GLOO_STAMP) $(MNIST)
 	FULMEN_MNIST=$(MNIST) $(CARGO) test $(CARGO_FLAGS)
 
-$(BUILD)/tests/%: tests/c/%.c tests/c/check.h tests/c/fixture.h include/fulmen.h lib
+$(BUILD)/tests/%: tests/c/%.c $(wildcard tests/c/*.h) include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK)
 

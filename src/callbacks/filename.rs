@@ -5,6 +5,9 @@
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 
+/// The widest field (and the most digits) a file-name template may ask for.
+const MAX_FIELD: usize = 128;
+
 /// Formats one value with a Python-style spec (`.3f`, `.2e`, `03d`, `g`).
 fn format_value(v: f64, spec: &str, is_int: bool) -> Result<String> {
     if spec.is_empty() {
@@ -25,6 +28,12 @@ fn format_value(v: f64, spec: &str, is_int: bool) -> Result<String> {
         Some(p) => Some(p.parse().map_err(|_| bad())?),
         None => None,
     };
+    // A file name holds at most 255 bytes: wider fields cannot be used.
+    if width > MAX_FIELD || precision.is_some_and(|p| p > MAX_FIELD) {
+        return Err(Error::invalid(format!(
+            "format spec {spec:?} in a checkpoint filename: width and precision must be at most {MAX_FIELD}"
+        )));
+    }
     let text = match kind {
         'f' => format!("{:.*}", precision.unwrap_or(6), v),
         'e' => {
@@ -98,5 +107,10 @@ mod tests {
         assert_eq!(format_name("{val_loss:.2e}", &m(), false).unwrap(), "1.23e-01");
         assert_eq!(format_name("{missing}", &m(), true).unwrap(), "missing=0");
         assert!(format_name("{epoch", &m(), true).is_err());
+        for huge in ["{epoch:999999999999d}", "{val_loss:.999999999f}", "{epoch:129d}", "{val_loss:.18446744073709551615f}"] {
+            let e = format_name(huge, &m(), true).unwrap_err();
+            assert_eq!(e.code, crate::error::ErrorCode::InvalidArgument, "{huge}");
+        }
+        assert_eq!(format_name("{epoch:03d}", &m(), false).unwrap(), "003");
     }
 }

@@ -86,6 +86,10 @@ impl ModelCheckpoint {
                 opts.save_top_k
             )));
         }
+        if let Some(template) = &opts.filename {
+            // A bad template fails now, not at the first save.
+            format_name(template, &BTreeMap::new(), opts.auto_insert_metric_name)?;
+        }
         Ok(ModelCheckpoint {
             dirpath: opts.dirpath.clone(),
             opts,

@@ -176,7 +176,7 @@ pub fn join(opts: &JoinOptions) -> Result<Arc<DistContext>> {
             if let Some(c) = &children {
                 let failure = c.failure();
                 c.kill_all();
-                if let Some(f) = failure {
+                if let Some(f) = failure.filter(|f| !e.message.contains(f.as_str())) {
                     return Err(Error::distributed(format!("{f}; {}", e.message)));
                 }
             }

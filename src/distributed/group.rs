@@ -162,7 +162,37 @@ impl Drop for Store {
 
 /// How long one attempt to reach rank 0's store may take before `abort`
 /// is asked again.
-const CONNECT_SLICE: Duration = Duration::from_secs(2);
+const CONNECT_SLICE: Duration = Duration::from_secs(10);
+
+/// Waits until the store's address accepts TCP connections (plain probes:
+/// libtorch's client logs every failed attempt), asking `abort` between
+/// probes.
+fn wait_for_listener(
+    rv: &Rendezvous,
+    left: &dyn Fn() -> Duration,
+    abort: &dyn Fn() -> Option<String>,
+) -> Result<()> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let target = format!("{}:{}", rv.master_addr, rv.master_port);
+    loop {
+        let reachable = target.to_socket_addrs().map(|mut addrs| {
+            addrs.any(|a| TcpStream::connect_timeout(&a, Duration::from_millis(500)).is_ok())
+        });
+        if matches!(reachable, Ok(true)) {
+            return Ok(());
+        }
+        if let Some(why) = abort() {
+            return Err(Error::distributed(format!("{why}; the store at {target} was never reached")));
+        }
+        if left().is_zero() {
+            return Err(Error::distributed(format!(
+                "the store at {target} (rank 0) could not be reached within the timeout of {:?}",
+                rv.timeout
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
 
 impl Store {
     /// Connects to the store (retrying while rank 0 is not up yet) and
@@ -179,6 +209,9 @@ impl Store {
         let left = || rv.timeout.saturating_sub(start.elapsed());
         let timeout_ms = i64::try_from(rv.timeout.as_millis()).unwrap_or(i64::MAX).max(1);
         let serving = !rv.all_clients && rv.rank == 0;
+        if !serving {
+            wait_for_listener(rv, &left, abort)?;
+        }
         let store = loop {
             let slice = if serving { rv.timeout } else { left().min(CONNECT_SLICE) };
             let connect_ms = i64::try_from(slice.as_millis()).unwrap_or(i64::MAX).max(1);

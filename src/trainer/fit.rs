@@ -492,6 +492,10 @@ fn train_epoch(
         if run.state.should_stop && mins_done {
             break;
         }
+        // Nothing past the last batch is fetched (limit_train_batches).
+        if is_last {
+            break;
+        }
     }
     let train_epoch_metrics = store.end_epoch_synced(&|v| run.strategy.mean(v))?;
     run.state.callback_metrics.extend(store.callback_metrics);

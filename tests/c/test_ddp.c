@@ -15,6 +15,12 @@
  *   timer           max_time with 2 ranks whose clocks disagree: same last step
  *   hostloop        2 external ranks, a host-owned loop with fulmen_ddp,
  *                   a sharded loader and the collectives
+ *   early_exit N    launcher with 2 ranks; rank 1 exits with status N before
+ *                   joining: rank 0's fit fails at once naming it
+ *   orphan          a launched rank whose launcher is gone gives up at once
+ *   envrank         2 ranks with torch's env:// variables only (RANK,
+ *                   WORLD_SIZE, MASTER_ADDR, MASTER_PORT; no LOCAL_RANK)
+ *   slurm           SLURM says 2 tasks per node, devices=1: an error
  * DDP ranks see batch 8 of a sharded loader; with a mean loss their averaged
  * gradients equal those of one process with batch 8 x world, so the final
  * weights must match the reference to float tolerance.
@@ -357,6 +363,58 @@ static int scenario_hostloop(const char *dir) {
     return check_finish("hostloop rank");
 }
 
+/* Rank 1 (started by fulmen's launcher) exits before it joins. */
+static int scenario_early_exit(const char *dir, int status) {
+    const char *local = getenv("LOCAL_RANK");
+    if (local != NULL && strcmp(local, "1") == 0) _exit(status);
+    char root[512];
+    snprintf(root, sizeof root, "%s/early-exit", dir);
+    time_t start = time(NULL);
+    fulmen_error *e = train(root, "ddp", "2", RANK_BATCH, HIDDEN, -1, false, NULL, NULL);
+    double took = difftime(time(NULL), start);
+    char expect[64];
+    snprintf(expect, sizeof expect, "exited with status %d", status);
+    if (e != NULL) printf("early exit: %s\n", fulmen_error_message(e));
+    CHECK(e != NULL && strstr(fulmen_error_message(e), "before all 2 ranks joined") != NULL);
+    CHECK_ERR(e, FULMEN_CODE_DISTRIBUTED, expect);
+    CHECK(took < 20); /* the strategy's timeout is 30 s */
+    return check_finish("early exit rank 0");
+}
+
+/* A rank whose launcher (its parent, by FULMEN_LAUNCHER_PID) is gone. */
+static int scenario_orphan(const char *dir) {
+    char root[512];
+    snprintf(root, sizeof root, "%s/orphan", dir);
+    time_t start = time(NULL);
+    fulmen_error *e = train(root, "ddp", "2", RANK_BATCH, HIDDEN, -1, false, NULL, NULL);
+    CHECK_ERR(e, FULMEN_CODE_DISTRIBUTED, "the launching process (local rank 0, pid 1) has exited");
+    CHECK(difftime(time(NULL), start) < 20);
+    return check_finish("orphan rank");
+}
+
+/* torch's env:// contract: RANK and WORLD_SIZE without LOCAL_RANK. */
+static int scenario_envrank(const char *dir) {
+    size_t rank = (size_t)atoi(getenv("RANK"));
+    char root[512], weights[512];
+    snprintf(root, sizeof root, "%s/envrank", dir);
+    snprintf(weights, sizeof weights, "%s/envrank-rank%zu.safetensors", dir, rank);
+    CHECK_OK(train(root, "auto", "1", RANK_BATCH, HIDDEN, -1, false, weights, NULL));
+    size_t world = 0;
+    CHECK_OK(fulmen_distributed_ranks(NULL, NULL, &world));
+    CHECK(my_rank() == rank && world == 2);
+    CHECK_OK(fulmen_distributed_shutdown(60));
+    return check_finish("env:// rank");
+}
+
+/* devices disagrees with SLURM's tasks per node: Lightning's error. */
+static int scenario_slurm(const char *dir) {
+    char root[512];
+    snprintf(root, sizeof root, "%s/slurm", dir);
+    CHECK_ERR(train(root, "auto", "1", RANK_BATCH, HIDDEN, -1, false, NULL, NULL), FULMEN_CODE_INVALID_ARGUMENT,
+              "`--ntasks-per-node=2` does not match. HINT: Set `devices=2`");
+    return check_finish("slurm");
+}
+
 /* ---------------------------------------------------------- orchestrator */
 
 /* Starts `self_path scenario dir [arg]` with `env` (NAME=VALUE, NULL-ended). */
@@ -402,6 +460,20 @@ static void run_external(const char *scenario, const char *dir, int world, int p
         snprintf(vars[r][5], 64, "GROUP_RANK=0");
         char *env[] = {vars[r][0], vars[r][1], vars[r][2], vars[r][3], vars[r][4], vars[r][5], "MASTER_ADDR=127.0.0.1",
                        "OMP_NUM_THREADS=1", NULL};
+        pids[r] = start(scenario, dir, NULL, env);
+    }
+    for (int r = 0; r < world; r++) codes[r] = finish(pids[r], 300);
+}
+
+/* Runs `world` ranks of `scenario` with torch's env:// variables only. */
+static void run_env_only(const char *scenario, const char *dir, int world, int port, int *codes) {
+    pid_t pids[4];
+    static char vars[4][3][64];
+    for (int r = 0; r < world; r++) {
+        snprintf(vars[r][0], 64, "RANK=%d", r);
+        snprintf(vars[r][1], 64, "WORLD_SIZE=%d", world);
+        snprintf(vars[r][2], 64, "MASTER_PORT=%d", port);
+        char *env[] = {vars[r][0], vars[r][1], vars[r][2], "MASTER_ADDR=127.0.0.1", "OMP_NUM_THREADS=1", NULL};
         pids[r] = start(scenario, dir, NULL, env);
     }
     for (int r = 0; r < world; r++) codes[r] = finish(pids[r], 300);
@@ -461,6 +533,10 @@ int main(int argc, char **argv) {
         if (strcmp(s, "mismatch") == 0) return scenario_mismatch(dir);
         if (strcmp(s, "timer") == 0) return scenario_timer(dir);
         if (strcmp(s, "hostloop") == 0) return scenario_hostloop(dir);
+        if (strcmp(s, "early_exit") == 0 && argc == 4) return scenario_early_exit(dir, atoi(argv[3]));
+        if (strcmp(s, "orphan") == 0) return scenario_orphan(dir);
+        if (strcmp(s, "envrank") == 0) return scenario_envrank(dir);
+        if (strcmp(s, "slurm") == 0) return scenario_slurm(dir);
         fprintf(stderr, "unknown scenario %s\n", s);
         return 2;
     }
@@ -503,6 +579,24 @@ int main(int argc, char **argv) {
     CHECK(run("killed", dir, NULL) == 0);
     run_external("mismatch", dir, 2, free_port() + 2, codes);
     CHECK(codes[0] == 0 && codes[1] == 0);
+
+    /* Start-up faults end at once, not after the timeout. */
+    CHECK(run("early_exit", dir, "3") == 0);
+    CHECK(run("early_exit", dir, "0") == 0);
+    char port_var[64];
+    snprintf(port_var, sizeof port_var, "MASTER_PORT=%d", free_port() + 3);
+    char *orphan_env[] = {"LOCAL_RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port_var,
+                          "FULMEN_LAUNCHER_PID=1", NULL};
+    CHECK(finish(start("orphan", dir, NULL, orphan_env), 120) == 0);
+    char *slurm_env[] = {"SLURM_NTASKS=2", "SLURM_NTASKS_PER_NODE=2", "SLURM_NNODES=1", "SLURM_PROCID=0",
+                         "SLURM_LOCALID=0", "SLURM_NODEID=0", "SLURM_JOB_ID=4242", "SLURM_JOB_NAME=train", NULL};
+    CHECK(finish(start("slurm", dir, NULL, slurm_env), 120) == 0);
+
+    /* torch's env:// variables alone (no LOCAL_RANK) form the job. */
+    run_env_only("envrank", dir, 2, free_port() + 4, codes);
+    CHECK(codes[0] == 0 && codes[1] == 0);
+    expect_same(dir, "reference-16.safetensors", "envrank-rank0.safetensors");
+    expect_same(dir, "envrank-rank0.safetensors", "envrank-rank1.safetensors");
 
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
