@@ -26,7 +26,7 @@ import (
 // serialised by the library: they must not call methods of the same
 // accelerator (that would deadlock).
 type Accelerator struct {
-	h *C.fulmen_accelerator
+	h handle[*C.fulmen_accelerator]
 }
 
 // GetAccelerator looks an accelerator up by name: a registered name
@@ -43,7 +43,8 @@ func GetAccelerator(name string) (*Accelerator, error) {
 	}); err != nil {
 		return nil, err
 	}
-	a := &Accelerator{h: out}
+	a := &Accelerator{}
+	a.h.store(out)
 	runtime.SetFinalizer(a, (*Accelerator).Close)
 	return a, nil
 }
@@ -53,7 +54,7 @@ func (a *Accelerator) ptr() *C.fulmen_accelerator {
 		gcStress()
 		return nil
 	}
-	h := a.h
+	h := a.h.load()
 	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
 	return h
 }
@@ -61,11 +62,14 @@ func (a *Accelerator) ptr() *C.fulmen_accelerator {
 // Close frees the handle (the registry keeps the accelerator); idempotent.
 // The error is always nil.
 func (a *Accelerator) Close() error {
-	if a == nil || a.h == nil {
+	if a == nil {
 		return nil
 	}
-	C.fulmen_accelerator_free(a.h)
-	a.h = nil
+	h := a.h.take()
+	if h == nil {
+		return nil
+	}
+	C.fulmen_accelerator_free(h)
 	runtime.SetFinalizer(a, nil)
 	return nil
 }

@@ -81,14 +81,14 @@ func lend(t *Tensor, out **C.fulmen_tensor) error {
 		return nil
 	}
 	if t.Scoped() {
-		*out = t.h
+		*out = t.h.load()
 		return nil
 	}
 	s, err := t.Share()
 	if err != nil {
 		return err
 	}
-	*out = s.h
+	*out = s.h.load()
 	return nil
 }
 

@@ -18,11 +18,12 @@ import (
 // as batches. Loaders and subsets built on a dataset keep it alive, so it
 // may be closed independently.
 type Dataset struct {
-	h *C.fulmen_dataset
+	h handle[*C.fulmen_dataset]
 }
 
 func newDataset(h *C.fulmen_dataset) *Dataset {
-	d := &Dataset{h: h}
+	d := &Dataset{}
+	d.h.store(h)
 	runtime.SetFinalizer(d, (*Dataset).Close)
 	return d
 }
@@ -32,18 +33,21 @@ func (d *Dataset) ptr() *C.fulmen_dataset {
 		gcStress()
 		return nil
 	}
-	h := d.h
+	h := d.h.load()
 	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
 	return h
 }
 
 // Close frees the dataset handle; idempotent. The error is always nil.
 func (d *Dataset) Close() error {
-	if d == nil || d.h == nil {
+	if d == nil {
 		return nil
 	}
-	C.fulmen_dataset_free(d.h)
-	d.h = nil
+	h := d.h.take()
+	if h == nil {
+		return nil
+	}
+	C.fulmen_dataset_free(h)
 	runtime.SetFinalizer(d, nil)
 	return nil
 }
@@ -244,11 +248,12 @@ func DefaultLoaderOptions() LoaderOptions {
 // Loader is something the trainer draws batches from: a loader over a
 // dataset, or a Go Iterator.
 type Loader struct {
-	h *C.fulmen_loader
+	h handle[*C.fulmen_loader]
 }
 
 func newLoader(h *C.fulmen_loader) *Loader {
-	l := &Loader{h: h}
+	l := &Loader{}
+	l.h.store(h)
 	runtime.SetFinalizer(l, (*Loader).Close)
 	return l
 }
@@ -258,18 +263,21 @@ func (l *Loader) ptr() *C.fulmen_loader {
 		gcStress()
 		return nil
 	}
-	h := l.h
+	h := l.h.load()
 	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
 	return h
 }
 
 // Close frees the loader; idempotent. The error is always nil.
 func (l *Loader) Close() error {
-	if l == nil || l.h == nil {
+	if l == nil {
 		return nil
 	}
-	C.fulmen_loader_free(l.h)
-	l.h = nil
+	h := l.h.take()
+	if h == nil {
+		return nil
+	}
+	C.fulmen_loader_free(h)
 	runtime.SetFinalizer(l, nil)
 	return nil
 }

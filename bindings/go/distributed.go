@@ -122,7 +122,7 @@ func DistributedShutdown(timeout time.Duration) error {
 // steps that only accumulate (DDP's no_sync) skip both Prepare calls.
 // Close it when done (the model stays).
 type DDP struct {
-	h *C.fulmen_ddp
+	h handle[*C.fulmen_ddp]
 }
 
 // NewDDP wraps model in the joined job: it checks that every rank has the
@@ -137,7 +137,8 @@ func NewDDP(model *Model, s *Strategy) (*DDP, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &DDP{h: out}
+	d := &DDP{}
+	d.h.store(out)
 	runtime.SetFinalizer(d, (*DDP).Close)
 	return d, nil
 }
@@ -147,7 +148,7 @@ func (d *DDP) ptr() *C.fulmen_ddp {
 		gcStress()
 		return nil
 	}
-	h := d.h
+	h := d.h.load()
 	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
 	return h
 }
@@ -155,11 +156,14 @@ func (d *DDP) ptr() *C.fulmen_ddp {
 // Close frees the DDP wrapper (the model stays); idempotent. The error is
 // always nil.
 func (d *DDP) Close() error {
-	if d == nil || d.h == nil {
+	if d == nil {
 		return nil
 	}
-	C.fulmen_ddp_free(d.h)
-	d.h = nil
+	h := d.h.take()
+	if h == nil {
+		return nil
+	}
+	C.fulmen_ddp_free(h)
 	runtime.SetFinalizer(d, nil)
 	return nil
 }

@@ -47,6 +47,9 @@ const (
 	CodeInvalidState Code = C.FULMEN_CODE_INVALID_STATE
 	// CodeDistributed: another rank failed, timed out, or disagreed.
 	CodeDistributed Code = C.FULMEN_CODE_DISTRIBUTED
+	// CodeInterrupted: a SIGINT or SIGTERM stopped the run (trainer option
+	// handle_signals).
+	CodeInterrupted Code = C.FULMEN_CODE_INTERRUPTED
 )
 
 var codeNames = map[Code]string{
@@ -66,6 +69,7 @@ var codeNames = map[Code]string{
 	CodeOutOfRange:      "out of range",
 	CodeInvalidState:    "invalid state",
 	CodeDistributed:     "distributed",
+	CodeInterrupted:     "interrupted",
 }
 
 // String returns a short lower-case name of the code.
@@ -146,6 +150,8 @@ var (
 	ErrInvalidState = &Error{Code: CodeInvalidState}
 	// ErrDistributed matches errors with CodeDistributed.
 	ErrDistributed = &Error{Code: CodeDistributed}
+	// ErrInterrupted matches errors with CodeInterrupted.
+	ErrInterrupted = &Error{Code: CodeInterrupted}
 )
 
 // PanicError is the cause of the error returned by Fit (and the other

@@ -16,11 +16,12 @@ import (
 // optimizer built on a model keeps what it needs, so the Model may be
 // closed independently.
 type Model struct {
-	h *C.fulmen_model
+	h handle[*C.fulmen_model]
 }
 
 func newModel(h *C.fulmen_model) *Model {
-	m := &Model{h: h}
+	m := &Model{}
+	m.h.store(h)
 	runtime.SetFinalizer(m, (*Model).Close)
 	return m
 }
@@ -30,25 +31,28 @@ func (m *Model) ptr() *C.fulmen_model {
 		gcStress()
 		return nil
 	}
-	h := m.h
+	h := m.h.load()
 	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
 	return h
 }
 
 // Close frees the model handle; idempotent. The error is always nil.
 func (m *Model) Close() error {
-	if m == nil || m.h == nil {
+	if m == nil {
 		return nil
 	}
-	C.fulmen_model_free(m.h)
-	m.h = nil
+	h := m.h.take()
+	if h == nil {
+		return nil
+	}
+	C.fulmen_model_free(h)
 	runtime.SetFinalizer(m, nil)
 	return nil
 }
 
 // consumed marks m as handed over to the library.
 func (m *Model) consumed() {
-	m.h = nil
+	m.h.take()
 	runtime.SetFinalizer(m, nil)
 }
 
@@ -405,4 +409,4 @@ func ClipGradValue(m *Model, value float64) error {
 }
 
 // Closed reports whether the model was closed or consumed (by Push or Add).
-func (m *Model) Closed() bool { return m == nil || m.h == nil }
+func (m *Model) Closed() bool { return m == nil || m.h.closed() }

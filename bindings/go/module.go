@@ -43,7 +43,7 @@ type moduleState struct {
 // LightningModule is the user's model logic (ModuleFuncs) and the model it
 // trains.
 type LightningModule struct {
-	h *C.fulmen_lightning_module
+	h handle[*C.fulmen_lightning_module]
 }
 
 // NewLightningModule creates a LightningModule running funcs and training
@@ -77,7 +77,8 @@ func NewLightningModule(model *Model, funcs ModuleFuncs) (*LightningModule, erro
 		h.Delete() // the library does not call userdata_free on failure
 		return nil, err
 	}
-	m := &LightningModule{h: out}
+	m := &LightningModule{}
+	m.h.store(out)
 	runtime.SetFinalizer(m, (*LightningModule).Close)
 	return m, nil
 }
@@ -87,7 +88,7 @@ func (m *LightningModule) ptr() *C.fulmen_lightning_module {
 		gcStress()
 		return nil
 	}
-	h := m.h
+	h := m.h.load()
 	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
 	return h
 }
@@ -95,11 +96,14 @@ func (m *LightningModule) ptr() *C.fulmen_lightning_module {
 // Close frees the module (releasing its Go functions); idempotent. The
 // error is always nil.
 func (m *LightningModule) Close() error {
-	if m == nil || m.h == nil {
+	if m == nil {
 		return nil
 	}
-	C.fulmen_lightning_module_free(m.h)
-	m.h = nil
+	h := m.h.take()
+	if h == nil {
+		return nil
+	}
+	C.fulmen_lightning_module_free(h)
 	runtime.SetFinalizer(m, nil)
 	return nil
 }
@@ -107,7 +111,9 @@ func (m *LightningModule) Close() error {
 // SetHparam records a hyperparameter (Lightning's save_hyperparameters):
 // written to hparams.yaml, the TensorBoard hparams view, every checkpoint,
 // and given to Logger.LogHyperparams. Setting a key again replaces its
-// value; a key must be non-empty, without ':' or newline.
+// value. Any UTF-8 key and value is kept exactly (hparams.yaml quotes and
+// escapes what YAML would alter); text that is not UTF-8 is
+// ErrInvalidArgument.
 func (m *LightningModule) SetHparam(key, value string) error {
 	k, v := cString(key), cString(value)
 	defer freeCString(k)
@@ -279,10 +285,10 @@ func (c *OptimizerConfig) AddWithScheduler(opt *Optimizer, sched *Scheduler, int
 	if err != nil {
 		return err
 	}
-	opt.h = nil
+	opt.h.take()
 	runtime.SetFinalizer(opt, nil)
 	if sched != nil {
-		sched.h = nil
+		sched.h.take()
 		runtime.SetFinalizer(sched, nil)
 	}
 	return nil

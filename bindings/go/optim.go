@@ -14,7 +14,7 @@ import (
 // trainer with OptimizerConfig.Add (which consumes it) or drive it
 // yourself with Step and ZeroGrad.
 type Optimizer struct {
-	h *C.fulmen_optimizer
+	h handle[*C.fulmen_optimizer]
 }
 
 func (o *Optimizer) ptr() *C.fulmen_optimizer {
@@ -22,18 +22,21 @@ func (o *Optimizer) ptr() *C.fulmen_optimizer {
 		gcStress()
 		return nil
 	}
-	h := o.h
+	h := o.h.load()
 	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
 	return h
 }
 
 // Close frees the optimizer; idempotent. The error is always nil.
 func (o *Optimizer) Close() error {
-	if o == nil || o.h == nil {
+	if o == nil {
 		return nil
 	}
-	C.fulmen_optimizer_free(o.h)
-	o.h = nil
+	h := o.h.take()
+	if h == nil {
+		return nil
+	}
+	C.fulmen_optimizer_free(h)
 	runtime.SetFinalizer(o, nil)
 	return nil
 }
@@ -143,7 +146,8 @@ func makeOptimizer(model *Model, params []*Tensor,
 	if err != nil {
 		return nil, err
 	}
-	o := &Optimizer{h: out}
+	o := &Optimizer{}
+	o.h.store(out)
 	runtime.SetFinalizer(o, (*Optimizer).Close)
 	return o, nil
 }
@@ -225,7 +229,7 @@ func (o *Optimizer) SetLR(lr float64) error {
 // Scheduler is a learning-rate scheduler bound to the optimizer it was
 // created for.
 type Scheduler struct {
-	h *C.fulmen_scheduler
+	h handle[*C.fulmen_scheduler]
 }
 
 func (s *Scheduler) ptr() *C.fulmen_scheduler {
@@ -233,18 +237,21 @@ func (s *Scheduler) ptr() *C.fulmen_scheduler {
 		gcStress()
 		return nil
 	}
-	h := s.h
+	h := s.h.load()
 	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
 	return h
 }
 
 // Close frees the scheduler; idempotent. The error is always nil.
 func (s *Scheduler) Close() error {
-	if s == nil || s.h == nil {
+	if s == nil {
 		return nil
 	}
-	C.fulmen_scheduler_free(s.h)
-	s.h = nil
+	h := s.h.take()
+	if h == nil {
+		return nil
+	}
+	C.fulmen_scheduler_free(h)
 	runtime.SetFinalizer(s, nil)
 	return nil
 }
@@ -257,7 +264,8 @@ func makeScheduler(opt *Optimizer, f func(*C.fulmen_optimizer, **C.fulmen_schedu
 	if err != nil {
 		return nil, err
 	}
-	s := &Scheduler{h: out}
+	s := &Scheduler{}
+	s.h.store(out)
 	runtime.SetFinalizer(s, (*Scheduler).Close)
 	return s, nil
 }
@@ -398,7 +406,7 @@ func (s *Scheduler) Step(opt *Optimizer, metric float64) error {
 }
 
 // Closed reports whether the optimizer was closed or consumed.
-func (o *Optimizer) Closed() bool { return o == nil || o.h == nil }
+func (o *Optimizer) Closed() bool { return o == nil || o.h.closed() }
 
 // Closed reports whether the scheduler was closed or consumed.
-func (s *Scheduler) Closed() bool { return s == nil || s.h == nil }
+func (s *Scheduler) Closed() bool { return s == nil || s.h.closed() }

@@ -13,7 +13,7 @@ import (
 // DoublePrecision objects): one of Lightning's precision values, plus
 // GradScaler settings for "16-mixed". Close it when done.
 type Precision struct {
-	h *C.fulmen_precision
+	h handle[*C.fulmen_precision]
 }
 
 // NewPrecision parses one of Lightning's precision values ("64-true",
@@ -27,7 +27,8 @@ func NewPrecision(name string) (*Precision, error) {
 	if err := check(C.fulmen_precision_new(n, &out)); err != nil {
 		return nil, err
 	}
-	p := &Precision{h: out}
+	p := &Precision{}
+	p.h.store(out)
 	runtime.SetFinalizer(p, (*Precision).Close)
 	return p, nil
 }
@@ -37,18 +38,21 @@ func (p *Precision) ptr() *C.fulmen_precision {
 		gcStress()
 		return nil
 	}
-	h := p.h
+	h := p.h.load()
 	gcStress()
 	return h
 }
 
 // Close frees the plugin; idempotent. The error is always nil.
 func (p *Precision) Close() error {
-	if p == nil || p.h == nil {
+	if p == nil {
 		return nil
 	}
-	C.fulmen_precision_free(p.h)
-	p.h = nil
+	h := p.h.take()
+	if h == nil {
+		return nil
+	}
+	C.fulmen_precision_free(h)
 	runtime.SetFinalizer(p, nil)
 	return nil
 }

@@ -75,7 +75,7 @@ func exitScope(s *scope) {
 	tensors := s.tensors
 	s.tensors = nil
 	for t := range tensors {
-		t.h = nil
+		t.h.take()
 		t.scope = nil
 	}
 	registryMu.Unlock()

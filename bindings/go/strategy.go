@@ -15,7 +15,7 @@ import (
 // it to TrainerOptions.SetStrategy (which copies it) or to
 // DistributedJoin and NewDDP. Close it when done.
 type Strategy struct {
-	h *C.fulmen_strategy
+	h handle[*C.fulmen_strategy]
 }
 
 // NewStrategy creates the strategy registered as name (trimmed,
@@ -32,7 +32,8 @@ func NewStrategy(name string) (*Strategy, error) {
 	if err := check(C.fulmen_strategy_new(n, &out)); err != nil {
 		return nil, err
 	}
-	s := &Strategy{h: out}
+	s := &Strategy{}
+	s.h.store(out)
 	runtime.SetFinalizer(s, (*Strategy).Close)
 	return s, nil
 }
@@ -42,18 +43,21 @@ func (s *Strategy) ptr() *C.fulmen_strategy {
 		gcStress()
 		return nil
 	}
-	h := s.h
+	h := s.h.load()
 	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
 	return h
 }
 
 // Close frees the strategy; idempotent. The error is always nil.
 func (s *Strategy) Close() error {
-	if s == nil || s.h == nil {
+	if s == nil {
 		return nil
 	}
-	C.fulmen_strategy_free(s.h)
-	s.h = nil
+	h := s.h.take()
+	if h == nil {
+		return nil
+	}
+	C.fulmen_strategy_free(h)
 	runtime.SetFinalizer(s, nil)
 	return nil
 }

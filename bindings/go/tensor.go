@@ -13,7 +13,7 @@ import (
 // Tensor is a libtorch tensor handle. See the package documentation for
 // the ownership rule of tensors created inside callbacks.
 type Tensor struct {
-	h     *C.fulmen_tensor
+	h     handle[*C.fulmen_tensor]
 	scope *scope
 }
 
@@ -22,16 +22,18 @@ func newTensor(h *C.fulmen_tensor) *Tensor {
 	if h == nil {
 		return nil
 	}
-	t := &Tensor{h: h}
+	t := &Tensor{}
+	t.h.store(h)
 	adopt(t)
 	runtime.SetFinalizer(t, (*Tensor).finalize)
 	return t
 }
 
 func (t *Tensor) finalize() {
-	if t.h != nil && t.scope == nil {
-		C.fulmen_tensor_free(t.h)
-		t.h = nil
+	if t.scope == nil {
+		if h := t.h.take(); h != nil {
+			C.fulmen_tensor_free(h)
+		}
 	}
 }
 
@@ -41,7 +43,7 @@ func (t *Tensor) ptr() *C.fulmen_tensor {
 		gcStress()
 		return nil
 	}
-	h := t.h
+	h := t.h.load()
 	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
 	return h
 }
@@ -50,17 +52,19 @@ func (t *Tensor) ptr() *C.fulmen_tensor {
 // valid). It is idempotent, and safe on a scope-owned tensor (it is then
 // freed early). The error is always nil; it is there for io.Closer.
 func (t *Tensor) Close() error {
-	if t == nil || t.h == nil {
+	if t == nil {
 		return nil
 	}
-	h := t.h
-	if t.scope != nil {
+	h := t.h.take()
+	if h == nil {
+		return nil
+	}
+	if t.Scoped() {
 		// Take it out of the C scope first, so that the scope never sees an
 		// address that a later handle could reuse.
 		release(t)
 		_ = check(C.fulmen_tensor_keep(h))
 	}
-	t.h = nil
 	C.fulmen_tensor_free(h)
 	runtime.SetFinalizer(t, nil)
 	return nil
@@ -68,7 +72,7 @@ func (t *Tensor) Close() error {
 
 // Closed reports whether the tensor was closed, or was scope-owned and its
 // callback returned.
-func (t *Tensor) Closed() bool { return t == nil || t.h == nil }
+func (t *Tensor) Closed() bool { return t == nil || t.h.closed() }
 
 // Scoped reports whether the tensor is scope-owned: created during a
 // callback and released by the library when that callback returns.

@@ -18,7 +18,14 @@ import (
 // gradient_clip_algorithm, fast_dev_run, deterministic, log_every_n_steps,
 // seed, default_root_dir, enable_progress_bar, enable_checkpointing,
 // enable_model_summary, inference_mode, logger ("true", "false", "csv",
-// "tensorboard" or "csv,tensorboard"), detect_nonfinite_loss, accelerator
+// "tensorboard" or "csv,tensorboard"), detect_nonfinite_loss,
+// detect_anomaly (autograd's anomaly mode during the run: a NaN gradient
+// fails backward naming the operation), callback_timeout (seconds or
+// "DD:HH:MM:SS"; "none" or 0 = no limit: a Go callback that runs longer
+// fails the run with ErrCallback once it returns, as the library cannot
+// interrupt it), handle_signals (default true: during a run SIGINT and
+// SIGTERM stop it at its next hook and it returns ErrInterrupted; false
+// leaves the process's signal handling alone), accelerator
 // ("auto", "cpu", "cuda", "gpu", "mps", "xla", "tpu" or a registered name;
 // see also SetAccelerator), devices ("auto", "1", "-1", "0,2", ...),
 // precision ("32-true", "16-mixed", "bf16-mixed", "64-true", "16-true",
@@ -36,7 +43,7 @@ import (
 // model summary to stderr, and writes CSV and TensorBoard logs and a
 // checkpoint of the latest epoch under default_root_dir (".").
 type TrainerOptions struct {
-	h *C.fulmen_trainer_options
+	h handle[*C.fulmen_trainer_options]
 }
 
 // NewTrainerOptions creates options with Lightning's defaults.
@@ -45,7 +52,8 @@ func NewTrainerOptions() (*TrainerOptions, error) {
 	if err := check(C.fulmen_trainer_options_new(&out)); err != nil {
 		return nil, err
 	}
-	o := &TrainerOptions{h: out}
+	o := &TrainerOptions{}
+	o.h.store(out)
 	runtime.SetFinalizer(o, (*TrainerOptions).Close)
 	return o, nil
 }
@@ -55,18 +63,21 @@ func (o *TrainerOptions) ptr() *C.fulmen_trainer_options {
 		gcStress()
 		return nil
 	}
-	h := o.h
+	h := o.h.load()
 	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
 	return h
 }
 
 // Close frees the options; idempotent. The error is always nil.
 func (o *TrainerOptions) Close() error {
-	if o == nil || o.h == nil {
+	if o == nil {
 		return nil
 	}
-	C.fulmen_trainer_options_free(o.h)
-	o.h = nil
+	h := o.h.take()
+	if h == nil {
+		return nil
+	}
+	C.fulmen_trainer_options_free(h)
 	runtime.SetFinalizer(o, nil)
 	return nil
 }
@@ -114,7 +125,7 @@ func (o *TrainerOptions) SetBool(key string, value bool) error {
 
 // Trainer runs the fit / validate / test / predict loops.
 type Trainer struct {
-	h *C.fulmen_trainer
+	h handle[*C.fulmen_trainer]
 }
 
 // NewTrainer creates a trainer from opts (copied; nil for the defaults).
@@ -125,7 +136,8 @@ func NewTrainer(opts *TrainerOptions) (*Trainer, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Trainer{h: out}
+	t := &Trainer{}
+	t.h.store(out)
 	runtime.SetFinalizer(t, (*Trainer).Close)
 	return t, nil
 }
@@ -135,18 +147,21 @@ func (t *Trainer) ptr() *C.fulmen_trainer {
 		gcStress()
 		return nil
 	}
-	h := t.h
+	h := t.h.load()
 	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
 	return h
 }
 
 // Close frees the trainer; idempotent. The error is always nil.
 func (t *Trainer) Close() error {
-	if t == nil || t.h == nil {
+	if t == nil {
 		return nil
 	}
-	C.fulmen_trainer_free(t.h)
-	t.h = nil
+	h := t.h.take()
+	if h == nil {
+		return nil
+	}
+	C.fulmen_trainer_free(h)
 	runtime.SetFinalizer(t, nil)
 	return nil
 }

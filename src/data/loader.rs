@@ -10,6 +10,9 @@ use crate::error::{Error, Result};
 /// The largest world a loader can be split for (a bound on the padding).
 const MAX_WORLD: usize = 1 << 20;
 
+/// The largest batch a loader hands out (its index list is allocated).
+pub const MAX_BATCH_SIZE: usize = 1 << 24;
+
 /// How a [`DataLoader`] cuts an epoch into batches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataLoaderOptions {
@@ -48,8 +51,11 @@ impl std::fmt::Debug for DataLoader {
 impl DataLoader {
     /// A loader over `dataset`; a `batch_size` of 0 is an invalid argument.
     pub fn new(dataset: Arc<dyn Dataset>, opts: DataLoaderOptions) -> Result<Self> {
-        if opts.batch_size == 0 {
-            return Err(Error::invalid("DataLoader::new: batch_size must be at least 1"));
+        if opts.batch_size == 0 || opts.batch_size > MAX_BATCH_SIZE {
+            return Err(Error::invalid(format!(
+                "DataLoader::new: batch_size must be in 1..={MAX_BATCH_SIZE}, got {}",
+                opts.batch_size
+            )));
         }
         Ok(DataLoader { dataset, opts, shard: None })
     }

@@ -38,6 +38,8 @@ struct Entry {
     exclusive: Option<&'static str>,
     /// Freed while pinned: invisible to new calls, dropped by the last unpin.
     released: bool,
+    /// Being taken back by [`revoke`], which drops or returns it itself.
+    revoking: bool,
 }
 
 impl Entry {
@@ -108,7 +110,7 @@ pub fn into_raw<T: Handle>(value: T) -> *mut T {
 pub fn into_raw_with_serial<T: Handle>(value: T) -> (*mut T, u64) {
     let ptr = Box::into_raw(Box::new(value));
     let serial = next_serial();
-    let entry = Entry { type_name: T::C_NAME, serial, shared: 0, exclusive: None, released: false };
+    let entry = Entry { type_name: T::C_NAME, serial, shared: 0, exclusive: None, released: false, revoking: false };
     lock_live().insert(ptr as usize, entry);
     (ptr, serial)
 }
@@ -175,7 +177,7 @@ impl Drop for PinToken {
         } else {
             e.shared = e.shared.saturating_sub(1);
         }
-        let finished = e.released && !e.pinned();
+        let finished = e.released && !e.revoking && !e.pinned();
         if finished {
             map.remove(&self.addr);
         }
@@ -344,7 +346,10 @@ pub unsafe fn take_owned<T: Handle>(ptr: *mut T, arg: &str, accept: impl FnOnce(
 pub unsafe fn revoke<T: Handle>(ptr: *mut T) -> Option<T> {
     let mut map = lock_live();
     match map.get_mut(&(ptr as usize)) {
-        Some(e) if e.type_name == T::C_NAME => e.released = true,
+        Some(e) if e.type_name == T::C_NAME && !e.revoking => {
+            e.released = true;
+            e.revoking = true;
+        }
         _ => return None,
     }
     loop {
@@ -353,8 +358,7 @@ pub unsafe fn revoke<T: Handle>(ptr: *mut T) -> Option<T> {
                 map = live().unpinned.wait(map).unwrap_or_else(|p| p.into_inner());
             }
             Some(_) => break,
-            // The last unpin dropped it (cannot happen while we hold the
-            // only way to free it, but stay safe).
+            // Only this call removes a revoking entry.
             None => return None,
         }
     }
@@ -387,4 +391,92 @@ pub fn check_out<T>(out: *mut T, arg: &str) -> Result<()> {
         return Err(Error::new(ErrorCode::NullArgument, format!("output `{arg}` is NULL")));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// A handle type that counts its drops.
+    struct Probe(Arc<AtomicUsize>);
+
+    impl Handle for Probe {
+        const C_NAME: &'static str = "probe";
+    }
+
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn probe() -> (*mut Probe, Arc<AtomicUsize>) {
+        let drops = Arc::new(AtomicUsize::new(0));
+        (into_raw(Probe(Arc::clone(&drops))), drops)
+    }
+
+    #[test]
+    fn a_free_while_pinned_waits_for_the_last_pin() {
+        let (p, drops) = probe();
+        let a = unsafe { borrow(p, "p") }.unwrap();
+        let b = unsafe { borrow(p, "p") }.unwrap();
+        assert!(unsafe { take(p) }.is_none());
+        assert_eq!(drops.load(Ordering::SeqCst), 0);
+        // Invisible to new calls at once.
+        let e = unsafe { borrow(p, "p") }.err().unwrap();
+        assert_eq!(e.code, ErrorCode::InvalidHandle);
+        assert!(!is_live(p));
+        drop(a);
+        assert_eq!(drops.load(Ordering::SeqCst), 0);
+        drop(b);
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
+        assert!(unsafe { take(p) }.is_none()); // a second free is harmless
+    }
+
+    #[test]
+    fn exclusive_pins_refuse_every_other_use() {
+        let (p, drops) = probe();
+        let _call = enter_call("fulmen_probe_run");
+        let m = unsafe { borrow_mut(p, "p") }.unwrap();
+        let e = unsafe { borrow(p, "p") }.err().unwrap();
+        assert_eq!(e.code, ErrorCode::InvalidState);
+        assert!(e.message.contains("in use by fulmen_probe_run"), "{}", e.message);
+        assert_eq!(unsafe { borrow_mut(p, "p") }.err().unwrap().code, ErrorCode::InvalidState);
+        let owned = unsafe { take_owned(p, "p", |_| Ok(())) };
+        assert_eq!(owned.err().unwrap().code, ErrorCode::InvalidState);
+        drop(m);
+        let shared = unsafe { borrow(p, "p") }.unwrap();
+        assert_eq!(unsafe { borrow_mut(p, "p") }.err().unwrap().code, ErrorCode::InvalidState);
+        drop(shared);
+        let refused = unsafe { take_owned(p, "p", |_| Err(Error::state("no"))) };
+        assert!(refused.is_err() && is_live(p));
+        let v = unsafe { take_owned(p, "p", |_| Ok(())) }.unwrap();
+        assert!(!is_live(p));
+        drop(v);
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn revoke_waits_for_calls_on_other_threads() {
+        let (p, drops) = probe();
+        let addr = p as usize;
+        let pinned = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let g = unsafe { borrow(addr as *const Probe, "p") }.unwrap();
+                pinned.wait();
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                drop(g);
+            });
+            pinned.wait();
+            let start = std::time::Instant::now();
+            let v = unsafe { revoke(p) }.unwrap();
+            assert!(start.elapsed() >= std::time::Duration::from_millis(50));
+            drop(v);
+        });
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
+        assert!(!is_live(p));
+    }
 }
