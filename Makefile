@@ -94,18 +94,19 @@ example: $(BUILD)/examples/mnist $(BUILD)/examples/snippet $(MNIST)
 	$(BUILD)/examples/mnist --data $(MNIST) --epochs 1 --strategy ddp --devices 2 --out $(BUILD)/ddp-run | tee $(BUILD)/ddp-run.log
 	@grep -q "trained on 2 ranks" $(BUILD)/ddp-run.log && test -f $(BUILD)/ddp-run/checkpoints/last.ckpt
 
-# valgrind: every C test but test_ddp and test_crash (they re-execute the
-# program, which under valgrind is valgrind itself; ASan covers them) and the
+# valgrind: every C test but test_ddp, test_crash, test_files and
+# test_signals (they re-execute the program, which under valgrind is the
+# runner; ASan covers them) and the
 # examples. The tests are linked into one program per half, so libtorch's
 # start-up (about 35 s under valgrind) is paid twice, and the halves run
 # side by side with the MNIST example (one epoch of the real data set; the
 # tests' own MNIST runs, FULMEN_MNIST, are left to the ASan suite). A
 # definite leak or an invalid access fails the suite.
-VG_TESTS := $(filter-out test_ddp test_crash,$(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))) snippet
+VG_TESTS := $(filter-out test_ddp test_crash test_files test_signals,$(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))) snippet
 VALGRIND := valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite
 CFLAGS_VG := -std=c11 -Wall -Wextra -Werror -pedantic -g -O1
 
-$(BUILD)/valgrind/%.o: tests/c/%.c tests/c/check.h tests/c/fixture.h include/fulmen.h
+$(BUILD)/valgrind/%.o: tests/c/%.c $(wildcard tests/c/*.h) include/fulmen.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_VG) $(C_INC) -Dmain=$*_main -c $< -o $@
 

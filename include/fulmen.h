@@ -104,6 +104,11 @@
 #define MAX_OPTIMIZERS (1 << 16)
 
 /**
+ * The largest batch a loader hands out (its index list is allocated).
+ */
+#define MAX_BATCH_SIZE (1 << 24)
+
+/**
  * Log flag: record the value of every step.
  */
 #define FULMEN_LOG_ON_STEP 1
@@ -1681,7 +1686,8 @@ struct fulmen_error *fulmen_dataset_get(const struct fulmen_dataset *dataset,
                                         size_t *count_out);
 
 /**
- * Frees a dataset handle (loaders and subsets built on it keep it alive).
+ * Frees a dataset handle (loaders and subsets built on it keep it alive;
+ * a call using it, such as `fulmen_dataset_get`, finishes first).
  */
 void fulmen_dataset_free(struct fulmen_dataset *dataset);
 
@@ -1713,7 +1719,8 @@ struct fulmen_error *fulmen_loader_new(const struct fulmen_dataset *dataset,
 struct fulmen_error *fulmen_loader_len(const struct fulmen_loader *loader, size_t *out);
 
 /**
- * Frees a loader. NULL or an already freed handle is a no-op.
+ * Frees a loader. NULL or an already freed handle is a no-op. While a
+ * call uses the loader (a fit), the free waits until it returns.
  */
 void fulmen_loader_free(struct fulmen_loader *loader);
 
@@ -2188,7 +2195,8 @@ struct fulmen_error *fulmen_lightning_module_new(const struct fulmen_module_vtab
 
 /**
  * Frees a LightningModule and calls its `userdata_free`. NULL or an
- * already freed handle is a no-op.
+ * already freed handle is a no-op. While a fit uses the module, the free
+ * (and `userdata_free`) waits until the fit returns.
  */
 void fulmen_lightning_module_free(struct fulmen_lightning_module *module);
 
@@ -3280,7 +3288,9 @@ struct fulmen_error *fulmen_trainer_best_model_score(const struct fulmen_trainer
 
 /**
  * Frees a trainer (and the callbacks and loggers added to it). NULL or an
- * already freed handle is a no-op.
+ * already freed handle is a no-op. Freeing a trainer whose fit (or any
+ * other call) is running, from one of its callbacks or another thread,
+ * is deferred until that call returns.
  */
 void fulmen_trainer_free(struct fulmen_trainer *trainer);
 

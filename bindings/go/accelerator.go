@@ -287,11 +287,12 @@ func registryEntry(i int) (AcceleratorInfo, error) {
 // otherwise Lightning's GPU-style parser over AutoDeviceCount devices is
 // used.
 type CustomAccelerator interface {
-	// IsAvailable reports whether the accelerator can run here. The library
-	// reads an error as "not available".
+	// IsAvailable reports whether the accelerator can run here. An error
+	// fails Accelerator.IsAvailable; elsewhere (the registry, Fit) the
+	// library reads it as "not available".
 	IsAvailable() (bool, error)
-	// AutoDeviceCount is how many devices it has. The library reads an
-	// error as 0.
+	// AutoDeviceCount is how many devices it has. An error fails
+	// Accelerator.AutoDeviceCount; elsewhere the library reads it as 0.
 	AutoDeviceCount() (int, error)
 	// ParallelDevices maps parsed device ids to libtorch devices, one per
 	// id (Device{Type: CPU} for an accelerator computing with CPU tensors).

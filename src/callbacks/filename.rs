@@ -107,7 +107,9 @@ mod tests {
         assert_eq!(format_name("{val_loss:.2e}", &m(), false).unwrap(), "1.23e-01");
         assert_eq!(format_name("{missing}", &m(), true).unwrap(), "missing=0");
         assert!(format_name("{epoch", &m(), true).is_err());
-        for huge in ["{epoch:999999999999d}", "{val_loss:.999999999f}", "{epoch:129d}", "{val_loss:.18446744073709551615f}"] {
+        for huge in
+            ["{epoch:999999999999d}", "{val_loss:.999999999f}", "{epoch:129d}", "{val_loss:.18446744073709551615f}"]
+        {
             let e = format_name(huge, &m(), true).unwrap_err();
             assert_eq!(e.code, crate::error::ErrorCode::InvalidArgument, "{huge}");
         }

@@ -167,17 +167,13 @@ const CONNECT_SLICE: Duration = Duration::from_secs(10);
 /// Waits until the store's address accepts TCP connections (plain probes:
 /// libtorch's client logs every failed attempt), asking `abort` between
 /// probes.
-fn wait_for_listener(
-    rv: &Rendezvous,
-    left: &dyn Fn() -> Duration,
-    abort: &dyn Fn() -> Option<String>,
-) -> Result<()> {
+fn wait_for_listener(rv: &Rendezvous, left: &dyn Fn() -> Duration, abort: &dyn Fn() -> Option<String>) -> Result<()> {
     use std::net::{TcpStream, ToSocketAddrs};
     let target = format!("{}:{}", rv.master_addr, rv.master_port);
     loop {
-        let reachable = target.to_socket_addrs().map(|mut addrs| {
-            addrs.any(|a| TcpStream::connect_timeout(&a, Duration::from_millis(500)).is_ok())
-        });
+        let reachable = target
+            .to_socket_addrs()
+            .map(|mut addrs| addrs.any(|a| TcpStream::connect_timeout(&a, Duration::from_millis(500)).is_ok()));
         if matches!(reachable, Ok(true)) {
             return Ok(());
         }

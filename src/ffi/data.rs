@@ -237,7 +237,8 @@ pub unsafe extern "C" fn fulmen_dataset_get(
     })
 }
 
-/// Frees a dataset handle (loaders and subsets built on it keep it alive).
+/// Frees a dataset handle (loaders and subsets built on it keep it alive;
+/// a call using it, such as `fulmen_dataset_get`, finishes first).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_dataset_free(dataset: *mut fulmen_dataset) {
     guard_value((), || drop(handle::take(dataset)));
@@ -395,7 +396,8 @@ pub unsafe extern "C" fn fulmen_loader_len(loader: *const fulmen_loader, out: *m
     })
 }
 
-/// Frees a loader. NULL or an already freed handle is a no-op.
+/// Frees a loader. NULL or an already freed handle is a no-op. While a
+/// call uses the loader (a fit), the free waits until it returns.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_loader_free(loader: *mut fulmen_loader) {
     guard_value((), || drop(handle::take(loader)));

@@ -261,7 +261,8 @@ pub unsafe extern "C" fn fulmen_lightning_module_new(
 }
 
 /// Frees a LightningModule and calls its `userdata_free`. NULL or an
-/// already freed handle is a no-op.
+/// already freed handle is a no-op. While a fit uses the module, the free
+/// (and `userdata_free`) waits until the fit returns.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_lightning_module_free(module: *mut fulmen_lightning_module) {
     guard_value((), || drop(handle::take(module)));

@@ -570,7 +570,9 @@ pub unsafe extern "C" fn fulmen_trainer_best_model_score(
 }
 
 /// Frees a trainer (and the callbacks and loggers added to it). NULL or an
-/// already freed handle is a no-op.
+/// already freed handle is a no-op. Freeing a trainer whose fit (or any
+/// other call) is running, from one of its callbacks or another thread,
+/// is deferred until that call returns.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_free(trainer: *mut fulmen_trainer) {
     guard_value((), || drop(handle::take(trainer)));

@@ -480,10 +480,18 @@ TEST_F(AcceleratorTest, ExceptionsInCustomAcceleratorsAreRethrown) {
     EXPECT_THROW(acc.parse_devices("auto"), std::logic_error);
     t->throw_count = false;
 
-    // fulmen reads a throwing is_available as "unavailable" without failing:
-    // the exception is not left behind for an unrelated later error.
+    // Asked directly, a throwing is_available rethrows its exception; the
+    // registry reads it as "unavailable" without failing, and the exception
+    // is not left behind for an unrelated later error.
     t->throw_available = true;
-    EXPECT_FALSE(acc.is_available());
+    try {
+        acc.is_available();
+        ADD_FAILURE() << "a throwing is_available returned";
+    } catch (const fulmen::Error& e) {
+        ADD_FAILURE() << "fulmen::Error instead of the original exception: " << e.what();
+    } catch (const std::runtime_error& e) {
+        EXPECT_STREQ(e.what(), "is_available broke");
+    }
     EXPECT_FALSE(find_entry(fulmen::registry(), "cpp-throwing")->available);
     EXPECT_EQ(error_code([] { Accelerator::get("npu"); }), FULMEN_CODE_INVALID_ARGUMENT);
     EXPECT_THROW(Tensor::zeros({2}).reshape({3}), fulmen::Error);

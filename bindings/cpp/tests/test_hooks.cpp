@@ -436,9 +436,10 @@ TEST_F(HookTest, LoggerLambdasReceiveMetricsAndHyperparameters) {
         Loader val(ds, 16);
         LightningModule module = simple_module(model).build();
         module.set_hparam("lr", 0.1).set_hparam("layers", "2-16-2").set_hparam("batch_size", 8).set_hparam("shuffle", false);
+        module.set_hparam("a: b", "x\ny");  // any UTF-8 key and value is kept exactly
         try {
-            module.set_hparam("a:b", "x");
-            ADD_FAILURE() << "a hyperparameter name with ':' accepted";
+            module.set_hparam("bad\xff", "x");
+            ADD_FAILURE() << "a hyperparameter name that is not UTF-8 accepted";
         } catch (const fulmen::Error& e) {
             EXPECT_EQ(e.code(), FULMEN_CODE_INVALID_ARGUMENT);
         }
@@ -456,8 +457,11 @@ TEST_F(HookTest, LoggerLambdasReceiveMetricsAndHyperparameters) {
         trainer.add_lr_monitor("epoch");
         trainer.fit(module, train, val);
 
-        EXPECT_EQ(hparams, (std::map<std::string, std::string>{
-                               {"batch_size", "8"}, {"layers", "2-16-2"}, {"lr", "0.1"}, {"shuffle", "false"}}));
+        EXPECT_EQ(hparams, (std::map<std::string, std::string>{{"a: b", "x\ny"},
+                                                               {"batch_size", "8"},
+                                                               {"layers", "2-16-2"},
+                                                               {"lr", "0.1"},
+                                                               {"shuffle", "false"}}));
         EXPECT_EQ(statuses, (std::vector<std::string>{"success"}));
         auto has = [&](const std::string& name) {
             return std::any_of(logged.begin(), logged.end(), [&](const auto& m) { return m.count(name) > 0; });

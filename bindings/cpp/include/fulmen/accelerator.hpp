@@ -207,9 +207,11 @@ inline std::vector<AcceleratorInfo> registry() {
 /// fulmen serialises the calls; they run on the thread using the
 /// accelerator (the one calling Trainer::fit, Accelerator::..., registry()).
 /// An exception thrown here becomes a fulmen error, and the original
-/// exception is rethrown, unchanged, by the fulmen call that ran it (fulmen
-/// reads a throwing is_available as false and a throwing auto_device_count
-/// as 0 devices). Do not call the accelerator registry from these methods.
+/// exception is rethrown, unchanged, by the fulmen call that ran it
+/// (Accelerator::is_available included; the registry and a run's device
+/// choice read a throwing is_available as false and a throwing
+/// auto_device_count as 0 devices). Do not call the accelerator registry
+/// from these methods.
 class CustomAccelerator {
 public:
     CustomAccelerator() = default;

@@ -239,7 +239,8 @@ public:
 
     /// Records a hyperparameter (Lightning's save_hyperparameters): written
     /// to hparams.yaml, TensorBoard, every checkpoint and host loggers.
-    /// Setting a key again replaces its value.
+    /// Setting a key again replaces its value. Any UTF-8 key and value is
+    /// kept exactly (text that is not UTF-8 throws FULMEN_CODE_INVALID_ARGUMENT).
     LightningModule& set_hparam(const std::string& key, const std::string& value) {
         check(fulmen_lightning_module_set_hparam(get(), key.c_str(), value.c_str()));
         return *this;
@@ -316,8 +317,14 @@ inline LightningModule::Builder LightningModule::builder(const Model& model) { r
 /// fast_dev_run, deterministic, log_every_n_steps, seed, default_root_dir,
 /// enable_progress_bar, enable_checkpointing, enable_model_summary,
 /// inference_mode, logger (bool, "csv", "tensorboard" or "csv,tensorboard"),
-/// detect_nonfinite_loss, accelerator ("auto", "cpu", "cuda", "gpu", "mps",
-/// "xla", "tpu" or a registered name; or accelerator(Accelerator)),
+/// detect_nonfinite_loss, detect_anomaly (autograd's anomaly mode during
+/// the run), callback_timeout (seconds or "DD:HH:MM:SS"; "none" or 0 = no
+/// limit: a callback that runs longer fails the run when it returns),
+/// handle_signals (default true: during a run SIGINT and SIGTERM stop it at
+/// its next hook and it throws Error with FULMEN_CODE_INTERRUPTED; false
+/// leaves the process's signal handlers alone), accelerator ("auto", "cpu",
+/// "cuda", "gpu", "mps", "xla", "tpu" or a registered name; or
+/// accelerator(Accelerator)),
 /// devices ("auto", "1", "-1", "0,2"), precision ("32-true", "16-mixed",
 /// "bf16-mixed", "64-true", "16-true", "bf16-true", "32", "16", "bf16",
 /// "64"), strategy ("auto", "single_device", "ddp", "ddp_spawn",
