@@ -56,9 +56,27 @@
 //
 // # Threads
 //
-// Handles are not thread-safe: use each from one goroutine at a time.
+// Use each handle from one goroutine at a time. Close is the exception: it
+// may be called from any goroutine, at any time, exactly once taking
+// effect. Closing an object that a running call uses (a Trainer, its
+// LightningModule or Loader during Fit, from another goroutine or from one
+// of the fit's own callbacks) is safe: the library frees it when that call
+// returns, and the call finishes on the objects it started with; new calls
+// on the closed wrapper fail with ErrNullArgument. A call that changes an
+// object (Fit changes its trainer and module, a setter its options)
+// refuses other uses of it meanwhile with ErrInvalidState, and so does a
+// callback calling back into the object running it (a DataSource's
+// GetBatch calling Get on its own Dataset), instead of deadlocking.
 // Callbacks run on the goroutine that called Fit, Validate, Test, Predict
 // or Dataset.Get.
+//
+// # Signals
+//
+// With the trainer option handle_signals (default true) the library
+// handles SIGINT and SIGTERM while Fit, Validate, Test or Predict runs: the
+// run stops at its next hook, HookException runs, the loggers are
+// finalized, and the call returns ErrInterrupted. Go's signal handling
+// (signal.Notify, or the default exit) is restored when the run ends.
 package fulmen
 
 /*
