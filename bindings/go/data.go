@@ -38,7 +38,9 @@ func (d *Dataset) ptr() *C.fulmen_dataset {
 	return h
 }
 
-// Close frees the dataset handle; idempotent. The error is always nil.
+// Close frees the dataset handle; idempotent, and safe from any goroutine,
+// also while a call uses the dataset: the library then frees it when that
+// call returns. The error is always nil.
 func (d *Dataset) Close() error {
 	if d == nil {
 		return nil
@@ -268,7 +270,9 @@ func (l *Loader) ptr() *C.fulmen_loader {
 	return h
 }
 
-// Close frees the loader; idempotent. The error is always nil.
+// Close frees the loader; idempotent, and safe from any goroutine, also
+// while a Fit uses the loader: the library then frees it when that call
+// returns. The error is always nil.
 func (l *Loader) Close() error {
 	if l == nil {
 		return nil

@@ -57,8 +57,8 @@
 // # Threads
 //
 // Use each handle from one goroutine at a time. Close is the exception: it
-// may be called from any goroutine, at any time, exactly once taking
-// effect. Closing an object that a running call uses (a Trainer, its
+// may be called from any goroutine at any time, and only the first call
+// frees the handle. Closing an object that a running call uses (a Trainer, its
 // LightningModule or Loader during Fit, from another goroutine or from one
 // of the fit's own callbacks) is safe: the library frees it when that call
 // returns, and the call finishes on the objects it started with; new calls

@@ -93,8 +93,10 @@ func (m *LightningModule) ptr() *C.fulmen_lightning_module {
 	return h
 }
 
-// Close frees the module (releasing its Go functions); idempotent. The
-// error is always nil.
+// Close frees the module (releasing its Go functions); idempotent, and
+// safe from any goroutine, also while a Fit uses the module (even from its
+// own step): the library then frees it when that call returns. The error
+// is always nil.
 func (m *LightningModule) Close() error {
 	if m == nil {
 		return nil

@@ -152,7 +152,9 @@ func (t *Trainer) ptr() *C.fulmen_trainer {
 	return h
 }
 
-// Close frees the trainer; idempotent. The error is always nil.
+// Close frees the trainer; idempotent, and safe from any goroutine, also
+// while a Fit (or Validate, ...) uses the trainer: the library then frees
+// it when that call returns. The error is always nil.
 func (t *Trainer) Close() error {
 	if t == nil {
 		return nil
