@@ -39,6 +39,9 @@ struct Entry {
 #[derive(Clone, Default)]
 pub struct Registry {
     entries: Vec<Entry>,
+    /// Accelerators replaced or removed, to be dropped by the caller once
+    /// the global registry's lock is released.
+    retired: Vec<Arc<dyn Accelerator>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -83,7 +86,7 @@ impl Registry {
                 accelerator,
             })
             .collect();
-        Registry { entries }
+        Registry { entries, retired: Vec::new() }
     }
 
     fn position(&self, name: &str) -> Option<usize> {
@@ -112,7 +115,8 @@ impl Registry {
                 "accelerator {name:?} is already present in the registry; register it with override to replace it"
             ))),
             Some(i) => {
-                self.entries[i] = entry;
+                let old = std::mem::replace(&mut self.entries[i], entry);
+                self.retired.push(old.accelerator);
                 Ok(())
             }
             None => {
@@ -126,7 +130,8 @@ impl Registry {
     pub fn remove(&mut self, name: &str) -> Result<()> {
         let name = normalize(name)?;
         let i = self.position(&name).ok_or_else(|| self.unknown(&name))?;
-        self.entries.remove(i);
+        let old = self.entries.remove(i);
+        self.retired.push(old.accelerator);
         Ok(())
     }
 
@@ -247,12 +252,25 @@ pub fn register(
     accelerator: Arc<dyn Accelerator>,
     override_existing: bool,
 ) -> Result<()> {
-    lock().register(name, description, accelerator, override_existing)
+    let (result, retired) = {
+        let mut r = lock();
+        let result = r.register(name, description, accelerator, override_existing);
+        (result, std::mem::take(&mut r.retired))
+    };
+    // Dropped without the lock: a host's userdata_free may use the registry.
+    drop(retired);
+    result
 }
 
 /// [`Registry::remove`] on the global registry.
 pub fn remove(name: &str) -> Result<()> {
-    lock().remove(name)
+    let (result, retired) = {
+        let mut r = lock();
+        let result = r.remove(name);
+        (result, std::mem::take(&mut r.retired))
+    };
+    drop(retired);
+    result
 }
 
 /// [`Registry::list`] on the global registry.

@@ -168,23 +168,23 @@ impl ModelCheckpoint {
 
     /// Lightning's `_should_remove_checkpoint`, stricter: the previous file
     /// is removed only when it is not the current one, not the checkpoint
-    /// this fit resumed from, a `.ckpt` file, and lexically inside this
-    /// callback's folder (no `..`).
-    fn should_remove(&self, ctx: &HookContext, previous: &str, current: &Path) -> bool {
+    /// this fit resumed from, and a `.ckpt` file directly in this
+    /// callback's folder (by real path). Returns the path to remove.
+    fn should_remove(&self, ctx: &HookContext, previous: &str, current: &Path) -> Option<PathBuf> {
         let prev = Path::new(previous);
-        if previous.is_empty() || prev == current || !previous.ends_with(EXTENSION) {
-            return false;
+        if previous.is_empty() || prev == current {
+            return None;
         }
         if ctx.state.ckpt_path.as_deref().is_some_and(|r| same_file(r, prev)) {
-            return false;
+            return None;
         }
-        self.dirpath.as_deref().is_some_and(|d| is_inside(d, prev))
+        in_folder(self.dirpath.as_deref()?, prev)
     }
 
     /// Asks the run to remove `previous` when [`Self::should_remove`] allows it.
     fn remove_previous(&self, ctx: &mut HookContext, previous: &str, current: &Path) {
-        if self.should_remove(ctx, previous, current) {
-            ctx.state.remove_requests.push(PathBuf::from(previous));
+        if let Some(path) = self.should_remove(ctx, previous, current) {
+            ctx.state.remove_requests.push(path);
         }
     }
 
@@ -314,7 +314,7 @@ impl Callback for ModelCheckpoint {
                 .map_err(|e| Error::format(format!("ModelCheckpoint state: best_k_models is malformed: {e}")))?;
             // Only checkpoints inside this folder are this callback's to manage.
             let dir = self.dirpath.clone().unwrap_or_default();
-            self.best_k_models = all.into_iter().filter(|(p, _)| is_inside(&dir, Path::new(p))).collect();
+            self.best_k_models = all.into_iter().filter(|(p, _)| in_folder(&dir, Path::new(p)).is_some()).collect();
         } else {
             // Another folder's bookkeeping (Lightning keeps only best_model_path).
             self.best_model_score = None;
@@ -324,33 +324,17 @@ impl Callback for ModelCheckpoint {
     }
 }
 
-/// Whether `path` lies inside `dir`, lexically: both made absolute, no
-/// `..` or `.` tricks, and `path` strictly below `dir`.
-fn is_inside(dir: &Path, path: &Path) -> bool {
-    use std::path::Component;
-    let abs = |p: &Path| {
-        if p.is_absolute() {
-            Some(p.to_path_buf())
-        } else {
-            std::env::current_dir().ok().map(|c| c.join(p))
-        }
-    };
-    let (Some(d), Some(p)) = (abs(dir), abs(path)) else { return false };
-    let clean = |p: &Path| -> Option<PathBuf> {
-        let mut out = PathBuf::new();
-        for c in p.components() {
-            match c {
-                Component::ParentDir => return None,
-                Component::CurDir => {}
-                other => out.push(other),
-            }
-        }
-        Some(out)
-    };
-    match (clean(&d), clean(&p)) {
-        (Some(d), Some(p)) => p != d && p.starts_with(&d),
-        _ => false,
+/// The file `path` names when it is a `.ckpt` file directly in folder
+/// `dir` (comparing real paths: `..`, `.` and symlinked folders cannot
+/// lead elsewhere), as the real path to remove; `None` otherwise.
+fn in_folder(dir: &Path, path: &Path) -> Option<PathBuf> {
+    let name = path.file_name()?;
+    if !name.to_string_lossy().ends_with(EXTENSION) {
+        return None;
     }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir_real = std::fs::canonicalize(dir).ok()?;
+    (std::fs::canonicalize(parent).ok()? == dir_real).then(|| dir_real.join(name))
 }
 
 /// Whether two paths name the same file (same inode when both exist,

@@ -135,11 +135,12 @@ impl DataLoader {
         let n = order.len();
         (start..end)
             .map(|p| {
+                // u128: p * world + rank may pass 2^64 for huge datasets.
                 let global = match self.shard {
-                    Some((rank, world)) => p as u64 * world as u64 + rank as u64,
-                    None => p as u64,
+                    Some((rank, world)) => p as u128 * world as u128 + rank as u128,
+                    None => p as u128,
                 };
-                order.at(global % n) as i64
+                order.at((global % n as u128) as u64) as i64
             })
             .collect()
     }

@@ -68,12 +68,20 @@ impl SplitMix64 {
     }
 }
 
-/// The permutation of `0..n` that depends only on `(seed, epoch)`, the
-/// order a shuffling loader reads (see [`super::sampler::Permutation`]),
+/// Fisher–Yates over `0..n` driven by [`SplitMix64::for_epoch`]: the
+/// shuffle of datasets up to [`super::sampler::MATERIALIZE_MAX`] samples.
+pub fn fisher_yates(n: usize, seed: u64, epoch: u64) -> Vec<i64> {
+    let mut order: Vec<i64> = (0..n as i64).collect();
+    SplitMix64::for_epoch(seed, epoch).shuffle(&mut order);
+    order
+}
+
+/// The permutation of `0..n` that depends only on `(seed, epoch)`: the
+/// order a shuffling loader reads (see [`super::sampler::EpochOrder`]),
 /// collected.
 pub fn permutation(n: usize, seed: u64, epoch: u64) -> Vec<i64> {
-    let p = super::sampler::Permutation::new(n as u64, seed, epoch);
-    (0..n as u64).map(|i| p.at(i) as i64).collect()
+    let order = super::sampler::EpochOrder::new(n as u64, true, seed, epoch);
+    (0..n as u64).map(|i| order.at(i) as i64).collect()
 }
 
 #[cfg(test)]

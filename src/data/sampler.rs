@@ -2,13 +2,19 @@
 //! PyTorch's samplers yield indices lazily: memory and time per batch do
 //! not depend on the dataset's size (a host may report 10^12 samples).
 //!
-//! A shuffled order is a keyed pseudo-random permutation of `0..n`: a
-//! balanced Feistel network over the smallest even number of bits that
-//! holds `n`, with cycle walking to stay inside `0..n` (Black & Rogaway's
-//! construction for ciphers on arbitrary domains). Its keys come from
-//! `(seed, epoch)` alone, so every rank of a distributed job computes the
-//! same order without talking.
-use super::rng::SplitMix64;
+//! A shuffled order depends only on `(seed, epoch)`, so every rank of a
+//! distributed job computes the same order without talking. Up to
+//! [`MATERIALIZE_MAX`] samples it is a Fisher–Yates shuffle (uniform over
+//! all permutations, at most 512 KiB of indices); above, a keyed
+//! pseudo-random permutation computed per position: a balanced Feistel
+//! network over the smallest even number of bits that holds `n`, with
+//! cycle walking to stay inside `0..n` (Black & Rogaway's construction for
+//! ciphers on arbitrary domains).
+use super::rng::{fisher_yates, SplitMix64};
+use std::sync::Arc;
+
+/// The largest dataset whose shuffled order is materialised.
+pub const MATERIALIZE_MAX: u64 = 1 << 16;
 
 /// Feistel rounds (six rounds of a strong mixer is far beyond what sample
 /// shuffling needs to look random).
@@ -67,17 +73,19 @@ impl Permutation {
 pub enum EpochOrder {
     /// `0, 1, ..., n - 1`.
     Sequential(u64),
-    /// A keyed permutation of `0..n`.
+    /// A Fisher–Yates shuffle of a small dataset.
+    Listed(Arc<Vec<i64>>),
+    /// A keyed permutation of `0..n` computed per position.
     Shuffled(Permutation),
 }
 
 impl EpochOrder {
     /// The order of `n` samples for `epoch`.
     pub fn new(n: u64, shuffle: bool, seed: u64, epoch: u64) -> Self {
-        if shuffle {
-            EpochOrder::Shuffled(Permutation::new(n, seed, epoch))
-        } else {
-            EpochOrder::Sequential(n)
+        match (shuffle, n <= MATERIALIZE_MAX) {
+            (false, _) => EpochOrder::Sequential(n),
+            (true, true) => EpochOrder::Listed(Arc::new(fisher_yates(n as usize, seed, epoch))),
+            (true, false) => EpochOrder::Shuffled(Permutation::new(n, seed, epoch)),
         }
     }
 
@@ -85,6 +93,7 @@ impl EpochOrder {
     pub fn len(&self) -> u64 {
         match self {
             EpochOrder::Sequential(n) => *n,
+            EpochOrder::Listed(v) => v.len() as u64,
             EpochOrder::Shuffled(p) => p.n,
         }
     }
@@ -98,6 +107,7 @@ impl EpochOrder {
     pub fn at(&self, i: u64) -> u64 {
         match self {
             EpochOrder::Sequential(_) => i,
+            EpochOrder::Listed(v) => v[i as usize] as u64,
             EpochOrder::Shuffled(p) => p.at(i),
         }
     }
@@ -137,6 +147,15 @@ mod tests {
             counts[pos as usize] += 1;
         }
         assert!(counts.iter().all(|&c| (1700..2300).contains(&c)), "{counts:?}");
+    }
+
+    #[test]
+    fn small_datasets_are_fisher_yates_large_ones_feistel() {
+        assert!(matches!(EpochOrder::new(MATERIALIZE_MAX, true, 1, 2), EpochOrder::Listed(_)));
+        assert!(matches!(EpochOrder::new(MATERIALIZE_MAX + 1, true, 1, 2), EpochOrder::Shuffled(_)));
+        let small = EpochOrder::new(100, true, 7, 3);
+        let fy = fisher_yates(100, 7, 3);
+        assert!((0..100).all(|i| small.at(i) as i64 == fy[i as usize]));
     }
 
     #[test]

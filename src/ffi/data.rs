@@ -238,7 +238,8 @@ pub unsafe extern "C" fn fulmen_dataset_get(
 }
 
 /// Frees a dataset handle (loaders and subsets built on it keep it alive;
-/// a call using it, such as `fulmen_dataset_get`, finishes first).
+/// freed while a call such as `fulmen_dataset_get` uses it, it goes when
+/// that call returns).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_dataset_free(dataset: *mut fulmen_dataset) {
     guard_value((), || drop(handle::take(dataset)));
@@ -396,8 +397,9 @@ pub unsafe extern "C" fn fulmen_loader_len(loader: *const fulmen_loader, out: *m
     })
 }
 
-/// Frees a loader. NULL or an already freed handle is a no-op. While a
-/// call uses the loader (a fit), the free waits until it returns.
+/// Frees a loader. NULL or an already freed handle is a no-op. Freeing a
+/// loader a call (a fit) is using returns at once; the loader goes when
+/// that call returns.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_loader_free(loader: *mut fulmen_loader) {
     guard_value((), || drop(handle::take(loader)));
@@ -429,7 +431,8 @@ pub struct fulmen_iterator_vtable {
 }
 
 struct HostIterator {
-    userdata: Userdata,
+    // Serialises the host's callbacks (a loader shared by two runs).
+    userdata: HostLock<Userdata>,
     reset: Option<unsafe extern "C" fn(*mut c_void, u64) -> *mut fulmen_error>,
     next: unsafe extern "C" fn(*mut c_void, *mut fulmen_batch_builder, *mut bool) -> *mut fulmen_error,
     num_batches: Option<usize>,
@@ -438,9 +441,11 @@ struct HostIterator {
 impl HostIterator {
     fn next_batch(&self) -> Result<Option<Vec<Tensor>>> {
         let mut done = false;
+        let ud = self.userdata.lock("the host iterator")?;
         let (builder, r) = with_temp_handle(fulmen_batch_builder { tensors: Vec::new() }, |b| {
-            call_host("next", || unsafe { (self.next)(self.userdata.ptr(), b, &mut done) })
+            call_host("next", || unsafe { (self.next)(ud.ptr(), b, &mut done) })
         });
+        drop(ud);
         r?;
         if done {
             return Ok(None);
@@ -457,7 +462,8 @@ impl BatchSource for HostIterator {
 
     fn batches(&self, epoch: u64) -> Result<BatchIter<'_>> {
         if let Some(reset) = self.reset {
-            call_host("reset", || unsafe { reset(self.userdata.ptr(), epoch) })?;
+            let ud = self.userdata.lock("the host iterator")?;
+            call_host("reset", || unsafe { reset(ud.ptr(), epoch) })?;
         }
         let mut finished = false;
         Ok(Box::new(std::iter::from_fn(move || {
@@ -518,7 +524,7 @@ pub unsafe extern "C" fn fulmen_loader_from_iterator(
             return Err(Error::invalid(format!("num_batches must be -1 (unknown) or >= 0, got {}", v.num_batches)));
         }
         let it = HostIterator {
-            userdata: Userdata::new(v.userdata, v.userdata_free),
+            userdata: HostLock::new(Userdata::new(v.userdata, v.userdata_free)),
             reset: v.reset,
             next,
             num_batches: usize::try_from(v.num_batches).ok(),

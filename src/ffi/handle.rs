@@ -200,7 +200,7 @@ pub struct Shared<'a, U: ?Sized> {
 
 impl<'a, U: ?Sized> Shared<'a, U> {
     /// Narrows the pinned value to a part of it.
-    pub fn map<V: ?Sized>(self, f: impl FnOnce(&'a U) -> &'a V) -> Shared<'a, V> {
+    pub fn map<V: ?Sized>(self, f: impl for<'b> FnOnce(&'b U) -> &'b V) -> Shared<'a, V> {
         Shared { value: f(self.value), _pin: self._pin, _not_send: PhantomData }
     }
 }
@@ -221,7 +221,7 @@ pub struct Exclusive<'a, U: ?Sized> {
 
 impl<'a, U: ?Sized> Exclusive<'a, U> {
     /// Narrows the pinned value to a part of it.
-    pub fn map<V: ?Sized>(self, f: impl FnOnce(&'a mut U) -> &'a mut V) -> Exclusive<'a, V> {
+    pub fn map<V: ?Sized>(self, f: impl for<'b> FnOnce(&'b mut U) -> &'b mut V) -> Exclusive<'a, V> {
         Exclusive { value: f(self.value), _pin: self._pin, _not_send: PhantomData }
     }
 }
@@ -334,6 +334,36 @@ pub unsafe fn take_owned<T: Handle>(ptr: *mut T, arg: &str, accept: impl FnOnce(
     map.remove(&(ptr as usize));
     drop(map);
     Ok(*Box::from_raw(ptr))
+}
+
+/// Takes ownership of two live handles at once (the second optional):
+/// both are moved, or, when either is pinned or not live, neither.
+///
+/// # Safety
+/// As [`borrow`].
+pub unsafe fn take_owned_pair<A: Handle, B: Handle>(
+    a: *mut A,
+    arg_a: &str,
+    b: Option<(*mut B, &str)>,
+) -> Result<(A, Option<B>)> {
+    let mut map = lock_live();
+    let first = *live_entry(&mut map, a, arg_a)?;
+    if first.pinned() {
+        return Err(in_use(arg_a, A::C_NAME, first.exclusive.unwrap_or("another call")));
+    }
+    if let Some((p, arg)) = b {
+        if std::ptr::addr_eq(p, a) {
+            return Err(Error::invalid(format!("argument `{arg}` is `{arg_a}` again")));
+        }
+        let second = *live_entry(&mut map, p, arg)?;
+        if second.pinned() {
+            return Err(in_use(arg, B::C_NAME, second.exclusive.unwrap_or("another call")));
+        }
+        map.remove(&(p as usize));
+    }
+    map.remove(&(a as usize));
+    drop(map);
+    Ok((*Box::from_raw(a), b.map(|(p, _)| *Box::from_raw(p))))
 }
 
 /// Takes back a handle fulmen lent to a callback, waiting until calls

@@ -261,8 +261,9 @@ pub unsafe extern "C" fn fulmen_lightning_module_new(
 }
 
 /// Frees a LightningModule and calls its `userdata_free`. NULL or an
-/// already freed handle is a no-op. While a fit uses the module, the free
-/// (and `userdata_free`) waits until the fit returns.
+/// already freed handle is a no-op. Freeing a module a fit is using
+/// returns at once; the module (and `userdata_free`) goes when that fit
+/// returns, on its thread.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_lightning_module_free(module: *mut fulmen_lightning_module) {
     guard_value((), || drop(handle::take(module)));
@@ -332,9 +333,10 @@ pub unsafe extern "C" fn fulmen_optimizer_config_add(
             }
         }
         let mut cfg = handle::borrow_mut(config, "config")?;
-        let opt = handle::take(optimizer).ok_or_else(|| Error::new(ErrorCode::InvalidHandle, "optimizer"))?;
-        let scheduler =
-            handle::take(scheduler).map(|s| SchedulerConfig { scheduler: s.inner, interval, frequency, monitor });
+        // Both handles are moved, or neither (a handle in use is refused).
+        let sched_arg = (!scheduler.is_null()).then_some((scheduler, "scheduler"));
+        let (opt, sched) = handle::take_owned_pair(optimizer, "optimizer", sched_arg)?;
+        let scheduler = sched.map(|s| SchedulerConfig { scheduler: s.inner, interval, frequency, monitor });
         cfg.configs.push(OptimizerConfig { optimizer: opt.inner, scheduler });
         Ok(())
     })

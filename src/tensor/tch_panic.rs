@@ -79,6 +79,8 @@ fn install_hook() {
 /// other panics continue to unwind.
 pub fn catch<T>(f: impl FnOnce() -> crate::Result<T>) -> crate::Result<T> {
     install_hook();
+    // A message left by a scalar panic that an inner catch_unwind took.
+    CAUGHT.with(|c| c.borrow_mut().take());
     CATCHING.with(|c| c.set(c.get() + 1));
     let result = catch_unwind(AssertUnwindSafe(f));
     CATCHING.with(|c| c.set(c.get() - 1));

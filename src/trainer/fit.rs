@@ -255,8 +255,9 @@ impl Trainer {
 /// Lightning's check of an integer `val_check_interval` against the
 /// training batches of an epoch (when validation runs per epoch).
 fn check_val_interval(opts: &super::TrainerOptions, train_batches: Option<usize>, validating: bool) -> Result<()> {
-    if let (ValCheckInterval::Batches(b), Some(n), Some(_), true) =
-        (opts.val_check_interval, train_batches, opts.check_val_every_n_epoch, validating)
+    // fast_dev_run validates after its few batches whatever the interval.
+    if let (ValCheckInterval::Batches(b), Some(n), Some(_), true, 0) =
+        (opts.val_check_interval, train_batches, opts.check_val_every_n_epoch, validating, opts.fast_dev_run)
     {
         if b > n {
             return Err(Error::invalid(format!(

@@ -13,14 +13,17 @@
 //! signal that arrives after the run's last check is re-raised to the
 //! previous handler when fulmen puts it back, so it is never lost.
 use crate::error::{Error, ErrorCode, Result};
-use std::cell::{Cell, UnsafeCell};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
 
 /// The signal received while handlers were installed (0: none).
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
+/// How many signals fulmen's handler has received (a run is interrupted
+/// by those after its start).
+static COUNT: AtomicU64 = AtomicU64::new(0);
 /// Whether a run reported the received signal as its interrupt.
 static REPORTED: AtomicBool = AtomicBool::new(false);
 
@@ -42,8 +45,9 @@ struct State {
 static STATE: Mutex<State> = Mutex::new(State { users: 0, installed: [false; 2] });
 
 thread_local! {
-    /// Whether the run on this thread stops on a signal.
-    static WATCHING: Cell<u32> = const { Cell::new(0) };
+    /// The runs on this thread, innermost last: the signal count at their
+    /// start when they watch signals, `None` when they do not.
+    static RUNS: std::cell::RefCell<Vec<Option<u64>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 fn index_of(sig: libc::c_int) -> usize {
@@ -51,6 +55,7 @@ fn index_of(sig: libc::c_int) -> usize {
 }
 
 extern "C" fn on_signal(sig: libc::c_int) {
+    COUNT.fetch_add(1, Ordering::SeqCst);
     let before = RECEIVED.swap(sig, Ordering::SeqCst);
     if before == sig {
         // SAFETY: async-signal-safe calls only; PREVIOUS is not written
@@ -74,6 +79,7 @@ impl SignalGuard {
     /// `enabled` (the `handle_signals` option).
     pub fn install(enabled: bool) -> SignalGuard {
         if !enabled {
+            RUNS.with(|r| r.borrow_mut().push(None));
             return SignalGuard { active: false };
         }
         let mut st = STATE.lock().unwrap_or_else(|p| p.into_inner());
@@ -99,17 +105,18 @@ impl SignalGuard {
             }
         }
         st.users += 1;
-        WATCHING.with(|w| w.set(w.get() + 1));
+        let start = COUNT.load(Ordering::SeqCst);
+        RUNS.with(|r| r.borrow_mut().push(Some(start)));
         SignalGuard { active: true }
     }
 }
 
 impl Drop for SignalGuard {
     fn drop(&mut self) {
+        RUNS.with(|r| r.borrow_mut().pop());
         if !self.active {
             return;
         }
-        WATCHING.with(|w| w.set(w.get().saturating_sub(1)));
         let mut st = STATE.lock().unwrap_or_else(|p| p.into_inner());
         st.users -= 1;
         if st.users > 0 {
@@ -123,6 +130,7 @@ impl Drop for SignalGuard {
             }
         }
         let pending = RECEIVED.swap(0, Ordering::SeqCst);
+        drop(st);
         if pending != 0 && !REPORTED.swap(false, Ordering::SeqCst) {
             // No run stopped for it: the host gets it as if fulmen had not
             // been there.
@@ -144,8 +152,9 @@ fn name(sig: libc::c_int) -> &'static str {
 /// `Err(FULMEN_CODE_INTERRUPTED)` once SIGINT or SIGTERM arrived during
 /// the run on this thread (a run that watches signals); `Ok` otherwise.
 pub fn check() -> Result<()> {
-    let sig = RECEIVED.load(Ordering::Relaxed);
-    if sig == 0 || WATCHING.with(Cell::get) == 0 {
+    let Some(start) = RUNS.with(|r| r.borrow().last().copied().flatten()) else { return Ok(()) };
+    let sig = RECEIVED.load(Ordering::SeqCst);
+    if sig == 0 || COUNT.load(Ordering::SeqCst) <= start {
         return Ok(());
     }
     REPORTED.store(true, Ordering::SeqCst);

@@ -216,14 +216,28 @@ impl Run<'_> {
     pub fn restore(&mut self, ck: &Checkpoint, path: &std::path::Path) -> Result<()> {
         let model =
             self.module.model().ok_or_else(|| Error::state("cannot resume: the LightningModule has no model"))?;
+        // Host copies (accelerator memory is not doubled), and the callbacks'
+        // states, which outlive the run.
         let backup: Vec<(String, Tensor)> = {
             let m = model.lock().unwrap_or_else(|p| p.into_inner());
-            tch::no_grad(|| m.state_dict().into_iter().map(|(k, t)| (k, t.copy())).collect())
+            tch::no_grad(|| {
+                m.state_dict()
+                    .into_iter()
+                    .map(|(k, t)| {
+                        let host = t.to_device(tch::Device::Cpu);
+                        (k, if host.data_ptr() == t.data_ptr() { host.copy() } else { host })
+                    })
+                    .collect()
+            })
         };
+        let callback_states: Vec<BTreeMap<String, String>> = self.callbacks.iter().map(|c| c.state_dict()).collect();
         let result = self.restore_all(ck, path, &model);
         if result.is_err() {
-            // The weights as they were; the run's own error is the one reported.
+            // As they were; the run's own error is the one reported.
             let _ = model.lock().unwrap_or_else(|p| p.into_inner()).load_state_dict(&backup, true);
+            for (cb, state) in self.callbacks.iter_mut().zip(&callback_states) {
+                let _ = cb.load_state_dict(state);
+            }
         }
         result
     }
