@@ -133,6 +133,15 @@ fn live_entry<'m, T: Handle>(map: &'m mut Registry, ptr: *const T, arg: &str) ->
     }
 }
 
+/// Refuses a handle any call is using (for changes and moves).
+fn check_unpinned(e: &Entry, arg: &str) -> Result<()> {
+    match (e.exclusive, e.shared) {
+        (Some(by), _) => Err(in_use(arg, e.type_name, by)),
+        (None, n) if n > 0 => Err(in_use(arg, e.type_name, "another call")),
+        _ => Ok(()),
+    }
+}
+
 fn in_use(arg: &str, type_name: &str, by: &str) -> Error {
     Error::new(
         ErrorCode::InvalidState,
@@ -266,12 +275,7 @@ pub unsafe fn borrow_mut<'a, T: Handle>(ptr: *mut T, arg: &str) -> Result<Exclus
     {
         let mut map = lock_live();
         let e = live_entry(&mut map, ptr, arg)?;
-        if let Some(by) = e.exclusive {
-            return Err(in_use(arg, T::C_NAME, by));
-        }
-        if e.shared > 0 {
-            return Err(in_use(arg, T::C_NAME, "another call"));
-        }
+        check_unpinned(e, arg)?;
         e.exclusive = Some(current_call());
     }
     Ok(Exclusive { value: &mut *ptr, _pin: PinToken::new(ptr, true), _not_send: PhantomData })
@@ -323,13 +327,7 @@ unsafe fn release<T: Handle>(ptr: *mut T, serial: Option<u64>) -> Option<T> {
 /// As [`borrow`].
 pub unsafe fn take_owned<T: Handle>(ptr: *mut T, arg: &str, accept: impl FnOnce(&T) -> Result<()>) -> Result<T> {
     let mut map = lock_live();
-    let e = live_entry(&mut map, ptr, arg)?;
-    if let Some(by) = e.exclusive {
-        return Err(in_use(arg, T::C_NAME, by));
-    }
-    if e.shared > 0 {
-        return Err(in_use(arg, T::C_NAME, "another call"));
-    }
+    check_unpinned(live_entry(&mut map, ptr, arg)?, arg)?;
     accept(&*ptr)?;
     map.remove(&(ptr as usize));
     drop(map);
@@ -347,18 +345,12 @@ pub unsafe fn take_owned_pair<A: Handle, B: Handle>(
     b: Option<(*mut B, &str)>,
 ) -> Result<(A, Option<B>)> {
     let mut map = lock_live();
-    let first = *live_entry(&mut map, a, arg_a)?;
-    if first.pinned() {
-        return Err(in_use(arg_a, A::C_NAME, first.exclusive.unwrap_or("another call")));
-    }
+    check_unpinned(live_entry(&mut map, a, arg_a)?, arg_a)?;
     if let Some((p, arg)) = b {
         if std::ptr::addr_eq(p, a) {
             return Err(Error::invalid(format!("argument `{arg}` is `{arg_a}` again")));
         }
-        let second = *live_entry(&mut map, p, arg)?;
-        if second.pinned() {
-            return Err(in_use(arg, B::C_NAME, second.exclusive.unwrap_or("another call")));
-        }
+        check_unpinned(live_entry(&mut map, p, arg)?, arg)?;
         map.remove(&(p as usize));
     }
     map.remove(&(a as usize));

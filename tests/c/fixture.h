@@ -164,6 +164,18 @@ static inline fulmen_lightning_module *fixture_module(
     return m;
 }
 
+/* Pushes a batch of `n` random 2-D points with label 0 into `b` (a host
+ * iterator's or data source's batch). */
+static inline fulmen_error *fixture_push_random_batch(fulmen_batch_builder *b, int64_t n) {
+    int64_t xs[2] = {n, 2}, ys[1] = {n};
+    fulmen_tensor *x = NULL, *y = NULL;
+    fulmen_error *e = fulmen_tensor_randn(xs, 2, FULMEN_DTYPE_F32, &x);
+    if (e == NULL) e = fulmen_tensor_zeros(ys, 1, FULMEN_DTYPE_I64, &y);
+    if (e == NULL) e = fulmen_batch_builder_push(b, x);
+    if (e == NULL) e = fulmen_batch_builder_push(b, y);
+    return e;
+}
+
 /* The code of `e` (0 for NULL), freeing it. */
 static inline int fixture_code(fulmen_error *e) {
     int code = e == NULL ? 0 : fulmen_error_code(e);

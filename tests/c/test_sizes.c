@@ -128,13 +128,7 @@ static fulmen_error *iter_next(void *ud, fulmen_batch_builder *b, bool *done) {
         *done = true;
         return NULL;
     }
-    int64_t xs[2] = {4, 2}, ys[1] = {4};
-    fulmen_tensor *x = NULL, *y = NULL;
-    fulmen_error *e = fulmen_tensor_randn(xs, 2, FULMEN_DTYPE_F32, &x);
-    if (e == NULL) e = fulmen_tensor_zeros(ys, 1, FULMEN_DTYPE_I64, &y);
-    if (e == NULL) e = fulmen_batch_builder_push(b, x);
-    if (e == NULL) e = fulmen_batch_builder_push(b, y);
-    return e;
+    return fixture_push_random_batch(b, 4);
 }
 
 static void an_iterator_claiming_int64_max_batches(void) {

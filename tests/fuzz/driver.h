@@ -24,6 +24,24 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* Checks and frees an error a fulmen call returned (NULL is fine): a known
+ * code (never a caught panic) and a message, else the target aborts (a
+ * crash for the driver to save). Returns whether there was an error. */
+#include "fulmen.h"
+#include <stdio.h>
+#include <stdlib.h>
+static inline int fuzz_check_error_(const char *target, fulmen_error *e) {
+    if (e == NULL) return 0;
+    int32_t code = fulmen_error_code(e);
+    const char *msg = fulmen_error_message(e);
+    if (code < 1 || code > FULMEN_CODE_INTERRUPTED || code == FULMEN_CODE_PANIC || msg == NULL || msg[0] == 0) {
+        fprintf(stderr, "fuzz %s: bad error (code %d, message %s)\n", target, code, msg ? msg : "(null)");
+        abort();
+    }
+    fulmen_error_free(e);
+    return 1;
+}
+
 #ifndef FULMEN_LIBFUZZER
 
 #include <dirent.h>

@@ -30,12 +30,7 @@ static void ok(fulmen_error *e) {
     }
 }
 
-static void check_error(fulmen_error *e) {
-    if (e == NULL) return;
-    int32_t code = fulmen_error_code(e);
-    if (code < 1 || code > FULMEN_CODE_INTERRUPTED || code == FULMEN_CODE_PANIC || fulmen_error_message(e)[0] == 0) abort();
-    fulmen_error_free(e);
-}
+static void check_error(fulmen_error *e) { fuzz_check_error_("checkpoint", e); }
 
 typedef struct {
     fulmen_model *model;

@@ -33,17 +33,7 @@ void fuzz_report(void) {
     printf("fuzz hostile: %lu fits, %lu hostile actions, %lu errors returned\n", fits, actions, errors);
 }
 
-static void check_error(fulmen_error *e) {
-    if (e == NULL) return;
-    errors++;
-    int32_t code = fulmen_error_code(e);
-    const char *msg = fulmen_error_message(e);
-    if (code < 1 || code > FULMEN_CODE_INTERRUPTED || code == FULMEN_CODE_PANIC || msg == NULL || msg[0] == 0) {
-        fprintf(stderr, "fuzz hostile: bad error (code %d, message %s)\n", code, msg ? msg : "(null)");
-        abort();
-    }
-    fulmen_error_free(e);
-}
+static void check_error(fulmen_error *e) { errors += (unsigned long)fuzz_check_error_("hostile", e); }
 
 /* What one input runs on. The host "owns" a handle until it frees it;
  * freed handles stay in `stale` to be passed again. */

@@ -38,17 +38,7 @@ static unsigned long cases, errors;
 
 void fuzz_report(void) { printf("fuzz sizes: %lu cases, %lu gave an error\n", cases, errors); }
 
-static void check_error(fulmen_error *e) {
-    if (e == NULL) return;
-    errors++;
-    int32_t code = fulmen_error_code(e);
-    const char *msg = fulmen_error_message(e);
-    if (code < 1 || code > FULMEN_CODE_INTERRUPTED || code == FULMEN_CODE_PANIC || msg == NULL || msg[0] == 0) {
-        fprintf(stderr, "fuzz sizes: bad error (code %d, message %s)\n", code, msg ? msg : "(null)");
-        abort();
-    }
-    fulmen_error_free(e);
-}
+static void check_error(fulmen_error *e) { errors += (unsigned long)fuzz_check_error_("sizes", e); }
 
 static void ok(fulmen_error *e) {
     if (e != NULL) {
