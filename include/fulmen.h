@@ -109,6 +109,11 @@
 #define MAX_BATCH_SIZE (1 << 24)
 
 /**
+ * The largest dataset whose shuffled order is materialised.
+ */
+#define MATERIALIZE_MAX (1 << 16)
+
+/**
  * Log flag: record the value of every step.
  */
 #define FULMEN_LOG_ON_STEP 1
@@ -1687,7 +1692,8 @@ struct fulmen_error *fulmen_dataset_get(const struct fulmen_dataset *dataset,
 
 /**
  * Frees a dataset handle (loaders and subsets built on it keep it alive;
- * a call using it, such as `fulmen_dataset_get`, finishes first).
+ * freed while a call such as `fulmen_dataset_get` uses it, it goes when
+ * that call returns).
  */
 void fulmen_dataset_free(struct fulmen_dataset *dataset);
 
@@ -1719,8 +1725,9 @@ struct fulmen_error *fulmen_loader_new(const struct fulmen_dataset *dataset,
 struct fulmen_error *fulmen_loader_len(const struct fulmen_loader *loader, size_t *out);
 
 /**
- * Frees a loader. NULL or an already freed handle is a no-op. While a
- * call uses the loader (a fit), the free waits until it returns.
+ * Frees a loader. NULL or an already freed handle is a no-op. Freeing a
+ * loader a call (a fit) is using returns at once; the loader goes when
+ * that call returns.
  */
 void fulmen_loader_free(struct fulmen_loader *loader);
 
@@ -2195,8 +2202,9 @@ struct fulmen_error *fulmen_lightning_module_new(const struct fulmen_module_vtab
 
 /**
  * Frees a LightningModule and calls its `userdata_free`. NULL or an
- * already freed handle is a no-op. While a fit uses the module, the free
- * (and `userdata_free`) waits until the fit returns.
+ * already freed handle is a no-op. Freeing a module a fit is using
+ * returns at once; the module (and `userdata_free`) goes when that fit
+ * returns, on its thread.
  */
 void fulmen_lightning_module_free(struct fulmen_lightning_module *module);
 
