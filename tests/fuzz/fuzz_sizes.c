@@ -83,9 +83,9 @@ static int64_t number(input *in) {
                                     -65536};
     uint8_t b = byte(in);
     if (b < 224) return table[b % (sizeof table / sizeof *table)];
-    int64_t v = 0;
+    uint64_t v = 0;
     for (int i = 0; i < 8; i++) v = (v << 8) | byte(in);
-    return v;
+    return (int64_t)v;
 }
 
 /* ---- the shared world: a model, a module, a real checkpoint ---- */
