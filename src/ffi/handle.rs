@@ -18,6 +18,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
 /// A Rust type that is handed to C as an opaque handle.
@@ -52,13 +53,20 @@ type Registry = HashMap<usize, Entry>;
 
 struct Live {
     map: Mutex<Registry>,
-    /// Signalled whenever a pin is dropped (for [`revoke`]).
+    /// Signalled when a pin is dropped while a [`revoke`] waits.
     unpinned: Condvar,
+    /// Calls of [`revoke`] waiting (changed under `map`'s lock), so that
+    /// unpinning, on every call's path, wakes nobody when nobody waits.
+    revokers: AtomicUsize,
 }
 
 fn live() -> &'static Live {
     static LIVE: OnceLock<Live> = OnceLock::new();
-    LIVE.get_or_init(|| Live { map: Mutex::new(HashMap::new()), unpinned: Condvar::new() })
+    LIVE.get_or_init(|| Live {
+        map: Mutex::new(HashMap::new()),
+        unpinned: Condvar::new(),
+        revokers: AtomicUsize::new(0),
+    })
 }
 
 fn lock_live() -> MutexGuard<'static, Registry> {
@@ -190,8 +198,11 @@ impl Drop for PinToken {
         if finished {
             map.remove(&self.addr);
         }
+        let waiting = live().revokers.load(Ordering::Relaxed) > 0;
         drop(map);
-        live().unpinned.notify_all();
+        if waiting {
+            live().unpinned.notify_all();
+        }
         if finished {
             // SAFETY: the entry is gone, no pin remains, and the address
             // came from `Box::into_raw` of the type `drop_value` was made for.
@@ -377,7 +388,9 @@ pub unsafe fn revoke<T: Handle>(ptr: *mut T) -> Option<T> {
     loop {
         match map.get(&(ptr as usize)) {
             Some(e) if e.pinned() => {
+                live().revokers.fetch_add(1, Ordering::Relaxed);
                 map = live().unpinned.wait(map).unwrap_or_else(|p| p.into_inner());
+                live().revokers.fetch_sub(1, Ordering::Relaxed);
             }
             Some(_) => break,
             // Only this call removes a revoking entry.
