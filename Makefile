@@ -6,6 +6,9 @@ SHELL := /bin/bash
 ROOT := $(CURDIR)
 DEPS := $(ROOT)/.deps
 MNIST := $(DEPS)/data/mnist_5k.csv.gz
+# Python with torch 2.13.0 (CPU), Lightning and safetensors: interop tests, benchmarks.
+VENV := $(DEPS)/venv
+VENV_STAMP := $(VENV)/.fulmen-venv-ready
 PREFIX ?= /usr/local
 
 ifeq ($(origin LIBTORCH),undefined)
@@ -37,7 +40,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_e
 
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all deps lib header bench test test-rust test-c test-pkgconfig test-cpp test-go test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example lint fmt install clean
+.PHONY: all deps lib header bench test test-rust test-c test-pkgconfig test-cpp test-go test-interop test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example lint fmt install clean
 
 all: lib
 
@@ -52,6 +55,10 @@ $(DEPS)/gloo/include/gloo/config.h:
 $(MNIST):
 	bash scripts/fetch-mnist.sh $@
 
+# After libtorch, so the torch wheel it downloaded is reused.
+$(VENV_STAMP): | $(LIBTORCH_STAMP)
+	bash scripts/setup-venv.sh $(VENV)
+
 lib: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	$(CARGO) build $(CARGO_FLAGS) --lib
 	@mkdir -p $(BUILD)
@@ -60,7 +67,7 @@ lib: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 header: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test header_drift
 
-test: deps lib lint test-rust test-c example test-valgrind test-fuzz test-soak test-cpp test-go test-coverage
+test: deps lib lint test-rust test-c example test-valgrind test-fuzz test-soak test-cpp test-go test-interop test-coverage
 	@echo "all suites passed"
 
 test-coverage:
@@ -87,6 +94,15 @@ test-cpp: lib
 
 test-go: lib $(MNIST)
 	FULMEN_MNIST=$(MNIST) bash bindings/go/run-tests.sh
+
+# Interop with the real PyTorch: DDP jobs mixing fulmen and Python ranks.
+test-interop: $(BUILD)/interop/ddp_rank $(VENV_STAMP)
+	@rm -rf $(BUILD)/interop/ddp-mixed
+	$(VENV)/bin/python tests/interop/ddp_mixed.py --rank-binary $(BUILD)/interop/ddp_rank --work $(BUILD)/interop/ddp-mixed
+
+$(BUILD)/interop/%: tests/interop/%.c include/fulmen.h lib
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 
 example: $(BUILD)/examples/mnist $(BUILD)/examples/snippet $(MNIST)
 	$(ASAN_ENV) $(BUILD)/examples/snippet
@@ -186,11 +202,10 @@ demo: deps lib example
 # Benchmarks (not part of test): fulmen from C and Go, a hand-written tch
 # loop, plain PyTorch and Lightning in one run; writes bench/RESULTS.md.
 BENCH_ARGS ?= --repeats 3 --micro
-bench: deps lib $(BUILD)/bench/fulmen_bench $(BUILD)/bench/fulmen_micro
+bench: deps lib $(BUILD)/bench/fulmen_bench $(BUILD)/bench/fulmen_micro $(VENV_STAMP)
 	$(CARGO) build $(CARGO_FLAGS) --example tch_loop
 	bash bench/go/build.sh
-	bash bench/setup-venv.sh $(DEPS)/bench-venv
-	$(DEPS)/bench-venv/bin/python bench/run.py --data $(MNIST) $(BENCH_ARGS)
+	$(VENV)/bin/python bench/run.py --data $(MNIST) $(BENCH_ARGS)
 
 $(BUILD)/bench/%: bench/c/%.c include/fulmen.h lib
 	@mkdir -p $(dir $@)

@@ -6,7 +6,7 @@ raw lines to bench/results.jsonl. Contenders whose program is missing are
 skipped with a message. Python contenders run with --python (default: the
 venv made by bench/setup-venv.sh, else this interpreter).
 
-    .deps/bench-venv/bin/python bench/run.py --repeats 3
+    .deps/venv/bin/python bench/run.py --repeats 3
     python3 bench/run.py --contenders pytorch,lightning --workloads mlp64 --micro
 """
 import argparse
@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VENV_PY = os.path.join(ROOT, ".deps", "bench-venv", "bin", "python")
+VENV_PY = os.path.join(ROOT, ".deps", "venv", "bin", "python")
 WORKLOADS = ("mlp64", "mlp1024", "cnn")
 # name -> (program relative to ROOT, extra arguments, python script?, supports --ranks)
 CONTENDERS = {

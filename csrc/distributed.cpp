@@ -97,6 +97,30 @@ c10d::ReduceOp reduce_op(int op) {
 }  // namespace
 #endif
 
+#ifdef FULMEN_WITH_GLOO
+// TCPStore counts the ranks that arrived in its key "init/" without its
+// "/" key prefix (TCPStore::waitForWorkers through the private
+// incrementValueBy), out of reach of the public add(). Python ranks count
+// themselves there, so fulmen does too: this names that member (an explicit
+// instantiation may name a private member), to count and read as
+// waitForWorkers does without blocking in it.
+namespace {
+struct IncrementValueBy {
+  using type = int64_t (c10d::TCPStore::*)(const std::string&, int64_t);
+  friend type member(IncrementValueBy);
+};
+template <typename Tag, typename Tag::type M>
+struct Expose {
+  friend typename Tag::type member(Tag) { return M; }
+};
+template struct Expose<IncrementValueBy, &c10d::TCPStore::incrementValueBy>;
+
+int64_t count_init(c10d::TCPStore& store, int64_t delta) {
+  return (store.*member(IncrementValueBy{}))("init/", delta);
+}
+}  // namespace
+#endif
+
 extern "C" {
 
 // Which backends this build has: bit 0 gloo, bit 1 NCCL.
@@ -131,7 +155,7 @@ int fulmen_cxx_store_new(const char* addr, int port, int rank, int world, int al
   o.timeout = std::chrono::milliseconds(connect_ms);
   auto tcp = c10::make_intrusive<c10d::TCPStore>(std::string(addr), o);
   tcp->setTimeout(std::chrono::milliseconds(timeout_ms));
-  tcp->add("init/", 1);
+  count_init(*tcp, 1);
   *out = new c10::intrusive_ptr<c10d::Store>(tcp);
   FULMEN_CXX_CATCH(err, err_len)
 }
@@ -139,7 +163,8 @@ int fulmen_cxx_store_new(const char* addr, int port, int rank, int world, int al
 // Writes how many ranks have counted themselves in the store so far.
 int fulmen_cxx_store_joined(void* store, int64_t* out, char* err, size_t err_len) {
   FULMEN_CXX_TRY
-  *out = (*static_cast<c10::intrusive_ptr<c10d::Store>*>(store))->add("init/", 0);
+  auto& held = *static_cast<c10::intrusive_ptr<c10d::Store>*>(store);
+  *out = count_init(*static_cast<c10d::TCPStore*>(held.get()), 0);
   FULMEN_CXX_CATCH(err, err_len)
 }
 
@@ -279,24 +304,29 @@ int fulmen_cxx_pg_verify_params(void* group, void* const* params, size_t n, char
   FULMEN_CXX_CATCH(err, err_len)
 }
 
-// A Reducer over `n` parameters with DDP's default buckets (1 MiB first,
-// then `bucket_cap_bytes`); `find_unused` as DDP's find_unused_parameters.
-int fulmen_cxx_reducer_new(void* group, void* const* params, size_t n, int find_unused, int64_t bucket_cap_bytes,
-                           void** out, char* err, size_t err_len) {
+// A Reducer over `n` parameters, first bucketed with the `n_limits` size
+// limits `limits` (the last repeats; torch's _compute_bucket_assignment_by_size),
+// rebuilt later with `bucket_cap_bytes` and `first_bucket_bytes` as
+// DistributedDataParallel does; `find_unused` as its find_unused_parameters.
+int fulmen_cxx_reducer_new(void* group, void* const* params, size_t n, int find_unused, const int64_t* limits,
+                           size_t n_limits, int64_t bucket_cap_bytes, int64_t first_bucket_bytes, void** out,
+                           char* err, size_t err_len) {
   FULMEN_CXX_TRY
   auto* g = static_cast<Group*>(group);
   auto list = borrow(params, n);
-  int64_t cap = bucket_cap_bytes > 0 ? bucket_cap_bytes : static_cast<int64_t>(c10d::kDefaultBucketBytesCap);
-  auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
-      list, {static_cast<size_t>(c10d::kDefaultFirstBucketBytes), static_cast<size_t>(cap)},
-      std::vector<bool>(list.size(), false));
-  (void)limits;
+  std::vector<size_t> sizes;
+  for (size_t i = 0; i < n_limits; ++i) {
+    sizes.push_back(static_cast<size_t>(limits[i]));
+  }
+  auto [buckets, per_bucket_limits] =
+      c10d::compute_bucket_assignment_by_size(list, sizes, std::vector<bool>(list.size(), false));
+  (void)per_bucket_limits;
   std::reverse(buckets.begin(), buckets.end());
   auto reducer = std::make_shared<c10d::Reducer>(
-      list, buckets, g->pg, std::vector<bool>(list.size(), false), cap, find_unused != 0,
-      /*gradient_as_bucket_view=*/false, std::unordered_map<size_t, std::string>{},
-      static_cast<int64_t>(c10d::kDefaultFirstBucketBytes), /*skip_all_reduce_unused_params=*/false,
-      /*use_python_reducer=*/false, std::vector<int64_t>{}, /*batched_grad_copy=*/false);
+      list, buckets, g->pg, std::vector<bool>(list.size(), false), bucket_cap_bytes, find_unused != 0,
+      /*gradient_as_bucket_view=*/false, std::unordered_map<size_t, std::string>{}, first_bucket_bytes,
+      /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
+      /*bucket_bytes_cap_list=*/std::vector<int64_t>{}, /*batched_grad_copy=*/false);
   *out = new DdpReducer{reducer, list};
   FULMEN_CXX_CATCH(err, err_len)
 }
@@ -309,13 +339,19 @@ void fulmen_cxx_reducer_free(void* reducer) {
   }
 }
 
-// Before a forward pass whose backward reduces: rebuilds buckets after the
-// first iteration, as DDP's _pre_forward.
+// Before a forward pass whose backward reduces (DDP's _pre_forward).
 int fulmen_cxx_reducer_prepare_forward(void* reducer, char* err, size_t err_len) {
   FULMEN_CXX_TRY
-  auto* r = static_cast<DdpReducer*>(reducer);
-  r->reducer->rebuild_buckets();
-  r->reducer->prepare_for_forward();
+  static_cast<DdpReducer*>(reducer)->reducer->prepare_for_forward();
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Rebuilds the buckets in the order gradients became ready, once after the
+// first synchronized backward (a broadcast among ranks when it does);
+// writes whether it did.
+int fulmen_cxx_reducer_rebuild_buckets(void* reducer, int* rebuilt, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  *rebuilt = static_cast<DdpReducer*>(reducer)->reducer->rebuild_buckets() ? 1 : 0;
   FULMEN_CXX_CATCH(err, err_len)
 }
 
@@ -364,11 +400,13 @@ int fulmen_cxx_pg_barrier(void*, char* err, size_t err_len) { return no_distribu
 int fulmen_cxx_pg_verify_params(void*, void* const*, size_t, char* err, size_t err_len) {
   return no_distributed(err, err_len);
 }
-int fulmen_cxx_reducer_new(void*, void* const*, size_t, int, int64_t, void**, char* err, size_t err_len) {
+int fulmen_cxx_reducer_new(void*, void* const*, size_t, int, const int64_t*, size_t, int64_t, int64_t, void**,
+                           char* err, size_t err_len) {
   return no_distributed(err, err_len);
 }
 void fulmen_cxx_reducer_free(void*) {}
 int fulmen_cxx_reducer_prepare_forward(void*, char* err, size_t err_len) { return no_distributed(err, err_len); }
+int fulmen_cxx_reducer_rebuild_buckets(void*, int*, char* err, size_t err_len) { return no_distributed(err, err_len); }
 int fulmen_cxx_reducer_prepare_backward(void*, void* const*, size_t, char* err, size_t err_len) {
   return no_distributed(err, err_len);
 }

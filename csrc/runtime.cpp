@@ -6,6 +6,7 @@
 #include <ATen/Context.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
 
@@ -41,6 +42,15 @@ int fulmen_cxx_anomaly(void) {
     return torch::autograd::AnomalyMode::is_enabled() ? 1 : 0;
   } catch (...) {
     return 0;
+  }
+}
+
+// Whether autograd records on this thread (torch.is_grad_enabled()).
+int fulmen_cxx_grad_enabled(void) {
+  try {
+    return c10::GradMode::is_enabled() ? 1 : 0;
+  } catch (...) {
+    return 1;
   }
 }
 

@@ -14,6 +14,30 @@
  *   (An address reused by a new handle of the same type cannot be told apart.)
  * - A panic inside fulmen never crosses into the caller: it becomes
  *   FULMEN_CODE_PANIC.
+ * - Every function may also return FULMEN_CODE_NULL_ARGUMENT,
+ *   FULMEN_CODE_INVALID_HANDLE, FULMEN_CODE_INVALID_STATE (a handle in
+ *   use, below) and FULMEN_CODE_PANIC; its own comment names the other
+ *   codes it returns where they are not evident.
+ *
+ * Ownership, buffers and const:
+ * - `T **out`: on success `*out` is a new handle the caller owns and frees
+ *   with the matching `*_free`; on failure `*out` is not written. The one
+ *   exception is tensors made inside a step or hook callback on its thread
+ *   (its tensor scope): they are released when the callback returns, unless
+ *   it returns them (a loss, a prediction) or frees them earlier.
+ * - Handles passed in are borrowed for the call, except where a function
+ *   says it consumes one (fulmen_model_push, fulmen_model_add,
+ *   fulmen_optimizer_config_add: consumed on success only).
+ * - Text copied out (`char *buf, size_t capacity, size_t *len_out`): the
+ *   text's length without the NUL goes to `*len_out`; when it fits,
+ *   `buf` gets it NUL-terminated; when `capacity` is too small, only
+ *   `*len_out` is written and the call fails with FULMEN_CODE_OUT_OF_RANGE,
+ *   so a caller asks again with `*len_out + 1` bytes. Strings passed in are
+ *   NUL-terminated UTF-8, borrowed for the call.
+ * - A `const` handle's values and gradients are not changed by the call; a
+ *   function that changes them takes the handle non-const. (As in PyTorch,
+ *   a model's forward in training mode still updates BatchNorm's running
+ *   statistics, and backward of a const loss fills the parameters' grads.)
  *
  * Handles in use (one rule for every handle type):
  * - A call pins each handle it uses until it returns. A call that changes
@@ -112,6 +136,11 @@
  * The largest dataset whose shuffled order is materialised.
  */
 #define MATERIALIZE_MAX (1 << 16)
+
+/**
+ * torch's default bucket cap (`bucket_cap_mb=None`): 25 MiB.
+ */
+#define DEFAULT_BUCKET_CAP_MB 25.0
 
 /**
  * Log flag: record the value of every step.
@@ -647,7 +676,8 @@ typedef struct fulmen_dataset fulmen_dataset;
 
 /**
  * DDP for a host-owned loop: a model whose gradients are averaged over the
- * job's ranks during backward. Free with `fulmen_ddp_free`.
+ * job's ranks during backward, as torch's DistributedDataParallel does (the
+ * same core as the trainer's ddp strategy). Free with `fulmen_ddp_free`.
  */
 typedef struct fulmen_ddp fulmen_ddp;
 
@@ -1816,27 +1846,44 @@ struct fulmen_error *fulmen_distributed_reduce_boolean_decision(bool decision, b
 struct fulmen_error *fulmen_distributed_shutdown(double timeout_s);
 
 /**
- * Wraps `model` for DDP in the joined job: checks that every rank has the
- * same parameters, copies rank 0's parameters and buffers to all ranks,
- * and hooks gradient averaging (with `strategy`'s find_unused_parameters
- * and bucket size). Each training step then calls
- * `fulmen_ddp_prepare_forward`, the forward, `fulmen_ddp_prepare_backward`
- * with the loss, and backward.
+ * Wraps `model` for DDP in the joined job as
+ * `DistributedDataParallel(model)` does, with `strategy`'s
+ * find_unused_parameters, bucket_cap_mb and broadcast_buffers: checks that
+ * every rank has the same trainable parameters, copies rank 0's parameters
+ * and then its buffers to all ranks, and hooks gradient averaging. Each
+ * step then calls `fulmen_ddp_prepare_forward`, the forward,
+ * `fulmen_ddp_prepare_backward` with the loss, and backward, on every rank
+ * (Python ranks running DistributedDataParallel included). Errors:
+ * FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_INVALID_ARGUMENT (no
+ * trainable parameter), FULMEN_CODE_DISTRIBUTED (ranks disagree, a rank
+ * failed, timeout).
  */
-struct fulmen_error *fulmen_ddp_new(const struct fulmen_model *model,
+struct fulmen_error *fulmen_ddp_new(struct fulmen_model *model,
                                     const struct fulmen_strategy *strategy,
                                     struct fulmen_ddp **out);
 
 /**
- * Call before the forward pass of a step whose backward averages
- * gradients. Steps that only accumulate (DDP's no_sync) skip this call and
- * `fulmen_ddp_prepare_backward`.
+ * torch's `no_sync()`: while `sync` is false, backward passes only
+ * accumulate gradients locally; the first step after `sync` is true again
+ * averages the accumulated sum. Steps keep calling prepare_forward and
+ * prepare_backward either way.
+ */
+struct fulmen_error *fulmen_ddp_set_sync(struct fulmen_ddp *ddp, bool sync);
+
+/**
+ * Call before every forward pass of the wrapped model, as
+ * DistributedDataParallel's forward does first: under autograd's grad mode
+ * it prepares the Reducer and rebuilds its buckets after the first
+ * iteration; it broadcasts rank 0's buffers when the previous forward
+ * synchronized (broadcast_buffers). A forward under no-grad (evaluation)
+ * calls it too. Errors: FULMEN_CODE_DISTRIBUTED.
  */
 struct fulmen_error *fulmen_ddp_prepare_forward(struct fulmen_ddp *ddp);
 
 /**
- * Call after the forward pass, before backward of `loss`: that backward
- * then averages the gradients over ranks.
+ * Call after the forward pass, before backward of `loss` (the forward's
+ * output): under grad mode and sync, that backward then averages the
+ * gradients over ranks. Errors: FULMEN_CODE_DISTRIBUTED.
  */
 struct fulmen_error *fulmen_ddp_prepare_backward(struct fulmen_ddp *ddp,
                                                  const struct fulmen_tensor *loss);
@@ -2332,7 +2379,7 @@ void fulmen_optimizer_free(struct fulmen_optimizer *optimizer);
  * `torch.nn.utils.clip_grad_norm_`; writes the norm before clipping to
  * `*total_norm_out` if it is not NULL.
  */
-struct fulmen_error *fulmen_clip_grad_norm(const struct fulmen_model *model,
+struct fulmen_error *fulmen_clip_grad_norm(struct fulmen_model *model,
                                            double max_norm,
                                            double norm_type,
                                            double *total_norm_out);
@@ -2340,7 +2387,7 @@ struct fulmen_error *fulmen_clip_grad_norm(const struct fulmen_model *model,
 /**
  * Clamps the gradients of `model`'s parameters into [-value, value].
  */
-struct fulmen_error *fulmen_clip_grad_value(const struct fulmen_model *model, double value);
+struct fulmen_error *fulmen_clip_grad_value(struct fulmen_model *model, double value);
 
 /**
  * Creates a precision plugin from one of Lightning's precision values
@@ -2510,11 +2557,14 @@ struct fulmen_error *fulmen_strategy_new(const char *name,
                                          struct fulmen_strategy **out);
 
 /**
- * Sets a setting from text: `find_unused_parameters` ("true"/"false"),
- * `process_group_backend` ("gloo", "nccl", "none" = gloo on CPU, nccl on
- * CUDA), `timeout` (seconds: rendezvous and every collective; default
- * 1800), `bucket_cap_mb` (default 25), `num_nodes` (default 1). A bad key
- * or value is an error and changes nothing.
+ * Sets a setting from text, as torch's DistributedDataParallel and
+ * Lightning's DDPStrategy arguments: `find_unused_parameters` and
+ * `broadcast_buffers` (booleans: true/false, 1/0, yes/no, on/off; default
+ * false and true), `process_group_backend` ("gloo", "nccl", "none" = gloo
+ * on CPU, nccl on CUDA), `timeout` (seconds: rendezvous and every
+ * collective; default 1800), `bucket_cap_mb` (MiB; default "none":
+ * torch's 25 with a first bucket of 1), `num_nodes` (default 1). A bad key
+ * or value is FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
  */
 struct fulmen_error *fulmen_strategy_set(struct fulmen_strategy *strategy,
                                          const char *key,

@@ -15,7 +15,10 @@ pub mod fs_safe;
 pub mod loggers;
 pub mod nn;
 pub mod optim;
+pub mod parse;
 pub mod precision;
+/// cbindgen:ignore
+mod shim;
 pub mod strategies;
 pub mod tensor;
 pub mod trainer;

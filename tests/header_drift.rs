@@ -25,3 +25,35 @@ fn committed_header_matches_the_sources() {
         "include/fulmen.h is out of date with the Rust sources: run `make header` and commit the result"
     );
 }
+
+/// The C++ shim under `csrc/` is internal: none of its symbols may reach
+/// the public header, and every declaration of it lives in `src/shim/`.
+#[test]
+fn shim_symbols_stay_out_of_the_header() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let header = std::fs::read_to_string(root.join("include/fulmen.h")).expect("reading include/fulmen.h");
+    let leaked: Vec<&str> =
+        header.split(|c: char| !c.is_alphanumeric() && c != '_').filter(|w| w.starts_with("fulmen_cxx_")).collect();
+    assert!(leaked.is_empty(), "fulmen.h names shim symbols: {leaked:?}");
+    let mut outside = Vec::new();
+    let mut stack = vec![root.join("src")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("reading src") {
+            let path = entry.expect("reading src").path();
+            if path.is_dir() {
+                if path != root.join("src/shim") {
+                    stack.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("reading a source file");
+                if text
+                    .lines()
+                    .any(|l| l.trim_start().starts_with("fn fulmen_cxx_") || l.contains("pub(crate) fn fulmen_cxx_"))
+                {
+                    outside.push(path.display().to_string());
+                }
+            }
+        }
+    }
+    assert!(outside.is_empty(), "shim functions declared outside src/shim: {outside:?}");
+}

@@ -118,17 +118,19 @@ func DistributedShutdown(timeout time.Duration) error {
 // DDP is DDP for a Go-owned training loop (torch's
 // DistributedDataParallel): a model whose gradients are averaged over the
 // joined job's ranks during backward. Each training step calls
-// PrepareForward, the forward, PrepareBackward(loss), then loss.Backward;
-// steps that only accumulate (DDP's no_sync) skip both Prepare calls.
+// PrepareForward, the forward, PrepareBackward(loss), then loss.Backward,
+// on every rank (Python ranks running DistributedDataParallel included);
+// steps that only accumulate run between SetSync(false) and SetSync(true).
 // Close it when done (the model stays).
 type DDP struct {
 	h handle[*C.fulmen_ddp]
 }
 
-// NewDDP wraps model in the joined job: it checks that every rank has the
-// same parameters, copies rank 0's parameters and buffers to all ranks,
-// and hooks gradient averaging (with s's find_unused_parameters and
-// bucket_cap_mb). Before DistributedJoin it is ErrInvalidState.
+// NewDDP wraps model in the joined job as DistributedDataParallel does: it
+// checks that every rank has the same trainable parameters, copies rank
+// 0's parameters and then its buffers to all ranks, and hooks gradient
+// averaging (with s's find_unused_parameters, bucket_cap_mb and
+// broadcast_buffers). Before DistributedJoin it is ErrInvalidState.
 func NewDDP(model *Model, s *Strategy) (*DDP, error) {
 	var out *C.fulmen_ddp
 	err := check(C.fulmen_ddp_new(model.ptr(), s.ptr(), &out))
@@ -168,8 +170,18 @@ func (d *DDP) Close() error {
 	return nil
 }
 
-// PrepareForward is called before the forward pass of a step whose
-// backward averages gradients.
+// SetSync is torch's no_sync(): while sync is false, backward passes only
+// accumulate gradients locally; the first synchronized step after averages
+// the sum. Steps call PrepareForward and PrepareBackward either way.
+func (d *DDP) SetSync(sync bool) error {
+	err := check(C.fulmen_ddp_set_sync(d.ptr(), C.bool(sync)))
+	runtime.KeepAlive(d)
+	return err
+}
+
+// PrepareForward is called before every forward pass of the model (as
+// DistributedDataParallel's forward): it prepares gradient averaging and
+// broadcasts rank 0's buffers when the previous forward synchronized.
 func (d *DDP) PrepareForward() error {
 	err := check(C.fulmen_ddp_prepare_forward(d.ptr()))
 	runtime.KeepAlive(d)

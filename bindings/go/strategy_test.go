@@ -236,6 +236,9 @@ func TestDDPNeedsAJoinedJob(t *testing.T) {
 		t.Fatalf("NewDDP before joining: %v, %v", d, err)
 	}
 	var none *fulmen.DDP
+	if err := none.SetSync(false); !errors.Is(err, fulmen.ErrNullArgument) {
+		t.Errorf("SetSync on nil: %v", err)
+	}
 	if err := none.PrepareForward(); !errors.Is(err, fulmen.ErrNullArgument) {
 		t.Errorf("PrepareForward on nil: %v", err)
 	}

@@ -1,62 +1,26 @@
-//! Calls into the C++ shims of `csrc/` (built by build.rs): the status
-//! protocol they share and the accelerator queries of `csrc/accelerators.cpp`.
-use crate::error::{Error, ErrorCode, Result};
-use libc::{c_char, c_int, size_t};
-
-/// Success status of a shim call.
-const OK: c_int = 0;
-/// Status of a shim call that needs a part of libtorch this build lacks.
-const UNSUPPORTED: c_int = 2;
-/// Size of the error-message buffer handed to the shims.
-const ERR_LEN: usize = 1024;
-
-extern "C" {
-    fn fulmen_cxx_cuda_compiled() -> c_int;
-    fn fulmen_cxx_cuda_set_device(index: i64, err: *mut c_char, err_len: size_t) -> c_int;
-    fn fulmen_cxx_cuda_empty_cache(err: *mut c_char, err_len: size_t) -> c_int;
-    fn fulmen_cxx_cuda_memory_stats(
-        index: i64,
-        buf: *mut c_char,
-        buf_len: size_t,
-        needed: *mut size_t,
-        err: *mut c_char,
-        err_len: size_t,
-    ) -> c_int;
-    fn fulmen_cxx_xla_device_count(out: *mut i64, err: *mut c_char, err_len: size_t) -> c_int;
-}
-
-/// Runs a shim call that takes an error buffer `(err, err_len)` and turns a
-/// non-zero status into an [`Error`] prefixed with `what`.
-pub(crate) fn call(what: &str, f: impl FnOnce(*mut c_char, size_t) -> c_int) -> Result<()> {
-    let mut err = [0 as c_char; ERR_LEN];
-    let status = f(err.as_mut_ptr(), ERR_LEN);
-    if status == OK {
-        return Ok(());
-    }
-    // SAFETY: the shims always NUL-terminate what they write, and the buffer
-    // starts zeroed, so it holds a NUL within ERR_LEN bytes.
-    let text = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) }.to_string_lossy().into_owned();
-    let code = if status == UNSUPPORTED { ErrorCode::Unsupported } else { ErrorCode::Torch };
-    Err(Error::new(code, format!("{what}: {text}")))
-}
+//! The accelerator queries of `csrc/accelerators.cpp` (CUDA devices and
+//! memory, XLA device count).
+use crate::error::{Error, Result};
+use crate::shim::{self, call};
+use libc::size_t;
 
 /// Whether the CUDA part of the shim was compiled (libtorch has CUDA).
 pub(crate) fn cuda_compiled() -> bool {
     // SAFETY: takes no arguments and cannot fail.
-    unsafe { fulmen_cxx_cuda_compiled() != 0 }
+    unsafe { shim::fulmen_cxx_cuda_compiled() != 0 }
 }
 
 /// `torch.cuda.set_device(index)` on the calling thread.
 pub(crate) fn cuda_set_device(index: usize) -> Result<()> {
     let index = i64::try_from(index).map_err(|_| Error::invalid(format!("CUDA device index {index} is too large")))?;
     // SAFETY: the error buffer is valid for its length.
-    call("cuda set_device", |err, len| unsafe { fulmen_cxx_cuda_set_device(index, err, len) })
+    call("cuda set_device", |err, len| unsafe { shim::fulmen_cxx_cuda_set_device(index, err, len) })
 }
 
 /// `torch.cuda.empty_cache()`.
 pub(crate) fn cuda_empty_cache() -> Result<()> {
     // SAFETY: the error buffer is valid for its length.
-    call("cuda empty_cache", |err, len| unsafe { fulmen_cxx_cuda_empty_cache(err, len) })
+    call("cuda empty_cache", |err, len| unsafe { shim::fulmen_cxx_cuda_empty_cache(err, len) })
 }
 
 /// `torch.cuda.memory_stats(index)`: the caching allocator's statistics.
@@ -66,7 +30,7 @@ pub(crate) fn cuda_memory_stats(index: usize) -> Result<Vec<(String, f64)>> {
     // SAFETY: a NULL buffer of length 0 only asks for the size; `needed` and
     // the error buffer are valid.
     call("cuda memory_stats", |err, len| unsafe {
-        fulmen_cxx_cuda_memory_stats(index, std::ptr::null_mut(), 0, &mut needed, err, len)
+        shim::fulmen_cxx_cuda_memory_stats(index, std::ptr::null_mut(), 0, &mut needed, err, len)
     })?;
     // The statistics may grow between the two calls; retry with more room.
     for _ in 0..4 {
@@ -76,7 +40,7 @@ pub(crate) fn cuda_memory_stats(index: usize) -> Result<Vec<(String, f64)>> {
         // SAFETY: `buf` is valid for `buf_len` bytes; `again` and the error
         // buffer are valid.
         call("cuda memory_stats", |err, len| unsafe {
-            fulmen_cxx_cuda_memory_stats(index, buf.as_mut_ptr().cast(), buf_len, &mut again, err, len)
+            shim::fulmen_cxx_cuda_memory_stats(index, buf.as_mut_ptr().cast(), buf_len, &mut again, err, len)
         })?;
         if again <= buf_len {
             let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
@@ -106,13 +70,14 @@ fn parse_stat_lines(text: &str) -> Result<Vec<(String, f64)>> {
 pub(crate) fn xla_device_count() -> Result<usize> {
     let mut count: i64 = 0;
     // SAFETY: `count` and the error buffer are valid.
-    call("xla device_count", |err, len| unsafe { fulmen_cxx_xla_device_count(&mut count, err, len) })?;
+    call("xla device_count", |err, len| unsafe { shim::fulmen_cxx_xla_device_count(&mut count, err, len) })?;
     Ok(usize::try_from(count).unwrap_or(0))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorCode;
 
     #[test]
     fn stat_lines_parse() {

@@ -99,6 +99,16 @@ fn from_collective(message: &str) -> bool {
     MARKS.iter().any(|m| message.contains(m))
 }
 
+/// A failed backward() while a DDP Reducer of this process waited for it:
+/// a collective's failure (a timeout, a lost rank) becomes a `Distributed`
+/// error naming the failed rank when known; other errors are unchanged.
+pub fn explain_backward(e: Error) -> Error {
+    match current() {
+        Some(ctx) if super::backward_armed() => ctx.explain(e),
+        _ => e,
+    }
+}
+
 static CURRENT: Mutex<Option<Arc<DistContext>>> = Mutex::new(None);
 
 /// The context joined by this process, if any.

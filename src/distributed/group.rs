@@ -1,94 +1,23 @@
 //! A c10d process group (libtorch's `ProcessGroupGloo`, or NCCL on CUDA
 //! builds) reached through the C++ shim `csrc/distributed.cpp`, with its
 //! collectives.
-use crate::accelerators::cxx::call;
 use crate::error::{Error, ErrorCode, Result};
-use libc::{c_char, c_int, c_void, size_t};
+use crate::shim::{self, call};
+use libc::{c_int, c_void};
 use std::ffi::CString;
 use std::time::Duration;
 use tch::Tensor;
 
-extern "C" {
-    fn fulmen_cxx_dist_backends() -> c_int;
-    fn fulmen_cxx_store_new(
-        addr: *const c_char,
-        port: c_int,
-        rank: c_int,
-        world: c_int,
-        all_clients: c_int,
-        connect_ms: i64,
-        timeout_ms: i64,
-        out: *mut *mut c_void,
-        err: *mut c_char,
-        err_len: size_t,
-    ) -> c_int;
-    fn fulmen_cxx_store_joined(store: *mut c_void, out: *mut i64, err: *mut c_char, err_len: size_t) -> c_int;
-    fn fulmen_cxx_store_free(store: *mut c_void);
-    fn fulmen_cxx_pg_new(
-        store: *mut c_void,
-        rank: c_int,
-        world: c_int,
-        timeout_ms: i64,
-        addr: *const c_char,
-        backend: *const c_char,
-        device_index: c_int,
-        out: *mut *mut c_void,
-        err: *mut c_char,
-        err_len: size_t,
-    ) -> c_int;
-    fn fulmen_cxx_pg_free(group: *mut c_void);
-    fn fulmen_cxx_pg_allreduce(
-        group: *mut c_void,
-        tensors: *const *mut c_void,
-        n: size_t,
-        op: c_int,
-        err: *mut c_char,
-        err_len: size_t,
-    ) -> c_int;
-    fn fulmen_cxx_pg_broadcast(
-        group: *mut c_void,
-        tensors: *const *mut c_void,
-        n: size_t,
-        root: c_int,
-        err: *mut c_char,
-        err_len: size_t,
-    ) -> c_int;
-    fn fulmen_cxx_pg_broadcast_coalesced(
-        group: *mut c_void,
-        tensors: *const *mut c_void,
-        n: size_t,
-        root: c_int,
-        err: *mut c_char,
-        err_len: size_t,
-    ) -> c_int;
-    fn fulmen_cxx_pg_allgather(
-        group: *mut c_void,
-        input: *const c_void,
-        outputs: *const *mut c_void,
-        n: size_t,
-        err: *mut c_char,
-        err_len: size_t,
-    ) -> c_int;
-    fn fulmen_cxx_pg_barrier(group: *mut c_void, err: *mut c_char, err_len: size_t) -> c_int;
-    fn fulmen_cxx_pg_verify_params(
-        group: *mut c_void,
-        params: *const *mut c_void,
-        n: size_t,
-        err: *mut c_char,
-        err_len: size_t,
-    ) -> c_int;
-}
-
 /// Whether this build has the gloo backend (CPU process groups).
 pub fn gloo_available() -> bool {
     // SAFETY: takes no arguments and cannot fail.
-    unsafe { fulmen_cxx_dist_backends() & 1 != 0 }
+    unsafe { shim::fulmen_cxx_dist_backends() & 1 != 0 }
 }
 
 /// Whether this build has the NCCL backend (CUDA process groups).
 pub fn nccl_available() -> bool {
     // SAFETY: takes no arguments and cannot fail.
-    unsafe { fulmen_cxx_dist_backends() & 2 != 0 }
+    unsafe { shim::fulmen_cxx_dist_backends() & 2 != 0 }
 }
 
 /// How a reduction combines the ranks' values.
@@ -156,7 +85,7 @@ struct Store(*mut c_void);
 impl Drop for Store {
     fn drop(&mut self) {
         // SAFETY: made by fulmen_cxx_store_new, freed once.
-        unsafe { fulmen_cxx_store_free(self.0) }
+        unsafe { shim::fulmen_cxx_store_free(self.0) }
     }
 }
 
@@ -214,7 +143,7 @@ impl Store {
             let mut raw: *mut c_void = std::ptr::null_mut();
             // SAFETY: the address lives through the call; `raw` receives an owned store.
             let made = call("connecting to the store", |err, len| unsafe {
-                fulmen_cxx_store_new(
+                shim::fulmen_cxx_store_new(
                     addr.as_ptr(),
                     c_int::from(rv.master_port),
                     rank,
@@ -242,7 +171,7 @@ impl Store {
             let mut joined = 0i64;
             // SAFETY: `store` is live; `joined` receives the count.
             call("counting the ranks that joined", |err, len| unsafe {
-                fulmen_cxx_store_joined(store.0, &mut joined, err, len)
+                shim::fulmen_cxx_store_joined(store.0, &mut joined, err, len)
             })
             .map_err(classify)?;
             if joined >= i64::from(world) {
@@ -320,7 +249,7 @@ impl ProcessGroup {
         // SAFETY: the store and strings live through the call; `raw`
         // receives an owned group that keeps its own reference to the store.
         call(&what, |err, len| unsafe {
-            fulmen_cxx_pg_new(
+            shim::fulmen_cxx_pg_new(
                 store.0,
                 rank,
                 world,
@@ -357,7 +286,7 @@ impl ProcessGroup {
         let raw = raw_list(tensors);
         // SAFETY: the tensors outlive the call; the shim reduces them in place.
         call("all_reduce", |err, len| unsafe {
-            fulmen_cxx_pg_allreduce(self.raw, raw.as_ptr(), raw.len(), op.code(), err, len)
+            shim::fulmen_cxx_pg_allreduce(self.raw, raw.as_ptr(), raw.len(), op.code(), err, len)
         })
         .map_err(classify)?;
         if op == ReduceOp::Mean {
@@ -375,7 +304,7 @@ impl ProcessGroup {
         let raw = raw_list(tensors);
         // SAFETY: the tensors outlive the call.
         call("broadcast", |err, len| unsafe {
-            fulmen_cxx_pg_broadcast(self.raw, raw.as_ptr(), raw.len(), root, err, len)
+            shim::fulmen_cxx_pg_broadcast(self.raw, raw.as_ptr(), raw.len(), root, err, len)
         })
         .map_err(classify)
     }
@@ -390,7 +319,7 @@ impl ProcessGroup {
         let raw = raw_list(tensors);
         // SAFETY: the tensors outlive the call.
         call("broadcast of the module state", |err, len| unsafe {
-            fulmen_cxx_pg_broadcast_coalesced(self.raw, raw.as_ptr(), raw.len(), root, err, len)
+            shim::fulmen_cxx_pg_broadcast_coalesced(self.raw, raw.as_ptr(), raw.len(), root, err, len)
         })
         .map_err(classify)
     }
@@ -404,7 +333,7 @@ impl ProcessGroup {
         let raw = raw_list(&outputs);
         // SAFETY: input and outputs outlive the call; outputs are written in place.
         call("all_gather", |err, len| unsafe {
-            fulmen_cxx_pg_allgather(self.raw, input.as_ptr() as *const c_void, raw.as_ptr(), raw.len(), err, len)
+            shim::fulmen_cxx_pg_allgather(self.raw, input.as_ptr() as *const c_void, raw.as_ptr(), raw.len(), err, len)
         })
         .map_err(classify)?;
         Ok(Tensor::f_stack(&outputs, 0)?)
@@ -413,7 +342,7 @@ impl ProcessGroup {
     /// Waits for every rank.
     pub fn barrier(&self) -> Result<()> {
         // SAFETY: plain call on a live group.
-        call("barrier", |err, len| unsafe { fulmen_cxx_pg_barrier(self.raw, err, len) }).map_err(classify)
+        call("barrier", |err, len| unsafe { shim::fulmen_cxx_pg_barrier(self.raw, err, len) }).map_err(classify)
     }
 
     /// Checks that every rank's parameters match rank 0's in count, shape
@@ -422,7 +351,7 @@ impl ProcessGroup {
         let raw = raw_list(params);
         // SAFETY: the tensors outlive the call.
         call("checking that every rank has the same model", |err, len| unsafe {
-            fulmen_cxx_pg_verify_params(self.raw, raw.as_ptr(), raw.len(), err, len)
+            shim::fulmen_cxx_pg_verify_params(self.raw, raw.as_ptr(), raw.len(), err, len)
         })
         .map_err(classify)
     }
@@ -436,7 +365,7 @@ impl ProcessGroup {
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
         // SAFETY: `raw` came from fulmen_cxx_pg_new and is freed once.
-        unsafe { fulmen_cxx_pg_free(self.raw) }
+        unsafe { shim::fulmen_cxx_pg_free(self.raw) }
     }
 }
 

@@ -2,12 +2,14 @@
 //! NCCL on CUDA), DDP's Reducer, cluster environments (torchrun, SLURM,
 //! Lightning) and fulmen's own launcher.
 pub mod context;
+pub mod ddp;
 pub mod env;
 pub mod group;
 pub mod launcher;
 pub mod reducer;
 
-pub use context::{abort, current, join, shutdown, DistContext, JoinOptions, DEFAULT_TIMEOUT};
+pub use context::{abort, current, explain_backward, join, shutdown, DistContext, JoinOptions, DEFAULT_TIMEOUT};
+pub use ddp::{Ddp, DdpOptions};
 pub use env::{ClusterEnv, EnvKind};
 pub use group::{gloo_available, nccl_available, ProcessGroup, ReduceOp, Rendezvous};
-pub use reducer::Reducer;
+pub use reducer::{backward_armed, Reducer};

@@ -2,32 +2,32 @@
 //! parameter's gradient accumulator and all-reduces gradients in buckets
 //! while backward() still runs.
 use super::group::ProcessGroup;
-use crate::accelerators::cxx::call;
 use crate::error::{Error, ErrorCode, Result};
-use libc::{c_char, c_int, c_void, size_t};
+use crate::shim::{self, call};
+use libc::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tch::Tensor;
 
-extern "C" {
-    fn fulmen_cxx_reducer_new(
-        group: *mut c_void,
-        params: *const *mut c_void,
-        n: size_t,
-        find_unused: c_int,
-        bucket_cap_bytes: i64,
-        out: *mut *mut c_void,
-        err: *mut c_char,
-        err_len: size_t,
-    ) -> c_int;
-    fn fulmen_cxx_reducer_free(reducer: *mut c_void);
-    fn fulmen_cxx_reducer_prepare_forward(reducer: *mut c_void, err: *mut c_char, err_len: size_t) -> c_int;
-    fn fulmen_cxx_reducer_prepare_backward(
-        reducer: *mut c_void,
-        outputs: *const *mut c_void,
-        n: size_t,
-        err: *mut c_char,
-        err_len: size_t,
-    ) -> c_int;
+/// How parameters are first put in buckets (torch's
+/// `_compute_bucket_assignment_by_size` limits and the Reducer's caps).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct BucketPlan {
+    /// Size limits of the first buckets, the last one repeating (bytes).
+    pub limits: Vec<i64>,
+    /// `bucket_bytes_cap`, used when the buckets are rebuilt.
+    pub cap: i64,
+    /// `first_bucket_bytes_cap`, used when the buckets are rebuilt.
+    pub first: i64,
+}
+
+/// Reducers armed for a backward that has not run yet, in this process.
+static ARMED: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether some Reducer of this process expects its backward: a failure of
+/// that backward is then a failure of DDP's all-reduce.
+pub fn backward_armed() -> bool {
+    ARMED.load(Ordering::Relaxed) > 0
 }
 
 /// Averages the gradients of a set of parameters over a process group
@@ -36,7 +36,8 @@ pub struct Reducer {
     raw: *mut c_void,
     /// Keeps the group alive as long as the reducer uses it.
     _group: Arc<ProcessGroup>,
-    /// Whether the next backward is expected to reduce.
+    /// Counted in [`ARMED`]: prepare_for_backward ran, the next
+    /// prepare_for_forward (or the drop) ends it.
     armed: bool,
 }
 
@@ -44,10 +45,15 @@ pub struct Reducer {
 unsafe impl Send for Reducer {}
 
 impl Reducer {
-    /// Buckets `params` (the trainable parameters, in model order) as DDP
-    /// does and hooks them; `find_unused` is DDP's find_unused_parameters.
-    /// `bucket_cap_mb` of 0 keeps DDP's default of 25.
-    pub fn new(group: Arc<ProcessGroup>, params: &[Tensor], find_unused: bool, bucket_cap_mb: f64) -> Result<Reducer> {
+    /// Buckets `params` (the trainable parameters, in model order) as
+    /// `plan` says, as DDP does, and hooks them; `find_unused` is DDP's
+    /// find_unused_parameters.
+    pub(crate) fn new(
+        group: Arc<ProcessGroup>,
+        params: &[Tensor],
+        find_unused: bool,
+        plan: &BucketPlan,
+    ) -> Result<Reducer> {
         if params.is_empty() {
             return Err(Error::invalid("DDP: the model has no trainable parameter to synchronize"));
         }
@@ -55,17 +61,19 @@ impl Reducer {
             return Err(Error::invalid(format!("DDP: parameter of shape {:?} does not require grad", p.size())));
         }
         let raw_params: Vec<*mut c_void> = params.iter().map(|t| t.as_ptr() as *mut c_void).collect();
-        let cap = if bucket_cap_mb > 0.0 { (bucket_cap_mb * 1024.0 * 1024.0) as i64 } else { 0 };
         let mut raw: *mut c_void = std::ptr::null_mut();
-        // SAFETY: the group and parameters are alive; the shim copies the
-        // tensor references it keeps.
+        // SAFETY: the group, parameters and limits are alive; the shim
+        // copies the tensor references it keeps.
         call("creating the DDP reducer", |err, len| unsafe {
-            fulmen_cxx_reducer_new(
+            shim::fulmen_cxx_reducer_new(
                 group.raw(),
                 raw_params.as_ptr(),
                 raw_params.len(),
                 c_int::from(find_unused),
-                cap,
+                plan.limits.as_ptr(),
+                plan.limits.len(),
+                plan.cap,
+                plan.first,
                 &mut raw,
                 err,
                 len,
@@ -74,10 +82,32 @@ impl Reducer {
         Ok(Reducer { raw, _group: group, armed: false })
     }
 
+    fn disarm(&mut self) {
+        if std::mem::take(&mut self.armed) {
+            ARMED.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// Call before a forward pass whose backward will reduce.
     pub fn prepare_for_forward(&mut self) -> Result<()> {
+        self.disarm();
         // SAFETY: `raw` is a live reducer.
-        call("DDP prepare_for_forward", |err, len| unsafe { fulmen_cxx_reducer_prepare_forward(self.raw, err, len) })
+        call("DDP prepare_for_forward", |err, len| unsafe {
+            shim::fulmen_cxx_reducer_prepare_forward(self.raw, err, len)
+        })
+    }
+
+    /// Rebuilds the buckets in the order gradients were ready in the first
+    /// synchronized backward (once; a collective when it happens, as in
+    /// DDP's `_pre_forward`). Returns whether it rebuilt them.
+    pub fn rebuild_buckets(&mut self) -> Result<bool> {
+        let mut rebuilt: c_int = 0;
+        // SAFETY: `raw` is a live reducer; `rebuilt` receives a flag.
+        call("DDP rebuilding its buckets", |err, len| unsafe {
+            shim::fulmen_cxx_reducer_rebuild_buckets(self.raw, &mut rebuilt, err, len)
+        })
+        .map_err(|e| Error::new(ErrorCode::Distributed, e.message))?;
+        Ok(rebuilt != 0)
     }
 
     /// Call after the forward pass, before backward(): the coming backward
@@ -87,27 +117,21 @@ impl Reducer {
         let raw: Vec<*mut c_void> = outputs.iter().map(|t| t.as_ptr() as *mut c_void).collect();
         // SAFETY: `raw` is a live reducer and the outputs outlive the call.
         call("DDP prepare_for_backward", |err, len| unsafe {
-            fulmen_cxx_reducer_prepare_backward(self.raw, raw.as_ptr(), raw.len(), err, len)
+            shim::fulmen_cxx_reducer_prepare_backward(self.raw, raw.as_ptr(), raw.len(), err, len)
         })
         .map_err(|e| Error::new(ErrorCode::Distributed, e.message))?;
-        self.armed = true;
+        if !self.armed {
+            self.armed = true;
+            ARMED.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(())
-    }
-
-    /// Whether prepare_for_backward ran since the last backward.
-    pub fn armed(&self) -> bool {
-        self.armed
-    }
-
-    /// Records that the backward after prepare_for_backward ran.
-    pub fn backward_done(&mut self) {
-        self.armed = false;
     }
 }
 
 impl Drop for Reducer {
     fn drop(&mut self) {
+        self.disarm();
         // SAFETY: `raw` came from fulmen_cxx_reducer_new and is freed once.
-        unsafe { fulmen_cxx_reducer_free(self.raw) }
+        unsafe { shim::fulmen_cxx_reducer_free(self.raw) }
     }
 }

@@ -8,7 +8,7 @@ use super::handle::{self, check_out, write_out, Handle};
 use super::model::fulmen_model;
 use super::strategy::fulmen_strategy;
 use super::tensor::handle::{emit, fulmen_tensor, tensor_arg};
-use crate::distributed::{self, DistContext, JoinOptions, ReduceOp, Reducer};
+use crate::distributed::{self, Ddp, DistContext, JoinOptions, ReduceOp};
 use crate::error::{Error, Result};
 use std::ffi::c_char;
 use std::sync::Arc;
@@ -165,56 +165,78 @@ pub unsafe extern "C" fn fulmen_distributed_shutdown(timeout_s: f64) -> *mut ful
 }
 
 /// DDP for a host-owned loop: a model whose gradients are averaged over the
-/// job's ranks during backward. Free with `fulmen_ddp_free`.
+/// job's ranks during backward, as torch's DistributedDataParallel does (the
+/// same core as the trainer's ddp strategy). Free with `fulmen_ddp_free`.
 pub struct fulmen_ddp {
-    reducer: Reducer,
-    find_unused: bool,
+    ddp: Ddp,
+    ctx: Arc<DistContext>,
 }
 
 impl Handle for fulmen_ddp {
     const C_NAME: &'static str = "fulmen_ddp";
 }
 
-/// Wraps `model` for DDP in the joined job: checks that every rank has the
-/// same parameters, copies rank 0's parameters and buffers to all ranks,
-/// and hooks gradient averaging (with `strategy`'s find_unused_parameters
-/// and bucket size). Each training step then calls
-/// `fulmen_ddp_prepare_forward`, the forward, `fulmen_ddp_prepare_backward`
-/// with the loss, and backward.
+/// Wraps `model` for DDP in the joined job as
+/// `DistributedDataParallel(model)` does, with `strategy`'s
+/// find_unused_parameters, bucket_cap_mb and broadcast_buffers: checks that
+/// every rank has the same trainable parameters, copies rank 0's parameters
+/// and then its buffers to all ranks, and hooks gradient averaging. Each
+/// step then calls `fulmen_ddp_prepare_forward`, the forward,
+/// `fulmen_ddp_prepare_backward` with the loss, and backward, on every rank
+/// (Python ranks running DistributedDataParallel included). Errors:
+/// FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_INVALID_ARGUMENT (no
+/// trainable parameter), FULMEN_CODE_DISTRIBUTED (ranks disagree, a rank
+/// failed, timeout).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_ddp_new(
-    model: *const fulmen_model,
+    model: *mut fulmen_model,
     strategy: *const fulmen_strategy,
     out: *mut *mut fulmen_ddp,
 ) -> *mut fulmen_error {
     guard("fulmen_ddp_new", || {
         check_out(out, "out")?;
-        let m = &handle::borrow(model, "model")?.inner;
+        let m = &handle::borrow_mut(model, "model")?.inner;
         let s = &handle::borrow(strategy, "strategy")?.spec;
         let ctx = joined()?;
-        let (params, state) = {
+        let ddp = {
             let g = m.lock().unwrap_or_else(|p| p.into_inner());
-            let params: Vec<Tensor> = g.parameters().into_iter().filter(Tensor::requires_grad).collect();
-            (params, g.state_dict().into_iter().map(|(_, t)| t).collect::<Vec<_>>())
+            Ddp::new(Arc::clone(&ctx.group), &g, s.ddp.clone()).map_err(|e| ctx.explain(e))?
         };
-        ctx.group.verify_params(&params).map_err(|e| ctx.explain(e))?;
-        ctx.group.broadcast_coalesced(&state, 0).map_err(|e| ctx.explain(e))?;
-        let reducer = Reducer::new(Arc::clone(&ctx.group), &params, s.find_unused_parameters, s.bucket_cap_mb)?;
-        out.write(handle::into_raw(fulmen_ddp { reducer, find_unused: s.find_unused_parameters }));
+        out.write(handle::into_raw(fulmen_ddp { ddp, ctx }));
         Ok(())
     })
 }
 
-/// Call before the forward pass of a step whose backward averages
-/// gradients. Steps that only accumulate (DDP's no_sync) skip this call and
-/// `fulmen_ddp_prepare_backward`.
+/// torch's `no_sync()`: while `sync` is false, backward passes only
+/// accumulate gradients locally; the first step after `sync` is true again
+/// averages the accumulated sum. Steps keep calling prepare_forward and
+/// prepare_backward either way.
 #[no_mangle]
-pub unsafe extern "C" fn fulmen_ddp_prepare_forward(ddp: *mut fulmen_ddp) -> *mut fulmen_error {
-    guard("fulmen_ddp_prepare_forward", || handle::borrow_mut(ddp, "ddp")?.reducer.prepare_for_forward())
+pub unsafe extern "C" fn fulmen_ddp_set_sync(ddp: *mut fulmen_ddp, sync: bool) -> *mut fulmen_error {
+    guard("fulmen_ddp_set_sync", || {
+        handle::borrow_mut(ddp, "ddp")?.ddp.set_sync(sync);
+        Ok(())
+    })
 }
 
-/// Call after the forward pass, before backward of `loss`: that backward
-/// then averages the gradients over ranks.
+/// Call before every forward pass of the wrapped model, as
+/// DistributedDataParallel's forward does first: under autograd's grad mode
+/// it prepares the Reducer and rebuilds its buckets after the first
+/// iteration; it broadcasts rank 0's buffers when the previous forward
+/// synchronized (broadcast_buffers). A forward under no-grad (evaluation)
+/// calls it too. Errors: FULMEN_CODE_DISTRIBUTED.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_ddp_prepare_forward(ddp: *mut fulmen_ddp) -> *mut fulmen_error {
+    guard("fulmen_ddp_prepare_forward", || {
+        let mut d = handle::borrow_mut(ddp, "ddp")?;
+        let d = &mut *d;
+        d.ddp.pre_forward(crate::tensor::runtime::grad_enabled()).map_err(|e| d.ctx.explain(e))
+    })
+}
+
+/// Call after the forward pass, before backward of `loss` (the forward's
+/// output): under grad mode and sync, that backward then averages the
+/// gradients over ranks. Errors: FULMEN_CODE_DISTRIBUTED.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_ddp_prepare_backward(
     ddp: *mut fulmen_ddp,
@@ -223,8 +245,10 @@ pub unsafe extern "C" fn fulmen_ddp_prepare_backward(
     guard("fulmen_ddp_prepare_backward", || {
         let mut d = handle::borrow_mut(ddp, "ddp")?;
         let loss = tensor_arg(loss, "loss")?;
-        let outputs = if d.find_unused { vec![loss.shallow_clone()] } else { Vec::new() };
-        d.reducer.prepare_for_backward(&outputs)
+        let d = &mut *d;
+        d.ddp
+            .post_forward(std::slice::from_ref(&*loss), crate::tensor::runtime::grad_enabled())
+            .map_err(|e| d.ctx.explain(e))
     })
 }
 

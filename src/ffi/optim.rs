@@ -329,13 +329,13 @@ pub unsafe extern "C" fn fulmen_optimizer_free(optimizer: *mut fulmen_optimizer)
 /// `*total_norm_out` if it is not NULL.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_clip_grad_norm(
-    model: *const fulmen_model,
+    model: *mut fulmen_model,
     max_norm: f64,
     norm_type: f64,
     total_norm_out: *mut f64,
 ) -> *mut fulmen_error {
     guard("fulmen_clip_grad_norm", || {
-        let params = lock(&*model_arg(model, "model")?).parameters();
+        let params = lock(&handle::borrow_mut(model, "model")?.inner).parameters();
         let n = crate::tensor::grad::clip_grad_norm(&params, max_norm, norm_type)?;
         if !total_norm_out.is_null() {
             total_norm_out.write(n);
@@ -346,9 +346,9 @@ pub unsafe extern "C" fn fulmen_clip_grad_norm(
 
 /// Clamps the gradients of `model`'s parameters into [-value, value].
 #[no_mangle]
-pub unsafe extern "C" fn fulmen_clip_grad_value(model: *const fulmen_model, value: f64) -> *mut fulmen_error {
+pub unsafe extern "C" fn fulmen_clip_grad_value(model: *mut fulmen_model, value: f64) -> *mut fulmen_error {
     guard("fulmen_clip_grad_value", || {
-        let params = lock(&*model_arg(model, "model")?).parameters();
+        let params = lock(&handle::borrow_mut(model, "model")?.inner).parameters();
         crate::tensor::grad::clip_grad_value(&params, value)
     })
 }

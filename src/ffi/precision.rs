@@ -6,13 +6,13 @@ use super::handle::{self, check_out, Handle};
 use super::model::copy_str;
 use super::trainer::fulmen_trainer_options;
 use crate::error::{Error, Result};
-use crate::precision::{GradScaler, Precision};
+use crate::precision::{GradScaler, GradScalerSettings, Precision};
 use std::ffi::c_char;
 
 /// A precision plugin. Free with `fulmen_precision_free`.
 pub struct fulmen_precision {
     precision: Precision,
-    scaler: Option<(f64, f64, f64, i64)>,
+    scaler: Option<GradScalerSettings>,
 }
 
 impl Handle for fulmen_precision {
@@ -54,8 +54,9 @@ pub unsafe extern "C" fn fulmen_precision_set_grad_scaler(
                 p.precision
             )));
         }
-        GradScaler::with_settings(init_scale, growth_factor, backoff_factor, growth_interval)?;
-        p.scaler = Some((init_scale, growth_factor, backoff_factor, growth_interval));
+        let settings = GradScalerSettings { init_scale, growth_factor, backoff_factor, growth_interval };
+        GradScaler::with_settings(settings)?;
+        p.scaler = Some(settings);
         Ok(())
     })
 }

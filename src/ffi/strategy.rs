@@ -36,11 +36,14 @@ pub unsafe extern "C" fn fulmen_strategy_new(name: *const c_char, out: *mut *mut
     })
 }
 
-/// Sets a setting from text: `find_unused_parameters` ("true"/"false"),
-/// `process_group_backend` ("gloo", "nccl", "none" = gloo on CPU, nccl on
-/// CUDA), `timeout` (seconds: rendezvous and every collective; default
-/// 1800), `bucket_cap_mb` (default 25), `num_nodes` (default 1). A bad key
-/// or value is an error and changes nothing.
+/// Sets a setting from text, as torch's DistributedDataParallel and
+/// Lightning's DDPStrategy arguments: `find_unused_parameters` and
+/// `broadcast_buffers` (booleans: true/false, 1/0, yes/no, on/off; default
+/// false and true), `process_group_backend` ("gloo", "nccl", "none" = gloo
+/// on CPU, nccl on CUDA), `timeout` (seconds: rendezvous and every
+/// collective; default 1800), `bucket_cap_mb` (MiB; default "none":
+/// torch's 25 with a first bucket of 1), `num_nodes` (default 1). A bad key
+/// or value is FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_strategy_set(
     strategy: *mut fulmen_strategy,

@@ -6,6 +6,7 @@ use super::model::copy_str;
 use super::module::fulmen_lightning_module;
 use super::tensor::handle::{emit, fulmen_tensor};
 use crate::error::{Error, ErrorCode, Result};
+use crate::parse::parse_bool;
 use crate::trainer::{BatchLimit, BatchSource, ClipAlgorithm, LoggerChoice, Trainer, TrainerOptions, ValCheckInterval};
 use std::ffi::c_char;
 use std::path::PathBuf;
@@ -45,14 +46,6 @@ fn parse_opt_int(key: &str, v: &str) -> Result<Option<i64>> {
         Ok(None)
     } else {
         parse_int(key, v).map(Some)
-    }
-}
-
-fn parse_bool(key: &str, v: &str) -> Result<bool> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" => Ok(false),
-        _ => Err(Error::invalid(format!("option {key}: {v:?} is not a boolean (true/false)"))),
     }
 }
 

@@ -6,25 +6,12 @@
 //! device type, increment the nesting depth; on drop, clear the cast cache
 //! when the outermost region exits and restore the previous state. Autocast
 //! state is per thread, so the guard is neither `Send` nor `Sync`.
-use crate::accelerators::cxx::call;
 use crate::error::{Error, Result};
+use crate::shim::{self, call};
 use crate::tensor::device::DeviceType;
-use libc::{c_char, c_int, size_t};
+use libc::c_int;
 use std::marker::PhantomData;
 use tch::Kind;
-
-extern "C" {
-    fn fulmen_cxx_autocast_is_available(device_type: c_int, out: *mut c_int, err: *mut c_char, len: size_t) -> c_int;
-    fn fulmen_cxx_autocast_is_enabled(device_type: c_int, out: *mut c_int, err: *mut c_char, len: size_t) -> c_int;
-    fn fulmen_cxx_autocast_set_enabled(device_type: c_int, enabled: c_int, err: *mut c_char, len: size_t) -> c_int;
-    fn fulmen_cxx_autocast_get_dtype(device_type: c_int, out: *mut c_int, err: *mut c_char, len: size_t) -> c_int;
-    fn fulmen_cxx_autocast_set_dtype(device_type: c_int, dtype: c_int, err: *mut c_char, len: size_t) -> c_int;
-    fn fulmen_cxx_autocast_increment_nesting(out: *mut c_int, err: *mut c_char, len: size_t) -> c_int;
-    fn fulmen_cxx_autocast_decrement_nesting(out: *mut c_int, err: *mut c_char, len: size_t) -> c_int;
-    fn fulmen_cxx_autocast_clear_cache(err: *mut c_char, len: size_t) -> c_int;
-    fn fulmen_cxx_autocast_is_cache_enabled(out: *mut c_int, err: *mut c_char, len: size_t) -> c_int;
-    fn fulmen_cxx_autocast_set_cache_enabled(enabled: c_int, err: *mut c_char, len: size_t) -> c_int;
-}
 
 /// The `c10::DeviceType` value of a fulmen device type.
 fn c10_device(device: DeviceType) -> c_int {
@@ -62,7 +49,7 @@ pub fn is_available(device: DeviceType) -> bool {
     let mut out: c_int = 0;
     // SAFETY: `out` and the error buffer are valid.
     let ok = call("autocast is_available", |err, len| unsafe {
-        fulmen_cxx_autocast_is_available(c10_device(device), &mut out, err, len)
+        shim::fulmen_cxx_autocast_is_available(c10_device(device), &mut out, err, len)
     });
     ok.is_ok() && out != 0
 }
@@ -72,7 +59,7 @@ pub fn is_enabled(device: DeviceType) -> Result<bool> {
     let mut out: c_int = 0;
     // SAFETY: `out` and the error buffer are valid.
     call("autocast is_enabled", |err, len| unsafe {
-        fulmen_cxx_autocast_is_enabled(c10_device(device), &mut out, err, len)
+        shim::fulmen_cxx_autocast_is_enabled(c10_device(device), &mut out, err, len)
     })?;
     Ok(out != 0)
 }
@@ -86,7 +73,7 @@ fn raw_dtype(device: DeviceType) -> Result<c_int> {
     let mut out: c_int = 0;
     // SAFETY: `out` and the error buffer are valid.
     call("autocast get_dtype", |err, len| unsafe {
-        fulmen_cxx_autocast_get_dtype(c10_device(device), &mut out, err, len)
+        shim::fulmen_cxx_autocast_get_dtype(c10_device(device), &mut out, err, len)
     })?;
     Ok(out)
 }
@@ -94,26 +81,30 @@ fn raw_dtype(device: DeviceType) -> Result<c_int> {
 fn set_enabled(device: DeviceType, enabled: bool) -> Result<()> {
     // SAFETY: the error buffer is valid.
     call("autocast set_enabled", |err, len| unsafe {
-        fulmen_cxx_autocast_set_enabled(c10_device(device), c_int::from(enabled), err, len)
+        shim::fulmen_cxx_autocast_set_enabled(c10_device(device), c_int::from(enabled), err, len)
     })
 }
 
 fn set_raw_dtype(device: DeviceType, dtype: c_int) -> Result<()> {
     // SAFETY: the error buffer is valid.
-    call("autocast set_dtype", |err, len| unsafe { fulmen_cxx_autocast_set_dtype(c10_device(device), dtype, err, len) })
+    call("autocast set_dtype", |err, len| unsafe {
+        shim::fulmen_cxx_autocast_set_dtype(c10_device(device), dtype, err, len)
+    })
 }
 
 fn cache_enabled() -> Result<bool> {
     let mut out: c_int = 0;
     // SAFETY: `out` and the error buffer are valid.
-    call("autocast is_cache_enabled", |err, len| unsafe { fulmen_cxx_autocast_is_cache_enabled(&mut out, err, len) })?;
+    call("autocast is_cache_enabled", |err, len| unsafe {
+        shim::fulmen_cxx_autocast_is_cache_enabled(&mut out, err, len)
+    })?;
     Ok(out != 0)
 }
 
 fn set_cache_enabled(enabled: bool) -> Result<()> {
     // SAFETY: the error buffer is valid.
     call("autocast set_cache_enabled", |err, len| unsafe {
-        fulmen_cxx_autocast_set_cache_enabled(c_int::from(enabled), err, len)
+        shim::fulmen_cxx_autocast_set_cache_enabled(c_int::from(enabled), err, len)
     })
 }
 
@@ -122,9 +113,9 @@ fn nesting(increment: bool) -> Result<i32> {
     // SAFETY: `out` and the error buffer are valid.
     call("autocast nesting", |err, len| unsafe {
         if increment {
-            fulmen_cxx_autocast_increment_nesting(&mut out, err, len)
+            shim::fulmen_cxx_autocast_increment_nesting(&mut out, err, len)
         } else {
-            fulmen_cxx_autocast_decrement_nesting(&mut out, err, len)
+            shim::fulmen_cxx_autocast_decrement_nesting(&mut out, err, len)
         }
     })?;
     Ok(out)
@@ -193,7 +184,7 @@ impl Drop for AutocastGuard {
         if let Ok(0) = nesting(false) {
             let _ = call("autocast clear_cache", |err, len| {
                 // SAFETY: the error buffer is valid.
-                unsafe { fulmen_cxx_autocast_clear_cache(err, len) }
+                unsafe { shim::fulmen_cxx_autocast_clear_cache(err, len) }
             });
         }
         let _ = set_enabled(self.device, self.prev_enabled);

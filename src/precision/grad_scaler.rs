@@ -58,6 +58,39 @@ fn as_f32(v: f64) -> f64 {
     v as f32 as f64
 }
 
+/// A loss scaler's settings (torch's `GradScaler(init_scale,
+/// growth_factor, backoff_factor, growth_interval)`); the default is
+/// torch's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GradScalerSettings {
+    /// The first scale.
+    pub init_scale: f64,
+    /// The factor the scale grows by after `growth_interval` clean steps.
+    pub growth_factor: f64,
+    /// The factor the scale shrinks by after an inf/NaN gradient.
+    pub backoff_factor: f64,
+    /// Clean steps between growths.
+    pub growth_interval: i64,
+}
+
+impl Default for GradScalerSettings {
+    fn default() -> Self {
+        GradScalerSettings {
+            init_scale: GradScaler::INIT_SCALE,
+            growth_factor: GradScaler::GROWTH_FACTOR,
+            backoff_factor: GradScaler::BACKOFF_FACTOR,
+            growth_interval: GradScaler::GROWTH_INTERVAL,
+        }
+    }
+}
+
+impl GradScalerSettings {
+    /// Checks the settings as [`GradScaler::with_settings`] does.
+    pub fn check(&self) -> Result<()> {
+        check_settings(self.init_scale, self.growth_factor, self.backoff_factor, self.growth_interval)
+    }
+}
+
 impl GradScaler {
     /// torch's default initial scale, 2^16.
     /// cbindgen:ignore
@@ -84,18 +117,13 @@ impl GradScaler {
     /// A scaler with explicit settings (torch requires growth_factor > 1 and
     /// backoff_factor < 1; fulmen also requires a positive finite scale, a
     /// backoff > 0 and an interval > 0).
-    pub fn with_settings(
-        init_scale: f64,
-        growth_factor: f64,
-        backoff_factor: f64,
-        growth_interval: i64,
-    ) -> Result<Self> {
-        check_settings(init_scale, growth_factor, backoff_factor, growth_interval)?;
+    pub fn with_settings(settings: GradScalerSettings) -> Result<Self> {
+        settings.check()?;
         Ok(GradScaler {
-            scale: as_f32(init_scale),
-            growth_factor,
-            backoff_factor,
-            growth_interval,
+            scale: as_f32(settings.init_scale),
+            growth_factor: settings.growth_factor,
+            backoff_factor: settings.backoff_factor,
+            growth_interval: settings.growth_interval,
             growth_tracker: 0,
             optimizers: BTreeMap::new(),
         })
@@ -377,7 +405,13 @@ mod tests {
 
     #[test]
     fn growth_stops_at_float32_max() {
-        let mut s = GradScaler::with_settings(f32::MAX as f64, 2.0, 0.5, 1).unwrap();
+        let mut s = GradScaler::with_settings(GradScalerSettings {
+            init_scale: f32::MAX as f64,
+            growth_factor: 2.0,
+            backoff_factor: 0.5,
+            growth_interval: 1,
+        })
+        .unwrap();
         let p = param_with_grad(&GradScaler::new(), &[1.0]);
         let _ = p.grad().fill_(1.0);
         s.unscale(0, &[p]).unwrap();
@@ -396,7 +430,13 @@ mod tests {
 
     #[test]
     fn state_round_trip_and_validation() {
-        let mut s = GradScaler::with_settings(1024.0, 4.0, 0.25, 10).unwrap();
+        let mut s = GradScaler::with_settings(GradScalerSettings {
+            init_scale: 1024.0,
+            growth_factor: 4.0,
+            backoff_factor: 0.25,
+            growth_interval: 10,
+        })
+        .unwrap();
         let p = param_with_grad(&s, &[1.0]);
         s.unscale(0, &[p]).unwrap();
         s.update().unwrap();
@@ -419,8 +459,26 @@ mod tests {
         bad[1].1 = 0.5;
         assert!(t.load_state_dict(&bad).unwrap_err().message.contains("growth_factor"));
         assert_eq!(t.state_dict(), state, "a failed load changes nothing");
-        assert!(GradScaler::with_settings(0.0, 2.0, 0.5, 1).is_err());
-        assert!(GradScaler::with_settings(1.0, 2.0, 1.5, 1).is_err());
-        assert!(GradScaler::with_settings(1.0, 2.0, 0.5, 0).is_err());
+        assert!(GradScaler::with_settings(GradScalerSettings {
+            init_scale: 0.0,
+            growth_factor: 2.0,
+            backoff_factor: 0.5,
+            growth_interval: 1
+        })
+        .is_err());
+        assert!(GradScaler::with_settings(GradScalerSettings {
+            init_scale: 1.0,
+            growth_factor: 2.0,
+            backoff_factor: 1.5,
+            growth_interval: 1
+        })
+        .is_err());
+        assert!(GradScaler::with_settings(GradScalerSettings {
+            init_scale: 1.0,
+            growth_factor: 2.0,
+            backoff_factor: 0.5,
+            growth_interval: 0
+        })
+        .is_err());
     }
 }

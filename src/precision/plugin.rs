@@ -4,8 +4,10 @@ use super::autocast::AutocastGuard;
 use super::grad_scaler::GradScaler;
 use super::mode::Precision;
 use crate::error::{Error, ErrorCode, Result};
+use crate::optim::Optimizer;
 use crate::tensor::device::DeviceType;
 use crate::tensor::dtype::is_floating;
+use crate::trainer::ClipAlgorithm;
 use tch::{Device, Kind, Tensor};
 
 /// The optimizer index the single-optimizer methods use with the scaler.
@@ -14,14 +16,23 @@ const DEFAULT_OPTIMIZER: usize = 0;
 /// Ties a [`Precision`] to what it needs at each step: autocast regions,
 /// input conversion, and for `16-mixed` a [`GradScaler`].
 ///
-/// A training step with it: `convert_input` the batch; forward inside
-/// `forward_context`; `scale_loss` then backward; `unscale_and_check`
-/// before clipping; `should_skip_step` decides whether to call the
-/// optimizer; `update` after the step decision.
+/// The trainer's strategy calls it as Lightning's strategies call their
+/// precision plugin: `convert_input` the batch; forward inside
+/// `forward_context`; [`PrecisionPlugin::backward`] (scaled for
+/// `16-mixed`); [`PrecisionPlugin::unscale_gradients`] before the
+/// `on_before_optimizer_step` hook and [`PrecisionPlugin::clip_gradients`];
+/// [`PrecisionPlugin::optimizer_step`] steps every optimizer whose
+/// gradients are finite and updates the scale. The single-optimizer
+/// `unscale_and_check` / `should_skip_step` / `update` serve host loops.
 #[derive(Debug, Clone)]
 pub struct PrecisionPlugin {
     precision: Precision,
     scaler: Option<GradScaler>,
+}
+
+/// The parameters of every group of an optimizer (shallow clones).
+fn params_of(opt: &dyn Optimizer) -> Vec<Tensor> {
+    opt.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect()
 }
 
 /// The autocast device type of a libtorch device.
@@ -122,6 +133,64 @@ impl PrecisionPlugin {
             Some(scaler) => scaler.scale(loss),
             None => Ok(loss.shallow_clone()),
         }
+    }
+
+    /// Lightning's `Precision.backward`: backward of `loss`, multiplied by
+    /// the scale for `16-mixed`.
+    pub fn backward(&self, loss: &Tensor) -> Result<()> {
+        Ok(self.scale_loss(loss)?.f_backward()?)
+    }
+
+    /// `16-mixed`: divides every optimizer's gradients by the scale and
+    /// records, per optimizer (by position), whether one is inf or NaN, as
+    /// torch's `scaler.unscale_(optimizer)` before clipping. Other
+    /// precisions: nothing.
+    pub fn unscale_gradients(&mut self, optimizers: &[&mut dyn Optimizer]) -> Result<()> {
+        let Some(scaler) = self.scaler.as_mut() else { return Ok(()) };
+        for (j, opt) in optimizers.iter().enumerate() {
+            scaler.unscale(j, &params_of(&**opt))?;
+        }
+        Ok(())
+    }
+
+    /// Lightning's `Precision.clip_gradients`: clips every optimizer's
+    /// gradients to `value` by norm (2-norm, per optimizer) or by value.
+    pub fn clip_gradients(
+        &self,
+        optimizers: &[&mut dyn Optimizer],
+        value: f64,
+        algorithm: ClipAlgorithm,
+    ) -> Result<()> {
+        for opt in optimizers {
+            let params = params_of(&**opt);
+            match algorithm {
+                ClipAlgorithm::Norm => {
+                    crate::tensor::grad::clip_grad_norm(&params, value, 2.0)?;
+                }
+                ClipAlgorithm::Value => crate::tensor::grad::clip_grad_value(&params, value)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Lightning's `Precision.optimizer_step` for every optimizer of a
+    /// step: each one steps unless (`16-mixed`) its gradients hold an inf
+    /// or NaN (unscaled first if [`PrecisionPlugin::unscale_gradients`] was
+    /// not called), then the scale is updated once. Returns which stepped.
+    pub fn optimizer_step(&mut self, optimizers: &mut [&mut dyn Optimizer]) -> Result<Vec<bool>> {
+        let mut stepped = Vec::with_capacity(optimizers.len());
+        for (j, opt) in optimizers.iter_mut().enumerate() {
+            let skip = match self.scaler.as_mut() {
+                Some(scaler) => scaler.should_skip_step(j, &params_of(&**opt))?,
+                None => false,
+            };
+            if !skip {
+                opt.step().map_err(|e| e.context(format!("optimizer {} step", opt.name())))?;
+            }
+            stepped.push(!skip);
+        }
+        self.update()?;
+        Ok(stepped)
     }
 
     /// `16-mixed`: divides the gradients of `params` by the scale (before

@@ -1,7 +1,8 @@
 //! The strategy registry: Lightning's names, what each does, and the
 //! settings a strategy handle carries.
-use crate::distributed::DEFAULT_TIMEOUT;
+use crate::distributed::{DdpOptions, DEFAULT_TIMEOUT};
 use crate::error::{Error, Result};
+use crate::parse::parse_bool;
 use std::time::Duration;
 
 /// What a strategy does.
@@ -106,14 +107,13 @@ pub struct StrategySpec {
     pub name: String,
     /// What it does.
     pub kind: StrategyKind,
-    /// DDP's find_unused_parameters.
-    pub find_unused_parameters: bool,
+    /// DDP's settings (find_unused_parameters, bucket_cap_mb,
+    /// broadcast_buffers).
+    pub ddp: DdpOptions,
     /// "gloo" or "nccl"; `None` picks by device.
     pub process_group_backend: Option<String>,
     /// Bound on the rendezvous and every collective (Lightning: 30 min).
     pub timeout: Duration,
-    /// DDP bucket size in MiB (25 as PyTorch).
-    pub bucket_cap_mb: f64,
     /// Number of nodes (machines).
     pub num_nodes: usize,
 }
@@ -132,18 +132,18 @@ pub fn lookup(name: &str) -> Result<StrategySpec> {
     Ok(StrategySpec {
         name: entry.name.to_owned(),
         kind: entry.kind,
-        find_unused_parameters: entry.find_unused,
+        ddp: DdpOptions { find_unused_parameters: entry.find_unused, ..DdpOptions::default() },
         process_group_backend: None,
         timeout: DEFAULT_TIMEOUT,
-        bucket_cap_mb: 25.0,
         num_nodes: 1,
     })
 }
 
 impl StrategySpec {
-    /// Sets one setting from text: `find_unused_parameters` (bool),
-    /// `process_group_backend` ("gloo", "nccl", "none"), `timeout`
-    /// (seconds), `bucket_cap_mb`, `num_nodes`.
+    /// Sets one setting from text: `find_unused_parameters` and
+    /// `broadcast_buffers` (booleans), `process_group_backend` ("gloo",
+    /// "nccl", "none"), `timeout` (seconds), `bucket_cap_mb` (MiB, or
+    /// "none" for torch's default), `num_nodes`.
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
         let v = value.trim();
         let number = || -> Result<f64> {
@@ -153,13 +153,8 @@ impl StrategySpec {
                 .ok_or_else(|| Error::invalid(format!("strategy option {key}: {v:?} is not a positive number")))
         };
         match key {
-            "find_unused_parameters" => {
-                self.find_unused_parameters = match v {
-                    "true" | "1" => true,
-                    "false" | "0" => false,
-                    _ => return Err(Error::invalid(format!("strategy option {key}: {v:?} is not true or false"))),
-                }
-            }
+            "find_unused_parameters" => self.ddp.find_unused_parameters = parse_bool(key, v)?,
+            "broadcast_buffers" => self.ddp.broadcast_buffers = parse_bool(key, v)?,
             "process_group_backend" => {
                 self.process_group_backend = match v {
                     "none" | "" => None,
@@ -175,7 +170,8 @@ impl StrategySpec {
                 self.timeout = Duration::try_from_secs_f64(number()?)
                     .map_err(|_| Error::invalid(format!("strategy option {key}: {v:?} seconds is too long")))?
             }
-            "bucket_cap_mb" => self.bucket_cap_mb = number()?,
+            "bucket_cap_mb" if v.eq_ignore_ascii_case("none") => self.ddp.bucket_cap_mb = None,
+            "bucket_cap_mb" => self.ddp.bucket_cap_mb = Some(number()?),
             "num_nodes" => {
                 self.num_nodes = v
                     .parse::<usize>()
@@ -185,8 +181,8 @@ impl StrategySpec {
             }
             _ => {
                 return Err(Error::invalid(format!(
-                    "unknown strategy option {key:?}; known: find_unused_parameters, process_group_backend, \
-                     timeout, bucket_cap_mb, num_nodes"
+                    "unknown strategy option {key:?}; known: find_unused_parameters, broadcast_buffers, \
+                     process_group_backend, timeout, bucket_cap_mb, num_nodes"
                 )))
             }
         }
@@ -203,7 +199,7 @@ mod tests {
     fn names_and_settings() {
         assert!(list().iter().any(|i| i.name == "ddp"));
         let s = lookup("DDP_find_unused_parameters_true").unwrap();
-        assert_eq!((s.kind, s.find_unused_parameters), (StrategyKind::Ddp, true));
+        assert_eq!((s.kind, s.ddp.find_unused_parameters), (StrategyKind::Ddp, true));
         assert_eq!(lookup("auto").unwrap().kind, StrategyKind::Auto);
         assert_eq!(lookup("dp").unwrap().kind, StrategyKind::Dp);
         assert_eq!(lookup("xla").unwrap().kind, StrategyKind::Xla);
@@ -223,5 +219,16 @@ mod tests {
         assert!(s.set("num_nodes", "0").is_err());
         assert!(s.set("colour", "red").is_err());
         assert_eq!(s.timeout, Duration::from_millis(2500));
+        // The bucket cap remembers whether it was set (torch's first
+        // bucket depends on it); booleans parse as trainer options do.
+        assert_eq!(s.ddp.bucket_cap_mb, None);
+        s.set("bucket_cap_mb", "4").unwrap();
+        assert_eq!(s.ddp.bucket_cap_mb, Some(4.0));
+        s.set("bucket_cap_mb", "None").unwrap();
+        assert_eq!(s.ddp.bucket_cap_mb, None);
+        s.set("find_unused_parameters", "yes").unwrap();
+        s.set("broadcast_buffers", "off").unwrap();
+        assert!(s.ddp.find_unused_parameters && !s.ddp.broadcast_buffers);
+        assert!(s.set("broadcast_buffers", "maybe").is_err());
     }
 }

@@ -1,32 +1,30 @@
 //! Process-wide libtorch settings reached through the C++ shim
 //! (`csrc/runtime.cpp`): deterministic algorithms, autograd's anomaly mode
 //! and the CPU generator's state.
-use crate::accelerators::cxx::call;
 use crate::error::Result;
-use libc::{c_char, c_int, c_void, size_t};
+use crate::shim::{self, call};
+use libc::{c_int, c_void};
 use tch::Tensor;
-
-extern "C" {
-    fn fulmen_cxx_set_deterministic(on: c_int, err: *mut c_char, err_len: size_t) -> c_int;
-    fn fulmen_cxx_deterministic() -> c_int;
-    fn fulmen_cxx_set_anomaly(on: c_int, err: *mut c_char, err_len: size_t) -> c_int;
-    fn fulmen_cxx_anomaly() -> c_int;
-    fn fulmen_cxx_cpu_rng_get_state(out: *mut *mut c_void, err: *mut c_char, err_len: size_t) -> c_int;
-    fn fulmen_cxx_cpu_rng_set_state(state: *const c_void, err: *mut c_char, err_len: size_t) -> c_int;
-}
 
 /// Turns libtorch's deterministic algorithms on or off (Lightning's
 /// `deterministic=True`): ops without a deterministic implementation then
 /// raise an error instead of running nondeterministically.
 pub fn set_deterministic(on: bool) -> Result<()> {
     // SAFETY: the error buffer is valid for its length.
-    call("set_deterministic", |err, len| unsafe { fulmen_cxx_set_deterministic(c_int::from(on), err, len) })
+    call("set_deterministic", |err, len| unsafe { shim::fulmen_cxx_set_deterministic(c_int::from(on), err, len) })
+}
+
+/// Whether autograd records operations on this thread
+/// (`torch.is_grad_enabled()`: false inside no_grad).
+pub fn grad_enabled() -> bool {
+    // SAFETY: no arguments; the shim catches everything.
+    unsafe { shim::fulmen_cxx_grad_enabled() != 0 }
 }
 
 /// Whether deterministic algorithms are on.
 pub fn deterministic() -> bool {
     // SAFETY: no arguments; the shim catches everything.
-    unsafe { fulmen_cxx_deterministic() != 0 }
+    unsafe { shim::fulmen_cxx_deterministic() != 0 }
 }
 
 /// Turns autograd's anomaly mode on or off (`torch.autograd.set_detect_anomaly`):
@@ -34,27 +32,27 @@ pub fn deterministic() -> bool {
 /// and where it was created. Process-wide; slows backward down.
 pub fn set_anomaly(on: bool) -> Result<()> {
     // SAFETY: the error buffer is valid for its length.
-    call("set_detect_anomaly", |err, len| unsafe { fulmen_cxx_set_anomaly(c_int::from(on), err, len) })
+    call("set_detect_anomaly", |err, len| unsafe { shim::fulmen_cxx_set_anomaly(c_int::from(on), err, len) })
 }
 
 /// Whether anomaly mode is on.
 pub fn anomaly() -> bool {
     // SAFETY: no arguments; the shim catches everything.
-    unsafe { fulmen_cxx_anomaly() != 0 }
+    unsafe { shim::fulmen_cxx_anomaly() != 0 }
 }
 
 /// The state of libtorch's default CPU generator (a uint8 tensor).
 pub fn cpu_rng_state() -> Result<Tensor> {
     let mut out: *mut c_void = std::ptr::null_mut();
     // SAFETY: `out` receives a heap `at::Tensor*`, which `from_ptr` owns.
-    call("get CPU RNG state", |err, len| unsafe { fulmen_cxx_cpu_rng_get_state(&mut out, err, len) })?;
+    call("get CPU RNG state", |err, len| unsafe { shim::fulmen_cxx_cpu_rng_get_state(&mut out, err, len) })?;
     Ok(unsafe { Tensor::from_ptr(out.cast()) })
 }
 
 /// Restores libtorch's default CPU generator from [`cpu_rng_state`].
 pub fn set_cpu_rng_state(state: &Tensor) -> Result<()> {
     // SAFETY: `as_ptr` is the `at::Tensor*` tch holds; the shim only reads it.
-    call("set CPU RNG state", |err, len| unsafe { fulmen_cxx_cpu_rng_set_state(state.as_ptr().cast(), err, len) })
+    call("set CPU RNG state", |err, len| unsafe { shim::fulmen_cxx_cpu_rng_set_state(state.as_ptr().cast(), err, len) })
 }
 
 #[cfg(test)]

@@ -1,37 +1,9 @@
 //! Ops with a scalar factor that tch does not expose, through the C++ shim
 //! (`csrc/ops.cpp`): one libtorch kernel each, as torch.optim uses them.
-use crate::accelerators::cxx::call;
 use crate::error::Result;
-use libc::{c_char, c_int, c_void, size_t};
+use crate::shim::{self, call};
+use libc::c_void;
 use tch::Tensor;
-
-extern "C" {
-    fn fulmen_cxx_add_(a: *mut c_void, b: *const c_void, alpha: f64, err: *mut c_char, err_len: size_t) -> c_int;
-    fn fulmen_cxx_add(
-        a: *const c_void,
-        b: *const c_void,
-        alpha: f64,
-        out: *mut *mut c_void,
-        err: *mut c_char,
-        err_len: size_t,
-    ) -> c_int;
-    fn fulmen_cxx_addcmul_(
-        a: *mut c_void,
-        t1: *const c_void,
-        t2: *const c_void,
-        value: f64,
-        err: *mut c_char,
-        err_len: size_t,
-    ) -> c_int;
-    fn fulmen_cxx_addcdiv_(
-        a: *mut c_void,
-        t1: *const c_void,
-        t2: *const c_void,
-        value: f64,
-        err: *mut c_char,
-        err_len: size_t,
-    ) -> c_int;
-}
 
 fn ptr(t: &Tensor) -> *mut c_void {
     t.as_ptr() as *mut c_void
@@ -40,27 +12,27 @@ fn ptr(t: &Tensor) -> *mut c_void {
 /// In place `a += alpha * b` (torch's `a.add_(b, alpha=alpha)`).
 pub fn add_(a: &mut Tensor, b: &Tensor, alpha: f64) -> Result<()> {
     // SAFETY: both pointers are live `at::Tensor*`; the shim catches exceptions.
-    call("add_", |err, len| unsafe { fulmen_cxx_add_(ptr(a), ptr(b), alpha, err, len) })
+    call("add_", |err, len| unsafe { shim::fulmen_cxx_add_(ptr(a), ptr(b), alpha, err, len) })
 }
 
 /// `a + alpha * b` (torch's `a.add(b, alpha=alpha)`).
 pub fn add(a: &Tensor, b: &Tensor, alpha: f64) -> Result<Tensor> {
     let mut out: *mut c_void = std::ptr::null_mut();
     // SAFETY: as above; `out` receives a heap `at::Tensor*` that `from_ptr` owns.
-    call("add", |err, len| unsafe { fulmen_cxx_add(ptr(a), ptr(b), alpha, &mut out, err, len) })?;
+    call("add", |err, len| unsafe { shim::fulmen_cxx_add(ptr(a), ptr(b), alpha, &mut out, err, len) })?;
     Ok(unsafe { Tensor::from_ptr(out.cast()) })
 }
 
 /// In place `a += value * t1 * t2` (torch's `addcmul_`).
 pub fn addcmul_(a: &mut Tensor, t1: &Tensor, t2: &Tensor, value: f64) -> Result<()> {
     // SAFETY: live tensors; the shim catches exceptions.
-    call("addcmul_", |err, len| unsafe { fulmen_cxx_addcmul_(ptr(a), ptr(t1), ptr(t2), value, err, len) })
+    call("addcmul_", |err, len| unsafe { shim::fulmen_cxx_addcmul_(ptr(a), ptr(t1), ptr(t2), value, err, len) })
 }
 
 /// In place `a += value * t1 / t2` (torch's `addcdiv_`).
 pub fn addcdiv_(a: &mut Tensor, t1: &Tensor, t2: &Tensor, value: f64) -> Result<()> {
     // SAFETY: live tensors; the shim catches exceptions.
-    call("addcdiv_", |err, len| unsafe { fulmen_cxx_addcdiv_(ptr(a), ptr(t1), ptr(t2), value, err, len) })
+    call("addcdiv_", |err, len| unsafe { shim::fulmen_cxx_addcdiv_(ptr(a), ptr(t1), ptr(t2), value, err, len) })
 }
 
 #[cfg(test)]

@@ -25,12 +25,12 @@ impl Placement {
         acc: Arc<dyn Accelerator>,
         device: Device,
         precision: &str,
-        grad_scaler: Option<(f64, f64, f64, i64)>,
+        grad_scaler: Option<crate::precision::GradScalerSettings>,
     ) -> Result<Placement> {
         let precision = match grad_scaler {
-            Some((init, growth, backoff, interval)) => PrecisionPlugin::with_scaler(
+            Some(settings) => PrecisionPlugin::with_scaler(
                 crate::precision::Precision::parse(precision)?,
-                crate::precision::GradScaler::with_settings(init, growth, backoff, interval)?,
+                crate::precision::GradScaler::with_settings(settings)?,
             )?,
             None => PrecisionPlugin::parse(precision)?,
         };

@@ -1,54 +1,14 @@
-//! The evaluation entry points: validate, test, predict, with their hooks.
-use super::context::{Stage, StepContext};
+//! The evaluation entry points: validate, test, predict (their loop is
+//! `eval_loop`).
+use super::context::Stage;
 use super::hooks::{Callback, Hook};
-use super::metrics::MetricStore;
-use super::run::{HookData, Run};
+use super::run::Run;
 use super::source::BatchSource;
-use super::{batch_size_of, progress, set_mode, LightningModule, Trainer};
+use super::{progress, LightningModule, Trainer};
 use crate::error::{Error, Result, ResultExt};
 use crate::loggers::Logger;
 use std::collections::BTreeMap;
 use tch::Tensor;
-
-/// Hooks of one evaluation stage.
-struct StageHooks {
-    start: Hook,
-    epoch_start: Hook,
-    batch_start: Hook,
-    batch_end: Hook,
-    epoch_end: Hook,
-    end: Hook,
-}
-
-fn hooks_of(stage: Stage) -> StageHooks {
-    use Hook::*;
-    match stage {
-        Stage::Test => StageHooks {
-            start: TestStart,
-            epoch_start: TestEpochStart,
-            batch_start: TestBatchStart,
-            batch_end: TestBatchEnd,
-            epoch_end: TestEpochEnd,
-            end: TestEnd,
-        },
-        Stage::Predict => StageHooks {
-            start: PredictStart,
-            epoch_start: PredictEpochStart,
-            batch_start: PredictBatchStart,
-            batch_end: PredictBatchEnd,
-            epoch_end: PredictEpochEnd,
-            end: PredictEnd,
-        },
-        _ => StageHooks {
-            start: ValidationStart,
-            epoch_start: ValidationEpochStart,
-            batch_start: ValidationBatchStart,
-            batch_end: ValidationBatchEnd,
-            epoch_end: ValidationEpochEnd,
-            end: ValidationEnd,
-        },
-    }
-}
 
 impl Trainer {
     /// Runs the validation loop once (Lightning's `trainer.validate`);
@@ -110,20 +70,11 @@ impl Trainer {
         source: &dyn BatchSource,
         ckpt_path: Option<&str>,
     ) -> Result<(BTreeMap<String, f64>, Vec<Tensor>)> {
-        let _settings = super::run_settings::RunSettings::enter(&self.opts)?;
         let weights = match ckpt_path {
             Some(p) => Some(self.resolve_ckpt_path(p)?),
             None => None,
         };
-        if let Some(s) = self.opts.seed {
-            crate::seed_everything(s);
-        }
-        let (placement, mut strategy) = super::strategy::setup(&self.opts)?;
-        placement.prepare_model(module)?;
-        if let Err(e) = strategy.setup_model(module, false) {
-            let _ = placement.teardown();
-            return Err(strategy.fail(e));
-        }
+        let (_settings, strategy) = self.start_run(module, false)?;
         let global_zero = strategy.is_global_zero();
         let shard = strategy.shard(source);
         let source = shard.get();
@@ -153,7 +104,6 @@ impl Trainer {
             loggers,
             batches_in_epoch: 0,
             epoch_finished: false,
-            placement,
             strategy,
         };
         let result = eval_run(&mut run, &opts, stage, source, weights.as_deref()).map_err(|e| run.strategy.fail(e));
@@ -168,7 +118,7 @@ impl Trainer {
             }
             Err(e) => {
                 run.exception(e);
-                let _ = run.placement.teardown();
+                let _ = run.strategy.teardown();
             }
         }
         result
@@ -198,66 +148,9 @@ fn eval_run(
         _ => opts.effective_limit(opts.limit_val_batches),
     }
     .apply(source.num_batches());
-    let h = hooks_of(stage);
-    set_mode(run.module, false)?;
-    run.simple(h.start)?;
-    run.simple(h.epoch_start)?;
-    let mut store = MetricStore::default();
-    let mut outputs = Vec::new();
-    let epoch = run.state.epoch;
-    {
-        let _no_grad = tch::no_grad_guard();
-        for (i, batch) in source.batches(epoch as u64)?.enumerate() {
-            if limit.is_some_and(|n| i >= n) {
-                break;
-            }
-            let batch = run.placement.prepare_batch(batch.ctx(format!("loading {} batch {i}", stage.name()))?)?;
-            run.hook(h.batch_start, HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() })?;
-            let at = |name: &str| format!("{name} (batch {i})");
-            let autocast = run.placement.forward_context()?;
-            let (module, global_step) = (&mut *run.module, run.state.global_step);
-            store.begin_split();
-            let outs = run.strategy.split(&batch, &mut |chunk| {
-                let mut ctx = StepContext {
-                    stage,
-                    epoch,
-                    global_step,
-                    batch_idx: i as i64,
-                    batch_size: batch_size_of(chunk),
-                    metrics: &mut store,
-                };
-                match stage {
-                    Stage::Test => {
-                        module.test_step(&mut ctx, chunk).map(|_| None).map_err(|e| e.context(at("test_step")))
-                    }
-                    Stage::Predict => module.predict_step(&mut ctx, chunk).map_err(|e| e.context(at("predict_step"))),
-                    _ => module
-                        .validation_step(&mut ctx, chunk)
-                        .map(|_| None)
-                        .map_err(|e| e.context(at("validation_step"))),
-                }
-            });
-            store.end_split();
-            drop(autocast);
-            let out = run.strategy.gather_output(outs?)?;
-            run.hook(
-                h.batch_end,
-                HookData { batch_idx: i as i64, batch: Some(&batch), output: out.as_ref(), ..Default::default() },
-            )?;
-            if let Some(o) = out {
-                outputs.push(o);
-            }
-        }
-    }
-    let metrics = store.end_epoch_synced(&|v| run.strategy.mean(v))?;
-    run.state.callback_metrics.extend(store.callback_metrics);
-    run.state.progress_metrics.extend(store.progress_metrics);
-    run.simple(h.epoch_end)?;
-    if !metrics.is_empty() {
-        run.log_metrics(&metrics, run.state.global_step)?;
-    }
-    run.simple(h.end)?;
+    let step = run.state.global_step;
+    let result = super::eval_loop::evaluate(run, stage, source, limit, Some(step))?;
     run.simple(Hook::Teardown)?;
-    run.placement.teardown()?;
-    Ok((metrics, outputs))
+    run.strategy.teardown()?;
+    Ok(result)
 }

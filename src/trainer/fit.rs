@@ -5,7 +5,7 @@ use super::context::{Stage, StepContext};
 use super::hooks::{Callback, Hook};
 use super::metrics::MetricStore;
 use super::module::{Interval, OptimizerConfig};
-use super::options::{ClipAlgorithm, ValCheckInterval};
+use super::options::ValCheckInterval;
 use super::run::{HookData, Run};
 use super::source::BatchSource;
 use super::{batch_size_of, set_mode, LightningModule, Trainer};
@@ -64,34 +64,6 @@ fn step_schedulers(
         }
     }
     Ok(stepped)
-}
-
-fn clip(configs: &[OptimizerConfig], value: f64, algorithm: ClipAlgorithm) -> Result<()> {
-    for cfg in configs {
-        let params: Vec<Tensor> =
-            cfg.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect();
-        match algorithm {
-            ClipAlgorithm::Norm => {
-                crate::tensor::grad::clip_grad_norm(&params, value, 2.0)?;
-            }
-            ClipAlgorithm::Value => crate::tensor::grad::clip_grad_value(&params, value)?,
-        }
-    }
-    Ok(())
-}
-
-/// With loss scaling (16-mixed): unscales every optimizer's gradients and
-/// says which steps to skip because a gradient is inf or NaN.
-fn unscale(run: &mut Run) -> Result<Vec<bool>> {
-    let n = run.optimizers.len();
-    let Some(scaler) = run.placement.precision.scaler_mut() else { return Ok(vec![false; n]) };
-    let mut skip = Vec::with_capacity(n);
-    for (j, cfg) in run.optimizers.iter().enumerate() {
-        let params: Vec<Tensor> =
-            cfg.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect();
-        skip.push(scaler.unscale(j, &params)?);
-    }
-    Ok(skip)
 }
 
 fn is_checkpoint(cb: &dyn Callback) -> bool {
@@ -164,23 +136,11 @@ impl Trainer {
         val: Option<&dyn BatchSource>,
         ckpt_path: Option<&str>,
     ) -> Result<()> {
-        let _settings = super::run_settings::RunSettings::enter(&self.opts)?;
         let resume = match ckpt_path {
             Some(p) => Some(self.resolve_ckpt_path(p)?),
             None => None,
         };
-        if let Some(s) = self.opts.seed {
-            crate::seed_everything(s);
-        }
-        if self.opts.deterministic {
-            crate::tensor::set_deterministic(true)?;
-        }
-        let (placement, mut strategy) = super::strategy::setup(&self.opts)?;
-        placement.prepare_model(module)?;
-        if let Err(e) = strategy.setup_model(module, true) {
-            let _ = placement.teardown();
-            return Err(strategy.fail(e));
-        }
+        let (_settings, strategy) = self.start_run(module, true)?;
         let global_zero = strategy.is_global_zero();
         let train_shard = strategy.shard(train);
         let train = train_shard.get();
@@ -226,7 +186,6 @@ impl Trainer {
             loggers,
             batches_in_epoch: 0,
             epoch_finished: false,
-            placement,
             strategy,
         };
         let result = fit_run(&mut run, &opts, train, if validating { val } else { None }, resume.as_deref())
@@ -245,7 +204,7 @@ impl Trainer {
                 run.exception(e);
                 // Lightning tears the accelerator down on failure too; its
                 // own error would hide the run's.
-                let _ = run.placement.teardown();
+                let _ = run.strategy.teardown();
             }
         }
         result
@@ -345,7 +304,7 @@ fn fit_run(
     set_mode(run.module, true)?;
     run.simple(Hook::FitEnd)?;
     run.simple(Hook::Teardown)?;
-    run.placement.teardown()?;
+    run.strategy.teardown()?;
     run.save_logs()
 }
 
@@ -381,7 +340,7 @@ fn train_epoch(
         if limit.is_some_and(|n| i >= n) || (opts.step_limit() >= 0 && run.state.global_step >= opts.step_limit()) {
             break;
         }
-        let batch = run.placement.prepare_batch(batch.ctx(format!("loading training batch {i} of epoch {epoch}"))?)?;
+        let batch = run.strategy.batch_to_device(batch.ctx(format!("loading training batch {i} of epoch {epoch}"))?)?;
         // The last batch by count, or the real last one of a source that
         // yields fewer batches than it announced (looked ahead by one, as
         // Lightning's prefetching fetcher does), so the epoch-end
@@ -396,7 +355,7 @@ fn train_epoch(
         let step_now = run.state.global_step;
         let at = || format!("training_step (epoch {epoch}, global step {step_now}, batch {i})");
         run.strategy.pre_forward(stepped)?;
-        let autocast = run.placement.forward_context()?;
+        let autocast = run.strategy.forward_context()?;
         let module = &mut *run.module;
         store.begin_split();
         let losses = run.strategy.split(&batch, &mut |chunk| {
@@ -424,28 +383,20 @@ fn train_epoch(
             }
         }
         let scaled = if acc > 1 { loss.f_div_scalar(acc as f64)? } else { loss.shallow_clone() };
-        let scaled = run.placement.precision.scale_loss(&scaled)?;
         run.hook(Hook::BeforeBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
-        run.strategy.pre_backward(&loss, stepped)?;
-        scaled.f_backward().map_err(|e| crate::error::Error::from(e).context(format!("{}: backward", at())))?;
+        run.strategy.post_forward(&loss)?;
+        run.strategy.backward(&scaled).map_err(|e| e.context(format!("{}: backward", at())))?;
         run.hook(Hook::AfterBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
         let step_index = run.state.global_step;
         if stepped {
-            let skip = unscale(run)?;
+            // Lightning's precision.optimizer_step: unscale, the hook and
+            // clipping on true gradients, then the steps and the scale.
+            run.strategy.unscale_gradients(&mut run.optimizers)?;
             run.simple(Hook::BeforeOptimizerStep)?;
             if let Some(v) = opts.gradient_clip_val {
-                clip(&run.optimizers, v, opts.gradient_clip_algorithm)?;
+                run.strategy.clip_gradients(&mut run.optimizers, v, opts.gradient_clip_algorithm)?;
             }
-            for (j, cfg) in run.optimizers.iter_mut().enumerate() {
-                if !skip[j] {
-                    cfg.optimizer
-                        .step()
-                        .map_err(|e| e.context(format!("{}: optimizer {} step", at(), cfg.optimizer.name())))?;
-                }
-            }
-            if let Some(scaler) = run.placement.precision.scaler_mut() {
-                scaler.update()?;
-            }
+            run.strategy.optimizer_step(&mut run.optimizers).map_err(|e| e.context(at()))?;
             run.state.global_step += 1;
         }
         ran += 1;
@@ -513,67 +464,20 @@ fn train_epoch(
     Ok(ran == 0 && skip == 0)
 }
 
-/// One validation run inside fit (or the sanity check): eval mode, no
-/// grad, hooks, epoch metrics into the callback metrics and the loggers.
+/// One validation run inside fit (or the sanity check, limited to
+/// `sanity_limit` batches and logging nothing), on the one evaluation loop.
 pub(super) fn run_validation(
     run: &mut Run,
     opts: &super::TrainerOptions,
     val: &dyn BatchSource,
     sanity_limit: Option<usize>,
 ) -> Result<()> {
-    let epoch = run.state.epoch;
     let limit = opts.effective_limit(opts.limit_val_batches).apply(val.num_batches());
     let limit = match (limit, sanity_limit) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, None) => a,
         (None, b) => b,
     };
-    set_mode(run.module, false)?;
-    run.simple(Hook::ValidationStart)?;
-    run.simple(Hook::ValidationEpochStart)?;
-    let mut store = MetricStore::default();
-    {
-        let _no_grad = tch::no_grad_guard();
-        for (i, batch) in val.batches(epoch as u64)?.enumerate() {
-            if limit.is_some_and(|n| i >= n) {
-                break;
-            }
-            let batch = run.placement.prepare_batch(batch.ctx(format!("loading validation batch {i}"))?)?;
-            run.hook(
-                Hook::ValidationBatchStart,
-                HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() },
-            )?;
-            let _autocast = run.placement.forward_context()?;
-            let (module, global_step) = (&mut *run.module, run.state.global_step);
-            store.begin_split();
-            let done = run.strategy.split(&batch, &mut |chunk| {
-                let mut ctx = StepContext {
-                    stage: Stage::Validate,
-                    epoch,
-                    global_step,
-                    batch_idx: i as i64,
-                    batch_size: batch_size_of(chunk),
-                    metrics: &mut store,
-                };
-                module.validation_step(&mut ctx, chunk).map_err(|e| {
-                    e.context(format!("validation_step (epoch {epoch}, global step {global_step}, batch {i})"))
-                })
-            });
-            store.end_split();
-            done?;
-            run.hook(
-                Hook::ValidationBatchEnd,
-                HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() },
-            )?;
-        }
-    }
-    let metrics = store.end_epoch_synced(&|v| run.strategy.mean(v))?;
-    run.state.callback_metrics.extend(store.callback_metrics);
-    run.state.progress_metrics.extend(store.progress_metrics);
-    run.simple(Hook::ValidationEpochEnd)?;
-    if !run.state.sanity_checking && !metrics.is_empty() {
-        run.log_metrics(&metrics, run.state.global_step.max(1) - 1)?;
-    }
-    run.simple(Hook::ValidationEnd)?;
-    Ok(())
+    let log_step = (!run.state.sanity_checking).then(|| run.state.global_step.max(1) - 1);
+    super::eval_loop::evaluate(run, Stage::Validate, val, limit, log_step).map(|_| ())
 }

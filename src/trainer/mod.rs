@@ -4,6 +4,7 @@ pub mod context;
 mod data_parallel;
 pub mod device;
 mod eval;
+mod eval_loop;
 mod fit;
 pub mod hooks;
 pub mod interrupt;
@@ -15,6 +16,7 @@ mod resume;
 mod run;
 pub mod run_settings;
 pub mod source;
+mod start;
 mod strategy;
 
 pub use context::{Stage, StepContext};

@@ -152,9 +152,8 @@ pub struct TrainerOptions {
     pub devices: String,
     /// Precision ("32-true", "16-mixed", "bf16-mixed", "64-true", ...).
     pub precision: String,
-    /// Loss-scaler settings for `16-mixed` (init scale, growth factor,
-    /// backoff factor, growth interval); `None`: torch's defaults.
-    pub grad_scaler: Option<(f64, f64, f64, i64)>,
+    /// Loss-scaler settings for `16-mixed`; `None`: torch's defaults.
+    pub grad_scaler: Option<crate::precision::GradScalerSettings>,
     /// The strategy ("auto", "single_device", "ddp", ...) and its settings.
     pub strategy: crate::strategies::StrategySpec,
 }

@@ -29,9 +29,8 @@ pub(crate) struct Run<'a> {
     pub batches_in_epoch: i64,
     /// Whether the current epoch's training batches are all done.
     pub epoch_finished: bool,
-    /// Accelerator, device and precision.
-    pub placement: super::device::Placement,
-    /// Single device or DDP.
+    /// The strategy, which owns the accelerator, device and precision
+    /// (Lightning's chain loop -> strategy -> precision -> accelerator).
     pub strategy: super::strategy::RunStrategy,
 }
 
@@ -199,7 +198,7 @@ impl Run<'_> {
                 ck.extra.insert(MODULE_KEY.to_string(), entries);
             }
             ck.rng_state = Some(crate::tensor::runtime::cpu_rng_state()?);
-            ck.precision_state = self.placement.precision.state_dict();
+            ck.precision_state = self.strategy.precision().state_dict();
         }
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).ctx(format!("creating {}", dir.display()))?;
@@ -297,7 +296,7 @@ impl Run<'_> {
         let mut ctx = HookContext::new(Hook::LoadCheckpoint, self.stage, self.state);
         ctx.checkpoint = Some(&mut entries);
         self.module.on_hook(&mut ctx).map_err(|e| e.context("LightningModule.on_load_checkpoint"))?;
-        self.placement.precision.load_state_dict(&ck.precision_state).ctx(format!("{}: precision state", at()))?;
+        self.strategy.precision_mut().load_state_dict(&ck.precision_state).ctx(format!("{}: precision state", at()))?;
         if let Some(r) = &ck.rng_state {
             crate::tensor::runtime::set_cpu_rng_state(r).ctx(at())?;
         }

@@ -1,6 +1,7 @@
 //! Settings that hold while one run (fit, validate, test, predict) is on
 //! the calling thread: the time limit of host callbacks, autograd's
-//! anomaly detection and the SIGINT / SIGTERM watch. All are restored when
+//! anomaly detection, deterministic algorithms and the SIGINT / SIGTERM
+//! watch. All are restored when
 //! the run ends, however it ends.
 use super::options::TrainerOptions;
 use crate::error::Result;
@@ -22,21 +23,35 @@ pub fn callback_timeout() -> Option<Duration> {
 pub(crate) struct RunSettings {
     timeout: Option<Duration>,
     anomaly: Option<bool>,
+    deterministic: Option<bool>,
     _signals: super::interrupt::SignalGuard,
 }
 
 impl RunSettings {
-    /// Applies `opts.callback_timeout` and `opts.detect_anomaly`.
+    /// Applies `opts.callback_timeout`, `opts.detect_anomaly` and
+    /// `opts.deterministic` (libtorch's deterministic algorithms, as
+    /// Lightning's `Trainer(deterministic=True)`).
     pub fn enter(opts: &TrainerOptions) -> Result<RunSettings> {
+        let deterministic = if opts.deterministic && !runtime::deterministic() {
+            runtime::set_deterministic(true)?;
+            Some(false)
+        } else {
+            None
+        };
         let anomaly = if opts.detect_anomaly && !runtime::anomaly() {
-            runtime::set_anomaly(true)?;
+            if let Err(e) = runtime::set_anomaly(true) {
+                if let Some(previous) = deterministic {
+                    let _ = runtime::set_deterministic(previous);
+                }
+                return Err(e);
+            }
             Some(false)
         } else {
             None
         };
         let timeout = CALLBACK_TIMEOUT.with(|c| c.replace(opts.callback_timeout));
         let _signals = super::interrupt::SignalGuard::install(opts.handle_signals);
-        Ok(RunSettings { timeout, anomaly, _signals })
+        Ok(RunSettings { timeout, anomaly, deterministic, _signals })
     }
 }
 
@@ -45,6 +60,9 @@ impl Drop for RunSettings {
         CALLBACK_TIMEOUT.with(|c| c.set(self.timeout));
         if let Some(previous) = self.anomaly {
             let _ = runtime::set_anomaly(previous);
+        }
+        if let Some(previous) = self.deterministic {
+            let _ = runtime::set_deterministic(previous);
         }
     }
 }

@@ -1,14 +1,19 @@
-//! The strategy of one run: single device, or DDP over the process's
-//! distributed context (gradient averaging by c10d's Reducer, sharded data,
-//! synchronized metrics and decisions, rank-zero-only files).
+//! The strategy of one run, the head of Lightning's chain loop -> strategy
+//! -> precision -> accelerator: it owns the accelerator, device and
+//! precision plugin ([`Placement`]) and how the run is spread (one device,
+//! DDP over the process's distributed context, or DP), and the loops reach
+//! the model's device, the backward pass and the optimizer steps only
+//! through it.
 use super::data_parallel::DpRun;
 use super::device::Placement;
-use super::module::LightningModule;
-use super::options::TrainerOptions;
+use super::module::{LightningModule, OptimizerConfig};
+use super::options::{ClipAlgorithm, TrainerOptions};
 use super::source::BatchSource;
 use crate::accelerators::{registry, DevicesSpec};
-use crate::distributed::{self, ClusterEnv, DistContext, JoinOptions, ReduceOp, Reducer};
+use crate::distributed::{self, ClusterEnv, Ddp, DdpOptions, DistContext, JoinOptions, ReduceOp};
 use crate::error::{Error, ErrorCode, Result, ResultExt};
+use crate::optim::Optimizer;
+use crate::precision::{AutocastGuard, PrecisionPlugin};
 use crate::strategies::StrategyKind;
 use std::sync::Arc;
 use tch::{Device, Tensor};
@@ -16,16 +21,14 @@ use tch::{Device, Tensor};
 /// DDP state of a run.
 pub(crate) struct DdpRun {
     ctx: Arc<DistContext>,
-    reducer: Option<Reducer>,
-    find_unused: bool,
-    bucket_cap_mb: f64,
-    /// Buffers broadcast from rank 0 before each training forward
-    /// (DDP's broadcast_buffers).
-    buffers: Vec<Tensor>,
+    options: DdpOptions,
+    /// The model wrapped as torch's DistributedDataParallel (fit only:
+    /// Lightning wraps the model for fitting, not for evaluation runs).
+    ddp: Option<Ddp>,
 }
 
 /// How a run is spread.
-pub(crate) enum RunStrategy {
+enum Parallel {
     /// One process, one device.
     Single,
     /// Distributed data parallel.
@@ -34,10 +37,16 @@ pub(crate) enum RunStrategy {
     Dp(DpRun),
 }
 
+/// The strategy of a run, with its accelerator, device and precision.
+pub(crate) struct RunStrategy {
+    placement: Placement,
+    parallel: Parallel,
+}
+
 /// Resolves accelerator, devices, precision and strategy; joins the
 /// distributed job when the strategy is DDP (starting the other local
 /// ranks when no launcher did).
-pub(crate) fn setup(opts: &TrainerOptions) -> Result<(Placement, RunStrategy)> {
+pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
     let acc = registry::get_available(&opts.accelerator)?;
     let spec = DevicesSpec::parse(&opts.devices)?;
     let parsed =
@@ -69,7 +78,7 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<(Placement, RunStrategy)> {
     match kind {
         StrategyKind::Dp => {
             let placement = Placement::on(acc, list[0], &opts.precision, opts.grad_scaler)?;
-            Ok((placement, RunStrategy::Dp(DpRun::new(list))))
+            Ok(RunStrategy { placement, parallel: Parallel::Dp(DpRun::new(list)) })
         }
         StrategyKind::Ddp | StrategyKind::Xla => {
             let ctx = distributed::join(&JoinOptions {
@@ -93,14 +102,8 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<(Placement, RunStrategy)> {
                 }
             };
             let placement = Placement::on(acc, device, &opts.precision, opts.grad_scaler)?;
-            let ddp = DdpRun {
-                ctx,
-                reducer: None,
-                find_unused: s.find_unused_parameters,
-                bucket_cap_mb: s.bucket_cap_mb,
-                buffers: Vec::new(),
-            };
-            Ok((placement, RunStrategy::Ddp(ddp)))
+            let ddp = DdpRun { ctx, options: s.ddp.clone(), ddp: None };
+            Ok(RunStrategy { placement, parallel: Parallel::Ddp(ddp) })
         }
         _ => {
             if list.len() > 1 {
@@ -113,7 +116,8 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<(Placement, RunStrategy)> {
                     s.name
                 )));
             }
-            Ok((Placement::on(acc, list[0], &opts.precision, opts.grad_scaler)?, RunStrategy::Single))
+            let placement = Placement::on(acc, list[0], &opts.precision, opts.grad_scaler)?;
+            Ok(RunStrategy { placement, parallel: Parallel::Single })
         }
     }
 }
@@ -121,86 +125,143 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<(Placement, RunStrategy)> {
 impl RunStrategy {
     /// Whether this process is rank 0 (always, for a single device).
     pub fn is_global_zero(&self) -> bool {
-        match self {
-            RunStrategy::Single | RunStrategy::Dp(_) => true,
-            RunStrategy::Ddp(d) => d.ctx.is_global_zero(),
+        match &self.parallel {
+            Parallel::Single | Parallel::Dp(_) => true,
+            Parallel::Ddp(d) => d.ctx.is_global_zero(),
         }
     }
 
     /// This process's rank.
     pub fn global_rank(&self) -> usize {
-        match self {
-            RunStrategy::Single | RunStrategy::Dp(_) => 0,
-            RunStrategy::Ddp(d) => d.ctx.rank(),
+        match &self.parallel {
+            Parallel::Single | Parallel::Dp(_) => 0,
+            Parallel::Ddp(d) => d.ctx.rank(),
         }
     }
 
     /// Number of processes.
     pub fn world_size(&self) -> usize {
-        match self {
-            RunStrategy::Single | RunStrategy::Dp(_) => 1,
-            RunStrategy::Ddp(d) => d.ctx.world_size(),
+        match &self.parallel {
+            Parallel::Single | Parallel::Dp(_) => 1,
+            Parallel::Ddp(d) => d.ctx.world_size(),
         }
     }
 
-    /// After the model is on its device: checks every rank has the same
-    /// parameters, copies rank 0's parameters and buffers to all ranks, and
-    /// (for training) hooks the Reducer.
+    /// Lightning's `strategy.setup`: moves the module's model to the
+    /// device (cast for `*-true` precisions), then for fitting wraps it as
+    /// torch's DistributedDataParallel (DDP) or replicates it (DP).
+    /// Evaluation runs under DDP leave the model unwrapped, as Lightning
+    /// does. On failure the device is torn down and a DDP job ended.
     pub fn setup_model(&mut self, module: &dyn LightningModule, training: bool) -> Result<()> {
-        if let RunStrategy::Dp(d) = self {
-            return d.setup_model(module);
+        self.placement.prepare_model(module)?;
+        let wrapped = self.wrap_model(module, training);
+        if let Err(e) = wrapped {
+            let _ = self.placement.teardown();
+            return Err(self.fail(e));
         }
-        let RunStrategy::Ddp(d) = self else { return Ok(()) };
+        Ok(())
+    }
+
+    fn wrap_model(&mut self, module: &dyn LightningModule, training: bool) -> Result<()> {
+        let d = match &mut self.parallel {
+            Parallel::Dp(d) => return d.setup_model(module),
+            Parallel::Ddp(d) if training => d,
+            _ => return Ok(()),
+        };
         let Some(model) = module.model() else {
             return Err(Error::state(
                 "ddp needs a LightningModule with a model (pass one to fulmen_lightning_module_new)",
             ));
         };
-        let (params, state) = {
-            let m = model.lock().unwrap_or_else(|p| p.into_inner());
-            let params: Vec<Tensor> = m.parameters().into_iter().filter(Tensor::requires_grad).collect();
-            let state: Vec<Tensor> = m.state_dict().into_iter().map(|(_, t)| t).collect();
-            d.buffers = m.named_buffers().into_iter().map(|(_, t)| t).collect();
-            (params, state)
-        };
-        let group = &d.ctx.group;
-        group.verify_params(&params).map_err(|e| d.ctx.explain(e))?;
-        group.broadcast_coalesced(&state, 0).map_err(|e| d.ctx.explain(e))?;
-        if training {
-            d.reducer = Some(Reducer::new(Arc::clone(group), &params, d.find_unused, d.bucket_cap_mb)?);
-        }
+        let m = model.lock().unwrap_or_else(|p| p.into_inner());
+        d.ddp = Some(Ddp::new(Arc::clone(&d.ctx.group), &m, d.options.clone()).map_err(|e| d.ctx.explain(e))?);
         Ok(())
+    }
+
+    /// Lightning's `strategy.batch_to_device`: the batch on the device,
+    /// floating inputs cast for `*-true` precisions.
+    pub fn batch_to_device(&self, batch: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        self.placement.prepare_batch(batch)
+    }
+
+    /// The precision plugin's step context: autocast for `*-mixed`.
+    pub fn forward_context(&self) -> Result<Option<AutocastGuard>> {
+        self.placement.forward_context()
+    }
+
+    /// The precision plugin (its state goes into checkpoints).
+    pub fn precision(&self) -> &PrecisionPlugin {
+        &self.placement.precision
+    }
+
+    /// The precision plugin, to restore its state.
+    pub fn precision_mut(&mut self) -> &mut PrecisionPlugin {
+        &mut self.placement.precision
+    }
+
+    /// Releases the device (Lightning's `strategy.teardown`, which tears
+    /// the accelerator down).
+    pub fn teardown(&self) -> Result<()> {
+        self.placement.teardown()
     }
 
     /// Before a training forward: `sync` is false on the micro-batches of
     /// gradient accumulation that do not step (DDP's no_sync).
     pub fn pre_forward(&mut self, sync: bool) -> Result<()> {
-        let RunStrategy::Ddp(d) = self else { return Ok(()) };
-        if !d.buffers.is_empty() {
-            d.ctx.group.broadcast_coalesced(&d.buffers, 0).map_err(|e| d.ctx.explain(e))?;
-        }
-        if sync {
-            if let Some(r) = d.reducer.as_mut() {
-                r.prepare_for_forward()?;
-            }
-        }
-        Ok(())
+        let Parallel::Ddp(DdpRun { ctx, ddp: Some(ddp), .. }) = &mut self.parallel else { return Ok(()) };
+        ddp.set_sync(sync);
+        ddp.pre_forward(true).map_err(|e| ctx.explain(e))
     }
 
-    /// Between the forward and backward(): arms gradient averaging when
-    /// `sync`.
-    pub fn pre_backward(&mut self, loss: &Tensor, sync: bool) -> Result<()> {
-        let RunStrategy::Ddp(d) = self else { return Ok(()) };
-        if let (true, Some(r)) = (sync, d.reducer.as_mut()) {
-            let outputs = if d.find_unused { vec![loss.shallow_clone()] } else { Vec::new() };
-            r.prepare_for_backward(&outputs)?;
-        }
-        Ok(())
+    /// After a training forward that produced `loss`, before backward():
+    /// arms gradient averaging when the step synchronizes.
+    pub fn post_forward(&mut self, loss: &Tensor) -> Result<()> {
+        let Parallel::Ddp(DdpRun { ctx, ddp: Some(ddp), .. }) = &mut self.parallel else { return Ok(()) };
+        ddp.post_forward(std::slice::from_ref(loss), true).map_err(|e| ctx.explain(e))
+    }
+
+    /// Around an evaluation forward inside fit (no grad), as Lightning runs
+    /// validation through the DDP wrapper: buffers are broadcast when the
+    /// last forward synchronized.
+    pub fn eval_forward(&mut self) -> Result<()> {
+        let Parallel::Ddp(DdpRun { ctx, ddp: Some(ddp), .. }) = &mut self.parallel else { return Ok(()) };
+        ddp.pre_forward(false).map_err(|e| ctx.explain(e))?;
+        ddp.post_forward(&[], false).map_err(|e| ctx.explain(e))
+    }
+
+    /// Lightning's `strategy.backward` -> `precision.backward`: backward
+    /// of `loss` (scaled for `16-mixed`); under DDP it averages the
+    /// gradients when the step synchronizes.
+    pub fn backward(&mut self, loss: &Tensor) -> Result<()> {
+        self.placement.precision.backward(loss)
+    }
+
+    /// Before the `on_before_optimizer_step` hook: unscales the gradients
+    /// (`16-mixed`), so the hook and clipping see their true values.
+    pub fn unscale_gradients(&mut self, configs: &mut [OptimizerConfig]) -> Result<()> {
+        self.placement.precision.unscale_gradients(&optimizers_of(configs))
+    }
+
+    /// Lightning's `strategy.clip_gradients` -> `precision.clip_gradients`.
+    pub fn clip_gradients(
+        &mut self,
+        configs: &mut [OptimizerConfig],
+        value: f64,
+        algorithm: ClipAlgorithm,
+    ) -> Result<()> {
+        self.placement.precision.clip_gradients(&optimizers_of(configs), value, algorithm)
+    }
+
+    /// Lightning's `strategy.optimizer_step` -> `precision.optimizer_step`:
+    /// every optimizer steps on its device unless (`16-mixed`) its
+    /// gradients are inf/NaN; the loss scale is updated.
+    pub fn optimizer_step(&mut self, configs: &mut [OptimizerConfig]) -> Result<Vec<bool>> {
+        self.placement.precision.optimizer_step(&mut optimizers_of(configs))
     }
 
     /// Averages `values` over ranks in place (sync_dist).
     pub fn mean(&self, values: &mut [f64]) -> Result<()> {
-        let RunStrategy::Ddp(d) = self else { return Ok(()) };
+        let Parallel::Ddp(d) = &self.parallel else { return Ok(()) };
         if values.is_empty() {
             return Ok(());
         }
@@ -213,7 +274,7 @@ impl RunStrategy {
     /// Lightning's `reduce_boolean_decision(all=False)`: true when any rank
     /// says true.
     pub fn any(&self, decision: bool) -> Result<bool> {
-        let RunStrategy::Ddp(d) = self else { return Ok(decision) };
+        let Parallel::Ddp(d) = &self.parallel else { return Ok(decision) };
         let t = Tensor::from_slice(&[i64::from(decision)]);
         d.ctx.group.all_reduce(&[t.shallow_clone()], ReduceOp::Max).map_err(|e| d.ctx.explain(e))?;
         Ok(t.int64_value(&[0]) > 0)
@@ -221,33 +282,33 @@ impl RunStrategy {
 
     /// Waits for every rank.
     pub fn barrier(&self) -> Result<()> {
-        match self {
-            RunStrategy::Single | RunStrategy::Dp(_) => Ok(()),
-            RunStrategy::Ddp(d) => d.ctx.group.barrier().map_err(|e| d.ctx.explain(e)),
+        match &self.parallel {
+            Parallel::Single | Parallel::Dp(_) => Ok(()),
+            Parallel::Ddp(d) => d.ctx.group.barrier().map_err(|e| d.ctx.explain(e)),
         }
     }
 
     /// Runs a step on `batch`: once, or for DP once per chunk with the
     /// chunk's replica of the model.
     pub fn split<T>(&self, batch: &[Tensor], step: &mut dyn FnMut(&[Tensor]) -> Result<T>) -> Result<Vec<T>> {
-        match self {
-            RunStrategy::Dp(d) => d.run(batch, step),
+        match &self.parallel {
+            Parallel::Dp(d) => d.run(batch, step),
             _ => Ok(vec![step(batch)?]),
         }
     }
 
     /// The loss of a batch from the losses [`RunStrategy::split`] produced.
     pub fn gather_loss(&self, losses: Vec<Tensor>) -> Result<Tensor> {
-        match self {
-            RunStrategy::Dp(d) => d.gather_loss(losses),
+        match &self.parallel {
+            Parallel::Dp(d) => d.gather_loss(losses),
             _ => losses.into_iter().next().ok_or_else(|| Error::state("no loss was produced")),
         }
     }
 
     /// The prediction of a batch from those [`RunStrategy::split`] produced.
     pub fn gather_output(&self, outputs: Vec<Option<Tensor>>) -> Result<Option<Tensor>> {
-        match self {
-            RunStrategy::Dp(d) => d.gather_outputs(outputs),
+        match &self.parallel {
+            Parallel::Dp(d) => d.gather_outputs(outputs),
             _ => Ok(outputs.into_iter().next().flatten()),
         }
     }
@@ -255,8 +316,8 @@ impl RunStrategy {
     /// The source this rank reads: its shard of a DataLoader (padded to
     /// equal length, reshuffled per epoch), or the source itself.
     pub fn shard<'a>(&self, source: &'a dyn BatchSource) -> Sharded<'a> {
-        match self {
-            RunStrategy::Ddp(d) if d.ctx.world_size() > 1 => match source.shard(d.ctx.rank(), d.ctx.world_size()) {
+        match &self.parallel {
+            Parallel::Ddp(d) if d.ctx.world_size() > 1 => match source.shard(d.ctx.rank(), d.ctx.world_size()) {
                 Some(owned) => Sharded::Owned(owned),
                 None => Sharded::Borrowed(source),
             },
@@ -267,17 +328,22 @@ impl RunStrategy {
     /// A failed run: the error names a failed rank when one is known, and
     /// the job is ended (a broken group would make later runs hang).
     pub fn fail(&mut self, e: Error) -> Error {
-        let RunStrategy::Ddp(d) = self else { return e };
+        let Parallel::Ddp(d) = &mut self.parallel else { return e };
         // A dead child rank is usually noticed by a collective first; give
         // the launcher's watcher a moment so the error can name it.
         if matches!(e.code, ErrorCode::Torch | ErrorCode::Distributed) {
             let _ = d.ctx.await_child_failure(std::time::Duration::from_secs(1));
         }
         let e = d.ctx.explain(e);
-        d.reducer = None;
+        d.ddp = None;
         distributed::abort();
         e
     }
+}
+
+/// The optimizers of a run's configurations, for the precision plugin.
+fn optimizers_of(configs: &mut [OptimizerConfig]) -> Vec<&mut dyn Optimizer> {
+    configs.iter_mut().map(|c| c.optimizer.as_mut() as &mut dyn Optimizer).collect()
 }
 
 /// A data source as one rank sees it.

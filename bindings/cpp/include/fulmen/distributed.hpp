@@ -86,20 +86,22 @@ inline void shutdown(double timeout_s) { check(fulmen_distributed_shutdown(timeo
 /// DDP for a host-owned loop (torch's DistributedDataParallel): a model
 /// whose gradients are averaged over the joined job's ranks during
 /// backward. Each training step calls prepare_forward(), the forward,
-/// prepare_backward(loss), then loss.backward(); steps that only
-/// accumulate (DDP's no_sync) skip both prepare calls. Move-only; freeing
-/// it leaves the model as it is.
+/// prepare_backward(loss), then loss.backward(), on every rank (Python
+/// ranks running DistributedDataParallel included); steps that only
+/// accumulate run between set_sync(false) and set_sync(true). Move-only;
+/// freeing it leaves the model as it is.
 class Ddp : public detail::Handle<fulmen_ddp, fulmen_ddp_free> {
 public:
     /// An empty DDP object (no handle).
     Ddp() = default;
 
-    /// Wraps `model` in the joined job: checks that every rank has the same
-    /// parameters, copies rank 0's parameters and buffers to all ranks, and
-    /// hooks gradient averaging (with `strategy`'s find_unused_parameters
-    /// and bucket_cap_mb). Throws Error (FULMEN_CODE_INVALID_STATE) before
+    /// Wraps `model` in the joined job as DistributedDataParallel does:
+    /// checks that every rank has the same trainable parameters, copies rank
+    /// 0's parameters and then its buffers to all ranks, and hooks gradient
+    /// averaging (with `strategy`'s find_unused_parameters, bucket_cap_mb
+    /// and broadcast_buffers). Throws Error (FULMEN_CODE_INVALID_STATE) before
     /// distributed::join.
-    Ddp(const Model& model, const Strategy& strategy)
+    Ddp(Model& model, const Strategy& strategy)
         : Handle(detail::make<fulmen_ddp>([&](fulmen_ddp** out) {
               return fulmen_ddp_new(model.get(), strategy.get(), out);
           })) {}
@@ -107,7 +109,13 @@ public:
     /// Takes ownership of a `fulmen_ddp` handle.
     static Ddp adopt(fulmen_ddp* handle) noexcept { return Ddp(handle); }
 
-    /// Call before the forward pass of a step whose backward averages gradients.
+    /// torch's `no_sync()`: while `sync` is false, backward passes only
+    /// accumulate gradients locally; the next synchronized step averages
+    /// the sum. Steps call prepare_forward and prepare_backward either way.
+    void set_sync(bool sync) { check(fulmen_ddp_set_sync(get(), sync)); }
+
+    /// Call before every forward pass of the model, as DistributedDataParallel's
+    /// forward does (prepares averaging, broadcasts rank 0's buffers).
     void prepare_forward() { check(fulmen_ddp_prepare_forward(get())); }
 
     /// Call after the forward pass, before `loss.backward()`: that backward

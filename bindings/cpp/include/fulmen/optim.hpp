@@ -188,13 +188,13 @@ private:
 
 /// Scales `model`'s gradients to a joint norm of at most `max_norm`;
 /// returns the norm before clipping (norm_type INFINITY for max-norm).
-inline double clip_grad_norm(const Model& model, double max_norm, double norm_type = 2.0) {
+inline double clip_grad_norm(Model& model, double max_norm, double norm_type = 2.0) {
     double total = 0;
     check(fulmen_clip_grad_norm(model.get(), max_norm, norm_type, &total));
     return total;
 }
 
 /// Clamps `model`'s gradients into [-value, value].
-inline void clip_grad_value(const Model& model, double value) { check(fulmen_clip_grad_value(model.get(), value)); }
+inline void clip_grad_value(Model& model, double value) { check(fulmen_clip_grad_value(model.get(), value)); }
 
 }  // namespace fulmen

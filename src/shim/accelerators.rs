@@ -1,0 +1,17 @@
+//! Declarations of `csrc/accelerators.cpp`: CUDA and XLA queries.
+use libc::{c_char, c_int, size_t};
+
+extern "C" {
+    pub(crate) fn fulmen_cxx_cuda_compiled() -> c_int;
+    pub(crate) fn fulmen_cxx_cuda_set_device(index: i64, err: *mut c_char, err_len: size_t) -> c_int;
+    pub(crate) fn fulmen_cxx_cuda_empty_cache(err: *mut c_char, err_len: size_t) -> c_int;
+    pub(crate) fn fulmen_cxx_cuda_memory_stats(
+        index: i64,
+        buf: *mut c_char,
+        buf_len: size_t,
+        needed: *mut size_t,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_xla_device_count(out: *mut i64, err: *mut c_char, err_len: size_t) -> c_int;
+}

@@ -1,0 +1,106 @@
+//! Declarations of `csrc/distributed.cpp`: c10d stores, process groups, collectives and the Reducer.
+use libc::{c_char, c_int, c_void, size_t};
+
+extern "C" {
+    pub(crate) fn fulmen_cxx_dist_backends() -> c_int;
+    pub(crate) fn fulmen_cxx_store_new(
+        addr: *const c_char,
+        port: c_int,
+        rank: c_int,
+        world: c_int,
+        all_clients: c_int,
+        connect_ms: i64,
+        timeout_ms: i64,
+        out: *mut *mut c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_store_joined(
+        store: *mut c_void,
+        out: *mut i64,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_store_free(store: *mut c_void);
+    pub(crate) fn fulmen_cxx_pg_new(
+        store: *mut c_void,
+        rank: c_int,
+        world: c_int,
+        timeout_ms: i64,
+        addr: *const c_char,
+        backend: *const c_char,
+        device_index: c_int,
+        out: *mut *mut c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_pg_free(group: *mut c_void);
+    pub(crate) fn fulmen_cxx_pg_allreduce(
+        group: *mut c_void,
+        tensors: *const *mut c_void,
+        n: size_t,
+        op: c_int,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_pg_broadcast(
+        group: *mut c_void,
+        tensors: *const *mut c_void,
+        n: size_t,
+        root: c_int,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_pg_broadcast_coalesced(
+        group: *mut c_void,
+        tensors: *const *mut c_void,
+        n: size_t,
+        root: c_int,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_pg_allgather(
+        group: *mut c_void,
+        input: *const c_void,
+        outputs: *const *mut c_void,
+        n: size_t,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_pg_barrier(group: *mut c_void, err: *mut c_char, err_len: size_t) -> c_int;
+    pub(crate) fn fulmen_cxx_pg_verify_params(
+        group: *mut c_void,
+        params: *const *mut c_void,
+        n: size_t,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_reducer_new(
+        group: *mut c_void,
+        params: *const *mut c_void,
+        n: size_t,
+        find_unused: c_int,
+        bucket_limits: *const i64,
+        n_limits: size_t,
+        bucket_cap_bytes: i64,
+        first_bucket_bytes: i64,
+        out: *mut *mut c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_reducer_free(reducer: *mut c_void);
+    pub(crate) fn fulmen_cxx_reducer_prepare_forward(reducer: *mut c_void, err: *mut c_char, err_len: size_t) -> c_int;
+    pub(crate) fn fulmen_cxx_reducer_rebuild_buckets(
+        reducer: *mut c_void,
+        rebuilt: *mut c_int,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_reducer_prepare_backward(
+        reducer: *mut c_void,
+        outputs: *const *mut c_void,
+        n: size_t,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+}

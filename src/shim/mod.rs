@@ -1,0 +1,40 @@
+//! The C++ shim of `csrc/` (built by build.rs) in one place: every
+//! `extern "C"` declaration of it, by source file, and [`call`], the status
+//! protocol its functions share. None of these symbols is part of the C API
+//! (`tests/header_drift.rs` checks that `fulmen.h` names none).
+use crate::error::{Error, ErrorCode, Result};
+use libc::{c_char, c_int, size_t};
+
+mod accelerators;
+mod autocast;
+mod distributed;
+mod ops;
+mod runtime;
+
+pub(crate) use accelerators::*;
+pub(crate) use autocast::*;
+pub(crate) use distributed::*;
+pub(crate) use ops::*;
+pub(crate) use runtime::*;
+
+/// Success status of a shim call.
+const OK: c_int = 0;
+/// Status of a shim call that needs a part of libtorch this build lacks.
+const UNSUPPORTED: c_int = 2;
+/// Size of the error-message buffer handed to the shims.
+const ERR_LEN: usize = 1024;
+
+/// Runs a shim call that takes an error buffer `(err, err_len)` and turns a
+/// non-zero status into an [`Error`] prefixed with `what`.
+pub(crate) fn call(what: &str, f: impl FnOnce(*mut c_char, size_t) -> c_int) -> Result<()> {
+    let mut err = [0 as c_char; ERR_LEN];
+    let status = f(err.as_mut_ptr(), ERR_LEN);
+    if status == OK {
+        return Ok(());
+    }
+    // SAFETY: the shims always NUL-terminate what they write, and the buffer
+    // starts zeroed, so it holds a NUL within ERR_LEN bytes.
+    let text = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) }.to_string_lossy().into_owned();
+    let code = if status == UNSUPPORTED { ErrorCode::Unsupported } else { ErrorCode::Torch };
+    Err(Error::new(code, format!("{what}: {text}")))
+}

@@ -1,0 +1,12 @@
+//! Declarations of `csrc/runtime.cpp`: deterministic algorithms, anomaly mode, CPU generator state.
+use libc::{c_char, c_int, c_void, size_t};
+
+extern "C" {
+    pub(crate) fn fulmen_cxx_set_deterministic(on: c_int, err: *mut c_char, err_len: size_t) -> c_int;
+    pub(crate) fn fulmen_cxx_deterministic() -> c_int;
+    pub(crate) fn fulmen_cxx_set_anomaly(on: c_int, err: *mut c_char, err_len: size_t) -> c_int;
+    pub(crate) fn fulmen_cxx_anomaly() -> c_int;
+    pub(crate) fn fulmen_cxx_grad_enabled() -> c_int;
+    pub(crate) fn fulmen_cxx_cpu_rng_get_state(out: *mut *mut c_void, err: *mut c_char, err_len: size_t) -> c_int;
+    pub(crate) fn fulmen_cxx_cpu_rng_set_state(state: *const c_void, err: *mut c_char, err_len: size_t) -> c_int;
+}

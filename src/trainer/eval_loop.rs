@@ -1,0 +1,128 @@
+//! The one evaluation loop (Lightning's `_EvaluationLoop` and
+//! `_PredictionLoop`): validation inside fit and the sanity check, and the
+//! validate / test / predict runs. Eval mode, no grad, the stage's hooks,
+//! epoch metrics into the callback metrics and the loggers.
+use super::context::{Stage, StepContext};
+use super::hooks::Hook;
+use super::metrics::MetricStore;
+use super::run::{HookData, Run};
+use super::source::BatchSource;
+use super::{batch_size_of, set_mode};
+use crate::error::{Result, ResultExt};
+use std::collections::BTreeMap;
+use tch::Tensor;
+
+/// Hooks of one evaluation stage.
+struct StageHooks {
+    start: Hook,
+    epoch_start: Hook,
+    batch_start: Hook,
+    batch_end: Hook,
+    epoch_end: Hook,
+    end: Hook,
+}
+
+fn hooks_of(stage: Stage) -> StageHooks {
+    use Hook::*;
+    match stage {
+        Stage::Test => StageHooks {
+            start: TestStart,
+            epoch_start: TestEpochStart,
+            batch_start: TestBatchStart,
+            batch_end: TestBatchEnd,
+            epoch_end: TestEpochEnd,
+            end: TestEnd,
+        },
+        Stage::Predict => StageHooks {
+            start: PredictStart,
+            epoch_start: PredictEpochStart,
+            batch_start: PredictBatchStart,
+            batch_end: PredictBatchEnd,
+            epoch_end: PredictEpochEnd,
+            end: PredictEnd,
+        },
+        _ => StageHooks {
+            start: ValidationStart,
+            epoch_start: ValidationEpochStart,
+            batch_start: ValidationBatchStart,
+            batch_end: ValidationBatchEnd,
+            epoch_end: ValidationEpochEnd,
+            end: ValidationEnd,
+        },
+    }
+}
+
+/// Runs `stage` (validate, test or predict) over at most `limit` batches
+/// of `source`. The epoch metrics go to the loggers at `log_step` (none
+/// when `None`, as in the sanity check). Returns the epoch metrics and, for
+/// predict, the steps' outputs.
+pub(super) fn evaluate(
+    run: &mut Run,
+    stage: Stage,
+    source: &dyn BatchSource,
+    limit: Option<usize>,
+    log_step: Option<i64>,
+) -> Result<(BTreeMap<String, f64>, Vec<Tensor>)> {
+    let h = hooks_of(stage);
+    set_mode(run.module, false)?;
+    run.simple(h.start)?;
+    run.simple(h.epoch_start)?;
+    let mut store = MetricStore::default();
+    let mut outputs = Vec::new();
+    let epoch = run.state.epoch;
+    {
+        let _no_grad = tch::no_grad_guard();
+        for (i, batch) in source.batches(epoch as u64)?.enumerate() {
+            if limit.is_some_and(|n| i >= n) {
+                break;
+            }
+            let batch = run.strategy.batch_to_device(batch.ctx(format!("loading {} batch {i}", stage.name()))?)?;
+            run.hook(h.batch_start, HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() })?;
+            // Inside fit, through the DDP wrapper as Lightning's validation.
+            run.strategy.eval_forward()?;
+            let autocast = run.strategy.forward_context()?;
+            let (module, global_step) = (&mut *run.module, run.state.global_step);
+            let at = |name: &str| format!("{name} (epoch {epoch}, global step {global_step}, batch {i})");
+            store.begin_split();
+            let outs = run.strategy.split(&batch, &mut |chunk| {
+                let mut ctx = StepContext {
+                    stage,
+                    epoch,
+                    global_step,
+                    batch_idx: i as i64,
+                    batch_size: batch_size_of(chunk),
+                    metrics: &mut store,
+                };
+                match stage {
+                    Stage::Test => {
+                        module.test_step(&mut ctx, chunk).map(|_| None).map_err(|e| e.context(at("test_step")))
+                    }
+                    Stage::Predict => module.predict_step(&mut ctx, chunk).map_err(|e| e.context(at("predict_step"))),
+                    _ => module
+                        .validation_step(&mut ctx, chunk)
+                        .map(|_| None)
+                        .map_err(|e| e.context(at("validation_step"))),
+                }
+            });
+            store.end_split();
+            drop(autocast);
+            let out = run.strategy.gather_output(outs?)?;
+            run.hook(
+                h.batch_end,
+                HookData { batch_idx: i as i64, batch: Some(&batch), output: out.as_ref(), ..Default::default() },
+            )?;
+            if let Some(o) = out {
+                outputs.push(o);
+            }
+        }
+    }
+    let metrics = store.end_epoch_synced(&|v| run.strategy.mean(v))?;
+    run.state.callback_metrics.extend(store.callback_metrics);
+    run.state.progress_metrics.extend(store.progress_metrics);
+    run.simple(h.epoch_end)?;
+    if let (Some(step), false) = (log_step, metrics.is_empty()) {
+        run.log_metrics(&metrics, step)?;
+    }
+    run.simple(h.end)?;
+    Ok((metrics, outputs))
+}
