@@ -252,21 +252,20 @@ pub fn register(
     accelerator: Arc<dyn Accelerator>,
     override_existing: bool,
 ) -> Result<()> {
-    let (result, retired) = {
-        let mut r = lock();
-        let result = r.register(name, description, accelerator, override_existing);
-        (result, std::mem::take(&mut r.retired))
-    };
-    // Dropped without the lock: a host's userdata_free may use the registry.
-    drop(retired);
-    result
+    change(|r| r.register(name, description, accelerator, override_existing))
 }
 
 /// [`Registry::remove`] on the global registry.
 pub fn remove(name: &str) -> Result<()> {
+    change(|r| r.remove(name))
+}
+
+/// Applies `f` to the global registry, then drops the accelerators it
+/// retired without the lock: a host's userdata_free may use the registry.
+fn change(f: impl FnOnce(&mut Registry) -> Result<()>) -> Result<()> {
     let (result, retired) = {
         let mut r = lock();
-        let result = r.remove(name);
+        let result = f(&mut r);
         (result, std::mem::take(&mut r.retired))
     };
     drop(retired);

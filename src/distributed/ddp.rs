@@ -102,21 +102,11 @@ impl Ddp {
         Ok(Ddp { group, reducer, options, buffers, require_forward_param_sync: true, require_backward_grad_sync: true })
     }
 
-    /// The settings it was made with.
-    pub fn options(&self) -> &DdpOptions {
-        &self.options
-    }
-
     /// torch's `no_sync()` while `sync` is false: backward passes then only
     /// accumulate gradients locally; the first synchronized backward after
     /// averages the sum.
     pub fn set_sync(&mut self, sync: bool) {
         self.require_backward_grad_sync = sync;
-    }
-
-    /// Whether backward passes average gradients (see [`Ddp::set_sync`]).
-    pub fn sync(&self) -> bool {
-        self.require_backward_grad_sync
     }
 
     /// DDP's `_pre_forward`, before running the model; `grad_enabled` as

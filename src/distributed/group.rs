@@ -371,7 +371,7 @@ impl Drop for ProcessGroup {
 
 /// Turns c10d's failures into fulmen codes: timeouts and lost peers are
 /// `Distributed` errors, a missing backend stays `Unsupported`.
-fn classify(e: Error) -> Error {
+pub(super) fn classify(e: Error) -> Error {
     if e.code == ErrorCode::Unsupported {
         return e;
     }

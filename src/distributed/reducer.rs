@@ -1,8 +1,8 @@
 //! DDP's gradient averaging: libtorch's `c10d::Reducer`, which hooks every
 //! parameter's gradient accumulator and all-reduces gradients in buckets
 //! while backward() still runs.
-use super::group::ProcessGroup;
-use crate::error::{Error, ErrorCode, Result};
+use super::group::{classify, ProcessGroup};
+use crate::error::{Error, Result};
 use crate::shim::{self, call};
 use libc::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -106,7 +106,7 @@ impl Reducer {
         call("DDP rebuilding its buckets", |err, len| unsafe {
             shim::fulmen_cxx_reducer_rebuild_buckets(self.raw, &mut rebuilt, err, len)
         })
-        .map_err(|e| Error::new(ErrorCode::Distributed, e.message))?;
+        .map_err(classify)?;
         Ok(rebuilt != 0)
     }
 
@@ -119,7 +119,7 @@ impl Reducer {
         call("DDP prepare_for_backward", |err, len| unsafe {
             shim::fulmen_cxx_reducer_prepare_backward(self.raw, raw.as_ptr(), raw.len(), err, len)
         })
-        .map_err(|e| Error::new(ErrorCode::Distributed, e.message))?;
+        .map_err(classify)?;
         if !self.armed {
             self.armed = true;
             ARMED.fetch_add(1, Ordering::Relaxed);

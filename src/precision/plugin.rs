@@ -22,8 +22,9 @@ const DEFAULT_OPTIMIZER: usize = 0;
 /// `16-mixed`); [`PrecisionPlugin::unscale_gradients`] before the
 /// `on_before_optimizer_step` hook and [`PrecisionPlugin::clip_gradients`];
 /// [`PrecisionPlugin::optimizer_step`] steps every optimizer whose
-/// gradients are finite and updates the scale. The single-optimizer
-/// `unscale_and_check` / `should_skip_step` / `update` serve host loops.
+/// gradients are finite and updates the scale. `unscale_and_check` /
+/// `should_skip_step` / `update` do the same for one optimizer, for Rust
+/// programs that own their loop.
 #[derive(Debug, Clone)]
 pub struct PrecisionPlugin {
     precision: Precision,
