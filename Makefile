@@ -64,7 +64,10 @@ lib: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	@mkdir -p $(BUILD)
 	@sed -e 's|@PREFIX@|$(ROOT)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(ROOT)/include|' fulmen.pc.in > $(BUILD)/fulmen.pc
 
+# Regenerates what comes from the sources: the trainer-option code (C
+# header comment, C++ and Go setters and their tests), then fulmen.h.
 header: $(LIBTORCH_STAMP) $(GLOO_STAMP)
+	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test options_drift
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test header_drift
 
 test: deps lib lint test-rust test-c example test-valgrind test-fuzz test-soak test-cpp test-go test-interop test-coverage

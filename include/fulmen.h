@@ -2561,7 +2561,7 @@ struct fulmen_error *fulmen_strategy_new(const char *name,
  * Lightning's DDPStrategy arguments: `find_unused_parameters` and
  * `broadcast_buffers` (booleans: true/false, 1/0, yes/no, on/off; default
  * false and true), `process_group_backend` ("gloo", "nccl", "none" = gloo
- * on CPU, nccl on CUDA), `timeout` (seconds: rendezvous and every
+ * on CPU, nccl on CUDA), `timeout` (seconds or "DD:HH:MM:SS": rendezvous and every
  * collective; default 1800), `bucket_cap_mb` (MiB; default "none":
  * torch's 25 with a first bucket of 1), `num_nodes` (default 1). A bad key
  * or value is FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
@@ -3186,34 +3186,90 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  * Sets option `key` from its text form, as Lightning's `Trainer(...)`
  * keyword arguments. Numbers written with '.' or an exponent are floats
  * (fractions), without them integers (counts): `limit_train_batches` "1.0"
- * is every batch, "1" is one batch. Keys: `max_epochs`, `min_epochs`,
- * `max_steps`, `min_steps` (int, "none"), `max_time` (seconds or
- * "DD:HH:MM:SS"), `limit_{train,val,test,predict}_batches`,
- * `overfit_batches` (fraction or count), `val_check_interval` (fraction or
- * batch count), `check_val_every_n_epoch` (int or "none"),
- * `num_sanity_val_steps` (-1 = all), `accumulate_grad_batches`,
- * `gradient_clip_val` (number or "none"), `gradient_clip_algorithm`
- * ("norm", "value"), `fast_dev_run` (bool or batch count),
- * `deterministic`, `log_every_n_steps`, `seed` (int or "none"),
- * `default_root_dir`, `enable_progress_bar`, `enable_checkpointing`,
- * `enable_model_summary`, `inference_mode`, `logger` (bool, "csv",
- * "tensorboard", "csv,tensorboard"), `detect_nonfinite_loss`,
- * `detect_anomaly` (autograd's anomaly mode during the run: a NaN
- * gradient fails backward naming the operation), `callback_timeout`
- * (seconds or "DD:HH:MM:SS"; "none" or 0 = no limit: a host callback
- * that runs longer fails the run with FULMEN_CODE_CALLBACK when it
- * returns, since fulmen cannot interrupt host code), `handle_signals`
- * (default true: SIGINT / SIGTERM stop the run as described at the top
- * of this header; false leaves the process's signal handlers alone),
- * `accelerator` ("auto", "cpu", "cuda", "gpu", "mps", "xla", "tpu" or a
- * registered name), `devices` ("auto", "1", "-1", "0,2", ...),
- * `precision` ("32-true", "16-mixed", "bf16-mixed", "64-true",
- * "16-true", "bf16-true", legacy "32", "16", "bf16", "64"), `strategy`
- * ("auto", "single_device", "ddp", "ddp_spawn",
- * "ddp_find_unused_parameters_true", "dp", "xla", ...), `num_nodes`,
- * `process_group_backend` ("gloo", "nccl", "none" = by device),
- * `ddp_timeout` (seconds; rendezvous and collectives). An unknown
- * key or bad value is an error naming it; the options are then unchanged.
+ * is every batch, "1" is one batch. Booleans are true/false, 1/0, yes/no
+ * or on/off, in any case. The keys (kind of value; default):
+ * - `accelerator` (text; default auto): "auto", "cpu", "cuda", "gpu",
+ *   "mps", "xla", "tpu" or a registered accelerator's name.
+ * - `strategy` (text; default auto): a registered strategy with default
+ *   settings: "auto", "single_device", "ddp", "ddp_spawn",
+ *   "ddp_find_unused_parameters_true", "dp", "xla", ...; the node count,
+ *   timeout and backend set so far are kept.
+ * - `devices` (text; default auto): "auto", a count ("1", "-1" = all) or a
+ *   list of indices ("0,2", "[1]").
+ * - `num_nodes` (integer; default 1): machines in a distributed job.
+ * - `precision` (text; default 32-true): "32-true", "16-mixed",
+ *   "bf16-mixed", "64-true", "16-true", "bf16-true", or legacy "32", "16",
+ *   "bf16", "64".
+ * - `logger` (bool or text; default true): true (CSV and TensorBoard),
+ *   false, "csv", "tensorboard" or "csv,tensorboard".
+ * - `fast_dev_run` (bool or batch count; default false): run only this
+ *   many batches of each loop (true = 1), without loggers or checkpoints.
+ * - `max_epochs` (integer or "none"; default none): stop after this many
+ *   epochs; -1 = no limit; none with max_steps -1 means 1000.
+ * - `min_epochs` (integer or "none"; default none): train at least this
+ *   many epochs before an early stop takes effect.
+ * - `max_steps` (integer; default -1): stop after this many optimizer
+ *   steps; -1 = no limit.
+ * - `min_steps` (integer or "none"; default none): take at least this many
+ *   optimizer steps before an early stop takes effect.
+ * - `max_time` (seconds, "DD:HH:MM:SS" or "none"; default none): stop
+ *   training after this long ("none" = no limit).
+ * - `limit_train_batches` (batch count, or fraction written with '.';
+ *   default 1.0): batches per training epoch: 1.0 = all, 0.25 = a quarter,
+ *   10 = ten.
+ * - `limit_val_batches` (batch count, or fraction written with '.';
+ *   default 1.0): batches per validation run (0 turns validation off).
+ * - `limit_test_batches` (batch count, or fraction written with '.';
+ *   default 1.0): batches per test run.
+ * - `limit_predict_batches` (batch count, or fraction written with '.';
+ *   default 1.0): batches per predict run.
+ * - `overfit_batches` (batch count, or fraction written with '.'; default
+ *   0): train and validate on this many (or this fraction of the) training
+ *   batches; 0 = off.
+ * - `val_check_interval` (batch count, or fraction written with '.';
+ *   default 1.0): validate after this fraction of an epoch, or after every
+ *   this many training batches.
+ * - `check_val_every_n_epoch` (integer or "none"; default 1): validate
+ *   every n epochs; none counts val_check_interval batches across epochs.
+ * - `num_sanity_val_steps` (integer; default 2): validation batches run
+ *   before training as a sanity check; -1 = all.
+ * - `log_every_n_steps` (integer; default 50): optimizer steps between
+ *   writes of step metrics to the loggers.
+ * - `enable_checkpointing` (bool; default true): add a ModelCheckpoint
+ *   saving the latest epoch when none is given.
+ * - `enable_progress_bar` (bool; default true): show progress on stderr.
+ * - `enable_model_summary` (bool; default true): print the layer table
+ *   when fit starts.
+ * - `accumulate_grad_batches` (integer; default 1): accumulate gradients
+ *   over this many batches per optimizer step.
+ * - `gradient_clip_val` (number or "none"; default none): clip gradients
+ *   at this value; none = no clipping.
+ * - `gradient_clip_algorithm` (text; default norm): "norm" (scale so the
+ *   joint 2-norm is at most the value) or "value" (clamp each element).
+ * - `deterministic` (bool; default false): ask libtorch for deterministic
+ *   algorithms during the run (process-wide, restored after).
+ * - `inference_mode` (bool; default true): evaluate without autograd.
+ * - `detect_anomaly` (bool; default false): autograd's anomaly mode during
+ *   the run: a NaN gradient fails backward, naming the operation.
+ * - `default_root_dir` (text; default .): folder for logs and checkpoints.
+ * - `seed` (integer or "none"; default none): seed everything at the start
+ *   of each fit / validate / test / predict (a non-negative integer).
+ * - `detect_nonfinite_loss` (bool; default true): end the run with an
+ *   error when a training loss is NaN or infinite.
+ * - `callback_timeout` (seconds, "DD:HH:MM:SS" or "none"; default none): a
+ *   host callback that runs longer fails the run with FULMEN_CODE_CALLBACK
+ *   when it returns, since fulmen cannot interrupt host code; "none" or 0
+ *   = no limit.
+ * - `handle_signals` (bool; default true): SIGINT / SIGTERM stop a run as
+ *   described at the top of this header; false leaves the process's signal
+ *   handlers alone.
+ * - `process_group_backend` (text; default none): "gloo", "nccl", or
+ *   "none" = by device (gloo on CPU, nccl on CUDA).
+ * - `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800): limit on the
+ *   rendezvous and on every collective of a distributed job.
+ *
+ * An unknown key or a bad value is FULMEN_CODE_INVALID_ARGUMENT naming
+ * it; the options are then unchanged.
  */
 struct fulmen_error *fulmen_trainer_options_set(struct fulmen_trainer_options *options,
                                                 const char *key,

@@ -23,10 +23,10 @@ int main() {
         .build();
 
     Trainer trainer(TrainerOptions()
-                        .set("max_epochs", 30)
-                        .set("enable_progress_bar", false)
-                        .set("logger", false)
-                        .set("enable_checkpointing", false));
+                        .max_epochs(30)
+                        .enable_progress_bar(false)
+                        .logger(false)
+                        .enable_checkpointing(false));
     try {
         trainer.fit(module, train);
     } catch (const Error& e) {

@@ -10,29 +10,12 @@ import (
 	"runtime"
 )
 
-// TrainerOptions are trainer options set by name, as the keyword arguments
-// of Lightning's Trainer(...): max_epochs, min_epochs, max_steps,
-// min_steps, max_time, limit_{train,val,test,predict}_batches,
-// overfit_batches, val_check_interval, check_val_every_n_epoch,
-// num_sanity_val_steps, accumulate_grad_batches, gradient_clip_val,
-// gradient_clip_algorithm, fast_dev_run, deterministic, log_every_n_steps,
-// seed, default_root_dir, enable_progress_bar, enable_checkpointing,
-// enable_model_summary, inference_mode, logger ("true", "false", "csv",
-// "tensorboard" or "csv,tensorboard"), detect_nonfinite_loss,
-// detect_anomaly (autograd's anomaly mode during the run: a NaN gradient
-// fails backward naming the operation), callback_timeout (seconds or
-// "DD:HH:MM:SS"; "none" or 0 = no limit: a Go callback that runs longer
-// fails the run with ErrCallback once it returns, as the library cannot
-// interrupt it), handle_signals (default true: during a run SIGINT and
-// SIGTERM stop it at its next hook and it returns ErrInterrupted; false
-// leaves the process's signal handling alone), accelerator
-// ("auto", "cpu", "cuda", "gpu", "mps", "xla", "tpu" or a registered name;
-// see also SetAccelerator), devices ("auto", "1", "-1", "0,2", ...),
-// precision ("32-true", "16-mixed", "bf16-mixed", "64-true", "16-true",
-// "bf16-true"), strategy ("auto", "single_device", "ddp", "ddp_spawn",
-// "ddp_find_unused_parameters_true", ...; see also SetStrategy),
-// num_nodes, process_group_backend ("gloo", "nccl", "none" = by device),
-// ddp_timeout (seconds).
+// TrainerOptions are trainer options, as the keyword arguments of
+// Lightning's Trainer(...): a typed setter for each (SetMaxEpochs,
+// SetLimitTrainBatchesFraction, SetPrecisionName, ...; see
+// trainer_options_gen.go, generated from the same table as the key list of
+// fulmen_trainer_options_set in fulmen.h), or Set, SetInt, SetFloat and
+// SetBool by name.
 //
 // As in Lightning, a number written with '.' or an exponent is a fraction
 // and one without is a count: for limit_*_batches, overfit_batches and

@@ -442,12 +442,23 @@ func TestFitStepErrors(t *testing.T) {
 	if err := o.SetFloat("limit_val_batches", 2.5); !errors.Is(err, fulmen.ErrInvalidArgument) {
 		t.Fatalf("bad limit: %v", err)
 	}
+	// Typed setters, generated from the library's option table.
+	if err := o.SetLogEveryNSteps(0); !errors.Is(err, fulmen.ErrInvalidArgument) || !strings.Contains(err.Error(), "log_every_n_steps") {
+		t.Fatalf("log_every_n_steps 0: %v", err)
+	}
+	if err := o.SetMaxTime(-time.Second); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("negative max_time: %v", err)
+	}
+	if err := o.SetLimitValBatchesFraction(2.5); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("fraction 2.5: %v", err)
+	}
 	ok(t, o.Set("max_epochs", "none"))
-	ok(t, o.SetInt("max_steps", 3))
-	ok(t, o.SetBool("logger", false))
-	ok(t, o.SetBool("enable_checkpointing", false))
+	ok(t, o.SetMaxSteps(3))
+	ok(t, o.SetMaxTime(90*time.Minute))
+	ok(t, o.SetLogger(false))
+	ok(t, o.SetEnableCheckpointing(false))
 	ok(t, o.SetBool("enable_model_summary", false))
-	ok(t, o.SetBool("enable_progress_bar", false))
+	ok(t, o.SetEnableProgressBar(false))
 	limited := must(fulmen.NewTrainer(o))
 	defer limited.Close()
 	step = func(b *fulmen.Batch) (*fulmen.Tensor, error) {

@@ -6,10 +6,8 @@ use super::model::copy_str;
 use super::module::fulmen_lightning_module;
 use super::tensor::handle::{emit, fulmen_tensor};
 use crate::error::{Error, ErrorCode, Result};
-use crate::parse::parse_bool;
-use crate::trainer::{BatchLimit, BatchSource, ClipAlgorithm, LoggerChoice, Trainer, TrainerOptions, ValCheckInterval};
+use crate::trainer::{BatchSource, Trainer, TrainerOptions};
 use std::ffi::c_char;
-use std::path::PathBuf;
 
 /// Trainer options set by name, as Lightning's `Trainer(...)` keyword
 /// arguments. Free with `fulmen_trainer_options_free`.
@@ -30,192 +28,6 @@ impl Handle for fulmen_trainer {
     const C_NAME: &'static str = "fulmen_trainer";
 }
 
-const KEYS: &str = "max_epochs, min_epochs, max_steps, min_steps, max_time, limit_train_batches, limit_val_batches, \
-limit_test_batches, limit_predict_batches, val_check_interval, check_val_every_n_epoch, num_sanity_val_steps, \
-accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm, fast_dev_run, overfit_batches, deterministic, \
-log_every_n_steps, seed, default_root_dir, enable_progress_bar, enable_checkpointing, enable_model_summary, \
-inference_mode, logger, detect_nonfinite_loss, detect_anomaly, callback_timeout, handle_signals, accelerator, devices, precision, strategy, num_nodes, \
-process_group_backend, ddp_timeout";
-
-fn parse_int(key: &str, v: &str) -> Result<i64> {
-    v.trim().parse::<i64>().map_err(|_| Error::invalid(format!("option {key}: {v:?} is not an integer")))
-}
-
-fn parse_opt_int(key: &str, v: &str) -> Result<Option<i64>> {
-    if v.trim().eq_ignore_ascii_case("none") {
-        Ok(None)
-    } else {
-        parse_int(key, v).map(Some)
-    }
-}
-
-/// A number written with a '.' or an exponent is a float (a fraction);
-/// otherwise an integer (a count), as Lightning tells 1.0 from 1.
-fn is_float_text(v: &str) -> bool {
-    v.contains(['.', 'e', 'E'])
-}
-
-fn parse_number(key: &str, v: &str) -> Result<f64> {
-    v.trim().parse::<f64>().map_err(|_| Error::invalid(format!("option {key}: {v:?} is not a number")))
-}
-
-fn parse_limit(key: &str, v: &str) -> Result<BatchLimit> {
-    let v = v.trim();
-    let limit = if is_float_text(v) {
-        let f = parse_number(key, v)?;
-        if !(0.0..=1.0).contains(&f) {
-            return Err(Error::invalid(format!(
-                "option {key}: a fraction must be in [0.0, 1.0], got {v}; give a whole number for a count"
-            )));
-        }
-        if f == 1.0 {
-            BatchLimit::All
-        } else {
-            BatchLimit::Fraction(f)
-        }
-    } else {
-        let n = parse_int(key, v)?;
-        if n < 0 {
-            return Err(Error::invalid(format!("option {key}: {n} batches is negative")));
-        }
-        BatchLimit::Count(n as usize)
-    };
-    Ok(limit)
-}
-
-/// Applies one `key = value` option.
-pub(crate) fn set_option(o: &mut TrainerOptions, key: &str, value: &str) -> Result<()> {
-    let v = value.trim();
-    match key {
-        "max_epochs" => o.max_epochs = parse_opt_int(key, v)?,
-        "min_epochs" => o.min_epochs = parse_opt_int(key, v)?,
-        "max_steps" => o.max_steps = parse_int(key, v)?,
-        "min_steps" => o.min_steps = parse_opt_int(key, v)?,
-        "max_time" => {
-            o.max_time = if v.eq_ignore_ascii_case("none") {
-                None
-            } else {
-                Some(crate::callbacks::timer::parse_duration(v).map_err(|e| e.context("option max_time"))?)
-            }
-        }
-        "limit_train_batches" => o.limit_train_batches = parse_limit(key, v)?,
-        "limit_val_batches" => o.limit_val_batches = parse_limit(key, v)?,
-        "limit_test_batches" => o.limit_test_batches = parse_limit(key, v)?,
-        "limit_predict_batches" => o.limit_predict_batches = parse_limit(key, v)?,
-        "overfit_batches" => o.overfit_batches = parse_limit(key, v)?,
-        "val_check_interval" => {
-            o.val_check_interval = if is_float_text(v) {
-                ValCheckInterval::Fraction(parse_number(key, v)?)
-            } else {
-                let n = parse_int(key, v)?;
-                if n < 1 {
-                    return Err(Error::invalid(format!("option val_check_interval: {n} batches must be >= 1")));
-                }
-                ValCheckInterval::Batches(n as usize)
-            }
-        }
-        "check_val_every_n_epoch" => o.check_val_every_n_epoch = parse_opt_int(key, v)?,
-        "num_sanity_val_steps" => o.num_sanity_val_steps = parse_int(key, v)?,
-        "accumulate_grad_batches" => o.accumulate_grad_batches = parse_int(key, v)?,
-        "gradient_clip_val" => {
-            o.gradient_clip_val = if v.eq_ignore_ascii_case("none") { None } else { Some(parse_number(key, v)?) }
-        }
-        "gradient_clip_algorithm" => {
-            o.gradient_clip_algorithm = match v {
-                "norm" => ClipAlgorithm::Norm,
-                "value" => ClipAlgorithm::Value,
-                _ => {
-                    return Err(Error::invalid(format!(
-                        "option gradient_clip_algorithm: {v:?} is not \"norm\" or \"value\""
-                    )))
-                }
-            }
-        }
-        "fast_dev_run" => {
-            o.fast_dev_run = match parse_bool(key, v) {
-                Ok(b) => i64::from(b),
-                Err(_) => parse_int(key, v).map_err(|_| {
-                    Error::invalid(format!("option fast_dev_run: {v:?} is not a boolean or a batch count"))
-                })?,
-            }
-        }
-        "deterministic" => o.deterministic = parse_bool(key, v)?,
-        "log_every_n_steps" => o.log_every_n_steps = parse_int(key, v)?,
-        "seed" => {
-            o.seed = if v.eq_ignore_ascii_case("none") {
-                None
-            } else {
-                Some(
-                    v.parse::<u64>()
-                        .map_err(|_| Error::invalid(format!("option seed: {v:?} is not a non-negative integer")))?,
-                )
-            };
-        }
-        "default_root_dir" => {
-            if value.is_empty() {
-                return Err(Error::invalid("option default_root_dir: empty path"));
-            }
-            o.default_root_dir = PathBuf::from(value);
-        }
-        "enable_progress_bar" => o.enable_progress_bar = parse_bool(key, v)?,
-        "enable_checkpointing" => o.enable_checkpointing = parse_bool(key, v)?,
-        "enable_model_summary" => o.enable_model_summary = parse_bool(key, v)?,
-        "inference_mode" => o.inference_mode = parse_bool(key, v)?,
-        "logger" => {
-            o.logger = match parse_bool(key, v) {
-                Ok(b) => LoggerChoice { csv: b, tensorboard: b },
-                Err(_) => {
-                    let mut c = LoggerChoice { csv: false, tensorboard: false };
-                    for part in v.split(',').map(str::trim) {
-                        match part {
-                            "csv" => c.csv = true,
-                            "tensorboard" => c.tensorboard = true,
-                            _ => {
-                                return Err(Error::invalid(format!(
-                                    "option logger: {part:?} is not true, false, \"csv\" or \"tensorboard\""
-                                )))
-                            }
-                        }
-                    }
-                    c
-                }
-            }
-        }
-        "detect_nonfinite_loss" => o.detect_nonfinite_loss = parse_bool(key, v)?,
-        "detect_anomaly" => o.detect_anomaly = parse_bool(key, v)?,
-        "handle_signals" => o.handle_signals = parse_bool(key, v)?,
-        "callback_timeout" => {
-            o.callback_timeout = if v.eq_ignore_ascii_case("none") || v == "0" {
-                None
-            } else {
-                Some(crate::callbacks::timer::parse_duration(v).map_err(|e| e.context(format!("option {key}")))?)
-            }
-        }
-        "accelerator" => {
-            crate::accelerators::registry::resolve(v)?;
-            o.accelerator = v.to_string();
-        }
-        "devices" => o.devices = v.to_string(),
-        "strategy" => {
-            let mut spec = crate::strategies::lookup(v)?;
-            let old = &o.strategy;
-            spec.num_nodes = old.num_nodes;
-            spec.timeout = old.timeout;
-            spec.process_group_backend.clone_from(&old.process_group_backend);
-            o.strategy = spec;
-        }
-        "num_nodes" => o.strategy.set("num_nodes", v)?,
-        "process_group_backend" => o.strategy.set("process_group_backend", v)?,
-        "ddp_timeout" => o.strategy.set("timeout", v)?,
-        "precision" => {
-            o.precision = v.to_string();
-            o.grad_scaler = None;
-        }
-        _ => return Err(Error::invalid(format!("unknown trainer option {key:?}; known options: {KEYS}"))),
-    }
-    o.validate().map_err(|e| e.context(format!("option {key}")))
-}
-
 /// Creates trainer options with Lightning's defaults: max_epochs 1000 when
 /// neither max_epochs nor max_steps is set, 2 sanity-check validation
 /// batches, log_every_n_steps 50, progress bar, model summary, CSV and
@@ -234,34 +46,92 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 /// Sets option `key` from its text form, as Lightning's `Trainer(...)`
 /// keyword arguments. Numbers written with '.' or an exponent are floats
 /// (fractions), without them integers (counts): `limit_train_batches` "1.0"
-/// is every batch, "1" is one batch. Keys: `max_epochs`, `min_epochs`,
-/// `max_steps`, `min_steps` (int, "none"), `max_time` (seconds or
-/// "DD:HH:MM:SS"), `limit_{train,val,test,predict}_batches`,
-/// `overfit_batches` (fraction or count), `val_check_interval` (fraction or
-/// batch count), `check_val_every_n_epoch` (int or "none"),
-/// `num_sanity_val_steps` (-1 = all), `accumulate_grad_batches`,
-/// `gradient_clip_val` (number or "none"), `gradient_clip_algorithm`
-/// ("norm", "value"), `fast_dev_run` (bool or batch count),
-/// `deterministic`, `log_every_n_steps`, `seed` (int or "none"),
-/// `default_root_dir`, `enable_progress_bar`, `enable_checkpointing`,
-/// `enable_model_summary`, `inference_mode`, `logger` (bool, "csv",
-/// "tensorboard", "csv,tensorboard"), `detect_nonfinite_loss`,
-/// `detect_anomaly` (autograd's anomaly mode during the run: a NaN
-/// gradient fails backward naming the operation), `callback_timeout`
-/// (seconds or "DD:HH:MM:SS"; "none" or 0 = no limit: a host callback
-/// that runs longer fails the run with FULMEN_CODE_CALLBACK when it
-/// returns, since fulmen cannot interrupt host code), `handle_signals`
-/// (default true: SIGINT / SIGTERM stop the run as described at the top
-/// of this header; false leaves the process's signal handlers alone),
-/// `accelerator` ("auto", "cpu", "cuda", "gpu", "mps", "xla", "tpu" or a
-/// registered name), `devices` ("auto", "1", "-1", "0,2", ...),
-/// `precision` ("32-true", "16-mixed", "bf16-mixed", "64-true",
-/// "16-true", "bf16-true", legacy "32", "16", "bf16", "64"), `strategy`
-/// ("auto", "single_device", "ddp", "ddp_spawn",
-/// "ddp_find_unused_parameters_true", "dp", "xla", ...), `num_nodes`,
-/// `process_group_backend` ("gloo", "nccl", "none" = by device),
-/// `ddp_timeout` (seconds; rendezvous and collectives). An unknown
-/// key or bad value is an error naming it; the options are then unchanged.
+/// is every batch, "1" is one batch. Booleans are true/false, 1/0, yes/no
+/// or on/off, in any case. The keys (kind of value; default):
+// Generated from src/trainer/option_table.rs by tests/options_drift.rs: begin
+/// - `accelerator` (text; default auto): "auto", "cpu", "cuda", "gpu",
+///   "mps", "xla", "tpu" or a registered accelerator's name.
+/// - `strategy` (text; default auto): a registered strategy with default
+///   settings: "auto", "single_device", "ddp", "ddp_spawn",
+///   "ddp_find_unused_parameters_true", "dp", "xla", ...; the node count,
+///   timeout and backend set so far are kept.
+/// - `devices` (text; default auto): "auto", a count ("1", "-1" = all) or a
+///   list of indices ("0,2", "[1]").
+/// - `num_nodes` (integer; default 1): machines in a distributed job.
+/// - `precision` (text; default 32-true): "32-true", "16-mixed",
+///   "bf16-mixed", "64-true", "16-true", "bf16-true", or legacy "32", "16",
+///   "bf16", "64".
+/// - `logger` (bool or text; default true): true (CSV and TensorBoard),
+///   false, "csv", "tensorboard" or "csv,tensorboard".
+/// - `fast_dev_run` (bool or batch count; default false): run only this
+///   many batches of each loop (true = 1), without loggers or checkpoints.
+/// - `max_epochs` (integer or "none"; default none): stop after this many
+///   epochs; -1 = no limit; none with max_steps -1 means 1000.
+/// - `min_epochs` (integer or "none"; default none): train at least this
+///   many epochs before an early stop takes effect.
+/// - `max_steps` (integer; default -1): stop after this many optimizer
+///   steps; -1 = no limit.
+/// - `min_steps` (integer or "none"; default none): take at least this many
+///   optimizer steps before an early stop takes effect.
+/// - `max_time` (seconds, "DD:HH:MM:SS" or "none"; default none): stop
+///   training after this long ("none" = no limit).
+/// - `limit_train_batches` (batch count, or fraction written with '.';
+///   default 1.0): batches per training epoch: 1.0 = all, 0.25 = a quarter,
+///   10 = ten.
+/// - `limit_val_batches` (batch count, or fraction written with '.';
+///   default 1.0): batches per validation run (0 turns validation off).
+/// - `limit_test_batches` (batch count, or fraction written with '.';
+///   default 1.0): batches per test run.
+/// - `limit_predict_batches` (batch count, or fraction written with '.';
+///   default 1.0): batches per predict run.
+/// - `overfit_batches` (batch count, or fraction written with '.'; default
+///   0): train and validate on this many (or this fraction of the) training
+///   batches; 0 = off.
+/// - `val_check_interval` (batch count, or fraction written with '.';
+///   default 1.0): validate after this fraction of an epoch, or after every
+///   this many training batches.
+/// - `check_val_every_n_epoch` (integer or "none"; default 1): validate
+///   every n epochs; none counts val_check_interval batches across epochs.
+/// - `num_sanity_val_steps` (integer; default 2): validation batches run
+///   before training as a sanity check; -1 = all.
+/// - `log_every_n_steps` (integer; default 50): optimizer steps between
+///   writes of step metrics to the loggers.
+/// - `enable_checkpointing` (bool; default true): add a ModelCheckpoint
+///   saving the latest epoch when none is given.
+/// - `enable_progress_bar` (bool; default true): show progress on stderr.
+/// - `enable_model_summary` (bool; default true): print the layer table
+///   when fit starts.
+/// - `accumulate_grad_batches` (integer; default 1): accumulate gradients
+///   over this many batches per optimizer step.
+/// - `gradient_clip_val` (number or "none"; default none): clip gradients
+///   at this value; none = no clipping.
+/// - `gradient_clip_algorithm` (text; default norm): "norm" (scale so the
+///   joint 2-norm is at most the value) or "value" (clamp each element).
+/// - `deterministic` (bool; default false): ask libtorch for deterministic
+///   algorithms during the run (process-wide, restored after).
+/// - `inference_mode` (bool; default true): evaluate without autograd.
+/// - `detect_anomaly` (bool; default false): autograd's anomaly mode during
+///   the run: a NaN gradient fails backward, naming the operation.
+/// - `default_root_dir` (text; default .): folder for logs and checkpoints.
+/// - `seed` (integer or "none"; default none): seed everything at the start
+///   of each fit / validate / test / predict (a non-negative integer).
+/// - `detect_nonfinite_loss` (bool; default true): end the run with an
+///   error when a training loss is NaN or infinite.
+/// - `callback_timeout` (seconds, "DD:HH:MM:SS" or "none"; default none): a
+///   host callback that runs longer fails the run with FULMEN_CODE_CALLBACK
+///   when it returns, since fulmen cannot interrupt host code; "none" or 0
+///   = no limit.
+/// - `handle_signals` (bool; default true): SIGINT / SIGTERM stop a run as
+///   described at the top of this header; false leaves the process's signal
+///   handlers alone.
+/// - `process_group_backend` (text; default none): "gloo", "nccl", or
+///   "none" = by device (gloo on CPU, nccl on CUDA).
+/// - `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800): limit on the
+///   rendezvous and on every collective of a distributed job.
+// Generated: end
+///
+/// An unknown key or a bad value is FULMEN_CODE_INVALID_ARGUMENT naming
+/// it; the options are then unchanged.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_options_set(
     options: *mut fulmen_trainer_options,
@@ -271,10 +141,7 @@ pub unsafe extern "C" fn fulmen_trainer_options_set(
     guard("fulmen_trainer_options_set", || {
         let mut o = handle::borrow_mut(options, "options")?;
         let (k, v) = (str_arg(key, "key")?, str_arg(value, "value")?);
-        let mut next = o.opts.clone();
-        set_option(&mut next, k, v)?;
-        o.opts = next;
-        Ok(())
+        o.opts.set(k, v)
     })
 }
 
@@ -287,10 +154,7 @@ pub unsafe extern "C" fn fulmen_trainer_options_set_int(
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_options_set_int", || {
         let mut o = handle::borrow_mut(options, "options")?;
-        let mut next = o.opts.clone();
-        set_option(&mut next, str_arg(key, "key")?, &value.to_string())?;
-        o.opts = next;
-        Ok(())
+        o.opts.set(str_arg(key, "key")?, &value.to_string())
     })
 }
 
@@ -303,10 +167,7 @@ pub unsafe extern "C" fn fulmen_trainer_options_set_float(
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_options_set_float", || {
         let mut o = handle::borrow_mut(options, "options")?;
-        let mut next = o.opts.clone();
-        set_option(&mut next, str_arg(key, "key")?, &format!("{value:?}"))?;
-        o.opts = next;
-        Ok(())
+        o.opts.set(str_arg(key, "key")?, &format!("{value:?}"))
     })
 }
 
@@ -319,10 +180,7 @@ pub unsafe extern "C" fn fulmen_trainer_options_set_bool(
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_options_set_bool", || {
         let mut o = handle::borrow_mut(options, "options")?;
-        let mut next = o.opts.clone();
-        set_option(&mut next, str_arg(key, "key")?, if value { "true" } else { "false" })?;
-        o.opts = next;
-        Ok(())
+        o.opts.set(str_arg(key, "key")?, if value { "true" } else { "false" })
     })
 }
 

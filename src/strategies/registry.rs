@@ -142,7 +142,7 @@ pub fn lookup(name: &str) -> Result<StrategySpec> {
 impl StrategySpec {
     /// Sets one setting from text: `find_unused_parameters` and
     /// `broadcast_buffers` (booleans), `process_group_backend` ("gloo",
-    /// "nccl", "none"), `timeout` (seconds), `bucket_cap_mb` (MiB, or
+    /// "nccl", "none"), `timeout` (seconds or "DD:HH:MM:SS"), `bucket_cap_mb` (MiB, or
     /// "none" for torch's default), `num_nodes`.
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
         let v = value.trim();
@@ -167,8 +167,12 @@ impl StrategySpec {
                 }
             }
             "timeout" => {
-                self.timeout = Duration::try_from_secs_f64(number()?)
-                    .map_err(|_| Error::invalid(format!("strategy option {key}: {v:?} seconds is too long")))?
+                let d = crate::callbacks::timer::parse_duration(v)
+                    .map_err(|e| e.context(format!("strategy option {key}")))?;
+                if d.is_zero() {
+                    return Err(Error::invalid(format!("strategy option {key}: the timeout must be positive")));
+                }
+                self.timeout = d
             }
             "bucket_cap_mb" if v.eq_ignore_ascii_case("none") => self.ddp.bucket_cap_mb = None,
             "bucket_cap_mb" => self.ddp.bucket_cap_mb = Some(number()?),

@@ -10,6 +10,7 @@ pub mod hooks;
 pub mod interrupt;
 pub mod metrics;
 pub mod module;
+pub mod option_table;
 pub mod options;
 pub mod progress;
 mod resume;

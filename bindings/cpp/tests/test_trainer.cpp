@@ -1,6 +1,7 @@
 // LightningModule from lambdas, the trainer, and exceptions thrown by callbacks.
 #include "common.hpp"
 
+#include <chrono>
 #include <memory>
 #include <stdexcept>
 
@@ -391,6 +392,37 @@ TEST_F(TrainerTest, TrainerOptionsByName) {
     Trainer by_fraction(fulmen_test::quiet_options(1).set("limit_train_batches", 0.5).set("logger", false));
     by_fraction.fit(module, loader);
     EXPECT_EQ(by_fraction.global_step(), 4);
+}
+
+TEST_F(TrainerTest, TypedOptionSetters) {
+    using namespace std::chrono_literals;
+    fulmen::TrainerOptions o;
+    o.max_epochs(3).max_time(90s).callback_timeout(std::nullopt).deterministic(false).ddp_timeout(2min);
+    o.gradient_clip_val(0.5).gradient_clip_val(std::nullopt).fast_dev_run(false).precision("32-true");
+    try {
+        o.log_every_n_steps(0);
+        ADD_FAILURE() << "log_every_n_steps 0 accepted";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(e.what()).find("log_every_n_steps"), std::string::npos);
+    }
+    EXPECT_THROW(o.limit_val_batches(2.5), fulmen::Error);
+    EXPECT_THROW(o.max_time(-1s), fulmen::Error);
+
+    Model model = fulmen_test::mlp();
+    Dataset ds = fulmen_test::blobs(64, 11);
+    Loader loader(ds, 8);
+    LightningModule module = full_module(model).build();
+    // An integer is a count of batches, a floating value a fraction.
+    Trainer by_count(fulmen_test::quiet_options(1).limit_train_batches(1).logger(false));
+    by_count.fit(module, loader);
+    EXPECT_EQ(by_count.global_step(), 1);
+    Trainer by_fraction(fulmen_test::quiet_options(1).limit_train_batches(0.25).logger(false));
+    by_fraction.fit(module, loader);
+    EXPECT_EQ(by_fraction.global_step(), 2);
+    Trainer by_steps(fulmen_test::quiet_options(100).max_steps(3).max_epochs(std::nullopt).logger(false));
+    by_steps.fit(module, loader);
+    EXPECT_EQ(by_steps.global_step(), 3);
 }
 
 TEST_F(TrainerTest, ModuleFromAnotherTranslationUnit) {

@@ -7,6 +7,7 @@
 #include "optim.hpp"
 #include "precision.hpp"
 #include "strategy.hpp"
+#include "trainer_options.hpp"
 
 #include <functional>
 #include <limits>
@@ -309,31 +310,18 @@ private:
 
 inline LightningModule::Builder LightningModule::builder(const Model& model) { return Builder(&model); }
 
-/// Trainer options by name, as Lightning's Trainer(...) keyword arguments
-/// (max_epochs, min_epochs, max_steps, min_steps, max_time,
-/// limit_{train,val,test,predict}_batches, overfit_batches,
-/// val_check_interval, check_val_every_n_epoch, num_sanity_val_steps,
-/// accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm,
-/// fast_dev_run, deterministic, log_every_n_steps, seed, default_root_dir,
-/// enable_progress_bar, enable_checkpointing, enable_model_summary,
-/// inference_mode, logger (bool, "csv", "tensorboard" or "csv,tensorboard"),
-/// detect_nonfinite_loss, detect_anomaly (autograd's anomaly mode during
-/// the run), callback_timeout (seconds or "DD:HH:MM:SS"; "none" or 0 = no
-/// limit: a callback that runs longer fails the run when it returns),
-/// handle_signals (default true: during a run SIGINT and SIGTERM stop it at
-/// its next hook and it throws Error with FULMEN_CODE_INTERRUPTED; false
-/// leaves the process's signal handlers alone), accelerator ("auto", "cpu",
-/// "cuda", "gpu", "mps", "xla", "tpu" or a registered name; or
-/// accelerator(Accelerator)),
-/// devices ("auto", "1", "-1", "0,2"), precision ("32-true", "16-mixed",
-/// "bf16-mixed", "64-true", "16-true", "bf16-true", "32", "16", "bf16",
-/// "64"), strategy ("auto", "single_device", "ddp", "ddp_spawn",
-/// "ddp_find_unused_parameters_true", ...; or set_strategy(Strategy)),
-/// num_nodes, process_group_backend ("gloo", "nccl", "none" = by device),
-/// ddp_timeout (seconds)). A floating value is a fraction (0.5, 1.0 = all
-/// batches), an integer a count (1 = one batch), as in Lightning.
-class TrainerOptions : public detail::Handle<fulmen_trainer_options, fulmen_trainer_options_free> {
+/// Trainer options, as Lightning's Trainer(...) keyword arguments: a typed
+/// setter for each (`opts.max_epochs(5).precision("bf16-mixed")`, see
+/// trainer_options.hpp, generated from the same table as the key list of
+/// fulmen_trainer_options_set in fulmen.h), or set(key, value) by name. An
+/// integer is a count of batches (1 = one batch), a floating value a
+/// fraction (0.5, 1.0 = all batches), as in Lightning.
+class TrainerOptions : public detail::Handle<fulmen_trainer_options, fulmen_trainer_options_free>,
+                       public detail::TrainerOptionSetters<TrainerOptions> {
 public:
+    using TrainerOptionSetters::accelerator;
+    using TrainerOptionSetters::precision;
+
     /// Lightning's defaults.
     TrainerOptions() : Handle(detail::make<fulmen_trainer_options>(fulmen_trainer_options_new)) {}
 

@@ -1,0 +1,287 @@
+// Generated from src/trainer/option_table.rs by tests/options_drift.rs; do not edit (regenerate with `make header`).
+#ifndef FULMEN_TRAINER_OPTIONS_HPP
+#define FULMEN_TRAINER_OPTIONS_HPP
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace fulmen::detail {
+
+/// A typed setter for every trainer option, mixed into fulmen::TrainerOptions:
+/// `opts.max_epochs(5).limit_train_batches(0.25).precision("bf16-mixed")`.
+/// Each sets the option of its name as fulmen_trainer_options_set does and
+/// chains; a bad value throws fulmen::Error (FULMEN_CODE_INVALID_ARGUMENT) and
+/// leaves the options unchanged. Counts and fractions follow the value's C++
+/// type: an integer is a count of batches, a floating value a fraction.
+template <class Self>
+class TrainerOptionSetters {
+public:
+    /// `accelerator` (text; default auto): "auto", "cpu", "cuda", "gpu", "mps", "xla", "tpu" or a
+    /// registered accelerator's name.
+    Self& accelerator(std::string_view v) & { return put("accelerator", v); }
+    /// Sets `accelerator` on a temporary and passes it on.
+    Self&& accelerator(std::string_view v) && { return std::move(put("accelerator", v)); }
+
+    /// `strategy` (text; default auto): a registered strategy with default settings: "auto",
+    /// "single_device", "ddp", "ddp_spawn", "ddp_find_unused_parameters_true", "dp", "xla", ...;
+    /// the node count, timeout and backend set so far are kept.
+    Self& strategy(std::string_view v) & { return put("strategy", v); }
+    /// Sets `strategy` on a temporary and passes it on.
+    Self&& strategy(std::string_view v) && { return std::move(put("strategy", v)); }
+
+    /// `devices` (text; default auto): "auto", a count ("1", "-1" = all) or a list of indices
+    /// ("0,2", "[1]").
+    Self& devices(std::string_view v) & { return put("devices", v); }
+    /// Sets `devices` on a temporary and passes it on.
+    Self&& devices(std::string_view v) && { return std::move(put("devices", v)); }
+
+    /// `num_nodes` (integer; default 1): machines in a distributed job.
+    Self& num_nodes(int64_t v) & { return put("num_nodes", v); }
+    /// Sets `num_nodes` on a temporary and passes it on.
+    Self&& num_nodes(int64_t v) && { return std::move(put("num_nodes", v)); }
+
+    /// `precision` (text; default 32-true): "32-true", "16-mixed", "bf16-mixed", "64-true",
+    /// "16-true", "bf16-true", or legacy "32", "16", "bf16", "64".
+    Self& precision(std::string_view v) & { return put("precision", v); }
+    /// Sets `precision` on a temporary and passes it on.
+    Self&& precision(std::string_view v) && { return std::move(put("precision", v)); }
+
+    /// `logger` (bool or text; default true): true (CSV and TensorBoard), false, "csv",
+    /// "tensorboard" or "csv,tensorboard".
+    template <class B, std::enable_if_t<std::is_same_v<B, bool>, int> = 0>
+    Self& logger(B v) & { return put("logger", v); }
+    /// Sets `logger` on a temporary and passes it on.
+    template <class B, std::enable_if_t<std::is_same_v<B, bool>, int> = 0>
+    Self&& logger(B v) && { return std::move(put("logger", v)); }
+    /// Sets `logger` from text.
+    Self& logger(std::string_view v) & { return put("logger", v); }
+    /// Sets `logger` from text on a temporary and passes it on.
+    Self&& logger(std::string_view v) && { return std::move(put("logger", v)); }
+
+    /// `fast_dev_run` (bool or batch count; default false): run only this many batches of each loop
+    /// (true = 1), without loggers or checkpoints.
+    template <class N, std::enable_if_t<std::is_integral_v<N>, int> = 0>
+    Self& fast_dev_run(N v) & { return put("fast_dev_run", v); }
+    /// Sets `fast_dev_run` on a temporary and passes it on.
+    template <class N, std::enable_if_t<std::is_integral_v<N>, int> = 0>
+    Self&& fast_dev_run(N v) && { return std::move(put("fast_dev_run", v)); }
+
+    /// `max_epochs` (integer or "none"; default none): stop after this many epochs; -1 = no limit;
+    /// none with max_steps -1 means 1000.
+    Self& max_epochs(std::optional<int64_t> v) & { return put("max_epochs", v); }
+    /// Sets `max_epochs` on a temporary and passes it on.
+    Self&& max_epochs(std::optional<int64_t> v) && { return std::move(put("max_epochs", v)); }
+
+    /// `min_epochs` (integer or "none"; default none): train at least this many epochs before an
+    /// early stop takes effect.
+    Self& min_epochs(std::optional<int64_t> v) & { return put("min_epochs", v); }
+    /// Sets `min_epochs` on a temporary and passes it on.
+    Self&& min_epochs(std::optional<int64_t> v) && { return std::move(put("min_epochs", v)); }
+
+    /// `max_steps` (integer; default -1): stop after this many optimizer steps; -1 = no limit.
+    Self& max_steps(int64_t v) & { return put("max_steps", v); }
+    /// Sets `max_steps` on a temporary and passes it on.
+    Self&& max_steps(int64_t v) && { return std::move(put("max_steps", v)); }
+
+    /// `min_steps` (integer or "none"; default none): take at least this many optimizer steps
+    /// before an early stop takes effect.
+    Self& min_steps(std::optional<int64_t> v) & { return put("min_steps", v); }
+    /// Sets `min_steps` on a temporary and passes it on.
+    Self&& min_steps(std::optional<int64_t> v) && { return std::move(put("min_steps", v)); }
+
+    /// `max_time` (seconds, "DD:HH:MM:SS" or "none"; default none): stop training after this long
+    /// ("none" = no limit).
+    template <class Rep, class Period>
+    Self& max_time(std::chrono::duration<Rep, Period> v) & { return put("max_time", seconds(v)); }
+    /// Sets `max_time` on a temporary and passes it on.
+    template <class Rep, class Period>
+    Self&& max_time(std::chrono::duration<Rep, Period> v) && { return std::move(put("max_time", seconds(v))); }
+    /// Unsets `max_time` ("none").
+    Self& max_time(std::nullopt_t) & { return put("max_time", "none"); }
+    /// Unsets `max_time` on a temporary and passes it on.
+    Self&& max_time(std::nullopt_t) && { return std::move(put("max_time", "none")); }
+
+    /// `limit_train_batches` (batch count, or fraction written with '.'; default 1.0): batches per
+    /// training epoch: 1.0 = all, 0.25 = a quarter, 10 = ten.
+    template <class N, std::enable_if_t<std::is_arithmetic_v<N> && !std::is_same_v<N, bool>, int> = 0>
+    Self& limit_train_batches(N v) & { return put("limit_train_batches", v); }
+    /// Sets `limit_train_batches` on a temporary and passes it on.
+    template <class N, std::enable_if_t<std::is_arithmetic_v<N> && !std::is_same_v<N, bool>, int> = 0>
+    Self&& limit_train_batches(N v) && { return std::move(put("limit_train_batches", v)); }
+
+    /// `limit_val_batches` (batch count, or fraction written with '.'; default 1.0): batches per
+    /// validation run (0 turns validation off).
+    template <class N, std::enable_if_t<std::is_arithmetic_v<N> && !std::is_same_v<N, bool>, int> = 0>
+    Self& limit_val_batches(N v) & { return put("limit_val_batches", v); }
+    /// Sets `limit_val_batches` on a temporary and passes it on.
+    template <class N, std::enable_if_t<std::is_arithmetic_v<N> && !std::is_same_v<N, bool>, int> = 0>
+    Self&& limit_val_batches(N v) && { return std::move(put("limit_val_batches", v)); }
+
+    /// `limit_test_batches` (batch count, or fraction written with '.'; default 1.0): batches per
+    /// test run.
+    template <class N, std::enable_if_t<std::is_arithmetic_v<N> && !std::is_same_v<N, bool>, int> = 0>
+    Self& limit_test_batches(N v) & { return put("limit_test_batches", v); }
+    /// Sets `limit_test_batches` on a temporary and passes it on.
+    template <class N, std::enable_if_t<std::is_arithmetic_v<N> && !std::is_same_v<N, bool>, int> = 0>
+    Self&& limit_test_batches(N v) && { return std::move(put("limit_test_batches", v)); }
+
+    /// `limit_predict_batches` (batch count, or fraction written with '.'; default 1.0): batches
+    /// per predict run.
+    template <class N, std::enable_if_t<std::is_arithmetic_v<N> && !std::is_same_v<N, bool>, int> = 0>
+    Self& limit_predict_batches(N v) & { return put("limit_predict_batches", v); }
+    /// Sets `limit_predict_batches` on a temporary and passes it on.
+    template <class N, std::enable_if_t<std::is_arithmetic_v<N> && !std::is_same_v<N, bool>, int> = 0>
+    Self&& limit_predict_batches(N v) && { return std::move(put("limit_predict_batches", v)); }
+
+    /// `overfit_batches` (batch count, or fraction written with '.'; default 0): train and validate
+    /// on this many (or this fraction of the) training batches; 0 = off.
+    template <class N, std::enable_if_t<std::is_arithmetic_v<N> && !std::is_same_v<N, bool>, int> = 0>
+    Self& overfit_batches(N v) & { return put("overfit_batches", v); }
+    /// Sets `overfit_batches` on a temporary and passes it on.
+    template <class N, std::enable_if_t<std::is_arithmetic_v<N> && !std::is_same_v<N, bool>, int> = 0>
+    Self&& overfit_batches(N v) && { return std::move(put("overfit_batches", v)); }
+
+    /// `val_check_interval` (batch count, or fraction written with '.'; default 1.0): validate
+    /// after this fraction of an epoch, or after every this many training batches.
+    template <class N, std::enable_if_t<std::is_arithmetic_v<N> && !std::is_same_v<N, bool>, int> = 0>
+    Self& val_check_interval(N v) & { return put("val_check_interval", v); }
+    /// Sets `val_check_interval` on a temporary and passes it on.
+    template <class N, std::enable_if_t<std::is_arithmetic_v<N> && !std::is_same_v<N, bool>, int> = 0>
+    Self&& val_check_interval(N v) && { return std::move(put("val_check_interval", v)); }
+
+    /// `check_val_every_n_epoch` (integer or "none"; default 1): validate every n epochs; none
+    /// counts val_check_interval batches across epochs.
+    Self& check_val_every_n_epoch(std::optional<int64_t> v) & { return put("check_val_every_n_epoch", v); }
+    /// Sets `check_val_every_n_epoch` on a temporary and passes it on.
+    Self&& check_val_every_n_epoch(std::optional<int64_t> v) && { return std::move(put("check_val_every_n_epoch", v)); }
+
+    /// `num_sanity_val_steps` (integer; default 2): validation batches run before training as a
+    /// sanity check; -1 = all.
+    Self& num_sanity_val_steps(int64_t v) & { return put("num_sanity_val_steps", v); }
+    /// Sets `num_sanity_val_steps` on a temporary and passes it on.
+    Self&& num_sanity_val_steps(int64_t v) && { return std::move(put("num_sanity_val_steps", v)); }
+
+    /// `log_every_n_steps` (integer; default 50): optimizer steps between writes of step metrics to
+    /// the loggers.
+    Self& log_every_n_steps(int64_t v) & { return put("log_every_n_steps", v); }
+    /// Sets `log_every_n_steps` on a temporary and passes it on.
+    Self&& log_every_n_steps(int64_t v) && { return std::move(put("log_every_n_steps", v)); }
+
+    /// `enable_checkpointing` (bool; default true): add a ModelCheckpoint saving the latest epoch
+    /// when none is given.
+    Self& enable_checkpointing(bool v) & { return put("enable_checkpointing", v); }
+    /// Sets `enable_checkpointing` on a temporary and passes it on.
+    Self&& enable_checkpointing(bool v) && { return std::move(put("enable_checkpointing", v)); }
+
+    /// `enable_progress_bar` (bool; default true): show progress on stderr.
+    Self& enable_progress_bar(bool v) & { return put("enable_progress_bar", v); }
+    /// Sets `enable_progress_bar` on a temporary and passes it on.
+    Self&& enable_progress_bar(bool v) && { return std::move(put("enable_progress_bar", v)); }
+
+    /// `enable_model_summary` (bool; default true): print the layer table when fit starts.
+    Self& enable_model_summary(bool v) & { return put("enable_model_summary", v); }
+    /// Sets `enable_model_summary` on a temporary and passes it on.
+    Self&& enable_model_summary(bool v) && { return std::move(put("enable_model_summary", v)); }
+
+    /// `accumulate_grad_batches` (integer; default 1): accumulate gradients over this many batches
+    /// per optimizer step.
+    Self& accumulate_grad_batches(int64_t v) & { return put("accumulate_grad_batches", v); }
+    /// Sets `accumulate_grad_batches` on a temporary and passes it on.
+    Self&& accumulate_grad_batches(int64_t v) && { return std::move(put("accumulate_grad_batches", v)); }
+
+    /// `gradient_clip_val` (number or "none"; default none): clip gradients at this value; none =
+    /// no clipping.
+    Self& gradient_clip_val(std::optional<double> v) & { return put("gradient_clip_val", v); }
+    /// Sets `gradient_clip_val` on a temporary and passes it on.
+    Self&& gradient_clip_val(std::optional<double> v) && { return std::move(put("gradient_clip_val", v)); }
+
+    /// `gradient_clip_algorithm` (text; default norm): "norm" (scale so the joint 2-norm is at most
+    /// the value) or "value" (clamp each element).
+    Self& gradient_clip_algorithm(std::string_view v) & { return put("gradient_clip_algorithm", v); }
+    /// Sets `gradient_clip_algorithm` on a temporary and passes it on.
+    Self&& gradient_clip_algorithm(std::string_view v) && { return std::move(put("gradient_clip_algorithm", v)); }
+
+    /// `deterministic` (bool; default false): ask libtorch for deterministic algorithms during the
+    /// run (process-wide, restored after).
+    Self& deterministic(bool v) & { return put("deterministic", v); }
+    /// Sets `deterministic` on a temporary and passes it on.
+    Self&& deterministic(bool v) && { return std::move(put("deterministic", v)); }
+
+    /// `inference_mode` (bool; default true): evaluate without autograd.
+    Self& inference_mode(bool v) & { return put("inference_mode", v); }
+    /// Sets `inference_mode` on a temporary and passes it on.
+    Self&& inference_mode(bool v) && { return std::move(put("inference_mode", v)); }
+
+    /// `detect_anomaly` (bool; default false): autograd's anomaly mode during the run: a NaN
+    /// gradient fails backward, naming the operation.
+    Self& detect_anomaly(bool v) & { return put("detect_anomaly", v); }
+    /// Sets `detect_anomaly` on a temporary and passes it on.
+    Self&& detect_anomaly(bool v) && { return std::move(put("detect_anomaly", v)); }
+
+    /// `default_root_dir` (text; default .): folder for logs and checkpoints.
+    Self& default_root_dir(std::string_view v) & { return put("default_root_dir", v); }
+    /// Sets `default_root_dir` on a temporary and passes it on.
+    Self&& default_root_dir(std::string_view v) && { return std::move(put("default_root_dir", v)); }
+
+    /// `seed` (integer or "none"; default none): seed everything at the start of each fit /
+    /// validate / test / predict (a non-negative integer).
+    Self& seed(std::optional<int64_t> v) & { return put("seed", v); }
+    /// Sets `seed` on a temporary and passes it on.
+    Self&& seed(std::optional<int64_t> v) && { return std::move(put("seed", v)); }
+
+    /// `detect_nonfinite_loss` (bool; default true): end the run with an error when a training loss
+    /// is NaN or infinite.
+    Self& detect_nonfinite_loss(bool v) & { return put("detect_nonfinite_loss", v); }
+    /// Sets `detect_nonfinite_loss` on a temporary and passes it on.
+    Self&& detect_nonfinite_loss(bool v) && { return std::move(put("detect_nonfinite_loss", v)); }
+
+    /// `callback_timeout` (seconds, "DD:HH:MM:SS" or "none"; default none): a host callback that
+    /// runs longer fails the run with FULMEN_CODE_CALLBACK when it returns, since fulmen cannot
+    /// interrupt host code; "none" or 0 = no limit.
+    template <class Rep, class Period>
+    Self& callback_timeout(std::chrono::duration<Rep, Period> v) & { return put("callback_timeout", seconds(v)); }
+    /// Sets `callback_timeout` on a temporary and passes it on.
+    template <class Rep, class Period>
+    Self&& callback_timeout(std::chrono::duration<Rep, Period> v) && { return std::move(put("callback_timeout", seconds(v))); }
+    /// Unsets `callback_timeout` ("none").
+    Self& callback_timeout(std::nullopt_t) & { return put("callback_timeout", "none"); }
+    /// Unsets `callback_timeout` on a temporary and passes it on.
+    Self&& callback_timeout(std::nullopt_t) && { return std::move(put("callback_timeout", "none")); }
+
+    /// `handle_signals` (bool; default true): SIGINT / SIGTERM stop a run as described at the top
+    /// of this header; false leaves the process's signal handlers alone.
+    Self& handle_signals(bool v) & { return put("handle_signals", v); }
+    /// Sets `handle_signals` on a temporary and passes it on.
+    Self&& handle_signals(bool v) && { return std::move(put("handle_signals", v)); }
+
+    /// `process_group_backend` (text; default none): "gloo", "nccl", or "none" = by device (gloo on
+    /// CPU, nccl on CUDA).
+    Self& process_group_backend(std::string_view v) & { return put("process_group_backend", v); }
+    /// Sets `process_group_backend` on a temporary and passes it on.
+    Self&& process_group_backend(std::string_view v) && { return std::move(put("process_group_backend", v)); }
+
+    /// `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800): limit on the rendezvous and on every
+    /// collective of a distributed job.
+    template <class Rep, class Period>
+    Self& ddp_timeout(std::chrono::duration<Rep, Period> v) & { return put("ddp_timeout", seconds(v)); }
+    /// Sets `ddp_timeout` on a temporary and passes it on.
+    template <class Rep, class Period>
+    Self&& ddp_timeout(std::chrono::duration<Rep, Period> v) && { return std::move(put("ddp_timeout", seconds(v))); }
+
+private:
+    Self& self() noexcept { return static_cast<Self&>(*this); }
+    template <class V>
+    Self& put(const char* key, const V& v) { return self().set(key, v); }
+    template <class V>
+    Self& put(const char* key, const std::optional<V>& v) { return v ? self().set(key, *v) : self().set(key, "none"); }
+    template <class Rep, class Period>
+    static double seconds(std::chrono::duration<Rep, Period> d) { return std::chrono::duration<double>(d).count(); }
+};
+
+}  // namespace fulmen::detail
+
+#endif  // FULMEN_TRAINER_OPTIONS_HPP

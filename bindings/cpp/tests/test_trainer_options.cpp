@@ -1,0 +1,60 @@
+// Generated from src/trainer/option_table.rs by tests/options_drift.rs; do not edit (regenerate with `make header`).
+// Calls every typed trainer-option setter with the option's default (and,
+// for optional values, with a value first), then builds a trainer.
+#include <fulmen/fulmen.hpp>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <optional>
+
+TEST(TrainerOptionSetters, EverySetterTakesItsDefault) {
+fulmen::TrainerOptions o;
+    o.accelerator("auto");
+    o.strategy("auto");
+    o.devices("auto");
+    o.num_nodes(1);
+    o.precision("32-true");
+    o.logger("csv");
+    o.logger(true);
+    o.fast_dev_run(0);
+    o.fast_dev_run(false);
+    o.max_epochs(1);
+    o.max_epochs(std::nullopt);
+    o.min_epochs(1);
+    o.min_epochs(std::nullopt);
+    o.max_steps(-1);
+    o.min_steps(1);
+    o.min_steps(std::nullopt);
+    o.max_time(std::chrono::milliseconds(90000));
+    o.max_time(std::nullopt);
+    o.limit_train_batches(1.0);
+    o.limit_val_batches(1.0);
+    o.limit_test_batches(1.0);
+    o.limit_predict_batches(1.0);
+    o.overfit_batches(0);
+    o.val_check_interval(1.0);
+    o.check_val_every_n_epoch(1);
+    o.num_sanity_val_steps(2);
+    o.log_every_n_steps(50);
+    o.enable_checkpointing(true);
+    o.enable_progress_bar(true);
+    o.enable_model_summary(true);
+    o.accumulate_grad_batches(1);
+    o.gradient_clip_val(1);
+    o.gradient_clip_val(std::nullopt);
+    o.gradient_clip_algorithm("norm");
+    o.deterministic(false);
+    o.inference_mode(true);
+    o.detect_anomaly(false);
+    o.default_root_dir(".");
+    o.seed(1);
+    o.seed(std::nullopt);
+    o.detect_nonfinite_loss(true);
+    o.callback_timeout(std::chrono::milliseconds(90000));
+    o.callback_timeout(std::nullopt);
+    o.handle_signals(true);
+    o.process_group_backend("none");
+    o.ddp_timeout(std::chrono::seconds(1800));
+    fulmen::Trainer trainer(o);
+    EXPECT_TRUE(static_cast<bool>(trainer));
+}

@@ -1,0 +1,566 @@
+//! The trainer's options in one table: key, kind of value, default,
+//! documentation and parser. [`TrainerOptions::set`] reads it, and
+//! `tests/options_drift.rs` generates from it the key list in
+//! `fulmen_trainer_options_set`'s header comment and the typed setters of
+//! the C++ and Go bindings (and fails when a committed copy drifts).
+use super::options::{BatchLimit, ClipAlgorithm, LoggerChoice, TrainerOptions, ValCheckInterval};
+use crate::callbacks::timer::parse_duration;
+use crate::error::{Error, Result};
+use crate::parse::{is_float_text, is_none, parse_bool, parse_int, parse_number, parse_opt_int};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The kind of value an option takes; it picks the typed setters that the
+/// bindings generate and the type named in the documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionKind {
+    /// A boolean.
+    Bool,
+    /// An integer.
+    Int,
+    /// An integer, or "none".
+    OptionalInt,
+    /// A number, or "none".
+    OptionalNumber,
+    /// A whole number of batches, or a fraction of them written as a float.
+    CountOrFraction,
+    /// A boolean, or a whole number of batches.
+    BoolOrCount,
+    /// A duration: seconds, or "DD:HH:MM:SS".
+    Duration,
+    /// A duration, or "none".
+    OptionalDuration,
+    /// A boolean, or text naming what to turn on.
+    BoolOrText,
+    /// Text.
+    Text,
+}
+
+impl OptionKind {
+    /// How the documentation names the values this kind takes.
+    pub fn describe(self) -> &'static str {
+        match self {
+            OptionKind::Bool => "bool",
+            OptionKind::Int => "integer",
+            OptionKind::OptionalInt => "integer or \"none\"",
+            OptionKind::OptionalNumber => "number or \"none\"",
+            OptionKind::CountOrFraction => "batch count, or fraction written with '.'",
+            OptionKind::BoolOrCount => "bool or batch count",
+            OptionKind::Duration => "seconds or \"DD:HH:MM:SS\"",
+            OptionKind::OptionalDuration => "seconds, \"DD:HH:MM:SS\" or \"none\"",
+            OptionKind::BoolOrText => "bool or text",
+            OptionKind::Text => "text",
+        }
+    }
+}
+
+/// One trainer option.
+pub struct TrainerOption {
+    /// The key, as Lightning's `Trainer(...)` keyword argument.
+    pub key: &'static str,
+    /// The kind of value.
+    pub kind: OptionKind,
+    /// The default, in the text form `set` accepts.
+    pub default: &'static str,
+    /// What the option does (one sentence or a few; no trailing period).
+    pub doc: &'static str,
+    /// Parses `value` into the options (the key is passed for messages).
+    apply: fn(&mut TrainerOptions, &str, &str) -> Result<()>,
+}
+
+/// Sets one field from a parser `fn(key, value) -> Result<T>`.
+macro_rules! field {
+    ($field:ident, $parse:expr) => {
+        |o: &mut TrainerOptions, k: &str, v: &str| -> Result<()> {
+            o.$field = $parse(k, v)?;
+            Ok(())
+        }
+    };
+}
+
+/// Sets one setting of the options' strategy (`StrategySpec::set`).
+macro_rules! strategy_setting {
+    ($name:literal) => {
+        |o: &mut TrainerOptions, _k: &str, v: &str| o.strategy.set($name, v)
+    };
+}
+
+fn limit(key: &str, v: &str) -> Result<BatchLimit> {
+    let v = v.trim();
+    if is_float_text(v) {
+        let f = parse_number(key, v)?;
+        if !(0.0..=1.0).contains(&f) {
+            return Err(Error::invalid(format!(
+                "option {key}: a fraction must be in [0.0, 1.0], got {v}; give a whole number for a count"
+            )));
+        }
+        return Ok(if f == 1.0 { BatchLimit::All } else { BatchLimit::Fraction(f) });
+    }
+    let n = parse_int(key, v)?;
+    if n < 0 {
+        return Err(Error::invalid(format!("option {key}: {n} batches is negative")));
+    }
+    Ok(BatchLimit::Count(n as usize))
+}
+
+fn val_check_interval(key: &str, v: &str) -> Result<ValCheckInterval> {
+    if is_float_text(v) {
+        return Ok(ValCheckInterval::Fraction(parse_number(key, v)?));
+    }
+    let n = parse_int(key, v)?;
+    if n < 1 {
+        return Err(Error::invalid(format!("option {key}: {n} batches must be >= 1")));
+    }
+    Ok(ValCheckInterval::Batches(n as usize))
+}
+
+fn optional_duration(key: &str, v: &str) -> Result<Option<Duration>> {
+    if is_none(v) {
+        return Ok(None);
+    }
+    parse_duration(v).map(Some).map_err(|e| e.context(format!("option {key}")))
+}
+
+/// `callback_timeout`: as a duration, with 0 meaning no limit too.
+fn callback_timeout(key: &str, v: &str) -> Result<Option<Duration>> {
+    Ok(optional_duration(key, v)?.filter(|d| !d.is_zero()))
+}
+
+fn optional_number(key: &str, v: &str) -> Result<Option<f64>> {
+    if is_none(v) {
+        Ok(None)
+    } else {
+        parse_number(key, v).map(Some)
+    }
+}
+
+fn clip_algorithm(key: &str, v: &str) -> Result<ClipAlgorithm> {
+    match v {
+        "norm" => Ok(ClipAlgorithm::Norm),
+        "value" => Ok(ClipAlgorithm::Value),
+        _ => Err(Error::invalid(format!("option {key}: {v:?} is not \"norm\" or \"value\""))),
+    }
+}
+
+fn fast_dev_run(key: &str, v: &str) -> Result<i64> {
+    match parse_bool(key, v) {
+        Ok(b) => Ok(i64::from(b)),
+        Err(_) => parse_int(key, v)
+            .map_err(|_| Error::invalid(format!("option {key}: {v:?} is not a boolean or a batch count"))),
+    }
+}
+
+fn seed(key: &str, v: &str) -> Result<Option<u64>> {
+    if is_none(v) {
+        return Ok(None);
+    }
+    v.trim()
+        .parse::<u64>()
+        .map(Some)
+        .map_err(|_| Error::invalid(format!("option {key}: {v:?} is not a non-negative integer")))
+}
+
+fn root_dir(key: &str, v: &str) -> Result<PathBuf> {
+    if v.is_empty() {
+        return Err(Error::invalid(format!("option {key}: empty path")));
+    }
+    Ok(PathBuf::from(v))
+}
+
+fn logger(key: &str, v: &str) -> Result<LoggerChoice> {
+    if let Ok(b) = parse_bool(key, v) {
+        return Ok(LoggerChoice { csv: b, tensorboard: b });
+    }
+    let mut c = LoggerChoice { csv: false, tensorboard: false };
+    for part in v.split(',').map(str::trim) {
+        match part {
+            "csv" => c.csv = true,
+            "tensorboard" => c.tensorboard = true,
+            _ => {
+                return Err(Error::invalid(format!(
+                    "option {key}: {part:?} is not true, false, \"csv\" or \"tensorboard\""
+                )))
+            }
+        }
+    }
+    Ok(c)
+}
+
+fn set_accelerator(o: &mut TrainerOptions, _key: &str, v: &str) -> Result<()> {
+    crate::accelerators::registry::resolve(v)?;
+    o.accelerator = v.to_string();
+    Ok(())
+}
+
+fn set_devices(o: &mut TrainerOptions, _key: &str, v: &str) -> Result<()> {
+    o.devices = v.to_string();
+    Ok(())
+}
+
+fn set_precision(o: &mut TrainerOptions, _key: &str, v: &str) -> Result<()> {
+    o.precision = v.to_string();
+    o.grad_scaler = None;
+    Ok(())
+}
+
+/// A strategy by name keeps the node count, timeout and backend set so far.
+fn set_strategy(o: &mut TrainerOptions, _key: &str, v: &str) -> Result<()> {
+    let mut spec = crate::strategies::lookup(v)?;
+    let old = &o.strategy;
+    spec.num_nodes = old.num_nodes;
+    spec.timeout = old.timeout;
+    spec.process_group_backend.clone_from(&old.process_group_backend);
+    o.strategy = spec;
+    Ok(())
+}
+
+/// Every trainer option, in Lightning's `Trainer(...)` order where it has
+/// one.
+pub const TRAINER_OPTIONS: &[TrainerOption] = &[
+    TrainerOption {
+        key: "accelerator",
+        kind: OptionKind::Text,
+        default: "auto",
+        doc: "\"auto\", \"cpu\", \"cuda\", \"gpu\", \"mps\", \"xla\", \"tpu\" or a registered accelerator's name",
+        apply: set_accelerator,
+    },
+    TrainerOption {
+        key: "strategy",
+        kind: OptionKind::Text,
+        default: "auto",
+        doc: "a registered strategy with default settings: \"auto\", \"single_device\", \"ddp\", \"ddp_spawn\", \
+              \"ddp_find_unused_parameters_true\", \"dp\", \"xla\", ...; the node count, timeout and backend \
+              set so far are kept",
+        apply: set_strategy,
+    },
+    TrainerOption {
+        key: "devices",
+        kind: OptionKind::Text,
+        default: "auto",
+        doc: "\"auto\", a count (\"1\", \"-1\" = all) or a list of indices (\"0,2\", \"[1]\")",
+        apply: set_devices,
+    },
+    TrainerOption {
+        key: "num_nodes",
+        kind: OptionKind::Int,
+        default: "1",
+        doc: "machines in a distributed job",
+        apply: strategy_setting!("num_nodes"),
+    },
+    TrainerOption {
+        key: "precision",
+        kind: OptionKind::Text,
+        default: "32-true",
+        doc: "\"32-true\", \"16-mixed\", \"bf16-mixed\", \"64-true\", \"16-true\", \"bf16-true\", or legacy \"32\", \
+              \"16\", \"bf16\", \"64\"",
+        apply: set_precision,
+    },
+    TrainerOption {
+        key: "logger",
+        kind: OptionKind::BoolOrText,
+        default: "true",
+        doc: "true (CSV and TensorBoard), false, \"csv\", \"tensorboard\" or \"csv,tensorboard\"",
+        apply: field!(logger, logger),
+    },
+    TrainerOption {
+        key: "fast_dev_run",
+        kind: OptionKind::BoolOrCount,
+        default: "false",
+        doc: "run only this many batches of each loop (true = 1), without loggers or checkpoints",
+        apply: field!(fast_dev_run, fast_dev_run),
+    },
+    TrainerOption {
+        key: "max_epochs",
+        kind: OptionKind::OptionalInt,
+        default: "none",
+        doc: "stop after this many epochs; -1 = no limit; none with max_steps -1 means 1000",
+        apply: field!(max_epochs, parse_opt_int),
+    },
+    TrainerOption {
+        key: "min_epochs",
+        kind: OptionKind::OptionalInt,
+        default: "none",
+        doc: "train at least this many epochs before an early stop takes effect",
+        apply: field!(min_epochs, parse_opt_int),
+    },
+    TrainerOption {
+        key: "max_steps",
+        kind: OptionKind::Int,
+        default: "-1",
+        doc: "stop after this many optimizer steps; -1 = no limit",
+        apply: field!(max_steps, parse_int),
+    },
+    TrainerOption {
+        key: "min_steps",
+        kind: OptionKind::OptionalInt,
+        default: "none",
+        doc: "take at least this many optimizer steps before an early stop takes effect",
+        apply: field!(min_steps, parse_opt_int),
+    },
+    TrainerOption {
+        key: "max_time",
+        kind: OptionKind::OptionalDuration,
+        default: "none",
+        doc: "stop training after this long (\"none\" = no limit)",
+        apply: field!(max_time, optional_duration),
+    },
+    TrainerOption {
+        key: "limit_train_batches",
+        kind: OptionKind::CountOrFraction,
+        default: "1.0",
+        doc: "batches per training epoch: 1.0 = all, 0.25 = a quarter, 10 = ten",
+        apply: field!(limit_train_batches, limit),
+    },
+    TrainerOption {
+        key: "limit_val_batches",
+        kind: OptionKind::CountOrFraction,
+        default: "1.0",
+        doc: "batches per validation run (0 turns validation off)",
+        apply: field!(limit_val_batches, limit),
+    },
+    TrainerOption {
+        key: "limit_test_batches",
+        kind: OptionKind::CountOrFraction,
+        default: "1.0",
+        doc: "batches per test run",
+        apply: field!(limit_test_batches, limit),
+    },
+    TrainerOption {
+        key: "limit_predict_batches",
+        kind: OptionKind::CountOrFraction,
+        default: "1.0",
+        doc: "batches per predict run",
+        apply: field!(limit_predict_batches, limit),
+    },
+    TrainerOption {
+        key: "overfit_batches",
+        kind: OptionKind::CountOrFraction,
+        default: "0",
+        doc: "train and validate on this many (or this fraction of the) training batches; 0 = off",
+        apply: field!(overfit_batches, limit),
+    },
+    TrainerOption {
+        key: "val_check_interval",
+        kind: OptionKind::CountOrFraction,
+        default: "1.0",
+        doc: "validate after this fraction of an epoch, or after every this many training batches",
+        apply: field!(val_check_interval, val_check_interval),
+    },
+    TrainerOption {
+        key: "check_val_every_n_epoch",
+        kind: OptionKind::OptionalInt,
+        default: "1",
+        doc: "validate every n epochs; none counts val_check_interval batches across epochs",
+        apply: field!(check_val_every_n_epoch, parse_opt_int),
+    },
+    TrainerOption {
+        key: "num_sanity_val_steps",
+        kind: OptionKind::Int,
+        default: "2",
+        doc: "validation batches run before training as a sanity check; -1 = all",
+        apply: field!(num_sanity_val_steps, parse_int),
+    },
+    TrainerOption {
+        key: "log_every_n_steps",
+        kind: OptionKind::Int,
+        default: "50",
+        doc: "optimizer steps between writes of step metrics to the loggers",
+        apply: field!(log_every_n_steps, parse_int),
+    },
+    TrainerOption {
+        key: "enable_checkpointing",
+        kind: OptionKind::Bool,
+        default: "true",
+        doc: "add a ModelCheckpoint saving the latest epoch when none is given",
+        apply: field!(enable_checkpointing, parse_bool),
+    },
+    TrainerOption {
+        key: "enable_progress_bar",
+        kind: OptionKind::Bool,
+        default: "true",
+        doc: "show progress on stderr",
+        apply: field!(enable_progress_bar, parse_bool),
+    },
+    TrainerOption {
+        key: "enable_model_summary",
+        kind: OptionKind::Bool,
+        default: "true",
+        doc: "print the layer table when fit starts",
+        apply: field!(enable_model_summary, parse_bool),
+    },
+    TrainerOption {
+        key: "accumulate_grad_batches",
+        kind: OptionKind::Int,
+        default: "1",
+        doc: "accumulate gradients over this many batches per optimizer step",
+        apply: field!(accumulate_grad_batches, parse_int),
+    },
+    TrainerOption {
+        key: "gradient_clip_val",
+        kind: OptionKind::OptionalNumber,
+        default: "none",
+        doc: "clip gradients at this value; none = no clipping",
+        apply: field!(gradient_clip_val, optional_number),
+    },
+    TrainerOption {
+        key: "gradient_clip_algorithm",
+        kind: OptionKind::Text,
+        default: "norm",
+        doc: "\"norm\" (scale so the joint 2-norm is at most the value) or \"value\" (clamp each element)",
+        apply: field!(gradient_clip_algorithm, clip_algorithm),
+    },
+    TrainerOption {
+        key: "deterministic",
+        kind: OptionKind::Bool,
+        default: "false",
+        doc: "ask libtorch for deterministic algorithms during the run (process-wide, restored after)",
+        apply: field!(deterministic, parse_bool),
+    },
+    TrainerOption {
+        key: "inference_mode",
+        kind: OptionKind::Bool,
+        default: "true",
+        doc: "evaluate without autograd",
+        apply: field!(inference_mode, parse_bool),
+    },
+    TrainerOption {
+        key: "detect_anomaly",
+        kind: OptionKind::Bool,
+        default: "false",
+        doc: "autograd's anomaly mode during the run: a NaN gradient fails backward, naming the operation",
+        apply: field!(detect_anomaly, parse_bool),
+    },
+    TrainerOption {
+        key: "default_root_dir",
+        kind: OptionKind::Text,
+        default: ".",
+        doc: "folder for logs and checkpoints",
+        apply: field!(default_root_dir, root_dir),
+    },
+    TrainerOption {
+        key: "seed",
+        kind: OptionKind::OptionalInt,
+        default: "none",
+        doc: "seed everything at the start of each fit / validate / test / predict (a non-negative integer)",
+        apply: field!(seed, seed),
+    },
+    TrainerOption {
+        key: "detect_nonfinite_loss",
+        kind: OptionKind::Bool,
+        default: "true",
+        doc: "end the run with an error when a training loss is NaN or infinite",
+        apply: field!(detect_nonfinite_loss, parse_bool),
+    },
+    TrainerOption {
+        key: "callback_timeout",
+        kind: OptionKind::OptionalDuration,
+        default: "none",
+        doc: "a host callback that runs longer fails the run with FULMEN_CODE_CALLBACK when it returns, since \
+              fulmen cannot interrupt host code; \"none\" or 0 = no limit",
+        apply: field!(callback_timeout, callback_timeout),
+    },
+    TrainerOption {
+        key: "handle_signals",
+        kind: OptionKind::Bool,
+        default: "true",
+        doc: "SIGINT / SIGTERM stop a run as described at the top of this header; false leaves the process's \
+              signal handlers alone",
+        apply: field!(handle_signals, parse_bool),
+    },
+    TrainerOption {
+        key: "process_group_backend",
+        kind: OptionKind::Text,
+        default: "none",
+        doc: "\"gloo\", \"nccl\", or \"none\" = by device (gloo on CPU, nccl on CUDA)",
+        apply: strategy_setting!("process_group_backend"),
+    },
+    TrainerOption {
+        key: "ddp_timeout",
+        kind: OptionKind::Duration,
+        default: "1800",
+        doc: "limit on the rendezvous and on every collective of a distributed job",
+        apply: strategy_setting!("timeout"),
+    },
+];
+
+/// The option with this key.
+pub fn find(key: &str) -> Option<&'static TrainerOption> {
+    TRAINER_OPTIONS.iter().find(|o| o.key == key)
+}
+
+/// Every key, comma-separated (for error messages).
+pub fn keys() -> String {
+    TRAINER_OPTIONS.iter().map(|o| o.key).collect::<Vec<_>>().join(", ")
+}
+
+impl TrainerOptions {
+    /// Sets option `key` from its text form, as Lightning's `Trainer(...)`
+    /// keyword argument. An unknown key or a bad value is an error naming
+    /// it, and then nothing changes.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let option = find(key)
+            .ok_or_else(|| Error::invalid(format!("unknown trainer option {key:?}; known options: {}", keys())))?;
+        let mut next = self.clone();
+        let v = if option.key == "default_root_dir" { value } else { value.trim() };
+        (option.apply)(&mut next, option.key, v)?;
+        next.validate().map_err(|e| e.context(format!("option {key}")))?;
+        *self = next;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for o in TRAINER_OPTIONS {
+            assert!(seen.insert(o.key), "{} twice", o.key);
+        }
+    }
+
+    /// Each documented default, set on default options, changes nothing.
+    #[test]
+    fn documented_defaults_are_the_defaults() {
+        let reference = format!("{:?}", TrainerOptions::default());
+        for o in TRAINER_OPTIONS {
+            let mut opts = TrainerOptions::default();
+            opts.set(o.key, o.default).unwrap_or_else(|e| panic!("{}: {e}", o.key));
+            assert_eq!(format!("{opts:?}"), reference, "default of {}", o.key);
+        }
+    }
+
+    #[test]
+    fn a_bad_value_changes_nothing_and_names_the_option() {
+        let mut opts = TrainerOptions::default();
+        opts.set("max_epochs", "3").unwrap();
+        let e = opts.set("log_every_n_steps", "0").unwrap_err();
+        assert!(e.message.contains("log_every_n_steps"), "{e}");
+        let e = opts.set("max_epoch", "3").unwrap_err();
+        assert!(e.message.contains("known options") && e.message.contains("ddp_timeout"), "{e}");
+        assert_eq!(opts.max_epochs, Some(3));
+        assert_eq!(opts.log_every_n_steps, 50);
+    }
+
+    #[test]
+    fn counts_and_fractions_as_lightning() {
+        let mut opts = TrainerOptions::default();
+        opts.set("limit_train_batches", "1").unwrap();
+        assert_eq!(opts.limit_train_batches, BatchLimit::Count(1));
+        opts.set("limit_train_batches", "1.0").unwrap();
+        assert_eq!(opts.limit_train_batches, BatchLimit::All);
+        opts.set("limit_train_batches", "0.5").unwrap();
+        assert_eq!(opts.limit_train_batches, BatchLimit::Fraction(0.5));
+        assert!(opts.set("limit_train_batches", "1.5").is_err());
+        opts.set("fast_dev_run", "yes").unwrap();
+        assert_eq!(opts.fast_dev_run, 1);
+        opts.set("fast_dev_run", "4").unwrap();
+        assert_eq!(opts.fast_dev_run, 4);
+        opts.set("callback_timeout", "0").unwrap();
+        assert_eq!(opts.callback_timeout, None);
+        opts.set("ddp_timeout", "2.5").unwrap();
+        assert_eq!(opts.strategy.timeout, Duration::from_millis(2500));
+    }
+}
