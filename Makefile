@@ -40,7 +40,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_e
 
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all deps lib header bench test test-rust test-c test-pkgconfig test-cpp test-go test-interop test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example lint fmt install clean
+.PHONY: all deps lib header bench test lib-torch-2.11 test-torch-2.11 test-c-torch-2.11 test-rust test-c test-pkgconfig test-cpp test-go test-interop test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example lint fmt install clean
 
 all: lib
 
@@ -70,7 +70,7 @@ header: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test options_drift
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test header_drift
 
-test: deps lib lint test-rust test-c example test-valgrind test-fuzz test-soak test-cpp test-go test-interop test-coverage
+test: deps lib lint test-rust test-c example test-valgrind test-fuzz test-soak test-cpp test-go test-interop test-torch-2.11 test-coverage
 	@echo "all suites passed"
 
 test-coverage:
@@ -198,6 +198,37 @@ $(BUILD)/examples/snippet: examples/c/snippet.c include/fulmen.h lib
 $(BUILD)/examples/mnist: examples/c/mnist.c include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
+
+# fulmen against libtorch 2.11 (tch 0.24), for hosts whose PyTorch is 2.11.
+# Cargo cannot hold both torch-sys versions in one manifest, so this build
+# has its own (scripts/torch-variant.sh: same sources, other tch) and
+# target folder. `lib-torch-2.11` builds it; `test-torch-2.11` (in `make
+# test`) runs the DDP C test (c10d's Reducer differs between the versions)
+# and the outside program on it; `test-c-torch-2.11` runs every C test.
+TORCH_2_11 := $(BUILD)/torch-2.11
+LIBTORCH_2_11 ?= $(DEPS)/libtorch-2.11
+LIBDIR_2_11 := $(TORCH_2_11)/target/release
+
+$(LIBTORCH_2_11)/build-version:
+	bash scripts/fetch-libtorch.sh $(LIBTORCH_2_11) 2.11.0
+
+lib-torch-2.11: $(LIBTORCH_2_11)/build-version $(GLOO_STAMP)
+	bash scripts/torch-variant.sh 2.11 $(TORCH_2_11)
+	LIBTORCH=$(LIBTORCH_2_11) FULMEN_GLOO_INCLUDE=$(or $(FULMEN_GLOO_INCLUDE),$(DEPS)/gloo/include) \
+	  CARGO_TARGET_DIR=$(TORCH_2_11)/target $(CARGO) build --release --lib --manifest-path $(TORCH_2_11)/Cargo.toml
+	@grep -q '^2\.11\.' $(LIBTORCH_2_11)/build-version
+
+test-torch-2.11: lib-torch-2.11
+	$(MAKE) --no-print-directory LIBDIR=$(LIBDIR_2_11) BUILD=$(TORCH_2_11)/c $(TORCH_2_11)/c/tests/test_ddp
+	ldd $(TORCH_2_11)/c/tests/test_ddp | grep -q '$(LIBTORCH_2_11)/lib/libtorch_cpu.so'
+	cd $(ROOT) && $(ASAN_ENV) $(TORCH_2_11)/c/tests/test_ddp
+	@mkdir -p $(TORCH_2_11)/outside
+	$(CC) $(CFLAGS_STRICT) $(C_INC) tests/c/outside/train_xor.c -o $(TORCH_2_11)/outside/train_xor \
+	  -L$(LIBDIR_2_11) -Wl,-rpath,$(LIBDIR_2_11) -lfulmen -lm
+	$(TORCH_2_11)/outside/train_xor
+
+test-c-torch-2.11: lib-torch-2.11
+	$(MAKE) --no-print-directory LIBDIR=$(LIBDIR_2_11) BUILD=$(TORCH_2_11)/c test-c
 
 demo: deps lib example
 	$(BUILD)/examples/mnist --data $(MNIST) --epochs 10 --out $(ROOT)/runs/mnist

@@ -326,7 +326,8 @@ int fulmen_cxx_reducer_new(void* group, void* const* params, size_t n, int find_
       list, buckets, g->pg, std::vector<bool>(list.size(), false), bucket_cap_bytes, find_unused != 0,
       /*gradient_as_bucket_view=*/false, std::unordered_map<size_t, std::string>{}, first_bucket_bytes,
       /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
-      /*bucket_bytes_cap_list=*/std::vector<int64_t>{}, /*batched_grad_copy=*/false);
+      // batched_grad_copy (2.13) keeps its default, false; 2.11 lacks it.
+      /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
   *out = new DdpReducer{reducer, list};
   FULMEN_CXX_CATCH(err, err_len)
 }

@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Assemble a CPU libtorch 2.13.0 from PyPI wheels into $1 (default .deps/libtorch).
+# Assemble a CPU libtorch from PyPI wheels into $1 (default .deps/libtorch):
+# torch $2 (default 2.13.0; 2.11.0 for builds against an older PyTorch).
 # pip verifies the wheels' hashes; the result is reused when already present.
 # The wheels stay in $FULMEN_WHEELS (default: wheels/ beside $1) for the
 # Python venv of the interop tests (scripts/setup-venv.sh).
 set -euo pipefail
 dest=${1:-.deps/libtorch}
+version=${2:-2.13.0}
 [ -f "$dest/build-version" ] && exit 0
 work=$(mktemp -d "${TMPDIR:-/tmp}/fulmen-libtorch.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-echo "fetching libtorch 2.13.0 (CPU layout) from PyPI wheels into $dest" >&2
+echo "fetching libtorch $version (CPU layout) from PyPI wheels into $dest" >&2
 wheels=${FULMEN_WHEELS:-$(dirname "$dest")/wheels}
 mkdir -p "$wheels"
 python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$wheels" \
-  torch==2.13.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85
+  "torch==$version" nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85
 mkdir -p "$work/x"
-for w in "$wheels"/torch-2.13.0-*.whl "$wheels"/nvidia_cuda_runtime-13.0.96-*.whl "$wheels"/nvidia_cuda_cupti-13.0.85-*.whl; do
+for w in "$wheels"/torch-"$version"-*.whl "$wheels"/nvidia_cuda_runtime-13.0.96-*.whl "$wheels"/nvidia_cuda_cupti-13.0.85-*.whl; do
   python3 - "$w" "$work/x" <<'PY'
 import sys, zipfile
 z = zipfile.ZipFile(sys.argv[1])
@@ -40,7 +42,7 @@ for f in libcudart.so.13 libcupti.so.13; do
 done
 ln -sf libgomp.so.1 "$stage/lib/libgomp.so"
 echo 'INPUT(libtorch_cpu.so)' > "$stage/lib/libtorch.so"
-echo 2.13.0 > "$stage/build-version"
+echo "$version" > "$stage/build-version"
 mkdir -p "$(dirname "$dest")"
 rm -rf "$dest"
 mv "$stage" "$dest"
