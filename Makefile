@@ -40,7 +40,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_e
 
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all deps lib header bench test lib-torch-2.11 test-torch-2.11 test-c-torch-2.11 test-rust test-c test-pkgconfig test-cpp test-go test-interop test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example lint fmt install clean
+.PHONY: all deps lib header bench test lib-torch-2.11 test-torch-2.11 test-c-torch-2.11 gpu-kit test-gpu-kit test-rust test-c test-pkgconfig test-cpp test-go test-interop test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example lint fmt install clean
 
 all: lib
 
@@ -229,6 +229,16 @@ test-torch-2.11: lib-torch-2.11
 
 test-c-torch-2.11: lib-torch-2.11
 	$(MAKE) --no-print-directory LIBDIR=$(LIBDIR_2_11) BUILD=$(TORCH_2_11)/c test-c
+
+# The GPU kit (not in `make test`: it downloads about 1.5 GB), for a GPU
+# machine whose PyTorch is 2.11 with CUDA 13: see docs/GPU.md.
+# `test-gpu-kit` runs the kit's programs here, on the 2.11 CPU build.
+gpu-kit: $(MNIST)
+	bash scripts/gpu-kit.sh $(BUILD)/gpu-kit
+
+test-gpu-kit: gpu-kit lib-torch-2.11
+	FULMEN_KIT_LIBDIR=$(LIBDIR_2_11) FULMEN_KIT_TORCH_LIB=$(LIBTORCH_2_11)/lib \
+	  bash $(BUILD)/gpu-kit/bundle/run.sh $(BUILD)/gpu-kit/cpu-results
 
 demo: deps lib example
 	$(BUILD)/examples/mnist --data $(MNIST) --epochs 10 --out $(ROOT)/runs/mnist

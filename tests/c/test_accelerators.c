@@ -195,6 +195,11 @@ static int registry_find(const char *name, char *desc, size_t desc_cap, bool *av
     return -1;
 }
 
+/* Whether this machine has a CUDA device: the tests were written for one
+ * without; where CUDA is available they expect it where it changes the
+ * answer (tests/gpu/gpu_check.c covers the CUDA paths themselves). */
+static bool cuda_here = false;
+
 /* ----------------------------------------------------------- the registry */
 
 static void test_registry(void) {
@@ -208,8 +213,9 @@ static void test_registry(void) {
         int at = registry_find(builtins[i], desc, sizeof desc, &av);
         CHECK(at >= 0);
         CHECK(strlen(desc) > 0);
-        /* No GPU, no macOS, no TPU here: only the CPU is available. */
-        CHECK(av == (i == 0));
+        /* No macOS, no TPU here: only the CPU is available (and CUDA where
+         * the machine has a GPU). */
+        CHECK(av == (i == 0 || (i == 1 && cuda_here)));
     }
     char name[64], desc[256], tiny[2];
     size_t nl = 0, dl = 0;
@@ -239,22 +245,31 @@ static void test_get(void) {
     CHECK_ERR(fulmen_accelerator_name(cpu, small, sizeof small, &len), FULMEN_CODE_OUT_OF_RANGE, NULL);
     CHECK(len == 3);
 
-    /* auto: xla > mps > cuda > cpu by availability, so the CPU here. */
+    /* auto: xla > mps > cuda > cpu by availability, so the CPU here (CUDA
+     * on a GPU machine). */
+    const char *auto_pick = cuda_here ? "cuda" : "cpu";
     fulmen_accelerator *a = get_acc("auto");
-    CHECK(acc_named(a, "cpu"));
+    CHECK(acc_named(a, auto_pick));
     fulmen_accelerator_free(a);
     a = get_acc(" AUTO ");
-    CHECK(acc_named(a, "cpu"));
+    CHECK(acc_named(a, auto_pick));
     fulmen_accelerator_free(a);
     a = get_acc("CPU");
     CHECK(acc_named(a, "cpu"));
     fulmen_accelerator_free(a);
 
-    /* gpu: neither mps nor cuda is available. */
+    /* gpu: neither mps nor cuda is available (cuda on a GPU machine). */
     a = NULL;
-    CHECK_ERR(fulmen_accelerator_get("gpu", &a), FULMEN_CODE_UNAVAILABLE, "no supported GPU backend");
-    CHECK_ERR(fulmen_accelerator_get("gpu", &a), FULMEN_CODE_UNAVAILABLE, "available accelerators: cpu");
-    CHECK(a == NULL);
+    if (cuda_here) {
+        a = get_acc("gpu");
+        CHECK(acc_named(a, "cuda"));
+        fulmen_accelerator_free(a);
+        a = NULL;
+    } else {
+        CHECK_ERR(fulmen_accelerator_get("gpu", &a), FULMEN_CODE_UNAVAILABLE, "no supported GPU backend");
+        CHECK_ERR(fulmen_accelerator_get("gpu", &a), FULMEN_CODE_UNAVAILABLE, "available accelerators: cpu");
+        CHECK(a == NULL);
+    }
 
     /* tpu is xla, which is registered but unavailable. */
     fulmen_error *e = fulmen_accelerator_get("tpu", &a);
@@ -365,6 +380,10 @@ static void test_parse_devices_cpu(void) {
 }
 
 static void test_parse_devices_cuda(void) {
+    if (cuda_here) {
+        printf("CUDA is available: its device parsing is tested by tests/gpu/gpu_check.c\n");
+        return;
+    }
     fulmen_accelerator *cuda = get_acc("cuda");
     bool av = true;
     size_t count = 9;
@@ -666,9 +685,10 @@ static void test_custom_accelerator(void) {
     size_t count = 0;
     CHECK_OK(fulmen_accelerator_auto_device_count(a, &count));
     CHECK(count == 2);
-    /* "auto" still picks the CPU: custom accelerators are not in its order. */
+    /* "auto" still picks the CPU (CUDA on a GPU machine): custom
+     * accelerators are not in its order. */
     fulmen_accelerator *au = get_acc("auto");
-    CHECK(acc_named(au, "cpu"));
+    CHECK(acc_named(au, cuda_here ? "cuda" : "cpu"));
     fulmen_accelerator_free(au);
 
     /* The default (GPU-style) parser over the 2 devices. */
@@ -1095,6 +1115,11 @@ int main(void) {
         return 2;
     }
     CHECK_OK(fulmen_set_num_threads(1)); /* small models: no thread-pool overhead */
+    {
+        fulmen_accelerator *cuda = get_acc("cuda");
+        CHECK_OK(fulmen_accelerator_is_available(cuda, &cuda_here));
+        fulmen_accelerator_free(cuda);
+    }
     test_registry();
     test_get();
     test_parse_devices_cpu();

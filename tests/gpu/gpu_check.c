@@ -1,0 +1,209 @@
+/*
+ * The GPU kit's test program: fulmen's CUDA paths on a machine with an
+ * NVIDIA GPU. Without one it says so and exits with 77 (skipped), so the
+ * kit's CPU subset can run it anywhere.
+ *
+ * Covers: the cuda accelerator and Lightning's device parser ("cuda",
+ * "gpu", "auto", "1", "-1", "0,"), CUDA caching-allocator statistics,
+ * tensors moved to cuda:0 and back, training on cuda:0 in 32-true,
+ * 16-mixed, bf16-mixed and bf16-true, DDP in a world of one with NCCL and
+ * with gloo, and an exact resume from a checkpoint on the GPU.
+ *
+ *   gpu_check [PARENT_DIR]   (its files go to a new folder in PARENT_DIR,
+ *                             default /tmp)
+ */
+#define _XOPEN_SOURCE 700
+#include <fulmen.h>
+
+#include "../c/check.h"
+#include "../c/fixture.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char work[512];
+
+typedef struct {
+    fulmen_model *model;
+} step_ud;
+
+/* Cross-entropy, logged as train_loss (per epoch). */
+static fulmen_error *logged_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    fulmen_error *e = fixture_cross_entropy(((step_ud *)ud)->model, batch, out);
+    if (e != NULL) return e;
+    double v = 0;
+    e = fulmen_tensor_item(*out, &v);
+    if (e == NULL) e = fulmen_step_context_log(ctx, "train_loss", v, FULMEN_LOG_ON_EPOCH, -1);
+    return e;
+}
+
+static fulmen_accelerator *cuda_accelerator(void) {
+    fulmen_accelerator *acc = NULL;
+    CHECK_OK(fulmen_accelerator_get("cuda", &acc));
+    return acc;
+}
+
+static void test_devices(void) {
+    fulmen_accelerator *acc = cuda_accelerator();
+    size_t count = 0, n = 0;
+    CHECK_OK(fulmen_accelerator_auto_device_count(acc, &count));
+    CHECK(count >= 1);
+    printf("cuda devices: %zu\n", count);
+    int64_t ids[64];
+    CHECK_OK(fulmen_accelerator_parse_devices(acc, "1", ids, 64, &n));
+    CHECK(n == 1 && ids[0] == 0);
+    CHECK_OK(fulmen_accelerator_parse_devices(acc, "0,", ids, 64, &n));
+    CHECK(n == 1 && ids[0] == 0);
+    CHECK_OK(fulmen_accelerator_parse_devices(acc, "-1", ids, 64, &n));
+    CHECK(n == count);
+    CHECK_OK(fulmen_accelerator_parse_devices(acc, "auto", ids, 64, &n));
+    CHECK(n == count);
+    fulmen_device devs[64];
+    CHECK_OK(fulmen_accelerator_get_parallel_devices(acc, "1", devs, 64, &n));
+    CHECK(n == 1 && devs[0].device_type == FULMEN_DEVICE_TYPE_CUDA && devs[0].index == 0);
+
+    /* "gpu" and "auto" pick cuda when it is available. */
+    const char *aliases[2] = {"gpu", "auto"};
+    for (int i = 0; i < 2; i++) {
+        fulmen_accelerator *a = NULL;
+        char name[32];
+        size_t len = 0;
+        CHECK_OK(fulmen_accelerator_get(aliases[i], &a));
+        CHECK_OK(fulmen_accelerator_name(a, name, sizeof name, &len));
+        if (strcmp(name, "cuda") != 0) {
+            fprintf(stderr, "%s resolved to %s\n", aliases[i], name);
+            CHECK(0);
+        }
+        fulmen_accelerator_free(a);
+    }
+
+    /* The caching allocator's statistics see a tensor on cuda:0. */
+    fulmen_device d0 = {FULMEN_DEVICE_TYPE_CUDA, 0};
+    CHECK_OK(fulmen_accelerator_setup_device(acc, d0));
+    int64_t shape[2] = {1024, 1024};
+    fulmen_tensor *cpu = NULL, *gpu = NULL, *back = NULL;
+    CHECK_OK(fulmen_tensor_ones(shape, 2, FULMEN_DTYPE_F32, &cpu));
+    CHECK_OK(fulmen_tensor_to_device(cpu, FULMEN_DEVICE_TYPE_CUDA, 0, &gpu));
+    fulmen_device_stat stats[128];
+    CHECK_OK(fulmen_accelerator_device_stats(acc, d0, stats, 128, &n));
+    CHECK(n > 0);
+    double allocated = -1;
+    for (size_t i = 0; i < n && i < 128; i++) {
+        if (strstr(stats[i].name, "allocated_bytes.all.current") != NULL) allocated = stats[i].value;
+    }
+    printf("allocated_bytes.all.current with a 4 MiB tensor on cuda:0: %.0f\n", allocated);
+    CHECK(allocated >= 4.0 * 1024 * 1024);
+    CHECK_OK(fulmen_tensor_to_device(gpu, FULMEN_DEVICE_TYPE_CPU, 0, &back));
+    fulmen_tensor *sum = NULL;
+    CHECK_OK(fulmen_tensor_sum(back, &sum));
+    CHECK_NEAR(check_item(sum), 1024.0 * 1024.0, 0);
+    fulmen_tensor_free(sum);
+    fulmen_tensor_free(back);
+    fulmen_tensor_free(gpu);
+    fulmen_tensor_free(cpu);
+    CHECK_OK(fulmen_accelerator_teardown(acc));
+    fulmen_accelerator_free(acc);
+}
+
+/* Fits the blobs MLP on cuda:0 with `precision` and `strategy` (backend:
+ * NULL for the default) for `epochs`; returns the last epoch's train_loss,
+ * or -1 when fit failed. */
+static double fit_on_gpu(const char *precision, const char *strategy, const char *backend, int64_t epochs,
+                         const char *root, const char *ckpt, fulmen_model **model_out) {
+    fulmen_dataset *ds = fixture_blobs(512, 7, 2.0f);
+    fulmen_loader *loader = fixture_loader(ds, 32, true, 3);
+    CHECK_OK(fulmen_manual_seed(11));
+    fulmen_model *model = fixture_mlp(32, 0);
+    step_ud ud = {model};
+    fulmen_lightning_module *module = fixture_module(model, &ud, logged_step, NULL);
+    fulmen_trainer_options *o = fixture_options(root, epochs);
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "cuda"));
+    CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
+    CHECK_OK(fulmen_trainer_options_set(o, "precision", precision));
+    CHECK_OK(fulmen_trainer_options_set(o, "strategy", strategy));
+    CHECK_OK(fulmen_trainer_options_set_bool(o, "deterministic", true));
+    if (backend != NULL) CHECK_OK(fulmen_trainer_options_set(o, "process_group_backend", backend));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    double loss = -1;
+    fulmen_error *e = fulmen_trainer_fit(t, module, loader, NULL, ckpt);
+    if (e != NULL) {
+        fprintf(stderr, "fit (%s, %s, %s): %s\n", precision, strategy, backend ? backend : "default",
+                fulmen_error_message(e));
+        fulmen_error_free(e);
+        CHECK(0);
+    } else {
+        CHECK_OK(fulmen_trainer_callback_metric(t, "train_loss", &loss));
+    }
+    fulmen_trainer_free(t);
+    fulmen_trainer_options_free(o);
+    fulmen_lightning_module_free(module);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
+    if (model_out != NULL) {
+        *model_out = model;
+    } else {
+        fulmen_model_free(model);
+    }
+    return loss;
+}
+
+static void test_precisions(void) {
+    const char *precisions[4] = {"32-true", "16-mixed", "bf16-mixed", "bf16-true"};
+    for (int i = 0; i < 4; i++) {
+        double loss = fit_on_gpu(precisions[i], "auto", NULL, 3, NULL, NULL, NULL);
+        printf("precision %-10s train_loss after 3 epochs: %.4f\n", precisions[i], loss);
+        CHECK(loss >= 0 && loss < 0.3);
+    }
+}
+
+static void test_ddp_world_of_one(void) {
+    const char *backends[2] = {"nccl", "gloo"};
+    for (int i = 0; i < 2; i++) {
+        double loss = fit_on_gpu("32-true", "ddp", backends[i], 2, NULL, NULL, NULL);
+        printf("ddp (%s, world of 1) train_loss after 2 epochs: %.4f\n", backends[i], loss);
+        CHECK(loss >= 0 && loss < 0.3);
+    }
+}
+
+/* 4 epochs in one go equal 2 epochs, then a resume from last.ckpt for 2
+ * more, weight for weight. */
+static void test_exact_resume(void) {
+    char whole[640], split[640];
+    snprintf(whole, sizeof whole, "%s/whole", work);
+    snprintf(split, sizeof split, "%s/split", work);
+    fulmen_model *a = NULL, *b = NULL, *c = NULL;
+    fit_on_gpu("32-true", "auto", NULL, 4, whole, NULL, &a);
+    fit_on_gpu("32-true", "auto", NULL, 2, split, NULL, &b);
+    /* "last": the newest checkpoint under default_root_dir. */
+    fit_on_gpu("32-true", "auto", NULL, 4, split, "last", &c);
+    double diff = fixture_max_diff(a, c);
+    printf("exact resume on the GPU: max |whole - resumed| = %g\n", diff);
+    CHECK(diff == 0);
+    fulmen_model_free(a);
+    fulmen_model_free(b);
+    fulmen_model_free(c);
+}
+
+int main(int argc, char **argv) {
+    snprintf(work, sizeof work, "%s/fulmen-gpu-check.XXXXXX", argc > 1 ? argv[1] : "/tmp");
+    if (mkdtemp(work) == NULL) {
+        perror("gpu_check: mkdtemp");
+        return 2;
+    }
+
+    fulmen_accelerator *acc = cuda_accelerator();
+    bool available = false;
+    CHECK_OK(fulmen_accelerator_is_available(acc, &available));
+    fulmen_accelerator_free(acc);
+    if (!available) {
+        printf("gpu_check: CUDA is not available on this machine (fulmen %s): skipped\n", fulmen_version());
+        return 77;
+    }
+    test_devices();
+    test_precisions();
+    test_ddp_world_of_one();
+    test_exact_resume();
+    return check_finish("gpu_check");
+}
