@@ -57,3 +57,60 @@ fn shim_symbols_stay_out_of_the_header() {
     }
     assert!(outside.is_empty(), "shim functions declared outside src/shim: {outside:?}");
 }
+
+/// Every fallible function of the header says which error codes it returns
+/// beyond the common ones of the preamble: its comment has an `Errors:`
+/// sentence, and every `FULMEN_CODE_*` it names exists.
+#[test]
+fn every_fallible_function_names_its_errors() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let header = std::fs::read_to_string(root.join("include/fulmen.h")).expect("reading include/fulmen.h");
+    let known: Vec<&str> = header
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("FULMEN_CODE_"))
+        .filter_map(|rest| rest.split(' ').next())
+        .collect();
+    let mut missing = Vec::new();
+    let mut unknown = Vec::new();
+    let mut comment = String::new();
+    let mut in_comment = false;
+    for line in header.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("/**") {
+            in_comment = true;
+            comment.clear();
+            continue;
+        }
+        if in_comment {
+            if trimmed.starts_with("*/") {
+                in_comment = false;
+            } else {
+                comment.push_str(trimmed.trim_start_matches('*'));
+                comment.push('\n');
+            }
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("struct fulmen_error *fulmen_") {
+            let name = format!("fulmen_{}", rest.split('(').next().unwrap_or(rest));
+            if !comment.contains("Errors:") {
+                missing.push(name.clone());
+            }
+            for word in comment.split(|c: char| !c.is_alphanumeric() && c != '_') {
+                if let Some(code) = word.strip_prefix("FULMEN_CODE_") {
+                    if !known.contains(&code) {
+                        unknown.push(format!("{name}: FULMEN_CODE_{code}"));
+                    }
+                }
+            }
+        }
+        if !trimmed.is_empty() {
+            comment.clear();
+        }
+    }
+    assert!(unknown.is_empty(), "comments name error codes that do not exist: {unknown:?}");
+    assert!(
+        missing.is_empty(),
+        "{} fallible functions have no `Errors:` sentence in their comment: {missing:?}",
+        missing.len()
+    );
+}
