@@ -66,6 +66,11 @@ unsafe fn acc_arg<'a>(p: *const fulmen_accelerator) -> Result<Shared<'a, Arc<dyn
 /// "mps", "xla", or a custom one) or an alias ("gpu": mps if available,
 /// else cuda; "tpu": xla; "auto": xla > mps > cuda > cpu by availability).
 /// An unknown name is an error listing the registered ones.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown, empty or malformed name,
+/// or one not UTF-8), FULMEN_CODE_UNAVAILABLE ("gpu" when neither mps nor cuda
+/// is available), FULMEN_CODE_INVALID_STATE ("auto" with nothing available and
+/// "cpu" unregistered).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_accelerator_get(
     name: *const c_char,
@@ -81,6 +86,8 @@ pub unsafe extern "C" fn fulmen_accelerator_get(
 
 /// Copies the accelerator's registry name into `buf` as for
 /// `fulmen_model_state_dict_name`.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`buf` too small).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_accelerator_name(
     acc: *const fulmen_accelerator,
@@ -92,6 +99,9 @@ pub unsafe extern "C" fn fulmen_accelerator_name(
 }
 
 /// Writes whether the accelerator can be used on this machine.
+///
+/// Errors: for a custom accelerator, the code a host callback returned (its
+/// `is_available`); the built-in ones add none.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_accelerator_is_available(
     acc: *const fulmen_accelerator,
@@ -101,6 +111,9 @@ pub unsafe extern "C" fn fulmen_accelerator_is_available(
 }
 
 /// Writes how many devices `devices="auto"` uses (1 for the CPU).
+///
+/// Errors: for a custom accelerator, the code a host callback returned (its
+/// `auto_device_count`); the built-in ones add none.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_accelerator_auto_device_count(
     acc: *const fulmen_accelerator,
@@ -115,6 +128,13 @@ pub unsafe extern "C" fn fulmen_accelerator_auto_device_count(
 /// `ids[0..capacity]` and their number to `*n_out` (written even when
 /// `capacity` is too small, which fails with FULMEN_CODE_OUT_OF_RANGE).
 /// Rejected values give an error naming what is available.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`devices` malformed or not UTF-8, or
+/// refused by the accelerator: 0, [], repeated ids, ids or -1 for the CPU),
+/// FULMEN_CODE_UNAVAILABLE (the devices asked for do not exist here, or XLA
+/// cannot be used), FULMEN_CODE_OUT_OF_RANGE (`capacity` too small); for a
+/// custom accelerator also the code a host callback returned, or
+/// FULMEN_CODE_CALLBACK (it reported ids or a device count it cannot have).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_accelerator_parse_devices(
     acc: *const fulmen_accelerator,
@@ -146,6 +166,12 @@ pub unsafe extern "C" fn fulmen_accelerator_parse_devices(
 /// Writes the libtorch devices `devices` selects (Lightning's
 /// `get_parallel_devices`) to `out[0..capacity]` and their number to
 /// `*n_out` (written even when `capacity` is too small).
+///
+/// Errors: those of `fulmen_accelerator_parse_devices`
+/// (FULMEN_CODE_INVALID_ARGUMENT, FULMEN_CODE_UNAVAILABLE,
+/// FULMEN_CODE_OUT_OF_RANGE for `capacity`), FULMEN_CODE_UNSUPPORTED (xla: this
+/// build has no XLA device type); for a custom accelerator also the code a host
+/// callback returned, or FULMEN_CODE_CALLBACK (it wrote an invalid device).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_accelerator_get_parallel_devices(
     acc: *const fulmen_accelerator,
@@ -173,6 +199,12 @@ pub unsafe extern "C" fn fulmen_accelerator_get_parallel_devices(
 
 /// Prepares `device` for use (Lightning's `setup_device`; selects the CUDA
 /// device on CUDA).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`device` is not a valid fulmen_device,
+/// or not of this accelerator's kind), FULMEN_CODE_UNSUPPORTED (an XLA device,
+/// or the xla accelerator), FULMEN_CODE_UNAVAILABLE (no such CUDA device; MPS
+/// or XLA not available), FULMEN_CODE_TORCH (CUDA refused the device), the code
+/// a host callback returned (custom accelerators).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_accelerator_setup_device(
     acc: *const fulmen_accelerator,
@@ -183,6 +215,9 @@ pub unsafe extern "C" fn fulmen_accelerator_setup_device(
 
 /// Releases what the accelerator holds (Lightning's `teardown`; empties the
 /// CUDA cache on CUDA).
+///
+/// Errors: FULMEN_CODE_TORCH (the CUDA cache could not be emptied), the code a
+/// host callback returned (custom accelerators).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_accelerator_teardown(acc: *const fulmen_accelerator) -> *mut fulmen_error {
     guard("fulmen_accelerator_teardown", || acc_arg(acc)?.teardown())
@@ -192,6 +227,14 @@ pub unsafe extern "C" fn fulmen_accelerator_teardown(acc: *const fulmen_accelera
 /// CPU `cpu_rss_bytes`, `cpu_percent`, `cpu_vm_percent`, `cpu_swap_percent`;
 /// on CUDA the caching allocator's counters) to `out[0..capacity]` and
 /// their number to `*n_out` (written even when `capacity` is too small).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`device` is not a valid fulmen_device,
+/// or not a CUDA device for cuda), FULMEN_CODE_UNSUPPORTED (an XLA device),
+/// FULMEN_CODE_UNAVAILABLE (no such CUDA device; MPS or XLA not available),
+/// FULMEN_CODE_IO and FULMEN_CODE_FORMAT (cpu: /proc unreadable or unexpected;
+/// cuda: malformed statistics), FULMEN_CODE_TORCH (CUDA's statistics failed),
+/// FULMEN_CODE_OUT_OF_RANGE (`capacity` too small), the code a host callback
+/// returned (custom accelerators).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_accelerator_device_stats(
     acc: *const fulmen_accelerator,
@@ -231,6 +274,8 @@ pub unsafe extern "C" fn fulmen_accelerator_free(acc: *mut fulmen_accelerator) {
 }
 
 /// Writes the number of registered accelerators.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_accelerator_registry_len(out: *mut usize) -> *mut fulmen_error {
     guard("fulmen_accelerator_registry_len", || write_out(out, "out", registry::list().len()))
@@ -239,6 +284,9 @@ pub unsafe extern "C" fn fulmen_accelerator_registry_len(out: *mut usize) -> *mu
 /// Copies the name and description of registry entry `index` into the two
 /// buffers (as for `fulmen_model_state_dict_name`) and writes whether it is
 /// available on this machine.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`index` past the registry, or a buffer too
+/// small).
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn fulmen_accelerator_registry_entry(
@@ -275,6 +323,8 @@ impl Handle for fulmen_stats_builder {
 }
 
 /// Adds a statistic `name` = `value` (inside `get_device_stats`).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`name` is not UTF-8).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_stats_builder_add(
     builder: *mut fulmen_stats_builder,
@@ -490,6 +540,10 @@ impl Accelerator for HostAccelerator {
 /// trainer accepts `accelerator=name`. A registered name is refused unless
 /// `override_existing`; "auto", "gpu" and "tpu" are reserved. `vtable` is
 /// copied; on failure `userdata_free` is not called.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (a name that is empty, malformed,
+/// reserved, or registered already without `override_existing`; a string not
+/// UTF-8; `struct_size` too small).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_accelerator_register(
     name: *const c_char,
@@ -529,6 +583,9 @@ pub unsafe extern "C" fn fulmen_accelerator_register(
 }
 
 /// Removes a registered accelerator (custom or built-in) by name.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown or malformed name, or one
+/// not UTF-8).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_accelerator_unregister(name: *const c_char) -> *mut fulmen_error {
     guard("fulmen_accelerator_unregister", || registry::remove(str_arg(name, "name")?))

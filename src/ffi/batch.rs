@@ -17,6 +17,8 @@ impl Handle for fulmen_batch {
 }
 
 /// Writes the number of tensors in the batch.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_batch_len(batch: *const fulmen_batch, out: *mut usize) -> *mut fulmen_error {
     guard("fulmen_batch_len", || write_out(out, "out", handle::borrow(batch, "batch")?.tensors.len()))
@@ -24,6 +26,8 @@ pub unsafe extern "C" fn fulmen_batch_len(batch: *const fulmen_batch, out: *mut 
 
 /// Writes a handle to tensor `index` of the batch. Inside a callback it is
 /// released when the callback returns unless kept with `fulmen_tensor_keep`.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`index` past the batch).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_batch_get(
     batch: *const fulmen_batch,
@@ -52,6 +56,8 @@ impl Handle for fulmen_batch_builder {
 
 /// Appends a tensor to the batch being built. The builder shares the
 /// tensor; the host still owns (or the callback scope releases) `tensor`.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_batch_builder_push(
     builder: *mut fulmen_batch_builder,

@@ -97,6 +97,10 @@ pub extern "C" fn fulmen_model_checkpoint_options_default() -> fulmen_model_chec
 
 /// Adds a ModelCheckpoint (`options` may be NULL for the defaults). The
 /// default checkpoint callback is then not added.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (a string not UTF-8, a bad filename
+/// template, `mode` or `save_on_train_epoch_end` out of its values,
+/// `save_top_k` < -1 or > 1 without `monitor`, negative `every_n_*`).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_add_model_checkpoint(
     trainer: *mut fulmen_trainer,
@@ -166,6 +170,9 @@ pub extern "C" fn fulmen_early_stopping_options_default() -> fulmen_early_stoppi
 }
 
 /// Adds an EarlyStopping callback.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`monitor` empty or not UTF-8, negative
+/// `patience`, `mode` or `check_on_train_epoch_end` out of its values).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_add_early_stopping(
     trainer: *mut fulmen_trainer,
@@ -195,6 +202,9 @@ pub unsafe extern "C" fn fulmen_trainer_add_early_stopping(
 /// Adds a LearningRateMonitor logging `lr-<Optimizer>` every
 /// `log_every_n_steps` ("step"), at each epoch start ("epoch"), or both
 /// (NULL).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`logging_interval` not "step",
+/// "epoch", "none" or "", or not UTF-8).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_add_lr_monitor(
     trainer: *mut fulmen_trainer,
@@ -210,6 +220,10 @@ pub unsafe extern "C" fn fulmen_trainer_add_lr_monitor(
 
 /// Adds a Timer stopping training after `duration` (seconds, or
 /// "DD:HH:MM:SS"; NULL only measures), checked every "step" or "epoch".
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`duration` neither non-negative
+/// seconds nor "DD:HH:MM:SS", `interval` not "step" or "epoch", a string not
+/// UTF-8).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_add_timer(
     trainer: *mut fulmen_trainer,
@@ -232,6 +246,9 @@ pub unsafe extern "C" fn fulmen_trainer_add_timer(
 /// checkpoints); `vtable` is copied. Its hooks run before the
 /// LightningModule's, in the order callbacks were added. On failure
 /// `userdata_free` is not called.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`name` empty or not UTF-8,
+/// `struct_size` too small, `on_hook` NULL).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_add_callback(
     trainer: *mut fulmen_trainer,

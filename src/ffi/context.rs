@@ -42,6 +42,11 @@ unsafe fn ctx_mut<'a>(p: *mut fulmen_step_context) -> crate::error::Result<Exclu
 /// (training: on step; validation / test: on epoch). `batch_size` weights
 /// the epoch mean; 0 uses the batch's first dimension. Logged with both,
 /// `name` appears as `name_step` and `name_epoch`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown flags; a name that is empty,
+/// not UTF-8, or holds a comma, quote or newline; a negative `batch_size`; a
+/// name logged before with other flags), FULMEN_CODE_INVALID_STATE (also from
+/// predict_step, where nothing can be logged).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_step_context_log(
     ctx: *mut fulmen_step_context,
@@ -74,6 +79,8 @@ pub unsafe extern "C" fn fulmen_step_context_log(
 }
 
 /// Writes the running stage (a `fulmen_stage`).
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_step_context_stage(
     ctx: *const fulmen_step_context,
@@ -83,6 +90,8 @@ pub unsafe extern "C" fn fulmen_step_context_stage(
 }
 
 /// Writes the current epoch (0-based).
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_step_context_epoch(
     ctx: *const fulmen_step_context,
@@ -92,6 +101,8 @@ pub unsafe extern "C" fn fulmen_step_context_epoch(
 }
 
 /// Writes the number of optimizer steps taken so far.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_step_context_global_step(
     ctx: *const fulmen_step_context,
@@ -101,6 +112,8 @@ pub unsafe extern "C" fn fulmen_step_context_global_step(
 }
 
 /// Writes the index of the batch within the epoch (0-based).
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_step_context_batch_idx(
     ctx: *const fulmen_step_context,

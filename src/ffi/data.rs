@@ -46,6 +46,10 @@ unsafe fn dataset_arg<'a>(p: *const fulmen_dataset, arg: &str) -> Result<Shared<
 
 /// Creates a dataset from `tensors[0..n]` that share their first dimension
 /// (sample i is row i of each). The dataset shares the tensors' storage.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`n` is 0, or a tensor is undefined),
+/// FULMEN_CODE_SHAPE_MISMATCH (a 0-dim tensor, or first dimensions that
+/// differ).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_dataset_from_tensors(
     tensors: *const *const fulmen_tensor,
@@ -130,6 +134,12 @@ fn csv_options(o: &fulmen_csv_options) -> Result<CsvOptions> {
 /// Loads a `.csv` or gzip-compressed `.csv.gz` file: features as f32
 /// (N, F) and, with labels, class labels as i64 (N). Errors name the file
 /// and line. `options` may be NULL for the defaults.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`path` not UTF-8; `header` or
+/// `scaling` out of its values; a zero or non-finite `scale_divisor`),
+/// FULMEN_CODE_IO (the file cannot be opened or read), FULMEN_CODE_FORMAT (a
+/// ragged row, a non-numeric field or label, a corrupt gzip stream, no data
+/// rows), FULMEN_CODE_OUT_OF_RANGE (`label_column` outside the columns).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_dataset_from_csv(
     path: *const c_char,
@@ -147,6 +157,8 @@ pub unsafe extern "C" fn fulmen_dataset_from_csv(
 
 /// Creates a dataset of the samples `indices[0..n]` of `dataset` (which it
 /// keeps alive).
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (an index outside `dataset`).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_dataset_subset(
     dataset: *const fulmen_dataset,
@@ -164,6 +176,8 @@ pub unsafe extern "C" fn fulmen_dataset_subset(
 
 /// Splits `dataset` into every `k`-th sample starting at `offset`
 /// (`*every_out`) and the rest (`*rest_out`): with k = 5, a 20% holdout.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`k` is 0 or `offset` >= `k`).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_dataset_split_every(
     dataset: *const fulmen_dataset,
@@ -188,6 +202,8 @@ pub unsafe extern "C" fn fulmen_dataset_split_every(
 }
 
 /// Writes the number of samples.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_dataset_len(dataset: *const fulmen_dataset, out: *mut usize) -> *mut fulmen_error {
     guard("fulmen_dataset_len", || write_out(out, "out", dataset_arg(dataset, "dataset")?.len()))
@@ -220,6 +236,12 @@ unsafe fn emit_batch(
 /// new tensor handles to `tensors_out` and their count to `*count_out`.
 /// `*count_out` is written even when `capacity` is too small, which fails
 /// with FULMEN_CODE_OUT_OF_RANGE.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (an index outside the dataset, or
+/// `capacity` too small), FULMEN_CODE_TORCH (libtorch failed to gather the
+/// rows); for a host data source also the code a host callback returned
+/// (`get_batch`), FULMEN_CODE_INVALID_ARGUMENT (it pushed no tensor),
+/// FULMEN_CODE_SHAPE_MISMATCH (a pushed tensor's first dimension is not `n`).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_dataset_get(
     dataset: *const fulmen_dataset,
@@ -312,6 +334,9 @@ impl Dataset for HostDataset {
 /// Creates a dataset whose samples the host provides through `vtable`
 /// (copied; `len` is called once, now). On failure `userdata_free` is not
 /// called: the host still owns its userdata.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`struct_size` too small, `len` or
+/// `get_batch` NULL), the code a host callback returned (`len`).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_dataset_from_source(
     vtable: *const fulmen_data_source_vtable,
@@ -367,6 +392,8 @@ unsafe fn emit_loader(out: *mut *mut fulmen_loader, inner: Box<dyn BatchSource +
 
 /// Creates a loader that batches `dataset` (kept alive by the loader).
 /// `options` may be NULL for the defaults.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`batch_size` 0 or above 2^24).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_loader_new(
     dataset: *const fulmen_dataset,
@@ -385,6 +412,8 @@ pub unsafe extern "C" fn fulmen_loader_new(
 
 /// Writes the number of batches per epoch; FULMEN_CODE_UNSUPPORTED for an
 /// iterator whose length the host did not give.
+///
+/// Errors: FULMEN_CODE_UNSUPPORTED (an iterator of unknown length, see above).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_loader_len(loader: *const fulmen_loader, out: *mut usize) -> *mut fulmen_error {
     guard("fulmen_loader_len", || {
@@ -491,6 +520,12 @@ impl BatchSource for HostIterator {
 /// tensor handles to `tensors_out` and their count to `*count_out` as
 /// `fulmen_dataset_get` does. An index past the epoch is
 /// FULMEN_CODE_OUT_OF_RANGE; a host iterator is FULMEN_CODE_UNSUPPORTED.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`index` past the epoch, or `capacity` too
+/// small), FULMEN_CODE_UNSUPPORTED (a host iterator), and the errors of
+/// `fulmen_dataset_get` for the loader's dataset (FULMEN_CODE_TORCH; for a host
+/// data source the code a host callback returned, FULMEN_CODE_INVALID_ARGUMENT
+/// or FULMEN_CODE_SHAPE_MISMATCH).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_loader_batch(
     loader: *const fulmen_loader,
@@ -510,6 +545,9 @@ pub unsafe extern "C" fn fulmen_loader_batch(
 
 /// Creates a loader that pulls batches from a host iterator (`vtable` is
 /// copied). On failure `userdata_free` is not called.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`struct_size` too small, `next` NULL,
+/// `num_batches` < -1).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_loader_from_iterator(
     vtable: *const fulmen_iterator_vtable,

@@ -87,6 +87,8 @@ pub unsafe fn str_arg<'a>(s: *const c_char, arg: &str) -> Result<&'a str> {
 /// Creates an error with a code and a message, for a host callback to
 /// return. An unknown code becomes `FULMEN_CODE_CALLBACK`; a NULL message
 /// becomes an empty one. Never returns NULL.
+///
+/// Errors: none; the pointer returned is the new error, not a failure.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_error_new(code: i32, message: *const c_char) -> *mut fulmen_error {
     let text = guard_value(String::from("<message not readable>"), || {

@@ -110,6 +110,8 @@ fn hook_from_i32(v: i32) -> Option<Hook> {
 
 /// Writes the running entry point ("fit", "validate", "test", "predict")
 /// as a static string.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_hook_context_stage(
     ctx: *const fulmen_hook_context,
@@ -127,6 +129,8 @@ pub unsafe extern "C" fn fulmen_hook_context_stage(
 }
 
 /// Writes the current epoch (0-based).
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_hook_context_epoch(
     ctx: *const fulmen_hook_context,
@@ -136,6 +140,8 @@ pub unsafe extern "C" fn fulmen_hook_context_epoch(
 }
 
 /// Writes the number of optimizer steps taken so far.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_hook_context_global_step(
     ctx: *const fulmen_hook_context,
@@ -145,6 +151,8 @@ pub unsafe extern "C" fn fulmen_hook_context_global_step(
 }
 
 /// Writes the batch index for batch hooks, -1 for the others.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_hook_context_batch_idx(
     ctx: *const fulmen_hook_context,
@@ -155,6 +163,9 @@ pub unsafe extern "C" fn fulmen_hook_context_batch_idx(
 
 /// Writes the latest value of a logged metric;
 /// FULMEN_CODE_INVALID_STATE names the logged ones when it is missing.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (the metric was not logged, see above),
+/// FULMEN_CODE_INVALID_ARGUMENT (`name` is not UTF-8).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_hook_context_metric(
     ctx: *const fulmen_hook_context,
@@ -170,6 +181,8 @@ pub unsafe extern "C" fn fulmen_hook_context_metric(
 
 /// Asks the trainer to stop after the current step (Lightning's
 /// `trainer.should_stop = True`; min_epochs / min_steps still apply).
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_hook_context_request_stop(ctx: *mut fulmen_hook_context) -> *mut fulmen_error {
     guard("fulmen_hook_context_request_stop", || {
@@ -180,6 +193,8 @@ pub unsafe extern "C" fn fulmen_hook_context_request_stop(ctx: *mut fulmen_hook_
 
 /// Writes the number of tensors of the hook's batch (0 when the hook has
 /// none).
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_hook_context_batch_len(
     ctx: *const fulmen_hook_context,
@@ -190,6 +205,9 @@ pub unsafe extern "C" fn fulmen_hook_context_batch_len(
 
 /// Writes a handle to tensor `index` of the hook's batch (released when the
 /// hook returns unless kept).
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (the hook has no batch),
+/// FULMEN_CODE_OUT_OF_RANGE (`index` past the batch).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_hook_context_batch_get(
     ctx: *const fulmen_hook_context,
@@ -210,6 +228,8 @@ pub unsafe extern "C" fn fulmen_hook_context_batch_get(
 /// Writes a handle to the hook's output: the loss (training batch end,
 /// before / after backward) or the prediction (predict batch end); NULL
 /// when the hook has none.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_hook_context_output(
     ctx: *const fulmen_hook_context,
@@ -238,6 +258,10 @@ fn checkpoint_map<'a>(c: &'a mut HookContext<'static>) -> Result<&'a mut BTreeMa
 }
 
 /// In `on_save_checkpoint`: stores `value` under `key` in the checkpoint.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (not in on_save_checkpoint or
+/// on_load_checkpoint), FULMEN_CODE_INVALID_ARGUMENT (`key` or `value` not
+/// UTF-8).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_hook_context_checkpoint_set(
     ctx: *mut fulmen_hook_context,
@@ -255,6 +279,10 @@ pub unsafe extern "C" fn fulmen_hook_context_checkpoint_set(
 /// In `on_load_checkpoint`: copies the value stored under `key` into `buf`
 /// as for `fulmen_model_state_dict_name`; FULMEN_CODE_INVALID_ARGUMENT when
 /// the checkpoint has no such key.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (not in on_save_checkpoint or
+/// on_load_checkpoint), FULMEN_CODE_INVALID_ARGUMENT (no such key, or `key` not
+/// UTF-8), FULMEN_CODE_OUT_OF_RANGE (`buf` too small).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_hook_context_checkpoint_get(
     ctx: *mut fulmen_hook_context,
@@ -276,6 +304,9 @@ pub unsafe extern "C" fn fulmen_hook_context_checkpoint_get(
 
 /// In `on_exception`: copies the failure's message into `buf` as for
 /// `fulmen_model_state_dict_name`.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (the hook carries no exception: not
+/// on_exception), FULMEN_CODE_OUT_OF_RANGE (`buf` too small).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_hook_context_exception(
     ctx: *const fulmen_hook_context,
