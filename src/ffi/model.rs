@@ -39,6 +39,8 @@ unsafe fn emit_model(out: *mut *mut fulmen_model, m: Result<Module>) -> Result<(
 
 /// Creates an empty sequential model (`nn.Sequential`): children run in
 /// order and are named "0", "1", ...
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_sequential_new(out: *mut *mut fulmen_model) -> *mut fulmen_error {
     guard("fulmen_model_sequential_new", || emit_model(out, Ok(Module::sequential())))
@@ -46,6 +48,8 @@ pub unsafe extern "C" fn fulmen_model_sequential_new(out: *mut *mut fulmen_model
 
 /// Creates an empty container of named children (an `nn.Module` with
 /// attributes); run its children with `fulmen_model_forward_child`.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_named_new(out: *mut *mut fulmen_model) -> *mut fulmen_error {
     guard("fulmen_model_named_new", || emit_model(out, Ok(Module::named())))
@@ -53,6 +57,9 @@ pub unsafe extern "C" fn fulmen_model_named_new(out: *mut *mut fulmen_model) -> 
 
 /// Creates `nn.Linear(in_features, out_features, bias)`, initialised as
 /// PyTorch does from the global generator.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (a size is not positive),
+/// FULMEN_CODE_TORCH (the weights cannot be allocated).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_linear_new(
     in_features: i64,
@@ -96,6 +103,10 @@ pub extern "C" fn fulmen_conv2d_options_default(kernel: i64) -> fulmen_conv2d_op
 }
 
 /// Creates `nn.Conv2d(in_channels, out_channels, ...)` with `options`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (a channel count, kernel, stride,
+/// dilation or groups not positive, a negative padding, or channels not
+/// divisible by groups), FULMEN_CODE_TORCH (the weights cannot be allocated).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_conv2d_new(
     in_channels: i64,
@@ -117,6 +128,9 @@ pub unsafe extern "C" fn fulmen_model_conv2d_new(
 
 /// Creates `nn.MaxPool2d(kernel, stride, padding)` with square windows;
 /// `stride` 0 means "equal to kernel", as PyTorch's default.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (kernel or stride not positive, padding
+/// negative or above half the kernel).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_max_pool2d_new(
     kernel: i64,
@@ -129,6 +143,9 @@ pub unsafe extern "C" fn fulmen_model_max_pool2d_new(
 }
 
 /// Creates `nn.AvgPool2d(kernel, stride, padding)`; `stride` 0 = kernel.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (kernel or stride not positive, padding
+/// negative or above half the kernel).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_avg_pool2d_new(
     kernel: i64,
@@ -143,6 +160,10 @@ pub unsafe extern "C" fn fulmen_model_avg_pool2d_new(
 /// Creates `nn.BatchNorm1d/2d(num_features, eps, momentum)` with affine
 /// parameters and running statistics (buffers `running_mean`,
 /// `running_var`, `num_batches_tracked`).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (num_features not positive, eps
+/// negative or NaN, momentum outside [0, 1]), FULMEN_CODE_TORCH (the parameters
+/// cannot be allocated).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_batch_norm_new(
     num_features: i64,
@@ -156,6 +177,9 @@ pub unsafe extern "C" fn fulmen_model_batch_norm_new(
 }
 
 /// Creates `nn.LayerNorm(shape[0..ndim], eps)` with affine parameters.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (ndim 0, a dimension not positive, eps
+/// negative or NaN), FULMEN_CODE_TORCH (the parameters cannot be allocated).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_layer_norm_new(
     shape: *const i64,
@@ -171,12 +195,17 @@ pub unsafe extern "C" fn fulmen_model_layer_norm_new(
 
 /// Creates `nn.Dropout(p)`: zeroes elements with probability `p` in
 /// training mode only.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (p outside [0, 1]).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_dropout_new(p: f64, out: *mut *mut fulmen_model) -> *mut fulmen_error {
     guard("fulmen_model_dropout_new", || emit_model(out, Module::dropout(p)))
 }
 
 /// Creates `nn.Embedding(num_embeddings, dim)`; its input is integer ids.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (a size is not positive),
+/// FULMEN_CODE_TORCH (the table cannot be allocated).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_embedding_new(
     num_embeddings: i64,
@@ -187,6 +216,8 @@ pub unsafe extern "C" fn fulmen_model_embedding_new(
 }
 
 /// Creates `nn.Flatten(start_dim, end_dim)` (PyTorch's default is 1, -1).
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_flatten_new(
     start_dim: i64,
@@ -246,6 +277,9 @@ fn activation(kind: i32, param: f64) -> Result<Activation> {
 
 /// Creates an activation layer; `param` is the slope (LeakyReLU), alpha
 /// (ELU) or dimension (Softmax, LogSoftmax), ignored otherwise.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (kind is not a fulmen_activation, or a
+/// Softmax / LogSoftmax dimension is not a whole number).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_activation_new(
     kind: i32,
@@ -257,6 +291,10 @@ pub unsafe extern "C" fn fulmen_model_activation_new(
 
 /// Loads a TorchScript module saved by `torch.jit.save` (CPU). Its
 /// parameters keep PyTorch's dotted names and train like built-in layers.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8), FULMEN_CODE_IO (no
+/// file at path), FULMEN_CODE_FORMAT (not a loadable TorchScript file),
+/// FULMEN_CODE_TORCH (its parameters or mode cannot be read or set).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_load_torchscript(
     path: *const c_char,
@@ -284,6 +322,10 @@ unsafe fn take_child(child: *mut fulmen_model) -> Result<Module> {
 
 /// Appends `child` to a sequential model. On success the child handle is
 /// consumed (do not use or free it); on failure both are unchanged.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (model is not a sequential, child is
+/// model itself, or a child added by name already holds the next index);
+/// FULMEN_CODE_INVALID_STATE also when child is used by a LightningModule.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_push(model: *mut fulmen_model, child: *mut fulmen_model) -> *mut fulmen_error {
     guard("fulmen_model_push", || {
@@ -303,6 +345,10 @@ pub unsafe extern "C" fn fulmen_model_push(model: *mut fulmen_model, child: *mut
 /// Adds `child` to a named container (or a sequential) under `name`, like
 /// assigning an attribute of an `nn.Module`. On success the child handle is
 /// consumed; on failure both are unchanged.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (name not UTF-8, empty, holding '.' or
+/// already used; model is a leaf; child is model itself);
+/// FULMEN_CODE_INVALID_STATE also when child is used by a LightningModule.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_add(
     model: *mut fulmen_model,
@@ -333,6 +379,13 @@ pub unsafe extern "C" fn fulmen_model_add(
 
 /// Runs the model's forward pass on `input`. A sequential runs its children
 /// in order; a named container has no forward of its own.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (the input's shape does not fit a layer),
+/// FULMEN_CODE_DTYPE_MISMATCH (a dtype a layer does not take, e.g. float ids
+/// for an Embedding), FULMEN_CODE_OUT_OF_RANGE (an Embedding id outside the
+/// table, a Softmax dimension out of range), FULMEN_CODE_UNSUPPORTED (a named
+/// container, which has no forward), FULMEN_CODE_TORCH (another libtorch error,
+/// e.g. in a TorchScript forward).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_forward(
     model: *const fulmen_model,
@@ -349,6 +402,14 @@ pub unsafe extern "C" fn fulmen_model_forward(
 }
 
 /// Runs the child at `path` ("encoder" or "encoder.0") on `input`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8 or names no child),
+/// FULMEN_CODE_SHAPE_MISMATCH (the input's shape does not fit a layer),
+/// FULMEN_CODE_DTYPE_MISMATCH (a dtype a layer does not take, e.g. float ids
+/// for an Embedding), FULMEN_CODE_OUT_OF_RANGE (an Embedding id outside the
+/// table, a Softmax dimension out of range), FULMEN_CODE_UNSUPPORTED (a named
+/// container, which has no forward), FULMEN_CODE_TORCH (another libtorch error,
+/// e.g. in a TorchScript forward).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_forward_child(
     model: *const fulmen_model,
@@ -368,18 +429,24 @@ pub unsafe extern "C" fn fulmen_model_forward_child(
 
 /// Sets training mode (`true`, as `model.train()`) or evaluation mode
 /// (`false`, as `model.eval()`) for the whole tree.
+///
+/// Errors: FULMEN_CODE_TORCH (a TorchScript module's mode cannot be set).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_set_training(model: *mut fulmen_model, training: bool) -> *mut fulmen_error {
     guard("fulmen_model_set_training", || lock(&*model_arg(model, "model")?).set_training(training))
 }
 
 /// Writes whether the model is in training mode.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_is_training(model: *const fulmen_model, out: *mut bool) -> *mut fulmen_error {
     guard("fulmen_model_is_training", || write_out(out, "out", lock(&*model_arg(model, "model")?).is_training()))
 }
 
 /// Writes the number of scalar parameters (all trainable tensors' elements).
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_num_parameters(model: *const fulmen_model, out: *mut i64) -> *mut fulmen_error {
     guard("fulmen_model_num_parameters", || write_out(out, "out", lock(&*model_arg(model, "model")?).num_parameters()))
@@ -387,6 +454,8 @@ pub unsafe extern "C" fn fulmen_model_num_parameters(model: *const fulmen_model,
 
 /// Writes the number of entries of the model's state_dict (parameters and
 /// buffers).
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_state_dict_len(model: *const fulmen_model, out: *mut usize) -> *mut fulmen_error {
     guard("fulmen_model_state_dict_len", || {
@@ -435,6 +504,9 @@ pub(crate) unsafe fn copy_str(s: &str, buf: *mut c_char, capacity: usize, len_ou
 
 /// Writes a new handle to the state_dict entry `name` (a parameter or
 /// buffer; it shares storage with the model, so in-place changes show).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (name is not UTF-8 or not in the
+/// state_dict).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_state_dict_get(
     model: *const fulmen_model,
@@ -454,6 +526,10 @@ pub unsafe extern "C" fn fulmen_model_state_dict_get(
 
 /// Saves the state_dict (PyTorch names) as a safetensors file, written to a
 /// temporary file and renamed so a crash never leaves a partial file.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8), FULMEN_CODE_IO
+/// (the file cannot be written), FULMEN_CODE_TORCH (a tensor cannot be copied
+/// to the host).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_save(model: *const fulmen_model, path: *const c_char) -> *mut fulmen_error {
     guard("fulmen_model_save", || {
@@ -466,6 +542,13 @@ pub unsafe extern "C" fn fulmen_model_save(model: *const fulmen_model, path: *co
 /// PyTorch's `safetensors.torch.save_file(model.state_dict(), path)`).
 /// `strict`: missing or unexpected names are an error. Shapes must match.
 /// On error the model is unchanged.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8), FULMEN_CODE_IO
+/// (the file cannot be read), FULMEN_CODE_FORMAT (not a valid safetensors file;
+/// with strict, missing or unexpected names), FULMEN_CODE_SHAPE_MISMATCH (a
+/// tensor's shape differs from the model's), FULMEN_CODE_DTYPE_MISMATCH (a
+/// tensor's dtype differs from the model's or is not supported),
+/// FULMEN_CODE_TORCH (a copy fails).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_load(
     model: *mut fulmen_model,
@@ -488,6 +571,8 @@ pub unsafe extern "C" fn fulmen_model_free(model: *mut fulmen_model) {
 /// Copies the model's layer table (name, type, parameter count, totals), as
 /// Lightning's ModelSummary prints it, down to `max_depth` levels (1: direct
 /// children) into `buf` as for `fulmen_model_state_dict_name`.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (buf too small, see above).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_summary(
     model: *const fulmen_model,

@@ -34,6 +34,8 @@ impl Handle for fulmen_trainer {
 /// TensorBoard loggers and a checkpoint of the latest epoch, all under
 /// default_root_dir "."; accelerator and devices "auto", precision
 /// "32-true".
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_trainer_options) -> *mut fulmen_error {
     guard("fulmen_trainer_options_new", || {
@@ -132,6 +134,10 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 ///
 /// An unknown key or a bad value is FULMEN_CODE_INVALID_ARGUMENT naming
 /// it; the options are then unchanged.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown key, bad value, or key or
+/// value not UTF-8), FULMEN_CODE_UNAVAILABLE (accelerator "gpu" when neither
+/// CUDA nor MPS is available).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_options_set(
     options: *mut fulmen_trainer_options,
@@ -146,6 +152,9 @@ pub unsafe extern "C" fn fulmen_trainer_options_set(
 }
 
 /// Sets an integer option (see `fulmen_trainer_options_set`).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown key, key not UTF-8, or a value
+/// the key does not take).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_options_set_int(
     options: *mut fulmen_trainer_options,
@@ -159,6 +168,9 @@ pub unsafe extern "C" fn fulmen_trainer_options_set_int(
 }
 
 /// Sets a numeric option such as a batch-limit fraction.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown key, key not UTF-8, or a value
+/// the key does not take).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_options_set_float(
     options: *mut fulmen_trainer_options,
@@ -172,6 +184,9 @@ pub unsafe extern "C" fn fulmen_trainer_options_set_float(
 }
 
 /// Sets a boolean option.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown key, key not UTF-8, or a value
+/// the key does not take).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_options_set_bool(
     options: *mut fulmen_trainer_options,
@@ -191,6 +206,8 @@ pub unsafe extern "C" fn fulmen_trainer_options_free(options: *mut fulmen_traine
 }
 
 /// Creates a trainer from `options` (copied; NULL for the defaults).
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_new(
     options: *const fulmen_trainer_options,
@@ -229,6 +246,23 @@ unsafe fn ckpt<'a>(p: *const c_char) -> Result<Option<&'a str>> {
 /// calling thread. A failing callback stops training with an error naming
 /// the callback, epoch and step; the parameters keep the last completed
 /// update.
+///
+/// Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
+/// hook, callback, logger or data source failed, or ran past callback_timeout);
+/// FULMEN_CODE_INVALID_ARGUMENT (ckpt_path not UTF-8, devices or strategy that
+/// do not fit the machine, val_check_interval above the training batches);
+/// FULMEN_CODE_UNAVAILABLE (accelerator or devices not available here);
+/// FULMEN_CODE_UNSUPPORTED (a precision or backend the device lacks);
+/// FULMEN_CODE_IO (ckpt_path names no file, a log or checkpoint cannot be
+/// written); FULMEN_CODE_FORMAT (a corrupt checkpoint, or one that does not
+/// match the run); FULMEN_CODE_SHAPE_MISMATCH, FULMEN_CODE_DTYPE_MISMATCH (a
+/// loss that is not a floating scalar, checkpoint weights that do not fit);
+/// FULMEN_CODE_NON_FINITE (a NaN or infinite loss); FULMEN_CODE_DISTRIBUTED
+/// (the rendezvous, a collective or another rank failed);
+/// FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM); FULMEN_CODE_TORCH (libtorch
+/// failed); FULMEN_CODE_INVALID_STATE also when configure_optimizers gave no
+/// optimizer, the loss does not require grad, or ckpt_path "best" / "last"
+/// finds no checkpoint.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_fit(
     trainer: *mut fulmen_trainer,
@@ -248,6 +282,20 @@ pub unsafe extern "C" fn fulmen_trainer_fit(
 
 /// Runs the validation loop over `loader` once; `ckpt_path` (may be NULL)
 /// first loads the weights of a checkpoint ("best", "last" or a path).
+///
+/// Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
+/// hook, callback, logger or data source failed, or ran past callback_timeout);
+/// FULMEN_CODE_INVALID_ARGUMENT (ckpt_path not UTF-8, devices or strategy that
+/// do not fit the machine); FULMEN_CODE_UNAVAILABLE (accelerator or devices not
+/// available here); FULMEN_CODE_UNSUPPORTED (a precision or backend the device
+/// lacks); FULMEN_CODE_IO (ckpt_path names no file, or it cannot be read);
+/// FULMEN_CODE_FORMAT (a corrupt checkpoint, or one whose names do not match
+/// the model); FULMEN_CODE_SHAPE_MISMATCH, FULMEN_CODE_DTYPE_MISMATCH
+/// (checkpoint weights that do not fit); FULMEN_CODE_DISTRIBUTED (a collective
+/// or another rank failed); FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM);
+/// FULMEN_CODE_TORCH (libtorch failed); FULMEN_CODE_INVALID_STATE also when the
+/// module has no validation_step, or ckpt_path "best" / "last" finds no
+/// checkpoint.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_validate(
     trainer: *mut fulmen_trainer,
@@ -263,6 +311,19 @@ pub unsafe extern "C" fn fulmen_trainer_validate(
 }
 
 /// Runs the test loop over `loader` once; `ckpt_path` as for validate.
+///
+/// Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
+/// hook, callback, logger or data source failed, or ran past callback_timeout);
+/// FULMEN_CODE_INVALID_ARGUMENT (ckpt_path not UTF-8, devices or strategy that
+/// do not fit the machine); FULMEN_CODE_UNAVAILABLE (accelerator or devices not
+/// available here); FULMEN_CODE_UNSUPPORTED (a precision or backend the device
+/// lacks); FULMEN_CODE_IO (ckpt_path names no file, or it cannot be read);
+/// FULMEN_CODE_FORMAT (a corrupt checkpoint, or one whose names do not match
+/// the model); FULMEN_CODE_SHAPE_MISMATCH, FULMEN_CODE_DTYPE_MISMATCH
+/// (checkpoint weights that do not fit); FULMEN_CODE_DISTRIBUTED (a collective
+/// or another rank failed); FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM);
+/// FULMEN_CODE_TORCH (libtorch failed); FULMEN_CODE_INVALID_STATE also when the
+/// module has no test_step, or ckpt_path "best" / "last" finds no checkpoint.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_test(
     trainer: *mut fulmen_trainer,
@@ -280,6 +341,20 @@ pub unsafe extern "C" fn fulmen_trainer_test(
 /// Runs predict_step over `loader` and writes the outputs concatenated
 /// along dimension 0 to `*out` (NULL when no step produced an output);
 /// `ckpt_path` as for validate.
+///
+/// Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
+/// hook, callback, logger or data source failed, or ran past callback_timeout);
+/// FULMEN_CODE_INVALID_ARGUMENT (ckpt_path not UTF-8, devices or strategy that
+/// do not fit the machine); FULMEN_CODE_UNAVAILABLE (accelerator or devices not
+/// available here); FULMEN_CODE_UNSUPPORTED (a precision or backend the device
+/// lacks); FULMEN_CODE_IO (ckpt_path names no file, or it cannot be read);
+/// FULMEN_CODE_FORMAT (a corrupt checkpoint, or one whose names do not match
+/// the model); FULMEN_CODE_SHAPE_MISMATCH (checkpoint weights that do not fit,
+/// outputs that cannot be concatenated), FULMEN_CODE_DTYPE_MISMATCH (checkpoint
+/// weights of another dtype); FULMEN_CODE_DISTRIBUTED (a collective or another
+/// rank failed); FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM); FULMEN_CODE_TORCH
+/// (libtorch failed); FULMEN_CODE_INVALID_STATE also when the module has no
+/// predict_step, or ckpt_path "best" / "last" finds no checkpoint.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_predict(
     trainer: *mut fulmen_trainer,
@@ -305,6 +380,9 @@ pub unsafe extern "C" fn fulmen_trainer_predict(
 /// Writes the latest value of a logged metric (Lightning's
 /// `trainer.callback_metrics[name]`); FULMEN_CODE_INVALID_ARGUMENT names
 /// the metrics that exist when `name` is not one of them.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (name is not UTF-8 or not a logged
+/// metric).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_callback_metric(
     trainer: *const fulmen_trainer,
@@ -324,6 +402,8 @@ pub unsafe extern "C" fn fulmen_trainer_callback_metric(
 }
 
 /// Writes the number of optimizer steps of the last fit.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_global_step(
     trainer: *const fulmen_trainer,
@@ -335,6 +415,8 @@ pub unsafe extern "C" fn fulmen_trainer_global_step(
 }
 
 /// Writes the number of epochs the last fit completed.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_current_epoch(
     trainer: *const fulmen_trainer,
@@ -348,6 +430,9 @@ pub unsafe extern "C" fn fulmen_trainer_current_epoch(
 /// Copies the log folder of the last fit (`.../lightning_logs/version_N`)
 /// into `buf` as for `fulmen_model_state_dict_name`;
 /// FULMEN_CODE_INVALID_STATE when no logger ran.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (no logger ran, see above),
+/// FULMEN_CODE_OUT_OF_RANGE (buf too small).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_log_dir(
     trainer: *const fulmen_trainer,
@@ -376,6 +461,10 @@ pub enum CheckpointPath {
 /// ModelCheckpoint (the user's, else the default one) into `buf` as for
 /// `fulmen_model_state_dict_name`; FULMEN_CODE_INVALID_STATE when there is
 /// none yet. `which` is a `fulmen_checkpoint_path`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (which is not 0 or 1),
+/// FULMEN_CODE_INVALID_STATE (no ModelCheckpoint, or nothing saved yet),
+/// FULMEN_CODE_OUT_OF_RANGE (buf too small).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_checkpoint_path(
     trainer: *const fulmen_trainer,
@@ -404,6 +493,9 @@ pub unsafe extern "C" fn fulmen_trainer_checkpoint_path(
 
 /// Writes the best monitored score of the trainer's ModelCheckpoint;
 /// FULMEN_CODE_INVALID_STATE when it monitors nothing or saved nothing.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (no monitored checkpoint saved, see
+/// above).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_best_model_score(
     trainer: *const fulmen_trainer,
@@ -431,6 +523,8 @@ pub unsafe extern "C" fn fulmen_trainer_free(trainer: *mut fulmen_trainer) {
 
 /// Sets the `accelerator` option from a handle (as Lightning accepts an
 /// Accelerator object); same as setting its registry name.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_options_set_accelerator(
     options: *mut fulmen_trainer_options,
