@@ -6,6 +6,12 @@ use crate::ffi::handle;
 
 /// Runs backpropagation from a one-element `tensor` (a loss), accumulating
 /// gradients into the leaves that require them.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (`tensor` has more or fewer than one
+/// element), FULMEN_CODE_INVALID_STATE (`tensor` does not require grad),
+/// FULMEN_CODE_DISTRIBUTED (a DDP all-reduce waiting on this backward failed:
+/// another rank failed or timed out), FULMEN_CODE_TORCH (libtorch's backward
+/// failed, e.g. the graph was already freed by an earlier backward).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_backward(tensor: *const fulmen_tensor) -> *mut fulmen_error {
     guard("fulmen_tensor_backward", || {
@@ -24,6 +30,8 @@ pub unsafe extern "C" fn fulmen_tensor_backward(tensor: *const fulmen_tensor) ->
 
 /// Writes the accumulated gradient of `tensor` to `*out`, or NULL when it
 /// has none yet. The gradient shares storage with the tensor's `.grad`.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_grad(
     tensor: *const fulmen_tensor,

@@ -29,6 +29,12 @@ unsafe fn shape_arg<'a>(shape: *const i64, ndim: usize) -> Result<&'a [i64]> {
 /// given as their 16-bit patterns, bool as bytes 0/1) and shape
 /// `shape[0..ndim]` (ndim 0 is a scalar). `nbytes` must equal the element
 /// count times the element size. The new tensor is written to `*out`.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+/// FULMEN_CODE_SHAPE_MISMATCH (a negative dimension, too many elements, or
+/// `nbytes` does not match the shape), FULMEN_CODE_INVALID_ARGUMENT (bool data
+/// holds a byte other than 0 or 1), FULMEN_CODE_TORCH (libtorch failed, e.g.
+/// out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_from_data(
     data: *const std::ffi::c_void,
@@ -93,6 +99,10 @@ unsafe fn random(
 }
 
 /// Creates a CPU tensor of zeros with the given shape and `fulmen_dtype`.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+/// FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_zeros(
     shape: *const i64,
@@ -104,6 +114,10 @@ pub unsafe extern "C" fn fulmen_tensor_zeros(
 }
 
 /// Creates a CPU tensor of ones with the given shape and `fulmen_dtype`.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+/// FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_ones(
     shape: *const i64,
@@ -115,6 +129,11 @@ pub unsafe extern "C" fn fulmen_tensor_ones(
 }
 
 /// Creates a CPU tensor filled with `value` (converted to the dtype).
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+/// FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
+/// FULMEN_CODE_INVALID_ARGUMENT (`value` does not fit the dtype, e.g. NaN for
+/// an integer dtype), FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_full(
     shape: *const i64,
@@ -128,6 +147,10 @@ pub unsafe extern "C" fn fulmen_tensor_full(
 
 /// Creates a CPU tensor of samples from N(0, 1), drawn from libtorch's global
 /// generator (seeded by `fulmen_manual_seed`). `dtype` must be floating.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a floating fulmen_dtype),
+/// FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_randn(
     shape: *const i64,
@@ -140,6 +163,10 @@ pub unsafe extern "C" fn fulmen_tensor_randn(
 
 /// Creates a CPU tensor of samples from U[0, 1), from libtorch's global
 /// generator. `dtype` must be floating.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a floating fulmen_dtype),
+/// FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_rand(
     shape: *const i64,
@@ -151,6 +178,11 @@ pub unsafe extern "C" fn fulmen_tensor_rand(
 }
 
 /// Creates the 1-D CPU tensor `start, start+step, ...` below `end`.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+/// FULMEN_CODE_INVALID_ARGUMENT (a zero or non-finite step, non-finite bounds,
+/// a step away from `end`, or a range too long), FULMEN_CODE_TORCH (libtorch
+/// failed, e.g. a bool dtype or out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_arange(
     start: f64,
@@ -173,6 +205,10 @@ pub unsafe extern "C" fn fulmen_tensor_arange(
 }
 
 /// Creates a 0-dimensional CPU tensor holding `value` as `dtype`.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+/// FULMEN_CODE_INVALID_ARGUMENT (`value` does not fit the dtype, e.g. NaN for
+/// an integer dtype).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_scalar(
     value: f64,

@@ -25,6 +25,11 @@ fn check_index(index: &Tensor, bound: i64, what: &str) -> Result<()> {
 
 /// Selects entries along `dim` at the positions in the 1-D i64/i32 tensor
 /// `index` (`torch.index_select`).
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or an index value
+/// outside [0, size of `dim`)), FULMEN_CODE_SHAPE_MISMATCH (`index` is not
+/// 1-D), FULMEN_CODE_DTYPE_MISMATCH (`index` is not i64 or i32),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_index_select(
     x: *const fulmen_tensor,
@@ -44,6 +49,12 @@ pub unsafe extern "C" fn fulmen_tensor_index_select(
 
 /// Gathers values along `dim` (`torch.gather`): `index` has as many
 /// dimensions as `x` and holds positions along `dim`.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or an index value
+/// outside [0, size of `dim`)), FULMEN_CODE_SHAPE_MISMATCH (`index` and `x`
+/// differ in rank), FULMEN_CODE_DTYPE_MISMATCH (`index` is not i64 or i32),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. `index` larger than `x` in another
+/// dimension, or tensors on different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_gather(
     x: *const fulmen_tensor,
@@ -98,6 +109,10 @@ fn compare(a: &Tensor, b: &Tensor, op: i32) -> Result<Tensor> {
 
 /// Elementwise comparison `a <op> b` with broadcasting; `op` is a
 /// `fulmen_compare`. The result is a bool tensor.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+/// FULMEN_CODE_INVALID_ARGUMENT (`op` is not a fulmen_compare),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_compare(
     a: *const fulmen_tensor,
@@ -109,6 +124,9 @@ pub unsafe extern "C" fn fulmen_tensor_compare(
 }
 
 /// Elementwise comparison of `x` with a scalar; `op` is a `fulmen_compare`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`op` is not a fulmen_compare),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_compare_scalar(
     x: *const fulmen_tensor,

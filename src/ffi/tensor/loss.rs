@@ -85,6 +85,13 @@ fn class_targets(logits: &Tensor, target: &Tensor, what: &str, ignore_index: i64
 /// indices `target` (N) / (N, d...) of integer dtype, or against class
 /// probabilities of the same shape as `logits`; `reduction` is a
 /// `fulmen_reduction`. Same as `torch.nn.functional.cross_entropy`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a
+/// fulmen_reduction), FULMEN_CODE_DTYPE_MISMATCH (`logits` not floating, or
+/// class targets not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s
+/// shape does not fit `logits`), FULMEN_CODE_OUT_OF_RANGE (a class target
+/// outside [0, C)), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on
+/// different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_loss_cross_entropy(
     logits: *const fulmen_tensor,
@@ -111,6 +118,13 @@ pub unsafe extern "C" fn fulmen_loss_cross_entropy(
 }
 
 /// Negative log-likelihood of `log_probs` (N, C) against class indices.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a
+/// fulmen_reduction), FULMEN_CODE_DTYPE_MISMATCH (`log_probs` not floating, or
+/// targets not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s shape
+/// does not fit `log_probs`), FULMEN_CODE_OUT_OF_RANGE (a target outside
+/// [0, C)), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different
+/// devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_loss_nll(
     log_probs: *const fulmen_tensor,
@@ -135,6 +149,11 @@ fn same_shape_float(x: &Tensor, t: &Tensor, what: &str) -> Result<()> {
 }
 
 /// Mean squared error between `input` and `target` of the same shape.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`input` or `target` not floating),
+/// FULMEN_CODE_SHAPE_MISMATCH (their shapes differ),
+/// FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_loss_mse(
     input: *const fulmen_tensor,
@@ -149,6 +168,11 @@ pub unsafe extern "C" fn fulmen_loss_mse(
 }
 
 /// Mean absolute error between `input` and `target` of the same shape.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`input` or `target` not floating),
+/// FULMEN_CODE_SHAPE_MISMATCH (their shapes differ),
+/// FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_loss_l1(
     input: *const fulmen_tensor,
@@ -164,6 +188,11 @@ pub unsafe extern "C" fn fulmen_loss_l1(
 
 /// Binary cross-entropy of raw `logits` against targets in [0, 1] of the
 /// same shape (numerically stable, as `binary_cross_entropy_with_logits`).
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`logits` or `target` not floating),
+/// FULMEN_CODE_SHAPE_MISMATCH (their shapes differ),
+/// FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_loss_bce_with_logits(
     logits: *const fulmen_tensor,

@@ -14,6 +14,9 @@ fn broadcasting(
 }
 
 /// `out = a + b`, broadcasting as PyTorch does.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_add(
     a: *const fulmen_tensor,
@@ -24,6 +27,10 @@ pub unsafe extern "C" fn fulmen_tensor_add(
 }
 
 /// `out = a - b`, broadcasting.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices or two
+/// bool tensors).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_sub(
     a: *const fulmen_tensor,
@@ -34,6 +41,9 @@ pub unsafe extern "C" fn fulmen_tensor_sub(
 }
 
 /// `out = a * b` elementwise, broadcasting.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_mul(
     a: *const fulmen_tensor,
@@ -44,6 +54,9 @@ pub unsafe extern "C" fn fulmen_tensor_mul(
 }
 
 /// `out = a / b` elementwise (true division), broadcasting.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_div(
     a: *const fulmen_tensor,
@@ -54,6 +67,10 @@ pub unsafe extern "C" fn fulmen_tensor_div(
 }
 
 /// `out = a ^ b` elementwise, broadcasting.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices or
+/// integers to negative integer powers).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_pow(
     a: *const fulmen_tensor,
@@ -64,6 +81,8 @@ pub unsafe extern "C" fn fulmen_tensor_pow(
 }
 
 /// `out = x + value`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_add_scalar(
     x: *const fulmen_tensor,
@@ -74,6 +93,8 @@ pub unsafe extern "C" fn fulmen_tensor_add_scalar(
 }
 
 /// `out = x * value`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_mul_scalar(
     x: *const fulmen_tensor,
@@ -84,6 +105,8 @@ pub unsafe extern "C" fn fulmen_tensor_mul_scalar(
 }
 
 /// `out = x ^ exponent`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_pow_scalar(
     x: *const fulmen_tensor,
@@ -94,6 +117,9 @@ pub unsafe extern "C" fn fulmen_tensor_pow_scalar(
 }
 
 /// `out = clamp(x, min, max)`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`min` or `max` is NaN, or `min` >
+/// `max`), FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_clamp(
     x: *const fulmen_tensor,
@@ -113,24 +139,32 @@ pub unsafe extern "C" fn fulmen_tensor_clamp(
 }
 
 /// `out = -x`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. a bool tensor).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_neg(x: *const fulmen_tensor, out: *mut *mut fulmen_tensor) -> *mut fulmen_error {
     unary("fulmen_tensor_neg", x, out, |x| Ok(x.f_neg()?))
 }
 
 /// `out = exp(x)`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_exp(x: *const fulmen_tensor, out: *mut *mut fulmen_tensor) -> *mut fulmen_error {
     unary("fulmen_tensor_exp", x, out, |x| Ok(x.f_exp()?))
 }
 
 /// `out = ln(x)`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_log(x: *const fulmen_tensor, out: *mut *mut fulmen_tensor) -> *mut fulmen_error {
     unary("fulmen_tensor_log", x, out, |x| Ok(x.f_log()?))
 }
 
 /// `out = sqrt(x)`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_sqrt(
     x: *const fulmen_tensor,
@@ -140,6 +174,8 @@ pub unsafe extern "C" fn fulmen_tensor_sqrt(
 }
 
 /// `out = |x|`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_abs(x: *const fulmen_tensor, out: *mut *mut fulmen_tensor) -> *mut fulmen_error {
     unary("fulmen_tensor_abs", x, out, |x| Ok(x.f_abs()?))
@@ -147,6 +183,12 @@ pub unsafe extern "C" fn fulmen_tensor_abs(x: *const fulmen_tensor, out: *mut *m
 
 /// Matrix product with `torch.matmul` semantics (vectors, matrices,
 /// batched). The inner dimensions must agree.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (the dtypes differ, or i64/i32 where
+/// libtorch has no kernel, e.g. on CUDA), FULMEN_CODE_SHAPE_MISMATCH (a
+/// 0-dimensional tensor, inner dimensions that differ, or batch dimensions that
+/// do not broadcast), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on
+/// different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_matmul(
     a: *const fulmen_tensor,
@@ -172,6 +214,8 @@ pub unsafe extern "C" fn fulmen_tensor_matmul(
 }
 
 /// `out = max(x, 0)`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. a bool tensor).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_relu(
     x: *const fulmen_tensor,
@@ -181,6 +225,8 @@ pub unsafe extern "C" fn fulmen_tensor_relu(
 }
 
 /// `out = x if x > 0 else slope * x`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_leaky_relu(
     x: *const fulmen_tensor,
@@ -191,6 +237,8 @@ pub unsafe extern "C" fn fulmen_tensor_leaky_relu(
 }
 
 /// Logistic sigmoid.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_sigmoid(
     x: *const fulmen_tensor,
@@ -200,6 +248,8 @@ pub unsafe extern "C" fn fulmen_tensor_sigmoid(
 }
 
 /// Hyperbolic tangent.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_tanh(
     x: *const fulmen_tensor,
@@ -209,6 +259,9 @@ pub unsafe extern "C" fn fulmen_tensor_tanh(
 }
 
 /// GELU (exact, erf form).
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (an i64 or i32 tensor), FULMEN_CODE_TORCH
+/// (libtorch failed, e.g. another integer or bool tensor).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_gelu(
     x: *const fulmen_tensor,
@@ -218,6 +271,9 @@ pub unsafe extern "C" fn fulmen_tensor_gelu(
 }
 
 /// SiLU (swish): `x * sigmoid(x)`.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (an i64 or i32 tensor), FULMEN_CODE_TORCH
+/// (libtorch failed, e.g. another integer or bool tensor).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_silu(
     x: *const fulmen_tensor,
@@ -227,6 +283,10 @@ pub unsafe extern "C" fn fulmen_tensor_silu(
 }
 
 /// Softmax along `dim` (negative counts from the end).
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
+/// FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
+/// failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_softmax(
     x: *const fulmen_tensor,
@@ -237,6 +297,10 @@ pub unsafe extern "C" fn fulmen_tensor_softmax(
 }
 
 /// Log-softmax along `dim` (negative counts from the end).
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
+/// FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
+/// failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_log_softmax(
     x: *const fulmen_tensor,

@@ -25,6 +25,9 @@ pub unsafe extern "C" fn fulmen_tensor_keep(tensor: *mut fulmen_tensor) -> *mut 
 }
 
 /// Writes the tensor's `fulmen_dtype` to `*out`.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (the tensor's dtype has no fulmen_dtype,
+/// e.g. complex).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_dtype(tensor: *const fulmen_tensor, out: *mut i32) -> *mut fulmen_error {
     guard("fulmen_tensor_dtype", || {
@@ -34,12 +37,16 @@ pub unsafe extern "C" fn fulmen_tensor_dtype(tensor: *const fulmen_tensor, out: 
 }
 
 /// Writes the number of dimensions to `*out`.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_ndim(tensor: *const fulmen_tensor, out: *mut usize) -> *mut fulmen_error {
     guard("fulmen_tensor_ndim", || write_out(out, "out", tensor_arg(tensor, "tensor")?.dim()))
 }
 
 /// Writes the number of elements to `*out`.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_numel(tensor: *const fulmen_tensor, out: *mut usize) -> *mut fulmen_error {
     guard("fulmen_tensor_numel", || write_out(out, "out", tensor_arg(tensor, "tensor")?.numel()))
@@ -48,6 +55,8 @@ pub unsafe extern "C" fn fulmen_tensor_numel(tensor: *const fulmen_tensor, out: 
 /// Copies the shape into `dims[0..capacity]` and writes the number of
 /// dimensions to `*ndim_out`. Fails with `FULMEN_CODE_OUT_OF_RANGE` (and
 /// writes `*ndim_out` only) when `capacity` is smaller than that number.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small, see above).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_shape(
     tensor: *const fulmen_tensor,
@@ -74,6 +83,8 @@ pub unsafe extern "C" fn fulmen_tensor_shape(
 }
 
 /// Writes the tensor's device as a `fulmen_device_type` and an index.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_device(
     tensor: *const fulmen_tensor,
@@ -93,6 +104,11 @@ pub unsafe extern "C" fn fulmen_tensor_device(
 /// Copies the elements, converted to `dtype`, row-major into the host buffer
 /// `dst` of `nbytes` bytes, which must equal the element count times the
 /// size of `dtype`. Works for tensors on any device and of any layout.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+/// FULMEN_CODE_SHAPE_MISMATCH (`nbytes` is not the element count times the size
+/// of `dtype`), FULMEN_CODE_TORCH (the copy to the host or the conversion
+/// failed).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_copy_to(
     tensor: *const fulmen_tensor,
@@ -124,6 +140,9 @@ pub unsafe extern "C" fn fulmen_tensor_copy_to(
 }
 
 /// Writes the value of a one-element tensor, as a double, to `*out`.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor does not have exactly one
+/// element), FULMEN_CODE_TORCH (reading the value failed, e.g. a device error).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_item(tensor: *const fulmen_tensor, out: *mut f64) -> *mut fulmen_error {
     guard("fulmen_tensor_item", || {
@@ -137,6 +156,8 @@ pub unsafe extern "C" fn fulmen_tensor_item(tensor: *const fulmen_tensor, out: *
 }
 
 /// Writes whether the tensor records operations for autograd.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_requires_grad(
     tensor: *const fulmen_tensor,
@@ -146,6 +167,8 @@ pub unsafe extern "C" fn fulmen_tensor_requires_grad(
 }
 
 /// A new handle to the same tensor (shares storage and autograd history).
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_share(
     tensor: *const fulmen_tensor,
@@ -155,6 +178,8 @@ pub unsafe extern "C" fn fulmen_tensor_share(
 }
 
 /// A copy with its own storage (autograd-tracked, like `torch.clone`).
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_clone(
     tensor: *const fulmen_tensor,
@@ -168,6 +193,8 @@ pub unsafe extern "C" fn fulmen_tensor_clone(
 }
 
 /// The same data cut off from autograd (`torch.detach`).
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_detach(
     tensor: *const fulmen_tensor,
@@ -177,6 +204,9 @@ pub unsafe extern "C" fn fulmen_tensor_detach(
 }
 
 /// Converts to another `fulmen_dtype`.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_to_dtype(
     tensor: *const fulmen_tensor,
@@ -187,6 +217,11 @@ pub unsafe extern "C" fn fulmen_tensor_to_dtype(
 }
 
 /// Moves (copies) to a device given as `fulmen_device_type` and index.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`device_type` is not a
+/// fulmen_device_type, or `device_index` is negative), FULMEN_CODE_UNAVAILABLE
+/// (no such CUDA device, no MPS, or an XLA device), FULMEN_CODE_TORCH (the copy
+/// failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_to_device(
     tensor: *const fulmen_tensor,

@@ -18,12 +18,17 @@ fn dims_checked(x: &Tensor, dims: &[i64]) -> Result<Vec<i64>> {
 }
 
 /// Sum of all elements (a 0-dimensional tensor).
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_sum(x: *const fulmen_tensor, out: *mut *mut fulmen_tensor) -> *mut fulmen_error {
     unary("fulmen_tensor_sum", x, out, |x| Ok(x.f_sum(None)?))
 }
 
 /// Mean of all elements (floating tensors only).
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating), FULMEN_CODE_TORCH
+/// (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_mean(
     x: *const fulmen_tensor,
@@ -38,6 +43,10 @@ pub unsafe extern "C" fn fulmen_tensor_mean(
 }
 
 /// Sum over `dims[0..ndims]`, keeping them as size 1 when `keepdim`.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
+/// FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_TORCH
+/// (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_sum_dims(
     x: *const fulmen_tensor,
@@ -53,6 +62,11 @@ pub unsafe extern "C" fn fulmen_tensor_sum_dims(
 }
 
 /// Mean over `dims[0..ndims]`, keeping them as size 1 when `keepdim`.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
+/// FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
+/// FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_TORCH
+/// (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_mean_dims(
     x: *const fulmen_tensor,
@@ -78,6 +92,9 @@ fn nonempty(x: &Tensor, what: &str) -> Result<()> {
 }
 
 /// Largest element (0-dimensional). The tensor must not be empty.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty), FULMEN_CODE_TORCH
+/// (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_max(x: *const fulmen_tensor, out: *mut *mut fulmen_tensor) -> *mut fulmen_error {
     unary("fulmen_tensor_max", x, out, |x| {
@@ -87,6 +104,9 @@ pub unsafe extern "C" fn fulmen_tensor_max(x: *const fulmen_tensor, out: *mut *m
 }
 
 /// Smallest element (0-dimensional). The tensor must not be empty.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty), FULMEN_CODE_TORCH
+/// (libtorch failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_min(x: *const fulmen_tensor, out: *mut *mut fulmen_tensor) -> *mut fulmen_error {
     unary("fulmen_tensor_min", x, out, |x| {
@@ -96,6 +116,10 @@ pub unsafe extern "C" fn fulmen_tensor_min(x: *const fulmen_tensor, out: *mut *m
 }
 
 /// Indices (i64) of the largest values along `dim`.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty),
+/// FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
+/// failed, e.g. a bool tensor).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_argmax(
     x: *const fulmen_tensor,
@@ -110,6 +134,10 @@ pub unsafe extern "C" fn fulmen_tensor_argmax(
 }
 
 /// Indices (i64) of the smallest values along `dim`.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty),
+/// FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
+/// failed, e.g. a bool tensor).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_argmin(
     x: *const fulmen_tensor,

@@ -36,6 +36,10 @@ fn check_numel(x: &Tensor, shape: &[i64]) -> Result<()> {
 }
 
 /// Same elements in a new shape (`-1` infers one size); copies if needed.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (the element count does not fit `shape`,
+/// or more than one -1 or another negative size), FULMEN_CODE_TORCH (libtorch
+/// failed, e.g. out of memory when copying).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_reshape(
     x: *const fulmen_tensor,
@@ -51,6 +55,10 @@ pub unsafe extern "C" fn fulmen_tensor_reshape(
 }
 
 /// Same storage in a new shape; fails when the layout does not allow a view.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (the element count does not fit `shape`,
+/// or more than one -1 or another negative size), FULMEN_CODE_TORCH (the layout
+/// does not allow a view).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_view(
     x: *const fulmen_tensor,
@@ -66,6 +74,9 @@ pub unsafe extern "C" fn fulmen_tensor_view(
 }
 
 /// Flattens dimensions `start_dim..=end_dim` into one.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`start_dim` or `end_dim` out of range),
+/// FULMEN_CODE_INVALID_ARGUMENT (`start_dim` comes after `end_dim`).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_flatten(
     x: *const fulmen_tensor,
@@ -83,6 +94,10 @@ pub unsafe extern "C" fn fulmen_tensor_flatten(
 }
 
 /// Reorders dimensions: `dims` is a permutation of `0..ndim`.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (`ndims` is not the tensor's number of
+/// dimensions), FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
+/// FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_permute(
     x: *const fulmen_tensor,
@@ -106,6 +121,8 @@ pub unsafe extern "C" fn fulmen_tensor_permute(
 }
 
 /// Swaps dimensions `dim0` and `dim1`.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`dim0` or `dim1` out of range).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_transpose(
     x: *const fulmen_tensor,
@@ -117,6 +134,8 @@ pub unsafe extern "C" fn fulmen_tensor_transpose(
 }
 
 /// Removes dimension `dim` if its size is 1 (otherwise returns the same shape).
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_squeeze(
     x: *const fulmen_tensor,
@@ -127,6 +146,8 @@ pub unsafe extern "C" fn fulmen_tensor_squeeze(
 }
 
 /// Inserts a dimension of size 1 at `dim` (`-1` appends).
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_unsqueeze(
     x: *const fulmen_tensor,
@@ -146,6 +167,9 @@ pub unsafe extern "C" fn fulmen_tensor_unsqueeze(
 }
 
 /// The slice `start..start+length` of dimension `dim` (a view).
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or the slice does not
+/// lie inside the dimension), FULMEN_CODE_TORCH (a 0-dimensional tensor).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_narrow(
     x: *const fulmen_tensor,
@@ -213,6 +237,11 @@ unsafe fn join(
 
 /// Concatenates `tensors[0..n]` along the existing dimension `dim`; all
 /// other dimensions must match.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`n` is 0), FULMEN_CODE_SHAPE_MISMATCH
+/// (ranks, or sizes outside `dim`, differ), FULMEN_CODE_OUT_OF_RANGE (`dim` out
+/// of range), FULMEN_CODE_TORCH (libtorch failed, e.g. 0-dimensional tensors or
+/// tensors on different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_cat(
     tensors: *const *const fulmen_tensor,
@@ -224,6 +253,10 @@ pub unsafe extern "C" fn fulmen_tensor_cat(
 }
 
 /// Stacks `tensors[0..n]` (all of one shape) along a new dimension `dim`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`n` is 0), FULMEN_CODE_SHAPE_MISMATCH
+/// (shapes differ), FULMEN_CODE_OUT_OF_RANGE (`dim` out of range),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_stack(
     tensors: *const *const fulmen_tensor,
