@@ -28,6 +28,15 @@ fn joined() -> Result<Arc<DistContext>> {
 /// arguments and `LOCAL_RANK` set, and this process is rank 0. A process
 /// that already joined gets the same job back. `cuda` picks nccl when the
 /// strategy names no backend.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`processes_per_node` is 0;
+/// malformed or inconsistent RANK / WORLD_SIZE / SLURM variables;
+/// MASTER_PORT unset when fulmen does not start the ranks),
+/// FULMEN_CODE_INVALID_STATE (already in a job of another world size),
+/// FULMEN_CODE_IO (no free port, a local rank cannot be started),
+/// FULMEN_CODE_UNSUPPORTED (a build without gloo, or without nccl when nccl
+/// is picked), FULMEN_CODE_DISTRIBUTED (the rendezvous failed or timed out,
+/// a rank ended before joining).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_distributed_join(
     strategy: *const fulmen_strategy,
@@ -51,6 +60,8 @@ pub unsafe extern "C" fn fulmen_distributed_join(
 }
 
 /// Writes whether this process has joined a distributed job.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_distributed_is_joined(out: *mut bool) -> *mut fulmen_error {
     guard("fulmen_distributed_is_joined", || write_out(out, "out", distributed::current().is_some()))
@@ -58,6 +69,8 @@ pub unsafe extern "C" fn fulmen_distributed_is_joined(out: *mut bool) -> *mut fu
 
 /// Writes this process's global rank, local rank (on its node) and the
 /// world size; any of the three may be NULL. Not joined: rank 0 of 1.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_distributed_ranks(
     rank: *mut usize,
@@ -80,6 +93,11 @@ pub unsafe extern "C" fn fulmen_distributed_ranks(
 
 /// Reduces `tensor` in place over all ranks with `op`: "sum", "mean" (sum
 /// divided by the world size), "min", "max" or "product".
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown or non-UTF-8 `op`),
+/// FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_DISTRIBUTED (a rank
+/// failed or timed out, ranks disagree), FULMEN_CODE_TORCH ("mean" of an
+/// integer tensor, which is left summed).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_distributed_all_reduce(
     tensor: *mut fulmen_tensor,
@@ -94,6 +112,10 @@ pub unsafe extern "C" fn fulmen_distributed_all_reduce(
 }
 
 /// Copies `tensor` from rank `root` into `tensor` on every rank.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (not joined),
+/// FULMEN_CODE_INVALID_ARGUMENT (`root` outside the world),
+/// FULMEN_CODE_DISTRIBUTED (a rank failed or timed out, ranks disagree).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_distributed_broadcast(tensor: *mut fulmen_tensor, root: usize) -> *mut fulmen_error {
     guard("fulmen_distributed_broadcast", || {
@@ -106,6 +128,9 @@ pub unsafe extern "C" fn fulmen_distributed_broadcast(tensor: *mut fulmen_tensor
 /// Writes every rank's `tensor` stacked along a new first dimension (of
 /// size world_size) to `*out` (a new handle). Every rank passes the same
 /// shape and dtype.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_DISTRIBUTED
+/// (ranks disagree on shape or dtype, a rank failed or timed out).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_distributed_all_gather(
     tensor: *const fulmen_tensor,
@@ -121,6 +146,9 @@ pub unsafe extern "C" fn fulmen_distributed_all_gather(
 }
 
 /// Waits until every rank reaches the barrier (an error after the timeout).
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_DISTRIBUTED
+/// (a rank failed, timeout).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_distributed_barrier() -> *mut fulmen_error {
     guard("fulmen_distributed_barrier", || {
@@ -131,6 +159,9 @@ pub unsafe extern "C" fn fulmen_distributed_barrier() -> *mut fulmen_error {
 
 /// Lightning's reduce_boolean_decision: writes true when every rank's
 /// `decision` is true (`all`), or when any rank's is (`!all`).
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_DISTRIBUTED
+/// (a rank failed, timeout).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_distributed_reduce_boolean_decision(
     decision: bool,
@@ -152,6 +183,10 @@ pub unsafe extern "C" fn fulmen_distributed_reduce_boolean_decision(
 /// `timeout_s` seconds for the ranks it started to exit and fails
 /// (FULMEN_CODE_DISTRIBUTED) naming the first that failed or still runs.
 /// Without a job it does nothing.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`timeout_s` negative, NaN or too
+/// long), FULMEN_CODE_DISTRIBUTED (a launched rank failed or still ran, see
+/// above).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_distributed_shutdown(timeout_s: f64) -> *mut fulmen_error {
     guard("fulmen_distributed_shutdown", || {
@@ -211,6 +246,8 @@ pub unsafe extern "C" fn fulmen_ddp_new(
 /// accumulate gradients locally; the first step after `sync` is true again
 /// averages the accumulated sum. Steps keep calling prepare_forward and
 /// prepare_backward either way.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_ddp_set_sync(ddp: *mut fulmen_ddp, sync: bool) -> *mut fulmen_error {
     guard("fulmen_ddp_set_sync", || {
@@ -262,6 +299,9 @@ pub unsafe extern "C" fn fulmen_ddp_free(ddp: *mut fulmen_ddp) {
 /// `loader`'s dataset, as torch's DistributedSampler (padded so every rank
 /// has as many batches, reshuffled per epoch with the loader's seed). Only
 /// loaders over datasets can be split; a host iterator is an error.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`rank` outside `world`, a loader
+/// over a host iterator).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_loader_shard(
     loader: *const fulmen_loader,

@@ -104,6 +104,9 @@ impl Logger for HostLogger {
 /// Adds a host logger that receives every metric the file loggers get (and
 /// the metrics of validate / test runs). `vtable` is copied; on failure
 /// `userdata_free` is not called.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`struct_size` smaller than
+/// `sizeof(fulmen_logger_vtable)`).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_add_logger(
     trainer: *mut fulmen_trainer,

@@ -229,6 +229,9 @@ impl LightningModule for HostModule {
 /// Creates a LightningModule from the host's `vtable` (copied) training
 /// `model` (may be NULL; the module shares it, so the host may free its own
 /// handle). On failure `userdata_free` is not called.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`struct_size` smaller than the
+/// 0.1.0 vtable).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_lightning_module_new(
     vtable: *const fulmen_module_vtable,
@@ -273,6 +276,8 @@ pub unsafe extern "C" fn fulmen_lightning_module_free(module: *mut fulmen_lightn
 /// to `hparams.yaml`, the TensorBoard hparams view and every checkpoint.
 /// Setting a key again replaces its value. Any UTF-8 key and value is
 /// kept exactly (hparams.yaml quotes and escapes what YAML would alter).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`key` or `value` not UTF-8).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_lightning_module_set_hparam(
     module: *mut fulmen_lightning_module,
@@ -302,6 +307,10 @@ pub enum SchedulerInterval {
 /// `frequency` intervals; `monitor` names the logged metric fed to
 /// ReduceLROnPlateau (NULL otherwise). On success both handles are
 /// consumed: do not use or free them. On failure nothing is consumed.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`interval` not a fulmen_interval,
+/// `frequency` < 1, `monitor` not UTF-8, `scheduler` made for another
+/// optimizer, ReduceLROnPlateau without `monitor`).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_optimizer_config_add(
     config: *mut fulmen_optimizer_config,

@@ -171,6 +171,10 @@ unsafe fn emit_optimizer(
 
 /// Creates an SGD optimizer over `model`'s parameters (if not NULL) and
 /// `params[0..n_params]`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an invalid option, no
+/// parameters, a tensor in `params` that does not require grad, a parameter
+/// listed twice), FULMEN_CODE_DTYPE_MISMATCH (a complex parameter).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_optimizer_sgd_new(
     model: *const fulmen_model,
@@ -207,6 +211,10 @@ fn adam_rust(o: &fulmen_adam_options) -> AdamOptions {
 
 /// Creates an Adam optimizer (L2 weight decay) over `model`'s parameters
 /// and `params[0..n_params]`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an invalid option, no
+/// parameters, a tensor in `params` that does not require grad, a parameter
+/// listed twice), FULMEN_CODE_DTYPE_MISMATCH (a complex parameter).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_optimizer_adam_new(
     model: *const fulmen_model,
@@ -223,6 +231,10 @@ pub unsafe extern "C" fn fulmen_optimizer_adam_new(
 }
 
 /// Creates an AdamW optimizer (decoupled weight decay).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an invalid option, no
+/// parameters, a tensor in `params` that does not require grad, a parameter
+/// listed twice), FULMEN_CODE_DTYPE_MISMATCH (a complex parameter).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_optimizer_adamw_new(
     model: *const fulmen_model,
@@ -239,6 +251,10 @@ pub unsafe extern "C" fn fulmen_optimizer_adamw_new(
 }
 
 /// Creates an RMSprop optimizer.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an invalid option, no
+/// parameters, a tensor in `params` that does not require grad, a parameter
+/// listed twice), FULMEN_CODE_DTYPE_MISMATCH (a complex parameter).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_optimizer_rmsprop_new(
     model: *const fulmen_model,
@@ -265,6 +281,10 @@ pub unsafe extern "C" fn fulmen_optimizer_rmsprop_new(
 
 /// Adds a parameter group (`model`'s parameters and/or tensors) with its
 /// own learning rate; `lr` < 0 uses the optimizer's default.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (no parameters, a tensor in
+/// `params` that does not require grad, a parameter already in a group,
+/// `lr` NaN or infinite), FULMEN_CODE_DTYPE_MISMATCH (a complex parameter).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_optimizer_add_param_group(
     optimizer: *mut fulmen_optimizer,
@@ -282,12 +302,16 @@ pub unsafe extern "C" fn fulmen_optimizer_add_param_group(
 
 /// Updates every parameter that has a gradient (`optimizer.step()`), for a
 /// host-owned loop.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch fails in the update).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_optimizer_step(optimizer: *mut fulmen_optimizer) -> *mut fulmen_error {
     guard("fulmen_optimizer_step", || handle::borrow_mut(optimizer, "optimizer")?.inner.step())
 }
 
 /// Clears the gradients of every parameter (`zero_grad(set_to_none=True)`).
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_optimizer_zero_grad(optimizer: *mut fulmen_optimizer) -> *mut fulmen_error {
     guard("fulmen_optimizer_zero_grad", || {
@@ -297,6 +321,8 @@ pub unsafe extern "C" fn fulmen_optimizer_zero_grad(optimizer: *mut fulmen_optim
 }
 
 /// Writes the learning rate of parameter group 0.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_optimizer_get_lr(
     optimizer: *const fulmen_optimizer,
@@ -306,6 +332,8 @@ pub unsafe extern "C" fn fulmen_optimizer_get_lr(
 }
 
 /// Sets the learning rate of every parameter group.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`lr` negative or not finite).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_optimizer_set_lr(optimizer: *mut fulmen_optimizer, lr: f64) -> *mut fulmen_error {
     guard("fulmen_optimizer_set_lr", || {
@@ -327,6 +355,10 @@ pub unsafe extern "C" fn fulmen_optimizer_free(optimizer: *mut fulmen_optimizer)
 /// (`norm_type`: 2.0 for L2, INFINITY for max) is at most `max_norm`, as
 /// `torch.nn.utils.clip_grad_norm_`; writes the norm before clipping to
 /// `*total_norm_out` if it is not NULL.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`max_norm` negative or NaN,
+/// `norm_type` not > 0), FULMEN_CODE_TORCH (libtorch fails computing the
+/// norm, e.g. gradients on different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_clip_grad_norm(
     model: *mut fulmen_model,
@@ -345,6 +377,9 @@ pub unsafe extern "C" fn fulmen_clip_grad_norm(
 }
 
 /// Clamps the gradients of `model`'s parameters into [-value, value].
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`value` negative or NaN),
+/// FULMEN_CODE_TORCH (libtorch fails clamping a gradient).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_clip_grad_value(model: *mut fulmen_model, value: f64) -> *mut fulmen_error {
     guard("fulmen_clip_grad_value", || {

@@ -22,6 +22,8 @@ impl Handle for fulmen_precision {
 /// Creates a precision plugin from one of Lightning's precision values
 /// ("64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true",
 /// legacy "64", "32", "16", "bf16"); anything else is an error listing them.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown or non-UTF-8 value).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_precision_new(
     precision: *const c_char,
@@ -38,6 +40,9 @@ pub unsafe extern "C" fn fulmen_precision_new(
 /// Sets the loss scaler of a `16-mixed` plugin (torch's GradScaler:
 /// defaults 65536, 2.0, 0.5, 2000); an error for other precisions or values
 /// torch refuses.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (not `16-mixed`, or a value torch
+/// refuses).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_precision_set_grad_scaler(
     precision: *mut fulmen_precision,
@@ -63,6 +68,9 @@ pub unsafe extern "C" fn fulmen_precision_set_grad_scaler(
 
 /// Copies the plugin's canonical precision name ("16-mixed", ...) into
 /// `buf` as for `fulmen_model_state_dict_name`.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`buf` too small; `*len_out` is still
+/// written).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_precision_name(
     precision: *const fulmen_precision,
@@ -77,6 +85,8 @@ pub unsafe extern "C" fn fulmen_precision_name(
 
 /// Uses `precision` (copied) for runs with these options, as Lightning's
 /// `Trainer(plugins=[...])`.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_options_set_precision(
     options: *mut fulmen_trainer_options,

@@ -17,6 +17,8 @@ pub extern "C" fn fulmen_libtorch_version() -> *const c_char {
 
 /// Seeds every random generator fulmen and libtorch use (CPU and CUDA), as
 /// Lightning's `seed_everything`.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub extern "C" fn fulmen_manual_seed(seed: u64) -> *mut fulmen_error {
     guard("fulmen_manual_seed", || {
@@ -26,6 +28,8 @@ pub extern "C" fn fulmen_manual_seed(seed: u64) -> *mut fulmen_error {
 }
 
 /// Sets the number of threads libtorch uses for intra-op parallelism.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`n` < 1).
 #[no_mangle]
 pub extern "C" fn fulmen_set_num_threads(n: i32) -> *mut fulmen_error {
     guard("fulmen_set_num_threads", || {

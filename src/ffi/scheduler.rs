@@ -35,6 +35,9 @@ unsafe fn make(
 }
 
 /// `StepLR`: multiplies the lr by `gamma` every `step_size` steps.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`step_size` < 1, `gamma` not
+/// finite).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_scheduler_step_lr_new(
     optimizer: *mut fulmen_optimizer,
@@ -46,6 +49,8 @@ pub unsafe extern "C" fn fulmen_scheduler_step_lr_new(
 }
 
 /// `MultiStepLR`: multiplies the lr by `gamma` at each of `milestones`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`gamma` not finite).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_scheduler_multi_step_lr_new(
     optimizer: *mut fulmen_optimizer,
@@ -61,6 +66,8 @@ pub unsafe extern "C" fn fulmen_scheduler_multi_step_lr_new(
 }
 
 /// `ExponentialLR`: multiplies the lr by `gamma` every step.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`gamma` not finite).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_scheduler_exponential_lr_new(
     optimizer: *mut fulmen_optimizer,
@@ -73,6 +80,8 @@ pub unsafe extern "C" fn fulmen_scheduler_exponential_lr_new(
 }
 
 /// `CosineAnnealingLR(t_max, eta_min)`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`t_max` < 1, `eta_min` not finite).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_scheduler_cosine_lr_new(
     optimizer: *mut fulmen_optimizer,
@@ -87,6 +96,9 @@ pub unsafe extern "C" fn fulmen_scheduler_cosine_lr_new(
 
 /// `LinearLR(start_factor, end_factor, total_iters)`: linear warm-up (or
 /// decay) of the lr factor.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`start_factor` not in (0, 1],
+/// `end_factor` not in [0, 1], `total_iters` < 1).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_scheduler_linear_lr_new(
     optimizer: *mut fulmen_optimizer,
@@ -145,6 +157,9 @@ pub extern "C" fn fulmen_one_cycle_options_default(max_lr: f64, total_steps: i64
 }
 
 /// `OneCycleLR` with `options` (required).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an invalid option, or `pct_start`
+/// and `total_steps` that give an empty phase).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_scheduler_one_cycle_lr_new(
     optimizer: *mut fulmen_optimizer,
@@ -210,6 +225,9 @@ pub extern "C" fn fulmen_plateau_options_default() -> fulmen_plateau_options {
 
 /// `ReduceLROnPlateau` with `options` (NULL for the defaults). Step it
 /// with a metric.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`factor` not in [0, 1), or
+/// `threshold`, `min_lr` or `eps` negative or not finite).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_scheduler_reduce_on_plateau_new(
     optimizer: *mut fulmen_optimizer,
@@ -236,6 +254,11 @@ pub unsafe extern "C" fn fulmen_scheduler_reduce_on_plateau_new(
 /// which must be the one it was created for. `metric` is used by
 /// ReduceLROnPlateau (required there: pass a finite value) and ignored by
 /// the others.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`optimizer` is not the scheduler's,
+/// or a NaN `metric` for ReduceLROnPlateau), FULMEN_CODE_INVALID_STATE (the
+/// optimizer gained parameter groups since the scheduler was made),
+/// FULMEN_CODE_OUT_OF_RANGE (OneCycleLR stepped past `total_steps`).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_scheduler_step(
     scheduler: *mut fulmen_scheduler,

@@ -26,6 +26,8 @@ impl Handle for fulmen_strategy {
 /// "dp" (one process; the model replicated on every device, each batch
 /// split along dimension 0 and the step run once per chunk), "xla" (one
 /// process per XLA device; needs the xla accelerator). An unknown name is an error listing the registered ones.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown or non-UTF-8 name).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_strategy_new(name: *const c_char, out: *mut *mut fulmen_strategy) -> *mut fulmen_error {
     guard("fulmen_strategy_new", || {
@@ -44,6 +46,9 @@ pub unsafe extern "C" fn fulmen_strategy_new(name: *const c_char, out: *mut *mut
 /// collective; default 1800), `bucket_cap_mb` (MiB; default "none":
 /// torch's 25 with a first bucket of 1), `num_nodes` (default 1). A bad key
 /// or value is FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown key, a bad value, a
+/// string not UTF-8).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_strategy_set(
     strategy: *mut fulmen_strategy,
@@ -62,6 +67,9 @@ pub unsafe extern "C" fn fulmen_strategy_set(
 
 /// Copies the strategy's registry name into `buf` as for
 /// `fulmen_model_state_dict_name`.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`buf` too small; `*len_out` is still
+/// written).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_strategy_name(
     strategy: *const fulmen_strategy,
@@ -73,6 +81,8 @@ pub unsafe extern "C" fn fulmen_strategy_name(
 }
 
 /// Uses `strategy` (copied) for runs with these options.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_options_set_strategy(
     options: *mut fulmen_trainer_options,
@@ -92,6 +102,8 @@ pub unsafe extern "C" fn fulmen_strategy_free(strategy: *mut fulmen_strategy) {
 }
 
 /// Writes the number of registered strategies.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_strategy_registry_len(out: *mut usize) -> *mut fulmen_error {
     guard("fulmen_strategy_registry_len", || write_out(out, "out", strategies::list().len()))
@@ -99,6 +111,9 @@ pub unsafe extern "C" fn fulmen_strategy_registry_len(out: *mut usize) -> *mut f
 
 /// Copies the name and description of registry entry `index` into the two
 /// buffers (as for `fulmen_model_state_dict_name`).
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`index` not below the registry's
+/// length, or a buffer too small).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_strategy_registry_entry(
     index: usize,
