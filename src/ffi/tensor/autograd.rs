@@ -50,6 +50,9 @@ pub unsafe extern "C" fn fulmen_tensor_grad(
 }
 
 /// Turns gradient recording on or off for a leaf tensor.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (not a leaf tensor),
+/// FULMEN_CODE_DTYPE_MISMATCH (`requires_grad` on a non-floating tensor).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_set_requires_grad(
     tensor: *mut fulmen_tensor,
