@@ -16,8 +16,9 @@
  *   FULMEN_CODE_PANIC.
  * - Every function may also return FULMEN_CODE_NULL_ARGUMENT,
  *   FULMEN_CODE_INVALID_HANDLE, FULMEN_CODE_INVALID_STATE (a handle in
- *   use, below) and FULMEN_CODE_PANIC; its own comment names the other
- *   codes it returns where they are not evident.
+ *   use, below) and FULMEN_CODE_PANIC: "the common ones". The `Errors:`
+ *   sentence that ends each function's comment names the other codes it
+ *   returns, each with its cause.
  *
  * Ownership, buffers and const:
  * - `T **out`: on success `*out` is a new handle the caller owns and frees
@@ -1434,12 +1435,19 @@ extern "C" {
  * "mps", "xla", or a custom one) or an alias ("gpu": mps if available,
  * else cuda; "tpu": xla; "auto": xla > mps > cuda > cpu by availability).
  * An unknown name is an error listing the registered ones.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown, empty or malformed name,
+ * or one not UTF-8), FULMEN_CODE_UNAVAILABLE ("gpu" when neither mps nor cuda
+ * is available), FULMEN_CODE_INVALID_STATE ("auto" with nothing available and
+ * "cpu" unregistered).
  */
 struct fulmen_error *fulmen_accelerator_get(const char *name, struct fulmen_accelerator **out);
 
 /**
  * Copies the accelerator's registry name into `buf` as for
  * `fulmen_model_state_dict_name`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`buf` too small).
  */
 struct fulmen_error *fulmen_accelerator_name(const struct fulmen_accelerator *acc,
                                              char *buf,
@@ -1448,12 +1456,18 @@ struct fulmen_error *fulmen_accelerator_name(const struct fulmen_accelerator *ac
 
 /**
  * Writes whether the accelerator can be used on this machine.
+ *
+ * Errors: for a custom accelerator, the code a host callback returned (its
+ * `is_available`); the built-in ones add none.
  */
 struct fulmen_error *fulmen_accelerator_is_available(const struct fulmen_accelerator *acc,
                                                      bool *out);
 
 /**
  * Writes how many devices `devices="auto"` uses (1 for the CPU).
+ *
+ * Errors: for a custom accelerator, the code a host callback returned (its
+ * `auto_device_count`); the built-in ones add none.
  */
 struct fulmen_error *fulmen_accelerator_auto_device_count(const struct fulmen_accelerator *acc,
                                                           size_t *out);
@@ -1465,6 +1479,13 @@ struct fulmen_error *fulmen_accelerator_auto_device_count(const struct fulmen_ac
  * `ids[0..capacity]` and their number to `*n_out` (written even when
  * `capacity` is too small, which fails with FULMEN_CODE_OUT_OF_RANGE).
  * Rejected values give an error naming what is available.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`devices` malformed or not UTF-8, or
+ * refused by the accelerator: 0, [], repeated ids, ids or -1 for the CPU),
+ * FULMEN_CODE_UNAVAILABLE (the devices asked for do not exist here, or XLA
+ * cannot be used), FULMEN_CODE_OUT_OF_RANGE (`capacity` too small); for a
+ * custom accelerator also the code a host callback returned, or
+ * FULMEN_CODE_CALLBACK (it reported ids or a device count it cannot have).
  */
 struct fulmen_error *fulmen_accelerator_parse_devices(const struct fulmen_accelerator *acc,
                                                       const char *devices,
@@ -1476,6 +1497,12 @@ struct fulmen_error *fulmen_accelerator_parse_devices(const struct fulmen_accele
  * Writes the libtorch devices `devices` selects (Lightning's
  * `get_parallel_devices`) to `out[0..capacity]` and their number to
  * `*n_out` (written even when `capacity` is too small).
+ *
+ * Errors: those of `fulmen_accelerator_parse_devices`
+ * (FULMEN_CODE_INVALID_ARGUMENT, FULMEN_CODE_UNAVAILABLE,
+ * FULMEN_CODE_OUT_OF_RANGE for `capacity`), FULMEN_CODE_UNSUPPORTED (xla: this
+ * build has no XLA device type); for a custom accelerator also the code a host
+ * callback returned, or FULMEN_CODE_CALLBACK (it wrote an invalid device).
  */
 struct fulmen_error *fulmen_accelerator_get_parallel_devices(const struct fulmen_accelerator *acc,
                                                              const char *devices,
@@ -1486,6 +1513,12 @@ struct fulmen_error *fulmen_accelerator_get_parallel_devices(const struct fulmen
 /**
  * Prepares `device` for use (Lightning's `setup_device`; selects the CUDA
  * device on CUDA).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`device` is not a valid fulmen_device,
+ * or not of this accelerator's kind), FULMEN_CODE_UNSUPPORTED (an XLA device,
+ * or the xla accelerator), FULMEN_CODE_UNAVAILABLE (no such CUDA device; MPS
+ * or XLA not available), FULMEN_CODE_TORCH (CUDA refused the device), the code
+ * a host callback returned (custom accelerators).
  */
 struct fulmen_error *fulmen_accelerator_setup_device(const struct fulmen_accelerator *acc,
                                                      struct fulmen_device device);
@@ -1493,6 +1526,9 @@ struct fulmen_error *fulmen_accelerator_setup_device(const struct fulmen_acceler
 /**
  * Releases what the accelerator holds (Lightning's `teardown`; empties the
  * CUDA cache on CUDA).
+ *
+ * Errors: FULMEN_CODE_TORCH (the CUDA cache could not be emptied), the code a
+ * host callback returned (custom accelerators).
  */
 struct fulmen_error *fulmen_accelerator_teardown(const struct fulmen_accelerator *acc);
 
@@ -1501,6 +1537,14 @@ struct fulmen_error *fulmen_accelerator_teardown(const struct fulmen_accelerator
  * CPU `cpu_rss_bytes`, `cpu_percent`, `cpu_vm_percent`, `cpu_swap_percent`;
  * on CUDA the caching allocator's counters) to `out[0..capacity]` and
  * their number to `*n_out` (written even when `capacity` is too small).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`device` is not a valid fulmen_device,
+ * or not a CUDA device for cuda), FULMEN_CODE_UNSUPPORTED (an XLA device),
+ * FULMEN_CODE_UNAVAILABLE (no such CUDA device; MPS or XLA not available),
+ * FULMEN_CODE_IO and FULMEN_CODE_FORMAT (cpu: /proc unreadable or unexpected;
+ * cuda: malformed statistics), FULMEN_CODE_TORCH (CUDA's statistics failed),
+ * FULMEN_CODE_OUT_OF_RANGE (`capacity` too small), the code a host callback
+ * returned (custom accelerators).
  */
 struct fulmen_error *fulmen_accelerator_device_stats(const struct fulmen_accelerator *acc,
                                                      struct fulmen_device device,
@@ -1515,6 +1559,8 @@ void fulmen_accelerator_free(struct fulmen_accelerator *acc);
 
 /**
  * Writes the number of registered accelerators.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_accelerator_registry_len(size_t *out);
 
@@ -1522,6 +1568,9 @@ struct fulmen_error *fulmen_accelerator_registry_len(size_t *out);
  * Copies the name and description of registry entry `index` into the two
  * buffers (as for `fulmen_model_state_dict_name`) and writes whether it is
  * available on this machine.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`index` past the registry, or a buffer too
+ * small).
  */
 struct fulmen_error *fulmen_accelerator_registry_entry(size_t index,
                                                        char *name,
@@ -1534,6 +1583,8 @@ struct fulmen_error *fulmen_accelerator_registry_entry(size_t index,
 
 /**
  * Adds a statistic `name` = `value` (inside `get_device_stats`).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`name` is not UTF-8).
  */
 struct fulmen_error *fulmen_stats_builder_add(struct fulmen_stats_builder *builder,
                                               const char *name,
@@ -1544,6 +1595,10 @@ struct fulmen_error *fulmen_stats_builder_add(struct fulmen_stats_builder *build
  * trainer accepts `accelerator=name`. A registered name is refused unless
  * `override_existing`; "auto", "gpu" and "tpu" are reserved. `vtable` is
  * copied; on failure `userdata_free` is not called.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a name that is empty, malformed,
+ * reserved, or registered already without `override_existing`; a string not
+ * UTF-8; `struct_size` too small).
  */
 struct fulmen_error *fulmen_accelerator_register(const char *name,
                                                  const char *description,
@@ -1552,17 +1607,24 @@ struct fulmen_error *fulmen_accelerator_register(const char *name,
 
 /**
  * Removes a registered accelerator (custom or built-in) by name.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown or malformed name, or one
+ * not UTF-8).
  */
 struct fulmen_error *fulmen_accelerator_unregister(const char *name);
 
 /**
  * Writes the number of tensors in the batch.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_batch_len(const struct fulmen_batch *batch, size_t *out);
 
 /**
  * Writes a handle to tensor `index` of the batch. Inside a callback it is
  * released when the callback returns unless kept with `fulmen_tensor_keep`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`index` past the batch).
  */
 struct fulmen_error *fulmen_batch_get(const struct fulmen_batch *batch,
                                       size_t index,
@@ -1571,6 +1633,8 @@ struct fulmen_error *fulmen_batch_get(const struct fulmen_batch *batch,
 /**
  * Appends a tensor to the batch being built. The builder shares the
  * tensor; the host still owns (or the callback scope releases) `tensor`.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_batch_builder_push(struct fulmen_batch_builder *builder,
                                                const struct fulmen_tensor *tensor);
@@ -1583,6 +1647,10 @@ struct fulmen_model_checkpoint_options fulmen_model_checkpoint_options_default(v
 /**
  * Adds a ModelCheckpoint (`options` may be NULL for the defaults). The
  * default checkpoint callback is then not added.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a string not UTF-8, a bad filename
+ * template, `mode` or `save_on_train_epoch_end` out of its values,
+ * `save_top_k` < -1 or > 1 without `monitor`, negative `every_n_*`).
  */
 struct fulmen_error *fulmen_trainer_add_model_checkpoint(struct fulmen_trainer *trainer,
                                                          const struct fulmen_model_checkpoint_options *options);
@@ -1594,6 +1662,9 @@ struct fulmen_early_stopping_options fulmen_early_stopping_options_default(void)
 
 /**
  * Adds an EarlyStopping callback.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`monitor` empty or not UTF-8, negative
+ * `patience`, `mode` or `check_on_train_epoch_end` out of its values).
  */
 struct fulmen_error *fulmen_trainer_add_early_stopping(struct fulmen_trainer *trainer,
                                                        const struct fulmen_early_stopping_options *options);
@@ -1602,6 +1673,9 @@ struct fulmen_error *fulmen_trainer_add_early_stopping(struct fulmen_trainer *tr
  * Adds a LearningRateMonitor logging `lr-<Optimizer>` every
  * `log_every_n_steps` ("step"), at each epoch start ("epoch"), or both
  * (NULL).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`logging_interval` not "step",
+ * "epoch", "none" or "", or not UTF-8).
  */
 struct fulmen_error *fulmen_trainer_add_lr_monitor(struct fulmen_trainer *trainer,
                                                    const char *logging_interval);
@@ -1609,6 +1683,10 @@ struct fulmen_error *fulmen_trainer_add_lr_monitor(struct fulmen_trainer *traine
 /**
  * Adds a Timer stopping training after `duration` (seconds, or
  * "DD:HH:MM:SS"; NULL only measures), checked every "step" or "epoch".
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`duration` neither non-negative
+ * seconds nor "DD:HH:MM:SS", `interval` not "step" or "epoch", a string not
+ * UTF-8).
  */
 struct fulmen_error *fulmen_trainer_add_timer(struct fulmen_trainer *trainer,
                                               const char *duration,
@@ -1619,6 +1697,9 @@ struct fulmen_error *fulmen_trainer_add_timer(struct fulmen_trainer *trainer,
  * checkpoints); `vtable` is copied. Its hooks run before the
  * LightningModule's, in the order callbacks were added. On failure
  * `userdata_free` is not called.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`name` empty or not UTF-8,
+ * `struct_size` too small, `on_hook` NULL).
  */
 struct fulmen_error *fulmen_trainer_add_callback(struct fulmen_trainer *trainer,
                                                  const char *name,
@@ -1632,6 +1713,11 @@ struct fulmen_error *fulmen_trainer_add_callback(struct fulmen_trainer *trainer,
  * (training: on step; validation / test: on epoch). `batch_size` weights
  * the epoch mean; 0 uses the batch's first dimension. Logged with both,
  * `name` appears as `name_step` and `name_epoch`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown flags; a name that is empty,
+ * not UTF-8, or holds a comma, quote or newline; a negative `batch_size`; a
+ * name logged before with other flags), FULMEN_CODE_INVALID_STATE (also from
+ * predict_step, where nothing can be logged).
  */
 struct fulmen_error *fulmen_step_context_log(struct fulmen_step_context *ctx,
                                              const char *name,
@@ -1641,22 +1727,30 @@ struct fulmen_error *fulmen_step_context_log(struct fulmen_step_context *ctx,
 
 /**
  * Writes the running stage (a `fulmen_stage`).
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_step_context_stage(const struct fulmen_step_context *ctx, int32_t *out);
 
 /**
  * Writes the current epoch (0-based).
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_step_context_epoch(const struct fulmen_step_context *ctx, int64_t *out);
 
 /**
  * Writes the number of optimizer steps taken so far.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_step_context_global_step(const struct fulmen_step_context *ctx,
                                                      int64_t *out);
 
 /**
  * Writes the index of the batch within the epoch (0-based).
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_step_context_batch_idx(const struct fulmen_step_context *ctx,
                                                    int64_t *out);
@@ -1664,6 +1758,10 @@ struct fulmen_error *fulmen_step_context_batch_idx(const struct fulmen_step_cont
 /**
  * Creates a dataset from `tensors[0..n]` that share their first dimension
  * (sample i is row i of each). The dataset shares the tensors' storage.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`n` is 0, or a tensor is undefined),
+ * FULMEN_CODE_SHAPE_MISMATCH (a 0-dim tensor, or first dimensions that
+ * differ).
  */
 struct fulmen_error *fulmen_dataset_from_tensors(const struct fulmen_tensor *const *tensors,
                                                  size_t n,
@@ -1678,6 +1776,12 @@ struct fulmen_csv_options fulmen_csv_options_default(void);
  * Loads a `.csv` or gzip-compressed `.csv.gz` file: features as f32
  * (N, F) and, with labels, class labels as i64 (N). Errors name the file
  * and line. `options` may be NULL for the defaults.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`path` not UTF-8; `header` or
+ * `scaling` out of its values; a zero or non-finite `scale_divisor`),
+ * FULMEN_CODE_IO (the file cannot be opened or read), FULMEN_CODE_FORMAT (a
+ * ragged row, a non-numeric field or label, a corrupt gzip stream, no data
+ * rows), FULMEN_CODE_OUT_OF_RANGE (`label_column` outside the columns).
  */
 struct fulmen_error *fulmen_dataset_from_csv(const char *path,
                                              const struct fulmen_csv_options *options,
@@ -1686,6 +1790,8 @@ struct fulmen_error *fulmen_dataset_from_csv(const char *path,
 /**
  * Creates a dataset of the samples `indices[0..n]` of `dataset` (which it
  * keeps alive).
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (an index outside `dataset`).
  */
 struct fulmen_error *fulmen_dataset_subset(const struct fulmen_dataset *dataset,
                                            const int64_t *indices,
@@ -1695,6 +1801,8 @@ struct fulmen_error *fulmen_dataset_subset(const struct fulmen_dataset *dataset,
 /**
  * Splits `dataset` into every `k`-th sample starting at `offset`
  * (`*every_out`) and the rest (`*rest_out`): with k = 5, a 20% holdout.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`k` is 0 or `offset` >= `k`).
  */
 struct fulmen_error *fulmen_dataset_split_every(const struct fulmen_dataset *dataset,
                                                 size_t k,
@@ -1704,6 +1812,8 @@ struct fulmen_error *fulmen_dataset_split_every(const struct fulmen_dataset *dat
 
 /**
  * Writes the number of samples.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_dataset_len(const struct fulmen_dataset *dataset, size_t *out);
 
@@ -1712,6 +1822,12 @@ struct fulmen_error *fulmen_dataset_len(const struct fulmen_dataset *dataset, si
  * new tensor handles to `tensors_out` and their count to `*count_out`.
  * `*count_out` is written even when `capacity` is too small, which fails
  * with FULMEN_CODE_OUT_OF_RANGE.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (an index outside the dataset, or
+ * `capacity` too small), FULMEN_CODE_TORCH (libtorch failed to gather the
+ * rows); for a host data source also the code a host callback returned
+ * (`get_batch`), FULMEN_CODE_INVALID_ARGUMENT (it pushed no tensor),
+ * FULMEN_CODE_SHAPE_MISMATCH (a pushed tensor's first dimension is not `n`).
  */
 struct fulmen_error *fulmen_dataset_get(const struct fulmen_dataset *dataset,
                                         const int64_t *indices,
@@ -1731,6 +1847,9 @@ void fulmen_dataset_free(struct fulmen_dataset *dataset);
  * Creates a dataset whose samples the host provides through `vtable`
  * (copied; `len` is called once, now). On failure `userdata_free` is not
  * called: the host still owns its userdata.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`struct_size` too small, `len` or
+ * `get_batch` NULL), the code a host callback returned (`len`).
  */
 struct fulmen_error *fulmen_dataset_from_source(const struct fulmen_data_source_vtable *vtable,
                                                 struct fulmen_dataset **out);
@@ -1743,6 +1862,8 @@ struct fulmen_loader_options fulmen_loader_options_default(void);
 /**
  * Creates a loader that batches `dataset` (kept alive by the loader).
  * `options` may be NULL for the defaults.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`batch_size` 0 or above 2^24).
  */
 struct fulmen_error *fulmen_loader_new(const struct fulmen_dataset *dataset,
                                        const struct fulmen_loader_options *options,
@@ -1751,6 +1872,8 @@ struct fulmen_error *fulmen_loader_new(const struct fulmen_dataset *dataset,
 /**
  * Writes the number of batches per epoch; FULMEN_CODE_UNSUPPORTED for an
  * iterator whose length the host did not give.
+ *
+ * Errors: FULMEN_CODE_UNSUPPORTED (an iterator of unknown length, see above).
  */
 struct fulmen_error *fulmen_loader_len(const struct fulmen_loader *loader, size_t *out);
 
@@ -1768,6 +1891,12 @@ void fulmen_loader_free(struct fulmen_loader *loader);
  * tensor handles to `tensors_out` and their count to `*count_out` as
  * `fulmen_dataset_get` does. An index past the epoch is
  * FULMEN_CODE_OUT_OF_RANGE; a host iterator is FULMEN_CODE_UNSUPPORTED.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`index` past the epoch, or `capacity` too
+ * small), FULMEN_CODE_UNSUPPORTED (a host iterator), and the errors of
+ * `fulmen_dataset_get` for the loader's dataset (FULMEN_CODE_TORCH; for a host
+ * data source the code a host callback returned, FULMEN_CODE_INVALID_ARGUMENT
+ * or FULMEN_CODE_SHAPE_MISMATCH).
  */
 struct fulmen_error *fulmen_loader_batch(const struct fulmen_loader *loader,
                                          uint64_t epoch,
@@ -1779,6 +1908,9 @@ struct fulmen_error *fulmen_loader_batch(const struct fulmen_loader *loader,
 /**
  * Creates a loader that pulls batches from a host iterator (`vtable` is
  * copied). On failure `userdata_free` is not called.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`struct_size` too small, `next` NULL,
+ * `num_batches` < -1).
  */
 struct fulmen_error *fulmen_loader_from_iterator(const struct fulmen_iterator_vtable *vtable,
                                                  struct fulmen_loader **out);
@@ -1791,6 +1923,15 @@ struct fulmen_error *fulmen_loader_from_iterator(const struct fulmen_iterator_vt
  * arguments and `LOCAL_RANK` set, and this process is rank 0. A process
  * that already joined gets the same job back. `cuda` picks nccl when the
  * strategy names no backend.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`processes_per_node` is 0;
+ * malformed or inconsistent RANK / WORLD_SIZE / SLURM variables;
+ * MASTER_PORT unset when fulmen does not start the ranks),
+ * FULMEN_CODE_INVALID_STATE (already in a job of another world size),
+ * FULMEN_CODE_IO (no free port, a local rank cannot be started),
+ * FULMEN_CODE_UNSUPPORTED (a build without gloo, or without nccl when nccl
+ * is picked), FULMEN_CODE_DISTRIBUTED (the rendezvous failed or timed out,
+ * a rank ended before joining).
  */
 struct fulmen_error *fulmen_distributed_join(const struct fulmen_strategy *strategy,
                                              size_t processes_per_node,
@@ -1798,23 +1939,36 @@ struct fulmen_error *fulmen_distributed_join(const struct fulmen_strategy *strat
 
 /**
  * Writes whether this process has joined a distributed job.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_distributed_is_joined(bool *out);
 
 /**
  * Writes this process's global rank, local rank (on its node) and the
  * world size; any of the three may be NULL. Not joined: rank 0 of 1.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_distributed_ranks(size_t *rank, size_t *local_rank, size_t *world_size);
 
 /**
  * Reduces `tensor` in place over all ranks with `op`: "sum", "mean" (sum
  * divided by the world size), "min", "max" or "product".
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown or non-UTF-8 `op`),
+ * FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_DISTRIBUTED (a rank
+ * failed or timed out, ranks disagree), FULMEN_CODE_TORCH ("mean" of an
+ * integer tensor, which is left summed).
  */
 struct fulmen_error *fulmen_distributed_all_reduce(struct fulmen_tensor *tensor, const char *op);
 
 /**
  * Copies `tensor` from rank `root` into `tensor` on every rank.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (not joined),
+ * FULMEN_CODE_INVALID_ARGUMENT (`root` outside the world),
+ * FULMEN_CODE_DISTRIBUTED (a rank failed or timed out, ranks disagree).
  */
 struct fulmen_error *fulmen_distributed_broadcast(struct fulmen_tensor *tensor, size_t root);
 
@@ -1822,18 +1976,27 @@ struct fulmen_error *fulmen_distributed_broadcast(struct fulmen_tensor *tensor, 
  * Writes every rank's `tensor` stacked along a new first dimension (of
  * size world_size) to `*out` (a new handle). Every rank passes the same
  * shape and dtype.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_DISTRIBUTED
+ * (ranks disagree on shape or dtype, a rank failed or timed out).
  */
 struct fulmen_error *fulmen_distributed_all_gather(const struct fulmen_tensor *tensor,
                                                    struct fulmen_tensor **out);
 
 /**
  * Waits until every rank reaches the barrier (an error after the timeout).
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_DISTRIBUTED
+ * (a rank failed, timeout).
  */
 struct fulmen_error *fulmen_distributed_barrier(void);
 
 /**
  * Lightning's reduce_boolean_decision: writes true when every rank's
  * `decision` is true (`all`), or when any rank's is (`!all`).
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_DISTRIBUTED
+ * (a rank failed, timeout).
  */
 struct fulmen_error *fulmen_distributed_reduce_boolean_decision(bool decision, bool all, bool *out);
 
@@ -1842,6 +2005,10 @@ struct fulmen_error *fulmen_distributed_reduce_boolean_decision(bool decision, b
  * `timeout_s` seconds for the ranks it started to exit and fails
  * (FULMEN_CODE_DISTRIBUTED) naming the first that failed or still runs.
  * Without a job it does nothing.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`timeout_s` negative, NaN or too
+ * long), FULMEN_CODE_DISTRIBUTED (a launched rank failed or still ran, see
+ * above).
  */
 struct fulmen_error *fulmen_distributed_shutdown(double timeout_s);
 
@@ -1867,6 +2034,8 @@ struct fulmen_error *fulmen_ddp_new(struct fulmen_model *model,
  * accumulate gradients locally; the first step after `sync` is true again
  * averages the accumulated sum. Steps keep calling prepare_forward and
  * prepare_backward either way.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_ddp_set_sync(struct fulmen_ddp *ddp, bool sync);
 
@@ -1898,6 +2067,9 @@ void fulmen_ddp_free(struct fulmen_ddp *ddp);
  * `loader`'s dataset, as torch's DistributedSampler (padded so every rank
  * has as many batches, reshuffled per epoch with the loader's seed). Only
  * loaders over datasets can be split; a host iterator is an error.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`rank` outside `world`, a loader
+ * over a host iterator).
  */
 struct fulmen_error *fulmen_loader_shard(const struct fulmen_loader *loader,
                                          size_t rank,
@@ -1908,6 +2080,8 @@ struct fulmen_error *fulmen_loader_shard(const struct fulmen_loader *loader,
  * Creates an error with a code and a message, for a host callback to
  * return. An unknown code becomes `FULMEN_CODE_CALLBACK`; a NULL message
  * becomes an empty one. Never returns NULL.
+ *
+ * Errors: none; the pointer returned is the new error, not a failure.
  */
 struct fulmen_error *fulmen_error_new(int32_t code, const char *message);
 
@@ -1937,23 +2111,31 @@ const char *fulmen_hook_name(int32_t hook);
 /**
  * Writes the running entry point ("fit", "validate", "test", "predict")
  * as a static string.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_hook_context_stage(const struct fulmen_hook_context *ctx,
                                                const char **out);
 
 /**
  * Writes the current epoch (0-based).
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_hook_context_epoch(const struct fulmen_hook_context *ctx, int64_t *out);
 
 /**
  * Writes the number of optimizer steps taken so far.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_hook_context_global_step(const struct fulmen_hook_context *ctx,
                                                      int64_t *out);
 
 /**
  * Writes the batch index for batch hooks, -1 for the others.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_hook_context_batch_idx(const struct fulmen_hook_context *ctx,
                                                    int64_t *out);
@@ -1961,6 +2143,9 @@ struct fulmen_error *fulmen_hook_context_batch_idx(const struct fulmen_hook_cont
 /**
  * Writes the latest value of a logged metric;
  * FULMEN_CODE_INVALID_STATE names the logged ones when it is missing.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (the metric was not logged, see above),
+ * FULMEN_CODE_INVALID_ARGUMENT (`name` is not UTF-8).
  */
 struct fulmen_error *fulmen_hook_context_metric(const struct fulmen_hook_context *ctx,
                                                 const char *name,
@@ -1969,12 +2154,16 @@ struct fulmen_error *fulmen_hook_context_metric(const struct fulmen_hook_context
 /**
  * Asks the trainer to stop after the current step (Lightning's
  * `trainer.should_stop = True`; min_epochs / min_steps still apply).
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_hook_context_request_stop(struct fulmen_hook_context *ctx);
 
 /**
  * Writes the number of tensors of the hook's batch (0 when the hook has
  * none).
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_hook_context_batch_len(const struct fulmen_hook_context *ctx,
                                                    size_t *out);
@@ -1982,6 +2171,9 @@ struct fulmen_error *fulmen_hook_context_batch_len(const struct fulmen_hook_cont
 /**
  * Writes a handle to tensor `index` of the hook's batch (released when the
  * hook returns unless kept).
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (the hook has no batch),
+ * FULMEN_CODE_OUT_OF_RANGE (`index` past the batch).
  */
 struct fulmen_error *fulmen_hook_context_batch_get(const struct fulmen_hook_context *ctx,
                                                    size_t index,
@@ -1991,12 +2183,18 @@ struct fulmen_error *fulmen_hook_context_batch_get(const struct fulmen_hook_cont
  * Writes a handle to the hook's output: the loss (training batch end,
  * before / after backward) or the prediction (predict batch end); NULL
  * when the hook has none.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_hook_context_output(const struct fulmen_hook_context *ctx,
                                                 struct fulmen_tensor **out);
 
 /**
  * In `on_save_checkpoint`: stores `value` under `key` in the checkpoint.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (not in on_save_checkpoint or
+ * on_load_checkpoint), FULMEN_CODE_INVALID_ARGUMENT (`key` or `value` not
+ * UTF-8).
  */
 struct fulmen_error *fulmen_hook_context_checkpoint_set(struct fulmen_hook_context *ctx,
                                                         const char *key,
@@ -2006,6 +2204,10 @@ struct fulmen_error *fulmen_hook_context_checkpoint_set(struct fulmen_hook_conte
  * In `on_load_checkpoint`: copies the value stored under `key` into `buf`
  * as for `fulmen_model_state_dict_name`; FULMEN_CODE_INVALID_ARGUMENT when
  * the checkpoint has no such key.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (not in on_save_checkpoint or
+ * on_load_checkpoint), FULMEN_CODE_INVALID_ARGUMENT (no such key, or `key` not
+ * UTF-8), FULMEN_CODE_OUT_OF_RANGE (`buf` too small).
  */
 struct fulmen_error *fulmen_hook_context_checkpoint_get(struct fulmen_hook_context *ctx,
                                                         const char *key,
@@ -2016,6 +2218,9 @@ struct fulmen_error *fulmen_hook_context_checkpoint_get(struct fulmen_hook_conte
 /**
  * In `on_exception`: copies the failure's message into `buf` as for
  * `fulmen_model_state_dict_name`.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (the hook carries no exception: not
+ * on_exception), FULMEN_CODE_OUT_OF_RANGE (`buf` too small).
  */
 struct fulmen_error *fulmen_hook_context_exception(const struct fulmen_hook_context *ctx,
                                                    char *buf,
@@ -2026,6 +2231,9 @@ struct fulmen_error *fulmen_hook_context_exception(const struct fulmen_hook_cont
  * Adds a host logger that receives every metric the file loggers get (and
  * the metrics of validate / test runs). `vtable` is copied; on failure
  * `userdata_free` is not called.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`struct_size` smaller than
+ * `sizeof(fulmen_logger_vtable)`).
  */
 struct fulmen_error *fulmen_trainer_add_logger(struct fulmen_trainer *trainer,
                                                const struct fulmen_logger_vtable *vtable);
@@ -2033,18 +2241,25 @@ struct fulmen_error *fulmen_trainer_add_logger(struct fulmen_trainer *trainer,
 /**
  * Creates an empty sequential model (`nn.Sequential`): children run in
  * order and are named "0", "1", ...
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_model_sequential_new(struct fulmen_model **out);
 
 /**
  * Creates an empty container of named children (an `nn.Module` with
  * attributes); run its children with `fulmen_model_forward_child`.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_model_named_new(struct fulmen_model **out);
 
 /**
  * Creates `nn.Linear(in_features, out_features, bias)`, initialised as
  * PyTorch does from the global generator.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a size is not positive),
+ * FULMEN_CODE_TORCH (the weights cannot be allocated).
  */
 struct fulmen_error *fulmen_model_linear_new(int64_t in_features,
                                              int64_t out_features,
@@ -2058,6 +2273,10 @@ struct fulmen_conv2d_options fulmen_conv2d_options_default(int64_t kernel);
 
 /**
  * Creates `nn.Conv2d(in_channels, out_channels, ...)` with `options`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a channel count, kernel, stride,
+ * dilation or groups not positive, a negative padding, or channels not
+ * divisible by groups), FULMEN_CODE_TORCH (the weights cannot be allocated).
  */
 struct fulmen_error *fulmen_model_conv2d_new(int64_t in_channels,
                                              int64_t out_channels,
@@ -2067,6 +2286,9 @@ struct fulmen_error *fulmen_model_conv2d_new(int64_t in_channels,
 /**
  * Creates `nn.MaxPool2d(kernel, stride, padding)` with square windows;
  * `stride` 0 means "equal to kernel", as PyTorch's default.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (kernel or stride not positive, padding
+ * negative or above half the kernel).
  */
 struct fulmen_error *fulmen_model_max_pool2d_new(int64_t kernel,
                                                  int64_t stride,
@@ -2075,6 +2297,9 @@ struct fulmen_error *fulmen_model_max_pool2d_new(int64_t kernel,
 
 /**
  * Creates `nn.AvgPool2d(kernel, stride, padding)`; `stride` 0 = kernel.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (kernel or stride not positive, padding
+ * negative or above half the kernel).
  */
 struct fulmen_error *fulmen_model_avg_pool2d_new(int64_t kernel,
                                                  int64_t stride,
@@ -2085,6 +2310,10 @@ struct fulmen_error *fulmen_model_avg_pool2d_new(int64_t kernel,
  * Creates `nn.BatchNorm1d/2d(num_features, eps, momentum)` with affine
  * parameters and running statistics (buffers `running_mean`,
  * `running_var`, `num_batches_tracked`).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (num_features not positive, eps
+ * negative or NaN, momentum outside [0, 1]), FULMEN_CODE_TORCH (the parameters
+ * cannot be allocated).
  */
 struct fulmen_error *fulmen_model_batch_norm_new(int64_t num_features,
                                                  double eps,
@@ -2093,6 +2322,9 @@ struct fulmen_error *fulmen_model_batch_norm_new(int64_t num_features,
 
 /**
  * Creates `nn.LayerNorm(shape[0..ndim], eps)` with affine parameters.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (ndim 0, a dimension not positive, eps
+ * negative or NaN), FULMEN_CODE_TORCH (the parameters cannot be allocated).
  */
 struct fulmen_error *fulmen_model_layer_norm_new(const int64_t *shape,
                                                  size_t ndim,
@@ -2102,11 +2334,16 @@ struct fulmen_error *fulmen_model_layer_norm_new(const int64_t *shape,
 /**
  * Creates `nn.Dropout(p)`: zeroes elements with probability `p` in
  * training mode only.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (p outside [0, 1]).
  */
 struct fulmen_error *fulmen_model_dropout_new(double p, struct fulmen_model **out);
 
 /**
  * Creates `nn.Embedding(num_embeddings, dim)`; its input is integer ids.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a size is not positive),
+ * FULMEN_CODE_TORCH (the table cannot be allocated).
  */
 struct fulmen_error *fulmen_model_embedding_new(int64_t num_embeddings,
                                                 int64_t dim,
@@ -2114,6 +2351,8 @@ struct fulmen_error *fulmen_model_embedding_new(int64_t num_embeddings,
 
 /**
  * Creates `nn.Flatten(start_dim, end_dim)` (PyTorch's default is 1, -1).
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_model_flatten_new(int64_t start_dim,
                                               int64_t end_dim,
@@ -2122,6 +2361,9 @@ struct fulmen_error *fulmen_model_flatten_new(int64_t start_dim,
 /**
  * Creates an activation layer; `param` is the slope (LeakyReLU), alpha
  * (ELU) or dimension (Softmax, LogSoftmax), ignored otherwise.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (kind is not a fulmen_activation, or a
+ * Softmax / LogSoftmax dimension is not a whole number).
  */
 struct fulmen_error *fulmen_model_activation_new(int32_t kind,
                                                  double param,
@@ -2130,12 +2372,20 @@ struct fulmen_error *fulmen_model_activation_new(int32_t kind,
 /**
  * Loads a TorchScript module saved by `torch.jit.save` (CPU). Its
  * parameters keep PyTorch's dotted names and train like built-in layers.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8), FULMEN_CODE_IO (no
+ * file at path), FULMEN_CODE_FORMAT (not a loadable TorchScript file),
+ * FULMEN_CODE_TORCH (its parameters or mode cannot be read or set).
  */
 struct fulmen_error *fulmen_model_load_torchscript(const char *path, struct fulmen_model **out);
 
 /**
  * Appends `child` to a sequential model. On success the child handle is
  * consumed (do not use or free it); on failure both are unchanged.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (model is not a sequential, child is
+ * model itself, or a child added by name already holds the next index);
+ * FULMEN_CODE_INVALID_STATE also when child is used by a LightningModule.
  */
 struct fulmen_error *fulmen_model_push(struct fulmen_model *model, struct fulmen_model *child);
 
@@ -2143,6 +2393,10 @@ struct fulmen_error *fulmen_model_push(struct fulmen_model *model, struct fulmen
  * Adds `child` to a named container (or a sequential) under `name`, like
  * assigning an attribute of an `nn.Module`. On success the child handle is
  * consumed; on failure both are unchanged.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (name not UTF-8, empty, holding '.' or
+ * already used; model is a leaf; child is model itself);
+ * FULMEN_CODE_INVALID_STATE also when child is used by a LightningModule.
  */
 struct fulmen_error *fulmen_model_add(struct fulmen_model *model,
                                       const char *name,
@@ -2151,6 +2405,13 @@ struct fulmen_error *fulmen_model_add(struct fulmen_model *model,
 /**
  * Runs the model's forward pass on `input`. A sequential runs its children
  * in order; a named container has no forward of its own.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (the input's shape does not fit a layer),
+ * FULMEN_CODE_DTYPE_MISMATCH (a dtype a layer does not take, e.g. float ids
+ * for an Embedding), FULMEN_CODE_OUT_OF_RANGE (an Embedding id outside the
+ * table, a Softmax dimension out of range), FULMEN_CODE_UNSUPPORTED (a named
+ * container, which has no forward), FULMEN_CODE_TORCH (another libtorch error,
+ * e.g. in a TorchScript forward).
  */
 struct fulmen_error *fulmen_model_forward(const struct fulmen_model *model,
                                           const struct fulmen_tensor *input,
@@ -2158,6 +2419,14 @@ struct fulmen_error *fulmen_model_forward(const struct fulmen_model *model,
 
 /**
  * Runs the child at `path` ("encoder" or "encoder.0") on `input`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8 or names no child),
+ * FULMEN_CODE_SHAPE_MISMATCH (the input's shape does not fit a layer),
+ * FULMEN_CODE_DTYPE_MISMATCH (a dtype a layer does not take, e.g. float ids
+ * for an Embedding), FULMEN_CODE_OUT_OF_RANGE (an Embedding id outside the
+ * table, a Softmax dimension out of range), FULMEN_CODE_UNSUPPORTED (a named
+ * container, which has no forward), FULMEN_CODE_TORCH (another libtorch error,
+ * e.g. in a TorchScript forward).
  */
 struct fulmen_error *fulmen_model_forward_child(const struct fulmen_model *model,
                                                 const char *path,
@@ -2167,22 +2436,30 @@ struct fulmen_error *fulmen_model_forward_child(const struct fulmen_model *model
 /**
  * Sets training mode (`true`, as `model.train()`) or evaluation mode
  * (`false`, as `model.eval()`) for the whole tree.
+ *
+ * Errors: FULMEN_CODE_TORCH (a TorchScript module's mode cannot be set).
  */
 struct fulmen_error *fulmen_model_set_training(struct fulmen_model *model, bool training);
 
 /**
  * Writes whether the model is in training mode.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_model_is_training(const struct fulmen_model *model, bool *out);
 
 /**
  * Writes the number of scalar parameters (all trainable tensors' elements).
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_model_num_parameters(const struct fulmen_model *model, int64_t *out);
 
 /**
  * Writes the number of entries of the model's state_dict (parameters and
  * buffers).
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_model_state_dict_len(const struct fulmen_model *model, size_t *out);
 
@@ -2192,6 +2469,9 @@ struct fulmen_error *fulmen_model_state_dict_len(const struct fulmen_model *mode
  * bytes and writes its length (without the NUL) to `*len_out`. When
  * `capacity` is too small, fails with FULMEN_CODE_OUT_OF_RANGE after
  * writing only `*len_out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`index` past the state_dict, or
+ * `capacity` too small, see above).
  */
 struct fulmen_error *fulmen_model_state_dict_name(const struct fulmen_model *model,
                                                   size_t index,
@@ -2202,6 +2482,9 @@ struct fulmen_error *fulmen_model_state_dict_name(const struct fulmen_model *mod
 /**
  * Writes a new handle to the state_dict entry `name` (a parameter or
  * buffer; it shares storage with the model, so in-place changes show).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (name is not UTF-8 or not in the
+ * state_dict).
  */
 struct fulmen_error *fulmen_model_state_dict_get(const struct fulmen_model *model,
                                                  const char *name,
@@ -2210,6 +2493,10 @@ struct fulmen_error *fulmen_model_state_dict_get(const struct fulmen_model *mode
 /**
  * Saves the state_dict (PyTorch names) as a safetensors file, written to a
  * temporary file and renamed so a crash never leaves a partial file.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8), FULMEN_CODE_IO
+ * (the file cannot be written), FULMEN_CODE_TORCH (a tensor cannot be copied
+ * to the host).
  */
 struct fulmen_error *fulmen_model_save(const struct fulmen_model *model, const char *path);
 
@@ -2218,6 +2505,13 @@ struct fulmen_error *fulmen_model_save(const struct fulmen_model *model, const c
  * PyTorch's `safetensors.torch.save_file(model.state_dict(), path)`).
  * `strict`: missing or unexpected names are an error. Shapes must match.
  * On error the model is unchanged.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8), FULMEN_CODE_IO
+ * (the file cannot be read), FULMEN_CODE_FORMAT (not a valid safetensors file;
+ * with strict, missing or unexpected names), FULMEN_CODE_SHAPE_MISMATCH (a
+ * tensor's shape differs from the model's), FULMEN_CODE_DTYPE_MISMATCH (a
+ * tensor's dtype differs from the model's or is not supported),
+ * FULMEN_CODE_TORCH (a copy fails).
  */
 struct fulmen_error *fulmen_model_load(struct fulmen_model *model, const char *path, bool strict);
 
@@ -2231,6 +2525,8 @@ void fulmen_model_free(struct fulmen_model *model);
  * Copies the model's layer table (name, type, parameter count, totals), as
  * Lightning's ModelSummary prints it, down to `max_depth` levels (1: direct
  * children) into `buf` as for `fulmen_model_state_dict_name`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (buf too small, see above).
  */
 struct fulmen_error *fulmen_model_summary(const struct fulmen_model *model,
                                           size_t max_depth,
@@ -2242,6 +2538,9 @@ struct fulmen_error *fulmen_model_summary(const struct fulmen_model *model,
  * Creates a LightningModule from the host's `vtable` (copied) training
  * `model` (may be NULL; the module shares it, so the host may free its own
  * handle). On failure `userdata_free` is not called.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`struct_size` smaller than the
+ * 0.1.0 vtable).
  */
 struct fulmen_error *fulmen_lightning_module_new(const struct fulmen_module_vtable *vtable,
                                                  const struct fulmen_model *model,
@@ -2260,6 +2559,8 @@ void fulmen_lightning_module_free(struct fulmen_lightning_module *module);
  * to `hparams.yaml`, the TensorBoard hparams view and every checkpoint.
  * Setting a key again replaces its value. Any UTF-8 key and value is
  * kept exactly (hparams.yaml quotes and escapes what YAML would alter).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`key` or `value` not UTF-8).
  */
 struct fulmen_error *fulmen_lightning_module_set_hparam(struct fulmen_lightning_module *module,
                                                         const char *key,
@@ -2271,6 +2572,10 @@ struct fulmen_error *fulmen_lightning_module_set_hparam(struct fulmen_lightning_
  * `frequency` intervals; `monitor` names the logged metric fed to
  * ReduceLROnPlateau (NULL otherwise). On success both handles are
  * consumed: do not use or free them. On failure nothing is consumed.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`interval` not a fulmen_interval,
+ * `frequency` < 1, `monitor` not UTF-8, `scheduler` made for another
+ * optimizer, ReduceLROnPlateau without `monitor`).
  */
 struct fulmen_error *fulmen_optimizer_config_add(struct fulmen_optimizer_config *config,
                                                  struct fulmen_optimizer *optimizer,
@@ -2302,6 +2607,10 @@ struct fulmen_rmsprop_options fulmen_rmsprop_options_default(void);
 /**
  * Creates an SGD optimizer over `model`'s parameters (if not NULL) and
  * `params[0..n_params]`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an invalid option, no
+ * parameters, a tensor in `params` that does not require grad, a parameter
+ * listed twice), FULMEN_CODE_DTYPE_MISMATCH (a complex parameter).
  */
 struct fulmen_error *fulmen_optimizer_sgd_new(const struct fulmen_model *model,
                                               const struct fulmen_tensor *const *params,
@@ -2312,6 +2621,10 @@ struct fulmen_error *fulmen_optimizer_sgd_new(const struct fulmen_model *model,
 /**
  * Creates an Adam optimizer (L2 weight decay) over `model`'s parameters
  * and `params[0..n_params]`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an invalid option, no
+ * parameters, a tensor in `params` that does not require grad, a parameter
+ * listed twice), FULMEN_CODE_DTYPE_MISMATCH (a complex parameter).
  */
 struct fulmen_error *fulmen_optimizer_adam_new(const struct fulmen_model *model,
                                                const struct fulmen_tensor *const *params,
@@ -2321,6 +2634,10 @@ struct fulmen_error *fulmen_optimizer_adam_new(const struct fulmen_model *model,
 
 /**
  * Creates an AdamW optimizer (decoupled weight decay).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an invalid option, no
+ * parameters, a tensor in `params` that does not require grad, a parameter
+ * listed twice), FULMEN_CODE_DTYPE_MISMATCH (a complex parameter).
  */
 struct fulmen_error *fulmen_optimizer_adamw_new(const struct fulmen_model *model,
                                                 const struct fulmen_tensor *const *params,
@@ -2330,6 +2647,10 @@ struct fulmen_error *fulmen_optimizer_adamw_new(const struct fulmen_model *model
 
 /**
  * Creates an RMSprop optimizer.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an invalid option, no
+ * parameters, a tensor in `params` that does not require grad, a parameter
+ * listed twice), FULMEN_CODE_DTYPE_MISMATCH (a complex parameter).
  */
 struct fulmen_error *fulmen_optimizer_rmsprop_new(const struct fulmen_model *model,
                                                   const struct fulmen_tensor *const *params,
@@ -2340,6 +2661,10 @@ struct fulmen_error *fulmen_optimizer_rmsprop_new(const struct fulmen_model *mod
 /**
  * Adds a parameter group (`model`'s parameters and/or tensors) with its
  * own learning rate; `lr` < 0 uses the optimizer's default.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (no parameters, a tensor in
+ * `params` that does not require grad, a parameter already in a group,
+ * `lr` NaN or infinite), FULMEN_CODE_DTYPE_MISMATCH (a complex parameter).
  */
 struct fulmen_error *fulmen_optimizer_add_param_group(struct fulmen_optimizer *optimizer,
                                                       const struct fulmen_model *model,
@@ -2350,21 +2675,29 @@ struct fulmen_error *fulmen_optimizer_add_param_group(struct fulmen_optimizer *o
 /**
  * Updates every parameter that has a gradient (`optimizer.step()`), for a
  * host-owned loop.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch fails in the update).
  */
 struct fulmen_error *fulmen_optimizer_step(struct fulmen_optimizer *optimizer);
 
 /**
  * Clears the gradients of every parameter (`zero_grad(set_to_none=True)`).
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_optimizer_zero_grad(struct fulmen_optimizer *optimizer);
 
 /**
  * Writes the learning rate of parameter group 0.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_optimizer_get_lr(const struct fulmen_optimizer *optimizer, double *out);
 
 /**
  * Sets the learning rate of every parameter group.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`lr` negative or not finite).
  */
 struct fulmen_error *fulmen_optimizer_set_lr(struct fulmen_optimizer *optimizer, double lr);
 
@@ -2378,6 +2711,10 @@ void fulmen_optimizer_free(struct fulmen_optimizer *optimizer);
  * (`norm_type`: 2.0 for L2, INFINITY for max) is at most `max_norm`, as
  * `torch.nn.utils.clip_grad_norm_`; writes the norm before clipping to
  * `*total_norm_out` if it is not NULL.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`max_norm` negative or NaN,
+ * `norm_type` not > 0), FULMEN_CODE_TORCH (libtorch fails computing the
+ * norm, e.g. gradients on different devices).
  */
 struct fulmen_error *fulmen_clip_grad_norm(struct fulmen_model *model,
                                            double max_norm,
@@ -2386,6 +2723,9 @@ struct fulmen_error *fulmen_clip_grad_norm(struct fulmen_model *model,
 
 /**
  * Clamps the gradients of `model`'s parameters into [-value, value].
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`value` negative or NaN),
+ * FULMEN_CODE_TORCH (libtorch fails clamping a gradient).
  */
 struct fulmen_error *fulmen_clip_grad_value(struct fulmen_model *model, double value);
 
@@ -2393,6 +2733,8 @@ struct fulmen_error *fulmen_clip_grad_value(struct fulmen_model *model, double v
  * Creates a precision plugin from one of Lightning's precision values
  * ("64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true",
  * legacy "64", "32", "16", "bf16"); anything else is an error listing them.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown or non-UTF-8 value).
  */
 struct fulmen_error *fulmen_precision_new(const char *precision, struct fulmen_precision **out);
 
@@ -2400,6 +2742,9 @@ struct fulmen_error *fulmen_precision_new(const char *precision, struct fulmen_p
  * Sets the loss scaler of a `16-mixed` plugin (torch's GradScaler:
  * defaults 65536, 2.0, 0.5, 2000); an error for other precisions or values
  * torch refuses.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (not `16-mixed`, or a value torch
+ * refuses).
  */
 struct fulmen_error *fulmen_precision_set_grad_scaler(struct fulmen_precision *precision,
                                                       double init_scale,
@@ -2410,6 +2755,9 @@ struct fulmen_error *fulmen_precision_set_grad_scaler(struct fulmen_precision *p
 /**
  * Copies the plugin's canonical precision name ("16-mixed", ...) into
  * `buf` as for `fulmen_model_state_dict_name`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`buf` too small; `*len_out` is still
+ * written).
  */
 struct fulmen_error *fulmen_precision_name(const struct fulmen_precision *precision,
                                            char *buf,
@@ -2419,6 +2767,8 @@ struct fulmen_error *fulmen_precision_name(const struct fulmen_precision *precis
 /**
  * Uses `precision` (copied) for runs with these options, as Lightning's
  * `Trainer(plugins=[...])`.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_trainer_options_set_precision(struct fulmen_trainer_options *options,
                                                           const struct fulmen_precision *precision);
@@ -2441,11 +2791,15 @@ const char *fulmen_libtorch_version(void);
 /**
  * Seeds every random generator fulmen and libtorch use (CPU and CUDA), as
  * Lightning's `seed_everything`.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_manual_seed(uint64_t seed);
 
 /**
  * Sets the number of threads libtorch uses for intra-op parallelism.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`n` < 1).
  */
 struct fulmen_error *fulmen_set_num_threads(int32_t n);
 
@@ -2462,6 +2816,9 @@ size_t fulmen_live_handles(void);
 
 /**
  * `StepLR`: multiplies the lr by `gamma` every `step_size` steps.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`step_size` < 1, `gamma` not
+ * finite).
  */
 struct fulmen_error *fulmen_scheduler_step_lr_new(struct fulmen_optimizer *optimizer,
                                                   int64_t step_size,
@@ -2470,6 +2827,8 @@ struct fulmen_error *fulmen_scheduler_step_lr_new(struct fulmen_optimizer *optim
 
 /**
  * `MultiStepLR`: multiplies the lr by `gamma` at each of `milestones`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`gamma` not finite).
  */
 struct fulmen_error *fulmen_scheduler_multi_step_lr_new(struct fulmen_optimizer *optimizer,
                                                         const int64_t *milestones,
@@ -2479,6 +2838,8 @@ struct fulmen_error *fulmen_scheduler_multi_step_lr_new(struct fulmen_optimizer 
 
 /**
  * `ExponentialLR`: multiplies the lr by `gamma` every step.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`gamma` not finite).
  */
 struct fulmen_error *fulmen_scheduler_exponential_lr_new(struct fulmen_optimizer *optimizer,
                                                          double gamma,
@@ -2486,6 +2847,8 @@ struct fulmen_error *fulmen_scheduler_exponential_lr_new(struct fulmen_optimizer
 
 /**
  * `CosineAnnealingLR(t_max, eta_min)`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`t_max` < 1, `eta_min` not finite).
  */
 struct fulmen_error *fulmen_scheduler_cosine_lr_new(struct fulmen_optimizer *optimizer,
                                                     int64_t t_max,
@@ -2495,6 +2858,9 @@ struct fulmen_error *fulmen_scheduler_cosine_lr_new(struct fulmen_optimizer *opt
 /**
  * `LinearLR(start_factor, end_factor, total_iters)`: linear warm-up (or
  * decay) of the lr factor.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`start_factor` not in (0, 1],
+ * `end_factor` not in [0, 1], `total_iters` < 1).
  */
 struct fulmen_error *fulmen_scheduler_linear_lr_new(struct fulmen_optimizer *optimizer,
                                                     double start_factor,
@@ -2510,6 +2876,9 @@ struct fulmen_one_cycle_options fulmen_one_cycle_options_default(double max_lr,
 
 /**
  * `OneCycleLR` with `options` (required).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an invalid option, or `pct_start`
+ * and `total_steps` that give an empty phase).
  */
 struct fulmen_error *fulmen_scheduler_one_cycle_lr_new(struct fulmen_optimizer *optimizer,
                                                        const struct fulmen_one_cycle_options *options,
@@ -2523,6 +2892,9 @@ struct fulmen_plateau_options fulmen_plateau_options_default(void);
 /**
  * `ReduceLROnPlateau` with `options` (NULL for the defaults). Step it
  * with a metric.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`factor` not in [0, 1), or
+ * `threshold`, `min_lr` or `eps` negative or not finite).
  */
 struct fulmen_error *fulmen_scheduler_reduce_on_plateau_new(struct fulmen_optimizer *optimizer,
                                                             const struct fulmen_plateau_options *options,
@@ -2533,6 +2905,11 @@ struct fulmen_error *fulmen_scheduler_reduce_on_plateau_new(struct fulmen_optimi
  * which must be the one it was created for. `metric` is used by
  * ReduceLROnPlateau (required there: pass a finite value) and ignored by
  * the others.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`optimizer` is not the scheduler's,
+ * or a NaN `metric` for ReduceLROnPlateau), FULMEN_CODE_INVALID_STATE (the
+ * optimizer gained parameter groups since the scheduler was made),
+ * FULMEN_CODE_OUT_OF_RANGE (OneCycleLR stepped past `total_steps`).
  */
 struct fulmen_error *fulmen_scheduler_step(struct fulmen_scheduler *scheduler,
                                            struct fulmen_optimizer *optimizer,
@@ -2552,6 +2929,8 @@ void fulmen_scheduler_free(struct fulmen_scheduler *scheduler);
  * "dp" (one process; the model replicated on every device, each batch
  * split along dimension 0 and the step run once per chunk), "xla" (one
  * process per XLA device; needs the xla accelerator). An unknown name is an error listing the registered ones.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown or non-UTF-8 name).
  */
 struct fulmen_error *fulmen_strategy_new(const char *name,
                                          struct fulmen_strategy **out);
@@ -2565,6 +2944,9 @@ struct fulmen_error *fulmen_strategy_new(const char *name,
  * collective; default 1800), `bucket_cap_mb` (MiB; default "none":
  * torch's 25 with a first bucket of 1), `num_nodes` (default 1). A bad key
  * or value is FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown key, a bad value, a
+ * string not UTF-8).
  */
 struct fulmen_error *fulmen_strategy_set(struct fulmen_strategy *strategy,
                                          const char *key,
@@ -2573,6 +2955,9 @@ struct fulmen_error *fulmen_strategy_set(struct fulmen_strategy *strategy,
 /**
  * Copies the strategy's registry name into `buf` as for
  * `fulmen_model_state_dict_name`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`buf` too small; `*len_out` is still
+ * written).
  */
 struct fulmen_error *fulmen_strategy_name(const struct fulmen_strategy *strategy,
                                           char *buf,
@@ -2581,6 +2966,8 @@ struct fulmen_error *fulmen_strategy_name(const struct fulmen_strategy *strategy
 
 /**
  * Uses `strategy` (copied) for runs with these options.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_trainer_options_set_strategy(struct fulmen_trainer_options *options,
                                                          const struct fulmen_strategy *strategy);
@@ -2592,12 +2979,17 @@ void fulmen_strategy_free(struct fulmen_strategy *strategy);
 
 /**
  * Writes the number of registered strategies.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_strategy_registry_len(size_t *out);
 
 /**
  * Copies the name and description of registry entry `index` into the two
  * buffers (as for `fulmen_model_state_dict_name`).
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`index` not below the registry's
+ * length, or a buffer too small).
  */
 struct fulmen_error *fulmen_strategy_registry_entry(size_t index,
                                                     char *name,
@@ -2610,18 +3002,29 @@ struct fulmen_error *fulmen_strategy_registry_entry(size_t index,
 /**
  * Runs backpropagation from a one-element `tensor` (a loss), accumulating
  * gradients into the leaves that require them.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (`tensor` has more or fewer than one
+ * element), FULMEN_CODE_INVALID_STATE (`tensor` does not require grad),
+ * FULMEN_CODE_DISTRIBUTED (a DDP all-reduce waiting on this backward failed:
+ * another rank failed or timed out), FULMEN_CODE_TORCH (libtorch's backward
+ * failed, e.g. the graph was already freed by an earlier backward).
  */
 struct fulmen_error *fulmen_tensor_backward(const struct fulmen_tensor *tensor);
 
 /**
  * Writes the accumulated gradient of `tensor` to `*out`, or NULL when it
  * has none yet. The gradient shares storage with the tensor's `.grad`.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_tensor_grad(const struct fulmen_tensor *tensor,
                                         struct fulmen_tensor **out);
 
 /**
  * Turns gradient recording on or off for a leaf tensor.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (not a leaf tensor),
+ * FULMEN_CODE_DTYPE_MISMATCH (`requires_grad` on a non-floating tensor).
  */
 struct fulmen_error *fulmen_tensor_set_requires_grad(struct fulmen_tensor *tensor,
                                                      bool requires_grad);
@@ -2632,6 +3035,12 @@ struct fulmen_error *fulmen_tensor_set_requires_grad(struct fulmen_tensor *tenso
  * given as their 16-bit patterns, bool as bytes 0/1) and shape
  * `shape[0..ndim]` (ndim 0 is a scalar). `nbytes` must equal the element
  * count times the element size. The new tensor is written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+ * FULMEN_CODE_SHAPE_MISMATCH (a negative dimension, too many elements, or
+ * `nbytes` does not match the shape), FULMEN_CODE_INVALID_ARGUMENT (bool data
+ * holds a byte other than 0 or 1), FULMEN_CODE_TORCH (libtorch failed, e.g.
+ * out of memory).
  */
 struct fulmen_error *fulmen_tensor_from_data(const void *data,
                                              size_t nbytes,
@@ -2642,6 +3051,10 @@ struct fulmen_error *fulmen_tensor_from_data(const void *data,
 
 /**
  * Creates a CPU tensor of zeros with the given shape and `fulmen_dtype`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+ * FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_zeros(const int64_t *shape,
                                          size_t ndim,
@@ -2650,6 +3063,10 @@ struct fulmen_error *fulmen_tensor_zeros(const int64_t *shape,
 
 /**
  * Creates a CPU tensor of ones with the given shape and `fulmen_dtype`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+ * FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_ones(const int64_t *shape,
                                         size_t ndim,
@@ -2658,6 +3075,11 @@ struct fulmen_error *fulmen_tensor_ones(const int64_t *shape,
 
 /**
  * Creates a CPU tensor filled with `value` (converted to the dtype).
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+ * FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
+ * FULMEN_CODE_INVALID_ARGUMENT (`value` does not fit the dtype, e.g. NaN for
+ * an integer dtype), FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_full(const int64_t *shape,
                                         size_t ndim,
@@ -2668,6 +3090,10 @@ struct fulmen_error *fulmen_tensor_full(const int64_t *shape,
 /**
  * Creates a CPU tensor of samples from N(0, 1), drawn from libtorch's global
  * generator (seeded by `fulmen_manual_seed`). `dtype` must be floating.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a floating fulmen_dtype),
+ * FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_randn(const int64_t *shape,
                                          size_t ndim,
@@ -2677,6 +3103,10 @@ struct fulmen_error *fulmen_tensor_randn(const int64_t *shape,
 /**
  * Creates a CPU tensor of samples from U[0, 1), from libtorch's global
  * generator. `dtype` must be floating.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a floating fulmen_dtype),
+ * FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_rand(const int64_t *shape,
                                         size_t ndim,
@@ -2685,6 +3115,11 @@ struct fulmen_error *fulmen_tensor_rand(const int64_t *shape,
 
 /**
  * Creates the 1-D CPU tensor `start, start+step, ...` below `end`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+ * FULMEN_CODE_INVALID_ARGUMENT (a zero or non-finite step, non-finite bounds,
+ * a step away from `end`, or a range too long), FULMEN_CODE_TORCH (libtorch
+ * failed, e.g. a bool dtype or out of memory).
  */
 struct fulmen_error *fulmen_tensor_arange(double start,
                                           double end,
@@ -2694,6 +3129,10 @@ struct fulmen_error *fulmen_tensor_arange(double start,
 
 /**
  * Creates a 0-dimensional CPU tensor holding `value` as `dtype`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+ * FULMEN_CODE_INVALID_ARGUMENT (`value` does not fit the dtype, e.g. NaN for
+ * an integer dtype).
  */
 struct fulmen_error *fulmen_tensor_scalar(double value, int32_t dtype, struct fulmen_tensor **out);
 
@@ -2720,6 +3159,11 @@ float fulmen_f32_from_bf16(uint16_t bits);
 /**
  * Selects entries along `dim` at the positions in the 1-D i64/i32 tensor
  * `index` (`torch.index_select`).
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or an index value
+ * outside [0, size of `dim`)), FULMEN_CODE_SHAPE_MISMATCH (`index` is not
+ * 1-D), FULMEN_CODE_DTYPE_MISMATCH (`index` is not i64 or i32),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
  */
 struct fulmen_error *fulmen_tensor_index_select(const struct fulmen_tensor *x,
                                                 int64_t dim,
@@ -2729,6 +3173,12 @@ struct fulmen_error *fulmen_tensor_index_select(const struct fulmen_tensor *x,
 /**
  * Gathers values along `dim` (`torch.gather`): `index` has as many
  * dimensions as `x` and holds positions along `dim`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or an index value
+ * outside [0, size of `dim`)), FULMEN_CODE_SHAPE_MISMATCH (`index` and `x`
+ * differ in rank), FULMEN_CODE_DTYPE_MISMATCH (`index` is not i64 or i32),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. `index` larger than `x` in another
+ * dimension, or tensors on different devices).
  */
 struct fulmen_error *fulmen_tensor_gather(const struct fulmen_tensor *x,
                                           int64_t dim,
@@ -2738,6 +3188,10 @@ struct fulmen_error *fulmen_tensor_gather(const struct fulmen_tensor *x,
 /**
  * Elementwise comparison `a <op> b` with broadcasting; `op` is a
  * `fulmen_compare`. The result is a bool tensor.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+ * FULMEN_CODE_INVALID_ARGUMENT (`op` is not a fulmen_compare),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
  */
 struct fulmen_error *fulmen_tensor_compare(const struct fulmen_tensor *a,
                                            const struct fulmen_tensor *b,
@@ -2746,6 +3200,9 @@ struct fulmen_error *fulmen_tensor_compare(const struct fulmen_tensor *a,
 
 /**
  * Elementwise comparison of `x` with a scalar; `op` is a `fulmen_compare`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`op` is not a fulmen_compare),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_compare_scalar(const struct fulmen_tensor *x,
                                                   double value,
@@ -2757,6 +3214,13 @@ struct fulmen_error *fulmen_tensor_compare_scalar(const struct fulmen_tensor *x,
  * indices `target` (N) / (N, d...) of integer dtype, or against class
  * probabilities of the same shape as `logits`; `reduction` is a
  * `fulmen_reduction`. Same as `torch.nn.functional.cross_entropy`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a
+ * fulmen_reduction), FULMEN_CODE_DTYPE_MISMATCH (`logits` not floating, or
+ * class targets not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s
+ * shape does not fit `logits`), FULMEN_CODE_OUT_OF_RANGE (a class target
+ * outside [0, C)), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on
+ * different devices).
  */
 struct fulmen_error *fulmen_loss_cross_entropy(const struct fulmen_tensor *logits,
                                                const struct fulmen_tensor *target,
@@ -2765,6 +3229,13 @@ struct fulmen_error *fulmen_loss_cross_entropy(const struct fulmen_tensor *logit
 
 /**
  * Negative log-likelihood of `log_probs` (N, C) against class indices.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a
+ * fulmen_reduction), FULMEN_CODE_DTYPE_MISMATCH (`log_probs` not floating, or
+ * targets not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s shape
+ * does not fit `log_probs`), FULMEN_CODE_OUT_OF_RANGE (a target outside
+ * [0, C)), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different
+ * devices).
  */
 struct fulmen_error *fulmen_loss_nll(const struct fulmen_tensor *log_probs,
                                      const struct fulmen_tensor *target,
@@ -2773,6 +3244,11 @@ struct fulmen_error *fulmen_loss_nll(const struct fulmen_tensor *log_probs,
 
 /**
  * Mean squared error between `input` and `target` of the same shape.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`input` or `target` not floating),
+ * FULMEN_CODE_SHAPE_MISMATCH (their shapes differ),
+ * FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
  */
 struct fulmen_error *fulmen_loss_mse(const struct fulmen_tensor *input,
                                      const struct fulmen_tensor *target,
@@ -2781,6 +3257,11 @@ struct fulmen_error *fulmen_loss_mse(const struct fulmen_tensor *input,
 
 /**
  * Mean absolute error between `input` and `target` of the same shape.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`input` or `target` not floating),
+ * FULMEN_CODE_SHAPE_MISMATCH (their shapes differ),
+ * FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
  */
 struct fulmen_error *fulmen_loss_l1(const struct fulmen_tensor *input,
                                     const struct fulmen_tensor *target,
@@ -2790,6 +3271,11 @@ struct fulmen_error *fulmen_loss_l1(const struct fulmen_tensor *input,
 /**
  * Binary cross-entropy of raw `logits` against targets in [0, 1] of the
  * same shape (numerically stable, as `binary_cross_entropy_with_logits`).
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`logits` or `target` not floating),
+ * FULMEN_CODE_SHAPE_MISMATCH (their shapes differ),
+ * FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
  */
 struct fulmen_error *fulmen_loss_bce_with_logits(const struct fulmen_tensor *logits,
                                                  const struct fulmen_tensor *target,
@@ -2798,6 +3284,9 @@ struct fulmen_error *fulmen_loss_bce_with_logits(const struct fulmen_tensor *log
 
 /**
  * `out = a + b`, broadcasting as PyTorch does.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
  */
 struct fulmen_error *fulmen_tensor_add(const struct fulmen_tensor *a,
                                        const struct fulmen_tensor *b,
@@ -2805,6 +3294,10 @@ struct fulmen_error *fulmen_tensor_add(const struct fulmen_tensor *a,
 
 /**
  * `out = a - b`, broadcasting.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices or two
+ * bool tensors).
  */
 struct fulmen_error *fulmen_tensor_sub(const struct fulmen_tensor *a,
                                        const struct fulmen_tensor *b,
@@ -2812,6 +3305,9 @@ struct fulmen_error *fulmen_tensor_sub(const struct fulmen_tensor *a,
 
 /**
  * `out = a * b` elementwise, broadcasting.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
  */
 struct fulmen_error *fulmen_tensor_mul(const struct fulmen_tensor *a,
                                        const struct fulmen_tensor *b,
@@ -2819,6 +3315,9 @@ struct fulmen_error *fulmen_tensor_mul(const struct fulmen_tensor *a,
 
 /**
  * `out = a / b` elementwise (true division), broadcasting.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
  */
 struct fulmen_error *fulmen_tensor_div(const struct fulmen_tensor *a,
                                        const struct fulmen_tensor *b,
@@ -2826,6 +3325,10 @@ struct fulmen_error *fulmen_tensor_div(const struct fulmen_tensor *a,
 
 /**
  * `out = a ^ b` elementwise, broadcasting.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices or
+ * integers to negative integer powers).
  */
 struct fulmen_error *fulmen_tensor_pow(const struct fulmen_tensor *a,
                                        const struct fulmen_tensor *b,
@@ -2833,6 +3336,8 @@ struct fulmen_error *fulmen_tensor_pow(const struct fulmen_tensor *a,
 
 /**
  * `out = x + value`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_add_scalar(const struct fulmen_tensor *x,
                                               double value,
@@ -2840,6 +3345,8 @@ struct fulmen_error *fulmen_tensor_add_scalar(const struct fulmen_tensor *x,
 
 /**
  * `out = x * value`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_mul_scalar(const struct fulmen_tensor *x,
                                               double value,
@@ -2847,6 +3354,8 @@ struct fulmen_error *fulmen_tensor_mul_scalar(const struct fulmen_tensor *x,
 
 /**
  * `out = x ^ exponent`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_pow_scalar(const struct fulmen_tensor *x,
                                               double exponent,
@@ -2854,6 +3363,9 @@ struct fulmen_error *fulmen_tensor_pow_scalar(const struct fulmen_tensor *x,
 
 /**
  * `out = clamp(x, min, max)`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`min` or `max` is NaN, or `min` >
+ * `max`), FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_clamp(const struct fulmen_tensor *x,
                                          double min,
@@ -2862,32 +3374,48 @@ struct fulmen_error *fulmen_tensor_clamp(const struct fulmen_tensor *x,
 
 /**
  * `out = -x`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. a bool tensor).
  */
 struct fulmen_error *fulmen_tensor_neg(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
 /**
  * `out = exp(x)`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_exp(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
 /**
  * `out = ln(x)`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_log(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
 /**
  * `out = sqrt(x)`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_sqrt(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
 /**
  * `out = |x|`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_abs(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
 /**
  * Matrix product with `torch.matmul` semantics (vectors, matrices,
  * batched). The inner dimensions must agree.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (the dtypes differ, or i64/i32 where
+ * libtorch has no kernel, e.g. on CUDA), FULMEN_CODE_SHAPE_MISMATCH (a
+ * 0-dimensional tensor, inner dimensions that differ, or batch dimensions that
+ * do not broadcast), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on
+ * different devices).
  */
 struct fulmen_error *fulmen_tensor_matmul(const struct fulmen_tensor *a,
                                           const struct fulmen_tensor *b,
@@ -2895,11 +3423,15 @@ struct fulmen_error *fulmen_tensor_matmul(const struct fulmen_tensor *a,
 
 /**
  * `out = max(x, 0)`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. a bool tensor).
  */
 struct fulmen_error *fulmen_tensor_relu(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
 /**
  * `out = x if x > 0 else slope * x`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_leaky_relu(const struct fulmen_tensor *x,
                                               double slope,
@@ -2907,27 +3439,41 @@ struct fulmen_error *fulmen_tensor_leaky_relu(const struct fulmen_tensor *x,
 
 /**
  * Logistic sigmoid.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_sigmoid(const struct fulmen_tensor *x,
                                            struct fulmen_tensor **out);
 
 /**
  * Hyperbolic tangent.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_tanh(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
 /**
  * GELU (exact, erf form).
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (an i64 or i32 tensor), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. another integer or bool tensor).
  */
 struct fulmen_error *fulmen_tensor_gelu(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
 /**
  * SiLU (swish): `x * sigmoid(x)`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (an i64 or i32 tensor), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. another integer or bool tensor).
  */
 struct fulmen_error *fulmen_tensor_silu(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
 /**
  * Softmax along `dim` (negative counts from the end).
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
+ * FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
+ * failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_softmax(const struct fulmen_tensor *x,
                                            int64_t dim,
@@ -2935,6 +3481,10 @@ struct fulmen_error *fulmen_tensor_softmax(const struct fulmen_tensor *x,
 
 /**
  * Log-softmax along `dim` (negative counts from the end).
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
+ * FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
+ * failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_log_softmax(const struct fulmen_tensor *x,
                                                int64_t dim,
@@ -2950,21 +3500,30 @@ void fulmen_tensor_free(struct fulmen_tensor *tensor);
  * Keeps a tensor created inside a step callback alive after the callback
  * returns: the host now owns it and frees it with `fulmen_tensor_free`.
  * Has no effect on tensors created outside a callback.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_tensor_keep(struct fulmen_tensor *tensor);
 
 /**
  * Writes the tensor's `fulmen_dtype` to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (the tensor's dtype has no fulmen_dtype,
+ * e.g. complex).
  */
 struct fulmen_error *fulmen_tensor_dtype(const struct fulmen_tensor *tensor, int32_t *out);
 
 /**
  * Writes the number of dimensions to `*out`.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_tensor_ndim(const struct fulmen_tensor *tensor, size_t *out);
 
 /**
  * Writes the number of elements to `*out`.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_tensor_numel(const struct fulmen_tensor *tensor, size_t *out);
 
@@ -2972,6 +3531,8 @@ struct fulmen_error *fulmen_tensor_numel(const struct fulmen_tensor *tensor, siz
  * Copies the shape into `dims[0..capacity]` and writes the number of
  * dimensions to `*ndim_out`. Fails with `FULMEN_CODE_OUT_OF_RANGE` (and
  * writes `*ndim_out` only) when `capacity` is smaller than that number.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small, see above).
  */
 struct fulmen_error *fulmen_tensor_shape(const struct fulmen_tensor *tensor,
                                          int64_t *dims,
@@ -2980,6 +3541,8 @@ struct fulmen_error *fulmen_tensor_shape(const struct fulmen_tensor *tensor,
 
 /**
  * Writes the tensor's device as a `fulmen_device_type` and an index.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_tensor_device(const struct fulmen_tensor *tensor,
                                           int32_t *type_out,
@@ -2989,6 +3552,11 @@ struct fulmen_error *fulmen_tensor_device(const struct fulmen_tensor *tensor,
  * Copies the elements, converted to `dtype`, row-major into the host buffer
  * `dst` of `nbytes` bytes, which must equal the element count times the
  * size of `dtype`. Works for tensors on any device and of any layout.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+ * FULMEN_CODE_SHAPE_MISMATCH (`nbytes` is not the element count times the size
+ * of `dtype`), FULMEN_CODE_TORCH (the copy to the host or the conversion
+ * failed).
  */
 struct fulmen_error *fulmen_tensor_copy_to(const struct fulmen_tensor *tensor,
                                            int32_t dtype,
@@ -2997,34 +3565,48 @@ struct fulmen_error *fulmen_tensor_copy_to(const struct fulmen_tensor *tensor,
 
 /**
  * Writes the value of a one-element tensor, as a double, to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor does not have exactly one
+ * element), FULMEN_CODE_TORCH (reading the value failed, e.g. a device error).
  */
 struct fulmen_error *fulmen_tensor_item(const struct fulmen_tensor *tensor, double *out);
 
 /**
  * Writes whether the tensor records operations for autograd.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_tensor_requires_grad(const struct fulmen_tensor *tensor, bool *out);
 
 /**
  * A new handle to the same tensor (shares storage and autograd history).
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_tensor_share(const struct fulmen_tensor *tensor,
                                          struct fulmen_tensor **out);
 
 /**
  * A copy with its own storage (autograd-tracked, like `torch.clone`).
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_clone(const struct fulmen_tensor *tensor,
                                          struct fulmen_tensor **out);
 
 /**
  * The same data cut off from autograd (`torch.detach`).
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_tensor_detach(const struct fulmen_tensor *tensor,
                                           struct fulmen_tensor **out);
 
 /**
  * Converts to another `fulmen_dtype`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_to_dtype(const struct fulmen_tensor *tensor,
                                             int32_t dtype,
@@ -3032,6 +3614,11 @@ struct fulmen_error *fulmen_tensor_to_dtype(const struct fulmen_tensor *tensor,
 
 /**
  * Moves (copies) to a device given as `fulmen_device_type` and index.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`device_type` is not a
+ * fulmen_device_type, or `device_index` is negative), FULMEN_CODE_UNAVAILABLE
+ * (no such CUDA device, no MPS, or an XLA device), FULMEN_CODE_TORCH (the copy
+ * failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_to_device(const struct fulmen_tensor *tensor,
                                              int32_t device_type,
@@ -3040,16 +3627,25 @@ struct fulmen_error *fulmen_tensor_to_device(const struct fulmen_tensor *tensor,
 
 /**
  * Sum of all elements (a 0-dimensional tensor).
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_sum(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
 /**
  * Mean of all elements (floating tensors only).
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_mean(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
 /**
  * Sum over `dims[0..ndims]`, keeping them as size 1 when `keepdim`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
+ * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_sum_dims(const struct fulmen_tensor *x,
                                             const int64_t *dims,
@@ -3059,6 +3655,11 @@ struct fulmen_error *fulmen_tensor_sum_dims(const struct fulmen_tensor *x,
 
 /**
  * Mean over `dims[0..ndims]`, keeping them as size 1 when `keepdim`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
+ * FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
+ * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_mean_dims(const struct fulmen_tensor *x,
                                              const int64_t *dims,
@@ -3068,16 +3669,26 @@ struct fulmen_error *fulmen_tensor_mean_dims(const struct fulmen_tensor *x,
 
 /**
  * Largest element (0-dimensional). The tensor must not be empty.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_max(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
 /**
  * Smallest element (0-dimensional). The tensor must not be empty.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_min(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
 /**
  * Indices (i64) of the largest values along `dim`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty),
+ * FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
+ * failed, e.g. a bool tensor).
  */
 struct fulmen_error *fulmen_tensor_argmax(const struct fulmen_tensor *x,
                                           int64_t dim,
@@ -3086,6 +3697,10 @@ struct fulmen_error *fulmen_tensor_argmax(const struct fulmen_tensor *x,
 
 /**
  * Indices (i64) of the smallest values along `dim`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty),
+ * FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
+ * failed, e.g. a bool tensor).
  */
 struct fulmen_error *fulmen_tensor_argmin(const struct fulmen_tensor *x,
                                           int64_t dim,
@@ -3094,6 +3709,10 @@ struct fulmen_error *fulmen_tensor_argmin(const struct fulmen_tensor *x,
 
 /**
  * Same elements in a new shape (`-1` infers one size); copies if needed.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (the element count does not fit `shape`,
+ * or more than one -1 or another negative size), FULMEN_CODE_TORCH (libtorch
+ * failed, e.g. out of memory when copying).
  */
 struct fulmen_error *fulmen_tensor_reshape(const struct fulmen_tensor *x,
                                            const int64_t *shape,
@@ -3102,6 +3721,10 @@ struct fulmen_error *fulmen_tensor_reshape(const struct fulmen_tensor *x,
 
 /**
  * Same storage in a new shape; fails when the layout does not allow a view.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (the element count does not fit `shape`,
+ * or more than one -1 or another negative size), FULMEN_CODE_TORCH (the layout
+ * does not allow a view).
  */
 struct fulmen_error *fulmen_tensor_view(const struct fulmen_tensor *x,
                                         const int64_t *shape,
@@ -3110,6 +3733,9 @@ struct fulmen_error *fulmen_tensor_view(const struct fulmen_tensor *x,
 
 /**
  * Flattens dimensions `start_dim..=end_dim` into one.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`start_dim` or `end_dim` out of range),
+ * FULMEN_CODE_INVALID_ARGUMENT (`start_dim` comes after `end_dim`).
  */
 struct fulmen_error *fulmen_tensor_flatten(const struct fulmen_tensor *x,
                                            int64_t start_dim,
@@ -3118,6 +3744,10 @@ struct fulmen_error *fulmen_tensor_flatten(const struct fulmen_tensor *x,
 
 /**
  * Reorders dimensions: `dims` is a permutation of `0..ndim`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (`ndims` is not the tensor's number of
+ * dimensions), FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
+ * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice).
  */
 struct fulmen_error *fulmen_tensor_permute(const struct fulmen_tensor *x,
                                            const int64_t *dims,
@@ -3126,6 +3756,8 @@ struct fulmen_error *fulmen_tensor_permute(const struct fulmen_tensor *x,
 
 /**
  * Swaps dimensions `dim0` and `dim1`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim0` or `dim1` out of range).
  */
 struct fulmen_error *fulmen_tensor_transpose(const struct fulmen_tensor *x,
                                              int64_t dim0,
@@ -3134,6 +3766,8 @@ struct fulmen_error *fulmen_tensor_transpose(const struct fulmen_tensor *x,
 
 /**
  * Removes dimension `dim` if its size is 1 (otherwise returns the same shape).
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range).
  */
 struct fulmen_error *fulmen_tensor_squeeze(const struct fulmen_tensor *x,
                                            int64_t dim,
@@ -3141,6 +3775,8 @@ struct fulmen_error *fulmen_tensor_squeeze(const struct fulmen_tensor *x,
 
 /**
  * Inserts a dimension of size 1 at `dim` (`-1` appends).
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range).
  */
 struct fulmen_error *fulmen_tensor_unsqueeze(const struct fulmen_tensor *x,
                                              int64_t dim,
@@ -3148,6 +3784,9 @@ struct fulmen_error *fulmen_tensor_unsqueeze(const struct fulmen_tensor *x,
 
 /**
  * The slice `start..start+length` of dimension `dim` (a view).
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or the slice does not
+ * lie inside the dimension), FULMEN_CODE_TORCH (a 0-dimensional tensor).
  */
 struct fulmen_error *fulmen_tensor_narrow(const struct fulmen_tensor *x,
                                           int64_t dim,
@@ -3158,6 +3797,11 @@ struct fulmen_error *fulmen_tensor_narrow(const struct fulmen_tensor *x,
 /**
  * Concatenates `tensors[0..n]` along the existing dimension `dim`; all
  * other dimensions must match.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`n` is 0), FULMEN_CODE_SHAPE_MISMATCH
+ * (ranks, or sizes outside `dim`, differ), FULMEN_CODE_OUT_OF_RANGE (`dim` out
+ * of range), FULMEN_CODE_TORCH (libtorch failed, e.g. 0-dimensional tensors or
+ * tensors on different devices).
  */
 struct fulmen_error *fulmen_tensor_cat(const struct fulmen_tensor *const *tensors,
                                        size_t n,
@@ -3166,6 +3810,10 @@ struct fulmen_error *fulmen_tensor_cat(const struct fulmen_tensor *const *tensor
 
 /**
  * Stacks `tensors[0..n]` (all of one shape) along a new dimension `dim`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`n` is 0), FULMEN_CODE_SHAPE_MISMATCH
+ * (shapes differ), FULMEN_CODE_OUT_OF_RANGE (`dim` out of range),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
  */
 struct fulmen_error *fulmen_tensor_stack(const struct fulmen_tensor *const *tensors,
                                          size_t n,
@@ -3179,6 +3827,8 @@ struct fulmen_error *fulmen_tensor_stack(const struct fulmen_tensor *const *tens
  * TensorBoard loggers and a checkpoint of the latest epoch, all under
  * default_root_dir "."; accelerator and devices "auto", precision
  * "32-true".
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **out);
 
@@ -3270,6 +3920,10 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  *
  * An unknown key or a bad value is FULMEN_CODE_INVALID_ARGUMENT naming
  * it; the options are then unchanged.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown key, bad value, or key or
+ * value not UTF-8), FULMEN_CODE_UNAVAILABLE (accelerator "gpu" when neither
+ * CUDA nor MPS is available).
  */
 struct fulmen_error *fulmen_trainer_options_set(struct fulmen_trainer_options *options,
                                                 const char *key,
@@ -3277,6 +3931,9 @@ struct fulmen_error *fulmen_trainer_options_set(struct fulmen_trainer_options *o
 
 /**
  * Sets an integer option (see `fulmen_trainer_options_set`).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown key, key not UTF-8, or a value
+ * the key does not take).
  */
 struct fulmen_error *fulmen_trainer_options_set_int(struct fulmen_trainer_options *options,
                                                     const char *key,
@@ -3284,6 +3941,9 @@ struct fulmen_error *fulmen_trainer_options_set_int(struct fulmen_trainer_option
 
 /**
  * Sets a numeric option such as a batch-limit fraction.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown key, key not UTF-8, or a value
+ * the key does not take).
  */
 struct fulmen_error *fulmen_trainer_options_set_float(struct fulmen_trainer_options *options,
                                                       const char *key,
@@ -3291,6 +3951,9 @@ struct fulmen_error *fulmen_trainer_options_set_float(struct fulmen_trainer_opti
 
 /**
  * Sets a boolean option.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown key, key not UTF-8, or a value
+ * the key does not take).
  */
 struct fulmen_error *fulmen_trainer_options_set_bool(struct fulmen_trainer_options *options,
                                                      const char *key,
@@ -3303,6 +3966,8 @@ void fulmen_trainer_options_free(struct fulmen_trainer_options *options);
 
 /**
  * Creates a trainer from `options` (copied; NULL for the defaults).
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_trainer_new(const struct fulmen_trainer_options *options,
                                         struct fulmen_trainer **out);
@@ -3316,6 +3981,23 @@ struct fulmen_error *fulmen_trainer_new(const struct fulmen_trainer_options *opt
  * calling thread. A failing callback stops training with an error naming
  * the callback, epoch and step; the parameters keep the last completed
  * update.
+ *
+ * Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
+ * hook, callback, logger or data source failed, or ran past callback_timeout);
+ * FULMEN_CODE_INVALID_ARGUMENT (ckpt_path not UTF-8, devices or strategy that
+ * do not fit the machine, val_check_interval above the training batches);
+ * FULMEN_CODE_UNAVAILABLE (accelerator or devices not available here);
+ * FULMEN_CODE_UNSUPPORTED (a precision or backend the device lacks);
+ * FULMEN_CODE_IO (ckpt_path names no file, a log or checkpoint cannot be
+ * written); FULMEN_CODE_FORMAT (a corrupt checkpoint, or one that does not
+ * match the run); FULMEN_CODE_SHAPE_MISMATCH, FULMEN_CODE_DTYPE_MISMATCH (a
+ * loss that is not a floating scalar, checkpoint weights that do not fit);
+ * FULMEN_CODE_NON_FINITE (a NaN or infinite loss); FULMEN_CODE_DISTRIBUTED
+ * (the rendezvous, a collective or another rank failed);
+ * FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM); FULMEN_CODE_TORCH (libtorch
+ * failed); FULMEN_CODE_INVALID_STATE also when configure_optimizers gave no
+ * optimizer, the loss does not require grad, or ckpt_path "best" / "last"
+ * finds no checkpoint.
  */
 struct fulmen_error *fulmen_trainer_fit(struct fulmen_trainer *trainer,
                                         struct fulmen_lightning_module *module,
@@ -3326,6 +4008,20 @@ struct fulmen_error *fulmen_trainer_fit(struct fulmen_trainer *trainer,
 /**
  * Runs the validation loop over `loader` once; `ckpt_path` (may be NULL)
  * first loads the weights of a checkpoint ("best", "last" or a path).
+ *
+ * Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
+ * hook, callback, logger or data source failed, or ran past callback_timeout);
+ * FULMEN_CODE_INVALID_ARGUMENT (ckpt_path not UTF-8, devices or strategy that
+ * do not fit the machine); FULMEN_CODE_UNAVAILABLE (accelerator or devices not
+ * available here); FULMEN_CODE_UNSUPPORTED (a precision or backend the device
+ * lacks); FULMEN_CODE_IO (ckpt_path names no file, or it cannot be read);
+ * FULMEN_CODE_FORMAT (a corrupt checkpoint, or one whose names do not match
+ * the model); FULMEN_CODE_SHAPE_MISMATCH, FULMEN_CODE_DTYPE_MISMATCH
+ * (checkpoint weights that do not fit); FULMEN_CODE_DISTRIBUTED (a collective
+ * or another rank failed); FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM);
+ * FULMEN_CODE_TORCH (libtorch failed); FULMEN_CODE_INVALID_STATE also when the
+ * module has no validation_step, or ckpt_path "best" / "last" finds no
+ * checkpoint.
  */
 struct fulmen_error *fulmen_trainer_validate(struct fulmen_trainer *trainer,
                                              struct fulmen_lightning_module *module,
@@ -3334,6 +4030,19 @@ struct fulmen_error *fulmen_trainer_validate(struct fulmen_trainer *trainer,
 
 /**
  * Runs the test loop over `loader` once; `ckpt_path` as for validate.
+ *
+ * Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
+ * hook, callback, logger or data source failed, or ran past callback_timeout);
+ * FULMEN_CODE_INVALID_ARGUMENT (ckpt_path not UTF-8, devices or strategy that
+ * do not fit the machine); FULMEN_CODE_UNAVAILABLE (accelerator or devices not
+ * available here); FULMEN_CODE_UNSUPPORTED (a precision or backend the device
+ * lacks); FULMEN_CODE_IO (ckpt_path names no file, or it cannot be read);
+ * FULMEN_CODE_FORMAT (a corrupt checkpoint, or one whose names do not match
+ * the model); FULMEN_CODE_SHAPE_MISMATCH, FULMEN_CODE_DTYPE_MISMATCH
+ * (checkpoint weights that do not fit); FULMEN_CODE_DISTRIBUTED (a collective
+ * or another rank failed); FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM);
+ * FULMEN_CODE_TORCH (libtorch failed); FULMEN_CODE_INVALID_STATE also when the
+ * module has no test_step, or ckpt_path "best" / "last" finds no checkpoint.
  */
 struct fulmen_error *fulmen_trainer_test(struct fulmen_trainer *trainer,
                                          struct fulmen_lightning_module *module,
@@ -3344,6 +4053,20 @@ struct fulmen_error *fulmen_trainer_test(struct fulmen_trainer *trainer,
  * Runs predict_step over `loader` and writes the outputs concatenated
  * along dimension 0 to `*out` (NULL when no step produced an output);
  * `ckpt_path` as for validate.
+ *
+ * Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
+ * hook, callback, logger or data source failed, or ran past callback_timeout);
+ * FULMEN_CODE_INVALID_ARGUMENT (ckpt_path not UTF-8, devices or strategy that
+ * do not fit the machine); FULMEN_CODE_UNAVAILABLE (accelerator or devices not
+ * available here); FULMEN_CODE_UNSUPPORTED (a precision or backend the device
+ * lacks); FULMEN_CODE_IO (ckpt_path names no file, or it cannot be read);
+ * FULMEN_CODE_FORMAT (a corrupt checkpoint, or one whose names do not match
+ * the model); FULMEN_CODE_SHAPE_MISMATCH (checkpoint weights that do not fit,
+ * outputs that cannot be concatenated), FULMEN_CODE_DTYPE_MISMATCH (checkpoint
+ * weights of another dtype); FULMEN_CODE_DISTRIBUTED (a collective or another
+ * rank failed); FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM); FULMEN_CODE_TORCH
+ * (libtorch failed); FULMEN_CODE_INVALID_STATE also when the module has no
+ * predict_step, or ckpt_path "best" / "last" finds no checkpoint.
  */
 struct fulmen_error *fulmen_trainer_predict(struct fulmen_trainer *trainer,
                                             struct fulmen_lightning_module *module,
@@ -3355,6 +4078,9 @@ struct fulmen_error *fulmen_trainer_predict(struct fulmen_trainer *trainer,
  * Writes the latest value of a logged metric (Lightning's
  * `trainer.callback_metrics[name]`); FULMEN_CODE_INVALID_ARGUMENT names
  * the metrics that exist when `name` is not one of them.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (name is not UTF-8 or not a logged
+ * metric).
  */
 struct fulmen_error *fulmen_trainer_callback_metric(const struct fulmen_trainer *trainer,
                                                     const char *name,
@@ -3362,11 +4088,15 @@ struct fulmen_error *fulmen_trainer_callback_metric(const struct fulmen_trainer 
 
 /**
  * Writes the number of optimizer steps of the last fit.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_trainer_global_step(const struct fulmen_trainer *trainer, int64_t *out);
 
 /**
  * Writes the number of epochs the last fit completed.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_trainer_current_epoch(const struct fulmen_trainer *trainer,
                                                   int64_t *out);
@@ -3375,6 +4105,9 @@ struct fulmen_error *fulmen_trainer_current_epoch(const struct fulmen_trainer *t
  * Copies the log folder of the last fit (`.../lightning_logs/version_N`)
  * into `buf` as for `fulmen_model_state_dict_name`;
  * FULMEN_CODE_INVALID_STATE when no logger ran.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (no logger ran, see above),
+ * FULMEN_CODE_OUT_OF_RANGE (buf too small).
  */
 struct fulmen_error *fulmen_trainer_log_dir(const struct fulmen_trainer *trainer,
                                             char *buf,
@@ -3386,6 +4119,10 @@ struct fulmen_error *fulmen_trainer_log_dir(const struct fulmen_trainer *trainer
  * ModelCheckpoint (the user's, else the default one) into `buf` as for
  * `fulmen_model_state_dict_name`; FULMEN_CODE_INVALID_STATE when there is
  * none yet. `which` is a `fulmen_checkpoint_path`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (which is not 0 or 1),
+ * FULMEN_CODE_INVALID_STATE (no ModelCheckpoint, or nothing saved yet),
+ * FULMEN_CODE_OUT_OF_RANGE (buf too small).
  */
 struct fulmen_error *fulmen_trainer_checkpoint_path(const struct fulmen_trainer *trainer,
                                                     int32_t which,
@@ -3396,6 +4133,9 @@ struct fulmen_error *fulmen_trainer_checkpoint_path(const struct fulmen_trainer 
 /**
  * Writes the best monitored score of the trainer's ModelCheckpoint;
  * FULMEN_CODE_INVALID_STATE when it monitors nothing or saved nothing.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (no monitored checkpoint saved, see
+ * above).
  */
 struct fulmen_error *fulmen_trainer_best_model_score(const struct fulmen_trainer *trainer,
                                                      double *out);
@@ -3411,6 +4151,8 @@ void fulmen_trainer_free(struct fulmen_trainer *trainer);
 /**
  * Sets the `accelerator` option from a handle (as Lightning accepts an
  * Accelerator object); same as setting its registry name.
+ *
+ * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_trainer_options_set_accelerator(struct fulmen_trainer_options *options,
                                                             const struct fulmen_accelerator *accelerator);

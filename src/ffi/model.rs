@@ -468,6 +468,9 @@ pub unsafe extern "C" fn fulmen_model_state_dict_len(model: *const fulmen_model,
 /// bytes and writes its length (without the NUL) to `*len_out`. When
 /// `capacity` is too small, fails with FULMEN_CODE_OUT_OF_RANGE after
 /// writing only `*len_out`.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`index` past the state_dict, or
+/// `capacity` too small, see above).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_state_dict_name(
     model: *const fulmen_model,

@@ -15,6 +15,8 @@ pub unsafe extern "C" fn fulmen_tensor_free(tensor: *mut fulmen_tensor) {
 /// Keeps a tensor created inside a step callback alive after the callback
 /// returns: the host now owns it and frees it with `fulmen_tensor_free`.
 /// Has no effect on tensors created outside a callback.
+///
+/// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_keep(tensor: *mut fulmen_tensor) -> *mut fulmen_error {
     guard("fulmen_tensor_keep", || {
