@@ -98,10 +98,12 @@ test-cpp: lib
 test-go: lib $(MNIST)
 	FULMEN_MNIST=$(MNIST) bash bindings/go/run-tests.sh
 
-# Interop with the real PyTorch: DDP jobs mixing fulmen and Python ranks.
-test-interop: $(BUILD)/interop/ddp_rank $(VENV_STAMP)
-	@rm -rf $(BUILD)/interop/ddp-mixed
+# Interop with the real PyTorch: DDP jobs mixing fulmen and Python ranks;
+# per-step parity and resumes against Lightning's own Trainer.
+test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/lightning_parity $(VENV_STAMP)
+	@rm -rf $(BUILD)/interop/ddp-mixed $(BUILD)/interop/lightning-parity
 	$(VENV)/bin/python tests/interop/ddp_mixed.py --rank-binary $(BUILD)/interop/ddp_rank --work $(BUILD)/interop/ddp-mixed
+	$(VENV)/bin/python tests/interop/lightning_parity.py --binary $(BUILD)/interop/lightning_parity --work $(BUILD)/interop/lightning-parity
 
 $(BUILD)/interop/%: tests/interop/%.c include/fulmen.h lib
 	@mkdir -p $(dir $@)

@@ -17,30 +17,32 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64, norm_type: f64) -> Resul
         return Ok(0.0);
     }
     let _guard = tch::no_grad_guard();
+    // torch: the per-gradient norms and their norm in the gradients' dtype,
+    // `clip_coef = max_norm / (total + 1e-6)` (as `reciprocal() * max_norm`,
+    // what a Python scalar divided by a tensor runs), clamped to 1 and
+    // multiplied into every gradient.
+    let norms: Vec<Tensor> = grads
+        .iter()
+        .map(|g| {
+            if norm_type.is_infinite() {
+                g.f_abs()?.f_max()
+            } else {
+                g.f_flatten(0, -1)?.f_norm_scalaropt_dim(norm_type, [0i64].as_slice(), false)
+            }
+        })
+        .collect::<std::result::Result<_, _>>()?;
+    let stacked = Tensor::f_stack(&norms, 0)?;
     let total = if norm_type.is_infinite() {
-        let maxes: Vec<Tensor> = grads.iter().map(|g| g.f_abs()?.f_max()).collect::<std::result::Result<_, _>>()?;
-        Tensor::f_stack(&maxes, 0)?.f_max()?
+        stacked.f_max()?
     } else {
-        let norms: Vec<Tensor> = grads
-            .iter()
-            .map(|g| {
-                g.f_flatten(0, -1)?.f_to_kind(tch::Kind::Double)?.f_norm_scalaropt_dim(
-                    norm_type,
-                    [0i64].as_slice(),
-                    false,
-                )
-            })
-            .collect::<std::result::Result<_, _>>()?;
-        Tensor::f_stack(&norms, 0)?.f_norm_scalaropt_dim(norm_type, [0i64].as_slice(), false)?
+        stacked.f_norm_scalaropt_dim(norm_type, [0i64].as_slice(), false)?
     };
-    let total_norm = total.f_double_value(&[])?;
-    let coef = max_norm / (total_norm + 1e-6);
-    if coef < 1.0 {
-        for g in &grads {
-            let mut g = g.shallow_clone();
-            let _ = g.f_mul_scalar_(coef)?;
-        }
+    let coef = total.f_add_scalar(1e-6)?.f_reciprocal()?.f_mul_scalar(max_norm)?.f_clamp_max(1.0)?;
+    for g in &grads {
+        let mut g = g.shallow_clone();
+        let _ = g.f_mul_(&coef.f_to_device(g.device())?)?;
     }
+    let total_norm = total.f_double_value(&[])?;
     Ok(total_norm)
 }
 

@@ -36,9 +36,23 @@ fn check_loss(loss: &Tensor, detect_nonfinite: bool, at: &dyn Fn() -> String) ->
     Ok(value)
 }
 
+/// Which schedulers a call of `step_schedulers` steps: Lightning steps
+/// ReduceLROnPlateau apart, after validation, because it reads a metric.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Every scheduler but ReduceLROnPlateau.
+    Plain,
+    /// ReduceLROnPlateau only.
+    Plateau,
+}
+
+/// Steps the schedulers of `interval` and `kind` whose frequency divides
+/// `count` (Lightning's `current_idx`: the batch index in the epoch + 1 for
+/// step schedulers, the epoch + 1 for epoch ones); true when one stepped.
 fn step_schedulers(
     configs: &mut [OptimizerConfig],
     interval: Interval,
+    kind: Kind,
     count: i64,
     metrics: &BTreeMap<String, f64>,
 ) -> Result<bool> {
@@ -46,18 +60,19 @@ fn step_schedulers(
     for cfg in configs.iter_mut() {
         let opt = &mut cfg.optimizer;
         if let Some(s) = cfg.scheduler.as_mut() {
-            if s.interval != interval || count % s.frequency.max(1) != 0 {
+            let plateau = s.scheduler.reduce_on_plateau();
+            if s.interval != interval || (kind == Kind::Plateau) != plateau || count % s.frequency.max(1) != 0 {
                 continue;
             }
-            let metric = match &s.monitor {
-                Some(name) => Some(*metrics.get(name).ok_or_else(|| {
+            let metric = match (&s.monitor, plateau) {
+                (Some(name), true) => Some(*metrics.get(name).ok_or_else(|| {
                     Error::state(format!(
                         "scheduler {} monitors `{name}`, which was not logged; logged: {:?}",
                         s.scheduler.name(),
                         metrics.keys().collect::<Vec<_>>()
                     ))
                 })?),
-                None => None,
+                _ => None,
             };
             s.scheduler.step(opt.as_mut(), metric).ctx(format!("{} scheduler step", s.scheduler.name()))?;
             stepped = true;
@@ -404,10 +419,32 @@ fn train_epoch(
         run.epoch_finished = is_last;
         run.state.callback_metrics.extend(store.callback_metrics.iter().map(|(k, v)| (k.clone(), *v)));
         run.state.progress_metrics.extend(store.progress_metrics.iter().map(|(k, v)| (k.clone(), *v)));
+        // As Lightning: after the optimizer step, before on_train_batch_end
+        // (and so before the epoch-end validation and checkpoint), step
+        // schedulers step on optimizer steps and epoch schedulers on the
+        // epoch's last batch; ReduceLROnPlateau waits for validation.
         // Learning rates change only when a scheduler steps.
-        if stepped
-            && step_schedulers(&mut run.optimizers, Interval::Step, run.state.global_step, &run.state.callback_metrics)?
-        {
+        let batch_count = (i + 1) as i64;
+        let mut lr_changed = false;
+        if stepped {
+            lr_changed |= step_schedulers(
+                &mut run.optimizers,
+                Interval::Step,
+                Kind::Plain,
+                batch_count,
+                &run.state.callback_metrics,
+            )?;
+        }
+        if is_last {
+            lr_changed |= step_schedulers(
+                &mut run.optimizers,
+                Interval::Epoch,
+                Kind::Plain,
+                epoch + 1,
+                &run.state.callback_metrics,
+            )?;
+        }
+        if lr_changed {
             run.refresh_learning_rates();
         }
         let step_values = store.take_step_values();
@@ -430,6 +467,17 @@ fn train_epoch(
                 }
                 run.state.should_stop = run.strategy.any(run.state.should_stop)?;
             }
+        }
+        if stepped
+            && step_schedulers(
+                &mut run.optimizers,
+                Interval::Step,
+                Kind::Plateau,
+                batch_count,
+                &run.state.callback_metrics,
+            )?
+        {
+            run.refresh_learning_rates();
         }
         // Lightning's `_can_stop_early`: only finished epochs count.
         // Ranks stop together. A Timer's decision differs between ranks, so
@@ -456,7 +504,11 @@ fn train_epoch(
     if !train_epoch_metrics.is_empty() {
         run.log_metrics(&train_epoch_metrics, (run.state.global_step - 1).max(0))?;
     }
-    if step_schedulers(&mut run.optimizers, Interval::Epoch, epoch + 1, &run.state.callback_metrics)? {
+    // ReduceLROnPlateau per epoch: after on_train_epoch_end, and only when
+    // the epoch ran to its end (Lightning's `_num_ready_batches_reached`).
+    if run.epoch_finished
+        && step_schedulers(&mut run.optimizers, Interval::Epoch, Kind::Plateau, epoch + 1, &run.state.callback_metrics)?
+    {
         run.refresh_learning_rates();
     }
     run.save_logs()?;

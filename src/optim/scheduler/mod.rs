@@ -30,6 +30,12 @@ pub trait LrScheduler: Send {
     /// Short name, e.g. `"step_lr"`, `"one_cycle_lr"`.
     fn name(&self) -> &'static str;
 
+    /// True for ReduceLROnPlateau: it steps on a monitored metric, after
+    /// validation, where the others step right after the optimizer.
+    fn reduce_on_plateau(&self) -> bool {
+        false
+    }
+
     /// Advances one step (epoch or batch, as the caller decides) and writes
     /// the new lr(s) into the optimizer. `metric` is required by
     /// ReduceLROnPlateau (error if `None`) and ignored by the others.

@@ -135,6 +135,10 @@ impl LrScheduler for ReduceLrOnPlateau {
         "reduce_lr_on_plateau"
     }
 
+    fn reduce_on_plateau(&self) -> bool {
+        true
+    }
+
     fn step(&mut self, opt: &mut dyn Optimizer, metric: Option<f64>) -> Result<()> {
         let current =
             metric.ok_or_else(|| Error::invalid("reduce_lr_on_plateau: step needs the monitored metric, got None"))?;

@@ -1,0 +1,259 @@
+/* fulmen's side of the per-step parity test against Lightning's own Trainer
+ * (tests/interop/lightning_parity.py runs the Lightning twin).
+ *
+ *   lightning_parity CONFIG INIT DATA_X DATA_Y SAMPLES BATCH EPOCHS LOSSES [CKPT_DIR [RESUME]]
+ *
+ * Trains a 32-64-10 MLP (PyTorch's names: 0.weight ... 2.bias) from INIT
+ * (safetensors) on the first SAMPLES rows of DATA_X / DATA_Y (raw files of
+ * SAMPLES + VAL_ROWS rows of 32 float32 / one int64 label), in order, BATCH rows per batch, for EPOCHS epochs on one CPU thread, and
+ * appends every training step's loss to LOSSES (one "%.17g" per line).
+ * CONFIG:
+ *   steplr:   SGD (lr 0.1, momentum 0.9), StepLR (step_size 1, gamma 0.5)
+ *             per epoch, gradient_clip_val 0.5 by norm;
+ *   stepfreq: Adam (lr 0.01), StepLR (step_size 2, gamma 0.5) per step
+ *             every 3rd batch, accumulate_grad_batches 2,
+ *             gradient_clip_val 0.05 by value;
+ *   plateau:  SGD (lr 0.1, momentum 0.9), ReduceLROnPlateau (factor 0.5,
+ *             patience 0) per epoch on "val_loss", validated every epoch
+ *             on the VAL_ROWS rows after the training rows, gradient_clip_val 1 by norm.
+ * CKPT_DIR: a ModelCheckpoint keeps every epoch's checkpoint there
+ * (epoch=N.ckpt). RESUME: fit resumes from that checkpoint. A failed call
+ * prints its error code and message and exits 1. */
+#include <fulmen.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FEATURES 32
+#define CLASSES 10
+#define VAL_ROWS 64
+
+#define TRY(call)                                                                                   \
+    do {                                                                                            \
+        fulmen_error *e_ = (call);                                                                  \
+        if (e_) {                                                                                   \
+            fprintf(stderr, "lightning_parity: %s: code %d: %s\n", #call, (int)fulmen_error_code(e_), \
+                    fulmen_error_message(e_));                                                      \
+            fulmen_error_free(e_);                                                                  \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+/* What the steps need: the model, the configuration, the losses file. */
+struct job {
+    fulmen_model *model;
+    const char *config;
+    FILE *losses;
+};
+
+static fulmen_model *build(void) {
+    fulmen_model *m, *layer;
+    TRY(fulmen_model_sequential_new(&m));
+    TRY(fulmen_model_linear_new(FEATURES, 64, true, &layer));
+    TRY(fulmen_model_push(m, layer));
+    TRY(fulmen_model_activation_new(FULMEN_ACTIVATION_RELU, 0.0, &layer));
+    TRY(fulmen_model_push(m, layer));
+    TRY(fulmen_model_linear_new(64, CLASSES, true, &layer));
+    TRY(fulmen_model_push(m, layer));
+    return m;
+}
+
+static fulmen_error *training_step(void *userdata, fulmen_step_context *ctx, const fulmen_batch *batch,
+                                   fulmen_tensor **loss) {
+    (void)ctx;
+    struct job *job = userdata;
+    fulmen_tensor *x, *y, *logits;
+    double value;
+    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
+    if (!e) e = fulmen_batch_get(batch, 1, &y);
+    if (!e) e = fulmen_model_forward(job->model, x, &logits);
+    if (!e) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, loss);
+    if (!e) e = fulmen_tensor_item(*loss, &value);
+    if (!e) fprintf(job->losses, "%.17g\n", value);
+    return e;
+}
+
+static fulmen_error *validation_step(void *userdata, fulmen_step_context *ctx, const fulmen_batch *batch) {
+    struct job *job = userdata;
+    fulmen_tensor *x, *y, *logits, *loss;
+    double value;
+    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
+    if (!e) e = fulmen_batch_get(batch, 1, &y);
+    if (!e) e = fulmen_model_forward(job->model, x, &logits);
+    if (!e) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, &loss);
+    if (!e) e = fulmen_tensor_item(loss, &value);
+    if (!e) e = fulmen_step_context_log(ctx, "val_loss", value, 0, 0);
+    return e;
+}
+
+static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_config *config) {
+    struct job *job = userdata;
+    fulmen_optimizer *opt;
+    fulmen_scheduler *sched;
+    fulmen_error *e;
+    if (strcmp(job->config, "plateau") == 0) {
+        fulmen_sgd_options o = fulmen_sgd_options_default();
+        o.lr = 0.1;
+        o.momentum = 0.9;
+        e = fulmen_optimizer_sgd_new(job->model, NULL, 0, &o, &opt);
+        if (e) return e;
+        fulmen_plateau_options p = fulmen_plateau_options_default();
+        p.factor = 0.5;
+        p.patience = 0;
+        e = fulmen_scheduler_reduce_on_plateau_new(opt, &p, &sched);
+        if (e) {
+            fulmen_optimizer_free(opt);
+            return e;
+        }
+        e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_EPOCH, 1, "val_loss");
+    } else if (strcmp(job->config, "steplr") == 0) {
+        fulmen_sgd_options o = fulmen_sgd_options_default();
+        o.lr = 0.1;
+        o.momentum = 0.9;
+        e = fulmen_optimizer_sgd_new(job->model, NULL, 0, &o, &opt);
+        if (e) return e;
+        e = fulmen_scheduler_step_lr_new(opt, 1, 0.5, &sched);
+        if (e) {
+            fulmen_optimizer_free(opt);
+            return e;
+        }
+        e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_EPOCH, 1, NULL);
+    } else {
+        fulmen_adam_options o = fulmen_adam_options_default();
+        o.lr = 0.01;
+        e = fulmen_optimizer_adam_new(job->model, NULL, 0, &o, &opt);
+        if (e) return e;
+        e = fulmen_scheduler_step_lr_new(opt, 2, 0.5, &sched);
+        if (e) {
+            fulmen_optimizer_free(opt);
+            return e;
+        }
+        e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_STEP, 3, NULL);
+    }
+    if (e) {
+        fulmen_scheduler_free(sched);
+        fulmen_optimizer_free(opt);
+    }
+    return e;
+}
+
+static void *read_file(const char *path, size_t nbytes) {
+    FILE *f = fopen(path, "rb");
+    void *buf = malloc(nbytes);
+    if (!f || !buf || fread(buf, 1, nbytes, f) != nbytes) {
+        fprintf(stderr, "lightning_parity: cannot read %zu bytes from %s\n", nbytes, path);
+        exit(1);
+    }
+    fclose(f);
+    return buf;
+}
+
+static void set(fulmen_trainer_options *opts, const char *key, const char *value) {
+    TRY(fulmen_trainer_options_set(opts, key, value));
+}
+
+int main(int argc, char **argv) {
+    if (argc < 9 || argc > 11) {
+        fprintf(stderr, "usage: lightning_parity CONFIG INIT DATA_X DATA_Y SAMPLES BATCH EPOCHS LOSSES "
+                        "[CKPT_DIR [RESUME]]\n");
+        return 2;
+    }
+    struct job job = {.config = argv[1]};
+    bool validating = strcmp(job.config, "plateau") == 0;
+    if (strcmp(job.config, "steplr") != 0 && strcmp(job.config, "stepfreq") != 0 && !validating) {
+        fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
+        return 2;
+    }
+    size_t samples = strtoull(argv[5], NULL, 10);
+    TRY(fulmen_set_num_threads(1));
+    job.model = build();
+    TRY(fulmen_model_load(job.model, argv[2], true));
+    job.losses = fopen(argv[8], "a");
+    if (!job.losses) {
+        fprintf(stderr, "lightning_parity: cannot open %s\n", argv[8]);
+        return 1;
+    }
+
+    size_t rows = samples + VAL_ROWS;
+    float *xs = read_file(argv[3], rows * FEATURES * sizeof(float));
+    int64_t *ys = read_file(argv[4], rows * sizeof(int64_t));
+    int64_t xshape[2] = {(int64_t)rows, FEATURES}, yshape[1] = {(int64_t)rows};
+    fulmen_tensor *all_x, *all_y, *x, *y;
+    TRY(fulmen_tensor_from_data(xs, rows * FEATURES * sizeof(float), FULMEN_DTYPE_F32, xshape, 2, &all_x));
+    TRY(fulmen_tensor_from_data(ys, rows * sizeof(int64_t), FULMEN_DTYPE_I64, yshape, 1, &all_y));
+    free(xs);
+    free(ys);
+    TRY(fulmen_tensor_narrow(all_x, 0, 0, (int64_t)samples, &x));
+    TRY(fulmen_tensor_narrow(all_y, 0, 0, (int64_t)samples, &y));
+    const fulmen_tensor *columns[2] = {x, y};
+    fulmen_dataset *data;
+    fulmen_loader *loader;
+    fulmen_loader_options lo = fulmen_loader_options_default();
+    lo.batch_size = strtoull(argv[6], NULL, 10);
+    TRY(fulmen_dataset_from_tensors(columns, 2, &data));
+    TRY(fulmen_loader_new(data, &lo, &loader));
+    fulmen_tensor *vx, *vy;
+    fulmen_dataset *val_data;
+    fulmen_loader *val_loader;
+    TRY(fulmen_tensor_narrow(all_x, 0, (int64_t)samples, VAL_ROWS, &vx));
+    TRY(fulmen_tensor_narrow(all_y, 0, (int64_t)samples, VAL_ROWS, &vy));
+    const fulmen_tensor *val_columns[2] = {vx, vy};
+    TRY(fulmen_dataset_from_tensors(val_columns, 2, &val_data));
+    TRY(fulmen_loader_new(val_data, &lo, &val_loader));
+
+    fulmen_module_vtable vt = {.struct_size = sizeof vt,
+                               .userdata = &job,
+                               .training_step = training_step,
+                               .validation_step = validating ? validation_step : NULL,
+                               .configure_optimizers = configure_optimizers};
+    fulmen_lightning_module *module;
+    fulmen_trainer_options *opts;
+    fulmen_trainer *trainer;
+    TRY(fulmen_lightning_module_new(&vt, job.model, &module));
+    TRY(fulmen_trainer_options_new(&opts));
+    set(opts, "max_epochs", argv[7]);
+    set(opts, "accelerator", "cpu");
+    set(opts, "devices", "1");
+    set(opts, "enable_progress_bar", "false");
+    set(opts, "enable_model_summary", "false");
+    set(opts, "logger", "false");
+    set(opts, "handle_signals", "false");
+    set(opts, "enable_checkpointing", argc > 9 ? "true" : "false");
+    if (validating) {
+        set(opts, "gradient_clip_val", "1");
+        set(opts, "gradient_clip_algorithm", "norm");
+    } else if (strcmp(job.config, "steplr") == 0) {
+        set(opts, "gradient_clip_val", "0.5");
+        set(opts, "gradient_clip_algorithm", "norm");
+    } else {
+        set(opts, "gradient_clip_val", "0.05");
+        set(opts, "gradient_clip_algorithm", "value");
+        set(opts, "accumulate_grad_batches", "2");
+    }
+    TRY(fulmen_trainer_new(opts, &trainer));
+    if (argc > 9) {
+        fulmen_model_checkpoint_options mc = fulmen_model_checkpoint_options_default();
+        mc.dirpath = argv[9];
+        mc.filename = "{epoch}";
+        mc.save_top_k = -1;
+        TRY(fulmen_trainer_add_model_checkpoint(trainer, &mc));
+    }
+    TRY(fulmen_trainer_fit(trainer, module, loader, validating ? val_loader : NULL, argc > 10 ? argv[10] : NULL));
+    fclose(job.losses);
+    fulmen_trainer_free(trainer);
+    fulmen_trainer_options_free(opts);
+    fulmen_lightning_module_free(module);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(data);
+    fulmen_loader_free(val_loader);
+    fulmen_dataset_free(val_data);
+    fulmen_tensor_free(vx);
+    fulmen_tensor_free(vy);
+    fulmen_tensor_free(x);
+    fulmen_tensor_free(y);
+    fulmen_tensor_free(all_x);
+    fulmen_tensor_free(all_y);
+    fulmen_model_free(job.model);
+    return fulmen_live_handles() == 0 ? 0 : 1;
+}

@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Per-step parity of fulmen's Trainer with Lightning's own Trainer, and
+resumes that continue exactly where an uninterrupted run goes.
+
+    python lightning_parity.py --binary build/interop/lightning_parity [--work DIR]
+
+For each configuration of tests/interop/lightning_parity.c (schedulers per
+epoch and per step with a frequency, gradient clipping by norm and by
+value, gradient accumulation), the same 32-64-10 MLP starts from the same
+weights and sees the same batches in the same order on one CPU thread:
+
+1. Lightning's Trainer trains EPOCHS epochs: the reference losses.
+2. fulmen trains EPOCHS epochs: every step's loss must equal Lightning's.
+3. fulmen trains FIRST epochs, keeping a checkpoint per epoch, and a new
+   process resumes from the last one up to EPOCHS; Lightning does the
+   same with its own checkpoints. The resumed losses must equal
+   Lightning's resumed ones and, but for ReduceLROnPlateau, the
+   uninterrupted reference (a scheduler must not fall a step behind). As
+   in Lightning, an epoch-end checkpoint is written before
+   ReduceLROnPlateau's epoch step (it may monitor a metric logged in
+   on_train_epoch_end), and a resume does not replay that step.
+
+fulmen and Lightning run the same libtorch kernels in the same order, so
+the losses must be bit-identical; the largest difference is printed.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+FEATURES = 32
+CLASSES = 10
+SAMPLES = 176  # 11 batches of 16: an uneven number of accumulated pairs
+VAL_ROWS = 64  # validation ("plateau"): 64 more rows after the training rows
+BATCH = 16
+EPOCHS = 4
+FIRST = 2
+TOLERANCE = 0.0
+
+CONFIGS = {
+    # optimizer, scheduler (StepLR's step_size, gamma; None: ReduceLROnPlateau on
+    # val_loss with validation), interval, frequency, clip, algorithm, accumulate
+    "steplr": ("sgd", (1, 0.5), "epoch", 1, 0.5, "norm", 1),
+    "stepfreq": ("adam", (2, 0.5), "step", 3, 0.05, "value", 2),
+    "plateau": ("sgd", None, "epoch", 1, 1.0, "norm", 1),
+}
+
+
+def build():
+    return nn.Sequential(nn.Linear(FEATURES, 64), nn.ReLU(), nn.Linear(64, CLASSES))
+
+
+def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=None):
+    """Lightning's Trainer on the twin of lightning_parity.c's run."""
+    import lightning.pytorch as pl
+    from safetensors.torch import load_file
+
+    optimizer, step_lr, interval, frequency, clip, algorithm, accumulate = CONFIGS[config]
+    losses = []
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = build()
+            self.model.load_state_dict(load_file(init))
+
+        def training_step(self, batch, batch_idx):
+            xb, yb = batch
+            loss = F.cross_entropy(self.model(xb), yb)
+            losses.append(loss.item())
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            xb, yb = batch
+            self.log("val_loss", F.cross_entropy(self.model(xb), yb).item())
+
+        def configure_optimizers(self):
+            if optimizer == "sgd":
+                opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+            else:
+                opt = torch.optim.Adam(self.parameters(), lr=0.01)
+            if step_lr is None:
+                sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=0)
+                monitor = {"monitor": "val_loss"}
+            else:
+                sched = torch.optim.lr_scheduler.StepLR(opt, step_size=step_lr[0], gamma=step_lr[1])
+                monitor = {}
+            config = {"scheduler": sched, "interval": interval, "frequency": frequency, **monitor}
+            return {"optimizer": opt, "lr_scheduler": config}
+
+    train = torch.utils.data.TensorDataset(x[:SAMPLES], y[:SAMPLES])
+    loader = torch.utils.data.DataLoader(train, batch_size=BATCH, shuffle=False)
+    trainer = pl.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=ckpt_dir is not None,
+        callbacks=[pl.callbacks.ModelCheckpoint(dirpath=ckpt_dir, filename="{epoch}", save_top_k=-1)] if ckpt_dir else [],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        gradient_clip_val=clip,
+        gradient_clip_algorithm=algorithm,
+        accumulate_grad_batches=accumulate,
+    )
+    val = None
+    if step_lr is None:
+        val = torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(x[SAMPLES:], y[SAMPLES:]), batch_size=BATCH, shuffle=False
+        )
+    module = Module()
+    trainer.fit(module, loader, val, ckpt_path=resume)
+    first_lr = 0.1 if optimizer == "sgd" else 0.01
+    if epochs == EPOCHS and trainer.optimizers[0].param_groups[0]["lr"] >= first_lr:
+        raise SystemExit(f"{config}: Lightning's scheduler never lowered the lr; the run proves nothing")
+    return losses
+
+
+def fulmen_losses(binary, config, work, name, epochs, extra=()):
+    path = os.path.join(work, f"{config}-{name}.losses")
+    if os.path.exists(path):
+        os.remove(path)
+    args = [binary, config, os.path.join(work, "init.safetensors"), os.path.join(work, "x.f32"),
+            os.path.join(work, "y.i64"), str(SAMPLES), str(BATCH), str(epochs), path, *extra]
+    run = subprocess.run(args, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if run.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed ({run.returncode}):\n{run.stderr[-2000:]}")
+    with open(path) as f:
+        return [float(line) for line in f]
+
+
+def compare(what, got, want):
+    """Prints and returns whether `got` equals `want` within TOLERANCE."""
+    if len(got) != len(want):
+        print(f"FAIL {what}: {len(got)} steps, expected {len(want)}", flush=True)
+        return False
+    worst = max((abs(g - w) / max(abs(w), 1e-12) for g, w in zip(got, want)), default=0.0)
+    ok = worst <= TOLERANCE
+    first = next((i for i, (g, w) in enumerate(zip(got, want)) if abs(g - w) / max(abs(w), 1e-12) > TOLERANCE), None)
+    detail = "" if ok else f" (first at step {first}: {got[first]!r} vs {want[first]!r})"
+    print(f"{'ok  ' if ok else 'FAIL'} {what}: {len(got)} steps, max relative difference {worst:.3g}{detail}",
+          flush=True)
+    return ok
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--binary", required=True)
+    p.add_argument("--work")
+    a = p.parse_args()
+    work = a.work or tempfile.mkdtemp(prefix="fulmen-lightning-parity.")
+    os.makedirs(work, exist_ok=True)
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(SAMPLES + VAL_ROWS, FEATURES, generator=gen)
+    y = torch.randint(0, CLASSES, (SAMPLES + VAL_ROWS,), generator=gen)
+    x.numpy().tofile(os.path.join(work, "x.f32"))
+    y.numpy().tofile(os.path.join(work, "y.i64"))
+    torch.manual_seed(5)
+    init = os.path.join(work, "init.safetensors")
+    save_file(build().state_dict(), init)
+
+    results = []
+    for config in CONFIGS:
+        reference = lightning_losses(config, init, x, y)
+        if len(set(reference)) < 2:
+            raise SystemExit(f"Lightning's {config} run did not train")
+        whole = fulmen_losses(a.binary, config, work, "whole", EPOCHS)
+        results.append(compare(f"{config}: fulmen's fit vs Lightning's", whole, reference))
+        ckpts = os.path.join(work, f"{config}-checkpoints")
+        shutil.rmtree(ckpts, ignore_errors=True)
+        first = fulmen_losses(a.binary, config, work, "first", FIRST, [ckpts])
+        resume = os.path.join(ckpts, f"epoch={FIRST - 1}.ckpt")
+        resumed = first + fulmen_losses(a.binary, config, work, "resumed", EPOCHS, [ckpts, resume])
+        lightning_ckpts = os.path.join(work, f"{config}-lightning-checkpoints")
+        shutil.rmtree(lightning_ckpts, ignore_errors=True)
+        lightning_resumed = lightning_losses(config, init, x, y, FIRST, lightning_ckpts)
+        lightning_resumed += lightning_losses(
+            config, init, x, y, EPOCHS, lightning_ckpts, os.path.join(lightning_ckpts, f"epoch={FIRST - 1}.ckpt")
+        )
+        results.append(compare(f"{config}: fulmen resumed after {FIRST} epochs vs Lightning resumed", resumed,
+                               lightning_resumed))
+        if CONFIGS[config][1] is not None:
+            results.append(compare(f"{config}: fulmen resumed vs Lightning uninterrupted", resumed, reference))
+    failed = results.count(False)
+    print(f"lightning_parity: {len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
