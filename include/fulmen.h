@@ -3786,7 +3786,7 @@ struct fulmen_error *fulmen_tensor_unsqueeze(const struct fulmen_tensor *x,
  * The slice `start..start+length` of dimension `dim` (a view).
  *
  * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or the slice does not
- * lie inside the dimension), FULMEN_CODE_TORCH (a 0-dimensional tensor).
+ * lie inside the dimension), FULMEN_CODE_SHAPE_MISMATCH (a 0-dimensional tensor).
  */
 struct fulmen_error *fulmen_tensor_narrow(const struct fulmen_tensor *x,
                                           int64_t dim,

@@ -16,13 +16,14 @@ pub struct Timer {
     pub stopped: bool,
 }
 
-/// Reads a duration: seconds ("90", "1.5") or Lightning's "DD:HH:MM:SS".
+/// Reads a duration: seconds ("90", "1.5") or Lightning's "DD:HH:MM:SS",
+/// at most `MAX_DURATION`.
 pub fn parse_duration(text: &str) -> Result<Duration> {
     let bad = || Error::invalid(format!("duration {text:?} must be seconds or \"DD:HH:MM:SS\""));
     let t = text.trim();
     if let Ok(s) = t.parse::<f64>() {
         if s.is_finite() && s >= 0.0 {
-            return Duration::try_from_secs_f64(s).map_err(|_| bad());
+            return Duration::try_from_secs_f64(s).map_err(|_| too_long()).and_then(check_max);
         }
         return Err(bad());
     }
@@ -32,7 +33,29 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
     }
     let n: Vec<u64> =
         parts.iter().map(|p| p.parse::<u64>()).collect::<std::result::Result<_, _>>().map_err(|_| bad())?;
-    Ok(Duration::from_secs(((n[0] * 24 + n[1]) * 60 + n[2]) * 60 + n[3]))
+    let secs = n[0]
+        .checked_mul(24)
+        .and_then(|h| h.checked_add(n[1]))
+        .and_then(|h| h.checked_mul(60))
+        .and_then(|m| m.checked_add(n[2]))
+        .and_then(|m| m.checked_mul(60))
+        .and_then(|s| s.checked_add(n[3]))
+        .ok_or_else(too_long)?;
+    Ok(Duration::from_secs(secs)).and_then(check_max)
+}
+
+/// The longest duration an option accepts: 100 years.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+fn too_long() -> Error {
+    Error::invalid(format!("a duration may be at most {} seconds (100 years)", MAX_DURATION.as_secs()))
+}
+
+fn check_max(d: Duration) -> Result<Duration> {
+    if d > MAX_DURATION {
+        return Err(too_long());
+    }
+    Ok(d)
 }
 
 impl Timer {
@@ -107,5 +130,8 @@ mod tests {
         assert_eq!(parse_duration("00:01:00:05").unwrap(), Duration::from_secs(3605));
         assert!(parse_duration("1:2").is_err());
         assert!(parse_duration("-3").is_err());
+        assert!(parse_duration("99999999999999999:23:59:59").is_err());
+        assert!(parse_duration("1e300").is_err());
+        assert_eq!(parse_duration("36500:00:00:00").unwrap(), MAX_DURATION);
     }
 }

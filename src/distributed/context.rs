@@ -69,10 +69,10 @@ impl DistContext {
     /// fail (a collective often notices a dead peer first); returns it.
     pub fn await_child_failure(&self, limit: Duration) -> Option<String> {
         let has_children = self.children.lock().unwrap_or_else(|p| p.into_inner()).is_some();
-        let deadline = std::time::Instant::now() + limit;
+        let deadline = std::time::Instant::now().checked_add(limit);
         loop {
             let failure = self.child_failure();
-            if failure.is_some() || !has_children || std::time::Instant::now() >= deadline {
+            if failure.is_some() || !has_children || deadline.is_some_and(|d| std::time::Instant::now() >= d) {
                 return failure;
             }
             std::thread::sleep(Duration::from_millis(20));

@@ -197,6 +197,7 @@ pub struct ProcessGroup {
     rank: usize,
     world_size: usize,
     backend: String,
+    device: tch::Device,
 }
 
 // SAFETY: c10d process groups are used from any thread in PyTorch; fulmen
@@ -263,7 +264,8 @@ impl ProcessGroup {
             )
         })
         .map_err(classify)?;
-        Ok(ProcessGroup { raw, rank: rv.rank, world_size: rv.world_size, backend: backend.to_owned() })
+        let device = if backend == "nccl" { tch::Device::Cuda(device_index) } else { tch::Device::Cpu };
+        Ok(ProcessGroup { raw, rank: rv.rank, world_size: rv.world_size, backend: backend.to_owned(), device })
     }
 
     /// This process's rank.
@@ -279,6 +281,32 @@ impl ProcessGroup {
     /// The backend name ("gloo" or "nccl").
     pub fn backend(&self) -> &str {
         &self.backend
+    }
+
+    /// Where this group's collectives take their tensors: the CPU for
+    /// gloo, this rank's CUDA device for NCCL (which has no CPU backend;
+    /// Lightning likewise reduces its decisions on the root device).
+    pub fn device(&self) -> tch::Device {
+        self.device
+    }
+
+    /// Lightning's `reduce_boolean_decision`: true when every rank's
+    /// `decision` is (`all`), or when any rank's is.
+    pub fn reduce_decision(&self, decision: bool, all: bool) -> Result<bool> {
+        let t = Tensor::from_slice(&[i64::from(decision)]).f_to_device(self.device)?;
+        self.all_reduce(&[t.shallow_clone()], if all { ReduceOp::Min } else { ReduceOp::Max })?;
+        Ok(t.f_int64_value(&[0])? > 0)
+    }
+
+    /// Averages `values` over the ranks in place.
+    pub fn mean_values(&self, values: &mut [f64]) -> Result<()> {
+        if values.is_empty() {
+            return Ok(());
+        }
+        let t = Tensor::from_slice(values).f_to_device(self.device)?;
+        self.all_reduce(&[t.shallow_clone()], ReduceOp::Mean)?;
+        values.copy_from_slice(&Vec::<f64>::try_from(&t.f_to_device(tch::Device::Cpu)?)?);
+        Ok(())
     }
 
     /// Reduces `tensors` in place over all ranks.

@@ -143,7 +143,8 @@ impl Children {
     /// Waits up to `timeout` for every child to end; an error names the
     /// first that failed or the ones still running.
     pub fn wait(self, timeout: Duration) -> Result<()> {
-        let deadline = std::time::Instant::now() + timeout;
+        // A timeout too long for the clock never expires.
+        let deadline = std::time::Instant::now().checked_add(timeout);
         let total = self.procs.lock().unwrap_or_else(|p| p.into_inner()).len();
         loop {
             let (failure, done) = {
@@ -157,7 +158,7 @@ impl Children {
             if done == total {
                 return Ok(());
             }
-            if std::time::Instant::now() >= deadline {
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
                 self.kill_all();
                 return Err(Error::distributed(format!(
                     "ddp launcher: {} of {total} child ranks were still running after {:?} and were ended",

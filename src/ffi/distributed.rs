@@ -13,7 +13,6 @@ use crate::error::{Error, Result};
 use std::ffi::c_char;
 use std::sync::Arc;
 use std::time::Duration;
-use tch::Tensor;
 
 fn joined() -> Result<Arc<DistContext>> {
     distributed::current().ok_or_else(|| {
@@ -171,10 +170,7 @@ pub unsafe extern "C" fn fulmen_distributed_reduce_boolean_decision(
     guard("fulmen_distributed_reduce_boolean_decision", || {
         check_out(out, "out")?;
         let ctx = joined()?;
-        let t = Tensor::from_slice(&[i64::from(decision)]);
-        let op = if all { ReduceOp::Min } else { ReduceOp::Max };
-        ctx.group.all_reduce(&[t.shallow_clone()], op).map_err(|e| ctx.explain(e))?;
-        out.write(t.int64_value(&[0]) > 0);
+        out.write(ctx.group.reduce_decision(decision, all).map_err(|e| ctx.explain(e))?);
         Ok(())
     })
 }

@@ -10,7 +10,7 @@ use super::module::{LightningModule, OptimizerConfig};
 use super::options::{ClipAlgorithm, TrainerOptions};
 use super::source::BatchSource;
 use crate::accelerators::{registry, DevicesSpec};
-use crate::distributed::{self, ClusterEnv, Ddp, DdpOptions, DistContext, JoinOptions, ReduceOp};
+use crate::distributed::{self, ClusterEnv, Ddp, DdpOptions, DistContext, JoinOptions};
 use crate::error::{Error, ErrorCode, Result, ResultExt};
 use crate::optim::Optimizer;
 use crate::precision::{AutocastGuard, PrecisionPlugin};
@@ -262,22 +262,14 @@ impl RunStrategy {
     /// Averages `values` over ranks in place (sync_dist).
     pub fn mean(&self, values: &mut [f64]) -> Result<()> {
         let Parallel::Ddp(d) = &self.parallel else { return Ok(()) };
-        if values.is_empty() {
-            return Ok(());
-        }
-        let t = Tensor::from_slice(values);
-        d.ctx.group.all_reduce(&[t.shallow_clone()], ReduceOp::Mean).map_err(|e| d.ctx.explain(e))?;
-        values.copy_from_slice(&Vec::<f64>::try_from(&t)?);
-        Ok(())
+        d.ctx.group.mean_values(values).map_err(|e| d.ctx.explain(e))
     }
 
     /// Lightning's `reduce_boolean_decision(all=False)`: true when any rank
     /// says true.
     pub fn any(&self, decision: bool) -> Result<bool> {
         let Parallel::Ddp(d) = &self.parallel else { return Ok(decision) };
-        let t = Tensor::from_slice(&[i64::from(decision)]);
-        d.ctx.group.all_reduce(&[t.shallow_clone()], ReduceOp::Max).map_err(|e| d.ctx.explain(e))?;
-        Ok(t.int64_value(&[0]) > 0)
+        d.ctx.group.reduce_decision(decision, false).map_err(|e| d.ctx.explain(e))
     }
 
     /// Waits for every rank.

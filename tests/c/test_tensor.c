@@ -1057,6 +1057,18 @@ static void test_squeeze_narrow(void) {
     CHECK_ERR(fulmen_tensor_narrow(a, 1, -1, 1, &out), FULMEN_CODE_OUT_OF_RANGE, NULL);
     CHECK_ERR(fulmen_tensor_narrow(a, 1, 0, -1, &out), FULMEN_CODE_OUT_OF_RANGE, NULL);
     CHECK_ERR(fulmen_tensor_narrow(a, 2, 0, 1, &out), FULMEN_CODE_OUT_OF_RANGE, NULL);
+    /* start + length past INT64_MAX is out of range, not a wrapped sum. */
+    CHECK_ERR(fulmen_tensor_narrow(a, 1, INT64_MAX, 1, &out), FULMEN_CODE_OUT_OF_RANGE, NULL);
+    CHECK_ERR(fulmen_tensor_narrow(a, 1, 1, INT64_MAX, &out), FULMEN_CODE_OUT_OF_RANGE, NULL);
+    fulmen_tensor *scalar = NULL;
+    const float one = 1.0f;
+    CHECK_OK(fulmen_tensor_from_data(&one, sizeof one, FULMEN_DTYPE_F32, NULL, 0, &scalar));
+    CHECK_ERR(fulmen_tensor_narrow(scalar, 0, 0, 1, &out), FULMEN_CODE_SHAPE_MISMATCH, "scalar");
+    fulmen_tensor_free(scalar);
+    /* Elements that fit but bytes that overflow size_t: refused, nothing read. */
+    const int64_t huge[1] = {(int64_t)1 << 61};
+    CHECK_ERR(fulmen_tensor_from_data(&one, sizeof one, FULMEN_DTYPE_F64, huge, 1, &out), FULMEN_CODE_SHAPE_MISMATCH,
+              "too many bytes");
     CHECK(out == NULL);
     BAD_HANDLE_CHECKS("narrow", vec3(), fulmen_tensor_narrow(x_, 0, 0, 1, o_));
     fulmen_tensor_free(a);

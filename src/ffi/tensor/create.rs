@@ -49,7 +49,9 @@ pub unsafe extern "C" fn fulmen_tensor_from_data(
         let dt = DType::from_i32(dtype)?;
         let s = shape_arg(shape, ndim)?;
         let numel = check_shape(s)?;
-        let want = numel * dt.size();
+        let want = numel
+            .checked_mul(dt.size())
+            .ok_or_else(|| Error::shape(format!("shape {s:?} of {} has too many bytes", dt.name())))?;
         if nbytes != want {
             return Err(Error::shape(format!("shape {s:?} of {} needs {want} bytes, got {nbytes}", dt.name())));
         }

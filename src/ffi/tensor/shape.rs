@@ -169,7 +169,7 @@ pub unsafe extern "C" fn fulmen_tensor_unsqueeze(
 /// The slice `start..start+length` of dimension `dim` (a view).
 ///
 /// Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or the slice does not
-/// lie inside the dimension), FULMEN_CODE_TORCH (a 0-dimensional tensor).
+/// lie inside the dimension), FULMEN_CODE_SHAPE_MISMATCH (a 0-dimensional tensor).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_narrow(
     x: *const fulmen_tensor,
@@ -179,9 +179,12 @@ pub unsafe extern "C" fn fulmen_tensor_narrow(
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
     unary("fulmen_tensor_narrow", x, out, |x| {
+        if x.dim() == 0 {
+            return Err(Error::shape("narrow needs a tensor with at least one dimension, got a scalar"));
+        }
         let d = check_dim(x, dim)?;
         let size = x.size().get(d as usize).copied().unwrap_or(1);
-        if start < 0 || length < 0 || start + length > size {
+        if start < 0 || length < 0 || start.checked_add(length).is_none_or(|end| end > size) {
             return Err(Error::new(
                 crate::error::ErrorCode::OutOfRange,
                 format!("narrow({dim}, {start}, {length}) on shape {:?}", x.size()),
