@@ -78,13 +78,20 @@ impl Trainer {
         let global_zero = strategy.is_global_zero();
         let shard = strategy.shard(source);
         let source = shard.get();
-        let (epoch, step) = (self.state.epoch, self.state.global_step);
+        // What a fit leaves stays for the runs after it, as in Lightning:
+        // its progress, its log folder and its default ModelCheckpoint
+        // (`best_model_path` for ckpt_path="best").
+        let (epoch, step, log_dir) = (self.state.epoch, self.state.global_step, self.state.log_dir.take());
         self.begin_state();
         self.state.epoch = epoch;
         self.state.global_step = step;
+        self.state.log_dir = log_dir;
         self.state.global_rank = strategy.global_rank();
         self.state.world_size = strategy.world_size();
+        let kept: Vec<Box<dyn Callback>> =
+            std::mem::take(&mut self.defaults).into_iter().filter(|c| super::fit::is_checkpoint(c.as_ref())).collect();
         self.defaults = self.default_callbacks(false, global_zero)?;
+        self.defaults.extend(kept);
         let opts = self.opts.clone();
         let callbacks: Vec<&mut Box<dyn Callback>> =
             self.defaults.iter_mut().chain(self.callbacks.iter_mut()).collect();

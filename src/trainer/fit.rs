@@ -81,7 +81,8 @@ fn step_schedulers(
     Ok(stepped)
 }
 
-fn is_checkpoint(cb: &dyn Callback) -> bool {
+/// Whether `cb` is a ModelCheckpoint.
+pub(super) fn is_checkpoint(cb: &dyn Callback) -> bool {
     cb.as_any().is_some_and(|a| a.is::<ModelCheckpoint>())
 }
 

@@ -418,6 +418,33 @@ static void test_resume_exact(fulmen_loader *tl4) {
     fulmen_model_free(d);
 }
 
+/* The default ModelCheckpoint and the log folder of a fit outlive the
+ * validate / test runs after it (as Lightning's trainer.checkpoint_callback
+ * and trainer.log_dir): "best" works for every later run. */
+static void test_default_checkpoint_outlives_eval(fulmen_loader *tl, fulmen_loader *vl) {
+    char init[300], sub[300], dir[600], dir_after[600], best[600], best_after[600];
+    size_t len = 0;
+    snprintf(init, sizeof init, "%s/init.safetensors", root);
+    snprintf(sub, sizeof sub, "%s/default-ckpt", root);
+    fixture f = {.model = model_from(init)};
+    fulmen_lightning_module *m = module_for(&f);
+    const char *kv[] = {"logger", "true", "default_root_dir", sub, NULL};
+    fulmen_trainer *t = trainer_with(2, kv);
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
+    CHECK_OK(fulmen_trainer_log_dir(t, dir, sizeof dir, &len));
+    CHECK_OK(fulmen_trainer_checkpoint_path(t, FULMEN_CHECKPOINT_PATH_BEST, best, sizeof best, &len));
+    CHECK_OK(fulmen_trainer_validate(t, m, vl, "best"));
+    CHECK_OK(fulmen_trainer_test(t, m, vl, "best"));
+    CHECK_OK(fulmen_trainer_validate(t, m, vl, NULL));
+    CHECK_OK(fulmen_trainer_log_dir(t, dir_after, sizeof dir_after, &len));
+    CHECK(strcmp(dir, dir_after) == 0);
+    CHECK_OK(fulmen_trainer_checkpoint_path(t, FULMEN_CHECKPOINT_PATH_BEST, best_after, sizeof best_after, &len));
+    CHECK(strcmp(best, best_after) == 0);
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(f.model);
+}
+
 /* ckpt_path "last" / "best", validate / test with ckpt_path, bad files. */
 static void test_ckpt_path(fulmen_loader *tl, fulmen_loader *vl) {
     char init[300], dir[300], best[600], last[600], path[700];
@@ -537,6 +564,7 @@ int main(void) {
     test_weights_only(tl, vl);
     test_resume_exact(tl4);
     test_ckpt_path(tl, vl);
+    test_default_checkpoint_outlives_eval(tl, vl);
     fulmen_loader_free(tl);
     fulmen_loader_free(tl4);
     fulmen_loader_free(vl);
