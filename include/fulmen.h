@@ -2160,6 +2160,23 @@ struct fulmen_error *fulmen_hook_context_metric(const struct fulmen_hook_context
 struct fulmen_error *fulmen_hook_context_request_stop(struct fulmen_hook_context *ctx);
 
 /**
+ * Saves a checkpoint of the running fit to `path`, as Lightning's
+ * `trainer.save_checkpoint(path, weights_only)` from a hook: the same
+ * file a ModelCheckpoint writes (weights, and unless `weights_only` the
+ * optimizer, scheduler, loop and callback states), written when the hook
+ * returns, before the run goes on, to a temporary file renamed onto
+ * `path` (a file there is replaced). Under DDP every rank calls it and
+ * rank 0 writes. Runs on the hook's thread.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (not during fit, in the sanity check,
+ * or in on_save_checkpoint / on_load_checkpoint), FULMEN_CODE_INVALID_ARGUMENT (`path` empty or not UTF-8); the
+ * write's own errors (FULMEN_CODE_IO) end the fit after the hook.
+ */
+struct fulmen_error *fulmen_hook_context_save_checkpoint(struct fulmen_hook_context *ctx,
+                                                         const char *path,
+                                                         bool weights_only);
+
+/**
  * Writes the number of tensors of the hook's batch (0 when the hook has
  * none).
  *
@@ -2192,9 +2209,9 @@ struct fulmen_error *fulmen_hook_context_output(const struct fulmen_hook_context
 /**
  * In `on_save_checkpoint`: stores `value` under `key` in the checkpoint.
  *
- * Errors: FULMEN_CODE_INVALID_STATE (not in on_save_checkpoint or
- * on_load_checkpoint), FULMEN_CODE_INVALID_ARGUMENT (`key` or `value` not
- * UTF-8).
+ * Errors: FULMEN_CODE_INVALID_STATE (not in on_save_checkpoint; in
+ * on_load_checkpoint the entries are read-only),
+ * FULMEN_CODE_INVALID_ARGUMENT (`key` or `value` not UTF-8).
  */
 struct fulmen_error *fulmen_hook_context_checkpoint_set(struct fulmen_hook_context *ctx,
                                                         const char *key,

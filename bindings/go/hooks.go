@@ -231,6 +231,15 @@ func (c *HookContext) Output() (*Tensor, error) {
 	return newTensor(out), nil
 }
 
+// SaveCheckpoint saves a checkpoint of the running fit to path when the
+// hook returns (Lightning's trainer.save_checkpoint); only while fit trains,
+// not in the sanity check or the checkpoint hooks (ErrInvalidState).
+func (c *HookContext) SaveCheckpoint(path string, weightsOnly bool) error {
+	p := cString(path)
+	defer freeCString(p)
+	return check(C.fulmen_hook_context_save_checkpoint(c.ptr(), p, C.bool(weightsOnly)))
+}
+
 // CheckpointSet stores value under key in the checkpoint being saved (in
 // HookSaveCheckpoint only; ErrInvalidState elsewhere). The entries of every
 // callback and of the module share one namespace: prefix your keys.

@@ -711,3 +711,49 @@ func TestDatasetGetManyTensors(t *testing.T) {
 		x.Close()
 	}
 }
+
+// A hook saves checkpoints itself (Lightning's trainer.save_checkpoint);
+// one made in on_save_checkpoint is refused; Fit resumes from the hook's
+// file.
+func TestHookSavesCheckpoints(t *testing.T) {
+	noLeaks(t)
+	train, _ := loaders(t, 32, 16, 8) // 4 training batches per epoch
+	model := mlp(t)
+	defer model.Close()
+	m := trainModule(t, model, nil)
+	defer m.Close()
+	root := t.TempDir()
+	refused := 0
+	tr := quietTrainer(t, 2, "default_root_dir", root, "logger", "false")
+	ok(t, tr.AddCallback("saver", fulmen.CallbackFunc(func(h fulmen.Hook, ctx *fulmen.HookContext) error {
+		switch h {
+		case fulmen.HookTrainEpochEnd:
+			epoch, err := ctx.Epoch()
+			if err != nil {
+				return err
+			}
+			return ctx.SaveCheckpoint(filepath.Join(root, fmt.Sprintf("epoch-%d.ckpt", epoch)), false)
+		case fulmen.HookSaveCheckpoint:
+			if err := ctx.SaveCheckpoint(filepath.Join(root, "never.ckpt"), false); errors.Is(err, fulmen.ErrInvalidState) {
+				refused++
+			}
+		}
+		return nil
+	})))
+	ok(t, tr.Fit(context.Background(), m, train, nil))
+	tr.Close()
+	for _, name := range []string{"epoch-0.ckpt", "epoch-1.ckpt"} {
+		if _, err := os.Stat(filepath.Join(root, name)); err != nil {
+			t.Fatalf("the hook's checkpoint %s: %v", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "never.ckpt")); err == nil || refused < 2 {
+		t.Fatalf("a save in on_save_checkpoint went through (refused %d times)", refused)
+	}
+	second := quietTrainer(t, 2, "default_root_dir", root, "logger", "false")
+	defer second.Close()
+	ok(t, second.Fit(context.Background(), m, train, nil, fulmen.CkptPath(filepath.Join(root, "epoch-0.ckpt"))))
+	if step := must(second.GlobalStep()); step != 8 {
+		t.Fatalf("resumed after epoch 0 of 4 steps: global step %d, want 8", step)
+	}
+}

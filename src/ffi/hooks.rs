@@ -8,7 +8,6 @@ use super::tensor::handle::{emit, fulmen_tensor};
 use super::tensor::TensorScope;
 use crate::error::{Error, ErrorCode, Result};
 use crate::trainer::{Callback, Hook, HookContext};
-use std::collections::BTreeMap;
 use std::ffi::{c_char, c_void};
 
 /// What a hook call sees: the hook's trainer state and data. Borrowed:
@@ -191,6 +190,42 @@ pub unsafe extern "C" fn fulmen_hook_context_request_stop(ctx: *mut fulmen_hook_
     })
 }
 
+/// Saves a checkpoint of the running fit to `path`, as Lightning's
+/// `trainer.save_checkpoint(path, weights_only)` from a hook: the same
+/// file a ModelCheckpoint writes (weights, and unless `weights_only` the
+/// optimizer, scheduler, loop and callback states), written when the hook
+/// returns, before the run goes on, to a temporary file renamed onto
+/// `path` (a file there is replaced). Under DDP every rank calls it and
+/// rank 0 writes. Runs on the hook's thread.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (not during fit, in the sanity check,
+/// or in on_save_checkpoint / on_load_checkpoint), FULMEN_CODE_INVALID_ARGUMENT (`path` empty or not UTF-8); the
+/// write's own errors (FULMEN_CODE_IO) end the fit after the hook.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_save_checkpoint(
+    ctx: *mut fulmen_hook_context,
+    path: *const c_char,
+    weights_only: bool,
+) -> *mut fulmen_error {
+    guard("fulmen_hook_context_save_checkpoint", || {
+        let mut c = ctx_mut(ctx)?;
+        let p = str_arg(path, "path")?;
+        if p.is_empty() {
+            return Err(Error::invalid("path is empty"));
+        }
+        if c.stage != "fit" || c.state.sanity_checking || c.checkpoint.is_some() {
+            return Err(Error::state(format!(
+                "a checkpoint can be saved only while fit trains, not in {} of {}{}",
+                c.hook.name(),
+                c.stage,
+                if c.state.sanity_checking { " (sanity check)" } else { "" }
+            )));
+        }
+        c.state.save_requests.push((std::path::PathBuf::from(p), weights_only));
+        Ok(())
+    })
+}
+
 /// Writes the number of tensors of the hook's batch (0 when the hook has
 /// none).
 ///
@@ -247,21 +282,18 @@ pub unsafe extern "C" fn fulmen_hook_context_output(
     })
 }
 
-fn checkpoint_map<'a>(c: &'a mut HookContext<'static>) -> Result<&'a mut BTreeMap<String, String>> {
-    let hook = c.hook;
-    c.checkpoint.as_deref_mut().ok_or_else(|| {
-        Error::state(format!(
-            "checkpoint entries exist only in on_save_checkpoint and on_load_checkpoint, not {}",
-            hook.name()
-        ))
-    })
+fn checkpoint_missing(hook: Hook) -> Error {
+    Error::state(format!(
+        "checkpoint entries exist only in on_save_checkpoint and on_load_checkpoint, not {}",
+        hook.name()
+    ))
 }
 
 /// In `on_save_checkpoint`: stores `value` under `key` in the checkpoint.
 ///
-/// Errors: FULMEN_CODE_INVALID_STATE (not in on_save_checkpoint or
-/// on_load_checkpoint), FULMEN_CODE_INVALID_ARGUMENT (`key` or `value` not
-/// UTF-8).
+/// Errors: FULMEN_CODE_INVALID_STATE (not in on_save_checkpoint; in
+/// on_load_checkpoint the entries are read-only),
+/// FULMEN_CODE_INVALID_ARGUMENT (`key` or `value` not UTF-8).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_hook_context_checkpoint_set(
     ctx: *mut fulmen_hook_context,
@@ -271,7 +303,11 @@ pub unsafe extern "C" fn fulmen_hook_context_checkpoint_set(
     guard("fulmen_hook_context_checkpoint_set", || {
         let mut c = ctx_mut(ctx)?;
         let (k, v) = (str_arg(key, "key")?, str_arg(value, "value")?);
-        checkpoint_map(&mut c)?.insert(k.to_string(), v.to_string());
+        let hook = c.hook;
+        if hook == Hook::LoadCheckpoint {
+            return Err(Error::state("on_load_checkpoint: the checkpoint's entries are read-only here"));
+        }
+        c.checkpoint.as_deref_mut().ok_or_else(|| checkpoint_missing(hook))?.insert(k.to_string(), v.to_string());
         Ok(())
     })
 }
@@ -292,9 +328,12 @@ pub unsafe extern "C" fn fulmen_hook_context_checkpoint_get(
     len_out: *mut usize,
 ) -> *mut fulmen_error {
     guard("fulmen_hook_context_checkpoint_get", || {
-        let mut c = ctx_mut(ctx)?;
+        let c = ctx_ref(ctx)?;
         let k = str_arg(key, "key")?;
-        let v = checkpoint_map(&mut c)?
+        let v = c
+            .checkpoint
+            .as_deref()
+            .ok_or_else(|| checkpoint_missing(c.hook))?
             .get(k)
             .cloned()
             .ok_or_else(|| Error::invalid(format!("the checkpoint has no entry {k:?}")))?;

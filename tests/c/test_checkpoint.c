@@ -418,6 +418,68 @@ static void test_resume_exact(fulmen_loader *tl4) {
     fulmen_model_free(d);
 }
 
+/* A host hook saves checkpoints itself (Lightning's trainer.save_checkpoint
+ * from a hook): one per epoch end, none allowed in on_save_checkpoint or
+ * the sanity check; resuming from the host's file continues after it. */
+typedef struct {
+    char dir[400];
+    int saved, refused_in_save, refused_in_sanity;
+} host_saver;
+
+static fulmen_error *host_save_hook(void *userdata, int32_t hook, fulmen_hook_context *ctx) {
+    host_saver *h = userdata;
+    char path[500];
+    if (hook == FULMEN_HOOK_TRAIN_EPOCH_END) {
+        int64_t epoch = -1;
+        fulmen_error *e = fulmen_hook_context_epoch(ctx, &epoch);
+        if (e) return e;
+        snprintf(path, sizeof path, "%s/epoch-%lld.ckpt", h->dir, (long long)epoch);
+        e = fulmen_hook_context_save_checkpoint(ctx, path, false);
+        if (e) return e;
+        h->saved++;
+    } else if (hook == FULMEN_HOOK_SAVE_CHECKPOINT || hook == FULMEN_HOOK_VALIDATION_START) {
+        snprintf(path, sizeof path, "%s/never.ckpt", h->dir);
+        fulmen_error *e = fulmen_hook_context_save_checkpoint(ctx, path, false);
+        if (e == NULL) return fulmen_error_new(FULMEN_CODE_CALLBACK, "save_checkpoint was accepted where it must not be");
+        if (fulmen_error_code(e) == FULMEN_CODE_INVALID_STATE) {
+            if (hook == FULMEN_HOOK_SAVE_CHECKPOINT) h->refused_in_save++;
+            else h->refused_in_sanity++;
+        }
+        fulmen_error_free(e);
+    }
+    return NULL;
+}
+
+static void test_host_saves_checkpoints(fulmen_loader *tl, fulmen_loader *vl) {
+    char init[300], path[500];
+    snprintf(init, sizeof init, "%s/init.safetensors", root);
+    fixture f = {.model = model_from(init)};
+    fulmen_lightning_module *m = module_for(&f);
+    host_saver h = {.saved = 0};
+    snprintf(h.dir, sizeof h.dir, "%s/host-saves", root);
+    fulmen_callback_vtable cb = {.struct_size = sizeof cb, .userdata = &h, .on_hook = host_save_hook};
+    /* The sanity check validates first: a save there is refused. Later
+     * validations are not the sanity check, so only its refusal counts. */
+    const char *kv[] = {"num_sanity_val_steps", "1", "check_val_every_n_epoch", "100", NULL};
+    fulmen_trainer *t = trainer_with(2, kv);
+    CHECK_OK(fulmen_trainer_add_callback(t, "saver", &cb));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
+    CHECK(h.saved == 2 && h.refused_in_save == 2 && h.refused_in_sanity == 1);
+    snprintf(path, sizeof path, "%s/never.ckpt", h.dir);
+    CHECK(access(path, F_OK) != 0);
+    fulmen_trainer_free(t);
+
+    /* Resuming from the epoch-0 file trains the one remaining epoch. */
+    snprintf(path, sizeof path, "%s/epoch-0.ckpt", h.dir);
+    fulmen_trainer *t2 = trainer_with(2, NULL);
+    f.train_calls = 0;
+    CHECK_OK(fulmen_trainer_fit(t2, m, tl, NULL, path));
+    CHECK(f.train_calls == 2);
+    fulmen_trainer_free(t2);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(f.model);
+}
+
 /* The default ModelCheckpoint and the log folder of a fit outlive the
  * validate / test runs after it (as Lightning's trainer.checkpoint_callback
  * and trainer.log_dir): "best" works for every later run. */
@@ -565,6 +627,7 @@ int main(void) {
     test_resume_exact(tl4);
     test_ckpt_path(tl, vl);
     test_default_checkpoint_outlives_eval(tl, vl);
+    test_host_saves_checkpoints(tl, vl);
     fulmen_loader_free(tl);
     fulmen_loader_free(tl4);
     fulmen_loader_free(vl);

@@ -218,6 +218,8 @@ static fulmen_error *on_hook(rec *r, int who, int32_t hook, fulmen_hook_context 
         CHECK(n == strlen("saved-at-step-4"));
         CHECK_OK(fulmen_hook_context_checkpoint_get(ctx, "recorder.note", r->loaded, sizeof r->loaded, &n));
         CHECK_ERR(fulmen_hook_context_checkpoint_get(ctx, "absent", tiny, sizeof tiny, &n), FULMEN_CODE_INVALID_ARGUMENT, "absent");
+        /* the loaded entries are read-only: a set would change nothing */
+        CHECK_ERR(fulmen_hook_context_checkpoint_set(ctx, "recorder.note", "x"), FULMEN_CODE_INVALID_STATE, "read-only");
     }
     if (who == WHO_CB && hook == FULMEN_HOOK_TRAIN_BATCH_END &&
         ((r->stop_from_step >= 0 && ev->step >= r->stop_from_step) || ev->step == r->stop_only_at_step))

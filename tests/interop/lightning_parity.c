@@ -124,7 +124,7 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
         o.lr = 0.01;
         e = fulmen_optimizer_adam_new(job->model, NULL, 0, &o, &opt);
         if (e) return e;
-        e = fulmen_scheduler_step_lr_new(opt, 2, 0.5, &sched);
+        e = fulmen_scheduler_step_lr_new(opt, 2, 0.7, &sched);
         if (e) {
             fulmen_optimizer_free(opt);
             return e;

@@ -48,7 +48,7 @@ CONFIGS = {
     # optimizer, scheduler (StepLR's step_size, gamma; None: ReduceLROnPlateau on
     # val_loss with validation), interval, frequency, clip, algorithm, accumulate
     "steplr": ("sgd", (1, 0.5), "epoch", 1, 0.5, "norm", 1),
-    "stepfreq": ("adam", (2, 0.5), "step", 3, 0.05, "value", 2),
+    "stepfreq": ("adam", (2, 0.7), "step", 3, 0.05, "value", 2),
     "plateau": ("sgd", None, "epoch", 1, 1.0, "norm", 1),
 }
 

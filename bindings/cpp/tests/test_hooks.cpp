@@ -391,6 +391,37 @@ TEST_F(HookTest, FitFromTheLastCheckpointResumes) {
     }
 }
 
+TEST_F(HookTest, AHookSavesCheckpointsAndFitResumesFromThem) {
+    Model model = fulmen_test::mlp();
+    Dataset train_ds = fulmen_test::blobs(64, 7);
+    Loader train(train_ds, 16, true, 2);  // 4 steps an epoch
+    LightningModule module = simple_module(model).build();
+    const std::string root = fulmen_test::fresh_dir("host-save");
+    auto options = [&](int64_t epochs) {
+        return fulmen_test::quiet_options(epochs).set("default_root_dir", root).set("logger", false);
+    };
+    int refused = 0;
+    Trainer first(options(2));
+    first.add_callback("saver", [&](Hook h, HookContext& ctx) {
+        if (h == Hook::TrainEpochEnd) ctx.save_checkpoint(root + "/epoch-" + std::to_string(ctx.epoch()) + ".ckpt");
+        if (h == Hook::SaveCheckpoint) {
+            try {
+                ctx.save_checkpoint(root + "/never.ckpt");
+            } catch (const fulmen::Error& e) {
+                refused += e.code() == FULMEN_CODE_INVALID_STATE;
+            }
+        }
+    });
+    first.fit(module, train);
+    EXPECT_TRUE(std::filesystem::is_regular_file(root + "/epoch-0.ckpt"));
+    EXPECT_TRUE(std::filesystem::is_regular_file(root + "/epoch-1.ckpt"));
+    EXPECT_FALSE(std::filesystem::exists(root + "/never.ckpt"));
+    EXPECT_GE(refused, 2);
+    Trainer second(options(2));
+    second.fit(module, train, root + "/epoch-0.ckpt");
+    EXPECT_EQ(second.global_step(), 8);  // resumed after epoch 0: one more epoch
+}
+
 TEST_F(HookTest, EarlyStoppingStopsEarly) {
     Model model = fulmen_test::mlp();
     Dataset ds = fulmen_test::blobs(32, 8);

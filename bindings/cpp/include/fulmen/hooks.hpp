@@ -117,6 +117,13 @@ public:
         return t;
     }
 
+    /// Saves a checkpoint of the running fit to `path` when the hook
+    /// returns (Lightning's `trainer.save_checkpoint`); only while fit
+    /// trains, not in the sanity check or the checkpoint hooks.
+    void save_checkpoint(const std::string& path, bool weights_only = false) {
+        check(fulmen_hook_context_save_checkpoint(ctx_, path.c_str(), weights_only));
+    }
+
     /// In Hook::SaveCheckpoint: stores `value` under `key` in the checkpoint.
     void checkpoint_set(const std::string& key, const std::string& value) {
         check(fulmen_hook_context_checkpoint_set(ctx_, key.c_str(), value.c_str()));
