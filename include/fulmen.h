@@ -165,6 +165,11 @@
 #define FULMEN_LOG_SYNC_DIST 8
 
 /**
+ * The most schedulers one SequentialLR takes.
+ */
+#define FULMEN_SEQUENTIAL_MAX 64
+
+/**
  * The largest safetensors header readers accept (the `safetensors`
  * crate's and Python package's limit).
  */
@@ -2884,6 +2889,67 @@ struct fulmen_error *fulmen_scheduler_linear_lr_new(struct fulmen_optimizer *opt
                                                     double end_factor,
                                                     int64_t total_iters,
                                                     struct fulmen_scheduler **out);
+
+/**
+ * `ConstantLR(factor, total_iters)`: the lr times `factor` for the first
+ * `total_iters` steps, then the lr itself.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`factor` not in [0, 1],
+ * `total_iters` < 0).
+ */
+struct fulmen_error *fulmen_scheduler_constant_lr_new(struct fulmen_optimizer *optimizer,
+                                                      double factor,
+                                                      int64_t total_iters,
+                                                      struct fulmen_scheduler **out);
+
+/**
+ * `PolynomialLR(total_iters, power)`: the lr decays to 0 over
+ * `total_iters` steps as `(1 - step / total_iters)^power`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`total_iters` < 1, `power` not
+ * finite).
+ */
+struct fulmen_error *fulmen_scheduler_polynomial_lr_new(struct fulmen_optimizer *optimizer,
+                                                        int64_t total_iters,
+                                                        double power,
+                                                        struct fulmen_scheduler **out);
+
+/**
+ * `CosineAnnealingWarmRestarts(t_0, t_mult, eta_min)` (SGDR): cosine
+ * annealing from the lr to `eta_min`, restarted after `t_0` steps, each
+ * period `t_mult` times longer than the one before.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`t_0` < 1, `t_mult` < 1, `eta_min`
+ * not finite).
+ */
+struct fulmen_error *fulmen_scheduler_cosine_warm_restarts_new(struct fulmen_optimizer *optimizer,
+                                                               int64_t t_0,
+                                                               int64_t t_mult,
+                                                               double eta_min,
+                                                               struct fulmen_scheduler **out);
+
+/**
+ * `SequentialLR(schedulers, milestones)`: `schedulers[0]` runs until step
+ * `milestones[0]`, then `schedulers[1]` from its own step 0, and so on (a
+ * linear warm-up then a cosine decay: LinearLR, CosineAnnealingLR,
+ * milestone = the warm-up's length). Every scheduler must have been made
+ * for `optimizer`; they are consumed on success only (free none of them
+ * afterwards). As torch, the lr starts over from the optimizer's initial
+ * lr. `n_schedulers` is 1 to FULMEN_SEQUENTIAL_MAX; `n_milestones` is
+ * `n_schedulers - 1`, increasing.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (counts, milestones not increasing
+ * or negative, a scheduler made for another optimizer or listed twice, a
+ * ReduceLROnPlateau, a SequentialLR inside), FULMEN_CODE_INVALID_STATE
+ * (a scheduler in use, or the optimizer's param groups changed since a
+ * scheduler was made).
+ */
+struct fulmen_error *fulmen_scheduler_sequential_lr_new(struct fulmen_optimizer *optimizer,
+                                                        struct fulmen_scheduler *const *schedulers,
+                                                        size_t n_schedulers,
+                                                        const int64_t *milestones,
+                                                        size_t n_milestones,
+                                                        struct fulmen_scheduler **out);
 
 /**
  * torch's OneCycleLR defaults for a peak lr and a cycle length.

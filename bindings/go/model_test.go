@@ -277,6 +277,48 @@ func TestSchedulers(t *testing.T) {
 	s = must(fulmen.NewLinearLR(opt, 0.5, 1, 2))
 	s.Close()
 
+	ok(t, opt.SetLR(1))
+	s = must(fulmen.NewConstantLR(opt, 0.5, 3))
+	steps(s, 2, 0)
+	if lr() != 0.5 {
+		t.Fatalf("constant lr %v", lr())
+	}
+	s.Close()
+	ok(t, opt.SetLR(1))
+	s = must(fulmen.NewPolynomialLR(opt, 4, 2))
+	steps(s, 2, 0)
+	if math.Abs(lr()-0.25) > 1e-12 {
+		t.Fatalf("polynomial lr %v", lr())
+	}
+	s.Close()
+	ok(t, opt.SetLR(1))
+	s = must(fulmen.NewCosineAnnealingWarmRestarts(opt, 3, 2, 0))
+	steps(s, 3, 0)
+	if lr() != 1 {
+		t.Fatalf("warm restarts lr %v", lr())
+	}
+	s.Close()
+	// Warm-up then cosine (torch: 0.7 after 2 steps of SequentialLR(LinearLR(0.1, 1, 3),
+	// CosineAnnealingLR(6, 0.001), [3]) on lr 1); the parts are consumed on success only.
+	ok(t, opt.SetLR(1))
+	warm := must(fulmen.NewLinearLR(opt, 0.1, 1, 3))
+	cosine := must(fulmen.NewCosineAnnealingLR(opt, 6, 0.001))
+	if _, err := fulmen.NewSequentialLR(opt, []*fulmen.Scheduler{warm, cosine}, nil); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("SequentialLR without its milestone: %v", err)
+	}
+	if warm.Closed() || cosine.Closed() {
+		t.Fatal("a failed SequentialLR consumed its parts")
+	}
+	s = must(fulmen.NewSequentialLR(opt, []*fulmen.Scheduler{warm, cosine}, []int64{3}))
+	if !warm.Closed() || !cosine.Closed() {
+		t.Fatal("SequentialLR left its parts open")
+	}
+	steps(s, 2, 0)
+	if math.Abs(lr()-0.7) > 1e-12 {
+		t.Fatalf("warm-up lr %v", lr())
+	}
+	s.Close()
+
 	oc := fulmen.DefaultOneCycleOptions(1, 10)
 	if oc.PctStart != 0.3 || oc.DivFactor != 25 || !oc.CycleMomentum {
 		t.Fatalf("one cycle defaults %+v", oc)

@@ -311,6 +311,67 @@ func NewLinearLR(opt *Optimizer, startFactor, endFactor float64, totalIters int6
 	})
 }
 
+// NewConstantLR is ConstantLR(factor, totalIters): the lr times factor for
+// the first totalIters steps, then the lr itself.
+func NewConstantLR(opt *Optimizer, factor float64, totalIters int64) (*Scheduler, error) {
+	return makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
+		return C.fulmen_scheduler_constant_lr_new(o, C.double(factor), C.int64_t(totalIters), out)
+	})
+}
+
+// NewPolynomialLR is PolynomialLR(totalIters, power): the lr decays to 0
+// over totalIters steps as (1 - step/totalIters)^power.
+func NewPolynomialLR(opt *Optimizer, totalIters int64, power float64) (*Scheduler, error) {
+	return makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
+		return C.fulmen_scheduler_polynomial_lr_new(o, C.int64_t(totalIters), C.double(power), out)
+	})
+}
+
+// NewCosineAnnealingWarmRestarts is CosineAnnealingWarmRestarts(t0, tMult,
+// etaMin) (SGDR).
+func NewCosineAnnealingWarmRestarts(opt *Optimizer, t0, tMult int64, etaMin float64) (*Scheduler, error) {
+	return makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
+		return C.fulmen_scheduler_cosine_warm_restarts_new(o, C.int64_t(t0), C.int64_t(tMult), C.double(etaMin), out)
+	})
+}
+
+// NewSequentialLR is SequentialLR(schedulers, milestones): schedulers[i]
+// (all made for opt) runs from milestones[i-1] on. The schedulers are
+// consumed on success (closing them afterwards does nothing) and left as
+// they were on failure.
+func NewSequentialLR(opt *Optimizer, schedulers []*Scheduler, milestones []int64) (*Scheduler, error) {
+	n := len(schedulers)
+	if n == 0 {
+		return nil, &Error{Code: CodeInvalidArgument, Message: "NewSequentialLR: no scheduler"}
+	}
+	if n > int(C.FULMEN_SEQUENTIAL_MAX) {
+		return nil, &Error{Code: CodeInvalidArgument, Message: "NewSequentialLR: too many schedulers"}
+	}
+	// Go memory holding C pointers only may be passed to C.
+	list := make([]*C.fulmen_scheduler, n)
+	for i, s := range schedulers {
+		list[i] = s.ptr()
+	}
+	s, err := makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
+		var m *C.int64_t
+		if len(milestones) > 0 {
+			m = (*C.int64_t)(unsafe.Pointer(&milestones[0]))
+		}
+		return C.fulmen_scheduler_sequential_lr_new(o, &list[0], C.size_t(n), m, C.size_t(len(milestones)), out)
+	})
+	runtime.KeepAlive(list)
+	runtime.KeepAlive(milestones)
+	runtime.KeepAlive(schedulers)
+	if err != nil {
+		return nil, err
+	}
+	for _, part := range schedulers {
+		part.h.take()
+		runtime.SetFinalizer(part, nil)
+	}
+	return s, nil
+}
+
 // OneCycleOptions are the options of OneCycleLR (fulmen_one_cycle_options).
 type OneCycleOptions struct {
 	// MaxLR is the peak learning rate.

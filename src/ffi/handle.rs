@@ -369,6 +369,34 @@ pub unsafe fn take_owned_pair<A: Handle, B: Handle>(
     Ok((*Box::from_raw(a), b.map(|(p, _)| *Box::from_raw(p))))
 }
 
+/// Takes ownership of every handle of `ptrs` at once, after `accept`
+/// approves each (run under the registry's lock: it must not call
+/// fulmen): all are moved, or, when one is pinned, not live, listed twice
+/// or refused, none.
+///
+/// # Safety
+/// As [`borrow`], for every pointer.
+pub unsafe fn take_owned_all<T: Handle>(
+    ptrs: &[*mut T],
+    arg: &str,
+    accept: impl Fn(usize, &T) -> Result<()>,
+) -> Result<Vec<T>> {
+    let mut map = lock_live();
+    for (i, p) in ptrs.iter().enumerate() {
+        let name = format!("{arg}[{i}]");
+        check_unpinned(live_entry(&mut map, *p, &name)?, &name)?;
+        if let Some(j) = ptrs[..i].iter().position(|q| std::ptr::addr_eq(*q, *p)) {
+            return Err(Error::invalid(format!("{name} is {arg}[{j}] again")));
+        }
+        accept(i, &**p)?;
+    }
+    for p in ptrs {
+        map.remove(&(*p as usize));
+    }
+    drop(map);
+    Ok(ptrs.iter().map(|p| *Box::from_raw(*p)).collect())
+}
+
 /// Takes back a handle fulmen lent to a callback, waiting until calls
 /// still using it (from other threads) return; the handle is invalid for
 /// new calls at once. `None` if it is not a live handle of type `T`.

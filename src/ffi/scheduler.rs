@@ -6,8 +6,9 @@ use super::optim::fulmen_optimizer;
 use super::tensor::handle::i64_list;
 use crate::error::{Error, ErrorCode, Result};
 use crate::optim::{
-    AnnealStrategy, CosineAnnealingLr, ExponentialLr, LinearLr, LrScheduler, MultiStepLr, OneCycleLr, OneCycleOptions,
-    PlateauMode, PlateauOptions, ReduceLrOnPlateau, StepLr, ThresholdMode,
+    AnnealStrategy, ConstantLr, CosineAnnealingLr, CosineAnnealingWarmRestarts, ExponentialLr, LinearLr, LrScheduler,
+    MultiStepLr, OneCycleLr, OneCycleOptions, PlateauMode, PlateauOptions, PolynomialLr, ReduceLrOnPlateau,
+    SequentialLr, StepLr, ThresholdMode,
 };
 
 /// A learning-rate scheduler bound to the optimizer it was created for.
@@ -109,6 +110,132 @@ pub unsafe extern "C" fn fulmen_scheduler_linear_lr_new(
 ) -> *mut fulmen_error {
     guard("fulmen_scheduler_linear_lr_new", || {
         make(optimizer, out, |o| Ok(Box::new(LinearLr::new(o, start_factor, end_factor, total_iters)?)))
+    })
+}
+
+/// `ConstantLR(factor, total_iters)`: the lr times `factor` for the first
+/// `total_iters` steps, then the lr itself.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`factor` not in [0, 1],
+/// `total_iters` < 0).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_constant_lr_new(
+    optimizer: *mut fulmen_optimizer,
+    factor: f64,
+    total_iters: i64,
+    out: *mut *mut fulmen_scheduler,
+) -> *mut fulmen_error {
+    guard("fulmen_scheduler_constant_lr_new", || {
+        make(optimizer, out, |o| Ok(Box::new(ConstantLr::new(o, factor, total_iters)?)))
+    })
+}
+
+/// `PolynomialLR(total_iters, power)`: the lr decays to 0 over
+/// `total_iters` steps as `(1 - step / total_iters)^power`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`total_iters` < 1, `power` not
+/// finite).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_polynomial_lr_new(
+    optimizer: *mut fulmen_optimizer,
+    total_iters: i64,
+    power: f64,
+    out: *mut *mut fulmen_scheduler,
+) -> *mut fulmen_error {
+    guard("fulmen_scheduler_polynomial_lr_new", || {
+        make(optimizer, out, |o| Ok(Box::new(PolynomialLr::new(o, total_iters, power)?)))
+    })
+}
+
+/// `CosineAnnealingWarmRestarts(t_0, t_mult, eta_min)` (SGDR): cosine
+/// annealing from the lr to `eta_min`, restarted after `t_0` steps, each
+/// period `t_mult` times longer than the one before.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`t_0` < 1, `t_mult` < 1, `eta_min`
+/// not finite).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_cosine_warm_restarts_new(
+    optimizer: *mut fulmen_optimizer,
+    t_0: i64,
+    t_mult: i64,
+    eta_min: f64,
+    out: *mut *mut fulmen_scheduler,
+) -> *mut fulmen_error {
+    guard("fulmen_scheduler_cosine_warm_restarts_new", || {
+        make(optimizer, out, |o| Ok(Box::new(CosineAnnealingWarmRestarts::new(o, t_0, t_mult, eta_min)?)))
+    })
+}
+
+/// The most schedulers one SequentialLR takes.
+pub const FULMEN_SEQUENTIAL_MAX: usize = 64;
+
+/// `SequentialLR(schedulers, milestones)`: `schedulers[0]` runs until step
+/// `milestones[0]`, then `schedulers[1]` from its own step 0, and so on (a
+/// linear warm-up then a cosine decay: LinearLR, CosineAnnealingLR,
+/// milestone = the warm-up's length). Every scheduler must have been made
+/// for `optimizer`; they are consumed on success only (free none of them
+/// afterwards). As torch, the lr starts over from the optimizer's initial
+/// lr. `n_schedulers` is 1 to FULMEN_SEQUENTIAL_MAX; `n_milestones` is
+/// `n_schedulers - 1`, increasing.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (counts, milestones not increasing
+/// or negative, a scheduler made for another optimizer or listed twice, a
+/// ReduceLROnPlateau, a SequentialLR inside), FULMEN_CODE_INVALID_STATE
+/// (a scheduler in use, or the optimizer's param groups changed since a
+/// scheduler was made).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_sequential_lr_new(
+    optimizer: *mut fulmen_optimizer,
+    schedulers: *const *mut fulmen_scheduler,
+    n_schedulers: usize,
+    milestones: *const i64,
+    n_milestones: usize,
+    out: *mut *mut fulmen_scheduler,
+) -> *mut fulmen_error {
+    guard("fulmen_scheduler_sequential_lr_new", || {
+        check_out(out, "out")?;
+        if n_schedulers == 0 || n_schedulers > FULMEN_SEQUENTIAL_MAX {
+            return Err(Error::invalid(format!(
+                "n_schedulers must be 1 to {FULMEN_SEQUENTIAL_MAX}, got {n_schedulers}"
+            )));
+        }
+        if schedulers.is_null() {
+            return Err(Error::new(ErrorCode::NullArgument, "schedulers is NULL"));
+        }
+        if n_milestones != n_schedulers - 1 {
+            return Err(Error::invalid(format!(
+                "{n_schedulers} schedulers need {} milestones, got {n_milestones}",
+                n_schedulers - 1
+            )));
+        }
+        let list = std::slice::from_raw_parts(schedulers, n_schedulers);
+        let m = if n_milestones == 0 { &[][..] } else { i64_list(milestones, n_milestones, "milestones")? };
+        if m.iter().any(|x| *x < 0) || m.windows(2).any(|w| w[0] > w[1]) {
+            return Err(Error::invalid(format!("milestones must be >= 0 and increasing, got {m:?}")));
+        }
+        let mut o = handle::borrow_mut(optimizer, "optimizer")?;
+        let groups = o.inner.param_groups().len();
+        let parts = handle::take_owned_all(list, "schedulers", |i, s| {
+            if s.optimizer != optimizer as usize {
+                return Err(Error::invalid(format!("schedulers[{i}] was made for another optimizer")));
+            }
+            if s.inner.reduce_on_plateau() || s.inner.name() == "sequential_lr" {
+                return Err(Error::invalid(format!(
+                    "schedulers[{i}] is a {}, which cannot run inside a SequentialLR",
+                    s.inner.name()
+                )));
+            }
+            if s.inner.last_lr().len() != groups {
+                return Err(Error::state(format!(
+                    "schedulers[{i}] was made for {} param groups; the optimizer now has {groups}",
+                    s.inner.last_lr().len()
+                )));
+            }
+            Ok(())
+        })?;
+        let inner = SequentialLr::new(o.inner.as_mut(), parts.into_iter().map(|s| s.inner).collect(), m.to_vec())?;
+        out.write(handle::into_raw(fulmen_scheduler { inner: Box::new(inner), optimizer: optimizer as usize }));
+        Ok(())
     })
 }
 

@@ -24,8 +24,9 @@ mod state;
 pub use adam::{Adam, AdamOptions, AdamW};
 pub use rmsprop::{RmsProp, RmsPropOptions};
 pub use scheduler::{
-    AnnealStrategy, CosineAnnealingLr, ExponentialLr, LinearLr, LrScheduler, MultiStepLr, OneCycleLr, OneCycleOptions,
-    PlateauMode, PlateauOptions, ReduceLrOnPlateau, StepLr, ThresholdMode,
+    AnnealStrategy, ConstantLr, CosineAnnealingLr, CosineAnnealingWarmRestarts, ExponentialLr, LinearLr, LrScheduler,
+    MultiStepLr, OneCycleLr, OneCycleOptions, PlateauMode, PlateauOptions, PolynomialLr, ReduceLrOnPlateau,
+    SequentialLr, StepLr, ThresholdMode,
 };
 pub use sgd::{Sgd, SgdOptions};
 

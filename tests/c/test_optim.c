@@ -685,6 +685,79 @@ static void test_closed_form_schedulers(void) {
     fulmen_optimizer_free(o);
 }
 
+/* ConstantLR, PolynomialLR, CosineAnnealingWarmRestarts and SequentialLR
+ * (warm-up then cosine) give torch 2.13's learning rates; SequentialLR
+ * consumes its schedulers on success only. */
+static void test_new_schedulers(void) {
+    fulmen_optimizer *o = sgd_with_lr(0.1);
+    fulmen_scheduler *s = NULL;
+    double got[12];
+    CHECK_OK(fulmen_scheduler_constant_lr_new(o, 0.5, 3, &s));
+    CHECK_NEAR(lr_of(o), 0.05, 1e-12);
+    run_schedule(s, o, 4, got);
+    const double w_const[4] = {0.05, 0.05, 0.1, 0.1};
+    EXPECT_LRS(got, w_const, 4);
+    fulmen_scheduler_free(s);
+    fulmen_optimizer_free(o);
+
+    o = sgd_with_lr(0.1);
+    CHECK_OK(fulmen_scheduler_polynomial_lr_new(o, 6, 2.0, &s));
+    run_schedule(s, o, 7, got);
+    const double w_poly[7] = {0.06944444444444446, 0.04444444444444447, 0.02500000000000001, 0.011111111111111117,
+                              0.0027777777777777775, 0.0, 0.0};
+    EXPECT_LRS(got, w_poly, 7);
+    fulmen_scheduler_free(s);
+    fulmen_optimizer_free(o);
+
+    o = sgd_with_lr(0.1);
+    CHECK_OK(fulmen_scheduler_cosine_warm_restarts_new(o, 3, 2, 0.01, &s));
+    run_schedule(s, o, 10, got);
+    const double w_sgdr[10] = {0.0775, 0.032500000000000015, 0.1, 0.09397114317029975, 0.0775, 0.05500000000000001,
+                               0.032500000000000015, 0.01602885682970026, 0.1, 0.09846666218300808};
+    EXPECT_LRS(got, w_sgdr, 10);
+    fulmen_scheduler_free(s);
+    fulmen_optimizer_free(o);
+
+    /* SequentialLR([LinearLR(0.1, 1, 3), CosineAnnealingLR(6, 0.001)], [3]) */
+    o = sgd_with_lr(0.1);
+    fulmen_scheduler *warm = NULL, *cosine = NULL, *plateau = NULL, *foreign = NULL;
+    CHECK_OK(fulmen_scheduler_linear_lr_new(o, 0.1, 1.0, 3, &warm));
+    CHECK_OK(fulmen_scheduler_cosine_lr_new(o, 6, 0.001, &cosine));
+    fulmen_plateau_options po = fulmen_plateau_options_default();
+    CHECK_OK(fulmen_scheduler_reduce_on_plateau_new(o, &po, &plateau));
+    fulmen_optimizer *other = sgd_with_lr(0.1);
+    CHECK_OK(fulmen_scheduler_step_lr_new(other, 1, 0.5, &foreign));
+    const int64_t at3[1] = {3}, at_neg[1] = {-1};
+    size_t live = fulmen_live_handles();
+    fulmen_scheduler *with_plateau[2] = {warm, plateau}, *with_foreign[2] = {warm, foreign},
+                     *twice[2] = {warm, warm}, *pair[2] = {warm, cosine};
+    CHECK_ERR(fulmen_scheduler_sequential_lr_new(o, with_plateau, 2, at3, 1, &s), FULMEN_CODE_INVALID_ARGUMENT,
+              "reduce_lr_on_plateau");
+    CHECK_ERR(fulmen_scheduler_sequential_lr_new(o, with_foreign, 2, at3, 1, &s), FULMEN_CODE_INVALID_ARGUMENT,
+              "another optimizer");
+    CHECK_ERR(fulmen_scheduler_sequential_lr_new(o, twice, 2, at3, 1, &s), FULMEN_CODE_INVALID_ARGUMENT, "again");
+    CHECK_ERR(fulmen_scheduler_sequential_lr_new(o, pair, 2, at3, 0, &s), FULMEN_CODE_INVALID_ARGUMENT, "milestones");
+    CHECK_ERR(fulmen_scheduler_sequential_lr_new(o, pair, 2, at_neg, 1, &s), FULMEN_CODE_INVALID_ARGUMENT, "milestones");
+    CHECK_ERR(fulmen_scheduler_sequential_lr_new(o, pair, 0, NULL, 0, &s), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_scheduler_sequential_lr_new(o, pair, FULMEN_SEQUENTIAL_MAX + 1, NULL, 0, &s),
+              FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_scheduler_sequential_lr_new(o, NULL, 2, at3, 1, &s), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    CHECK(fulmen_live_handles() == live); /* nothing consumed by a failure */
+    CHECK_OK(fulmen_scheduler_sequential_lr_new(o, pair, 2, at3, 1, &s));
+    CHECK(fulmen_live_handles() == live - 1); /* two consumed, one made */
+    CHECK_NEAR(lr_of(o), 0.010000000000000002, 1e-15);
+    run_schedule(s, o, 12, got);
+    const double w_seq[12] = {0.04, 0.07, 0.1, 0.09336825748732973, 0.07525000000000001, 0.0505, 0.025750000000000012,
+                              0.007631742512670284, 0.001, 0.007631742512670284, 0.025750000000000002,
+                              0.05050000000000004};
+    EXPECT_LRS(got, w_seq, 12);
+    fulmen_scheduler_free(s);
+    fulmen_scheduler_free(plateau);
+    fulmen_scheduler_free(foreign);
+    fulmen_optimizer_free(other);
+    fulmen_optimizer_free(o);
+}
+
 /* OneCycleLR: starts at max_lr / div_factor, peaks at max_lr after
  * pct_start of the cycle, ends at initial / final_div_factor; stepping past
  * the cycle is an error. */
@@ -862,6 +935,7 @@ int main(void) {
     test_lr_and_groups();
     test_clipping();
     test_closed_form_schedulers();
+    test_new_schedulers();
     test_one_cycle();
     test_plateau();
     test_scheduler_errors();

@@ -15,7 +15,10 @@
  *             gradient_clip_val 0.05 by value;
  *   plateau:  SGD (lr 0.1, momentum 0.9), ReduceLROnPlateau (factor 0.5,
  *             patience 0) per epoch on "val_loss", validated every epoch
- *             on the VAL_ROWS rows after the training rows, gradient_clip_val 1 by norm.
+ *             on the VAL_ROWS rows after the training rows, gradient_clip_val 1 by norm;
+ *   warmup_cosine: SGD (lr 0.1, momentum 0.9), SequentialLR of LinearLR
+ *             (start_factor 0.1, 5 steps) and CosineAnnealingLR (T_max 39,
+ *             eta_min 0.001) at milestone 5, per step; no clipping.
  * CKPT_DIR: a ModelCheckpoint keeps every epoch's checkpoint there
  * (epoch=N.ckpt). RESUME: fit resumes from that checkpoint. A failed call
  * prints its error code and message and exits 1. */
@@ -107,6 +110,24 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
             return e;
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_EPOCH, 1, "val_loss");
+    } else if (strcmp(job->config, "warmup_cosine") == 0) {
+        fulmen_sgd_options o = fulmen_sgd_options_default();
+        o.lr = 0.1;
+        o.momentum = 0.9;
+        e = fulmen_optimizer_sgd_new(job->model, NULL, 0, &o, &opt);
+        if (e) return e;
+        fulmen_scheduler *parts[2] = {NULL, NULL};
+        const int64_t milestones[1] = {5};
+        e = fulmen_scheduler_linear_lr_new(opt, 0.1, 1.0, 5, &parts[0]);
+        if (!e) e = fulmen_scheduler_cosine_lr_new(opt, 39, 0.001, &parts[1]);
+        if (!e) e = fulmen_scheduler_sequential_lr_new(opt, parts, 2, milestones, 1, &sched);
+        if (e) {
+            fulmen_scheduler_free(parts[0]);
+            fulmen_scheduler_free(parts[1]);
+            fulmen_optimizer_free(opt);
+            return e;
+        }
+        e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_STEP, 1, NULL);
     } else if (strcmp(job->config, "steplr") == 0) {
         fulmen_sgd_options o = fulmen_sgd_options_default();
         o.lr = 0.1;
@@ -161,7 +182,8 @@ int main(int argc, char **argv) {
     }
     struct job job = {.config = argv[1]};
     bool validating = strcmp(job.config, "plateau") == 0;
-    if (strcmp(job.config, "steplr") != 0 && strcmp(job.config, "stepfreq") != 0 && !validating) {
+    if (strcmp(job.config, "steplr") != 0 && strcmp(job.config, "stepfreq") != 0 &&
+        strcmp(job.config, "warmup_cosine") != 0 && !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;
     }
@@ -226,7 +248,7 @@ int main(int argc, char **argv) {
     } else if (strcmp(job.config, "steplr") == 0) {
         set(opts, "gradient_clip_val", "0.5");
         set(opts, "gradient_clip_algorithm", "norm");
-    } else {
+    } else if (strcmp(job.config, "stepfreq") == 0) {
         set(opts, "gradient_clip_val", "0.05");
         set(opts, "gradient_clip_algorithm", "value");
         set(opts, "accumulate_grad_batches", "2");

@@ -46,10 +46,12 @@ TOLERANCE = 0.0
 
 CONFIGS = {
     # optimizer, scheduler (StepLR's step_size, gamma; None: ReduceLROnPlateau on
-    # val_loss with validation), interval, frequency, clip, algorithm, accumulate
+    # val_loss with validation; "warmup_cosine": SequentialLR of LinearLR and
+    # CosineAnnealingLR), interval, frequency, clip, algorithm, accumulate
     "steplr": ("sgd", (1, 0.5), "epoch", 1, 0.5, "norm", 1),
     "stepfreq": ("adam", (2, 0.7), "step", 3, 0.05, "value", 2),
     "plateau": ("sgd", None, "epoch", 1, 1.0, "norm", 1),
+    "warmup_cosine": ("sgd", "warmup_cosine", "step", 1, None, "norm", 1),
 }
 
 
@@ -86,7 +88,12 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
                 opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
             else:
                 opt = torch.optim.Adam(self.parameters(), lr=0.01)
-            if step_lr is None:
+            if step_lr == "warmup_cosine":
+                warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=5)
+                cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=39, eta_min=0.001)
+                sched = torch.optim.lr_scheduler.SequentialLR(opt, [warm, cosine], milestones=[5])
+                monitor = {}
+            elif step_lr is None:
                 sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=0)
                 monitor = {"monitor": "val_loss"}
             else:

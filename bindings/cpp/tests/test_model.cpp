@@ -205,6 +205,28 @@ TEST_F(OptimTest, Schedulers) {
     fulmen::PlateauOptions po;
     po.patience = 0;
     EXPECT_DOUBLE_EQ(lr_after([&](Optimizer& o) { return Scheduler::reduce_on_plateau(o, po); }, 3), 0.01);
+    EXPECT_DOUBLE_EQ(lr_after([](Optimizer& o) { return Scheduler::constant_lr(o, 0.5, 3); }, 2), 0.5);
+    EXPECT_DOUBLE_EQ(lr_after([](Optimizer& o) { return Scheduler::constant_lr(o, 0.5, 3); }, 3), 1.0);
+    EXPECT_NEAR(lr_after([](Optimizer& o) { return Scheduler::polynomial_lr(o, 4, 2.0); }, 2), 0.25, 1e-12);
+    EXPECT_DOUBLE_EQ(lr_after([](Optimizer& o) { return Scheduler::cosine_warm_restarts(o, 3, 2); }, 3), 1.0);
+    // Warm-up then cosine: torch 2.13's SequentialLR(LinearLR(0.1, 1, 3), CosineAnnealingLR(6, 0.001), [3])
+    // on lr 1 gives 0.7 after 2 steps and 1.0 after 3; the parts are consumed.
+    auto warmup_cosine = [](Optimizer& o) {
+        std::vector<Scheduler> parts;
+        parts.push_back(Scheduler::linear_lr(o, 0.1, 1.0, 3));
+        parts.push_back(Scheduler::cosine_lr(o, 6, 0.001));
+        Scheduler s = Scheduler::sequential_lr(o, std::move(parts), {3});
+        EXPECT_TRUE(parts.empty() || !parts[0]);
+        return s;
+    };
+    EXPECT_NEAR(lr_after(warmup_cosine, 2), 0.7, 1e-12);
+    EXPECT_NEAR(lr_after(warmup_cosine, 3), 1.0, 1e-12);
+    {
+        std::vector<Scheduler> parts;
+        parts.push_back(Scheduler::linear_lr(opt, 0.1, 1.0, 3));
+        EXPECT_THROW(Scheduler::sequential_lr(opt, std::move(parts), {3}), fulmen::Error);  // one milestone too many
+        EXPECT_TRUE(parts.size() == 1 && parts[0]);                                      // not consumed
+    }
     Scheduler wrong = Scheduler::step_lr(opt, 1);
     Optimizer other = Optimizer::sgd({w});
     EXPECT_THROW(wrong.step(other), fulmen::Error);

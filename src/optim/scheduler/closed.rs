@@ -1,5 +1,6 @@
 //! Schedulers with a closed form: StepLR, MultiStepLR, ExponentialLR,
-//! CosineAnnealingLR and LinearLR.
+//! CosineAnnealingLR, LinearLR, ConstantLR, PolynomialLR and
+//! CosineAnnealingWarmRestarts.
 use super::{Base, Lookup, LrScheduler};
 use crate::error::{Error, Result};
 use crate::optim::Optimizer;
@@ -24,6 +25,13 @@ macro_rules! closed_form {
             fn step(&mut self, opt: &mut dyn Optimizer, _metric: Option<f64>) -> Result<()> {
                 self.base.check_groups(opt, $name)?;
                 self.base.last_epoch += 1;
+                self.apply_epoch(opt);
+                Ok(())
+            }
+
+            fn jump_to(&mut self, opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
+                self.base.check_groups(opt, $name)?;
+                self.base.last_epoch = epoch;
                 self.apply_epoch(opt);
                 Ok(())
             }
@@ -242,6 +250,161 @@ impl LinearLr {
     }
 }
 closed_form!(LinearLr, "linear_lr");
+
+/// The lr factor `factor` until `total_iters` steps, then 1 (`ConstantLR`).
+#[derive(Debug, Clone)]
+pub struct ConstantLr {
+    base: Base,
+    factor: f64,
+    total_iters: i64,
+}
+
+impl ConstantLr {
+    /// `lr = base_lr * (factor if epoch < total_iters else 1)`;
+    /// `0 <= factor <= 1`, `total_iters >= 0`.
+    pub fn new(opt: &mut dyn Optimizer, factor: f64, total_iters: i64) -> Result<Self> {
+        check_constant(factor, total_iters).map_err(Error::invalid)?;
+        let mut s = ConstantLr { base: Base::attach(opt), factor, total_iters };
+        s.apply_epoch(opt);
+        Ok(s)
+    }
+
+    fn lr_at(&self, base_lr: f64, epoch: i64) -> f64 {
+        let done = if epoch >= self.total_iters { 1.0 } else { 0.0 };
+        base_lr * (self.factor + done * (1.0 - self.factor))
+    }
+
+    fn hypers(&self) -> Vec<(String, f64)> {
+        vec![("factor".into(), self.factor), ("total_iters".into(), self.total_iters as f64)]
+    }
+
+    fn with_hypers(&self, l: &Lookup) -> Result<Self> {
+        let (factor, total_iters) = (l.get("factor")?, l.int("total_iters")?);
+        check_constant(factor, total_iters).map_err(Error::format)?;
+        Ok(ConstantLr { base: self.base.clone(), factor, total_iters })
+    }
+}
+closed_form!(ConstantLr, "constant_lr");
+
+/// Polynomial decay of the lr to 0 over `total_iters` steps
+/// (`PolynomialLR`).
+#[derive(Debug, Clone)]
+pub struct PolynomialLr {
+    base: Base,
+    total_iters: i64,
+    power: f64,
+}
+
+impl PolynomialLr {
+    /// `lr = base_lr * (1 - min(total_iters, epoch) / total_iters)^power`;
+    /// `total_iters >= 1`, `power` finite.
+    pub fn new(opt: &mut dyn Optimizer, total_iters: i64, power: f64) -> Result<Self> {
+        check_polynomial(total_iters, power).map_err(Error::invalid)?;
+        let mut s = PolynomialLr { base: Base::attach(opt), total_iters, power };
+        s.apply_epoch(opt);
+        Ok(s)
+    }
+
+    fn lr_at(&self, base_lr: f64, epoch: i64) -> f64 {
+        let done = self.total_iters.min(epoch) as f64;
+        base_lr * (1.0 - done / self.total_iters as f64).powf(self.power)
+    }
+
+    fn hypers(&self) -> Vec<(String, f64)> {
+        vec![("total_iters".into(), self.total_iters as f64), ("power".into(), self.power)]
+    }
+
+    fn with_hypers(&self, l: &Lookup) -> Result<Self> {
+        let (total_iters, power) = (l.int("total_iters")?, l.get("power")?);
+        check_polynomial(total_iters, power).map_err(Error::format)?;
+        Ok(PolynomialLr { base: self.base.clone(), total_iters, power })
+    }
+}
+closed_form!(PolynomialLr, "polynomial_lr");
+
+/// Cosine annealing restarted every `t_0` steps, each period `t_mult` times
+/// longer than the one before (`CosineAnnealingWarmRestarts`, SGDR).
+#[derive(Debug, Clone)]
+pub struct CosineAnnealingWarmRestarts {
+    base: Base,
+    t_0: i64,
+    t_mult: i64,
+    eta_min: f64,
+}
+
+impl CosineAnnealingWarmRestarts {
+    /// `lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * t_cur / t_i)) / 2`
+    /// with torch's integer `t_cur` / `t_i` after `epoch` steps; `t_0 >= 1`,
+    /// `t_mult >= 1`, `eta_min` finite.
+    pub fn new(opt: &mut dyn Optimizer, t_0: i64, t_mult: i64, eta_min: f64) -> Result<Self> {
+        check_restarts(t_0, t_mult, eta_min).map_err(Error::invalid)?;
+        let mut s = CosineAnnealingWarmRestarts { base: Base::attach(opt), t_0, t_mult, eta_min };
+        s.apply_epoch(opt);
+        Ok(s)
+    }
+
+    /// torch's `(T_cur, T_i)` after `epoch` steps (its step loop, in closed
+    /// form: at most 63 periods fit in an i64 when `t_mult >= 2`).
+    fn period(&self, epoch: i64) -> (i64, i64) {
+        let epoch = epoch.max(0);
+        if self.t_mult == 1 {
+            return (epoch % self.t_0, self.t_0);
+        }
+        let (mut t_cur, mut t_i) = (epoch, self.t_0);
+        while t_cur >= t_i {
+            t_cur -= t_i;
+            match t_i.checked_mul(self.t_mult) {
+                Some(next) => t_i = next,
+                None => break,
+            }
+        }
+        (t_cur, t_i)
+    }
+
+    fn lr_at(&self, base_lr: f64, epoch: i64) -> f64 {
+        let (t_cur, t_i) = self.period(epoch);
+        let angle = std::f64::consts::PI * t_cur as f64 / t_i as f64;
+        self.eta_min + (base_lr - self.eta_min) * (1.0 + angle.cos()) / 2.0
+    }
+
+    fn hypers(&self) -> Vec<(String, f64)> {
+        vec![("t_0".into(), self.t_0 as f64), ("t_mult".into(), self.t_mult as f64), ("eta_min".into(), self.eta_min)]
+    }
+
+    fn with_hypers(&self, l: &Lookup) -> Result<Self> {
+        let (t_0, t_mult, eta_min) = (l.int("t_0")?, l.int("t_mult")?, l.get("eta_min")?);
+        check_restarts(t_0, t_mult, eta_min).map_err(Error::format)?;
+        Ok(CosineAnnealingWarmRestarts { base: self.base.clone(), t_0, t_mult, eta_min })
+    }
+}
+closed_form!(CosineAnnealingWarmRestarts, "cosine_annealing_warm_restarts");
+
+fn check_constant(factor: f64, total_iters: i64) -> std::result::Result<(), String> {
+    if !(0.0..=1.0).contains(&factor) {
+        return Err(format!("Constant multiplicative factor expected to be between 0 and 1, got {factor}"));
+    }
+    if total_iters < 0 {
+        return Err(format!("total_iters must be >= 0, got {total_iters}"));
+    }
+    Ok(())
+}
+
+fn check_polynomial(total_iters: i64, power: f64) -> std::result::Result<(), String> {
+    if total_iters < 1 {
+        return Err(format!("total_iters must be >= 1, got {total_iters}"));
+    }
+    check_finite("power", power)
+}
+
+fn check_restarts(t_0: i64, t_mult: i64, eta_min: f64) -> std::result::Result<(), String> {
+    if t_0 < 1 {
+        return Err(format!("Expected positive integer T_0, but got {t_0}"));
+    }
+    if t_mult < 1 {
+        return Err(format!("Expected integer T_mult >= 1, but got {t_mult}"));
+    }
+    check_finite("eta_min", eta_min)
+}
 
 fn check_finite(what: &str, v: f64) -> std::result::Result<(), String> {
     if v.is_finite() {

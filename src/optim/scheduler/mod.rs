@@ -17,10 +17,15 @@ use std::collections::{HashMap, HashSet};
 mod closed;
 mod one_cycle;
 mod plateau;
+mod sequential;
 
-pub use closed::{CosineAnnealingLr, ExponentialLr, LinearLr, MultiStepLr, StepLr};
+pub use closed::{
+    ConstantLr, CosineAnnealingLr, CosineAnnealingWarmRestarts, ExponentialLr, LinearLr, MultiStepLr, PolynomialLr,
+    StepLr,
+};
 pub use one_cycle::{AnnealStrategy, OneCycleLr, OneCycleOptions};
 pub use plateau::{PlateauMode, PlateauOptions, ReduceLrOnPlateau, ThresholdMode};
+pub use sequential::SequentialLr;
 
 #[cfg(test)]
 mod tests;
@@ -40,6 +45,14 @@ pub trait LrScheduler: Send {
     /// the new lr(s) into the optimizer. `metric` is required by
     /// ReduceLROnPlateau (error if `None`) and ignored by the others.
     fn step(&mut self, opt: &mut dyn Optimizer, metric: Option<f64>) -> Result<()>;
+
+    /// torch's `_update_lr(epoch)`, as SequentialLR calls it at a
+    /// milestone: sets the step counter to `epoch` and writes that step's
+    /// lrs. A scheduler that steps on a metric refuses.
+    fn jump_to(&mut self, opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
+        let _ = (opt, epoch);
+        Err(Error::invalid(format!("{} cannot be part of a SequentialLR", self.name())))
+    }
 
     /// The learning rates written by the last step (or the constructor).
     fn last_lr(&self) -> Vec<f64>;

@@ -185,6 +185,11 @@ impl LrScheduler for OneCycleLr {
         self.apply_step(opt, self.base.last_epoch + 1)
     }
 
+    fn jump_to(&mut self, opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
+        self.base.check_groups(opt, "one_cycle_lr")?;
+        self.apply_step(opt, epoch)
+    }
+
     fn last_lr(&self) -> Vec<f64> {
         self.base.last_lr.clone()
     }

@@ -66,6 +66,78 @@ fn closed_form_schedulers_match_torch() {
     check_closed("exponential", |o| Ok(Box::new(ExponentialLr::new(o, 0.9)?)), &EXPONENTIAL);
     check_closed("cosine", |o| Ok(Box::new(CosineAnnealingLr::new(o, 5, 0.01)?)), &COSINE);
     check_closed("linear", |o| Ok(Box::new(LinearLr::new(o, 0.25, 1.0, 4)?)), &LINEAR);
+    check_closed("constant", |o| Ok(Box::new(ConstantLr::new(o, 0.5, 3)?)), &CONSTANT);
+    check_closed("polynomial", |o| Ok(Box::new(PolynomialLr::new(o, 6, 2.0)?)), &POLYNOMIAL);
+    check_closed("warm_restarts", |o| Ok(Box::new(CosineAnnealingWarmRestarts::new(o, 3, 2, 0.01)?)), &WARM_RESTARTS);
+}
+
+#[test]
+fn sequential_matches_torch() {
+    check_closed(
+        "warmup_cosine",
+        |o| {
+            let warm: Box<dyn LrScheduler> = Box::new(LinearLr::new(o, 0.1, 1.0, 3)?);
+            let cosine: Box<dyn LrScheduler> = Box::new(CosineAnnealingLr::new(o, 6, 0.001)?);
+            Ok(Box::new(SequentialLr::new(o, vec![warm, cosine], vec![3])?))
+        },
+        &WARMUP_COSINE,
+    );
+    check_closed(
+        "sequential_3",
+        |o| {
+            let a: Box<dyn LrScheduler> = Box::new(ConstantLr::new(o, 0.5, 2)?);
+            let b: Box<dyn LrScheduler> = Box::new(ExponentialLr::new(o, 0.9)?);
+            let c: Box<dyn LrScheduler> = Box::new(StepLr::new(o, 2, 0.5)?);
+            Ok(Box::new(SequentialLr::new(o, vec![a, b, c], vec![2, 5])?))
+        },
+        &SEQUENTIAL_3,
+    );
+}
+
+#[test]
+fn sequential_refuses_bad_parts_and_bad_states() {
+    let mut o = opt();
+    let step = |o: &mut Sgd| -> Box<dyn LrScheduler> { Box::new(StepLr::new(o, 1, 0.5).unwrap()) };
+    let (a, b) = (step(&mut o), step(&mut o));
+    assert!(SequentialLr::new(&mut o, vec![a, b], vec![]).is_err(), "milestone count");
+    let (a, b, c) = (step(&mut o), step(&mut o), step(&mut o));
+    assert!(SequentialLr::new(&mut o, vec![a, b, c], vec![4, 2]).is_err(), "decreasing milestones");
+    assert!(SequentialLr::new(&mut o, vec![], vec![]).is_err(), "no scheduler");
+    let plateau: Box<dyn LrScheduler> = Box::new(ReduceLrOnPlateau::new(&mut o, PlateauOptions::default()).unwrap());
+    let first = step(&mut o);
+    let e = SequentialLr::new(&mut o, vec![first, plateau], vec![2]).err().unwrap();
+    assert!(e.message.contains("ReduceLROnPlateau"), "{}", e.message);
+    // A state of other schedulers is refused and changes nothing.
+    let (a, b) = (step(&mut o), step(&mut o));
+    let mut s = SequentialLr::new(&mut o, vec![a, b], vec![2]).unwrap();
+    s.step(&mut o, None).unwrap();
+    let before = s.state_dict();
+    let mut o2 = opt();
+    let cos: Box<dyn LrScheduler> = Box::new(CosineAnnealingLr::new(&mut o2, 5, 0.0).unwrap());
+    let first = step(&mut o2);
+    let other = SequentialLr::new(&mut o2, vec![first, cos], vec![2]).unwrap().state_dict();
+    assert!(s.load_state_dict(&other).is_err());
+    assert_eq!(s.state_dict(), before);
+    let mut extra = before.clone();
+    extra.push(("schedulers.7.last_epoch".into(), 1.0));
+    assert!(s.load_state_dict(&extra).is_err());
+    assert_eq!(s.state_dict(), before);
+}
+
+#[test]
+fn warm_restarts_period_is_torchs_for_huge_steps() {
+    let mut o = opt();
+    let s = CosineAnnealingWarmRestarts::new(&mut o, 3, 2, 0.0).unwrap();
+    // 3 + 6 + 12 = 21: step 21 starts the fourth period of 24.
+    let mut s = s;
+    s.jump_to(&mut o, 21).unwrap();
+    assert_eq!(o.lr(), 0.1);
+    s.jump_to(&mut o, i64::MAX).unwrap();
+    assert!(o.lr().is_finite());
+    assert!(CosineAnnealingWarmRestarts::new(&mut o, 0, 1, 0.0).is_err());
+    assert!(CosineAnnealingWarmRestarts::new(&mut o, 1, 0, 0.0).is_err());
+    assert!(ConstantLr::new(&mut o, 1.5, 3).is_err());
+    assert!(PolynomialLr::new(&mut o, 0, 1.0).is_err());
 }
 
 #[test]
@@ -374,3 +446,56 @@ const PLATEAU_MAX: [f64; 10] = [
 ];
 const PLATEAU_MAX_BAD: [u64; 10] = [0, 0, 1, 0, 0, 1, 0, 1, 0, 1];
 const PLATEAU_MAX_COOLDOWN: [u64; 10] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+// ConstantLR(opt, factor=0.5, total_iters=3)
+const CONSTANT: [f64; 13] = [0.05, 0.05, 0.05, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1];
+// PolynomialLR(opt, total_iters=6, power=2.0)
+const POLYNOMIAL: [f64; 13] = [
+    0.1,
+    0.06944444444444446,
+    0.04444444444444447,
+    0.02500000000000001,
+    0.011111111111111117,
+    0.0027777777777777775,
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+    0.0,
+];
+// CosineAnnealingWarmRestarts(opt, T_0=3, T_mult=2, eta_min=0.01)
+const WARM_RESTARTS: [f64; 13] = [
+    0.1,
+    0.0775,
+    0.032500000000000015,
+    0.1,
+    0.09397114317029975,
+    0.0775,
+    0.05500000000000001,
+    0.032500000000000015,
+    0.01602885682970026,
+    0.1,
+    0.09846666218300808,
+    0.09397114317029975,
+    0.08681980515339464,
+];
+// SequentialLR(opt, [LinearLR(opt, start_factor=0.1, total_iters=3), CosineAnnealingLR(opt, T_max=6, eta_min=0.001)], milestones=[3])
+const WARMUP_COSINE: [f64; 13] = [
+    0.010000000000000002,
+    0.04,
+    0.07,
+    0.1,
+    0.09336825748732973,
+    0.07525000000000001,
+    0.0505,
+    0.025750000000000012,
+    0.007631742512670284,
+    0.001,
+    0.007631742512670284,
+    0.025750000000000002,
+    0.05050000000000004,
+];
+// SequentialLR(opt, [ConstantLR(opt, factor=0.5, total_iters=2), ExponentialLR(opt, gamma=0.9), StepLR(opt, step_size=2, gamma=0.5)], milestones=[2, 5])
+const SEQUENTIAL_3: [f64; 13] =
+    [0.05, 0.05, 0.1, 0.09000000000000001, 0.08100000000000002, 0.1, 0.1, 0.05, 0.05, 0.025, 0.025, 0.0125, 0.0125];

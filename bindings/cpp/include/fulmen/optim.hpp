@@ -162,6 +162,39 @@ public:
             return fulmen_scheduler_linear_lr_new(opt.get(), start_factor, end_factor, total_iters, o);
         });
     }
+    /// ConstantLR: lr * factor for the first `total_iters` steps, then lr.
+    static Scheduler constant_lr(Optimizer& opt, double factor = 1.0 / 3, int64_t total_iters = 5) {
+        return make([&](fulmen_scheduler** o) {
+            return fulmen_scheduler_constant_lr_new(opt.get(), factor, total_iters, o);
+        });
+    }
+    /// PolynomialLR: lr * (1 - step / total_iters)^power, down to 0.
+    static Scheduler polynomial_lr(Optimizer& opt, int64_t total_iters = 5, double power = 1.0) {
+        return make([&](fulmen_scheduler** o) {
+            return fulmen_scheduler_polynomial_lr_new(opt.get(), total_iters, power, o);
+        });
+    }
+    /// CosineAnnealingWarmRestarts(t_0, t_mult, eta_min) (SGDR).
+    static Scheduler cosine_warm_restarts(Optimizer& opt, int64_t t_0, int64_t t_mult = 1, double eta_min = 0) {
+        return make([&](fulmen_scheduler** o) {
+            return fulmen_scheduler_cosine_warm_restarts_new(opt.get(), t_0, t_mult, eta_min, o);
+        });
+    }
+    /// SequentialLR: `schedulers[i]` (all made for `opt`) runs from
+    /// `milestones[i - 1]`; they are consumed on success (left as they were
+    /// on failure).
+    static Scheduler sequential_lr(Optimizer& opt, std::vector<Scheduler>&& schedulers,
+                                   const std::vector<int64_t>& milestones) {
+        std::vector<fulmen_scheduler*> h;
+        h.reserve(schedulers.size());
+        for (auto& s : schedulers) h.push_back(s.get());
+        Scheduler out = make([&](fulmen_scheduler** o) {
+            return fulmen_scheduler_sequential_lr_new(opt.get(), h.data(), h.size(), milestones.data(), milestones.size(),
+                                                      o);
+        });
+        for (auto& s : schedulers) s.release();
+        return out;
+    }
     /// OneCycleLR with `options`.
     static Scheduler one_cycle_lr(Optimizer& opt, const OneCycleOptions& options) {
         return make([&](fulmen_scheduler** o) { return fulmen_scheduler_one_cycle_lr_new(opt.get(), &options, o); });
