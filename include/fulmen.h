@@ -2165,6 +2165,26 @@ struct fulmen_error *fulmen_hook_context_metric(const struct fulmen_hook_context
 struct fulmen_error *fulmen_hook_context_request_stop(struct fulmen_hook_context *ctx);
 
 /**
+ * Logs an epoch-level metric from on_train_epoch_end,
+ * on_validation_epoch_end or on_test_epoch_end, as Lightning's
+ * `self.log(name, value)` there: an F1 or AUROC computed over the epoch.
+ * It reaches the trainer's callback metrics when the module's hook
+ * returns, before ModelCheckpoint and EarlyStopping look (they can
+ * monitor it), and the loggers with the epoch's other metrics; validate
+ * and test return it. `flags` combines FULMEN_LOG_ON_EPOCH (implied),
+ * FULMEN_LOG_PROG_BAR and FULMEN_LOG_SYNC_DIST (mean over ranks: every
+ * rank must log the same names in the same order).
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (another hook), FULMEN_CODE_INVALID_ARGUMENT
+ * (FULMEN_LOG_ON_STEP or unknown flags; a name empty, not UTF-8 or holding a
+ * comma, quote or newline).
+ */
+struct fulmen_error *fulmen_hook_context_log(struct fulmen_hook_context *ctx,
+                                             const char *name,
+                                             double value,
+                                             uint32_t flags);
+
+/**
  * Saves a checkpoint of the running fit to `path`, as Lightning's
  * `trainer.save_checkpoint(path, weights_only)` from a hook: the same
  * file a ModelCheckpoint writes (weights, and unless `weights_only` the

@@ -178,6 +178,16 @@ func (c *HookContext) Metric(name string) (float64, error) {
 	return float64(v), err
 }
 
+// Log logs an epoch-level metric from HookTrainEpochEnd,
+// HookValidationEpochEnd or HookTestEpochEnd (Lightning's self.log there):
+// ModelCheckpoint and EarlyStopping can monitor it. flags combines
+// LogProgBar and LogSyncDist; LogOnStep is refused.
+func (c *HookContext) Log(name string, value float64, flags LogFlags) error {
+	n := cString(name)
+	defer freeCString(n)
+	return check(C.fulmen_hook_context_log(c.ptr(), n, C.double(value), C.uint32_t(flags)))
+}
+
 // RequestStop asks the trainer to stop after the current step (Lightning's
 // trainer.should_stop = True; min_epochs / min_steps still apply).
 func (c *HookContext) RequestStop() error {

@@ -757,3 +757,44 @@ func TestHookSavesCheckpoints(t *testing.T) {
 		t.Fatalf("resumed after epoch 0 of 4 steps: global step %d, want 8", step)
 	}
 }
+
+// An epoch-end hook logs a metric ModelCheckpoint monitors (Lightning's
+// self.log in on_train_epoch_end); other hooks are refused.
+func TestHookLogDrivesModelCheckpoint(t *testing.T) {
+	noLeaks(t)
+	train, _ := loaders(t, 32, 16, 8)
+	model := mlp(t)
+	defer model.Close()
+	m := trainModule(t, model, nil)
+	defer m.Close()
+	tr := quietTrainer(t, 3, "logger", "false")
+	defer tr.Close()
+	scores := []float64{0.2, 0.6, 0.4}
+	refused := 0
+	ok(t, tr.AddCallback("scorer", fulmen.CallbackFunc(func(h fulmen.Hook, ctx *fulmen.HookContext) error {
+		switch h {
+		case fulmen.HookTrainEpochEnd:
+			epoch, err := ctx.Epoch()
+			if err != nil {
+				return err
+			}
+			return ctx.Log("f1", scores[epoch], 0)
+		case fulmen.HookTrainBatchEnd:
+			if err := ctx.Log("f1", 1, 0); errors.Is(err, fulmen.ErrInvalidState) {
+				refused++
+			}
+		}
+		return nil
+	})))
+	o := fulmen.DefaultModelCheckpointOptions()
+	o.Monitor = "f1"
+	o.Mode = fulmen.ModeMax
+	ok(t, tr.AddModelCheckpoint(o))
+	ok(t, tr.Fit(context.Background(), m, train, nil))
+	if best := must(tr.BestModelScore()); best != 0.6 {
+		t.Fatalf("best f1 %v, want 0.6", best)
+	}
+	if last := must(tr.CallbackMetric("f1")); last != 0.4 || refused == 0 {
+		t.Fatalf("last f1 %v (want 0.4), refusals in on_train_batch_end %d", last, refused)
+	}
+}

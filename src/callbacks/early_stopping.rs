@@ -156,6 +156,10 @@ impl Callback for EarlyStopping {
         format!("EarlyStopping{{monitor={:?}, mode={:?}}}", self.opts.monitor, self.opts.mode.as_str())
     }
 
+    fn monitors(&self) -> bool {
+        true
+    }
+
     fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()> {
         match ctx.hook {
             Hook::TrainEpochEnd if self.check_on_train_epoch_end(ctx) => self.check(ctx),

@@ -261,6 +261,10 @@ impl Callback for ModelCheckpoint {
         format!("ModelCheckpoint{{monitor={:?}}}", self.opts.monitor.as_deref().unwrap_or(""))
     }
 
+    fn monitors(&self) -> bool {
+        true
+    }
+
     fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()> {
         match ctx.hook {
             Hook::Setup if ctx.stage == "fit" && self.dirpath.is_none() => {

@@ -190,6 +190,43 @@ pub unsafe extern "C" fn fulmen_hook_context_request_stop(ctx: *mut fulmen_hook_
     })
 }
 
+/// Logs an epoch-level metric from on_train_epoch_end,
+/// on_validation_epoch_end or on_test_epoch_end, as Lightning's
+/// `self.log(name, value)` there: an F1 or AUROC computed over the epoch.
+/// It reaches the trainer's callback metrics when the module's hook
+/// returns, before ModelCheckpoint and EarlyStopping look (they can
+/// monitor it), and the loggers with the epoch's other metrics; validate
+/// and test return it. `flags` combines FULMEN_LOG_ON_EPOCH (implied),
+/// FULMEN_LOG_PROG_BAR and FULMEN_LOG_SYNC_DIST (mean over ranks: every
+/// rank must log the same names in the same order).
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (another hook), FULMEN_CODE_INVALID_ARGUMENT
+/// (FULMEN_LOG_ON_STEP or unknown flags; a name empty, not UTF-8 or holding a
+/// comma, quote or newline).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_log(
+    ctx: *mut fulmen_hook_context,
+    name: *const c_char,
+    value: f64,
+    flags: u32,
+) -> *mut fulmen_error {
+    guard("fulmen_hook_context_log", || {
+        use super::context::{FULMEN_LOG_ON_EPOCH, FULMEN_LOG_ON_STEP, FULMEN_LOG_PROG_BAR, FULMEN_LOG_SYNC_DIST};
+        let mut c = ctx_mut(ctx)?;
+        let n = str_arg(name, "name")?;
+        if flags & FULMEN_LOG_ON_STEP != 0 {
+            return Err(Error::invalid(format!(
+                "{}: a hook logs per epoch; FULMEN_LOG_ON_STEP is not allowed (as in Lightning)",
+                c.hook.name()
+            )));
+        }
+        if flags & !(FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR | FULMEN_LOG_SYNC_DIST) != 0 {
+            return Err(Error::invalid(format!("unknown log flags {flags:#x}")));
+        }
+        c.log(n, value, flags & FULMEN_LOG_PROG_BAR != 0, flags & FULMEN_LOG_SYNC_DIST != 0)
+    })
+}
+
 /// Saves a checkpoint of the running fit to `path`, as Lightning's
 /// `trainer.save_checkpoint(path, weights_only)` from a hook: the same
 /// file a ModelCheckpoint writes (weights, and unless `weights_only` the

@@ -51,15 +51,22 @@ pub struct StepContext<'a> {
     pub(crate) metrics: &'a mut MetricStore,
 }
 
+/// Checks a metric name: non-empty, no comma, quote or newline (it becomes
+/// a CSV column and a TensorBoard tag).
+pub(crate) fn check_metric_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.contains(['\n', '\r', ',', '"']) {
+        return Err(Error::invalid(format!(
+            "metric name {name:?} must be non-empty and hold no comma, quote or newline"
+        )));
+    }
+    Ok(())
+}
+
 impl StepContext<'_> {
     /// Logs a metric, as Lightning's `self.log(name, value, ...)`. `flags`
     /// `None` uses the stage's defaults; `batch_size` 0 uses the batch's.
     pub fn log(&mut self, name: &str, value: f64, flags: Option<LogFlags>, batch_size: i64) -> Result<()> {
-        if name.is_empty() || name.contains(['\n', '\r', ',', '"']) {
-            return Err(Error::invalid(format!(
-                "metric name {name:?} must be non-empty and hold no comma, quote or newline"
-            )));
-        }
+        check_metric_name(name)?;
         if batch_size < 0 {
             return Err(Error::invalid(format!("batch_size {batch_size} is negative")));
         }

@@ -116,10 +116,11 @@ pub(super) fn evaluate(
             }
         }
     }
-    let metrics = store.end_epoch_synced(&|v| run.strategy.mean(v))?;
+    let mut metrics = store.end_epoch_synced(&|v| run.strategy.mean(v))?;
     run.state.callback_metrics.extend(store.callback_metrics);
     run.state.progress_metrics.extend(store.progress_metrics);
     run.simple(h.epoch_end)?;
+    metrics.extend(std::mem::take(&mut run.state.hook_metrics));
     if let (Some(step), false) = (log_step, metrics.is_empty()) {
         run.log_metrics(&metrics, step)?;
     }

@@ -498,10 +498,11 @@ fn train_epoch(
             break;
         }
     }
-    let train_epoch_metrics = store.end_epoch_synced(&|v| run.strategy.mean(v))?;
+    let mut train_epoch_metrics = store.end_epoch_synced(&|v| run.strategy.mean(v))?;
     run.state.callback_metrics.extend(store.callback_metrics);
     run.state.progress_metrics.extend(store.progress_metrics);
     run.hook(Hook::TrainEpochEnd, HookData { batch_idx: -1, ..Default::default() })?;
+    train_epoch_metrics.extend(std::mem::take(&mut run.state.hook_metrics));
     if !train_epoch_metrics.is_empty() {
         run.log_metrics(&train_epoch_metrics, (run.state.global_step - 1).max(0))?;
     }

@@ -189,6 +189,26 @@ pub struct TrainerState {
     pub ckpt_path: Option<PathBuf>,
     /// Number of processes of the run (1 without DDP).
     pub world_size: usize,
+    /// Metrics logged by an epoch-end hook, applied when its module hook
+    /// returns (before the monitoring callbacks run).
+    pub hook_logs: Vec<HookLog>,
+    /// Epoch metrics logged by hooks since the stage's loggers were last
+    /// written, as they go to the loggers.
+    pub hook_metrics: BTreeMap<String, f64>,
+}
+
+/// A metric logged from a hook (Lightning's `self.log` in
+/// `on_train_epoch_end` and the other epoch-end hooks).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HookLog {
+    /// The metric's name.
+    pub name: String,
+    /// Its value.
+    pub value: f64,
+    /// Show it in the progress output.
+    pub prog_bar: bool,
+    /// Average it over ranks first.
+    pub sync_dist: bool,
 }
 
 /// What one hook call sees: the hook, the trainer state, and the batch data
@@ -219,6 +239,25 @@ impl<'a> HookContext<'a> {
         HookContext { hook, stage, state, batch_idx: -1, batch: None, output: None, checkpoint: None, exception: None }
     }
 
+    /// Logs an epoch-level metric from on_train_epoch_end,
+    /// on_validation_epoch_end or on_test_epoch_end (Lightning's
+    /// `self.log(name, value, on_epoch=True)` there): it reaches
+    /// callback_metrics as soon as the module's hook returns, so
+    /// ModelCheckpoint and EarlyStopping can monitor it, and the loggers
+    /// with the epoch's other metrics.
+    pub fn log(&mut self, name: &str, value: f64, prog_bar: bool, sync_dist: bool) -> Result<()> {
+        super::context::check_metric_name(name)?;
+        if !matches!(self.hook, Hook::TrainEpochEnd | Hook::ValidationEpochEnd | Hook::TestEpochEnd) {
+            return Err(Error::state(format!(
+                "a hook logs only in on_train_epoch_end, on_validation_epoch_end and on_test_epoch_end, not in {}; \
+                 log per-step values from the step functions",
+                self.hook.name()
+            )));
+        }
+        self.state.hook_logs.push(HookLog { name: name.to_string(), value, prog_bar, sync_dist });
+        Ok(())
+    }
+
     /// Reads a metric, or an error naming the metrics that exist.
     pub fn metric(&self, name: &str) -> Result<f64> {
         self.state.callback_metrics.get(name).copied().ok_or_else(|| {
@@ -244,6 +283,12 @@ pub trait Callback {
     /// Restores what `state_dict` produced.
     fn load_state_dict(&mut self, _state: &BTreeMap<String, String>) -> Result<()> {
         Ok(())
+    }
+    /// Whether it acts on monitored metrics (ModelCheckpoint,
+    /// EarlyStopping): in on_train_epoch_end such callbacks run after the
+    /// module's hook, so they see what it logged (Lightning's order).
+    fn monitors(&self) -> bool {
+        false
     }
     /// The callback as `Any`, so the trainer can find its ModelCheckpoints
     /// and Timers.

@@ -62,11 +62,48 @@ impl Run<'_> {
             checkpoint: None,
             exception: data.exception,
         };
-        for cb in self.callbacks.iter_mut() {
+        // Lightning's on_train_epoch_end: callbacks, the module, then the
+        // callbacks that monitor metrics, so they see what it logged.
+        let split = hook == Hook::TrainEpochEnd;
+        for cb in self.callbacks.iter_mut().filter(|c| !split || !c.monitors()) {
             cb.on_hook(&mut ctx).map_err(|e| e.context(format!("callback {} in {}", cb.name(), hook.name())))?;
         }
         self.module.on_hook(&mut ctx).map_err(|e| e.context(format!("LightningModule.{}", hook.name())))?;
+        self.apply_hook_logs()?;
+        if split {
+            let mut ctx = HookContext::new(hook, self.stage, self.state);
+            ctx.batch_idx = data.batch_idx;
+            for cb in self.callbacks.iter_mut().filter(|c| c.monitors()) {
+                cb.on_hook(&mut ctx).map_err(|e| e.context(format!("callback {} in {}", cb.name(), hook.name())))?;
+            }
+        }
         self.process_requests()
+    }
+
+    /// Records the metrics the hook just called logged: averaged over
+    /// ranks where asked, into callback_metrics (what ModelCheckpoint and
+    /// EarlyStopping monitor), the progress output and, at the stage's
+    /// next logger write, the loggers.
+    fn apply_hook_logs(&mut self) -> Result<()> {
+        let logs = std::mem::take(&mut self.state.hook_logs);
+        if logs.is_empty() {
+            return Ok(());
+        }
+        let synced: Vec<usize> = (0..logs.len()).filter(|i| logs[*i].sync_dist).collect();
+        let mut values: Vec<f64> = synced.iter().map(|i| logs[*i].value).collect();
+        self.strategy.mean(&mut values)?;
+        let mut logs = logs;
+        for (i, v) in synced.into_iter().zip(values) {
+            logs[i].value = v;
+        }
+        for l in logs {
+            self.state.callback_metrics.insert(l.name.clone(), l.value);
+            if l.prog_bar {
+                self.state.progress_metrics.insert(l.name.clone(), l.value);
+            }
+            self.state.hook_metrics.insert(l.name, l.value);
+        }
+        Ok(())
     }
 
     /// Calls a hook with no batch data.

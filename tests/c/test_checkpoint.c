@@ -480,6 +480,94 @@ static void test_host_saves_checkpoints(fulmen_loader *tl, fulmen_loader *vl) {
     fulmen_model_free(f.model);
 }
 
+/* Epoch-level metrics logged from epoch-end hooks drive ModelCheckpoint
+ * and EarlyStopping (Lightning's self.log in on_train_epoch_end), reach
+ * the CSV log, and validate returns what on_validation_epoch_end logs;
+ * other hooks and per-step flags are refused. */
+static const double epoch_scores[4] = {0.5, 0.9, 0.7, 0.8};
+static int hook_log_refusals;
+
+static fulmen_error *scoring_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+    (void)ud;
+    if (hook == FULMEN_HOOK_TRAIN_EPOCH_END) {
+        int64_t epoch = 0;
+        fulmen_error *e = fulmen_hook_context_epoch(ctx, &epoch);
+        if (e) return e;
+        fulmen_error *bad = fulmen_hook_context_log(ctx, "score", 1.0, FULMEN_LOG_ON_STEP);
+        hook_log_refusals += bad != NULL && fulmen_error_code(bad) == FULMEN_CODE_INVALID_ARGUMENT;
+        fulmen_error_free(bad);
+        return fulmen_hook_context_log(ctx, "score", epoch_scores[epoch % 4], FULMEN_LOG_PROG_BAR);
+    }
+    if (hook == FULMEN_HOOK_VALIDATION_EPOCH_END) return fulmen_hook_context_log(ctx, "val_auc", 0.75, 0);
+    if (hook == FULMEN_HOOK_TRAIN_BATCH_END) {
+        fulmen_error *bad = fulmen_hook_context_log(ctx, "score", 1.0, 0);
+        hook_log_refusals += bad != NULL && fulmen_error_code(bad) == FULMEN_CODE_INVALID_STATE;
+        fulmen_error_free(bad);
+    }
+    return NULL;
+}
+
+static void test_hook_logged_metrics_drive_callbacks(fulmen_loader *tl, fulmen_loader *vl) {
+    char init[300], dir[300], best[600], csv[700];
+    size_t len = 0;
+    snprintf(init, sizeof init, "%s/init.safetensors", root);
+    snprintf(dir, sizeof dir, "%s/hook-log", root);
+    fixture f = {.model = model_from(init)};
+    fulmen_module_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = &f;
+    vt.training_step = training_step;
+    vt.validation_step = validation_step;
+    vt.configure_optimizers = configure_optimizers;
+    vt.on_hook = scoring_hook;
+    fulmen_lightning_module *m = NULL;
+    CHECK_OK(fulmen_lightning_module_new(&vt, f.model, &m));
+    const char *kv[] = {"logger", "true", "default_root_dir", dir, NULL};
+    fulmen_trainer *t = trainer_with(4, kv);
+    fulmen_model_checkpoint_options o = ckpt_opts(dir);
+    o.monitor = "score";
+    o.mode = FULMEN_MODE_MAX;
+    CHECK_OK(fulmen_trainer_add_model_checkpoint(t, &o));
+    fulmen_early_stopping_options es = fulmen_early_stopping_options_default();
+    es.monitor = "score";
+    es.mode = FULMEN_MODE_MAX;
+    es.patience = 1;
+    es.check_on_train_epoch_end = 1; /* the score exists after on_train_epoch_end only */
+    CHECK_OK(fulmen_trainer_add_early_stopping(t, &es));
+    hook_log_refusals = 0;
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
+    /* scores 0.5, 0.9, 0.7: no improvement for one epoch stops after epoch 2 */
+    int64_t epoch = 0;
+    CHECK_OK(fulmen_trainer_current_epoch(t, &epoch));
+    CHECK(epoch == 3);
+    double best_score = 0, score = 0;
+    CHECK_OK(fulmen_trainer_best_model_score(t, &best_score));
+    CHECK_NEAR(best_score, 0.9, 1e-12);
+    CHECK_OK(fulmen_trainer_checkpoint_path(t, FULMEN_CHECKPOINT_PATH_BEST, best, sizeof best, &len));
+    CHECK(strstr(best, "epoch=1") != NULL);
+    CHECK_OK(fulmen_trainer_callback_metric(t, "score", &score));
+    CHECK_NEAR(score, 0.7, 1e-12);
+    CHECK(hook_log_refusals > 3);
+    /* the CSV log has the hook's column */
+    char logdir[500];
+    CHECK_OK(fulmen_trainer_log_dir(t, logdir, sizeof logdir, &len));
+    snprintf(csv, sizeof csv, "%s/metrics.csv", logdir);
+    FILE *in = fopen(csv, "r");
+    char header[512] = {0};
+    CHECK(in != NULL && fgets(header, sizeof header, in) != NULL && strstr(header, "score") != NULL &&
+          strstr(header, "val_auc") != NULL);
+    if (in) fclose(in);
+    /* validate returns what on_validation_epoch_end logged */
+    double auc = 0;
+    CHECK_OK(fulmen_trainer_validate(t, m, vl, NULL));
+    CHECK_OK(fulmen_trainer_callback_metric(t, "val_auc", &auc));
+    CHECK_NEAR(auc, 0.75, 1e-12);
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(f.model);
+}
+
 /* The default ModelCheckpoint and the log folder of a fit outlive the
  * validate / test runs after it (as Lightning's trainer.checkpoint_callback
  * and trainer.log_dir): "best" works for every later run. */
@@ -628,6 +716,7 @@ int main(void) {
     test_ckpt_path(tl, vl);
     test_default_checkpoint_outlives_eval(tl, vl);
     test_host_saves_checkpoints(tl, vl);
+    test_hook_logged_metrics_drive_callbacks(tl, vl);
     fulmen_loader_free(tl);
     fulmen_loader_free(tl4);
     fulmen_loader_free(vl);

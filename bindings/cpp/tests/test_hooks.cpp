@@ -422,6 +422,27 @@ TEST_F(HookTest, AHookSavesCheckpointsAndFitResumesFromThem) {
     EXPECT_EQ(second.global_step(), 8);  // resumed after epoch 0: one more epoch
 }
 
+TEST_F(HookTest, AnEpochEndHookLogsWhatModelCheckpointMonitors) {
+    Model model = fulmen_test::mlp();
+    Dataset train_ds = fulmen_test::blobs(64, 7);
+    Loader train(train_ds, 16, true, 2);
+    LightningModule module = simple_module(model).build();
+    const std::string root = fulmen_test::fresh_dir("hook-log");
+    Trainer trainer(fulmen_test::quiet_options(3).set("default_root_dir", root).set("logger", false));
+    const double scores[3] = {0.2, 0.6, 0.4};
+    trainer.add_callback("scorer", [&](Hook h, HookContext& ctx) {
+        if (h == Hook::TrainEpochEnd) ctx.log("f1", scores[ctx.epoch()]);
+        if (h == Hook::TrainBatchEnd) {
+            EXPECT_THROW(ctx.log("f1", 1.0), fulmen::Error);
+        }
+    });
+    fulmen::ModelCheckpointOptions ck("f1", fulmen::Mode::Max);
+    trainer.add_model_checkpoint(ck);
+    trainer.fit(module, train);
+    EXPECT_DOUBLE_EQ(trainer.best_model_score(), 0.6);
+    EXPECT_DOUBLE_EQ(trainer.callback_metric("f1"), 0.4);
+}
+
 TEST_F(HookTest, EarlyStoppingStopsEarly) {
     Model model = fulmen_test::mlp();
     Dataset ds = fulmen_test::blobs(32, 8);

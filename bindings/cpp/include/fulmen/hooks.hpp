@@ -99,6 +99,14 @@ public:
         return v;
     }
 
+    /// Logs an epoch-level metric from Hook::TrainEpochEnd,
+    /// ValidationEpochEnd or TestEpochEnd (Lightning's `self.log` there):
+    /// ModelCheckpoint and EarlyStopping can monitor it. `flags` combines
+    /// FULMEN_LOG_PROG_BAR and FULMEN_LOG_SYNC_DIST.
+    void log(const std::string& name, double value, uint32_t flags = 0) {
+        check(fulmen_hook_context_log(ctx_, name.c_str(), value, flags));
+    }
+
     /// Asks the trainer to stop after the current step (Lightning's
     /// `trainer.should_stop = True`; min_epochs / min_steps still apply).
     void request_stop() { check(fulmen_hook_context_request_stop(ctx_)); }
