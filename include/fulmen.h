@@ -2609,6 +2609,19 @@ struct fulmen_error *fulmen_lightning_module_set_hparam(struct fulmen_lightning_
                                                         const char *value);
 
 /**
+ * Writes Lightning's `trainer.estimated_stepping_batches`: the optimizer
+ * steps this fit will take, `ceil(batches per epoch /
+ * accumulate_grad_batches) * max_epochs` at most max_steps (this rank's
+ * shard under DDP), e.g. for OneCycleLR's `total_steps`. Runs on the
+ * thread of configure_optimizers.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (the run is unbounded: no max_steps,
+ * and max_epochs -1 or a data source of unknown length).
+ */
+struct fulmen_error *fulmen_optimizer_config_estimated_stepping_batches(const struct fulmen_optimizer_config *config,
+                                                                        int64_t *out);
+
+/**
  * Hands `optimizer` (and optionally `scheduler`, created for it) to the
  * trainer. `interval` is a `fulmen_interval`; the scheduler steps every
  * `frequency` intervals; `monitor` names the logged metric fed to

@@ -798,3 +798,44 @@ func TestHookLogDrivesModelCheckpoint(t *testing.T) {
 		t.Fatalf("last f1 %v (want 0.4), refusals in on_train_batch_end %d", last, refused)
 	}
 }
+
+// ConfigureOptimizers reads the run's length (Lightning's
+// estimated_stepping_batches) for a OneCycleLR that ends with the fit.
+func TestEstimatedSteppingBatches(t *testing.T) {
+	noLeaks(t)
+	train, _ := loaders(t, 32, 16, 8) // 4 batches an epoch
+	model := mlp(t)
+	defer model.Close()
+	var seen int64
+	var known bool
+	m := must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) (*fulmen.Tensor, error) {
+			_, loss, err := lossOf(model, b)
+			return loss, err
+		},
+		ConfigureOptimizers: func(cfg *fulmen.OptimizerConfig) error {
+			steps, ok, err := cfg.EstimatedSteppingBatches()
+			if err != nil {
+				return err
+			}
+			seen, known = steps, ok
+			opt, err := fulmen.NewSGD(model, nil, fulmen.DefaultSGDOptions())
+			if err != nil {
+				return err
+			}
+			sched, err := fulmen.NewOneCycleLR(opt, fulmen.DefaultOneCycleOptions(0.1, steps))
+			if err != nil {
+				opt.Close()
+				return err
+			}
+			return cfg.AddWithScheduler(opt, sched, fulmen.IntervalStep, 1, "")
+		},
+	}))
+	defer m.Close()
+	tr := quietTrainer(t, 3, "logger", "false", "accumulate_grad_batches", "3")
+	defer tr.Close()
+	ok(t, tr.Fit(context.Background(), m, train, nil))
+	if !known || seen != 6 { // ceil(4 / 3) * 3 epochs; OneCycleLR would fail past its last step
+		t.Fatalf("estimated stepping batches %d (known %v), want 6", seen, known)
+	}
+}

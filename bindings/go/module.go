@@ -7,6 +7,7 @@ package fulmen
 import "C"
 
 import (
+	"errors"
 	"runtime"
 	"runtime/cgo"
 )
@@ -259,6 +260,24 @@ type OptimizerConfig struct {
 }
 
 func (c *OptimizerConfig) end() { c.h = nil }
+
+// EstimatedSteppingBatches is Lightning's trainer.estimated_stepping_batches:
+// the optimizer steps of this fit (e.g. OneCycleLR's total steps). ok is
+// false when the run is unbounded.
+func (c *OptimizerConfig) EstimatedSteppingBatches() (steps int64, ok bool, err error) {
+	var h *C.fulmen_optimizer_config
+	if c != nil {
+		h = c.h
+	}
+	var v C.int64_t
+	if err := check(C.fulmen_optimizer_config_estimated_stepping_batches(h, &v)); err != nil {
+		if errors.Is(err, ErrInvalidState) {
+			return 0, false, nil
+		}
+		return 0, false, err
+	}
+	return int64(v), true, nil
+}
 
 // Add hands opt to the trainer. On success opt is consumed (its wrapper is
 // closed); on failure it is unchanged.

@@ -13,7 +13,7 @@ use super::tensor::handle::{fulmen_tensor, tensor_arg};
 use super::tensor::TensorScope;
 use crate::error::{Error, ErrorCode, Result};
 use crate::trainer::{
-    HookContext, Interval, LightningModule, OptimizerConfig, SchedulerConfig, SharedModel, StepContext,
+    HookContext, Interval, LightningModule, OptimizerConfig, OptimizerSetup, SchedulerConfig, SharedModel, StepContext,
 };
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_void};
@@ -112,6 +112,8 @@ impl Handle for fulmen_lightning_module {
 /// only during that callback.
 pub struct fulmen_optimizer_config {
     pub(crate) configs: Vec<OptimizerConfig>,
+    /// What the trainer knows of the run.
+    pub(crate) setup: OptimizerSetup,
 }
 
 impl Handle for fulmen_optimizer_config {
@@ -216,11 +218,12 @@ impl LightningModule for HostModule {
         self.hparams.clone()
     }
 
-    fn configure_optimizers(&mut self) -> Result<Vec<OptimizerConfig>> {
+    fn configure_optimizers(&mut self, setup: &OptimizerSetup) -> Result<Vec<OptimizerConfig>> {
         let f = self.configure_optimizers.ok_or_else(|| Error::state("the module has no configure_optimizers"))?;
         let _scope = TensorScope::enter();
-        let (cfg, err) =
-            with_temp_handle(fulmen_optimizer_config { configs: Vec::new() }, |c| unsafe { f(self.userdata.ptr(), c) });
+        let (cfg, err) = with_temp_handle(fulmen_optimizer_config { configs: Vec::new(), setup: *setup }, |c| unsafe {
+            f(self.userdata.ptr(), c)
+        });
         host_error("configure_optimizers", err)?;
         Ok(cfg.configs)
     }
@@ -300,6 +303,30 @@ pub enum SchedulerInterval {
     Step = 0,
     /// After every training epoch (Lightning's default).
     Epoch = 1,
+}
+
+/// Writes Lightning's `trainer.estimated_stepping_batches`: the optimizer
+/// steps this fit will take, `ceil(batches per epoch /
+/// accumulate_grad_batches) * max_epochs` at most max_steps (this rank's
+/// shard under DDP), e.g. for OneCycleLR's `total_steps`. Runs on the
+/// thread of configure_optimizers.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (the run is unbounded: no max_steps,
+/// and max_epochs -1 or a data source of unknown length).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_optimizer_config_estimated_stepping_batches(
+    config: *const fulmen_optimizer_config,
+    out: *mut i64,
+) -> *mut fulmen_error {
+    guard("fulmen_optimizer_config_estimated_stepping_batches", || {
+        check_out(out, "out")?;
+        let c = handle::borrow(config, "config")?;
+        let steps = c.setup.estimated_stepping_batches.ok_or_else(|| {
+            Error::state("the number of steps is unbounded: set max_steps, or max_epochs with a sized data source")
+        })?;
+        out.write(steps);
+        Ok(())
+    })
 }
 
 /// Hands `optimizer` (and optionally `scheduler`, created for it) to the

@@ -245,6 +245,24 @@ fn check_val_interval(opts: &super::TrainerOptions, train_batches: Option<usize>
     Ok(())
 }
 
+/// Lightning's `trainer.estimated_stepping_batches` for `train` (this
+/// rank's shard): `ceil(batches / accumulate_grad_batches) * max_epochs`,
+/// at most max_steps; max_steps alone when the epochs or the batches are
+/// unbounded; `None` when nothing bounds the run.
+fn estimated_stepping_batches(opts: &super::TrainerOptions, train: &dyn BatchSource) -> Option<i64> {
+    let max_steps = opts.step_limit();
+    let bounded_steps = (max_steps >= 0).then_some(max_steps);
+    let per_epoch = opts.effective_limit(opts.limit_train_batches).apply(train.num_batches());
+    match (opts.epoch_limit(), per_epoch) {
+        (Some(epochs), Some(batches)) => {
+            let acc = opts.accumulate_grad_batches.max(1) as u64;
+            let steps = (batches as u64).div_ceil(acc).saturating_mul(epochs.max(1) as u64).min(i64::MAX as u64) as i64;
+            Some(bounded_steps.map_or(steps, |m| steps.min(m)))
+        }
+        _ => bounded_steps,
+    }
+}
+
 /// The body of fit, on a prepared run.
 fn fit_run(
     run: &mut Run,
@@ -255,7 +273,8 @@ fn fit_run(
 ) -> Result<()> {
     check_val_interval(opts, run.state.num_train_batches, val.is_some())?;
     run.simple(Hook::Setup)?;
-    run.optimizers = run.module.configure_optimizers().ctx("configure_optimizers")?;
+    let setup = super::module::OptimizerSetup { estimated_stepping_batches: estimated_stepping_batches(opts, train) };
+    run.optimizers = run.module.configure_optimizers(&setup).ctx("configure_optimizers")?;
     if run.optimizers.is_empty() {
         return Err(Error::state("configure_optimizers returned no optimizer"));
     }

@@ -23,7 +23,7 @@ mod strategy;
 pub use context::{Stage, StepContext};
 pub use hooks::{Callback, Hook, HookContext, TrainerState};
 pub use metrics::{LogFlags, MetricStore};
-pub use module::{Interval, LightningModule, OptimizerConfig, SchedulerConfig, SharedModel};
+pub use module::{Interval, LightningModule, OptimizerConfig, OptimizerSetup, SchedulerConfig, SharedModel};
 pub use options::{BatchLimit, ClipAlgorithm, LoggerChoice, TrainerOptions, ValCheckInterval};
 pub use source::{BatchIter, BatchSource};
 

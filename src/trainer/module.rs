@@ -32,6 +32,15 @@ pub struct SchedulerConfig {
     pub monitor: Option<String>,
 }
 
+/// What `configure_optimizers` may want to know about the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OptimizerSetup {
+    /// Lightning's `trainer.estimated_stepping_batches`: the optimizer
+    /// steps this fit will take (`None` when unbounded: no max_steps and a
+    /// source of unknown length or no epoch limit).
+    pub estimated_stepping_batches: Option<i64>,
+}
+
 /// One optimizer and its optional scheduler.
 pub struct OptimizerConfig {
     /// The optimizer.
@@ -67,8 +76,9 @@ pub trait LightningModule {
     }
     /// Predicts one batch; `None` when the step produced nothing.
     fn predict_step(&mut self, _ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>>;
-    /// Creates the optimizers (and schedulers) for `fit`.
-    fn configure_optimizers(&mut self) -> Result<Vec<OptimizerConfig>>;
+    /// Creates the optimizers (and schedulers) for `fit`; `setup` says how
+    /// long the run will be (for OneCycleLR's `total_steps`).
+    fn configure_optimizers(&mut self, setup: &OptimizerSetup) -> Result<Vec<OptimizerConfig>>;
     /// The module's own hooks, called after every callback's.
     fn on_hook(&mut self, _ctx: &mut HookContext) -> Result<()> {
         Ok(())

@@ -25,6 +25,7 @@ typedef struct {
     int64_t last_epoch, last_step, last_batch_idx;
     int32_t stages_seen; /* bit per fulmen_stage */
     const char *scheduler; /* NULL, "step", "plateau", "plateau-missing" */
+    int64_t estimated;     /* estimated_stepping_batches seen by configure_optimizers (-1: unbounded) */
 } fixture;
 
 static fulmen_error *loss_of(fixture *f, const fulmen_batch *batch, fulmen_tensor **logits, fulmen_tensor **loss) {
@@ -120,6 +121,12 @@ static fulmen_error *predict_step(void *ud, fulmen_step_context *ctx, const fulm
 static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *config) {
     fixture *f = ud;
     f->config_calls++;
+    fulmen_error *steps = fulmen_optimizer_config_estimated_stepping_batches(config, &f->estimated);
+    if (steps != NULL) {
+        CHECK(fulmen_error_code(steps) == FULMEN_CODE_INVALID_STATE);
+        f->estimated = -1;
+        fulmen_error_free(steps);
+    }
     fulmen_sgd_options o = fulmen_sgd_options_default();
     o.lr = 0.1;
     fulmen_optimizer *opt = NULL;
@@ -493,11 +500,53 @@ static void test_iterator_loader(void) {
     fulmen_dataset_free(s.ds);
 }
 
+/* estimated_stepping_batches as Lightning computes it, seen from
+ * configure_optimizers. */
+static void test_estimated_stepping_batches(void) {
+    fulmen_dataset *ds = blobs(100, 4);
+    fulmen_loader *l = loader(ds, 10, false); /* 10 batches an epoch */
+    fixture f = {.model = mlp(), .fail_at_step = -1};
+    fulmen_lightning_module *m = module_for(&f);
+    struct {
+        const char *key, *value;
+        int64_t want;
+    } cases[] = {
+        {"logger", "false", 30},                /* 10 batches * 3 epochs */
+        {"accumulate_grad_batches", "3", 12},   /* ceil(10 / 3) * 3 */
+        {"max_steps", "5", 5},                  /* the smaller bound */
+        {"limit_train_batches", "4", 12},       /* 4 * 3 */
+        {"limit_train_batches", "0.5", 15},     /* 5 * 3 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fulmen_trainer *t = trainer_with(root, 3, cases[i].key, cases[i].value);
+        f.estimated = 0;
+        CHECK_OK(fulmen_trainer_fit(t, m, l, NULL, NULL));
+        if (f.estimated != cases[i].want)
+            fprintf(stderr, "  %s=%s: estimated %lld, want %lld\n", cases[i].key, cases[i].value,
+                    (long long)f.estimated, (long long)cases[i].want);
+        CHECK(f.estimated == cases[i].want);
+        fulmen_trainer_free(t);
+    }
+    /* an unbounded run: max_epochs -1 and no max_steps */
+    fulmen_trainer *t = trainer_with(root, -1, "max_time", "00:00:00:01");
+    f.estimated = 0;
+    CHECK_OK(fulmen_trainer_fit(t, m, l, NULL, NULL));
+    CHECK(f.estimated == -1);
+    fulmen_trainer_free(t);
+    int64_t v = 0;
+    CHECK_ERR(fulmen_optimizer_config_estimated_stepping_batches(NULL, &v), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(f.model);
+    fulmen_loader_free(l);
+    fulmen_dataset_free(ds);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/fulmen-test-trainer-%d", (int)getpid());
     mkdir(root, 0755);
     test_fit_validate_test_predict();
     test_limits();
+    test_estimated_stepping_batches();
     test_callback_failures();
     test_schedulers_in_fit();
     test_keep_inside_step();

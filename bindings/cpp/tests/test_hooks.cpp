@@ -443,6 +443,27 @@ TEST_F(HookTest, AnEpochEndHookLogsWhatModelCheckpointMonitors) {
     EXPECT_DOUBLE_EQ(trainer.callback_metric("f1"), 0.4);
 }
 
+TEST_F(HookTest, ConfigureOptimizersSeesTheRunLength) {
+    Model model = fulmen_test::mlp();
+    Dataset train_ds = fulmen_test::blobs(64, 7);
+    Loader train(train_ds, 16, true, 2);  // 4 batches an epoch
+    std::optional<int64_t> seen;
+    LightningModule module = LightningModule::builder(model)
+                                 .training_step([&model](StepContext&, const Batch& batch) { return batch_loss(model, batch); })
+                                 .configure_optimizers([&](OptimizerConfig& config) {
+                                     seen = config.estimated_stepping_batches();
+                                     Optimizer opt = Optimizer::sgd(model, fulmen::SgdOptions(0.1));
+                                     fulmen::Scheduler s = fulmen::Scheduler::one_cycle_lr(opt, fulmen::OneCycleOptions(0.1, *seen));
+                                     config.add(std::move(opt), std::move(s), fulmen::Interval::Step);
+                                 })
+                                 .build();
+    Trainer trainer(fulmen_test::quiet_options(2).set("logger", false).set("max_steps", 5));
+    trainer.fit(module, train);
+    ASSERT_TRUE(seen.has_value());
+    EXPECT_EQ(*seen, 5);  // min(4 * 2, max_steps 5)
+    EXPECT_EQ(trainer.global_step(), 5);
+}
+
 TEST_F(HookTest, EarlyStoppingStopsEarly) {
     Model model = fulmen_test::mlp();
     Dataset ds = fulmen_test::blobs(32, 8);

@@ -98,6 +98,20 @@ public:
     /// Wraps the borrowed C config.
     explicit OptimizerConfig(fulmen_optimizer_config* config) noexcept : config_(config) {}
 
+    /// Lightning's `trainer.estimated_stepping_batches`: the optimizer
+    /// steps of this fit (e.g. OneCycleLR's total_steps); nullopt when the
+    /// run is unbounded.
+    std::optional<int64_t> estimated_stepping_batches() const {
+        int64_t steps = 0;
+        fulmen_error* err = fulmen_optimizer_config_estimated_stepping_batches(config_, &steps);
+        if (err != nullptr && fulmen_error_code(err) == FULMEN_CODE_INVALID_STATE) {
+            fulmen_error_free(err);
+            return std::nullopt;
+        }
+        check(err);
+        return steps;
+    }
+
     /// Hands an optimizer to the trainer (consumed on success).
     OptimizerConfig& add(Optimizer&& optimizer) {
         check(fulmen_optimizer_config_add(config_, optimizer.get(), nullptr, static_cast<int32_t>(Interval::Epoch), 1, nullptr));
