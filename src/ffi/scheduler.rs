@@ -6,9 +6,9 @@ use super::optim::fulmen_optimizer;
 use super::tensor::handle::i64_list;
 use crate::error::{Error, ErrorCode, Result};
 use crate::optim::{
-    AnnealStrategy, ConstantLr, CosineAnnealingLr, CosineAnnealingWarmRestarts, ExponentialLr, LinearLr, LrScheduler,
-    MultiStepLr, OneCycleLr, OneCycleOptions, PlateauMode, PlateauOptions, PolynomialLr, ReduceLrOnPlateau,
-    SequentialLr, StepLr, ThresholdMode,
+    check_sequential_milestones, AnnealStrategy, ConstantLr, CosineAnnealingLr, CosineAnnealingWarmRestarts,
+    ExponentialLr, LinearLr, LrScheduler, MultiStepLr, OneCycleLr, OneCycleOptions, PlateauMode, PlateauOptions,
+    PolynomialLr, ReduceLrOnPlateau, SequentialLr, StepLr, ThresholdMode,
 };
 
 /// A learning-rate scheduler bound to the optimizer it was created for.
@@ -202,17 +202,10 @@ pub unsafe extern "C" fn fulmen_scheduler_sequential_lr_new(
         if schedulers.is_null() {
             return Err(Error::new(ErrorCode::NullArgument, "schedulers is NULL"));
         }
-        if n_milestones != n_schedulers - 1 {
-            return Err(Error::invalid(format!(
-                "{n_schedulers} schedulers need {} milestones, got {n_milestones}",
-                n_schedulers - 1
-            )));
-        }
         let list = std::slice::from_raw_parts(schedulers, n_schedulers);
         let m = if n_milestones == 0 { &[][..] } else { i64_list(milestones, n_milestones, "milestones")? };
-        if m.iter().any(|x| *x < 0) || m.windows(2).any(|w| w[0] > w[1]) {
-            return Err(Error::invalid(format!("milestones must be >= 0 and increasing, got {m:?}")));
-        }
+        // Checked before the schedulers are taken: a failure consumes none.
+        check_sequential_milestones(n_schedulers, m).map_err(Error::invalid)?;
         let mut o = handle::borrow_mut(optimizer, "optimizer")?;
         let groups = o.inner.param_groups().len();
         let parts = handle::take_owned_all(list, "schedulers", |i, s| {

@@ -24,9 +24,9 @@ mod state;
 pub use adam::{Adam, AdamOptions, AdamW};
 pub use rmsprop::{RmsProp, RmsPropOptions};
 pub use scheduler::{
-    AnnealStrategy, ConstantLr, CosineAnnealingLr, CosineAnnealingWarmRestarts, ExponentialLr, LinearLr, LrScheduler,
-    MultiStepLr, OneCycleLr, OneCycleOptions, PlateauMode, PlateauOptions, PolynomialLr, ReduceLrOnPlateau,
-    SequentialLr, StepLr, ThresholdMode,
+    check_sequential_milestones, AnnealStrategy, ConstantLr, CosineAnnealingLr, CosineAnnealingWarmRestarts,
+    ExponentialLr, LinearLr, LrScheduler, MultiStepLr, OneCycleLr, OneCycleOptions, PlateauMode, PlateauOptions,
+    PolynomialLr, ReduceLrOnPlateau, SequentialLr, StepLr, ThresholdMode,
 };
 pub use sgd::{Sgd, SgdOptions};
 

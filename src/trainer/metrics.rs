@@ -165,15 +165,8 @@ impl MetricStore {
         let mut out = BTreeMap::new();
         let done: Vec<(String, EpochAccumulator)> =
             std::mem::take(&mut self.epoch).into_iter().filter(|(_, a)| a.weight > 0.0).collect();
-        let synced: Vec<usize> = (0..done.len()).filter(|i| self.sync.contains(&done[*i].0)).collect();
         let mut means: Vec<f64> = done.iter().map(|(_, a)| a.weighted_sum / a.weight).collect();
-        if !synced.is_empty() {
-            let mut values: Vec<f64> = synced.iter().map(|i| means[*i]).collect();
-            mean(&mut values)?;
-            for (i, v) in synced.into_iter().zip(values) {
-                means[i] = v;
-            }
-        }
+        mean_selected(&mut means, |i| self.sync.contains(&done[i].0), mean)?;
         for ((name, acc), mean) in done.into_iter().zip(means) {
             let key = if acc.on_step { format!("{name}_epoch") } else { name.clone() };
             self.callback_metrics.insert(key.clone(), mean);
@@ -185,6 +178,25 @@ impl MetricStore {
         }
         Ok(out)
     }
+}
+
+/// Averages the entries of `values` that `selected` picks over ranks with
+/// `mean` (one collective for all of them; none when none is picked).
+pub(crate) fn mean_selected(
+    values: &mut [f64],
+    selected: impl Fn(usize) -> bool,
+    mean: &dyn Fn(&mut [f64]) -> Result<()>,
+) -> Result<()> {
+    let picked: Vec<usize> = (0..values.len()).filter(|i| selected(*i)).collect();
+    if picked.is_empty() {
+        return Ok(());
+    }
+    let mut chosen: Vec<f64> = picked.iter().map(|i| values[*i]).collect();
+    mean(&mut chosen)?;
+    for (i, v) in picked.into_iter().zip(chosen) {
+        values[i] = v;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

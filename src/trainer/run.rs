@@ -89,19 +89,14 @@ impl Run<'_> {
         if logs.is_empty() {
             return Ok(());
         }
-        let synced: Vec<usize> = (0..logs.len()).filter(|i| logs[*i].sync_dist).collect();
-        let mut values: Vec<f64> = synced.iter().map(|i| logs[*i].value).collect();
-        self.strategy.mean(&mut values)?;
-        let mut logs = logs;
-        for (i, v) in synced.into_iter().zip(values) {
-            logs[i].value = v;
-        }
-        for l in logs {
-            self.state.callback_metrics.insert(l.name.clone(), l.value);
+        let mut values: Vec<f64> = logs.iter().map(|l| l.value).collect();
+        super::metrics::mean_selected(&mut values, |i| logs[i].sync_dist, &|v| self.strategy.mean(v))?;
+        for (l, value) in logs.into_iter().zip(values) {
+            self.state.callback_metrics.insert(l.name.clone(), value);
             if l.prog_bar {
-                self.state.progress_metrics.insert(l.name.clone(), l.value);
+                self.state.progress_metrics.insert(l.name.clone(), value);
             }
-            self.state.hook_metrics.insert(l.name, l.value);
+            self.state.hook_metrics.insert(l.name, value);
         }
         Ok(())
     }

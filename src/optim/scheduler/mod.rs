@@ -25,7 +25,7 @@ pub use closed::{
 };
 pub use one_cycle::{AnnealStrategy, OneCycleLr, OneCycleOptions};
 pub use plateau::{PlateauMode, PlateauOptions, ReduceLrOnPlateau, ThresholdMode};
-pub use sequential::SequentialLr;
+pub use sequential::{check_milestones as check_sequential_milestones, SequentialLr};
 
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,9 @@ pub struct SequentialLr {
 
 const NAME: &str = "sequential_lr";
 
-fn check_milestones(count: usize, milestones: &[i64]) -> std::result::Result<(), String> {
+/// Checks `count` schedulers and their `milestones` (one fewer, >= 0,
+/// increasing), as `SequentialLr::new` does.
+pub fn check_milestones(count: usize, milestones: &[i64]) -> std::result::Result<(), String> {
     if count == 0 {
         return Err("SequentialLR expects at least one scheduler".into());
     }
