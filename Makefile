@@ -65,9 +65,11 @@ lib: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	@sed -e 's|@PREFIX@|$(ROOT)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(ROOT)/include|' fulmen.pc.in > $(BUILD)/fulmen.pc
 
 # Regenerates what comes from the sources: the trainer-option code (C
-# header comment, C++ and Go setters and their tests), then fulmen.h.
+# header comment, C++ and Go setters and their tests), the tensor ops (C
+# functions, C++ and Go wrappers), then fulmen.h.
 header: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test options_drift
+	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test ops_drift
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test header_drift
 
 test: deps lib lint test-rust test-c example test-valgrind test-fuzz test-soak test-cpp test-go test-interop test-torch-2.11 test-coverage
@@ -270,7 +272,7 @@ fmt:
 install: lib
 	install -d $(PREFIX)/lib $(PREFIX)/include/fulmen $(PREFIX)/lib/pkgconfig $(PREFIX)/lib/cmake/fulmen
 	install -m 644 include/fulmen.h $(PREFIX)/include/
-	install -m 644 bindings/cpp/include/fulmen/*.hpp $(PREFIX)/include/fulmen/
+	install -m 644 bindings/cpp/include/fulmen/*.hpp bindings/cpp/include/fulmen/*.inc $(PREFIX)/include/fulmen/
 	install -m 755 $(LIBDIR)/libfulmen.so $(PREFIX)/lib/
 	install -m 644 $(LIBDIR)/libfulmen.a $(PREFIX)/lib/
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(PREFIX)/lib|; s|@INCLUDEDIR@|$(PREFIX)/include|' fulmen.pc.in > $(PREFIX)/lib/pkgconfig/fulmen.pc

@@ -35,6 +35,12 @@
  *   `*len_out` is written and the call fails with FULMEN_CODE_OUT_OF_RANGE,
  *   so a caller asks again with `*len_out + 1` bytes. Strings passed in are
  *   NUL-terminated UTF-8, borrowed for the call.
+ * - Several tensors written out (`fulmen_tensor **outs, size_t capacity,
+ *   size_t *count_out`, e.g. fulmen_tensor_split): their count goes to
+ *   `*count_out`; when it fits, `outs[0..count]` get new handles; when
+ *   `capacity` is too small, only `*count_out` is written and the call
+ *   fails with FULMEN_CODE_OUT_OF_RANGE (nothing is made), so a caller asks
+ *   again with `*count_out` slots.
  * - A `const` handle's values and gradients are not changed by the call; a
  *   function that changes them takes the handle non-const. (As in PyTorch,
  *   a model's forward in training mode still updates BatchNorm's running
@@ -3271,6 +3277,780 @@ uint16_t fulmen_bf16_from_f32(float value);
  * Converts a bfloat16 bit pattern to a float.
  */
 float fulmen_f32_from_bf16(uint16_t bits);
+
+/**
+ * `log(1 + exp(beta * x)) / beta`, and `x` where `beta * x` exceeds
+ * `threshold` (`F.softplus`). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`beta` zero or not finite),
+ * FULMEN_CODE_TORCH (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_softplus(const struct fulmen_tensor *x,
+                                            double beta,
+                                            double threshold,
+                                            struct fulmen_tensor **out);
+
+/**
+ * `x * tanh(softplus(x))` (`F.mish`). The result is a new tensor written to
+ * `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_mish(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * `x * relu6(x + 3) / 6` (`F.hardswish`). The result is a new tensor written
+ * to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_hardswish(const struct fulmen_tensor *x,
+                                             struct fulmen_tensor **out);
+
+/**
+ * `relu6(x + 3) / 6` (`F.hardsigmoid`). The result is a new tensor written to
+ * `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_hardsigmoid(const struct fulmen_tensor *x,
+                                               struct fulmen_tensor **out);
+
+/**
+ * `min(max(x, 0), 6)` (`F.relu6`). The result is a new tensor written to
+ * `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_relu6(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * `x` above 0, else `(exp(x) - 1) * alpha` (`F.elu`). The result is a new
+ * tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_elu(const struct fulmen_tensor *x,
+                                       double alpha,
+                                       struct fulmen_tensor **out);
+
+/**
+ * ELU scaled by the self-normalising constants (`F.selu`). The result is a new
+ * tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_selu(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * Gated linear unit: with `a, b` the halves of `dim`, `a * sigmoid(b)`
+ * (`F.glu`). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range),
+ * FULMEN_CODE_SHAPE_MISMATCH (the size of `dim` is odd), FULMEN_CODE_TORCH
+ * (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_glu(const struct fulmen_tensor *x,
+                                       int64_t dim,
+                                       struct fulmen_tensor **out);
+
+/**
+ * GELU with the tanh approximation (`F.gelu(x, approximate="tanh")`, GPT-2's).
+ * The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_gelu_tanh(const struct fulmen_tensor *x,
+                                             struct fulmen_tensor **out);
+
+/**
+ * `x` above 0, else `weight * x`, `weight` holding one slope or one per
+ * channel (dimension 1) (`F.prelu`). The result is a new tensor written to
+ * `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (`weight` holds neither 1 nor
+ * channel-count values), FULMEN_CODE_TORCH (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_prelu(const struct fulmen_tensor *x,
+                                         const struct fulmen_tensor *weight,
+                                         struct fulmen_tensor **out);
+
+/**
+ * `log(sigmoid(x))`, computed stably (`F.logsigmoid`). The result is a new
+ * tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_logsigmoid(const struct fulmen_tensor *x,
+                                              struct fulmen_tensor **out);
+
+/**
+ * `softmax(query keyᵀ · scale + mask) value` over `query` (…, L, E),
+ * `key` (…, S, E), `value` (…, S, Ev) (`F.scaled_dot_product_attention`).
+ * `attn_mask` (NULL for none) broadcasts to (…, L, S): bool (true attends)
+ * or additive of `query`'s dtype. `is_causal` lets each query attend to keys
+ * up to its own position. `dropout_p` drops weights (pass 0 in eval). `scale`
+ * 0 means `1 / sqrt(E)`. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (fewer than 2 dimensions, sizes that do
+ * not match, or a mask that does not broadcast), FULMEN_CODE_DTYPE_MISMATCH (a
+ * mask neither bool nor of `query`'s dtype), FULMEN_CODE_INVALID_ARGUMENT
+ * (`dropout_p` outside [0, 1), a non-finite `scale`, or both a mask and
+ * `is_causal`), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different
+ * devices).
+ */
+struct fulmen_error *fulmen_tensor_scaled_dot_product_attention(const struct fulmen_tensor *query,
+                                                                const struct fulmen_tensor *key,
+                                                                const struct fulmen_tensor *value,
+                                                                const struct fulmen_tensor *attn_mask,
+                                                                double dropout_p,
+                                                                bool is_causal,
+                                                                double scale,
+                                                                struct fulmen_tensor **out);
+
+/**
+ * Sine, elementwise. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_sin(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * Cosine, elementwise. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_cos(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * `1 / sqrt(x)`, elementwise. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_rsqrt(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * `1 / x`, elementwise. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_reciprocal(const struct fulmen_tensor *x,
+                                              struct fulmen_tensor **out);
+
+/**
+ * Rounds down, elementwise. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_floor(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * Rounds up, elementwise. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_ceil(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * Rounds to the nearest integer, halves to even, elementwise. The result is a
+ * new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_round(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * -1, 0 or 1 by the sign of each element. The result is a new tensor written
+ * to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_sign(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * `log(1 + x)`, accurate near 0, elementwise. The result is a new tensor
+ * written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_log1p(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * `exp(x) - 1`, accurate near 0, elementwise. The result is a new tensor
+ * written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_expm1(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * Gauss error function, elementwise. The result is a new tensor written to
+ * `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_erf(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * `x * x`, elementwise. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_square(const struct fulmen_tensor *x,
+                                          struct fulmen_tensor **out);
+
+/**
+ * Elementwise logical and (non-zero is true) as a bool tensor, broadcasting.
+ * The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or tensors on
+ * different devices).
+ */
+struct fulmen_error *fulmen_tensor_logical_and(const struct fulmen_tensor *x,
+                                               const struct fulmen_tensor *other,
+                                               struct fulmen_tensor **out);
+
+/**
+ * Elementwise logical or (non-zero is true) as a bool tensor, broadcasting.
+ * The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or tensors on
+ * different devices).
+ */
+struct fulmen_error *fulmen_tensor_logical_or(const struct fulmen_tensor *x,
+                                              const struct fulmen_tensor *other,
+                                              struct fulmen_tensor **out);
+
+/**
+ * Elementwise logical exclusive or (non-zero is true) as a bool tensor,
+ * broadcasting. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or tensors on
+ * different devices).
+ */
+struct fulmen_error *fulmen_tensor_logical_xor(const struct fulmen_tensor *x,
+                                               const struct fulmen_tensor *other,
+                                               struct fulmen_tensor **out);
+
+/**
+ * Elementwise logical not (non-zero is true) as a bool tensor. The result is a
+ * new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_logical_not(const struct fulmen_tensor *x,
+                                               struct fulmen_tensor **out);
+
+/**
+ * Einstein summation of `tensors[0..tensors_len]` by `equation`, e.g.
+ * "bij,bjk->bik" (`torch.einsum`). The result is a new tensor written to
+ * `*out`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (no tensors, or `equation` not UTF-8 or
+ * holding other characters than letters, ',', '->' and '...'),
+ * FULMEN_CODE_TORCH (libtorch refused the equation or the shapes).
+ */
+struct fulmen_error *fulmen_tensor_einsum(const char *equation,
+                                          const struct fulmen_tensor *const *tensors,
+                                          size_t tensors_len,
+                                          struct fulmen_tensor **out);
+
+/**
+ * `steps` evenly spaced CPU values from `start` to `end`, both included
+ * (`torch.linspace`). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+ * FULMEN_CODE_INVALID_ARGUMENT (non-finite bounds or negative `steps`),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. a bool dtype or out of memory).
+ */
+struct fulmen_error *fulmen_tensor_linspace(double start,
+                                            double end,
+                                            int64_t steps,
+                                            int32_t dtype,
+                                            struct fulmen_tensor **out);
+
+/**
+ * Running sum along `dim` (`torch.cumsum`); integers and bools accumulate in
+ * i64. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. an unsupported dtype).
+ */
+struct fulmen_error *fulmen_tensor_cumsum(const struct fulmen_tensor *x,
+                                          int64_t dim,
+                                          struct fulmen_tensor **out);
+
+/**
+ * Running product along `dim` (`torch.cumprod`); integers and bools accumulate
+ * in i64. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. an unsupported dtype).
+ */
+struct fulmen_error *fulmen_tensor_cumprod(const struct fulmen_tensor *x,
+                                           int64_t dim,
+                                           struct fulmen_tensor **out);
+
+/**
+ * `log(sum(exp(x)))` over `dims` (all dimensions when `dims_len` is 0),
+ * computed stably (`torch.logsumexp`). The result is a new tensor written to
+ * `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
+ * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice),
+ * FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating point), FULMEN_CODE_TORCH
+ * (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_logsumexp(const struct fulmen_tensor *x,
+                                             const int64_t *dims,
+                                             size_t dims_len,
+                                             bool keepdim,
+                                             struct fulmen_tensor **out);
+
+/**
+ * Largest value over `dims` (all dimensions when `dims_len` is 0)
+ * (`torch.amax`). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
+ * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice),
+ * FULMEN_CODE_SHAPE_MISMATCH (a reduced dimension is empty), FULMEN_CODE_TORCH
+ * (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_amax(const struct fulmen_tensor *x,
+                                        const int64_t *dims,
+                                        size_t dims_len,
+                                        bool keepdim,
+                                        struct fulmen_tensor **out);
+
+/**
+ * Smallest value over `dims` (all dimensions when `dims_len` is 0)
+ * (`torch.amin`). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
+ * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice),
+ * FULMEN_CODE_SHAPE_MISMATCH (a reduced dimension is empty), FULMEN_CODE_TORCH
+ * (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_amin(const struct fulmen_tensor *x,
+                                        const int64_t *dims,
+                                        size_t dims_len,
+                                        bool keepdim,
+                                        struct fulmen_tensor **out);
+
+/**
+ * Variance over `dims` (all dimensions when `dims_len` is 0); `unbiased`
+ * divides by N - 1 (`torch.var`). The result is a new tensor written to
+ * `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
+ * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice),
+ * FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating point), FULMEN_CODE_TORCH
+ * (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_var(const struct fulmen_tensor *x,
+                                       const int64_t *dims,
+                                       size_t dims_len,
+                                       bool unbiased,
+                                       bool keepdim,
+                                       struct fulmen_tensor **out);
+
+/**
+ * Standard deviation over `dims` (all dimensions when `dims_len` is 0);
+ * `unbiased` divides by N - 1 (`torch.std`). The result is a new tensor
+ * written to `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
+ * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice),
+ * FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating point), FULMEN_CODE_TORCH
+ * (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_std(const struct fulmen_tensor *x,
+                                       const int64_t *dims,
+                                       size_t dims_len,
+                                       bool unbiased,
+                                       bool keepdim,
+                                       struct fulmen_tensor **out);
+
+/**
+ * Whether every element is non-zero, as a 0-dimensional bool tensor
+ * (`torch.all`). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_all(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * Whether any element is non-zero, as a 0-dimensional bool tensor
+ * (`torch.any`). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_any(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * `out = condition ? x : y` elementwise (`torch.where`), broadcasting the
+ * three; `condition` is a bool tensor. The result is a new tensor written to
+ * `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`condition` is not bool),
+ * FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. `x` and `y` of different dtypes or devices).
+ */
+struct fulmen_error *fulmen_tensor_where(const struct fulmen_tensor *condition,
+                                         const struct fulmen_tensor *x,
+                                         const struct fulmen_tensor *y,
+                                         struct fulmen_tensor **out);
+
+/**
+ * `x` with `value` wherever the bool tensor `mask` (broadcast to `x`'s shape)
+ * is true (`Tensor.masked_fill`): the attention mask op. The result is a new
+ * tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`mask` is not bool),
+ * FULMEN_CODE_SHAPE_MISMATCH (`mask` does not broadcast to `x`),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. `value` does not fit an integer
+ * dtype).
+ */
+struct fulmen_error *fulmen_tensor_masked_fill(const struct fulmen_tensor *x,
+                                               const struct fulmen_tensor *mask,
+                                               double value,
+                                               struct fulmen_tensor **out);
+
+/**
+ * Lower triangle of the last two dimensions: entries above diagonal `diagonal`
+ * (0 the main one, positive above it) set to 0. The result is a new tensor
+ * written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (`x` has fewer than 2 dimensions),
+ * FULMEN_CODE_TORCH (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_tril(const struct fulmen_tensor *x,
+                                        int64_t diagonal,
+                                        struct fulmen_tensor **out);
+
+/**
+ * Upper triangle of the last two dimensions: entries below diagonal `diagonal`
+ * set to 0. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (`x` has fewer than 2 dimensions),
+ * FULMEN_CODE_TORCH (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_triu(const struct fulmen_tensor *x,
+                                        int64_t diagonal,
+                                        struct fulmen_tensor **out);
+
+/**
+ * The `k` largest (or, with `largest` false, smallest) entries along `dim` and
+ * their i64 positions (`torch.topk`). The results are new tensors written to
+ * `*values` and `*indices`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or `k` outside [0,
+ * size of `dim`]), FULMEN_CODE_INVALID_ARGUMENT (`values` and `indices` are
+ * the same pointer), FULMEN_CODE_TORCH (libtorch failed, e.g. a bool tensor).
+ */
+struct fulmen_error *fulmen_tensor_topk(const struct fulmen_tensor *x,
+                                        int64_t k,
+                                        int64_t dim,
+                                        bool largest,
+                                        bool sorted,
+                                        struct fulmen_tensor **values,
+                                        struct fulmen_tensor **indices);
+
+/**
+ * Entries sorted along `dim` and their original i64 positions (`torch.sort`);
+ * `stable` keeps the order of equal entries. The results are new tensors
+ * written to `*values` and `*indices`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range),
+ * FULMEN_CODE_INVALID_ARGUMENT (`values` and `indices` are the same pointer),
+ * FULMEN_CODE_TORCH (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_sort(const struct fulmen_tensor *x,
+                                        int64_t dim,
+                                        bool descending,
+                                        bool stable,
+                                        struct fulmen_tensor **values,
+                                        struct fulmen_tensor **indices);
+
+/**
+ * The i64 positions that sort `x` along `dim` (`torch.argsort`). The result is
+ * a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. an unsupported dtype).
+ */
+struct fulmen_error *fulmen_tensor_argsort(const struct fulmen_tensor *x,
+                                           int64_t dim,
+                                           bool descending,
+                                           bool stable,
+                                           struct fulmen_tensor **out);
+
+/**
+ * Largest entries along `dim` and their i64 positions (`torch.max(x, dim)`).
+ * The results are new tensors written to `*values` and `*indices`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range),
+ * FULMEN_CODE_SHAPE_MISMATCH (`dim` is empty), FULMEN_CODE_INVALID_ARGUMENT
+ * (`values` and `indices` are the same pointer), FULMEN_CODE_TORCH (libtorch
+ * failed).
+ */
+struct fulmen_error *fulmen_tensor_max_dim(const struct fulmen_tensor *x,
+                                           int64_t dim,
+                                           bool keepdim,
+                                           struct fulmen_tensor **values,
+                                           struct fulmen_tensor **indices);
+
+/**
+ * Smallest entries along `dim` and their i64 positions (`torch.min(x, dim)`).
+ * The results are new tensors written to `*values` and `*indices`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range),
+ * FULMEN_CODE_SHAPE_MISMATCH (`dim` is empty), FULMEN_CODE_INVALID_ARGUMENT
+ * (`values` and `indices` are the same pointer), FULMEN_CODE_TORCH (libtorch
+ * failed).
+ */
+struct fulmen_error *fulmen_tensor_min_dim(const struct fulmen_tensor *x,
+                                           int64_t dim,
+                                           bool keepdim,
+                                           struct fulmen_tensor **values,
+                                           struct fulmen_tensor **indices);
+
+/**
+ * Elementwise larger of `x` and `other`, broadcasting (`torch.maximum`; NaN
+ * wins). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or tensors on
+ * different devices).
+ */
+struct fulmen_error *fulmen_tensor_maximum(const struct fulmen_tensor *x,
+                                           const struct fulmen_tensor *other,
+                                           struct fulmen_tensor **out);
+
+/**
+ * Elementwise smaller of `x` and `other`, broadcasting (`torch.minimum`; NaN
+ * wins). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or tensors on
+ * different devices).
+ */
+struct fulmen_error *fulmen_tensor_minimum(const struct fulmen_tensor *x,
+                                           const struct fulmen_tensor *other,
+                                           struct fulmen_tensor **out);
+
+/**
+ * A copy of `x` with `src`'s values written along `dim` at the positions in
+ * `index` (`Tensor.scatter`). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or an index value
+ * outside [0, size of `dim`)), FULMEN_CODE_SHAPE_MISMATCH (ranks differ, or
+ * `index` is larger than `src`, or than `x` outside `dim`),
+ * FULMEN_CODE_DTYPE_MISMATCH (`index` is not i64 or i32), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. `src` of another dtype than `x`).
+ */
+struct fulmen_error *fulmen_tensor_scatter(const struct fulmen_tensor *x,
+                                           int64_t dim,
+                                           const struct fulmen_tensor *index,
+                                           const struct fulmen_tensor *src,
+                                           struct fulmen_tensor **out);
+
+/**
+ * A copy of `x` with `src`'s values added along `dim` at the positions in
+ * `index` (`Tensor.scatter_add`). The result is a new tensor written to
+ * `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or an index value
+ * outside [0, size of `dim`)), FULMEN_CODE_SHAPE_MISMATCH (ranks differ, or
+ * `index` is larger than `src`, or than `x` outside `dim`),
+ * FULMEN_CODE_DTYPE_MISMATCH (`index` is not i64 or i32), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. `src` of another dtype than `x`).
+ */
+struct fulmen_error *fulmen_tensor_scatter_add(const struct fulmen_tensor *x,
+                                               int64_t dim,
+                                               const struct fulmen_tensor *index,
+                                               const struct fulmen_tensor *src,
+                                               struct fulmen_tensor **out);
+
+/**
+ * One-hot i64 encoding of the i64 class indices `x`, a new last dimension of
+ * `num_classes` (-1: the largest index plus one) (`F.one_hot`). The result is
+ * a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not i64),
+ * FULMEN_CODE_OUT_OF_RANGE (an index outside [0, num_classes)),
+ * FULMEN_CODE_INVALID_ARGUMENT (`num_classes` below -1, or -1 with no index),
+ * FULMEN_CODE_SHAPE_MISMATCH (the result has too many elements),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ */
+struct fulmen_error *fulmen_tensor_one_hot(const struct fulmen_tensor *x,
+                                           int64_t num_classes,
+                                           struct fulmen_tensor **out);
+
+/**
+ * A view of `x` broadcast to `size` without copying (`Tensor.expand`): size-1
+ * dimensions stretch, -1 keeps a size, new dimensions go in front. The result
+ * is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (`size` has fewer dimensions than `x`, or
+ * a size that does not match), FULMEN_CODE_TORCH (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_expand(const struct fulmen_tensor *x,
+                                          const int64_t *size,
+                                          size_t size_len,
+                                          struct fulmen_tensor **out);
+
+/**
+ * `x` tiled `repeats[i]` times along each dimension, copying
+ * (`Tensor.repeat`); extra leading entries add dimensions. The result is a new
+ * tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (fewer entries than `x` has dimensions,
+ * or too many elements), FULMEN_CODE_INVALID_ARGUMENT (a negative count),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ */
+struct fulmen_error *fulmen_tensor_repeat(const struct fulmen_tensor *x,
+                                          const int64_t *repeats,
+                                          size_t repeats_len,
+                                          struct fulmen_tensor **out);
+
+/**
+ * `x` reversed along each dimension in `dims` (`torch.flip`). The result is a
+ * new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
+ * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. an unsupported dtype).
+ */
+struct fulmen_error *fulmen_tensor_flip(const struct fulmen_tensor *x,
+                                        const int64_t *dims,
+                                        size_t dims_len,
+                                        struct fulmen_tensor **out);
+
+/**
+ * `x` shifted cyclically by `shifts[i]` along `dims[i]`; with no dims, the
+ * flattened tensor by its one shift (`torch.roll`). The result is a new tensor
+ * written to `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
+ * FULMEN_CODE_INVALID_ARGUMENT (shift and dimension counts differ),
+ * FULMEN_CODE_TORCH (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_roll(const struct fulmen_tensor *x,
+                                        const int64_t *shifts,
+                                        size_t shifts_len,
+                                        const int64_t *dims,
+                                        size_t dims_len,
+                                        struct fulmen_tensor **out);
+
+/**
+ * Dimension `dim` of `x` split into the dimensions `sizes`, one of which may
+ * be -1 (`Tensor.unflatten`). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range),
+ * FULMEN_CODE_SHAPE_MISMATCH (`sizes` empty, with more than one -1, or not
+ * multiplying to the size of `dim`), FULMEN_CODE_TORCH (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_unflatten(const struct fulmen_tensor *x,
+                                             int64_t dim,
+                                             const int64_t *sizes,
+                                             size_t sizes_len,
+                                             struct fulmen_tensor **out);
+
+/**
+ * `x` cut along `dim` into at most `chunks` views of equal size, the last
+ * possibly smaller (`torch.chunk`). The pieces are new tensors written to
+ * `outs[0..*count_out]`: `*count_out` gets their count, and when it exceeds
+ * `capacity` nothing else is written (call again with `*count_out` slots).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`chunks` not positive),
+ * FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or `capacity` below the count:
+ * then only `*count_out` is written), FULMEN_CODE_TORCH (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_chunk(const struct fulmen_tensor *x,
+                                         int64_t chunks,
+                                         int64_t dim,
+                                         struct fulmen_tensor **outs,
+                                         size_t capacity,
+                                         size_t *count_out);
+
+/**
+ * `x` cut along `dim` into views of `split_size`, the last possibly smaller
+ * (`torch.split`). The pieces are new tensors written to
+ * `outs[0..*count_out]`: `*count_out` gets their count, and when it exceeds
+ * `capacity` nothing else is written (call again with `*count_out` slots).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`split_size` not positive),
+ * FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or `capacity` below the count:
+ * then only `*count_out` is written), FULMEN_CODE_TORCH (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_split(const struct fulmen_tensor *x,
+                                         int64_t split_size,
+                                         int64_t dim,
+                                         struct fulmen_tensor **outs,
+                                         size_t capacity,
+                                         size_t *count_out);
+
+/**
+ * `x` cut along `dim` into views of the given sizes, which sum to the size of
+ * `dim` (`torch.split` with a list). The pieces are new tensors written to
+ * `outs[0..*count_out]`: `*count_out` gets their count, and when it exceeds
+ * `capacity` nothing else is written (call again with `*count_out` slots).
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (a negative size, or sizes not summing to
+ * the size of `dim`), FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or
+ * `capacity` below the count: then only `*count_out` is written),
+ * FULMEN_CODE_TORCH (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_split_sizes(const struct fulmen_tensor *x,
+                                               const int64_t *sizes,
+                                               size_t sizes_len,
+                                               int64_t dim,
+                                               struct fulmen_tensor **outs,
+                                               size_t capacity,
+                                               size_t *count_out);
+
+/**
+ * The slices of `x` along `dim`, that dimension removed (`torch.unbind`). The
+ * pieces are new tensors written to `outs[0..*count_out]`: `*count_out` gets
+ * their count, and when it exceeds `capacity` nothing else is written (call
+ * again with `*count_out` slots).
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (`x` is 0-dimensional),
+ * FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or `capacity` below the count:
+ * then only `*count_out` is written), FULMEN_CODE_TORCH (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_unbind(const struct fulmen_tensor *x,
+                                          int64_t dim,
+                                          struct fulmen_tensor **outs,
+                                          size_t capacity,
+                                          size_t *count_out);
 
 /**
  * Selects entries along `dim` at the positions in the 1-D i64/i32 tensor

@@ -12,7 +12,7 @@ for f in $(grep -oE '\bfulmen_[a-z0-9_]+\s*\(' include/fulmen.h | tr -d '( ' | s
     fi
     for side in cpp go; do
         case $side in
-            cpp) files=(bindings/cpp/include/fulmen/*.hpp) ;;
+            cpp) files=(bindings/cpp/include/fulmen/*.hpp bindings/cpp/include/fulmen/*.inc) ;;
             go) files=(bindings/go/*.go bindings/go/*.c bindings/go/*.h) ;;
         esac
         if ! grep -qw "$f" "${files[@]}"; then

@@ -35,6 +35,27 @@ func binary(a, b *Tensor, f func(cTensor, cTensor, *cTensor) cErr) (*Tensor, err
 	return newTensor(out), nil
 }
 
+// tensorPieces runs a C op that writes several tensors (outs, capacity,
+// count_out), growing the array once when the op reports more pieces.
+func tensorPieces(call func(outs *cTensor, capacity C.size_t, count *C.size_t) cErr) ([]*Tensor, error) {
+	outs := make([]cTensor, 16)
+	var count C.size_t
+	e := call(&outs[0], C.size_t(len(outs)), &count)
+	if e != nil && C.fulmen_error_code(e) == C.FULMEN_CODE_OUT_OF_RANGE && int(count) > len(outs) {
+		C.fulmen_error_free(e)
+		outs = make([]cTensor, int(count))
+		e = call(&outs[0], C.size_t(len(outs)), &count)
+	}
+	if err := check(e); err != nil {
+		return nil, err
+	}
+	pieces := make([]*Tensor, int(count))
+	for i := range pieces {
+		pieces[i] = newTensor(outs[i])
+	}
+	return pieces, nil
+}
+
 // Share is a new handle to the same tensor (storage and autograd history).
 func (t *Tensor) Share() (*Tensor, error) {
 	return unary(t, func(x cTensor, o *cTensor) cErr { return C.fulmen_tensor_share(x, o) })

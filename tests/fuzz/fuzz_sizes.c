@@ -12,7 +12,9 @@
  *   - a custom accelerator's auto_device_count and parse_devices count;
  *   - `devices` and limit options as text;
  *   - a CSV's column count and label column;
- *   - tensor shapes and ranges.
+ *   - tensor shapes and ranges;
+ *   - counts and sizes of the generated tensor ops (splits, topk,
+ *     one_hot, repeat, expand, unflatten, linspace, dims lists).
  * Checked: a clear error or success, never an abort on a giant allocation,
  * a caught panic or a leaked handle.
  */
@@ -399,12 +401,78 @@ static void tensor_sizes(input *in) {
     fulmen_tensor_free(t);
 }
 
+/* Frees the first `n` (at most 8) pieces of a split. */
+static void free_pieces(fulmen_tensor **outs, size_t n) {
+    for (size_t i = 0; i < n && i < 8; i++) fulmen_tensor_free(outs[i]);
+}
+
+/* Counts and sizes handed to the generated tensor ops: splits into a
+ * capacity of 8 (a larger count must be refused before anything is made),
+ * topk's k, one_hot's class count, repeat counts, expand / unflatten
+ * sizes, linspace steps, dims lists. */
+static void tensor_op_sizes(input *in) {
+    fulmen_tensor *t = NULL, *u = NULL, *v = NULL, *outs[8];
+    const int64_t shape[2] = {byte(in) % 5, byte(in) % 5};
+    ok(fulmen_tensor_zeros(shape, 2, FULMEN_DTYPE_F32, &t));
+    size_t count = 0;
+    int64_t a = number(in), b = number(in);
+    fulmen_error *e = fulmen_tensor_chunk(t, a, b, outs, 8, &count);
+    if (e == NULL) free_pieces(outs, count);
+    check_error(e);
+    e = fulmen_tensor_split(t, a, b, outs, 8, &count);
+    if (e == NULL) free_pieces(outs, count);
+    check_error(e);
+    const int64_t sizes[3] = {number(in), number(in), number(in)};
+    e = fulmen_tensor_split_sizes(t, sizes, byte(in) % 4, b, outs, 8, &count);
+    if (e == NULL) free_pieces(outs, count);
+    check_error(e);
+    e = fulmen_tensor_unbind(t, a, outs, 8, &count);
+    if (e == NULL) free_pieces(outs, count);
+    check_error(e);
+    check_error(fulmen_tensor_topk(t, a, b, true, true, &u, &v));
+    fulmen_tensor_free(u);
+    fulmen_tensor_free(v);
+    u = v = NULL;
+    check_error(fulmen_tensor_expand(t, sizes, byte(in) % 4, &u));
+    fulmen_tensor_free(u);
+    u = NULL;
+    check_error(fulmen_tensor_unflatten(t, a, sizes, byte(in) % 4, &u));
+    fulmen_tensor_free(u);
+    u = NULL;
+    check_error(fulmen_tensor_flip(t, sizes, byte(in) % 4, &u));
+    fulmen_tensor_free(u);
+    u = NULL;
+    check_error(fulmen_tensor_roll(t, sizes, byte(in) % 4, sizes + 1, byte(in) % 3, &u));
+    fulmen_tensor_free(u);
+    u = NULL;
+    double numel = (double)(shape[0] * shape[1]);
+    if (harmless_count(numel * fabs((double)sizes[0]) * fabs((double)sizes[1]))) {
+        check_error(fulmen_tensor_repeat(t, sizes, 2, &u));
+        fulmen_tensor_free(u);
+        u = NULL;
+    }
+    if (harmless_count(fabs((double)a))) {
+        check_error(fulmen_tensor_linspace(0, 1, a, FULMEN_DTYPE_F32, &u));
+        fulmen_tensor_free(u);
+        u = NULL;
+    }
+    const int64_t idx[2] = {byte(in) % 4, byte(in) % 4}, d2[1] = {2};
+    ok(fulmen_tensor_from_data(idx, sizeof idx, FULMEN_DTYPE_I64, d2, 1, &v));
+    if (harmless_count(2.0 * fabs((double)a))) {
+        check_error(fulmen_tensor_one_hot(v, a, &u));
+        fulmen_tensor_free(u);
+    }
+    fulmen_tensor_free(v);
+    fulmen_tensor_free(t);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     set_up();
     size_t before = fulmen_live_handles();
     input in = {data, size};
     static void (*const places[])(input *) = {checkpoint_counters, data_source_sizes, iterator_counts,
-                                              accelerator_counts,  csv_shapes,        tensor_sizes};
+                                              accelerator_counts,  csv_shapes,        tensor_sizes,
+                                              tensor_op_sizes};
     for (int k = 0; k < 3 && in.n > 0; k++) {
         cases++;
         places[byte(&in) % (sizeof places / sizeof *places)](&in);

@@ -107,6 +107,83 @@ pub unsafe fn i64_list<'a>(ptr: *const i64, n: usize, arg: &str) -> Result<&'a [
     Ok(std::slice::from_raw_parts(ptr, n))
 }
 
+/// Borrows the tensor behind a handle that may be NULL (none).
+///
+/// # Safety
+/// `p` must be NULL or a pointer obtained from fulmen.
+pub unsafe fn opt_tensor_arg<'a>(p: *const fulmen_tensor, arg: &str) -> Result<Option<Shared<'a, Tensor>>> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    tensor_arg(p, arg).map(Some)
+}
+
+/// Checks the two out-pointers of an op with two results: both set, and
+/// not the same.
+pub fn check_out_pair(
+    a: *mut *mut fulmen_tensor,
+    a_name: &str,
+    b: *mut *mut fulmen_tensor,
+    b_name: &str,
+) -> Result<()> {
+    handle::check_out(a, a_name)?;
+    handle::check_out(b, b_name)?;
+    if a == b {
+        return Err(Error::invalid(format!("outputs `{a_name}` and `{b_name}` are the same pointer")));
+    }
+    Ok(())
+}
+
+/// Writes two new tensor handles (pointers checked by [`check_out_pair`]).
+///
+/// # Safety
+/// `a` and `b` must be valid for a write.
+pub unsafe fn emit_pair(
+    a: *mut *mut fulmen_tensor,
+    first: Tensor,
+    b: *mut *mut fulmen_tensor,
+    second: Tensor,
+) -> Result<()> {
+    a.write(new_handle(first));
+    b.write(new_handle(second));
+    Ok(())
+}
+
+/// Writes the pieces of an op with several results: `count` (known before
+/// they are made) goes to `*count_out`; when it exceeds `capacity` the call
+/// fails with OUT_OF_RANGE and nothing else is made or written.
+///
+/// # Safety
+/// `count_out` must be valid for a write (checked non-NULL), `outs` NULL
+/// or valid for `capacity` writes.
+pub unsafe fn emit_list(
+    outs: *mut *mut fulmen_tensor,
+    capacity: usize,
+    count_out: *mut usize,
+    count: usize,
+    make: impl FnOnce() -> Result<Vec<Tensor>>,
+) -> Result<()> {
+    if count > capacity {
+        count_out.write(count);
+        return Err(Error::new(
+            crate::error::ErrorCode::OutOfRange,
+            format!("the op makes {count} tensors, `capacity` is {capacity}"),
+        ));
+    }
+    if count > 0 && outs.is_null() {
+        return Err(Error::new(crate::error::ErrorCode::NullArgument, "output `outs` is NULL"));
+    }
+    let pieces = make()?;
+    if pieces.len() != count {
+        return Err(Error::state(format!("the op made {} tensors, {count} were expected", pieces.len())));
+    }
+    for (i, t) in pieces.into_iter().enumerate() {
+        outs.add(i).write(new_handle(t));
+    }
+    count_out.write(count);
+    Ok(())
+}
+
 /// Writes a new tensor handle through `out`.
 ///
 /// # Safety
@@ -152,28 +229,4 @@ pub unsafe fn binary(
     })
 }
 
-/// Result shape of broadcasting `a` with `b`, or a shape error naming both.
-pub fn broadcast_shapes(a: &[i64], b: &[i64]) -> Result<Vec<i64>> {
-    let n = a.len().max(b.len());
-    let mut out = vec![0; n];
-    for i in 0..n {
-        let da = if i < n - a.len() { 1 } else { a[i - (n - a.len())] };
-        let db = if i < n - b.len() { 1 } else { b[i - (n - b.len())] };
-        out[i] = match (da, db) {
-            (x, y) if x == y => x,
-            (1, y) => y,
-            (x, 1) => x,
-            _ => {
-                return Err(Error::shape(format!(
-                    "shapes {a:?} and {b:?} do not broadcast (dimension {i}: {da} vs {db})"
-                )))
-            }
-        };
-    }
-    Ok(out)
-}
-
-/// Checks that `a` and `b` broadcast together.
-pub fn check_broadcast(a: &Tensor, b: &Tensor) -> Result<()> {
-    broadcast_shapes(&a.size(), &b.size()).map(|_| ())
-}
+pub use crate::tensor::ops::checks::{broadcast_shapes, check_broadcast};

@@ -1,27 +1,9 @@
 //! Indexing and comparisons: index_select, gather, elementwise compares.
 use super::handle::{binary, check_broadcast, fulmen_tensor, unary};
-use super::shape::check_dim;
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, Result};
 use crate::ffi::error::fulmen_error;
+use crate::tensor::ops::checks::{check_dim, check_index};
 use tch::{Kind, Tensor};
-
-fn check_index(index: &Tensor, bound: i64, what: &str) -> Result<()> {
-    let k = index.f_kind()?;
-    if k != Kind::Int64 && k != Kind::Int {
-        return Err(Error::dtype(format!("{what}: index must be i64 or i32, got {k:?}")));
-    }
-    if index.numel() > 0 {
-        let lo = index.f_min()?.f_int64_value(&[])?;
-        let hi = index.f_max()?.f_int64_value(&[])?;
-        if lo < 0 || hi >= bound {
-            return Err(Error::new(
-                ErrorCode::OutOfRange,
-                format!("{what}: index values span [{lo}, {hi}], valid range is [0, {bound})"),
-            ));
-        }
-    }
-    Ok(())
-}
 
 /// Selects entries along `dim` at the positions in the 1-D i64/i32 tensor
 /// `index` (`torch.index_select`).

@@ -5,18 +5,7 @@ use crate::error::{Error, Result};
 use crate::ffi::error::{fulmen_error, guard};
 use tch::Tensor;
 
-/// Normalises a possibly negative dimension of `x`, or a clear error.
-pub fn check_dim(x: &Tensor, dim: i64) -> Result<i64> {
-    let n = x.dim() as i64;
-    let r = if n == 0 { 1 } else { n };
-    if dim < -r || dim >= r {
-        return Err(Error::new(
-            crate::error::ErrorCode::OutOfRange,
-            format!("dimension {dim} out of range for a tensor of shape {:?}", x.size()),
-        ));
-    }
-    Ok(if dim < 0 { dim + r } else { dim })
-}
+pub use crate::tensor::ops::checks::check_dim;
 
 fn check_numel(x: &Tensor, shape: &[i64]) -> Result<()> {
     let inferred = shape.iter().filter(|d| **d == -1).count();

@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <type_traits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -475,6 +476,43 @@ public:
         return adopt(detail::make<fulmen_tensor>(std::forward<Fn>(fn)));
     }
 
+    /// Wraps a C call `fn(&first, &second)` that makes two tensors.
+    template <class Fn>
+    static std::pair<Tensor, Tensor> make_pair(Fn&& fn) {
+        fulmen_tensor* a = nullptr;
+        fulmen_tensor* b = nullptr;
+        check(fn(&a, &b));
+        Tensor first(a);
+        Tensor second(b);
+        check(fulmen_tensor_keep(a));
+        check(fulmen_tensor_keep(b));
+        return {std::move(first), std::move(second)};
+    }
+
+    /// Wraps a C call `fn(outs, capacity, &count)` that makes several
+    /// tensors, growing the array once when the call reports more.
+    template <class Fn>
+    static std::vector<Tensor> make_list(Fn&& fn) {
+        std::vector<fulmen_tensor*> slots(16, nullptr);
+        size_t count = 0;
+        fulmen_error* err = fn(slots.data(), slots.size(), &count);
+        if (err != nullptr && fulmen_error_code(err) == FULMEN_CODE_OUT_OF_RANGE && count > slots.size()) {
+            fulmen_error_free(err);
+            slots.assign(count, nullptr);
+            err = fn(slots.data(), slots.size(), &count);
+        }
+        check(err);
+        std::vector<Tensor> out;
+        out.reserve(count);
+        for (size_t i = 0; i < count; ++i) out.push_back(Tensor(slots[i]));
+        for (const Tensor& t : out) check(fulmen_tensor_keep(t.get()));
+        return out;
+    }
+
+    // ---- generated ops (src/tensor/ops/table.rs) ----------------------
+
+#include "tensor_methods_gen.inc"
+
 private:
     explicit Tensor(fulmen_tensor* owned) noexcept : Handle(owned) {}
 
@@ -560,6 +598,8 @@ template <class Range>
 Tensor stack(const Range& tensors, int64_t dim = 0) {
     return detail::join(fulmen_tensor_stack, tensors, dim);
 }
+
+#include "tensor_functions_gen.inc"
 
 /// `a + b`.
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return a.add(b); }

@@ -1,0 +1,70 @@
+//! Activation functions beyond relu / sigmoid / tanh / gelu / silu, with
+//! torch.nn.functional's formulas and defaults.
+use super::checks::check_dim;
+use crate::error::{Error, Result};
+use tch::Tensor;
+
+/// `log(1 + exp(beta * x)) / beta`, linear above `threshold` (`F.softplus`).
+pub fn softplus(x: &Tensor, beta: f64, threshold: f64) -> Result<Tensor> {
+    if beta == 0.0 || !beta.is_finite() {
+        return Err(Error::invalid(format!("softplus: beta = {beta}, must be finite and non-zero")));
+    }
+    let scaled = x.f_mul_scalar(beta)?;
+    let soft = scaled.f_exp()?.f_log1p()?.f_div_scalar(beta)?;
+    Ok(x.f_where_self(&scaled.f_gt(threshold)?, &soft)?)
+}
+/// `x * tanh(softplus(x))` (`F.mish`).
+pub fn mish(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_mish()?)
+}
+/// `x * relu6(x + 3) / 6` (`F.hardswish`).
+pub fn hardswish(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_hardswish()?)
+}
+/// `relu6(x + 3) / 6` (`F.hardsigmoid`).
+pub fn hardsigmoid(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_hardsigmoid()?)
+}
+/// `min(max(x, 0), 6)` (`F.relu6`).
+pub fn relu6(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_relu6()?)
+}
+/// `x` above 0, else `(exp(x) - 1) * alpha` (`F.elu`).
+pub fn elu(x: &Tensor, alpha: f64) -> Result<Tensor> {
+    let neg = x.f_exp()?.f_sub_scalar(1.0)?.f_mul_scalar(alpha)?;
+    Ok(x.f_where_self(&x.f_gt(0.0)?, &neg)?)
+}
+/// Scaled ELU with the self-normalising constants (`F.selu`).
+pub fn selu(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_selu()?)
+}
+/// Gated linear unit: halves `a, b` of `dim`, `a * sigmoid(b)` (`F.glu`).
+pub fn glu(x: &Tensor, dim: i64) -> Result<Tensor> {
+    let d = check_dim(x, dim)?;
+    if x.size().get(d as usize).is_none_or(|n| n % 2 != 0) {
+        return Err(Error::shape(format!("glu: dimension {dim} of shape {:?} must have an even size", x.size())));
+    }
+    Ok(x.f_glu(d)?)
+}
+/// GELU with the tanh approximation (`F.gelu(x, approximate="tanh")`).
+pub fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_gelu("tanh")?)
+}
+/// `x` above 0, else `weight * x`; `weight` has one value or one per
+/// channel (dimension 1) (`F.prelu`).
+pub fn prelu(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
+    let n = weight.numel() as i64;
+    let channels = if x.dim() >= 2 { x.size()[1] } else { 1 };
+    if weight.dim() > 1 || (n != 1 && n != channels) {
+        return Err(Error::shape(format!(
+            "prelu: weight of shape {:?} must hold 1 or {channels} values for input {:?}",
+            weight.size(),
+            x.size()
+        )));
+    }
+    Ok(x.f_prelu(weight)?)
+}
+/// `log(sigmoid(x))`, computed stably (`F.logsigmoid`).
+pub fn logsigmoid(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_log_sigmoid()?)
+}

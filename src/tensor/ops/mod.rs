@@ -1,0 +1,17 @@
+//! Tensor ops of the core, one function per C op (see [`table`]): they
+//! check their arguments, then call libtorch.
+pub mod activation;
+pub mod attention;
+pub mod checks;
+pub mod math;
+pub mod reduce;
+pub mod select;
+pub mod shape;
+pub mod table;
+
+pub use activation::*;
+pub use attention::*;
+pub use math::*;
+pub use reduce::*;
+pub use select::*;
+pub use shape::*;

@@ -1,0 +1,81 @@
+//! Scans and reductions over chosen dimensions: cumsum, cumprod,
+//! logsumexp, amax / amin, var / std, all / any.
+use super::checks::{check_dim, check_dims};
+use crate::error::{Error, Result};
+use tch::{Kind, Tensor};
+
+/// Running sum along `dim` (integers and bools accumulate in i64).
+pub fn cumsum(x: &Tensor, dim: i64) -> Result<Tensor> {
+    Ok(x.f_cumsum(check_dim(x, dim)?, None::<Kind>)?)
+}
+
+/// Running product along `dim` (integers and bools accumulate in i64).
+pub fn cumprod(x: &Tensor, dim: i64) -> Result<Tensor> {
+    Ok(x.f_cumprod(check_dim(x, dim)?, None::<Kind>)?)
+}
+
+/// All dimensions when `dims` is empty, else the normalised `dims`.
+fn reduced(x: &Tensor, dims: &[i64]) -> Result<Vec<i64>> {
+    if dims.is_empty() {
+        return Ok((0..x.dim() as i64).collect());
+    }
+    check_dims(x, dims)
+}
+
+fn check_float(x: &Tensor, what: &str) -> Result<()> {
+    if !matches!(x.f_kind()?, Kind::Float | Kind::Double | Kind::Half | Kind::BFloat16) {
+        return Err(Error::dtype(format!("{what}: needs a floating-point tensor, got {:?}", x.f_kind()?)));
+    }
+    Ok(())
+}
+
+/// `log(sum(exp(x)))` over `dims` (all when empty), computed stably.
+pub fn logsumexp(x: &Tensor, dims: &[i64], keepdim: bool) -> Result<Tensor> {
+    check_float(x, "logsumexp")?;
+    Ok(x.f_logsumexp(reduced(x, dims)?, keepdim)?)
+}
+
+fn check_nonempty(x: &Tensor, dims: &[i64], what: &str) -> Result<()> {
+    let s = x.size();
+    if dims.iter().any(|d| s.get(*d as usize) == Some(&0)) || (s.is_empty() && x.numel() == 0) {
+        return Err(Error::shape(format!("{what}: cannot reduce an empty dimension of shape {s:?}")));
+    }
+    Ok(())
+}
+
+/// Largest value over `dims` (all when empty).
+pub fn amax(x: &Tensor, dims: &[i64], keepdim: bool) -> Result<Tensor> {
+    let d = reduced(x, dims)?;
+    check_nonempty(x, &d, "amax")?;
+    Ok(x.f_amax(d, keepdim)?)
+}
+
+/// Smallest value over `dims` (all when empty).
+pub fn amin(x: &Tensor, dims: &[i64], keepdim: bool) -> Result<Tensor> {
+    let d = reduced(x, dims)?;
+    check_nonempty(x, &d, "amin")?;
+    Ok(x.f_amin(d, keepdim)?)
+}
+
+/// Variance over `dims` (all when empty); `unbiased` divides by N - 1.
+pub fn var(x: &Tensor, dims: &[i64], unbiased: bool, keepdim: bool) -> Result<Tensor> {
+    check_float(x, "var")?;
+    Ok(x.f_var_dim(Some(reduced(x, dims)?.as_slice()), unbiased, keepdim)?)
+}
+
+/// Standard deviation over `dims` (all when empty); `unbiased` divides by
+/// N - 1.
+pub fn std(x: &Tensor, dims: &[i64], unbiased: bool, keepdim: bool) -> Result<Tensor> {
+    check_float(x, "std")?;
+    Ok(x.f_std_dim(Some(reduced(x, dims)?.as_slice()), unbiased, keepdim)?)
+}
+
+/// Whether every element is non-zero, as a 0-dimensional bool tensor.
+pub fn all(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_all()?)
+}
+
+/// Whether any element is non-zero, as a 0-dimensional bool tensor.
+pub fn any(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_any()?)
+}
