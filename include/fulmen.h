@@ -371,6 +371,11 @@ typedef enum fulmen_reduction {
    * Sum over elements.
    */
   FULMEN_REDUCTION_SUM = 2,
+  /**
+   * Sum divided by the batch size (dimension 0): KL divergence only,
+   * PyTorch's `reduction="batchmean"`.
+   */
+  FULMEN_REDUCTION_BATCH_MEAN = 3,
 } fulmen_reduction;
 
 /**
@@ -3417,6 +3422,273 @@ struct fulmen_error *fulmen_tensor_scaled_dot_product_attention(const struct ful
                                                                 struct fulmen_tensor **out);
 
 /**
+ * Cross-entropy of raw `logits` (N, C) or (N, C, d...) against class indices
+ * `target` (N) / (N, d...) of integer dtype, or against class probabilities
+ * shaped as `logits` (`F.cross_entropy`). The result is a new tensor written
+ * to `*out`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction,
+ * or is BATCH_MEAN), FULMEN_CODE_DTYPE_MISMATCH (`logits` not floating, or
+ * class targets not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s
+ * shape does not fit `logits`), FULMEN_CODE_OUT_OF_RANGE (a class target
+ * outside [0, C)), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on
+ * different devices).
+ */
+struct fulmen_error *fulmen_loss_cross_entropy(const struct fulmen_tensor *logits,
+                                               const struct fulmen_tensor *target,
+                                               int32_t reduction,
+                                               struct fulmen_tensor **out);
+
+/**
+ * Cross-entropy with torch's options (`F.cross_entropy(logits, target, weight,
+ * ignore_index=, label_smoothing=)`): `weight` (NULL for none) rescales each
+ * class, targets equal to `ignore_index` count for nothing (-100 is torch's
+ * default), `label_smoothing` in [0, 1] mixes the targets with the uniform
+ * distribution. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction,
+ * or is BATCH_MEAN; `label_smoothing` outside [0, 1]),
+ * FULMEN_CODE_DTYPE_MISMATCH (logits or weight not floating, or class targets
+ * not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s shape does not
+ * fit the logits, or `weight` is not of shape [C]), FULMEN_CODE_OUT_OF_RANGE
+ * (a class target outside [0, C) other than `ignore_index`), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. tensors on different devices).
+ */
+struct fulmen_error *fulmen_loss_cross_entropy_with_options(const struct fulmen_tensor *logits,
+                                                            const struct fulmen_tensor *target,
+                                                            const struct fulmen_tensor *weight,
+                                                            int64_t ignore_index,
+                                                            double label_smoothing,
+                                                            int32_t reduction,
+                                                            struct fulmen_tensor **out);
+
+/**
+ * Negative log-likelihood of `log_probs` (N, C) against class indices
+ * (`F.nll_loss`). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction,
+ * or is BATCH_MEAN), FULMEN_CODE_DTYPE_MISMATCH (`logits` not floating, or
+ * class targets not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s
+ * shape does not fit `logits`), FULMEN_CODE_OUT_OF_RANGE (a class target
+ * outside [0, C)), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on
+ * different devices).
+ */
+struct fulmen_error *fulmen_loss_nll(const struct fulmen_tensor *log_probs,
+                                     const struct fulmen_tensor *target,
+                                     int32_t reduction,
+                                     struct fulmen_tensor **out);
+
+/**
+ * Negative log-likelihood with torch's options (`F.nll_loss(log_probs, target,
+ * weight, ignore_index=)`): `weight` (NULL for none) rescales each class;
+ * targets equal to `ignore_index` count for nothing. The result is a new
+ * tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction,
+ * or is BATCH_MEAN; `label_smoothing` outside [0, 1]),
+ * FULMEN_CODE_DTYPE_MISMATCH (logits or weight not floating, or class targets
+ * not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s shape does not
+ * fit the logits, or `weight` is not of shape [C]), FULMEN_CODE_OUT_OF_RANGE
+ * (a class target outside [0, C) other than `ignore_index`), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. tensors on different devices).
+ */
+struct fulmen_error *fulmen_loss_nll_with_options(const struct fulmen_tensor *log_probs,
+                                                  const struct fulmen_tensor *target,
+                                                  const struct fulmen_tensor *weight,
+                                                  int64_t ignore_index,
+                                                  int32_t reduction,
+                                                  struct fulmen_tensor **out);
+
+/**
+ * Mean squared error between `input` and `target` of the same shape
+ * (`F.mse_loss`). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`input` or `target` not floating),
+ * FULMEN_CODE_SHAPE_MISMATCH (their shapes differ),
+ * FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction, or is
+ * BATCH_MEAN), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different
+ * devices).
+ */
+struct fulmen_error *fulmen_loss_mse(const struct fulmen_tensor *input,
+                                     const struct fulmen_tensor *target,
+                                     int32_t reduction,
+                                     struct fulmen_tensor **out);
+
+/**
+ * Mean absolute error between `input` and `target` of the same shape
+ * (`F.l1_loss`). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`input` or `target` not floating),
+ * FULMEN_CODE_SHAPE_MISMATCH (their shapes differ),
+ * FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction, or is
+ * BATCH_MEAN), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different
+ * devices).
+ */
+struct fulmen_error *fulmen_loss_l1(const struct fulmen_tensor *input,
+                                    const struct fulmen_tensor *target,
+                                    int32_t reduction,
+                                    struct fulmen_tensor **out);
+
+/**
+ * Binary cross-entropy of raw `logits` against targets in [0, 1] of the same
+ * shape, computed stably (`F.binary_cross_entropy_with_logits`). The result is
+ * a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`input` or `target` not floating),
+ * FULMEN_CODE_SHAPE_MISMATCH (their shapes differ),
+ * FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction, or is
+ * BATCH_MEAN), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different
+ * devices).
+ */
+struct fulmen_error *fulmen_loss_bce_with_logits(const struct fulmen_tensor *logits,
+                                                 const struct fulmen_tensor *target,
+                                                 int32_t reduction,
+                                                 struct fulmen_tensor **out);
+
+/**
+ * Binary cross-entropy of raw logits with torch's options: `weight` (NULL for
+ * none) rescales each element, `pos_weight` (NULL for none) the positive term,
+ * per class along the last dimension
+ * (`F.binary_cross_entropy_with_logits(logits, target, weight, pos_weight=)`).
+ * The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (a tensor not floating),
+ * FULMEN_CODE_SHAPE_MISMATCH (`logits` and `target` differ, or a weight does
+ * not broadcast to them), FULMEN_CODE_INVALID_ARGUMENT (`reduction` not a
+ * fulmen_reduction, or BATCH_MEAN), FULMEN_CODE_TORCH (libtorch failed).
+ */
+struct fulmen_error *fulmen_loss_bce_with_logits_with_options(const struct fulmen_tensor *logits,
+                                                              const struct fulmen_tensor *target,
+                                                              const struct fulmen_tensor *weight,
+                                                              const struct fulmen_tensor *pos_weight,
+                                                              int32_t reduction,
+                                                              struct fulmen_tensor **out);
+
+/**
+ * Binary cross-entropy of probabilities `probs` in [0, 1] against targets of
+ * the same shape; `weight` (NULL for none) rescales each element
+ * (`F.binary_cross_entropy`). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (a tensor not floating),
+ * FULMEN_CODE_SHAPE_MISMATCH (`probs` and `target` differ, or `weight` does
+ * not broadcast to them), FULMEN_CODE_INVALID_ARGUMENT (`reduction` not a
+ * fulmen_reduction, or BATCH_MEAN), FULMEN_CODE_TORCH (libtorch failed, e.g. a
+ * probability outside [0, 1]).
+ */
+struct fulmen_error *fulmen_loss_bce(const struct fulmen_tensor *probs,
+                                     const struct fulmen_tensor *target,
+                                     const struct fulmen_tensor *weight,
+                                     int32_t reduction,
+                                     struct fulmen_tensor **out);
+
+/**
+ * Huber loss: `0.5 d^2` where `|d| < delta`, else `delta (|d| - 0.5 delta)`,
+ * `d = input - target` (`F.huber_loss`). The result is a new tensor written to
+ * `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`input` or `target` not floating),
+ * FULMEN_CODE_SHAPE_MISMATCH (their shapes differ),
+ * FULMEN_CODE_INVALID_ARGUMENT (`delta` not positive and finite, or
+ * `reduction` not a fulmen_reduction or BATCH_MEAN), FULMEN_CODE_TORCH
+ * (libtorch failed).
+ */
+struct fulmen_error *fulmen_loss_huber(const struct fulmen_tensor *input,
+                                       const struct fulmen_tensor *target,
+                                       double delta,
+                                       int32_t reduction,
+                                       struct fulmen_tensor **out);
+
+/**
+ * Smooth L1 loss: `0.5 d^2 / beta` where `|d| < beta`, else `|d| - 0.5 beta`
+ * (`F.smooth_l1_loss`). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`input` or `target` not floating),
+ * FULMEN_CODE_SHAPE_MISMATCH (their shapes differ),
+ * FULMEN_CODE_INVALID_ARGUMENT (`beta` negative or not finite, or `reduction`
+ * not a fulmen_reduction or BATCH_MEAN), FULMEN_CODE_TORCH (libtorch failed).
+ */
+struct fulmen_error *fulmen_loss_smooth_l1(const struct fulmen_tensor *input,
+                                           const struct fulmen_tensor *target,
+                                           double beta,
+                                           int32_t reduction,
+                                           struct fulmen_tensor **out);
+
+/**
+ * KL divergence of the log-probabilities `input` from `target` (probabilities,
+ * or log-probabilities with `log_target`) (`F.kl_div`);
+ * FULMEN_REDUCTION_BATCH_MEAN divides the sum by the batch size, the
+ * mathematically right mean. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`input` or `target` not floating),
+ * FULMEN_CODE_SHAPE_MISMATCH (their shapes differ),
+ * FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction),
+ * FULMEN_CODE_TORCH (libtorch failed).
+ */
+struct fulmen_error *fulmen_loss_kl_div(const struct fulmen_tensor *input,
+                                        const struct fulmen_tensor *target,
+                                        bool log_target,
+                                        int32_t reduction,
+                                        struct fulmen_tensor **out);
+
+/**
+ * Cosine embedding loss of pairs `x1`, `x2` (N, D) labelled 1 (similar) or -1
+ * (dissimilar) in `target` (N): `1 - cos` or `max(0, cos - margin)`
+ * (`F.cosine_embedding_loss`). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (inputs not floating),
+ * FULMEN_CODE_SHAPE_MISMATCH (shapes that do not fit),
+ * FULMEN_CODE_INVALID_ARGUMENT (a target other than 1 or -1, a bad `margin`,
+ * or `reduction` not a fulmen_reduction or BATCH_MEAN), FULMEN_CODE_TORCH
+ * (libtorch failed).
+ */
+struct fulmen_error *fulmen_loss_cosine_embedding(const struct fulmen_tensor *x1,
+                                                  const struct fulmen_tensor *x2,
+                                                  const struct fulmen_tensor *target,
+                                                  double margin,
+                                                  int32_t reduction,
+                                                  struct fulmen_tensor **out);
+
+/**
+ * Margin ranking loss `max(0, -target * (x1 - x2) + margin)` with `target` 1
+ * or -1, shaped as the inputs (`F.margin_ranking_loss`). The result is a new
+ * tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (inputs not floating),
+ * FULMEN_CODE_SHAPE_MISMATCH (shapes that do not fit),
+ * FULMEN_CODE_INVALID_ARGUMENT (a target other than 1 or -1, a bad `margin`,
+ * or `reduction` not a fulmen_reduction or BATCH_MEAN), FULMEN_CODE_TORCH
+ * (libtorch failed).
+ */
+struct fulmen_error *fulmen_loss_margin_ranking(const struct fulmen_tensor *x1,
+                                                const struct fulmen_tensor *x2,
+                                                const struct fulmen_tensor *target,
+                                                double margin,
+                                                int32_t reduction,
+                                                struct fulmen_tensor **out);
+
+/**
+ * Connectionist temporal classification loss of `log_probs` (T, N, C) against
+ * padded label sequences `targets` (N, S), with i64 `input_lengths` (N) up to
+ * T and `target_lengths` (N) up to S (`F.ctc_loss`); FULMEN_REDUCTION_MEAN
+ * divides each loss by its target length, then averages; `zero_infinity`
+ * zeroes impossible alignments. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`log_probs` not floating, or integer
+ * tensors that are not i64 or i32), FULMEN_CODE_SHAPE_MISMATCH (shapes that do
+ * not fit), FULMEN_CODE_OUT_OF_RANGE (`blank`, a label or a length out of
+ * range), FULMEN_CODE_INVALID_ARGUMENT (`reduction` not a fulmen_reduction, or
+ * BATCH_MEAN), FULMEN_CODE_TORCH (libtorch failed).
+ */
+struct fulmen_error *fulmen_loss_ctc(const struct fulmen_tensor *log_probs,
+                                     const struct fulmen_tensor *targets,
+                                     const struct fulmen_tensor *input_lengths,
+                                     const struct fulmen_tensor *target_lengths,
+                                     int64_t blank,
+                                     bool zero_infinity,
+                                     int32_t reduction,
+                                     struct fulmen_tensor **out);
+
+/**
  * Sine, elementwise. The result is a new tensor written to `*out`.
  *
  * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or
@@ -4104,79 +4376,6 @@ struct fulmen_error *fulmen_tensor_compare_scalar(const struct fulmen_tensor *x,
                                                   double value,
                                                   int32_t op,
                                                   struct fulmen_tensor **out);
-
-/**
- * Cross-entropy of raw `logits` (N, C) or (N, C, d...) against class
- * indices `target` (N) / (N, d...) of integer dtype, or against class
- * probabilities of the same shape as `logits`; `reduction` is a
- * `fulmen_reduction`. Same as `torch.nn.functional.cross_entropy`.
- *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a
- * fulmen_reduction), FULMEN_CODE_DTYPE_MISMATCH (`logits` not floating, or
- * class targets not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s
- * shape does not fit `logits`), FULMEN_CODE_OUT_OF_RANGE (a class target
- * outside [0, C)), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on
- * different devices).
- */
-struct fulmen_error *fulmen_loss_cross_entropy(const struct fulmen_tensor *logits,
-                                               const struct fulmen_tensor *target,
-                                               int32_t reduction,
-                                               struct fulmen_tensor **out);
-
-/**
- * Negative log-likelihood of `log_probs` (N, C) against class indices.
- *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a
- * fulmen_reduction), FULMEN_CODE_DTYPE_MISMATCH (`log_probs` not floating, or
- * targets not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s shape
- * does not fit `log_probs`), FULMEN_CODE_OUT_OF_RANGE (a target outside
- * [0, C)), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different
- * devices).
- */
-struct fulmen_error *fulmen_loss_nll(const struct fulmen_tensor *log_probs,
-                                     const struct fulmen_tensor *target,
-                                     int32_t reduction,
-                                     struct fulmen_tensor **out);
-
-/**
- * Mean squared error between `input` and `target` of the same shape.
- *
- * Errors: FULMEN_CODE_DTYPE_MISMATCH (`input` or `target` not floating),
- * FULMEN_CODE_SHAPE_MISMATCH (their shapes differ),
- * FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
- */
-struct fulmen_error *fulmen_loss_mse(const struct fulmen_tensor *input,
-                                     const struct fulmen_tensor *target,
-                                     int32_t reduction,
-                                     struct fulmen_tensor **out);
-
-/**
- * Mean absolute error between `input` and `target` of the same shape.
- *
- * Errors: FULMEN_CODE_DTYPE_MISMATCH (`input` or `target` not floating),
- * FULMEN_CODE_SHAPE_MISMATCH (their shapes differ),
- * FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
- */
-struct fulmen_error *fulmen_loss_l1(const struct fulmen_tensor *input,
-                                    const struct fulmen_tensor *target,
-                                    int32_t reduction,
-                                    struct fulmen_tensor **out);
-
-/**
- * Binary cross-entropy of raw `logits` against targets in [0, 1] of the
- * same shape (numerically stable, as `binary_cross_entropy_with_logits`).
- *
- * Errors: FULMEN_CODE_DTYPE_MISMATCH (`logits` or `target` not floating),
- * FULMEN_CODE_SHAPE_MISMATCH (their shapes differ),
- * FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
- */
-struct fulmen_error *fulmen_loss_bce_with_logits(const struct fulmen_tensor *logits,
-                                                 const struct fulmen_tensor *target,
-                                                 int32_t reduction,
-                                                 struct fulmen_tensor **out);
 
 /**
  * `out = a + b`, broadcasting as PyTorch does.

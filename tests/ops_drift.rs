@@ -11,10 +11,25 @@ use std::path::{Path, PathBuf};
 const SOURCE: &str = "src/tensor/ops/table.rs";
 const CPP_METHODS: &str = "bindings/cpp/include/fulmen/tensor_methods_gen.inc";
 const CPP_FUNCTIONS: &str = "bindings/cpp/include/fulmen/tensor_functions_gen.inc";
+const CPP_LOSSES: &str = "bindings/cpp/include/fulmen/tensor_losses_gen.inc";
 const GO: &str = "bindings/go/tensor_ops_gen.go";
 
 /// Go names that plain camel case would spell badly.
 const GO_NAMES: &[(&str, &str)] = &[("topk", "TopK"), ("logsumexp", "LogSumExp"), ("logsigmoid", "LogSigmoid")];
+
+/// Go names of losses that do not follow `<CamelName>Loss`.
+const GO_LOSS_NAMES: &[(&str, &str)] = &[
+    ("cross_entropy", "CrossEntropy"),
+    ("cross_entropy_with_options", "CrossEntropyWithOptions"),
+    ("nll", "NLLLoss"),
+    ("nll_with_options", "NLLLossWithOptions"),
+    ("mse", "MSELoss"),
+    ("bce_with_logits", "BCEWithLogits"),
+    ("bce_with_logits_with_options", "BCEWithLogitsWithOptions"),
+    ("bce", "BCELoss"),
+    ("kl_div", "KLDivLoss"),
+    ("ctc", "CTCLoss"),
+];
 
 /// Wraps `text` into lines of at most `width` characters, each starting
 /// with `prefix`.
@@ -79,7 +94,7 @@ fn c_params(op: &TensorOp) -> Vec<String> {
                 v.push(format!("{n}_len: usize"));
             }
             ParamKind::Str => v.push(format!("{n}: *const c_char")),
-            ParamKind::DType => v.push(format!("{n}: i32")),
+            ParamKind::DType | ParamKind::Reduction => v.push(format!("{n}: i32")),
         }
     }
     match op.output {
@@ -130,6 +145,10 @@ fn rust_conversions(op: &TensorOp) -> (Vec<String>, String) {
                 lets.push(format!("let {n} = DType::from_i32({n})?;"));
                 args.push(n.to_string());
             }
+            ParamKind::Reduction => {
+                lets.push(format!("let {n} = LossReduction::from_i32({n})?;"));
+                args.push(n.to_string());
+            }
             ParamKind::I64 | ParamKind::F64 | ParamKind::Bool => args.push(n.to_string()),
         }
     }
@@ -137,7 +156,7 @@ fn rust_conversions(op: &TensorOp) -> (Vec<String>, String) {
 }
 
 fn rust_function(op: &TensorOp) -> String {
-    let c_name = format!("fulmen_tensor_{}", op.name);
+    let c_name = op.c_name();
     let mut s = wrap(&format!("{} {}", op.doc, output_doc(op)), 80, "/// ");
     s += "///\n";
     s += &wrap(&format!("Errors: {}.", op.errors), 80, "/// ");
@@ -215,6 +234,9 @@ fn rust_file(group: &str) -> String {
         s += "use crate::ffi::handle::check_out;\n";
     }
     s += "use crate::tensor::ops;\n";
+    if has(ParamKind::Reduction) {
+        s += "use crate::tensor::ops::LossReduction;\n";
+    }
     if has(ParamKind::DType) {
         s += "use crate::tensor::DType;\n";
     }
@@ -244,12 +266,14 @@ fn cpp_type(p: &Param) -> String {
         ParamKind::Dims => "const Shape&".into(),
         ParamKind::Str => "const std::string&".into(),
         ParamKind::DType => "DType".into(),
+        ParamKind::Reduction => "Reduction".into(),
     }
 }
 
 fn cpp_default(p: &Param) -> String {
     match p.kind {
         ParamKind::DType => format!("DType::{}", p.default),
+        ParamKind::Reduction => format!("Reduction::{}", p.default),
         _ => p.default.to_string(),
     }
 }
@@ -294,7 +318,7 @@ fn cpp_call_args(op: &TensorOp, method: bool) -> (Vec<String>, Vec<String>) {
                 args.push(format!("{n}.size()"));
             }
             ParamKind::Str => args.push(format!("{n}.c_str()")),
-            ParamKind::DType => args.push(format!("static_cast<int32_t>({n})")),
+            ParamKind::DType | ParamKind::Reduction => args.push(format!("static_cast<int32_t>({n})")),
         }
     }
     (pre, args)
@@ -303,7 +327,7 @@ fn cpp_call_args(op: &TensorOp, method: bool) -> (Vec<String>, Vec<String>) {
 fn cpp_function(op: &TensorOp, indent: &str) -> String {
     let method = op.is_method();
     let params: &[Param] = if method { &op.params[1..] } else { op.params };
-    let mut s = wrap(&format!("{} (fulmen_tensor_{})", op.doc, op.name), 100, &format!("{indent}/// "));
+    let mut s = wrap(&format!("{} ({})", op.doc, op.c_name()), 100, &format!("{indent}/// "));
     let (ret, maker, outs) = match op.output {
         Output::One => ("Tensor", "make", "fulmen_tensor** out"),
         Output::Pair(..) => ("std::pair<Tensor, Tensor>", "make_pair", "fulmen_tensor** first, fulmen_tensor** second"),
@@ -323,20 +347,38 @@ fn cpp_function(op: &TensorOp, indent: &str) -> String {
     });
     let class = if method { "" } else { "Tensor::" };
     s += &format!("{indent}    return {class}{maker}([&]({outs}) {{\n");
-    s += &format!("{indent}        return fulmen_tensor_{}({});\n", op.name, args.join(", "));
+    s += &format!("{indent}        return {}({});\n", op.c_name(), args.join(", "));
     s += &format!("{indent}    }});\n{indent}}}\n");
     s
 }
 
-fn cpp_file(methods: bool) -> String {
-    let (what, indent) = if methods {
-        ("methods of fulmen::Tensor, included inside the class", "    ")
+/// Which ops go to which C++ file.
+#[derive(Clone, Copy, PartialEq)]
+enum CppPart {
+    Methods,
+    Functions,
+    Losses,
+}
+
+fn cpp_part(op: &TensorOp) -> CppPart {
+    if op.family == "loss" {
+        CppPart::Losses
+    } else if op.is_method() {
+        CppPart::Methods
     } else {
-        ("functions of namespace fulmen, included after class Tensor", "")
+        CppPart::Functions
+    }
+}
+
+fn cpp_file(part: CppPart) -> String {
+    let (what, indent) = match part {
+        CppPart::Methods => ("tensor ops that are methods of fulmen::Tensor, included inside the class", "    "),
+        CppPart::Functions => ("tensor ops that are functions of namespace fulmen, included after class Tensor", ""),
+        CppPart::Losses => ("losses, functions of namespace fulmen::loss", ""),
     };
     let mut s = format!("// Generated from {SOURCE} by tests/ops_drift.rs (`make header`): do not edit.\n");
-    s += &format!("// The generated tensor ops that are {what}.\n");
-    for op in TENSOR_OPS.iter().filter(|o| o.is_method() == methods) {
+    s += &format!("// The generated {what}.\n");
+    for op in TENSOR_OPS.iter().filter(|o| cpp_part(o) == part) {
         s += "\n";
         s += &cpp_function(op, indent);
     }
@@ -362,6 +404,12 @@ fn camel(snake: &str, upper_first: bool) -> String {
 }
 
 fn go_name(op: &TensorOp) -> String {
+    if op.family == "loss" {
+        return GO_LOSS_NAMES
+            .iter()
+            .find(|(k, _)| *k == op.name)
+            .map_or_else(|| camel(op.name, true) + "Loss", |(_, v)| v.to_string());
+    }
     GO_NAMES.iter().find(|(k, _)| *k == op.name).map_or_else(|| camel(op.name, true), |(_, v)| v.to_string())
 }
 
@@ -375,6 +423,7 @@ fn go_type(p: &Param) -> &'static str {
         ParamKind::Dims => "[]int64",
         ParamKind::Str => "string",
         ParamKind::DType => "DType",
+        ParamKind::Reduction => "Reduction",
     }
 }
 
@@ -382,7 +431,7 @@ fn go_function(op: &TensorOp) -> String {
     let method = op.is_method();
     let name = go_name(op);
     let params: &[Param] = if method { &op.params[1..] } else { op.params };
-    let mut doc = format!("{name} calls fulmen_tensor_{}: {}", op.name, op.doc);
+    let mut doc = format!("{name} calls {}: {}", op.c_name(), op.doc);
     if op.params.iter().any(|p| p.kind == ParamKind::OptTensor) {
         doc += " A nil tensor passes NULL.";
     }
@@ -429,13 +478,13 @@ fn go_function(op: &TensorOp) -> String {
                 pre.push(format!("defer C.free(unsafe.Pointer({n}C))"));
                 args.push(format!("{n}C"));
             }
-            ParamKind::DType => args.push(format!("C.int32_t({n})")),
+            ParamKind::DType | ParamKind::Reduction => args.push(format!("C.int32_t({n})")),
         }
     }
     for line in &pre {
         s += &format!("\t{line}\n");
     }
-    let call = |outs: &str| format!("C.fulmen_tensor_{}({}, {outs})", op.name, args.join(", "));
+    let call = |outs: &str| format!("C.{}({}, {outs})", op.c_name(), args.join(", "));
     let keep = |s: &mut String| {
         for a in &alive {
             *s += &format!("\truntime.KeepAlive({a})\n");
@@ -497,8 +546,9 @@ fn generated_op_code_matches_the_table() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut files: Vec<(String, String)> =
         groups().into_iter().map(|g| (format!("src/ffi/tensor/gen_{g}.rs"), rust_file(g))).collect();
-    files.push((CPP_METHODS.into(), cpp_file(true)));
-    files.push((CPP_FUNCTIONS.into(), cpp_file(false)));
+    files.push((CPP_METHODS.into(), cpp_file(CppPart::Methods)));
+    files.push((CPP_FUNCTIONS.into(), cpp_file(CppPart::Functions)));
+    files.push((CPP_LOSSES.into(), cpp_file(CppPart::Losses)));
     files.push((GO.into(), go_file()));
     let stale: Vec<String> = files.iter().filter_map(|(rel, wanted)| check(&root, rel, wanted)).collect();
     assert!(stale.is_empty(), "out of date with {SOURCE}: {stale:?}; run `make header` and commit the result");
@@ -506,7 +556,7 @@ fn generated_op_code_matches_the_table() {
 
 #[test]
 fn op_names_are_unique_and_modules_listed() {
-    let mut names: Vec<&str> = TENSOR_OPS.iter().map(|o| o.name).collect();
+    let mut names: Vec<String> = TENSOR_OPS.iter().map(|o| o.c_name()).collect();
     names.sort_unstable();
     let n = names.len();
     names.dedup();

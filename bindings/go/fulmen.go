@@ -194,6 +194,8 @@ const (
 	ReductionMean Reduction = C.FULMEN_REDUCTION_MEAN
 	// ReductionSum sums.
 	ReductionSum Reduction = C.FULMEN_REDUCTION_SUM
+	// ReductionBatchMean divides the sum by the batch size (KLDivLoss only).
+	ReductionBatchMean Reduction = C.FULMEN_REDUCTION_BATCH_MEAN
 )
 
 // Stage is the running loop (fulmen_stage).

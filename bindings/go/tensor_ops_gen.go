@@ -777,3 +777,229 @@ func ScaledDotProductAttention(query *Tensor, key *Tensor, value *Tensor, attnMa
 	}
 	return newTensor(out), nil
 }
+
+// CrossEntropy calls fulmen_loss_cross_entropy: Cross-entropy of raw `logits`
+// (N, C) or (N, C, d...) against class indices `target` (N) / (N, d...) of
+// integer dtype, or against class probabilities shaped as `logits`
+// (`F.cross_entropy`).
+func CrossEntropy(logits *Tensor, target *Tensor, reduction Reduction) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_loss_cross_entropy(logits.ptr(), target.ptr(), C.int32_t(reduction), &out))
+	runtime.KeepAlive(logits)
+	runtime.KeepAlive(target)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// CrossEntropyWithOptions calls fulmen_loss_cross_entropy_with_options:
+// Cross-entropy with torch's options (`F.cross_entropy(logits, target, weight,
+// ignore_index=, label_smoothing=)`): `weight` (NULL for none) rescales each
+// class, targets equal to `ignore_index` count for nothing (-100 is torch's
+// default), `label_smoothing` in [0, 1] mixes the targets with the uniform
+// distribution. A nil tensor passes NULL.
+func CrossEntropyWithOptions(logits *Tensor, target *Tensor, weight *Tensor, ignoreIndex int64, labelSmoothing float64, reduction Reduction) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_loss_cross_entropy_with_options(logits.ptr(), target.ptr(), weight.ptr(), C.int64_t(ignoreIndex), C.double(labelSmoothing), C.int32_t(reduction), &out))
+	runtime.KeepAlive(logits)
+	runtime.KeepAlive(target)
+	runtime.KeepAlive(weight)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// NLLLoss calls fulmen_loss_nll: Negative log-likelihood of `log_probs` (N, C)
+// against class indices (`F.nll_loss`).
+func NLLLoss(logProbs *Tensor, target *Tensor, reduction Reduction) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_loss_nll(logProbs.ptr(), target.ptr(), C.int32_t(reduction), &out))
+	runtime.KeepAlive(logProbs)
+	runtime.KeepAlive(target)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// NLLLossWithOptions calls fulmen_loss_nll_with_options: Negative
+// log-likelihood with torch's options (`F.nll_loss(log_probs, target, weight,
+// ignore_index=)`): `weight` (NULL for none) rescales each class; targets equal
+// to `ignore_index` count for nothing. A nil tensor passes NULL.
+func NLLLossWithOptions(logProbs *Tensor, target *Tensor, weight *Tensor, ignoreIndex int64, reduction Reduction) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_loss_nll_with_options(logProbs.ptr(), target.ptr(), weight.ptr(), C.int64_t(ignoreIndex), C.int32_t(reduction), &out))
+	runtime.KeepAlive(logProbs)
+	runtime.KeepAlive(target)
+	runtime.KeepAlive(weight)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// MSELoss calls fulmen_loss_mse: Mean squared error between `input` and
+// `target` of the same shape (`F.mse_loss`).
+func MSELoss(input *Tensor, target *Tensor, reduction Reduction) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_loss_mse(input.ptr(), target.ptr(), C.int32_t(reduction), &out))
+	runtime.KeepAlive(input)
+	runtime.KeepAlive(target)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// L1Loss calls fulmen_loss_l1: Mean absolute error between `input` and `target`
+// of the same shape (`F.l1_loss`).
+func L1Loss(input *Tensor, target *Tensor, reduction Reduction) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_loss_l1(input.ptr(), target.ptr(), C.int32_t(reduction), &out))
+	runtime.KeepAlive(input)
+	runtime.KeepAlive(target)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// BCEWithLogits calls fulmen_loss_bce_with_logits: Binary cross-entropy of raw
+// `logits` against targets in [0, 1] of the same shape, computed stably
+// (`F.binary_cross_entropy_with_logits`).
+func BCEWithLogits(logits *Tensor, target *Tensor, reduction Reduction) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_loss_bce_with_logits(logits.ptr(), target.ptr(), C.int32_t(reduction), &out))
+	runtime.KeepAlive(logits)
+	runtime.KeepAlive(target)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// BCEWithLogitsWithOptions calls fulmen_loss_bce_with_logits_with_options:
+// Binary cross-entropy of raw logits with torch's options: `weight` (NULL for
+// none) rescales each element, `pos_weight` (NULL for none) the positive term,
+// per class along the last dimension
+// (`F.binary_cross_entropy_with_logits(logits, target, weight, pos_weight=)`).
+// A nil tensor passes NULL.
+func BCEWithLogitsWithOptions(logits *Tensor, target *Tensor, weight *Tensor, posWeight *Tensor, reduction Reduction) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_loss_bce_with_logits_with_options(logits.ptr(), target.ptr(), weight.ptr(), posWeight.ptr(), C.int32_t(reduction), &out))
+	runtime.KeepAlive(logits)
+	runtime.KeepAlive(target)
+	runtime.KeepAlive(weight)
+	runtime.KeepAlive(posWeight)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// BCELoss calls fulmen_loss_bce: Binary cross-entropy of probabilities `probs`
+// in [0, 1] against targets of the same shape; `weight` (NULL for none)
+// rescales each element (`F.binary_cross_entropy`). A nil tensor passes NULL.
+func BCELoss(probs *Tensor, target *Tensor, weight *Tensor, reduction Reduction) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_loss_bce(probs.ptr(), target.ptr(), weight.ptr(), C.int32_t(reduction), &out))
+	runtime.KeepAlive(probs)
+	runtime.KeepAlive(target)
+	runtime.KeepAlive(weight)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// HuberLoss calls fulmen_loss_huber: Huber loss: `0.5 d^2` where `|d| < delta`,
+// else `delta (|d| - 0.5 delta)`, `d = input - target` (`F.huber_loss`).
+func HuberLoss(input *Tensor, target *Tensor, delta float64, reduction Reduction) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_loss_huber(input.ptr(), target.ptr(), C.double(delta), C.int32_t(reduction), &out))
+	runtime.KeepAlive(input)
+	runtime.KeepAlive(target)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// SmoothL1Loss calls fulmen_loss_smooth_l1: Smooth L1 loss: `0.5 d^2 / beta`
+// where `|d| < beta`, else `|d| - 0.5 beta` (`F.smooth_l1_loss`).
+func SmoothL1Loss(input *Tensor, target *Tensor, beta float64, reduction Reduction) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_loss_smooth_l1(input.ptr(), target.ptr(), C.double(beta), C.int32_t(reduction), &out))
+	runtime.KeepAlive(input)
+	runtime.KeepAlive(target)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// KLDivLoss calls fulmen_loss_kl_div: KL divergence of the log-probabilities
+// `input` from `target` (probabilities, or log-probabilities with `log_target`)
+// (`F.kl_div`); FULMEN_REDUCTION_BATCH_MEAN divides the sum by the batch size,
+// the mathematically right mean.
+func KLDivLoss(input *Tensor, target *Tensor, logTarget bool, reduction Reduction) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_loss_kl_div(input.ptr(), target.ptr(), C.bool(logTarget), C.int32_t(reduction), &out))
+	runtime.KeepAlive(input)
+	runtime.KeepAlive(target)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// CosineEmbeddingLoss calls fulmen_loss_cosine_embedding: Cosine embedding loss
+// of pairs `x1`, `x2` (N, D) labelled 1 (similar) or -1 (dissimilar) in
+// `target` (N): `1 - cos` or `max(0, cos - margin)`
+// (`F.cosine_embedding_loss`).
+func CosineEmbeddingLoss(x1 *Tensor, x2 *Tensor, target *Tensor, margin float64, reduction Reduction) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_loss_cosine_embedding(x1.ptr(), x2.ptr(), target.ptr(), C.double(margin), C.int32_t(reduction), &out))
+	runtime.KeepAlive(x1)
+	runtime.KeepAlive(x2)
+	runtime.KeepAlive(target)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// MarginRankingLoss calls fulmen_loss_margin_ranking: Margin ranking loss
+// `max(0, -target * (x1 - x2) + margin)` with `target` 1 or -1, shaped as the
+// inputs (`F.margin_ranking_loss`).
+func MarginRankingLoss(x1 *Tensor, x2 *Tensor, target *Tensor, margin float64, reduction Reduction) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_loss_margin_ranking(x1.ptr(), x2.ptr(), target.ptr(), C.double(margin), C.int32_t(reduction), &out))
+	runtime.KeepAlive(x1)
+	runtime.KeepAlive(x2)
+	runtime.KeepAlive(target)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// CTCLoss calls fulmen_loss_ctc: Connectionist temporal classification loss of
+// `log_probs` (T, N, C) against padded label sequences `targets` (N, S), with
+// i64 `input_lengths` (N) up to T and `target_lengths` (N) up to S
+// (`F.ctc_loss`); FULMEN_REDUCTION_MEAN divides each loss by its target length,
+// then averages; `zero_infinity` zeroes impossible alignments.
+func CTCLoss(logProbs *Tensor, targets *Tensor, inputLengths *Tensor, targetLengths *Tensor, blank int64, zeroInfinity bool, reduction Reduction) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_loss_ctc(logProbs.ptr(), targets.ptr(), inputLengths.ptr(), targetLengths.ptr(), C.int64_t(blank), C.bool(zeroInfinity), C.int32_t(reduction), &out))
+	runtime.KeepAlive(logProbs)
+	runtime.KeepAlive(targets)
+	runtime.KeepAlive(inputLengths)
+	runtime.KeepAlive(targetLengths)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}

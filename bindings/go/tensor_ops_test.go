@@ -85,3 +85,27 @@ func TestGeneratedOpsFunctions(t *testing.T) {
 		t.Fatal("a bad equation succeeded")
 	}
 }
+
+func TestGeneratedLosses(t *testing.T) {
+	noLeaks(t)
+	logits := must(fulmen.FromSlice([]float32{1, 2, 0.5, 0.1, -1, 2, 0.3, 0.3, 0.3, 2, 1, 0}, 4, 3))
+	defer logits.Close()
+	target := must(fulmen.FromSlice([]int64{1, 2, -100, 0}))
+	defer target.Close()
+	weight := must(fulmen.FromSlice([]float32{1, 2, 0.5}))
+	defer weight.Close()
+	// F.cross_entropy(logits, target, weight=weight, label_smoothing=0.1) in PyTorch 2.13
+	loss := must(fulmen.CrossEntropyWithOptions(logits, target, weight, -100, 0.1, fulmen.ReductionMean))
+	defer loss.Close()
+	if v := must(loss.Item()); math.Abs(v-0.522605) > 1e-6 {
+		t.Fatalf("cross entropy %v, want 0.522605", v)
+	}
+	if _, err := fulmen.CrossEntropyWithOptions(logits, target, weight, -100, 2, fulmen.ReductionMean); err == nil {
+		t.Fatal("label_smoothing 2 succeeded")
+	}
+	none := must(fulmen.CrossEntropyWithOptions(logits, target, nil, -100, 0, fulmen.ReductionNone))
+	defer none.Close()
+	if n := must(none.Numel()); n != 4 {
+		t.Fatalf("reduction none gave %d values", n)
+	}
+}

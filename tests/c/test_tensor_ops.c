@@ -365,6 +365,112 @@ static void test_attention(void) {
     fulmen_tensor_free(v);
 }
 
+/* One loss value against PyTorch's, within 1e-6. */
+#define EXPECT_LOSS(call, want)                                  \
+    do {                                                         \
+        fulmen_tensor *l_ = NULL;                                \
+        CHECK_OK(call);                                          \
+        if (l_ != NULL) CHECK_NEAR(check_item(l_), (want), 1e-6); \
+        fulmen_tensor_free(l_);                                  \
+    } while (0)
+
+static void test_losses(void) {
+    const float lv[12] = {1.0f, 2.0f, 0.5f, 0.1f, -1.0f, 2.0f, 0.3f, 0.3f, 0.3f, 2.0f, 1.0f, 0.0f};
+    const int64_t d43[2] = {4, 3}, d4[1] = {4};
+    const int64_t tv[4] = {1, 2, -100, 0}, tv2[4] = {1, 2, 0, 0}, tv3[4] = {1, 2, 1, 0};
+    const float wv[3] = {1.0f, 2.0f, 0.5f};
+    fulmen_tensor *logits = check_f32(lv, 12, d43, 2), *w = f32v(wv, 3), *o = NULL;
+    fulmen_tensor *target = i64t(tv, 4, d4, 1), *target2 = i64t(tv2, 4, d4, 1), *target3 = i64t(tv3, 4, d4, 1);
+    EXPECT_LOSS(fulmen_loss_cross_entropy_with_options(logits, target, w, -100, 0.1, FULMEN_REDUCTION_MEAN, &l_),
+                0.522605);
+    EXPECT_LOSS(fulmen_loss_cross_entropy_with_options(logits, target2, NULL, -100, 0.2, FULMEN_REDUCTION_SUM, &l_),
+                2.845705);
+    CHECK_ERR(fulmen_loss_cross_entropy_with_options(logits, target, w, -100, 1.5, FULMEN_REDUCTION_MEAN, &o),
+              FULMEN_CODE_INVALID_ARGUMENT, "label_smoothing");
+    CHECK_ERR(fulmen_loss_cross_entropy_with_options(logits, target2, target2, -100, 0, FULMEN_REDUCTION_MEAN, &o),
+              FULMEN_CODE_DTYPE_MISMATCH, NULL);
+    EXPECT_LOSS(fulmen_loss_cross_entropy(logits, target, FULMEN_REDUCTION_SUM, &l_), 1.0537592);
+    CHECK_ERR(fulmen_loss_cross_entropy_with_options(logits, target, NULL, 0, 0, FULMEN_REDUCTION_MEAN, &o),
+              FULMEN_CODE_OUT_OF_RANGE, NULL);
+    CHECK_ERR(fulmen_loss_cross_entropy(logits, target2, FULMEN_REDUCTION_BATCH_MEAN, &o), FULMEN_CODE_INVALID_ARGUMENT,
+              "kl_div only");
+    fulmen_tensor *lp = NULL;
+    CHECK_OK(fulmen_tensor_log_softmax(logits, 1, &lp));
+    EXPECT_LOSS(fulmen_loss_nll_with_options(lp, target3, w, 1, FULMEN_REDUCTION_MEAN, &l_), 0.3323321);
+    fulmen_tensor *w4 = NULL;
+    CHECK_OK(fulmen_tensor_ones(d4, 1, FULMEN_DTYPE_F32, &w4));
+    CHECK_ERR(fulmen_loss_nll_with_options(lp, target3, w4, -100, FULMEN_REDUCTION_MEAN, &o), FULMEN_CODE_SHAPE_MISMATCH,
+              "weight");
+
+    const float xv[4] = {0.5f, -1.0f, 2.0f, 0.0f}, yv[4] = {1, 0, 0, 1}, ew[2] = {1, 2}, pw[2] = {3, 0.5f};
+    const int64_t d22[2] = {2, 2};
+    fulmen_tensor *x = check_f32(xv, 4, d22, 2), *y = check_f32(yv, 4, d22, 2), *elw = f32v(ew, 2), *pos = f32v(pw, 2);
+    EXPECT_LOSS(fulmen_loss_bce_with_logits_with_options(x, y, elw, pos, FULMEN_REDUCTION_MEAN, &l_), 1.2172074);
+    CHECK_ERR(fulmen_loss_bce_with_logits_with_options(x, y, w, NULL, FULMEN_REDUCTION_MEAN, &o),
+              FULMEN_CODE_SHAPE_MISMATCH, "does not broadcast");
+    fulmen_tensor *p = NULL;
+    CHECK_OK(fulmen_tensor_sigmoid(x, &p));
+    CHECK_OK(fulmen_loss_bce(p, y, NULL, FULMEN_REDUCTION_NONE, &o));
+    const double bce[4] = {0.474077, 0.3132617, 2.1269276, 0.6931472};
+    EXPECT_VALUES(o, bce, 4, 1e-6);
+    fulmen_tensor_free(o);
+
+    const float av[3] = {0, 1, 3}, bv[3] = {0.5f, -1, 0};
+    fulmen_tensor *a = f32v(av, 3), *b = f32v(bv, 3);
+    CHECK_OK(fulmen_loss_huber(a, b, 1.5, FULMEN_REDUCTION_NONE, &o));
+    const double hub[3] = {0.125, 1.875, 3.375};
+    EXPECT_VALUES(o, hub, 3, 1e-6);
+    fulmen_tensor_free(o);
+    CHECK_ERR(fulmen_loss_huber(a, b, 0.0, FULMEN_REDUCTION_MEAN, &o), FULMEN_CODE_INVALID_ARGUMENT, "delta");
+    EXPECT_LOSS(fulmen_loss_smooth_l1(a, b, 0.5, FULMEN_REDUCTION_MEAN, &l_), 1.5833334);
+
+    const float qv[4] = {0.2f, 0.8f, 1.0f, 0.0f}, kv[4] = {0.3f, 0.7f, 0.5f, 0.5f};
+    fulmen_tensor *q0 = check_f32(qv, 4, d22, 2), *q = NULL, *kt = check_f32(kv, 4, d22, 2), *klog = NULL;
+    CHECK_OK(fulmen_tensor_log_softmax(q0, 1, &q));
+    CHECK_OK(fulmen_tensor_log(kt, &klog));
+    EXPECT_LOSS(fulmen_loss_kl_div(q, kt, false, FULMEN_REDUCTION_BATCH_MEAN, &l_), 0.0633691);
+    EXPECT_LOSS(fulmen_loss_kl_div(q, klog, true, FULMEN_REDUCTION_MEAN, &l_), 0.0316845);
+
+    const float x1v[4] = {1, 0, 1, 1}, x2v[4] = {0, 1, 1, 0.9f}, lab[2] = {1, -1}, bad_lab[2] = {1, 0};
+    fulmen_tensor *x1 = check_f32(x1v, 4, d22, 2), *x2 = check_f32(x2v, 4, d22, 2), *labels = f32v(lab, 2);
+    fulmen_tensor *bad_labels = f32v(bad_lab, 2);
+    CHECK_OK(fulmen_loss_cosine_embedding(x1, x2, labels, 0.2, FULMEN_REDUCTION_NONE, &o));
+    const double cosw[2] = {1.0, 0.7986178};
+    EXPECT_VALUES(o, cosw, 2, 1e-6);
+    fulmen_tensor_free(o);
+    CHECK_ERR(fulmen_loss_cosine_embedding(x1, x2, bad_labels, 0.2, FULMEN_REDUCTION_MEAN, &o),
+              FULMEN_CODE_INVALID_ARGUMENT, "1 or -1");
+    const float r1[2] = {1, 2}, r2[2] = {2, 0};
+    fulmen_tensor *s1 = f32v(r1, 2), *s2 = f32v(r2, 2);
+    CHECK_OK(fulmen_loss_margin_ranking(s1, s2, labels, 0.5, FULMEN_REDUCTION_NONE, &o));
+    const double rk[2] = {1.5, 2.5};
+    EXPECT_VALUES(o, rk, 2, 1e-6);
+    fulmen_tensor_free(o);
+
+    /* CTC: log_softmax(sin(arange(40).reshape(5, 2, 4)), 2) */
+    fulmen_tensor *ar = NULL, *sn = NULL, *r3 = NULL, *lpc = NULL;
+    const int64_t d524[3] = {5, 2, 4}, d23[2] = {2, 3}, d2[1] = {2};
+    CHECK_OK(fulmen_tensor_arange(0, 40, 1, FULMEN_DTYPE_F32, &ar));
+    CHECK_OK(fulmen_tensor_reshape(ar, d524, 3, &r3));
+    CHECK_OK(fulmen_tensor_sin(r3, &sn));
+    CHECK_OK(fulmen_tensor_log_softmax(sn, 2, &lpc));
+    const int64_t tgv[6] = {1, 2, 0, 3, 3, 1}, ilv[2] = {5, 4}, tlv[2] = {2, 3}, long_il[2] = {6, 4};
+    fulmen_tensor *tg = i64t(tgv, 6, d23, 2), *il = i64t(ilv, 2, d2, 1), *tl = i64t(tlv, 2, d2, 1);
+    fulmen_tensor *bad_il = i64t(long_il, 2, d2, 1);
+    EXPECT_LOSS(fulmen_loss_ctc(lpc, tg, il, tl, 0, false, FULMEN_REDUCTION_MEAN, &l_), 2.0682495);
+    CHECK_OK(fulmen_loss_ctc(lpc, tg, il, tl, 0, false, FULMEN_REDUCTION_NONE, &o));
+    const double ctcn[2] = {3.314213, 7.4381771};
+    EXPECT_VALUES(o, ctcn, 2, 1e-5);
+    fulmen_tensor_free(o);
+    CHECK_ERR(fulmen_loss_ctc(lpc, tg, bad_il, tl, 0, false, FULMEN_REDUCTION_MEAN, &o), FULMEN_CODE_OUT_OF_RANGE,
+              "input_lengths");
+    CHECK_ERR(fulmen_loss_ctc(lpc, tg, il, tl, 4, false, FULMEN_REDUCTION_MEAN, &o), FULMEN_CODE_OUT_OF_RANGE, "blank");
+    o = NULL;
+    fulmen_tensor *all[] = {logits, w, target, target2, target3, lp, w4, x, y, elw, pos, p, a, b, q0, q, kt, klog,
+                            x1, x2, labels, bad_labels, s1, s2, ar, sn, r3, lpc, tg, il, tl, bad_il};
+    for (size_t k = 0; k < sizeof all / sizeof *all; k++) fulmen_tensor_free(all[k]);
+}
+
 static void test_bad_handles(void) {
     fulmen_tensor *x = x23(), *o = NULL, *i = NULL, *outs[2];
     fulmen_tensor *freed = x23();
@@ -388,6 +494,7 @@ int main(void) {
     test_reductions_and_math();
     test_activations();
     test_attention();
+    test_losses();
     test_bad_handles();
     fulmen_model_free(g_model);
     return check_finish("test_tensor_ops");

@@ -69,4 +69,16 @@ TEST_F(TensorOpsTest, FunctionsAndElementwise) {
     EXPECT_NEAR(x.softplus().to_vector<float>()[0], std::log1p(std::exp(3.0)), 1e-5);
 }
 
+TEST_F(TensorOpsTest, LossesWithTorchOptions) {
+    Tensor logits = Tensor::from_vector(std::vector<float>{1, 2, 0.5, 0.1, -1, 2, 0.3, 0.3, 0.3, 2, 1, 0}, {4, 3});
+    Tensor target = Tensor::from_vector(std::vector<int64_t>{1, 2, -100, 0});
+    Tensor weight = Tensor::from_vector(std::vector<float>{1, 2, 0.5});
+    // F.cross_entropy(logits, target, weight=weight, label_smoothing=0.1) in PyTorch 2.13
+    EXPECT_NEAR(fulmen::loss::cross_entropy_with_options(logits, target, &weight, -100, 0.1).item(), 0.522605, 1e-6);
+    Tensor q = Tensor::from_vector(std::vector<float>{0.2, 0.8, 1, 0}, {2, 2}).log_softmax(1);
+    Tensor p = Tensor::from_vector(std::vector<float>{0.3, 0.7, 0.5, 0.5}, {2, 2});
+    EXPECT_NEAR(fulmen::loss::kl_div(q, p, false, fulmen::Reduction::BatchMean).item(), 0.0633691, 1e-6);
+    EXPECT_NEAR(fulmen::loss::huber(p, p * 2.0).item(), fulmen::loss::mse(p, p * 2.0).item() / 2, 1e-7);
+}
+
 }  // namespace

@@ -8,6 +8,8 @@ pub mod gen_activation;
 #[rustfmt::skip]
 pub mod gen_attention;
 #[rustfmt::skip]
+pub mod gen_loss;
+#[rustfmt::skip]
 pub mod gen_math;
 #[rustfmt::skip]
 pub mod gen_reduce;
@@ -17,7 +19,6 @@ pub mod gen_select;
 pub mod gen_shape;
 pub mod handle;
 pub mod index;
-pub mod loss;
 pub mod math;
 pub mod query;
 pub mod reduce;

@@ -3,6 +3,7 @@
 pub mod activation;
 pub mod attention;
 pub mod checks;
+pub mod loss;
 pub mod math;
 pub mod reduce;
 pub mod select;
@@ -11,6 +12,7 @@ pub mod table;
 
 pub use activation::*;
 pub use attention::*;
+pub use loss::*;
 pub use math::*;
 pub use reduce::*;
 pub use select::*;

@@ -26,6 +26,8 @@ pub enum ParamKind {
     Str,
     /// `int32_t` holding a `fulmen_dtype`.
     DType,
+    /// `int32_t` holding a `fulmen_reduction`.
+    Reduction,
 }
 
 /// One parameter: its name, kind and the C++ default (none when `""`).
@@ -35,8 +37,9 @@ pub struct Param {
     pub name: &'static str,
     /// How it crosses the boundary.
     pub kind: ParamKind,
-    /// Default value in the C++ binding, written as in C++ (`DType` values
-    /// by member name, e.g. `F32`); empty for none.
+    /// Default value in the C++ binding, written as in C++ (`DType` and
+    /// `Reduction` values by member name, e.g. `F32`, `Mean`); empty for
+    /// none.
     pub default: &'static str,
 }
 
@@ -54,8 +57,11 @@ pub enum Output {
 /// One op of the C API.
 #[derive(Debug, Clone, Copy)]
 pub struct TensorOp {
-    /// The C function is `fulmen_tensor_<name>`; the core function has
-    /// the same name (`where_` for `where`).
+    /// `tensor` or `loss`: the C function is `fulmen_<family>_<name>`;
+    /// losses are functions of `fulmen::loss` in C++.
+    pub family: &'static str,
+    /// The C function's last part; the core function has the same name
+    /// (`where_` for `where`).
     pub name: &'static str,
     /// Generated file and core module it belongs to.
     pub group: &'static str,
@@ -71,10 +77,15 @@ pub struct TensorOp {
 }
 
 impl TensorOp {
+    /// The C function's name.
+    pub fn c_name(&self) -> String {
+        format!("fulmen_{}_{}", self.family, self.name)
+    }
+
     /// Whether the C++ and Go bindings make this op a method of its first
     /// tensor `x`.
     pub fn is_method(&self) -> bool {
-        self.params.first().is_some_and(|p| p.name == "x" && p.kind == ParamKind::Tensor)
+        self.family == "tensor" && self.params.first().is_some_and(|p| p.name == "x" && p.kind == ParamKind::Tensor)
     }
 
     /// Name of the core function in `crate::tensor::ops`.
@@ -126,9 +137,41 @@ const SCATTER_ERRORS: &str = "FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or a
 
 macro_rules! op {
     ($name:literal, $group:literal, $params:expr, $output:expr, $doc:literal, $errors:expr) => {
-        TensorOp { name: $name, group: $group, params: $params, output: $output, doc: $doc, errors: $errors }
+        TensorOp {
+            family: "tensor",
+            name: $name,
+            group: $group,
+            params: $params,
+            output: $output,
+            doc: $doc,
+            errors: $errors,
+        }
     };
 }
+
+macro_rules! loss {
+    ($name:literal, $params:expr, $doc:literal, $errors:expr) => {
+        TensorOp {
+            family: "loss",
+            name: $name,
+            group: "loss",
+            params: $params,
+            output: Output::One,
+            doc: $doc,
+            errors: $errors,
+        }
+    };
+}
+
+const fn opt(name: &'static str) -> Param {
+    p(name, ParamKind::OptTensor, "nullptr")
+}
+const REDUCTION: Param = p("reduction", ParamKind::Reduction, "Mean");
+const PAIR_LOSS: &[Param] = &[t("input"), t("target"), REDUCTION];
+const LOSS_ERRORS: &str = "FULMEN_CODE_DTYPE_MISMATCH (`input` or `target` not floating), FULMEN_CODE_SHAPE_MISMATCH (their shapes differ), FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction, or is BATCH_MEAN), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices)";
+const CLASS_ERRORS: &str = "FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction, or is BATCH_MEAN), FULMEN_CODE_DTYPE_MISMATCH (`logits` not floating, or class targets not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s shape does not fit `logits`), FULMEN_CODE_OUT_OF_RANGE (a class target outside [0, C)), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices)";
+const CLASS_OPTION_ERRORS: &str = "FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction, or is BATCH_MEAN; `label_smoothing` outside [0, 1]), FULMEN_CODE_DTYPE_MISMATCH (logits or weight not floating, or class targets not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s shape does not fit the logits, or `weight` is not of shape [C]), FULMEN_CODE_OUT_OF_RANGE (a class target outside [0, C) other than `ignore_index`), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices)";
+const PAIR_LABEL_ERRORS: &str = "FULMEN_CODE_DTYPE_MISMATCH (inputs not floating), FULMEN_CODE_SHAPE_MISMATCH (shapes that do not fit), FULMEN_CODE_INVALID_ARGUMENT (a target other than 1 or -1, a bad `margin`, or `reduction` not a fulmen_reduction or BATCH_MEAN), FULMEN_CODE_TORCH (libtorch failed)";
 
 /// Every generated tensor op, in header order.
 pub const TENSOR_OPS: &[TensorOp] = &[
@@ -271,4 +314,45 @@ pub const TENSOR_OPS: &[TensorOp] = &[
         Output::One,
         "`softmax(query keyᵀ · scale + mask) value` over `query` (…, L, E), `key` (…, S, E), `value` (…, S, Ev) (`F.scaled_dot_product_attention`). `attn_mask` (NULL for none) broadcasts to (…, L, S): bool (true attends) or additive of `query`'s dtype. `is_causal` lets each query attend to keys up to its own position. `dropout_p` drops weights (pass 0 in eval). `scale` 0 means `1 / sqrt(E)`.",
         "FULMEN_CODE_SHAPE_MISMATCH (fewer than 2 dimensions, sizes that do not match, or a mask that does not broadcast), FULMEN_CODE_DTYPE_MISMATCH (a mask neither bool nor of `query`'s dtype), FULMEN_CODE_INVALID_ARGUMENT (`dropout_p` outside [0, 1), a non-finite `scale`, or both a mask and `is_causal`), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices)"),
+    // ---- losses
+    loss!("cross_entropy", &[t("logits"), t("target"), REDUCTION],
+        "Cross-entropy of raw `logits` (N, C) or (N, C, d...) against class indices `target` (N) / (N, d...) of integer dtype, or against class probabilities shaped as `logits` (`F.cross_entropy`).",
+        CLASS_ERRORS),
+    loss!("cross_entropy_with_options", &[t("logits"), t("target"), opt("weight"), i("ignore_index", "-100"), f("label_smoothing", "0.0"), REDUCTION],
+        "Cross-entropy with torch's options (`F.cross_entropy(logits, target, weight, ignore_index=, label_smoothing=)`): `weight` (NULL for none) rescales each class, targets equal to `ignore_index` count for nothing (-100 is torch's default), `label_smoothing` in [0, 1] mixes the targets with the uniform distribution.",
+        CLASS_OPTION_ERRORS),
+    loss!("nll", &[t("log_probs"), t("target"), REDUCTION],
+        "Negative log-likelihood of `log_probs` (N, C) against class indices (`F.nll_loss`).", CLASS_ERRORS),
+    loss!("nll_with_options", &[t("log_probs"), t("target"), opt("weight"), i("ignore_index", "-100"), REDUCTION],
+        "Negative log-likelihood with torch's options (`F.nll_loss(log_probs, target, weight, ignore_index=)`): `weight` (NULL for none) rescales each class; targets equal to `ignore_index` count for nothing.",
+        CLASS_OPTION_ERRORS),
+    loss!("mse", PAIR_LOSS, "Mean squared error between `input` and `target` of the same shape (`F.mse_loss`).", LOSS_ERRORS),
+    loss!("l1", PAIR_LOSS, "Mean absolute error between `input` and `target` of the same shape (`F.l1_loss`).", LOSS_ERRORS),
+    loss!("bce_with_logits", &[t("logits"), t("target"), REDUCTION],
+        "Binary cross-entropy of raw `logits` against targets in [0, 1] of the same shape, computed stably (`F.binary_cross_entropy_with_logits`).",
+        LOSS_ERRORS),
+    loss!("bce_with_logits_with_options", &[t("logits"), t("target"), opt("weight"), opt("pos_weight"), REDUCTION],
+        "Binary cross-entropy of raw logits with torch's options: `weight` (NULL for none) rescales each element, `pos_weight` (NULL for none) the positive term, per class along the last dimension (`F.binary_cross_entropy_with_logits(logits, target, weight, pos_weight=)`).",
+        "FULMEN_CODE_DTYPE_MISMATCH (a tensor not floating), FULMEN_CODE_SHAPE_MISMATCH (`logits` and `target` differ, or a weight does not broadcast to them), FULMEN_CODE_INVALID_ARGUMENT (`reduction` not a fulmen_reduction, or BATCH_MEAN), FULMEN_CODE_TORCH (libtorch failed)"),
+    loss!("bce", &[t("probs"), t("target"), opt("weight"), REDUCTION],
+        "Binary cross-entropy of probabilities `probs` in [0, 1] against targets of the same shape; `weight` (NULL for none) rescales each element (`F.binary_cross_entropy`).",
+        "FULMEN_CODE_DTYPE_MISMATCH (a tensor not floating), FULMEN_CODE_SHAPE_MISMATCH (`probs` and `target` differ, or `weight` does not broadcast to them), FULMEN_CODE_INVALID_ARGUMENT (`reduction` not a fulmen_reduction, or BATCH_MEAN), FULMEN_CODE_TORCH (libtorch failed, e.g. a probability outside [0, 1])"),
+    loss!("huber", &[t("input"), t("target"), f("delta", "1.0"), REDUCTION],
+        "Huber loss: `0.5 d^2` where `|d| < delta`, else `delta (|d| - 0.5 delta)`, `d = input - target` (`F.huber_loss`).",
+        "FULMEN_CODE_DTYPE_MISMATCH (`input` or `target` not floating), FULMEN_CODE_SHAPE_MISMATCH (their shapes differ), FULMEN_CODE_INVALID_ARGUMENT (`delta` not positive and finite, or `reduction` not a fulmen_reduction or BATCH_MEAN), FULMEN_CODE_TORCH (libtorch failed)"),
+    loss!("smooth_l1", &[t("input"), t("target"), f("beta", "1.0"), REDUCTION],
+        "Smooth L1 loss: `0.5 d^2 / beta` where `|d| < beta`, else `|d| - 0.5 beta` (`F.smooth_l1_loss`).",
+        "FULMEN_CODE_DTYPE_MISMATCH (`input` or `target` not floating), FULMEN_CODE_SHAPE_MISMATCH (their shapes differ), FULMEN_CODE_INVALID_ARGUMENT (`beta` negative or not finite, or `reduction` not a fulmen_reduction or BATCH_MEAN), FULMEN_CODE_TORCH (libtorch failed)"),
+    loss!("kl_div", &[t("input"), t("target"), b("log_target", "false"), REDUCTION],
+        "KL divergence of the log-probabilities `input` from `target` (probabilities, or log-probabilities with `log_target`) (`F.kl_div`); FULMEN_REDUCTION_BATCH_MEAN divides the sum by the batch size, the mathematically right mean.",
+        "FULMEN_CODE_DTYPE_MISMATCH (`input` or `target` not floating), FULMEN_CODE_SHAPE_MISMATCH (their shapes differ), FULMEN_CODE_INVALID_ARGUMENT (`reduction` is not a fulmen_reduction), FULMEN_CODE_TORCH (libtorch failed)"),
+    loss!("cosine_embedding", &[t("x1"), t("x2"), t("target"), f("margin", "0.0"), REDUCTION],
+        "Cosine embedding loss of pairs `x1`, `x2` (N, D) labelled 1 (similar) or -1 (dissimilar) in `target` (N): `1 - cos` or `max(0, cos - margin)` (`F.cosine_embedding_loss`).",
+        PAIR_LABEL_ERRORS),
+    loss!("margin_ranking", &[t("x1"), t("x2"), t("target"), f("margin", "0.0"), REDUCTION],
+        "Margin ranking loss `max(0, -target * (x1 - x2) + margin)` with `target` 1 or -1, shaped as the inputs (`F.margin_ranking_loss`).",
+        PAIR_LABEL_ERRORS),
+    loss!("ctc", &[t("log_probs"), t("targets"), t("input_lengths"), t("target_lengths"), i("blank", "0"), b("zero_infinity", "false"), REDUCTION],
+        "Connectionist temporal classification loss of `log_probs` (T, N, C) against padded label sequences `targets` (N, S), with i64 `input_lengths` (N) up to T and `target_lengths` (N) up to S (`F.ctc_loss`); FULMEN_REDUCTION_MEAN divides each loss by its target length, then averages; `zero_infinity` zeroes impossible alignments.",
+        "FULMEN_CODE_DTYPE_MISMATCH (`log_probs` not floating, or integer tensors that are not i64 or i32), FULMEN_CODE_SHAPE_MISMATCH (shapes that do not fit), FULMEN_CODE_OUT_OF_RANGE (`blank`, a label or a length out of range), FULMEN_CODE_INVALID_ARGUMENT (`reduction` not a fulmen_reduction, or BATCH_MEAN), FULMEN_CODE_TORCH (libtorch failed)"),
 ];

@@ -55,6 +55,7 @@ enum class Reduction : int32_t {
     None = FULMEN_REDUCTION_NONE,
     Mean = FULMEN_REDUCTION_MEAN,
     Sum = FULMEN_REDUCTION_SUM,
+    BatchMean = FULMEN_REDUCTION_BATCH_MEAN,  ///< Sum / batch size: kl_div only.
 };
 
 /// Elementwise comparison (the C `fulmen_compare`).
@@ -631,33 +632,7 @@ inline Tensor operator-(const Tensor& a) { return a.neg(); }
 /// Loss functions (torch.nn.functional semantics).
 namespace loss {
 
-namespace detail {
-using LossFn = fulmen_error* (*)(const fulmen_tensor*, const fulmen_tensor*, int32_t, fulmen_tensor**);
-inline Tensor apply(LossFn fn, const Tensor& input, const Tensor& target, Reduction r) {
-    return Tensor::make([&](fulmen_tensor** o) { return fn(input.get(), target.get(), static_cast<int32_t>(r), o); });
-}
-}  // namespace detail
-
-/// Cross-entropy of raw logits against class indices or probabilities.
-inline Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction r = Reduction::Mean) {
-    return detail::apply(fulmen_loss_cross_entropy, logits, target, r);
-}
-/// Negative log-likelihood of log-probabilities against class indices.
-inline Tensor nll(const Tensor& log_probs, const Tensor& target, Reduction r = Reduction::Mean) {
-    return detail::apply(fulmen_loss_nll, log_probs, target, r);
-}
-/// Mean squared error.
-inline Tensor mse(const Tensor& input, const Tensor& target, Reduction r = Reduction::Mean) {
-    return detail::apply(fulmen_loss_mse, input, target, r);
-}
-/// Mean absolute error.
-inline Tensor l1(const Tensor& input, const Tensor& target, Reduction r = Reduction::Mean) {
-    return detail::apply(fulmen_loss_l1, input, target, r);
-}
-/// Binary cross-entropy of raw logits against targets in [0, 1].
-inline Tensor bce_with_logits(const Tensor& logits, const Tensor& target, Reduction r = Reduction::Mean) {
-    return detail::apply(fulmen_loss_bce_with_logits, logits, target, r);
-}
+#include "tensor_losses_gen.inc"
 
 }  // namespace loss
 
