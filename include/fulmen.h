@@ -458,6 +458,38 @@ typedef enum fulmen_activation {
    * `nn.Identity`.
    */
   FULMEN_ACTIVATION_IDENTITY = 9,
+  /**
+   * `nn.Mish`.
+   */
+  FULMEN_ACTIVATION_MISH = 10,
+  /**
+   * `nn.Hardswish`.
+   */
+  FULMEN_ACTIVATION_HARDSWISH = 11,
+  /**
+   * `nn.Hardsigmoid`.
+   */
+  FULMEN_ACTIVATION_HARDSIGMOID = 12,
+  /**
+   * `nn.ReLU6`.
+   */
+  FULMEN_ACTIVATION_RELU6 = 13,
+  /**
+   * `nn.GELU(approximate="tanh")`.
+   */
+  FULMEN_ACTIVATION_GELU_TANH = 14,
+  /**
+   * `nn.SELU`.
+   */
+  FULMEN_ACTIVATION_SELU = 15,
+  /**
+   * `nn.Softplus(beta = param)` (threshold 20; param 0 means beta 1).
+   */
+  FULMEN_ACTIVATION_SOFTPLUS = 16,
+  /**
+   * `nn.LogSigmoid`.
+   */
+  FULMEN_ACTIVATION_LOG_SIGMOID = 17,
 } fulmen_activation;
 
 /**
@@ -2385,6 +2417,59 @@ struct fulmen_error *fulmen_model_layer_norm_new(const int64_t *shape,
                                                  struct fulmen_model **out);
 
 /**
+ * Creates `nn.GroupNorm(num_groups, num_channels, eps, affine)` over
+ * dimension 1 of `(N, C, ...)` input; `affine` adds `weight` (ones) and
+ * `bias` (zeros) of `num_channels` (PyTorch's defaults: eps 1e-5, affine).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`num_channels` not a positive
+ * multiple of a positive `num_groups`, or a negative or NaN eps).
+ */
+struct fulmen_error *fulmen_model_group_norm_new(int64_t num_groups,
+                                                 int64_t num_channels,
+                                                 double eps,
+                                                 bool affine,
+                                                 struct fulmen_model **out);
+
+/**
+ * Creates `nn.RMSNorm(shape[0..ndim], eps, elementwise_affine)`: `x /
+ * sqrt(mean(x^2) + eps) * weight` over the trailing dimensions; `eps` 0
+ * means PyTorch's default (the input dtype's machine epsilon); `affine`
+ * adds `weight` (ones).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an empty or non-positive shape, or
+ * a negative or NaN eps).
+ */
+struct fulmen_error *fulmen_model_rms_norm_new(const int64_t *shape,
+                                               size_t ndim,
+                                               double eps,
+                                               bool affine,
+                                               struct fulmen_model **out);
+
+/**
+ * Creates `nn.PReLU(num_parameters, init)`: parameter `weight` of
+ * `num_parameters` slopes (1, or the channel count), all `init` (PyTorch's
+ * defaults: 1, 0.25).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`num_parameters` not positive or
+ * `init` not finite), FULMEN_CODE_TORCH (the weight cannot be allocated).
+ */
+struct fulmen_error *fulmen_model_prelu_new(int64_t num_parameters,
+                                            double init,
+                                            struct fulmen_model **out);
+
+/**
+ * Creates `nn.Unflatten(dim, sizes[0..nsizes])`: dimension `dim` split
+ * into `sizes` (one may be -1).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (no sizes, a size 0 or below -1, or
+ * more than one -1).
+ */
+struct fulmen_error *fulmen_model_unflatten_new(int64_t dim,
+                                                const int64_t *sizes,
+                                                size_t nsizes,
+                                                struct fulmen_model **out);
+
+/**
  * Creates `nn.Dropout(p)`: zeroes elements with probability `p` in
  * training mode only.
  *
@@ -2413,10 +2498,12 @@ struct fulmen_error *fulmen_model_flatten_new(int64_t start_dim,
 
 /**
  * Creates an activation layer; `param` is the slope (LeakyReLU), alpha
- * (ELU) or dimension (Softmax, LogSoftmax), ignored otherwise.
+ * (ELU), beta (Softplus, 0 for 1) or dimension (Softmax, LogSoftmax),
+ * ignored otherwise.
  *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (kind is not a fulmen_activation, or a
- * Softmax / LogSoftmax dimension is not a whole number).
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (kind is not a fulmen_activation, a
+ * Softmax / LogSoftmax dimension is not a whole number, or a Softplus beta
+ * is not finite).
  */
 struct fulmen_error *fulmen_model_activation_new(int32_t kind,
                                                  double param,

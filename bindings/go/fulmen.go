@@ -264,6 +264,22 @@ const (
 	LogSoftmax Activation = C.FULMEN_ACTIVATION_LOG_SOFTMAX
 	// Identity is nn.Identity.
 	Identity Activation = C.FULMEN_ACTIVATION_IDENTITY
+	// Mish is nn.Mish.
+	Mish Activation = C.FULMEN_ACTIVATION_MISH
+	// Hardswish is nn.Hardswish.
+	Hardswish Activation = C.FULMEN_ACTIVATION_HARDSWISH
+	// Hardsigmoid is nn.Hardsigmoid.
+	Hardsigmoid Activation = C.FULMEN_ACTIVATION_HARDSIGMOID
+	// ReLU6 is nn.ReLU6.
+	ReLU6 Activation = C.FULMEN_ACTIVATION_RELU6
+	// GELUTanh is nn.GELU(approximate="tanh").
+	GELUTanh Activation = C.FULMEN_ACTIVATION_GELU_TANH
+	// SELU is nn.SELU.
+	SELU Activation = C.FULMEN_ACTIVATION_SELU
+	// Softplus is nn.Softplus(beta = param; 0 means 1).
+	Softplus Activation = C.FULMEN_ACTIVATION_SOFTPLUS
+	// LogSigmoid is nn.LogSigmoid.
+	LogSigmoid Activation = C.FULMEN_ACTIVATION_LOG_SIGMOID
 )
 
 // Scaling says how CSV features are scaled (fulmen_scaling).

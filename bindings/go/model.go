@@ -183,6 +183,41 @@ func NewLayerNorm(shape []int64, eps float64) (*Model, error) {
 	return m, err
 }
 
+// NewGroupNorm creates nn.GroupNorm(numGroups, numChannels, eps, affine).
+func NewGroupNorm(numGroups, numChannels int64, eps float64, affine bool) (*Model, error) {
+	return makeModel(func(o **C.fulmen_model) cErr {
+		return C.fulmen_model_group_norm_new(C.int64_t(numGroups), C.int64_t(numChannels), C.double(eps), C.bool(affine), o)
+	})
+}
+
+// NewRMSNorm creates nn.RMSNorm(shape, eps, affine); eps 0 is the input
+// dtype's machine epsilon (PyTorch's default).
+func NewRMSNorm(shape []int64, eps float64, affine bool) (*Model, error) {
+	m, err := makeModel(func(o **C.fulmen_model) cErr {
+		p, n := shapeArg(shape)
+		return C.fulmen_model_rms_norm_new(p, n, C.double(eps), C.bool(affine), o)
+	})
+	runtime.KeepAlive(shape)
+	return m, err
+}
+
+// NewPReLU creates nn.PReLU(numParameters, init) (PyTorch's default 1, 0.25).
+func NewPReLU(numParameters int64, init float64) (*Model, error) {
+	return makeModel(func(o **C.fulmen_model) cErr {
+		return C.fulmen_model_prelu_new(C.int64_t(numParameters), C.double(init), o)
+	})
+}
+
+// NewUnflatten creates nn.Unflatten(dim, sizes).
+func NewUnflatten(dim int64, sizes []int64) (*Model, error) {
+	m, err := makeModel(func(o **C.fulmen_model) cErr {
+		p, n := shapeArg(sizes)
+		return C.fulmen_model_unflatten_new(C.int64_t(dim), p, n, o)
+	})
+	runtime.KeepAlive(sizes)
+	return m, err
+}
+
 // NewDropout creates nn.Dropout(p).
 func NewDropout(p float64) (*Model, error) {
 	return makeModel(func(o **C.fulmen_model) cErr { return C.fulmen_model_dropout_new(C.double(p), o) })

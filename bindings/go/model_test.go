@@ -351,3 +351,35 @@ func TestSchedulers(t *testing.T) {
 		t.Fatal("step with a foreign optimizer succeeded")
 	}
 }
+
+func TestModelNewLayers(t *testing.T) {
+	noLeaks(t)
+	gn := must(fulmen.NewGroupNorm(2, 4, 1e-5, true))
+	defer gn.Close()
+	if names := must(gn.StateDictNames()); !reflect.DeepEqual(names, []string{"weight", "bias"}) {
+		t.Fatalf("group norm state_dict %v", names)
+	}
+	rms := must(fulmen.NewRMSNorm([]int64{3}, 0, true))
+	defer rms.Close()
+	x := must(fulmen.FromSlice([]float32{1, 2, 3}, 1, 3))
+	defer x.Close()
+	y := must(rms.Forward(x))
+	defer y.Close()
+	if v := must(fulmen.ToSlice[float32](y)); math.Abs(float64(v[0])-0.4629101) > 1e-6 {
+		t.Fatalf("rms norm %v", v)
+	}
+	prelu := must(fulmen.NewPReLU(1, 0.25))
+	defer prelu.Close()
+	un := must(fulmen.NewUnflatten(1, []int64{3, 1}))
+	defer un.Close()
+	z := must(un.Forward(x))
+	defer z.Close()
+	if s := must(z.Shape()); !reflect.DeepEqual(s, []int64{1, 3, 1}) {
+		t.Fatalf("unflatten shape %v", s)
+	}
+	act := must(fulmen.NewActivation(fulmen.Mish, 0))
+	act.Close()
+	if _, err := fulmen.NewUnflatten(1, []int64{-1, -1}); err == nil {
+		t.Fatal("two inferred sizes succeeded")
+	}
+}

@@ -193,6 +193,77 @@ pub unsafe extern "C" fn fulmen_model_layer_norm_new(
     })
 }
 
+/// Creates `nn.GroupNorm(num_groups, num_channels, eps, affine)` over
+/// dimension 1 of `(N, C, ...)` input; `affine` adds `weight` (ones) and
+/// `bias` (zeros) of `num_channels` (PyTorch's defaults: eps 1e-5, affine).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`num_channels` not a positive
+/// multiple of a positive `num_groups`, or a negative or NaN eps).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_group_norm_new(
+    num_groups: i64,
+    num_channels: i64,
+    eps: f64,
+    affine: bool,
+    out: *mut *mut fulmen_model,
+) -> *mut fulmen_error {
+    guard("fulmen_model_group_norm_new", || emit_model(out, Module::group_norm(num_groups, num_channels, eps, affine)))
+}
+
+/// Creates `nn.RMSNorm(shape[0..ndim], eps, elementwise_affine)`: `x /
+/// sqrt(mean(x^2) + eps) * weight` over the trailing dimensions; `eps` 0
+/// means PyTorch's default (the input dtype's machine epsilon); `affine`
+/// adds `weight` (ones).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an empty or non-positive shape, or
+/// a negative or NaN eps).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_rms_norm_new(
+    shape: *const i64,
+    ndim: usize,
+    eps: f64,
+    affine: bool,
+    out: *mut *mut fulmen_model,
+) -> *mut fulmen_error {
+    guard("fulmen_model_rms_norm_new", || {
+        let s = i64_list(shape, ndim, "shape")?;
+        emit_model(out, Module::rms_norm(s, (eps != 0.0).then_some(eps), affine))
+    })
+}
+
+/// Creates `nn.PReLU(num_parameters, init)`: parameter `weight` of
+/// `num_parameters` slopes (1, or the channel count), all `init` (PyTorch's
+/// defaults: 1, 0.25).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`num_parameters` not positive or
+/// `init` not finite), FULMEN_CODE_TORCH (the weight cannot be allocated).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_prelu_new(
+    num_parameters: i64,
+    init: f64,
+    out: *mut *mut fulmen_model,
+) -> *mut fulmen_error {
+    guard("fulmen_model_prelu_new", || emit_model(out, Module::prelu(num_parameters, init)))
+}
+
+/// Creates `nn.Unflatten(dim, sizes[0..nsizes])`: dimension `dim` split
+/// into `sizes` (one may be -1).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (no sizes, a size 0 or below -1, or
+/// more than one -1).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_unflatten_new(
+    dim: i64,
+    sizes: *const i64,
+    nsizes: usize,
+    out: *mut *mut fulmen_model,
+) -> *mut fulmen_error {
+    guard("fulmen_model_unflatten_new", || {
+        let s = i64_list(sizes, nsizes, "sizes")?;
+        emit_model(out, Module::unflatten(dim, s))
+    })
+}
+
 /// Creates `nn.Dropout(p)`: zeroes elements with probability `p` in
 /// training mode only.
 ///
@@ -251,6 +322,22 @@ pub enum ActivationKind {
     LogSoftmax = 8,
     /// `nn.Identity`.
     Identity = 9,
+    /// `nn.Mish`.
+    Mish = 10,
+    /// `nn.Hardswish`.
+    Hardswish = 11,
+    /// `nn.Hardsigmoid`.
+    Hardsigmoid = 12,
+    /// `nn.ReLU6`.
+    Relu6 = 13,
+    /// `nn.GELU(approximate="tanh")`.
+    GeluTanh = 14,
+    /// `nn.SELU`.
+    Selu = 15,
+    /// `nn.Softplus(beta = param)` (threshold 20; param 0 means beta 1).
+    Softplus = 16,
+    /// `nn.LogSigmoid`.
+    LogSigmoid = 17,
 }
 
 fn activation(kind: i32, param: f64) -> Result<Activation> {
@@ -271,15 +358,31 @@ fn activation(kind: i32, param: f64) -> Result<Activation> {
         7 => Activation::Softmax(dim()?),
         8 => Activation::LogSoftmax(dim()?),
         9 => Activation::Identity,
-        k => return Err(Error::invalid(format!("{k} is not a fulmen_activation (0..=9)"))),
+        10 => Activation::Mish,
+        11 => Activation::Hardswish,
+        12 => Activation::Hardsigmoid,
+        13 => Activation::Relu6,
+        14 => Activation::GeluTanh,
+        15 => Activation::Selu,
+        16 => {
+            let beta = if param == 0.0 { 1.0 } else { param };
+            if !beta.is_finite() {
+                return Err(Error::invalid(format!("softplus beta must be finite, got {param}")));
+            }
+            Activation::Softplus(beta)
+        }
+        17 => Activation::LogSigmoid,
+        k => return Err(Error::invalid(format!("{k} is not a fulmen_activation (0..=17)"))),
     })
 }
 
 /// Creates an activation layer; `param` is the slope (LeakyReLU), alpha
-/// (ELU) or dimension (Softmax, LogSoftmax), ignored otherwise.
+/// (ELU), beta (Softplus, 0 for 1) or dimension (Softmax, LogSoftmax),
+/// ignored otherwise.
 ///
-/// Errors: FULMEN_CODE_INVALID_ARGUMENT (kind is not a fulmen_activation, or a
-/// Softmax / LogSoftmax dimension is not a whole number).
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (kind is not a fulmen_activation, a
+/// Softmax / LogSoftmax dimension is not a whole number, or a Softplus beta
+/// is not finite).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_activation_new(
     kind: i32,

@@ -48,6 +48,12 @@ pub fn ones(shape: &[i64]) -> Result<Tensor> {
     leaf(Tensor::f_ones(shape, (Kind::Float, Device::Cpu))?)
 }
 
+/// A float32 CPU parameter filled with `value`.
+pub fn full(shape: &[i64], value: f64) -> Result<Tensor> {
+    check_shape(shape)?;
+    leaf(Tensor::f_full(shape, value, (Kind::Float, Device::Cpu))?)
+}
+
 /// A float32 CPU parameter filled with zeros.
 pub fn zeros(shape: &[i64]) -> Result<Tensor> {
     check_shape(shape)?;

@@ -3,10 +3,12 @@
 use super::layers::conv::{Conv2d, Conv2dConfig};
 use super::layers::dropout::Dropout;
 use super::layers::embedding::Embedding;
-use super::layers::flatten::Flatten;
+use super::layers::flatten::{Flatten, Unflatten};
+use super::layers::group_norm::{GroupNorm, RmsNorm};
 use super::layers::linear::Linear;
 use super::layers::norm::{BatchNorm, LayerNorm};
 use super::layers::pool::{Pool2d, PoolKind};
+use super::layers::prelu::PRelu;
 use super::layers::{Activation, Layer, TensorMap};
 use super::torchscript::ScriptModule;
 use crate::error::{Error, ErrorCode, Result, ResultExt};
@@ -92,6 +94,31 @@ impl Module {
     /// `nn.LayerNorm(normalized_shape, eps, elementwise_affine)`.
     pub fn layer_norm(normalized_shape: &[i64], eps: f64, elementwise_affine: bool) -> Result<Module> {
         Ok(Module::leaf(LayerNorm::new(normalized_shape, eps, elementwise_affine)?))
+    }
+
+    /// `nn.GroupNorm(num_groups, num_channels, eps, affine)`.
+    pub fn group_norm(num_groups: i64, num_channels: i64, eps: f64, affine: bool) -> Result<Module> {
+        Ok(Module::leaf(GroupNorm::new(num_groups, num_channels, eps, affine)?))
+    }
+
+    /// `nn.RMSNorm(normalized_shape, eps, elementwise_affine)`; `eps` None
+    /// is the input dtype's machine epsilon.
+    pub fn rms_norm(normalized_shape: &[i64], eps: Option<f64>, elementwise_affine: bool) -> Result<Module> {
+        Ok(Module::leaf(RmsNorm::new(normalized_shape, eps, elementwise_affine)?))
+    }
+
+    /// `nn.PReLU(num_parameters, init)`.
+    pub fn prelu(num_parameters: i64, init: f64) -> Result<Module> {
+        Ok(Module::leaf(PRelu::new(num_parameters, init)?))
+    }
+
+    /// `nn.Unflatten(dim, sizes)`.
+    pub fn unflatten(dim: i64, sizes: &[i64]) -> Result<Module> {
+        let inferred = sizes.iter().filter(|s| **s == -1).count();
+        if sizes.is_empty() || inferred > 1 || sizes.iter().any(|s| *s < -1 || *s == 0) {
+            return Err(Error::invalid(format!("unflatten: sizes {sizes:?} need positive entries and at most one -1")));
+        }
+        Ok(Module::leaf(Unflatten { dim, sizes: sizes.to_vec() }))
     }
 
     /// `nn.Dropout(p)`: active only in training mode.

@@ -637,7 +637,7 @@ static void test_activations(void) {
     CHECK(got[0] == 1.0 && got[1] == 1.0 && got[2] == 1.0);
     fulmen_tensor_free(y);
     fulmen_model_free(sm0);
-    CHECK_ERR(fulmen_model_activation_new(10, 0, &bad), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_model_activation_new(18, 0, &bad), FULMEN_CODE_INVALID_ARGUMENT, NULL);
     CHECK_ERR(fulmen_model_activation_new(-1, 0, &bad), FULMEN_CODE_INVALID_ARGUMENT, NULL);
     CHECK_ERR(fulmen_model_activation_new(FULMEN_ACTIVATION_SOFTMAX, 0.5, &bad), FULMEN_CODE_INVALID_ARGUMENT, NULL);
     CHECK_ERR(fulmen_model_activation_new(FULMEN_ACTIVATION_RELU, 0, NULL), FULMEN_CODE_NULL_ARGUMENT, NULL);

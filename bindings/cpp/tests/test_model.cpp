@@ -314,3 +314,24 @@ TEST_F(DataTest, HostDataSourceErrorsAtCreation) {
         EXPECT_EQ(e.code(), FULMEN_CODE_INVALID_ARGUMENT);
     }
 }
+
+namespace {
+
+class LayerTest : public FulmenTest {};
+
+TEST_F(LayerTest, NormsPReLUUnflattenAndActivations) {
+    using fulmen::Model;
+    Model gn = Model::group_norm(2, 4);
+    EXPECT_EQ(gn.state_dict_names(), (std::vector<std::string>{"weight", "bias"}));
+    EXPECT_EQ(gn.forward(Tensor::randn({3, 4, 5})).shape(), (Shape{3, 4, 5}));
+    Model rms = Model::rms_norm({3});
+    Tensor y = rms.forward(Tensor::from_vector(std::vector<float>{1, 2, 3}, {1, 3}));
+    EXPECT_NEAR(y.to_vector<float>()[0], 0.4629101f, 1e-6);
+    Model prelu = Model::prelu(2);
+    EXPECT_EQ(prelu.state_dict_get("weight").to_vector<float>(), (std::vector<float>{0.25f, 0.25f}));
+    EXPECT_EQ(Model::unflatten(1, {2, -1}).forward(Tensor::zeros({2, 6})).shape(), (Shape{2, 2, 3}));
+    Model mish = Model::activation(fulmen::Activation::Mish);
+    EXPECT_NEAR(mish.forward(Tensor::from_vector(std::vector<float>{0.5f})).item(), 0.3752452, 1e-6);
+}
+
+}  // namespace

@@ -1,6 +1,7 @@
 //! Element-wise activations and (log-)softmax.
 use super::Layer;
 use crate::error::Result;
+use crate::tensor::ops;
 use tch::Tensor;
 
 /// An activation function, used as a parameterless layer.
@@ -26,6 +27,22 @@ pub enum Activation {
     LogSoftmax(i64),
     /// Returns its input.
     Identity,
+    /// `x * tanh(softplus(x))`.
+    Mish,
+    /// `x * relu6(x + 3) / 6`.
+    Hardswish,
+    /// `relu6(x + 3) / 6`.
+    Hardsigmoid,
+    /// `min(max(x, 0), 6)`.
+    Relu6,
+    /// GELU with the tanh approximation.
+    GeluTanh,
+    /// Self-normalising ELU.
+    Selu,
+    /// `log(1 + exp(beta * x)) / beta` (threshold 20, as PyTorch's default).
+    Softplus(f64),
+    /// `log(sigmoid(x))`.
+    LogSigmoid,
 }
 
 impl Activation {
@@ -38,10 +55,18 @@ impl Activation {
             Activation::Sigmoid => x.f_sigmoid()?,
             Activation::Tanh => x.f_tanh()?,
             Activation::Silu => x.f_silu()?,
-            Activation::Elu(alpha) => x.f_relu()?.f_add(&x.f_clamp_max(0.0)?.f_expm1()?.f_mul_scalar(alpha)?)?,
+            Activation::Elu(alpha) => ops::elu(x, alpha)?,
             Activation::Softmax(dim) => x.f_softmax(dim, None)?,
             Activation::LogSoftmax(dim) => x.f_log_softmax(dim, None)?,
             Activation::Identity => x.shallow_clone(),
+            Activation::Mish => ops::mish(x)?,
+            Activation::Hardswish => ops::hardswish(x)?,
+            Activation::Hardsigmoid => ops::hardsigmoid(x)?,
+            Activation::Relu6 => ops::relu6(x)?,
+            Activation::GeluTanh => ops::gelu_tanh(x)?,
+            Activation::Selu => ops::selu(x)?,
+            Activation::Softplus(beta) => ops::softplus(x, beta, 20.0)?,
+            Activation::LogSigmoid => ops::logsigmoid(x)?,
         };
         Ok(y)
     }
@@ -64,6 +89,14 @@ impl Layer for Activation {
             Activation::Softmax(_) => "Softmax",
             Activation::LogSoftmax(_) => "LogSoftmax",
             Activation::Identity => "Identity",
+            Activation::Mish => "Mish",
+            Activation::Hardswish => "Hardswish",
+            Activation::Hardsigmoid => "Hardsigmoid",
+            Activation::Relu6 => "ReLU6",
+            Activation::GeluTanh => "GELU",
+            Activation::Selu => "SELU",
+            Activation::Softplus(_) => "Softplus",
+            Activation::LogSigmoid => "LogSigmoid",
         }
     }
 

@@ -31,3 +31,25 @@ impl Layer for Flatten {
         })
     }
 }
+
+/// Splits dimension `dim` into `sizes` (one may be -1), PyTorch's
+/// `Unflatten(dim, unflattened_size)`.
+#[derive(Debug)]
+pub(crate) struct Unflatten {
+    pub(crate) dim: i64,
+    pub(crate) sizes: Vec<i64>,
+}
+
+impl Layer for Unflatten {
+    fn replicate(&self, _map: &mut super::TensorMap<'_>) -> Result<Box<dyn Layer>> {
+        Ok(Box::new(Unflatten { dim: self.dim, sizes: self.sizes.clone() }))
+    }
+
+    fn type_name(&self) -> &'static str {
+        "Unflatten"
+    }
+
+    fn forward(&self, x: &Tensor, _training: bool) -> Result<Tensor> {
+        crate::tensor::ops::unflatten(x, self.dim, &self.sizes)
+    }
+}

@@ -8,9 +8,11 @@ pub mod conv;
 pub mod dropout;
 pub mod embedding;
 pub mod flatten;
+pub mod group_norm;
 pub mod linear;
 pub mod norm;
 pub mod pool;
+pub mod prelu;
 
 pub use activation::Activation;
 

@@ -29,9 +29,9 @@ pub fn hardsigmoid(x: &Tensor) -> Result<Tensor> {
 pub fn relu6(x: &Tensor) -> Result<Tensor> {
     Ok(x.f_relu6()?)
 }
-/// `x` above 0, else `(exp(x) - 1) * alpha` (`F.elu`).
+/// `x` above 0, else `alpha * expm1(x)` (`F.elu`).
 pub fn elu(x: &Tensor, alpha: f64) -> Result<Tensor> {
-    let neg = x.f_exp()?.f_sub_scalar(1.0)?.f_mul_scalar(alpha)?;
+    let neg = x.f_expm1()?.f_mul_scalar(alpha)?;
     Ok(x.f_where_self(&x.f_gt(0.0)?, &neg)?)
 }
 /// Scaled ELU with the self-normalising constants (`F.selu`).

@@ -22,6 +22,14 @@ enum class Activation : int32_t {
     Softmax = FULMEN_ACTIVATION_SOFTMAX,
     LogSoftmax = FULMEN_ACTIVATION_LOG_SOFTMAX,
     Identity = FULMEN_ACTIVATION_IDENTITY,
+    Mish = FULMEN_ACTIVATION_MISH,
+    Hardswish = FULMEN_ACTIVATION_HARDSWISH,
+    Hardsigmoid = FULMEN_ACTIVATION_HARDSIGMOID,
+    Relu6 = FULMEN_ACTIVATION_RELU6,
+    GeluTanh = FULMEN_ACTIVATION_GELU_TANH,
+    Selu = FULMEN_ACTIVATION_SELU,
+    Softplus = FULMEN_ACTIVATION_SOFTPLUS,
+    LogSigmoid = FULMEN_ACTIVATION_LOG_SIGMOID,
 };
 
 /// Options of a 2-D convolution, starting from fulmen's defaults.
@@ -87,6 +95,24 @@ public:
     /// nn.LayerNorm(shape, eps).
     static Model layer_norm(const Shape& shape, double eps = 1e-5) {
         return make([&](fulmen_model** o) { return fulmen_model_layer_norm_new(shape.data(), shape.size(), eps, o); });
+    }
+    /// nn.GroupNorm(num_groups, num_channels, eps, affine).
+    static Model group_norm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true) {
+        return make([&](fulmen_model** o) { return fulmen_model_group_norm_new(num_groups, num_channels, eps, affine, o); });
+    }
+    /// nn.RMSNorm(shape, eps, elementwise_affine); eps 0 is the dtype's machine epsilon.
+    static Model rms_norm(const Shape& shape, double eps = 0, bool affine = true) {
+        return make([&](fulmen_model** o) {
+            return fulmen_model_rms_norm_new(shape.data(), shape.size(), eps, affine, o);
+        });
+    }
+    /// nn.PReLU(num_parameters, init).
+    static Model prelu(int64_t num_parameters = 1, double init = 0.25) {
+        return make([&](fulmen_model** o) { return fulmen_model_prelu_new(num_parameters, init, o); });
+    }
+    /// nn.Unflatten(dim, sizes).
+    static Model unflatten(int64_t dim, const Shape& sizes) {
+        return make([&](fulmen_model** o) { return fulmen_model_unflatten_new(dim, sizes.data(), sizes.size(), o); });
     }
     /// nn.Dropout(p).
     static Model dropout(double p = 0.5) {
