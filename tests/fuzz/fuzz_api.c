@@ -229,6 +229,57 @@ static void op_tensor_math(vm *v) {
     keep(v, to, out, K_TENSOR);
 }
 
+/* The table-generated ops: one, two and many results, with handles of any
+ * kind, small and huge integers, odd reals and dims lists. */
+static void op_tensor_generated(vm *v) {
+    fulmen_tensor *a = handle(v, K_TENSOR), *b = handle(v, K_TENSOR), *c = handle(v, K_TENSOR);
+    fulmen_tensor *out = NULL, *second = NULL, *pieces[4] = {NULL, NULL, NULL, NULL};
+    uint8_t which = byte(v) % 12, to = byte(v);
+    int64_t dims[4];
+    size_t nd = shape(v, dims), count = 0;
+    fulmen_error *e = NULL;
+    switch (which) {
+    case 0: check_error(fulmen_tensor_where(a, b, c, &out)); break;
+    case 1: check_error(fulmen_tensor_masked_fill(a, b, real(v), &out)); break;
+    case 2: check_error(fulmen_tensor_topk(a, small(v), small(v), byte(v) & 1, byte(v) & 1, &out, &second)); break;
+    case 3: check_error(fulmen_tensor_sort(a, small(v), byte(v) & 1, byte(v) & 1, &out, &out)); break;
+    case 4:
+        e = fulmen_tensor_chunk(a, small(v), small(v), pieces, byte(v) % 5, &count);
+        if (e == NULL)
+            for (size_t i = 0; i < count; i++) fulmen_tensor_free(pieces[i]);
+        check_error(e);
+        break;
+    case 5: {
+        /* a huge expanded view is valid and costs nothing, but every later
+         * reduction over it would run for hours: keep views small */
+        double n = 1;
+        for (size_t i = 0; i < nd; i++) n *= fabs((double)dims[i]);
+        if (n <= 4096) check_error(fulmen_tensor_expand(a, dims, nd, &out));
+        break;
+    }
+    case 6: check_error(fulmen_tensor_scatter_add(a, small(v), b, c, &out)); break;
+    case 7: {
+        const fulmen_tensor *parts[3] = {a, b, c};
+        const char *eqs[] = {"ij,jk->ik", "i,i->", "...ij->...ji", "ij;", "", "bij,bjk->bik"};
+        size_t n = byte(v) % 4;
+        check_error(fulmen_tensor_einsum(eqs[byte(v) % 6], n ? parts : NULL, n, &out));
+        break;
+    }
+    case 8:
+        check_error(fulmen_tensor_scaled_dot_product_attention(a, b, c, byte(v) & 1 ? handle(v, K_TENSOR) : NULL,
+                                                               real(v), byte(v) & 1, real(v), &out));
+        break;
+    case 9: check_error(fulmen_tensor_logsumexp(a, dims, nd, byte(v) & 1, &out)); break;
+    case 10:
+        check_error(fulmen_loss_cross_entropy_with_options(a, b, byte(v) & 1 ? c : NULL, small(v), real(v),
+                                                           (int32_t)small(v), &out));
+        break;
+    default: check_error(fulmen_loss_ctc(a, b, c, handle(v, K_TENSOR), small(v), byte(v) & 1, (int32_t)small(v), &out));
+    }
+    fulmen_tensor_free(second);
+    keep(v, to, out, K_TENSOR);
+}
+
 static void op_tensor_query(vm *v) {
     fulmen_tensor *a = handle(v, K_TENSOR), *out = NULL;
     uint8_t which = byte(v) % 9, to = byte(v);
@@ -572,9 +623,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(v.path, scratch, sizeof v.path);
     memcpy(v.dir, dir, sizeof v.dir);
     /* The operations this target draws from (see FUZZ_FAMILY). */
-    static void (*const ops_all[])(vm *) = {op_tensor_new, op_tensor_math, op_tensor_query, op_model,
-                                        op_data,       op_optim,       op_options,      op_free};
-    static void (*const ops_tensor[])(vm *) = {op_tensor_new, op_tensor_math, op_tensor_query, op_free};
+    static void (*const ops_all[])(vm *) = {op_tensor_new, op_tensor_math, op_tensor_generated, op_tensor_query,
+                                            op_model,      op_data,        op_optim,            op_options,
+                                            op_free};
+    static void (*const ops_tensor[])(vm *) = {op_tensor_new, op_tensor_math, op_tensor_generated, op_tensor_query,
+                                               op_free};
     static void (*const ops_model[])(vm *) = {op_tensor_new, op_model, op_model, op_free};
     static void (*const ops_data[])(vm *) = {op_tensor_new, op_data, op_data, op_free};
     static void (*const ops_optim[])(vm *) = {op_tensor_new, op_model, op_optim, op_optim, op_free};
