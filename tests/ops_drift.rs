@@ -5,8 +5,10 @@
 //! functions (`bindings/go/tensor_ops_gen.go`); it fails when a committed
 //! copy differs. Regenerate with `make header`
 //! (`FULMEN_WRITE_HEADER=1 cargo test --test ops_drift`).
+mod drift;
+use drift::check;
 use fulmen::tensor::ops::table::{Output, Param, ParamKind, TensorOp, TENSOR_OPS};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 const SOURCE: &str = "src/tensor/ops/table.rs";
 const CPP_METHODS: &str = "bindings/cpp/include/fulmen/tensor_methods_gen.inc";
@@ -528,18 +530,6 @@ fn go_file() -> String {
 }
 
 // ---- check or write
-
-/// Writes `wanted` to `rel` under FULMEN_WRITE_HEADER, else returns the
-/// path when the committed file differs.
-fn check(root: &Path, rel: &str, wanted: &str) -> Option<String> {
-    let path = root.join(rel);
-    if std::env::var_os("FULMEN_WRITE_HEADER").is_some() {
-        std::fs::write(&path, wanted).unwrap_or_else(|e| panic!("writing {rel}: {e}"));
-        return None;
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    (committed != wanted).then(|| rel.to_string())
-}
 
 #[test]
 fn generated_op_code_matches_the_table() {

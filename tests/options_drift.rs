@@ -5,8 +5,10 @@
 //! each binding that calls every setter; it fails when a committed copy
 //! differs. Regenerate with `make header`
 //! (`FULMEN_WRITE_HEADER=1 cargo test --test options_drift`).
+mod drift;
+use drift::check;
 use fulmen::trainer::option_table::{OptionKind, TrainerOption, TRAINER_OPTIONS};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 const SOURCE: &str = "src/trainer/option_table.rs";
 const GENERATOR: &str = "tests/options_drift.rs";
@@ -347,18 +349,6 @@ fn ffi_source(current: &str) -> String {
     let begin = current.find(BEGIN).expect("begin marker in src/ffi/trainer.rs") + BEGIN.len() + 1;
     let end = current[begin..].find(END).expect("end marker in src/ffi/trainer.rs") + begin;
     format!("{}{}{}", &current[..begin], ffi_block(), &current[end..])
-}
-
-/// Writes `wanted` to `rel` under FULMEN_WRITE_HEADER, else returns the
-/// path when the committed file differs.
-fn check(root: &Path, rel: &str, wanted: &str) -> Option<String> {
-    let path = root.join(rel);
-    if std::env::var_os("FULMEN_WRITE_HEADER").is_some() {
-        std::fs::write(&path, wanted).unwrap_or_else(|e| panic!("writing {rel}: {e}"));
-        return None;
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    (committed != wanted).then(|| rel.to_string())
 }
 
 #[test]
