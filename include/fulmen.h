@@ -2488,6 +2488,21 @@ struct fulmen_error *fulmen_model_embedding_new(int64_t num_embeddings,
                                                 struct fulmen_model **out);
 
 /**
+ * Creates `nn.Embedding(num_embeddings, dim, padding_idx=padding_idx)`:
+ * row `padding_idx` (negative counts from the end) starts at zero and
+ * gets no gradient, so it stays zero (the padding token of a batch of
+ * sequences).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a size is not positive),
+ * FULMEN_CODE_OUT_OF_RANGE (`padding_idx` outside [-num_embeddings,
+ * num_embeddings)), FULMEN_CODE_TORCH (the table cannot be allocated).
+ */
+struct fulmen_error *fulmen_model_embedding_padded_new(int64_t num_embeddings,
+                                                       int64_t dim,
+                                                       int64_t padding_idx,
+                                                       struct fulmen_model **out);
+
+/**
  * Creates `nn.Flatten(start_dim, end_dim)` (PyTorch's default is 1, -1).
  *
  * Errors: the common ones only.

@@ -230,6 +230,14 @@ func NewEmbedding(numEmbeddings, dim int64) (*Model, error) {
 	})
 }
 
+// NewEmbeddingPadded creates nn.Embedding(numEmbeddings, dim,
+// padding_idx=paddingIdx): that row starts at zero and is never trained.
+func NewEmbeddingPadded(numEmbeddings, dim, paddingIdx int64) (*Model, error) {
+	return makeModel(func(o **C.fulmen_model) cErr {
+		return C.fulmen_model_embedding_padded_new(C.int64_t(numEmbeddings), C.int64_t(dim), C.int64_t(paddingIdx), o)
+	})
+}
+
 // NewFlatten creates nn.Flatten(startDim, endDim) (PyTorch's default 1, -1).
 func NewFlatten(startDim, endDim int64) (*Model, error) {
 	return makeModel(func(o **C.fulmen_model) cErr {

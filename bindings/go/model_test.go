@@ -377,6 +377,13 @@ func TestModelNewLayers(t *testing.T) {
 	if s := must(z.Shape()); !reflect.DeepEqual(s, []int64{1, 3, 1}) {
 		t.Fatalf("unflatten shape %v", s)
 	}
+	padded := must(fulmen.NewEmbeddingPadded(4, 2, 0))
+	defer padded.Close()
+	w := must(padded.StateDictGet("weight"))
+	defer w.Close()
+	if v := must(fulmen.ToSlice[float32](w)); v[0] != 0 || v[1] != 0 {
+		t.Fatalf("padding row %v, want zeros", v[:2])
+	}
 	act := must(fulmen.NewActivation(fulmen.Mish, 0))
 	act.Close()
 	if _, err := fulmen.NewUnflatten(1, []int64{-1, -1}); err == nil {

@@ -286,6 +286,26 @@ pub unsafe extern "C" fn fulmen_model_embedding_new(
     guard("fulmen_model_embedding_new", || emit_model(out, Module::embedding(num_embeddings, dim)))
 }
 
+/// Creates `nn.Embedding(num_embeddings, dim, padding_idx=padding_idx)`:
+/// row `padding_idx` (negative counts from the end) starts at zero and
+/// gets no gradient, so it stays zero (the padding token of a batch of
+/// sequences).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (a size is not positive),
+/// FULMEN_CODE_OUT_OF_RANGE (`padding_idx` outside [-num_embeddings,
+/// num_embeddings)), FULMEN_CODE_TORCH (the table cannot be allocated).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_embedding_padded_new(
+    num_embeddings: i64,
+    dim: i64,
+    padding_idx: i64,
+    out: *mut *mut fulmen_model,
+) -> *mut fulmen_error {
+    guard("fulmen_model_embedding_padded_new", || {
+        emit_model(out, Module::embedding_padded(num_embeddings, dim, padding_idx))
+    })
+}
+
 /// Creates `nn.Flatten(start_dim, end_dim)` (PyTorch's default is 1, -1).
 ///
 /// Errors: the common ones only.

@@ -128,7 +128,13 @@ impl Module {
 
     /// `nn.Embedding(num_embeddings, dim)`: takes int64/int32 indices.
     pub fn embedding(num_embeddings: i64, dim: i64) -> Result<Module> {
-        Ok(Module::leaf(Embedding::new(num_embeddings, dim)?))
+        Ok(Module::leaf(Embedding::new(num_embeddings, dim, None)?))
+    }
+
+    /// `nn.Embedding(num_embeddings, dim, padding_idx)`: that row starts
+    /// at zero and is never trained.
+    pub fn embedding_padded(num_embeddings: i64, dim: i64, padding_idx: i64) -> Result<Module> {
+        Ok(Module::leaf(Embedding::new(num_embeddings, dim, Some(padding_idx))?))
     }
 
     /// `nn.Flatten(start_dim, end_dim)`.

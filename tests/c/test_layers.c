@@ -160,11 +160,40 @@ static void test_prelu_unflatten(void) {
     fulmen_model_free(u);
 }
 
+/* nn.Embedding(4, 2, padding_idx=-1) after torch.manual_seed(7): the same
+ * draws, the last row zero, and no gradient ever reaches it. */
+static void test_padded_embedding(void) {
+    fulmen_model *e = NULL, *bad = NULL;
+    CHECK_OK(fulmen_manual_seed(7));
+    CHECK_OK(fulmen_model_embedding_padded_new(4, 2, -1, &e));
+    fulmen_tensor *w = NULL;
+    CHECK_OK(fulmen_model_state_dict_get(e, "weight", &w));
+    const double want[8] = {-0.146795, 0.786141, 0.946822, -1.114344, 1.69079, -0.894828, 0.0, 0.0};
+    EXPECT_VALUES(w, want, 8, 1e-6);
+    const int64_t ids[3] = {3, 0, 3}, d3[1] = {3};
+    fulmen_tensor *x = NULL, *y = NULL, *s = NULL, *g = NULL, *row = NULL;
+    CHECK_OK(fulmen_tensor_from_data(ids, sizeof ids, FULMEN_DTYPE_I64, d3, 1, &x));
+    y = run(e, x);
+    CHECK_OK(fulmen_tensor_sum(y, &s));
+    CHECK_OK(fulmen_tensor_backward(s));
+    CHECK_OK(fulmen_tensor_grad(w, &g));
+    CHECK_OK(fulmen_tensor_narrow(g, 0, 3, 1, &row));
+    const double zero[2] = {0, 0};
+    EXPECT_VALUES(row, zero, 2, 0);
+    CHECK_ERR(fulmen_model_embedding_padded_new(4, 2, 4, &bad), FULMEN_CODE_OUT_OF_RANGE, "padding_idx");
+    CHECK_ERR(fulmen_model_embedding_padded_new(4, 2, -5, &bad), FULMEN_CODE_OUT_OF_RANGE, "padding_idx");
+    CHECK(bad == NULL);
+    fulmen_tensor *all[] = {w, x, y, s, g, row};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) fulmen_tensor_free(all[i]);
+    fulmen_model_free(e);
+}
+
 int main(void) {
     CHECK_OK(fulmen_manual_seed(0));
     test_new_activations();
     test_group_norm();
     test_rms_norm();
     test_prelu_unflatten();
+    test_padded_embedding();
     return check_finish("test_layers");
 }

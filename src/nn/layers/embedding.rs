@@ -8,25 +8,45 @@ use tch::{Kind, Tensor};
 #[derive(Debug)]
 pub(crate) struct Embedding {
     num_embeddings: i64,
+    padding_idx: Option<i64>,
     weight: Tensor,
 }
 
 impl Embedding {
-    /// Weight `[num_embeddings, dim]`.
-    pub(crate) fn new(num_embeddings: i64, dim: i64) -> Result<Embedding> {
+    /// Weight `[num_embeddings, dim]`; with `padding_idx` (negative counts
+    /// from the end) that row starts at zero and gets no gradient, as
+    /// PyTorch's `Embedding(..., padding_idx=)`.
+    pub(crate) fn new(num_embeddings: i64, dim: i64, padding_idx: Option<i64>) -> Result<Embedding> {
         if num_embeddings <= 0 || dim <= 0 {
             return Err(Error::invalid(format!(
                 "embedding: num_embeddings ({num_embeddings}) and dim ({dim}) must be positive"
             )));
         }
+        let padding_idx = match padding_idx {
+            Some(p) if p < -num_embeddings || p >= num_embeddings => {
+                return Err(Error::new(
+                    ErrorCode::OutOfRange,
+                    format!("embedding: padding_idx {p} outside [-{num_embeddings}, {num_embeddings})"),
+                ))
+            }
+            Some(p) if p < 0 => Some(p + num_embeddings),
+            other => other,
+        };
         let weight = init::normal(&[num_embeddings, dim], 0.0, 1.0)?;
-        Ok(Embedding { num_embeddings, weight })
+        if let Some(p) = padding_idx {
+            tch::no_grad(|| weight.f_select(0, p)?.f_zero_().map(|_| ()))?;
+        }
+        Ok(Embedding { num_embeddings, padding_idx, weight })
     }
 }
 
 impl Layer for Embedding {
     fn replicate(&self, map: &mut super::TensorMap<'_>) -> Result<Box<dyn Layer>> {
-        Ok(Box::new(Embedding { num_embeddings: self.num_embeddings, weight: map(&self.weight)? }))
+        Ok(Box::new(Embedding {
+            num_embeddings: self.num_embeddings,
+            padding_idx: self.padding_idx,
+            weight: map(&self.weight)?,
+        }))
     }
 
     fn type_name(&self) -> &'static str {
@@ -53,7 +73,7 @@ impl Layer for Embedding {
                 ));
             }
         }
-        Ok(Tensor::f_embedding(&self.weight, x, -1, false, false)?)
+        Ok(Tensor::f_embedding(&self.weight, x, self.padding_idx.unwrap_or(-1), false, false)?)
     }
 
     fn params(&self) -> Vec<(&'static str, &Tensor)> {

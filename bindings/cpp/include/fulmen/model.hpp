@@ -122,6 +122,12 @@ public:
     static Model embedding(int64_t num_embeddings, int64_t dim) {
         return make([&](fulmen_model** o) { return fulmen_model_embedding_new(num_embeddings, dim, o); });
     }
+    /// nn.Embedding(num_embeddings, dim, padding_idx): that row stays zero.
+    static Model embedding(int64_t num_embeddings, int64_t dim, int64_t padding_idx) {
+        return make([&](fulmen_model** o) {
+            return fulmen_model_embedding_padded_new(num_embeddings, dim, padding_idx, o);
+        });
+    }
     /// nn.Flatten(start_dim, end_dim).
     static Model flatten(int64_t start_dim = 1, int64_t end_dim = -1) {
         return make([&](fulmen_model** o) { return fulmen_model_flatten_new(start_dim, end_dim, o); });
