@@ -2369,6 +2369,26 @@ struct fulmen_error *fulmen_model_conv2d_new(int64_t in_channels,
                                              struct fulmen_model **out);
 
 /**
+ * Creates `nn.Conv1d(in_channels, out_channels, kernel, stride, padding,
+ * dilation, groups, bias)` over `(N, C, L)` or `(C, L)` input (PyTorch's
+ * defaults: stride 1, padding 0, dilation 1, groups 1, bias true); weight
+ * `[out, in / groups, kernel]` and bias drawn as PyTorch draws them.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a channel count, kernel, stride,
+ * dilation or groups not positive, a negative padding, or channels not
+ * divisible by groups), FULMEN_CODE_TORCH (the weights cannot be allocated).
+ */
+struct fulmen_error *fulmen_model_conv1d_new(int64_t in_channels,
+                                             int64_t out_channels,
+                                             int64_t kernel,
+                                             int64_t stride,
+                                             int64_t padding,
+                                             int64_t dilation,
+                                             int64_t groups,
+                                             bool bias,
+                                             struct fulmen_model **out);
+
+/**
  * Creates `nn.MaxPool2d(kernel, stride, padding)` with square windows;
  * `stride` 0 means "equal to kernel", as PyTorch's default.
  *

@@ -150,6 +150,15 @@ func NewConv2d(in, out int64, opts Conv2dOptions) (*Model, error) {
 	})
 }
 
+// NewConv1d creates nn.Conv1d(in, out, kernel, stride, padding, dilation,
+// groups, bias) (PyTorch's defaults: 1, 0, 1, 1, true).
+func NewConv1d(in, out, kernel, stride, padding, dilation, groups int64, bias bool) (*Model, error) {
+	return makeModel(func(o **C.fulmen_model) cErr {
+		return C.fulmen_model_conv1d_new(C.int64_t(in), C.int64_t(out), C.int64_t(kernel), C.int64_t(stride),
+			C.int64_t(padding), C.int64_t(dilation), C.int64_t(groups), C.bool(bias), o)
+	})
+}
+
 // NewMaxPool2d creates nn.MaxPool2d(kernel, stride, padding) with square
 // windows; stride 0 means equal to kernel.
 func NewMaxPool2d(kernel, stride, padding int64) (*Model, error) {

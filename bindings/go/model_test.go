@@ -377,6 +377,13 @@ func TestModelNewLayers(t *testing.T) {
 	if s := must(z.Shape()); !reflect.DeepEqual(s, []int64{1, 3, 1}) {
 		t.Fatalf("unflatten shape %v", s)
 	}
+	conv := must(fulmen.NewConv1d(1, 3, 3, 1, 1, 1, 1, true))
+	defer conv.Close()
+	co := must(conv.Forward(x)) // (C=1, L=3) -> (3, 3)
+	defer co.Close()
+	if s := must(co.Shape()); !reflect.DeepEqual(s, []int64{3, 3}) {
+		t.Fatalf("conv1d shape %v", s)
+	}
 	padded := must(fulmen.NewEmbeddingPadded(4, 2, 0))
 	defer padded.Close()
 	w := must(padded.StateDictGet("weight"))

@@ -126,6 +126,32 @@ pub unsafe extern "C" fn fulmen_model_conv2d_new(
     })
 }
 
+/// Creates `nn.Conv1d(in_channels, out_channels, kernel, stride, padding,
+/// dilation, groups, bias)` over `(N, C, L)` or `(C, L)` input (PyTorch's
+/// defaults: stride 1, padding 0, dilation 1, groups 1, bias true); weight
+/// `[out, in / groups, kernel]` and bias drawn as PyTorch draws them.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (a channel count, kernel, stride,
+/// dilation or groups not positive, a negative padding, or channels not
+/// divisible by groups), FULMEN_CODE_TORCH (the weights cannot be allocated).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn fulmen_model_conv1d_new(
+    in_channels: i64,
+    out_channels: i64,
+    kernel: i64,
+    stride: i64,
+    padding: i64,
+    dilation: i64,
+    groups: i64,
+    bias: bool,
+    out: *mut *mut fulmen_model,
+) -> *mut fulmen_error {
+    guard("fulmen_model_conv1d_new", || {
+        emit_model(out, Module::conv1d(in_channels, out_channels, kernel, stride, padding, dilation, groups, bias))
+    })
+}
+
 /// Creates `nn.MaxPool2d(kernel, stride, padding)` with square windows;
 /// `stride` 0 means "equal to kernel", as PyTorch's default.
 ///

@@ -1,6 +1,6 @@
 //! The module tree: leaves are built-in layers or TorchScript modules,
 //! containers are `Sequential` (children "0", "1", ...) or named containers.
-use super::layers::conv::{Conv2d, Conv2dConfig};
+use super::layers::conv::{Conv, Conv2d, Conv2dConfig, ConvConfig};
 use super::layers::dropout::Dropout;
 use super::layers::embedding::Embedding;
 use super::layers::flatten::{Flatten, Unflatten};
@@ -65,6 +65,31 @@ impl Module {
     ) -> Result<Module> {
         let cfg = Conv2dConfig { in_channels, out_channels, kernel, stride, padding, dilation, groups, bias };
         Ok(Module::leaf(Conv2d::new(cfg)?))
+    }
+
+    /// `nn.Conv1d(in, out, kernel, stride, padding, dilation, groups, bias)`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv1d(
+        in_channels: i64,
+        out_channels: i64,
+        kernel: i64,
+        stride: i64,
+        padding: i64,
+        dilation: i64,
+        groups: i64,
+        bias: bool,
+    ) -> Result<Module> {
+        let cfg = ConvConfig::<1> {
+            in_channels,
+            out_channels,
+            kernel: [kernel],
+            stride: [stride],
+            padding: [padding],
+            dilation: [dilation],
+            groups,
+            bias,
+        };
+        Ok(Module::leaf(Conv::new(cfg)?))
     }
 
     /// `nn.MaxPool2d(kernel, stride, padding)`.

@@ -1,7 +1,7 @@
 /*
  * Tests of the layers added for transformers, RNN heads and modern CNNs:
- * GroupNorm, RMSNorm, PReLU, Unflatten and the activation kinds from Mish
- * on. Values, state_dict names and default init are PyTorch 2.13's
+ * Conv1d, GroupNorm, RMSNorm, PReLU, Unflatten, Embedding with
+ * padding_idx and the activation kinds from Mish on. Values, state_dict names and default init are PyTorch 2.13's
  * (computed with torch and written here); bad arguments give clear errors.
  */
 #include "check.h"
@@ -188,6 +188,34 @@ static void test_padded_embedding(void) {
     fulmen_model_free(e);
 }
 
+/* nn.Conv1d(2, 3, 3, stride=2, padding=1) after torch.manual_seed(3):
+ * the same weights and outputs as PyTorch. */
+static void test_conv1d(void) {
+    fulmen_model *c = NULL, *bad = NULL;
+    CHECK_OK(fulmen_manual_seed(3));
+    CHECK_OK(fulmen_model_conv1d_new(2, 3, 3, 2, 1, 1, 1, true, &c));
+    expect_name(c, 0, "weight");
+    expect_name(c, 1, "bias");
+    fulmen_tensor *ar = NULL, *r = NULL, *x = NULL, *y = NULL, *out = NULL;
+    const int64_t d125[3] = {1, 2, 5};
+    CHECK_OK(fulmen_tensor_arange(0, 10, 1, FULMEN_DTYPE_F32, &ar));
+    CHECK_OK(fulmen_tensor_reshape(ar, d125, 3, &r));
+    CHECK_OK(fulmen_tensor_mul_scalar(r, 0.1, &x));
+    y = run(c, x);
+    const int64_t d133[3] = {1, 3, 3};
+    EXPECT_SHAPE(y, d133, 3);
+    const double want[9] = {0.039012, -0.409059, -0.296517, 0.440507, 0.74884, 0.669616, 0.172314, 0.055321, -0.261753};
+    EXPECT_VALUES(y, want, 9, 1e-5);
+    CHECK_ERR(fulmen_model_forward(c, ar, &out), FULMEN_CODE_SHAPE_MISMATCH, "conv1d");
+    CHECK_ERR(fulmen_model_conv1d_new(2, 3, 0, 1, 0, 1, 1, true, &bad), FULMEN_CODE_INVALID_ARGUMENT, "conv1d");
+    CHECK_ERR(fulmen_model_conv1d_new(2, 3, 3, 1, 0, 1, 2, true, &bad), FULMEN_CODE_INVALID_ARGUMENT, "divisible");
+    CHECK_ERR(fulmen_model_conv1d_new(2, 3, INT64_MAX, 1, 0, 1, 1, true, &bad), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    CHECK(bad == NULL && out == NULL);
+    fulmen_tensor *all[] = {ar, r, x, y};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) fulmen_tensor_free(all[i]);
+    fulmen_model_free(c);
+}
+
 int main(void) {
     CHECK_OK(fulmen_manual_seed(0));
     test_new_activations();
@@ -195,5 +223,6 @@ int main(void) {
     test_rms_norm();
     test_prelu_unflatten();
     test_padded_embedding();
+    test_conv1d();
     return check_finish("test_layers");
 }

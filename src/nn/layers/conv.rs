@@ -1,42 +1,52 @@
-//! `Conv2d`: 2-D convolution over `(N, C, H, W)` or `(C, H, W)` input.
+//! `Conv1d` and `Conv2d`: convolution over `(N, C, L)` / `(C, L)` or
+//! `(N, C, H, W)` / `(C, H, W)` input, one generic layer for both.
 use super::{shape_of, Layer};
 use crate::error::{Error, Result};
 use crate::nn::init;
 use tch::Tensor;
 
-/// Settings of a 2-D convolution, as PyTorch's `nn.Conv2d` takes them.
+/// Settings of an `N`-d convolution, as PyTorch's `nn.Conv1d` /
+/// `nn.Conv2d` take them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Conv2dConfig {
+pub(crate) struct ConvConfig<const N: usize> {
     /// Input channels.
     pub in_channels: i64,
     /// Output channels.
     pub out_channels: i64,
-    /// Kernel height and width.
-    pub kernel: [i64; 2],
-    /// Stride along height and width.
-    pub stride: [i64; 2],
-    /// Zero padding along height and width.
-    pub padding: [i64; 2],
-    /// Dilation along height and width.
-    pub dilation: [i64; 2],
+    /// Kernel size per spatial dimension.
+    pub kernel: [i64; N],
+    /// Stride per spatial dimension.
+    pub stride: [i64; N],
+    /// Zero padding per spatial dimension.
+    pub padding: [i64; N],
+    /// Dilation per spatial dimension.
+    pub dilation: [i64; N],
     /// Number of channel groups.
     pub groups: i64,
     /// Whether the layer has a bias.
     pub bias: bool,
 }
 
-/// A 2-D convolution layer.
+/// The 2-D settings.
+pub(crate) type Conv2dConfig = ConvConfig<2>;
+
+/// An `N`-d convolution layer (`N` is 1 or 2).
 #[derive(Debug)]
-pub(crate) struct Conv2d {
-    cfg: Conv2dConfig,
+pub(crate) struct Conv<const N: usize> {
+    cfg: ConvConfig<N>,
     weight: Tensor,
     bias: Option<Tensor>,
 }
 
-impl Conv2d {
-    /// Validates `cfg` and draws weight `[out, in/groups, kh, kw]` and bias
-    /// from `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`, `fan_in = in/groups*kh*kw`.
-    pub(crate) fn new(cfg: Conv2dConfig) -> Result<Conv2d> {
+/// A 2-D convolution layer.
+pub(crate) type Conv2d = Conv<2>;
+
+impl<const N: usize> Conv<N> {
+    const NAME: &'static str = if N == 1 { "conv1d" } else { "conv2d" };
+
+    /// Validates `cfg` and draws weight `[out, in/groups, k...]` and bias
+    /// from `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`, `fan_in = in/groups*prod(k)`.
+    pub(crate) fn new(cfg: ConvConfig<N>) -> Result<Conv<N>> {
         let c = &cfg;
         let bad = c.in_channels <= 0
             || c.out_channels <= 0
@@ -46,45 +56,62 @@ impl Conv2d {
             || c.dilation.iter().any(|&d| d <= 0)
             || c.padding.iter().any(|&p| p < 0);
         if bad {
-            return Err(Error::invalid(format!("conv2d: invalid configuration {cfg:?}")));
+            return Err(Error::invalid(format!("{}: invalid configuration {cfg:?}", Self::NAME)));
         }
         if c.in_channels % c.groups != 0 || c.out_channels % c.groups != 0 {
             return Err(Error::invalid(format!(
-                "conv2d: in_channels ({}) and out_channels ({}) must be divisible by groups ({})",
-                c.in_channels, c.out_channels, c.groups
+                "{}: in_channels ({}) and out_channels ({}) must be divisible by groups ({})",
+                Self::NAME,
+                c.in_channels,
+                c.out_channels,
+                c.groups
             )));
         }
         let per_group = c.in_channels / c.groups;
-        let fan_in = per_group * c.kernel[0] * c.kernel[1];
+        let fan_in = c.kernel.iter().try_fold(per_group, |a, k| a.checked_mul(*k));
+        let fan_in = fan_in.ok_or_else(|| Error::invalid(format!("{}: the kernel is too large", Self::NAME)))?;
         let bound = init::default_uniform_bound(fan_in);
-        let weight = init::uniform(&[c.out_channels, per_group, c.kernel[0], c.kernel[1]], bound)?;
+        let mut shape = vec![c.out_channels, per_group];
+        shape.extend(c.kernel);
+        let weight = init::uniform(&shape, bound)?;
         let bias = if c.bias { Some(init::uniform(&[c.out_channels], bound)?) } else { None };
-        Ok(Conv2d { cfg, weight, bias })
+        Ok(Conv { cfg, weight, bias })
     }
 }
 
-impl Layer for Conv2d {
+impl<const N: usize> Layer for Conv<N> {
     fn replicate(&self, map: &mut super::TensorMap<'_>) -> Result<Box<dyn Layer>> {
         let (weight, bias) = (map(&self.weight)?, super::map_opt(map, &self.bias)?);
-        Ok(Box::new(Conv2d { cfg: self.cfg, weight, bias }))
+        Ok(Box::new(Conv { cfg: self.cfg, weight, bias }))
     }
 
     fn type_name(&self) -> &'static str {
-        "Conv2d"
+        if N == 1 {
+            "Conv1d"
+        } else {
+            "Conv2d"
+        }
     }
 
     fn forward(&self, x: &Tensor, _training: bool) -> Result<Tensor> {
         let size = x.size();
-        let ok = (size.len() == 3 || size.len() == 4) && size[size.len() - 3] == self.cfg.in_channels;
+        let ok = (size.len() == N + 1 || size.len() == N + 2) && size[size.len() - N - 1] == self.cfg.in_channels;
         if !ok {
+            let spatial = if N == 1 { "L" } else { "H, W" };
             return Err(Error::shape(format!(
-                "conv2d: input of shape {} must be (N, {c}, H, W) or ({c}, H, W)",
+                "{}: input of shape {} must be (N, {c}, {spatial}) or ({c}, {spatial})",
+                Self::NAME,
                 shape_of(x),
                 c = self.cfg.in_channels
             )));
         }
         let c = &self.cfg;
-        Ok(x.f_conv2d(&self.weight, self.bias.as_ref(), c.stride, c.padding, c.dilation, c.groups)?)
+        let b = self.bias.as_ref();
+        Ok(if N == 1 {
+            x.f_conv1d(&self.weight, b, c.stride.as_slice(), c.padding.as_slice(), c.dilation.as_slice(), c.groups)?
+        } else {
+            x.f_conv2d(&self.weight, b, c.stride.as_slice(), c.padding.as_slice(), c.dilation.as_slice(), c.groups)?
+        })
     }
 
     fn params(&self) -> Vec<(&'static str, &Tensor)> {

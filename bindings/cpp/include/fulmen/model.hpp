@@ -80,6 +80,13 @@ public:
     static Model conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel) {
         return conv2d(in_channels, out_channels, Conv2dOptions(kernel));
     }
+    /// nn.Conv1d(in_channels, out_channels, kernel, stride, padding, dilation, groups, bias).
+    static Model conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride = 1,
+                        int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1, bool bias = true) {
+        return make([&](fulmen_model** o) {
+            return fulmen_model_conv1d_new(in_channels, out_channels, kernel, stride, padding, dilation, groups, bias, o);
+        });
+    }
     /// nn.MaxPool2d(kernel, stride, padding); stride 0 = kernel.
     static Model max_pool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0) {
         return make([&](fulmen_model** o) { return fulmen_model_max_pool2d_new(kernel, stride, padding, o); });
