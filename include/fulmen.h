@@ -2498,6 +2498,16 @@ struct fulmen_error *fulmen_model_unflatten_new(int64_t dim,
 struct fulmen_error *fulmen_model_dropout_new(double p, struct fulmen_model **out);
 
 /**
+ * Creates `nn.Dropout2d(p)`: zeroes whole channels of `(N, C, H, W)`
+ * input (a 3-D input is `(N, C, L)`, as PyTorch 2.13 reads it) with
+ * probability `p`, scaling the others by `1 / (1 - p)`, in training mode
+ * only. A forward on another rank fails with FULMEN_CODE_SHAPE_MISMATCH.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (p outside [0, 1]).
+ */
+struct fulmen_error *fulmen_model_dropout2d_new(double p, struct fulmen_model **out);
+
+/**
  * Creates `nn.Embedding(num_embeddings, dim)`; its input is integer ids.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (a size is not positive),

@@ -232,6 +232,11 @@ func NewDropout(p float64) (*Model, error) {
 	return makeModel(func(o **C.fulmen_model) cErr { return C.fulmen_model_dropout_new(C.double(p), o) })
 }
 
+// NewDropout2d creates nn.Dropout2d(p): it zeroes whole channels.
+func NewDropout2d(p float64) (*Model, error) {
+	return makeModel(func(o **C.fulmen_model) cErr { return C.fulmen_model_dropout2d_new(C.double(p), o) })
+}
+
 // NewEmbedding creates nn.Embedding(numEmbeddings, dim).
 func NewEmbedding(numEmbeddings, dim int64) (*Model, error) {
 	return makeModel(func(o **C.fulmen_model) cErr {

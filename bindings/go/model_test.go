@@ -384,6 +384,8 @@ func TestModelNewLayers(t *testing.T) {
 	if s := must(co.Shape()); !reflect.DeepEqual(s, []int64{3, 3}) {
 		t.Fatalf("conv1d shape %v", s)
 	}
+	drop := must(fulmen.NewDropout2d(0.25))
+	drop.Close()
 	padded := must(fulmen.NewEmbeddingPadded(4, 2, 0))
 	defer padded.Close()
 	w := must(padded.StateDictGet("weight"))

@@ -299,6 +299,17 @@ pub unsafe extern "C" fn fulmen_model_dropout_new(p: f64, out: *mut *mut fulmen_
     guard("fulmen_model_dropout_new", || emit_model(out, Module::dropout(p)))
 }
 
+/// Creates `nn.Dropout2d(p)`: zeroes whole channels of `(N, C, H, W)`
+/// input (a 3-D input is `(N, C, L)`, as PyTorch 2.13 reads it) with
+/// probability `p`, scaling the others by `1 / (1 - p)`, in training mode
+/// only. A forward on another rank fails with FULMEN_CODE_SHAPE_MISMATCH.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (p outside [0, 1]).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_dropout2d_new(p: f64, out: *mut *mut fulmen_model) -> *mut fulmen_error {
+    guard("fulmen_model_dropout2d_new", || emit_model(out, Module::dropout2d(p)))
+}
+
 /// Creates `nn.Embedding(num_embeddings, dim)`; its input is integer ids.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (a size is not positive),

@@ -148,7 +148,12 @@ impl Module {
 
     /// `nn.Dropout(p)`: active only in training mode.
     pub fn dropout(p: f64) -> Result<Module> {
-        Ok(Module::leaf(Dropout::new(p)?))
+        Ok(Module::leaf(Dropout::new(p, false)?))
+    }
+
+    /// `nn.Dropout2d(p)`: zeroes whole channels, in training mode only.
+    pub fn dropout2d(p: f64) -> Result<Module> {
+        Ok(Module::leaf(Dropout::new(p, true)?))
     }
 
     /// `nn.Embedding(num_embeddings, dim)`: takes int64/int32 indices.

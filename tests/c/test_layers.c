@@ -1,6 +1,6 @@
 /*
  * Tests of the layers added for transformers, RNN heads and modern CNNs:
- * Conv1d, GroupNorm, RMSNorm, PReLU, Unflatten, Embedding with
+ * Conv1d, Dropout2d, GroupNorm, RMSNorm, PReLU, Unflatten, Embedding with
  * padding_idx and the activation kinds from Mish on. Values, state_dict names and default init are PyTorch 2.13's
  * (computed with torch and written here); bad arguments give clear errors.
  */
@@ -216,6 +216,31 @@ static void test_conv1d(void) {
     fulmen_model_free(c);
 }
 
+/* nn.Dropout2d(0.5) after torch.manual_seed(5) on ones(2, 3, 1, 2): the
+ * same channels dropped; the identity in eval mode; other ranks refused. */
+static void test_dropout2d(void) {
+    fulmen_model *d = NULL, *bad = NULL;
+    CHECK_OK(fulmen_model_dropout2d_new(0.5, &d));
+    fulmen_tensor *x = NULL, *y = NULL, *flat = NULL, *out = NULL;
+    const int64_t d2312[4] = {2, 3, 1, 2}, d23[2] = {2, 3};
+    CHECK_OK(fulmen_tensor_ones(d2312, 4, FULMEN_DTYPE_F32, &x));
+    CHECK_OK(fulmen_manual_seed(5));
+    y = run(d, x);
+    const double want[12] = {0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 0, 0};
+    EXPECT_VALUES(y, want, 12, 0);
+    CHECK_OK(fulmen_model_set_training(d, false));
+    fulmen_tensor *same = run(d, x);
+    const double ones[12] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    EXPECT_VALUES(same, ones, 12, 0);
+    CHECK_OK(fulmen_tensor_ones(d23, 2, FULMEN_DTYPE_F32, &flat));
+    CHECK_ERR(fulmen_model_forward(d, flat, &out), FULMEN_CODE_SHAPE_MISMATCH, "dropout2d");
+    CHECK_ERR(fulmen_model_dropout2d_new(1.5, &bad), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    CHECK(bad == NULL && out == NULL);
+    fulmen_tensor *all[] = {x, y, same, flat};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) fulmen_tensor_free(all[i]);
+    fulmen_model_free(d);
+}
+
 int main(void) {
     CHECK_OK(fulmen_manual_seed(0));
     test_new_activations();
@@ -224,5 +249,6 @@ int main(void) {
     test_prelu_unflatten();
     test_padded_embedding();
     test_conv1d();
+    test_dropout2d();
     return check_finish("test_layers");
 }

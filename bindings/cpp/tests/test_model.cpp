@@ -331,6 +331,7 @@ TEST_F(LayerTest, NormsPReLUUnflattenAndActivations) {
     EXPECT_EQ(prelu.state_dict_get("weight").to_vector<float>(), (std::vector<float>{0.25f, 0.25f}));
     EXPECT_EQ(Model::unflatten(1, {2, -1}).forward(Tensor::zeros({2, 6})).shape(), (Shape{2, 2, 3}));
     EXPECT_EQ(Model::conv1d(2, 3, 3, 2, 1).forward(Tensor::zeros({1, 2, 5})).shape(), (Shape{1, 3, 3}));
+    EXPECT_EQ(Model::dropout2d(0.25).eval().forward(Tensor::ones({1, 2, 2, 2})).sum().item(), 8.0);
     Model padded = Model::embedding(4, 2, 0);
     EXPECT_EQ(padded.state_dict_get("weight").narrow(0, 0, 1).to_vector<float>(), (std::vector<float>{0, 0}));
     Model mish = Model::activation(fulmen::Activation::Mish);

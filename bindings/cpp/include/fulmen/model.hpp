@@ -125,6 +125,10 @@ public:
     static Model dropout(double p = 0.5) {
         return make([&](fulmen_model** o) { return fulmen_model_dropout_new(p, o); });
     }
+    /// nn.Dropout2d(p): whole channels.
+    static Model dropout2d(double p = 0.5) {
+        return make([&](fulmen_model** o) { return fulmen_model_dropout2d_new(p, o); });
+    }
     /// nn.Embedding(num_embeddings, dim).
     static Model embedding(int64_t num_embeddings, int64_t dim) {
         return make([&](fulmen_model** o) { return fulmen_model_embedding_new(num_embeddings, dim, o); });
