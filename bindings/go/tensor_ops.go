@@ -35,13 +35,17 @@ func binary(a, b *Tensor, f func(cTensor, cTensor, *cTensor) cErr) (*Tensor, err
 	return newTensor(out), nil
 }
 
+// maxPieces bounds the slots tensorPieces allocates for a retry: a larger
+// count (an empty tensor in 2^40 chunks) stays the op's OUT_OF_RANGE error.
+const maxPieces = 1 << 24
+
 // tensorPieces runs a C op that writes several tensors (outs, capacity,
 // count_out), growing the array once when the op reports more pieces.
 func tensorPieces(call func(outs *cTensor, capacity C.size_t, count *C.size_t) cErr) ([]*Tensor, error) {
 	outs := make([]cTensor, 16)
 	var count C.size_t
 	e := call(&outs[0], C.size_t(len(outs)), &count)
-	if e != nil && C.fulmen_error_code(e) == C.FULMEN_CODE_OUT_OF_RANGE && int(count) > len(outs) {
+	if e != nil && C.fulmen_error_code(e) == C.FULMEN_CODE_OUT_OF_RANGE && int(count) > len(outs) && count <= maxPieces {
 		C.fulmen_error_free(e)
 		outs = make([]cTensor, int(count))
 		e = call(&outs[0], C.size_t(len(outs)), &count)

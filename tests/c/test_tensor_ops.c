@@ -283,6 +283,24 @@ static void test_activations(void) {
     const double elw[2] = {-0.3160603, 0.5};
     EXPECT_VALUES(o, elw, 2, 1e-6);
     fulmen_tensor_free(o);
+    /* no NaN gradient from the branch not taken (x = 100 overflows exp) */
+    const float big[1] = {100.0f};
+    fulmen_tensor *bx = f32v(big, 1), *ey = NULL, *sy = NULL, *gx = NULL;
+    CHECK_OK(fulmen_tensor_set_requires_grad(bx, true));
+    CHECK_OK(fulmen_tensor_elu(bx, 1.0, &ey));
+    CHECK_OK(fulmen_tensor_softplus(bx, 1.0, 20.0, &sy));
+    fulmen_tensor *both = NULL;
+    CHECK_OK(fulmen_tensor_add(ey, sy, &both));
+    CHECK_OK(fulmen_tensor_backward(both));
+    CHECK_OK(fulmen_tensor_grad(bx, &gx));
+    CHECK_NEAR(check_item(gx), 2.0, 0);
+    fulmen_tensor *h = NULL, *hsp = NULL;
+    CHECK_OK(fulmen_tensor_to_dtype(a, FULMEN_DTYPE_F16, &h));
+    CHECK_OK(fulmen_tensor_softplus(h, 1.0, 20.0, &hsp)); /* f16 exp(20) would be inf */
+    const double hsw[3] = {0.3132617, 0.6931472, 30.0};
+    EXPECT_VALUES(hsp, hsw, 3, 1e-3);
+    fulmen_tensor *extra[] = {bx, ey, sy, gx, both, h, hsp};
+    for (size_t k = 0; k < sizeof extra / sizeof *extra; k++) fulmen_tensor_free(extra[k]);
     CHECK_OK(fulmen_tensor_mish(b, &o));
     const double mw[2] = {-0.3034014, 0.3752452};
     EXPECT_VALUES(o, mw, 2, 1e-6);

@@ -2,16 +2,20 @@
 //! torch.nn.functional's formulas and defaults.
 use super::checks::check_dim;
 use crate::error::{Error, Result};
-use tch::Tensor;
+use tch::{Kind, Tensor};
 
 /// `log(1 + exp(beta * x)) / beta`, linear above `threshold` (`F.softplus`).
 pub fn softplus(x: &Tensor, beta: f64, threshold: f64) -> Result<Tensor> {
     if beta == 0.0 || !beta.is_finite() {
         return Err(Error::invalid(format!("softplus: beta = {beta}, must be finite and non-zero")));
     }
-    let scaled = x.f_mul_scalar(beta)?;
-    let soft = scaled.f_exp()?.f_log1p()?.f_div_scalar(beta)?;
-    Ok(x.f_where_self(&scaled.f_gt(threshold)?, &soft)?)
+    // Half types compute in f32 as torch's kernel does; the branch not
+    // taken is clamped so that neither it nor its gradient overflows.
+    let kind = x.f_kind()?;
+    let wide = if matches!(kind, Kind::Half | Kind::BFloat16) { x.f_to_kind(Kind::Float)? } else { x.shallow_clone() };
+    let scaled = wide.f_mul_scalar(beta)?;
+    let soft = scaled.f_clamp_max(threshold)?.f_exp()?.f_log1p()?.f_div_scalar(beta)?;
+    Ok(wide.f_where_self(&scaled.f_gt(threshold)?, &soft)?.f_to_kind(kind)?)
 }
 /// `x * tanh(softplus(x))` (`F.mish`).
 pub fn mish(x: &Tensor) -> Result<Tensor> {
@@ -31,8 +35,9 @@ pub fn relu6(x: &Tensor) -> Result<Tensor> {
 }
 /// `x` above 0, else `alpha * expm1(x)` (`F.elu`).
 pub fn elu(x: &Tensor, alpha: f64) -> Result<Tensor> {
-    let neg = x.f_expm1()?.f_mul_scalar(alpha)?;
-    Ok(x.f_where_self(&x.f_gt(0.0)?, &neg)?)
+    // relu(x) + alpha * expm1(min(x, 0)): equal to torch's values, and no
+    // branch overflows (a `where` over expm1(x) gives NaN gradients).
+    Ok(x.f_relu()?.f_add(&x.f_clamp_max(0.0)?.f_expm1()?.f_mul_scalar(alpha)?)?)
 }
 /// Scaled ELU with the self-normalising constants (`F.selu`).
 pub fn selu(x: &Tensor) -> Result<Tensor> {

@@ -72,6 +72,9 @@ pub fn roll(x: &Tensor, shifts: &[i64], dims: &[i64]) -> Result<Tensor> {
 
 /// Dimension `dim` of `x` split into `sizes` (one -1 infers a size).
 pub fn unflatten(x: &Tensor, dim: i64, sizes: &[i64]) -> Result<Tensor> {
+    if x.dim() == 0 {
+        return Err(Error::shape("unflatten: a 0-dimensional tensor has no dimension to split"));
+    }
     let d = check_dim(x, dim)?;
     let n = size_at(x, d);
     let inferred = sizes.iter().filter(|s| **s == -1).count();
@@ -88,6 +91,11 @@ pub fn unflatten(x: &Tensor, dim: i64, sizes: &[i64]) -> Result<Tensor> {
     Ok(x.f_reshape(shape)?)
 }
 
+/// `ceil(n / d)` for `n >= 0`, `d > 0`, without overflow.
+fn ceil_div(n: i64, d: i64) -> i64 {
+    n / d + i64::from(n % d != 0)
+}
+
 /// Number of pieces [`chunk`] makes.
 pub fn chunk_count(x: &Tensor, chunks: i64, dim: i64) -> Result<usize> {
     let d = check_dim(x, dim)?;
@@ -95,8 +103,8 @@ pub fn chunk_count(x: &Tensor, chunks: i64, dim: i64) -> Result<usize> {
         return Err(Error::invalid(format!("chunk: chunks = {chunks}, must be positive")));
     }
     let n = size_at(x, d);
-    let step = (n + chunks - 1) / chunks;
-    Ok(if step == 0 { chunks as usize } else { ((n + step - 1) / step) as usize })
+    let step = ceil_div(n, chunks);
+    Ok(if step == 0 { chunks as usize } else { ceil_div(n, step) as usize })
 }
 
 /// `x` cut into at most `chunks` pieces of equal size along `dim` (the
@@ -113,7 +121,7 @@ pub fn split_count(x: &Tensor, split_size: i64, dim: i64) -> Result<usize> {
         return Err(Error::invalid(format!("split: split_size = {split_size}, must be positive")));
     }
     let n = size_at(x, d);
-    Ok(if n == 0 { 1 } else { ((n + split_size - 1) / split_size) as usize })
+    Ok(if n == 0 { 1 } else { ceil_div(n, split_size) as usize })
 }
 
 /// `x` cut into pieces of `split_size` along `dim` (the last may be
@@ -169,6 +177,14 @@ mod tests {
             }
             assert_eq!(unbind_count(&x, 0).unwrap(), x.unbind(0).len());
         }
+    }
+
+    #[test]
+    fn huge_sizes_do_not_overflow_the_counts() {
+        let x = Tensor::zeros([5], (Kind::Float, Device::Cpu));
+        assert_eq!(split_count(&x, i64::MAX, 0).unwrap(), x.split(i64::MAX, 0).len());
+        assert_eq!(chunk_count(&x, i64::MAX, 0).unwrap(), 5);
+        assert!(unflatten(&Tensor::from(1.0f32), 0, &[1]).is_err());
     }
 
     #[test]

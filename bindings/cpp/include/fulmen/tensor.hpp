@@ -494,17 +494,23 @@ public:
     /// tensors, growing the array once when the call reports more.
     template <class Fn>
     static std::vector<Tensor> make_list(Fn&& fn) {
+        // The result's room is reserved before each call, so nothing can
+        // throw between the C call making handles and their owners.
         std::vector<fulmen_tensor*> slots(16, nullptr);
+        std::vector<Tensor> out;
+        out.reserve(slots.size());
         size_t count = 0;
         fulmen_error* err = fn(slots.data(), slots.size(), &count);
-        if (err != nullptr && fulmen_error_code(err) == FULMEN_CODE_OUT_OF_RANGE && count > slots.size()) {
+        // A count beyond 2^24 (an empty tensor in 2^40 chunks) stays the
+        // op's OUT_OF_RANGE error instead of a huge allocation here.
+        if (err != nullptr && fulmen_error_code(err) == FULMEN_CODE_OUT_OF_RANGE && count > slots.size() &&
+            count <= (size_t{1} << 24)) {
             fulmen_error_free(err);
             slots.assign(count, nullptr);
+            out.reserve(count);
             err = fn(slots.data(), slots.size(), &count);
         }
         check(err);
-        std::vector<Tensor> out;
-        out.reserve(count);
         for (size_t i = 0; i < count; ++i) out.push_back(Tensor(slots[i]));
         for (const Tensor& t : out) check(fulmen_tensor_keep(t.get()));
         return out;
