@@ -2481,7 +2481,7 @@ struct fulmen_error *fulmen_model_prelu_new(int64_t num_parameters,
  * Creates `nn.Unflatten(dim, sizes[0..nsizes])`: dimension `dim` split
  * into `sizes` (one may be -1).
  *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (no sizes, a size 0 or below -1, or
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (no sizes, a size below -1, or
  * more than one -1).
  */
 struct fulmen_error *fulmen_model_unflatten_new(int64_t dim,

@@ -232,9 +232,7 @@ fn rust_file(group: &str) -> String {
         error_uses.push("str_arg");
     }
     s += &format!("use crate::ffi::error::{{{}}};\n", error_uses.join(", "));
-    if outputs.iter().any(|o| *o != Output::List) || outputs.contains(&Output::List) {
-        s += "use crate::ffi::handle::check_out;\n";
-    }
+    s += "use crate::ffi::handle::check_out;\n";
     s += "use crate::tensor::ops;\n";
     if has(ParamKind::Reduction) {
         s += "use crate::tensor::ops::LossReduction;\n";

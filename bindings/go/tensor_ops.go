@@ -44,13 +44,12 @@ const maxPieces = 1 << 24
 func tensorPieces(call func(outs *cTensor, capacity C.size_t, count *C.size_t) cErr) ([]*Tensor, error) {
 	outs := make([]cTensor, 16)
 	var count C.size_t
-	e := call(&outs[0], C.size_t(len(outs)), &count)
-	if e != nil && C.fulmen_error_code(e) == C.FULMEN_CODE_OUT_OF_RANGE && int(count) > len(outs) && count <= maxPieces {
-		C.fulmen_error_free(e)
+	err := check(call(&outs[0], C.size_t(len(outs)), &count))
+	if grows(err, int(count), len(outs)) && count <= maxPieces {
 		outs = make([]cTensor, int(count))
-		e = call(&outs[0], C.size_t(len(outs)), &count)
+		err = check(call(&outs[0], C.size_t(len(outs)), &count))
 	}
-	if err := check(e); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	pieces := make([]*Tensor, int(count))

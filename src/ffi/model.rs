@@ -275,7 +275,7 @@ pub unsafe extern "C" fn fulmen_model_prelu_new(
 /// Creates `nn.Unflatten(dim, sizes[0..nsizes])`: dimension `dim` split
 /// into `sizes` (one may be -1).
 ///
-/// Errors: FULMEN_CODE_INVALID_ARGUMENT (no sizes, a size 0 or below -1, or
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (no sizes, a size below -1, or
 /// more than one -1).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_unflatten_new(

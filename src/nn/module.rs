@@ -139,10 +139,7 @@ impl Module {
 
     /// `nn.Unflatten(dim, sizes)`.
     pub fn unflatten(dim: i64, sizes: &[i64]) -> Result<Module> {
-        let inferred = sizes.iter().filter(|s| **s == -1).count();
-        if sizes.is_empty() || inferred > 1 || sizes.iter().any(|s| *s < -1 || *s == 0) {
-            return Err(Error::invalid(format!("unflatten: sizes {sizes:?} need positive entries and at most one -1")));
-        }
+        crate::tensor::ops::checks::check_unflatten_sizes(sizes).map_err(|e| Error::invalid(e.message))?;
         Ok(Module::leaf(Unflatten { dim, sizes: sizes.to_vec() }))
     }
 

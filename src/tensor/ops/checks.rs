@@ -93,6 +93,35 @@ pub fn check_bool(t: &Tensor, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks that `x` holds floating-point values.
+pub fn check_floating(x: &Tensor, what: &str) -> Result<()> {
+    let k = x.f_kind()?;
+    if !crate::tensor::dtype::is_floating(k) {
+        return Err(Error::dtype(format!("{what}: input must be floating, got {k:?}")));
+    }
+    Ok(())
+}
+
+/// Checks that none of the normalised dimensions `dims` of `x` is empty
+/// (a reduction over it has no value).
+pub fn check_nonempty(x: &Tensor, dims: &[i64], what: &str) -> Result<()> {
+    let s = x.size();
+    if dims.iter().any(|d| s.get(*d as usize) == Some(&0)) {
+        return Err(Error::shape(format!("{what}: cannot reduce an empty dimension of shape {s:?}")));
+    }
+    Ok(())
+}
+
+/// Checks the sizes an unflatten splits a dimension into: at least one,
+/// none below -1, at most one -1.
+pub fn check_unflatten_sizes(sizes: &[i64]) -> Result<()> {
+    let inferred = sizes.iter().filter(|s| **s == -1).count();
+    if sizes.is_empty() || inferred > 1 || sizes.iter().any(|s| *s < -1) {
+        return Err(Error::shape(format!("unflatten: sizes {sizes:?} need at least one entry, at most one -1")));
+    }
+    Ok(())
+}
+
 /// Element count of `shape`, refusing negative sizes and overflow.
 pub fn checked_numel(shape: &[i64], what: &str) -> Result<i64> {
     shape.iter().try_fold(1i64, |n, d| {

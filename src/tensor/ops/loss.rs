@@ -2,7 +2,7 @@
 //! cross-entropy and NLL (class weights, ignore_index, label smoothing),
 //! BCE with and without logits (weights, pos_weight), MSE, L1, Huber,
 //! smooth L1, KL divergence, cosine embedding, margin ranking, CTC.
-use super::checks::broadcast_shapes;
+use super::checks::{broadcast_shapes, check_floating};
 use crate::error::{Error, ErrorCode, Result};
 use tch::{Device, Kind, Reduction, Tensor};
 
@@ -44,16 +44,9 @@ impl LossReduction {
     }
 }
 
-fn float_input(x: &Tensor, what: &str) -> Result<()> {
-    if !crate::tensor::dtype::is_floating(x.f_kind()?) {
-        return Err(Error::dtype(format!("{what}: input must be floating, got {:?}", x.kind())));
-    }
-    Ok(())
-}
-
 fn same_shape_float(x: &Tensor, t: &Tensor, what: &str) -> Result<()> {
-    float_input(x, what)?;
-    float_input(t, what)?;
+    check_floating(x, what)?;
+    check_floating(t, what)?;
     if x.size() != t.size() {
         return Err(Error::shape(format!("{what}: input {:?} and target {:?} differ", x.size(), t.size())));
     }
@@ -84,7 +77,7 @@ fn class_count(logits: &Tensor) -> i64 {
 /// Checks class-index targets for (N, C, ...) logits: integers, shape
 /// (N, ...), values in [0, C) except `ignore_index`.
 fn class_targets(logits: &Tensor, target: &Tensor, what: &str, ignore_index: i64) -> Result<Tensor> {
-    float_input(logits, what)?;
+    check_floating(logits, what)?;
     let (ls, ts) = (logits.size(), target.size());
     if ls.is_empty() {
         return Err(Error::shape(format!("{what}: logits must have a class dimension, got shape {ls:?}")));
@@ -120,7 +113,7 @@ fn class_targets(logits: &Tensor, target: &Tensor, what: &str, ignore_index: i64
 /// Checks an optional per-class weight: floating, 1-D of C entries.
 fn check_class_weight(weight: Option<&Tensor>, classes: i64, what: &str) -> Result<()> {
     if let Some(w) = weight {
-        float_input(w, what)?;
+        check_floating(w, what)?;
         if w.size() != [classes] {
             return Err(Error::shape(format!("{what}: weight must have shape [{classes}], got {:?}", w.size())));
         }
@@ -142,7 +135,7 @@ pub fn cross_entropy_with_options(
     if !(0.0..=1.0).contains(&label_smoothing) {
         return Err(Error::invalid(format!("cross_entropy: label_smoothing = {label_smoothing}, must be in [0, 1]")));
     }
-    float_input(logits, "cross_entropy")?;
+    check_floating(logits, "cross_entropy")?;
     check_class_weight(weight, class_count(logits), "cross_entropy")?;
     if crate::tensor::dtype::is_floating(target.f_kind()?) {
         if logits.size() != target.size() {
@@ -198,7 +191,7 @@ pub fn l1(input: &Tensor, target: &Tensor, reduction: LossReduction) -> Result<T
 
 fn check_broadcast_to(w: Option<&Tensor>, shape: &[i64], what: &str) -> Result<()> {
     if let Some(w) = w {
-        float_input(w, what)?;
+        check_floating(w, what)?;
         if broadcast_shapes(&w.size(), shape).map_or(true, |s| s != shape) {
             return Err(Error::shape(format!("{what}: {:?} does not broadcast to {shape:?}", w.size())));
         }
@@ -268,8 +261,8 @@ pub fn kl_div(input: &Tensor, target: &Tensor, log_target: bool, reduction: Loss
 }
 
 fn pair_with_labels(x1: &Tensor, x2: &Tensor, target: &Tensor, what: &str) -> Result<()> {
-    float_input(x1, what)?;
-    float_input(x2, what)?;
+    check_floating(x1, what)?;
+    check_floating(x2, what)?;
     if x1.size() != x2.size() {
         return Err(Error::shape(format!("{what}: inputs {:?} and {:?} differ", x1.size(), x2.size())));
     }
@@ -358,7 +351,7 @@ pub fn ctc(
     zero_infinity: bool,
     reduction: LossReduction,
 ) -> Result<Tensor> {
-    float_input(log_probs, "ctc")?;
+    check_floating(log_probs, "ctc")?;
     let ls = log_probs.size();
     let ts = targets.size();
     if ls.len() != 3 || ts.len() != 2 || ts[0] != ls[1] {

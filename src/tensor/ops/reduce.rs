@@ -1,7 +1,7 @@
 //! Scans and reductions over chosen dimensions: cumsum, cumprod,
 //! logsumexp, amax / amin, var / std, all / any.
-use super::checks::{check_dim, check_dims};
-use crate::error::{Error, Result};
+use super::checks::{check_dim, check_dims, check_floating, check_nonempty};
+use crate::error::Result;
 use tch::{Kind, Tensor};
 
 /// Running sum along `dim` (integers and bools accumulate in i64).
@@ -22,25 +22,10 @@ fn reduced(x: &Tensor, dims: &[i64]) -> Result<Vec<i64>> {
     check_dims(x, dims)
 }
 
-fn check_float(x: &Tensor, what: &str) -> Result<()> {
-    if !matches!(x.f_kind()?, Kind::Float | Kind::Double | Kind::Half | Kind::BFloat16) {
-        return Err(Error::dtype(format!("{what}: needs a floating-point tensor, got {:?}", x.f_kind()?)));
-    }
-    Ok(())
-}
-
 /// `log(sum(exp(x)))` over `dims` (all when empty), computed stably.
 pub fn logsumexp(x: &Tensor, dims: &[i64], keepdim: bool) -> Result<Tensor> {
-    check_float(x, "logsumexp")?;
+    check_floating(x, "logsumexp")?;
     Ok(x.f_logsumexp(reduced(x, dims)?, keepdim)?)
-}
-
-fn check_nonempty(x: &Tensor, dims: &[i64], what: &str) -> Result<()> {
-    let s = x.size();
-    if dims.iter().any(|d| s.get(*d as usize) == Some(&0)) || (s.is_empty() && x.numel() == 0) {
-        return Err(Error::shape(format!("{what}: cannot reduce an empty dimension of shape {s:?}")));
-    }
-    Ok(())
 }
 
 /// Largest value over `dims` (all when empty).
@@ -59,14 +44,14 @@ pub fn amin(x: &Tensor, dims: &[i64], keepdim: bool) -> Result<Tensor> {
 
 /// Variance over `dims` (all when empty); `unbiased` divides by N - 1.
 pub fn var(x: &Tensor, dims: &[i64], unbiased: bool, keepdim: bool) -> Result<Tensor> {
-    check_float(x, "var")?;
+    check_floating(x, "var")?;
     Ok(x.f_var_dim(Some(reduced(x, dims)?.as_slice()), unbiased, keepdim)?)
 }
 
 /// Standard deviation over `dims` (all when empty); `unbiased` divides by
 /// N - 1.
 pub fn std(x: &Tensor, dims: &[i64], unbiased: bool, keepdim: bool) -> Result<Tensor> {
-    check_float(x, "std")?;
+    check_floating(x, "std")?;
     Ok(x.f_std_dim(Some(reduced(x, dims)?.as_slice()), unbiased, keepdim)?)
 }
 

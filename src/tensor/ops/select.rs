@@ -1,7 +1,9 @@
 //! Selecting and masking: where, masked_fill, tril / triu, topk, sort,
 //! argsort, max / min along a dimension, elementwise maximum / minimum,
 //! scatter, one_hot.
-use super::checks::{broadcast_shapes, check_bool, check_broadcast, check_dim, check_index, checked_numel, size_at};
+use super::checks::{
+    broadcast_shapes, check_bool, check_broadcast, check_dim, check_index, check_nonempty, checked_numel, size_at,
+};
 use crate::error::{Error, ErrorCode, Result};
 use tch::{Kind, Tensor};
 
@@ -67,24 +69,17 @@ pub fn argsort(x: &Tensor, dim: i64, descending: bool, stable: bool) -> Result<T
     Ok(x.f_argsort_stable(stable, d, descending)?)
 }
 
-fn check_not_empty(x: &Tensor, d: i64, what: &str) -> Result<()> {
-    if size_at(x, d) == 0 {
-        return Err(Error::shape(format!("{what}: dimension {d} of shape {:?} is empty", x.size())));
-    }
-    Ok(())
-}
-
 /// Largest entries along `dim` and their positions (`torch.max(x, dim)`).
 pub fn max_dim(x: &Tensor, dim: i64, keepdim: bool) -> Result<(Tensor, Tensor)> {
     let d = check_dim(x, dim)?;
-    check_not_empty(x, d, "max_dim")?;
+    check_nonempty(x, &[d], "max_dim")?;
     Ok(x.f_max_dim(d, keepdim)?)
 }
 
 /// Smallest entries along `dim` and their positions (`torch.min(x, dim)`).
 pub fn min_dim(x: &Tensor, dim: i64, keepdim: bool) -> Result<(Tensor, Tensor)> {
     let d = check_dim(x, dim)?;
-    check_not_empty(x, d, "min_dim")?;
+    check_nonempty(x, &[d], "min_dim")?;
     Ok(x.f_min_dim(d, keepdim)?)
 }
 

@@ -2,7 +2,7 @@
 //! unflatten, and the splits that return several tensors (chunk, split,
 //! split_sizes, unbind), each with a `*_count` that says how many pieces it
 //! makes before making them.
-use super::checks::{check_dim, check_dims, checked_numel, size_at};
+use super::checks::{check_dim, check_dims, check_unflatten_sizes, checked_numel, size_at};
 use crate::error::{Error, Result};
 use tch::Tensor;
 
@@ -77,10 +77,8 @@ pub fn unflatten(x: &Tensor, dim: i64, sizes: &[i64]) -> Result<Tensor> {
     }
     let d = check_dim(x, dim)?;
     let n = size_at(x, d);
+    check_unflatten_sizes(sizes)?;
     let inferred = sizes.iter().filter(|s| **s == -1).count();
-    if sizes.is_empty() || inferred > 1 || sizes.iter().any(|s| *s < -1) {
-        return Err(Error::shape(format!("unflatten: sizes {sizes:?} need at least one entry, at most one -1")));
-    }
     let known = checked_numel(&sizes.iter().map(|s| if *s == -1 { 1 } else { *s }).collect::<Vec<_>>(), "unflatten")?;
     let fits = if inferred == 1 { known != 0 && n % known == 0 } else { known == n };
     if !fits {
