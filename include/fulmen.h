@@ -171,6 +171,11 @@
 #define FULMEN_LOG_SYNC_DIST 8
 
 /**
+ * The most inputs `fulmen_model_forward_multi` takes.
+ */
+#define FULMEN_MAX_FORWARD_INPUTS 16
+
+/**
  * The most schedulers one SequentialLR takes.
  */
 #define FULMEN_SEQUENTIAL_MAX 64
@@ -1472,6 +1477,73 @@ typedef struct fulmen_plateau_options {
   double eps;
 } fulmen_plateau_options;
 
+/**
+ * Options of RNN, LSTM and GRU; get defaults from
+ * `fulmen_rnn_options_default` and set what differs.
+ */
+typedef struct fulmen_rnn_options {
+  /**
+   * Stacked layers (default 1, at most 1024).
+   */
+  int64_t num_layers;
+  /**
+   * Learn `bias_ih` and `bias_hh` (default true).
+   */
+  bool bias;
+  /**
+   * Input and output are `(N, T, F)` rather than `(T, N, F)` (default false).
+   */
+  bool batch_first;
+  /**
+   * Dropout on the outputs of every layer but the last, in training (default 0).
+   */
+  double dropout;
+  /**
+   * Run each layer both ways and concatenate (default false).
+   */
+  bool bidirectional;
+} fulmen_rnn_options;
+
+/**
+ * Options of the transformer layers; get defaults from
+ * `fulmen_transformer_options_default` and set what differs.
+ */
+typedef struct fulmen_transformer_options {
+  /**
+   * Width of the feed-forward block (default 2048).
+   */
+  int64_t dim_feedforward;
+  /**
+   * Dropout (default 0.1).
+   */
+  double dropout;
+  /**
+   * Activation of the feed-forward block, a fulmen_activation (default
+   * FULMEN_ACTIVATION_RELU; FULMEN_ACTIVATION_GELU is PyTorch's "gelu").
+   */
+  int32_t activation;
+  /**
+   * The activation's parameter, as for `fulmen_model_activation_new` (default 0).
+   */
+  double activation_param;
+  /**
+   * Epsilon of the layer norms (default 1e-5).
+   */
+  double layer_norm_eps;
+  /**
+   * Input and output are `(N, L, E)` rather than `(L, N, E)` (default false).
+   */
+  bool batch_first;
+  /**
+   * Pre-norm: normalise before attention and feed-forward (default false).
+   */
+  bool norm_first;
+  /**
+   * Biases in the linear layers and layer norms (default true).
+   */
+  bool bias;
+} fulmen_transformer_options;
+
 
 
 #ifdef __cplusplus
@@ -2619,6 +2691,43 @@ struct fulmen_error *fulmen_model_forward_child(const struct fulmen_model *model
                                                 struct fulmen_tensor **out);
 
 /**
+ * Runs the module at `path` (NULL or "" for the model itself) on several
+ * inputs and writes all its results, as a PyTorch `forward` with extra
+ * arguments and tuple results. `inputs[i]` may be NULL for a left-out
+ * optional input. What each layer takes and gives:
+ * - RNN / GRU: `input, h0, lengths` to `output, h_n`; LSTM: `input, h0,
+ *   c0, lengths` to `output, h_n, c_n`. `lengths` (int64 or int32, one per
+ *   sequence, 1..=T) runs the batch packed: outputs past a sequence's end
+ *   are zero and `h_n` is its state at its last step.
+ * - MultiheadAttention: `query, key, value, key_padding_mask, attn_mask`
+ *   (key defaults to query, value to key) to `output, weights` (averaged
+ *   over heads). Bool masks: true leaves a key out; float masks are added.
+ * - TransformerEncoderLayer: `src, src_mask, src_key_padding_mask`;
+ *   TransformerDecoderLayer: `tgt, memory, tgt_mask, memory_mask,
+ *   tgt_key_padding_mask, memory_key_padding_mask`; to `output`.
+ * - Every other module: one input to one output.
+ *
+ * The number of results is known before the module runs: it goes to
+ * `*count_out`, and when it exceeds `capacity` the call fails before
+ * running. The caller owns the new handles in `outs[0..*count_out]`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (path names no child, more than
+ * FULMEN_MAX_FORWARD_INPUTS inputs, a required input left out, or a count
+ * the module does not take), FULMEN_CODE_OUT_OF_RANGE (more results than
+ * `capacity`; lengths outside 1..=T), FULMEN_CODE_SHAPE_MISMATCH,
+ * FULMEN_CODE_DTYPE_MISMATCH (inputs or masks that do not fit),
+ * FULMEN_CODE_UNSUPPORTED (a named container), FULMEN_CODE_TORCH.
+ * Thread rules: as `fulmen_model_forward` (the model is locked for the call).
+ */
+struct fulmen_error *fulmen_model_forward_multi(const struct fulmen_model *model,
+                                                const char *path,
+                                                const struct fulmen_tensor *const *inputs,
+                                                size_t n_inputs,
+                                                struct fulmen_tensor **outs,
+                                                size_t capacity,
+                                                size_t *count_out);
+
+/**
  * Sets training mode (`true`, as `model.train()`) or evaluation mode
  * (`false`, as `model.eval()`) for the whole tree.
  *
@@ -3178,6 +3287,108 @@ struct fulmen_error *fulmen_scheduler_step(struct fulmen_scheduler *scheduler,
  * Frees a scheduler. NULL or an already freed handle is a no-op.
  */
 void fulmen_scheduler_free(struct fulmen_scheduler *scheduler);
+
+/**
+ * PyTorch's defaults: one layer, biases, `(T, N, F)`, no dropout, one direction.
+ */
+struct fulmen_rnn_options fulmen_rnn_options_default(void);
+
+/**
+ * Creates `nn.LSTM(input_size, hidden_size, ...)` with `options` (NULL for
+ * the defaults). Parameters `weight_ih_l0`, `weight_hh_l0`, `bias_ih_l0`,
+ * `bias_hh_l0` (`_reverse` for the backward direction), `[4 * hidden, ...]`
+ * in PyTorch's gate order, drawn as PyTorch draws them. `fulmen_model_forward`
+ * gives the output sequence (so it can sit in a sequential);
+ * `fulmen_model_forward_multi` takes h0, c0 and lengths and gives h_n, c_n.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a size not positive or too large,
+ * num_layers outside 1..=1024, dropout outside [0, 1]), FULMEN_CODE_TORCH
+ * (the weights cannot be allocated).
+ */
+struct fulmen_error *fulmen_model_lstm_new(int64_t input_size,
+                                           int64_t hidden_size,
+                                           const struct fulmen_rnn_options *options,
+                                           struct fulmen_model **out);
+
+/**
+ * Creates `nn.GRU(input_size, hidden_size, ...)` with `options` (NULL for
+ * the defaults); weights `[3 * hidden, ...]`, named and drawn as PyTorch's.
+ *
+ * Errors: as `fulmen_model_lstm_new`.
+ */
+struct fulmen_error *fulmen_model_gru_new(int64_t input_size,
+                                          int64_t hidden_size,
+                                          const struct fulmen_rnn_options *options,
+                                          struct fulmen_model **out);
+
+/**
+ * Creates `nn.RNN(input_size, hidden_size, nonlinearity, ...)`:
+ * `nonlinearity` is FULMEN_ACTIVATION_TANH (PyTorch's default) or
+ * FULMEN_ACTIVATION_RELU; `options` NULL for the defaults.
+ *
+ * Errors: as `fulmen_model_lstm_new`, and FULMEN_CODE_INVALID_ARGUMENT for
+ * another nonlinearity.
+ */
+struct fulmen_error *fulmen_model_rnn_new(int64_t input_size,
+                                          int64_t hidden_size,
+                                          int32_t nonlinearity,
+                                          const struct fulmen_rnn_options *options,
+                                          struct fulmen_model **out);
+
+/**
+ * Creates `nn.MultiheadAttention(embed_dim, num_heads, dropout, bias,
+ * batch_first=batch_first)` (query, key and value of `embed_dim`
+ * features). Parameters `in_proj_weight` `[3E, E]` (Xavier-uniform),
+ * `in_proj_bias`, `out_proj.weight`, `out_proj.bias` (zeros), drawn in
+ * PyTorch's order. `fulmen_model_forward` is self-attention without masks;
+ * `fulmen_model_forward_multi` takes key, value and masks and also gives
+ * the attention weights.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (embed_dim not a positive multiple
+ * of num_heads, dropout outside [0, 1]), FULMEN_CODE_TORCH.
+ */
+struct fulmen_error *fulmen_model_multihead_attention_new(int64_t embed_dim,
+                                                          int64_t num_heads,
+                                                          double dropout,
+                                                          bool bias,
+                                                          bool batch_first,
+                                                          struct fulmen_model **out);
+
+/**
+ * PyTorch's defaults: 2048, 0.1, ReLU, 1e-5, `(L, N, E)`, post-norm, biases.
+ */
+struct fulmen_transformer_options fulmen_transformer_options_default(void);
+
+/**
+ * Creates `nn.TransformerEncoderLayer(d_model, nhead, ...)` with `options`
+ * (NULL for the defaults). Parameters `self_attn.*`, `linear1.*`,
+ * `linear2.*`, `norm1.*`, `norm2.*`, drawn in PyTorch's order.
+ * `fulmen_model_forward` runs it without masks; `fulmen_model_forward_multi`
+ * takes `src, src_mask, src_key_padding_mask` (a causal mask: a bool
+ * `[L, L]` with true above the diagonal, e.g. from `fulmen_tensor_triu`).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (d_model not a positive multiple of
+ * nhead, dim_feedforward not positive, dropout outside [0, 1], eps
+ * negative, an unknown or softmax activation), FULMEN_CODE_TORCH.
+ */
+struct fulmen_error *fulmen_model_transformer_encoder_layer_new(int64_t d_model,
+                                                                int64_t nhead,
+                                                                const struct fulmen_transformer_options *options,
+                                                                struct fulmen_model **out);
+
+/**
+ * Creates `nn.TransformerDecoderLayer(d_model, nhead, ...)` with `options`
+ * (NULL for the defaults). Parameters `self_attn.*`, `multihead_attn.*`,
+ * `linear1.*`, `linear2.*`, `norm1.*` to `norm3.*`. It needs the memory:
+ * run it with `fulmen_model_forward_multi` (`tgt, memory, tgt_mask,
+ * memory_mask, tgt_key_padding_mask, memory_key_padding_mask`).
+ *
+ * Errors: as `fulmen_model_transformer_encoder_layer_new`.
+ */
+struct fulmen_error *fulmen_model_transformer_decoder_layer_new(int64_t d_model,
+                                                                int64_t nhead,
+                                                                const struct fulmen_transformer_options *options,
+                                                                struct fulmen_model **out);
 
 /**
  * Creates a strategy from a registered name: "auto" (ddp when several

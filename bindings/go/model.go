@@ -7,6 +7,7 @@ package fulmen
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"unsafe"
 )
@@ -467,3 +468,150 @@ func ClipGradValue(m *Model, value float64) error {
 
 // Closed reports whether the model was closed or consumed (by Push or Add).
 func (m *Model) Closed() bool { return m == nil || m.h.closed() }
+
+// RNNOptions are the options of RNN, LSTM and GRU (fulmen_rnn_options).
+type RNNOptions struct {
+	// NumLayers is the number of stacked layers (default 1, at most 1024).
+	NumLayers int64
+	// Bias learns bias_ih and bias_hh (default true).
+	Bias bool
+	// BatchFirst takes and gives (N, T, F) rather than (T, N, F) (default false).
+	BatchFirst bool
+	// Dropout applies to the outputs of every layer but the last, in training (default 0).
+	Dropout float64
+	// Bidirectional runs each layer both ways (default false).
+	Bidirectional bool
+}
+
+// DefaultRNNOptions are PyTorch's defaults.
+func DefaultRNNOptions() RNNOptions {
+	c := C.fulmen_rnn_options_default()
+	return RNNOptions{NumLayers: int64(c.num_layers), Bias: bool(c.bias), BatchFirst: bool(c.batch_first),
+		Dropout: float64(c.dropout), Bidirectional: bool(c.bidirectional)}
+}
+
+func (o RNNOptions) c() C.fulmen_rnn_options {
+	return C.fulmen_rnn_options{num_layers: C.int64_t(o.NumLayers), bias: C.bool(o.Bias),
+		batch_first: C.bool(o.BatchFirst), dropout: C.double(o.Dropout), bidirectional: C.bool(o.Bidirectional)}
+}
+
+// NewLSTM creates nn.LSTM(inputSize, hiddenSize, ...). Forward gives the
+// output sequence; ForwardMulti(x, h0, c0, lengths) gives output, h_n, c_n.
+func NewLSTM(inputSize, hiddenSize int64, opts RNNOptions) (*Model, error) {
+	c := opts.c()
+	return makeModel(func(o **C.fulmen_model) cErr {
+		return C.fulmen_model_lstm_new(C.int64_t(inputSize), C.int64_t(hiddenSize), &c, o)
+	})
+}
+
+// NewGRU creates nn.GRU(inputSize, hiddenSize, ...); ForwardMulti(x, h0,
+// lengths) gives output, h_n.
+func NewGRU(inputSize, hiddenSize int64, opts RNNOptions) (*Model, error) {
+	c := opts.c()
+	return makeModel(func(o **C.fulmen_model) cErr {
+		return C.fulmen_model_gru_new(C.int64_t(inputSize), C.int64_t(hiddenSize), &c, o)
+	})
+}
+
+// NewRNN creates nn.RNN(inputSize, hiddenSize, nonlinearity) with
+// Tanh or ReLU.
+func NewRNN(inputSize, hiddenSize int64, nonlinearity Activation, opts RNNOptions) (*Model, error) {
+	c := opts.c()
+	return makeModel(func(o **C.fulmen_model) cErr {
+		return C.fulmen_model_rnn_new(C.int64_t(inputSize), C.int64_t(hiddenSize), C.int32_t(nonlinearity), &c, o)
+	})
+}
+
+// NewMultiheadAttention creates nn.MultiheadAttention(embedDim, numHeads,
+// dropout, bias, batch_first=batchFirst). Forward is self-attention;
+// ForwardMulti(q, k, v, keyPaddingMask, attnMask) gives output and the
+// weights averaged over heads.
+func NewMultiheadAttention(embedDim, numHeads int64, dropout float64, bias, batchFirst bool) (*Model, error) {
+	return makeModel(func(o **C.fulmen_model) cErr {
+		return C.fulmen_model_multihead_attention_new(C.int64_t(embedDim), C.int64_t(numHeads), C.double(dropout),
+			C.bool(bias), C.bool(batchFirst), o)
+	})
+}
+
+// TransformerOptions are the options of the transformer layers
+// (fulmen_transformer_options).
+type TransformerOptions struct {
+	// DimFeedforward is the width of the feed-forward block (default 2048).
+	DimFeedforward int64
+	// Dropout (default 0.1).
+	Dropout float64
+	// Activation of the feed-forward block (default ReLU).
+	Activation Activation
+	// ActivationParam is its parameter, as for NewActivation (default 0).
+	ActivationParam float64
+	// LayerNormEps is the epsilon of the layer norms (default 1e-5).
+	LayerNormEps float64
+	// BatchFirst takes and gives (N, L, E) rather than (L, N, E) (default false).
+	BatchFirst bool
+	// NormFirst normalises before each block (default false: post-norm).
+	NormFirst bool
+	// Bias gives the linear layers and layer norms biases (default true).
+	Bias bool
+}
+
+// DefaultTransformerOptions are PyTorch's defaults.
+func DefaultTransformerOptions() TransformerOptions {
+	c := C.fulmen_transformer_options_default()
+	return TransformerOptions{DimFeedforward: int64(c.dim_feedforward), Dropout: float64(c.dropout),
+		Activation: Activation(c.activation), ActivationParam: float64(c.activation_param),
+		LayerNormEps: float64(c.layer_norm_eps), BatchFirst: bool(c.batch_first), NormFirst: bool(c.norm_first),
+		Bias: bool(c.bias)}
+}
+
+func (o TransformerOptions) c() C.fulmen_transformer_options {
+	return C.fulmen_transformer_options{dim_feedforward: C.int64_t(o.DimFeedforward), dropout: C.double(o.Dropout),
+		activation: C.int32_t(o.Activation), activation_param: C.double(o.ActivationParam),
+		layer_norm_eps: C.double(o.LayerNormEps), batch_first: C.bool(o.BatchFirst), norm_first: C.bool(o.NormFirst),
+		bias: C.bool(o.Bias)}
+}
+
+// NewTransformerEncoderLayer creates nn.TransformerEncoderLayer(dModel,
+// nhead, ...); ForwardMulti(src, srcMask, srcKeyPaddingMask).
+func NewTransformerEncoderLayer(dModel, nhead int64, opts TransformerOptions) (*Model, error) {
+	c := opts.c()
+	return makeModel(func(o **C.fulmen_model) cErr {
+		return C.fulmen_model_transformer_encoder_layer_new(C.int64_t(dModel), C.int64_t(nhead), &c, o)
+	})
+}
+
+// NewTransformerDecoderLayer creates nn.TransformerDecoderLayer(dModel,
+// nhead, ...); ForwardMulti(tgt, memory, tgtMask, memoryMask,
+// tgtKeyPaddingMask, memoryKeyPaddingMask).
+func NewTransformerDecoderLayer(dModel, nhead int64, opts TransformerOptions) (*Model, error) {
+	c := opts.c()
+	return makeModel(func(o **C.fulmen_model) cErr {
+		return C.fulmen_model_transformer_decoder_layer_new(C.int64_t(dModel), C.int64_t(nhead), &c, o)
+	})
+}
+
+// ForwardMulti runs the model on several inputs (nil for a left-out
+// optional one) and returns all its results (fulmen_model_forward_multi):
+// an LSTM's output, h_n and c_n, attention with masks, a decoder layer
+// with its memory.
+func (m *Model) ForwardMulti(inputs ...*Tensor) ([]*Tensor, error) {
+	return m.ForwardMultiChild("", inputs...)
+}
+
+// ForwardMultiChild is ForwardMulti on the child at path.
+func (m *Model) ForwardMultiChild(path string, inputs ...*Tensor) ([]*Tensor, error) {
+	for i, t := range inputs {
+		if t != nil && t.Closed() {
+			return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("ForwardMulti: input %d is closed", i)}
+		}
+	}
+	p := cString(path)
+	defer freeCString(p)
+	arr, n, hs := tensorArray(inputs)
+	pieces, err := tensorPieces(func(outs *cTensor, capacity C.size_t, count *C.size_t) cErr {
+		return C.fulmen_model_forward_multi(m.ptr(), p, arr, n, outs, capacity, count)
+	})
+	runtime.KeepAlive(m)
+	runtime.KeepAlive(hs)
+	runtime.KeepAlive(inputs)
+	return pieces, err
+}

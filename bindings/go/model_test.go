@@ -399,3 +399,71 @@ func TestModelNewLayers(t *testing.T) {
 		t.Fatal("two inferred sizes succeeded")
 	}
 }
+
+func closeAll(ts []*fulmen.Tensor) {
+	for _, x := range ts {
+		x.Close()
+	}
+}
+
+func TestSequenceLayersForwardMulti(t *testing.T) {
+	noLeaks(t)
+	opts := fulmen.DefaultRNNOptions()
+	opts.NumLayers, opts.Bidirectional, opts.BatchFirst = 2, true, true
+	lstm := must(fulmen.NewLSTM(3, 4, opts))
+	defer lstm.Close()
+	if n := must(lstm.StateDictLen()); n != 16 {
+		t.Fatalf("lstm state_dict has %d entries", n)
+	}
+	x := must(fulmen.Randn(fulmen.Float32, 2, 5, 3))
+	defer x.Close()
+	lengths := must(fulmen.FromSlice([]int64{3, 5}))
+	defer lengths.Close()
+	out := must(lstm.ForwardMulti(x, nil, nil, lengths))
+	defer closeAll(out)
+	if len(out) != 3 {
+		t.Fatalf("lstm gave %d results", len(out))
+	}
+	if s := must(out[1].Shape()); !reflect.DeepEqual(s, []int64{4, 2, 4}) {
+		t.Fatalf("h_n shape %v", s)
+	}
+	closed := must(fulmen.Randn(fulmen.Float32, 2, 5, 3))
+	closed.Close()
+	if _, err := lstm.ForwardMulti(closed); err == nil {
+		t.Fatal("a closed input was read as left out")
+	}
+	if _, err := lstm.ForwardMulti(x, x); err == nil {
+		t.Fatal("h0 without c0 was taken")
+	}
+
+	mha := must(fulmen.NewMultiheadAttention(8, 2, 0, true, true))
+	defer mha.Close()
+	q := must(fulmen.Randn(fulmen.Float32, 2, 3, 8))
+	defer q.Close()
+	attn := must(mha.ForwardMulti(q))
+	defer closeAll(attn)
+	if s := must(attn[1].Shape()); !reflect.DeepEqual(s, []int64{2, 3, 3}) {
+		t.Fatalf("attention weights shape %v", s)
+	}
+
+	topts := fulmen.DefaultTransformerOptions()
+	topts.DimFeedforward, topts.BatchFirst, topts.Activation = 16, true, fulmen.GELU
+	enc := must(fulmen.NewTransformerEncoderLayer(8, 2, topts))
+	defer enc.Close()
+	ones := must(fulmen.Ones(fulmen.Bool, 3, 3))
+	defer ones.Close()
+	mask := must(ones.Triu(1))
+	defer mask.Close()
+	y := must(enc.ForwardMulti(q, mask))
+	defer closeAll(y)
+	if s := must(y[0].Shape()); !reflect.DeepEqual(s, []int64{2, 3, 8}) {
+		t.Fatalf("encoder output shape %v", s)
+	}
+	dec := must(fulmen.NewTransformerDecoderLayer(8, 2, topts))
+	defer dec.Close()
+	if _, err := dec.Forward(q); err == nil {
+		t.Fatal("a decoder layer ran without memory")
+	}
+	z := must(dec.ForwardMulti(q, q, mask))
+	defer closeAll(z)
+}

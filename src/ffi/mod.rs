@@ -18,6 +18,7 @@ pub mod optim;
 pub mod precision;
 pub mod runtime;
 pub mod scheduler;
+pub mod sequence_layers;
 pub mod strategy;
 pub mod tensor;
 pub mod trainer;

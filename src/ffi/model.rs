@@ -1,7 +1,7 @@
 //! `fulmen_model`: building, running, naming, saving and loading models.
 use super::error::{fulmen_error, guard, guard_value, str_arg};
 use super::handle::{self, check_out, write_out, Handle, Shared};
-use super::tensor::handle::{emit, fulmen_tensor, i64_list, tensor_arg};
+use super::tensor::handle::{emit, emit_list, fulmen_tensor, i64_list, opt_tensor_arg, tensor_arg};
 use crate::error::{Error, ErrorCode, Result};
 use crate::nn::{Activation, Module};
 use crate::trainer::SharedModel;
@@ -30,7 +30,7 @@ pub(crate) unsafe fn model_arg<'a>(p: *const fulmen_model, arg: &str) -> Result<
     Ok(handle::borrow(p, arg)?.map(|h| &h.inner))
 }
 
-unsafe fn emit_model(out: *mut *mut fulmen_model, m: Result<Module>) -> Result<()> {
+pub(crate) unsafe fn emit_model(out: *mut *mut fulmen_model, m: Result<Module>) -> Result<()> {
     check_out(out, "out")?;
     let m = m?;
     out.write(handle::into_raw(fulmen_model { inner: Arc::new(Mutex::new(m)) }));
@@ -397,7 +397,7 @@ pub enum ActivationKind {
     LogSigmoid = 17,
 }
 
-fn activation(kind: i32, param: f64) -> Result<Activation> {
+pub(crate) fn activation(kind: i32, param: f64) -> Result<Activation> {
     let dim = || -> Result<i64> {
         if param.fract() != 0.0 {
             return Err(Error::invalid(format!("softmax dim must be a whole number, got {param}")));
@@ -584,6 +584,73 @@ pub unsafe extern "C" fn fulmen_model_forward_child(
         let x = tensor_arg(input, "input")?;
         let y = lock(&m).forward_child(p, &x)?;
         emit(out, y)
+    })
+}
+
+/// The most inputs `fulmen_model_forward_multi` takes.
+pub const FULMEN_MAX_FORWARD_INPUTS: usize = 16;
+
+/// Runs the module at `path` (NULL or "" for the model itself) on several
+/// inputs and writes all its results, as a PyTorch `forward` with extra
+/// arguments and tuple results. `inputs[i]` may be NULL for a left-out
+/// optional input. What each layer takes and gives:
+/// - RNN / GRU: `input, h0, lengths` to `output, h_n`; LSTM: `input, h0,
+///   c0, lengths` to `output, h_n, c_n`. `lengths` (int64 or int32, one per
+///   sequence, 1..=T) runs the batch packed: outputs past a sequence's end
+///   are zero and `h_n` is its state at its last step.
+/// - MultiheadAttention: `query, key, value, key_padding_mask, attn_mask`
+///   (key defaults to query, value to key) to `output, weights` (averaged
+///   over heads). Bool masks: true leaves a key out; float masks are added.
+/// - TransformerEncoderLayer: `src, src_mask, src_key_padding_mask`;
+///   TransformerDecoderLayer: `tgt, memory, tgt_mask, memory_mask,
+///   tgt_key_padding_mask, memory_key_padding_mask`; to `output`.
+/// - Every other module: one input to one output.
+///
+/// The number of results is known before the module runs: it goes to
+/// `*count_out`, and when it exceeds `capacity` the call fails before
+/// running. The caller owns the new handles in `outs[0..*count_out]`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (path names no child, more than
+/// FULMEN_MAX_FORWARD_INPUTS inputs, a required input left out, or a count
+/// the module does not take), FULMEN_CODE_OUT_OF_RANGE (more results than
+/// `capacity`; lengths outside 1..=T), FULMEN_CODE_SHAPE_MISMATCH,
+/// FULMEN_CODE_DTYPE_MISMATCH (inputs or masks that do not fit),
+/// FULMEN_CODE_UNSUPPORTED (a named container), FULMEN_CODE_TORCH.
+/// Thread rules: as `fulmen_model_forward` (the model is locked for the call).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_forward_multi(
+    model: *const fulmen_model,
+    path: *const c_char,
+    inputs: *const *const fulmen_tensor,
+    n_inputs: usize,
+    outs: *mut *mut fulmen_tensor,
+    capacity: usize,
+    count_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_model_forward_multi", || {
+        check_out(count_out, "count_out")?;
+        let m = model_arg(model, "model")?;
+        let path = if path.is_null() { "" } else { str_arg(path, "path")? };
+        if n_inputs > FULMEN_MAX_FORWARD_INPUTS {
+            return Err(Error::invalid(format!(
+                "forward_multi: {n_inputs} inputs, at most FULMEN_MAX_FORWARD_INPUTS ({FULMEN_MAX_FORWARD_INPUTS})"
+            )));
+        }
+        if n_inputs > 0 && inputs.is_null() {
+            return Err(Error::new(ErrorCode::NullArgument, "argument `inputs` is NULL"));
+        }
+        let held = (0..n_inputs)
+            .map(|i| opt_tensor_arg(*inputs.add(i), &format!("inputs[{i}]")))
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<Option<&tch::Tensor>> = held.iter().map(|t| t.as_deref()).collect();
+        let guard = lock(&m);
+        let module = guard.child(path)?;
+        let run = || {
+            module
+                .forward_multi(&refs)
+                .map_err(|e| if path.is_empty() { e } else { e.context(format!("child {path}")) })
+        };
+        emit_list(outs, capacity, count_out, module.num_outputs(), run)
     })
 }
 

@@ -10,6 +10,8 @@ mod torchscript;
 #[cfg(test)]
 mod tests;
 
+pub use layers::rnn::{RnnConfig, RnnKind};
+pub use layers::transformer::TransformerConfig;
 pub use layers::Activation;
 pub use module::Module;
 pub use safetensors_io::{read_safetensors, write_safetensors, MAX_HEADER_BYTES};

@@ -1,5 +1,6 @@
 //! The module tree: leaves are built-in layers or TorchScript modules,
 //! containers are `Sequential` (children "0", "1", ...) or named containers.
+use super::layers::attention::MultiheadAttention;
 use super::layers::conv::{Conv, Conv2d, Conv2dConfig, ConvConfig};
 use super::layers::dropout::Dropout;
 use super::layers::embedding::Embedding;
@@ -9,6 +10,8 @@ use super::layers::linear::Linear;
 use super::layers::norm::{BatchNorm, LayerNorm};
 use super::layers::pool::{Pool2d, PoolKind};
 use super::layers::prelu::PRelu;
+use super::layers::rnn::{Rnn, RnnConfig, RnnKind};
+use super::layers::transformer::{TransformerConfig, TransformerLayer};
 use super::layers::{Activation, Layer, TensorMap};
 use super::torchscript::ScriptModule;
 use crate::error::{Error, ErrorCode, Result, ResultExt};
@@ -164,6 +167,40 @@ impl Module {
         Ok(Module::leaf(Embedding::new(num_embeddings, dim, Some(padding_idx))?))
     }
 
+    /// `nn.RNN` (`RnnKind::Tanh` / `Relu`), `nn.LSTM` or `nn.GRU` with
+    /// PyTorch's parameter names and init. `forward` gives the output
+    /// sequence; `forward_multi` takes `[input, h0, (c0,) lengths]` and
+    /// gives `[output, h_n (, c_n)]`.
+    pub fn rnn(kind: RnnKind, cfg: RnnConfig) -> Result<Module> {
+        Ok(Module::leaf(Rnn::new(kind, cfg)?))
+    }
+
+    /// `nn.MultiheadAttention(embed_dim, num_heads, dropout, bias,
+    /// batch_first=...)`. `forward` is self-attention; `forward_multi`
+    /// takes `[query, key, value, key_padding_mask, attn_mask]` and gives
+    /// `[output, weights averaged over heads]`.
+    pub fn multihead_attention(
+        embed_dim: i64,
+        num_heads: i64,
+        dropout: f64,
+        bias: bool,
+        batch_first: bool,
+    ) -> Result<Module> {
+        Ok(Module::leaf(MultiheadAttention::new(embed_dim, num_heads, dropout, bias, batch_first)?))
+    }
+
+    /// `nn.TransformerEncoderLayer`; `forward_multi` takes `[src, src_mask,
+    /// src_key_padding_mask]`.
+    pub fn transformer_encoder_layer(cfg: TransformerConfig) -> Result<Module> {
+        Ok(Module::leaf(TransformerLayer::new(cfg, false)?))
+    }
+
+    /// `nn.TransformerDecoderLayer`; `forward_multi` takes `[tgt, memory,
+    /// tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask]`.
+    pub fn transformer_decoder_layer(cfg: TransformerConfig) -> Result<Module> {
+        Ok(Module::leaf(TransformerLayer::new(cfg, true)?))
+    }
+
     /// `nn.Flatten(start_dim, end_dim)`.
     pub fn flatten(start_dim: i64, end_dim: i64) -> Module {
         Module::leaf(Flatten { start_dim, end_dim })
@@ -300,6 +337,33 @@ impl Module {
                     ),
                 ))
             }
+        }
+    }
+
+    /// Runs the module on several inputs (`None` for a left-out optional
+    /// one) and returns all its results: `(output, (h_n, c_n))` of an LSTM,
+    /// the masks of attention, the memory of a decoder layer. Layers with
+    /// one input and one result, TorchScript modules and a `Sequential`
+    /// (which passes one tensor along) take exactly one input.
+    pub fn forward_multi(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        match &self.node {
+            Node::Layer(l) => l.forward_multi(inputs, self.training),
+            _ => match inputs {
+                [Some(x)] => Ok(vec![self.forward(x)?]),
+                _ => Err(Error::invalid(format!(
+                    "forward_multi: a {} takes exactly one input, got {} (left-out inputs included)",
+                    self.type_name(),
+                    inputs.len()
+                ))),
+            },
+        }
+    }
+
+    /// How many tensors [`Module::forward_multi`] returns.
+    pub fn num_outputs(&self) -> usize {
+        match &self.node {
+            Node::Layer(l) => l.num_outputs(),
+            _ => 1,
         }
     }
 

@@ -338,4 +338,51 @@ TEST_F(LayerTest, NormsPReLUUnflattenAndActivations) {
     EXPECT_NEAR(mish.forward(Tensor::from_vector(std::vector<float>{0.5f})).item(), 0.3752452, 1e-6);
 }
 
+TEST_F(LayerTest, SequenceLayersRunWithSeveralInputs) {
+    using fulmen::Model;
+    fulmen::manual_seed(0);
+    Model lstm = Model::lstm(3, 4, fulmen::RnnOptions().layers(2).both_directions().batch_first_layout());
+    EXPECT_EQ(lstm.state_dict_len(), 16u);
+    EXPECT_EQ(lstm.state_dict_name(4), "weight_ih_l0_reverse");
+    Tensor x = Tensor::randn({2, 5, 3});
+    Tensor lengths = Tensor::from_vector(std::vector<int64_t>{3, 5});
+    std::vector<Tensor> out = lstm.forward_multi({&x, nullptr, nullptr, &lengths});
+    ASSERT_EQ(out.size(), 3u);
+    EXPECT_EQ(out[0].shape(), (Shape{2, 5, 8}));
+    EXPECT_EQ(out[1].shape(), (Shape{4, 2, 4}));
+    // Outputs past a sequence's length are zero.
+    EXPECT_EQ(out[0].narrow(0, 0, 1).narrow(1, 3, 2).abs().sum().item(), 0.0);
+    EXPECT_EQ(lstm.forward(x).shape(), (Shape{2, 5, 8}));
+    Tensor empty = std::move(x);
+    EXPECT_THROW(lstm.forward_multi({&x}), fulmen::Error);  // a moved-from Tensor is not "left out"
+
+    Model gru = Model::gru(3, 4);
+    EXPECT_EQ(gru.forward_multi({&empty}).size(), 2u);
+    EXPECT_EQ(Model::rnn(2, 3, fulmen::Activation::Relu).forward(Tensor::zeros({4, 2})).shape(), (Shape{4, 3}));
+
+    Model mha = Model::multihead_attention(8, 2, 0.0, true, true);
+    Tensor q = Tensor::randn({2, 3, 8}), kv = Tensor::randn({2, 5, 8});
+    std::vector<Tensor> attn = mha.forward_multi({&q, &kv, &kv});
+    EXPECT_EQ(attn[0].shape(), (Shape{2, 3, 8}));
+    EXPECT_EQ(attn[1].shape(), (Shape{2, 3, 5}));
+    EXPECT_NEAR(attn[1].sum().item(), 6.0, 1e-4);  // each query's weights sum to 1
+
+    fulmen::TransformerOptions opts;
+    opts.dim_feedforward = 16;
+    opts.batch_first = true;
+    opts.act(fulmen::Activation::Gelu);
+    Model enc = Model::transformer_encoder_layer(8, 2, opts.act(fulmen::Activation::Gelu));
+    Tensor mask = Tensor::ones({3, 3}).triu(1).to(fulmen::DType::Bool);
+    EXPECT_EQ(enc.forward_multi({&q, &mask})[0].shape(), (Shape{2, 3, 8}));
+    Model dec = Model::transformer_decoder_layer(8, 2, opts);
+    EXPECT_EQ(dec.state_dict_len(), 18u);
+    EXPECT_EQ(dec.forward_multi({&q, &kv, &mask})[0].shape(), (Shape{2, 3, 8}));
+    try {
+        dec.forward(q);
+        ADD_FAILURE() << "a decoder layer ran without memory";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_INVALID_ARGUMENT);
+    }
+}
+
 }  // namespace

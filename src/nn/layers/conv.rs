@@ -114,7 +114,7 @@ impl<const N: usize> Layer for Conv<N> {
         })
     }
 
-    fn params(&self) -> Vec<(&'static str, &Tensor)> {
+    fn params(&self) -> Vec<(&str, &Tensor)> {
         let mut v = vec![("weight", &self.weight)];
         if let Some(b) = &self.bias {
             v.push(("bias", b));

@@ -76,7 +76,7 @@ impl Layer for Embedding {
         Ok(Tensor::f_embedding(&self.weight, x, self.padding_idx.unwrap_or(-1), false, false)?)
     }
 
-    fn params(&self) -> Vec<(&'static str, &Tensor)> {
+    fn params(&self) -> Vec<(&str, &Tensor)> {
         vec![("weight", &self.weight)]
     }
 }

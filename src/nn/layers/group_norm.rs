@@ -57,7 +57,7 @@ impl Layer for GroupNorm {
         Ok(x.f_group_norm(self.num_groups, self.weight.as_ref(), self.bias.as_ref(), self.eps, true)?)
     }
 
-    fn params(&self) -> Vec<(&'static str, &Tensor)> {
+    fn params(&self) -> Vec<(&str, &Tensor)> {
         match (&self.weight, &self.bias) {
             (Some(w), Some(b)) => vec![("weight", w), ("bias", b)],
             _ => Vec::new(),
@@ -110,7 +110,7 @@ impl Layer for RmsNorm {
         Ok(x.f_rms_norm(self.shape.as_slice(), self.weight.as_ref(), self.eps)?)
     }
 
-    fn params(&self) -> Vec<(&'static str, &Tensor)> {
+    fn params(&self) -> Vec<(&str, &Tensor)> {
         self.weight.as_ref().map(|w| vec![("weight", w)]).unwrap_or_default()
     }
 }

@@ -25,12 +25,27 @@ impl Linear {
         let bias = if bias { Some(init::uniform(&[out_features], bound)?) } else { None };
         Ok(Linear { in_features, weight, bias })
     }
+
+    /// A copy whose tensors are `map(tensor)` (see [`Layer::replicate`]).
+    pub(crate) fn mapped(&self, map: &mut super::TensorMap<'_>) -> Result<Linear> {
+        let (weight, bias) = (map(&self.weight)?, super::map_opt(map, &self.bias)?);
+        Ok(Linear { in_features: self.in_features, weight, bias })
+    }
+
+    /// The same layer with its bias set to zeros (after it was drawn, so
+    /// the generator advances as PyTorch's does before it zeroes a bias).
+    pub(crate) fn with_zero_bias(self) -> Result<Linear> {
+        let bias = match &self.bias {
+            Some(b) => Some(init::zeros(&b.size())?),
+            None => None,
+        };
+        Ok(Linear { bias, ..self })
+    }
 }
 
 impl Layer for Linear {
     fn replicate(&self, map: &mut super::TensorMap<'_>) -> Result<Box<dyn Layer>> {
-        let (weight, bias) = (map(&self.weight)?, super::map_opt(map, &self.bias)?);
-        Ok(Box::new(Linear { in_features: self.in_features, weight, bias }))
+        Ok(Box::new(self.mapped(map)?))
     }
 
     fn type_name(&self) -> &'static str {
@@ -48,7 +63,7 @@ impl Layer for Linear {
         Ok(x.f_linear(&self.weight, self.bias.as_ref())?)
     }
 
-    fn params(&self) -> Vec<(&'static str, &Tensor)> {
+    fn params(&self) -> Vec<(&str, &Tensor)> {
         let mut v = vec![("weight", &self.weight)];
         if let Some(b) = &self.bias {
             v.push(("bias", b));

@@ -4,6 +4,7 @@ use crate::error::Result;
 use tch::Tensor;
 
 pub mod activation;
+pub mod attention;
 pub mod conv;
 pub mod dropout;
 pub mod embedding;
@@ -13,6 +14,8 @@ pub mod linear;
 pub mod norm;
 pub mod pool;
 pub mod prelu;
+pub mod rnn;
+pub mod transformer;
 
 pub use activation::Activation;
 
@@ -22,12 +25,31 @@ pub(crate) trait Layer: Send + std::fmt::Debug {
     fn type_name(&self) -> &'static str;
     /// Runs the layer; `training` is the owning module's mode.
     fn forward(&self, x: &Tensor, training: bool) -> Result<Tensor>;
-    /// Own parameters in registration order, with their attribute names.
-    fn params(&self) -> Vec<(&'static str, &Tensor)> {
+    /// Runs the layer on several inputs (`None` where an optional input is
+    /// left out) and returns all its results, as PyTorch's `forward` with
+    /// extra arguments and tuple results does. By default: one input, one
+    /// result.
+    fn forward_multi(&self, inputs: &[Option<&Tensor>], training: bool) -> Result<Vec<Tensor>> {
+        match inputs {
+            [Some(x)] => Ok(vec![self.forward(x, training)?]),
+            _ => Err(crate::error::Error::invalid(format!(
+                "{} takes exactly one input, got {} (left-out inputs included)",
+                self.type_name(),
+                inputs.len()
+            ))),
+        }
+    }
+    /// How many results `forward_multi` gives (known before it runs).
+    fn num_outputs(&self) -> usize {
+        1
+    }
+    /// Own parameters in registration order, with their attribute names
+    /// (dotted for the parts of a composite layer: "self_attn.in_proj_weight").
+    fn params(&self) -> Vec<(&str, &Tensor)> {
         Vec::new()
     }
     /// Own buffers in registration order, with their attribute names.
-    fn buffers(&self) -> Vec<(&'static str, &Tensor)> {
+    fn buffers(&self) -> Vec<(&str, &Tensor)> {
         Vec::new()
     }
     /// A copy of the layer whose parameters and buffers are `map(tensor)`
@@ -42,6 +64,18 @@ pub(crate) type TensorMap<'a> = dyn FnMut(&Tensor) -> Result<Tensor> + 'a;
 /// Maps an optional tensor with `map`.
 pub(crate) fn map_opt(map: &mut TensorMap<'_>, t: &Option<Tensor>) -> Result<Option<Tensor>> {
     t.as_ref().map(map).transpose()
+}
+
+/// "part.name" for every parameter of a composite layer's `parts` (its
+/// PyTorch sub-modules, each under its attribute name), in order.
+pub(crate) fn part_names(parts: &[(&str, &dyn Layer)]) -> Vec<String> {
+    parts.iter().flat_map(|(p, l)| l.params().into_iter().map(move |(n, _)| format!("{p}.{n}"))).collect()
+}
+
+/// Pairs the names from [`part_names`] with the parts' parameters.
+pub(crate) fn part_params<'a>(names: &'a [String], parts: &[(&str, &'a dyn Layer)]) -> Vec<(&'a str, &'a Tensor)> {
+    let tensors = parts.iter().flat_map(|(_, l)| l.params().into_iter().map(|(_, t)| t));
+    names.iter().map(String::as_str).zip(tensors).collect()
 }
 
 /// Formats a shape for error messages.

@@ -122,14 +122,14 @@ impl Layer for BatchNorm {
         )?)
     }
 
-    fn params(&self) -> Vec<(&'static str, &Tensor)> {
+    fn params(&self) -> Vec<(&str, &Tensor)> {
         match (&self.weight, &self.bias) {
             (Some(w), Some(b)) => vec![("weight", w), ("bias", b)],
             _ => Vec::new(),
         }
     }
 
-    fn buffers(&self) -> Vec<(&'static str, &Tensor)> {
+    fn buffers(&self) -> Vec<(&str, &Tensor)> {
         match &self.running {
             Some(r) => vec![
                 ("running_mean", &r.mean),
@@ -153,25 +153,33 @@ pub(crate) struct LayerNorm {
 impl LayerNorm {
     /// `elementwise_affine`: weight (ones) and bias (zeros) of `normalized_shape`.
     pub(crate) fn new(normalized_shape: &[i64], eps: f64, elementwise_affine: bool) -> Result<LayerNorm> {
+        LayerNorm::with_bias(normalized_shape, eps, elementwise_affine, elementwise_affine)
+    }
+
+    /// As [`LayerNorm::new`]; `bias` false leaves the bias out (PyTorch's
+    /// `bias=False`, which only matters with `elementwise_affine`).
+    pub(crate) fn with_bias(normalized_shape: &[i64], eps: f64, elementwise_affine: bool, bias: bool) -> Result<Self> {
         if normalized_shape.is_empty() || normalized_shape.iter().any(|&d| d <= 0) || eps.is_nan() || eps < 0.0 {
             return Err(Error::invalid(format!(
                 "layer_norm: normalized_shape {normalized_shape:?} must be non-empty and positive, \
                  eps ({eps}) non-negative"
             )));
         }
-        let (weight, bias) = if elementwise_affine {
-            (Some(init::ones(normalized_shape)?), Some(init::zeros(normalized_shape)?))
-        } else {
-            (None, None)
-        };
+        let weight = if elementwise_affine { Some(init::ones(normalized_shape)?) } else { None };
+        let bias = if elementwise_affine && bias { Some(init::zeros(normalized_shape)?) } else { None };
         Ok(LayerNorm { shape: normalized_shape.to_vec(), eps, weight, bias })
+    }
+
+    /// A copy whose tensors are `map(tensor)` (see [`Layer::replicate`]).
+    pub(crate) fn mapped(&self, map: &mut super::TensorMap<'_>) -> Result<LayerNorm> {
+        let (weight, bias) = (super::map_opt(map, &self.weight)?, super::map_opt(map, &self.bias)?);
+        Ok(LayerNorm { shape: self.shape.clone(), eps: self.eps, weight, bias })
     }
 }
 
 impl Layer for LayerNorm {
     fn replicate(&self, map: &mut super::TensorMap<'_>) -> Result<Box<dyn Layer>> {
-        let (weight, bias) = (super::map_opt(map, &self.weight)?, super::map_opt(map, &self.bias)?);
-        Ok(Box::new(LayerNorm { shape: self.shape.clone(), eps: self.eps, weight, bias }))
+        Ok(Box::new(self.mapped(map)?))
     }
 
     fn type_name(&self) -> &'static str {
@@ -191,10 +199,8 @@ impl Layer for LayerNorm {
         Ok(x.f_layer_norm(self.shape.as_slice(), self.weight.as_ref(), self.bias.as_ref(), self.eps, true)?)
     }
 
-    fn params(&self) -> Vec<(&'static str, &Tensor)> {
-        match (&self.weight, &self.bias) {
-            (Some(w), Some(b)) => vec![("weight", w), ("bias", b)],
-            _ => Vec::new(),
-        }
+    fn params(&self) -> Vec<(&str, &Tensor)> {
+        let weight = self.weight.as_ref().map(|w| ("weight", w));
+        weight.into_iter().chain(self.bias.as_ref().map(|b| ("bias", b))).collect()
     }
 }

@@ -36,7 +36,7 @@ impl Layer for PRelu {
         ops::prelu(x, &self.weight)
     }
 
-    fn params(&self) -> Vec<(&'static str, &Tensor)> {
+    fn params(&self) -> Vec<(&str, &Tensor)> {
         vec![("weight", &self.weight)]
     }
 }

@@ -5,6 +5,7 @@
 
 #include <string>
 #include <cstddef>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -36,6 +37,41 @@ enum class Activation : int32_t {
 struct Conv2dOptions : fulmen_conv2d_options {
     /// Defaults for a square `kernel_size` (stride 1, no padding, bias).
     explicit Conv2dOptions(int64_t kernel_size) : fulmen_conv2d_options(fulmen_conv2d_options_default(kernel_size)) {}
+};
+
+/// Options of RNN, LSTM and GRU, default-constructed with PyTorch's
+/// defaults (one layer, biases, (T, N, F), no dropout, one direction).
+struct RnnOptions : fulmen_rnn_options {
+    /// PyTorch's defaults.
+    RnnOptions() : fulmen_rnn_options(fulmen_rnn_options_default()) {}
+    /// Sets the number of stacked layers.
+    RnnOptions& layers(int64_t n) {
+        num_layers = n;
+        return *this;
+    }
+    /// Input and output as (N, T, F).
+    RnnOptions& batch_first_layout(bool on = true) {
+        batch_first = on;
+        return *this;
+    }
+    /// Runs each layer both ways.
+    RnnOptions& both_directions(bool on = true) {
+        bidirectional = on;
+        return *this;
+    }
+};
+
+/// Options of the transformer layers, default-constructed with PyTorch's
+/// defaults (2048, dropout 0.1, ReLU, eps 1e-5, (L, N, E), post-norm, biases).
+struct TransformerOptions : fulmen_transformer_options {
+    /// PyTorch's defaults.
+    TransformerOptions() : fulmen_transformer_options(fulmen_transformer_options_default()) {}
+    /// Sets the activation of the feed-forward block (and its parameter).
+    TransformerOptions& act(Activation kind, double param = 0) {
+        activation = static_cast<int32_t>(kind);
+        activation_param = param;
+        return *this;
+    }
 };
 
 /// A model: a layer, a sequential, a container of named children, or a
@@ -167,6 +203,47 @@ public:
     static Model log_softmax(int64_t dim) { return activation(Activation::LogSoftmax, static_cast<double>(dim)); }
     /// nn.Identity.
     static Model identity() { return activation(Activation::Identity); }
+    /// nn.LSTM(input_size, hidden_size, ...): forward gives the output
+    /// sequence; forward_multi({&x, &h0, &c0, &lengths}) gives {output, h_n, c_n}.
+    static Model lstm(int64_t input_size, int64_t hidden_size, const RnnOptions& options = RnnOptions()) {
+        return make([&](fulmen_model** o) { return fulmen_model_lstm_new(input_size, hidden_size, &options, o); });
+    }
+    /// nn.GRU(input_size, hidden_size, ...): forward_multi({&x, &h0, &lengths}) gives {output, h_n}.
+    static Model gru(int64_t input_size, int64_t hidden_size, const RnnOptions& options = RnnOptions()) {
+        return make([&](fulmen_model** o) { return fulmen_model_gru_new(input_size, hidden_size, &options, o); });
+    }
+    /// nn.RNN(input_size, hidden_size, nonlinearity) with Activation::Tanh or Activation::Relu.
+    static Model rnn(int64_t input_size, int64_t hidden_size, Activation nonlinearity = Activation::Tanh,
+                     const RnnOptions& options = RnnOptions()) {
+        return make([&](fulmen_model** o) {
+            return fulmen_model_rnn_new(input_size, hidden_size, static_cast<int32_t>(nonlinearity), &options, o);
+        });
+    }
+    /// nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, batch_first=...):
+    /// forward is self-attention; forward_multi({&q, &k, &v, &key_padding_mask,
+    /// &attn_mask}) gives {output, weights averaged over heads}.
+    static Model multihead_attention(int64_t embed_dim, int64_t num_heads, double dropout = 0, bool bias = true,
+                                     bool batch_first = false) {
+        return make([&](fulmen_model** o) {
+            return fulmen_model_multihead_attention_new(embed_dim, num_heads, dropout, bias, batch_first, o);
+        });
+    }
+    /// nn.TransformerEncoderLayer(d_model, nhead, ...): forward_multi({&src,
+    /// &src_mask, &src_key_padding_mask}).
+    static Model transformer_encoder_layer(int64_t d_model, int64_t nhead,
+                                           const TransformerOptions& options = TransformerOptions()) {
+        return make([&](fulmen_model** o) {
+            return fulmen_model_transformer_encoder_layer_new(d_model, nhead, &options, o);
+        });
+    }
+    /// nn.TransformerDecoderLayer(d_model, nhead, ...): forward_multi({&tgt,
+    /// &memory, &tgt_mask, &memory_mask, &tgt_key_padding_mask, &memory_key_padding_mask}).
+    static Model transformer_decoder_layer(int64_t d_model, int64_t nhead,
+                                           const TransformerOptions& options = TransformerOptions()) {
+        return make([&](fulmen_model** o) {
+            return fulmen_model_transformer_decoder_layer_new(d_model, nhead, &options, o);
+        });
+    }
     /// A TorchScript module saved by torch.jit.save.
     static Model load_torchscript(const std::string& path) {
         return make([&](fulmen_model** o) { return fulmen_model_load_torchscript(path.c_str(), o); });
@@ -200,6 +277,28 @@ public:
     /// Runs the child at `path` ("encoder" or "encoder.0") on `input`.
     Tensor forward_child(const std::string& path, const Tensor& input) const {
         return Tensor::make([&](fulmen_tensor** o) { return fulmen_model_forward_child(get(), path.c_str(), input.get(), o); });
+    }
+    /// Runs the model on several inputs (nullptr for a left-out optional
+    /// one) and returns all its results (fulmen_model_forward_multi).
+    std::vector<Tensor> forward_multi(std::initializer_list<const Tensor*> inputs) const {
+        return forward_multi_child("", inputs);
+    }
+    /// forward_multi on the child at `path`.
+    std::vector<Tensor> forward_multi_child(const std::string& path,
+                                            std::initializer_list<const Tensor*> inputs) const {
+        std::vector<const fulmen_tensor*> handles;
+        handles.reserve(inputs.size());
+        for (const Tensor* t : inputs) {
+            if (t != nullptr && !*t) {
+                throw Error(FULMEN_CODE_INVALID_ARGUMENT,
+                            "forward_multi: input " + std::to_string(handles.size()) + " is an empty Tensor");
+            }
+            handles.push_back(t != nullptr ? t->get() : nullptr);
+        }
+        return Tensor::make_list([&](fulmen_tensor** outs, size_t capacity, size_t* count) {
+            return fulmen_model_forward_multi(get(), path.c_str(), handles.data(), handles.size(), outs, capacity,
+                                              count);
+        });
     }
     /// Training mode (true, model.train()) or evaluation mode (false).
     Model& train(bool on = true) {
