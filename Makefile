@@ -8,6 +8,8 @@ DEPS := $(ROOT)/.deps
 MNIST := $(DEPS)/data/mnist_5k.csv.gz
 # The Lee corpus (360 kB of news prose) for the character language model.
 LEE := $(DEPS)/data/lee_background.txt
+# The El Nino series (monthly sea surface temperatures) for the forecaster.
+ELNINO := $(DEPS)/data/elnino.csv
 # Python with torch 2.13.0 (CPU), Lightning and safetensors: interop tests, benchmarks.
 VENV := $(DEPS)/venv
 VENV_STAMP := $(VENV)/.fulmen-venv-ready
@@ -60,6 +62,9 @@ $(MNIST):
 $(LEE):
 	bash scripts/fetch-lee.sh $@
 
+$(ELNINO):
+	bash scripts/fetch-elnino.sh $@
+
 # After libtorch, so the torch wheel it downloaded is reused.
 $(VENV_STAMP): | $(LIBTORCH_STAMP)
 	bash scripts/setup-venv.sh $(VENV)
@@ -107,9 +112,10 @@ test-go: lib $(MNIST)
 
 # Interop with the real PyTorch: DDP jobs mixing fulmen and Python ranks;
 # per-step parity and resumes against Lightning's own Trainer.
-test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/lightning_parity $(BUILD)/examples/charlm $(LEE) $(VENV_STAMP)
-	@rm -rf $(BUILD)/interop/ddp-mixed $(BUILD)/interop/lightning-parity $(BUILD)/interop/charlm-twin
+test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/lightning_parity $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(LEE) $(ELNINO) $(VENV_STAMP)
+	@rm -rf $(BUILD)/interop/ddp-mixed $(BUILD)/interop/lightning-parity $(BUILD)/interop/charlm-twin $(BUILD)/interop/forecast-twin
 	$(VENV)/bin/python tests/interop/charlm_twin.py --binary $(BUILD)/examples/charlm --data $(LEE) --work $(BUILD)/interop/charlm-twin
+	$(VENV)/bin/python tests/interop/forecast_twin.py --binary $(BUILD)/examples/forecast --data $(ELNINO) --work $(BUILD)/interop/forecast-twin
 	$(VENV)/bin/python tests/interop/ddp_mixed.py --rank-binary $(BUILD)/interop/ddp_rank --work $(BUILD)/interop/ddp-mixed
 	$(VENV)/bin/python tests/interop/lightning_parity.py --binary $(BUILD)/interop/lightning_parity --work $(BUILD)/interop/lightning-parity
 
@@ -117,11 +123,14 @@ $(BUILD)/interop/%: tests/interop/%.c include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 
-example: $(BUILD)/examples/mnist $(BUILD)/examples/snippet $(BUILD)/examples/charlm $(MNIST) $(LEE)
+example: $(BUILD)/examples/mnist $(BUILD)/examples/snippet $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(MNIST) $(LEE) $(ELNINO)
 	$(ASAN_ENV) $(BUILD)/examples/snippet
 	@rm -rf $(BUILD)/charlm-run
 	$(BUILD)/examples/charlm --data $(LEE) --epochs 1 --limit-batches 60 --sample 120 --out $(BUILD)/charlm-run | tee $(BUILD)/charlm-run.log
 	@grep -q "bits per character" $(BUILD)/charlm-run.log && test -f $(BUILD)/charlm-run/model.safetensors
+	@rm -rf $(BUILD)/forecast-run
+	$(BUILD)/examples/forecast --data $(ELNINO) --out $(BUILD)/forecast-run | tee $(BUILD)/forecast-run.log
+	@grep -q "the LSTM is better" $(BUILD)/forecast-run.log
 	@rm -rf $(BUILD)/ddp-run
 	$(BUILD)/examples/mnist --data $(MNIST) --epochs 1 --strategy ddp --devices 2 --out $(BUILD)/ddp-run | tee $(BUILD)/ddp-run.log
 	@grep -q "trained on 2 ranks" $(BUILD)/ddp-run.log && test -f $(BUILD)/ddp-run/checkpoints/last.ckpt
@@ -215,6 +224,10 @@ $(BUILD)/examples/mnist: examples/c/mnist.c include/fulmen.h lib
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 
 $(BUILD)/examples/charlm: examples/c/charlm.c include/fulmen.h lib
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK) -lm
+
+$(BUILD)/examples/forecast: examples/c/forecast.c include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK) -lm
 
