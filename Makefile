@@ -107,8 +107,8 @@ test-pkgconfig: lib
 test-cpp: lib
 	FULMEN_LIBDIR=$(LIBDIR) FULMEN_INCLUDE=$(ROOT)/include bash bindings/cpp/run-tests.sh $(BUILD)/cpp
 
-test-go: lib $(MNIST)
-	FULMEN_MNIST=$(MNIST) bash bindings/go/run-tests.sh
+test-go: lib $(MNIST) $(LEE) $(ELNINO) $(VENV_STAMP)
+	FULMEN_MNIST=$(MNIST) FULMEN_LEE=$(LEE) FULMEN_ELNINO=$(ELNINO) FULMEN_PYTHON=$(VENV)/bin/python bash bindings/go/run-tests.sh
 
 # Interop with the real PyTorch: DDP jobs mixing fulmen and Python ranks;
 # per-step parity and resumes against Lightning's own Trainer.

@@ -12,6 +12,11 @@
 #                  fulmen_pkgconfig tag instead of <repo>/target/release.
 #   FULMEN_MNIST   MNIST-5k CSV for a one-epoch run of the example
 #                  (default <repo>/.deps/data/mnist_5k.csv.gz, skipped if absent).
+#   FULMEN_LEE, FULMEN_ELNINO  the Lee corpus and the El Nino CSV for short
+#                  runs of the charlm and forecast examples (defaults under
+#                  <repo>/.deps/data/, skipped if absent).
+#   FULMEN_PYTHON  a Python with torch and safetensors: runs the examples'
+#                  PyTorch twins against the Go builds (skipped if unset).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -83,6 +88,27 @@ if [[ -f "$MNIST" ]]; then
     "$WORK/mnist" -data "$MNIST" -epochs 2 -out "$WORK/mnist-run" -resume last | tail -5
 else
     echo "($MNIST not found: built, not run)"
+fi
+
+step "examples/go/charlm and examples/go/forecast"
+cd "$ROOT/examples/go"
+go build $(tags) -o "$WORK/charlm" ./charlm
+go build $(tags) -o "$WORK/forecast" ./forecast
+LEE="${FULMEN_LEE:-$ROOT/.deps/data/lee_background.txt}"
+ELNINO="${FULMEN_ELNINO:-$ROOT/.deps/data/elnino.csv}"
+if [[ -f "$LEE" && -f "$ELNINO" ]]; then
+    "$WORK/charlm" -data "$LEE" -epochs 1 -limit-batches 20 -sample 80 -out "$WORK/charlm-run" | tail -3
+    "$WORK/forecast" -data "$ELNINO" -out "$WORK/forecast-run" | tail -2 | tee "$WORK/forecast.log"
+    grep -q "the LSTM is better" "$WORK/forecast.log"
+    # The PyTorch twins replay both from the same weights and batches.
+    if [[ -n "${FULMEN_PYTHON:-}" ]]; then
+        "$FULMEN_PYTHON" "$ROOT/tests/interop/charlm_twin.py" --binary "$WORK/charlm" --data "$LEE" --work "$WORK/charlm-twin"
+        "$FULMEN_PYTHON" "$ROOT/tests/interop/forecast_twin.py" --binary "$WORK/forecast" --data "$ELNINO" --work "$WORK/forecast-twin"
+    else
+        echo "(FULMEN_PYTHON not set: the PyTorch twins not run)"
+    fi
+else
+    echo "($LEE or $ELNINO not found: built, not run)"
 fi
 
 step "outside user module"
