@@ -278,10 +278,11 @@ demo: deps lib example
 # Benchmarks (not part of test): fulmen from C and Go, a hand-written tch
 # loop, plain PyTorch and Lightning in one run; writes bench/RESULTS.md.
 BENCH_ARGS ?= --repeats 3 --micro
-bench: deps lib $(BUILD)/bench/fulmen_bench $(BUILD)/bench/fulmen_micro $(VENV_STAMP)
+bench: deps lib $(BUILD)/bench/fulmen_bench $(BUILD)/bench/fulmen_micro $(BUILD)/examples/charlm $(LEE) $(VENV_STAMP)
 	$(CARGO) build $(CARGO_FLAGS) --example tch_loop
 	bash bench/go/build.sh
 	$(VENV)/bin/python bench/run.py --data $(MNIST) $(BENCH_ARGS)
+	$(VENV)/bin/python bench/charlm.py --data $(LEE) --python $(VENV)/bin/python
 
 $(BUILD)/bench/%: bench/c/%.c include/fulmen.h lib
 	@mkdir -p $(dir $@)

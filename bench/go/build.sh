@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the "fulmen-go" benchmark contender (bench/PROTOCOL.md) to
-# build/bench/fulmen_bench_go, as bindings/go/run-tests.sh builds
+# Builds the "fulmen-go" benchmark contenders: bench/PROTOCOL.md's to
+# build/bench/fulmen_bench_go and examples/go/charlm (bench/charlm.py) to
+# build/bench/charlm_go, as bindings/go/run-tests.sh builds
 # examples/go/mnist: offline (no module proxy, no toolchain download), cgo
 # on, against the library in <repo>/target/release and the header in
 # <repo>/include (the binding's default cgo flags, with an rpath to the
@@ -44,3 +45,6 @@ mkdir -p "$(dirname "$OUT")"
 cd "$HERE"
 go build "${TAGS[@]}" -o "$OUT" .
 echo "built $OUT"
+cd "$ROOT/examples/go"
+go build "${TAGS[@]}" -o "$ROOT/build/bench/charlm_go" ./charlm
+echo "built $ROOT/build/bench/charlm_go"

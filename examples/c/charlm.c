@@ -8,12 +8,13 @@
  *   charlm --data lee_background.txt [--epochs 3] [--batch-size 32]
  *          [--context 64] [--d-model 64] [--heads 4] [--layers 2]
  *          [--dropout 0.1] [--lr 3e-3] [--seed 42] [--threads N]
- *          [--limit-batches N] [--no-shuffle] [--sample 300] [--out runs/charlm]
+ *          [--limit-batches N] [--val-batches N] [--no-shuffle] [--sample 300]
+ *          [--out runs/charlm]
  *          [--init-out FILE] [--loss-log FILE]
  *
  * Prints the validation loss in bits per character after every epoch and
  * samples text at the end (--limit-batches trains on the first N batches
- * of each epoch); writes CSV and TensorBoard logs and checkpoints
+ * of each epoch, --val-batches validates on the first N, 0 for none); writes CSV and TensorBoard logs and checkpoints
  * under <out> and the weights to <out>/model.safetensors. --init-out saves
  * the initial weights and --loss-log writes every training step's loss, so
  * a PyTorch twin (tests/interop/charlm_twin.py) can replay the same run.
@@ -257,7 +258,7 @@ static void sample(const task *t, const unsigned char *alphabet, const int *inde
 int main(int argc, char **argv) {
     const char *data = NULL, *out = "runs/charlm", *init_out = NULL, *loss_log = NULL;
     long epochs = 3, batch_size = 32, context = 64, d_model = 64, heads = 4, layers = 2, seed = 42, threads = 0;
-    long limit_batches = 0, sample_chars = 300;
+    long limit_batches = 0, val_batches = -1, sample_chars = 300;
     double lr = 3e-3, dropout = 0.1;
     int shuffle = 1;
     for (int i = 1; i < argc; i++) {
@@ -280,12 +281,13 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--seed") == 0) seed = atol(v);
         else if (strcmp(a, "--threads") == 0) threads = atol(v);
         else if (strcmp(a, "--limit-batches") == 0) limit_batches = atol(v);
+        else if (strcmp(a, "--val-batches") == 0) val_batches = atol(v);
         else if (strcmp(a, "--sample") == 0) sample_chars = atol(v);
         else { fprintf(stderr, "charlm: unknown option %s\n", a); return 2; }
         i++;
     }
     if (data == NULL || context < 1 || batch_size < 1 || layers < 1) {
-        fprintf(stderr, "usage: charlm --data lee_background.txt [--epochs N] [--batch-size N] [--context N] [--d-model N] [--heads N] [--layers N] [--dropout P] [--lr X] [--seed N] [--threads N] [--limit-batches N] [--no-shuffle] [--sample N] [--out DIR] [--init-out FILE] [--loss-log FILE]\n");
+        fprintf(stderr, "usage: charlm --data lee_background.txt [--epochs N] [--batch-size N] [--context N] [--d-model N] [--heads N] [--layers N] [--dropout P] [--lr X] [--seed N] [--threads N] [--limit-batches N] [--val-batches N] [--no-shuffle] [--sample N] [--out DIR] [--init-out FILE] [--loss-log FILE]\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0); /* lines in order with the trainer's progress */
@@ -344,6 +346,7 @@ int main(int argc, char **argv) {
     check(fulmen_trainer_options_new(&opts), "options");
     check(fulmen_trainer_options_set_int(opts, "max_epochs", epochs), "max_epochs");
     if (limit_batches > 0) check(fulmen_trainer_options_set_int(opts, "limit_train_batches", limit_batches), "limit");
+    if (val_batches >= 0) check(fulmen_trainer_options_set_int(opts, "limit_val_batches", val_batches), "limit");
     check(fulmen_trainer_options_set_int(opts, "num_sanity_val_steps", 0), "num_sanity_val_steps");
     check(fulmen_trainer_options_set(opts, "default_root_dir", out), "default_root_dir");
     check(fulmen_trainer_options_set_int(opts, "log_every_n_steps", 10), "log_every_n_steps");
@@ -354,8 +357,10 @@ int main(int argc, char **argv) {
     t.loss_log = NULL;
 
     double bpc = 0;
-    check(fulmen_trainer_callback_metric(trainer, "val_bpc", &bpc), "reading val_bpc");
-    printf("final validation: %.4f bits per character\n", bpc);
+    if (val_batches != 0) {
+        check(fulmen_trainer_callback_metric(trainer, "val_bpc", &bpc), "reading val_bpc");
+        printf("final validation: %.4f bits per character\n", bpc);
+    }
     char weights[4096];
     snprintf(weights, sizeof weights, "%s/model.safetensors", out);
     check(fulmen_model_save(t.model, weights), "saving the weights");

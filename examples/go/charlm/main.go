@@ -9,7 +9,7 @@
 //	charlm -data lee_background.txt [-epochs 3] [-batch-size 32]
 //	       [-context 64] [-d-model 64] [-heads 4] [-layers 2] [-dropout 0.1]
 //	       [-lr 3e-3] [-seed 42] [-threads N] [-limit-batches N]
-//	       [-no-shuffle] [-sample 300] [-out runs/charlm]
+//	       [-val-batches N] [-no-shuffle] [-sample 300] [-out runs/charlm]
 //	       [-init-out FILE] [-loss-log FILE]
 //
 // It prints the validation loss in bits per character after every epoch
@@ -280,6 +280,7 @@ func main() {
 	seed := flag.Uint64("seed", 42, "random seed")
 	threads := flag.Int("threads", 0, "libtorch intra-op threads (0: libtorch's default)")
 	limit := flag.Int64("limit-batches", 0, "train on the first N batches of each epoch (0: all)")
+	valBatches := flag.Int64("val-batches", -1, "validate on the first N batches (0: none, -1: all)")
 	noShuffle := flag.Bool("no-shuffle", false, "keep the training windows in order")
 	sampleChars := flag.Int("sample", 300, "characters to sample at the end")
 	out := flag.String("out", "runs/charlm", "output folder for logs, checkpoints and weights")
@@ -287,7 +288,7 @@ func main() {
 	lossLog := flag.String("loss-log", "", "write every training step's loss here")
 	flag.Parse()
 	if *data == "" || flag.NArg() > 0 || *window < 1 || *batchSize < 1 || *layers < 1 {
-		fmt.Fprintln(os.Stderr, "usage: charlm -data lee_background.txt [-epochs N] [-batch-size N] [-context N] [-d-model N] [-heads N] [-layers N] [-dropout P] [-lr X] [-seed N] [-threads N] [-limit-batches N] [-no-shuffle] [-sample N] [-out DIR] [-init-out FILE] [-loss-log FILE]")
+		fmt.Fprintln(os.Stderr, "usage: charlm -data lee_background.txt [-epochs N] [-batch-size N] [-context N] [-d-model N] [-heads N] [-layers N] [-dropout P] [-lr X] [-seed N] [-threads N] [-limit-batches N] [-val-batches N] [-no-shuffle] [-sample N] [-out DIR] [-init-out FILE] [-loss-log FILE]")
 		os.Exit(2)
 	}
 	fmt.Printf("fulmen %s on libtorch %s\n", fulmen.Version(), fulmen.LibtorchVersion())
@@ -420,6 +421,9 @@ func main() {
 	if *limit > 0 {
 		check("limit_train_batches", opts.SetLimitTrainBatches(*limit))
 	}
+	if *valBatches >= 0 {
+		check("limit_val_batches", opts.SetLimitValBatches(*valBatches))
+	}
 	trainer, err := fulmen.NewTrainer(opts)
 	check("creating the trainer", err)
 	defer trainer.Close()
@@ -428,9 +432,11 @@ func main() {
 		check("loss log", losses.Close())
 	}
 
-	bpc, err := trainer.CallbackMetric("val_bpc")
-	check("reading val_bpc", err)
-	fmt.Printf("final validation: %.4f bits per character\n", bpc)
+	if *valBatches != 0 {
+		bpc, err := trainer.CallbackMetric("val_bpc")
+		check("reading val_bpc", err)
+		fmt.Printf("final validation: %.4f bits per character\n", bpc)
+	}
 	weights := filepath.Join(*out, "model.safetensors")
 	check("saving the weights", model.Save(weights))
 	fmt.Printf("weights: %s\n", weights)
