@@ -357,6 +357,57 @@ static void op_model(vm *v) {
     keep(v, byte(v), out, K_TENSOR);
 }
 
+/* Sequence layers with fuzzed options, and forward_multi with fuzzed input
+ * lists (NULL, freed or wrong-type entries, too many), capacities and
+ * out-pointers. */
+static void op_sequence(vm *v) {
+    uint8_t which = byte(v) % 6, to = byte(v);
+    fulmen_model *m = NULL;
+    fulmen_rnn_options ro = fulmen_rnn_options_default();
+    ro.num_layers = small(v);
+    ro.bidirectional = byte(v) & 1;
+    ro.batch_first = byte(v) & 1;
+    ro.dropout = real(v);
+    fulmen_transformer_options to_opts = fulmen_transformer_options_default();
+    to_opts.dim_feedforward = small(v);
+    to_opts.dropout = real(v);
+    to_opts.activation = (int32_t)small(v);
+    to_opts.norm_first = byte(v) & 1;
+    to_opts.batch_first = byte(v) & 1;
+    const fulmen_rnn_options *rp = byte(v) == 0 ? NULL : &ro;
+    switch (which) {
+    case 0: check_error(fulmen_model_lstm_new(small(v), small(v), rp, &m)); break;
+    case 1: check_error(fulmen_model_gru_new(small(v), small(v), rp, &m)); break;
+    case 2: check_error(fulmen_model_rnn_new(small(v), small(v), (int32_t)small(v), rp, &m)); break;
+    case 3: check_error(fulmen_model_multihead_attention_new(small(v), small(v), real(v), byte(v) & 1, byte(v) & 1, &m));
+        break;
+    case 4:
+        if (byte(v) & 1) {
+            check_error(fulmen_model_transformer_encoder_layer_new(small(v), small(v), &to_opts, &m));
+        } else {
+            check_error(fulmen_model_transformer_decoder_layer_new(small(v), small(v), &to_opts, &m));
+        }
+        break;
+    default: {
+        const fulmen_tensor *in[18];
+        size_t n = byte(v) % 19;
+        for (size_t i = 0; i < n; i++) in[i] = handle(v, K_TENSOR);
+        fulmen_tensor *outs[4] = {NULL, NULL, NULL, NULL};
+        size_t count = 0, capacity = byte(v) % 5;
+        const char *words[] = {"", "0", "lstm", "blocks.0"};
+        char name[16];
+        fulmen_error *e = fulmen_model_forward_multi(handle(v, K_MODEL), text(v, words, 4, name, sizeof name),
+                                                     n > 0 || (byte(v) & 1) ? in : NULL, n, byte(v) == 7 ? NULL : outs,
+                                                     capacity, byte(v) == 9 ? NULL : &count);
+        if (e == NULL) {
+            for (size_t i = 0; i < count && i < 4; i++) keep(v, byte(v), outs[i], K_TENSOR);
+        }
+        check_error(e);
+    }
+    }
+    keep(v, to, m, K_MODEL);
+}
+
 static void op_data(vm *v) {
     uint8_t which = byte(v) % 5, to = byte(v);
     fulmen_tensor *got[4] = {NULL, NULL, NULL, NULL};
@@ -625,10 +676,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* The operations this target draws from (see FUZZ_FAMILY). */
     static void (*const ops_all[])(vm *) = {op_tensor_new, op_tensor_math, op_tensor_generated, op_tensor_query,
                                             op_model,      op_data,        op_optim,            op_options,
-                                            op_free};
+                                            op_free,       op_sequence};
     static void (*const ops_tensor[])(vm *) = {op_tensor_new, op_tensor_math, op_tensor_generated, op_tensor_query,
                                                op_free};
-    static void (*const ops_model[])(vm *) = {op_tensor_new, op_model, op_model, op_free};
+    static void (*const ops_model[])(vm *) = {op_tensor_new, op_model, op_model, op_free, op_sequence};
     static void (*const ops_data[])(vm *) = {op_tensor_new, op_data, op_data, op_free};
     static void (*const ops_optim[])(vm *) = {op_tensor_new, op_model, op_optim, op_optim, op_free};
     static void (*const ops_options[])(vm *) = {op_options, op_options, op_free};
