@@ -15,17 +15,15 @@ relative. The largest difference is printed.
 import argparse
 import math
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-TOLERANCE = 1e-5
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from twin import compare, run_fulmen  # noqa: E402
 
 
 class Gpt(nn.Module):
@@ -72,19 +70,12 @@ def main():
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--lr", type=float, default=3e-3)
     args = ap.parse_args()
-    work = args.work or tempfile.mkdtemp(prefix="fulmen-charlm-")
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    init, log = os.path.join(work, "init.safetensors"), os.path.join(work, "losses.txt")
-    subprocess.run([
-        args.binary, "--data", args.data, "--epochs", "1", "--limit-batches", str(args.steps), "--no-shuffle",
+    init, theirs = run_fulmen(args.binary, args.work, [
+        "--data", args.data, "--epochs", "1", "--limit-batches", str(args.steps), "--no-shuffle",
         "--dropout", "0", "--threads", "1", "--sample", "0", "--layers", str(args.layers),
         "--batch-size", str(args.batch_size), "--context", str(args.context), "--d-model", str(args.d_model),
-        "--heads", str(args.heads), "--lr", str(args.lr), "--init-out", init, "--loss-log", log,
-        "--out", os.path.join(work, "run"),
-    ], check=True, stdout=subprocess.DEVNULL)
-    with open(log) as f:
-        theirs = [float(line) for line in f if line.strip()]
+        "--heads", str(args.heads), "--lr", str(args.lr),
+    ])
 
     torch.set_num_threads(1)
     text = open(args.data, "rb").read()
@@ -108,15 +99,7 @@ def main():
         opt.step()
         ours.append(loss.item())
 
-    if len(theirs) != len(ours):
-        sys.exit(f"charlm twin: fulmen logged {len(theirs)} steps, the twin ran {len(ours)}")
-    worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(theirs, ours))
-    print(f"charlm twin: {len(ours)} steps, loss {ours[0]:.4f} -> {ours[-1]:.4f} "
-          f"({ours[-1] / math.log(2):.3f} bits/char); largest relative difference {worst:.2e}")
-    if worst > TOLERANCE:
-        for i, (a, b) in enumerate(zip(theirs, ours)):
-            print(f"  step {i}: fulmen {a:.9g} torch {b:.9g}")
-        sys.exit(f"charlm twin: losses differ by {worst:.2e} > {TOLERANCE}")
+    compare("charlm twin", theirs, ours, f" ({ours[-1] / math.log(2):.3f} bits/char)")
 
 
 if __name__ == "__main__":

@@ -14,17 +14,16 @@ relative. The largest difference is printed.
 """
 import argparse
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-TOLERANCE = 1e-5
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from twin import compare, run_fulmen  # noqa: E402
+
 VAL_MONTHS = 120
 
 
@@ -52,17 +51,11 @@ def main():
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1e-2)
     args = ap.parse_args()
-    work = args.work or tempfile.mkdtemp(prefix="fulmen-forecast-")
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    init, log = os.path.join(work, "init.safetensors"), os.path.join(work, "losses.txt")
-    subprocess.run([
-        args.binary, "--data", args.data, "--epochs", str(args.epochs), "--no-shuffle", "--threads", "1",
+    init, theirs = run_fulmen(args.binary, args.work, [
+        "--data", args.data, "--epochs", str(args.epochs), "--no-shuffle", "--threads", "1",
         "--batch-size", str(args.batch_size), "--window", str(args.window), "--hidden", str(args.hidden),
-        "--lr", str(args.lr), "--init-out", init, "--loss-log", log, "--out", os.path.join(work, "run"),
-    ], check=True, stdout=subprocess.DEVNULL)
-    with open(log) as f:
-        theirs = [float(line) for line in f if line.strip()]
+        "--lr", str(args.lr),
+    ])
 
     torch.set_num_threads(1)
     rows = [line.split(",") for line in open(args.data).read().splitlines()[1:] if line.strip()]
@@ -87,15 +80,7 @@ def main():
             opt.step()
             ours.append(loss.item())
 
-    if len(theirs) != len(ours):
-        sys.exit(f"forecast twin: fulmen logged {len(theirs)} steps, the twin ran {len(ours)}")
-    worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(theirs, ours))
-    print(f"forecast twin: {len(ours)} steps, loss {ours[0]:.4f} -> {ours[-1]:.4f}; "
-          f"largest relative difference {worst:.2e}")
-    if worst > TOLERANCE:
-        for i, (a, b) in enumerate(zip(theirs, ours)):
-            print(f"  step {i}: fulmen {a:.9g} torch {b:.9g}")
-        sys.exit(f"forecast twin: losses differ by {worst:.2e} > {TOLERANCE}")
+    compare("forecast twin", theirs, ours)
 
 
 if __name__ == "__main__":
