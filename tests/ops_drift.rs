@@ -306,7 +306,7 @@ fn cpp_call_args(op: &TensorOp, method: bool) -> (Vec<String>, Vec<String>) {
         match p.kind {
             ParamKind::Tensor if method && i == 0 => args.push("get()".into()),
             ParamKind::Tensor => args.push(format!("{n}.get()")),
-            ParamKind::OptTensor => args.push(format!("{n} != nullptr ? {n}->get() : nullptr")),
+            ParamKind::OptTensor => args.push(format!("Tensor::optional_handle({n}, \"{n}\")")),
             ParamKind::Tensors => {
                 pre.push(format!("std::vector<const fulmen_tensor*> {n}_h = detail::handles({n});"));
                 args.push(format!("{n}_h.data()"));
@@ -433,7 +433,7 @@ fn go_function(op: &TensorOp) -> String {
     let params: &[Param] = if method { &op.params[1..] } else { op.params };
     let mut doc = format!("{name} calls {}: {}", op.c_name(), op.doc);
     if op.params.iter().any(|p| p.kind == ParamKind::OptTensor) {
-        doc += " A nil tensor passes NULL.";
+        doc += " A nil tensor passes NULL; a closed one is an error.";
     }
     let mut s = wrap(&doc, 80, "// ");
     let sig: Vec<String> = params.iter().map(|p| format!("{} {}", camel(p.name, false), go_type(p))).collect();
@@ -454,7 +454,16 @@ fn go_function(op: &TensorOp) -> String {
                 args.push("t.ptr()".to_string());
                 alive.push("t".to_string());
             }
-            ParamKind::Tensor | ParamKind::OptTensor => {
+            ParamKind::Tensor => {
+                args.push(format!("{n}.ptr()"));
+                alive.push(n);
+            }
+            ParamKind::OptTensor => {
+                let zero = match op.output {
+                    Output::Pair(..) => "nil, nil",
+                    _ => "nil",
+                };
+                pre.push(format!("if err := checkOptional({n}, \"{n}\"); err != nil {{\n\t\treturn {zero}, err\n\t}}"));
                 args.push(format!("{n}.ptr()"));
                 alive.push(n);
             }

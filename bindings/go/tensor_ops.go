@@ -6,6 +6,7 @@ package fulmen
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 )
 
@@ -57,6 +58,15 @@ func tensorPieces(call func(outs *cTensor, capacity C.size_t, count *C.size_t) c
 		pieces[i] = newTensor(outs[i])
 	}
 	return pieces, nil
+}
+
+// checkOptional refuses a closed tensor given for an optional argument (nil
+// is "left out"; a closed tensor is a mistake, not nil).
+func checkOptional(t *Tensor, name string) error {
+	if t != nil && t.Closed() {
+		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("argument `%s` is a closed tensor", name)}
+	}
+	return nil
 }
 
 // Share is a new handle to the same tensor (storage and autograd history).

@@ -764,8 +764,11 @@ func (t *Tensor) LogSigmoid() (*Tensor, error) {
 // `attn_mask` (NULL for none) broadcasts to (…, L, S): bool (true attends) or
 // additive of `query`'s dtype. `is_causal` lets each query attend to keys up to
 // its own position. `dropout_p` drops weights (pass 0 in eval). `scale` 0 means
-// `1 / sqrt(E)`. A nil tensor passes NULL.
+// `1 / sqrt(E)`. A nil tensor passes NULL; a closed one is an error.
 func ScaledDotProductAttention(query *Tensor, key *Tensor, value *Tensor, attnMask *Tensor, dropoutP float64, isCausal bool, scale float64) (*Tensor, error) {
+	if err := checkOptional(attnMask, "attnMask"); err != nil {
+		return nil, err
+	}
 	var out cTensor
 	err := check(C.fulmen_tensor_scaled_dot_product_attention(query.ptr(), key.ptr(), value.ptr(), attnMask.ptr(), C.double(dropoutP), C.bool(isCausal), C.double(scale), &out))
 	runtime.KeepAlive(query)
@@ -798,8 +801,11 @@ func CrossEntropy(logits *Tensor, target *Tensor, reduction Reduction) (*Tensor,
 // ignore_index=, label_smoothing=)`): `weight` (NULL for none) rescales each
 // class, targets equal to `ignore_index` count for nothing (-100 is torch's
 // default), `label_smoothing` in [0, 1] mixes the targets with the uniform
-// distribution. A nil tensor passes NULL.
+// distribution. A nil tensor passes NULL; a closed one is an error.
 func CrossEntropyWithOptions(logits *Tensor, target *Tensor, weight *Tensor, ignoreIndex int64, labelSmoothing float64, reduction Reduction) (*Tensor, error) {
+	if err := checkOptional(weight, "weight"); err != nil {
+		return nil, err
+	}
 	var out cTensor
 	err := check(C.fulmen_loss_cross_entropy_with_options(logits.ptr(), target.ptr(), weight.ptr(), C.int64_t(ignoreIndex), C.double(labelSmoothing), C.int32_t(reduction), &out))
 	runtime.KeepAlive(logits)
@@ -827,8 +833,12 @@ func NLLLoss(logProbs *Tensor, target *Tensor, reduction Reduction) (*Tensor, er
 // NLLLossWithOptions calls fulmen_loss_nll_with_options: Negative
 // log-likelihood with torch's options (`F.nll_loss(log_probs, target, weight,
 // ignore_index=)`): `weight` (NULL for none) rescales each class; targets equal
-// to `ignore_index` count for nothing. A nil tensor passes NULL.
+// to `ignore_index` count for nothing. A nil tensor passes NULL; a closed one
+// is an error.
 func NLLLossWithOptions(logProbs *Tensor, target *Tensor, weight *Tensor, ignoreIndex int64, reduction Reduction) (*Tensor, error) {
+	if err := checkOptional(weight, "weight"); err != nil {
+		return nil, err
+	}
 	var out cTensor
 	err := check(C.fulmen_loss_nll_with_options(logProbs.ptr(), target.ptr(), weight.ptr(), C.int64_t(ignoreIndex), C.int32_t(reduction), &out))
 	runtime.KeepAlive(logProbs)
@@ -885,8 +895,14 @@ func BCEWithLogits(logits *Tensor, target *Tensor, reduction Reduction) (*Tensor
 // none) rescales each element, `pos_weight` (NULL for none) the positive term,
 // per class along the last dimension
 // (`F.binary_cross_entropy_with_logits(logits, target, weight, pos_weight=)`).
-// A nil tensor passes NULL.
+// A nil tensor passes NULL; a closed one is an error.
 func BCEWithLogitsWithOptions(logits *Tensor, target *Tensor, weight *Tensor, posWeight *Tensor, reduction Reduction) (*Tensor, error) {
+	if err := checkOptional(weight, "weight"); err != nil {
+		return nil, err
+	}
+	if err := checkOptional(posWeight, "posWeight"); err != nil {
+		return nil, err
+	}
 	var out cTensor
 	err := check(C.fulmen_loss_bce_with_logits_with_options(logits.ptr(), target.ptr(), weight.ptr(), posWeight.ptr(), C.int32_t(reduction), &out))
 	runtime.KeepAlive(logits)
@@ -901,8 +917,12 @@ func BCEWithLogitsWithOptions(logits *Tensor, target *Tensor, weight *Tensor, po
 
 // BCELoss calls fulmen_loss_bce: Binary cross-entropy of probabilities `probs`
 // in [0, 1] against targets of the same shape; `weight` (NULL for none)
-// rescales each element (`F.binary_cross_entropy`). A nil tensor passes NULL.
+// rescales each element (`F.binary_cross_entropy`). A nil tensor passes NULL; a
+// closed one is an error.
 func BCELoss(probs *Tensor, target *Tensor, weight *Tensor, reduction Reduction) (*Tensor, error) {
+	if err := checkOptional(weight, "weight"); err != nil {
+		return nil, err
+	}
 	var out cTensor
 	err := check(C.fulmen_loss_bce(probs.ptr(), target.ptr(), weight.ptr(), C.int32_t(reduction), &out))
 	runtime.KeepAlive(probs)

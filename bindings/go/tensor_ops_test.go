@@ -108,4 +108,9 @@ func TestGeneratedLosses(t *testing.T) {
 	if n := must(none.Numel()); n != 4 {
 		t.Fatalf("reduction none gave %d values", n)
 	}
+	closed := must(fulmen.FromSlice([]float32{1, 2, 0.5}))
+	closed.Close()
+	if _, err := fulmen.CrossEntropyWithOptions(logits, target, closed, -100, 0, fulmen.ReductionMean); err == nil {
+		t.Fatal("a closed weight was read as no weight")
+	}
 }

@@ -79,6 +79,14 @@ TEST_F(TensorOpsTest, LossesWithTorchOptions) {
     Tensor p = Tensor::from_vector(std::vector<float>{0.3, 0.7, 0.5, 0.5}, {2, 2});
     EXPECT_NEAR(fulmen::loss::kl_div(q, p, false, fulmen::Reduction::BatchMean).item(), 0.0633691, 1e-6);
     EXPECT_NEAR(fulmen::loss::huber(p, p * 2.0).item(), fulmen::loss::mse(p, p * 2.0).item() / 2, 1e-7);
+    // A moved-from Tensor is not a left-out optional argument.
+    Tensor gone = std::move(weight);
+    try {
+        fulmen::loss::cross_entropy_with_options(logits, target, &weight, -100, 0.1);
+        ADD_FAILURE() << "an empty Tensor was read as no weight";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_INVALID_ARGUMENT);
+    }
 }
 
 }  // namespace

@@ -490,6 +490,15 @@ public:
         return {std::move(first), std::move(second)};
     }
 
+    /// The handle of an optional tensor argument: NULL for nullptr; throws
+    /// INVALID_ARGUMENT for an empty (moved-from) Tensor, which is not "left out".
+    static const fulmen_tensor* optional_handle(const Tensor* t, const char* name) {
+        if (t != nullptr && !*t) {
+            throw Error(FULMEN_CODE_INVALID_ARGUMENT, std::string("argument `") + name + "` is an empty Tensor");
+        }
+        return t != nullptr ? t->get() : nullptr;
+    }
+
     /// Wraps a C call `fn(outs, capacity, &count)` that makes several
     /// tensors, growing the array once when the call reports more.
     template <class Fn>
