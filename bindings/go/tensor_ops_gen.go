@@ -1009,8 +1009,9 @@ func MarginRankingLoss(x1 *Tensor, x2 *Tensor, target *Tensor, margin float64, r
 // CTCLoss calls fulmen_loss_ctc: Connectionist temporal classification loss of
 // `log_probs` (T, N, C) against padded label sequences `targets` (N, S), with
 // i64 `input_lengths` (N) up to T and `target_lengths` (N) up to S
-// (`F.ctc_loss`); FULMEN_REDUCTION_MEAN divides each loss by its target length,
-// then averages; `zero_infinity` zeroes impossible alignments.
+// (`F.ctc_loss`; labels past a target's length, such as -1 padding, are
+// ignored); FULMEN_REDUCTION_MEAN divides each loss by its target length, then
+// averages; `zero_infinity` zeroes impossible alignments.
 func CTCLoss(logProbs *Tensor, targets *Tensor, inputLengths *Tensor, targetLengths *Tensor, blank int64, zeroInfinity bool, reduction Reduction) (*Tensor, error) {
 	var out cTensor
 	err := check(C.fulmen_loss_ctc(logProbs.ptr(), targets.ptr(), inputLengths.ptr(), targetLengths.ptr(), C.int64_t(blank), C.bool(zeroInfinity), C.int32_t(reduction), &out))

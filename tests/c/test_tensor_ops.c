@@ -483,6 +483,15 @@ static void test_losses(void) {
     CHECK_ERR(fulmen_loss_ctc(lpc, tg, bad_il, tl, 0, false, FULMEN_REDUCTION_MEAN, &o), FULMEN_CODE_OUT_OF_RANGE,
               "input_lengths");
     CHECK_ERR(fulmen_loss_ctc(lpc, tg, il, tl, 4, false, FULMEN_REDUCTION_MEAN, &o), FULMEN_CODE_OUT_OF_RANGE, "blank");
+    /* Padding past a target's length is ignored, as torch ignores it (-1
+     * here); a label within the length must be a class. */
+    const int64_t padded[6] = {1, 2, -1, 3, 3, 1}, wrong[6] = {1, 9, 0, 3, 3, 1};
+    fulmen_tensor *tg_pad = i64t(padded, 6, d23, 2), *tg_bad = i64t(wrong, 6, d23, 2);
+    EXPECT_LOSS(fulmen_loss_ctc(lpc, tg_pad, il, tl, 0, false, FULMEN_REDUCTION_MEAN, &l_), 2.0682495);
+    CHECK_ERR(fulmen_loss_ctc(lpc, tg_bad, il, tl, 0, false, FULMEN_REDUCTION_MEAN, &o), FULMEN_CODE_OUT_OF_RANGE,
+              "target labels");
+    fulmen_tensor_free(tg_pad);
+    fulmen_tensor_free(tg_bad);
     o = NULL;
     fulmen_tensor *all[] = {logits, w, target, target2, target3, lp, w4, x, y, elw, pos, p, a, b, q0, q, kt, klog,
                             x1, x2, labels, bad_labels, s1, s2, ar, sn, r3, lpc, tg, il, tl, bad_il};

@@ -387,9 +387,10 @@ pub unsafe extern "C" fn fulmen_loss_margin_ranking(
 
 /// Connectionist temporal classification loss of `log_probs` (T, N, C) against
 /// padded label sequences `targets` (N, S), with i64 `input_lengths` (N) up to
-/// T and `target_lengths` (N) up to S (`F.ctc_loss`); FULMEN_REDUCTION_MEAN
-/// divides each loss by its target length, then averages; `zero_infinity`
-/// zeroes impossible alignments. The result is a new tensor written to `*out`.
+/// T and `target_lengths` (N) up to S (`F.ctc_loss`; labels past a target's
+/// length, such as -1 padding, are ignored); FULMEN_REDUCTION_MEAN divides each
+/// loss by its target length, then averages; `zero_infinity` zeroes impossible
+/// alignments. The result is a new tensor written to `*out`.
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (`log_probs` not floating, or integer
 /// tensors that are not i64 or i32), FULMEN_CODE_SHAPE_MISMATCH (shapes that do

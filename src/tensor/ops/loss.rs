@@ -367,8 +367,14 @@ pub fn ctc(
     if k != Kind::Int64 && k != Kind::Int {
         return Err(Error::dtype(format!("ctc: targets must be i64 or i32, got {k:?}")));
     }
-    if targets.numel() > 0 {
-        let (lo, hi) = (targets.f_min()?.f_int64_value(&[])?, targets.f_max()?.f_int64_value(&[])?);
+    // Only labels within each target's length count: torch ignores the
+    // padding after them (often -1).
+    let within = Tensor::f_arange(ts[1], (Kind::Int64, targets.device()))?
+        .f_unsqueeze(0)?
+        .f_lt_tensor(&target_lengths.f_to_kind(Kind::Int64)?.f_to_device(targets.device())?.f_unsqueeze(1)?)?;
+    let labels = targets.f_masked_select(&within)?;
+    if labels.numel() > 0 {
+        let (lo, hi) = (labels.f_min()?.f_int64_value(&[])?, labels.f_max()?.f_int64_value(&[])?);
         if lo < 0 || hi >= classes {
             return Err(Error::new(
                 ErrorCode::OutOfRange,

@@ -353,6 +353,6 @@ pub const TENSOR_OPS: &[TensorOp] = &[
         "Margin ranking loss `max(0, -target * (x1 - x2) + margin)` with `target` 1 or -1, shaped as the inputs (`F.margin_ranking_loss`).",
         PAIR_LABEL_ERRORS),
     loss!("ctc", &[t("log_probs"), t("targets"), t("input_lengths"), t("target_lengths"), i("blank", "0"), b("zero_infinity", "false"), REDUCTION],
-        "Connectionist temporal classification loss of `log_probs` (T, N, C) against padded label sequences `targets` (N, S), with i64 `input_lengths` (N) up to T and `target_lengths` (N) up to S (`F.ctc_loss`); FULMEN_REDUCTION_MEAN divides each loss by its target length, then averages; `zero_infinity` zeroes impossible alignments.",
+        "Connectionist temporal classification loss of `log_probs` (T, N, C) against padded label sequences `targets` (N, S), with i64 `input_lengths` (N) up to T and `target_lengths` (N) up to S (`F.ctc_loss`; labels past a target's length, such as -1 padding, are ignored); FULMEN_REDUCTION_MEAN divides each loss by its target length, then averages; `zero_infinity` zeroes impossible alignments.",
         "FULMEN_CODE_DTYPE_MISMATCH (`log_probs` not floating, or integer tensors that are not i64 or i32), FULMEN_CODE_SHAPE_MISMATCH (shapes that do not fit), FULMEN_CODE_OUT_OF_RANGE (`blank`, a label or a length out of range), FULMEN_CODE_INVALID_ARGUMENT (`reduction` not a fulmen_reduction, or BATCH_MEAN), FULMEN_CODE_TORCH (libtorch failed)"),
 ];
