@@ -4344,14 +4344,14 @@ struct fulmen_error *fulmen_tensor_where(const struct fulmen_tensor *condition,
                                          struct fulmen_tensor **out);
 
 /**
- * `x` with `value` wherever the bool tensor `mask` (broadcast to `x`'s shape)
- * is true (`Tensor.masked_fill`): the attention mask op. The result is a new
- * tensor written to `*out`.
+ * `x` with `value` wherever the bool tensor `mask` is true, `x` and `mask`
+ * broadcast together (`torch.masked_fill`): the attention mask op. The result
+ * is a new tensor written to `*out`.
  *
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (`mask` is not bool),
- * FULMEN_CODE_SHAPE_MISMATCH (`mask` does not broadcast to `x`),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. `value` does not fit an integer
- * dtype).
+ * FULMEN_CODE_SHAPE_MISMATCH (`x` and `mask` do not broadcast, or the result
+ * has too many elements), FULMEN_CODE_TORCH (libtorch failed, e.g. `value`
+ * does not fit an integer dtype).
  */
 struct fulmen_error *fulmen_tensor_masked_fill(const struct fulmen_tensor *x,
                                                const struct fulmen_tensor *mask,

@@ -28,8 +28,8 @@ func Where(condition *Tensor, x *Tensor, y *Tensor) (*Tensor, error) {
 }
 
 // MaskedFill calls fulmen_tensor_masked_fill: `x` with `value` wherever the
-// bool tensor `mask` (broadcast to `x`'s shape) is true (`Tensor.masked_fill`):
-// the attention mask op.
+// bool tensor `mask` is true, `x` and `mask` broadcast together
+// (`torch.masked_fill`): the attention mask op.
 func (t *Tensor) MaskedFill(mask *Tensor, value float64) (*Tensor, error) {
 	var out cTensor
 	err := check(C.fulmen_tensor_masked_fill(t.ptr(), mask.ptr(), C.double(value), &out))

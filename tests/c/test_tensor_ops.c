@@ -79,6 +79,16 @@ static void test_selection(void) {
     EXPECT_VALUES(filled, mf, 9, 1);
     CHECK_ERR(fulmen_tensor_masked_fill(ones, tri, 0.0, &o), FULMEN_CODE_DTYPE_MISMATCH, "bool");
     CHECK_ERR(fulmen_tensor_masked_fill(mask, x, 0.0, &o), FULMEN_CODE_DTYPE_MISMATCH, "bool");
+    /* x and mask broadcast together, as in torch: a [3] row under a [3, 3] mask. */
+    const float row[3] = {1, 2, 3};
+    const int64_t d3[1] = {3};
+    fulmen_tensor *r = check_f32(row, 3, d3, 1);
+    CHECK_OK(fulmen_tensor_masked_fill(r, mask, 0.0, &o));
+    const double rb[9] = {1, 0, 0, 1, 2, 0, 1, 2, 3};
+    EXPECT_VALUES(o, rb, 9, 0);
+    fulmen_tensor_free(o);
+    fulmen_tensor_free(r);
+    o = NULL;
     CHECK_ERR(fulmen_tensor_tril(x, 0, NULL), FULMEN_CODE_NULL_ARGUMENT, "out");
     CHECK_OK(fulmen_tensor_triu(ones, 1, &o));
     const double tu[9] = {0, 1, 1, 0, 0, 1, 0, 0, 0};

@@ -29,14 +29,14 @@ pub unsafe extern "C" fn fulmen_tensor_where(
     })
 }
 
-/// `x` with `value` wherever the bool tensor `mask` (broadcast to `x`'s shape)
-/// is true (`Tensor.masked_fill`): the attention mask op. The result is a new
-/// tensor written to `*out`.
+/// `x` with `value` wherever the bool tensor `mask` is true, `x` and `mask`
+/// broadcast together (`torch.masked_fill`): the attention mask op. The result
+/// is a new tensor written to `*out`.
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (`mask` is not bool),
-/// FULMEN_CODE_SHAPE_MISMATCH (`mask` does not broadcast to `x`),
-/// FULMEN_CODE_TORCH (libtorch failed, e.g. `value` does not fit an integer
-/// dtype).
+/// FULMEN_CODE_SHAPE_MISMATCH (`x` and `mask` do not broadcast, or the result
+/// has too many elements), FULMEN_CODE_TORCH (libtorch failed, e.g. `value`
+/// does not fit an integer dtype).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_masked_fill(
     x: *const fulmen_tensor,

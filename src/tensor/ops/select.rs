@@ -17,14 +17,10 @@ pub fn where_(condition: &Tensor, x: &Tensor, y: &Tensor) -> Result<Tensor> {
 /// `x` with `value` where `mask` holds (`Tensor.masked_fill`).
 pub fn masked_fill(x: &Tensor, mask: &Tensor, value: f64) -> Result<Tensor> {
     check_bool(mask, "masked_fill: mask")?;
-    let shape = broadcast_shapes(&x.size(), &mask.size())?;
-    if shape != x.size() {
-        return Err(Error::shape(format!(
-            "masked_fill: mask of shape {:?} does not broadcast to the input's shape {:?}",
-            mask.size(),
-            x.size()
-        )));
-    }
+    // As torch: `x` and `mask` broadcast together (the result may be larger than `x`).
+    let shape = broadcast_shapes(&x.size(), &mask.size())
+        .map_err(|e| Error::shape(format!("masked_fill: {}", e.message)))?;
+    checked_numel(&shape, "masked_fill")?;
     Ok(x.f_masked_fill(mask, value)?)
 }
 
