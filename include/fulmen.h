@@ -4233,12 +4233,11 @@ struct fulmen_error *fulmen_tensor_cumprod(const struct fulmen_tensor *x,
 
 /**
  * `log(sum(exp(x)))` over `dims` (all dimensions when `dims_len` is 0),
- * computed stably (`torch.logsumexp`). The result is a new tensor written to
- * `*out`.
+ * computed stably (`torch.logsumexp`; integer and bool input is read as f32,
+ * as torch reads it). The result is a new tensor written to `*out`.
  *
  * Errors: FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
- * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice),
- * FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating point), FULMEN_CODE_TORCH
+ * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_TORCH
  * (libtorch failed).
  */
 struct fulmen_error *fulmen_tensor_logsumexp(const struct fulmen_tensor *x,

@@ -327,7 +327,8 @@ func (t *Tensor) Cumprod(dim int64) (*Tensor, error) {
 }
 
 // LogSumExp calls fulmen_tensor_logsumexp: `log(sum(exp(x)))` over `dims` (all
-// dimensions when `dims_len` is 0), computed stably (`torch.logsumexp`).
+// dimensions when `dims_len` is 0), computed stably (`torch.logsumexp`; integer
+// and bool input is read as f32, as torch reads it).
 func (t *Tensor) LogSumExp(dims []int64, keepdim bool) (*Tensor, error) {
 	dimsPtr, dimsLen := shapeArg(dims)
 	var out cTensor

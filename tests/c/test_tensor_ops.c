@@ -228,6 +228,13 @@ static void test_reductions_and_math(void) {
     const double lse[2] = {3.4076061, 5.3181753};
     EXPECT_VALUES(o, lse, 2, 1e-6);
     fulmen_tensor_free(o);
+    /* Integers are read as f32, as torch.logsumexp(tensor([1, 2, 3])) reads them. */
+    fulmen_tensor *ints = NULL;
+    CHECK_OK(fulmen_tensor_to_dtype(x, FULMEN_DTYPE_I64, &ints));
+    CHECK_OK(fulmen_tensor_logsumexp(ints, last, 1, false, &o));
+    EXPECT_VALUES(o, lse, 2, 1e-6);
+    fulmen_tensor_free(o);
+    fulmen_tensor_free(ints);
     CHECK_OK(fulmen_tensor_var(x, last, 1, true, false, &o));
     const double var[2] = {1, 7};
     EXPECT_VALUES(o, var, 2, 1e-6);

@@ -24,8 +24,11 @@ fn reduced(x: &Tensor, dims: &[i64]) -> Result<Vec<i64>> {
 
 /// `log(sum(exp(x)))` over `dims` (all when empty), computed stably.
 pub fn logsumexp(x: &Tensor, dims: &[i64], keepdim: bool) -> Result<Tensor> {
-    check_floating(x, "logsumexp")?;
-    Ok(x.f_logsumexp(reduced(x, dims)?, keepdim)?)
+    let d = reduced(x, dims)?;
+    // Integers and bools are read as f32, as torch does.
+    let x =
+        if crate::tensor::dtype::is_floating(x.f_kind()?) { x.shallow_clone() } else { x.f_to_kind(tch::Kind::Float)? };
+    Ok(x.f_logsumexp(d, keepdim)?)
 }
 
 /// Largest value over `dims` (all when empty).

@@ -18,8 +18,8 @@ pub fn where_(condition: &Tensor, x: &Tensor, y: &Tensor) -> Result<Tensor> {
 pub fn masked_fill(x: &Tensor, mask: &Tensor, value: f64) -> Result<Tensor> {
     check_bool(mask, "masked_fill: mask")?;
     // As torch: `x` and `mask` broadcast together (the result may be larger than `x`).
-    let shape = broadcast_shapes(&x.size(), &mask.size())
-        .map_err(|e| Error::shape(format!("masked_fill: {}", e.message)))?;
+    let shape =
+        broadcast_shapes(&x.size(), &mask.size()).map_err(|e| Error::shape(format!("masked_fill: {}", e.message)))?;
     checked_numel(&shape, "masked_fill")?;
     Ok(x.f_masked_fill(mask, value)?)
 }
