@@ -95,7 +95,10 @@ impl DistContext {
 /// Whether a libtorch error came from c10d (a collective inside backward,
 /// the Reducer, gloo's transport, a timeout) rather than from a kernel.
 fn from_collective(message: &str) -> bool {
-    const MARKS: [&str; 7] = ["gloo", "Gloo", "c10d", "ProcessGroup", "Connection", "Timed out", "timed out"];
+    // Gloo's transport also reports a stalled peer as "Application timeout
+    // caused pair closure", naming neither gloo nor the connection.
+    const MARKS: [&str; 9] =
+        ["gloo", "Gloo", "c10d", "ProcessGroup", "Connection", "Timed out", "timed out", "timeout", "pair closure"];
     MARKS.iter().any(|m| message.contains(m))
 }
 
@@ -221,5 +224,22 @@ pub fn abort() {
         if let Some(c) = ctx.children.lock().unwrap_or_else(|p| p.into_inner()).take() {
             c.kill_all();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::from_collective;
+
+    #[test]
+    fn gloo_transport_failures_are_collective_and_kernel_errors_are_not() {
+        for m in [
+            "Internal torch error: Application timeout caused pair closure",
+            "[../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:17557: Connection reset by peer",
+            "ProcessGroupGloo::allreduce: Timed out waiting 5000ms",
+        ] {
+            assert!(from_collective(m), "{m}");
+        }
+        assert!(!from_collective("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)"));
     }
 }
