@@ -1544,6 +1544,78 @@ typedef struct fulmen_transformer_options {
   bool bias;
 } fulmen_transformer_options;
 
+/**
+ * Options of a 3-D convolution; get defaults from
+ * `fulmen_conv3d_options_default` and set what differs.
+ */
+typedef struct fulmen_conv3d_options {
+  /**
+   * Kernel depth, height and width.
+   */
+  int64_t kernel[3];
+  /**
+   * Stride (default 1, 1, 1).
+   */
+  int64_t stride[3];
+  /**
+   * Zero padding (default 0, 0, 0).
+   */
+  int64_t padding[3];
+  /**
+   * Dilation (default 1, 1, 1).
+   */
+  int64_t dilation[3];
+  /**
+   * Groups (default 1).
+   */
+  int64_t groups;
+  /**
+   * Learn a bias (default true).
+   */
+  bool bias;
+} fulmen_conv3d_options;
+
+/**
+ * Options of a transposed convolution; get defaults from
+ * `fulmen_conv_transpose_options_default` and set what differs. Only the
+ * first `dims` entries of each array are read.
+ */
+typedef struct fulmen_conv_transpose_options {
+  /**
+   * 1 (`ConvTranspose1d`) or 2 (`ConvTranspose2d`).
+   */
+  size_t dims;
+  /**
+   * Kernel size per spatial dimension.
+   */
+  int64_t kernel[2];
+  /**
+   * Stride (default 1).
+   */
+  int64_t stride[2];
+  /**
+   * Padding removed from each side of the output (default 0).
+   */
+  int64_t padding[2];
+  /**
+   * Size added to one side of the output (default 0; smaller than the
+   * stride or the dilation).
+   */
+  int64_t output_padding[2];
+  /**
+   * Dilation (default 1).
+   */
+  int64_t dilation[2];
+  /**
+   * Groups (default 1).
+   */
+  int64_t groups;
+  /**
+   * Learn a bias (default true).
+   */
+  bool bias;
+} fulmen_conv_transpose_options;
+
 
 
 #ifdef __cplusplus
@@ -3391,6 +3463,110 @@ struct fulmen_error *fulmen_model_transformer_decoder_layer_new(int64_t d_model,
                                                                 struct fulmen_model **out);
 
 /**
+ * Default 3-D convolution options for a cubic `kernel`.
+ */
+struct fulmen_conv3d_options fulmen_conv3d_options_default(int64_t kernel);
+
+/**
+ * Creates `nn.Conv3d(in_channels, out_channels, ...)` with `options` over
+ * `(N, C, D, H, W)` or `(C, D, H, W)` input; weight `[out, in / groups,
+ * kd, kh, kw]` and bias drawn as PyTorch draws them.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`options` is NULL),
+ * FULMEN_CODE_INVALID_ARGUMENT (a channel count, kernel, stride, dilation
+ * or groups not positive, a negative padding, channels not divisible by
+ * groups, a kernel too large), FULMEN_CODE_TORCH (the weights cannot be allocated).
+ */
+struct fulmen_error *fulmen_model_conv3d_new(int64_t in_channels,
+                                             int64_t out_channels,
+                                             const struct fulmen_conv3d_options *options,
+                                             struct fulmen_model **out);
+
+/**
+ * Default transposed-convolution options for `dims` spatial dimensions
+ * and a square `kernel`.
+ */
+struct fulmen_conv_transpose_options fulmen_conv_transpose_options_default(size_t dims,
+                                                                           int64_t kernel);
+
+/**
+ * Creates `nn.ConvTranspose1d` or `nn.ConvTranspose2d(in_channels,
+ * out_channels, ...)` (by `options->dims`) over `(N, C, L...)` or
+ * `(C, L...)` input; weight `[in, out / groups, k...]` and bias drawn as
+ * PyTorch draws them.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`options` is NULL),
+ * FULMEN_CODE_INVALID_ARGUMENT (dims not 1 or 2, a channel count, kernel,
+ * stride, dilation or groups not positive, a negative padding, channels
+ * not divisible by groups, an output_padding not smaller than the stride
+ * or the dilation), FULMEN_CODE_TORCH (the weights cannot be allocated).
+ */
+struct fulmen_error *fulmen_model_conv_transpose_new(int64_t in_channels,
+                                                     int64_t out_channels,
+                                                     const struct fulmen_conv_transpose_options *options,
+                                                     struct fulmen_model **out);
+
+/**
+ * Creates `nn.InstanceNorm1d` (`dims` 1: `(N, C, L)` or `(C, L)` input)
+ * or `nn.InstanceNorm2d` (`dims` 2) of `num_features` channels. `affine`
+ * adds weight (ones) and bias (zeros); `track_running_stats` adds the
+ * buffers running_mean, running_var and num_batches_tracked, updated in
+ * training and used in evaluation mode (PyTorch's defaults: eps 1e-5,
+ * momentum 0.1, both flags false).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (dims not 1 or 2, num_features not
+ * positive, eps negative, momentum outside [0, 1]).
+ */
+struct fulmen_error *fulmen_model_instance_norm_new(size_t dims,
+                                                    int64_t num_features,
+                                                    double eps,
+                                                    double momentum,
+                                                    bool affine,
+                                                    bool track_running_stats,
+                                                    struct fulmen_model **out);
+
+/**
+ * Creates `nn.AdaptiveAvgPool1d` (one size) or `nn.AdaptiveAvgPool2d`
+ * (two sizes) pooling to `output_size[0..ndim]`; -1 keeps that input size.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`output_size` NULL with `ndim` > 0),
+ * FULMEN_CODE_INVALID_ARGUMENT (`ndim` not 1 or 2, a size 0 or below -1).
+ */
+struct fulmen_error *fulmen_model_adaptive_avg_pool_new(const int64_t *output_size,
+                                                        size_t ndim,
+                                                        struct fulmen_model **out);
+
+/**
+ * Creates `nn.AdaptiveMaxPool1d` (one size) or `nn.AdaptiveMaxPool2d`
+ * (two sizes) pooling to `output_size[0..ndim]`; -1 keeps that input size.
+ * The forward gives the maxima (not their indices).
+ *
+ * Errors: as `fulmen_model_adaptive_avg_pool_new`.
+ */
+struct fulmen_error *fulmen_model_adaptive_max_pool_new(const int64_t *output_size,
+                                                        size_t ndim,
+                                                        struct fulmen_model **out);
+
+/**
+ * Creates `nn.Upsample(size | scale_factor, mode, align_corners)`: give
+ * `size[0..size_len]` (one size per spatial dimension, or one for all) or
+ * `scale_factor` (the other empty / 0). `mode`: "nearest", "linear",
+ * "bilinear", "bicubic" or "trilinear" (NULL for "nearest"). The forward
+ * is `fulmen_tensor_interpolate`.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`size` NULL with `size_len` > 0),
+ * FULMEN_CODE_INVALID_ARGUMENT (mode unknown or not UTF-8, both or neither
+ * of size and scale_factor, more than 3 sizes, a size not positive, a scale
+ * not positive and finite, align_corners with "nearest").
+ */
+struct fulmen_error *fulmen_model_upsample_new(const int64_t *size,
+                                               size_t size_len,
+                                               double scale_factor,
+                                               const char *mode,
+                                               bool align_corners,
+                                               struct fulmen_model **out);
+
+/**
  * Creates a strategy from a registered name: "auto" (ddp when several
  * devices or processes are asked for, else single_device),
  * "single_device", "ddp" (one process per device; started by torchrun,
@@ -4540,6 +4716,28 @@ struct fulmen_error *fulmen_tensor_expand(const struct fulmen_tensor *x,
                                           const int64_t *size,
                                           size_t size_len,
                                           struct fulmen_tensor **out);
+
+/**
+ * `x` (N, C, spatial...) with 1 to 3 spatial dimensions resized to `size` (one
+ * size per spatial dimension, or one for all) or by `scale_factor` (give
+ * exactly one: `size_len` 0 or `scale_factor` 0 leaves it out), with `mode`
+ * "nearest", "linear" (1-D), "bilinear" or "bicubic" (2-D) or "trilinear"
+ * (3-D) (`F.interpolate`; `align_corners` for the linear and cubic modes). The
+ * result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown mode, both or neither of
+ * size and scale_factor, a size not positive, a scale not positive and finite,
+ * align_corners with nearest), FULMEN_CODE_SHAPE_MISMATCH (an input that is
+ * not 3-D to 5-D, a mode for another number of spatial dimensions, an empty or
+ * too large result), FULMEN_CODE_TORCH (libtorch failed).
+ */
+struct fulmen_error *fulmen_tensor_interpolate(const struct fulmen_tensor *x,
+                                               const int64_t *size,
+                                               size_t size_len,
+                                               double scale_factor,
+                                               const char *mode,
+                                               bool align_corners,
+                                               struct fulmen_tensor **out);
 
 /**
  * `x` tiled `repeats[i]` times along each dimension, copying

@@ -207,6 +207,25 @@ func (t *Tensor) Expand(size []int64) (*Tensor, error) {
 	return newTensor(out), nil
 }
 
+// Interpolate calls fulmen_tensor_interpolate: `x` (N, C, spatial...) with 1 to
+// 3 spatial dimensions resized to `size` (one size per spatial dimension, or
+// one for all) or by `scale_factor` (give exactly one: `size_len` 0 or
+// `scale_factor` 0 leaves it out), with `mode` "nearest", "linear" (1-D),
+// "bilinear" or "bicubic" (2-D) or "trilinear" (3-D) (`F.interpolate`;
+// `align_corners` for the linear and cubic modes).
+func (t *Tensor) Interpolate(size []int64, scaleFactor float64, mode string, alignCorners bool) (*Tensor, error) {
+	sizePtr, sizeLen := shapeArg(size)
+	modeC := C.CString(mode)
+	defer C.free(unsafe.Pointer(modeC))
+	var out cTensor
+	err := check(C.fulmen_tensor_interpolate(t.ptr(), sizePtr, sizeLen, C.double(scaleFactor), modeC, C.bool(alignCorners), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
 // Repeat calls fulmen_tensor_repeat: `x` tiled `repeats[i]` times along each
 // dimension, copying (`Tensor.repeat`); extra leading entries add dimensions.
 func (t *Tensor) Repeat(repeats []int64) (*Tensor, error) {

@@ -19,6 +19,7 @@ pub mod precision;
 pub mod runtime;
 pub mod scheduler;
 pub mod sequence_layers;
+pub mod spatial_layers;
 pub mod strategy;
 pub mod tensor;
 pub mod trainer;

@@ -10,6 +10,8 @@ mod torchscript;
 #[cfg(test)]
 mod tests;
 
+pub use layers::conv::ConvConfig;
+pub use layers::conv_transpose::ConvTransposeConfig;
 pub use layers::rnn::{RnnConfig, RnnKind};
 pub use layers::transformer::TransformerConfig;
 pub use layers::Activation;

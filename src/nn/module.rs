@@ -2,16 +2,19 @@
 //! containers are `Sequential` (children "0", "1", ...) or named containers.
 use super::layers::attention::MultiheadAttention;
 use super::layers::conv::{Conv, Conv2d, Conv2dConfig, ConvConfig};
+use super::layers::conv_transpose::{ConvTranspose, ConvTransposeConfig};
 use super::layers::dropout::Dropout;
 use super::layers::embedding::Embedding;
 use super::layers::flatten::{Flatten, Unflatten};
 use super::layers::group_norm::{GroupNorm, RmsNorm};
+use super::layers::instance_norm::InstanceNorm;
 use super::layers::linear::Linear;
 use super::layers::norm::{BatchNorm, LayerNorm};
-use super::layers::pool::{Pool2d, PoolKind};
+use super::layers::pool::{AdaptivePool, Pool2d, PoolKind};
 use super::layers::prelu::PRelu;
 use super::layers::rnn::{Rnn, RnnConfig, RnnKind};
 use super::layers::transformer::{TransformerConfig, TransformerLayer};
+use super::layers::upsample::Upsample;
 use super::layers::{Activation, Layer, TensorMap};
 use super::torchscript::ScriptModule;
 use crate::error::{Error, ErrorCode, Result, ResultExt};
@@ -93,6 +96,40 @@ impl Module {
             bias,
         };
         Ok(Module::leaf(Conv::new(cfg)?))
+    }
+
+    /// `nn.Conv3d` with explicit stride, padding, dilation and groups.
+    pub fn conv3d(cfg: ConvConfig<3>) -> Result<Module> {
+        Ok(Module::leaf(Conv::new(cfg)?))
+    }
+
+    /// `nn.ConvTranspose1d` (`N` = 1) or `nn.ConvTranspose2d` (`N` = 2).
+    pub fn conv_transpose<const N: usize>(cfg: ConvTransposeConfig<N>) -> Result<Module> {
+        Ok(Module::leaf(ConvTranspose::new(cfg)?))
+    }
+
+    /// `nn.InstanceNorm1d` (`dims` 1) or `nn.InstanceNorm2d` (`dims` 2).
+    pub fn instance_norm(
+        dims: usize,
+        num_features: i64,
+        eps: f64,
+        momentum: f64,
+        affine: bool,
+        track_running_stats: bool,
+    ) -> Result<Module> {
+        Ok(Module::leaf(InstanceNorm::new(dims, num_features, eps, momentum, affine, track_running_stats)?))
+    }
+
+    /// `nn.AdaptiveAvgPool1d/2d(output_size)` (`max` false) or
+    /// `nn.AdaptiveMaxPool1d/2d` (`max` true): 1 or 2 sizes, -1 keeps one.
+    pub fn adaptive_pool(max: bool, output_size: &[i64]) -> Result<Module> {
+        let kind = if max { PoolKind::Max } else { PoolKind::Avg };
+        Ok(Module::leaf(AdaptivePool::new(kind, output_size)?))
+    }
+
+    /// `nn.Upsample(size or scale_factor, mode, align_corners)`.
+    pub fn upsample(size: &[i64], scale_factor: f64, mode: &str, align_corners: bool) -> Result<Module> {
+        Ok(Module::leaf(Upsample::new(size, scale_factor, mode, align_corners)?))
     }
 
     /// `nn.MaxPool2d(kernel, stride, padding)`.

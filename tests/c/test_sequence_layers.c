@@ -13,64 +13,6 @@
 #include <stdint.h>
 #include <string.h>
 
-/* sin(0.1 * i) over a new f32 tensor of `shape`, times `scale`. */
-static fulmen_tensor *wave(const int64_t *shape, size_t nd, float scale) {
-    size_t n = 1;
-    for (size_t i = 0; i < nd; i++) n *= (size_t)shape[i];
-    float *v = calloc(n, sizeof(float));
-    for (size_t i = 0; i < n; i++) v[i] = sinf((float)i * 0.1f) * scale;
-    fulmen_tensor *t = check_f32(v, n, shape, nd);
-    free(v);
-    return t;
-}
-
-/* sum(v[i] * i) / n: one number that moves when any value or place does. */
-static double weighted_sum(const fulmen_tensor *t) {
-    size_t n = 0;
-    CHECK_OK(fulmen_tensor_numel(t, &n));
-    if (n == 0) return 0;
-    double *v = calloc(n, sizeof(double)), s = 0;
-    CHECK_OK(fulmen_tensor_copy_to(t, FULMEN_DTYPE_F64, v, n * sizeof(double)));
-    for (size_t i = 0; i < n; i++) s += v[i] * (double)i;
-    free(v);
-    return s / (double)n;
-}
-
-#define EXPECT_WS(t, want) expect_ws(__LINE__, (t), (want))
-static void expect_ws(int line, const fulmen_tensor *t, double want) {
-    double got = weighted_sum(t);
-    if (!(fabs(got - want) <= 1e-4 * (1 + fabs(want)))) {
-        check_failed++;
-        fprintf(stderr, "  line %d: weighted sum %.9g, want %.9g\n", line, got, want);
-    } else {
-        check_passed++;
-    }
-}
-
-/* Checks the state_dict names of `m` against `want[0..n]`. */
-static void expect_names(const fulmen_model *m, const char *const *want, size_t n) {
-    size_t len = 0;
-    CHECK_OK(fulmen_model_state_dict_len(m, &len));
-    CHECK(len == n);
-    for (size_t i = 0; i < n && i < len; i++) {
-        char buf[64] = "";
-        size_t got = 0;
-        CHECK_OK(fulmen_model_state_dict_name(m, i, buf, sizeof buf, &got));
-        if (strcmp(buf, want[i]) != 0) {
-            check_failed++;
-            fprintf(stderr, "  state_dict[%zu] is \"%s\", want \"%s\"\n", i, buf, want[i]);
-        }
-    }
-}
-
-/* Frees t[0..n] and clears the slots. */
-static void free_all(fulmen_tensor **t, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        fulmen_tensor_free(t[i]);
-        t[i] = NULL;
-    }
-}
-
 /* nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True) after
  * manual_seed(0): plain, then packed by lengths {3, 5} (unsorted). */
 static void test_lstm(void) {

@@ -357,11 +357,11 @@ static void op_model(vm *v) {
     keep(v, byte(v), out, K_TENSOR);
 }
 
-/* Sequence layers with fuzzed options, and forward_multi with fuzzed input
+/* Sequence and spatial layers with fuzzed options, and forward_multi with fuzzed input
  * lists (NULL, freed or wrong-type entries, too many), capacities and
  * out-pointers. */
 static void op_sequence(vm *v) {
-    uint8_t which = byte(v) % 6, to = byte(v);
+    uint8_t which = byte(v) % 7, to = byte(v);
     fulmen_model *m = NULL;
     fulmen_rnn_options ro = fulmen_rnn_options_default();
     ro.num_layers = small(v);
@@ -381,6 +381,28 @@ static void op_sequence(vm *v) {
     case 2: check_error(fulmen_model_rnn_new(small(v), small(v), (int32_t)small(v), rp, &m)); break;
     case 3: check_error(fulmen_model_multihead_attention_new(small(v), small(v), real(v), byte(v) & 1, byte(v) & 1, &m));
         break;
+    case 5: {
+        fulmen_conv_transpose_options ct = fulmen_conv_transpose_options_default((size_t)small(v), small(v));
+        ct.stride[0] = small(v);
+        ct.output_padding[0] = small(v);
+        ct.groups = small(v);
+        int64_t sizes[3] = {small(v), small(v), small(v)};
+        const char *modes[] = {"nearest", "linear", "bilinear", "bicubic", "trilinear", "area"};
+        char mode[16];
+        switch (byte(v) % 5) {
+        case 0: check_error(fulmen_model_conv_transpose_new(small(v), small(v), &ct, &m)); break;
+        case 1:
+            check_error(fulmen_model_instance_norm_new((size_t)small(v), small(v), real(v), real(v), byte(v) & 1,
+                                                       byte(v) & 1, &m));
+            break;
+        case 2: check_error(fulmen_model_adaptive_avg_pool_new(sizes, byte(v) % 4, &m)); break;
+        case 3: check_error(fulmen_model_adaptive_max_pool_new(byte(v) & 1 ? sizes : NULL, byte(v) % 4, &m)); break;
+        default:
+            check_error(fulmen_model_upsample_new(sizes, byte(v) % 5, real(v), text(v, modes, 6, mode, sizeof mode),
+                                                  byte(v) & 1, &m));
+        }
+        break;
+    }
     case 4:
         if (byte(v) & 1) {
             check_error(fulmen_model_transformer_encoder_layer_new(small(v), small(v), &to_opts, &m));

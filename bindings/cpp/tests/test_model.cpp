@@ -385,4 +385,21 @@ TEST_F(LayerTest, SequenceLayersRunWithSeveralInputs) {
     }
 }
 
+TEST_F(LayerTest, SpatialLayers) {
+    using fulmen::Model;
+    EXPECT_EQ(Model::conv3d(2, 3, fulmen::Conv3dOptions(2)).forward(Tensor::zeros({1, 2, 3, 3, 3})).shape(),
+              (Shape{1, 3, 2, 2, 2}));
+    fulmen::ConvTransposeOptions ct(2, 3);
+    ct.stride[0] = ct.stride[1] = 2;
+    EXPECT_EQ(Model::conv_transpose(2, 3, ct).forward(Tensor::zeros({1, 2, 3, 3})).shape(), (Shape{1, 3, 7, 7}));
+    Model norm = Model::instance_norm(2, 3, 1e-5, 0.1, true, true);
+    EXPECT_EQ(norm.state_dict_len(), 5u);
+    EXPECT_EQ(Model::adaptive_avg_pool({2, -1}).forward(Tensor::ones({1, 2, 5, 4})).shape(), (Shape{1, 2, 2, 4}));
+    EXPECT_EQ(Model::adaptive_max_pool({3}).forward(Tensor::ones({2, 7})).shape(), (Shape{2, 3}));
+    EXPECT_EQ(Model::upsample(2.0, "bilinear", true).forward(Tensor::ones({1, 1, 2, 3})).shape(), (Shape{1, 1, 4, 6}));
+    EXPECT_EQ(Model::upsample(Shape{5}).forward(Tensor::ones({1, 2, 3})).shape(), (Shape{1, 2, 5}));
+    EXPECT_EQ(Tensor::ones({1, 1, 3, 3}).interpolate({3, 4}, 0, "bicubic").shape(), (Shape{1, 1, 3, 4}));
+    EXPECT_THROW(Model::upsample(2.0, "area"), fulmen::Error);
+}
+
 }  // namespace

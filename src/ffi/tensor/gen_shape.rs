@@ -2,9 +2,10 @@
 //! The C functions of the `shape` tensor ops; each converts its arguments
 //! and calls the core function of the same name in `crate::tensor::ops`.
 use super::handle::{emit, emit_list, fulmen_tensor, i64_list, tensor_arg};
-use crate::ffi::error::{fulmen_error, guard};
+use crate::ffi::error::{fulmen_error, guard, str_arg};
 use crate::ffi::handle::check_out;
 use crate::tensor::ops;
+use std::ffi::c_char;
 
 /// A view of `x` broadcast to `size` without copying (`Tensor.expand`): size-1
 /// dimensions stretch, -1 keeps a size, new dimensions go in front. The result
@@ -24,6 +25,37 @@ pub unsafe extern "C" fn fulmen_tensor_expand(
         let x = tensor_arg(x, "x")?;
         let size = i64_list(size, size_len, "size")?;
         emit(out, ops::expand(&x, size)?)
+    })
+}
+
+/// `x` (N, C, spatial...) with 1 to 3 spatial dimensions resized to `size` (one
+/// size per spatial dimension, or one for all) or by `scale_factor` (give
+/// exactly one: `size_len` 0 or `scale_factor` 0 leaves it out), with `mode`
+/// "nearest", "linear" (1-D), "bilinear" or "bicubic" (2-D) or "trilinear"
+/// (3-D) (`F.interpolate`; `align_corners` for the linear and cubic modes). The
+/// result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown mode, both or neither of
+/// size and scale_factor, a size not positive, a scale not positive and finite,
+/// align_corners with nearest), FULMEN_CODE_SHAPE_MISMATCH (an input that is
+/// not 3-D to 5-D, a mode for another number of spatial dimensions, an empty or
+/// too large result), FULMEN_CODE_TORCH (libtorch failed).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_interpolate(
+    x: *const fulmen_tensor,
+    size: *const i64,
+    size_len: usize,
+    scale_factor: f64,
+    mode: *const c_char,
+    align_corners: bool,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard("fulmen_tensor_interpolate", || {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        let size = i64_list(size, size_len, "size")?;
+        let mode = str_arg(mode, "mode")?;
+        emit(out, ops::interpolate(&x, size, scale_factor, mode, align_corners)?)
     })
 }
 

@@ -1,14 +1,15 @@
-//! `Conv1d` and `Conv2d`: convolution over `(N, C, L)` / `(C, L)` or
-//! `(N, C, H, W)` / `(C, H, W)` input, one generic layer for both.
+//! `Conv1d`, `Conv2d` and `Conv3d`: convolution over `(N, C, L)`,
+//! `(N, C, H, W)` or `(N, C, D, H, W)` input (or the same without `N`), one
+//! generic layer for the three.
 use super::{shape_of, Layer};
 use crate::error::{Error, Result};
 use crate::nn::init;
 use tch::Tensor;
 
 /// Settings of an `N`-d convolution, as PyTorch's `nn.Conv1d` /
-/// `nn.Conv2d` take them.
+/// `nn.Conv2d` / `nn.Conv3d` take them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ConvConfig<const N: usize> {
+pub struct ConvConfig<const N: usize> {
     /// Input channels.
     pub in_channels: i64,
     /// Output channels.
@@ -30,7 +31,7 @@ pub(crate) struct ConvConfig<const N: usize> {
 /// The 2-D settings.
 pub(crate) type Conv2dConfig = ConvConfig<2>;
 
-/// An `N`-d convolution layer (`N` is 1 or 2).
+/// An `N`-d convolution layer (`N` is 1, 2 or 3).
 #[derive(Debug)]
 pub(crate) struct Conv<const N: usize> {
     cfg: ConvConfig<N>,
@@ -42,7 +43,11 @@ pub(crate) struct Conv<const N: usize> {
 pub(crate) type Conv2d = Conv<2>;
 
 impl<const N: usize> Conv<N> {
-    const NAME: &'static str = if N == 1 { "conv1d" } else { "conv2d" };
+    const NAME: &'static str = match N {
+        1 => "conv1d",
+        2 => "conv2d",
+        _ => "conv3d",
+    };
 
     /// Validates `cfg` and draws weight `[out, in/groups, k...]` and bias
     /// from `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`, `fan_in = in/groups*prod(k)`.
@@ -86,10 +91,10 @@ impl<const N: usize> Layer for Conv<N> {
     }
 
     fn type_name(&self) -> &'static str {
-        if N == 1 {
-            "Conv1d"
-        } else {
-            "Conv2d"
+        match N {
+            1 => "Conv1d",
+            2 => "Conv2d",
+            _ => "Conv3d",
         }
     }
 
@@ -97,7 +102,11 @@ impl<const N: usize> Layer for Conv<N> {
         let size = x.size();
         let ok = (size.len() == N + 1 || size.len() == N + 2) && size[size.len() - N - 1] == self.cfg.in_channels;
         if !ok {
-            let spatial = if N == 1 { "L" } else { "H, W" };
+            let spatial = match N {
+                1 => "L",
+                2 => "H, W",
+                _ => "D, H, W",
+            };
             return Err(Error::shape(format!(
                 "{}: input of shape {} must be (N, {c}, {spatial}) or ({c}, {spatial})",
                 Self::NAME,
@@ -107,10 +116,11 @@ impl<const N: usize> Layer for Conv<N> {
         }
         let c = &self.cfg;
         let b = self.bias.as_ref();
-        Ok(if N == 1 {
-            x.f_conv1d(&self.weight, b, c.stride.as_slice(), c.padding.as_slice(), c.dilation.as_slice(), c.groups)?
-        } else {
-            x.f_conv2d(&self.weight, b, c.stride.as_slice(), c.padding.as_slice(), c.dilation.as_slice(), c.groups)?
+        let (s, p, d) = (c.stride.as_slice(), c.padding.as_slice(), c.dilation.as_slice());
+        Ok(match N {
+            1 => x.f_conv1d(&self.weight, b, s, p, d, c.groups)?,
+            2 => x.f_conv2d(&self.weight, b, s, p, d, c.groups)?,
+            _ => x.f_conv3d(&self.weight, b, s, p, d, c.groups)?,
         })
     }
 

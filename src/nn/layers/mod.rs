@@ -6,16 +6,19 @@ use tch::Tensor;
 pub mod activation;
 pub mod attention;
 pub mod conv;
+pub mod conv_transpose;
 pub mod dropout;
 pub mod embedding;
 pub mod flatten;
 pub mod group_norm;
+pub mod instance_norm;
 pub mod linear;
 pub mod norm;
 pub mod pool;
 pub mod prelu;
 pub mod rnn;
 pub mod transformer;
+pub mod upsample;
 
 pub use activation::Activation;
 

@@ -39,6 +39,20 @@ struct Conv2dOptions : fulmen_conv2d_options {
     explicit Conv2dOptions(int64_t kernel_size) : fulmen_conv2d_options(fulmen_conv2d_options_default(kernel_size)) {}
 };
 
+/// Options of a 3-D convolution, starting from fulmen's defaults.
+struct Conv3dOptions : fulmen_conv3d_options {
+    /// Defaults for a cubic `kernel_size` (stride 1, no padding, bias).
+    explicit Conv3dOptions(int64_t kernel_size) : fulmen_conv3d_options(fulmen_conv3d_options_default(kernel_size)) {}
+};
+
+/// Options of a transposed convolution over `dims` (1 or 2) spatial
+/// dimensions, starting from fulmen's defaults.
+struct ConvTransposeOptions : fulmen_conv_transpose_options {
+    /// Defaults for a square `kernel_size` (stride 1, no padding, bias).
+    ConvTransposeOptions(size_t dims, int64_t kernel_size)
+        : fulmen_conv_transpose_options(fulmen_conv_transpose_options_default(dims, kernel_size)) {}
+};
+
 /// Options of RNN, LSTM and GRU, default-constructed with PyTorch's
 /// defaults (one layer, biases, (T, N, F), no dropout, one direction).
 struct RnnOptions : fulmen_rnn_options {
@@ -124,6 +138,47 @@ public:
         });
     }
     /// nn.MaxPool2d(kernel, stride, padding); stride 0 = kernel.
+    /// nn.Conv3d(in_channels, out_channels, ...).
+    static Model conv3d(int64_t in_channels, int64_t out_channels, const Conv3dOptions& options) {
+        return make([&](fulmen_model** o) { return fulmen_model_conv3d_new(in_channels, out_channels, &options, o); });
+    }
+    /// nn.ConvTranspose1d / nn.ConvTranspose2d (by options.dims).
+    static Model conv_transpose(int64_t in_channels, int64_t out_channels, const ConvTransposeOptions& options) {
+        return make([&](fulmen_model** o) {
+            return fulmen_model_conv_transpose_new(in_channels, out_channels, &options, o);
+        });
+    }
+    /// nn.InstanceNorm1d (dims 1) or nn.InstanceNorm2d (dims 2).
+    static Model instance_norm(size_t dims, int64_t num_features, double eps = 1e-5, double momentum = 0.1,
+                               bool affine = false, bool track_running_stats = false) {
+        return make([&](fulmen_model** o) {
+            return fulmen_model_instance_norm_new(dims, num_features, eps, momentum, affine, track_running_stats, o);
+        });
+    }
+    /// nn.AdaptiveAvgPool1d / 2d (one or two sizes; -1 keeps a size).
+    static Model adaptive_avg_pool(const Shape& output_size) {
+        return make([&](fulmen_model** o) {
+            return fulmen_model_adaptive_avg_pool_new(output_size.data(), output_size.size(), o);
+        });
+    }
+    /// nn.AdaptiveMaxPool1d / 2d (one or two sizes; -1 keeps a size).
+    static Model adaptive_max_pool(const Shape& output_size) {
+        return make([&](fulmen_model** o) {
+            return fulmen_model_adaptive_max_pool_new(output_size.data(), output_size.size(), o);
+        });
+    }
+    /// nn.Upsample(size=...) with `mode` ("nearest", "linear", "bilinear", "bicubic", "trilinear").
+    static Model upsample(const Shape& size, const std::string& mode = "nearest", bool align_corners = false) {
+        return make([&](fulmen_model** o) {
+            return fulmen_model_upsample_new(size.data(), size.size(), 0, mode.c_str(), align_corners, o);
+        });
+    }
+    /// nn.Upsample(scale_factor=...) with `mode`.
+    static Model upsample(double scale_factor, const std::string& mode = "nearest", bool align_corners = false) {
+        return make([&](fulmen_model** o) {
+            return fulmen_model_upsample_new(nullptr, 0, scale_factor, mode.c_str(), align_corners, o);
+        });
+    }
     static Model max_pool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0) {
         return make([&](fulmen_model** o) { return fulmen_model_max_pool2d_new(kernel, stride, padding, o); });
     }
