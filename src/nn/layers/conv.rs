@@ -42,6 +42,42 @@ pub(crate) struct Conv<const N: usize> {
 /// A 2-D convolution layer.
 pub(crate) type Conv2d = Conv<2>;
 
+/// The checks PyTorch makes on every convolution's settings: positive
+/// channels, groups, kernel, stride and dilation, non-negative padding, and
+/// channels divisible by groups.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_conv(
+    name: &str,
+    in_channels: i64,
+    out_channels: i64,
+    groups: i64,
+    kernel: &[i64],
+    stride: &[i64],
+    dilation: &[i64],
+    padding: &[i64],
+) -> Result<()> {
+    let positive = |v: &[i64]| v.iter().all(|&x| x > 0);
+    let ok = in_channels > 0
+        && out_channels > 0
+        && groups > 0
+        && positive(kernel)
+        && positive(stride)
+        && positive(dilation)
+        && padding.iter().all(|&p| p >= 0);
+    if !ok {
+        return Err(Error::invalid(format!(
+            "{name}: channels ({in_channels}, {out_channels}), groups ({groups}), kernel {kernel:?}, stride \
+             {stride:?} and dilation {dilation:?} must be positive, padding {padding:?} non-negative"
+        )));
+    }
+    if in_channels % groups != 0 || out_channels % groups != 0 {
+        return Err(Error::invalid(format!(
+            "{name}: in_channels ({in_channels}) and out_channels ({out_channels}) must be divisible by groups ({groups})"
+        )));
+    }
+    Ok(())
+}
+
 impl<const N: usize> Conv<N> {
     const NAME: &'static str = match N {
         1 => "conv1d",
@@ -53,25 +89,7 @@ impl<const N: usize> Conv<N> {
     /// from `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`, `fan_in = in/groups*prod(k)`.
     pub(crate) fn new(cfg: ConvConfig<N>) -> Result<Conv<N>> {
         let c = &cfg;
-        let bad = c.in_channels <= 0
-            || c.out_channels <= 0
-            || c.groups <= 0
-            || c.kernel.iter().any(|&k| k <= 0)
-            || c.stride.iter().any(|&s| s <= 0)
-            || c.dilation.iter().any(|&d| d <= 0)
-            || c.padding.iter().any(|&p| p < 0);
-        if bad {
-            return Err(Error::invalid(format!("{}: invalid configuration {cfg:?}", Self::NAME)));
-        }
-        if c.in_channels % c.groups != 0 || c.out_channels % c.groups != 0 {
-            return Err(Error::invalid(format!(
-                "{}: in_channels ({}) and out_channels ({}) must be divisible by groups ({})",
-                Self::NAME,
-                c.in_channels,
-                c.out_channels,
-                c.groups
-            )));
-        }
+        check_conv(Self::NAME, c.in_channels, c.out_channels, c.groups, &c.kernel, &c.stride, &c.dilation, &c.padding)?;
         let per_group = c.in_channels / c.groups;
         let fan_in = c.kernel.iter().try_fold(per_group, |a, k| a.checked_mul(*k));
         let fan_in = fan_in.ok_or_else(|| Error::invalid(format!("{}: the kernel is too large", Self::NAME)))?;

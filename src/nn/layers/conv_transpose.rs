@@ -1,5 +1,6 @@
 //! `ConvTranspose1d` and `ConvTranspose2d`: transposed convolution over
 //! `(N, C, L)` or `(N, C, H, W)` input (or the same without `N`).
+use super::conv::check_conv;
 use super::{shape_of, Layer};
 use crate::error::{Error, Result};
 use crate::nn::init;
@@ -47,25 +48,15 @@ impl<const N: usize> ConvTranspose<N> {
     /// (PyTorch reads the fan-in from the weight's second dimension).
     pub(crate) fn new(cfg: ConvTransposeConfig<N>) -> Result<Self> {
         let c = &cfg;
-        let bad = !(1..=2).contains(&N)
-            || c.in_channels <= 0
-            || c.out_channels <= 0
-            || c.groups <= 0
-            || c.kernel.iter().any(|&k| k <= 0)
-            || c.stride.iter().any(|&s| s <= 0)
-            || c.dilation.iter().any(|&d| d <= 0)
-            || c.padding.iter().any(|&p| p < 0)
-            || c.output_padding.iter().any(|&p| p < 0);
-        if bad {
-            return Err(Error::invalid(format!("{}: invalid configuration {cfg:?}", Self::NAME)));
+        if !(1..=2).contains(&N) {
+            return Err(Error::invalid(format!("conv_transpose: {N} spatial dimensions, must be 1 or 2")));
         }
-        if c.in_channels % c.groups != 0 || c.out_channels % c.groups != 0 {
+        check_conv(Self::NAME, c.in_channels, c.out_channels, c.groups, &c.kernel, &c.stride, &c.dilation, &c.padding)?;
+        if c.output_padding.iter().any(|&p| p < 0) {
             return Err(Error::invalid(format!(
-                "{}: in_channels ({}) and out_channels ({}) must be divisible by groups ({})",
+                "{}: output_padding {:?} must be non-negative",
                 Self::NAME,
-                c.in_channels,
-                c.out_channels,
-                c.groups
+                c.output_padding
             )));
         }
         let too_big = (0..N).any(|i| c.output_padding[i] >= c.stride[i] && c.output_padding[i] >= c.dilation[i]);

@@ -1,9 +1,9 @@
 //! `InstanceNorm1d` and `InstanceNorm2d`: each channel of each sample
 //! normalised over its own positions.
+use super::norm::{affine_params, RunningStats};
 use super::{shape_of, Layer};
 use crate::error::{Error, Result};
-use crate::nn::init;
-use tch::{Device, Kind, Tensor};
+use tch::Tensor;
 
 /// Instance normalisation of `(N, C, L)` / `(C, L)` (`dims` 1) or
 /// `(N, C, H, W)` / `(C, H, W)` (`dims` 2) input, PyTorch's `InstanceNorm1d/2d`.
@@ -15,8 +15,7 @@ pub(crate) struct InstanceNorm {
     momentum: f64,
     weight: Option<Tensor>,
     bias: Option<Tensor>,
-    /// running_mean, running_var, num_batches_tracked
-    running: Option<[Tensor; 3]>,
+    running: Option<RunningStats>,
 }
 
 impl InstanceNorm {
@@ -42,31 +41,15 @@ impl InstanceNorm {
                  non-negative and momentum ({momentum}) in [0, 1]"
             )));
         }
-        let (weight, bias) = if affine {
-            (Some(init::ones(&[num_features])?), Some(init::zeros(&[num_features])?))
-        } else {
-            (None, None)
-        };
-        let running = if track {
-            let opts = (Kind::Float, Device::Cpu);
-            Some([
-                Tensor::f_zeros([num_features], opts)?,
-                Tensor::f_ones([num_features], opts)?,
-                Tensor::f_zeros([], (Kind::Int64, Device::Cpu))?,
-            ])
-        } else {
-            None
-        };
+        let (weight, bias) = affine_params(num_features, affine)?;
+        let running = if track { Some(RunningStats::new(num_features)?) } else { None };
         Ok(InstanceNorm { dims, num_features, eps, momentum, weight, bias, running })
     }
 }
 
 impl Layer for InstanceNorm {
     fn replicate(&self, map: &mut super::TensorMap<'_>) -> Result<Box<dyn Layer>> {
-        let running = match &self.running {
-            Some([m, v, n]) => Some([map(m)?, map(v)?, map(n)?]),
-            None => None,
-        };
+        let running = self.running.as_ref().map(|r| r.mapped(map)).transpose()?;
         Ok(Box::new(InstanceNorm {
             weight: super::map_opt(map, &self.weight)?,
             bias: super::map_opt(map, &self.bias)?,
@@ -99,7 +82,7 @@ impl Layer for InstanceNorm {
         }
         let x = if batched { x.shallow_clone() } else { x.f_unsqueeze(0)? };
         let (mean, var) = match &self.running {
-            Some([m, v, _]) => (Some(m), Some(v)),
+            Some(r) => (Some(&r.mean), Some(&r.var)),
             None => (None, None),
         };
         let use_input_stats = training || self.running.is_none();
@@ -124,9 +107,6 @@ impl Layer for InstanceNorm {
     }
 
     fn buffers(&self) -> Vec<(&str, &Tensor)> {
-        match &self.running {
-            Some([m, v, n]) => vec![("running_mean", m), ("running_var", v), ("num_batches_tracked", n)],
-            None => Vec::new(),
-        }
+        self.running.as_ref().map(RunningStats::named).unwrap_or_default()
     }
 }

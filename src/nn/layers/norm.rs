@@ -16,11 +16,47 @@ pub(crate) struct BatchNorm {
     running: Option<RunningStats>,
 }
 
+/// The running statistics of a batch or instance norm (its buffers).
 #[derive(Debug)]
-struct RunningStats {
-    mean: Tensor,
-    var: Tensor,
-    num_batches_tracked: Tensor,
+pub(crate) struct RunningStats {
+    pub(crate) mean: Tensor,
+    pub(crate) var: Tensor,
+    pub(crate) num_batches_tracked: Tensor,
+}
+
+impl RunningStats {
+    /// running_mean (zeros), running_var (ones), num_batches_tracked (int64 0).
+    pub(crate) fn new(num_features: i64) -> Result<RunningStats> {
+        let opts = (Kind::Float, Device::Cpu);
+        Ok(RunningStats {
+            mean: Tensor::f_zeros([num_features], opts)?,
+            var: Tensor::f_ones([num_features], opts)?,
+            num_batches_tracked: Tensor::f_zeros([], (Kind::Int64, Device::Cpu))?,
+        })
+    }
+
+    /// A copy whose tensors are `map(tensor)` (see [`Layer::replicate`]).
+    pub(crate) fn mapped(&self, map: &mut super::TensorMap<'_>) -> Result<RunningStats> {
+        Ok(RunningStats {
+            mean: map(&self.mean)?,
+            var: map(&self.var)?,
+            num_batches_tracked: map(&self.num_batches_tracked)?,
+        })
+    }
+
+    /// The buffers under PyTorch's names.
+    pub(crate) fn named(&self) -> Vec<(&str, &Tensor)> {
+        vec![
+            ("running_mean", &self.mean),
+            ("running_var", &self.var),
+            ("num_batches_tracked", &self.num_batches_tracked),
+        ]
+    }
+}
+
+/// Weight (ones) and bias (zeros) of `num_features` when `affine`.
+pub(crate) fn affine_params(num_features: i64, affine: bool) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    Ok(if affine { (Some(init::ones(&[num_features])?), Some(init::zeros(&[num_features])?)) } else { (None, None) })
 }
 
 impl BatchNorm {
@@ -40,35 +76,15 @@ impl BatchNorm {
                  non-negative and momentum ({momentum}) in [0, 1]"
             )));
         }
-        let (weight, bias) = if affine {
-            (Some(init::ones(&[num_features])?), Some(init::zeros(&[num_features])?))
-        } else {
-            (None, None)
-        };
-        let running = if track_running_stats {
-            let opts = (Kind::Float, Device::Cpu);
-            Some(RunningStats {
-                mean: Tensor::f_zeros([num_features], opts)?,
-                var: Tensor::f_ones([num_features], opts)?,
-                num_batches_tracked: Tensor::f_zeros([], (Kind::Int64, Device::Cpu))?,
-            })
-        } else {
-            None
-        };
+        let (weight, bias) = affine_params(num_features, affine)?;
+        let running = if track_running_stats { Some(RunningStats::new(num_features)?) } else { None };
         Ok(BatchNorm { num_features, eps, momentum, weight, bias, running })
     }
 }
 
 impl Layer for BatchNorm {
     fn replicate(&self, map: &mut super::TensorMap<'_>) -> Result<Box<dyn Layer>> {
-        let running = match &self.running {
-            Some(r) => Some(RunningStats {
-                mean: map(&r.mean)?,
-                var: map(&r.var)?,
-                num_batches_tracked: map(&r.num_batches_tracked)?,
-            }),
-            None => None,
-        };
+        let running = self.running.as_ref().map(|r| r.mapped(map)).transpose()?;
         Ok(Box::new(BatchNorm {
             num_features: self.num_features,
             eps: self.eps,
@@ -130,14 +146,7 @@ impl Layer for BatchNorm {
     }
 
     fn buffers(&self) -> Vec<(&str, &Tensor)> {
-        match &self.running {
-            Some(r) => vec![
-                ("running_mean", &r.mean),
-                ("running_var", &r.var),
-                ("num_batches_tracked", &r.num_batches_tracked),
-            ],
-            None => Vec::new(),
-        }
+        self.running.as_ref().map(RunningStats::named).unwrap_or_default()
     }
 }
 
