@@ -600,8 +600,8 @@ func (m *Model) ForwardMulti(inputs ...*Tensor) ([]*Tensor, error) {
 // ForwardMultiChild is ForwardMulti on the child at path.
 func (m *Model) ForwardMultiChild(path string, inputs ...*Tensor) ([]*Tensor, error) {
 	for i, t := range inputs {
-		if t != nil && t.Closed() {
-			return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("ForwardMulti: input %d is closed", i)}
+		if err := checkOptional(t, fmt.Sprintf("inputs[%d]", i)); err != nil {
+			return nil, err
 		}
 	}
 	p := cString(path)

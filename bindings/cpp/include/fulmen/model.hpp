@@ -343,13 +343,7 @@ public:
                                             std::initializer_list<const Tensor*> inputs) const {
         std::vector<const fulmen_tensor*> handles;
         handles.reserve(inputs.size());
-        for (const Tensor* t : inputs) {
-            if (t != nullptr && !*t) {
-                throw Error(FULMEN_CODE_INVALID_ARGUMENT,
-                            "forward_multi: input " + std::to_string(handles.size()) + " is an empty Tensor");
-            }
-            handles.push_back(t != nullptr ? t->get() : nullptr);
-        }
+        for (const Tensor* t : inputs) handles.push_back(Tensor::optional_handle(t, "inputs"));
         return Tensor::make_list([&](fulmen_tensor** outs, size_t capacity, size_t* count) {
             return fulmen_model_forward_multi(get(), path.c_str(), handles.data(), handles.size(), outs, capacity,
                                               count);
