@@ -24,6 +24,7 @@ fn build_cxx_shims(lib: &Path) {
         "csrc/runtime.cpp",
         "csrc/distributed.cpp",
         "csrc/ops.cpp",
+        "csrc/script.cpp",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }
@@ -54,7 +55,8 @@ fn build_cxx_shims(lib: &Path) {
         .file("csrc/accelerators.cpp")
         .file("csrc/runtime.cpp")
         .file("csrc/distributed.cpp")
-        .file("csrc/ops.cpp");
+        .file("csrc/ops.cpp")
+        .file("csrc/script.cpp");
     match gloo_include_dir(&root) {
         Some(gloo) => {
             build

@@ -181,6 +181,16 @@
 #define FULMEN_SEQUENTIAL_MAX 64
 
 /**
+ * The most arguments `fulmen_model_call_method` passes.
+ */
+#define FULMEN_MAX_METHOD_ARGS 64
+
+/**
+ * The deepest nesting of values passed to or returned by a method.
+ */
+#define FULMEN_MAX_VALUE_DEPTH 64
+
+/**
  * The largest safetensors header readers accept (the `safetensors`
  * crate's and Python package's limit).
  */
@@ -707,6 +717,48 @@ typedef enum fulmen_mode {
 } fulmen_mode;
 
 /**
+ * The kind of a [`Value`] (`fulmen_value_kind`).
+ */
+typedef enum fulmen_value_kind {
+  /**
+   * `None`.
+   */
+  FULMEN_VALUE_KIND_NONE = 0,
+  /**
+   * `bool`.
+   */
+  FULMEN_VALUE_KIND_BOOL = 1,
+  /**
+   * `int` (64-bit).
+   */
+  FULMEN_VALUE_KIND_INT = 2,
+  /**
+   * `float` (64-bit).
+   */
+  FULMEN_VALUE_KIND_DOUBLE = 3,
+  /**
+   * `str` (UTF-8).
+   */
+  FULMEN_VALUE_KIND_STRING = 4,
+  /**
+   * A tensor.
+   */
+  FULMEN_VALUE_KIND_TENSOR = 5,
+  /**
+   * A tuple.
+   */
+  FULMEN_VALUE_KIND_TUPLE = 6,
+  /**
+   * A list.
+   */
+  FULMEN_VALUE_KIND_LIST = 7,
+  /**
+   * A dict.
+   */
+  FULMEN_VALUE_KIND_DICT = 8,
+} fulmen_value_kind;
+
+/**
  * An accelerator from the registry. Free with `fulmen_accelerator_free`.
  */
 typedef struct fulmen_accelerator fulmen_accelerator;
@@ -824,6 +876,15 @@ typedef struct fulmen_trainer fulmen_trainer;
  * arguments. Free with `fulmen_trainer_options_free`.
  */
 typedef struct fulmen_trainer_options fulmen_trainer_options;
+
+/**
+ * A TorchScript value: a tensor, None, bool, int (64-bit), float
+ * (64-bit), string, or a tuple, list or dict of values. Immutable once
+ * made. Free with `fulmen_value_free`; values made inside a step or hook
+ * callback are released when it returns unless kept with
+ * `fulmen_value_keep`, like tensors.
+ */
+typedef struct fulmen_value fulmen_value;
 
 /**
  * A device: a `fulmen_device_type` and an index.
@@ -3361,6 +3422,90 @@ struct fulmen_error *fulmen_scheduler_step(struct fulmen_scheduler *scheduler,
 void fulmen_scheduler_free(struct fulmen_scheduler *scheduler);
 
 /**
+ * Loads a TorchScript module saved by `torch.jit.save` with its tensors
+ * on the device `device_type` (a `fulmen_device_type`) / `device_index`.
+ * Parameters and buffers keep PyTorch's dotted names and state_dict order.
+ * The module starts in training mode.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8, a bad device),
+ * FULMEN_CODE_UNAVAILABLE (no such device here), FULMEN_CODE_IO (no file at
+ * path), FULMEN_CODE_FORMAT (not a loadable TorchScript file),
+ * FULMEN_CODE_TORCH (its tensors or mode cannot be read or set).
+ */
+struct fulmen_error *fulmen_model_load_torchscript_on(const char *path,
+                                                      int32_t device_type,
+                                                      int64_t device_index,
+                                                      struct fulmen_model **out);
+
+/**
+ * Calls the scripted method `method` ("forward", "training_step", any
+ * `@torch.jit.export`ed one) of a TorchScript model, or of the one at the
+ * dotted child `path` (NULL or "" for the model itself), with positional
+ * arguments `args[0..n_args]` (borrowed), and writes its result as a new
+ * value. Arguments are checked against the method's signature; lists are
+ * typed by their items, so a list of tensors is a `List[Tensor]`. Results
+ * that hold other things than tensors, None, bools, ints, floats,
+ * strings, tuples, lists and dicts (script objects, devices) are refused.
+ * Under autograd like any op: a loss from `training_step` has a gradient
+ * path to the parameters.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (method or path not UTF-8, no such
+ * child or method (the message lists the module's methods), more than
+ * FULMEN_MAX_METHOD_ARGS arguments, values nested deeper than FULMEN_MAX_VALUE_DEPTH,
+ * dict keys of mixed kinds), FULMEN_CODE_UNSUPPORTED (the module is not
+ * TorchScript, or a result has no host form), FULMEN_CODE_TORCH (the
+ * arguments do not match the signature, or the method raised).
+ * Thread rules: as `fulmen_model_forward` (the model is locked for the call).
+ */
+struct fulmen_error *fulmen_model_call_method(const struct fulmen_model *model,
+                                              const char *path,
+                                              const char *method,
+                                              const struct fulmen_value *const *args,
+                                              size_t n_args,
+                                              struct fulmen_value **out);
+
+/**
+ * Saves a TorchScript model (or the one at the dotted child `path`, NULL
+ * or "" for the model itself) with its current parameters, buffers and
+ * mode as a `.pt` file that PyTorch's `torch.jit.load` reads; written to a
+ * temporary file and renamed, so a crash never leaves a partial file.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a path not UTF-8, no such child),
+ * FULMEN_CODE_UNSUPPORTED (not a TorchScript module), FULMEN_CODE_IO (the
+ * file cannot be written), FULMEN_CODE_TORCH (serialisation failed).
+ */
+struct fulmen_error *fulmen_model_save_torchscript(const struct fulmen_model *model,
+                                                   const char *path,
+                                                   const char *file);
+
+/**
+ * Moves every parameter and buffer of the model to the device
+ * `device_type` (a `fulmen_device_type`) / `device_index`, in place: the
+ * parameters stay the same tensors (handles to them, and optimizers
+ * built on them, follow). The trainer does this itself.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a bad device),
+ * FULMEN_CODE_UNAVAILABLE (no such device here), FULMEN_CODE_TORCH (a
+ * copy failed, e.g. out of memory).
+ * Thread rules: the model is locked for the call.
+ */
+struct fulmen_error *fulmen_model_to_device(struct fulmen_model *model,
+                                            int32_t device_type,
+                                            int64_t device_index);
+
+/**
+ * Casts the floating-point parameters and buffers of the model to the
+ * floating `dtype` (a `fulmen_dtype`), in place; integer buffers such as
+ * `num_batches_tracked` keep theirs.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (not a fulmen_dtype),
+ * FULMEN_CODE_DTYPE_MISMATCH (not a floating dtype), FULMEN_CODE_TORCH (a
+ * cast failed).
+ * Thread rules: the model is locked for the call.
+ */
+struct fulmen_error *fulmen_model_to_dtype(struct fulmen_model *model, int32_t dtype);
+
+/**
  * PyTorch's defaults: one layer, biases, `(T, N, F)`, no dropout, one direction.
  */
 struct fulmen_rnn_options fulmen_rnn_options_default(void);
@@ -5792,6 +5937,196 @@ void fulmen_trainer_free(struct fulmen_trainer *trainer);
  */
 struct fulmen_error *fulmen_trainer_options_set_accelerator(struct fulmen_trainer_options *options,
                                                             const struct fulmen_accelerator *accelerator);
+
+/**
+ * Makes the value `None`.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_value_none(struct fulmen_value **out);
+
+/**
+ * Makes a bool value.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_value_bool(bool v, struct fulmen_value **out);
+
+/**
+ * Makes an int value (TorchScript's `int` is 64-bit).
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_value_int(int64_t v, struct fulmen_value **out);
+
+/**
+ * Makes a float value (TorchScript's `float` is 64-bit).
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_value_double(double v, struct fulmen_value **out);
+
+/**
+ * Makes a string value from a NUL-terminated UTF-8 string (copied).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`s` is not UTF-8).
+ */
+struct fulmen_error *fulmen_value_string(const char *s, struct fulmen_value **out);
+
+/**
+ * Makes a tensor value sharing `tensor`'s storage (and autograd history);
+ * `tensor` stays the caller's.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_value_tensor(const struct fulmen_tensor *tensor,
+                                         struct fulmen_value **out);
+
+/**
+ * Makes a tuple of `items[0..n]` (copied: the item handles stay the
+ * caller's). `items` may be NULL when `n` is 0.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_value_tuple(const struct fulmen_value *const *items,
+                                        size_t n,
+                                        struct fulmen_value **out);
+
+/**
+ * Makes a tuple of a batch's tensors, in order (sharing their storage):
+ * the `batch` argument of a scripted `training_step(batch, batch_idx)`.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_value_from_batch(const struct fulmen_batch *batch,
+                                             struct fulmen_value **out);
+
+/**
+ * Makes a list of `items[0..n]` (copied), typed by the items' common type
+ * (`List[Tensor]`, `List[int]`, ...) as TorchScript methods expect.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_value_list(const struct fulmen_value *const *items,
+                                       size_t n,
+                                       struct fulmen_value **out);
+
+/**
+ * Makes a dict `{keys[i]: values[i]}` in that order (copied). Keys must
+ * all be strings, all ints, all floats or all bools; a repeated key keeps
+ * its last value. Checked when the dict is passed to a method.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_value_dict(const struct fulmen_value *const *keys,
+                                       const struct fulmen_value *const *values,
+                                       size_t n,
+                                       struct fulmen_value **out);
+
+/**
+ * Writes the value's kind, a `fulmen_value_kind`.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_value_get_kind(const struct fulmen_value *value, int32_t *out);
+
+/**
+ * Writes a bool value.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (not a bool).
+ */
+struct fulmen_error *fulmen_value_get_bool(const struct fulmen_value *value, bool *out);
+
+/**
+ * Writes an int value.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (not an int).
+ */
+struct fulmen_error *fulmen_value_get_int(const struct fulmen_value *value, int64_t *out);
+
+/**
+ * Writes a float value; an int value is converted.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (neither a float nor an int).
+ */
+struct fulmen_error *fulmen_value_get_double(const struct fulmen_value *value, double *out);
+
+/**
+ * Copies a string value NUL-terminated into `buf` of `capacity` bytes and
+ * writes its length (without the NUL) to `*len_out`; when `capacity` is
+ * too small, fails with FULMEN_CODE_OUT_OF_RANGE after writing only
+ * `*len_out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (not a string),
+ * FULMEN_CODE_OUT_OF_RANGE (see above).
+ */
+struct fulmen_error *fulmen_value_get_string(const struct fulmen_value *value,
+                                             char *buf,
+                                             size_t capacity,
+                                             size_t *len_out);
+
+/**
+ * Writes a new handle to a tensor value's tensor (sharing storage and
+ * autograd history).
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (not a tensor).
+ */
+struct fulmen_error *fulmen_value_get_tensor(const struct fulmen_value *value,
+                                             struct fulmen_tensor **out);
+
+/**
+ * Writes the number of elements of a tuple or list, or of entries of a dict.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (not a tuple, list or dict).
+ */
+struct fulmen_error *fulmen_value_len(const struct fulmen_value *value, size_t *out);
+
+/**
+ * Writes a new handle to element `index` of a tuple or list.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (not a tuple or list),
+ * FULMEN_CODE_OUT_OF_RANGE (`index` past the end).
+ */
+struct fulmen_error *fulmen_value_item(const struct fulmen_value *value,
+                                       size_t index,
+                                       struct fulmen_value **out);
+
+/**
+ * Writes new handles to the key and the value of entry `index` of a dict
+ * (in the dict's order). Either out pointer may be NULL.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (not a dict),
+ * FULMEN_CODE_OUT_OF_RANGE (`index` past the end).
+ */
+struct fulmen_error *fulmen_value_dict_entry(const struct fulmen_value *value,
+                                             size_t index,
+                                             struct fulmen_value **key_out,
+                                             struct fulmen_value **value_out);
+
+/**
+ * Writes a new handle to the value of a dict's string key `key`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`key` is not UTF-8, or the dict
+ * has no such key; the message lists its keys), FULMEN_CODE_DTYPE_MISMATCH
+ * (not a dict).
+ */
+struct fulmen_error *fulmen_value_dict_get(const struct fulmen_value *value,
+                                           const char *key,
+                                           struct fulmen_value **out);
+
+/**
+ * Takes a value made inside a step or hook callback out of the callback's
+ * scope: the caller frees it with `fulmen_value_free`.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_value_keep(struct fulmen_value *value);
+
+/**
+ * Frees a value handle (the tensors it holds live on where still used).
+ * NULL or an already freed handle is a no-op.
+ */
+void fulmen_value_free(struct fulmen_value *value);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -650,7 +650,7 @@ pub unsafe extern "C" fn fulmen_model_forward_multi(
                 .forward_multi(&refs)
                 .map_err(|e| if path.is_empty() { e } else { e.context(format!("child {path}")) })
         };
-        emit_list(outs, capacity, count_out, module.num_outputs(), run)
+        emit_list(outs, capacity, count_out, module.num_outputs()?, run)
     })
 }
 

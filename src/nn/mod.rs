@@ -4,9 +4,12 @@ pub mod init;
 pub mod layers;
 mod module;
 mod safetensors_io;
+mod script_value;
 mod state_dict;
 mod torchscript;
 
+#[cfg(test)]
+mod script_tests;
 #[cfg(test)]
 mod tests;
 
@@ -17,4 +20,6 @@ pub use layers::transformer::TransformerConfig;
 pub use layers::Activation;
 pub use module::Module;
 pub use safetensors_io::{read_safetensors, write_safetensors, MAX_HEADER_BYTES};
+pub use script_value::{Value, ValueKind, MAX_VALUE_DEPTH};
 pub use state_dict::LoadReport;
+pub use torchscript::MAX_METHOD_ARGS;

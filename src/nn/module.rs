@@ -380,11 +380,13 @@ impl Module {
     /// Runs the module on several inputs (`None` for a left-out optional
     /// one) and returns all its results: `(output, (h_n, c_n))` of an LSTM,
     /// the masks of attention, the memory of a decoder layer. Layers with
-    /// one input and one result, TorchScript modules and a `Sequential`
-    /// (which passes one tensor along) take exactly one input.
+    /// one input and one result and a `Sequential` (which passes one
+    /// tensor along) take exactly one input. A TorchScript module's forward
+    /// takes the inputs as its arguments; a tuple it returns is split.
     pub fn forward_multi(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         match &self.node {
             Node::Layer(l) => l.forward_multi(inputs, self.training),
+            Node::Script(s) => s.forward_multi(inputs),
             _ => match inputs {
                 [Some(x)] => Ok(vec![self.forward(x)?]),
                 _ => Err(Error::invalid(format!(
@@ -397,10 +399,11 @@ impl Module {
     }
 
     /// How many tensors [`Module::forward_multi`] returns.
-    pub fn num_outputs(&self) -> usize {
+    pub fn num_outputs(&self) -> Result<usize> {
         match &self.node {
-            Node::Layer(l) => l.num_outputs(),
-            _ => 1,
+            Node::Layer(l) => Ok(l.num_outputs()),
+            Node::Script(s) => s.num_returns("forward"),
+            _ => Ok(1),
         }
     }
 
@@ -444,8 +447,8 @@ impl Module {
                 }
             }
             Node::Script(s) => {
-                for (n, t) in s.params() {
-                    f(format!("{prefix}{n}"), t, Slot::Param);
+                for (n, t, buffer) in s.state() {
+                    f(format!("{prefix}{n}"), t, if buffer { Slot::Buffer } else { Slot::Param });
                 }
             }
             Node::Sequential(c) | Node::Named(c) => {
@@ -477,8 +480,7 @@ impl Module {
         self.named_parameters().into_iter().map(|(_, t)| t).collect()
     }
 
-    /// Buffers with dotted names ("bn.running_mean", ...). TorchScript
-    /// modules expose no buffers through tch, so theirs are not listed.
+    /// Buffers with dotted names ("bn.running_mean", ...).
     pub fn named_buffers(&self) -> Vec<(String, Tensor)> {
         self.collect(Some(Slot::Buffer))
     }
@@ -587,7 +589,7 @@ pub(crate) fn check_device(device: Device) -> Result<()> {
 
 /// Converts `t` in place (`set_data`), keeping it the same (leaf) tensor;
 /// its gradient, if any, follows. Non-floating tensors keep their kind.
-fn convert_tensor(t: &Tensor, device: Option<Device>, kind: Option<Kind>) -> Result<()> {
+pub(crate) fn convert_tensor(t: &Tensor, device: Option<Device>, kind: Option<Kind>) -> Result<()> {
     let cur_kind = t.f_kind()?;
     let cur_dev = t.device();
     let new_kind = match kind {

@@ -4,15 +4,15 @@ use crate::error::ErrorCode;
 use std::path::{Path, PathBuf};
 use tch::{Device, Kind, Tensor};
 
-fn names(v: &[(String, Tensor)]) -> Vec<String> {
+pub(super) fn names(v: &[(String, Tensor)]) -> Vec<String> {
     v.iter().map(|(n, _)| n.clone()).collect()
 }
 
-fn fixture(name: &str) -> PathBuf {
+pub(super) fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
-fn tmp_dir(tag: &str) -> PathBuf {
+pub(super) fn tmp_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("fulmen-nn-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d

@@ -1,87 +1,258 @@
-//! TorchScript modules exported from Python, run and trained through
-//! `tch::CModule`, with PyTorch's dotted parameter names.
-use super::module::{check_device, is_floating, Module};
-use crate::error::{Error, Result, ResultExt};
+//! TorchScript modules exported from Python, run and trained through the
+//! C++ shim (`csrc/script.cpp`): parameters and buffers with PyTorch's
+//! dotted names, any method on any values, saving back to a `.pt` file.
+use super::module::{check_device, convert_tensor, is_floating, Module};
+use super::script_value::{CxxValue, Value};
+use crate::error::{Error, ErrorCode, Result, ResultExt};
+use crate::shim::{self, call};
+use libc::{c_char, c_int, c_void};
+use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
-use tch::{CModule, Device, Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
-/// A loaded TorchScript module and its parameters (the very tensors the
-/// script uses, so gradients reach them).
+/// The most arguments a method call takes.
+pub const MAX_METHOD_ARGS: usize = 64;
+
+/// An owned `torch::jit::Module*` of the shim.
+struct RawModule(*mut c_void);
+
+// SAFETY: a `torch::jit::Module` has no thread affinity; fulmen uses it
+// from one thread at a time (a `Module` is behind a lock when shared).
+unsafe impl Send for RawModule {}
+
+impl Drop for RawModule {
+    fn drop(&mut self) {
+        // SAFETY: owned, freed once.
+        unsafe { shim::fulmen_cxx_script_free(self.0) }
+    }
+}
+
+/// A loaded TorchScript module, its parameters and buffers (the very
+/// tensors the script uses, so gradients and in-place updates reach them).
 pub(crate) struct ScriptModule {
-    module: CModule,
-    params: Vec<(String, Tensor)>,
+    raw: RawModule,
+    state: Vec<(String, Tensor, bool)>,
     source: PathBuf,
 }
 
 impl std::fmt::Debug for ScriptModule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ScriptModule").field("source", &self.source).field("parameters", &self.params.len()).finish()
+        f.debug_struct("ScriptModule").field("source", &self.source).field("tensors", &self.state.len()).finish()
     }
+}
+
+unsafe extern "C" fn on_state_tensor(ctx: *mut c_void, name: *const c_char, t: *mut c_void, buffer: c_int) {
+    // SAFETY: `ctx` is the Vec handed to the shim below; `t` is a new
+    // `at::Tensor*` that `from_ptr` takes over.
+    let out = &mut *(ctx as *mut Vec<(String, Tensor, bool)>);
+    let name = CStr::from_ptr(name).to_string_lossy().into_owned();
+    out.push((name, Tensor::from_ptr(t.cast()), buffer != 0));
+}
+
+unsafe extern "C" fn on_method_name(ctx: *mut c_void, name: *const c_char) {
+    // SAFETY: `ctx` is the Vec handed to the shim in `method_names`.
+    let out = &mut *(ctx as *mut Vec<String>);
+    out.push(CStr::from_ptr(name).to_string_lossy().into_owned());
+}
+
+/// The shim's device code: (type, index) with 0 CPU, 1 CUDA, 2 MPS, 3 Vulkan.
+fn device_code(device: Device) -> (c_int, c_int) {
+    match device {
+        Device::Cpu => (0, 0),
+        Device::Cuda(i) => (1, i as c_int),
+        Device::Mps => (2, 0),
+        Device::Vulkan => (3, 0),
+    }
+}
+
+fn c_name(name: &str) -> Result<CString> {
+    CString::new(name).map_err(|_| Error::invalid(format!("method name {name:?} contains a NUL byte")))
 }
 
 impl ScriptModule {
     fn refresh(&mut self) -> Result<()> {
-        self.params = self.module.named_parameters()?;
+        let mut state: Vec<(String, Tensor, bool)> = Vec::new();
+        let ctx = &mut state as *mut _ as *mut c_void;
+        // SAFETY: a live module; the callback pushes into `state`.
+        call("reading the TorchScript module's tensors", |err, len| unsafe {
+            shim::fulmen_cxx_script_state(self.raw.0, on_state_tensor, ctx, err, len)
+        })?;
+        self.state = state;
         Ok(())
     }
 
-    pub(crate) fn params(&self) -> impl Iterator<Item = (&str, &Tensor)> {
-        self.params.iter().map(|(n, t)| (n.as_str(), t))
+    /// Parameters and buffers with a flag "is a buffer", in state_dict order.
+    pub(crate) fn state(&self) -> impl Iterator<Item = (&str, &Tensor, bool)> {
+        self.state.iter().map(|(n, t, b)| (n.as_str(), t, *b))
+    }
+
+    /// The names of the module's methods ("forward", "training_step", ...).
+    pub(crate) fn method_names(&self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = Vec::new();
+        let ctx = &mut names as *mut _ as *mut c_void;
+        // SAFETY: a live module; the callback pushes into `names`.
+        call("listing the TorchScript module's methods", |err, len| unsafe {
+            shim::fulmen_cxx_script_methods(self.raw.0, on_method_name, ctx, err, len)
+        })?;
+        Ok(names)
+    }
+
+    fn check_method(&self, method: &str) -> Result<CString> {
+        let name = c_name(method)?;
+        let mut found: c_int = 0;
+        // SAFETY: a live module and a NUL-terminated name.
+        call("looking up a method", |err, len| unsafe {
+            shim::fulmen_cxx_script_has_method(self.raw.0, name.as_ptr(), &mut found, err, len)
+        })?;
+        if found == 0 {
+            return Err(Error::invalid(format!(
+                "the TorchScript module ({}) has no method {method:?}; it has {:?}",
+                self.source.display(),
+                self.method_names().unwrap_or_default()
+            )));
+        }
+        Ok(name)
+    }
+
+    /// Calls `method` with `args` (positional, after `self`) and returns
+    /// its result. Arguments are checked against the method's signature.
+    pub(crate) fn call(&self, method: &str, args: &[Value]) -> Result<Value> {
+        if args.len() > MAX_METHOD_ARGS {
+            return Err(Error::invalid(format!("{} arguments, at most {MAX_METHOD_ARGS}", args.len())));
+        }
+        let name = self.check_method(method)?;
+        let held = args.iter().map(Value::to_cxx).collect::<Result<Vec<_>>>()?;
+        let ptrs: Vec<*mut c_void> = held.iter().map(|v| v.0).collect();
+        let mut out = CxxValue(std::ptr::null_mut());
+        // SAFETY: a live module, live argument values, an out pointer.
+        call(&format!("TorchScript {method} ({})", self.source.display()), |err, len| unsafe {
+            shim::fulmen_cxx_script_call(self.raw.0, name.as_ptr(), ptrs.as_ptr(), ptrs.len(), &mut out.0, err, len)
+        })?;
+        Value::from_cxx(&out)
+    }
+
+    /// How many results `method` returns: a tuple's size, else 1.
+    pub(crate) fn num_returns(&self, method: &str) -> Result<usize> {
+        let name = self.check_method(method)?;
+        let mut n = 0usize;
+        // SAFETY: a live module, a NUL-terminated name, an out pointer.
+        call("reading a method's signature", |err, len| unsafe {
+            shim::fulmen_cxx_script_num_returns(self.raw.0, name.as_ptr(), &mut n, err, len)
+        })?;
+        Ok(n)
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.module.forward_ts(&[x]).ctx(format!("TorchScript forward ({})", self.source.display()))
+        self.call("forward", &[Value::Tensor(x.shallow_clone())])?
+            .into_tensor("TorchScript forward")
+            .map_err(|e| e.context("the module's forward returns more than a tensor: use forward_multi or call_method"))
+    }
+
+    /// `forward` on several tensors (`None` for a left-out one); a tuple or
+    /// list of tensors comes back as its elements.
+    pub(crate) fn forward_multi(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        let args: Vec<Value> =
+            inputs.iter().map(|x| x.map_or(Value::None, |t| Value::Tensor(t.shallow_clone()))).collect();
+        match self.call("forward", &args)? {
+            Value::Tuple(items) | Value::List(items) => {
+                items.into_iter().enumerate().map(|(i, v)| v.into_tensor(&format!("forward result {i}"))).collect()
+            }
+            other => Ok(vec![other.into_tensor("forward result")?]),
+        }
     }
 
     pub(crate) fn set_training(&mut self, on: bool) -> Result<()> {
-        if on {
-            self.module.f_set_train()?;
-        } else {
-            self.module.f_set_eval()?;
+        // SAFETY: a live module.
+        call("setting the TorchScript module's mode", |err, len| unsafe {
+            shim::fulmen_cxx_script_set_training(self.raw.0, on as c_int, err, len)
+        })
+    }
+
+    /// Moves every parameter and buffer in place (`set_data`, as libtorch's
+    /// `Module::to` does); a kind applies to floating tensors only, so
+    /// integer buffers such as `num_batches_tracked` keep theirs.
+    pub(crate) fn to(&mut self, device: Option<Device>, kind: Option<Kind>) -> Result<()> {
+        if let Some(k) = kind {
+            if !is_floating(k) {
+                return Err(Error::dtype(format!("TorchScript module: cannot cast to {k:?}")));
+            }
+        }
+        if let Some(d) = device {
+            check_device(d)?;
+        }
+        for (_, t, _) in &self.state {
+            convert_tensor(t, device, kind)?;
         }
         Ok(())
     }
 
-    /// libtorch's `Module::to`: casts every parameter and buffer (integer
-    /// buffers included) when a kind is given.
-    pub(crate) fn to(&mut self, device: Option<Device>, kind: Option<Kind>) -> Result<()> {
-        let first = self.params.first().map(|(_, t)| (t.device(), t.kind()));
-        let (cur_dev, cur_kind) = first.unwrap_or((Device::Cpu, Kind::Float));
-        let device = device.unwrap_or(cur_dev);
-        let kind = kind.unwrap_or(cur_kind);
-        if !is_floating(kind) {
-            return Err(Error::dtype(format!("TorchScript module: cannot cast to {kind:?}")));
-        }
-        check_device(device)?;
-        let module = &mut self.module;
-        // `CModule::to` has no fallible variant; it panics on a libtorch error.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| module.to(device, kind, false))).map_err(|_| {
-            Error::new(
-                crate::error::ErrorCode::Torch,
-                format!("TorchScript module: moving to {device:?} / {kind:?} failed"),
-            )
+    /// The module serialised as `torch.jit.save` writes it.
+    pub(crate) fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut bytes: *mut c_char = std::ptr::null_mut();
+        let mut n = 0usize;
+        // SAFETY: a live module; the shim hands back a buffer freed below.
+        call("serialising the TorchScript module", |err, len| unsafe {
+            shim::fulmen_cxx_script_save(self.raw.0, &mut bytes, &mut n, err, len)
         })?;
-        self.refresh()
+        // SAFETY: `bytes` holds `n` bytes until freed.
+        let out = unsafe { std::slice::from_raw_parts(bytes as *const u8, n) }.to_vec();
+        unsafe { shim::fulmen_cxx_bytes_free(bytes) };
+        Ok(out)
     }
 }
 
 impl Module {
-    /// Loads a TorchScript file saved from Python (`torch.jit.save`) onto
-    /// `device`. Parameters keep PyTorch's dotted names ("l1.weight");
-    /// `forward` runs the script's forward; `set_training` toggles its
-    /// train/eval mode. The module starts in training mode. Buffers of the
-    /// script are not visible (tch exposes only parameters).
+    /// Loads a TorchScript file saved from Python (`torch.jit.save`) with
+    /// its tensors on `device`. Parameters and buffers keep PyTorch's
+    /// dotted names ("l1.weight", "bn.running_mean") and state_dict order;
+    /// `forward` runs the script's forward, `call_method` any method;
+    /// `set_training` toggles its train/eval mode. It starts in training mode.
     pub fn load_torchscript(path: &Path, device: Device) -> Result<Module> {
         check_device(device)?;
         if !path.is_file() {
             return Err(Error::io(format!("TorchScript file {} not found", path.display())));
         }
-        let module = CModule::load_on_device(path, device).map_err(|e| {
-            Error::format(format!("{} is not a loadable TorchScript file: {}", path.display(), Error::from(e).message))
-        })?;
-        let mut script = ScriptModule { module, params: Vec::new(), source: path.to_path_buf() };
+        let cpath = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| Error::invalid(format!("path {} contains a NUL byte", path.display())))?;
+        let (dtype, index) = device_code(device);
+        let mut raw: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a NUL-terminated path and an out pointer.
+        call("loading TorchScript", |err, len| unsafe {
+            shim::fulmen_cxx_script_load(cpath.as_ptr(), dtype, index, &mut raw, err, len)
+        })
+        .map_err(|e| Error::format(format!("{} is not a loadable TorchScript file: {}", path.display(), e.message)))?;
+        let mut script = ScriptModule { raw: RawModule(raw), state: Vec::new(), source: path.to_path_buf() };
         script.refresh()?;
         script.set_training(true)?;
         Ok(Module::from_script(script))
+    }
+
+    /// Calls the TorchScript method `method` of this module with positional
+    /// `args`: `forward`, `training_step` or any other scripted method.
+    pub fn call_method(&self, method: &str, args: &[Value]) -> Result<Value> {
+        self.script()?.call(method, args)
+    }
+
+    /// The names of a TorchScript module's methods.
+    pub fn method_names(&self) -> Result<Vec<String>> {
+        self.script()?.method_names()
+    }
+
+    /// Saves a TorchScript module, with its current parameters, buffers and
+    /// mode, as a `.pt` file that `torch.jit.load` reads. Written to a
+    /// temporary file and renamed, so a crash never leaves a partial file.
+    pub fn save_torchscript(&self, path: &Path) -> Result<()> {
+        let bytes = self.script()?.to_bytes()?;
+        crate::fs_safe::write_atomic(path, &bytes).ctx(format!("saving TorchScript to {}", path.display()))
+    }
+
+    fn script(&self) -> Result<&ScriptModule> {
+        match &self.node {
+            super::module::Node::Script(s) => Ok(s),
+            _ => Err(Error::new(
+                ErrorCode::Unsupported,
+                format!("a {} is not a TorchScript module: only those have methods to call or save", self.type_name()),
+            )),
+        }
     }
 }

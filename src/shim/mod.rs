@@ -10,12 +10,14 @@ mod autocast;
 mod distributed;
 mod ops;
 mod runtime;
+mod script;
 
 pub(crate) use accelerators::*;
 pub(crate) use autocast::*;
 pub(crate) use distributed::*;
 pub(crate) use ops::*;
 pub(crate) use runtime::*;
+pub(crate) use script::*;
 
 /// Success status of a shim call.
 const OK: c_int = 0;

@@ -17,13 +17,16 @@ impl Handle for fulmen_tensor {
     const C_NAME: &'static str = "fulmen_tensor";
 }
 
+/// A handle made inside a scope: its address, serial and how to free it.
+type Scoped = (usize, u64, unsafe fn(usize, u64));
+
 thread_local! {
-    static SCOPES: RefCell<Vec<Vec<(*mut fulmen_tensor, u64)>>> = const { RefCell::new(Vec::new()) };
+    static SCOPES: RefCell<Vec<Vec<Scoped>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// While alive, every tensor handle created on this thread is recorded and
-/// freed when the scope ends, unless the host kept or freed it. The trainer
-/// opens one around each host step callback.
+/// While alive, every tensor or value handle created on this thread is
+/// recorded and freed when the scope ends, unless the host kept or freed
+/// it. The trainer opens one around each host step callback.
 pub struct TensorScope {
     _not_send: std::marker::PhantomData<*const ()>,
 }
@@ -39,30 +42,40 @@ impl TensorScope {
 impl Drop for TensorScope {
     fn drop(&mut self) {
         let created = SCOPES.with(|s| s.borrow_mut().pop()).unwrap_or_default();
-        for (p, serial) in created {
-            // SAFETY: `take_serial` ignores handles the host already freed,
-            // even when their address now holds a newer handle.
-            drop(unsafe { handle::take_serial(p, serial) });
+        for (p, serial, release) in created {
+            // SAFETY: `release` is `take_serial` of the handle's type, which
+            // ignores handles the host already freed, even when their
+            // address now holds a newer handle.
+            unsafe { release(p, serial) };
         }
     }
 }
 
-/// Hands a tensor to C as a new handle, recorded in the current scope.
-pub fn new_handle(tensor: Tensor) -> *mut fulmen_tensor {
-    let (p, serial) = handle::into_raw_with_serial(fulmen_tensor { tensor });
+unsafe fn release<T: Handle>(p: usize, serial: u64) {
+    drop(handle::take_serial(p as *mut T, serial));
+}
+
+/// Hands a value to C as a new handle, recorded in the current scope.
+pub fn new_scoped<T: Handle>(value: T) -> *mut T {
+    let (p, serial) = handle::into_raw_with_serial(value);
     SCOPES.with(|s| {
         if let Some(top) = s.borrow_mut().last_mut() {
-            top.push((p, serial));
+            top.push((p as usize, serial, release::<T>));
         }
     });
     p
 }
 
+/// Hands a tensor to C as a new handle, recorded in the current scope.
+pub fn new_handle(tensor: Tensor) -> *mut fulmen_tensor {
+    new_scoped(fulmen_tensor { tensor })
+}
+
 /// Removes a handle from every open scope: the host owns it from now on.
-pub fn keep(p: *mut fulmen_tensor) {
+pub fn keep<T>(p: *mut T) {
     SCOPES.with(|s| {
         for scope in s.borrow_mut().iter_mut() {
-            scope.retain(|(q, _)| *q != p);
+            scope.retain(|(q, _, _)| *q != p as usize);
         }
     });
 }

@@ -59,6 +59,7 @@
 #include "strategy.hpp"
 #include "tensor.hpp"
 #include "trainer.hpp"
+#include "value.hpp"
 
 #include <cstdint>
 #include <string>

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "tensor.hpp"
+#include "value.hpp"
 
 #include <string>
 #include <cstddef>
@@ -299,9 +300,15 @@ public:
             return fulmen_model_transformer_decoder_layer_new(d_model, nhead, &options, o);
         });
     }
-    /// A TorchScript module saved by torch.jit.save.
+    /// A TorchScript module saved by torch.jit.save (on the CPU).
     static Model load_torchscript(const std::string& path) {
         return make([&](fulmen_model** o) { return fulmen_model_load_torchscript(path.c_str(), o); });
+    }
+    /// A TorchScript module with its tensors on `device`.
+    static Model load_torchscript(const std::string& path, Device device) {
+        return make([&](fulmen_model** o) {
+            return fulmen_model_load_torchscript_on(path.c_str(), static_cast<int32_t>(device.type), device.index, o);
+        });
     }
 
     // ---- building --------------------------------------------------------
@@ -348,6 +355,34 @@ public:
             return fulmen_model_forward_multi(get(), path.c_str(), handles.data(), handles.size(), outs, capacity,
                                               count);
         });
+    }
+    /// Calls the scripted method `method` of a TorchScript model with
+    /// positional `args` (none may be null): `call_method("training_step",
+    /// {&batch, &index})`.
+    Value call_method(const std::string& method, const std::vector<const Value*>& args = {}) const {
+        return call_method_child("", method, args);
+    }
+    /// call_method on the TorchScript child at `path`.
+    Value call_method_child(const std::string& path, const std::string& method,
+                            const std::vector<const Value*>& args) const {
+        auto hs = Value::handles(args, "args");
+        return Value::adopt(detail::make<fulmen_value>([&](fulmen_value** o) {
+            return fulmen_model_call_method(get(), path.c_str(), method.c_str(), hs.data(), hs.size(), o);
+        }));
+    }
+    /// Saves a TorchScript model as a .pt file that torch.jit.load reads.
+    void save_torchscript(const std::string& file) const {
+        check(fulmen_model_save_torchscript(get(), nullptr, file.c_str()));
+    }
+    /// Moves every parameter and buffer to `device`, in place.
+    Model& to(Device device) {
+        check(fulmen_model_to_device(get(), static_cast<int32_t>(device.type), device.index));
+        return *this;
+    }
+    /// Casts floating parameters and buffers to the floating `dtype`, in place.
+    Model& to(DType dtype) {
+        check(fulmen_model_to_dtype(get(), static_cast<int32_t>(dtype)));
+        return *this;
     }
     /// Training mode (true, model.train()) or evaluation mode (false).
     Model& train(bool on = true) {

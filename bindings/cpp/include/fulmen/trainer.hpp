@@ -50,6 +50,8 @@ public:
     explicit Batch(const fulmen_batch* batch) noexcept : batch_(batch) {}
     /// Number of tensors (e.g. 2 for inputs and targets).
     size_t size() const { return detail::read<size_t>([&](size_t* o) { return fulmen_batch_len(batch_, o); }); }
+    /// The batch as a tuple Value (the `batch` of a scripted training_step).
+    Value to_value() const { return Value::from_batch(batch_); }
     /// Tensor `index`, as a new owning Tensor.
     Tensor get(size_t index) const {
         return Tensor::make([&](fulmen_tensor** o) { return fulmen_batch_get(batch_, index, o); });

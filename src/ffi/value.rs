@@ -1,0 +1,383 @@
+//! `fulmen_value`: what TorchScript methods take and return (tensors, None,
+//! bools, ints, floats, strings, tuples, lists and dicts), built and read
+//! by the host.
+use super::batch::fulmen_batch;
+use super::error::{fulmen_error, guard, guard_value, str_arg};
+use super::handle::{self, check_out, write_out, Handle, Shared};
+use super::model::copy_str;
+use super::tensor::handle::{emit, fulmen_tensor, keep, new_scoped, tensor_arg};
+use crate::error::{Error, ErrorCode, Result};
+use crate::nn::{Value, MAX_VALUE_DEPTH};
+use std::ffi::c_char;
+
+/// The deepest nesting of values passed to or returned by a method.
+pub const FULMEN_MAX_VALUE_DEPTH: usize = 64;
+const _: () = assert!(FULMEN_MAX_VALUE_DEPTH == MAX_VALUE_DEPTH);
+
+/// A TorchScript value: a tensor, None, bool, int (64-bit), float
+/// (64-bit), string, or a tuple, list or dict of values. Immutable once
+/// made. Free with `fulmen_value_free`; values made inside a step or hook
+/// callback are released when it returns unless kept with
+/// `fulmen_value_keep`, like tensors.
+pub struct fulmen_value {
+    pub(crate) value: Value,
+}
+
+impl Handle for fulmen_value {
+    const C_NAME: &'static str = "fulmen_value";
+}
+
+/// Borrows the value behind a handle.
+pub(crate) unsafe fn value_arg<'a>(p: *const fulmen_value, arg: &str) -> Result<Shared<'a, Value>> {
+    Ok(handle::borrow(p, arg)?.map(|h| &h.value))
+}
+
+/// Writes a new value handle through `out`.
+pub(crate) unsafe fn emit_value(out: *mut *mut fulmen_value, value: Value) -> Result<()> {
+    check_out(out, "out")?;
+    out.write(new_scoped(fulmen_value { value }));
+    Ok(())
+}
+
+/// Copies the values behind an array of `n` handles. The copy grows only
+/// as handles check out, so a wrong `n` fails at the first bad handle
+/// rather than allocating for it.
+pub(crate) unsafe fn value_list(items: *const *const fulmen_value, n: usize, arg: &str) -> Result<Vec<Value>> {
+    if n > 0 && items.is_null() {
+        return Err(Error::new(ErrorCode::NullArgument, format!("argument `{arg}` is NULL")));
+    }
+    let mut out = Vec::new();
+    for i in 0..n {
+        out.push(value_arg(*items.add(i), &format!("{arg}[{i}]"))?.shallow_clone());
+    }
+    Ok(out)
+}
+
+/// Makes the value `None`.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_none(out: *mut *mut fulmen_value) -> *mut fulmen_error {
+    guard("fulmen_value_none", || emit_value(out, Value::None))
+}
+
+/// Makes a bool value.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_bool(v: bool, out: *mut *mut fulmen_value) -> *mut fulmen_error {
+    guard("fulmen_value_bool", || emit_value(out, Value::Bool(v)))
+}
+
+/// Makes an int value (TorchScript's `int` is 64-bit).
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_int(v: i64, out: *mut *mut fulmen_value) -> *mut fulmen_error {
+    guard("fulmen_value_int", || emit_value(out, Value::Int(v)))
+}
+
+/// Makes a float value (TorchScript's `float` is 64-bit).
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_double(v: f64, out: *mut *mut fulmen_value) -> *mut fulmen_error {
+    guard("fulmen_value_double", || emit_value(out, Value::Double(v)))
+}
+
+/// Makes a string value from a NUL-terminated UTF-8 string (copied).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`s` is not UTF-8).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_string(s: *const c_char, out: *mut *mut fulmen_value) -> *mut fulmen_error {
+    guard("fulmen_value_string", || emit_value(out, Value::Str(str_arg(s, "s")?.to_owned())))
+}
+
+/// Makes a tensor value sharing `tensor`'s storage (and autograd history);
+/// `tensor` stays the caller's.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_tensor(
+    tensor: *const fulmen_tensor,
+    out: *mut *mut fulmen_value,
+) -> *mut fulmen_error {
+    guard("fulmen_value_tensor", || {
+        check_out(out, "out")?;
+        let t = tensor_arg(tensor, "tensor")?.shallow_clone();
+        emit_value(out, Value::Tensor(t))
+    })
+}
+
+/// Makes a tuple of `items[0..n]` (copied: the item handles stay the
+/// caller's). `items` may be NULL when `n` is 0.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_tuple(
+    items: *const *const fulmen_value,
+    n: usize,
+    out: *mut *mut fulmen_value,
+) -> *mut fulmen_error {
+    guard("fulmen_value_tuple", || {
+        check_out(out, "out")?;
+        emit_value(out, Value::Tuple(value_list(items, n, "items")?))
+    })
+}
+
+/// Makes a tuple of a batch's tensors, in order (sharing their storage):
+/// the `batch` argument of a scripted `training_step(batch, batch_idx)`.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_from_batch(
+    batch: *const fulmen_batch,
+    out: *mut *mut fulmen_value,
+) -> *mut fulmen_error {
+    guard("fulmen_value_from_batch", || {
+        check_out(out, "out")?;
+        let b = handle::borrow(batch, "batch")?;
+        emit_value(out, Value::Tuple(b.tensors.iter().map(|t| Value::Tensor(t.shallow_clone())).collect()))
+    })
+}
+
+/// Makes a list of `items[0..n]` (copied), typed by the items' common type
+/// (`List[Tensor]`, `List[int]`, ...) as TorchScript methods expect.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_list(
+    items: *const *const fulmen_value,
+    n: usize,
+    out: *mut *mut fulmen_value,
+) -> *mut fulmen_error {
+    guard("fulmen_value_list", || {
+        check_out(out, "out")?;
+        emit_value(out, Value::List(value_list(items, n, "items")?))
+    })
+}
+
+/// Makes a dict `{keys[i]: values[i]}` in that order (copied). Keys must
+/// all be strings, all ints, all floats or all bools; a repeated key keeps
+/// its last value. Checked when the dict is passed to a method.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_dict(
+    keys: *const *const fulmen_value,
+    values: *const *const fulmen_value,
+    n: usize,
+    out: *mut *mut fulmen_value,
+) -> *mut fulmen_error {
+    guard("fulmen_value_dict", || {
+        check_out(out, "out")?;
+        let k = value_list(keys, n, "keys")?;
+        let v = value_list(values, n, "values")?;
+        emit_value(out, Value::Dict(k.into_iter().zip(v).collect()))
+    })
+}
+
+/// Writes the value's kind, a `fulmen_value_kind`.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_get_kind(value: *const fulmen_value, out: *mut i32) -> *mut fulmen_error {
+    guard("fulmen_value_get_kind", || write_out(out, "out", value_arg(value, "value")?.kind() as i32))
+}
+
+fn wrong_kind(want: &str, v: &Value) -> Error {
+    Error::dtype(format!("the value is a {}, not {want}", v.kind_name()))
+}
+
+/// Writes a bool value.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (not a bool).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_get_bool(value: *const fulmen_value, out: *mut bool) -> *mut fulmen_error {
+    guard("fulmen_value_get_bool", || match &*value_arg(value, "value")? {
+        Value::Bool(b) => write_out(out, "out", *b),
+        v => Err(wrong_kind("a bool", v)),
+    })
+}
+
+/// Writes an int value.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (not an int).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_get_int(value: *const fulmen_value, out: *mut i64) -> *mut fulmen_error {
+    guard("fulmen_value_get_int", || match &*value_arg(value, "value")? {
+        Value::Int(i) => write_out(out, "out", *i),
+        v => Err(wrong_kind("an int", v)),
+    })
+}
+
+/// Writes a float value; an int value is converted.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (neither a float nor an int).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_get_double(value: *const fulmen_value, out: *mut f64) -> *mut fulmen_error {
+    guard("fulmen_value_get_double", || match &*value_arg(value, "value")? {
+        Value::Double(d) => write_out(out, "out", *d),
+        Value::Int(i) => write_out(out, "out", *i as f64),
+        v => Err(wrong_kind("a float", v)),
+    })
+}
+
+/// Copies a string value NUL-terminated into `buf` of `capacity` bytes and
+/// writes its length (without the NUL) to `*len_out`; when `capacity` is
+/// too small, fails with FULMEN_CODE_OUT_OF_RANGE after writing only
+/// `*len_out`.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (not a string),
+/// FULMEN_CODE_OUT_OF_RANGE (see above).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_get_string(
+    value: *const fulmen_value,
+    buf: *mut c_char,
+    capacity: usize,
+    len_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_value_get_string", || match &*value_arg(value, "value")? {
+        Value::Str(s) => copy_str(s, buf, capacity, len_out),
+        v => Err(wrong_kind("a string", v)),
+    })
+}
+
+/// Writes a new handle to a tensor value's tensor (sharing storage and
+/// autograd history).
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (not a tensor).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_get_tensor(
+    value: *const fulmen_value,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard("fulmen_value_get_tensor", || {
+        check_out(out, "out")?;
+        match &*value_arg(value, "value")? {
+            Value::Tensor(t) => emit(out, t.shallow_clone()),
+            v => Err(wrong_kind("a tensor", v)),
+        }
+    })
+}
+
+/// Writes the number of elements of a tuple or list, or of entries of a dict.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (not a tuple, list or dict).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_len(value: *const fulmen_value, out: *mut usize) -> *mut fulmen_error {
+    guard("fulmen_value_len", || match &*value_arg(value, "value")? {
+        Value::Tuple(v) | Value::List(v) => write_out(out, "out", v.len()),
+        Value::Dict(v) => write_out(out, "out", v.len()),
+        v => Err(wrong_kind("a tuple, list or dict", v)),
+    })
+}
+
+fn out_of_range(index: usize, len: usize) -> Error {
+    Error::new(ErrorCode::OutOfRange, format!("index {index} >= length {len}"))
+}
+
+/// Writes a new handle to element `index` of a tuple or list.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (not a tuple or list),
+/// FULMEN_CODE_OUT_OF_RANGE (`index` past the end).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_item(
+    value: *const fulmen_value,
+    index: usize,
+    out: *mut *mut fulmen_value,
+) -> *mut fulmen_error {
+    guard("fulmen_value_item", || {
+        check_out(out, "out")?;
+        match &*value_arg(value, "value")? {
+            Value::Tuple(v) | Value::List(v) => {
+                let item = v.get(index).ok_or_else(|| out_of_range(index, v.len()))?;
+                emit_value(out, item.shallow_clone())
+            }
+            v => Err(wrong_kind("a tuple or list", v)),
+        }
+    })
+}
+
+/// Writes new handles to the key and the value of entry `index` of a dict
+/// (in the dict's order). Either out pointer may be NULL.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (not a dict),
+/// FULMEN_CODE_OUT_OF_RANGE (`index` past the end).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_dict_entry(
+    value: *const fulmen_value,
+    index: usize,
+    key_out: *mut *mut fulmen_value,
+    value_out: *mut *mut fulmen_value,
+) -> *mut fulmen_error {
+    guard("fulmen_value_dict_entry", || match &*value_arg(value, "value")? {
+        Value::Dict(v) => {
+            let (k, x) = v.get(index).ok_or_else(|| out_of_range(index, v.len()))?;
+            if !key_out.is_null() {
+                key_out.write(new_scoped(fulmen_value { value: k.shallow_clone() }));
+            }
+            if !value_out.is_null() {
+                value_out.write(new_scoped(fulmen_value { value: x.shallow_clone() }));
+            }
+            Ok(())
+        }
+        v => Err(wrong_kind("a dict", v)),
+    })
+}
+
+/// Writes a new handle to the value of a dict's string key `key`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`key` is not UTF-8, or the dict
+/// has no such key; the message lists its keys), FULMEN_CODE_DTYPE_MISMATCH
+/// (not a dict).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_dict_get(
+    value: *const fulmen_value,
+    key: *const c_char,
+    out: *mut *mut fulmen_value,
+) -> *mut fulmen_error {
+    guard("fulmen_value_dict_get", || {
+        check_out(out, "out")?;
+        let key = str_arg(key, "key")?;
+        match &*value_arg(value, "value")? {
+            Value::Dict(v) => {
+                let found = v.iter().find(|(k, _)| matches!(k, Value::Str(s) if s == key));
+                match found {
+                    Some((_, x)) => emit_value(out, x.shallow_clone()),
+                    None => {
+                        let keys: Vec<String> = v
+                            .iter()
+                            .map(|(k, _)| match k {
+                                Value::Str(s) => format!("{s:?}"),
+                                other => other.kind_name().to_owned(),
+                            })
+                            .collect();
+                        Err(Error::invalid(format!("the dict has no key {key:?}; its keys: [{}]", keys.join(", "))))
+                    }
+                }
+            }
+            v => Err(wrong_kind("a dict", v)),
+        }
+    })
+}
+
+/// Takes a value made inside a step or hook callback out of the callback's
+/// scope: the caller frees it with `fulmen_value_free`.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_keep(value: *mut fulmen_value) -> *mut fulmen_error {
+    guard("fulmen_value_keep", || {
+        handle::check(value, "value")?;
+        keep(value);
+        Ok(())
+    })
+}
+
+/// Frees a value handle (the tensors it holds live on where still used).
+/// NULL or an already freed handle is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_value_free(value: *mut fulmen_value) {
+    guard_value((), || drop(handle::take(value)));
+}
