@@ -10,6 +10,8 @@ MNIST := $(DEPS)/data/mnist_5k.csv.gz
 LEE := $(DEPS)/data/lee_background.txt
 # The El Nino series (monthly sea surface temperatures) for the forecaster.
 ELNINO := $(DEPS)/data/elnino.csv
+# Fair's affairs survey (statsmodels), for examples/c/finetune.c.
+FAIR := $(DEPS)/data/fair.csv
 # Python with torch 2.13.0 (CPU), Lightning and safetensors: interop tests, benchmarks.
 VENV := $(DEPS)/venv
 VENV_STAMP := $(VENV)/.fulmen-venv-ready
@@ -63,7 +65,10 @@ $(LEE):
 	bash scripts/fetch-lee.sh $@
 
 $(ELNINO):
-	bash scripts/fetch-elnino.sh $@
+	bash scripts/fetch-statsmodels-data.sh elnino/elnino.csv $@
+
+$(FAIR):
+	bash scripts/fetch-statsmodels-data.sh fair/fair.csv $@
 
 # After libtorch, so the torch wheel it downloaded is reused.
 $(VENV_STAMP): | $(LIBTORCH_STAMP)
@@ -112,8 +117,9 @@ test-go: lib $(MNIST) $(LEE) $(ELNINO) $(VENV_STAMP)
 
 # Interop with the real PyTorch: DDP jobs mixing fulmen and Python ranks;
 # per-step parity and resumes against Lightning's own Trainer.
-test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/lightning_parity $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(LEE) $(ELNINO) $(VENV_STAMP)
-	@rm -rf $(BUILD)/interop/ddp-mixed $(BUILD)/interop/lightning-parity $(BUILD)/interop/charlm-twin $(BUILD)/interop/forecast-twin
+test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/lightning_parity $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(LEE) $(ELNINO) $(FAIR) $(VENV_STAMP)
+	@rm -rf $(BUILD)/interop/ddp-mixed $(BUILD)/interop/lightning-parity $(BUILD)/interop/charlm-twin $(BUILD)/interop/forecast-twin $(BUILD)/interop/finetune
+	$(VENV)/bin/python tests/interop/finetune_check.py --binary $(BUILD)/examples/finetune --data $(FAIR) --work $(BUILD)/interop/finetune
 	$(VENV)/bin/python tests/interop/charlm_twin.py --binary $(BUILD)/examples/charlm --data $(LEE) --work $(BUILD)/interop/charlm-twin
 	$(VENV)/bin/python tests/interop/forecast_twin.py --binary $(BUILD)/examples/forecast --data $(ELNINO) --work $(BUILD)/interop/forecast-twin
 	$(VENV)/bin/python tests/interop/ddp_mixed.py --rank-binary $(BUILD)/interop/ddp_rank --work $(BUILD)/interop/ddp-mixed
@@ -230,6 +236,10 @@ $(BUILD)/examples/charlm: examples/c/charlm.c include/fulmen.h lib
 $(BUILD)/examples/forecast: examples/c/forecast.c include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK) -lm
+
+$(BUILD)/examples/finetune: examples/c/finetune.c include/fulmen.h lib
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 
 # fulmen against libtorch 2.11 (tch 0.24), for hosts whose PyTorch is 2.11.
 # Cargo cannot hold both torch-sys versions in one manifest, so this build

@@ -5986,7 +5986,8 @@ struct fulmen_error *fulmen_value_tensor(const struct fulmen_tensor *tensor,
  * Makes a tuple of `items[0..n]` (copied: the item handles stay the
  * caller's). `items` may be NULL when `n` is 0.
  *
- * Errors: the common ones only.
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (it would nest deeper than
+ * FULMEN_MAX_VALUE_DEPTH).
  */
 struct fulmen_error *fulmen_value_tuple(const struct fulmen_value *const *items,
                                         size_t n,
@@ -6005,7 +6006,8 @@ struct fulmen_error *fulmen_value_from_batch(const struct fulmen_batch *batch,
  * Makes a list of `items[0..n]` (copied), typed by the items' common type
  * (`List[Tensor]`, `List[int]`, ...) as TorchScript methods expect.
  *
- * Errors: the common ones only.
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (it would nest deeper than
+ * FULMEN_MAX_VALUE_DEPTH).
  */
 struct fulmen_error *fulmen_value_list(const struct fulmen_value *const *items,
                                        size_t n,
@@ -6016,7 +6018,8 @@ struct fulmen_error *fulmen_value_list(const struct fulmen_value *const *items,
  * all be strings, all ints, all floats or all bools; a repeated key keeps
  * its last value. Checked when the dict is passed to a method.
  *
- * Errors: the common ones only.
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (it would nest deeper than
+ * FULMEN_MAX_VALUE_DEPTH).
  */
 struct fulmen_error *fulmen_value_dict(const struct fulmen_value *const *keys,
                                        const struct fulmen_value *const *values,

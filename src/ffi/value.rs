@@ -53,6 +53,16 @@ pub(crate) unsafe fn value_list(items: *const *const fulmen_value, n: usize, arg
     Ok(out)
 }
 
+/// Items of a new container, refused when it would nest deeper than
+/// FULMEN_MAX_VALUE_DEPTH (so no value is ever too deep to copy or free).
+fn container(items: Vec<Value>) -> Result<Vec<Value>> {
+    let depth = items.iter().map(Value::depth).max().map_or(1, |d| d + 1);
+    if depth > MAX_VALUE_DEPTH {
+        return Err(Error::invalid(format!("a value nested deeper than FULMEN_MAX_VALUE_DEPTH ({MAX_VALUE_DEPTH})")));
+    }
+    Ok(items)
+}
+
 /// Makes the value `None`.
 ///
 /// Errors: the common ones only.
@@ -112,7 +122,8 @@ pub unsafe extern "C" fn fulmen_value_tensor(
 /// Makes a tuple of `items[0..n]` (copied: the item handles stay the
 /// caller's). `items` may be NULL when `n` is 0.
 ///
-/// Errors: the common ones only.
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (it would nest deeper than
+/// FULMEN_MAX_VALUE_DEPTH).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_value_tuple(
     items: *const *const fulmen_value,
@@ -121,7 +132,7 @@ pub unsafe extern "C" fn fulmen_value_tuple(
 ) -> *mut fulmen_error {
     guard("fulmen_value_tuple", || {
         check_out(out, "out")?;
-        emit_value(out, Value::Tuple(value_list(items, n, "items")?))
+        emit_value(out, Value::Tuple(container(value_list(items, n, "items")?)?))
     })
 }
 
@@ -144,7 +155,8 @@ pub unsafe extern "C" fn fulmen_value_from_batch(
 /// Makes a list of `items[0..n]` (copied), typed by the items' common type
 /// (`List[Tensor]`, `List[int]`, ...) as TorchScript methods expect.
 ///
-/// Errors: the common ones only.
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (it would nest deeper than
+/// FULMEN_MAX_VALUE_DEPTH).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_value_list(
     items: *const *const fulmen_value,
@@ -153,7 +165,7 @@ pub unsafe extern "C" fn fulmen_value_list(
 ) -> *mut fulmen_error {
     guard("fulmen_value_list", || {
         check_out(out, "out")?;
-        emit_value(out, Value::List(value_list(items, n, "items")?))
+        emit_value(out, Value::List(container(value_list(items, n, "items")?)?))
     })
 }
 
@@ -161,7 +173,8 @@ pub unsafe extern "C" fn fulmen_value_list(
 /// all be strings, all ints, all floats or all bools; a repeated key keeps
 /// its last value. Checked when the dict is passed to a method.
 ///
-/// Errors: the common ones only.
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (it would nest deeper than
+/// FULMEN_MAX_VALUE_DEPTH).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_value_dict(
     keys: *const *const fulmen_value,
@@ -171,8 +184,8 @@ pub unsafe extern "C" fn fulmen_value_dict(
 ) -> *mut fulmen_error {
     guard("fulmen_value_dict", || {
         check_out(out, "out")?;
-        let k = value_list(keys, n, "keys")?;
-        let v = value_list(values, n, "values")?;
+        let k = container(value_list(keys, n, "keys")?)?;
+        let v = container(value_list(values, n, "values")?)?;
         emit_value(out, Value::Dict(k.into_iter().zip(v).collect()))
     })
 }

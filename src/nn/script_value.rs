@@ -88,6 +88,17 @@ impl Value {
         }
     }
 
+    /// How deeply containers nest: 0 for a scalar or tensor, 1 for a list
+    /// of them, ...
+    pub fn depth(&self) -> usize {
+        let deepest = |v: &mut dyn Iterator<Item = &Value>| v.map(Value::depth).max().map_or(1, |d| d + 1);
+        match self {
+            Value::Tuple(v) | Value::List(v) => deepest(&mut v.iter()),
+            Value::Dict(v) => deepest(&mut v.iter().flat_map(|(k, x)| [k, x])),
+            _ => 0,
+        }
+    }
+
     /// TorchScript's name for the kind of value ("Tensor", "Tuple", ...).
     pub fn kind_name(&self) -> &'static str {
         match self {

@@ -206,6 +206,22 @@ static void test_values(void) {
               FULMEN_CODE_INVALID_ARGUMENT, "dict keys");
     fulmen_value *rest[] = {mixed, keys[1], d[0], d[1], d[2], ints[0], ints[1], args[0], args[1], args[2], args[3], args[4]};
     for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) fulmen_value_free(rest[i]);
+    /* values nest at most FULMEN_MAX_VALUE_DEPTH deep */
+    fulmen_value *deep = NULL, *next = NULL;
+    CHECK_OK(fulmen_value_none(&deep));
+    int levels = 0;
+    fulmen_error *deep_err = NULL;
+    while (levels < FULMEN_MAX_VALUE_DEPTH + 5) {
+        deep_err = fulmen_value_list((const fulmen_value *const *)&deep, 1, &next);
+        if (deep_err != NULL) break;
+        fulmen_value_free(deep);
+        deep = next;
+        levels++;
+    }
+    CHECK(levels == FULMEN_MAX_VALUE_DEPTH);
+    CHECK(deep_err != NULL && fulmen_error_code(deep_err) == FULMEN_CODE_INVALID_ARGUMENT);
+    fulmen_error_free(deep_err);
+    fulmen_value_free(deep);
     /* a native model has no methods to call or save */
     fulmen_model *lin = NULL;
     CHECK_OK(fulmen_model_linear_new(2, 2, true, &lin));
