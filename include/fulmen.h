@@ -759,6 +759,20 @@ typedef enum fulmen_value_kind {
 } fulmen_value_kind;
 
 /**
+ * Which fan Kaiming initialisation preserves (`fulmen_fan_mode`).
+ */
+typedef enum fulmen_fan_mode {
+  /**
+   * `mode="fan_in"`: the forward pass's variance.
+   */
+  FULMEN_FAN_MODE_FAN_IN = 0,
+  /**
+   * `mode="fan_out"`: the backward pass's variance.
+   */
+  FULMEN_FAN_MODE_FAN_OUT = 1,
+} fulmen_fan_mode;
+
+/**
  * An accelerator from the registry. Free with `fulmen_accelerator_free`.
  */
 typedef struct fulmen_accelerator fulmen_accelerator;
@@ -2516,6 +2530,87 @@ struct fulmen_error *fulmen_hook_context_exception(const struct fulmen_hook_cont
                                                    char *buf,
                                                    size_t capacity,
                                                    size_t *len_out);
+
+/**
+ * `nn.init.calculate_gain(nonlinearity, param)`: "linear", "conv1d",
+ * "conv2d", "conv3d", "conv_transpose1d/2d/3d", "sigmoid", "tanh", "relu",
+ * "leaky_relu" (`param` its negative slope, NaN for 0.01) or "selu".
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown nonlinearity, or one not UTF-8).
+ */
+struct fulmen_error *fulmen_init_calculate_gain(const char *nonlinearity,
+                                                double param,
+                                                double *out);
+
+/**
+ * `nn.init.xavier_uniform_(tensor, gain)` under no_grad.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (fewer than 2 dimensions),
+ * FULMEN_CODE_DTYPE_MISMATCH (not floating), FULMEN_CODE_INVALID_ARGUMENT
+ * (gain not finite).
+ * Thread rules: the caller keeps other threads off `tensor` meanwhile.
+ */
+struct fulmen_error *fulmen_init_xavier_uniform_(const struct fulmen_tensor *tensor, double gain);
+
+/**
+ * `nn.init.xavier_normal_(tensor, gain)` under no_grad.
+ *
+ * Errors: as `fulmen_init_xavier_uniform_`.
+ * Thread rules: as `fulmen_init_xavier_uniform_`.
+ */
+struct fulmen_error *fulmen_init_xavier_normal_(const struct fulmen_tensor *tensor, double gain);
+
+/**
+ * `nn.init.kaiming_uniform_(tensor, a, mode, nonlinearity)` under
+ * no_grad: `a` is leaky_relu's negative slope, `mode` a `fulmen_fan_mode`,
+ * `nonlinearity` as for `fulmen_init_calculate_gain` (PyTorch's default
+ * is "leaky_relu"). A tensor with no elements is left alone.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (fewer than 2 dimensions),
+ * FULMEN_CODE_DTYPE_MISMATCH (not floating), FULMEN_CODE_INVALID_ARGUMENT
+ * (an unknown mode or nonlinearity).
+ * Thread rules: as `fulmen_init_xavier_uniform_`.
+ */
+struct fulmen_error *fulmen_init_kaiming_uniform_(const struct fulmen_tensor *tensor,
+                                                  double a,
+                                                  int32_t mode,
+                                                  const char *nonlinearity);
+
+/**
+ * `nn.init.kaiming_normal_(tensor, a, mode, nonlinearity)` under no_grad.
+ *
+ * Errors: as `fulmen_init_kaiming_uniform_`.
+ * Thread rules: as `fulmen_init_xavier_uniform_`.
+ */
+struct fulmen_error *fulmen_init_kaiming_normal_(const struct fulmen_tensor *tensor,
+                                                 double a,
+                                                 int32_t mode,
+                                                 const char *nonlinearity);
+
+/**
+ * `nn.init.orthogonal_(tensor, gain)` under no_grad (rows: dimension 0,
+ * columns: the others flattened).
+ *
+ * Errors: as `fulmen_init_xavier_uniform_`, and FULMEN_CODE_TORCH (the QR
+ * decomposition failed).
+ * Thread rules: as `fulmen_init_xavier_uniform_`.
+ */
+struct fulmen_error *fulmen_init_orthogonal_(const struct fulmen_tensor *tensor, double gain);
+
+/**
+ * `nn.init.trunc_normal_(tensor, mean, std, a, b)` under no_grad, by
+ * PyTorch 2.13's rejection sampling (gives up after 10,000 rounds).
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (not floating),
+ * FULMEN_CODE_INVALID_ARGUMENT (arguments not finite, std <= 0, a >= b, or
+ * no sample fell in [a, b] in 10,000 rounds).
+ * Thread rules: as `fulmen_init_xavier_uniform_`.
+ */
+struct fulmen_error *fulmen_init_trunc_normal_(const struct fulmen_tensor *tensor,
+                                               double mean,
+                                               double std,
+                                               double a,
+                                               double b);
 
 /**
  * Adds a host logger that receives every metric the file loggers get (and
@@ -5062,6 +5157,123 @@ struct fulmen_error *fulmen_tensor_compare_scalar(const struct fulmen_tensor *x,
                                                   double value,
                                                   int32_t op,
                                                   struct fulmen_tensor **out);
+
+/**
+ * `tensor.copy_(src)` under no_grad: `src` broadcast to `tensor`'s shape
+ * and converted to its dtype and device, written into its storage (a
+ * parameter from `fulmen_model_state_dict_get` changes in the model).
+ *
+ * Errors: FULMEN_CODE_TORCH (shapes that do not broadcast, a tensor that
+ * cannot be written, e.g. an expanded view).
+ * Thread rules: the caller keeps other threads off `tensor` meanwhile.
+ */
+struct fulmen_error *fulmen_tensor_copy_(const struct fulmen_tensor *tensor,
+                                         const struct fulmen_tensor *src);
+
+/**
+ * Overwrites `tensor` with `nbytes` of row-major host data of the
+ * `fulmen_dtype` `dtype` (converted to the tensor's dtype and device):
+ * sets a parameter from a host buffer. `nbytes` must be the tensor's
+ * element count times the size of `dtype`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+ * FULMEN_CODE_SHAPE_MISMATCH (`nbytes` does not match),
+ * FULMEN_CODE_INVALID_ARGUMENT (bool data other than 0 / 1),
+ * FULMEN_CODE_TORCH (the tensor cannot be written).
+ * Thread rules: as `fulmen_tensor_copy_`.
+ */
+struct fulmen_error *fulmen_tensor_copy_from_host(const struct fulmen_tensor *tensor,
+                                                  const void *data,
+                                                  size_t nbytes,
+                                                  int32_t dtype);
+
+/**
+ * `tensor.fill_(value)` under no_grad (`nn.init.constant_`; `zeros_` and
+ * `ones_` are 0 and 1).
+ *
+ * Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
+ * Thread rules: as `fulmen_tensor_copy_`.
+ */
+struct fulmen_error *fulmen_tensor_fill_(const struct fulmen_tensor *tensor, double value);
+
+/**
+ * `tensor.zero_()` under no_grad.
+ *
+ * Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
+ * Thread rules: as `fulmen_tensor_copy_`.
+ */
+struct fulmen_error *fulmen_tensor_zero_(const struct fulmen_tensor *tensor);
+
+/**
+ * `tensor.add_(other, alpha=alpha)` under no_grad: `tensor += alpha *
+ * other`, `other` broadcast (an EMA update is `mul_scalar_(decay)` then
+ * `add_(param, 1 - decay)`).
+ *
+ * Errors: FULMEN_CODE_TORCH (shapes or dtypes that do not fit).
+ * Thread rules: as `fulmen_tensor_copy_`.
+ */
+struct fulmen_error *fulmen_tensor_add_(const struct fulmen_tensor *tensor,
+                                        const struct fulmen_tensor *other,
+                                        double alpha);
+
+/**
+ * `tensor.add_(value)` under no_grad.
+ *
+ * Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
+ * Thread rules: as `fulmen_tensor_copy_`.
+ */
+struct fulmen_error *fulmen_tensor_add_scalar_(const struct fulmen_tensor *tensor, double value);
+
+/**
+ * `tensor.mul_(other)` under no_grad, `other` broadcast (a pruning mask).
+ *
+ * Errors: FULMEN_CODE_TORCH (shapes or dtypes that do not fit).
+ * Thread rules: as `fulmen_tensor_copy_`.
+ */
+struct fulmen_error *fulmen_tensor_mul_(const struct fulmen_tensor *tensor,
+                                        const struct fulmen_tensor *other);
+
+/**
+ * `tensor.mul_(value)` under no_grad.
+ *
+ * Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
+ * Thread rules: as `fulmen_tensor_copy_`.
+ */
+struct fulmen_error *fulmen_tensor_mul_scalar_(const struct fulmen_tensor *tensor, double value);
+
+/**
+ * `tensor.clamp_(min, max)` under no_grad; a NaN bound leaves that side open.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (min > max), FULMEN_CODE_TORCH (the
+ * tensor cannot be written).
+ * Thread rules: as `fulmen_tensor_copy_`.
+ */
+struct fulmen_error *fulmen_tensor_clamp_(const struct fulmen_tensor *tensor,
+                                          double min,
+                                          double max);
+
+/**
+ * `tensor.uniform_(low, high)` under no_grad, from the global generator
+ * (`fulmen_manual_seed`; the same seed gives PyTorch's values).
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (not floating),
+ * FULMEN_CODE_INVALID_ARGUMENT (bounds not finite, or low > high).
+ * Thread rules: as `fulmen_tensor_copy_`.
+ */
+struct fulmen_error *fulmen_tensor_uniform_(const struct fulmen_tensor *tensor,
+                                            double low,
+                                            double high);
+
+/**
+ * `tensor.normal_(mean, std)` under no_grad, from the global generator.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (not floating),
+ * FULMEN_CODE_INVALID_ARGUMENT (mean or std not finite, std negative).
+ * Thread rules: as `fulmen_tensor_copy_`.
+ */
+struct fulmen_error *fulmen_tensor_normal_(const struct fulmen_tensor *tensor,
+                                           double mean,
+                                           double std);
 
 /**
  * `out = a + b`, broadcasting as PyTorch does.

@@ -200,8 +200,22 @@ func FromSlice[T Element](data []T, shape ...int64) (*Tensor, error) {
 		shape = []int64{int64(len(data))}
 	}
 	dt := DTypeOf[T]()
-	var p unsafe.Pointer
-	nbytes := len(data) * dt.Size()
+	p, nbytes, held := hostBytes(data)
+	sp, nd := shapeArg(shape)
+	var out *C.fulmen_tensor
+	err := check(C.fulmen_tensor_from_data(p, C.size_t(nbytes), C.int32_t(dt), sp, nd, &out))
+	runtime.KeepAlive(held)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// hostBytes is data as the C API reads host buffers (bools as bytes 0 / 1):
+// its address, its size in bytes, and what to keep alive until the call
+// returns.
+func hostBytes[T Element](data []T) (unsafe.Pointer, int, any) {
+	nbytes := len(data) * DTypeOf[T]().Size()
 	if bs, ok := any(data).([]bool); ok {
 		b := make([]byte, len(bs))
 		for i, v := range bs {
@@ -209,21 +223,15 @@ func FromSlice[T Element](data []T, shape ...int64) (*Tensor, error) {
 				b[i] = 1
 			}
 		}
-		if len(b) > 0 {
-			p = unsafe.Pointer(&b[0])
+		if len(b) == 0 {
+			return nil, 0, b
 		}
-		defer runtime.KeepAlive(b)
-	} else if len(data) > 0 {
-		p = unsafe.Pointer(&data[0])
+		return unsafe.Pointer(&b[0]), nbytes, b
 	}
-	sp, nd := shapeArg(shape)
-	var out *C.fulmen_tensor
-	err := check(C.fulmen_tensor_from_data(p, C.size_t(nbytes), C.int32_t(dt), sp, nd, &out))
-	runtime.KeepAlive(data)
-	if err != nil {
-		return nil, err
+	if len(data) == 0 {
+		return nil, 0, data
 	}
-	return newTensor(out), nil
+	return unsafe.Pointer(&data[0]), nbytes, data
 }
 
 // Scalar creates a 0-dimensional CPU tensor holding value as dtype.

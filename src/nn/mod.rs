@@ -1,6 +1,7 @@
 //! Neural-network modules: a tree of layers named as in `torch.nn`, state
 //! dicts, safetensors I/O and TorchScript loading.
 pub mod init;
+pub mod init_fns;
 pub mod layers;
 mod module;
 mod safetensors_io;

@@ -3,6 +3,7 @@ pub mod device;
 pub mod dtype;
 pub mod functional;
 pub mod grad;
+pub mod inplace;
 pub mod ops;
 pub mod runtime;
 pub mod scaled;

@@ -46,24 +46,35 @@ pub unsafe extern "C" fn fulmen_tensor_from_data(
 ) -> *mut fulmen_error {
     guard("fulmen_tensor_from_data", || {
         crate::ffi::handle::check_out(out, "out")?;
-        let dt = DType::from_i32(dtype)?;
         let s = shape_arg(shape, ndim)?;
-        let numel = check_shape(s)?;
-        let want = numel
-            .checked_mul(dt.size())
-            .ok_or_else(|| Error::shape(format!("shape {s:?} of {} has too many bytes", dt.name())))?;
-        if nbytes != want {
-            return Err(Error::shape(format!("shape {s:?} of {} needs {want} bytes, got {nbytes}", dt.name())));
-        }
-        if want > 0 && data.is_null() {
-            return Err(Error::new(ErrorCode::NullArgument, "argument `data` is NULL"));
-        }
-        let bytes: &[u8] = if want == 0 { &[] } else { std::slice::from_raw_parts(data as *const u8, want) };
-        if dt == DType::Bool && bytes.iter().any(|b| *b > 1) {
-            return Err(Error::invalid("bool data must hold only bytes 0 and 1"));
-        }
-        emit(out, Tensor::f_from_data_size(bytes, s, dt.kind())?)
+        emit(out, host_tensor(data, nbytes, dtype, s)?)
     })
+}
+
+/// A CPU tensor of shape `s` holding a copy of `nbytes` host bytes of the
+/// `fulmen_dtype` `dtype`, checked as `fulmen_tensor_from_data` documents.
+pub(crate) unsafe fn host_tensor(
+    data: *const std::ffi::c_void,
+    nbytes: usize,
+    dtype: i32,
+    s: &[i64],
+) -> Result<Tensor> {
+    let dt = DType::from_i32(dtype)?;
+    let numel = check_shape(s)?;
+    let want = numel
+        .checked_mul(dt.size())
+        .ok_or_else(|| Error::shape(format!("shape {s:?} of {} has too many bytes", dt.name())))?;
+    if nbytes != want {
+        return Err(Error::shape(format!("shape {s:?} of {} needs {want} bytes, got {nbytes}", dt.name())));
+    }
+    if want > 0 && data.is_null() {
+        return Err(Error::new(ErrorCode::NullArgument, "argument `data` is NULL"));
+    }
+    let bytes: &[u8] = if want == 0 { &[] } else { std::slice::from_raw_parts(data as *const u8, want) };
+    if dt == DType::Bool && bytes.iter().any(|b| *b > 1) {
+        return Err(Error::invalid("bool data must hold only bytes 0 and 1"));
+    }
+    Ok(Tensor::f_from_data_size(bytes, s, dt.kind())?)
 }
 
 unsafe fn filled(

@@ -19,6 +19,7 @@ pub mod gen_select;
 pub mod gen_shape;
 pub mod handle;
 pub mod index;
+pub mod inplace;
 pub mod math;
 pub mod query;
 pub mod reduce;

@@ -525,6 +525,67 @@ public:
         return out;
     }
 
+    // ---- in place, under no_grad (parameters, buffers, EMA copies) -------
+
+    /// copy_(src): src broadcast, converted to this tensor's dtype and device.
+    const Tensor& copy_(const Tensor& src) const {
+        check(fulmen_tensor_copy_(get(), src.get()));
+        return *this;
+    }
+    /// Overwrites the values with host data (as many elements, any dtype).
+    template <class T>
+    const Tensor& copy_from(const std::vector<T>& values) const {
+        static const T none{};
+        const T* data = values.empty() ? &none : values.data();
+        check(fulmen_tensor_copy_from_host(get(), data, values.size() * sizeof(T), static_cast<int32_t>(dtype_of<T>)));
+        return *this;
+    }
+    /// fill_(value) (nn.init.constant_).
+    const Tensor& fill_(double value) const {
+        check(fulmen_tensor_fill_(get(), value));
+        return *this;
+    }
+    /// zero_().
+    const Tensor& zero_() const {
+        check(fulmen_tensor_zero_(get()));
+        return *this;
+    }
+    /// add_(other, alpha): this += alpha * other.
+    const Tensor& add_(const Tensor& other, double alpha = 1.0) const {
+        check(fulmen_tensor_add_(get(), other.get(), alpha));
+        return *this;
+    }
+    /// add_(value).
+    const Tensor& add_(double value) const {
+        check(fulmen_tensor_add_scalar_(get(), value));
+        return *this;
+    }
+    /// mul_(other), other broadcast.
+    const Tensor& mul_(const Tensor& other) const {
+        check(fulmen_tensor_mul_(get(), other.get()));
+        return *this;
+    }
+    /// mul_(value).
+    const Tensor& mul_(double value) const {
+        check(fulmen_tensor_mul_scalar_(get(), value));
+        return *this;
+    }
+    /// clamp_(min, max); NaN leaves a side open.
+    const Tensor& clamp_(double min, double max) const {
+        check(fulmen_tensor_clamp_(get(), min, max));
+        return *this;
+    }
+    /// uniform_(low, high) from the global generator.
+    const Tensor& uniform_(double low = 0.0, double high = 1.0) const {
+        check(fulmen_tensor_uniform_(get(), low, high));
+        return *this;
+    }
+    /// normal_(mean, std) from the global generator.
+    const Tensor& normal_(double mean = 0.0, double std = 1.0) const {
+        check(fulmen_tensor_normal_(get(), mean, std));
+        return *this;
+    }
+
     // ---- generated ops (src/tensor/ops/table.rs) ----------------------
 
 #include "tensor_methods_gen.inc"

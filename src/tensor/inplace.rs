@@ -1,0 +1,103 @@
+//! In-place changes of existing tensors (parameters, buffers, EMA or SWA
+//! copies), as `torch.no_grad()` code makes them: every function runs under
+//! no_grad, writes into the tensor's own storage (every handle sharing it
+//! sees the change) and is not recorded by autograd.
+use super::dtype::is_floating;
+use crate::error::{Error, Result};
+use tch::Tensor;
+
+fn no_grad<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    tch::no_grad(f)
+}
+
+fn floating(t: &Tensor, what: &str) -> Result<()> {
+    let kind = t.f_kind()?;
+    if !is_floating(kind) {
+        return Err(Error::dtype(format!("{what}: the tensor is {kind:?}, a floating-point tensor is needed")));
+    }
+    Ok(())
+}
+
+fn finite(v: f64, name: &str, what: &str) -> Result<()> {
+    if !v.is_finite() {
+        return Err(Error::invalid(format!("{what}: {name} must be finite, got {v}")));
+    }
+    Ok(())
+}
+
+/// `dst.copy_(src)`: `src` broadcast to `dst`'s shape, converted to its
+/// dtype and device.
+pub fn copy_(dst: &Tensor, src: &Tensor) -> Result<()> {
+    no_grad(|| Ok(dst.shallow_clone().f_copy_(src)?))
+}
+
+/// `t.fill_(value)` (`nn.init.constant_`; 0 and 1 are `zeros_` / `ones_`).
+pub fn fill_(t: &Tensor, value: f64) -> Result<()> {
+    no_grad(|| Ok(t.shallow_clone().f_fill_(value).map(drop)?))
+}
+
+/// `t.zero_()`.
+pub fn zero_(t: &Tensor) -> Result<()> {
+    no_grad(|| Ok(t.shallow_clone().f_zero_().map(drop)?))
+}
+
+/// `t.add_(other, alpha=alpha)`: `t += alpha * other`, `other` broadcast.
+pub fn add_(t: &Tensor, other: &Tensor, alpha: f64) -> Result<()> {
+    no_grad(|| super::scaled::add_(&mut t.shallow_clone(), other, alpha))
+}
+
+/// `t.add_(value)`.
+pub fn add_scalar_(t: &Tensor, value: f64) -> Result<()> {
+    no_grad(|| Ok(t.shallow_clone().f_add_scalar_(value).map(drop)?))
+}
+
+/// `t.mul_(other)`, `other` broadcast.
+pub fn mul_(t: &Tensor, other: &Tensor) -> Result<()> {
+    no_grad(|| Ok(t.shallow_clone().f_mul_(other).map(drop)?))
+}
+
+/// `t.mul_(value)`.
+pub fn mul_scalar_(t: &Tensor, value: f64) -> Result<()> {
+    no_grad(|| Ok(t.shallow_clone().f_mul_scalar_(value).map(drop)?))
+}
+
+/// `t.clamp_(min, max)`; `None` leaves that side open.
+pub fn clamp_(t: &Tensor, min: Option<f64>, max: Option<f64>) -> Result<()> {
+    if let (Some(lo), Some(hi)) = (min, max) {
+        if lo > hi {
+            return Err(Error::invalid(format!("clamp_: min {lo} > max {hi}")));
+        }
+    }
+    no_grad(|| {
+        let mut x = t.shallow_clone();
+        match (min, max) {
+            (Some(lo), Some(hi)) => drop(x.f_clamp_(lo, hi)?),
+            (Some(lo), None) => drop(x.f_clamp_min_(lo)?),
+            (None, Some(hi)) => drop(x.f_clamp_max_(hi)?),
+            (None, None) => {}
+        }
+        Ok(())
+    })
+}
+
+/// `t.uniform_(low, high)` from the global generator (`fulmen_manual_seed`).
+pub fn uniform_(t: &Tensor, low: f64, high: f64) -> Result<()> {
+    floating(t, "uniform_")?;
+    finite(low, "low", "uniform_")?;
+    finite(high, "high", "uniform_")?;
+    if low > high {
+        return Err(Error::invalid(format!("uniform_: low {low} > high {high}")));
+    }
+    no_grad(|| Ok(t.shallow_clone().f_uniform_(low, high).map(drop)?))
+}
+
+/// `t.normal_(mean, std)` from the global generator.
+pub fn normal_(t: &Tensor, mean: f64, std: f64) -> Result<()> {
+    floating(t, "normal_")?;
+    finite(mean, "mean", "normal_")?;
+    finite(std, "std", "normal_")?;
+    if std < 0.0 {
+        return Err(Error::invalid(format!("normal_: std {std} is negative")));
+    }
+    no_grad(|| Ok(t.shallow_clone().f_normal_(mean, std).map(drop)?))
+}
