@@ -171,6 +171,11 @@
 #define FULMEN_LOG_SYNC_DIST 8
 
 /**
+ * The most results a host forward returns.
+ */
+#define FULMEN_MAX_HOST_OUTPUTS 16
+
+/**
  * The most inputs `fulmen_model_forward_multi` takes.
  */
 #define FULMEN_MAX_FORWARD_INPUTS 16
@@ -815,6 +820,12 @@ typedef struct fulmen_error fulmen_error;
 typedef struct fulmen_hook_context fulmen_hook_context;
 
 /**
+ * The module a host forward runs for: its tensors, children and mode.
+ * Borrowed: valid only during the forward callback.
+ */
+typedef struct fulmen_host_call fulmen_host_call;
+
+/**
  * The user's model logic: step functions, optimizer set-up, and the model
  * they train. Free with `fulmen_lightning_module_free`.
  */
@@ -1229,6 +1240,42 @@ typedef struct fulmen_iterator_vtable {
    */
   int64_t num_batches;
 } fulmen_iterator_vtable;
+
+/**
+ * A host module's forward pass. Set `struct_size` to
+ * `sizeof(fulmen_host_module_vtable)`.
+ */
+typedef struct fulmen_host_module_vtable {
+  /**
+   * `sizeof(fulmen_host_module_vtable)`.
+   */
+  size_t struct_size;
+  /**
+   * Passed to `forward`.
+   */
+  void *userdata;
+  /**
+   * Called once when the module is dropped; may be NULL.
+   */
+  void (*userdata_free)(void*);
+  /**
+   * How many tensors `forward` writes (1..=FULMEN_MAX_HOST_OUTPUTS).
+   */
+  size_t num_outputs;
+  /**
+   * The forward pass: reads `inputs[0..n_inputs]` (borrowed; NULL for a
+   * left-out one), reaches the module's tensors and children through
+   * `call` (borrowed, valid during the call), and writes `num_outputs`
+   * new tensors to `outs[0..num_outputs]`. Tensors it makes are released
+   * when it returns; fulmen takes what it wrote to `outs` first.
+   * Required.
+   */
+  struct fulmen_error *(*forward)(void *userdata,
+                                  struct fulmen_host_call *call,
+                                  const struct fulmen_tensor *const *inputs,
+                                  size_t n_inputs,
+                                  struct fulmen_tensor **outs);
+} fulmen_host_module_vtable;
 
 /**
  * A logger implemented by the host. Set `struct_size` to
@@ -2530,6 +2577,91 @@ struct fulmen_error *fulmen_hook_context_exception(const struct fulmen_hook_cont
                                                    char *buf,
                                                    size_t capacity,
                                                    size_t *len_out);
+
+/**
+ * Creates a host module: a named container whose forward pass is the
+ * vtable's `forward` (so it runs as a child of a Sequential or through
+ * `fulmen_model_forward_multi`). Add children with `fulmen_model_add` and
+ * tensors with `fulmen_model_register_parameter` / `_buffer`; the
+ * callback reaches them through its `fulmen_host_call`. On failure the
+ * userdata is not freed.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (struct_size too small, no
+ * `forward`, `num_outputs` outside 1..=FULMEN_MAX_HOST_OUTPUTS).
+ * Thread rules: `forward` runs on the thread that runs the model, one
+ * call at a time; a call into the same model from inside it is refused
+ * with FULMEN_CODE_INVALID_STATE.
+ */
+struct fulmen_error *fulmen_model_host_new(const struct fulmen_host_module_vtable *vtable,
+                                           struct fulmen_model **out);
+
+/**
+ * Registers `tensor` as a trainable parameter `name` of the module at the
+ * dotted `path` (NULL or "" for the model itself), like
+ * `register_parameter`: it shares `tensor`'s storage (detached,
+ * requires_grad), comes after the module's own parameters in the
+ * state_dict (so it is saved, loaded and checkpointed), moves with the
+ * model, is broadcast and gradient-synced by DDP and counted in the
+ * summary; optimizers built on the model afterwards train it.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a name that is empty, has a '.',
+ * or is taken; no such child; a path or name not UTF-8),
+ * FULMEN_CODE_DTYPE_MISMATCH (not a floating tensor),
+ * FULMEN_CODE_UNSUPPORTED (a TorchScript module: register in Python).
+ */
+struct fulmen_error *fulmen_model_register_parameter(struct fulmen_model *model,
+                                                     const char *path,
+                                                     const char *name,
+                                                     const struct fulmen_tensor *tensor);
+
+/**
+ * Registers `tensor` as a buffer `name` (state that is not trained:
+ * running statistics, masks, counters) of the module at `path`, like
+ * `register_buffer`: it shares `tensor`'s storage (detached), comes after
+ * the module's own buffers in the state_dict, moves with the model and is
+ * broadcast by DDP.
+ *
+ * Errors: as `fulmen_model_register_parameter`, without the dtype rule.
+ */
+struct fulmen_error *fulmen_model_register_buffer(struct fulmen_model *model,
+                                                  const char *path,
+                                                  const char *name,
+                                                  const struct fulmen_tensor *tensor);
+
+/**
+ * Writes a new handle to the tensor `name` of the running module: one it
+ * registered ("scale") or one of a child ("encoder.weight"), by
+ * state_dict name. It shares storage and autograd history.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (no such tensor; not UTF-8).
+ */
+struct fulmen_error *fulmen_host_call_get(const struct fulmen_host_call *call,
+                                          const char *name,
+                                          struct fulmen_tensor **out);
+
+/**
+ * Runs the running module's child at the dotted `path` on
+ * `inputs[0..n_inputs]` (NULL for a left-out one), as
+ * `fulmen_model_forward_multi` does: the result count goes to
+ * `*count_out`, and more than `capacity` fails before running.
+ *
+ * Errors: as `fulmen_model_forward_multi`.
+ */
+struct fulmen_error *fulmen_host_call_forward_child(const struct fulmen_host_call *call,
+                                                    const char *path,
+                                                    const struct fulmen_tensor *const *inputs,
+                                                    size_t n_inputs,
+                                                    struct fulmen_tensor **outs,
+                                                    size_t capacity,
+                                                    size_t *count_out);
+
+/**
+ * Writes whether the running module is in training mode (for dropout and
+ * the like in the host's own forward).
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_host_call_is_training(const struct fulmen_host_call *call, bool *out);
 
 /**
  * `nn.init.calculate_gain(nonlinearity, param)`: "linear", "conv1d",

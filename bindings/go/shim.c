@@ -166,3 +166,19 @@ fulmen_error *fulmen_go_accelerator_register(const char *name, const char *descr
     vt.get_device_stats = acc_get_device_stats;
     return fulmen_accelerator_register(name, description, &vt, override_existing);
 }
+
+static fulmen_error *host_forward(void *ud, fulmen_host_call *call, const fulmen_tensor *const *inputs, size_t n,
+                                  fulmen_tensor **outs) {
+    return fulmenGoHostForward((uintptr_t)ud, call, (fulmen_tensor **)inputs, n, outs);
+}
+
+fulmen_error *fulmen_go_host_module_new(uintptr_t handle, size_t num_outputs, fulmen_model **out) {
+    fulmen_host_module_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = (void *)handle;
+    vt.userdata_free = free_handle;
+    vt.num_outputs = num_outputs;
+    vt.forward = host_forward;
+    return fulmen_model_host_new(&vt, out);
+}

@@ -11,6 +11,7 @@ pub mod distributed;
 pub mod error;
 pub mod handle;
 pub mod hooks;
+pub mod host_module;
 pub mod init;
 pub mod logger;
 pub mod model;

@@ -20,9 +20,57 @@ impl Handle for fulmen_model {
     const C_NAME: &'static str = "fulmen_model";
 }
 
-/// Locks a shared model (a poisoned lock still holds a usable model).
-pub(crate) fn lock(m: &SharedModel) -> MutexGuard<'_, Module> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+thread_local! {
+    /// The models this thread holds locked (a host forward callback runs
+    /// while its model is locked).
+    static LOCKED: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A locked model; unlocks when dropped.
+pub(crate) struct ModelGuard<'a> {
+    guard: MutexGuard<'a, Module>,
+    key: usize,
+}
+
+impl std::ops::Deref for ModelGuard<'_> {
+    type Target = Module;
+    fn deref(&self) -> &Module {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for ModelGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Module {
+        &mut self.guard
+    }
+}
+
+impl Drop for ModelGuard<'_> {
+    fn drop(&mut self) {
+        LOCKED.with(|l| {
+            let mut l = l.borrow_mut();
+            if let Some(i) = l.iter().rposition(|k| *k == self.key) {
+                l.remove(i);
+            }
+        });
+    }
+}
+
+/// Locks a shared model (a poisoned lock still holds a usable model). A
+/// call from a host forward callback into the model it runs for (on the
+/// same thread) is refused with FULMEN_CODE_INVALID_STATE instead of
+/// deadlocking.
+pub(crate) fn lock(m: &SharedModel) -> Result<ModelGuard<'_>> {
+    let key = Arc::as_ptr(m) as usize;
+    if LOCKED.with(|l| l.borrow().contains(&key)) {
+        return Err(Error::state(
+            "the model is running a host forward callback on this thread (a re-entrant call); inside the \
+             callback use the fulmen_host_call it was given",
+        ));
+    }
+    let guard = m.lock().unwrap_or_else(|p| p.into_inner());
+    LOCKED.with(|l| l.borrow_mut().push(key));
+    Ok(ModelGuard { guard, key })
 }
 
 /// Borrows the shared model behind a handle.
@@ -493,7 +541,7 @@ pub unsafe extern "C" fn fulmen_model_push(model: *mut fulmen_model, child: *mut
         if std::ptr::eq(model, child) {
             return Err(Error::invalid("a model cannot contain itself"));
         }
-        let mut g = lock(&m);
+        let mut g = lock(&m)?;
         if g.type_name() != "Sequential" {
             return Err(Error::invalid(format!("fulmen_model_push needs a sequential model, got a {}", g.type_name())));
         }
@@ -521,7 +569,7 @@ pub unsafe extern "C" fn fulmen_model_add(
         if std::ptr::eq(model, child) {
             return Err(Error::invalid("a model cannot contain itself"));
         }
-        let mut g = lock(&m);
+        let mut g = lock(&m)?;
         if g.child_names().iter().any(|n| n == name) {
             return Err(Error::invalid(format!("the model already has a child named {name:?}")));
         }
@@ -529,7 +577,7 @@ pub unsafe extern "C" fn fulmen_model_add(
             return Err(Error::invalid(format!("child name {name:?} must be non-empty and hold no '.'")));
         }
         handle::check(child, "child")?;
-        if !matches!(g.type_name(), "Sequential" | "Module") {
+        if !g.holds_children() {
             return Err(Error::invalid(format!("cannot add children to a {}", g.type_name())));
         }
         let c = take_child(child)?;
@@ -556,7 +604,7 @@ pub unsafe extern "C" fn fulmen_model_forward(
         check_out(out, "out")?;
         let m = model_arg(model, "model")?;
         let x = tensor_arg(input, "input")?;
-        let y = lock(&m).forward(&x)?;
+        let y = lock(&m)?.forward(&x)?;
         emit(out, y)
     })
 }
@@ -582,7 +630,7 @@ pub unsafe extern "C" fn fulmen_model_forward_child(
         let m = model_arg(model, "model")?;
         let p = str_arg(path, "path")?;
         let x = tensor_arg(input, "input")?;
-        let y = lock(&m).forward_child(p, &x)?;
+        let y = lock(&m)?.forward_child(p, &x)?;
         emit(out, y)
     })
 }
@@ -643,7 +691,7 @@ pub unsafe extern "C" fn fulmen_model_forward_multi(
             .map(|i| opt_tensor_arg(*inputs.add(i), &format!("inputs[{i}]")))
             .collect::<Result<Vec<_>>>()?;
         let refs: Vec<Option<&tch::Tensor>> = held.iter().map(|t| t.as_deref()).collect();
-        let guard = lock(&m);
+        let guard = lock(&m)?;
         let module = guard.child(path)?;
         let run = || {
             module
@@ -660,7 +708,7 @@ pub unsafe extern "C" fn fulmen_model_forward_multi(
 /// Errors: FULMEN_CODE_TORCH (a TorchScript module's mode cannot be set).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_set_training(model: *mut fulmen_model, training: bool) -> *mut fulmen_error {
-    guard("fulmen_model_set_training", || lock(&*model_arg(model, "model")?).set_training(training))
+    guard("fulmen_model_set_training", || lock(&*model_arg(model, "model")?)?.set_training(training))
 }
 
 /// Writes whether the model is in training mode.
@@ -668,7 +716,7 @@ pub unsafe extern "C" fn fulmen_model_set_training(model: *mut fulmen_model, tra
 /// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_is_training(model: *const fulmen_model, out: *mut bool) -> *mut fulmen_error {
-    guard("fulmen_model_is_training", || write_out(out, "out", lock(&*model_arg(model, "model")?).is_training()))
+    guard("fulmen_model_is_training", || write_out(out, "out", lock(&*model_arg(model, "model")?)?.is_training()))
 }
 
 /// Writes the number of scalar parameters (all trainable tensors' elements).
@@ -676,7 +724,7 @@ pub unsafe extern "C" fn fulmen_model_is_training(model: *const fulmen_model, ou
 /// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_num_parameters(model: *const fulmen_model, out: *mut i64) -> *mut fulmen_error {
-    guard("fulmen_model_num_parameters", || write_out(out, "out", lock(&*model_arg(model, "model")?).num_parameters()))
+    guard("fulmen_model_num_parameters", || write_out(out, "out", lock(&*model_arg(model, "model")?)?.num_parameters()))
 }
 
 /// Writes the number of entries of the model's state_dict (parameters and
@@ -686,7 +734,7 @@ pub unsafe extern "C" fn fulmen_model_num_parameters(model: *const fulmen_model,
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_state_dict_len(model: *const fulmen_model, out: *mut usize) -> *mut fulmen_error {
     guard("fulmen_model_state_dict_len", || {
-        write_out(out, "out", lock(&*model_arg(model, "model")?).state_dict().len())
+        write_out(out, "out", lock(&*model_arg(model, "model")?)?.state_dict().len())
     })
 }
 
@@ -708,7 +756,7 @@ pub unsafe extern "C" fn fulmen_model_state_dict_name(
 ) -> *mut fulmen_error {
     guard("fulmen_model_state_dict_name", || {
         check_out(len_out, "len_out")?;
-        let sd = lock(&*model_arg(model, "model")?).state_dict();
+        let sd = lock(&*model_arg(model, "model")?)?.state_dict();
         let (name, _) = sd.get(index).ok_or_else(|| {
             Error::new(ErrorCode::OutOfRange, format!("index {index} >= state_dict size {}", sd.len()))
         })?;
@@ -746,7 +794,7 @@ pub unsafe extern "C" fn fulmen_model_state_dict_get(
     guard("fulmen_model_state_dict_get", || {
         check_out(out, "out")?;
         let n = str_arg(name, "name")?;
-        let sd = lock(&*model_arg(model, "model")?).state_dict();
+        let sd = lock(&*model_arg(model, "model")?)?.state_dict();
         match sd.into_iter().find(|(k, _)| k == n) {
             Some((_, t)) => emit(out, t),
             None => Err(Error::invalid(format!("the model has no parameter or buffer named {n:?}"))),
@@ -764,7 +812,7 @@ pub unsafe extern "C" fn fulmen_model_state_dict_get(
 pub unsafe extern "C" fn fulmen_model_save(model: *const fulmen_model, path: *const c_char) -> *mut fulmen_error {
     guard("fulmen_model_save", || {
         let p = str_arg(path, "path")?;
-        lock(&*model_arg(model, "model")?).save_safetensors(Path::new(p), None)
+        lock(&*model_arg(model, "model")?)?.save_safetensors(Path::new(p), None)
     })
 }
 
@@ -787,7 +835,7 @@ pub unsafe extern "C" fn fulmen_model_load(
 ) -> *mut fulmen_error {
     guard("fulmen_model_load", || {
         let p = str_arg(path, "path")?;
-        lock(&*model_arg(model, "model")?).load_safetensors(Path::new(p), strict).map(|_| ())
+        lock(&*model_arg(model, "model")?)?.load_safetensors(Path::new(p), strict).map(|_| ())
     })
 }
 
@@ -813,7 +861,7 @@ pub unsafe extern "C" fn fulmen_model_summary(
 ) -> *mut fulmen_error {
     guard("fulmen_model_summary", || {
         let m = model_arg(model, "model")?;
-        let text = crate::callbacks::ModelSummary::of(&lock(&m), max_depth)?.render();
+        let text = crate::callbacks::ModelSummary::of(&*lock(&m)?, max_depth)?.render();
         copy_str(&text, buf, capacity, len_out)
     })
 }

@@ -139,7 +139,7 @@ unsafe fn collect_params(
 ) -> Result<Vec<Tensor>> {
     let mut all = Vec::new();
     if !model.is_null() {
-        all.extend(lock(&*model_arg(model, "model")?).parameters());
+        all.extend(lock(&*model_arg(model, "model")?)?.parameters());
     }
     for t in tensor_list(params, n_params, "params")? {
         if !t.requires_grad() {
@@ -367,7 +367,7 @@ pub unsafe extern "C" fn fulmen_clip_grad_norm(
     total_norm_out: *mut f64,
 ) -> *mut fulmen_error {
     guard("fulmen_clip_grad_norm", || {
-        let params = lock(&handle::borrow_mut(model, "model")?.inner).parameters();
+        let params = lock(&handle::borrow_mut(model, "model")?.inner)?.parameters();
         let n = crate::tensor::grad::clip_grad_norm(&params, max_norm, norm_type)?;
         if !total_norm_out.is_null() {
             total_norm_out.write(n);
@@ -383,7 +383,7 @@ pub unsafe extern "C" fn fulmen_clip_grad_norm(
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_clip_grad_value(model: *mut fulmen_model, value: f64) -> *mut fulmen_error {
     guard("fulmen_clip_grad_value", || {
-        let params = lock(&handle::borrow_mut(model, "model")?.inner).parameters();
+        let params = lock(&handle::borrow_mut(model, "model")?.inner)?.parameters();
         crate::tensor::grad::clip_grad_value(&params, value)
     })
 }

@@ -78,7 +78,7 @@ pub unsafe extern "C" fn fulmen_model_call_method(
         }
         let values = value_list(args, n_args, "args")?;
         let result = {
-            let guard = lock(&m);
+            let guard = lock(&m)?;
             guard.child(path)?.call_method(method, &values).map_err(|e| with_path(e, path))?
         };
         emit_value(out, result)
@@ -111,7 +111,7 @@ pub unsafe extern "C" fn fulmen_model_save_torchscript(
         let m = model_arg(model, "model")?;
         let path = if path.is_null() { "" } else { str_arg(path, "path")? };
         let file = str_arg(file, "file")?;
-        let guard = lock(&m);
+        let guard = lock(&m)?;
         guard.child(path)?.save_torchscript(Path::new(file)).map_err(|e| with_path(e, path))
     })
 }
@@ -133,7 +133,7 @@ pub unsafe extern "C" fn fulmen_model_to_device(
 ) -> *mut fulmen_error {
     guard("fulmen_model_to_device", || {
         let device = DeviceSpec::from_c(device_type, device_index)?.to_tch()?;
-        lock(&*model_arg(model, "model")?).to_device(device)
+        lock(&*model_arg(model, "model")?)?.to_device(device)
     })
 }
 
@@ -149,6 +149,6 @@ pub unsafe extern "C" fn fulmen_model_to_device(
 pub unsafe extern "C" fn fulmen_model_to_dtype(model: *mut fulmen_model, dtype: i32) -> *mut fulmen_error {
     guard("fulmen_model_to_dtype", || {
         let kind = DType::from_i32(dtype)?.kind();
-        lock(&*model_arg(model, "model")?).to_kind(kind)
+        lock(&*model_arg(model, "model")?)?.to_kind(kind)
     })
 }

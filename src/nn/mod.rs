@@ -1,5 +1,6 @@
 //! Neural-network modules: a tree of layers named as in `torch.nn`, state
 //! dicts, safetensors I/O and TorchScript loading.
+mod host;
 pub mod init;
 pub mod init_fns;
 pub mod layers;
@@ -14,6 +15,7 @@ mod script_tests;
 #[cfg(test)]
 mod tests;
 
+pub use host::HostForward;
 pub use layers::conv::ConvConfig;
 pub use layers::conv_transpose::ConvTransposeConfig;
 pub use layers::rnn::{RnnConfig, RnnKind};

@@ -1,5 +1,6 @@
 //! The module tree: leaves are built-in layers or TorchScript modules,
 //! containers are `Sequential` (children "0", "1", ...) or named containers.
+use super::host::HostForward;
 use super::layers::attention::MultiheadAttention;
 use super::layers::conv::{Conv, Conv2d, Conv2dConfig, ConvConfig};
 use super::layers::conv_transpose::{ConvTranspose, ConvTransposeConfig};
@@ -18,6 +19,7 @@ use super::layers::upsample::Upsample;
 use super::layers::{Activation, Layer, TensorMap};
 use super::torchscript::ScriptModule;
 use crate::error::{Error, ErrorCode, Result, ResultExt};
+use std::sync::Arc;
 use tch::{Device, Kind, Tensor};
 
 /// A node of a model, like a `torch.nn.Module`: a built-in layer, a
@@ -26,6 +28,10 @@ use tch::{Device, Kind, Tensor};
 pub struct Module {
     pub(crate) node: Node,
     training: bool,
+    /// Parameters and buffers the host registered on this module.
+    pub(crate) own: Vec<(String, Tensor, Slot)>,
+    /// The host's forward pass of a host module (a named container).
+    pub(crate) host: Option<Arc<dyn HostForward>>,
 }
 
 #[derive(Debug)]
@@ -44,12 +50,16 @@ pub(crate) enum Slot {
 }
 
 impl Module {
+    fn of(node: Node) -> Module {
+        Module { node, training: true, own: Vec::new(), host: None }
+    }
+
     fn leaf(layer: impl Layer + 'static) -> Module {
-        Module { node: Node::Layer(Box::new(layer)), training: true }
+        Module::of(Node::Layer(Box::new(layer)))
     }
 
     pub(crate) fn from_script(script: ScriptModule) -> Module {
-        Module { node: Node::Script(script), training: true }
+        Module::of(Node::Script(script))
     }
 
     /// `nn.Linear(in_features, out_features, bias)`.
@@ -250,13 +260,13 @@ impl Module {
 
     /// An empty `nn.Sequential`: children run in order, named "0", "1", ...
     pub fn sequential() -> Module {
-        Module { node: Node::Sequential(Vec::new()), training: true }
+        Module::of(Node::Sequential(Vec::new()))
     }
 
     /// An empty named container: children are added by name, like the
     /// attributes of a custom `nn.Module`; it has no forward of its own.
     pub fn named() -> Module {
-        Module { node: Node::Named(Vec::new()), training: true }
+        Module::of(Node::Named(Vec::new()))
     }
 
     /// PyTorch-like type name: "Sequential", "Module" (named container),
@@ -265,6 +275,7 @@ impl Module {
         match &self.node {
             Node::Layer(l) => l.type_name(),
             Node::Sequential(_) => "Sequential",
+            Node::Named(_) if self.host.is_some() => "HostModule",
             Node::Named(_) => "Module",
             Node::Script(_) => "ScriptModule",
         }
@@ -275,6 +286,12 @@ impl Module {
             Node::Sequential(c) | Node::Named(c) => c,
             _ => &[],
         }
+    }
+
+    /// Whether children can be added (a Sequential, a named container or a
+    /// host module).
+    pub fn holds_children(&self) -> bool {
+        matches!(self.node, Node::Sequential(_) | Node::Named(_))
     }
 
     /// Names of the direct children, in order (empty for leaves).
@@ -306,8 +323,8 @@ impl Module {
         let type_name = self.type_name();
         match &mut self.node {
             Node::Sequential(c) | Node::Named(c) => {
-                if c.iter().any(|(n, _)| n == name) {
-                    return Err(Error::invalid(format!("add: a child named {name:?} already exists")));
+                if c.iter().any(|(n, _)| n == name) || self.own.iter().any(|(n, _, _)| n == name) {
+                    return Err(Error::invalid(format!("add: a child or tensor named {name:?} already exists")));
                 }
                 c.push((name.to_string(), child));
                 Ok(())
@@ -364,6 +381,16 @@ impl Module {
                 }
                 Ok(y)
             }
+            Node::Named(_) if self.host.is_some() => {
+                let mut out = self.forward_multi(&[Some(x)])?;
+                if out.len() != 1 {
+                    return Err(Error::invalid(format!(
+                        "forward: this host module returns {} tensors; use forward_multi",
+                        out.len()
+                    )));
+                }
+                Ok(out.remove(0))
+            }
             Node::Named(children) => {
                 let names: Vec<&str> = children.iter().map(|(n, _)| n.as_str()).collect();
                 Err(Error::new(
@@ -384,6 +411,17 @@ impl Module {
     /// tensor along) take exactly one input. A TorchScript module's forward
     /// takes the inputs as its arguments; a tuple it returns is split.
     pub fn forward_multi(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        if let Some(host) = &self.host {
+            let out = host.forward(self, inputs)?;
+            if out.len() != host.num_outputs() {
+                return Err(Error::state(format!(
+                    "the host forward returned {} tensors, its num_outputs is {}",
+                    out.len(),
+                    host.num_outputs()
+                )));
+            }
+            return Ok(out);
+        }
         match &self.node {
             Node::Layer(l) => l.forward_multi(inputs, self.training),
             Node::Script(s) => s.forward_multi(inputs),
@@ -400,6 +438,9 @@ impl Module {
 
     /// How many tensors [`Module::forward_multi`] returns.
     pub fn num_outputs(&self) -> Result<usize> {
+        if let Some(host) = &self.host {
+            return Ok(host.num_outputs());
+        }
         match &self.node {
             Node::Layer(l) => Ok(l.num_outputs()),
             Node::Script(s) => s.num_returns("forward"),
@@ -437,24 +478,46 @@ impl Module {
     /// PyTorch's `state_dict` order: per module its parameters, then its
     /// buffers, then its children.
     pub(crate) fn visit(&self, prefix: &str, f: &mut dyn FnMut(String, &Tensor, Slot)) {
+        self.visit_direct(&mut |n, t, slot| f(format!("{prefix}{n}"), t, slot));
+        if let Node::Sequential(c) | Node::Named(c) = &self.node {
+            for (name, m) in c {
+                m.visit(&format!("{prefix}{name}."), f);
+            }
+        }
+    }
+
+    /// This module's own parameters, then its own buffers (a layer's, then
+    /// those the host registered), without children. A TorchScript
+    /// module's come in its state_dict order (submodule by submodule).
+    pub(crate) fn visit_direct(&self, f: &mut dyn FnMut(&str, &Tensor, Slot)) {
+        let own = |want: Slot, f: &mut dyn FnMut(&str, &Tensor, Slot)| {
+            for (n, t, slot) in &self.own {
+                if *slot == want {
+                    f(n, t, want);
+                }
+            }
+        };
         match &self.node {
             Node::Layer(l) => {
                 for (n, t) in l.params() {
-                    f(format!("{prefix}{n}"), t, Slot::Param);
+                    f(n, t, Slot::Param);
                 }
+                own(Slot::Param, f);
                 for (n, t) in l.buffers() {
-                    f(format!("{prefix}{n}"), t, Slot::Buffer);
+                    f(n, t, Slot::Buffer);
                 }
+                own(Slot::Buffer, f);
             }
             Node::Script(s) => {
                 for (n, t, buffer) in s.state() {
-                    f(format!("{prefix}{n}"), t, if buffer { Slot::Buffer } else { Slot::Param });
+                    f(n, t, if buffer { Slot::Buffer } else { Slot::Param });
                 }
+                own(Slot::Param, f);
+                own(Slot::Buffer, f);
             }
-            Node::Sequential(c) | Node::Named(c) => {
-                for (name, m) in c {
-                    m.visit(&format!("{prefix}{name}."), f);
-                }
+            Node::Sequential(_) | Node::Named(_) => {
+                own(Slot::Param, f);
+                own(Slot::Buffer, f);
             }
         }
     }
@@ -528,7 +591,8 @@ impl Module {
                 ))
             }
         };
-        Ok(Module { node, training: self.training })
+        let own = self.own.iter().map(|(n, t, slot)| Ok((n.clone(), map(t)?, *slot))).collect::<Result<Vec<_>>>()?;
+        Ok(Module { node, training: self.training, own, host: self.host.clone() })
     }
 
     /// Casts floating-point parameters and buffers to the floating `kind`
@@ -541,6 +605,9 @@ impl Module {
     }
 
     fn convert(&mut self, device: Option<Device>, kind: Option<Kind>) -> Result<()> {
+        for (_, t, _) in &self.own {
+            convert_tensor(t, device, kind)?;
+        }
         match &mut self.node {
             Node::Layer(l) => {
                 for (_, t) in l.params().into_iter().chain(l.buffers()) {

@@ -46,9 +46,17 @@ pub fn add_(t: &Tensor, other: &Tensor, alpha: f64) -> Result<()> {
     no_grad(|| super::scaled::add_(&mut t.shallow_clone(), other, alpha))
 }
 
-/// `t.add_(value)`.
+/// `value` as the scalar torch would take for `t`: an int for an integer
+/// tensor when the value is a whole number (as `long_tensor.add_(1)`).
+fn scalar_for(t: &Tensor, value: f64) -> Result<tch::Scalar> {
+    let whole = value.fract() == 0.0 && value.abs() < 9.2e18;
+    Ok(if !is_floating(t.f_kind()?) && whole { tch::Scalar::int(value as i64) } else { tch::Scalar::float(value) })
+}
+
+/// `t.add_(value)` (a whole number on an integer tensor adds exactly).
 pub fn add_scalar_(t: &Tensor, value: f64) -> Result<()> {
-    no_grad(|| Ok(t.shallow_clone().f_add_scalar_(value).map(drop)?))
+    let v = scalar_for(t, value)?;
+    no_grad(|| Ok(t.shallow_clone().f_add_scalar_(v).map(drop)?))
 }
 
 /// `t.mul_(other)`, `other` broadcast.
@@ -56,9 +64,10 @@ pub fn mul_(t: &Tensor, other: &Tensor) -> Result<()> {
     no_grad(|| Ok(t.shallow_clone().f_mul_(other).map(drop)?))
 }
 
-/// `t.mul_(value)`.
+/// `t.mul_(value)` (a whole number on an integer tensor multiplies exactly).
 pub fn mul_scalar_(t: &Tensor, value: f64) -> Result<()> {
-    no_grad(|| Ok(t.shallow_clone().f_mul_scalar_(value).map(drop)?))
+    let v = scalar_for(t, value)?;
+    no_grad(|| Ok(t.shallow_clone().f_mul_scalar_(v).map(drop)?))
 }
 
 /// `t.clamp_(min, max)`; `None` leaves that side open.

@@ -53,6 +53,7 @@
 #include "error.hpp"
 #include "handle.hpp"
 #include "hooks.hpp"
+#include "host_module.hpp"
 #include "init.hpp"
 #include "model.hpp"
 #include "optim.hpp"
