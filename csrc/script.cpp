@@ -98,6 +98,28 @@ int fulmen_cxx_script_state(const void* m, void (*on_tensor)(void*, const char*,
   FULMEN_CXX_CATCH(err, err_len)
 }
 
+// *out = module.clone(): a new module of the same structure and mode.
+int fulmen_cxx_script_clone(const void* m, void** out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  *out = new torch::jit::Module(cmodule(m).clone());
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Points the parameter or buffer at the dotted `name` ("body.0.weight")
+// to `tensor` (a DataParallel replica's broadcast copy).
+int fulmen_cxx_script_set_tensor(void* m, const char* name, const void* tensor, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  std::string path(name);
+  torch::jit::Module cur = module(m);
+  size_t start = 0;
+  for (size_t dot = path.find('.'); dot != std::string::npos; dot = path.find('.', start)) {
+    cur = cur.attr(path.substr(start, dot - start)).toModule();
+    start = dot + 1;
+  }
+  cur.setattr(path.substr(start), *static_cast<const at::Tensor*>(tensor));
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
 // module.train(on) for the module and all its submodules.
 int fulmen_cxx_script_set_training(void* m, int on, char* err, size_t err_len) {
   FULMEN_CXX_TRY

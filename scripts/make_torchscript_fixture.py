@@ -8,6 +8,8 @@ Writes, next to each other in tests/fixtures/:
   tabular_scripted.pt       examples/python/export_tabular.py's model (embedding + BatchNorm +
                             dropout, two inputs, scripted steps): 5 categories, 3 numeric, 2 classes
   values_scripted.pt        a module whose methods take and return every kind of value
+  blobs_mlp_scripted.pt     nn.Sequential(Linear(2, 8), Tanh(), Linear(8, 2)) scripted: the C
+                            tests' fixture_mlp(8, 0) as TorchScript
 
 Run with torch 2.13:  python scripts/make_torchscript_fixture.py [out_dir]
 """
@@ -85,6 +87,8 @@ def main():
             f.write(" ".join(repr(v) for v in row) + "\n")
     export_tabular.export(os.path.join(out, "tabular_scripted.pt"), categories=5, numeric=3, classes=2, seed=7)
     torch.jit.script(Values()).save(os.path.join(out, "values_scripted.pt"))
+    blobs = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    torch.jit.script(blobs).save(os.path.join(out, "blobs_mlp_scripted.pt"))
 
 
 if __name__ == "__main__":

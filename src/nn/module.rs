@@ -569,7 +569,8 @@ impl Module {
     /// the same structure and mode, every parameter and buffer
     /// `tensor.to(device)`, so the gradients of the replica's parameters
     /// flow back into this module's (on the module's own device the replica
-    /// shares its tensors). TorchScript modules cannot be replicated.
+    /// shares its tensors). A TorchScript module is cloned with its tensors
+    /// mapped the same way.
     pub fn replicate(&self, device: Device) -> Result<Module> {
         check_device(device)?;
         self.replicate_with(&mut |t: &Tensor| Ok(t.f_to_device(device)?))
@@ -583,13 +584,7 @@ impl Module {
             Node::Layer(l) => Node::Layer(l.replicate(map)?),
             Node::Sequential(c) => Node::Sequential(children(c, map)?),
             Node::Named(c) => Node::Named(children(c, map)?),
-            Node::Script(_) => {
-                return Err(Error::new(
-                    ErrorCode::Unsupported,
-                    "a TorchScript module cannot be replicated across devices (strategy dp): \
-                     use ddp, or build the model from fulmen's layers",
-                ))
-            }
+            Node::Script(s) => Node::Script(s.replicate(map)?),
         };
         let own = self.own.iter().map(|(n, t, slot)| Ok((n.clone(), map(t)?, *slot))).collect::<Result<Vec<_>>>()?;
         Ok(Module { node, training: self.training, own, host: self.host.clone() })

@@ -186,6 +186,34 @@ impl ScriptModule {
         Ok(())
     }
 
+    /// A replica (DataParallel's `replicate`): a clone of the script whose
+    /// parameters and buffers are `map` of this module's, so gradients of
+    /// the replica's parameters flow back here.
+    pub(crate) fn replicate(&self, map: &mut crate::nn::layers::TensorMap<'_>) -> Result<ScriptModule> {
+        let mut raw: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a live module and an out pointer.
+        call("cloning the TorchScript module", |err, len| unsafe {
+            shim::fulmen_cxx_script_clone(self.raw.0, &mut raw, err, len)
+        })?;
+        let mut replica = ScriptModule { raw: RawModule(raw), state: Vec::new(), source: self.source.clone() };
+        for (name, t, _) in &self.state {
+            let mapped = map(t)?;
+            let cname = c_name(name)?;
+            // SAFETY: a live module, a NUL-terminated name, a live tensor.
+            call("replicating a TorchScript tensor", |err, len| unsafe {
+                shim::fulmen_cxx_script_set_tensor(
+                    replica.raw.0,
+                    cname.as_ptr(),
+                    mapped.as_ptr() as *const c_void,
+                    err,
+                    len,
+                )
+            })?;
+        }
+        replica.refresh()?;
+        Ok(replica)
+    }
+
     /// The module serialised as `torch.jit.save` writes it.
     pub(crate) fn to_bytes(&self) -> Result<Vec<u8>> {
         let mut bytes: *mut c_char = std::ptr::null_mut();

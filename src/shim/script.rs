@@ -24,6 +24,19 @@ extern "C" {
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;
+    pub(crate) fn fulmen_cxx_script_clone(
+        m: *const c_void,
+        out: *mut *mut c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_script_set_tensor(
+        m: *mut c_void,
+        name: *const c_char,
+        tensor: *const c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
     pub(crate) fn fulmen_cxx_script_set_training(m: *mut c_void, on: c_int, err: *mut c_char, err_len: size_t)
         -> c_int;
     pub(crate) fn fulmen_cxx_script_save(

@@ -114,11 +114,34 @@ static fulmen_trainer *trainer_for(const char *accelerator, const char *strategy
 
 /* Trains a fresh seeded MLP (left in s->model); returns fit's error and
  * writes the last val_loss when `val_loss` is not NULL. */
-static fulmen_error *fit(const char *accelerator, const char *strategy, const char *devices, state *s,
-                         int fail_at_call, double *val_loss) {
+/* The seeded MLP of `fit`, or (scripted) the same network as TorchScript
+ * (tests/fixtures/blobs_mlp_scripted.pt) holding the same weights. */
+static fulmen_model *seeded_mlp(bool scripted) {
+    fulmen_model *native = fixture_mlp(HIDDEN, 0);
+    if (!scripted) return native;
+    const char *dir = getenv("FULMEN_FIXTURES");
+    char path[512];
+    snprintf(path, sizeof path, "%s/blobs_mlp_scripted.pt", dir != NULL ? dir : "tests/fixtures");
+    fulmen_model *script = NULL;
+    CHECK_OK(fulmen_model_load_torchscript(path, &script));
+    static const char *const names[] = {"0.weight", "0.bias", "2.weight", "2.bias"};
+    for (size_t i = 0; i < 4 && script != NULL; i++) {
+        fulmen_tensor *from = NULL, *to = NULL;
+        CHECK_OK(fulmen_model_state_dict_get(native, names[i], &from));
+        CHECK_OK(fulmen_model_state_dict_get(script, names[i], &to));
+        CHECK_OK(fulmen_tensor_copy_(to, from));
+        fulmen_tensor_free(from);
+        fulmen_tensor_free(to);
+    }
+    fulmen_model_free(native);
+    return script;
+}
+
+static fulmen_error *fit_model(const char *accelerator, const char *strategy, const char *devices, state *s,
+                               int fail_at_call, double *val_loss, bool scripted) {
     CHECK_OK(fulmen_manual_seed(11));
     memset(s, 0, sizeof *s);
-    s->model = fixture_mlp(HIDDEN, 0);
+    s->model = seeded_mlp(scripted);
     s->fail_at_call = fail_at_call;
     fulmen_dataset *ds = fixture_blobs(SAMPLES, 3, 1.5f);
     fulmen_loader *train_loader = fixture_loader(ds, BATCH, true, 5), *val_loader = fixture_loader(ds, BATCH, false, 0);
@@ -132,6 +155,26 @@ static fulmen_error *fit(const char *accelerator, const char *strategy, const ch
     fulmen_loader_free(val_loader);
     fulmen_dataset_free(ds);
     return err;
+}
+
+static fulmen_error *fit(const char *accelerator, const char *strategy, const char *devices, state *s,
+                         int fail_at_call, double *val_loss) {
+    return fit_model(accelerator, strategy, devices, s, fail_at_call, val_loss, false);
+}
+
+/* A TorchScript model is replicated too: its weights end where the native
+ * model's do on one device. */
+static void torchscript_models_replicate(void) {
+    state ref, dp2;
+    double ref_val = 0, dp2_val = 0;
+    CHECK_OK(fit("cpu", "single_device", "1", &ref, 0, &ref_val));
+    CHECK_OK(fit_model("cpu_quad", "dp", "2", &dp2, 0, &dp2_val, true));
+    double d = fixture_max_diff(ref.model, dp2.model);
+    printf("  TorchScript: max |w_dp - w_single| over 2 devices %.3g\n", d);
+    CHECK(d < 1e-5);
+    CHECK_NEAR(dp2_val, ref_val, 1e-5);
+    fulmen_model_free(ref.model);
+    fulmen_model_free(dp2.model);
 }
 
 
@@ -221,19 +264,11 @@ static void a_failing_chunk_leaves_the_model_usable(void) {
 static void refusals(void) {
     state s;
     memset(&s, 0, sizeof s);
-    /* A TorchScript module cannot be replicated. */
-    const char *dir = getenv("FULMEN_FIXTURES");
-    char path[512];
-    snprintf(path, sizeof path, "%s/mlp_scripted.pt", dir != NULL ? dir : "tests/fixtures");
-    CHECK_OK(fulmen_model_load_torchscript(path, &s.model));
     fulmen_dataset *ds = fixture_blobs(8, 3, 1.5f);
     fulmen_loader *loader = fixture_loader(ds, 4, false, 0);
-    fulmen_lightning_module *m = module_for(&s, s.model);
-    fulmen_trainer *t = trainer_for("cpu_quad", "dp", "2");
-    CHECK_ERR(fulmen_trainer_fit(t, m, loader, NULL, NULL), FULMEN_CODE_UNSUPPORTED, "cannot be replicated");
-    CHECK(s.calls == 0);
-    fulmen_trainer_free(t);
-    fulmen_lightning_module_free(m);
+    fulmen_lightning_module *m = NULL;
+    fulmen_trainer *t = NULL;
+    s.model = fixture_mlp(HIDDEN, 0);
 
     /* dp needs the module's model. */
     m = module_for(&s, NULL);
@@ -263,6 +298,7 @@ int main(void) {
     uneven_chunks_train();
     predictions_are_gathered_in_order();
     a_failing_chunk_leaves_the_model_usable();
+    torchscript_models_replicate();
     refusals();
     CHECK_OK(fulmen_accelerator_unregister("cpu_quad"));
     CHECK(fulmen_live_handles() == 0);
