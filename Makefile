@@ -117,8 +117,9 @@ test-go: lib $(MNIST) $(LEE) $(ELNINO) $(VENV_STAMP)
 
 # Interop with the real PyTorch: DDP jobs mixing fulmen and Python ranks;
 # per-step parity and resumes against Lightning's own Trainer.
-test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/lightning_parity $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(LEE) $(ELNINO) $(FAIR) $(VENV_STAMP)
-	@rm -rf $(BUILD)/interop/ddp-mixed $(BUILD)/interop/lightning-parity $(BUILD)/interop/charlm-twin $(BUILD)/interop/forecast-twin $(BUILD)/interop/finetune
+test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/lightning_parity $(BUILD)/interop/script_parity $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(LEE) $(ELNINO) $(FAIR) $(VENV_STAMP)
+	@rm -rf $(BUILD)/interop/ddp-mixed $(BUILD)/interop/lightning-parity $(BUILD)/interop/charlm-twin $(BUILD)/interop/forecast-twin $(BUILD)/interop/finetune $(BUILD)/interop/script-parity
+	$(VENV)/bin/python tests/interop/script_parity.py --binary $(BUILD)/interop/script_parity --work $(BUILD)/interop/script-parity
 	$(VENV)/bin/python tests/interop/finetune_check.py --binary $(BUILD)/examples/finetune --data $(FAIR) --work $(BUILD)/interop/finetune
 	$(VENV)/bin/python tests/interop/charlm_twin.py --binary $(BUILD)/examples/charlm --data $(LEE) --work $(BUILD)/interop/charlm-twin
 	$(VENV)/bin/python tests/interop/forecast_twin.py --binary $(BUILD)/examples/forecast --data $(ELNINO) --work $(BUILD)/interop/forecast-twin
