@@ -34,20 +34,9 @@ func (c *HostCall) Get(name string) (*Tensor, error) {
 // ForwardChild runs the child at path on inputs (nil: left out) and
 // returns all its results (fulmen_host_call_forward_child).
 func (c *HostCall) ForwardChild(path string, inputs ...*Tensor) ([]*Tensor, error) {
-	for i, t := range inputs {
-		if err := checkOptional(t, fmt.Sprintf("inputs[%d]", i)); err != nil {
-			return nil, err
-		}
-	}
-	p := cString(path)
-	defer freeCString(p)
-	arr, n, hs := tensorArray(inputs)
-	pieces, err := tensorPieces(func(outs *cTensor, capacity C.size_t, count *C.size_t) cErr {
+	return forwardMulti(path, inputs, func(p *C.char, arr **C.fulmen_tensor, n C.size_t, outs *cTensor, capacity C.size_t, count *C.size_t) cErr {
 		return C.fulmen_host_call_forward_child(c.h, p, arr, n, outs, capacity, count)
 	})
-	runtime.KeepAlive(hs)
-	runtime.KeepAlive(inputs)
-	return pieces, err
 }
 
 // IsTraining reports whether the module is in training mode.

@@ -599,6 +599,16 @@ func (m *Model) ForwardMulti(inputs ...*Tensor) ([]*Tensor, error) {
 
 // ForwardMultiChild is ForwardMulti on the child at path.
 func (m *Model) ForwardMultiChild(path string, inputs ...*Tensor) ([]*Tensor, error) {
+	pieces, err := forwardMulti(path, inputs, func(p *C.char, arr **C.fulmen_tensor, n C.size_t, outs *cTensor, capacity C.size_t, count *C.size_t) cErr {
+		return C.fulmen_model_forward_multi(m.ptr(), p, arr, n, outs, capacity, count)
+	})
+	runtime.KeepAlive(m)
+	return pieces, err
+}
+
+// forwardMulti checks inputs (nil: left out) and runs a C call with the
+// signature of fulmen_model_forward_multi after its first argument.
+func forwardMulti(path string, inputs []*Tensor, call func(*C.char, **C.fulmen_tensor, C.size_t, *cTensor, C.size_t, *C.size_t) cErr) ([]*Tensor, error) {
 	for i, t := range inputs {
 		if err := checkOptional(t, fmt.Sprintf("inputs[%d]", i)); err != nil {
 			return nil, err
@@ -608,9 +618,8 @@ func (m *Model) ForwardMultiChild(path string, inputs ...*Tensor) ([]*Tensor, er
 	defer freeCString(p)
 	arr, n, hs := tensorArray(inputs)
 	pieces, err := tensorPieces(func(outs *cTensor, capacity C.size_t, count *C.size_t) cErr {
-		return C.fulmen_model_forward_multi(m.ptr(), p, arr, n, outs, capacity, count)
+		return call(p, arr, n, outs, capacity, count)
 	})
-	runtime.KeepAlive(m)
 	runtime.KeepAlive(hs)
 	runtime.KeepAlive(inputs)
 	return pieces, err

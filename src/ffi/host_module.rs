@@ -6,7 +6,7 @@ use super::callback::{check_struct_size, host_result, HostCallTimer, HostLock, U
 use super::error::{fulmen_error, guard, str_arg};
 use super::handle::{check_out, write_out, Handle};
 use super::model::{emit_model, fulmen_model, lock, model_arg};
-use super::tensor::handle::{emit_list, fulmen_tensor, new_handle, opt_tensor_arg, tensor_arg};
+use super::tensor::handle::{fulmen_tensor, new_handle, tensor_arg};
 use super::tensor::TensorScope;
 use crate::error::{Error, ErrorCode, Result};
 use crate::nn::{HostForward, Module};
@@ -268,25 +268,9 @@ pub unsafe extern "C" fn fulmen_host_call_forward_child(
     count_out: *mut usize,
 ) -> *mut fulmen_error {
     guard("fulmen_host_call_forward_child", || {
-        check_out(count_out, "count_out")?;
         let m = call_module(call)?;
         let path = str_arg(path, "path")?;
-        if n_inputs > super::model::FULMEN_MAX_FORWARD_INPUTS {
-            return Err(Error::invalid(format!(
-                "forward_child: {n_inputs} inputs, at most FULMEN_MAX_FORWARD_INPUTS ({})",
-                super::model::FULMEN_MAX_FORWARD_INPUTS
-            )));
-        }
-        if n_inputs > 0 && inputs.is_null() {
-            return Err(Error::new(ErrorCode::NullArgument, "argument `inputs` is NULL"));
-        }
-        let held = (0..n_inputs)
-            .map(|i| opt_tensor_arg(*inputs.add(i), &format!("inputs[{i}]")))
-            .collect::<Result<Vec<_>>>()?;
-        let refs: Vec<Option<&tch::Tensor>> = held.iter().map(|t| t.as_deref()).collect();
-        let child = m.child(path)?;
-        let run = || child.forward_multi(&refs).map_err(|e| e.context(format!("child {path}")));
-        emit_list(outs, capacity, count_out, child.num_outputs()?, run)
+        super::model::forward_multi_into(m, path, inputs, n_inputs, outs, capacity, count_out)
     })
 }
 

@@ -679,27 +679,41 @@ pub unsafe extern "C" fn fulmen_model_forward_multi(
         check_out(count_out, "count_out")?;
         let m = model_arg(model, "model")?;
         let path = if path.is_null() { "" } else { str_arg(path, "path")? };
-        if n_inputs > FULMEN_MAX_FORWARD_INPUTS {
-            return Err(Error::invalid(format!(
-                "forward_multi: {n_inputs} inputs, at most FULMEN_MAX_FORWARD_INPUTS ({FULMEN_MAX_FORWARD_INPUTS})"
-            )));
-        }
-        if n_inputs > 0 && inputs.is_null() {
-            return Err(Error::new(ErrorCode::NullArgument, "argument `inputs` is NULL"));
-        }
-        let held = (0..n_inputs)
-            .map(|i| opt_tensor_arg(*inputs.add(i), &format!("inputs[{i}]")))
-            .collect::<Result<Vec<_>>>()?;
-        let refs: Vec<Option<&tch::Tensor>> = held.iter().map(|t| t.as_deref()).collect();
         let guard = lock(&m)?;
-        let module = guard.child(path)?;
-        let run = || {
-            module
-                .forward_multi(&refs)
-                .map_err(|e| if path.is_empty() { e } else { e.context(format!("child {path}")) })
-        };
-        emit_list(outs, capacity, count_out, module.num_outputs()?, run)
+        forward_multi_into(&guard, path, inputs, n_inputs, outs, capacity, count_out)
     })
+}
+
+/// The body of `fulmen_model_forward_multi` on a module already borrowed:
+/// reads the inputs, runs the descendant at `path` and writes its results.
+///
+/// # Safety
+/// Pointers as `fulmen_model_forward_multi` documents them.
+pub(crate) unsafe fn forward_multi_into(
+    module: &Module,
+    path: &str,
+    inputs: *const *const fulmen_tensor,
+    n_inputs: usize,
+    outs: *mut *mut fulmen_tensor,
+    capacity: usize,
+    count_out: *mut usize,
+) -> Result<()> {
+    check_out(count_out, "count_out")?;
+    if n_inputs > FULMEN_MAX_FORWARD_INPUTS {
+        return Err(Error::invalid(format!(
+            "forward_multi: {n_inputs} inputs, at most FULMEN_MAX_FORWARD_INPUTS ({FULMEN_MAX_FORWARD_INPUTS})"
+        )));
+    }
+    if n_inputs > 0 && inputs.is_null() {
+        return Err(Error::new(ErrorCode::NullArgument, "argument `inputs` is NULL"));
+    }
+    let held =
+        (0..n_inputs).map(|i| opt_tensor_arg(*inputs.add(i), &format!("inputs[{i}]"))).collect::<Result<Vec<_>>>()?;
+    let refs: Vec<Option<&tch::Tensor>> = held.iter().map(|t| t.as_deref()).collect();
+    let child = module.child(path)?;
+    let run =
+        || child.forward_multi(&refs).map_err(|e| if path.is_empty() { e } else { e.context(format!("child {path}")) });
+    emit_list(outs, capacity, count_out, child.num_outputs()?, run)
 }
 
 /// Sets training mode (`true`, as `model.train()`) or evaluation mode

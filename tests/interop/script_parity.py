@@ -27,6 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from twin import compare  # noqa: E402
+
 ROWS = 96
 FEATURES = 2
 BATCH = 16
@@ -101,15 +104,9 @@ def main():
                    env=dict(os.environ, OMP_NUM_THREADS="1"))
     with open(log) as f:
         theirs = [float(line) for line in f if line.strip()]
-    if len(theirs) != len(ours) or not ours:
-        sys.exit(f"script_parity: fulmen ran {len(theirs)} steps, Lightning {len(ours)}")
-    worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(theirs, ours))
-    print(f"script_parity: {len(ours)} steps, loss {ours[0]:.4f} -> {ours[-1]:.4f}; "
-          f"largest relative difference {worst:.2e}")
-    if worst > TOLERANCE:
-        for i, (a, b) in enumerate(zip(theirs, ours)):
-            print(f"  step {i}: fulmen {a:.9g} lightning {b:.9g}")
-        sys.exit(f"script_parity: losses differ by {worst:.2e} > {TOLERANCE}")
+    if not ours:
+        sys.exit("script_parity: Lightning ran no step")
+    compare("script_parity", theirs, ours, tolerance=TOLERANCE)
     from safetensors.torch import load_file
 
     saved = load_file(state)

@@ -22,14 +22,14 @@ def run_fulmen(binary, work, flags):
         return init, [float(line) for line in f if line.strip()]
 
 
-def compare(name, theirs, ours, summary=""):
-    """Exits with a message unless every step's loss agrees within TOLERANCE (relative)."""
+def compare(name, theirs, ours, summary="", tolerance=TOLERANCE):
+    """Exits with a message unless every step's loss agrees within `tolerance` (relative)."""
     if len(theirs) != len(ours):
         sys.exit(f"{name}: fulmen logged {len(theirs)} steps, the twin ran {len(ours)}")
     worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(theirs, ours))
     print(f"{name}: {len(ours)} steps, loss {ours[0]:.4f} -> {ours[-1]:.4f}{summary}; "
           f"largest relative difference {worst:.2e}")
-    if worst > TOLERANCE:
+    if worst > tolerance:
         for i, (a, b) in enumerate(zip(theirs, ours)):
             print(f"  step {i}: fulmen {a:.9g} torch {b:.9g}")
-        sys.exit(f"{name}: losses differ by {worst:.2e} > {TOLERANCE}")
+        sys.exit(f"{name}: losses differ by {worst:.2e} > {tolerance}")
