@@ -10,6 +10,7 @@
 // heap `at::Tensor*` that share the module's storage.
 #include "fulmen_cxx.h"
 
+#include <new>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -98,10 +99,12 @@ int fulmen_cxx_script_state(const void* m, void (*on_tensor)(void*, const char*,
   FULMEN_CXX_CATCH(err, err_len)
 }
 
-// *out = module.clone(): a new module of the same structure and mode.
+// *out = module.clone(inplace = true): new module objects of the same
+// structure and mode that share the original's tensors (no copy) until
+// fulmen_cxx_script_set_tensor points them elsewhere.
 int fulmen_cxx_script_clone(const void* m, void** out, char* err, size_t err_len) {
   FULMEN_CXX_TRY
-  *out = new torch::jit::Module(cmodule(m).clone());
+  *out = new torch::jit::Module(cmodule(m).clone(/*inplace=*/true));
   FULMEN_CXX_CATCH(err, err_len)
 }
 
@@ -190,12 +193,21 @@ int fulmen_cxx_script_call(void* m, const char* method, void* const* args, size_
   FULMEN_CXX_CATCH(err, err_len)
 }
 
-void* fulmen_cxx_value_none() { return new c10::IValue(); }
-void* fulmen_cxx_value_bool(int v) { return new c10::IValue(v != 0); }
-void* fulmen_cxx_value_int(int64_t v) { return new c10::IValue(v); }
-void* fulmen_cxx_value_double(double v) { return new c10::IValue(v); }
-void* fulmen_cxx_value_string(const char* s, size_t len) { return new c10::IValue(std::string(s, len)); }
-void* fulmen_cxx_value_tensor(const void* t) { return new c10::IValue(*static_cast<const at::Tensor*>(t)); }
+// The scalar and tensor constructors return NULL when allocation fails.
+void* fulmen_cxx_value_none() noexcept { return new (std::nothrow) c10::IValue(); }
+void* fulmen_cxx_value_bool(int v) noexcept { return new (std::nothrow) c10::IValue(v != 0); }
+void* fulmen_cxx_value_int(int64_t v) noexcept { return new (std::nothrow) c10::IValue(v); }
+void* fulmen_cxx_value_double(double v) noexcept { return new (std::nothrow) c10::IValue(v); }
+void* fulmen_cxx_value_string(const char* s, size_t len) noexcept {
+  try {
+    return new c10::IValue(std::string(s, len));
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* fulmen_cxx_value_tensor(const void* t) noexcept {
+  return new (std::nothrow) c10::IValue(*static_cast<const at::Tensor*>(t));
+}
 void fulmen_cxx_value_free(void* v) { delete static_cast<c10::IValue*>(v); }
 
 // *out = a tuple of copies of items[0..n].
@@ -254,8 +266,12 @@ int fulmen_cxx_value_kind(const void* v) {
 }
 
 // The type name of a value, as TorchScript prints it (for messages).
-int fulmen_cxx_value_type_name(const void* v, char* buf, size_t len) {
-  fulmen_cxx::write_message(value(v).tagKind(), buf, len);
+int fulmen_cxx_value_type_name(const void* v, char* buf, size_t len) noexcept {
+  try {
+    fulmen_cxx::write_message(value(v).tagKind(), buf, len);
+  } catch (...) {
+    fulmen_cxx::write_message("unknown", buf, len);
+  }
   return 0;
 }
 
@@ -270,8 +286,8 @@ const char* fulmen_cxx_value_to_string(const void* v, size_t* len) {
   return s.data();
 }
 
-// A new `at::Tensor*` of a Tensor value.
-void* fulmen_cxx_value_to_tensor(const void* v) { return new at::Tensor(value(v).toTensor()); }
+// A new `at::Tensor*` of a Tensor value (NULL when allocation fails).
+void* fulmen_cxx_value_to_tensor(const void* v) noexcept { return new (std::nothrow) at::Tensor(value(v).toTensor()); }
 
 // Number of elements of a tuple or list, or of entries of a dict.
 size_t fulmen_cxx_value_len(const void* v) {

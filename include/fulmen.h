@@ -196,10 +196,22 @@
 #define FULMEN_MAX_VALUE_DEPTH 64
 
 /**
+ * The most values one tree holds (containers and leaves, counted along
+ * every path: a list holding the same list twice counts it twice).
+ */
+#define FULMEN_MAX_VALUE_NODES 1048576
+
+/**
  * The largest safetensors header readers accept (the `safetensors`
  * crate's and Python package's limit).
  */
 #define MAX_HEADER_BYTES 100000000
+
+/**
+ * Most values (containers and leaves, counted along every path) in one
+ * tree a host builds: copies stay bounded however the host nests.
+ */
+#define MAX_VALUE_NODES (1 << 20)
 
 /**
  * A device type (`fulmen_device_type`).
@@ -2633,19 +2645,22 @@ struct fulmen_error *fulmen_model_register_buffer(struct fulmen_model *model,
  * registered ("scale") or one of a child ("encoder.weight"), by
  * state_dict name. It shares storage and autograd history.
  *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (no such tensor; not UTF-8).
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (no such tensor; not UTF-8),
+ * FULMEN_CODE_INVALID_STATE (called from another thread than the forward's).
  */
 struct fulmen_error *fulmen_host_call_get(const struct fulmen_host_call *call,
                                           const char *name,
                                           struct fulmen_tensor **out);
 
 /**
- * Runs the running module's child at the dotted `path` on
+ * Runs the running module's child at the dotted `path` (NULL or "" is
+ * the module itself, which refuses the re-entry) on
  * `inputs[0..n_inputs]` (NULL for a left-out one), as
  * `fulmen_model_forward_multi` does: the result count goes to
  * `*count_out`, and more than `capacity` fails before running.
  *
- * Errors: as `fulmen_model_forward_multi`.
+ * Errors: as `fulmen_model_forward_multi`, and FULMEN_CODE_INVALID_STATE
+ * (called from another thread than the forward's).
  */
 struct fulmen_error *fulmen_host_call_forward_child(const struct fulmen_host_call *call,
                                                     const char *path,
@@ -2659,7 +2674,8 @@ struct fulmen_error *fulmen_host_call_forward_child(const struct fulmen_host_cal
  * Writes whether the running module is in training mode (for dropout and
  * the like in the host's own forward).
  *
- * Errors: the common ones only.
+ * Errors: FULMEN_CODE_INVALID_STATE (called from another thread than the
+ * forward's).
  */
 struct fulmen_error *fulmen_host_call_is_training(const struct fulmen_host_call *call, bool *out);
 
@@ -2668,7 +2684,8 @@ struct fulmen_error *fulmen_host_call_is_training(const struct fulmen_host_call 
  * "conv2d", "conv3d", "conv_transpose1d/2d/3d", "sigmoid", "tanh", "relu",
  * "leaky_relu" (`param` its negative slope, NaN for 0.01) or "selu".
  *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown nonlinearity, or one not UTF-8).
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown nonlinearity, one not
+ * UTF-8, or a slope that is not finite).
  */
 struct fulmen_error *fulmen_init_calculate_gain(const char *nonlinearity,
                                                 double param,
@@ -3725,9 +3742,8 @@ struct fulmen_error *fulmen_model_to_device(struct fulmen_model *model,
  * floating `dtype` (a `fulmen_dtype`), in place; integer buffers such as
  * `num_batches_tracked` keep theirs.
  *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (not a fulmen_dtype),
- * FULMEN_CODE_DTYPE_MISMATCH (not a floating dtype), FULMEN_CODE_TORCH (a
- * cast failed).
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (not a fulmen_dtype, or not a
+ * floating one), FULMEN_CODE_TORCH (a cast failed).
  * Thread rules: the model is locked for the call.
  */
 struct fulmen_error *fulmen_model_to_dtype(struct fulmen_model *model, int32_t dtype);
@@ -5389,7 +5405,8 @@ struct fulmen_error *fulmen_tensor_clamp_(const struct fulmen_tensor *tensor,
  * (`fulmen_manual_seed`; the same seed gives PyTorch's values).
  *
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (not floating),
- * FULMEN_CODE_INVALID_ARGUMENT (bounds not finite, or low > high).
+ * FULMEN_CODE_INVALID_ARGUMENT (bounds not finite, or low > high),
+ * FULMEN_CODE_TORCH (bounds the dtype cannot hold, e.g. beyond f16's range).
  * Thread rules: as `fulmen_tensor_copy_`.
  */
 struct fulmen_error *fulmen_tensor_uniform_(const struct fulmen_tensor *tensor,
@@ -6331,7 +6348,7 @@ struct fulmen_error *fulmen_value_tensor(const struct fulmen_tensor *tensor,
  * caller's). `items` may be NULL when `n` is 0.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (it would nest deeper than
- * FULMEN_MAX_VALUE_DEPTH).
+ * FULMEN_MAX_VALUE_DEPTH or hold more than FULMEN_MAX_VALUE_NODES values).
  */
 struct fulmen_error *fulmen_value_tuple(const struct fulmen_value *const *items,
                                         size_t n,
@@ -6351,7 +6368,7 @@ struct fulmen_error *fulmen_value_from_batch(const struct fulmen_batch *batch,
  * (`List[Tensor]`, `List[int]`, ...) as TorchScript methods expect.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (it would nest deeper than
- * FULMEN_MAX_VALUE_DEPTH).
+ * FULMEN_MAX_VALUE_DEPTH or hold more than FULMEN_MAX_VALUE_NODES values).
  */
 struct fulmen_error *fulmen_value_list(const struct fulmen_value *const *items,
                                        size_t n,
@@ -6360,10 +6377,11 @@ struct fulmen_error *fulmen_value_list(const struct fulmen_value *const *items,
 /**
  * Makes a dict `{keys[i]: values[i]}` in that order (copied). Keys must
  * all be strings, all ints, all floats or all bools; a repeated key keeps
- * its last value. Checked when the dict is passed to a method.
+ * its first place and its last value, as in Python.
  *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (it would nest deeper than
- * FULMEN_MAX_VALUE_DEPTH).
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (keys of other or mixed kinds; it
+ * would nest deeper than FULMEN_MAX_VALUE_DEPTH or hold more than
+ * FULMEN_MAX_VALUE_NODES values).
  */
 struct fulmen_error *fulmen_value_dict(const struct fulmen_value *const *keys,
                                        const struct fulmen_value *const *values,
@@ -6443,7 +6461,8 @@ struct fulmen_error *fulmen_value_item(const struct fulmen_value *value,
  * (in the dict's order). Either out pointer may be NULL.
  *
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (not a dict),
- * FULMEN_CODE_OUT_OF_RANGE (`index` past the end).
+ * FULMEN_CODE_OUT_OF_RANGE (`index` past the end),
+ * FULMEN_CODE_INVALID_ARGUMENT (both out pointers the same).
  */
 struct fulmen_error *fulmen_value_dict_entry(const struct fulmen_value *value,
                                              size_t index,

@@ -57,6 +57,8 @@ type ForwardFn = unsafe extern "C" fn(
 /// Borrowed: valid only during the forward callback.
 pub struct fulmen_host_call {
     module: *const Module,
+    /// The thread running the forward (the only one that may use the call).
+    thread: std::thread::ThreadId,
 }
 
 impl Handle for fulmen_host_call {
@@ -92,7 +94,7 @@ impl HostForward for CallbackForward {
             inputs.iter().map(|t| t.map_or(std::ptr::null(), |t| new_handle(t.shallow_clone()).cast_const())).collect();
         let mut outs: Vec<*mut fulmen_tensor> = vec![std::ptr::null_mut(); self.num_outputs];
         let timer = HostCallTimer::start();
-        let (_, err) = with_temp_handle(fulmen_host_call { module }, |call| {
+        let (_, err) = with_temp_handle(fulmen_host_call { module, thread: std::thread::current().id() }, |call| {
             // SAFETY: the host's callback with live, borrowed handles.
             unsafe { (self.forward)(userdata.ptr(), call, handles.as_ptr(), handles.len(), outs.as_mut_ptr()) }
         });
@@ -219,17 +221,24 @@ unsafe fn register(
     }
 }
 
-unsafe fn call_module<'a>(call: *const fulmen_host_call) -> Result<&'a Module> {
+/// The running module, pinned for the caller's call (so the callback
+/// cannot return, and the module be freed, while it is in use). Only the
+/// thread running the forward may use it.
+unsafe fn call_module<'a>(call: *const fulmen_host_call) -> Result<super::handle::Shared<'a, Module>> {
     let c = super::handle::borrow(call, "call")?;
-    // SAFETY: the module outlives the temporary call handle.
-    Ok(&*c.module)
+    if c.thread != std::thread::current().id() {
+        return Err(Error::state("a fulmen_host_call is usable only on the thread running its forward callback"));
+    }
+    // SAFETY: the module outlives the temporary call handle, which the pin keeps alive.
+    Ok(c.map(|h| unsafe { &*h.module }))
 }
 
 /// Writes a new handle to the tensor `name` of the running module: one it
 /// registered ("scale") or one of a child ("encoder.weight"), by
 /// state_dict name. It shares storage and autograd history.
 ///
-/// Errors: FULMEN_CODE_INVALID_ARGUMENT (no such tensor; not UTF-8).
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (no such tensor; not UTF-8),
+/// FULMEN_CODE_INVALID_STATE (called from another thread than the forward's).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_host_call_get(
     call: *const fulmen_host_call,
@@ -251,12 +260,14 @@ pub unsafe extern "C" fn fulmen_host_call_get(
     })
 }
 
-/// Runs the running module's child at the dotted `path` on
+/// Runs the running module's child at the dotted `path` (NULL or "" is
+/// the module itself, which refuses the re-entry) on
 /// `inputs[0..n_inputs]` (NULL for a left-out one), as
 /// `fulmen_model_forward_multi` does: the result count goes to
 /// `*count_out`, and more than `capacity` fails before running.
 ///
-/// Errors: as `fulmen_model_forward_multi`.
+/// Errors: as `fulmen_model_forward_multi`, and FULMEN_CODE_INVALID_STATE
+/// (called from another thread than the forward's).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_host_call_forward_child(
     call: *const fulmen_host_call,
@@ -269,15 +280,16 @@ pub unsafe extern "C" fn fulmen_host_call_forward_child(
 ) -> *mut fulmen_error {
     guard("fulmen_host_call_forward_child", || {
         let m = call_module(call)?;
-        let path = str_arg(path, "path")?;
-        super::model::forward_multi_into(m, path, inputs, n_inputs, outs, capacity, count_out)
+        let path = if path.is_null() { "" } else { str_arg(path, "path")? };
+        super::model::forward_multi_into(&m, path, inputs, n_inputs, outs, capacity, count_out)
     })
 }
 
 /// Writes whether the running module is in training mode (for dropout and
 /// the like in the host's own forward).
 ///
-/// Errors: the common ones only.
+/// Errors: FULMEN_CODE_INVALID_STATE (called from another thread than the
+/// forward's).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_host_call_is_training(
     call: *const fulmen_host_call,

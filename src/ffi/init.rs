@@ -10,7 +10,8 @@ use std::ffi::c_char;
 /// "conv2d", "conv3d", "conv_transpose1d/2d/3d", "sigmoid", "tanh", "relu",
 /// "leaky_relu" (`param` its negative slope, NaN for 0.01) or "selu".
 ///
-/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown nonlinearity, or one not UTF-8).
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown nonlinearity, one not
+/// UTF-8, or a slope that is not finite).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_init_calculate_gain(
     nonlinearity: *const c_char,

@@ -141,9 +141,8 @@ pub unsafe extern "C" fn fulmen_model_to_device(
 /// floating `dtype` (a `fulmen_dtype`), in place; integer buffers such as
 /// `num_batches_tracked` keep theirs.
 ///
-/// Errors: FULMEN_CODE_INVALID_ARGUMENT (not a fulmen_dtype),
-/// FULMEN_CODE_DTYPE_MISMATCH (not a floating dtype), FULMEN_CODE_TORCH (a
-/// cast failed).
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (not a fulmen_dtype, or not a
+/// floating one), FULMEN_CODE_TORCH (a cast failed).
 /// Thread rules: the model is locked for the call.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_to_dtype(model: *mut fulmen_model, dtype: i32) -> *mut fulmen_error {

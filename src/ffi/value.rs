@@ -7,12 +7,17 @@ use super::handle::{self, check_out, write_out, Handle, Shared};
 use super::model::copy_str;
 use super::tensor::handle::{emit, fulmen_tensor, keep, new_scoped, tensor_arg};
 use crate::error::{Error, ErrorCode, Result};
-use crate::nn::{Value, MAX_VALUE_DEPTH};
+use crate::nn::{Value, MAX_VALUE_DEPTH, MAX_VALUE_NODES};
 use std::ffi::c_char;
 
 /// The deepest nesting of values passed to or returned by a method.
 pub const FULMEN_MAX_VALUE_DEPTH: usize = 64;
 const _: () = assert!(FULMEN_MAX_VALUE_DEPTH == MAX_VALUE_DEPTH);
+
+/// The most values one tree holds (containers and leaves, counted along
+/// every path: a list holding the same list twice counts it twice).
+pub const FULMEN_MAX_VALUE_NODES: usize = 1048576;
+const _: () = assert!(FULMEN_MAX_VALUE_NODES == MAX_VALUE_NODES);
 
 /// A TorchScript value: a tensor, None, bool, int (64-bit), float
 /// (64-bit), string, or a tuple, list or dict of values. Immutable once
@@ -39,18 +44,29 @@ pub(crate) unsafe fn emit_value(out: *mut *mut fulmen_value, value: Value) -> Re
     Ok(())
 }
 
-/// Copies the values behind an array of `n` handles. The copy grows only
-/// as handles check out, so a wrong `n` fails at the first bad handle
-/// rather than allocating for it.
+/// Copies the values behind an array of `n` handles. Nothing is copied
+/// before every handle checked out and the items, counted along every
+/// path, stay within FULMEN_MAX_VALUE_NODES, so neither a wrong `n` nor a
+/// doubling chain of lists allocates in proportion to an untrusted number.
 pub(crate) unsafe fn value_list(items: *const *const fulmen_value, n: usize, arg: &str) -> Result<Vec<Value>> {
     if n > 0 && items.is_null() {
         return Err(Error::new(ErrorCode::NullArgument, format!("argument `{arg}` is NULL")));
     }
-    let mut out = Vec::new();
+    let mut held = Vec::new();
+    let mut nodes = 0usize;
     for i in 0..n {
-        out.push(value_arg(*items.add(i), &format!("{arg}[{i}]"))?.shallow_clone());
+        let v = value_arg(*items.add(i), &format!("{arg}[{i}]"))?;
+        nodes = nodes.saturating_add(v.count_nodes(MAX_VALUE_NODES));
+        if nodes > MAX_VALUE_NODES {
+            return Err(too_many_nodes());
+        }
+        held.push(v);
     }
-    Ok(out)
+    Ok(held.iter().map(|v| v.shallow_clone()).collect())
+}
+
+fn too_many_nodes() -> Error {
+    Error::invalid(format!("a value holding more than FULMEN_MAX_VALUE_NODES ({MAX_VALUE_NODES}) values"))
 }
 
 /// Items of a new container, refused when it would nest deeper than
@@ -61,6 +77,22 @@ fn container(items: Vec<Value>) -> Result<Vec<Value>> {
         return Err(Error::invalid(format!("a value nested deeper than FULMEN_MAX_VALUE_DEPTH ({MAX_VALUE_DEPTH})")));
     }
     Ok(items)
+}
+
+/// A dict key as something to compare: its kind and its bits.
+fn key_id(k: &Value) -> Result<(u8, Vec<u8>)> {
+    Ok(match k {
+        Value::Str(s) => (0, s.as_bytes().to_vec()),
+        Value::Int(i) => (1, i.to_le_bytes().to_vec()),
+        Value::Double(d) => (2, d.to_bits().to_le_bytes().to_vec()),
+        Value::Bool(b) => (3, vec![*b as u8]),
+        other => {
+            return Err(Error::invalid(format!(
+                "dict keys must be strings, ints, floats or bools, got a {}",
+                other.kind_name()
+            )))
+        }
+    })
 }
 
 /// Makes the value `None`.
@@ -123,7 +155,7 @@ pub unsafe extern "C" fn fulmen_value_tensor(
 /// caller's). `items` may be NULL when `n` is 0.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (it would nest deeper than
-/// FULMEN_MAX_VALUE_DEPTH).
+/// FULMEN_MAX_VALUE_DEPTH or hold more than FULMEN_MAX_VALUE_NODES values).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_value_tuple(
     items: *const *const fulmen_value,
@@ -156,7 +188,7 @@ pub unsafe extern "C" fn fulmen_value_from_batch(
 /// (`List[Tensor]`, `List[int]`, ...) as TorchScript methods expect.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (it would nest deeper than
-/// FULMEN_MAX_VALUE_DEPTH).
+/// FULMEN_MAX_VALUE_DEPTH or hold more than FULMEN_MAX_VALUE_NODES values).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_value_list(
     items: *const *const fulmen_value,
@@ -171,10 +203,11 @@ pub unsafe extern "C" fn fulmen_value_list(
 
 /// Makes a dict `{keys[i]: values[i]}` in that order (copied). Keys must
 /// all be strings, all ints, all floats or all bools; a repeated key keeps
-/// its last value. Checked when the dict is passed to a method.
+/// its first place and its last value, as in Python.
 ///
-/// Errors: FULMEN_CODE_INVALID_ARGUMENT (it would nest deeper than
-/// FULMEN_MAX_VALUE_DEPTH).
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (keys of other or mixed kinds; it
+/// would nest deeper than FULMEN_MAX_VALUE_DEPTH or hold more than
+/// FULMEN_MAX_VALUE_NODES values).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_value_dict(
     keys: *const *const fulmen_value,
@@ -186,7 +219,25 @@ pub unsafe extern "C" fn fulmen_value_dict(
         check_out(out, "out")?;
         let k = container(value_list(keys, n, "keys")?)?;
         let v = container(value_list(values, n, "values")?)?;
-        emit_value(out, Value::Dict(k.into_iter().zip(v).collect()))
+        let nodes = k.iter().chain(&v).fold(0usize, |n, x| n.saturating_add(x.count_nodes(MAX_VALUE_NODES)));
+        if nodes > MAX_VALUE_NODES {
+            return Err(too_many_nodes());
+        }
+        let mut entries: Vec<(Value, Value)> = Vec::new();
+        let mut seen: std::collections::HashMap<(u8, Vec<u8>), usize> = std::collections::HashMap::new();
+        for (key, value) in k.into_iter().zip(v) {
+            match seen.entry(key_id(&key)?) {
+                std::collections::hash_map::Entry::Occupied(at) => entries[*at.get()].1 = value,
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(entries.len());
+                    entries.push((key, value));
+                }
+            }
+        }
+        if entries.first().is_some_and(|(k0, _)| entries.iter().any(|(k, _)| k.kind() != k0.kind())) {
+            return Err(Error::invalid("dict keys must all be strings, all ints, all floats or all bools"));
+        }
+        emit_value(out, Value::Dict(entries))
     })
 }
 
@@ -316,7 +367,8 @@ pub unsafe extern "C" fn fulmen_value_item(
 /// (in the dict's order). Either out pointer may be NULL.
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (not a dict),
-/// FULMEN_CODE_OUT_OF_RANGE (`index` past the end).
+/// FULMEN_CODE_OUT_OF_RANGE (`index` past the end),
+/// FULMEN_CODE_INVALID_ARGUMENT (both out pointers the same).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_value_dict_entry(
     value: *const fulmen_value,
@@ -325,6 +377,9 @@ pub unsafe extern "C" fn fulmen_value_dict_entry(
     value_out: *mut *mut fulmen_value,
 ) -> *mut fulmen_error {
     guard("fulmen_value_dict_entry", || match &*value_arg(value, "value")? {
+        Value::Dict(_) if !key_out.is_null() && std::ptr::eq(key_out, value_out) => {
+            Err(Error::invalid("outputs `key_out` and `value_out` are the same pointer"))
+        }
         Value::Dict(v) => {
             let (k, x) = v.get(index).ok_or_else(|| out_of_range(index, v.len()))?;
             if !key_out.is_null() {

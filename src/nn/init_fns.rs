@@ -38,8 +38,9 @@ pub fn fans(t: &Tensor) -> Result<(i64, i64)> {
             size.len()
         )));
     }
-    let receptive: i64 = size[2..].iter().product();
-    Ok((size[1] * receptive, size[0] * receptive))
+    let overflow = || Error::shape(format!("fan in and fan out of shape {size:?} overflow"));
+    let receptive = size[2..].iter().try_fold(1i64, |a, &d| a.checked_mul(d)).ok_or_else(overflow)?;
+    Ok((size[1].checked_mul(receptive).ok_or_else(overflow)?, size[0].checked_mul(receptive).ok_or_else(overflow)?))
 }
 
 /// `nn.init.calculate_gain(nonlinearity, param)`: linear, conv1d / 2d / 3d,

@@ -23,6 +23,6 @@ pub use layers::transformer::TransformerConfig;
 pub use layers::Activation;
 pub use module::Module;
 pub use safetensors_io::{read_safetensors, write_safetensors, MAX_HEADER_BYTES};
-pub use script_value::{Value, ValueKind, MAX_VALUE_DEPTH};
+pub use script_value::{Value, ValueKind, MAX_VALUE_DEPTH, MAX_VALUE_NODES};
 pub use state_dict::LoadReport;
 pub use torchscript::MAX_METHOD_ARGS;

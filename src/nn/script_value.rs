@@ -9,6 +9,10 @@ use tch::Tensor;
 /// Deepest nesting converted (deeper trees fail instead of recursing on).
 pub const MAX_VALUE_DEPTH: usize = 64;
 
+/// Most values (containers and leaves, counted along every path) in one
+/// tree a host builds: copies stay bounded however the host nests.
+pub const MAX_VALUE_NODES: usize = 1 << 20;
+
 /// The kind of a [`Value`] (`fulmen_value_kind`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +92,26 @@ impl Value {
         }
     }
 
+    /// How many values the tree holds (itself included), counted along every
+    /// path, saturating at `limit + 1` (it stops counting there).
+    pub fn count_nodes(&self, limit: usize) -> usize {
+        let mut n = 1usize;
+        let add = |v: &Value, n: &mut usize| {
+            if *n <= limit {
+                *n = n.saturating_add(v.count_nodes(limit - (*n).min(limit)));
+            }
+        };
+        match self {
+            Value::Tuple(v) | Value::List(v) => v.iter().for_each(|x| add(x, &mut n)),
+            Value::Dict(v) => v.iter().for_each(|(k, x)| {
+                add(k, &mut n);
+                add(x, &mut n);
+            }),
+            _ => {}
+        }
+        n.min(limit + 1)
+    }
+
     /// How deeply containers nest: 0 for a scalar or tensor, 1 for a list
     /// of them, ...
     pub fn depth(&self) -> usize {
@@ -130,7 +154,12 @@ impl Value {
     fn to_cxx_at(&self, depth: usize) -> Result<CxxValue> {
         check_depth(depth)?;
         // SAFETY: the constructors copy their argument; tensors are live.
-        let leaf = |p: *mut c_void| Ok(CxxValue(p));
+        let leaf = |p: *mut c_void| {
+            if p.is_null() {
+                return Err(Error::new(ErrorCode::Torch, "out of memory building a TorchScript value"));
+            }
+            Ok(CxxValue(p))
+        };
         match self {
             Value::None => leaf(unsafe { shim::fulmen_cxx_value_none() }),
             Value::Bool(b) => leaf(unsafe { shim::fulmen_cxx_value_bool(*b as libc::c_int) }),
@@ -180,7 +209,13 @@ impl Value {
         unsafe {
             Ok(match shim::fulmen_cxx_value_kind(p) {
                 0 => Value::None,
-                1 => Value::Tensor(Tensor::from_ptr(shim::fulmen_cxx_value_to_tensor(p).cast())),
+                1 => {
+                    let t = shim::fulmen_cxx_value_to_tensor(p);
+                    if t.is_null() {
+                        return Err(Error::new(ErrorCode::Torch, "out of memory reading a TorchScript value"));
+                    }
+                    Value::Tensor(Tensor::from_ptr(t.cast()))
+                }
                 2 => Value::Double(shim::fulmen_cxx_value_to_double(p)),
                 3 => Value::Int(shim::fulmen_cxx_value_to_int(p)),
                 4 => Value::Bool(shim::fulmen_cxx_value_to_bool(p)),

@@ -148,15 +148,20 @@ impl ScriptModule {
             .map_err(|e| e.context("the module's forward returns more than a tensor: use forward_multi or call_method"))
     }
 
-    /// `forward` on several tensors (`None` for a left-out one); a tuple or
-    /// list of tensors comes back as its elements.
+    /// `forward` on several tensors (`None` for a left-out one); a tuple of
+    /// tensors comes back as its elements (a list, whose length the
+    /// signature does not tell, is refused: use `call_method`).
     pub(crate) fn forward_multi(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let args: Vec<Value> =
             inputs.iter().map(|x| x.map_or(Value::None, |t| Value::Tensor(t.shallow_clone()))).collect();
         match self.call("forward", &args)? {
-            Value::Tuple(items) | Value::List(items) => {
+            Value::Tuple(items) => {
                 items.into_iter().enumerate().map(|(i, v)| v.into_tensor(&format!("forward result {i}"))).collect()
             }
+            Value::List(_) => Err(Error::new(
+                ErrorCode::Unsupported,
+                "the TorchScript forward returns a list, whose length its signature does not tell: use call_method",
+            )),
             other => Ok(vec![other.into_tensor("forward result")?]),
         }
     }

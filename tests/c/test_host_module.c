@@ -9,15 +9,32 @@
 #include "check.h"
 #include "tensor_check.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 /* forward(x[, bias]) = proj(x) * scale + x (+ bias); with two outputs the
  * second is the mean of the first. Counts its calls in the buffer. */
 typedef struct {
     int calls;
-    int misbehave; /* 1: writes nothing; 2: calls back into the root model */
+    int misbehave; /* 1: writes nothing; 2: calls back into the root model; 3: hands the call to a thread */
     fulmen_model *root;
+    int other_thread_code;
 } residual;
+
+typedef struct {
+    fulmen_host_call *call;
+    int code;
+} borrowed;
+
+static void *use_call(void *arg) {
+    borrowed *b = arg;
+    fulmen_tensor *t = NULL;
+    fulmen_error *e = fulmen_host_call_get(b->call, "scale", &t);
+    b->code = e ? fulmen_error_code(e) : 0;
+    fulmen_error_free(e);
+    fulmen_tensor_free(t);
+    return NULL;
+}
 
 static fulmen_error *residual_forward(void *userdata, fulmen_host_call *call, const fulmen_tensor *const *inputs,
                                       size_t n_inputs, fulmen_tensor **outs, size_t n_outs) {
@@ -27,6 +44,13 @@ static fulmen_error *residual_forward(void *userdata, fulmen_host_call *call, co
     if (r->misbehave == 2) {
         fulmen_tensor *y = NULL;
         return fulmen_model_forward(r->root, inputs[0], &y);
+    }
+    if (r->misbehave == 3) {
+        borrowed b = {call, -1};
+        pthread_t th;
+        if (pthread_create(&th, NULL, use_call, &b) == 0) pthread_join(th, NULL);
+        r->other_thread_code = b.code;
+        r->misbehave = 0;
     }
     fulmen_tensor *scale = NULL, *steps = NULL, *p = NULL, *scaled = NULL, *y = NULL;
     size_t count = 0;
@@ -242,6 +266,11 @@ static void test_errors(void) {
     r.misbehave = 2;
     r.root = m;
     CHECK_ERR(fulmen_model_forward(m, x, &y), FULMEN_CODE_INVALID_STATE, "re-entrant");
+    r.misbehave = 3; /* another thread may not use the call */
+    CHECK_OK(fulmen_model_forward(m, x, &y));
+    CHECK(r.other_thread_code == FULMEN_CODE_INVALID_STATE);
+    fulmen_tensor_free(y);
+    y = NULL;
     r.misbehave = 0;
     CHECK_OK(fulmen_model_forward(m, x, &y)); /* still usable */
     /* host calls outside the callback are refused */

@@ -198,12 +198,12 @@ static void test_values(void) {
     CHECK_ERR(fulmen_model_call_method(m, NULL, NULL, NULL, 0, &out), FULMEN_CODE_NULL_ARGUMENT, "method");
     const fulmen_value *wrong[1] = {(const fulmen_value *)x};
     CHECK_ERR(fulmen_model_call_method(m, NULL, "describe", wrong, 1, &out), FULMEN_CODE_INVALID_HANDLE, "args[0]");
-    /* mixed dict keys are refused when used */
+    /* mixed dict keys are refused */
     fulmen_value *mixed = NULL, *keys[2] = {d[0], NULL};
     CHECK_OK(fulmen_value_string("a", &keys[1]));
-    CHECK_OK(fulmen_value_dict((const fulmen_value *const *)keys, (const fulmen_value *const *)keys, 2, &mixed));
-    CHECK_ERR(fulmen_model_call_method(m, NULL, "describe", (const fulmen_value *const *)&mixed, 1, &out),
+    CHECK_ERR(fulmen_value_dict((const fulmen_value *const *)keys, (const fulmen_value *const *)keys, 2, &mixed),
               FULMEN_CODE_INVALID_ARGUMENT, "dict keys");
+    CHECK(mixed == NULL);
     fulmen_value *rest[] = {mixed, keys[1], d[0], d[1], d[2], ints[0], ints[1], args[0], args[1], args[2], args[3], args[4]};
     for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) fulmen_value_free(rest[i]);
     /* values nest at most FULMEN_MAX_VALUE_DEPTH deep */
@@ -222,6 +222,45 @@ static void test_values(void) {
     CHECK(deep_err != NULL && fulmen_error_code(deep_err) == FULMEN_CODE_INVALID_ARGUMENT);
     fulmen_error_free(deep_err);
     fulmen_value_free(deep);
+    /* a chain of lists that doubles at every level is refused before it grows */
+    fulmen_value *chain = NULL, *twice[2];
+    CHECK_OK(fulmen_value_int(1, &chain));
+    int doublings = 0;
+    fulmen_error *big = NULL;
+    while (doublings < 40) {
+        twice[0] = twice[1] = chain;
+        fulmen_value *bigger = NULL;
+        big = fulmen_value_list((const fulmen_value *const *)twice, 2, &bigger);
+        if (big != NULL) break;
+        fulmen_value_free(chain);
+        chain = bigger;
+        doublings++;
+    }
+    CHECK(doublings == 19); /* 2^20 leaves and their lists pass FULMEN_MAX_VALUE_NODES */
+    CHECK(big != NULL && fulmen_error_code(big) == FULMEN_CODE_INVALID_ARGUMENT &&
+          strstr(fulmen_error_message(big), "FULMEN_MAX_VALUE_NODES") != NULL);
+    fulmen_error_free(big);
+    fulmen_value_free(chain);
+    /* dict keys: a repeat keeps its place and its last value; other kinds are refused */
+    fulmen_value *ka = NULL, *kb = NULL, *v1 = NULL, *v2 = NULL, *v3 = NULL, *dd = NULL, *found = NULL, *same = NULL;
+    CHECK_OK(fulmen_value_string("a", &ka));
+    CHECK_OK(fulmen_value_string("b", &kb));
+    CHECK_OK(fulmen_value_int(1, &v1));
+    CHECK_OK(fulmen_value_int(2, &v2));
+    CHECK_OK(fulmen_value_int(3, &v3));
+    const fulmen_value *dk[3] = {ka, kb, ka}, *dvals[3] = {v1, v2, v3};
+    CHECK_OK(fulmen_value_dict(dk, dvals, 3, &dd));
+    CHECK_OK(fulmen_value_len(dd, &len));
+    CHECK(len == 2);
+    CHECK_OK(fulmen_value_dict_get(dd, "a", &found));
+    int64_t gotv = 0;
+    CHECK_OK(fulmen_value_get_int(found, &gotv));
+    CHECK(gotv == 3);
+    CHECK_ERR(fulmen_value_dict_entry(dd, 0, &same, &same), FULMEN_CODE_INVALID_ARGUMENT, "same pointer");
+    const fulmen_value *tk[1] = {dd}; /* a dict as a key */
+    CHECK_ERR(fulmen_value_dict(tk, dvals, 1, &same), FULMEN_CODE_INVALID_ARGUMENT, "dict keys");
+    fulmen_value *dict_vals[] = {ka, kb, v1, v2, v3, dd, found};
+    for (size_t i = 0; i < sizeof dict_vals / sizeof dict_vals[0]; i++) fulmen_value_free(dict_vals[i]);
     /* a native model has no methods to call or save */
     fulmen_model *lin = NULL;
     CHECK_OK(fulmen_model_linear_new(2, 2, true, &lin));

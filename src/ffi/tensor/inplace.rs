@@ -132,7 +132,8 @@ pub unsafe extern "C" fn fulmen_tensor_clamp_(tensor: *const fulmen_tensor, min:
 /// (`fulmen_manual_seed`; the same seed gives PyTorch's values).
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (not floating),
-/// FULMEN_CODE_INVALID_ARGUMENT (bounds not finite, or low > high).
+/// FULMEN_CODE_INVALID_ARGUMENT (bounds not finite, or low > high),
+/// FULMEN_CODE_TORCH (bounds the dtype cannot hold, e.g. beyond f16's range).
 /// Thread rules: as `fulmen_tensor_copy_`.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_uniform_(
