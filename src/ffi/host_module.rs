@@ -208,12 +208,6 @@ unsafe fn register(
     let t = tensor_arg(tensor, "tensor")?;
     let mut g = lock(&m)?;
     let target = g.child_mut(path)?;
-    if target.type_name() == "ScriptModule" {
-        return Err(Error::new(
-            ErrorCode::Unsupported,
-            "a TorchScript module's tensors are its script's: register them in Python before scripting",
-        ));
-    }
     if parameter {
         target.register_parameter(name, &t)
     } else {

@@ -684,6 +684,15 @@ pub unsafe extern "C" fn fulmen_model_forward_multi(
     })
 }
 
+/// Names the child at `path` in an error from it ("" is the model itself).
+pub(crate) fn in_child(e: Error, path: &str) -> Error {
+    if path.is_empty() {
+        e
+    } else {
+        e.context(format!("child {path}"))
+    }
+}
+
 /// The body of `fulmen_model_forward_multi` on a module already borrowed:
 /// reads the inputs, runs the descendant at `path` and writes its results.
 ///
@@ -711,8 +720,7 @@ pub(crate) unsafe fn forward_multi_into(
         (0..n_inputs).map(|i| opt_tensor_arg(*inputs.add(i), &format!("inputs[{i}]"))).collect::<Result<Vec<_>>>()?;
     let refs: Vec<Option<&tch::Tensor>> = held.iter().map(|t| t.as_deref()).collect();
     let child = module.child(path)?;
-    let run =
-        || child.forward_multi(&refs).map_err(|e| if path.is_empty() { e } else { e.context(format!("child {path}")) });
+    let run = || child.forward_multi(&refs).map_err(|e| in_child(e, path));
     emit_list(outs, capacity, count_out, child.num_outputs()?, run)
 }
 

@@ -2,7 +2,7 @@
 //! method on values, saving back to `.pt`; moving and casting any model.
 use super::error::{fulmen_error, guard, str_arg};
 use super::handle::check_out;
-use super::model::{emit_model, fulmen_model, lock, model_arg};
+use super::model::{emit_model, fulmen_model, in_child, lock, model_arg};
 use super::value::{emit_value, fulmen_value, value_list};
 use crate::error::Error;
 use crate::nn::{Module, MAX_METHOD_ARGS};
@@ -79,18 +79,10 @@ pub unsafe extern "C" fn fulmen_model_call_method(
         let values = value_list(args, n_args, "args")?;
         let result = {
             let guard = lock(&m)?;
-            guard.child(path)?.call_method(method, &values).map_err(|e| with_path(e, path))?
+            guard.child(path)?.call_method(method, &values).map_err(|e| in_child(e, path))?
         };
         emit_value(out, result)
     })
-}
-
-fn with_path(e: Error, path: &str) -> Error {
-    if path.is_empty() {
-        e
-    } else {
-        e.context(format!("child {path}"))
-    }
 }
 
 /// Saves a TorchScript model (or the one at the dotted child `path`, NULL
@@ -112,7 +104,7 @@ pub unsafe extern "C" fn fulmen_model_save_torchscript(
         let path = if path.is_null() { "" } else { str_arg(path, "path")? };
         let file = str_arg(file, "file")?;
         let guard = lock(&m)?;
-        guard.child(path)?.save_torchscript(Path::new(file)).map_err(|e| with_path(e, path))
+        guard.child(path)?.save_torchscript(Path::new(file)).map_err(|e| in_child(e, path))
     })
 }
 

@@ -28,7 +28,9 @@ impl Module {
     /// `register_parameter(name, tensor)`: a trainable leaf sharing
     /// `tensor`'s storage (detached, `requires_grad`), listed in the
     /// state_dict after the module's own parameters, moved, synced by DDP
-    /// and trained by optimizers built on the model afterwards.
+    /// and trained by optimizers built on the model afterwards. A
+    /// TorchScript module refuses (`Unsupported`): its tensors are its
+    /// script's, which `save_torchscript` writes.
     pub fn register_parameter(&mut self, name: &str, tensor: &Tensor) -> Result<()> {
         self.check_new_name(name)?;
         let kind = tensor.f_kind()?;
@@ -54,6 +56,12 @@ impl Module {
     }
 
     fn check_new_name(&self, name: &str) -> Result<()> {
+        if matches!(self.node, super::module::Node::Script(_)) {
+            return Err(Error::new(
+                crate::error::ErrorCode::Unsupported,
+                "a TorchScript module's tensors are its script's: register them in Python before scripting",
+            ));
+        }
         if name.is_empty() || name.contains('.') {
             return Err(Error::invalid(format!("register: name {name:?} must be non-empty and contain no '.'")));
         }

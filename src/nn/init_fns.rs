@@ -144,10 +144,8 @@ pub fn trunc_normal_(t: &Tensor, mean: f64, std: f64, a: f64, b: f64) -> Result<
     if std <= 0.0 || a >= b {
         return Err(Error::invalid(format!("trunc_normal_: needs std > 0 and a < b, got std {std}, [{a}, {b}]")));
     }
+    inplace::floating(t, "trunc_normal_")?;
     let kind = t.f_kind()?;
-    if !crate::tensor::dtype::is_floating(kind) {
-        return Err(Error::dtype(format!("trunc_normal_: the tensor is {kind:?}, a floating-point tensor is needed")));
-    }
     let cdf = |x: f64| (1.0 + libm_erf(x / 2f64.sqrt())) / 2.0;
     let mass = cdf((b - mean) / std) - cdf((a - mean) / std);
     let any = |m: &Tensor| -> Result<bool> { Ok(m.f_any()?.f_int64_value(&[])? != 0) };
@@ -238,10 +236,8 @@ pub fn orthogonal_(t: &Tensor, gain: f64) -> Result<()> {
     if t.numel() == 0 {
         return Ok(());
     }
+    inplace::floating(t, "orthogonal_")?;
     let kind = t.f_kind()?;
-    if !crate::tensor::dtype::is_floating(kind) {
-        return Err(Error::dtype(format!("orthogonal_: the tensor is {kind:?}, a floating-point tensor is needed")));
-    }
     let rows = size[0];
     let cols = t.numel() as i64 / rows;
     tch::no_grad(|| -> Result<()> {

@@ -599,25 +599,15 @@ impl Module {
         self.convert(None, Some(kind)).ctx(format!("to_kind({kind:?})"))
     }
 
+    /// Converts every parameter and buffer of the tree in place.
     fn convert(&mut self, device: Option<Device>, kind: Option<Kind>) -> Result<()> {
-        for (_, t, _) in &self.own {
-            convert_tensor(t, device, kind)?;
-        }
-        match &mut self.node {
-            Node::Layer(l) => {
-                for (_, t) in l.params().into_iter().chain(l.buffers()) {
-                    convert_tensor(t, device, kind)?;
-                }
-                Ok(())
+        let mut result = Ok(());
+        self.visit("", &mut |_, t, _| {
+            if result.is_ok() {
+                result = convert_tensor(t, device, kind);
             }
-            Node::Script(s) => s.to(device, kind),
-            Node::Sequential(c) | Node::Named(c) => {
-                for (_, m) in c.iter_mut() {
-                    m.convert(device, kind)?;
-                }
-                Ok(())
-            }
-        }
+        });
+        result
     }
 }
 
@@ -651,7 +641,7 @@ pub(crate) fn check_device(device: Device) -> Result<()> {
 
 /// Converts `t` in place (`set_data`), keeping it the same (leaf) tensor;
 /// its gradient, if any, follows. Non-floating tensors keep their kind.
-pub(crate) fn convert_tensor(t: &Tensor, device: Option<Device>, kind: Option<Kind>) -> Result<()> {
+fn convert_tensor(t: &Tensor, device: Option<Device>, kind: Option<Kind>) -> Result<()> {
     let cur_kind = t.f_kind()?;
     let cur_dev = t.device();
     let new_kind = match kind {

@@ -1,14 +1,14 @@
 //! TorchScript modules exported from Python, run and trained through the
 //! C++ shim (`csrc/script.cpp`): parameters and buffers with PyTorch's
 //! dotted names, any method on any values, saving back to a `.pt` file.
-use super::module::{check_device, convert_tensor, is_floating, Module};
+use super::module::{check_device, Module};
 use super::script_value::{CxxValue, Value};
 use crate::error::{Error, ErrorCode, Result, ResultExt};
 use crate::shim::{self, call};
 use libc::{c_char, c_int, c_void};
 use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 /// The most arguments a method call takes.
 pub const MAX_METHOD_ARGS: usize = 64;
@@ -171,24 +171,6 @@ impl ScriptModule {
         call("setting the TorchScript module's mode", |err, len| unsafe {
             shim::fulmen_cxx_script_set_training(self.raw.0, on as c_int, err, len)
         })
-    }
-
-    /// Moves every parameter and buffer in place (`set_data`, as libtorch's
-    /// `Module::to` does); a kind applies to floating tensors only, so
-    /// integer buffers such as `num_batches_tracked` keep theirs.
-    pub(crate) fn to(&mut self, device: Option<Device>, kind: Option<Kind>) -> Result<()> {
-        if let Some(k) = kind {
-            if !is_floating(k) {
-                return Err(Error::dtype(format!("TorchScript module: cannot cast to {k:?}")));
-            }
-        }
-        if let Some(d) = device {
-            check_device(d)?;
-        }
-        for (_, t, _) in &self.state {
-            convert_tensor(t, device, kind)?;
-        }
-        Ok(())
     }
 
     /// A replica (DataParallel's `replicate`): a clone of the script whose

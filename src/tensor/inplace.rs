@@ -10,7 +10,8 @@ fn no_grad<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     tch::no_grad(f)
 }
 
-fn floating(t: &Tensor, what: &str) -> Result<()> {
+/// Fails with `DtypeMismatch` unless `t` is floating-point.
+pub(crate) fn floating(t: &Tensor, what: &str) -> Result<()> {
     let kind = t.f_kind()?;
     if !is_floating(kind) {
         return Err(Error::dtype(format!("{what}: the tensor is {kind:?}, a floating-point tensor is needed")));
