@@ -117,8 +117,9 @@ test-go: lib $(MNIST) $(LEE) $(ELNINO) $(VENV_STAMP)
 
 # Interop with the real PyTorch: DDP jobs mixing fulmen and Python ranks;
 # per-step parity and resumes against Lightning's own Trainer.
-test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/lightning_parity $(BUILD)/interop/script_parity $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(LEE) $(ELNINO) $(FAIR) $(VENV_STAMP)
-	@rm -rf $(BUILD)/interop/ddp-mixed $(BUILD)/interop/lightning-parity $(BUILD)/interop/charlm-twin $(BUILD)/interop/forecast-twin $(BUILD)/interop/finetune $(BUILD)/interop/script-parity
+test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/lightning_parity $(BUILD)/interop/script_parity $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP)
+	@rm -rf $(BUILD)/interop/ddp-mixed $(BUILD)/interop/lightning-parity $(BUILD)/interop/charlm-twin $(BUILD)/interop/forecast-twin $(BUILD)/interop/finetune $(BUILD)/interop/script-parity $(BUILD)/interop/gan-twin
+	$(VENV)/bin/python tests/interop/gan_twin.py --binary $(BUILD)/examples/gan --data $(MNIST) --work $(BUILD)/interop/gan-twin
 	$(VENV)/bin/python tests/interop/script_parity.py --binary $(BUILD)/interop/script_parity --work $(BUILD)/interop/script-parity
 	$(VENV)/bin/python tests/interop/finetune_check.py --binary $(BUILD)/examples/finetune --data $(FAIR) --work $(BUILD)/interop/finetune
 	$(VENV)/bin/python tests/interop/charlm_twin.py --binary $(BUILD)/examples/charlm --data $(LEE) --work $(BUILD)/interop/charlm-twin
@@ -130,8 +131,11 @@ $(BUILD)/interop/%: tests/interop/%.c include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 
-example: $(BUILD)/examples/mnist $(BUILD)/examples/snippet $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(MNIST) $(LEE) $(ELNINO)
+example: $(BUILD)/examples/mnist $(BUILD)/examples/snippet $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/gan $(MNIST) $(LEE) $(ELNINO)
 	$(ASAN_ENV) $(BUILD)/examples/snippet
+	@rm -rf $(BUILD)/gan-run
+	$(BUILD)/examples/gan --data $(MNIST) --epochs 2 --out $(BUILD)/gan-run | tee $(BUILD)/gan-run.log
+	@grep -q "optimizer steps" $(BUILD)/gan-run.log && test -s $(BUILD)/gan-run/samples.pgm
 	@rm -rf $(BUILD)/charlm-run
 	$(BUILD)/examples/charlm --data $(LEE) --epochs 1 --limit-batches 60 --sample 120 --out $(BUILD)/charlm-run | tee $(BUILD)/charlm-run.log
 	@grep -q "bits per character" $(BUILD)/charlm-run.log && test -f $(BUILD)/charlm-run/model.safetensors
@@ -239,6 +243,10 @@ $(BUILD)/examples/forecast: examples/c/forecast.c include/fulmen.h lib
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK) -lm
 
 $(BUILD)/examples/finetune: examples/c/finetune.c include/fulmen.h lib
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
+
+$(BUILD)/examples/gan: examples/c/gan.c include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 

@@ -1388,7 +1388,10 @@ typedef struct fulmen_module_vtable {
    * floating tensor computed from the parameters). Required for fit.
    * fulmen reads `*out` and does not take it: a tensor made in the step
    * is released with the step's other tensors, a kept one stays the
-   * host's to free.
+   * host's to free. With automatic optimization off
+   * (`fulmen_lightning_module_set_automatic_optimization`) the step runs
+   * backward and the optimizer steps itself through `ctx` and may leave
+   * `*out` NULL (a loss written there only shows in the progress).
    */
   struct fulmen_error *(*training_step)(void *userdata,
                                         struct fulmen_step_context *ctx,
@@ -2773,6 +2776,103 @@ struct fulmen_error *fulmen_trainer_add_logger(struct fulmen_trainer *trainer,
                                                const struct fulmen_logger_vtable *vtable);
 
 /**
+ * Writes the number of optimizers `configure_optimizers` added
+ * (Lightning's `len(self.optimizers())`); they are numbered from 0 in
+ * that order in the calls below.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (not a training step with automatic
+ * optimization off; the same for every call below).
+ */
+struct fulmen_error *fulmen_step_context_optimizer_count(struct fulmen_step_context *ctx,
+                                                         size_t *out);
+
+/**
+ * Lightning's `manual_backward(loss)`: backward of `loss` (borrowed)
+ * through the precision plugin (scaled for 16-mixed; under DDP the
+ * gradients are averaged over ranks), with the callbacks'
+ * `on_before_backward` / `on_after_backward` hooks (not the module's own:
+ * it is the caller). Gradients add up until an optimizer's zero_grad.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`loss` has more than one element
+ * or does not require grad), FULMEN_CODE_TORCH (the backward failed, e.g.
+ * a graph already freed by an earlier backward), FULMEN_CODE_CALLBACK (a
+ * callback's hook failed).
+ */
+struct fulmen_error *fulmen_step_context_manual_backward(struct fulmen_step_context *ctx,
+                                                         const struct fulmen_tensor *loss);
+
+/**
+ * Steps optimizer `optimizer` (Lightning's `opt.step()`): the gradients
+ * are unscaled (16-mixed), the callbacks' `on_before_optimizer_step` runs,
+ * and the update is made unless (16-mixed) a gradient is inf or NaN; then
+ * the loss scale is updated. Every call counts one in `global_step`.
+ * `made` (may be NULL) receives whether the update was made.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`optimizer` out of range),
+ * FULMEN_CODE_TORCH (the update failed), FULMEN_CODE_CALLBACK (a
+ * callback's hook failed).
+ */
+struct fulmen_error *fulmen_step_context_optimizer_step(struct fulmen_step_context *ctx,
+                                                        size_t optimizer,
+                                                        bool *made);
+
+/**
+ * Sets the gradients of optimizer `optimizer`'s parameters to none
+ * (Lightning's `opt.zero_grad()`).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`optimizer` out of range).
+ */
+struct fulmen_error *fulmen_step_context_optimizer_zero_grad(struct fulmen_step_context *ctx,
+                                                             size_t optimizer);
+
+/**
+ * Lightning's `toggle_optimizer`: the parameters of every other optimizer
+ * stop requiring grad (each keeps what it had recorded), so a backward
+ * reaches only this optimizer's parameters. Undo with
+ * `fulmen_step_context_untoggle_optimizer`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`optimizer` out of range).
+ */
+struct fulmen_error *fulmen_step_context_toggle_optimizer(struct fulmen_step_context *ctx,
+                                                          size_t optimizer);
+
+/**
+ * Lightning's `untoggle_optimizer`: restores `requires_grad` of the other
+ * optimizers' parameters as the last toggle found them.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`optimizer` out of range).
+ */
+struct fulmen_error *fulmen_step_context_untoggle_optimizer(struct fulmen_step_context *ctx,
+                                                            size_t optimizer);
+
+/**
+ * Steps the scheduler added with optimizer `optimizer` (Lightning's
+ * `self.lr_schedulers()[...].step()`); `metric` (may be NULL) is the value
+ * ReduceLROnPlateau reads, ignored by the others. The interval and
+ * frequency given to `fulmen_optimizer_config_add` do not apply: the
+ * step decides.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`optimizer` out of range;
+ * ReduceLROnPlateau without `metric`, or a NaN one), FULMEN_CODE_INVALID_STATE
+ * (the optimizer has no scheduler).
+ */
+struct fulmen_error *fulmen_step_context_scheduler_step(struct fulmen_step_context *ctx,
+                                                        size_t optimizer,
+                                                        const double *metric);
+
+/**
+ * Writes the learning rate of parameter group `group` of optimizer
+ * `optimizer`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`optimizer` or `group` out of
+ * range).
+ */
+struct fulmen_error *fulmen_step_context_learning_rate(struct fulmen_step_context *ctx,
+                                                       size_t optimizer,
+                                                       size_t group,
+                                                       double *out);
+
+/**
  * Creates an empty sequential model (`nn.Sequential`): children run in
  * order and are named "0", "1", ...
  *
@@ -3236,6 +3336,26 @@ void fulmen_lightning_module_free(struct fulmen_lightning_module *module);
 struct fulmen_error *fulmen_lightning_module_set_hparam(struct fulmen_lightning_module *module,
                                                         const char *key,
                                                         const char *value);
+
+/**
+ * Sets Lightning's `automatic_optimization` (default true). Off, the
+ * trainer no longer zeroes gradients, runs backward, clips or steps:
+ * `training_step` does it with `fulmen_step_context_manual_backward`,
+ * `fulmen_step_context_optimizer_step` / `_zero_grad`, `_toggle_optimizer`
+ * and `_scheduler_step`, over the optimizers `configure_optimizers` added
+ * (by index, in order). Schedulers are not stepped by the trainer either,
+ * every optimizer step counts in `global_step`, and the loggers' step
+ * counts batches. The hooks that fire inside the step
+ * (`on_before_backward`, `on_after_backward`, `on_before_optimizer_step`)
+ * reach the callbacks, not the module's own `on_hook` (the module is
+ * the code running). As in Lightning, fit then refuses
+ * `accumulate_grad_batches` > 1 and `gradient_clip_val`; strategy "dp" is
+ * refused too. Not while a fit uses the module.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_lightning_module_set_automatic_optimization(struct fulmen_lightning_module *module,
+                                                                        bool enabled);
 
 /**
  * Writes Lightning's `trainer.estimated_stepping_batches`: the optimizer

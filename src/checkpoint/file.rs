@@ -31,6 +31,9 @@ pub struct Checkpoint {
     pub epoch: i64,
     /// Optimizer steps taken when it was saved.
     pub global_step: i64,
+    /// Training batches that stepped (the loggers' step; `global_step`
+    /// but with manual optimization).
+    pub batches_stepped: i64,
     /// Training batches already done in `epoch` (0 at an epoch end when
     /// `epoch_finished`).
     pub batches_in_epoch: i64,
@@ -87,6 +90,7 @@ impl Checkpoint {
         }
         meta.insert("weights_only".into(), "false".into());
         meta.insert("batches_in_epoch".into(), self.batches_in_epoch.to_string());
+        meta.insert("batches_that_stepped".into(), self.batches_stepped.to_string());
         meta.insert("epoch_finished".into(), self.epoch_finished.to_string());
         meta.insert("num_optimizers".into(), self.optimizer_states.len().to_string());
         meta.insert("lr_schedulers".into(), json(&self.scheduler_states));
@@ -153,6 +157,9 @@ impl Checkpoint {
             return Ok(ck);
         }
         ck.batches_in_epoch = int("batches_in_epoch")?;
+        // Older checkpoints (automatic optimization only) lack it.
+        ck.batches_stepped =
+            if meta.contains_key("batches_that_stepped") { int("batches_that_stepped")? } else { ck.global_step };
         ck.epoch_finished = meta.get("epoch_finished").map(String::as_str) == Some("true");
         let n_opt = int_in("num_optimizers", MAX_OPTIMIZERS)? as usize;
         ck.scheduler_states = parse(&meta, "lr_schedulers", path)?;

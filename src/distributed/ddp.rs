@@ -124,6 +124,16 @@ impl Ddp {
         Ok(())
     }
 
+    /// Lightning's `prepare_for_backward` before a manual backward of
+    /// `loss` (manual optimization may run several per forward): buckets
+    /// rebuilt when due, then the backward armed as by `post_forward`.
+    pub fn prepare_manual_backward(&mut self, loss: &Tensor) -> Result<()> {
+        if self.require_backward_grad_sync {
+            self.reducer.rebuild_buckets()?;
+        }
+        self.post_forward(std::slice::from_ref(loss), true)
+    }
+
     /// DDP's `_post_forward`, with the forward's `outputs` (the loss): arms
     /// the coming backward to average gradients when it synchronizes.
     pub fn post_forward(&mut self, outputs: &[Tensor], grad_enabled: bool) -> Result<()> {

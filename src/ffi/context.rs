@@ -26,12 +26,16 @@ pub const FULMEN_LOG_PROG_BAR: u32 = 4;
 pub const FULMEN_LOG_SYNC_DIST: u32 = 8;
 
 /// Reads the step context (shared pin).
-unsafe fn ctx_ref<'a>(p: *const fulmen_step_context) -> crate::error::Result<Shared<'a, StepContext<'static>>> {
+pub(crate) unsafe fn ctx_ref<'a>(
+    p: *const fulmen_step_context,
+) -> crate::error::Result<Shared<'a, StepContext<'static>>> {
     Ok(handle::borrow(p, "ctx")?.map(|h| unsafe { &*h.ctx }))
 }
 
 /// Changes the step context (exclusive pin: one log at a time).
-unsafe fn ctx_mut<'a>(p: *mut fulmen_step_context) -> crate::error::Result<Exclusive<'a, StepContext<'static>>> {
+pub(crate) unsafe fn ctx_mut<'a>(
+    p: *mut fulmen_step_context,
+) -> crate::error::Result<Exclusive<'a, StepContext<'static>>> {
     Ok(handle::borrow_mut(p, "ctx")?.map(|h| unsafe { &mut *h.ctx }))
 }
 

@@ -14,6 +14,7 @@ pub mod hooks;
 pub mod host_module;
 pub mod init;
 pub mod logger;
+pub mod manual;
 pub mod model;
 pub mod module;
 pub mod optim;

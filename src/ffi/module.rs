@@ -52,7 +52,10 @@ pub struct fulmen_module_vtable {
     /// floating tensor computed from the parameters). Required for fit.
     /// fulmen reads `*out` and does not take it: a tensor made in the step
     /// is released with the step's other tensors, a kept one stays the
-    /// host's to free.
+    /// host's to free. With automatic optimization off
+    /// (`fulmen_lightning_module_set_automatic_optimization`) the step runs
+    /// backward and the optimizer steps itself through `ctx` and may leave
+    /// `*out` NULL (a loss written there only shows in the progress).
     pub training_step: Option<
         unsafe extern "C" fn(
             userdata: *mut c_void,
@@ -131,6 +134,7 @@ pub struct HostModule {
     on_hook: Option<fulmen_hook_fn>,
     model: Option<SharedModel>,
     hparams: BTreeMap<String, String>,
+    automatic_optimization: bool,
 }
 
 fn host_error(name: &str, err: *mut fulmen_error) -> Result<()> {
@@ -178,10 +182,13 @@ impl LightningModule for HostModule {
         self.model.clone()
     }
 
-    fn training_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Tensor> {
+    fn training_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
         let f = self.training_step.ok_or_else(|| Error::state("the module has no training_step"))?;
-        self.call_step("training_step", ctx, batch, |u, c, b, o| unsafe { f(u, c, b, o) })?
-            .ok_or_else(|| Error::new(ErrorCode::Callback, "training_step returned no loss (left *out NULL)"))
+        self.call_step("training_step", ctx, batch, |u, c, b, o| unsafe { f(u, c, b, o) })
+    }
+
+    fn automatic_optimization(&self) -> bool {
+        self.automatic_optimization
     }
 
     fn has_validation_step(&self) -> bool {
@@ -260,6 +267,7 @@ pub unsafe extern "C" fn fulmen_lightning_module_new(
             on_hook,
             model,
             hparams: BTreeMap::new(),
+            automatic_optimization: true,
         };
         out.write(handle::into_raw(fulmen_lightning_module { inner }));
         Ok(())
@@ -291,6 +299,32 @@ pub unsafe extern "C" fn fulmen_lightning_module_set_hparam(
         let mut m = handle::borrow_mut(module, "module")?;
         let (k, v) = (str_arg(key, "key")?, str_arg(value, "value")?);
         m.inner.hparams.insert(k.to_string(), v.to_string());
+        Ok(())
+    })
+}
+
+/// Sets Lightning's `automatic_optimization` (default true). Off, the
+/// trainer no longer zeroes gradients, runs backward, clips or steps:
+/// `training_step` does it with `fulmen_step_context_manual_backward`,
+/// `fulmen_step_context_optimizer_step` / `_zero_grad`, `_toggle_optimizer`
+/// and `_scheduler_step`, over the optimizers `configure_optimizers` added
+/// (by index, in order). Schedulers are not stepped by the trainer either,
+/// every optimizer step counts in `global_step`, and the loggers' step
+/// counts batches. The hooks that fire inside the step
+/// (`on_before_backward`, `on_after_backward`, `on_before_optimizer_step`)
+/// reach the callbacks, not the module's own `on_hook` (the module is
+/// the code running). As in Lightning, fit then refuses
+/// `accumulate_grad_batches` > 1 and `gradient_clip_val`; strategy "dp" is
+/// refused too. Not while a fit uses the module.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_lightning_module_set_automatic_optimization(
+    module: *mut fulmen_lightning_module,
+    enabled: bool,
+) -> *mut fulmen_error {
+    guard("fulmen_lightning_module_set_automatic_optimization", || {
+        handle::borrow_mut(module, "module")?.inner.automatic_optimization = enabled;
         Ok(())
     })
 }

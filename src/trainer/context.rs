@@ -36,7 +36,8 @@ impl Stage {
     }
 }
 
-/// What a step function can read and do: where the loop is, and logging.
+/// What a step function can read and do: where the loop is, logging, and
+/// (manual optimization) the run's optimizers.
 pub struct StepContext<'a> {
     /// The running loop.
     pub stage: Stage,
@@ -49,6 +50,8 @@ pub struct StepContext<'a> {
     /// Number of samples in the batch (first dimension of its first tensor).
     pub batch_size: i64,
     pub(crate) metrics: &'a mut MetricStore,
+    /// The run's optimizers in a manual-optimization training step.
+    pub(crate) manual: Option<&'a mut (dyn super::manual::ManualControl + 'a)>,
 }
 
 /// Checks a metric name: non-empty, no comma, quote or newline (it becomes

@@ -82,9 +82,11 @@ impl Trainer {
         // its progress, its log folder and its default ModelCheckpoint
         // (`best_model_path` for ckpt_path="best").
         let (epoch, step, log_dir) = (self.state.epoch, self.state.global_step, self.state.log_dir.take());
+        let batches_stepped = self.state.batches_stepped;
         self.begin_state();
         self.state.epoch = epoch;
         self.state.global_step = step;
+        self.state.batches_stepped = batches_stepped;
         self.state.log_dir = log_dir;
         self.state.global_rank = strategy.global_rank();
         self.state.world_size = strategy.world_size();
@@ -155,7 +157,7 @@ fn eval_run(
         _ => opts.effective_limit(opts.limit_val_batches),
     }
     .apply(source.num_batches());
-    let step = run.state.global_step;
+    let step = run.state.batches_stepped;
     let result = super::eval_loop::evaluate(run, stage, source, limit, Some(step))?;
     run.simple(Hook::Teardown)?;
     run.strategy.teardown()?;

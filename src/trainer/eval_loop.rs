@@ -92,6 +92,7 @@ pub(super) fn evaluate(
                     batch_idx: i as i64,
                     batch_size: batch_size_of(chunk),
                     metrics: &mut store,
+                    manual: None,
                 };
                 match stage {
                     Stage::Test => {

@@ -3,6 +3,7 @@
 //! validation at `val_check_interval`, callbacks, logging and checkpoints.
 use super::context::{Stage, StepContext};
 use super::hooks::{Callback, Hook};
+use super::manual::ManualOptimization;
 use super::metrics::MetricStore;
 use super::module::{Interval, OptimizerConfig};
 use super::options::ValCheckInterval;
@@ -34,6 +35,155 @@ fn check_loss(loss: &Tensor, detect_nonfinite: bool, at: &dyn Fn() -> String) ->
         return Err(Error::new(ErrorCode::NonFinite, format!("{}: the loss is {value}; no update was made", at())));
     }
     Ok(value)
+}
+
+/// The value of what a manual training step returned (shown as the
+/// running loss).
+fn returned_value(loss: &Tensor, at: &dyn Fn() -> String) -> Result<f64> {
+    if loss.numel() != 1 || !crate::tensor::dtype::is_floating(loss.f_kind()?) {
+        return Err(Error::shape(format!(
+            "{}: a returned loss must be a one-element floating tensor, got {:?} of shape {:?}",
+            at(),
+            loss.kind(),
+            loss.size()
+        )));
+    }
+    Ok(loss.f_double_value(&vec![0; loss.dim()])?)
+}
+
+/// One training batch under automatic optimization (Lightning's
+/// `_AutomaticOptimization`): the step (split over DP replicas), zero_grad
+/// at the start of an accumulation window, backward of the loss divided by
+/// `accumulate_grad_batches`, and when `stepped`: unscale, the hook,
+/// clipping and every optimizer's step. Returns the loss and its value;
+/// `global_step` is the caller's to count.
+#[allow(clippy::too_many_arguments)]
+fn automatic_step(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    store: &mut MetricStore,
+    batch: &[Tensor],
+    i: usize,
+    first_of_window: bool,
+    stepped: bool,
+    at: &dyn Fn() -> String,
+) -> Result<(Tensor, f64)> {
+    let acc = opts.accumulate_grad_batches.max(1);
+    let (epoch, step_now) = (run.state.epoch, run.state.global_step);
+    run.strategy.pre_forward(stepped)?;
+    let autocast = run.strategy.forward_context()?;
+    let module = &mut *run.module;
+    store.begin_split();
+    let losses = run.strategy.split(batch, &mut |chunk| {
+        let mut ctx = StepContext {
+            stage: Stage::Train,
+            epoch,
+            global_step: step_now,
+            batch_idx: i as i64,
+            batch_size: batch_size_of(chunk),
+            metrics: &mut *store,
+            manual: None,
+        };
+        module.training_step(&mut ctx, chunk).map_err(|e| e.context(at()))?.ok_or_else(|| {
+            Error::new(ErrorCode::Callback, format!("{}: training_step returned no loss (left *out NULL)", at()))
+        })
+    });
+    store.end_split();
+    drop(autocast);
+    let loss = run.strategy.gather_loss(losses?)?;
+    store.sync_step(&|v| run.strategy.mean(v))?;
+    let value = check_loss(&loss, opts.detect_nonfinite_loss, at)?;
+    if first_of_window {
+        run.simple(Hook::BeforeZeroGrad)?;
+        for cfg in run.optimizers.iter_mut() {
+            cfg.optimizer.zero_grad();
+        }
+    }
+    let scaled = if acc > 1 { loss.f_div_scalar(acc as f64)? } else { loss.shallow_clone() };
+    run.hook(Hook::BeforeBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
+    run.strategy.post_forward(&loss)?;
+    run.strategy.backward(&scaled).map_err(|e| e.context(format!("{}: backward", at())))?;
+    run.hook(Hook::AfterBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
+    if stepped {
+        // Lightning's precision.optimizer_step: unscale, the hook and
+        // clipping on true gradients, then the steps and the scale.
+        run.strategy.unscale_gradients(&mut run.optimizers)?;
+        run.simple(Hook::BeforeOptimizerStep)?;
+        if let Some(v) = opts.gradient_clip_val {
+            run.strategy.clip_gradients(&mut run.optimizers, v, opts.gradient_clip_algorithm)?;
+        }
+        run.strategy.optimizer_step(&mut run.optimizers).map_err(|e| e.context(at()))?;
+    }
+    Ok((loss, value))
+}
+
+/// One training batch under manual optimization: the step runs once (no
+/// DP split, no accumulation) with the run's optimizers in its context.
+/// Returns what it returned; `global_step` counts its optimizer steps.
+fn manual_training_step(
+    run: &mut Run,
+    store: &mut MetricStore,
+    batch: &[Tensor],
+    batch_idx: i64,
+    toggled: &mut Vec<(Tensor, bool)>,
+    at: &dyn Fn() -> String,
+) -> Result<Option<Tensor>> {
+    run.strategy.pre_forward(true)?;
+    let autocast = run.strategy.forward_context()?;
+    let (epoch, global_step) = (run.state.epoch, run.state.global_step);
+    let mut manual = ManualOptimization {
+        callbacks: &mut run.callbacks,
+        state: &mut *run.state,
+        optimizers: &mut run.optimizers,
+        strategy: &mut run.strategy,
+        stage: run.stage,
+        batch_idx,
+        toggled,
+        lr_changed: false,
+    };
+    store.begin_split();
+    let mut ctx = StepContext {
+        stage: Stage::Train,
+        epoch,
+        global_step,
+        batch_idx,
+        batch_size: batch_size_of(batch),
+        metrics: &mut *store,
+        manual: Some(&mut manual),
+    };
+    let out = run.module.training_step(&mut ctx, batch).map_err(|e| e.context(at()));
+    let lr_changed = manual.lr_changed;
+    store.end_split();
+    drop(autocast);
+    if lr_changed {
+        run.refresh_learning_rates();
+    }
+    let out = out?;
+    store.sync_step(&|v| run.strategy.mean(v))?;
+    Ok(out)
+}
+
+/// Refuses what Lightning refuses with manual optimization.
+fn check_manual(opts: &super::TrainerOptions, run: &Run) -> Result<()> {
+    if opts.accumulate_grad_batches > 1 {
+        return Err(Error::invalid(
+            "automatic gradient accumulation is not supported with manual optimization: accumulate in \
+             training_step (step the optimizer every N batches) and set accumulate_grad_batches to 1",
+        ));
+    }
+    if opts.gradient_clip_val.is_some() {
+        return Err(Error::invalid(
+            "automatic gradient clipping is not supported with manual optimization: clip in training_step \
+             and leave gradient_clip_val unset",
+        ));
+    }
+    if run.strategy.is_data_parallel() {
+        return Err(Error::new(
+            ErrorCode::Unsupported,
+            "manual optimization does not run under strategy \"dp\": use ddp or one device",
+        ));
+    }
+    Ok(())
 }
 
 /// Which schedulers a call of `step_schedulers` steps: Lightning steps
@@ -272,12 +422,16 @@ fn fit_run(
     resume: Option<&std::path::Path>,
 ) -> Result<()> {
     check_val_interval(opts, run.state.num_train_batches, val.is_some())?;
+    if !run.module.automatic_optimization() {
+        check_manual(opts, run)?;
+    }
     run.simple(Hook::Setup)?;
     let setup = super::module::OptimizerSetup { estimated_stepping_batches: estimated_stepping_batches(opts, train) };
     run.optimizers = run.module.configure_optimizers(&setup).ctx("configure_optimizers")?;
     if run.optimizers.is_empty() {
         return Err(Error::state("configure_optimizers returned no optimizer"));
     }
+
     let mut start_epoch = 0;
     let mut skip_batches = 0;
     if let Some(path) = resume {
@@ -363,6 +517,8 @@ fn train_epoch(
     let val_this_epoch = val.is_some() && opts.check_val_every_n_epoch.is_none_or(|n| (epoch + 1) % n == 0);
     let mut store = MetricStore::default();
     let (mut loss_sum, mut loss_count) = (0.0, 0usize);
+    let manual = !run.module.automatic_optimization();
+    let mut toggled = Vec::new();
     set_mode(run.module, true)?;
     run.batches_in_epoch = 0;
     run.epoch_finished = false;
@@ -383,57 +539,35 @@ fn train_epoch(
         let is_last = limit.is_some_and(|n| i + 1 >= n) || batches.peek().is_none();
         // The micro-batches of accumulation that do not step skip the
         // all-reduce (DDP's no_sync).
-        let stepped = (i + 1) % acc == 0 || is_last;
+        // (Manual optimization: every batch counts as stepped.)
+        let stepped = manual || (i + 1) % acc == 0 || is_last;
         let data = || HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() };
         run.hook(Hook::TrainBatchStart, data())?;
         // Built only when an error needs it.
         let step_now = run.state.global_step;
         let at = || format!("training_step (epoch {epoch}, global step {step_now}, batch {i})");
-        run.strategy.pre_forward(stepped)?;
-        let autocast = run.strategy.forward_context()?;
-        let module = &mut *run.module;
-        store.begin_split();
-        let losses = run.strategy.split(&batch, &mut |chunk| {
-            let mut ctx = StepContext {
-                stage: Stage::Train,
-                epoch,
-                global_step: step_now,
-                batch_idx: i as i64,
-                batch_size: batch_size_of(chunk),
-                metrics: &mut store,
-            };
-            module.training_step(&mut ctx, chunk).map_err(|e| e.context(at()))
-        });
-        store.end_split();
-        drop(autocast);
-        let loss = run.strategy.gather_loss(losses?)?;
-        store.sync_step(&|v| run.strategy.mean(v))?;
-        loss_sum += check_loss(&loss, opts.detect_nonfinite_loss, &at)?;
-        loss_count += 1;
-        run.state.running_loss = Some(loss_sum / loss_count as f64);
-        if i % acc == 0 || i == skip {
-            run.simple(Hook::BeforeZeroGrad)?;
-            for cfg in run.optimizers.iter_mut() {
-                cfg.optimizer.zero_grad();
+        let log_index = run.state.batches_stepped;
+        let loss = if manual {
+            let loss = manual_training_step(run, &mut store, &batch, i as i64, &mut toggled, &at)?;
+            run.state.batches_stepped += 1;
+            if let Some(l) = &loss {
+                loss_sum += returned_value(l, &at)?;
+                loss_count += 1;
+                run.state.running_loss = Some(loss_sum / loss_count as f64);
             }
-        }
-        let scaled = if acc > 1 { loss.f_div_scalar(acc as f64)? } else { loss.shallow_clone() };
-        run.hook(Hook::BeforeBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
-        run.strategy.post_forward(&loss)?;
-        run.strategy.backward(&scaled).map_err(|e| e.context(format!("{}: backward", at())))?;
-        run.hook(Hook::AfterBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
-        let step_index = run.state.global_step;
-        if stepped {
-            // Lightning's precision.optimizer_step: unscale, the hook and
-            // clipping on true gradients, then the steps and the scale.
-            run.strategy.unscale_gradients(&mut run.optimizers)?;
-            run.simple(Hook::BeforeOptimizerStep)?;
-            if let Some(v) = opts.gradient_clip_val {
-                run.strategy.clip_gradients(&mut run.optimizers, v, opts.gradient_clip_algorithm)?;
+            loss
+        } else {
+            let first_of_window = i % acc == 0 || i == skip;
+            let (loss, value) = automatic_step(run, opts, &mut store, &batch, i, first_of_window, stepped, &at)?;
+            loss_sum += value;
+            loss_count += 1;
+            run.state.running_loss = Some(loss_sum / loss_count as f64);
+            if stepped {
+                run.state.global_step += 1;
+                run.state.batches_stepped += 1;
             }
-            run.strategy.optimizer_step(&mut run.optimizers).map_err(|e| e.context(at()))?;
-            run.state.global_step += 1;
-        }
+            Some(loss)
+        };
         ran += 1;
         run.batches_in_epoch = (i + 1) as i64;
         run.epoch_finished = is_last;
@@ -443,10 +577,11 @@ fn train_epoch(
         // (and so before the epoch-end validation and checkpoint), step
         // schedulers step on optimizer steps and epoch schedulers on the
         // epoch's last batch; ReduceLROnPlateau waits for validation.
-        // Learning rates change only when a scheduler steps.
+        // Learning rates change only when a scheduler steps. With manual
+        // optimization the step steps its schedulers itself.
         let batch_count = (i + 1) as i64;
         let mut lr_changed = false;
-        if stepped {
+        if stepped && !manual {
             lr_changed |= step_schedulers(
                 &mut run.optimizers,
                 Interval::Step,
@@ -455,7 +590,7 @@ fn train_epoch(
                 &run.state.callback_metrics,
             )?;
         }
-        if is_last {
+        if is_last && !manual {
             lr_changed |= step_schedulers(
                 &mut run.optimizers,
                 Interval::Epoch,
@@ -470,10 +605,10 @@ fn train_epoch(
         let step_values = store.take_step_values();
         run.hook(
             Hook::TrainBatchEnd,
-            HookData { batch_idx: i as i64, batch: Some(&batch), output: Some(&loss), ..Default::default() },
+            HookData { batch_idx: i as i64, batch: Some(&batch), output: loss.as_ref(), ..Default::default() },
         )?;
-        if stepped && (step_index + 1) % opts.log_every_n_steps == 0 && !step_values.is_empty() {
-            run.log_metrics(&step_values, step_index)?;
+        if stepped && (log_index + 1) % opts.log_every_n_steps == 0 && !step_values.is_empty() {
+            run.log_metrics(&step_values, log_index)?;
         }
         *total_batches += 1;
         if val_this_epoch {
@@ -489,6 +624,7 @@ fn train_epoch(
             }
         }
         if stepped
+            && !manual
             && step_schedulers(
                 &mut run.optimizers,
                 Interval::Step,
@@ -523,11 +659,12 @@ fn train_epoch(
     run.hook(Hook::TrainEpochEnd, HookData { batch_idx: -1, ..Default::default() })?;
     train_epoch_metrics.extend(std::mem::take(&mut run.state.hook_metrics));
     if !train_epoch_metrics.is_empty() {
-        run.log_metrics(&train_epoch_metrics, (run.state.global_step - 1).max(0))?;
+        run.log_metrics(&train_epoch_metrics, (run.state.batches_stepped - 1).max(0))?;
     }
     // ReduceLROnPlateau per epoch: after on_train_epoch_end, and only when
     // the epoch ran to its end (Lightning's `_num_ready_batches_reached`).
     if run.epoch_finished
+        && !manual
         && step_schedulers(&mut run.optimizers, Interval::Epoch, Kind::Plateau, epoch + 1, &run.state.callback_metrics)?
     {
         run.refresh_learning_rates();
@@ -551,6 +688,6 @@ pub(super) fn run_validation(
         (a, None) => a,
         (None, b) => b,
     };
-    let log_step = (!run.state.sanity_checking).then(|| run.state.global_step.max(1) - 1);
+    let log_step = (!run.state.sanity_checking).then(|| run.state.batches_stepped.max(1) - 1);
     super::eval_loop::evaluate(run, Stage::Validate, val, limit, log_step).map(|_| ())
 }

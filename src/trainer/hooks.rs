@@ -142,6 +142,11 @@ pub struct TrainerState {
     pub epoch: i64,
     /// Optimizer steps taken so far.
     pub global_step: i64,
+    /// Training batches that ended in an optimizer step (Lightning's
+    /// `_batches_that_stepped`, the loggers' step): `global_step` with
+    /// automatic optimization, one per batch with manual optimization
+    /// (whatever number of optimizers the batch stepped).
+    pub batches_stepped: i64,
     /// Latest value of every logged metric.
     pub callback_metrics: BTreeMap<String, f64>,
     /// Set by a hook to stop training after the current step / epoch

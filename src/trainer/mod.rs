@@ -8,6 +8,7 @@ mod eval_loop;
 mod fit;
 pub mod hooks;
 pub mod interrupt;
+mod manual;
 pub mod metrics;
 pub mod module;
 pub mod option_table;

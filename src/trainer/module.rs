@@ -56,8 +56,17 @@ pub trait LightningModule {
     fn model(&self) -> Option<SharedModel> {
         None
     }
-    /// Computes the loss of one training batch.
-    fn training_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Tensor>;
+    /// Computes the loss of one training batch. With automatic
+    /// optimization the loss is required (the trainer runs backward and the
+    /// optimizer steps on it); with it off the step does both through `ctx`
+    /// and may return `None`.
+    fn training_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>>;
+    /// Lightning's `automatic_optimization`: true (the default) lets the
+    /// trainer zero, backward, clip and step; false leaves that to
+    /// `training_step` (manual optimization).
+    fn automatic_optimization(&self) -> bool {
+        true
+    }
     /// Whether `validation_step` is implemented.
     fn has_validation_step(&self) -> bool {
         false

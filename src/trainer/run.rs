@@ -143,7 +143,7 @@ impl Run<'_> {
         let requested = std::mem::take(&mut self.state.log_requests);
         if !requested.is_empty() {
             let m: BTreeMap<String, f64> = requested.into_iter().collect();
-            self.log_metrics(&m, self.state.global_step)?;
+            self.log_metrics(&m, self.state.batches_stepped)?;
         }
         Ok(())
     }
@@ -193,6 +193,7 @@ impl Run<'_> {
         let mut ck = Checkpoint {
             epoch: self.state.epoch,
             global_step: self.state.global_step,
+            batches_stepped: self.state.batches_stepped,
             batches_in_epoch: self.batches_in_epoch,
             epoch_finished: self.epoch_finished,
             state_dict,
@@ -333,6 +334,7 @@ impl Run<'_> {
             crate::tensor::runtime::set_cpu_rng_state(r).ctx(at())?;
         }
         self.state.global_step = ck.global_step;
+        self.state.batches_stepped = ck.batches_stepped;
         self.state.epoch = ck.epoch;
         Ok(())
     }

@@ -131,6 +131,11 @@ impl RunStrategy {
         }
     }
 
+    /// Whether the run is DataParallel (replicas in one process).
+    pub fn is_data_parallel(&self) -> bool {
+        matches!(self.parallel, Parallel::Dp(_))
+    }
+
     /// This process's rank.
     pub fn global_rank(&self) -> usize {
         match &self.parallel {
@@ -218,6 +223,13 @@ impl RunStrategy {
     pub fn post_forward(&mut self, loss: &Tensor) -> Result<()> {
         let Parallel::Ddp(DdpRun { ctx, ddp: Some(ddp), .. }) = &mut self.parallel else { return Ok(()) };
         ddp.post_forward(std::slice::from_ref(loss), true).map_err(|e| ctx.explain(e))
+    }
+
+    /// Before a manual backward of `loss` (manual optimization): arms
+    /// gradient averaging for it (Lightning's `prepare_for_backward`).
+    pub fn prepare_manual_backward(&mut self, loss: &Tensor) -> Result<()> {
+        let Parallel::Ddp(DdpRun { ctx, ddp: Some(ddp), .. }) = &mut self.parallel else { return Ok(()) };
+        ddp.prepare_manual_backward(loss).map_err(|e| ctx.explain(e))
     }
 
     /// Around an evaluation forward inside fit (no grad), as Lightning runs

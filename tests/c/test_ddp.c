@@ -21,6 +21,8 @@
  *   envrank         2 ranks with torch's env:// variables only (RANK,
  *                   WORLD_SIZE, MASTER_ADDR, MASTER_PORT; no LOCAL_RANK)
  *   slurm           SLURM says 2 tasks per node, devices=1: an error
+ *   manual          launcher with 2 ranks, manual optimization (the step's
+ *                   own zero_grad, manual_backward and optimizer step)
  * DDP ranks see batch 8 of a sharded loader; with a mean loss their averaged
  * gradients equal those of one process with batch 8 x world, so the final
  * weights must match the reference to float tolerance.
@@ -65,6 +67,8 @@ static size_t my_rank(void) {
     return rank;
 }
 
+static bool manual_mode = false; /* automatic_optimization off */
+
 typedef struct {
     fulmen_model *model;
     int64_t die_at_step; /* raise SIGKILL at this global step on rank 1 (-1: never) */
@@ -84,6 +88,12 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
         nanosleep(&ts, NULL);
     }
     e = fixture_cross_entropy(s->model, batch, out);
+    if (e == NULL && manual_mode) { /* the same update, by hand; no loss returned */
+        e = fulmen_step_context_optimizer_zero_grad(ctx, 0);
+        if (e == NULL) e = fulmen_step_context_manual_backward(ctx, *out);
+        if (e == NULL) e = fulmen_step_context_optimizer_step(ctx, 0, NULL);
+        *out = NULL;
+    }
     /* rank_synced averages to (world - 1) / 2 on every rank; rank_local stays. */
     if (e == NULL) e = fulmen_step_context_log(ctx, "rank_synced", (double)rank, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_SYNC_DIST, 0);
     if (e == NULL) e = fulmen_step_context_log(ctx, "rank_local", (double)rank, FULMEN_LOG_ON_EPOCH, 0);
@@ -143,6 +153,7 @@ static fulmen_error *train(const char *root, const char *strategy, const char *d
     fulmen_loader *loader = fixture_loader(ds, batch, false, 0);
     module_state s = {seeded_mlp(hidden), die_at_step, max_time != NULL};
     fulmen_lightning_module *m = module_for(&s);
+    CHECK_OK(fulmen_lightning_module_set_automatic_optimization(m, !manual_mode));
     fulmen_trainer_options *o = options(root, strategy, devices, files);
     if (max_time != NULL) {
         CHECK_OK(fulmen_trainer_options_set_int(o, "max_epochs", 1000));
@@ -212,6 +223,24 @@ static int scenario_launcher(const char *dir) {
     CHECK_OK(fulmen_distributed_is_joined(&joined));
     CHECK(!joined);
     return check_finish(rank == 0 ? "launcher rank 0" : "launcher rank 1");
+}
+
+static int scenario_manual(const char *dir) {
+    char root[512], weights[512], final[512];
+    snprintf(root, sizeof root, "%s/manual", dir);
+    snprintf(weights, sizeof weights, "%s/manual-tmp-%d.safetensors", dir, (int)getpid());
+    manual_mode = true;
+    fulmen_trainer *t = NULL;
+    CHECK_OK(train(root, "ddp", "2", RANK_BATCH, HIDDEN, -1, false, weights, &t));
+    size_t rank = my_rank();
+    snprintf(final, sizeof final, "%s/manual-rank%zu.safetensors", dir, rank);
+    CHECK(rename(weights, final) == 0);
+    int64_t step = 0;
+    CHECK_OK(fulmen_trainer_global_step(t, &step));
+    CHECK(step == EPOCHS * (SAMPLES / 2 / RANK_BATCH));
+    fulmen_trainer_free(t);
+    CHECK_OK(fulmen_distributed_shutdown(60));
+    return check_finish(rank == 0 ? "manual rank 0" : "manual rank 1");
 }
 
 static int scenario_external(const char *dir) {
@@ -537,6 +566,7 @@ int main(int argc, char **argv) {
         if (strcmp(s, "orphan") == 0) return scenario_orphan(dir);
         if (strcmp(s, "envrank") == 0) return scenario_envrank(dir);
         if (strcmp(s, "slurm") == 0) return scenario_slurm(dir);
+        if (strcmp(s, "manual") == 0) return scenario_manual(dir);
         fprintf(stderr, "unknown scenario %s\n", s);
         return 2;
     }
@@ -558,6 +588,11 @@ int main(int argc, char **argv) {
     CHECK(count_entries(path) == 1); /* one version folder: rank 0's */
     snprintf(path, sizeof path, "%s/launcher/lightning_logs/version_0/checkpoints", dir);
     CHECK(count_entries(path) == 1);
+
+    /* Manual optimization under DDP: the step's own backward averages too. */
+    CHECK(run("manual", dir, NULL) == 0);
+    expect_same(dir, "reference-16.safetensors", "manual-rank0.safetensors");
+    expect_same(dir, "manual-rank0.safetensors", "manual-rank1.safetensors");
 
     /* torchrun's environment, 3 ranks. */
     int codes[4];

@@ -322,6 +322,58 @@ TEST_F(TrainerTest, SchedulersThroughConfigureOptimizers) {
     EXPECT_EQ(lr_seen, 0.1);
 }
 
+TEST_F(TrainerTest, ManualOptimizationFromTheStepContext) {
+    Dataset ds = fulmen_test::blobs(64, 9);
+    Loader train(ds, 16);
+    fulmen::manual_seed(4);
+    Model manual_model = fulmen_test::mlp();
+    fulmen::manual_seed(4);
+    Model auto_model = fulmen_test::mlp();
+    std::vector<double> rates;
+    LightningModule manual =
+        LightningModule::builder(manual_model)
+            .training_step([&](StepContext& ctx, const Batch& batch) {
+                EXPECT_EQ(ctx.optimizer_count(), 1u);
+                ctx.toggle_optimizer(0);  // one optimizer: nothing to switch off
+                Tensor loss = batch_loss(manual_model, batch);
+                ctx.optimizer_zero_grad(0);
+                ctx.manual_backward(loss);
+                EXPECT_TRUE(ctx.optimizer_step(0));
+                ctx.untoggle_optimizer(0);
+                rates.push_back(ctx.learning_rate(0));
+                ctx.scheduler_step(0);
+                EXPECT_EQ(fulmen_test::error_code([&] { ctx.optimizer_step(1); }), FULMEN_CODE_INVALID_ARGUMENT);
+                return Tensor{};  // no loss to return
+            })
+            .configure_optimizers([&](OptimizerConfig& config) {
+                Optimizer opt = Optimizer::sgd(manual_model, fulmen::SgdOptions(0.1));
+                fulmen::Scheduler s = fulmen::Scheduler::step_lr(opt, 2, 0.5);
+                config.add(std::move(opt), std::move(s), fulmen::Interval::Step);
+            })
+            .build();
+    manual.set_automatic_optimization(false);
+    LightningModule automatic = LightningModule::builder(auto_model)
+                                    .training_step([&](StepContext& ctx, const Batch& batch) {
+                                        EXPECT_EQ(fulmen_test::error_code([&] { ctx.optimizer_count(); }),
+                                                  FULMEN_CODE_INVALID_STATE);
+                                        return batch_loss(auto_model, batch);
+                                    })
+                                    .configure_optimizers([&](OptimizerConfig& config) {
+                                        Optimizer opt = Optimizer::sgd(auto_model, fulmen::SgdOptions(0.1));
+                                        fulmen::Scheduler s = fulmen::Scheduler::step_lr(opt, 2, 0.5);
+                                        config.add(std::move(opt), std::move(s), fulmen::Interval::Step);
+                                    })
+                                    .build();
+    Trainer a(fulmen_test::quiet_options(1).set("logger", false));
+    Trainer b(fulmen_test::quiet_options(1).set("logger", false));
+    a.fit(manual, train);
+    b.fit(automatic, train);
+    EXPECT_EQ(a.global_step(), 4);
+    EXPECT_EQ(rates, (std::vector<double>{0.1, 0.1, 0.05, 0.05}));  // StepLR(2, 0.5)
+    Tensor wa = manual_model.state_dict_get("2.weight"), wb = auto_model.state_dict_get("2.weight");
+    EXPECT_EQ((wa - wb).abs().max().item(), 0.0);  // the same updates as automatic optimization
+}
+
 TEST_F(TrainerTest, IteratorLoaderFromLambdas) {
     Dataset ds = fulmen_test::blobs(32, 10);
     int64_t pos = 0;

@@ -83,6 +83,36 @@ public:
     int64_t global_step() const { return query<int64_t>(fulmen_step_context_global_step); }
     /// The batch index within the epoch (0-based).
     int64_t batch_idx() const { return query<int64_t>(fulmen_step_context_batch_idx); }
+
+    // ---- manual optimization (LightningModule::set_automatic_optimization(false)) ----
+
+    /// Number of optimizers configure_optimizers added (indices below).
+    size_t optimizer_count() const { return query<size_t>(fulmen_step_context_optimizer_count); }
+    /// Lightning's manual_backward(loss), through the precision plugin.
+    void manual_backward(const Tensor& loss) { check(fulmen_step_context_manual_backward(ctx_, loss.get())); }
+    /// Steps optimizer `index` (counts in global_step); false when 16-mixed
+    /// skipped the update for inf/NaN gradients.
+    bool optimizer_step(size_t index) {
+        bool made = false;
+        check(fulmen_step_context_optimizer_step(ctx_, index, &made));
+        return made;
+    }
+    /// Sets optimizer `index`'s gradients to none.
+    void optimizer_zero_grad(size_t index) { check(fulmen_step_context_optimizer_zero_grad(ctx_, index)); }
+    /// Lightning's toggle_optimizer: only optimizer `index`'s parameters
+    /// require grad until untoggle_optimizer.
+    void toggle_optimizer(size_t index) { check(fulmen_step_context_toggle_optimizer(ctx_, index)); }
+    /// Lightning's untoggle_optimizer.
+    void untoggle_optimizer(size_t index) { check(fulmen_step_context_untoggle_optimizer(ctx_, index)); }
+    /// Steps optimizer `index`'s scheduler (`metric` for ReduceLROnPlateau).
+    void scheduler_step(size_t index, std::optional<double> metric = std::nullopt) {
+        check(fulmen_step_context_scheduler_step(ctx_, index, metric ? &*metric : nullptr));
+    }
+    /// Learning rate of parameter group `group` of optimizer `index`.
+    double learning_rate(size_t index, size_t group = 0) const {
+        return detail::read<double>([&](double* out) { return fulmen_step_context_learning_rate(ctx_, index, group, out); });
+    }
+
     /// The C context.
     fulmen_step_context* get() const noexcept { return ctx_; }
 
@@ -168,6 +198,7 @@ struct ModuleTrampolines {
     /// scope frees it after fulmen has taken its value, while the caller's
     /// Tensor (kept, like every wrapper) is freed by its destructor.
     static void hand_out(const Tensor& t, fulmen_tensor** out) {
+        if (t.get() == nullptr) return;  // no loss (manual optimization)
         *out = detail::make<fulmen_tensor>([&](fulmen_tensor** o) { return fulmen_tensor_share(t.get(), o); });
     }
 
@@ -262,6 +293,13 @@ public:
         check(fulmen_lightning_module_set_hparam(get(), key.c_str(), value.c_str()));
         return *this;
     }
+    /// Lightning's automatic_optimization (default true); false leaves
+    /// backward and the optimizer steps to training_step (StepContext's
+    /// manual_backward, optimizer_step, ...).
+    LightningModule& set_automatic_optimization(bool enabled) {
+        check(fulmen_lightning_module_set_automatic_optimization(get(), enabled));
+        return *this;
+    }
     /// Records a string literal hyperparameter.
     LightningModule& set_hparam(const std::string& key, const char* value) { return set_hparam(key, std::string(value)); }
     /// Records a numeric or bool hyperparameter (as text: 0.001, 64, true).
@@ -298,7 +336,8 @@ class LightningModule::Builder {
 public:
     /// A builder for a module training `model` (nullptr: none).
     explicit Builder(const Model* model) : model_(model) {}
-    /// Sets training_step: (StepContext&, const Batch&) -> Tensor loss.
+    /// Sets training_step: (StepContext&, const Batch&) -> Tensor loss (an
+    /// empty Tensor{} for none, with manual optimization).
     template <class F>
     Builder& training_step(F&& f) { steps_.training_step = std::forward<F>(f); return *this; }
     /// Sets validation_step: (StepContext&, const Batch&) -> void.

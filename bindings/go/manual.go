@@ -1,0 +1,127 @@
+package fulmen
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+)
+
+// SetAutomaticOptimization sets Lightning's automatic_optimization
+// (default true). Off, the trainer no longer zeroes gradients, runs
+// backward, clips or steps: TrainingStep does it through its StepContext
+// (ManualBackward, OptimizerStep, OptimizerZeroGrad, ToggleOptimizer,
+// SchedulerStep) and may return a nil loss. Fit then refuses
+// accumulate_grad_batches > 1, gradient_clip_val and strategy "dp".
+func (m *LightningModule) SetAutomaticOptimization(enabled bool) error {
+	err := check(C.fulmen_lightning_module_set_automatic_optimization(m.ptr(), C.bool(enabled)))
+	runtime.KeepAlive(m)
+	return err
+}
+
+// OptimizerCount is the number of optimizers ConfigureOptimizers added;
+// the calls below number them from 0 in that order. Like every manual
+// optimization call, it is ErrInvalidState outside a TrainingStep with
+// automatic optimization off.
+func (c *StepContext) OptimizerCount() (int, error) {
+	var n C.size_t
+	err := check(C.fulmen_step_context_optimizer_count(c.ptr(), &n))
+	return int(n), err
+}
+
+// ManualBackward is Lightning's manual_backward(loss): backward through
+// the precision plugin, with the callbacks' backward hooks.
+func (c *StepContext) ManualBackward(loss *Tensor) error {
+	err := check(C.fulmen_step_context_manual_backward(c.ptr(), loss.ptr()))
+	runtime.KeepAlive(loss)
+	return err
+}
+
+// OptimizerStep steps optimizer index (counting in GlobalStep); made is
+// false when 16-mixed skipped the update for inf/NaN gradients.
+func (c *StepContext) OptimizerStep(index int) (made bool, err error) {
+	i, err := optimizerIndex(index)
+	if err != nil {
+		return false, err
+	}
+	var m C.bool
+	err = check(C.fulmen_step_context_optimizer_step(c.ptr(), i, &m))
+	return bool(m), err
+}
+
+// OptimizerZeroGrad sets the gradients of optimizer index's parameters to
+// none.
+func (c *StepContext) OptimizerZeroGrad(index int) error {
+	i, err := optimizerIndex(index)
+	if err != nil {
+		return err
+	}
+	return check(C.fulmen_step_context_optimizer_zero_grad(c.ptr(), i))
+}
+
+// ToggleOptimizer is Lightning's toggle_optimizer: only optimizer index's
+// parameters require grad until UntoggleOptimizer.
+func (c *StepContext) ToggleOptimizer(index int) error {
+	i, err := optimizerIndex(index)
+	if err != nil {
+		return err
+	}
+	return check(C.fulmen_step_context_toggle_optimizer(c.ptr(), i))
+}
+
+// UntoggleOptimizer is Lightning's untoggle_optimizer.
+func (c *StepContext) UntoggleOptimizer(index int) error {
+	i, err := optimizerIndex(index)
+	if err != nil {
+		return err
+	}
+	return check(C.fulmen_step_context_untoggle_optimizer(c.ptr(), i))
+}
+
+// SchedulerStep steps the scheduler of optimizer index.
+func (c *StepContext) SchedulerStep(index int) error {
+	i, err := optimizerIndex(index)
+	if err != nil {
+		return err
+	}
+	return check(C.fulmen_step_context_scheduler_step(c.ptr(), i, nil))
+}
+
+// SchedulerStepMetric steps the scheduler of optimizer index with the
+// metric ReduceLROnPlateau reads.
+func (c *StepContext) SchedulerStepMetric(index int, metric float64) error {
+	i, err := optimizerIndex(index)
+	if err != nil {
+		return err
+	}
+	m := C.double(metric)
+	return check(C.fulmen_step_context_scheduler_step(c.ptr(), i, &m))
+}
+
+// LearningRate is the learning rate of parameter group group of optimizer
+// index.
+func (c *StepContext) LearningRate(index, group int) (float64, error) {
+	i, err := optimizerIndex(index)
+	if err != nil {
+		return 0, err
+	}
+	g, err := optimizerIndex(group)
+	if err != nil {
+		return 0, err
+	}
+	var v C.double
+	err = check(C.fulmen_step_context_learning_rate(c.ptr(), i, g, &v))
+	return float64(v), err
+}
+
+// optimizerIndex converts an optimizer (or group) index, refusing a
+// negative one.
+func optimizerIndex(i int) (C.size_t, error) {
+	if i < 0 {
+		return 0, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("index %d is negative", i)}
+	}
+	return C.size_t(i), nil
+}

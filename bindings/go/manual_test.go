@@ -1,0 +1,124 @@
+package fulmen_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	fulmen "github.com/fulmen-ml/fulmen/bindings/go"
+)
+
+// A manual step that zeroes, backpropagates and steps is automatic
+// optimization written out: the same weights; the calls are refused in
+// automatic mode.
+func TestManualOptimization(t *testing.T) {
+	noLeaks(t)
+	ds := blobDataset(t, 64, 9)
+	defer ds.Close()
+	loader := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 16}))
+	defer loader.Close()
+	ok(t, fulmen.ManualSeed(4))
+	manualModel := mlp(t)
+	defer manualModel.Close()
+	ok(t, fulmen.ManualSeed(4))
+	autoModel := mlp(t)
+	defer autoModel.Close()
+
+	var rates []float64
+	manual := must(fulmen.NewLightningModule(manualModel, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) (*fulmen.Tensor, error) {
+			if n, err := ctx.OptimizerCount(); err != nil || n != 1 {
+				t.Errorf("optimizer count %d, %v", n, err)
+			}
+			if err := ctx.ToggleOptimizer(0); err != nil {
+				return nil, err
+			}
+			_, loss, err := lossOf(manualModel, b)
+			if err != nil {
+				return nil, err
+			}
+			if err := ctx.OptimizerZeroGrad(0); err != nil {
+				return nil, err
+			}
+			if err := ctx.ManualBackward(loss); err != nil {
+				return nil, err
+			}
+			if made, err := ctx.OptimizerStep(0); err != nil || !made {
+				t.Errorf("step made %v, %v", made, err)
+			}
+			if err := ctx.UntoggleOptimizer(0); err != nil {
+				return nil, err
+			}
+			lr, err := ctx.LearningRate(0, 0)
+			if err != nil {
+				return nil, err
+			}
+			rates = append(rates, lr)
+			if err := ctx.SchedulerStepMetric(0, 1.0); err != nil { // StepLR ignores the metric
+				return nil, err
+			}
+			if _, err := ctx.OptimizerStep(1); !errors.Is(err, fulmen.ErrInvalidArgument) {
+				t.Errorf("optimizer 1 of 1: %v", err)
+			}
+			if _, err := ctx.LearningRate(-1, 0); !errors.Is(err, fulmen.ErrInvalidArgument) {
+				t.Errorf("negative index: %v", err)
+			}
+			return nil, nil // no loss to return
+		},
+		ConfigureOptimizers: stepLR(manualModel),
+	}))
+	defer manual.Close()
+	ok(t, manual.SetAutomaticOptimization(false))
+	automatic := must(fulmen.NewLightningModule(autoModel, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) (*fulmen.Tensor, error) {
+			if err := ctx.SchedulerStep(0); !errors.Is(err, fulmen.ErrInvalidState) {
+				t.Errorf("scheduler step in automatic mode: %v", err)
+			}
+			_, loss, err := lossOf(autoModel, b)
+			return loss, err
+		},
+		ConfigureOptimizers: stepLR(autoModel),
+	}))
+	defer automatic.Close()
+	ta, tb := quietTrainer(t, 1, "logger", "false"), quietTrainer(t, 1, "logger", "false")
+	defer ta.Close()
+	defer tb.Close()
+	ok(t, ta.Fit(context.Background(), manual, loader, nil))
+	ok(t, tb.Fit(context.Background(), automatic, loader, nil))
+	if s := must(ta.GlobalStep()); s != 4 {
+		t.Fatalf("global step %d", s)
+	}
+	if len(rates) != 4 || rates[0] != 0.1 || rates[1] != 0.1 || rates[2] != 0.05 || rates[3] != 0.05 {
+		t.Fatalf("learning rates %v", rates)
+	}
+	wa, wb := must(manualModel.StateDictGet("2.weight")), must(autoModel.StateDictGet("2.weight"))
+	defer wa.Close()
+	defer wb.Close()
+	diff := must(wa.Sub(wb))
+	defer diff.Close()
+	abs := must(diff.Abs())
+	defer abs.Close()
+	d := must(abs.Max())
+	defer d.Close()
+	if v := must(d.Item()); v != 0 {
+		t.Fatalf("weights differ from automatic optimization's by %g", v)
+	}
+}
+
+// stepLR hands SGD(lr 0.1) with StepLR(2, 0.5) stepping per step to cfg.
+func stepLR(model *fulmen.Model) func(cfg *fulmen.OptimizerConfig) error {
+	return func(cfg *fulmen.OptimizerConfig) error {
+		o := fulmen.DefaultSGDOptions()
+		o.LR = 0.1
+		opt, err := fulmen.NewSGD(model, nil, o)
+		if err != nil {
+			return err
+		}
+		s, err := fulmen.NewStepLR(opt, 2, 0.5)
+		if err != nil {
+			opt.Close()
+			return err
+		}
+		return cfg.AddWithScheduler(opt, s, fulmen.IntervalStep, 1, "")
+	}
+}

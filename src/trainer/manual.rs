@@ -1,0 +1,246 @@
+//! Manual optimization (Lightning's `automatic_optimization = False`): the
+//! training step reaches the run's optimizers and schedulers through its
+//! [`StepContext`] and does backward, steps and zero_grad itself.
+//!
+//! Each call goes through the strategy and its precision plugin as
+//! Lightning's `manual_backward` and `LightningOptimizer.step` do: the
+//! backward is scaled for `16-mixed` (and arms DDP's gradient averaging),
+//! a step unscales, calls `on_before_optimizer_step`, skips the update when
+//! (`16-mixed`) a gradient is inf/NaN and updates the loss scale; every
+//! step counts in `global_step`. The hooks that fire inside the step
+//! (`on_before_backward`, `on_after_backward`, `on_before_optimizer_step`)
+//! reach the callbacks, not the module: it is the code running the step.
+//! Metrics those hooks log, and checkpoints they ask for, are handled at
+//! the batch's next hook.
+use super::context::StepContext;
+use super::hooks::{Callback, Hook, HookContext, TrainerState};
+use super::module::OptimizerConfig;
+use super::strategy::RunStrategy;
+use crate::error::{Error, Result, ResultExt};
+use crate::optim::Optimizer;
+use tch::Tensor;
+
+/// What a manual training step may do to the run.
+pub(crate) struct ManualOptimization<'r, 'a> {
+    pub callbacks: &'r mut Vec<&'a mut Box<dyn Callback>>,
+    pub state: &'r mut TrainerState,
+    pub optimizers: &'r mut Vec<OptimizerConfig>,
+    pub strategy: &'r mut RunStrategy,
+    pub stage: &'static str,
+    pub batch_idx: i64,
+    /// `requires_grad` of every optimizer's parameters before `toggle`
+    /// (Lightning's `_param_requires_grad_state`); empty when untoggled.
+    pub toggled: &'r mut Vec<(Tensor, bool)>,
+    /// Whether the learning rates changed (a scheduler stepped).
+    pub lr_changed: bool,
+}
+
+/// The operations of manual optimization, as the step context sees them.
+pub(crate) trait ManualControl {
+    /// Number of optimizers configure_optimizers returned.
+    fn optimizer_count(&self) -> usize;
+    /// Lightning's `manual_backward(loss)`.
+    fn backward(&mut self, loss: &Tensor) -> Result<()>;
+    /// `optimizers()[index].step()`; true when the update was made (false:
+    /// skipped by `16-mixed` for inf/NaN gradients).
+    fn step(&mut self, index: usize) -> Result<bool>;
+    /// `optimizers()[index].zero_grad()` (gradients set to none).
+    fn zero_grad(&mut self, index: usize) -> Result<()>;
+    /// Lightning's `toggle_optimizer`: only this optimizer's parameters
+    /// keep `requires_grad`.
+    fn toggle(&mut self, index: usize) -> Result<()>;
+    /// Lightning's `untoggle_optimizer`: restores `requires_grad` of the
+    /// other optimizers' parameters.
+    fn untoggle(&mut self, index: usize) -> Result<()>;
+    /// `lr_schedulers()[...]`: steps the scheduler of optimizer `index`
+    /// (ReduceLROnPlateau reads `metric`).
+    fn scheduler_step(&mut self, index: usize, metric: Option<f64>) -> Result<()>;
+    /// Learning rate of a parameter group of optimizer `index`.
+    fn learning_rate(&self, index: usize, group: usize) -> Result<f64>;
+}
+
+impl ManualOptimization<'_, '_> {
+    fn config(&mut self, index: usize) -> Result<&mut OptimizerConfig> {
+        let n = self.optimizers.len();
+        self.optimizers
+            .get_mut(index)
+            .ok_or_else(|| Error::invalid(format!("optimizer index {index} is out of range: {n} optimizers")))
+    }
+
+    /// Calls `hook` on every callback (not the module: it is running).
+    fn callback_hook(&mut self, hook: Hook, output: Option<&Tensor>) -> Result<()> {
+        super::interrupt::check()?;
+        let mut ctx = HookContext::new(hook, self.stage, self.state);
+        ctx.batch_idx = self.batch_idx;
+        ctx.output = output;
+        for cb in self.callbacks.iter_mut() {
+            cb.on_hook(&mut ctx).map_err(|e| e.context(format!("callback {} in {}", cb.name(), hook.name())))?;
+        }
+        Ok(())
+    }
+}
+
+/// Same tensor: the same storage and shape (parameters are shallow clones).
+fn same_param(a: &Tensor, b: &Tensor) -> bool {
+    a.numel() > 0 && a.data_ptr() == b.data_ptr() && a.size() == b.size()
+}
+
+impl ManualControl for ManualOptimization<'_, '_> {
+    fn optimizer_count(&self) -> usize {
+        self.optimizers.len()
+    }
+
+    fn backward(&mut self, loss: &Tensor) -> Result<()> {
+        if loss.numel() != 1 || !loss.requires_grad() {
+            return Err(Error::invalid(format!(
+                "manual_backward needs a one-element loss that requires grad, got shape {:?}{}",
+                loss.size(),
+                if loss.requires_grad() { "" } else { " without grad" }
+            )));
+        }
+        self.callback_hook(Hook::BeforeBackward, Some(loss))?;
+        self.strategy.prepare_manual_backward(loss)?;
+        self.strategy.backward(loss).ctx("manual_backward")?;
+        self.callback_hook(Hook::AfterBackward, Some(loss))
+    }
+
+    fn step(&mut self, index: usize) -> Result<bool> {
+        self.config(index)?;
+        let cfg = &mut self.optimizers[index..=index];
+        self.strategy.unscale_gradients(cfg)?;
+        self.callback_hook(Hook::BeforeOptimizerStep, None)?;
+        let cfg = &mut self.optimizers[index..=index];
+        let stepped = self.strategy.optimizer_step(cfg)?;
+        self.state.global_step += 1;
+        Ok(stepped.first().copied().unwrap_or(false))
+    }
+
+    fn zero_grad(&mut self, index: usize) -> Result<()> {
+        self.config(index)?.optimizer.zero_grad();
+        Ok(())
+    }
+
+    fn toggle(&mut self, index: usize) -> Result<()> {
+        self.config(index)?;
+        let mut saved: Vec<(Tensor, bool)> = Vec::new();
+        for cfg in self.optimizers.iter() {
+            for p in cfg.optimizer.param_groups().iter().flat_map(|g| g.params.iter()) {
+                if saved.iter().any(|(q, _)| same_param(p, q)) {
+                    continue;
+                }
+                saved.push((p.shallow_clone(), p.requires_grad()));
+                let _ = p.set_requires_grad(false);
+            }
+        }
+        for p in self.optimizers[index].optimizer.param_groups().iter().flat_map(|g| g.params.iter()) {
+            let was = saved.iter().find(|(q, _)| same_param(p, q)).map_or(p.requires_grad(), |(_, r)| *r);
+            let _ = p.set_requires_grad(was);
+        }
+        *self.toggled = saved;
+        Ok(())
+    }
+
+    fn untoggle(&mut self, index: usize) -> Result<()> {
+        self.config(index)?;
+        for (j, cfg) in self.optimizers.iter().enumerate() {
+            if j == index {
+                continue;
+            }
+            for p in cfg.optimizer.param_groups().iter().flat_map(|g| g.params.iter()) {
+                if let Some((_, was)) = self.toggled.iter().find(|(q, _)| same_param(p, q)) {
+                    let _ = p.set_requires_grad(*was);
+                }
+            }
+        }
+        self.toggled.clear();
+        Ok(())
+    }
+
+    fn scheduler_step(&mut self, index: usize, metric: Option<f64>) -> Result<()> {
+        let cfg = self.config(index)?;
+        let Some(s) = cfg.scheduler.as_mut() else {
+            return Err(Error::state(format!("optimizer {index} has no scheduler")));
+        };
+        let plateau = s.scheduler.reduce_on_plateau();
+        if plateau && metric.is_none() {
+            return Err(Error::invalid("ReduceLROnPlateau steps on a metric: pass one"));
+        }
+        let opt: &mut dyn Optimizer = cfg.optimizer.as_mut();
+        s.scheduler.step(opt, metric.filter(|_| plateau)).ctx(format!("{} scheduler step", s.scheduler.name()))?;
+        self.lr_changed = true;
+        Ok(())
+    }
+
+    fn learning_rate(&self, index: usize, group: usize) -> Result<f64> {
+        let n = self.optimizers.len();
+        let cfg = self
+            .optimizers
+            .get(index)
+            .ok_or_else(|| Error::invalid(format!("optimizer index {index} is out of range: {n} optimizers")))?;
+        let groups = cfg.optimizer.param_groups();
+        groups.get(group).map(|g| g.lr).ok_or_else(|| {
+            Error::invalid(format!("parameter group {group} is out of range: optimizer {index} has {}", groups.len()))
+        })
+    }
+}
+
+/// Refusal of manual-optimization calls outside a manual training step.
+fn not_manual() -> Error {
+    Error::state(
+        "manual optimization is off here: these calls work in training_step of a module with \
+         automatic_optimization off",
+    )
+}
+
+impl StepContext<'_> {
+    fn manual(&mut self) -> Result<&mut (dyn ManualControl + '_)> {
+        match self.manual.as_mut() {
+            Some(m) => Ok(&mut **m),
+            None => Err(not_manual()),
+        }
+    }
+
+    /// Number of optimizers (`len(self.optimizers())`).
+    pub fn optimizer_count(&mut self) -> Result<usize> {
+        Ok(self.manual()?.optimizer_count())
+    }
+
+    /// Lightning's `manual_backward(loss)`.
+    pub fn manual_backward(&mut self, loss: &Tensor) -> Result<()> {
+        self.manual()?.backward(loss)
+    }
+
+    /// Steps optimizer `index`; counts in `global_step`. Returns whether
+    /// the update was made (false: skipped for inf/NaN under 16-mixed).
+    pub fn optimizer_step(&mut self, index: usize) -> Result<bool> {
+        let made = self.manual()?.step(index)?;
+        self.global_step += 1;
+        Ok(made)
+    }
+
+    /// Sets the gradients of optimizer `index`'s parameters to none.
+    pub fn optimizer_zero_grad(&mut self, index: usize) -> Result<()> {
+        self.manual()?.zero_grad(index)
+    }
+
+    /// Lightning's `toggle_optimizer(optimizers()[index])`.
+    pub fn toggle_optimizer(&mut self, index: usize) -> Result<()> {
+        self.manual()?.toggle(index)
+    }
+
+    /// Lightning's `untoggle_optimizer(optimizers()[index])`.
+    pub fn untoggle_optimizer(&mut self, index: usize) -> Result<()> {
+        self.manual()?.untoggle(index)
+    }
+
+    /// Steps the scheduler of optimizer `index` (`metric` for
+    /// ReduceLROnPlateau).
+    pub fn scheduler_step(&mut self, index: usize, metric: Option<f64>) -> Result<()> {
+        self.manual()?.scheduler_step(index, metric)
+    }
+
+    /// Learning rate of parameter group `group` of optimizer `index`.
+    pub fn learning_rate(&mut self, index: usize, group: usize) -> Result<f64> {
+        self.manual()?.learning_rate(index, group)
+    }
+}
