@@ -155,7 +155,8 @@
 #define FULMEN_LOG_ON_STEP 1
 
 /**
- * Log flag: record the mean over the epoch (weighted by batch size).
+ * Log flag: record the epoch's reduction (by default the mean weighted by
+ * batch size).
  */
 #define FULMEN_LOG_ON_EPOCH 2
 
@@ -165,10 +166,38 @@
 #define FULMEN_LOG_PROG_BAR 4
 
 /**
- * Log flag: average the value over ranks first (DDP's `sync_dist`; every
- * rank must log the same names in the same steps).
+ * Log flag: reduce the value over ranks first (DDP's `sync_dist`, with the
+ * metric's reduction: mean, sum, max or min; every rank must log the same
+ * names in the same steps).
  */
 #define FULMEN_LOG_SYNC_DIST 8
+
+/**
+ * Log flag: keep the metric out of the loggers (Lightning's
+ * `logger=False`); callback metrics and progress still see it.
+ */
+#define FULMEN_LOG_NO_LOGGER 16
+
+/**
+ * Log flag: logged on rank 0 only (Lightning's `rank_zero_only=True`):
+ * never synchronized, so no rank waits for the others.
+ */
+#define FULMEN_LOG_RANK_ZERO_ONLY 32
+
+/**
+ * Log flag: the epoch value is the sum of the values (`reduce_fx="sum"`).
+ */
+#define FULMEN_LOG_REDUCE_SUM 64
+
+/**
+ * Log flag: the epoch value is the largest value (`reduce_fx="max"`).
+ */
+#define FULMEN_LOG_REDUCE_MAX 128
+
+/**
+ * Log flag: the epoch value is the smallest value (`reduce_fx="min"`).
+ */
+#define FULMEN_LOG_REDUCE_MIN 256
 
 /**
  * The most results a host forward returns.
@@ -2036,23 +2065,40 @@ struct fulmen_error *fulmen_trainer_add_callback(struct fulmen_trainer *trainer,
 
 /**
  * Logs a metric, as Lightning's `self.log(name, value, ...)`. `flags`
- * combines FULMEN_LOG_ON_STEP, FULMEN_LOG_ON_EPOCH, FULMEN_LOG_PROG_BAR and
- * FULMEN_LOG_SYNC_DIST;
- * when neither ON_STEP nor ON_EPOCH is given, the stage's defaults apply
- * (training: on step; validation / test: on epoch). `batch_size` weights
- * the epoch mean; 0 uses the batch's first dimension. Logged with both,
- * `name` appears as `name_step` and `name_epoch`.
+ * combines the FULMEN_LOG_* flags: ON_STEP / ON_EPOCH (neither: the
+ * stage's defaults, training on step, validation / test on epoch),
+ * PROG_BAR, SYNC_DIST, NO_LOGGER (`logger=False`), RANK_ZERO_ONLY, and at
+ * most one of REDUCE_SUM / REDUCE_MAX / REDUCE_MIN (`reduce_fx`; default
+ * the mean weighted by batch size). `batch_size` weights the epoch mean;
+ * 0 uses the batch's first dimension. Logged with both ON_STEP and
+ * ON_EPOCH, `name` appears as `name_step` and `name_epoch`.
  *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown flags; a name that is empty,
- * not UTF-8, or holds a comma, quote or newline; a negative `batch_size`; a
- * name logged before with other flags), FULMEN_CODE_INVALID_STATE (also from
- * predict_step, where nothing can be logged).
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown flags or two reductions;
+ * a name that is empty, not UTF-8, or holds a comma, quote or newline; a
+ * negative `batch_size`; a name logged before with other flags),
+ * FULMEN_CODE_INVALID_STATE (also from predict_step, where nothing can be
+ * logged).
  */
 struct fulmen_error *fulmen_step_context_log(struct fulmen_step_context *ctx,
                                              const char *name,
                                              double value,
                                              uint32_t flags,
                                              int64_t batch_size);
+
+/**
+ * Logs `n` metrics with the same `flags` and `batch_size`, as Lightning's
+ * `self.log_dict`: `names[i]` gets `values[i]`. Every name is checked
+ * before any is logged.
+ *
+ * Errors: those of `fulmen_step_context_log`; FULMEN_CODE_NULL_ARGUMENT
+ * also for a NULL `names` / `values` with `n` > 0 or a NULL name.
+ */
+struct fulmen_error *fulmen_step_context_log_dict(struct fulmen_step_context *ctx,
+                                                  const char *const *names,
+                                                  const double *values,
+                                                  size_t n,
+                                                  uint32_t flags,
+                                                  int64_t batch_size);
 
 /**
  * Writes the running stage (a `fulmen_stage`).

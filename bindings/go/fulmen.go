@@ -297,21 +297,34 @@ const (
 	ScalingStandardize Scaling = C.FULMEN_SCALING_STANDARDIZE
 )
 
-// LogFlags combine LogOnStep, LogOnEpoch, LogProgBar and LogSyncDist
-// (StepContext.Log).
+// LogFlags combine LogOnStep, LogOnEpoch, LogProgBar, LogSyncDist,
+// LogNoLogger, LogRankZeroOnly and at most one of LogReduceSum /
+// LogReduceMax / LogReduceMin (StepContext.Log, StepContext.LogDict).
 type LogFlags uint32
 
 // Log flags.
 const (
 	// LogOnStep records the value of every step.
 	LogOnStep LogFlags = C.FULMEN_LOG_ON_STEP
-	// LogOnEpoch records the mean over the epoch (weighted by batch size).
+	// LogOnEpoch records the epoch's reduction (by default the mean
+	// weighted by batch size).
 	LogOnEpoch LogFlags = C.FULMEN_LOG_ON_EPOCH
 	// LogProgBar shows the value in the progress output.
 	LogProgBar LogFlags = C.FULMEN_LOG_PROG_BAR
 	// LogSyncDist averages the value over ranks first (DDP's sync_dist;
 	// every rank must log the same names in the same steps).
 	LogSyncDist LogFlags = C.FULMEN_LOG_SYNC_DIST
+	// LogNoLogger keeps the value out of the loggers (Lightning's
+	// logger=False); callback metrics and progress still see it.
+	LogNoLogger LogFlags = C.FULMEN_LOG_NO_LOGGER
+	// LogRankZeroOnly marks a value logged on rank 0 only: never synced.
+	LogRankZeroOnly LogFlags = C.FULMEN_LOG_RANK_ZERO_ONLY
+	// LogReduceSum makes the epoch value the sum of the values.
+	LogReduceSum LogFlags = C.FULMEN_LOG_REDUCE_SUM
+	// LogReduceMax makes the epoch value the largest value.
+	LogReduceMax LogFlags = C.FULMEN_LOG_REDUCE_MAX
+	// LogReduceMin makes the epoch value the smallest value.
+	LogReduceMin LogFlags = C.FULMEN_LOG_REDUCE_MIN
 )
 
 // Version is the library version, "MAJOR.MINOR.PATCH".

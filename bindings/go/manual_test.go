@@ -122,3 +122,43 @@ func stepLR(model *fulmen.Model) func(cfg *fulmen.OptimizerConfig) error {
 		return cfg.AddWithScheduler(opt, s, fulmen.IntervalStep, 1, "")
 	}
 }
+
+// LogDict with reduce_fx flags: the epoch value is the reduction.
+func TestLogDictAndReductions(t *testing.T) {
+	noLeaks(t)
+	ds := blobDataset(t, 64, 9)
+	defer ds.Close()
+	loader := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 16}))
+	defer loader.Close()
+	model := mlp(t)
+	defer model.Close()
+	m := must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) (*fulmen.Tensor, error) {
+			i, err := ctx.BatchIdx()
+			if err != nil {
+				return nil, err
+			}
+			v := float64(i)
+			err = ctx.LogDict(map[string]float64{"peak": v, "floor": -v}, fulmen.LogOnEpoch|fulmen.LogReduceMax, 0)
+			if err != nil {
+				return nil, err
+			}
+			if err := ctx.Log("n", 1, fulmen.LogOnEpoch|fulmen.LogReduceSum|fulmen.LogNoLogger, 0); err != nil {
+				return nil, err
+			}
+			if err := ctx.LogDict(map[string]float64{"bad,name": 1}, 0, 0); !errors.Is(err, fulmen.ErrInvalidArgument) {
+				t.Errorf("bad name: %v", err)
+			}
+			_, loss, err := lossOf(model, b)
+			return loss, err
+		},
+		ConfigureOptimizers: sgd(model, 0.1),
+	}))
+	defer m.Close()
+	tr := quietTrainer(t, 1, "logger", "false")
+	defer tr.Close()
+	ok(t, tr.Fit(context.Background(), m, loader, nil))
+	if p, f, n := must(tr.CallbackMetric("peak")), must(tr.CallbackMetric("floor")), must(tr.CallbackMetric("n")); p != 3 || f != 0 || n != 4 {
+		t.Fatalf("peak %v floor %v n %v", p, f, n)
+	}
+}

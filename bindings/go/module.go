@@ -1,6 +1,7 @@
 package fulmen
 
 /*
+#include <stdlib.h>
 #include <fulmen.h>
 #include "shim.h"
 */
@@ -10,6 +11,8 @@ import (
 	"errors"
 	"runtime"
 	"runtime/cgo"
+	"sort"
+	"unsafe"
 )
 
 // ModuleFuncs are the Go functions of a LightningModule. A nil function is
@@ -151,6 +154,34 @@ func (c *StepContext) Log(name string, value float64, flags LogFlags, batchSize 
 	n := cString(name)
 	defer freeCString(n)
 	return check(C.fulmen_step_context_log(c.ptr(), n, C.double(value), C.uint32_t(flags), C.int64_t(batchSize)))
+}
+
+// LogDict logs every name and value of values with the same flags, as
+// Lightning's log_dict (in name order; every name is checked before any is
+// logged).
+func (c *StepContext) LogDict(values map[string]float64, flags LogFlags, batchSize int64) error {
+	keys := make([]string, 0, len(values))
+	for k := range values {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	names := C.malloc(C.size_t(len(keys)+1) * C.size_t(unsafe.Sizeof(uintptr(0))))
+	numbers := C.malloc(C.size_t(len(keys)+1) * C.size_t(unsafe.Sizeof(C.double(0))))
+	defer C.free(names)
+	defer C.free(numbers)
+	ns := unsafe.Slice((**C.char)(names), len(keys))
+	vs := unsafe.Slice((*C.double)(numbers), len(keys))
+	for i, k := range keys {
+		ns[i] = cString(k)
+		vs[i] = C.double(values[k])
+	}
+	defer func() {
+		for _, p := range ns {
+			freeCString(p)
+		}
+	}()
+	return check(C.fulmen_step_context_log_dict(c.ptr(), (**C.char)(names), (*C.double)(numbers), C.size_t(len(keys)),
+		C.uint32_t(flags), C.int64_t(batchSize)))
 }
 
 // Stage is the running loop.

@@ -300,11 +300,17 @@ impl ProcessGroup {
 
     /// Averages `values` over the ranks in place.
     pub fn mean_values(&self, values: &mut [f64]) -> Result<()> {
+        self.reduce_values(values, ReduceOp::Mean)
+    }
+
+    /// Reduces host values over all ranks with `op`, in place (one
+    /// collective).
+    pub fn reduce_values(&self, values: &mut [f64], op: ReduceOp) -> Result<()> {
         if values.is_empty() {
             return Ok(());
         }
         let t = Tensor::from_slice(values).f_to_device(self.device)?;
-        self.all_reduce(&[t.shallow_clone()], ReduceOp::Mean)?;
+        self.all_reduce(&[t.shallow_clone()], op)?;
         values.copy_from_slice(&Vec::<f64>::try_from(&t.f_to_device(tch::Device::Cpu)?)?);
         Ok(())
     }

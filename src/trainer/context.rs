@@ -20,8 +20,8 @@ impl Stage {
     /// Lightning's default flags for `self.log` in this stage.
     pub fn default_flags(self) -> LogFlags {
         match self {
-            Stage::Train => LogFlags { on_step: true, on_epoch: false, prog_bar: false, sync_dist: false },
-            _ => LogFlags { on_step: false, on_epoch: true, prog_bar: false, sync_dist: false },
+            Stage::Train => LogFlags { on_step: true, ..LogFlags::default() },
+            _ => LogFlags { on_epoch: true, ..LogFlags::default() },
         }
     }
 

@@ -117,7 +117,7 @@ pub(super) fn evaluate(
             }
         }
     }
-    let mut metrics = store.end_epoch_synced(&|v| run.strategy.mean(v))?;
+    let mut metrics = store.end_epoch_synced(&|v, op| run.strategy.reduce(v, op))?;
     run.state.callback_metrics.extend(store.callback_metrics);
     run.state.progress_metrics.extend(store.progress_metrics);
     run.simple(h.epoch_end)?;

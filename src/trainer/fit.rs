@@ -91,7 +91,7 @@ fn automatic_step(
     store.end_split();
     drop(autocast);
     let loss = run.strategy.gather_loss(losses?)?;
-    store.sync_step(&|v| run.strategy.mean(v))?;
+    store.sync_step(&|v, op| run.strategy.reduce(v, op))?;
     let value = check_loss(&loss, opts.detect_nonfinite_loss, at)?;
     if first_of_window {
         run.simple(Hook::BeforeZeroGrad)?;
@@ -159,7 +159,7 @@ fn manual_training_step(
         run.refresh_learning_rates();
     }
     let out = out?;
-    store.sync_step(&|v| run.strategy.mean(v))?;
+    store.sync_step(&|v, op| run.strategy.reduce(v, op))?;
     Ok(out)
 }
 
@@ -653,7 +653,7 @@ fn train_epoch(
             break;
         }
     }
-    let mut train_epoch_metrics = store.end_epoch_synced(&|v| run.strategy.mean(v))?;
+    let mut train_epoch_metrics = store.end_epoch_synced(&|v, op| run.strategy.reduce(v, op))?;
     run.state.callback_metrics.extend(store.callback_metrics);
     run.state.progress_metrics.extend(store.progress_metrics);
     run.hook(Hook::TrainEpochEnd, HookData { batch_idx: -1, ..Default::default() })?;

@@ -3,17 +3,80 @@
 use crate::error::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Where a metric is aggregated and shown.
+/// How an epoch's values of a metric combine, and the collective a synced
+/// value goes through (Lightning's `reduce_fx`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReduceFx {
+    /// Mean weighted by batch size (the default).
+    #[default]
+    Mean,
+    /// Sum of the values.
+    Sum,
+    /// Largest value.
+    Max,
+    /// Smallest value.
+    Min,
+}
+
+impl ReduceFx {
+    /// Lightning's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceFx::Mean => "mean",
+            ReduceFx::Sum => "sum",
+            ReduceFx::Max => "max",
+            ReduceFx::Min => "min",
+        }
+    }
+
+    /// Combines two values (not for Mean, which is weighted).
+    fn combine(self, a: f64, b: f64) -> f64 {
+        match self {
+            ReduceFx::Max => a.max(b),
+            ReduceFx::Min => a.min(b),
+            _ => a + b,
+        }
+    }
+}
+
+/// Reduces values over ranks in place with an operation (one collective
+/// per call).
+pub type Reducer<'a> = &'a dyn Fn(&mut [f64], ReduceFx) -> Result<()>;
+
+/// Where a metric is aggregated and shown (Lightning's `self.log`
+/// arguments).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogFlags {
     /// Record the value of each step.
     pub on_step: bool,
-    /// Record the mean over the epoch.
+    /// Record the reduction over the epoch.
     pub on_epoch: bool,
     /// Show it in the progress output.
     pub prog_bar: bool,
-    /// Average it over ranks before it is recorded (DDP).
+    /// Reduce it over ranks before it is recorded (DDP).
     pub sync_dist: bool,
+    /// Send it to the loggers (false: callback metrics and progress only).
+    pub logger: bool,
+    /// Logged from rank 0 only: never synchronized.
+    pub rank_zero_only: bool,
+    /// How the epoch's values combine (and the sync collective).
+    pub reduce_fx: ReduceFx,
+}
+
+impl Default for LogFlags {
+    /// Nothing recorded yet: neither on_step nor on_epoch; to the loggers;
+    /// mean.
+    fn default() -> Self {
+        LogFlags {
+            on_step: false,
+            on_epoch: false,
+            prog_bar: false,
+            sync_dist: false,
+            logger: true,
+            rank_zero_only: false,
+            reduce_fx: ReduceFx::Mean,
+        }
+    }
 }
 
 impl LogFlags {
@@ -21,19 +84,32 @@ impl LogFlags {
     pub fn describe(&self) -> String {
         let b = |v: bool| if v { "True" } else { "False" };
         format!(
-            "on_step={}, on_epoch={}, prog_bar={}, sync_dist={}",
+            "on_step={}, on_epoch={}, prog_bar={}, sync_dist={}, logger={}, rank_zero_only={}, reduce_fx={:?}",
             b(self.on_step),
             b(self.on_epoch),
             b(self.prog_bar),
-            b(self.sync_dist)
+            b(self.sync_dist),
+            b(self.logger),
+            b(self.rank_zero_only),
+            self.reduce_fx.name()
         )
+    }
+
+    /// The collective a synced value goes through; None when not synced.
+    fn sync_op(&self) -> Option<ReduceFx> {
+        (self.sync_dist && !self.rank_zero_only).then_some(self.reduce_fx)
     }
 }
 
 #[derive(Debug, Clone, Default)]
 struct EpochAccumulator {
-    weighted_sum: f64,
+    /// Mean: the weighted sum; otherwise the running reduction.
+    value: f64,
+    /// Mean: the sum of batch sizes.
     weight: f64,
+    /// Values seen.
+    count: usize,
+    reduce: ReduceFx,
     prog_bar: bool,
     on_step: bool,
 }
@@ -43,17 +119,25 @@ struct EpochAccumulator {
 pub struct MetricStore {
     step: BTreeMap<String, f64>,
     epoch: BTreeMap<String, EpochAccumulator>,
-    /// Latest value of every metric: epoch means and step values.
+    /// Latest value of every metric: epoch reductions and step values.
     pub callback_metrics: BTreeMap<String, f64>,
     /// Metrics shown in the progress output.
     pub progress_metrics: BTreeMap<String, f64>,
-    /// Names logged with sync_dist.
-    sync: BTreeSet<String>,
+    /// Names logged with sync_dist, with their collective.
+    sync: BTreeMap<String, ReduceFx>,
+    /// Names logged with logger=False.
+    unlogged: BTreeSet<String>,
     /// The flags each name was first logged with in this epoch.
     flags: BTreeMap<String, LogFlags>,
     /// While a batch is split over DP replicas: per step key, the weighted
-    /// sum, the weight and the number of values logged for it.
+    /// sum (or running reduction), the weight and the number of values
+    /// logged for it.
     split: Option<BTreeMap<String, (f64, f64, usize)>>,
+}
+
+/// A name without its `_step` / `_epoch` suffix.
+fn base_name(key: &str) -> &str {
+    key.strip_suffix("_step").or_else(|| key.strip_suffix("_epoch")).unwrap_or(key)
 }
 
 impl MetricStore {
@@ -76,19 +160,26 @@ impl MetricStore {
             }
         }
         let both = flags.on_step && flags.on_epoch;
-        if flags.sync_dist && !self.sync.contains(name) {
-            self.sync.insert(name.to_string());
+        if let Some(op) = flags.sync_op() {
+            self.sync.entry(name.to_string()).or_insert(op);
+        }
+        if !flags.logger {
+            self.unlogged.insert(name.to_string());
         }
         if flags.on_step {
             let key = if both { format!("{name}_step") } else { name.to_string() };
             let value = match self.split.as_mut() {
                 Some(split) => {
                     let e = split.entry(key.clone()).or_insert((0.0, 0.0, 0));
-                    *e = (e.0 + value * batch_size, e.1 + batch_size, e.2 + 1);
-                    if e.2 > 1 && e.1 > 0.0 {
-                        e.0 / e.1
-                    } else {
-                        value
+                    match flags.reduce_fx {
+                        ReduceFx::Mean => *e = (e.0 + value * batch_size, e.1 + batch_size, e.2 + 1),
+                        _ if e.2 == 0 => *e = (value, 0.0, 1),
+                        r => *e = (r.combine(e.0, value), 0.0, e.2 + 1),
+                    }
+                    match flags.reduce_fx {
+                        ReduceFx::Mean if e.2 > 1 && e.1 > 0.0 => e.0 / e.1,
+                        ReduceFx::Mean => value,
+                        _ => e.0,
                     }
                 }
                 None => value,
@@ -101,8 +192,16 @@ impl MetricStore {
         }
         if flags.on_epoch {
             let acc = self.epoch.entry(name.to_string()).or_default();
-            acc.weighted_sum += value * batch_size;
-            acc.weight += batch_size;
+            acc.reduce = flags.reduce_fx;
+            match flags.reduce_fx {
+                ReduceFx::Mean => {
+                    acc.value += value * batch_size;
+                    acc.weight += batch_size;
+                }
+                _ if acc.count == 0 => acc.value = value,
+                r => acc.value = r.combine(acc.value, value),
+            }
+            acc.count += 1;
             acc.prog_bar |= flags.prog_bar;
             acc.on_step |= both;
         }
@@ -111,7 +210,8 @@ impl MetricStore {
 
     /// Starts a batch split over DP replicas: until [`MetricStore::end_split`]
     /// a step value logged by several chunks is their mean weighted by the
-    /// chunks' batch sizes (epoch means are weighted anyway).
+    /// chunks' batch sizes, or their sum / max / min (epoch reductions
+    /// see every chunk anyway).
     pub fn begin_split(&mut self) {
         self.split = Some(BTreeMap::new());
     }
@@ -121,60 +221,87 @@ impl MetricStore {
         self.split = None;
     }
 
-    /// Averages the step values logged with sync_dist over ranks with
-    /// `mean` (one collective for all of them) and records the averages.
-    pub fn sync_step(&mut self, mean: &dyn Fn(&mut [f64]) -> Result<()>) -> Result<()> {
-        let keys: Vec<String> = self.step.keys().filter(|k| self.is_synced(k)).cloned().collect();
-        if keys.is_empty() {
-            return Ok(());
-        }
-        let mut values: Vec<f64> = keys.iter().map(|k| self.step[k]).collect();
-        mean(&mut values)?;
-        for (k, v) in keys.into_iter().zip(values) {
-            self.step.insert(k.clone(), v);
-            if let Some(p) = self.progress_metrics.get_mut(&k) {
-                *p = v;
+    /// Reduces the step values logged with sync_dist over ranks with
+    /// `reduce` (one collective per operation in use) and records them.
+    pub fn sync_step(&mut self, reduce: Reducer) -> Result<()> {
+        for op in [ReduceFx::Mean, ReduceFx::Sum, ReduceFx::Max, ReduceFx::Min] {
+            let keys: Vec<String> =
+                self.step.keys().filter(|k| self.sync.get(base_name(k)) == Some(&op)).cloned().collect();
+            if keys.is_empty() {
+                continue;
             }
-            self.callback_metrics.insert(k, v);
+            let mut values: Vec<f64> = keys.iter().map(|k| self.step[k]).collect();
+            reduce(&mut values, op)?;
+            for (k, v) in keys.into_iter().zip(values) {
+                self.step.insert(k.clone(), v);
+                if let Some(p) = self.progress_metrics.get_mut(&k) {
+                    *p = v;
+                }
+                self.callback_metrics.insert(k, v);
+            }
         }
         Ok(())
     }
 
-    /// Whether `key` (a name, or a name with `_step` / `_epoch`) was logged
-    /// with sync_dist.
-    fn is_synced(&self, key: &str) -> bool {
-        let base = key.strip_suffix("_step").or_else(|| key.strip_suffix("_epoch")).unwrap_or(key);
-        self.sync.contains(key) || self.sync.contains(base)
-    }
-
-    /// Takes the step values logged since the last call.
+    /// Takes the step values logged since the last call for the loggers
+    /// (not those logged with logger=False).
     pub fn take_step_values(&mut self) -> BTreeMap<String, f64> {
-        std::mem::take(&mut self.step)
+        let mut step = std::mem::take(&mut self.step);
+        step.retain(|k, _| !self.unlogged.contains(base_name(k)));
+        step
     }
 
-    /// Ends an epoch: turns accumulators into means, records them as
-    /// callback metrics and returns them (named `x_epoch` when `x` was
-    /// also logged per step).
+    /// Ends an epoch: reduces the accumulators, records them as callback
+    /// metrics and returns those for the loggers (named `x_epoch` when `x`
+    /// was also logged per step).
     pub fn end_epoch(&mut self) -> BTreeMap<String, f64> {
-        self.end_epoch_synced(&|_| Ok(())).unwrap_or_default()
+        self.end_epoch_synced(&|_, _| Ok(())).unwrap_or_default()
     }
 
-    /// [`MetricStore::end_epoch`], with the epoch means of sync_dist
-    /// metrics averaged over ranks by `mean` (one collective).
-    pub fn end_epoch_synced(&mut self, mean: &dyn Fn(&mut [f64]) -> Result<()>) -> Result<BTreeMap<String, f64>> {
-        let mut out = BTreeMap::new();
-        let done: Vec<(String, EpochAccumulator)> =
-            std::mem::take(&mut self.epoch).into_iter().filter(|(_, a)| a.weight > 0.0).collect();
-        let mut means: Vec<f64> = done.iter().map(|(_, a)| a.weighted_sum / a.weight).collect();
-        mean_selected(&mut means, |i| self.sync.contains(&done[i].0), mean)?;
-        for ((name, acc), mean) in done.into_iter().zip(means) {
-            let key = if acc.on_step { format!("{name}_epoch") } else { name.clone() };
-            self.callback_metrics.insert(key.clone(), mean);
-            self.callback_metrics.insert(name.clone(), mean);
-            if acc.prog_bar {
-                self.progress_metrics.insert(key.clone(), mean);
+    /// [`MetricStore::end_epoch`], with the epoch values of sync_dist
+    /// metrics reduced over ranks by `reduce` as Lightning does: a mean as
+    /// the sum of weighted sums over the sum of batch sizes, the others
+    /// with their own operation.
+    pub fn end_epoch_synced(&mut self, reduce: Reducer) -> Result<BTreeMap<String, f64>> {
+        let mut done: Vec<(String, EpochAccumulator)> = std::mem::take(&mut self.epoch)
+            .into_iter()
+            .filter(|(_, a)| a.count > 0 && (a.reduce != ReduceFx::Mean || a.weight > 0.0))
+            .collect();
+        let synced = |name: &str| self.sync.contains_key(name);
+        let means: Vec<usize> =
+            (0..done.len()).filter(|i| done[*i].1.reduce == ReduceFx::Mean && synced(&done[*i].0)).collect();
+        if !means.is_empty() {
+            let mut sums: Vec<f64> = means.iter().flat_map(|i| [done[*i].1.value, done[*i].1.weight]).collect();
+            reduce(&mut sums, ReduceFx::Sum)?;
+            for (k, i) in means.iter().enumerate() {
+                done[*i].1.value = sums[2 * k];
+                done[*i].1.weight = sums[2 * k + 1];
             }
-            out.insert(key, mean);
+        }
+        for op in [ReduceFx::Sum, ReduceFx::Max, ReduceFx::Min] {
+            let picked: Vec<usize> =
+                (0..done.len()).filter(|i| done[*i].1.reduce == op && synced(&done[*i].0)).collect();
+            if picked.is_empty() {
+                continue;
+            }
+            let mut values: Vec<f64> = picked.iter().map(|i| done[*i].1.value).collect();
+            reduce(&mut values, op)?;
+            for (i, v) in picked.into_iter().zip(values) {
+                done[i].1.value = v;
+            }
+        }
+        let mut out = BTreeMap::new();
+        for (name, acc) in done {
+            let value = if acc.reduce == ReduceFx::Mean { acc.value / acc.weight } else { acc.value };
+            let key = if acc.on_step { format!("{name}_epoch") } else { name.clone() };
+            self.callback_metrics.insert(key.clone(), value);
+            self.callback_metrics.insert(name.clone(), value);
+            if acc.prog_bar {
+                self.progress_metrics.insert(key.clone(), value);
+            }
+            if !self.unlogged.contains(&name) {
+                out.insert(key, value);
+            }
         }
         Ok(out)
     }
@@ -206,7 +333,7 @@ mod tests {
     #[test]
     fn epoch_mean_is_weighted_by_batch_size() {
         let mut m = MetricStore::default();
-        let f = LogFlags { on_step: false, on_epoch: true, prog_bar: false, sync_dist: false };
+        let f = LogFlags { on_epoch: true, ..Default::default() };
         m.log("acc", 1.0, f, 30.0).unwrap();
         m.log("acc", 0.0, f, 10.0).unwrap();
         let e = m.end_epoch();
@@ -217,7 +344,7 @@ mod tests {
     #[test]
     fn step_and_epoch_get_suffixes() {
         let mut m = MetricStore::default();
-        let f = LogFlags { on_step: true, on_epoch: true, prog_bar: true, sync_dist: false };
+        let f = LogFlags { on_step: true, on_epoch: true, prog_bar: true, ..Default::default() };
         m.log("loss", 2.0, f, 1.0).unwrap();
         m.log("loss", 4.0, f, 1.0).unwrap();
         assert_eq!(m.take_step_values()["loss_step"], 4.0);
@@ -230,26 +357,56 @@ mod tests {
     #[test]
     fn sync_dist_values_go_through_the_reduction() {
         let mut m = MetricStore::default();
-        let synced = LogFlags { on_step: true, on_epoch: true, prog_bar: false, sync_dist: true };
-        let local = LogFlags { on_step: true, on_epoch: true, prog_bar: false, sync_dist: false };
-        m.log("loss", 2.0, synced, 1.0).unwrap();
-        m.log("acc", 0.5, local, 1.0).unwrap();
-        let double = |v: &mut [f64]| {
-            v.iter_mut().for_each(|x| *x *= 2.0);
+        let synced = LogFlags { on_step: true, on_epoch: true, sync_dist: true, ..Default::default() };
+        let summed = LogFlags { reduce_fx: ReduceFx::Sum, ..synced };
+        let local = LogFlags { on_step: true, on_epoch: true, ..Default::default() };
+        let zero_only = LogFlags { rank_zero_only: true, reduce_fx: ReduceFx::Sum, ..synced };
+        // Two ranks that log the same values: sums double, means stay.
+        let two_ranks = |v: &mut [f64], op: ReduceFx| {
+            if op == ReduceFx::Sum {
+                v.iter_mut().for_each(|x| *x *= 2.0);
+            }
             Ok(())
         };
-        m.sync_step(&double).unwrap();
+        m.log("loss", 2.0, synced, 1.0).unwrap();
+        m.log("count", 3.0, summed, 1.0).unwrap();
+        m.log("acc", 0.5, local, 1.0).unwrap();
+        m.log("mine", 7.0, zero_only, 1.0).unwrap();
+        m.sync_step(&two_ranks).unwrap();
         let step = m.take_step_values();
-        assert_eq!((step["loss_step"], step["acc_step"]), (4.0, 0.5));
-        assert_eq!(m.callback_metrics["loss_step"], 4.0);
-        let e = m.end_epoch_synced(&double).unwrap();
-        assert_eq!((e["loss_epoch"], e["acc_epoch"]), (4.0, 0.5));
+        assert_eq!((step["loss_step"], step["count_step"], step["acc_step"], step["mine_step"]), (2.0, 6.0, 0.5, 7.0));
+        assert_eq!(m.callback_metrics["count_step"], 6.0);
+        m.log("loss", 4.0, synced, 3.0).unwrap();
+        m.log("count", 5.0, summed, 1.0).unwrap();
+        m.log("mine", 1.0, zero_only, 1.0).unwrap();
+        let e = m.end_epoch_synced(&two_ranks).unwrap();
+        // (2*1 + 4*3) / 4 on both ranks; (3 + 5) * 2; rank 0's own sum.
+        assert_eq!((e["loss_epoch"], e["count_epoch"], e["acc_epoch"], e["mine_epoch"]), (3.5, 16.0, 0.5, 8.0));
+    }
+
+    #[test]
+    fn reduce_fx_max_min_and_logger_false() {
+        let mut m = MetricStore::default();
+        let max = LogFlags { on_epoch: true, reduce_fx: ReduceFx::Max, ..Default::default() };
+        let min = LogFlags { on_step: true, on_epoch: true, reduce_fx: ReduceFx::Min, logger: false, ..max };
+        for v in [3.0, -1.0, 8.0, 2.0] {
+            m.log("peak", v, max, 1.0).unwrap();
+            m.log("low", v, min, 5.0).unwrap();
+        }
+        assert!(m.take_step_values().is_empty()); // low has logger=False
+        assert_eq!(m.callback_metrics["low_step"], 2.0);
+        let e = m.end_epoch();
+        assert_eq!(e.len(), 1);
+        assert_eq!(e["peak"], 8.0);
+        assert_eq!((m.callback_metrics["low_epoch"], m.callback_metrics["low"]), (-1.0, -1.0));
+        let err = m.log("peak", 1.0, LogFlags { reduce_fx: ReduceFx::Sum, ..max }, 1.0).unwrap_err();
+        assert!(err.message.contains("reduce_fx=\"max\""), "{}", err.message);
     }
 
     #[test]
     fn a_split_batch_logs_the_weighted_mean_of_its_chunks() {
         let mut m = MetricStore::default();
-        let f = LogFlags { on_step: true, on_epoch: true, prog_bar: false, sync_dist: false };
+        let f = LogFlags { on_step: true, on_epoch: true, ..Default::default() };
         m.begin_split();
         m.log("loss", 1.0, f, 3.0).unwrap();
         m.log("loss", 3.0, f, 1.0).unwrap();
@@ -258,5 +415,11 @@ mod tests {
         m.log("loss", 7.0, f, 4.0).unwrap();
         assert_eq!(m.take_step_values()["loss_step"], 7.0);
         assert_eq!(m.end_epoch()["loss_epoch"], (3.0 + 3.0 + 28.0) / 8.0);
+        let sum = LogFlags { on_step: true, reduce_fx: ReduceFx::Sum, ..Default::default() };
+        m.begin_split();
+        m.log("n", 3.0, sum, 3.0).unwrap();
+        m.log("n", 1.0, sum, 1.0).unwrap();
+        m.end_split();
+        assert_eq!(m.take_step_values()["n"], 4.0);
     }
 }

@@ -6,11 +6,12 @@
 //! through it.
 use super::data_parallel::DpRun;
 use super::device::Placement;
+use super::metrics::ReduceFx;
 use super::module::{LightningModule, OptimizerConfig};
 use super::options::{ClipAlgorithm, TrainerOptions};
 use super::source::BatchSource;
 use crate::accelerators::{registry, DevicesSpec};
-use crate::distributed::{self, ClusterEnv, Ddp, DdpOptions, DistContext, JoinOptions};
+use crate::distributed::{self, ClusterEnv, Ddp, DdpOptions, DistContext, JoinOptions, ReduceOp};
 use crate::error::{Error, ErrorCode, Result, ResultExt};
 use crate::optim::Optimizer;
 use crate::precision::{AutocastGuard, PrecisionPlugin};
@@ -273,8 +274,20 @@ impl RunStrategy {
 
     /// Averages `values` over ranks in place (sync_dist).
     pub fn mean(&self, values: &mut [f64]) -> Result<()> {
+        self.reduce(values, ReduceFx::Mean)
+    }
+
+    /// Reduces `values` over ranks in place with `op` (sync_dist with a
+    /// `reduce_fx`): one collective.
+    pub fn reduce(&self, values: &mut [f64], op: ReduceFx) -> Result<()> {
         let Parallel::Ddp(d) = &self.parallel else { return Ok(()) };
-        d.ctx.group.mean_values(values).map_err(|e| d.ctx.explain(e))
+        let op = match op {
+            ReduceFx::Mean => ReduceOp::Mean,
+            ReduceFx::Sum => ReduceOp::Sum,
+            ReduceFx::Max => ReduceOp::Max,
+            ReduceFx::Min => ReduceOp::Min,
+        };
+        d.ctx.group.reduce_values(values, op).map_err(|e| d.ctx.explain(e))
     }
 
     /// Lightning's `reduce_boolean_decision(all=False)`: true when any rank

@@ -97,6 +97,11 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
     /* rank_synced averages to (world - 1) / 2 on every rank; rank_local stays. */
     if (e == NULL) e = fulmen_step_context_log(ctx, "rank_synced", (double)rank, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_SYNC_DIST, 0);
     if (e == NULL) e = fulmen_step_context_log(ctx, "rank_local", (double)rank, FULMEN_LOG_ON_EPOCH, 0);
+    /* reduce_fx with sync_dist: the epoch's max over ranks, the step's sum */
+    if (e == NULL)
+        e = fulmen_step_context_log(ctx, "rank_max", (double)rank, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_SYNC_DIST | FULMEN_LOG_REDUCE_MAX, 0);
+    if (e == NULL)
+        e = fulmen_step_context_log(ctx, "rank_sum", (double)rank, FULMEN_LOG_ON_STEP | FULMEN_LOG_SYNC_DIST | FULMEN_LOG_REDUCE_SUM, 0);
     return e;
 }
 
@@ -204,6 +209,7 @@ static int scenario_launcher(const char *dir) {
     /* sync_dist averages over ranks; the local metric keeps each rank's own. */
     CHECK(fabs(metric(t, "rank_synced") - 0.5) < 1e-12);
     CHECK(fabs(metric(t, "rank_local") - (double)rank) < 1e-12);
+    CHECK(metric(t, "rank_max") == 1.0 && metric(t, "rank_sum") == 1.0);
     int64_t step = 0;
     CHECK_OK(fulmen_trainer_global_step(t, &step));
     CHECK(step == EPOCHS * (SAMPLES / 2 / RANK_BATCH));
@@ -252,6 +258,7 @@ static int scenario_external(const char *dir) {
     CHECK_OK(train(root, "ddp", "auto", RANK_BATCH, HIDDEN, -1, false, weights, &t));
     CHECK(my_rank() == rank);
     CHECK(fabs(metric(t, "rank_synced") - 1.0) < 1e-12);
+    CHECK(metric(t, "rank_max") == 2.0 && metric(t, "rank_sum") == 3.0);
     fulmen_trainer_free(t);
     CHECK_OK(fulmen_distributed_shutdown(60));
     return check_finish("external rank");

@@ -374,6 +374,30 @@ TEST_F(TrainerTest, ManualOptimizationFromTheStepContext) {
     EXPECT_EQ((wa - wb).abs().max().item(), 0.0);  // the same updates as automatic optimization
 }
 
+TEST_F(TrainerTest, LogDictAndReductions) {
+    Model model = fulmen_test::mlp();
+    Dataset ds = fulmen_test::blobs(64, 9);
+    Loader train(ds, 16);
+    LightningModule module =
+        full_module(model)
+            .training_step([&](StepContext& ctx, const Batch& batch) {
+                double v = static_cast<double>(ctx.batch_idx());
+                ctx.log_dict({{"peak", v}, {"floor", -v}}, fulmen::Log::on_epoch | fulmen::Log::reduce_max);
+                ctx.log("n", 1.0, fulmen::Log::on_epoch | fulmen::Log::reduce_sum | fulmen::Log::no_logger);
+                ctx.log("mine", v, fulmen::Log::on_epoch | fulmen::Log::sync_dist | fulmen::Log::rank_zero_only);
+                EXPECT_EQ(fulmen_test::error_code([&] { ctx.log("x", v, fulmen::Log::reduce_min | fulmen::Log::reduce_max); }),
+                          FULMEN_CODE_INVALID_ARGUMENT);
+                return batch_loss(model, batch);
+            })
+            .build();
+    Trainer trainer(fulmen_test::quiet_options(1).set("logger", false));
+    trainer.fit(module, train);
+    EXPECT_EQ(trainer.callback_metric("peak"), 3.0);
+    EXPECT_EQ(trainer.callback_metric("floor"), 0.0);
+    EXPECT_EQ(trainer.callback_metric("n"), 4.0);
+    EXPECT_EQ(trainer.callback_metric("mine"), 1.5);
+}
+
 TEST_F(TrainerTest, IteratorLoaderFromLambdas) {
     Dataset ds = fulmen_test::blobs(32, 10);
     int64_t pos = 0;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -38,9 +39,14 @@ enum class Interval : int32_t {
 /// Flags of StepContext::log, combined with `|`.
 struct Log {
     static constexpr uint32_t on_step = FULMEN_LOG_ON_STEP;      ///< Record every step's value.
-    static constexpr uint32_t on_epoch = FULMEN_LOG_ON_EPOCH;    ///< Record the epoch mean.
+    static constexpr uint32_t on_epoch = FULMEN_LOG_ON_EPOCH;    ///< Record the epoch's reduction (mean by default).
     static constexpr uint32_t prog_bar = FULMEN_LOG_PROG_BAR;    ///< Show in the progress output.
-    static constexpr uint32_t sync_dist = FULMEN_LOG_SYNC_DIST;  ///< Average over ranks first (DDP's sync_dist).
+    static constexpr uint32_t sync_dist = FULMEN_LOG_SYNC_DIST;  ///< Reduce over ranks first (DDP's sync_dist).
+    static constexpr uint32_t no_logger = FULMEN_LOG_NO_LOGGER;  ///< Keep out of the loggers (logger=False).
+    static constexpr uint32_t rank_zero_only = FULMEN_LOG_RANK_ZERO_ONLY;  ///< Logged on rank 0 only: never synced.
+    static constexpr uint32_t reduce_sum = FULMEN_LOG_REDUCE_SUM;  ///< reduce_fx="sum".
+    static constexpr uint32_t reduce_max = FULMEN_LOG_REDUCE_MAX;  ///< reduce_fx="max".
+    static constexpr uint32_t reduce_min = FULMEN_LOG_REDUCE_MIN;  ///< reduce_fx="min".
 };
 
 /// The batch a step callback receives (borrowed: valid during the call).
@@ -74,6 +80,19 @@ public:
     /// Logs a metric (flags from fulmen::Log; batch_size 0 = the batch's).
     void log(const std::string& name, double value, uint32_t flags = 0, int64_t batch_size = 0) {
         check(fulmen_step_context_log(ctx_, name.c_str(), value, flags, batch_size));
+    }
+    /// Logs every (name, value) of `values` with the same flags, as
+    /// Lightning's log_dict (all names are checked before any is logged).
+    void log_dict(const std::map<std::string, double>& values, uint32_t flags = 0, int64_t batch_size = 0) {
+        std::vector<const char*> names;
+        std::vector<double> numbers;
+        names.reserve(values.size());
+        numbers.reserve(values.size());
+        for (const auto& [name, value] : values) {
+            names.push_back(name.c_str());
+            numbers.push_back(value);
+        }
+        check(fulmen_step_context_log_dict(ctx_, names.data(), numbers.data(), names.size(), flags, batch_size));
     }
     /// The running stage.
     Stage stage() const { return static_cast<Stage>(query<int32_t>(fulmen_step_context_stage)); }

@@ -1,0 +1,106 @@
+/*
+ * Lightning's `self.log` options beyond on_step / on_epoch / prog_bar /
+ * sync_dist: reduce_fx (sum, max, min), logger=False, rank_zero_only, and
+ * log_dict; what the loggers, the callback metrics and the progress see.
+ */
+#define _XOPEN_SOURCE 700 /* mkdtemp */
+#include "check.h"
+#include "fixture.h"
+
+#include <stdlib.h>
+
+typedef struct {
+    fulmen_model *model; /* first: fixture_configure_sgd reads it */
+    int refused;         /* the bad calls gave the expected codes */
+} state;
+
+static int code_of(fulmen_error *e) {
+    int c = e == NULL ? 0 : fulmen_error_code(e);
+    fulmen_error_free(e);
+    return c;
+}
+
+static fulmen_error *step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    state *s = ud;
+    int64_t i = 0;
+    fulmen_error *e = fulmen_step_context_batch_idx(ctx, &i);
+    double v = (double)i; /* 0, 1, 2, 3 */
+    if (e == NULL) e = fulmen_step_context_log(ctx, "peak", v, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_REDUCE_MAX, 0);
+    if (e == NULL) e = fulmen_step_context_log(ctx, "low", v + 10, FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH | FULMEN_LOG_REDUCE_MIN, 0);
+    if (e == NULL) e = fulmen_step_context_log(ctx, "count", 1.0, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_REDUCE_SUM | FULMEN_LOG_PROG_BAR, 0);
+    if (e == NULL) e = fulmen_step_context_log(ctx, "hidden", v, FULMEN_LOG_ON_STEP | FULMEN_LOG_NO_LOGGER, 0);
+    if (e == NULL)
+        e = fulmen_step_context_log(ctx, "mine", v, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_SYNC_DIST | FULMEN_LOG_RANK_ZERO_ONLY, 0);
+    const char *names[2] = {"dict_a", "dict_b"};
+    double values[2] = {v, -v};
+    if (e == NULL) e = fulmen_step_context_log_dict(ctx, names, values, 2, FULMEN_LOG_ON_EPOCH, 0);
+    if (e == NULL) {
+        const char *bad[2] = {"dict_c", "bad,name"};
+        s->refused &= code_of(fulmen_step_context_log(ctx, "x", 1, FULMEN_LOG_REDUCE_SUM | FULMEN_LOG_REDUCE_MAX, 0)) ==
+                      FULMEN_CODE_INVALID_ARGUMENT;
+        s->refused &= code_of(fulmen_step_context_log(ctx, "x", 1, 1u << 20, 0)) == FULMEN_CODE_INVALID_ARGUMENT;
+        s->refused &= code_of(fulmen_step_context_log_dict(ctx, bad, values, 2, 0, 0)) == FULMEN_CODE_INVALID_ARGUMENT;
+        s->refused &= code_of(fulmen_step_context_log_dict(ctx, NULL, values, 2, 0, 0)) == FULMEN_CODE_NULL_ARGUMENT;
+        s->refused &= code_of(fulmen_step_context_log_dict(ctx, NULL, NULL, 0, 0, 0)) == 0;
+        /* the same name with another reduction: Lightning's "different arguments" */
+        s->refused &= code_of(fulmen_step_context_log(ctx, "peak", v, FULMEN_LOG_ON_EPOCH, 0)) ==
+                      FULMEN_CODE_INVALID_ARGUMENT;
+    }
+    if (e == NULL) e = fixture_cross_entropy(s->model, batch, out);
+    return e;
+}
+
+static double metric(const fulmen_trainer *t, const char *name) {
+    double v = NAN;
+    CHECK_OK(fulmen_trainer_callback_metric(t, name, &v));
+    return v;
+}
+
+int main(void) {
+    char root[] = "/tmp/fulmen-log-options-XXXXXX";
+    CHECK(mkdtemp(root) != NULL);
+    state s = {fixture_mlp(4, 0), 1};
+    fulmen_dataset *ds = fixture_blobs(64, 3, 1.0f);
+    fulmen_loader *loader = fixture_loader(ds, 16, false, 0);
+    fulmen_lightning_module *m = fixture_module(s.model, &s, step, NULL);
+    fulmen_trainer_options *o = fixture_options(root, 1);
+    CHECK_OK(fulmen_trainer_options_set(o, "logger", "csv"));
+    CHECK_OK(fulmen_trainer_options_set_int(o, "log_every_n_steps", 1));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    CHECK_OK(fulmen_trainer_fit(t, m, loader, NULL, NULL));
+    CHECK(s.refused);
+
+    CHECK(metric(t, "peak") == 3.0);
+    CHECK(metric(t, "low_epoch") == 10.0 && metric(t, "low_step") == 13.0);
+    CHECK(metric(t, "count") == 4.0);
+    CHECK(metric(t, "hidden") == 3.0); /* logger=False still reaches callback_metrics */
+    CHECK(metric(t, "mine") == 1.5);
+    CHECK(metric(t, "dict_a") == 1.5 && metric(t, "dict_b") == -1.5);
+    double unused = 0;
+    CHECK_ERR(fulmen_trainer_callback_metric(t, "dict_c", &unused), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+
+    /* The CSV logger got everything but "hidden". */
+    char dir[512], path[700], header[512] = {0};
+    size_t len = 0;
+    CHECK_OK(fulmen_trainer_log_dir(t, dir, sizeof dir, &len));
+    snprintf(path, sizeof path, "%s/metrics.csv", dir);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    if (f != NULL) {
+        CHECK(fgets(header, sizeof header, f) != NULL);
+        fclose(f);
+    }
+    CHECK(strstr(header, "hidden") == NULL && strstr(header, "count") != NULL && strstr(header, "low_step") != NULL);
+
+    fulmen_trainer_free(t);
+    fulmen_trainer_options_free(o);
+    fulmen_lightning_module_free(m);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
+    fulmen_model_free(s.model);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    if (check_failed == 0) CHECK(system(cmd) == 0);
+    return check_finish("test_log_options");
+}
