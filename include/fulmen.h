@@ -1559,6 +1559,141 @@ typedef struct fulmen_rmsprop_options {
 } fulmen_rmsprop_options;
 
 /**
+ * Adagrad options; defaults from `fulmen_adagrad_options_default`.
+ */
+typedef struct fulmen_adagrad_options {
+  /**
+   * Learning rate (default 1e-2).
+   */
+  double lr;
+  /**
+   * Learning-rate decay: step t uses `lr / (1 + (t - 1) * lr_decay)`
+   * (default 0).
+   */
+  double lr_decay;
+  /**
+   * L2 penalty (default 0).
+   */
+  double weight_decay;
+  /**
+   * Starting value of the sum of squared gradients (default 0).
+   */
+  double initial_accumulator_value;
+  /**
+   * Denominator term (default 1e-10).
+   */
+  double eps;
+  /**
+   * Maximize instead of minimize (default false).
+   */
+  bool maximize;
+} fulmen_adagrad_options;
+
+/**
+ * Adamax options; defaults from `fulmen_adamax_options_default`.
+ */
+typedef struct fulmen_adamax_options {
+  /**
+   * Learning rate (default 2e-3).
+   */
+  double lr;
+  /**
+   * First-moment decay (default 0.9).
+   */
+  double beta1;
+  /**
+   * Decay of the infinity norm (default 0.999).
+   */
+  double beta2;
+  /**
+   * Term added to the norm (default 1e-8).
+   */
+  double eps;
+  /**
+   * L2 penalty (default 0).
+   */
+  double weight_decay;
+  /**
+   * Maximize instead of minimize (default false).
+   */
+  bool maximize;
+} fulmen_adamax_options;
+
+/**
+ * NAdam options; defaults from `fulmen_nadam_options_default`.
+ */
+typedef struct fulmen_nadam_options {
+  /**
+   * Learning rate (default 2e-3).
+   */
+  double lr;
+  /**
+   * First-moment decay (default 0.9).
+   */
+  double beta1;
+  /**
+   * Second-moment decay (default 0.999).
+   */
+  double beta2;
+  /**
+   * Denominator term (default 1e-8).
+   */
+  double eps;
+  /**
+   * Weight decay: L2, or decoupled with `decoupled_weight_decay`
+   * (default 0).
+   */
+  double weight_decay;
+  /**
+   * Momentum decay of the momentum schedule (default 4e-3).
+   */
+  double momentum_decay;
+  /**
+   * Decoupled weight decay, as NAdamW (default false).
+   */
+  bool decoupled_weight_decay;
+  /**
+   * Maximize instead of minimize (default false).
+   */
+  bool maximize;
+} fulmen_nadam_options;
+
+/**
+ * RAdam options; defaults from `fulmen_radam_options_default`.
+ */
+typedef struct fulmen_radam_options {
+  /**
+   * Learning rate (default 1e-3).
+   */
+  double lr;
+  /**
+   * First-moment decay (default 0.9).
+   */
+  double beta1;
+  /**
+   * Second-moment decay (default 0.999).
+   */
+  double beta2;
+  /**
+   * Denominator term (default 1e-8).
+   */
+  double eps;
+  /**
+   * Weight decay: L2, or decoupled with `decoupled_weight_decay`
+   * (default 0).
+   */
+  double weight_decay;
+  /**
+   * Decoupled weight decay, as RAdamW (default false).
+   */
+  bool decoupled_weight_decay;
+  /**
+   * Maximize instead of minimize (default false).
+   */
+  bool maximize;
+} fulmen_radam_options;
+
+/**
  * Options of `OneCycleLR`; defaults from `fulmen_one_cycle_options_default`.
  */
 typedef struct fulmen_one_cycle_options {
@@ -3578,6 +3713,84 @@ struct fulmen_error *fulmen_clip_grad_norm(struct fulmen_model *model,
  * FULMEN_CODE_TORCH (libtorch fails clamping a gradient).
  */
 struct fulmen_error *fulmen_clip_grad_value(struct fulmen_model *model, double value);
+
+/**
+ * torch's Adagrad defaults.
+ */
+struct fulmen_adagrad_options fulmen_adagrad_options_default(void);
+
+/**
+ * torch's Adamax defaults.
+ */
+struct fulmen_adamax_options fulmen_adamax_options_default(void);
+
+/**
+ * torch's NAdam defaults.
+ */
+struct fulmen_nadam_options fulmen_nadam_options_default(void);
+
+/**
+ * torch's RAdam defaults.
+ */
+struct fulmen_radam_options fulmen_radam_options_default(void);
+
+/**
+ * Creates an Adagrad optimizer (torch's `_single_tensor_adagrad`) over
+ * `model`'s parameters (if not NULL) and `params[0..n_params]`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an invalid option, no
+ * parameters, a tensor in `params` that does not require grad, a parameter
+ * listed twice), FULMEN_CODE_DTYPE_MISMATCH (a complex parameter).
+ */
+struct fulmen_error *fulmen_optimizer_adagrad_new(const struct fulmen_model *model,
+                                                  const struct fulmen_tensor *const *params,
+                                                  size_t n_params,
+                                                  const struct fulmen_adagrad_options *options,
+                                                  struct fulmen_optimizer **out);
+
+/**
+ * Creates an Adamax optimizer (torch's `_single_tensor_adamax`) over
+ * `model`'s parameters (if not NULL) and `params[0..n_params]`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an invalid option, no
+ * parameters, a tensor in `params` that does not require grad, a parameter
+ * listed twice), FULMEN_CODE_DTYPE_MISMATCH (a complex parameter).
+ */
+struct fulmen_error *fulmen_optimizer_adamax_new(const struct fulmen_model *model,
+                                                 const struct fulmen_tensor *const *params,
+                                                 size_t n_params,
+                                                 const struct fulmen_adamax_options *options,
+                                                 struct fulmen_optimizer **out);
+
+/**
+ * Creates a NAdam optimizer (torch's `_single_tensor_nadam`; NAdamW with
+ * `decoupled_weight_decay`) over `model`'s parameters (if not NULL) and
+ * `params[0..n_params]`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an invalid option, no
+ * parameters, a tensor in `params` that does not require grad, a parameter
+ * listed twice), FULMEN_CODE_DTYPE_MISMATCH (a complex parameter).
+ */
+struct fulmen_error *fulmen_optimizer_nadam_new(const struct fulmen_model *model,
+                                                const struct fulmen_tensor *const *params,
+                                                size_t n_params,
+                                                const struct fulmen_nadam_options *options,
+                                                struct fulmen_optimizer **out);
+
+/**
+ * Creates a RAdam optimizer (torch's `_single_tensor_radam`; RAdamW with
+ * `decoupled_weight_decay`) over `model`'s parameters (if not NULL) and
+ * `params[0..n_params]`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an invalid option, no
+ * parameters, a tensor in `params` that does not require grad, a parameter
+ * listed twice), FULMEN_CODE_DTYPE_MISMATCH (a complex parameter).
+ */
+struct fulmen_error *fulmen_optimizer_radam_new(const struct fulmen_model *model,
+                                                const struct fulmen_tensor *const *params,
+                                                size_t n_params,
+                                                const struct fulmen_radam_options *options,
+                                                struct fulmen_optimizer **out);
 
 /**
  * Creates a precision plugin from one of Lightning's precision values

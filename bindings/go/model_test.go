@@ -177,6 +177,26 @@ func TestOptimizersManualLoop(t *testing.T) {
 		"adam":    func(m *fulmen.Model) (*fulmen.Optimizer, error) { return fulmen.NewAdam(m, nil, adam) },
 		"adamw":   func(m *fulmen.Model) (*fulmen.Optimizer, error) { return fulmen.NewAdamW(m, nil, adamw) },
 		"rmsprop": func(m *fulmen.Model) (*fulmen.Optimizer, error) { return fulmen.NewRMSprop(m, nil, rms) },
+		"adagrad": func(m *fulmen.Model) (*fulmen.Optimizer, error) {
+			o := fulmen.DefaultAdagradOptions()
+			o.LR = 0.1
+			return fulmen.NewAdagrad(m, nil, o)
+		},
+		"adamax": func(m *fulmen.Model) (*fulmen.Optimizer, error) {
+			o := fulmen.DefaultAdamaxOptions()
+			o.LR = 0.05
+			return fulmen.NewAdamax(m, nil, o)
+		},
+		"nadam": func(m *fulmen.Model) (*fulmen.Optimizer, error) {
+			o := fulmen.DefaultNAdamOptions()
+			o.LR = 0.05
+			return fulmen.NewNAdam(m, nil, o)
+		},
+		"radam": func(m *fulmen.Model) (*fulmen.Optimizer, error) {
+			o := fulmen.DefaultRAdamOptions()
+			o.LR, o.DecoupledWeightDecay, o.WeightDecay = 0.05, true, 0.01
+			return fulmen.NewRAdam(m, nil, o)
+		},
 	}
 	for name, mk := range makers {
 		m := mlp(t)

@@ -18,6 +18,7 @@ pub mod manual;
 pub mod model;
 pub mod module;
 pub mod optim;
+pub mod optim_adaptive;
 pub mod precision;
 pub mod runtime;
 pub mod scheduler;

@@ -1,5 +1,6 @@
-//! `fulmen_optimizer`: SGD, Adam, AdamW, RMSprop over a model's parameters,
-//! stepped by the trainer or by the host's own loop; gradient clipping.
+//! `fulmen_optimizer`: SGD, Adam, AdamW, RMSprop (Adagrad, Adamax, NAdam and RAdam in
+//! `optim_adaptive`) over a model's parameters, stepped by the trainer or by the
+//! host's own loop; gradient clipping.
 use super::error::{fulmen_error, guard, guard_value};
 use super::handle::{self, write_out, Handle};
 use super::model::{fulmen_model, lock, model_arg};
@@ -132,7 +133,7 @@ pub extern "C" fn fulmen_rmsprop_options_default() -> fulmen_rmsprop_options {
 
 /// The parameters to optimize: every parameter of `model` (if not NULL),
 /// then `params[0..n_params]`.
-unsafe fn collect_params(
+pub(super) unsafe fn collect_params(
     model: *const fulmen_model,
     params: *const *const fulmen_tensor,
     n_params: usize,
@@ -155,11 +156,11 @@ unsafe fn collect_params(
     Ok(all)
 }
 
-unsafe fn options<'a, T>(p: *const T) -> Result<&'a T> {
+pub(super) unsafe fn options<'a, T>(p: *const T) -> Result<&'a T> {
     p.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))
 }
 
-unsafe fn emit_optimizer(
+pub(super) unsafe fn emit_optimizer(
     out: *mut *mut fulmen_optimizer,
     make: impl FnOnce() -> Result<Box<dyn Optimizer>>,
 ) -> Result<()> {

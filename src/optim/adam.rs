@@ -47,7 +47,8 @@ impl AdamOptions {
     }
 }
 
-fn check_beta(index: usize, beta: f64) -> Result<()> {
+/// Checks `0 <= beta < 1` as torch does.
+pub(crate) fn check_beta(index: usize, beta: f64) -> Result<()> {
     if !(0.0..1.0).contains(&beta) {
         return Err(Error::invalid(format!(
             "invalid beta parameter at index {index}: {beta} (expected 0 <= beta < 1)"
@@ -84,10 +85,11 @@ impl AdamCore {
     fn spec(&self) -> Spec {
         Spec {
             kind: self.kind(),
-            momentum_key: "betas.0",
+            momentum_key: Some("betas.0"),
             has_step: true,
             required: &["exp_avg", "exp_avg_sq"],
             optional: &["max_exp_avg_sq"],
+            scalars: &[],
         }
     }
 

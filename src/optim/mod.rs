@@ -15,13 +15,55 @@
 use crate::error::{Error, Result};
 use tch::{Kind, Tensor};
 
+/// Implements [`Optimizer`] for a type with a `core: Core` field and the
+/// inherent methods `update`, `add_group`, `save` and `load`.
+macro_rules! optimizer_via_core {
+    ($t:ty, $name:literal) => {
+        impl Optimizer for $t {
+            fn name(&self) -> &'static str {
+                $name
+            }
+            fn step(&mut self) -> Result<()> {
+                self.update()
+            }
+            fn zero_grad(&mut self) {
+                self.core.zero_grad();
+            }
+            fn param_groups(&self) -> &[ParamGroup] {
+                &self.core.groups
+            }
+            fn param_groups_mut(&mut self) -> &mut [ParamGroup] {
+                &mut self.core.groups
+            }
+            fn add_param_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()> {
+                self.add_group(params, lr)
+            }
+            fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
+                self.save()
+            }
+            fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+                self.load(state)
+            }
+        }
+    };
+}
+pub(crate) use optimizer_via_core;
+
+mod adagrad;
 mod adam;
+mod adamax;
+mod nadam;
+mod radam;
 mod rmsprop;
 pub mod scheduler;
 mod sgd;
 mod state;
 
+pub use adagrad::{Adagrad, AdagradOptions};
 pub use adam::{Adam, AdamOptions, AdamW};
+pub use adamax::{Adamax, AdamaxOptions};
+pub use nadam::{NAdam, NAdamOptions};
+pub use radam::{RAdam, RAdamOptions};
 pub use rmsprop::{RmsProp, RmsPropOptions};
 pub use scheduler::{
     check_sequential_milestones, AnnealStrategy, ConstantLr, CosineAnnealingLr, CosineAnnealingWarmRestarts,
@@ -32,6 +74,9 @@ pub use sgd::{Sgd, SgdOptions};
 
 #[cfg(test)]
 mod test_util;
+
+#[cfg(test)]
+mod adaptive_tests;
 
 /// A group of parameters sharing the schedulable hyperparameters.
 #[derive(Debug)]
@@ -65,7 +110,8 @@ impl ParamGroup {
 
 /// An optimizer over groups of parameters, with torch.optim semantics.
 pub trait Optimizer: Send {
-    /// Short name: `"sgd"`, `"adam"`, `"adamw"` or `"rmsprop"`.
+    /// Short name: `"sgd"`, `"adam"`, `"adamw"`, `"rmsprop"`, `"adagrad"`,
+    /// `"adamax"`, `"nadam"` or `"radam"`.
     fn name(&self) -> &'static str;
 
     /// Performs one update of every parameter that has a gradient.

@@ -51,10 +51,11 @@ impl RmsPropOptions {
 const HYPERS: [&str; 4] = ["alpha", "eps", "centered", "maximize"];
 const SPEC: Spec = Spec {
     kind: "rmsprop",
-    momentum_key: "momentum",
+    momentum_key: Some("momentum"),
     has_step: true,
     required: &["square_avg"],
     optional: &["momentum_buffer", "grad_avg"],
+    scalars: &[],
 };
 
 /// RMSprop with optional momentum, centering, weight decay and maximize,

@@ -13,6 +13,8 @@ pub struct ParamState {
     pub step: f64,
     /// Named buffers such as `exp_avg` or `momentum_buffer`.
     pub buffers: BTreeMap<&'static str, Tensor>,
+    /// Named numbers besides the step, such as NAdam's `mu_product`.
+    pub scalars: BTreeMap<&'static str, f64>,
 }
 
 impl ParamState {
@@ -30,14 +32,17 @@ impl ParamState {
 pub(crate) struct Spec {
     /// Optimizer name, for messages.
     pub kind: &'static str,
-    /// Key of `ParamGroup::momentum` (`"momentum"` or `"betas.0"`).
-    pub momentum_key: &'static str,
+    /// Key of `ParamGroup::momentum` (`"momentum"` or `"betas.0"`); None
+    /// for optimizers without one (Adagrad).
+    pub momentum_key: Option<&'static str>,
     /// Whether states carry a step counter.
     pub has_step: bool,
     /// Buffers every state has.
     pub required: &'static [&'static str],
     /// Buffers a state may have.
     pub optional: &'static [&'static str],
+    /// Numbers every state has besides the step (0-dim entries).
+    pub scalars: &'static [&'static str],
 }
 
 /// Groups and state of an optimizer.
@@ -111,7 +116,9 @@ impl Core {
             };
             put("lr", group.lr)?;
             put("weight_decay", group.weight_decay)?;
-            put(spec.momentum_key, group.momentum)?;
+            if let Some(key) = spec.momentum_key {
+                put(key, group.momentum)?;
+            }
             if let Some(v) = group.initial_lr {
                 put("initial_lr", v)?;
             }
@@ -126,6 +133,9 @@ impl Core {
             }
             for (name, t) in &st.buffers {
                 out.push((format!("state.{i}.{name}"), deep_copy(t)?));
+            }
+            for (name, v) in &st.scalars {
+                out.push((format!("state.{i}.{name}"), scalar(*v)?));
             }
         }
         Ok(out)
@@ -184,9 +194,12 @@ impl Core {
             };
             let lr = num("lr", true)?.unwrap_or_default();
             let wd = num("weight_decay", true)?.unwrap_or_default();
-            let momentum = num(spec.momentum_key, true)?.unwrap_or_default();
+            let momentum = match spec.momentum_key {
+                Some(key) => num(key, true)?.unwrap_or_default(),
+                None => 0.0,
+            };
             let initial_lr = num("initial_lr", false)?;
-            for (k, v) in [("lr", lr), ("weight_decay", wd), (spec.momentum_key, momentum)] {
+            for (k, v) in [("lr", lr), ("weight_decay", wd), (spec.momentum_key.unwrap_or("momentum"), momentum)] {
                 if !v.is_finite() || v < 0.0 {
                     return Err(Error::format(format!("{kind} state dict: group {g} has invalid {k} {v}")));
                 }
@@ -234,6 +247,15 @@ impl Core {
                 if !found.iter().any(|(n, _, _)| n == name) {
                     return Err(missing(&format!("state.{i}.{name}")));
                 }
+            }
+            for name in spec.scalars {
+                let key = format!("state.{i}.{name}");
+                let t = get(&key)?.ok_or_else(|| missing(&key))?;
+                let v = read_scalar(t, &key)?;
+                if !v.is_finite() {
+                    return Err(Error::format(format!("{kind} state dict: bad '{key}' {v}")));
+                }
+                st.scalars.insert(name, v);
             }
             for (name, key, t) in found {
                 if t.size() != p.size() {

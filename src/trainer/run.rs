@@ -40,6 +40,10 @@ fn class_name(optimizer: &str) -> &'static str {
         "adam" => "Adam",
         "adamw" => "AdamW",
         "rmsprop" => "RMSprop",
+        "adagrad" => "Adagrad",
+        "adamax" => "Adamax",
+        "nadam" => "NAdam",
+        "radam" => "RAdam",
         _ => "Optimizer",
     }
 }

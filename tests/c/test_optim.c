@@ -382,6 +382,58 @@ static void test_adaptive_first_step(void) {
     fulmen_tensor_free(p);
 }
 
+/* Adagrad, Adamax, NAdam, RAdam: first steps in closed form (the whole
+ * trajectories are checked against torch in the Rust tests), option
+ * checks. */
+static void test_more_optimizers(void) {
+    const float v[3] = {1, -1, 0.5f}, a[3] = {2, -3, 0.001f};
+    double w[3];
+    fulmen_optimizer *o = NULL;
+    for (int kind = 0; kind < 4; kind++) {
+        fulmen_tensor *p = param(v, 3);
+        const fulmen_tensor *const *ps = (const fulmen_tensor *const *)&p;
+        fulmen_adagrad_options ag = fulmen_adagrad_options_default();
+        fulmen_adamax_options am = fulmen_adamax_options_default();
+        fulmen_nadam_options na = fulmen_nadam_options_default();
+        fulmen_radam_options ra = fulmen_radam_options_default();
+        ag.lr = am.lr = na.lr = ra.lr = 0.01;
+        if (kind == 0) CHECK_OK(fulmen_optimizer_adagrad_new(NULL, ps, 1, &ag, &o));
+        if (kind == 1) CHECK_OK(fulmen_optimizer_adamax_new(NULL, ps, 1, &am, &o));
+        if (kind == 2) CHECK_OK(fulmen_optimizer_nadam_new(NULL, ps, 1, &na, &o));
+        if (kind == 3) CHECK_OK(fulmen_optimizer_radam_new(NULL, ps, 1, &ra, &o));
+        grad_of_dot(p, a, 3);
+        CHECK_OK(fulmen_optimizer_step(o));
+        read3(p, w);
+        for (int i = 0; i < 3; i++) {
+            double sign = a[i] > 0 ? 1 : -1;
+            if (kind <= 1) CHECK_NEAR(w[i], v[i] - 0.01 * sign, 1e-6); /* lr * g / |g| */
+            if (kind == 2) CHECK(sign * (v[i] - w[i]) > 0.0 && fabs(v[i] - w[i]) < 0.03); /* against the gradient */
+            if (kind == 3) CHECK_NEAR(w[i], v[i] - 0.01 * a[i], 1e-6); /* unrectified: lr * m / (1 - beta1) */
+        }
+        fulmen_optimizer_free(o);
+        fulmen_tensor_free(p);
+    }
+    fulmen_tensor *p = param(v, 3);
+    const fulmen_tensor *const *ps = (const fulmen_tensor *const *)&p;
+    fulmen_adagrad_options ag = fulmen_adagrad_options_default();
+    ag.initial_accumulator_value = -1;
+    CHECK_ERR(fulmen_optimizer_adagrad_new(NULL, ps, 1, &ag, &o), FULMEN_CODE_INVALID_ARGUMENT, "initial_accumulator_value");
+    fulmen_adamax_options am = fulmen_adamax_options_default();
+    am.beta2 = 1.0;
+    CHECK_ERR(fulmen_optimizer_adamax_new(NULL, ps, 1, &am, &o), FULMEN_CODE_INVALID_ARGUMENT, "beta");
+    fulmen_nadam_options na = fulmen_nadam_options_default();
+    na.momentum_decay = NAN;
+    CHECK_ERR(fulmen_optimizer_nadam_new(NULL, ps, 1, &na, &o), FULMEN_CODE_INVALID_ARGUMENT, "momentum_decay");
+    fulmen_radam_options ra = fulmen_radam_options_default();
+    ra.lr = -1;
+    CHECK_ERR(fulmen_optimizer_radam_new(NULL, ps, 1, &ra, &o), FULMEN_CODE_INVALID_ARGUMENT, "learning rate");
+    CHECK_ERR(fulmen_optimizer_radam_new(NULL, ps, 1, NULL, &o), FULMEN_CODE_NULL_ARGUMENT, "options");
+    CHECK_ERR(fulmen_optimizer_nadam_new(NULL, NULL, 0, &na, &o), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    CHECK(fulmen_adagrad_options_default().eps == 1e-10 && fulmen_adamax_options_default().lr == 2e-3);
+    CHECK(fulmen_nadam_options_default().momentum_decay == 4e-3 && fulmen_radam_options_default().lr == 1e-3);
+    fulmen_tensor_free(p);
+}
+
 /* A host-owned loop (Fabric style) fits y = 3x + 1 with Linear(1, 1):
  * forward, mse, backward, clip_grad_norm, step, zero_grad. */
 static void test_fabric_loop(void) {
@@ -931,6 +983,7 @@ int main(void) {
     test_params();
     test_sgd_exact();
     test_adaptive_first_step();
+    test_more_optimizers();
     test_fabric_loop();
     test_lr_and_groups();
     test_clipping();

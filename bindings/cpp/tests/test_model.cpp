@@ -144,6 +144,15 @@ TEST_F(OptimTest, ManualLoopWithEveryOptimizer) {
     EXPECT_NEAR(fit([](const Tensor& w) { return Optimizer::adam({w}, fulmen::AdamOptions(0.1)); }), 3.0, 0.05);
     EXPECT_NEAR(fit([](const Tensor& w) { return Optimizer::adamw({w}, fulmen::AdamWOptions(0.1)); }), 3.0, 0.1);
     EXPECT_NEAR(fit([](const Tensor& w) { return Optimizer::rmsprop({w}, fulmen::RmspropOptions(0.05)); }), 3.0, 0.1);
+    EXPECT_NEAR(fit([](const Tensor& w) { return Optimizer::adagrad({w}, fulmen::AdagradOptions(0.5)); }), 3.0, 0.1);
+    EXPECT_NEAR(fit([](const Tensor& w) { return Optimizer::adamax({w}, fulmen::AdamaxOptions(0.1)); }), 3.0, 0.1);
+    EXPECT_NEAR(fit([](const Tensor& w) { return Optimizer::nadam({w}, fulmen::NAdamOptions(0.1)); }), 3.0, 0.1);
+    EXPECT_NEAR(fit([](const Tensor& w) { return Optimizer::radam({w}, fulmen::RAdamOptions(0.1)); }), 3.0, 0.1);
+    Model m = fulmen_test::mlp();
+    EXPECT_EQ(Optimizer::nadam(m).lr(), 2e-3);
+    EXPECT_EQ(Optimizer::adagrad(m, fulmen::AdagradOptions(0.3)).lr(), 0.3);
+    EXPECT_EQ(Optimizer::adamax(m).lr(), 2e-3);
+    EXPECT_EQ(Optimizer::radam(m).lr(), 1e-3);
 }
 
 TEST_F(OptimTest, OptionsDefaultsLrAndGroups) {

@@ -129,6 +129,11 @@ impl OneCycleLr {
     /// momentum to `max_momentum` when cycling), then writes the lr of step 0.
     pub fn new(opt: &mut dyn Optimizer, opts: OneCycleOptions) -> Result<Self> {
         opts.validate().map_err(Error::invalid)?;
+        if opts.cycle_momentum && opt.name() == "adagrad" {
+            return Err(Error::invalid(
+                "optimizer must support momentum or beta1 with `cycle_momentum` option enabled (adagrad has neither)",
+            ));
+        }
         for g in opt.param_groups_mut() {
             g.initial_lr = Some(opts.max_lr / opts.div_factor);
             if opts.cycle_momentum {

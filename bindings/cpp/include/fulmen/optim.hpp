@@ -44,6 +44,38 @@ struct RmspropOptions : fulmen_rmsprop_options {
     explicit RmspropOptions(double learning_rate) : RmspropOptions() { lr = learning_rate; }
 };
 
+/// Adagrad options, default-constructed with torch's defaults.
+struct AdagradOptions : fulmen_adagrad_options {
+    /// torch.optim.Adagrad defaults (lr 1e-2).
+    AdagradOptions() : fulmen_adagrad_options(fulmen_adagrad_options_default()) {}
+    /// Defaults with learning rate `learning_rate`.
+    explicit AdagradOptions(double learning_rate) : AdagradOptions() { lr = learning_rate; }
+};
+
+/// Adamax options, default-constructed with torch's defaults.
+struct AdamaxOptions : fulmen_adamax_options {
+    /// torch.optim.Adamax defaults (lr 2e-3).
+    AdamaxOptions() : fulmen_adamax_options(fulmen_adamax_options_default()) {}
+    /// Defaults with learning rate `learning_rate`.
+    explicit AdamaxOptions(double learning_rate) : AdamaxOptions() { lr = learning_rate; }
+};
+
+/// NAdam options, default-constructed with torch's defaults.
+struct NAdamOptions : fulmen_nadam_options {
+    /// torch.optim.NAdam defaults (lr 2e-3).
+    NAdamOptions() : fulmen_nadam_options(fulmen_nadam_options_default()) {}
+    /// Defaults with learning rate `learning_rate`.
+    explicit NAdamOptions(double learning_rate) : NAdamOptions() { lr = learning_rate; }
+};
+
+/// RAdam options, default-constructed with torch's defaults.
+struct RAdamOptions : fulmen_radam_options {
+    /// torch.optim.RAdam defaults (lr 1e-3).
+    RAdamOptions() : fulmen_radam_options(fulmen_radam_options_default()) {}
+    /// Defaults with learning rate `learning_rate`.
+    explicit RAdamOptions(double learning_rate) : RAdamOptions() { lr = learning_rate; }
+};
+
 /// OneCycleLR options with torch's defaults for a peak lr and cycle length.
 struct OneCycleOptions : fulmen_one_cycle_options {
     /// Defaults for a peak lr `peak_lr` over `steps` steps.
@@ -97,6 +129,39 @@ public:
     /// RMSprop over the tensors `params`.
     static Optimizer rmsprop(const TensorList& params, const RmspropOptions& o = {}) {
         return create(fulmen_optimizer_rmsprop_new, nullptr, params, o);
+    }
+
+    /// Adagrad over `model`'s parameters (and `extra` tensors).
+    static Optimizer adagrad(const Model& model, const AdagradOptions& o = {}, const TensorList& extra = {}) {
+        return create(fulmen_optimizer_adagrad_new, model.get(), extra, o);
+    }
+    /// Adagrad over the tensors `params`.
+    static Optimizer adagrad(const TensorList& params, const AdagradOptions& o = {}) {
+        return create(fulmen_optimizer_adagrad_new, nullptr, params, o);
+    }
+    /// Adamax over `model`'s parameters (and `extra` tensors).
+    static Optimizer adamax(const Model& model, const AdamaxOptions& o = {}, const TensorList& extra = {}) {
+        return create(fulmen_optimizer_adamax_new, model.get(), extra, o);
+    }
+    /// Adamax over the tensors `params`.
+    static Optimizer adamax(const TensorList& params, const AdamaxOptions& o = {}) {
+        return create(fulmen_optimizer_adamax_new, nullptr, params, o);
+    }
+    /// NAdam over `model`'s parameters (and `extra` tensors).
+    static Optimizer nadam(const Model& model, const NAdamOptions& o = {}, const TensorList& extra = {}) {
+        return create(fulmen_optimizer_nadam_new, model.get(), extra, o);
+    }
+    /// NAdam over the tensors `params`.
+    static Optimizer nadam(const TensorList& params, const NAdamOptions& o = {}) {
+        return create(fulmen_optimizer_nadam_new, nullptr, params, o);
+    }
+    /// RAdam over `model`'s parameters (and `extra` tensors).
+    static Optimizer radam(const Model& model, const RAdamOptions& o = {}, const TensorList& extra = {}) {
+        return create(fulmen_optimizer_radam_new, model.get(), extra, o);
+    }
+    /// RAdam over the tensors `params`.
+    static Optimizer radam(const TensorList& params, const RAdamOptions& o = {}) {
+        return create(fulmen_optimizer_radam_new, nullptr, params, o);
     }
 
     /// Adds a parameter group of `model`'s parameters; `lr` < 0 keeps the default.
