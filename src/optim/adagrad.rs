@@ -1,5 +1,5 @@
 //! Adagrad, `torch.optim.Adagrad`.
-use super::state::{add_scaled, addcdiv_, addcmul_, flag, read_flag, Core, ParamState, Spec};
+use super::state::{add_scaled, addcdiv_, addcmul_, flag, read_flag, Core, Spec};
 use super::{check_non_negative, Optimizer, ParamGroup};
 use crate::error::{Error, Result};
 use tch::Tensor;
@@ -72,36 +72,22 @@ impl Adagrad {
     }
 
     fn update(&mut self) -> Result<()> {
-        let _guard = tch::no_grad_guard();
         let o = self.opts;
-        self.core.sync_state_len();
-        let mut index = 0;
-        for g in &self.core.groups {
-            for p in &g.params {
-                let i = index;
-                index += 1;
-                let grad = p.grad();
-                if !grad.defined() {
-                    continue;
-                }
-                let st = self.core.state[i].get_or_insert_with(ParamState::default);
-                if !st.buffers.contains_key("sum") {
-                    st.buffers.insert("sum", p.f_full_like(o.initial_accumulator_value)?);
-                }
-                st.step += 1.0;
-                let mut grad = if o.maximize { grad.f_neg()? } else { grad };
-                if g.weight_decay != 0.0 {
-                    grad = add_scaled(&grad, p, g.weight_decay)?;
-                }
-                let clr = g.lr / (1.0 + (st.step - 1.0) * o.lr_decay);
-                let sum = st.buffer_or_zeros("sum", p)?;
-                addcmul_(sum, &grad, &grad, 1.0)?;
-                let mut std = sum.f_sqrt()?;
-                let _ = std.f_add_scalar_(o.eps)?;
-                addcdiv_(&mut p.shallow_clone(), &grad, &std, -clr)?;
+        self.core.for_each_grad(o.maximize, |g, p, mut grad, st| {
+            if !st.buffers.contains_key("sum") {
+                st.buffers.insert("sum", p.f_full_like(o.initial_accumulator_value)?);
             }
-        }
-        Ok(())
+            st.step += 1.0;
+            if g.weight_decay != 0.0 {
+                grad = add_scaled(&grad, p, g.weight_decay)?;
+            }
+            let clr = g.lr / (1.0 + (st.step - 1.0) * o.lr_decay);
+            let sum = st.buffer_or_zeros("sum", p)?;
+            addcmul_(sum, &grad, &grad, 1.0)?;
+            let mut std = sum.f_sqrt()?;
+            let _ = std.f_add_scalar_(o.eps)?;
+            addcdiv_(&mut p.shallow_clone(), &grad, &std, -clr)
+        })
     }
 
     fn add_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()> {

@@ -1,6 +1,6 @@
 //! Adamax, `torch.optim.Adamax` (Adam with the infinity norm).
 use super::adam::check_beta;
-use super::state::{add_scaled, addcdiv_, flag, read_flag, Core, ParamState, Spec};
+use super::state::{add_scaled, addcdiv_, flag, read_flag, Core, Spec};
 use super::{check_non_negative, Optimizer, ParamGroup};
 use crate::error::{Error, Result};
 use tch::Tensor;
@@ -68,42 +68,28 @@ impl Adamax {
     }
 
     fn update(&mut self) -> Result<()> {
-        let _guard = tch::no_grad_guard();
         let o = self.opts;
-        self.core.sync_state_len();
-        let mut index = 0;
-        for g in &self.core.groups {
+        self.core.for_each_grad(o.maximize, |g, p, mut grad, st| {
             let (lr, beta1) = (g.lr, g.momentum);
-            for p in &g.params {
-                let i = index;
-                index += 1;
-                let grad = p.grad();
-                if !grad.defined() {
-                    continue;
-                }
-                let mut grad = if o.maximize { grad.f_neg()? } else { grad };
-                let st = self.core.state[i].get_or_insert_with(ParamState::default);
-                st.buffer_or_zeros("exp_avg", p)?;
-                st.buffer_or_zeros("exp_inf", p)?;
-                st.step += 1.0;
-                if g.weight_decay != 0.0 {
-                    grad = add_scaled(&grad, p, g.weight_decay)?;
-                }
-                let step = st.step;
-                let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
-                let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
-                let exp_avg = exp_avg.shallow_clone();
-                let exp_inf = st.buffer_or_zeros("exp_inf", p)?;
-                let _ = exp_inf.f_mul_scalar_(o.betas.1)?;
-                let mut norm = grad.f_abs()?;
-                let _ = norm.f_add_scalar_(o.eps)?;
-                let max = exp_inf.f_maximum(&norm)?;
-                exp_inf.f_copy_(&max)?;
-                let clr = lr / (1.0 - beta1.powf(step));
-                addcdiv_(&mut p.shallow_clone(), &exp_avg, exp_inf, -clr)?;
+            st.buffer_or_zeros("exp_avg", p)?;
+            st.buffer_or_zeros("exp_inf", p)?;
+            st.step += 1.0;
+            if g.weight_decay != 0.0 {
+                grad = add_scaled(&grad, p, g.weight_decay)?;
             }
-        }
-        Ok(())
+            let step = st.step;
+            let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
+            let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
+            let exp_avg = exp_avg.shallow_clone();
+            let exp_inf = st.buffer_or_zeros("exp_inf", p)?;
+            let _ = exp_inf.f_mul_scalar_(o.betas.1)?;
+            let mut norm = grad.f_abs()?;
+            let _ = norm.f_add_scalar_(o.eps)?;
+            let max = exp_inf.f_maximum(&norm)?;
+            exp_inf.f_copy_(&max)?;
+            let clr = lr / (1.0 - beta1.powf(step));
+            addcdiv_(&mut p.shallow_clone(), &exp_avg, exp_inf, -clr)
+        })
     }
 
     fn add_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()> {

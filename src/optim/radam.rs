@@ -1,7 +1,7 @@
 //! RAdam, `torch.optim.RAdam` (Adam with a rectified adaptive learning
 //! rate).
 use super::adam::check_beta;
-use super::state::{add_scaled, add_scaled_, addcmul_, flag, read_flag, Core, ParamState, Spec};
+use super::state::{add_scaled, add_scaled_, addcmul_, flag, read_flag, Core, Spec};
 use super::{check_non_negative, Optimizer, ParamGroup};
 use crate::error::{Error, Result};
 use tch::Tensor;
@@ -80,60 +80,46 @@ impl RAdam {
     }
 
     fn update(&mut self) -> Result<()> {
-        let _guard = tch::no_grad_guard();
         let o = self.opts;
         let beta2 = o.betas.1;
-        self.core.sync_state_len();
-        let mut index = 0;
-        for g in &self.core.groups {
+        self.core.for_each_grad(o.maximize, |g, p, mut grad, st| {
             let (lr, beta1) = (g.lr, g.momentum);
-            for p in &g.params {
-                let i = index;
-                index += 1;
-                let grad = p.grad();
-                if !grad.defined() {
-                    continue;
-                }
-                let mut grad = if o.maximize { grad.f_neg()? } else { grad };
-                let mut param = p.shallow_clone();
-                let st = self.core.state[i].get_or_insert_with(ParamState::default);
-                st.buffer_or_zeros("exp_avg", p)?;
-                st.buffer_or_zeros("exp_avg_sq", p)?;
-                st.step += 1.0;
-                let step = st.step;
-                if g.weight_decay != 0.0 {
-                    if o.decoupled_weight_decay {
-                        let _ = param.f_mul_scalar_(1.0 - lr * g.weight_decay)?;
-                    } else {
-                        grad = add_scaled(&grad, p, g.weight_decay)?;
-                    }
-                }
-                let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
-                let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
-                let exp_avg = exp_avg.shallow_clone();
-                let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?;
-                let _ = exp_avg_sq.f_mul_scalar_(beta2)?;
-                addcmul_(exp_avg_sq, &grad, &grad, 1.0 - beta2)?;
-                let bias_correction1 = 1.0 - beta1.powf(step);
-                let bias_correction2 = 1.0 - beta2.powf(step);
-                let corrected = exp_avg.f_div_scalar(bias_correction1)?;
-                let rho_inf = 2.0 / (1.0 - beta2) - 1.0;
-                let rho_t = rho_inf - 2.0 * step * beta2.powf(step) / bias_correction2;
-                let update = if rho_t > 5.0 {
-                    let rect = ((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t))
-                        .powf(0.5);
-                    let mut sqrt = exp_avg_sq.f_sqrt()?;
-                    let _ = sqrt.f_add_scalar_(o.eps)?;
-                    // torch: `(bias_correction2 ** 0.5) / sqrt`, a reciprocal times the number.
-                    let adaptive = sqrt.f_reciprocal()?.f_mul_scalar(bias_correction2.powf(0.5))?;
-                    corrected.f_mul_scalar(lr)?.f_mul(&adaptive)?.f_mul_scalar(rect)?
+            let mut param = p.shallow_clone();
+            st.buffer_or_zeros("exp_avg", p)?;
+            st.buffer_or_zeros("exp_avg_sq", p)?;
+            st.step += 1.0;
+            let step = st.step;
+            if g.weight_decay != 0.0 {
+                if o.decoupled_weight_decay {
+                    let _ = param.f_mul_scalar_(1.0 - lr * g.weight_decay)?;
                 } else {
-                    corrected.f_mul_scalar(lr)?
-                };
-                add_scaled_(&mut param, &update, -1.0)?;
+                    grad = add_scaled(&grad, p, g.weight_decay)?;
+                }
             }
-        }
-        Ok(())
+            let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
+            let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
+            let exp_avg = exp_avg.shallow_clone();
+            let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?;
+            let _ = exp_avg_sq.f_mul_scalar_(beta2)?;
+            addcmul_(exp_avg_sq, &grad, &grad, 1.0 - beta2)?;
+            let bias_correction1 = 1.0 - beta1.powf(step);
+            let bias_correction2 = 1.0 - beta2.powf(step);
+            let corrected = exp_avg.f_div_scalar(bias_correction1)?;
+            let rho_inf = 2.0 / (1.0 - beta2) - 1.0;
+            let rho_t = rho_inf - 2.0 * step * beta2.powf(step) / bias_correction2;
+            let update = if rho_t > 5.0 {
+                let rect =
+                    ((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)).powf(0.5);
+                let mut sqrt = exp_avg_sq.f_sqrt()?;
+                let _ = sqrt.f_add_scalar_(o.eps)?;
+                // torch: `(bias_correction2 ** 0.5) / sqrt`, a reciprocal times the number.
+                let adaptive = sqrt.f_reciprocal()?.f_mul_scalar(bias_correction2.powf(0.5))?;
+                corrected.f_mul_scalar(lr)?.f_mul(&adaptive)?.f_mul_scalar(rect)?
+            } else {
+                corrected.f_mul_scalar(lr)?
+            };
+            add_scaled_(&mut param, &update, -1.0)
+        })
     }
 
     fn add_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()> {

@@ -1,5 +1,5 @@
 //! RMSprop, `torch.optim.RMSprop`.
-use super::state::{add_scaled, add_scaled_, addcdiv_, addcmul_, flag, read_flag, Core, ParamState, Spec};
+use super::state::{add_scaled, add_scaled_, addcdiv_, addcmul_, flag, read_flag, Core, Spec};
 use super::{check_non_negative, Optimizer, ParamGroup};
 use crate::error::{Error, Result};
 use tch::Tensor;
@@ -86,58 +86,44 @@ impl Optimizer for RmsProp {
     }
 
     fn step(&mut self) -> Result<()> {
-        let _guard = tch::no_grad_guard();
         let o = self.opts;
-        self.core.sync_state_len();
-        let mut index = 0;
-        for g in &self.core.groups {
-            for p in &g.params {
-                let i = index;
-                index += 1;
-                let grad = p.grad();
-                if !grad.defined() {
-                    continue;
-                }
-                let mut grad = if o.maximize { grad.f_neg()? } else { grad };
-                let st = self.core.state[i].get_or_insert_with(ParamState::default);
-                st.buffer_or_zeros("square_avg", p)?;
-                if g.momentum > 0.0 {
-                    st.buffer_or_zeros("momentum_buffer", p)?;
-                }
-                if o.centered {
-                    st.buffer_or_zeros("grad_avg", p)?;
-                }
-                st.step += 1.0;
-                if g.weight_decay != 0.0 {
-                    grad = add_scaled(&grad, p, g.weight_decay)?;
-                }
-                let square_avg = st.buffer_or_zeros("square_avg", p)?;
-                let _ = square_avg.f_mul_scalar_(o.alpha)?;
-                addcmul_(square_avg, &grad, &grad, 1.0 - o.alpha)?;
-                let square_avg = square_avg.shallow_clone();
-                let mut avg = if o.centered {
-                    let grad_avg = st.buffer_or_zeros("grad_avg", p)?;
-                    let _ = grad_avg.f_lerp_(&grad, 1.0 - o.alpha)?;
-                    let grad_avg = grad_avg.shallow_clone();
-                    let mut avg = square_avg.f_addcmul(&grad_avg.f_neg()?, &grad_avg)?;
-                    let _ = avg.f_sqrt_()?;
-                    avg
-                } else {
-                    square_avg.f_sqrt()?
-                };
-                let _ = avg.f_add_scalar_(o.eps)?;
-                let mut param = p.shallow_clone();
-                if g.momentum > 0.0 {
-                    let buf = st.buffer_or_zeros("momentum_buffer", p)?;
-                    let _ = buf.f_mul_scalar_(g.momentum)?;
-                    addcdiv_(buf, &grad, &avg, 1.0)?;
-                    add_scaled_(&mut param, buf, -g.lr)?;
-                } else {
-                    addcdiv_(&mut param, &grad, &avg, -g.lr)?;
-                }
+        self.core.for_each_grad(o.maximize, |g, p, mut grad, st| {
+            st.buffer_or_zeros("square_avg", p)?;
+            if g.momentum > 0.0 {
+                st.buffer_or_zeros("momentum_buffer", p)?;
             }
-        }
-        Ok(())
+            if o.centered {
+                st.buffer_or_zeros("grad_avg", p)?;
+            }
+            st.step += 1.0;
+            if g.weight_decay != 0.0 {
+                grad = add_scaled(&grad, p, g.weight_decay)?;
+            }
+            let square_avg = st.buffer_or_zeros("square_avg", p)?;
+            let _ = square_avg.f_mul_scalar_(o.alpha)?;
+            addcmul_(square_avg, &grad, &grad, 1.0 - o.alpha)?;
+            let square_avg = square_avg.shallow_clone();
+            let mut avg = if o.centered {
+                let grad_avg = st.buffer_or_zeros("grad_avg", p)?;
+                let _ = grad_avg.f_lerp_(&grad, 1.0 - o.alpha)?;
+                let grad_avg = grad_avg.shallow_clone();
+                let mut avg = square_avg.f_addcmul(&grad_avg.f_neg()?, &grad_avg)?;
+                let _ = avg.f_sqrt_()?;
+                avg
+            } else {
+                square_avg.f_sqrt()?
+            };
+            let _ = avg.f_add_scalar_(o.eps)?;
+            let mut param = p.shallow_clone();
+            if g.momentum > 0.0 {
+                let buf = st.buffer_or_zeros("momentum_buffer", p)?;
+                let _ = buf.f_mul_scalar_(g.momentum)?;
+                addcdiv_(buf, &grad, &avg, 1.0)?;
+                add_scaled_(&mut param, buf, -g.lr)
+            } else {
+                addcdiv_(&mut param, &grad, &avg, -g.lr)
+            }
+        })
     }
 
     fn zero_grad(&mut self) {

@@ -93,6 +93,32 @@ impl Core {
         self.groups.iter().map(|g| g.params.len()).sum()
     }
 
+    /// One step's walk over the parameters, under no_grad: `update` runs for
+    /// every parameter that has a gradient, with its group, the gradient
+    /// (negated when `maximize`) and its state (created empty on first use).
+    pub fn for_each_grad(
+        &mut self,
+        maximize: bool,
+        mut update: impl FnMut(&ParamGroup, &Tensor, Tensor, &mut ParamState) -> Result<()>,
+    ) -> Result<()> {
+        let _guard = tch::no_grad_guard();
+        self.sync_state_len();
+        let mut index = 0;
+        for g in &self.groups {
+            for p in &g.params {
+                let i = index;
+                index += 1;
+                let grad = p.grad();
+                if !grad.defined() {
+                    continue;
+                }
+                let grad = if maximize { grad.f_neg()? } else { grad };
+                update(g, p, grad, self.state[i].get_or_insert_with(ParamState::default))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Makes `state` as long as the parameter list (before a step).
     pub fn sync_state_len(&mut self) {
         let n = self.num_params();
