@@ -819,6 +819,25 @@ typedef enum fulmen_fan_mode {
 } fulmen_fan_mode;
 
 /**
+ * How the amplitude of each cycle scales (torch's `mode`; in C,
+ * `fulmen_cyclic_mode`).
+ */
+typedef enum fulmen_cyclic_mode {
+  /**
+   * Constant amplitude.
+   */
+  FULMEN_CYCLIC_MODE_TRIANGULAR = 0,
+  /**
+   * The amplitude halves every cycle.
+   */
+  FULMEN_CYCLIC_MODE_TRIANGULAR2 = 1,
+  /**
+   * The amplitude scales by `gamma ** iteration`.
+   */
+  FULMEN_CYCLIC_MODE_EXP_RANGE = 2,
+} fulmen_cyclic_mode;
+
+/**
  * An accelerator from the registry. Free with `fulmen_accelerator_free`.
  */
 typedef struct fulmen_accelerator fulmen_accelerator;
@@ -1777,6 +1796,58 @@ typedef struct fulmen_plateau_options {
    */
   double eps;
 } fulmen_plateau_options;
+
+/**
+ * CyclicLR options; defaults from `fulmen_cyclic_lr_options_default`.
+ */
+typedef struct fulmen_cyclic_lr_options {
+  /**
+   * Lower learning rate (every group).
+   */
+  double base_lr;
+  /**
+   * Upper learning rate (every group).
+   */
+  double max_lr;
+  /**
+   * Steps of the rising half (default 2000).
+   */
+  int64_t step_size_up;
+  /**
+   * Steps of the falling half; 0 = `step_size_up` (the default).
+   */
+  int64_t step_size_down;
+  /**
+   * A `fulmen_cyclic_mode` (default triangular).
+   */
+  int32_t mode;
+  /**
+   * EXP_RANGE's factor (default 1).
+   */
+  double gamma;
+  /**
+   * Cycle the momentum (Adam family: beta1) inversely (default true).
+   */
+  bool cycle_momentum;
+  /**
+   * Lower momentum (default 0.8).
+   */
+  double base_momentum;
+  /**
+   * Upper momentum (default 0.9).
+   */
+  double max_momentum;
+} fulmen_cyclic_lr_options;
+
+/**
+ * The factor of LambdaLR / MultiplicativeLR for step `epoch` (0 at
+ * construction) of parameter group `group`, written to `*out`; return NULL
+ * or an error (NULL as a function pointer is refused).
+ */
+typedef struct fulmen_error *(*fulmen_lr_lambda_fn)(void *userdata,
+                                                    int64_t epoch,
+                                                    size_t group,
+                                                    double *out);
 
 /**
  * Options of RNN, LSTM and GRU; get defaults from
@@ -4043,6 +4114,57 @@ struct fulmen_error *fulmen_scheduler_step(struct fulmen_scheduler *scheduler,
  * Frees a scheduler. NULL or an already freed handle is a no-op.
  */
 void fulmen_scheduler_free(struct fulmen_scheduler *scheduler);
+
+/**
+ * torch's CyclicLR defaults between `base_lr` and `max_lr`.
+ */
+struct fulmen_cyclic_lr_options fulmen_cyclic_lr_options_default(double base_lr, double max_lr);
+
+/**
+ * `CyclicLR`: sets every group's lr to `base_lr` (and, cycling momentum,
+ * its momentum / beta1 to `max_momentum`), then cycles between `base_lr`
+ * and `max_lr`; usually stepped per batch (FULMEN_INTERVAL_STEP).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a negative or non-finite lr or
+ * gamma, a non-finite momentum, a step size < 1, `mode` not a
+ * fulmen_cyclic_mode, cycle_momentum with Adagrad, which has no momentum).
+ */
+struct fulmen_error *fulmen_scheduler_cyclic_lr_new(struct fulmen_optimizer *optimizer,
+                                                    const struct fulmen_cyclic_lr_options *options,
+                                                    struct fulmen_scheduler **out);
+
+/**
+ * `LambdaLR`: the lr of group `g` at step `t` is `initial_lr *
+ * lr_lambda(t, g)` (step 0 written at once). `lr_lambda` runs on the
+ * thread that steps the scheduler (the trainer's, or the host loop's);
+ * `userdata_free` (may be NULL) runs once when the scheduler is freed,
+ * not when this call fails. A state dict keeps the step and the lrs, not
+ * the function (as torch).
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`lr_lambda` NULL),
+ * FULMEN_CODE_INVALID_ARGUMENT (a factor that is NaN or infinite), or the
+ * callback's own error (also from later steps).
+ */
+struct fulmen_error *fulmen_scheduler_lambda_lr_new(struct fulmen_optimizer *optimizer,
+                                                    fulmen_lr_lambda_fn lr_lambda,
+                                                    void *userdata,
+                                                    void (*userdata_free)(void*),
+                                                    struct fulmen_scheduler **out);
+
+/**
+ * `MultiplicativeLR`: from step 1 on, each step multiplies group `g`'s lr
+ * by `lr_lambda(t, g)`. Threads, `userdata_free` and state as
+ * `fulmen_scheduler_lambda_lr_new`.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`lr_lambda` NULL),
+ * FULMEN_CODE_INVALID_ARGUMENT (a factor that is NaN or infinite), or the
+ * callback's own error (also from later steps).
+ */
+struct fulmen_error *fulmen_scheduler_multiplicative_lr_new(struct fulmen_optimizer *optimizer,
+                                                            fulmen_lr_lambda_fn lr_lambda,
+                                                            void *userdata,
+                                                            void (*userdata_free)(void*),
+                                                            struct fulmen_scheduler **out);
 
 /**
  * Loads a TorchScript module saved by `torch.jit.save` with its tensors

@@ -460,7 +460,9 @@ func NewReduceLROnPlateau(opt *Optimizer, opts PlateauOptions) (*Scheduler, erro
 // must be the optimizer it was created for. metric is used by
 // ReduceLROnPlateau (pass a finite value) and ignored by the others.
 func (s *Scheduler) Step(opt *Optimizer, metric float64) error {
-	err := check(C.fulmen_scheduler_step(s.ptr(), opt.ptr(), C.double(metric)))
+	err := withCallbacks(nil, func() *C.fulmen_error {
+		return C.fulmen_scheduler_step(s.ptr(), opt.ptr(), C.double(metric))
+	})
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(opt)
 	return err

@@ -182,3 +182,15 @@ fulmen_error *fulmen_go_host_module_new(uintptr_t handle, size_t num_outputs, fu
     vt.forward = host_forward;
     return fulmen_model_host_new(&vt, out);
 }
+
+static fulmen_error *lr_lambda(void *ud, int64_t epoch, size_t group, double *out) {
+    return fulmenGoLrLambda((uintptr_t)ud, epoch, group, out);
+}
+
+fulmen_error *fulmen_go_lambda_scheduler_new(fulmen_optimizer *optimizer, uintptr_t handle, bool multiplicative,
+                                             fulmen_scheduler **out) {
+    if (multiplicative) {
+        return fulmen_scheduler_multiplicative_lr_new(optimizer, lr_lambda, (void *)handle, free_handle, out);
+    }
+    return fulmen_scheduler_lambda_lr_new(optimizer, lr_lambda, (void *)handle, free_handle, out);
+}

@@ -29,4 +29,8 @@ fulmen_error *fulmen_go_accelerator_register(const char *name, const char *descr
 
 fulmen_error *fulmen_go_host_module_new(uintptr_t handle, size_t num_outputs, fulmen_model **out);
 
+/* LambdaLR (multiplicative false) or MultiplicativeLR over a Go factor. */
+fulmen_error *fulmen_go_lambda_scheduler_new(fulmen_optimizer *optimizer, uintptr_t handle, bool multiplicative,
+                                             fulmen_scheduler **out);
+
 #endif

@@ -22,6 +22,7 @@ pub mod optim_adaptive;
 pub mod precision;
 pub mod runtime;
 pub mod scheduler;
+pub mod scheduler_host;
 pub mod script;
 pub mod sequence_layers;
 pub mod spatial_layers;

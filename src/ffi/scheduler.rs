@@ -23,7 +23,8 @@ impl Handle for fulmen_scheduler {
     const C_NAME: &'static str = "fulmen_scheduler";
 }
 
-unsafe fn make(
+/// Builds a scheduler on `optimizer` into `*out`.
+pub(super) unsafe fn make(
     optimizer: *mut fulmen_optimizer,
     out: *mut *mut fulmen_scheduler,
     build: impl FnOnce(&mut dyn crate::optim::Optimizer) -> Result<Box<dyn LrScheduler>>,

@@ -218,6 +218,30 @@ TEST_F(OptimTest, Schedulers) {
     EXPECT_DOUBLE_EQ(lr_after([](Optimizer& o) { return Scheduler::constant_lr(o, 0.5, 3); }, 3), 1.0);
     EXPECT_NEAR(lr_after([](Optimizer& o) { return Scheduler::polynomial_lr(o, 4, 2.0); }, 2), 0.25, 1e-12);
     EXPECT_DOUBLE_EQ(lr_after([](Optimizer& o) { return Scheduler::cosine_warm_restarts(o, 3, 2); }, 3), 1.0);
+    // CyclicLR(0.1, 1.0, step_size_up 2): up to the peak in 2 steps, down in 2 more.
+    fulmen::CyclicLrOptions cyc(0.1, 1.0);
+    cyc.step_size_up = 2;
+    EXPECT_NEAR(lr_after([&](Optimizer& o) { return Scheduler::cyclic_lr(o, cyc); }, 1), 0.55, 1e-12);
+    EXPECT_NEAR(lr_after([&](Optimizer& o) { return Scheduler::cyclic_lr(o, cyc); }, 2), 1.0, 1e-12);
+    EXPECT_NEAR(lr_after([&](Optimizer& o) { return Scheduler::cyclic_lr(o, cyc); }, 4), 0.1, 1e-12);
+    // LambdaLR / MultiplicativeLR call the C++ function with the step and group.
+    auto halving = [](Optimizer& o) { return Scheduler::lambda_lr(o, [](int64_t t, size_t) { return 1.0 / (1 + t); }); };
+    EXPECT_DOUBLE_EQ(lr_after(halving, 3), 0.25);
+    auto mult = [](Optimizer& o) { return Scheduler::multiplicative_lr(o, [](int64_t, size_t) { return 0.5; }); };
+    EXPECT_DOUBLE_EQ(lr_after(mult, 3), 0.125);
+    {
+        // An exception in the function reaches the caller of step (and at construction, of lambda_lr).
+        struct Boom : std::runtime_error {
+            using std::runtime_error::runtime_error;
+        };
+        Scheduler s = Scheduler::lambda_lr(opt, [](int64_t t, size_t) -> double {
+            if (t == 2) throw Boom("no factor for step 2");
+            return 1.0;
+        });
+        s.step(opt);
+        EXPECT_THROW(s.step(opt), Boom);
+        EXPECT_THROW(Scheduler::lambda_lr(opt, [](int64_t, size_t) -> double { throw Boom("at once"); }), Boom);
+    }
     // Warm-up then cosine: torch 2.13's SequentialLR(LinearLR(0.1, 1, 3), CosineAnnealingLR(6, 0.001), [3])
     // on lr 1 gives 0.7 after 2 steps and 1.0 after 3; the parts are consumed.
     auto warmup_cosine = [](Optimizer& o) {

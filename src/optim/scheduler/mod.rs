@@ -15,6 +15,8 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
 mod closed;
+mod cyclic;
+mod lambda;
 mod one_cycle;
 mod plateau;
 mod sequential;
@@ -23,12 +25,17 @@ pub use closed::{
     ConstantLr, CosineAnnealingLr, CosineAnnealingWarmRestarts, ExponentialLr, LinearLr, MultiStepLr, PolynomialLr,
     StepLr,
 };
+pub use cyclic::{CyclicLr, CyclicLrOptions, CyclicMode};
+pub use lambda::{LambdaLr, LrLambda};
 pub use one_cycle::{AnnealStrategy, OneCycleLr, OneCycleOptions};
 pub use plateau::{PlateauMode, PlateauOptions, ReduceLrOnPlateau, ThresholdMode};
 pub use sequential::{check_milestones as check_sequential_milestones, SequentialLr};
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod cyclic_tests;
 
 /// A learning-rate scheduler driving an optimizer's group learning rates.
 pub trait LrScheduler: Send {

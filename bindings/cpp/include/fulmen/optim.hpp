@@ -3,7 +3,9 @@
 
 #include "model.hpp"
 
+#include <functional>
 #include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -82,6 +84,28 @@ struct OneCycleOptions : fulmen_one_cycle_options {
     OneCycleOptions(double peak_lr, int64_t steps)
         : fulmen_one_cycle_options(fulmen_one_cycle_options_default(peak_lr, steps)) {}
 };
+
+/// CyclicLR options with torch's defaults between `base_lr` and `max_lr`.
+struct CyclicLrOptions : fulmen_cyclic_lr_options {
+    /// Defaults (step_size_up 2000, triangular, momentum cycled 0.8 - 0.9).
+    CyclicLrOptions(double base_lr, double max_lr)
+        : fulmen_cyclic_lr_options(fulmen_cyclic_lr_options_default(base_lr, max_lr)) {}
+};
+
+/// The factor of LambdaLR / MultiplicativeLR for a step and a parameter
+/// group; an exception fails the scheduler step (and is rethrown there).
+using LrLambda = std::function<double(int64_t step, size_t group)>;
+
+namespace detail {
+/// Calls a C++ LrLambda from fulmen.
+struct LrLambdaBox {
+    LrLambda fn;
+    static fulmen_error* call(void* ud, int64_t step, size_t group, double* out) noexcept {
+        return guard_callback([&] { *out = static_cast<LrLambdaBox*>(ud)->fn(step, group); });
+    }
+    static void free(void* ud) noexcept { delete static_cast<LrLambdaBox*>(ud); }
+};
+}  // namespace detail
 
 /// ReduceLROnPlateau options, default-constructed with torch's defaults.
 struct PlateauOptions : fulmen_plateau_options {
@@ -264,6 +288,18 @@ public:
     static Scheduler one_cycle_lr(Optimizer& opt, const OneCycleOptions& options) {
         return make([&](fulmen_scheduler** o) { return fulmen_scheduler_one_cycle_lr_new(opt.get(), &options, o); });
     }
+    /// CyclicLR with `options` (usually stepped every batch).
+    static Scheduler cyclic_lr(Optimizer& opt, const CyclicLrOptions& options) {
+        return make([&](fulmen_scheduler** o) { return fulmen_scheduler_cyclic_lr_new(opt.get(), &options, o); });
+    }
+    /// LambdaLR: lr = initial_lr * factor(step, group).
+    static Scheduler lambda_lr(Optimizer& opt, LrLambda factor) {
+        return with_lambda(fulmen_scheduler_lambda_lr_new, opt, std::move(factor));
+    }
+    /// MultiplicativeLR: from step 1 on, lr *= factor(step, group).
+    static Scheduler multiplicative_lr(Optimizer& opt, LrLambda factor) {
+        return with_lambda(fulmen_scheduler_multiplicative_lr_new, opt, std::move(factor));
+    }
     /// ReduceLROnPlateau with `options`; step it with a metric.
     static Scheduler reduce_on_plateau(Optimizer& opt, const PlateauOptions& options = {}) {
         return make([&](fulmen_scheduler** o) { return fulmen_scheduler_reduce_on_plateau_new(opt.get(), &options, o); });
@@ -272,6 +308,7 @@ public:
     /// Advances one step, setting the new lr in `opt` (the one it was made
     /// for); `metric` feeds ReduceLROnPlateau and is ignored otherwise.
     void step(Optimizer& opt, double metric = std::numeric_limits<double>::quiet_NaN()) {
+        detail::clear_pending_exception();
         check(fulmen_scheduler_step(get(), opt.get(), metric));
     }
 
@@ -281,6 +318,17 @@ private:
     template <class Fn>
     static Scheduler make(Fn&& fn) {
         return Scheduler(detail::make<fulmen_scheduler>(std::forward<Fn>(fn)));
+    }
+
+    template <class New>
+    static Scheduler with_lambda(New create, Optimizer& opt, LrLambda factor) {
+        auto box = std::make_unique<detail::LrLambdaBox>(detail::LrLambdaBox{std::move(factor)});
+        detail::clear_pending_exception();
+        Scheduler s = make([&](fulmen_scheduler** o) {
+            return create(opt.get(), &detail::LrLambdaBox::call, box.get(), &detail::LrLambdaBox::free, o);
+        });
+        box.release();  // fulmen owns it now and calls userdata_free once
+        return s;
     }
 };
 

@@ -1,0 +1,109 @@
+package fulmen
+
+/*
+#include <stdint.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"runtime/cgo"
+)
+
+// CyclicMode is how CyclicLR's amplitude scales (fulmen_cyclic_mode).
+type CyclicMode int32
+
+const (
+	// CyclicTriangular keeps the amplitude.
+	CyclicTriangular CyclicMode = C.FULMEN_CYCLIC_MODE_TRIANGULAR
+	// CyclicTriangular2 halves the amplitude every cycle.
+	CyclicTriangular2 CyclicMode = C.FULMEN_CYCLIC_MODE_TRIANGULAR2
+	// CyclicExpRange scales the amplitude by Gamma^step.
+	CyclicExpRange CyclicMode = C.FULMEN_CYCLIC_MODE_EXP_RANGE
+)
+
+// CyclicLROptions are the options of CyclicLR (fulmen_cyclic_lr_options).
+type CyclicLROptions struct {
+	// BaseLR and MaxLR bound the cycle (every group).
+	BaseLR, MaxLR float64
+	// StepSizeUp is the length of the rising half.
+	StepSizeUp int64
+	// StepSizeDown is the length of the falling half; 0 means StepSizeUp.
+	StepSizeDown int64
+	// Mode scales the amplitude.
+	Mode CyclicMode
+	// Gamma is CyclicExpRange's factor.
+	Gamma float64
+	// CycleMomentum cycles the momentum (Adam: beta1) inversely.
+	CycleMomentum bool
+	// BaseMomentum and MaxMomentum bound the momentum.
+	BaseMomentum, MaxMomentum float64
+}
+
+// DefaultCyclicLROptions are torch's CyclicLR defaults between baseLR and
+// maxLR.
+func DefaultCyclicLROptions(baseLR, maxLR float64) CyclicLROptions {
+	c := C.fulmen_cyclic_lr_options_default(C.double(baseLR), C.double(maxLR))
+	return CyclicLROptions{BaseLR: float64(c.base_lr), MaxLR: float64(c.max_lr), StepSizeUp: int64(c.step_size_up),
+		StepSizeDown: int64(c.step_size_down), Mode: CyclicMode(c.mode), Gamma: float64(c.gamma),
+		CycleMomentum: bool(c.cycle_momentum), BaseMomentum: float64(c.base_momentum), MaxMomentum: float64(c.max_momentum)}
+}
+
+// NewCyclicLR is CyclicLR with opts (usually stepped every batch).
+func NewCyclicLR(opt *Optimizer, opts CyclicLROptions) (*Scheduler, error) {
+	c := C.fulmen_cyclic_lr_options{base_lr: C.double(opts.BaseLR), max_lr: C.double(opts.MaxLR),
+		step_size_up: C.int64_t(opts.StepSizeUp), step_size_down: C.int64_t(opts.StepSizeDown), mode: C.int32_t(opts.Mode),
+		gamma: C.double(opts.Gamma), cycle_momentum: C.bool(opts.CycleMomentum), base_momentum: C.double(opts.BaseMomentum),
+		max_momentum: C.double(opts.MaxMomentum)}
+	return makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
+		return C.fulmen_scheduler_cyclic_lr_new(o, &c, out)
+	})
+}
+
+// LRLambda is the factor of LambdaLR / MultiplicativeLR for a step (0 at
+// construction) and a parameter group. It runs on the goroutine that steps
+// the scheduler (in a fit, the one that called Fit); an error fails that
+// step and is its error's cause.
+type LRLambda func(step int64, group int) (float64, error)
+
+// NewLambdaLR is LambdaLR: the lr of a group is its initial lr times
+// factor(step, group).
+func NewLambdaLR(opt *Optimizer, factor LRLambda) (*Scheduler, error) {
+	return newLambdaScheduler(opt, factor, false)
+}
+
+// NewMultiplicativeLR is MultiplicativeLR: from step 1 on, each step
+// multiplies a group's lr by factor(step, group).
+func NewMultiplicativeLR(opt *Optimizer, factor LRLambda) (*Scheduler, error) {
+	return newLambdaScheduler(opt, factor, true)
+}
+
+func newLambdaScheduler(opt *Optimizer, factor LRLambda, multiplicative bool) (*Scheduler, error) {
+	if factor == nil {
+		return nil, &Error{Code: CodeNullArgument, Message: "the lr lambda is nil"}
+	}
+	h := cgo.NewHandle(factor)
+	var out *C.fulmen_scheduler
+	err := withCallbacks(nil, func() *C.fulmen_error {
+		return C.fulmen_go_lambda_scheduler_new(opt.ptr(), C.uintptr_t(h), C.bool(multiplicative), &out)
+	})
+	runtime.KeepAlive(opt)
+	if err != nil {
+		h.Delete() // the library does not call userdata_free on failure
+		return nil, err
+	}
+	s := &Scheduler{}
+	s.h.store(out)
+	runtime.SetFinalizer(s, (*Scheduler).Close)
+	return s, nil
+}
+
+//export fulmenGoLrLambda
+func fulmenGoLrLambda(ud C.uintptr_t, step C.int64_t, group C.size_t, out *C.double) *C.fulmen_error {
+	return runCallback(func() error {
+		v, err := cgo.Handle(ud).Value().(LRLambda)(int64(step), int(group))
+		*out = C.double(v)
+		return err
+	})
+}
