@@ -2236,13 +2236,32 @@ struct fulmen_error *fulmen_trainer_add_early_stopping(struct fulmen_trainer *tr
 /**
  * Adds a LearningRateMonitor logging `lr-<Optimizer>` every
  * `log_every_n_steps` ("step"), at each epoch start ("epoch"), or both
- * (NULL).
+ * (NULL). Same as `fulmen_trainer_add_lr_monitor_with(trainer,
+ * logging_interval, false, false)`.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (`logging_interval` not "step",
  * "epoch", "none" or "", or not UTF-8).
  */
 struct fulmen_error *fulmen_trainer_add_lr_monitor(struct fulmen_trainer *trainer,
                                                    const char *logging_interval);
+
+/**
+ * Adds a LearningRateMonitor (Lightning's): `lr-<Optimizer>` (`-N` for a
+ * repeated class, `/pgN` per group of several) every `log_every_n_steps`
+ * ("step"), at each epoch start ("epoch"), or both (NULL: a batch start
+ * logs the step-interval schedulers' optimizers, an epoch start the
+ * epoch-interval ones, optimizers without a scheduler at both). With
+ * `log_momentum`, also `<name>-momentum` (momentum, beta1 for the Adam
+ * family, 0 without either); with `log_weight_decay`,
+ * `<name>-weight_decay`. The values are callback metrics too.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`logging_interval` not "step",
+ * "epoch", "none" or "", or not UTF-8).
+ */
+struct fulmen_error *fulmen_trainer_add_lr_monitor_with(struct fulmen_trainer *trainer,
+                                                        const char *logging_interval,
+                                                        bool log_momentum,
+                                                        bool log_weight_decay);
 
 /**
  * Adds a Timer stopping training after `duration` (seconds, or

@@ -471,7 +471,7 @@ func TestEarlyStoppingLRMonitorTimer(t *testing.T) {
 	}
 	o.Patience = 2
 	ok(t, tr.AddEarlyStopping(o))
-	ok(t, tr.AddLRMonitor("epoch"))
+	ok(t, tr.AddLRMonitorWith("epoch", true, false))
 	r := &recorder{}
 	ok(t, tr.AddLogger(r))
 	ok(t, tr.Fit(context.Background(), m, train, val))
@@ -479,13 +479,19 @@ func TestEarlyStoppingLRMonitorTimer(t *testing.T) {
 	if e := must(tr.CurrentEpoch()); e != 3 {
 		t.Fatalf("early stopping after %d epochs, want 3", e)
 	}
-	// The LR monitor logs to the loggers (not to the callback metrics).
+	// The LR monitor logs to the loggers, with the momentum when asked.
 	lrs := 0
 	for _, m := range r.metrics {
 		if lr, ok := m["lr-SGD"]; ok {
 			lrs++
 			if math.Abs(lr-0.1) > 1e-9 {
 				t.Fatalf("lr-SGD %v", lr)
+			}
+			if mom, ok := m["lr-SGD-momentum"]; !ok || mom != 0 {
+				t.Fatalf("lr-SGD-momentum %v %v in %v", mom, ok, m)
+			}
+			if _, ok := m["lr-SGD-weight_decay"]; ok {
+				t.Fatalf("weight decay logged unasked: %v", m)
 			}
 		}
 	}

@@ -216,6 +216,17 @@ func (t *Trainer) AddLRMonitor(interval string) error {
 	return err
 }
 
+// AddLRMonitorWith is AddLRMonitor that also logs "<name>-momentum"
+// (momentum, or beta1 for the Adam family) and "<name>-weight_decay" when
+// asked (fulmen_trainer_add_lr_monitor_with).
+func (t *Trainer) AddLRMonitorWith(interval string, logMomentum, logWeightDecay bool) error {
+	i := optCString(interval)
+	defer freeCString(i)
+	err := check(C.fulmen_trainer_add_lr_monitor_with(t.ptr(), i, C.bool(logMomentum), C.bool(logWeightDecay)))
+	runtime.KeepAlive(t)
+	return err
+}
+
 // AddTimer adds a Timer that stops training after duration (seconds, or
 // "DD:HH:MM:SS"; "" only measures), checked every interval ("step" or
 // "epoch"; "" for "step").

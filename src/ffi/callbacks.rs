@@ -201,7 +201,8 @@ pub unsafe extern "C" fn fulmen_trainer_add_early_stopping(
 
 /// Adds a LearningRateMonitor logging `lr-<Optimizer>` every
 /// `log_every_n_steps` ("step"), at each epoch start ("epoch"), or both
-/// (NULL).
+/// (NULL). Same as `fulmen_trainer_add_lr_monitor_with(trainer,
+/// logging_interval, false, false)`.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (`logging_interval` not "step",
 /// "epoch", "none" or "", or not UTF-8).
@@ -210,12 +211,42 @@ pub unsafe extern "C" fn fulmen_trainer_add_lr_monitor(
     trainer: *mut fulmen_trainer,
     logging_interval: *const c_char,
 ) -> *mut fulmen_error {
-    guard("fulmen_trainer_add_lr_monitor", || {
-        let mut t = handle::borrow_mut(trainer, "trainer")?;
-        let interval = opt_str(logging_interval, "logging_interval")?.unwrap_or_default();
-        t.inner.add_callback(Box::new(LearningRateMonitor::new(&interval)?));
-        Ok(())
+    guard("fulmen_trainer_add_lr_monitor", || add_lr_monitor(trainer, logging_interval, false, false))
+}
+
+/// Adds a LearningRateMonitor (Lightning's): `lr-<Optimizer>` (`-N` for a
+/// repeated class, `/pgN` per group of several) every `log_every_n_steps`
+/// ("step"), at each epoch start ("epoch"), or both (NULL: a batch start
+/// logs the step-interval schedulers' optimizers, an epoch start the
+/// epoch-interval ones, optimizers without a scheduler at both). With
+/// `log_momentum`, also `<name>-momentum` (momentum, beta1 for the Adam
+/// family, 0 without either); with `log_weight_decay`,
+/// `<name>-weight_decay`. The values are callback metrics too.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`logging_interval` not "step",
+/// "epoch", "none" or "", or not UTF-8).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_add_lr_monitor_with(
+    trainer: *mut fulmen_trainer,
+    logging_interval: *const c_char,
+    log_momentum: bool,
+    log_weight_decay: bool,
+) -> *mut fulmen_error {
+    guard("fulmen_trainer_add_lr_monitor_with", || {
+        add_lr_monitor(trainer, logging_interval, log_momentum, log_weight_decay)
     })
+}
+
+unsafe fn add_lr_monitor(
+    trainer: *mut fulmen_trainer,
+    logging_interval: *const c_char,
+    log_momentum: bool,
+    log_weight_decay: bool,
+) -> Result<()> {
+    let mut t = handle::borrow_mut(trainer, "trainer")?;
+    let interval = opt_str(logging_interval, "logging_interval")?.unwrap_or_default();
+    t.inner.add_callback(Box::new(LearningRateMonitor::with_options(&interval, log_momentum, log_weight_decay)?));
+    Ok(())
 }
 
 /// Adds a Timer stopping training after `duration` (seconds, or

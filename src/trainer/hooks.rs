@@ -135,6 +135,22 @@ impl Hook {
     }
 }
 
+/// One parameter group's hyperparameters under its LearningRateMonitor
+/// name (`lr-SGD`, `lr-Adam-1/pg2`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupRates {
+    /// The metric name of the learning rate.
+    pub name: String,
+    /// Learning rate.
+    pub lr: f64,
+    /// Momentum (SGD, RMSprop), beta1 (the Adam family), 0 for Adagrad.
+    pub momentum: f64,
+    /// Weight decay.
+    pub weight_decay: f64,
+    /// When the optimizer's scheduler steps (`None`: no scheduler).
+    pub interval: Option<crate::trainer::module::Interval>,
+}
+
 /// The trainer's state that hooks read, and the requests they make.
 #[derive(Debug, Default)]
 pub struct TrainerState {
@@ -158,8 +174,9 @@ pub struct TrainerState {
     pub root_dir: PathBuf,
     /// Whether this is the sanity check's validation.
     pub sanity_checking: bool,
-    /// Learning rates of every optimizer's groups, `lr-<Name>` style keys.
-    pub learning_rates: Vec<(String, f64)>,
+    /// Every optimizer's parameter groups as LearningRateMonitor names and
+    /// reads them.
+    pub learning_rates: Vec<GroupRates>,
     /// Checkpoints requested by hooks, written by the trainer afterwards:
     /// (path, weights only).
     pub save_requests: Vec<(PathBuf, bool)>,

@@ -1,6 +1,6 @@
 //! One run of the trainer: hook dispatch to callbacks and the module, the
 //! requests hooks make (checkpoints, logs), loggers and checkpoint files.
-use super::hooks::{Callback, Hook, HookContext, TrainerState};
+use super::hooks::{Callback, GroupRates, Hook, HookContext, TrainerState};
 use super::module::{LightningModule, OptimizerConfig};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result, ResultExt};
@@ -168,19 +168,27 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Learning rates as LearningRateMonitor names them.
+    /// Every group's rates as LearningRateMonitor names them: optimizers
+    /// with a scheduler first, then the others (so a repeated class is
+    /// numbered `lr-SGD`, `lr-SGD-1` in that order, as Lightning does).
     pub fn refresh_learning_rates(&mut self) {
         let mut rates = Vec::new();
         let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
-        for cfg in &self.optimizers {
+        let scheduled = self.optimizers.iter().filter(|c| c.scheduler.is_some());
+        for cfg in scheduled.chain(self.optimizers.iter().filter(|c| c.scheduler.is_none())) {
             let name = class_name(cfg.optimizer.name());
             let n = seen.entry(name).or_insert(0);
             let base = if *n == 0 { format!("lr-{name}") } else { format!("lr-{name}-{n}") };
             *n += 1;
             let groups = cfg.optimizer.param_groups();
             for (j, g) in groups.iter().enumerate() {
-                let key = if groups.len() > 1 { format!("{base}/pg{}", j + 1) } else { base.clone() };
-                rates.push((key, g.lr));
+                rates.push(GroupRates {
+                    name: if groups.len() > 1 { format!("{base}/pg{}", j + 1) } else { base.clone() },
+                    lr: g.lr,
+                    momentum: g.momentum,
+                    weight_decay: g.weight_decay,
+                    interval: cfg.scheduler.as_ref().map(|s| s.interval),
+                });
             }
         }
         self.state.learning_rates = rates;

@@ -50,6 +50,7 @@ typedef struct {
     int sanity_val_batches, val_batches, train_calls, steps_hooked;
     bool in_sanity;
     bool step_scheduler;    /* StepLR(1, 0.5) stepping every epoch */
+    double momentum, weight_decay; /* of the SGD */
     float first_x[8];       /* first input value of batch 0, per epoch */
     /* gradient clipping probe (first optimizer step) */
     double grad_norm, grad_max, before[128], after_delta_norm, after_delta_max;
@@ -100,6 +101,8 @@ static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *con
     fixture *f = ud;
     fulmen_sgd_options o = fulmen_sgd_options_default();
     o.lr = 0.1;
+    o.momentum = f->momentum;
+    o.weight_decay = f->weight_decay;
     fulmen_optimizer *opt = NULL;
     fulmen_scheduler *s = NULL;
     fulmen_error *e = fulmen_optimizer_sgd_new(f->model, NULL, 0, &o, &opt);
@@ -364,6 +367,69 @@ static void test_lr_monitor(void) {
     CHECK_OK(fulmen_trainer_fit(t, m, TL, NULL, NULL));
     CHECK(log.n == 3 && log.step[0] == 0 && log.step[1] == 1 && log.step[2] == 3);
     CHECK_ERR(fulmen_trainer_add_lr_monitor(t, "hourly"), FULMEN_CODE_INVALID_ARGUMENT, "logging_interval");
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(f.model);
+}
+
+/* ---- LearningRateMonitor with momentum and weight decay ---- */
+
+typedef struct {
+    int calls;       /* log_metrics calls with an lr-SGD entry */
+    int entries;     /* lr-SGD* entries seen */
+    double lr, momentum, weight_decay;
+} lr_stats;
+
+static fulmen_error *stats_metrics(void *ud, const char *const *names, const double *values, size_t n, int64_t epoch,
+                                   int64_t step) {
+    lr_stats *l = ud;
+    (void)epoch;
+    (void)step;
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+        if (strncmp(names[i], "lr-", 3) != 0) continue;
+        any = true;
+        l->entries++;
+        if (strcmp(names[i], "lr-SGD") == 0) l->lr = values[i];
+        else if (strcmp(names[i], "lr-SGD-momentum") == 0) l->momentum = values[i];
+        else if (strcmp(names[i], "lr-SGD-weight_decay") == 0) l->weight_decay = values[i];
+        else CHECK(!"unexpected lr-* name");
+    }
+    if (any) l->calls++;
+    return NULL;
+}
+
+/* log_momentum / log_weight_decay add <name>-momentum and
+ * <name>-weight_decay; with both intervals (NULL) an optimizer whose
+ * scheduler steps per epoch is logged at epoch starts only, as Lightning. */
+static void test_lr_monitor_stats(void) {
+    static lr_stats log;
+    fulmen_logger_vtable v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    v.userdata = &log;
+    v.log_metrics = stats_metrics;
+    fixture f = {.model = mlp(false), .step_scheduler = true, .momentum = 0.9, .weight_decay = 0.01};
+    fulmen_lightning_module *m = module_for(&f);
+    const char *every1[] = {"log_every_n_steps", "1", NULL};
+    fulmen_trainer *t = trainer_with(2, every1);
+    CHECK_OK(fulmen_trainer_add_lr_monitor_with(t, NULL, true, true));
+    CHECK_OK(fulmen_trainer_add_logger(t, &v));
+    CHECK_OK(fulmen_trainer_fit(t, m, TL, NULL, NULL));
+    CHECK(log.calls == 2 && log.entries == 6); /* two epoch starts, 4 batches each not logged */
+    CHECK_NEAR(log.lr, 0.05, 1e-12);
+    CHECK(log.momentum == 0.9 && log.weight_decay == 0.01);
+    fulmen_trainer_free(t);
+    /* "step": every batch start, whatever the scheduler's interval */
+    memset(&log, 0, sizeof log);
+    t = trainer_with(1, every1);
+    CHECK_OK(fulmen_trainer_add_lr_monitor_with(t, "step", true, false));
+    CHECK_OK(fulmen_trainer_add_logger(t, &v));
+    CHECK_OK(fulmen_trainer_fit(t, m, TL, NULL, NULL));
+    CHECK(log.calls == 4 && log.entries == 8 && log.weight_decay == 0);
+    CHECK_ERR(fulmen_trainer_add_lr_monitor_with(t, "hourly", true, true), FULMEN_CODE_INVALID_ARGUMENT,
+              "logging_interval");
+    CHECK_ERR(fulmen_trainer_add_lr_monitor_with(NULL, "step", true, true), FULMEN_CODE_NULL_ARGUMENT, NULL);
     fulmen_trainer_free(t);
     fulmen_lightning_module_free(m);
     fulmen_model_free(f.model);
@@ -646,6 +712,7 @@ int main(void) {
     VL3 = loader(val3, 16, false);
     test_early_stopping();
     test_lr_monitor();
+    test_lr_monitor_stats();
     test_timer();
     test_accumulate_and_clip();
     test_validation_schedule();

@@ -553,9 +553,10 @@ public:
     }
     /// Adds a LearningRateMonitor logging `lr-<Optimizer>` every
     /// log_every_n_steps ("step"), at each epoch start ("epoch"), or both
-    /// (nullopt).
-    Trainer& add_lr_monitor(const std::optional<std::string>& logging_interval = std::nullopt) {
-        check(fulmen_trainer_add_lr_monitor(get(), c_path(logging_interval)));
+    /// (nullopt), with `<name>-momentum` and `<name>-weight_decay` if asked.
+    Trainer& add_lr_monitor(const std::optional<std::string>& logging_interval = std::nullopt,
+                            bool log_momentum = false, bool log_weight_decay = false) {
+        check(fulmen_trainer_add_lr_monitor_with(get(), c_path(logging_interval), log_momentum, log_weight_decay));
         return *this;
     }
     /// Adds a Timer stopping training after `duration` (seconds, or
