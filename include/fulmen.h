@@ -231,6 +231,17 @@
 #define FULMEN_MAX_VALUE_NODES 1048576
 
 /**
+ * The most classes a classification metric takes (its state grows with
+ * the square of the count).
+ */
+#define MAX_CLASSES 4096
+
+/**
+ * The most thresholds of a binned AUROC.
+ */
+#define MAX_THRESHOLDS 100000
+
+/**
  * The largest safetensors header readers accept (the `safetensors`
  * crate's and Python package's limit).
  */
@@ -838,6 +849,62 @@ typedef enum fulmen_cyclic_mode {
 } fulmen_cyclic_mode;
 
 /**
+ * What a metric computes (in C, `fulmen_metric_kind`).
+ */
+typedef enum fulmen_metric_kind {
+  /**
+   * Accuracy: (tp + tn) / all for binary, tp / (tp + fn) per class.
+   */
+  FULMEN_METRIC_KIND_ACCURACY = 0,
+  /**
+   * Precision: tp / (tp + fp).
+   */
+  FULMEN_METRIC_KIND_PRECISION = 1,
+  /**
+   * Recall: tp / (tp + fn).
+   */
+  FULMEN_METRIC_KIND_RECALL = 2,
+  /**
+   * F1: 2 tp / (2 tp + fp + fn).
+   */
+  FULMEN_METRIC_KIND_F1 = 3,
+  /**
+   * Area under the ROC curve (one-vs-rest per class for multiclass).
+   */
+  FULMEN_METRIC_KIND_AUROC = 4,
+  /**
+   * Mean absolute error.
+   */
+  FULMEN_METRIC_KIND_MEAN_ABSOLUTE_ERROR = 5,
+  /**
+   * Mean squared error.
+   */
+  FULMEN_METRIC_KIND_MEAN_SQUARED_ERROR = 6,
+  /**
+   * Root mean squared error (torchmetrics' `squared=False`).
+   */
+  FULMEN_METRIC_KIND_ROOT_MEAN_SQUARED_ERROR = 7,
+} fulmen_metric_kind;
+
+/**
+ * How per-class scores combine (in C, `fulmen_average`).
+ */
+typedef enum fulmen_average {
+  /**
+   * Counts summed over classes, then the score.
+   */
+  FULMEN_AVERAGE_MICRO = 0,
+  /**
+   * Unweighted mean of the classes that occur (in targets or predictions).
+   */
+  FULMEN_AVERAGE_MACRO = 1,
+  /**
+   * Mean weighted by each class's support (its count in the targets).
+   */
+  FULMEN_AVERAGE_WEIGHTED = 2,
+} fulmen_average;
+
+/**
  * An accelerator from the registry. Free with `fulmen_accelerator_free`.
  */
 typedef struct fulmen_accelerator fulmen_accelerator;
@@ -896,6 +963,11 @@ typedef struct fulmen_lightning_module fulmen_lightning_module;
  * host iterator.
  */
 typedef struct fulmen_loader fulmen_loader;
+
+/**
+ * A metric's state. Free with `fulmen_metric_free`.
+ */
+typedef struct fulmen_metric fulmen_metric;
 
 /**
  * A model: a tree of layers (a single layer, a sequential, or a container
@@ -1378,6 +1450,43 @@ typedef struct fulmen_logger_vtable {
    */
   struct fulmen_error *(*finalize)(void *userdata, const char *status);
 } fulmen_logger_vtable;
+
+/**
+ * How a metric is built; start from `fulmen_metric_options_default`.
+ */
+typedef struct fulmen_metric_options {
+  /**
+   * A `fulmen_metric_kind`.
+   */
+  int32_t kind;
+  /**
+   * 0: a binary task (one score or 0/1 label per sample, shaped as the
+   * targets); 2 to 4096: multiclass (scores (N, C, ...) or class indices
+   * (N, ...) for targets (N, ...)). Unused by MAE / MSE / RMSE.
+   */
+  int64_t num_classes;
+  /**
+   * A `fulmen_average` for multiclass scores (default macro, as
+   * torchmetrics; AUROC takes macro or weighted).
+   */
+  int32_t average;
+  /**
+   * Binary: probabilities above it count as positive (default 0.5).
+   * Scores outside [0, 1] go through a sigmoid first (softmax for
+   * multiclass AUROC), as torchmetrics.
+   */
+  double threshold;
+  /**
+   * AUROC: 0 (default) keeps every score for the exact curve; 2 to
+   * 100000 bins it at that many thresholds in [0, 1] (constant memory).
+   */
+  int64_t thresholds;
+  /**
+   * Sum the states over the ranks of a running distributed job at
+   * compute (default true; then every rank must call compute).
+   */
+  bool sync_on_compute;
+} fulmen_metric_options;
 
 /**
  * Options of a 2-D convolution; get defaults from
@@ -3142,6 +3251,70 @@ struct fulmen_error *fulmen_step_context_learning_rate(struct fulmen_step_contex
                                                        size_t optimizer,
                                                        size_t group,
                                                        double *out);
+
+/**
+ * torchmetrics' defaults for `kind` (a `fulmen_metric_kind`) over
+ * `num_classes` classes (0: binary).
+ */
+struct fulmen_metric_options fulmen_metric_options_default(int32_t kind, int64_t num_classes);
+
+/**
+ * Creates a metric with an empty state. Its state lives on the device of
+ * the first predictions it sees.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_ARGUMENT (`kind`
+ * or `average` not one of their enums, `num_classes` neither 0 nor in
+ * [2, 4096], a threshold outside [0, 1], `thresholds` neither 0 nor in
+ * [2, 100000] or too many histogram cells, a micro-averaged multiclass
+ * AUROC).
+ */
+struct fulmen_error *fulmen_metric_new(const struct fulmen_metric_options *options,
+                                       struct fulmen_metric **out);
+
+/**
+ * Adds a batch: `preds` (scores, probabilities or labels) and `target`
+ * (class indices, 0/1, or values for regression), not changed or kept
+ * beyond the call except by an exact AUROC, which keeps a detached copy
+ * of the probabilities. Runs without autograd.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_HANDLE,
+ * FULMEN_CODE_INVALID_STATE (the metric in use by another call),
+ * FULMEN_CODE_INVALID_ARGUMENT (shapes that do not fit, a target class
+ * outside [0, num_classes) or not a whole number, integer scores for
+ * AUROC), FULMEN_CODE_TORCH.
+ */
+struct fulmen_error *fulmen_metric_update(struct fulmen_metric *metric,
+                                          const struct fulmen_tensor *preds,
+                                          const struct fulmen_tensor *target);
+
+/**
+ * Writes the value over everything updated since the last reset to
+ * `*out`. In a distributed job of several ranks (the trainer's DDP, or a
+ * host loop's `fulmen_distributed_join`) with `sync_on_compute`, the
+ * states of all ranks are summed first: a collective, which every rank
+ * must call in the same order.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_HANDLE,
+ * FULMEN_CODE_INVALID_STATE (no update yet, or the metric in use),
+ * FULMEN_CODE_UNSUPPORTED (an exact AUROC syncing over ranks: bin it or
+ * turn sync_on_compute off), FULMEN_CODE_DISTRIBUTED (the collective
+ * failed).
+ */
+struct fulmen_error *fulmen_metric_compute(struct fulmen_metric *metric, double *out);
+
+/**
+ * Forgets the accumulated state (as at creation), as Lightning does at
+ * the end of each epoch for a logged metric.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_HANDLE,
+ * FULMEN_CODE_INVALID_STATE (the metric in use by another call).
+ */
+struct fulmen_error *fulmen_metric_reset(struct fulmen_metric *metric);
+
+/**
+ * Frees a metric. NULL or an already freed handle is a no-op.
+ */
+void fulmen_metric_free(struct fulmen_metric *metric);
 
 /**
  * Creates an empty sequential model (`nn.Sequential`): children run in

@@ -13,6 +13,7 @@ pub mod error;
 pub mod ffi;
 pub mod fs_safe;
 pub mod loggers;
+pub mod metrics;
 pub mod nn;
 pub mod optim;
 pub mod parse;

@@ -15,7 +15,7 @@ type cHandle interface {
 	*C.fulmen_tensor | *C.fulmen_model | *C.fulmen_optimizer | *C.fulmen_scheduler |
 		*C.fulmen_dataset | *C.fulmen_loader | *C.fulmen_lightning_module |
 		*C.fulmen_trainer | *C.fulmen_trainer_options | *C.fulmen_accelerator |
-		*C.fulmen_strategy | *C.fulmen_precision | *C.fulmen_ddp
+		*C.fulmen_strategy | *C.fulmen_precision | *C.fulmen_ddp | *C.fulmen_metric
 }
 
 // cObject stands for the C object a handle points to (C memory, which the

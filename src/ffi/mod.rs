@@ -15,6 +15,7 @@ pub mod host_module;
 pub mod init;
 pub mod logger;
 pub mod manual;
+pub mod metrics;
 pub mod model;
 pub mod module;
 pub mod optim;

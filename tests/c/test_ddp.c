@@ -352,6 +352,35 @@ static int scenario_hostloop(const char *dir) {
     fulmen_tensor_free(b);
     fulmen_tensor_free(g);
 
+    /* Metrics sum their states over the ranks at compute: rank 0 sees
+     * [0.9, 0.2] for [1, 0], rank 1 [0.6, 0.4] for [0, 1]. */
+    float scores[2] = {rank == 0 ? 0.9f : 0.6f, rank == 0 ? 0.2f : 0.4f};
+    int64_t ys[2] = {rank == 0 ? 1 : 0, rank == 0 ? 0 : 1}, two = 2;
+    fulmen_tensor *sc = check_f32(scores, 2, shape, 1), *yt = NULL;
+    CHECK_OK(fulmen_tensor_from_data(ys, sizeof ys, FULMEN_DTYPE_I64, &two, 1, &yt));
+    fulmen_metric_options mo = fulmen_metric_options_default(FULMEN_METRIC_KIND_ACCURACY, 0);
+    fulmen_metric *acc = NULL, *local = NULL, *binned = NULL, *exact = NULL;
+    CHECK_OK(fulmen_metric_new(&mo, &acc));
+    mo.sync_on_compute = false;
+    CHECK_OK(fulmen_metric_new(&mo, &local));
+    mo = fulmen_metric_options_default(FULMEN_METRIC_KIND_AUROC, 0);
+    CHECK_OK(fulmen_metric_new(&mo, &exact));
+    mo.thresholds = 11;
+    CHECK_OK(fulmen_metric_new(&mo, &binned));
+    fulmen_metric *metrics[4] = {acc, local, binned, exact};
+    for (int i = 0; i < 4; i++) CHECK_OK(fulmen_metric_update(metrics[i], sc, yt));
+    double v = NAN;
+    CHECK_OK(fulmen_metric_compute(acc, &v));
+    CHECK(v == 0.5);
+    CHECK_OK(fulmen_metric_compute(local, &v));
+    CHECK(v == (rank == 0 ? 1.0 : 0.0));
+    CHECK_OK(fulmen_metric_compute(binned, &v));
+    CHECK(fabs(v - 0.75) < 1e-12);
+    CHECK_ERR(fulmen_metric_compute(exact, &v), FULMEN_CODE_UNSUPPORTED, "thresholds");
+    for (int i = 0; i < 4; i++) fulmen_metric_free(metrics[i]);
+    fulmen_tensor_free(sc);
+    fulmen_tensor_free(yt);
+
     /* Training: the same updates as the trainer's DDP. */
     fulmen_dataset *ds = fixture_blobs(SAMPLES, 5, 1.0f);
     fulmen_loader *full = fixture_loader(ds, RANK_BATCH, false, 0), *mine_loader = NULL;

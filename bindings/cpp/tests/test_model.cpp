@@ -436,3 +436,38 @@ TEST_F(LayerTest, SpatialLayers) {
 }
 
 }  // namespace
+
+TEST_F(OptimTest, Metrics) {
+    // Binary: probabilities for targets [1, 0, 0, 1]; at 0.3 tp 2, fp 1, fn 0, tn 1.
+    Tensor probs = Tensor::from_vector(std::vector<float>{0.9f, 0.2f, 0.6f, 0.4f});
+    Tensor target = Tensor::from_vector(std::vector<int64_t>{1, 0, 0, 1});
+    fulmen::MetricOptions f1_options(fulmen::MetricKind::f1);
+    f1_options.threshold = 0.3;
+    fulmen::Metric f1(f1_options);
+    f1.update(probs, target);
+    EXPECT_NEAR(f1.compute(), 0.8, 1e-12);
+    f1.update(probs, target);  // accumulates: the same rates
+    EXPECT_NEAR(f1.compute(), 0.8, 1e-12);
+    f1.reset();
+    EXPECT_THROW(f1.compute(), fulmen::Error);  // nothing since the reset
+
+    fulmen::Metric auroc(fulmen::MetricOptions(fulmen::MetricKind::auroc));
+    auroc.update(probs, target);
+    EXPECT_DOUBLE_EQ(auroc.compute(), 0.75);
+
+    // Multiclass scores: predicted [0, 2, 2, 1] for targets [0, 1, 2, 1].
+    Tensor scores = Tensor::from_vector(std::vector<float>{3, 1, 0, 0, 1, 2, 0, 0, 5, 0, 4, 1}, {4, 3});
+    Tensor classes = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 1});
+    fulmen::Metric macro(fulmen::MetricOptions(fulmen::MetricKind::accuracy, 3));
+    macro.update(scores, classes);
+    EXPECT_NEAR(macro.compute(), 2.5 / 3, 1e-12);
+    fulmen::Metric micro(fulmen::MetricOptions(fulmen::MetricKind::accuracy, 3).with_average(fulmen::Average::micro));
+    micro.update(scores, classes);
+    EXPECT_DOUBLE_EQ(micro.compute(), 0.75);
+    EXPECT_THROW(micro.update(scores, target.reshape({2, 2})), fulmen::Error);
+
+    fulmen::Metric mse(fulmen::MetricOptions(fulmen::MetricKind::mse));
+    mse.update(Tensor::from_vector(std::vector<float>{1, 2, 3}), Tensor::from_vector(std::vector<float>{1, 1, 5}));
+    EXPECT_NEAR(mse.compute(), 5.0 / 3, 1e-12);
+    EXPECT_THROW(fulmen::Metric(fulmen::MetricOptions(fulmen::MetricKind::f1, 1)), fulmen::Error);
+}

@@ -55,6 +55,7 @@
 #include "hooks.hpp"
 #include "host_module.hpp"
 #include "init.hpp"
+#include "metrics.hpp"
 #include "model.hpp"
 #include "optim.hpp"
 #include "precision.hpp"
