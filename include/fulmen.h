@@ -220,6 +220,11 @@
 #define FULMEN_MAX_METHOD_ARGS 64
 
 /**
+ * The most loaders one fit / validate / test / predict call takes.
+ */
+#define FULMEN_LOADERS_MAX 64
+
+/**
  * The deepest nesting of values passed to or returned by a method.
  */
 #define FULMEN_MAX_VALUE_DEPTH 64
@@ -6991,6 +6996,89 @@ void fulmen_trainer_free(struct fulmen_trainer *trainer);
  */
 struct fulmen_error *fulmen_trainer_options_set_accelerator(struct fulmen_trainer_options *options,
                                                             const struct fulmen_accelerator *accelerator);
+
+/**
+ * `fulmen_trainer_fit` validating on each of the `n_val` loaders at
+ * `val` in turn (0 to FULMEN_LOADERS_MAX; 0: no validation; the same
+ * loader may appear twice). With several, the validation steps and batch
+ * hooks get their `dataloader_idx` and logged names end in
+ * `/dataloader_idx_N` (Lightning's names), so a ModelCheckpoint monitors
+ * e.g. "val_loss/dataloader_idx_0". The sanity check and
+ * `limit_val_batches` apply to each loader.
+ *
+ * Errors: as `fulmen_trainer_fit`, and FULMEN_CODE_INVALID_ARGUMENT
+ * (`n_val` above FULMEN_LOADERS_MAX), FULMEN_CODE_NULL_ARGUMENT (`val`
+ * NULL with `n_val` > 0, or a NULL loader in it).
+ */
+struct fulmen_error *fulmen_trainer_fit_loaders(struct fulmen_trainer *trainer,
+                                                struct fulmen_lightning_module *module,
+                                                const struct fulmen_loader *train,
+                                                const struct fulmen_loader *const *val,
+                                                size_t n_val,
+                                                const char *ckpt_path);
+
+/**
+ * `fulmen_trainer_validate` over each of the `n` loaders (1 to
+ * FULMEN_LOADERS_MAX) in turn; with several, logged names end in
+ * `/dataloader_idx_N`.
+ *
+ * Errors: as `fulmen_trainer_validate`, and FULMEN_CODE_INVALID_ARGUMENT
+ * (`n` 0 or above FULMEN_LOADERS_MAX), FULMEN_CODE_NULL_ARGUMENT.
+ */
+struct fulmen_error *fulmen_trainer_validate_loaders(struct fulmen_trainer *trainer,
+                                                     struct fulmen_lightning_module *module,
+                                                     const struct fulmen_loader *const *loaders,
+                                                     size_t n,
+                                                     const char *ckpt_path);
+
+/**
+ * `fulmen_trainer_test` over each of the `n` loaders (1 to
+ * FULMEN_LOADERS_MAX) in turn; with several, logged names end in
+ * `/dataloader_idx_N`.
+ *
+ * Errors: as `fulmen_trainer_test`, and FULMEN_CODE_INVALID_ARGUMENT (`n`
+ * 0 or above FULMEN_LOADERS_MAX), FULMEN_CODE_NULL_ARGUMENT.
+ */
+struct fulmen_error *fulmen_trainer_test_loaders(struct fulmen_trainer *trainer,
+                                                 struct fulmen_lightning_module *module,
+                                                 const struct fulmen_loader *const *loaders,
+                                                 size_t n,
+                                                 const char *ckpt_path);
+
+/**
+ * `fulmen_trainer_predict` over each of the `n` loaders (1 to
+ * FULMEN_LOADERS_MAX) in turn: `outs[i]` receives loader i's outputs
+ * concatenated along dimension 0 (NULL when its steps returned none).
+ * The caller owns the tensors; on failure every `outs[i]` is NULL.
+ *
+ * Errors: as `fulmen_trainer_predict`, and FULMEN_CODE_INVALID_ARGUMENT
+ * (`n` 0 or above FULMEN_LOADERS_MAX), FULMEN_CODE_NULL_ARGUMENT
+ * (`outs` NULL).
+ */
+struct fulmen_error *fulmen_trainer_predict_loaders(struct fulmen_trainer *trainer,
+                                                    struct fulmen_lightning_module *module,
+                                                    const struct fulmen_loader *const *loaders,
+                                                    size_t n,
+                                                    const char *ckpt_path,
+                                                    struct fulmen_tensor **outs);
+
+/**
+ * Writes the evaluation loader of the running step (Lightning's
+ * `dataloader_idx`): 0 with one loader and in training.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_step_context_dataloader_idx(const struct fulmen_step_context *ctx,
+                                                        size_t *out);
+
+/**
+ * Writes the evaluation loader of the batch in a validation / test /
+ * predict batch hook (Lightning's `dataloader_idx`); 0 elsewhere.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_hook_context_dataloader_idx(const struct fulmen_hook_context *ctx,
+                                                        size_t *out);
 
 /**
  * Makes the value `None`.

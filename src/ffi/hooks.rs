@@ -21,7 +21,7 @@ impl Handle for fulmen_hook_context {
 }
 
 /// Reads the hook context (shared pin).
-unsafe fn ctx_ref<'a>(p: *const fulmen_hook_context) -> Result<Shared<'a, HookContext<'static>>> {
+pub(super) unsafe fn ctx_ref<'a>(p: *const fulmen_hook_context) -> Result<Shared<'a, HookContext<'static>>> {
     Ok(handle::borrow(p, "ctx")?.map(|h| unsafe { &*h.ctx }))
 }
 

@@ -30,4 +30,5 @@ pub mod spatial_layers;
 pub mod strategy;
 pub mod tensor;
 pub mod trainer;
+pub mod trainer_loaders;
 pub mod value;

@@ -226,11 +226,11 @@ pub unsafe extern "C" fn fulmen_trainer_new(
     })
 }
 
-unsafe fn loader<'a>(p: *const fulmen_loader, arg: &str) -> Result<Shared<'a, dyn BatchSource + Send>> {
+pub(super) unsafe fn loader<'a>(p: *const fulmen_loader, arg: &str) -> Result<Shared<'a, dyn BatchSource + Send>> {
     Ok(handle::borrow(p, arg)?.map(|h| h.inner.as_ref()))
 }
 
-unsafe fn ckpt<'a>(p: *const c_char) -> Result<Option<&'a str>> {
+pub(super) unsafe fn ckpt<'a>(p: *const c_char) -> Result<Option<&'a str>> {
     if p.is_null() {
         Ok(None)
     } else {

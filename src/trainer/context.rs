@@ -49,6 +49,10 @@ pub struct StepContext<'a> {
     pub batch_idx: i64,
     /// Number of samples in the batch (first dimension of its first tensor).
     pub batch_size: i64,
+    /// The evaluation loader this batch comes from when a run has several
+    /// (Lightning's `dataloader_idx`); `None` with one loader and in
+    /// training. Logged names then end in `/dataloader_idx_N`.
+    pub dataloader_idx: Option<usize>,
     pub(crate) metrics: &'a mut MetricStore,
     /// The run's optimizers in a manual-optimization training step.
     pub(crate) manual: Option<&'a mut (dyn super::manual::ManualControl + 'a)>,
@@ -78,6 +82,9 @@ impl StepContext<'_> {
         }
         let flags = flags.unwrap_or_else(|| self.stage.default_flags());
         let bs = if batch_size > 0 { batch_size } else { self.batch_size.max(1) };
-        self.metrics.log(name, value, flags, bs as f64)
+        match self.dataloader_idx {
+            Some(i) => self.metrics.log(&format!("{name}/dataloader_idx_{i}"), value, flags, bs as f64),
+            None => self.metrics.log(name, value, flags, bs as f64),
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The evaluation entry points: validate, test, predict (their loop is
 //! `eval_loop`).
 use super::context::Stage;
+use super::eval_loop::Evaluated;
 use super::hooks::{Callback, Hook};
 use super::run::Run;
 use super::source::BatchSource;
@@ -20,10 +21,21 @@ impl Trainer {
         source: &dyn BatchSource,
         ckpt_path: Option<&str>,
     ) -> Result<BTreeMap<String, f64>> {
+        self.validate_loaders(module, &[source], ckpt_path)
+    }
+
+    /// [`Trainer::validate`] over each of `sources` in turn; with several,
+    /// logged names end in `/dataloader_idx_N`.
+    pub fn validate_loaders(
+        &mut self,
+        module: &mut dyn LightningModule,
+        sources: &[&dyn BatchSource],
+        ckpt_path: Option<&str>,
+    ) -> Result<BTreeMap<String, f64>> {
         if !module.has_validation_step() {
             return Err(Error::state("validate: the module has no validation_step"));
         }
-        self.evaluate(Stage::Validate, module, source, ckpt_path).map(|(m, _)| m)
+        self.evaluate(Stage::Validate, module, sources, ckpt_path).map(|(m, _)| m)
     }
 
     /// Runs the test loop once (Lightning's `trainer.test`).
@@ -33,10 +45,21 @@ impl Trainer {
         source: &dyn BatchSource,
         ckpt_path: Option<&str>,
     ) -> Result<BTreeMap<String, f64>> {
+        self.test_loaders(module, &[source], ckpt_path)
+    }
+
+    /// [`Trainer::test`] over each of `sources` in turn; with several,
+    /// logged names end in `/dataloader_idx_N`.
+    pub fn test_loaders(
+        &mut self,
+        module: &mut dyn LightningModule,
+        sources: &[&dyn BatchSource],
+        ckpt_path: Option<&str>,
+    ) -> Result<BTreeMap<String, f64>> {
         if !module.has_test_step() {
             return Err(Error::state("test: the module has no test_step"));
         }
-        self.evaluate(Stage::Test, module, source, ckpt_path).map(|(m, _)| m)
+        self.evaluate(Stage::Test, module, sources, ckpt_path).map(|(m, _)| m)
     }
 
     /// Runs `predict_step` over every batch and concatenates the outputs
@@ -47,37 +70,39 @@ impl Trainer {
         source: &dyn BatchSource,
         ckpt_path: Option<&str>,
     ) -> Result<Option<Tensor>> {
-        let (_, outputs) = self.evaluate(Stage::Predict, module, source, ckpt_path)?;
-        if outputs.is_empty() {
-            return Ok(None);
-        }
-        let first = outputs[0].size();
-        for (i, o) in outputs.iter().enumerate() {
-            let s = o.size();
-            if s.is_empty() || first.is_empty() || s[1..] != first[1..] {
-                return Err(Error::shape(format!(
-                    "predict: outputs cannot be concatenated: batch 0 gave shape {first:?}, batch {i} gave {s:?}"
-                )));
-            }
-        }
-        Ok(Some(Tensor::f_cat(&outputs, 0)?))
+        Ok(self.predict_loaders(module, &[source], ckpt_path)?.pop().flatten())
+    }
+
+    /// [`Trainer::predict`] over each of `sources` in turn: one
+    /// concatenated output per source (Lightning's list per dataloader).
+    pub fn predict_loaders(
+        &mut self,
+        module: &mut dyn LightningModule,
+        sources: &[&dyn BatchSource],
+        ckpt_path: Option<&str>,
+    ) -> Result<Vec<Option<Tensor>>> {
+        let (_, per_source) = self.evaluate(Stage::Predict, module, sources, ckpt_path)?;
+        per_source.into_iter().enumerate().map(|(d, outputs)| concat_outputs(d, &outputs)).collect()
     }
 
     fn evaluate(
         &mut self,
         stage: Stage,
         module: &mut dyn LightningModule,
-        source: &dyn BatchSource,
+        sources: &[&dyn BatchSource],
         ckpt_path: Option<&str>,
-    ) -> Result<(BTreeMap<String, f64>, Vec<Tensor>)> {
+    ) -> Result<Evaluated> {
+        if sources.is_empty() {
+            return Err(Error::invalid(format!("{}: no loader", stage.name())));
+        }
         let weights = match ckpt_path {
             Some(p) => Some(self.resolve_ckpt_path(p)?),
             None => None,
         };
         let (_settings, strategy) = self.start_run(module, false)?;
         let global_zero = strategy.is_global_zero();
-        let shard = strategy.shard(source);
-        let source = shard.get();
+        let shards: Vec<_> = sources.iter().map(|s| strategy.shard(*s)).collect();
+        let sources: Vec<&dyn BatchSource> = shards.iter().map(|s| s.get()).collect();
         // What a fit leaves stays for the runs after it, as in Lightning:
         // its progress, its log folder and its default ModelCheckpoint
         // (`best_model_path` for ckpt_path="best").
@@ -115,7 +140,7 @@ impl Trainer {
             epoch_finished: false,
             strategy,
         };
-        let result = eval_run(&mut run, &opts, stage, source, weights.as_deref()).map_err(|e| run.strategy.fail(e));
+        let result = eval_run(&mut run, &opts, stage, &sources, weights.as_deref()).map_err(|e| run.strategy.fail(e));
         match &result {
             Ok((metrics, _)) => {
                 if opts.enable_progress_bar && stage != Stage::Predict && global_zero {
@@ -138,9 +163,9 @@ fn eval_run(
     run: &mut Run,
     opts: &super::TrainerOptions,
     stage: Stage,
-    source: &dyn BatchSource,
+    sources: &[&dyn BatchSource],
     weights: Option<&std::path::Path>,
-) -> Result<(BTreeMap<String, f64>, Vec<Tensor>)> {
+) -> Result<Evaluated> {
     run.simple(Hook::Setup)?;
     if let Some(path) = weights {
         let ck = crate::checkpoint::Checkpoint::load(path)?;
@@ -155,11 +180,29 @@ fn eval_run(
         Stage::Test => opts.effective_limit(opts.limit_test_batches),
         Stage::Predict => opts.effective_limit(opts.limit_predict_batches),
         _ => opts.effective_limit(opts.limit_val_batches),
-    }
-    .apply(source.num_batches());
+    };
+    let limits: Vec<Option<usize>> = sources.iter().map(|s| limit.apply(s.num_batches())).collect();
     let step = run.state.batches_stepped;
-    let result = super::eval_loop::evaluate(run, stage, source, limit, Some(step))?;
+    let result = super::eval_loop::evaluate(run, stage, sources, &limits, Some(step))?;
     run.simple(Hook::Teardown)?;
     run.strategy.teardown()?;
     Ok(result)
+}
+
+/// Concatenates one source's predict outputs along dimension 0.
+fn concat_outputs(source: usize, outputs: &[Tensor]) -> Result<Option<Tensor>> {
+    if outputs.is_empty() {
+        return Ok(None);
+    }
+    let first = outputs[0].size();
+    for (i, o) in outputs.iter().enumerate() {
+        let s = o.size();
+        if s.is_empty() || first.is_empty() || s[1..] != first[1..] {
+            return Err(Error::shape(format!(
+                "predict: outputs of loader {source} cannot be concatenated: batch 0 gave shape {first:?}, \
+                 batch {i} gave {s:?}"
+            )));
+        }
+    }
+    Ok(Some(Tensor::f_cat(outputs, 0)?))
 }

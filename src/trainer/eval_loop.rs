@@ -12,6 +12,10 @@ use crate::error::{Result, ResultExt};
 use std::collections::BTreeMap;
 use tch::Tensor;
 
+/// The epoch metrics of an evaluation run and, for predict, the steps'
+/// outputs per source.
+pub(super) type Evaluated = (BTreeMap<String, f64>, Vec<Vec<Tensor>>);
+
 /// Hooks of one evaluation stage.
 struct StageHooks {
     start: Hook,
@@ -52,69 +56,31 @@ fn hooks_of(stage: Stage) -> StageHooks {
     }
 }
 
-/// Runs `stage` (validate, test or predict) over at most `limit` batches
-/// of `source`. The epoch metrics go to the loggers at `log_step` (none
-/// when `None`, as in the sanity check). Returns the epoch metrics and, for
-/// predict, the steps' outputs.
+/// Runs `stage` (validate, test or predict) over each of `sources` in turn
+/// (Lightning's sequential mode for several loaders), at most `limits[i]`
+/// batches of source i. With several sources the steps see their
+/// `dataloader_idx` and their logged names end in `/dataloader_idx_N`. The
+/// epoch metrics go to the loggers at `log_step` (none when `None`, as in
+/// the sanity check). Returns the epoch metrics and, for predict, the
+/// steps' outputs per source.
 pub(super) fn evaluate(
     run: &mut Run,
     stage: Stage,
-    source: &dyn BatchSource,
-    limit: Option<usize>,
+    sources: &[&dyn BatchSource],
+    limits: &[Option<usize>],
     log_step: Option<i64>,
-) -> Result<(BTreeMap<String, f64>, Vec<Tensor>)> {
+) -> Result<Evaluated> {
     let h = hooks_of(stage);
     set_mode(run.module, false)?;
     run.simple(h.start)?;
     run.simple(h.epoch_start)?;
     let mut store = MetricStore::default();
     let mut outputs = Vec::new();
-    let epoch = run.state.epoch;
     {
         let _no_grad = tch::no_grad_guard();
-        for (i, batch) in source.batches(epoch as u64)?.enumerate() {
-            if limit.is_some_and(|n| i >= n) {
-                break;
-            }
-            let batch = run.strategy.batch_to_device(batch.ctx(format!("loading {} batch {i}", stage.name()))?)?;
-            run.hook(h.batch_start, HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() })?;
-            // Inside fit, through the DDP wrapper as Lightning's validation.
-            run.strategy.eval_forward()?;
-            let autocast = run.strategy.forward_context()?;
-            let (module, global_step) = (&mut *run.module, run.state.global_step);
-            let at = |name: &str| format!("{name} (epoch {epoch}, global step {global_step}, batch {i})");
-            store.begin_split();
-            let outs = run.strategy.split(&batch, &mut |chunk| {
-                let mut ctx = StepContext {
-                    stage,
-                    epoch,
-                    global_step,
-                    batch_idx: i as i64,
-                    batch_size: batch_size_of(chunk),
-                    metrics: &mut store,
-                    manual: None,
-                };
-                match stage {
-                    Stage::Test => {
-                        module.test_step(&mut ctx, chunk).map(|_| None).map_err(|e| e.context(at("test_step")))
-                    }
-                    Stage::Predict => module.predict_step(&mut ctx, chunk).map_err(|e| e.context(at("predict_step"))),
-                    _ => module
-                        .validation_step(&mut ctx, chunk)
-                        .map(|_| None)
-                        .map_err(|e| e.context(at("validation_step"))),
-                }
-            });
-            store.end_split();
-            drop(autocast);
-            let out = run.strategy.gather_output(outs?)?;
-            run.hook(
-                h.batch_end,
-                HookData { batch_idx: i as i64, batch: Some(&batch), output: out.as_ref(), ..Default::default() },
-            )?;
-            if let Some(o) = out {
-                outputs.push(o);
-            }
+        for (d, source) in sources.iter().enumerate() {
+            let idx = (sources.len() > 1).then_some(d);
+            outputs.push(run_source(run, stage, &h, *source, limits.get(d).copied().flatten(), idx, &mut store)?);
         }
     }
     let mut metrics = store.end_epoch_synced(&|v, op| run.strategy.reduce(v, op))?;
@@ -127,4 +93,68 @@ pub(super) fn evaluate(
     }
     run.simple(h.end)?;
     Ok((metrics, outputs))
+}
+
+/// The batches of one source: its steps and batch hooks; returns the
+/// predict outputs.
+fn run_source(
+    run: &mut Run,
+    stage: Stage,
+    h: &StageHooks,
+    source: &dyn BatchSource,
+    limit: Option<usize>,
+    dataloader_idx: Option<usize>,
+    store: &mut MetricStore,
+) -> Result<Vec<Tensor>> {
+    let epoch = run.state.epoch;
+    let d = dataloader_idx.unwrap_or(0);
+    let mut outputs = Vec::new();
+    for (i, batch) in source.batches(epoch as u64)?.enumerate() {
+        if limit.is_some_and(|n| i >= n) {
+            break;
+        }
+        let what = match dataloader_idx {
+            Some(d) => format!("loading {} batch {i} of loader {d}", stage.name()),
+            None => format!("loading {} batch {i}", stage.name()),
+        };
+        let batch = run.strategy.batch_to_device(batch.ctx(what)?)?;
+        let data = || HookData { batch_idx: i as i64, dataloader_idx: d, batch: Some(&batch), ..Default::default() };
+        run.hook(h.batch_start, data())?;
+        // Inside fit, through the DDP wrapper as Lightning's validation.
+        run.strategy.eval_forward()?;
+        let autocast = run.strategy.forward_context()?;
+        let (module, global_step) = (&mut *run.module, run.state.global_step);
+        let at = |name: &str| match dataloader_idx {
+            Some(d) => format!("{name} (epoch {epoch}, global step {global_step}, batch {i}, dataloader_idx {d})"),
+            None => format!("{name} (epoch {epoch}, global step {global_step}, batch {i})"),
+        };
+        store.begin_split();
+        let outs = run.strategy.split(&batch, &mut |chunk| {
+            let mut ctx = StepContext {
+                stage,
+                epoch,
+                global_step,
+                batch_idx: i as i64,
+                batch_size: batch_size_of(chunk),
+                dataloader_idx,
+                metrics: &mut *store,
+                manual: None,
+            };
+            match stage {
+                Stage::Test => module.test_step(&mut ctx, chunk).map(|_| None).map_err(|e| e.context(at("test_step"))),
+                Stage::Predict => module.predict_step(&mut ctx, chunk).map_err(|e| e.context(at("predict_step"))),
+                _ => {
+                    module.validation_step(&mut ctx, chunk).map(|_| None).map_err(|e| e.context(at("validation_step")))
+                }
+            }
+        });
+        store.end_split();
+        drop(autocast);
+        let out = run.strategy.gather_output(outs?)?;
+        run.hook(h.batch_end, HookData { output: out.as_ref(), ..data() })?;
+        if let Some(o) = out {
+            outputs.push(o);
+        }
+    }
+    Ok(outputs)
 }

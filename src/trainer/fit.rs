@@ -81,6 +81,7 @@ fn automatic_step(
             global_step: step_now,
             batch_idx: i as i64,
             batch_size: batch_size_of(chunk),
+            dataloader_idx: None,
             metrics: &mut *store,
             manual: None,
         };
@@ -148,6 +149,7 @@ fn manual_training_step(
         global_step,
         batch_idx,
         batch_size: batch_size_of(batch),
+        dataloader_idx: None,
         metrics: &mut *store,
         manual: Some(&mut manual),
     };
@@ -302,6 +304,20 @@ impl Trainer {
         val: Option<&dyn BatchSource>,
         ckpt_path: Option<&str>,
     ) -> Result<()> {
+        let vals: Vec<&dyn BatchSource> = val.into_iter().collect();
+        self.fit_loaders(module, train, &vals, ckpt_path)
+    }
+
+    /// [`Trainer::fit`] validating on each of `vals` in turn (none: no
+    /// validation); with several, the steps get their `dataloader_idx` and
+    /// logged names end in `/dataloader_idx_N`, as in Lightning.
+    pub fn fit_loaders(
+        &mut self,
+        module: &mut dyn LightningModule,
+        train: &dyn BatchSource,
+        vals: &[&dyn BatchSource],
+        ckpt_path: Option<&str>,
+    ) -> Result<()> {
         let resume = match ckpt_path {
             Some(p) => Some(self.resolve_ckpt_path(p)?),
             None => None,
@@ -310,22 +326,18 @@ impl Trainer {
         let global_zero = strategy.is_global_zero();
         let train_shard = strategy.shard(train);
         let train = train_shard.get();
-        let val_shard = val.map(|v| strategy.shard(v));
-        let val = val_shard.as_ref().map(|v| v.get());
+        let val_shards: Vec<_> = vals.iter().map(|v| strategy.shard(*v)).collect();
+        let vals: Vec<&dyn BatchSource> = val_shards.iter().map(|v| v.get()).collect();
         self.begin_state();
         self.state.global_rank = strategy.global_rank();
         self.state.ckpt_path = resume.clone();
         self.state.world_size = strategy.world_size();
         self.defaults = self.default_callbacks(true, global_zero)?;
         let mut file_loggers = self.file_loggers(global_zero)?;
-        let validating = val.is_some()
-            && module.has_validation_step()
-            && !self.opts.effective_limit(self.opts.limit_val_batches).is_zero();
-        self.state.num_val_batches = if validating {
-            self.opts.effective_limit(self.opts.limit_val_batches).apply(val.and_then(|v| v.num_batches())).unwrap_or(1)
-        } else {
-            0
-        };
+        let val_limit = self.opts.effective_limit(self.opts.limit_val_batches);
+        let validating = !vals.is_empty() && module.has_validation_step() && !val_limit.is_zero();
+        self.state.num_val_batches =
+            if validating { vals.iter().map(|v| val_limit.apply(v.num_batches()).unwrap_or(1)).sum() } else { 0 };
         self.state.num_train_batches =
             self.opts.effective_limit(self.opts.limit_train_batches).apply(train.num_batches());
         let opts = self.opts.clone();
@@ -354,7 +366,7 @@ impl Trainer {
             epoch_finished: false,
             strategy,
         };
-        let result = fit_run(&mut run, &opts, train, if validating { val } else { None }, resume.as_deref())
+        let result = fit_run(&mut run, &opts, train, if validating { &vals } else { &[] }, resume.as_deref())
             .map_err(|e| run.strategy.fail(e));
         match &result {
             Ok(()) => {
@@ -418,10 +430,10 @@ fn fit_run(
     run: &mut Run,
     opts: &super::TrainerOptions,
     train: &dyn BatchSource,
-    val: Option<&dyn BatchSource>,
+    vals: &[&dyn BatchSource],
     resume: Option<&std::path::Path>,
 ) -> Result<()> {
-    check_val_interval(opts, run.state.num_train_batches, val.is_some())?;
+    check_val_interval(opts, run.state.num_train_batches, !vals.is_empty())?;
     if !run.module.automatic_optimization() {
         check_manual(opts, run)?;
     }
@@ -455,14 +467,14 @@ fn fit_run(
         }
     }
     run.simple(Hook::FitStart)?;
-    if let Some(v) = val {
+    if !vals.is_empty() {
         let sanity = if opts.fast_dev_run > 0 { 0 } else { opts.num_sanity_val_steps };
         if sanity != 0 {
             run.state.sanity_checking = true;
             run.simple(Hook::SanityCheckStart)?;
             let limit = if sanity < 0 { None } else { Some(sanity as usize) };
             let saved = run.state.callback_metrics.clone();
-            run_validation(run, opts, v, limit)?;
+            run_validation(run, opts, vals, limit)?;
             run.state.callback_metrics = saved;
             run.state.progress_metrics.clear();
             run.simple(Hook::SanityCheckEnd)?;
@@ -479,7 +491,7 @@ fn fit_run(
     let mut total_batches: u64 = 0;
     while max_epochs.is_none_or(|m| epoch < m) && (max_steps < 0 || run.state.global_step < max_steps) {
         run.state.epoch = epoch;
-        let stop = train_epoch(run, opts, train, val, skip_batches, &mut total_batches)?;
+        let stop = train_epoch(run, opts, train, vals, skip_batches, &mut total_batches)?;
         skip_batches = 0;
         epoch += 1;
         let mins_done = epoch >= min_epochs && run.state.global_step >= min_steps;
@@ -502,7 +514,7 @@ fn train_epoch(
     run: &mut Run,
     opts: &super::TrainerOptions,
     train: &dyn BatchSource,
-    val: Option<&dyn BatchSource>,
+    vals: &[&dyn BatchSource],
     skip: usize,
     total_batches: &mut u64,
 ) -> Result<bool> {
@@ -514,7 +526,7 @@ fn train_epoch(
         ValCheckInterval::Fraction(f) => limit.map(|n| ((n as f64 * f) as usize).max(1)),
         ValCheckInterval::Batches(b) => Some(b),
     };
-    let val_this_epoch = val.is_some() && opts.check_val_every_n_epoch.is_none_or(|n| (epoch + 1) % n == 0);
+    let val_this_epoch = !vals.is_empty() && opts.check_val_every_n_epoch.is_none_or(|n| (epoch + 1) % n == 0);
     let mut store = MetricStore::default();
     let (mut loss_sum, mut loss_count) = (0.0, 0usize);
     let manual = !run.module.automatic_optimization();
@@ -616,10 +628,8 @@ fn train_epoch(
             let due = val_every.map_or(is_last, |n| counter % n == 0)
                 || (is_last && opts.val_check_interval == ValCheckInterval::Fraction(1.0));
             if due {
-                if let Some(v) = val {
-                    run_validation(run, opts, v, None)?;
-                    set_mode(run.module, true)?;
-                }
+                run_validation(run, opts, vals, None)?;
+                set_mode(run.module, true)?;
                 run.state.should_stop = run.strategy.any(run.state.should_stop)?;
             }
         }
@@ -675,19 +685,22 @@ fn train_epoch(
 }
 
 /// One validation run inside fit (or the sanity check, limited to
-/// `sanity_limit` batches and logging nothing), on the one evaluation loop.
+/// `sanity_limit` batches of each loader and logging nothing), on the one
+/// evaluation loop.
 pub(super) fn run_validation(
     run: &mut Run,
     opts: &super::TrainerOptions,
-    val: &dyn BatchSource,
+    vals: &[&dyn BatchSource],
     sanity_limit: Option<usize>,
 ) -> Result<()> {
-    let limit = opts.effective_limit(opts.limit_val_batches).apply(val.num_batches());
-    let limit = match (limit, sanity_limit) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, None) => a,
-        (None, b) => b,
-    };
+    let limits: Vec<Option<usize>> = vals
+        .iter()
+        .map(|v| match (opts.effective_limit(opts.limit_val_batches).apply(v.num_batches()), sanity_limit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, None) => a,
+            (None, b) => b,
+        })
+        .collect();
     let log_step = (!run.state.sanity_checking).then(|| run.state.batches_stepped.max(1) - 1);
-    super::eval_loop::evaluate(run, Stage::Validate, val, limit, log_step).map(|_| ())
+    super::eval_loop::evaluate(run, Stage::Validate, vals, &limits, log_step).map(|_| ())
 }

@@ -244,6 +244,9 @@ pub struct HookContext<'a> {
     pub state: &'a mut TrainerState,
     /// Index of the batch within its epoch, for batch hooks.
     pub batch_idx: i64,
+    /// The evaluation loader of the batch (Lightning's `dataloader_idx`;
+    /// 0 with one loader, in training and outside batch hooks).
+    pub dataloader_idx: usize,
     /// The batch, for batch hooks.
     pub batch: Option<&'a [Tensor]>,
     /// The loss (training batch end, before / after backward) or the
@@ -258,7 +261,17 @@ pub struct HookContext<'a> {
 impl<'a> HookContext<'a> {
     /// A context with no batch data.
     pub fn new(hook: Hook, stage: &'static str, state: &'a mut TrainerState) -> Self {
-        HookContext { hook, stage, state, batch_idx: -1, batch: None, output: None, checkpoint: None, exception: None }
+        HookContext {
+            hook,
+            stage,
+            state,
+            batch_idx: -1,
+            dataloader_idx: 0,
+            batch: None,
+            output: None,
+            checkpoint: None,
+            exception: None,
+        }
     }
 
     /// Logs an epoch-level metric from on_train_epoch_end,

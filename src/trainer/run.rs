@@ -12,6 +12,7 @@ use tch::Tensor;
 #[derive(Default)]
 pub(crate) struct HookData<'a> {
     pub batch_idx: i64,
+    pub dataloader_idx: usize,
     pub batch: Option<&'a [Tensor]>,
     pub output: Option<&'a Tensor>,
     pub exception: Option<&'a Error>,
@@ -61,6 +62,7 @@ impl Run<'_> {
             stage: self.stage,
             state: self.state,
             batch_idx: data.batch_idx,
+            dataloader_idx: data.dataloader_idx,
             batch: data.batch,
             output: data.output,
             checkpoint: None,

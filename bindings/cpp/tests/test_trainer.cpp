@@ -114,6 +114,38 @@ TEST_F(TrainerTest, FitValidateTestPredictFromLambdas) {
     EXPECT_NEAR(pred->sum().item(), 64.0, 1e-3);
 }
 
+TEST_F(TrainerTest, SeveralEvaluationLoaders) {
+    Dataset train_ds = fulmen_test::blobs(64, 1);
+    Dataset a_ds = fulmen_test::blobs(48, 2);
+    Dataset b_ds = fulmen_test::blobs(16, 3);
+    Loader train(train_ds, 16), a(a_ds, 16), b(b_ds, 16);
+    Model model = fulmen_test::mlp();
+    std::vector<int> steps(2, 0);
+    LightningModule module = full_module(model)
+                                 .validation_step([&](StepContext& ctx, const Batch& batch) {
+                                     steps.at(ctx.dataloader_idx())++;
+                                     ctx.log("val_loss", batch_loss(model, batch).item());
+                                 })
+                                 .build();
+    Trainer trainer(fulmen_test::quiet_options(1).set("num_sanity_val_steps", 0));
+    trainer.fit(module, train, {&a, &b});
+    EXPECT_EQ(steps, (std::vector<int>{3, 1}));
+    double on_a = trainer.callback_metric("val_loss/dataloader_idx_0");
+    double on_b = trainer.callback_metric("val_loss/dataloader_idx_1");
+    trainer.validate(module, b);
+    EXPECT_DOUBLE_EQ(trainer.callback_metric("val_loss"), on_b);
+    trainer.validate(module, {&b, &a});
+    EXPECT_DOUBLE_EQ(trainer.callback_metric("val_loss/dataloader_idx_1"), on_a);
+    trainer.test(module, {&a, &b});
+    EXPECT_GE(trainer.callback_metric("test_acc/dataloader_idx_1"), 0.0);
+    std::vector<std::optional<Tensor>> preds = trainer.predict(module, {&a, &b});
+    ASSERT_EQ(preds.size(), 2u);
+    EXPECT_EQ(preds[0]->shape(), (fulmen::Shape{48, 2}));
+    EXPECT_EQ(preds[1]->shape(), (fulmen::Shape{16, 2}));
+    EXPECT_THROW(trainer.validate(module, std::vector<const Loader*>{}), fulmen::Error);
+    EXPECT_THROW(trainer.test(module, {&a, nullptr}), fulmen::Error);
+}
+
 TEST_F(TrainerTest, StepContextCountersAndStages) {
     Model model = fulmen_test::mlp();
     Dataset ds = fulmen_test::blobs(32, 3);

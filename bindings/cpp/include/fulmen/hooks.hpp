@@ -81,6 +81,9 @@ public:
     int64_t global_step() const { return query<int64_t>(fulmen_hook_context_global_step); }
     /// The batch index for batch hooks, -1 for the others.
     int64_t batch_idx() const { return query<int64_t>(fulmen_hook_context_batch_idx); }
+    /// The evaluation loader of the batch in a validation / test / predict
+    /// batch hook (0 elsewhere).
+    size_t dataloader_idx() const { return query<size_t>(fulmen_hook_context_dataloader_idx); }
 
     /// The latest value of a logged metric; throws Error
     /// (FULMEN_CODE_INVALID_STATE, naming the logged ones) when missing.

@@ -102,6 +102,9 @@ public:
     int64_t global_step() const { return query<int64_t>(fulmen_step_context_global_step); }
     /// The batch index within the epoch (0-based).
     int64_t batch_idx() const { return query<int64_t>(fulmen_step_context_batch_idx); }
+    /// The evaluation loader of the batch when a run has several (0 with
+    /// one, and in training); logged names then end in /dataloader_idx_N.
+    size_t dataloader_idx() const { return query<size_t>(fulmen_step_context_dataloader_idx); }
 
     // ---- manual optimization (LightningModule::set_automatic_optimization(false)) ----
 
@@ -524,6 +527,50 @@ public:
         return Tensor::adopt(out);
     }
 
+    // ---- several evaluation loaders, run in turn (dataloader_idx) ------
+
+    /// Trains on `train`, validating on each of `vals` in turn (may be
+    /// empty); with several, logged names end in /dataloader_idx_N.
+    void fit(LightningModule& module, const Loader& train, const std::vector<const Loader*>& vals,
+             const CkptPath& ckpt_path = std::nullopt) {
+        std::vector<const fulmen_loader*> h = loader_handles(vals);
+        run([&] {
+            return fulmen_trainer_fit_loaders(get(), module.get(), train.get(), h.data(), h.size(), c_path(ckpt_path));
+        });
+    }
+    /// Validates on each of `loaders` in turn.
+    void validate(LightningModule& module, const std::vector<const Loader*>& loaders,
+                  const CkptPath& ckpt_path = std::nullopt) {
+        std::vector<const fulmen_loader*> h = loader_handles(loaders);
+        run([&] { return fulmen_trainer_validate_loaders(get(), module.get(), h.data(), h.size(), c_path(ckpt_path)); });
+    }
+    /// Tests on each of `loaders` in turn.
+    void test(LightningModule& module, const std::vector<const Loader*>& loaders,
+              const CkptPath& ckpt_path = std::nullopt) {
+        std::vector<const fulmen_loader*> h = loader_handles(loaders);
+        run([&] { return fulmen_trainer_test_loaders(get(), module.get(), h.data(), h.size(), c_path(ckpt_path)); });
+    }
+    /// Predicts on each of `loaders` in turn: one output per loader
+    /// (nullopt where no step produced one).
+    std::vector<std::optional<Tensor>> predict(LightningModule& module, const std::vector<const Loader*>& loaders,
+                                               const CkptPath& ckpt_path = std::nullopt) {
+        std::vector<const fulmen_loader*> h = loader_handles(loaders);
+        std::vector<fulmen_tensor*> outs(h.size(), nullptr);
+        run([&] {
+            return fulmen_trainer_predict_loaders(get(), module.get(), h.data(), h.size(), c_path(ckpt_path),
+                                                  outs.data());
+        });
+        std::vector<std::optional<Tensor>> result;
+        for (fulmen_tensor* o : outs) {
+            if (o == nullptr) {
+                result.emplace_back(std::nullopt);
+            } else {
+                result.emplace_back(Tensor::adopt(o));
+            }
+        }
+        return result;
+    }
+
     // ---- callbacks and loggers (owned by the trainer once added) ------
 
     /// Adds a callback named `name` (which keys its state in checkpoints);
@@ -613,6 +660,14 @@ private:
     explicit Trainer(fulmen_trainer* owned) noexcept : Handle(owned) {}
 
     static const char* c_path(const std::optional<std::string>& p) noexcept { return p ? p->c_str() : nullptr; }
+
+    /// The C handles of `loaders` (a nullptr stays NULL: the call refuses it).
+    static std::vector<const fulmen_loader*> loader_handles(const std::vector<const Loader*>& loaders) {
+        std::vector<const fulmen_loader*> h;
+        h.reserve(loaders.size());
+        for (const Loader* l : loaders) h.push_back(l != nullptr ? l->get() : nullptr);
+        return h;
+    }
 
     static fulmen_trainer* create(const fulmen_trainer_options* options) {
         return detail::make<fulmen_trainer>([&](fulmen_trainer** o) { return fulmen_trainer_new(options, o); });

@@ -1,0 +1,119 @@
+package fulmen
+
+/*
+#include <fulmen.h>
+*/
+import "C"
+
+import (
+	"context"
+	"runtime"
+)
+
+// loaderHandles lists the C handles of loaders (a nil or closed one stays
+// NULL, which the library refuses). Go memory holding C pointers only may
+// be passed to C.
+func loaderHandles(loaders []*Loader) ([]*C.fulmen_loader, **C.fulmen_loader) {
+	if len(loaders) == 0 {
+		return nil, nil
+	}
+	list := make([]*C.fulmen_loader, len(loaders))
+	for i, l := range loaders {
+		list[i] = l.ptr()
+	}
+	return list, &list[0]
+}
+
+// FitLoaders is Fit validating on each of vals in turn (none: no
+// validation). With several, the steps see their DataloaderIdx and logged
+// names end in "/dataloader_idx_N", as in Lightning
+// (fulmen_trainer_fit_loaders).
+func (t *Trainer) FitLoaders(ctx context.Context, module *LightningModule, train *Loader, vals []*Loader, opts ...RunOption) error {
+	ckpt := ckptArg(opts)
+	defer freeCString(ckpt)
+	list, first := loaderHandles(vals)
+	err := withCallbacks(ctx, func() *C.fulmen_error {
+		return C.fulmen_trainer_fit_loaders(t.ptr(), module.ptr(), train.ptr(), first, C.size_t(len(list)), ckpt)
+	})
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(module)
+	runtime.KeepAlive(train)
+	runtime.KeepAlive(vals)
+	runtime.KeepAlive(list)
+	return err
+}
+
+// ValidateLoaders is Validate over each of loaders in turn.
+func (t *Trainer) ValidateLoaders(ctx context.Context, module *LightningModule, loaders []*Loader, opts ...RunOption) error {
+	ckpt := ckptArg(opts)
+	defer freeCString(ckpt)
+	list, first := loaderHandles(loaders)
+	err := withCallbacks(ctx, func() *C.fulmen_error {
+		return C.fulmen_trainer_validate_loaders(t.ptr(), module.ptr(), first, C.size_t(len(list)), ckpt)
+	})
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(module)
+	runtime.KeepAlive(loaders)
+	runtime.KeepAlive(list)
+	return err
+}
+
+// TestLoaders is Test over each of loaders in turn.
+func (t *Trainer) TestLoaders(ctx context.Context, module *LightningModule, loaders []*Loader, opts ...RunOption) error {
+	ckpt := ckptArg(opts)
+	defer freeCString(ckpt)
+	list, first := loaderHandles(loaders)
+	err := withCallbacks(ctx, func() *C.fulmen_error {
+		return C.fulmen_trainer_test_loaders(t.ptr(), module.ptr(), first, C.size_t(len(list)), ckpt)
+	})
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(module)
+	runtime.KeepAlive(loaders)
+	runtime.KeepAlive(list)
+	return err
+}
+
+// PredictLoaders is Predict over each of loaders in turn: one output per
+// loader (nil where no step produced one).
+func (t *Trainer) PredictLoaders(ctx context.Context, module *LightningModule, loaders []*Loader, opts ...RunOption) ([]*Tensor, error) {
+	ckpt := ckptArg(opts)
+	defer freeCString(ckpt)
+	list, first := loaderHandles(loaders)
+	// The library writes C pointers (only) into this Go slice.
+	outs := make([]*C.fulmen_tensor, len(list))
+	var outp **C.fulmen_tensor
+	if len(outs) > 0 {
+		outp = &outs[0]
+	}
+	err := withCallbacks(ctx, func() *C.fulmen_error {
+		return C.fulmen_trainer_predict_loaders(t.ptr(), module.ptr(), first, C.size_t(len(list)), ckpt, outp)
+	})
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(module)
+	runtime.KeepAlive(loaders)
+	runtime.KeepAlive(list)
+	if err != nil {
+		return nil, err
+	}
+	result := make([]*Tensor, len(outs))
+	for i, o := range outs {
+		result[i] = newTensor(o)
+	}
+	return result, nil
+}
+
+// DataloaderIdx is the evaluation loader of the running step when a run
+// has several (0 with one, and in training).
+func (c *StepContext) DataloaderIdx() (int, error) {
+	var v C.size_t
+	err := check(C.fulmen_step_context_dataloader_idx(c.ptr(), &v))
+	return int(v), err
+}
+
+// DataloaderIdx is the evaluation loader of the batch in a validation,
+// test or predict batch hook (0 elsewhere).
+func (c *HookContext) DataloaderIdx() (int, error) {
+	var v C.size_t
+	err := check(C.fulmen_hook_context_dataloader_idx(c.ptr(), &v))
+	return int(v), err
+}

@@ -1,0 +1,79 @@
+package fulmen_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	fulmen "github.com/fulmen-ml/fulmen/bindings/go"
+)
+
+// Several evaluation loaders run in turn; each gets its dataloader_idx
+// and its own "/dataloader_idx_N" metrics, equal to a run on it alone.
+func TestSeveralLoaders(t *testing.T) {
+	noLeaks(t)
+	train := blobDataset(t, 64, 1)
+	defer train.Close()
+	a := blobDataset(t, 48, 2)
+	defer a.Close()
+	b := blobDataset(t, 16, 3)
+	defer b.Close()
+	tl := must(fulmen.NewLoader(train, fulmen.LoaderOptions{BatchSize: 16}))
+	defer tl.Close()
+	al := must(fulmen.NewLoader(a, fulmen.LoaderOptions{BatchSize: 16}))
+	defer al.Close()
+	bl := must(fulmen.NewLoader(b, fulmen.LoaderOptions{BatchSize: 16}))
+	defer bl.Close()
+	model := mlp(t)
+	defer model.Close()
+	steps := map[int]int{}
+	m := must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
+			_, loss, err := lossOf(model, bt)
+			return loss, err
+		},
+		ValidationStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) error {
+			steps[must(ctx.DataloaderIdx())]++
+			_, loss, err := lossOf(model, bt)
+			if err != nil {
+				return err
+			}
+			return ctx.Log("val_loss", must(loss.Item()), 0, 0)
+		},
+		PredictStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
+			return model.Forward(must(bt.Get(0)))
+		},
+		ConfigureOptimizers: sgd(model, 0.1),
+	}))
+	defer m.Close()
+	tr := quietTrainer(t, 1, "num_sanity_val_steps", "0")
+	defer tr.Close()
+	bg := context.Background()
+	ok(t, tr.FitLoaders(bg, m, tl, []*fulmen.Loader{al, bl}))
+	if steps[0] != 3 || steps[1] != 1 {
+		t.Fatalf("validation steps per loader %v", steps)
+	}
+	onB := must(tr.CallbackMetric("val_loss/dataloader_idx_1"))
+	ok(t, tr.Validate(bg, m, bl))
+	if v := must(tr.CallbackMetric("val_loss")); v != onB {
+		t.Fatalf("loader 1 alone %v, in the list %v", v, onB)
+	}
+	ok(t, tr.ValidateLoaders(bg, m, []*fulmen.Loader{bl, bl}))
+	if must(tr.CallbackMetric("val_loss/dataloader_idx_0")) != onB {
+		t.Fatal("the same loader twice gave another value")
+	}
+	preds := must(tr.PredictLoaders(bg, m, []*fulmen.Loader{al, bl}))
+	if len(preds) != 2 || must(preds[0].Shape())[0] != 48 || must(preds[1].Shape())[0] != 16 {
+		t.Fatalf("predictions %v", preds)
+	}
+	for _, p := range preds {
+		ok(t, p.Close())
+	}
+	if err := tr.TestLoaders(bg, m, nil); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("no loader: %v", err)
+	}
+	if err := tr.ValidateLoaders(bg, m, []*fulmen.Loader{al, nil}); !errors.Is(err, fulmen.ErrNullArgument) {
+		t.Fatalf("a nil loader: %v", err)
+	}
+	ok(t, tr.FitLoaders(bg, m, tl, nil))
+}
