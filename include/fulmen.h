@@ -124,6 +124,11 @@
 #define MAX_DEVICES (1 << 16)
 
 /**
+ * The most entries a schedule takes.
+ */
+#define MAX_SCHEDULE 1024
+
+/**
  * The largest epoch, step or batch count a checkpoint may hold (2^53:
  * every count stays exact as the f64 loggers write).
  */
@@ -148,6 +153,8 @@
  * torch's default bucket cap (`bucket_cap_mb=None`): 25 MiB.
  */
 #define DEFAULT_BUCKET_CAP_MB 25.0
+
+
 
 /**
  * Log flag: record the value of every step.
@@ -2401,6 +2408,38 @@ struct fulmen_error *fulmen_trainer_add_timer(struct fulmen_trainer *trainer,
 struct fulmen_error *fulmen_trainer_add_callback(struct fulmen_trainer *trainer,
                                                  const char *name,
                                                  const struct fulmen_callback_vtable *vtable);
+
+/**
+ * Adds a GradientAccumulationScheduler (Lightning's): from epoch
+ * `epochs[i]` on, gradients of `factors[i]` batches add up before each
+ * optimizer step (the loss divided by it, as `accumulate_grad_batches`).
+ * Epoch 0 accumulates 1 unless listed. `n` is 1 to
+ * FULMEN_ACCUMULATION_SCHEDULE_MAX; the arrays are copied.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_ARGUMENT (an empty
+ * or too long schedule, a negative or repeated epoch, a factor below 1).
+ * The fit refuses it with FULMEN_CODE_INVALID_ARGUMENT when the trainer's
+ * `accumulate_grad_batches` is not 1, or the module optimizes manually.
+ */
+struct fulmen_error *fulmen_trainer_add_gradient_accumulation_scheduler(struct fulmen_trainer *trainer,
+                                                                        const int64_t *epochs,
+                                                                        const int64_t *factors,
+                                                                        size_t n);
+
+/**
+ * Adds an OnExceptionCheckpoint (Lightning's): when a fit fails (an error
+ * from a step, hook, callback or data source, SIGINT / SIGTERM), rank 0
+ * saves a full checkpoint to `<dirpath>/<filename>.ckpt` (filename NULL:
+ * "on_exception"), replacing an earlier one, so `ckpt_path` can resume
+ * the run. The fit still returns its error.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`dirpath` NULL),
+ * FULMEN_CODE_INVALID_ARGUMENT (`dirpath` empty, `filename` empty or
+ * holding a '/', strings not UTF-8).
+ */
+struct fulmen_error *fulmen_trainer_add_on_exception_checkpoint(struct fulmen_trainer *trainer,
+                                                                const char *dirpath,
+                                                                const char *filename);
 
 /**
  * Logs a metric, as Lightning's `self.log(name, value, ...)`. `flags`

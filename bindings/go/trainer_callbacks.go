@@ -9,6 +9,7 @@ import "C"
 import (
 	"runtime"
 	"runtime/cgo"
+	"unsafe"
 )
 
 // AddCallback adds a Go callback named name (non-empty) to the trainer:
@@ -268,4 +269,36 @@ func (t *Trainer) BestModelScore() (float64, error) {
 	err := check(C.fulmen_trainer_best_model_score(t.ptr(), &v))
 	runtime.KeepAlive(t)
 	return float64(v), err
+}
+
+// AddGradientAccumulationScheduler adds a GradientAccumulationScheduler:
+// from each epoch of scheduling on, that many batches add up before an
+// optimizer step (epoch 0 accumulates 1 unless listed).
+func (t *Trainer) AddGradientAccumulationScheduler(scheduling map[int64]int64) error {
+	epochs := make([]int64, 0, len(scheduling))
+	factors := make([]int64, 0, len(scheduling))
+	for e, f := range scheduling {
+		epochs = append(epochs, e)
+		factors = append(factors, f)
+	}
+	var ep, fp *C.int64_t
+	if len(epochs) > 0 {
+		ep, fp = (*C.int64_t)(unsafe.Pointer(&epochs[0])), (*C.int64_t)(unsafe.Pointer(&factors[0]))
+	}
+	err := check(C.fulmen_trainer_add_gradient_accumulation_scheduler(t.ptr(), ep, fp, C.size_t(len(epochs))))
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(epochs)
+	runtime.KeepAlive(factors)
+	return err
+}
+
+// AddOnExceptionCheckpoint adds an OnExceptionCheckpoint: a failed fit
+// saves dirpath/filename.ckpt (filename "": "on_exception") to resume from.
+func (t *Trainer) AddOnExceptionCheckpoint(dirpath, filename string) error {
+	d, f := cString(dirpath), optCString(filename)
+	defer freeCString(d)
+	defer freeCString(f)
+	err := check(C.fulmen_trainer_add_on_exception_checkpoint(t.ptr(), d, f))
+	runtime.KeepAlive(t)
+	return err
 }

@@ -3,6 +3,7 @@ package fulmen_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
 
 	fulmen "github.com/fulmen-ml/fulmen/bindings/go"
@@ -76,4 +77,51 @@ func TestSeveralLoaders(t *testing.T) {
 		t.Fatalf("a nil loader: %v", err)
 	}
 	ok(t, tr.FitLoaders(bg, m, tl, nil))
+}
+
+// A schedule changes the steps per epoch; a failed fit leaves
+// on_exception.ckpt, from which it resumes to the end.
+func TestAccumulationScheduleAndExceptionCheckpoint(t *testing.T) {
+	noLeaks(t)
+	train := blobDataset(t, 64, 1)
+	defer train.Close()
+	tl := must(fulmen.NewLoader(train, fulmen.LoaderOptions{BatchSize: 8}))
+	defer tl.Close()
+	model := mlp(t)
+	defer model.Close()
+	fail := true
+	boom := errors.New("stop")
+	m := must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
+			if fail && must(ctx.GlobalStep()) == 5 {
+				return nil, boom
+			}
+			_, loss, err := lossOf(model, bt)
+			return loss, err
+		},
+		ConfigureOptimizers: sgd(model, 0.1),
+	}))
+	defer m.Close()
+	dir := t.TempDir()
+	tr := quietTrainer(t, 2)
+	defer tr.Close()
+	ok(t, tr.AddGradientAccumulationScheduler(map[int64]int64{0: 2, 1: 4}))
+	ok(t, tr.AddOnExceptionCheckpoint(dir, ""))
+	if err := tr.Fit(context.Background(), m, tl, nil); !errors.Is(err, boom) {
+		t.Fatalf("fit: %v", err)
+	}
+	fail = false
+	resumed := quietTrainer(t, 2)
+	defer resumed.Close()
+	ok(t, resumed.AddGradientAccumulationScheduler(map[int64]int64{0: 2, 1: 4}))
+	ok(t, resumed.Fit(context.Background(), m, tl, nil, fulmen.CkptPath(filepath.Join(dir, "on_exception.ckpt"))))
+	if s := must(resumed.GlobalStep()); s != 6 {
+		t.Fatalf("global step %d after the resume, want 6", s)
+	}
+	if err := resumed.AddGradientAccumulationScheduler(map[int64]int64{2: 0}); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("factor 0: %v", err)
+	}
+	if err := resumed.AddOnExceptionCheckpoint(dir, "a/b"); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("a filename with a slash: %v", err)
+	}
 }

@@ -1,18 +1,23 @@
 //! Built-in callbacks, as Lightning's: ModelCheckpoint, EarlyStopping,
-//! LearningRateMonitor, Timer, ModelSummary and the progress bar.
+//! LearningRateMonitor, Timer, ModelSummary, GradientAccumulationScheduler,
+//! OnExceptionCheckpoint and the progress bar.
 pub mod early_stopping;
 pub mod filename;
+pub mod grad_accumulation;
 pub mod lr_monitor;
 pub mod model_checkpoint;
 pub mod model_summary;
 pub mod monitor;
+pub mod on_exception;
 pub mod progress_bar;
 pub mod timer;
 
 pub use early_stopping::{EarlyStopping, EarlyStoppingOptions};
+pub use grad_accumulation::GradientAccumulationScheduler;
 pub use lr_monitor::LearningRateMonitor;
 pub use model_checkpoint::{ModelCheckpoint, ModelCheckpointOptions};
 pub use model_summary::ModelSummary;
 pub use monitor::Mode;
+pub use on_exception::OnExceptionCheckpoint;
 pub use progress_bar::ProgressBar;
 pub use timer::Timer;

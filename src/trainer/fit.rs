@@ -68,7 +68,7 @@ fn automatic_step(
     stepped: bool,
     at: &dyn Fn() -> String,
 ) -> Result<(Tensor, f64)> {
-    let acc = opts.accumulate_grad_batches.max(1);
+    let acc = run.state.accumulate_grad_batches.max(1);
     let (epoch, step_now) = (run.state.epoch, run.state.global_step);
     run.strategy.pre_forward(stepped)?;
     let autocast = run.strategy.forward_context()?;
@@ -288,6 +288,7 @@ impl Trainer {
             val_once_per_epoch: o.val_check_interval == ValCheckInterval::Fraction(1.0),
             fast_dev_run: o.fast_dev_run > 0,
             log_every_n_steps: o.log_every_n_steps,
+            accumulate_grad_batches: o.accumulate_grad_batches,
             max_epochs: o.epoch_limit(),
             world_size: 1,
             ..Default::default()
@@ -521,7 +522,6 @@ fn train_epoch(
     let epoch = run.state.epoch;
     let limit = opts.effective_limit(opts.limit_train_batches).apply(train.num_batches());
     let overfit = !opts.overfit_batches.is_zero();
-    let acc = opts.accumulate_grad_batches.max(1) as usize;
     let val_every = match opts.val_check_interval {
         ValCheckInterval::Fraction(f) => limit.map(|n| ((n as f64 * f) as usize).max(1)),
         ValCheckInterval::Batches(b) => Some(b),
@@ -536,6 +536,18 @@ fn train_epoch(
     run.epoch_finished = false;
     run.state.running_loss = None;
     run.simple(Hook::TrainEpochStart)?;
+    // What the epoch-start hooks left (GradientAccumulationScheduler).
+    let acc = run.state.accumulate_grad_batches;
+    if acc < 1 {
+        return Err(Error::invalid(format!("accumulate_grad_batches must be >= 1, got {acc}")));
+    }
+    if manual && acc > 1 {
+        return Err(Error::invalid(
+            "gradient accumulation (accumulate_grad_batches > 1, or a GradientAccumulationScheduler) is not \
+             supported with manual optimization: accumulate in the training_step",
+        ));
+    }
+    let acc = acc as usize;
     let has_timer = run.callbacks.iter().any(|c| c.as_any().is_some_and(|a| a.is::<Timer>()));
     let mut batches = train.batches(if overfit { 0 } else { epoch as u64 })?.enumerate().skip(skip).peekable();
     let mut ran = 0usize;

@@ -182,6 +182,10 @@ pub struct TrainerState {
     pub save_requests: Vec<(PathBuf, bool)>,
     /// Files to remove after the requested saves (old top-k checkpoints).
     pub remove_requests: Vec<PathBuf>,
+    /// Lightning's `trainer.accumulate_grad_batches`: batches whose
+    /// gradients add up before the optimizers step, read at each epoch
+    /// start after its hooks (GradientAccumulationScheduler sets it).
+    pub accumulate_grad_batches: i64,
     /// Metrics a callback wants logged (LearningRateMonitor).
     pub log_requests: Vec<(String, f64)>,
     /// Validation runs every this many epochs (`None`: counted in batches).

@@ -83,7 +83,8 @@ impl Run<'_> {
                 cb.on_hook(&mut ctx).map_err(|e| e.context(format!("callback {} in {}", cb.name(), hook.name())))?;
             }
         }
-        self.process_requests()
+        // After a failure the ranks may not meet at a barrier.
+        self.process_requests(hook != Hook::Exception)
     }
 
     /// Records the metrics the hook just called logged: averaged over
@@ -122,8 +123,8 @@ impl Run<'_> {
     }
 
     /// Writes requested checkpoints, removes replaced ones, logs requested
-    /// metrics.
-    fn process_requests(&mut self) -> Result<()> {
+    /// metrics; with `barrier`, the other ranks wait for rank 0's writes.
+    fn process_requests(&mut self, barrier: bool) -> Result<()> {
         // Under DDP every rank makes the same requests; rank 0 writes and
         // removes files, the others wait for it (Lightning's
         // strategy.save_checkpoint and barrier).
@@ -135,7 +136,7 @@ impl Run<'_> {
                 self.save_checkpoint(path, *weights_only)?;
             }
         }
-        if !saves.is_empty() {
+        if barrier && !saves.is_empty() {
             self.strategy.barrier().ctx("waiting for rank 0 to write the checkpoint")?;
         }
         let resumed = self.state.ckpt_path.clone();

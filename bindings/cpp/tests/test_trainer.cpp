@@ -146,6 +146,30 @@ TEST_F(TrainerTest, SeveralEvaluationLoaders) {
     EXPECT_THROW(trainer.test(module, {&a, nullptr}), fulmen::Error);
 }
 
+TEST_F(TrainerTest, AccumulationScheduleAndExceptionCheckpoint) {
+    Dataset ds = fulmen_test::blobs(64, 1);
+    Loader train(ds, 8);  // 8 batches
+    Model model = fulmen_test::mlp();
+    bool fail = true;
+    LightningModule module = full_module(model)
+                                 .training_step([&](StepContext& ctx, const Batch& batch) {
+                                     if (fail && ctx.global_step() == 5) throw std::runtime_error("stop");
+                                     return batch_loss(model, batch);
+                                 })
+                                 .build();
+    std::filesystem::path dir = fulmen_test::scratch() / "on-exception";
+    Trainer trainer(fulmen_test::quiet_options(2).set("logger", false));
+    trainer.add_gradient_accumulation_scheduler({{0, 2}, {1, 4}}).add_on_exception_checkpoint(dir.string());
+    EXPECT_THROW(trainer.fit(module, train), std::runtime_error);  // epoch 0: 4 steps; epoch 1 stops in its 2nd
+    EXPECT_TRUE(std::filesystem::exists(dir / "on_exception.ckpt"));
+    fail = false;
+    Trainer resumed(fulmen_test::quiet_options(2).set("logger", false));
+    resumed.add_gradient_accumulation_scheduler({{0, 2}, {1, 4}});
+    resumed.fit(module, train, (dir / "on_exception.ckpt").string());
+    EXPECT_EQ(resumed.global_step(), 4 + 2);
+    EXPECT_THROW(resumed.add_gradient_accumulation_scheduler({{-1, 2}}), fulmen::Error);
+}
+
 TEST_F(TrainerTest, StepContextCountersAndStages) {
     Model model = fulmen_test::mlp();
     Dataset ds = fulmen_test::blobs(32, 3);

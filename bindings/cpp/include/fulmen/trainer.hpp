@@ -11,8 +11,8 @@
 
 #include <functional>
 #include <limits>
-#include <memory>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -604,6 +604,24 @@ public:
     Trainer& add_lr_monitor(const std::optional<std::string>& logging_interval = std::nullopt,
                             bool log_momentum = false, bool log_weight_decay = false) {
         check(fulmen_trainer_add_lr_monitor_with(get(), c_path(logging_interval), log_momentum, log_weight_decay));
+        return *this;
+    }
+    /// Adds a GradientAccumulationScheduler: from each epoch of
+    /// `scheduling` on, that many batches add up before an optimizer step.
+    Trainer& add_gradient_accumulation_scheduler(const std::map<int64_t, int64_t>& scheduling) {
+        std::vector<int64_t> epochs, factors;
+        for (const auto& [epoch, factor] : scheduling) {
+            epochs.push_back(epoch);
+            factors.push_back(factor);
+        }
+        check(fulmen_trainer_add_gradient_accumulation_scheduler(get(), epochs.data(), factors.data(), epochs.size()));
+        return *this;
+    }
+    /// Adds an OnExceptionCheckpoint: a failed fit saves
+    /// `<dirpath>/<filename>.ckpt` (filename nullopt: "on_exception").
+    Trainer& add_on_exception_checkpoint(const std::string& dirpath,
+                                         const std::optional<std::string>& filename = std::nullopt) {
+        check(fulmen_trainer_add_on_exception_checkpoint(get(), dirpath.c_str(), c_path(filename)));
         return *this;
     }
     /// Adds a Timer stopping training after `duration` (seconds, or
