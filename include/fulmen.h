@@ -6775,6 +6775,10 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  *   at this value; none = no clipping.
  * - `gradient_clip_algorithm` (text; default norm): "norm" (scale so the
  *   joint 2-norm is at most the value) or "value" (clamp each element).
+ * - `profiler` (text; default none): "simple": the wall time of every
+ *   hook, step, backward, optimizer step and batch fetch, reported at the
+ *   end of each run on stderr and by fulmen_trainer_profiler_report
+ *   (Lightning's SimpleProfiler).
  * - `deterministic` (bool; default false): ask libtorch for deterministic
  *   algorithms during the run (process-wide, restored after).
  * - `inference_mode` (bool; default true): evaluate without autograd.
@@ -6992,6 +6996,19 @@ struct fulmen_error *fulmen_trainer_log_dir(const struct fulmen_trainer *trainer
                                             char *buf,
                                             size_t capacity,
                                             size_t *len_out);
+
+/**
+ * Copies the simple profiler's report of the last run (trainer option
+ * `profiler` "simple": a table of the wall time of each hook and action)
+ * into `buf` as for `fulmen_model_state_dict_name`.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (no profiled run yet),
+ * FULMEN_CODE_OUT_OF_RANGE (buf too small).
+ */
+struct fulmen_error *fulmen_trainer_profiler_report(const struct fulmen_trainer *trainer,
+                                                    char *buf,
+                                                    size_t capacity,
+                                                    size_t *len_out);
 
 /**
  * Copies the best or last checkpoint path of the trainer's first

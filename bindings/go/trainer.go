@@ -285,3 +285,13 @@ func (t *Trainer) LogDir() (string, error) {
 	runtime.KeepAlive(t)
 	return s, err
 }
+
+// ProfilerReport is the simple profiler's report of the last run (option
+// "profiler" "simple"); ErrInvalidState without one.
+func (t *Trainer) ProfilerReport() (string, error) {
+	s, err := readString(func(b *C.char, c C.size_t, n *C.size_t) cErr {
+		return C.fulmen_trainer_profiler_report(t.ptr(), b, c, n)
+	})
+	runtime.KeepAlive(t)
+	return s, err
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	fulmen "github.com/fulmen-ml/fulmen/bindings/go"
@@ -117,6 +118,15 @@ func TestAccumulationScheduleAndExceptionCheckpoint(t *testing.T) {
 	ok(t, resumed.Fit(context.Background(), m, tl, nil, fulmen.CkptPath(filepath.Join(dir, "on_exception.ckpt"))))
 	if s := must(resumed.GlobalStep()); s != 6 {
 		t.Fatalf("global step %d after the resume, want 6", s)
+	}
+	if _, err := resumed.ProfilerReport(); !errors.Is(err, fulmen.ErrInvalidState) {
+		t.Fatalf("a report without profiling: %v", err)
+	}
+	profiled := quietTrainer(t, 1, "profiler", "simple")
+	defer profiled.Close()
+	ok(t, profiled.Fit(context.Background(), m, tl, nil))
+	if r := must(profiled.ProfilerReport()); !strings.Contains(r, "[Strategy].backward") {
+		t.Fatalf("report %q", r)
 	}
 	if err := resumed.AddGradientAccumulationScheduler(map[int64]int64{2: 0}); !errors.Is(err, fulmen.ErrInvalidArgument) {
 		t.Fatalf("factor 0: %v", err)

@@ -243,6 +243,14 @@ func (o *TrainerOptions) SetGradientClipAlgorithm(v string) error {
 	return o.Set("gradient_clip_algorithm", v)
 }
 
+// SetProfiler sets `profiler` (text; default none): "simple": the wall time
+// of every hook, step, backward, optimizer step and batch fetch, reported at
+// the end of each run on stderr and by fulmen_trainer_profiler_report
+// (Lightning's SimpleProfiler).
+func (o *TrainerOptions) SetProfiler(v string) error {
+	return o.Set("profiler", v)
+}
+
 // SetDeterministic sets `deterministic` (bool; default false): ask libtorch
 // for deterministic algorithms during the run (process-wide, restored after).
 func (o *TrainerOptions) SetDeterministic(v bool) error {

@@ -60,6 +60,7 @@ func TestEveryTrainerOptionSetter(t *testing.T) {
 		{"o.SetGradientClipVal(1)", o.SetGradientClipVal(1)},
 		{"o.Set(\"gradient_clip_val\", \"none\")", o.Set("gradient_clip_val", "none")},
 		{"o.SetGradientClipAlgorithm(\"norm\")", o.SetGradientClipAlgorithm("norm")},
+		{"o.SetProfiler(\"none\")", o.SetProfiler("none")},
 		{"o.SetDeterministic(false)", o.SetDeterministic(false)},
 		{"o.SetInferenceMode(true)", o.SetInferenceMode(true)},
 		{"o.SetDetectAnomaly(false)", o.SetDetectAnomaly(false)},

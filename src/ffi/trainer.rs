@@ -109,6 +109,10 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 ///   at this value; none = no clipping.
 /// - `gradient_clip_algorithm` (text; default norm): "norm" (scale so the
 ///   joint 2-norm is at most the value) or "value" (clamp each element).
+/// - `profiler` (text; default none): "simple": the wall time of every
+///   hook, step, backward, optimizer step and batch fetch, reported at the
+///   end of each run on stderr and by fulmen_trainer_profiler_report
+///   (Lightning's SimpleProfiler).
 /// - `deterministic` (bool; default false): ask libtorch for deterministic
 ///   algorithms during the run (process-wide, restored after).
 /// - `inference_mode` (bool; default true): evaluate without autograd.
@@ -444,6 +448,28 @@ pub unsafe extern "C" fn fulmen_trainer_log_dir(
         let t = handle::borrow(trainer, "trainer")?;
         let d = t.inner.log_dir().ok_or_else(|| Error::new(ErrorCode::InvalidState, "no logger has run"))?;
         copy_str(&d.to_string_lossy(), buf, capacity, len_out)
+    })
+}
+
+/// Copies the simple profiler's report of the last run (trainer option
+/// `profiler` "simple": a table of the wall time of each hook and action)
+/// into `buf` as for `fulmen_model_state_dict_name`.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (no profiled run yet),
+/// FULMEN_CODE_OUT_OF_RANGE (buf too small).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_profiler_report(
+    trainer: *const fulmen_trainer,
+    buf: *mut c_char,
+    capacity: usize,
+    len_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_trainer_profiler_report", || {
+        let t = handle::borrow(trainer, "trainer")?;
+        let r = t.inner.profiler_report().ok_or_else(|| {
+            Error::new(ErrorCode::InvalidState, "no profiled run: set the trainer option profiler to \"simple\"")
+        })?;
+        copy_str(r, buf, capacity, len_out)
     })
 }
 

@@ -109,7 +109,17 @@ fn run_source(
     let epoch = run.state.epoch;
     let d = dataloader_idx.unwrap_or(0);
     let mut outputs = Vec::new();
-    for (i, batch) in source.batches(epoch as u64)?.enumerate() {
+    // Lightning's action names.
+    let (next, step) = match stage {
+        Stage::Test => ("[_EvaluationLoop].test_next", "[Strategy].test_step"),
+        Stage::Predict => ("[_PredictionLoop].predict_next", "[Strategy].predict_step"),
+        _ => ("[_EvaluationLoop].val_next", "[Strategy].validation_step"),
+    };
+    let mut batches = source.batches(epoch as u64)?.enumerate();
+    loop {
+        let fetch = run.profile_start();
+        let Some((i, batch)) = batches.next() else { break };
+        run.profile_stop(next, fetch, Default::default());
         if limit.is_some_and(|n| i >= n) {
             break;
         }
@@ -123,6 +133,7 @@ fn run_source(
         // Inside fit, through the DDP wrapper as Lightning's validation.
         run.strategy.eval_forward()?;
         let autocast = run.strategy.forward_context()?;
+        let started = run.profile_start();
         let (module, global_step) = (&mut *run.module, run.state.global_step);
         let at = |name: &str| match dataloader_idx {
             Some(d) => format!("{name} (epoch {epoch}, global step {global_step}, batch {i}, dataloader_idx {d})"),
@@ -150,6 +161,7 @@ fn run_source(
         });
         store.end_split();
         drop(autocast);
+        run.profile_stop(step, started, Default::default());
         let out = run.strategy.gather_output(outs?)?;
         run.hook(h.batch_end, HookData { output: out.as_ref(), ..data() })?;
         if let Some(o) = out {

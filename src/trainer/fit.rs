@@ -6,7 +6,8 @@ use super::hooks::{Callback, Hook};
 use super::manual::ManualOptimization;
 use super::metrics::MetricStore;
 use super::module::{Interval, OptimizerConfig};
-use super::options::ValCheckInterval;
+use super::options::{ProfilerKind, ValCheckInterval};
+use super::profiler::SimpleProfiler;
 use super::run::{HookData, Run};
 use super::source::BatchSource;
 use super::{batch_size_of, set_mode, LightningModule, Trainer};
@@ -72,6 +73,7 @@ fn automatic_step(
     let (epoch, step_now) = (run.state.epoch, run.state.global_step);
     run.strategy.pre_forward(stepped)?;
     let autocast = run.strategy.forward_context()?;
+    let started = run.profile_start();
     let module = &mut *run.module;
     store.begin_split();
     let losses = run.strategy.split(batch, &mut |chunk| {
@@ -91,6 +93,7 @@ fn automatic_step(
     });
     store.end_split();
     drop(autocast);
+    run.profile_stop("[Strategy].training_step", started, Default::default());
     let loss = run.strategy.gather_loss(losses?)?;
     store.sync_step(&|v, op| run.strategy.reduce(v, op))?;
     let value = check_loss(&loss, opts.detect_nonfinite_loss, at)?;
@@ -103,17 +106,21 @@ fn automatic_step(
     let scaled = if acc > 1 { loss.f_div_scalar(acc as f64)? } else { loss.shallow_clone() };
     run.hook(Hook::BeforeBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
     run.strategy.post_forward(&loss)?;
+    let started = run.profile_start();
     run.strategy.backward(&scaled).map_err(|e| e.context(format!("{}: backward", at())))?;
+    run.profile_stop("[Strategy].backward", started, Default::default());
     run.hook(Hook::AfterBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
     if stepped {
         // Lightning's precision.optimizer_step: unscale, the hook and
         // clipping on true gradients, then the steps and the scale.
+        let started = run.profile_start();
         run.strategy.unscale_gradients(&mut run.optimizers)?;
         run.simple(Hook::BeforeOptimizerStep)?;
         if let Some(v) = opts.gradient_clip_val {
             run.strategy.clip_gradients(&mut run.optimizers, v, opts.gradient_clip_algorithm)?;
         }
         run.strategy.optimizer_step(&mut run.optimizers).map_err(|e| e.context(at()))?;
+        run.profile_stop("[Strategy].optimizer_step", started, Default::default());
     }
     Ok((loss, value))
 }
@@ -366,9 +373,14 @@ impl Trainer {
             batches_in_epoch: 0,
             epoch_finished: false,
             strategy,
+            profiler: (opts.profiler == ProfilerKind::Simple).then(SimpleProfiler::start),
         };
         let result = fit_run(&mut run, &opts, train, if validating { &vals } else { &[] }, resume.as_deref())
             .map_err(|e| run.strategy.fail(e));
+        self.profiler_report = run.profiler.take().map(|p| p.describe("fit"));
+        if let (Some(report), true) = (&self.profiler_report, global_zero) {
+            eprint!("{report}");
+        }
         match &result {
             Ok(()) => {
                 // Every logger is finalized; the first failure is reported.
@@ -492,7 +504,9 @@ fn fit_run(
     let mut total_batches: u64 = 0;
     while max_epochs.is_none_or(|m| epoch < m) && (max_steps < 0 || run.state.global_step < max_steps) {
         run.state.epoch = epoch;
+        let started = run.profile_start();
         let stop = train_epoch(run, opts, train, vals, skip_batches, &mut total_batches)?;
+        run.profile_stop("run_training_epoch", started, Default::default());
         skip_batches = 0;
         epoch += 1;
         let mins_done = epoch >= min_epochs && run.state.global_step >= min_steps;
@@ -551,16 +565,24 @@ fn train_epoch(
     let has_timer = run.callbacks.iter().any(|c| c.as_any().is_some_and(|a| a.is::<Timer>()));
     let mut batches = train.batches(if overfit { 0 } else { epoch as u64 })?.enumerate().skip(skip).peekable();
     let mut ran = 0usize;
-    while let Some((i, batch)) = batches.next() {
+    loop {
+        let fetch = run.profile_start();
+        let Some((i, batch)) = batches.next() else { break };
+        let fetched = fetch.map(|t| t.elapsed()).unwrap_or_default();
         if limit.is_some_and(|n| i >= n) || (opts.step_limit() >= 0 && run.state.global_step >= opts.step_limit()) {
             break;
         }
+        let started = run.profile_start();
         let batch = run.strategy.batch_to_device(batch.ctx(format!("loading training batch {i} of epoch {epoch}"))?)?;
+        run.profile_stop("[Strategy].batch_to_device", started, Default::default());
         // The last batch by count, or the real last one of a source that
         // yields fewer batches than it announced (looked ahead by one, as
         // Lightning's prefetching fetcher does), so the epoch-end
         // validation, accumulation step and checkpoint still happen.
+        let fetch = run.profile_start();
         let is_last = limit.is_some_and(|n| i + 1 >= n) || batches.peek().is_none();
+        run.profile_stop("[_TrainingEpochLoop].train_dataloader_next", fetch, fetched);
+        let batch_started = run.profile_start();
         // The micro-batches of accumulation that do not step skip the
         // all-reduce (DDP's no_sync).
         // (Manual optimization: every batch counts as stepped.)
@@ -572,7 +594,9 @@ fn train_epoch(
         let at = || format!("training_step (epoch {epoch}, global step {step_now}, batch {i})");
         let log_index = run.state.batches_stepped;
         let loss = if manual {
+            let started = run.profile_start();
             let loss = manual_training_step(run, &mut store, &batch, i as i64, &mut toggled, &at)?;
+            run.profile_stop("[Strategy].training_step", started, Default::default());
             run.state.batches_stepped += 1;
             if let Some(l) = &loss {
                 loss_sum += returned_value(l, &at)?;
@@ -631,6 +655,7 @@ fn train_epoch(
             Hook::TrainBatchEnd,
             HookData { batch_idx: i as i64, batch: Some(&batch), output: loss.as_ref(), ..Default::default() },
         )?;
+        run.profile_stop("run_training_batch", batch_started, Default::default());
         if stepped && (log_index + 1) % opts.log_every_n_steps == 0 && !step_values.is_empty() {
             run.log_metrics(&step_values, log_index)?;
         }

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod module;
 pub mod option_table;
 pub mod options;
+pub mod profiler;
 pub mod progress;
 mod resume;
 mod run;
@@ -25,7 +26,7 @@ pub use context::{Stage, StepContext};
 pub use hooks::{Callback, Hook, HookContext, TrainerState};
 pub use metrics::{LogFlags, MetricStore};
 pub use module::{Interval, LightningModule, OptimizerConfig, OptimizerSetup, SchedulerConfig, SharedModel};
-pub use options::{BatchLimit, ClipAlgorithm, LoggerChoice, TrainerOptions, ValCheckInterval};
+pub use options::{BatchLimit, ClipAlgorithm, LoggerChoice, ProfilerKind, TrainerOptions, ValCheckInterval};
 pub use source::{BatchIter, BatchSource};
 
 use crate::callbacks::ModelCheckpoint;
@@ -46,6 +47,8 @@ pub struct Trainer {
     extra_loggers: Vec<Box<dyn Logger>>,
     /// State of the last run.
     pub state: TrainerState,
+    /// The simple profiler's report of the last run, when profiling.
+    profiler_report: Option<String>,
 }
 
 impl Trainer {
@@ -58,7 +61,14 @@ impl Trainer {
             defaults: Vec::new(),
             extra_loggers: Vec::new(),
             state: TrainerState::default(),
+            profiler_report: None,
         })
+    }
+
+    /// The simple profiler's report of the last run (`profiler="simple"`),
+    /// if any.
+    pub fn profiler_report(&self) -> Option<&str> {
+        self.profiler_report.as_deref()
     }
 
     /// The options.

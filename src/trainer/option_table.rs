@@ -3,7 +3,7 @@
 //! `tests/options_drift.rs` generates from it the key list in
 //! `fulmen_trainer_options_set`'s header comment and the typed setters of
 //! the C++ and Go bindings (and fails when a committed copy drifts).
-use super::options::{BatchLimit, ClipAlgorithm, LoggerChoice, TrainerOptions, ValCheckInterval};
+use super::options::{BatchLimit, ClipAlgorithm, LoggerChoice, ProfilerKind, TrainerOptions, ValCheckInterval};
 use crate::callbacks::timer::parse_duration;
 use crate::error::{Error, Result};
 use crate::parse::{is_float_text, is_none, parse_bool, parse_int, parse_number, parse_opt_int};
@@ -139,6 +139,14 @@ fn clip_algorithm(key: &str, v: &str) -> Result<ClipAlgorithm> {
         "norm" => Ok(ClipAlgorithm::Norm),
         "value" => Ok(ClipAlgorithm::Value),
         _ => Err(Error::invalid(format!("option {key}: {v:?} is not \"norm\" or \"value\""))),
+    }
+}
+
+fn profiler(key: &str, v: &str) -> Result<ProfilerKind> {
+    match v {
+        "" | "none" => Ok(ProfilerKind::Off),
+        "simple" => Ok(ProfilerKind::Simple),
+        _ => Err(Error::invalid(format!("option {key}: {v:?} is not \"simple\" or \"none\""))),
     }
 }
 
@@ -408,6 +416,14 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         default: "norm",
         doc: "\"norm\" (scale so the joint 2-norm is at most the value) or \"value\" (clamp each element)",
         apply: field!(gradient_clip_algorithm, clip_algorithm),
+    },
+    TrainerOption {
+        key: "profiler",
+        kind: OptionKind::Text,
+        default: "none",
+        doc: "\"simple\": the wall time of every hook, step, backward, optimizer step and batch fetch, reported at \
+              the end of each run on stderr and by fulmen_trainer_profiler_report (Lightning's SimpleProfiler)",
+        apply: field!(profiler, profiler),
     },
     TrainerOption {
         key: "deterministic",

@@ -67,6 +67,16 @@ pub enum ClipAlgorithm {
     Value,
 }
 
+/// Which profiler times the run (Lightning's `profiler`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProfilerKind {
+    /// None (the default).
+    Off,
+    /// Lightning's SimpleProfiler: wall time per hook and action, reported
+    /// at the end of each run.
+    Simple,
+}
+
 /// The loggers a run writes to (Lightning's `logger`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoggerChoice {
@@ -111,6 +121,8 @@ pub struct TrainerOptions {
     pub gradient_clip_val: Option<f64>,
     /// Norm or value clipping.
     pub gradient_clip_algorithm: ClipAlgorithm,
+    /// The profiler.
+    pub profiler: ProfilerKind,
     /// Run only this many batches of each loop (0: off), without loggers
     /// or checkpoints, to check that everything runs.
     pub fast_dev_run: i64,
@@ -176,6 +188,7 @@ impl Default for TrainerOptions {
             accumulate_grad_batches: 1,
             gradient_clip_val: None,
             gradient_clip_algorithm: ClipAlgorithm::Norm,
+            profiler: ProfilerKind::Off,
             fast_dev_run: 0,
             overfit_batches: BatchLimit::Count(0),
             deterministic: false,

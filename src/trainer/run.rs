@@ -2,6 +2,7 @@
 //! requests hooks make (checkpoints, logs), loggers and checkpoint files.
 use super::hooks::{Callback, GroupRates, Hook, HookContext, TrainerState};
 use super::module::{LightningModule, OptimizerConfig};
+use super::profiler::{timed, SimpleProfiler};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result, ResultExt};
 use crate::loggers::Logger;
@@ -33,6 +34,20 @@ pub(crate) struct Run<'a> {
     /// The strategy, which owns the accelerator, device and precision
     /// (Lightning's chain loop -> strategy -> precision -> accelerator).
     pub strategy: super::strategy::RunStrategy,
+    /// The simple profiler, when `profiler="simple"`.
+    pub profiler: Option<SimpleProfiler>,
+}
+
+/// Calls one callback's hook, timed when profiling, naming it in errors.
+fn call_callback(
+    profiler: &mut Option<SimpleProfiler>,
+    cb: &mut Box<dyn Callback>,
+    ctx: &mut HookContext,
+) -> Result<()> {
+    let hook = ctx.hook;
+    let action = profiler.is_some().then(|| format!("[Callback]{}.{}", cb.name(), hook.name()));
+    timed(profiler, || action.unwrap_or_default(), || cb.on_hook(ctx))
+        .map_err(|e| e.context(format!("callback {} in {}", cb.name(), hook.name())))
 }
 
 fn class_name(optimizer: &str) -> &'static str {
@@ -71,16 +86,19 @@ impl Run<'_> {
         // Lightning's on_train_epoch_end: callbacks, the module, then the
         // callbacks that monitor metrics, so they see what it logged.
         let split = hook == Hook::TrainEpochEnd;
+        let profiler = &mut self.profiler;
         for cb in self.callbacks.iter_mut().filter(|c| !split || !c.monitors()) {
-            cb.on_hook(&mut ctx).map_err(|e| e.context(format!("callback {} in {}", cb.name(), hook.name())))?;
+            call_callback(profiler, cb, &mut ctx)?;
         }
-        self.module.on_hook(&mut ctx).map_err(|e| e.context(format!("LightningModule.{}", hook.name())))?;
+        let module = &mut self.module;
+        timed(profiler, || format!("[LightningModule].{}", hook.name()), || module.on_hook(&mut ctx))
+            .map_err(|e| e.context(format!("LightningModule.{}", hook.name())))?;
         self.apply_hook_logs()?;
         if split {
             let mut ctx = HookContext::new(hook, self.stage, self.state);
             ctx.batch_idx = data.batch_idx;
             for cb in self.callbacks.iter_mut().filter(|c| c.monitors()) {
-                cb.on_hook(&mut ctx).map_err(|e| e.context(format!("callback {} in {}", cb.name(), hook.name())))?;
+                call_callback(&mut self.profiler, cb, &mut ctx)?;
             }
         }
         // After a failure the ranks may not meet at a barrier.
@@ -106,6 +124,19 @@ impl Run<'_> {
             self.state.hook_metrics.insert(l.name, value);
         }
         Ok(())
+    }
+
+    /// The start of a timed action, when profiling.
+    pub fn profile_start(&self) -> Option<std::time::Instant> {
+        self.profiler.as_ref().map(|_| std::time::Instant::now())
+    }
+
+    /// Records the action started at `started` (a no-op unless profiling),
+    /// plus `extra` time measured apart.
+    pub fn profile_stop(&mut self, action: &str, started: Option<std::time::Instant>, extra: std::time::Duration) {
+        if let (Some(p), Some(t)) = (self.profiler.as_mut(), started) {
+            p.record(action, t.elapsed() + extra);
+        }
     }
 
     /// Calls a hook with no batch data.

@@ -167,6 +167,10 @@ TEST_F(TrainerTest, AccumulationScheduleAndExceptionCheckpoint) {
     resumed.add_gradient_accumulation_scheduler({{0, 2}, {1, 4}});
     resumed.fit(module, train, (dir / "on_exception.ckpt").string());
     EXPECT_EQ(resumed.global_step(), 4 + 2);
+    EXPECT_THROW(resumed.profiler_report(), fulmen::Error);  // not profiled
+    Trainer profiled(fulmen_test::quiet_options(1).set("logger", false).set("profiler", "simple"));
+    profiled.fit(module, train);
+    EXPECT_NE(profiled.profiler_report().find("[Strategy].training_step"), std::string::npos);
     EXPECT_THROW(resumed.add_gradient_accumulation_scheduler({{-1, 2}}), fulmen::Error);
 }
 

@@ -43,6 +43,7 @@ fulmen::TrainerOptions o;
     o.gradient_clip_val(1);
     o.gradient_clip_val(std::nullopt);
     o.gradient_clip_algorithm("norm");
+    o.profiler("none");
     o.deterministic(false);
     o.inference_mode(true);
     o.detect_anomaly(false);

@@ -656,6 +656,12 @@ public:
     std::string log_dir() const {
         return detail::read_string([&](char* buf, size_t cap, size_t* len) { return fulmen_trainer_log_dir(get(), buf, cap, len); });
     }
+    /// The simple profiler's report of the last run (option profiler
+    /// "simple"); throws Error (FULMEN_CODE_INVALID_STATE) without one.
+    std::string profiler_report() const {
+        return detail::read_string(
+            [&](char* buf, size_t cap, size_t* len) { return fulmen_trainer_profiler_report(get(), buf, cap, len); });
+    }
     /// The best or last checkpoint path of the trainer's first
     /// ModelCheckpoint (the user's, else the default one); throws Error
     /// (FULMEN_CODE_INVALID_STATE) when none was saved.

@@ -205,6 +205,13 @@ public:
     /// Sets `gradient_clip_algorithm` on a temporary and passes it on.
     Self&& gradient_clip_algorithm(std::string_view v) && { return std::move(put("gradient_clip_algorithm", v)); }
 
+    /// `profiler` (text; default none): "simple": the wall time of every hook, step, backward,
+    /// optimizer step and batch fetch, reported at the end of each run on stderr and by
+    /// fulmen_trainer_profiler_report (Lightning's SimpleProfiler).
+    Self& profiler(std::string_view v) & { return put("profiler", v); }
+    /// Sets `profiler` on a temporary and passes it on.
+    Self&& profiler(std::string_view v) && { return std::move(put("profiler", v)); }
+
     /// `deterministic` (bool; default false): ask libtorch for deterministic algorithms during the
     /// run (process-wide, restored after).
     Self& deterministic(bool v) & { return put("deterministic", v); }

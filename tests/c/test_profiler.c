@@ -1,0 +1,108 @@
+/*
+ * profiler="simple": the report of each run names the hooks of the
+ * callbacks and the module, the steps, backward, the optimizer steps and
+ * the batch fetches, with their call counts; off, there is no report.
+ */
+#include "check.h"
+#include "fixture.h"
+
+typedef struct {
+    fulmen_model *model; /* first: fixture_configure_sgd reads it */
+} state;
+
+static fulmen_error *step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    (void)ctx;
+    return fixture_cross_entropy(((state *)ud)->model, batch, out);
+}
+
+static fulmen_error *validation_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch) {
+    fulmen_tensor *loss = NULL;
+    fulmen_error *e = fixture_cross_entropy(((state *)ud)->model, batch, &loss);
+    if (e == NULL) e = fulmen_step_context_log(ctx, "val_loss", check_item(loss), 0, 0);
+    return e;
+}
+
+static fulmen_error *noop(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+    (void)ud;
+    (void)hook;
+    (void)ctx;
+    return NULL;
+}
+
+/* The "Num calls" column of the row of `action` in `report` (-1: none). */
+static long calls_of(const char *report, const char *action) {
+    char needle[128];
+    snprintf(needle, sizeof needle, "| %s ", action);
+    const char *row = strstr(report, needle);
+    if (row == NULL) return -1;
+    const char *cell = strchr(row + 1, '|'); /* end of the action cell */
+    if (cell == NULL || (cell = strchr(cell + 1, '|')) == NULL) return -1; /* past the mean */
+    return strtol(cell + 1, NULL, 10);
+}
+
+int main(void) {
+    static char report[16384];
+    size_t len = 0;
+    state s = {fixture_mlp(4, 0)};
+    fulmen_dataset *ds = fixture_blobs(64, 1, 1.0f);
+    fulmen_loader *train = fixture_loader(ds, 8, false, 0), *val = fixture_loader(ds, 32, false, 0);
+    fulmen_module_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = &s;
+    vt.training_step = step;
+    vt.validation_step = validation_step;
+    vt.configure_optimizers = fixture_configure_sgd;
+    vt.on_hook = noop;
+    fulmen_lightning_module *m = NULL;
+    CHECK_OK(fulmen_lightning_module_new(&vt, s.model, &m));
+    fulmen_trainer_options *o = fixture_options(NULL, 2);
+    CHECK_OK(fulmen_trainer_options_set(o, "profiler", "simple"));
+    CHECK_OK(fulmen_trainer_options_set_int(o, "num_sanity_val_steps", 0));
+    CHECK_ERR(fulmen_trainer_options_set(o, "profiler", "advanced"), FULMEN_CODE_INVALID_ARGUMENT, "simple");
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_callback_vtable cb;
+    memset(&cb, 0, sizeof cb);
+    cb.struct_size = sizeof cb;
+    cb.on_hook = noop;
+    CHECK_OK(fulmen_trainer_add_callback(t, "Watcher", &cb));
+    CHECK_ERR(fulmen_trainer_profiler_report(t, report, sizeof report, &len), FULMEN_CODE_INVALID_STATE, "profiler");
+
+    CHECK_OK(fulmen_trainer_fit(t, m, train, val, NULL));
+    CHECK_OK(fulmen_trainer_profiler_report(t, report, sizeof report, &len));
+    CHECK(strncmp(report, "FIT Profiler Report", 19) == 0 && len == strlen(report));
+    CHECK(calls_of(report, "[Strategy].training_step") == 16); /* 2 epochs of 8 batches */
+    CHECK(calls_of(report, "[Strategy].backward") == 16);
+    CHECK(calls_of(report, "[Strategy].optimizer_step") == 16);
+    CHECK(calls_of(report, "[_TrainingEpochLoop].train_dataloader_next") == 16);
+    CHECK(calls_of(report, "run_training_batch") == 16);
+    CHECK(calls_of(report, "run_training_epoch") == 2);
+    CHECK(calls_of(report, "[Strategy].validation_step") == 4); /* 2 batches per epoch */
+    CHECK(calls_of(report, "[Callback]Watcher.on_train_batch_start") == 16);
+    CHECK(calls_of(report, "[LightningModule].on_fit_start") == 1);
+    CHECK(calls_of(report, "Total") > 0);
+
+    CHECK_OK(fulmen_trainer_validate(t, m, val, NULL));
+    CHECK_OK(fulmen_trainer_profiler_report(t, report, sizeof report, &len));
+    CHECK(strncmp(report, "VALIDATE Profiler Report", 24) == 0);
+    CHECK(calls_of(report, "[_EvaluationLoop].val_next") >= 2);
+    CHECK(calls_of(report, "[Strategy].training_step") == -1);
+    char tiny[8];
+    CHECK_ERR(fulmen_trainer_profiler_report(t, tiny, sizeof tiny, &len), FULMEN_CODE_OUT_OF_RANGE, NULL);
+    fulmen_trainer_free(t);
+    fulmen_trainer_options_free(o);
+
+    /* off: no report */
+    t = fixture_trainer(NULL, 1);
+    CHECK_OK(fulmen_trainer_fit(t, m, train, NULL, NULL));
+    CHECK_ERR(fulmen_trainer_profiler_report(t, report, sizeof report, &len), FULMEN_CODE_INVALID_STATE, NULL);
+    fulmen_trainer_free(t);
+
+    fulmen_lightning_module_free(m);
+    fulmen_loader_free(train);
+    fulmen_loader_free(val);
+    fulmen_dataset_free(ds);
+    fulmen_model_free(s.model);
+    return check_finish("test_profiler");
+}
