@@ -2920,12 +2920,15 @@ struct fulmen_error *fulmen_hook_context_request_stop(struct fulmen_hook_context
  * returns, before ModelCheckpoint and EarlyStopping look (they can
  * monitor it), and the loggers with the epoch's other metrics; validate
  * and test return it. `flags` combines FULMEN_LOG_ON_EPOCH (implied),
- * FULMEN_LOG_PROG_BAR and FULMEN_LOG_SYNC_DIST (mean over ranks: every
- * rank must log the same names in the same order).
+ * FULMEN_LOG_PROG_BAR, FULMEN_LOG_SYNC_DIST (reduced over ranks, the mean
+ * unless one of FULMEN_LOG_REDUCE_SUM / MAX / MIN says otherwise: every
+ * rank must log the same synced names in the same order),
+ * FULMEN_LOG_NO_LOGGER (callback metrics only) and
+ * FULMEN_LOG_RANK_ZERO_ONLY (never synced).
  *
  * Errors: FULMEN_CODE_INVALID_STATE (another hook), FULMEN_CODE_INVALID_ARGUMENT
- * (FULMEN_LOG_ON_STEP or unknown flags; a name empty, not UTF-8 or holding a
- * comma, quote or newline).
+ * (FULMEN_LOG_ON_STEP, unknown flags or two reductions; a name empty, not
+ * UTF-8 or holding a comma, quote or newline).
  */
 struct fulmen_error *fulmen_hook_context_log(struct fulmen_hook_context *ctx,
                                              const char *name,

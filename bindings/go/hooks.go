@@ -181,7 +181,8 @@ func (c *HookContext) Metric(name string) (float64, error) {
 // Log logs an epoch-level metric from HookTrainEpochEnd,
 // HookValidationEpochEnd or HookTestEpochEnd (Lightning's self.log there):
 // ModelCheckpoint and EarlyStopping can monitor it. flags combines
-// LogProgBar and LogSyncDist; LogOnStep is refused.
+// LogProgBar, LogSyncDist with one of LogReduceSum / Max / Min,
+// LogNoLogger and LogRankZeroOnly; LogOnStep is refused.
 func (c *HookContext) Log(name string, value float64, flags LogFlags) error {
 	n := cString(name)
 	defer freeCString(n)

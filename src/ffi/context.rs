@@ -69,7 +69,7 @@ pub(crate) unsafe fn ctx_mut<'a>(
 
 /// The flags of a log call: without ON_STEP and ON_EPOCH the stage's
 /// defaults (training: on step; validation / test: on epoch).
-fn log_flags(stage: Stage, flags: u32) -> crate::error::Result<LogFlags> {
+pub(super) fn log_flags(stage: Stage, flags: u32) -> crate::error::Result<LogFlags> {
     if flags & !ALL_LOG_FLAGS != 0 {
         return Err(Error::invalid(format!("unknown log flags {flags:#x}")));
     }

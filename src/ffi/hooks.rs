@@ -197,12 +197,15 @@ pub unsafe extern "C" fn fulmen_hook_context_request_stop(ctx: *mut fulmen_hook_
 /// returns, before ModelCheckpoint and EarlyStopping look (they can
 /// monitor it), and the loggers with the epoch's other metrics; validate
 /// and test return it. `flags` combines FULMEN_LOG_ON_EPOCH (implied),
-/// FULMEN_LOG_PROG_BAR and FULMEN_LOG_SYNC_DIST (mean over ranks: every
-/// rank must log the same names in the same order).
+/// FULMEN_LOG_PROG_BAR, FULMEN_LOG_SYNC_DIST (reduced over ranks, the mean
+/// unless one of FULMEN_LOG_REDUCE_SUM / MAX / MIN says otherwise: every
+/// rank must log the same synced names in the same order),
+/// FULMEN_LOG_NO_LOGGER (callback metrics only) and
+/// FULMEN_LOG_RANK_ZERO_ONLY (never synced).
 ///
 /// Errors: FULMEN_CODE_INVALID_STATE (another hook), FULMEN_CODE_INVALID_ARGUMENT
-/// (FULMEN_LOG_ON_STEP or unknown flags; a name empty, not UTF-8 or holding a
-/// comma, quote or newline).
+/// (FULMEN_LOG_ON_STEP, unknown flags or two reductions; a name empty, not
+/// UTF-8 or holding a comma, quote or newline).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_hook_context_log(
     ctx: *mut fulmen_hook_context,
@@ -211,7 +214,7 @@ pub unsafe extern "C" fn fulmen_hook_context_log(
     flags: u32,
 ) -> *mut fulmen_error {
     guard("fulmen_hook_context_log", || {
-        use super::context::{FULMEN_LOG_ON_EPOCH, FULMEN_LOG_ON_STEP, FULMEN_LOG_PROG_BAR, FULMEN_LOG_SYNC_DIST};
+        use super::context::FULMEN_LOG_ON_STEP;
         let mut c = ctx_mut(ctx)?;
         let n = str_arg(name, "name")?;
         if flags & FULMEN_LOG_ON_STEP != 0 {
@@ -220,10 +223,8 @@ pub unsafe extern "C" fn fulmen_hook_context_log(
                 c.hook.name()
             )));
         }
-        if flags & !(FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR | FULMEN_LOG_SYNC_DIST) != 0 {
-            return Err(Error::invalid(format!("unknown log flags {flags:#x}")));
-        }
-        c.log(n, value, flags & FULMEN_LOG_PROG_BAR != 0, flags & FULMEN_LOG_SYNC_DIST != 0)
+        let f = super::context::log_flags(crate::trainer::context::Stage::Validate, flags)?;
+        c.log(n, value, f)
     })
 }
 

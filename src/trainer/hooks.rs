@@ -231,10 +231,9 @@ pub struct HookLog {
     pub name: String,
     /// Its value.
     pub value: f64,
-    /// Show it in the progress output.
-    pub prog_bar: bool,
-    /// Average it over ranks first.
-    pub sync_dist: bool,
+    /// How it was logged (progress bar, sync over ranks with which
+    /// reduction, to the loggers or not); on_step / on_epoch are unused.
+    pub flags: super::metrics::LogFlags,
 }
 
 /// What one hook call sees: the hook, the trainer state, and the batch data
@@ -283,8 +282,9 @@ impl<'a> HookContext<'a> {
     /// `self.log(name, value, on_epoch=True)` there): it reaches
     /// callback_metrics as soon as the module's hook returns, so
     /// ModelCheckpoint and EarlyStopping can monitor it, and the loggers
-    /// with the epoch's other metrics.
-    pub fn log(&mut self, name: &str, value: f64, prog_bar: bool, sync_dist: bool) -> Result<()> {
+    /// (unless `flags.logger` is off) with the epoch's other metrics. With
+    /// `sync_dist` the value goes through `reduce_fx` over the ranks.
+    pub fn log(&mut self, name: &str, value: f64, flags: super::metrics::LogFlags) -> Result<()> {
         super::context::check_metric_name(name)?;
         if !matches!(self.hook, Hook::TrainEpochEnd | Hook::ValidationEpochEnd | Hook::TestEpochEnd) {
             return Err(Error::state(format!(
@@ -293,7 +293,7 @@ impl<'a> HookContext<'a> {
                 self.hook.name()
             )));
         }
-        self.state.hook_logs.push(HookLog { name: name.to_string(), value, prog_bar, sync_dist });
+        self.state.hook_logs.push(HookLog { name: name.to_string(), value, flags });
         Ok(())
     }
 

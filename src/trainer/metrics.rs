@@ -96,7 +96,7 @@ impl LogFlags {
     }
 
     /// The collective a synced value goes through; None when not synced.
-    fn sync_op(&self) -> Option<ReduceFx> {
+    pub(crate) fn sync_op(&self) -> Option<ReduceFx> {
         (self.sync_dist && !self.rank_zero_only).then_some(self.reduce_fx)
     }
 }
@@ -307,19 +307,19 @@ impl MetricStore {
     }
 }
 
-/// Averages the entries of `values` that `selected` picks over ranks with
-/// `mean` (one collective for all of them; none when none is picked).
-pub(crate) fn mean_selected(
+/// Reduces the entries of `values` that `selected` picks over ranks with
+/// `reduce` (one collective for all of them; none when none is picked).
+pub(crate) fn reduce_selected(
     values: &mut [f64],
     selected: impl Fn(usize) -> bool,
-    mean: &dyn Fn(&mut [f64]) -> Result<()>,
+    reduce: &dyn Fn(&mut [f64]) -> Result<()>,
 ) -> Result<()> {
     let picked: Vec<usize> = (0..values.len()).filter(|i| selected(*i)).collect();
     if picked.is_empty() {
         return Ok(());
     }
     let mut chosen: Vec<f64> = picked.iter().map(|i| values[*i]).collect();
-    mean(&mut chosen)?;
+    reduce(&mut chosen)?;
     for (i, v) in picked.into_iter().zip(chosen) {
         values[i] = v;
     }

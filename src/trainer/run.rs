@@ -1,6 +1,7 @@
 //! One run of the trainer: hook dispatch to callbacks and the module, the
 //! requests hooks make (checkpoints, logs), loggers and checkpoint files.
 use super::hooks::{Callback, GroupRates, Hook, HookContext, TrainerState};
+use super::metrics::ReduceFx;
 use super::module::{LightningModule, OptimizerConfig};
 use super::profiler::{timed, SimpleProfiler};
 use crate::checkpoint::Checkpoint;
@@ -115,13 +116,19 @@ impl Run<'_> {
             return Ok(());
         }
         let mut values: Vec<f64> = logs.iter().map(|l| l.value).collect();
-        super::metrics::mean_selected(&mut values, |i| logs[i].sync_dist, &|v| self.strategy.mean(v))?;
+        // One collective per reduction, in a fixed order on every rank.
+        for op in [ReduceFx::Mean, ReduceFx::Sum, ReduceFx::Max, ReduceFx::Min] {
+            let reduce = |v: &mut [f64]| self.strategy.reduce(v, op);
+            super::metrics::reduce_selected(&mut values, |i| logs[i].flags.sync_op() == Some(op), &reduce)?;
+        }
         for (l, value) in logs.into_iter().zip(values) {
             self.state.callback_metrics.insert(l.name.clone(), value);
-            if l.prog_bar {
+            if l.flags.prog_bar {
                 self.state.progress_metrics.insert(l.name.clone(), value);
             }
-            self.state.hook_metrics.insert(l.name, value);
+            if l.flags.logger {
+                self.state.hook_metrics.insert(l.name, value);
+            }
         }
         Ok(())
     }

@@ -272,11 +272,6 @@ impl RunStrategy {
         self.placement.precision.optimizer_step(&mut optimizers_of(configs))
     }
 
-    /// Averages `values` over ranks in place (sync_dist).
-    pub fn mean(&self, values: &mut [f64]) -> Result<()> {
-        self.reduce(values, ReduceFx::Mean)
-    }
-
     /// Reduces `values` over ranks in place with `op` (sync_dist with a
     /// `reduce_fx`): one collective.
     pub fn reduce(&self, values: &mut [f64], op: ReduceFx) -> Result<()> {

@@ -105,6 +105,19 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
     return e;
 }
 
+/* Epoch-end hook logs with sync_dist: the max and the sum of the ranks,
+ * and the mean (the default). */
+static fulmen_error *on_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+    (void)ud;
+    if (hook != FULMEN_HOOK_TRAIN_EPOCH_END) return NULL;
+    double rank = (double)my_rank();
+    fulmen_error *e = fulmen_hook_context_log(ctx, "hook_max", rank, FULMEN_LOG_SYNC_DIST | FULMEN_LOG_REDUCE_MAX);
+    if (e == NULL) e = fulmen_hook_context_log(ctx, "hook_sum", rank + 1, FULMEN_LOG_SYNC_DIST | FULMEN_LOG_REDUCE_SUM);
+    if (e == NULL) e = fulmen_hook_context_log(ctx, "hook_mean", rank, FULMEN_LOG_SYNC_DIST);
+    if (e == NULL) e = fulmen_hook_context_log(ctx, "hook_mine", rank, FULMEN_LOG_SYNC_DIST | FULMEN_LOG_RANK_ZERO_ONLY);
+    return e;
+}
+
 static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *config) {
     return fixture_add_sgd(config, ((module_state *)ud)->model, 0.2, 0.9);
 }
@@ -116,6 +129,7 @@ static fulmen_lightning_module *module_for(module_state *s) {
     vt.userdata = s;
     vt.training_step = training_step;
     vt.configure_optimizers = configure_optimizers;
+    vt.on_hook = on_hook;
     fulmen_lightning_module *m = NULL;
     CHECK_OK(fulmen_lightning_module_new(&vt, s->model, &m));
     return m;
@@ -210,6 +224,8 @@ static int scenario_launcher(const char *dir) {
     CHECK(fabs(metric(t, "rank_synced") - 0.5) < 1e-12);
     CHECK(fabs(metric(t, "rank_local") - (double)rank) < 1e-12);
     CHECK(metric(t, "rank_max") == 1.0 && metric(t, "rank_sum") == 1.0);
+    CHECK(metric(t, "hook_max") == 1.0 && metric(t, "hook_sum") == 3.0 && metric(t, "hook_mean") == 0.5);
+    CHECK(metric(t, "hook_mine") == (double)my_rank());
     int64_t step = 0;
     CHECK_OK(fulmen_trainer_global_step(t, &step));
     CHECK(step == EPOCHS * (SAMPLES / 2 / RANK_BATCH));

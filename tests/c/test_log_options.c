@@ -50,6 +50,18 @@ static fulmen_error *step(void *ud, fulmen_step_context *ctx, const fulmen_batch
     return e;
 }
 
+/* The same flags from an epoch-end hook. */
+static fulmen_error *on_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+    state *s = ud;
+    if (hook != FULMEN_HOOK_TRAIN_EPOCH_END) return NULL;
+    s->refused &= code_of(fulmen_hook_context_log(ctx, "x", 1, FULMEN_LOG_REDUCE_SUM | FULMEN_LOG_REDUCE_MIN)) ==
+                  FULMEN_CODE_INVALID_ARGUMENT;
+    fulmen_error *e = fulmen_hook_context_log(ctx, "hook_hidden", 7, FULMEN_LOG_NO_LOGGER);
+    if (e == NULL) e = fulmen_hook_context_log(ctx, "hook_sum", 5, FULMEN_LOG_SYNC_DIST | FULMEN_LOG_REDUCE_SUM);
+    if (e == NULL) e = fulmen_hook_context_log(ctx, "hook_mine", 6, FULMEN_LOG_RANK_ZERO_ONLY | FULMEN_LOG_PROG_BAR);
+    return e;
+}
+
 static double metric(const fulmen_trainer *t, const char *name) {
     double v = NAN;
     CHECK_OK(fulmen_trainer_callback_metric(t, name, &v));
@@ -62,7 +74,7 @@ int main(void) {
     state s = {fixture_mlp(4, 0), 1};
     fulmen_dataset *ds = fixture_blobs(64, 3, 1.0f);
     fulmen_loader *loader = fixture_loader(ds, 16, false, 0);
-    fulmen_lightning_module *m = fixture_module(s.model, &s, step, NULL);
+    fulmen_lightning_module *m = fixture_module(s.model, &s, step, on_hook);
     fulmen_trainer_options *o = fixture_options(root, 1);
     CHECK_OK(fulmen_trainer_options_set(o, "logger", "csv"));
     CHECK_OK(fulmen_trainer_options_set_int(o, "log_every_n_steps", 1));
@@ -92,6 +104,8 @@ int main(void) {
         fclose(f);
     }
     CHECK(strstr(header, "hidden") == NULL && strstr(header, "count") != NULL && strstr(header, "low_step") != NULL);
+    CHECK(strstr(header, "hook_sum") != NULL && strstr(header, "hook_mine") != NULL);
+    CHECK(metric(t, "hook_hidden") == 7.0 && metric(t, "hook_sum") == 5.0 && metric(t, "hook_mine") == 6.0);
 
     fulmen_trainer_free(t);
     fulmen_trainer_options_free(o);

@@ -105,7 +105,8 @@ public:
     /// Logs an epoch-level metric from Hook::TrainEpochEnd,
     /// ValidationEpochEnd or TestEpochEnd (Lightning's `self.log` there):
     /// ModelCheckpoint and EarlyStopping can monitor it. `flags` combines
-    /// FULMEN_LOG_PROG_BAR and FULMEN_LOG_SYNC_DIST.
+    /// Log::prog_bar, Log::sync_dist with Log::reduce_sum / max / min,
+    /// Log::no_logger and Log::rank_zero_only.
     void log(const std::string& name, double value, uint32_t flags = 0) {
         check(fulmen_hook_context_log(ctx_, name.c_str(), value, flags));
     }
