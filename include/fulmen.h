@@ -2385,6 +2385,21 @@ struct fulmen_error *fulmen_trainer_add_lr_monitor_with(struct fulmen_trainer *t
                                                         bool log_weight_decay);
 
 /**
+ * Adds a DeviceStatsMonitor (Lightning's): when the loggers are due
+ * (every `log_every_n_steps`), the accelerator's device statistics (on the
+ * CPU: `cpu_percent`, `cpu_vm_percent`, `cpu_swap_percent`,
+ * `cpu_rss_bytes`; on CUDA the allocator's) go to the loggers around
+ * every training, validation and test batch as
+ * `DeviceStatsMonitor.on_train_batch_start/<stat>` and so on.
+ * `cpu_stats`: -1 (Lightning's None) the device's own statistics, 1 adds
+ * the CPU's on another device, 0 logs nothing on a CPU.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`cpu_stats` not -1, 0 or 1).
+ */
+struct fulmen_error *fulmen_trainer_add_device_stats_monitor(struct fulmen_trainer *trainer,
+                                                             int32_t cpu_stats);
+
+/**
  * Adds a Timer stopping training after `duration` (seconds, or
  * "DD:HH:MM:SS"; NULL only measures), checked every "step" or "epoch".
  *

@@ -472,6 +472,8 @@ func TestEarlyStoppingLRMonitorTimer(t *testing.T) {
 	o.Patience = 2
 	ok(t, tr.AddEarlyStopping(o))
 	ok(t, tr.AddLRMonitorWith("epoch", true, false))
+	off := false
+	ok(t, tr.AddDeviceStatsMonitor(&off))
 	r := &recorder{}
 	ok(t, tr.AddLogger(r))
 	ok(t, tr.Fit(context.Background(), m, train, val))
@@ -492,6 +494,13 @@ func TestEarlyStoppingLRMonitorTimer(t *testing.T) {
 			}
 			if _, ok := m["lr-SGD-weight_decay"]; ok {
 				t.Fatalf("weight decay logged unasked: %v", m)
+			}
+		}
+	}
+	for _, m := range r.metrics {
+		for k := range m {
+			if strings.HasPrefix(k, "DeviceStatsMonitor.") {
+				t.Fatalf("cpu_stats=false logged %s on the CPU", k)
 			}
 		}
 	}

@@ -302,3 +302,20 @@ func (t *Trainer) AddOnExceptionCheckpoint(dirpath, filename string) error {
 	runtime.KeepAlive(t)
 	return err
 }
+
+// AddDeviceStatsMonitor adds a DeviceStatsMonitor: the device's statistics
+// go to the loggers around each batch when they are due. cpuStats is
+// Lightning's: nil the device's own, true adds the CPU's, false logs
+// nothing on a CPU.
+func (t *Trainer) AddDeviceStatsMonitor(cpuStats *bool) error {
+	v := C.int32_t(-1)
+	if cpuStats != nil {
+		v = 0
+		if *cpuStats {
+			v = 1
+		}
+	}
+	err := check(C.fulmen_trainer_add_device_stats_monitor(t.ptr(), v))
+	runtime.KeepAlive(t)
+	return err
+}

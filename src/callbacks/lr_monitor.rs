@@ -78,7 +78,7 @@ impl Callback for LearningRateMonitor {
         match ctx.hook {
             Hook::TrainBatchStart if self.interval != LoggingInterval::Epoch => {
                 let n = ctx.state.log_every_n_steps.max(1);
-                if (ctx.state.batches_stepped + 1) % n == 0 || ctx.state.should_stop {
+                if (ctx.state.log_step + 1) % n == 0 || ctx.state.should_stop {
                     let due = (self.interval == LoggingInterval::Any).then_some(Interval::Step);
                     self.log(ctx, due);
                 }

@@ -1,6 +1,7 @@
 //! Built-in callbacks, as Lightning's: ModelCheckpoint, EarlyStopping,
 //! LearningRateMonitor, Timer, ModelSummary, GradientAccumulationScheduler,
-//! OnExceptionCheckpoint and the progress bar.
+//! OnExceptionCheckpoint, DeviceStatsMonitor and the progress bar.
+pub mod device_stats;
 pub mod early_stopping;
 pub mod filename;
 pub mod grad_accumulation;
@@ -12,6 +13,7 @@ pub mod on_exception;
 pub mod progress_bar;
 pub mod timer;
 
+pub use device_stats::DeviceStatsMonitor;
 pub use early_stopping::{EarlyStopping, EarlyStoppingOptions};
 pub use grad_accumulation::GradientAccumulationScheduler;
 pub use lr_monitor::LearningRateMonitor;

@@ -5,8 +5,8 @@ use super::handle;
 use super::hooks::{fulmen_callback_vtable, host_callback};
 use super::trainer::fulmen_trainer;
 use crate::callbacks::{
-    timer, EarlyStopping, EarlyStoppingOptions, LearningRateMonitor, Mode, ModelCheckpoint, ModelCheckpointOptions,
-    Timer,
+    timer, DeviceStatsMonitor, EarlyStopping, EarlyStoppingOptions, LearningRateMonitor, Mode, ModelCheckpoint,
+    ModelCheckpointOptions, Timer,
 };
 use crate::error::{Error, ErrorCode, Result};
 use std::ffi::c_char;
@@ -247,6 +247,29 @@ unsafe fn add_lr_monitor(
     let interval = opt_str(logging_interval, "logging_interval")?.unwrap_or_default();
     t.inner.add_callback(Box::new(LearningRateMonitor::with_options(&interval, log_momentum, log_weight_decay)?));
     Ok(())
+}
+
+/// Adds a DeviceStatsMonitor (Lightning's): when the loggers are due
+/// (every `log_every_n_steps`), the accelerator's device statistics (on the
+/// CPU: `cpu_percent`, `cpu_vm_percent`, `cpu_swap_percent`,
+/// `cpu_rss_bytes`; on CUDA the allocator's) go to the loggers around
+/// every training, validation and test batch as
+/// `DeviceStatsMonitor.on_train_batch_start/<stat>` and so on.
+/// `cpu_stats`: -1 (Lightning's None) the device's own statistics, 1 adds
+/// the CPU's on another device, 0 logs nothing on a CPU.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`cpu_stats` not -1, 0 or 1).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_add_device_stats_monitor(
+    trainer: *mut fulmen_trainer,
+    cpu_stats: i32,
+) -> *mut fulmen_error {
+    guard("fulmen_trainer_add_device_stats_monitor", || {
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
+        let cpu = tristate(cpu_stats, "cpu_stats")?;
+        t.inner.add_callback(Box::new(DeviceStatsMonitor::new(cpu)));
+        Ok(())
+    })
 }
 
 /// Adds a Timer stopping training after `duration` (seconds, or

@@ -114,6 +114,7 @@ impl Trainer {
         self.state.epoch = epoch;
         self.state.global_step = step;
         self.state.batches_stepped = batches_stepped;
+        self.state.log_step = batches_stepped;
         self.state.log_dir = log_dir;
         self.state.global_rank = strategy.global_rank();
         self.state.world_size = strategy.world_size();

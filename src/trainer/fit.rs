@@ -549,6 +549,7 @@ fn train_epoch(
     run.batches_in_epoch = 0;
     run.epoch_finished = false;
     run.state.running_loss = None;
+    run.state.log_step = run.state.batches_stepped;
     run.simple(Hook::TrainEpochStart)?;
     // What the epoch-start hooks left (GradientAccumulationScheduler).
     let acc = run.state.accumulate_grad_batches;
@@ -588,6 +589,7 @@ fn train_epoch(
         // (Manual optimization: every batch counts as stepped.)
         let stepped = manual || (i + 1) % acc == 0 || is_last;
         let data = || HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() };
+        run.state.log_step = run.state.batches_stepped;
         run.hook(Hook::TrainBatchStart, data())?;
         // Built only when an error needs it.
         let step_now = run.state.global_step;
@@ -700,6 +702,7 @@ fn train_epoch(
             break;
         }
     }
+    run.state.log_step = run.state.batches_stepped;
     let mut train_epoch_metrics = store.end_epoch_synced(&|v, op| run.strategy.reduce(v, op))?;
     run.state.callback_metrics.extend(store.callback_metrics);
     run.state.progress_metrics.extend(store.progress_metrics);

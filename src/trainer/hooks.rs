@@ -163,6 +163,10 @@ pub struct TrainerState {
     /// automatic optimization, one per batch with manual optimization
     /// (whatever number of optimizers the batch stepped).
     pub batches_stepped: i64,
+    /// Lightning's `_batches_that_stepped` as the loggers see it: during a
+    /// training batch's hooks and the validation after it, the count
+    /// before that batch's own step (fulmen counts the step at once).
+    pub log_step: i64,
     /// Latest value of every logged metric.
     pub callback_metrics: BTreeMap<String, f64>,
     /// Set by a hook to stop training after the current step / epoch
@@ -188,6 +192,11 @@ pub struct TrainerState {
     pub accumulate_grad_batches: i64,
     /// Metrics a callback wants logged (LearningRateMonitor).
     pub log_requests: Vec<(String, f64)>,
+    /// Device statistics a callback wants logged (DeviceStatsMonitor):
+    /// the name prefix, whether to add (true) or drop (false) the CPU's
+    /// statistics (`None`: the device's own only, as Lightning's
+    /// `cpu_stats=None`), and the logger step.
+    pub device_stats_requests: Vec<(String, Option<bool>, i64)>,
     /// Validation runs every this many epochs (`None`: counted in batches).
     pub check_val_every_n_epoch: Option<i64>,
     /// Whether validation runs once per epoch, at its end.

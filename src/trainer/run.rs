@@ -185,10 +185,17 @@ impl Run<'_> {
                 Err(e) => return Err(Error::io(format!("removing old checkpoint {}: {e}", path.display()))),
             }
         }
+        for (prefix, cpu_stats, step) in std::mem::take(&mut self.state.device_stats_requests) {
+            let stats = self.strategy.device_stats(cpu_stats)?;
+            let m: BTreeMap<String, f64> = stats.into_iter().map(|(k, v)| (format!("{prefix}/{k}"), v)).collect();
+            if !m.is_empty() {
+                self.log_metrics(&m, step)?;
+            }
+        }
         let requested = std::mem::take(&mut self.state.log_requests);
         if !requested.is_empty() {
             let m: BTreeMap<String, f64> = requested.into_iter().collect();
-            self.log_metrics(&m, self.state.batches_stepped)?;
+            self.log_metrics(&m, self.state.log_step)?;
         }
         Ok(())
     }

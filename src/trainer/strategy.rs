@@ -272,6 +272,22 @@ impl RunStrategy {
         self.placement.precision.optimizer_step(&mut optimizers_of(configs))
     }
 
+    /// The device's statistics (Lightning's `accelerator.get_device_stats`);
+    /// `cpu_stats` true adds the CPU's on another device, false gives none
+    /// on a CPU device (DeviceStatsMonitor's `cpu_stats`).
+    pub fn device_stats(&self, cpu_stats: Option<bool>) -> Result<Vec<(String, f64)>> {
+        let on_cpu = self.placement.device == tch::Device::Cpu;
+        if on_cpu && cpu_stats == Some(false) {
+            return Ok(Vec::new());
+        }
+        let mut stats = self.placement.accelerator.get_device_stats(self.placement.device)?;
+        if !on_cpu && cpu_stats == Some(true) {
+            let cpu = crate::accelerators::cpu::CpuAccelerator::new();
+            stats.extend(crate::accelerators::Accelerator::get_device_stats(&cpu, tch::Device::Cpu)?);
+        }
+        Ok(stats)
+    }
+
     /// Reduces `values` over ranks in place with `op` (sync_dist with a
     /// `reduce_fx`): one collective.
     pub fn reduce(&self, values: &mut [f64], op: ReduceFx) -> Result<()> {

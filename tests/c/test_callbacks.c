@@ -435,6 +435,57 @@ static void test_lr_monitor_stats(void) {
     fulmen_model_free(f.model);
 }
 
+/* ---- DeviceStatsMonitor ---- */
+
+typedef struct {
+    int starts, ends; /* log_metrics calls carrying the CPU figures */
+    double rss;
+} stats_log;
+
+static fulmen_error *stats_seen(void *ud, const char *const *names, const double *values, size_t n, int64_t epoch,
+                                int64_t step) {
+    stats_log *l = ud;
+    (void)epoch;
+    (void)step;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(names[i], "DeviceStatsMonitor.on_train_batch_start/cpu_percent") == 0) l->starts++;
+        if (strcmp(names[i], "DeviceStatsMonitor.on_train_batch_end/cpu_vm_percent") == 0) l->ends++;
+        if (strcmp(names[i], "DeviceStatsMonitor.on_train_batch_end/cpu_rss_bytes") == 0) l->rss = values[i];
+    }
+    return NULL;
+}
+
+/* Logged when the loggers are due (every 2 steps: 2 batch starts and 2
+ * batch ends in each 4-batch epoch); cpu_stats 0 logs nothing on a CPU. */
+static void test_device_stats(void) {
+    static stats_log log;
+    fulmen_logger_vtable v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    v.userdata = &log;
+    v.log_metrics = stats_seen;
+    fixture f = {.model = mlp(false)};
+    fulmen_lightning_module *m = module_for(&f);
+    const char *every2[] = {"log_every_n_steps", "2", NULL};
+    fulmen_trainer *t = trainer_with(2, every2);
+    CHECK_OK(fulmen_trainer_add_device_stats_monitor(t, -1));
+    CHECK_OK(fulmen_trainer_add_logger(t, &v));
+    CHECK_OK(fulmen_trainer_fit(t, m, TL, NULL, NULL));
+    CHECK(log.starts == 4 && log.ends == 4);
+    CHECK(log.rss > 1e6); /* this process's resident memory, in bytes */
+    fulmen_trainer_free(t);
+    memset(&log, 0, sizeof log);
+    t = trainer_with(1, every2);
+    CHECK_OK(fulmen_trainer_add_device_stats_monitor(t, 0));
+    CHECK_OK(fulmen_trainer_add_logger(t, &v));
+    CHECK_OK(fulmen_trainer_fit(t, m, TL, NULL, NULL));
+    CHECK(log.starts == 0 && log.ends == 0);
+    CHECK_ERR(fulmen_trainer_add_device_stats_monitor(t, 2), FULMEN_CODE_INVALID_ARGUMENT, "cpu_stats");
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(f.model);
+}
+
 static void add_timer(fulmen_trainer *t, void *arg) {
     const char *const *a = arg;
     CHECK_OK(fulmen_trainer_add_timer(t, a[0], a[1]));
@@ -713,6 +764,7 @@ int main(void) {
     test_early_stopping();
     test_lr_monitor();
     test_lr_monitor_stats();
+    test_device_stats();
     test_timer();
     test_accumulate_and_clip();
     test_validation_schedule();

@@ -527,7 +527,7 @@ TEST_F(HookTest, LoggerLambdasReceiveMetricsAndHyperparameters) {
         logger.finalize = [&](const std::string& status) { statuses.push_back(status); };
         trainer.add_logger(std::move(logger));
         counter.reset();
-        trainer.add_lr_monitor("epoch", false, true);
+        trainer.add_lr_monitor("epoch", false, true).add_device_stats_monitor();
         trainer.fit(module, train, val);
 
         EXPECT_EQ(hparams, (std::map<std::string, std::string>{{"a: b", "x\ny"},
@@ -544,6 +544,7 @@ TEST_F(HookTest, LoggerLambdasReceiveMetricsAndHyperparameters) {
         EXPECT_TRUE(has("val_loss"));
         EXPECT_TRUE(has("lr-SGD"));
         EXPECT_TRUE(has("lr-SGD-weight_decay"));
+        EXPECT_TRUE(has("DeviceStatsMonitor.on_train_batch_end/cpu_percent"));
         EXPECT_FALSE(has("lr-SGD-momentum"));
         EXPECT_EQ(*std::max_element(steps.begin(), steps.end()), 7);
         for (const auto& m : logged) {

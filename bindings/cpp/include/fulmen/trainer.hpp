@@ -606,6 +606,13 @@ public:
         check(fulmen_trainer_add_lr_monitor_with(get(), c_path(logging_interval), log_momentum, log_weight_decay));
         return *this;
     }
+    /// Adds a DeviceStatsMonitor logging the device's statistics around
+    /// each batch when the loggers are due; `cpu_stats` as Lightning's
+    /// (nullopt: the device's own; true: add the CPU's; false: none on a CPU).
+    Trainer& add_device_stats_monitor(std::optional<bool> cpu_stats = std::nullopt) {
+        check(fulmen_trainer_add_device_stats_monitor(get(), cpu_stats ? (*cpu_stats ? 1 : 0) : -1));
+        return *this;
+    }
     /// Adds a GradientAccumulationScheduler: from each epoch of
     /// `scheduling` on, that many batches add up before an optimizer step.
     Trainer& add_gradient_accumulation_scheduler(const std::map<int64_t, int64_t>& scheduling) {
