@@ -24,74 +24,59 @@ func loaderHandles(loaders []*Loader) ([]*C.fulmen_loader, **C.fulmen_loader) {
 	return list, &list[0]
 }
 
+// withLoaders runs call with the C list of loaders and the checkpoint
+// argument, inside withCallbacks, keeping everything alive.
+func (t *Trainer) withLoaders(ctx context.Context, module *LightningModule, loaders []*Loader, opts []RunOption,
+	call func(first **C.fulmen_loader, n C.size_t, ckpt *C.char) *C.fulmen_error) error {
+	ckpt := ckptArg(opts)
+	defer freeCString(ckpt)
+	list, first := loaderHandles(loaders)
+	err := withCallbacks(ctx, func() *C.fulmen_error { return call(first, C.size_t(len(list)), ckpt) })
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(module)
+	runtime.KeepAlive(loaders)
+	runtime.KeepAlive(list)
+	return err
+}
+
 // FitLoaders is Fit validating on each of vals in turn (none: no
 // validation). With several, the steps see their DataloaderIdx and logged
 // names end in "/dataloader_idx_N", as in Lightning
 // (fulmen_trainer_fit_loaders).
 func (t *Trainer) FitLoaders(ctx context.Context, module *LightningModule, train *Loader, vals []*Loader, opts ...RunOption) error {
-	ckpt := ckptArg(opts)
-	defer freeCString(ckpt)
-	list, first := loaderHandles(vals)
-	err := withCallbacks(ctx, func() *C.fulmen_error {
-		return C.fulmen_trainer_fit_loaders(t.ptr(), module.ptr(), train.ptr(), first, C.size_t(len(list)), ckpt)
+	err := t.withLoaders(ctx, module, vals, opts, func(first **C.fulmen_loader, n C.size_t, ckpt *C.char) *C.fulmen_error {
+		return C.fulmen_trainer_fit_loaders(t.ptr(), module.ptr(), train.ptr(), first, n, ckpt)
 	})
-	runtime.KeepAlive(t)
-	runtime.KeepAlive(module)
 	runtime.KeepAlive(train)
-	runtime.KeepAlive(vals)
-	runtime.KeepAlive(list)
 	return err
 }
 
 // ValidateLoaders is Validate over each of loaders in turn.
 func (t *Trainer) ValidateLoaders(ctx context.Context, module *LightningModule, loaders []*Loader, opts ...RunOption) error {
-	ckpt := ckptArg(opts)
-	defer freeCString(ckpt)
-	list, first := loaderHandles(loaders)
-	err := withCallbacks(ctx, func() *C.fulmen_error {
-		return C.fulmen_trainer_validate_loaders(t.ptr(), module.ptr(), first, C.size_t(len(list)), ckpt)
+	return t.withLoaders(ctx, module, loaders, opts, func(first **C.fulmen_loader, n C.size_t, ckpt *C.char) *C.fulmen_error {
+		return C.fulmen_trainer_validate_loaders(t.ptr(), module.ptr(), first, n, ckpt)
 	})
-	runtime.KeepAlive(t)
-	runtime.KeepAlive(module)
-	runtime.KeepAlive(loaders)
-	runtime.KeepAlive(list)
-	return err
 }
 
 // TestLoaders is Test over each of loaders in turn.
 func (t *Trainer) TestLoaders(ctx context.Context, module *LightningModule, loaders []*Loader, opts ...RunOption) error {
-	ckpt := ckptArg(opts)
-	defer freeCString(ckpt)
-	list, first := loaderHandles(loaders)
-	err := withCallbacks(ctx, func() *C.fulmen_error {
-		return C.fulmen_trainer_test_loaders(t.ptr(), module.ptr(), first, C.size_t(len(list)), ckpt)
+	return t.withLoaders(ctx, module, loaders, opts, func(first **C.fulmen_loader, n C.size_t, ckpt *C.char) *C.fulmen_error {
+		return C.fulmen_trainer_test_loaders(t.ptr(), module.ptr(), first, n, ckpt)
 	})
-	runtime.KeepAlive(t)
-	runtime.KeepAlive(module)
-	runtime.KeepAlive(loaders)
-	runtime.KeepAlive(list)
-	return err
 }
 
 // PredictLoaders is Predict over each of loaders in turn: one output per
 // loader (nil where no step produced one).
 func (t *Trainer) PredictLoaders(ctx context.Context, module *LightningModule, loaders []*Loader, opts ...RunOption) ([]*Tensor, error) {
-	ckpt := ckptArg(opts)
-	defer freeCString(ckpt)
-	list, first := loaderHandles(loaders)
 	// The library writes C pointers (only) into this Go slice.
-	outs := make([]*C.fulmen_tensor, len(list))
+	outs := make([]*C.fulmen_tensor, len(loaders))
 	var outp **C.fulmen_tensor
 	if len(outs) > 0 {
 		outp = &outs[0]
 	}
-	err := withCallbacks(ctx, func() *C.fulmen_error {
-		return C.fulmen_trainer_predict_loaders(t.ptr(), module.ptr(), first, C.size_t(len(list)), ckpt, outp)
+	err := t.withLoaders(ctx, module, loaders, opts, func(first **C.fulmen_loader, n C.size_t, ckpt *C.char) *C.fulmen_error {
+		return C.fulmen_trainer_predict_loaders(t.ptr(), module.ptr(), first, n, ckpt, outp)
 	})
-	runtime.KeepAlive(t)
-	runtime.KeepAlive(module)
-	runtime.KeepAlive(loaders)
-	runtime.KeepAlive(list)
 	if err != nil {
 		return nil, err
 	}

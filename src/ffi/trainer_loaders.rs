@@ -39,6 +39,28 @@ fn sources<'a>(held: &'a [Shared<'_, dyn BatchSource + Send>]) -> Vec<&'a dyn Ba
     held.iter().map(|l| &**l as &dyn BatchSource).collect()
 }
 
+/// Validate or test (`run`) over the `n` loaders at `loaders`.
+type EvalRun = fn(
+    &mut crate::trainer::Trainer,
+    &mut dyn crate::trainer::LightningModule,
+    &[&dyn BatchSource],
+    Option<&str>,
+) -> Result<std::collections::BTreeMap<String, f64>>;
+
+unsafe fn run_eval(
+    trainer: *mut fulmen_trainer,
+    module: *mut fulmen_lightning_module,
+    loaders: *const *const fulmen_loader,
+    n: usize,
+    ckpt_path: *const c_char,
+    run: EvalRun,
+) -> Result<()> {
+    let mut t = handle::borrow_mut(trainer, "trainer")?;
+    let mut m = handle::borrow_mut(module, "module")?;
+    let held = self::loaders(loaders, n, false)?;
+    run(&mut t.inner, &mut m.inner, &sources(&held), ckpt(ckpt_path)?).map(|_| ())
+}
+
 /// `fulmen_trainer_fit` validating on each of the `n_val` loaders at
 /// `val` in turn (0 to FULMEN_LOADERS_MAX; 0: no validation; the same
 /// loader may appear twice). With several, the validation steps and batch
@@ -83,10 +105,7 @@ pub unsafe extern "C" fn fulmen_trainer_validate_loaders(
     ckpt_path: *const c_char,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_validate_loaders", || {
-        let mut t = handle::borrow_mut(trainer, "trainer")?;
-        let mut m = handle::borrow_mut(module, "module")?;
-        let held = self::loaders(loaders, n, false)?;
-        t.inner.validate_loaders(&mut m.inner, &sources(&held), ckpt(ckpt_path)?).map(|_| ())
+        run_eval(trainer, module, loaders, n, ckpt_path, crate::trainer::Trainer::validate_loaders)
     })
 }
 
@@ -105,10 +124,7 @@ pub unsafe extern "C" fn fulmen_trainer_test_loaders(
     ckpt_path: *const c_char,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_test_loaders", || {
-        let mut t = handle::borrow_mut(trainer, "trainer")?;
-        let mut m = handle::borrow_mut(module, "module")?;
-        let held = self::loaders(loaders, n, false)?;
-        t.inner.test_loaders(&mut m.inner, &sources(&held), ckpt(ckpt_path)?).map(|_| ())
+        run_eval(trainer, module, loaders, n, ckpt_path, crate::trainer::Trainer::test_loaders)
     })
 }
 
