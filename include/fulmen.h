@@ -129,6 +129,11 @@
 #define MAX_SCHEDULE 1024
 
 /**
+ * The largest window a ThroughputMonitor takes.
+ */
+#define MAX_WINDOW (1 << 20)
+
+/**
  * The largest epoch, step or batch count a checkpoint may hold (2^53:
  * every count stays exact as the f64 loggers write).
  */
@@ -2455,6 +2460,24 @@ struct fulmen_error *fulmen_trainer_add_gradient_accumulation_scheduler(struct f
 struct fulmen_error *fulmen_trainer_add_on_exception_checkpoint(struct fulmen_trainer *trainer,
                                                                 const char *dirpath,
                                                                 const char *filename);
+
+/**
+ * Adds a ThroughputMonitor (Lightning's, with fabric's Throughput):
+ * batches and samples per second over the last `window_size` batches (2
+ * to 1048576; Lightning's default 100), per device and, with several
+ * ranks, for the job, logged when the loggers are due as
+ * `train<sep>time`, `train<sep>batches`, `train<sep>samples`,
+ * `train<sep>device<sep>batches_per_sec`,
+ * `train<sep>device<sep>samples_per_sec` (and `validate`, `test`,
+ * `predict`); `separator` NULL is "/". A batch's samples are its first
+ * tensor's first dimension. Training's clock skips validation runs.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`window_size` out of range, a
+ * separator empty, not UTF-8 or holding a comma, quote or newline).
+ */
+struct fulmen_error *fulmen_trainer_add_throughput_monitor(struct fulmen_trainer *trainer,
+                                                           size_t window_size,
+                                                           const char *separator);
 
 /**
  * Logs a metric, as Lightning's `self.log(name, value, ...)`. `flags`

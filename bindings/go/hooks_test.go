@@ -474,6 +474,7 @@ func TestEarlyStoppingLRMonitorTimer(t *testing.T) {
 	ok(t, tr.AddLRMonitorWith("epoch", true, false))
 	off := false
 	ok(t, tr.AddDeviceStatsMonitor(&off))
+	ok(t, tr.AddThroughputMonitor(2, "|"))
 	r := &recorder{}
 	ok(t, tr.AddLogger(r))
 	ok(t, tr.Fit(context.Background(), m, train, val))
@@ -503,6 +504,15 @@ func TestEarlyStoppingLRMonitorTimer(t *testing.T) {
 				t.Fatalf("cpu_stats=false logged %s on the CPU", k)
 			}
 		}
+	}
+	rates := 0
+	for _, m := range r.metrics {
+		if _, ok := m["train|device|batches_per_sec"]; ok {
+			rates++
+		}
+	}
+	if rates == 0 {
+		t.Fatal("no train|device|batches_per_sec logged")
 	}
 	if lrs != 3 {
 		t.Fatalf("lr-SGD logged %d times in 3 epochs: %v", lrs, r.metrics)

@@ -319,3 +319,17 @@ func (t *Trainer) AddDeviceStatsMonitor(cpuStats *bool) error {
 	runtime.KeepAlive(t)
 	return err
 }
+
+// AddThroughputMonitor adds a ThroughputMonitor: batches and samples per
+// second over the last windowSize batches, logged as
+// "train/device/samples_per_sec" and so on (separator "": "/").
+func (t *Trainer) AddThroughputMonitor(windowSize int, separator string) error {
+	if windowSize < 0 {
+		return &Error{Code: CodeInvalidArgument, Message: "AddThroughputMonitor: negative window size"}
+	}
+	s := optCString(separator)
+	defer freeCString(s)
+	err := check(C.fulmen_trainer_add_throughput_monitor(t.ptr(), C.size_t(windowSize), s))
+	runtime.KeepAlive(t)
+	return err
+}

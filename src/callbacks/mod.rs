@@ -1,6 +1,7 @@
 //! Built-in callbacks, as Lightning's: ModelCheckpoint, EarlyStopping,
 //! LearningRateMonitor, Timer, ModelSummary, GradientAccumulationScheduler,
-//! OnExceptionCheckpoint, DeviceStatsMonitor and the progress bar.
+//! OnExceptionCheckpoint, DeviceStatsMonitor, ThroughputMonitor and the
+//! progress bar.
 pub mod device_stats;
 pub mod early_stopping;
 pub mod filename;
@@ -11,6 +12,7 @@ pub mod model_summary;
 pub mod monitor;
 pub mod on_exception;
 pub mod progress_bar;
+pub mod throughput;
 pub mod timer;
 
 pub use device_stats::DeviceStatsMonitor;
@@ -22,4 +24,5 @@ pub use model_summary::ModelSummary;
 pub use monitor::Mode;
 pub use on_exception::OnExceptionCheckpoint;
 pub use progress_bar::ProgressBar;
+pub use throughput::ThroughputMonitor;
 pub use timer::Timer;

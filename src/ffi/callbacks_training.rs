@@ -1,5 +1,5 @@
-//! The built-in callbacks that shape training itself:
-//! GradientAccumulationScheduler and OnExceptionCheckpoint.
+//! Built-in callbacks:
+//! GradientAccumulationScheduler, OnExceptionCheckpoint and ThroughputMonitor.
 use super::error::{fulmen_error, guard, str_arg};
 use super::handle;
 use super::tensor::handle::i64_list;
@@ -64,6 +64,32 @@ pub unsafe extern "C" fn fulmen_trainer_add_on_exception_checkpoint(
         let dir = PathBuf::from(str_arg(dirpath, "dirpath")?);
         let name = if filename.is_null() { None } else { Some(str_arg(filename, "filename")?) };
         t.inner.add_callback(Box::new(OnExceptionCheckpoint::new(dir, name)?));
+        Ok(())
+    })
+}
+
+/// Adds a ThroughputMonitor (Lightning's, with fabric's Throughput):
+/// batches and samples per second over the last `window_size` batches (2
+/// to 1048576; Lightning's default 100), per device and, with several
+/// ranks, for the job, logged when the loggers are due as
+/// `train<sep>time`, `train<sep>batches`, `train<sep>samples`,
+/// `train<sep>device<sep>batches_per_sec`,
+/// `train<sep>device<sep>samples_per_sec` (and `validate`, `test`,
+/// `predict`); `separator` NULL is "/". A batch's samples are its first
+/// tensor's first dimension. Training's clock skips validation runs.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`window_size` out of range, a
+/// separator empty, not UTF-8 or holding a comma, quote or newline).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_add_throughput_monitor(
+    trainer: *mut fulmen_trainer,
+    window_size: usize,
+    separator: *const c_char,
+) -> *mut fulmen_error {
+    guard("fulmen_trainer_add_throughput_monitor", || {
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
+        let sep = if separator.is_null() { "/" } else { str_arg(separator, "separator")? };
+        t.inner.add_callback(Box::new(crate::callbacks::ThroughputMonitor::new(window_size, sep)?));
         Ok(())
     })
 }

@@ -185,6 +185,9 @@ impl Run<'_> {
                 Err(e) => return Err(Error::io(format!("removing old checkpoint {}: {e}", path.display()))),
             }
         }
+        for (step, values) in std::mem::take(&mut self.state.step_log_requests) {
+            self.log_metrics(&values.into_iter().collect(), step)?;
+        }
         for (prefix, cpu_stats, step) in std::mem::take(&mut self.state.device_stats_requests) {
             let stats = self.strategy.device_stats(cpu_stats)?;
             let m: BTreeMap<String, f64> = stats.into_iter().map(|(k, v)| (format!("{prefix}/{k}"), v)).collect();

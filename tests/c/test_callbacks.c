@@ -486,6 +486,59 @@ static void test_device_stats(void) {
     fulmen_model_free(f.model);
 }
 
+/* ---- ThroughputMonitor ---- */
+
+typedef struct {
+    int rates, val_logs, global;
+    double samples, per_sample; /* last train/samples; samples_per_sec / batches_per_sec */
+} rate_log;
+
+static fulmen_error *rates_seen(void *ud, const char *const *names, const double *values, size_t n, int64_t epoch,
+                                int64_t step) {
+    rate_log *l = ud;
+    (void)epoch;
+    (void)step;
+    double b = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(names[i], "train/samples") == 0) l->samples = values[i];
+        if (strcmp(names[i], "train/device/batches_per_sec") == 0) b = values[i];
+        if (strcmp(names[i], "train/device/samples_per_sec") == 0) s = values[i];
+        if (strcmp(names[i], "train/samples_per_sec") == 0) l->global++;
+        if (strcmp(names[i], "validate/samples") == 0) l->val_logs++;
+    }
+    if (b > 0) {
+        l->rates++;
+        l->per_sample = s / b;
+    }
+    return NULL;
+}
+
+/* A window of 3: rates from the third batch on, samples per batch = the
+ * batch size; counters of every batch; validation apart; one rank only. */
+static void test_throughput(void) {
+    static rate_log log;
+    fulmen_logger_vtable v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    v.userdata = &log;
+    v.log_metrics = rates_seen;
+    fixture f = {.model = mlp(false)};
+    fulmen_lightning_module *m = module_for(&f);
+    const char *every1[] = {"log_every_n_steps", "1", "num_sanity_val_steps", "0", NULL};
+    fulmen_trainer *t = trainer_with(1, every1);
+    CHECK_OK(fulmen_trainer_add_throughput_monitor(t, 3, NULL));
+    CHECK_OK(fulmen_trainer_add_logger(t, &v));
+    CHECK_OK(fulmen_trainer_fit(t, m, TL, VL, NULL));
+    CHECK(log.samples == 32 && log.rates == 2 && log.global == 0);
+    CHECK_NEAR(log.per_sample, 8.0, 1e-9);
+    CHECK(log.val_logs >= 1);
+    CHECK_ERR(fulmen_trainer_add_throughput_monitor(t, 1, NULL), FULMEN_CODE_INVALID_ARGUMENT, "window_size");
+    CHECK_ERR(fulmen_trainer_add_throughput_monitor(t, 10, "a,b"), FULMEN_CODE_INVALID_ARGUMENT, "separator");
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(f.model);
+}
+
 static void add_timer(fulmen_trainer *t, void *arg) {
     const char *const *a = arg;
     CHECK_OK(fulmen_trainer_add_timer(t, a[0], a[1]));
@@ -765,6 +818,7 @@ int main(void) {
     test_lr_monitor();
     test_lr_monitor_stats();
     test_device_stats();
+    test_throughput();
     test_timer();
     test_accumulate_and_clip();
     test_validation_schedule();

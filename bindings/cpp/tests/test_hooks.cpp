@@ -527,7 +527,7 @@ TEST_F(HookTest, LoggerLambdasReceiveMetricsAndHyperparameters) {
         logger.finalize = [&](const std::string& status) { statuses.push_back(status); };
         trainer.add_logger(std::move(logger));
         counter.reset();
-        trainer.add_lr_monitor("epoch", false, true).add_device_stats_monitor();
+        trainer.add_lr_monitor("epoch", false, true).add_device_stats_monitor().add_throughput_monitor(2);
         trainer.fit(module, train, val);
 
         EXPECT_EQ(hparams, (std::map<std::string, std::string>{{"a: b", "x\ny"},
@@ -545,6 +545,7 @@ TEST_F(HookTest, LoggerLambdasReceiveMetricsAndHyperparameters) {
         EXPECT_TRUE(has("lr-SGD"));
         EXPECT_TRUE(has("lr-SGD-weight_decay"));
         EXPECT_TRUE(has("DeviceStatsMonitor.on_train_batch_end/cpu_percent"));
+        EXPECT_TRUE(has("train/device/samples_per_sec"));
         EXPECT_FALSE(has("lr-SGD-momentum"));
         EXPECT_EQ(*std::max_element(steps.begin(), steps.end()), 7);
         for (const auto& m : logged) {

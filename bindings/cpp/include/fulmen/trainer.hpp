@@ -613,6 +613,14 @@ public:
         check(fulmen_trainer_add_device_stats_monitor(get(), cpu_stats ? (*cpu_stats ? 1 : 0) : -1));
         return *this;
     }
+    /// Adds a ThroughputMonitor: batches and samples per second over the
+    /// last `window_size` batches, logged as train/device/samples_per_sec
+    /// and so on (`separator` nullopt: "/").
+    Trainer& add_throughput_monitor(size_t window_size = 100,
+                                    const std::optional<std::string>& separator = std::nullopt) {
+        check(fulmen_trainer_add_throughput_monitor(get(), window_size, c_path(separator)));
+        return *this;
+    }
     /// Adds a GradientAccumulationScheduler: from each epoch of
     /// `scheduling` on, that many batches add up before an optimizer step.
     Trainer& add_gradient_accumulation_scheduler(const std::map<int64_t, int64_t>& scheduling) {
