@@ -59,6 +59,10 @@ impl Callback for GradientAccumulationScheduler {
 
     fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()> {
         match ctx.hook {
+            Hook::TrainStart if ctx.state.manual_optimization => Err(Error::invalid(
+                "a GradientAccumulationScheduler does not work with manual optimization: accumulate in the \
+                 training_step (as Lightning)",
+            )),
             Hook::TrainStart if ctx.state.accumulate_grad_batches != 1 => Err(Error::invalid(format!(
                 "accumulate_grad_batches is {} in the trainer options and a GradientAccumulationScheduler is \
                  added: keep one of them",

@@ -40,8 +40,15 @@ impl Callback for OnExceptionCheckpoint {
 
     fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()> {
         // Only a fit has a training state worth resuming.
-        if ctx.hook == Hook::Exception && ctx.stage == "fit" {
-            ctx.state.save_requests.push((self.path.clone(), false));
+        if ctx.stage != "fit" {
+            return Ok(());
+        }
+        match ctx.hook {
+            Hook::Exception => ctx.state.save_requests.push((self.path.clone(), false)),
+            // As Lightning, a fit that ends well removes a checkpoint left by
+            // an earlier failure (not the one it resumed from).
+            Hook::Teardown if self.path.is_file() => ctx.state.remove_requests.push(self.path.clone()),
+            _ => {}
         }
         Ok(())
     }

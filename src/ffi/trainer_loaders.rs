@@ -147,10 +147,13 @@ pub unsafe extern "C" fn fulmen_trainer_predict_loaders(
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_predict_loaders", || {
         check_out(outs, "outs")?;
-        let held = self::loaders(loaders, n, false)?;
+        if n == 0 || n > FULMEN_LOADERS_MAX {
+            return Err(Error::invalid(format!("{n} loaders: give 1 to {FULMEN_LOADERS_MAX}")));
+        }
         for i in 0..n {
             outs.add(i).write(std::ptr::null_mut());
         }
+        let held = self::loaders(loaders, n, false)?;
         let mut t = handle::borrow_mut(trainer, "trainer")?;
         let mut m = handle::borrow_mut(module, "module")?;
         let results = t.inner.predict_loaders(&mut m.inner, &sources(&held), ckpt(ckpt_path)?)?;

@@ -89,7 +89,12 @@ impl Auroc {
     fn binned(&self, probs: &Tensor, target: &Tensor) -> Result<Tensor> {
         let n = self.opts.thresholds;
         let c = self.columns();
-        // torchmetrics' thresholds: torch.linspace(0, 1, n) in float32.
+        // torchmetrics' thresholds: torch.linspace(0, 1, n) in float32, the
+        // comparison in float32 at least (half scores are promoted).
+        let probs = match probs.kind() {
+            Kind::Half | Kind::BFloat16 => probs.f_to_kind(Kind::Float)?,
+            _ => probs.shallow_clone(),
+        };
         let thresholds = Tensor::f_linspace(0.0, 1.0, n, (Kind::Float, probs.device()))?.f_to_kind(probs.kind())?;
         // How many thresholds each score reaches (score >= threshold).
         let reached = probs.contiguous().f_bucketize(&thresholds, false, true)?;
@@ -171,7 +176,8 @@ impl Metric for Auroc {
         let (probs, target) = self.prepare(preds, target)?;
         let target = target.f_to_device(probs.device())?;
         if self.opts.thresholds == 0 {
-            self.kept.push((probs.f_detach()?, target));
+            // Copies: the caller may refill its tensors for the next batch.
+            self.kept.push((probs.f_detach()?.copy(), target.copy()));
             return Ok(());
         }
         let counts = self.binned(&probs, &target)?;

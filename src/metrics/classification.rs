@@ -71,7 +71,7 @@ impl StatScores {
         } else {
             return Err(Error::invalid(format!("{name}: predictions of dtype {:?}", preds.kind())));
         };
-        let target = class_indices(target, self.classes(), name)?;
+        let target = class_indices(target, self.classes(), name)?.f_to_device(pred.device())?;
         Ok((pred.f_reshape([-1])?, target.f_reshape([-1])?))
     }
 

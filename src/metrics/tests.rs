@@ -97,6 +97,18 @@ fn auroc_matches_torchmetrics() {
 }
 
 #[test]
+fn exact_auroc_keeps_copies() {
+    // A host refilling its tensors in place after update changes nothing.
+    let mut p = Tensor::from_slice(&[0.9f32, 0.2, 0.6, 0.4]);
+    let mut t = Tensor::from_slice(&[1i64, 0, 0, 1]);
+    let mut m = build(opts(MetricKind::Auroc, 0)).unwrap();
+    m.update(&p, &t).unwrap();
+    let _ = p.fill_(0.5);
+    let _ = t.fill_(0);
+    assert_eq!(m.compute_local().unwrap(), 0.75);
+}
+
+#[test]
 fn regression_matches_torchmetrics() {
     let (p, t) = (f32s(&RP, &[24]), f32s(&RT, &[24]));
     near("mae", run(opts(MetricKind::MeanAbsoluteError, 0), &p, &t), MAE);

@@ -447,7 +447,8 @@ fn fit_run(
     resume: Option<&std::path::Path>,
 ) -> Result<()> {
     check_val_interval(opts, run.state.num_train_batches, !vals.is_empty())?;
-    if !run.module.automatic_optimization() {
+    run.state.manual_optimization = !run.module.automatic_optimization();
+    if run.state.manual_optimization {
         check_manual(opts, run)?;
     }
     run.simple(Hook::Setup)?;

@@ -190,6 +190,8 @@ pub struct TrainerState {
     /// gradients add up before the optimizers step, read at each epoch
     /// start after its hooks (GradientAccumulationScheduler sets it).
     pub accumulate_grad_batches: i64,
+    /// The module optimizes itself (`automatic_optimization` off).
+    pub manual_optimization: bool,
     /// Metrics a callback wants logged (LearningRateMonitor).
     pub log_requests: Vec<(String, f64)>,
     /// Metrics a callback wants logged at a given logger step

@@ -162,7 +162,8 @@ int main(void) {
 
     /* bad lists */
     const fulmen_loader *with_null[2] = {la, NULL};
-    fulmen_tensor *bad_outs[2] = {NULL, NULL};
+    fulmen_tensor *stale = outs[0]; /* freed above: a stale value the call must clear */
+    fulmen_tensor *bad_outs[2] = {stale, stale};
     CHECK_ERR(fulmen_trainer_validate_loaders(t, m, both, 0, NULL), FULMEN_CODE_INVALID_ARGUMENT, "loaders");
     CHECK_ERR(fulmen_trainer_validate_loaders(t, m, both, FULMEN_LOADERS_MAX + 1, NULL), FULMEN_CODE_INVALID_ARGUMENT,
               NULL);

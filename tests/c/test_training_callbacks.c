@@ -119,11 +119,15 @@ static void test_on_exception(const char *root, fulmen_loader *loader) {
     CHECK(steps == 16);
     CHECK(fixture_max_diff(full.model, cut.model) == 0.0);
 
-    /* a run that succeeds writes nothing; bad arguments */
+    /* a run that succeeds writes nothing and removes a stale one (not the
+     * one it resumed from, above); bad arguments */
     CHECK(remove(ckpt) == 0);
+    snprintf(ckpt, sizeof ckpt, "%s/mine.ckpt", dir);
+    FILE *stale = fopen(ckpt, "w");
+    CHECK(stale != NULL);
+    if (stale != NULL) fclose(stale);
     CHECK_OK(fulmen_trainer_add_on_exception_checkpoint(tf, dir, "mine"));
     CHECK_OK(fulmen_trainer_fit(tf, mf, loader, NULL, NULL));
-    snprintf(ckpt, sizeof ckpt, "%s/mine.ckpt", dir);
     CHECK(stat(ckpt, &st) != 0);
     CHECK_ERR(fulmen_trainer_add_on_exception_checkpoint(tf, NULL, NULL), FULMEN_CODE_NULL_ARGUMENT, "dirpath");
     CHECK_ERR(fulmen_trainer_add_on_exception_checkpoint(tf, "", NULL), FULMEN_CODE_INVALID_ARGUMENT, "folder");

@@ -126,7 +126,8 @@ impl CyclicLr {
         }
         for g in opt.param_groups_mut() {
             g.lr = opts.base_lr;
-            g.initial_lr = Some(opts.base_lr);
+            // torch's setdefault: an earlier scheduler's initial_lr stays.
+            g.initial_lr.get_or_insert(opts.base_lr);
             if opts.cycle_momentum {
                 g.momentum = opts.max_momentum;
             }

@@ -71,6 +71,11 @@ fn cyclic_lr_matches_torch() {
     s.step(&mut o, None).unwrap();
     s2.step(&mut o2, None).unwrap();
     assert_eq!(o.lr(), o2.lr());
+    // An earlier scheduler's initial_lr stays (torch's setdefault).
+    let mut o = sgd();
+    let _first = ExponentialLr::new(&mut o, 0.5).unwrap();
+    let _cyc = CyclicLr::new(&mut o, CyclicLrOptions::new(0.01, 0.1)).unwrap();
+    assert_eq!(o.param_groups()[0].initial_lr, Some(0.1));
     // Bad options.
     let bad = CyclicLrOptions { step_size_up: 0, ..CyclicLrOptions::new(0.01, 0.1) };
     assert!(CyclicLr::new(&mut sgd(), bad).is_err());
