@@ -92,4 +92,24 @@ mod tests {
             assert!(GradientAccumulationScheduler::new(bad).is_err(), "{bad:?}");
         }
     }
+
+    #[test]
+    fn refused_with_manual_optimization_or_a_trainer_factor() {
+        let mut s = GradientAccumulationScheduler::new(&[(3, 2)]).unwrap();
+        let mut state = crate::trainer::hooks::TrainerState {
+            accumulate_grad_batches: 1,
+            manual_optimization: true,
+            ..Default::default()
+        };
+        let err = s.on_hook(&mut HookContext::new(Hook::TrainStart, "fit", &mut state)).unwrap_err();
+        assert!(err.message.contains("manual optimization"), "{err:?}");
+        state.manual_optimization = false;
+        state.accumulate_grad_batches = 2;
+        assert!(s.on_hook(&mut HookContext::new(Hook::TrainStart, "fit", &mut state)).is_err());
+        state.accumulate_grad_batches = 1;
+        s.on_hook(&mut HookContext::new(Hook::TrainStart, "fit", &mut state)).unwrap();
+        state.epoch = 4;
+        s.on_hook(&mut HookContext::new(Hook::TrainEpochStart, "fit", &mut state)).unwrap();
+        assert_eq!(state.accumulate_grad_batches, 2);
+    }
 }
