@@ -62,7 +62,9 @@ impl LearningRateMonitor {
             }
         }
         ctx.state.callback_metrics.extend(stats.iter().cloned());
-        ctx.state.log_requests.extend(stats);
+        if !stats.is_empty() {
+            ctx.state.log_requests.push((ctx.state.log_step, stats));
+        }
     }
 }
 

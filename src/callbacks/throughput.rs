@@ -167,7 +167,7 @@ impl Callback for ThroughputMonitor {
                     (due.then(|| m.compute(stage, &self.separator, window, world)), m.iter)
                 };
                 if let Some(metrics) = metrics.filter(|v| !v.is_empty()) {
-                    ctx.state.step_log_requests.push((step, metrics));
+                    ctx.state.log_requests.push((step, metrics));
                 }
             }
             _ => {}

@@ -88,22 +88,6 @@ pub unsafe extern "C" fn fulmen_scheduler_cyclic_lr_new(
 pub type fulmen_lr_lambda_fn =
     Option<unsafe extern "C" fn(userdata: *mut c_void, epoch: i64, group: usize, out: *mut f64) -> *mut fulmen_error>;
 
-/// The host's factor function as a core [`LrLambda`]; `userdata_free` is
-/// armed by the caller once the scheduler exists.
-fn host_lambda(
-    f: unsafe extern "C" fn(*mut c_void, i64, usize, *mut f64) -> *mut fulmen_error,
-    userdata: Userdata,
-    name: &'static str,
-) -> LrLambda {
-    Box::new(move |epoch, group| {
-        let mut v = f64::NAN;
-        // SAFETY: the host's callback with its own userdata, on the thread that steps.
-        let err = unsafe { f(userdata.ptr(), epoch, group, &mut v) };
-        host_result(err, || format!("{name} lr_lambda (step {epoch}, group {group})"))?;
-        Ok(v)
-    })
-}
-
 /// Builds LambdaLR or MultiplicativeLR; `userdata_free` runs when the
 /// scheduler goes, and not at all when this fails.
 unsafe fn lambda_scheduler(
@@ -128,10 +112,12 @@ unsafe fn lambda_scheduler(
         }
     }
     let held = Guarded(Userdata::new(userdata, None), armed.clone(), userdata_free);
-    let mut call = host_lambda(f, Userdata::new(userdata, None), name);
-    let lambda: LrLambda = Box::new(move |e, g| {
-        let _keep = &held;
-        call(e, g)
+    let lambda: LrLambda = Box::new(move |epoch, group| {
+        let mut v = f64::NAN;
+        // SAFETY: the host's callback with its own userdata, on the thread that steps.
+        let err = f(held.0.ptr(), epoch, group, &mut v);
+        host_result(err, || format!("{name} lr_lambda (step {epoch}, group {group})"))?;
+        Ok(v)
     });
     make(optimizer, out, |opt| {
         let s = if multiplicative { LambdaLr::multiplicative(opt, lambda)? } else { LambdaLr::new(opt, lambda)? };

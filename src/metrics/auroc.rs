@@ -215,8 +215,7 @@ impl Metric for Auroc {
     }
 
     fn compute_local(&self) -> Result<f64> {
-        if self.opts.thresholds != 0 {
-            let state = self.summable_state()?.unwrap_or_default();
+        if let Some(state) = self.summable_state()? {
             return self.compute_from(&state);
         }
         if self.kept.is_empty() {

@@ -175,11 +175,6 @@ impl Metric for StatScores {
         })
     }
 
-    fn compute_local(&self) -> Result<f64> {
-        let state = self.summable_state()?.unwrap_or_default();
-        self.compute_from(&state)
-    }
-
     fn reset(&mut self) {
         self.confusion = None;
     }

@@ -149,8 +149,12 @@ pub trait Metric: Send {
     fn summable_state(&self) -> Result<Option<Vec<f64>>>;
     /// The value from a (possibly summed) state of `summable_state`.
     fn compute_from(&self, state: &[f64]) -> Result<f64>;
-    /// The value from this rank's own state.
-    fn compute_local(&self) -> Result<f64>;
+    /// The value from this rank's own state (by default from its summable
+    /// state).
+    fn compute_local(&self) -> Result<f64> {
+        let state = self.summable_state()?.ok_or_else(|| Error::state("this metric keeps no summable state"))?;
+        self.compute_from(&state)
+    }
     /// Forgets everything updated so far.
     fn reset(&mut self);
 }

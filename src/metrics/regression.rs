@@ -71,11 +71,6 @@ impl Metric for Regression {
         Ok(if self.opts.kind == MetricKind::RootMeanSquaredError { mean.sqrt() } else { mean })
     }
 
-    fn compute_local(&self) -> Result<f64> {
-        let state = self.summable_state()?.unwrap_or_default();
-        self.compute_from(&state)
-    }
-
     fn reset(&mut self) {
         self.sum = None;
         self.count = 0;

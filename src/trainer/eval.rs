@@ -3,7 +3,6 @@
 use super::context::Stage;
 use super::eval_loop::Evaluated;
 use super::hooks::{Callback, Hook};
-use super::options::ProfilerKind;
 use super::profiler::SimpleProfiler;
 use super::run::Run;
 use super::source::BatchSource;
@@ -142,13 +141,10 @@ impl Trainer {
             batches_in_epoch: 0,
             epoch_finished: false,
             strategy,
-            profiler: (opts.profiler == ProfilerKind::Simple).then(SimpleProfiler::start),
+            profiler: SimpleProfiler::when(opts.profiler),
         };
         let result = eval_run(&mut run, &opts, stage, &sources, weights.as_deref()).map_err(|e| run.strategy.fail(e));
-        self.profiler_report = run.profiler.take().map(|p| p.describe(name));
-        if let (Some(report), true) = (&self.profiler_report, global_zero) {
-            eprint!("{report}");
-        }
+        self.profiler_report = run.finish_profile();
         match &result {
             Ok((metrics, _)) => {
                 if opts.enable_progress_bar && stage != Stage::Predict && global_zero {

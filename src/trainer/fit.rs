@@ -6,7 +6,7 @@ use super::hooks::{Callback, Hook};
 use super::manual::ManualOptimization;
 use super::metrics::MetricStore;
 use super::module::{Interval, OptimizerConfig};
-use super::options::{ProfilerKind, ValCheckInterval};
+use super::options::ValCheckInterval;
 use super::profiler::SimpleProfiler;
 use super::run::{HookData, Run};
 use super::source::BatchSource;
@@ -373,14 +373,11 @@ impl Trainer {
             batches_in_epoch: 0,
             epoch_finished: false,
             strategy,
-            profiler: (opts.profiler == ProfilerKind::Simple).then(SimpleProfiler::start),
+            profiler: SimpleProfiler::when(opts.profiler),
         };
         let result = fit_run(&mut run, &opts, train, if validating { &vals } else { &[] }, resume.as_deref())
             .map_err(|e| run.strategy.fail(e));
-        self.profiler_report = run.profiler.take().map(|p| p.describe("fit"));
-        if let (Some(report), true) = (&self.profiler_report, global_zero) {
-            eprint!("{report}");
-        }
+        self.profiler_report = run.finish_profile();
         match &result {
             Ok(()) => {
                 // Every logger is finalized; the first failure is reported.

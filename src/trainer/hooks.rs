@@ -192,11 +192,9 @@ pub struct TrainerState {
     pub accumulate_grad_batches: i64,
     /// The module optimizes itself (`automatic_optimization` off).
     pub manual_optimization: bool,
-    /// Metrics a callback wants logged (LearningRateMonitor).
-    pub log_requests: Vec<(String, f64)>,
-    /// Metrics a callback wants logged at a given logger step
-    /// (ThroughputMonitor).
-    pub step_log_requests: Vec<(i64, Vec<(String, f64)>)>,
+    /// Metrics callbacks want logged, each batch at its logger step
+    /// (LearningRateMonitor, ThroughputMonitor).
+    pub log_requests: Vec<(i64, Vec<(String, f64)>)>,
     /// Device statistics a callback wants logged (DeviceStatsMonitor):
     /// the name prefix, whether to add (true) or drop (false) the CPU's
     /// statistics (`None`: the device's own only, as Lightning's

@@ -224,21 +224,15 @@ impl MetricStore {
     /// Reduces the step values logged with sync_dist over ranks with
     /// `reduce` (one collective per operation in use) and records them.
     pub fn sync_step(&mut self, reduce: Reducer) -> Result<()> {
-        for op in [ReduceFx::Mean, ReduceFx::Sum, ReduceFx::Max, ReduceFx::Min] {
-            let keys: Vec<String> =
-                self.step.keys().filter(|k| self.sync.get(base_name(k)) == Some(&op)).cloned().collect();
-            if keys.is_empty() {
-                continue;
+        let keys: Vec<String> = self.step.keys().filter(|k| self.sync.contains_key(base_name(k))).cloned().collect();
+        let mut values: Vec<f64> = keys.iter().map(|k| self.step[k]).collect();
+        reduce_by_op(&mut values, |i| self.sync.get(base_name(&keys[i])).copied(), reduce)?;
+        for (k, v) in keys.into_iter().zip(values) {
+            self.step.insert(k.clone(), v);
+            if let Some(p) = self.progress_metrics.get_mut(&k) {
+                *p = v;
             }
-            let mut values: Vec<f64> = keys.iter().map(|k| self.step[k]).collect();
-            reduce(&mut values, op)?;
-            for (k, v) in keys.into_iter().zip(values) {
-                self.step.insert(k.clone(), v);
-                if let Some(p) = self.progress_metrics.get_mut(&k) {
-                    *p = v;
-                }
-                self.callback_metrics.insert(k, v);
-            }
+            self.callback_metrics.insert(k, v);
         }
         Ok(())
     }
@@ -278,17 +272,14 @@ impl MetricStore {
                 done[*i].1.weight = sums[2 * k + 1];
             }
         }
-        for op in [ReduceFx::Sum, ReduceFx::Max, ReduceFx::Min] {
-            let picked: Vec<usize> =
-                (0..done.len()).filter(|i| done[*i].1.reduce == op && synced(&done[*i].0)).collect();
-            if picked.is_empty() {
-                continue;
-            }
-            let mut values: Vec<f64> = picked.iter().map(|i| done[*i].1.value).collect();
-            reduce(&mut values, op)?;
-            for (i, v) in picked.into_iter().zip(values) {
-                done[i].1.value = v;
-            }
+        let mut values: Vec<f64> = done.iter().map(|(_, a)| a.value).collect();
+        let op_of = |i: usize| {
+            let (name, a) = &done[i];
+            (a.reduce != ReduceFx::Mean && synced(name)).then_some(a.reduce)
+        };
+        reduce_by_op(&mut values, op_of, reduce)?;
+        for ((_, a), v) in done.iter_mut().zip(values) {
+            a.value = v;
         }
         let mut out = BTreeMap::new();
         for (name, acc) in done {
@@ -307,21 +298,24 @@ impl MetricStore {
     }
 }
 
-/// Reduces the entries of `values` that `selected` picks over ranks with
-/// `reduce` (one collective for all of them; none when none is picked).
-pub(crate) fn reduce_selected(
+/// Reduces over ranks each entry of `values` whose `op_of(i)` names an
+/// operation, with `reduce`: one collective per operation in use, in a
+/// fixed order (mean, sum, max, min) so every rank makes the same calls.
+pub(crate) fn reduce_by_op(
     values: &mut [f64],
-    selected: impl Fn(usize) -> bool,
-    reduce: &dyn Fn(&mut [f64]) -> Result<()>,
+    op_of: impl Fn(usize) -> Option<ReduceFx>,
+    reduce: Reducer,
 ) -> Result<()> {
-    let picked: Vec<usize> = (0..values.len()).filter(|i| selected(*i)).collect();
-    if picked.is_empty() {
-        return Ok(());
-    }
-    let mut chosen: Vec<f64> = picked.iter().map(|i| values[*i]).collect();
-    reduce(&mut chosen)?;
-    for (i, v) in picked.into_iter().zip(chosen) {
-        values[i] = v;
+    for op in [ReduceFx::Mean, ReduceFx::Sum, ReduceFx::Max, ReduceFx::Min] {
+        let picked: Vec<usize> = (0..values.len()).filter(|i| op_of(*i) == Some(op)).collect();
+        if picked.is_empty() {
+            continue;
+        }
+        let mut chosen: Vec<f64> = picked.iter().map(|i| values[*i]).collect();
+        reduce(&mut chosen, op)?;
+        for (i, v) in picked.into_iter().zip(chosen) {
+            values[i] = v;
+        }
     }
     Ok(())
 }

@@ -20,6 +20,11 @@ impl SimpleProfiler {
         SimpleProfiler { actions: HashMap::new(), began: Some(Instant::now()) }
     }
 
+    /// A started profiler when the options ask for one.
+    pub fn when(kind: super::options::ProfilerKind) -> Option<Self> {
+        (kind == super::options::ProfilerKind::Simple).then(Self::start)
+    }
+
     /// Adds one call of `action` that took `took`.
     pub fn record(&mut self, action: &str, took: Duration) {
         match self.actions.get_mut(action) {

@@ -1,7 +1,6 @@
 //! One run of the trainer: hook dispatch to callbacks and the module, the
 //! requests hooks make (checkpoints, logs), loggers and checkpoint files.
 use super::hooks::{Callback, GroupRates, Hook, HookContext, TrainerState};
-use super::metrics::ReduceFx;
 use super::module::{LightningModule, OptimizerConfig};
 use super::profiler::{timed, SimpleProfiler};
 use crate::checkpoint::Checkpoint;
@@ -116,11 +115,7 @@ impl Run<'_> {
             return Ok(());
         }
         let mut values: Vec<f64> = logs.iter().map(|l| l.value).collect();
-        // One collective per reduction, in a fixed order on every rank.
-        for op in [ReduceFx::Mean, ReduceFx::Sum, ReduceFx::Max, ReduceFx::Min] {
-            let reduce = |v: &mut [f64]| self.strategy.reduce(v, op);
-            super::metrics::reduce_selected(&mut values, |i| logs[i].flags.sync_op() == Some(op), &reduce)?;
-        }
+        super::metrics::reduce_by_op(&mut values, |i| logs[i].flags.sync_op(), &|v, op| self.strategy.reduce(v, op))?;
         for (l, value) in logs.into_iter().zip(values) {
             self.state.callback_metrics.insert(l.name.clone(), value);
             if l.flags.prog_bar {
@@ -144,6 +139,16 @@ impl Run<'_> {
         if let (Some(p), Some(t)) = (self.profiler.as_mut(), started) {
             p.record(action, t.elapsed() + extra);
         }
+    }
+
+    /// The profiler's report of this run (printed on stderr by rank 0),
+    /// when profiling.
+    pub fn finish_profile(&mut self) -> Option<String> {
+        let report = self.profiler.take()?.describe(self.stage);
+        if self.strategy.is_global_zero() {
+            eprint!("{report}");
+        }
+        Some(report)
     }
 
     /// Calls a hook with no batch data.
@@ -185,7 +190,7 @@ impl Run<'_> {
                 Err(e) => return Err(Error::io(format!("removing old checkpoint {}: {e}", path.display()))),
             }
         }
-        for (step, values) in std::mem::take(&mut self.state.step_log_requests) {
+        for (step, values) in std::mem::take(&mut self.state.log_requests) {
             self.log_metrics(&values.into_iter().collect(), step)?;
         }
         for (prefix, cpu_stats, step) in std::mem::take(&mut self.state.device_stats_requests) {
@@ -194,11 +199,6 @@ impl Run<'_> {
             if !m.is_empty() {
                 self.log_metrics(&m, step)?;
             }
-        }
-        let requested = std::mem::take(&mut self.state.log_requests);
-        if !requested.is_empty() {
-            let m: BTreeMap<String, f64> = requested.into_iter().collect();
-            self.log_metrics(&m, self.state.log_step)?;
         }
         Ok(())
     }

@@ -282,8 +282,9 @@ impl RunStrategy {
         }
         let mut stats = self.placement.accelerator.get_device_stats(self.placement.device)?;
         if !on_cpu && cpu_stats == Some(true) {
-            let cpu = crate::accelerators::cpu::CpuAccelerator::new();
-            stats.extend(crate::accelerators::Accelerator::get_device_stats(&cpu, tch::Device::Cpu)?);
+            // The registered CPU accelerator: its cpu_percent counts since its last reading.
+            let cpu = crate::accelerators::registry::get("cpu")?;
+            stats.extend(cpu.get_device_stats(tch::Device::Cpu)?);
         }
         Ok(stats)
     }
