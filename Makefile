@@ -270,16 +270,18 @@ lib-torch-2.11: $(LIBTORCH_2_11)/build-version $(GLOO_STAMP)
 	@grep -q '^2\.11\.' $(LIBTORCH_2_11)/build-version
 
 test-torch-2.11: lib-torch-2.11
-	$(MAKE) --no-print-directory LIBDIR=$(LIBDIR_2_11) BUILD=$(TORCH_2_11)/c $(TORCH_2_11)/c/tests/test_ddp
+	$(MAKE) --no-print-directory LIBDIR=$(LIBDIR_2_11) BUILD=$(TORCH_2_11)/c $(TORCH_2_11)/c/tests/test_ddp \
+	  $(TORCH_2_11)/c/tests/test_errors
 	ldd $(TORCH_2_11)/c/tests/test_ddp | grep -q '$(LIBTORCH_2_11)/lib/libtorch_cpu.so'
 	cd $(ROOT) && $(ASAN_ENV) $(TORCH_2_11)/c/tests/test_ddp
+	cd $(ROOT) && $(ASAN_ENV) FULMEN_EXPECT_LIBTORCH=2.11.0 $(TORCH_2_11)/c/tests/test_errors
 	@mkdir -p $(TORCH_2_11)/outside
 	$(CC) $(CFLAGS_STRICT) $(C_INC) tests/c/outside/train_xor.c -o $(TORCH_2_11)/outside/train_xor \
 	  -L$(LIBDIR_2_11) -Wl,-rpath,$(LIBDIR_2_11) -lfulmen -lm
 	$(TORCH_2_11)/outside/train_xor
 
 test-c-torch-2.11: lib-torch-2.11
-	$(MAKE) --no-print-directory LIBDIR=$(LIBDIR_2_11) BUILD=$(TORCH_2_11)/c test-c
+	FULMEN_EXPECT_LIBTORCH=2.11.0 $(MAKE) --no-print-directory LIBDIR=$(LIBDIR_2_11) BUILD=$(TORCH_2_11)/c test-c
 
 # The GPU kit (not in `make test`: it downloads about 1.5 GB), for a GPU
 # machine whose PyTorch is 2.11 with CUDA 13: see docs/GPU.md.

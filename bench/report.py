@@ -3,6 +3,7 @@ bench/run.py collected. Pure functions of their inputs, no I/O but /proc."""
 import os
 import platform
 import statistics
+import subprocess
 
 RATIOS = (("fulmen-c", "tch-loop", "fulmen-c / tch-loop"),
           ("fulmen-c", "lightning", "fulmen-c / lightning"),
@@ -30,7 +31,8 @@ def summarize(runs):
     return stats
 
 
-def machine():
+def machine(accelerator="cpu"):
+    """The processor, memory and OS, and with cuda the GPU as nvidia-smi names it."""
     model, mem = "unknown", 0
     try:
         with open("/proc/cpuinfo") as f:
@@ -39,8 +41,17 @@ def machine():
             mem = next(int(l.split()[1]) for l in f if l.startswith("MemTotal"))
     except (OSError, StopIteration):
         pass
-    return (f"{model}, {os.cpu_count()} logical cores, {mem / 2**20:.1f} GiB memory, "
+    text = (f"{model}, {os.cpu_count()} logical cores, {mem / 2**20:.1f} GiB memory, "
             f"{platform.system()} {platform.release()}")
+    if accelerator == "cuda":
+        try:
+            gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                                  "--format=csv,noheader"], capture_output=True, text=True,
+                                 timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            gpu = "unknown"
+        text += f"; GPU: {gpu or 'unknown'}"
+    return text
 
 
 def _ms(s):
@@ -66,7 +77,8 @@ def markdown(meta, stats, contenders, workloads, ddp_contenders, micro, notes):
            f"- versions: fulmen {meta['fulmen']}, torch {meta['torch']}, "
            f"lightning {meta['lightning']}, Python {meta['python']}",
            f"- settings: {meta['epochs']} measured epochs after {meta['warmup']} warm-up "
-           f"epoch(s), {meta['threads']} intra-op thread(s), {meta['repeats']} repeat(s) "
+           f"epoch(s), training on {meta.get('accelerator', 'cpu')}, "
+           f"{meta['threads']} intra-op thread(s), {meta['repeats']} repeat(s) "
            "per contender and workload, each a separate process, run round-robin across "
            "contenders",
            "", "Protocol: bench/PROTOCOL.md (5,000 MNIST samples, batch 64, SGD lr 0.05). "

@@ -52,10 +52,13 @@ def parse_args():
     p.add_argument("--no-ddp", action="store_true", help="skip the DDP table (mlp64, 1 and 2 ranks)")
     p.add_argument("--micro", action="store_true", help=f"also run {MICRO}")
     p.add_argument("--python", default=VENV_PY if os.path.exists(VENV_PY) else sys.executable)
+    p.add_argument("--accelerator", choices=("cpu", "cuda"), default="cpu",
+                   help="where every contender trains (cuda: one GPU; no DDP table)")
     p.add_argument("--timeout", type=float, default=900, help="seconds allowed per run")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     p.add_argument("--jsonl", default=os.path.join(ROOT, "bench", "results.jsonl"))
     a = p.parse_args()
+    a.data = os.path.abspath(a.data)  # contenders run in ROOT
     a.contenders = [c for c in a.contenders.split(",") if c]
     a.workloads = [w for w in a.workloads.split(",") if w]
     for c in a.contenders:
@@ -117,7 +120,8 @@ def run_process(argv, timeout):
 
 def run_one(name, argv, workload, ranks, threads, args, repeat):
     cmd = argv + ["--workload", workload, "--data", args.data, "--epochs", str(args.epochs),
-                  "--warmup", str(args.warmup), "--threads", str(threads), "--seed", str(args.seed)]
+                  "--warmup", str(args.warmup), "--threads", str(threads), "--seed", str(args.seed),
+                  "--accelerator", args.accelerator]
     if ranks is not None:
         cmd += ["--ranks", str(ranks)]
     out, tail, code, rss, wall = run_process(cmd, args.timeout)
@@ -190,7 +194,7 @@ def main():
         else:
             commands[name] = argv
     jobs = [(w, None, args.threads) for w in args.workloads]
-    ddp = [c for c in commands if CONTENDERS[c][3]] if not args.no_ddp else []
+    ddp = [c for c in commands if CONTENDERS[c][3]] if not args.no_ddp and args.accelerator == "cpu" else []
     if ddp:
         jobs += [("mlp64", 1, 1), ("mlp64", 2, 1)]
     plan = [(r, w, ranks, t, c) for r in range(args.repeats) for w, ranks, t in jobs
@@ -220,7 +224,7 @@ def main():
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                 command=shlex.join([py, os.path.relpath(os.path.abspath(sys.argv[0]), ROOT),
                                     *sys.argv[1:]]),
-                machine=report.machine(), load=f"{load:.2f}", epochs=args.epochs,
+                machine=report.machine(args.accelerator), accelerator=args.accelerator, load=f"{load:.2f}", epochs=args.epochs,
                 warmup=args.warmup, threads=args.threads, repeats=args.repeats, **versions(args))
     md = report.markdown(meta, report.summarize(runs), list(commands), args.workloads, ddp,
                          micro, notes)

@@ -19,6 +19,8 @@
 #ifdef FULMEN_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #endif
 
 namespace {
@@ -91,6 +93,41 @@ int fulmen_cxx_cuda_empty_cache(char* err, size_t err_len) {
   c10::cuda::CUDACachingAllocator::emptyCache();
   FULMEN_CXX_CATCH(err, err_len)
 #else
+  return not_compiled_with_cuda(err, err_len);
+#endif
+}
+
+// The state of CUDA device `index`'s default generator
+// (torch.cuda.get_rng_state(index)) as a new uint8 tensor, handed over as a
+// heap `at::Tensor*`.
+int fulmen_cxx_cuda_rng_get_state(int64_t index, void** out, char* err, size_t err_len) {
+#ifdef FULMEN_WITH_CUDA
+  FULMEN_CXX_TRY
+  TORCH_CHECK(out != nullptr, "cuda_rng_get_state: out is NULL");
+  auto gen = at::cuda::detail::getDefaultCUDAGenerator(checked_cuda_index(index));
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  *out = new at::Tensor(gen.get_state());
+  FULMEN_CXX_CATCH(err, err_len)
+#else
+  (void)index;
+  (void)out;
+  return not_compiled_with_cuda(err, err_len);
+#endif
+}
+
+// Restores CUDA device `index`'s default generator from `state` (an
+// `at::Tensor*` borrowed from the caller; torch.cuda.set_rng_state).
+int fulmen_cxx_cuda_rng_set_state(int64_t index, const void* state, char* err, size_t err_len) {
+#ifdef FULMEN_WITH_CUDA
+  FULMEN_CXX_TRY
+  const at::Tensor& t = *static_cast<const at::Tensor*>(state);
+  auto gen = at::cuda::detail::getDefaultCUDAGenerator(checked_cuda_index(index));
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(t);
+  FULMEN_CXX_CATCH(err, err_len)
+#else
+  (void)index;
+  (void)state;
   return not_compiled_with_cuda(err, err_len);
 #endif
 }

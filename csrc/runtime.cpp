@@ -9,8 +9,13 @@
 #include <c10/core/GradMode.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
+#include <torch/headeronly/version.h>
 
 extern "C" {
+
+// The version of the libtorch headers this shim was compiled against
+// ("2.13.0"), a static string.
+const char* fulmen_cxx_torch_version(void) { return TORCH_VERSION; }
 
 // at::globalContext().setDeterministicAlgorithms(on, warn_only = false).
 int fulmen_cxx_set_deterministic(int on, char* err, size_t err_len) {

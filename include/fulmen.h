@@ -4195,7 +4195,8 @@ void fulmen_precision_free(struct fulmen_precision *precision);
 const char *fulmen_version(void);
 
 /**
- * The libtorch version fulmen was built against, a static string.
+ * The libtorch version fulmen was built against ("2.13.0"), a static
+ * string.
  */
 const char *fulmen_libtorch_version(void);
 
@@ -4930,7 +4931,8 @@ struct fulmen_error *fulmen_tensor_rand(const int64_t *shape,
  *
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
  * FULMEN_CODE_INVALID_ARGUMENT (a zero or non-finite step, non-finite bounds,
- * a step away from `end`, or a range too long), FULMEN_CODE_TORCH (libtorch
+ * a step away from `end`, a range longer than 2^53, or integer bounds or step
+ * of 2^61 or more in size), FULMEN_CODE_TORCH (libtorch
  * failed, e.g. a bool dtype or out of memory).
  */
 struct fulmen_error *fulmen_tensor_arange(double start,

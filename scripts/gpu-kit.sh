@@ -2,8 +2,9 @@
 # Builds the GPU kit on a machine without a GPU: a CUDA + NCCL libfulmen for
 # a GPU machine whose PyTorch is torch 2.11.0 with CUDA 13 (the PyPI wheel's
 # layout), stripped, with every C test program, the C MNIST example and its
-# data, tests/gpu/gpu_check, and run.sh, which needs nothing on that machine
-# but its installed PyTorch.
+# data, tests/gpu/gpu_check, the benchmark harness (bench/) with its fulmen-c
+# contender, and run.sh, which needs nothing on that machine but its
+# installed PyTorch (and Lightning, for the benchmark).
 #
 #   scripts/gpu-kit.sh [KIT_DIR]        (default build/gpu-kit)
 #
@@ -117,6 +118,18 @@ for src in "$root"/tests/c/test_*.c "$root"/tests/gpu/gpu_check.c "$root"/exampl
     cc "${cflags[@]}" "$src" -o "$exe" "${ldflags[@]}" 2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
     strip "$exe"
 done
+# The benchmark harness with its fulmen-c contender, laid out as in the
+# repository (bench/run.py finds build/bench/fulmen_bench and Cargo.toml
+# beside it); the Python contenders use the GPU machine's PyTorch and
+# Lightning.
+mkdir -p "$bundle/bench/python" "$bundle/build/bench"
+cp "$root"/bench/run.py "$root"/bench/report.py "$root"/bench/PROTOCOL.md "$bundle/bench/"
+cp "$root"/bench/python/*.py "$bundle/bench/python/"
+cp "$root/Cargo.toml" "$bundle/"
+cc "${cflags[@]/-O1/-O2}" "$root/bench/c/fulmen_bench.c" -o "$bundle/build/bench/fulmen_bench" \
+    -L"$bundle/lib" -Wl,-rpath,'$ORIGIN/../../lib' -Wl,--allow-shlib-undefined -lfulmen -lm \
+    2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
+strip "$bundle/build/bench/fulmen_bench"
 cp "$deps/data/mnist_5k.csv.gz" "$bundle/data/" 2>/dev/null || say "no MNIST data in .deps/data (make deps): the example will be skipped"
 cp "$root"/tests/fixtures/* "$bundle/fixtures/"
 cp "$root/tests/gpu/run.sh" "$bundle/run.sh"

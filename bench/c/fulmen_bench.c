@@ -3,11 +3,14 @@
  * driven from C, every extra off (progress bar, logger, checkpoints,
  * summary). Epochs are timed by a module hook (train epoch start / end).
  * `--ranks 2` trains with strategy ddp on 2 processes (fulmen's launcher).
+ * `--accelerator cuda` trains on one GPU; each epoch's clock then starts and
+ * stops after the GPU's queued work is done (a value read back to the host).
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <fulmen.h>
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +34,7 @@ static double now(void) {
 typedef struct {
     fulmen_model *model;
     const char *workload;
+    bool on_gpu;
     long warmup;
     double started;
     long steps;
@@ -58,16 +62,37 @@ static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *con
     return e;
 }
 
+/* Waits for the GPU's queued work: the first parameter's sum, read back to
+ * the host, depends on every step before it. */
+static fulmen_error *sync_gpu(bench *b) {
+    if (!b->on_gpu) return NULL;
+    char name[256];
+    size_t len = 0;
+    fulmen_tensor *p = NULL, *sum = NULL;
+    double v = 0;
+    fulmen_error *e = fulmen_model_state_dict_name(b->model, 0, name, sizeof name, &len);
+    if (e == NULL) e = fulmen_model_state_dict_get(b->model, name, &p);
+    if (e == NULL) e = fulmen_tensor_sum(p, &sum);
+    if (e == NULL) e = fulmen_tensor_item(sum, &v);
+    fulmen_tensor_free(sum);
+    fulmen_tensor_free(p);
+    return e;
+}
+
 static fulmen_error *on_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
     bench *b = ud;
     if (hook == FULMEN_HOOK_TRAIN_EPOCH_START) {
+        fulmen_error *e = sync_gpu(b);
+        if (e != NULL) return e;
         b->steps = 0;
         b->started = now();
     } else if (hook == FULMEN_HOOK_TRAIN_EPOCH_END) {
+        fulmen_error *e = sync_gpu(b);
+        if (e != NULL) return e;
         double seconds = now() - b->started;
         int64_t epoch = 0;
         size_t rank = 0;
-        fulmen_error *e = fulmen_hook_context_epoch(ctx, &epoch);
+        e = fulmen_hook_context_epoch(ctx, &epoch);
         if (e == NULL) e = fulmen_distributed_ranks(&rank, NULL, NULL);
         if (e != NULL) return e;
         if (epoch >= b->warmup && rank == 0)
@@ -128,7 +153,7 @@ static fulmen_dataset *as_images(fulmen_dataset *ds) {
 }
 
 int main(int argc, char **argv) {
-    const char *workload = "mlp64", *data = ".deps/data/mnist_5k.csv.gz";
+    const char *workload = "mlp64", *data = ".deps/data/mnist_5k.csv.gz", *accelerator = "cpu";
     long epochs = 5, warmup = 1, threads = 1, seed = 0, ranks = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
@@ -139,6 +164,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--threads") == 0) threads = atol(v);
         else if (strcmp(a, "--seed") == 0) seed = atol(v);
         else if (strcmp(a, "--ranks") == 0) ranks = atol(v);
+        else if (strcmp(a, "--accelerator") == 0) accelerator = v;
         else {
             fprintf(stderr, "fulmen_bench: unknown argument %s\n", a);
             return 2;
@@ -160,7 +186,7 @@ int main(int argc, char **argv) {
     lo.seed = (uint64_t)seed;
     fulmen_loader *loader = NULL;
     check(fulmen_loader_new(ds, &lo, &loader), "loader");
-    bench b = {build(workload), workload, warmup, 0, 0};
+    bench b = {build(workload), workload, strcmp(accelerator, "cpu") != 0, warmup, 0, 0};
     fulmen_module_vtable vt = {0};
     vt.struct_size = sizeof vt;
     vt.userdata = &b;
@@ -174,7 +200,7 @@ int main(int argc, char **argv) {
     snprintf(devices, sizeof devices, "%ld", ranks);
     check(fulmen_trainer_options_new(&o), "options");
     check(fulmen_trainer_options_set_int(o, "max_epochs", warmup + epochs), "max_epochs");
-    check(fulmen_trainer_options_set(o, "accelerator", "cpu"), "accelerator");
+    check(fulmen_trainer_options_set(o, "accelerator", accelerator), "accelerator");
     check(fulmen_trainer_options_set(o, "devices", devices), "devices");
     check(fulmen_trainer_options_set(o, "strategy", ranks > 1 ? "ddp" : "auto"), "strategy");
     check(fulmen_trainer_options_set_bool(o, "enable_progress_bar", false), "progress");

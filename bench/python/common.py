@@ -1,5 +1,5 @@
 """What the Python contenders share (bench/PROTOCOL.md): arguments, thread
-setup, the data set, the three models and the JSON-lines output.
+setup, the device, the data set, the three models and the JSON-lines output.
 
 `setup()` must run before torch is imported by anything else: it pins
 OMP_NUM_THREADS to --threads (Lightning's launchers otherwise pick their own
@@ -30,6 +30,8 @@ def parse_args(description, extra=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ranks", type=int, choices=(1, 2), default=None,
                    help="DDP over gloo with this many processes (default: no DDP)")
+    p.add_argument("--accelerator", choices=("cpu", "cuda"), default="cpu",
+                   help="where the model trains; batches move there from the host each step")
     if extra:
         extra(p)
     return p.parse_args()
@@ -47,6 +49,19 @@ def setup(args, redirect=True):
         sys.stdout = sys.stderr
     import torch
     torch.set_num_threads(args.threads)
+
+
+def device(args):
+    """The torch device the model trains on."""
+    import torch
+    return torch.device("cuda:0" if args.accelerator == "cuda" else "cpu")
+
+
+def sync(args):
+    """Wait for the GPU's queued work, so that a clock read after it is honest."""
+    if args.accelerator == "cuda":
+        import torch
+        torch.cuda.synchronize()
 
 
 def emit(record):

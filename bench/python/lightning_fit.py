@@ -12,6 +12,8 @@ rank 0 prints.
 
 An epoch is timed from one on_train_epoch_start to the next (the last one
 ends at on_train_end), so end-of-epoch work such as checkpointing counts.
+With --accelerator cuda the Trainer runs on one GPU (accelerator="gpu") and
+the clock is read after torch.cuda.synchronize().
 """
 import os
 import sys
@@ -62,6 +64,7 @@ def main():
         def _close(self, trainer):
             if self.epoch is None:
                 return
+            common.sync(args)
             seconds = time.perf_counter() - self.t0
             if self.epoch >= args.warmup and trainer.global_rank == 0:
                 common.epoch_line(name, args.workload, self.epoch, seconds, self.steps)
@@ -69,6 +72,7 @@ def main():
         def on_train_epoch_start(self, trainer, pl_module):
             self._close(trainer)
             self.epoch, self.steps = trainer.current_epoch, trainer.num_training_batches
+            common.sync(args)
             self.t0 = time.perf_counter()
 
         def on_train_end(self, trainer, pl_module):
@@ -80,7 +84,7 @@ def main():
     loader = DataLoader(TensorDataset(x, y), batch_size=common.BATCH, shuffle=True,
                         num_workers=0)
     with tempfile.TemporaryDirectory(prefix="fulmen-bench-lightning-") as root:
-        kw = dict(accelerator="cpu", max_epochs=args.warmup + args.epochs,
+        kw = dict(accelerator="gpu" if args.accelerator == "cuda" else "cpu", max_epochs=args.warmup + args.epochs,
                   callbacks=[EpochTimer()], default_root_dir=root)
         if args.ranks is None:
             kw["devices"] = 1

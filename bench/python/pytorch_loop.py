@@ -6,7 +6,9 @@ zero_grad / forward / cross-entropy / backward / SGD step and no .item().
 With --ranks N (1 or 2) the same loop runs under DistributedDataParallel on
 gloo over loopback, N processes started with torch.multiprocessing, each
 taking its share from a DistributedSampler (seeded by --seed, set_epoch per
-epoch); rank 0 prints.
+epoch); rank 0 prints. With --accelerator cuda the model lives on cuda:0 and
+each batch is copied there from the host, as a DataLoader's would be; an
+epoch's clock stops after torch.cuda.synchronize().
 """
 import os
 import socket
@@ -24,7 +26,8 @@ def train(args, rank=0, world=None):
     import torch.nn.functional as F
     x, y = common.load_data(args.data)
     torch.manual_seed(args.seed)
-    model = common.build_model(args.workload)
+    dev = common.device(args)
+    model = common.build_model(args.workload).to(dev)
     sampler = None
     if world is not None:
         import torch.distributed as dist
@@ -48,12 +51,13 @@ def train(args, rank=0, world=None):
         steps = 0
         for i in range(0, len(order), common.BATCH):
             idx = order[i:i + common.BATCH]
-            xb, yb = x.index_select(0, idx), y.index_select(0, idx)
+            xb, yb = x.index_select(0, idx).to(dev), y.index_select(0, idx).to(dev)
             opt.zero_grad()
             loss = F.cross_entropy(model(xb), yb)
             loss.backward()
             opt.step()
             steps += 1
+        common.sync(args)
         seconds = time.perf_counter() - t0
         if epoch >= args.warmup and rank == 0:
             common.epoch_line(NAME, args.workload, epoch, seconds, steps)

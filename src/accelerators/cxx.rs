@@ -23,6 +23,25 @@ pub(crate) fn cuda_empty_cache() -> Result<()> {
     call("cuda empty_cache", |err, len| unsafe { shim::fulmen_cxx_cuda_empty_cache(err, len) })
 }
 
+/// `torch.cuda.get_rng_state(index)`: the default CUDA generator's state
+/// (a uint8 tensor on the CPU).
+pub(crate) fn cuda_rng_state(index: usize) -> Result<tch::Tensor> {
+    let index = i64::try_from(index).map_err(|_| Error::invalid(format!("CUDA device index {index} is too large")))?;
+    let mut out: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: `out` receives a heap `at::Tensor*`, which `from_ptr` owns.
+    call("get CUDA RNG state", |err, len| unsafe { shim::fulmen_cxx_cuda_rng_get_state(index, &mut out, err, len) })?;
+    Ok(unsafe { tch::Tensor::from_ptr(out.cast()) })
+}
+
+/// `torch.cuda.set_rng_state(state, index)`.
+pub(crate) fn set_cuda_rng_state(index: usize, state: &tch::Tensor) -> Result<()> {
+    let index = i64::try_from(index).map_err(|_| Error::invalid(format!("CUDA device index {index} is too large")))?;
+    // SAFETY: `as_ptr` is the `at::Tensor*` tch holds; the shim only reads it.
+    call("set CUDA RNG state", |err, len| unsafe {
+        shim::fulmen_cxx_cuda_rng_set_state(index, state.as_ptr().cast(), err, len)
+    })
+}
+
 /// `torch.cuda.memory_stats(index)`: the caching allocator's statistics.
 pub(crate) fn cuda_memory_stats(index: usize) -> Result<Vec<(String, f64)>> {
     let index = i64::try_from(index).map_err(|_| Error::invalid(format!("CUDA device index {index} is too large")))?;

@@ -12,6 +12,7 @@ const FORMAT_KEY: &str = "fulmen.checkpoint";
 const MODEL_PREFIX: &str = "state_dict.";
 const OPTIMIZER_PREFIX: &str = "optimizer_states.";
 const RNG_CPU: &str = "rng_states.cpu";
+const RNG_CUDA: &str = "rng_states.cuda";
 
 /// The largest epoch, step or batch count a checkpoint may hold (2^53:
 /// every count stays exact as the f64 loggers write).
@@ -59,6 +60,9 @@ pub struct Checkpoint {
     /// libtorch's CPU generator state (dropout and other random ops), so
     /// a resumed run draws the same numbers.
     pub rng_state: Option<Tensor>,
+    /// The CUDA generator's state of the device the run trained on, when
+    /// that was a GPU (torch.cuda.get_rng_state).
+    pub cuda_rng_state: Option<Tensor>,
 }
 
 fn json<T: serde::Serialize>(v: &T) -> String {
@@ -109,6 +113,9 @@ impl Checkpoint {
         }
         if let Some(r) = &self.rng_state {
             tensors.push((RNG_CPU.to_string(), r.shallow_clone()));
+        }
+        if let Some(r) = &self.cuda_rng_state {
+            tensors.push((RNG_CUDA.to_string(), r.shallow_clone()));
         }
         write_safetensors(path, &tensors, Some(meta))
     }
@@ -177,6 +184,8 @@ impl Checkpoint {
         for (name, t) in tensors {
             if name == RNG_CPU {
                 ck.rng_state = Some(t);
+            } else if name == RNG_CUDA {
+                ck.cuda_rng_state = Some(t);
             } else if let Some(k) = name.strip_prefix(MODEL_PREFIX) {
                 ck.state_dict.push((k.to_string(), t));
             } else if let Some(rest) = name.strip_prefix(OPTIMIZER_PREFIX) {
@@ -222,4 +231,32 @@ fn check_metadata_size(
          carry and load back{hint}",
         path.display()
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generator_states_round_trip() {
+        let dir = std::env::temp_dir().join(format!("fulmen-ckpt-rng-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rng.ckpt");
+        let cpu = Tensor::from_slice(&[1u8, 2, 3]);
+        let cuda = Tensor::from_slice(&[9u8, 8, 7, 6]);
+        let ck = Checkpoint {
+            rng_state: Some(cpu.shallow_clone()),
+            cuda_rng_state: Some(cuda.shallow_clone()),
+            ..Default::default()
+        };
+        ck.save(&path).unwrap();
+        let back = Checkpoint::load(&path).unwrap();
+        assert_eq!(back.rng_state.unwrap(), cpu);
+        assert_eq!(back.cuda_rng_state.unwrap(), cuda);
+        // A checkpoint from a CPU run has no CUDA state.
+        let plain = Checkpoint { rng_state: Some(cpu), ..Default::default() };
+        plain.save(&path).unwrap();
+        assert!(Checkpoint::load(&path).unwrap().cuda_rng_state.is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -143,10 +143,12 @@ pub fn join(opts: &JoinOptions) -> Result<Arc<DistContext>> {
         None => "gloo".to_owned(),
     };
     let mut children = None;
+    // As Lightning's environment: a job fulmen starts itself (a world of
+    // one too) gets a free port when MASTER_PORT is not set.
+    if !env.external && env.master_port == 0 {
+        env.master_port = free_port()?;
+    }
     if !env.external && env.world_size > 1 {
-        if env.master_port == 0 {
-            env.master_port = free_port()?;
-        }
         let threads = if std::env::var_os("OMP_NUM_THREADS").is_none() {
             let t = threads_per_process(opts.devices_per_node);
             tch::set_num_threads(t as i32);

@@ -9,10 +9,11 @@ pub extern "C" fn fulmen_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr() as *const c_char
 }
 
-/// The libtorch version fulmen was built against, a static string.
+/// The libtorch version fulmen was built against ("2.13.0"), a static
+/// string.
 #[no_mangle]
 pub extern "C" fn fulmen_libtorch_version() -> *const c_char {
-    c"2.13.0".as_ptr()
+    crate::tensor::runtime::libtorch_version().as_ptr()
 }
 
 /// Seeds every random generator fulmen and libtorch use (CPU and CUDA), as

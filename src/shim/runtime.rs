@@ -7,6 +7,7 @@ extern "C" {
     pub(crate) fn fulmen_cxx_set_anomaly(on: c_int, err: *mut c_char, err_len: size_t) -> c_int;
     pub(crate) fn fulmen_cxx_anomaly() -> c_int;
     pub(crate) fn fulmen_cxx_grad_enabled() -> c_int;
+    pub(crate) fn fulmen_cxx_torch_version() -> *const c_char;
     pub(crate) fn fulmen_cxx_cpu_rng_get_state(out: *mut *mut c_void, err: *mut c_char, err_len: size_t) -> c_int;
     pub(crate) fn fulmen_cxx_cpu_rng_set_state(state: *const c_void, err: *mut c_char, err_len: size_t) -> c_int;
 }

@@ -21,6 +21,13 @@ pub fn grad_enabled() -> bool {
     unsafe { shim::fulmen_cxx_grad_enabled() != 0 }
 }
 
+/// The version of the libtorch headers fulmen was compiled against
+/// (`TORCH_VERSION`, e.g. "2.13.0").
+pub fn libtorch_version() -> &'static std::ffi::CStr {
+    // SAFETY: the shim returns a pointer to a static NUL-terminated literal.
+    unsafe { std::ffi::CStr::from_ptr(shim::fulmen_cxx_torch_version()) }
+}
+
 /// Whether deterministic algorithms are on.
 pub fn deterministic() -> bool {
     // SAFETY: no arguments; the shim catches everything.

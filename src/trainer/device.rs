@@ -43,7 +43,7 @@ impl Placement {
     pub fn prepare_model(&self, module: &dyn LightningModule) -> Result<()> {
         let r = self.move_model(module);
         if r.is_err() {
-            let _ = self.teardown();
+            let _ = self.teardown(module);
         }
         r
     }
@@ -68,7 +68,14 @@ impl Placement {
         batch
             .into_iter()
             .map(|t| {
-                let t = if t.device() == self.device { t } else { t.f_to_device(self.device)? };
+                let t = if t.device() == self.device {
+                    t
+                } else {
+                    // non_blocking to a GPU, as Lightning's batch_to: a copy from
+                    // pinned memory overlaps, one from pageable memory is synchronous.
+                    let non_blocking = self.device.is_cuda();
+                    t.f_to_device_(self.device, t.kind(), non_blocking, false)?
+                };
                 if casts {
                     self.precision.convert_input(&t)
                 } else {
@@ -83,8 +90,23 @@ impl Placement {
         self.precision.forward_context(self.device)
     }
 
-    /// Releases the device (Lightning's `accelerator.teardown`).
-    pub fn teardown(&self) -> Result<()> {
-        self.accelerator.teardown()
+    /// Lightning's `strategy.teardown`: the model back on the CPU, then the
+    /// device released (`accelerator.teardown`).
+    pub fn teardown(&self, module: &dyn LightningModule) -> Result<()> {
+        let moved = self.model_to_cpu(module);
+        moved.and(self.accelerator.teardown())
+    }
+
+    /// The module's model back on the CPU, its dtype kept (Lightning's
+    /// `lightning_module.cpu()` at teardown), so that the host reads and
+    /// feeds it with CPU tensors after the run.
+    fn model_to_cpu(&self, module: &dyn LightningModule) -> Result<()> {
+        if self.device == Device::Cpu {
+            return Ok(());
+        }
+        if let Some(m) = module.model() {
+            m.lock().unwrap_or_else(|p| p.into_inner()).to_device(Device::Cpu)?;
+        }
+        Ok(())
     }
 }

@@ -156,7 +156,7 @@ impl Trainer {
             }
             Err(e) => {
                 run.exception(e);
-                let _ = run.strategy.teardown();
+                let _ = run.strategy.teardown(&*run.module);
             }
         }
         result
@@ -189,7 +189,7 @@ fn eval_run(
     let step = run.state.batches_stepped;
     let result = super::eval_loop::evaluate(run, stage, sources, &limits, Some(step))?;
     run.simple(Hook::Teardown)?;
-    run.strategy.teardown()?;
+    run.strategy.teardown(&*run.module)?;
     Ok(result)
 }
 

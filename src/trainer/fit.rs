@@ -392,7 +392,7 @@ impl Trainer {
                 run.exception(e);
                 // Lightning tears the accelerator down on failure too; its
                 // own error would hide the run's.
-                let _ = run.strategy.teardown();
+                let _ = run.strategy.teardown(&*run.module);
             }
         }
         result
@@ -518,7 +518,7 @@ fn fit_run(
     set_mode(run.module, true)?;
     run.simple(Hook::FitEnd)?;
     run.simple(Hook::Teardown)?;
-    run.strategy.teardown()?;
+    run.strategy.teardown(&*run.module)?;
     run.save_logs()
 }
 

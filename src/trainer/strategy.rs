@@ -162,7 +162,7 @@ impl RunStrategy {
         self.placement.prepare_model(module)?;
         let wrapped = self.wrap_model(module, training);
         if let Err(e) = wrapped {
-            let _ = self.placement.teardown();
+            let _ = self.placement.teardown(module);
             return Err(self.fail(e));
         }
         Ok(())
@@ -205,10 +205,10 @@ impl RunStrategy {
         &mut self.placement.precision
     }
 
-    /// Releases the device (Lightning's `strategy.teardown`, which tears
-    /// the accelerator down).
-    pub fn teardown(&self) -> Result<()> {
-        self.placement.teardown()
+    /// Lightning's `strategy.teardown`: moves the module's model back to the
+    /// CPU and tears the accelerator down.
+    pub fn teardown(&self, module: &dyn LightningModule) -> Result<()> {
+        self.placement.teardown(module)
     }
 
     /// Before a training forward: `sync` is false on the micro-batches of
@@ -270,6 +270,11 @@ impl RunStrategy {
     /// gradients are inf/NaN; the loss scale is updated.
     pub fn optimizer_step(&mut self, configs: &mut [OptimizerConfig]) -> Result<Vec<bool>> {
         self.placement.precision.optimizer_step(&mut optimizers_of(configs))
+    }
+
+    /// The device the model trains on (the root device under `dp`).
+    pub fn root_device(&self) -> tch::Device {
+        self.placement.device
     }
 
     /// The device's statistics (Lightning's `accelerator.get_device_stats`);

@@ -456,7 +456,8 @@ static fulmen_error *stats_seen(void *ud, const char *const *names, const double
 }
 
 /* Logged when the loggers are due (every 2 steps: 2 batch starts and 2
- * batch ends in each 4-batch epoch); cpu_stats 0 logs nothing on a CPU. */
+ * batch ends in each 4-batch epoch); cpu_stats 0 logs nothing on a CPU.
+ * The trainer is on the CPU also where a GPU would be "auto". */
 static void test_device_stats(void) {
     static stats_log log;
     fulmen_logger_vtable v;
@@ -466,7 +467,7 @@ static void test_device_stats(void) {
     v.log_metrics = stats_seen;
     fixture f = {.model = mlp(false)};
     fulmen_lightning_module *m = module_for(&f);
-    const char *every2[] = {"log_every_n_steps", "2", NULL};
+    const char *every2[] = {"log_every_n_steps", "2", "accelerator", "cpu", NULL};
     fulmen_trainer *t = trainer_with(2, every2);
     CHECK_OK(fulmen_trainer_add_device_stats_monitor(t, -1));
     CHECK_OK(fulmen_trainer_add_logger(t, &v));

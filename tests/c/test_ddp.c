@@ -207,6 +207,23 @@ static int scenario_reference(const char *dir, size_t batch) {
     return check_finish("reference");
 }
 
+/* strategy="ddp" with devices=1 and no MASTER_PORT: a world of one that
+ * picks its own port, as Lightning's environment does, and trains as one
+ * process does. */
+static int scenario_single(const char *dir) {
+    char root[512], weights[512];
+    unsetenv("MASTER_ADDR");
+    unsetenv("MASTER_PORT");
+    snprintf(root, sizeof root, "%s/single", dir);
+    snprintf(weights, sizeof weights, "%s/single.safetensors", dir);
+    CHECK_OK(train(root, "ddp", "1", 16, HIDDEN, -1, false, weights, NULL));
+    size_t world = 0;
+    CHECK_OK(fulmen_distributed_ranks(NULL, NULL, &world));
+    CHECK(world == 1);
+    CHECK_OK(fulmen_distributed_shutdown(60));
+    return check_finish("single");
+}
+
 static int scenario_launcher(const char *dir) {
     char root[512], weights[512], logdir[512];
     snprintf(root, sizeof root, "%s/launcher", dir);
@@ -609,6 +626,7 @@ int main(int argc, char **argv) {
         const char *s = argv[1], *dir = argv[2];
         if (strcmp(s, "reference") == 0 && argc == 4) return scenario_reference(dir, (size_t)atoi(argv[3]));
         if (strcmp(s, "launcher") == 0) return scenario_launcher(dir);
+        if (strcmp(s, "single") == 0) return scenario_single(dir);
         if (strcmp(s, "external") == 0) return scenario_external(dir);
         if (strcmp(s, "killed") == 0) return scenario_killed(dir);
         if (strcmp(s, "mismatch") == 0) return scenario_mismatch(dir);
@@ -630,6 +648,10 @@ int main(int argc, char **argv) {
 
     CHECK(run("reference", dir, "16") == 0);
     CHECK(run("reference", dir, "24") == 0);
+
+    /* A world of one. */
+    CHECK(run("single", dir, NULL) == 0);
+    expect_same(dir, "reference-16.safetensors", "single.safetensors");
 
     /* fulmen's own launcher: rank 1 is this program re-executed. */
     CHECK(run("launcher", dir, NULL) == 0);

@@ -81,6 +81,9 @@ static fulmen_trainer *trainer_with(const char *root, int64_t epochs, const char
     CHECK_OK(fulmen_trainer_options_set_bool(o, "enable_model_summary", false));
     CHECK_OK(fulmen_trainer_options_set_bool(o, "enable_checkpointing", false));
     CHECK_OK(fulmen_trainer_options_set(o, "logger", "false"));
+    /* The CPU, also where a GPU would be "auto": callback_timeout's steps
+     * must not include a GPU's start-up. */
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "cpu"));
     if (key != NULL) CHECK_OK(fulmen_trainer_options_set(o, key, value));
     fulmen_trainer *t = NULL;
     CHECK_OK(fulmen_trainer_new(o, &t));

@@ -280,6 +280,17 @@ static void wide_templates_and_bad_scalars(void) {
     fulmen_tensor *x = NULL;
     int64_t shape[1] = {2};
     CHECK_ERR(fulmen_tensor_arange(0, 1e300, 1, FULMEN_DTYPE_F32, &x), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    /* libtorch's int64 length (end - start + step - sign) / step would trap
+     * as INT64_MIN / -1. */
+    CHECK_ERR(fulmen_tensor_arange(0, (double)INT64_MIN, -1, FULMEN_DTYPE_I64, &x), FULMEN_CODE_INVALID_ARGUMENT,
+              "too long");
+    CHECK_ERR(fulmen_tensor_arange(-4e18, 4e18, 2e18, FULMEN_DTYPE_I64, &x), FULMEN_CODE_INVALID_ARGUMENT, "2^61");
+    CHECK_OK(fulmen_tensor_arange(-2e18, 2e18, 1e18, FULMEN_DTYPE_I64, &x));
+    size_t numel = 0;
+    CHECK_OK(fulmen_tensor_numel(x, &numel));
+    CHECK(numel == 4);
+    fulmen_tensor_free(x);
+    x = NULL;
     CHECK_ERR(fulmen_tensor_full(shape, 1, NAN, FULMEN_DTYPE_I64, &x), FULMEN_CODE_INVALID_ARGUMENT, NULL);
     CHECK_ERR(fulmen_tensor_scalar(INFINITY, FULMEN_DTYPE_I32, &x), FULMEN_CODE_INVALID_ARGUMENT, NULL);
     CHECK_ERR(fulmen_tensor_scalar(1e30, FULMEN_DTYPE_U8, &x), FULMEN_CODE_INVALID_ARGUMENT, NULL);

@@ -331,6 +331,16 @@ static void test_random(void) {
     CHECK(t == NULL);
 }
 
+/* Whether CUDA is available (the GPU kit runs these tests there too). */
+static bool cuda_available(void) {
+    fulmen_accelerator *cuda = NULL;
+    bool av = false;
+    CHECK_OK(fulmen_accelerator_get("cuda", &cuda));
+    CHECK_OK(fulmen_accelerator_is_available(cuda, &av));
+    fulmen_accelerator_free(cuda);
+    return av;
+}
+
 /* arange and scalar: values, dtypes and bad ranges. */
 static void test_arange_scalar(void) {
     fulmen_tensor *t = NULL;
@@ -465,7 +475,18 @@ static void test_conversions(void) {
     EXPECT_VALUES(i, w, 3, 0);
     CHECK_OK(fulmen_tensor_to_device(s, FULMEN_DEVICE_TYPE_CPU, 0, &cpu));
     EXPECT_VALUES(cpu, w, 3, 0);
-    CHECK_ERR(fulmen_tensor_to_device(s, FULMEN_DEVICE_TYPE_CUDA, 0, &gpu), FULMEN_CODE_UNAVAILABLE, "CUDA");
+    if (cuda_available()) {
+        /* Where a GPU is: there and back. */
+        fulmen_tensor *back = NULL;
+        CHECK_OK(fulmen_tensor_to_device(s, FULMEN_DEVICE_TYPE_CUDA, 0, &gpu));
+        CHECK_OK(fulmen_tensor_to_device(gpu, FULMEN_DEVICE_TYPE_CPU, 0, &back));
+        EXPECT_VALUES(back, w, 3, 0);
+        fulmen_tensor_free(back);
+        fulmen_tensor_free(gpu);
+        gpu = NULL;
+    } else {
+        CHECK_ERR(fulmen_tensor_to_device(s, FULMEN_DEVICE_TYPE_CUDA, 0, &gpu), FULMEN_CODE_UNAVAILABLE, "CUDA");
+    }
     CHECK_ERR(fulmen_tensor_to_device(s, 9, 0, &gpu), FULMEN_CODE_INVALID_ARGUMENT, NULL);
     CHECK_ERR(fulmen_tensor_to_device(s, FULMEN_DEVICE_TYPE_CPU, -1, &gpu), FULMEN_CODE_INVALID_ARGUMENT, NULL);
     CHECK_ERR(fulmen_tensor_to_device(s, FULMEN_DEVICE_TYPE_CPU, 0, NULL), FULMEN_CODE_NULL_ARGUMENT, NULL);

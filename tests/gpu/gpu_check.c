@@ -6,8 +6,10 @@
  * Covers: the cuda accelerator and Lightning's device parser ("cuda",
  * "gpu", "auto", "1", "-1", "0,"), CUDA caching-allocator statistics,
  * tensors moved to cuda:0 and back, training on cuda:0 in 32-true,
- * 16-mixed, bf16-mixed and bf16-true, DDP in a world of one with NCCL and
- * with gloo, and an exact resume from a checkpoint on the GPU.
+ * 16-mixed, bf16-mixed and bf16-true, the GradScaler skipping the step of a
+ * real float16 overflow, DDP in a world of one with NCCL and with gloo, and
+ * an exact resume from a checkpoint on the GPU with dropout (the CUDA
+ * generator's state travels in the checkpoint).
  *
  *   gpu_check [PARENT_DIR]   (its files go to a new folder in PARENT_DIR,
  *                             default /tmp)
@@ -34,8 +36,91 @@ static fulmen_error *logged_step(void *ud, fulmen_step_context *ctx, const fulme
     if (e != NULL) return e;
     double v = 0;
     e = fulmen_tensor_item(*out, &v);
-    if (e == NULL) e = fulmen_step_context_log(ctx, "train_loss", v, FULMEN_LOG_ON_EPOCH, -1);
+    if (e == NULL) e = fulmen_step_context_log(ctx, "train_loss", v, FULMEN_LOG_ON_EPOCH, 0);
     return e;
+}
+
+/* The sum of the first layer's weights, read back to the host. */
+static double weight_sum(const fulmen_model *model) {
+    fulmen_tensor *w = NULL, *s = NULL;
+    CHECK_OK(fulmen_model_state_dict_get(model, "0.weight", &w));
+    CHECK_OK(fulmen_tensor_sum(w, &s));
+    double v = check_item(s);
+    fulmen_tensor_free(s);
+    fulmen_tensor_free(w);
+    return v;
+}
+
+enum { OVERFLOW_STEP = 3, OVERFLOW_STEPS = 16 };
+
+typedef struct {
+    fulmen_model *model;
+    double before;
+    int changed[OVERFLOW_STEPS];
+} overflow_ud;
+
+/* Cross-entropy, times 1e6 at OVERFLOW_STEP: finite in float32, but its
+ * gradients times the loss scale (65536) overflow float16 in backward. */
+static fulmen_error *overflow_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    overflow_ud *o = ud;
+    int64_t step = 0;
+    fulmen_error *e = fulmen_step_context_global_step(ctx, &step);
+    if (e == NULL) e = fixture_cross_entropy(o->model, batch, out);
+    if (e == NULL && step == OVERFLOW_STEP) {
+        fulmen_tensor *big = NULL;
+        e = fulmen_tensor_mul_scalar(*out, 1e6, &big);
+        fulmen_tensor_free(*out);
+        *out = big;
+    }
+    return e;
+}
+
+static fulmen_error *overflow_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+    overflow_ud *o = ud;
+    int64_t step = 0;
+    if (hook == FULMEN_HOOK_TRAIN_BATCH_START) {
+        o->before = weight_sum(o->model);
+    } else if (hook == FULMEN_HOOK_TRAIN_BATCH_END) {
+        CHECK_OK(fulmen_hook_context_global_step(ctx, &step));
+        /* global_step counts the step just taken (or skipped). */
+        if (step >= 1 && step <= OVERFLOW_STEPS) o->changed[step - 1] = weight_sum(o->model) != o->before;
+    }
+    return NULL;
+}
+
+/* 16-mixed on cuda:0: the overflowing step's gradients are inf, the
+ * GradScaler skips that optimizer step (the weights stay) and every other
+ * step changes them. */
+static void test_fp16_overflow(void) {
+    fulmen_dataset *ds = fixture_blobs(512, 7, 2.0f);
+    fulmen_loader *loader = fixture_loader(ds, 32, true, 3);
+    CHECK_OK(fulmen_manual_seed(11));
+    overflow_ud o;
+    memset(&o, 0, sizeof o);
+    o.model = fixture_mlp(32, 0);
+    fulmen_lightning_module *module = fixture_module(o.model, &o, overflow_step, overflow_hook);
+    fulmen_trainer_options *opts = fixture_options(NULL, 1);
+    CHECK_OK(fulmen_trainer_options_set(opts, "accelerator", "cuda"));
+    CHECK_OK(fulmen_trainer_options_set(opts, "devices", "1"));
+    CHECK_OK(fulmen_trainer_options_set(opts, "precision", "16-mixed"));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(opts, &t));
+    CHECK_OK(fulmen_trainer_fit(t, module, loader, NULL, NULL));
+    int skipped = 0, stepped = 0;
+    for (int s = 0; s < OVERFLOW_STEPS; s++) {
+        if (s == OVERFLOW_STEP) skipped = !o.changed[s];
+        else stepped += o.changed[s];
+    }
+    printf("16-mixed with a float16 overflow at step %d: skipped %d, other steps that changed the weights %d of %d\n",
+           OVERFLOW_STEP, skipped, stepped, OVERFLOW_STEPS - 1);
+    CHECK(skipped);
+    CHECK(stepped == OVERFLOW_STEPS - 1);
+    fulmen_trainer_free(t);
+    fulmen_trainer_options_free(opts);
+    fulmen_lightning_module_free(module);
+    fulmen_model_free(o.model);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
 }
 
 static fulmen_accelerator *cuda_accelerator(void) {
@@ -106,15 +191,15 @@ static void test_devices(void) {
     fulmen_accelerator_free(acc);
 }
 
-/* Fits the blobs MLP on cuda:0 with `precision` and `strategy` (backend:
- * NULL for the default) for `epochs`; returns the last epoch's train_loss,
- * or -1 when fit failed. */
+/* Fits the blobs MLP (with `dropout`) on cuda:0 with `precision` and
+ * `strategy` (backend: NULL for the default) for `epochs`; returns the last
+ * epoch's train_loss, or -1 when fit failed. */
 static double fit_on_gpu(const char *precision, const char *strategy, const char *backend, int64_t epochs,
-                         const char *root, const char *ckpt, fulmen_model **model_out) {
+                         double dropout, const char *root, const char *ckpt, fulmen_model **model_out) {
     fulmen_dataset *ds = fixture_blobs(512, 7, 2.0f);
     fulmen_loader *loader = fixture_loader(ds, 32, true, 3);
     CHECK_OK(fulmen_manual_seed(11));
-    fulmen_model *model = fixture_mlp(32, 0);
+    fulmen_model *model = fixture_mlp(32, dropout);
     step_ud ud = {model};
     fulmen_lightning_module *module = fixture_module(model, &ud, logged_step, NULL);
     fulmen_trainer_options *o = fixture_options(root, epochs);
@@ -135,6 +220,14 @@ static double fit_on_gpu(const char *precision, const char *strategy, const char
         CHECK(0);
     } else {
         CHECK_OK(fulmen_trainer_callback_metric(t, "train_loss", &loss));
+        /* Lightning's teardown moves the model back to the CPU. */
+        fulmen_tensor *w = NULL;
+        int32_t type = -1;
+        int64_t index = -1;
+        CHECK_OK(fulmen_model_state_dict_get(model, "0.weight", &w));
+        CHECK_OK(fulmen_tensor_device(w, &type, &index));
+        CHECK(type == FULMEN_DEVICE_TYPE_CPU);
+        fulmen_tensor_free(w);
     }
     fulmen_trainer_free(t);
     fulmen_trainer_options_free(o);
@@ -152,7 +245,7 @@ static double fit_on_gpu(const char *precision, const char *strategy, const char
 static void test_precisions(void) {
     const char *precisions[4] = {"32-true", "16-mixed", "bf16-mixed", "bf16-true"};
     for (int i = 0; i < 4; i++) {
-        double loss = fit_on_gpu(precisions[i], "auto", NULL, 3, NULL, NULL, NULL);
+        double loss = fit_on_gpu(precisions[i], "auto", NULL, 3, 0, NULL, NULL, NULL);
         printf("precision %-10s train_loss after 3 epochs: %.4f\n", precisions[i], loss);
         CHECK(loss >= 0 && loss < 0.3);
     }
@@ -161,23 +254,25 @@ static void test_precisions(void) {
 static void test_ddp_world_of_one(void) {
     const char *backends[2] = {"nccl", "gloo"};
     for (int i = 0; i < 2; i++) {
-        double loss = fit_on_gpu("32-true", "ddp", backends[i], 2, NULL, NULL, NULL);
+        double loss = fit_on_gpu("32-true", "ddp", backends[i], 2, 0, NULL, NULL, NULL);
         printf("ddp (%s, world of 1) train_loss after 2 epochs: %.4f\n", backends[i], loss);
         CHECK(loss >= 0 && loss < 0.3);
     }
 }
 
 /* 4 epochs in one go equal 2 epochs, then a resume from last.ckpt for 2
- * more, weight for weight. */
+ * more, weight for weight, with dropout drawn from the CUDA generator: the
+ * resumed run (in this process, reseeded) draws the same masks only if the
+ * checkpoint restored that generator. */
 static void test_exact_resume(void) {
     char whole[640], split[640];
     snprintf(whole, sizeof whole, "%s/whole", work);
     snprintf(split, sizeof split, "%s/split", work);
     fulmen_model *a = NULL, *b = NULL, *c = NULL;
-    fit_on_gpu("32-true", "auto", NULL, 4, whole, NULL, &a);
-    fit_on_gpu("32-true", "auto", NULL, 2, split, NULL, &b);
+    fit_on_gpu("32-true", "auto", NULL, 4, 0.3, whole, NULL, &a);
+    fit_on_gpu("32-true", "auto", NULL, 2, 0.3, split, NULL, &b);
     /* "last": the newest checkpoint under default_root_dir. */
-    fit_on_gpu("32-true", "auto", NULL, 4, split, "last", &c);
+    fit_on_gpu("32-true", "auto", NULL, 4, 0.3, split, "last", &c);
     double diff = fixture_max_diff(a, c);
     printf("exact resume on the GPU: max |whole - resumed| = %g\n", diff);
     CHECK(diff == 0);
@@ -203,6 +298,7 @@ int main(int argc, char **argv) {
     }
     test_devices();
     test_precisions();
+    test_fp16_overflow();
     test_ddp_world_of_one();
     test_exact_resume();
     return check_finish("gpu_check");

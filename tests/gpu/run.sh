@@ -8,7 +8,13 @@
 # Environment: PYTHON (default python3); FULMEN_KIT_LIBDIR runs the
 # programs on another libfulmen.so (the kit's CPU subset uses the 2.11 CPU
 # build); FULMEN_KIT_TORCH_LIB gives torch's lib folder without Python;
-# FULMEN_KIT_ONLY lists the programs to run (default: all).
+# FULMEN_KIT_ONLY lists the programs to run (default: all: gpu_check, then
+# with a GPU the MNIST example on cuda and the benchmark against PyTorch and
+# Lightning, then the C tests and the example on the CPU);
+# FULMEN_KIT_TIMEOUT bounds each program (default 300 s); FULMEN_KIT_DEADLINE
+# (seconds, default none) leaves the programs not yet started once passed;
+# FULMEN_KIT_BENCH_REPEATS / _EPOCHS / _CONTENDERS / _TIMEOUT (default 900 s)
+# size the benchmark.
 # Writes RESULTS_DIR/summary.txt (one line per program: name, exit code,
 # milliseconds) and RESULTS_DIR/<program>.log; exits non-zero when one failed
 # (77 = skipped is not a failure).
@@ -46,39 +52,63 @@ fi
 libdir=${FULMEN_KIT_LIBDIR:-$here/lib}
 export LD_LIBRARY_PATH=$libdir:$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export FULMEN_MNIST=$here/data/mnist_5k.csv.gz FULMEN_FIXTURES=$here/fixtures
+export FULMEN_EXPECT_LIBTORCH=${FULMEN_EXPECT_LIBTORCH:-$(cat "$here/torch-version")}
 # cuBLAS is deterministic only with a fixed workspace (deterministic=true).
 export CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8}
 
-programs=${FULMEN_KIT_ONLY:-$(cd "$here/bin" && ls | grep -v '^mnist$' | tr '\n' ' ')}
+# Runs one program under `timeout`, unless the deadline has passed; logs to
+# RESULTS_DIR/<name>.log and adds a line to summary.txt.
 failed=0
+started=$(date +%s)
+deadline=${FULMEN_KIT_DEADLINE:-0}
 : > "$results/summary.txt"
 work=$(mktemp -d "${TMPDIR:-/tmp}/fulmen-kit.XXXXXX")
-for p in $programs; do
+run_program() {
+    local name=$1
+    shift
+    if [ "$deadline" -gt 0 ] && [ $(($(date +%s) - started)) -ge "$deadline" ]; then
+        printf '%-20s not run (the kit deadline of %s s passed)\n' "$name" "$deadline" | tee -a "$results/summary.txt"
+        return
+    fi
+    local start rc ms
     start=$(date +%s%N)
-    case $p in
-        gpu_check) (cd "$work" && "$here/bin/gpu_check" "$work") > "$results/$p.log" 2>&1 ;;
-        *) (cd "$work" && "$here/bin/$p") > "$results/$p.log" 2>&1 ;;
-    esac
+    (cd "$work" && timeout "${limit:-${FULMEN_KIT_TIMEOUT:-300}}" "$@") > "$results/$name.log" 2>&1
     rc=$?
     ms=$((($(date +%s%N) - start) / 1000000))
-    printf '%-20s rc=%-3s %8d ms\n' "$p" "$rc" "$ms" | tee -a "$results/summary.txt"
+    printf '%-20s rc=%-3s %8d ms\n' "$name" "$rc" "$ms" | tee -a "$results/summary.txt"
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
         failed=$((failed + 1))
-        tail -n 20 "$results/$p.log"
+        tail -n 20 "$results/$name.log"
+    fi
+}
+
+gpu=false
+grep -q "available True" "$results/machine.txt" && gpu=true
+if [ -n "${FULMEN_KIT_ONLY:-}" ]; then
+    programs=$FULMEN_KIT_ONLY
+else
+    # The GPU's own checks first, then the C tests.
+    programs="gpu_check $(cd "$here/bin" && ls | grep -v -e '^mnist$' -e '^gpu_check$' | tr '\n' ' ')"
+fi
+for p in $programs; do
+    case $p in
+        gpu_check) run_program gpu_check "$here/bin/gpu_check" "$work" ;;
+        *) run_program "$p" "$here/bin/$p" ;;
+    esac
+    [ "$p" = gpu_check ] || continue
+    # After gpu_check: the MNIST example on the GPU and the benchmark.
+    if [ -z "${FULMEN_KIT_ONLY:-}" ] && [ -f "$FULMEN_MNIST" ] && $gpu; then
+        run_program mnist-cuda "$here/bin/mnist" --data "$FULMEN_MNIST" --epochs 2 --accelerator cuda --out "$work/mnist-cuda"
+        if [ -f "$here/bench/run.py" ]; then
+            limit=${FULMEN_KIT_BENCH_TIMEOUT:-900} run_program bench "$py" "$here/bench/run.py" --accelerator cuda --python "$py" --data "$FULMEN_MNIST" \
+                --contenders "${FULMEN_KIT_BENCH_CONTENDERS:-fulmen-c,pytorch,lightning,lightning-full}" \
+                --repeats "${FULMEN_KIT_BENCH_REPEATS:-1}" --epochs "${FULMEN_KIT_BENCH_EPOCHS:-3}" --timeout 120 \
+                --out "$results/bench.md" --jsonl "$results/bench.jsonl"
+        fi
     fi
 done
 if [ -z "${FULMEN_KIT_ONLY:-}" ] && [ -f "$FULMEN_MNIST" ]; then
-    accels=cpu
-    grep -q "available True" "$results/machine.txt" && accels="cpu cuda"
-    for accel in $accels; do
-        start=$(date +%s%N)
-        (cd "$work" && "$here/bin/mnist" --data "$FULMEN_MNIST" --epochs 2 --accelerator "$accel" --out "$work/mnist-$accel") \
-            > "$results/mnist-$accel.log" 2>&1
-        rc=$?
-        ms=$((($(date +%s%N) - start) / 1000000))
-        printf '%-20s rc=%-3s %8d ms\n' "mnist-$accel" "$rc" "$ms" | tee -a "$results/summary.txt"
-        [ "$rc" -eq 0 ] || { failed=$((failed + 1)); tail -n 20 "$results/mnist-$accel.log"; }
-    done
+    run_program mnist-cpu "$here/bin/mnist" --data "$FULMEN_MNIST" --epochs 2 --accelerator cpu --out "$work/mnist-cpu"
 fi
 rm -rf "$work"
 echo "run.sh: $failed program(s) failed; results in $results"

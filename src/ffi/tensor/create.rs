@@ -194,7 +194,8 @@ pub unsafe extern "C" fn fulmen_tensor_rand(
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
 /// FULMEN_CODE_INVALID_ARGUMENT (a zero or non-finite step, non-finite bounds,
-/// a step away from `end`, or a range too long), FULMEN_CODE_TORCH (libtorch
+/// a step away from `end`, a range longer than 2^53, or integer bounds or step
+/// of 2^61 or more in size), FULMEN_CODE_TORCH (libtorch
 /// failed, e.g. a bool dtype or out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_arange(
@@ -213,8 +214,33 @@ pub unsafe extern "C" fn fulmen_tensor_arange(
         if (end - start) * step < 0.0 {
             return Err(Error::invalid(format!("arange({start}, {end}, {step}): the step goes away from the end")));
         }
+        check_range_length(start, end, step, dt)?;
         emit(out, Tensor::f_arange_start_step(start, end, step, (dt.kind(), Device::Cpu))?)
     })
+}
+
+/// Most elements an arange may have: 2^53, the largest count a double holds
+/// exactly, far beyond any memory.
+const ARANGE_MAX_LEN: f64 = 9_007_199_254_740_992.0;
+
+/// Refuses a range whose length is beyond [`ARANGE_MAX_LEN`] and, for an
+/// integer dtype, bounds or a step of 2^61 or more in size: libtorch computes
+/// an integer range's length as `(end - start + step - sign) / step` in
+/// int64, where larger values overflow and a division by -1 traps.
+fn check_range_length(start: f64, end: f64, step: f64, dt: DType) -> Result<()> {
+    let len = ((end - start) / step).ceil();
+    if len.is_nan() || len > ARANGE_MAX_LEN {
+        return Err(Error::invalid(format!("arange({start}, {end}, {step}): the range is too long")));
+    }
+    const INTEGER_LIMIT: f64 = 2_305_843_009_213_693_952.0; // 2^61
+    let floating = dt.is_float() || dt == DType::Bool;
+    if !floating && [start, end, step].iter().any(|x| x.abs() >= INTEGER_LIMIT) {
+        return Err(Error::invalid(format!(
+            "arange({start}, {end}, {step}) as {}: an integer range's bounds and step must be below 2^61 in size",
+            dt.name()
+        )));
+    }
+    Ok(())
 }
 
 /// Creates a 0-dimensional CPU tensor holding `value` as `dtype`.
