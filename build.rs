@@ -24,6 +24,7 @@ fn build_cxx_shims(lib: &Path) {
         "csrc/runtime.cpp",
         "csrc/distributed.cpp",
         "csrc/ops.cpp",
+        "csrc/pinned.cpp",
         "csrc/script.cpp",
     ] {
         println!("cargo:rerun-if-changed={file}");
@@ -56,6 +57,7 @@ fn build_cxx_shims(lib: &Path) {
         .file("csrc/runtime.cpp")
         .file("csrc/distributed.cpp")
         .file("csrc/ops.cpp")
+        .file("csrc/pinned.cpp")
         .file("csrc/script.cpp");
     match gloo_include_dir(&root) {
         Some(gloo) => {

@@ -1356,6 +1356,12 @@ typedef struct fulmen_loader_options {
    * Drop the last incomplete batch (default false).
    */
   bool drop_last;
+  /**
+   * Copy each batch into pinned host memory, so that its copy to a GPU
+   * overlaps (torch's `pin_memory`; default false). Without CUDA it does
+   * nothing, as torch's DataLoader then does.
+   */
+  bool pin_memory;
 } fulmen_loader_options;
 
 /**
@@ -6499,6 +6505,15 @@ struct fulmen_error *fulmen_tensor_item(const struct fulmen_tensor *tensor, doub
  * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_tensor_requires_grad(const struct fulmen_tensor *tensor, bool *out);
+
+/**
+ * Writes whether the tensor lives in pinned (page-locked) host memory, as
+ * a loader with `pin_memory` leaves its batches where CUDA is available;
+ * false for a tensor on a device and wherever CUDA is not available.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_tensor_is_pinned(const struct fulmen_tensor *tensor, bool *out);
 
 /**
  * A new handle to the same tensor (shares storage and autograd history).

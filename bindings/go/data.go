@@ -238,13 +238,17 @@ type LoaderOptions struct {
 	Seed uint64
 	// DropLast drops the last incomplete batch.
 	DropLast bool
+	// PinMemory copies each batch into pinned host memory, so that its copy
+	// to a GPU overlaps (torch's pin_memory); without CUDA it does nothing.
+	PinMemory bool
 }
 
 // DefaultLoaderOptions are torch's DataLoader defaults (batch size 1, no
 // shuffle).
 func DefaultLoaderOptions() LoaderOptions {
 	c := C.fulmen_loader_options_default()
-	return LoaderOptions{BatchSize: int(c.batch_size), Shuffle: bool(c.shuffle), Seed: uint64(c.seed), DropLast: bool(c.drop_last)}
+	return LoaderOptions{BatchSize: int(c.batch_size), Shuffle: bool(c.shuffle), Seed: uint64(c.seed),
+		DropLast: bool(c.drop_last), PinMemory: bool(c.pin_memory)}
 }
 
 // Loader is something the trainer draws batches from: a loader over a
@@ -289,7 +293,7 @@ func (l *Loader) Close() error {
 // NewLoader creates a loader that batches ds (which it keeps alive).
 func NewLoader(ds *Dataset, opts LoaderOptions) (*Loader, error) {
 	c := C.fulmen_loader_options{batch_size: C.size_t(opts.BatchSize), shuffle: C.bool(opts.Shuffle),
-		seed: C.uint64_t(opts.Seed), drop_last: C.bool(opts.DropLast)}
+		seed: C.uint64_t(opts.Seed), drop_last: C.bool(opts.DropLast), pin_memory: C.bool(opts.PinMemory)}
 	var out *C.fulmen_loader
 	err := check(C.fulmen_loader_new(ds.ptr(), &c, &out))
 	runtime.KeepAlive(ds)

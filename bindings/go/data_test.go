@@ -94,7 +94,7 @@ func TestCSVDataset(t *testing.T) {
 func TestLoaders(t *testing.T) {
 	noLeaks(t)
 	d := fulmen.DefaultLoaderOptions()
-	if d.BatchSize != 1 || d.Shuffle || d.DropLast {
+	if d.BatchSize != 1 || d.Shuffle || d.DropLast || d.PinMemory {
 		t.Fatalf("loader defaults %+v", d)
 	}
 	ds := blobDataset(t, 10, 1)
@@ -112,6 +112,25 @@ func TestLoaders(t *testing.T) {
 	}
 	if _, err := fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 0}); err == nil {
 		t.Fatal("batch size 0 accepted")
+	}
+	// PinMemory: the same batches, pinned where CUDA is available.
+	pinning := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 4, DropLast: true, Shuffle: true, Seed: 1,
+		PinMemory: true}))
+	defer pinning.Close()
+	cuda := must(fulmen.GetAccelerator("cuda"))
+	defer cuda.Close()
+	a, p := must(l.Batch(1, 0)), must(pinning.Batch(1, 0))
+	if must(p[0].IsPinned()) != must(cuda.IsAvailable()) || must(a[0].IsPinned()) {
+		t.Fatal("pin_memory: pinned where CUDA is not, or not where it is")
+	}
+	ab, pb := make([]byte, 4*2*4), make([]byte, 4*2*4)
+	ok(t, a[0].CopyTo(fulmen.Float32, ab))
+	ok(t, p[0].CopyTo(fulmen.Float32, pb))
+	if string(ab) != string(pb) {
+		t.Fatal("pin_memory changed the batch")
+	}
+	for _, x := range append(a, p...) {
+		ok(t, x.Close())
 	}
 	if _, err := l.Len(); err != nil {
 		t.Fatal(err)

@@ -419,6 +419,15 @@ func (t *Tensor) RequiresGrad() (bool, error) {
 	return bool(v), err
 }
 
+// IsPinned reports whether the tensor is in pinned host memory (a batch of
+// a loader with PinMemory where CUDA is available).
+func (t *Tensor) IsPinned() (bool, error) {
+	var v C.bool
+	err := check(C.fulmen_tensor_is_pinned(t.ptr(), &v))
+	runtime.KeepAlive(t)
+	return bool(v), err
+}
+
 // SetRequiresGrad turns gradient recording on or off for a leaf tensor.
 func (t *Tensor) SetRequiresGrad(on bool) error {
 	err := check(C.fulmen_tensor_set_requires_grad(t.ptr(), C.bool(on)))

@@ -24,12 +24,17 @@ pub struct DataLoaderOptions {
     pub seed: u64,
     /// Drop the last batch when it is smaller than `batch_size`.
     pub drop_last: bool,
+    /// Copy each batch into page-locked (pinned) host memory, so that its
+    /// copy to a GPU overlaps (torch's `pin_memory`). Without CUDA it does
+    /// nothing, as torch's DataLoader then does.
+    pub pin_memory: bool,
 }
 
 impl Default for DataLoaderOptions {
-    /// torch's defaults: batch size 1, no shuffle, seed 0, keep the last batch.
+    /// torch's defaults: batch size 1, no shuffle, seed 0, keep the last
+    /// batch, no pinning.
     fn default() -> Self {
-        DataLoaderOptions { batch_size: 1, shuffle: false, seed: 0, drop_last: false }
+        DataLoaderOptions { batch_size: 1, shuffle: false, seed: 0, drop_last: false, pin_memory: false }
     }
 }
 
@@ -153,11 +158,40 @@ impl DataLoader {
     }
 
     /// Iterator over the batches of `epoch` (each item the dataset's
-    /// `get_batch` of one batch's indices), computed lazily.
+    /// `get_batch` of one batch's indices, pinned with `pin_memory` where
+    /// CUDA is available), computed lazily.
     pub fn iter(&self, epoch: u64) -> impl Iterator<Item = Result<Vec<Tensor>>> + '_ {
         let order = self.order(epoch);
-        (0..self.len()).map(move |b| self.dataset.get_batch(&self.batch_of(&order, b)))
+        let pin = self.pins();
+        (0..self.len()).map(move |b| {
+            let batch = self.dataset.get_batch(&self.batch_of(&order, b))?;
+            if pin {
+                pinned(batch)
+            } else {
+                Ok(batch)
+            }
+        })
     }
+
+    /// Batch `index` of `epoch` (as [`DataLoader::iter`] gives it).
+    pub fn get(&self, epoch: u64, index: usize) -> Result<Vec<Tensor>> {
+        let batch = self.dataset.get_batch(&self.batch(epoch, index))?;
+        if self.pins() {
+            pinned(batch)
+        } else {
+            Ok(batch)
+        }
+    }
+
+    /// Whether batches go to pinned memory: asked for, and CUDA is here.
+    fn pins(&self) -> bool {
+        self.opts.pin_memory && tch::Cuda::is_available()
+    }
+}
+
+/// The batch's CPU tensors in pinned memory (others as they are).
+fn pinned(batch: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    batch.into_iter().map(crate::tensor::pinned::pin).collect()
 }
 
 #[cfg(test)]
@@ -170,7 +204,22 @@ mod tests {
     fn loader(n: i64, batch_size: usize, shuffle: bool, drop_last: bool) -> DataLoader {
         let y = Tensor::arange(n, (Kind::Int64, Device::Cpu));
         let ds = Arc::new(TensorDataset::new(vec![y]).unwrap());
-        DataLoader::new(ds, DataLoaderOptions { batch_size, shuffle, seed: 17, drop_last }).unwrap()
+        DataLoader::new(ds, DataLoaderOptions { batch_size, shuffle, seed: 17, drop_last, pin_memory: false }).unwrap()
+    }
+
+    #[test]
+    fn pin_memory_keeps_batches_and_pins_where_cuda_is() {
+        let plain = loader(10, 3, true, false);
+        let mut opts = plain.options().clone();
+        opts.pin_memory = true;
+        let pinning = DataLoader::new(Arc::clone(plain.dataset()), opts).unwrap();
+        let cuda = tch::Cuda::is_available();
+        for (a, b) in plain.iter(2).zip(pinning.iter(2)) {
+            let (a, b) = (a.unwrap(), b.unwrap());
+            assert_eq!(a, b);
+            assert_eq!(crate::tensor::pinned::is_pinned(&b[0]).unwrap(), cuda);
+        }
+        assert_eq!(pinning.get(2, 1).unwrap(), plain.get(2, 1).unwrap());
     }
 
     #[test]

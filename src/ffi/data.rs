@@ -375,13 +375,23 @@ pub struct fulmen_loader_options {
     pub seed: u64,
     /// Drop the last incomplete batch (default false).
     pub drop_last: bool,
+    /// Copy each batch into pinned host memory, so that its copy to a GPU
+    /// overlaps (torch's `pin_memory`; default false). Without CUDA it does
+    /// nothing, as torch's DataLoader then does.
+    pub pin_memory: bool,
 }
 
 /// torch's DataLoader defaults (batch size 1, no shuffle).
 #[no_mangle]
 pub extern "C" fn fulmen_loader_options_default() -> fulmen_loader_options {
     let d = DataLoaderOptions::default();
-    fulmen_loader_options { batch_size: d.batch_size, shuffle: d.shuffle, seed: d.seed, drop_last: d.drop_last }
+    fulmen_loader_options {
+        batch_size: d.batch_size,
+        shuffle: d.shuffle,
+        seed: d.seed,
+        drop_last: d.drop_last,
+        pin_memory: d.pin_memory,
+    }
 }
 
 unsafe fn emit_loader(out: *mut *mut fulmen_loader, inner: Box<dyn BatchSource + Send>) -> Result<()> {
@@ -404,8 +414,13 @@ pub unsafe extern "C" fn fulmen_loader_new(
         check_out(out, "out")?;
         let ds = dataset_arg(dataset, "dataset")?.clone();
         let o = options.as_ref().copied().unwrap_or_else(|| fulmen_loader_options_default());
-        let opts =
-            DataLoaderOptions { batch_size: o.batch_size, shuffle: o.shuffle, seed: o.seed, drop_last: o.drop_last };
+        let opts = DataLoaderOptions {
+            batch_size: o.batch_size,
+            shuffle: o.shuffle,
+            seed: o.seed,
+            drop_last: o.drop_last,
+            pin_memory: o.pin_memory,
+        };
         emit_loader(out, Box::new(DataLoader::new(ds, opts)?))
     })
 }

@@ -9,6 +9,7 @@ mod accelerators;
 mod autocast;
 mod distributed;
 mod ops;
+mod pinned;
 mod runtime;
 mod script;
 
@@ -16,6 +17,7 @@ pub(crate) use accelerators::*;
 pub(crate) use autocast::*;
 pub(crate) use distributed::*;
 pub(crate) use ops::*;
+pub(crate) use pinned::*;
 pub(crate) use runtime::*;
 pub(crate) use script::*;
 

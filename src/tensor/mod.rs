@@ -5,6 +5,7 @@ pub mod functional;
 pub mod grad;
 pub mod inplace;
 pub mod ops;
+pub mod pinned;
 pub mod runtime;
 pub mod scaled;
 pub mod tch_panic;

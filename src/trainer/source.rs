@@ -51,6 +51,6 @@ impl BatchSource for DataLoader {
                 format!("batch {index} of an epoch of {} batches", self.len()),
             ));
         }
-        self.dataset().get_batch(&self.batch(epoch, index))
+        self.get(epoch, index)
     }
 }

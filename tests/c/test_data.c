@@ -524,11 +524,60 @@ static void test_mnist(void) {
 
 /* --------------------------------------------------------------- loaders */
 
+/* pin_memory: the same batches, in pinned memory where CUDA is available
+ * (and as they are without it, as torch's DataLoader). */
+static void test_loader_pin_memory(void) {
+    float fv[12];
+    for (int i = 0; i < 12; i++) fv[i] = (float)i;
+    const int64_t fd[2] = {6, 2};
+    fulmen_tensor *x = check_f32(fv, 12, fd, 2);
+    fulmen_dataset *ds = NULL;
+    CHECK_OK(fulmen_dataset_from_tensors((const fulmen_tensor *const *)&x, 1, &ds));
+    fulmen_tensor_free(x);
+    fulmen_accelerator *cuda = NULL;
+    bool cuda_here = false;
+    CHECK_OK(fulmen_accelerator_get("cuda", &cuda));
+    CHECK_OK(fulmen_accelerator_is_available(cuda, &cuda_here));
+    fulmen_accelerator_free(cuda);
+    fulmen_loader_options o = fulmen_loader_options_default();
+    o.batch_size = 4;
+    o.shuffle = true;
+    o.seed = 3;
+    fulmen_loader *plain = NULL, *pinning = NULL;
+    CHECK_OK(fulmen_loader_new(ds, &o, &plain));
+    o.pin_memory = true;
+    CHECK_OK(fulmen_loader_new(ds, &o, &pinning));
+    for (size_t b = 0; b < 2; b++) {
+        fulmen_tensor *a = NULL, *p = NULL, *d = NULL, *ad = NULL, *mx = NULL;
+        size_t n = 0;
+        bool pinned = !cuda_here, plain_pinned = true;
+        CHECK_OK(fulmen_loader_batch(plain, 1, b, &a, 1, &n));
+        CHECK_OK(fulmen_loader_batch(pinning, 1, b, &p, 1, &n));
+        CHECK_OK(fulmen_tensor_is_pinned(p, &pinned));
+        CHECK_OK(fulmen_tensor_is_pinned(a, &plain_pinned));
+        CHECK(pinned == cuda_here && !plain_pinned);
+        CHECK_OK(fulmen_tensor_sub(a, p, &d));
+        CHECK_OK(fulmen_tensor_abs(d, &ad));
+        CHECK_OK(fulmen_tensor_max(ad, &mx));
+        CHECK(check_item(mx) == 0);
+        fulmen_tensor_free(mx);
+        fulmen_tensor_free(ad);
+        fulmen_tensor_free(d);
+        fulmen_tensor_free(p);
+        fulmen_tensor_free(a);
+    }
+    bool out = true;
+    CHECK_ERR(fulmen_tensor_is_pinned(NULL, &out), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    fulmen_loader_free(pinning);
+    fulmen_loader_free(plain);
+    fulmen_dataset_free(ds);
+}
+
 /* Loader defaults and lengths with and without drop_last; batch size 0
  * fails; bad handles. */
 static void test_loader(void) {
     fulmen_loader_options o = fulmen_loader_options_default();
-    CHECK(o.batch_size == 1 && !o.shuffle && !o.drop_last);
+    CHECK(o.batch_size == 1 && !o.shuffle && !o.drop_last && !o.pin_memory);
     float fv[10] = {0};
     const int64_t fd[1] = {10};
     fulmen_tensor *x = check_f32(fv, 10, fd, 1);
@@ -881,6 +930,7 @@ int main(void) {
     test_csv_errors();
     test_mnist();
     test_loader();
+    test_loader_pin_memory();
     test_host_source();
     test_host_source_errors();
     test_iterator();

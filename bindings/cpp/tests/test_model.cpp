@@ -291,6 +291,16 @@ TEST_F(DataTest, TensorDatasetGetSubsetSplit) {
     fulmen::LoaderOptions lo(4, true, 7);
     lo.drop_last = true;
     EXPECT_EQ(Loader(ds, lo).len(), 2u);
+    // pin_memory: the same batches, pinned where CUDA is available.
+    EXPECT_FALSE(fulmen::LoaderOptions().pin_memory);
+    fulmen::LoaderOptions pin(4, true, 7);
+    pin.pin_memory = true;
+    bool cuda = fulmen::Accelerator::get("cuda").is_available();
+    Loader plain_loader(ds, fulmen::LoaderOptions(4, true, 7)), pinning(ds, pin);
+    auto a = plain_loader.batch(1, 0), p = pinning.batch(1, 0);
+    EXPECT_EQ(p[0].is_pinned(), cuda);
+    EXPECT_FALSE(a[0].is_pinned());
+    EXPECT_EQ(a[0].to_vector<float>(), p[0].to_vector<float>());
 }
 
 TEST_F(DataTest, CsvDataset) {

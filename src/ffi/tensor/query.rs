@@ -168,6 +168,20 @@ pub unsafe extern "C" fn fulmen_tensor_requires_grad(
     guard("fulmen_tensor_requires_grad", || write_out(out, "out", tensor_arg(tensor, "tensor")?.requires_grad()))
 }
 
+/// Writes whether the tensor lives in pinned (page-locked) host memory, as
+/// a loader with `pin_memory` leaves its batches where CUDA is available;
+/// false for a tensor on a device and wherever CUDA is not available.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_is_pinned(tensor: *const fulmen_tensor, out: *mut bool) -> *mut fulmen_error {
+    guard("fulmen_tensor_is_pinned", || {
+        let t = tensor_arg(tensor, "tensor")?;
+        let pinned = crate::tensor::pinned::is_pinned(&t)?;
+        write_out(out, "out", pinned)
+    })
+}
+
 /// A new handle to the same tensor (shares storage and autograd history).
 ///
 /// Errors: the common ones only.

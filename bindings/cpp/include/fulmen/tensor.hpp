@@ -261,6 +261,9 @@ public:
     double item() const { return query<double>(fulmen_tensor_item); }
     /// Whether autograd records operations on this tensor.
     bool requires_grad() const { return query<bool>(fulmen_tensor_requires_grad); }
+    /// Whether the tensor is in pinned host memory (a `pin_memory` loader's
+    /// batch where CUDA is available).
+    bool is_pinned() const { return query<bool>(fulmen_tensor_is_pinned); }
 
     /// The sizes of every dimension.
     Shape shape() const {
