@@ -117,8 +117,9 @@ test-go: lib $(MNIST) $(LEE) $(ELNINO) $(VENV_STAMP)
 
 # Interop with the real PyTorch: DDP jobs mixing fulmen and Python ranks;
 # per-step parity and resumes against Lightning's own Trainer.
-test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/lightning_parity $(BUILD)/interop/script_parity $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP)
-	@rm -rf $(BUILD)/interop/ddp-mixed $(BUILD)/interop/lightning-parity $(BUILD)/interop/charlm-twin $(BUILD)/interop/forecast-twin $(BUILD)/interop/finetune $(BUILD)/interop/script-parity $(BUILD)/interop/gan-twin
+test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/lightning_parity $(BUILD)/interop/script_parity $(BUILD)/interop/torch_save_interop $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP)
+	@rm -rf $(BUILD)/interop/torch-save $(BUILD)/interop/ddp-mixed $(BUILD)/interop/lightning-parity $(BUILD)/interop/charlm-twin $(BUILD)/interop/forecast-twin $(BUILD)/interop/finetune $(BUILD)/interop/script-parity $(BUILD)/interop/gan-twin
+	$(VENV)/bin/python tests/interop/torch_save_check.py --binary $(BUILD)/interop/torch_save_interop --work $(BUILD)/interop/torch-save
 	$(VENV)/bin/python tests/interop/gan_twin.py --binary $(BUILD)/examples/gan --data $(MNIST) --work $(BUILD)/interop/gan-twin
 	$(VENV)/bin/python tests/interop/script_parity.py --binary $(BUILD)/interop/script_parity --work $(BUILD)/interop/script-parity
 	$(VENV)/bin/python tests/interop/finetune_check.py --binary $(BUILD)/examples/finetune --data $(FAIR) --work $(BUILD)/interop/finetune
@@ -202,7 +203,7 @@ test-soak: $(BUILD)/tests/soak_memory
 # replaying its regressions; `make fuzz FUZZ_SECONDS=600` runs longer.
 # With clang, `make fuzz-libfuzzer` builds coverage-guided libFuzzer targets.
 FUZZ_FAMILIES := tensor model data optim options trainer
-FUZZ_TARGETS := api $(FUZZ_FAMILIES) csv checkpoint hostile sizes
+FUZZ_TARGETS := api $(FUZZ_FAMILIES) csv checkpoint pickle hostile sizes
 FUZZ_SECONDS ?= 10
 FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 

@@ -3797,24 +3797,34 @@ struct fulmen_error *fulmen_model_state_dict_get(const struct fulmen_model *mode
                                                  struct fulmen_tensor **out);
 
 /**
- * Saves the state_dict (PyTorch names) as a safetensors file, written to a
+ * Saves the state_dict (PyTorch names): for a path ending in `.pt`, `.pth`
+ * or `.bin` as a `torch.save` file (`torch.load(path, weights_only=True)`
+ * gives the state_dict), otherwise as a safetensors file. Written to a
  * temporary file and renamed so a crash never leaves a partial file.
  *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8), FULMEN_CODE_IO
- * (the file cannot be written), FULMEN_CODE_TORCH (a tensor cannot be copied
- * to the host).
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8; a `torch.save`
+ * file above 4 GiB), FULMEN_CODE_IO (the file cannot be written),
+ * FULMEN_CODE_DTYPE_MISMATCH (a dtype the format cannot hold),
+ * FULMEN_CODE_TORCH (a tensor cannot be copied to the host).
  */
 struct fulmen_error *fulmen_model_save(const struct fulmen_model *model, const char *path);
 
 /**
- * Loads weights from a safetensors file (for example one written by
- * PyTorch's `safetensors.torch.save_file(model.state_dict(), path)`).
- * `strict`: missing or unexpected names are an error. Shapes must match.
- * On error the model is unchanged.
+ * Loads weights from a file, told apart by its contents: a safetensors
+ * state_dict (PyTorch's `safetensors.torch.save_file(model.state_dict(),
+ * path)`), a fulmen checkpoint (its weights), or a `torch.save` file: a
+ * state_dict (`torch.save(model.state_dict(), path)`) or a Lightning
+ * checkpoint (its `state_dict`; a LightningModule attribute prefix such as
+ * `model.` is removed when the names then fit). `torch.save` files are
+ * read without Python and only within what `torch.load(weights_only=True)`
+ * accepts; anything else in them is refused, never run. `strict`: missing
+ * or unexpected names are an error. Shapes must match. On error the model
+ * is unchanged.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8), FULMEN_CODE_IO
- * (the file cannot be read), FULMEN_CODE_FORMAT (not a valid safetensors file;
- * with strict, missing or unexpected names), FULMEN_CODE_SHAPE_MISMATCH (a
+ * (the file cannot be read), FULMEN_CODE_FORMAT (neither a valid
+ * safetensors file nor a readable `torch.save` archive; a pickle outside
+ * the safe subset; with strict, missing or unexpected names), FULMEN_CODE_SHAPE_MISMATCH (a
  * tensor's shape differs from the model's), FULMEN_CODE_DTYPE_MISMATCH (a
  * tensor's dtype differs from the model's or is not supported),
  * FULMEN_CODE_TORCH (a copy fails).

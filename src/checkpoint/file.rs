@@ -65,6 +65,21 @@ pub struct Checkpoint {
     pub cuda_rng_state: Option<Tensor>,
 }
 
+/// The model weights of a fulmen checkpoint read as plain safetensors
+/// (`tensors`, `meta`): its `state_dict.` entries, unprefixed (a
+/// weights-only checkpoint's tensors as they are); None when the file is
+/// not a fulmen checkpoint.
+pub fn checkpoint_weights(
+    tensors: Vec<(String, Tensor)>,
+    meta: &HashMap<String, String>,
+) -> Option<Vec<(String, Tensor)>> {
+    meta.get(FORMAT_KEY)?;
+    if meta.get("weights_only").map(String::as_str) == Some("true") {
+        return Some(tensors);
+    }
+    Some(tensors.into_iter().filter_map(|(k, t)| Some((k.strip_prefix(MODEL_PREFIX)?.to_string(), t))).collect())
+}
+
 fn json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_default()
 }

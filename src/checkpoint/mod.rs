@@ -1,6 +1,11 @@
 //! Checkpoint files: one safetensors file holding the model's state_dict,
 //! optimizer and scheduler states, loop progress, callback states and
 //! hyperparameters (tensors as tensors, the rest as JSON metadata), written
-//! atomically so a crash never leaves a corrupt file where a good one was.
+//! atomically so a crash never leaves a corrupt file where a good one was;
+//! and `torch.save` archives (`torch_save`), read and written without Python.
 mod file;
-pub use file::{Checkpoint, FORMAT_VERSION};
+mod pickle_read;
+mod pickle_write;
+pub mod torch_save;
+mod torch_zip;
+pub use file::{checkpoint_weights, Checkpoint, FORMAT_VERSION};

@@ -345,6 +345,21 @@ static void test_weights_only(fulmen_loader *tl, fulmen_loader *vl) {
     CHECK_ERR(fulmen_trainer_fit(t2, m, tl, vl, path), FULMEN_CODE_FORMAT, "weights-only");
     fulmen_trainer_free(t2);
     fulmen_model_free(fresh);
+    /* A full checkpoint gives its weights too, strict or not. */
+    fulmen_model_checkpoint_options full = ckpt_opts(dir);
+    full.filename = "full";
+    fulmen_trainer *t3 = trainer_with(2, NULL);
+    CHECK_OK(fulmen_trainer_add_model_checkpoint(t3, &full));
+    CHECK_OK(fulmen_trainer_fit(t3, m, tl, vl, NULL));
+    snprintf(path, sizeof path, "%s/full.ckpt", dir);
+    for (int strict = 0; strict < 2; strict++) {
+        fresh = mlp(16);
+        CHECK(!same_weights(fresh, f.model));
+        CHECK_OK(fulmen_model_load(fresh, path, strict == 1));
+        CHECK(same_weights(fresh, f.model));
+        fulmen_model_free(fresh);
+    }
+    fulmen_trainer_free(t3);
     fulmen_trainer_free(t);
     fulmen_lightning_module_free(m);
     fulmen_model_free(f.model);

@@ -115,6 +115,8 @@ static double item_of(const fulmen_model *m, const char *name) {
 
 static void test_forward_state_and_training(void) {
     residual r = {0};
+    /* Seeded: unseeded weights made the checks below fail now and then. */
+    CHECK_OK(fulmen_manual_seed(1));
     fulmen_model *m = make_residual(&r, 1);
     static const char *const names[] = {"scale", "steps", "proj.weight", "proj.bias"};
     expect_names(m, names, 4);

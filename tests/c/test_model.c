@@ -949,6 +949,34 @@ static void test_save_load(void) {
     yb = forward(b, x);
     CHECK(same_values(ya, yb));
     fulmen_tensor_free(yb);
+    /* A .pt path writes torch.save's format, which loads back the same. */
+    char pt[128];
+    path_in_dir(pt, sizeof pt, "m.pt");
+    CHECK_OK(fulmen_manual_seed(12));
+    fulmen_model *c = mlp(4, 8, 3);
+    CHECK_OK(fulmen_model_save(a, pt));
+    unsigned char magic[4] = {0};
+    FILE *pf = fopen(pt, "rb");
+    CHECK(pf != NULL && fread(magic, 1, 4, pf) == 4 && memcmp(magic, "PK\x03\x04", 4) == 0);
+    if (pf != NULL) fclose(pf);
+    CHECK_OK(fulmen_model_load(c, pt, true));
+    fulmen_tensor *yc = forward(c, x);
+    CHECK(same_values(ya, yc));
+    fulmen_tensor_free(yc);
+    fulmen_model_free(c);
+    /* PyTorch's own torch.save file (scripts/make_torch_save_fixture.py)
+     * loads into the same layers; a file that is neither format says so. */
+    char fixture_pt[1024];
+    snprintf(fixture_pt, sizeof fixture_pt, "%s/torch_save_mlp.pt", getenv("FULMEN_FIXTURES"));
+    fulmen_model *tm = mlp(2, 8, 2);
+    CHECK_OK(fulmen_model_load(tm, fixture_pt, true));
+    fulmen_model_free(tm);
+    char junk[128];
+    path_in_dir(junk, sizeof junk, "junk.pt");
+    FILE *jf = fopen(junk, "wb");
+    CHECK(jf != NULL && fputs("PK\x03\x04 not really a zip", jf) >= 0 && fclose(jf) == 0);
+    CHECK_ERR(fulmen_model_load(b, junk, true), FULMEN_CODE_FORMAT, "not a readable torch.save archive");
+    CHECK(unlink(junk) == 0 && unlink(pt) == 0);
     CHECK_ERR(fulmen_model_save(a, nodir), FULMEN_CODE_IO, NULL);
     CHECK_ERR(fulmen_model_save(a, NULL), FULMEN_CODE_NULL_ARGUMENT, NULL);
     CHECK_ERR(fulmen_model_save(NULL, path), FULMEN_CODE_NULL_ARGUMENT, NULL);

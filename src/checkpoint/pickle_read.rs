@@ -1,0 +1,527 @@
+//! Reads the pickle of a `torch.save` file, limited to what
+//! `torch.load(weights_only=True)` accepts: dicts and OrderedDicts, lists,
+//! tuples, strings, numbers, booleans, None and tensors. Any other global,
+//! any other call and any other opcode is refused with a `Format` error and
+//! never run. Nothing is allocated in proportion to a number in the file:
+//! strings are bounded by the bytes left, the memo is a map, and a bound on
+//! the values made (shared tuples counted each time) and on nesting keeps a
+//! small file from describing a huge or deep tree.
+use super::torch_save::Value;
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::rc::Rc;
+use tch::{Kind, Tensor};
+
+/// Most values a file may describe (each reuse of a memoized tuple counts
+/// its values again).
+const MAX_VALUES: u64 = 20_000_000;
+/// Deepest nesting of containers.
+const MAX_DEPTH: u32 = 64;
+
+/// A storage a tensor is a view of: its dtype, record key and element count.
+#[derive(Clone, Debug)]
+pub(super) struct StorageRef {
+    pub kind: Kind,
+    pub key: String,
+    pub numel: u64,
+}
+
+/// The callables the safe subset allows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Global {
+    OrderedDict,
+    RebuildTensorV2,
+    RebuildParameter,
+    Size,
+    Storage(Kind),
+}
+
+fn global(module: &str, name: &str) -> Result<Global> {
+    let storage = |k| Ok(Global::Storage(k));
+    match (module, name) {
+        ("collections", "OrderedDict") => Ok(Global::OrderedDict),
+        ("torch._utils", "_rebuild_tensor_v2") => Ok(Global::RebuildTensorV2),
+        ("torch._utils", "_rebuild_parameter") => Ok(Global::RebuildParameter),
+        ("torch", "Size") => Ok(Global::Size),
+        ("torch", "FloatStorage") => storage(Kind::Float),
+        ("torch", "DoubleStorage") => storage(Kind::Double),
+        ("torch", "HalfStorage") => storage(Kind::Half),
+        ("torch", "BFloat16Storage") => storage(Kind::BFloat16),
+        ("torch", "LongStorage") => storage(Kind::Int64),
+        ("torch", "IntStorage") => storage(Kind::Int),
+        ("torch", "ShortStorage") => storage(Kind::Int16),
+        ("torch", "CharStorage") => storage(Kind::Int8),
+        ("torch", "ByteStorage") => storage(Kind::Uint8),
+        ("torch", "BoolStorage") => storage(Kind::Bool),
+        _ => Err(Error::format(format!(
+            "global {module}.{name} is outside the safe subset (dicts, lists, tuples, numbers, strings and \
+             tensors); it is not loaded"
+        ))),
+    }
+}
+
+/// A value during unpickling. Lists and dicts are owned by the stack (they
+/// are filled in place); tuples and tensors are shared cheaply.
+#[derive(Clone, Debug)]
+enum Item {
+    None,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(Rc<str>),
+    Tuple(Rc<Vec<Item>>, Shape),
+    List(Vec<Item>, Shape),
+    Dict(Vec<(Item, Item)>, Shape),
+    Tensor(Rc<Tensor>),
+    Global(Global),
+    Storage(Rc<StorageRef>),
+}
+
+/// How many values a container holds in all, and how deep it nests.
+#[derive(Clone, Copy, Debug, Default)]
+struct Shape {
+    values: u64,
+    depth: u32,
+}
+
+impl Item {
+    fn shape(&self) -> Shape {
+        match self {
+            Item::Tuple(_, s) | Item::List(_, s) | Item::Dict(_, s) => *s,
+            _ => Shape { values: 1, depth: 0 },
+        }
+    }
+}
+
+/// Turns storages into tensors (the caller reads the archive's records).
+pub(super) trait Storages {
+    /// The flat tensor of a storage (shared by the tensors that view it).
+    fn storage(&mut self, s: &StorageRef) -> Result<Rc<Tensor>>;
+}
+
+struct Reader<'a, S: Storages> {
+    data: &'a [u8],
+    at: usize,
+    stack: Vec<Item>,
+    marks: Vec<usize>,
+    memo: HashMap<u32, Item>,
+    made: u64,
+    storages: &'a mut S,
+    what: &'a str,
+}
+
+/// Unpickles `data` (the `data.pkl` record) into a [`Value`].
+pub(super) fn read<S: Storages>(data: &[u8], storages: &mut S, what: &str) -> Result<Value> {
+    let mut r =
+        Reader { data, at: 0, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), made: 0, storages, what };
+    let top = r.run()?;
+    to_value(top)
+}
+
+impl<S: Storages> Reader<'_, S> {
+    fn bad(&self, why: impl std::fmt::Display) -> Error {
+        Error::format(format!("{}: pickle at byte {}: {why}", self.what, self.at))
+    }
+
+    fn take(&mut self, n: usize) -> Result<&[u8]> {
+        let end = self.at.checked_add(n).filter(|e| *e <= self.data.len()).ok_or_else(|| self.bad("truncated"))?;
+        let s = &self.data[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn byte(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().unwrap_or_default()))
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap_or_default()))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap_or_default()))
+    }
+    fn line(&mut self) -> Result<String> {
+        let rest = &self.data[self.at..];
+        let n = rest.iter().position(|b| *b == b'\n').ok_or_else(|| self.bad("unterminated line"))?;
+        let s = std::str::from_utf8(&rest[..n]).map_err(|_| self.bad("a name is not UTF-8"))?.to_owned();
+        self.at += n + 1;
+        Ok(s)
+    }
+    fn string(&mut self, n: u64) -> Result<Item> {
+        let n = usize::try_from(n).map_err(|_| self.bad("string too long"))?;
+        let not_utf8 = self.bad("a string is not UTF-8");
+        let s = std::str::from_utf8(self.take(n)?).map_err(|_| not_utf8)?;
+        Ok(Item::Str(Rc::from(s)))
+    }
+
+    /// Pushes `item`, counting its values against the bound.
+    fn push(&mut self, item: Item) -> Result<()> {
+        let s = item.shape();
+        self.made = self.made.saturating_add(s.values);
+        if self.made > MAX_VALUES {
+            return Err(self.bad(format!("more than {MAX_VALUES} values")));
+        }
+        if s.depth > MAX_DEPTH {
+            return Err(self.bad(format!("containers nested deeper than {MAX_DEPTH}")));
+        }
+        self.stack.push(item);
+        Ok(())
+    }
+    fn pop(&mut self) -> Result<Item> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        if self.stack.len() <= floor {
+            return Err(self.bad("stack underflow"));
+        }
+        self.stack.pop().ok_or_else(|| self.bad("stack underflow"))
+    }
+    fn top(&mut self) -> Result<&mut Item> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        if self.stack.len() <= floor {
+            return Err(self.bad("stack underflow"));
+        }
+        let bad = self.bad("stack underflow");
+        self.stack.last_mut().ok_or(bad)
+    }
+    /// The items since the last MARK, which is removed.
+    fn pop_mark(&mut self) -> Result<Vec<Item>> {
+        let m = self.marks.pop().ok_or_else(|| self.bad("no MARK"))?;
+        Ok(self.stack.split_off(m))
+    }
+
+    fn tuple(&mut self, items: Vec<Item>) -> Result<()> {
+        let s = container_shape(items.iter().map(Item::shape));
+        self.push(Item::Tuple(Rc::new(items), s))
+    }
+
+    fn memo_get(&mut self, key: u32) -> Result<()> {
+        let item = self.memo.get(&key).cloned().ok_or_else(|| self.bad(format!("memo key {key} unknown")))?;
+        if matches!(item, Item::List(..) | Item::Dict(..)) {
+            return Err(self.bad("a list or dict referenced twice (shared containers are not supported)"));
+        }
+        self.push(item)
+    }
+    fn memo_put(&mut self, key: u32) -> Result<()> {
+        let item = self.top()?.clone();
+        // Lists and dicts are filled after this; only their kind is kept.
+        let item = match item {
+            Item::List(..) => Item::List(Vec::new(), Shape::default()),
+            Item::Dict(..) => Item::Dict(Vec::new(), Shape::default()),
+            other => other,
+        };
+        self.memo.insert(key, item);
+        Ok(())
+    }
+
+    fn append(&mut self, items: Vec<Item>) -> Result<()> {
+        let bad = self.bad("APPEND to something that is not a list");
+        match self.top()? {
+            Item::List(v, s) => {
+                for it in items {
+                    *s = grow(*s, it.shape());
+                    v.push(it);
+                }
+                check_shape(*s).map_err(|w| self.bad(w))
+            }
+            _ => Err(bad),
+        }
+    }
+    fn set_items(&mut self, items: Vec<Item>) -> Result<()> {
+        if items.len() % 2 != 0 {
+            return Err(self.bad("SETITEMS with an odd number of items"));
+        }
+        let bad = self.bad("SETITEM on something that is not a dict");
+        match self.top()? {
+            Item::Dict(v, s) => {
+                let mut it = items.into_iter();
+                while let (Some(k), Some(val)) = (it.next(), it.next()) {
+                    *s = grow(grow(*s, k.shape()), val.shape());
+                    v.push((k, val));
+                }
+                check_shape(*s).map_err(|w| self.bad(w))
+            }
+            _ => Err(bad),
+        }
+    }
+
+    fn reduce(&mut self) -> Result<()> {
+        let args = self.pop()?;
+        let callable = self.pop()?;
+        let Item::Tuple(args, _) = args else { return Err(self.bad("REDUCE arguments are not a tuple")) };
+        let item = match callable {
+            Item::Global(Global::OrderedDict) if args.is_empty() => {
+                Item::Dict(Vec::new(), Shape { values: 1, depth: 1 })
+            }
+            Item::Global(Global::Size) => match args.first() {
+                Some(Item::Tuple(t, s)) if args.len() == 1 => Item::Tuple(Rc::clone(t), *s),
+                _ => return Err(self.bad("torch.Size takes one tuple")),
+            },
+            Item::Global(Global::RebuildTensorV2) => Item::Tensor(Rc::new(self.rebuild_tensor(&args)?)),
+            Item::Global(Global::RebuildParameter) => match args.first() {
+                Some(Item::Tensor(t)) => Item::Tensor(Rc::clone(t)),
+                _ => return Err(self.bad("_rebuild_parameter takes a tensor")),
+            },
+            other => return Err(self.bad(format!("calling {other:?} is outside the safe subset"))),
+        };
+        self.push(item)
+    }
+
+    /// `_rebuild_tensor_v2(storage, offset, size, stride, requires_grad,
+    /// hooks[, metadata])`: a view of the storage, checked to lie inside it.
+    fn rebuild_tensor(&mut self, args: &[Item]) -> Result<Tensor> {
+        let (Some(Item::Storage(s)), Some(Item::Int(offset)), Some(Item::Tuple(size, _)), Some(Item::Tuple(stride, _))) =
+            (args.first(), args.get(1), args.get(2), args.get(3))
+        else {
+            return Err(self.bad("_rebuild_tensor_v2 needs (storage, offset, size, stride, ...)"));
+        };
+        let ints = |t: &[Item]| -> Option<Vec<i64>> {
+            t.iter().map(|i| if let Item::Int(v) = i { Some(*v) } else { None }).collect()
+        };
+        let (size, stride) = match (ints(size), ints(stride)) {
+            (Some(a), Some(b)) if a.len() == b.len() => (a, b),
+            _ => return Err(self.bad("a tensor's size and stride are not matching lists of integers")),
+        };
+        // The largest element index the view reaches must lie in the storage.
+        let mut last: i64 = *offset;
+        let mut empty = false;
+        for (d, st) in size.iter().zip(&stride) {
+            if *d < 0 || *st < 0 {
+                return Err(self.bad("a negative size or stride"));
+            }
+            empty |= *d == 0;
+            last = (d - 1)
+                .max(0)
+                .checked_mul(*st)
+                .and_then(|x| x.checked_add(last))
+                .ok_or_else(|| self.bad("size overflows"))?;
+        }
+        if *offset < 0 || (!empty && last as u64 >= s.numel) {
+            return Err(self.bad(format!("a tensor of size {size:?} reaches past its storage of {} elements", s.numel)));
+        }
+        let base = self.storages.storage(s)?;
+        if empty {
+            return Ok(Tensor::f_zeros(&size, (s.kind, tch::Device::Cpu))?);
+        }
+        Ok(base.f_as_strided(&size, &stride, *offset)?.f_contiguous()?)
+    }
+
+    fn persistent_load(&mut self) -> Result<()> {
+        let pid = self.pop()?;
+        let Item::Tuple(t, _) = pid else { return Err(self.bad("a persistent id that is not a tuple")) };
+        match t.as_slice() {
+            [Item::Str(tag), Item::Global(Global::Storage(kind)), Item::Str(key), Item::Str(_location), Item::Int(numel)]
+                if &**tag == "storage" && *numel >= 0 =>
+            {
+                let s = StorageRef { kind: *kind, key: key.to_string(), numel: *numel as u64 };
+                self.push(Item::Storage(Rc::new(s)))
+            }
+            _ => Err(self.bad("a persistent id other than a storage")),
+        }
+    }
+
+    fn run(&mut self) -> Result<Item> {
+        loop {
+            let op = self.byte()?;
+            match op {
+                0x80 => {
+                    let p = self.byte()?;
+                    if p > 5 {
+                        return Err(self.bad(format!("pickle protocol {p}")));
+                    }
+                }
+                0x95 => {
+                    self.u64()?; // FRAME length: frames are read as one stream
+                }
+                b'.' => {
+                    let top = self.pop()?;
+                    if !self.stack.is_empty() || !self.marks.is_empty() {
+                        return Err(self.bad("values left on the stack at STOP"));
+                    }
+                    return Ok(top);
+                }
+                b'(' => self.marks.push(self.stack.len()),
+                b'0' => {
+                    self.pop()?;
+                }
+                b'1' => {
+                    self.pop_mark()?;
+                }
+                b'N' => self.push(Item::None)?,
+                0x88 => self.push(Item::Bool(true))?,
+                0x89 => self.push(Item::Bool(false))?,
+                b'J' => {
+                    let v = self.u32()? as i32;
+                    self.push(Item::Int(i64::from(v)))?
+                }
+                b'K' => {
+                    let v = self.byte()?;
+                    self.push(Item::Int(i64::from(v)))?
+                }
+                b'M' => {
+                    let v = self.u16()?;
+                    self.push(Item::Int(i64::from(v)))?
+                }
+                0x8a => {
+                    let n = usize::from(self.byte()?);
+                    if n > 8 {
+                        return Err(self.bad("an integer beyond 64 bits"));
+                    }
+                    let b = self.take(n)?;
+                    let mut v: i64 = if b.last().is_some_and(|x| x & 0x80 != 0) { -1 } else { 0 };
+                    for (i, x) in b.iter().enumerate() {
+                        v &= !(0xFF << (8 * i));
+                        v |= i64::from(*x) << (8 * i);
+                    }
+                    self.push(Item::Int(v))?
+                }
+                b'G' => {
+                    let v = f64::from_be_bytes(self.take(8)?.try_into().unwrap_or_default());
+                    self.push(Item::Float(v))?
+                }
+                b'X' => {
+                    let n = self.u32()?;
+                    let s = self.string(u64::from(n))?;
+                    self.push(s)?
+                }
+                0x8c => {
+                    let n = self.byte()?;
+                    let s = self.string(u64::from(n))?;
+                    self.push(s)?
+                }
+                0x8d => {
+                    let n = self.u64()?;
+                    let s = self.string(n)?;
+                    self.push(s)?
+                }
+                b']' => self.push(Item::List(Vec::new(), Shape { values: 1, depth: 1 }))?,
+                b'}' => self.push(Item::Dict(Vec::new(), Shape { values: 1, depth: 1 }))?,
+                b')' => self.tuple(Vec::new())?,
+                0x85..=0x87 => {
+                    let n = usize::from(op - 0x84);
+                    let floor = self.marks.last().copied().unwrap_or(0);
+                    if self.stack.len() < floor + n {
+                        return Err(self.bad("stack underflow"));
+                    }
+                    let items = self.stack.split_off(self.stack.len() - n);
+                    self.tuple(items)?
+                }
+                b't' => {
+                    let items = self.pop_mark()?;
+                    self.tuple(items)?
+                }
+                b'l' => {
+                    let items = self.pop_mark()?;
+                    self.push(Item::List(Vec::new(), Shape { values: 1, depth: 1 }))?;
+                    self.append(items)?
+                }
+                b'd' => {
+                    let items = self.pop_mark()?;
+                    self.push(Item::Dict(Vec::new(), Shape { values: 1, depth: 1 }))?;
+                    self.set_items(items)?
+                }
+                b'a' => {
+                    let v = self.pop()?;
+                    self.append(vec![v])?
+                }
+                b'e' => {
+                    let items = self.pop_mark()?;
+                    self.append(items)?
+                }
+                b's' => {
+                    let v = self.pop()?;
+                    let k = self.pop()?;
+                    self.set_items(vec![k, v])?
+                }
+                b'u' => {
+                    let items = self.pop_mark()?;
+                    self.set_items(items)?
+                }
+                b'c' => {
+                    let module = self.line()?;
+                    let name = self.line()?;
+                    let g = global(&module, &name).map_err(|e| self.bad(e.message))?;
+                    self.push(Item::Global(g))?
+                }
+                0x93 => {
+                    let name = self.pop()?;
+                    let module = self.pop()?;
+                    let (Item::Str(m), Item::Str(n)) = (module, name) else {
+                        return Err(self.bad("STACK_GLOBAL needs two strings"));
+                    };
+                    let g = global(&m, &n).map_err(|e| self.bad(e.message))?;
+                    self.push(Item::Global(g))?
+                }
+                b'R' => self.reduce()?,
+                b'b' => {
+                    // An OrderedDict's attributes (a state_dict's
+                    // `_metadata`): accepted and dropped, as nothing reads them.
+                    let state = self.pop()?;
+                    let target = self.top()?;
+                    if !matches!((target, state), (Item::Dict(..), Item::Dict(..))) {
+                        return Err(self.bad("BUILD of something other than a dict's attributes"));
+                    }
+                }
+                b'Q' => self.persistent_load()?,
+                b'q' => {
+                    let k = self.byte()?;
+                    self.memo_put(u32::from(k))?
+                }
+                b'r' => {
+                    let k = self.u32()?;
+                    self.memo_put(k)?
+                }
+                0x94 => {
+                    let k = u32::try_from(self.memo.len()).map_err(|_| self.bad("memo too large"))?;
+                    self.memo_put(k)?
+                }
+                b'h' => {
+                    let k = self.byte()?;
+                    self.memo_get(u32::from(k))?
+                }
+                b'j' => {
+                    let k = self.u32()?;
+                    self.memo_get(k)?
+                }
+                other => return Err(self.bad(format!("opcode 0x{other:02x} is outside the safe subset"))),
+            }
+        }
+    }
+}
+
+fn container_shape(children: impl Iterator<Item = Shape>) -> Shape {
+    children.fold(Shape { values: 1, depth: 1 }, grow)
+}
+
+fn grow(s: Shape, child: Shape) -> Shape {
+    Shape { values: s.values.saturating_add(child.values), depth: s.depth.max(child.depth.saturating_add(1)) }
+}
+
+fn check_shape(s: Shape) -> std::result::Result<(), String> {
+    if s.values > MAX_VALUES {
+        Err(format!("more than {MAX_VALUES} values"))
+    } else if s.depth > MAX_DEPTH {
+        Err(format!("containers nested deeper than {MAX_DEPTH}"))
+    } else {
+        Ok(())
+    }
+}
+
+/// The finished value (its size and depth are bounded by the reader).
+fn to_value(item: Item) -> Result<Value> {
+    Ok(match item {
+        Item::None => Value::None,
+        Item::Bool(b) => Value::Bool(b),
+        Item::Int(i) => Value::Int(i),
+        Item::Float(f) => Value::Float(f),
+        Item::Str(s) => Value::Str(s.to_string()),
+        Item::Tuple(t, _) => Value::Tuple(t.iter().cloned().map(to_value).collect::<Result<_>>()?),
+        Item::List(v, _) => Value::List(v.into_iter().map(to_value).collect::<Result<_>>()?),
+        Item::Dict(v, _) => {
+            Value::Dict(v.into_iter().map(|(k, v)| Ok((to_value(k)?, to_value(v)?))).collect::<Result<_>>()?)
+        }
+        Item::Tensor(t) => Value::Tensor(t.shallow_clone()),
+        Item::Global(_) | Item::Storage(_) => {
+            return Err(Error::format("a pickle left a bare global or storage where a value belongs"))
+        }
+    })
+}

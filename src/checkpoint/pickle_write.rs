@@ -1,0 +1,155 @@
+//! Writes a [`Value`] as the pickle of a `torch.save` file (protocol 2,
+//! what `torch.save` writes): tensors as `_rebuild_tensor_v2` of a storage
+//! whose bytes go to their own record, which the caller stores.
+use super::torch_save::Value;
+use crate::error::{Error, Result};
+use tch::{Device, Kind, Tensor};
+
+/// The pickle bytes and the storages' records (key, bytes), in order.
+pub(super) struct Written {
+    pub pickle: Vec<u8>,
+    pub storages: Vec<(String, Vec<u8>)>,
+}
+
+/// Pickles `value`.
+pub(super) fn write(value: &Value) -> Result<Written> {
+    let mut w = Writer { out: vec![0x80, 2], storages: Vec::new() };
+    w.value(value, 0)?;
+    w.out.push(b'.');
+    Ok(Written { pickle: w.out, storages: w.storages })
+}
+
+struct Writer {
+    out: Vec<u8>,
+    storages: Vec<(String, Vec<u8>)>,
+}
+
+/// Deepest nesting written (what the reader accepts).
+const MAX_DEPTH: usize = 64;
+
+fn storage_name(kind: Kind) -> Result<&'static str> {
+    Ok(match kind {
+        Kind::Float => "FloatStorage",
+        Kind::Double => "DoubleStorage",
+        Kind::Half => "HalfStorage",
+        Kind::BFloat16 => "BFloat16Storage",
+        Kind::Int64 => "LongStorage",
+        Kind::Int => "IntStorage",
+        Kind::Int16 => "ShortStorage",
+        Kind::Int8 => "CharStorage",
+        Kind::Uint8 => "ByteStorage",
+        Kind::Bool => "BoolStorage",
+        other => return Err(Error::dtype(format!("torch.save: tensors of {other:?} are not written"))),
+    })
+}
+
+impl Writer {
+    fn global(&mut self, module: &str, name: &str) {
+        self.out.push(b'c');
+        self.out.extend_from_slice(module.as_bytes());
+        self.out.push(b'\n');
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.push(b'\n');
+    }
+
+    fn str(&mut self, s: &str) -> Result<()> {
+        let n = u32::try_from(s.len()).map_err(|_| Error::invalid("torch.save: a string above 4 GiB"))?;
+        self.out.push(b'X');
+        self.out.extend_from_slice(&n.to_le_bytes());
+        self.out.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+
+    fn int(&mut self, v: i64) {
+        if let Ok(small) = i32::try_from(v) {
+            self.out.push(b'J');
+            self.out.extend_from_slice(&small.to_le_bytes());
+        } else {
+            self.out.extend_from_slice(&[0x8a, 8]);
+            self.out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    fn int_tuple(&mut self, values: &[i64]) {
+        self.out.push(b'(');
+        for v in values {
+            self.int(*v);
+        }
+        self.out.push(b't');
+    }
+
+    fn empty_ordered_dict(&mut self) {
+        self.global("collections", "OrderedDict");
+        self.out.extend_from_slice(b")R");
+    }
+
+    fn tensor(&mut self, t: &Tensor) -> Result<()> {
+        let host = tch::no_grad(|| t.f_detach()?.f_to_device(Device::Cpu)?.f_contiguous())?;
+        let kind = host.f_kind()?;
+        let storage = storage_name(kind)?;
+        let numel = host.numel();
+        let mut bytes = vec![0u8; numel * kind.elt_size_in_bytes()];
+        host.f_copy_data_u8(&mut bytes, numel)?;
+        let key = self.storages.len().to_string();
+        self.storages.push((key.clone(), bytes));
+        let size = host.size();
+        let stride = host.stride();
+        self.global("torch._utils", "_rebuild_tensor_v2");
+        self.out.push(b'(');
+        // The persistent id ('storage', torch.<Kind>Storage, key, 'cpu', numel).
+        self.out.push(b'(');
+        self.str("storage")?;
+        self.global("torch", storage);
+        self.str(&key)?;
+        self.str("cpu")?;
+        self.int(numel as i64);
+        self.out.extend_from_slice(b"tQ");
+        self.int(0);
+        self.int_tuple(&size);
+        self.int_tuple(&stride);
+        self.out.push(0x89); // requires_grad False
+        self.empty_ordered_dict(); // backward hooks
+        self.out.extend_from_slice(b"tR");
+        Ok(())
+    }
+
+    fn value(&mut self, v: &Value, depth: usize) -> Result<()> {
+        if depth > MAX_DEPTH {
+            return Err(Error::invalid(format!("torch.save: values nested deeper than {MAX_DEPTH}")));
+        }
+        match v {
+            Value::None => self.out.push(b'N'),
+            Value::Bool(b) => self.out.push(if *b { 0x88 } else { 0x89 }),
+            Value::Int(i) => self.int(*i),
+            Value::Float(f) => {
+                self.out.push(b'G');
+                self.out.extend_from_slice(&f.to_be_bytes());
+            }
+            Value::Str(s) => self.str(s)?,
+            Value::Tuple(items) => {
+                self.out.push(b'(');
+                for it in items {
+                    self.value(it, depth + 1)?;
+                }
+                self.out.push(b't');
+            }
+            Value::List(items) => {
+                self.out.extend_from_slice(b"](");
+                for it in items {
+                    self.value(it, depth + 1)?;
+                }
+                self.out.push(b'e');
+            }
+            Value::Dict(entries) => {
+                self.out.extend_from_slice(b"}(");
+                for (k, val) in entries {
+                    self.value(k, depth + 1)?;
+                    self.value(val, depth + 1)?;
+                }
+                self.out.push(b'u');
+            }
+            Value::Tensor(t) => self.tensor(t)?,
+        }
+        Ok(())
+    }
+}

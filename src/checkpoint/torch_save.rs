@@ -1,0 +1,156 @@
+//! `torch.save` files (`.pt`, `.pth`, Lightning's `.ckpt`): a zip archive
+//! holding a pickle and one record per tensor storage. fulmen reads and
+//! writes the subset `torch.load(weights_only=True)` accepts, without
+//! Python: see `pickle_read` for what is refused.
+use super::pickle_read::{self, StorageRef, Storages};
+use super::pickle_write;
+use super::torch_zip::{ZipReader, ZipWriter};
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::path::Path;
+use std::rc::Rc;
+use tch::Tensor;
+
+pub use super::torch_zip::looks_like_zip;
+
+/// A value of the safe subset. Dicts keep their order (Python's dict and
+/// OrderedDict alike).
+#[derive(Debug)]
+pub enum Value {
+    /// None.
+    None,
+    /// A bool.
+    Bool(bool),
+    /// An int (64 bits).
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A str.
+    Str(String),
+    /// A list.
+    List(Vec<Value>),
+    /// A tuple (also a torch.Size).
+    Tuple(Vec<Value>),
+    /// A dict or OrderedDict, in order.
+    Dict(Vec<(Value, Value)>),
+    /// A tensor (on the CPU once read).
+    Tensor(Tensor),
+}
+
+impl Value {
+    /// The value under string key `key` of a dict.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        match self {
+            Value::Dict(entries) => {
+                entries.iter().find(|(k, _)| matches!(k, Value::Str(s) if s == key)).map(|(_, v)| v)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The storages of one archive, read once each.
+struct ArchiveStorages<'a> {
+    zip: &'a ZipReader<'a>,
+    read: HashMap<String, Rc<Tensor>>,
+    what: &'a str,
+}
+
+impl Storages for ArchiveStorages<'_> {
+    fn storage(&mut self, s: &StorageRef) -> Result<Rc<Tensor>> {
+        if let Some(t) = self.read.get(&s.key) {
+            if t.kind() != s.kind {
+                return Err(Error::format(format!("{}: storage {} is read as two dtypes", self.what, s.key)));
+            }
+            return Ok(Rc::clone(t));
+        }
+        let bytes = self
+            .zip
+            .record(&format!("data/{}", s.key))
+            .ok_or_else(|| Error::format(format!("{}: storage {} has no record", self.what, s.key)))?;
+        let want = s.numel.checked_mul(s.kind.elt_size_in_bytes() as u64);
+        if want != Some(bytes.len() as u64) {
+            return Err(Error::format(format!(
+                "{}: storage {} holds {} bytes, not {} elements of {:?}",
+                self.what,
+                s.key,
+                bytes.len(),
+                s.numel,
+                s.kind
+            )));
+        }
+        let t = Rc::new(Tensor::f_from_data_size(bytes, &[s.numel as i64], s.kind)?);
+        self.read.insert(s.key.clone(), Rc::clone(&t));
+        Ok(t)
+    }
+}
+
+/// Reads a `torch.save` archive from `bytes` (`what` names it in errors).
+pub fn read_bytes(bytes: &[u8], what: &str) -> Result<Value> {
+    let zip = ZipReader::new(bytes, what)?;
+    if let Some(order) = zip.record("byteorder") {
+        if order != b"little" {
+            return Err(Error::format(format!(
+                "{what}: byte order {:?} is not supported",
+                String::from_utf8_lossy(order)
+            )));
+        }
+    }
+    let pickle = zip.record("data.pkl").ok_or_else(|| Error::format(format!("{what}: the archive has no data.pkl")))?;
+    let mut storages = ArchiveStorages { zip: &zip, read: HashMap::new(), what };
+    pickle_read::read(pickle, &mut storages, what)
+}
+
+/// Reads the `torch.save` file at `path`.
+pub fn load(path: &Path) -> Result<Value> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(format!("reading {}: {e}", path.display())))?;
+    read_bytes(&bytes, &path.display().to_string())
+}
+
+/// The archive `torch.save(value)` would write (tensors copied to the host).
+pub fn to_bytes(value: &Value) -> Result<Vec<u8>> {
+    let written = pickle_write::write(value)?;
+    let mut zip = ZipWriter::new("archive");
+    zip.add("data.pkl", &written.pickle)?;
+    zip.add(".format_version", b"1")?;
+    zip.add(".storage_alignment", b"64")?;
+    zip.add("byteorder", b"little")?;
+    for (key, bytes) in &written.storages {
+        zip.add(&format!("data/{key}"), bytes)?;
+    }
+    zip.add("version", b"3\n")?;
+    zip.finish()
+}
+
+/// Writes `value` as a `torch.save` file at `path`, atomically.
+pub fn save(path: &Path, value: &Value) -> Result<()> {
+    let bytes = to_bytes(value).map_err(|e| e.context(format!("writing {}", path.display())))?;
+    crate::fs_safe::write_atomic(path, &bytes)
+}
+
+/// A state_dict value (name -> tensor, in order).
+pub fn state_dict_value(tensors: &[(String, Tensor)]) -> Value {
+    Value::Dict(tensors.iter().map(|(k, t)| (Value::Str(k.clone()), Value::Tensor(t.shallow_clone()))).collect())
+}
+
+/// The named tensors of a state_dict: the file's top-level dict, or its
+/// `state_dict` entry when it has one (a Lightning checkpoint). Entries that
+/// are not tensors (Lightning keeps none; some files add metadata) are an
+/// error naming them.
+pub fn state_dict_of(value: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
+    let dict = value.get("state_dict").unwrap_or(value);
+    let Value::Dict(entries) = dict else {
+        return Err(Error::format(format!("{what} holds no state_dict (its top level is not a dict)")));
+    };
+    entries
+        .iter()
+        .map(|(k, v)| match (k, v) {
+            (Value::Str(name), Value::Tensor(t)) => Ok((name.clone(), t.shallow_clone())),
+            (Value::Str(name), _) => Err(Error::format(format!("{what}: state_dict entry {name:?} is not a tensor"))),
+            _ => Err(Error::format(format!("{what}: a state_dict key is not a string"))),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,292 @@
+//! The zip container of `torch.save` files: uncompressed ("stored") records
+//! under one top-level folder. Reading checks every size and offset against
+//! the file before using it (a record can never claim more bytes than the
+//! file holds) and each record's CRC-32; compressed or encrypted records are
+//! refused. Writing lays records out as PyTorch does, each record's data
+//! aligned to 64 bytes.
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::ops::Range;
+
+const LOCAL: u32 = 0x0403_4b50;
+const CENTRAL: u32 = 0x0201_4b50;
+const END: u32 = 0x0605_4b50;
+const END64: u32 = 0x0606_4b50;
+const END64_LOCATOR: u32 = 0x0706_4b50;
+/// Records' data start at multiples of this (PyTorch's alignment).
+const ALIGN: usize = 64;
+/// Most records an archive may hold (the central directory is bounded by
+/// the file anyway; this bounds the index).
+const MAX_RECORDS: usize = 1 << 20;
+
+/// Whether `bytes` start like a zip file (a `torch.save` archive).
+pub fn looks_like_zip(bytes: &[u8]) -> bool {
+    bytes.len() >= 4 && u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) == LOCAL
+}
+
+fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(at..at.checked_add(2)?)?.try_into().ok()?))
+}
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at.checked_add(4)?)?.try_into().ok()?))
+}
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at.checked_add(8)?)?.try_into().ok()?))
+}
+
+/// A read archive: the file's bytes and where each record's data lies.
+#[derive(Debug)]
+pub struct ZipReader<'a> {
+    bytes: &'a [u8],
+    records: HashMap<String, Range<usize>>,
+    /// The top-level folder every record sits in.
+    prefix: String,
+}
+
+impl<'a> ZipReader<'a> {
+    /// Indexes the archive in `bytes`; `what` names it in errors.
+    pub fn new(bytes: &'a [u8], what: &str) -> Result<Self> {
+        let bad = |why: &str| Error::format(format!("{what} is not a readable torch.save archive: {why}"));
+        let (entries, cd_offset, cd_size) = Self::directory(bytes).ok_or_else(|| bad("no zip directory"))?;
+        if entries > MAX_RECORDS as u64 {
+            return Err(bad("too many records"));
+        }
+        let cd_end = cd_offset
+            .checked_add(cd_size)
+            .filter(|e| *e <= bytes.len() as u64)
+            .ok_or_else(|| bad("directory out of range"))?;
+        let mut at = cd_offset as usize;
+        let mut records = HashMap::new();
+        let mut prefix: Option<String> = None;
+        for _ in 0..entries {
+            if at as u64 >= cd_end || u32_at(bytes, at) != Some(CENTRAL) {
+                return Err(bad("broken directory entry"));
+            }
+            let field = |off: usize| u32_at(bytes, at + off).ok_or_else(|| bad("truncated directory"));
+            let flags = u16_at(bytes, at + 8).ok_or_else(|| bad("truncated directory"))?;
+            let method = u16_at(bytes, at + 10).ok_or_else(|| bad("truncated directory"))?;
+            let crc = field(16)?;
+            let mut csize = u64::from(field(20)?);
+            let mut usize_ = u64::from(field(24)?);
+            let name_len = usize::from(u16_at(bytes, at + 28).ok_or_else(|| bad("truncated directory"))?);
+            let extra_len = usize::from(u16_at(bytes, at + 30).ok_or_else(|| bad("truncated directory"))?);
+            let comment_len = usize::from(u16_at(bytes, at + 32).ok_or_else(|| bad("truncated directory"))?);
+            let mut local = u64::from(field(42)?);
+            let name = bytes.get(at + 46..at + 46 + name_len).ok_or_else(|| bad("truncated name"))?;
+            let name = std::str::from_utf8(name).map_err(|_| bad("a record name is not UTF-8"))?.to_owned();
+            let extra = bytes
+                .get(at + 46 + name_len..at + 46 + name_len + extra_len)
+                .ok_or_else(|| bad("truncated extra field"))?;
+            // zip64: the sizes and offset that overflowed 32 bits, in order.
+            if csize == 0xFFFF_FFFF || usize_ == 0xFFFF_FFFF || local == 0xFFFF_FFFF {
+                let mut values = zip64_values(extra).into_iter();
+                let mut next = |v: &mut u64| -> Result<()> {
+                    if *v == 0xFFFF_FFFF {
+                        *v = values.next().ok_or_else(|| bad("missing zip64 sizes"))?;
+                    }
+                    Ok(())
+                };
+                next(&mut usize_)?;
+                next(&mut csize)?;
+                next(&mut local)?;
+            }
+            if flags & 1 != 0 {
+                return Err(bad(&format!("record {name} is encrypted")));
+            }
+            if method != 0 || csize != usize_ {
+                return Err(bad(&format!("record {name} is compressed (torch.save stores records uncompressed)")));
+            }
+            let data = Self::data_range(bytes, local, usize_)
+                .ok_or_else(|| bad(&format!("record {name} lies outside the file")))?;
+            if crc32fast::hash(&bytes[data.clone()]) != crc {
+                return Err(bad(&format!("record {name} fails its CRC check (corrupt file)")));
+            }
+            let top = name.split('/').next().unwrap_or_default().to_owned();
+            match &prefix {
+                None => prefix = Some(top),
+                Some(p) if *p != top => return Err(bad("records under more than one top-level folder")),
+                Some(_) => {}
+            }
+            records.insert(name, data);
+            at += 46 + name_len + extra_len + comment_len;
+        }
+        let prefix = prefix.ok_or_else(|| bad("the archive is empty"))?;
+        Ok(ZipReader { bytes, records, prefix })
+    }
+
+    /// (entries, central directory offset, size), through zip64 if needed.
+    fn directory(b: &[u8]) -> Option<(u64, u64, u64)> {
+        // The end record is in the last 64 KiB + 22 bytes (its comment).
+        let lowest = b.len().saturating_sub(22 + 65_535);
+        let end = (lowest..=b.len().checked_sub(22)?).rev().find(|&i| u32_at(b, i) == Some(END))?;
+        let entries = u64::from(u16_at(b, end + 10)?);
+        let size = u64::from(u32_at(b, end + 12)?);
+        let offset = u64::from(u32_at(b, end + 16)?);
+        if entries != 0xFFFF && size != 0xFFFF_FFFF && offset != 0xFFFF_FFFF {
+            return Some((entries, offset, size));
+        }
+        let locator = end.checked_sub(20)?;
+        if u32_at(b, locator) != Some(END64_LOCATOR) {
+            return None;
+        }
+        let end64 = usize::try_from(u64_at(b, locator + 8)?).ok()?;
+        if u32_at(b, end64) != Some(END64) {
+            return None;
+        }
+        Some((u64_at(b, end64 + 32)?, u64_at(b, end64 + 48)?, u64_at(b, end64 + 40)?))
+    }
+
+    /// Where a record's data lies, from its local header.
+    fn data_range(b: &[u8], local: u64, size: u64) -> Option<Range<usize>> {
+        let local = usize::try_from(local).ok()?;
+        if u32_at(b, local) != Some(LOCAL) {
+            return None;
+        }
+        let name_len = usize::from(u16_at(b, local + 26)?);
+        let extra_len = usize::from(u16_at(b, local + 28)?);
+        let start = local.checked_add(30 + name_len + extra_len)?;
+        let end = start.checked_add(usize::try_from(size).ok()?)?;
+        (end <= b.len()).then_some(start..end)
+    }
+
+    /// The data of record `name` (relative to the top-level folder), if any.
+    pub fn record(&self, name: &str) -> Option<&'a [u8]> {
+        let range = self.records.get(&format!("{}/{name}", self.prefix))?;
+        Some(&self.bytes[range.clone()])
+    }
+}
+
+/// The 64-bit values of a zip64 extra field (id 1), in order.
+fn zip64_values(extra: &[u8]) -> Vec<u64> {
+    let mut at = 0;
+    while let (Some(id), Some(len)) = (u16_at(extra, at), u16_at(extra, at + 2)) {
+        let body = extra.get(at + 4..at + 4 + usize::from(len)).unwrap_or_default();
+        if id == 1 {
+            return body.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect();
+        }
+        at += 4 + usize::from(len);
+    }
+    Vec::new()
+}
+
+/// Builds an archive in memory: records in order, each aligned to 64
+/// bytes, then the central directory.
+pub struct ZipWriter {
+    out: Vec<u8>,
+    central: Vec<u8>,
+    count: usize,
+    prefix: String,
+}
+
+impl ZipWriter {
+    /// An archive whose records go under the folder `prefix`.
+    pub fn new(prefix: &str) -> Self {
+        ZipWriter { out: Vec::new(), central: Vec::new(), count: 0, prefix: prefix.to_owned() }
+    }
+
+    /// Appends record `name` (under the prefix) holding `data`.
+    pub fn add(&mut self, name: &str, data: &[u8]) -> Result<()> {
+        let name = format!("{}/{name}", self.prefix);
+        let too_big = || Error::invalid(format!("{name}: records and archives above 4 GiB are not written (no zip64)"));
+        let offset = u32::try_from(self.out.len()).map_err(|_| too_big())?;
+        let size = u32::try_from(data.len()).map_err(|_| too_big())?;
+        let crc = crc32fast::hash(data);
+        // Pad through an extra field so the data starts at a multiple of ALIGN.
+        let header_end = self.out.len() + 30 + name.len() + 4;
+        let pad = (ALIGN - header_end % ALIGN) % ALIGN;
+        let mut extra = Vec::with_capacity(4 + pad);
+        extra.extend_from_slice(b"FB");
+        extra.extend_from_slice(&(pad as u16).to_le_bytes());
+        extra.resize(4 + pad, b'Z');
+        let header = |sig: u32| {
+            let mut h = Vec::new();
+            h.extend_from_slice(&sig.to_le_bytes());
+            if sig == CENTRAL {
+                h.extend_from_slice(&20u16.to_le_bytes()); // made by
+            }
+            h.extend_from_slice(&20u16.to_le_bytes()); // needed
+            h.extend_from_slice(&0x0800u16.to_le_bytes()); // UTF-8 names
+            h.extend_from_slice(&0u16.to_le_bytes()); // stored
+            h.extend_from_slice(&0u16.to_le_bytes()); // time
+            h.extend_from_slice(&0x21u16.to_le_bytes()); // date 1980-01-01
+            h.extend_from_slice(&crc.to_le_bytes());
+            h.extend_from_slice(&size.to_le_bytes());
+            h.extend_from_slice(&size.to_le_bytes());
+            h.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            h
+        };
+        let mut local = header(LOCAL);
+        local.extend_from_slice(&(extra.len() as u16).to_le_bytes());
+        local.extend_from_slice(name.as_bytes());
+        local.extend_from_slice(&extra);
+        let mut central = header(CENTRAL);
+        central.extend_from_slice(&0u16.to_le_bytes()); // extra
+        central.extend_from_slice(&0u16.to_le_bytes()); // comment
+        central.extend_from_slice(&0u16.to_le_bytes()); // disk
+        central.extend_from_slice(&0u16.to_le_bytes()); // internal attributes
+        central.extend_from_slice(&0u32.to_le_bytes()); // external attributes
+        central.extend_from_slice(&offset.to_le_bytes());
+        central.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(&local);
+        self.out.extend_from_slice(data);
+        self.central.extend_from_slice(&central);
+        self.count += 1;
+        u32::try_from(self.out.len()).map_err(|_| too_big())?;
+        Ok(())
+    }
+
+    /// The archive's bytes.
+    pub fn finish(mut self) -> Result<Vec<u8>> {
+        let too_big = || Error::invalid("archives above 4 GiB or 65535 records are not written (no zip64)");
+        let offset = u32::try_from(self.out.len()).map_err(|_| too_big())?;
+        let size = u32::try_from(self.central.len()).map_err(|_| too_big())?;
+        let count = u16::try_from(self.count).map_err(|_| too_big())?;
+        self.out.extend_from_slice(&self.central);
+        self.out.extend_from_slice(&END.to_le_bytes());
+        self.out.extend_from_slice(&[0; 4]); // disk numbers
+        self.out.extend_from_slice(&count.to_le_bytes());
+        self.out.extend_from_slice(&count.to_le_bytes());
+        self.out.extend_from_slice(&size.to_le_bytes());
+        self.out.extend_from_slice(&offset.to_le_bytes());
+        self.out.extend_from_slice(&0u16.to_le_bytes()); // comment
+        Ok(self.out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_aligned_and_checked() {
+        let mut w = ZipWriter::new("archive");
+        w.add("data.pkl", b"pickle").unwrap();
+        w.add("data/0", &[7u8; 100]).unwrap();
+        let bytes = w.finish().unwrap();
+        assert!(looks_like_zip(&bytes));
+        let r = ZipReader::new(&bytes, "test").unwrap();
+        assert_eq!(r.record("data.pkl").unwrap(), b"pickle");
+        let d = r.record("data/0").unwrap();
+        assert_eq!(d, &[7u8; 100][..]);
+        assert_eq!((d.as_ptr() as usize - bytes.as_ptr() as usize) % ALIGN, 0);
+        assert!(r.record("missing").is_none());
+        // A flipped data byte fails the CRC; a cut file has no directory.
+        let mut corrupt = bytes.clone();
+        let at = d.as_ptr() as usize - bytes.as_ptr() as usize;
+        corrupt[at] ^= 1;
+        assert!(ZipReader::new(&corrupt, "test").unwrap_err().message.contains("CRC"));
+        assert!(ZipReader::new(&bytes[..bytes.len() - 30], "test").is_err());
+    }
+
+    #[test]
+    fn sizes_beyond_the_file_are_refused() {
+        let mut w = ZipWriter::new("a");
+        w.add("x", b"0123456789").unwrap();
+        let mut bytes = w.finish().unwrap();
+        // The central directory's sizes claim 4 GiB - 2.
+        let cd = bytes.len() - 22 - (46 + 3);
+        bytes[cd + 20..cd + 28].copy_from_slice(&[0xFE, 0xFF, 0xFF, 0xFF, 0xFE, 0xFF, 0xFF, 0xFF]);
+        let e = ZipReader::new(&bytes, "test").unwrap_err();
+        assert!(e.message.contains("outside the file"), "{}", e.message);
+    }
+}

@@ -1,0 +1,85 @@
+//! A model's weights from and to files of any format fulmen knows: a
+//! safetensors state_dict, a fulmen checkpoint, or a `torch.save` file (a
+//! state_dict `.pt` / `.pth`, or a Lightning `.ckpt`), told apart by their
+//! contents; written as safetensors, or as `torch.save` for `.pt`, `.pth`
+//! and `.bin` paths.
+use super::safetensors_io::{read_safetensors, write_safetensors};
+use super::{LoadReport, Module};
+use crate::checkpoint::torch_save;
+use crate::error::{Error, Result};
+use std::collections::HashSet;
+use std::io::Read;
+use std::path::Path;
+use tch::Tensor;
+
+/// Whether `path` names a `torch.save` file by its extension.
+pub fn is_torch_save_path(path: &Path) -> bool {
+    matches!(path.extension().and_then(|e| e.to_str()), Some("pt" | "pth" | "bin"))
+}
+
+/// Whether the file at `path` is a zip archive (`torch.save`'s format).
+fn is_zip_file(path: &Path) -> Result<bool> {
+    let mut head = [0u8; 4];
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io(format!("reading {}: {e}", path.display())))?;
+    let n = f.read(&mut head).map_err(|e| Error::io(format!("reading {}: {e}", path.display())))?;
+    Ok(torch_save::looks_like_zip(&head[..n]))
+}
+
+/// The named tensors of a weights file of any known format.
+pub fn read_weights(path: &Path) -> Result<Vec<(String, Tensor)>> {
+    if is_zip_file(path)? {
+        let value = torch_save::load(path)?;
+        return torch_save::state_dict_of(&value, &path.display().to_string());
+    }
+    let (tensors, meta) = read_safetensors(path)?;
+    Ok(
+        match crate::checkpoint::checkpoint_weights(
+            tensors.iter().map(|(k, t)| (k.clone(), t.shallow_clone())).collect(),
+            &meta,
+        ) {
+            Some(weights) => weights,
+            None => tensors,
+        },
+    )
+}
+
+/// When none of `given`'s names is the model's but all share a first
+/// component (`model.` for a LightningModule's attribute) whose removal
+/// makes some match, the names without it.
+fn without_module_prefix(given: Vec<(String, Tensor)>, model: &HashSet<String>) -> Vec<(String, Tensor)> {
+    if given.is_empty() || given.iter().any(|(n, _)| model.contains(n)) {
+        return given;
+    }
+    let first = |n: &str| n.split_once('.').map(|(p, _)| p.to_string());
+    let Some(prefix) = first(&given[0].0) else { return given };
+    let all_share = given.iter().all(|(n, _)| first(n).as_deref() == Some(prefix.as_str()));
+    let strip = |n: &str| n[prefix.len() + 1..].to_string();
+    if !all_share || !given.iter().any(|(n, _)| model.contains(&strip(n))) {
+        return given;
+    }
+    given.into_iter().map(|(n, t)| (strip(&n), t)).collect()
+}
+
+impl Module {
+    /// Loads weights from a file of any known format (see the module's
+    /// doc); a Lightning checkpoint's `model.`-style attribute prefix is
+    /// removed when the names then fit. On any error the module is
+    /// unchanged.
+    pub fn load_weights(&mut self, path: &Path, strict: bool) -> Result<LoadReport> {
+        let given = read_weights(path)?;
+        let names: HashSet<String> = self.state_dict().into_iter().map(|(n, _)| n).collect();
+        let given = without_module_prefix(given, &names);
+        self.load_state_dict(&given, strict).map_err(|e| e.context(format!("loading {}", path.display())))
+    }
+
+    /// Saves the state_dict: as `torch.save` for a `.pt`, `.pth` or `.bin`
+    /// path (`torch.load(weights_only=True)` reads it), else as
+    /// safetensors. Atomic.
+    pub fn save_weights(&self, path: &Path) -> Result<()> {
+        if is_torch_save_path(path) {
+            torch_save::save(path, &torch_save::state_dict_value(&self.state_dict()))
+        } else {
+            write_safetensors(path, &self.state_dict(), None)
+        }
+    }
+}
