@@ -13,8 +13,15 @@ use std::rc::Rc;
 use tch::{Kind, Tensor};
 
 /// Most values a file may describe (each reuse of a memoized tuple counts
-/// its values again).
+/// its values again; 8 bytes of a string count as one value); fewer for a
+/// small file, see [`value_budget`].
 const MAX_VALUES: u64 = 20_000_000;
+
+/// The values a pickle of `len` bytes may make: a real pickle spends about
+/// a byte or more per value it does not share.
+fn value_budget(len: usize) -> u64 {
+    MAX_VALUES.min((len as u64).saturating_mul(16).saturating_add(1024))
+}
 /// Deepest nesting of containers.
 const MAX_DEPTH: u32 = 64;
 
@@ -30,6 +37,7 @@ pub(super) struct StorageRef {
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Global {
     OrderedDict,
+    Counter,
     RebuildTensorV2,
     RebuildParameter,
     Size,
@@ -40,6 +48,7 @@ fn global(module: &str, name: &str) -> Result<Global> {
     let storage = |k| Ok(Global::Storage(k));
     match (module, name) {
         ("collections", "OrderedDict") => Ok(Global::OrderedDict),
+        ("collections", "Counter") => Ok(Global::Counter),
         ("torch._utils", "_rebuild_tensor_v2") => Ok(Global::RebuildTensorV2),
         ("torch._utils", "_rebuild_parameter") => Ok(Global::RebuildParameter),
         ("torch", "Size") => Ok(Global::Size),
@@ -88,6 +97,7 @@ impl Item {
     fn shape(&self) -> Shape {
         match self {
             Item::Tuple(_, s) | Item::List(_, s) | Item::Dict(_, s) => *s,
+            Item::Str(s) => Shape { values: 1 + s.len() as u64 / 8, depth: 0 },
             _ => Shape { values: 1, depth: 0 },
         }
     }
@@ -106,14 +116,24 @@ struct Reader<'a, S: Storages> {
     marks: Vec<usize>,
     memo: HashMap<u32, Item>,
     made: u64,
+    budget: u64,
     storages: &'a mut S,
     what: &'a str,
 }
 
 /// Unpickles `data` (the `data.pkl` record) into a [`Value`].
 pub(super) fn read<S: Storages>(data: &[u8], storages: &mut S, what: &str) -> Result<Value> {
-    let mut r =
-        Reader { data, at: 0, stack: Vec::new(), marks: Vec::new(), memo: HashMap::new(), made: 0, storages, what };
+    let mut r = Reader {
+        data,
+        at: 0,
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: HashMap::new(),
+        made: 0,
+        budget: value_budget(data.len()),
+        storages,
+        what,
+    };
     let top = r.run()?;
     to_value(top)
 }
@@ -159,8 +179,12 @@ impl<S: Storages> Reader<'_, S> {
     fn push(&mut self, item: Item) -> Result<()> {
         let s = item.shape();
         self.made = self.made.saturating_add(s.values);
-        if self.made > MAX_VALUES {
-            return Err(self.bad(format!("more than {MAX_VALUES} values")));
+        if self.made > self.budget {
+            return Err(self.bad(format!(
+                "more than {} values for a pickle of {} bytes",
+                self.budget,
+                self.data.len()
+            )));
         }
         if s.depth > MAX_DEPTH {
             return Err(self.bad(format!("containers nested deeper than {MAX_DEPTH}")));
@@ -202,12 +226,11 @@ impl<S: Storages> Reader<'_, S> {
         self.push(item)
     }
     fn memo_put(&mut self, key: u32) -> Result<()> {
-        let item = self.top()?.clone();
         // Lists and dicts are filled after this; only their kind is kept.
-        let item = match item {
+        let item = match self.top()? {
             Item::List(..) => Item::List(Vec::new(), Shape::default()),
             Item::Dict(..) => Item::Dict(Vec::new(), Shape::default()),
-            other => other,
+            other => other.clone(),
         };
         self.memo.insert(key, item);
         Ok(())
@@ -252,6 +275,12 @@ impl<S: Storages> Reader<'_, S> {
             Item::Global(Global::OrderedDict) if args.is_empty() => {
                 Item::Dict(Vec::new(), Shape { values: 1, depth: 1 })
             }
+            // Counter() or Counter({...}) (MultiStepLR's milestones): a dict.
+            Item::Global(Global::Counter) if args.is_empty() => Item::Dict(Vec::new(), Shape { values: 1, depth: 1 }),
+            Item::Global(Global::Counter) => match args.first() {
+                Some(d @ Item::Dict(..)) if args.len() == 1 => d.clone(),
+                _ => return Err(self.bad("Counter takes at most one dict")),
+            },
             Item::Global(Global::Size) => match args.first() {
                 Some(Item::Tuple(t, s)) if args.len() == 1 => Item::Tuple(Rc::clone(t), *s),
                 _ => return Err(self.bad("torch.Size takes one tuple")),
@@ -298,11 +327,18 @@ impl<S: Storages> Reader<'_, S> {
         if *offset < 0 || (!empty && last as u64 >= s.numel) {
             return Err(self.bad(format!("a tensor of size {size:?} reaches past its storage of {} elements", s.numel)));
         }
+        if size.iter().try_fold(1i64, |n, d| n.checked_mul(*d)).is_none() {
+            return Err(self.bad(format!("a tensor of size {size:?} has more elements than 2^63")));
+        }
         let base = self.storages.storage(s)?;
+        if base.numel() as u64 != s.numel {
+            return Err(self.bad(format!("storage {} is read with two sizes", s.key)));
+        }
         if empty {
             return Ok(Tensor::f_zeros(&size, (s.kind, tch::Device::Cpu))?);
         }
-        Ok(base.f_as_strided(&size, &stride, *offset)?.f_contiguous()?)
+        // A view, as torch.load gives: no copy in proportion to its size.
+        Ok(base.f_as_strided(&size, &stride, *offset)?)
     }
 
     fn persistent_load(&mut self) -> Result<()> {
@@ -517,6 +553,14 @@ fn to_value(item: Item) -> Result<Value> {
         Item::Tuple(t, _) => Value::Tuple(t.iter().cloned().map(to_value).collect::<Result<_>>()?),
         Item::List(v, _) => Value::List(v.into_iter().map(to_value).collect::<Result<_>>()?),
         Item::Dict(v, _) => {
+            let mut seen = std::collections::HashSet::new();
+            for (k, _) in &v {
+                if let Item::Str(s) = k {
+                    if !seen.insert(Rc::clone(s)) {
+                        return Err(Error::format(format!("a dict has the key {s:?} twice")));
+                    }
+                }
+            }
             Value::Dict(v.into_iter().map(|(k, v)| Ok((to_value(k)?, to_value(v)?))).collect::<Result<_>>()?)
         }
         Item::Tensor(t) => Value::Tensor(t.shallow_clone()),

@@ -114,7 +114,7 @@ impl Writer {
     }
 
     fn value(&mut self, v: &Value, depth: usize) -> Result<()> {
-        if depth > MAX_DEPTH {
+        if depth >= MAX_DEPTH {
             return Err(Error::invalid(format!("torch.save: values nested deeper than {MAX_DEPTH}")));
         }
         match v {
@@ -143,6 +143,11 @@ impl Writer {
             Value::Dict(entries) => {
                 self.out.extend_from_slice(b"}(");
                 for (k, val) in entries {
+                    if matches!(k, Value::List(_) | Value::Dict(_) | Value::Tensor(_)) {
+                        return Err(Error::invalid(
+                            "torch.save: a dict key must be hashable (not a list, dict or tensor)",
+                        ));
+                    }
                     self.value(k, depth + 1)?;
                     self.value(val, depth + 1)?;
                 }

@@ -57,6 +57,7 @@ impl<'a> ZipReader<'a> {
             .ok_or_else(|| bad("directory out of range"))?;
         let mut at = cd_offset as usize;
         let mut records = HashMap::new();
+        let mut crcs = Vec::new();
         let mut prefix: Option<String> = None;
         for _ in 0..entries {
             if at as u64 >= cd_end || u32_at(bytes, at) != Some(CENTRAL) {
@@ -98,19 +99,32 @@ impl<'a> ZipReader<'a> {
             }
             let data = Self::data_range(bytes, local, usize_)
                 .ok_or_else(|| bad(&format!("record {name} lies outside the file")))?;
-            if crc32fast::hash(&bytes[data.clone()]) != crc {
-                return Err(bad(&format!("record {name} fails its CRC check (corrupt file)")));
-            }
             let top = name.split('/').next().unwrap_or_default().to_owned();
             match &prefix {
                 None => prefix = Some(top),
                 Some(p) if *p != top => return Err(bad("records under more than one top-level folder")),
                 Some(_) => {}
             }
+            if records.contains_key(&name) {
+                return Err(bad(&format!("record {name} appears twice")));
+            }
+            crcs.push((name.clone(), crc));
             records.insert(name, data);
             at += 46 + name_len + extra_len + comment_len;
         }
         let prefix = prefix.ok_or_else(|| bad("the archive is empty"))?;
+        // Records may not share bytes, so checking them reads each byte once.
+        let mut ranges: Vec<&Range<usize>> = records.values().collect();
+        ranges.sort_by_key(|r| (r.start, r.end));
+        if ranges.windows(2).any(|w| w[1].start < w[0].end) {
+            return Err(bad("records overlap"));
+        }
+        for (name, crc) in crcs {
+            // A CRC of 0 is torch.save's "no checksums" option, which torch.load accepts.
+            if crc != 0 && crc32fast::hash(&bytes[records[&name].clone()]) != crc {
+                return Err(bad(&format!("record {name} fails its CRC check (corrupt file)")));
+            }
+        }
         Ok(ZipReader { bytes, records, prefix })
     }
 

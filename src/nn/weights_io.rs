@@ -43,21 +43,33 @@ pub fn read_weights(path: &Path) -> Result<Vec<(String, Tensor)>> {
     )
 }
 
-/// When none of `given`'s names is the model's but all share a first
-/// component (`model.` for a LightningModule's attribute) whose removal
-/// makes some match, the names without it.
+/// When none of `given`'s names is the model's, the first name component
+/// (a LightningModule's attribute, such as `model.`) whose removal makes
+/// the most of them match is removed from the names that have it; the
+/// others stay as they are (and are unexpected to a strict load).
 fn without_module_prefix(given: Vec<(String, Tensor)>, model: &HashSet<String>) -> Vec<(String, Tensor)> {
-    if given.is_empty() || given.iter().any(|(n, _)| model.contains(n)) {
+    if given.iter().any(|(n, _)| model.contains(n)) {
         return given;
     }
-    let first = |n: &str| n.split_once('.').map(|(p, _)| p.to_string());
-    let Some(prefix) = first(&given[0].0) else { return given };
-    let all_share = given.iter().all(|(n, _)| first(n).as_deref() == Some(prefix.as_str()));
-    let strip = |n: &str| n[prefix.len() + 1..].to_string();
-    if !all_share || !given.iter().any(|(n, _)| model.contains(&strip(n))) {
-        return given;
+    let mut matches: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (n, _) in &given {
+        if let Some((prefix, rest)) = n.split_once('.') {
+            if model.contains(rest) {
+                *matches.entry(prefix).or_default() += 1;
+            }
+        }
     }
-    given.into_iter().map(|(n, t)| (strip(&n), t)).collect()
+    let Some(best) = matches.into_iter().max_by_key(|(p, c)| (*c, std::cmp::Reverse(*p))).map(|(p, _)| p.to_string())
+    else {
+        return given;
+    };
+    given
+        .into_iter()
+        .map(|(n, t)| match n.strip_prefix(&best).and_then(|r| r.strip_prefix('.')) {
+            Some(rest) => (rest.to_string(), t),
+            None => (n, t),
+        })
+        .collect()
 }
 
 impl Module {

@@ -155,6 +155,59 @@ fn hostile_pickles_are_refused() {
 }
 
 #[test]
+fn review_cases() {
+    let data = [0u8; 16];
+    // Counter({...}) (MultiStepLR's milestones) reads as a dict.
+    let counter = b"\x80\x02ccollections\nCounter\n}(K\x03K\x01u\x85R.";
+    let v = read_bytes(&archive_with_pickle(counter, &[]), "counter").unwrap();
+    assert!(matches!(v, Value::Dict(d) if d.len() == 1));
+    // A key twice is refused (Python would keep the last, fulmen says so).
+    refused(b"\x80\x02}(X\x01\x00\x00\x00aK\x01X\x01\x00\x00\x00aK\x02u.", &[], "twice");
+    // A string reused through tuples counts its bytes each time.
+    let mut strings = b"\x80\x02X\x00\x00\x01\x00".to_vec();
+    strings.extend(std::iter::repeat_n(b'a', 65536));
+    strings.extend_from_slice(b"q\x00(");
+    strings.extend(std::iter::repeat_n(*b"h\x00", 4000).flatten());
+    strings.extend_from_slice(b"t.");
+    refused(&strings, &[], "values for a pickle of");
+    // A stride-0 view of one element is a view, not a copy; sizes whose
+    // product overflows are refused.
+    let one = 1.5f32.to_le_bytes();
+    let mut p = tensor_pickle(1, 0, &[], &[]);
+    let at = p.windows(4).position(|w| w == b"(t(t").unwrap();
+    p.splice(at..at + 4, b"(J\x00\x00\x00\x40t(K\x00t".iter().copied());
+    let big = read_bytes(&archive_with_pickle(&p, &[("0", &one)]), "view").unwrap();
+    assert!(matches!(&big, Value::Tensor(t) if t.size() == [1 << 30] && t.stride() == [0]));
+    let mut p = tensor_pickle(1, 0, &[], &[]);
+    let at = p.windows(4).position(|w| w == b"(t(t").unwrap();
+    p.splice(at..at + 4, b"(\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x40K\x04K\x00t(K\x00K\x00K\x00t".iter().copied());
+    refused(&p, &[("0", &one)], "more elements than 2^63");
+    // The same storage read with two sizes.
+    let two = b"\x80\x02(ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x04tQK\x00(K\x01t(K\x01t\x89ccollections\nOrderedDict\n)RtRctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x02tQK\x00(K\x01t(K\x01t\x89ccollections\nOrderedDict\n)RtRl.";
+    refused(two, &[("0", &data)], "two sizes");
+}
+
+#[test]
+fn zip_records_that_repeat_or_overlap_are_refused() {
+    let mut w = ZipWriter::new("a");
+    w.add("data.pkl", b"\x80\x02N.").unwrap();
+    let mut bytes = w.finish().unwrap();
+    // A second directory entry naming the same record: refused before any
+    // record is checked twice.
+    let cd_start = bytes.len() - 22 - (46 + "a/data.pkl".len());
+    let entry = bytes[cd_start..bytes.len() - 22].to_vec();
+    let end = bytes.split_off(bytes.len() - 22);
+    bytes.extend_from_slice(&entry);
+    let mut end = end;
+    end[8..10].copy_from_slice(&2u16.to_le_bytes());
+    end[10..12].copy_from_slice(&2u16.to_le_bytes());
+    end[12..16].copy_from_slice(&((2 * entry.len()) as u32).to_le_bytes());
+    bytes.extend_from_slice(&end);
+    let e = read_bytes(&bytes, "twice").unwrap_err();
+    assert!(e.message.contains("appears twice"), "{}", e.message);
+}
+
+#[test]
 fn not_an_archive_says_what_it_is() {
     let e = read_bytes(b"PK\x03\x04 but nothing else", "stub").unwrap_err();
     assert_eq!(e.code, ErrorCode::Format);
