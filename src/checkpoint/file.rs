@@ -138,6 +138,17 @@ impl Checkpoint {
     /// Reads a checkpoint. A truncated or corrupted file, or one that is
     /// not a fulmen checkpoint, is a `Format` error naming the file.
     pub fn load(path: &Path) -> Result<Checkpoint> {
+        match super::torch_save::sniff(path)? {
+            Some(super::torch_save::TorchFile::Archive) => {
+                return Err(Error::format(format!(
+                    "{} is a torch.save file (a Lightning checkpoint or a state_dict), not a fulmen checkpoint: \
+                     resuming a fit from it is not supported yet; fulmen_model_load reads its weights",
+                    path.display()
+                )))
+            }
+            Some(super::torch_save::TorchFile::LegacyPickle) => return Err(super::torch_save::legacy_error(path)),
+            None => {}
+        }
         let (tensors, meta) = read_safetensors(path)?;
         match meta.get(FORMAT_KEY).map(String::as_str) {
             Some(FORMAT_VERSION) => {}

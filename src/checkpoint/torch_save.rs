@@ -49,6 +49,42 @@ impl Value {
     }
 }
 
+/// What the file at `path` is by its first bytes, when it is a `torch.save`
+/// file: its zip archive (PyTorch 1.6 and later), or the older bare pickle,
+/// which fulmen does not read.
+pub fn sniff(path: &Path) -> Result<Option<TorchFile>> {
+    use std::io::Read;
+    let mut head = [0u8; 4];
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io(format!("reading {}: {e}", path.display())))?;
+    let n = f.read(&mut head).map_err(|e| Error::io(format!("reading {}: {e}", path.display())))?;
+    Ok(if looks_like_zip(&head[..n]) {
+        Some(TorchFile::Archive)
+    } else if n >= 2 && head[0] == 0x80 && (2..=5).contains(&head[1]) {
+        Some(TorchFile::LegacyPickle)
+    } else {
+        None
+    })
+}
+
+/// The kinds of `torch.save` file [`sniff`] tells apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TorchFile {
+    /// A zip archive (`torch.save` since PyTorch 1.6).
+    Archive,
+    /// A bare pickle (`_use_new_zipfile_serialization=False`, or PyTorch
+    /// before 1.6).
+    LegacyPickle,
+}
+
+/// The error for a legacy (bare pickle) `torch.save` file.
+pub fn legacy_error(path: &Path) -> Error {
+    Error::format(format!(
+        "{} is a legacy torch.save file (a bare pickle, not the zip archive PyTorch writes since 1.6): fulmen reads \
+         only the archive; save it again with torch.save's default format",
+        path.display()
+    ))
+}
+
 /// The storages of one archive, read once each.
 struct ArchiveStorages<'a> {
     zip: &'a ZipReader<'a>,

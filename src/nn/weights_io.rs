@@ -6,9 +6,8 @@
 use super::safetensors_io::{read_safetensors, write_safetensors};
 use super::{LoadReport, Module};
 use crate::checkpoint::torch_save;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use std::collections::HashSet;
-use std::io::Read;
 use std::path::Path;
 use tch::Tensor;
 
@@ -17,19 +16,15 @@ pub fn is_torch_save_path(path: &Path) -> bool {
     matches!(path.extension().and_then(|e| e.to_str()), Some("pt" | "pth" | "bin"))
 }
 
-/// Whether the file at `path` is a zip archive (`torch.save`'s format).
-fn is_zip_file(path: &Path) -> Result<bool> {
-    let mut head = [0u8; 4];
-    let mut f = std::fs::File::open(path).map_err(|e| Error::io(format!("reading {}: {e}", path.display())))?;
-    let n = f.read(&mut head).map_err(|e| Error::io(format!("reading {}: {e}", path.display())))?;
-    Ok(torch_save::looks_like_zip(&head[..n]))
-}
-
 /// The named tensors of a weights file of any known format.
 pub fn read_weights(path: &Path) -> Result<Vec<(String, Tensor)>> {
-    if is_zip_file(path)? {
-        let value = torch_save::load(path)?;
-        return torch_save::state_dict_of(&value, &path.display().to_string());
+    match torch_save::sniff(path)? {
+        Some(torch_save::TorchFile::Archive) => {
+            let value = torch_save::load(path)?;
+            return torch_save::state_dict_of(&value, &path.display().to_string());
+        }
+        Some(torch_save::TorchFile::LegacyPickle) => return Err(torch_save::legacy_error(path)),
+        None => {}
     }
     let (tensors, meta) = read_safetensors(path)?;
     Ok(

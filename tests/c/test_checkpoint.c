@@ -345,6 +345,13 @@ static void test_weights_only(fulmen_loader *tl, fulmen_loader *vl) {
     CHECK_ERR(fulmen_trainer_fit(t2, m, tl, vl, path), FULMEN_CODE_FORMAT, "weights-only");
     fulmen_trainer_free(t2);
     fulmen_model_free(fresh);
+    /* A torch.save file is not a checkpoint to resume from (yet): it says so. */
+    char pt[600];
+    snprintf(pt, sizeof pt, "%s/weights.pt", dir);
+    CHECK_OK(fulmen_model_save(f.model, pt));
+    fulmen_trainer *tp = trainer_with(3, NULL);
+    CHECK_ERR(fulmen_trainer_fit(tp, m, tl, vl, pt), FULMEN_CODE_FORMAT, "is a torch.save file");
+    fulmen_trainer_free(tp);
     /* A full checkpoint gives its weights too, strict or not. */
     fulmen_model_checkpoint_options full = ckpt_opts(dir);
     full.filename = "full";

@@ -976,6 +976,10 @@ static void test_save_load(void) {
     FILE *jf = fopen(junk, "wb");
     CHECK(jf != NULL && fputs("PK\x03\x04 not really a zip", jf) >= 0 && fclose(jf) == 0);
     CHECK_ERR(fulmen_model_load(b, junk, true), FULMEN_CODE_FORMAT, "not a readable torch.save archive");
+    /* A bare pickle (torch.save before PyTorch 1.6) is named as such. */
+    jf = fopen(junk, "wb");
+    CHECK(jf != NULL && fputs("\x80\x02N.", jf) >= 0 && fclose(jf) == 0);
+    CHECK_ERR(fulmen_model_load(b, junk, true), FULMEN_CODE_FORMAT, "legacy torch.save file");
     CHECK(unlink(junk) == 0 && unlink(pt) == 0);
     CHECK_ERR(fulmen_model_save(a, nodir), FULMEN_CODE_IO, NULL);
     CHECK_ERR(fulmen_model_save(a, NULL), FULMEN_CODE_NULL_ARGUMENT, NULL);
