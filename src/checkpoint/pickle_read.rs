@@ -42,7 +42,40 @@ enum Global {
     RebuildParameter,
     Size,
     Storage(Kind),
+    /// A dtype such as `torch.bfloat16` (read as the string "torch.bfloat16").
+    Dtype(&'static str),
+    /// `torch.device`, called with ("cuda", 0) or ("cpu",).
+    Device,
 }
+
+/// The dtype names `torch.load(weights_only=True)` accepts as globals.
+const DTYPES: &[&str] = &[
+    "float32",
+    "float",
+    "float64",
+    "double",
+    "float16",
+    "half",
+    "bfloat16",
+    "complex64",
+    "cfloat",
+    "complex128",
+    "cdouble",
+    "int64",
+    "long",
+    "int32",
+    "int",
+    "int16",
+    "short",
+    "int8",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "bool",
+    "float8_e4m3fn",
+    "float8_e5m2",
+];
 
 fn global(module: &str, name: &str) -> Result<Global> {
     let storage = |k| Ok(Global::Storage(k));
@@ -52,6 +85,10 @@ fn global(module: &str, name: &str) -> Result<Global> {
         ("torch._utils", "_rebuild_tensor_v2") => Ok(Global::RebuildTensorV2),
         ("torch._utils", "_rebuild_parameter") => Ok(Global::RebuildParameter),
         ("torch", "Size") => Ok(Global::Size),
+        ("torch", "device") => Ok(Global::Device),
+        ("torch", n) if DTYPES.contains(&n) => {
+            Ok(Global::Dtype(DTYPES.iter().find(|d| **d == n).copied().unwrap_or("float32")))
+        }
         ("torch", "FloatStorage") => storage(Kind::Float),
         ("torch", "DoubleStorage") => storage(Kind::Double),
         ("torch", "HalfStorage") => storage(Kind::Half),
@@ -280,6 +317,11 @@ impl<S: Storages> Reader<'_, S> {
             Item::Global(Global::Counter) => match args.first() {
                 Some(d @ Item::Dict(..)) if args.len() == 1 => d.clone(),
                 _ => return Err(self.bad("Counter takes at most one dict")),
+            },
+            Item::Global(Global::Device) => match args.as_slice() {
+                [Item::Str(kind)] => Item::Str(Rc::clone(kind)),
+                [Item::Str(kind), Item::Int(i)] => Item::Str(Rc::from(format!("{kind}:{i}"))),
+                _ => return Err(self.bad("torch.device takes a type and an optional index")),
             },
             Item::Global(Global::Size) => match args.first() {
                 Some(Item::Tuple(t, s)) if args.len() == 1 => Item::Tuple(Rc::clone(t), *s),
@@ -564,6 +606,7 @@ fn to_value(item: Item) -> Result<Value> {
             Value::Dict(v.into_iter().map(|(k, v)| Ok((to_value(k)?, to_value(v)?))).collect::<Result<_>>()?)
         }
         Item::Tensor(t) => Value::Tensor(t.shallow_clone()),
+        Item::Global(Global::Dtype(name)) => Value::Str(format!("torch.{name}")),
         Item::Global(_) | Item::Storage(_) => {
             return Err(Error::format("a pickle left a bare global or storage where a value belongs"))
         }

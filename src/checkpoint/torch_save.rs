@@ -170,11 +170,11 @@ pub fn state_dict_value(tensors: &[(String, Tensor)]) -> Value {
 }
 
 /// The named tensors of a state_dict: the file's top-level dict, or its
-/// `state_dict` entry when it has one (a Lightning checkpoint). Entries that
-/// are not tensors (Lightning keeps none; some files add metadata) are an
-/// error naming them.
+/// `state_dict` entry when it has one (a Lightning checkpoint), or its
+/// `model_state_dict` entry (PyTorch's tutorial layout). Entries that are
+/// not tensors are an error naming them.
 pub fn state_dict_of(value: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
-    let dict = value.get("state_dict").unwrap_or(value);
+    let dict = value.get("state_dict").or_else(|| value.get("model_state_dict")).unwrap_or(value);
     let Value::Dict(entries) = dict else {
         return Err(Error::format(format!("{what} holds no state_dict (its top level is not a dict)")));
     };

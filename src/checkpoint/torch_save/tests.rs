@@ -161,6 +161,14 @@ fn review_cases() {
     let counter = b"\x80\x02ccollections\nCounter\n}(K\x03K\x01u\x85R.";
     let v = read_bytes(&archive_with_pickle(counter, &[]), "counter").unwrap();
     assert!(matches!(v, Value::Dict(d) if d.len() == 1));
+    // Dtypes and devices (in hyperparameters) read as strings; the
+    // tutorial layout {'model_state_dict': ...} gives its state_dict.
+    let hp = b"\x80\x02}(X\x05\x00\x00\x00dtypectorch\nbfloat16\nX\x06\x00\x00\x00devicectorch\ndevice\nX\x04\x00\x00\x00cudaK\x01\x86RX\x10\x00\x00\x00model_state_dict}u.";
+    let v = read_bytes(&archive_with_pickle(hp, &[]), "hparams").unwrap();
+    assert!(matches!(v.get("dtype"), Some(Value::Str(s)) if s == "torch.bfloat16"));
+    assert!(matches!(v.get("device"), Some(Value::Str(s)) if s == "cuda:1"));
+    assert!(state_dict_of(&v, "hparams").unwrap().is_empty());
+    refused(b"\x80\x02ctorch\nempty\n.", &[], "torch.empty is outside");
     // A key twice is refused (Python would keep the last, fulmen says so).
     refused(b"\x80\x02}(X\x01\x00\x00\x00aK\x01X\x01\x00\x00\x00aK\x02u.", &[], "twice");
     // A string reused through tuples counts its bytes each time.
