@@ -2385,7 +2385,10 @@ struct fulmen_error *fulmen_trainer_add_lr_monitor(struct fulmen_trainer *traine
  * epoch-interval ones, optimizers without a scheduler at both). With
  * `log_momentum`, also `<name>-momentum` (momentum, beta1 for the Adam
  * family, 0 without either); with `log_weight_decay`,
- * `<name>-weight_decay`. The values are callback metrics too.
+ * `<name>-weight_decay`. The values are callback metrics too. As
+ * Lightning's, it needs a logger: a fit of a trainer with
+ * `logger=false` and no logger added fails at its start with
+ * FULMEN_CODE_INVALID_ARGUMENT.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (`logging_interval` not "step",
  * "epoch", "none" or "", or not UTF-8).
@@ -2403,7 +2406,9 @@ struct fulmen_error *fulmen_trainer_add_lr_monitor_with(struct fulmen_trainer *t
  * every training, validation and test batch as
  * `DeviceStatsMonitor.on_train_batch_start/<stat>` and so on.
  * `cpu_stats`: -1 (Lightning's None) the device's own statistics, 1 adds
- * the CPU's on another device, 0 logs nothing on a CPU.
+ * the CPU's on another device, 0 logs nothing on a CPU. As Lightning's, it
+ * needs a logger: a fit of a trainer with `logger=false` and no logger
+ * added fails at its setup with FULMEN_CODE_INVALID_ARGUMENT.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (`cpu_stats` not -1, 0 or 1).
  */

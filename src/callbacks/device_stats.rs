@@ -2,7 +2,7 @@
 //! utilization; psutil-style CPU figures on the CPU) around every training,
 //! validation and test batch when the loggers are due, as Lightning's
 //! callback of that name, under `DeviceStatsMonitor.<hook>/<stat>`.
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::trainer::hooks::{Callback, Hook, HookContext};
 
 /// The DeviceStatsMonitor callback.
@@ -27,6 +27,12 @@ impl Callback for DeviceStatsMonitor {
 
     fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()> {
         use Hook::*;
+        // As Lightning's setup: a fit without a logger is refused.
+        if ctx.hook == Setup && ctx.stage == "fit" && !ctx.state.has_loggers {
+            return Err(Error::invalid(
+                "DeviceStatsMonitor needs a logger: the trainer has logger=false and no logger added",
+            ));
+        }
         if !matches!(
             ctx.hook,
             TrainBatchStart | TrainBatchEnd | ValidationBatchStart | ValidationBatchEnd | TestBatchStart | TestBatchEnd

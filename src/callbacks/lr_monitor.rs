@@ -78,6 +78,12 @@ impl Callback for LearningRateMonitor {
         // step-interval schedulers and an epoch start the epoch-interval
         // ones; with "step" or "epoch" every optimizer is logged.
         match ctx.hook {
+            // As Lightning's on_train_start: a fit without a logger is refused.
+            Hook::TrainStart if !ctx.state.has_loggers => {
+                return Err(Error::invalid(
+                    "LearningRateMonitor needs a logger: the trainer has logger=false and no logger added",
+                ));
+            }
             Hook::TrainBatchStart if self.interval != LoggingInterval::Epoch => {
                 let n = ctx.state.log_every_n_steps.max(1);
                 if (ctx.state.log_step + 1) % n == 0 || ctx.state.should_stop {

@@ -359,6 +359,7 @@ impl Trainer {
             }
         }
         ordered.extend(checkpoints);
+        self.state.has_loggers = opts.logger.csv || opts.logger.tensorboard || !self.extra_loggers.is_empty();
         let mut loggers: Vec<&mut Box<dyn Logger>> = file_loggers.iter_mut().collect();
         if opts.fast_dev_run == 0 && global_zero {
             loggers.extend(self.extra_loggers.iter_mut());

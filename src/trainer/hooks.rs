@@ -210,6 +210,9 @@ pub struct TrainerState {
     pub fast_dev_run: bool,
     /// Write step metrics every this many steps.
     pub log_every_n_steps: i64,
+    /// Whether the trainer has a logger (a file logger or one the host
+    /// added), on every rank: Lightning's `trainer.loggers` is not empty.
+    pub has_loggers: bool,
     /// Metrics shown in the progress output (`prog_bar=True`).
     pub progress_metrics: BTreeMap<String, f64>,
     /// Mean training loss of the epoch so far.

@@ -483,6 +483,19 @@ static void test_device_stats(void) {
     CHECK(log.starts == 0 && log.ends == 0);
     CHECK_ERR(fulmen_trainer_add_device_stats_monitor(t, 2), FULMEN_CODE_INVALID_ARGUMENT, "cpu_stats");
     fulmen_trainer_free(t);
+    /* Without any logger, as Lightning: DeviceStatsMonitor and
+     * LearningRateMonitor refuse the fit before a step. */
+    int64_t step = -1;
+    t = trainer_with(1, every2);
+    CHECK_OK(fulmen_trainer_add_device_stats_monitor(t, -1));
+    CHECK_ERR(fulmen_trainer_fit(t, m, TL, NULL, NULL), FULMEN_CODE_INVALID_ARGUMENT, "needs a logger");
+    CHECK_OK(fulmen_trainer_global_step(t, &step));
+    CHECK(step == 0);
+    fulmen_trainer_free(t);
+    t = trainer_with(1, every2);
+    CHECK_OK(fulmen_trainer_add_lr_monitor(t, "step"));
+    CHECK_ERR(fulmen_trainer_fit(t, m, TL, NULL, NULL), FULMEN_CODE_INVALID_ARGUMENT, "needs a logger");
+    fulmen_trainer_free(t);
     fulmen_lightning_module_free(m);
     fulmen_model_free(f.model);
 }

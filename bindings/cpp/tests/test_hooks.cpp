@@ -587,7 +587,11 @@ TEST_F(HookTest, TimerAndLrMonitorOptions) {
     timed.add_timer(std::string("00:00:00:00"), "step");
     timed.fit(module, train);
     EXPECT_LE(timed.global_step(), 1);
-    Trainer measuring(bare_options(1));
+    // As Lightning, a LearningRateMonitor needs a logger.
+    Trainer unlogged(bare_options(1));
+    unlogged.add_lr_monitor();
+    EXPECT_THROW(unlogged.fit(module, train), fulmen::Error);
+    Trainer measuring(fulmen_test::quiet_options(1));
     measuring.add_timer(std::nullopt).add_lr_monitor();
     measuring.fit(module, train);
     EXPECT_EQ(measuring.global_step(), 8);
