@@ -10,9 +10,14 @@ pub(crate) fn cuda_compiled() -> bool {
     unsafe { shim::fulmen_cxx_cuda_compiled() != 0 }
 }
 
+/// A CUDA device index as the shim takes it.
+fn cuda_index(index: usize) -> Result<i64> {
+    i64::try_from(index).map_err(|_| Error::invalid(format!("CUDA device index {index} is too large")))
+}
+
 /// `torch.cuda.set_device(index)` on the calling thread.
 pub(crate) fn cuda_set_device(index: usize) -> Result<()> {
-    let index = i64::try_from(index).map_err(|_| Error::invalid(format!("CUDA device index {index} is too large")))?;
+    let index = cuda_index(index)?;
     // SAFETY: the error buffer is valid for its length.
     call("cuda set_device", |err, len| unsafe { shim::fulmen_cxx_cuda_set_device(index, err, len) })
 }
@@ -26,7 +31,7 @@ pub(crate) fn cuda_empty_cache() -> Result<()> {
 /// `torch.cuda.get_rng_state(index)`: the default CUDA generator's state
 /// (a uint8 tensor on the CPU).
 pub(crate) fn cuda_rng_state(index: usize) -> Result<tch::Tensor> {
-    let index = i64::try_from(index).map_err(|_| Error::invalid(format!("CUDA device index {index} is too large")))?;
+    let index = cuda_index(index)?;
     let mut out: *mut libc::c_void = std::ptr::null_mut();
     // SAFETY: `out` receives a heap `at::Tensor*`, which `from_ptr` owns.
     call("get CUDA RNG state", |err, len| unsafe { shim::fulmen_cxx_cuda_rng_get_state(index, &mut out, err, len) })?;
@@ -35,7 +40,7 @@ pub(crate) fn cuda_rng_state(index: usize) -> Result<tch::Tensor> {
 
 /// `torch.cuda.set_rng_state(state, index)`.
 pub(crate) fn set_cuda_rng_state(index: usize, state: &tch::Tensor) -> Result<()> {
-    let index = i64::try_from(index).map_err(|_| Error::invalid(format!("CUDA device index {index} is too large")))?;
+    let index = cuda_index(index)?;
     // SAFETY: `as_ptr` is the `at::Tensor*` tch holds; the shim only reads it.
     call("set CUDA RNG state", |err, len| unsafe {
         shim::fulmen_cxx_cuda_rng_set_state(index, state.as_ptr().cast(), err, len)
@@ -44,7 +49,7 @@ pub(crate) fn set_cuda_rng_state(index: usize, state: &tch::Tensor) -> Result<()
 
 /// `torch.cuda.memory_stats(index)`: the caching allocator's statistics.
 pub(crate) fn cuda_memory_stats(index: usize) -> Result<Vec<(String, f64)>> {
-    let index = i64::try_from(index).map_err(|_| Error::invalid(format!("CUDA device index {index} is too large")))?;
+    let index = cuda_index(index)?;
     let mut needed: size_t = 0;
     // SAFETY: a NULL buffer of length 0 only asks for the size; `needed` and
     // the error buffer are valid.

@@ -65,19 +65,16 @@ pub struct Checkpoint {
     pub cuda_rng_state: Option<Tensor>,
 }
 
-/// The model weights of a fulmen checkpoint read as plain safetensors
-/// (`tensors`, `meta`): its `state_dict.` entries, unprefixed (a
-/// weights-only checkpoint's tensors as they are); None when the file is
-/// not a fulmen checkpoint.
-pub fn checkpoint_weights(
-    tensors: Vec<(String, Tensor)>,
-    meta: &HashMap<String, String>,
-) -> Option<Vec<(String, Tensor)>> {
-    meta.get(FORMAT_KEY)?;
-    if meta.get("weights_only").map(String::as_str) == Some("true") {
-        return Some(tensors);
+/// The model weights of a safetensors file read as plain tensors
+/// (`tensors`, `meta`): a full fulmen checkpoint's `state_dict.` entries,
+/// unprefixed; any other file's tensors (a state_dict, a weights-only
+/// checkpoint) as they are.
+pub fn checkpoint_weights(tensors: Vec<(String, Tensor)>, meta: &HashMap<String, String>) -> Vec<(String, Tensor)> {
+    let full = meta.contains_key(FORMAT_KEY) && meta.get("weights_only").map(String::as_str) != Some("true");
+    if !full {
+        return tensors;
     }
-    Some(tensors.into_iter().filter_map(|(k, t)| Some((k.strip_prefix(MODEL_PREFIX)?.to_string(), t))).collect())
+    tensors.into_iter().filter_map(|(k, t)| Some((k.strip_prefix(MODEL_PREFIX)?.to_string(), t))).collect()
 }
 
 fn json<T: serde::Serialize>(v: &T) -> String {

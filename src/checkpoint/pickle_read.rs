@@ -79,6 +79,9 @@ const DTYPES: &[&str] = &[
 
 fn global(module: &str, name: &str) -> Result<Global> {
     let storage = |k| Ok(Global::Storage(k));
+    if let Some(dtype) = DTYPES.iter().find(|d| module == "torch" && **d == name) {
+        return Ok(Global::Dtype(dtype));
+    }
     match (module, name) {
         ("collections", "OrderedDict") => Ok(Global::OrderedDict),
         ("collections", "Counter") => Ok(Global::Counter),
@@ -86,9 +89,6 @@ fn global(module: &str, name: &str) -> Result<Global> {
         ("torch._utils", "_rebuild_parameter") => Ok(Global::RebuildParameter),
         ("torch", "Size") => Ok(Global::Size),
         ("torch", "device") => Ok(Global::Device),
-        ("torch", n) if DTYPES.contains(&n) => {
-            Ok(Global::Dtype(DTYPES.iter().find(|d| **d == n).copied().unwrap_or("float32")))
-        }
         ("torch", "FloatStorage") => storage(Kind::Float),
         ("torch", "DoubleStorage") => storage(Kind::Double),
         ("torch", "HalfStorage") => storage(Kind::Half),

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::rc::Rc;
 use tch::Tensor;
 
-pub use super::torch_zip::looks_like_zip;
+use super::torch_zip::looks_like_zip;
 
 /// A value of the safe subset. Dicts keep their order (Python's dict and
 /// OrderedDict alike).

@@ -56,8 +56,7 @@ impl<'a> ZipReader<'a> {
             .filter(|e| *e <= bytes.len() as u64)
             .ok_or_else(|| bad("directory out of range"))?;
         let mut at = cd_offset as usize;
-        let mut records = HashMap::new();
-        let mut crcs = Vec::new();
+        let mut records: HashMap<String, (Range<usize>, u32)> = HashMap::new();
         let mut prefix: Option<String> = None;
         for _ in 0..entries {
             if at as u64 >= cd_end || u32_at(bytes, at) != Some(CENTRAL) {
@@ -108,23 +107,23 @@ impl<'a> ZipReader<'a> {
             if records.contains_key(&name) {
                 return Err(bad(&format!("record {name} appears twice")));
             }
-            crcs.push((name.clone(), crc));
-            records.insert(name, data);
+            records.insert(name, (data, crc));
             at += 46 + name_len + extra_len + comment_len;
         }
         let prefix = prefix.ok_or_else(|| bad("the archive is empty"))?;
         // Records may not share bytes, so checking them reads each byte once.
-        let mut ranges: Vec<&Range<usize>> = records.values().collect();
+        let mut ranges: Vec<&Range<usize>> = records.values().map(|(r, _)| r).collect();
         ranges.sort_by_key(|r| (r.start, r.end));
         if ranges.windows(2).any(|w| w[1].start < w[0].end) {
             return Err(bad("records overlap"));
         }
-        for (name, crc) in crcs {
+        for (name, (data, crc)) in &records {
             // A CRC of 0 is torch.save's "no checksums" option, which torch.load accepts.
-            if crc != 0 && crc32fast::hash(&bytes[records[&name].clone()]) != crc {
+            if *crc != 0 && crc32fast::hash(&bytes[data.clone()]) != *crc {
                 return Err(bad(&format!("record {name} fails its CRC check (corrupt file)")));
             }
         }
+        let records = records.into_iter().map(|(name, (data, _))| (name, data)).collect();
         Ok(ZipReader { bytes, records, prefix })
     }
 

@@ -163,24 +163,12 @@ impl DataLoader {
     pub fn iter(&self, epoch: u64) -> impl Iterator<Item = Result<Vec<Tensor>>> + '_ {
         let order = self.order(epoch);
         let pin = self.pins();
-        (0..self.len()).map(move |b| {
-            let batch = self.dataset.get_batch(&self.batch_of(&order, b))?;
-            if pin {
-                pinned(batch)
-            } else {
-                Ok(batch)
-            }
-        })
+        (0..self.len()).map(move |b| pinned_if(pin, self.dataset.get_batch(&self.batch_of(&order, b))?))
     }
 
     /// Batch `index` of `epoch` (as [`DataLoader::iter`] gives it).
     pub fn get(&self, epoch: u64, index: usize) -> Result<Vec<Tensor>> {
-        let batch = self.dataset.get_batch(&self.batch(epoch, index))?;
-        if self.pins() {
-            pinned(batch)
-        } else {
-            Ok(batch)
-        }
+        pinned_if(self.pins(), self.dataset.get_batch(&self.batch(epoch, index))?)
     }
 
     /// Whether batches go to pinned memory: asked for, and CUDA is here.
@@ -189,8 +177,12 @@ impl DataLoader {
     }
 }
 
-/// The batch's CPU tensors in pinned memory (others as they are).
-fn pinned(batch: Vec<Tensor>) -> Result<Vec<Tensor>> {
+/// With `pin`, the batch's CPU tensors in pinned memory (others as they
+/// are); without, the batch unchanged.
+fn pinned_if(pin: bool, batch: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    if !pin {
+        return Ok(batch);
+    }
     batch.into_iter().map(crate::tensor::pinned::pin).collect()
 }
 

@@ -27,4 +27,3 @@ pub use safetensors_io::{read_safetensors, write_safetensors, MAX_HEADER_BYTES};
 pub use script_value::{Value, ValueKind, MAX_VALUE_DEPTH, MAX_VALUE_NODES};
 pub use state_dict::LoadReport;
 pub use torchscript::MAX_METHOD_ARGS;
-pub use weights_io::{is_torch_save_path, read_weights};

@@ -12,12 +12,12 @@ use std::path::Path;
 use tch::Tensor;
 
 /// Whether `path` names a `torch.save` file by its extension.
-pub fn is_torch_save_path(path: &Path) -> bool {
+fn is_torch_save_path(path: &Path) -> bool {
     matches!(path.extension().and_then(|e| e.to_str()), Some("pt" | "pth" | "bin"))
 }
 
 /// The named tensors of a weights file of any known format.
-pub fn read_weights(path: &Path) -> Result<Vec<(String, Tensor)>> {
+fn read_weights(path: &Path) -> Result<Vec<(String, Tensor)>> {
     match torch_save::sniff(path)? {
         Some(torch_save::TorchFile::Archive) => {
             let value = torch_save::load(path)?;
@@ -27,15 +27,7 @@ pub fn read_weights(path: &Path) -> Result<Vec<(String, Tensor)>> {
         None => {}
     }
     let (tensors, meta) = read_safetensors(path)?;
-    Ok(
-        match crate::checkpoint::checkpoint_weights(
-            tensors.iter().map(|(k, t)| (k.clone(), t.shallow_clone())).collect(),
-            &meta,
-        ) {
-            Some(weights) => weights,
-            None => tensors,
-        },
-    )
+    Ok(crate::checkpoint::checkpoint_weights(tensors, &meta))
 }
 
 /// When none of `given`'s names is the model's, the first name component

@@ -61,6 +61,19 @@ static void put32(FILE *f, uint32_t v) {
     put16(f, v >> 16);
 }
 
+/* The fields local and central headers share: version needed, flags,
+ * method (stored), time, date, CRC, sizes and the name's length. */
+static void put_entry(FILE *f, uint32_t crc, size_t size, const char *name) {
+    put16(f, 20);
+    put16(f, 0);
+    put16(f, 0);
+    put32(f, 0);
+    put32(f, crc);
+    put32(f, (uint32_t)size);
+    put32(f, (uint32_t)size);
+    put16(f, (unsigned)strlen(name));
+}
+
 /* Writes a stored zip of records `names[i]` holding `data[i]`. */
 static void write_zip(FILE *f, const char *const *names, const uint8_t *const *data, const size_t *sizes, int n) {
     uint32_t offsets[2], crcs[2];
@@ -68,30 +81,16 @@ static void write_zip(FILE *f, const char *const *names, const uint8_t *const *d
         offsets[i] = (uint32_t)ftell(f);
         crcs[i] = crc32_of(data[i], sizes[i]);
         put32(f, 0x04034b50);
-        put16(f, 20);
-        put16(f, 0);
-        put16(f, 0);
-        put32(f, 0);
-        put32(f, crcs[i]);
-        put32(f, (uint32_t)sizes[i]);
-        put32(f, (uint32_t)sizes[i]);
-        put16(f, (unsigned)strlen(names[i]));
-        put16(f, 0);
+        put_entry(f, crcs[i], sizes[i], names[i]);
+        put16(f, 0); /* extra */
         fputs(names[i], f);
         if (sizes[i] > 0) fwrite(data[i], 1, sizes[i], f);
     }
     uint32_t cd = (uint32_t)ftell(f);
     for (int i = 0; i < n; i++) {
         put32(f, 0x02014b50);
-        put16(f, 20);
-        put16(f, 20);
-        put16(f, 0);
-        put16(f, 0);
-        put32(f, 0);
-        put32(f, crcs[i]);
-        put32(f, (uint32_t)sizes[i]);
-        put32(f, (uint32_t)sizes[i]);
-        put16(f, (unsigned)strlen(names[i]));
+        put16(f, 20); /* made by */
+        put_entry(f, crcs[i], sizes[i], names[i]);
         put32(f, 0); /* extra, comment */
         put32(f, 0); /* disk, internal attributes */
         put32(f, 0); /* external attributes */
