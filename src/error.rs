@@ -83,6 +83,11 @@ impl Error {
         Self::new(ErrorCode::Io, message)
     }
 
+    /// An `Unsupported` error.
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Error::new(ErrorCode::Unsupported, message)
+    }
+
     /// `Format` error (truncated or corrupted files).
     pub fn format(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Format, message)

@@ -86,6 +86,13 @@ if [[ -f "$MNIST" ]]; then
     test -f "$WORK/mnist-run/checkpoints/last.ckpt"
     # Resume for a second epoch from the last checkpoint.
     "$WORK/mnist" -data "$MNIST" -epochs 2 -out "$WORK/mnist-run" -resume last | tail -5
+    # Checkpoints in Lightning's format, resumed by Lightning and back.
+    if [[ -n "${FULMEN_PYTHON:-}" ]]; then
+        "$FULMEN_PYTHON" "$ROOT/tests/interop/mnist_lightning_check.py" --binary "$WORK/mnist" --data "$MNIST" \
+            --work "$WORK/mnist-lightning"
+    else
+        echo "(FULMEN_PYTHON not set: the Lightning resume not run)"
+    fi
 else
     echo "($MNIST not found: built, not run)"
 fi

@@ -211,6 +211,23 @@ func (o *TrainerOptions) SetEnableCheckpointing(v bool) error {
 	return o.SetBool("enable_checkpointing", v)
 }
 
+// SetCheckpointFormat sets `checkpoint_format` (text; default safetensors):
+// file format of the checkpoints the trainer writes: "safetensors" (fulmen's)
+// or "lightning" (Lightning's torch.save dict, which torch.load and
+// Lightning's Trainer read); either is read back.
+func (o *TrainerOptions) SetCheckpointFormat(v string) error {
+	return o.Set("checkpoint_format", v)
+}
+
+// SetCheckpointPrefix sets `checkpoint_prefix` (text; default ):
+// LightningModule attribute holding the network in Lightning checkpoints,
+// with its dot ("model."): written before each state_dict name and removed
+// when reading; empty writes the names as they are and, when reading, removes
+// the attribute prefix that makes the names fit the model.
+func (o *TrainerOptions) SetCheckpointPrefix(v string) error {
+	return o.Set("checkpoint_prefix", v)
+}
+
 // SetEnableProgressBar sets `enable_progress_bar` (bool; default true): show
 // progress on stderr.
 func (o *TrainerOptions) SetEnableProgressBar(v bool) error {

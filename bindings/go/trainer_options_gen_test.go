@@ -54,6 +54,8 @@ func TestEveryTrainerOptionSetter(t *testing.T) {
 		{"o.SetNumSanityValSteps(2)", o.SetNumSanityValSteps(2)},
 		{"o.SetLogEveryNSteps(50)", o.SetLogEveryNSteps(50)},
 		{"o.SetEnableCheckpointing(true)", o.SetEnableCheckpointing(true)},
+		{"o.SetCheckpointFormat(\"safetensors\")", o.SetCheckpointFormat("safetensors")},
+		{"o.SetCheckpointPrefix(\"\")", o.SetCheckpointPrefix("")},
 		{"o.SetEnableProgressBar(true)", o.SetEnableProgressBar(true)},
 		{"o.SetEnableModelSummary(true)", o.SetEnableModelSummary(true)},
 		{"o.SetAccumulateGradBatches(1)", o.SetAccumulateGradBatches(1)},

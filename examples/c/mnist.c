@@ -7,6 +7,7 @@
  *         [--cnn] [--seed 42] [--threads N] [--out runs/mnist]
  *         [--resume last|best|PATH] [--accelerator auto] [--devices auto]
  *         [--precision 32-true] [--strategy auto]
+ *         [--checkpoint-format safetensors|lightning]
  *
  * With --strategy ddp --devices N, fulmen starts N - 1 more copies of this
  * program (or joins the ranks torchrun / SLURM started); each trains on its
@@ -16,7 +17,11 @@
  * and TensorBoard logs under <out>/lightning_logs/version_N/, the best (by
  * validation accuracy) and the last checkpoint under <out>/checkpoints/, and
  * the trained weights to <out>/model.safetensors. --resume continues an
- * interrupted run from a checkpoint.
+ * interrupted run from a checkpoint: fulmen's, or one Lightning wrote for
+ * the same network held as a LightningModule's `self.model`.
+ * --checkpoint-format lightning writes checkpoints that torch.load and
+ * Lightning's Trainer.fit(ckpt_path=...) read (the network's names under
+ * "model.").
  */
 #include <fulmen.h>
 
@@ -153,6 +158,7 @@ static fulmen_dataset *as_images(fulmen_dataset *ds) {
 int main(int argc, char **argv) {
     const char *data = NULL, *out = "runs/mnist", *resume = NULL;
     const char *accelerator = "auto", *devices = "auto", *precision = "32-true", *strategy = "auto";
+    const char *checkpoint_format = "safetensors";
     long epochs = 10, batch_size = 64, seed = 42, threads = 0;
     double lr = 0.1;
     int cnn = 0;
@@ -173,11 +179,12 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--devices") == 0) devices = v;
         else if (strcmp(a, "--precision") == 0) precision = v;
         else if (strcmp(a, "--strategy") == 0) strategy = v;
+        else if (strcmp(a, "--checkpoint-format") == 0) checkpoint_format = v;
         else { fprintf(stderr, "mnist: unknown option %s\n", a); return 2; }
         i++;
     }
     if (data == NULL) {
-        fprintf(stderr, "usage: mnist --data mnist_5k.csv.gz [--epochs N] [--batch-size N] [--lr X] [--cnn] [--seed N] [--threads N] [--out DIR] [--resume last|best|PATH] [--accelerator NAME] [--devices SPEC] [--precision P] [--strategy NAME]\n");
+        fprintf(stderr, "usage: mnist --data mnist_5k.csv.gz [--epochs N] [--batch-size N] [--lr X] [--cnn] [--seed N] [--threads N] [--out DIR] [--resume last|best|PATH] [--accelerator NAME] [--devices SPEC] [--precision P] [--strategy NAME] [--checkpoint-format safetensors|lightning]\n");
         return 2;
     }
     printf("fulmen %s on libtorch %s\n", fulmen_version(), fulmen_libtorch_version());
@@ -243,6 +250,9 @@ int main(int argc, char **argv) {
     check(fulmen_trainer_options_set(opts, "devices", devices), "devices");
     check(fulmen_trainer_options_set(opts, "precision", precision), "precision");
     check(fulmen_trainer_options_set(opts, "strategy", strategy), "strategy");
+    check(fulmen_trainer_options_set(opts, "checkpoint_format", checkpoint_format), "checkpoint_format");
+    /* A Lightning twin holds the network as `self.model`. */
+    check(fulmen_trainer_options_set(opts, "checkpoint_prefix", "model."), "checkpoint_prefix");
     fulmen_trainer *trainer = NULL;
     check(fulmen_trainer_new(opts, &trainer), "creating the trainer");
     char ckpt_dir[4096];

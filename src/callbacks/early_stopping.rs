@@ -168,6 +168,14 @@ impl Callback for EarlyStopping {
         }
     }
 
+    fn lightning_state_key(&self) -> Option<String> {
+        Some(format!(
+            "EarlyStopping{{'monitor': {}, 'mode': '{}'}}",
+            crate::checkpoint::lightning::py_repr_opt(Some(&self.opts.monitor)),
+            self.opts.mode.as_str()
+        ))
+    }
+
     fn state_dict(&self) -> BTreeMap<String, String> {
         BTreeMap::from([
             ("wait_count".to_string(), self.wait_count.to_string()),

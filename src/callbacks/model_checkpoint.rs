@@ -265,6 +265,18 @@ impl Callback for ModelCheckpoint {
         true
     }
 
+    fn lightning_state_key(&self) -> Option<String> {
+        let o = &self.opts;
+        Some(format!(
+            "ModelCheckpoint{{'monitor': {}, 'mode': '{}', 'every_n_train_steps': {}, 'every_n_epochs': {}, \
+             'train_time_interval': None}}",
+            crate::checkpoint::lightning::py_repr_opt(o.monitor.as_deref()),
+            o.mode.as_str(),
+            o.every_n_train_steps,
+            o.every_n_epochs
+        ))
+    }
+
     fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()> {
         match ctx.hook {
             Hook::Setup if ctx.stage == "fit" && self.dirpath.is_none() => {
@@ -295,6 +307,7 @@ impl Callback for ModelCheckpoint {
     fn state_dict(&self) -> BTreeMap<String, String> {
         let mut s = BTreeMap::new();
         s.insert("monitor".into(), self.opts.monitor.clone().unwrap_or_default());
+        s.insert("mode".into(), self.opts.mode.as_str().into());
         s.insert("best_model_path".into(), self.best_model_path.clone());
         s.insert("best_model_score".into(), self.best_model_score.map(|v| v.to_string()).unwrap_or_default());
         s.insert("last_model_path".into(), self.last_model_path.clone());

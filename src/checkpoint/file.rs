@@ -40,6 +40,12 @@ pub struct Checkpoint {
     pub batches_in_epoch: i64,
     /// Whether `epoch` was complete (resuming starts the next one).
     pub epoch_finished: bool,
+    /// Scheduler steps the loop took, in all and in `epoch` (Lightning's
+    /// scheduler progress; (0, 0) in checkpoints that predate it).
+    pub scheduler_steps: (i64, i64),
+    /// Validation batches run in `epoch`, and in its last validation
+    /// (written in Lightning's format only).
+    pub val_batches: (i64, i64),
     /// The model's state_dict (PyTorch names).
     pub state_dict: Vec<(String, Tensor)>,
     /// Each optimizer's state, in configure_optimizers order.
@@ -63,6 +69,50 @@ pub struct Checkpoint {
     /// The CUDA generator's state of the device the run trained on, when
     /// that was a GPU (torch.cuda.get_rng_state).
     pub cuda_rng_state: Option<Tensor>,
+    /// Each optimizer's kind ("sgd", "adam", ...), which Lightning's format
+    /// needs to write torch's entries for it.
+    pub optimizer_kinds: Vec<String>,
+    /// How the run counts batches, which Lightning's loop progress needs.
+    pub loop_info: LoopInfo,
+    /// Lightning's `state_key` of each callback that has a Lightning
+    /// counterpart, by the callback's key in `callbacks`.
+    pub lightning_keys: BTreeMap<String, String>,
+    /// Whether `scheduler_states` lists the schedulers in order (a
+    /// Lightning checkpoint) instead of one entry per optimizer.
+    pub schedulers_listed: bool,
+}
+
+/// How a run counts batches (for Lightning's loop progress).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoopInfo {
+    /// Training batches per epoch.
+    pub num_train_batches: i64,
+    /// `accumulate_grad_batches`.
+    pub accumulate_grad_batches: i64,
+    /// Whether the module steps its optimizers itself.
+    pub manual_optimization: bool,
+}
+
+/// The file format of checkpoints a trainer writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CheckpointFormat {
+    /// fulmen's safetensors file (tensors, plus the rest as JSON metadata).
+    #[default]
+    Safetensors,
+    /// Lightning's `torch.save` dict, which `torch.load` and Lightning's
+    /// `Trainer.fit(ckpt_path=...)` read.
+    Lightning,
+}
+
+impl CheckpointFormat {
+    /// Parses "safetensors" or "lightning".
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "safetensors" => Some(CheckpointFormat::Safetensors),
+            "lightning" => Some(CheckpointFormat::Lightning),
+            _ => None,
+        }
+    }
 }
 
 /// The model weights of a safetensors file read as plain tensors
@@ -89,6 +139,36 @@ fn parse<T: serde::de::DeserializeOwned>(meta: &HashMap<String, String>, key: &s
 }
 
 impl Checkpoint {
+    /// The state_dict named as the model (whose names are `model`) names
+    /// its entries: `prefix` removed from the names that have it, or, when
+    /// `prefix` is empty, the attribute prefix (such as a LightningModule's
+    /// `model.`) whose removal makes the names fit.
+    pub fn weights_for(&self, model: &std::collections::HashSet<String>, prefix: &str) -> Vec<(String, Tensor)> {
+        let weights = self.state_dict.iter().map(|(k, t)| (k.clone(), t.shallow_clone())).collect();
+        if prefix.is_empty() {
+            return crate::nn::without_module_prefix(weights, model);
+        }
+        weights
+            .into_iter()
+            .map(|(k, t): (String, Tensor)| match k.strip_prefix(prefix) {
+                Some(rest) => (rest.to_string(), t),
+                None => (k, t),
+            })
+            .collect()
+    }
+
+    /// Writes the checkpoint in `format` (Lightning's with the state_dict's
+    /// names prefixed by `prefix`), atomically.
+    pub fn save_as(&self, path: &Path, format: CheckpointFormat, prefix: &str) -> Result<()> {
+        match format {
+            CheckpointFormat::Safetensors => self.save(path),
+            CheckpointFormat::Lightning => {
+                let value = super::lightning::to_lightning(self, prefix)?;
+                super::torch_save::save(path, &value)
+            }
+        }
+    }
+
     /// Writes the checkpoint to `path` (through `<path>.tmp` and a rename).
     /// A weights-only checkpoint holds just the state_dict, unprefixed, so
     /// `safetensors.torch.load_file` gives a plain PyTorch state_dict.
@@ -108,6 +188,7 @@ impl Checkpoint {
         meta.insert("batches_in_epoch".into(), self.batches_in_epoch.to_string());
         meta.insert("batches_that_stepped".into(), self.batches_stepped.to_string());
         meta.insert("epoch_finished".into(), self.epoch_finished.to_string());
+        meta.insert("scheduler_steps".into(), json(&[self.scheduler_steps.0, self.scheduler_steps.1]));
         meta.insert("num_optimizers".into(), self.optimizer_states.len().to_string());
         meta.insert("lr_schedulers".into(), json(&self.scheduler_states));
         meta.insert("precision".into(), json(&self.precision_state));
@@ -137,11 +218,15 @@ impl Checkpoint {
     pub fn load(path: &Path) -> Result<Checkpoint> {
         match super::torch_save::sniff(path)? {
             Some(super::torch_save::TorchFile::Archive) => {
-                return Err(Error::format(format!(
-                    "{} is a torch.save file (a Lightning checkpoint or a state_dict), not a fulmen checkpoint: \
-                     resuming a fit from it is not supported yet; fulmen_model_load reads its weights",
-                    path.display()
-                )))
+                let value = super::torch_save::load(path)?;
+                if !super::lightning::is_lightning(&value) {
+                    return Err(Error::format(format!(
+                        "{} is a torch.save file but not a Lightning checkpoint (no `pytorch-lightning_version`; a \
+                         state_dict?): it cannot resume a fit; fulmen_model_load reads its weights",
+                        path.display()
+                    )));
+                }
+                return super::lightning::from_lightning(&value, &path.display().to_string());
             }
             Some(super::torch_save::TorchFile::LegacyPickle) => return Err(super::torch_save::legacy_error(path)),
             None => {}
@@ -191,6 +276,16 @@ impl Checkpoint {
         ck.batches_stepped =
             if meta.contains_key("batches_that_stepped") { int("batches_that_stepped")? } else { ck.global_step };
         ck.epoch_finished = meta.get("epoch_finished").map(String::as_str) == Some("true");
+        if meta.contains_key("scheduler_steps") {
+            let [total, epoch]: [i64; 2] = parse(&meta, "scheduler_steps", path)?;
+            if !(0..=MAX_COUNTER).contains(&total) || !(0..=total).contains(&epoch) {
+                return Err(Error::format(format!(
+                    "{}: checkpoint metadata `scheduler_steps` is out of range",
+                    path.display()
+                )));
+            }
+            ck.scheduler_steps = (total, epoch);
+        }
         let n_opt = int_in("num_optimizers", MAX_OPTIMIZERS)? as usize;
         ck.scheduler_states = parse(&meta, "lr_schedulers", path)?;
         ck.precision_state = parse(&meta, "precision", path)?;

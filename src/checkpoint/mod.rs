@@ -2,10 +2,12 @@
 //! optimizer and scheduler states, loop progress, callback states and
 //! hyperparameters (tensors as tensors, the rest as JSON metadata), written
 //! atomically so a crash never leaves a corrupt file where a good one was;
-//! and `torch.save` archives (`torch_save`), read and written without Python.
+//! `torch.save` archives (`torch_save`), read and written without Python;
+//! and Lightning's checkpoints (`lightning`), read and written as fulmen's.
 mod file;
+pub mod lightning;
 mod pickle_read;
 mod pickle_write;
 pub mod torch_save;
 mod torch_zip;
-pub use file::{checkpoint_weights, Checkpoint, FORMAT_VERSION};
+pub use file::{checkpoint_weights, Checkpoint, CheckpointFormat, LoopInfo, FORMAT_VERSION};

@@ -8,7 +8,7 @@
 //! small file from describing a huge or deep tree.
 use super::torch_save::Value;
 use crate::error::{Error, Result};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use tch::{Kind, Tensor};
 
@@ -107,7 +107,8 @@ fn global(module: &str, name: &str) -> Result<Global> {
 }
 
 /// A value during unpickling. Lists and dicts are owned by the stack (they
-/// are filled in place); tuples and tensors are shared cheaply.
+/// are filled in place); tuples and tensors are shared cheaply, and so are
+/// lists and dicts the memo holds once they are finished (`Shared`).
 #[derive(Clone, Debug)]
 enum Item {
     None,
@@ -118,6 +119,9 @@ enum Item {
     Tuple(Rc<Vec<Item>>, Shape),
     List(Vec<Item>, Shape),
     Dict(Vec<(Item, Item)>, Shape),
+    /// A finished list or dict the memo holds, so BINGET can give it again
+    /// (as SequentialLR's state shares `_last_lr`); it is not filled any more.
+    Shared(Rc<Item>, Shape),
     Tensor(Rc<Tensor>),
     Global(Global),
     Storage(Rc<StorageRef>),
@@ -133,7 +137,7 @@ struct Shape {
 impl Item {
     fn shape(&self) -> Shape {
         match self {
-            Item::Tuple(_, s) | Item::List(_, s) | Item::Dict(_, s) => *s,
+            Item::Tuple(_, s) | Item::List(_, s) | Item::Dict(_, s) | Item::Shared(_, s) => *s,
             Item::Str(s) => Shape { values: 1 + s.len() as u64 / 8, depth: 0 },
             _ => Shape { values: 1, depth: 0 },
         }
@@ -152,6 +156,13 @@ struct Reader<'a, S: Storages> {
     stack: Vec<Item>,
     marks: Vec<usize>,
     memo: HashMap<u32, Item>,
+    /// Memo keys of the lists and dicts still being filled, by their place
+    /// on the stack.
+    pending: BTreeMap<usize, Vec<u32>>,
+    /// The place of each of those keys.
+    pending_at: HashMap<u32, usize>,
+    /// Memo keys of finished lists and dicts.
+    shared: HashMap<u32, Item>,
     made: u64,
     budget: u64,
     storages: &'a mut S,
@@ -166,6 +177,9 @@ pub(super) fn read<S: Storages>(data: &[u8], storages: &mut S, what: &str) -> Re
         stack: Vec::new(),
         marks: Vec::new(),
         memo: HashMap::new(),
+        pending: BTreeMap::new(),
+        pending_at: HashMap::new(),
+        shared: HashMap::new(),
         made: 0,
         budget: value_budget(data.len()),
         storages,
@@ -234,7 +248,24 @@ impl<S: Storages> Reader<'_, S> {
         if self.stack.len() <= floor {
             return Err(self.bad("stack underflow"));
         }
-        self.stack.pop().ok_or_else(|| self.bad("stack underflow"))
+        let item = self.stack.pop().ok_or_else(|| self.bad("stack underflow"))?;
+        let at = self.stack.len();
+        Ok(match self.pending.remove(&at) {
+            Some(keys) => self.finish(item, keys),
+            None => item,
+        })
+    }
+
+    /// A memoized list or dict leaves the stack finished: the memo keeps it
+    /// (shared) for later BINGETs.
+    fn finish(&mut self, item: Item, keys: Vec<u32>) -> Item {
+        let shape = item.shape();
+        let shared = Item::Shared(Rc::new(item), shape);
+        for k in keys {
+            self.pending_at.remove(&k);
+            self.shared.insert(k, shared.clone());
+        }
+        shared
     }
     fn top(&mut self) -> Result<&mut Item> {
         let floor = self.marks.last().copied().unwrap_or(0);
@@ -247,7 +278,14 @@ impl<S: Storages> Reader<'_, S> {
     /// The items since the last MARK, which is removed.
     fn pop_mark(&mut self) -> Result<Vec<Item>> {
         let m = self.marks.pop().ok_or_else(|| self.bad("no MARK"))?;
-        Ok(self.stack.split_off(m))
+        let mut items = self.stack.split_off(m);
+        for (at, keys) in self.pending.split_off(&m) {
+            if let Some(slot) = items.get_mut(at - m) {
+                let item = std::mem::replace(slot, Item::None);
+                *slot = self.finish(item, keys);
+            }
+        }
+        Ok(items)
     }
 
     fn tuple(&mut self, items: Vec<Item>) -> Result<()> {
@@ -256,17 +294,41 @@ impl<S: Storages> Reader<'_, S> {
     }
 
     fn memo_get(&mut self, key: u32) -> Result<()> {
-        let item = self.memo.get(&key).cloned().ok_or_else(|| self.bad(format!("memo key {key} unknown")))?;
-        if matches!(item, Item::List(..) | Item::Dict(..)) {
-            return Err(self.bad("a list or dict referenced twice (shared containers are not supported)"));
+        // A shared list or dict counts its values again, as a tuple does.
+        if let Some(item) = self.shared.get(&key).cloned() {
+            return self.push(item);
         }
+        // Still on the stack: it is finished from here on (a later APPEND
+        // or SETITEM to it, as a list that contains itself needs, is refused).
+        if let Some(at) = self.pending_at.get(&key).copied() {
+            let keys = self.pending.remove(&at).unwrap_or_default();
+            if let Some(slot) = self.stack.get_mut(at) {
+                let item = std::mem::replace(slot, Item::None);
+                let shared = self.finish(item, keys);
+                self.stack[at] = shared.clone();
+                return self.push(shared);
+            }
+        }
+        let item = self.memo.get(&key).cloned().ok_or_else(|| self.bad(format!("memo key {key} unknown")))?;
         self.push(item)
     }
     fn memo_put(&mut self, key: u32) -> Result<()> {
-        // Lists and dicts are filled after this; only their kind is kept.
+        self.shared.remove(&key);
+        self.memo.remove(&key);
+        if let Some(at) = self.pending_at.remove(&key) {
+            if let Some(keys) = self.pending.get_mut(&at) {
+                keys.retain(|k| *k != key);
+            }
+        }
+        // Lists and dicts are filled after this: the memo gets them when
+        // they leave the stack.
+        let at = self.stack.len().checked_sub(1).ok_or_else(|| self.bad("MEMOIZE on an empty stack"))?;
         let item = match self.top()? {
-            Item::List(..) => Item::List(Vec::new(), Shape::default()),
-            Item::Dict(..) => Item::Dict(Vec::new(), Shape::default()),
+            Item::List(..) | Item::Dict(..) => {
+                self.pending.entry(at).or_default().push(key);
+                self.pending_at.insert(key, at);
+                return Ok(());
+            }
             other => other.clone(),
         };
         self.memo.insert(key, item);
@@ -314,7 +376,7 @@ impl<S: Storages> Reader<'_, S> {
             }
             // Counter() or Counter({...}) (MultiStepLR's milestones): a dict.
             Item::Global(Global::Counter) if args.is_empty() => Item::Dict(Vec::new(), Shape { values: 1, depth: 1 }),
-            Item::Global(Global::Counter) => match args.first() {
+            Item::Global(Global::Counter) => match args.first().map(unshared) {
                 Some(d @ Item::Dict(..)) if args.len() == 1 => d.clone(),
                 _ => return Err(self.bad("Counter takes at most one dict")),
             },
@@ -535,7 +597,7 @@ impl<S: Storages> Reader<'_, S> {
                     // `_metadata`): accepted and dropped, as nothing reads them.
                     let state = self.pop()?;
                     let target = self.top()?;
-                    if !matches!((target, state), (Item::Dict(..), Item::Dict(..))) {
+                    if !matches!((unshared(target), unshared(&state)), (Item::Dict(..), Item::Dict(..))) {
                         return Err(self.bad("BUILD of something other than a dict's attributes"));
                     }
                 }
@@ -549,7 +611,8 @@ impl<S: Storages> Reader<'_, S> {
                     self.memo_put(k)?
                 }
                 0x94 => {
-                    let k = u32::try_from(self.memo.len()).map_err(|_| self.bad("memo too large"))?;
+                    let len = self.memo.len() + self.shared.len() + self.pending_at.len();
+                    let k = u32::try_from(len).map_err(|_| self.bad("memo too large"))?;
                     self.memo_put(k)?
                 }
                 b'h' => {
@@ -563,6 +626,14 @@ impl<S: Storages> Reader<'_, S> {
                 other => return Err(self.bad(format!("opcode 0x{other:02x} is outside the safe subset"))),
             }
         }
+    }
+}
+
+/// The list or dict a shared item holds (any other item as it is).
+fn unshared(item: &Item) -> &Item {
+    match item {
+        Item::Shared(inner, _) => inner,
+        other => other,
     }
 }
 
@@ -605,6 +676,7 @@ fn to_value(item: Item) -> Result<Value> {
             }
             Value::Dict(v.into_iter().map(|(k, v)| Ok((to_value(k)?, to_value(v)?))).collect::<Result<_>>()?)
         }
+        Item::Shared(inner, _) => to_value(Rc::try_unwrap(inner).unwrap_or_else(|rc| (*rc).clone()))?,
         Item::Tensor(t) => Value::Tensor(t.shallow_clone()),
         Item::Global(Global::Dtype(name)) => Value::Str(format!("torch.{name}")),
         Item::Global(_) | Item::Storage(_) => {

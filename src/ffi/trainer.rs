@@ -100,6 +100,15 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 ///   writes of step metrics to the loggers.
 /// - `enable_checkpointing` (bool; default true): add a ModelCheckpoint
 ///   saving the latest epoch when none is given.
+/// - `checkpoint_format` (text; default safetensors): file format of the
+///   checkpoints the trainer writes: "safetensors" (fulmen's) or
+///   "lightning" (Lightning's torch.save dict, which torch.load and
+///   Lightning's Trainer read); either is read back.
+/// - `checkpoint_prefix` (text; default ): LightningModule attribute
+///   holding the network in Lightning checkpoints, with its dot ("model."):
+///   written before each state_dict name and removed when reading; empty
+///   writes the names as they are and, when reading, removes the attribute
+///   prefix that makes the names fit the model.
 /// - `enable_progress_bar` (bool; default true): show progress on stderr.
 /// - `enable_model_summary` (bool; default true): print the layer table
 ///   when fit starts.
@@ -244,9 +253,11 @@ pub(super) unsafe fn ckpt<'a>(p: *const c_char) -> Result<Option<&'a str>> {
 
 /// Trains `module` on `train`, validating on `val` (may be NULL) as
 /// `val_check_interval` says when the module has a validation_step.
-/// `ckpt_path` (may be NULL) resumes from a checkpoint: a file path,
-/// "last" (the newest last/any checkpoint of this root dir) or "best" (the
-/// best checkpoint of this trainer's previous fit). Callbacks run on the
+/// `ckpt_path` (may be NULL) resumes from a checkpoint: a file path (a
+/// fulmen checkpoint or a Lightning `.ckpt`, told apart by content; see the
+/// `checkpoint_format` and `checkpoint_prefix` options), "last" (the newest
+/// last/any checkpoint of this root dir) or "best" (the best checkpoint of
+/// this trainer's previous fit). Callbacks run on the
 /// calling thread. A failing callback stops training with an error naming
 /// the callback, epoch and step; the parameters keep the last completed
 /// update.
@@ -256,7 +267,8 @@ pub(super) unsafe fn ckpt<'a>(p: *const c_char) -> Result<Option<&'a str>> {
 /// FULMEN_CODE_INVALID_ARGUMENT (ckpt_path not UTF-8, devices or strategy that
 /// do not fit the machine, val_check_interval above the training batches);
 /// FULMEN_CODE_UNAVAILABLE (accelerator or devices not available here);
-/// FULMEN_CODE_UNSUPPORTED (a precision or backend the device lacks);
+/// FULMEN_CODE_UNSUPPORTED (a precision or backend the device lacks, a
+/// scheduler whose state Lightning's format cannot carry yet);
 /// FULMEN_CODE_IO (ckpt_path names no file, a log or checkpoint cannot be
 /// written); FULMEN_CODE_FORMAT (a corrupt checkpoint, or one that does not
 /// match the run); FULMEN_CODE_SHAPE_MISMATCH, FULMEN_CODE_DTYPE_MISMATCH (a

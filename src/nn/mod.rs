@@ -10,6 +10,7 @@ mod script_value;
 mod state_dict;
 mod torchscript;
 mod weights_io;
+pub(crate) use weights_io::without_module_prefix;
 
 #[cfg(test)]
 mod script_tests;

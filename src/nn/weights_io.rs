@@ -34,7 +34,7 @@ fn read_weights(path: &Path) -> Result<Vec<(String, Tensor)>> {
 /// (a LightningModule's attribute, such as `model.`) whose removal makes
 /// the most of them match is removed from the names that have it; the
 /// others stay as they are (and are unexpected to a strict load).
-fn without_module_prefix(given: Vec<(String, Tensor)>, model: &HashSet<String>) -> Vec<(String, Tensor)> {
+pub(crate) fn without_module_prefix(given: Vec<(String, Tensor)>, model: &HashSet<String>) -> Vec<(String, Tensor)> {
     if given.iter().any(|(n, _)| model.contains(n)) {
         return given;
     }

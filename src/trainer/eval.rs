@@ -140,6 +140,10 @@ impl Trainer {
             loggers,
             batches_in_epoch: 0,
             epoch_finished: false,
+            checkpoint_format: opts.checkpoint_format,
+            checkpoint_prefix: opts.checkpoint_prefix.clone(),
+            scheduler_steps: (0, 0),
+            val_batches: (0, 0),
             strategy,
             profiler: SimpleProfiler::when(opts.profiler),
         };
@@ -174,10 +178,9 @@ fn eval_run(
     if let Some(path) = weights {
         let ck = crate::checkpoint::Checkpoint::load(path)?;
         let model = run.module.model().ok_or_else(|| Error::state("ckpt_path needs a LightningModule with a model"))?;
-        model
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .load_state_dict(&ck.state_dict, true)
+        let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
+        let names = m.state_dict().into_iter().map(|(k, _)| k).collect();
+        m.load_state_dict(&ck.weights_for(&names, &run.checkpoint_prefix), true)
             .ctx(format!("loading {}", path.display()))?;
     }
     let limit = match stage {

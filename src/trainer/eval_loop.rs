@@ -71,6 +71,9 @@ pub(super) fn evaluate(
     log_step: Option<i64>,
 ) -> Result<Evaluated> {
     let h = hooks_of(stage);
+    if run.counts_validation(stage) {
+        run.val_batches.1 = 0;
+    }
     set_mode(run.module, false)?;
     run.simple(h.start)?;
     run.simple(h.epoch_start)?;
@@ -163,6 +166,10 @@ fn run_source(
         drop(autocast);
         run.profile_stop(step, started, Default::default());
         let out = run.strategy.gather_output(outs?)?;
+        if run.counts_validation(stage) {
+            run.val_batches.0 += 1;
+            run.val_batches.1 += 1;
+        }
         run.hook(h.batch_end, HookData { output: out.as_ref(), ..data() })?;
         if let Some(o) = out {
             outputs.push(o);

@@ -214,8 +214,8 @@ fn step_schedulers(
     kind: Kind,
     count: i64,
     metrics: &BTreeMap<String, f64>,
-) -> Result<bool> {
-    let mut stepped = false;
+) -> Result<usize> {
+    let mut stepped = 0;
     for cfg in configs.iter_mut() {
         let opt = &mut cfg.optimizer;
         if let Some(s) = cfg.scheduler.as_mut() {
@@ -234,7 +234,7 @@ fn step_schedulers(
                 _ => None,
             };
             s.scheduler.step(opt.as_mut(), metric).ctx(format!("{} scheduler step", s.scheduler.name()))?;
-            stepped = true;
+            stepped += 1;
         }
     }
     Ok(stepped)
@@ -373,6 +373,10 @@ impl Trainer {
             loggers,
             batches_in_epoch: 0,
             epoch_finished: false,
+            checkpoint_format: opts.checkpoint_format,
+            checkpoint_prefix: opts.checkpoint_prefix.clone(),
+            scheduler_steps: (0, 0),
+            val_batches: (0, 0),
             strategy,
             profiler: SimpleProfiler::when(opts.profiler),
         };
@@ -454,6 +458,16 @@ fn fit_run(
     run.optimizers = run.module.configure_optimizers(&setup).ctx("configure_optimizers")?;
     if run.optimizers.is_empty() {
         return Err(Error::state("configure_optimizers returned no optimizer"));
+    }
+    if run.checkpoint_format == crate::checkpoint::CheckpointFormat::Lightning {
+        // Refused now rather than at the first checkpoint.
+        for (i, cfg) in run.optimizers.iter().enumerate() {
+            if let Some(s) = &cfg.scheduler {
+                crate::checkpoint::lightning::check_scheduler(&s.scheduler.state_dict()).map_err(|e| {
+                    e.context(format!("checkpoint_format \"lightning\": {} of optimizer {i}", s.scheduler.name()))
+                })?;
+            }
+        }
     }
 
     let mut start_epoch = 0;
@@ -547,6 +561,10 @@ fn train_epoch(
     set_mode(run.module, true)?;
     run.batches_in_epoch = 0;
     run.epoch_finished = false;
+    if skip == 0 {
+        run.scheduler_steps.1 = 0;
+    }
+    run.val_batches = (0, 0);
     run.state.running_loss = None;
     run.state.log_step = run.state.batches_stepped;
     run.simple(Hook::TrainEpochStart)?;
@@ -631,22 +649,24 @@ fn train_epoch(
         let batch_count = (i + 1) as i64;
         let mut lr_changed = false;
         if stepped && !manual {
-            lr_changed |= step_schedulers(
+            let n = step_schedulers(
                 &mut run.optimizers,
                 Interval::Step,
                 Kind::Plain,
                 batch_count,
                 &run.state.callback_metrics,
             )?;
+            lr_changed |= run.count_scheduler_steps(n);
         }
         if is_last && !manual {
-            lr_changed |= step_schedulers(
+            let n = step_schedulers(
                 &mut run.optimizers,
                 Interval::Epoch,
                 Kind::Plain,
                 epoch + 1,
                 &run.state.callback_metrics,
             )?;
+            lr_changed |= run.count_scheduler_steps(n);
         }
         if lr_changed {
             run.refresh_learning_rates();
@@ -671,17 +691,17 @@ fn train_epoch(
                 run.state.should_stop = run.strategy.any(run.state.should_stop)?;
             }
         }
-        if stepped
-            && !manual
-            && step_schedulers(
+        if stepped && !manual {
+            let n = step_schedulers(
                 &mut run.optimizers,
                 Interval::Step,
                 Kind::Plateau,
                 batch_count,
                 &run.state.callback_metrics,
-            )?
-        {
-            run.refresh_learning_rates();
+            )?;
+            if run.count_scheduler_steps(n) {
+                run.refresh_learning_rates();
+            }
         }
         // Lightning's `_can_stop_early`: only finished epochs count.
         // Ranks stop together. A Timer's decision differs between ranks, so
@@ -712,11 +732,17 @@ fn train_epoch(
     }
     // ReduceLROnPlateau per epoch: after on_train_epoch_end, and only when
     // the epoch ran to its end (Lightning's `_num_ready_batches_reached`).
-    if run.epoch_finished
-        && !manual
-        && step_schedulers(&mut run.optimizers, Interval::Epoch, Kind::Plateau, epoch + 1, &run.state.callback_metrics)?
-    {
-        run.refresh_learning_rates();
+    if run.epoch_finished && !manual {
+        let n = step_schedulers(
+            &mut run.optimizers,
+            Interval::Epoch,
+            Kind::Plateau,
+            epoch + 1,
+            &run.state.callback_metrics,
+        )?;
+        if run.count_scheduler_steps(n) {
+            run.refresh_learning_rates();
+        }
     }
     run.save_logs()?;
     run.state.should_stop = run.strategy.any(run.state.should_stop)?;

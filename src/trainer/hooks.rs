@@ -344,6 +344,12 @@ pub trait Callback {
     fn monitors(&self) -> bool {
         false
     }
+    /// Lightning's `state_key` of the callback's Lightning counterpart
+    /// (ModelCheckpoint, EarlyStopping), under which Lightning-format
+    /// checkpoints keep its state; `None` for callbacks Lightning lacks.
+    fn lightning_state_key(&self) -> Option<String> {
+        None
+    }
     /// The callback as `Any`, so the trainer can find its ModelCheckpoints
     /// and Timers.
     fn as_any(&self) -> Option<&dyn std::any::Any> {

@@ -150,6 +150,21 @@ fn profiler(key: &str, v: &str) -> Result<ProfilerKind> {
     }
 }
 
+fn checkpoint_format(o: &mut TrainerOptions, key: &str, v: &str) -> Result<()> {
+    o.checkpoint_format = crate::checkpoint::CheckpointFormat::parse(v)
+        .ok_or_else(|| Error::invalid(format!("option {key}: {v:?} is not \"safetensors\" or \"lightning\"")))?;
+    Ok(())
+}
+
+fn checkpoint_prefix(key: &str, v: &str) -> Result<String> {
+    if !v.is_empty() && (!v.ends_with('.') || v.starts_with('.') || v.contains("..")) {
+        return Err(Error::invalid(format!(
+            "option {key}: {v:?} is not an attribute path ending with '.' (such as \"model.\")"
+        )));
+    }
+    Ok(v.to_string())
+}
+
 fn fast_dev_run(key: &str, v: &str) -> Result<i64> {
     match parse_bool(key, v) {
         Ok(b) => Ok(i64::from(b)),
@@ -381,6 +396,23 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         default: "true",
         doc: "add a ModelCheckpoint saving the latest epoch when none is given",
         apply: field!(enable_checkpointing, parse_bool),
+    },
+    TrainerOption {
+        key: "checkpoint_format",
+        kind: OptionKind::Text,
+        default: "safetensors",
+        doc: "file format of the checkpoints the trainer writes: \"safetensors\" (fulmen's) or \"lightning\" \
+              (Lightning's torch.save dict, which torch.load and Lightning's Trainer read); either is read back",
+        apply: checkpoint_format,
+    },
+    TrainerOption {
+        key: "checkpoint_prefix",
+        kind: OptionKind::Text,
+        default: "",
+        doc: "LightningModule attribute holding the network in Lightning checkpoints, with its dot (\"model.\"): \
+              written before each state_dict name and removed when reading; empty writes the names as they are \
+              and, when reading, removes the attribute prefix that makes the names fit the model",
+        apply: field!(checkpoint_prefix, checkpoint_prefix),
     },
     TrainerOption {
         key: "enable_progress_bar",

@@ -140,6 +140,11 @@ pub struct TrainerOptions {
     pub enable_progress_bar: bool,
     /// Add a ModelCheckpoint (saving the latest epoch) when none is given.
     pub enable_checkpointing: bool,
+    /// File format of the checkpoints the trainer writes.
+    pub checkpoint_format: crate::checkpoint::CheckpointFormat,
+    /// The LightningModule attribute (with its dot) holding the network in
+    /// Lightning checkpoints; empty: none when writing, found when reading.
+    pub checkpoint_prefix: String,
     /// Print the layer table when fit starts.
     pub enable_model_summary: bool,
     /// Evaluate without autograd (libtorch's no-grad mode).
@@ -197,6 +202,8 @@ impl Default for TrainerOptions {
             default_root_dir: PathBuf::from("."),
             enable_progress_bar: true,
             enable_checkpointing: true,
+            checkpoint_format: Default::default(),
+            checkpoint_prefix: String::new(),
             enable_model_summary: true,
             inference_mode: true,
             logger: LoggerChoice { csv: true, tensorboard: true },

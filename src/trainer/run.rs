@@ -31,6 +31,17 @@ pub(crate) struct Run<'a> {
     pub batches_in_epoch: i64,
     /// Whether the current epoch's training batches are all done.
     pub epoch_finished: bool,
+    /// Format of the checkpoints the run writes.
+    pub checkpoint_format: crate::checkpoint::CheckpointFormat,
+    /// The `checkpoint_prefix` option.
+    pub checkpoint_prefix: String,
+    /// Scheduler steps the loop took (not the module's own, with manual
+    /// optimization): in all, and in this epoch (Lightning's scheduler
+    /// progress).
+    pub scheduler_steps: (i64, i64),
+    /// Validation batches fit ran in this epoch, and in its last
+    /// validation (Lightning's validation progress).
+    pub val_batches: (i64, i64),
     /// The strategy, which owns the accelerator, device and precision
     /// (Lightning's chain loop -> strategy -> precision -> accelerator).
     pub strategy: super::strategy::RunStrategy,
@@ -245,6 +256,19 @@ impl Run<'_> {
         self.state.learning_rates = rates;
     }
 
+    /// Whether `stage`'s batches count as fit's validation progress (not
+    /// the sanity check's, nor those of a validate, test or predict run).
+    pub fn counts_validation(&self, stage: super::context::Stage) -> bool {
+        stage == super::context::Stage::Validate && self.stage == "fit" && !self.state.sanity_checking
+    }
+
+    /// Counts `n` scheduler steps the loop took; whether there were any.
+    pub fn count_scheduler_steps(&mut self, n: usize) -> bool {
+        self.scheduler_steps.0 += n as i64;
+        self.scheduler_steps.1 += n as i64;
+        n > 0
+    }
+
     /// Gathers the full training state into a checkpoint and writes it.
     pub fn save_checkpoint(&mut self, path: &std::path::Path, weights_only: bool) -> Result<()> {
         let model = self.module.model().ok_or_else(|| {
@@ -259,19 +283,30 @@ impl Run<'_> {
             batches_stepped: self.state.batches_stepped,
             batches_in_epoch: self.batches_in_epoch,
             epoch_finished: self.epoch_finished,
+            scheduler_steps: self.scheduler_steps,
+            val_batches: self.val_batches,
             state_dict,
             hparams: self.module.hparams(),
             weights_only,
+            loop_info: crate::checkpoint::LoopInfo {
+                num_train_batches: self.state.num_train_batches.map_or(0, |n| n as i64),
+                accumulate_grad_batches: self.state.accumulate_grad_batches,
+                manual_optimization: self.state.manual_optimization,
+            },
             ..Default::default()
         };
         if !weights_only {
             for cfg in &self.optimizers {
+                ck.optimizer_kinds.push(cfg.optimizer.name().to_string());
                 ck.optimizer_states.push(cfg.optimizer.state_dict()?);
                 ck.scheduler_states.push(cfg.scheduler.as_ref().map(|s| s.scheduler.state_dict()).unwrap_or_default());
             }
             let mut names: BTreeMap<String, usize> = BTreeMap::new();
             for cb in &self.callbacks {
                 let key = unique_name(&mut names, cb.name());
+                if let Some(lightning_key) = cb.lightning_state_key() {
+                    ck.lightning_keys.insert(key.clone(), lightning_key);
+                }
                 ck.callbacks.insert(key, cb.state_dict());
             }
             // Each callback (and the module) gets its own entries.
@@ -302,7 +337,7 @@ impl Run<'_> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).ctx(format!("creating {}", dir.display()))?;
         }
-        ck.save(path).ctx("saving a checkpoint")
+        ck.save_as(path, self.checkpoint_format, &self.checkpoint_prefix).ctx("saving a checkpoint")
     }
 
     /// Restores the full training state from a checkpoint (model, optimizers,
@@ -356,10 +391,33 @@ impl Run<'_> {
                 self.optimizers.len()
             )));
         }
-        model.lock().unwrap_or_else(|p| p.into_inner()).load_state_dict(&ck.state_dict, true).ctx(at())?;
+        {
+            let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
+            let names = m.state_dict().into_iter().map(|(k, _)| k).collect();
+            m.load_state_dict(&ck.weights_for(&names, &self.checkpoint_prefix), true).ctx(at())?;
+        }
+        // A Lightning checkpoint lists its schedulers in order: they go to
+        // the optimizers that have one, in order.
+        let scheduler_states: Vec<Vec<(String, f64)>> = if ck.schedulers_listed {
+            let with = self.optimizers.iter().filter(|c| c.scheduler.is_some()).count();
+            if with != ck.scheduler_states.len() {
+                return Err(Error::format(format!(
+                    "{}: the checkpoint holds {} scheduler states, configure_optimizers made {with}",
+                    path.display(),
+                    ck.scheduler_states.len()
+                )));
+            }
+            let mut listed = ck.scheduler_states.iter();
+            self.optimizers
+                .iter()
+                .map(|c| if c.scheduler.is_some() { listed.next().cloned().unwrap_or_default() } else { Vec::new() })
+                .collect()
+        } else {
+            ck.scheduler_states.clone()
+        };
         for (i, cfg) in self.optimizers.iter_mut().enumerate() {
             cfg.optimizer.load_state_dict(&ck.optimizer_states[i]).ctx(format!("{}: optimizer {i}", at()))?;
-            let sched_state = ck.scheduler_states.get(i).cloned().unwrap_or_default();
+            let sched_state = scheduler_states.get(i).cloned().unwrap_or_default();
             match (cfg.scheduler.as_mut(), sched_state.is_empty()) {
                 (Some(s), false) => {
                     s.scheduler.load_state_dict(&sched_state).ctx(format!("{}: scheduler {i}", at()))?
@@ -404,6 +462,7 @@ impl Run<'_> {
         }
         self.state.global_step = ck.global_step;
         self.state.batches_stepped = ck.batches_stepped;
+        self.scheduler_steps = ck.scheduler_steps;
         self.state.epoch = ck.epoch;
         Ok(())
     }

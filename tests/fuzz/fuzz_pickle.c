@@ -5,8 +5,15 @@
  * mutations reach the unpickler instead of failing the zip checks. The
  * archive is loaded into a Linear(2, 2) with `fulmen_model_load` (not
  * strict): an error or a load, never a crash, a hang or a leaked handle;
- * on failure the weights are unchanged. The seeds are state_dict pickles
- * as `torch.save` writes them and a checkpoint-like nested dict.
+ * on failure the weights are unchanged. The same archive is then the
+ * ckpt_path of a validation run of a Linear(4, 4), which reads it as a
+ * Lightning checkpoint (loops, optimizer and scheduler states, callbacks):
+ * again an error or a run. The seeds are state_dict pickles as
+ * `torch.save` writes them, a checkpoint-like nested dict, and the pickle
+ * of a Lightning checkpoint fulmen writes at start-up (a fit of the
+ * Linear(4, 4) with SGD and StepLR), whose other storage records every
+ * archive carries; its storage "0", the 16-float weight, is the one the
+ * other seeds view.
  */
 #define _XOPEN_SOURCE 700
 
@@ -38,9 +45,139 @@ static const char seed_checkpoint[] =
     "uX\x10\x00\x00\x00optimizer_states](}(X\x02\x00\x00\x00lrG?\xb9\x99\x99\x99\x99\x99\x9aX\x05\x00\x00\x00" "betas"
     "G?\xec\xcc\xcc\xcc\xcc\xcc\xcdG?\xef\xf7\xce\xd9\x16\x87+\x86X\x06\x00\x00\x00params](K\x00K\x01" "euaeN\x88u.";
 
+/* The validation run that reads each archive as a checkpoint. */
+static struct {
+    fulmen_model *model;
+    fulmen_lightning_module *module;
+    fulmen_trainer *trainer;
+    fulmen_dataset *data;
+    fulmen_loader *loader;
+    /* the storage records (but "0") of the Lightning seed */
+    int records;
+    char names[16][32];
+    uint8_t *bytes[16];
+    size_t sizes[16];
+} run;
+
+static void need(fulmen_error *e) {
+    if (e != NULL) {
+        fprintf(stderr, "fuzz pickle: set-up failed: %s\n", fulmen_error_message(e));
+        abort();
+    }
+}
+
+static fulmen_error *fit_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **loss) {
+    (void)ud;
+    (void)ctx;
+    fulmen_tensor *x = NULL, *y = NULL, *out = NULL;
+    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
+    if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
+    if (e == NULL) e = fulmen_model_forward(run.model, x, &out);
+    if (e == NULL) e = fulmen_loss_mse(out, y, FULMEN_REDUCTION_MEAN, loss);
+    return e;
+}
+
+static fulmen_error *val_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch) {
+    fulmen_tensor *loss = NULL;
+    return fit_step(ud, ctx, batch, &loss);
+}
+
+static fulmen_error *sgd_step_lr(void *ud, fulmen_optimizer_config *config) {
+    (void)ud;
+    fulmen_sgd_options o = fulmen_sgd_options_default();
+    o.momentum = 0.9;
+    fulmen_optimizer *opt = NULL;
+    fulmen_scheduler *s = NULL;
+    fulmen_error *e = fulmen_optimizer_sgd_new(run.model, NULL, 0, &o, &opt);
+    if (e == NULL) e = fulmen_scheduler_step_lr_new(opt, 1, 0.5, &s);
+    if (e == NULL) e = fulmen_optimizer_config_add(config, opt, s, FULMEN_INTERVAL_EPOCH, 1, NULL);
+    if (e != NULL) {
+        fulmen_scheduler_free(s);
+        fulmen_optimizer_free(opt);
+    }
+    return e;
+}
+
+static void make_run(void) {
+    if (run.trainer != NULL) return;
+    float xs[16];
+    for (int i = 0; i < 16; i++) xs[i] = (float)i / 16.0f;
+    int64_t shape[2] = {4, 4};
+    fulmen_tensor *x = NULL;
+    need(fulmen_tensor_from_data(xs, sizeof xs, FULMEN_DTYPE_F32, shape, 2, &x));
+    const fulmen_tensor *columns[2] = {x, x};
+    need(fulmen_dataset_from_tensors(columns, 2, &run.data));
+    fulmen_tensor_free(x);
+    fulmen_loader_options lo = fulmen_loader_options_default();
+    lo.batch_size = 4;
+    need(fulmen_loader_new(run.data, &lo, &run.loader));
+    need(fulmen_model_linear_new(4, 4, true, &run.model));
+    fulmen_module_vtable vt = {.struct_size = sizeof vt,
+                               .training_step = fit_step,
+                               .validation_step = val_step,
+                               .configure_optimizers = sgd_step_lr};
+    need(fulmen_lightning_module_new(&vt, run.model, &run.module));
+    fulmen_trainer_options *o = NULL;
+    need(fulmen_trainer_options_new(&o));
+    const char *kv[] = {"max_epochs", "1", "logger", "false", "enable_progress_bar", "false",
+                        "enable_model_summary", "false", "enable_checkpointing", "false", "num_sanity_val_steps", "0",
+                        "checkpoint_format", "lightning", "handle_signals", "false", NULL};
+    for (int i = 0; kv[i] != NULL; i += 2) need(fulmen_trainer_options_set(o, kv[i], kv[i + 1]));
+    char root[96];
+    snprintf(root, sizeof root, "/tmp/fulmen-fuzz-pickle-root-%d", (int)getpid());
+    need(fulmen_trainer_options_set(o, "default_root_dir", root));
+    need(fulmen_trainer_new(o, &run.trainer));
+    fulmen_trainer_options_free(o);
+}
+
+static uint32_t le32(const uint8_t *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+
+/* The pickle of a Lightning checkpoint of the validation run's model; its
+ * storage records but "0" are kept for every archive. */
+static void lightning_seed(void (*add)(const uint8_t *data, size_t size)) {
+    make_run();
+    char dir[96], path[160];
+    snprintf(dir, sizeof dir, "/tmp/fulmen-fuzz-pickle-seed-%d", (int)getpid());
+    fulmen_model_checkpoint_options mc = fulmen_model_checkpoint_options_default();
+    mc.dirpath = dir;
+    mc.filename = "seed";
+    need(fulmen_trainer_add_model_checkpoint(run.trainer, &mc));
+    need(fulmen_trainer_fit(run.trainer, run.module, run.loader, NULL, NULL));
+    snprintf(path, sizeof path, "%s/seed.ckpt", dir);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) abort();
+    static uint8_t file[1 << 16];
+    size_t n = fread(file, 1, sizeof file, f);
+    fclose(f);
+    unlink(path);
+    rmdir(dir);
+    /* Stored records, each behind its local header (sizes in the header). */
+    for (size_t at = 0; at + 30 <= n && le32(file + at) == 0x04034b50;) {
+        uint32_t size = le32(file + at + 18);
+        size_t name_len = file[at + 26] | file[at + 27] << 8, extra_len = file[at + 28] | file[at + 29] << 8;
+        const char *name = (const char *)file + at + 30;
+        const uint8_t *body = file + at + 30 + name_len + extra_len;
+        if (body + size > file + n) abort();
+        const char *slash = memchr(name, '/', name_len);
+        size_t rest = slash == NULL ? 0 : name_len - (size_t)(slash + 1 - name);
+        if (rest == 8 && memcmp(slash + 1, "data.pkl", 8) == 0) {
+            add(body, size);
+        } else if (rest > 5 && memcmp(slash + 1, "data/", 5) == 0 && !(rest == 6 && slash[6] == '0') &&
+                   rest - 5 < sizeof run.names[0] && run.records < 16) {
+            snprintf(run.names[run.records], sizeof run.names[0], "archive/%.*s", (int)rest, slash + 1);
+            run.bytes[run.records] = malloc(size);
+            if (run.bytes[run.records] == NULL) abort();
+            memcpy(run.bytes[run.records], body, size);
+            run.sizes[run.records++] = size;
+        }
+        at = (size_t)(body + size - file);
+    }
+}
+
 void fuzz_seeds(void (*add)(const uint8_t *data, size_t size)) {
     add((const uint8_t *)seed_state_dict, sizeof seed_state_dict - 1);
     add((const uint8_t *)seed_checkpoint, sizeof seed_checkpoint - 1);
+    lightning_seed(add);
 }
 
 static uint32_t crc32_of(const uint8_t *p, size_t n) {
@@ -76,7 +213,7 @@ static void put_entry(FILE *f, uint32_t crc, size_t size, const char *name) {
 
 /* Writes a stored zip of records `names[i]` holding `data[i]`. */
 static void write_zip(FILE *f, const char *const *names, const uint8_t *const *data, const size_t *sizes, int n) {
-    uint32_t offsets[2], crcs[2];
+    uint32_t offsets[18], crcs[18];
     for (int i = 0; i < n; i++) {
         offsets[i] = (uint32_t)ftell(f);
         crcs[i] = crc32_of(data[i], sizes[i]);
@@ -107,9 +244,9 @@ static void write_zip(FILE *f, const char *const *names, const uint8_t *const *d
     put16(f, 0);
 }
 
-static unsigned long inputs, loaded;
+static unsigned long inputs, loaded, validated;
 
-void fuzz_report(void) { printf("fuzz pickle: %lu inputs, %lu loaded\n", inputs, loaded); }
+void fuzz_report(void) { printf("fuzz pickle: %lu inputs, %lu loaded, %lu validated from\n", inputs, loaded, validated); }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > (1u << 20)) return 0;
@@ -119,10 +256,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (f == NULL) abort();
     float storage[16];
     for (int i = 0; i < 16; i++) storage[i] = (float)i * 0.5f;
-    const char *names[2] = {"archive/data.pkl", "archive/data/0"};
-    const uint8_t *records[2] = {data, (const uint8_t *)storage};
-    size_t sizes[2] = {size, sizeof storage};
-    write_zip(f, names, records, sizes, 2);
+    make_run();
+    const char *names[18] = {"archive/data.pkl", "archive/data/0"};
+    const uint8_t *records[18] = {data, (const uint8_t *)storage};
+    size_t sizes[18] = {size, sizeof storage};
+    for (int i = 0; i < run.records; i++) {
+        names[2 + i] = run.names[i];
+        records[2 + i] = run.bytes[i];
+        sizes[2 + i] = run.sizes[i];
+    }
+    write_zip(f, names, records, sizes, 2 + run.records);
     if (fclose(f) != 0) abort();
 
     size_t before = fulmen_live_handles();
@@ -153,6 +296,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fulmen_tensor_free(w1);
     fulmen_tensor_free(w0);
     fulmen_model_free(m);
+    /* The archive as a Lightning checkpoint to validate from. */
+    e = fulmen_trainer_validate(run.trainer, run.module, run.loader, path);
+    if (check_error(e), e == NULL) validated++;
     unlink(path);
     if (fulmen_live_handles() != before) {
         fprintf(stderr, "fuzz pickle: a handle leaked\n");

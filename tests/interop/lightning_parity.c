@@ -1,7 +1,8 @@
 /* fulmen's side of the per-step parity test against Lightning's own Trainer
  * (tests/interop/lightning_parity.py runs the Lightning twin).
  *
- *   lightning_parity CONFIG INIT DATA_X DATA_Y SAMPLES BATCH EPOCHS LOSSES [CKPT_DIR [RESUME]]
+ *   lightning_parity CONFIG INIT DATA_X DATA_Y SAMPLES BATCH EPOCHS LOSSES
+ *                    [CKPT_DIR [RESUME [FORMAT [EVERY_N_TRAIN_STEPS]]]]
  *
  * Trains a 32-64-10 MLP (PyTorch's names: 0.weight ... 2.bias) from INIT
  * (safetensors) on the first SAMPLES rows of DATA_X / DATA_Y (raw files of
@@ -20,7 +21,12 @@
  *             (start_factor 0.1, 5 steps) and CosineAnnealingLR (T_max 39,
  *             eta_min 0.001) at milestone 5, per step; no clipping.
  * CKPT_DIR: a ModelCheckpoint keeps every epoch's checkpoint there
- * (epoch=N.ckpt). RESUME: fit resumes from that checkpoint. A failed call
+ * (epoch=N.ckpt). RESUME: fit resumes from that checkpoint (a fulmen or a
+ * Lightning one; "-" for none). FORMAT: the checkpoints' format,
+ * "safetensors" (the default) or "lightning" (with the Lightning twin's
+ * attribute prefix "model."). EVERY_N_TRAIN_STEPS: the ModelCheckpoint
+ * saves every that many optimizer steps (step=N.ckpt) instead of every
+ * epoch. A failed call
  * prints its error code and message and exits 1. */
 #include <fulmen.h>
 #include <stdbool.h>
@@ -175,9 +181,9 @@ static void set(fulmen_trainer_options *opts, const char *key, const char *value
 }
 
 int main(int argc, char **argv) {
-    if (argc < 9 || argc > 11) {
+    if (argc < 9 || argc > 13) {
         fprintf(stderr, "usage: lightning_parity CONFIG INIT DATA_X DATA_Y SAMPLES BATCH EPOCHS LOSSES "
-                        "[CKPT_DIR [RESUME]]\n");
+                        "[CKPT_DIR [RESUME [FORMAT [EVERY_N_TRAIN_STEPS]]]]\n");
         return 2;
     }
     struct job job = {.config = argv[1]};
@@ -242,6 +248,10 @@ int main(int argc, char **argv) {
     set(opts, "logger", "false");
     set(opts, "handle_signals", "false");
     set(opts, "enable_checkpointing", argc > 9 ? "true" : "false");
+    if (argc > 11) {
+        set(opts, "checkpoint_format", argv[11]);
+        set(opts, "checkpoint_prefix", "model.");
+    }
     if (validating) {
         set(opts, "gradient_clip_val", "1");
         set(opts, "gradient_clip_algorithm", "norm");
@@ -259,9 +269,14 @@ int main(int argc, char **argv) {
         mc.dirpath = argv[9];
         mc.filename = "{epoch}";
         mc.save_top_k = -1;
+        if (argc > 12) {
+            mc.filename = "{step}";
+            mc.every_n_train_steps = strtoll(argv[12], NULL, 10);
+            mc.every_n_epochs = 0;
+        }
         TRY(fulmen_trainer_add_model_checkpoint(trainer, &mc));
     }
-    TRY(fulmen_trainer_fit(trainer, module, loader, validating ? val_loader : NULL, argc > 10 ? argv[10] : NULL));
+    TRY(fulmen_trainer_fit(trainer, module, loader, validating ? val_loader : NULL, argc > 10 && strcmp(argv[10], "-") != 0 ? argv[10] : NULL));
     fclose(job.losses);
     fulmen_trainer_free(trainer);
     fulmen_trainer_options_free(opts);

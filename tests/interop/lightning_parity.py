@@ -19,6 +19,13 @@ weights and sees the same batches in the same order on one CPU thread:
    in Lightning, an epoch-end checkpoint is written before
    ReduceLROnPlateau's epoch step (it may monitor a metric logged in
    on_train_epoch_end), and a resume does not replay that step.
+4. Across the two: fulmen resumes from Lightning's own checkpoint, and
+   Lightning resumes from the one fulmen writes in Lightning's format
+   (checkpoint_format "lightning"); both must give Lightning's resumed
+   losses. fulmen's file must hold what Lightning's holds at the same
+   point (loops, callbacks, optimizer and scheduler states), but for the
+   folders, its own `fulmen` entry and the rounding of a metric fulmen
+   averages in float64; so must a checkpoint taken inside an epoch.
 
 fulmen and Lightning run the same libtorch kernels in the same order, so
 the losses must be bit-identical; the largest difference is printed.
@@ -143,6 +150,70 @@ def fulmen_losses(binary, config, work, name, epochs, extra=()):
         return [float(line) for line in f]
 
 
+def lightning_mid_epoch(config, init, x, y, ckpt_dir, every):
+    """Lightning's checkpoints every `every` optimizer steps (step=N.ckpt)."""
+    import lightning.pytorch as pl
+
+    orig = pl.callbacks.ModelCheckpoint
+    try:
+        pl.callbacks.ModelCheckpoint = lambda **kw: orig(
+            **{**kw, "filename": "{step}", "every_n_train_steps": every, "every_n_epochs": 0}
+        )
+        lightning_losses(config, init, x, y, FIRST, ckpt_dir)
+    finally:
+        pl.callbacks.ModelCheckpoint = orig
+
+
+def comparable(v, path=""):
+    """A checkpoint's entries with tensors as (dtype, shape, values),
+    checkpoint paths as their file names, folders left out, ints as
+    floats."""
+    if torch.is_tensor(v):
+        return ("tensor", str(v.dtype), tuple(v.shape), [float(t) for t in v.flatten()[:4]])
+    if isinstance(v, dict):
+        return {
+            (os.path.basename(k) if os.sep in str(k) else k): "<folder>" if k == "dirpath" else comparable(x, f"{path}/{k}")
+            for k, x in v.items()
+        }
+    if isinstance(v, (list, tuple)):
+        return type(v)(comparable(x, path) for x in v)
+    if isinstance(v, bool) or v is None:
+        return v
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str) and os.sep in v:
+        return os.path.basename(v)
+    return v
+
+
+def differences(ours, theirs, path=""):
+    """Where `ours` differs from `theirs` (floats within 1e-6 relative)."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        out = [f"{path}/{k}: only in Lightning's" for k in theirs if k not in ours]
+        out += [f"{path}/{k}: only in fulmen's" for k in ours if k not in theirs and k != "fulmen"]
+        for k in ours:
+            if k in theirs:
+                out += differences(ours[k], theirs[k], f"{path}/{k}")
+        return out
+    if isinstance(ours, (list, tuple)) and type(ours) is type(theirs) and len(ours) == len(theirs):
+        return [d for i, (a, b) in enumerate(zip(ours, theirs)) for d in differences(a, b, f"{path}[{i}]")]
+    if isinstance(ours, float) and isinstance(theirs, float):
+        close = ours == theirs or abs(ours - theirs) <= 1e-6 * max(abs(theirs), 1e-12)
+        return [] if close else [f"{path}: fulmen {ours!r}, Lightning {theirs!r}"]
+    return [] if ours == theirs else [f"{path}: fulmen {ours!r}, Lightning {theirs!r}"]
+
+
+def compare_files(what, ours, theirs):
+    """Prints and returns whether fulmen's Lightning-format checkpoint holds
+    what Lightning's own holds."""
+    found = differences(comparable(torch.load(ours, weights_only=True)),
+                        comparable(torch.load(theirs, weights_only=True)))
+    print(f"{'ok  ' if not found else 'FAIL'} {what}: {len(found)} differences", flush=True)
+    for d in found[:12]:
+        print(f"     {d}", flush=True)
+    return not found
+
+
 def compare(what, got, want):
     """Prints and returns whether `got` equals `want` within TOLERANCE."""
     if len(got) != len(want):
@@ -196,6 +267,35 @@ def main():
                                lightning_resumed))
         if CONFIGS[config][1] is not None:
             results.append(compare(f"{config}: fulmen resumed vs Lightning uninterrupted", resumed, reference))
+        lightning_ckpt = os.path.join(lightning_ckpts, f"epoch={FIRST - 1}.ckpt")
+        lightning_first = lightning_resumed[: len(first)]
+        from_lightning = lightning_first + fulmen_losses(
+            a.binary, config, work, "from-lightning", EPOCHS, [os.path.join(work, f"{config}-after-lightning"), lightning_ckpt]
+        )
+        results.append(compare(f"{config}: fulmen resumed from Lightning's checkpoint vs Lightning resumed",
+                               from_lightning, lightning_resumed))
+        written = os.path.join(work, f"{config}-lightning-format")
+        shutil.rmtree(written, ignore_errors=True)
+        fulmen_first = fulmen_losses(a.binary, config, work, "lightning-format", FIRST, [written, "-", "lightning"])
+        ours = os.path.join(written, f"epoch={FIRST - 1}.ckpt")
+        results.append(compare_files(f"{config}: fulmen's Lightning-format checkpoint vs Lightning's", ours,
+                                     lightning_ckpt))
+        by_lightning = fulmen_first + lightning_losses(
+            config, init, x, y, EPOCHS, os.path.join(work, f"{config}-lightning-after-fulmen"), ours
+        )
+        results.append(compare(f"{config}: Lightning resumed from fulmen's checkpoint vs Lightning resumed",
+                               by_lightning, lightning_resumed))
+    # A checkpoint inside an epoch (every 5 optimizer steps; with
+    # accumulation, after a batch that stepped) holds the same loop progress.
+    for config, names in (("steplr", ("step=5.ckpt", "step=15.ckpt")), ("stepfreq", ("step=5.ckpt", "step=10.ckpt"))):
+        theirs, ours = os.path.join(work, f"{config}-mid-lightning"), os.path.join(work, f"{config}-mid-fulmen")
+        for d in (theirs, ours):
+            shutil.rmtree(d, ignore_errors=True)
+        lightning_mid_epoch(config, init, x, y, theirs, 5)
+        fulmen_losses(a.binary, config, work, "mid", FIRST, [ours, "-", "lightning", "5"])
+        for name in names:
+            results.append(compare_files(f"{config}: {name} inside an epoch, fulmen's vs Lightning's",
+                                         os.path.join(ours, name), os.path.join(theirs, name)))
     failed = results.count(False)
     print(f"lightning_parity: {len(results) - failed} passed, {failed} failed")
     return 1 if failed else 0

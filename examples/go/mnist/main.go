@@ -7,6 +7,7 @@
 //	      [-cnn] [-seed 42] [-threads N] [-out runs/mnist]
 //	      [-resume last|best|PATH] [-accelerator auto] [-devices auto]
 //	      [-precision 32-true] [-strategy auto]
+//	      [-checkpoint-format safetensors|lightning]
 //
 // With -strategy ddp -devices N the job runs on N processes (fulmen starts
 // the others, or torchrun / SLURM did); rank 0 alone reports and writes.
@@ -15,7 +16,11 @@
 // CSV and TensorBoard logs under <out>/lightning_logs/version_N/, the best
 // (by validation accuracy) and the last checkpoint under <out>/checkpoints/,
 // and the trained weights to <out>/model.safetensors. -resume continues an
-// interrupted run from a checkpoint.
+// interrupted run from a checkpoint: fulmen's, or one Lightning wrote for
+// the same network held as a LightningModule's self.model.
+// -checkpoint-format lightning writes checkpoints that torch.load and
+// Lightning's Trainer.fit(ckpt_path=...) read (the network's names under
+// "model.").
 package main
 
 import (
@@ -143,9 +148,10 @@ func main() {
 	devices := flag.String("devices", "auto", "devices, as Lightning reads them: auto, N, -1, 0,2")
 	precision := flag.String("precision", "32-true", "precision: 32-true, 64-true, bf16-mixed, 16-mixed, ...")
 	strategy := flag.String("strategy", "auto", "strategy: auto, single_device, ddp, ...")
+	checkpointFormat := flag.String("checkpoint-format", "safetensors", "checkpoint file format: safetensors or lightning")
 	flag.Parse()
 	if *data == "" || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: mnist -data mnist_5k.csv.gz [-epochs N] [-batch-size N] [-lr X] [-cnn] [-seed N] [-threads N] [-out DIR] [-resume last|best|PATH] [-accelerator NAME] [-devices SPEC] [-precision P] [-strategy NAME]")
+		fmt.Fprintln(os.Stderr, "usage: mnist -data mnist_5k.csv.gz [-epochs N] [-batch-size N] [-lr X] [-cnn] [-seed N] [-threads N] [-out DIR] [-resume last|best|PATH] [-accelerator NAME] [-devices SPEC] [-precision P] [-strategy NAME] [-checkpoint-format safetensors|lightning]")
 		os.Exit(2)
 	}
 	fmt.Printf("fulmen %s on libtorch %s\n", fulmen.Version(), fulmen.LibtorchVersion())
@@ -267,6 +273,9 @@ func main() {
 	check("devices", opts.Set("devices", *devices))
 	check("precision", opts.Set("precision", *precision))
 	check("strategy", opts.Set("strategy", *strategy))
+	check("checkpoint_format", opts.Set("checkpoint_format", *checkpointFormat))
+	// A Lightning twin holds the network as self.model.
+	check("checkpoint_prefix", opts.Set("checkpoint_prefix", "model."))
 	trainer, err := fulmen.NewTrainer(opts)
 	check("creating the trainer", err)
 	defer trainer.Close()

@@ -137,8 +137,11 @@ fn hostile_pickles_are_refused() {
     }
     wide.extend_from_slice(b"t.");
     refused(&wide, &[], "more than");
-    // A list referenced twice could make a cycle: refused.
-    refused(b"\x80\x02]q\x00h\x00a.", &[], "referenced twice");
+    // A list that contains itself: refused.
+    refused(b"\x80\x02]q\x00h\x00a.", &[], "not a list");
+    // A finished list is shared (SequentialLR's state shares `_last_lr`),
+    // and cannot be filled after that.
+    refused(b"\x80\x02(]q\x00K\x01ah\x00K\x02at.", &[], "not a list");
     // Stack misuse.
     refused(b"\x80\x02a.", &[], "stack underflow");
     refused(b"\x80\x02NN.", &[], "left on the stack");
@@ -220,4 +223,16 @@ fn not_an_archive_says_what_it_is() {
     let e = read_bytes(b"PK\x03\x04 but nothing else", "stub").unwrap_err();
     assert_eq!(e.code, ErrorCode::Format);
     assert!(e.message.contains("not a readable torch.save archive"), "{}", e.message);
+}
+
+#[test]
+fn a_finished_list_read_twice_is_shared() {
+    // ([1], [1]) with the list memoized once and read back with BINGET.
+    let bytes = archive_with_pickle(b"\x80\x02(]q\x00K\x01ah\x00t.", &[]);
+    let v = read_bytes(&bytes, "test").unwrap();
+    let Value::Tuple(items) = v else { panic!("not a tuple: {v:?}") };
+    assert_eq!(items.len(), 2);
+    for item in &items {
+        assert!(matches!(item, Value::List(l) if matches!(l.as_slice(), [Value::Int(1)])), "{item:?}");
+    }
 }

@@ -177,6 +177,21 @@ public:
     /// Sets `enable_checkpointing` on a temporary and passes it on.
     Self&& enable_checkpointing(bool v) && { return std::move(put("enable_checkpointing", v)); }
 
+    /// `checkpoint_format` (text; default safetensors): file format of the checkpoints the trainer
+    /// writes: "safetensors" (fulmen's) or "lightning" (Lightning's torch.save dict, which
+    /// torch.load and Lightning's Trainer read); either is read back.
+    Self& checkpoint_format(std::string_view v) & { return put("checkpoint_format", v); }
+    /// Sets `checkpoint_format` on a temporary and passes it on.
+    Self&& checkpoint_format(std::string_view v) && { return std::move(put("checkpoint_format", v)); }
+
+    /// `checkpoint_prefix` (text; default ): LightningModule attribute holding the network in
+    /// Lightning checkpoints, with its dot ("model."): written before each state_dict name and
+    /// removed when reading; empty writes the names as they are and, when reading, removes the
+    /// attribute prefix that makes the names fit the model.
+    Self& checkpoint_prefix(std::string_view v) & { return put("checkpoint_prefix", v); }
+    /// Sets `checkpoint_prefix` on a temporary and passes it on.
+    Self&& checkpoint_prefix(std::string_view v) && { return std::move(put("checkpoint_prefix", v)); }
+
     /// `enable_progress_bar` (bool; default true): show progress on stderr.
     Self& enable_progress_bar(bool v) & { return put("enable_progress_bar", v); }
     /// Sets `enable_progress_bar` on a temporary and passes it on.

@@ -1,0 +1,156 @@
+//! ModelCheckpoint and EarlyStopping states between fulmen's text form and
+//! the entries Lightning keeps under each callback's `state_key`
+//! (`"ModelCheckpoint{'monitor': 'val_loss', 'mode': 'min', ...}"`).
+use super::value::{dict, entries, number, scalar_f32, string, text};
+use crate::checkpoint::torch_save::Value;
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+
+/// Lightning's `callbacks` entry: each callback with a Lightning
+/// counterpart under its Lightning key.
+pub fn to_lightning(ck: &Checkpoint) -> Result<Value> {
+    let mut out = Vec::new();
+    for (key, lightning_key) in &ck.lightning_keys {
+        let Some(state) = ck.callbacks.get(key) else { continue };
+        let v = if lightning_key.starts_with("ModelCheckpoint{") {
+            model_checkpoint(state)?
+        } else if lightning_key.starts_with("EarlyStopping{") {
+            early_stopping(state)?
+        } else {
+            continue;
+        };
+        out.push((text(lightning_key), v));
+    }
+    Ok(Value::Dict(out))
+}
+
+fn opt_str(s: Option<&String>) -> Value {
+    match s {
+        Some(s) if !s.is_empty() => text(s),
+        _ => Value::None,
+    }
+}
+
+fn score(s: Option<&String>) -> Result<Value> {
+    match s.and_then(|s| s.parse::<f64>().ok()) {
+        Some(v) => scalar_f32(v),
+        None => Ok(Value::None),
+    }
+}
+
+fn model_checkpoint(state: &BTreeMap<String, String>) -> Result<Value> {
+    let get = |k: &str| state.get(k).cloned().unwrap_or_default();
+    let max = get("mode") == "max";
+    // Lightning ranks checkpoints only by a monitored metric.
+    let best_k: BTreeMap<String, f64> = if get("monitor").is_empty() {
+        BTreeMap::new()
+    } else {
+        serde_json::from_str(&get("best_k_models")).unwrap_or_default()
+    };
+    // The worst kept checkpoint, which the next one must beat.
+    let kth = best_k
+        .iter()
+        .max_by(|a, b| if max { b.1.total_cmp(a.1) } else { a.1.total_cmp(b.1) })
+        .map(|(p, v)| (p.clone(), *v));
+    let (kth_path, kth_value) = match kth {
+        Some((p, v)) => (p, v),
+        _ => (String::new(), if max { f64::NEG_INFINITY } else { f64::INFINITY }),
+    };
+    let best_k = best_k.iter().map(|(p, v)| Ok((text(p), scalar_f32(*v)?))).collect::<Result<Vec<_>>>()?;
+    Ok(dict(vec![
+        ("monitor", opt_str(state.get("monitor"))),
+        ("best_model_score", score(state.get("best_model_score"))?),
+        ("best_model_path", text(&get("best_model_path"))),
+        ("current_score", Value::None),
+        ("dirpath", opt_str(state.get("dirpath"))),
+        ("best_k_models", Value::Dict(best_k)),
+        ("kth_best_model_path", text(&kth_path)),
+        ("kth_value", scalar_f32(kth_value)?),
+        ("last_model_path", text(&get("last_model_path"))),
+    ]))
+}
+
+fn early_stopping(state: &BTreeMap<String, String>) -> Result<Value> {
+    let int = |k: &str| -> Result<Value> {
+        state
+            .get(k)
+            .and_then(|v| v.parse::<f64>().ok())
+            .map(|v| Value::Int(v as i64))
+            .ok_or_else(|| Error::format(format!("EarlyStopping state lacks `{k}`")))
+    };
+    let best = state.get("best_score").and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::INFINITY);
+    Ok(dict(vec![
+        ("wait_count", int("wait_count")?),
+        ("stopped_epoch", int("stopped_epoch")?),
+        ("best_score", scalar_f32(best)?),
+        ("patience", int("patience")?),
+    ]))
+}
+
+/// The value of `'name': '...'` in a Lightning state key (a Python dict's
+/// repr), when it is a string.
+fn key_field(key: &str, name: &str) -> Option<String> {
+    let start = key.find(&format!("'{name}': "))? + name.len() + 4;
+    let rest = &key[start..];
+    let quote = rest.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+    let mut out = String::new();
+    let mut chars = rest[1..].chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.push(chars.next()?),
+            c if c == quote => return Some(out),
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+fn text_of(v: Option<&Value>) -> String {
+    v.and_then(super::value::as_text).unwrap_or_default()
+}
+
+/// fulmen's callback states from Lightning's `callbacks` entry: its
+/// ModelCheckpoint and EarlyStopping states, under the names fulmen's
+/// callbacks of the same monitor (and mode) have. Others are left out.
+pub fn from_lightning(v: &Value, what: &str) -> Result<BTreeMap<String, BTreeMap<String, String>>> {
+    let mut out: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for (k, state) in entries(v, what)? {
+        let k = string(k, &format!("{what} key"))?;
+        let swhat = format!("{what}[{k:?}]");
+        let (name, map) = if k.starts_with("ModelCheckpoint{") {
+            let monitor = key_field(k, "monitor").unwrap_or_default();
+            let mut m = BTreeMap::new();
+            m.insert("monitor".to_string(), monitor.clone());
+            m.insert("mode".to_string(), key_field(k, "mode").unwrap_or_else(|| "min".into()));
+            for f in ["best_model_path", "last_model_path", "dirpath", "best_model_score"] {
+                m.insert(f.to_string(), text_of(state.get(f)));
+            }
+            let mut best_k = BTreeMap::new();
+            if let Some(b) = state.get("best_k_models") {
+                for (p, s) in entries(b, &format!("{swhat}.best_k_models"))? {
+                    best_k.insert(string(p, &swhat)?.to_string(), number(s, &format!("{swhat}.best_k_models"))?);
+                }
+            }
+            m.insert("best_k_models".into(), serde_json::to_string(&best_k).unwrap_or_default());
+            (format!("ModelCheckpoint{{monitor={monitor:?}}}"), m)
+        } else if k.starts_with("EarlyStopping{") {
+            let monitor = key_field(k, "monitor").unwrap_or_default();
+            let mode = key_field(k, "mode").unwrap_or_else(|| "min".into());
+            let mut m = BTreeMap::new();
+            for f in ["wait_count", "stopped_epoch", "best_score", "patience"] {
+                let x = state.get(f).ok_or_else(|| Error::format(format!("{swhat} has no `{f}`")))?;
+                m.insert(f.to_string(), number(x, &format!("{swhat}.{f}"))?.to_string());
+            }
+            (format!("EarlyStopping{{monitor={monitor:?}, mode={mode:?}}}"), m)
+        } else {
+            continue;
+        };
+        let n = seen.entry(name.clone()).or_insert(0);
+        *n += 1;
+        let name = if *n == 1 { name } else { format!("{name}#{n}") };
+        out.insert(name, map);
+    }
+    Ok(out)
+}

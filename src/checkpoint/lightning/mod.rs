@@ -1,0 +1,226 @@
+//! Lightning's checkpoint format: the dict `Trainer.save_checkpoint` writes
+//! with `torch.save` (`epoch`, `global_step`, `state_dict`, `loops`,
+//! `callbacks`, `optimizer_states`, `lr_schedulers`, the precision
+//! plugin's state, `hyper_parameters`), mapped to and from fulmen's
+//! [`Checkpoint`]. What Lightning has no place for (the generators'
+//! states, `on_save_checkpoint` entries, callbacks Lightning lacks) goes
+//! under a `fulmen` entry, which Lightning ignores.
+mod callbacks;
+mod loops;
+mod optimizer;
+mod scheduler;
+mod value;
+
+use super::file::{Checkpoint, MAX_OPTIMIZERS};
+use super::torch_save::Value;
+use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+use tch::Tensor;
+#[cfg(test)]
+use value::floats;
+use value::{dict, entries, items, text};
+
+pub use loops::Counts;
+
+/// Python's `repr` of an optional str (`None` or `'text'`), as Lightning's
+/// callback state keys print their options.
+pub fn py_repr_opt(s: Option<&str>) -> String {
+    s.map_or_else(|| "None".to_string(), value::py_repr)
+}
+
+/// The Lightning release whose checkpoint layout fulmen writes.
+pub const LIGHTNING_VERSION: &str = "2.6.6";
+
+/// Key of the precision plugin's state (16-mixed's loss scaler).
+const PRECISION_KEY: &str = "MixedPrecision";
+
+/// Key of what only fulmen reads.
+const FULMEN_KEY: &str = "fulmen";
+
+/// Whether Lightning's format can carry the state of a scheduler (an
+/// `Unsupported` error naming what it cannot).
+pub fn check_scheduler(state: &[(String, f64)]) -> Result<()> {
+    scheduler::to_torch(state).map(|_| ())
+}
+
+/// Whether a `torch.save` value is a Lightning checkpoint (has
+/// `pytorch-lightning_version` and `state_dict`).
+pub fn is_lightning(v: &Value) -> bool {
+    v.get("pytorch-lightning_version").is_some() && v.get("state_dict").is_some()
+}
+
+fn text_map(map: &BTreeMap<String, String>) -> Value {
+    Value::Dict(map.iter().map(|(k, v)| (text(k), text(v))).collect())
+}
+
+fn nested_text_map(map: &BTreeMap<String, BTreeMap<String, String>>) -> Value {
+    Value::Dict(map.iter().map(|(k, v)| (text(k), text_map(v))).collect())
+}
+
+fn read_text_map(v: &Value, what: &str) -> Result<BTreeMap<String, String>> {
+    entries(v, what)?
+        .iter()
+        .map(|(k, x)| {
+            let k = value::string(k, &format!("{what} key"))?;
+            let x = value::string(x, &format!("{what}.{k}"))?;
+            Ok((k.to_string(), x.to_string()))
+        })
+        .collect()
+}
+
+fn read_nested_text_map(v: &Value, what: &str) -> Result<BTreeMap<String, BTreeMap<String, String>>> {
+    entries(v, what)?
+        .iter()
+        .map(|(k, x)| {
+            let k = value::string(k, &format!("{what} key"))?;
+            Ok((k.to_string(), read_text_map(x, &format!("{what}.{k}"))?))
+        })
+        .collect()
+}
+
+/// The Lightning checkpoint of `ck`, its state_dict's names prefixed with
+/// `prefix` (the LightningModule attribute holding the network, such as
+/// `"model."`; empty when the module's parameters are its own).
+pub fn to_lightning(ck: &Checkpoint, prefix: &str) -> Result<Value> {
+    let weights = Value::Dict(
+        ck.state_dict.iter().map(|(k, t)| (text(&format!("{prefix}{k}")), Value::Tensor(t.shallow_clone()))).collect(),
+    );
+    let mut top = vec![
+        ("epoch", Value::Int(ck.epoch)),
+        ("global_step", Value::Int(ck.global_step)),
+        ("pytorch-lightning_version", text(LIGHTNING_VERSION)),
+        ("state_dict", weights),
+        ("loops", loops::to_lightning(ck)),
+    ];
+    if !ck.weights_only {
+        top.push(("callbacks", callbacks::to_lightning(ck)?));
+        let mut optimizers = Vec::new();
+        for (i, state) in ck.optimizer_states.iter().enumerate() {
+            let kind = ck.optimizer_kinds.get(i).map(String::as_str).unwrap_or("");
+            optimizers.push(optimizer::to_torch(kind, state).map_err(|e| e.context(format!("optimizer {i}")))?);
+        }
+        top.push(("optimizer_states", Value::List(optimizers)));
+        let schedulers = ck
+            .scheduler_states
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.is_empty())
+            .map(|(i, s)| scheduler::to_torch(s).map_err(|e| e.context(format!("scheduler of optimizer {i}"))))
+            .collect::<Result<Vec<_>>>()?;
+        top.push(("lr_schedulers", Value::List(schedulers)));
+        if !ck.precision_state.is_empty() {
+            let scaler = ck
+                .precision_state
+                .iter()
+                .map(|(k, v)| {
+                    let v = if k == "growth_interval" || k == "_growth_tracker" {
+                        Value::Int(*v as i64)
+                    } else {
+                        Value::Float(*v)
+                    };
+                    (text(k), v)
+                })
+                .collect();
+            top.push((PRECISION_KEY, Value::Dict(scaler)));
+        }
+    }
+    if !ck.hparams.is_empty() {
+        top.push(("hparams_name", text("kwargs")));
+        top.push((
+            "hyper_parameters",
+            Value::Dict(ck.hparams.iter().map(|(k, v)| (text(k), value::from_text(v))).collect()),
+        ));
+    }
+    let mut own = vec![("format", text(super::FORMAT_VERSION))];
+    if !ck.weights_only {
+        own.push(("callbacks", nested_text_map(&ck.callbacks)));
+        own.push(("extra", nested_text_map(&ck.extra)));
+        let mut rng = Vec::new();
+        if let Some(t) = &ck.rng_state {
+            rng.push(("cpu", Value::Tensor(t.shallow_clone())));
+        }
+        if let Some(t) = &ck.cuda_rng_state {
+            rng.push(("cuda", Value::Tensor(t.shallow_clone())));
+        }
+        own.push(("rng_states", dict(rng)));
+    }
+    top.push((FULMEN_KEY, dict(own)));
+    Ok(dict(top))
+}
+
+/// The checkpoint a Lightning `.ckpt` holds (`what` names it in errors).
+/// Its state_dict keeps the LightningModule's attribute prefix (the run
+/// maps the names to its model), and its schedulers are listed in
+/// Lightning's order (`schedulers_listed`).
+pub fn from_lightning(top: &Value, what: &str) -> Result<Checkpoint> {
+    let state_dict = super::torch_save::state_dict_of(top, what)?;
+    let counts = loops::from_lightning(top, what)?;
+    let mut ck = Checkpoint {
+        epoch: counts.epoch,
+        global_step: counts.global_step,
+        batches_stepped: counts.batches_stepped,
+        batches_in_epoch: counts.batches_in_epoch,
+        epoch_finished: counts.epoch_finished,
+        scheduler_steps: counts.scheduler_steps,
+        state_dict,
+        schedulers_listed: true,
+        ..Default::default()
+    };
+    if let Some(h) = top.get("hyper_parameters") {
+        for (k, v) in entries(h, &format!("{what}.hyper_parameters"))? {
+            let (Value::Str(k), Some(v)) = (k, value::as_text(v)) else { continue };
+            ck.hparams.insert(k.clone(), v);
+        }
+    }
+    let Some(optimizers) = top.get("optimizer_states") else {
+        ck.weights_only = true;
+        return Ok(ck);
+    };
+    let optimizers = items(optimizers, &format!("{what}.optimizer_states"))?;
+    if optimizers.len() as i64 > MAX_OPTIMIZERS {
+        return Err(Error::format(format!("{what}: {} optimizer states", optimizers.len())));
+    }
+    for (i, o) in optimizers.iter().enumerate() {
+        ck.optimizer_states.push(optimizer::from_torch(o, &format!("{what}.optimizer_states[{i}]"))?);
+    }
+    if let Some(s) = top.get("lr_schedulers") {
+        for (i, s) in items(s, &format!("{what}.lr_schedulers"))?.iter().enumerate() {
+            ck.scheduler_states.push(scheduler::from_torch(s, &format!("{what}.lr_schedulers[{i}]"))?);
+        }
+    }
+    if let Some(p) = top.get(PRECISION_KEY) {
+        for (k, v) in entries(p, &format!("{what}.{PRECISION_KEY}"))? {
+            let k = value::string(k, &format!("{what}.{PRECISION_KEY} key"))?;
+            ck.precision_state.push((k.to_string(), value::number(v, &format!("{what}.{PRECISION_KEY}.{k}"))?));
+        }
+    }
+    let own = top.get(FULMEN_KEY);
+    match own.and_then(|o| o.get("callbacks")) {
+        Some(c) => ck.callbacks = read_nested_text_map(c, &format!("{what}.{FULMEN_KEY}.callbacks"))?,
+        None => {
+            if let Some(c) = top.get("callbacks") {
+                ck.callbacks = callbacks::from_lightning(c, &format!("{what}.callbacks"))?;
+            }
+        }
+    }
+    if let Some(own) = own {
+        if let Some(e) = own.get("extra") {
+            ck.extra = read_nested_text_map(e, &format!("{what}.{FULMEN_KEY}.extra"))?;
+        }
+        if let Some(r) = own.get("rng_states") {
+            let tensor = |key: &str| -> Result<Option<Tensor>> {
+                match r.get(key) {
+                    Some(Value::Tensor(t)) => Ok(Some(t.shallow_clone())),
+                    Some(_) => Err(Error::format(format!("{what}.{FULMEN_KEY}.rng_states.{key} is not a tensor"))),
+                    None => Ok(None),
+                }
+            };
+            ck.rng_state = tensor("cpu")?;
+            ck.cuda_rng_state = tensor("cuda")?;
+        }
+    }
+    Ok(ck)
+}
+
+#[cfg(test)]
+mod tests;

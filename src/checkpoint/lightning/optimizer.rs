@@ -1,0 +1,253 @@
+//! Optimizer states between fulmen's flat form (`param_groups.G.KEY`,
+//! `state.I.NAME` named tensors) and torch's `Optimizer.state_dict()`
+//! (`{"state": {I: {NAME: tensor}}, "param_groups": [{KEY: value,
+//! "params": [ids]}]}`).
+use super::value::{entries, field, items, number, scalar_f32, text};
+use crate::checkpoint::torch_save::Value;
+use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+use tch::{Kind, Tensor};
+
+/// Group entries torch keeps as booleans.
+const FLAGS: &[&str] = &["amsgrad", "maximize", "nesterov", "centered", "decoupled_weight_decay"];
+
+/// Group entries of torch's implementation choices (foreach, fused,
+/// capturable and differentiable kernels). fulmen runs its one
+/// implementation whatever they say: they are dropped when read and
+/// written with torch's defaults.
+const KERNEL_CHOICES: &[&str] = &["foreach", "capturable", "differentiable", "fused"];
+
+/// The order of torch's group entries for each kind (`initial_lr`, which a
+/// scheduler adds, and `params` come last).
+fn torch_order(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "sgd" => &[
+            "lr",
+            "momentum",
+            "dampening",
+            "weight_decay",
+            "nesterov",
+            "maximize",
+            "foreach",
+            "differentiable",
+            "fused",
+        ],
+        "adam" | "adamw" => &[
+            "lr",
+            "betas",
+            "eps",
+            "weight_decay",
+            "amsgrad",
+            "maximize",
+            "foreach",
+            "capturable",
+            "differentiable",
+            "fused",
+            "decoupled_weight_decay",
+        ],
+        "rmsprop" => &[
+            "lr",
+            "momentum",
+            "alpha",
+            "eps",
+            "centered",
+            "weight_decay",
+            "capturable",
+            "foreach",
+            "maximize",
+            "differentiable",
+        ],
+        "adagrad" => &[
+            "lr",
+            "lr_decay",
+            "eps",
+            "weight_decay",
+            "initial_accumulator_value",
+            "foreach",
+            "maximize",
+            "differentiable",
+            "fused",
+        ],
+        "adamax" => &["lr", "betas", "eps", "weight_decay", "foreach", "maximize", "differentiable", "capturable"],
+        "nadam" => &[
+            "lr",
+            "betas",
+            "eps",
+            "weight_decay",
+            "momentum_decay",
+            "decoupled_weight_decay",
+            "maximize",
+            "foreach",
+            "capturable",
+            "differentiable",
+        ],
+        "radam" => &[
+            "lr",
+            "betas",
+            "eps",
+            "weight_decay",
+            "maximize",
+            "foreach",
+            "capturable",
+            "decoupled_weight_decay",
+            "differentiable",
+        ],
+        _ => &[],
+    }
+}
+
+/// Which of [`KERNEL_CHOICES`] torch's optimizer of this kind has.
+fn kernel_choices(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "sgd" | "adagrad" => &["foreach", "differentiable", "fused"],
+        "adam" | "adamw" => &["foreach", "capturable", "differentiable", "fused"],
+        _ => &["foreach", "capturable", "differentiable"],
+    }
+}
+
+fn kernel_default(name: &str) -> Value {
+    match name {
+        "capturable" | "differentiable" => Value::Bool(false),
+        _ => Value::None,
+    }
+}
+
+fn one_number(t: &Tensor, key: &str) -> Result<f64> {
+    if t.numel() != 1 {
+        return Err(Error::format(format!("optimizer state '{key}' should hold one number")));
+    }
+    Ok(t.f_reshape([1i64])?.f_to_kind(Kind::Double)?.f_double_value(&[0])?)
+}
+
+/// torch's `state_dict()` of an optimizer of `kind` ("sgd", "adam", ...)
+/// from fulmen's flat state.
+pub fn to_torch(kind: &str, flat: &[(String, Tensor)]) -> Result<Value> {
+    let mut groups: BTreeMap<usize, Vec<(Value, Value)>> = BTreeMap::new();
+    let mut betas: BTreeMap<usize, [f64; 2]> = BTreeMap::new();
+    let mut params: BTreeMap<usize, Value> = BTreeMap::new();
+    let mut state: BTreeMap<i64, Vec<(Value, Value)>> = BTreeMap::new();
+    for (name, t) in flat {
+        let bad = || Error::format(format!("optimizer state: unexpected entry {name:?}"));
+        if let Some(rest) = name.strip_prefix("param_groups.") {
+            let (g, key) = rest.split_once('.').ok_or_else(bad)?;
+            let g: usize = g.parse().map_err(|_| bad())?;
+            let group = groups.entry(g).or_default();
+            match key {
+                "params" => {
+                    let ids = Vec::<i64>::try_from(t.f_flatten(0, -1)?)?;
+                    params.insert(g, Value::List(ids.into_iter().map(Value::Int).collect()));
+                }
+                "betas.0" | "betas.1" => {
+                    let slot = betas.entry(g).or_insert([0.9, 0.999]);
+                    slot[usize::from(key == "betas.1")] = one_number(t, name)?;
+                    if !group.iter().any(|(k, _)| matches!(k, Value::Str(s) if s == "betas")) {
+                        group.push((text("betas"), Value::None));
+                    }
+                }
+                k if FLAGS.contains(&k) => group.push((text(k), Value::Bool(one_number(t, name)? != 0.0))),
+                k => group.push((text(k), Value::Float(one_number(t, name)?))),
+            }
+        } else if let Some(rest) = name.strip_prefix("state.") {
+            let (i, key) = rest.split_once('.').ok_or_else(bad)?;
+            let i: i64 = i.parse().map_err(|_| bad())?;
+            // torch keeps steps and other per-parameter numbers as 0-dim
+            // float32 tensors, and buffers as they are.
+            let v = if t.dim() == 0 && t.kind() == Kind::Double {
+                scalar_f32(one_number(t, name)?)?
+            } else {
+                Value::Tensor(t.shallow_clone())
+            };
+            state.entry(i).or_default().push((text(key), v));
+        } else {
+            return Err(bad());
+        }
+    }
+    let mut out_groups = Vec::new();
+    for (g, mut group) in groups {
+        if let Some([b1, b2]) = betas.get(&g) {
+            for (k, v) in group.iter_mut() {
+                if matches!(k, Value::Str(s) if s == "betas") {
+                    *v = Value::Tuple(vec![Value::Float(*b1), Value::Float(*b2)]);
+                }
+            }
+        }
+        for name in kernel_choices(kind) {
+            group.push((text(name), kernel_default(name)));
+        }
+        // torch's order; initial_lr (a scheduler's) and anything else after.
+        let order = torch_order(kind);
+        group.sort_by_key(|(k, _)| match k {
+            Value::Str(s) => order.iter().position(|o| o == s).unwrap_or(order.len()),
+            _ => order.len(),
+        });
+        let ids =
+            params.remove(&g).ok_or_else(|| Error::format(format!("optimizer state: group {g} has no params")))?;
+        group.push((text("params"), ids));
+        out_groups.push(Value::Dict(group));
+    }
+    let state = state.into_iter().map(|(i, entries)| (Value::Int(i), Value::Dict(entries))).collect();
+    Ok(Value::Dict(vec![(text("state"), Value::Dict(state)), (text("param_groups"), Value::List(out_groups))]))
+}
+
+/// fulmen's flat state from torch's `state_dict()` of an optimizer
+/// (`what` names it in errors). Entries fulmen does not know are kept, so
+/// the optimizer's own loading names them.
+pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
+    let mut out = Vec::new();
+    let f64_scalar = |x: f64| -> Result<Tensor> { Ok(Tensor::f_from_slice(&[x])?.f_reshape([0i64; 0])?) };
+    let groups = items(field(v, "param_groups", what)?, &format!("{what}.param_groups"))?;
+    for (g, group) in groups.iter().enumerate() {
+        let gwhat = format!("{what}.param_groups[{g}]");
+        for (k, x) in entries(group, &gwhat)? {
+            let Value::Str(k) = k else {
+                return Err(Error::format(format!("{gwhat} has a key that is not a string")));
+            };
+            let key = format!("param_groups.{g}.{k}");
+            if KERNEL_CHOICES.contains(&k.as_str()) {
+                continue;
+            }
+            match (k.as_str(), x) {
+                ("params", ids) => {
+                    let ids: Vec<i64> = items(ids, &format!("{gwhat}.params"))?
+                        .iter()
+                        .map(|i| match i {
+                            Value::Int(i) => Ok(*i),
+                            _ => Err(Error::format(format!("{gwhat}.params holds a non-integer id"))),
+                        })
+                        .collect::<Result<_>>()?;
+                    out.push((key, Tensor::f_from_slice(&ids)?));
+                }
+                ("betas", b) => {
+                    let b = items(b, &format!("{gwhat}.betas"))?;
+                    if b.len() != 2 {
+                        return Err(Error::format(format!("{gwhat}.betas does not hold two numbers")));
+                    }
+                    for (j, beta) in b.iter().enumerate() {
+                        out.push((format!("param_groups.{g}.betas.{j}"), f64_scalar(number(beta, &key)?)?));
+                    }
+                }
+                (_, Value::None) => {}
+                (_, x) => out.push((key.clone(), f64_scalar(number(x, &format!("{gwhat}.{k}"))?)?)),
+            }
+        }
+    }
+    for (i, st) in entries(field(v, "state", what)?, &format!("{what}.state"))? {
+        let Value::Int(i) = i else {
+            return Err(Error::format(format!("{what}.state has a key that is not a parameter index")));
+        };
+        for (k, x) in entries(st, &format!("{what}.state[{i}]"))? {
+            let k = super::value::string(k, &format!("{what}.state[{i}] key"))?;
+            let key = format!("state.{i}.{k}");
+            match x {
+                Value::None => {}
+                Value::Tensor(t) if t.dim() == 0 => {
+                    let v = f64_scalar(number(x, &key)?)?;
+                    out.push((key, v))
+                }
+                Value::Tensor(t) => out.push((key, t.shallow_clone())),
+                x => out.push((key.clone(), f64_scalar(number(x, &key)?)?)),
+            }
+        }
+    }
+    Ok(out)
+}

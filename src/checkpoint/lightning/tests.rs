@@ -1,0 +1,296 @@
+//! Lightning checkpoints written and read back, through the `torch.save`
+//! bytes, and malformed ones refused.
+use super::*;
+use crate::checkpoint::torch_save::{read_bytes, to_bytes};
+use crate::checkpoint::LoopInfo;
+use crate::error::ErrorCode;
+
+fn scalar(v: f64) -> Tensor {
+    Tensor::from_slice(&[v]).reshape([0i64; 0])
+}
+
+fn flat_numbers(pairs: &[(&str, f64)]) -> Vec<(String, f64)> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+/// A checkpoint of an Adam run with a SequentialLR and an SGD run with
+/// ReduceLROnPlateau, an EarlyStopping and a ModelCheckpoint.
+fn sample() -> Checkpoint {
+    let w = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0]).reshape([2, 2]);
+    let adam = vec![
+        ("param_groups.0.params".to_string(), Tensor::from_slice(&[0i64])),
+        ("param_groups.0.lr".to_string(), scalar(0.01)),
+        ("param_groups.0.weight_decay".to_string(), scalar(0.0)),
+        ("param_groups.0.betas.0".to_string(), scalar(0.9)),
+        ("param_groups.0.betas.1".to_string(), scalar(0.999)),
+        ("param_groups.0.eps".to_string(), scalar(1e-8)),
+        ("param_groups.0.amsgrad".to_string(), scalar(0.0)),
+        ("param_groups.0.maximize".to_string(), scalar(0.0)),
+        ("param_groups.0.decoupled_weight_decay".to_string(), scalar(1.0)),
+        ("param_groups.0.initial_lr".to_string(), scalar(0.01)),
+        ("state.0.step".to_string(), scalar(12.0)),
+        ("state.0.exp_avg".to_string(), w.shallow_clone()),
+        ("state.0.exp_avg_sq".to_string(), w.shallow_clone()),
+    ];
+    let sgd = vec![
+        ("param_groups.0.params".to_string(), Tensor::from_slice(&[0i64, 1])),
+        ("param_groups.0.lr".to_string(), scalar(0.1)),
+        ("param_groups.0.weight_decay".to_string(), scalar(0.0)),
+        ("param_groups.0.momentum".to_string(), scalar(0.9)),
+        ("param_groups.0.dampening".to_string(), scalar(0.0)),
+        ("param_groups.0.nesterov".to_string(), scalar(1.0)),
+        ("param_groups.0.maximize".to_string(), scalar(0.0)),
+        ("state.1.momentum_buffer".to_string(), w.shallow_clone()),
+    ];
+    let sequential = flat_numbers(&[
+        ("last_epoch", 22.0),
+        ("milestones.len", 1.0),
+        ("milestones.0", 5.0),
+        ("last_lr.0", 0.06),
+        ("schedulers.0.last_epoch", 4.0),
+        ("schedulers.0.base_lrs.0", 0.1),
+        ("schedulers.0.last_lr.0", 0.082),
+        ("schedulers.0.start_factor", 0.1),
+        ("schedulers.0.end_factor", 1.0),
+        ("schedulers.0.total_iters", 5.0),
+        ("schedulers.1.last_epoch", 17.0),
+        ("schedulers.1.base_lrs.0", 0.1),
+        ("schedulers.1.last_lr.0", 0.06),
+        ("schedulers.1.t_max", 39.0),
+        ("schedulers.1.eta_min", 0.001),
+    ]);
+    let plateau = flat_numbers(&[
+        ("last_epoch", 3.0),
+        ("best", 0.25),
+        ("num_bad_epochs", 1.0),
+        ("cooldown_counter", 0.0),
+        ("mode_max", 1.0),
+        ("factor", 0.5),
+        ("patience", 2.0),
+        ("threshold", 1e-4),
+        ("threshold_abs", 0.0),
+        ("cooldown", 0.0),
+        ("min_lr", 0.0),
+        ("eps", 1e-8),
+        ("last_lr.len", 1.0),
+        ("last_lr.0", 0.05),
+    ]);
+    let mut ck = Checkpoint {
+        epoch: 1,
+        global_step: 12,
+        batches_stepped: 12,
+        batches_in_epoch: 11,
+        epoch_finished: true,
+        scheduler_steps: (4, 2),
+        val_batches: (4, 4),
+        state_dict: vec![("0.weight".to_string(), w.shallow_clone())],
+        optimizer_states: vec![adam, sgd],
+        optimizer_kinds: vec!["adamw".into(), "sgd".into()],
+        scheduler_states: vec![sequential, plateau],
+        precision_state: flat_numbers(&[
+            ("scale", 1024.0),
+            ("growth_factor", 2.0),
+            ("backoff_factor", 0.5),
+            ("growth_interval", 2000.0),
+            ("_growth_tracker", 7.0),
+        ]),
+        rng_state: Some(Tensor::from_slice(&[1u8, 2, 3])),
+        loop_info: LoopInfo { num_train_batches: 11, accumulate_grad_batches: 2, manual_optimization: false },
+        ..Default::default()
+    };
+    ck.hparams.insert("lr".into(), "0.01".into());
+    ck.hparams.insert("name".into(), "mlp".into());
+    let mc = "ModelCheckpoint{monitor=\"val_loss\"}".to_string();
+    ck.callbacks.insert(
+        mc.clone(),
+        [
+            ("monitor", "val_loss"),
+            ("mode", "min"),
+            ("best_model_path", "/ck/epoch=1.ckpt"),
+            ("best_model_score", "0.5"),
+            ("last_model_path", ""),
+            ("dirpath", "/ck"),
+            ("best_k_models", "{\"/ck/epoch=0.ckpt\":0.75,\"/ck/epoch=1.ckpt\":0.5}"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+    );
+    ck.lightning_keys.insert(
+        mc,
+        "ModelCheckpoint{'monitor': 'val_loss', 'mode': 'min', 'every_n_train_steps': 0, 'every_n_epochs': 1, \
+         'train_time_interval': None}"
+            .into(),
+    );
+    let es = "EarlyStopping{monitor=\"val_loss\", mode=\"min\"}".to_string();
+    ck.callbacks.insert(
+        es.clone(),
+        [("wait_count", "1"), ("stopped_epoch", "0"), ("best_score", "0.5"), ("patience", "3")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    ck.lightning_keys.insert(es, "EarlyStopping{'monitor': 'val_loss', 'mode': 'min'}".into());
+    ck
+}
+
+fn through_bytes(ck: &Checkpoint, prefix: &str) -> Value {
+    let bytes = to_bytes(&to_lightning(ck, prefix).unwrap()).unwrap();
+    read_bytes(&bytes, "written").unwrap()
+}
+
+fn sorted<T, U>(v: &[(String, T)], key: impl Fn(&T) -> U) -> Vec<(String, U)> {
+    let mut out: Vec<(String, U)> = v.iter().map(|(k, x)| (k.clone(), key(x))).collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+fn numbers_of(t: &Tensor) -> Vec<f64> {
+    Vec::<f64>::try_from(t.to_kind(tch::Kind::Double).flatten(0, -1)).unwrap()
+}
+
+#[test]
+fn a_checkpoint_reads_back_as_written() {
+    let ck = sample();
+    let value = through_bytes(&ck, "model.");
+    assert!(is_lightning(&value));
+    let back = from_lightning(&value, "written").unwrap();
+    assert_eq!((back.epoch, back.global_step, back.batches_stepped), (1, 12, 12));
+    assert_eq!((back.batches_in_epoch, back.epoch_finished, back.scheduler_steps), (11, true, (4, 2)));
+    assert_eq!(back.state_dict[0].0, "model.0.weight");
+    assert!(back.schedulers_listed);
+    for (ours, theirs) in ck.optimizer_states.iter().zip(&back.optimizer_states) {
+        assert_eq!(sorted(ours, numbers_of), sorted(theirs, numbers_of));
+    }
+    for (ours, theirs) in ck.scheduler_states.iter().zip(&back.scheduler_states) {
+        assert_eq!(sorted(ours, |v| *v), sorted(theirs, |v| *v));
+    }
+    assert_eq!(back.precision_state, ck.precision_state);
+    assert_eq!(back.callbacks, ck.callbacks);
+    assert_eq!(back.hparams, ck.hparams);
+    assert_eq!(back.rng_state.unwrap(), Tensor::from_slice(&[1u8, 2, 3]));
+}
+
+#[test]
+fn torch_entries_are_written_as_torch_keeps_them() {
+    let value = through_bytes(&sample(), "");
+    let opt = &items(value.get("optimizer_states").unwrap(), "").unwrap()[0];
+    let group = &items(opt.get("param_groups").unwrap(), "").unwrap()[0];
+    assert!(matches!(group.get("betas"), Some(Value::Tuple(b)) if b.len() == 2));
+    assert!(matches!(group.get("decoupled_weight_decay"), Some(Value::Bool(true))));
+    assert!(matches!(group.get("foreach"), Some(Value::None)));
+    assert!(matches!(group.get("params"), Some(Value::List(ids)) if matches!(ids.as_slice(), [Value::Int(0)])));
+    let step = opt.get("state").and_then(|s| match s {
+        Value::Dict(e) => e.first().map(|(_, v)| v),
+        _ => None,
+    });
+    assert!(matches!(step.and_then(|s| s.get("step")), Some(Value::Tensor(t)) if t.kind() == tch::Kind::Float));
+    let plateau = &items(value.get("lr_schedulers").unwrap(), "").unwrap()[1];
+    assert!(matches!(plateau.get("mode"), Some(Value::Str(m)) if m == "max"));
+    assert!(matches!(plateau.get("mode_worse"), Some(Value::Float(f)) if *f == f64::NEG_INFINITY));
+    let callbacks = value.get("callbacks").unwrap();
+    let es = callbacks.get("EarlyStopping{'monitor': 'val_loss', 'mode': 'min'}").unwrap();
+    assert!(matches!(es.get("best_score"), Some(Value::Tensor(_))));
+    let mc = entries(callbacks, "")
+        .unwrap()
+        .iter()
+        .find(|(k, _)| matches!(k, Value::Str(s) if s.starts_with("ModelCheckpoint")));
+    let mc = mc.and_then(|(_, v)| v.get("kth_best_model_path")).unwrap();
+    assert!(matches!(mc, Value::Str(p) if p == "/ck/epoch=0.ckpt"), "{mc:?}");
+    assert!(matches!(value.get("hyper_parameters").and_then(|h| h.get("lr")), Some(Value::Float(f)) if *f == 0.01));
+}
+
+#[test]
+fn loop_progress_round_trips_where_a_checkpoint_can_be_taken() {
+    let base = sample();
+    let info = LoopInfo { num_train_batches: 11, accumulate_grad_batches: 2, manual_optimization: false };
+    // Epoch end; after a batch that stepped; after one that accumulated;
+    // before an epoch's first batch; manual optimization inside an epoch.
+    let cases = [
+        (1, 12, 12, 11, true, info),
+        (1, 10, 10, 8, false, info),
+        (1, 10, 10, 9, false, info),
+        (2, 12, 12, 0, false, info),
+        (0, 14, 7, 7, false, LoopInfo { manual_optimization: true, accumulate_grad_batches: 1, ..info }),
+    ];
+    for (epoch, global_step, stepped, k, finished, loop_info) in cases {
+        let ck = Checkpoint {
+            epoch,
+            global_step,
+            batches_stepped: stepped,
+            batches_in_epoch: k,
+            epoch_finished: finished,
+            loop_info,
+            weights_only: true,
+            state_dict: base.state_dict.iter().map(|(n, t)| (n.clone(), t.shallow_clone())).collect(),
+            ..Default::default()
+        };
+        let back = from_lightning(&through_bytes(&ck, ""), "written").unwrap();
+        assert_eq!(
+            (back.epoch, back.global_step, back.batches_stepped, back.batches_in_epoch, back.epoch_finished),
+            (epoch, global_step, stepped, k, finished),
+            "case epoch {epoch} batch {k}"
+        );
+        assert!(back.weights_only);
+    }
+}
+
+#[test]
+fn malformed_checkpoints_are_refused() {
+    let good = to_lightning(&sample(), "").unwrap();
+    let Value::Dict(entries) = good else { panic!() };
+    let with = |key: &str, v: Value| -> Value {
+        let mut e: Vec<(Value, Value)> = entries
+            .iter()
+            .filter(|(k, _)| !matches!(k, Value::Str(s) if s == key))
+            .map(|(k, v)| (clone(k), clone(v)))
+            .collect();
+        if key == "callbacks" {
+            // fulmen's own entry holds the callback states it reads first.
+            e.retain(|(k, _)| !matches!(k, Value::Str(s) if s == "fulmen"));
+        }
+        e.push((text(key), v));
+        Value::Dict(e)
+    };
+    let refused = |v: Value, code: ErrorCode, says: &str| {
+        let e = from_lightning(&v, "bad.ckpt").err().unwrap_or_else(|| panic!("accepted ({says})"));
+        assert_eq!(e.code, code, "{}", e.message);
+        assert!(e.message.contains(says), "{} (wanted {says:?})", e.message);
+    };
+    refused(with("epoch", Value::Int(-1)), ErrorCode::Format, "epoch");
+    refused(with("global_step", text("12")), ErrorCode::Format, "global_step");
+    refused(with("optimizer_states", Value::Int(3)), ErrorCode::Format, "optimizer_states");
+    let lambda = dict(vec![
+        ("base_lrs", floats(&[0.1])),
+        ("last_epoch", Value::Int(0)),
+        ("lr_lambdas", Value::List(vec![Value::None])),
+        ("_last_lr", floats(&[0.1])),
+    ]);
+    refused(with("lr_schedulers", Value::List(vec![lambda])), ErrorCode::Unsupported, "lr_lambdas");
+    let huge = Value::Dict(vec![(Value::Int(3), Value::Int(1 << 40))]);
+    let multistep = dict(vec![
+        ("milestones", huge),
+        ("gamma", Value::Float(0.5)),
+        ("base_lrs", floats(&[0.1])),
+        ("last_epoch", Value::Int(0)),
+        ("_last_lr", floats(&[0.1])),
+    ]);
+    refused(with("lr_schedulers", Value::List(vec![multistep])), ErrorCode::Format, "milestones");
+    refused(with("loops", dict(vec![])), ErrorCode::Format, "fit_loop");
+    refused(with("callbacks", Value::List(vec![])), ErrorCode::Format, "callbacks");
+}
+
+/// A copy of a value (tensors shared).
+fn clone(v: &Value) -> Value {
+    match v {
+        Value::None => Value::None,
+        Value::Bool(b) => Value::Bool(*b),
+        Value::Int(i) => Value::Int(*i),
+        Value::Float(f) => Value::Float(*f),
+        Value::Str(s) => Value::Str(s.clone()),
+        Value::List(l) => Value::List(l.iter().map(clone).collect()),
+        Value::Tuple(l) => Value::Tuple(l.iter().map(clone).collect()),
+        Value::Dict(e) => Value::Dict(e.iter().map(|(k, v)| (clone(k), clone(v))).collect()),
+        Value::Tensor(t) => Value::Tensor(t.shallow_clone()),
+    }
+}
