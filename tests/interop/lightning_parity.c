@@ -19,7 +19,14 @@
  *             on the VAL_ROWS rows after the training rows, gradient_clip_val 1 by norm;
  *   warmup_cosine: SGD (lr 0.1, momentum 0.9), SequentialLR of LinearLR
  *             (start_factor 0.1, 5 steps) and CosineAnnealingLR (T_max 39,
- *             eta_min 0.001) at milestone 5, per step; no clipping.
+ *             eta_min 0.001) at milestone 5, per step; no clipping;
+ *   restarts: SGD (lr 0.1, momentum 0.9), CosineAnnealingWarmRestarts
+ *             (T_0 3, T_mult 2, eta_min 0.001) per step; no clipping;
+ *   cyclic:   SGD (lr 0.1, momentum 0.9), CyclicLR (0.01 to 0.1, 4 steps
+ *             up, exp_range, gamma 0.99, momentum cycled 0.8 to 0.9) per
+ *             step; no clipping;
+ *   lambda:   SGD (lr 0.1, momentum 0.9), LambdaLR (0.95^step, a C
+ *             function) per step; no clipping.
  * CKPT_DIR: a ModelCheckpoint keeps every epoch's checkpoint there
  * (epoch=N.ckpt). RESUME: fit resumes from that checkpoint (a fulmen or a
  * Lightning one; "-" for none). FORMAT: the checkpoints' format,
@@ -29,6 +36,7 @@
  * epoch. A failed call
  * prints its error code and message and exits 1. */
 #include <fulmen.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +104,14 @@ static fulmen_error *validation_step(void *userdata, fulmen_step_context *ctx, c
     return e;
 }
 
+/* LambdaLR's factor: 0.95 ** step, as Python computes it. */
+static fulmen_error *decay(void *userdata, int64_t epoch, size_t group, double *out) {
+    (void)userdata;
+    (void)group;
+    *out = pow(0.95, (double)epoch);
+    return NULL;
+}
+
 static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_config *config) {
     struct job *job = userdata;
     fulmen_optimizer *opt;
@@ -130,6 +146,29 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
         if (e) {
             fulmen_scheduler_free(parts[0]);
             fulmen_scheduler_free(parts[1]);
+            fulmen_optimizer_free(opt);
+            return e;
+        }
+        e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_STEP, 1, NULL);
+    } else if (strcmp(job->config, "restarts") == 0 || strcmp(job->config, "cyclic") == 0 ||
+               strcmp(job->config, "lambda") == 0) {
+        fulmen_sgd_options o = fulmen_sgd_options_default();
+        o.lr = 0.1;
+        o.momentum = 0.9;
+        e = fulmen_optimizer_sgd_new(job->model, NULL, 0, &o, &opt);
+        if (e) return e;
+        if (strcmp(job->config, "restarts") == 0) {
+            e = fulmen_scheduler_cosine_warm_restarts_new(opt, 3, 2, 0.001, &sched);
+        } else if (strcmp(job->config, "lambda") == 0) {
+            e = fulmen_scheduler_lambda_lr_new(opt, decay, NULL, NULL, &sched);
+        } else {
+            fulmen_cyclic_lr_options c = fulmen_cyclic_lr_options_default(0.01, 0.1);
+            c.step_size_up = 4;
+            c.mode = FULMEN_CYCLIC_MODE_EXP_RANGE;
+            c.gamma = 0.99;
+            e = fulmen_scheduler_cyclic_lr_new(opt, &c, &sched);
+        }
+        if (e) {
             fulmen_optimizer_free(opt);
             return e;
         }
@@ -189,7 +228,8 @@ int main(int argc, char **argv) {
     struct job job = {.config = argv[1]};
     bool validating = strcmp(job.config, "plateau") == 0;
     if (strcmp(job.config, "steplr") != 0 && strcmp(job.config, "stepfreq") != 0 &&
-        strcmp(job.config, "warmup_cosine") != 0 && !validating) {
+        strcmp(job.config, "warmup_cosine") != 0 && strcmp(job.config, "restarts") != 0 &&
+        strcmp(job.config, "cyclic") != 0 && strcmp(job.config, "lambda") != 0 && !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;
     }

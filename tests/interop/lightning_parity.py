@@ -59,6 +59,9 @@ CONFIGS = {
     "stepfreq": ("adam", (2, 0.7), "step", 3, 0.05, "value", 2),
     "plateau": ("sgd", None, "epoch", 1, 1.0, "norm", 1),
     "warmup_cosine": ("sgd", "warmup_cosine", "step", 1, None, "norm", 1),
+    "restarts": ("sgd", "restarts", "step", 1, None, "norm", 1),
+    "cyclic": ("sgd", "cyclic", "step", 1, None, "norm", 1),
+    "lambda": ("sgd", "lambda", "step", 1, None, "norm", 1),
 }
 
 
@@ -99,6 +102,15 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
                 warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=5)
                 cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=39, eta_min=0.001)
                 sched = torch.optim.lr_scheduler.SequentialLR(opt, [warm, cosine], milestones=[5])
+                monitor = {}
+            elif step_lr == "restarts":
+                sched = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=3, T_mult=2, eta_min=0.001)
+                monitor = {}
+            elif step_lr == "lambda":
+                sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.95**step)
+                monitor = {}
+            elif step_lr == "cyclic":
+                sched = torch.optim.lr_scheduler.CyclicLR(opt, 0.01, 0.1, step_size_up=4, mode="exp_range", gamma=0.99)
                 monitor = {}
             elif step_lr is None:
                 sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=0)

@@ -40,7 +40,7 @@ const FULMEN_KEY: &str = "fulmen";
 /// Whether Lightning's format can carry the state of a scheduler (an
 /// `Unsupported` error naming what it cannot).
 pub fn check_scheduler(state: &[(String, f64)]) -> Result<()> {
-    scheduler::to_torch(state).map(|_| ())
+    scheduler::to_torch(state, false).map(|_| ())
 }
 
 /// Whether a `torch.save` value is a Lightning checkpoint (has
@@ -97,7 +97,10 @@ pub fn to_lightning(ck: &Checkpoint, prefix: &str) -> Result<Value> {
         let mut optimizers = Vec::new();
         for (i, state) in ck.optimizer_states.iter().enumerate() {
             let kind = ck.optimizer_kinds.get(i).map(String::as_str).unwrap_or("");
-            optimizers.push(optimizer::to_torch(kind, state).map_err(|e| e.context(format!("optimizer {i}")))?);
+            let mut opt = optimizer::to_torch(kind, state).map_err(|e| e.context(format!("optimizer {i}")))?;
+            let extra = ck.scheduler_states.get(i).map(|s| scheduler::group_entries(s)).unwrap_or_default();
+            optimizer::add_group_entries(&mut opt, &extra);
+            optimizers.push(opt);
         }
         top.push(("optimizer_states", Value::List(optimizers)));
         let schedulers = ck
@@ -105,7 +108,10 @@ pub fn to_lightning(ck: &Checkpoint, prefix: &str) -> Result<Value> {
             .iter()
             .enumerate()
             .filter(|(_, s)| !s.is_empty())
-            .map(|(i, s)| scheduler::to_torch(s).map_err(|e| e.context(format!("scheduler of optimizer {i}"))))
+            .map(|(i, s)| {
+                let betas = ck.optimizer_kinds.get(i).is_some_and(|k| optimizer::has_betas(k));
+                scheduler::to_torch(s, betas).map_err(|e| e.context(format!("scheduler of optimizer {i}")))
+            })
             .collect::<Result<Vec<_>>>()?;
         top.push(("lr_schedulers", Value::List(schedulers)));
         if !ck.precision_state.is_empty() {

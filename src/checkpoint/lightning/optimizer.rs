@@ -96,6 +96,11 @@ fn torch_order(kind: &str) -> &'static [&'static str] {
     }
 }
 
+/// Whether torch's optimizer of this kind keeps its momentum in `betas`.
+pub fn has_betas(kind: &str) -> bool {
+    matches!(kind, "adam" | "adamw" | "adamax" | "nadam" | "radam")
+}
+
 /// Which of [`KERNEL_CHOICES`] torch's optimizer of this kind has.
 fn kernel_choices(kind: &str) -> &'static [&'static str] {
     match kind {
@@ -189,6 +194,26 @@ pub fn to_torch(kind: &str, flat: &[(String, Tensor)]) -> Result<Value> {
     Ok(Value::Dict(vec![(text("state"), Value::Dict(state)), (text("param_groups"), Value::List(out_groups))]))
 }
 
+/// Adds `extra` (entries a scheduler keeps in the param groups) to every
+/// group of torch's optimizer state `opt`, before `params`.
+pub fn add_group_entries(opt: &mut Value, extra: &[(&str, f64)]) {
+    let Value::Dict(top) = opt else { return };
+    for (k, groups) in top.iter_mut() {
+        let (Value::Str(k), Value::List(groups)) = (k, groups) else { continue };
+        if k != "param_groups" {
+            continue;
+        }
+        for group in groups.iter_mut() {
+            if let Value::Dict(entries) = group {
+                let at = entries.len().saturating_sub(1);
+                for (i, (name, v)) in extra.iter().enumerate() {
+                    entries.insert(at + i, (text(name), Value::Float(*v)));
+                }
+            }
+        }
+    }
+}
+
 /// fulmen's flat state from torch's `state_dict()` of an optimizer
 /// (`what` names it in errors). Entries fulmen does not know are kept, so
 /// the optimizer's own loading names them.
@@ -203,7 +228,7 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
                 return Err(Error::format(format!("{gwhat} has a key that is not a string")));
             };
             let key = format!("param_groups.{g}.{k}");
-            if KERNEL_CHOICES.contains(&k.as_str()) {
+            if KERNEL_CHOICES.contains(&k.as_str()) || super::scheduler::GROUP_ENTRIES.contains(&k.as_str()) {
                 continue;
             }
             match (k.as_str(), x) {

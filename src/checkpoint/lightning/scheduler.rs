@@ -87,14 +87,29 @@ fn base_entries(f: &Flat) -> Result<Vec<(&'static str, Value)>> {
     ])
 }
 
-/// torch's state_dict of the scheduler whose fulmen state is `flat`.
-pub fn to_torch(flat: &[(String, f64)]) -> Result<Value> {
+/// torch's state_dict of the scheduler whose fulmen state is `flat`;
+/// `betas`: whether its optimizer keeps its momentum in `betas` (Adam's
+/// kind), which CyclicLR records.
+pub fn to_torch(flat: &[(String, f64)], betas: bool) -> Result<Value> {
     let f = Flat::new(flat);
     if f.has("mode_max") {
         return plateau_to_torch(&f);
     }
+    if f.has("step_size_up") {
+        return cyclic_to_torch(&f, betas);
+    }
+    if f.has("t_0") {
+        return warm_restarts_to_torch(&f);
+    }
+    if flat.iter().all(|(k, _)| known_closed(k, &[])) {
+        // LambdaLR and MultiplicativeLR: torch keeps no function either.
+        let groups = f.list("base_lrs").len();
+        let mut out = base_entries(&f)?;
+        out.push(("lr_lambdas", Value::List((0..groups).map(|_| Value::None).collect())));
+        return Ok(dict(out));
+    }
     if f.has("schedulers.0.last_epoch") {
-        let schedulers = parts(flat).iter().map(|p| to_torch(p)).collect::<Result<Vec<_>>>()?;
+        let schedulers = parts(flat).iter().map(|p| to_torch(p, betas)).collect::<Result<Vec<_>>>()?;
         let milestones = f.list("milestones").into_iter().map(|m| Value::Int(m as i64)).collect();
         return Ok(dict(vec![
             ("_milestones", Value::List(milestones)),
@@ -141,6 +156,85 @@ fn known_closed(k: &str, hypers: &[Hyper]) -> bool {
         || k.starts_with("base_lrs.")
         || k.starts_with("last_lr.")
         || hypers.iter().any(|(ours, _, _)| *ours == k)
+}
+
+/// torch's `(T_cur, T_i)` of CosineAnnealingWarmRestarts after `epoch`
+/// steps.
+fn restart_period(t_0: i64, t_mult: i64, epoch: i64) -> (i64, i64) {
+    let (mut t_cur, mut t_i) = (epoch.max(0), t_0.max(1));
+    if t_mult <= 1 {
+        return (t_cur % t_i, t_i);
+    }
+    while t_cur >= t_i {
+        t_cur -= t_i;
+        match t_i.checked_mul(t_mult) {
+            Some(next) => t_i = next,
+            None => break,
+        }
+    }
+    (t_cur, t_i)
+}
+
+fn warm_restarts_to_torch(f: &Flat) -> Result<Value> {
+    let (t_0, t_mult) = (f.get("t_0")? as i64, f.get("t_mult")? as i64);
+    let (t_cur, t_i) = restart_period(t_0, t_mult, f.get("last_epoch")? as i64);
+    let mut out = vec![
+        ("T_0", count(t_0)),
+        ("T_i", count(t_i)),
+        ("T_mult", count(t_mult)),
+        ("eta_min", Value::Float(f.get("eta_min")?)),
+        ("T_cur", count(t_cur)),
+    ];
+    out.extend(base_entries(f)?);
+    // Its own `step` never counts steps.
+    for (k, v) in out.iter_mut() {
+        if *k == "_step_count" {
+            *v = count(0);
+        }
+    }
+    Ok(dict(out))
+}
+
+/// The entries torch's scheduler of this fulmen state adds to each of its
+/// optimizer's param groups (CyclicLR's momentum range).
+pub fn group_entries(flat: &[(String, f64)]) -> Vec<(&'static str, f64)> {
+    let f = Flat::new(flat);
+    match (f.get("step_size_up"), f.get("cycle_momentum"), f.get("base_momentum"), f.get("max_momentum")) {
+        (Ok(_), Ok(1.0), Ok(base), Ok(max)) => vec![("base_momentum", base), ("max_momentum", max)],
+        _ => Vec::new(),
+    }
+}
+
+/// Param-group entries that belong to a scheduler (CyclicLR's and
+/// OneCycleLR's ranges), which an optimizer's state leaves out when read.
+pub const GROUP_ENTRIES: &[&str] = &["base_momentum", "max_momentum", "max_lr", "min_lr"];
+
+/// CyclicLR's modes, in fulmen's numbering.
+const CYCLIC_MODES: [&str; 3] = ["triangular", "triangular2", "exp_range"];
+
+fn cyclic_to_torch(f: &Flat, betas: bool) -> Result<Value> {
+    let groups = f.list("base_lrs").len();
+    let (up, down) = (f.get("step_size_up")?, f.get("step_size_down")?);
+    let mode = CYCLIC_MODES
+        .get(f.get("mode")? as usize)
+        .ok_or_else(|| Error::format(format!("cyclic_lr state: mode {}", f.get("mode").unwrap_or_default())))?;
+    let mut out = vec![
+        ("max_lrs", floats(&vec![f.get("max_lr")?; groups])),
+        ("total_size", Value::Float(up + down)),
+        ("step_ratio", Value::Float(up / (up + down))),
+        ("mode", text(mode)),
+        ("gamma", Value::Float(f.get("gamma")?)),
+        ("scale_mode", text(if *mode == "exp_range" { "iterations" } else { "cycle" })),
+        ("cycle_momentum", Value::Bool(f.get("cycle_momentum")? == 1.0)),
+    ];
+    if f.get("cycle_momentum")? == 1.0 {
+        out.push(("use_beta1", Value::Bool(betas)));
+        out.push(("base_momentums", floats(&vec![f.get("base_momentum")?; groups])));
+        out.push(("max_momentums", floats(&vec![f.get("max_momentum")?; groups])));
+    }
+    out.extend(base_entries(f)?);
+    out.push(("_scale_fn_custom", Value::None));
+    Ok(dict(out))
 }
 
 fn plateau_to_torch(f: &Flat) -> Result<Value> {
@@ -212,6 +306,31 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
         push_list(&mut out, "last_lr", &last_lr);
         return Ok(out);
     }
+    if v.get("total_size").is_some() && v.get("step_ratio").is_some() {
+        return cyclic_from_torch(v, what);
+    }
+    if v.get("T_0").is_some() {
+        out.push(("last_epoch".into(), num("last_epoch")?));
+        push_list(&mut out, "base_lrs", &list("base_lrs")?);
+        push_list(&mut out, "last_lr", &list("_last_lr")?);
+        out.push(("t_0".into(), num("T_0")?));
+        out.push(("t_mult".into(), num("T_mult")?));
+        out.push(("eta_min".into(), num("eta_min")?));
+        return Ok(out);
+    }
+    if let Some(lambdas) = v.get("lr_lambdas") {
+        // A function torch could save (a callable object) is state fulmen
+        // cannot take: the host's callback computes the factor.
+        if items(lambdas, &format!("{what}.lr_lambdas"))?.iter().any(|l| !matches!(l, Value::None)) {
+            return Err(Error::unsupported(format!(
+                "{what}: a LambdaLR / MultiplicativeLR whose lr_lambda kept state (a callable object)"
+            )));
+        }
+        out.push(("last_epoch".into(), num("last_epoch")?));
+        push_list(&mut out, "base_lrs", &list("base_lrs")?);
+        push_list(&mut out, "last_lr", &list("_last_lr")?);
+        return Ok(out);
+    }
     if let Some(parts) = v.get("_schedulers") {
         if v.get("_milestones").is_none() {
             return Err(Error::unsupported(format!("{what}: ChainedScheduler is not supported")));
@@ -265,7 +384,59 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
     }
     Err(Error::unsupported(format!(
         "{what}: a scheduler with entries {theirs:?} cannot be read from a Lightning checkpoint yet (supported: \
-         StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, LinearLR, ConstantLR, PolynomialLR, SequentialLR, \
-         ReduceLROnPlateau)"
+         StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, LinearLR, ConstantLR, PolynomialLR, \
+         CosineAnnealingWarmRestarts, CyclicLR, LambdaLR, MultiplicativeLR, SequentialLR, ReduceLROnPlateau)"
     )))
+}
+
+/// One number for all groups, as fulmen keeps it.
+fn same_for_all(values: &[f64], what: &str) -> Result<f64> {
+    let first = values.first().copied().ok_or_else(|| Error::format(format!("{what} is empty")))?;
+    if values.iter().any(|v| v.to_bits() != first.to_bits()) {
+        return Err(Error::unsupported(format!("{what} differs between param groups ({values:?}); fulmen keeps one")));
+    }
+    Ok(first)
+}
+
+fn cyclic_from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
+    let num = |key: &str| -> Result<f64> { number(field(v, key, what)?, &format!("{what}.{key}")) };
+    let list =
+        |key: &str| -> Result<Vec<f64>> { super::value::numbers(field(v, key, what)?, &format!("{what}.{key}")) };
+    let mode = string(field(v, "mode", what)?, &format!("{what}.mode"))?;
+    let mode = CYCLIC_MODES
+        .iter()
+        .position(|m| *m == mode)
+        .ok_or_else(|| Error::unsupported(format!("{what}: CyclicLR mode {mode:?} (a custom scale_fn)")))?;
+    let (total, ratio) = (num("total_size")?, num("step_ratio")?);
+    let up = (total * ratio).round();
+    let cycle_momentum = matches!(v.get("cycle_momentum"), Some(Value::Bool(true)));
+    let base_lrs = list("base_lrs")?;
+    let last_lr = list("_last_lr")?;
+    if base_lrs.len() as i64 > MAX_LIST || last_lr.len() != base_lrs.len() {
+        return Err(Error::format(format!("{what}: base_lrs and _last_lr do not list the same groups")));
+    }
+    let mut out = vec![("last_epoch".to_string(), num("last_epoch")?)];
+    out.extend(base_lrs.iter().enumerate().map(|(i, x)| (format!("base_lrs.{i}"), *x)));
+    out.extend(last_lr.iter().enumerate().map(|(i, x)| (format!("last_lr.{i}"), *x)));
+    let momentum = |key: &str, default: f64| -> Result<f64> {
+        if cycle_momentum {
+            same_for_all(&list(key)?, &format!("{what}.{key}"))
+        } else {
+            Ok(default)
+        }
+    };
+    for (k, x) in [
+        ("base_lr", same_for_all(&base_lrs, &format!("{what}.base_lrs"))?),
+        ("max_lr", same_for_all(&list("max_lrs")?, &format!("{what}.max_lrs"))?),
+        ("step_size_up", up),
+        ("step_size_down", total - up),
+        ("mode", mode as f64),
+        ("gamma", num("gamma")?),
+        ("cycle_momentum", f64::from(u8::from(cycle_momentum))),
+        ("base_momentum", momentum("base_momentums", 0.8)?),
+        ("max_momentum", momentum("max_momentums", 0.9)?),
+    ] {
+        out.push((k.to_string(), x));
+    }
+    Ok(out)
 }
