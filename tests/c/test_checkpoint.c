@@ -445,14 +445,15 @@ static void test_resume_exact(fulmen_loader *tl4) {
     fulmen_model_free(d);
 }
 
-/* SGD with SGDR, whose state Lightning's format cannot carry yet. */
-static fulmen_error *configure_warm_restarts(void *ud, fulmen_optimizer_config *config) {
+/* SGD with OneCycleLR, whose state Lightning's format cannot carry yet. */
+static fulmen_error *configure_one_cycle(void *ud, fulmen_optimizer_config *config) {
     fixture *f = ud;
     fulmen_sgd_options o = fulmen_sgd_options_default();
     fulmen_optimizer *opt = NULL;
     fulmen_scheduler *s = NULL;
     fulmen_error *e = fulmen_optimizer_sgd_new(f->model, NULL, 0, &o, &opt);
-    if (e == NULL) e = fulmen_scheduler_cosine_warm_restarts_new(opt, 2, 1, 0.0, &s);
+    fulmen_one_cycle_options oc = fulmen_one_cycle_options_default(0.5, 100);
+    if (e == NULL) e = fulmen_scheduler_one_cycle_lr_new(opt, &oc, &s);
     if (e == NULL) e = fulmen_optimizer_config_add(config, opt, s, FULMEN_INTERVAL_EPOCH, 1, NULL);
     if (e != NULL) {
         fulmen_scheduler_free(s);
@@ -521,11 +522,11 @@ static void test_lightning_format(fulmen_loader *tl4) {
     vt.struct_size = sizeof vt;
     vt.userdata = &fw;
     vt.training_step = training_step;
-    vt.configure_optimizers = configure_warm_restarts;
+    vt.configure_optimizers = configure_one_cycle;
     fulmen_lightning_module *mw = NULL;
     CHECK_OK(fulmen_lightning_module_new(&vt, a, &mw));
     t = trainer_with(1, lightning);
-    CHECK_ERR(fulmen_trainer_fit(t, mw, tl4, NULL, NULL), FULMEN_CODE_UNSUPPORTED, "cosine_annealing_warm_restarts");
+    CHECK_ERR(fulmen_trainer_fit(t, mw, tl4, NULL, NULL), FULMEN_CODE_UNSUPPORTED, "one_cycle_lr");
     CHECK(fw.train_calls == 0);
     fulmen_trainer_free(t);
     fulmen_lightning_module_free(mw);
