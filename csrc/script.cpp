@@ -73,6 +73,25 @@ void visit_state(const torch::jit::Module& m, const std::string& prefix,
   }
 }
 
+// The class name of a module's type ("Linear" for
+// __torch__.torch.nn.modules.linear.Linear).
+std::string class_name(const torch::jit::Module& m) {
+  auto name = m.type()->name();
+  return name ? name->name() : std::string("Module");
+}
+
+void visit_children(const torch::jit::Module& m, const std::string& prefix, int depth,
+                    void (*on_child)(void*, const char*, const char*), void* ctx) {
+  if (depth <= 0) {
+    return;
+  }
+  for (const auto& child : m.named_children()) {
+    const std::string path = prefix + child.name;
+    on_child(ctx, path.c_str(), class_name(child.value).c_str());
+    visit_children(child.value, path + ".", depth - 1, on_child, ctx);
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -145,6 +164,15 @@ int fulmen_cxx_script_save(const void* m, char** bytes, size_t* len, char* err, 
 }
 
 void fulmen_cxx_bytes_free(char* bytes) { delete[] bytes; }
+
+// Calls on_child(ctx, dotted path, class name) for the module's children
+// down to `depth` levels, in tree order.
+int fulmen_cxx_script_children(const void* m, int depth, void (*on_child)(void*, const char*, const char*), void* ctx,
+                               char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  visit_children(cmodule(m), "", depth, on_child, ctx);
+  FULMEN_CXX_CATCH(err, err_len)
+}
 
 // Calls on_name(ctx, name) for every method of the module.
 int fulmen_cxx_script_methods(const void* m, void (*on_name)(void*, const char*), void* ctx, char* err,

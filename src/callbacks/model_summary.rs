@@ -45,7 +45,10 @@ impl ModelSummary {
     /// Summarises `m` down to `max_depth` (1 = direct children).
     pub fn of(m: &Module, max_depth: usize) -> Result<Self> {
         let mut rows = Vec::new();
-        if m.child_names().is_empty() {
+        let script = m.script_children(max_depth.max(1))?.unwrap_or_default();
+        if !script.is_empty() {
+            rows = script.into_iter().map(|(name, kind, params)| SummaryRow { name, kind, params }).collect();
+        } else if m.child_names().is_empty() {
             rows.push(SummaryRow { name: String::new(), kind: m.type_name().to_string(), params: m.num_parameters() });
         } else {
             collect(m, "", 1, max_depth.max(1), &mut rows)?;
@@ -56,14 +59,16 @@ impl ModelSummary {
 
     /// The table as Lightning prints it.
     pub fn render(&self) -> String {
+        let wi = self.rows.len().saturating_sub(1).to_string().len();
         let wn = self.rows.iter().map(|r| r.name.len()).max().unwrap_or(0).max(4);
         let wk = self.rows.iter().map(|r| r.kind.len()).max().unwrap_or(0).max(4);
-        let mut out = format!("  | {:<wn$} | {:<wk$} | {:>8}\n", "Name", "Type", "Params");
-        out.push_str(&format!("{}\n", "-".repeat(wn + wk + 20)));
+        let header = format!("{:<wi$} | {:<wn$} | {:<wk$} | {:>8}", "", "Name", "Type", "Params");
+        let rule = "-".repeat(header.len());
+        let mut out = format!("{header}\n{rule}\n");
         for (i, r) in self.rows.iter().enumerate() {
-            out.push_str(&format!("{i} | {:<wn$} | {:<wk$} | {:>8}\n", r.name, r.kind, human(r.params)));
+            out.push_str(&format!("{i:<wi$} | {:<wn$} | {:<wk$} | {:>8}\n", r.name, r.kind, human(r.params)));
         }
-        out.push_str(&format!("{}\n", "-".repeat(wn + wk + 20)));
+        out.push_str(&format!("{rule}\n"));
         out.push_str(&format!("{:<8} Trainable params\n", human(self.trainable)));
         out.push_str(&format!("{:<8} Non-trainable params\n", human(self.total - self.trainable)));
         out.push_str(&format!("{:<8} Total params\n", human(self.total)));
@@ -102,5 +107,21 @@ mod tests {
         assert_eq!(s.total, 203530);
         assert_eq!(s.trainable, 203530);
         assert!(s.render().contains("203.5 K  Total params"));
+    }
+
+    #[test]
+    fn rows_stay_aligned_past_ten() {
+        let mut m = Module::sequential();
+        for _ in 0..12 {
+            m.push(Module::linear(4, 4, true).unwrap()).unwrap();
+        }
+        let text = ModelSummary::of(&m, 1).unwrap().render();
+        let lines: Vec<&str> = text.lines().take(14).collect();
+        let bar = lines[0].find('|').unwrap();
+        for line in lines.iter().filter(|l| l.contains('|')) {
+            assert_eq!(line.find('|'), Some(bar), "{text}");
+            assert_eq!(line.len(), lines[0].len(), "{text}");
+        }
+        assert!(lines[13].starts_with("11 | 11 "), "{text}");
     }
 }

@@ -180,3 +180,14 @@ fn torchscript_methods_take_and_return_every_kind_of_value() {
     assert_eq!(m.call_method("describe", &[mixed]).unwrap_err().code, ErrorCode::InvalidArgument);
     assert_eq!(m.call_method("forward", &[Value::Tensor(x)]).unwrap_err().code, ErrorCode::Torch);
 }
+
+#[test]
+fn torchscript_summary_shows_its_children() {
+    let m = tabular();
+    let s = crate::callbacks::ModelSummary::of(&m, 1).unwrap();
+    let rows: Vec<(&str, &str, i64)> = s.rows.iter().map(|r| (r.name.as_str(), r.kind.as_str(), r.params)).collect();
+    assert_eq!(rows, [("embedding", "Embedding", 20), ("norm", "BatchNorm1d", 6), ("body", "Sequential", 322)]);
+    let deeper = crate::callbacks::ModelSummary::of(&m, 2).unwrap();
+    assert!(deeper.rows.iter().any(|r| r.name == "body.0" && r.kind == "Linear" && r.params == 32 * 7 + 32));
+    assert_eq!(s.total, m.num_parameters());
+}

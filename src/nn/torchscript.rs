@@ -55,6 +55,15 @@ unsafe extern "C" fn on_method_name(ctx: *mut c_void, name: *const c_char) {
     out.push(CStr::from_ptr(name).to_string_lossy().into_owned());
 }
 
+unsafe extern "C" fn on_child(ctx: *mut c_void, path: *const c_char, kind: *const c_char) {
+    // SAFETY: `ctx` is the Vec handed to the shim in `children`.
+    let out = &mut *(ctx as *mut Vec<(String, String)>);
+    out.push((
+        CStr::from_ptr(path).to_string_lossy().into_owned(),
+        CStr::from_ptr(kind).to_string_lossy().into_owned(),
+    ));
+}
+
 /// The shim's device code: (type, index) with 0 CPU, 1 CUDA, 2 MPS, 3 Vulkan.
 fn device_code(device: Device) -> (c_int, c_int) {
     match device {
@@ -84,6 +93,19 @@ impl ScriptModule {
     /// Parameters and buffers with a flag "is a buffer", in state_dict order.
     pub(crate) fn state(&self) -> impl Iterator<Item = (&str, &Tensor, bool)> {
         self.state.iter().map(|(n, t, b)| (n.as_str(), t, *b))
+    }
+
+    /// The module's children down to `depth` levels: (dotted path, class
+    /// name), in tree order.
+    pub(crate) fn children(&self, depth: usize) -> Result<Vec<(String, String)>> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        let ctx = &mut out as *mut _ as *mut c_void;
+        let depth = c_int::try_from(depth).unwrap_or(c_int::MAX);
+        // SAFETY: a live module; the callback pushes into `out`.
+        call("listing the TorchScript module's children", |err, len| unsafe {
+            shim::fulmen_cxx_script_children(self.raw.0, depth, on_child, ctx, err, len)
+        })?;
+        Ok(out)
     }
 
     /// The names of the module's methods ("forward", "training_step", ...).
@@ -259,6 +281,26 @@ impl Module {
     pub fn save_torchscript(&self, path: &Path) -> Result<()> {
         let bytes = self.script()?.to_bytes()?;
         crate::fs_safe::write_atomic(path, &bytes).ctx(format!("saving TorchScript to {}", path.display()))
+    }
+
+    /// A TorchScript module's children down to `depth` levels as (dotted
+    /// path, class name, parameters); `None` for a module of fulmen's own.
+    pub(crate) fn script_children(&self, depth: usize) -> Result<Option<Vec<(String, String, i64)>>> {
+        let super::module::Node::Script(s) = &self.node else { return Ok(None) };
+        let rows = s
+            .children(depth)?
+            .into_iter()
+            .map(|(path, kind)| {
+                let prefix = format!("{path}.");
+                let params = s
+                    .state()
+                    .filter(|(n, _, buffer)| !buffer && n.starts_with(&prefix))
+                    .map(|(_, t, _)| t.numel() as i64)
+                    .sum::<i64>();
+                (path, kind, params)
+            })
+            .collect();
+        Ok(Some(rows))
     }
 
     fn script(&self) -> Result<&ScriptModule> {

@@ -6,6 +6,8 @@ use libc::{c_char, c_int, c_void, size_t};
 pub(crate) type OnStateTensor = unsafe extern "C" fn(*mut c_void, *const c_char, *mut c_void, c_int);
 /// Receives one method name: (context, name).
 pub(crate) type OnName = unsafe extern "C" fn(*mut c_void, *const c_char);
+/// Receives one child module: (context, dotted path, class name).
+pub(crate) type OnChild = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char);
 
 extern "C" {
     pub(crate) fn fulmen_cxx_script_load(
@@ -47,6 +49,14 @@ extern "C" {
         err_len: size_t,
     ) -> c_int;
     pub(crate) fn fulmen_cxx_bytes_free(bytes: *mut c_char);
+    pub(crate) fn fulmen_cxx_script_children(
+        m: *const c_void,
+        depth: c_int,
+        on_child: OnChild,
+        ctx: *mut c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
     pub(crate) fn fulmen_cxx_script_methods(
         m: *const c_void,
         on_name: OnName,
