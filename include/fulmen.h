@@ -1301,6 +1301,22 @@ typedef struct fulmen_csv_options {
    * Divisor for FULMEN_SCALING_DIVIDE (default 1).
    */
   double scale_divisor;
+  /**
+   * Lines skipped before anything is read, such as the count line that
+   * starts scikit-learn's CSVs (default 0).
+   */
+  size_t skip_rows;
+  /**
+   * The label column by its header name, instead of `label_column`
+   * (default NULL; borrowed for the call).
+   */
+  const char *label_name;
+  /**
+   * The feature columns, by header name or 0-based index, comma
+   * separated, in the order they are read ("age,income" or "2,0");
+   * default NULL: every column but the label. Borrowed for the call.
+   */
+  const char *feature_columns;
 } fulmen_csv_options;
 
 /**
@@ -2579,11 +2595,16 @@ struct fulmen_csv_options fulmen_csv_options_default(void);
  * (N, F) and, with labels, class labels as i64 (N). Errors name the file
  * and line. `options` may be NULL for the defaults.
  *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (`path` not UTF-8; `header` or
- * `scaling` out of its values; a zero or non-finite `scale_divisor`),
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`path`, `label_name` or
+ * `feature_columns` not UTF-8; `header` or `scaling` out of its values; a
+ * zero or non-finite `scale_divisor`; a column name the header lacks, or
+ * a name without a header; a feature column given twice or that is the
+ * label),
  * FULMEN_CODE_IO (the file cannot be opened or read), FULMEN_CODE_FORMAT (a
  * ragged row, a non-numeric field or label, a corrupt gzip stream, no data
- * rows), FULMEN_CODE_OUT_OF_RANGE (`label_column` outside the columns).
+ * rows, a missing value, a data row wider or narrower than a header that
+ * was asked for; each names the line and column), FULMEN_CODE_OUT_OF_RANGE
+ * (`label_column` or a feature column index outside the columns).
  */
 struct fulmen_error *fulmen_dataset_from_csv(const char *path,
                                              const struct fulmen_csv_options *options,

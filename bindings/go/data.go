@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/cgo"
+	"strings"
 	"unsafe"
 )
 
@@ -95,6 +96,13 @@ type CSVOptions struct {
 	Scaling Scaling
 	// ScaleDivisor is the divisor for ScalingDivide.
 	ScaleDivisor float64
+	// SkipRows lines are skipped first (scikit-learn's count line).
+	SkipRows int
+	// LabelName is the label column by header name (instead of LabelColumn).
+	LabelName string
+	// FeatureColumns are the feature columns, by header name or index
+	// ("2"), in this order; nil: every column but the label.
+	FeatureColumns []string
 }
 
 // DefaultCSVOptions are the defaults: labels in column 0, header detected,
@@ -108,9 +116,20 @@ func DefaultCSVOptions() CSVOptions {
 // LoadCSV loads a .csv or .csv.gz file: features as float32 (N, F) and,
 // with labels, class labels as int64 (N).
 func LoadCSV(path string, opts CSVOptions) (*Dataset, error) {
+	if opts.SkipRows < 0 {
+		return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("SkipRows must be >= 0, got %d", opts.SkipRows)}
+	}
 	c := C.fulmen_csv_options{has_labels: C.bool(opts.HasLabels), label_column: C.int64_t(opts.LabelColumn),
 		header: C.int32_t(opts.Header), delimiter: C.char(opts.Delimiter), scaling: C.int32_t(opts.Scaling),
-		scale_divisor: C.double(opts.ScaleDivisor)}
+		scale_divisor: C.double(opts.ScaleDivisor), skip_rows: C.size_t(opts.SkipRows)}
+	if opts.LabelName != "" {
+		c.label_name = cString(opts.LabelName)
+		defer freeCString(c.label_name)
+	}
+	if opts.FeatureColumns != nil {
+		c.feature_columns = cString(strings.Join(opts.FeatureColumns, ","))
+		defer freeCString(c.feature_columns)
+	}
 	p := cString(path)
 	defer freeCString(p)
 	var out *C.fulmen_dataset

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	fulmen "github.com/fulmen-ml/fulmen/bindings/go"
@@ -88,6 +89,39 @@ func TestCSVDataset(t *testing.T) {
 	}
 	if _, err := fulmen.LoadCSV(filepath.Join(t.TempDir(), "none.csv"), o); !errors.Is(err, fulmen.ErrIO) {
 		t.Fatalf("missing csv: %v", err)
+	}
+}
+
+func TestCSVColumnsByName(t *testing.T) {
+	noLeaks(t)
+	path := filepath.Join(t.TempDir(), "people.csv")
+	ok(t, os.WriteFile(path, []byte("2,4\nage,income,city,bought\n30,1000,7,1\n40,,3,0\n"), 0o644))
+	o := fulmen.DefaultCSVOptions()
+	o.SkipRows = 1
+	o.LabelName = "bought"
+	o.FeatureColumns = []string{"income", "age"}
+	if _, err := fulmen.LoadCSV(path, o); !errors.Is(err, fulmen.ErrFormat) || !strings.Contains(err.Error(), "a missing value") {
+		t.Fatalf("missing value: %v", err)
+	}
+	ok(t, os.WriteFile(path, []byte("2,4\nage,income,city,bought\n30,1000,7,1\n40,2500,3,0\n"), 0o644))
+	ds := must(fulmen.LoadCSV(path, o))
+	defer ds.Close()
+	b := must(ds.Get([]int64{0, 1}))
+	defer b[0].Close()
+	defer b[1].Close()
+	if x := must(fulmen.ToSlice[float32](b[0])); !near(x, []float32{1000, 30, 2500, 40}) {
+		t.Fatalf("features %v", x)
+	}
+	if y := must(fulmen.ToSlice[int64](b[1])); !reflect.DeepEqual(y, []int64{1, 0}) {
+		t.Fatalf("labels %v", y)
+	}
+	o.FeatureColumns = []string{"price"}
+	if _, err := fulmen.LoadCSV(path, o); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("unknown column: %v", err)
+	}
+	o.SkipRows = -1
+	if _, err := fulmen.LoadCSV(path, o); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("negative SkipRows: %v", err)
 	}
 }
 

@@ -23,22 +23,43 @@ pub struct CsvOptions {
     pub delimiter: u8,
     /// Scaling of the feature columns.
     pub scaling: Scaling,
+    /// Lines skipped before anything is read (a count line such as the
+    /// first line of scikit-learn's CSVs).
+    pub skip_rows: usize,
+    /// The label column by its header name (instead of `label_column`).
+    pub label_name: Option<String>,
+    /// The feature columns, by header name or 0-based index, in this order;
+    /// `None` = every column but the label.
+    pub feature_columns: Option<Vec<String>>,
 }
 
 impl Default for CsvOptions {
     /// No labels, detect the header, comma-separated, no scaling.
     fn default() -> Self {
-        CsvOptions { label_column: None, has_header: None, delimiter: b',', scaling: Scaling::None }
+        CsvOptions {
+            label_column: None,
+            has_header: None,
+            delimiter: b',',
+            scaling: Scaling::None,
+            skip_rows: 0,
+            label_name: None,
+            feature_columns: None,
+        }
     }
 }
+
+/// Field texts that stand for a missing value.
+const MISSING: &[&str] = &["", "na", "n/a", "nan", "null", "none", "?"];
 
 const BUF_SIZE: usize = 1 << 16;
 
 /// Loads a numeric CSV file, plain or gzip-compressed (recognised by its
 /// magic bytes), into a dataset of features (f32 `[N, F]`) and, with a
-/// `label_column`, labels (i64 `[N]`). Fields are numbers without quotes;
-/// blank lines are skipped; a UTF-8 byte-order mark is ignored. Errors name
-/// the file and the 1-based line.
+/// `label_column` (or `label_name`), labels (i64 `[N]`). Fields are numbers
+/// without quotes; blank lines are skipped; a UTF-8 byte-order mark is
+/// ignored. A detected header whose field count differs from the data's is
+/// a preamble, not column names. Errors name the file and the 1-based line
+/// (and column: a missing value is named as such).
 pub fn load_csv(path: &Path, opts: &CsvOptions) -> Result<TensorDataset> {
     opts.scaling.validate()?;
     let name = path.display().to_string();
@@ -61,7 +82,11 @@ struct Parser<'a> {
     /// Columns per row and the line that set it.
     shape: Option<(usize, usize)>,
     header_seen: bool,
+    /// The header's names and its line, when there is one.
+    header: Option<(Vec<String>, usize)>,
     label: Option<usize>,
+    /// The feature columns read, in order (`None`: all but the label).
+    selected: Option<Vec<usize>>,
     features: Vec<f32>,
     labels: Vec<i64>,
     rows: usize,
@@ -74,7 +99,9 @@ impl<'a> Parser<'a> {
             opts,
             shape: None,
             header_seen: false,
+            header: None,
             label: None,
+            selected: None,
             features: Vec::new(),
             labels: Vec::new(),
             rows: 0,
@@ -101,8 +128,11 @@ impl<'a> Parser<'a> {
                 return Ok(());
             }
             line_no += 1;
+            if line_no <= self.opts.skip_rows {
+                continue;
+            }
             let mut line = trim(&buf);
-            if line_no == 1 {
+            if line_no == self.opts.skip_rows + 1 {
                 line = line.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(line);
             }
             if line.is_empty() {
@@ -110,7 +140,9 @@ impl<'a> Parser<'a> {
             }
             if self.shape.is_none() && !self.header_seen && self.is_header(line) {
                 self.header_seen = true;
-                self.set_shape(count_fields(line, self.opts.delimiter), line_no)?;
+                let names =
+                    line.split(|&b| b == self.opts.delimiter).map(|f| String::from_utf8_lossy(trim(f)).into_owned());
+                self.header = Some((names.collect(), line_no));
                 continue;
             }
             self.parse_row(line, line_no)?;
@@ -125,20 +157,72 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// Fixes the column count (from the header or the first data row) and
-    /// resolves the label column against it.
+    /// Fixes the column count (from the first data row; a header that was
+    /// asked for must have as many fields) and resolves the label and
+    /// feature columns against it.
     fn set_shape(&mut self, cols: usize, line_no: usize) -> Result<()> {
+        // A detected first line of another width is a preamble (such as
+        // scikit-learn's count line), not column names.
+        let names = match &self.header {
+            Some((names, _)) if names.len() == cols => Some(names.clone()),
+            Some((names, at)) if self.opts.has_header == Some(true) => {
+                return Err(self.err(
+                    ErrorCode::Format,
+                    line_no,
+                    format!("{cols} fields, but the header on line {at} has {}", names.len()),
+                ))
+            }
+            _ => None,
+        };
         self.shape = Some((cols, line_no));
-        if let Some(l) = self.opts.label_column {
+        let file = self.name;
+        let err = |code: ErrorCode, msg: String| Error::new(code, format!("{file}: line {line_no}: {msg}"));
+        let by_name = |what: &str, name: &str| -> Result<usize> {
+            let names = names.as_ref().ok_or_else(|| {
+                err(ErrorCode::InvalidArgument, format!("{what} {name:?} needs a header naming the columns"))
+            })?;
+            names.iter().position(|n| n == name).ok_or_else(|| {
+                let known: Vec<&str> = names.iter().map(String::as_str).take(20).collect();
+                err(ErrorCode::InvalidArgument, format!("no column named {name:?} (columns: {known:?})"))
+            })
+        };
+        let opts = self.opts;
+        if let Some(name) = &opts.label_name {
+            self.label = Some(by_name("label_name", name)?);
+        } else if let Some(l) = opts.label_column {
             let idx = if l < 0 { cols as i64 + l } else { l };
             if idx < 0 || idx >= cols as i64 {
-                return Err(self.err(
-                    ErrorCode::OutOfRange,
-                    line_no,
-                    format!("label_column {l} is out of range for {cols} columns"),
-                ));
+                return Err(err(ErrorCode::OutOfRange, format!("label_column {l} is out of range for {cols} columns")));
             }
             self.label = Some(idx as usize);
+        }
+        if let Some(columns) = &opts.feature_columns {
+            let mut picked = Vec::with_capacity(columns.len().min(cols));
+            for c in columns {
+                let idx = match c.parse::<usize>() {
+                    Ok(i) if names.as_ref().is_none_or(|n| !n.contains(c)) => {
+                        if i >= cols {
+                            return Err(err(
+                                ErrorCode::OutOfRange,
+                                format!("feature column {i} is out of range for {cols} columns"),
+                            ));
+                        }
+                        i
+                    }
+                    _ => by_name("feature column", c)?,
+                };
+                if Some(idx) == self.label || picked.contains(&idx) {
+                    return Err(err(
+                        ErrorCode::InvalidArgument,
+                        format!("feature column {c:?} is the label or given twice"),
+                    ));
+                }
+                picked.push(idx);
+            }
+            if picked.is_empty() {
+                return Err(err(ErrorCode::InvalidArgument, "feature_columns names no column".into()));
+            }
+            self.selected = Some(picked);
         }
         Ok(())
     }
@@ -152,7 +236,10 @@ impl<'a> Parser<'a> {
                 // Room for about 1024 rows up front, at most 1 Mi values:
                 // the column count comes from the file, so more memory is
                 // only taken as rows are actually read.
-                let per_row = cols - usize::from(self.label.is_some());
+                let per_row = match &self.selected {
+                    Some(s) => s.len(),
+                    None => cols - usize::from(self.label.is_some()),
+                };
                 self.features.reserve(per_row.saturating_mul(1024).min(1 << 20));
             }
             Some((expected, from)) if expected != cols => {
@@ -165,6 +252,23 @@ impl<'a> Parser<'a> {
             Some(_) => {}
         }
         let label = self.label.unwrap_or(usize::MAX);
+        if let Some(selected) = &self.selected {
+            let fields: Vec<&[u8]> = line.split(|&b| b == delim).collect();
+            for &c in selected {
+                match parse_f32(fields[c]) {
+                    Some(v) => self.features.push(v),
+                    None => return Err(self.field_err(line_no, c, fields[c], "a non-numeric field")),
+                }
+            }
+            if label != usize::MAX {
+                match parse_label(fields[label]) {
+                    Some(v) => self.labels.push(v),
+                    None => return Err(self.field_err(line_no, label, fields[label], "a non-integer label")),
+                }
+            }
+            self.rows += 1;
+            return Ok(());
+        }
         for (c, field) in line.split(|&b| b == delim).enumerate() {
             if c == label {
                 match parse_label(field) {
@@ -185,7 +289,16 @@ impl<'a> Parser<'a> {
     fn field_err(&self, line_no: usize, col: usize, field: &[u8], what: &str) -> Error {
         let text = String::from_utf8_lossy(trim(field));
         let text: String = text.chars().take(40).collect();
-        self.err(ErrorCode::Format, line_no, format!("column {}: {what} {text:?}", col + 1))
+        let name = match &self.header {
+            Some((names, _)) if self.shape.is_some_and(|(cols, _)| cols == names.len()) => {
+                names.get(col).map(|n| format!(" ({n:?})")).unwrap_or_default()
+            }
+            _ => String::new(),
+        };
+        if MISSING.contains(&text.to_ascii_lowercase().as_str()) {
+            return self.err(ErrorCode::Format, line_no, format!("column {}{name}: a missing value {text:?}", col + 1));
+        }
+        self.err(ErrorCode::Format, line_no, format!("column {}{name}: {what} {text:?}", col + 1))
     }
 
     fn finish(mut self) -> Result<TensorDataset> {

@@ -210,3 +210,80 @@ fn mnist_sized_file_loads_with_the_right_shapes() {
         assert_eq!(t[1].size(), vec![5000]);
     }
 }
+
+/// scikit-learn's iris.csv: a count line (150 rows, 4 features, the class
+/// names), then unnamed rows with the class last.
+const IRIS_HEAD: &[u8] = b"3,4,setosa,versicolor,virginica\n5.1,3.5,1.4,0.2,0\n7.0,3.2,4.7,1.4,1\n6.3,3.3,6.0,2.5,2\n";
+
+#[test]
+fn a_count_line_is_skipped_or_taken_as_a_preamble() {
+    let dir = TempDir::new();
+    let p = dir.write("iris.csv", IRIS_HEAD);
+    let skipped = load_csv(&p, &CsvOptions { skip_rows: 1, label_column: Some(-1), ..Default::default() }).unwrap();
+    assert_eq!(skipped.len(), 3);
+    assert_eq!(ints(&skipped.tensors()[1]), vec![0, 1, 2]);
+    // wine.csv's count line is narrower than its rows: detected, it is a
+    // preamble, not column names.
+    let p = dir.write("wine.csv", b"2,3,class_0\n1,2,3,0\n4,5,6,1\n");
+    let wine = load_csv(&p, &opts(Some(-1))).unwrap();
+    assert_eq!(floats(&wine.tensors()[0]), vec![1., 2., 3., 4., 5., 6.]);
+    // A header that was asked for must fit the rows.
+    let asked = CsvOptions { has_header: Some(true), label_column: Some(-1), ..Default::default() };
+    let e = load_csv(&p, &asked).unwrap_err();
+    assert!(e.message.contains("line 2") && e.message.contains("header on line 1 has 3"), "{}", e.message);
+}
+
+#[test]
+fn columns_are_chosen_by_name_or_index() {
+    let dir = TempDir::new();
+    let p = dir.write("people.csv", b"age,income,city_code,bought\n30,1000,7,1\n40,2500,3,0\n");
+    let named = CsvOptions {
+        label_name: Some("bought".into()),
+        feature_columns: Some(vec!["income".into(), "age".into()]),
+        ..Default::default()
+    };
+    let ds = load_csv(&p, &named).unwrap();
+    assert_eq!(floats(&ds.tensors()[0]), vec![1000., 30., 2500., 40.]);
+    assert_eq!(ints(&ds.tensors()[1]), vec![1, 0]);
+    let by_index = CsvOptions { feature_columns: Some(vec!["2".into()]), label_column: Some(3), ..Default::default() };
+    assert_eq!(floats(&load_csv(&p, &by_index).unwrap().tensors()[0]), vec![7., 3.]);
+    let refused = |o: CsvOptions, code: ErrorCode, says: &str| {
+        let e = load_csv(&p, &o).unwrap_err();
+        assert_eq!(e.code, code, "{}", e.message);
+        assert!(e.message.contains(says), "{} (wanted {says:?})", e.message);
+    };
+    refused(
+        CsvOptions { label_name: Some("price".into()), ..Default::default() },
+        ErrorCode::InvalidArgument,
+        "no column named \"price\"",
+    );
+    refused(
+        CsvOptions {
+            label_name: Some("bought".into()),
+            feature_columns: Some(vec!["bought".into()]),
+            ..Default::default()
+        },
+        ErrorCode::InvalidArgument,
+        "is the label",
+    );
+    refused(
+        CsvOptions { feature_columns: Some(vec!["9".into()]), ..Default::default() },
+        ErrorCode::OutOfRange,
+        "out of range",
+    );
+    let unnamed = dir.write("n.csv", b"1,2\n3,4\n");
+    let e = load_csv(&unnamed, &CsvOptions { label_name: Some("y".into()), ..Default::default() }).unwrap_err();
+    assert!(e.message.contains("needs a header"), "{}", e.message);
+}
+
+#[test]
+fn a_missing_value_is_named_with_its_line_and_column() {
+    let dir = TempDir::new();
+    let p = dir.write("gaps.csv", b"a,b,label\n1,2,0\n3,,1\n");
+    let e = load_csv(&p, &opts(Some(-1))).unwrap_err();
+    assert_eq!(e.code, ErrorCode::Format);
+    assert!(e.message.contains("line 3: column 2 (\"b\"): a missing value"), "{}", e.message);
+    let p = dir.write("na.csv", b"1,NA,0\n");
+    let e = load_csv(&p, &CsvOptions { has_header: Some(false), ..opts(Some(-1)) }).unwrap_err();
+    assert!(e.message.contains("line 1: column 2: a missing value \"NA\""), "{}", e.message);
+}

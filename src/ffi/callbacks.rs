@@ -1,6 +1,6 @@
 //! Adding callbacks to a trainer: the built-in ones (ModelCheckpoint,
 //! EarlyStopping, LearningRateMonitor, Timer) and host callbacks.
-use super::error::{fulmen_error, guard, str_arg};
+use super::error::{fulmen_error, guard, opt_str, str_arg};
 use super::handle;
 use super::hooks::{fulmen_callback_vtable, host_callback};
 use super::trainer::fulmen_trainer;
@@ -11,14 +11,6 @@ use crate::callbacks::{
 use crate::error::{Error, ErrorCode, Result};
 use std::ffi::c_char;
 use std::path::PathBuf;
-
-unsafe fn opt_str(p: *const c_char, arg: &str) -> Result<Option<String>> {
-    if p.is_null() {
-        Ok(None)
-    } else {
-        str_arg(p, arg).map(|s| Some(s.to_string()))
-    }
-}
 
 /// Whether a lower or a higher monitored value is better (`fulmen_mode`).
 #[repr(C)]

@@ -2,7 +2,7 @@
 //! subsets, host-implemented data sources and iterators, and loaders.
 use super::batch::{check_batch, fulmen_batch_builder, with_temp_handle};
 use super::callback::{call_host, check_struct_size, HostLock, Userdata};
-use super::error::{fulmen_error, guard, guard_value, str_arg};
+use super::error::{fulmen_error, guard, guard_value, opt_str, str_arg};
 use super::handle::{self, check_out, write_out, Handle, Shared};
 use super::tensor::handle::{emit, fulmen_tensor, i64_list, tensor_list};
 use crate::data::{
@@ -94,6 +94,16 @@ pub struct fulmen_csv_options {
     pub scaling: i32,
     /// Divisor for FULMEN_SCALING_DIVIDE (default 1).
     pub scale_divisor: f64,
+    /// Lines skipped before anything is read, such as the count line that
+    /// starts scikit-learn's CSVs (default 0).
+    pub skip_rows: usize,
+    /// The label column by its header name, instead of `label_column`
+    /// (default NULL; borrowed for the call).
+    pub label_name: *const c_char,
+    /// The feature columns, by header name or 0-based index, comma
+    /// separated, in the order they are read ("age,income" or "2,0");
+    /// default NULL: every column but the label. Borrowed for the call.
+    pub feature_columns: *const c_char,
 }
 
 /// Default CSV options: labels in column 0, header detected, ',', no scaling.
@@ -106,10 +116,15 @@ pub extern "C" fn fulmen_csv_options_default() -> fulmen_csv_options {
         delimiter: b',' as c_char,
         scaling: 0,
         scale_divisor: 1.0,
+        skip_rows: 0,
+        label_name: std::ptr::null(),
+        feature_columns: std::ptr::null(),
     }
 }
 
-fn csv_options(o: &fulmen_csv_options) -> Result<CsvOptions> {
+/// # Safety
+/// `o`'s strings must be NULL or NUL-terminated.
+unsafe fn csv_options(o: &fulmen_csv_options) -> Result<CsvOptions> {
     let has_header = match o.header {
         -1 => None,
         0 => Some(false),
@@ -123,11 +138,23 @@ fn csv_options(o: &fulmen_csv_options) -> Result<CsvOptions> {
         3 => Scaling::Standardize,
         s => return Err(Error::invalid(format!("{s} is not a fulmen_scaling (0..=3)"))),
     };
+    let label_name = opt_str(o.label_name, "label_name")?;
+    if label_name.is_some() && !o.has_labels {
+        return Err(Error::invalid("csv label_name is set but has_labels is false"));
+    }
+    let feature_columns = opt_str(o.feature_columns, "feature_columns")?
+        .map(|list| list.split(',').map(|c| c.trim().to_string()).collect::<Vec<_>>());
+    if feature_columns.as_ref().is_some_and(|c| c.iter().any(String::is_empty)) {
+        return Err(Error::invalid("csv feature_columns has an empty name (two commas, or a comma at an end)"));
+    }
     Ok(CsvOptions {
         label_column: o.has_labels.then_some(o.label_column),
         has_header,
         delimiter: o.delimiter as u8,
         scaling,
+        skip_rows: o.skip_rows,
+        label_name,
+        feature_columns,
     })
 }
 
@@ -135,11 +162,16 @@ fn csv_options(o: &fulmen_csv_options) -> Result<CsvOptions> {
 /// (N, F) and, with labels, class labels as i64 (N). Errors name the file
 /// and line. `options` may be NULL for the defaults.
 ///
-/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`path` not UTF-8; `header` or
-/// `scaling` out of its values; a zero or non-finite `scale_divisor`),
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`path`, `label_name` or
+/// `feature_columns` not UTF-8; `header` or `scaling` out of its values; a
+/// zero or non-finite `scale_divisor`; a column name the header lacks, or
+/// a name without a header; a feature column given twice or that is the
+/// label),
 /// FULMEN_CODE_IO (the file cannot be opened or read), FULMEN_CODE_FORMAT (a
 /// ragged row, a non-numeric field or label, a corrupt gzip stream, no data
-/// rows), FULMEN_CODE_OUT_OF_RANGE (`label_column` outside the columns).
+/// rows, a missing value, a data row wider or narrower than a header that
+/// was asked for; each names the line and column), FULMEN_CODE_OUT_OF_RANGE
+/// (`label_column` or a feature column index outside the columns).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_dataset_from_csv(
     path: *const c_char,

@@ -84,6 +84,18 @@ pub unsafe fn str_arg<'a>(s: *const c_char, arg: &str) -> Result<&'a str> {
     CStr::from_ptr(s).to_str().map_err(|_| Error::invalid(format!("argument `{arg}` is not valid UTF-8")))
 }
 
+/// Reads an optional C string argument (NULL: `None`) as UTF-8.
+///
+/// # Safety
+/// `p` must be NULL or a NUL-terminated string.
+pub unsafe fn opt_str(p: *const c_char, arg: &str) -> Result<Option<String>> {
+    if p.is_null() {
+        Ok(None)
+    } else {
+        str_arg(p, arg).map(|s| Some(s.to_string()))
+    }
+}
+
 /// Creates an error with a code and a message, for a host callback to
 /// return. An unknown code becomes `FULMEN_CODE_CALLBACK`; a NULL message
 /// becomes an empty one. Never returns NULL.

@@ -442,6 +442,50 @@ static void test_csv_scaling(void) {
     unlink(p);
 }
 
+/* scikit-learn's layout (a count line first) and columns chosen by name or
+ * index; a missing value names its line and column. */
+static void test_csv_columns(void) {
+    char p[128], gaps[128];
+    write_file(p, sizeof p, "named.csv", "2,4,a,b\nage,income,city,bought\n30,1000,7,1\n40,2500,3,0\n");
+    fulmen_csv_options o = fulmen_csv_options_default();
+    o.skip_rows = 1;
+    o.label_name = "bought";
+    o.feature_columns = "income, 0";
+    fulmen_dataset *ds = csv(p, &o);
+    fulmen_tensor *out[4];
+    if (ds != NULL) {
+        size_t c = get_all(ds, out);
+        const int64_t fd[2] = {2, 2}, ld[1] = {2};
+        const double w[4] = {1000, 30, 2500, 40}, l[2] = {1, 0};
+        EXPECT_TENSOR(out[0], FULMEN_DTYPE_F32, fd, 2, w, 4, 0);
+        EXPECT_TENSOR(out[1], FULMEN_DTYPE_I64, ld, 1, l, 2, 0);
+        free_all(out, c);
+        fulmen_dataset_free(ds);
+    }
+    fulmen_dataset *bad = NULL;
+    o.feature_columns = "income,,age";
+    CHECK_ERR(fulmen_dataset_from_csv(p, &o, &bad), FULMEN_CODE_INVALID_ARGUMENT, "empty name");
+    o.feature_columns = "price";
+    CHECK_ERR(fulmen_dataset_from_csv(p, &o, &bad), FULMEN_CODE_INVALID_ARGUMENT, "no column named \"price\"");
+    o.feature_columns = "bought";
+    CHECK_ERR(fulmen_dataset_from_csv(p, &o, &bad), FULMEN_CODE_INVALID_ARGUMENT, "is the label");
+    o.feature_columns = NULL;
+    o.skip_rows = 0; /* the count line is then the header, which lacks the name */
+    CHECK_ERR(fulmen_dataset_from_csv(p, &o, &bad), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    o.label_name = "\xff";
+    CHECK_ERR(fulmen_dataset_from_csv(p, &o, &bad), FULMEN_CODE_INVALID_ARGUMENT, "UTF-8");
+    o.label_name = "bought";
+    o.has_labels = false;
+    CHECK_ERR(fulmen_dataset_from_csv(p, &o, &bad), FULMEN_CODE_INVALID_ARGUMENT, "has_labels");
+    write_file(gaps, sizeof gaps, "gaps.csv", "a,b,label\n1,2,0\n3,,1\n");
+    o = fulmen_csv_options_default();
+    o.label_column = -1;
+    CHECK_ERR(fulmen_dataset_from_csv(gaps, &o, &bad), FULMEN_CODE_FORMAT, "line 3: column 2 (\"b\"): a missing value");
+    CHECK(bad == NULL);
+    unlink(p);
+    unlink(gaps);
+}
+
 /* Malformed files: ragged rows, non-numbers, non-integer labels and empty
  * files are FORMAT errors naming the file and line; a missing file is IO. */
 static void test_csv_errors(void) {
@@ -928,6 +972,7 @@ int main(void) {
     test_csv_layouts();
     test_csv_scaling();
     test_csv_errors();
+    test_csv_columns();
     test_mnist();
     test_loader();
     test_loader_pin_memory();

@@ -316,6 +316,28 @@ TEST_F(DataTest, CsvDataset) {
     EXPECT_EQ(all[1].to_vector<int64_t>(), (std::vector<int64_t>{1, 0, 1}));
 }
 
+TEST_F(DataTest, CsvColumnsByName) {
+    std::string path = (fulmen_test::scratch() / "people.csv").string();
+    std::ofstream(path) << "2,4\nage,income,city,bought\n30,1000,7,1\n40,2500,3,0\n";
+    fulmen::CsvOptions o;
+    {
+        // The names outlive the options they were given to (copies share them).
+        fulmen::CsvOptions named;
+        named.skip(1).label("bought").features({"income", "age"});
+        o = named;
+    }
+    Dataset ds = Dataset::from_csv(path, o);
+    std::vector<Tensor> all = ds.get(std::vector<int64_t>{0, 1});
+    EXPECT_EQ(all[0].to_vector<float>(), (std::vector<float>{1000, 30, 2500, 40}));
+    EXPECT_EQ(all[1].to_vector<int64_t>(), (std::vector<int64_t>{1, 0}));
+    try {
+        Dataset::from_csv(path, fulmen::CsvOptions(o).features({"price"}));
+        ADD_FAILURE() << "an unknown column was accepted";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_INVALID_ARGUMENT) << e.what();
+    }
+}
+
 TEST_F(DataTest, HostDataSource) {
     int freed = 0;
     struct Counter {

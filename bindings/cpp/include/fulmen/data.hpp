@@ -21,7 +21,8 @@ enum class Scaling : int32_t {
 };
 
 /// CSV options, default-constructed with fulmen's defaults (labels in
-/// column 0, header detected, ',', no scaling).
+/// column 0, header detected, ',', no scaling). The names it is given are
+/// kept with it (copies share them).
 struct CsvOptions : fulmen_csv_options {
     /// fulmen's CSV defaults.
     CsvOptions() : fulmen_csv_options(fulmen_csv_options_default()) {}
@@ -31,6 +32,29 @@ struct CsvOptions : fulmen_csv_options {
         scale_divisor = divisor;
         return *this;
     }
+    /// Skips the first `lines` lines (scikit-learn's count line).
+    CsvOptions& skip(size_t lines) {
+        skip_rows = lines;
+        return *this;
+    }
+    /// The label column by its header name.
+    CsvOptions& label(std::string name) {
+        label_text_ = std::make_shared<const std::string>(std::move(name));
+        has_labels = true;
+        label_name = label_text_->c_str();
+        return *this;
+    }
+    /// The feature columns, by header name or index ("2"), in this order.
+    CsvOptions& features(const std::vector<std::string>& columns) {
+        std::string joined;
+        for (const std::string& c : columns) joined += (joined.empty() ? "" : ",") + c;
+        features_text_ = std::make_shared<const std::string>(std::move(joined));
+        feature_columns = features_text_->c_str();
+        return *this;
+    }
+
+private:
+    std::shared_ptr<const std::string> label_text_, features_text_;
 };
 
 /// Loader options, default-constructed with torch's DataLoader defaults.
