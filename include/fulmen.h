@@ -6872,6 +6872,10 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  * - `enable_progress_bar` (bool; default true): show progress on stderr.
  * - `enable_model_summary` (bool; default true): print the layer table
  *   when fit starts.
+ * - `use_distributed_sampler` (bool; default true): under DDP, give each
+ *   rank its shard of every DataLoader (torch's DistributedSampler,
+ *   padded, reshuffled per epoch); false: every rank reads the loaders as
+ *   they are, as Lightning's use_distributed_sampler.
  * - `accumulate_grad_batches` (integer; default 1): accumulate gradients
  *   over this many batches per optimizer step.
  * - `gradient_clip_val` (number or "none"; default none): clip gradients

@@ -240,6 +240,14 @@ func (o *TrainerOptions) SetEnableModelSummary(v bool) error {
 	return o.SetBool("enable_model_summary", v)
 }
 
+// SetUseDistributedSampler sets `use_distributed_sampler` (bool; default
+// true): under DDP, give each rank its shard of every DataLoader (torch's
+// DistributedSampler, padded, reshuffled per epoch); false: every rank reads
+// the loaders as they are, as Lightning's use_distributed_sampler.
+func (o *TrainerOptions) SetUseDistributedSampler(v bool) error {
+	return o.SetBool("use_distributed_sampler", v)
+}
+
 // SetAccumulateGradBatches sets `accumulate_grad_batches` (integer; default
 // 1): accumulate gradients over this many batches per optimizer step.
 func (o *TrainerOptions) SetAccumulateGradBatches(v int64) error {

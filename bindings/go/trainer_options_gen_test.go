@@ -58,6 +58,7 @@ func TestEveryTrainerOptionSetter(t *testing.T) {
 		{"o.SetCheckpointPrefix(\"\")", o.SetCheckpointPrefix("")},
 		{"o.SetEnableProgressBar(true)", o.SetEnableProgressBar(true)},
 		{"o.SetEnableModelSummary(true)", o.SetEnableModelSummary(true)},
+		{"o.SetUseDistributedSampler(true)", o.SetUseDistributedSampler(true)},
 		{"o.SetAccumulateGradBatches(1)", o.SetAccumulateGradBatches(1)},
 		{"o.SetGradientClipVal(1)", o.SetGradientClipVal(1)},
 		{"o.Set(\"gradient_clip_val\", \"none\")", o.Set("gradient_clip_val", "none")},

@@ -102,7 +102,7 @@ impl Trainer {
         };
         let (_settings, strategy) = self.start_run(module, false)?;
         let global_zero = strategy.is_global_zero();
-        let shards: Vec<_> = sources.iter().map(|s| strategy.shard(*s)).collect();
+        let shards: Vec<_> = sources.iter().map(|s| strategy.shard(*s, self.opts.use_distributed_sampler)).collect();
         let sources: Vec<&dyn BatchSource> = shards.iter().map(|s| s.get()).collect();
         // What a fit leaves stays for the runs after it, as in Lightning:
         // its progress, its log folder and its default ModelCheckpoint

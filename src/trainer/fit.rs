@@ -332,9 +332,10 @@ impl Trainer {
         };
         let (_settings, strategy) = self.start_run(module, true)?;
         let global_zero = strategy.is_global_zero();
-        let train_shard = strategy.shard(train);
+        let sampler = self.opts.use_distributed_sampler;
+        let train_shard = strategy.shard(train, sampler);
         let train = train_shard.get();
-        let val_shards: Vec<_> = vals.iter().map(|v| strategy.shard(*v)).collect();
+        let val_shards: Vec<_> = vals.iter().map(|v| strategy.shard(*v, sampler)).collect();
         let vals: Vec<&dyn BatchSource> = val_shards.iter().map(|v| v.get()).collect();
         self.begin_state();
         self.state.global_rank = strategy.global_rank();

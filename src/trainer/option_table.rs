@@ -429,6 +429,14 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         apply: field!(enable_model_summary, parse_bool),
     },
     TrainerOption {
+        key: "use_distributed_sampler",
+        kind: OptionKind::Bool,
+        default: "true",
+        doc: "under DDP, give each rank its shard of every DataLoader (torch's DistributedSampler, padded, reshuffled \
+              per epoch); false: every rank reads the loaders as they are, as Lightning's use_distributed_sampler",
+        apply: field!(use_distributed_sampler, parse_bool),
+    },
+    TrainerOption {
         key: "accumulate_grad_batches",
         kind: OptionKind::Int,
         default: "1",

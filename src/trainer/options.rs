@@ -140,6 +140,9 @@ pub struct TrainerOptions {
     pub enable_progress_bar: bool,
     /// Add a ModelCheckpoint (saving the latest epoch) when none is given.
     pub enable_checkpointing: bool,
+    /// Under DDP, shard every DataLoader over the ranks (Lightning's
+    /// `use_distributed_sampler`).
+    pub use_distributed_sampler: bool,
     /// File format of the checkpoints the trainer writes.
     pub checkpoint_format: crate::checkpoint::CheckpointFormat,
     /// The LightningModule attribute (with its dot) holding the network in
@@ -202,6 +205,7 @@ impl Default for TrainerOptions {
             default_root_dir: PathBuf::from("."),
             enable_progress_bar: true,
             enable_checkpointing: true,
+            use_distributed_sampler: true,
             checkpoint_format: Default::default(),
             checkpoint_prefix: String::new(),
             enable_model_summary: true,

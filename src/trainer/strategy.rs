@@ -348,13 +348,16 @@ impl RunStrategy {
     }
 
     /// The source this rank reads: its shard of a DataLoader (padded to
-    /// equal length, reshuffled per epoch), or the source itself.
-    pub fn shard<'a>(&self, source: &'a dyn BatchSource) -> Sharded<'a> {
+    /// equal length, reshuffled per epoch) when `use_sampler` (Lightning's
+    /// `use_distributed_sampler`), or the source itself.
+    pub fn shard<'a>(&self, source: &'a dyn BatchSource, use_sampler: bool) -> Sharded<'a> {
         match &self.parallel {
-            Parallel::Ddp(d) if d.ctx.world_size() > 1 => match source.shard(d.ctx.rank(), d.ctx.world_size()) {
-                Some(owned) => Sharded::Owned(owned),
-                None => Sharded::Borrowed(source),
-            },
+            Parallel::Ddp(d) if use_sampler && d.ctx.world_size() > 1 => {
+                match source.shard(d.ctx.rank(), d.ctx.world_size()) {
+                    Some(owned) => Sharded::Owned(owned),
+                    None => Sharded::Borrowed(source),
+                }
+            }
             _ => Sharded::Borrowed(source),
         }
     }

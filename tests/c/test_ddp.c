@@ -23,6 +23,9 @@
  *   slurm           SLURM says 2 tasks per node, devices=1: an error
  *   manual          launcher with 2 ranks, manual optimization (the step's
  *                   own zero_grad, manual_backward and optimizer step)
+ *   unsharded       launcher with 2 ranks, use_distributed_sampler false:
+ *                   each rank reads the whole loader (so the weights are
+ *                   those of one process with the per-rank batch)
  * DDP ranks see batch 8 of a sharded loader; with a mean loss their averaged
  * gradients equal those of one process with batch 8 x world, so the final
  * weights must match the reference to float tolerance.
@@ -163,6 +166,7 @@ static fulmen_trainer_options *options(const char *root, const char *strategy, c
 }
 
 static const char *max_time = NULL; /* the trainer's max_time, when set */
+static bool unsharded = false;      /* use_distributed_sampler false */
 
 /* Trains the MLP with `strategy` and per-process batch `batch`; saves the
  * final weights to `weights`. Returns fit's error (NULL on success). */
@@ -178,6 +182,7 @@ static fulmen_error *train(const char *root, const char *strategy, const char *d
         CHECK_OK(fulmen_trainer_options_set_int(o, "max_epochs", 1000));
         CHECK_OK(fulmen_trainer_options_set(o, "max_time", max_time));
     }
+    if (unsharded) CHECK_OK(fulmen_trainer_options_set_bool(o, "use_distributed_sampler", false));
     fulmen_trainer *t = NULL;
     CHECK_OK(fulmen_trainer_new(o, &t));
     fulmen_trainer_options_free(o);
@@ -280,6 +285,24 @@ static int scenario_manual(const char *dir) {
     fulmen_trainer_free(t);
     CHECK_OK(fulmen_distributed_shutdown(60));
     return check_finish(rank == 0 ? "manual rank 0" : "manual rank 1");
+}
+
+static int scenario_unsharded(const char *dir) {
+    char root[512], weights[512], final[512];
+    snprintf(root, sizeof root, "%s/unsharded", dir);
+    snprintf(weights, sizeof weights, "%s/unsharded-tmp-%d.safetensors", dir, (int)getpid());
+    unsharded = true;
+    fulmen_trainer *t = NULL;
+    CHECK_OK(train(root, "ddp", "2", RANK_BATCH, HIDDEN, -1, false, weights, &t));
+    size_t rank = my_rank();
+    snprintf(final, sizeof final, "%s/unsharded-rank%zu.safetensors", dir, rank);
+    CHECK(rename(weights, final) == 0);
+    int64_t step = 0;
+    CHECK_OK(fulmen_trainer_global_step(t, &step));
+    CHECK(step == EPOCHS * (SAMPLES / RANK_BATCH)); /* every batch of the loader */
+    fulmen_trainer_free(t);
+    CHECK_OK(fulmen_distributed_shutdown(60));
+    return check_finish(rank == 0 ? "unsharded rank 0" : "unsharded rank 1");
 }
 
 static int scenario_external(const char *dir) {
@@ -637,6 +660,7 @@ int main(int argc, char **argv) {
         if (strcmp(s, "envrank") == 0) return scenario_envrank(dir);
         if (strcmp(s, "slurm") == 0) return scenario_slurm(dir);
         if (strcmp(s, "manual") == 0) return scenario_manual(dir);
+        if (strcmp(s, "unsharded") == 0) return scenario_unsharded(dir);
         fprintf(stderr, "unknown scenario %s\n", s);
         return 2;
     }
@@ -648,6 +672,7 @@ int main(int argc, char **argv) {
 
     CHECK(run("reference", dir, "16") == 0);
     CHECK(run("reference", dir, "24") == 0);
+    CHECK(run("reference", dir, "8") == 0);
 
     /* A world of one. */
     CHECK(run("single", dir, NULL) == 0);
@@ -667,6 +692,12 @@ int main(int argc, char **argv) {
     CHECK(run("manual", dir, NULL) == 0);
     expect_same(dir, "reference-16.safetensors", "manual-rank0.safetensors");
     expect_same(dir, "manual-rank0.safetensors", "manual-rank1.safetensors");
+
+    /* use_distributed_sampler false: both ranks read every batch; their
+     * averaged gradients are one process's with the per-rank batch. */
+    CHECK(run("unsharded", dir, NULL) == 0);
+    expect_same(dir, "reference-8.safetensors", "unsharded-rank0.safetensors");
+    expect_same(dir, "unsharded-rank0.safetensors", "unsharded-rank1.safetensors");
 
     /* torchrun's environment, 3 ranks. */
     int codes[4];

@@ -41,6 +41,7 @@ fulmen::TrainerOptions o;
     o.checkpoint_prefix("");
     o.enable_progress_bar(true);
     o.enable_model_summary(true);
+    o.use_distributed_sampler(true);
     o.accumulate_grad_batches(1);
     o.gradient_clip_val(1);
     o.gradient_clip_val(std::nullopt);

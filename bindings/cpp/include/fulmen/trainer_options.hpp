@@ -202,6 +202,13 @@ public:
     /// Sets `enable_model_summary` on a temporary and passes it on.
     Self&& enable_model_summary(bool v) && { return std::move(put("enable_model_summary", v)); }
 
+    /// `use_distributed_sampler` (bool; default true): under DDP, give each rank its shard of every
+    /// DataLoader (torch's DistributedSampler, padded, reshuffled per epoch); false: every rank
+    /// reads the loaders as they are, as Lightning's use_distributed_sampler.
+    Self& use_distributed_sampler(bool v) & { return put("use_distributed_sampler", v); }
+    /// Sets `use_distributed_sampler` on a temporary and passes it on.
+    Self&& use_distributed_sampler(bool v) && { return std::move(put("use_distributed_sampler", v)); }
+
     /// `accumulate_grad_batches` (integer; default 1): accumulate gradients over this many batches
     /// per optimizer step.
     Self& accumulate_grad_batches(int64_t v) & { return put("accumulate_grad_batches", v); }
