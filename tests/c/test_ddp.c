@@ -269,40 +269,35 @@ static int scenario_launcher(const char *dir) {
     return check_finish(rank == 0 ? "launcher rank 0" : "launcher rank 1");
 }
 
-static int scenario_manual(const char *dir) {
-    char root[512], weights[512], final[512];
-    snprintf(root, sizeof root, "%s/manual", dir);
-    snprintf(weights, sizeof weights, "%s/manual-tmp-%d.safetensors", dir, (int)getpid());
-    manual_mode = true;
+/* Two launched ranks of scenario `name` train; each saves its weights as
+ * <name>-rank<N>.safetensors and must have taken `steps` optimizer steps. */
+static int two_launched_ranks(const char *dir, const char *name, int64_t steps) {
+    char root[512], weights[512], final[512], what[64];
+    snprintf(root, sizeof root, "%s/%s", dir, name);
+    snprintf(weights, sizeof weights, "%s/%s-tmp-%d.safetensors", dir, name, (int)getpid());
     fulmen_trainer *t = NULL;
     CHECK_OK(train(root, "ddp", "2", RANK_BATCH, HIDDEN, -1, false, weights, &t));
     size_t rank = my_rank();
-    snprintf(final, sizeof final, "%s/manual-rank%zu.safetensors", dir, rank);
+    snprintf(final, sizeof final, "%s/%s-rank%zu.safetensors", dir, name, rank);
     CHECK(rename(weights, final) == 0);
     int64_t step = 0;
     CHECK_OK(fulmen_trainer_global_step(t, &step));
-    CHECK(step == EPOCHS * (SAMPLES / 2 / RANK_BATCH));
+    CHECK(step == steps);
     fulmen_trainer_free(t);
     CHECK_OK(fulmen_distributed_shutdown(60));
-    return check_finish(rank == 0 ? "manual rank 0" : "manual rank 1");
+    snprintf(what, sizeof what, "%s rank %zu", name, rank);
+    return check_finish(what);
 }
 
+static int scenario_manual(const char *dir) {
+    manual_mode = true;
+    return two_launched_ranks(dir, "manual", EPOCHS * (SAMPLES / 2 / RANK_BATCH));
+}
+
+/* Every batch of the loader on each rank. */
 static int scenario_unsharded(const char *dir) {
-    char root[512], weights[512], final[512];
-    snprintf(root, sizeof root, "%s/unsharded", dir);
-    snprintf(weights, sizeof weights, "%s/unsharded-tmp-%d.safetensors", dir, (int)getpid());
     unsharded = true;
-    fulmen_trainer *t = NULL;
-    CHECK_OK(train(root, "ddp", "2", RANK_BATCH, HIDDEN, -1, false, weights, &t));
-    size_t rank = my_rank();
-    snprintf(final, sizeof final, "%s/unsharded-rank%zu.safetensors", dir, rank);
-    CHECK(rename(weights, final) == 0);
-    int64_t step = 0;
-    CHECK_OK(fulmen_trainer_global_step(t, &step));
-    CHECK(step == EPOCHS * (SAMPLES / RANK_BATCH)); /* every batch of the loader */
-    fulmen_trainer_free(t);
-    CHECK_OK(fulmen_distributed_shutdown(60));
-    return check_finish(rank == 0 ? "unsharded rank 0" : "unsharded rank 1");
+    return two_launched_ranks(dir, "unsharded", EPOCHS * (SAMPLES / RANK_BATCH));
 }
 
 static int scenario_external(const char *dir) {

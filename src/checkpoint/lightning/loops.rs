@@ -8,23 +8,6 @@ use crate::checkpoint::torch_save::Value;
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 
-/// What fulmen's counters mean to Lightning's loops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Counts {
-    /// Epoch, as in the checkpoint.
-    pub epoch: i64,
-    /// Optimizer steps.
-    pub global_step: i64,
-    /// Batches that stepped (fulmen's count, this batch included).
-    pub batches_stepped: i64,
-    /// Batches done in the epoch.
-    pub batches_in_epoch: i64,
-    /// Whether the epoch's batches are all done.
-    pub epoch_finished: bool,
-    /// Scheduler steps, in all and in the epoch.
-    pub scheduler_steps: (i64, i64),
-}
-
 /// A `{ready, completed[, started, processed]}` progress record.
 fn progress(ready: i64, started: i64, processed: i64, completed: i64, full: bool) -> Value {
     let mut e = vec![("ready", count(ready)), ("completed", count(completed))];
@@ -165,9 +148,10 @@ pub fn to_lightning(ck: &Checkpoint) -> Value {
     ])
 }
 
-/// fulmen's counters from a Lightning checkpoint's `loops`, `epoch` and
-/// `global_step` (`what` names the file in errors).
-pub fn from_lightning(top: &Value, what: &str) -> Result<Counts> {
+/// A checkpoint with fulmen's counters (epoch, steps, batches done, scheduler
+/// steps) from a Lightning checkpoint's `loops`, `epoch` and `global_step`
+/// (`what` names the file in errors).
+pub fn from_lightning(top: &Value, what: &str) -> Result<Checkpoint> {
     whole_field(top, "epoch", what, MAX_COUNTER)?;
     let global_step = whole_field(top, "global_step", what, MAX_COUNTER)?;
     let fit = field(field(top, "loops", what)?, "fit_loop", &format!("{what}.loops"))?;
@@ -210,36 +194,20 @@ pub fn from_lightning(top: &Value, what: &str) -> Result<Counts> {
         }
         None => (0, 0),
     };
-    let counts = if processed == ready && completed + 1 == processed {
+    let ck = Checkpoint { global_step, batches_stepped, scheduler_steps, ..Default::default() };
+    Ok(if processed == ready && completed + 1 == processed {
         // The epoch's batches are done (train-epoch or validation end).
-        Counts {
+        Checkpoint {
             epoch: processed - 1,
-            global_step,
-            batches_stepped,
             batches_in_epoch: bp_count(current, "processed")?,
             epoch_finished: true,
-            scheduler_steps,
+            ..ck
         }
     } else if completed == processed && processed == ready {
         // Between epochs: the next one starts from its first batch.
-        Counts {
-            epoch: completed,
-            global_step,
-            batches_stepped,
-            batches_in_epoch: 0,
-            epoch_finished: false,
-            scheduler_steps: (scheduler_steps.0, 0),
-        }
+        Checkpoint { epoch: completed, scheduler_steps: (scheduler_steps.0, 0), ..ck }
     } else {
         // Inside an epoch.
-        Counts {
-            epoch: processed,
-            global_step,
-            batches_stepped,
-            batches_in_epoch: bp_count(current, "processed")?,
-            epoch_finished: false,
-            scheduler_steps,
-        }
-    };
-    Ok(counts)
+        Checkpoint { epoch: processed, batches_in_epoch: bp_count(current, "processed")?, ..ck }
+    })
 }

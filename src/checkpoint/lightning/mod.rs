@@ -20,8 +20,6 @@ use tch::Tensor;
 use value::floats;
 use value::{dict, entries, items, text};
 
-pub use loops::Counts;
-
 /// Python's `repr` of an optional str (`None` or `'text'`), as Lightning's
 /// callback state keys print their options.
 pub fn py_repr_opt(s: Option<&str>) -> String {
@@ -159,19 +157,9 @@ pub fn to_lightning(ck: &Checkpoint, prefix: &str) -> Result<Value> {
 /// maps the names to its model), and its schedulers are listed in
 /// Lightning's order (`schedulers_listed`).
 pub fn from_lightning(top: &Value, what: &str) -> Result<Checkpoint> {
-    let state_dict = super::torch_save::state_dict_of(top, what)?;
-    let counts = loops::from_lightning(top, what)?;
-    let mut ck = Checkpoint {
-        epoch: counts.epoch,
-        global_step: counts.global_step,
-        batches_stepped: counts.batches_stepped,
-        batches_in_epoch: counts.batches_in_epoch,
-        epoch_finished: counts.epoch_finished,
-        scheduler_steps: counts.scheduler_steps,
-        state_dict,
-        schedulers_listed: true,
-        ..Default::default()
-    };
+    let mut ck = loops::from_lightning(top, what)?;
+    ck.state_dict = super::torch_save::state_dict_of(top, what)?;
+    ck.schedulers_listed = true;
     if let Some(h) = top.get("hyper_parameters") {
         for (k, v) in entries(h, &format!("{what}.hyper_parameters"))? {
             let (Value::Str(k), Some(v)) = (k, value::as_text(v)) else { continue };
