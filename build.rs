@@ -25,6 +25,7 @@ fn build_cxx_shims(lib: &Path) {
         "csrc/distributed.cpp",
         "csrc/ops.cpp",
         "csrc/pinned.cpp",
+        "csrc/profiler.cpp",
         "csrc/script.cpp",
     ] {
         println!("cargo:rerun-if-changed={file}");
@@ -58,6 +59,7 @@ fn build_cxx_shims(lib: &Path) {
         .file("csrc/distributed.cpp")
         .file("csrc/ops.cpp")
         .file("csrc/pinned.cpp")
+        .file("csrc/profiler.cpp")
         .file("csrc/script.cpp");
     match gloo_include_dir(&root) {
         Some(gloo) => {

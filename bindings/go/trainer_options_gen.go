@@ -271,7 +271,10 @@ func (o *TrainerOptions) SetGradientClipAlgorithm(v string) error {
 // SetProfiler sets `profiler` (text; default none): "simple": the wall time
 // of every hook, step, backward, optimizer step and batch fetch, reported at
 // the end of each run on stderr and by fulmen_trainer_profiler_report
-// (Lightning's SimpleProfiler).
+// (Lightning's SimpleProfiler); "pytorch": that, and libtorch's own profiler
+// over the run, whose Chrome trace goes to <log dir>/<stage>.pt.trace.json
+// (<stage>-rank<N> under DDP) with the hooks as named scopes, and whose
+// longest operators the report lists (Lightning's PyTorchProfiler).
 func (o *TrainerOptions) SetProfiler(v string) error {
 	return o.Set("profiler", v)
 }

@@ -125,7 +125,11 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 /// - `profiler` (text; default none): "simple": the wall time of every
 ///   hook, step, backward, optimizer step and batch fetch, reported at the
 ///   end of each run on stderr and by fulmen_trainer_profiler_report
-///   (Lightning's SimpleProfiler).
+///   (Lightning's SimpleProfiler); "pytorch": that, and libtorch's own
+///   profiler over the run, whose Chrome trace goes to <log
+///   dir>/<stage>.pt.trace.json (<stage>-rank<N> under DDP) with the hooks
+///   as named scopes, and whose longest operators the report lists
+///   (Lightning's PyTorchProfiler).
 /// - `deterministic` (bool; default false): ask libtorch for deterministic
 ///   algorithms during the run (process-wide, restored after).
 /// - `inference_mode` (bool; default true): evaluate without autograd.

@@ -10,6 +10,7 @@ mod autocast;
 mod distributed;
 mod ops;
 mod pinned;
+mod profiler;
 mod runtime;
 mod script;
 
@@ -18,6 +19,7 @@ pub(crate) use autocast::*;
 pub(crate) use distributed::*;
 pub(crate) use ops::*;
 pub(crate) use pinned::*;
+pub(crate) use profiler::*;
 pub(crate) use runtime::*;
 pub(crate) use script::*;
 

@@ -144,11 +144,14 @@ impl Trainer {
             checkpoint_prefix: opts.checkpoint_prefix.clone(),
             scheduler_steps: (0, 0),
             val_batches: (0, 0),
+            torch_profiler: super::torch_profiler::TorchProfiler::when(opts.profiler, strategy.root_device())?,
             strategy,
             profiler: SimpleProfiler::when(opts.profiler),
         };
         let result = eval_run(&mut run, &opts, stage, &sources, weights.as_deref()).map_err(|e| run.strategy.fail(e));
-        self.profiler_report = run.finish_profile();
+        let (report, traced) = run.finish_profile();
+        self.profiler_report = report;
+        let result = result.and_then(|r| traced.map(|()| r));
         match &result {
             Ok((metrics, _)) => {
                 if opts.enable_progress_bar && stage != Stage::Predict && global_zero {

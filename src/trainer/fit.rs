@@ -378,12 +378,15 @@ impl Trainer {
             checkpoint_prefix: opts.checkpoint_prefix.clone(),
             scheduler_steps: (0, 0),
             val_batches: (0, 0),
+            torch_profiler: super::torch_profiler::TorchProfiler::when(opts.profiler, strategy.root_device())?,
             strategy,
             profiler: SimpleProfiler::when(opts.profiler),
         };
         let result = fit_run(&mut run, &opts, train, if validating { &vals } else { &[] }, resume.as_deref())
             .map_err(|e| run.strategy.fail(e));
-        self.profiler_report = run.finish_profile();
+        let (report, traced) = run.finish_profile();
+        self.profiler_report = report;
+        let result = result.and(traced);
         match &result {
             Ok(()) => {
                 // Every logger is finalized; the first failure is reported.

@@ -21,6 +21,7 @@ pub mod run_settings;
 pub mod source;
 mod start;
 mod strategy;
+pub mod torch_profiler;
 
 pub use context::{Stage, StepContext};
 pub use hooks::{Callback, Hook, HookContext, TrainerState};

@@ -146,7 +146,8 @@ fn profiler(key: &str, v: &str) -> Result<ProfilerKind> {
     match v {
         "" | "none" => Ok(ProfilerKind::Off),
         "simple" => Ok(ProfilerKind::Simple),
-        _ => Err(Error::invalid(format!("option {key}: {v:?} is not \"simple\" or \"none\""))),
+        "pytorch" => Ok(ProfilerKind::PyTorch),
+        _ => Err(Error::invalid(format!("option {key}: {v:?} is not \"simple\", \"pytorch\" or \"none\""))),
     }
 }
 
@@ -462,7 +463,10 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         kind: OptionKind::Text,
         default: "none",
         doc: "\"simple\": the wall time of every hook, step, backward, optimizer step and batch fetch, reported at \
-              the end of each run on stderr and by fulmen_trainer_profiler_report (Lightning's SimpleProfiler)",
+              the end of each run on stderr and by fulmen_trainer_profiler_report (Lightning's SimpleProfiler); \
+              \"pytorch\": that, and libtorch's own profiler over the run, whose Chrome trace goes to \
+              <log dir>/<stage>.pt.trace.json (<stage>-rank<N> under DDP) with the hooks as named scopes, and \
+              whose longest operators the report lists (Lightning's PyTorchProfiler)",
         apply: field!(profiler, profiler),
     },
     TrainerOption {

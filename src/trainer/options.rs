@@ -75,6 +75,10 @@ pub enum ProfilerKind {
     /// Lightning's SimpleProfiler: wall time per hook and action, reported
     /// at the end of each run.
     Simple,
+    /// The simple profiler's report, and libtorch's own profiler over the
+    /// run (a Chrome trace and its longest operators), as Lightning's
+    /// PyTorchProfiler.
+    PyTorch,
 }
 
 /// The loggers a run writes to (Lightning's `logger`).

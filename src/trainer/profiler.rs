@@ -12,17 +12,25 @@ pub struct SimpleProfiler {
     actions: HashMap<String, (u64, Duration)>,
     /// When the run began (the "Total" row).
     began: Option<Instant>,
+    /// Whether each timed action is also a named scope of libtorch's
+    /// profiler (`profiler="pytorch"`).
+    scopes: bool,
 }
 
 impl SimpleProfiler {
     /// A profiler whose total time runs from now.
     pub fn start() -> Self {
-        SimpleProfiler { actions: HashMap::new(), began: Some(Instant::now()) }
+        SimpleProfiler { actions: HashMap::new(), began: Some(Instant::now()), scopes: false }
     }
 
-    /// A started profiler when the options ask for one.
+    /// A started profiler when the options ask for one (either kind).
     pub fn when(kind: super::options::ProfilerKind) -> Option<Self> {
-        (kind == super::options::ProfilerKind::Simple).then(Self::start)
+        use super::options::ProfilerKind;
+        match kind {
+            ProfilerKind::Off => None,
+            ProfilerKind::Simple => Some(Self::start()),
+            ProfilerKind::PyTorch => Some(SimpleProfiler { scopes: true, ..Self::start() }),
+        }
     }
 
     /// Adds one call of `action` that took `took`.
@@ -88,6 +96,14 @@ pub fn timed<T, S: AsRef<str>>(
 ) -> T {
     match profiler {
         None => f(),
+        Some(p) if p.scopes => {
+            let name = action();
+            let _scope = super::torch_profiler::scope(name.as_ref());
+            let t0 = Instant::now();
+            let out = f();
+            p.record(name.as_ref(), t0.elapsed());
+            out
+        }
         Some(p) => {
             let t0 = Instant::now();
             let out = f();

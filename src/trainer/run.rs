@@ -45,8 +45,10 @@ pub(crate) struct Run<'a> {
     /// The strategy, which owns the accelerator, device and precision
     /// (Lightning's chain loop -> strategy -> precision -> accelerator).
     pub strategy: super::strategy::RunStrategy,
-    /// The simple profiler, when `profiler="simple"`.
+    /// The simple profiler, when `profiler="simple"` or `"pytorch"`.
     pub profiler: Option<SimpleProfiler>,
+    /// libtorch's profiler, when `profiler="pytorch"`.
+    pub torch_profiler: Option<super::torch_profiler::TorchProfiler>,
 }
 
 /// Calls one callback's hook, timed when profiling, naming it in errors.
@@ -152,14 +154,28 @@ impl Run<'_> {
         }
     }
 
-    /// The profiler's report of this run (printed on stderr by rank 0),
-    /// when profiling.
-    pub fn finish_profile(&mut self) -> Option<String> {
-        let report = self.profiler.take()?.describe(self.stage);
-        if self.strategy.is_global_zero() {
-            eprint!("{report}");
+    /// The profilers' report of this run (printed on stderr by rank 0),
+    /// when profiling, and whether libtorch's trace could be written.
+    pub fn finish_profile(&mut self) -> (Option<String>, Result<()>) {
+        let mut report = self.profiler.take().map(|p| p.describe(self.stage));
+        let mut traced = Ok(());
+        if let Some(torch) = self.torch_profiler.take() {
+            let dir = self.state.log_dir.clone().unwrap_or_else(|| self.state.root_dir.clone());
+            let path = super::torch_profiler::trace_path(
+                &dir,
+                self.stage,
+                self.strategy.global_rank(),
+                self.strategy.world_size(),
+            );
+            match torch.finish(self.stage, &path) {
+                Ok(table) => report = Some(report.unwrap_or_default() + &table),
+                Err(e) => traced = Err(e.context("profiler=\"pytorch\"")),
+            }
         }
-        Some(report)
+        if let (Some(r), true) = (&report, self.strategy.is_global_zero()) {
+            eprint!("{r}");
+        }
+        (report, traced)
     }
 
     /// Calls a hook with no batch data.

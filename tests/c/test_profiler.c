@@ -2,7 +2,11 @@
  * profiler="simple": the report of each run names the hooks of the
  * callbacks and the module, the steps, backward, the optimizer steps and
  * the batch fetches, with their call counts; off, there is no report.
+ * profiler="pytorch": the same report, then libtorch's operators, and a
+ * Chrome trace holding them and the hooks as named scopes.
  */
+#define _XOPEN_SOURCE 700 /* mkdtemp */
+
 #include "check.h"
 #include "fixture.h"
 
@@ -27,6 +31,24 @@ static fulmen_error *noop(void *ud, int32_t hook, fulmen_hook_context *ctx) {
     (void)hook;
     (void)ctx;
     return NULL;
+}
+
+/* The whole file at `path` (malloc'd, NUL-terminated; NULL if unreadable). */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)n + 1);
+    if (text != NULL && fread(text, 1, (size_t)n, f) == (size_t)n) {
+        text[n] = 0;
+    } else {
+        free(text);
+        text = NULL;
+    }
+    fclose(f);
+    return text;
 }
 
 /* The "Num calls" column of the row of `action` in `report` (-1: none). */
@@ -92,6 +114,49 @@ int main(void) {
     CHECK_ERR(fulmen_trainer_profiler_report(t, tiny, sizeof tiny, &len), FULMEN_CODE_OUT_OF_RANGE, NULL);
     fulmen_trainer_free(t);
     fulmen_trainer_options_free(o);
+
+    /* pytorch: libtorch's own profiler too, its trace in the root folder */
+    char root[] = "/tmp/fulmen-test-profiler-XXXXXX";
+    CHECK(mkdtemp(root) != NULL);
+    o = fixture_options(root, 1);
+    CHECK_OK(fulmen_trainer_options_set(o, "logger", "false"));
+    CHECK_OK(fulmen_trainer_options_set_bool(o, "enable_checkpointing", false));
+    CHECK_OK(fulmen_trainer_options_set(o, "profiler", "pytorch"));
+    CHECK_OK(fulmen_trainer_options_set_int(o, "num_sanity_val_steps", 0));
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    CHECK_OK(fulmen_trainer_add_callback(t, "Watcher", &cb));
+    CHECK_OK(fulmen_trainer_fit(t, m, train, val, NULL));
+    CHECK_OK(fulmen_trainer_profiler_report(t, report, sizeof report, &len));
+    CHECK(calls_of(report, "[Strategy].training_step") == 8);
+    const char *ops = strstr(report, "FIT PyTorch Profiler Report (trace: ");
+    CHECK(ops != NULL);
+    if (ops != NULL) {
+        char trace[1024];
+        const char *start = ops + strlen("FIT PyTorch Profiler Report (trace: ");
+        size_t n = strcspn(start, ")");
+        snprintf(trace, sizeof trace, "%.*s", (int)n, start);
+        char expected[600];
+        snprintf(expected, sizeof expected, "%s/fit.pt.trace.json", root);
+        CHECK(strcmp(trace, expected) == 0);
+        CHECK(strstr(ops, "aten::") != NULL); /* the operators' table */
+        char *json = slurp(trace);
+        CHECK(json != NULL);
+        if (json != NULL) {
+            CHECK(strstr(json, "\"traceEvents\"") != NULL);
+            CHECK(strstr(json, "aten::addmm") != NULL);
+            CHECK(strstr(json, "[Callback]Watcher.on_train_batch_start") != NULL);
+            free(json);
+        }
+    }
+    /* each run profiles anew */
+    CHECK_OK(fulmen_trainer_validate(t, m, val, NULL));
+    CHECK_OK(fulmen_trainer_profiler_report(t, report, sizeof report, &len));
+    CHECK(strstr(report, "VALIDATE PyTorch Profiler Report") != NULL);
+    fulmen_trainer_free(t);
+    fulmen_trainer_options_free(o);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    CHECK(system(cmd) == 0);
 
     /* off: no report */
     t = fixture_trainer(NULL, 1);

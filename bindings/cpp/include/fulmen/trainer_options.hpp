@@ -229,7 +229,10 @@ public:
 
     /// `profiler` (text; default none): "simple": the wall time of every hook, step, backward,
     /// optimizer step and batch fetch, reported at the end of each run on stderr and by
-    /// fulmen_trainer_profiler_report (Lightning's SimpleProfiler).
+    /// fulmen_trainer_profiler_report (Lightning's SimpleProfiler); "pytorch": that, and libtorch's
+    /// own profiler over the run, whose Chrome trace goes to <log dir>/<stage>.pt.trace.json
+    /// (<stage>-rank<N> under DDP) with the hooks as named scopes, and whose longest operators the
+    /// report lists (Lightning's PyTorchProfiler).
     Self& profiler(std::string_view v) & { return put("profiler", v); }
     /// Sets `profiler` on a temporary and passes it on.
     Self&& profiler(std::string_view v) && { return std::move(put("profiler", v)); }
