@@ -1,9 +1,13 @@
-// Tensor ops with a scalar factor that tch's API lacks (`add_(other,
-// alpha)`, `addcmul_(t1, t2, value)`, `addcdiv_(t1, t2, value)`): one
-// libtorch kernel each, exactly as torch.optim calls them.
+// Tensor ops that tch's API lacks: those with a scalar factor (`add_(other,
+// alpha)`, `addcmul_(t1, t2, value)`, `addcdiv_(t1, t2, value)`), one
+// libtorch kernel each, exactly as torch.optim calls them; and
+// `torch.gradient` over coordinates, as Lightning's LR finder calls it.
 #include "fulmen_cxx.h"
 
+#include <vector>
+
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/gradient.h>
 
 namespace {
 at::Tensor& tensor(void* p) { return *static_cast<at::Tensor*>(p); }
@@ -37,6 +41,15 @@ int fulmen_cxx_addcmul_(void* a, const void* t1, const void* t2, double value, c
 int fulmen_cxx_addcdiv_(void* a, const void* t1, const void* t2, double value, char* err, size_t err_len) {
   FULMEN_CXX_TRY
   tensor(a).addcdiv_(ctensor(t1), ctensor(t2), value);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// *out = torch.gradient(values, spacing=[coords])[0] for 1-D tensors.
+int fulmen_cxx_gradient(const void* values, const void* coords, void** out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  std::vector<at::Tensor> spacing{ctensor(coords)};
+  auto g = at::gradient(ctensor(values), spacing);
+  *out = new at::Tensor(g.at(0));
   FULMEN_CXX_CATCH(err, err_len)
 }
 

@@ -982,6 +982,12 @@ typedef struct fulmen_lightning_module fulmen_lightning_module;
 typedef struct fulmen_loader fulmen_loader;
 
 /**
+ * The learning rates a range test tried and the smoothed losses after
+ * them. Free with `fulmen_lr_find_result_free`.
+ */
+typedef struct fulmen_lr_find_result fulmen_lr_find_result;
+
+/**
  * A metric's state. Free with `fulmen_metric_free`.
  */
 typedef struct fulmen_metric fulmen_metric;
@@ -2135,6 +2141,34 @@ typedef struct fulmen_conv_transpose_options {
    */
   bool bias;
 } fulmen_conv_transpose_options;
+
+/**
+ * Options of `fulmen_trainer_lr_find`; defaults from
+ * `fulmen_lr_find_options_default` (Lightning's).
+ */
+typedef struct fulmen_lr_find_options {
+  /**
+   * The first learning rate (default 1e-8).
+   */
+  double min_lr;
+  /**
+   * The last learning rate (default 1).
+   */
+  double max_lr;
+  /**
+   * Learning rates to try, one per optimizer step (default 100).
+   */
+  int64_t num_training;
+  /**
+   * A `fulmen_lr_find_mode` (default exponential).
+   */
+  int32_t mode;
+  /**
+   * Stop once the smoothed loss is above this multiple of the best one
+   * (default 4; 0: never stop early).
+   */
+  double early_stop_threshold;
+} fulmen_lr_find_options;
 
 
 
@@ -7249,6 +7283,69 @@ struct fulmen_error *fulmen_step_context_dataloader_idx(const struct fulmen_step
  */
 struct fulmen_error *fulmen_hook_context_dataloader_idx(const struct fulmen_hook_context *ctx,
                                                         size_t *out);
+
+/**
+ * Lightning's defaults: 1e-8 to 1 over 100 steps, exponentially, stopping
+ * at 4 times the best loss.
+ */
+struct fulmen_lr_find_options fulmen_lr_find_options_default(void);
+
+/**
+ * Lightning's `Tuner(trainer).lr_find(module, train, val)`: a range test
+ * of learning rates with `trainer`'s options but no loggers, checkpoints,
+ * progress bar or callbacks, at most `num_training` optimizer steps, the
+ * module's one optimizer starting at min_lr. The module's model gets its
+ * weights back afterwards, whatever happened; the trainer is unchanged.
+ * `val` may be NULL; `options` NULL means the defaults. On success
+ * `*out` is a new result (owned by the caller). Runs the module's and the
+ * loaders' callbacks on the calling thread.
+ *
+ * Errors: as `fulmen_trainer_fit`, and FULMEN_CODE_INVALID_ARGUMENT (not
+ * 0 < min_lr < max_lr, num_training < 1, a negative or non-finite
+ * early_stop_threshold, an unknown mode, several optimizers, manual
+ * optimization, fast_dev_run).
+ */
+struct fulmen_error *fulmen_trainer_lr_find(struct fulmen_trainer *trainer,
+                                            struct fulmen_lightning_module *module,
+                                            const struct fulmen_loader *train,
+                                            const struct fulmen_loader *val,
+                                            const struct fulmen_lr_find_options *options_,
+                                            struct fulmen_lr_find_result **out);
+
+/**
+ * Copies the points of a range test: `lrs[i]` the learning rate of step
+ * i and `losses[i]` the smoothed loss after it (NaN where the step gave
+ * no loss), up to `capacity` of each; `*count_out` is the number of
+ * points. `lrs` and `losses` may be NULL (with capacity 0) to count.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_HANDLE,
+ * FULMEN_CODE_OUT_OF_RANGE (`capacity` below the count; nothing copied).
+ */
+struct fulmen_error *fulmen_lr_find_result_points(const struct fulmen_lr_find_result *result,
+                                                  double *lrs,
+                                                  double *losses,
+                                                  size_t capacity,
+                                                  size_t *count_out);
+
+/**
+ * Lightning's `suggestion(skip_begin, skip_end)`: the learning rate where
+ * the smoothed loss falls fastest, leaving out the first `skip_begin` and
+ * last `skip_end` points (Lightning's defaults: 10 and 1) and non-finite
+ * losses. `*found_out` is false (and `*lr_out` unchanged) when fewer than
+ * two points remain.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_HANDLE.
+ */
+struct fulmen_error *fulmen_lr_find_result_suggestion(const struct fulmen_lr_find_result *result,
+                                                      size_t skip_begin,
+                                                      size_t skip_end,
+                                                      double *lr_out,
+                                                      bool *found_out);
+
+/**
+ * Frees a range test's result. NULL or an already freed handle is a no-op.
+ */
+void fulmen_lr_find_result_free(struct fulmen_lr_find_result *result);
 
 /**
  * Makes the value `None`.

@@ -23,6 +23,7 @@ mod shim;
 pub mod strategies;
 pub mod tensor;
 pub mod trainer;
+pub mod tuner;
 
 pub use error::{Error, ErrorCode, Result};
 

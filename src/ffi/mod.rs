@@ -32,4 +32,5 @@ pub mod strategy;
 pub mod tensor;
 pub mod trainer;
 pub mod trainer_loaders;
+pub mod tuner;
 pub mod value;

@@ -247,7 +247,7 @@ pub unsafe extern "C" fn fulmen_trainer_new(
     })
 }
 
-pub(super) unsafe fn loader<'a>(p: *const fulmen_loader, arg: &str) -> Result<Shared<'a, dyn BatchSource + Send>> {
+pub(crate) unsafe fn loader<'a>(p: *const fulmen_loader, arg: &str) -> Result<Shared<'a, dyn BatchSource + Send>> {
     Ok(handle::borrow(p, arg)?.map(|h| h.inner.as_ref()))
 }
 

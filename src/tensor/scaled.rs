@@ -1,5 +1,6 @@
-//! Ops with a scalar factor that tch does not expose, through the C++ shim
-//! (`csrc/ops.cpp`): one libtorch kernel each, as torch.optim uses them.
+//! Ops tch does not expose, through the C++ shim (`csrc/ops.cpp`): those
+//! with a scalar factor, one libtorch kernel each as torch.optim uses them,
+//! and `torch.gradient` over coordinates.
 use crate::error::Result;
 use crate::shim::{self, call};
 use libc::c_void;
@@ -20,6 +21,15 @@ pub fn add(a: &Tensor, b: &Tensor, alpha: f64) -> Result<Tensor> {
     let mut out: *mut c_void = std::ptr::null_mut();
     // SAFETY: as above; `out` receives a heap `at::Tensor*` that `from_ptr` owns.
     call("add", |err, len| unsafe { shim::fulmen_cxx_add(ptr(a), ptr(b), alpha, &mut out, err, len) })?;
+    Ok(unsafe { Tensor::from_ptr(out.cast()) })
+}
+
+/// `torch.gradient(values, spacing=[coords])[0]` of 1-D tensors: central
+/// differences over uneven coordinates inside, one-sided at the ends.
+pub fn gradient(values: &Tensor, coords: &Tensor) -> Result<Tensor> {
+    let mut out: *mut c_void = std::ptr::null_mut();
+    // SAFETY: live tensors; `out` receives a heap `at::Tensor*` that `from_ptr` owns.
+    call("gradient", |err, len| unsafe { shim::fulmen_cxx_gradient(ptr(values), ptr(coords), &mut out, err, len) })?;
     Ok(unsafe { Tensor::from_ptr(out.cast()) })
 }
 

@@ -26,7 +26,10 @@
  *             up, exp_range, gamma 0.99, momentum cycled 0.8 to 0.9) per
  *             step; no clipping;
  *   lambda:   SGD (lr 0.1, momentum 0.9), LambdaLR (0.95^step, a C
- *             function) per step; no clipping.
+ *             function) per step; no clipping;
+ *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
+ *             learning-rate range test (1e-5 to 1 over 30 steps) writes
+ *             "lr loss" per step to LOSSES, then "suggestion lr".
  * CKPT_DIR: a ModelCheckpoint keeps every epoch's checkpoint there
  * (epoch=N.ckpt). RESUME: fit resumes from that checkpoint (a fulmen or a
  * Lightning one; "-" for none). FORMAT: the checkpoints' format,
@@ -62,6 +65,7 @@ struct job {
     fulmen_model *model;
     const char *config;
     FILE *losses;
+    bool losses_off; /* the range test writes its own points */
 };
 
 static fulmen_model *build(void) {
@@ -87,7 +91,7 @@ static fulmen_error *training_step(void *userdata, fulmen_step_context *ctx, con
     if (!e) e = fulmen_model_forward(job->model, x, &logits);
     if (!e) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, loss);
     if (!e) e = fulmen_tensor_item(*loss, &value);
-    if (!e) fprintf(job->losses, "%.17g\n", value);
+    if (!e && !job->losses_off) fprintf(job->losses, "%.17g\n", value);
     return e;
 }
 
@@ -173,6 +177,14 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
             return e;
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_STEP, 1, NULL);
+    } else if (strcmp(job->config, "lr_find") == 0) {
+        fulmen_sgd_options o = fulmen_sgd_options_default();
+        o.lr = 0.1;
+        o.momentum = 0.9;
+        e = fulmen_optimizer_sgd_new(job->model, NULL, 0, &o, &opt);
+        if (e) return e;
+        sched = NULL;
+        e = fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_EPOCH, 1, NULL);
     } else if (strcmp(job->config, "steplr") == 0) {
         fulmen_sgd_options o = fulmen_sgd_options_default();
         o.lr = 0.1;
@@ -229,7 +241,8 @@ int main(int argc, char **argv) {
     bool validating = strcmp(job.config, "plateau") == 0;
     if (strcmp(job.config, "steplr") != 0 && strcmp(job.config, "stepfreq") != 0 &&
         strcmp(job.config, "warmup_cosine") != 0 && strcmp(job.config, "restarts") != 0 &&
-        strcmp(job.config, "cyclic") != 0 && strcmp(job.config, "lambda") != 0 && !validating) {
+        strcmp(job.config, "cyclic") != 0 && strcmp(job.config, "lambda") != 0 && strcmp(job.config, "lr_find") != 0 &&
+        !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;
     }
@@ -316,7 +329,26 @@ int main(int argc, char **argv) {
         }
         TRY(fulmen_trainer_add_model_checkpoint(trainer, &mc));
     }
-    TRY(fulmen_trainer_fit(trainer, module, loader, validating ? val_loader : NULL, argc > 10 && strcmp(argv[10], "-") != 0 ? argv[10] : NULL));
+    if (strcmp(job.config, "lr_find") == 0) {
+        /* The range test alone; the losses file gets its points. */
+        fulmen_lr_find_options lo = fulmen_lr_find_options_default();
+        lo.min_lr = 1e-5;
+        lo.num_training = 30;
+        fulmen_lr_find_result *found = NULL;
+        double lrs[64], smoothed[64], suggestion = 0;
+        size_t n = 0;
+        bool has = false;
+        job.losses_off = true;
+        TRY(fulmen_trainer_lr_find(trainer, module, loader, NULL, &lo, &found));
+        TRY(fulmen_lr_find_result_points(found, lrs, smoothed, 64, &n));
+        TRY(fulmen_lr_find_result_suggestion(found, 10, 1, &suggestion, &has));
+        for (size_t i = 0; i < n; i++) fprintf(job.losses, "%.17g %.17g\n", lrs[i], smoothed[i]);
+        if (has) fprintf(job.losses, "suggestion %.17g\n", suggestion);
+        fulmen_lr_find_result_free(found);
+    } else {
+        TRY(fulmen_trainer_fit(trainer, module, loader, validating ? val_loader : NULL,
+                               argc > 10 && strcmp(argv[10], "-") != 0 ? argv[10] : NULL));
+    }
     fclose(job.losses);
     fulmen_trainer_free(trainer);
     fulmen_trainer_options_free(opts);

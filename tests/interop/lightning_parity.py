@@ -26,6 +26,10 @@ weights and sees the same batches in the same order on one CPU thread:
    point (loops, callbacks, optimizer and scheduler states), but for the
    folders, its own `fulmen` entry and the rounding of a metric fulmen
    averages in float64; so must a checkpoint taken inside an epoch.
+5. The learning-rate range test: fulmen_trainer_lr_find and Lightning's
+   Tuner.lr_find (1e-5 to 1 over 30 steps, SGD with momentum) try the same
+   learning rates, record the same smoothed losses and suggest the same
+   learning rate.
 
 fulmen and Lightning run the same libtorch kernels in the same order, so
 the losses must be bit-identical; the largest difference is printed.
@@ -160,6 +164,64 @@ def fulmen_losses(binary, config, work, name, epochs, extra=()):
         raise SystemExit(f"{' '.join(args)} failed ({run.returncode}):\n{run.stderr[-2000:]}")
     with open(path) as f:
         return [float(line) for line in f]
+
+
+def lightning_lr_find(init, x, y, work):
+    """Lightning's Tuner.lr_find on the twin of lightning_parity.c's
+    "lr_find" configuration: (lrs, smoothed losses, suggestion)."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.tuner import Tuner
+    from safetensors.torch import load_file
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = build()
+            self.model.load_state_dict(load_file(init))
+            self.lr = 0.1  # the Tuner looks for it (update_attr)
+
+        def training_step(self, batch, batch_idx):
+            xb, yb = batch
+            return F.cross_entropy(self.model(xb), yb)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+
+    train = torch.utils.data.TensorDataset(x[:SAMPLES], y[:SAMPLES])
+    loader = torch.utils.data.DataLoader(train, batch_size=BATCH, shuffle=False)
+    trainer = pl.Trainer(max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         default_root_dir=work,
+                         enable_progress_bar=False, enable_model_summary=False)
+    found = Tuner(trainer).lr_find(Module(), train_dataloaders=loader, min_lr=1e-5, max_lr=1.0, num_training=30,
+                                   early_stop_threshold=4.0, update_attr=False)
+    return found.results["lr"], found.results["loss"], found.suggestion()
+
+
+def lr_find_parity(binary, work, init, x, y):
+    """fulmen's range test against Lightning's: the same points and suggestion."""
+    path = os.path.join(work, "lr_find.points")
+    if os.path.exists(path):
+        os.remove(path)
+    args = [binary, "lr_find", init, os.path.join(work, "x.f32"), os.path.join(work, "y.i64"), str(SAMPLES), str(BATCH),
+            str(EPOCHS), path]
+    run = subprocess.run(args, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if run.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed ({run.returncode}):\n{run.stderr[-2000:]}")
+    lrs, losses, suggestion = [], [], None
+    with open(path) as f:
+        for line in f:
+            a, b = line.split()
+            if a == "suggestion":
+                suggestion = float(b)
+            else:
+                lrs.append(float(a))
+                losses.append(float(b))
+    want_lrs, want_losses, want_suggestion = lightning_lr_find(init, x, y, work)
+    results = [compare("lr_find: learning rates vs Lightning's", lrs, want_lrs),
+               compare("lr_find: smoothed losses vs Lightning's", losses, want_losses)]
+    same = suggestion == want_suggestion
+    print(f"{'ok  ' if same else 'FAIL'} lr_find: suggestion {suggestion!r}, Lightning's {want_suggestion!r}", flush=True)
+    return results + [same]
 
 
 def lightning_mid_epoch(config, init, x, y, ckpt_dir, every):
@@ -308,6 +370,7 @@ def main():
         for name in names:
             results.append(compare_files(f"{config}: {name} inside an epoch, fulmen's vs Lightning's",
                                          os.path.join(ours, name), os.path.join(theirs, name)))
+    results += lr_find_parity(a.binary, work, init, x, y)
     failed = results.count(False)
     print(f"lightning_parity: {len(results) - failed} passed, {failed} failed")
     return 1 if failed else 0

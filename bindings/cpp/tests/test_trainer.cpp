@@ -174,6 +174,31 @@ TEST_F(TrainerTest, AccumulationScheduleAndExceptionCheckpoint) {
     EXPECT_THROW(resumed.add_gradient_accumulation_scheduler({{-1, 2}}), fulmen::Error);
 }
 
+TEST_F(TrainerTest, LearningRateRangeTest) {
+    Model model = fulmen_test::mlp();
+    Dataset ds = fulmen_test::blobs(64, 3);
+    Loader train(ds, 8);
+    LightningModule module = full_module(model).build();
+    Trainer trainer(fulmen_test::quiet_options(5).set("logger", false));
+    fulmen::LrFindOptions options;
+    options.min_lr = 1e-4;
+    options.num_training = 20;
+    options.early_stop_threshold = 0;
+    fulmen::LrFindResult found = trainer.lr_find(module, train, nullptr, options);
+    std::vector<double> lrs = found.lrs(), losses = found.losses();
+    ASSERT_EQ(lrs.size(), 20u);
+    ASSERT_EQ(losses.size(), 20u);
+    EXPECT_DOUBLE_EQ(lrs.front(), 1e-4);
+    EXPECT_GT(lrs.back(), lrs[1]);
+    std::optional<double> lr = found.suggestion();
+    ASSERT_TRUE(lr.has_value());
+    EXPECT_GE(*lr, lrs[10]);
+    EXPECT_FALSE(found.suggestion(15, 10).has_value());
+    EXPECT_EQ(trainer.global_step(), 0);
+    options.min_lr = 2;  // above max_lr
+    EXPECT_THROW(trainer.lr_find(module, train, nullptr, options), fulmen::Error);
+}
+
 TEST_F(TrainerTest, StepContextCountersAndStages) {
     Model model = fulmen_test::mlp();
     Dataset ds = fulmen_test::blobs(32, 3);

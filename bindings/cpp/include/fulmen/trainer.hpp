@@ -22,6 +22,44 @@
 
 namespace fulmen {
 
+/// Options of a learning-rate range test, default-constructed with
+/// Lightning's (1e-8 to 1 over 100 steps, exponential, stop at 4x).
+struct LrFindOptions : fulmen_lr_find_options {
+    /// Lightning's defaults.
+    LrFindOptions() : fulmen_lr_find_options(fulmen_lr_find_options_default()) {}
+};
+
+/// What a range test found: each step's learning rate and smoothed loss.
+class LrFindResult : public detail::Handle<fulmen_lr_find_result, fulmen_lr_find_result_free> {
+public:
+    /// An empty result (no handle).
+    LrFindResult() = default;
+    /// Takes ownership of a `fulmen_lr_find_result` handle.
+    static LrFindResult adopt(fulmen_lr_find_result* handle) noexcept { return LrFindResult(handle); }
+    /// The learning rate of each step.
+    std::vector<double> lrs() const { return points().first; }
+    /// The smoothed loss after each step.
+    std::vector<double> losses() const { return points().second; }
+    /// Lightning's suggestion: the learning rate where the loss falls
+    /// fastest (nullopt with too few points).
+    std::optional<double> suggestion(size_t skip_begin = 10, size_t skip_end = 1) const {
+        double lr = 0;
+        bool found = false;
+        check(fulmen_lr_find_result_suggestion(get(), skip_begin, skip_end, &lr, &found));
+        return found ? std::optional<double>(lr) : std::nullopt;
+    }
+
+private:
+    explicit LrFindResult(fulmen_lr_find_result* h) noexcept : Handle(h) {}
+    std::pair<std::vector<double>, std::vector<double>> points() const {
+        size_t n = 0;
+        check(fulmen_lr_find_result_points(get(), nullptr, nullptr, 0, &n));
+        std::vector<double> lrs(n), losses(n);
+        if (n > 0) check(fulmen_lr_find_result_points(get(), lrs.data(), losses.data(), n, &n));
+        return {lrs, losses};
+    }
+};
+
 /// Which loop is running (the C `fulmen_stage`).
 enum class Stage : int32_t {
     Train = FULMEN_STAGE_TRAIN,
@@ -507,6 +545,18 @@ public:
             return fulmen_trainer_fit(get(), module.get(), train.get(), val != nullptr ? val->get() : nullptr,
                                       c_path(ckpt_path));
         });
+    }
+    /// Lightning's `Tuner(trainer).lr_find`: a learning-rate range test
+    /// with this trainer's options (no loggers, checkpoints or callbacks);
+    /// the module's weights are put back afterwards. `val` may be nullptr.
+    LrFindResult lr_find(LightningModule& module, const Loader& train, const Loader* val = nullptr,
+                         const LrFindOptions& options = {}) {
+        fulmen_lr_find_result* out = nullptr;
+        run([&] {
+            return fulmen_trainer_lr_find(get(), module.get(), train.get(), val != nullptr ? val->get() : nullptr,
+                                          &options, &out);
+        });
+        return LrFindResult::adopt(out);
     }
     /// Runs the validation loop once; `ckpt_path` ("best", "last" or a
     /// path) first loads a checkpoint's weights.
