@@ -6,8 +6,10 @@
 
 #include <vector>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/gradient.h>
+#include <ATen/ops/randperm.h>
 
 namespace {
 at::Tensor& tensor(void* p) { return *static_cast<at::Tensor*>(p); }
@@ -41,6 +43,15 @@ int fulmen_cxx_addcmul_(void* a, const void* t1, const void* t2, double value, c
 int fulmen_cxx_addcdiv_(void* a, const void* t1, const void* t2, double value, char* err, size_t err_len) {
   FULMEN_CXX_TRY
   tensor(a).addcdiv_(ctensor(t1), ctensor(t2), value);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// *out = torch.randperm(n, generator=torch.Generator().manual_seed(seed)):
+// the permutation torch.utils.data.random_split draws.
+int fulmen_cxx_randperm(int64_t n, uint64_t seed, void** out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  *out = new at::Tensor(at::randperm(n, gen, at::TensorOptions().dtype(at::kLong)));
   FULMEN_CXX_CATCH(err, err_len)
 }
 

@@ -150,6 +150,17 @@
 #define MAX_BATCH_SIZE (1 << 24)
 
 /**
+ * The largest dataset a random split takes: its permutation is held in
+ * memory (2^31 indices are 16 GiB).
+ */
+#define MAX_RANDOM_SPLIT (1 << 31)
+
+/**
+ * The most parts a split makes.
+ */
+#define MAX_SPLIT_PARTS (1 << 16)
+
+/**
  * The largest dataset whose shuffled order is materialised.
  */
 #define MATERIALIZE_MAX (1 << 16)
@@ -2654,6 +2665,29 @@ struct fulmen_error *fulmen_dataset_subset(const struct fulmen_dataset *dataset,
                                            const int64_t *indices,
                                            size_t n,
                                            struct fulmen_dataset **out);
+
+/**
+ * Splits `dataset` at random into `n` parts of `lengths[0..n]` samples
+ * (counts summing to its length, or fractions summing to 1: each part
+ * gets `floor(len * f)` and the remainder goes one by one from the first),
+ * with the permutation torch draws for `seed`: the same parts as
+ * `torch.utils.data.random_split(dataset, lengths,
+ * generator=torch.Generator().manual_seed(seed))`. The parts (new
+ * datasets that keep `dataset` alive) go to `outs[0..n]`; `*count_out`
+ * gets `n`, and when `capacity` is below it nothing else is made.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (no lengths or more than 65536, a
+ * negative or non-finite length, counts that do not sum to the length, a
+ * dataset above 2^31 samples), FULMEN_CODE_OUT_OF_RANGE (`capacity`
+ * below `n`).
+ */
+struct fulmen_error *fulmen_dataset_random_split(const struct fulmen_dataset *dataset,
+                                                 const double *lengths,
+                                                 size_t n,
+                                                 uint64_t seed,
+                                                 struct fulmen_dataset **outs,
+                                                 size_t capacity,
+                                                 size_t *count_out);
 
 /**
  * Splits `dataset` into every `k`-th sample starting at `offset`

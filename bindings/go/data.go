@@ -171,6 +171,30 @@ func (d *Dataset) SplitEvery(k, offset int) (every, rest *Dataset, err error) {
 	return newDataset(e), newDataset(r), nil
 }
 
+// RandomSplit splits d at random into parts of lengths (counts summing to
+// its length, or fractions summing to 1) with the permutation torch draws
+// for seed: torch.utils.data.random_split with
+// torch.Generator().manual_seed(seed). Close the parts.
+func (d *Dataset) RandomSplit(lengths []float64, seed uint64) ([]*Dataset, error) {
+	if len(lengths) == 0 {
+		return nil, &Error{Code: CodeInvalidArgument, Message: "RandomSplit needs at least one length"}
+	}
+	outs := make([]*C.fulmen_dataset, len(lengths))
+	var n C.size_t
+	err := check(C.fulmen_dataset_random_split(d.ptr(), (*C.double)(&lengths[0]), C.size_t(len(lengths)), C.uint64_t(seed),
+		&outs[0], C.size_t(len(outs)), &n))
+	runtime.KeepAlive(d)
+	runtime.KeepAlive(lengths)
+	if err != nil {
+		return nil, err
+	}
+	parts := make([]*Dataset, int(n))
+	for i := range parts {
+		parts[i] = newDataset(outs[i])
+	}
+	return parts, nil
+}
+
 // Len is the number of samples.
 func (d *Dataset) Len() (int, error) {
 	var v C.size_t

@@ -92,6 +92,27 @@ func TestCSVDataset(t *testing.T) {
 	}
 }
 
+func TestRandomSplitIsTorchs(t *testing.T) {
+	noLeaks(t)
+	x := must(fulmen.FromSlice([]float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 10))
+	defer x.Close()
+	ds := must(fulmen.NewTensorDataset(x))
+	defer ds.Close()
+	parts := must(ds.RandomSplit([]float64{0.5, 0.3, 0.2}, 7))
+	for _, p := range parts {
+		defer p.Close()
+	}
+	// torch's random_split(range(10), [0.5, 0.3, 0.2], manual_seed(7))
+	b := must(parts[1].Get([]int64{0, 1, 2}))
+	defer b[0].Close()
+	if v := must(fulmen.ToSlice[float32](b[0])); !reflect.DeepEqual(v, []float32{7, 9, 6}) {
+		t.Fatalf("second part %v", v)
+	}
+	if _, err := ds.RandomSplit([]float64{6, 5}, 7); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("lengths summing to 11: %v", err)
+	}
+}
+
 func TestCSVColumnsByName(t *testing.T) {
 	noLeaks(t)
 	path := filepath.Join(t.TempDir(), "people.csv")

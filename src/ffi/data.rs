@@ -4,7 +4,7 @@ use super::batch::{check_batch, fulmen_batch_builder, with_temp_handle};
 use super::callback::{call_host, check_struct_size, HostLock, Userdata};
 use super::error::{fulmen_error, guard, guard_value, opt_str, str_arg};
 use super::handle::{self, check_out, write_out, Handle, Shared};
-use super::tensor::handle::{emit, fulmen_tensor, i64_list, tensor_list};
+use super::tensor::handle::{emit, fulmen_tensor, i64_list, slice_arg, tensor_list};
 use crate::data::{
     load_csv, split_every, CsvOptions, DataLoader, DataLoaderOptions, Dataset, Scaling, Subset, TensorDataset,
 };
@@ -203,6 +203,56 @@ pub unsafe extern "C" fn fulmen_dataset_subset(
         let ds = dataset_arg(dataset, "dataset")?.clone();
         let idx = i64_list(indices, n, "indices")?.to_vec();
         emit_dataset(out, Arc::new(Subset::new(ds, idx)?))
+    })
+}
+
+/// Splits `dataset` at random into `n` parts of `lengths[0..n]` samples
+/// (counts summing to its length, or fractions summing to 1: each part
+/// gets `floor(len * f)` and the remainder goes one by one from the first),
+/// with the permutation torch draws for `seed`: the same parts as
+/// `torch.utils.data.random_split(dataset, lengths,
+/// generator=torch.Generator().manual_seed(seed))`. The parts (new
+/// datasets that keep `dataset` alive) go to `outs[0..n]`; `*count_out`
+/// gets `n`, and when `capacity` is below it nothing else is made.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (no lengths or more than 65536, a
+/// negative or non-finite length, counts that do not sum to the length, a
+/// dataset above 2^31 samples), FULMEN_CODE_OUT_OF_RANGE (`capacity`
+/// below `n`).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_dataset_random_split(
+    dataset: *const fulmen_dataset,
+    lengths: *const f64,
+    n: usize,
+    seed: u64,
+    outs: *mut *mut fulmen_dataset,
+    capacity: usize,
+    count_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_dataset_random_split", || {
+        check_out(count_out, "count_out")?;
+        let ds = dataset_arg(dataset, "dataset")?.clone();
+        if n > crate::data::MAX_SPLIT_PARTS {
+            return Err(Error::invalid(format!(
+                "random_split: {n} lengths are more than {}",
+                crate::data::MAX_SPLIT_PARTS
+            )));
+        }
+        let lengths = slice_arg(lengths, n, "lengths")?;
+        if n > capacity {
+            count_out.write(n);
+            return Err(Error::new(
+                ErrorCode::OutOfRange,
+                format!("random_split makes {n} datasets, `capacity` is {capacity}"),
+            ));
+        }
+        check_out(outs, "outs")?;
+        let parts = crate::data::random_split(ds, lengths, seed)?;
+        for (i, part) in parts.into_iter().enumerate() {
+            outs.add(i).write(handle::into_raw(fulmen_dataset { inner: Arc::new(part) }));
+        }
+        count_out.write(n);
+        Ok(())
     })
 }
 

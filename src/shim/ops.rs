@@ -2,6 +2,13 @@
 use libc::{c_char, c_int, c_void, size_t};
 
 extern "C" {
+    pub(crate) fn fulmen_cxx_randperm(
+        n: i64,
+        seed: u64,
+        out: *mut *mut c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
     pub(crate) fn fulmen_cxx_gradient(
         values: *const c_void,
         coords: *const c_void,

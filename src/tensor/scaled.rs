@@ -1,6 +1,6 @@
 //! Ops tch does not expose, through the C++ shim (`csrc/ops.cpp`): those
 //! with a scalar factor, one libtorch kernel each as torch.optim uses them,
-//! and `torch.gradient` over coordinates.
+//! `torch.gradient` over coordinates, and a seeded `torch.randperm`.
 use crate::error::Result;
 use crate::shim::{self, call};
 use libc::c_void;
@@ -30,6 +30,15 @@ pub fn gradient(values: &Tensor, coords: &Tensor) -> Result<Tensor> {
     let mut out: *mut c_void = std::ptr::null_mut();
     // SAFETY: live tensors; `out` receives a heap `at::Tensor*` that `from_ptr` owns.
     call("gradient", |err, len| unsafe { shim::fulmen_cxx_gradient(ptr(values), ptr(coords), &mut out, err, len) })?;
+    Ok(unsafe { Tensor::from_ptr(out.cast()) })
+}
+
+/// `torch.randperm(n, generator=torch.Generator().manual_seed(seed))`: the
+/// same permutation torch draws for that seed.
+pub fn randperm(n: i64, seed: u64) -> Result<Tensor> {
+    let mut out: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `out` receives a heap `at::Tensor*` that `from_ptr` owns.
+    call("randperm", |err, len| unsafe { shim::fulmen_cxx_randperm(n, seed, &mut out, err, len) })?;
     Ok(unsafe { Tensor::from_ptr(out.cast()) })
 }
 

@@ -265,6 +265,35 @@ static void test_subset_split(void) {
     fulmen_dataset_free(rest);
 }
 
+/* random_split: torch's parts for a seed (torch.utils.data.random_split
+ * with torch.Generator().manual_seed(7): [5, 0, 3, 4, 1], [7, 9, 6],
+ * [8, 2]); counts that do not add up and a small capacity fail. */
+static void test_random_split(void) {
+    float fv[10];
+    for (int i = 0; i < 10; i++) fv[i] = (float)i;
+    const int64_t fd[1] = {10};
+    fulmen_tensor *x = check_f32(fv, 10, fd, 1);
+    fulmen_dataset *ds = NULL, *parts[3] = {NULL, NULL, NULL};
+    CHECK_OK(fulmen_dataset_from_tensors((const fulmen_tensor *const *)&x, 1, &ds));
+    fulmen_tensor_free(x);
+    const double fractions[3] = {0.5, 0.3, 0.2}, counts[2] = {6, 5};
+    size_t n = 0;
+    CHECK_ERR(fulmen_dataset_random_split(ds, fractions, 3, 7, parts, 2, &n), FULMEN_CODE_OUT_OF_RANGE, "capacity");
+    CHECK(n == 3 && parts[0] == NULL);
+    CHECK_ERR(fulmen_dataset_random_split(ds, counts, 2, 7, parts, 3, &n), FULMEN_CODE_INVALID_ARGUMENT, "sum to 11");
+    CHECK_ERR(fulmen_dataset_random_split(ds, NULL, 2, 7, parts, 3, &n), FULMEN_CODE_NULL_ARGUMENT, "lengths");
+    CHECK_OK(fulmen_dataset_random_split(ds, fractions, 3, 7, parts, 3, &n));
+    fulmen_dataset_free(ds); /* the parts keep it alive */
+    CHECK(n == 3 && ds_len(parts[0]) == 5 && ds_len(parts[1]) == 3 && ds_len(parts[2]) == 2);
+    fulmen_tensor *out[4];
+    const int64_t all5[5] = {0, 1, 2, 3, 4}, d5[1] = {5};
+    const double w[5] = {5, 0, 3, 4, 1};
+    size_t c = ds_get(parts[0], all5, 5, out);
+    EXPECT_TENSOR(out[0], FULMEN_DTYPE_F32, d5, 1, w, 5, 0);
+    free_all(out, c);
+    for (int i = 0; i < 3; i++) fulmen_dataset_free(parts[i]);
+}
+
 /* ------------------------------------------------------------------- CSV */
 
 /* Loads a CSV with the given options; NULL on error (reported). */
@@ -973,6 +1002,7 @@ int main(void) {
     test_csv_scaling();
     test_csv_errors();
     test_csv_columns();
+    test_random_split();
     test_mnist();
     test_loader();
     test_loader_pin_memory();

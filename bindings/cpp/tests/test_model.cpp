@@ -338,6 +338,19 @@ TEST_F(DataTest, CsvColumnsByName) {
     }
 }
 
+TEST_F(DataTest, RandomSplitIsTorchs) {
+    std::vector<float> xs(10);
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i);
+    Dataset ds = Dataset::from_tensors({Tensor::from_vector(xs, {10})});
+    std::vector<Dataset> parts = ds.random_split({0.5, 0.3, 0.2}, 7);
+    ASSERT_EQ(parts.size(), 3u);
+    // torch.utils.data.random_split(range(10), [0.5, 0.3, 0.2], generator=torch.Generator().manual_seed(7))
+    EXPECT_EQ(parts[0].get(std::vector<int64_t>{0, 1, 2, 3, 4})[0].to_vector<float>(),
+              (std::vector<float>{5, 0, 3, 4, 1}));
+    EXPECT_EQ(parts[2].len(), 2u);
+    EXPECT_THROW(ds.random_split({6, 5}, 7), fulmen::Error);
+}
+
 TEST_F(DataTest, HostDataSource) {
     int freed = 0;
     struct Counter {

@@ -106,11 +106,11 @@ pub unsafe fn tensor_list<'a>(
     (0..n).map(|i| tensor_arg(*ptrs.add(i), &format!("{arg}[{i}]"))).collect()
 }
 
-/// Reads an `int64_t` array argument (NULL allowed when `n` is 0).
+/// Reads an array argument of `n` items (NULL allowed when `n` is 0).
 ///
 /// # Safety
 /// `ptr` must be NULL or valid for `n` reads.
-pub unsafe fn i64_list<'a>(ptr: *const i64, n: usize, arg: &str) -> Result<&'a [i64]> {
+pub unsafe fn slice_arg<'a, T>(ptr: *const T, n: usize, arg: &str) -> Result<&'a [T]> {
     if n == 0 {
         return Ok(&[]);
     }
@@ -118,6 +118,14 @@ pub unsafe fn i64_list<'a>(ptr: *const i64, n: usize, arg: &str) -> Result<&'a [
         return Err(Error::new(crate::error::ErrorCode::NullArgument, format!("argument `{arg}` is NULL")));
     }
     Ok(std::slice::from_raw_parts(ptr, n))
+}
+
+/// Reads an `int64_t` array argument (NULL allowed when `n` is 0).
+///
+/// # Safety
+/// `ptr` must be NULL or valid for `n` reads.
+pub unsafe fn i64_list<'a>(ptr: *const i64, n: usize, arg: &str) -> Result<&'a [i64]> {
+    slice_arg(ptr, n, arg)
 }
 
 /// Borrows the tensor behind a handle that may be NULL (none).

@@ -222,6 +222,17 @@ public:
         check(fulmen_dataset_split_every(get(), k, offset, &every, &rest));
         return {Dataset(every), Dataset(rest)};
     }
+    /// Random parts of `lengths` (counts, or fractions summing to 1) with
+    /// the permutation torch draws for `seed` (torch's random_split).
+    std::vector<Dataset> random_split(const std::vector<double>& lengths, uint64_t seed) const {
+        std::vector<fulmen_dataset*> raw(lengths.size(), nullptr);
+        size_t count = 0;
+        check(fulmen_dataset_random_split(get(), lengths.data(), lengths.size(), seed, raw.data(), raw.size(), &count));
+        std::vector<Dataset> parts;
+        parts.reserve(count);
+        for (size_t i = 0; i < count; ++i) parts.push_back(Dataset(raw[i]));
+        return parts;
+    }
 
     using Handle::get;
 
