@@ -183,6 +183,20 @@ static inline int fixture_code(fulmen_error *e) {
     return code;
 }
 
+/* The whole file at `path`, NUL-terminated (malloc'd; NULL when it cannot
+ * be read). */
+static inline char *fixture_read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s != NULL) s[fread(s, 1, (size_t)n, f)] = '\0';
+    fclose(f);
+    return s;
+}
+
 /* The largest absolute difference between the state tensors of two models
  * with the same names. */
 static inline double fixture_max_diff(const fulmen_model *a, const fulmen_model *b) {

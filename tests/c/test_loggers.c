@@ -165,19 +165,6 @@ static fulmen_logger_vtable host_vtable(host_log *h) {
 
 /* ---- files ---- */
 
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = '\0';
-    fclose(f);
-    return s;
-}
-
 /* Size of the first file in `dir` whose name starts with `prefix` (-1: none). */
 static long file_with_prefix(const char *dir, const char *prefix) {
     DIR *d = opendir(dir);
@@ -279,7 +266,7 @@ static void test_csv_and_host(fulmen_loader *tl, fulmen_loader *vl) {
     snprintf(expect_dir, sizeof expect_dir, "%s/lightning_logs/version_0", root);
     CHECK(strcmp(dir, expect_dir) == 0);
     snprintf(path, sizeof path, "%s/metrics.csv", dir);
-    char *text = read_text(path);
+    char *text = fixture_read_text(path);
     CHECK(text != NULL);
     csv_row rows[32];
     int n = text != NULL ? parse_csv(text, rows, 32, header, sizeof header) : -1;
@@ -316,7 +303,7 @@ static void test_csv_and_host(fulmen_loader *tl, fulmen_loader *vl) {
     free(text);
 
     snprintf(path, sizeof path, "%s/hparams.yaml", dir);
-    text = read_text(path);
+    text = fixture_read_text(path);
     CHECK(text != NULL && strstr(text, "lr: 0.1\n") != NULL && strstr(text, "hidden: 16\n") != NULL);
     CHECK(text != NULL && (strstr(text, "name: mlp\n") != NULL || strstr(text, "name: \"mlp\"\n") != NULL ||
                            strstr(text, "name: 'mlp'\n") != NULL));

@@ -33,24 +33,6 @@ static fulmen_error *noop(void *ud, int32_t hook, fulmen_hook_context *ctx) {
     return NULL;
 }
 
-/* The whole file at `path` (malloc'd, NUL-terminated; NULL if unreadable). */
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
-    if (text != NULL && fread(text, 1, (size_t)n, f) == (size_t)n) {
-        text[n] = 0;
-    } else {
-        free(text);
-        text = NULL;
-    }
-    fclose(f);
-    return text;
-}
-
 /* The "Num calls" column of the row of `action` in `report` (-1: none). */
 static long calls_of(const char *report, const char *action) {
     char needle[128];
@@ -139,7 +121,7 @@ int main(void) {
         snprintf(expected, sizeof expected, "%s/fit.pt.trace.json", root);
         CHECK(strcmp(trace, expected) == 0);
         CHECK(strstr(ops, "aten::") != NULL); /* the operators' table */
-        char *json = slurp(trace);
+        char *json = fixture_read_text(trace);
         CHECK(json != NULL);
         if (json != NULL) {
             CHECK(strstr(json, "\"traceEvents\"") != NULL);
