@@ -933,6 +933,35 @@ typedef enum fulmen_average {
 } fulmen_average;
 
 /**
+ * What a scaler computes per feature (`fulmen_scaler_kind`).
+ */
+typedef enum fulmen_scaler_kind {
+  /**
+   * `(x - mean) / std` with the population std (scikit-learn's
+   * StandardScaler); a constant feature becomes 0.
+   */
+  FULMEN_SCALER_KIND_STANDARDIZE = 0,
+  /**
+   * `(x - min) / (max - min)`; a constant feature becomes 0.
+   */
+  FULMEN_SCALER_KIND_MIN_MAX = 1,
+} fulmen_scaler_kind;
+
+/**
+ * How the learning rate grows in a range test (`fulmen_lr_find_mode`).
+ */
+typedef enum fulmen_lr_find_mode {
+  /**
+   * Exponentially from min_lr to max_lr (the default).
+   */
+  FULMEN_LR_FIND_MODE_EXPONENTIAL = 0,
+  /**
+   * Linearly from min_lr to max_lr.
+   */
+  FULMEN_LR_FIND_MODE_LINEAR = 1,
+} fulmen_lr_find_mode;
+
+/**
  * An accelerator from the registry. Free with `fulmen_accelerator_free`.
  */
 typedef struct fulmen_accelerator fulmen_accelerator;
@@ -1026,6 +1055,12 @@ typedef struct fulmen_optimizer_config fulmen_optimizer_config;
  * A precision plugin. Free with `fulmen_precision_free`.
  */
 typedef struct fulmen_precision fulmen_precision;
+
+/**
+ * A scaling fitted on one column of a dataset. Free with
+ * `fulmen_scaler_free`; any thread may use it.
+ */
+typedef struct fulmen_scaler fulmen_scaler;
 
 /**
  * A learning-rate scheduler bound to the optimizer it was created for.
@@ -4335,6 +4370,52 @@ int32_t fulmen_get_num_threads(void);
  * models, errors, ...): a leak check for tests and long-running hosts.
  */
 size_t fulmen_live_handles(void);
+
+/**
+ * Fits a `fulmen_scaler_kind` on column `column` (floating-point
+ * features) of `dataset`, every sample read once (twice to standardize):
+ * per feature, the mean and population std, or the min and max. A host
+ * data source's callbacks run on the calling thread. `*out` is a new
+ * scaler.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown kind, an empty dataset,
+ * no such column), FULMEN_CODE_DTYPE_MISMATCH (the column is not
+ * floating-point), and what reading the dataset gives.
+ */
+struct fulmen_error *fulmen_scaler_fit(const struct fulmen_dataset *dataset,
+                                       size_t column,
+                                       int32_t kind,
+                                       struct fulmen_scaler **out);
+
+/**
+ * The statistics the scaler was fitted to, as new float64 tensors shaped
+ * as one sample's column: the mean (`*first_out`) and std
+ * (`*second_out`), or the min and max.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_HANDLE.
+ */
+struct fulmen_error *fulmen_scaler_stats(const struct fulmen_scaler *scaler,
+                                         struct fulmen_tensor **first_out,
+                                         struct fulmen_tensor **second_out);
+
+/**
+ * `dataset` with the scaler's column scaled by the fitted statistics, as
+ * it is read (the dtype kept; other columns untouched). `*out` is a new
+ * dataset that keeps `dataset` and the scaler's statistics.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_HANDLE; reading
+ * the new dataset fails with FULMEN_CODE_SHAPE_MISMATCH or
+ * FULMEN_CODE_DTYPE_MISMATCH when its column differs from the fitted one.
+ */
+struct fulmen_error *fulmen_scaler_apply(const struct fulmen_scaler *scaler,
+                                         const struct fulmen_dataset *dataset,
+                                         struct fulmen_dataset **out);
+
+/**
+ * Frees a scaler (datasets it scales keep its statistics). NULL or an
+ * already freed handle is a no-op.
+ */
+void fulmen_scaler_free(struct fulmen_scaler *scaler);
 
 /**
  * `StepLR`: multiplies the lr by `gamma` every `step_size` steps.

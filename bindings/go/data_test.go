@@ -113,6 +113,37 @@ func TestRandomSplitIsTorchs(t *testing.T) {
 	}
 }
 
+func TestScalerFittedOnTrainScalesVal(t *testing.T) {
+	noLeaks(t)
+	tx := must(fulmen.FromSlice([]float32{0, 5, 10}, 3, 1))
+	defer tx.Close()
+	vx := must(fulmen.FromSlice([]float32{5, 15}, 2, 1))
+	defer vx.Close()
+	train := must(fulmen.NewTensorDataset(tx))
+	defer train.Close()
+	val := must(fulmen.NewTensorDataset(vx))
+	defer val.Close()
+	s := must(fulmen.FitScaler(train, 0, fulmen.ScalerMinMax))
+	defer s.Close()
+	lo, hi, err := s.Stats()
+	ok(t, err)
+	defer lo.Close()
+	defer hi.Close()
+	if v := must(fulmen.ToSlice[float64](hi)); !reflect.DeepEqual(v, []float64{10}) {
+		t.Fatalf("max %v", v)
+	}
+	scaled := must(s.Apply(val))
+	defer scaled.Close()
+	b := must(scaled.Get([]int64{0, 1}))
+	defer b[0].Close()
+	if v := must(fulmen.ToSlice[float32](b[0])); !reflect.DeepEqual(v, []float32{0.5, 1.5}) {
+		t.Fatalf("scaled %v", v)
+	}
+	if _, err := fulmen.FitScaler(train, 3, fulmen.ScalerStandardize); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("column 3: %v", err)
+	}
+}
+
 func TestCSVColumnsByName(t *testing.T) {
 	noLeaks(t)
 	path := filepath.Join(t.TempDir(), "people.csv")

@@ -34,13 +34,13 @@ impl Handle for fulmen_loader {
     const C_NAME: &'static str = "fulmen_loader";
 }
 
-unsafe fn emit_dataset(out: *mut *mut fulmen_dataset, ds: Arc<dyn Dataset>) -> Result<()> {
+pub(crate) unsafe fn emit_dataset(out: *mut *mut fulmen_dataset, ds: Arc<dyn Dataset>) -> Result<()> {
     check_out(out, "out")?;
     out.write(handle::into_raw(fulmen_dataset { inner: ds }));
     Ok(())
 }
 
-unsafe fn dataset_arg<'a>(p: *const fulmen_dataset, arg: &str) -> Result<Shared<'a, Arc<dyn Dataset>>> {
+pub(crate) unsafe fn dataset_arg<'a>(p: *const fulmen_dataset, arg: &str) -> Result<Shared<'a, Arc<dyn Dataset>>> {
     Ok(handle::borrow(p, arg)?.map(|h| &h.inner))
 }
 

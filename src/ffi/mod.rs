@@ -23,6 +23,7 @@ pub mod optim;
 pub mod optim_adaptive;
 pub mod precision;
 pub mod runtime;
+pub mod scaler;
 pub mod scheduler;
 pub mod scheduler_host;
 pub mod script;

@@ -9,14 +9,14 @@ use crate::error::{Error, Result};
 use crate::trainer::BatchSource;
 use crate::tuner::{LrFindMode, LrFindOptions, LrFindResult};
 
-/// How the learning rate grows in a range test.
+/// How the learning rate grows in a range test (`fulmen_lr_find_mode`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum fulmen_lr_find_mode {
+pub enum LrFindModeCode {
     /// Exponentially from min_lr to max_lr (the default).
-    FULMEN_LR_FIND_EXPONENTIAL = 0,
+    Exponential = 0,
     /// Linearly from min_lr to max_lr.
-    FULMEN_LR_FIND_LINEAR = 1,
+    Linear = 1,
 }
 
 /// Options of `fulmen_trainer_lr_find`; defaults from

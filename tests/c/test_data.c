@@ -265,6 +265,43 @@ static void test_subset_split(void) {
     fulmen_dataset_free(rest);
 }
 
+/* A scaler fitted on a training split scales another split with the
+ * training statistics (readable); a column of integers or out of range is
+ * refused. */
+static void test_scaler(void) {
+    const float train_x[6] = {0, 3, 5, 3, 10, 3}, val_x[4] = {5, 3, 15, 7};
+    const int64_t d32[2] = {3, 2}, d22[2] = {2, 2}, d2[1] = {2};
+    fulmen_tensor *tx = check_f32(train_x, 6, d32, 2), *vx = check_f32(val_x, 4, d22, 2);
+    fulmen_dataset *train = NULL, *val = NULL, *scaled = NULL;
+    CHECK_OK(fulmen_dataset_from_tensors((const fulmen_tensor *const *)&tx, 1, &train));
+    CHECK_OK(fulmen_dataset_from_tensors((const fulmen_tensor *const *)&vx, 1, &val));
+    fulmen_tensor_free(tx);
+    fulmen_tensor_free(vx);
+    fulmen_scaler *s = NULL, *bad = NULL;
+    CHECK_OK(fulmen_scaler_fit(train, 0, FULMEN_SCALER_KIND_STANDARDIZE, &s));
+    fulmen_tensor *mean = NULL, *std = NULL;
+    CHECK_OK(fulmen_scaler_stats(s, &mean, &std));
+    const double wmean[2] = {5, 3}, wstd[2] = {sqrt(50.0 / 3.0), 0};
+    EXPECT_TENSOR(mean, FULMEN_DTYPE_F64, d2, 1, wmean, 2, 0);
+    EXPECT_TENSOR(std, FULMEN_DTYPE_F64, d2, 1, wstd, 2, 1e-12);
+    CHECK_OK(fulmen_scaler_apply(s, val, &scaled));
+    fulmen_scaler_free(s); /* the scaled dataset keeps the statistics */
+    fulmen_dataset_free(val);
+    fulmen_tensor *out[4];
+    const int64_t both[2] = {0, 1};
+    size_t c = ds_get(scaled, both, 2, out);
+    const double want[4] = {0, 0, 10 / sqrt(50.0 / 3.0), 0}; /* the constant feature stays 0 */
+    EXPECT_TENSOR(out[0], FULMEN_DTYPE_F32, d22, 2, want, 4, 1e-6);
+    free_all(out, c);
+    CHECK_ERR(fulmen_scaler_fit(train, 1, FULMEN_SCALER_KIND_MIN_MAX, &bad), FULMEN_CODE_INVALID_ARGUMENT, "column 1");
+    CHECK_ERR(fulmen_scaler_fit(train, 0, 9, &bad), FULMEN_CODE_INVALID_ARGUMENT, "fulmen_scaler_kind");
+    CHECK(bad == NULL);
+    fulmen_tensor_free(mean);
+    fulmen_tensor_free(std);
+    fulmen_dataset_free(scaled);
+    fulmen_dataset_free(train);
+}
+
 /* random_split: torch's parts for a seed (torch.utils.data.random_split
  * with torch.Generator().manual_seed(7): [5, 0, 3, 4, 1], [7, 9, 6],
  * [8, 2]); counts that do not add up and a small capacity fail. */
@@ -1003,6 +1040,7 @@ int main(void) {
     test_csv_errors();
     test_csv_columns();
     test_random_split();
+    test_scaler();
     test_mnist();
     test_loader();
     test_loader_pin_memory();

@@ -351,6 +351,17 @@ TEST_F(DataTest, RandomSplitIsTorchs) {
     EXPECT_THROW(ds.random_split({6, 5}, 7), fulmen::Error);
 }
 
+TEST_F(DataTest, ScalerFittedOnTrainScalesVal) {
+    Dataset train = Dataset::from_tensors({Tensor::from_vector(std::vector<float>{0, 5, 10}, {3, 1})});
+    Dataset val = Dataset::from_tensors({Tensor::from_vector(std::vector<float>{5, 15}, {2, 1})});
+    fulmen::Scaler scaler = fulmen::Scaler::fit(train, 0, fulmen::ScalerKind::MinMax);
+    auto [lo, hi] = scaler.stats();
+    EXPECT_EQ(lo.to_vector<double>(), (std::vector<double>{0}));
+    EXPECT_EQ(hi.to_vector<double>(), (std::vector<double>{10}));
+    Dataset scaled = scaler.apply(val);
+    EXPECT_EQ(scaled.get(std::vector<int64_t>{0, 1})[0].to_vector<float>(), (std::vector<float>{0.5f, 1.5f}));
+}
+
 TEST_F(DataTest, HostDataSource) {
     int freed = 0;
     struct Counter {

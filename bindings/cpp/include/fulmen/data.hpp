@@ -253,6 +253,43 @@ private:
 
 /// Something the trainer draws batches from: batches over a dataset, or a
 /// host iterator. Owns its `fulmen_loader` handle.
+/// What a Scaler computes per feature (the C `fulmen_scaler_kind`).
+enum class ScalerKind : int32_t {
+    Standardize = FULMEN_SCALER_KIND_STANDARDIZE,
+    MinMax = FULMEN_SCALER_KIND_MIN_MAX,
+};
+
+/// Feature scaling fitted on one dataset (the training split) and applied
+/// to others, with its statistics readable.
+class Scaler : public detail::Handle<fulmen_scaler, fulmen_scaler_free> {
+public:
+    /// An empty scaler (no handle).
+    Scaler() = default;
+    /// Fits `kind` on column `column` (floating-point features) of `dataset`.
+    static Scaler fit(const Dataset& dataset, size_t column, ScalerKind kind = ScalerKind::Standardize) {
+        fulmen_scaler* out = nullptr;
+        check(fulmen_scaler_fit(dataset.get(), column, static_cast<int32_t>(kind), &out));
+        return Scaler(out);
+    }
+    /// The fitted statistics (float64, one sample's shape): mean and std,
+    /// or min and max.
+    std::pair<Tensor, Tensor> stats() const {
+        fulmen_tensor* first = nullptr;
+        fulmen_tensor* second = nullptr;
+        check(fulmen_scaler_stats(get(), &first, &second));
+        return {Tensor::adopt(first), Tensor::adopt(second)};
+    }
+    /// `dataset` with the column scaled by the fitted statistics.
+    Dataset apply(const Dataset& dataset) const {
+        fulmen_dataset* out = nullptr;
+        check(fulmen_scaler_apply(get(), dataset.get(), &out));
+        return Dataset::adopt(out);
+    }
+
+private:
+    explicit Scaler(fulmen_scaler* owned) noexcept : Handle(owned) {}
+};
+
 class Loader : public detail::Handle<fulmen_loader, fulmen_loader_free> {
 public:
     /// An empty loader object (no handle).
