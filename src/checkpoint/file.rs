@@ -213,6 +213,22 @@ impl Checkpoint {
         write_safetensors(path, &tensors, Some(meta))
     }
 
+    /// Reads only the weights of a checkpoint (fulmen's or Lightning's),
+    /// as a checkpoint holding just its state_dict: a Lightning file's
+    /// optimizer, scheduler and loop entries are not interpreted, so a run
+    /// that needs the weights alone (validate, test, predict) reads any.
+    pub fn load_weights(path: &Path) -> Result<Checkpoint> {
+        if super::torch_save::sniff(path)? != Some(super::torch_save::TorchFile::Archive) {
+            return Checkpoint::load(path);
+        }
+        let value = super::torch_save::load(path)?;
+        if !super::lightning::is_lightning(&value) {
+            return Err(not_lightning(path));
+        }
+        let state_dict = super::torch_save::state_dict_of(&value, &path.display().to_string())?;
+        Ok(Checkpoint { state_dict, ..Default::default() })
+    }
+
     /// Reads a checkpoint. A truncated or corrupted file, or one that is
     /// not a fulmen checkpoint, is a `Format` error naming the file.
     pub fn load(path: &Path) -> Result<Checkpoint> {
@@ -220,11 +236,7 @@ impl Checkpoint {
             Some(super::torch_save::TorchFile::Archive) => {
                 let value = super::torch_save::load(path)?;
                 if !super::lightning::is_lightning(&value) {
-                    return Err(Error::format(format!(
-                        "{} is a torch.save file but not a Lightning checkpoint (no `pytorch-lightning_version`; a \
-                         state_dict?): it cannot resume a fit; fulmen_model_load reads its weights",
-                        path.display()
-                    )));
+                    return Err(not_lightning(path));
                 }
                 return super::lightning::from_lightning(&value, &path.display().to_string());
             }
@@ -323,6 +335,15 @@ impl Checkpoint {
         }
         Ok(ck)
     }
+}
+
+/// The error for a `torch.save` file that is not a Lightning checkpoint.
+fn not_lightning(path: &Path) -> Error {
+    Error::format(format!(
+        "{} is a torch.save file but not a Lightning checkpoint (no `pytorch-lightning_version`; a state_dict?): it \
+         cannot be a ckpt_path; fulmen_model_load reads its weights",
+        path.display()
+    ))
 }
 
 /// Refuses metadata a reader could not load back, naming the largest

@@ -179,7 +179,7 @@ fn eval_run(
 ) -> Result<Evaluated> {
     run.simple(Hook::Setup)?;
     if let Some(path) = weights {
-        let ck = crate::checkpoint::Checkpoint::load(path)?;
+        let ck = crate::checkpoint::Checkpoint::load_weights(path)?;
         let model = run.module.model().ok_or_else(|| Error::state("ckpt_path needs a LightningModule with a model"))?;
         let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
         let names = m.state_dict().into_iter().map(|(k, _)| k).collect();

@@ -86,17 +86,14 @@ impl TorchProfiler {
         }
         let path = CString::new(staging.as_os_str().as_encoded_bytes())
             .map_err(|_| Error::invalid(format!("trace path {} contains a NUL byte", trace.display())))?;
-        let mut table: HashMap<String, (u64, u64)> = HashMap::new();
-        let ctx = &mut table as *mut _ as *mut c_void;
-        // SAFETY: a NUL-terminated path; the callback adds to `table`.
-        let stopped = shim::call("stopping libtorch's profiler", |err, len| unsafe {
-            shim::fulmen_cxx_profiler_stop(path.as_ptr(), on_event, ctx, err, len)
-        });
-        let bytes = stopped.and_then(|()| {
-            std::fs::read(&staging).map_err(|e| Error::io(format!("reading the trace {}: {e}", staging.display())))
+        let read = stop(Some(&path)).and_then(|table| {
+            let bytes = std::fs::read(&staging)
+                .map_err(|e| Error::io(format!("reading the trace {}: {e}", staging.display())))?;
+            Ok((table, bytes))
         });
         let _ = std::fs::remove_file(&staging);
-        crate::fs_safe::write_atomic(trace, &bytes?)?;
+        let (table, bytes) = read?;
+        crate::fs_safe::write_atomic(trace, &bytes)?;
         Ok(describe(stage, trace, &table))
     }
 }
@@ -105,14 +102,22 @@ impl Drop for TorchProfiler {
     /// A profiler never finished (a failed run) is stopped, its trace dropped.
     fn drop(&mut self) {
         if self.running {
-            let mut table: HashMap<String, (u64, u64)> = HashMap::new();
-            let ctx = &mut table as *mut _ as *mut c_void;
-            // SAFETY: no path; the callback adds to `table`.
-            let _ = shim::call("stopping libtorch's profiler", |err, len| unsafe {
-                shim::fulmen_cxx_profiler_stop(std::ptr::null(), on_event, ctx, err, len)
-            });
+            let _ = stop(None);
         }
     }
+}
+
+/// Stops libtorch's profiler, writing its trace to `path` when given;
+/// the calls and total time per event name.
+fn stop(path: Option<&CString>) -> Result<HashMap<String, (u64, u64)>> {
+    let mut table: HashMap<String, (u64, u64)> = HashMap::new();
+    let ctx = &mut table as *mut _ as *mut c_void;
+    let path = path.map_or(std::ptr::null(), |p| p.as_ptr());
+    // SAFETY: NULL or a NUL-terminated path; the callback adds to `table`.
+    shim::call("stopping libtorch's profiler", |err, len| unsafe {
+        shim::fulmen_cxx_profiler_stop(path, on_event, ctx, err, len)
+    })?;
+    Ok(table)
 }
 
 /// The trace file of `stage` in `dir`: `fit.pt.trace.json`, or

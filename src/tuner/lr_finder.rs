@@ -6,7 +6,7 @@
 //! Every number is computed as Lightning computes it, so the same run gives
 //! the same learning rates, losses and suggestion.
 use crate::error::{Error, Result};
-use crate::optim::scheduler::LrScheduler;
+use crate::optim::scheduler::{Base, LrScheduler};
 use crate::optim::Optimizer;
 use crate::trainer::hooks::{Callback, Hook, HookContext};
 use crate::trainer::module::{
@@ -116,18 +116,17 @@ struct FinderSchedule {
     mode: LrFindMode,
     end_lr: f64,
     num_iter: i64,
-    base_lrs: Vec<f64>,
-    last_epoch: i64,
-    last_lr: Vec<f64>,
+    base: Base,
 }
 
 impl FinderSchedule {
     fn lrs(&self) -> Vec<f64> {
-        if self.last_epoch <= 0 {
-            return self.base_lrs.clone();
+        if self.base.last_epoch <= 0 {
+            return self.base.base_lrs.clone();
         }
-        let r = (self.last_epoch + 1) as f64 / self.num_iter as f64;
-        self.base_lrs
+        let r = (self.base.last_epoch + 1) as f64 / self.num_iter as f64;
+        self.base
+            .base_lrs
             .iter()
             .map(|b| match self.mode {
                 LrFindMode::Exponential => b * (self.end_lr / b).powf(r),
@@ -143,21 +142,19 @@ impl LrScheduler for FinderSchedule {
     }
 
     fn step(&mut self, opt: &mut dyn Optimizer, _metric: Option<f64>) -> Result<()> {
-        self.last_epoch += 1;
+        self.base.check_groups(opt, "lr_finder")?;
+        self.base.last_epoch += 1;
         let lrs = self.lrs();
-        for (g, lr) in opt.param_groups_mut().iter_mut().zip(&lrs) {
-            g.lr = *lr;
-        }
-        self.last_lr = lrs;
+        self.base.apply(opt, lrs);
         Ok(())
     }
 
     fn last_lr(&self) -> Vec<f64> {
-        self.last_lr.clone()
+        self.base.last_lr.clone()
     }
 
     fn state_dict(&self) -> Vec<(String, f64)> {
-        vec![("last_epoch".to_string(), self.last_epoch as f64)]
+        self.base.state()
     }
 
     fn load_state_dict(&mut self, _state: &[(String, f64)]) -> Result<()> {
@@ -206,20 +203,14 @@ impl LightningModule for FinderModule<'_> {
             )));
         }
         let config = &mut configs[0];
-        let groups = config.optimizer.param_groups_mut();
-        for g in groups.iter_mut() {
-            g.lr = self.opts.min_lr;
+        for g in config.optimizer.param_groups_mut() {
             g.initial_lr = Some(self.opts.min_lr);
         }
-        let n = groups.len();
-        let schedule = FinderSchedule {
-            mode: self.opts.mode,
-            end_lr: self.opts.max_lr,
-            num_iter: self.opts.num_training,
-            base_lrs: vec![self.opts.min_lr; n],
-            last_epoch: 0,
-            last_lr: vec![self.opts.min_lr; n],
-        };
+        // Every group starts at min_lr, torch's LRScheduler construction.
+        let mut base = Base::attach(config.optimizer.as_mut());
+        base.apply(config.optimizer.as_mut(), base.base_lrs.clone());
+        let schedule =
+            FinderSchedule { mode: self.opts.mode, end_lr: self.opts.max_lr, num_iter: self.opts.num_training, base };
         config.scheduler = Some(SchedulerConfig {
             scheduler: Box::new(schedule),
             interval: Interval::Step,

@@ -2,7 +2,7 @@
 //! `state.I.NAME` named tensors) and torch's `Optimizer.state_dict()`
 //! (`{"state": {I: {NAME: tensor}}, "param_groups": [{KEY: value,
 //! "params": [ids]}]}`).
-use super::value::{entries, field, items, number, scalar_f32, text};
+use super::value::{entries, field, items, number, scalar_f32, tensor_number, text};
 use crate::checkpoint::torch_save::Value;
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
@@ -101,27 +101,12 @@ pub fn has_betas(kind: &str) -> bool {
     matches!(kind, "adam" | "adamw" | "adamax" | "nadam" | "radam")
 }
 
-/// Which of [`KERNEL_CHOICES`] torch's optimizer of this kind has.
-fn kernel_choices(kind: &str) -> &'static [&'static str] {
-    match kind {
-        "sgd" | "adagrad" => &["foreach", "differentiable", "fused"],
-        "adam" | "adamw" => &["foreach", "capturable", "differentiable", "fused"],
-        _ => &["foreach", "capturable", "differentiable"],
-    }
-}
-
+/// torch's default of a kernel choice.
 fn kernel_default(name: &str) -> Value {
     match name {
         "capturable" | "differentiable" => Value::Bool(false),
         _ => Value::None,
     }
-}
-
-fn one_number(t: &Tensor, key: &str) -> Result<f64> {
-    if t.numel() != 1 {
-        return Err(Error::format(format!("optimizer state '{key}' should hold one number")));
-    }
-    Ok(t.f_reshape([1i64])?.f_to_kind(Kind::Double)?.f_double_value(&[0])?)
 }
 
 /// torch's `state_dict()` of an optimizer of `kind` ("sgd", "adam", ...)
@@ -144,13 +129,13 @@ pub fn to_torch(kind: &str, flat: &[(String, Tensor)]) -> Result<Value> {
                 }
                 "betas.0" | "betas.1" => {
                     let slot = betas.entry(g).or_insert([0.9, 0.999]);
-                    slot[usize::from(key == "betas.1")] = one_number(t, name)?;
+                    slot[usize::from(key == "betas.1")] = tensor_number(t, name)?;
                     if !group.iter().any(|(k, _)| matches!(k, Value::Str(s) if s == "betas")) {
                         group.push((text("betas"), Value::None));
                     }
                 }
-                k if FLAGS.contains(&k) => group.push((text(k), Value::Bool(one_number(t, name)? != 0.0))),
-                k => group.push((text(k), Value::Float(one_number(t, name)?))),
+                k if FLAGS.contains(&k) => group.push((text(k), Value::Bool(tensor_number(t, name)? != 0.0))),
+                k => group.push((text(k), Value::Float(tensor_number(t, name)?))),
             }
         } else if let Some(rest) = name.strip_prefix("state.") {
             let (i, key) = rest.split_once('.').ok_or_else(bad)?;
@@ -158,7 +143,7 @@ pub fn to_torch(kind: &str, flat: &[(String, Tensor)]) -> Result<Value> {
             // torch keeps steps and other per-parameter numbers as 0-dim
             // float32 tensors, and buffers as they are.
             let v = if t.dim() == 0 && t.kind() == Kind::Double {
-                scalar_f32(one_number(t, name)?)?
+                scalar_f32(tensor_number(t, name)?)?
             } else {
                 Value::Tensor(t.shallow_clone())
             };
@@ -176,7 +161,8 @@ pub fn to_torch(kind: &str, flat: &[(String, Tensor)]) -> Result<Value> {
                 }
             }
         }
-        for name in kernel_choices(kind) {
+        // The kernel choices torch's optimizer of this kind has.
+        for name in torch_order(kind).iter().filter(|k| KERNEL_CHOICES.contains(k)) {
             group.push((text(name), kernel_default(name)));
         }
         // torch's order; initial_lr (a scheduler's) and anything else after.

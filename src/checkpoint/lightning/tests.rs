@@ -348,3 +348,29 @@ fn every_writable_scheduler_reads_back() {
     let one_cycle = with(&[("max_lr", 0.5), ("total_steps", 20.0), ("pct_start", 0.3)]);
     assert_eq!(check_scheduler(&one_cycle).unwrap_err().code, ErrorCode::Unsupported);
 }
+
+#[test]
+fn the_weights_alone_read_past_a_scheduler_fulmen_cannot_resume() {
+    let dir = std::env::temp_dir().join(format!("fulmen-lightning-weights-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("one_cycle.ckpt");
+    let Value::Dict(mut top) = to_lightning(&sample(), "").unwrap() else { panic!() };
+    let one_cycle = dict(vec![
+        ("total_steps", Value::Int(20)),
+        ("_schedule_phases", Value::List(vec![])),
+        ("base_lrs", floats(&[0.01])),
+        ("last_epoch", Value::Int(3)),
+        ("_last_lr", floats(&[0.02])),
+    ]);
+    for (k, v) in top.iter_mut() {
+        if matches!(k, Value::Str(s) if s == "lr_schedulers") {
+            *v = Value::List(vec![one_cycle]);
+            break;
+        }
+    }
+    crate::checkpoint::torch_save::save(&path, &Value::Dict(top)).unwrap();
+    assert_eq!(Checkpoint::load(&path).err().map(|e| e.code), Some(ErrorCode::Unsupported));
+    let weights = Checkpoint::load_weights(&path).unwrap();
+    assert_eq!(weights.state_dict.len(), 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -51,13 +51,21 @@ pub fn field<'a>(v: &'a Value, key: &str, what: &str) -> Result<&'a Value> {
     v.get(key).ok_or_else(|| Error::format(format!("{what} has no `{key}`")))
 }
 
+/// The number a one-element tensor holds.
+pub fn tensor_number(t: &Tensor, what: &str) -> Result<f64> {
+    if t.numel() != 1 {
+        return Err(Error::format(format!("{what} should hold one number, it has shape {:?}", t.size())));
+    }
+    Ok(t.f_reshape([1i64])?.f_to_kind(Kind::Double)?.f_double_value(&[0])?)
+}
+
 /// A number: an int, a float, a bool or a one-element tensor.
 pub fn number(v: &Value, what: &str) -> Result<f64> {
     match v {
         Value::Int(i) => Ok(*i as f64),
         Value::Float(f) => Ok(*f),
         Value::Bool(b) => Ok(f64::from(u8::from(*b))),
-        Value::Tensor(t) if t.numel() == 1 => Ok(t.f_reshape([1i64])?.f_to_kind(Kind::Double)?.f_double_value(&[0])?),
+        Value::Tensor(t) => tensor_number(t, what),
         _ => Err(Error::format(format!("{what} is not a number"))),
     }
 }
