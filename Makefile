@@ -46,7 +46,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_e
 
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all deps lib header bench test lib-torch-2.11 test-torch-2.11 test-c-torch-2.11 gpu-kit test-gpu-kit test-rust test-c test-pkgconfig test-cpp test-go test-interop test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example lint fmt install clean
+.PHONY: all deps lib header bench test lib-torch-2.11 test-torch-2.11 test-c-torch-2.11 gpu-kit test-gpu-kit test-rust test-c test-pkgconfig test-cpp test-go test-interop test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example lint fmt dist test-dist install clean
 
 all: lib
 
@@ -74,8 +74,16 @@ $(FAIR):
 $(VENV_STAMP): | $(LIBTORCH_STAMP)
 	bash scripts/setup-venv.sh $(VENV)
 
+# Links the SONAME (libfulmen.so.0.1) to the library cargo built in $(1), so
+# programs linked there find the name they record.
+define link_soname
+	@cd $(1) && so=$$(readelf -d libfulmen.so | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p') && \
+	  test -n "$$so" && ln -sfn libfulmen.so "$$so"
+endef
+
 lib: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	$(CARGO) build $(CARGO_FLAGS) --lib
+	$(call link_soname,$(LIBDIR))
 	@mkdir -p $(BUILD)
 	@sed -e 's|@PREFIX@|$(ROOT)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(ROOT)/include|' fulmen.pc.in > $(BUILD)/fulmen.pc
 
@@ -87,7 +95,7 @@ header: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test ops_drift
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test header_drift
 
-test: deps lib lint test-rust test-c example test-valgrind test-fuzz test-soak test-cpp test-go test-interop test-torch-2.11 test-coverage
+test: deps lib lint test-rust test-c example test-valgrind test-fuzz test-soak test-cpp test-go test-interop test-torch-2.11 test-dist test-coverage
 	@echo "all suites passed"
 
 test-coverage:
@@ -269,6 +277,7 @@ lib-torch-2.11: $(LIBTORCH_2_11)/build-version $(GLOO_STAMP)
 	bash scripts/torch-variant.sh 2.11 $(TORCH_2_11)
 	LIBTORCH=$(LIBTORCH_2_11) FULMEN_GLOO_INCLUDE=$(or $(FULMEN_GLOO_INCLUDE),$(DEPS)/gloo/include) \
 	  CARGO_TARGET_DIR=$(TORCH_2_11)/target $(CARGO) build --release --lib --manifest-path $(TORCH_2_11)/Cargo.toml
+	$(call link_soname,$(LIBDIR_2_11))
 	@grep -q '^2\.11\.' $(LIBTORCH_2_11)/build-version
 
 test-torch-2.11: lib-torch-2.11
@@ -318,17 +327,31 @@ lint: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 fmt:
 	$(CARGO) fmt
 
-# Installs the library, the C header, the C++ headers, fulmen.pc and a CMake
-# package config. The library keeps its rpath to the libtorch it was built
-# with.
+# A relocatable release (scripts/make-dist.sh): build/dist/fulmen-VERSION-
+# linux-ARCH.tar.gz holds the library (SONAME libfulmen.so.0.1), the libtorch
+# libraries it needs, the C and C++ headers, fulmen.pc, the CMake package
+# and the Go package, every rpath $ORIGIN-relative. test-dist (in `make
+# test`) unpacks it outside the repository and builds and runs a C, a C++
+# and a Go program against it, checked with ldd; then checks that `make
+# install` lays out the same files.
+DIST := $(BUILD)/dist
+dist: lib
+	bash scripts/make-dist.sh $(LIBDIR) $(DIST)
+
+test-dist: dist
+	bash scripts/test-dist.sh $(DIST)/fulmen-*.tar.gz
+	@rm -rf $(BUILD)/install-check
+	$(MAKE) --no-print-directory install PREFIX=$(BUILD)/install-check
+	diff <(cd $(DIST)/fulmen-*/ && find . | sort) <(cd $(BUILD)/install-check && find . | sort)
+	@echo "make install lays out the release's files"
+
+# Installs the release's layout (see dist) into PREFIX: lib/libfulmen.so*,
+# lib/fulmen/ (libtorch), include/, lib/pkgconfig/fulmen.pc,
+# lib/cmake/fulmen/, share/fulmen/go/, share/doc/fulmen/.
 install: lib
-	install -d $(PREFIX)/lib $(PREFIX)/include/fulmen $(PREFIX)/lib/pkgconfig $(PREFIX)/lib/cmake/fulmen
-	install -m 644 include/fulmen.h $(PREFIX)/include/
-	install -m 644 bindings/cpp/include/fulmen/*.hpp bindings/cpp/include/fulmen/*.inc $(PREFIX)/include/fulmen/
-	install -m 755 $(LIBDIR)/libfulmen.so $(PREFIX)/lib/
-	install -m 644 $(LIBDIR)/libfulmen.a $(PREFIX)/lib/
-	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(PREFIX)/lib|; s|@INCLUDEDIR@|$(PREFIX)/include|' fulmen.pc.in > $(PREFIX)/lib/pkgconfig/fulmen.pc
-	sed -e 's|@PREFIX@|$(PREFIX)|' bindings/cpp/cmake/fulmenConfig.cmake.in > $(PREFIX)/lib/cmake/fulmen/fulmenConfig.cmake
+	bash scripts/make-dist.sh $(LIBDIR) $(BUILD)/install-stage --no-tarball
+	install -d $(PREFIX)
+	cp -a $(BUILD)/install-stage/fulmen-*/. $(PREFIX)/
 
 clean:
 	$(CARGO) clean

@@ -6,11 +6,26 @@ use std::path::{Path, PathBuf};
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    // The shared library's SONAME carries its ABI series (src/abi.rs).
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{}", soname());
     // torch-sys (links = "tch") exports the libtorch library folder it used.
     if let Ok(lib) = env::var("DEP_TCH_LIBTORCH_LIB") {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
         println!("cargo:rustc-env=FULMEN_LIBTORCH_LIB={lib}");
         build_cxx_shims(Path::new(&lib));
+    }
+}
+
+/// `libfulmen.so.MAJOR`, or `libfulmen.so.0.MINOR` before 1.0: the rule of
+/// `fulmen::abi::soname`, which the unit tests hold to the header's
+/// FULMEN_SONAME.
+fn soname() -> String {
+    let major = env::var("CARGO_PKG_VERSION_MAJOR").expect("cargo sets the version");
+    let minor = env::var("CARGO_PKG_VERSION_MINOR").expect("cargo sets the version");
+    if major == "0" {
+        format!("libfulmen.so.0.{minor}")
+    } else {
+        format!("libfulmen.so.{major}")
     }
 }
 

@@ -116,59 +116,68 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#define FULMEN_VERSION_MAJOR 0
+#define FULMEN_VERSION_MINOR 1
+#define FULMEN_VERSION_PATCH 0
+#define FULMEN_VERSION_STRING "0.1.0"
+/* The version this header belongs to as one number, for fulmen_abi_check. */
+#define FULMEN_ABI_VERSION (FULMEN_VERSION_MAJOR * 1000000 + FULMEN_VERSION_MINOR * 1000 + FULMEN_VERSION_PATCH)
+/* The shared library's SONAME: its ABI series (0.MINOR before 1.0). */
+#define FULMEN_SONAME "libfulmen.so.0.1"
+
 
 /**
  * The largest device or process count fulmen accepts (a bound on what
  * parsing `devices` may allocate; far above any real machine or node).
  */
-#define MAX_DEVICES (1 << 16)
+#define FULMEN_MAX_DEVICES (1 << 16)
 
 /**
  * The most entries a schedule takes.
  */
-#define MAX_SCHEDULE 1024
+#define FULMEN_MAX_SCHEDULE 1024
 
 /**
  * The largest window a ThroughputMonitor takes.
  */
-#define MAX_WINDOW (1 << 20)
+#define FULMEN_MAX_WINDOW (1 << 20)
 
 /**
  * The largest epoch, step or batch count a checkpoint may hold (2^53:
  * every count stays exact as the f64 loggers write).
  */
-#define MAX_COUNTER (1 << 53)
+#define FULMEN_MAX_COUNTER (1 << 53)
 
 /**
  * The most optimizers a checkpoint may hold.
  */
-#define MAX_OPTIMIZERS (1 << 16)
+#define FULMEN_MAX_OPTIMIZERS (1 << 16)
 
 /**
  * The largest batch a loader hands out (its index list is allocated).
  */
-#define MAX_BATCH_SIZE (1 << 24)
+#define FULMEN_MAX_BATCH_SIZE (1 << 24)
 
 /**
  * The largest dataset a random split takes: its permutation is held in
  * memory (2^31 indices are 16 GiB).
  */
-#define MAX_RANDOM_SPLIT (1 << 31)
+#define FULMEN_MAX_RANDOM_SPLIT (1 << 31)
 
 /**
  * The most parts a split makes.
  */
-#define MAX_SPLIT_PARTS (1 << 16)
+#define FULMEN_MAX_SPLIT_PARTS (1 << 16)
 
 /**
  * The largest dataset whose shuffled order is materialised.
  */
-#define MATERIALIZE_MAX (1 << 16)
+#define FULMEN_MATERIALIZE_MAX (1 << 16)
 
 /**
  * torch's default bucket cap (`bucket_cap_mb=None`): 25 MiB.
  */
-#define DEFAULT_BUCKET_CAP_MB 25.0
+#define FULMEN_DEFAULT_BUCKET_CAP_MB 25.0
 
 
 
@@ -262,24 +271,18 @@
  * The most classes a classification metric takes (its state grows with
  * the square of the count).
  */
-#define MAX_CLASSES 4096
+#define FULMEN_MAX_CLASSES 4096
 
 /**
  * The most thresholds of a binned AUROC.
  */
-#define MAX_THRESHOLDS 100000
+#define FULMEN_MAX_THRESHOLDS 100000
 
 /**
  * The largest safetensors header readers accept (the `safetensors`
  * crate's and Python package's limit).
  */
-#define MAX_HEADER_BYTES 100000000
-
-/**
- * Most values (containers and leaves, counted along every path) in one
- * tree a host builds: copies stay bounded however the host nests.
- */
-#define MAX_VALUE_NODES (1 << 20)
+#define FULMEN_MAX_HEADER_BYTES 100000000
 
 /**
  * A device type (`fulmen_device_type`).
@@ -4340,6 +4343,30 @@ void fulmen_precision_free(struct fulmen_precision *precision);
 const char *fulmen_version(void);
 
 /**
+ * The library's version as one number, `MAJOR * 1000000 + MINOR * 1000 +
+ * PATCH`: the value a program compiled with this library's header has in
+ * FULMEN_ABI_VERSION.
+ *
+ * Threads: any.
+ */
+uint32_t fulmen_abi_version(void);
+
+/**
+ * Checks that this library serves a program compiled with the header
+ * whose FULMEN_ABI_VERSION is `header_version`; call it first as
+ * `fulmen_abi_check(FULMEN_ABI_VERSION)`. A library serves the headers of
+ * its series (FULMEN_SONAME: the same major version, or the same 0.MINOR
+ * before 1.0) up to its own version, as the ABI only grows within a series.
+ * The C++ and Go bindings make this check when the program starts.
+ *
+ * Errors: FULMEN_CODE_UNSUPPORTED (another series, or a library older than
+ * the header), with both versions in the message.
+ *
+ * Threads: any.
+ */
+struct fulmen_error *fulmen_abi_check(uint32_t header_version);
+
+/**
  * The libtorch version fulmen was built against ("2.13.0"), a static
  * string.
  */
@@ -7662,8 +7689,3 @@ void fulmen_value_free(struct fulmen_value *value);
 #endif  // __cplusplus
 
 #endif  /* FULMEN_H */
-
-#define FULMEN_VERSION_MAJOR 0
-#define FULMEN_VERSION_MINOR 1
-#define FULMEN_VERSION_PATCH 0
-#define FULMEN_VERSION_STRING "0.1.0"

@@ -108,11 +108,15 @@ grep -q "CUDACachingAllocator" "$kit/symbols.txt" || { say "$lib has no CUDA all
 say "bundling into $kit/bundle"
 bundle=$kit/bundle
 rm -rf "$bundle" && mkdir -p "$bundle/lib" "$bundle/bin" "$bundle/data" "$bundle/fixtures"
-strip --strip-unneeded -o "$bundle/lib/libfulmen.so" "$lib"
+# The library under its SONAME only (the upload keeps no symlinks); the
+# programs link it by that name.
+soname=$(sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p' "$kit/dynamic.txt")
+[ -n "$soname" ] || { say "$lib has no SONAME"; exit 1; }
+strip --strip-unneeded -o "$bundle/lib/$soname" "$lib"
 # Programs find libfulmen beside them; the NVIDIA libraries are not here,
 # so their symbols are left for the GPU machine's loader.
 cflags=(-std=c11 -Wall -Wextra -Werror -pedantic -O1 -I"$root/include")
-ldflags=(-L"$bundle/lib" -Wl,-rpath,'$ORIGIN/../lib' -Wl,--allow-shlib-undefined -lfulmen -lm)
+ldflags=(-L"$bundle/lib" -Wl,-rpath,'$ORIGIN/../lib' -Wl,--allow-shlib-undefined -l:"$soname" -lm)
 for src in "$root"/tests/c/test_*.c "$root"/tests/gpu/gpu_check.c "$root"/examples/c/mnist.c; do
     exe=$bundle/bin/$(basename "${src%.c}")
     cc "${cflags[@]}" "$src" -o "$exe" "${ldflags[@]}" 2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
@@ -127,7 +131,7 @@ cp "$root"/bench/run.py "$root"/bench/report.py "$root"/bench/PROTOCOL.md "$bund
 cp "$root"/bench/python/*.py "$bundle/bench/python/"
 cp "$root/Cargo.toml" "$bundle/"
 cc "${cflags[@]/-O1/-O2}" "$root/bench/c/fulmen_bench.c" -o "$bundle/build/bench/fulmen_bench" \
-    -L"$bundle/lib" -Wl,-rpath,'$ORIGIN/../../lib' -Wl,--allow-shlib-undefined -lfulmen -lm \
+    -L"$bundle/lib" -Wl,-rpath,'$ORIGIN/../../lib' -Wl,--allow-shlib-undefined -l:"$soname" -lm \
     2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
 strip "$bundle/build/bench/fulmen_bench"
 cp "$deps/data/mnist_5k.csv.gz" "$bundle/data/" 2>/dev/null || say "no MNIST data in .deps/data (make deps): the example will be skipped"

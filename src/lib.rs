@@ -4,6 +4,7 @@
 //! own; [`ffi`] is the C API over it (see `include/fulmen.h`).
 #![allow(clippy::missing_safety_doc)]
 
+pub mod abi;
 pub mod accelerators;
 pub mod callbacks;
 pub mod checkpoint;

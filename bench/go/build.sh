@@ -4,15 +4,15 @@
 # build/bench/charlm_go, as bindings/go/run-tests.sh builds
 # examples/go/mnist: offline (no module proxy, no toolchain download), cgo
 # on, against the library in <repo>/target/release and the header in
-# <repo>/include (the binding's default cgo flags, with an rpath to the
-# library).
+# <repo>/include, found through a fulmen.pc written here (the binding's
+# default cgo flags, with an rpath to the library).
 #
 #   bench/go/build.sh
 #
 # Environment:
 #   FULMEN_LIBDIR  link the library in this folder (with the header of
-#                  FULMEN_INCLUDEDIR, default <repo>/include) through the
-#                  binding's fulmen_pkgconfig tag instead of target/release.
+#                  FULMEN_INCLUDEDIR, default <repo>/include) instead of
+#                  target/release.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,18 +23,13 @@ OUT="$ROOT/build/bench/fulmen_bench_go"
 export GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local
 export CGO_ENABLED=1
 
-TAGS=()
-if [[ -n "${FULMEN_LIBDIR:-}" ]]; then
-    LIB="$FULMEN_LIBDIR/libfulmen.so"
-    PC=$(mktemp -d)
-    trap 'rm -rf "$PC"' EXIT
-    sed -e "s|@PREFIX@|$ROOT|; s|@LIBDIR@|$FULMEN_LIBDIR|; s|@INCLUDEDIR@|${FULMEN_INCLUDEDIR:-$ROOT/include}|" \
-        "$ROOT/fulmen.pc.in" > "$PC/fulmen.pc"
-    export PKG_CONFIG_PATH="$PC${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-    TAGS=(-tags=fulmen_pkgconfig)
-else
-    LIB="$ROOT/target/release/libfulmen.so"
-fi
+LIBDIR=${FULMEN_LIBDIR:-$ROOT/target/release}
+LIB="$LIBDIR/libfulmen.so"
+PC=$(mktemp -d)
+trap 'rm -rf "$PC"' EXIT
+sed -e "s|@PREFIX@|$ROOT|; s|@LIBDIR@|$LIBDIR|; s|@INCLUDEDIR@|${FULMEN_INCLUDEDIR:-$ROOT/include}|" \
+    "$ROOT/fulmen.pc.in" > "$PC/fulmen.pc"
+export PKG_CONFIG_PATH="$PC${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 if [[ ! -e "$LIB" ]]; then
     echo "bench/go/build.sh: $LIB is missing: build it with" >&2
     echo "  cd $ROOT && LIBTORCH=\$PWD/.deps/libtorch cargo build --release --lib" >&2
@@ -43,8 +38,8 @@ fi
 
 mkdir -p "$(dirname "$OUT")"
 cd "$HERE"
-go build "${TAGS[@]}" -o "$OUT" .
+go build -o "$OUT" .
 echo "built $OUT"
 cd "$ROOT/examples/go"
-go build "${TAGS[@]}" -o "$ROOT/build/bench/charlm_go" ./charlm
+go build -o "$ROOT/build/bench/charlm_go" ./charlm
 echo "built $ROOT/build/bench/charlm_go"

@@ -48,31 +48,26 @@ echo "== compiling examples/cpp/mnist.cpp and bindings/cpp/snippet.cpp"
 echo "== running the snippet"
 (cd "$BUILD" && ./snippet)
 
-# The CMake package template, filled in for a prefix that mimics an install.
-check_cmake_package() {
-    local prefix="$BUILD/cmake-prefix" proj="$BUILD/cmake-consumer"
-    rm -rf "$prefix" "$proj" && mkdir -p "$prefix/include" "$prefix/lib/cmake/fulmen" "$proj"
-    ln -s "$C_INCLUDE/fulmen.h" "$prefix/include/fulmen.h"
-    ln -s "$HERE/include/fulmen" "$prefix/include/fulmen"
-    ln -s "$LIBDIR/libfulmen.so" "$prefix/lib/libfulmen.so"
-    sed -e "s|@PREFIX@|$prefix|" "$HERE/cmake/fulmenConfig.cmake.in" > "$prefix/lib/cmake/fulmen/fulmenConfig.cmake"
-    cp "$HERE/snippet.cpp" "$proj/"
-    cat > "$proj/CMakeLists.txt" <<'CMAKE'
-cmake_minimum_required(VERSION 3.13)
-project(fulmen_consumer LANGUAGES CXX)
-set(CMAKE_CXX_STANDARD 17)
-find_package(fulmen REQUIRED)
-add_executable(snippet snippet.cpp)
-target_link_libraries(snippet PRIVATE fulmen::fulmen)
-CMAKE
-    cmake -S "$proj" -B "$proj/build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
-    cmake --build "$proj/build" >/dev/null
-    (cd "$proj/build" && ./snippet)
-}
-if command -v cmake >/dev/null; then
-    echo "== find_package(fulmen) from bindings/cpp/cmake/fulmenConfig.cmake.in"
-    check_cmake_package
+# A program compiled with a header of another ABI series stops at start-up
+# with the library's message, before main.
+echo "== the start-up ABI check refuses a header of another series"
+cat > "$BUILD/abi_mismatch.cpp" <<'CPP'
+#include <fulmen.h>
+#undef FULMEN_ABI_VERSION
+#define FULMEN_ABI_VERSION 99000000u
+#include <fulmen/fulmen.hpp>
+#include <cstdio>
+int main() { std::puts("main ran"); }
+CPP
+"$CXX" "${STRICT[@]}" "${INCLUDES[@]}" "$BUILD/abi_mismatch.cpp" -o "$BUILD/abi_mismatch" "${LINK[@]}"
+if "$BUILD/abi_mismatch" > "$BUILD/abi_mismatch.out" 2>&1; then
+    echo "abi_mismatch ran to the end" >&2; exit 1
 fi
+grep -q "^fulmen: .*99.0.0.*the ABIs differ" "$BUILD/abi_mismatch.out" || { cat "$BUILD/abi_mismatch.out" >&2; exit 1; }
+if grep -q "main ran" "$BUILD/abi_mismatch.out"; then echo "main ran despite the mismatch" >&2; exit 1; fi
+
+# The CMake package (find_package(fulmen)) is tested on the release layout
+# by scripts/test-dist.sh (make test-dist).
 
 echo "== running the tests"
 # libtorch keeps some allocations until exit on purpose; fulmen's own

@@ -1,8 +1,9 @@
-//go:build !fulmen_pkgconfig
+//go:build fulmen_checkout
 
 package fulmen
 
-// Links against the library built in this repository (target/release).
+// With the fulmen_checkout tag: links the library built in this
+// repository (target/release), with an rpath to it, and no pkg-config.
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../../include

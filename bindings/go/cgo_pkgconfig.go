@@ -1,8 +1,9 @@
-//go:build fulmen_pkgconfig
+//go:build !fulmen_checkout
 
 package fulmen
 
-// Links against an installed library found through pkg-config (fulmen.pc).
+// Links the library that pkg-config finds (fulmen.pc: an install, an
+// unpacked release, or build/fulmen.pc of a checkout).
 
 /*
 #cgo pkg-config: fulmen

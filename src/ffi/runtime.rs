@@ -9,6 +9,32 @@ pub extern "C" fn fulmen_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr() as *const c_char
 }
 
+/// The library's version as one number, `MAJOR * 1000000 + MINOR * 1000 +
+/// PATCH`: the value a program compiled with this library's header has in
+/// FULMEN_ABI_VERSION.
+///
+/// Threads: any.
+#[no_mangle]
+pub extern "C" fn fulmen_abi_version() -> u32 {
+    crate::abi::library_version()
+}
+
+/// Checks that this library serves a program compiled with the header
+/// whose FULMEN_ABI_VERSION is `header_version`; call it first as
+/// `fulmen_abi_check(FULMEN_ABI_VERSION)`. A library serves the headers of
+/// its series (FULMEN_SONAME: the same major version, or the same 0.MINOR
+/// before 1.0) up to its own version, as the ABI only grows within a series.
+/// The C++ and Go bindings make this check when the program starts.
+///
+/// Errors: FULMEN_CODE_UNSUPPORTED (another series, or a library older than
+/// the header), with both versions in the message.
+///
+/// Threads: any.
+#[no_mangle]
+pub extern "C" fn fulmen_abi_check(header_version: u32) -> *mut fulmen_error {
+    guard("fulmen_abi_check", || crate::abi::check_compatible(crate::abi::library_version(), header_version))
+}
+
 /// The libtorch version fulmen was built against ("2.13.0"), a static
 /// string.
 #[no_mangle]

@@ -35,6 +35,27 @@ static void test_version(void) {
     CHECK(FULMEN_VERSION_MAJOR == 0);
 }
 
+/* The library serves this header; a newer header of its series, or any
+ * header of another series, is refused with both versions named. */
+static void test_abi_check(void) {
+    CHECK(fulmen_abi_version() == FULMEN_ABI_VERSION);
+    CHECK_OK(fulmen_abi_check(FULMEN_ABI_VERSION));
+    if (FULMEN_VERSION_PATCH > 0) CHECK_OK(fulmen_abi_check(FULMEN_ABI_VERSION - 1));
+    const uint32_t refused[] = {
+        FULMEN_ABI_VERSION + 1,       /* a newer patch of the same series */
+        FULMEN_ABI_VERSION + 1000,    /* the next 0.MINOR */
+        FULMEN_ABI_VERSION + 1000000, /* the next major */
+        0,                            /* 0.0.0 */
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        fulmen_error *e = fulmen_abi_check(refused[i]);
+        CHECK(fulmen_error_code(e) == FULMEN_CODE_UNSUPPORTED);
+        CHECK(strstr(fulmen_error_message(e), FULMEN_VERSION_STRING) != NULL);
+        fulmen_error_free(e);
+    }
+    CHECK(strncmp(FULMEN_SONAME, "libfulmen.so.", 13) == 0);
+}
+
 /* Seeding makes random tensors repeat; thread counts are validated. */
 static void test_runtime(void) {
     int64_t shape[1] = {4};
@@ -89,6 +110,7 @@ static void test_handle_checks(void) {
 int main(void) {
     test_error_object();
     test_version();
+    test_abi_check();
     test_runtime();
     test_handle_checks();
     return check_finish("test_errors");

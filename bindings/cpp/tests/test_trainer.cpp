@@ -609,3 +609,16 @@ TEST_F(TrainerTest, VersionAndThreads) {
     fulmen::set_num_threads(before);
     EXPECT_THROW(fulmen::set_num_threads(0), fulmen::Error);
 }
+
+TEST_F(TrainerTest, AbiCheck) {
+    EXPECT_TRUE(fulmen::detail::abi_startup_check);
+    EXPECT_NO_THROW(fulmen::check_abi());
+    EXPECT_EQ(fulmen::abi_version(), static_cast<uint32_t>(FULMEN_ABI_VERSION));
+    try {
+        fulmen::check(fulmen_abi_check(FULMEN_ABI_VERSION + 1000));
+        FAIL() << "a header of the next series was accepted";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_UNSUPPORTED);
+        EXPECT_NE(std::string(e.what()).find("the ABIs differ"), std::string::npos) << e.what();
+    }
+}

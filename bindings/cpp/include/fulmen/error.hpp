@@ -86,3 +86,6 @@ inline void check(fulmen_error* err) {
 }
 
 }  // namespace fulmen
+
+// The start-up ABI check comes with every binding header.
+#include "abi.hpp"

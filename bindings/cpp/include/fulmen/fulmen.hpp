@@ -29,6 +29,8 @@
 // Loader::batch to read it.
 //
 // Link with -lfulmen (the C library); nothing here re-implements its work.
+// A program checks at start-up that the library it loads serves the header
+// it was compiled with (abi.hpp: check_abi, FULMEN_NO_STARTUP_ABI_CHECK).
 //
 // Errors: every failing call throws fulmen::Error (a std::runtime_error with
 // code(), a fulmen_code). An exception thrown by a C++ callback (step, data
@@ -47,6 +49,7 @@
 
 #include <fulmen.h>
 
+#include "abi.hpp"
 #include "accelerator.hpp"
 #include "data.hpp"
 #include "distributed.hpp"
