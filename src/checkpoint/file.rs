@@ -80,6 +80,10 @@ pub struct Checkpoint {
     /// Whether `scheduler_states` lists the schedulers in order (a
     /// Lightning checkpoint) instead of one entry per optimizer.
     pub schedulers_listed: bool,
+    /// Per optimizer of a Lightning checkpoint: the entries a scheduler
+    /// keeps in its param groups (OneCycleLR's `max_lr`, `min_lr`, momentum
+    /// range), each with its per-group values.
+    pub scheduler_group_entries: Vec<Vec<(String, Vec<f64>)>>,
 }
 
 /// How a run counts batches (for Lightning's loop progress).

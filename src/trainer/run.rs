@@ -424,10 +424,20 @@ impl Run<'_> {
                 )));
             }
             let mut listed = ck.scheduler_states.iter();
-            self.optimizers
-                .iter()
-                .map(|c| if c.scheduler.is_some() { listed.next().cloned().unwrap_or_default() } else { Vec::new() })
-                .collect()
+            let mut states = Vec::with_capacity(self.optimizers.len());
+            for (i, c) in self.optimizers.iter().enumerate() {
+                let mut state =
+                    if c.scheduler.is_some() { listed.next().cloned().unwrap_or_default() } else { Vec::new() };
+                // OneCycleLR's ranges are in its optimizer's param groups.
+                let groups = ck.scheduler_group_entries.get(i).map(Vec::as_slice).unwrap_or_default();
+                crate::checkpoint::lightning::complete_from_groups(
+                    &mut state,
+                    groups,
+                    &format!("{}: scheduler {i}", at()),
+                )?;
+                states.push(state);
+            }
+            states
         } else {
             ck.scheduler_states.clone()
         };

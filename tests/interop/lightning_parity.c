@@ -27,6 +27,8 @@
  *             step; no clipping;
  *   lambda:   SGD (lr 0.1, momentum 0.9), LambdaLR (0.95^step, a C
  *             function) per step; no clipping;
+ *   onecycle: Adam (lr 0.01), OneCycleLR (max_lr 0.02, 44 steps: the
+ *             whole run; beta1 cycled) per step; no clipping;
  *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
  *             learning-rate range test (1e-5 to 1 over 30 steps) writes
  *             "lr loss" per step to LOSSES, then "suggestion lr".
@@ -177,6 +179,18 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
             return e;
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_STEP, 1, NULL);
+    } else if (strcmp(job->config, "onecycle") == 0) {
+        fulmen_adam_options o = fulmen_adam_options_default();
+        o.lr = 0.01;
+        e = fulmen_optimizer_adam_new(job->model, NULL, 0, &o, &opt);
+        if (e) return e;
+        fulmen_one_cycle_options c = fulmen_one_cycle_options_default(0.02, 44);
+        e = fulmen_scheduler_one_cycle_lr_new(opt, &c, &sched);
+        if (e) {
+            fulmen_optimizer_free(opt);
+            return e;
+        }
+        e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_STEP, 1, NULL);
     } else if (strcmp(job->config, "lr_find") == 0) {
         fulmen_sgd_options o = fulmen_sgd_options_default();
         o.lr = 0.1;
@@ -242,6 +256,7 @@ int main(int argc, char **argv) {
     if (strcmp(job.config, "steplr") != 0 && strcmp(job.config, "stepfreq") != 0 &&
         strcmp(job.config, "warmup_cosine") != 0 && strcmp(job.config, "restarts") != 0 &&
         strcmp(job.config, "cyclic") != 0 && strcmp(job.config, "lambda") != 0 && strcmp(job.config, "lr_find") != 0 &&
+        strcmp(job.config, "onecycle") != 0 &&
         !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;

@@ -35,6 +35,8 @@ const PRECISION_KEY: &str = "MixedPrecision";
 /// Key of what only fulmen reads.
 const FULMEN_KEY: &str = "fulmen";
 
+pub use scheduler::complete_from_groups;
+
 /// Whether Lightning's format can carry the state of a scheduler (an
 /// `Unsupported` error naming what it cannot).
 pub fn check_scheduler(state: &[(String, f64)]) -> Result<()> {
@@ -175,7 +177,9 @@ pub fn from_lightning(top: &Value, what: &str) -> Result<Checkpoint> {
         return Err(Error::format(format!("{what}: {} optimizer states", optimizers.len())));
     }
     for (i, o) in optimizers.iter().enumerate() {
-        ck.optimizer_states.push(optimizer::from_torch(o, &format!("{what}.optimizer_states[{i}]"))?);
+        let owhat = format!("{what}.optimizer_states[{i}]");
+        ck.optimizer_states.push(optimizer::from_torch(o, &owhat)?);
+        ck.scheduler_group_entries.push(optimizer::scheduler_group_entries(o, &owhat)?);
     }
     if let Some(s) = top.get("lr_schedulers") {
         for (i, s) in items(s, &format!("{what}.lr_schedulers"))?.iter().enumerate() {

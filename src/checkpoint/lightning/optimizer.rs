@@ -200,6 +200,28 @@ pub fn add_group_entries(opt: &mut Value, extra: &[(&str, f64)]) {
     }
 }
 
+/// The entries a scheduler keeps in the param groups of torch's optimizer
+/// state `v` (`GROUP_ENTRIES`), each with its values in the groups that
+/// have it.
+pub fn scheduler_group_entries(v: &Value, what: &str) -> Result<Vec<(String, Vec<f64>)>> {
+    let mut out: Vec<(String, Vec<f64>)> = Vec::new();
+    let groups = items(field(v, "param_groups", what)?, &format!("{what}.param_groups"))?;
+    for (g, group) in groups.iter().enumerate() {
+        for (k, x) in entries(group, &format!("{what}.param_groups[{g}]"))? {
+            let Value::Str(k) = k else { continue };
+            if !super::scheduler::GROUP_ENTRIES.contains(&k.as_str()) {
+                continue;
+            }
+            let x = number(x, &format!("{what}.param_groups[{g}].{k}"))?;
+            match out.iter_mut().find(|(name, _)| name == k) {
+                Some((_, values)) => values.push(x),
+                None => out.push((k.clone(), vec![x])),
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// fulmen's flat state from torch's `state_dict()` of an optimizer
 /// (`what` names it in errors). Entries fulmen does not know are kept, so
 /// the optimizer's own loading names them.

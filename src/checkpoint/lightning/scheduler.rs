@@ -98,6 +98,9 @@ pub fn to_torch(flat: &[(String, f64)], betas: bool) -> Result<Value> {
     if f.has("step_size_up") {
         return cyclic_to_torch(&f, betas);
     }
+    if f.has("final_div_factor") {
+        return one_cycle_to_torch(&f, betas);
+    }
     if f.has("t_0") {
         return warm_restarts_to_torch(&f);
     }
@@ -196,9 +199,20 @@ fn warm_restarts_to_torch(f: &Flat) -> Result<Value> {
 }
 
 /// The entries torch's scheduler of this fulmen state adds to each of its
-/// optimizer's param groups (CyclicLR's momentum range).
+/// optimizer's param groups (CyclicLR's momentum range, OneCycleLR's
+/// ranges).
 pub fn group_entries(flat: &[(String, f64)]) -> Vec<(&'static str, f64)> {
     let f = Flat::new(flat);
+    if let (Ok(max_lr), Ok(min_lr), Ok(cycle)) = (f.get("max_lr"), f.get("min_lr"), f.get("cycle_momentum")) {
+        if f.has("final_div_factor") {
+            let mut out = vec![("max_lr", max_lr), ("min_lr", min_lr)];
+            if cycle == 1.0 {
+                out.push(("max_momentum", f.get("max_momentum").unwrap_or(0.95)));
+                out.push(("base_momentum", f.get("base_momentum").unwrap_or(0.85)));
+            }
+            return out;
+        }
+    }
     match (f.get("step_size_up"), f.get("cycle_momentum"), f.get("base_momentum"), f.get("max_momentum")) {
         (Ok(_), Ok(1.0), Ok(base), Ok(max)) => vec![("base_momentum", base), ("max_momentum", max)],
         _ => Vec::new(),
@@ -208,6 +222,138 @@ pub fn group_entries(flat: &[(String, f64)]) -> Vec<(&'static str, f64)> {
 /// Param-group entries that belong to a scheduler (CyclicLR's and
 /// OneCycleLR's ranges), which an optimizer's state leaves out when read.
 pub const GROUP_ENTRIES: &[&str] = &["base_momentum", "max_momentum", "max_lr", "min_lr"];
+
+/// OneCycleLR's phases as torch names them: the group entries each
+/// interpolates between (start lr, end lr, start momentum, end momentum).
+const ONE_CYCLE_PHASES: [&[(&str, &str, &str, &str)]; 2] = [
+    &[("initial_lr", "max_lr", "max_momentum", "base_momentum"), ("max_lr", "min_lr", "base_momentum", "max_momentum")],
+    &[
+        ("initial_lr", "max_lr", "max_momentum", "base_momentum"),
+        ("max_lr", "initial_lr", "base_momentum", "max_momentum"),
+        ("initial_lr", "min_lr", "max_momentum", "max_momentum"),
+    ],
+];
+
+fn one_cycle_to_torch(f: &Flat, betas: bool) -> Result<Value> {
+    let names = ONE_CYCLE_PHASES[usize::from(f.get("three_phase")? == 1.0)];
+    let ends = f.list("phase_end");
+    if ends.len() != names.len() {
+        return Err(Error::format(format!("one_cycle_lr state: {} phase ends for {} phases", ends.len(), names.len())));
+    }
+    let total = f.get("total_steps")? as i64;
+    let phases = names
+        .iter()
+        .zip(&ends)
+        .enumerate()
+        .map(|(i, ((start_lr, end_lr, start_m, end_m), end))| {
+            // torch keeps the last end as an int (`total_steps - 1`).
+            let end = if i + 1 == names.len() { count(total - 1) } else { Value::Float(*end) };
+            dict(vec![
+                ("end_step", end),
+                ("start_lr", text(start_lr)),
+                ("end_lr", text(end_lr)),
+                ("start_momentum", text(start_m)),
+                ("end_momentum", text(end_m)),
+            ])
+        })
+        .collect();
+    let cycle = f.get("cycle_momentum")? == 1.0;
+    let mut out = vec![
+        ("total_steps", count(total)),
+        ("_schedule_phases", Value::List(phases)),
+        ("_anneal_func_type", text(if f.get("anneal_linear")? == 1.0 { "linear" } else { "cos" })),
+        ("cycle_momentum", Value::Bool(cycle)),
+    ];
+    if cycle {
+        out.push(("use_beta1", Value::Bool(betas)));
+    }
+    out.extend(base_entries(f)?);
+    Ok(dict(out))
+}
+
+/// fulmen's OneCycleLR state from torch's, but for the ranges torch keeps
+/// in the optimizer's param groups ([`complete_from_groups`] adds them).
+fn one_cycle_from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
+    let num = |key: &str| -> Result<f64> { number(field(v, key, what)?, &format!("{what}.{key}")) };
+    let list =
+        |key: &str| -> Result<Vec<f64>> { super::value::numbers(field(v, key, what)?, &format!("{what}.{key}")) };
+    let phases = items(field(v, "_schedule_phases", what)?, &format!("{what}._schedule_phases"))?;
+    let Some(names) = ONE_CYCLE_PHASES.iter().find(|n| n.len() == phases.len()) else {
+        return Err(Error::format(format!("{what}: OneCycleLR with {} phases", phases.len())));
+    };
+    let mut ends = Vec::with_capacity(phases.len());
+    for (i, (p, (start_lr, end_lr, _, _))) in phases.iter().zip(names.iter()).enumerate() {
+        let pwhat = format!("{what}._schedule_phases[{i}]");
+        let (s, e) = (string(field(p, "start_lr", &pwhat)?, &pwhat)?, string(field(p, "end_lr", &pwhat)?, &pwhat)?);
+        if (s, e) != (*start_lr, *end_lr) {
+            return Err(Error::unsupported(format!("{pwhat}: a phase from {s} to {e} (torch's own phases only)")));
+        }
+        ends.push(number(field(p, "end_step", &pwhat)?, &format!("{pwhat}.end_step"))?);
+    }
+    let anneal = string(field(v, "_anneal_func_type", what)?, &format!("{what}._anneal_func_type"))?;
+    if anneal != "cos" && anneal != "linear" {
+        return Err(Error::unsupported(format!("{what}: OneCycleLR anneal strategy {anneal:?}")));
+    }
+    let total = num("total_steps")?;
+    let base_lrs = list("base_lrs")?;
+    let last_lr = list("_last_lr")?;
+    if base_lrs.len() as i64 > MAX_LIST || last_lr.len() != base_lrs.len() {
+        return Err(Error::format(format!("{what}: base_lrs and _last_lr do not list the same groups")));
+    }
+    let cycle = matches!(v.get("cycle_momentum"), Some(Value::Bool(true)));
+    let mut out = vec![("last_epoch".to_string(), num("last_epoch")?)];
+    out.extend(base_lrs.iter().enumerate().map(|(i, x)| (format!("base_lrs.{i}"), *x)));
+    out.extend(last_lr.iter().enumerate().map(|(i, x)| (format!("last_lr.{i}"), *x)));
+    for (k, x) in [
+        ("total_steps", total),
+        ("pct_start", (ends[0] + 1.0) / total),
+        ("anneal_linear", f64::from(u8::from(anneal == "linear"))),
+        ("cycle_momentum", f64::from(u8::from(cycle))),
+        ("three_phase", f64::from(u8::from(ends.len() == 3))),
+    ] {
+        out.push((k.to_string(), x));
+    }
+    out.extend(ends.iter().enumerate().map(|(i, e)| (format!("phase_end.{i}"), *e)));
+    Ok(out)
+}
+
+/// Completes a scheduler state read from a Lightning checkpoint with what
+/// torch keeps in its optimizer's param groups (`groups`: each entry's
+/// per-group values): OneCycleLR's `max_lr`, `min_lr` and momentum range.
+/// Other states are left as they are.
+pub fn complete_from_groups(state: &mut Vec<(String, f64)>, groups: &[(String, Vec<f64>)], what: &str) -> Result<()> {
+    let added = {
+        let f = Flat::new(state);
+        if !f.has("phase_end.0") || f.has("max_lr") {
+            return Ok(());
+        }
+        let entry = |name: &str| -> Result<f64> {
+            match groups.iter().find(|(k, _)| k == name) {
+                Some((_, values)) => same_for_all(values, &format!("{what}: the param groups' {name}")),
+                None => {
+                    Err(Error::format(format!("{what}: OneCycleLR's optimizer has no `{name}` in its param groups")))
+                }
+            }
+        };
+        let (max_lr, min_lr) = (entry("max_lr")?, entry("min_lr")?);
+        let initial_lr = same_for_all(&f.list("base_lrs"), &format!("{what}.base_lrs"))?;
+        let (max_momentum, base_momentum) = if f.get("cycle_momentum")? == 1.0 {
+            (entry("max_momentum")?, entry("base_momentum")?)
+        } else {
+            (0.95, 0.85)
+        };
+        [
+            ("max_lr", max_lr),
+            ("min_lr", min_lr),
+            ("div_factor", max_lr / initial_lr),
+            ("final_div_factor", initial_lr / min_lr),
+            ("max_momentum", max_momentum),
+            ("base_momentum", base_momentum),
+        ]
+    };
+    state.extend(added.iter().map(|(k, x)| (k.to_string(), *x)));
+    Ok(())
+}
 
 /// CyclicLR's modes, in fulmen's numbering.
 const CYCLIC_MODES: [&str; 3] = ["triangular", "triangular2", "exp_range"];
@@ -308,6 +454,9 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
     }
     if v.get("total_size").is_some() && v.get("step_ratio").is_some() {
         return cyclic_from_torch(v, what);
+    }
+    if v.get("_schedule_phases").is_some() {
+        return one_cycle_from_torch(v, what);
     }
     if v.get("T_0").is_some() {
         out.push(("last_epoch".into(), num("last_epoch")?));

@@ -344,27 +344,69 @@ fn every_writable_scheduler_reads_back() {
     assert!(matches!(torch.get("T_cur"), Some(Value::Int(4))) && matches!(torch.get("T_i"), Some(Value::Int(6))));
     // CyclicLR's momentum range goes to the param groups too.
     assert_eq!(scheduler::group_entries(&states[9]), vec![("base_momentum", 0.8), ("max_momentum", 0.9)]);
-    // OneCycleLR cannot be written yet: refused by name.
-    let one_cycle = with(&[("max_lr", 0.5), ("total_steps", 20.0), ("pct_start", 0.3)]);
-    assert_eq!(check_scheduler(&one_cycle).unwrap_err().code, ErrorCode::Unsupported);
+}
+
+/// OneCycleLR goes to torch's form (its ranges into the param groups) and
+/// back, and the state read back steps on with the same learning rates.
+#[test]
+fn one_cycle_round_trips_through_torch_and_the_param_groups() {
+    use crate::optim::scheduler::{AnnealStrategy, LrScheduler, OneCycleLr, OneCycleOptions};
+    use crate::optim::{Optimizer, Sgd, SgdOptions};
+    let sgd = || {
+        let p = Tensor::zeros([2], (tch::Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
+        Sgd::new(vec![p], SgdOptions { lr: 0.1, momentum: 0.9, ..Default::default() }).unwrap()
+    };
+    for three_phase in [false, true] {
+        let opts = OneCycleOptions {
+            pct_start: 0.3,
+            anneal_strategy: if three_phase { AnnealStrategy::Linear } else { AnnealStrategy::Cos },
+            three_phase,
+            ..OneCycleOptions::new(0.7, 23)
+        };
+        let (mut o, mut o2) = (sgd(), sgd());
+        let mut s = OneCycleLr::new(&mut o, opts).unwrap();
+        for _ in 0..9 {
+            s.step(&mut o, None).unwrap();
+        }
+        let state = s.state_dict();
+        check_scheduler(&state).unwrap();
+        let torch = scheduler::to_torch(&state, false).unwrap();
+        let phases = torch.get("_schedule_phases").unwrap();
+        assert_eq!(items(phases, "phases").unwrap().len(), if three_phase { 3 } else { 2 });
+        let groups: Vec<(String, Vec<f64>)> =
+            scheduler::group_entries(&state).iter().map(|(k, v)| (k.to_string(), vec![*v])).collect();
+        assert_eq!(
+            groups.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            ["max_lr", "min_lr", "max_momentum", "base_momentum"]
+        );
+        let mut back = scheduler::from_torch(&torch, "scheduler").unwrap();
+        complete_from_groups(&mut back, &groups, "scheduler").unwrap();
+        let mut s2 = OneCycleLr::new(&mut o2, OneCycleOptions::new(3.0, 50)).unwrap();
+        s2.load_state_dict(&back).unwrap();
+        for _ in 0..14 {
+            s.step(&mut o, None).unwrap();
+            s2.step(&mut o2, None).unwrap();
+            assert_eq!(o.param_groups()[0].lr.to_bits(), o2.param_groups()[0].lr.to_bits());
+            assert_eq!(o.param_groups()[0].momentum.to_bits(), o2.param_groups()[0].momentum.to_bits());
+        }
+        // Without the param groups' ranges, the state is incomplete.
+        let mut bare = scheduler::from_torch(&torch, "scheduler").unwrap();
+        let err = complete_from_groups(&mut bare, &[], "scheduler").unwrap_err();
+        assert!(err.message.contains("max_lr"), "{err}");
+    }
 }
 
 #[test]
 fn the_weights_alone_read_past_a_scheduler_fulmen_cannot_resume() {
     let dir = std::env::temp_dir().join(format!("fulmen-lightning-weights-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("one_cycle.ckpt");
+    let path = dir.join("chained.ckpt");
     let Value::Dict(mut top) = to_lightning(&sample(), "").unwrap() else { panic!() };
-    let one_cycle = dict(vec![
-        ("total_steps", Value::Int(20)),
-        ("_schedule_phases", Value::List(vec![])),
-        ("base_lrs", floats(&[0.01])),
-        ("last_epoch", Value::Int(3)),
-        ("_last_lr", floats(&[0.02])),
-    ]);
+    // A ChainedScheduler: its `_schedulers` without SequentialLR's milestones.
+    let chained = dict(vec![("_schedulers", Value::List(vec![])), ("_last_lr", floats(&[0.02]))]);
     for (k, v) in top.iter_mut() {
         if matches!(k, Value::Str(s) if s == "lr_schedulers") {
-            *v = Value::List(vec![one_cycle]);
+            *v = Value::List(vec![chained]);
             break;
         }
     }

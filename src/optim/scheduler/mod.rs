@@ -163,6 +163,11 @@ impl<'a> Lookup<'a> {
         }
     }
 
+    /// The value of `key` when present (then counted as read).
+    pub fn optional(&self, key: &str) -> Option<f64> {
+        self.map.contains_key(key).then(|| self.get(key).ok()).flatten()
+    }
+
     /// An integer value.
     pub fn int(&self, key: &str) -> Result<i64> {
         let v = self.get(key)?;

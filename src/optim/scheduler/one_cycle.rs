@@ -118,10 +118,16 @@ impl OneCycleOptions {
 /// OneCycleLR: warm-up from `max_lr / div_factor` to `max_lr`, then annealing
 /// to `initial_lr / final_div_factor` (optionally three phases), cycling
 /// momentum inversely. Stepping past `total_steps` is an `OutOfRange` error.
+///
+/// As torch, it keeps the values the options resolve to: `min_lr` (torch's
+/// per-group `min_lr`) and the phases' end steps (`_schedule_phases`), so a
+/// state read from torch resumes with torch's exact numbers.
 #[derive(Debug, Clone)]
 pub struct OneCycleLr {
     base: Base,
     opts: OneCycleOptions,
+    min_lr: f64,
+    phase_ends: Vec<f64>,
 }
 
 impl OneCycleLr {
@@ -134,13 +140,16 @@ impl OneCycleLr {
                 "optimizer must support momentum or beta1 with `cycle_momentum` option enabled (adagrad has neither)",
             ));
         }
+        let initial_lr = opts.max_lr / opts.div_factor;
         for g in opt.param_groups_mut() {
-            g.initial_lr = Some(opts.max_lr / opts.div_factor);
+            g.initial_lr = Some(initial_lr);
             if opts.cycle_momentum {
                 g.momentum = opts.max_momentum;
             }
         }
-        let mut s = OneCycleLr { base: Base::attach(opt), opts };
+        let phase_ends = opts.phases().iter().map(|p| p.0).collect();
+        let mut s =
+            OneCycleLr { base: Base::attach(opt), opts, min_lr: initial_lr / opts.final_div_factor, phase_ends };
         s.apply_step(opt, 0)?;
         Ok(s)
     }
@@ -158,10 +167,10 @@ impl OneCycleLr {
         let step = step_num as f64;
         let mut lrs = Vec::with_capacity(self.base.base_lrs.len());
         for (g, initial_lr) in opt.param_groups_mut().iter_mut().zip(&self.base.base_lrs) {
-            let lr_values = [*initial_lr, o.max_lr, *initial_lr / o.final_div_factor];
+            let lr_values = [*initial_lr, o.max_lr, self.min_lr];
             let momenta = [o.max_momentum, o.base_momentum];
             let mut start_step = 0.0;
-            for (i, &(end_step, s_lr, e_lr, s_m, e_m)) in phases.iter().enumerate() {
+            for (i, (&(_, s_lr, e_lr, s_m, e_m), &end_step)) in phases.iter().zip(&self.phase_ends).enumerate() {
                 if step <= end_step || i == phases.len() - 1 {
                     let pct = (step - start_step) / (end_step - start_step);
                     let anneal = |a: f64, b: f64| o.anneal_strategy.anneal(a, b, pct);
@@ -214,9 +223,11 @@ impl LrScheduler for OneCycleLr {
             ("div_factor", o.div_factor),
             ("final_div_factor", o.final_div_factor),
             ("three_phase", flag(o.three_phase)),
+            ("min_lr", self.min_lr),
         ] {
             out.push((k.to_string(), v));
         }
+        out.extend(self.phase_ends.iter().enumerate().map(|(i, e)| (format!("phase_end.{i}"), *e)));
         out
     }
 
@@ -236,9 +247,27 @@ impl LrScheduler for OneCycleLr {
             three_phase: l.flag("three_phase")?,
         };
         opts.validate().map_err(|m| Error::format(format!("one_cycle_lr state dict: {m}")))?;
+        // The resolved values (older states lack them: derived as at
+        // construction).
+        let min_lr = l.optional("min_lr").unwrap_or(opts.max_lr / opts.div_factor / opts.final_div_factor);
+        let derived = opts.phases();
+        let mut phase_ends = Vec::with_capacity(derived.len());
+        for (i, p) in derived.iter().enumerate() {
+            phase_ends.push(l.optional(&format!("phase_end.{i}")).unwrap_or(p.0));
+        }
+        if !min_lr.is_finite()
+            || phase_ends.iter().any(|e| !e.is_finite())
+            || phase_ends.windows(2).any(|w| w[0] >= w[1])
+        {
+            return Err(Error::format(format!(
+                "one_cycle_lr state dict: min_lr {min_lr} or phase ends {phase_ends:?} out of order"
+            )));
+        }
         l.finish()?;
         self.base = base;
         self.opts = opts;
+        self.min_lr = min_lr;
+        self.phase_ends = phase_ends;
         Ok(())
     }
 }
