@@ -4289,6 +4289,45 @@ struct fulmen_error *fulmen_optimizer_radam_new(const struct fulmen_model *model
                                                 struct fulmen_optimizer **out);
 
 /**
+ * The number of parameter groups of `optimizer` (1 plus those
+ * `fulmen_optimizer_add_param_group` added).
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_optimizer_param_group_count(const struct fulmen_optimizer *optimizer,
+                                                        size_t *out);
+
+/**
+ * Reads the hyperparameter `name` of parameter group `group`: `"lr"`,
+ * `"weight_decay"`, and the momentum as the optimizer names it
+ * (`"momentum"` for SGD and RMSprop, `"betas.0"` or `"beta1"` for the Adam
+ * family; Adagrad has none).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a name this optimizer's groups do
+ * not have), FULMEN_CODE_OUT_OF_RANGE (`group` >= the group count).
+ */
+struct fulmen_error *fulmen_optimizer_param_group_get(const struct fulmen_optimizer *optimizer,
+                                                      size_t group,
+                                                      const char *name,
+                                                      double *out);
+
+/**
+ * Sets the hyperparameter `name` (as in `fulmen_optimizer_param_group_get`)
+ * of parameter group `group`, such as `"weight_decay"` 0 for a group of
+ * biases and norms. Checkpoints keep every group's values. A scheduler
+ * rewrites `"lr"` (and a cycling one the momentum) at its next step, as in
+ * torch.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown name; a value negative
+ * or not finite; `betas.0` not below 1), FULMEN_CODE_OUT_OF_RANGE
+ * (`group` >= the group count).
+ */
+struct fulmen_error *fulmen_optimizer_param_group_set(struct fulmen_optimizer *optimizer,
+                                                      size_t group,
+                                                      const char *name,
+                                                      double value);
+
+/**
  * Creates a precision plugin from one of Lightning's precision values
  * ("64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true",
  * legacy "64", "32", "16", "bf16"); anything else is an error listing them.

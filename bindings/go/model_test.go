@@ -244,6 +244,24 @@ func TestOptimizersManualLoop(t *testing.T) {
 	if lr := must(opt.LR()); lr != 0.25 {
 		t.Fatalf("lr %v", lr)
 	}
+	// Per-group hyperparameters: no weight decay on the biases' group.
+	if n := must(opt.ParamGroupCount()); n != 2 {
+		t.Fatalf("%d groups", n)
+	}
+	ok(t, opt.SetParamGroup(1, "weight_decay", 0))
+	ok(t, opt.SetParamGroup(1, "momentum", 0.9))
+	if m := must(opt.ParamGroup(1, "momentum")); m != 0.9 {
+		t.Fatalf("momentum %v", m)
+	}
+	if _, err := opt.ParamGroup(2, "lr"); !errors.Is(err, fulmen.ErrOutOfRange) {
+		t.Fatalf("group 2 of 2: %v", err)
+	}
+	if err := opt.SetParamGroup(-1, "lr", 0.1); !errors.Is(err, fulmen.ErrOutOfRange) {
+		t.Fatalf("group -1: %v", err)
+	}
+	if err := opt.SetParamGroup(0, "betas.0", 0.5); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("SGD's betas.0: %v", err)
+	}
 }
 
 func TestSchedulers(t *testing.T) {

@@ -6,6 +6,7 @@ package fulmen
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"unsafe"
 )
@@ -222,6 +223,41 @@ func (o *Optimizer) LR() (float64, error) {
 // SetLR sets the learning rate of every parameter group.
 func (o *Optimizer) SetLR(lr float64) error {
 	err := check(C.fulmen_optimizer_set_lr(o.ptr(), C.double(lr)))
+	runtime.KeepAlive(o)
+	return err
+}
+
+// ParamGroupCount returns the number of parameter groups.
+func (o *Optimizer) ParamGroupCount() (int, error) {
+	var n C.size_t
+	err := check(C.fulmen_optimizer_param_group_count(o.ptr(), &n))
+	runtime.KeepAlive(o)
+	return int(n), err
+}
+
+// ParamGroup returns group's hyperparameter name: "lr", "weight_decay",
+// and "momentum" (SGD, RMSprop) or "betas.0" / "beta1" (the Adam family).
+func (o *Optimizer) ParamGroup(group int, name string) (float64, error) {
+	if group < 0 {
+		return 0, &Error{Code: CodeOutOfRange, Message: fmt.Sprintf("param group %d", group)}
+	}
+	cname := cString(name)
+	defer freeCString(cname)
+	var v C.double
+	err := check(C.fulmen_optimizer_param_group_get(o.ptr(), C.size_t(group), cname, &v))
+	runtime.KeepAlive(o)
+	return float64(v), err
+}
+
+// SetParamGroup sets group's hyperparameter name (as ParamGroup), such as
+// "weight_decay" 0 for biases and norms.
+func (o *Optimizer) SetParamGroup(group int, name string, value float64) error {
+	if group < 0 {
+		return &Error{Code: CodeOutOfRange, Message: fmt.Sprintf("param group %d", group)}
+	}
+	cname := cString(name)
+	defer freeCString(cname)
+	err := check(C.fulmen_optimizer_param_group_set(o.ptr(), C.size_t(group), cname, C.double(value)))
 	runtime.KeepAlive(o)
 	return err
 }

@@ -52,6 +52,7 @@ pub(crate) use optimizer_via_core;
 mod adagrad;
 mod adam;
 mod adamax;
+pub mod group_hyper;
 mod nadam;
 mod radam;
 mod rmsprop;

@@ -492,6 +492,71 @@ static void test_fabric_loop(void) {
     fulmen_model_free(m);
 }
 
+/* Per-group hyperparameters: no weight decay on the second group, its own
+ * momentum; names as the optimizer keeps them; bad values and groups. */
+static void test_group_hyperparameters(void) {
+    const float v[3] = {1, 1, 1}, a[3] = {1, 2, 3};
+    fulmen_tensor *p0 = param(v, 3), *p1 = param(v, 3);
+    fulmen_sgd_options s = fulmen_sgd_options_default();
+    s.lr = 0.1;
+    s.weight_decay = 0.5;
+    fulmen_optimizer *o = NULL;
+    CHECK_OK(fulmen_optimizer_sgd_new(NULL, (const fulmen_tensor *const *)&p0, 1, &s, &o));
+    CHECK_OK(fulmen_optimizer_add_param_group(o, NULL, (const fulmen_tensor *const *)&p1, 1, -1));
+    size_t groups = 0;
+    CHECK_OK(fulmen_optimizer_param_group_count(o, &groups));
+    CHECK(groups == 2);
+    double wd = NAN;
+    CHECK_OK(fulmen_optimizer_param_group_get(o, 1, "weight_decay", &wd));
+    CHECK(wd == 0.5); /* the optimizer's default */
+    CHECK_OK(fulmen_optimizer_param_group_set(o, 1, "weight_decay", 0.0));
+    CHECK_OK(fulmen_optimizer_param_group_get(o, 1, "weight_decay", &wd));
+    CHECK(wd == 0.0);
+    grad_of_dot(p0, a, 3);
+    grad_of_dot(p1, a, 3);
+    CHECK_OK(fulmen_optimizer_step(o));
+    double w0[3], w1[3];
+    read3(p0, w0);
+    read3(p1, w1);
+    for (int i = 0; i < 3; i++) {
+        CHECK_NEAR(w0[i], 1 - 0.1 * (a[i] + 0.5 * 1), 1e-6); /* decayed */
+        CHECK_NEAR(w1[i], 1 - 0.1 * a[i], 1e-6);             /* not decayed */
+    }
+    /* momentum in group 1 only: its second step adds 0.9 of the first */
+    CHECK_OK(fulmen_optimizer_param_group_set(o, 1, "momentum", 0.9));
+    double m = NAN;
+    CHECK_OK(fulmen_optimizer_param_group_get(o, 0, "momentum", &m));
+    CHECK(m == 0.0);
+    CHECK_OK(fulmen_optimizer_param_group_set(o, 1, "lr", 0.01));
+    CHECK_OK(fulmen_optimizer_step(o)); /* buffer = grad */
+    CHECK_OK(fulmen_optimizer_step(o)); /* buffer = 0.9 grad + grad */
+    double w1b[3];
+    read3(p1, w1b);
+    for (int i = 0; i < 3; i++) CHECK_NEAR(w1b[i], w1[i] - 0.01 * a[i] - 0.01 * 1.9 * a[i], 1e-6);
+    /* names, values and groups refused */
+    CHECK_ERR(fulmen_optimizer_param_group_set(o, 0, "betas.0", 0.9), FULMEN_CODE_INVALID_ARGUMENT, "\"momentum\"");
+    CHECK_ERR(fulmen_optimizer_param_group_set(o, 0, "weight_decay", -1), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_optimizer_param_group_set(o, 0, "lr", NAN), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_optimizer_param_group_set(o, 2, "lr", 0.1), FULMEN_CODE_OUT_OF_RANGE, "param group 2");
+    CHECK_ERR(fulmen_optimizer_param_group_get(o, 2, "lr", &m), FULMEN_CODE_OUT_OF_RANGE, NULL);
+    CHECK_ERR(fulmen_optimizer_param_group_get(o, 0, NULL, &m), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_optimizer_param_group_get(o, 0, "lr", NULL), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_optimizer_param_group_count(NULL, &groups), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    fulmen_optimizer_free(o);
+
+    /* the Adam family keeps beta1 as betas.0 (alias beta1), below 1 */
+    fulmen_adam_options ao = fulmen_adam_options_default();
+    CHECK_OK(fulmen_optimizer_adamw_new(NULL, (const fulmen_tensor *const *)&p0, 1, &ao, &o));
+    CHECK_OK(fulmen_optimizer_param_group_set(o, 0, "beta1", 0.5));
+    CHECK_OK(fulmen_optimizer_param_group_get(o, 0, "betas.0", &m));
+    CHECK(m == 0.5);
+    CHECK_ERR(fulmen_optimizer_param_group_set(o, 0, "betas.0", 1.0), FULMEN_CODE_INVALID_ARGUMENT, "[0, 1)");
+    CHECK_ERR(fulmen_optimizer_param_group_get(o, 0, "momentum", &m), FULMEN_CODE_INVALID_ARGUMENT, "betas.0");
+    fulmen_optimizer_free(o);
+    fulmen_tensor_free(p0);
+    fulmen_tensor_free(p1);
+}
+
 /* get_lr / set_lr (every group), negative or NaN lr rejected; a second
  * parameter group with its own lr (or the default when lr < 0). */
 static void test_lr_and_groups(void) {
@@ -986,6 +1051,7 @@ int main(void) {
     test_more_optimizers();
     test_fabric_loop();
     test_lr_and_groups();
+    test_group_hyperparameters();
     test_clipping();
     test_closed_form_schedulers();
     test_new_schedulers();

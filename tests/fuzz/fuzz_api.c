@@ -471,7 +471,7 @@ static void op_data(vm *v) {
 }
 
 static void op_optim(vm *v) {
-    uint8_t which = byte(v) % 4, to = byte(v);
+    uint8_t which = byte(v) % 6, to = byte(v);
     fulmen_optimizer *o = NULL;
     switch (which) {
     case 0: {
@@ -492,6 +492,24 @@ static void op_optim(vm *v) {
         break;
     }
     case 2: check_error(fulmen_optimizer_zero_grad(handle(v, K_OPTIM))); break;
+    case 3: {
+        static const char *const keys[] = {"lr", "weight_decay", "momentum", "betas.0", "beta1", "eps"};
+        char buf[16];
+        size_t group = byte(v) == 255 ? SIZE_MAX : byte(v) % 3;
+        const char *key = text(v, keys, 6, buf, sizeof buf);
+        double value = 0;
+        if (byte(v) & 1) {
+            check_error(fulmen_optimizer_param_group_set(handle(v, K_OPTIM), group, key, real(v)));
+        } else {
+            check_error(fulmen_optimizer_param_group_get(handle(v, K_OPTIM), group, key, byte(v) ? &value : NULL));
+        }
+        break;
+    }
+    case 4: {
+        size_t n = 0;
+        check_error(fulmen_optimizer_param_group_count(handle(v, K_OPTIM), byte(v) ? &n : NULL));
+        break;
+    }
     default: check_error(fulmen_optimizer_step(handle(v, K_OPTIM)));
     }
     keep(v, to, o, K_OPTIM);

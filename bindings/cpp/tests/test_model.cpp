@@ -168,7 +168,21 @@ TEST_F(OptimTest, OptionsDefaultsLrAndGroups) {
     Tensor extra = Tensor::zeros({2});
     extra.set_requires_grad();
     opt.add_param_group({extra}, 0.01).add_param_group(Model::linear(1, 1));
+    EXPECT_EQ(opt.param_group_count(), 3u);
+    EXPECT_EQ(opt.param_group(1, "lr"), 0.01);
+    opt.set_param_group(2, "weight_decay", 0.0).set_param_group(1, "momentum", 0.9);
+    EXPECT_EQ(opt.param_group(1, "momentum"), 0.9);
+    EXPECT_EQ(opt.param_group(0, "momentum"), 0.0);
+    try {
+        opt.param_group(3, "lr");
+        FAIL() << "group 3 of 3 was read";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_OUT_OF_RANGE);
+    }
+    EXPECT_THROW(opt.set_param_group(0, "betas.0", 0.5), fulmen::Error);
     Optimizer adam = Optimizer::adam(m);
+    adam.set_param_group(0, "beta1", 0.8);
+    EXPECT_EQ(adam.param_group(0, "betas.0"), 0.8);
     Optimizer adamw = Optimizer::adamw(m);
     Optimizer rms = Optimizer::rmsprop(m);
     EXPECT_EQ(adamw.lr(), 1e-3);

@@ -202,6 +202,23 @@ public:
     /// Sets the learning rate of every group.
     void set_lr(double lr) { check(fulmen_optimizer_set_lr(get(), lr)); }
 
+    /// The number of parameter groups.
+    size_t param_group_count() const {
+        return detail::read<size_t>([&](size_t* o) { return fulmen_optimizer_param_group_count(get(), o); });
+    }
+    /// Group `group`'s hyperparameter `name`: "lr", "weight_decay", and
+    /// "momentum" (SGD, RMSprop) or "betas.0" / "beta1" (the Adam family).
+    double param_group(size_t group, const std::string& name) const {
+        return detail::read<double>(
+            [&](double* o) { return fulmen_optimizer_param_group_get(get(), group, name.c_str(), o); });
+    }
+    /// Sets group `group`'s hyperparameter `name` (as `param_group`), such
+    /// as "weight_decay" 0 for biases and norms.
+    Optimizer& set_param_group(size_t group, const std::string& name, double value) {
+        check(fulmen_optimizer_param_group_set(get(), group, name.c_str(), value));
+        return *this;
+    }
+
 private:
     explicit Optimizer(fulmen_optimizer* owned) noexcept : Handle(owned) {}
 

@@ -1,0 +1,65 @@
+//! One parameter group's hyperparameters by torch's key, read and written
+//! from C (`optimizer.param_groups[i]["weight_decay"] = 0.0`).
+use super::error::{fulmen_error, guard, str_arg};
+use super::handle::{self, write_out};
+use super::optim::fulmen_optimizer;
+use crate::optim::group_hyper;
+use std::ffi::c_char;
+
+/// The number of parameter groups of `optimizer` (1 plus those
+/// `fulmen_optimizer_add_param_group` added).
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_optimizer_param_group_count(
+    optimizer: *const fulmen_optimizer,
+    out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_optimizer_param_group_count", || {
+        write_out(out, "out", handle::borrow(optimizer, "optimizer")?.inner.param_groups().len())
+    })
+}
+
+/// Reads the hyperparameter `name` of parameter group `group`: `"lr"`,
+/// `"weight_decay"`, and the momentum as the optimizer names it
+/// (`"momentum"` for SGD and RMSprop, `"betas.0"` or `"beta1"` for the Adam
+/// family; Adagrad has none).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (a name this optimizer's groups do
+/// not have), FULMEN_CODE_OUT_OF_RANGE (`group` >= the group count).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_optimizer_param_group_get(
+    optimizer: *const fulmen_optimizer,
+    group: usize,
+    name: *const c_char,
+    out: *mut f64,
+) -> *mut fulmen_error {
+    guard("fulmen_optimizer_param_group_get", || {
+        let name = str_arg(name, "name")?;
+        let o = handle::borrow(optimizer, "optimizer")?;
+        write_out(out, "out", group_hyper::get(o.inner.as_ref(), group, name)?)
+    })
+}
+
+/// Sets the hyperparameter `name` (as in `fulmen_optimizer_param_group_get`)
+/// of parameter group `group`, such as `"weight_decay"` 0 for a group of
+/// biases and norms. Checkpoints keep every group's values. A scheduler
+/// rewrites `"lr"` (and a cycling one the momentum) at its next step, as in
+/// torch.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown name; a value negative
+/// or not finite; `betas.0` not below 1), FULMEN_CODE_OUT_OF_RANGE
+/// (`group` >= the group count).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_optimizer_param_group_set(
+    optimizer: *mut fulmen_optimizer,
+    group: usize,
+    name: *const c_char,
+    value: f64,
+) -> *mut fulmen_error {
+    guard("fulmen_optimizer_param_group_set", || {
+        let name = str_arg(name, "name")?;
+        let mut o = handle::borrow_mut(optimizer, "optimizer")?;
+        group_hyper::set(o.inner.as_mut(), group, name, value)
+    })
+}
