@@ -338,20 +338,24 @@ DIST := $(BUILD)/dist
 dist: lib
 	bash scripts/make-dist.sh $(LIBDIR) $(DIST)
 
+DIST_NAME = fulmen-$(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)-linux-$(shell uname -m)
 test-dist: dist
-	bash scripts/test-dist.sh $(DIST)/fulmen-*.tar.gz
+	bash scripts/test-dist.sh $(DIST)/$(DIST_NAME).tar.gz
 	@rm -rf $(BUILD)/install-check
 	$(MAKE) --no-print-directory install PREFIX=$(BUILD)/install-check
-	diff <(cd $(DIST)/fulmen-*/ && find . | sort) <(cd $(BUILD)/install-check && find . | sort)
+	diff <(cd $(DIST)/$(DIST_NAME) && find . | sort) <(cd $(BUILD)/install-check && find . | sort)
 	@echo "make install lays out the release's files"
 
 # Installs the release's layout (see dist) into PREFIX: lib/libfulmen.so*,
 # lib/fulmen/ (libtorch), include/, lib/pkgconfig/fulmen.pc,
 # lib/cmake/fulmen/, share/fulmen/go/, share/doc/fulmen/.
+# Files already there are replaced, not rewritten in place (a running
+# program keeps the old ones). The static library is not installed: a
+# static link needs libtorch's own link line.
 install: lib
 	bash scripts/make-dist.sh $(LIBDIR) $(BUILD)/install-stage --no-tarball
-	install -d $(PREFIX)
-	cp -a $(BUILD)/install-stage/fulmen-*/. $(PREFIX)/
+	install -d "$(DESTDIR)$(PREFIX)"
+	cp -a --remove-destination $(BUILD)/install-stage/$(DIST_NAME)/. "$(DESTDIR)$(PREFIX)/"
 
 clean:
 	$(CARGO) clean

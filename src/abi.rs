@@ -3,9 +3,11 @@
 //! program compiled with one header may use this library.
 //!
 //! A series is the major version, or `0.MINOR` before 1.0 (semver's rule
-//! for 0.x). Within a series the ABI only grows (functions and struct
-//! fields are appended), so a library serves every header of its series up
-//! to its own version.
+//! for 0.x). Within a series the ABI only grows: functions, enum values and
+//! vtable fields (versioned by `struct_size`) are appended, and option
+//! structs, which carry no size, keep their layout (changing one starts a
+//! new series). So a library serves every header of its series up to its
+//! own version.
 use crate::error::{Error, Result};
 
 /// A version as one number: `MAJOR * 1_000_000 + MINOR * 1_000 + PATCH`.

@@ -32,7 +32,7 @@ sed -e "s|@PREFIX@|$ROOT|; s|@LIBDIR@|$LIBDIR|; s|@INCLUDEDIR@|${FULMEN_INCLUDED
 export PKG_CONFIG_PATH="$PC${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 if [[ ! -e "$LIB" ]]; then
     echo "bench/go/build.sh: $LIB is missing: build it with" >&2
-    echo "  cd $ROOT && LIBTORCH=\$PWD/.deps/libtorch cargo build --release --lib" >&2
+    echo "  cd $ROOT && make lib" >&2
     exit 1
 fi
 

@@ -49,7 +49,7 @@ else
 fi
 if [[ ! -e "$LIB" ]]; then
     echo "run-tests: $LIB is missing: build it with" >&2
-    echo "  cd $ROOT && LIBTORCH=\$PWD/.deps/libtorch cargo build --release --lib" >&2
+    echo "  cd $ROOT && make lib" >&2
     exit 1
 fi
 tags() { local t="$TAG${1:+,$1}"; t="${t#,}"; [[ -n "$t" ]] && echo "-tags=$t" || true; }

@@ -5,6 +5,7 @@
 //! `torch.save` archives (`torch_save`), read and written without Python;
 //! and Lightning's checkpoints (`lightning`), read and written as fulmen's.
 mod file;
+pub mod file_kind;
 pub mod lightning;
 mod pickle_read;
 mod pickle_write;

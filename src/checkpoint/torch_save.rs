@@ -132,6 +132,9 @@ pub fn read_bytes(bytes: &[u8], what: &str) -> Result<Value> {
             )));
         }
     }
+    if zip.record("constants.pkl").is_some() {
+        return Err(super::torch_zip::torchscript_error(what));
+    }
     let pickle = zip.record("data.pkl").ok_or_else(|| Error::format(format!("{what}: the archive has no data.pkl")))?;
     let mut storages = ArchiveStorages { zip: &zip, read: HashMap::new(), what };
     pickle_read::read(pickle, &mut storages, what)

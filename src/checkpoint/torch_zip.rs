@@ -94,6 +94,9 @@ impl<'a> ZipReader<'a> {
                 return Err(bad(&format!("record {name} is encrypted")));
             }
             if method != 0 || csize != usize_ {
+                if is_torchscript_record(&name) {
+                    return Err(torchscript_error(what));
+                }
                 return Err(bad(&format!("record {name} is compressed (torch.save stores records uncompressed)")));
             }
             let data = Self::data_range(bytes, local, usize_)
@@ -167,6 +170,21 @@ impl<'a> ZipReader<'a> {
         let range = self.records.get(&format!("{}/{name}", self.prefix))?;
         Some(&self.bytes[range.clone()])
     }
+}
+
+/// Whether a record name is one only TorchScript archives have (their
+/// `code/` sources and `constants.pkl`).
+pub fn is_torchscript_record(name: &str) -> bool {
+    name.split('/').nth(1).is_some_and(|part| part == "code" || part == "constants.pkl")
+}
+
+/// The error for a TorchScript archive given where `torch.save` tensors
+/// were expected (`what` names the file).
+pub fn torchscript_error(what: &str) -> Error {
+    Error::format(format!(
+        "{what} is a TorchScript module (torch.jit.save), not a torch.save file of tensors: load it with \
+         fulmen_model_load_torchscript"
+    ))
 }
 
 /// The 64-bit values of a zip64 extra field (id 1), in order.

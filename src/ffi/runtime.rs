@@ -23,7 +23,9 @@ pub extern "C" fn fulmen_abi_version() -> u32 {
 /// whose FULMEN_ABI_VERSION is `header_version`; call it first as
 /// `fulmen_abi_check(FULMEN_ABI_VERSION)`. A library serves the headers of
 /// its series (FULMEN_SONAME: the same major version, or the same 0.MINOR
-/// before 1.0) up to its own version, as the ABI only grows within a series.
+/// before 1.0) up to its own version: within a series releases only add
+/// functions, enum values and vtable fields, and keep option structs as
+/// they are.
 /// The C++ and Go bindings make this check when the program starts.
 ///
 /// Errors: FULMEN_CODE_UNSUPPORTED (another series, or a library older than

@@ -120,6 +120,12 @@ pub fn read_safetensors(path: &Path) -> Result<(Vec<(String, Tensor)>, HashMap<S
     let corrupt = |what: String| {
         Error::format(format!("{} is not a valid safetensors file (truncated or corrupt?): {what}", path.display()))
     };
+    if let Some(kind) = crate::checkpoint::file_kind::describe(&bytes[..bytes.len().min(256)]) {
+        return Err(Error::format(format!(
+            "{} is not a safetensors file (nor a torch.save or Lightning file): it is {kind}",
+            path.display()
+        )));
+    }
     let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| corrupt(format!("{e:?}")))?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| corrupt(format!("{e:?}")))?;
     let mut infos: Vec<(String, (usize, usize))> =

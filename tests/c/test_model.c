@@ -1116,7 +1116,7 @@ static void test_load_corrupt(void) {
     fulmen_tensor *before = forward(b, x);
     CHECK_ERR(fulmen_model_load(b, half, true), FULMEN_CODE_FORMAT, "half.safetensors");
     CHECK_ERR(fulmen_model_load(b, half, false), FULMEN_CODE_FORMAT, NULL);
-    CHECK_ERR(fulmen_model_load(b, junk, false), FULMEN_CODE_FORMAT, NULL);
+    CHECK_ERR(fulmen_model_load(b, junk, false), FULMEN_CODE_FORMAT, "a text file beginning \"this is not a safetensors");
     CHECK_ERR(fulmen_model_load(b, missing, true), FULMEN_CODE_IO, "does_not_exist");
     CHECK_ERR(fulmen_model_load(b, g_dir, true), FULMEN_CODE_IO, NULL); /* a directory */
     fulmen_tensor *after = forward(b, x);
@@ -1213,6 +1213,8 @@ static void test_torchscript(void) {
     fulmen_tensor_free(y);
     snprintf(sf, sizeof sf, "%s/mlp_scripted.safetensors", dir);
     CHECK_ERR(fulmen_model_load(seq, sf, true), FULMEN_CODE_FORMAT, "mlp_scripted.safetensors");
+    /* the TorchScript file itself, given as weights, is named as one */
+    CHECK_ERR(fulmen_model_load(seq, path, true), FULMEN_CODE_FORMAT, "is a TorchScript module");
     fulmen_model_free(seq);
     fulmen_tensor_free(x);
     /* bad paths */

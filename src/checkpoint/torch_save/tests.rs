@@ -226,6 +226,13 @@ fn not_an_archive_says_what_it_is() {
 }
 
 #[test]
+fn a_torchscript_module_is_named_as_one() {
+    let e = load(&fixture("mlp_scripted.pt")).unwrap_err();
+    assert_eq!(e.code, ErrorCode::Format);
+    assert!(e.message.contains("is a TorchScript module") && e.message.contains("load_torchscript"), "{}", e.message);
+}
+
+#[test]
 fn a_finished_list_read_twice_is_shared() {
     // ([1], [1]) with the list memoized once and read back with BINGET.
     let bytes = archive_with_pickle(b"\x80\x02(]q\x00K\x01ah\x00t.", &[]);

@@ -2,10 +2,11 @@
 // fulmen.h this program was compiled with (fulmen_abi_check).
 //
 // Every program that includes a binding header makes the check once when
-// it starts (during static initialisation): on a mismatch it prints the
-// library's message to stderr and aborts, before any call could misread a
-// struct. Define FULMEN_NO_STARTUP_ABI_CHECK before including fulmen's
-// headers to skip that, and call fulmen::check_abi() yourself.
+// it starts (during static initialisation, before main and before the
+// static initialisers of the translation units that include the binding):
+// on a mismatch it prints the library's message to stderr and aborts.
+// Define FULMEN_NO_STARTUP_ABI_CHECK in every translation unit (-D on the
+// command line) to skip that, and call fulmen::check_abi() yourself.
 #pragma once
 
 #include "error.hpp"
