@@ -168,6 +168,16 @@
 #define FULMEN_MAX_BATCH_SIZE (1 << 24)
 
 /**
+ * The most worker threads a loader starts.
+ */
+#define MAX_WORKERS 64
+
+/**
+ * The most batches a worker reads ahead.
+ */
+#define MAX_PREFETCH_FACTOR 64
+
+/**
  * The largest dataset a random split takes: its permutation is held in
  * memory (2^31 indices are 16 GiB).
  */
@@ -1386,7 +1396,8 @@ typedef struct fulmen_csv_options {
 /**
  * A map-style dataset implemented by the host. Set `struct_size` to
  * `sizeof(fulmen_data_source_vtable)`. Callbacks run on the thread that
- * iterates the loader (the one that called fit / validate / ...).
+ * iterates the loader (the one that called fit / validate / ...), or with
+ * `any_thread` on a loader's worker thread; never two at once.
  */
 typedef struct fulmen_data_source_vtable {
   /**
@@ -1414,6 +1425,14 @@ typedef struct fulmen_data_source_vtable {
                                     const int64_t *indices,
                                     size_t n,
                                     struct fulmen_batch_builder *batch);
+  /**
+   * true: `get_batch` may run on a loader's worker threads
+   * (`num_workers` > 0), one call at a time, so reading overlaps
+   * training; false (default): loaders with workers refuse this dataset.
+   * A worker's call has no `callback_timeout`. (Appended: a vtable whose
+   * `struct_size` ends before it reads as false.)
+   */
+  bool any_thread;
 } fulmen_data_source_vtable;
 
 /**
@@ -1442,6 +1461,18 @@ typedef struct fulmen_loader_options {
    * nothing, as torch's DataLoader then does.
    */
   bool pin_memory;
+  /**
+   * Worker threads that read batches ahead of the loop, in the loader's
+   * order, so reading overlaps training (torch's `num_workers`; default
+   * 0: the loop's thread reads them; at most 64). A host dataset needs
+   * `any_thread` in its vtable.
+   */
+  size_t num_workers;
+  /**
+   * Batches each worker reads ahead (torch's `prefetch_factor`; default
+   * 2, 1 to 64).
+   */
+  size_t prefetch_factor;
 } fulmen_loader_options;
 
 /**
@@ -2793,7 +2824,7 @@ struct fulmen_error *fulmen_dataset_from_source(const struct fulmen_data_source_
                                                 struct fulmen_dataset **out);
 
 /**
- * torch's DataLoader defaults (batch size 1, no shuffle).
+ * torch's DataLoader defaults (batch size 1, no shuffle, no workers).
  */
 struct fulmen_loader_options fulmen_loader_options_default(void);
 
@@ -2801,7 +2832,9 @@ struct fulmen_loader_options fulmen_loader_options_default(void);
  * Creates a loader that batches `dataset` (kept alive by the loader).
  * `options` may be NULL for the defaults.
  *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (`batch_size` 0 or above 2^24).
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`batch_size` 0 or above 2^24,
+ * `num_workers` above 64, `prefetch_factor` outside 1..=64, workers over a
+ * host dataset without `any_thread`).
  */
 struct fulmen_error *fulmen_loader_new(const struct fulmen_dataset *dataset,
                                        const struct fulmen_loader_options *options,

@@ -284,6 +284,14 @@ type LoaderOptions struct {
 	// PinMemory copies each batch into pinned host memory, so that its copy
 	// to a GPU overlaps (torch's pin_memory); without CUDA it does nothing.
 	PinMemory bool
+	// NumWorkers is the number of threads that read batches ahead of the
+	// loop, in the loader's order (torch's num_workers; 0: the loop's
+	// goroutine reads them; at most 64). A Go DataSource is read on the
+	// loop's goroutine: loaders over one refuse workers.
+	NumWorkers int
+	// PrefetchFactor is the number of batches each worker reads ahead
+	// (torch's prefetch_factor; 1 to 64; 0 means the default, 2).
+	PrefetchFactor int
 }
 
 // DefaultLoaderOptions are torch's DataLoader defaults (batch size 1, no
@@ -291,7 +299,8 @@ type LoaderOptions struct {
 func DefaultLoaderOptions() LoaderOptions {
 	c := C.fulmen_loader_options_default()
 	return LoaderOptions{BatchSize: int(c.batch_size), Shuffle: bool(c.shuffle), Seed: uint64(c.seed),
-		DropLast: bool(c.drop_last), PinMemory: bool(c.pin_memory)}
+		DropLast: bool(c.drop_last), PinMemory: bool(c.pin_memory), NumWorkers: int(c.num_workers),
+		PrefetchFactor: int(c.prefetch_factor)}
 }
 
 // Loader is something the trainer draws batches from: a loader over a
@@ -335,8 +344,18 @@ func (l *Loader) Close() error {
 
 // NewLoader creates a loader that batches ds (which it keeps alive).
 func NewLoader(ds *Dataset, opts LoaderOptions) (*Loader, error) {
+	if opts.BatchSize < 0 || opts.NumWorkers < 0 || opts.PrefetchFactor < 0 {
+		return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf(
+			"LoaderOptions: BatchSize %d, NumWorkers %d and PrefetchFactor %d must not be negative",
+			opts.BatchSize, opts.NumWorkers, opts.PrefetchFactor)}
+	}
+	prefetch := opts.PrefetchFactor
+	if prefetch == 0 {
+		prefetch = int(C.fulmen_loader_options_default().prefetch_factor)
+	}
 	c := C.fulmen_loader_options{batch_size: C.size_t(opts.BatchSize), shuffle: C.bool(opts.Shuffle),
-		seed: C.uint64_t(opts.Seed), drop_last: C.bool(opts.DropLast), pin_memory: C.bool(opts.PinMemory)}
+		seed: C.uint64_t(opts.Seed), drop_last: C.bool(opts.DropLast), pin_memory: C.bool(opts.PinMemory),
+		num_workers: C.size_t(opts.NumWorkers), prefetch_factor: C.size_t(prefetch)}
 	var out *C.fulmen_loader
 	err := check(C.fulmen_loader_new(ds.ptr(), &c, &out))
 	runtime.KeepAlive(ds)

@@ -180,7 +180,7 @@ func TestCSVColumnsByName(t *testing.T) {
 func TestLoaders(t *testing.T) {
 	noLeaks(t)
 	d := fulmen.DefaultLoaderOptions()
-	if d.BatchSize != 1 || d.Shuffle || d.DropLast || d.PinMemory {
+	if d.BatchSize != 1 || d.Shuffle || d.DropLast || d.PinMemory || d.NumWorkers != 0 || d.PrefetchFactor != 2 {
 		t.Fatalf("loader defaults %+v", d)
 	}
 	ds := blobDataset(t, 10, 1)
@@ -198,6 +198,16 @@ func TestLoaders(t *testing.T) {
 	}
 	if _, err := fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 0}); err == nil {
 		t.Fatal("batch size 0 accepted")
+	}
+	// Workers over a tensors dataset; PrefetchFactor 0 is the default.
+	workers := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 4, NumWorkers: 3}))
+	if n := must(workers.Len()); n != 3 {
+		t.Fatalf("loader with workers: len %d", n)
+	}
+	ok(t, workers.Close())
+	if _, err := fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 4, NumWorkers: 65}); !errors.Is(err,
+		fulmen.ErrInvalidArgument) {
+		t.Fatalf("65 workers: %v", err)
 	}
 	// PinMemory: the same batches, pinned where CUDA is available.
 	pinning := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 4, DropLast: true, Shuffle: true, Seed: 1,
@@ -291,6 +301,16 @@ func TestSourceDataset(t *testing.T) {
 	}
 	if _, err := fulmen.NewSourceDataset(fulmen.DataSource{}); !errors.Is(err, fulmen.ErrInvalidArgument) {
 		t.Fatalf("empty source: %v", err)
+	}
+	// Loader workers read datasets fulmen reads itself; a Go source is read
+	// on the loop's goroutine.
+	if _, err := fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 2, NumWorkers: 2}); !errors.Is(err,
+		fulmen.ErrInvalidArgument) {
+		t.Fatalf("workers over a Go source: %v", err)
+	}
+	if _, err := fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 2, NumWorkers: -1}); !errors.Is(err,
+		fulmen.ErrInvalidArgument) {
+		t.Fatalf("negative workers: %v", err)
 	}
 	ok(t, ds.Close())
 }

@@ -13,6 +13,12 @@ const MAX_WORLD: usize = 1 << 20;
 /// The largest batch a loader hands out (its index list is allocated).
 pub const MAX_BATCH_SIZE: usize = 1 << 24;
 
+/// The most worker threads a loader starts.
+pub const MAX_WORKERS: usize = 64;
+
+/// The most batches a worker reads ahead.
+pub const MAX_PREFETCH_FACTOR: usize = 64;
+
 /// How a [`DataLoader`] cuts an epoch into batches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataLoaderOptions {
@@ -28,13 +34,26 @@ pub struct DataLoaderOptions {
     /// copy to a GPU overlaps (torch's `pin_memory`). Without CUDA it does
     /// nothing, as torch's DataLoader then does.
     pub pin_memory: bool,
+    /// Worker threads that read batches ahead of the loop, in the loader's
+    /// order (torch's `num_workers`; 0: the loop's own thread reads them).
+    pub num_workers: usize,
+    /// Batches each worker reads ahead (torch's `prefetch_factor`, default 2).
+    pub prefetch_factor: usize,
 }
 
 impl Default for DataLoaderOptions {
     /// torch's defaults: batch size 1, no shuffle, seed 0, keep the last
-    /// batch, no pinning.
+    /// batch, no pinning, no workers (prefetch factor 2 when there are).
     fn default() -> Self {
-        DataLoaderOptions { batch_size: 1, shuffle: false, seed: 0, drop_last: false, pin_memory: false }
+        DataLoaderOptions {
+            batch_size: 1,
+            shuffle: false,
+            seed: 0,
+            drop_last: false,
+            pin_memory: false,
+            num_workers: 0,
+            prefetch_factor: 2,
+        }
     }
 }
 
@@ -54,13 +73,29 @@ impl std::fmt::Debug for DataLoader {
 }
 
 impl DataLoader {
-    /// A loader over `dataset`; a `batch_size` of 0 is an invalid argument.
+    /// A loader over `dataset`. Invalid arguments: a `batch_size` outside
+    /// 1..=MAX_BATCH_SIZE, `num_workers` above MAX_WORKERS, a
+    /// `prefetch_factor` outside 1..=MAX_PREFETCH_FACTOR, workers over a
+    /// dataset that must be read on the loop's thread.
     pub fn new(dataset: Arc<dyn Dataset>, opts: DataLoaderOptions) -> Result<Self> {
         if opts.batch_size == 0 || opts.batch_size > MAX_BATCH_SIZE {
             return Err(Error::invalid(format!(
                 "DataLoader::new: batch_size must be in 1..={MAX_BATCH_SIZE}, got {}",
                 opts.batch_size
             )));
+        }
+        if opts.num_workers > MAX_WORKERS || !(1..=MAX_PREFETCH_FACTOR).contains(&opts.prefetch_factor) {
+            return Err(Error::invalid(format!(
+                "DataLoader::new: num_workers must be in 0..={MAX_WORKERS} and prefetch_factor in \
+                 1..={MAX_PREFETCH_FACTOR}, got {} and {}",
+                opts.num_workers, opts.prefetch_factor
+            )));
+        }
+        if opts.num_workers > 0 && !dataset.reads_on_any_thread() {
+            return Err(Error::invalid(
+                "DataLoader::new: num_workers > 0 reads batches on worker threads, and this dataset must be read \
+                 on the loop's thread (a host dataset whose vtable does not set any_thread)",
+            ));
         }
         Ok(DataLoader { dataset, opts, shard: None })
     }
@@ -159,11 +194,17 @@ impl DataLoader {
 
     /// Iterator over the batches of `epoch` (each item the dataset's
     /// `get_batch` of one batch's indices, pinned with `pin_memory` where
-    /// CUDA is available), computed lazily.
-    pub fn iter(&self, epoch: u64) -> impl Iterator<Item = Result<Vec<Tensor>>> + '_ {
+    /// CUDA is available): computed lazily on this thread, or read ahead by
+    /// `num_workers` threads (the same batches in the same order).
+    pub fn iter(&self, epoch: u64) -> Result<Box<dyn Iterator<Item = Result<Vec<Tensor>>> + '_>> {
+        if self.opts.num_workers > 0 && !self.is_empty() {
+            let workers =
+                super::prefetch::Prefetcher::start(self, epoch, self.opts.num_workers, self.opts.prefetch_factor)?;
+            return Ok(Box::new(workers));
+        }
         let order = self.order(epoch);
         let pin = self.pins();
-        (0..self.len()).map(move |b| pinned_if(pin, self.dataset.get_batch(&self.batch_of(&order, b))?))
+        Ok(Box::new((0..self.len()).map(move |b| pinned_if(pin, self.dataset.get_batch(&self.batch_of(&order, b))?))))
     }
 
     /// Batch `index` of `epoch` (as [`DataLoader::iter`] gives it).
@@ -196,7 +237,8 @@ mod tests {
     fn loader(n: i64, batch_size: usize, shuffle: bool, drop_last: bool) -> DataLoader {
         let y = Tensor::arange(n, (Kind::Int64, Device::Cpu));
         let ds = Arc::new(TensorDataset::new(vec![y]).unwrap());
-        DataLoader::new(ds, DataLoaderOptions { batch_size, shuffle, seed: 17, drop_last, pin_memory: false }).unwrap()
+        let opts = DataLoaderOptions { batch_size, shuffle, seed: 17, drop_last, ..Default::default() };
+        DataLoader::new(ds, opts).unwrap()
     }
 
     #[test]
@@ -206,7 +248,7 @@ mod tests {
         opts.pin_memory = true;
         let pinning = DataLoader::new(Arc::clone(plain.dataset()), opts).unwrap();
         let cuda = tch::Cuda::is_available();
-        for (a, b) in plain.iter(2).zip(pinning.iter(2)) {
+        for (a, b) in plain.iter(2).unwrap().zip(pinning.iter(2).unwrap()) {
             let (a, b) = (a.unwrap(), b.unwrap());
             assert_eq!(a, b);
             assert_eq!(crate::tensor::pinned::is_pinned(&b[0]).unwrap(), cuda);
@@ -227,7 +269,7 @@ mod tests {
         assert!(l.batch_indices(0).iter().all(|b| b.len() == 3));
         let l = loader(10, 3, false, false);
         assert_eq!(l.batch_indices(0).last().unwrap(), &vec![9]);
-        assert_eq!(l.iter(0).count(), 4);
+        assert_eq!(l.iter(0).unwrap().count(), 4);
         assert_eq!(l.options().batch_size, 3);
         assert_eq!(l.dataset().len(), 10);
     }
@@ -251,6 +293,89 @@ mod tests {
         assert_eq!(l.sharded(3, 3).unwrap_err().code, ErrorCode::InvalidArgument);
     }
 
+    /// A dataset that counts its reads, fails on one index, and records
+    /// the threads that read it.
+    struct Probe {
+        reads: std::sync::atomic::AtomicUsize,
+        threads: std::sync::Mutex<std::collections::HashSet<std::thread::ThreadId>>,
+        fail_at: i64,
+        any_thread: bool,
+    }
+
+    impl Dataset for Probe {
+        fn len(&self) -> usize {
+            50
+        }
+        fn get_batch(&self, indices: &[i64]) -> Result<Vec<Tensor>> {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.threads.lock().unwrap().insert(std::thread::current().id());
+            if indices.contains(&self.fail_at) {
+                return Err(Error::invalid(format!("sample {} is broken", self.fail_at)));
+            }
+            Ok(vec![Tensor::from_slice(indices)])
+        }
+        fn reads_on_any_thread(&self) -> bool {
+            self.any_thread
+        }
+    }
+
+    fn probe(fail_at: i64, any_thread: bool) -> Arc<Probe> {
+        Arc::new(Probe { reads: Default::default(), threads: Default::default(), fail_at, any_thread })
+    }
+
+    #[test]
+    fn workers_read_the_same_batches_in_the_same_order() {
+        let ds = probe(-1, true);
+        let base = DataLoaderOptions { batch_size: 4, shuffle: true, seed: 3, ..Default::default() };
+        let plain = DataLoader::new(ds.clone(), base.clone()).unwrap();
+        let want: Vec<Vec<Tensor>> = plain.iter(1).unwrap().map(|b| b.unwrap()).collect();
+        for (workers, prefetch) in [(1, 1), (3, 2), (13, 5), (64, 1)] {
+            let opts = DataLoaderOptions { num_workers: workers, prefetch_factor: prefetch, ..base.clone() };
+            let l = DataLoader::new(ds.clone(), opts).unwrap();
+            let got: Vec<Vec<Tensor>> = l.iter(1).unwrap().map(|b| b.unwrap()).collect();
+            assert_eq!(got, want, "{workers} workers");
+        }
+        let main = std::thread::current().id();
+        assert!(ds.threads.lock().unwrap().iter().any(|t| *t != main));
+    }
+
+    #[test]
+    fn an_early_stop_waits_for_the_workers_and_errors_come_in_order() {
+        let ds = probe(-1, true);
+        let opts = DataLoaderOptions { batch_size: 1, num_workers: 4, prefetch_factor: 2, ..Default::default() };
+        let l = DataLoader::new(ds.clone(), opts).unwrap();
+        let mut it = l.iter(0).unwrap();
+        it.next().unwrap().unwrap();
+        drop(it);
+        // Joined: no read happens after the drop, and at most the queues'
+        // batches plus one per worker were read.
+        let reads = ds.reads.load(std::sync::atomic::Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(ds.reads.load(std::sync::atomic::Ordering::SeqCst), reads);
+        assert!(reads <= 1 + 4 * (2 + 1), "{reads} reads");
+
+        let failing = probe(9, true);
+        let opts = DataLoaderOptions { batch_size: 2, num_workers: 3, ..Default::default() };
+        let l = DataLoader::new(failing, opts).unwrap();
+        let results: Vec<Result<Vec<Tensor>>> = l.iter(0).unwrap().take(6).collect();
+        assert!(results[..4].iter().all(|r| r.is_ok()));
+        assert!(results[4].as_ref().unwrap_err().message.contains("sample 9 is broken"));
+    }
+
+    #[test]
+    fn workers_are_bounded_and_need_a_dataset_read_on_any_thread() {
+        let bad = |workers, prefetch, any_thread| {
+            let opts = DataLoaderOptions { num_workers: workers, prefetch_factor: prefetch, ..Default::default() };
+            DataLoader::new(probe(-1, any_thread), opts).unwrap_err()
+        };
+        assert!(bad(MAX_WORKERS + 1, 2, true).message.contains("num_workers"));
+        assert!(bad(2, 0, true).message.contains("prefetch_factor"));
+        assert!(bad(2, MAX_PREFETCH_FACTOR + 1, true).message.contains("prefetch_factor"));
+        assert!(bad(1, 2, false).message.contains("loop's thread"));
+        let opts = DataLoaderOptions { num_workers: 0, ..Default::default() };
+        DataLoader::new(probe(-1, false), opts).unwrap();
+    }
+
     #[test]
     fn batch_size_zero_is_invalid() {
         let y = Tensor::arange(4, (Kind::Int64, Device::Cpu));
@@ -264,7 +389,7 @@ mod tests {
         let l = loader(103, 8, true, false);
         for epoch in 0..3 {
             let mut seen: Vec<i64> = Vec::new();
-            for batch in l.iter(epoch) {
+            for batch in l.iter(epoch).unwrap() {
                 let b = batch.unwrap();
                 seen.extend(Vec::<i64>::try_from(&b[0]).unwrap());
             }

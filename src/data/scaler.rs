@@ -180,6 +180,9 @@ impl Dataset for ScaledDataset {
         batch[c] = scaled;
         Ok(batch)
     }
+    fn reads_on_any_thread(&self) -> bool {
+        self.dataset.reads_on_any_thread()
+    }
 }
 
 #[cfg(test)]

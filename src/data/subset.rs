@@ -50,6 +50,9 @@ impl Dataset for Subset {
         let mapped: Vec<i64> = indices.iter().map(|&i| self.indices[i as usize]).collect();
         self.dataset.get_batch(&mapped)
     }
+    fn reads_on_any_thread(&self) -> bool {
+        self.dataset.reads_on_any_thread()
+    }
 }
 
 /// Splits `0..n` into (every `k`-th row starting at `offset`, the rest), both

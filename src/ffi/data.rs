@@ -351,7 +351,8 @@ pub unsafe extern "C" fn fulmen_dataset_free(dataset: *mut fulmen_dataset) {
 
 /// A map-style dataset implemented by the host. Set `struct_size` to
 /// `sizeof(fulmen_data_source_vtable)`. Callbacks run on the thread that
-/// iterates the loader (the one that called fit / validate / ...).
+/// iterates the loader (the one that called fit / validate / ...), or with
+/// `any_thread` on a loader's worker thread; never two at once.
 #[repr(C)]
 pub struct fulmen_data_source_vtable {
     /// `sizeof(fulmen_data_source_vtable)`.
@@ -373,17 +374,28 @@ pub struct fulmen_data_source_vtable {
             batch: *mut fulmen_batch_builder,
         ) -> *mut fulmen_error,
     >,
+    /// true: `get_batch` may run on a loader's worker threads
+    /// (`num_workers` > 0), one call at a time, so reading overlaps
+    /// training; false (default): loaders with workers refuse this dataset.
+    /// A worker's call has no `callback_timeout`. (Appended: a vtable whose
+    /// `struct_size` ends before it reads as false.)
+    pub any_thread: bool,
 }
 
 struct HostDataset {
     userdata: HostLock<Userdata>,
     len: usize,
+    any_thread: bool,
     get_batch: unsafe extern "C" fn(*mut c_void, *const i64, usize, *mut fulmen_batch_builder) -> *mut fulmen_error,
 }
 
 impl Dataset for HostDataset {
     fn len(&self) -> usize {
         self.len
+    }
+
+    fn reads_on_any_thread(&self) -> bool {
+        self.any_thread
     }
 
     fn get_batch(&self, indices: &[i64]) -> Result<Vec<Tensor>> {
@@ -427,22 +439,22 @@ pub unsafe extern "C" fn fulmen_dataset_from_source(
     guard("fulmen_dataset_from_source", || {
         check_out(out, "out")?;
         let v = vtable.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `vtable` is NULL"))?;
-        check_struct_size(
-            v.struct_size,
-            std::mem::size_of::<fulmen_data_source_vtable>(),
-            "fulmen_data_source_vtable",
-        )?;
+        // The fields before `any_thread` are required; it was appended.
+        let required = std::mem::offset_of!(fulmen_data_source_vtable, any_thread);
+        check_struct_size(v.struct_size, required, "fulmen_data_source_vtable")?;
+        let any_thread = v.struct_size >= required + std::mem::size_of::<bool>() && v.any_thread;
         let len_fn = v.len.ok_or_else(|| Error::invalid("fulmen_data_source_vtable.len is NULL"))?;
         let get_batch = v.get_batch.ok_or_else(|| Error::invalid("fulmen_data_source_vtable.get_batch is NULL"))?;
         let mut len = 0usize;
         call_host("len", || len_fn(v.userdata, &mut len))?;
-        let ds = HostDataset { userdata: HostLock::new(Userdata::new(v.userdata, v.userdata_free)), len, get_batch };
+        let userdata = HostLock::new(Userdata::new(v.userdata, v.userdata_free));
+        let ds = HostDataset { userdata, len, any_thread, get_batch };
         emit_dataset(out, Arc::new(ds))
     })
 }
 
-// SAFETY: the host dataset is only used from the thread that runs the loop;
-// the mutex serialises calls should a loader ever be shared.
+// SAFETY: the HostLock serialises the callbacks; they run on the loop's
+// thread, or, when the host set `any_thread`, on a loader worker thread.
 unsafe impl Sync for HostDataset {}
 
 /// Options of a loader; defaults from `fulmen_loader_options_default`.
@@ -461,9 +473,17 @@ pub struct fulmen_loader_options {
     /// overlaps (torch's `pin_memory`; default false). Without CUDA it does
     /// nothing, as torch's DataLoader then does.
     pub pin_memory: bool,
+    /// Worker threads that read batches ahead of the loop, in the loader's
+    /// order, so reading overlaps training (torch's `num_workers`; default
+    /// 0: the loop's thread reads them; at most 64). A host dataset needs
+    /// `any_thread` in its vtable.
+    pub num_workers: usize,
+    /// Batches each worker reads ahead (torch's `prefetch_factor`; default
+    /// 2, 1 to 64).
+    pub prefetch_factor: usize,
 }
 
-/// torch's DataLoader defaults (batch size 1, no shuffle).
+/// torch's DataLoader defaults (batch size 1, no shuffle, no workers).
 #[no_mangle]
 pub extern "C" fn fulmen_loader_options_default() -> fulmen_loader_options {
     let d = DataLoaderOptions::default();
@@ -473,6 +493,8 @@ pub extern "C" fn fulmen_loader_options_default() -> fulmen_loader_options {
         seed: d.seed,
         drop_last: d.drop_last,
         pin_memory: d.pin_memory,
+        num_workers: d.num_workers,
+        prefetch_factor: d.prefetch_factor,
     }
 }
 
@@ -485,7 +507,9 @@ unsafe fn emit_loader(out: *mut *mut fulmen_loader, inner: Box<dyn BatchSource +
 /// Creates a loader that batches `dataset` (kept alive by the loader).
 /// `options` may be NULL for the defaults.
 ///
-/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`batch_size` 0 or above 2^24).
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`batch_size` 0 or above 2^24,
+/// `num_workers` above 64, `prefetch_factor` outside 1..=64, workers over a
+/// host dataset without `any_thread`).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_loader_new(
     dataset: *const fulmen_dataset,
@@ -502,6 +526,8 @@ pub unsafe extern "C" fn fulmen_loader_new(
             seed: o.seed,
             drop_last: o.drop_last,
             pin_memory: o.pin_memory,
+            num_workers: o.num_workers,
+            prefetch_factor: o.prefetch_factor,
         };
         emit_loader(out, Box::new(DataLoader::new(ds, opts)?))
     })

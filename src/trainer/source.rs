@@ -37,7 +37,7 @@ impl BatchSource for DataLoader {
     }
 
     fn batches(&self, epoch: u64) -> Result<BatchIter<'_>> {
-        Ok(Box::new(self.iter(epoch)))
+        self.iter(epoch)
     }
 
     fn shard(&self, rank: usize, world: usize) -> Option<Box<dyn BatchSource + Send>> {

@@ -407,6 +407,32 @@ TEST_F(DataTest, HostDataSource) {
     EXPECT_EQ(freed, 1);  // the lambdas' state was destroyed exactly once
 }
 
+TEST_F(DataTest, LoaderWorkers) {
+    Tensor x = Tensor::randn({20, 2}), y = Tensor::zeros({20}).to(fulmen::DType::I64);
+    Dataset tensors = Dataset::from_tensors({x, y});
+    fulmen::Loader plain(tensors, fulmen::LoaderOptions(4, true, 3));
+    fulmen::Loader ahead(tensors, fulmen::LoaderOptions(4, true, 3).workers(2, 1));
+    EXPECT_EQ(ahead.len(), plain.len());
+    // A host source needs any_thread for workers; with it, batches by index
+    // are the same.
+    fulmen::DataSource source{[] { return size_t{20}; },
+                              [&](fulmen::Indices idx, fulmen::BatchBuilder& b) {
+                                  for (Tensor& t : tensors.get(std::vector<int64_t>(idx.begin(), idx.end()))) b.push(t);
+                              }};
+    Dataset strict = Dataset::from_source(source);
+    try {
+        fulmen::Loader(strict, fulmen::LoaderOptions(4).workers(2));
+        ADD_FAILURE() << "workers over a source without any_thread";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(e.what()).find("any_thread"), std::string::npos) << e.what();
+    }
+    source.any_thread = true;
+    fulmen::Loader relaxed(Dataset::from_source(source), fulmen::LoaderOptions(4, true, 3).workers(3));
+    EXPECT_EQ(relaxed.len(), 5u);
+    EXPECT_THROW(fulmen::Loader(tensors, fulmen::LoaderOptions(4).workers(65)), fulmen::Error);
+}
+
 TEST_F(DataTest, HostDataSourceErrorsAtCreation) {
     EXPECT_THROW(Dataset::from_source({[]() -> size_t { throw std::length_error("no length"); }, [](auto, auto&) {}}),
                  std::length_error);

@@ -59,13 +59,19 @@ private:
 
 /// Loader options, default-constructed with torch's DataLoader defaults.
 struct LoaderOptions : fulmen_loader_options {
-    /// Batch size 1, no shuffle, seed 0, keep the last batch.
+    /// Batch size 1, no shuffle, seed 0, keep the last batch, no workers.
     LoaderOptions() : fulmen_loader_options(fulmen_loader_options_default()) {}
     /// Defaults with `batch` samples per batch, optionally shuffled by `seed`.
     explicit LoaderOptions(size_t batch, bool shuffled = false, uint64_t shuffle_seed = 0) : LoaderOptions() {
         batch_size = batch;
         shuffle = shuffled;
         seed = shuffle_seed;
+    }
+    /// `n` worker threads reading batches ahead, each up to `prefetch`.
+    LoaderOptions& workers(size_t n, size_t prefetch = 2) {
+        num_workers = n;
+        prefetch_factor = prefetch;
+        return *this;
     }
 };
 
@@ -115,6 +121,11 @@ struct DataSource {
     std::function<size_t()> len;
     /// Pushes the samples `indices` as one batch (e.g. inputs then targets).
     std::function<void(Indices indices, BatchBuilder& batch)> get_batch;
+    /// true: `get_batch` may run on a loader's worker thread (num_workers >
+    /// 0), one call at a time; an exception it throws there reaches fit as
+    /// a fulmen::Error with its message. false: loaders with workers refuse
+    /// this dataset.
+    bool any_thread = false;
 };
 
 /// An iterable data source implemented by the host (an IterableDataset).
@@ -192,6 +203,7 @@ public:
         vt.userdata_free = &detail::DataTrampolines::free_state<DataSource>;
         vt.len = state->len ? &detail::DataTrampolines::len : nullptr;
         vt.get_batch = state->get_batch ? &detail::DataTrampolines::get_batch : nullptr;
+        vt.any_thread = state->any_thread;
         detail::clear_pending_exception();
         Dataset ds = make([&](fulmen_dataset** o) { return fulmen_dataset_from_source(&vt, o); });
         state.release();  // fulmen owns it now and calls userdata_free once
