@@ -170,12 +170,12 @@
 /**
  * The most worker threads a loader starts.
  */
-#define MAX_WORKERS 64
+#define FULMEN_MAX_WORKERS 64
 
 /**
  * The most batches a worker reads ahead.
  */
-#define MAX_PREFETCH_FACTOR 64
+#define FULMEN_MAX_PREFETCH_FACTOR 64
 
 /**
  * The largest dataset a random split takes: its permutation is held in
@@ -1429,8 +1429,11 @@ typedef struct fulmen_data_source_vtable {
    * true: `get_batch` may run on a loader's worker threads
    * (`num_workers` > 0), one call at a time, so reading overlaps
    * training; false (default): loaders with workers refuse this dataset.
-   * A worker's call has no `callback_timeout`. (Appended: a vtable whose
-   * `struct_size` ends before it reads as false.)
+   * A worker's call has no `callback_timeout`. The batches equal those
+   * without workers when `get_batch` depends only on its indices; one
+   * that draws from torch's global generator (random augmentation) gets
+   * draws in an order that varies from run to run. (Appended: a vtable
+   * whose `struct_size` ends before it reads as false.)
    */
   bool any_thread;
 } fulmen_data_source_vtable;
@@ -4357,8 +4360,10 @@ struct fulmen_error *fulmen_optimizer_param_group_get(const struct fulmen_optimi
  * Sets the hyperparameter `name` (as in `fulmen_optimizer_param_group_get`)
  * of parameter group `group`, such as `"weight_decay"` 0 for a group of
  * biases and norms. Checkpoints keep every group's values. A scheduler
- * rewrites `"lr"` (and a cycling one the momentum) at its next step, as in
- * torch.
+ * computes `"lr"` (and a cycling one the momentum) from the group's base
+ * learning rate at each of its steps, so an `"lr"` set here lasts until
+ * the scheduler's next step (torch's chainable schedulers would scale it
+ * instead).
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown name; a value negative
  * or not finite; `betas.0` not below 1), FULMEN_CODE_OUT_OF_RANGE

@@ -114,7 +114,7 @@ mod tests {
     }
 
     /// The header's version macros, written by hand in cbindgen.toml, and
-    /// fulmen.pc.in's version follow Cargo.toml's.
+    /// fulmen.pc.in's version follow Cargo.toml's; every macro is FULMEN_.
     #[test]
     fn header_macros_follow_the_crate_version() {
         let header = include_str!("../include/fulmen.h");
@@ -127,6 +127,11 @@ mod tests {
             format!("#define FULMEN_SONAME \"{}\"", soname(library_version())),
         ] {
             assert!(header.lines().any(|l| l == line), "fulmen.h lacks `{line}`");
+        }
+        // Every macro of the header is in fulmen's namespace.
+        for line in header.lines().filter(|l| l.starts_with("#define ")) {
+            let name = line.split_whitespace().nth(1).unwrap_or_default();
+            assert!(name.starts_with("FULMEN_"), "fulmen.h defines {name} outside the FULMEN_ namespace");
         }
         let pc = include_str!("../fulmen.pc.in");
         let line = format!("Version: {}", env!("CARGO_PKG_VERSION"));

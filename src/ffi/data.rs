@@ -377,8 +377,11 @@ pub struct fulmen_data_source_vtable {
     /// true: `get_batch` may run on a loader's worker threads
     /// (`num_workers` > 0), one call at a time, so reading overlaps
     /// training; false (default): loaders with workers refuse this dataset.
-    /// A worker's call has no `callback_timeout`. (Appended: a vtable whose
-    /// `struct_size` ends before it reads as false.)
+    /// A worker's call has no `callback_timeout`. The batches equal those
+    /// without workers when `get_batch` depends only on its indices; one
+    /// that draws from torch's global generator (random augmentation) gets
+    /// draws in an order that varies from run to run. (Appended: a vtable
+    /// whose `struct_size` ends before it reads as false.)
     pub any_thread: bool,
 }
 

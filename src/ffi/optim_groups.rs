@@ -44,8 +44,10 @@ pub unsafe extern "C" fn fulmen_optimizer_param_group_get(
 /// Sets the hyperparameter `name` (as in `fulmen_optimizer_param_group_get`)
 /// of parameter group `group`, such as `"weight_decay"` 0 for a group of
 /// biases and norms. Checkpoints keep every group's values. A scheduler
-/// rewrites `"lr"` (and a cycling one the momentum) at its next step, as in
-/// torch.
+/// computes `"lr"` (and a cycling one the momentum) from the group's base
+/// learning rate at each of its steps, so an `"lr"` set here lasts until
+/// the scheduler's next step (torch's chainable schedulers would scale it
+/// instead).
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown name; a value negative
 /// or not finite; `betas.0` not below 1), FULMEN_CODE_OUT_OF_RANGE

@@ -62,8 +62,9 @@ pub fn get(opt: &dyn Optimizer, group: usize, name: &str) -> Result<f64> {
 
 /// Sets `name` in group `group`, validated as torch's constructors do:
 /// finite, `lr`, `weight_decay` and `momentum` >= 0, `betas[0]` in [0, 1).
-/// A scheduler changes `lr` (and a cycling one momentum) at its next step,
-/// as in torch.
+/// A scheduler computes `lr` (and a cycling one momentum) from the group's
+/// base learning rate at each step: an `lr` set here lasts until the
+/// scheduler's next step.
 pub fn set(opt: &mut dyn Optimizer, group: usize, name: &str, value: f64) -> Result<()> {
     let hyper = parse(opt, name)?;
     check_group(opt, group)?;

@@ -152,12 +152,12 @@ int main(void) {
 
     /* bounds */
     o = fulmen_loader_options_default();
-    o.num_workers = 65;
+    o.num_workers = FULMEN_MAX_WORKERS + 1;
     CHECK_ERR(fulmen_loader_new(blobs, &o, &l), FULMEN_CODE_INVALID_ARGUMENT, "num_workers");
     o.num_workers = 1;
     o.prefetch_factor = 0;
     CHECK_ERR(fulmen_loader_new(blobs, &o, &l), FULMEN_CODE_INVALID_ARGUMENT, "prefetch_factor");
-    o.prefetch_factor = 65;
+    o.prefetch_factor = FULMEN_MAX_PREFETCH_FACTOR + 1;
     CHECK_ERR(fulmen_loader_new(blobs, &o, &l), FULMEN_CODE_INVALID_ARGUMENT, "prefetch_factor");
 
     /* a vtable of the size before any_thread is still accepted */

@@ -203,6 +203,19 @@ fn warm_restarts_to_torch(f: &Flat) -> Result<Value> {
 /// ranges).
 pub fn group_entries(flat: &[(String, f64)]) -> Vec<(&'static str, f64)> {
     let f = Flat::new(flat);
+    if f.has("schedulers.0.last_epoch") {
+        // A SequentialLR: each part wrote its entries; a later one's win.
+        let mut out: Vec<(&'static str, f64)> = Vec::new();
+        for part in parts(flat) {
+            for (k, v) in group_entries(&part) {
+                match out.iter_mut().find(|(name, _)| *name == k) {
+                    Some(entry) => entry.1 = v,
+                    None => out.push((k, v)),
+                }
+            }
+        }
+        return out;
+    }
     if let (Ok(max_lr), Ok(min_lr), Ok(cycle)) = (f.get("max_lr"), f.get("min_lr"), f.get("cycle_momentum")) {
         if f.has("final_div_factor") {
             let mut out = vec![("max_lr", max_lr), ("min_lr", min_lr)];
@@ -322,6 +335,17 @@ fn one_cycle_from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
 /// per-group values): OneCycleLR's `max_lr`, `min_lr` and momentum range.
 /// Other states are left as they are.
 pub fn complete_from_groups(state: &mut Vec<(String, f64)>, groups: &[(String, Vec<f64>)], what: &str) -> Result<()> {
+    if state.iter().any(|(k, _)| k == "schedulers.0.last_epoch") {
+        // A SequentialLR: its parts, completed one by one.
+        let mut completed: Vec<(String, f64)> =
+            state.iter().filter(|(k, _)| !k.starts_with("schedulers.")).cloned().collect();
+        for (i, mut part) in parts(state).into_iter().enumerate() {
+            complete_from_groups(&mut part, groups, &format!("{what}._schedulers[{i}]"))?;
+            completed.extend(part.into_iter().map(|(k, v)| (format!("schedulers.{i}.{k}"), v)));
+        }
+        *state = completed;
+        return Ok(());
+    }
     let added = {
         let f = Flat::new(state);
         if !f.has("phase_end.0") || f.has("max_lr") {

@@ -394,6 +394,42 @@ fn one_cycle_round_trips_through_torch_and_the_param_groups() {
         let err = complete_from_groups(&mut bare, &[], "scheduler").unwrap_err();
         assert!(err.message.contains("max_lr"), "{err}");
     }
+
+    // A warm-up, then a one-cycle, in a SequentialLR: the part's ranges go
+    // to the param groups and back.
+    use crate::optim::scheduler::{LinearLr, SequentialLr};
+    let sequential = |o: &mut Sgd| {
+        let warm = LinearLr::new(o, 0.1, 1.0, 3).unwrap();
+        let cycle = OneCycleLr::new(o, OneCycleOptions::new(0.7, 20)).unwrap();
+        SequentialLr::new(o, vec![Box::new(warm), Box::new(cycle)], vec![3]).unwrap()
+    };
+    let (mut o, mut o2) = (sgd(), sgd());
+    let mut s = sequential(&mut o);
+    for _ in 0..6 {
+        s.step(&mut o, None).unwrap();
+    }
+    let state = s.state_dict();
+    let groups: Vec<(String, Vec<f64>)> =
+        scheduler::group_entries(&state).iter().map(|(k, v)| (k.to_string(), vec![*v])).collect();
+    assert!(groups.iter().any(|(k, _)| k == "max_lr"), "{groups:?}");
+    let mut back = scheduler::from_torch(&scheduler::to_torch(&state, false).unwrap(), "scheduler").unwrap();
+    complete_from_groups(&mut back, &groups, "scheduler").unwrap();
+    let mut s2 = sequential(&mut o2);
+    s2.load_state_dict(&back).unwrap();
+    for _ in 0..10 {
+        s.step(&mut o, None).unwrap();
+        s2.step(&mut o2, None).unwrap();
+        assert_eq!(o.param_groups()[0].lr.to_bits(), o2.param_groups()[0].lr.to_bits());
+    }
+
+    // A state with an empty phase or a negative min_lr is refused.
+    let mut o3 = sgd();
+    let mut s3 = OneCycleLr::new(&mut o3, OneCycleOptions::new(0.7, 23)).unwrap();
+    for (key, bad) in [("phase_end.0", 0.0), ("phase_end.1", 21.0), ("min_lr", -1.0)] {
+        let mut state = s3.state_dict();
+        state.iter_mut().find(|(k, _)| k == key).unwrap().1 = bad;
+        assert_eq!(s3.load_state_dict(&state).unwrap_err().code, ErrorCode::Format, "{key} = {bad}");
+    }
 }
 
 #[test]

@@ -255,12 +255,19 @@ impl LrScheduler for OneCycleLr {
         for (i, p) in derived.iter().enumerate() {
             phase_ends.push(l.optional(&format!("phase_end.{i}")).unwrap_or(p.0));
         }
-        if !min_lr.is_finite()
-            || phase_ends.iter().any(|e| !e.is_finite())
-            || phase_ends.windows(2).any(|w| w[0] >= w[1])
-        {
+        // As `validate`: no empty phase (torch would divide by zero), the
+        // last one ending at the last step; a finite min_lr >= 0.
+        let mut start = 0.0;
+        let empty = phase_ends.iter().any(|&e| {
+            let bad = !e.is_finite() || e == start;
+            start = e;
+            bad
+        });
+        let last = opts.total_steps as f64 - 1.0;
+        if empty || !(min_lr.is_finite() && min_lr >= 0.0) || phase_ends.last() != Some(&last) {
             return Err(Error::format(format!(
-                "one_cycle_lr state dict: min_lr {min_lr} or phase ends {phase_ends:?} out of order"
+                "one_cycle_lr state dict: phase ends {phase_ends:?} (an empty phase, or not ending at step {last}) \
+                 or min_lr {min_lr}"
             )));
         }
         l.finish()?;
