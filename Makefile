@@ -74,16 +74,8 @@ $(FAIR):
 $(VENV_STAMP): | $(LIBTORCH_STAMP)
 	bash scripts/setup-venv.sh $(VENV)
 
-# Links the SONAME (libfulmen.so.0.1) to the library cargo built in $(1), so
-# programs linked there find the name they record.
-define link_soname
-	@cd $(1) && so=$$(readelf -d libfulmen.so | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p') && \
-	  test -n "$$so" && ln -sfn libfulmen.so "$$so"
-endef
-
 lib: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	$(CARGO) build $(CARGO_FLAGS) --lib
-	$(call link_soname,$(LIBDIR))
 	@mkdir -p $(BUILD)
 	@sed -e 's|@PREFIX@|$(ROOT)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(ROOT)/include|' fulmen.pc.in > $(BUILD)/fulmen.pc
 
@@ -277,7 +269,6 @@ lib-torch-2.11: $(LIBTORCH_2_11)/build-version $(GLOO_STAMP)
 	bash scripts/torch-variant.sh 2.11 $(TORCH_2_11)
 	LIBTORCH=$(LIBTORCH_2_11) FULMEN_GLOO_INCLUDE=$(or $(FULMEN_GLOO_INCLUDE),$(DEPS)/gloo/include) \
 	  CARGO_TARGET_DIR=$(TORCH_2_11)/target $(CARGO) build --release --lib --manifest-path $(TORCH_2_11)/Cargo.toml
-	$(call link_soname,$(LIBDIR_2_11))
 	@grep -q '^2\.11\.' $(LIBTORCH_2_11)/build-version
 
 test-torch-2.11: lib-torch-2.11

@@ -12,11 +12,11 @@ pub fn describe(head: &[u8]) -> Option<String> {
     if head.len() >= 9 && head[8] == b'{' {
         return None;
     }
-    let kind = if head.starts_with(b"PK\x03\x04") {
+    let kind = if super::torch_zip::looks_like_zip(head) {
         "a zip archive (a torch.save file or a TorchScript module?)"
     } else if head.starts_with(&[0x1f, 0x8b]) {
         "a gzip-compressed file"
-    } else if head.len() >= 2 && head[0] == 0x80 && (2..=5).contains(&head[1]) {
+    } else if super::torch_save::looks_like_pickle(head) {
         "a bare pickle (a legacy torch.save file?)"
     } else if head.starts_with(b"\x89HDF\r\n\x1a\n") {
         "an HDF5 file (Keras weights?)"

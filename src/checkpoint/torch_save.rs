@@ -59,11 +59,17 @@ pub fn sniff(path: &Path) -> Result<Option<TorchFile>> {
     let n = f.read(&mut head).map_err(|e| Error::io(format!("reading {}: {e}", path.display())))?;
     Ok(if looks_like_zip(&head[..n]) {
         Some(TorchFile::Archive)
-    } else if n >= 2 && head[0] == 0x80 && (2..=5).contains(&head[1]) {
+    } else if looks_like_pickle(&head[..n]) {
         Some(TorchFile::LegacyPickle)
     } else {
         None
     })
+}
+
+/// Whether `head` starts a pickle of protocol 2 to 5 (a legacy
+/// `torch.save` file).
+pub fn looks_like_pickle(head: &[u8]) -> bool {
+    head.len() >= 2 && head[0] == 0x80 && (2..=5).contains(&head[1])
 }
 
 /// The kinds of `torch.save` file [`sniff`] tells apart.

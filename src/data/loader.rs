@@ -198,8 +198,7 @@ impl DataLoader {
     /// `num_workers` threads (the same batches in the same order).
     pub fn iter(&self, epoch: u64) -> Result<Box<dyn Iterator<Item = Result<Vec<Tensor>>> + '_>> {
         if self.opts.num_workers > 0 && !self.is_empty() {
-            let workers =
-                super::prefetch::Prefetcher::start(self, epoch, self.opts.num_workers, self.opts.prefetch_factor)?;
+            let workers = super::prefetch::Prefetcher::start(self, epoch)?;
             return Ok(Box::new(workers));
         }
         let order = self.order(epoch);

@@ -24,11 +24,11 @@ pub struct Prefetcher {
 }
 
 impl Prefetcher {
-    /// Starts `workers` threads (at most one per batch) reading `epoch` of
-    /// `loader`, each at most `prefetch` batches ahead.
-    pub fn start(loader: &DataLoader, epoch: u64, workers: usize, prefetch: usize) -> Result<Self> {
-        let len = loader.len();
-        let count = workers.min(len).max(1);
+    /// Starts the loader's `num_workers` threads (at most one per batch)
+    /// reading `epoch`, each at most `prefetch_factor` batches ahead.
+    pub fn start(loader: &DataLoader, epoch: u64) -> Result<Self> {
+        let (len, prefetch) = (loader.len(), loader.options().prefetch_factor);
+        let count = loader.options().num_workers.min(len).max(1);
         let stop = Arc::new(AtomicBool::new(false));
         let mut this = Prefetcher { queues: Vec::with_capacity(count), workers: Vec::new(), stop, next: 0, len };
         for w in 0..count {

@@ -47,8 +47,7 @@ impl AdagradOptions {
 }
 
 const HYPERS: [&str; 4] = ["lr_decay", "initial_accumulator_value", "eps", "maximize"];
-const SPEC: Spec =
-    Spec { kind: "adagrad", momentum_key: None, has_step: true, required: &["sum"], optional: &[], scalars: &[] };
+const SPEC: Spec = Spec { kind: "adagrad", has_step: true, required: &["sum"], optional: &[], scalars: &[] };
 
 /// Adagrad with the update rule of torch's `_single_tensor_adagrad` (dense
 /// gradients). A parameter's sum starts at `initial_accumulator_value` on

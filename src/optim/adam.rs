@@ -85,7 +85,6 @@ impl AdamCore {
     fn spec(&self) -> Spec {
         Spec {
             kind: self.kind(),
-            momentum_key: Some("betas.0"),
             has_step: true,
             required: &["exp_avg", "exp_avg_sq"],
             optional: &["max_exp_avg_sq"],

@@ -39,14 +39,8 @@ impl AdamaxOptions {
 }
 
 const HYPERS: [&str; 3] = ["betas.1", "eps", "maximize"];
-const SPEC: Spec = Spec {
-    kind: "adamax",
-    momentum_key: Some("betas.0"),
-    has_step: true,
-    required: &["exp_avg", "exp_inf"],
-    optional: &[],
-    scalars: &[],
-};
+const SPEC: Spec =
+    Spec { kind: "adamax", has_step: true, required: &["exp_avg", "exp_inf"], optional: &[], scalars: &[] };
 
 /// Adamax with the update rule of torch's `_single_tensor_adamax`.
 #[derive(Debug)]

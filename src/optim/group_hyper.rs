@@ -1,7 +1,7 @@
 //! One parameter group's hyperparameters by torch's key
 //! (`optimizer.param_groups[i]["weight_decay"] = 0.0`), for the usual
 //! set-ups such as no weight decay on biases and norms.
-use super::Optimizer;
+use super::{momentum_key, Optimizer};
 use crate::error::{Error, ErrorCode, Result};
 
 /// A schedulable hyperparameter every fulmen param group keeps.
@@ -11,15 +11,6 @@ enum Hyper {
     WeightDecay,
     /// SGD's and RMSprop's `momentum`; the Adam family's `betas[0]`.
     Momentum,
-}
-
-/// torch's key for momentum in `optimizer`'s groups, if it has one.
-fn momentum_key(optimizer: &str) -> Option<&'static str> {
-    match optimizer {
-        "sgd" | "rmsprop" => Some("momentum"),
-        "adam" | "adamw" | "adamax" | "nadam" | "radam" => Some("betas.0"),
-        _ => None,
-    }
 }
 
 fn parse(opt: &dyn Optimizer, name: &str) -> Result<Hyper> {

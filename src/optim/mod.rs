@@ -79,6 +79,17 @@ mod test_util;
 #[cfg(test)]
 mod adaptive_tests;
 
+/// torch's key for the momentum in an optimizer kind's param groups:
+/// `"momentum"` (SGD, RMSprop), `"betas.0"` (beta1 of the Adam family), or
+/// none (Adagrad).
+pub fn momentum_key(kind: &str) -> Option<&'static str> {
+    match kind {
+        "sgd" | "rmsprop" => Some("momentum"),
+        "adam" | "adamw" | "adamax" | "nadam" | "radam" => Some("betas.0"),
+        _ => None,
+    }
+}
+
 /// A group of parameters sharing the schedulable hyperparameters.
 #[derive(Debug)]
 pub struct ParamGroup {

@@ -54,7 +54,6 @@ impl NAdamOptions {
 const HYPERS: [&str; 5] = ["betas.1", "eps", "momentum_decay", "decoupled_weight_decay", "maximize"];
 const SPEC: Spec = Spec {
     kind: "nadam",
-    momentum_key: Some("betas.0"),
     has_step: true,
     required: &["exp_avg", "exp_avg_sq"],
     optional: &[],

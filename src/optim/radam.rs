@@ -49,14 +49,8 @@ impl RAdamOptions {
 }
 
 const HYPERS: [&str; 4] = ["betas.1", "eps", "decoupled_weight_decay", "maximize"];
-const SPEC: Spec = Spec {
-    kind: "radam",
-    momentum_key: Some("betas.0"),
-    has_step: true,
-    required: &["exp_avg", "exp_avg_sq"],
-    optional: &[],
-    scalars: &[],
-};
+const SPEC: Spec =
+    Spec { kind: "radam", has_step: true, required: &["exp_avg", "exp_avg_sq"], optional: &[], scalars: &[] };
 
 /// RAdam with the update rule of torch's `_single_tensor_radam`: plain
 /// bias-corrected momentum while the variance estimate is unreliable

@@ -51,7 +51,6 @@ impl RmsPropOptions {
 const HYPERS: [&str; 4] = ["alpha", "eps", "centered", "maximize"];
 const SPEC: Spec = Spec {
     kind: "rmsprop",
-    momentum_key: Some("momentum"),
     has_step: true,
     required: &["square_avg"],
     optional: &["momentum_buffer", "grad_avg"],

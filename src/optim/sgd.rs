@@ -43,14 +43,7 @@ impl SgdOptions {
     }
 }
 
-const SPEC: Spec = Spec {
-    kind: "sgd",
-    momentum_key: Some("momentum"),
-    has_step: false,
-    required: &[],
-    optional: &["momentum_buffer"],
-    scalars: &[],
-};
+const SPEC: Spec = Spec { kind: "sgd", has_step: false, required: &[], optional: &["momentum_buffer"], scalars: &[] };
 const HYPERS: [&str; 3] = ["dampening", "nesterov", "maximize"];
 
 /// SGD with optional momentum, dampening, Nesterov momentum, weight decay

@@ -30,11 +30,8 @@ impl ParamState {
 /// What the serialised form of an optimizer holds besides groups' lr,
 /// weight_decay and params.
 pub(crate) struct Spec {
-    /// Optimizer name, for messages.
+    /// Optimizer name (as `Optimizer::name`): messages, the momentum key.
     pub kind: &'static str,
-    /// Key of `ParamGroup::momentum` (`"momentum"` or `"betas.0"`); None
-    /// for optimizers without one (Adagrad).
-    pub momentum_key: Option<&'static str>,
     /// Whether states carry a step counter.
     pub has_step: bool,
     /// Buffers every state has.
@@ -142,7 +139,7 @@ impl Core {
             };
             put("lr", group.lr)?;
             put("weight_decay", group.weight_decay)?;
-            if let Some(key) = spec.momentum_key {
+            if let Some(key) = super::momentum_key(spec.kind) {
                 put(key, group.momentum)?;
             }
             if let Some(v) = group.initial_lr {
@@ -220,12 +217,14 @@ impl Core {
             };
             let lr = num("lr", true)?.unwrap_or_default();
             let wd = num("weight_decay", true)?.unwrap_or_default();
-            let momentum = match spec.momentum_key {
+            let momentum = match super::momentum_key(spec.kind) {
                 Some(key) => num(key, true)?.unwrap_or_default(),
                 None => 0.0,
             };
             let initial_lr = num("initial_lr", false)?;
-            for (k, v) in [("lr", lr), ("weight_decay", wd), (spec.momentum_key.unwrap_or("momentum"), momentum)] {
+            for (k, v) in
+                [("lr", lr), ("weight_decay", wd), (super::momentum_key(spec.kind).unwrap_or("momentum"), momentum)]
+            {
                 if !v.is_finite() || v < 0.0 {
                     return Err(Error::format(format!("{kind} state dict: group {g} has invalid {k} {v}")));
                 }

@@ -98,7 +98,7 @@ fn torch_order(kind: &str) -> &'static [&'static str] {
 
 /// Whether torch's optimizer of this kind keeps its momentum in `betas`.
 pub fn has_betas(kind: &str) -> bool {
-    matches!(kind, "adam" | "adamw" | "adamax" | "nadam" | "radam")
+    crate::optim::momentum_key(kind) == Some("betas.0")
 }
 
 /// torch's default of a kernel choice.

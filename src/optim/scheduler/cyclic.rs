@@ -119,10 +119,11 @@ impl CyclicLr {
     /// cycling momentum, its momentum to `max_momentum`, as torch does.
     pub fn new(opt: &mut dyn Optimizer, opts: CyclicLrOptions) -> Result<Self> {
         opts.validate().map_err(Error::invalid)?;
-        if opts.cycle_momentum && opt.name() == "adagrad" {
-            return Err(Error::invalid(
-                "optimizer must support momentum or beta1 with `cycle_momentum` option enabled (adagrad has neither)",
-            ));
+        if opts.cycle_momentum && crate::optim::momentum_key(opt.name()).is_none() {
+            return Err(Error::invalid(format!(
+                "optimizer must support momentum or beta1 with `cycle_momentum` option enabled ({} has neither)",
+                opt.name()
+            )));
         }
         for g in opt.param_groups_mut() {
             g.lr = opts.base_lr;

@@ -165,7 +165,11 @@ impl<'a> Lookup<'a> {
 
     /// The value of `key` when present (then counted as read).
     pub fn optional(&self, key: &str) -> Option<f64> {
-        self.map.contains_key(key).then(|| self.get(key).ok()).flatten()
+        if self.map.contains_key(key) {
+            self.get(key).ok()
+        } else {
+            None
+        }
     }
 
     /// An integer value.

@@ -135,10 +135,11 @@ impl OneCycleLr {
     /// momentum to `max_momentum` when cycling), then writes the lr of step 0.
     pub fn new(opt: &mut dyn Optimizer, opts: OneCycleOptions) -> Result<Self> {
         opts.validate().map_err(Error::invalid)?;
-        if opts.cycle_momentum && opt.name() == "adagrad" {
-            return Err(Error::invalid(
-                "optimizer must support momentum or beta1 with `cycle_momentum` option enabled (adagrad has neither)",
-            ));
+        if opts.cycle_momentum && crate::optim::momentum_key(opt.name()).is_none() {
+            return Err(Error::invalid(format!(
+                "optimizer must support momentum or beta1 with `cycle_momentum` option enabled ({} has neither)",
+                opt.name()
+            )));
         }
         let initial_lr = opts.max_lr / opts.div_factor;
         for g in opt.param_groups_mut() {
