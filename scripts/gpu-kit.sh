@@ -122,6 +122,35 @@ for src in "$root"/tests/c/test_*.c "$root"/tests/gpu/gpu_check.c "$root"/exampl
     cc "${cflags[@]}" "$src" -o "$exe" "${ldflags[@]}" 2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
     strip "$exe"
 done
+# The C++ binding's GoogleTest suite (no sanitizers, and the C++ runtime
+# linked in: the GPU machine's compiler runtime is not known here) and the
+# Go package's tests (a test binary, through a fulmen.pc for the bundle).
+cxx_tests=$bundle/bin/cpp_tests
+objs=()
+for src in "$root"/bindings/cpp/tests/*.cpp; do
+    obj=$kit/cpp-obj/$(basename "${src%.cpp}").o
+    mkdir -p "$kit/cpp-obj"
+    g++ -std=c++17 -Wall -Wextra -Werror -pedantic -O1 -I"$root/include" -I"$root/bindings/cpp/include" -c "$src" -o "$obj"
+    objs+=("$obj")
+done
+g++ "${objs[@]}" -o "$cxx_tests" "${ldflags[@]}" -lgtest -lgtest_main -pthread -static-libstdc++ -static-libgcc \
+    2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
+strip "$cxx_tests"
+mkdir -p "$kit/pc"
+cat > "$kit/pc/fulmen.pc" <<PC
+Name: fulmen
+Description: fulmen (GPU kit)
+Version: 0.1.0
+Libs: -L$bundle/lib -l:$soname -Wl,-rpath,\$\$ORIGIN/../lib -Wl,--allow-shlib-undefined
+Cflags: -I$root/include
+PC
+(cd "$root/bindings/go" && env GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=1 \
+    PKG_CONFIG_PATH="$kit/pc" CGO_LDFLAGS_ALLOW='.*' go test -c -ldflags='-s -w' -o "$bundle/bin/go_tests" . \
+    2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2))
+# The Lightning round trip of the example's checkpoints, and PyTorch's side
+# of gpu_check's weights saved from cuda:0.
+mkdir -p "$bundle/interop"
+cp "$root/tests/interop/mnist_lightning_check.py" "$root/tests/gpu/torch_cuda_weights.py" "$bundle/interop/"
 # The benchmark harness with its fulmen-c contender, laid out as in the
 # repository (bench/run.py finds build/bench/fulmen_bench and Cargo.toml
 # beside it); the Python contenders use the GPU machine's PyTorch and

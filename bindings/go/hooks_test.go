@@ -463,7 +463,8 @@ func TestEarlyStoppingLRMonitorTimer(t *testing.T) {
 		ConfigureOptimizers: sgd(model, 0.1),
 	}))
 	defer m.Close()
-	tr := quietTrainer(t, 50, "logger", "false", "enable_checkpointing", "false")
+	// On the CPU: the device stats checked below are the CPU's.
+	tr := quietTrainer(t, 50, "logger", "false", "enable_checkpointing", "false", "accelerator", "cpu")
 	defer tr.Close()
 	o := fulmen.DefaultEarlyStoppingOptions("flat")
 	if o.Patience != 3 || o.Mode != fulmen.ModeMin || !o.Strict || !o.CheckFinite || !math.IsNaN(o.StoppingThreshold) || !math.IsNaN(o.DivergenceThreshold) {

@@ -3,6 +3,7 @@ package fulmen_test
 import (
 	"context"
 	"math/rand"
+	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -10,8 +11,15 @@ import (
 	fulmen "github.com/fulmen-ml/fulmen/bindings/go"
 )
 
-// fixturePath is a file of the repository's tests/fixtures.
-func fixturePath(name string) string { return filepath.Join("..", "..", "tests", "fixtures", name) }
+// fixturePath is a file of the repository's tests/fixtures, or of the
+// folder FULMEN_FIXTURES names (as for the C tests: the GPU kit runs the
+// compiled tests away from the repository).
+func fixturePath(name string) string {
+	if dir := os.Getenv("FULMEN_FIXTURES"); dir != "" {
+		return filepath.Join(dir, name)
+	}
+	return filepath.Join("..", "..", "tests", "fixtures", name)
+}
 
 func TestScriptValuesInAndOut(t *testing.T) {
 	noLeaks(t)

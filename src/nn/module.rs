@@ -599,7 +599,8 @@ impl Module {
         self.convert(None, Some(kind)).ctx(format!("to_kind({kind:?})"))
     }
 
-    /// Converts every parameter and buffer of the tree in place.
+    /// Converts every parameter and buffer of the tree in place, then lets
+    /// each layer settle on its new device or dtype.
     fn convert(&mut self, device: Option<Device>, kind: Option<Kind>) -> Result<()> {
         let mut result = Ok(());
         self.visit("", &mut |_, t, _| {
@@ -607,7 +608,16 @@ impl Module {
                 result = convert_tensor(t, device, kind);
             }
         });
+        self.after_convert();
         result
+    }
+
+    fn after_convert(&self) {
+        match &self.node {
+            Node::Layer(l) => l.after_convert(),
+            Node::Sequential(c) | Node::Named(c) => c.iter().for_each(|(_, m)| m.after_convert()),
+            Node::Script(_) => {}
+        }
     }
 }
 

@@ -7,12 +7,18 @@
  * "gpu", "auto", "1", "-1", "0,"), CUDA caching-allocator statistics,
  * tensors moved to cuda:0 and back, training on cuda:0 in 32-true,
  * 16-mixed, bf16-mixed and bf16-true, the GradScaler skipping the step of a
- * real float16 overflow, batches from pinned memory (pin_memory), DDP in a world of one with NCCL and with gloo, and
+ * real float16 overflow, batches from pinned memory (pin_memory), read
+ * ahead by loader workers, DDP in a world of one with NCCL and with gloo,
  * an exact resume from a checkpoint on the GPU with dropout (the CUDA
- * generator's state travels in the checkpoint).
+ * generator's state travels in the checkpoint), the sequence layers on the
+ * GPU (cuDNN's LSTM with packed lengths, the transformer encoder layer with
+ * a causal mask) against the CPU, a Lightning-format checkpoint written
+ * after a fit on cuda:0 (run.sh hands it to torch.load), and weights that
+ * PyTorch saved from cuda:0 (FULMEN_GPU_TORCH_WEIGHTS, written by run.sh).
  *
  *   gpu_check [PARENT_DIR]   (its files go to a new folder in PARENT_DIR,
- *                             default /tmp)
+ *                             default /tmp; the Lightning checkpoint to
+ *                             PARENT_DIR/lightning-cuda)
  */
 #define _XOPEN_SOURCE 700
 #include <fulmen.h>
@@ -26,8 +32,12 @@
 
 static char work[512];
 
-/* fit_on_gpu's loader pins its batches (pin_memory). */
+/* fit_on_gpu's loader pins its batches (pin_memory) and reads ahead with
+ * this many workers; its trainer writes checkpoints in this format (NULL:
+ * the default). */
 static bool pin_batches = false;
+static size_t loader_workers = 0;
+static const char *checkpoint_format = NULL;
 
 /* fixture_loader's loader over `ds` (batch 32, shuffled with seed 3), with
  * pin_memory as pin_batches says. */
@@ -37,6 +47,7 @@ static fulmen_loader *gpu_loader(fulmen_dataset *ds) {
     o.shuffle = true;
     o.seed = 3;
     o.pin_memory = pin_batches;
+    o.num_workers = loader_workers;
     fulmen_loader *l = NULL;
     CHECK_OK(fulmen_loader_new(ds, &o, &l));
     return l;
@@ -225,6 +236,11 @@ static double fit_on_gpu(const char *precision, const char *strategy, const char
     CHECK_OK(fulmen_trainer_options_set(o, "strategy", strategy));
     CHECK_OK(fulmen_trainer_options_set_bool(o, "deterministic", true));
     if (backend != NULL) CHECK_OK(fulmen_trainer_options_set(o, "process_group_backend", backend));
+    if (checkpoint_format != NULL) {
+        /* Without a logger the checkpoints go to default_root_dir/checkpoints. */
+        CHECK_OK(fulmen_trainer_options_set(o, "checkpoint_format", checkpoint_format));
+        CHECK_OK(fulmen_trainer_options_set(o, "logger", "false"));
+    }
     fulmen_trainer *t = NULL;
     CHECK_OK(fulmen_trainer_new(o, &t));
     double loss = -1;
@@ -291,6 +307,212 @@ static void test_pinned_batches(void) {
     CHECK(with_pin >= 0 && with_pin == without);
 }
 
+/* Loader workers reading ahead into pinned memory: the batches and their
+ * order are those without workers, so the loss is equal. */
+static void test_workers_on_gpu(void) {
+    pin_batches = true;
+    loader_workers = 2;
+    double with_workers = fit_on_gpu("32-true", "auto", NULL, 2, 0, NULL, NULL, NULL);
+    pin_batches = false;
+    loader_workers = 0;
+    double without = fit_on_gpu("32-true", "auto", NULL, 2, 0, NULL, NULL, NULL);
+    printf("2 loader workers with pin_memory: train_loss after 2 epochs %.6f (no workers: %.6f)\n", with_workers,
+           without);
+    CHECK(with_workers >= 0 && with_workers == without);
+}
+
+/* The largest absolute difference between a CPU tensor and a tensor on any
+ * device. */
+static double tensor_diff(const fulmen_tensor *cpu, const fulmen_tensor *other) {
+    fulmen_tensor *back = NULL, *d = NULL, *ad = NULL, *mx = NULL;
+    CHECK_OK(fulmen_tensor_to_device(other, FULMEN_DEVICE_TYPE_CPU, 0, &back));
+    CHECK_OK(fulmen_tensor_sub(cpu, back, &d));
+    CHECK_OK(fulmen_tensor_abs(d, &ad));
+    CHECK_OK(fulmen_tensor_max(ad, &mx));
+    double v = check_item(mx);
+    fulmen_tensor *all[4] = {back, d, ad, mx};
+    for (int i = 0; i < 4; i++) fulmen_tensor_free(all[i]);
+    return v != v ? 1e300 : v;
+}
+
+static fulmen_tensor *on_cuda(const fulmen_tensor *t) {
+    fulmen_tensor *g = NULL;
+    CHECK_OK(fulmen_tensor_to_device(t, FULMEN_DEVICE_TYPE_CUDA, 0, &g));
+    return g;
+}
+
+/* Runs `model` on the CPU, then on cuda:0, on the same inputs (NULL
+ * entries stay NULL; entries at `cpu_only` stay on the host); returns the
+ * largest difference over the outputs, and checks that backward through
+ * the GPU outputs reaches the parameter `param`. */
+static double cpu_vs_cuda(fulmen_model *model, const fulmen_tensor **in, size_t n_in, size_t cpu_only,
+                          const char *param) {
+    fulmen_tensor *cpu_out[3] = {NULL, NULL, NULL}, *gpu_out[3] = {NULL, NULL, NULL};
+    size_t count = 0, gpu_count = 0;
+    CHECK_OK(fulmen_model_forward_multi(model, NULL, in, n_in, cpu_out, 3, &count));
+    CHECK_OK(fulmen_model_to_device(model, FULMEN_DEVICE_TYPE_CUDA, 0));
+    const fulmen_tensor *gin[4] = {NULL, NULL, NULL, NULL};
+    fulmen_tensor *owned[4] = {NULL, NULL, NULL, NULL};
+    for (size_t i = 0; i < n_in && i < 4; i++) {
+        if (in[i] == NULL || i == cpu_only) {
+            gin[i] = in[i];
+        } else {
+            owned[i] = on_cuda(in[i]);
+            gin[i] = owned[i];
+        }
+    }
+    fulmen_error *e = fulmen_model_forward_multi(model, NULL, gin, n_in, gpu_out, 3, &gpu_count);
+    double worst = 1e300;
+    if (e != NULL) {
+        fprintf(stderr, "forward on cuda:0: %s\n", fulmen_error_message(e));
+        fulmen_error_free(e);
+        CHECK(0);
+    } else {
+        CHECK(gpu_count == count);
+        worst = 0;
+        for (size_t i = 0; i < count && i < 3; i++) {
+            double d = tensor_diff(cpu_out[i], gpu_out[i]);
+            if (d > worst) worst = d;
+        }
+        fulmen_tensor *loss = NULL, *w = NULL, *grad = NULL;
+        CHECK_OK(fulmen_tensor_sum(gpu_out[0], &loss));
+        CHECK_OK(fulmen_tensor_backward(loss));
+        CHECK_OK(fulmen_model_state_dict_get(model, param, &w));
+        CHECK_OK(fulmen_tensor_grad(w, &grad));
+        int32_t type = -1;
+        int64_t index = -1;
+        CHECK(grad != NULL);
+        if (grad != NULL) {
+            CHECK_OK(fulmen_tensor_device(grad, &type, &index));
+            CHECK(type == FULMEN_DEVICE_TYPE_CUDA);
+        }
+        fulmen_tensor_free(grad);
+        fulmen_tensor_free(w);
+        fulmen_tensor_free(loss);
+    }
+    for (int i = 0; i < 3; i++) {
+        fulmen_tensor_free(cpu_out[i]);
+        fulmen_tensor_free(gpu_out[i]);
+    }
+    for (int i = 0; i < 4; i++) fulmen_tensor_free(owned[i]);
+    return worst;
+}
+
+/* cuDNN's LSTM (2 layers, bidirectional, batch_first) with packed lengths,
+ * the lengths given on the host and on the GPU, and the transformer
+ * encoder layer with a causal mask: the GPU's outputs match the CPU's (to
+ * TF32 precision, which cuDNN and cuBLAS may use), and backward on the GPU
+ * reaches the weights. */
+static void test_sequence_on_gpu(void) {
+    CHECK_OK(fulmen_manual_seed(21));
+    const int64_t dx[3] = {4, 7, 3}, dl[1] = {4}, lens[4] = {7, 3, 5, 1};
+    fulmen_tensor *x = NULL, *lengths = NULL;
+    CHECK_OK(fulmen_tensor_randn(dx, 3, FULMEN_DTYPE_F32, &x));
+    CHECK_OK(fulmen_tensor_from_data(lens, sizeof lens, FULMEN_DTYPE_I64, dl, 1, &lengths));
+    for (int lengths_on_gpu = 0; lengths_on_gpu < 2; lengths_on_gpu++) {
+        fulmen_rnn_options o = fulmen_rnn_options_default();
+        o.num_layers = 2;
+        o.bidirectional = true;
+        o.batch_first = true;
+        fulmen_model *lstm = NULL;
+        CHECK_OK(fulmen_model_lstm_new(3, 16, &o, &lstm));
+        const fulmen_tensor *in[4] = {x, NULL, NULL, lengths};
+        double d = cpu_vs_cuda(lstm, in, 4, lengths_on_gpu ? 99 : 3, "weight_hh_l1_reverse");
+        printf("LSTM with packed lengths (on the %s), cuda:0 vs CPU: max |diff| = %g\n",
+               lengths_on_gpu ? "GPU" : "host", d);
+        CHECK(d < 5e-3);
+        fulmen_model_free(lstm);
+    }
+
+    fulmen_transformer_options t = fulmen_transformer_options_default();
+    t.dim_feedforward = 64;
+    t.dropout = 0;
+    t.batch_first = true;
+    t.activation = FULMEN_ACTIVATION_GELU;
+    fulmen_model *enc = NULL;
+    CHECK_OK(fulmen_model_transformer_encoder_layer_new(16, 4, &t, &enc));
+    const int64_t ds[3] = {4, 7, 16}, dm[2] = {7, 7};
+    fulmen_tensor *src = NULL, *ones = NULL, *mask = NULL;
+    CHECK_OK(fulmen_tensor_randn(ds, 3, FULMEN_DTYPE_F32, &src));
+    CHECK_OK(fulmen_tensor_ones(dm, 2, FULMEN_DTYPE_BOOL, &ones));
+    CHECK_OK(fulmen_tensor_triu(ones, 1, &mask));
+    const fulmen_tensor *in[2] = {src, mask};
+    double d = cpu_vs_cuda(enc, in, 2, 99, "self_attn.in_proj_weight");
+    printf("transformer encoder layer with a causal mask, cuda:0 vs CPU: max |diff| = %g\n", d);
+    CHECK(d < 5e-3);
+    fulmen_tensor *all[5] = {x, lengths, src, ones, mask};
+    for (int i = 0; i < 5; i++) fulmen_tensor_free(all[i]);
+    fulmen_model_free(enc);
+}
+
+/* A fit on cuda:0 that writes Lightning's format: the checkpoint lands in
+ * PARENT_DIR/lightning-cuda for run.sh's torch.load check, and reads back
+ * into a fresh model equal to the trained one. */
+static void test_lightning_checkpoint(const char *parent) {
+    char root[640], path[1024];
+    snprintf(root, sizeof root, "%s/lightning-cuda", parent);
+    checkpoint_format = "lightning";
+    fulmen_model *trained = NULL;
+    double loss = fit_on_gpu("bf16-mixed", "auto", NULL, 2, 0, root, NULL, &trained);
+    checkpoint_format = NULL;
+    /* ModelCheckpoint's default name after 2 epochs of 16 steps. */
+    snprintf(path, sizeof path, "%s/checkpoints/epoch=1-step=32.ckpt", root);
+    fulmen_model *fresh = fixture_mlp(32, 0);
+    fulmen_error *e = fulmen_model_load(fresh, path, true);
+    if (e != NULL) {
+        fprintf(stderr, "loading %s: %s\n", path, fulmen_error_message(e));
+        fulmen_error_free(e);
+        CHECK(0);
+    }
+    double diff = fixture_max_diff(trained, fresh);
+    printf("Lightning checkpoint after bf16-mixed on cuda:0 (train_loss %.4f): %s, read back with max |diff| %g\n",
+           loss, path, diff);
+    CHECK(diff == 0);
+    fulmen_model_free(fresh);
+    fulmen_model_free(trained);
+}
+
+/* Weights torch.save wrote from cuda:0 tensors (storages located on
+ * "cuda:0"), for the blobs MLP: run.sh writes them with PyTorch and the
+ * sum of every value beside them; fulmen reads them onto the host. */
+static void test_torch_cuda_weights(void) {
+    const char *path = getenv("FULMEN_GPU_TORCH_WEIGHTS");
+    if (path == NULL || *path == '\0') {
+        printf("weights saved by PyTorch from cuda:0: not given (FULMEN_GPU_TORCH_WEIGHTS): skipped\n");
+        return;
+    }
+    char sum_path[1024];
+    snprintf(sum_path, sizeof sum_path, "%s.sum", path);
+    FILE *f = fopen(sum_path, "r");
+    double expected = 0;
+    CHECK(f != NULL && fscanf(f, "%lf", &expected) == 1);
+    if (f != NULL) fclose(f);
+    fulmen_model *m = fixture_mlp(32, 0);
+    fulmen_error *e = fulmen_model_load(m, path, true);
+    if (e != NULL) {
+        fprintf(stderr, "loading %s: %s\n", path, fulmen_error_message(e));
+        fulmen_error_free(e);
+        CHECK(0);
+    }
+    double total = 0;
+    size_t n = 0;
+    CHECK_OK(fulmen_model_state_dict_len(m, &n));
+    for (size_t i = 0; i < n; i++) {
+        char name[128];
+        size_t len = 0;
+        fulmen_tensor *w = NULL, *s = NULL;
+        CHECK_OK(fulmen_model_state_dict_name(m, i, name, sizeof name, &len));
+        CHECK_OK(fulmen_model_state_dict_get(m, name, &w));
+        CHECK_OK(fulmen_tensor_sum(w, &s));
+        total += check_item(s);
+        fulmen_tensor_free(s);
+        fulmen_tensor_free(w);
+    }
+    printf("weights saved by PyTorch from cuda:0: sum %.9g (PyTorch's: %.9g)\n", total, expected);
+    CHECK_NEAR(total, expected, 1e-4);
+    fulmen_model_free(m);
+}
+
 static void test_ddp_world_of_one(void) {
     const char *backends[2] = {"nccl", "gloo"};
     for (int i = 0; i < 2; i++) {
@@ -342,5 +564,9 @@ int main(int argc, char **argv) {
     test_pinned_batches();
     test_ddp_world_of_one();
     test_exact_resume();
+    test_workers_on_gpu();
+    test_sequence_on_gpu();
+    test_lightning_checkpoint(argc > 1 ? argv[1] : "/tmp");
+    test_torch_cuda_weights();
     return check_finish("gpu_check");
 }

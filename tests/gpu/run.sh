@@ -9,8 +9,9 @@
 # programs on another libfulmen.so (the kit's CPU subset uses the 2.11 CPU
 # build); FULMEN_KIT_TORCH_LIB gives torch's lib folder without Python;
 # FULMEN_KIT_ONLY lists the programs to run (default: all: gpu_check, then
-# with a GPU the MNIST example on cuda and the benchmark against PyTorch and
-# Lightning, then the C tests and the example on the CPU);
+# with a GPU mnist-cuda (the example), lightning-cuda (its Lightning round
+# trip) and bench (against PyTorch and Lightning), then the C tests,
+# cpp_tests (the C++ binding's), go_tests (the Go package's) and mnist-cpu);
 # FULMEN_KIT_TIMEOUT bounds each program (default 300 s); FULMEN_KIT_DEADLINE
 # (seconds, default none) leaves the programs not yet started once passed;
 # FULMEN_KIT_BENCH_REPEATS / _EPOCHS / _CONTENDERS / _TIMEOUT (default 900 s)
@@ -87,29 +88,41 @@ grep -q "available True" "$results/machine.txt" && gpu=true
 if [ -n "${FULMEN_KIT_ONLY:-}" ]; then
     programs=$FULMEN_KIT_ONLY
 else
-    # The GPU's own checks first, then the C tests.
-    programs="gpu_check $(cd "$here/bin" && ls | grep -v -e '^mnist$' -e '^gpu_check$' | tr '\n' ' ')"
+    # The GPU's own checks first (with a GPU and the data: the example on
+    # cuda, its Lightning round trip and the benchmark), then the C tests,
+    # cpp_tests and go_tests, and the example on the CPU.
+    programs=gpu_check
+    if $gpu && [ -f "$FULMEN_MNIST" ]; then programs="$programs mnist-cuda lightning-cuda bench"; fi
+    programs="$programs $(cd "$here/bin" && ls | grep -v -e '^mnist$' -e '^gpu_check$' | tr '\n' ' ')"
+    [ -f "$FULMEN_MNIST" ] && programs="$programs mnist-cpu"
+fi
+# Weights PyTorch saves from cuda:0, for gpu_check to read.
+if $gpu && [ -f "$here/interop/torch_cuda_weights.py" ]; then
+    "$py" "$here/interop/torch_cuda_weights.py" "$work/torch-cuda.pt" > "$results/torch_cuda_weights.log" 2>&1 \
+        && export FULMEN_GPU_TORCH_WEIGHTS=$work/torch-cuda.pt
 fi
 for p in $programs; do
     case $p in
         gpu_check) run_program gpu_check "$here/bin/gpu_check" "$work" ;;
-        *) run_program "$p" "$here/bin/$p" ;;
-    esac
-    [ "$p" = gpu_check ] || continue
-    # After gpu_check: the MNIST example on the GPU and the benchmark.
-    if [ -z "${FULMEN_KIT_ONLY:-}" ] && [ -f "$FULMEN_MNIST" ] && $gpu; then
-        run_program mnist-cuda "$here/bin/mnist" --data "$FULMEN_MNIST" --epochs 2 --accelerator cuda --out "$work/mnist-cuda"
-        if [ -f "$here/bench/run.py" ]; then
-            limit=${FULMEN_KIT_BENCH_TIMEOUT:-900} run_program bench "$py" "$here/bench/run.py" --accelerator cuda --python "$py" --data "$FULMEN_MNIST" \
+        go_tests) run_program go_tests "$here/bin/go_tests" -test.count=1 -test.v ;;
+        mnist-cuda | mnist-cpu)
+            run_program "$p" "$here/bin/mnist" --data "$FULMEN_MNIST" --epochs 2 --accelerator "${p#mnist-}" \
+                --out "$work/$p" ;;
+        # The example's Lightning-format checkpoints written on the GPU,
+        # resumed by Lightning's Trainer on cuda, and Lightning's resumed by
+        # the example.
+        lightning-cuda)
+            run_program lightning-cuda "$py" "$here/interop/mnist_lightning_check.py" --binary "$here/bin/mnist" \
+                --data "$FULMEN_MNIST" --accelerator cuda --work "$work/mnist-lightning" ;;
+        bench)
+            limit=${FULMEN_KIT_BENCH_TIMEOUT:-900} run_program bench "$py" "$here/bench/run.py" --accelerator cuda \
+                --python "$py" --data "$FULMEN_MNIST" \
                 --contenders "${FULMEN_KIT_BENCH_CONTENDERS:-fulmen-c,pytorch,lightning,lightning-full}" \
                 --repeats "${FULMEN_KIT_BENCH_REPEATS:-1}" --epochs "${FULMEN_KIT_BENCH_EPOCHS:-3}" --timeout 120 \
-                --out "$results/bench.md" --jsonl "$results/bench.jsonl"
-        fi
-    fi
+                --out "$results/bench.md" --jsonl "$results/bench.jsonl" ;;
+        *) run_program "$p" "$here/bin/$p" ;;
+    esac
 done
-if [ -z "${FULMEN_KIT_ONLY:-}" ] && [ -f "$FULMEN_MNIST" ]; then
-    run_program mnist-cpu "$here/bin/mnist" --data "$FULMEN_MNIST" --epochs 2 --accelerator cpu --out "$work/mnist-cpu"
-fi
 rm -rf "$work"
 echo "run.sh: $failed program(s) failed; results in $results"
 [ "$failed" -eq 0 ]

@@ -2,6 +2,7 @@
 """The MNIST example's checkpoints in Lightning's format, both ways.
 
     python mnist_lightning_check.py --binary build/examples/mnist --data mnist_5k.csv.gz [--work DIR]
+                                    [--accelerator cuda]
 
 1. The example (C, or its Go twin) trains one epoch with
    --checkpoint-format lightning.
@@ -10,6 +11,9 @@
    held as `self.model`, SGD lr 0.1): the run starts at epoch 1 and global
    step 63 with fulmen's weights (its first loss is the trained model's,
    far below a fresh one's) and ends at step 126.
+   With --accelerator cuda (the GPU kit) all three runs train on the GPU,
+   and the checkpoints hold what each wrote from there (Lightning's tensors
+   are saved located on cuda:0).
 3. The example resumes Lightning's checkpoint (--resume PATH) for a third
    epoch: it trains that epoch only and improves on nothing it forgot (the
    accuracy stays that of a trained model).
@@ -42,6 +46,7 @@ def main():
     p.add_argument("--binary", required=True)
     p.add_argument("--data", required=True)
     p.add_argument("--work")
+    p.add_argument("--accelerator", default="cpu")
     a = p.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="fulmen-mnist-lightning.")
     shutil.rmtree(work, ignore_errors=True)
@@ -50,7 +55,7 @@ def main():
 
     ours = os.path.join(work, "fulmen")
     run([a.binary, "--data", a.data, "--epochs", "1", "--threads", "2", "--checkpoint-format", "lightning",
-         "--out", ours])
+         "--accelerator", a.accelerator, "--out", ours])
     last = os.path.join(ours, "checkpoints", "last.ckpt")
     ckpt = torch.load(last, weights_only=True)
     assert ckpt["epoch"] == 0 and ckpt["global_step"] == STEPS_PER_EPOCH, (ckpt["epoch"], ckpt["global_step"])
@@ -87,7 +92,7 @@ def main():
                                            shuffle=shuffle)
 
     theirs = os.path.join(work, "lightning")
-    trainer = pl.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_progress_bar=False,
+    trainer = pl.Trainer(max_epochs=2, accelerator=a.accelerator, devices=1, logger=False, enable_progress_bar=False,
                          enable_model_summary=False,
                          callbacks=[pl.callbacks.ModelCheckpoint(dirpath=theirs, monitor="val_acc", mode="max",
                                                                  save_last=True)])
@@ -99,7 +104,8 @@ def main():
           f"global step {trainer.global_step}")
 
     again = os.path.join(work, "fulmen-again")
-    out = run([a.binary, "--data", a.data, "--epochs", "3", "--threads", "2", "--out", again,
+    out = run([a.binary, "--data", a.data, "--epochs", "3", "--threads", "2", "--accelerator", a.accelerator,
+               "--out", again,
                "--resume", os.path.join(theirs, "last.ckpt")])
     accuracy = float(re.search(r"final validation accuracy: ([0-9.]+)%", out).group(1))
     metrics = open(os.path.join(again, "lightning_logs", "version_0", "metrics.csv")).read().splitlines()

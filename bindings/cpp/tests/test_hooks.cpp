@@ -516,7 +516,8 @@ TEST_F(HookTest, LoggerLambdasReceiveMetricsAndHyperparameters) {
         } catch (const fulmen::Error& e) {
             EXPECT_EQ(e.code(), FULMEN_CODE_INVALID_ARGUMENT);
         }
-        Trainer trainer(bare_options(2).set("log_every_n_steps", 1));
+        // On the CPU: the device stats checked below are the CPU's.
+        Trainer trainer(bare_options(2).set("log_every_n_steps", 1).set("accelerator", "cpu"));
         auto counter = std::make_shared<DestructionCounter>(&destroyed);
         fulmen::Logger logger;
         logger.log_metrics = [&, counter](const std::map<std::string, double>& m, int64_t, int64_t step) {

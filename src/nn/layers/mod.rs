@@ -59,6 +59,9 @@ pub(crate) trait Layer: Send + std::fmt::Debug {
     /// (DataParallel's replicas: `map` moves a tensor to a device, keeping
     /// autograd's link to the original).
     fn replicate(&self, map: &mut TensorMap<'_>) -> Result<Box<dyn Layer>>;
+    /// Called after the layer's tensors moved to another device or dtype in
+    /// place (PyTorch's `_apply`), for a layer that rearranges them there.
+    fn after_convert(&self) {}
 }
 
 /// How [`Layer::replicate`] turns each tensor into the replica's.

@@ -318,6 +318,43 @@ impl Layer for Rnn {
         Ok(Box::new(Rnn { kind: self.kind, cfg: self.cfg, names: self.names.clone(), weights }))
     }
 
+    /// cuDNN runs an RNN from one flat buffer of weights: after a move to a
+    /// GPU the weights become views into one (PyTorch's
+    /// `flatten_parameters`); otherwise every call compacts them again and
+    /// warns. Where cuDNN cannot take them this is skipped, as in PyTorch.
+    fn after_convert(&self) {
+        let Some(first) = self.weights.first() else { return };
+        let (device, kind) = (first.device(), first.kind());
+        let acceptable = device.is_cuda()
+            && matches!(kind, Kind::Half | Kind::Float | Kind::Double)
+            && self.weights.iter().all(|w| w.device() == device && w.kind() == kind);
+        if !acceptable {
+            return;
+        }
+        let mode = match self.kind {
+            RnnKind::Relu => 0,
+            RnnKind::Tanh => 1,
+            RnnKind::Lstm => 2,
+            RnnKind::Gru => 3,
+        };
+        let c = &self.cfg;
+        let per_layer = if c.bias { 4 } else { 2 };
+        tch::no_grad(|| {
+            // A libtorch without cuDNN refuses; the weights then stay apart.
+            let _ = Tensor::f_internal_cudnn_rnn_flatten_weight(
+                &self.weights,
+                per_layer,
+                c.input_size,
+                mode,
+                c.hidden_size,
+                0,
+                c.num_layers,
+                c.batch_first,
+                c.bidirectional,
+            );
+        });
+    }
+
     fn type_name(&self) -> &'static str {
         match self.kind {
             RnnKind::Tanh | RnnKind::Relu => "RNN",
