@@ -57,6 +57,8 @@ fn build_cxx_shims(lib: &Path) {
         "csrc/pinned.cpp",
         "csrc/profiler.cpp",
         "csrc/script.cpp",
+        "csrc/devices.cpp",
+        "csrc/fake_device.cpp",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }
@@ -90,7 +92,9 @@ fn build_cxx_shims(lib: &Path) {
         .file("csrc/ops.cpp")
         .file("csrc/pinned.cpp")
         .file("csrc/profiler.cpp")
-        .file("csrc/script.cpp");
+        .file("csrc/script.cpp")
+        .file("csrc/devices.cpp")
+        .file("csrc/fake_device.cpp");
     match gloo_include_dir(&root) {
         Some(gloo) => {
             build

@@ -251,6 +251,11 @@
 #define FULMEN_LOG_REDUCE_MIN 256
 
 /**
+ * The most devices the fake device offers.
+ */
+#define FULMEN_MAX_FAKE_DEVICES 64
+
+/**
  * The most results a host forward returns.
  */
 #define FULMEN_MAX_HOST_OUTPUTS 16
@@ -323,6 +328,31 @@ typedef enum fulmen_device_type {
    * A PJRT / XLA device.
    */
   FULMEN_DEVICE_TYPE_XLA = 3,
+  /**
+   * Intel's XPU backend (`torch.device("xpu")`).
+   */
+  FULMEN_DEVICE_TYPE_XPU = 4,
+  /**
+   * Habana Gaudi's HPU backend.
+   */
+  FULMEN_DEVICE_TYPE_HPU = 5,
+  /**
+   * Meta's MTIA backend.
+   */
+  FULMEN_DEVICE_TYPE_MTIA = 6,
+  /**
+   * Graphcore's IPU backend.
+   */
+  FULMEN_DEVICE_TYPE_IPU = 7,
+  /**
+   * The meta device: shapes and dtypes without data.
+   */
+  FULMEN_DEVICE_TYPE_META = 8,
+  /**
+   * libtorch's PrivateUse1 key: an out-of-tree backend under the name it
+   * registered (`torch.utils.rename_privateuse1_backend`, e.g. "npu").
+   */
+  FULMEN_DEVICE_TYPE_PRIVATE_USE1 = 9,
 } fulmen_device_type;
 
 /**
@@ -1203,8 +1233,11 @@ typedef struct fulmen_accelerator_vtable {
                                         size_t capacity,
                                         size_t *n_out);
   /**
-   * Maps device ids to libtorch devices (`out[0..n]`). NULL: the CPU for
-   * every id (an accelerator computing with CPU tensors).
+   * Maps device ids to libtorch devices (`out[0..n]`): any
+   * fulmen_device_type, a vendor's own included (XPU, HPU, MTIA, IPU, or
+   * a PrivateUse1 backend such as "npu"; its backend must be registered
+   * in this process by the time the run starts). NULL: the CPU for every
+   * id (an accelerator computing with CPU tensors).
    */
   struct fulmen_error *(*get_parallel_devices)(void *userdata,
                                                const int64_t *ids,
@@ -2888,6 +2921,56 @@ struct fulmen_error *fulmen_loader_batch(const struct fulmen_loader *loader,
  */
 struct fulmen_error *fulmen_loader_from_iterator(const struct fulmen_iterator_vtable *vtable,
                                                  struct fulmen_loader **out);
+
+/**
+ * Copies libtorch's lower-case name of a device type into `buf` as for
+ * `fulmen_model_state_dict_name`: "cpu", "cuda", "xpu", ..., and for
+ * FULMEN_DEVICE_TYPE_PRIVATE_USE1 the name its backend registered ("npu"),
+ * or "privateuseone" while none has.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (not a fulmen_device_type),
+ * FULMEN_CODE_OUT_OF_RANGE (`buf` too small), FULMEN_CODE_NULL_ARGUMENT.
+ * Thread rules: any thread.
+ */
+struct fulmen_error *fulmen_device_type_name(int32_t device_type,
+                                             char *buf,
+                                             size_t capacity,
+                                             size_t *len_out);
+
+/**
+ * Writes how many devices of `device_type` libtorch has in this process:
+ * CUDA's and MPS's from their runtimes, 1 for the CPU and meta, and for the
+ * other types what their registered backend reports (0 without one).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (not a fulmen_device_type),
+ * FULMEN_CODE_NULL_ARGUMENT (`out`). Thread rules: any thread.
+ */
+struct fulmen_error *fulmen_device_count(int32_t device_type, size_t *out);
+
+/**
+ * Registers fulmen's fake device as libtorch's PrivateUse1 backend under
+ * `name` (lower-case letters, digits and '_', as
+ * `torch.utils.rename_privateuse1_backend`) with `count` devices. Its
+ * tensors live in host memory; a few kernels are its own and every other
+ * operator runs libtorch's CPU kernel through the CPU fallback, so it
+ * computes what the CPU computes, and its random numbers come from the CPU
+ * generator. It is the device the conformance kit and fulmen's tests run
+ * custom accelerators on: tensors, models and batches move to
+ * FULMEN_DEVICE_TYPE_PRIVATE_USE1 devices, autocast works for the matrix
+ * products, and a custom accelerator whose `get_parallel_devices` names
+ * them trains there.
+ *
+ * Process-wide and permanent: libtorch cannot unregister a backend or
+ * rename PrivateUse1, so call it once, before anything uses the device; a
+ * second call with the same name and count does nothing.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a bad or built-in name, `count`
+ * outside 1..=FULMEN_MAX_FAKE_DEVICES), FULMEN_CODE_TORCH (another
+ * PrivateUse1 backend is registered in this process, or the fake device is
+ * registered under another name or count), FULMEN_CODE_NULL_ARGUMENT.
+ * Thread rules: any thread.
+ */
+struct fulmen_error *fulmen_fake_device_register(const char *name, size_t count);
 
 /**
  * Joins the distributed job with `strategy`'s settings (backend, timeout,
@@ -6768,9 +6851,11 @@ struct fulmen_error *fulmen_tensor_shape(const struct fulmen_tensor *tensor,
                                          size_t *ndim_out);
 
 /**
- * Writes the tensor's device as a `fulmen_device_type` and an index.
+ * Writes the tensor's device as a `fulmen_device_type` and an index (a
+ * vendor's device types included).
  *
- * Errors: the common ones only.
+ * Errors: FULMEN_CODE_UNSUPPORTED (a libtorch device type fulmen does not
+ * name, such as Lazy), and the common ones.
  */
 struct fulmen_error *fulmen_tensor_device(const struct fulmen_tensor *tensor,
                                           int32_t *type_out,
@@ -6850,11 +6935,14 @@ struct fulmen_error *fulmen_tensor_to_dtype(const struct fulmen_tensor *tensor,
                                             struct fulmen_tensor **out);
 
 /**
- * Moves (copies) to a device given as `fulmen_device_type` and index.
+ * Moves (copies) to a device given as `fulmen_device_type` and index: any
+ * libtorch device type, through libtorch's dispatch (a vendor's XPU, HPU,
+ * MTIA, IPU or PrivateUse1 device once its backend is registered).
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (`device_type` is not a
  * fulmen_device_type, or `device_index` is negative), FULMEN_CODE_UNAVAILABLE
- * (no such CUDA device, no MPS, or an XLA device), FULMEN_CODE_TORCH (the copy
+ * (no such CUDA device, no MPS, an XLA device, no backend of that type in
+ * this process, or an index past its count), FULMEN_CODE_TORCH (the copy
  * failed, e.g. out of memory).
  */
 struct fulmen_error *fulmen_tensor_to_device(const struct fulmen_tensor *tensor,

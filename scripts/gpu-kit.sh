@@ -136,6 +136,10 @@ done
 g++ "${objs[@]}" -o "$cxx_tests" "${ldflags[@]}" -lgtest -lgtest_main -pthread -static-libstdc++ -static-libgcc \
     2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
 strip "$cxx_tests"
+g++ -std=c++17 -Wall -Wextra -Werror -pedantic -O1 -I"$root/include" -I"$root/bindings/cpp/include" \
+    "$root/bindings/cpp/custom_device.cpp" -o "$bundle/bin/cpp_custom_device" "${ldflags[@]}" -static-libstdc++ -static-libgcc \
+    2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
+strip "$bundle/bin/cpp_custom_device"
 mkdir -p "$kit/pc"
 cat > "$kit/pc/fulmen.pc" <<PC
 Name: fulmen

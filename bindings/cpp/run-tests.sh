@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the C++ binding's GoogleTest suite (under ASan/UBSan), and
-# builds the C++ MNIST example and the README snippet (running the snippet).
+# builds the C++ MNIST example and the README snippet (running the snippet)
+# and custom_device.cpp (a custom accelerator on the fake device).
 #
 #   bindings/cpp/run-tests.sh [BUILD_DIR]      (default: build/cpp)
 #
@@ -47,6 +48,12 @@ echo "== compiling examples/cpp/mnist.cpp and bindings/cpp/snippet.cpp"
 
 echo "== running the snippet"
 (cd "$BUILD" && ./snippet)
+
+# A vendor's device type (the fake PrivateUse1 device) in a process of its
+# own: registering it changes libtorch for the whole process.
+echo "== a custom accelerator on the fake device (bindings/cpp/custom_device.cpp)"
+"$CXX" "${STRICT[@]}" -O2 "${INCLUDES[@]}" "$HERE/custom_device.cpp" -o "$BUILD/custom_device" "${LINK[@]}"
+"$BUILD/custom_device"
 
 # A program compiled with a header of another ABI series stops at start-up
 # with the library's message, before main.

@@ -154,6 +154,19 @@ const (
 	MPS DeviceType = C.FULMEN_DEVICE_TYPE_MPS
 	// XLA is a PJRT / XLA device.
 	XLA DeviceType = C.FULMEN_DEVICE_TYPE_XLA
+	// XPU is Intel's XPU backend.
+	XPU DeviceType = C.FULMEN_DEVICE_TYPE_XPU
+	// HPU is Habana Gaudi's HPU backend.
+	HPU DeviceType = C.FULMEN_DEVICE_TYPE_HPU
+	// MTIA is Meta's MTIA backend.
+	MTIA DeviceType = C.FULMEN_DEVICE_TYPE_MTIA
+	// IPU is Graphcore's IPU backend.
+	IPU DeviceType = C.FULMEN_DEVICE_TYPE_IPU
+	// Meta is the meta device: shapes and dtypes without data.
+	Meta DeviceType = C.FULMEN_DEVICE_TYPE_META
+	// PrivateUse1 is an out-of-tree backend under the name it registered
+	// (torch.utils.rename_privateuse1_backend, "npu" say).
+	PrivateUse1 DeviceType = C.FULMEN_DEVICE_TYPE_PRIVATE_USE1
 )
 
 // Device is a device kind and index.

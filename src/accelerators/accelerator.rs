@@ -1,7 +1,7 @@
 //! The accelerator interface, as Lightning's `Accelerator` base class.
 use super::devices::{DevicesSpec, ParsedDevices};
 use crate::error::Result;
-use tch::Device;
+use crate::tensor::device::Device;
 
 /// A kind of hardware the trainer can run on: how to find its devices, how
 /// to parse the user's `devices` value for it, how to set a device up and

@@ -4,8 +4,8 @@ use super::accelerator::Accelerator;
 use super::devices::{parse_process_count, DevicesSpec, ParsedDevices};
 use super::proc_stats::{cpu_percent, memory_percent, read_cpu_times, resident_bytes, CpuTimes};
 use crate::error::{Error, Result};
+use crate::tensor::device::Device;
 use std::sync::Mutex;
-use tch::Device;
 
 /// The host CPU. `devices=N` runs N processes, each on the CPU.
 #[derive(Debug, Default)]

@@ -3,7 +3,7 @@ use super::accelerator::Accelerator;
 use super::cxx;
 use super::devices::{parse_indexed_devices, DevicesSpec, ParsedDevices};
 use crate::error::{Error, ErrorCode, Result};
-use tch::Device;
+use crate::tensor::device::Device;
 
 /// NVIDIA GPUs through libtorch's CUDA backend. Available when libtorch
 /// sees at least one CUDA device; device memory statistics come from

@@ -2,7 +2,7 @@
 use super::accelerator::Accelerator;
 use super::devices::{parse_indexed_devices, DevicesSpec, ParsedDevices};
 use crate::error::{Error, ErrorCode, Result};
-use tch::Device;
+use crate::tensor::device::Device;
 
 /// Apple's Metal Performance Shaders backend: one device, available only
 /// where libtorch was built with MPS and runs on Apple silicon.

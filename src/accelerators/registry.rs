@@ -296,7 +296,7 @@ pub fn resolve(name: &str) -> Result<String> {
 mod tests {
     use super::*;
     use crate::accelerators::devices::{DevicesSpec, ParsedDevices};
-    use tch::Device;
+    use crate::tensor::device::Device;
 
     /// A custom accelerator, as a vendor would register.
     struct Fake {

@@ -3,7 +3,7 @@ use super::accelerator::Accelerator;
 use super::cxx;
 use super::devices::{DevicesSpec, ParsedDevices};
 use crate::error::{Error, ErrorCode, Result};
-use tch::Device;
+use crate::tensor::device::Device;
 
 /// TPUs and other PJRT devices through an XLA backend registered in
 /// libtorch (as torch_xla registers one). Available only when a PJRT

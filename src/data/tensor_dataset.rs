@@ -86,11 +86,10 @@ impl Dataset for TensorDataset {
         let cpu_index = Tensor::f_from_slice(indices)?;
         let mut out = Vec::with_capacity(tensors.len());
         for t in &tensors {
-            let device = t.device();
-            let batch = if device == Device::Cpu {
+            let batch = if t.device() == Device::Cpu {
                 t.f_index_select(0, &cpu_index)?
             } else {
-                t.f_index_select(0, &cpu_index.f_to(device)?)?
+                t.f_index_select(0, &crate::tensor::device::to_device_of(&cpu_index, t)?)?
             };
             out.push(batch);
         }

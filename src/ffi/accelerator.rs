@@ -7,10 +7,10 @@ use super::model::copy_str;
 use crate::accelerators::devices::{parse_indexed_devices, MAX_DEVICES};
 use crate::accelerators::{registry, Accelerator, DevicesSpec, ParsedDevices};
 use crate::error::{Error, ErrorCode, Result};
+use crate::tensor::device::Device;
 use crate::tensor::DeviceSpec;
 use std::ffi::{c_char, c_void, CString};
 use std::sync::Arc;
-use tch::Device;
 
 /// An accelerator from the registry. Free with `fulmen_accelerator_free`.
 pub struct fulmen_accelerator {
@@ -42,20 +42,14 @@ pub struct fulmen_device_stat {
 }
 
 fn to_c(d: Device) -> fulmen_device {
-    let s = DeviceSpec::from_tch(d);
+    let s = DeviceSpec::from_device(d);
     fulmen_device { device_type: s.kind as i32, index: s.index }
 }
 
+/// A device a host names (any libtorch device type; whether it exists is
+/// the accelerator's to say).
 fn from_c(d: fulmen_device) -> Result<Device> {
-    let spec = DeviceSpec::from_c(d.device_type, d.index)?;
-    Ok(match spec.kind {
-        crate::tensor::device::DeviceType::Cpu => Device::Cpu,
-        crate::tensor::device::DeviceType::Cuda => Device::Cuda(spec.index as usize),
-        crate::tensor::device::DeviceType::Mps => Device::Mps,
-        crate::tensor::device::DeviceType::Xla => {
-            return Err(Error::new(ErrorCode::Unsupported, "XLA devices cannot be addressed by this libtorch binding"))
-        }
-    })
+    DeviceSpec::from_c(d.device_type, d.index)?.device()
 }
 
 unsafe fn acc_arg<'a>(p: *const fulmen_accelerator) -> Result<Shared<'a, Arc<dyn Accelerator>>> {
@@ -369,8 +363,11 @@ pub struct fulmen_accelerator_vtable {
             n_out: *mut usize,
         ) -> *mut fulmen_error,
     >,
-    /// Maps device ids to libtorch devices (`out[0..n]`). NULL: the CPU for
-    /// every id (an accelerator computing with CPU tensors).
+    /// Maps device ids to libtorch devices (`out[0..n]`): any
+    /// fulmen_device_type, a vendor's own included (XPU, HPU, MTIA, IPU, or
+    /// a PrivateUse1 backend such as "npu"; its backend must be registered
+    /// in this process by the time the run starts). NULL: the CPU for every
+    /// id (an accelerator computing with CPU tensors).
     pub get_parallel_devices: Option<
         unsafe extern "C" fn(
             userdata: *mut c_void,

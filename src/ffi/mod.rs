@@ -8,6 +8,7 @@ pub mod callbacks;
 pub mod callbacks_training;
 pub mod context;
 pub mod data;
+pub mod devices;
 pub mod distributed;
 pub mod error;
 pub mod handle;

@@ -124,7 +124,7 @@ pub unsafe extern "C" fn fulmen_model_to_device(
     device_index: i64,
 ) -> *mut fulmen_error {
     guard("fulmen_model_to_device", || {
-        let device = DeviceSpec::from_c(device_type, device_index)?.to_tch()?;
+        let device = DeviceSpec::from_c(device_type, device_index)?.to_device()?;
         lock(&*model_arg(model, "model")?)?.to_device(device)
     })
 }

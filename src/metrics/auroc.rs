@@ -5,6 +5,7 @@
 use super::MAX_THRESHOLDS;
 use super::{class_indices, probabilities, safe_div, Average, Metric, MetricKind, MetricOptions, MAX_CLASSES};
 use crate::error::{Error, Result};
+use crate::tensor::device::to_device_of;
 use tch::{Device, Kind, Tensor};
 
 /// The most cells (classes x thresholds) of a binned AUROC's state.
@@ -95,11 +96,12 @@ impl Auroc {
             Kind::Half | Kind::BFloat16 => probs.f_to_kind(Kind::Float)?,
             _ => probs.shallow_clone(),
         };
-        let thresholds = Tensor::f_linspace(0.0, 1.0, n, (Kind::Float, probs.device()))?.f_to_kind(probs.kind())?;
+        let thresholds = to_device_of(&Tensor::f_linspace(0.0, 1.0, n, (Kind::Float, tch::Device::Cpu))?, &probs)?
+            .f_to_kind(probs.kind())?;
         // How many thresholds each score reaches (score >= threshold).
         let reached = probs.contiguous().f_bucketize(&thresholds, false, true)?;
         let positive = if self.opts.num_classes == 0 { target.f_reshape([-1, 1])? } else { target.f_one_hot(c)? };
-        let class = Tensor::f_arange(c, (Kind::Int64, probs.device()))?.f_reshape([1, c])?;
+        let class = to_device_of(&Tensor::f_arange(c, (Kind::Int64, tch::Device::Cpu))?, &probs)?.f_reshape([1, c])?;
         let cell = class.f_mul_scalar(2 * (n + 1))?.f_add(&positive.f_mul_scalar(n + 1)?)?.f_add(&reached)?;
         Ok(cell.f_reshape([-1])?.f_bincount(None::<Tensor>, c * 2 * (n + 1))?.f_reshape([c, 2, n + 1])?)
     }
@@ -174,7 +176,7 @@ impl Metric for Auroc {
     fn update(&mut self, preds: &Tensor, target: &Tensor) -> Result<()> {
         let _no_grad = tch::no_grad_guard();
         let (probs, target) = self.prepare(preds, target)?;
-        let target = target.f_to_device(probs.device())?;
+        let target = to_device_of(&target, &probs)?;
         if self.opts.thresholds == 0 {
             // Copies: the caller may refill its tensors for the next batch.
             self.kept.push((probs.f_detach()?.copy(), target.copy()));
@@ -182,7 +184,7 @@ impl Metric for Auroc {
         }
         let counts = self.binned(&probs, &target)?;
         self.hist = Some(match self.hist.take() {
-            Some(h) => h.f_add(&counts.f_to_device(h.device())?)?,
+            Some(h) => h.f_add(&to_device_of(&counts, &h)?)?,
             None => counts,
         });
         Ok(())

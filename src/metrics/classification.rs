@@ -5,6 +5,7 @@ use super::{
     class_indices, is_integer, probabilities, safe_div, Average, Metric, MetricKind, MetricOptions, MAX_CLASSES,
 };
 use crate::error::{Error, Result};
+use crate::tensor::device::to_device_of;
 use tch::{Kind, Tensor};
 
 /// A confusion-matrix metric (accuracy, precision, recall or F1).
@@ -71,7 +72,7 @@ impl StatScores {
         } else {
             return Err(Error::invalid(format!("{name}: predictions of dtype {:?}", preds.kind())));
         };
-        let target = class_indices(target, self.classes(), name)?.f_to_device(pred.device())?;
+        let target = to_device_of(&class_indices(target, self.classes(), name)?, &pred)?;
         Ok((pred.f_reshape([-1])?, target.f_reshape([-1])?))
     }
 
@@ -128,7 +129,7 @@ impl Metric for StatScores {
         let cells = target.f_mul_scalar(c)?.f_add(&pred)?;
         let counts = cells.f_bincount(None::<Tensor>, c * c)?.f_reshape([c, c])?;
         self.confusion = Some(match self.confusion.take() {
-            Some(m) => m.f_add(&counts.f_to_device(m.device())?)?,
+            Some(m) => m.f_add(&to_device_of(&counts, &m)?)?,
             None => counts,
         });
         Ok(())

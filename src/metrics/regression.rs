@@ -2,6 +2,7 @@
 //! float64 sum and a count on the predictions' device.
 use super::{Metric, MetricKind, MetricOptions};
 use crate::error::{Error, Result};
+use crate::tensor::device::to_device_of;
 use tch::{Kind, Tensor};
 
 /// MAE, MSE or RMSE.
@@ -39,7 +40,7 @@ impl Metric for Regression {
         if preds.kind() == Kind::Bool || target.kind() == Kind::Bool {
             return Err(Error::invalid(format!("{name}: bool tensors are not numbers to compare")));
         }
-        let target = target.f_to_device(preds.device())?;
+        let target = to_device_of(target, preds)?;
         let diff = preds.f_to_kind(Kind::Double)?.f_sub(&target.f_to_kind(Kind::Double)?)?;
         let part = match self.opts.kind {
             MetricKind::MeanAbsoluteError => diff.f_abs()?,
@@ -47,7 +48,7 @@ impl Metric for Regression {
         }
         .f_sum(Kind::Double)?;
         self.sum = Some(match self.sum.take() {
-            Some(s) => s.f_add(&part.f_to_device(s.device())?)?,
+            Some(s) => s.f_add(&to_device_of(&part, &s)?)?,
             None => part,
         });
         self.count += preds.numel() as i64;

@@ -241,7 +241,7 @@ pub fn orthogonal_(t: &Tensor, gain: f64) -> Result<()> {
     let rows = size[0];
     let cols = t.numel() as i64 / rows;
     tch::no_grad(|| -> Result<()> {
-        let mut flat = t.f_new_empty([rows, cols], (kind, t.device()))?;
+        let mut flat = crate::tensor::device::zeros_on_device_of(&[rows, cols], kind, t)?;
         let _ = flat.f_normal_(0.0, 1.0)?;
         if rows < cols {
             let _ = flat.f_t_()?;

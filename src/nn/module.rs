@@ -19,8 +19,9 @@ use super::layers::upsample::Upsample;
 use super::layers::{Activation, Layer, TensorMap};
 use super::torchscript::ScriptModule;
 use crate::error::{Error, ErrorCode, Result, ResultExt};
+use crate::tensor::device::{self as devices, Device};
 use std::sync::Arc;
-use tch::{Device, Kind, Tensor};
+use tch::{Kind, Tensor};
 
 /// A node of a model, like a `torch.nn.Module`: a built-in layer, a
 /// TorchScript module, a `Sequential` or a named container. `Send`.
@@ -573,7 +574,7 @@ impl Module {
     /// mapped the same way.
     pub fn replicate(&self, device: Device) -> Result<Module> {
         check_device(device)?;
-        self.replicate_with(&mut |t: &Tensor| Ok(t.f_to_device(device)?))
+        self.replicate_with(&mut |t: &Tensor| devices::to_device(t, device, false))
     }
 
     fn replicate_with(&self, map: &mut TensorMap<'_>) -> Result<Module> {
@@ -636,24 +637,14 @@ pub(crate) fn is_floating(kind: Kind) -> bool {
 
 /// Fails with `Unavailable` when `device` does not exist on this machine.
 pub(crate) fn check_device(device: Device) -> Result<()> {
-    let ok = match device {
-        Device::Cpu => true,
-        Device::Cuda(i) => (i as i64) < tch::Cuda::device_count(),
-        Device::Mps => tch::utils::has_mps(),
-        Device::Vulkan => tch::utils::has_vulkan(),
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::new(ErrorCode::Unavailable, format!("device {device:?} is not available")))
-    }
+    device.check_available()
 }
 
 /// Converts `t` in place (`set_data`), keeping it the same (leaf) tensor;
 /// its gradient, if any, follows. Non-floating tensors keep their kind.
 fn convert_tensor(t: &Tensor, device: Option<Device>, kind: Option<Kind>) -> Result<()> {
     let cur_kind = t.f_kind()?;
-    let cur_dev = t.device();
+    let cur_dev = Device::of(t)?;
     let new_kind = match kind {
         Some(k) if is_floating(cur_kind) => k,
         _ => cur_kind,
@@ -662,12 +653,20 @@ fn convert_tensor(t: &Tensor, device: Option<Device>, kind: Option<Kind>) -> Res
     if new_kind == cur_kind && new_dev == cur_dev {
         return Ok(());
     }
+    let convert = |x: &Tensor| -> Result<Tensor> {
+        let x = if new_kind == cur_kind { x.shallow_clone() } else { x.f_to_kind(new_kind)? };
+        if new_dev == cur_dev {
+            Ok(x)
+        } else {
+            devices::to_device(&x, new_dev, false)
+        }
+    };
     tch::no_grad(|| -> Result<()> {
-        let data = t.f_to_device_(new_dev, new_kind, false, false)?;
+        let data = convert(t)?;
         t.shallow_clone().f_set_data(&data)?;
         let grad = t.f_grad()?;
         if grad.defined() {
-            let g = grad.f_to_device_(new_dev, new_kind, false, false)?;
+            let g = convert(&grad)?;
             grad.shallow_clone().f_set_data(&g)?;
         }
         Ok(())

@@ -236,10 +236,10 @@ fn to_kind_and_device_keep_leaves() {
     let x = Tensor::randn([1, 3, 5, 5], (Kind::Double, Device::Cpu));
     let h = m.forward_child("encoder", &x).unwrap();
     assert_eq!(m.forward_child("head", &h).unwrap().kind(), Kind::Double);
-    m.to_device(Device::Cpu).unwrap();
+    m.to_device(crate::tensor::device::Device::Cpu).unwrap();
     assert_eq!(m.to_kind(Kind::Int64).unwrap_err().code, ErrorCode::DtypeMismatch);
     if !tch::Cuda::is_available() {
-        assert_eq!(m.to_device(Device::Cuda(0)).unwrap_err().code, ErrorCode::Unavailable);
+        assert_eq!(m.to_device(crate::tensor::device::Device::Cuda(0)).unwrap_err().code, ErrorCode::Unavailable);
     }
 }
 

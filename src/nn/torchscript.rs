@@ -245,7 +245,7 @@ impl Module {
     /// `forward` runs the script's forward, `call_method` any method;
     /// `set_training` toggles its train/eval mode. It starts in training mode.
     pub fn load_torchscript(path: &Path, device: Device) -> Result<Module> {
-        check_device(device)?;
+        check_device(crate::tensor::device::Device::from_tch(device))?;
         if !path.is_file() {
             return Err(Error::io(format!("TorchScript file {} not found", path.display())));
         }

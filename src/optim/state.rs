@@ -290,7 +290,7 @@ impl Core {
                         p.size()
                     )));
                 }
-                let copy = t.f_detach()?.f_to_device_(p.device(), p.kind(), false, true)?;
+                let copy = deep_copy(&crate::tensor::device::to_device_of(&t.f_detach()?.f_to_kind(p.f_kind()?)?, p)?)?;
                 st.buffers.insert(name, copy);
             }
             state.push(Some(st));
@@ -330,7 +330,11 @@ fn read_scalar(t: &Tensor, key: &str) -> Result<f64> {
 
 /// A detached copy with its own storage.
 pub(crate) fn deep_copy(t: &Tensor) -> Result<Tensor> {
-    Ok(t.f_detach()?.f_to_device_(t.device(), t.kind(), false, true)?)
+    // empty_like + copy_ rather than `to(device, copy=True)`: tch cannot
+    // name every device a tensor may be on.
+    let mut out = t.f_empty_like()?;
+    out.f_copy_(&t.f_detach()?)?;
+    Ok(out)
 }
 
 /// `a + s * b` as torch's `a.add(b, alpha=s)` (computed as `a + (b * s)`).

@@ -15,12 +15,7 @@ use tch::Kind;
 
 /// The `c10::DeviceType` value of a fulmen device type.
 fn c10_device(device: DeviceType) -> c_int {
-    match device {
-        DeviceType::Cpu => 0,
-        DeviceType::Cuda => 1,
-        DeviceType::Xla => 9,
-        DeviceType::Mps => 13,
-    }
+    device.c10()
 }
 
 /// The `c10::ScalarType` value of an autocast dtype (fp16 or bf16, the

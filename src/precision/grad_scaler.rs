@@ -142,7 +142,7 @@ impl GradScaler {
     /// `loss * scale`, as a float32 0-dim scale on the loss's device (so a
     /// 0-dim fp16 loss is promoted to float32 instead of overflowing).
     pub fn scale(&self, loss: &Tensor) -> Result<Tensor> {
-        let scale = Tensor::from(self.scale as f32).f_to_device(loss.device())?;
+        let scale = crate::tensor::device::to_device_of(&Tensor::from(self.scale as f32), loss)?;
         Ok(loss.f_mul(&scale)?)
     }
 
@@ -303,10 +303,9 @@ fn unscale_grads(params: &[Tensor], scale: f64) -> Result<bool> {
     }
     let inv_scale = f64::from((1.0 / scale) as f32);
     let _no_grad = tch::no_grad_guard();
-    let first_device = grads[0].device();
     let mut flags = Vec::with_capacity(grads.len());
     for g in &grads {
-        flags.push(g.f_isfinite()?.f_all()?.f_logical_not()?.f_to_device(first_device)?);
+        flags.push(crate::tensor::device::to_device_of(&g.f_isfinite()?.f_all()?.f_logical_not()?, &grads[0])?);
         let mut g = g.shallow_clone();
         let _ = g.f_mul_scalar_(inv_scale)?;
     }

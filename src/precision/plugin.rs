@@ -5,10 +5,11 @@ use super::grad_scaler::GradScaler;
 use super::mode::Precision;
 use crate::error::{Error, ErrorCode, Result};
 use crate::optim::Optimizer;
+use crate::tensor::device::Device;
 use crate::tensor::device::DeviceType;
 use crate::tensor::dtype::is_floating;
 use crate::trainer::ClipAlgorithm;
-use tch::{Device, Kind, Tensor};
+use tch::{Kind, Tensor};
 
 /// The optimizer index the single-optimizer methods use with the scaler.
 const DEFAULT_OPTIMIZER: usize = 0;
@@ -36,13 +37,17 @@ fn params_of(opt: &dyn Optimizer) -> Vec<Tensor> {
     opt.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect()
 }
 
-/// The autocast device type of a libtorch device.
+/// The autocast device type of a device: its own type, where libtorch has
+/// autocast for it.
 fn autocast_device(device: Device) -> Result<DeviceType> {
-    match device {
-        Device::Cpu => Ok(DeviceType::Cpu),
-        Device::Cuda(_) => Ok(DeviceType::Cuda),
-        Device::Mps => Ok(DeviceType::Mps),
-        other => Err(Error::new(ErrorCode::Unsupported, format!("mixed precision: no autocast for device {other:?}"))),
+    let kind = device.kind();
+    if kind.in_tch() || super::autocast::is_available(kind) {
+        Ok(kind)
+    } else {
+        Err(Error::new(
+            ErrorCode::Unsupported,
+            format!("mixed precision: libtorch has no autocast for {} devices", kind.name()),
+        ))
     }
 }
 
@@ -250,12 +255,12 @@ mod tests {
         let mut plugin = PrecisionPlugin::parse("bf16-mixed").unwrap();
         assert!(plugin.scaler().is_none());
         assert_eq!(plugin.param_kind(), Kind::Float);
-        let w = Tensor::randn([2, 3], (Kind::Float, Device::Cpu)).set_requires_grad(true);
-        let x = Tensor::randn([4, 3], (Kind::Float, Device::Cpu));
+        let w = Tensor::randn([2, 3], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
+        let x = Tensor::randn([4, 3], (Kind::Float, tch::Device::Cpu));
         let x = plugin.convert_input(&x).unwrap();
         assert_eq!(x.kind(), Kind::Float);
         let loss = {
-            let _ctx = plugin.forward_context(Device::Cpu).unwrap();
+            let _ctx = plugin.forward_context(crate::tensor::device::Device::Cpu).unwrap();
             let y = x.f_linear::<Tensor>(&w, None).unwrap();
             assert_eq!(y.kind(), Kind::BFloat16);
             y.to_kind(Kind::Float).square().mean(Kind::Float)
@@ -267,13 +272,17 @@ mod tests {
         plugin.update().unwrap();
         assert!(plugin.state_dict().is_empty());
         assert!(plugin.load_state_dict(&[("scale".into(), 2.0)]).is_ok());
-        assert!(plugin.forward_context(Device::Vulkan).unwrap_err().message.contains("no autocast"));
+        assert!(plugin
+            .forward_context(crate::tensor::device::Device::Other(DeviceType::Meta, 0))
+            .unwrap_err()
+            .message
+            .contains("no autocast"));
     }
 
     #[test]
     fn mixed_16_step_with_scaler_on_cpu() {
         let mut plugin = PrecisionPlugin::new(Precision::Mixed16);
-        let w = Tensor::ones([1, 2], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let w = Tensor::ones([1, 2], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
         let x = Tensor::from_slice(&[1.0f32, 2.0]).reshape([1, 2]);
         let step = |plugin: &mut PrecisionPlugin| {
             let mut g = w.grad();
@@ -281,7 +290,7 @@ mod tests {
                 let _ = g.zero_();
             }
             let loss = {
-                let _ctx = plugin.forward_context(Device::Cpu).unwrap().unwrap();
+                let _ctx = plugin.forward_context(crate::tensor::device::Device::Cpu).unwrap().unwrap();
                 let y = x.f_linear::<Tensor>(&w, None).unwrap();
                 assert_eq!(y.kind(), Kind::Half);
                 y.to_kind(Kind::Float).sum(Kind::Float)
@@ -323,7 +332,7 @@ mod tests {
 
     #[test]
     fn true_precisions_convert_inputs() {
-        let x = Tensor::randn([2, 2], (Kind::Float, Device::Cpu));
+        let x = Tensor::randn([2, 2], (Kind::Float, tch::Device::Cpu));
         let ids = Tensor::from_slice(&[1i64, 2]);
         for (name, kind) in [("bf16-true", Kind::BFloat16), ("16-true", Kind::Half), ("64-true", Kind::Double)] {
             let plugin = PrecisionPlugin::parse(name).unwrap();
@@ -332,7 +341,7 @@ mod tests {
             assert_eq!(converted.kind(), kind, "{name}");
             assert_eq!(plugin.convert_input(&ids).unwrap().kind(), Kind::Int64);
             assert_eq!(plugin.convert_output(&converted).unwrap().kind(), Kind::Float);
-            assert!(plugin.forward_context(Device::Cpu).unwrap().is_none());
+            assert!(plugin.forward_context(crate::tensor::device::Device::Cpu).unwrap().is_none());
             assert!(plugin.scaler().is_none());
         }
         let full = PrecisionPlugin::new(Precision::Full);

@@ -7,6 +7,7 @@ use libc::{c_char, c_int, size_t};
 
 mod accelerators;
 mod autocast;
+mod devices;
 mod distributed;
 mod ops;
 mod pinned;
@@ -16,6 +17,7 @@ mod script;
 
 pub(crate) use accelerators::*;
 pub(crate) use autocast::*;
+pub(crate) use devices::*;
 pub(crate) use distributed::*;
 pub(crate) use ops::*;
 pub(crate) use pinned::*;

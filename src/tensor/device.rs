@@ -1,10 +1,16 @@
-//! Devices as the C API names them: a device type and an index.
-use crate::error::{Error, Result};
-use tch::Device;
+//! Devices: the C API's form (a device type and an index) and the core's
+//! [`Device`], which adds to tch's devices every other libtorch device type
+//! (XPU, HPU, MTIA, IPU, Meta and PrivateUse1 backends such as "npu"). tch
+//! cannot name those: moves to them and queries of them go through the C++
+//! shim (`csrc/devices.cpp`), and libtorch's dispatcher runs their kernels.
+use crate::error::{Error, ErrorCode, Result};
+use crate::shim::{self, call};
+use libc::{c_char, c_int};
+use tch::Tensor;
 
 /// A device type (`fulmen_device_type`).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeviceType {
     /// The host CPU.
     Cpu = 0,
@@ -14,9 +20,361 @@ pub enum DeviceType {
     Mps = 2,
     /// A PJRT / XLA device.
     Xla = 3,
+    /// Intel's XPU backend (`torch.device("xpu")`).
+    Xpu = 4,
+    /// Habana Gaudi's HPU backend.
+    Hpu = 5,
+    /// Meta's MTIA backend.
+    Mtia = 6,
+    /// Graphcore's IPU backend.
+    Ipu = 7,
+    /// The meta device: shapes and dtypes without data.
+    Meta = 8,
+    /// libtorch's PrivateUse1 key: an out-of-tree backend under the name it
+    /// registered (`torch.utils.rename_privateuse1_backend`, e.g. "npu").
+    PrivateUse1 = 9,
 }
 
-/// A device: type plus index (the index is ignored for the CPU).
+/// Every device type, in C order.
+const TYPES: [DeviceType; 10] = [
+    DeviceType::Cpu,
+    DeviceType::Cuda,
+    DeviceType::Mps,
+    DeviceType::Xla,
+    DeviceType::Xpu,
+    DeviceType::Hpu,
+    DeviceType::Mtia,
+    DeviceType::Ipu,
+    DeviceType::Meta,
+    DeviceType::PrivateUse1,
+];
+
+impl DeviceType {
+    /// Reads a device type from its C value.
+    pub fn from_c(value: i32) -> Result<DeviceType> {
+        usize::try_from(value)
+            .ok()
+            .and_then(|i| TYPES.get(i).copied())
+            .ok_or_else(|| Error::invalid(format!("{value} is not a fulmen_device_type (0..={})", TYPES.len() - 1)))
+    }
+
+    /// The `c10::DeviceType` value.
+    pub fn c10(self) -> c_int {
+        match self {
+            DeviceType::Cpu => 0,
+            DeviceType::Cuda => 1,
+            DeviceType::Xla => 9,
+            DeviceType::Xpu => 12,
+            DeviceType::Mps => 13,
+            DeviceType::Meta => 14,
+            DeviceType::Hpu => 15,
+            DeviceType::Ipu => 18,
+            DeviceType::Mtia => 19,
+            DeviceType::PrivateUse1 => 20,
+        }
+    }
+
+    /// The device type of a `c10::DeviceType` value, if fulmen names it.
+    pub fn from_c10(value: c_int) -> Option<DeviceType> {
+        TYPES.iter().copied().find(|t| t.c10() == value)
+    }
+
+    /// Whether tch names devices of this type itself (the rest go through
+    /// the shim).
+    pub fn in_tch(self) -> bool {
+        matches!(self, DeviceType::Cpu | DeviceType::Cuda | DeviceType::Mps)
+    }
+
+    /// libtorch's lower-case name ("xpu"; PrivateUse1 under the name its
+    /// backend registered, "privateuseone" before one did).
+    pub fn name(self) -> String {
+        let mut buf = [0 as c_char; 64];
+        // SAFETY: the name and error buffers are valid for their lengths.
+        let named = call("device type name", |err, len| unsafe {
+            shim::fulmen_cxx_device_type_name(self.c10(), buf.as_mut_ptr(), buf.len(), err, len)
+        });
+        match named {
+            // SAFETY: the shim NUL-terminates within the buffer.
+            Ok(()) => unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned(),
+            Err(_) => format!("{self:?}").to_lowercase(),
+        }
+    }
+
+    /// How many devices of this type libtorch has here: tch's count for
+    /// CUDA, a registered backend's for the others (0 without one).
+    pub fn device_count(self) -> Result<usize> {
+        match self {
+            DeviceType::Cpu => Ok(1),
+            DeviceType::Cuda => Ok(usize::try_from(tch::Cuda::device_count()).unwrap_or(0)),
+            DeviceType::Mps => Ok(usize::from(tch::utils::has_mps())),
+            DeviceType::Meta => Ok(1),
+            other => {
+                let mut n: i64 = 0;
+                // SAFETY: `n` and the error buffer are valid.
+                call("device count", |err, len| unsafe {
+                    shim::fulmen_cxx_device_count(other.c10(), &mut n, err, len)
+                })?;
+                Ok(usize::try_from(n).unwrap_or(0))
+            }
+        }
+    }
+}
+
+/// A libtorch device: the CPU, a CUDA GPU, MPS, or a device of another
+/// libtorch type with its index ([`Device::Other`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Device {
+    /// The host CPU.
+    Cpu,
+    /// CUDA GPU `i`.
+    Cuda(usize),
+    /// The MPS device.
+    Mps,
+    /// Device `index` of a type tch cannot name (never Cpu, Cuda or Mps).
+    Other(DeviceType, usize),
+}
+
+impl Device {
+    /// A device of `kind` with `index` (the index is ignored for the CPU
+    /// and MPS).
+    pub fn new(kind: DeviceType, index: usize) -> Device {
+        match kind {
+            DeviceType::Cpu => Device::Cpu,
+            DeviceType::Cuda => Device::Cuda(index),
+            DeviceType::Mps => Device::Mps,
+            other => Device::Other(other, index),
+        }
+    }
+
+    /// The core form of a tch device (tch's Vulkan, which fulmen does not
+    /// use, reads as the CPU).
+    pub fn from_tch(d: tch::Device) -> Device {
+        match d {
+            tch::Device::Cuda(i) => Device::Cuda(i),
+            tch::Device::Mps => Device::Mps,
+            _ => Device::Cpu,
+        }
+    }
+
+    /// The tch device, for the types tch names.
+    pub fn tch(self) -> Option<tch::Device> {
+        match self {
+            Device::Cpu => Some(tch::Device::Cpu),
+            Device::Cuda(i) => Some(tch::Device::Cuda(i)),
+            Device::Mps => Some(tch::Device::Mps),
+            Device::Other(..) => None,
+        }
+    }
+
+    /// The device type.
+    pub fn kind(self) -> DeviceType {
+        match self {
+            Device::Cpu => DeviceType::Cpu,
+            Device::Cuda(_) => DeviceType::Cuda,
+            Device::Mps => DeviceType::Mps,
+            Device::Other(t, _) => t,
+        }
+    }
+
+    /// The device index (0 for the CPU and MPS).
+    pub fn index(self) -> usize {
+        match self {
+            Device::Cuda(i) | Device::Other(_, i) => i,
+            Device::Cpu | Device::Mps => 0,
+        }
+    }
+
+    /// Whether this is a CUDA GPU.
+    pub fn is_cuda(self) -> bool {
+        matches!(self, Device::Cuda(_))
+    }
+
+    /// The device `t` is on. tch reports every type it does not know as
+    /// MPS, so that answer is checked with libtorch.
+    pub fn of(t: &Tensor) -> Result<Device> {
+        let d = t.device();
+        if d != tch::Device::Mps {
+            return Ok(Device::from_tch(d));
+        }
+        let (mut code, mut index): (c_int, i64) = (0, 0);
+        // SAFETY: `as_ptr` is the `at::Tensor*` tch holds; the outputs and
+        // the error buffer are valid.
+        call("tensor device", |err, len| unsafe {
+            shim::fulmen_cxx_tensor_device(t.as_ptr().cast(), &mut code, &mut index, err, len)
+        })?;
+        let kind = DeviceType::from_c10(code).ok_or_else(|| {
+            Error::new(
+                ErrorCode::Unsupported,
+                format!("a tensor on a libtorch device type ({code}) fulmen does not name"),
+            )
+        })?;
+        Ok(Device::new(kind, usize::try_from(index).unwrap_or(0)))
+    }
+
+    /// libtorch's name of the device ("cpu", "cuda:0", "npu:1").
+    pub fn name(self) -> String {
+        match self {
+            Device::Cpu => "cpu".to_owned(),
+            Device::Mps => "mps".to_owned(),
+            Device::Cuda(i) => format!("cuda:{i}"),
+            Device::Other(DeviceType::Meta, _) => "meta".to_owned(),
+            Device::Other(t, i) => format!("{}:{i}", t.name()),
+        }
+    }
+
+    /// Checks that this device exists here.
+    pub fn check_available(self) -> Result<()> {
+        let kind = self.kind();
+        if kind == DeviceType::Xla {
+            return Err(Error::new(
+                ErrorCode::Unavailable,
+                "XLA devices are not available: no PJRT runtime is registered in this libtorch",
+            ));
+        }
+        let count = kind.device_count()?;
+        if self.index() < count || matches!(self, Device::Cpu | Device::Other(DeviceType::Meta, _)) {
+            return Ok(());
+        }
+        let msg = match kind {
+            DeviceType::Cuda => {
+                format!("CUDA device {} requested but {count} CUDA device(s) are available", self.index())
+            }
+            DeviceType::Mps => "MPS is not available on this machine".to_owned(),
+            _ if count == 0 => format!("no {} backend is registered in this process's libtorch", kind.name()),
+            _ => format!("{} requested but {count} {} device(s) are available", self.name(), kind.name()),
+        };
+        Err(Error::new(ErrorCode::Unavailable, msg))
+    }
+
+    /// Makes this the calling thread's current device of its type (CUDA's
+    /// `set_device` is the CUDA accelerator's).
+    pub fn set_current(self) -> Result<()> {
+        let Device::Other(kind, index) = self else { return Ok(()) };
+        // SAFETY: the error buffer is valid.
+        call("set the current device", |err, len| unsafe {
+            shim::fulmen_cxx_device_set_current(kind.c10(), shim_index(kind, index), err, len)
+        })
+    }
+
+    /// Waits for the work queued on this device (a backend's own).
+    pub fn synchronize(self) -> Result<()> {
+        match self {
+            Device::Cuda(i) => {
+                tch::Cuda::synchronize(i as i64);
+                Ok(())
+            }
+            Device::Other(kind, index) if kind != DeviceType::Meta => {
+                // SAFETY: the error buffer is valid.
+                call("synchronize the device", |err, len| unsafe {
+                    shim::fulmen_cxx_device_synchronize(kind.c10(), shim_index(kind, index), err, len)
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The index libtorch takes for a device of `kind` (none for meta).
+fn shim_index(kind: DeviceType, index: usize) -> i64 {
+    if kind == DeviceType::Meta {
+        -1
+    } else {
+        i64::try_from(index).unwrap_or(i64::MAX)
+    }
+}
+
+/// `t.to(device, non_blocking)` for any device: through tch for its
+/// devices, through the shim for the others.
+pub fn to_device(t: &Tensor, device: Device, non_blocking: bool) -> Result<Tensor> {
+    if let Some(d) = device.tch() {
+        return Ok(t.f_to_device_(d, t.f_kind()?, non_blocking, false)?);
+    }
+    let Device::Other(kind, index) = device else { unreachable!("tch names the other devices") };
+    let mut out: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: `as_ptr` is the `at::Tensor*` tch holds; `out` receives a heap
+    // `at::Tensor*`, which `from_ptr` owns.
+    call("move a tensor", |err, len| unsafe {
+        shim::fulmen_cxx_tensor_to_device(
+            t.as_ptr().cast(),
+            kind.c10(),
+            shim_index(kind, index),
+            c_int::from(non_blocking),
+            &mut out,
+            err,
+            len,
+        )
+    })
+    .map_err(|e| Error::new(e.code, format!("to {}: {}", device.name(), e.message)))?;
+    // SAFETY: the shim returned a new tensor.
+    Ok(unsafe { Tensor::from_ptr(out.cast()) })
+}
+
+/// `t` on the device of `like` (`t` itself, shallow, when it is there).
+pub fn to_device_of(t: &Tensor, like: &Tensor) -> Result<Tensor> {
+    let target = Device::of(like)?;
+    if Device::of(t)? == target {
+        Ok(t.shallow_clone())
+    } else {
+        to_device(t, target, false)
+    }
+}
+
+/// Zeros of `shape` and `kind` on the device of `like` (made there
+/// directly where tch names the device).
+pub fn zeros_on_device_of(shape: &[i64], kind: tch::Kind, like: &Tensor) -> Result<Tensor> {
+    let d = Device::of(like)?;
+    match d.tch() {
+        Some(td) => Ok(Tensor::f_zeros(shape, (kind, td))?),
+        None => to_device(&Tensor::f_zeros(shape, (kind, tch::Device::Cpu))?, d, false),
+    }
+}
+
+/// Registers the fake PrivateUse1 device under `name` with `count` devices
+/// (once per process; see `csrc/fake_device.cpp`).
+pub fn register_fake_device(name: &str, count: usize) -> Result<()> {
+    let valid = !name.is_empty()
+        && name.len() <= 32
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && name.as_bytes()[0].is_ascii_lowercase();
+    if !valid {
+        return Err(Error::invalid(format!(
+            "fake device name {name:?}: use 1 to 32 lower-case letters, digits or '_', starting with a letter"
+        )));
+    }
+    if DeviceType::from_name(name).is_some() {
+        return Err(Error::invalid(format!("fake device name {name:?} is a built-in device type")));
+    }
+    let count = i64::try_from(count).unwrap_or(i64::MAX);
+    let c_name = std::ffi::CString::new(name).map_err(|_| Error::invalid("fake device name holds a NUL"))?;
+    // SAFETY: the name is NUL-terminated; the error buffer is valid.
+    call("register the fake device", |err, len| unsafe {
+        shim::fulmen_cxx_fake_device_register(c_name.as_ptr(), count, err, len)
+    })
+}
+
+impl DeviceType {
+    /// The built-in type libtorch names `name` ("cuda", "xpu", "meta", ...;
+    /// also "privateuseone").
+    pub fn from_name(name: &str) -> Option<DeviceType> {
+        let t = match name {
+            "cpu" => DeviceType::Cpu,
+            "cuda" => DeviceType::Cuda,
+            "mps" => DeviceType::Mps,
+            "xla" => DeviceType::Xla,
+            "xpu" => DeviceType::Xpu,
+            "hpu" => DeviceType::Hpu,
+            "mtia" => DeviceType::Mtia,
+            "ipu" => DeviceType::Ipu,
+            "meta" => DeviceType::Meta,
+            "privateuseone" => DeviceType::PrivateUse1,
+            _ => return None,
+        };
+        Some(t)
+    }
+}
+
+/// A device in the C API's form: type plus index (the index is ignored for
+/// the CPU).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceSpec {
     /// Device type.
@@ -31,53 +389,49 @@ impl DeviceSpec {
 
     /// Reads a device from its C form.
     pub fn from_c(kind: i32, index: i64) -> Result<Self> {
-        let kind = match kind {
-            0 => DeviceType::Cpu,
-            1 => DeviceType::Cuda,
-            2 => DeviceType::Mps,
-            3 => DeviceType::Xla,
-            k => return Err(Error::invalid(format!("{k} is not a fulmen_device_type (0..=3)"))),
-        };
+        let kind = DeviceType::from_c(kind)?;
         if index < 0 {
             return Err(Error::invalid(format!("device index {index} is negative")));
         }
         Ok(DeviceSpec { kind, index })
     }
 
-    /// The libtorch device; an error when this build cannot address it.
-    pub fn to_tch(self) -> Result<Device> {
-        match self.kind {
-            DeviceType::Cpu => Ok(Device::Cpu),
-            DeviceType::Cuda => {
-                let n = tch::Cuda::device_count();
-                if self.index >= n {
-                    return Err(Error::new(
-                        crate::error::ErrorCode::Unavailable,
-                        format!("CUDA device {} requested but {n} CUDA device(s) are available", self.index),
-                    ));
-                }
-                Ok(Device::Cuda(self.index as usize))
-            }
-            DeviceType::Mps => {
-                if tch::utils::has_mps() {
-                    Ok(Device::Mps)
-                } else {
-                    Err(Error::new(crate::error::ErrorCode::Unavailable, "MPS is not available on this machine"))
-                }
-            }
-            DeviceType::Xla => Err(Error::new(
-                crate::error::ErrorCode::Unavailable,
-                "XLA devices are not available: no PJRT runtime is registered in this libtorch",
-            )),
+    /// The device, unchecked (any index a host names).
+    pub fn device(self) -> Result<Device> {
+        let index = usize::try_from(self.index)
+            .map_err(|_| Error::invalid(format!("device index {} is negative", self.index)))?;
+        if index > i8::MAX as usize {
+            return Err(Error::invalid(format!("device index {index} is above libtorch's limit of {}", i8::MAX)));
         }
+        Ok(Device::new(self.kind, index))
     }
 
-    /// The fulmen form of a libtorch device.
-    pub fn from_tch(d: Device) -> Self {
-        match d {
-            Device::Cuda(i) => DeviceSpec { kind: DeviceType::Cuda, index: i as i64 },
-            Device::Mps => DeviceSpec { kind: DeviceType::Mps, index: 0 },
-            _ => DeviceSpec::CPU,
-        }
+    /// The device, checked to exist here.
+    pub fn to_device(self) -> Result<Device> {
+        let d = self.device()?;
+        d.check_available()?;
+        Ok(d)
+    }
+
+    /// The libtorch device tch names; an error when this build cannot
+    /// address it.
+    pub fn to_tch(self) -> Result<tch::Device> {
+        let d = self.to_device()?;
+        d.tch().ok_or_else(|| {
+            Error::new(
+                ErrorCode::Unsupported,
+                format!("{} cannot be used here (tch names cpu, cuda and mps)", d.name()),
+            )
+        })
+    }
+
+    /// The C form of a device.
+    pub fn from_device(d: Device) -> Self {
+        DeviceSpec { kind: d.kind(), index: d.index() as i64 }
+    }
+
+    /// The C form of a tch device.
+    pub fn from_tch(d: tch::Device) -> Self {
+        DeviceSpec::from_device(Device::from_tch(d))
     }
 }

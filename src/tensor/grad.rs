@@ -40,7 +40,7 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64, norm_type: f64) -> Resul
     let coef = total.f_add_scalar(1e-6)?.f_reciprocal()?.f_mul_scalar(max_norm)?.f_clamp_max(1.0)?;
     for g in &grads {
         let mut g = g.shallow_clone();
-        let _ = g.f_mul_(&coef.f_to_device(g.device())?)?;
+        let _ = g.f_mul_(&crate::tensor::device::to_device_of(&coef, &g)?)?;
     }
     let total_norm = total.f_double_value(&[])?;
     Ok(total_norm)

@@ -9,7 +9,8 @@
 use super::module::{LightningModule, SharedModel};
 use crate::error::{Error, ErrorCode, Result};
 use crate::nn::Module;
-use tch::{Device, Tensor};
+use crate::tensor::device::{self as devices, Device};
+use tch::Tensor;
 
 /// DP state of a run.
 pub(crate) struct DpRun {
@@ -72,7 +73,7 @@ impl DpRun {
                 if l.numel() != 1 {
                     return Err(Error::shape(format!("dp: a training_step returned a loss of shape {:?}", l.size())));
                 }
-                Ok(l.f_reshape([])?.f_to_device(root)?)
+                devices::to_device(&l.f_reshape([])?, root, false)
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Tensor::f_stack(&on_root, 0)?.f_mean(None)?)
@@ -92,7 +93,7 @@ impl DpRun {
             return Err(Error::invalid("dp: predict_step returned an output for some chunks of a batch but not all"));
         }
         let root = self.devices[0];
-        let on_root = given.iter().map(|t| Ok(t.f_to_device(root)?)).collect::<Result<Vec<_>>>()?;
+        let on_root = given.iter().map(|t| devices::to_device(t, root, false)).collect::<Result<Vec<_>>>()?;
         Ok(Some(Tensor::f_cat(&on_root, 0).map_err(|e| {
             Error::new(ErrorCode::ShapeMismatch, format!("dp: predictions of the chunks cannot be concatenated: {e}"))
         })?))
@@ -128,7 +129,7 @@ pub(crate) fn scatter(batch: &[Tensor], devices: &[Device]) -> Result<Vec<Vec<Te
                 .zip(&split)
                 .map(|(t, parts)| {
                     let piece = if t.dim() > 0 { &parts[j] } else { t };
-                    Ok(piece.f_to_device(devices[j])?)
+                    devices::to_device(piece, devices[j], false)
                 })
                 .collect()
         })
@@ -162,8 +163,8 @@ mod tests {
 
     #[test]
     fn scatter_splits_like_chunk_and_copies_scalars() {
-        let x = Tensor::arange(10, (tch::Kind::Float, Device::Cpu)).reshape([5, 2]);
-        let y = Tensor::arange(5, (tch::Kind::Int64, Device::Cpu));
+        let x = Tensor::arange(10, (tch::Kind::Float, tch::Device::Cpu)).reshape([5, 2]);
+        let y = Tensor::arange(5, (tch::Kind::Int64, tch::Device::Cpu));
         let s = Tensor::from(3.0f32);
         let parts = scatter(&[x, y, s], &[Device::Cpu; 4]).unwrap();
         let sizes: Vec<i64> = parts.iter().map(|p| p[0].size()[0]).collect();

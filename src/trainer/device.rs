@@ -5,8 +5,9 @@ use super::module::LightningModule;
 use crate::accelerators::Accelerator;
 use crate::error::Result;
 use crate::precision::{AutocastGuard, PrecisionPlugin};
+use crate::tensor::device::Device;
 use std::sync::Arc;
-use tch::{Device, Tensor};
+use tch::Tensor;
 
 /// Where and how a run computes.
 pub struct Placement {
@@ -34,6 +35,13 @@ impl Placement {
             )?,
             None => PrecisionPlugin::parse(precision)?,
         };
+        if let Device::Other(..) = device {
+            // A device of a type tch cannot name (a vendor's backend): it
+            // must be registered, and becomes this thread's current one
+            // before the accelerator's own setup.
+            device.check_available()?;
+            device.set_current()?;
+        }
         acc.setup_device(device)?;
         Ok(Placement { accelerator: acc, device, precision })
     }
@@ -68,13 +76,13 @@ impl Placement {
         batch
             .into_iter()
             .map(|t| {
-                let t = if t.device() == self.device {
+                let t = if Device::of(&t)? == self.device {
                     t
                 } else {
                     // non_blocking to a GPU, as Lightning's batch_to: a copy from
                     // pinned memory overlaps, one from pageable memory is synchronous.
                     let non_blocking = self.device.is_cuda();
-                    t.f_to_device_(self.device, t.kind(), non_blocking, false)?
+                    crate::tensor::device::to_device(&t, self.device, non_blocking)?
                 };
                 if casts {
                     self.precision.convert_input(&t)

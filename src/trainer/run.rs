@@ -345,7 +345,7 @@ impl Run<'_> {
                 ck.extra.insert(MODULE_KEY.to_string(), entries);
             }
             ck.rng_state = Some(crate::tensor::runtime::cpu_rng_state()?);
-            if let tch::Device::Cuda(i) = self.strategy.root_device() {
+            if let crate::tensor::device::Device::Cuda(i) = self.strategy.root_device() {
                 ck.cuda_rng_state = Some(crate::accelerators::cxx::cuda_rng_state(i)?);
             }
             ck.precision_state = self.strategy.precision().state_dict();
@@ -483,7 +483,7 @@ impl Run<'_> {
         if let Some(r) = &ck.rng_state {
             crate::tensor::runtime::set_cpu_rng_state(r).ctx(at())?;
         }
-        if let (Some(r), tch::Device::Cuda(i)) = (&ck.cuda_rng_state, self.strategy.root_device()) {
+        if let (Some(r), crate::tensor::device::Device::Cuda(i)) = (&ck.cuda_rng_state, self.strategy.root_device()) {
             crate::accelerators::cxx::set_cuda_rng_state(i, r).ctx(at())?;
         }
         self.state.global_step = ck.global_step;

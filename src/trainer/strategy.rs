@@ -16,8 +16,9 @@ use crate::error::{Error, ErrorCode, Result, ResultExt};
 use crate::optim::Optimizer;
 use crate::precision::{AutocastGuard, PrecisionPlugin};
 use crate::strategies::StrategyKind;
+use crate::tensor::device::Device;
 use std::sync::Arc;
-use tch::{Device, Tensor};
+use tch::Tensor;
 
 /// DDP state of a run.
 pub(crate) struct DdpRun {
@@ -82,6 +83,16 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
             Ok(RunStrategy { placement, parallel: Parallel::Dp(DpRun::new(list)) })
         }
         StrategyKind::Ddp | StrategyKind::Xla => {
+            if let Device::Other(kind, _) = list[0] {
+                return Err(Error::new(
+                    ErrorCode::Unsupported,
+                    format!(
+                        "strategy {:?} on {} devices: gloo and nccl cannot reduce tensors held by that backend",
+                        opts.strategy,
+                        kind.name()
+                    ),
+                ));
+            }
             let ctx = distributed::join(&JoinOptions {
                 devices_per_node: list.len(),
                 num_nodes: s.num_nodes,
@@ -273,7 +284,7 @@ impl RunStrategy {
     }
 
     /// The device the model trains on (the root device under `dp`).
-    pub fn root_device(&self) -> tch::Device {
+    pub fn root_device(&self) -> Device {
         self.placement.device
     }
 
@@ -281,7 +292,7 @@ impl RunStrategy {
     /// `cpu_stats` true adds the CPU's on another device, false gives none
     /// on a CPU device (DeviceStatsMonitor's `cpu_stats`).
     pub fn device_stats(&self, cpu_stats: Option<bool>) -> Result<Vec<(String, f64)>> {
-        let on_cpu = self.placement.device == tch::Device::Cpu;
+        let on_cpu = self.placement.device == Device::Cpu;
         if on_cpu && cpu_stats == Some(false) {
             return Ok(Vec::new());
         }
@@ -289,7 +300,7 @@ impl RunStrategy {
         if !on_cpu && cpu_stats == Some(true) {
             // The registered CPU accelerator: its cpu_percent counts since its last reading.
             let cpu = crate::accelerators::registry::get("cpu")?;
-            stats.extend(cpu.get_device_stats(tch::Device::Cpu)?);
+            stats.extend(cpu.get_device_stats(Device::Cpu)?);
         }
         Ok(stats)
     }

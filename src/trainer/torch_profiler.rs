@@ -52,11 +52,14 @@ unsafe extern "C" fn on_event(ctx: *mut c_void, name: *const c_char, ns: u64) {
 impl TorchProfiler {
     /// A started profiler when the options ask for libtorch's (with CUDA
     /// kernels when the run's device is a GPU).
-    pub fn when(kind: super::options::ProfilerKind, device: tch::Device) -> Result<Option<TorchProfiler>> {
+    pub fn when(
+        kind: super::options::ProfilerKind,
+        device: crate::tensor::device::Device,
+    ) -> Result<Option<TorchProfiler>> {
         if kind != super::options::ProfilerKind::PyTorch {
             return Ok(None);
         }
-        Self::start(matches!(device, tch::Device::Cuda(_))).map(Some)
+        Self::start(matches!(device, crate::tensor::device::Device::Cuda(_))).map(Some)
     }
 
     /// Starts libtorch's profiler (with CUDA kernels when `cuda`); an error

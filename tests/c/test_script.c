@@ -77,7 +77,9 @@ static void test_buffers(void) {
     CHECK_ERR(fulmen_model_to_dtype(m, FULMEN_DTYPE_I32), FULMEN_CODE_DTYPE_MISMATCH, NULL);
     CHECK_OK(fulmen_model_to_device(m, FULMEN_DEVICE_TYPE_CPU, 0));
     CHECK_ERR(fulmen_model_to_device(m, FULMEN_DEVICE_TYPE_CUDA, 99), FULMEN_CODE_UNAVAILABLE, NULL);
-    CHECK_ERR(fulmen_model_to_device(m, 9, 0), FULMEN_CODE_INVALID_ARGUMENT, "fulmen_device_type");
+    CHECK_ERR(fulmen_model_to_device(m, 42, 0), FULMEN_CODE_INVALID_ARGUMENT, "fulmen_device_type");
+    /* A vendor's device type with no backend in this process. */
+    CHECK_ERR(fulmen_model_to_device(m, FULMEN_DEVICE_TYPE_XPU, 0), FULMEN_CODE_UNAVAILABLE, "no xpu backend");
     char path[1024];
     fixture_path("tabular_scripted.pt", path, sizeof path);
     CHECK_ERR(fulmen_model_load_torchscript_on(path, FULMEN_DEVICE_TYPE_CUDA, 99, &bad), FULMEN_CODE_UNAVAILABLE, NULL);

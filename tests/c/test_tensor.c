@@ -487,7 +487,7 @@ static void test_conversions(void) {
     } else {
         CHECK_ERR(fulmen_tensor_to_device(s, FULMEN_DEVICE_TYPE_CUDA, 0, &gpu), FULMEN_CODE_UNAVAILABLE, "CUDA");
     }
-    CHECK_ERR(fulmen_tensor_to_device(s, 9, 0, &gpu), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_tensor_to_device(s, 42, 0, &gpu), FULMEN_CODE_INVALID_ARGUMENT, "fulmen_device_type");
     CHECK_ERR(fulmen_tensor_to_device(s, FULMEN_DEVICE_TYPE_CPU, -1, &gpu), FULMEN_CODE_INVALID_ARGUMENT, NULL);
     CHECK_ERR(fulmen_tensor_to_device(s, FULMEN_DEVICE_TYPE_CPU, 0, NULL), FULMEN_CODE_NULL_ARGUMENT, NULL);
     CHECK_ERR(fulmen_tensor_to_device(NULL, FULMEN_DEVICE_TYPE_CPU, 0, &gpu), FULMEN_CODE_NULL_ARGUMENT, NULL);

@@ -252,7 +252,7 @@ TEST_F(AcceleratorTest, CpuSetupTeardownAndStats) {
     cpu.setup_device(Device::cpu());
     cpu.teardown();
     EXPECT_EQ(error_code([&] { cpu.setup_device(Device::cuda(0)); }), FULMEN_CODE_INVALID_ARGUMENT);
-    EXPECT_EQ(error_code([&] { cpu.setup_device(Device{static_cast<DeviceType>(9), 0}); }),
+    EXPECT_EQ(error_code([&] { cpu.setup_device(Device{static_cast<DeviceType>(42), 0}); }),
               FULMEN_CODE_INVALID_ARGUMENT);
 
     std::map<std::string, double> stats = cpu.device_stats(Device::cpu());

@@ -117,7 +117,10 @@ pub unsafe extern "C" fn fulmen_tensor_compare_scalar(
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
     unary("fulmen_tensor_compare_scalar", x, out, |x| {
-        let s = Tensor::f_full([0i64; 0].as_slice(), value, (Kind::Double, x.device()))?;
+        let s = crate::tensor::device::to_device_of(
+            &Tensor::f_full([0i64; 0].as_slice(), value, (Kind::Double, tch::Device::Cpu))?,
+            x,
+        )?;
         compare(x, &s, op)
     })
 }

@@ -84,9 +84,11 @@ pub unsafe extern "C" fn fulmen_tensor_shape(
     })
 }
 
-/// Writes the tensor's device as a `fulmen_device_type` and an index.
+/// Writes the tensor's device as a `fulmen_device_type` and an index (a
+/// vendor's device types included).
 ///
-/// Errors: the common ones only.
+/// Errors: FULMEN_CODE_UNSUPPORTED (a libtorch device type fulmen does not
+/// name, such as Lazy), and the common ones.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_device(
     tensor: *const fulmen_tensor,
@@ -96,7 +98,7 @@ pub unsafe extern "C" fn fulmen_tensor_device(
     guard("fulmen_tensor_device", || {
         handle::check_out(type_out, "type_out")?;
         handle::check_out(index_out, "index_out")?;
-        let d = DeviceSpec::from_tch(tensor_arg(tensor, "tensor")?.device());
+        let d = DeviceSpec::from_device(crate::tensor::device::Device::of(&*tensor_arg(tensor, "tensor")?)?);
         type_out.write(d.kind as i32);
         index_out.write(d.index);
         Ok(())
@@ -232,11 +234,14 @@ pub unsafe extern "C" fn fulmen_tensor_to_dtype(
     unary("fulmen_tensor_to_dtype", tensor, out, |t| Ok(t.f_to_kind(DType::from_i32(dtype)?.kind())?))
 }
 
-/// Moves (copies) to a device given as `fulmen_device_type` and index.
+/// Moves (copies) to a device given as `fulmen_device_type` and index: any
+/// libtorch device type, through libtorch's dispatch (a vendor's XPU, HPU,
+/// MTIA, IPU or PrivateUse1 device once its backend is registered).
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (`device_type` is not a
 /// fulmen_device_type, or `device_index` is negative), FULMEN_CODE_UNAVAILABLE
-/// (no such CUDA device, no MPS, or an XLA device), FULMEN_CODE_TORCH (the copy
+/// (no such CUDA device, no MPS, an XLA device, no backend of that type in
+/// this process, or an index past its count), FULMEN_CODE_TORCH (the copy
 /// failed, e.g. out of memory).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_to_device(
@@ -247,7 +252,7 @@ pub unsafe extern "C" fn fulmen_tensor_to_device(
 ) -> *mut fulmen_error {
     guard("fulmen_tensor_to_device", || {
         handle::check_out(out, "out")?;
-        let d = DeviceSpec::from_c(device_type, device_index)?.to_tch()?;
-        emit(out, tensor_arg(tensor, "tensor")?.f_to_device(d)?)
+        let d = DeviceSpec::from_c(device_type, device_index)?.to_device()?;
+        emit(out, crate::tensor::device::to_device(&*tensor_arg(tensor, "tensor")?, d, false)?)
     })
 }

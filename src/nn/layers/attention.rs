@@ -103,7 +103,8 @@ impl MultiheadAttention {
     fn merged_mask(&self, c: &AttentionCall<'_>, n: i64, l: i64, s: i64, kind: Kind) -> Result<Option<Tensor>> {
         let additive = |m: &Tensor, what: &str| -> Result<Tensor> {
             match m.f_kind()? {
-                Kind::Bool => Ok(Tensor::f_zeros(m.size(), (kind, m.device()))?.f_masked_fill(m, f64::NEG_INFINITY)?),
+                Kind::Bool => Ok(crate::tensor::device::zeros_on_device_of(&m.size(), kind, m)?
+                    .f_masked_fill(m, f64::NEG_INFINITY)?),
                 k if k == kind => Ok(m.shallow_clone()),
                 k => Err(Error::dtype(format!("multihead_attention: {what} must be bool or {kind:?}, got {k:?}"))),
             }

@@ -6,7 +6,8 @@
 use super::{shape_of, Layer};
 use crate::error::{Error, ErrorCode, Result};
 use crate::nn::init;
-use tch::{Device, Kind, Tensor};
+use crate::tensor::device::{self, Device};
+use tch::{Kind, Tensor};
 
 /// The most layers a recurrent layer may stack (each is a loop step and
 /// four tensors, so an absurd count from an option is refused early).
@@ -189,14 +190,14 @@ impl Rnn {
                 if batched { "N, " } else { "" }
             )));
         }
-        if h.f_kind()? != x.f_kind()? || h.device() != x.device() {
+        if h.f_kind()? != x.f_kind()? || Device::of(h)? != Device::of(x)? {
             return Err(Error::dtype(format!(
-                "{}: initial state ({:?} on {:?}) must match the input ({:?} on {:?})",
+                "{}: initial state ({:?} on {}) must match the input ({:?} on {})",
                 self.kind.name(),
                 h.f_kind()?,
-                h.device(),
+                Device::of(h)?.name(),
                 x.f_kind()?,
-                x.device()
+                Device::of(x)?.name()
             )));
         }
         Ok(if batched { h.shallow_clone() } else { h.f_unsqueeze(1)? })
@@ -217,7 +218,7 @@ impl Rnn {
         if lengths.size() != [batch] {
             return Err(Error::shape(format!("{name}: lengths of shape {} must be [{batch}]", shape_of(lengths))));
         }
-        let l = lengths.f_to_device(Device::Cpu)?.f_to_kind(Kind::Int64)?;
+        let l = lengths.f_to_device(tch::Device::Cpu)?.f_to_kind(Kind::Int64)?;
         if batch > 0 {
             let (lo, hi) = (l.f_min()?.f_int64_value(&[])?, l.f_max()?.f_int64_value(&[])?);
             if lo < 1 || hi > steps {
@@ -238,9 +239,7 @@ impl Rnn {
         let hx = if hx.is_empty() {
             let states = if self.kind == RnnKind::Lstm { 2 } else { 1 };
             let shape = [self.dirs() * c.num_layers, x.size()[batch_dim], c.hidden_size];
-            (0..states)
-                .map(|_| Tensor::f_zeros(shape, (x.f_kind()?, x.device())))
-                .collect::<std::result::Result<_, _>>()?
+            (0..states).map(|_| device::zeros_on_device_of(&shape, x.f_kind()?, x)).collect::<Result<_>>()?
         } else {
             hx
         };
@@ -250,7 +249,7 @@ impl Rnn {
         let lengths = self.check_lengths(x, lengths)?;
         let steps = x.size()[1 - batch_dim];
         let (sorted_lengths, order) = lengths.f_sort(0, true)?;
-        let order_here = order.f_to_device(x.device())?;
+        let order_here = device::to_device_of(&order, x)?;
         let restore = order_here.f_argsort(0, false)?;
         let x = x.f_index_select(batch_dim as i64, &order_here)?;
         let hx = hx.iter().map(|h| h.f_index_select(1, &order_here)).collect::<std::result::Result<Vec<_>, _>>()?;

@@ -369,9 +369,10 @@ pub fn ctc(
     }
     // Only labels within each target's length count: torch ignores the
     // padding after them (often -1).
-    let within = Tensor::f_arange(ts[1], (Kind::Int64, targets.device()))?
-        .f_unsqueeze(0)?
-        .f_lt_tensor(&target_lengths.f_to_kind(Kind::Int64)?.f_to_device(targets.device())?.f_unsqueeze(1)?)?;
+    let steps =
+        crate::tensor::device::to_device_of(&Tensor::f_arange(ts[1], (Kind::Int64, tch::Device::Cpu))?, targets)?;
+    let lengths = crate::tensor::device::to_device_of(&target_lengths.f_to_kind(Kind::Int64)?, targets)?;
+    let within = steps.f_unsqueeze(0)?.f_lt_tensor(&lengths.f_unsqueeze(1)?)?;
     let labels = targets.f_masked_select(&within)?;
     if labels.numel() > 0 {
         let (lo, hi) = (labels.f_min()?.f_int64_value(&[])?, labels.f_max()?.f_int64_value(&[])?);

@@ -20,6 +20,30 @@
 
 namespace fulmen {
 
+/// libtorch's lower-case name of a device type ("xpu"; PrivateUse1 under
+/// the name its backend registered, "npu" say).
+inline std::string device_type_name(DeviceType type) {
+    return detail::read_string([&](char* buf, size_t cap, size_t* len) {
+        return fulmen_device_type_name(static_cast<int32_t>(type), buf, cap, len);
+    });
+}
+
+/// How many devices of `type` libtorch has in this process (a registered
+/// backend's count for the vendor types; 0 without one).
+inline size_t device_count(DeviceType type) {
+    size_t out = 0;
+    check(fulmen_device_count(static_cast<int32_t>(type), &out));
+    return out;
+}
+
+/// Registers fulmen's fake device as the PrivateUse1 backend `name` with
+/// `count` devices (process-wide and permanent; see
+/// `fulmen_fake_device_register`): the device custom accelerators are
+/// tested on.
+inline void register_fake_device(const std::string& name, size_t count) {
+    check(fulmen_fake_device_register(name.c_str(), count));
+}
+
 namespace detail {
 
 inline fulmen_device to_c_device(Device d) noexcept { return fulmen_device{static_cast<int32_t>(d.type), d.index}; }

@@ -33,6 +33,12 @@ enum class DeviceType : int32_t {
     Cuda = FULMEN_DEVICE_TYPE_CUDA,
     Mps = FULMEN_DEVICE_TYPE_MPS,
     Xla = FULMEN_DEVICE_TYPE_XLA,
+    Xpu = FULMEN_DEVICE_TYPE_XPU,                 ///< Intel's XPU backend.
+    Hpu = FULMEN_DEVICE_TYPE_HPU,                 ///< Habana Gaudi's HPU backend.
+    Mtia = FULMEN_DEVICE_TYPE_MTIA,               ///< Meta's MTIA backend.
+    Ipu = FULMEN_DEVICE_TYPE_IPU,                 ///< Graphcore's IPU backend.
+    Meta = FULMEN_DEVICE_TYPE_META,               ///< Shapes and dtypes without data.
+    PrivateUse1 = FULMEN_DEVICE_TYPE_PRIVATE_USE1,  ///< An out-of-tree backend under its own name ("npu").
 };
 
 /// A device: its type and index.
@@ -44,6 +50,8 @@ struct Device {
     static Device cpu() { return {DeviceType::Cpu, 0}; }
     /// CUDA device `index`.
     static Device cuda(int64_t index = 0) { return {DeviceType::Cuda, index}; }
+    /// Device `index` of the PrivateUse1 backend (the one named "npu", say).
+    static Device private_use1(int64_t index = 0) { return {DeviceType::PrivateUse1, index}; }
     /// Same type and index.
     bool operator==(const Device& o) const { return type == o.type && index == o.index; }
     /// Different type or index.

@@ -1,0 +1,100 @@
+// A vendor's device type from C++: Lightning's XPUAccelerator example over
+// fulmen's fake PrivateUse1 device, registered as "npu". A program of its
+// own, run by run-tests.sh: registering the fake device changes libtorch
+// for the whole process, for good. Exits non-zero on the first mismatch.
+#include <fulmen/fulmen.hpp>
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+int failures = 0;
+
+void expect(bool ok, const std::string& what) {
+    if (!ok) {
+        std::cerr << "custom_device: " << what << "\n";
+        failures++;
+    }
+}
+
+// get_parallel_devices returns torch.device("npu", i), as the XPU example
+// returns torch.device("xpu", i).
+class NpuAccelerator : public fulmen::CustomAccelerator {
+public:
+    explicit NpuAccelerator(std::vector<fulmen::Device>* setups) : setups_(setups) {}
+    bool is_available() override { return true; }
+    size_t auto_device_count() override { return fulmen::device_count(fulmen::DeviceType::PrivateUse1); }
+    std::vector<fulmen::Device> parallel_devices(const std::vector<int64_t>& ids) override {
+        std::vector<fulmen::Device> out;
+        for (int64_t id : ids) out.push_back(fulmen::Device::private_use1(id));
+        return out;
+    }
+    void setup_device(fulmen::Device device) override { setups_->push_back(device); }
+
+private:
+    std::vector<fulmen::Device>* setups_;
+};
+
+// Trains a 2-16-2 MLP on two blobs on `accelerator`; returns the last epoch's loss.
+double fit_on(const std::string& accelerator) {
+    using namespace fulmen;
+    manual_seed(7);
+    Tensor x = Tensor::randn({128, 2});
+    Tensor y = x.sum({1}).compare(0.0, Compare::Gt).to(DType::I64);
+    Loader train(Dataset::from_tensors({x, y}), 16, /*shuffle=*/true);
+    Model model = Model::sequential({Model::linear(2, 16), Model::tanh(), Model::linear(16, 2)});
+    LightningModule module = LightningModule::builder(model)
+                                 .training_step([&](StepContext& ctx, const Batch& batch) {
+                                     Tensor loss = loss::cross_entropy(model(batch[0]), batch[1]);
+                                     ctx.log("train_loss", loss.item(), Log::on_epoch);
+                                     return loss;
+                                 })
+                                 .configure_optimizers([&](OptimizerConfig& config) {
+                                     config.add(Optimizer::sgd(model, SgdOptions(0.1)));
+                                 })
+                                 .build();
+    Trainer trainer(TrainerOptions()
+                        .max_epochs(3)
+                        .enable_progress_bar(false)
+                        .enable_model_summary(false)
+                        .logger(false)
+                        .enable_checkpointing(false)
+                        .set("accelerator", accelerator)
+                        .set("devices", "1"));
+    trainer.fit(module, train);
+    return trainer.callback_metric("train_loss");
+}
+
+}  // namespace
+
+int main() {
+    using namespace fulmen;
+    try {
+        register_fake_device("npu", 2);
+        expect(device_type_name(DeviceType::PrivateUse1) == "npu", "PrivateUse1 is not named npu");
+        expect(device_count(DeviceType::PrivateUse1) == 2, "not 2 npu devices");
+        expect(device_count(DeviceType::Xpu) == 0, "xpu devices without a backend");
+
+        Tensor t = Tensor::ones({2, 3}).to(Device::private_use1(1));
+        expect(t.device() == Device::private_use1(1), "the tensor is not on npu:1");
+        expect((t + t).sum().to(Device::cpu()).item() == 12.0, "npu arithmetic");
+
+        std::vector<Device> setups;
+        register_accelerator("npu", "the fake PrivateUse1 device", std::make_unique<NpuAccelerator>(&setups));
+        const double on_npu = fit_on("npu");
+        const double on_cpu = fit_on("cpu");
+        expect(on_npu == on_cpu, "train_loss on npu " + std::to_string(on_npu) + " vs " + std::to_string(on_cpu));
+        expect(on_npu < 0.5, "train_loss " + std::to_string(on_npu));
+        expect(setups.size() == 1 && setups[0] == Device::private_use1(0), "setup_device was not given npu:0");
+        unregister_accelerator("npu");
+        std::cout << "custom_device: train_loss on npu:0 " << on_npu << " (cpu " << on_cpu << ")\n";
+    } catch (const Error& e) {
+        std::cerr << "custom_device: " << e.what() << "\n";
+        return 1;
+    }
+    return failures == 0 ? 0 : 1;
+}

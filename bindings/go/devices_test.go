@@ -1,0 +1,99 @@
+package fulmen_test
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	fulmen "github.com/fulmen-ml/fulmen/bindings/go"
+)
+
+// npuAccelerator is Lightning's XPUAccelerator example written in Go: its
+// devices are PrivateUse1 devices (the fake device registered as "npu").
+type npuAccelerator struct{ setup []fulmen.Device }
+
+func (a *npuAccelerator) IsAvailable() (bool, error) { return true, nil }
+func (a *npuAccelerator) AutoDeviceCount() (int, error) {
+	return fulmen.DeviceCount(fulmen.PrivateUse1)
+}
+func (a *npuAccelerator) ParallelDevices(ids []int64) ([]fulmen.Device, error) {
+	out := make([]fulmen.Device, len(ids))
+	for i, id := range ids {
+		out[i] = fulmen.Device{Type: fulmen.PrivateUse1, Index: id}
+	}
+	return out, nil
+}
+func (a *npuAccelerator) SetupDevice(d fulmen.Device) error {
+	a.setup = append(a.setup, d)
+	return nil
+}
+func (a *npuAccelerator) Teardown() error { return nil }
+func (a *npuAccelerator) DeviceStats(fulmen.Device) (map[string]float64, error) {
+	return nil, nil
+}
+
+// TestCustomDevice runs customDevice in a child process: registering the
+// fake device changes libtorch for the whole process, for good.
+func TestCustomDevice(t *testing.T) {
+	if os.Getenv("FULMEN_GO_FAKE_DEVICE_CHILD") == "1" {
+		customDevice(t)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCustomDevice$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "FULMEN_GO_FAKE_DEVICE_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestCustomDevice") {
+		t.Fatalf("the child process failed (%v):\n%s", err, out)
+	}
+}
+
+func customDevice(t *testing.T) {
+	ok(t, fulmen.RegisterFakeDevice("npu", 2))
+	if name := must(fulmen.DeviceTypeName(fulmen.PrivateUse1)); name != "npu" {
+		t.Fatalf("PrivateUse1 is named %q", name)
+	}
+	if n := must(fulmen.DeviceCount(fulmen.PrivateUse1)); n != 2 {
+		t.Fatalf("%d npu devices", n)
+	}
+	if err := fulmen.RegisterFakeDevice("hpx", 2); !errors.Is(err, fulmen.ErrTorch) {
+		t.Fatalf("a second name: %v", err)
+	}
+	if err := fulmen.RegisterFakeDevice("npu", -1); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("a negative count: %v", err)
+	}
+
+	// A tensor on npu:1 and back.
+	x := must(fulmen.FromSlice([]float32{1, -2, 3}))
+	defer x.Close()
+	on := must(x.ToDevice(fulmen.Device{Type: fulmen.PrivateUse1, Index: 1}))
+	defer on.Close()
+	if d := must(on.Device()); d != (fulmen.Device{Type: fulmen.PrivateUse1, Index: 1}) {
+		t.Fatalf("tensor on %v", d)
+	}
+	if _, err := x.ToDevice(fulmen.Device{Type: fulmen.XPU}); !errors.Is(err, fulmen.ErrUnavailable) {
+		t.Fatalf("to xpu without a backend: %v", err)
+	}
+
+	// The accelerator trains on npu:0 what the CPU trains, weight for weight.
+	acc := &npuAccelerator{}
+	ok(t, fulmen.RegisterAccelerator("npu", "the fake PrivateUse1 device", acc, false))
+	defer fulmen.UnregisterAccelerator("npu")
+	// The same initial weights for both (the model is drawn before fit).
+	ok(t, fulmen.ManualSeed(5))
+	onNpu, err := fitWith(t, nil, "accelerator", "npu", "devices", "1")
+	defer onNpu.Close()
+	ok(t, err)
+	ok(t, fulmen.ManualSeed(5))
+	onCPU, err := fitWith(t, nil, "accelerator", "cpu", "devices", "1")
+	defer onCPU.Close()
+	ok(t, err)
+	npuLoss, cpuLoss := must(onNpu.CallbackMetric("train_loss")), must(onCPU.CallbackMetric("train_loss"))
+	if npuLoss != cpuLoss || !(npuLoss < 0.3) {
+		t.Fatalf("train_loss on npu %v, on the CPU %v", npuLoss, cpuLoss)
+	}
+	if len(acc.setup) != 1 || acc.setup[0] != (fulmen.Device{Type: fulmen.PrivateUse1}) {
+		t.Fatalf("set up %v", acc.setup)
+	}
+}

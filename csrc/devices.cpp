@@ -1,0 +1,84 @@
+// Tensors on any libtorch device type. tch names only the CPU, CUDA, MPS
+// and Vulkan (its Tensor::device() reports every other type as MPS), so the
+// moves to and the queries of XPU, HPU, MTIA, IPU, Meta and PrivateUse1
+// devices go through here. Devices cross as (c10::DeviceType code, index).
+#include "fulmen_cxx.h"
+
+#include <ATen/Context.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <cstdint>
+
+namespace {
+
+c10::Device device_from(int type, int64_t index) {
+  TORCH_CHECK(type >= 0 && type < static_cast<int>(c10::COMPILE_TIME_MAX_DEVICE_TYPES), type,
+              " is not a libtorch device type");
+  auto t = static_cast<c10::DeviceType>(type);
+  TORCH_CHECK(c10::isValidDeviceType(t), type, " is not a libtorch device type");
+  TORCH_CHECK(index >= -1 && index <= INT8_MAX, "device index ", index, " is out of range");
+  return c10::Device(t, static_cast<c10::DeviceIndex>(index));
+}
+
+}  // namespace
+
+extern "C" {
+
+// *out = t.to(device(type, index), non_blocking): a new heap at::Tensor*.
+int fulmen_cxx_tensor_to_device(const void* t, int type, int64_t index, int non_blocking, void** out, char* err,
+                                size_t err_len) {
+  FULMEN_CXX_TRY
+  const auto& src = *static_cast<const at::Tensor*>(t);
+  *out = new at::Tensor(src.to(device_from(type, index), non_blocking != 0));
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// The device `t` is on (its c10 type code and index; -1 for none).
+int fulmen_cxx_tensor_device(const void* t, int* type, int64_t* index, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto d = static_cast<const at::Tensor*>(t)->device();
+  *type = static_cast<int>(d.type());
+  *index = static_cast<int64_t>(d.index());
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// The lower-case name of a device type ("xpu"; PrivateUse1 under its
+// registered name, "privateuseone" before one is registered), NUL-terminated.
+int fulmen_cxx_device_type_name(int type, char* buf, size_t buf_len, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  fulmen_cxx::write_message(c10::DeviceTypeName(device_from(type, -1).type(), true), buf, buf_len);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// How many devices of `type` a registered backend reports (0 without one).
+int fulmen_cxx_device_count(int type, int64_t* out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto t = device_from(type, -1).type();
+  *out = c10::impl::hasDeviceGuardImpl(t) ? c10::impl::getDeviceGuardImpl(t)->deviceCount() : 0;
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Makes (type, index) the calling thread's current device of its type.
+int fulmen_cxx_device_set_current(int type, int64_t index, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto d = device_from(type, index);
+  TORCH_CHECK(c10::impl::hasDeviceGuardImpl(d.type()), "no backend is registered for ",
+              c10::DeviceTypeName(d.type(), true));
+  c10::impl::getDeviceGuardImpl(d.type())->setDevice(d);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Waits for the work queued on (type, index).
+int fulmen_cxx_device_synchronize(int type, int64_t index, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto d = device_from(type, index);
+  TORCH_CHECK(c10::impl::hasDeviceGuardImpl(d.type()), "no backend is registered for ",
+              c10::DeviceTypeName(d.type(), true));
+  c10::impl::getDeviceGuardImpl(d.type())->synchronizeDevice(d.index());
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+}  // extern "C"

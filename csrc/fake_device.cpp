@@ -1,0 +1,328 @@
+// A fake device for tests and for the custom-accelerator conformance kit:
+// a minimal PrivateUse1 backend, as PyTorch's OpenReg example, that keeps
+// tensor data in host memory. A handful of kernels are its own (allocation,
+// copies, views, batch norm); every other op runs through libtorch's
+// at::native::cpu_fallback (arguments copied to the CPU, the CPU kernel run,
+// results copied back). Its random numbers come from the CPU generator,
+// which is therefore its default generator.
+//
+// Nothing registers at load: fulmen_cxx_fake_device_register does it all,
+// once per process, and refuses when another PrivateUse1 backend is there.
+// Registering names PrivateUse1 for the whole process and cannot be undone.
+#include "fulmen_cxx.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/autocast_mode.h>  // KERNEL_PRIVATEUSEONE, pulls ATen.h
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/ops/_local_scalar_dense_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/copy_native.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <unordered_set>
+
+namespace fake_device {
+namespace {
+
+std::atomic<c10::DeviceIndex> g_device_count{1};
+thread_local c10::DeviceIndex t_current = 0;
+constexpr auto kPU1 = c10::DeviceType::PrivateUse1;
+
+void check_index(c10::DeviceIndex i) {
+  TORCH_CHECK(i >= 0 && i < g_device_count.load(), "fake device: invalid device index ", int(i),
+              " (", int(g_device_count.load()), " fake device(s))");
+}
+
+// ---- 1. device guard: current device per thread, one default stream --------
+struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return kPU1; }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    auto old = getDevice();
+    setDevice(d);
+    return old;
+  }
+  c10::Device getDevice() const override { return c10::Device(kPU1, t_current); }
+  void setDevice(c10::Device d) const override {
+    TORCH_CHECK(d.type() == kPU1, "fake device guard got ", d);
+    if (d.index() >= 0) { check_index(d.index()); t_current = d.index(); }
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0) t_current = d.index();
+  }
+  c10::Stream getStream(c10::Device d) const noexcept override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const noexcept override {
+    return c10::Stream(c10::Stream::DEFAULT, s.device());
+  }
+  c10::DeviceIndex deviceCount() const noexcept override { return g_device_count.load(); }
+  // Events: all work is synchronous, so record/block are no-ops.
+  void record(void**, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {}
+  void block(void*, const c10::Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  void synchronizeDevice(const c10::DeviceIndex) const override {}
+};
+
+// ---- 2. allocator: host memory tagged as npu:<current> ----------------------
+void npu_free(void* p) { c10::free_cpu(p); }
+struct NpuAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    void* p = c10::alloc_cpu(n);
+    return {p, p, &npu_free, c10::Device(kPU1, t_current)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &npu_free; }
+  void copy_data(void* dst, const void* src, size_t n) const override { default_copy_data(dst, src, n); }
+};
+NpuAllocator g_alloc;
+
+// "Pinned" host memory for pin_memory(): plain host memory whose pointers we
+// remember, so is_pinned() answers true for them.
+std::mutex g_pinned_mu;
+std::unordered_set<void*> g_pinned;
+void pinned_free(void* p) {
+  { std::lock_guard<std::mutex> l(g_pinned_mu); g_pinned.erase(p); }
+  c10::free_cpu(p);
+}
+struct PinnedAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    void* p = c10::alloc_cpu(n);
+    { std::lock_guard<std::mutex> l(g_pinned_mu); g_pinned.insert(p); }
+    return {p, p, &pinned_free, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &pinned_free; }
+  void copy_data(void* dst, const void* src, size_t n) const override { default_copy_data(dst, src, n); }
+};
+PinnedAllocator g_pinned_alloc;
+
+// ---- 3. hooks: generator, pinned memory, device count -----------------------
+struct Hooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return true; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  void init() const override {}
+  c10::DeviceIndex deviceCount() const override { return g_device_count.load(); }
+  void setCurrentDevice(c10::DeviceIndex d) const override { check_index(d); t_current = d; }
+  c10::DeviceIndex getCurrentDevice() const override { return t_current; }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex d) const override {
+    auto old = t_current; setCurrentDevice(d); return old;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
+  // The fake device draws its random numbers on the CPU (cpu_fallback runs the
+  // CPU kernels with the CPU default generator), so its default generator IS
+  // the CPU one: seeding "npu" seeds what dropout/randn on npu really use.
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
+    return at::detail::getDefaultCPUGenerator();
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex) const override {
+    return at::make_generator<at::CPUGeneratorImpl>();
+  }
+  c10::Device getDeviceFromPtr(void*) const override { return c10::Device(kPU1, t_current); }
+  bool isPinnedPtr(const void* p) const override {
+    std::lock_guard<std::mutex> l(g_pinned_mu);
+    return g_pinned.count(const_cast<void*>(p)) != 0;
+  }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned_alloc; }
+  void resizePrivateUse1Bytes(const c10::Storage& s, size_t n) const override {
+    c10::DataPtr fresh = g_alloc.allocate(n);
+    size_t keep = std::min(n, s.nbytes());
+    if (keep) std::memcpy(fresh.get(), s.data(), keep);
+    s.set_data_ptr_noswap(std::move(fresh));
+    s.set_nbytes(n);
+  }
+};
+
+// ---- 4. kernels ------------------------------------------------------------
+at::Tensor npu_empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin, std::optional<c10::MemoryFormat> fmt) {
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::kStrided, "fake device: only strided tensors");
+  const c10::DeviceGuard guard(c10::device_or_default(device));
+  return at::detail::empty_generic(size, &g_alloc, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), fmt);
+}
+at::Tensor npu_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin) {
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::kStrided, "fake device: only strided tensors");
+  const c10::DeviceGuard guard(c10::device_or_default(device));
+  return at::detail::empty_strided_generic(size, stride, &g_alloc,
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+// A CPU tensor aliasing the host memory of an npu (or CPU) tensor.
+at::Tensor as_cpu(const at::Tensor& t) {
+  if (t.is_cpu()) return t;
+  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(c10::kCPU));
+}
+// self -> dst, for CPU<->npu and npu<->npu (dtype conversion included).
+at::Tensor npu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  TORCH_CHECK(self.is_cpu() || self.is_privateuseone(), "fake device: cannot copy from ", self.device());
+  TORCH_CHECK(dst.is_cpu() || dst.is_privateuseone(), "fake device: cannot copy to ", dst.device());
+  at::Tensor d = as_cpu(dst);
+  at::native::copy_(d, as_cpu(self), non_blocking);
+  return dst;
+}
+at::Tensor npu_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  at::native::resize_(dst, self.sizes(), std::nullopt);
+  return npu_copy_from(self, dst, false);
+}
+// View ops must stay views (cpu_fallback would return copies).
+at::Tensor npu_as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, offset);
+}
+at::Tensor npu_view(const at::Tensor& self, c10::IntArrayRef size) { return at::native::view(self, size); }
+at::Tensor npu_reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::native::_reshape_alias(self, size, stride);
+}
+const at::Tensor& npu_resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> fmt) {
+  return at::native::resize_(self, size, fmt);  // reallocates with the storage's allocator
+}
+at::Scalar npu_local_scalar_dense(const at::Tensor& self) { return at::native::_local_scalar_dense_cpu(self); }
+at::Tensor& npu_set_source_Storage(at::Tensor& self, c10::Storage src) { return at::native::set_(self, src); }
+at::Tensor& npu_set_source_Storage_offset(at::Tensor& self, c10::Storage src, int64_t off, c10::IntArrayRef size,
+                                      c10::IntArrayRef stride) {
+  return at::native::set_storage_cpu_(self, src, off, size, stride);
+}
+at::Tensor& npu_set_source_Tensor(at::Tensor& self, const at::Tensor& src) {
+  return at::native::set_tensor_(self, src);
+}
+// libtorch 2.13's TensorImpl::has_compatible_shallow_copy_type() knows no
+// PrivateUse1, so Variable::set_data (nn::Module::to, tch's set_data) between
+// CPU and npu fails unless the backend overrides this op.
+bool npu_has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto ok = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided && (t.is_cpu() || t.is_privateuseone());
+  };
+  return ok(self) && ok(from);
+}
+// native_batch_norm's schema does not mark running_mean/var as mutated, so
+// cpu_fallback would update CPU copies and drop them (BatchNorm's running
+// stats would stay at their initial values). The data is host memory, so run
+// the CPU kernel on CPU aliases instead: the update lands in the npu tensors.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_native_batch_norm(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, bool training,
+    double momentum, double eps) {
+  auto opt = [](const std::optional<at::Tensor>& t) -> std::optional<at::Tensor> {
+    if (t.has_value() && t->defined()) return as_cpu(*t);
+    return std::nullopt;
+  };
+  auto [out, mean, invstd] = at::native_batch_norm(as_cpu(input), opt(weight), opt(bias), opt(running_mean),
+                                                   opt(running_var), training, momentum, eps);
+  const auto d = input.device();
+  return {out.to(d), mean.to(d), invstd.to(d)};
+}
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  at::native::cpu_fallback(op, stack);
+}
+
+void register_kernels(torch::Library& m) {
+  m.impl("empty.memory_format", npu_empty_memory_format);
+  m.impl("empty_strided", npu_empty_strided);
+  m.impl("_copy_from", npu_copy_from);
+  m.impl("_copy_from_and_resize", npu_copy_from_and_resize);
+  m.impl("as_strided", npu_as_strided);
+  m.impl("view", npu_view);
+  m.impl("_reshape_alias", npu_reshape_alias);
+  m.impl("resize_", npu_resize_);
+  m.impl("_local_scalar_dense", npu_local_scalar_dense);
+  m.impl("set_.source_Tensor", npu_set_source_Tensor);
+  m.impl("set_.source_Storage", npu_set_source_Storage);
+  m.impl("_has_compatible_shallow_copy_type", npu_has_compatible_shallow_copy_type);
+  m.impl("native_batch_norm", npu_native_batch_norm);
+  m.impl("set_.source_Storage_storage_offset", npu_set_source_Storage_offset);
+  // Structured ops' functional forms otherwise reach npu through libtorch's
+  // CompositeExplicitAutogradNonFunctional wrapper, which calls the .out op
+  // with an output of the final shape; CPU mse_loss.out then warns on every
+  // call ("An output with one or more elements was resized"). Send the
+  // functional op straight to the CPU fallback (OpenReg's "FALLBACK SINGLE").
+  m.impl("mse_loss", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+}
+void register_fallback(torch::Library& m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+}
+
+// ---- 5. autocast: nothing is registered for AutocastPrivateUse1 in libtorch,
+// so without this every op fails once autocast is enabled for npu.
+void register_autocast_fallthrough(torch::Library& m) { m.fallback(torch::CppFunction::makeFallthrough()); }
+void register_autocast(torch::Library& m) {
+  KERNEL_PRIVATEUSEONE(mm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(addmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(linear, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(matmul, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(mse_loss, fp32)
+}
+
+}  // namespace
+}  // namespace fake_device
+
+namespace {
+
+std::mutex g_register_mu;
+bool g_registered = false;
+
+// The registrations, kept for the life of the process (libtorch cannot
+// take a backend back): never destroyed, reachable from here.
+torch::Library* g_libraries[4] = {nullptr, nullptr, nullptr, nullptr};
+
+torch::Library& library(size_t slot, const char* ns, c10::DispatchKey key) {
+  g_libraries[slot] = new torch::Library(torch::Library::IMPL, ns, key, __FILE__, __LINE__);
+  return *g_libraries[slot];
+}
+
+}  // namespace
+
+extern "C" {
+
+// Registers the fake device under `name` (PrivateUse1's name, e.g. "npu")
+// with `count` devices; a second call with the same name and count does
+// nothing, any other is refused.
+int fulmen_cxx_fake_device_register(const char* name, int64_t count, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  using namespace fake_device;
+  std::lock_guard<std::mutex> lock(g_register_mu);
+  TORCH_CHECK(name != nullptr && *name != '\0', "the fake device needs a name");
+  TORCH_CHECK(count >= 1 && count <= 64, "the fake device count must lie in 1..=64, got ", count);
+  if (g_registered) {
+    TORCH_CHECK(c10::get_privateuse1_backend(true) == name && g_device_count.load() == count,
+                "the fake device is already registered as ", c10::get_privateuse1_backend(true), " with ",
+                int(g_device_count.load()), " device(s)");
+    return FULMEN_CXX_OK;
+  }
+  TORCH_CHECK(!c10::is_privateuse1_backend_registered() && !c10::impl::hasDeviceGuardImpl(kPU1),
+              "another PrivateUse1 backend is registered in this process (",
+              c10::get_privateuse1_backend(true), "): the fake device cannot take its place");
+  g_device_count = static_cast<c10::DeviceIndex>(count);
+  c10::register_privateuse1_backend(name);
+  static GuardImpl guard;
+  static c10::impl::DeviceGuardImplRegistrar guard_registrar(kPU1, &guard);
+  c10::SetAllocator(kPU1, &g_alloc);
+  static Hooks hooks;
+  at::RegisterPrivateUse1HooksInterface(&hooks);
+  register_kernels(library(0, "aten", c10::DispatchKey::PrivateUse1));
+  register_fallback(library(1, "_", c10::DispatchKey::PrivateUse1));
+  register_autocast_fallthrough(library(2, "_", c10::DispatchKey::AutocastPrivateUse1));
+  register_autocast(library(3, "aten", c10::DispatchKey::AutocastPrivateUse1));
+  g_registered = true;
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+}  // extern "C"

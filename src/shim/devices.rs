@@ -1,0 +1,53 @@
+//! Declarations of `csrc/devices.cpp` (tensors on any libtorch device type)
+//! and `csrc/fake_device.cpp` (the fake PrivateUse1 device for tests).
+use libc::{c_char, c_int, c_void, size_t};
+
+extern "C" {
+    pub(crate) fn fulmen_cxx_tensor_to_device(
+        t: *const c_void,
+        device_type: c_int,
+        index: i64,
+        non_blocking: c_int,
+        out: *mut *mut c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_tensor_device(
+        t: *const c_void,
+        device_type: *mut c_int,
+        index: *mut i64,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_device_type_name(
+        device_type: c_int,
+        buf: *mut c_char,
+        buf_len: size_t,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_device_count(
+        device_type: c_int,
+        out: *mut i64,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_device_set_current(
+        device_type: c_int,
+        index: i64,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_device_synchronize(
+        device_type: c_int,
+        index: i64,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_fake_device_register(
+        name: *const c_char,
+        count: i64,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+}

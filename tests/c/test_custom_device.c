@@ -1,0 +1,305 @@
+/*
+ * A vendor's own device type: fulmen's fake PrivateUse1 device, registered
+ * as "npu" with two devices (process-wide, so in a test program of its
+ * own), and a custom accelerator whose get_parallel_devices names its
+ * devices, as Lightning's XPUAccelerator example returns
+ * torch.device("xpu", idx).
+ *
+ * Covers: the device type's name and count; tensors to npu:1 and back, with
+ * their device reported; a model moved to npu:0 computing what it computes
+ * on the CPU; fits on npu:0 through the custom accelerator equal weight for
+ * weight to the same fits on the CPU (the fake device runs the CPU kernels),
+ * 32-true and bf16-mixed (autocast on PrivateUse1); an exact resume with
+ * dropout; the accelerator's setup on npu devices; clear errors for a
+ * device type with no backend here (XPU), a device index past the count,
+ * DDP on the device, and a second registration under another name.
+ */
+#define _XOPEN_SOURCE 700
+#include <fulmen.h>
+
+#include "check.h"
+#include "fixture.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char work[256];
+
+static fulmen_tensor *on(const fulmen_tensor *t, int32_t type, int64_t index) {
+    fulmen_tensor *out = NULL;
+    CHECK_OK(fulmen_tensor_to_device(t, type, index, &out));
+    return out;
+}
+
+static void expect_device(const fulmen_tensor *t, int32_t type, int64_t index) {
+    int32_t got_type = -1;
+    int64_t got_index = -1;
+    CHECK_OK(fulmen_tensor_device(t, &got_type, &got_index));
+    if (got_type != type || got_index != index) {
+        fprintf(stderr, "tensor on (%d, %lld), expected (%d, %lld)\n", got_type, (long long)got_index, type,
+                (long long)index);
+        CHECK(0);
+    } else {
+        CHECK(1);
+    }
+}
+
+static void test_device_type(void) {
+    char name[32];
+    size_t len = 0, count = 0;
+    CHECK_OK(fulmen_device_type_name(FULMEN_DEVICE_TYPE_PRIVATE_USE1, name, sizeof name, &len));
+    CHECK(strcmp(name, "npu") == 0 && len == 3);
+    CHECK_OK(fulmen_device_type_name(FULMEN_DEVICE_TYPE_XPU, name, sizeof name, &len));
+    CHECK(strcmp(name, "xpu") == 0);
+    CHECK_OK(fulmen_device_count(FULMEN_DEVICE_TYPE_PRIVATE_USE1, &count));
+    CHECK(count == 2);
+    CHECK_OK(fulmen_device_count(FULMEN_DEVICE_TYPE_XPU, &count));
+    CHECK(count == 0);
+    CHECK_ERR(fulmen_device_count(42, &count), FULMEN_CODE_INVALID_ARGUMENT, "fulmen_device_type");
+    CHECK_ERR(fulmen_device_type_name(FULMEN_DEVICE_TYPE_CPU, name, 2, &len), FULMEN_CODE_OUT_OF_RANGE, NULL);
+
+    /* The registration stays: the same again is fine, anything else not. */
+    CHECK_OK(fulmen_fake_device_register("npu", 2));
+    CHECK_ERR(fulmen_fake_device_register("hpx", 2), FULMEN_CODE_TORCH, "already registered as npu");
+    CHECK_ERR(fulmen_fake_device_register("npu", 3), FULMEN_CODE_TORCH, "already registered");
+    CHECK_ERR(fulmen_fake_device_register("NPU", 2), FULMEN_CODE_INVALID_ARGUMENT, "lower-case");
+    CHECK_ERR(fulmen_fake_device_register("cuda", 2), FULMEN_CODE_INVALID_ARGUMENT, "built-in");
+    CHECK_ERR(fulmen_fake_device_register("npu", 0), FULMEN_CODE_INVALID_ARGUMENT, "FULMEN_MAX_FAKE_DEVICES");
+    CHECK_ERR(fulmen_fake_device_register(NULL, 1), FULMEN_CODE_NULL_ARGUMENT, NULL);
+}
+
+static void test_tensors(void) {
+    int64_t shape[2] = {3, 4};
+    fulmen_tensor *x = NULL, *twice = NULL, *sum = NULL;
+    CHECK_OK(fulmen_manual_seed(3));
+    CHECK_OK(fulmen_tensor_randn(shape, 2, FULMEN_DTYPE_F32, &x));
+    fulmen_tensor *dev = on(x, FULMEN_DEVICE_TYPE_PRIVATE_USE1, 1);
+    expect_device(dev, FULMEN_DEVICE_TYPE_PRIVATE_USE1, 1);
+    CHECK_OK(fulmen_tensor_add(dev, dev, &twice));
+    expect_device(twice, FULMEN_DEVICE_TYPE_PRIVATE_USE1, 1);
+    CHECK_OK(fulmen_tensor_sum(twice, &sum));
+    fulmen_tensor *x_sum = NULL;
+    CHECK_OK(fulmen_tensor_sum(x, &x_sum));
+    CHECK_NEAR(check_item(sum), 2 * check_item(x_sum), 1e-5);
+    fulmen_tensor *back = on(twice, FULMEN_DEVICE_TYPE_CPU, 0);
+    expect_device(back, FULMEN_DEVICE_TYPE_CPU, 0);
+    /* npu:1 to npu:0. */
+    fulmen_tensor *zero = on(dev, FULMEN_DEVICE_TYPE_PRIVATE_USE1, 0);
+    expect_device(zero, FULMEN_DEVICE_TYPE_PRIVATE_USE1, 0);
+
+    fulmen_tensor *bad = NULL;
+    CHECK_ERR(fulmen_tensor_to_device(x, FULMEN_DEVICE_TYPE_PRIVATE_USE1, 2, &bad), FULMEN_CODE_UNAVAILABLE,
+              "npu:2 requested but 2 npu device(s)");
+    CHECK_ERR(fulmen_tensor_to_device(x, FULMEN_DEVICE_TYPE_XPU, 0, &bad), FULMEN_CODE_UNAVAILABLE,
+              "no xpu backend is registered");
+    CHECK(bad == NULL);
+    fulmen_tensor *all[7] = {x, twice, sum, x_sum, dev, back, zero};
+    for (int i = 0; i < 7; i++) fulmen_tensor_free(all[i]);
+}
+
+static void test_model_on_device(void) {
+    CHECK_OK(fulmen_manual_seed(5));
+    fulmen_model *m = fixture_mlp(16, 0);
+    int64_t shape[2] = {8, 2};
+    fulmen_tensor *x = NULL, *y_cpu = NULL, *y_dev = NULL;
+    CHECK_OK(fulmen_tensor_randn(shape, 2, FULMEN_DTYPE_F32, &x));
+    CHECK_OK(fulmen_model_forward(m, x, &y_cpu));
+    CHECK_OK(fulmen_model_to_device(m, FULMEN_DEVICE_TYPE_PRIVATE_USE1, 0));
+    fulmen_tensor *w = NULL;
+    CHECK_OK(fulmen_model_state_dict_get(m, "0.weight", &w));
+    expect_device(w, FULMEN_DEVICE_TYPE_PRIVATE_USE1, 0);
+    fulmen_tensor *xd = on(x, FULMEN_DEVICE_TYPE_PRIVATE_USE1, 0);
+    CHECK_OK(fulmen_model_forward(m, xd, &y_dev));
+    expect_device(y_dev, FULMEN_DEVICE_TYPE_PRIVATE_USE1, 0);
+    fulmen_tensor *back = on(y_dev, FULMEN_DEVICE_TYPE_CPU, 0), *d = NULL, *ad = NULL, *mx = NULL;
+    CHECK_OK(fulmen_tensor_sub(back, y_cpu, &d));
+    CHECK_OK(fulmen_tensor_abs(d, &ad));
+    CHECK_OK(fulmen_tensor_max(ad, &mx));
+    CHECK(check_item(mx) == 0);
+    CHECK_ERR(fulmen_model_to_device(m, FULMEN_DEVICE_TYPE_HPU, 0), FULMEN_CODE_UNAVAILABLE, "no hpu backend");
+    fulmen_tensor *all[8] = {x, y_cpu, y_dev, w, xd, back, d, ad};
+    for (int i = 0; i < 8; i++) fulmen_tensor_free(all[i]);
+    fulmen_tensor_free(mx);
+    fulmen_model_free(m);
+}
+
+/* ------------------------------------------- the custom accelerator "npu" */
+
+typedef struct {
+    int setup_calls, teardown_calls;
+    fulmen_device last_setup;
+} npu_state;
+
+static fulmen_error *npu_count(void *ud, size_t *out) {
+    (void)ud;
+    return fulmen_device_count(FULMEN_DEVICE_TYPE_PRIVATE_USE1, out);
+}
+
+/* Lightning's XPUAccelerator.get_parallel_devices: torch.device("xpu", i). */
+static fulmen_error *npu_parallel(void *ud, const int64_t *ids, size_t n, fulmen_device *out) {
+    (void)ud;
+    for (size_t i = 0; i < n; i++) {
+        out[i].device_type = FULMEN_DEVICE_TYPE_PRIVATE_USE1;
+        out[i].index = ids[i];
+    }
+    return NULL;
+}
+
+static fulmen_error *npu_setup(void *ud, fulmen_device device) {
+    npu_state *s = ud;
+    s->setup_calls++;
+    s->last_setup = device;
+    return NULL;
+}
+
+static fulmen_error *npu_teardown(void *ud) {
+    ((npu_state *)ud)->teardown_calls++;
+    return NULL;
+}
+
+static void register_npu_accelerator(npu_state *s) {
+    fulmen_accelerator_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = s;
+    vt.auto_device_count = npu_count;
+    vt.get_parallel_devices = npu_parallel;
+    vt.setup_device = npu_setup;
+    vt.teardown = npu_teardown;
+    CHECK_OK(fulmen_accelerator_register("npu", "the fake PrivateUse1 device", &vt, false));
+}
+
+typedef struct {
+    fulmen_model *model;
+} step_ud;
+
+static fulmen_error *step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    fulmen_error *e = fixture_cross_entropy(((step_ud *)ud)->model, batch, out);
+    double v = 0;
+    if (e == NULL) e = fulmen_tensor_item(*out, &v);
+    if (e == NULL) e = fulmen_step_context_log(ctx, "train_loss", v, FULMEN_LOG_ON_EPOCH, 0);
+    return e;
+}
+
+/* Fits the blobs MLP on `accelerator` ("cpu" or "npu") with `precision`;
+ * returns the model (on the CPU after the run, as Lightning leaves it). */
+static fulmen_model *fit(const char *accelerator, const char *devices, const char *precision, int64_t epochs,
+                         double dropout, const char *root, const char *ckpt, double *loss) {
+    fulmen_dataset *ds = fixture_blobs(256, 7, 2.0f);
+    fulmen_loader *loader = fixture_loader(ds, 32, true, 3);
+    CHECK_OK(fulmen_manual_seed(11));
+    fulmen_model *model = fixture_mlp(16, dropout);
+    step_ud ud = {model};
+    fulmen_lightning_module *module = fixture_module(model, &ud, step, NULL);
+    fulmen_trainer_options *o = fixture_options(root, epochs);
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", accelerator));
+    CHECK_OK(fulmen_trainer_options_set(o, "devices", devices));
+    CHECK_OK(fulmen_trainer_options_set(o, "precision", precision));
+    if (root != NULL) CHECK_OK(fulmen_trainer_options_set(o, "logger", "false"));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_error *e = fulmen_trainer_fit(t, module, loader, NULL, ckpt);
+    if (e != NULL) {
+        fprintf(stderr, "fit on %s (%s): %s\n", accelerator, precision, fulmen_error_message(e));
+        fulmen_error_free(e);
+        CHECK(0);
+    } else if (loss != NULL) {
+        CHECK_OK(fulmen_trainer_callback_metric(t, "train_loss", loss));
+    }
+    fulmen_trainer_free(t);
+    fulmen_trainer_options_free(o);
+    fulmen_lightning_module_free(module);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
+    return model;
+}
+
+static void test_fit_on_device(void) {
+    npu_state s;
+    memset(&s, 0, sizeof s);
+    register_npu_accelerator(&s);
+
+    /* 32-true: what the CPU computes, weight for weight. */
+    double cpu_loss = -1, npu_loss = -1;
+    fulmen_model *cpu = fit("cpu", "1", "32-true", 3, 0, NULL, NULL, &cpu_loss);
+    fulmen_model *npu = fit("npu", "1", "32-true", 3, 0, NULL, NULL, &npu_loss);
+    double diff = fixture_max_diff(cpu, npu);
+    printf("32-true on npu:0: train_loss %.6f (cpu %.6f), max |npu - cpu| weight %g\n", npu_loss, cpu_loss, diff);
+    CHECK(diff == 0 && npu_loss == cpu_loss && npu_loss < 0.3);
+    CHECK(s.setup_calls == 1 && s.last_setup.device_type == FULMEN_DEVICE_TYPE_PRIVATE_USE1 &&
+          s.last_setup.index == 0);
+    CHECK(s.teardown_calls == 1);
+    fulmen_tensor *w = NULL;
+    CHECK_OK(fulmen_model_state_dict_get(npu, "0.weight", &w));
+    expect_device(w, FULMEN_DEVICE_TYPE_CPU, 0);
+    fulmen_tensor_free(w);
+    fulmen_model_free(cpu);
+    fulmen_model_free(npu);
+
+    /* devices="1," picks npu:1. */
+    fulmen_model *one = fit("npu", "1,", "32-true", 1, 0, NULL, NULL, NULL);
+    CHECK(s.last_setup.device_type == FULMEN_DEVICE_TYPE_PRIVATE_USE1 && s.last_setup.index == 1);
+    fulmen_model_free(one);
+
+    /* bf16-mixed: autocast on PrivateUse1 (the matrix products in bfloat16). */
+    double bf16_loss = -1;
+    fulmen_model *bf16 = fit("npu", "1", "bf16-mixed", 3, 0, NULL, NULL, &bf16_loss);
+    printf("bf16-mixed on npu:0: train_loss %.6f\n", bf16_loss);
+    CHECK(bf16_loss >= 0 && bf16_loss < 0.3 && bf16_loss != npu_loss);
+    fulmen_model_free(bf16);
+
+    /* Exact resume with dropout: 4 epochs equal 2, then 2 more from last. */
+    char whole[320], split[320];
+    snprintf(whole, sizeof whole, "%s/whole", work);
+    snprintf(split, sizeof split, "%s/split", work);
+    fulmen_model *a = fit("npu", "1", "32-true", 4, 0.3, whole, NULL, NULL);
+    fulmen_model *b = fit("npu", "1", "32-true", 2, 0.3, split, NULL, NULL);
+    fulmen_model *c = fit("npu", "1", "32-true", 4, 0.3, split, "last", NULL);
+    double resumed = fixture_max_diff(a, c);
+    printf("exact resume on npu:0 with dropout: max |whole - resumed| = %g\n", resumed);
+    CHECK(resumed == 0);
+    fulmen_model_free(a);
+    fulmen_model_free(b);
+    fulmen_model_free(c);
+
+    /* DDP cannot reduce the device's tensors (yet): a clear error. */
+    fulmen_dataset *ds = fixture_blobs(64, 7, 2.0f);
+    fulmen_loader *loader = fixture_loader(ds, 32, false, 0);
+    fulmen_model *m = fixture_mlp(16, 0);
+    step_ud ud = {m};
+    fulmen_lightning_module *module = fixture_module(m, &ud, step, NULL);
+    fulmen_trainer_options *o = fixture_options(NULL, 1);
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "npu"));
+    CHECK_OK(fulmen_trainer_options_set(o, "strategy", "ddp"));
+    CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    CHECK_ERR(fulmen_trainer_fit(t, module, loader, NULL, NULL), FULMEN_CODE_UNSUPPORTED, "on npu devices");
+    fulmen_trainer_free(t);
+    fulmen_trainer_options_free(o);
+    fulmen_lightning_module_free(module);
+    fulmen_model_free(m);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
+    CHECK_OK(fulmen_accelerator_unregister("npu"));
+}
+
+int main(void) {
+    snprintf(work, sizeof work, "/tmp/fulmen-custom-device.XXXXXX");
+    if (mkdtemp(work) == NULL) {
+        perror("mkdtemp");
+        return 2;
+    }
+    /* Before anything else touches the device: process-wide. */
+    CHECK_OK(fulmen_fake_device_register("npu", 2));
+    test_device_type();
+    test_tensors();
+    test_model_on_device();
+    test_fit_on_device();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", work);
+    return check_finish("test_custom_device");
+}
