@@ -46,7 +46,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_e
 
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all deps lib header bench test lib-torch-2.11 test-torch-2.11 test-c-torch-2.11 gpu-kit test-gpu-kit test-rust test-c test-pkgconfig test-cpp test-go test-interop test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example lint fmt dist test-dist install clean
+.PHONY: all deps lib header bench test test-conformance lib-torch-2.11 test-torch-2.11 test-c-torch-2.11 gpu-kit test-gpu-kit test-rust test-c test-pkgconfig test-cpp test-go test-interop test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example lint fmt dist test-dist install clean
 
 all: lib
 
@@ -87,7 +87,7 @@ header: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test ops_drift
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test header_drift
 
-test: deps lib lint test-rust test-c example test-valgrind test-fuzz test-soak test-cpp test-go test-interop test-torch-2.11 test-dist test-coverage
+test: deps lib lint test-rust test-c test-conformance example test-valgrind test-fuzz test-soak test-cpp test-go test-interop test-torch-2.11 test-dist test-coverage
 	@echo "all suites passed"
 
 test-coverage:
@@ -255,6 +255,25 @@ $(BUILD)/examples/finetune: examples/c/finetune.c include/fulmen.h lib
 $(BUILD)/examples/gan: examples/c/gan.c include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
+
+# The custom-accelerator conformance program (tests/conformance), on the
+# fake device: directly, and through a plugin as a vendor's is loaded.
+$(BUILD)/conformance/fulmen_conformance: tests/conformance/conformance.c tests/c/check.h tests/c/fixture.h include/fulmen.h lib
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK) -ldl
+
+$(BUILD)/conformance/libfake_plugin.so: tests/conformance/fake_plugin.c include/fulmen.h lib
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_STRICT) -fPIC -shared $(C_INC) $< -o $@ $(C_LINK)
+
+test-conformance: $(BUILD)/conformance/fulmen_conformance $(BUILD)/conformance/libfake_plugin.so
+	$(ASAN_ENV) $(BUILD)/conformance/fulmen_conformance --fake-device npu
+	$(ASAN_ENV) $(BUILD)/conformance/fulmen_conformance --plugin $(BUILD)/conformance/libfake_plugin.so --accelerator vendor_npu
+	@# An accelerator whose devices have no backend here must fail.
+	@if $(ASAN_ENV) $(BUILD)/conformance/fulmen_conformance --plugin $(BUILD)/conformance/libfake_plugin.so \
+	  --accelerator broken_xpu > $(BUILD)/conformance/broken.log 2>&1; then echo "broken_xpu passed"; exit 1; fi
+	@grep -q "^FAIL  tensors" $(BUILD)/conformance/broken.log && grep -q "^conformance: .* [1-9][0-9]* failed" $(BUILD)/conformance/broken.log
+	@echo "conformance: broken_xpu fails as it must ($$(tail -n 1 $(BUILD)/conformance/broken.log))"
 
 $(BUILD)/examples/custom_device: examples/c/custom_device.c include/fulmen.h lib
 	@mkdir -p $(dir $@)

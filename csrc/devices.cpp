@@ -71,14 +71,4 @@ int fulmen_cxx_device_set_current(int type, int64_t index, char* err, size_t err
   FULMEN_CXX_CATCH(err, err_len)
 }
 
-// Waits for the work queued on (type, index).
-int fulmen_cxx_device_synchronize(int type, int64_t index, char* err, size_t err_len) {
-  FULMEN_CXX_TRY
-  auto d = device_from(type, index);
-  TORCH_CHECK(c10::impl::hasDeviceGuardImpl(d.type()), "no backend is registered for ",
-              c10::DeviceTypeName(d.type(), true));
-  c10::impl::getDeviceGuardImpl(d.type())->synchronizeDevice(d.index());
-  FULMEN_CXX_CATCH(err, err_len)
-}
-
 }  // extern "C"

@@ -89,12 +89,14 @@ struct NpuAllocator final : c10::Allocator {
   c10::DeleterFnPtr raw_deleter() const override { return &npu_free; }
   void copy_data(void* dst, const void* src, size_t n) const override { default_copy_data(dst, src, n); }
 };
-NpuAllocator g_alloc;
+// Never destroyed (as every object libtorch points to here): a tensor freed
+// at exit must not reach a destroyed allocator.
+NpuAllocator& g_alloc = *new NpuAllocator();
 
 // "Pinned" host memory for pin_memory(): plain host memory whose pointers we
 // remember, so is_pinned() answers true for them.
-std::mutex g_pinned_mu;
-std::unordered_set<void*> g_pinned;
+std::mutex& g_pinned_mu = *new std::mutex();
+std::unordered_set<void*>& g_pinned = *new std::unordered_set<void*>();
 void pinned_free(void* p) {
   { std::lock_guard<std::mutex> l(g_pinned_mu); g_pinned.erase(p); }
   c10::free_cpu(p);
@@ -108,7 +110,7 @@ struct PinnedAllocator final : c10::Allocator {
   c10::DeleterFnPtr raw_deleter() const override { return &pinned_free; }
   void copy_data(void* dst, const void* src, size_t n) const override { default_copy_data(dst, src, n); }
 };
-PinnedAllocator g_pinned_alloc;
+PinnedAllocator& g_pinned_alloc = *new PinnedAllocator();
 
 // ---- 3. hooks: generator, pinned memory, device count -----------------------
 struct Hooks final : at::PrivateUse1HooksInterface {
@@ -261,14 +263,42 @@ void register_fallback(torch::Library& m) {
 }
 
 // ---- 5. autocast: nothing is registered for AutocastPrivateUse1 in libtorch,
-// so without this every op fails once autocast is enabled for npu.
+// so without this every op fails once autocast is enabled for the device.
+// The casts are those of libtorch's CPU autocast (the fallback runs CPU
+// kernels): matrix products and convolutions in the lower precision, losses
+// and reductions that need the range in float32.
 void register_autocast_fallthrough(torch::Library& m) { m.fallback(torch::CppFunction::makeFallthrough()); }
 void register_autocast(torch::Library& m) {
+  KERNEL_PRIVATEUSEONE(conv1d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv2d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv3d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(bmm, lower_precision_fp)
   KERNEL_PRIVATEUSEONE(mm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(baddbmm, lower_precision_fp)
   KERNEL_PRIVATEUSEONE(addmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(addbmm, lower_precision_fp)
   KERNEL_PRIVATEUSEONE(linear, lower_precision_fp)
   KERNEL_PRIVATEUSEONE(matmul, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv_transpose1d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv_transpose2d, input, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv_transpose3d, input, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(prelu, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(scaled_dot_product_attention, lower_precision_fp)
   KERNEL_PRIVATEUSEONE(mse_loss, fp32)
+  KERNEL_PRIVATEUSEONE(nll_loss, fp32)
+  KERNEL_PRIVATEUSEONE(nll_loss2d, fp32)
+  KERNEL_PRIVATEUSEONE(cross_entropy_loss, fp32)
+  KERNEL_PRIVATEUSEONE(l1_loss, fp32)
+  KERNEL_PRIVATEUSEONE(smooth_l1_loss, fp32)
+  KERNEL_PRIVATEUSEONE(huber_loss, fp32)
+  KERNEL_PRIVATEUSEONE(kl_div, fp32)
+  KERNEL_PRIVATEUSEONE(binary_cross_entropy_with_logits, fp32)
+  KERNEL_PRIVATEUSEONE(soft_margin_loss, fp32)
+  KERNEL_PRIVATEUSEONE(margin_ranking_loss, fp32)
+  KERNEL_PRIVATEUSEONE(hinge_embedding_loss, fp32)
+  KERNEL_PRIVATEUSEONE(poisson_nll_loss, fp32)
+  KERNEL_PRIVATEUSEONE(prod, fp32)
+  KERNEL_PRIVATEUSEONE(cdist, fp32)
 }
 
 }  // namespace
@@ -278,6 +308,9 @@ namespace {
 
 std::mutex g_register_mu;
 bool g_registered = false;
+// Set when a registration failed after it had changed libtorch: later
+// calls report it rather than a misleading conflict.
+std::string* g_failed = nullptr;
 
 // The registrations, kept for the life of the process (libtorch cannot
 // take a backend back): never destroyed, reachable from here.
@@ -288,17 +321,31 @@ torch::Library& library(size_t slot, const char* ns, c10::DispatchKey key) {
   return *g_libraries[slot];
 }
 
+void register_everything(const char* name) {
+  using namespace fake_device;
+  c10::register_privateuse1_backend(name);
+  static c10::impl::DeviceGuardImplRegistrar guard_registrar(kPU1, new GuardImpl());
+  c10::SetAllocator(kPU1, &g_alloc);
+  at::RegisterPrivateUse1HooksInterface(new Hooks());
+  register_kernels(library(0, "aten", c10::DispatchKey::PrivateUse1));
+  register_fallback(library(1, "_", c10::DispatchKey::PrivateUse1));
+  register_autocast_fallthrough(library(2, "_", c10::DispatchKey::AutocastPrivateUse1));
+  register_autocast(library(3, "aten", c10::DispatchKey::AutocastPrivateUse1));
+}
+
 }  // namespace
 
 extern "C" {
 
 // Registers the fake device under `name` (PrivateUse1's name, e.g. "npu")
 // with `count` devices; a second call with the same name and count does
-// nothing, any other is refused.
+// nothing, any other is refused. Every check that can refuse runs before
+// libtorch is changed.
 int fulmen_cxx_fake_device_register(const char* name, int64_t count, char* err, size_t err_len) {
   FULMEN_CXX_TRY
   using namespace fake_device;
   std::lock_guard<std::mutex> lock(g_register_mu);
+  TORCH_CHECK(g_failed == nullptr, "an earlier registration of the fake device failed midway: ", *g_failed);
   TORCH_CHECK(name != nullptr && *name != '\0', "the fake device needs a name");
   TORCH_CHECK(count >= 1 && count <= 64, "the fake device count must lie in 1..=64, got ", count);
   if (g_registered) {
@@ -307,20 +354,20 @@ int fulmen_cxx_fake_device_register(const char* name, int64_t count, char* err, 
                 int(g_device_count.load()), " device(s)");
     return FULMEN_CXX_OK;
   }
-  TORCH_CHECK(!c10::is_privateuse1_backend_registered() && !c10::impl::hasDeviceGuardImpl(kPU1),
+  TORCH_CHECK(!c10::is_privateuse1_backend_registered() && !c10::impl::hasDeviceGuardImpl(kPU1) &&
+                  !at::isPrivateUse1HooksRegistered(),
               "another PrivateUse1 backend is registered in this process (",
               c10::get_privateuse1_backend(true), "): the fake device cannot take its place");
   g_device_count = static_cast<c10::DeviceIndex>(count);
-  c10::register_privateuse1_backend(name);
-  static GuardImpl guard;
-  static c10::impl::DeviceGuardImplRegistrar guard_registrar(kPU1, &guard);
-  c10::SetAllocator(kPU1, &g_alloc);
-  static Hooks hooks;
-  at::RegisterPrivateUse1HooksInterface(&hooks);
-  register_kernels(library(0, "aten", c10::DispatchKey::PrivateUse1));
-  register_fallback(library(1, "_", c10::DispatchKey::PrivateUse1));
-  register_autocast_fallthrough(library(2, "_", c10::DispatchKey::AutocastPrivateUse1));
-  register_autocast(library(3, "aten", c10::DispatchKey::AutocastPrivateUse1));
+  try {
+    register_everything(name);
+  } catch (const c10::Error& e) {
+    g_failed = new std::string(fulmen_cxx::short_message(e.what_without_backtrace()));
+    throw;
+  } catch (const std::exception& e) {
+    g_failed = new std::string(e.what());
+    throw;
+  }
   g_registered = true;
   FULMEN_CXX_CATCH(err, err_len)
 }

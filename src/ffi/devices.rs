@@ -50,8 +50,9 @@ pub unsafe extern "C" fn fulmen_device_count(device_type: i32, out: *mut usize) 
 /// computes what the CPU computes, and its random numbers come from the CPU
 /// generator. It is the device the conformance kit and fulmen's tests run
 /// custom accelerators on: tensors, models and batches move to
-/// FULMEN_DEVICE_TYPE_PRIVATE_USE1 devices, autocast works for the matrix
-/// products, and a custom accelerator whose `get_parallel_devices` names
+/// FULMEN_DEVICE_TYPE_PRIVATE_USE1 devices, autocast casts as libtorch's CPU
+/// autocast does (matrix products and convolutions down, losses in
+/// float32), and a custom accelerator whose `get_parallel_devices` names
 /// them trains there.
 ///
 /// Process-wide and permanent: libtorch cannot unregister a backend or

@@ -604,12 +604,20 @@ impl Module {
     /// each layer settle on its new device or dtype.
     fn convert(&mut self, device: Option<Device>, kind: Option<Kind>) -> Result<()> {
         let mut result = Ok(());
+        let mut changed = false;
         self.visit("", &mut |_, t, _| {
             if result.is_ok() {
-                result = convert_tensor(t, device, kind);
+                match convert_tensor(t, device, kind) {
+                    Ok(c) => changed |= c,
+                    Err(e) => result = Err(e),
+                }
             }
         });
-        self.after_convert();
+        // Only after a real change: a layer's rearrangement (cuDNN's flat
+        // RNN weights) is a new buffer and an in-place change.
+        if changed {
+            self.after_convert();
+        }
         result
     }
 
@@ -642,7 +650,8 @@ pub(crate) fn check_device(device: Device) -> Result<()> {
 
 /// Converts `t` in place (`set_data`), keeping it the same (leaf) tensor;
 /// its gradient, if any, follows. Non-floating tensors keep their kind.
-fn convert_tensor(t: &Tensor, device: Option<Device>, kind: Option<Kind>) -> Result<()> {
+/// Returns whether anything changed.
+fn convert_tensor(t: &Tensor, device: Option<Device>, kind: Option<Kind>) -> Result<bool> {
     let cur_kind = t.f_kind()?;
     let cur_dev = Device::of(t)?;
     let new_kind = match kind {
@@ -651,17 +660,17 @@ fn convert_tensor(t: &Tensor, device: Option<Device>, kind: Option<Kind>) -> Res
     };
     let new_dev = device.unwrap_or(cur_dev);
     if new_kind == cur_kind && new_dev == cur_dev {
-        return Ok(());
+        return Ok(false);
     }
     let convert = |x: &Tensor| -> Result<Tensor> {
-        let x = if new_kind == cur_kind { x.shallow_clone() } else { x.f_to_kind(new_kind)? };
+        let x = if x.f_kind()? == new_kind { x.shallow_clone() } else { x.f_to_kind(new_kind)? };
         if new_dev == cur_dev {
             Ok(x)
         } else {
             devices::to_device(&x, new_dev, false)
         }
     };
-    tch::no_grad(|| -> Result<()> {
+    tch::no_grad(|| -> Result<bool> {
         let data = convert(t)?;
         t.shallow_clone().f_set_data(&data)?;
         let grad = t.f_grad()?;
@@ -669,6 +678,6 @@ fn convert_tensor(t: &Tensor, device: Option<Device>, kind: Option<Kind>) -> Res
             let g = convert(&grad)?;
             grad.shallow_clone().f_set_data(&g)?;
         }
-        Ok(())
+        Ok(true)
     })
 }

@@ -3,6 +3,7 @@
 //! named tensors.
 use super::{check_params, ParamGroup};
 use crate::error::{Error, Result};
+use crate::tensor::device::Device;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use tch::{Kind, Tensor};
 
@@ -290,7 +291,13 @@ impl Core {
                         p.size()
                     )));
                 }
-                let copy = deep_copy(&crate::tensor::device::to_device_of(&t.f_detach()?.f_to_kind(p.f_kind()?)?, p)?)?;
+                // A copy of its own on the parameter's device and dtype (copied once).
+                let t = t.f_detach()?;
+                let copy = if t.f_kind()? == p.f_kind()? && Device::of(&t)? == Device::of(p)? {
+                    deep_copy(&t)?
+                } else {
+                    crate::tensor::device::to_device_of(&t.f_to_kind(p.f_kind()?)?, p)?
+                };
                 st.buffers.insert(name, copy);
             }
             state.push(Some(st));

@@ -38,12 +38,6 @@ extern "C" {
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;
-    pub(crate) fn fulmen_cxx_device_synchronize(
-        device_type: c_int,
-        index: i64,
-        err: *mut c_char,
-        err_len: size_t,
-    ) -> c_int;
     pub(crate) fn fulmen_cxx_fake_device_register(
         name: *const c_char,
         count: i64,

@@ -142,6 +142,8 @@ impl Device {
             DeviceType::Cpu => Device::Cpu,
             DeviceType::Cuda => Device::Cuda(index),
             DeviceType::Mps => Device::Mps,
+            // libtorch's meta device has no index.
+            DeviceType::Meta => Device::Other(DeviceType::Meta, 0),
             other => Device::Other(other, index),
         }
     }
@@ -190,10 +192,10 @@ impl Device {
     }
 
     /// The device `t` is on. tch reports every type it does not know as
-    /// MPS, so that answer is checked with libtorch.
+    /// MPS, so any answer but the CPU or CUDA is checked with libtorch.
     pub fn of(t: &Tensor) -> Result<Device> {
         let d = t.device();
-        if d != tch::Device::Mps {
+        if matches!(d, tch::Device::Cpu | tch::Device::Cuda(_)) {
             return Ok(Device::from_tch(d));
         }
         let (mut code, mut index): (c_int, i64) = (0, 0);
@@ -240,7 +242,11 @@ impl Device {
                 format!("CUDA device {} requested but {count} CUDA device(s) are available", self.index())
             }
             DeviceType::Mps => "MPS is not available on this machine".to_owned(),
-            _ if count == 0 => format!("no {} backend is registered in this process's libtorch", kind.name()),
+            _ if count == 0 => format!(
+                "no {} device here: no {} backend is registered in this process's libtorch, or it reports none",
+                kind.name(),
+                kind.name()
+            ),
             _ => format!("{} requested but {count} {} device(s) are available", self.name(), kind.name()),
         };
         Err(Error::new(ErrorCode::Unavailable, msg))
@@ -254,23 +260,6 @@ impl Device {
         call("set the current device", |err, len| unsafe {
             shim::fulmen_cxx_device_set_current(kind.c10(), shim_index(kind, index), err, len)
         })
-    }
-
-    /// Waits for the work queued on this device (a backend's own).
-    pub fn synchronize(self) -> Result<()> {
-        match self {
-            Device::Cuda(i) => {
-                tch::Cuda::synchronize(i as i64);
-                Ok(())
-            }
-            Device::Other(kind, index) if kind != DeviceType::Meta => {
-                // SAFETY: the error buffer is valid.
-                call("synchronize the device", |err, len| unsafe {
-                    shim::fulmen_cxx_device_synchronize(kind.c10(), shim_index(kind, index), err, len)
-                })
-            }
-            _ => Ok(()),
-        }
     }
 }
 
@@ -329,6 +318,31 @@ pub fn zeros_on_device_of(shape: &[i64], kind: tch::Kind, like: &Tensor) -> Resu
     }
 }
 
+/// Every device type name libtorch parses (c10's `DeviceTypeName`).
+const LIBTORCH_TYPE_NAMES: [&str; 21] = [
+    "cpu",
+    "cuda",
+    "mkldnn",
+    "opengl",
+    "opencl",
+    "ideep",
+    "hip",
+    "fpga",
+    "maia",
+    "xla",
+    "vulkan",
+    "metal",
+    "xpu",
+    "mps",
+    "meta",
+    "hpu",
+    "ve",
+    "lazy",
+    "ipu",
+    "mtia",
+    "privateuseone",
+];
+
 /// Registers the fake PrivateUse1 device under `name` with `count` devices
 /// (once per process; see `csrc/fake_device.cpp`).
 pub fn register_fake_device(name: &str, count: usize) -> Result<()> {
@@ -341,8 +355,8 @@ pub fn register_fake_device(name: &str, count: usize) -> Result<()> {
             "fake device name {name:?}: use 1 to 32 lower-case letters, digits or '_', starting with a letter"
         )));
     }
-    if DeviceType::from_name(name).is_some() {
-        return Err(Error::invalid(format!("fake device name {name:?} is a built-in device type")));
+    if LIBTORCH_TYPE_NAMES.contains(&name) {
+        return Err(Error::invalid(format!("fake device name {name:?} is one of libtorch's device types")));
     }
     let count = i64::try_from(count).unwrap_or(i64::MAX);
     let c_name = std::ffi::CString::new(name).map_err(|_| Error::invalid("fake device name holds a NUL"))?;
@@ -350,27 +364,6 @@ pub fn register_fake_device(name: &str, count: usize) -> Result<()> {
     call("register the fake device", |err, len| unsafe {
         shim::fulmen_cxx_fake_device_register(c_name.as_ptr(), count, err, len)
     })
-}
-
-impl DeviceType {
-    /// The built-in type libtorch names `name` ("cuda", "xpu", "meta", ...;
-    /// also "privateuseone").
-    pub fn from_name(name: &str) -> Option<DeviceType> {
-        let t = match name {
-            "cpu" => DeviceType::Cpu,
-            "cuda" => DeviceType::Cuda,
-            "mps" => DeviceType::Mps,
-            "xla" => DeviceType::Xla,
-            "xpu" => DeviceType::Xpu,
-            "hpu" => DeviceType::Hpu,
-            "mtia" => DeviceType::Mtia,
-            "ipu" => DeviceType::Ipu,
-            "meta" => DeviceType::Meta,
-            "privateuseone" => DeviceType::PrivateUse1,
-            _ => return None,
-        };
-        Some(t)
-    }
 }
 
 /// A device in the C API's form: type plus index (the index is ignored for
@@ -396,11 +389,12 @@ impl DeviceSpec {
         Ok(DeviceSpec { kind, index })
     }
 
-    /// The device, unchecked (any index a host names).
+    /// The device, unchecked (any index a host names; ignored for the CPU,
+    /// MPS and meta).
     pub fn device(self) -> Result<Device> {
         let index = usize::try_from(self.index)
             .map_err(|_| Error::invalid(format!("device index {} is negative", self.index)))?;
-        if index > i8::MAX as usize {
+        if index > i8::MAX as usize && !matches!(self.kind, DeviceType::Cpu | DeviceType::Mps | DeviceType::Meta) {
             return Err(Error::invalid(format!("device index {index} is above libtorch's limit of {}", i8::MAX)));
         }
         Ok(Device::new(self.kind, index))

@@ -5,7 +5,7 @@ use super::module::LightningModule;
 use crate::accelerators::Accelerator;
 use crate::error::Result;
 use crate::precision::{AutocastGuard, PrecisionPlugin};
-use crate::tensor::device::Device;
+use crate::tensor::device::{Device, DeviceType};
 use std::sync::Arc;
 use tch::Tensor;
 
@@ -35,6 +35,12 @@ impl Placement {
             )?,
             None => PrecisionPlugin::parse(precision)?,
         };
+        if let Device::Other(DeviceType::Meta, _) = device {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorCode::Unsupported,
+                "the meta device holds no data: a run cannot compute there",
+            ));
+        }
         if let Device::Other(..) = device {
             // A device of a type tch cannot name (a vendor's backend): it
             // must be registered, and becomes this thread's current one

@@ -83,12 +83,12 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
             Ok(RunStrategy { placement, parallel: Parallel::Dp(DpRun::new(list)) })
         }
         StrategyKind::Ddp | StrategyKind::Xla => {
-            if let Device::Other(kind, _) = list[0] {
+            if let Some(Device::Other(kind, _)) = list.iter().find(|d| matches!(d, Device::Other(..))).copied() {
                 return Err(Error::new(
                     ErrorCode::Unsupported,
                     format!(
                         "strategy {:?} on {} devices: gloo and nccl cannot reduce tensors held by that backend",
-                        opts.strategy,
+                        s.name,
                         kind.name()
                     ),
                 ));

@@ -65,7 +65,8 @@ static void test_device_type(void) {
     CHECK_ERR(fulmen_fake_device_register("hpx", 2), FULMEN_CODE_TORCH, "already registered as npu");
     CHECK_ERR(fulmen_fake_device_register("npu", 3), FULMEN_CODE_TORCH, "already registered");
     CHECK_ERR(fulmen_fake_device_register("NPU", 2), FULMEN_CODE_INVALID_ARGUMENT, "lower-case");
-    CHECK_ERR(fulmen_fake_device_register("cuda", 2), FULMEN_CODE_INVALID_ARGUMENT, "built-in");
+    CHECK_ERR(fulmen_fake_device_register("cuda", 2), FULMEN_CODE_INVALID_ARGUMENT, "libtorch's device types");
+    CHECK_ERR(fulmen_fake_device_register("hip", 2), FULMEN_CODE_INVALID_ARGUMENT, "libtorch's device types");
     CHECK_ERR(fulmen_fake_device_register("npu", 0), FULMEN_CODE_INVALID_ARGUMENT, "FULMEN_MAX_FAKE_DEVICES");
     CHECK_ERR(fulmen_fake_device_register(NULL, 1), FULMEN_CODE_NULL_ARGUMENT, NULL);
 }
@@ -89,11 +90,16 @@ static void test_tensors(void) {
     fulmen_tensor *zero = on(dev, FULMEN_DEVICE_TYPE_PRIVATE_USE1, 0);
     expect_device(zero, FULMEN_DEVICE_TYPE_PRIVATE_USE1, 0);
 
+    /* The CPU's index is ignored, as libtorch does. */
+    fulmen_tensor *cpu200 = on(x, FULMEN_DEVICE_TYPE_CPU, 200);
+    fulmen_tensor_free(cpu200);
     fulmen_tensor *bad = NULL;
     CHECK_ERR(fulmen_tensor_to_device(x, FULMEN_DEVICE_TYPE_PRIVATE_USE1, 2, &bad), FULMEN_CODE_UNAVAILABLE,
               "npu:2 requested but 2 npu device(s)");
     CHECK_ERR(fulmen_tensor_to_device(x, FULMEN_DEVICE_TYPE_XPU, 0, &bad), FULMEN_CODE_UNAVAILABLE,
               "no xpu backend is registered");
+    CHECK_ERR(fulmen_tensor_to_device(x, FULMEN_DEVICE_TYPE_PRIVATE_USE1, 300, &bad), FULMEN_CODE_INVALID_ARGUMENT,
+              "limit");
     CHECK(bad == NULL);
     fulmen_tensor *all[7] = {x, twice, sum, x_sum, dev, back, zero};
     for (int i = 0; i < 7; i++) fulmen_tensor_free(all[i]);
@@ -156,6 +162,17 @@ static fulmen_error *npu_setup(void *ud, fulmen_device device) {
 
 static fulmen_error *npu_teardown(void *ud) {
     ((npu_state *)ud)->teardown_calls++;
+    return NULL;
+}
+
+/* An accelerator that names the meta device, which holds no data. */
+static fulmen_error *meta_devices(void *ud, const int64_t *ids, size_t n, fulmen_device *out) {
+    (void)ud;
+    (void)ids;
+    for (size_t i = 0; i < n; i++) {
+        out[i].device_type = FULMEN_DEVICE_TYPE_META;
+        out[i].index = 0;
+    }
     return NULL;
 }
 
@@ -279,6 +296,21 @@ static void test_fit_on_device(void) {
     CHECK_ERR(fulmen_trainer_fit(t, module, loader, NULL, NULL), FULMEN_CODE_UNSUPPORTED, "on npu devices");
     fulmen_trainer_free(t);
     fulmen_trainer_options_free(o);
+
+    /* A run on the meta device is refused before anything moves. */
+    fulmen_accelerator_vtable mv;
+    memset(&mv, 0, sizeof mv);
+    mv.struct_size = sizeof mv;
+    mv.get_parallel_devices = meta_devices;
+    CHECK_OK(fulmen_accelerator_register("metaacc", "names the meta device", &mv, false));
+    o = fixture_options(NULL, 1);
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "metaacc"));
+    CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    CHECK_ERR(fulmen_trainer_fit(t, module, loader, NULL, NULL), FULMEN_CODE_UNSUPPORTED, "meta device holds no data");
+    fulmen_trainer_free(t);
+    fulmen_trainer_options_free(o);
+    CHECK_OK(fulmen_accelerator_unregister("metaacc"));
     fulmen_lightning_module_free(module);
     fulmen_model_free(m);
     fulmen_loader_free(loader);

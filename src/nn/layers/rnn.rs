@@ -324,8 +324,13 @@ impl Layer for Rnn {
     fn after_convert(&self) {
         let Some(first) = self.weights.first() else { return };
         let (device, kind) = (first.device(), first.kind());
+        // As PyTorch: not when two weights share memory (tied weights).
+        let mut ptrs: Vec<usize> = self.weights.iter().map(|w| w.data_ptr() as usize).collect();
+        ptrs.sort_unstable();
+        ptrs.dedup();
         let acceptable = device.is_cuda()
             && matches!(kind, Kind::Half | Kind::Float | Kind::Double)
+            && ptrs.len() == self.weights.len()
             && self.weights.iter().all(|w| w.device() == device && w.kind() == kind);
         if !acceptable {
             return;
