@@ -1257,6 +1257,23 @@ typedef struct fulmen_accelerator_vtable {
   struct fulmen_error *(*get_device_stats)(void *userdata,
                                            struct fulmen_device device,
                                            struct fulmen_stats_builder *stats);
+  /**
+   * Writes whether the devices compute in `dtype` (a fulmen_dtype). The
+   * trainer asks before a run and refuses a precision that needs a dtype
+   * they do not (FULMEN_CODE_UNSUPPORTED): `bf16-mixed` and `bf16-true`
+   * need FULMEN_DTYPE_BF16, `16-mixed` and `16-true` FULMEN_DTYPE_F16,
+   * `64-true` FULMEN_DTYPE_F64, every precision FULMEN_DTYPE_F32 but
+   * `64-true`. NULL: every dtype. Appended, as the next slot: a vtable
+   * whose `struct_size` ends before a slot does not have it.
+   */
+  struct fulmen_error *(*supports_dtype)(void *userdata, int32_t dtype, bool *out);
+  /**
+   * Writes whether float16 training needs loss scaling on the devices (a
+   * GradScaler for `16-mixed`, as on CUDA). With false, `16-mixed` runs
+   * without one unless the trainer's grad-scaler options configure it.
+   * NULL: true.
+   */
+  struct fulmen_error *(*fp16_needs_loss_scaling)(void *userdata, bool *out);
 } fulmen_accelerator_vtable;
 
 /**
@@ -2962,11 +2979,15 @@ struct fulmen_error *fulmen_device_count(int32_t device_type, size_t *out);
  * them trains there.
  *
  * Process-wide and permanent: libtorch cannot unregister a backend or
- * rename PrivateUse1, so call it once, before anything uses the device; a
- * second call with the same name and count does nothing.
+ * rename PrivateUse1, so call it once, before the first backward pass in
+ * the process (libtorch's autograd engine sizes its per-device queues
+ * then: a device added later could not run backward; a real backend
+ * registers when its library loads, for the same reason); a second call
+ * with the same name and count does nothing.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (a bad or built-in name, `count`
- * outside 1..=FULMEN_MAX_FAKE_DEVICES), FULMEN_CODE_TORCH (another
+ * outside 1..=FULMEN_MAX_FAKE_DEVICES), FULMEN_CODE_INVALID_STATE (a
+ * backward pass ran through fulmen already), FULMEN_CODE_TORCH (another
  * PrivateUse1 backend is registered in this process, or the fake device is
  * registered under another name or count), FULMEN_CODE_NULL_ARGUMENT.
  * Thread rules: any thread.

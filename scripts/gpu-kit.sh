@@ -145,11 +145,12 @@ cat > "$kit/pc/fulmen.pc" <<PC
 Name: fulmen
 Description: fulmen (GPU kit)
 Version: 0.1.0
-Libs: -L$bundle/lib -l:$soname -Wl,-rpath,\$\$ORIGIN/../lib -Wl,--allow-shlib-undefined
+Libs: -L$bundle/lib -l:$soname -Wl,--allow-shlib-undefined
 Cflags: -I$root/include
 PC
 (cd "$root/bindings/go" && env GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=1 \
-    PKG_CONFIG_PATH="$kit/pc" CGO_LDFLAGS_ALLOW='.*' go test -c -ldflags='-s -w' -o "$bundle/bin/go_tests" . \
+    PKG_CONFIG_PATH="$kit/pc" CGO_LDFLAGS_ALLOW='.*' CGO_LDFLAGS='-Wl,-rpath,$ORIGIN/../lib' \
+    go test -c -ldflags='-s -w' -o "$bundle/bin/go_tests" . \
     2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2))
 # The Lightning round trip of the example's checkpoints, and PyTorch's side
 # of gpu_check's weights saved from cuda:0.

@@ -39,8 +39,15 @@ private:
     std::vector<fulmen::Device>* setups_;
 };
 
+// The same devices without bfloat16.
+class NoBf16Accelerator : public NpuAccelerator {
+public:
+    using NpuAccelerator::NpuAccelerator;
+    bool supports_dtype(fulmen::DType dtype) override { return dtype != fulmen::DType::BF16; }
+};
+
 // Trains a 2-16-2 MLP on two blobs on `accelerator`; returns the last epoch's loss.
-double fit_on(const std::string& accelerator) {
+double fit_on(const std::string& accelerator, const std::string& precision = "32-true") {
     using namespace fulmen;
     manual_seed(7);
     Tensor x = Tensor::randn({128, 2});
@@ -64,7 +71,8 @@ double fit_on(const std::string& accelerator) {
                         .logger(false)
                         .enable_checkpointing(false)
                         .set("accelerator", accelerator)
-                        .set("devices", "1"));
+                        .set("devices", "1")
+                        .set("precision", precision));
     trainer.fit(module, train);
     return trainer.callback_metric("train_loss");
 }
@@ -91,6 +99,16 @@ int main() {
         expect(on_npu < 0.5, "train_loss " + std::to_string(on_npu));
         expect(setups.size() == 1 && setups[0] == Device::private_use1(0), "setup_device was not given npu:0");
         unregister_accelerator("npu");
+
+        // supports_dtype: bf16-mixed is refused on devices without bfloat16.
+        register_accelerator("npu_nobf16", "no bfloat16", std::make_unique<NoBf16Accelerator>(&setups));
+        try {
+            fit_on("npu_nobf16", "bf16-mixed");
+            expect(false, "bf16-mixed ran on devices without bfloat16");
+        } catch (const Error& e) {
+            expect(e.code() == FULMEN_CODE_UNSUPPORTED, std::string("bf16-mixed refused with ") + e.what());
+        }
+        unregister_accelerator("npu_nobf16");
         std::cout << "custom_device: train_loss on npu:0 " << on_npu << " (cpu " << on_cpu << ")\n";
     } catch (const Error& e) {
         std::cerr << "custom_device: " << e.what() << "\n";

@@ -305,6 +305,20 @@ type CustomAccelerator interface {
 	DeviceStats(device Device) (map[string]float64, error)
 }
 
+// DTypeSupport is the optional dtype query of a CustomAccelerator: the
+// trainer refuses a precision that needs a dtype its devices do not compute
+// in (without it, every dtype).
+type DTypeSupport interface {
+	SupportsDType(dtype DType) (bool, error)
+}
+
+// LossScalingPolicy is the optional loss-scaling answer of a
+// CustomAccelerator: whether float16 training needs a GradScaler there
+// (without it, true).
+type LossScalingPolicy interface {
+	FP16NeedsLossScaling() (bool, error)
+}
+
 // DeviceParser is the optional ParseDevices of a CustomAccelerator.
 type DeviceParser interface {
 	// ParseDevices turns the devices option into device ids, each in

@@ -337,6 +337,36 @@ func fulmenGoAccSetupDevice(ud C.uintptr_t, typ C.int32_t, index C.int64_t) *C.f
 	})
 }
 
+//export fulmenGoAccSupportsDType
+func fulmenGoAccSupportsDType(ud C.uintptr_t, dtype C.int32_t, out *C.bool) *C.fulmen_error {
+	return runCallback(func() error {
+		v := true
+		if c, ok := acceleratorOf(ud).acc.(DTypeSupport); ok {
+			var err error
+			if v, err = c.SupportsDType(DType(dtype)); err != nil {
+				return err
+			}
+		}
+		*out = C.bool(v)
+		return nil
+	})
+}
+
+//export fulmenGoAccFP16NeedsLossScaling
+func fulmenGoAccFP16NeedsLossScaling(ud C.uintptr_t, out *C.bool) *C.fulmen_error {
+	return runCallback(func() error {
+		v := true
+		if c, ok := acceleratorOf(ud).acc.(LossScalingPolicy); ok {
+			var err error
+			if v, err = c.FP16NeedsLossScaling(); err != nil {
+				return err
+			}
+		}
+		*out = C.bool(v)
+		return nil
+	})
+}
+
 //export fulmenGoAccTeardown
 func fulmenGoAccTeardown(ud C.uintptr_t) *C.fulmen_error {
 	return runCallback(func() error { return acceleratorOf(ud).acc.Teardown() })

@@ -27,7 +27,7 @@ func DeviceCount(t DeviceType) (int, error) {
 // backend name with count devices: its tensors live in host memory and it
 // computes what the CPU computes. It is the device custom accelerators are
 // tested on. Process-wide and permanent (see fulmen_fake_device_register):
-// call it once, before anything uses the device.
+// call it once, before the first backward pass in the process.
 func RegisterFakeDevice(name string, count int) error {
 	if count < 0 {
 		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("RegisterFakeDevice: count %d is negative", count)}

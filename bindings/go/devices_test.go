@@ -34,6 +34,11 @@ func (a *npuAccelerator) DeviceStats(fulmen.Device) (map[string]float64, error) 
 	return nil, nil
 }
 
+// noBF16 is npuAccelerator without bfloat16 (DTypeSupport).
+type noBF16 struct{ npuAccelerator }
+
+func (noBF16) SupportsDType(d fulmen.DType) (bool, error) { return d != fulmen.BHalf, nil }
+
 // TestCustomDevice runs customDevice in a child process: registering the
 // fake device changes libtorch for the whole process, for good.
 func TestCustomDevice(t *testing.T) {
@@ -95,5 +100,14 @@ func customDevice(t *testing.T) {
 	}
 	if len(acc.setup) != 1 || acc.setup[0] != (fulmen.Device{Type: fulmen.PrivateUse1}) {
 		t.Fatalf("set up %v", acc.setup)
+	}
+
+	// DTypeSupport: bf16-mixed is refused on devices without bfloat16.
+	ok(t, fulmen.RegisterAccelerator("npu_nobf16", "no bfloat16", &noBF16{}, false))
+	defer fulmen.UnregisterAccelerator("npu_nobf16")
+	refused, err := fitWith(t, nil, "accelerator", "npu_nobf16", "devices", "1", "precision", "bf16-mixed")
+	defer refused.Close()
+	if !errors.Is(err, fulmen.ErrUnsupported) || !strings.Contains(err.Error(), "does not support") {
+		t.Fatalf("bf16-mixed without bfloat16: %v", err)
 	}
 }

@@ -150,6 +150,14 @@ static fulmen_error *acc_get_device_stats(void *ud, fulmen_device device, fulmen
     return fulmenGoAccDeviceStats((uintptr_t)ud, device.device_type, device.index, stats);
 }
 
+static fulmen_error *acc_supports_dtype(void *ud, int32_t dtype, bool *out) {
+    return fulmenGoAccSupportsDType((uintptr_t)ud, dtype, out);
+}
+
+static fulmen_error *acc_fp16_needs_loss_scaling(void *ud, bool *out) {
+    return fulmenGoAccFP16NeedsLossScaling((uintptr_t)ud, out);
+}
+
 fulmen_error *fulmen_go_accelerator_register(const char *name, const char *description, uintptr_t handle,
                                              bool has_parse_devices, bool override_existing) {
     fulmen_accelerator_vtable vt;
@@ -164,6 +172,8 @@ fulmen_error *fulmen_go_accelerator_register(const char *name, const char *descr
     vt.setup_device = acc_setup_device;
     vt.teardown = acc_teardown;
     vt.get_device_stats = acc_get_device_stats;
+    vt.supports_dtype = acc_supports_dtype;
+    vt.fp16_needs_loss_scaling = acc_fp16_needs_loss_scaling;
     return fulmen_accelerator_register(name, description, &vt, override_existing);
 }
 

@@ -46,6 +46,18 @@ pub trait Accelerator: Send + Sync {
 
     /// Named statistics of `device` for loggers (memory, utilization).
     fn get_device_stats(&self, device: Device) -> Result<Vec<(String, f64)>>;
+
+    /// Whether the accelerator's devices compute in `kind`; the trainer
+    /// refuses a precision that needs one they do not. Default: every dtype.
+    fn supports_dtype(&self, _kind: tch::Kind) -> Result<bool> {
+        Ok(true)
+    }
+
+    /// Whether float16 training needs loss scaling there (a GradScaler
+    /// for `16-mixed`, as on CUDA). Default: true.
+    fn fp16_needs_loss_scaling(&self) -> Result<bool> {
+        Ok(true)
+    }
 }
 
 impl std::fmt::Debug for dyn Accelerator {

@@ -388,6 +388,21 @@ pub struct fulmen_accelerator_vtable {
             stats: *mut fulmen_stats_builder,
         ) -> *mut fulmen_error,
     >,
+    /// Writes whether the devices compute in `dtype` (a fulmen_dtype). The
+    /// trainer asks before a run and refuses a precision that needs a dtype
+    /// they do not (FULMEN_CODE_UNSUPPORTED): `bf16-mixed` and `bf16-true`
+    /// need FULMEN_DTYPE_BF16, `16-mixed` and `16-true` FULMEN_DTYPE_F16,
+    /// `64-true` FULMEN_DTYPE_F64, every precision FULMEN_DTYPE_F32 but
+    /// `64-true`. NULL: every dtype. Appended, as the next slot: a vtable
+    /// whose `struct_size` ends before a slot does not have it.
+    pub supports_dtype:
+        Option<unsafe extern "C" fn(userdata: *mut c_void, dtype: i32, out: *mut bool) -> *mut fulmen_error>,
+    /// Writes whether float16 training needs loss scaling on the devices (a
+    /// GradScaler for `16-mixed`, as on CUDA). With false, `16-mixed` runs
+    /// without one unless the trainer's grad-scaler options configure it.
+    /// NULL: true.
+    pub fp16_needs_loss_scaling:
+        Option<unsafe extern "C" fn(userdata: *mut c_void, out: *mut bool) -> *mut fulmen_error>,
 }
 
 /// The host's accelerator behind the registry.
@@ -410,6 +425,8 @@ struct VtableCopy {
     teardown: Option<unsafe extern "C" fn(*mut c_void) -> *mut fulmen_error>,
     get_device_stats:
         Option<unsafe extern "C" fn(*mut c_void, fulmen_device, *mut fulmen_stats_builder) -> *mut fulmen_error>,
+    supports_dtype: Option<unsafe extern "C" fn(*mut c_void, i32, *mut bool) -> *mut fulmen_error>,
+    fp16_needs_loss_scaling: Option<unsafe extern "C" fn(*mut c_void, *mut bool) -> *mut fulmen_error>,
 }
 
 // SAFETY: every call into the host goes through the `userdata` mutex; the
@@ -531,6 +548,21 @@ impl Accelerator for HostAccelerator {
         r?;
         Ok(builder.stats)
     }
+
+    fn supports_dtype(&self, kind: tch::Kind) -> Result<bool> {
+        let Some(f) = self.v.supports_dtype else { return Ok(true) };
+        let Ok(dtype) = crate::tensor::DType::from_kind(kind) else { return Ok(true) };
+        let mut out = true;
+        self.call("supports_dtype", |u| unsafe { f(u, dtype as i32, &mut out) })?;
+        Ok(out)
+    }
+
+    fn fp16_needs_loss_scaling(&self) -> Result<bool> {
+        let Some(f) = self.v.fp16_needs_loss_scaling else { return Ok(true) };
+        let mut out = true;
+        self.call("fp16_needs_loss_scaling", |u| unsafe { f(u, &mut out) })?;
+        Ok(out)
+    }
 }
 
 /// Registers a custom accelerator under `name` with `description`, so the
@@ -552,11 +584,12 @@ pub unsafe extern "C" fn fulmen_accelerator_register(
         let n = str_arg(name, "name")?;
         let d = if description.is_null() { "" } else { str_arg(description, "description")? };
         let v = vtable.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `vtable` is NULL"))?;
-        check_struct_size(
-            v.struct_size,
-            std::mem::size_of::<fulmen_accelerator_vtable>(),
-            "fulmen_accelerator_vtable",
-        )?;
+        // The slots from `supports_dtype` on were appended: an older vtable
+        // ends before them.
+        let appended = std::mem::offset_of!(fulmen_accelerator_vtable, supports_dtype);
+        check_struct_size(v.struct_size, appended, "fulmen_accelerator_vtable")?;
+        let slot = std::mem::size_of::<Option<unsafe extern "C" fn()>>();
+        let has = |offset: usize| v.struct_size >= offset + slot;
         let copy = VtableCopy {
             is_available: v.is_available,
             auto_device_count: v.auto_device_count,
@@ -565,6 +598,12 @@ pub unsafe extern "C" fn fulmen_accelerator_register(
             setup_device: v.setup_device,
             teardown: v.teardown,
             get_device_stats: v.get_device_stats,
+            supports_dtype: if has(appended) { v.supports_dtype } else { None },
+            fp16_needs_loss_scaling: if has(std::mem::offset_of!(fulmen_accelerator_vtable, fp16_needs_loss_scaling)) {
+                v.fp16_needs_loss_scaling
+            } else {
+                None
+            },
         };
         // The destructor is armed only once the registry took the
         // accelerator, so a refused registration leaves userdata to the host.

@@ -56,11 +56,15 @@ pub unsafe extern "C" fn fulmen_device_count(device_type: i32, out: *mut usize) 
 /// them trains there.
 ///
 /// Process-wide and permanent: libtorch cannot unregister a backend or
-/// rename PrivateUse1, so call it once, before anything uses the device; a
-/// second call with the same name and count does nothing.
+/// rename PrivateUse1, so call it once, before the first backward pass in
+/// the process (libtorch's autograd engine sizes its per-device queues
+/// then: a device added later could not run backward; a real backend
+/// registers when its library loads, for the same reason); a second call
+/// with the same name and count does nothing.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (a bad or built-in name, `count`
-/// outside 1..=FULMEN_MAX_FAKE_DEVICES), FULMEN_CODE_TORCH (another
+/// outside 1..=FULMEN_MAX_FAKE_DEVICES), FULMEN_CODE_INVALID_STATE (a
+/// backward pass ran through fulmen already), FULMEN_CODE_TORCH (another
 /// PrivateUse1 backend is registered in this process, or the fake device is
 /// registered under another name or count), FULMEN_CODE_NULL_ARGUMENT.
 /// Thread rules: any thread.

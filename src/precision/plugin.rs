@@ -73,6 +73,12 @@ impl PrecisionPlugin {
         Ok(Self::new(Precision::parse(precision)?))
     }
 
+    /// The plugin for `precision` without a loss scaler (`16-mixed` on a
+    /// device whose float16 needs none).
+    pub fn without_scaler(precision: Precision) -> Self {
+        PrecisionPlugin { precision, scaler: None }
+    }
+
     /// `16-mixed` with a custom scaler; other precisions take none.
     pub fn with_scaler(precision: Precision, scaler: GradScaler) -> Result<Self> {
         if !precision.uses_grad_scaler() {
@@ -144,6 +150,7 @@ impl PrecisionPlugin {
     /// Lightning's `Precision.backward`: backward of `loss`, multiplied by
     /// the scale for `16-mixed`.
     pub fn backward(&self, loss: &Tensor) -> Result<()> {
+        crate::tensor::device::note_backward();
         Ok(self.scale_loss(loss)?.f_backward()?)
     }
 

@@ -308,6 +308,16 @@ pub fn to_device_of(t: &Tensor, like: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// Whether a backward pass ran in this process through fulmen: libtorch's
+/// autograd engine sizes its per-device queues at the first one, so a
+/// backend registered later cannot run backward.
+static BACKWARD_RAN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Records that a backward pass is about to run (see [`register_fake_device`]).
+pub fn note_backward() {
+    BACKWARD_RAN.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Zeros of `shape` and `kind` on the device of `like` (made there
 /// directly where tch names the device).
 pub fn zeros_on_device_of(shape: &[i64], kind: tch::Kind, like: &Tensor) -> Result<Tensor> {
@@ -316,6 +326,12 @@ pub fn zeros_on_device_of(shape: &[i64], kind: tch::Kind, like: &Tensor) -> Resu
         Some(td) => Ok(Tensor::f_zeros(shape, (kind, td))?),
         None => to_device(&Tensor::f_zeros(shape, (kind, tch::Device::Cpu))?, d, false),
     }
+}
+
+/// Whether the fake device is registered under `name` (a repeated
+/// registration is answered by the shim).
+fn fake_device_registered(name: &str) -> bool {
+    DeviceType::PrivateUse1.device_count().unwrap_or(0) > 0 && DeviceType::PrivateUse1.name() == name
 }
 
 /// Every device type name libtorch parses (c10's `DeviceTypeName`).
@@ -357,6 +373,12 @@ pub fn register_fake_device(name: &str, count: usize) -> Result<()> {
     }
     if LIBTORCH_TYPE_NAMES.contains(&name) {
         return Err(Error::invalid(format!("fake device name {name:?} is one of libtorch's device types")));
+    }
+    if BACKWARD_RAN.load(std::sync::atomic::Ordering::Relaxed) && !fake_device_registered(name) {
+        return Err(Error::state(
+            "register the fake device before the first backward pass in this process: libtorch's autograd engine \
+             sizes its per-device queues at the first one, and a device added later cannot run backward",
+        ));
     }
     let count = i64::try_from(count).unwrap_or(i64::MAX);
     let c_name = std::ffi::CString::new(name).map_err(|_| Error::invalid("fake device name holds a NUL"))?;

@@ -19,6 +19,30 @@ pub struct Placement {
     pub precision: PrecisionPlugin,
 }
 
+/// Checks `precision` against what the accelerator computes in (its
+/// `supports_dtype`), and drops the loss scaler of `16-mixed` where float16
+/// needs none (unless the options configured one).
+fn capable(acc: &dyn Accelerator, precision: PrecisionPlugin, scaler_configured: bool) -> Result<PrecisionPlugin> {
+    let p = precision.precision();
+    let kinds = [Some(p.param_kind()), p.autocast_kind()];
+    for kind in kinds.into_iter().flatten() {
+        if !acc.supports_dtype(kind)? {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorCode::Unsupported,
+                format!(
+                    "precision {p} computes in {} there, which accelerator {:?} does not support (its supports_dtype)",
+                    crate::tensor::DType::from_kind(kind).map(|d| d.name()).unwrap_or("that dtype"),
+                    acc.name()
+                ),
+            ));
+        }
+    }
+    if precision.scaler().is_some() && !scaler_configured && !acc.fp16_needs_loss_scaling()? {
+        return Ok(PrecisionPlugin::without_scaler(p));
+    }
+    Ok(precision)
+}
+
 impl Placement {
     /// The run's placement on `device` of `acc` with `precision` (and
     /// loss-scaler settings for `16-mixed`); sets the device up.
@@ -48,6 +72,7 @@ impl Placement {
             device.check_available()?;
             device.set_current()?;
         }
+        let precision = capable(&*acc, precision, grad_scaler.is_some())?;
         acc.setup_device(device)?;
         Ok(Placement { accelerator: acc, device, precision })
     }

@@ -20,6 +20,7 @@
 #include "check.h"
 #include "fixture.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,6 +319,126 @@ static void test_fit_on_device(void) {
     CHECK_OK(fulmen_accelerator_unregister("npu"));
 }
 
+/* ------------------------------------------- the capability slots */
+
+/* Claims no bfloat16; says float16 needs no loss scaling. */
+static fulmen_error *no_bf16(void *ud, int32_t dtype, bool *out) {
+    (void)ud;
+    *out = dtype != FULMEN_DTYPE_BF16;
+    return NULL;
+}
+
+static fulmen_error *no_scaling(void *ud, bool *out) {
+    (void)ud;
+    *out = false;
+    return NULL;
+}
+
+typedef struct {
+    fulmen_model *model;
+    double first_grad; /* max |grad| of 0.weight after the first backward */
+} grad_ud;
+
+static fulmen_error *grad_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    (void)ctx;
+    return fixture_cross_entropy(((grad_ud *)ud)->model, batch, out);
+}
+
+/* on_after_backward sees the gradients before unscaling, as Lightning's. */
+static fulmen_error *grad_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+    (void)ctx;
+    grad_ud *g = ud;
+    if (hook != FULMEN_HOOK_AFTER_BACKWARD || g->first_grad >= 0) return NULL;
+    fulmen_tensor *w = NULL, *grad = NULL, *a = NULL, *m = NULL;
+    fulmen_error *e = fulmen_model_state_dict_get(g->model, "0.weight", &w);
+    if (e == NULL) e = fulmen_tensor_grad(w, &grad);
+    if (e == NULL) e = fulmen_tensor_abs(grad, &a);
+    if (e == NULL) e = fulmen_tensor_max(a, &m);
+    if (e == NULL) e = fulmen_tensor_item(m, &g->first_grad);
+    fulmen_tensor *all[4] = {w, grad, a, m};
+    for (int i = 0; i < 4; i++) fulmen_tensor_free(all[i]);
+    return e;
+}
+
+/* A 16-mixed fit on `acc`; returns the first gradient's largest value. */
+static double first_grad_16_mixed(const char *acc) {
+    fulmen_dataset *ds = fixture_blobs(64, 7, 2.0f);
+    fulmen_loader *loader = fixture_loader(ds, 32, false, 0);
+    CHECK_OK(fulmen_manual_seed(4));
+    grad_ud g = {fixture_mlp(16, 0), -1};
+    fulmen_lightning_module *module = fixture_module(g.model, &g, grad_step, grad_hook);
+    fulmen_trainer_options *o = fixture_options(NULL, 1);
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", acc));
+    CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
+    CHECK_OK(fulmen_trainer_options_set(o, "precision", "16-mixed"));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    CHECK_OK(fulmen_trainer_fit(t, module, loader, NULL, NULL));
+    fulmen_trainer_free(t);
+    fulmen_trainer_options_free(o);
+    fulmen_lightning_module_free(module);
+    fulmen_model_free(g.model);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
+    return g.first_grad;
+}
+
+static void test_capabilities(void) {
+    fulmen_accelerator_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.get_parallel_devices = npu_parallel;
+    vt.supports_dtype = no_bf16;
+    vt.fp16_needs_loss_scaling = no_scaling;
+    CHECK_OK(fulmen_accelerator_register("npu_nobf16", "no bfloat16, float16 unscaled", &vt, false));
+    /* The same slots behind a struct_size that ends before them: ignored. */
+    vt.struct_size = offsetof(fulmen_accelerator_vtable, supports_dtype);
+    CHECK_OK(fulmen_accelerator_register("npu_old", "a vtable from before the capability slots", &vt, false));
+    vt.struct_size = offsetof(fulmen_accelerator_vtable, get_device_stats);
+    CHECK_ERR(fulmen_accelerator_register("npu_short", "too short", &vt, false), FULMEN_CODE_INVALID_ARGUMENT,
+              "struct_size");
+
+    /* bf16-mixed is refused where bfloat16 is not supported; 32-true runs. */
+    double loss = -1;
+    fulmen_model *m = NULL;
+    fulmen_dataset *ds = fixture_blobs(64, 7, 2.0f);
+    fulmen_loader *loader = fixture_loader(ds, 32, false, 0);
+    m = fixture_mlp(16, 0);
+    step_ud ud = {m};
+    fulmen_lightning_module *module = fixture_module(m, &ud, step, NULL);
+    const char *precisions[3] = {"bf16-mixed", "bf16-true", "32-true"};
+    for (int i = 0; i < 3; i++) {
+        fulmen_trainer_options *o = fixture_options(NULL, 1);
+        CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "npu_nobf16"));
+        CHECK_OK(fulmen_trainer_options_set(o, "precision", precisions[i]));
+        fulmen_trainer *t = NULL;
+        CHECK_OK(fulmen_trainer_new(o, &t));
+        if (i < 2) {
+            CHECK_ERR(fulmen_trainer_fit(t, module, loader, NULL, NULL), FULMEN_CODE_UNSUPPORTED,
+                      "computes in bf16 there, which accelerator \"npu_nobf16\" does not support");
+        } else {
+            CHECK_OK(fulmen_trainer_fit(t, module, loader, NULL, NULL));
+            CHECK_OK(fulmen_trainer_callback_metric(t, "train_loss", &loss));
+        }
+        fulmen_trainer_free(t);
+        fulmen_trainer_options_free(o);
+    }
+    CHECK(loss > 0);
+    fulmen_lightning_module_free(module);
+    fulmen_model_free(m);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
+
+    /* 16-mixed: a GradScaler (gradients times 65536 before unscaling)
+     * unless the accelerator says float16 needs none; an old vtable's
+     * slots are not read. */
+    double scaled = first_grad_16_mixed("npu_old"), unscaled = first_grad_16_mixed("npu_nobf16");
+    printf("16-mixed first gradient: %g with loss scaling, %g without\n", scaled, unscaled);
+    CHECK(unscaled > 0 && scaled / unscaled > 60000 && scaled / unscaled < 70000);
+    CHECK_OK(fulmen_accelerator_unregister("npu_nobf16"));
+    CHECK_OK(fulmen_accelerator_unregister("npu_old"));
+}
+
 int main(void) {
     snprintf(work, sizeof work, "/tmp/fulmen-custom-device.XXXXXX");
     if (mkdtemp(work) == NULL) {
@@ -330,6 +451,7 @@ int main(void) {
     test_tensors();
     test_model_on_device();
     test_fit_on_device();
+    test_capabilities();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", work);

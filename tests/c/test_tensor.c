@@ -1538,5 +1538,8 @@ int main(void) {
     test_lifetime();
     fulmen_model_free(g_model);
     fulmen_tensor_free(g_idx2d);
+    /* Backward has run in this process: libtorch's autograd engine sized
+     * its device queues, so the fake device is refused (and not added). */
+    CHECK_ERR(fulmen_fake_device_register("npu", 1), FULMEN_CODE_INVALID_STATE, "before the first backward pass");
     return check_finish("test_tensor");
 }

@@ -24,6 +24,7 @@ pub unsafe extern "C" fn fulmen_tensor_backward(tensor: *const fulmen_tensor) ->
                 "backward: the tensor does not require grad (no parameter was used to compute it)",
             ));
         }
+        crate::tensor::device::note_backward();
         t.f_backward().map_err(|e| crate::distributed::explain_backward(e.into()))
     })
 }

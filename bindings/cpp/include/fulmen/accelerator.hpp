@@ -37,9 +37,9 @@ inline size_t device_count(DeviceType type) {
 }
 
 /// Registers fulmen's fake device as the PrivateUse1 backend `name` with
-/// `count` devices (process-wide and permanent; see
-/// `fulmen_fake_device_register`): the device custom accelerators are
-/// tested on.
+/// `count` devices (process-wide and permanent, before the first backward
+/// pass in the process; see `fulmen_fake_device_register`): the device
+/// custom accelerators are tested on.
 inline void register_fake_device(const std::string& name, size_t count) {
     check(fulmen_fake_device_register(name.c_str(), count));
 }
@@ -271,6 +271,12 @@ public:
     /// Device statistics (name -> value; names over 63 bytes are
     /// truncated by fulmen). Default: none.
     virtual std::map<std::string, double> device_stats(Device /*device*/) { return {}; }
+    /// Whether the devices compute in `dtype`; the trainer refuses a
+    /// precision that needs one they do not. Default: every dtype.
+    virtual bool supports_dtype(DType /*dtype*/) { return true; }
+    /// Whether float16 training needs loss scaling there (a GradScaler
+    /// for 16-mixed). Default: true.
+    virtual bool fp16_needs_loss_scaling() { return true; }
 };
 
 namespace detail {
@@ -317,6 +323,12 @@ struct AcceleratorTrampolines {
             }
         });
     }
+    static fulmen_error* supports_dtype(void* ud, int32_t dtype, bool* out) noexcept {
+        return guard_callback([&] { *out = self(ud).supports_dtype(static_cast<DType>(dtype)); });
+    }
+    static fulmen_error* fp16_needs_loss_scaling(void* ud, bool* out) noexcept {
+        return guard_callback([&] { *out = self(ud).fp16_needs_loss_scaling(); });
+    }
     static fulmen_accelerator_vtable vtable(CustomAccelerator* acc, bool custom_parse) noexcept {
         fulmen_accelerator_vtable vt{};
         vt.struct_size = sizeof vt;
@@ -329,6 +341,8 @@ struct AcceleratorTrampolines {
         vt.setup_device = &setup_device;
         vt.teardown = &teardown;
         vt.get_device_stats = &device_stats;
+        vt.supports_dtype = &supports_dtype;
+        vt.fp16_needs_loss_scaling = &fp16_needs_loss_scaling;
         return vt;
     }
 };
