@@ -260,7 +260,7 @@ $(BUILD)/examples/gan: examples/c/gan.c include/fulmen.h lib
 
 # The custom-accelerator conformance program (tests/conformance), on the
 # fake device: directly, and through a plugin as a vendor's is loaded.
-$(BUILD)/conformance/fulmen_conformance: tests/conformance/conformance.c tests/c/check.h tests/c/fixture.h include/fulmen.h lib
+$(BUILD)/conformance/fulmen_conformance: tests/conformance/conformance.c tests/c/check.h tests/c/fixture.h tests/c/npu.h include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK) -ldl
 

@@ -19,6 +19,7 @@
 
 #include "check.h"
 #include "fixture.h"
+#include "npu.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -138,21 +139,6 @@ typedef struct {
     int setup_calls, teardown_calls;
     fulmen_device last_setup;
 } npu_state;
-
-static fulmen_error *npu_count(void *ud, size_t *out) {
-    (void)ud;
-    return fulmen_device_count(FULMEN_DEVICE_TYPE_PRIVATE_USE1, out);
-}
-
-/* Lightning's XPUAccelerator.get_parallel_devices: torch.device("xpu", i). */
-static fulmen_error *npu_parallel(void *ud, const int64_t *ids, size_t n, fulmen_device *out) {
-    (void)ud;
-    for (size_t i = 0; i < n; i++) {
-        out[i].device_type = FULMEN_DEVICE_TYPE_PRIVATE_USE1;
-        out[i].index = ids[i];
-    }
-    return NULL;
-}
 
 static fulmen_error *npu_setup(void *ud, fulmen_device device) {
     npu_state *s = ud;

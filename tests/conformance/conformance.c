@@ -22,6 +22,7 @@
 
 #include "../c/check.h"
 #include "../c/fixture.h"
+#include "../c/npu.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -92,28 +93,14 @@ static double tensor_diff(const fulmen_tensor *a, const fulmen_tensor *b) {
 
 /* ------------------------------------------------ the reference accelerator */
 
-static fulmen_error *ref_count(void *ud, size_t *out) {
-    (void)ud;
-    return fulmen_device_count(FULMEN_DEVICE_TYPE_PRIVATE_USE1, out);
-}
-
-static fulmen_error *ref_devices(void *ud, const int64_t *ids, size_t n, fulmen_device *out) {
-    (void)ud;
-    for (size_t i = 0; i < n; i++) {
-        out[i].device_type = FULMEN_DEVICE_TYPE_PRIVATE_USE1;
-        out[i].index = ids[i];
-    }
-    return NULL;
-}
-
 static fulmen_error *register_reference(const char *name) {
     fulmen_error *e = fulmen_fake_device_register(name, 2);
     if (e != NULL) return e;
     fulmen_accelerator_vtable vt;
     memset(&vt, 0, sizeof vt);
     vt.struct_size = sizeof vt;
-    vt.auto_device_count = ref_count;
-    vt.get_parallel_devices = ref_devices;
+    vt.auto_device_count = npu_count;
+    vt.get_parallel_devices = npu_parallel;
     return fulmen_accelerator_register(name, "the reference accelerator over fulmen's fake device", &vt, false);
 }
 
