@@ -101,6 +101,15 @@ else
     echo "($MNIST not found: built, not run)"
 fi
 
+step "examples/go/custom_device (a custom accelerator on the fake device)"
+cd "$ROOT/examples/go"
+go build $(tags) -o "$WORK/custom_device" ./custom_device
+if [[ -f "$MNIST" ]]; then
+    "$WORK/custom_device" -data "$MNIST" -epochs 2 | tail -2
+else
+    echo "($MNIST not found: built, not run)"
+fi
+
 step "examples/go/charlm and examples/go/forecast"
 cd "$ROOT/examples/go"
 go build $(tags) -o "$WORK/charlm" ./charlm
