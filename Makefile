@@ -258,8 +258,9 @@ $(BUILD)/examples/gan: examples/c/gan.c include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 
-# The custom-accelerator conformance program (tests/conformance), on the
-# fake device: directly, and through a plugin as a vendor's is loaded.
+# The custom-accelerator conformance program (tests/conformance): on the CPU
+# (a baseline), and on the fake device directly and through a plugin as a
+# vendor's is loaded.
 $(BUILD)/conformance/fulmen_conformance: tests/conformance/conformance.c tests/c/check.h tests/c/fixture.h tests/c/npu.h include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK) -ldl
@@ -269,6 +270,7 @@ $(BUILD)/conformance/libfake_plugin.so: tests/conformance/fake_plugin.c include/
 	$(CC) $(CFLAGS_STRICT) -fPIC -shared $(C_INC) $< -o $@ $(C_LINK)
 
 test-conformance: $(BUILD)/conformance/fulmen_conformance $(BUILD)/conformance/libfake_plugin.so
+	$(ASAN_ENV) $(BUILD)/conformance/fulmen_conformance --accelerator cpu
 	$(ASAN_ENV) $(BUILD)/conformance/fulmen_conformance --fake-device npu
 	$(ASAN_ENV) $(BUILD)/conformance/fulmen_conformance --plugin $(BUILD)/conformance/libfake_plugin.so --accelerator vendor_npu
 	@# An accelerator whose devices have no backend here must fail.

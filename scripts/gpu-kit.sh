@@ -140,6 +140,11 @@ g++ -std=c++17 -Wall -Wextra -Werror -pedantic -O1 -I"$root/include" -I"$root/bi
     "$root/bindings/cpp/custom_device.cpp" -o "$bundle/bin/cpp_custom_device" "${ldflags[@]}" -static-libstdc++ -static-libgcc \
     2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
 strip "$bundle/bin/cpp_custom_device"
+# The conformance program, run on the cuda accelerator (run.sh).
+mkdir -p "$bundle/conformance"
+cc "${cflags[@]}" "$root/tests/conformance/conformance.c" -o "$bundle/conformance/fulmen_conformance" \
+    "${ldflags[@]}" -ldl 2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
+strip "$bundle/conformance/fulmen_conformance"
 mkdir -p "$kit/pc"
 cat > "$kit/pc/fulmen.pc" <<PC
 Name: fulmen

@@ -10,7 +10,9 @@
 # build); FULMEN_KIT_TORCH_LIB gives torch's lib folder without Python;
 # FULMEN_KIT_ONLY lists the programs to run (default: all: gpu_check, then
 # with a GPU mnist-cuda (the example), lightning-cuda (its Lightning round
-# trip) and bench (against PyTorch and Lightning), then the C tests,
+# trip), conformance-cuda (the custom-accelerator conformance program on
+# the cuda accelerator) and bench (against PyTorch and Lightning), then the
+# C tests,
 # cpp_tests (the C++ binding's), go_tests (the Go package's) and mnist-cpu);
 # FULMEN_KIT_TIMEOUT bounds each program (default 300 s); FULMEN_KIT_DEADLINE
 # (seconds, default none) leaves the programs not yet started once passed;
@@ -92,7 +94,7 @@ else
     # cuda, its Lightning round trip and the benchmark), then the C tests,
     # cpp_tests and go_tests, and the example on the CPU.
     programs=gpu_check
-    if $gpu && [ -f "$FULMEN_MNIST" ]; then programs="$programs mnist-cuda lightning-cuda bench"; fi
+    if $gpu && [ -f "$FULMEN_MNIST" ]; then programs="$programs mnist-cuda lightning-cuda conformance-cuda bench"; fi
     programs="$programs $(cd "$here/bin" && ls | grep -v -e '^mnist$' -e '^gpu_check$' | tr '\n' ' ')"
     [ -f "$FULMEN_MNIST" ] && programs="$programs mnist-cpu"
 fi
@@ -111,6 +113,9 @@ for p in $programs; do
         # The example's Lightning-format checkpoints written on the GPU,
         # resumed by Lightning's Trainer on cuda, and Lightning's resumed by
         # the example.
+        # The custom-accelerator conformance program on the cuda accelerator.
+        conformance-cuda)
+            run_program conformance-cuda "$here/conformance/fulmen_conformance" --accelerator cuda ;;
         lightning-cuda)
             run_program lightning-cuda "$py" "$here/interop/mnist_lightning_check.py" --binary "$here/bin/mnist" \
                 --data "$FULMEN_MNIST" --accelerator cuda --work "$work/mnist-lightning" ;;
