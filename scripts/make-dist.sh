@@ -9,7 +9,9 @@
 #   lib/pkgconfig/fulmen.pc       relocatable (${pcfiledir})
 #   lib/cmake/fulmen/             find_package(fulmen), relocatable
 #   include/fulmen.h, include/fulmen/*.hpp   the C header, the C++ binding
+#   bin/fulmen_conformance        the custom-accelerator conformance program
 #   share/fulmen/go/              the Go package (links through pkg-config)
+#   share/fulmen/conformance/     a conformance plugin to start from
 #   share/doc/fulmen/             README, LICENSE, libtorch's licenses
 #
 # Every rpath is $ORIGIN-relative: libfulmen finds libtorch in lib/fulmen,
@@ -57,7 +59,7 @@ stage=$out/$name
 rm -rf "$stage" "$out/$name.tar.gz" "$out/ldd.txt"
 mkdir -p "$out"
 mkdir -p "$stage/lib/fulmen" "$stage/lib/pkgconfig" "$stage/lib/cmake/fulmen" "$stage/include/fulmen" \
-    "$stage/share/fulmen/go" "$stage/share/doc/fulmen"
+    "$stage/share/fulmen/go" "$stage/share/fulmen/conformance" "$stage/share/doc/fulmen" "$stage/bin"
 
 # The library, with its rpath to lib/fulmen only.
 real=libfulmen.so.$version
@@ -95,6 +97,13 @@ say "$count libraries in lib/fulmen"
 # Headers.
 cp "$ROOT/include/fulmen.h" "$stage/include/"
 cp "$ROOT"/bindings/cpp/include/fulmen/*.hpp "$ROOT"/bindings/cpp/include/fulmen/*.inc "$stage/include/fulmen/"
+
+# The custom-accelerator conformance program, which vendors run on their
+# hardware with their plugin (README), and the plugin to start from.
+cc -std=c11 -O2 -I"$stage/include" "$ROOT/tests/conformance/conformance.c" -o "$stage/bin/fulmen_conformance" \
+    -L"$stage/lib" -lfulmen -Wl,-rpath,'$ORIGIN/../lib' -Wl,-rpath-link,"$stage/lib/fulmen" -lm -ldl
+strip "$stage/bin/fulmen_conformance"
+cp "$ROOT/tests/conformance/fake_plugin.c" "$stage/share/fulmen/conformance/"
 
 # pkg-config and CMake, relative to where they lie.
 sed -e 's|@PREFIX@|${pcfiledir}/../..|; s|@LIBDIR@|${prefix}/lib|; s|@INCLUDEDIR@|${prefix}/include|' \
@@ -144,6 +153,8 @@ fulmen $version ($soname), built against libtorch $torch_version
 C:     cc app.c \$(pkg-config --cflags --libs fulmen)   with PKG_CONFIG_PATH=<this folder>/lib/pkgconfig
 C++:   find_package(fulmen $major.$minor REQUIRED) with CMAKE_PREFIX_PATH=<this folder>; target_link_libraries(app PRIVATE fulmen::fulmen)
 Go:    replace github.com/fulmen-ml/fulmen/bindings/go => <this folder>/share/fulmen/go, with PKG_CONFIG_PATH as for C
+Conformance of a custom accelerator: bin/fulmen_conformance --plugin ./libvendor.so --accelerator NAME
+       (a plugin exports fulmen_conformance_setup; share/fulmen/conformance/fake_plugin.c is one)
 Needs: glibc and libstdc++ at least as new as the build machine's.
 TXT
 

@@ -5,6 +5,8 @@
 #   - a C++ program with CMake's find_package(fulmen) (bindings/cpp/snippet.cpp),
 #   - a Go program with the release's Go package through pkg-config
 #     (tests/go/outside/main.go),
+#   - the release's conformance program on the CPU, and through the plugin
+#     example built with pkg-config,
 # with no LD_LIBRARY_PATH, and checks with ldd that each loads libfulmen and
 # libtorch from the unpacked release and nothing from the repository. Also
 # checks the release's rpaths ($ORIGIN only) and SONAME.
@@ -32,7 +34,7 @@ soname=$(sed -n 's/^#define FULMEN_SONAME "\(.*\)"$/\1/p' "$dist/include/fulmen.
 [ -L "$dist/lib/$soname" ] && [ -L "$dist/lib/libfulmen.so" ] || fail "lib/$soname or lib/libfulmen.so is not a link"
 readelf -d "$dist/lib/libfulmen.so" > "$work/dynamic.txt"
 grep -q "(SONAME).*\[$soname\]" "$work/dynamic.txt" || fail "libfulmen's SONAME is not $soname"
-for f in "$dist"/lib/libfulmen.so.*.*.* "$dist"/lib/fulmen/*; do
+for f in "$dist"/lib/libfulmen.so.*.*.* "$dist"/lib/fulmen/* "$dist"/bin/*; do
     readelf -d "$f" | sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\]/\2/p' | tr ':' '\n' > "$work/paths.txt"
     while read -r p; do
         case "$p" in '$ORIGIN' | '$ORIGIN/'*) ;; *) fail "$f has the rpath '$p'" ;; esac
@@ -67,6 +69,17 @@ cp "$ROOT/tests/c/outside/train_xor.c" "$work/c/"
 (cd "$work/c" && cc -std=c11 -Wall -Wextra -Werror -pedantic train_xor.c -o train_xor $(pkg-config --cflags --libs fulmen) -lm)
 check_ldd "$work/c/train_xor"
 (cd "$work/c" && ./train_xor)
+
+step "the conformance program (bin/fulmen_conformance)"
+check_ldd "$dist/bin/fulmen_conformance"
+"$dist/bin/fulmen_conformance" --accelerator cpu > "$work/conformance-cpu.log" 2>&1 \
+    || { cat "$work/conformance-cpu.log" >&2; fail "the conformance program failed on the CPU"; }
+tail -n 1 "$work/conformance-cpu.log"
+cc -std=c11 -Wall -Wextra -Werror -pedantic -fPIC -shared "$dist/share/fulmen/conformance/fake_plugin.c" \
+    -o "$work/libfake_plugin.so" $(pkg-config --cflags --libs fulmen)
+"$dist/bin/fulmen_conformance" --plugin "$work/libfake_plugin.so" --accelerator vendor_npu > "$work/conformance-npu.log" 2>&1 \
+    || { cat "$work/conformance-npu.log" >&2; fail "the conformance program failed through the plugin"; }
+tail -n 1 "$work/conformance-npu.log"
 
 step "C++ with CMake find_package(fulmen 0.1)"
 if command -v cmake > /dev/null; then
