@@ -562,7 +562,7 @@ impl Module {
     /// Moves every parameter and buffer to `device`, in place (`param.data =
     /// ...` as PyTorch does), so parameters stay the same leaf tensors.
     pub fn to_device(&mut self, device: Device) -> Result<()> {
-        check_device(device)?;
+        device.check_available()?;
         self.convert(Some(device), None).ctx(format!("to_device({device:?})"))
     }
 
@@ -573,7 +573,7 @@ impl Module {
     /// shares its tensors). A TorchScript module is cloned with its tensors
     /// mapped the same way.
     pub fn replicate(&self, device: Device) -> Result<Module> {
-        check_device(device)?;
+        device.check_available()?;
         self.replicate_with(&mut |t: &Tensor| devices::to_device(t, device, false))
     }
 
@@ -641,11 +641,6 @@ fn no_child(path: &str, part: &str, parent: &Module) -> Error {
 /// Whether `kind` is a real floating-point kind.
 pub(crate) fn is_floating(kind: Kind) -> bool {
     matches!(kind, Kind::Half | Kind::Float | Kind::Double | Kind::BFloat16)
-}
-
-/// Fails with `Unavailable` when `device` does not exist on this machine.
-pub(crate) fn check_device(device: Device) -> Result<()> {
-    device.check_available()
 }
 
 /// Converts `t` in place (`set_data`), keeping it the same (leaf) tensor;

@@ -1,7 +1,7 @@
 //! TorchScript modules exported from Python, run and trained through the
 //! C++ shim (`csrc/script.cpp`): parameters and buffers with PyTorch's
 //! dotted names, any method on any values, saving back to a `.pt` file.
-use super::module::{check_device, Module};
+use super::module::Module;
 use super::script_value::{CxxValue, Value};
 use crate::error::{Error, ErrorCode, Result, ResultExt};
 use crate::shim::{self, call};
@@ -245,7 +245,7 @@ impl Module {
     /// `forward` runs the script's forward, `call_method` any method;
     /// `set_training` toggles its train/eval mode. It starts in training mode.
     pub fn load_torchscript(path: &Path, device: Device) -> Result<Module> {
-        check_device(crate::tensor::device::Device::from_tch(device))?;
+        crate::tensor::device::Device::from_tch(device).check_available()?;
         if !path.is_file() {
             return Err(Error::io(format!("TorchScript file {} not found", path.display())));
         }

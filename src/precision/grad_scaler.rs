@@ -303,9 +303,11 @@ fn unscale_grads(params: &[Tensor], scale: f64) -> Result<bool> {
     }
     let inv_scale = f64::from((1.0 / scale) as f32);
     let _no_grad = tch::no_grad_guard();
+    // The flags meet on the first gradient's device (asked once).
+    let first = crate::tensor::device::Device::of(&grads[0])?;
     let mut flags = Vec::with_capacity(grads.len());
     for g in &grads {
-        flags.push(crate::tensor::device::to_device_of(&g.f_isfinite()?.f_all()?.f_logical_not()?, &grads[0])?);
+        flags.push(crate::tensor::device::to_device(&g.f_isfinite()?.f_all()?.f_logical_not()?, first, false)?);
         let mut g = g.shallow_clone();
         let _ = g.f_mul_scalar_(inv_scale)?;
     }

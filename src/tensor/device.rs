@@ -445,9 +445,4 @@ impl DeviceSpec {
     pub fn from_device(d: Device) -> Self {
         DeviceSpec { kind: d.kind(), index: d.index() as i64 }
     }
-
-    /// The C form of a tch device.
-    pub fn from_tch(d: tch::Device) -> Self {
-        DeviceSpec::from_device(Device::from_tch(d))
-    }
 }

@@ -197,6 +197,20 @@ static inline char *fixture_read_text(const char *path) {
     return s;
 }
 
+/* The largest absolute difference between a CPU tensor and a tensor on any
+ * device (NaN counts as the worst: 1e300). */
+static inline double fixture_tensor_diff(const fulmen_tensor *cpu, const fulmen_tensor *other) {
+    fulmen_tensor *back = NULL, *d = NULL, *ad = NULL, *mx = NULL;
+    CHECK_OK(fulmen_tensor_to_device(other, FULMEN_DEVICE_TYPE_CPU, 0, &back));
+    CHECK_OK(fulmen_tensor_sub(cpu, back, &d));
+    CHECK_OK(fulmen_tensor_abs(d, &ad));
+    CHECK_OK(fulmen_tensor_max(ad, &mx));
+    double v = mx != NULL ? check_item(mx) : NAN;
+    fulmen_tensor *all[4] = {back, d, ad, mx};
+    for (int i = 0; i < 4; i++) fulmen_tensor_free(all[i]);
+    return v == v ? v : 1e300;
+}
+
 /* The largest absolute difference between the state tensors of two models
  * with the same names. */
 static inline double fixture_max_diff(const fulmen_model *a, const fulmen_model *b) {
@@ -206,20 +220,14 @@ static inline double fixture_max_diff(const fulmen_model *a, const fulmen_model 
     for (size_t i = 0; i < n; i++) {
         char name[128];
         size_t len = 0;
-        fulmen_tensor *x = NULL, *y = NULL, *d = NULL, *ad = NULL, *mx = NULL;
+        fulmen_tensor *x = NULL, *y = NULL;
         CHECK_OK(fulmen_model_state_dict_name(a, i, name, sizeof name, &len));
         CHECK_OK(fulmen_model_state_dict_get(a, name, &x));
         CHECK_OK(fulmen_model_state_dict_get(b, name, &y));
-        CHECK_OK(fulmen_tensor_sub(x, y, &d));
-        CHECK_OK(fulmen_tensor_abs(d, &ad));
-        CHECK_OK(fulmen_tensor_max(ad, &mx));
-        double v = check_item(mx);
-        if (!(v <= worst)) worst = v; /* NaN counts as the worst */
+        double v = fixture_tensor_diff(x, y);
+        if (v > worst) worst = v;
         fulmen_tensor_free(x);
         fulmen_tensor_free(y);
-        fulmen_tensor_free(d);
-        fulmen_tensor_free(ad);
-        fulmen_tensor_free(mx);
     }
     return worst;
 }

@@ -81,18 +81,6 @@ static bool ok_or_skip(section *s, fulmen_error *e, const char *what) {
     return false;
 }
 
-static double tensor_diff(const fulmen_tensor *a, const fulmen_tensor *b) {
-    fulmen_tensor *bc = NULL, *d = NULL, *ad = NULL, *mx = NULL;
-    CHECK_OK(fulmen_tensor_to_device(b, FULMEN_DEVICE_TYPE_CPU, 0, &bc));
-    CHECK_OK(fulmen_tensor_sub(a, bc, &d));
-    CHECK_OK(fulmen_tensor_abs(d, &ad));
-    CHECK_OK(fulmen_tensor_max(ad, &mx));
-    double v = mx != NULL ? check_item(mx) : NAN;
-    fulmen_tensor *all[4] = {bc, d, ad, mx};
-    for (int i = 0; i < 4; i++) fulmen_tensor_free(all[i]);
-    return v == v ? v : 1e300;
-}
-
 /* ------------------------------------------------ the reference accelerator */
 
 static fulmen_error *register_reference(const char *name) {
@@ -144,11 +132,11 @@ static void check_tensors(void) {
         int64_t index = -1;
         CHECK_OK(fulmen_tensor_device(xd, &type, &index));
         CHECK(type == device.device_type && index == device.index);
-        CHECK(tensor_diff(x, xd) == 0);
+        CHECK(fixture_tensor_diff(x, xd) == 0);
         CHECK_OK(fulmen_tensor_to_device(w, device.device_type, device.index, &wd));
         CHECK_OK(fulmen_tensor_matmul(x, w, &y));
         CHECK_OK(fulmen_tensor_matmul(xd, wd, &yd));
-        CHECK(tensor_diff(y, yd) <= tolerance);
+        CHECK(fixture_tensor_diff(y, yd) <= tolerance);
     }
     fulmen_tensor *all[6] = {x, w, xd, wd, y, yd};
     for (int i = 0; i < 6; i++) fulmen_tensor_free(all[i]);
@@ -166,7 +154,7 @@ static void check_model(void) {
     if (ok_or_skip(&s, fulmen_model_to_device(m, device.device_type, device.index), "moving the model")) {
         CHECK_OK(fulmen_tensor_to_device(x, device.device_type, device.index, &xd));
         CHECK_OK(fulmen_model_forward(m, xd, &yd));
-        CHECK(tensor_diff(y, yd) <= tolerance);
+        CHECK(fixture_tensor_diff(y, yd) <= tolerance);
         CHECK_OK(fulmen_tensor_sum(yd, &loss));
         CHECK_OK(fulmen_tensor_backward(loss));
         CHECK_OK(fulmen_model_state_dict_get(m, "0.weight", &w));

@@ -321,20 +321,6 @@ static void test_workers_on_gpu(void) {
     CHECK(with_workers >= 0 && with_workers == without);
 }
 
-/* The largest absolute difference between a CPU tensor and a tensor on any
- * device. */
-static double tensor_diff(const fulmen_tensor *cpu, const fulmen_tensor *other) {
-    fulmen_tensor *back = NULL, *d = NULL, *ad = NULL, *mx = NULL;
-    CHECK_OK(fulmen_tensor_to_device(other, FULMEN_DEVICE_TYPE_CPU, 0, &back));
-    CHECK_OK(fulmen_tensor_sub(cpu, back, &d));
-    CHECK_OK(fulmen_tensor_abs(d, &ad));
-    CHECK_OK(fulmen_tensor_max(ad, &mx));
-    double v = check_item(mx);
-    fulmen_tensor *all[4] = {back, d, ad, mx};
-    for (int i = 0; i < 4; i++) fulmen_tensor_free(all[i]);
-    return v != v ? 1e300 : v;
-}
-
 static fulmen_tensor *on_cuda(const fulmen_tensor *t) {
     fulmen_tensor *g = NULL;
     CHECK_OK(fulmen_tensor_to_device(t, FULMEN_DEVICE_TYPE_CUDA, 0, &g));
@@ -371,7 +357,7 @@ static double cpu_vs_cuda(fulmen_model *model, const fulmen_tensor **in, size_t 
         CHECK(gpu_count == count);
         worst = 0;
         for (size_t i = 0; i < count && i < 3; i++) {
-            double d = tensor_diff(cpu_out[i], gpu_out[i]);
+            double d = fixture_tensor_diff(cpu_out[i], gpu_out[i]);
             if (d > worst) worst = d;
         }
         fulmen_tensor *loss = NULL, *w = NULL, *grad = NULL;
