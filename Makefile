@@ -96,7 +96,7 @@ test-coverage:
 test-rust: $(LIBTORCH_STAMP) $(GLOO_STAMP) $(MNIST)
 	FULMEN_MNIST=$(MNIST) $(CARGO) test $(CARGO_FLAGS)
 
-$(BUILD)/tests/%: tests/c/%.c $(wildcard tests/c/*.h) include/fulmen.h lib
+$(BUILD)/tests/%: tests/c/%.c $(wildcard tests/c/*.h tests/conformance/*.h) include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK)
 
@@ -150,7 +150,7 @@ example: $(BUILD)/examples/mnist $(BUILD)/examples/snippet $(BUILD)/examples/cha
 	$(BUILD)/examples/mnist --data $(MNIST) --epochs 1 --strategy ddp --devices 2 --out $(BUILD)/ddp-run | tee $(BUILD)/ddp-run.log
 	@grep -q "trained on 2 ranks" $(BUILD)/ddp-run.log && test -f $(BUILD)/ddp-run/checkpoints/last.ckpt
 
-# valgrind: every C test but test_ddp, test_crash, test_files and
+# valgrind: every C test but test_ddp, test_device_ddp, test_crash, test_files and
 # test_signals (they re-execute the program, which under valgrind is the
 # runner; ASan covers them) and the
 # examples. The tests are linked into one program per half, so libtorch's
@@ -160,7 +160,7 @@ example: $(BUILD)/examples/mnist $(BUILD)/examples/snippet $(BUILD)/examples/cha
 # definite leak or an invalid access fails the suite.
 # test_custom_device runs in a process of its own: the fake device it
 # registers must come before any backward pass, and stays registered.
-VG_TESTS := $(filter-out test_ddp test_crash test_files test_signals test_custom_device,$(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))) snippet
+VG_TESTS := $(filter-out test_ddp test_device_ddp test_crash test_files test_signals test_custom_device,$(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))) snippet
 VG_ALONE := test_custom_device
 # oneDNN's AVX JIT kernels (its RNN ones above all) exhaust valgrind's
 # translation storage, so under valgrind oneDNN runs its SSE4.1 kernels.
@@ -265,7 +265,7 @@ $(BUILD)/conformance/fulmen_conformance: tests/conformance/conformance.c tests/c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK) -ldl
 
-$(BUILD)/conformance/libfake_plugin.so: tests/conformance/fake_plugin.c include/fulmen.h lib
+$(BUILD)/conformance/libfake_plugin.so: tests/conformance/fake_plugin.c tests/conformance/store_collectives.h include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -fPIC -shared $(C_INC) $< -o $@ $(C_LINK)
 

@@ -53,6 +53,8 @@ fn build_cxx_shims(lib: &Path) {
         "csrc/accelerators.cpp",
         "csrc/runtime.cpp",
         "csrc/distributed.cpp",
+        "csrc/collectives.hpp",
+        "csrc/collectives.cpp",
         "csrc/ops.cpp",
         "csrc/pinned.cpp",
         "csrc/profiler.cpp",
@@ -89,6 +91,7 @@ fn build_cxx_shims(lib: &Path) {
         .file("csrc/accelerators.cpp")
         .file("csrc/runtime.cpp")
         .file("csrc/distributed.cpp")
+        .file("csrc/collectives.cpp")
         .file("csrc/ops.cpp")
         .file("csrc/pinned.cpp")
         .file("csrc/profiler.cpp")

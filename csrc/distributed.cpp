@@ -11,6 +11,8 @@
 #include <cstdint>
 
 #ifdef FULMEN_WITH_GLOO
+#include "collectives.hpp"
+
 #include <ATen/core/Tensor.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -176,23 +178,90 @@ void fulmen_cxx_store_free(void* store) {
   }
 }
 
-// Creates the default process group "0" with `backend` ("gloo" or "nccl")
-// over a store every rank has joined; `timeout_ms` bounds the backend's
-// rendezvous and every collective. On success *out owns the group (free
-// with fulmen_cxx_pg_free); the store stays the caller's.
+// A new reference to the store under the key prefix `prefix` (the
+// namespace a collectives hook gets); free with fulmen_cxx_store_free.
+int fulmen_cxx_store_prefixed(void* store, const char* prefix, void** out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto& held = *static_cast<c10::intrusive_ptr<c10d::Store>*>(store);
+  c10::intrusive_ptr<c10d::Store> prefixed = c10::make_intrusive<c10d::PrefixStore>(std::string(prefix), held);
+  *out = new c10::intrusive_ptr<c10d::Store>(prefixed);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Sets `key` to `len` bytes of `data`.
+int fulmen_cxx_store_set(void* store, const char* key, const uint8_t* data, size_t len, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto& held = *static_cast<c10::intrusive_ptr<c10d::Store>*>(store);
+  held->set(std::string(key), std::vector<uint8_t>(data, data + len));
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Waits (up to the store's timeout) for `key` and copies its value into
+// buf[0..capacity]; *len gets its size. A value larger than `capacity` is
+// not copied (*len still written) and the call returns FULMEN_CXX_UNSUPPORTED.
+int fulmen_cxx_store_get(void* store, const char* key, uint8_t* buf, size_t capacity, size_t* len, char* err,
+                         size_t err_len) {
+  FULMEN_CXX_TRY
+  auto& held = *static_cast<c10::intrusive_ptr<c10d::Store>*>(store);
+  auto value = held->get(std::string(key));
+  *len = value.size();
+  if (value.size() > capacity) {
+    fulmen_cxx::write_message("the value of \"" + std::string(key) + "\" has " + std::to_string(value.size()) +
+                                  " bytes, the buffer holds " + std::to_string(capacity),
+                              err, err_len);
+    return FULMEN_CXX_UNSUPPORTED;
+  }
+  if (!value.empty()) {
+    std::memcpy(buf, value.data(), value.size());
+  }
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Adds `delta` to the counter `key` (created at 0) and writes the new value.
+int fulmen_cxx_store_add(void* store, const char* key, int64_t delta, int64_t* out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto& held = *static_cast<c10::intrusive_ptr<c10d::Store>*>(store);
+  *out = held->add(std::string(key), delta);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Deletes `key`; writes whether it existed.
+int fulmen_cxx_store_delete(void* store, const char* key, int* deleted, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto& held = *static_cast<c10::intrusive_ptr<c10d::Store>*>(store);
+  *deleted = held->deleteKey(std::string(key)) ? 1 : 0;
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Creates the default process group "0" with `backend` ("gloo", "nccl",
+// or a collectives hook's name) over a store every rank has joined;
+// `timeout_ms` bounds the backend's rendezvous and every collective.
+// `device_type` (a c10::DeviceType code) is the type of the devices the run
+// trains on: when it is neither the CPU nor CUDA, its tensors go to `hooks`
+// (a host collectives group) or, when `hooks` is NULL, through the CPU to
+// gloo. With `hooks` on CPU devices the hook replaces gloo. The shim owns
+// `hooks->ctx` from the call on, on failure too. On success *out owns the
+// group (free with fulmen_cxx_pg_free); the store stays the caller's.
 int fulmen_cxx_pg_new(void* store, int rank, int world, int64_t timeout_ms, const char* addr, const char* backend,
-                      int device_index, void** out, char* err, size_t err_len) {
+                      int device_index, int device_type, const fulmen_cxx_collectives* hooks, void** out, char* err,
+                      size_t err_len) {
   FULMEN_CXX_TRY
   std::string master(addr);
   std::string name(backend);
+  // The host group first, so it is released however this call ends.
+  c10::intrusive_ptr<c10d::Backend> host;
+  if (hooks != nullptr) {
+    host = fulmen_cxx::host_backend(rank, world, *hooks, name);
+  }
   auto timeout = std::chrono::milliseconds(timeout_ms);
+  auto type = static_cast<c10::DeviceType>(device_type);
   c10::intrusive_ptr<c10d::Store> tcp = *static_cast<c10::intrusive_ptr<c10d::Store>*>(store);
   // The key namespace of Python's init_process_group, so Python ranks of
   // the same torch version can share the group.
   auto base = c10::make_intrusive<c10d::PrefixStore>("default_pg", tcp);
   auto group = c10::make_intrusive<c10d::PrefixStore>("0/", base);
   auto pg = c10::make_intrusive<c10d::ProcessGroup>(group, rank, world);
-  if (name == "gloo") {
+  auto add_gloo = [&]() {
     auto cpu = c10::make_intrusive<c10d::PrefixStore>("cpu/", group);
     auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
     opts->devices.push_back(gloo_device(master));
@@ -200,6 +269,23 @@ int fulmen_cxx_pg_new(void* store, int rank, int world, int64_t timeout_ms, cons
     gloo->setSequenceNumberForGroup();
     pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
     pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+    return gloo;
+  };
+  bool other_device = type != c10::DeviceType::CPU && type != c10::DeviceType::CUDA;
+  if (host) {
+    if (type == c10::DeviceType::CPU) {
+      pg->setDefaultBackend(c10d::ProcessGroup::BackendType::CUSTOM);
+    } else {
+      TORCH_CHECK(other_device, "a collectives hook serves devices other than CUDA");
+      add_gloo();
+    }
+    pg->setBackend(type, c10d::ProcessGroup::BackendType::CUSTOM, host);
+  } else if (name == "gloo") {
+    auto gloo = add_gloo();
+    if (other_device) {
+      pg->setBackend(type, c10d::ProcessGroup::BackendType::CUSTOM,
+                     fulmen_cxx::staged_backend(rank, world, gloo, timeout));
+    }
   } else if (name == "nccl") {
 #ifdef FULMEN_WITH_NCCL
     auto cuda = c10::make_intrusive<c10d::PrefixStore>("cuda/", group);
@@ -217,7 +303,8 @@ int fulmen_cxx_pg_new(void* store, int rank, int world, int64_t timeout_ms, cons
     return FULMEN_CXX_UNSUPPORTED;
 #endif
   } else {
-    throw std::invalid_argument("unknown process group backend \"" + name + "\" (expected gloo or nccl)");
+    throw std::invalid_argument("unknown process group backend \"" + name +
+                                "\" (expected gloo, nccl, or the name of an accelerator's collectives hook)");
   }
   pg->setGroupName("0");
   *out = new Group{tcp, pg, timeout};
@@ -381,7 +468,26 @@ int fulmen_cxx_store_new(const char*, int, int, int, int, int64_t, int64_t, void
 }
 int fulmen_cxx_store_joined(void*, int64_t*, char* err, size_t err_len) { return no_distributed(err, err_len); }
 void fulmen_cxx_store_free(void*) {}
-int fulmen_cxx_pg_new(void*, int, int, int64_t, const char*, const char*, int, void**, char* err, size_t err_len) {
+int fulmen_cxx_store_prefixed(void*, const char*, void**, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
+int fulmen_cxx_store_set(void*, const char*, const uint8_t*, size_t, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
+int fulmen_cxx_store_get(void*, const char*, uint8_t*, size_t, size_t*, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
+int fulmen_cxx_store_add(void*, const char*, int64_t, int64_t*, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
+int fulmen_cxx_store_delete(void*, const char*, int*, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
+int fulmen_cxx_pg_new(void*, int, int, int64_t, const char*, const char*, int, int, const fulmen_cxx_collectives* hooks,
+                      void**, char* err, size_t err_len) {
+  if (hooks != nullptr && hooks->release != nullptr) {
+    hooks->release(hooks->ctx);
+  }
   return no_distributed(err, err_len);
 }
 void fulmen_cxx_pg_free(void*) {}

@@ -18,6 +18,21 @@
 #define FULMEN_CXX_ERROR 1
 #define FULMEN_CXX_UNSUPPORTED 2
 
+extern "C" {
+// A host collectives group, as src/distributed/collectives.rs hands it to
+// csrc/distributed.cpp. Tensors cross as `at::Tensor*`; reduce ops as
+// 0 sum, 1 product, 2 min, 3 max. Each call returns FULMEN_CXX_OK or writes
+// a message to `err`. `release` frees `ctx` (called once).
+struct fulmen_cxx_collectives {
+  void* ctx;
+  int (*all_reduce)(void* ctx, void* const* tensors, size_t n, int op, char* err, size_t err_len);
+  int (*broadcast)(void* ctx, void* const* tensors, size_t n, int root, char* err, size_t err_len);
+  int (*all_gather)(void* ctx, const void* input, void* const* outputs, size_t n, char* err, size_t err_len);
+  int (*barrier)(void* ctx, char* err, size_t err_len);
+  void (*release)(void* ctx);
+};
+}
+
 namespace fulmen_cxx {
 
 // Copies `msg` into `err` (at most err_len - 1 bytes, then a NUL).

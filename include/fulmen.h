@@ -1014,6 +1014,28 @@ typedef enum fulmen_lr_find_mode {
 } fulmen_lr_find_mode;
 
 /**
+ * A reduction of `fulmen_collectives.all_reduce` (`fulmen_reduce_op`).
+ */
+typedef enum fulmen_reduce_op {
+  /**
+   * Element-wise sum over the ranks.
+   */
+  FULMEN_REDUCE_OP_SUM = 0,
+  /**
+   * Element-wise product.
+   */
+  FULMEN_REDUCE_OP_PRODUCT = 1,
+  /**
+   * Element-wise minimum.
+   */
+  FULMEN_REDUCE_OP_MIN = 2,
+  /**
+   * Element-wise maximum.
+   */
+  FULMEN_REDUCE_OP_MAX = 3,
+} fulmen_reduce_op;
+
+/**
  * An accelerator from the registry. Free with `fulmen_accelerator_free`.
  */
 typedef struct fulmen_accelerator fulmen_accelerator;
@@ -1041,6 +1063,13 @@ typedef struct fulmen_dataset fulmen_dataset;
  * same core as the trainer's ddp strategy). Free with `fulmen_ddp_free`.
  */
 typedef struct fulmen_ddp fulmen_ddp;
+
+/**
+ * The key-value store every rank of a job shares (libtorch's TCPStore,
+ * under a prefix of the hook's own). Borrowed: lent to `group_new` and
+ * valid until `group_free` returns; there is no free function.
+ */
+typedef struct fulmen_dist_store fulmen_dist_store;
 
 /**
  * An error returned by a fulmen call or made by the host with
@@ -1193,6 +1222,93 @@ typedef struct fulmen_device_stat {
 } fulmen_device_stat;
 
 /**
+ * A custom accelerator's collectives: DDP on its devices through the
+ * vendor's communication library instead of gloo. Point the accelerator
+ * vtable's `collectives` at one; it is copied at registration. Set
+ * `struct_size` to `sizeof(fulmen_collectives)`.
+ *
+ * The trainer uses it for DDP when the accelerator's devices are
+ * PrivateUse1 devices (or the CPU) and `process_group_backend` is unset
+ * or names the hook. With `process_group_backend` "gloo", or with no
+ * hook, DDP on PrivateUse1 devices stages their tensors through the CPU
+ * for gloo. Metrics and stop decisions are reduced by gloo on the CPU.
+ *
+ * Every slot gets the accelerator's `userdata` and the group `group_new`
+ * made. fulmen serialises the calls with the accelerator's other
+ * callbacks; they come from the thread running the collective (the
+ * trainer's, or libtorch's autograd thread for the device during
+ * backward), in the same order on every rank. A slot returns when the
+ * result is in the tensors (or ordered before any later use of them on
+ * the device). Tensor handles are borrowed for the call and share storage
+ * with the tensors reduced: write results in place
+ * (`fulmen_tensor_copy_from_host`, `fulmen_tensor_copy_`, or through
+ * `fulmen_tensor_data_ptr`). An error a slot returns fails the
+ * collective, and the run, with its code and message.
+ */
+typedef struct fulmen_collectives {
+  /**
+   * `sizeof(fulmen_collectives)`.
+   */
+  size_t struct_size;
+  /**
+   * The backend's name, as `process_group_backend` names it ("hccl"):
+   * 1 to 64 characters of [a-z0-9_-], not "gloo", "nccl", "mpi", "ucc"
+   * or "xccl". Copied.
+   */
+  const char *name;
+  /**
+   * Opens this rank's group of `world_size` ranks on `device`, once per
+   * job, before the first collective; writes the vendor's group (any
+   * pointer, passed back to every slot) to `*group_out`. `store` is
+   * shared with the other ranks (exchange a unique id through it); it
+   * stays valid until `group_free` returns. NULL: the group is NULL.
+   */
+  struct fulmen_error *(*group_new)(void *userdata,
+                                    const struct fulmen_dist_store *store,
+                                    int32_t rank,
+                                    int32_t world_size,
+                                    struct fulmen_device device,
+                                    void **group_out);
+  /**
+   * Closes a group when the job ends (`fulmen_distributed_shutdown`, or
+   * the process's exit handlers). NULL: nothing.
+   */
+  void (*group_free)(void *userdata, void *group);
+  /**
+   * Reduces `tensors[0..n]` in place over the ranks with `op` (a
+   * `fulmen_reduce_op`). Required.
+   */
+  struct fulmen_error *(*all_reduce)(void *userdata,
+                                     void *group,
+                                     struct fulmen_tensor *const *tensors,
+                                     size_t n,
+                                     int32_t op);
+  /**
+   * Copies `tensors[0..n]` of rank `root` into every rank's, in place.
+   * Required.
+   */
+  struct fulmen_error *(*broadcast)(void *userdata,
+                                    void *group,
+                                    struct fulmen_tensor *const *tensors,
+                                    size_t n,
+                                    int32_t root);
+  /**
+   * Writes rank r's `input` into `outputs[r]` for every rank (`n` is
+   * the world size; every output has the input's shape and dtype).
+   * Required.
+   */
+  struct fulmen_error *(*all_gather)(void *userdata,
+                                     void *group,
+                                     const struct fulmen_tensor *input,
+                                     struct fulmen_tensor *const *outputs,
+                                     size_t n);
+  /**
+   * Returns when every rank has called it. Required.
+   */
+  struct fulmen_error *(*barrier)(void *userdata, void *group);
+} fulmen_collectives;
+
+/**
  * A custom accelerator implemented by the host, registered with
  * `fulmen_accelerator_register`. Set `struct_size` to
  * `sizeof(fulmen_accelerator_vtable)`; a NULL slot uses the default named
@@ -1274,6 +1390,13 @@ typedef struct fulmen_accelerator_vtable {
    * NULL: true.
    */
   struct fulmen_error *(*fp16_needs_loss_scaling)(void *userdata, bool *out);
+  /**
+   * The accelerator's own collectives for DDP on its devices (a
+   * vendor's communication library), copied at registration; see
+   * `fulmen_collectives`. NULL: gloo (through the CPU for PrivateUse1
+   * devices).
+   */
+  const struct fulmen_collectives *collectives;
 } fulmen_accelerator_vtable;
 
 /**
@@ -2681,6 +2804,61 @@ struct fulmen_error *fulmen_trainer_add_on_exception_checkpoint(struct fulmen_tr
 struct fulmen_error *fulmen_trainer_add_throughput_monitor(struct fulmen_trainer *trainer,
                                                            size_t window_size,
                                                            const char *separator);
+
+/**
+ * Sets `key` to the `len` bytes at `data` (a unique id the other ranks
+ * read, say), replacing any value.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`key` not UTF-8),
+ * FULMEN_CODE_DISTRIBUTED (the store cannot be reached).
+ * Thread rules: any thread, while the store is lent.
+ */
+struct fulmen_error *fulmen_dist_store_set(const struct fulmen_dist_store *store,
+                                           const char *key,
+                                           const void *data,
+                                           size_t len);
+
+/**
+ * Waits until `key` is set (up to the job's timeout) and copies its value
+ * into `buf[0..capacity]`; its length goes to `*len_out`. When `capacity`
+ * is too small only `*len_out` is written and the call fails with
+ * FULMEN_CODE_OUT_OF_RANGE, so a caller asks again with `*len_out` bytes.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`key` not UTF-8),
+ * FULMEN_CODE_OUT_OF_RANGE (`capacity` too small), FULMEN_CODE_DISTRIBUTED
+ * (the key was not set within the timeout, or the store is gone).
+ * Thread rules: as `fulmen_dist_store_set`.
+ */
+struct fulmen_error *fulmen_dist_store_get(const struct fulmen_dist_store *store,
+                                           const char *key,
+                                           void *buf,
+                                           size_t capacity,
+                                           size_t *len_out);
+
+/**
+ * Adds `delta` to the counter `key` (0 when not set yet) and writes the
+ * new value to `*out` (the store's atomic add: ranks count themselves
+ * with it).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`key` not UTF-8, or its value is
+ * not a counter), FULMEN_CODE_DISTRIBUTED (the store cannot be reached).
+ * Thread rules: as `fulmen_dist_store_set`.
+ */
+struct fulmen_error *fulmen_dist_store_add(const struct fulmen_dist_store *store,
+                                           const char *key,
+                                           int64_t delta,
+                                           int64_t *out);
+
+/**
+ * Deletes `key` and writes whether it was set to `*deleted` (may be NULL).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`key` not UTF-8),
+ * FULMEN_CODE_DISTRIBUTED (the store cannot be reached).
+ * Thread rules: as `fulmen_dist_store_set`.
+ */
+struct fulmen_error *fulmen_dist_store_delete(const struct fulmen_dist_store *store,
+                                              const char *key,
+                                              bool *deleted);
 
 /**
  * Logs a metric, as Lightning's `self.log(name, value, ...)`. `flags`
@@ -6859,6 +7037,20 @@ struct fulmen_error *fulmen_tensor_ndim(const struct fulmen_tensor *tensor, size
  * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_tensor_numel(const struct fulmen_tensor *tensor, size_t *out);
+
+/**
+ * Writes the address of the tensor's first element to `*out`: device
+ * memory for a tensor on a device (what a vendor's communication library
+ * reads and writes in a collectives hook), host memory on the CPU. The
+ * block holds `fulmen_tensor_numel` elements of `fulmen_tensor_dtype`,
+ * row-major, and stays valid while a handle sharing the storage lives and
+ * the tensor is not resized. An empty tensor may give NULL.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (the tensor is not contiguous, a
+ * transposed view for instance: its elements are not one row-major
+ * block; the tensors a collectives hook receives always are).
+ */
+struct fulmen_error *fulmen_tensor_data_ptr(const struct fulmen_tensor *tensor, void **out);
 
 /**
  * Copies the shape into `dims[0..capacity]` and writes the number of

@@ -55,7 +55,7 @@ fn a_rank_that_never_joins_times_out() {
     // Only rank 0 of a world of 2 starts.
     let start = Instant::now();
     let port = fulmen::distributed::launcher::free_port().unwrap();
-    let err = match ProcessGroup::new(&rendezvous(0, 2, port, Duration::from_secs(3)), "gloo", 0, &|| None) {
+    let err = match ProcessGroup::new(&rendezvous(0, 2, port, Duration::from_secs(3)), "gloo", 0, None, &|| None) {
         Ok(_) => panic!("a process group of 2 formed with one rank"),
         Err(e) => e,
     };
@@ -65,9 +65,9 @@ fn a_rank_that_never_joins_times_out() {
 
 #[test]
 fn bad_arguments_are_errors() {
-    let e = ProcessGroup::new(&rendezvous(2, 2, 1, Duration::from_secs(1)), "gloo", 0, &|| None).err().unwrap();
+    let e = ProcessGroup::new(&rendezvous(2, 2, 1, Duration::from_secs(1)), "gloo", 0, None, &|| None).err().unwrap();
     assert_eq!(e.code, ErrorCode::InvalidArgument);
-    let e = ProcessGroup::new(&rendezvous(0, 0, 1, Duration::from_secs(1)), "gloo", 0, &|| None).err().unwrap();
+    let e = ProcessGroup::new(&rendezvous(0, 0, 1, Duration::from_secs(1)), "gloo", 0, None, &|| None).err().unwrap();
     assert_eq!(e.code, ErrorCode::InvalidArgument);
     assert_eq!(ReduceOp::parse("median").unwrap_err().code, ErrorCode::InvalidArgument);
 }
@@ -80,7 +80,7 @@ fn rank_main() {
     let num = |k: &str| std::env::var(k).unwrap().parse::<usize>().unwrap();
     let (rank, world) = (num("FULMEN_TEST_RANK"), num("FULMEN_TEST_WORLD"));
     let rv = rendezvous(rank, world, num("FULMEN_TEST_PORT") as u16, Duration::from_secs(60));
-    let pg = ProcessGroup::new(&rv, "gloo", 0, &|| None).unwrap();
+    let pg = ProcessGroup::new(&rv, "gloo", 0, None, &|| None).unwrap();
     assert_eq!((pg.rank(), pg.world_size(), pg.backend()), (rank, world, "gloo"));
     match scenario.as_str() {
         "collectives" => {

@@ -1,7 +1,9 @@
 //! The accelerator interface, as Lightning's `Accelerator` base class.
 use super::devices::{DevicesSpec, ParsedDevices};
+use crate::distributed::DeviceCollectives;
 use crate::error::Result;
 use crate::tensor::device::Device;
+use std::sync::Arc;
 
 /// A kind of hardware the trainer can run on: how to find its devices, how
 /// to parse the user's `devices` value for it, how to set a device up and
@@ -57,6 +59,13 @@ pub trait Accelerator: Send + Sync {
     /// for `16-mixed`, as on CUDA). Default: true.
     fn fp16_needs_loss_scaling(&self) -> Result<bool> {
         Ok(true)
+    }
+
+    /// The accelerator's own collectives for DDP on its devices (a
+    /// vendor's communication library). Default: none (gloo, through the
+    /// CPU for device types gloo cannot reach).
+    fn collectives(&self) -> Option<Arc<dyn DeviceCollectives>> {
+        None
     }
 }
 

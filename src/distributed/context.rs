@@ -1,10 +1,12 @@
 //! The process-wide distributed context (torch.distributed's default
 //! group): joined once per process by the first DDP run or by the host,
 //! reused by later runs, ended by [`shutdown`].
+use super::collectives::DeviceBackend;
 use super::env::ClusterEnv;
 use super::group::{ProcessGroup, Rendezvous};
 use super::launcher::{free_port, launcher_gone, threads_per_process, Children, LaunchPlan};
 use crate::error::{Error, ErrorCode, Result};
+use crate::tensor::device::DeviceType;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,23 +14,35 @@ use std::time::Duration;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// How to join: processes per node, nodes, backend, timeout.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct JoinOptions {
     /// Processes on each node (the number of devices).
     pub devices_per_node: usize,
     /// Number of nodes.
     pub num_nodes: usize,
-    /// "gloo" or "nccl"; `None` picks gloo for CPU, nccl for CUDA.
+    /// "gloo", "nccl" or a collectives hook's name; `None` picks the
+    /// hook of `devices` when there is one, else gloo for CPU, nccl for
+    /// CUDA.
     pub backend: Option<String>,
     /// Whether this rank computes on CUDA (picks nccl when `backend` is None).
     pub cuda: bool,
+    /// A custom accelerator's devices (another device type than CPU and
+    /// CUDA, or CPU devices with a collectives hook) and its hook.
+    pub devices: Option<DeviceBackend>,
     /// Bound on the rendezvous and every collective.
     pub timeout: Duration,
 }
 
 impl Default for JoinOptions {
     fn default() -> Self {
-        JoinOptions { devices_per_node: 1, num_nodes: 1, backend: None, cuda: false, timeout: DEFAULT_TIMEOUT }
+        JoinOptions {
+            devices_per_node: 1,
+            num_nodes: 1,
+            backend: None,
+            cuda: false,
+            devices: None,
+            timeout: DEFAULT_TIMEOUT,
+        }
     }
 }
 
@@ -126,6 +140,28 @@ pub fn current() -> Option<Arc<DistContext>> {
 pub fn join(opts: &JoinOptions) -> Result<Arc<DistContext>> {
     let mut slot = CURRENT.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = ClusterEnv::detect(opts.devices_per_node, opts.num_nodes)?;
+    let hook = opts.devices.as_ref().and_then(|d| d.hook.as_ref());
+    let backend = match (&opts.backend, hook) {
+        (Some(b), _) => b.clone(),
+        (None, Some(h)) => h.name().to_owned(),
+        (None, None) if opts.cuda => "nccl".to_owned(),
+        (None, None) => "gloo".to_owned(),
+    };
+    let mut devices = opts.devices.clone();
+    if let Some(d) = devices.as_mut() {
+        match &d.hook {
+            Some(h) if h.name() == backend => {}
+            _ if backend == "gloo" => d.hook = None,
+            _ => {
+                return Err(Error::invalid(format!(
+                    "process_group_backend {backend:?} cannot reduce tensors on {} devices: use \"gloo\" (through \
+                     the CPU){}",
+                    d.devices.first().map_or("these".to_owned(), |x| x.kind().name()),
+                    hook.map_or(String::new(), |h| format!(" or the accelerator's own {:?}", h.name()))
+                )));
+            }
+        }
+    }
     if let Some(ctx) = slot.as_ref() {
         if ctx.world_size() != env.world_size {
             return Err(Error::state(format!(
@@ -135,13 +171,20 @@ pub fn join(opts: &JoinOptions) -> Result<Arc<DistContext>> {
                 env.world_size
             )));
         }
+        if let Some(d) = &devices {
+            let kind = d.devices.first().map_or(DeviceType::Cpu, |x| x.kind());
+            if ctx.group.device_type() != kind || ctx.group.backend() != backend {
+                return Err(Error::state(format!(
+                    "this process already belongs to a job whose group reduces with {} on {} devices; this run \
+                     asks for {backend} on {} devices (end the first with fulmen_distributed_shutdown)",
+                    ctx.group.backend(),
+                    ctx.group.device_type().name(),
+                    kind.name()
+                )));
+            }
+        }
         return Ok(Arc::clone(ctx));
     }
-    let backend = match &opts.backend {
-        Some(b) => b.clone(),
-        None if opts.cuda => "nccl".to_owned(),
-        None => "gloo".to_owned(),
-    };
     let mut children = None;
     // As Lightning's environment: a job fulmen starts itself (a world of
     // one too) gets a free port when MASTER_PORT is not set.
@@ -185,7 +228,7 @@ pub fn join(opts: &JoinOptions) -> Result<Arc<DistContext>> {
         Some(c) => c.ended(),
         None => launcher_gone(),
     };
-    let group = match ProcessGroup::new(&rv, &backend, env.local_rank, &abort) {
+    let group = match ProcessGroup::new(&rv, &backend, env.local_rank, devices.as_ref(), &abort) {
         Ok(g) => g,
         Err(e) => {
             if let Some(c) = &children {

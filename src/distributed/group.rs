@@ -1,10 +1,14 @@
 //! A c10d process group (libtorch's `ProcessGroupGloo`, or NCCL on CUDA
-//! builds) reached through the C++ shim `csrc/distributed.cpp`, with its
-//! collectives.
+//! builds; for other devices a custom accelerator's collectives or gloo
+//! through the CPU) reached through the C++ shim `csrc/distributed.cpp`,
+//! with its collectives.
+use super::collectives::{into_cxx, DeviceBackend, KeyStore};
 use crate::error::{Error, ErrorCode, Result};
 use crate::shim::{self, call};
+use crate::tensor::device::{Device, DeviceType};
 use libc::{c_int, c_void};
 use std::ffi::CString;
+use std::sync::Arc;
 use std::time::Duration;
 use tch::Tensor;
 
@@ -198,6 +202,8 @@ pub struct ProcessGroup {
     world_size: usize,
     backend: String,
     device: tch::Device,
+    /// The type of the devices the group reduces besides the CPU and CUDA.
+    device_type: DeviceType,
 }
 
 // SAFETY: c10d process groups are used from any thread in PyTorch; fulmen
@@ -221,7 +227,10 @@ fn check_rank(what: &str, rank: usize, world: usize) -> Result<c_int> {
 
 impl ProcessGroup {
     /// Meets the other ranks at the store and creates the group with
-    /// `backend` ("gloo" or "nccl"). Until every rank has arrived, `abort`
+    /// `backend` ("gloo", "nccl", or the name of `devices`' hook). With
+    /// `devices`, the group also reduces tensors on this rank's device
+    /// (`devices.devices[device_index]`): through the accelerator's hook,
+    /// or through the CPU for gloo. Until every rank has arrived, `abort`
     /// is asked every few milliseconds whether to give up (a launched rank
     /// that has ended will never come); a rank that does not arrive within
     /// `rv.timeout` is a `Distributed` error.
@@ -229,6 +238,7 @@ impl ProcessGroup {
         rv: &Rendezvous,
         backend: &str,
         device_index: usize,
+        devices: Option<&DeviceBackend>,
         abort: &dyn Fn() -> Option<String>,
     ) -> Result<ProcessGroup> {
         if rv.world_size == 0 {
@@ -246,9 +256,29 @@ impl ProcessGroup {
             rv.rank, rv.world_size, rv.master_addr, rv.master_port
         );
         let store = Store::join(rv, rank, world, &addr, abort).map_err(|e| e.context(&what))?;
+        let (device_type, hooks) = match devices {
+            None if backend == "nccl" => (DeviceType::Cuda, None),
+            None => (DeviceType::Cpu, None),
+            Some(d) => {
+                let device = d.devices.get(device_index).or(d.devices.first()).copied().unwrap_or(Device::Cpu);
+                let hooks = match &d.hook {
+                    Some(h) => {
+                        let keys = KeyStore::prefixed(store.0, &format!("fulmen/collectives/{}/", h.name()))?;
+                        let group = h
+                            .new_group(Arc::new(keys), rv.rank, rv.world_size, device)
+                            .map_err(|e| e.context(format!("opening the {} group", h.name())))?;
+                        Some(into_cxx(group))
+                    }
+                    None => None,
+                };
+                (device.kind(), hooks)
+            }
+        };
+        let hooks_ptr = hooks.as_ref().map_or(std::ptr::null(), |h| h as *const _);
         let mut raw: *mut c_void = std::ptr::null_mut();
-        // SAFETY: the store and strings live through the call; `raw`
-        // receives an owned group that keeps its own reference to the store.
+        // SAFETY: the store, strings and hooks live through the call; `raw`
+        // receives an owned group that keeps its own reference to the store;
+        // the shim owns the hooks' context from here on.
         call(&what, |err, len| unsafe {
             shim::fulmen_cxx_pg_new(
                 store.0,
@@ -258,6 +288,8 @@ impl ProcessGroup {
                 addr.as_ptr(),
                 name.as_ptr(),
                 device,
+                device_type.c10(),
+                hooks_ptr,
                 &mut raw,
                 err,
                 len,
@@ -265,7 +297,14 @@ impl ProcessGroup {
         })
         .map_err(classify)?;
         let device = if backend == "nccl" { tch::Device::Cuda(device_index) } else { tch::Device::Cpu };
-        Ok(ProcessGroup { raw, rank: rv.rank, world_size: rv.world_size, backend: backend.to_owned(), device })
+        Ok(ProcessGroup {
+            raw,
+            rank: rv.rank,
+            world_size: rv.world_size,
+            backend: backend.to_owned(),
+            device,
+            device_type,
+        })
     }
 
     /// This process's rank.
@@ -281,6 +320,12 @@ impl ProcessGroup {
     /// The backend name ("gloo" or "nccl").
     pub fn backend(&self) -> &str {
         &self.backend
+    }
+
+    /// The device type the group was made for (CPU for gloo, CUDA for
+    /// NCCL, or a custom accelerator's type).
+    pub fn device_type(&self) -> DeviceType {
+        self.device_type
     }
 
     /// Where this group's collectives take their tensors: the CPU for

@@ -1,6 +1,8 @@
 //! Distributed training on libtorch's c10d: process groups (Gloo on CPU,
-//! NCCL on CUDA), DDP's Reducer, cluster environments (torchrun, SLURM,
-//! Lightning) and fulmen's own launcher.
+//! NCCL on CUDA, a custom accelerator's collectives on its devices), DDP's
+//! Reducer, cluster environments (torchrun, SLURM, Lightning) and fulmen's
+//! own launcher.
+pub mod collectives;
 pub mod context;
 pub mod ddp;
 pub mod env;
@@ -8,6 +10,7 @@ pub mod group;
 pub mod launcher;
 pub mod reducer;
 
+pub use collectives::{CommGroup, DeviceBackend, DeviceCollectives, KeyStore};
 pub use context::{abort, current, explain_backward, join, shutdown, DistContext, JoinOptions, DEFAULT_TIMEOUT};
 pub use ddp::{Ddp, DdpOptions};
 pub use env::{ClusterEnv, EnvKind};

@@ -1,11 +1,13 @@
 //! `fulmen_accelerator`: the accelerator registry, Lightning's accelerator
 //! methods, and custom accelerators implemented in C (`fulmen_accelerator_vtable`).
 use super::callback::{call_host, check_struct_size, HostLock, Userdata};
+use super::collectives::{fulmen_collectives, HostCollectives};
 use super::error::{fulmen_error, guard, guard_value, str_arg};
 use super::handle::{self, check_out, write_out, Handle, Shared};
 use super::model::copy_str;
 use crate::accelerators::devices::{parse_indexed_devices, MAX_DEVICES};
 use crate::accelerators::{registry, Accelerator, DevicesSpec, ParsedDevices};
+use crate::distributed::DeviceCollectives;
 use crate::error::{Error, ErrorCode, Result};
 use crate::tensor::device::Device;
 use crate::tensor::DeviceSpec;
@@ -403,14 +405,21 @@ pub struct fulmen_accelerator_vtable {
     /// NULL: true.
     pub fp16_needs_loss_scaling:
         Option<unsafe extern "C" fn(userdata: *mut c_void, out: *mut bool) -> *mut fulmen_error>,
+    /// The accelerator's own collectives for DDP on its devices (a
+    /// vendor's communication library), copied at registration; see
+    /// `fulmen_collectives`. NULL: gloo (through the CPU for PrivateUse1
+    /// devices).
+    pub collectives: *const fulmen_collectives,
 }
 
 /// The host's accelerator behind the registry.
 struct HostAccelerator {
     name: String,
-    // Serialises the host's callbacks and refuses re-entry.
-    userdata: HostLock<Userdata>,
+    // Serialises the host's callbacks and refuses re-entry; shared with
+    // the collectives' groups, which may outlive the registration.
+    userdata: Arc<HostLock<Userdata>>,
     v: VtableCopy,
+    collectives: Option<Arc<HostCollectives>>,
 }
 
 #[derive(Clone, Copy)]
@@ -563,6 +572,10 @@ impl Accelerator for HostAccelerator {
         self.call("fp16_needs_loss_scaling", |u| unsafe { f(u, &mut out) })?;
         Ok(out)
     }
+
+    fn collectives(&self) -> Option<Arc<dyn DeviceCollectives>> {
+        self.collectives.clone().map(|c| c as Arc<dyn DeviceCollectives>)
+    }
 }
 
 /// Registers a custom accelerator under `name` with `description`, so the
@@ -607,11 +620,17 @@ pub unsafe extern "C" fn fulmen_accelerator_register(
         };
         // The destructor is armed only once the registry took the
         // accelerator, so a refused registration leaves userdata to the host.
-        let acc = Arc::new(HostAccelerator {
-            name: n.trim().to_lowercase(),
-            userdata: HostLock::new(Userdata::new(v.userdata, None)),
-            v: copy,
-        });
+        let name = n.trim().to_lowercase();
+        let userdata = Arc::new(HostLock::new(Userdata::new(v.userdata, None)));
+        let collectives = if has(std::mem::offset_of!(fulmen_accelerator_vtable, collectives)) {
+            match v.collectives.as_ref() {
+                Some(c) => Some(Arc::new(HostCollectives::copy(c, &name, Arc::clone(&userdata))?)),
+                None => None,
+            }
+        } else {
+            None
+        };
+        let acc = Arc::new(HostAccelerator { name, userdata, v: copy, collectives });
         registry::register(n, d, acc.clone(), override_existing)?;
         acc.userdata.lock("the new accelerator")?.set_free(v.userdata_free);
         Ok(())

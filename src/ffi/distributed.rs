@@ -52,6 +52,7 @@ pub unsafe extern "C" fn fulmen_distributed_join(
             num_nodes: s.num_nodes,
             backend: s.process_group_backend.clone(),
             cuda,
+            devices: None,
             timeout: s.timeout,
         })
         .map(|_| ())

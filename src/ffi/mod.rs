@@ -6,6 +6,7 @@ pub mod batch;
 pub mod callback;
 pub mod callbacks;
 pub mod callbacks_training;
+pub mod collectives;
 pub mod context;
 pub mod data;
 pub mod devices;

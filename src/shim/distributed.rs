@@ -1,6 +1,19 @@
 //! Declarations of `csrc/distributed.cpp`: c10d stores, process groups, collectives and the Reducer.
 use libc::{c_char, c_int, c_void, size_t};
 
+/// A host collectives group handed to `fulmen_cxx_pg_new`
+/// (`fulmen_cxx_collectives` of csrc/fulmen_cxx.h).
+#[repr(C)]
+pub(crate) struct CxxCollectives {
+    pub ctx: *mut c_void,
+    pub all_reduce: unsafe extern "C" fn(*mut c_void, *const *mut c_void, size_t, c_int, *mut c_char, size_t) -> c_int,
+    pub broadcast: unsafe extern "C" fn(*mut c_void, *const *mut c_void, size_t, c_int, *mut c_char, size_t) -> c_int,
+    pub all_gather:
+        unsafe extern "C" fn(*mut c_void, *const c_void, *const *mut c_void, size_t, *mut c_char, size_t) -> c_int,
+    pub barrier: unsafe extern "C" fn(*mut c_void, *mut c_char, size_t) -> c_int,
+    pub release: unsafe extern "C" fn(*mut c_void),
+}
+
 extern "C" {
     pub(crate) fn fulmen_cxx_dist_backends() -> c_int;
     pub(crate) fn fulmen_cxx_store_new(
@@ -22,6 +35,45 @@ extern "C" {
         err_len: size_t,
     ) -> c_int;
     pub(crate) fn fulmen_cxx_store_free(store: *mut c_void);
+    pub(crate) fn fulmen_cxx_store_prefixed(
+        store: *mut c_void,
+        prefix: *const c_char,
+        out: *mut *mut c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_store_set(
+        store: *mut c_void,
+        key: *const c_char,
+        data: *const u8,
+        len: size_t,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_store_get(
+        store: *mut c_void,
+        key: *const c_char,
+        buf: *mut u8,
+        capacity: size_t,
+        len: *mut size_t,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_store_add(
+        store: *mut c_void,
+        key: *const c_char,
+        delta: i64,
+        out: *mut i64,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_store_delete(
+        store: *mut c_void,
+        key: *const c_char,
+        deleted: *mut c_int,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
     pub(crate) fn fulmen_cxx_pg_new(
         store: *mut c_void,
         rank: c_int,
@@ -30,6 +82,8 @@ extern "C" {
         addr: *const c_char,
         backend: *const c_char,
         device_index: c_int,
+        device_type: c_int,
+        hooks: *const CxxCollectives,
         out: *mut *mut c_void,
         err: *mut c_char,
         err_len: size_t,

@@ -10,13 +10,14 @@ use super::metrics::ReduceFx;
 use super::module::{LightningModule, OptimizerConfig};
 use super::options::{ClipAlgorithm, TrainerOptions};
 use super::source::BatchSource;
+use crate::accelerators::Accelerator;
 use crate::accelerators::{registry, DevicesSpec};
-use crate::distributed::{self, ClusterEnv, Ddp, DdpOptions, DistContext, JoinOptions, ReduceOp};
+use crate::distributed::{self, ClusterEnv, Ddp, DdpOptions, DeviceBackend, DistContext, JoinOptions, ReduceOp};
 use crate::error::{Error, ErrorCode, Result, ResultExt};
 use crate::optim::Optimizer;
 use crate::precision::{AutocastGuard, PrecisionPlugin};
 use crate::strategies::StrategyKind;
-use crate::tensor::device::Device;
+use crate::tensor::device::{Device, DeviceType};
 use std::sync::Arc;
 use tch::Tensor;
 
@@ -83,21 +84,12 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
             Ok(RunStrategy { placement, parallel: Parallel::Dp(DpRun::new(list)) })
         }
         StrategyKind::Ddp | StrategyKind::Xla => {
-            if let Some(Device::Other(kind, _)) = list.iter().find(|d| matches!(d, Device::Other(..))).copied() {
-                return Err(Error::new(
-                    ErrorCode::Unsupported,
-                    format!(
-                        "strategy {:?} on {} devices: gloo and nccl cannot reduce tensors held by that backend",
-                        s.name,
-                        kind.name()
-                    ),
-                ));
-            }
             let ctx = distributed::join(&JoinOptions {
                 devices_per_node: list.len(),
                 num_nodes: s.num_nodes,
                 backend: s.process_group_backend.clone(),
                 cuda: list[0].is_cuda(),
+                devices: device_backend(acc.as_ref(), &list, &s.name)?,
                 timeout: s.timeout,
             })?;
             let local = ctx.env.local_rank;
@@ -131,6 +123,28 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
             let placement = Placement::on(acc, list[0], &opts.precision, opts.grad_scaler)?;
             Ok(RunStrategy { placement, parallel: Parallel::Single })
         }
+    }
+}
+
+/// What the job's group reduces on `list`'s devices besides the CPU and
+/// CUDA: the accelerator's own collectives, or gloo through the CPU. c10d
+/// dispatches collectives for CPU, CUDA and PrivateUse1 tensors only.
+fn device_backend(acc: &dyn Accelerator, list: &[Device], strategy: &str) -> Result<Option<DeviceBackend>> {
+    let hook = acc.collectives();
+    match list.iter().find(|d| matches!(d, Device::Other(..))).copied() {
+        Some(Device::Other(kind, _)) if kind != DeviceType::PrivateUse1 => Err(Error::new(
+            ErrorCode::Unsupported,
+            format!(
+                "strategy {strategy:?} on {} devices: libtorch's c10d runs collectives on CPU, CUDA and \
+                 PrivateUse1 tensors only",
+                kind.name()
+            ),
+        )),
+        Some(_) => Ok(Some(DeviceBackend { devices: list.to_vec(), hook })),
+        None if list.iter().all(|d| *d == Device::Cpu) && hook.is_some() => {
+            Ok(Some(DeviceBackend { devices: list.to_vec(), hook }))
+        }
+        None => Ok(None),
     }
 }
 

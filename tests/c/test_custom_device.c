@@ -12,7 +12,7 @@
  * 32-true and bf16-mixed (autocast on PrivateUse1); an exact resume with
  * dropout; the accelerator's setup on npu devices; clear errors for a
  * device type with no backend here (XPU), a device index past the count,
- * DDP on the device, and a second registration under another name.
+ * DDP on XPU devices, and a second registration under another name.
  */
 #define _XOPEN_SOURCE 700
 #include <fulmen.h>
@@ -158,6 +158,16 @@ static fulmen_error *meta_devices(void *ud, const int64_t *ids, size_t n, fulmen
     return NULL;
 }
 
+/* An accelerator that names XPU devices (no XPU backend here). */
+static fulmen_error *xpu_devices(void *ud, const int64_t *ids, size_t n, fulmen_device *out) {
+    (void)ud;
+    for (size_t i = 0; i < n; i++) {
+        out[i].device_type = FULMEN_DEVICE_TYPE_XPU;
+        out[i].index = ids[i];
+    }
+    return NULL;
+}
+
 static void register_npu_accelerator(npu_state *s) {
     fulmen_accelerator_vtable vt;
     memset(&vt, 0, sizeof vt);
@@ -263,21 +273,30 @@ static void test_fit_on_device(void) {
     fulmen_model_free(b);
     fulmen_model_free(c);
 
-    /* DDP cannot reduce the device's tensors (yet): a clear error. */
+    /* c10d dispatches collectives for CPU, CUDA and PrivateUse1 tensors
+     * only: DDP on XPU devices is a clear error (DDP on the npu devices,
+     * through gloo or a collectives hook, is test_device_ddp's). */
+    fulmen_accelerator_vtable xv;
+    memset(&xv, 0, sizeof xv);
+    xv.struct_size = sizeof xv;
+    xv.get_parallel_devices = xpu_devices;
+    CHECK_OK(fulmen_accelerator_register("xpuacc", "names XPU devices", &xv, false));
     fulmen_dataset *ds = fixture_blobs(64, 7, 2.0f);
     fulmen_loader *loader = fixture_loader(ds, 32, false, 0);
     fulmen_model *m = fixture_mlp(16, 0);
     step_ud ud = {m};
     fulmen_lightning_module *module = fixture_module(m, &ud, step, NULL);
     fulmen_trainer_options *o = fixture_options(NULL, 1);
-    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "npu"));
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "xpuacc"));
     CHECK_OK(fulmen_trainer_options_set(o, "strategy", "ddp"));
     CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
     fulmen_trainer *t = NULL;
     CHECK_OK(fulmen_trainer_new(o, &t));
-    CHECK_ERR(fulmen_trainer_fit(t, module, loader, NULL, NULL), FULMEN_CODE_UNSUPPORTED, "on npu devices");
+    CHECK_ERR(fulmen_trainer_fit(t, module, loader, NULL, NULL), FULMEN_CODE_UNSUPPORTED,
+              "collectives on CPU, CUDA and PrivateUse1 tensors only");
     fulmen_trainer_free(t);
     fulmen_trainer_options_free(o);
+    CHECK_OK(fulmen_accelerator_unregister("xpuacc"));
 
     /* A run on the meta device is refused before anything moves. */
     fulmen_accelerator_vtable mv;

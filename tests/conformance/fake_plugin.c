@@ -2,13 +2,17 @@
  * A conformance plugin, as a vendor writes one: `fulmen_conformance_setup`
  * makes the vendor's device type available (here fulmen's fake device,
  * under the name "npu"; a vendor loads its own backend instead) and
- * registers the accelerator to check ("vendor_npu"). It also registers
+ * registers the accelerator to check ("vendor_npu"), with a collectives
+ * hook for DDP (store_collectives.h; a vendor's calls its own
+ * communication library). It also registers
  * "broken_xpu", whose devices are XPU devices this process has no backend
  * for: the conformance program must fail it.
  *
  *   fulmen_conformance --plugin ./libfake_plugin.so --accelerator vendor_npu
  */
 #include <fulmen.h>
+
+#include "store_collectives.h"
 
 #include <string.h>
 
@@ -45,8 +49,11 @@ fulmen_error *fulmen_conformance_setup(void) {
     vt.struct_size = sizeof vt;
     vt.auto_device_count = count;
     vt.get_parallel_devices = devices;
+    fulmen_collectives collectives = store_collectives_table(); /* copied by the registration */
+    vt.collectives = &collectives;
     e = fulmen_accelerator_register("vendor_npu", "a vendor's accelerator over a PrivateUse1 backend", &vt, false);
     if (e != NULL) return e;
+    vt.collectives = NULL;
     vt.auto_device_count = NULL; /* one device */
     vt.get_parallel_devices = xpu_devices;
     return fulmen_accelerator_register("broken_xpu", "claims XPU devices without an XPU backend", &vt, false);

@@ -24,4 +24,4 @@ pub mod math;
 pub mod query;
 pub mod reduce;
 pub mod shape;
-pub use handle::{fulmen_tensor, TensorScope};
+pub use handle::{fulmen_tensor, new_handle, TensorScope};

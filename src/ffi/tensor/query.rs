@@ -54,6 +54,30 @@ pub unsafe extern "C" fn fulmen_tensor_numel(tensor: *const fulmen_tensor, out: 
     guard("fulmen_tensor_numel", || write_out(out, "out", tensor_arg(tensor, "tensor")?.numel()))
 }
 
+/// Writes the address of the tensor's first element to `*out`: device
+/// memory for a tensor on a device (what a vendor's communication library
+/// reads and writes in a collectives hook), host memory on the CPU. The
+/// block holds `fulmen_tensor_numel` elements of `fulmen_tensor_dtype`,
+/// row-major, and stays valid while a handle sharing the storage lives and
+/// the tensor is not resized. An empty tensor may give NULL.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (the tensor is not contiguous, a
+/// transposed view for instance: its elements are not one row-major
+/// block; the tensors a collectives hook receives always are).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_data_ptr(
+    tensor: *const fulmen_tensor,
+    out: *mut *mut std::ffi::c_void,
+) -> *mut fulmen_error {
+    guard("fulmen_tensor_data_ptr", || {
+        let t = tensor_arg(tensor, "tensor")?;
+        if !t.is_contiguous() {
+            return Err(Error::invalid("the tensor is not contiguous: its elements are not one row-major block"));
+        }
+        write_out(out, "out", t.data_ptr())
+    })
+}
+
 /// Copies the shape into `dims[0..capacity]` and writes the number of
 /// dimensions to `*ndim_out`. Fails with `FULMEN_CODE_OUT_OF_RANGE` (and
 /// writes `*ndim_out` only) when `capacity` is smaller than that number.

@@ -1,0 +1,314 @@
+/*
+ * DDP on a custom accelerator's own devices: two processes train on
+ * fulmen's fake PrivateUse1 device ("npu"), their gradients reduced by the
+ * accelerator's collectives hook (tests/conformance/store_collectives.h,
+ * a "communication library" over the job's store) or, without a hook, by
+ * gloo through the CPU.
+ *
+ * Without arguments this program is the orchestrator: it runs each scenario
+ * as a child process of itself (`test_device_ddp SCENARIO DIR`):
+ *   reference   one CPU process, global batch 16: the weights DDP must reach
+ *   hook        strategy "ddp", devices=2 on the npu, reduced by the hook
+ *               (fulmen re-executes this program for rank 1)
+ *   staged      the same with an accelerator without a hook (gloo)
+ *   failing     a world of one whose hook's all_reduce fails: fit fails
+ *               with the hook's message
+ * and checks the hook's registration rules in-process.
+ */
+#define _XOPEN_SOURCE 700 /* fork, mkdtemp, nanosleep */
+
+#include "check.h"
+#include "fixture.h"
+#include "npu.h"
+#include "../conformance/store_collectives.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SAMPLES 240
+#define RANK_BATCH 8
+#define EPOCHS 2
+#define HIDDEN 8
+
+static const char *self_path;
+
+typedef struct {
+    fulmen_model *model; /* first: fixture_configure_sgd reads it */
+} module_state;
+
+static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    module_state *s = ud;
+    size_t rank = 0;
+    fulmen_error *e = fulmen_distributed_ranks(&rank, NULL, NULL);
+    if (e == NULL) e = fixture_cross_entropy(s->model, batch, out);
+    /* Logged metrics are reduced by gloo on the CPU, beside the hook. */
+    if (e == NULL) e = fulmen_step_context_log(ctx, "rank_synced", (double)rank, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_SYNC_DIST, 0);
+    return e;
+}
+
+/* The accelerator "npu" over the fake device, with `hook` (may be NULL). */
+static void register_npu(const fulmen_collectives *hook, void *userdata) {
+    CHECK_OK(fulmen_fake_device_register("npu", 2));
+    fulmen_accelerator_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = userdata;
+    vt.auto_device_count = npu_count;
+    vt.get_parallel_devices = npu_parallel;
+    vt.collectives = hook;
+    CHECK_OK(fulmen_accelerator_register("npu", "the fake device with a collectives hook", &vt, false));
+}
+
+/* Trains the fixture MLP on `accelerator` with `devices` and per-process
+ * batch `batch`; saves the final weights to `weights` (if not NULL). */
+static fulmen_error *train(const char *accelerator, const char *strategy, const char *devices,
+                           size_t batch, const char *weights, double *synced) {
+    fulmen_dataset *ds = fixture_blobs(SAMPLES, 5, 1.0f);
+    fulmen_loader *loader = fixture_loader(ds, batch, false, 0);
+    CHECK_OK(fulmen_manual_seed(11));
+    module_state s = {fixture_mlp(HIDDEN, 0)};
+    fulmen_lightning_module *m = fixture_module(s.model, &s, training_step, NULL);
+    fulmen_trainer_options *o = fixture_options(NULL, EPOCHS);
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", accelerator));
+    CHECK_OK(fulmen_trainer_options_set(o, "devices", devices));
+    fulmen_strategy *st = NULL;
+    CHECK_OK(fulmen_strategy_new(strategy, &st));
+    CHECK_OK(fulmen_strategy_set(st, "timeout", "60"));
+    CHECK_OK(fulmen_trainer_options_set_strategy(o, st));
+    fulmen_strategy_free(st);
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_trainer_options_free(o);
+    fulmen_error *err = fulmen_trainer_fit(t, m, loader, NULL, NULL);
+    if (err == NULL && weights != NULL) CHECK_OK(fulmen_model_save(s.model, weights));
+    if (err == NULL && synced != NULL) CHECK_OK(fulmen_trainer_callback_metric(t, "rank_synced", synced));
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(s.model);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
+    return err;
+}
+
+static size_t my_rank(void) {
+    size_t rank = 0;
+    CHECK_OK(fulmen_distributed_ranks(&rank, NULL, NULL));
+    return rank;
+}
+
+/* ------------------------------------------------------------- scenarios */
+
+static int scenario_reference(const char *dir) {
+    char weights[512];
+    snprintf(weights, sizeof weights, "%s/reference.safetensors", dir);
+    CHECK_OK(train("cpu", "single_device", "1", 2 * RANK_BATCH, weights, NULL));
+    return check_finish("reference");
+}
+
+/* Two launched ranks on npu:0 and npu:1; each saves <name>-rank<N>. */
+static int two_ranks(const char *dir, const char *name, bool with_hook) {
+    store_collectives_counts counts = {0};
+    fulmen_collectives hook = store_collectives_table();
+    register_npu(with_hook ? &hook : NULL, &counts);
+    char weights[512], final[512], what[64];
+    snprintf(weights, sizeof weights, "%s/%s-tmp-%d.safetensors", dir, name, (int)getpid());
+    double synced = -1;
+    CHECK_OK(train("npu", "ddp", "2", RANK_BATCH, weights, &synced));
+    size_t rank = my_rank();
+    snprintf(final, sizeof final, "%s/%s-rank%zu.safetensors", dir, name, rank);
+    CHECK(rename(weights, final) == 0);
+    CHECK(fabs(synced - 0.5) < 1e-12);
+    int64_t steps = EPOCHS * (SAMPLES / 2 / RANK_BATCH);
+    if (with_hook) {
+        /* One group; the module state broadcast, every step's gradient
+         * buckets and the parameter check went through the hook. */
+        CHECK(counts.group_new == 1);
+        CHECK(counts.broadcast >= 1);
+        CHECK(counts.all_gather >= 1);
+        CHECK(counts.all_reduce >= steps);
+        printf("%s rank %zu: hook calls: %d all_reduce, %d broadcast, %d all_gather\n", name, rank, counts.all_reduce,
+               counts.broadcast, counts.all_gather);
+    } else {
+        CHECK(counts.group_new == 0 && counts.all_reduce == 0);
+    }
+    CHECK_OK(fulmen_distributed_shutdown(60));
+    /* The group is closed with the job. */
+    if (with_hook) CHECK(counts.group_free == 1);
+    CHECK_OK(fulmen_accelerator_unregister("npu"));
+    snprintf(what, sizeof what, "%s rank %zu", name, rank);
+    return check_finish(what);
+}
+
+static store_collectives_counts failing_counts;
+
+static fulmen_error *failing_all_reduce(void *ud, void *group, fulmen_tensor *const *tensors, size_t n, int32_t op) {
+    (void)ud;
+    (void)group;
+    (void)tensors;
+    (void)n;
+    (void)op;
+    failing_counts.all_reduce++;
+    return fulmen_error_new(FULMEN_CODE_CALLBACK, "the interconnect is down (injected)");
+}
+
+static int scenario_failing(const char *dir) {
+    fulmen_collectives hook = store_collectives_table();
+    hook.all_reduce = failing_all_reduce;
+    register_npu(&hook, NULL);
+    (void)dir;
+    unsetenv("MASTER_ADDR");
+    unsetenv("MASTER_PORT");
+    fulmen_error *e = train("npu", "ddp", "1", RANK_BATCH, NULL, NULL);
+    CHECK(e != NULL);
+    if (e != NULL) {
+        const char *msg = fulmen_error_message(e);
+        printf("failing hook: code %d: %s\n", fulmen_error_code(e), msg);
+        CHECK(fulmen_error_code(e) == FULMEN_CODE_DISTRIBUTED);
+        CHECK(strstr(msg, "interconnect is down (injected)") != NULL);
+        CHECK(strstr(msg, "all_reduce") != NULL);
+        fulmen_error_free(e);
+    }
+    CHECK(failing_counts.all_reduce == 1);
+    fulmen_error_free(fulmen_distributed_shutdown(60));
+    return check_finish("failing");
+}
+
+/* ------------------------------------------------------ registration rules */
+
+static void expect_refused(const fulmen_collectives *hook, const char *why) {
+    fulmen_accelerator_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.collectives = hook;
+    fulmen_error *e = fulmen_accelerator_register("refused_npu", why, &vt, false);
+    if (fixture_code(e) == 0) {
+        fprintf(stderr, "registration accepted: %s\n", why);
+        check_failed++;
+        CHECK_OK(fulmen_accelerator_unregister("refused_npu"));
+    }
+}
+
+static void check_registration(void) {
+    fulmen_collectives hook = store_collectives_table();
+    hook.name = "gloo";
+    expect_refused(&hook, "a reserved name");
+    hook.name = "Bad Name";
+    expect_refused(&hook, "a malformed name");
+    hook.name = NULL;
+    expect_refused(&hook, "no name");
+    hook = store_collectives_table();
+    hook.all_reduce = NULL;
+    expect_refused(&hook, "no all_reduce");
+    hook = store_collectives_table();
+    hook.barrier = NULL;
+    expect_refused(&hook, "no barrier");
+    hook = store_collectives_table();
+    hook.struct_size = sizeof hook - 1;
+    expect_refused(&hook, "struct_size too small");
+    /* A hook and process_group_backend naming another backend: refused. */
+    hook = store_collectives_table();
+    fulmen_accelerator_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.collectives = &hook;
+    vt.auto_device_count = npu_count;
+    vt.get_parallel_devices = npu_parallel;
+    CHECK_OK(fulmen_fake_device_register("npu", 2));
+    CHECK_OK(fulmen_accelerator_register("npu_hooked", "", &vt, false));
+    fulmen_trainer_options *o = fixture_options(NULL, 1);
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "npu_hooked"));
+    CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
+    fulmen_strategy *st = NULL;
+    CHECK_OK(fulmen_strategy_new("ddp", &st));
+    CHECK_OK(fulmen_strategy_set(st, "process_group_backend", "nccl"));
+    CHECK_OK(fulmen_trainer_options_set_strategy(o, st));
+    fulmen_strategy_free(st);
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_trainer_options_free(o);
+    fulmen_dataset *ds = fixture_blobs(16, 5, 1.0f);
+    fulmen_loader *loader = fixture_loader(ds, 8, false, 0);
+    CHECK_OK(fulmen_manual_seed(1));
+    module_state s = {fixture_mlp(HIDDEN, 0)};
+    fulmen_lightning_module *m = fixture_module(s.model, &s, training_step, NULL);
+    fulmen_error *e = fulmen_trainer_fit(t, m, loader, NULL, NULL);
+    CHECK_ERR(e, FULMEN_CODE_INVALID_ARGUMENT, "cannot reduce tensors on");
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(s.model);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
+    CHECK_OK(fulmen_accelerator_unregister("npu_hooked"));
+}
+
+/* ------------------------------------------------------------ orchestrator */
+
+static int run(const char *scenario, const char *dir) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(self_path, self_path, scenario, dir, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 300 * 20; i++) {
+        int status = 0;
+        if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+static void expect_same(const char *dir, const char *a, const char *b) {
+    char pa[512], pb[512];
+    snprintf(pa, sizeof pa, "%s/%s", dir, a);
+    snprintf(pb, sizeof pb, "%s/%s", dir, b);
+    CHECK_OK(fulmen_manual_seed(11));
+    fulmen_model *ma = fixture_mlp(HIDDEN, 0), *mb = fixture_mlp(HIDDEN, 0);
+    double d = INFINITY;
+    if (fixture_code(fulmen_model_load(ma, pa, true)) == 0 && fixture_code(fulmen_model_load(mb, pb, true)) == 0)
+        d = fixture_max_diff(ma, mb);
+    printf("max |%s - %s| = %.3g\n", a, b, d);
+    CHECK(d < 1e-5);
+    fulmen_model_free(ma);
+    fulmen_model_free(mb);
+}
+
+int main(int argc, char **argv) {
+    self_path = argv[0];
+    if (argc == 3) {
+        const char *s = argv[1], *dir = argv[2];
+        if (strcmp(s, "reference") == 0) return scenario_reference(dir);
+        if (strcmp(s, "hook") == 0) return two_ranks(dir, "hook", true);
+        if (strcmp(s, "staged") == 0) return two_ranks(dir, "staged", false);
+        if (strcmp(s, "failing") == 0) return scenario_failing(dir);
+        fprintf(stderr, "unknown scenario %s\n", s);
+        return 2;
+    }
+    char dir[] = "/tmp/fulmen-device-ddp-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    unsetenv("LOCAL_RANK");
+    unsetenv("WORLD_SIZE");
+    unsetenv("RANK");
+
+    CHECK(run("reference", dir) == 0);
+    CHECK(run("hook", dir) == 0);
+    expect_same(dir, "reference.safetensors", "hook-rank0.safetensors");
+    expect_same(dir, "hook-rank0.safetensors", "hook-rank1.safetensors");
+    CHECK(run("staged", dir) == 0);
+    expect_same(dir, "reference.safetensors", "staged-rank0.safetensors");
+    expect_same(dir, "staged-rank0.safetensors", "staged-rank1.safetensors");
+    CHECK(run("failing", dir) == 0);
+
+    check_registration();
+
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (check_failed == 0) CHECK(system(cmd) == 0);
+    return check_finish("test_device_ddp");
+}

@@ -1,0 +1,222 @@
+/*
+ * A collectives hook (fulmen_collectives) whose "communication library" is
+ * the job's key-value store: every rank publishes its data under a key of
+ * the round and reads the others'. Slow, but it needs nothing but fulmen,
+ * so the tests and the conformance kit can run DDP on the fake device
+ * through a hook; a vendor's hook calls its own library instead (HCCL,
+ * oneCCL, ...), and typically uses the store only in group_new, to share
+ * the library's unique id.
+ *
+ * Values travel as float64 (fulmen_tensor_copy_to converts any dtype), so
+ * one code path serves every dtype. Include it in one C file; its functions
+ * are static. `store_collectives_table()` gives the slots; with a
+ * store_collectives_counts as the accelerator's userdata they count their
+ * calls (NULL userdata: no counting).
+ */
+#ifndef FULMEN_STORE_COLLECTIVES_H
+#define FULMEN_STORE_COLLECTIVES_H
+
+#include <fulmen.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How many times each slot ran (for tests). */
+typedef struct {
+    int group_new, group_free, all_reduce, broadcast, all_gather, barrier;
+} store_collectives_counts;
+
+/* One rank's group: the store, where it stands, and the round counter
+ * that names the keys (every rank issues the same collectives in order). */
+typedef struct {
+    const fulmen_dist_store *store;
+    int32_t rank, world;
+    uint64_t round;
+    store_collectives_counts *counts;
+} store_group;
+
+static fulmen_error *sc_oom(void) { return fulmen_error_new(FULMEN_CODE_CALLBACK, "store collectives: out of memory"); }
+
+/* One round: publishes `mine` (`len` doubles; none when NULL) and, when
+ * `all` is not NULL, reads rank r's values into all[r * len ...] for every
+ * rank r in [first, last). The last rank to finish reading removes the
+ * round's keys. */
+static fulmen_error *sc_round(store_group *g, const double *mine, size_t len, double *all, int32_t first,
+                              int32_t last) {
+    char key[96];
+    uint64_t round = g->round++;
+    fulmen_error *e = NULL;
+    if (mine != NULL) {
+        snprintf(key, sizeof key, "round/%llu/%d", (unsigned long long)round, (int)g->rank);
+        e = fulmen_dist_store_set(g->store, key, mine, len * sizeof(double));
+    }
+    for (int32_t r = first; e == NULL && r < last && all != NULL; r++) {
+        size_t got = 0;
+        snprintf(key, sizeof key, "round/%llu/%d", (unsigned long long)round, (int)r);
+        e = fulmen_dist_store_get(g->store, key, all + (size_t)r * len, len * sizeof(double), &got);
+        if (e == NULL && got != len * sizeof(double))
+            e = fulmen_error_new(FULMEN_CODE_DISTRIBUTED, "store collectives: a rank sent a different size");
+    }
+    /* Every rank counts itself done; the last one cleans up (by then every
+     * rank has read what it needed). */
+    int64_t done = 0;
+    snprintf(key, sizeof key, "round/%llu/done", (unsigned long long)round);
+    if (e == NULL) e = fulmen_dist_store_add(g->store, key, 1, &done);
+    if (e == NULL && done == g->world) {
+        for (int32_t r = 0; e == NULL && r < g->world; r++) {
+            char data_key[96];
+            snprintf(data_key, sizeof data_key, "round/%llu/%d", (unsigned long long)round, (int)r);
+            e = fulmen_dist_store_delete(g->store, data_key, NULL);
+        }
+        if (e == NULL) e = fulmen_dist_store_delete(g->store, key, NULL);
+    }
+    return e;
+}
+
+/* A tensor's elements as doubles (malloc'd, `*n` of them). */
+static fulmen_error *sc_read(const fulmen_tensor *t, double **out, size_t *n) {
+    fulmen_error *e = fulmen_tensor_numel(t, n);
+    if (e != NULL) return e;
+    *out = malloc((*n > 0 ? *n : 1) * sizeof(double));
+    if (*out == NULL) return sc_oom();
+    e = fulmen_tensor_copy_to(t, FULMEN_DTYPE_F64, *out, *n * sizeof(double));
+    if (e != NULL) {
+        free(*out);
+        *out = NULL;
+    }
+    return e;
+}
+
+static fulmen_error *sc_group_new(void *ud, const fulmen_dist_store *store, int32_t rank, int32_t world,
+                                  fulmen_device device, void **group_out) {
+    (void)device;
+    store_group *g = calloc(1, sizeof *g);
+    if (g == NULL) return sc_oom();
+    g->store = store;
+    g->rank = rank;
+    g->world = world;
+    g->counts = ud;
+    if (g->counts != NULL) g->counts->group_new++;
+    *group_out = g;
+    return NULL;
+}
+
+static void sc_group_free(void *ud, void *group) {
+    (void)ud;
+    store_group *g = group;
+    if (g->counts != NULL) g->counts->group_free++;
+    free(g);
+}
+
+static fulmen_error *sc_all_reduce(void *ud, void *group, fulmen_tensor *const *tensors, size_t n, int32_t op) {
+    (void)ud;
+    store_group *g = group;
+    if (g->counts != NULL) g->counts->all_reduce++;
+    fulmen_error *e = NULL;
+    for (size_t i = 0; e == NULL && i < n; i++) {
+        double *mine = NULL, *all = NULL;
+        size_t len = 0;
+        e = sc_read(tensors[i], &mine, &len);
+        if (e != NULL) break;
+        all = malloc((len > 0 ? len : 1) * (size_t)g->world * sizeof(double));
+        if (all == NULL) e = sc_oom();
+        if (e == NULL) e = sc_round(g, mine, len, all, 0, g->world);
+        for (size_t k = 0; e == NULL && k < len; k++) {
+            double v = all[k];
+            for (int32_t r = 1; r < g->world; r++) {
+                double x = all[(size_t)r * len + k];
+                switch (op) {
+                    case FULMEN_REDUCE_OP_SUM: v += x; break;
+                    case FULMEN_REDUCE_OP_PRODUCT: v *= x; break;
+                    case FULMEN_REDUCE_OP_MIN: v = x < v ? x : v; break;
+                    case FULMEN_REDUCE_OP_MAX: v = x > v ? x : v; break;
+                    default: break;
+                }
+            }
+            mine[k] = v;
+        }
+        if (e == NULL) e = fulmen_tensor_copy_from_host(tensors[i], mine, len * sizeof(double), FULMEN_DTYPE_F64);
+        free(all);
+        free(mine);
+    }
+    return e;
+}
+
+static fulmen_error *sc_broadcast(void *ud, void *group, fulmen_tensor *const *tensors, size_t n, int32_t root) {
+    (void)ud;
+    store_group *g = group;
+    if (g->counts != NULL) g->counts->broadcast++;
+    fulmen_error *e = NULL;
+    for (size_t i = 0; e == NULL && i < n; i++) {
+        double *mine = NULL;
+        size_t len = 0;
+        e = sc_read(tensors[i], &mine, &len);
+        if (e != NULL) break;
+        /* root publishes; the others read root's values over their own. */
+        if (g->rank == root) {
+            e = sc_round(g, mine, len, NULL, 0, 0);
+        } else {
+            double *all = malloc((len > 0 ? len : 1) * (size_t)(root + 1) * sizeof(double));
+            if (all == NULL) e = sc_oom();
+            if (e == NULL) e = sc_round(g, NULL, len, all, root, root + 1);
+            if (e == NULL) memcpy(mine, all + (size_t)root * len, len * sizeof(double));
+            if (e == NULL) e = fulmen_tensor_copy_from_host(tensors[i], mine, len * sizeof(double), FULMEN_DTYPE_F64);
+            free(all);
+        }
+        free(mine);
+    }
+    return e;
+}
+
+static fulmen_error *sc_all_gather(void *ud, void *group, const fulmen_tensor *input, fulmen_tensor *const *outputs,
+                                   size_t n) {
+    (void)ud;
+    store_group *g = group;
+    if (g->counts != NULL) g->counts->all_gather++;
+    if (n != (size_t)g->world)
+        return fulmen_error_new(FULMEN_CODE_INVALID_ARGUMENT, "store collectives: all_gather needs one output per rank");
+    double *mine = NULL;
+    size_t len = 0;
+    fulmen_error *e = sc_read(input, &mine, &len);
+    if (e != NULL) return e;
+    double *all = malloc((len > 0 ? len : 1) * (size_t)g->world * sizeof(double));
+    if (all == NULL) e = sc_oom();
+    if (e == NULL) e = sc_round(g, mine, len, all, 0, g->world);
+    for (int32_t r = 0; e == NULL && r < g->world; r++)
+        e = fulmen_tensor_copy_from_host(outputs[r], all + (size_t)r * len, len * sizeof(double), FULMEN_DTYPE_F64);
+    free(all);
+    free(mine);
+    return e;
+}
+
+static fulmen_error *sc_barrier(void *ud, void *group) {
+    (void)ud;
+    store_group *g = group;
+    if (g->counts != NULL) g->counts->barrier++;
+    /* Every rank publishes a token and waits for every rank's. */
+    double token = 1;
+    double *seen = malloc((size_t)g->world * sizeof(double));
+    if (seen == NULL) return sc_oom();
+    fulmen_error *e = sc_round(g, &token, 1, seen, 0, g->world);
+    free(seen);
+    return e;
+}
+
+/* The slots (named "storecc"). */
+static inline fulmen_collectives store_collectives_table(void) {
+    fulmen_collectives c;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    c.name = "storecc";
+    c.group_new = sc_group_new;
+    c.group_free = sc_group_free;
+    c.all_reduce = sc_all_reduce;
+    c.broadcast = sc_broadcast;
+    c.all_gather = sc_all_gather;
+    c.barrier = sc_barrier;
+    return c;
+}
+
+#endif
