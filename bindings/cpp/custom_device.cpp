@@ -46,8 +46,56 @@ public:
     bool supports_dtype(fulmen::DType dtype) override { return dtype != fulmen::DType::BF16; }
 };
 
+// A world of one's collectives (each rank would call its library here):
+// counts the calls, and checks the store in open_collectives.
+struct Calls {
+    int opened = 0, closed = 0, all_reduce = 0, broadcast = 0, all_gather = 0;
+};
+
+class SoloGroup : public fulmen::CollectiveGroup {
+public:
+    explicit SoloGroup(Calls* calls) : calls_(calls) {}
+    ~SoloGroup() override { calls_->closed++; }
+    void all_reduce(std::vector<fulmen::Tensor>& tensors, fulmen::ReduceOp) override {
+        calls_->all_reduce++;
+        for (auto& t : tensors) t.copy_from(t.to_vector<double>());  // one rank: its own values
+    }
+    void broadcast(std::vector<fulmen::Tensor>&, int root) override {
+        calls_->broadcast++;
+        expect(root == 0, "broadcast from rank " + std::to_string(root));
+    }
+    void all_gather(const fulmen::Tensor& input, std::vector<fulmen::Tensor>& outputs) override {
+        calls_->all_gather++;
+        expect(outputs.size() == 1, "all_gather outputs for one rank");
+        outputs.at(0).copy_(input);
+    }
+    void barrier() override {}
+
+private:
+    Calls* calls_;
+};
+
+class NpuWithCollectives : public NpuAccelerator {
+public:
+    NpuWithCollectives(std::vector<fulmen::Device>* setups, Calls* calls) : NpuAccelerator(setups), calls_(calls) {}
+    std::string collectives_name() const override { return "solo"; }
+    std::unique_ptr<fulmen::CollectiveGroup> open_collectives(const fulmen::DistStore& store, int rank,
+                                                              int world_size, fulmen::Device device) override {
+        calls_->opened++;
+        expect(rank == 0 && world_size == 1 && device == fulmen::Device::private_use1(0), "the group's place");
+        store.set("unique-id", std::vector<uint8_t>{1, 2, 3});
+        expect(store.get("unique-id") == std::vector<uint8_t>{1, 2, 3}, "the store's value");
+        expect(store.add("joined", 1) == 1 && store.remove("joined"), "the store's counter");
+        return std::make_unique<SoloGroup>(calls_);
+    }
+
+private:
+    Calls* calls_;
+};
+
 // Trains a 2-16-2 MLP on two blobs on `accelerator`; returns the last epoch's loss.
-double fit_on(const std::string& accelerator, const std::string& precision = "32-true") {
+double fit_on(const std::string& accelerator, const std::string& precision = "32-true",
+              const std::string& strategy = "auto") {
     using namespace fulmen;
     manual_seed(7);
     Tensor x = Tensor::randn({128, 2});
@@ -72,6 +120,7 @@ double fit_on(const std::string& accelerator, const std::string& precision = "32
                         .enable_checkpointing(false)
                         .set("accelerator", accelerator)
                         .set("devices", "1")
+                        .set("strategy", strategy)
                         .set("precision", precision));
     trainer.fit(module, train);
     return trainer.callback_metric("train_loss");
@@ -109,7 +158,20 @@ int main() {
             expect(e.code() == FULMEN_CODE_UNSUPPORTED, std::string("bf16-mixed refused with ") + e.what());
         }
         unregister_accelerator("npu_nobf16");
-        std::cout << "custom_device: train_loss on npu:0 " << on_npu << " (cpu " << on_cpu << ")\n";
+
+        // DDP in a world of one through the accelerator's collectives.
+        Calls calls;
+        register_accelerator("npu_ddp", "with collectives", std::make_unique<NpuWithCollectives>(&setups, &calls));
+        const double on_ddp = fit_on("npu_ddp", "32-true", "ddp");
+        expect(on_ddp == on_cpu, "ddp train_loss " + std::to_string(on_ddp) + " vs " + std::to_string(on_cpu));
+        distributed::shutdown(60);
+        expect(calls.opened == 1 && calls.closed == 1, "the group was not opened and closed once");
+        expect(calls.all_reduce >= 8 && calls.broadcast >= 1 && calls.all_gather >= 1,
+               "collectives calls: " + std::to_string(calls.all_reduce) + " all_reduce, " +
+                   std::to_string(calls.broadcast) + " broadcast, " + std::to_string(calls.all_gather) + " all_gather");
+        unregister_accelerator("npu_ddp");
+        std::cout << "custom_device: train_loss on npu:0 " << on_npu << " (cpu " << on_cpu << "), with ddp through "
+                  << "the accelerator's collectives " << on_ddp << " (" << calls.all_reduce << " all_reduce calls)\n";
     } catch (const Error& e) {
         std::cerr << "custom_device: " << e.what() << "\n";
         return 1;

@@ -285,7 +285,8 @@ func registryEntry(i int) (AcceleratorInfo, error) {
 // unless the error is a *Error, whose code is kept) and becomes its cause.
 // Implement DeviceParser as well to parse the devices option yourself;
 // otherwise Lightning's GPU-style parser over AutoDeviceCount devices is
-// used.
+// used. Implement Collectives for DDP through the vendor's own
+// communication library.
 type CustomAccelerator interface {
 	// IsAvailable reports whether the accelerator can run here. An error
 	// fails Accelerator.IsAvailable; elsewhere (the registry, Fit) the
@@ -342,8 +343,13 @@ func RegisterAccelerator(name, description string, acc CustomAccelerator, overri
 	defer freeCString(n)
 	defer freeCString(d)
 	parser, hasParse := acc.(DeviceParser)
+	var collName *C.char
+	if c, ok := acc.(Collectives); ok {
+		collName = cString(c.CollectivesName())
+		defer freeCString(collName)
+	}
 	h := cgo.NewHandle(&customAccelerator{acc: acc, parser: parser})
-	err := check(C.fulmen_go_accelerator_register(n, d, C.uintptr_t(h), C.bool(hasParse), C.bool(override)))
+	err := check(C.fulmen_go_accelerator_register(n, d, C.uintptr_t(h), C.bool(hasParse), C.bool(override), collName))
 	if err != nil {
 		h.Delete() // the library does not call userdata_free on failure
 	}

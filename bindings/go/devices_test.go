@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	fulmen "github.com/fulmen-ml/fulmen/bindings/go"
 )
@@ -38,6 +39,62 @@ func (a *npuAccelerator) DeviceStats(fulmen.Device) (map[string]float64, error) 
 type noBF16 struct{ npuAccelerator }
 
 func (noBF16) SupportsDType(d fulmen.DType) (bool, error) { return d != fulmen.BHalf, nil }
+
+// soloCollectives is npuAccelerator with a collectives hook for a world of
+// one (a vendor's group would call its library), counting the calls.
+type soloCollectives struct {
+	npuAccelerator
+	opened, closed, allReduce, broadcast, allGather int
+	storeErr                                        error
+}
+
+func (c *soloCollectives) CollectivesName() string { return "solo" }
+func (c *soloCollectives) OpenCollectives(store fulmen.DistStore, rank, world int, device fulmen.Device) (fulmen.CollectiveGroup, error) {
+	c.opened++
+	if rank != 0 || world != 1 || device != (fulmen.Device{Type: fulmen.PrivateUse1}) {
+		return nil, errors.New("the group's place is wrong")
+	}
+	// The ranks share a unique id through the store.
+	if err := store.Set("unique-id", []byte{1, 2, 3}); err != nil {
+		return nil, err
+	}
+	if id, err := store.Get("unique-id"); err != nil || string(id) != "\x01\x02\x03" {
+		c.storeErr = errors.New("the store's value")
+	}
+	if n, err := store.Add("joined", 1); err != nil || n != 1 {
+		c.storeErr = errors.New("the store's counter")
+	}
+	if deleted, err := store.Delete("joined"); err != nil || !deleted {
+		c.storeErr = errors.New("the store's delete")
+	}
+	return soloGroup{c}, nil
+}
+
+type soloGroup struct{ c *soloCollectives }
+
+func (g soloGroup) AllReduce(ts []*fulmen.Tensor, op fulmen.ReduceOp) error {
+	g.c.allReduce++
+	for _, t := range ts { // one rank: its own values, written back in place
+		v, err := fulmen.ToSlice[float64](t)
+		if err != nil {
+			return err
+		}
+		if err := fulmen.CopyFromSlice(t, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+func (g soloGroup) Broadcast(ts []*fulmen.Tensor, root int) error { g.c.broadcast++; return nil }
+func (g soloGroup) AllGather(in *fulmen.Tensor, outs []*fulmen.Tensor) error {
+	g.c.allGather++
+	if len(outs) != 1 {
+		return errors.New("one output per rank")
+	}
+	return outs[0].CopyInPlace(in)
+}
+func (g soloGroup) Barrier() error { return nil }
+func (g soloGroup) Close()         { g.c.closed++ }
 
 // TestCustomDevice runs customDevice in a child process: registering the
 // fake device changes libtorch for the whole process, for good.
@@ -110,4 +167,23 @@ func customDevice(t *testing.T) {
 	if !errors.Is(err, fulmen.ErrUnsupported) || !strings.Contains(err.Error(), "does not support") {
 		t.Fatalf("bf16-mixed without bfloat16: %v", err)
 	}
+
+	// Collectives: DDP in a world of one through the accelerator's hook
+	// trains what the CPU trains.
+	coll := &soloCollectives{}
+	ok(t, fulmen.RegisterAccelerator("npu_ddp", "with collectives", coll, false))
+	defer fulmen.UnregisterAccelerator("npu_ddp")
+	ok(t, fulmen.ManualSeed(5))
+	onDDP, err := fitWith(t, nil, "accelerator", "npu_ddp", "devices", "1", "strategy", "ddp")
+	defer onDDP.Close()
+	ok(t, err)
+	ok(t, fulmen.DistributedShutdown(60*time.Second))
+	if ddpLoss := must(onDDP.CallbackMetric("train_loss")); ddpLoss != cpuLoss {
+		t.Fatalf("train_loss with ddp on npu %v, on the CPU %v", ddpLoss, cpuLoss)
+	}
+	ok(t, coll.storeErr)
+	if coll.opened != 1 || coll.closed != 1 || coll.allReduce < 8 || coll.broadcast < 1 || coll.allGather < 1 {
+		t.Fatalf("collectives calls: %+v", *coll)
+	}
+	t.Logf("ddp through the accelerator's collectives: train_loss %v, %d all_reduce calls", cpuLoss, coll.allReduce)
 }

@@ -158,8 +158,44 @@ static fulmen_error *acc_fp16_needs_loss_scaling(void *ud, bool *out) {
     return fulmenGoAccFP16NeedsLossScaling((uintptr_t)ud, out);
 }
 
+static fulmen_error *coll_open(void *ud, const fulmen_dist_store *store, int32_t rank, int32_t world,
+                               fulmen_device device, void **group_out) {
+    uintptr_t g = 0;
+    fulmen_error *e = fulmenGoCollOpen((uintptr_t)ud, (fulmen_dist_store *)store, rank, world, device.device_type,
+                                       device.index, &g);
+    if (e == NULL) *group_out = (void *)g;
+    return e;
+}
+
+static void coll_close(void *ud, void *group) {
+    (void)ud;
+    fulmenGoCollClose((uintptr_t)group);
+}
+
+static fulmen_error *coll_all_reduce(void *ud, void *group, fulmen_tensor *const *tensors, size_t n, int32_t op) {
+    (void)ud;
+    return fulmenGoCollAllReduce((uintptr_t)group, (fulmen_tensor **)tensors, n, op);
+}
+
+static fulmen_error *coll_broadcast(void *ud, void *group, fulmen_tensor *const *tensors, size_t n, int32_t root) {
+    (void)ud;
+    return fulmenGoCollBroadcast((uintptr_t)group, (fulmen_tensor **)tensors, n, root);
+}
+
+static fulmen_error *coll_all_gather(void *ud, void *group, const fulmen_tensor *input,
+                                     fulmen_tensor *const *outputs, size_t n) {
+    (void)ud;
+    return fulmenGoCollAllGather((uintptr_t)group, (fulmen_tensor *)input, (fulmen_tensor **)outputs, n);
+}
+
+static fulmen_error *coll_barrier(void *ud, void *group) {
+    (void)ud;
+    return fulmenGoCollBarrier((uintptr_t)group);
+}
+
 fulmen_error *fulmen_go_accelerator_register(const char *name, const char *description, uintptr_t handle,
-                                             bool has_parse_devices, bool override_existing) {
+                                             bool has_parse_devices, bool override_existing,
+                                             const char *collectives_name) {
     fulmen_accelerator_vtable vt;
     memset(&vt, 0, sizeof vt);
     vt.struct_size = sizeof vt;
@@ -174,6 +210,19 @@ fulmen_error *fulmen_go_accelerator_register(const char *name, const char *descr
     vt.get_device_stats = acc_get_device_stats;
     vt.supports_dtype = acc_supports_dtype;
     vt.fp16_needs_loss_scaling = acc_fp16_needs_loss_scaling;
+    fulmen_collectives coll; /* copied by the registration */
+    memset(&coll, 0, sizeof coll);
+    if (collectives_name != NULL) {
+        coll.struct_size = sizeof coll;
+        coll.name = collectives_name;
+        coll.group_new = coll_open;
+        coll.group_free = coll_close;
+        coll.all_reduce = coll_all_reduce;
+        coll.broadcast = coll_broadcast;
+        coll.all_gather = coll_all_gather;
+        coll.barrier = coll_barrier;
+        vt.collectives = &coll;
+    }
     return fulmen_accelerator_register(name, description, &vt, override_existing);
 }
 

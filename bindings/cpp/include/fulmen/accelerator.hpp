@@ -3,6 +3,7 @@
 // implemented in C++ (CustomAccelerator, register_accelerator).
 #pragma once
 
+#include "collectives.hpp"
 #include "error.hpp"
 #include "handle.hpp"
 #include "tensor.hpp"
@@ -277,6 +278,18 @@ public:
     /// Whether float16 training needs loss scaling there (a GradScaler
     /// for 16-mixed). Default: true.
     virtual bool fp16_needs_loss_scaling() { return true; }
+    /// The name of the accelerator's own collectives backend ("hccl": 1 to
+    /// 64 characters of [a-z0-9_-], not gloo, nccl, mpi, ucc or xccl), read
+    /// once at registration. Not empty: DDP on its PrivateUse1 (or CPU)
+    /// devices calls open_collectives (see fulmen_collectives). Default:
+    /// empty, gloo (through the CPU for PrivateUse1 devices).
+    virtual std::string collectives_name() const { return {}; }
+    /// Opens this rank's group of `world_size` ranks on `device`, once per
+    /// job; `store` stays valid while the group lives.
+    virtual std::unique_ptr<CollectiveGroup> open_collectives(const DistStore& /*store*/, int /*rank*/,
+                                                              int /*world_size*/, Device /*device*/) {
+        throw Error(FULMEN_CODE_UNSUPPORTED, "CustomAccelerator::open_collectives is not overridden");
+    }
 };
 
 namespace detail {
@@ -329,6 +342,64 @@ struct AcceleratorTrampolines {
     static fulmen_error* fp16_needs_loss_scaling(void* ud, bool* out) noexcept {
         return guard_callback([&] { *out = self(ud).fp16_needs_loss_scaling(); });
     }
+    /// Tensors sharing storage with borrowed handles.
+    static std::vector<Tensor> shared(fulmen_tensor* const* handles, size_t n) {
+        std::vector<Tensor> out;
+        out.reserve(n);
+        for (size_t i = 0; i < n; i++) {
+            out.push_back(Tensor::make([&](fulmen_tensor** o) { return fulmen_tensor_share(handles[i], o); }));
+        }
+        return out;
+    }
+    static CollectiveGroup& group(void* g) noexcept { return *static_cast<CollectiveGroup*>(g); }
+    static fulmen_error* group_new(void* ud, const fulmen_dist_store* store, int32_t rank, int32_t world,
+                                   fulmen_device device, void** out) noexcept {
+        return guard_callback([&] {
+            std::unique_ptr<CollectiveGroup> g = self(ud).open_collectives(DistStore(store), rank, world,
+                                                                           from_c_device(device));
+            if (!g) throw Error(FULMEN_CODE_CALLBACK, "CustomAccelerator::open_collectives returned no group");
+            *out = g.release();
+        });
+    }
+    static void group_free(void* /*ud*/, void* g) noexcept { delete static_cast<CollectiveGroup*>(g); }
+    static fulmen_error* all_reduce(void* /*ud*/, void* g, fulmen_tensor* const* tensors, size_t n,
+                                    int32_t op) noexcept {
+        return guard_callback([&] {
+            std::vector<Tensor> list = shared(tensors, n);
+            group(g).all_reduce(list, static_cast<ReduceOp>(op));
+        });
+    }
+    static fulmen_error* broadcast(void* /*ud*/, void* g, fulmen_tensor* const* tensors, size_t n,
+                                   int32_t root) noexcept {
+        return guard_callback([&] {
+            std::vector<Tensor> list = shared(tensors, n);
+            group(g).broadcast(list, root);
+        });
+    }
+    static fulmen_error* all_gather(void* /*ud*/, void* g, const fulmen_tensor* input, fulmen_tensor* const* outputs,
+                                    size_t n) noexcept {
+        return guard_callback([&] {
+            fulmen_tensor* in = const_cast<fulmen_tensor*>(input);
+            std::vector<Tensor> ins = shared(&in, 1), outs = shared(outputs, n);
+            group(g).all_gather(ins[0], outs);
+        });
+    }
+    static fulmen_error* barrier(void* /*ud*/, void* g) noexcept {
+        return guard_callback([&] { group(g).barrier(); });
+    }
+    /// The collectives slots under `name` (which must outlive the registration call).
+    static fulmen_collectives collectives(const std::string& name) noexcept {
+        fulmen_collectives c{};
+        c.struct_size = sizeof c;
+        c.name = name.c_str();
+        c.group_new = &group_new;
+        c.group_free = &group_free;
+        c.all_reduce = &all_reduce;
+        c.broadcast = &broadcast;
+        c.all_gather = &all_gather;
+        c.barrier = &barrier;
+        return c;
+    }
     static fulmen_accelerator_vtable vtable(CustomAccelerator* acc, bool custom_parse) noexcept {
         fulmen_accelerator_vtable vt{};
         vt.struct_size = sizeof vt;
@@ -367,6 +438,9 @@ void register_accelerator(const std::string& name, const std::string& descriptio
     CustomAccelerator* acc = accelerator.get();
     const bool custom_parse = detail::declares_parse_devices<T>() || acc->custom_parse_devices();
     fulmen_accelerator_vtable vt = detail::AcceleratorTrampolines::vtable(acc, custom_parse);
+    const std::string collectives_name = acc->collectives_name();
+    fulmen_collectives collectives = detail::AcceleratorTrampolines::collectives(collectives_name);
+    if (!collectives_name.empty()) vt.collectives = &collectives;  // copied by the registration
     // On failure fulmen does not call userdata_free: `accelerator` deletes it.
     detail::run_accelerator_call(
         [&] { return fulmen_accelerator_register(name.c_str(), description.c_str(), &vt, override_existing); });

@@ -51,6 +51,7 @@
 
 #include "abi.hpp"
 #include "accelerator.hpp"
+#include "collectives.hpp"
 #include "data.hpp"
 #include "distributed.hpp"
 #include "error.hpp"

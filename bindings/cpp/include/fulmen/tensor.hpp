@@ -290,6 +290,15 @@ public:
         return {static_cast<DeviceType>(type), index};
     }
 
+    /// The address of the first element of a contiguous tensor: device
+    /// memory on a device (fulmen_tensor_data_ptr), valid while the storage
+    /// lives and the tensor is not resized.
+    void* data_ptr() const {
+        void* out = nullptr;
+        check(fulmen_tensor_data_ptr(get(), &out));
+        return out;
+    }
+
     /// Copies the elements, converted to `dtype`, into `dst` (`nbytes` long).
     void copy_to(DType dtype, void* dst, size_t nbytes) const {
         check(fulmen_tensor_copy_to(get(), static_cast<int32_t>(dtype), dst, nbytes));
