@@ -5,12 +5,14 @@
 #include "fulmen_cxx.h"
 
 #include <ATen/Context.h>
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cstdint>
+#include <mutex>
 
 namespace {
 
@@ -68,6 +70,35 @@ int fulmen_cxx_device_set_current(int type, int64_t index, char* err, size_t err
   TORCH_CHECK(c10::impl::hasDeviceGuardImpl(d.type()), "no backend is registered for ",
               c10::DeviceTypeName(d.type(), true));
   c10::impl::getDeviceGuardImpl(d.type())->setDevice(d);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Blocks until the work queued on device (type, index) is done.
+int fulmen_cxx_device_synchronize(int type, int64_t index, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto d = device_from(type, index);
+  TORCH_CHECK(c10::impl::hasDeviceGuardImpl(d.type()), "no backend is registered for ",
+              c10::DeviceTypeName(d.type(), true));
+  c10::impl::getDeviceGuardImpl(d.type())->synchronizeDevice(d.index());
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// *out = the state of libtorch's default generator for device (type,
+// index), a uint8 CPU tensor (a new heap at::Tensor*).
+int fulmen_cxx_device_rng_state(int type, int64_t index, void** out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto gen = at::globalContext().defaultGenerator(device_from(type, index));
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  *out = new at::Tensor(gen.get_state());
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Restores a state fulmen_cxx_device_rng_state returned.
+int fulmen_cxx_device_set_rng_state(int type, int64_t index, const void* state, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto gen = at::globalContext().defaultGenerator(device_from(type, index));
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(*static_cast<const at::Tensor*>(state));
   FULMEN_CXX_CATCH(err, err_len)
 }
 

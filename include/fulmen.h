@@ -198,6 +198,11 @@
  */
 #define FULMEN_DEFAULT_BUCKET_CAP_MB 25.0
 
+/**
+ * The most bytes of a device generator's state (`get_rng_state`).
+ */
+#define FULMEN_MAX_RNG_STATE 65536
+
 
 
 /**
@@ -1397,6 +1402,33 @@ typedef struct fulmen_accelerator_vtable {
    * devices).
    */
   const struct fulmen_collectives *collectives;
+  /**
+   * Blocks until the work queued on `device` is done. The trainer asks
+   * before timing code reads a clock (ThroughputMonitor). NULL: the
+   * device type's backend (its device guard's synchronizeDevice).
+   */
+  struct fulmen_error *(*synchronize)(void *userdata, struct fulmen_device device);
+  /**
+   * Writes the state of `device`'s random generator (what dropout on
+   * the device draws from) to `buf[0..capacity]` and its length to
+   * `*len_out`; `capacity` is FULMEN_MAX_RNG_STATE. Checkpoints keep it,
+   * so a resumed run draws the same numbers. NULL: libtorch's default
+   * generator for the device type (the one its backend registered).
+   */
+  struct fulmen_error *(*get_rng_state)(void *userdata,
+                                        struct fulmen_device device,
+                                        uint8_t *buf,
+                                        size_t capacity,
+                                        size_t *len_out);
+  /**
+   * Restores a state `get_rng_state` wrote (`len` bytes, at most
+   * FULMEN_MAX_RNG_STATE, from a checkpoint: check it). NULL: libtorch's
+   * default generator. Set both or neither.
+   */
+  struct fulmen_error *(*set_rng_state)(void *userdata,
+                                        struct fulmen_device device,
+                                        const uint8_t *data,
+                                        size_t len);
 } fulmen_accelerator_vtable;
 
 /**
@@ -3141,6 +3173,52 @@ struct fulmen_error *fulmen_device_type_name(int32_t device_type,
  * FULMEN_CODE_NULL_ARGUMENT (`out`). Thread rules: any thread.
  */
 struct fulmen_error *fulmen_device_count(int32_t device_type, size_t *out);
+
+/**
+ * Blocks until the work queued on device (`device_type`, `index`) is done
+ * (`torch.cuda.synchronize` and its kin; nothing to wait for on the CPU).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (not a fulmen_device_type, or a
+ * negative index), FULMEN_CODE_UNAVAILABLE (no such device here),
+ * FULMEN_CODE_TORCH (the backend cannot synchronize).
+ * Thread rules: any thread.
+ */
+struct fulmen_error *fulmen_device_synchronize(int32_t device_type, int64_t index);
+
+/**
+ * Copies the state of libtorch's default random generator for device
+ * (`device_type`, `index`) into `buf[0..capacity]` and writes its length
+ * to `*len_out` (`torch.get_rng_state`, `torch.cuda.get_rng_state` and
+ * their kin; the CPU generator's for the CPU). When `capacity` is too
+ * small only `*len_out` is written and the call fails with
+ * FULMEN_CODE_OUT_OF_RANGE.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (not a fulmen_device_type, or a
+ * negative index), FULMEN_CODE_UNAVAILABLE (no such device here),
+ * FULMEN_CODE_TORCH (the backend registered no generator),
+ * FULMEN_CODE_OUT_OF_RANGE (`capacity` too small).
+ * Thread rules: any thread; the generator is locked during the copy.
+ */
+struct fulmen_error *fulmen_device_rng_state(int32_t device_type,
+                                             int64_t index,
+                                             uint8_t *buf,
+                                             size_t capacity,
+                                             size_t *len_out);
+
+/**
+ * Restores a state `fulmen_device_rng_state` wrote (`len` bytes at
+ * `data`) into the device's default generator.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (not a fulmen_device_type, a
+ * negative index, `len` over FULMEN_MAX_RNG_STATE), FULMEN_CODE_UNAVAILABLE
+ * (no such device here), FULMEN_CODE_TORCH (the generator refused the
+ * state: not one of its own).
+ * Thread rules: as `fulmen_device_rng_state`.
+ */
+struct fulmen_error *fulmen_device_set_rng_state(int32_t device_type,
+                                                 int64_t index,
+                                                 const uint8_t *data,
+                                                 size_t len);
 
 /**
  * Registers fulmen's fake device as libtorch's PrivateUse1 backend under

@@ -5,6 +5,7 @@
 #include <fulmen/fulmen.hpp>
 
 #include <cstdlib>
+#include <stdlib.h>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -93,9 +94,26 @@ private:
     Calls* calls_;
 };
 
-// Trains a 2-16-2 MLP on two blobs on `accelerator`; returns the last epoch's loss.
+// Counts the generator-state and synchronize calls, keeping the defaults.
+class CountingNpu : public NpuAccelerator {
+public:
+    using NpuAccelerator::NpuAccelerator;
+    int gets = 0, syncs = 0;
+    std::vector<uint8_t> rng_state(fulmen::Device device) override {
+        gets++;
+        return NpuAccelerator::rng_state(device);
+    }
+    void synchronize(fulmen::Device device) override {
+        syncs++;
+        NpuAccelerator::synchronize(device);
+    }
+};
+
+// Trains a 2-16-2 MLP on two blobs on `accelerator`; returns the last
+// epoch's loss. With `root`, checkpoints go there and a ThroughputMonitor
+// runs.
 double fit_on(const std::string& accelerator, const std::string& precision = "32-true",
-              const std::string& strategy = "auto") {
+              const std::string& strategy = "auto", const std::string& root = "") {
     using namespace fulmen;
     manual_seed(7);
     Tensor x = Tensor::randn({128, 2});
@@ -117,11 +135,13 @@ double fit_on(const std::string& accelerator, const std::string& precision = "32
                         .enable_progress_bar(false)
                         .enable_model_summary(false)
                         .logger(false)
-                        .enable_checkpointing(false)
+                        .enable_checkpointing(!root.empty())
+                        .set("default_root_dir", root.empty() ? std::string(".") : root)
                         .set("accelerator", accelerator)
                         .set("devices", "1")
                         .set("strategy", strategy)
                         .set("precision", precision));
+    if (!root.empty()) trainer.add_throughput_monitor();
     trainer.fit(module, train);
     return trainer.callback_metric("train_loss");
 }
@@ -158,6 +178,22 @@ int main() {
             expect(e.code() == FULMEN_CODE_UNSUPPORTED, std::string("bf16-mixed refused with ") + e.what());
         }
         unregister_accelerator("npu_nobf16");
+
+        // The device's generator and synchronize, through the accelerator.
+        const std::vector<uint8_t> state = device_rng_state(Device::private_use1(0));
+        expect(!state.empty(), "no generator state for npu:0");
+        set_device_rng_state(Device::private_use1(0), state);
+        device_synchronize(Device::private_use1(1));
+        auto counting = std::make_unique<CountingNpu>(&setups);
+        CountingNpu* seen = counting.get();
+        register_accelerator("npu_counting", "counts", std::move(counting));
+        char root[] = "/tmp/fulmen-cpp-custom-device-XXXXXX";
+        expect(mkdtemp(root) != nullptr, "mkdtemp");
+        fit_on("npu_counting", "32-true", "auto", root);
+        expect(seen->gets >= 1 && seen->syncs >= 24, "rng_state / synchronize calls: " + std::to_string(seen->gets) +
+                                                         " / " + std::to_string(seen->syncs));
+        unregister_accelerator("npu_counting");
+        if (std::system((std::string("rm -rf ") + root).c_str()) != 0) std::cerr << "custom_device: could not remove " << root << "\n";
 
         // DDP in a world of one through the accelerator's collectives.
         Calls calls;

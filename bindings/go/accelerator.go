@@ -320,6 +320,57 @@ type LossScalingPolicy interface {
 	FP16NeedsLossScaling() (bool, error)
 }
 
+// DeviceSynchronizer is the optional synchronize of a CustomAccelerator:
+// it blocks until the work queued on device is done (the trainer asks
+// before timing code reads a clock). Without it, the device type's backend
+// does (DeviceSynchronize).
+type DeviceSynchronizer interface {
+	Synchronize(device Device) error
+}
+
+// RNGStateKeeper is the optional generator state of a CustomAccelerator,
+// which checkpoints keep so a resumed run draws the same numbers: the
+// state of the vendor's generator for device (at most MaxRNGState bytes),
+// and its restoration from a checkpoint (check it). Without it, libtorch's
+// default generator for the device (DeviceRNGState).
+type RNGStateKeeper interface {
+	RNGState(device Device) ([]byte, error)
+	SetRNGState(device Device, state []byte) error
+}
+
+// MaxRNGState is the most bytes of a device generator's state.
+const MaxRNGState = C.FULMEN_MAX_RNG_STATE
+
+// DeviceSynchronize blocks until the work queued on device is done
+// (torch.cuda.synchronize and its kin).
+func DeviceSynchronize(device Device) error {
+	return check(C.fulmen_device_synchronize(C.int32_t(device.Type), C.int64_t(device.Index)))
+}
+
+// DeviceRNGState is the state of libtorch's default random generator for
+// device (the CPU's for the CPU).
+func DeviceRNGState(device Device) ([]byte, error) {
+	buf := make([]byte, MaxRNGState)
+	var n C.size_t
+	err := check(C.fulmen_device_rng_state(C.int32_t(device.Type), C.int64_t(device.Index),
+		(*C.uint8_t)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &n))
+	if err != nil {
+		return nil, err
+	}
+	return buf[:n], nil
+}
+
+// SetDeviceRNGState restores a state DeviceRNGState returned.
+func SetDeviceRNGState(device Device, state []byte) error {
+	var p *C.uint8_t
+	if len(state) > 0 {
+		p = (*C.uint8_t)(unsafe.Pointer(&state[0]))
+	}
+	err := check(C.fulmen_device_set_rng_state(C.int32_t(device.Type), C.int64_t(device.Index), p, C.size_t(len(state))))
+	runtime.KeepAlive(state)
+	return err
+}
+
 // DeviceParser is the optional ParseDevices of a CustomAccelerator.
 type DeviceParser interface {
 	// ParseDevices turns the devices option into device ids, each in
@@ -348,8 +399,11 @@ func RegisterAccelerator(name, description string, acc CustomAccelerator, overri
 		collName = cString(c.CollectivesName())
 		defer freeCString(collName)
 	}
+	_, hasSync := acc.(DeviceSynchronizer)
+	_, hasRNG := acc.(RNGStateKeeper)
 	h := cgo.NewHandle(&customAccelerator{acc: acc, parser: parser})
-	err := check(C.fulmen_go_accelerator_register(n, d, C.uintptr_t(h), C.bool(hasParse), C.bool(override), collName))
+	err := check(C.fulmen_go_accelerator_register(n, d, C.uintptr_t(h), C.bool(hasParse), C.bool(override), collName,
+		C.bool(hasSync), C.bool(hasRNG)))
 	if err != nil {
 		h.Delete() // the library does not call userdata_free on failure
 	}

@@ -327,9 +327,12 @@ func fitDTypes(t *testing.T, acc *fulmen.Accelerator, kv ...string) (*fulmen.Tra
 		ConfigureOptimizers: sgd(model, 0.1),
 	}))
 	defer module.Close()
-	err := trainer.Fit(context.Background(), module, loader, nil)
+	err := trainer.Fit(context.Background(), module, loader, nil, fitRunOptions...)
 	return trainer, dtypes, err
 }
+
+// fitRunOptions are given to the Fit of fitWith (a resume, say).
+var fitRunOptions []fulmen.RunOption
 
 func TestCustomAcceleratorTrains(t *testing.T) {
 	noLeaks(t)

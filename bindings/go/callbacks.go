@@ -367,6 +367,39 @@ func fulmenGoAccFP16NeedsLossScaling(ud C.uintptr_t, out *C.bool) *C.fulmen_erro
 	})
 }
 
+//export fulmenGoAccSynchronize
+func fulmenGoAccSynchronize(ud C.uintptr_t, typ C.int32_t, index C.int64_t) *C.fulmen_error {
+	return runCallback(func() error {
+		return acceleratorOf(ud).acc.(DeviceSynchronizer).Synchronize(Device{Type: DeviceType(typ), Index: int64(index)})
+	})
+}
+
+//export fulmenGoAccRNGState
+func fulmenGoAccRNGState(ud C.uintptr_t, typ C.int32_t, index C.int64_t, buf *C.uint8_t, capacity C.size_t, n *C.size_t) *C.fulmen_error {
+	return runCallback(func() error {
+		state, err := acceleratorOf(ud).acc.(RNGStateKeeper).RNGState(Device{Type: DeviceType(typ), Index: int64(index)})
+		if err != nil {
+			return err
+		}
+		if len(state) > int(capacity) {
+			return &Error{Code: CodeOutOfRange, Message: fmt.Sprintf("RNGState returned %d bytes, over %d", len(state), int(capacity))}
+		}
+		if len(state) > 0 {
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(buf)), len(state)), state)
+		}
+		*n = C.size_t(len(state))
+		return nil
+	})
+}
+
+//export fulmenGoAccSetRNGState
+func fulmenGoAccSetRNGState(ud C.uintptr_t, typ C.int32_t, index C.int64_t, data *C.uint8_t, n C.size_t) *C.fulmen_error {
+	return runCallback(func() error {
+		state := C.GoBytes(unsafe.Pointer(data), C.int(n))
+		return acceleratorOf(ud).acc.(RNGStateKeeper).SetRNGState(Device{Type: DeviceType(typ), Index: int64(index)}, state)
+	})
+}
+
 //export fulmenGoAccTeardown
 func fulmenGoAccTeardown(ud C.uintptr_t) *C.fulmen_error {
 	return runCallback(func() error { return acceleratorOf(ud).acc.Teardown() })

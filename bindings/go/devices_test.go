@@ -40,6 +40,28 @@ type noBF16 struct{ npuAccelerator }
 
 func (noBF16) SupportsDType(d fulmen.DType) (bool, error) { return d != fulmen.BHalf, nil }
 
+// vendorRNG is npuAccelerator with its own generator (RNGStateKeeper) and
+// synchronize (DeviceSynchronizer), counting the calls.
+type vendorRNG struct {
+	npuAccelerator
+	state             uint64
+	gets, sets, syncs int
+}
+
+func (v *vendorRNG) RNGState(fulmen.Device) ([]byte, error) {
+	v.gets++
+	return []byte{byte(v.state), byte(v.state >> 8)}, nil
+}
+func (v *vendorRNG) SetRNGState(_ fulmen.Device, s []byte) error {
+	if len(s) != 2 {
+		return errors.New("not a vendor generator state")
+	}
+	v.sets++
+	v.state = uint64(s[0]) | uint64(s[1])<<8
+	return nil
+}
+func (v *vendorRNG) Synchronize(fulmen.Device) error { v.syncs++; return nil }
+
 // soloCollectives is npuAccelerator with a collectives hook for a world of
 // one (a vendor's group would call its library), counting the calls.
 type soloCollectives struct {
@@ -166,6 +188,33 @@ func customDevice(t *testing.T) {
 	defer refused.Close()
 	if !errors.Is(err, fulmen.ErrUnsupported) || !strings.Contains(err.Error(), "does not support") {
 		t.Fatalf("bf16-mixed without bfloat16: %v", err)
+	}
+
+	// The device's generator and synchronize through libtorch.
+	npu0 := fulmen.Device{Type: fulmen.PrivateUse1}
+	state := must(fulmen.DeviceRNGState(npu0))
+	if len(state) == 0 {
+		t.Fatal("no generator state for npu:0")
+	}
+	ok(t, fulmen.SetDeviceRNGState(npu0, state))
+	ok(t, fulmen.DeviceSynchronize(fulmen.Device{Type: fulmen.PrivateUse1, Index: 1}))
+	// A vendor generator: checkpoints keep it; a resume restores it.
+	v := &vendorRNG{state: 1234}
+	ok(t, fulmen.RegisterAccelerator("npu_rng", "a vendor generator", v, false))
+	defer fulmen.UnregisterAccelerator("npu_rng")
+	root := t.TempDir()
+	first, err := fitWith(t, nil, "accelerator", "npu_rng", "devices", "1", "enable_checkpointing", "true", "default_root_dir", root)
+	first.Close()
+	ok(t, err)
+	v.state = 99
+	fitRunOptions = []fulmen.RunOption{fulmen.CkptPath("last")}
+	resumed, err := fitWith(t, nil, "accelerator", "npu_rng", "devices", "1", "max_epochs", "3",
+		"enable_checkpointing", "true", "default_root_dir", root)
+	fitRunOptions = nil
+	resumed.Close()
+	ok(t, err)
+	if v.gets < 1 || v.sets != 1 || v.state != 1234 {
+		t.Fatalf("vendor generator: %+v", *v)
 	}
 
 	// Collectives: DDP in a world of one through the accelerator's hook

@@ -193,9 +193,23 @@ static fulmen_error *coll_barrier(void *ud, void *group) {
     return fulmenGoCollBarrier((uintptr_t)group);
 }
 
+static fulmen_error *acc_synchronize(void *ud, fulmen_device device) {
+    return fulmenGoAccSynchronize((uintptr_t)ud, device.device_type, device.index);
+}
+
+static fulmen_error *acc_get_rng_state(void *ud, fulmen_device device, uint8_t *buf, size_t capacity,
+                                       size_t *len_out) {
+    return fulmenGoAccRNGState((uintptr_t)ud, device.device_type, device.index, buf, capacity, len_out);
+}
+
+static fulmen_error *acc_set_rng_state(void *ud, fulmen_device device, const uint8_t *data, size_t len) {
+    return fulmenGoAccSetRNGState((uintptr_t)ud, device.device_type, device.index, (uint8_t *)data, len);
+}
+
 fulmen_error *fulmen_go_accelerator_register(const char *name, const char *description, uintptr_t handle,
                                              bool has_parse_devices, bool override_existing,
-                                             const char *collectives_name) {
+                                             const char *collectives_name, bool has_synchronize,
+                                             bool has_rng_state) {
     fulmen_accelerator_vtable vt;
     memset(&vt, 0, sizeof vt);
     vt.struct_size = sizeof vt;
@@ -210,6 +224,11 @@ fulmen_error *fulmen_go_accelerator_register(const char *name, const char *descr
     vt.get_device_stats = acc_get_device_stats;
     vt.supports_dtype = acc_supports_dtype;
     vt.fp16_needs_loss_scaling = acc_fp16_needs_loss_scaling;
+    if (has_synchronize) vt.synchronize = acc_synchronize;
+    if (has_rng_state) {
+        vt.get_rng_state = acc_get_rng_state;
+        vt.set_rng_state = acc_set_rng_state;
+    }
     fulmen_collectives coll; /* copied by the registration */
     memset(&coll, 0, sizeof coll);
     if (collectives_name != NULL) {

@@ -27,7 +27,8 @@ fulmen_error *fulmen_go_trainer_add_logger(fulmen_trainer *trainer, uintptr_t ha
 /* collectives_name NULL: no collectives hook. */
 fulmen_error *fulmen_go_accelerator_register(const char *name, const char *description, uintptr_t handle,
                                              bool has_parse_devices, bool override_existing,
-                                             const char *collectives_name);
+                                             const char *collectives_name, bool has_synchronize,
+                                             bool has_rng_state);
 
 fulmen_error *fulmen_go_host_module_new(uintptr_t handle, size_t num_outputs, fulmen_model **out);
 

@@ -4,6 +4,7 @@ use crate::distributed::DeviceCollectives;
 use crate::error::Result;
 use crate::tensor::device::Device;
 use std::sync::Arc;
+use tch::Tensor;
 
 /// A kind of hardware the trainer can run on: how to find its devices, how
 /// to parse the user's `devices` value for it, how to set a device up and
@@ -59,6 +60,31 @@ pub trait Accelerator: Send + Sync {
     /// for `16-mixed`, as on CUDA). Default: true.
     fn fp16_needs_loss_scaling(&self) -> Result<bool> {
         Ok(true)
+    }
+
+    /// Blocks until the work queued on `device` is done (timing code asks
+    /// before reading a clock). Default: the device's backend (nothing on
+    /// the CPU).
+    fn synchronize(&self, device: Device) -> Result<()> {
+        device.synchronize()
+    }
+
+    /// The state of `device`'s random generator, for checkpoints; `None`
+    /// on the CPU (whose generator checkpoints hold anyway). Default:
+    /// libtorch's default generator for the device.
+    fn rng_state(&self, device: Device) -> Result<Option<Tensor>> {
+        if device == Device::Cpu {
+            return Ok(None);
+        }
+        device.rng_state().map(Some)
+    }
+
+    /// Restores a state [`Accelerator::rng_state`] returned.
+    fn set_rng_state(&self, device: Device, state: &Tensor) -> Result<()> {
+        if device == Device::Cpu {
+            return Ok(());
+        }
+        device.set_rng_state(state)
     }
 
     /// The accelerator's own collectives for DDP on its devices (a

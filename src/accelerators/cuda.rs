@@ -85,6 +85,18 @@ impl Accelerator for CudaAccelerator {
         cxx::cuda_empty_cache()
     }
 
+    /// `torch.cuda.get_rng_state(device)`.
+    fn rng_state(&self, device: Device) -> Result<Option<tch::Tensor>> {
+        let index = Self::cuda_index("rng_state", device)?;
+        cxx::cuda_rng_state(index).map(Some)
+    }
+
+    /// `torch.cuda.set_rng_state(state, device)`.
+    fn set_rng_state(&self, device: Device, state: &tch::Tensor) -> Result<()> {
+        let index = Self::cuda_index("set_rng_state", device)?;
+        cxx::set_cuda_rng_state(index, state)
+    }
+
     /// `torch.cuda.memory_stats(device)`: `allocated_bytes.all.current`,
     /// `reserved_bytes.all.peak`, `num_ooms`, ...
     fn get_device_stats(&self, device: Device) -> Result<Vec<(String, f64)>> {

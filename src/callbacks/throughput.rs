@@ -155,6 +155,11 @@ impl Callback for ThroughputMonitor {
                 }
             }
             TrainBatchEnd | ValidationBatchEnd | TestBatchEnd | PredictBatchEnd => {
+                // The device's queued work first, or the clock reads the
+                // launch time (Lightning synchronizes CUDA here).
+                if let Some(sync) = &ctx.state.device_sync {
+                    sync.wait()?;
+                }
                 let samples = ctx.batch.and_then(|b| b.first()).and_then(|t| t.size().first().copied()).unwrap_or(1);
                 let m = &mut self.meters[i];
                 m.update(samples.max(1) as u64, window);

@@ -13,6 +13,7 @@ const MODEL_PREFIX: &str = "state_dict.";
 const OPTIMIZER_PREFIX: &str = "optimizer_states.";
 const RNG_CPU: &str = "rng_states.cpu";
 const RNG_CUDA: &str = "rng_states.cuda";
+const RNG_DEVICE: &str = "rng_states.device";
 
 /// The largest epoch, step or batch count a checkpoint may hold (2^53:
 /// every count stays exact as the f64 loggers write).
@@ -69,6 +70,10 @@ pub struct Checkpoint {
     /// The CUDA generator's state of the device the run trained on, when
     /// that was a GPU (torch.cuda.get_rng_state).
     pub cuda_rng_state: Option<Tensor>,
+    /// The generator state of the device the run trained on when that was
+    /// neither the CPU nor CUDA (an XPU, a PrivateUse1 backend): libtorch's
+    /// default generator there, or a custom accelerator's `get_rng_state`.
+    pub device_rng_state: Option<Tensor>,
     /// Each optimizer's kind ("sgd", "adam", ...), which Lightning's format
     /// needs to write torch's entries for it.
     pub optimizer_kinds: Vec<String>,
@@ -214,6 +219,9 @@ impl Checkpoint {
         if let Some(r) = &self.cuda_rng_state {
             tensors.push((RNG_CUDA.to_string(), r.shallow_clone()));
         }
+        if let Some(r) = &self.device_rng_state {
+            tensors.push((RNG_DEVICE.to_string(), r.shallow_clone()));
+        }
         write_safetensors(path, &tensors, Some(meta))
     }
 
@@ -320,6 +328,8 @@ impl Checkpoint {
                 ck.rng_state = Some(t);
             } else if name == RNG_CUDA {
                 ck.cuda_rng_state = Some(t);
+            } else if name == RNG_DEVICE {
+                ck.device_rng_state = Some(t);
             } else if let Some(k) = name.strip_prefix(MODEL_PREFIX) {
                 ck.state_dict.push((k.to_string(), t));
             } else if let Some(rest) = name.strip_prefix(OPTIMIZER_PREFIX) {
@@ -387,15 +397,18 @@ mod tests {
         let path = dir.join("rng.ckpt");
         let cpu = Tensor::from_slice(&[1u8, 2, 3]);
         let cuda = Tensor::from_slice(&[9u8, 8, 7, 6]);
+        let device = Tensor::from_slice(&[5u8, 4]);
         let ck = Checkpoint {
             rng_state: Some(cpu.shallow_clone()),
             cuda_rng_state: Some(cuda.shallow_clone()),
+            device_rng_state: Some(device.shallow_clone()),
             ..Default::default()
         };
         ck.save(&path).unwrap();
         let back = Checkpoint::load(&path).unwrap();
         assert_eq!(back.rng_state.unwrap(), cpu);
         assert_eq!(back.cuda_rng_state.unwrap(), cuda);
+        assert_eq!(back.device_rng_state.unwrap(), device);
         // A checkpoint from a CPU run has no CUDA state.
         let plain = Checkpoint { rng_state: Some(cpu), ..Default::default() };
         plain.save(&path).unwrap();

@@ -410,7 +410,39 @@ pub struct fulmen_accelerator_vtable {
     /// `fulmen_collectives`. NULL: gloo (through the CPU for PrivateUse1
     /// devices).
     pub collectives: *const fulmen_collectives,
+    /// Blocks until the work queued on `device` is done. The trainer asks
+    /// before timing code reads a clock (ThroughputMonitor). NULL: the
+    /// device type's backend (its device guard's synchronizeDevice).
+    pub synchronize: Option<unsafe extern "C" fn(userdata: *mut c_void, device: fulmen_device) -> *mut fulmen_error>,
+    /// Writes the state of `device`'s random generator (what dropout on
+    /// the device draws from) to `buf[0..capacity]` and its length to
+    /// `*len_out`; `capacity` is FULMEN_MAX_RNG_STATE. Checkpoints keep it,
+    /// so a resumed run draws the same numbers. NULL: libtorch's default
+    /// generator for the device type (the one its backend registered).
+    pub get_rng_state: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            device: fulmen_device,
+            buf: *mut u8,
+            capacity: usize,
+            len_out: *mut usize,
+        ) -> *mut fulmen_error,
+    >,
+    /// Restores a state `get_rng_state` wrote (`len` bytes, at most
+    /// FULMEN_MAX_RNG_STATE, from a checkpoint: check it). NULL: libtorch's
+    /// default generator. Set both or neither.
+    pub set_rng_state: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            device: fulmen_device,
+            data: *const u8,
+            len: usize,
+        ) -> *mut fulmen_error,
+    >,
 }
+
+/// The most bytes of a device generator's state (`get_rng_state`).
+pub const MAX_RNG_STATE: usize = 65536;
 
 /// The host's accelerator behind the registry.
 struct HostAccelerator {
@@ -436,7 +468,13 @@ struct VtableCopy {
         Option<unsafe extern "C" fn(*mut c_void, fulmen_device, *mut fulmen_stats_builder) -> *mut fulmen_error>,
     supports_dtype: Option<unsafe extern "C" fn(*mut c_void, i32, *mut bool) -> *mut fulmen_error>,
     fp16_needs_loss_scaling: Option<unsafe extern "C" fn(*mut c_void, *mut bool) -> *mut fulmen_error>,
+    synchronize: Option<unsafe extern "C" fn(*mut c_void, fulmen_device) -> *mut fulmen_error>,
+    get_rng_state: Option<RngGetFn>,
+    set_rng_state: Option<RngSetFn>,
 }
+
+type RngGetFn = unsafe extern "C" fn(*mut c_void, fulmen_device, *mut u8, usize, *mut usize) -> *mut fulmen_error;
+type RngSetFn = unsafe extern "C" fn(*mut c_void, fulmen_device, *const u8, usize) -> *mut fulmen_error;
 
 // SAFETY: every call into the host goes through the `userdata` mutex; the
 // header tells hosts their callbacks may run on the trainer's thread.
@@ -573,6 +611,44 @@ impl Accelerator for HostAccelerator {
         Ok(out)
     }
 
+    fn synchronize(&self, device: Device) -> Result<()> {
+        match self.v.synchronize {
+            Some(f) => self.call("synchronize", |u| unsafe { f(u, to_c(device)) }),
+            None => device.synchronize(),
+        }
+    }
+
+    fn rng_state(&self, device: Device) -> Result<Option<tch::Tensor>> {
+        let Some(f) = self.v.get_rng_state else {
+            return if device == Device::Cpu { Ok(None) } else { device.rng_state().map(Some) };
+        };
+        let mut buf = vec![0u8; MAX_RNG_STATE];
+        let mut n = usize::MAX;
+        self.call("get_rng_state", |u| unsafe { f(u, to_c(device), buf.as_mut_ptr(), buf.len(), &mut n) })?;
+        if n > buf.len() {
+            return Err(Error::new(
+                ErrorCode::Callback,
+                format!("accelerator {:?} get_rng_state wrote no length or one past FULMEN_MAX_RNG_STATE", self.name),
+            ));
+        }
+        Ok(Some(tch::Tensor::from_slice(&buf[..n])))
+    }
+
+    fn set_rng_state(&self, device: Device, state: &tch::Tensor) -> Result<()> {
+        let Some(f) = self.v.set_rng_state else {
+            return if device == Device::Cpu { Ok(()) } else { device.set_rng_state(state) };
+        };
+        if state.kind() != tch::Kind::Uint8 || state.dim() != 1 || state.numel() > MAX_RNG_STATE {
+            return Err(Error::format(format!(
+                "a device random state must be at most {MAX_RNG_STATE} bytes (a 1-D uint8 tensor), not {:?} {:?}",
+                state.kind(),
+                state.size()
+            )));
+        }
+        let bytes = Vec::<u8>::try_from(&state.f_contiguous()?)?;
+        self.call("set_rng_state", |u| unsafe { f(u, to_c(device), bytes.as_ptr(), bytes.len()) })
+    }
+
     fn collectives(&self) -> Option<Arc<dyn DeviceCollectives>> {
         self.collectives.clone().map(|c| c as Arc<dyn DeviceCollectives>)
     }
@@ -617,7 +693,27 @@ pub unsafe extern "C" fn fulmen_accelerator_register(
             } else {
                 None
             },
+            synchronize: if has(std::mem::offset_of!(fulmen_accelerator_vtable, synchronize)) {
+                v.synchronize
+            } else {
+                None
+            },
+            get_rng_state: if has(std::mem::offset_of!(fulmen_accelerator_vtable, get_rng_state)) {
+                v.get_rng_state
+            } else {
+                None
+            },
+            set_rng_state: if has(std::mem::offset_of!(fulmen_accelerator_vtable, set_rng_state)) {
+                v.set_rng_state
+            } else {
+                None
+            },
         };
+        if copy.get_rng_state.is_some() != copy.set_rng_state.is_some() {
+            return Err(Error::invalid(
+                "fulmen_accelerator_vtable: set both get_rng_state and set_rng_state, or neither",
+            ));
+        }
         // The destructor is armed only once the registry took the
         // accelerator, so a refused registration leaves userdata to the host.
         let name = n.trim().to_lowercase();

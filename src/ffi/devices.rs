@@ -3,7 +3,9 @@
 use super::error::{fulmen_error, guard, str_arg};
 use super::handle::check_out;
 use super::model::copy_str;
-use crate::tensor::device::{register_fake_device, DeviceType};
+use crate::error::{Error, ErrorCode};
+use crate::tensor::device::{register_fake_device, Device, DeviceType};
+use crate::tensor::DeviceSpec;
 use std::ffi::c_char;
 
 /// The most devices the fake device offers.
@@ -39,6 +41,101 @@ pub unsafe extern "C" fn fulmen_device_count(device_type: i32, out: *mut usize) 
         check_out(out, "out")?;
         out.write(DeviceType::from_c(device_type)?.device_count()?);
         Ok(())
+    })
+}
+
+fn device_arg(device_type: i32, index: i64) -> crate::error::Result<Device> {
+    let d = DeviceSpec::from_c(device_type, index)?.device()?;
+    d.check_available()?;
+    Ok(d)
+}
+
+/// Blocks until the work queued on device (`device_type`, `index`) is done
+/// (`torch.cuda.synchronize` and its kin; nothing to wait for on the CPU).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (not a fulmen_device_type, or a
+/// negative index), FULMEN_CODE_UNAVAILABLE (no such device here),
+/// FULMEN_CODE_TORCH (the backend cannot synchronize).
+/// Thread rules: any thread.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_device_synchronize(device_type: i32, index: i64) -> *mut fulmen_error {
+    guard("fulmen_device_synchronize", || device_arg(device_type, index)?.synchronize())
+}
+
+/// Copies the state of libtorch's default random generator for device
+/// (`device_type`, `index`) into `buf[0..capacity]` and writes its length
+/// to `*len_out` (`torch.get_rng_state`, `torch.cuda.get_rng_state` and
+/// their kin; the CPU generator's for the CPU). When `capacity` is too
+/// small only `*len_out` is written and the call fails with
+/// FULMEN_CODE_OUT_OF_RANGE.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (not a fulmen_device_type, or a
+/// negative index), FULMEN_CODE_UNAVAILABLE (no such device here),
+/// FULMEN_CODE_TORCH (the backend registered no generator),
+/// FULMEN_CODE_OUT_OF_RANGE (`capacity` too small).
+/// Thread rules: any thread; the generator is locked during the copy.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_device_rng_state(
+    device_type: i32,
+    index: i64,
+    buf: *mut u8,
+    capacity: usize,
+    len_out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_device_rng_state", || {
+        check_out(len_out, "len_out")?;
+        let d = device_arg(device_type, index)?;
+        let state = if d == Device::Cpu { crate::tensor::runtime::cpu_rng_state()? } else { d.rng_state()? };
+        let bytes = Vec::<u8>::try_from(&state.f_contiguous()?)?;
+        len_out.write(bytes.len());
+        if bytes.len() > capacity {
+            return Err(Error::new(
+                ErrorCode::OutOfRange,
+                format!("the state has {} bytes, `buf` holds {capacity}", bytes.len()),
+            ));
+        }
+        if !bytes.is_empty() {
+            check_out(buf, "buf")?;
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len());
+        }
+        Ok(())
+    })
+}
+
+/// Restores a state `fulmen_device_rng_state` wrote (`len` bytes at
+/// `data`) into the device's default generator.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (not a fulmen_device_type, a
+/// negative index, `len` over FULMEN_MAX_RNG_STATE), FULMEN_CODE_UNAVAILABLE
+/// (no such device here), FULMEN_CODE_TORCH (the generator refused the
+/// state: not one of its own).
+/// Thread rules: as `fulmen_device_rng_state`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_device_set_rng_state(
+    device_type: i32,
+    index: i64,
+    data: *const u8,
+    len: usize,
+) -> *mut fulmen_error {
+    guard("fulmen_device_set_rng_state", || {
+        if len > super::accelerator::MAX_RNG_STATE {
+            return Err(Error::invalid(format!("a generator state of {len} bytes (at most FULMEN_MAX_RNG_STATE)")));
+        }
+        let d = device_arg(device_type, index)?;
+        let bytes: &[u8] = if len == 0 {
+            &[]
+        } else {
+            if data.is_null() {
+                return Err(Error::new(ErrorCode::NullArgument, "argument `data` is NULL"));
+            }
+            std::slice::from_raw_parts(data, len)
+        };
+        let state = tch::Tensor::from_slice(bytes);
+        if d == Device::Cpu {
+            crate::tensor::runtime::set_cpu_rng_state(&state)
+        } else {
+            d.set_rng_state(&state)
+        }
     })
 }
 

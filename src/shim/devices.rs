@@ -38,6 +38,26 @@ extern "C" {
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;
+    pub(crate) fn fulmen_cxx_device_synchronize(
+        device_type: c_int,
+        index: i64,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_device_rng_state(
+        device_type: c_int,
+        index: i64,
+        out: *mut *mut c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_device_set_rng_state(
+        device_type: c_int,
+        index: i64,
+        state: *const c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
     pub(crate) fn fulmen_cxx_fake_device_register(
         name: *const c_char,
         count: i64,

@@ -263,6 +263,53 @@ impl Device {
     }
 }
 
+impl Device {
+    /// Blocks until the work queued on this device is done (nothing on the
+    /// CPU), through its backend's device guard.
+    pub fn synchronize(self) -> Result<()> {
+        if self == Device::Cpu {
+            return Ok(());
+        }
+        let kind = self.kind();
+        // SAFETY: the error buffer is valid.
+        call("synchronize the device", |err, len| unsafe {
+            shim::fulmen_cxx_device_synchronize(kind.c10(), shim_index(kind, self.index()), err, len)
+        })
+        .map_err(|e| Error::new(e.code, format!("synchronizing {}: {}", self.name(), e.message)))
+    }
+
+    /// The state of libtorch's default random generator for this device (a
+    /// uint8 CPU tensor): CUDA's, or the one a backend registered (the
+    /// fake device's is the CPU's).
+    pub fn rng_state(self) -> Result<Tensor> {
+        let kind = self.kind();
+        let mut out: *mut libc::c_void = std::ptr::null_mut();
+        // SAFETY: `out` receives a heap `at::Tensor*`, which `from_ptr` owns.
+        call("read the device's random state", |err, len| unsafe {
+            shim::fulmen_cxx_device_rng_state(kind.c10(), shim_index(kind, self.index()), &mut out, err, len)
+        })
+        .map_err(|e| Error::new(e.code, format!("the random state of {}: {}", self.name(), e.message)))?;
+        // SAFETY: the shim returned a new tensor.
+        Ok(unsafe { Tensor::from_ptr(out.cast()) })
+    }
+
+    /// Restores a state [`Device::rng_state`] returned.
+    pub fn set_rng_state(self, state: &Tensor) -> Result<()> {
+        let kind = self.kind();
+        // SAFETY: `as_ptr` is the `at::Tensor*` tch holds, alive through the call.
+        call("restore the device's random state", |err, len| unsafe {
+            shim::fulmen_cxx_device_set_rng_state(
+                kind.c10(),
+                shim_index(kind, self.index()),
+                state.as_ptr().cast(),
+                err,
+                len,
+            )
+        })
+        .map_err(|e| Error::new(e.code, format!("restoring the random state of {}: {}", self.name(), e.message)))
+    }
+}
+
 /// The index libtorch takes for a device of `kind` (none for meta).
 fn shim_index(kind: DeviceType, index: usize) -> i64 {
     if kind == DeviceType::Meta {

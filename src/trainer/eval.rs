@@ -117,6 +117,7 @@ impl Trainer {
         self.state.log_dir = log_dir;
         self.state.global_rank = strategy.global_rank();
         self.state.world_size = strategy.world_size();
+        self.state.device_sync = strategy.device_sync();
         let kept: Vec<Box<dyn Callback>> =
             std::mem::take(&mut self.defaults).into_iter().filter(|c| super::fit::is_checkpoint(c.as_ref())).collect();
         self.defaults = self.default_callbacks(false, global_zero)?;

@@ -341,6 +341,7 @@ impl Trainer {
         self.state.global_rank = strategy.global_rank();
         self.state.ckpt_path = resume.clone();
         self.state.world_size = strategy.world_size();
+        self.state.device_sync = strategy.device_sync();
         self.defaults = self.default_callbacks(true, global_zero)?;
         let mut file_loggers = self.file_loggers(global_zero)?;
         let val_limit = self.opts.effective_limit(self.opts.limit_val_batches);

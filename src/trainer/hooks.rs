@@ -151,6 +151,23 @@ pub struct GroupRates {
     pub interval: Option<crate::trainer::module::Interval>,
 }
 
+/// A device to synchronize and the accelerator that does it.
+#[derive(Clone)]
+pub struct DeviceSync(pub std::sync::Arc<dyn crate::accelerators::Accelerator>, pub crate::tensor::device::Device);
+
+impl std::fmt::Debug for DeviceSync {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceSync({}, {})", self.0.name(), self.1.name())
+    }
+}
+
+impl DeviceSync {
+    /// Blocks until the device's queued work is done.
+    pub fn wait(&self) -> Result<()> {
+        self.0.synchronize(self.1)
+    }
+}
+
 /// The trainer's state that hooks read, and the requests they make.
 #[derive(Debug, Default)]
 pub struct TrainerState {
@@ -230,6 +247,9 @@ pub struct TrainerState {
     pub ckpt_path: Option<PathBuf>,
     /// Number of processes of the run (1 without DDP).
     pub world_size: usize,
+    /// The run's accelerator and device when that is not the CPU: timing
+    /// callbacks synchronize it before reading a clock.
+    pub device_sync: Option<DeviceSync>,
     /// Metrics logged by an epoch-end hook, applied when its module hook
     /// returns (before the monitoring callbacks run).
     pub hook_logs: Vec<HookLog>,

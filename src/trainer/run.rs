@@ -345,8 +345,12 @@ impl Run<'_> {
                 ck.extra.insert(MODULE_KEY.to_string(), entries);
             }
             ck.rng_state = Some(crate::tensor::runtime::cpu_rng_state()?);
-            if let crate::tensor::device::Device::Cuda(i) = self.strategy.root_device() {
-                ck.cuda_rng_state = Some(crate::accelerators::cxx::cuda_rng_state(i)?);
+            // The device's generator: CUDA's where Lightning keeps it, any
+            // other device type's beside it.
+            let device_state = self.strategy.device_rng_state().ctx("the device's random state")?;
+            match self.strategy.root_device() {
+                crate::tensor::device::Device::Cuda(_) => ck.cuda_rng_state = device_state,
+                _ => ck.device_rng_state = device_state,
             }
             ck.precision_state = self.strategy.precision().state_dict();
         }
@@ -483,8 +487,12 @@ impl Run<'_> {
         if let Some(r) = &ck.rng_state {
             crate::tensor::runtime::set_cpu_rng_state(r).ctx(at())?;
         }
-        if let (Some(r), crate::tensor::device::Device::Cuda(i)) = (&ck.cuda_rng_state, self.strategy.root_device()) {
-            crate::accelerators::cxx::set_cuda_rng_state(i, r).ctx(at())?;
+        let device_state = match self.strategy.root_device() {
+            crate::tensor::device::Device::Cuda(_) => &ck.cuda_rng_state,
+            _ => &ck.device_rng_state,
+        };
+        if let Some(r) = device_state {
+            self.strategy.set_device_rng_state(r).ctx(at())?;
         }
         self.state.global_step = ck.global_step;
         self.state.batches_stepped = ck.batches_stepped;

@@ -302,6 +302,30 @@ impl RunStrategy {
         self.placement.device
     }
 
+    /// The root device to synchronize before timing code reads a clock
+    /// (the accelerator's `synchronize`); `None` on the CPU.
+    pub fn device_sync(&self) -> Option<super::hooks::DeviceSync> {
+        (self.placement.device != Device::Cpu)
+            .then(|| super::hooks::DeviceSync(Arc::clone(&self.placement.accelerator), self.placement.device))
+    }
+
+    /// The root device's random state for a checkpoint (`None` on the
+    /// CPU, whose generator the checkpoint holds anyway).
+    pub fn device_rng_state(&self) -> Result<Option<Tensor>> {
+        if self.placement.device == Device::Cpu {
+            return Ok(None);
+        }
+        self.placement.accelerator.rng_state(self.placement.device)
+    }
+
+    /// Restores the root device's random state from a checkpoint.
+    pub fn set_device_rng_state(&self, state: &Tensor) -> Result<()> {
+        if self.placement.device == Device::Cpu {
+            return Ok(());
+        }
+        self.placement.accelerator.set_rng_state(self.placement.device, state)
+    }
+
     /// The device's statistics (Lightning's `accelerator.get_device_stats`);
     /// `cpu_stats` true adds the CPU's on another device, false gives none
     /// on a CPU device (DeviceStatsMonitor's `cpu_stats`).

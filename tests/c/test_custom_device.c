@@ -194,6 +194,8 @@ static fulmen_error *step(void *ud, fulmen_step_context *ctx, const fulmen_batch
 
 /* Fits the blobs MLP on `accelerator` ("cpu" or "npu") with `precision`;
  * returns the model (on the CPU after the run, as Lightning leaves it). */
+static bool with_throughput = false; /* fit adds a ThroughputMonitor */
+
 static fulmen_model *fit(const char *accelerator, const char *devices, const char *precision, int64_t epochs,
                          double dropout, const char *root, const char *ckpt, double *loss) {
     fulmen_dataset *ds = fixture_blobs(256, 7, 2.0f);
@@ -209,6 +211,7 @@ static fulmen_model *fit(const char *accelerator, const char *devices, const cha
     if (root != NULL) CHECK_OK(fulmen_trainer_options_set(o, "logger", "false"));
     fulmen_trainer *t = NULL;
     CHECK_OK(fulmen_trainer_new(o, &t));
+    if (with_throughput) CHECK_OK(fulmen_trainer_add_throughput_monitor(t, 4, NULL));
     fulmen_error *e = fulmen_trainer_fit(t, module, loader, NULL, ckpt);
     if (e != NULL) {
         fprintf(stderr, "fit on %s (%s): %s\n", accelerator, precision, fulmen_error_message(e));
@@ -439,6 +442,92 @@ static void test_capabilities(void) {
     CHECK_OK(fulmen_accelerator_unregister("npu_old"));
 }
 
+/* A vendor generator libtorch does not know: the accelerator's
+ * get_rng_state / set_rng_state put it in checkpoints; synchronize runs
+ * before ThroughputMonitor reads its clock. */
+typedef struct {
+    uint64_t rng;
+    int gets, sets, syncs;
+} vendor_state;
+
+static fulmen_error *vendor_get_rng(void *ud, fulmen_device d, uint8_t *buf, size_t capacity, size_t *len) {
+    vendor_state *s = ud;
+    (void)d;
+    if (capacity < sizeof s->rng) return fulmen_error_new(FULMEN_CODE_OUT_OF_RANGE, "no room for the state");
+    s->gets++;
+    memcpy(buf, &s->rng, sizeof s->rng);
+    *len = sizeof s->rng;
+    return NULL;
+}
+
+static fulmen_error *vendor_set_rng(void *ud, fulmen_device d, const uint8_t *data, size_t len) {
+    vendor_state *s = ud;
+    (void)d;
+    if (len != sizeof s->rng) return fulmen_error_new(FULMEN_CODE_FORMAT, "not a vendor generator state");
+    s->sets++;
+    memcpy(&s->rng, data, len);
+    return NULL;
+}
+
+static fulmen_error *vendor_sync(void *ud, fulmen_device d) {
+    vendor_state *s = ud;
+    CHECK(d.device_type == FULMEN_DEVICE_TYPE_PRIVATE_USE1);
+    s->syncs++;
+    return NULL;
+}
+
+static void test_vendor_generator(void) {
+    /* libtorch's own generator and synchronize for a device type. */
+    uint8_t *state = malloc(FULMEN_MAX_RNG_STATE);
+    size_t len = 0, small = 0;
+    CHECK(state != NULL);
+    CHECK_OK(fulmen_device_rng_state(FULMEN_DEVICE_TYPE_PRIVATE_USE1, 0, state, FULMEN_MAX_RNG_STATE, &len));
+    CHECK(len > 0); /* the fake device's is the CPU generator's state */
+    CHECK_ERR(fulmen_device_rng_state(FULMEN_DEVICE_TYPE_PRIVATE_USE1, 0, state, 4, &small), FULMEN_CODE_OUT_OF_RANGE,
+              NULL);
+    CHECK(small == len);
+    CHECK_OK(fulmen_device_set_rng_state(FULMEN_DEVICE_TYPE_PRIVATE_USE1, 0, state, len));
+    CHECK_ERR(fulmen_device_set_rng_state(FULMEN_DEVICE_TYPE_PRIVATE_USE1, 0, state, 3), FULMEN_CODE_TORCH, NULL);
+    CHECK_ERR(fulmen_device_rng_state(FULMEN_DEVICE_TYPE_XPU, 0, state, FULMEN_MAX_RNG_STATE, &len),
+              FULMEN_CODE_UNAVAILABLE, NULL);
+    CHECK_ERR(fulmen_device_set_rng_state(FULMEN_DEVICE_TYPE_CPU, 0, state, FULMEN_MAX_RNG_STATE + 1),
+              FULMEN_CODE_INVALID_ARGUMENT, "FULMEN_MAX_RNG_STATE");
+    CHECK_OK(fulmen_device_synchronize(FULMEN_DEVICE_TYPE_PRIVATE_USE1, 1));
+    CHECK_OK(fulmen_device_synchronize(FULMEN_DEVICE_TYPE_CPU, 0));
+    CHECK_ERR(fulmen_device_synchronize(FULMEN_DEVICE_TYPE_PRIVATE_USE1, 2), FULMEN_CODE_UNAVAILABLE, NULL);
+    free(state);
+
+    vendor_state s = {1234, 0, 0, 0};
+    fulmen_accelerator_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = &s;
+    vt.auto_device_count = npu_count;
+    vt.get_parallel_devices = npu_parallel;
+    vt.synchronize = vendor_sync;
+    vt.get_rng_state = vendor_get_rng;
+    /* One of the pair alone is refused. */
+    CHECK_ERR(fulmen_accelerator_register("npu_rng", "", &vt, false), FULMEN_CODE_INVALID_ARGUMENT, "get_rng_state");
+    vt.set_rng_state = vendor_set_rng;
+    CHECK_OK(fulmen_accelerator_register("npu_rng", "a vendor generator", &vt, false));
+    char root[320];
+    snprintf(root, sizeof root, "%s/vendor-rng", work);
+    with_throughput = true;
+    fulmen_model *a = fit("npu_rng", "1", "32-true", 2, 0, root, NULL, NULL);
+    with_throughput = false;
+    CHECK(s.gets >= 1 && s.sets == 0);
+    CHECK(s.syncs >= 16); /* 8 batches an epoch, 2 epochs */
+    /* The generator moves on; resuming puts it back where the checkpoint was. */
+    s.rng = 99;
+    fulmen_model *b = fit("npu_rng", "1", "32-true", 3, 0, root, "last", NULL);
+    printf("vendor generator: %d gets, %d sets, %d synchronizations, state %llu after the resume\n", s.gets, s.sets,
+           s.syncs, (unsigned long long)s.rng);
+    CHECK(s.sets == 1 && s.rng == 1234);
+    fulmen_model_free(a);
+    fulmen_model_free(b);
+    CHECK_OK(fulmen_accelerator_unregister("npu_rng"));
+}
+
 int main(void) {
     snprintf(work, sizeof work, "/tmp/fulmen-custom-device.XXXXXX");
     if (mkdtemp(work) == NULL) {
@@ -452,6 +541,7 @@ int main(void) {
     test_model_on_device();
     test_fit_on_device();
     test_capabilities();
+    test_vendor_generator();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", work);

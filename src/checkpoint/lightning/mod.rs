@@ -148,6 +148,9 @@ pub fn to_lightning(ck: &Checkpoint, prefix: &str) -> Result<Value> {
         if let Some(t) = &ck.cuda_rng_state {
             rng.push(("cuda", Value::Tensor(t.shallow_clone())));
         }
+        if let Some(t) = &ck.device_rng_state {
+            rng.push(("device", Value::Tensor(t.shallow_clone())));
+        }
         own.push(("rng_states", dict(rng)));
     }
     top.push((FULMEN_KEY, dict(own)));
@@ -215,6 +218,7 @@ pub fn from_lightning(top: &Value, what: &str) -> Result<Checkpoint> {
             };
             ck.rng_state = tensor("cpu")?;
             ck.cuda_rng_state = tensor("cuda")?;
+            ck.device_rng_state = tensor("device")?;
         }
     }
     Ok(ck)

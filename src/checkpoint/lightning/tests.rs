@@ -95,6 +95,7 @@ fn sample() -> Checkpoint {
             ("_growth_tracker", 7.0),
         ]),
         rng_state: Some(Tensor::from_slice(&[1u8, 2, 3])),
+        device_rng_state: Some(Tensor::from_slice(&[7u8, 8])),
         loop_info: LoopInfo { num_train_batches: 11, accumulate_grad_batches: 2, manual_optimization: false },
         ..Default::default()
     };
@@ -169,6 +170,8 @@ fn a_checkpoint_reads_back_as_written() {
     assert_eq!(back.callbacks, ck.callbacks);
     assert_eq!(back.hparams, ck.hparams);
     assert_eq!(back.rng_state.unwrap(), Tensor::from_slice(&[1u8, 2, 3]));
+    assert_eq!(back.device_rng_state.unwrap(), Tensor::from_slice(&[7u8, 8]));
+    assert!(back.cuda_rng_state.is_none());
 }
 
 #[test]

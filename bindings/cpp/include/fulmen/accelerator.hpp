@@ -37,6 +37,26 @@ inline size_t device_count(DeviceType type) {
     return out;
 }
 
+/// Blocks until the work queued on `device` is done (torch.cuda.synchronize
+/// and its kin).
+inline void device_synchronize(Device device) {
+    check(fulmen_device_synchronize(static_cast<int32_t>(device.type), device.index));
+}
+
+/// The state of libtorch's default random generator for `device`.
+inline std::vector<uint8_t> device_rng_state(Device device) {
+    std::vector<uint8_t> state(FULMEN_MAX_RNG_STATE);
+    size_t len = 0;
+    check(fulmen_device_rng_state(static_cast<int32_t>(device.type), device.index, state.data(), state.size(), &len));
+    state.resize(len);
+    return state;
+}
+
+/// Restores a state device_rng_state returned.
+inline void set_device_rng_state(Device device, const std::vector<uint8_t>& state) {
+    check(fulmen_device_set_rng_state(static_cast<int32_t>(device.type), device.index, state.data(), state.size()));
+}
+
 /// Registers fulmen's fake device as the PrivateUse1 backend `name` with
 /// `count` devices (process-wide and permanent, before the first backward
 /// pass in the process; see `fulmen_fake_device_register`): the device
@@ -278,6 +298,17 @@ public:
     /// Whether float16 training needs loss scaling there (a GradScaler
     /// for 16-mixed). Default: true.
     virtual bool fp16_needs_loss_scaling() { return true; }
+    /// Blocks until the work queued on `device` is done (the trainer asks
+    /// before timing code reads a clock). Default: the device type's
+    /// backend.
+    virtual void synchronize(Device device) { device_synchronize(device); }
+    /// The state of `device`'s random generator, which checkpoints keep
+    /// (at most FULMEN_MAX_RNG_STATE bytes). Default: libtorch's default
+    /// generator for the device.
+    virtual std::vector<uint8_t> rng_state(Device device) { return device_rng_state(device); }
+    /// Restores a state rng_state returned (read from a checkpoint: check
+    /// it). Default: libtorch's default generator.
+    virtual void set_rng_state(Device device, const std::vector<uint8_t>& state) { set_device_rng_state(device, state); }
     /// The name of the accelerator's own collectives backend ("hccl": 1 to
     /// 64 characters of [a-z0-9_-], not gloo, nccl, mpi, ucc or xccl), read
     /// once at registration. Not empty: DDP on its PrivateUse1 (or CPU)
@@ -341,6 +372,27 @@ struct AcceleratorTrampolines {
     }
     static fulmen_error* fp16_needs_loss_scaling(void* ud, bool* out) noexcept {
         return guard_callback([&] { *out = self(ud).fp16_needs_loss_scaling(); });
+    }
+    static fulmen_error* synchronize(void* ud, fulmen_device device) noexcept {
+        return guard_callback([&] { self(ud).synchronize(from_c_device(device)); });
+    }
+    static fulmen_error* get_rng_state(void* ud, fulmen_device device, uint8_t* buf, size_t capacity,
+                                       size_t* len) noexcept {
+        return guard_callback([&] {
+            std::vector<uint8_t> state = self(ud).rng_state(from_c_device(device));
+            if (state.size() > capacity) {
+                throw Error(FULMEN_CODE_OUT_OF_RANGE, "CustomAccelerator::rng_state returned " +
+                                                          std::to_string(state.size()) + " bytes, over " +
+                                                          std::to_string(capacity));
+            }
+            std::copy(state.begin(), state.end(), buf);
+            *len = state.size();
+        });
+    }
+    static fulmen_error* set_rng_state(void* ud, fulmen_device device, const uint8_t* data, size_t len) noexcept {
+        return guard_callback([&] {
+            self(ud).set_rng_state(from_c_device(device), std::vector<uint8_t>(data, data + len));
+        });
     }
     /// Tensors sharing storage with borrowed handles.
     static std::vector<Tensor> shared(fulmen_tensor* const* handles, size_t n) {
@@ -414,6 +466,9 @@ struct AcceleratorTrampolines {
         vt.get_device_stats = &device_stats;
         vt.supports_dtype = &supports_dtype;
         vt.fp16_needs_loss_scaling = &fp16_needs_loss_scaling;
+        vt.synchronize = &synchronize;
+        vt.get_rng_state = &get_rng_state;
+        vt.set_rng_state = &set_rng_state;
         return vt;
     }
 };
