@@ -96,7 +96,7 @@ test-coverage:
 test-rust: $(LIBTORCH_STAMP) $(GLOO_STAMP) $(MNIST)
 	FULMEN_MNIST=$(MNIST) $(CARGO) test $(CARGO_FLAGS)
 
-$(BUILD)/tests/%: tests/c/%.c $(wildcard tests/c/*.h tests/conformance/*.h) include/fulmen.h lib
+$(BUILD)/tests/%: tests/c/%.c $(wildcard tests/c/*.h) examples/c/store_collectives.h include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK)
 
@@ -137,6 +137,10 @@ example: $(BUILD)/examples/mnist $(BUILD)/examples/snippet $(BUILD)/examples/cha
 	$(ASAN_ENV) $(BUILD)/examples/snippet
 	$(BUILD)/examples/custom_device --data $(MNIST) --epochs 2 | tee $(BUILD)/custom-device.log
 	@grep -q "trained on npu:0" $(BUILD)/custom-device.log
+	$(BUILD)/examples/custom_device --data $(MNIST) --epochs 3 --devices 2 > $(BUILD)/custom-device-ddp.log 2>&1 \
+	  || { cat $(BUILD)/custom-device-ddp.log; exit 1; }
+	@cat $(BUILD)/custom-device-ddp.log
+	@grep -q "rank 0: trained on 2 npu devices" $(BUILD)/custom-device-ddp.log && grep -q "rank 1: trained on 2 npu devices" $(BUILD)/custom-device-ddp.log
 	@rm -rf $(BUILD)/gan-run
 	$(BUILD)/examples/gan --data $(MNIST) --epochs 2 --out $(BUILD)/gan-run | tee $(BUILD)/gan-run.log
 	@grep -q "optimizer steps" $(BUILD)/gan-run.log && test -s $(BUILD)/gan-run/samples.pgm
@@ -265,9 +269,9 @@ $(BUILD)/conformance/fulmen_conformance: tests/conformance/conformance.c tests/c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK) -ldl
 
-$(BUILD)/conformance/libfake_plugin.so: tests/conformance/fake_plugin.c tests/conformance/store_collectives.h include/fulmen.h lib
+$(BUILD)/conformance/libfake_plugin.so: tests/conformance/fake_plugin.c examples/c/store_collectives.h include/fulmen.h lib
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_STRICT) -fPIC -shared $(C_INC) $< -o $@ $(C_LINK)
+	$(CC) $(CFLAGS_STRICT) -fPIC -shared $(C_INC) -I$(ROOT)/examples/c $< -o $@ $(C_LINK)
 
 test-conformance: $(BUILD)/conformance/fulmen_conformance $(BUILD)/conformance/libfake_plugin.so
 	$(ASAN_ENV) $(BUILD)/conformance/fulmen_conformance --accelerator cpu
@@ -279,7 +283,7 @@ test-conformance: $(BUILD)/conformance/fulmen_conformance $(BUILD)/conformance/l
 	@grep -q "^FAIL  tensors" $(BUILD)/conformance/broken.log && grep -q "^conformance: .* [1-9][0-9]* failed" $(BUILD)/conformance/broken.log
 	@echo "conformance: broken_xpu fails as it must ($$(tail -n 1 $(BUILD)/conformance/broken.log))"
 
-$(BUILD)/examples/custom_device: examples/c/custom_device.c include/fulmen.h lib
+$(BUILD)/examples/custom_device: examples/c/custom_device.c examples/c/store_collectives.h include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 

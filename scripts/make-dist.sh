@@ -103,7 +103,7 @@ cp "$ROOT"/bindings/cpp/include/fulmen/*.hpp "$ROOT"/bindings/cpp/include/fulmen
 cc -std=c11 -O2 -I"$stage/include" "$ROOT/tests/conformance/conformance.c" -o "$stage/bin/fulmen_conformance" \
     -L"$stage/lib" -lfulmen -Wl,-rpath,'$ORIGIN/../lib' -Wl,-rpath-link,"$stage/lib/fulmen" -lm -ldl
 strip "$stage/bin/fulmen_conformance"
-cp "$ROOT/tests/conformance/fake_plugin.c" "$ROOT/tests/conformance/store_collectives.h" "$stage/share/fulmen/conformance/"
+cp "$ROOT/tests/conformance/fake_plugin.c" "$ROOT/examples/c/store_collectives.h" "$stage/share/fulmen/conformance/"
 
 # pkg-config and CMake, relative to where they lie.
 sed -e 's|@PREFIX@|${pcfiledir}/../..|; s|@LIBDIR@|${prefix}/lib|; s|@INCLUDEDIR@|${prefix}/include|' \

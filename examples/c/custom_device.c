@@ -2,9 +2,12 @@
  * A vendor's own device type in one file: Lightning's XPUAccelerator
  * example, whose get_parallel_devices returns torch.device("xpu", idx),
  * written in C against a PrivateUse1 backend named "npu", training an MLP
- * on MNIST-5k there.
+ * on MNIST-5k there. With --devices 2 it trains with DDP on npu:0 and
+ * npu:1 in two processes (fulmen starts the second), their gradients
+ * reduced by the accelerator's own collectives hook (store_collectives.h,
+ * where a vendor calls its communication library).
  *
- *   custom_device --data mnist_5k.csv.gz [--epochs 2] [--precision 32-true]
+ *   custom_device --data mnist_5k.csv.gz [--epochs 2] [--precision 32-true] [--devices 1|2]
  *
  * A vendor's real backend registers itself with libtorch when its library
  * loads (PyTorch's OpenReg example shows how); this program uses fulmen's
@@ -14,6 +17,8 @@
  * one.
  */
 #include <fulmen.h>
+
+#include "store_collectives.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +65,8 @@ static fulmen_error *npu_setup_device(void *ud, fulmen_device device) {
 }
 
 static void register_npu_accelerator(void) {
+    /* DDP's collectives through the vendor's library (copied below). */
+    fulmen_collectives collectives = store_collectives_table();
     fulmen_accelerator_vtable vt;
     memset(&vt, 0, sizeof vt);
     vt.struct_size = sizeof vt;
@@ -67,6 +74,7 @@ static void register_npu_accelerator(void) {
     vt.auto_device_count = npu_device_count;
     vt.get_parallel_devices = npu_parallel_devices;
     vt.setup_device = npu_setup_device;
+    vt.collectives = &collectives;
     /* parse_devices NULL: Lightning's parser over auto_device_count. */
     check(fulmen_accelerator_register("npu", "a PrivateUse1 backend named npu", &vt, false), "registering npu");
 }
@@ -138,15 +146,17 @@ static fulmen_model *mlp(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *data = NULL, *precision = "32-true";
+    const char *data = NULL, *precision = "32-true", *devices = "1";
     long epochs = 2;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--data") == 0) data = argv[i + 1];
         else if (strcmp(argv[i], "--epochs") == 0) epochs = strtol(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--precision") == 0) precision = argv[i + 1];
+        else if (strcmp(argv[i], "--devices") == 0) devices = argv[i + 1];
     }
-    if (data == NULL || epochs < 1) {
-        fprintf(stderr, "usage: custom_device --data mnist_5k.csv.gz [--epochs N] [--precision P]\n");
+    bool ddp = strcmp(devices, "2") == 0;
+    if (data == NULL || epochs < 1 || (!ddp && strcmp(devices, "1") != 0)) {
+        fprintf(stderr, "usage: custom_device --data mnist_5k.csv.gz [--epochs N] [--precision P] [--devices 1|2]\n");
         return 2;
     }
 
@@ -188,12 +198,14 @@ int main(int argc, char **argv) {
     check(fulmen_lightning_module_new(&vt, t.model, &module), "module");
 
     /* Trainer(accelerator="npu", devices=1): the model and every batch go
-     * to npu:0, and the run computes there. */
+     * to npu:0, and the run computes there. devices=2: strategy "ddp" on
+     * npu:0 and npu:1, one process each. */
     fulmen_trainer_options *opts = NULL;
     check(fulmen_trainer_options_new(&opts), "options");
     check(fulmen_trainer_options_set_int(opts, "max_epochs", epochs), "max_epochs");
     check(fulmen_trainer_options_set(opts, "accelerator", "npu"), "accelerator");
-    check(fulmen_trainer_options_set(opts, "devices", "1"), "devices");
+    check(fulmen_trainer_options_set(opts, "devices", devices), "devices");
+    if (ddp) check(fulmen_trainer_options_set(opts, "strategy", "ddp"), "strategy");
     check(fulmen_trainer_options_set(opts, "precision", precision), "precision");
     check(fulmen_trainer_options_set(opts, "logger", "false"), "logger");
     check(fulmen_trainer_options_set_bool(opts, "enable_checkpointing", false), "checkpointing");
@@ -204,7 +216,16 @@ int main(int argc, char **argv) {
 
     double acc = 0;
     check(fulmen_trainer_callback_metric(trainer, "val_acc", &acc), "val_acc");
-    printf("trained on npu:0 in %s: final validation accuracy %.2f%%\n", precision, 100.0 * acc);
+    size_t rank = 0, world = 1;
+    check(fulmen_distributed_ranks(&rank, NULL, &world), "ranks");
+    if (ddp) {
+        printf("rank %zu: trained on %zu npu devices with ddp in %s: validation accuracy on its shard %.2f%%\n", rank,
+               world, precision, 100.0 * acc);
+        /* Rank 0 waits for the rank fulmen started. */
+        check(fulmen_distributed_shutdown(120), "ending the job");
+    } else {
+        printf("trained on npu:0 in %s: final validation accuracy %.2f%%\n", precision, 100.0 * acc);
+    }
 
     fulmen_trainer_free(trainer);
     fulmen_trainer_options_free(opts);

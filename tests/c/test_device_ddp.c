@@ -1,7 +1,7 @@
 /*
  * DDP on a custom accelerator's own devices: two processes train on
  * fulmen's fake PrivateUse1 device ("npu"), their gradients reduced by the
- * accelerator's collectives hook (tests/conformance/store_collectives.h,
+ * accelerator's collectives hook (examples/c/store_collectives.h,
  * a "communication library" over the job's store) or, without a hook, by
  * gloo through the CPU.
  *
@@ -20,7 +20,7 @@
 #include "check.h"
 #include "fixture.h"
 #include "npu.h"
-#include "../conformance/store_collectives.h"
+#include "../../examples/c/store_collectives.h"
 
 #include <stdbool.h>
 #include <stdint.h>

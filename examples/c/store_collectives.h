@@ -2,8 +2,8 @@
  * A collectives hook (fulmen_collectives) whose "communication library" is
  * the job's key-value store: every rank publishes its data under a key of
  * the round and reads the others'. Slow, but it needs nothing but fulmen,
- * so the tests and the conformance kit can run DDP on the fake device
- * through a hook; a vendor's hook calls its own library instead (HCCL,
+ * so the examples, the tests and the conformance kit can run DDP on the
+ * fake device through a hook; a vendor's hook calls its own library instead (HCCL,
  * oneCCL, ...), and typically uses the store only in group_new, to share
  * the library's unique id.
  *
