@@ -12,7 +12,6 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include <mutex>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -59,13 +58,23 @@ int host_op(const c10d::ReduceOp& op) {
   }
 }
 
+// The tensors as the hook's contract has them: dense, row-major blocks.
 std::vector<void*> pointers(std::vector<at::Tensor>& tensors) {
   std::vector<void*> out;
   out.reserve(tensors.size());
   for (auto& t : tensors) {
+    TORCH_CHECK(t.is_contiguous(), "a collectives hook takes contiguous tensors");
     out.push_back(&t);
   }
   return out;
+}
+
+// all_gather's outputs: one per rank, each like the input.
+void check_like(const at::Tensor& input, const std::vector<at::Tensor>& outputs) {
+  for (const auto& o : outputs) {
+    TORCH_CHECK(o.sizes() == input.sizes() && o.scalar_type() == input.scalar_type() && o.device() == input.device(),
+                "all_gather: every output must have the input's shape, dtype and device");
+  }
 }
 
 // One output tensor per rank, as views of the flat output of _allgather_base.
@@ -83,11 +92,7 @@ class HostBackend final : public c10d::Backend {
  public:
   HostBackend(int rank, int size, const fulmen_cxx_collectives& hooks, std::string name)
       : c10d::Backend(rank, size), hooks_(hooks), name_(std::move(name)) {}
-  ~HostBackend() override {
-    if (hooks_.release != nullptr) {
-      hooks_.release(hooks_.ctx);
-    }
-  }
+  ~HostBackend() override { hooks_.release(hooks_.ctx); }
   HostBackend(const HostBackend&) = delete;
   HostBackend& operator=(const HostBackend&) = delete;
 
@@ -138,17 +143,20 @@ class HostBackend final : public c10d::Backend {
 
  private:
   void gather(at::Tensor& input, std::vector<at::Tensor>& outputs) {
+    check_like(input, outputs);
+    std::vector<at::Tensor> in{input};
+    pointers(in);
     auto list = pointers(outputs);
     call("all_gather", [&](char* err, size_t len) {
       return hooks_.all_gather(hooks_.ctx, &input, list.data(), list.size(), err, len);
     });
   }
 
-  // Runs one hook call (one at a time: collectives are issued in order on
-  // every rank) and turns its failure into an exception.
+  // Runs one hook call and turns its failure into an exception. The Rust
+  // side serialises the calls under the accelerator's lock, which also
+  // refuses a slot's re-entrant collective instead of deadlocking.
   template <typename F>
   void call(const char* what, F f) {
-    std::lock_guard<std::mutex> lock(mutex_);
     char err[1024] = {0};
     if (f(err, sizeof err) != FULMEN_CXX_OK) {
       throw std::runtime_error("c10d backend \"" + name_ + "\" " + what + ": " + err);
@@ -157,7 +165,6 @@ class HostBackend final : public c10d::Backend {
 
   fulmen_cxx_collectives hooks_;
   std::string name_;
-  std::mutex mutex_;
 };
 
 at::Tensor on_cpu(const at::Tensor& t) { return t.device().is_cpu() ? t : t.to(at::kCPU); }
@@ -249,14 +256,7 @@ class StagedBackend final : public c10d::Backend {
 
 c10::intrusive_ptr<c10d::Backend> host_backend(int rank, int size, const fulmen_cxx_collectives& hooks,
                                                const std::string& name) {
-  try {
-    return c10::make_intrusive<HostBackend>(rank, size, hooks, name);
-  } catch (...) {
-    if (hooks.release != nullptr) {
-      hooks.release(hooks.ctx);
-    }
-    throw;
-  }
+  return c10::make_intrusive<HostBackend>(rank, size, hooks, name);
 }
 
 c10::intrusive_ptr<c10d::Backend> staged_backend(int rank, int size, c10::intrusive_ptr<c10d::Backend> cpu,

@@ -14,9 +14,9 @@
 
 namespace fulmen_cxx {
 
-// A backend named `name` whose collectives call the host's `hooks`; takes
-// ownership of `hooks.ctx` (released with the backend, or at once if this
-// throws).
+// A backend named `name` whose collectives call the host's `hooks`; once
+// made, it owns `hooks.ctx` (released with the backend). If this throws,
+// the caller still owns it.
 c10::intrusive_ptr<c10d::Backend> host_backend(int rank, int size, const fulmen_cxx_collectives& hooks,
                                                const std::string& name);
 

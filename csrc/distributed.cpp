@@ -217,6 +217,14 @@ int fulmen_cxx_store_get(void* store, const char* key, uint8_t* buf, size_t capa
   FULMEN_CXX_CATCH(err, err_len)
 }
 
+// Writes whether `key` is set (without waiting).
+int fulmen_cxx_store_check(void* store, const char* key, int* present, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto& held = *static_cast<c10::intrusive_ptr<c10d::Store>*>(store);
+  *present = held->check({std::string(key)}) ? 1 : 0;
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
 // Adds `delta` to the counter `key` (created at 0) and writes the new value.
 int fulmen_cxx_store_add(void* store, const char* key, int64_t delta, int64_t* out, char* err, size_t err_len) {
   FULMEN_CXX_TRY
@@ -245,13 +253,23 @@ int fulmen_cxx_store_delete(void* store, const char* key, int* deleted, char* er
 int fulmen_cxx_pg_new(void* store, int rank, int world, int64_t timeout_ms, const char* addr, const char* backend,
                       int device_index, int device_type, const fulmen_cxx_collectives* hooks, void** out, char* err,
                       size_t err_len) {
+  // The hooks' context is this call's from the start: released exactly
+  // once, by the guard until the backend owns it.
+  struct HooksGuard {
+    const fulmen_cxx_collectives* hooks;
+    ~HooksGuard() {
+      if (hooks != nullptr) {
+        hooks->release(hooks->ctx);
+      }
+    }
+  } guard{hooks};
   FULMEN_CXX_TRY
   std::string master(addr);
   std::string name(backend);
-  // The host group first, so it is released however this call ends.
   c10::intrusive_ptr<c10d::Backend> host;
   if (hooks != nullptr) {
     host = fulmen_cxx::host_backend(rank, world, *hooks, name);
+    guard.hooks = nullptr;
   }
   auto timeout = std::chrono::milliseconds(timeout_ms);
   auto type = static_cast<c10::DeviceType>(device_type);
@@ -480,12 +498,13 @@ int fulmen_cxx_store_get(void*, const char*, uint8_t*, size_t, size_t*, char* er
 int fulmen_cxx_store_add(void*, const char*, int64_t, int64_t*, char* err, size_t err_len) {
   return no_distributed(err, err_len);
 }
+int fulmen_cxx_store_check(void*, const char*, int*, char* err, size_t err_len) { return no_distributed(err, err_len); }
 int fulmen_cxx_store_delete(void*, const char*, int*, char* err, size_t err_len) {
   return no_distributed(err, err_len);
 }
 int fulmen_cxx_pg_new(void*, int, int, int64_t, const char*, const char*, int, int, const fulmen_cxx_collectives* hooks,
                       void**, char* err, size_t err_len) {
-  if (hooks != nullptr && hooks->release != nullptr) {
+  if (hooks != nullptr) {
     hooks->release(hooks->ctx);
   }
   return no_distributed(err, err_len);

@@ -136,6 +136,11 @@
 
 
 /**
+ * The most bytes of a device generator's state (`get_rng_state`).
+ */
+#define FULMEN_MAX_RNG_STATE 65536
+
+/**
  * The largest device or process count fulmen accepts (a bound on what
  * parsing `devices` may allocate; far above any real machine or node).
  */
@@ -197,11 +202,6 @@
  * torch's default bucket cap (`bucket_cap_mb=None`): 25 MiB.
  */
 #define FULMEN_DEFAULT_BUCKET_CAP_MB 25.0
-
-/**
- * The most bytes of a device generator's state (`get_rng_state`).
- */
-#define FULMEN_MAX_RNG_STATE 65536
 
 
 
@@ -1236,19 +1236,30 @@ typedef struct fulmen_device_stat {
  * PrivateUse1 devices (or the CPU) and `process_group_backend` is unset
  * or names the hook. With `process_group_backend` "gloo", or with no
  * hook, DDP on PrivateUse1 devices stages their tensors through the CPU
- * for gloo. Metrics and stop decisions are reduced by gloo on the CPU.
+ * for gloo. On PrivateUse1 devices, metrics and stop decisions are still
+ * reduced by gloo on the CPU; on CPU devices the hook reduces everything.
  *
  * Every slot gets the accelerator's `userdata` and the group `group_new`
  * made. fulmen serialises the calls with the accelerator's other
  * callbacks; they come from the thread running the collective (the
  * trainer's, or libtorch's autograd thread for the device during
- * backward), in the same order on every rank. A slot returns when the
- * result is in the tensors (or ordered before any later use of them on
- * the device). Tensor handles are borrowed for the call and share storage
- * with the tensors reduced: write results in place
+ * backward), in the same order on every rank. The trainer's
+ * `callback_timeout` does not apply; the job's `timeout` bounds the
+ * waits fulmen makes. A slot returns when the result is in the tensors
+ * (or ordered before any later use of them on the device). Tensor
+ * handles are borrowed for the call and share storage with the tensors
+ * reduced, which are contiguous: write results in place
  * (`fulmen_tensor_copy_from_host`, `fulmen_tensor_copy_`, or through
  * `fulmen_tensor_data_ptr`). An error a slot returns fails the
- * collective, and the run, with its code and message.
+ * collective, and the run, with FULMEN_CODE_DISTRIBUTED and the slot's
+ * message. A slot that starts a collective of the same job (a
+ * `fulmen_distributed_*` call) gets FULMEN_CODE_INVALID_STATE.
+ *
+ * Lifetime: the group lives as long as the job, until
+ * `fulmen_distributed_shutdown`, and keeps the accelerator's userdata
+ * alive that long, even when the accelerator is unregistered meanwhile.
+ * A later run that names another accelerator's hook needs a shutdown
+ * first.
  */
 typedef struct fulmen_collectives {
   /**
@@ -1266,7 +1277,10 @@ typedef struct fulmen_collectives {
    * job, before the first collective; writes the vendor's group (any
    * pointer, passed back to every slot) to `*group_out`. `store` is
    * shared with the other ranks (exchange a unique id through it); it
-   * stays valid until `group_free` returns. NULL: the group is NULL.
+   * stays valid until `group_free` returns. When it fails, `group_free`
+   * is not called: release what it made before returning. It may call
+   * `fulmen_distributed_ranks`, not `fulmen_distributed_join`. NULL: the
+   * group is NULL.
    */
   struct fulmen_error *(*group_new)(void *userdata,
                                     const struct fulmen_dist_store *store,
@@ -1275,8 +1289,8 @@ typedef struct fulmen_collectives {
                                     struct fulmen_device device,
                                     void **group_out);
   /**
-   * Closes a group when the job ends (`fulmen_distributed_shutdown`, or
-   * the process's exit handlers). NULL: nothing.
+   * Closes a group when the job ends (`fulmen_distributed_shutdown`).
+   * NULL: nothing.
    */
   void (*group_free)(void *userdata, void *group);
   /**
@@ -1331,7 +1345,8 @@ typedef struct fulmen_accelerator_vtable {
   void *userdata;
   /**
    * Called once when the accelerator leaves the registry (replaced or
-   * unregistered) and no trainer uses it any more; may be NULL.
+   * unregistered) and no trainer, nor a distributed job's collectives
+   * group made by its `collectives`, uses it any more; may be NULL.
    */
   void (*userdata_free)(void*);
   /**
@@ -2841,9 +2856,11 @@ struct fulmen_error *fulmen_trainer_add_throughput_monitor(struct fulmen_trainer
  * Sets `key` to the `len` bytes at `data` (a unique id the other ranks
  * read, say), replacing any value.
  *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (`key` not UTF-8),
- * FULMEN_CODE_DISTRIBUTED (the store cannot be reached).
- * Thread rules: any thread, while the store is lent.
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`key` not UTF-8, `len` past
+ * isize::MAX), FULMEN_CODE_DISTRIBUTED (the store cannot be reached).
+ * Thread rules: any thread, while the store is lent. The store is the
+ * job's TCPStore, shared with fulmen's own rendezvous: keep values small
+ * (ids, not tensors, in a real hook).
  */
 struct fulmen_error *fulmen_dist_store_set(const struct fulmen_dist_store *store,
                                            const char *key,
@@ -2851,8 +2868,9 @@ struct fulmen_error *fulmen_dist_store_set(const struct fulmen_dist_store *store
                                            size_t len);
 
 /**
- * Waits until `key` is set (up to the job's timeout) and copies its value
- * into `buf[0..capacity]`; its length goes to `*len_out`. When `capacity`
+ * Waits until `key` is set (up to the job's timeout; it gives up at once
+ * when a launched rank has ended) and copies its value into
+ * `buf[0..capacity]`; its length goes to `*len_out`. When `capacity`
  * is too small only `*len_out` is written and the call fails with
  * FULMEN_CODE_OUT_OF_RANGE, so a caller asks again with `*len_out` bytes.
  *
@@ -2872,8 +2890,9 @@ struct fulmen_error *fulmen_dist_store_get(const struct fulmen_dist_store *store
  * new value to `*out` (the store's atomic add: ranks count themselves
  * with it).
  *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (`key` not UTF-8, or its value is
- * not a counter), FULMEN_CODE_DISTRIBUTED (the store cannot be reached).
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`key` not UTF-8),
+ * FULMEN_CODE_DISTRIBUTED (the store cannot be reached, or the value of
+ * `key` is not a counter).
  * Thread rules: as `fulmen_dist_store_set`.
  */
 struct fulmen_error *fulmen_dist_store_add(const struct fulmen_dist_store *store,
@@ -5420,7 +5439,8 @@ struct fulmen_error *fulmen_strategy_new(const char *name,
  * Lightning's DDPStrategy arguments: `find_unused_parameters` and
  * `broadcast_buffers` (booleans: true/false, 1/0, yes/no, on/off; default
  * false and true), `process_group_backend` ("gloo", "nccl", "none" = gloo
- * on CPU, nccl on CUDA), `timeout` (seconds or "DD:HH:MM:SS": rendezvous and every
+ * on CPU, nccl on CUDA, the accelerator's collectives hook when it has
+ * one; or the name of that hook), `timeout` (seconds or "DD:HH:MM:SS": rendezvous and every
  * collective; default 1800), `bucket_cap_mb` (MiB; default "none":
  * torch's 25 with a first bucket of 1), `num_nodes` (default 1). A bad key
  * or value is FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
@@ -7551,8 +7571,9 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  * - `handle_signals` (bool; default true): SIGINT / SIGTERM stop a run as
  *   described at the top of this header; false leaves the process's signal
  *   handlers alone.
- * - `process_group_backend` (text; default none): "gloo", "nccl", or
- *   "none" = by device (gloo on CPU, nccl on CUDA).
+ * - `process_group_backend` (text; default none): "gloo", "nccl", a custom
+ *   accelerator's collectives hook, or "none" = by device (gloo on CPU,
+ *   nccl on CUDA, the accelerator's hook when it has one).
  * - `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800): limit on the
  *   rendezvous and on every collective of a distributed job.
  *

@@ -53,7 +53,10 @@ func (s DistStore) Get(key string) ([]byte, error) {
 		var n C.size_t
 		err := check(C.fulmen_dist_store_get(s.h, k, buf, C.size_t(capacity), &n))
 		if err == nil {
-			out := C.GoBytes(buf, C.int(n))
+			out := make([]byte, int(n))
+			if n > 0 {
+				copy(out, unsafe.Slice((*byte)(buf), int(n)))
+			}
 			C.free(buf)
 			return out, nil
 		}
@@ -113,6 +116,7 @@ type Collectives interface {
 	// [a-z0-9_-], not gloo, nccl, mpi, ucc or xccl), read at registration.
 	CollectivesName() string
 	// OpenCollectives opens this rank's group of worldSize ranks on device.
+	// On an error the group is closed here (if any) and never used.
 	OpenCollectives(store DistStore, rank, worldSize int, device Device) (CollectiveGroup, error)
 }
 
@@ -137,6 +141,9 @@ func fulmenGoCollOpen(ud C.uintptr_t, store *C.fulmen_dist_store, rank, world C.
 		c := acceleratorOf(ud).acc.(Collectives)
 		g, err := c.OpenCollectives(DistStore{h: store}, int(rank), int(world), Device{Type: DeviceType(typ), Index: int64(index)})
 		if err != nil {
+			if g != nil {
+				g.Close() // the library calls no Close for a group that failed to open
+			}
 			return err
 		}
 		if g == nil {

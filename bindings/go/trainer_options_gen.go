@@ -333,7 +333,8 @@ func (o *TrainerOptions) SetHandleSignals(v bool) error {
 }
 
 // SetProcessGroupBackend sets `process_group_backend` (text; default none):
-// "gloo", "nccl", or "none" = by device (gloo on CPU, nccl on CUDA).
+// "gloo", "nccl", a custom accelerator's collectives hook, or "none" = by
+// device (gloo on CPU, nccl on CUDA, the accelerator's hook when it has one).
 func (o *TrainerOptions) SetProcessGroupBackend(v string) error {
 	return o.Set("process_group_backend", v)
 }

@@ -39,10 +39,18 @@ typedef struct {
 
 static fulmen_error *sc_oom(void) { return fulmen_error_new(FULMEN_CODE_CALLBACK, "store collectives: out of memory"); }
 
+/* Room for `n` x `m` doubles (malloc'd), or NULL when that overflows or
+ * cannot be allocated. */
+static double *sc_doubles(size_t n, size_t m) {
+    if (n != 0 && m > SIZE_MAX / n / sizeof(double)) return NULL;
+    size_t total = n * m;
+    return malloc((total > 0 ? total : 1) * sizeof(double));
+}
+
 /* One round: publishes `mine` (`len` doubles; none when NULL) and, when
- * `all` is not NULL, reads rank r's values into all[r * len ...] for every
- * rank r in [first, last). The last rank to finish reading removes the
- * round's keys. */
+ * `all` is not NULL, reads rank r's values into all[(r - first) * len ...]
+ * for every rank r in [first, last). The last rank to finish (failing or
+ * not) removes the round's keys. */
 static fulmen_error *sc_round(store_group *g, const double *mine, size_t len, double *all, int32_t first,
                               int32_t last) {
     char key[96];
@@ -55,7 +63,7 @@ static fulmen_error *sc_round(store_group *g, const double *mine, size_t len, do
     for (int32_t r = first; e == NULL && r < last && all != NULL; r++) {
         size_t got = 0;
         snprintf(key, sizeof key, "round/%llu/%d", (unsigned long long)round, (int)r);
-        e = fulmen_dist_store_get(g->store, key, all + (size_t)r * len, len * sizeof(double), &got);
+        e = fulmen_dist_store_get(g->store, key, all + (size_t)(r - first) * len, len * sizeof(double), &got);
         if (e == NULL && got != len * sizeof(double))
             e = fulmen_error_new(FULMEN_CODE_DISTRIBUTED, "store collectives: a rank sent a different size");
     }
@@ -63,15 +71,16 @@ static fulmen_error *sc_round(store_group *g, const double *mine, size_t len, do
      * rank has read what it needed). */
     int64_t done = 0;
     snprintf(key, sizeof key, "round/%llu/done", (unsigned long long)round);
-    if (e == NULL) e = fulmen_dist_store_add(g->store, key, 1, &done);
-    if (e == NULL && done == g->world) {
-        for (int32_t r = 0; e == NULL && r < g->world; r++) {
-            char data_key[96];
-            snprintf(data_key, sizeof data_key, "round/%llu/%d", (unsigned long long)round, (int)r);
-            e = fulmen_dist_store_delete(g->store, data_key, NULL);
-        }
-        if (e == NULL) e = fulmen_dist_store_delete(g->store, key, NULL);
+    fulmen_error *counted = fulmen_dist_store_add(g->store, key, 1, &done);
+    for (int32_t r = 0; counted == NULL && done == g->world && r < g->world; r++) {
+        char data_key[96];
+        snprintf(data_key, sizeof data_key, "round/%llu/%d", (unsigned long long)round, (int)r);
+        counted = fulmen_dist_store_delete(g->store, data_key, NULL);
     }
+    if (counted == NULL && done == g->world) counted = fulmen_dist_store_delete(g->store, key, NULL);
+    /* The first failure is the one to report. */
+    if (e == NULL) return counted;
+    fulmen_error_free(counted);
     return e;
 }
 
@@ -79,7 +88,7 @@ static fulmen_error *sc_round(store_group *g, const double *mine, size_t len, do
 static fulmen_error *sc_read(const fulmen_tensor *t, double **out, size_t *n) {
     fulmen_error *e = fulmen_tensor_numel(t, n);
     if (e != NULL) return e;
-    *out = malloc((*n > 0 ? *n : 1) * sizeof(double));
+    *out = sc_doubles(*n, 1);
     if (*out == NULL) return sc_oom();
     e = fulmen_tensor_copy_to(t, FULMEN_DTYPE_F64, *out, *n * sizeof(double));
     if (e != NULL) {
@@ -114,13 +123,16 @@ static fulmen_error *sc_all_reduce(void *ud, void *group, fulmen_tensor *const *
     (void)ud;
     store_group *g = group;
     if (g->counts != NULL) g->counts->all_reduce++;
+    if (op != FULMEN_REDUCE_OP_SUM && op != FULMEN_REDUCE_OP_PRODUCT && op != FULMEN_REDUCE_OP_MIN &&
+        op != FULMEN_REDUCE_OP_MAX)
+        return fulmen_error_new(FULMEN_CODE_INVALID_ARGUMENT, "store collectives: unknown reduce op");
     fulmen_error *e = NULL;
     for (size_t i = 0; e == NULL && i < n; i++) {
         double *mine = NULL, *all = NULL;
         size_t len = 0;
         e = sc_read(tensors[i], &mine, &len);
         if (e != NULL) break;
-        all = malloc((len > 0 ? len : 1) * (size_t)g->world * sizeof(double));
+        all = sc_doubles(len, (size_t)g->world);
         if (all == NULL) e = sc_oom();
         if (e == NULL) e = sc_round(g, mine, len, all, 0, g->world);
         for (size_t k = 0; e == NULL && k < len; k++) {
@@ -158,12 +170,8 @@ static fulmen_error *sc_broadcast(void *ud, void *group, fulmen_tensor *const *t
         if (g->rank == root) {
             e = sc_round(g, mine, len, NULL, 0, 0);
         } else {
-            double *all = malloc((len > 0 ? len : 1) * (size_t)(root + 1) * sizeof(double));
-            if (all == NULL) e = sc_oom();
-            if (e == NULL) e = sc_round(g, NULL, len, all, root, root + 1);
-            if (e == NULL) memcpy(mine, all + (size_t)root * len, len * sizeof(double));
+            e = sc_round(g, NULL, len, mine, root, root + 1);
             if (e == NULL) e = fulmen_tensor_copy_from_host(tensors[i], mine, len * sizeof(double), FULMEN_DTYPE_F64);
-            free(all);
         }
         free(mine);
     }
@@ -181,7 +189,7 @@ static fulmen_error *sc_all_gather(void *ud, void *group, const fulmen_tensor *i
     size_t len = 0;
     fulmen_error *e = sc_read(input, &mine, &len);
     if (e != NULL) return e;
-    double *all = malloc((len > 0 ? len : 1) * (size_t)g->world * sizeof(double));
+    double *all = sc_doubles(len, (size_t)g->world);
     if (all == NULL) e = sc_oom();
     if (e == NULL) e = sc_round(g, mine, len, all, 0, g->world);
     for (int32_t r = 0; e == NULL && r < g->world; r++)
@@ -197,7 +205,7 @@ static fulmen_error *sc_barrier(void *ud, void *group) {
     if (g->counts != NULL) g->counts->barrier++;
     /* Every rank publishes a token and waits for every rank's. */
     double token = 1;
-    double *seen = malloc((size_t)g->world * sizeof(double));
+    double *seen = sc_doubles((size_t)g->world, 1);
     if (seen == NULL) return sc_oom();
     fulmen_error *e = sc_round(g, &token, 1, seen, 0, g->world);
     free(seen);

@@ -64,27 +64,23 @@ pub trait Accelerator: Send + Sync {
 
     /// Blocks until the work queued on `device` is done (timing code asks
     /// before reading a clock). Default: the device's backend (nothing on
-    /// the CPU).
+    /// the CPU); a backend that cannot is warned about once and skipped.
     fn synchronize(&self, device: Device) -> Result<()> {
-        device.synchronize()
+        default_synchronize(device);
+        Ok(())
     }
 
     /// The state of `device`'s random generator, for checkpoints; `None`
     /// on the CPU (whose generator checkpoints hold anyway). Default:
-    /// libtorch's default generator for the device.
+    /// libtorch's default generator for the device; `None`, with a warning
+    /// once, when its backend registered none.
     fn rng_state(&self, device: Device) -> Result<Option<Tensor>> {
-        if device == Device::Cpu {
-            return Ok(None);
-        }
-        device.rng_state().map(Some)
+        Ok(default_rng_state(device))
     }
 
     /// Restores a state [`Accelerator::rng_state`] returned.
     fn set_rng_state(&self, device: Device, state: &Tensor) -> Result<()> {
-        if device == Device::Cpu {
-            return Ok(());
-        }
-        device.set_rng_state(state)
+        default_set_rng_state(device, state)
     }
 
     /// The accelerator's own collectives for DDP on its devices (a
@@ -93,6 +89,54 @@ pub trait Accelerator: Send + Sync {
     fn collectives(&self) -> Option<Arc<dyn DeviceCollectives>> {
         None
     }
+}
+
+/// The most bytes of a device generator's state (`get_rng_state`).
+pub const MAX_RNG_STATE: usize = 65536;
+
+/// Warns on stderr once per `key` (a device type and a topic).
+fn warn_once(key: String, message: impl FnOnce() -> String) {
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if !seen.contains(&key) {
+        eprintln!("fulmen: warning: {}", message());
+        seen.push(key);
+    }
+}
+
+/// libtorch's synchronize for `device`, skipped with a warning where its
+/// backend has none.
+pub fn default_synchronize(device: Device) {
+    if let Err(e) = device.synchronize() {
+        warn_once(format!("sync {}", device.kind().name()), || {
+            format!("{}; timings read without waiting for the device", e.message)
+        });
+    }
+}
+
+/// libtorch's default generator state for `device` (`None` on the CPU, and
+/// with a warning where its backend registered no generator).
+pub fn default_rng_state(device: Device) -> Option<Tensor> {
+    if device == Device::Cpu {
+        return None;
+    }
+    match device.rng_state() {
+        Ok(t) => Some(t),
+        Err(e) => {
+            warn_once(format!("rng {}", device.kind().name()), || {
+                format!("{}; checkpoints will not hold the device's random state", e.message)
+            });
+            None
+        }
+    }
+}
+
+/// Restores `state` into libtorch's default generator for `device`.
+pub fn default_set_rng_state(device: Device, state: &Tensor) -> Result<()> {
+    if device == Device::Cpu {
+        return Ok(());
+    }
+    device.set_rng_state(state)
 }
 
 impl std::fmt::Debug for dyn Accelerator {

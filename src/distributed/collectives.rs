@@ -11,11 +11,16 @@ use std::ffi::CString;
 use std::sync::Arc;
 use tch::Tensor;
 
+/// Asked while waiting whether to give up (a rank that can no longer come).
+pub type AbortProbe = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
 /// A key-value store every rank of the job shares: the job's TCPStore,
 /// under a prefix of its own. Waits on a missing key up to the job's
-/// timeout.
+/// timeout, in short slices, asking its abort probe between them.
 pub struct KeyStore {
     raw: *mut c_void,
+    timeout: std::time::Duration,
+    abort: Option<AbortProbe>,
 }
 
 // SAFETY: c10d's TCPStore serialises its client's operations internally;
@@ -30,15 +35,50 @@ fn key_arg(key: &str) -> Result<CString> {
 
 impl KeyStore {
     /// A new reference to `store` (a `c10::intrusive_ptr<Store>*` of the
-    /// shim) whose keys all start with `prefix`.
-    pub(crate) fn prefixed(store: *mut c_void, prefix: &str) -> Result<KeyStore> {
+    /// shim) whose keys all start with `prefix`; `get` waits up to
+    /// `timeout`, asking `abort` every few milliseconds.
+    pub(crate) fn prefixed(
+        store: *mut c_void,
+        prefix: &str,
+        timeout: std::time::Duration,
+        abort: Option<AbortProbe>,
+    ) -> Result<KeyStore> {
         let prefix = key_arg(prefix)?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: `store` is a live store of the shim; `raw` receives an owned one.
         call("opening the collectives' store", |err, len| unsafe {
             shim::fulmen_cxx_store_prefixed(store, prefix.as_ptr(), &mut raw, err, len)
         })?;
-        Ok(KeyStore { raw })
+        Ok(KeyStore { raw, timeout, abort })
+    }
+
+    /// Waits until `key` is set: polls (a blocking get would hold the
+    /// store's connection, and could not notice a rank that died).
+    fn wait_for(&self, key: &str, k: &CString) -> Result<()> {
+        let start = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_micros(50);
+        loop {
+            let mut present: c_int = 0;
+            // SAFETY: plain values; `present` outlives the call.
+            call("store check", |err, len| unsafe {
+                shim::fulmen_cxx_store_check(self.raw, k.as_ptr(), &mut present, err, len)
+            })
+            .map_err(as_distributed)?;
+            if present != 0 {
+                return Ok(());
+            }
+            if let Some(why) = self.abort.as_ref().and_then(|a| a()) {
+                return Err(Error::distributed(format!("{why}, while waiting for store key {key:?}")));
+            }
+            if start.elapsed() >= self.timeout {
+                return Err(Error::distributed(format!(
+                    "store key {key:?} was not set within the timeout of {:?}",
+                    self.timeout
+                )));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(10));
+        }
     }
 
     /// Sets `key` to `value`.
@@ -56,6 +96,7 @@ impl KeyStore {
     /// the length (in `Err.1`), so a caller can ask again.
     pub fn get(&self, key: &str, buf: &mut [u8]) -> std::result::Result<usize, (Error, usize)> {
         let k = key_arg(key).map_err(|e| (e, 0))?;
+        self.wait_for(key, &k).map_err(|e| (e, 0))?;
         let mut n: size_t = 0;
         // SAFETY: `buf` is writable for its length; `n` outlives the call.
         let r = call("store get", |err, len| unsafe {
@@ -137,6 +178,8 @@ pub struct DeviceBackend {
     /// The accelerator's collectives; `None` stages the devices' tensors
     /// through the CPU for gloo.
     pub hook: Option<Arc<dyn DeviceCollectives>>,
+    /// Set by the join: whether a rank can no longer come.
+    pub abort: Option<AbortProbe>,
 }
 
 impl std::fmt::Debug for DeviceBackend {

@@ -7,6 +7,7 @@ use super::group::{ProcessGroup, Rendezvous};
 use super::launcher::{free_port, launcher_gone, threads_per_process, Children, LaunchPlan};
 use crate::error::{Error, ErrorCode, Result};
 use crate::tensor::device::DeviceType;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -128,6 +129,30 @@ pub fn explain_backward(e: Error) -> Error {
 
 static CURRENT: Mutex<Option<Arc<DistContext>>> = Mutex::new(None);
 
+/// Serialises joins. CURRENT itself is locked only briefly, so a
+/// collectives hook's group_new may ask fulmen_distributed_ranks while its
+/// job forms.
+static JOINING: Mutex<()> = Mutex::new(());
+
+/// The thread inside `join` (its token), 0 when none.
+static JOINING_THREAD: AtomicUsize = AtomicUsize::new(0);
+
+fn thread_token() -> usize {
+    thread_local! {
+        static TOKEN: u8 = const { 0 };
+    }
+    TOKEN.with(|t| std::ptr::from_ref(t) as usize)
+}
+
+/// Clears JOINING_THREAD when the join ends.
+struct JoiningHere;
+
+impl Drop for JoiningHere {
+    fn drop(&mut self) {
+        JOINING_THREAD.store(0, Ordering::Release);
+    }
+}
+
 /// The context joined by this process, if any.
 pub fn current() -> Option<Arc<DistContext>> {
     CURRENT.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -138,7 +163,15 @@ pub fn current() -> Option<Arc<DistContext>> {
 /// the processes and the world has more than one process on this node,
 /// fulmen starts the other local ranks first (re-executing this program).
 pub fn join(opts: &JoinOptions) -> Result<Arc<DistContext>> {
-    let mut slot = CURRENT.lock().unwrap_or_else(|p| p.into_inner());
+    if JOINING_THREAD.load(Ordering::Acquire) == thread_token() {
+        return Err(Error::state(
+            "joining the distributed job from inside its own join (a collectives hook's group_new): \
+             the job is not formed yet",
+        ));
+    }
+    let _serial = JOINING.lock().unwrap_or_else(|p| p.into_inner());
+    JOINING_THREAD.store(thread_token(), Ordering::Release);
+    let _joining = JoiningHere;
     let mut env = ClusterEnv::detect(opts.devices_per_node, opts.num_nodes)?;
     let hook = opts.devices.as_ref().and_then(|d| d.hook.as_ref());
     let backend = match (&opts.backend, hook) {
@@ -162,7 +195,7 @@ pub fn join(opts: &JoinOptions) -> Result<Arc<DistContext>> {
             }
         }
     }
-    if let Some(ctx) = slot.as_ref() {
+    if let Some(ctx) = current().as_ref() {
         if ctx.world_size() != env.world_size {
             return Err(Error::state(format!(
                 "this process already belongs to a job of {} ranks; this run asks for {} \
@@ -173,10 +206,11 @@ pub fn join(opts: &JoinOptions) -> Result<Arc<DistContext>> {
         }
         if let Some(d) = &devices {
             let kind = d.devices.first().map_or(DeviceType::Cpu, |x| x.kind());
-            if ctx.group.device_type() != kind || ctx.group.backend() != backend {
+            if ctx.group.device_type() != kind || ctx.group.backend() != backend || !ctx.group.same_hook(Some(d)) {
                 return Err(Error::state(format!(
                     "this process already belongs to a job whose group reduces with {} on {} devices; this run \
-                     asks for {backend} on {} devices (end the first with fulmen_distributed_shutdown)",
+                     asks for {backend} on {} devices, or another accelerator's collectives (end the first with \
+                     fulmen_distributed_shutdown)",
                     ctx.group.backend(),
                     ctx.group.device_type().name(),
                     kind.name()
@@ -224,6 +258,14 @@ pub fn join(opts: &JoinOptions) -> Result<Arc<DistContext>> {
     };
     // A launched rank that has ended (or, in a launched rank, a launcher
     // that is gone) will never join: stop waiting at once.
+    // A collectives hook waiting on the store gives up, as the rendezvous
+    // below does, when a rank can no longer come.
+    if let Some(d) = devices.as_mut() {
+        d.abort = Some(match &children {
+            Some(c) => c.probe(),
+            None => Arc::new(launcher_gone),
+        });
+    }
     let abort = || match &children {
         Some(c) => c.ended(),
         None => launcher_gone(),
@@ -243,7 +285,7 @@ pub fn join(opts: &JoinOptions) -> Result<Arc<DistContext>> {
     };
     let ctx =
         Arc::new(DistContext { env, group: Arc::new(group), children: Mutex::new(children), timeout: opts.timeout });
-    *slot = Some(Arc::clone(&ctx));
+    *CURRENT.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&ctx));
     Ok(ctx)
 }
 

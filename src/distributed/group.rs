@@ -195,6 +195,11 @@ impl Store {
     }
 }
 
+/// The identity of `devices`' hook (0 without one).
+fn hook_id(devices: Option<&DeviceBackend>) -> usize {
+    devices.and_then(|d| d.hook.as_ref()).map_or(0, |h| Arc::as_ptr(h) as *const () as usize)
+}
+
 /// A process group: the ranks of one training job and their collectives.
 pub struct ProcessGroup {
     raw: *mut c_void,
@@ -204,6 +209,8 @@ pub struct ProcessGroup {
     device: tch::Device,
     /// The type of the devices the group reduces besides the CPU and CUDA.
     device_type: DeviceType,
+    /// Which collectives hook reduces them (its address; 0 for none).
+    hook_id: usize,
 }
 
 // SAFETY: c10d process groups are used from any thread in PyTorch; fulmen
@@ -263,7 +270,10 @@ impl ProcessGroup {
                 let device = d.devices.get(device_index).or(d.devices.first()).copied().unwrap_or(Device::Cpu);
                 let hooks = match &d.hook {
                     Some(h) => {
-                        let keys = KeyStore::prefixed(store.0, &format!("fulmen/collectives/{}/", h.name()))?;
+                        // Per attempt: torchrun's agent store outlives restarts.
+                        let attempt = std::env::var("TORCHELASTIC_RESTART_COUNT").unwrap_or_else(|_| "0".into());
+                        let prefix = format!("fulmen/collectives/{}/{attempt}/", h.name());
+                        let keys = KeyStore::prefixed(store.0, &prefix, rv.timeout, d.abort.clone())?;
                         let group = h
                             .new_group(Arc::new(keys), rv.rank, rv.world_size, device)
                             .map_err(|e| e.context(format!("opening the {} group", h.name())))?;
@@ -304,6 +314,7 @@ impl ProcessGroup {
             backend: backend.to_owned(),
             device,
             device_type,
+            hook_id: hook_id(devices),
         })
     }
 
@@ -320,6 +331,12 @@ impl ProcessGroup {
     /// The backend name ("gloo" or "nccl").
     pub fn backend(&self) -> &str {
         &self.backend
+    }
+
+    /// Whether `devices` asks for the collectives this group was made with
+    /// (the same hook object, or none).
+    pub fn same_hook(&self, devices: Option<&DeviceBackend>) -> bool {
+        self.hook_id == hook_id(devices)
     }
 
     /// The device type the group was made for (CPU for gloo, CUDA for

@@ -125,6 +125,16 @@ impl Children {
         w.finished.first().map(|(_, _, how)| how.clone())
     }
 
+    /// [`Children::ended`] as a closure that outlives this borrow (for a
+    /// collectives hook's store, which waits in slices).
+    pub fn probe(&self) -> std::sync::Arc<dyn Fn() -> Option<String> + Send + Sync> {
+        let watch = Arc::clone(&self.watch);
+        std::sync::Arc::new(move || {
+            let w = watch.lock().unwrap_or_else(|p| p.into_inner());
+            w.failure.clone().or_else(|| w.finished.first().map(|(_, _, how)| how.clone()))
+        })
+    }
+
     /// The first failure of a child, if any.
     pub fn failure(&self) -> Option<String> {
         self.watch.lock().unwrap_or_else(|p| p.into_inner()).failure.clone()

@@ -10,7 +10,7 @@ pub mod group;
 pub mod launcher;
 pub mod reducer;
 
-pub use collectives::{CommGroup, DeviceBackend, DeviceCollectives, KeyStore};
+pub use collectives::{AbortProbe, CommGroup, DeviceBackend, DeviceCollectives, KeyStore};
 pub use context::{abort, current, explain_backward, join, shutdown, DistContext, JoinOptions, DEFAULT_TIMEOUT};
 pub use ddp::{Ddp, DdpOptions};
 pub use env::{ClusterEnv, EnvKind};

@@ -5,6 +5,7 @@ use super::collectives::{fulmen_collectives, HostCollectives};
 use super::error::{fulmen_error, guard, guard_value, str_arg};
 use super::handle::{self, check_out, write_out, Handle, Shared};
 use super::model::copy_str;
+use crate::accelerators::accelerator::{default_rng_state, default_set_rng_state, default_synchronize};
 use crate::accelerators::devices::{parse_indexed_devices, MAX_DEVICES};
 use crate::accelerators::{registry, Accelerator, DevicesSpec, ParsedDevices};
 use crate::distributed::DeviceCollectives;
@@ -346,7 +347,8 @@ pub struct fulmen_accelerator_vtable {
     /// Passed to every callback.
     pub userdata: *mut c_void,
     /// Called once when the accelerator leaves the registry (replaced or
-    /// unregistered) and no trainer uses it any more; may be NULL.
+    /// unregistered) and no trainer, nor a distributed job's collectives
+    /// group made by its `collectives`, uses it any more; may be NULL.
     pub userdata_free: Option<unsafe extern "C" fn(*mut c_void)>,
     /// Writes whether the accelerator can run here. NULL: available.
     pub is_available: Option<unsafe extern "C" fn(userdata: *mut c_void, out: *mut bool) -> *mut fulmen_error>,
@@ -441,8 +443,7 @@ pub struct fulmen_accelerator_vtable {
     >,
 }
 
-/// The most bytes of a device generator's state (`get_rng_state`).
-pub const MAX_RNG_STATE: usize = 65536;
+pub use crate::accelerators::accelerator::MAX_RNG_STATE;
 
 /// The host's accelerator behind the registry.
 struct HostAccelerator {
@@ -614,14 +615,15 @@ impl Accelerator for HostAccelerator {
     fn synchronize(&self, device: Device) -> Result<()> {
         match self.v.synchronize {
             Some(f) => self.call("synchronize", |u| unsafe { f(u, to_c(device)) }),
-            None => device.synchronize(),
+            None => {
+                default_synchronize(device);
+                Ok(())
+            }
         }
     }
 
     fn rng_state(&self, device: Device) -> Result<Option<tch::Tensor>> {
-        let Some(f) = self.v.get_rng_state else {
-            return if device == Device::Cpu { Ok(None) } else { device.rng_state().map(Some) };
-        };
+        let Some(f) = self.v.get_rng_state else { return Ok(default_rng_state(device)) };
         let mut buf = vec![0u8; MAX_RNG_STATE];
         let mut n = usize::MAX;
         self.call("get_rng_state", |u| unsafe { f(u, to_c(device), buf.as_mut_ptr(), buf.len(), &mut n) })?;
@@ -635,16 +637,7 @@ impl Accelerator for HostAccelerator {
     }
 
     fn set_rng_state(&self, device: Device, state: &tch::Tensor) -> Result<()> {
-        let Some(f) = self.v.set_rng_state else {
-            return if device == Device::Cpu { Ok(()) } else { device.set_rng_state(state) };
-        };
-        if state.kind() != tch::Kind::Uint8 || state.dim() != 1 || state.numel() > MAX_RNG_STATE {
-            return Err(Error::format(format!(
-                "a device random state must be at most {MAX_RNG_STATE} bytes (a 1-D uint8 tensor), not {:?} {:?}",
-                state.kind(),
-                state.size()
-            )));
-        }
+        let Some(f) = self.v.set_rng_state else { return default_set_rng_state(device, state) };
         let bytes = Vec::<u8>::try_from(&state.f_contiguous()?)?;
         self.call("set_rng_state", |u| unsafe { f(u, to_c(device), bytes.as_ptr(), bytes.len()) })
     }

@@ -70,6 +70,12 @@ impl<T> HostLock<T> {
         HostLock { inner: std::sync::Mutex::new(value), owner: std::sync::atomic::AtomicUsize::new(0) }
     }
 
+    /// Whether the calling thread holds the lock (it is inside one of the
+    /// object's callbacks).
+    pub fn held_here(&self) -> bool {
+        self.owner.load(std::sync::atomic::Ordering::Acquire) == thread_token()
+    }
+
     /// Locks for a callback into `what`; a call from inside one of its own
     /// callbacks is an error.
     pub fn lock(&self, what: &str) -> Result<HostGuard<'_, T>> {
@@ -124,6 +130,14 @@ pub fn call_host(name: &str, f: impl FnOnce() -> *mut fulmen_error) -> Result<()
     let timer = HostCallTimer::start();
     host_result(f(), || format!("callback {name}"))?;
     timer.check(|| format!("callback {name}"))
+}
+
+/// [`call_host`] without the trainer's `callback_timeout`: for callbacks
+/// that legitimately wait for other processes (a collectives hook), whose
+/// success must not be turned into a failure afterwards.
+pub fn call_host_untimed(name: &str, f: impl FnOnce() -> *mut fulmen_error) -> Result<()> {
+    let _scope = TensorScope::enter();
+    host_result(f(), || format!("callback {name}"))
 }
 
 /// Takes back the error a host callback returned: an error becomes a core

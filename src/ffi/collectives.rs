@@ -2,7 +2,7 @@
 //! its devices through the vendor's own communication library, and the
 //! key-value store (`fulmen_dist_store`) its ranks meet through.
 use super::accelerator::fulmen_device;
-use super::callback::{call_host, check_struct_size, HostLock, Userdata};
+use super::callback::{call_host_untimed, check_struct_size, HostLock, Userdata};
 use super::error::{fulmen_error, guard, str_arg};
 use super::handle::{self, check_out, write_out, Handle};
 use super::tensor::{fulmen_tensor, new_handle, TensorScope};
@@ -63,15 +63,20 @@ unsafe fn bytes_arg<'a>(data: *const c_void, len: usize, what: &str) -> Result<&
     if data.is_null() {
         return Err(Error::new(ErrorCode::NullArgument, format!("argument `{what}` is NULL")));
     }
+    if len > isize::MAX as usize {
+        return Err(Error::invalid(format!("`{what}` of {len} bytes cannot exist")));
+    }
     Ok(std::slice::from_raw_parts(data.cast(), len))
 }
 
 /// Sets `key` to the `len` bytes at `data` (a unique id the other ranks
 /// read, say), replacing any value.
 ///
-/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`key` not UTF-8),
-/// FULMEN_CODE_DISTRIBUTED (the store cannot be reached).
-/// Thread rules: any thread, while the store is lent.
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`key` not UTF-8, `len` past
+/// isize::MAX), FULMEN_CODE_DISTRIBUTED (the store cannot be reached).
+/// Thread rules: any thread, while the store is lent. The store is the
+/// job's TCPStore, shared with fulmen's own rendezvous: keep values small
+/// (ids, not tensors, in a real hook).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_dist_store_set(
     store: *const fulmen_dist_store,
@@ -85,8 +90,9 @@ pub unsafe extern "C" fn fulmen_dist_store_set(
     })
 }
 
-/// Waits until `key` is set (up to the job's timeout) and copies its value
-/// into `buf[0..capacity]`; its length goes to `*len_out`. When `capacity`
+/// Waits until `key` is set (up to the job's timeout; it gives up at once
+/// when a launched rank has ended) and copies its value into
+/// `buf[0..capacity]`; its length goes to `*len_out`. When `capacity`
 /// is too small only `*len_out` is written and the call fails with
 /// FULMEN_CODE_OUT_OF_RANGE, so a caller asks again with `*len_out` bytes.
 ///
@@ -109,6 +115,9 @@ pub unsafe extern "C" fn fulmen_dist_store_get(
         if capacity > 0 {
             check_out(buf, "buf")?;
         }
+        if capacity > isize::MAX as usize {
+            return Err(Error::invalid(format!("a `buf` of {capacity} bytes cannot exist")));
+        }
         let dst: &mut [u8] = if capacity == 0 { &mut [] } else { std::slice::from_raw_parts_mut(buf.cast(), capacity) };
         match keys.get(key, dst) {
             Ok(n) => write_out(len_out, "len_out", n),
@@ -126,8 +135,9 @@ pub unsafe extern "C" fn fulmen_dist_store_get(
 /// new value to `*out` (the store's atomic add: ranks count themselves
 /// with it).
 ///
-/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`key` not UTF-8, or its value is
-/// not a counter), FULMEN_CODE_DISTRIBUTED (the store cannot be reached).
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`key` not UTF-8),
+/// FULMEN_CODE_DISTRIBUTED (the store cannot be reached, or the value of
+/// `key` is not a counter).
 /// Thread rules: as `fulmen_dist_store_set`.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_dist_store_add(
@@ -173,19 +183,30 @@ pub unsafe extern "C" fn fulmen_dist_store_delete(
 /// PrivateUse1 devices (or the CPU) and `process_group_backend` is unset
 /// or names the hook. With `process_group_backend` "gloo", or with no
 /// hook, DDP on PrivateUse1 devices stages their tensors through the CPU
-/// for gloo. Metrics and stop decisions are reduced by gloo on the CPU.
+/// for gloo. On PrivateUse1 devices, metrics and stop decisions are still
+/// reduced by gloo on the CPU; on CPU devices the hook reduces everything.
 ///
 /// Every slot gets the accelerator's `userdata` and the group `group_new`
 /// made. fulmen serialises the calls with the accelerator's other
 /// callbacks; they come from the thread running the collective (the
 /// trainer's, or libtorch's autograd thread for the device during
-/// backward), in the same order on every rank. A slot returns when the
-/// result is in the tensors (or ordered before any later use of them on
-/// the device). Tensor handles are borrowed for the call and share storage
-/// with the tensors reduced: write results in place
+/// backward), in the same order on every rank. The trainer's
+/// `callback_timeout` does not apply; the job's `timeout` bounds the
+/// waits fulmen makes. A slot returns when the result is in the tensors
+/// (or ordered before any later use of them on the device). Tensor
+/// handles are borrowed for the call and share storage with the tensors
+/// reduced, which are contiguous: write results in place
 /// (`fulmen_tensor_copy_from_host`, `fulmen_tensor_copy_`, or through
 /// `fulmen_tensor_data_ptr`). An error a slot returns fails the
-/// collective, and the run, with its code and message.
+/// collective, and the run, with FULMEN_CODE_DISTRIBUTED and the slot's
+/// message. A slot that starts a collective of the same job (a
+/// `fulmen_distributed_*` call) gets FULMEN_CODE_INVALID_STATE.
+///
+/// Lifetime: the group lives as long as the job, until
+/// `fulmen_distributed_shutdown`, and keeps the accelerator's userdata
+/// alive that long, even when the accelerator is unregistered meanwhile.
+/// A later run that names another accelerator's hook needs a shutdown
+/// first.
 #[repr(C)]
 pub struct fulmen_collectives {
     /// `sizeof(fulmen_collectives)`.
@@ -198,7 +219,10 @@ pub struct fulmen_collectives {
     /// job, before the first collective; writes the vendor's group (any
     /// pointer, passed back to every slot) to `*group_out`. `store` is
     /// shared with the other ranks (exchange a unique id through it); it
-    /// stays valid until `group_free` returns. NULL: the group is NULL.
+    /// stays valid until `group_free` returns. When it fails, `group_free`
+    /// is not called: release what it made before returning. It may call
+    /// `fulmen_distributed_ranks`, not `fulmen_distributed_join`. NULL: the
+    /// group is NULL.
     pub group_new: Option<
         unsafe extern "C" fn(
             userdata: *mut c_void,
@@ -209,8 +233,8 @@ pub struct fulmen_collectives {
             group_out: *mut *mut c_void,
         ) -> *mut fulmen_error,
     >,
-    /// Closes a group when the job ends (`fulmen_distributed_shutdown`, or
-    /// the process's exit handlers). NULL: nothing.
+    /// Closes a group when the job ends (`fulmen_distributed_shutdown`).
+    /// NULL: nothing.
     pub group_free: Option<unsafe extern "C" fn(userdata: *mut c_void, group: *mut c_void)>,
     /// Reduces `tensors[0..n]` in place over the ranks with `op` (a
     /// `fulmen_reduce_op`). Required.
@@ -345,7 +369,9 @@ impl HostCollectives {
     }
 }
 
-/// Runs one slot under the accelerator's lock, in a tensor scope.
+/// Runs one slot under the accelerator's lock, in a tensor scope. Slots
+/// wait for other ranks, so the trainer's `callback_timeout` does not
+/// apply (the job's timeout does).
 fn call_slot(
     userdata: &HostLock<Userdata>,
     accelerator: &str,
@@ -353,7 +379,7 @@ fn call_slot(
     f: impl FnOnce(*mut c_void) -> *mut fulmen_error,
 ) -> Result<()> {
     let ud = userdata.lock(&format!("accelerator {accelerator:?}"))?;
-    call_host(&format!("accelerator {accelerator:?} collectives {what}"), || f(ud.ptr()))
+    call_host_untimed(&format!("accelerator {accelerator:?} collectives {what}"), || f(ud.ptr()))
 }
 
 impl DeviceCollectives for HostCollectives {
@@ -368,15 +394,19 @@ impl DeviceCollectives for HostCollectives {
         let dev = fulmen_device { device_type: spec.kind as i32, index: spec.index };
         let store = handle::into_raw(fulmen_dist_store { keys });
         let mut group: *mut c_void = std::ptr::null_mut();
-        let opened = match self.slots.group_new {
-            Some(f) => call_slot(&self.userdata, &self.accelerator, "group_new", |u| unsafe {
-                f(u, store, rank_c, world_c, dev, &mut group)
-            }),
-            None => Ok(()),
-        };
+        let mut ud_ptr: *mut c_void = std::ptr::null_mut();
+        let opened = call_slot(&self.userdata, &self.accelerator, "group_new", |u| {
+            ud_ptr = u;
+            match self.slots.group_new {
+                // SAFETY: the host's own slot; `store` stays valid until the group is dropped.
+                Some(f) => unsafe { f(u, store, rank_c, world_c, dev, &mut group) },
+                None => std::ptr::null_mut(),
+            }
+        });
         let host = HostGroup {
             accelerator: self.accelerator.clone(),
             userdata: Arc::clone(&self.userdata),
+            ud_ptr,
             slots: self.slots,
             group,
             store,
@@ -391,6 +421,9 @@ impl DeviceCollectives for HostCollectives {
 struct HostGroup {
     accelerator: String,
     userdata: Arc<HostLock<Userdata>>,
+    /// The accelerator's userdata pointer (fixed for its life), for
+    /// `group_free` from inside one of its callbacks.
+    ud_ptr: *mut c_void,
     slots: Slots,
     group: *mut c_void,
     store: *mut fulmen_dist_store,
@@ -450,11 +483,19 @@ impl Drop for HostGroup {
         if self.opened {
             if let Some(f) = self.slots.group_free {
                 let group = self.group;
-                let _ = self.call("group_free", |u| {
+                if self.userdata.held_here() {
+                    // The job ends inside one of the accelerator's own
+                    // callbacks (a shutdown from its teardown): calls are
+                    // serialised already.
                     // SAFETY: the host's own slot, with the group it made.
+                    unsafe { f(self.ud_ptr, group) };
+                } else if let Err(e) = self.call("group_free", |u| {
+                    // SAFETY: as above.
                     unsafe { f(u, group) };
                     std::ptr::null_mut()
-                });
+                }) {
+                    eprintln!("fulmen: warning: the collectives group was not closed: {}", e.message);
+                }
             }
         }
         // SAFETY: made by handle::into_raw in new_group, revoked once; calls

@@ -42,7 +42,8 @@ pub unsafe extern "C" fn fulmen_strategy_new(name: *const c_char, out: *mut *mut
 /// Lightning's DDPStrategy arguments: `find_unused_parameters` and
 /// `broadcast_buffers` (booleans: true/false, 1/0, yes/no, on/off; default
 /// false and true), `process_group_backend` ("gloo", "nccl", "none" = gloo
-/// on CPU, nccl on CUDA), `timeout` (seconds or "DD:HH:MM:SS": rendezvous and every
+/// on CPU, nccl on CUDA, the accelerator's collectives hook when it has
+/// one; or the name of that hook), `timeout` (seconds or "DD:HH:MM:SS": rendezvous and every
 /// collective; default 1800), `bucket_cap_mb` (MiB; default "none":
 /// torch's 25 with a first bucket of 1), `num_nodes` (default 1). A bad key
 /// or value is FULMEN_CODE_INVALID_ARGUMENT and changes nothing.

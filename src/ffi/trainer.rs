@@ -147,8 +147,9 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 /// - `handle_signals` (bool; default true): SIGINT / SIGTERM stop a run as
 ///   described at the top of this header; false leaves the process's signal
 ///   handlers alone.
-/// - `process_group_backend` (text; default none): "gloo", "nccl", or
-///   "none" = by device (gloo on CPU, nccl on CUDA).
+/// - `process_group_backend` (text; default none): "gloo", "nccl", a custom
+///   accelerator's collectives hook, or "none" = by device (gloo on CPU,
+///   nccl on CUDA, the accelerator's hook when it has one).
 /// - `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800): limit on the
 ///   rendezvous and on every collective of a distributed job.
 // Generated: end

@@ -59,6 +59,13 @@ extern "C" {
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;
+    pub(crate) fn fulmen_cxx_store_check(
+        store: *mut c_void,
+        key: *const c_char,
+        present: *mut c_int,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
     pub(crate) fn fulmen_cxx_store_add(
         store: *mut c_void,
         key: *const c_char,

@@ -142,7 +142,7 @@ pub fn lookup(name: &str) -> Result<StrategySpec> {
 impl StrategySpec {
     /// Sets one setting from text: `find_unused_parameters` and
     /// `broadcast_buffers` (booleans), `process_group_backend` ("gloo",
-    /// "nccl", "none"), `timeout` (seconds or "DD:HH:MM:SS"), `bucket_cap_mb` (MiB, or
+    /// "nccl", "none", or a collectives hook's name), `timeout` (seconds or "DD:HH:MM:SS"), `bucket_cap_mb` (MiB, or
     /// "none" for torch's default), `num_nodes`.
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
         let v = value.trim();
@@ -156,12 +156,23 @@ impl StrategySpec {
             "find_unused_parameters" => self.ddp.find_unused_parameters = parse_bool(key, v)?,
             "broadcast_buffers" => self.ddp.broadcast_buffers = parse_bool(key, v)?,
             "process_group_backend" => {
+                // A name of an accelerator's collectives hook is checked when
+                // the job forms.
+                let hook_like = (1..=64).contains(&v.len())
+                    && v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
                 self.process_group_backend = match v {
                     "none" | "" => None,
-                    "gloo" | "nccl" => Some(v.to_owned()),
+                    "mpi" | "ucc" | "xccl" => {
+                        return Err(Error::invalid(format!(
+                            "strategy option {key}: fulmen builds no {v:?} backend (gloo, nccl, or an accelerator's \
+                             collectives hook)"
+                        )))
+                    }
+                    _ if hook_like => Some(v.to_owned()),
                     _ => {
                         return Err(Error::invalid(format!(
-                            "strategy option {key}: {v:?} is not \"gloo\", \"nccl\" or \"none\""
+                            "strategy option {key}: {v:?} is not \"gloo\", \"nccl\", \"none\" or the name of an \
+                             accelerator's collectives hook (1 to 64 characters of [a-z0-9_-])"
                         )))
                     }
                 }

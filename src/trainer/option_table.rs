@@ -531,7 +531,8 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         key: "process_group_backend",
         kind: OptionKind::Text,
         default: "none",
-        doc: "\"gloo\", \"nccl\", or \"none\" = by device (gloo on CPU, nccl on CUDA)",
+        doc: "\"gloo\", \"nccl\", a custom accelerator's collectives hook, or \"none\" = by device (gloo on CPU, \
+              nccl on CUDA, the accelerator's hook when it has one)",
         apply: strategy_setting!("process_group_backend"),
     },
     TrainerOption {

@@ -492,6 +492,7 @@ impl Run<'_> {
             _ => &ck.device_rng_state,
         };
         if let Some(r) = device_state {
+            check_rng_state(r).ctx(at())?;
             self.strategy.set_device_rng_state(r).ctx(at())?;
         }
         self.state.global_step = ck.global_step;
@@ -514,4 +515,22 @@ fn unique_name(seen: &mut BTreeMap<String, usize>, name: String) -> String {
     } else {
         format!("{name}#{n}")
     }
+}
+
+/// A device generator state read from a checkpoint, before any generator
+/// sees it: a 1-D uint8 CPU tensor of at most FULMEN_MAX_RNG_STATE bytes.
+fn check_rng_state(state: &tch::Tensor) -> Result<()> {
+    let max = crate::accelerators::accelerator::MAX_RNG_STATE;
+    let ok = state.kind() == tch::Kind::Uint8
+        && state.dim() == 1
+        && state.numel() <= max
+        && crate::tensor::device::Device::of(state)? == crate::tensor::device::Device::Cpu;
+    if !ok {
+        return Err(Error::format(format!(
+            "the device's random state must be a 1-D uint8 CPU tensor of at most {max} bytes, not {:?} {:?}",
+            state.kind(),
+            state.size()
+        )));
+    }
+    Ok(())
 }

@@ -140,9 +140,9 @@ fn device_backend(acc: &dyn Accelerator, list: &[Device], strategy: &str) -> Res
                 kind.name()
             ),
         )),
-        Some(_) => Ok(Some(DeviceBackend { devices: list.to_vec(), hook })),
+        Some(_) => Ok(Some(DeviceBackend { devices: list.to_vec(), hook, abort: None })),
         None if list.iter().all(|d| *d == Device::Cpu) && hook.is_some() => {
-            Ok(Some(DeviceBackend { devices: list.to_vec(), hook }))
+            Ok(Some(DeviceBackend { devices: list.to_vec(), hook, abort: None }))
         }
         None => Ok(None),
     }

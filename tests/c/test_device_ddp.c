@@ -13,6 +13,9 @@
  *   staged      the same with an accelerator without a hook (gloo)
  *   failing     a world of one whose hook's all_reduce fails: fit fails
  *               with the hook's message
+ *   named       a world of one with process_group_backend naming the hook
+ *   reentrant   a hook on CPU devices whose slots call back into the job:
+ *               refused with clear errors, no deadlock
  * and checks the hook's registration rules in-process.
  */
 #define _XOPEN_SOURCE 700 /* fork, mkdtemp, nanosleep */
@@ -63,6 +66,8 @@ static void register_npu(const fulmen_collectives *hook, void *userdata) {
     CHECK_OK(fulmen_accelerator_register("npu", "the fake device with a collectives hook", &vt, false));
 }
 
+static const char *named_backend = NULL; /* the strategy's process_group_backend */
+
 /* Trains the fixture MLP on `accelerator` with `devices` and per-process
  * batch `batch`; saves the final weights to `weights` (if not NULL). */
 static fulmen_error *train(const char *accelerator, const char *strategy, const char *devices,
@@ -78,6 +83,7 @@ static fulmen_error *train(const char *accelerator, const char *strategy, const 
     fulmen_strategy *st = NULL;
     CHECK_OK(fulmen_strategy_new(strategy, &st));
     CHECK_OK(fulmen_strategy_set(st, "timeout", "60"));
+    if (named_backend != NULL) CHECK_OK(fulmen_strategy_set(st, "process_group_backend", named_backend));
     CHECK_OK(fulmen_trainer_options_set_strategy(o, st));
     fulmen_strategy_free(st);
     fulmen_trainer *t = NULL;
@@ -177,6 +183,64 @@ static int scenario_failing(const char *dir) {
     return check_finish("failing");
 }
 
+static int scenario_named(const char *dir) {
+    (void)dir;
+    store_collectives_counts counts = {0};
+    fulmen_collectives hook = store_collectives_table();
+    register_npu(&hook, &counts);
+    unsetenv("MASTER_ADDR");
+    unsetenv("MASTER_PORT");
+    named_backend = "storecc";
+    CHECK_OK(train("npu", "ddp", "1", RANK_BATCH, NULL, NULL));
+    CHECK(counts.group_new == 1 && counts.all_reduce > 0);
+    CHECK_OK(fulmen_distributed_shutdown(60));
+    CHECK(counts.group_free == 1);
+    return check_finish("named");
+}
+
+/* Slots that call back into the job they serve. */
+static int reentrant_calls;
+
+static fulmen_error *reentrant_group_new(void *ud, const fulmen_dist_store *store, int32_t rank, int32_t world,
+                                         fulmen_device device, void **out) {
+    /* The job is forming: readable, not joinable. */
+    bool joined = true;
+    CHECK_OK(fulmen_distributed_is_joined(&joined));
+    CHECK(!joined);
+    fulmen_strategy *s = NULL;
+    CHECK_OK(fulmen_strategy_new("ddp", &s));
+    CHECK_ERR(fulmen_distributed_join(s, 1, false), FULMEN_CODE_INVALID_STATE, "inside its own join");
+    fulmen_strategy_free(s);
+    return sc_group_new(ud, store, rank, world, device, out);
+}
+
+static fulmen_error *reentrant_all_reduce(void *ud, void *group, fulmen_tensor *const *tensors, size_t n,
+                                          int32_t op) {
+    /* On CPU devices the hook is the job's only backend: a barrier from
+     * inside a slot comes back to the hook, and is refused. */
+    reentrant_calls++;
+    CHECK_ERR(fulmen_distributed_barrier(), FULMEN_CODE_DISTRIBUTED, "re-entrant");
+    return sc_all_reduce(ud, group, tensors, n, op);
+}
+
+static int scenario_reentrant(const char *dir) {
+    (void)dir;
+    fulmen_collectives hook = store_collectives_table();
+    hook.group_new = reentrant_group_new;
+    hook.all_reduce = reentrant_all_reduce;
+    fulmen_accelerator_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.collectives = &hook; /* CPU devices (no get_parallel_devices) */
+    CHECK_OK(fulmen_accelerator_register("cpu_hooked", "CPU tensors, a vendor's collectives", &vt, false));
+    unsetenv("MASTER_ADDR");
+    unsetenv("MASTER_PORT");
+    CHECK_OK(train("cpu_hooked", "ddp", "1", RANK_BATCH, NULL, NULL));
+    CHECK(reentrant_calls > 0);
+    CHECK_OK(fulmen_distributed_shutdown(60));
+    return check_finish("reentrant");
+}
+
 /* ------------------------------------------------------ registration rules */
 
 static void expect_refused(const fulmen_collectives *hook, const char *why) {
@@ -209,6 +273,12 @@ static void check_registration(void) {
     hook = store_collectives_table();
     hook.struct_size = sizeof hook - 1;
     expect_refused(&hook, "struct_size too small");
+    /* Backends fulmen does not build are refused by name. */
+    fulmen_strategy *mpi = NULL;
+    CHECK_OK(fulmen_strategy_new("ddp", &mpi));
+    CHECK_ERR(fulmen_strategy_set(mpi, "process_group_backend", "mpi"), FULMEN_CODE_INVALID_ARGUMENT, "no \"mpi\"");
+    CHECK_ERR(fulmen_strategy_set(mpi, "process_group_backend", "Bad Name"), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    fulmen_strategy_free(mpi);
     /* A hook and process_group_backend naming another backend: refused. */
     hook = store_collectives_table();
     fulmen_accelerator_vtable vt;
@@ -287,6 +357,8 @@ int main(int argc, char **argv) {
         if (strcmp(s, "hook") == 0) return two_ranks(dir, "hook", true);
         if (strcmp(s, "staged") == 0) return two_ranks(dir, "staged", false);
         if (strcmp(s, "failing") == 0) return scenario_failing(dir);
+        if (strcmp(s, "named") == 0) return scenario_named(dir);
+        if (strcmp(s, "reentrant") == 0) return scenario_reentrant(dir);
         fprintf(stderr, "unknown scenario %s\n", s);
         return 2;
     }
@@ -304,6 +376,8 @@ int main(int argc, char **argv) {
     expect_same(dir, "reference.safetensors", "staged-rank0.safetensors");
     expect_same(dir, "staged-rank0.safetensors", "staged-rank1.safetensors");
     CHECK(run("failing", dir) == 0);
+    CHECK(run("named", dir) == 0);
+    CHECK(run("reentrant", dir) == 0);
 
     check_registration();
 

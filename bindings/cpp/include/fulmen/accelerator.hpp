@@ -300,7 +300,9 @@ public:
     virtual bool fp16_needs_loss_scaling() { return true; }
     /// Blocks until the work queued on `device` is done (the trainer asks
     /// before timing code reads a clock). Default: the device type's
-    /// backend.
+    /// backend. Called only when the type handed to register_accelerator
+    /// declares it (as parse_devices); the same holds for the generator
+    /// pair below.
     virtual void synchronize(Device device) { device_synchronize(device); }
     /// The state of `device`'s random generator, which checkpoints keep
     /// (at most FULMEN_MAX_RNG_STATE bytes). Default: libtorch's default
@@ -452,7 +454,8 @@ struct AcceleratorTrampolines {
         c.barrier = &barrier;
         return c;
     }
-    static fulmen_accelerator_vtable vtable(CustomAccelerator* acc, bool custom_parse) noexcept {
+    static fulmen_accelerator_vtable vtable(CustomAccelerator* acc, bool custom_parse, bool custom_sync,
+                                            bool custom_rng) noexcept {
         fulmen_accelerator_vtable vt{};
         vt.struct_size = sizeof vt;
         vt.userdata = acc;
@@ -466,9 +469,11 @@ struct AcceleratorTrampolines {
         vt.get_device_stats = &device_stats;
         vt.supports_dtype = &supports_dtype;
         vt.fp16_needs_loss_scaling = &fp16_needs_loss_scaling;
-        vt.synchronize = &synchronize;
-        vt.get_rng_state = &get_rng_state;
-        vt.set_rng_state = &set_rng_state;
+        // NULL unless overridden: fulmen's own defaults then (libtorch's,
+        // skipped with a warning where a backend has none).
+        vt.synchronize = custom_sync ? &synchronize : nullptr;
+        vt.get_rng_state = custom_rng ? &get_rng_state : nullptr;
+        vt.set_rng_state = custom_rng ? &set_rng_state : nullptr;
         return vt;
     }
 };
@@ -477,6 +482,20 @@ struct AcceleratorTrampolines {
 template <class T>
 constexpr bool declares_parse_devices() {
     return !std::is_same_v<decltype(&T::parse_devices), decltype(&CustomAccelerator::parse_devices)>;
+}
+
+/// Whether `T` (or a base between it and CustomAccelerator) declares synchronize.
+template <class T>
+constexpr bool declares_synchronize() {
+    return !std::is_same_v<decltype(&T::synchronize), decltype(&CustomAccelerator::synchronize)>;
+}
+
+/// Whether `T` (or a base between it and CustomAccelerator) declares
+/// rng_state or set_rng_state.
+template <class T>
+constexpr bool declares_rng_state() {
+    return !std::is_same_v<decltype(&T::rng_state), decltype(&CustomAccelerator::rng_state)> ||
+           !std::is_same_v<decltype(&T::set_rng_state), decltype(&CustomAccelerator::set_rng_state)>;
 }
 
 }  // namespace detail
@@ -492,7 +511,8 @@ void register_accelerator(const std::string& name, const std::string& descriptio
     if (!accelerator) throw Error(FULMEN_CODE_NULL_ARGUMENT, "register_accelerator: the accelerator is null");
     CustomAccelerator* acc = accelerator.get();
     const bool custom_parse = detail::declares_parse_devices<T>() || acc->custom_parse_devices();
-    fulmen_accelerator_vtable vt = detail::AcceleratorTrampolines::vtable(acc, custom_parse);
+    fulmen_accelerator_vtable vt = detail::AcceleratorTrampolines::vtable(
+        acc, custom_parse, detail::declares_synchronize<T>(), detail::declares_rng_state<T>());
     const std::string collectives_name = acc->collectives_name();
     fulmen_collectives collectives = detail::AcceleratorTrampolines::collectives(collectives_name);
     if (!collectives_name.empty()) vt.collectives = &collectives;  // copied by the registration

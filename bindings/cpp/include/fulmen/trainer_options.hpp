@@ -290,8 +290,9 @@ public:
     /// Sets `handle_signals` on a temporary and passes it on.
     Self&& handle_signals(bool v) && { return std::move(put("handle_signals", v)); }
 
-    /// `process_group_backend` (text; default none): "gloo", "nccl", or "none" = by device (gloo on
-    /// CPU, nccl on CUDA).
+    /// `process_group_backend` (text; default none): "gloo", "nccl", a custom accelerator's
+    /// collectives hook, or "none" = by device (gloo on CPU, nccl on CUDA, the accelerator's hook
+    /// when it has one).
     Self& process_group_backend(std::string_view v) & { return put("process_group_backend", v); }
     /// Sets `process_group_backend` on a temporary and passes it on.
     Self&& process_group_backend(std::string_view v) && { return std::move(put("process_group_backend", v)); }
