@@ -15,13 +15,25 @@ static inline fulmen_error *npu_count(void *ud, size_t *out) {
     return fulmen_device_count(FULMEN_DEVICE_TYPE_PRIVATE_USE1, out);
 }
 
+/* Device i of `type` for id i. */
+static inline void devices_of(int32_t type, const int64_t *ids, size_t n, fulmen_device *out) {
+    for (size_t i = 0; i < n; i++) {
+        out[i].device_type = type;
+        out[i].index = ids[i];
+    }
+}
+
 /* get_parallel_devices: PrivateUse1 device i for id i. */
 static inline fulmen_error *npu_parallel(void *ud, const int64_t *ids, size_t n, fulmen_device *out) {
     (void)ud;
-    for (size_t i = 0; i < n; i++) {
-        out[i].device_type = FULMEN_DEVICE_TYPE_PRIVATE_USE1;
-        out[i].index = ids[i];
-    }
+    devices_of(FULMEN_DEVICE_TYPE_PRIVATE_USE1, ids, n, out);
+    return NULL;
+}
+
+/* get_parallel_devices naming XPU devices (no XPU backend here). */
+static inline fulmen_error *xpu_parallel(void *ud, const int64_t *ids, size_t n, fulmen_device *out) {
+    (void)ud;
+    devices_of(FULMEN_DEVICE_TYPE_XPU, ids, n, out);
     return NULL;
 }
 

@@ -158,16 +158,6 @@ static fulmen_error *meta_devices(void *ud, const int64_t *ids, size_t n, fulmen
     return NULL;
 }
 
-/* An accelerator that names XPU devices (no XPU backend here). */
-static fulmen_error *xpu_devices(void *ud, const int64_t *ids, size_t n, fulmen_device *out) {
-    (void)ud;
-    for (size_t i = 0; i < n; i++) {
-        out[i].device_type = FULMEN_DEVICE_TYPE_XPU;
-        out[i].index = ids[i];
-    }
-    return NULL;
-}
-
 static void register_npu_accelerator(npu_state *s) {
     fulmen_accelerator_vtable vt;
     memset(&vt, 0, sizeof vt);
@@ -282,7 +272,7 @@ static void test_fit_on_device(void) {
     fulmen_accelerator_vtable xv;
     memset(&xv, 0, sizeof xv);
     xv.struct_size = sizeof xv;
-    xv.get_parallel_devices = xpu_devices;
+    xv.get_parallel_devices = xpu_parallel;
     CHECK_OK(fulmen_accelerator_register("xpuacc", "names XPU devices", &xv, false));
     fulmen_dataset *ds = fixture_blobs(64, 7, 2.0f);
     fulmen_loader *loader = fixture_loader(ds, 32, false, 0);
