@@ -1,6 +1,7 @@
 //! Reads the pickle of a `torch.save` file, limited to what
 //! `torch.load(weights_only=True)` accepts: dicts and OrderedDicts, lists,
-//! tuples, strings, numbers, booleans, None and tensors. Any other global,
+//! tuples, sets and frozensets, strings, bytes, numbers, booleans, None and
+//! tensors. Any other global,
 //! any other call and any other opcode is refused with a `Format` error and
 //! never run. Nothing is allocated in proportion to a number in the file:
 //! strings are bounded by the bytes left, the memo is a map, and a bound on
@@ -46,6 +47,11 @@ enum Global {
     Dtype(&'static str),
     /// `torch.device`, called with ("cuda", 0) or ("cpu",).
     Device,
+    /// `_codecs.encode(text, "latin1")`: bytes as pickle protocol 2 writes them.
+    CodecsEncode,
+    /// `set(list)` (protocol 2). `torch.load(weights_only=True)` refuses
+    /// `frozenset` and `bytes` as globals, and so does fulmen.
+    Set,
 }
 
 /// The dtype names `torch.load(weights_only=True)` accepts as globals.
@@ -89,6 +95,8 @@ fn global(module: &str, name: &str) -> Result<Global> {
         ("torch._utils", "_rebuild_parameter") => Ok(Global::RebuildParameter),
         ("torch", "Size") => Ok(Global::Size),
         ("torch", "device") => Ok(Global::Device),
+        ("_codecs", "encode") => Ok(Global::CodecsEncode),
+        ("builtins" | "__builtin__", "set") => Ok(Global::Set),
         ("torch", "FloatStorage") => storage(Kind::Float),
         ("torch", "DoubleStorage") => storage(Kind::Double),
         ("torch", "HalfStorage") => storage(Kind::Half),
@@ -100,8 +108,8 @@ fn global(module: &str, name: &str) -> Result<Global> {
         ("torch", "ByteStorage") => storage(Kind::Uint8),
         ("torch", "BoolStorage") => storage(Kind::Bool),
         _ => Err(Error::format(format!(
-            "global {module}.{name} is outside the safe subset (dicts, lists, tuples, numbers, strings and \
-             tensors); it is not loaded"
+            "global {module}.{name} is outside the safe subset (dicts, lists, tuples, sets, numbers, strings, \
+             bytes and tensors); it is not loaded"
         ))),
     }
 }
@@ -116,10 +124,14 @@ enum Item {
     Int(i64),
     Float(f64),
     Str(Rc<str>),
+    Bytes(Rc<[u8]>),
     Tuple(Rc<Vec<Item>>, Shape),
     List(Vec<Item>, Shape),
+    /// A set or frozenset, in the order its items came (filled in place by
+    /// ADDITEMS, as a list by APPENDS).
+    Set(Vec<Item>, Shape),
     Dict(Vec<(Item, Item)>, Shape),
-    /// A finished list or dict the memo holds, so BINGET can give it again
+    /// A finished list, set or dict the memo holds, so BINGET can give it again
     /// (as SequentialLR's state shares `_last_lr`); it is not filled any more.
     Shared(Rc<Item>, Shape),
     Tensor(Rc<Tensor>),
@@ -137,8 +149,9 @@ struct Shape {
 impl Item {
     fn shape(&self) -> Shape {
         match self {
-            Item::Tuple(_, s) | Item::List(_, s) | Item::Dict(_, s) | Item::Shared(_, s) => *s,
+            Item::Tuple(_, s) | Item::List(_, s) | Item::Set(_, s) | Item::Dict(_, s) | Item::Shared(_, s) => *s,
             Item::Str(s) => Shape { values: 1 + s.len() as u64 / 8, depth: 0 },
+            Item::Bytes(b) => Shape { values: 1 + b.len() as u64 / 8, depth: 0 },
             _ => Shape { values: 1, depth: 0 },
         }
     }
@@ -278,6 +291,19 @@ impl<S: Storages> Reader<'_, S> {
     /// The items since the last MARK, which is removed.
     fn pop_mark(&mut self) -> Result<Vec<Item>> {
         let m = self.marks.pop().ok_or_else(|| self.bad("no MARK"))?;
+        Ok(self.take_from(m))
+    }
+
+    /// The top `n` items (the caller checked they are above the mark).
+    fn take_top(&mut self, n: usize) -> Vec<Item> {
+        let m = self.stack.len() - n;
+        self.take_from(m)
+    }
+
+    /// The items from stack place `m` on, memoized lists, sets and dicts
+    /// among them finished (a TUPLE1 of a memoized list, as protocol 2
+    /// writes `set([...])`'s arguments).
+    fn take_from(&mut self, m: usize) -> Vec<Item> {
         let mut items = self.stack.split_off(m);
         for (at, keys) in self.pending.split_off(&m) {
             if let Some(slot) = items.get_mut(at - m) {
@@ -285,7 +311,7 @@ impl<S: Storages> Reader<'_, S> {
                 *slot = self.finish(item, keys);
             }
         }
-        Ok(items)
+        items
     }
 
     fn tuple(&mut self, items: Vec<Item>) -> Result<()> {
@@ -324,7 +350,7 @@ impl<S: Storages> Reader<'_, S> {
         // they leave the stack.
         let at = self.stack.len().checked_sub(1).ok_or_else(|| self.bad("MEMOIZE on an empty stack"))?;
         let item = match self.top()? {
-            Item::List(..) | Item::Dict(..) => {
+            Item::List(..) | Item::Set(..) | Item::Dict(..) => {
                 self.pending.entry(at).or_default().push(key);
                 self.pending_at.insert(key, at);
                 return Ok(());
@@ -337,8 +363,16 @@ impl<S: Storages> Reader<'_, S> {
 
     fn append(&mut self, items: Vec<Item>) -> Result<()> {
         let bad = self.bad("APPEND to something that is not a list");
-        match self.top()? {
-            Item::List(v, s) => {
+        self.extend(items, false, bad)
+    }
+    fn add_items(&mut self, items: Vec<Item>) -> Result<()> {
+        let bad = self.bad("ADDITEMS to something that is not a set");
+        self.extend(items, true, bad)
+    }
+    /// Adds `items` to the list (or, with `set`, the set) on top.
+    fn extend(&mut self, items: Vec<Item>, set: bool, bad: Error) -> Result<()> {
+        match (self.top()?, set) {
+            (Item::List(v, s), false) | (Item::Set(v, s), true) => {
                 for it in items {
                     *s = grow(*s, it.shape());
                     v.push(it);
@@ -394,6 +428,27 @@ impl<S: Storages> Reader<'_, S> {
                 Some(Item::Tensor(t)) => Item::Tensor(Rc::clone(t)),
                 _ => return Err(self.bad("_rebuild_parameter takes a tensor")),
             },
+            Item::Global(Global::CodecsEncode) => match args.as_slice() {
+                [Item::Str(text), Item::Str(codec)] if &**codec == "latin1" || &**codec == "latin-1" => {
+                    let bytes: Option<Vec<u8>> = text.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect();
+                    let bytes = bytes.ok_or_else(|| self.bad("_codecs.encode: a character beyond latin-1"))?;
+                    Item::Bytes(Rc::from(bytes))
+                }
+                _ => return Err(self.bad("_codecs.encode takes a string and \"latin1\"")),
+            },
+            Item::Global(Global::Set) => {
+                let items: Vec<Item> = match args.as_slice() {
+                    [] => Vec::new(),
+                    [one] => match unshared(one) {
+                        Item::List(v, _) | Item::Set(v, _) => v.clone(),
+                        Item::Tuple(t, _) => t.to_vec(),
+                        _ => return Err(self.bad("set takes a list")),
+                    },
+                    _ => return Err(self.bad("set takes at most one list")),
+                };
+                let s = container_shape(items.iter().map(Item::shape));
+                Item::Set(items, s)
+            }
             other => return Err(self.bad(format!("calling {other:?} is outside the safe subset"))),
         };
         self.push(item)
@@ -533,6 +588,26 @@ impl<S: Storages> Reader<'_, S> {
                     let s = self.string(n)?;
                     self.push(s)?
                 }
+                b'C' | b'B' | 0x8e => {
+                    let n = match op {
+                        b'C' => u64::from(self.byte()?),
+                        b'B' => u64::from(self.u32()?),
+                        _ => self.u64()?,
+                    };
+                    let n = usize::try_from(n).map_err(|_| self.bad("bytes too long"))?;
+                    let b = Rc::from(self.take(n)?);
+                    self.push(Item::Bytes(b))?
+                }
+                0x8f => self.push(Item::Set(Vec::new(), Shape { values: 1, depth: 1 }))?,
+                0x90 => {
+                    let items = self.pop_mark()?;
+                    self.add_items(items)?
+                }
+                0x91 => {
+                    let items = self.pop_mark()?;
+                    let s = container_shape(items.iter().map(Item::shape));
+                    self.push(Item::Set(items, s))?
+                }
                 b']' => self.push(Item::List(Vec::new(), Shape { values: 1, depth: 1 }))?,
                 b'}' => self.push(Item::Dict(Vec::new(), Shape { values: 1, depth: 1 }))?,
                 b')' => self.tuple(Vec::new())?,
@@ -542,7 +617,7 @@ impl<S: Storages> Reader<'_, S> {
                     if self.stack.len() < floor + n {
                         return Err(self.bad("stack underflow"));
                     }
-                    let items = self.stack.split_off(self.stack.len() - n);
+                    let items = self.take_top(n);
                     self.tuple(items)?
                 }
                 b't' => {
@@ -663,6 +738,8 @@ fn to_value(item: Item) -> Result<Value> {
         Item::Int(i) => Value::Int(i),
         Item::Float(f) => Value::Float(f),
         Item::Str(s) => Value::Str(s.to_string()),
+        Item::Bytes(b) => Value::Bytes(b.to_vec()),
+        Item::Set(v, _) => Value::Set(v.into_iter().map(to_value).collect::<Result<_>>()?),
         Item::Tuple(t, _) => Value::Tuple(t.iter().cloned().map(to_value).collect::<Result<_>>()?),
         Item::List(v, _) => Value::List(v.into_iter().map(to_value).collect::<Result<_>>()?),
         Item::Dict(v, _) => {

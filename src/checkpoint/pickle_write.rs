@@ -126,6 +126,30 @@ impl Writer {
                 self.out.extend_from_slice(&f.to_be_bytes());
             }
             Value::Str(s) => self.str(s)?,
+            // As protocol 2 writes them (what torch.save writes):
+            // _codecs.encode(latin-1 text, "latin1") and set([...]).
+            Value::Bytes(b) => {
+                self.global("_codecs", "encode");
+                self.out.push(b'(');
+                let text: String = b.iter().map(|x| char::from(*x)).collect();
+                self.str(&text)?;
+                self.str("latin1")?;
+                self.out.extend_from_slice(b"tR");
+            }
+            Value::Set(items) => {
+                if items.iter().any(|k| matches!(k, Value::List(_) | Value::Dict(_) | Value::Set(_) | Value::Tensor(_)))
+                {
+                    return Err(Error::invalid(
+                        "torch.save: a set's items must be hashable (not a list, dict, set or tensor)",
+                    ));
+                }
+                self.global("__builtin__", "set");
+                self.out.extend_from_slice(b"(](");
+                for it in items {
+                    self.value(it, depth + 1)?;
+                }
+                self.out.extend_from_slice(b"etR");
+            }
             Value::Tuple(items) => {
                 self.out.push(b'(');
                 for it in items {
@@ -143,9 +167,9 @@ impl Writer {
             Value::Dict(entries) => {
                 self.out.extend_from_slice(b"}(");
                 for (k, val) in entries {
-                    if matches!(k, Value::List(_) | Value::Dict(_) | Value::Tensor(_)) {
+                    if matches!(k, Value::List(_) | Value::Dict(_) | Value::Set(_) | Value::Tensor(_)) {
                         return Err(Error::invalid(
-                            "torch.save: a dict key must be hashable (not a list, dict or tensor)",
+                            "torch.save: a dict key must be hashable (not a list, dict, set or tensor)",
                         ));
                     }
                     self.value(k, depth + 1)?;

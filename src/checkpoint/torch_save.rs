@@ -27,6 +27,10 @@ pub enum Value {
     Float(f64),
     /// A str.
     Str(String),
+    /// A bytes object.
+    Bytes(Vec<u8>),
+    /// A set or frozenset (its items in the order the file has them).
+    Set(Vec<Value>),
     /// A list.
     List(Vec<Value>),
     /// A tuple (also a torch.Size).

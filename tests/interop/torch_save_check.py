@@ -2,7 +2,8 @@
 against the real thing (tests/interop/torch_save_interop.c is the C side):
 
 - a `torch.save(model.state_dict())` file loads into fulmen, which then
-  predicts what PyTorch predicts;
+  predicts what PyTorch predicts, also saved in a dict beside bytes and a
+  set;
 - a checkpoint from Lightning's own Trainer (its `model.` attribute prefix
   included) loads into fulmen, which predicts what the LightningModule does;
 - fulmen's `.pt` file reads back with `torch.load(weights_only=True)` equal
@@ -51,6 +52,16 @@ def main():
     got = fulmen_predict(a.binary, path, x, a.work)
     diff = (got - want).abs().max().item()
     print(f"torch.save state_dict -> fulmen: max |difference| = {diff:.3g}")
+    assert diff < 1e-6, diff
+
+    # 1b. The same beside bytes and sets, as torch.save writes them
+    # (_codecs.encode and set, which torch.load(weights_only=True) accepts).
+    path = os.path.join(a.work, "with_extras.pt")
+    torch.save({"model_state_dict": m.state_dict(), "blob": b"\x00\xffab", "tags": {"mlp", "demo"}}, path)
+    torch.load(path, weights_only=True)
+    got = fulmen_predict(a.binary, path, x, a.work)
+    diff = (got - want).abs().max().item()
+    print(f"torch.save with bytes and a set -> fulmen: max |difference| = {diff:.3g}")
     assert diff < 1e-6, diff
 
     # 2. A checkpoint of Lightning's own Trainer.

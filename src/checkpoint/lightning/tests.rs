@@ -291,6 +291,8 @@ fn clone(v: &Value) -> Value {
         Value::Int(i) => Value::Int(*i),
         Value::Float(f) => Value::Float(*f),
         Value::Str(s) => Value::Str(s.clone()),
+        Value::Bytes(b) => Value::Bytes(b.clone()),
+        Value::Set(l) => Value::Set(l.iter().map(clone).collect()),
         Value::List(l) => Value::List(l.iter().map(clone).collect()),
         Value::Tuple(l) => Value::Tuple(l.iter().map(clone).collect()),
         Value::Dict(e) => Value::Dict(e.iter().map(|(k, v)| (clone(k), clone(v))).collect()),

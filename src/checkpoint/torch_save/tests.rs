@@ -243,3 +243,51 @@ fn a_finished_list_read_twice_is_shared() {
         assert!(matches!(item, Value::List(l) if matches!(l.as_slice(), [Value::Int(1)])), "{item:?}");
     }
 }
+
+#[test]
+fn bytes_and_sets_as_torch_save_writes_them() {
+    // torch.save({'b': b'ab\xffc', 's': {1, 2}}): protocol 2's
+    // _codecs.encode(text, 'latin1') and __builtin__.set([...]).
+    let p = b"\x80\x02}q\x00(X\x01\x00\x00\x00bq\x01c_codecs\nencode\nq\x02X\x05\x00\x00\x00ab\xc3\xbfcq\x03X\x06\x00\x00\x00latin1q\x04\x86q\x05Rq\x06X\x01\x00\x00\x00sq\x07c__builtin__\nset\nq\x08]q\x09(K\x01K\x02e\x85q\x0aRq\x0bu.";
+    let v = read_bytes(&archive_with_pickle(p, &[]), "python").unwrap();
+    assert!(matches!(v.get("b"), Some(Value::Bytes(b)) if b == b"ab\xffc"));
+    assert!(matches!(v.get("s"), Some(Value::Set(s)) if matches!(s[..], [Value::Int(1), Value::Int(2)])));
+    // Protocol 3+ opcodes: SHORT_BINBYTES, BINBYTES, EMPTY_SET + ADDITEMS, FROZENSET.
+    let p = b"\x80\x04\x95\x00\x00\x00\x00\x00\x00\x00\x00(C\x02hiB\x01\x00\x00\x00!\x8f(K\x07\x90(K\x08\x91t.";
+    let v = read_bytes(&archive_with_pickle(p, &[]), "opcodes").unwrap();
+    let Value::Tuple(t) = v else { panic!("not a tuple") };
+    assert!(matches!(&t[0], Value::Bytes(b) if b == b"hi"));
+    assert!(matches!(&t[1], Value::Bytes(b) if b == b"!"));
+    assert!(matches!(&t[2], Value::Set(s) if matches!(s[..], [Value::Int(7)])));
+    assert!(matches!(&t[3], Value::Set(s) if matches!(s[..], [Value::Int(8)])));
+    // Written back as torch.save writes them, and read again.
+    let value = Value::Dict(vec![
+        (Value::Str("b".into()), Value::Bytes(vec![0, 0x7f, 0x80, 0xff])),
+        (Value::Str("e".into()), Value::Bytes(Vec::new())),
+        (Value::Str("s".into()), Value::Set(vec![Value::Str("x".into()), Value::Int(3)])),
+    ]);
+    let back = read_bytes(&to_bytes(&value).unwrap(), "round trip").unwrap();
+    assert!(matches!(back.get("b"), Some(Value::Bytes(b)) if b == &[0, 0x7f, 0x80, 0xff]));
+    assert!(matches!(back.get("e"), Some(Value::Bytes(b)) if b.is_empty()));
+    assert!(matches!(back.get("s"), Some(Value::Set(s)) if s.len() == 2));
+    // An unhashable set item is not written.
+    assert!(to_bytes(&Value::Set(vec![Value::List(Vec::new())])).is_err());
+}
+
+#[test]
+fn hostile_bytes_and_sets_are_refused() {
+    // What torch.load(weights_only=True) refuses, fulmen refuses.
+    refused(b"\x80\x02c__builtin__\nfrozenset\n)R.", &[], "frozenset is outside");
+    refused(b"\x80\x02c__builtin__\nbytes\n)R.", &[], "bytes is outside");
+    // Lengths past the data: truncated, nothing allocated.
+    refused(b"\x80\x04B\xff\xff\xff\xff.", &[], "truncated");
+    refused(b"\x80\x04\x8e\xff\xff\xff\xff\xff\xff\xff\x7f.", &[], "truncated");
+    // _codecs.encode with another codec, or a character beyond latin-1.
+    refused(b"\x80\x02c_codecs\nencode\nX\x01\x00\x00\x00aX\x05\x00\x00\x00utf-8\x86R.", &[], "latin1");
+    refused(b"\x80\x02c_codecs\nencode\nX\x02\x00\x00\x00\xc4\x80X\x06\x00\x00\x00latin1\x86R.", &[], "beyond latin-1");
+    // ADDITEMS to a list, APPENDS to a set.
+    refused(b"\x80\x04](K\x01\x90.", &[], "not a set");
+    refused(b"\x80\x04\x8f(K\x01e.", &[], "not a list");
+    // A set that contains itself.
+    refused(b"\x80\x04\x8fq\x00(h\x00\x90.", &[], "not a set");
+}
