@@ -304,6 +304,9 @@ func fitDTypes(t *testing.T, acc *fulmen.Accelerator, kv ...string) (*fulmen.Tra
 		ok(t, o.Set(kv[i], kv[i+1]))
 	}
 	trainer := must(fulmen.NewTrainer(o))
+	if fitWithThroughput {
+		ok(t, trainer.AddThroughputMonitor(4, ""))
+	}
 	data := blobDataset(t, 128, 1)
 	defer data.Close()
 	loader := must(fulmen.NewLoader(data, fulmen.LoaderOptions{BatchSize: 16, Shuffle: true}))
@@ -333,6 +336,9 @@ func fitDTypes(t *testing.T, acc *fulmen.Accelerator, kv ...string) (*fulmen.Tra
 
 // fitRunOptions are given to the Fit of fitWith (a resume, say).
 var fitRunOptions []fulmen.RunOption
+
+// fitWithThroughput adds a ThroughputMonitor to the trainer of fitWith.
+var fitWithThroughput bool
 
 func TestCustomAcceleratorTrains(t *testing.T) {
 	noLeaks(t)

@@ -203,9 +203,14 @@ func customDevice(t *testing.T) {
 	ok(t, fulmen.RegisterAccelerator("npu_rng", "a vendor generator", v, false))
 	defer fulmen.UnregisterAccelerator("npu_rng")
 	root := t.TempDir()
+	fitWithThroughput = true // it synchronizes the device before reading its clock
 	first, err := fitWith(t, nil, "accelerator", "npu_rng", "devices", "1", "enable_checkpointing", "true", "default_root_dir", root)
+	fitWithThroughput = false
 	first.Close()
 	ok(t, err)
+	if v.syncs < 16 { // 8 batches an epoch, 2 epochs
+		t.Fatalf("Synchronize ran %d times", v.syncs)
+	}
 	v.state = 99
 	fitRunOptions = []fulmen.RunOption{fulmen.CkptPath("last")}
 	resumed, err := fitWith(t, nil, "accelerator", "npu_rng", "devices", "1", "max_epochs", "3",
