@@ -249,11 +249,19 @@ type DataSource struct {
 	// inputs, then targets, each with first dimension len(indices)).
 	// Tensors it creates are released after it returns. Required.
 	GetBatch func(indices []int64, b *BatchBuilder) error
+	// AnyThread lets loaders with NumWorkers > 0 call GetBatch on their
+	// worker threads, one call at a time, so reading overlaps training
+	// (the vtable's any_thread). GetBatch then runs outside the goroutine
+	// that called Fit: it must not depend on that goroutine, its error is
+	// not attached as the cause of Fit's, and the trainer's
+	// callback_timeout does not apply. Without it, loaders with workers
+	// refuse the dataset.
+	AnyThread bool
 }
 
 // NewSourceDataset creates a dataset whose samples src provides. Its
 // functions run on the goroutine that iterates the loader (the one that
-// called Fit, ...).
+// called Fit, ...), or with AnyThread on a loader's worker threads.
 func NewSourceDataset(src DataSource) (*Dataset, error) {
 	if src.Len == nil || src.GetBatch == nil {
 		return nil, &Error{Code: CodeInvalidArgument, Message: "DataSource.Len and DataSource.GetBatch are required"}
@@ -262,7 +270,7 @@ func NewSourceDataset(src DataSource) (*Dataset, error) {
 	h := cgo.NewHandle(&s)
 	var out *C.fulmen_dataset
 	err := withCallbacks(context.Background(), func() *C.fulmen_error {
-		return C.fulmen_go_dataset_from_source(C.uintptr_t(h), &out)
+		return C.fulmen_go_dataset_from_source(C.uintptr_t(h), C.bool(s.AnyThread), &out)
 	})
 	if err != nil {
 		h.Delete() // the library does not call userdata_free on failure
@@ -287,7 +295,8 @@ type LoaderOptions struct {
 	// NumWorkers is the number of threads that read batches ahead of the
 	// loop, in the loader's order (torch's num_workers; 0: the loop's
 	// goroutine reads them; at most 64). A Go DataSource is read on the
-	// loop's goroutine: loaders over one refuse workers.
+	// loop's goroutine unless its AnyThread is set: loaders over one
+	// without it refuse workers.
 	NumWorkers int
 	// PrefetchFactor is the number of batches each worker reads ahead
 	// (torch's prefetch_factor; 1 to 64; 0 means the default, 2).

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	fulmen "github.com/fulmen-ml/fulmen/bindings/go"
@@ -303,7 +304,7 @@ func TestSourceDataset(t *testing.T) {
 		t.Fatalf("empty source: %v", err)
 	}
 	// Loader workers read datasets fulmen reads itself; a Go source is read
-	// on the loop's goroutine.
+	// on the loop's goroutine unless it sets AnyThread (TestSourceWorkers).
 	if _, err := fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 2, NumWorkers: 2}); !errors.Is(err,
 		fulmen.ErrInvalidArgument) {
 		t.Fatalf("workers over a Go source: %v", err)
@@ -313,6 +314,44 @@ func TestSourceDataset(t *testing.T) {
 		t.Fatalf("negative workers: %v", err)
 	}
 	ok(t, ds.Close())
+}
+
+// A Go source with AnyThread is read by the loader's worker threads, and
+// gives the batches it gives without them.
+func TestSourceWorkers(t *testing.T) {
+	noLeaks(t)
+	var calls atomic.Int64
+	src := fulmen.DataSource{
+		Len: func() (int, error) { return 40, nil },
+		GetBatch: func(idx []int64, b *fulmen.BatchBuilder) error {
+			calls.Add(1)
+			v := make([]float32, len(idx))
+			for i, x := range idx {
+				v[i] = float32(x)
+			}
+			x, err := fulmen.FromSlice(v, int64(len(idx)), 1)
+			if err != nil {
+				return err
+			}
+			return b.Push(x)
+		},
+		AnyThread: true,
+	}
+	ds := must(fulmen.NewSourceDataset(src))
+	defer ds.Close()
+	plain := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 3, Shuffle: true, Seed: 5}))
+	defer plain.Close()
+	workers := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 3, Shuffle: true, Seed: 5, NumWorkers: 3}))
+	defer workers.Close()
+	want := batchesOf(t, plain)
+	before := calls.Load()
+	got := batchesOf(t, workers)
+	if !reflect.DeepEqual(got, want) || len(got) != 14 {
+		t.Fatalf("with workers %v, without %v", got, want)
+	}
+	if calls.Load()-before != 14 {
+		t.Fatalf("%d GetBatch calls for 14 batches", calls.Load()-before)
+	}
 }
 
 func TestIteratorLoader(t *testing.T) {

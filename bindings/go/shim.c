@@ -56,7 +56,7 @@ static fulmen_error *source_get_batch(void *ud, const int64_t *indices, size_t n
     return fulmenGoSourceGetBatch((uintptr_t)ud, (int64_t *)indices, n, batch);
 }
 
-fulmen_error *fulmen_go_dataset_from_source(uintptr_t handle, fulmen_dataset **out) {
+fulmen_error *fulmen_go_dataset_from_source(uintptr_t handle, bool any_thread, fulmen_dataset **out) {
     fulmen_data_source_vtable vt;
     memset(&vt, 0, sizeof vt);
     vt.struct_size = sizeof vt;
@@ -64,6 +64,7 @@ fulmen_error *fulmen_go_dataset_from_source(uintptr_t handle, fulmen_dataset **o
     vt.userdata_free = free_handle;
     vt.len = source_len;
     vt.get_batch = source_get_batch;
+    vt.any_thread = any_thread;
     return fulmen_dataset_from_source(&vt, out);
 }
 

@@ -19,7 +19,7 @@ enum {
 
 fulmen_error *fulmen_go_module_new(uintptr_t handle, unsigned slots, const fulmen_model *model,
                                    fulmen_lightning_module **out);
-fulmen_error *fulmen_go_dataset_from_source(uintptr_t handle, fulmen_dataset **out);
+fulmen_error *fulmen_go_dataset_from_source(uintptr_t handle, bool any_thread, fulmen_dataset **out);
 fulmen_error *fulmen_go_loader_from_iterator(uintptr_t handle, bool has_reset, int64_t num_batches,
                                              fulmen_loader **out);
 fulmen_error *fulmen_go_trainer_add_callback(fulmen_trainer *trainer, const char *name, uintptr_t handle);
