@@ -1649,7 +1649,8 @@ typedef struct fulmen_data_source_vtable {
    * true: `get_batch` may run on a loader's worker threads
    * (`num_workers` > 0), one call at a time, so reading overlaps
    * training; false (default): loaders with workers refuse this dataset.
-   * A worker's call has no `callback_timeout`. The batches equal those
+   * A worker's call is bound by the running trainer's `callback_timeout`
+   * as a call on the loop's thread is. The batches equal those
    * without workers when `get_batch` depends only on its indices; one
    * that draws from torch's global generator (random augmentation) gets
    * draws in an order that varies from run to run. (Appended: a vtable

@@ -252,9 +252,9 @@ type DataSource struct {
 	// AnyThread lets loaders with NumWorkers > 0 call GetBatch on their
 	// worker threads, one call at a time, so reading overlaps training
 	// (the vtable's any_thread). GetBatch then runs outside the goroutine
-	// that called Fit: it must not depend on that goroutine, its error is
-	// not attached as the cause of Fit's, and the trainer's
-	// callback_timeout does not apply. Without it, loaders with workers
+	// that called Fit: it must not depend on that goroutine, and its error
+	// is not attached as the cause of Fit's (the trainer's
+	// callback_timeout still applies). Without it, loaders with workers
 	// refuse the dataset.
 	AnyThread bool
 }

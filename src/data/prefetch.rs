@@ -30,11 +30,14 @@ impl Prefetcher {
         let (len, prefetch) = (loader.len(), loader.options().prefetch_factor);
         let count = loader.options().num_workers.min(len).max(1);
         let stop = Arc::new(AtomicBool::new(false));
+        // Host sources read on the workers keep the run's callback limit.
+        let timeout = crate::trainer::run_settings::callback_timeout();
         let mut this = Prefetcher { queues: Vec::with_capacity(count), workers: Vec::new(), stop, next: 0, len };
         for w in 0..count {
             let (tx, rx) = sync_channel(prefetch.max(1));
             let (loader, stop) = (loader.clone(), Arc::clone(&this.stop));
             let spawned = std::thread::Builder::new().name(format!("fulmen-loader-{w}")).spawn(move || {
+                crate::trainer::run_settings::inherit_callback_timeout(timeout);
                 let mut b = w;
                 while b < len && !stop.load(Ordering::Relaxed) {
                     let batch = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loader.get(epoch, b)))

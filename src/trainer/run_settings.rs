@@ -19,6 +19,12 @@ pub fn callback_timeout() -> Option<Duration> {
     CALLBACK_TIMEOUT.with(Cell::get)
 }
 
+/// Gives a thread the run's callback limit: a loader worker's host calls
+/// are bound as the loop's are. For threads fulmen starts for one run.
+pub fn inherit_callback_timeout(limit: Option<Duration>) {
+    CALLBACK_TIMEOUT.with(|c| c.set(limit));
+}
+
 /// The settings of one run; dropping it restores the previous ones.
 pub(crate) struct RunSettings {
     timeout: Option<Duration>,

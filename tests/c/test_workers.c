@@ -31,6 +31,7 @@ typedef struct {
     pthread_t main;
     atomic_int calls, off_main, inside, overlapped;
     int64_t fail_at;
+    long sleep_ms; /* each call takes this long */
 } source;
 
 static fulmen_error *source_len(void *ud, size_t *n) { return fulmen_dataset_len(((source *)ud)->inner, n); }
@@ -40,6 +41,10 @@ static fulmen_error *source_get(void *ud, const int64_t *indices, size_t n, fulm
     if (atomic_fetch_add(&s->inside, 1) != 0) atomic_fetch_add(&s->overlapped, 1);
     atomic_fetch_add(&s->calls, 1);
     if (!pthread_equal(pthread_self(), s->main)) atomic_fetch_add(&s->off_main, 1);
+    if (s->sleep_ms > 0) {
+        struct timespec ts = {0, s->sleep_ms * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     fulmen_error *e = NULL;
     for (size_t i = 0; i < n && e == NULL; i++)
         if (indices[i] == s->fail_at) e = fulmen_error_new(FULMEN_CODE_CALLBACK, "sample unreadable");
@@ -78,12 +83,15 @@ static fulmen_loader *loader_with(fulmen_dataset *ds, size_t workers, size_t pre
 
 /* Fits a fresh MLP (seeded) for 2 epochs on `loader`; NULL error or the
  * fit's error code in *code. */
+static const char *callback_timeout = NULL; /* the trainer's, when set */
+
 static fulmen_model *fit_on(fulmen_loader *loader, const char *limit, int *code) {
     CHECK_OK(fulmen_manual_seed(7));
     state st = {.model = fixture_mlp(8, 0)};
     fulmen_lightning_module *m = fixture_module(st.model, &st, step, NULL);
     fulmen_trainer_options *o = fixture_options(NULL, 2);
     if (limit != NULL) CHECK_OK(fulmen_trainer_options_set(o, "limit_train_batches", limit));
+    if (callback_timeout != NULL) CHECK_OK(fulmen_trainer_options_set(o, "callback_timeout", callback_timeout));
     fulmen_trainer *t = NULL;
     CHECK_OK(fulmen_trainer_new(o, &t));
     fulmen_trainer_options_free(o);
@@ -140,6 +148,17 @@ int main(void) {
     nanosleep(&pause, NULL);
     CHECK(atomic_load(&s.calls) == after);
     fulmen_model_free(early);
+    fulmen_loader_free(l);
+
+    /* a worker's call is bound by the trainer's callback_timeout */
+    s.sleep_ms = 30;
+    callback_timeout = "0.005";
+    l = loader_with(relaxed, 2, 2);
+    fulmen_model *slow = fit_on(l, NULL, &code);
+    CHECK(code == FULMEN_CODE_CALLBACK);
+    callback_timeout = NULL;
+    s.sleep_ms = 0;
+    fulmen_model_free(slow);
     fulmen_loader_free(l);
 
     /* an unreadable sample fails the fit with the host's error, in order */

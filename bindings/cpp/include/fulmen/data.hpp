@@ -123,9 +123,10 @@ struct DataSource {
     std::function<void(Indices indices, BatchBuilder& batch)> get_batch;
     /// true: `get_batch` may run on a loader's worker thread (num_workers >
     /// 0), one call at a time; an exception it throws there reaches fit as
-    /// a fulmen::Error with its message; random draws from torch's generator
-    /// there come in an order that varies. false: loaders with workers
-    /// refuse this dataset.
+    /// a fulmen::Error with its message; the trainer's callback_timeout
+    /// bounds it as on the loop's thread; random draws from torch's
+    /// generator there come in an order that varies. false: loaders with
+    /// workers refuse this dataset.
     bool any_thread = false;
 };
 
