@@ -23,6 +23,7 @@ pub mod precision;
 mod shim;
 pub mod strategies;
 pub mod tensor;
+mod thread_token;
 pub mod trainer;
 pub mod tuner;
 

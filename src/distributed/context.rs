@@ -7,6 +7,7 @@ use super::group::{ProcessGroup, Rendezvous};
 use super::launcher::{free_port, launcher_gone, threads_per_process, Children, LaunchPlan};
 use crate::error::{Error, ErrorCode, Result};
 use crate::tensor::device::DeviceType;
+use crate::thread_token::thread_token;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -136,13 +137,6 @@ static JOINING: Mutex<()> = Mutex::new(());
 
 /// The thread inside `join` (its token), 0 when none.
 static JOINING_THREAD: AtomicUsize = AtomicUsize::new(0);
-
-fn thread_token() -> usize {
-    thread_local! {
-        static TOKEN: u8 = const { 0 };
-    }
-    TOKEN.with(|t| std::ptr::from_ref(t) as usize)
-}
 
 /// Clears JOINING_THREAD when the join ends.
 struct JoiningHere;

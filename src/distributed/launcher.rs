@@ -32,6 +32,12 @@ struct Watch {
     stop: bool,
 }
 
+/// How a child that ended, ended: the first failure, else the first to end.
+fn first_ended(watch: &Mutex<Watch>) -> Option<String> {
+    let w = watch.lock().unwrap_or_else(|p| p.into_inner());
+    w.failure.clone().or_else(|| w.finished.first().map(|(_, _, how)| how.clone()))
+}
+
 /// The child processes of this launcher and their watcher thread.
 pub struct Children {
     procs: Arc<Mutex<Vec<(usize, Child)>>>,
@@ -121,18 +127,14 @@ impl Children {
     /// The first child that has ended, successfully or not: before the
     /// rendezvous completes, any ended child means the job cannot form.
     pub fn ended(&self) -> Option<String> {
-        let w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
-        w.finished.first().map(|(_, _, how)| how.clone())
+        first_ended(&self.watch)
     }
 
     /// [`Children::ended`] as a closure that outlives this borrow (for a
     /// collectives hook's store, which waits in slices).
     pub fn probe(&self) -> std::sync::Arc<dyn Fn() -> Option<String> + Send + Sync> {
         let watch = Arc::clone(&self.watch);
-        std::sync::Arc::new(move || {
-            let w = watch.lock().unwrap_or_else(|p| p.into_inner());
-            w.failure.clone().or_else(|| w.finished.first().map(|(_, _, how)| how.clone()))
-        })
+        std::sync::Arc::new(move || first_ended(&watch))
     }
 
     /// The first failure of a child, if any.

@@ -671,7 +671,16 @@ pub unsafe extern "C" fn fulmen_accelerator_register(
         let appended = std::mem::offset_of!(fulmen_accelerator_vtable, supports_dtype);
         check_struct_size(v.struct_size, appended, "fulmen_accelerator_vtable")?;
         let slot = std::mem::size_of::<Option<unsafe extern "C" fn()>>();
-        let has = |offset: usize| v.struct_size >= offset + slot;
+        // An appended slot the host's vtable ends before reads as NULL.
+        macro_rules! appended {
+            ($field:ident) => {
+                if v.struct_size >= std::mem::offset_of!(fulmen_accelerator_vtable, $field) + slot {
+                    v.$field
+                } else {
+                    Default::default()
+                }
+            };
+        }
         let copy = VtableCopy {
             is_available: v.is_available,
             auto_device_count: v.auto_device_count,
@@ -680,27 +689,11 @@ pub unsafe extern "C" fn fulmen_accelerator_register(
             setup_device: v.setup_device,
             teardown: v.teardown,
             get_device_stats: v.get_device_stats,
-            supports_dtype: if has(appended) { v.supports_dtype } else { None },
-            fp16_needs_loss_scaling: if has(std::mem::offset_of!(fulmen_accelerator_vtable, fp16_needs_loss_scaling)) {
-                v.fp16_needs_loss_scaling
-            } else {
-                None
-            },
-            synchronize: if has(std::mem::offset_of!(fulmen_accelerator_vtable, synchronize)) {
-                v.synchronize
-            } else {
-                None
-            },
-            get_rng_state: if has(std::mem::offset_of!(fulmen_accelerator_vtable, get_rng_state)) {
-                v.get_rng_state
-            } else {
-                None
-            },
-            set_rng_state: if has(std::mem::offset_of!(fulmen_accelerator_vtable, set_rng_state)) {
-                v.set_rng_state
-            } else {
-                None
-            },
+            supports_dtype: appended!(supports_dtype),
+            fp16_needs_loss_scaling: appended!(fp16_needs_loss_scaling),
+            synchronize: appended!(synchronize),
+            get_rng_state: appended!(get_rng_state),
+            set_rng_state: appended!(set_rng_state),
         };
         if copy.get_rng_state.is_some() != copy.set_rng_state.is_some() {
             return Err(Error::invalid(
@@ -711,13 +704,15 @@ pub unsafe extern "C" fn fulmen_accelerator_register(
         // accelerator, so a refused registration leaves userdata to the host.
         let name = n.trim().to_lowercase();
         let userdata = Arc::new(HostLock::new(Userdata::new(v.userdata, None)));
-        let collectives = if has(std::mem::offset_of!(fulmen_accelerator_vtable, collectives)) {
-            match v.collectives.as_ref() {
-                Some(c) => Some(Arc::new(HostCollectives::copy(c, &name, Arc::clone(&userdata))?)),
-                None => None,
-            }
-        } else {
-            None
+        let hook: *const fulmen_collectives =
+            if v.struct_size >= std::mem::offset_of!(fulmen_accelerator_vtable, collectives) + slot {
+                v.collectives
+            } else {
+                std::ptr::null()
+            };
+        let collectives = match hook.as_ref() {
+            Some(c) => Some(Arc::new(HostCollectives::copy(c, &name, Arc::clone(&userdata))?)),
+            None => None,
         };
         let acc = Arc::new(HostAccelerator { name, userdata, v: copy, collectives });
         registry::register(n, d, acc.clone(), override_existing)?;

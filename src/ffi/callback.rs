@@ -2,6 +2,7 @@
 use super::error::{error_from_raw, fulmen_error};
 use super::tensor::TensorScope;
 use crate::error::{Error, ErrorCode, Result};
+use crate::thread_token::thread_token;
 use std::ffi::c_void;
 
 /// The host's userdata and its optional destructor, called exactly once
@@ -54,14 +55,6 @@ pub struct HostLock<T> {
 pub struct HostGuard<'a, T> {
     guard: std::sync::MutexGuard<'a, T>,
     owner: &'a std::sync::atomic::AtomicUsize,
-}
-
-/// A number unique to the calling thread while it lives.
-fn thread_token() -> usize {
-    thread_local! {
-        static TOKEN: u8 = const { 0 };
-    }
-    TOKEN.with(|t| std::ptr::from_ref(t) as usize)
 }
 
 impl<T> HostLock<T> {
