@@ -36,20 +36,22 @@ fn unique_tmp(path: &Path) -> PathBuf {
 /// best-effort fsync of the folder. On error the temporary file is removed
 /// and `path` is untouched.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_with(path, |f| f.write_all(bytes).map_err(|e| Error::io(format!("writing {}: {e}", path.display()))))
+}
+
+/// [`write_atomic`] with the content written by `fill` into the temporary
+/// file as it goes (nothing held whole in memory); an error from `fill`
+/// leaves `path` untouched and is returned as it is.
+pub fn write_atomic_with(path: &Path, fill: impl FnOnce(&mut File) -> Result<()>) -> Result<()> {
     let tmp = unique_tmp(path);
-    let result = (|| -> std::io::Result<()> {
-        let mut f = create_new(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        // Only our own file: `create_new` made it, or failed before it existed.
-        if e.kind() != std::io::ErrorKind::AlreadyExists {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        return Err(Error::io(format!("writing {}: {e}", path.display())));
+    let io = |e: std::io::Error| Error::io(format!("writing {}: {e}", path.display()));
+    let mut f = create_new(&tmp).map_err(io)?;
+    let result = fill(&mut f).and_then(|()| f.sync_all().map_err(io));
+    drop(f);
+    // Only our own file: `create_new` made it.
+    if let Err(e) = result.and_then(|()| std::fs::rename(&tmp, path).map_err(io)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
     }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         if let Ok(d) = File::open(dir) {

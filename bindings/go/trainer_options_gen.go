@@ -211,10 +211,11 @@ func (o *TrainerOptions) SetEnableCheckpointing(v bool) error {
 	return o.SetBool("enable_checkpointing", v)
 }
 
-// SetCheckpointFormat sets `checkpoint_format` (text; default safetensors):
-// file format of the checkpoints the trainer writes: "safetensors" (fulmen's)
-// or "lightning" (Lightning's torch.save dict, which torch.load and
-// Lightning's Trainer read); either is read back.
+// SetCheckpointFormat sets `checkpoint_format` (text; default lightning):
+// file format of the checkpoints the trainer writes: "lightning" (Lightning's
+// torch.save dict, which torch.load and Lightning's Trainer read) or
+// "safetensors" (fulmen's own, which any safetensors reader opens); either is
+// read back, whatever is written.
 func (o *TrainerOptions) SetCheckpointFormat(v string) error {
 	return o.Set("checkpoint_format", v)
 }

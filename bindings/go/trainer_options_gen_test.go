@@ -54,7 +54,7 @@ func TestEveryTrainerOptionSetter(t *testing.T) {
 		{"o.SetNumSanityValSteps(2)", o.SetNumSanityValSteps(2)},
 		{"o.SetLogEveryNSteps(50)", o.SetLogEveryNSteps(50)},
 		{"o.SetEnableCheckpointing(true)", o.SetEnableCheckpointing(true)},
-		{"o.SetCheckpointFormat(\"safetensors\")", o.SetCheckpointFormat("safetensors")},
+		{"o.SetCheckpointFormat(\"lightning\")", o.SetCheckpointFormat("lightning")},
 		{"o.SetCheckpointPrefix(\"\")", o.SetCheckpointPrefix("")},
 		{"o.SetEnableProgressBar(true)", o.SetEnableProgressBar(true)},
 		{"o.SetEnableModelSummary(true)", o.SetEnableModelSummary(true)},

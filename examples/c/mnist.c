@@ -7,7 +7,7 @@
  *         [--cnn] [--seed 42] [--threads N] [--out runs/mnist]
  *         [--resume last|best|PATH] [--accelerator auto] [--devices auto]
  *         [--precision 32-true] [--strategy auto]
- *         [--checkpoint-format safetensors|lightning]
+ *         [--checkpoint-format lightning|safetensors]
  *
  * With --strategy ddp --devices N, fulmen starts N - 1 more copies of this
  * program (or joins the ranks torchrun / SLURM started); each trains on its
@@ -19,9 +19,10 @@
  * the trained weights to <out>/model.safetensors. --resume continues an
  * interrupted run from a checkpoint: fulmen's, or one Lightning wrote for
  * the same network held as a LightningModule's `self.model`.
- * --checkpoint-format lightning writes checkpoints that torch.load and
- * Lightning's Trainer.fit(ckpt_path=...) read (the network's names under
- * "model.").
+ * Checkpoints are written in Lightning's format (torch.load and
+ * Lightning's Trainer.fit(ckpt_path=...) read them, the network's names
+ * under "model."), or fulmen's safetensors with --checkpoint-format
+ * safetensors.
  */
 #include <fulmen.h>
 
@@ -158,7 +159,7 @@ static fulmen_dataset *as_images(fulmen_dataset *ds) {
 int main(int argc, char **argv) {
     const char *data = NULL, *out = "runs/mnist", *resume = NULL;
     const char *accelerator = "auto", *devices = "auto", *precision = "32-true", *strategy = "auto";
-    const char *checkpoint_format = "safetensors";
+    const char *checkpoint_format = "lightning";
     long epochs = 10, batch_size = 64, seed = 42, threads = 0;
     double lr = 0.1;
     int cnn = 0;
@@ -184,7 +185,7 @@ int main(int argc, char **argv) {
         i++;
     }
     if (data == NULL) {
-        fprintf(stderr, "usage: mnist --data mnist_5k.csv.gz [--epochs N] [--batch-size N] [--lr X] [--cnn] [--seed N] [--threads N] [--out DIR] [--resume last|best|PATH] [--accelerator NAME] [--devices SPEC] [--precision P] [--strategy NAME] [--checkpoint-format safetensors|lightning]\n");
+        fprintf(stderr, "usage: mnist --data mnist_5k.csv.gz [--epochs N] [--batch-size N] [--lr X] [--cnn] [--seed N] [--threads N] [--out DIR] [--resume last|best|PATH] [--accelerator NAME] [--devices SPEC] [--precision P] [--strategy NAME] [--checkpoint-format lightning|safetensors]\n");
         return 2;
     }
     printf("fulmen %s on libtorch %s\n", fulmen_version(), fulmen_libtorch_version());

@@ -6,6 +6,7 @@
 //         [--cnn] [--seed 42] [--threads N] [--out runs/mnist]
 //         [--resume last|best|PATH] [--accelerator auto] [--devices auto]
 //         [--precision 32-true] [--strategy auto]
+//         [--checkpoint-format lightning|safetensors]
 //
 // With --strategy ddp --devices N the job runs on N processes (fulmen starts
 // the others, or torchrun / SLURM did); rank 0 alone reports and writes.
@@ -14,7 +15,11 @@
 // and TensorBoard logs under <out>/lightning_logs/version_N/, the best (by
 // validation accuracy) and the last checkpoint under <out>/checkpoints/, and
 // the trained weights to <out>/model.safetensors. --resume continues an
-// interrupted run from a checkpoint.
+// interrupted run from a checkpoint: fulmen's, or one Lightning wrote for
+// the same network held as a LightningModule's `self.model`. Checkpoints
+// are written in Lightning's format (torch.load and
+// Trainer.fit(ckpt_path=...) read them, the network's names under
+// "model."), or fulmen's safetensors with --checkpoint-format safetensors.
 #include <fulmen/fulmen.hpp>
 
 #include <cstdio>
@@ -46,11 +51,13 @@ struct Args {
     std::string devices = "auto";
     std::string precision = "32-true";
     std::string strategy = "auto";
+    std::string checkpoint_format = "lightning";
 };
 
 constexpr const char* usage =
     "usage: mnist --data mnist_5k.csv.gz [--epochs N] [--batch-size N] [--lr X] [--cnn] [--seed N] "
-    "[--threads N] [--out DIR] [--resume last|best|PATH] [--accelerator NAME] [--devices SPEC] [--precision P] [--strategy NAME]";
+    "[--threads N] [--out DIR] [--resume last|best|PATH] [--accelerator NAME] [--devices SPEC] [--precision P] [--strategy NAME] "
+    "[--checkpoint-format lightning|safetensors]";
 
 /// Parses argv; throws std::invalid_argument on a bad command line.
 Args parse(int argc, char** argv) {
@@ -75,6 +82,7 @@ Args parse(int argc, char** argv) {
         else if (opt == "--devices") a.devices = v;
         else if (opt == "--precision") a.precision = v;
         else if (opt == "--strategy") a.strategy = v;
+        else if (opt == "--checkpoint-format") a.checkpoint_format = v;
         else throw std::invalid_argument("unknown option " + opt);
     }
     if (a.data.empty()) throw std::invalid_argument(usage);
@@ -159,7 +167,10 @@ int run(const Args& args) {
                         .set("accelerator", args.accelerator)
                         .set("devices", args.devices)
                         .set("precision", args.precision)
-                        .set("strategy", args.strategy));
+                        .set("strategy", args.strategy)
+                        .checkpoint_format(args.checkpoint_format)
+                        // A Lightning twin holds the network as `self.model`.
+                        .checkpoint_prefix("model."));
     const std::string ckpt_dir = args.out + "/checkpoints";
     ModelCheckpointOptions checkpoints("val_acc", Mode::Max);
     checkpoints.dirpath = ckpt_dir;

@@ -7,7 +7,7 @@ use crate::trainer::hooks::{Callback, Hook, HookContext};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Checkpoint file extension (Lightning's; the content is safetensors).
+/// Checkpoint file extension (Lightning's, whichever `checkpoint_format` fills it).
 pub const EXTENSION: &str = ".ckpt";
 
 /// Options, with Lightning's defaults from [`Default`].

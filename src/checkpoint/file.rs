@@ -106,10 +106,11 @@ pub struct LoopInfo {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum CheckpointFormat {
     /// fulmen's safetensors file (tensors, plus the rest as JSON metadata).
-    #[default]
     Safetensors,
     /// Lightning's `torch.save` dict, which `torch.load` and Lightning's
-    /// `Trainer.fit(ckpt_path=...)` read.
+    /// `Trainer.fit(ckpt_path=...)` read (the default, as a `.ckpt` is
+    /// expected to open with `torch.load`).
+    #[default]
     Lightning,
 }
 

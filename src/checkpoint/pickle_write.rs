@@ -5,10 +5,41 @@ use super::torch_save::Value;
 use crate::error::{Error, Result};
 use tch::{Device, Kind, Tensor};
 
-/// The pickle bytes and the storages' records (key, bytes), in order.
+/// The pickle bytes and the storages' records (key, tensor), in order.
+/// A storage's tensor is the value's own, detached, on its device: the
+/// caller copies each to the host as it writes it, one at a time, with the
+/// contiguous strides the pickle records ([`with_host_bytes`]).
 pub(super) struct Written {
     pub pickle: Vec<u8>,
-    pub storages: Vec<(String, Vec<u8>)>,
+    pub storages: Vec<(String, Tensor)>,
+}
+
+/// The strides of a contiguous tensor of `size`, as torch computes them.
+fn contiguous_strides(size: &[i64]) -> Vec<i64> {
+    let mut strides = vec![1i64; size.len()];
+    for i in (0..size.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1].saturating_mul(size[i + 1].max(1));
+    }
+    strides
+}
+
+/// Calls `f` with the bytes of a storage's tensor: a contiguous host copy
+/// (the tensor itself when it is one already).
+pub(super) fn with_host_bytes<R>(t: &Tensor, f: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {
+    let host = tch::no_grad(|| t.f_to_device(Device::Cpu)?.f_contiguous())?;
+    // Contiguous as torch means it (a size-1 dimension's stride is free):
+    // the bytes are those the pickle's canonical strides describe.
+    if !host.is_contiguous() {
+        return Err(Error::state("torch.save: a host copy of a tensor is not contiguous"));
+    }
+    let len = host.numel() * host.f_kind()?.elt_size_in_bytes();
+    if len == 0 {
+        return f(&[]);
+    }
+    // SAFETY: `host` is a contiguous CPU tensor of `len` bytes, alive and
+    // unchanged until `f` returns.
+    let bytes = unsafe { std::slice::from_raw_parts(host.data_ptr() as *const u8, len) };
+    f(bytes)
 }
 
 /// Pickles `value`.
@@ -21,7 +52,7 @@ pub(super) fn write(value: &Value) -> Result<Written> {
 
 struct Writer {
     out: Vec<u8>,
-    storages: Vec<(String, Vec<u8>)>,
+    storages: Vec<(String, Tensor)>,
 }
 
 /// Deepest nesting written (what the reader accepts).
@@ -84,16 +115,14 @@ impl Writer {
     }
 
     fn tensor(&mut self, t: &Tensor) -> Result<()> {
-        let host = tch::no_grad(|| t.f_detach()?.f_to_device(Device::Cpu)?.f_contiguous())?;
-        let kind = host.f_kind()?;
+        let t = t.f_detach()?;
+        let kind = t.f_kind()?;
         let storage = storage_name(kind)?;
-        let numel = host.numel();
-        let mut bytes = vec![0u8; numel * kind.elt_size_in_bytes()];
-        host.f_copy_data_u8(&mut bytes, numel)?;
+        let numel = t.numel();
+        let size = t.size();
+        let stride = contiguous_strides(&size);
         let key = self.storages.len().to_string();
-        self.storages.push((key.clone(), bytes));
-        let size = host.size();
-        let stride = host.stride();
+        self.storages.push((key.clone(), t));
         self.global("torch._utils", "_rebuild_tensor_v2");
         self.out.push(b'(');
         // The persistent id ('storage', torch.<Kind>Storage, key, 'cpu', numel).

@@ -156,25 +156,37 @@ pub fn load(path: &Path) -> Result<Value> {
     read_bytes(&bytes, &path.display().to_string())
 }
 
-/// The archive `torch.save(value)` would write (tensors copied to the host).
-pub fn to_bytes(value: &Value) -> Result<Vec<u8>> {
+/// Writes the archive `torch.save(value)` would write to `out`: the
+/// pickle, then each tensor's storage, copied to the host one at a time.
+fn write_archive<W: std::io::Write>(value: &Value, out: W) -> Result<W> {
     let written = pickle_write::write(value)?;
-    let mut zip = ZipWriter::new("archive");
+    let mut zip = ZipWriter::new(out, "archive");
     zip.add("data.pkl", &written.pickle)?;
     zip.add(".format_version", b"1")?;
     zip.add(".storage_alignment", b"64")?;
     zip.add("byteorder", b"little")?;
-    for (key, bytes) in &written.storages {
-        zip.add(&format!("data/{key}"), bytes)?;
+    for (key, tensor) in &written.storages {
+        pickle_write::with_host_bytes(tensor, |bytes| zip.add(&format!("data/{key}"), bytes))?;
     }
     zip.add("version", b"3\n")?;
     zip.finish()
 }
 
-/// Writes `value` as a `torch.save` file at `path`, atomically.
+/// The archive `torch.save(value)` would write, in memory.
+pub fn to_bytes(value: &Value) -> Result<Vec<u8>> {
+    write_archive(value, Vec::new())
+}
+
+/// Writes `value` as a `torch.save` file at `path`, atomically, streaming
+/// the tensors' bytes to the file (a checkpoint is never held whole in
+/// memory; above 4 GiB the archive takes zip64 fields, as PyTorch's does).
 pub fn save(path: &Path, value: &Value) -> Result<()> {
-    let bytes = to_bytes(value).map_err(|e| e.context(format!("writing {}", path.display())))?;
-    crate::fs_safe::write_atomic(path, &bytes)
+    crate::fs_safe::write_atomic_with(path, |file| {
+        let out = write_archive(value, std::io::BufWriter::with_capacity(1 << 20, file))?;
+        out.into_inner().map_err(|e| Error::io(format!("writing {}: {}", path.display(), e.error())))?;
+        Ok(())
+    })
+    .map_err(|e| e.context(format!("writing {}", path.display())))
 }
 
 /// A state_dict value (name -> tensor, in order).

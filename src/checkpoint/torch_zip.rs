@@ -6,6 +6,7 @@
 //! aligned to 64 bytes.
 use crate::error::{Error, Result};
 use std::collections::HashMap;
+use std::io::Write;
 use std::ops::Range;
 
 const LOCAL: u32 = 0x0403_4b50;
@@ -200,86 +201,159 @@ fn zip64_values(extra: &[u8]) -> Vec<u64> {
     Vec::new()
 }
 
-/// Builds an archive in memory: records in order, each aligned to 64
-/// bytes, then the central directory.
-pub struct ZipWriter {
-    out: Vec<u8>,
-    central: Vec<u8>,
-    count: usize,
-    prefix: String,
+/// Sizes and offsets at or above this are written through zip64 fields.
+const ZIP64_AT: u64 = 0xFFFF_FFFF;
+/// Records at or above this count need a zip64 end of directory.
+const ZIP64_RECORDS: u64 = 0xFFFF;
+
+/// One record's central directory facts.
+struct Entry {
+    name: String,
+    crc: u32,
+    size: u64,
+    offset: u64,
 }
 
-impl ZipWriter {
-    /// An archive whose records go under the folder `prefix`.
-    pub fn new(prefix: &str) -> Self {
-        ZipWriter { out: Vec::new(), central: Vec::new(), count: 0, prefix: prefix.to_owned() }
+/// Writes an archive to `out` as it goes: records in order, each record's
+/// data aligned to 64 bytes, then the central directory. Sizes, offsets
+/// and counts past 32 (16) bits are written through zip64 fields, as
+/// PyTorch's writer does for files above 4 GiB.
+pub struct ZipWriter<W: Write> {
+    out: W,
+    pos: u64,
+    entries: Vec<Entry>,
+    prefix: String,
+    /// [`ZIP64_AT`], lower in tests so small archives take the zip64 path.
+    zip64_at: u64,
+}
+
+impl<W: Write> ZipWriter<W> {
+    /// An archive written to `out`, whose records go under the folder
+    /// `prefix`.
+    pub fn new(out: W, prefix: &str) -> Self {
+        ZipWriter { out, pos: 0, entries: Vec::new(), prefix: prefix.to_owned(), zip64_at: ZIP64_AT }
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> Result<()> {
+        self.out.write_all(bytes).map_err(|e| Error::io(format!("writing the archive: {e}")))?;
+        self.pos += bytes.len() as u64;
+        Ok(())
     }
 
     /// Appends record `name` (under the prefix) holding `data`.
     pub fn add(&mut self, name: &str, data: &[u8]) -> Result<()> {
         let name = format!("{}/{name}", self.prefix);
-        let too_big = || Error::invalid(format!("{name}: records and archives above 4 GiB are not written (no zip64)"));
-        let offset = u32::try_from(self.out.len()).map_err(|_| too_big())?;
-        let size = u32::try_from(data.len()).map_err(|_| too_big())?;
+        if name.len() > usize::from(u16::MAX) {
+            return Err(Error::invalid(format!("a record name of {} bytes", name.len())));
+        }
         let crc = crc32fast::hash(data);
+        let size = data.len() as u64;
+        let offset = self.pos;
+        // A large record's local header carries both sizes in a zip64 field.
+        let mut zip64 = Vec::new();
+        if size >= self.zip64_at {
+            zip64.extend_from_slice(&1u16.to_le_bytes());
+            zip64.extend_from_slice(&16u16.to_le_bytes());
+            zip64.extend_from_slice(&size.to_le_bytes());
+            zip64.extend_from_slice(&size.to_le_bytes());
+        }
         // Pad through an extra field so the data starts at a multiple of ALIGN.
-        let header_end = self.out.len() + 30 + name.len() + 4;
-        let pad = (ALIGN - header_end % ALIGN) % ALIGN;
-        let mut extra = Vec::with_capacity(4 + pad);
-        extra.extend_from_slice(b"FB");
-        extra.extend_from_slice(&(pad as u16).to_le_bytes());
-        extra.resize(4 + pad, b'Z');
-        let header = |sig: u32| {
-            let mut h = Vec::new();
-            h.extend_from_slice(&sig.to_le_bytes());
-            if sig == CENTRAL {
-                h.extend_from_slice(&20u16.to_le_bytes()); // made by
+        let header_end = offset + 30 + name.len() as u64 + zip64.len() as u64 + 4;
+        let pad = (ALIGN as u64 - header_end % ALIGN as u64) % ALIGN as u64;
+        let small = |v: u64| if v >= self.zip64_at { u32::MAX } else { v as u32 };
+        let mut local = Vec::with_capacity(30 + name.len() + zip64.len() + 4 + pad as usize);
+        local.extend_from_slice(&LOCAL.to_le_bytes());
+        local.extend_from_slice(&(if zip64.is_empty() { 20u16 } else { 45 }).to_le_bytes()); // needed
+        local.extend_from_slice(&0x0800u16.to_le_bytes()); // UTF-8 names
+        local.extend_from_slice(&0u16.to_le_bytes()); // stored
+        local.extend_from_slice(&0u16.to_le_bytes()); // time
+        local.extend_from_slice(&0x21u16.to_le_bytes()); // date 1980-01-01
+        local.extend_from_slice(&crc.to_le_bytes());
+        local.extend_from_slice(&small(size).to_le_bytes());
+        local.extend_from_slice(&small(size).to_le_bytes());
+        local.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        local.extend_from_slice(&((zip64.len() as u64 + 4 + pad) as u16).to_le_bytes());
+        local.extend_from_slice(name.as_bytes());
+        local.extend_from_slice(&zip64);
+        local.extend_from_slice(b"FB");
+        local.extend_from_slice(&(pad as u16).to_le_bytes());
+        local.resize(local.len() + pad as usize, b'Z');
+        self.put(&local)?;
+        self.put(data)?;
+        self.entries.push(Entry { name, crc, size, offset });
+        Ok(())
+    }
+
+    /// Writes the central directory and hands back the writer.
+    pub fn finish(mut self) -> Result<W> {
+        let cd_offset = self.pos;
+        let entries = std::mem::take(&mut self.entries);
+        for e in &entries {
+            let mut zip64 = Vec::new();
+            for v in [e.size, e.size, e.offset] {
+                if v >= self.zip64_at {
+                    zip64.extend_from_slice(&v.to_le_bytes());
+                }
             }
-            h.extend_from_slice(&20u16.to_le_bytes()); // needed
+            let mut h = Vec::with_capacity(46 + e.name.len() + 4 + zip64.len());
+            let needed: u16 = if zip64.is_empty() { 20 } else { 45 };
+            h.extend_from_slice(&CENTRAL.to_le_bytes());
+            h.extend_from_slice(&needed.to_le_bytes()); // made by
+            h.extend_from_slice(&needed.to_le_bytes()); // needed
             h.extend_from_slice(&0x0800u16.to_le_bytes()); // UTF-8 names
             h.extend_from_slice(&0u16.to_le_bytes()); // stored
             h.extend_from_slice(&0u16.to_le_bytes()); // time
             h.extend_from_slice(&0x21u16.to_le_bytes()); // date 1980-01-01
-            h.extend_from_slice(&crc.to_le_bytes());
-            h.extend_from_slice(&size.to_le_bytes());
-            h.extend_from_slice(&size.to_le_bytes());
-            h.extend_from_slice(&(name.len() as u16).to_le_bytes());
-            h
-        };
-        let mut local = header(LOCAL);
-        local.extend_from_slice(&(extra.len() as u16).to_le_bytes());
-        local.extend_from_slice(name.as_bytes());
-        local.extend_from_slice(&extra);
-        let mut central = header(CENTRAL);
-        central.extend_from_slice(&0u16.to_le_bytes()); // extra
-        central.extend_from_slice(&0u16.to_le_bytes()); // comment
-        central.extend_from_slice(&0u16.to_le_bytes()); // disk
-        central.extend_from_slice(&0u16.to_le_bytes()); // internal attributes
-        central.extend_from_slice(&0u32.to_le_bytes()); // external attributes
-        central.extend_from_slice(&offset.to_le_bytes());
-        central.extend_from_slice(name.as_bytes());
-        self.out.extend_from_slice(&local);
-        self.out.extend_from_slice(data);
-        self.central.extend_from_slice(&central);
-        self.count += 1;
-        u32::try_from(self.out.len()).map_err(|_| too_big())?;
-        Ok(())
-    }
-
-    /// The archive's bytes.
-    pub fn finish(mut self) -> Result<Vec<u8>> {
-        let too_big = || Error::invalid("archives above 4 GiB or 65535 records are not written (no zip64)");
-        let offset = u32::try_from(self.out.len()).map_err(|_| too_big())?;
-        let size = u32::try_from(self.central.len()).map_err(|_| too_big())?;
-        let count = u16::try_from(self.count).map_err(|_| too_big())?;
-        self.out.extend_from_slice(&self.central);
-        self.out.extend_from_slice(&END.to_le_bytes());
-        self.out.extend_from_slice(&[0; 4]); // disk numbers
-        self.out.extend_from_slice(&count.to_le_bytes());
-        self.out.extend_from_slice(&count.to_le_bytes());
-        self.out.extend_from_slice(&size.to_le_bytes());
-        self.out.extend_from_slice(&offset.to_le_bytes());
-        self.out.extend_from_slice(&0u16.to_le_bytes()); // comment
+            h.extend_from_slice(&e.crc.to_le_bytes());
+            let small = |v: u64| if v >= self.zip64_at { u32::MAX } else { v as u32 };
+            h.extend_from_slice(&small(e.size).to_le_bytes());
+            h.extend_from_slice(&small(e.size).to_le_bytes());
+            h.extend_from_slice(&(e.name.len() as u16).to_le_bytes());
+            let extra = if zip64.is_empty() { 0 } else { 4 + zip64.len() as u16 };
+            h.extend_from_slice(&extra.to_le_bytes());
+            h.extend_from_slice(&0u16.to_le_bytes()); // comment
+            h.extend_from_slice(&0u16.to_le_bytes()); // disk
+            h.extend_from_slice(&0u16.to_le_bytes()); // internal attributes
+            h.extend_from_slice(&0u32.to_le_bytes()); // external attributes
+            h.extend_from_slice(&small(e.offset).to_le_bytes());
+            h.extend_from_slice(e.name.as_bytes());
+            if !zip64.is_empty() {
+                h.extend_from_slice(&1u16.to_le_bytes());
+                h.extend_from_slice(&(zip64.len() as u16).to_le_bytes());
+                h.extend_from_slice(&zip64);
+            }
+            self.put(&h)?;
+        }
+        let cd_size = self.pos - cd_offset;
+        let count = entries.len() as u64;
+        let big = count >= ZIP64_RECORDS || cd_size >= self.zip64_at || cd_offset >= self.zip64_at;
+        let mut tail = Vec::new();
+        if big {
+            let end64 = self.pos;
+            tail.extend_from_slice(&END64.to_le_bytes());
+            tail.extend_from_slice(&44u64.to_le_bytes()); // size of the rest
+            tail.extend_from_slice(&45u16.to_le_bytes()); // made by
+            tail.extend_from_slice(&45u16.to_le_bytes()); // needed
+            tail.extend_from_slice(&[0; 8]); // disk numbers
+            tail.extend_from_slice(&count.to_le_bytes());
+            tail.extend_from_slice(&count.to_le_bytes());
+            tail.extend_from_slice(&cd_size.to_le_bytes());
+            tail.extend_from_slice(&cd_offset.to_le_bytes());
+            tail.extend_from_slice(&END64_LOCATOR.to_le_bytes());
+            tail.extend_from_slice(&0u32.to_le_bytes()); // disk
+            tail.extend_from_slice(&end64.to_le_bytes());
+            tail.extend_from_slice(&1u32.to_le_bytes()); // disks
+        }
+        let (count16, size32, offset32) =
+            if big { (u16::MAX, u32::MAX, u32::MAX) } else { (count as u16, cd_size as u32, cd_offset as u32) };
+        tail.extend_from_slice(&END.to_le_bytes());
+        tail.extend_from_slice(&[0; 4]); // disk numbers
+        tail.extend_from_slice(&count16.to_le_bytes());
+        tail.extend_from_slice(&count16.to_le_bytes());
+        tail.extend_from_slice(&size32.to_le_bytes());
+        tail.extend_from_slice(&offset32.to_le_bytes());
+        tail.extend_from_slice(&0u16.to_le_bytes()); // comment
+        self.put(&tail)?;
         Ok(self.out)
     }
 }
@@ -290,7 +364,7 @@ mod tests {
 
     #[test]
     fn round_trip_aligned_and_checked() {
-        let mut w = ZipWriter::new("archive");
+        let mut w = ZipWriter::new(Vec::new(), "archive");
         w.add("data.pkl", b"pickle").unwrap();
         w.add("data/0", &[7u8; 100]).unwrap();
         let bytes = w.finish().unwrap();
@@ -311,7 +385,7 @@ mod tests {
 
     #[test]
     fn sizes_beyond_the_file_are_refused() {
-        let mut w = ZipWriter::new("a");
+        let mut w = ZipWriter::new(Vec::new(), "a");
         w.add("x", b"0123456789").unwrap();
         let mut bytes = w.finish().unwrap();
         // The central directory's sizes claim 4 GiB - 2.
@@ -319,5 +393,23 @@ mod tests {
         bytes[cd + 20..cd + 28].copy_from_slice(&[0xFE, 0xFF, 0xFF, 0xFF, 0xFE, 0xFF, 0xFF, 0xFF]);
         let e = ZipReader::new(&bytes, "test").unwrap_err();
         assert!(e.message.contains("outside the file"), "{}", e.message);
+    }
+
+    #[test]
+    fn zip64_fields_read_back() {
+        // Every size, offset and the count through zip64, as past 4 GiB.
+        let mut w = ZipWriter::new(Vec::new(), "archive");
+        w.zip64_at = 8;
+        w.add("data.pkl", b"pickle").unwrap();
+        w.add("data/0", &[7u8; 100]).unwrap();
+        w.add("version", b"3").unwrap();
+        let bytes = w.finish().unwrap();
+        assert!(bytes.windows(4).any(|b| b == END64.to_le_bytes()));
+        let r = ZipReader::new(&bytes, "test").unwrap();
+        assert_eq!(r.record("data.pkl").unwrap(), b"pickle");
+        let d = r.record("data/0").unwrap();
+        assert_eq!(d, &[7u8; 100][..]);
+        assert_eq!((d.as_ptr() as usize - bytes.as_ptr() as usize) % ALIGN, 0);
+        assert_eq!(r.record("version").unwrap(), b"3");
     }
 }

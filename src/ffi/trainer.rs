@@ -100,10 +100,11 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 ///   writes of step metrics to the loggers.
 /// - `enable_checkpointing` (bool; default true): add a ModelCheckpoint
 ///   saving the latest epoch when none is given.
-/// - `checkpoint_format` (text; default safetensors): file format of the
-///   checkpoints the trainer writes: "safetensors" (fulmen's) or
-///   "lightning" (Lightning's torch.save dict, which torch.load and
-///   Lightning's Trainer read); either is read back.
+/// - `checkpoint_format` (text; default lightning): file format of the
+///   checkpoints the trainer writes: "lightning" (Lightning's torch.save
+///   dict, which torch.load and Lightning's Trainer read) or "safetensors"
+///   (fulmen's own, which any safetensors reader opens); either is read
+///   back, whatever is written.
 /// - `checkpoint_prefix` (text; default ): LightningModule attribute
 ///   holding the network in Lightning checkpoints, with its dot ("model."):
 ///   written before each state_dict name and removed when reading; empty

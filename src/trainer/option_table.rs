@@ -401,9 +401,10 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
     TrainerOption {
         key: "checkpoint_format",
         kind: OptionKind::Text,
-        default: "safetensors",
-        doc: "file format of the checkpoints the trainer writes: \"safetensors\" (fulmen's) or \"lightning\" \
-              (Lightning's torch.save dict, which torch.load and Lightning's Trainer read); either is read back",
+        default: "lightning",
+        doc: "file format of the checkpoints the trainer writes: \"lightning\" (Lightning's torch.save dict, \
+              which torch.load and Lightning's Trainer read) or \"safetensors\" (fulmen's own, which any \
+              safetensors reader opens); either is read back, whatever is written",
         apply: checkpoint_format,
     },
     TrainerOption {

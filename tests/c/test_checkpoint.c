@@ -399,8 +399,24 @@ static fulmen_model *model_from(const char *init) {
     return m;
 }
 
-/* 4 epochs in one go == 2 epochs + resume to 4 == resume mid-epoch. */
-static void test_resume_exact(fulmen_loader *tl4) {
+/* Whether the file at `path` is a zip (torch.save's container, "PK"
+ * first) when `zip`, else a safetensors file (an 8-byte header length,
+ * then the JSON header's "{"). */
+static bool is_format(const char *path, bool zip) {
+    FILE *f = fopen(path, "rb");
+    unsigned char head[9] = {0};
+    bool read = f != NULL && fread(head, 1, sizeof head, f) == sizeof head;
+    if (f != NULL) fclose(f);
+    return read && (zip ? head[0] == 'P' && head[1] == 'K' : head[8] == '{');
+}
+
+/* 4 epochs in one go == 2 epochs + resume to 4 == resume mid-epoch, with
+ * checkpoints in `format` (NULL: the default, Lightning's torch.save zip;
+ * "safetensors": fulmen's own). */
+static void test_resume_exact(fulmen_loader *tl4, const char *format) {
+    const char *const kv[] = {"checkpoint_format", format, NULL};
+    const char *const *opts = format != NULL ? kv : NULL;
+    const bool zip = format == NULL;
     char init[300], dir[300], path[600];
     snprintf(init, sizeof init, "%s/init.safetensors", root);
     CHECK_OK(fulmen_manual_seed(42));
@@ -412,29 +428,30 @@ static void test_resume_exact(fulmen_loader *tl4) {
     /* end-of-epoch checkpoint */
     fulmen_model *b = model_from(init);
     CHECK(!same_weights(a, b));
-    snprintf(dir, sizeof dir, "%s/resume", root);
+    snprintf(dir, sizeof dir, "%s/resume-%s", root, format ? format : "default");
     fulmen_model_checkpoint_options o = ckpt_opts(dir);
     o.save_last = true;
-    CHECK(train(b, 2, &o, tl4, NULL) == 8);
+    CHECK(train_with(b, 2, &o, tl4, NULL, opts) == 8);
     CHECK(!same_weights(a, b));
     snprintf(path, sizeof path, "%s/last.ckpt", dir);
-    snprintf(dir, sizeof dir, "%s/resume2", root);
+    CHECK(is_format(path, zip));
+    snprintf(dir, sizeof dir, "%s/resume2-%s", root, format ? format : "default");
     fulmen_model_checkpoint_options o2 = ckpt_opts(dir);
-    int64_t step_b = train(b, 4, &o2, tl4, path);
+    int64_t step_b = train_with(b, 4, &o2, tl4, path, opts);
     CHECK(step_b == step_a);
     CHECK(same_weights(a, b));
 
     /* mid-epoch checkpoint: step 6 is batch 2 of epoch 1 */
     fulmen_model *c = model_from(init);
-    snprintf(dir, sizeof dir, "%s/mid", root);
+    snprintf(dir, sizeof dir, "%s/mid-%s", root, format ? format : "default");
     o = ckpt_opts(dir);
     o.every_n_train_steps = 6;
     o.save_top_k = -1;
-    CHECK(train(c, 4, &o, tl4, NULL) == 16);
+    CHECK(train_with(c, 4, &o, tl4, NULL, opts) == 16);
     CHECK(same_weights(a, c)); /* checkpointing does not disturb training */
     fulmen_model *d = model_from(init);
     snprintf(path, sizeof path, "%s/epoch=1-step=6.ckpt", dir);
-    CHECK(exists(path));
+    CHECK(exists(path) && is_format(path, zip));
     int64_t step_d = train(d, 4, NULL, tl4, path);
     CHECK(step_d == step_a);
     CHECK(same_weights(a, d));
@@ -482,10 +499,7 @@ static void test_lightning_format(fulmen_loader *tl4) {
     o.save_last = true;
     CHECK(train_with(b, 2, &o, tl4, NULL, lightning) == 8);
     snprintf(path, sizeof path, "%s/last.ckpt", dir);
-    FILE *f = fopen(path, "rb");
-    char magic[2] = {0, 0};
-    CHECK(f != NULL && fread(magic, 1, 2, f) == 2 && magic[0] == 'P' && magic[1] == 'K');
-    if (f != NULL) fclose(f);
+    CHECK(is_format(path, true));
     /* the weights alone, the "net." prefix found and removed */
     fulmen_model *w = mlp(16);
     CHECK_OK(fulmen_model_load(w, path, true));
@@ -836,7 +850,8 @@ int main(void) {
     test_top_k(tl, vl);
     test_every_n_steps(tl4);
     test_weights_only(tl, vl);
-    test_resume_exact(tl4);
+    test_resume_exact(tl4, NULL);
+    test_resume_exact(tl4, "safetensors");
     test_lightning_format(tl4);
     test_ckpt_path(tl, vl);
     test_default_checkpoint_outlives_eval(tl, vl);

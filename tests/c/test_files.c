@@ -25,6 +25,7 @@ typedef struct {
     fulmen_model *model;
     size_t big_entry; /* bytes of an on_save_checkpoint entry (0: none) */
     int optimizers;   /* how many configure_optimizers makes (1 or 2) */
+    size_t loaded;    /* bytes of the entry on_load_checkpoint found */
 } world;
 
 static fulmen_error *step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
@@ -41,6 +42,13 @@ static fulmen_error *configure(void *ud, fulmen_optimizer_config *config) {
 
 static fulmen_error *on_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
     world *w = ud;
+    if (hook == FULMEN_HOOK_LOAD_CHECKPOINT) {
+        size_t len = 0;
+        fulmen_error *e = fulmen_hook_context_checkpoint_get(ctx, "blob", NULL, 0, &len);
+        w->loaded = e == NULL || fulmen_error_code(e) == FULMEN_CODE_OUT_OF_RANGE ? len : 0;
+        fulmen_error_free(e);
+        return NULL;
+    }
     if (hook != FULMEN_HOOK_SAVE_CHECKPOINT || w->big_entry == 0) return NULL;
     char *v = malloc(w->big_entry + 1);
     memset(v, 'x', w->big_entry);
@@ -87,9 +95,11 @@ static bool has_text(const char *path, const char *text) {
 
 /* A trainer with a ModelCheckpoint in `dirpath` (save_top_k 1, optional
  * last.ckpt) and no logger. */
-static fulmen_trainer *trainer_in(const char *dirpath, int64_t epochs, bool save_last) {
+/* A trainer checkpointing into `dirpath` in `format` (NULL: the default). */
+static fulmen_trainer *trainer_as(const char *dirpath, int64_t epochs, bool save_last, const char *format) {
     fulmen_trainer_options *o = fixture_options(NULL, epochs);
     CHECK_OK(fulmen_trainer_options_set_bool(o, "enable_checkpointing", true));
+    if (format != NULL) CHECK_OK(fulmen_trainer_options_set(o, "checkpoint_format", format));
     fulmen_trainer *t = NULL;
     CHECK_OK(fulmen_trainer_new(o, &t));
     fulmen_trainer_options_free(o);
@@ -98,6 +108,10 @@ static fulmen_trainer *trainer_in(const char *dirpath, int64_t epochs, bool save
     mo.save_last = save_last;
     CHECK_OK(fulmen_trainer_add_model_checkpoint(t, &mo));
     return t;
+}
+
+static fulmen_trainer *trainer_in(const char *dirpath, int64_t epochs, bool save_last) {
+    return trainer_as(dirpath, epochs, save_last, NULL);
 }
 
 static void best_path(fulmen_trainer *t, char *out, size_t cap) {
@@ -130,13 +144,15 @@ static void resuming_never_deletes_the_source(fulmen_lightning_module *m, fulmen
 }
 
 /* A checkpoint whose state names files outside the folder, through "..":
- * after the resumed fit, those files are still there. */
+ * after the resumed fit, those files are still there. (The state is
+ * edited in a safetensors file's JSON header; a Lightning file's callback
+ * states are read into the same map and checked by the same code.) */
 static void planted_paths_are_never_deleted(fulmen_lightning_module *m, fulmen_loader *l) {
     char dir[128], victim_dir[128], best[512];
     snprintf(dir, sizeof dir, "%s/planted", g_root);
     snprintf(victim_dir, sizeof victim_dir, "%s/victim", g_root);
     CHECK(mkdir(victim_dir, 0755) == 0);
-    fulmen_trainer *t = trainer_in(dir, 1, false);
+    fulmen_trainer *t = trainer_as(dir, 1, false, "safetensors");
     CHECK_OK(fulmen_trainer_fit(t, m, l, NULL, NULL));
     best_path(t, best, sizeof best);
     fulmen_trainer_free(t);
@@ -209,7 +225,7 @@ static void two_processes_share_a_folder(const char *self) {
 
 /* The child of two_processes_share_a_folder: checkpoints every step. */
 static int writer(const char *dir) {
-    world w = {fixture_mlp(8, 0), 0, 1};
+    world w = {fixture_mlp(8, 0), 0, 1, 0};
     fulmen_lightning_module *m = module_for(&w);
     fulmen_dataset *ds = fixture_blobs(64, 5, 1.0f);
     fulmen_loader *l = fixture_loader(ds, 8, true, 1);
@@ -235,7 +251,7 @@ static int writer(const char *dir) {
 /* A resume that fails (weights-only file, optimizer mismatch) leaves the
  * model's weights as they were. */
 static void failed_resumes_leave_the_weights(void) {
-    world w = {fixture_mlp(8, 0), 0, 1};
+    world w = {fixture_mlp(8, 0), 0, 1, 0};
     fulmen_lightning_module *m = module_for(&w);
     fulmen_dataset *ds = fixture_blobs(32, 6, 1.0f);
     fulmen_loader *l = fixture_loader(ds, 8, false, 0);
@@ -260,7 +276,7 @@ static void failed_resumes_leave_the_weights(void) {
     best_path(t, weights, sizeof weights);
     fulmen_trainer_free(t);
     /* A fresh model: its weights must survive both failures. */
-    world v = {fixture_mlp(8, 0), 0, 2};
+    world v = {fixture_mlp(8, 0), 0, 2, 0};
     fulmen_model *copy = fixture_mlp(8, 0);
     char snap[512];
     snprintf(snap, sizeof snap, "%s/snapshot.safetensors", dir);
@@ -283,27 +299,36 @@ static void failed_resumes_leave_the_weights(void) {
     fulmen_model_free(w.model);
 }
 
-/* An entry bigger than a checkpoint can carry fails the save, naming it;
- * the checkpoint saved before stays. */
+/* An entry bigger than a safetensors checkpoint's metadata can carry fails
+ * the save, naming it; the checkpoint saved before stays. Lightning's
+ * format has no such bound: the entry is saved and read back whole. */
 static void oversized_entries_are_refused_at_save(void) {
-    world w = {fixture_mlp(8, 0), 0, 1};
+    world w = {fixture_mlp(8, 0), 0, 1, 0};
     fulmen_lightning_module *m = module_for(&w);
     fulmen_dataset *ds = fixture_blobs(16, 7, 1.0f);
     fulmen_loader *l = fixture_loader(ds, 8, false, 0);
     char dir[128], last[256];
     snprintf(dir, sizeof dir, "%s/oversized", g_root);
     snprintf(last, sizeof last, "%s/last.ckpt", dir);
-    fulmen_trainer *t = trainer_in(dir, 1, true);
+    fulmen_trainer *t = trainer_as(dir, 1, true, "safetensors");
     CHECK_OK(fulmen_trainer_fit(t, m, l, NULL, NULL));
     fulmen_trainer_free(t);
     w.big_entry = 51 * 1000 * 1000;
-    t = trainer_in(dir, 3, true);
+    t = trainer_as(dir, 3, true, "safetensors");
     CHECK_ERR(fulmen_trainer_fit(t, m, l, NULL, last), FULMEN_CODE_INVALID_ARGUMENT, "\"blob\"");
     fulmen_trainer_free(t);
-    w.big_entry = 0;
     fulmen_model *probe = fixture_mlp(8, 0);
     CHECK_OK(fulmen_model_load(probe, last, false));
     fulmen_model_free(probe);
+    /* Lightning's format: saved, and resumed with the entry whole. */
+    t = trainer_as(dir, 2, true, "lightning");
+    CHECK_OK(fulmen_trainer_fit(t, m, l, NULL, last));
+    fulmen_trainer_free(t);
+    w.big_entry = 0;
+    t = trainer_as(dir, 3, true, "lightning");
+    CHECK_OK(fulmen_trainer_fit(t, m, l, NULL, last));
+    fulmen_trainer_free(t);
+    CHECK(w.loaded == 51u * 1000 * 1000);
     fulmen_lightning_module_free(m);
     fulmen_loader_free(l);
     fulmen_dataset_free(ds);
@@ -312,7 +337,7 @@ static void oversized_entries_are_refused_at_save(void) {
 
 /* Keys and values YAML would misread are quoted and escaped. */
 static void hparams_yaml_escapes_hostile_text(fulmen_loader *l) {
-    world w = {fixture_mlp(8, 0), 0, 1};
+    world w = {fixture_mlp(8, 0), 0, 1, 0};
     fulmen_lightning_module *m = module_for(&w);
     CHECK_OK(fulmen_lightning_module_set_hparam(m, "lr", "0.1"));
     CHECK_OK(fulmen_lightning_module_set_hparam(m, "# not a comment", "- not a list"));
@@ -343,7 +368,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--writer") == 0) return writer(argv[2]);
     snprintf(g_root, sizeof g_root, "/tmp/fulmen-test-files-XXXXXX");
     CHECK(mkdtemp(g_root) != NULL);
-    world w = {fixture_mlp(8, 0), 0, 1};
+    world w = {fixture_mlp(8, 0), 0, 1, 0};
     fulmen_lightning_module *m = module_for(&w);
     fulmen_dataset *ds = fixture_blobs(32, 4, 1.0f);
     fulmen_loader *l = fixture_loader(ds, 8, true, 2);

@@ -203,7 +203,12 @@ static void checkpoint_counters_are_validated(void) {
     fulmen_lightning_module *m = fixture_module(w.model, &w, huge_step, NULL);
     fulmen_dataset *ds = fixture_blobs(16, 2, 1.0f);
     fulmen_loader *l = fixture_loader(ds, 8, false, 0);
-    fulmen_trainer *t = fixture_trainer(g_root, 1);
+    /* The counters are edited in a safetensors file's JSON header. */
+    fulmen_trainer_options *o = fixture_options(g_root, 1);
+    CHECK_OK(fulmen_trainer_options_set(o, "checkpoint_format", "safetensors"));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_trainer_options_free(o);
     CHECK_OK(fulmen_trainer_fit(t, m, l, NULL, NULL));
     char good[512];
     size_t len = 0;

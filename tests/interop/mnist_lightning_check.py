@@ -4,8 +4,8 @@
     python mnist_lightning_check.py --binary build/examples/mnist --data mnist_5k.csv.gz [--work DIR]
                                     [--accelerator cuda]
 
-1. The example (C, or its Go twin) trains one epoch with
-   --checkpoint-format lightning.
+1. The example (C, or its Go twin) trains one epoch with its default
+   checkpoint format, which is Lightning's.
 2. torch.load(weights_only=True) reads its last.ckpt, and Lightning's own
    Trainer resumes it for a second epoch with the example's twin (the MLP
    held as `self.model`, SGD lr 0.1): the run starts at epoch 1 and global
@@ -54,8 +54,7 @@ def main():
     torch.set_num_threads(2)
 
     ours = os.path.join(work, "fulmen")
-    run([a.binary, "--data", a.data, "--epochs", "1", "--threads", "2", "--checkpoint-format", "lightning",
-         "--accelerator", a.accelerator, "--out", ours])
+    run([a.binary, "--data", a.data, "--epochs", "1", "--threads", "2", "--accelerator", a.accelerator, "--out", ours])
     last = os.path.join(ours, "checkpoints", "last.ckpt")
     ckpt = torch.load(last, weights_only=True)
     assert ckpt["epoch"] == 0 and ckpt["global_step"] == STEPS_PER_EPOCH, (ckpt["epoch"], ckpt["global_step"])

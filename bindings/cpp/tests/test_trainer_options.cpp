@@ -37,7 +37,7 @@ fulmen::TrainerOptions o;
     o.num_sanity_val_steps(2);
     o.log_every_n_steps(50);
     o.enable_checkpointing(true);
-    o.checkpoint_format("safetensors");
+    o.checkpoint_format("lightning");
     o.checkpoint_prefix("");
     o.enable_progress_bar(true);
     o.enable_model_summary(true);

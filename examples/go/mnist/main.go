@@ -7,7 +7,7 @@
 //	      [-cnn] [-seed 42] [-threads N] [-out runs/mnist]
 //	      [-resume last|best|PATH] [-accelerator auto] [-devices auto]
 //	      [-precision 32-true] [-strategy auto]
-//	      [-checkpoint-format safetensors|lightning]
+//	      [-checkpoint-format lightning|safetensors]
 //
 // With -strategy ddp -devices N the job runs on N processes (fulmen starts
 // the others, or torchrun / SLURM did); rank 0 alone reports and writes.
@@ -18,9 +18,10 @@
 // and the trained weights to <out>/model.safetensors. -resume continues an
 // interrupted run from a checkpoint: fulmen's, or one Lightning wrote for
 // the same network held as a LightningModule's self.model.
-// -checkpoint-format lightning writes checkpoints that torch.load and
-// Lightning's Trainer.fit(ckpt_path=...) read (the network's names under
-// "model.").
+// Checkpoints are written in Lightning's format (torch.load and
+// Lightning's Trainer.fit(ckpt_path=...) read them, the network's names
+// under "model."), or fulmen's safetensors with -checkpoint-format
+// safetensors.
 package main
 
 import (
@@ -148,10 +149,10 @@ func main() {
 	devices := flag.String("devices", "auto", "devices, as Lightning reads them: auto, N, -1, 0,2")
 	precision := flag.String("precision", "32-true", "precision: 32-true, 64-true, bf16-mixed, 16-mixed, ...")
 	strategy := flag.String("strategy", "auto", "strategy: auto, single_device, ddp, ...")
-	checkpointFormat := flag.String("checkpoint-format", "safetensors", "checkpoint file format: safetensors or lightning")
+	checkpointFormat := flag.String("checkpoint-format", "lightning", "checkpoint file format: lightning or safetensors")
 	flag.Parse()
 	if *data == "" || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: mnist -data mnist_5k.csv.gz [-epochs N] [-batch-size N] [-lr X] [-cnn] [-seed N] [-threads N] [-out DIR] [-resume last|best|PATH] [-accelerator NAME] [-devices SPEC] [-precision P] [-strategy NAME] [-checkpoint-format safetensors|lightning]")
+		fmt.Fprintln(os.Stderr, "usage: mnist -data mnist_5k.csv.gz [-epochs N] [-batch-size N] [-lr X] [-cnn] [-seed N] [-threads N] [-out DIR] [-resume last|best|PATH] [-accelerator NAME] [-devices SPEC] [-precision P] [-strategy NAME] [-checkpoint-format lightning|safetensors]")
 		os.Exit(2)
 	}
 	fmt.Printf("fulmen %s on libtorch %s\n", fulmen.Version(), fulmen.LibtorchVersion())

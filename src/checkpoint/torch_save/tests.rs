@@ -27,6 +27,12 @@ fn round_trip_of_values_and_dtypes() {
     }
     tensors.push(("scalar".into(), Tensor::from(2.5f32)));
     tensors.push(("empty".into(), Tensor::zeros([0, 3], (Kind::Float, Device::Cpu))));
+    // Views: a narrowed one (an offset, not contiguous), and one contiguous
+    // with a free stride on its size-1 dimension ([3, 1] strided [1, 3]).
+    tensors.push(("narrowed".into(), w.narrow(1, 1, 2)));
+    let column = Tensor::arange(3, (Kind::Float, Device::Cpu)).reshape([1, 3]).tr();
+    assert!(column.is_contiguous() && column.stride() == [1, 3]);
+    tensors.push(("column".into(), column));
     let meta = Value::Dict(vec![
         (Value::Str("epoch".into()), Value::Int(3)),
         (Value::Str("big".into()), Value::Int(-(1i64 << 40))),
@@ -39,7 +45,13 @@ fn round_trip_of_values_and_dtypes() {
         (Value::Str("state_dict".into()), state_dict_value(&tensors)),
         (Value::Str("meta".into()), meta),
     ]);
-    let back = read_bytes(&to_bytes(&value).unwrap(), "round trip").unwrap();
+    let bytes = to_bytes(&value).unwrap();
+    // The file, streamed, is the same archive.
+    let path = std::env::temp_dir().join(format!("fulmen-torch-save-{}.pt", std::process::id()));
+    save(&path, &value).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+    std::fs::remove_file(&path).unwrap();
+    let back = read_bytes(&bytes, "round trip").unwrap();
     let sd = state_dict_of(&back, "round trip").unwrap();
     assert_eq!(sd.len(), tensors.len());
     for ((a, x), (b, y)) in tensors.iter().zip(&sd) {
@@ -76,7 +88,7 @@ fn reads_a_file_written_by_pytorch() {
 }
 
 fn archive_with_pickle(pickle: &[u8], storages: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut zip = ZipWriter::new("archive");
+    let mut zip = ZipWriter::new(Vec::new(), "archive");
     zip.add("data.pkl", pickle).unwrap();
     for (k, b) in storages {
         zip.add(&format!("data/{k}"), b).unwrap();
@@ -200,7 +212,7 @@ fn review_cases() {
 
 #[test]
 fn zip_records_that_repeat_or_overlap_are_refused() {
-    let mut w = ZipWriter::new("a");
+    let mut w = ZipWriter::new(Vec::new(), "a");
     w.add("data.pkl", b"\x80\x02N.").unwrap();
     let mut bytes = w.finish().unwrap();
     // A second directory entry naming the same record: refused before any
@@ -266,7 +278,13 @@ fn bytes_and_sets_as_torch_save_writes_them() {
         (Value::Str("e".into()), Value::Bytes(Vec::new())),
         (Value::Str("s".into()), Value::Set(vec![Value::Str("x".into()), Value::Int(3)])),
     ]);
-    let back = read_bytes(&to_bytes(&value).unwrap(), "round trip").unwrap();
+    let bytes = to_bytes(&value).unwrap();
+    // The file, streamed, is the same archive.
+    let path = std::env::temp_dir().join(format!("fulmen-torch-save-{}.pt", std::process::id()));
+    save(&path, &value).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+    std::fs::remove_file(&path).unwrap();
+    let back = read_bytes(&bytes, "round trip").unwrap();
     assert!(matches!(back.get("b"), Some(Value::Bytes(b)) if b == &[0, 0x7f, 0x80, 0xff]));
     assert!(matches!(back.get("e"), Some(Value::Bytes(b)) if b.is_empty()));
     assert!(matches!(back.get("s"), Some(Value::Set(s)) if s.len() == 2));

@@ -177,9 +177,10 @@ public:
     /// Sets `enable_checkpointing` on a temporary and passes it on.
     Self&& enable_checkpointing(bool v) && { return std::move(put("enable_checkpointing", v)); }
 
-    /// `checkpoint_format` (text; default safetensors): file format of the checkpoints the trainer
-    /// writes: "safetensors" (fulmen's) or "lightning" (Lightning's torch.save dict, which
-    /// torch.load and Lightning's Trainer read); either is read back.
+    /// `checkpoint_format` (text; default lightning): file format of the checkpoints the trainer
+    /// writes: "lightning" (Lightning's torch.save dict, which torch.load and Lightning's Trainer
+    /// read) or "safetensors" (fulmen's own, which any safetensors reader opens); either is read
+    /// back, whatever is written.
     Self& checkpoint_format(std::string_view v) & { return put("checkpoint_format", v); }
     /// Sets `checkpoint_format` on a temporary and passes it on.
     Self&& checkpoint_format(std::string_view v) && { return std::move(put("checkpoint_format", v)); }
