@@ -276,6 +276,11 @@
 #define FULMEN_SEQUENTIAL_MAX 64
 
 /**
+ * The most schedulers one ChainedScheduler takes.
+ */
+#define FULMEN_CHAINED_MAX 64
+
+/**
  * The most arguments `fulmen_model_call_method` passes.
  */
 #define FULMEN_MAX_METHOD_ARGS 64
@@ -5017,9 +5022,9 @@ struct fulmen_error *fulmen_scheduler_cosine_warm_restarts_new(struct fulmen_opt
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (counts, milestones not increasing
  * or negative, a scheduler made for another optimizer or listed twice, a
- * ReduceLROnPlateau, a SequentialLR inside), FULMEN_CODE_INVALID_STATE
- * (a scheduler in use, or the optimizer's param groups changed since a
- * scheduler was made).
+ * ReduceLROnPlateau, a SequentialLR or ChainedScheduler inside),
+ * FULMEN_CODE_INVALID_STATE (a scheduler in use, or the optimizer's param
+ * groups changed since a scheduler was made).
  */
 struct fulmen_error *fulmen_scheduler_sequential_lr_new(struct fulmen_optimizer *optimizer,
                                                         struct fulmen_scheduler *const *schedulers,
@@ -5027,6 +5032,33 @@ struct fulmen_error *fulmen_scheduler_sequential_lr_new(struct fulmen_optimizer 
                                                         const int64_t *milestones,
                                                         size_t n_milestones,
                                                         struct fulmen_scheduler **out);
+
+/**
+ * `ChainedScheduler(schedulers)`: every scheduler steps at each step, in
+ * order, each from the lr the one before wrote, so their factors compose
+ * (ConstantLR's warm-up factor times ExponentialLR's decay). As torch,
+ * StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, LinearLR,
+ * ConstantLR, PolynomialLR and MultiplicativeLR step in their chainable
+ * form (from the current lr); LambdaLR, CyclicLR, OneCycleLR and
+ * CosineAnnealingWarmRestarts write their own lrs over what the ones
+ * before wrote. The lr starts over from the optimizer's initial lr, then
+ * each scheduler takes its first step in order, as torch's constructors
+ * do one after another (a LambdaLR's function is not called again: its
+ * constructor's factors are used). Every scheduler must have been made
+ * for `optimizer` and not stepped; they are consumed on success only
+ * (free none of them afterwards). `n_schedulers` is 1 to
+ * FULMEN_CHAINED_MAX.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (count, a scheduler made for
+ * another optimizer or listed twice, a ReduceLROnPlateau, a SequentialLR
+ * or ChainedScheduler inside), FULMEN_CODE_INVALID_STATE (a scheduler in
+ * use or already stepped, or the optimizer's param groups changed since a
+ * scheduler was made).
+ */
+struct fulmen_error *fulmen_scheduler_chained_new(struct fulmen_optimizer *optimizer,
+                                                  struct fulmen_scheduler *const *schedulers,
+                                                  size_t n_schedulers,
+                                                  struct fulmen_scheduler **out);
 
 /**
  * torch's OneCycleLR defaults for a peak lr and a cycle length.

@@ -356,6 +356,30 @@ func TestSchedulers(t *testing.T) {
 		t.Fatalf("warm-up lr %v", lr())
 	}
 	s.Close()
+	// ChainedScheduler (torch: ConstantLR(0.5, 3) chained with ExponentialLR(0.9) on
+	// lr 1 is 0.9^3 after 3 steps); a part that stepped already is refused.
+	ok(t, opt.SetLR(1))
+	stepped := must(fulmen.NewStepLR(opt, 1, 0.5))
+	steps(stepped, 1, 0)
+	if _, err := fulmen.NewChainedScheduler(opt, []*fulmen.Scheduler{stepped}); !errors.Is(err, fulmen.ErrInvalidState) {
+		t.Fatalf("ChainedScheduler of a stepped scheduler: %v", err)
+	}
+	if stepped.Closed() {
+		t.Fatal("a failed ChainedScheduler consumed its parts")
+	}
+	stepped.Close()
+	ok(t, opt.SetLR(1))
+	constant := must(fulmen.NewConstantLR(opt, 0.5, 3))
+	decay := must(fulmen.NewExponentialLR(opt, 0.9))
+	s = must(fulmen.NewChainedScheduler(opt, []*fulmen.Scheduler{constant, decay}))
+	if !constant.Closed() || !decay.Closed() {
+		t.Fatal("ChainedScheduler left its parts open")
+	}
+	steps(s, 3, 0)
+	if math.Abs(lr()-0.729) > 1e-15 {
+		t.Fatalf("chained lr %v", lr())
+	}
+	s.Close()
 
 	oc := fulmen.DefaultOneCycleOptions(1, 10)
 	if oc.PctStart != 0.3 || oc.DivFactor != 25 || !oc.CycleMomentum {

@@ -408,6 +408,39 @@ func NewSequentialLR(opt *Optimizer, schedulers []*Scheduler, milestones []int64
 	return s, nil
 }
 
+// NewChainedScheduler is ChainedScheduler(schedulers): every scheduler (all
+// made for opt, none stepped) steps at each step, from the lr the one
+// before wrote, so their factors compose. The schedulers are consumed on
+// success (closing them afterwards does nothing) and left as they were on
+// failure.
+func NewChainedScheduler(opt *Optimizer, schedulers []*Scheduler) (*Scheduler, error) {
+	n := len(schedulers)
+	if n == 0 {
+		return nil, &Error{Code: CodeInvalidArgument, Message: "NewChainedScheduler: no scheduler"}
+	}
+	if n > int(C.FULMEN_CHAINED_MAX) {
+		return nil, &Error{Code: CodeInvalidArgument, Message: "NewChainedScheduler: too many schedulers"}
+	}
+	// Go memory holding C pointers only may be passed to C.
+	list := make([]*C.fulmen_scheduler, n)
+	for i, s := range schedulers {
+		list[i] = s.ptr()
+	}
+	s, err := makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
+		return C.fulmen_scheduler_chained_new(o, &list[0], C.size_t(n), out)
+	})
+	runtime.KeepAlive(list)
+	runtime.KeepAlive(schedulers)
+	if err != nil {
+		return nil, err
+	}
+	for _, part := range schedulers {
+		part.h.take()
+		runtime.SetFinalizer(part, nil)
+	}
+	return s, nil
+}
+
 // OneCycleOptions are the options of OneCycleLR (fulmen_one_cycle_options).
 type OneCycleOptions struct {
 	// MaxLR is the peak learning rate.

@@ -6,7 +6,7 @@ use super::optim::fulmen_optimizer;
 use super::tensor::handle::i64_list;
 use crate::error::{Error, ErrorCode, Result};
 use crate::optim::{
-    check_sequential_milestones, AnnealStrategy, ConstantLr, CosineAnnealingLr, CosineAnnealingWarmRestarts,
+    check_sequential_milestones, AnnealStrategy, ChainedLr, ConstantLr, CosineAnnealingLr, CosineAnnealingWarmRestarts,
     ExponentialLr, LinearLr, LrScheduler, MultiStepLr, OneCycleLr, OneCycleOptions, PlateauMode, PlateauOptions,
     PolynomialLr, ReduceLrOnPlateau, SequentialLr, StepLr, ThresholdMode,
 };
@@ -170,6 +170,49 @@ pub unsafe extern "C" fn fulmen_scheduler_cosine_warm_restarts_new(
 /// The most schedulers one SequentialLR takes.
 pub const FULMEN_SEQUENTIAL_MAX: usize = 64;
 
+/// Takes the schedulers a SequentialLR or ChainedScheduler (`kind`) is
+/// made of, after checking them all: made for `optimizer`, live, not
+/// listed twice, for its current param groups, not a ReduceLROnPlateau nor
+/// a composite one, and (for a chain) not stepped yet. A failure takes none.
+unsafe fn take_parts(
+    optimizer: *mut fulmen_optimizer,
+    groups: usize,
+    schedulers: *const *mut fulmen_scheduler,
+    n_schedulers: usize,
+    max: usize,
+    kind: &str,
+) -> Result<Vec<Box<dyn LrScheduler>>> {
+    if n_schedulers == 0 || n_schedulers > max {
+        return Err(Error::invalid(format!("n_schedulers must be 1 to {max}, got {n_schedulers}")));
+    }
+    if schedulers.is_null() {
+        return Err(Error::new(ErrorCode::NullArgument, "schedulers is NULL"));
+    }
+    let list = std::slice::from_raw_parts(schedulers, n_schedulers);
+    let chained = kind == "ChainedScheduler";
+    let parts = handle::take_owned_all(list, "schedulers", |i, s| {
+        if s.optimizer != optimizer as usize {
+            return Err(Error::invalid(format!("schedulers[{i}] was made for another optimizer")));
+        }
+        let name = s.inner.name();
+        if s.inner.reduce_on_plateau() || name == "sequential_lr" || name == "chained_scheduler" {
+            return Err(Error::invalid(format!("schedulers[{i}] is a {name}, which cannot run inside a {kind}")));
+        }
+        if s.inner.last_lr().len() != groups {
+            return Err(Error::state(format!(
+                "schedulers[{i}] was made for {} param groups; the optimizer now has {groups}",
+                s.inner.last_lr().len()
+            )));
+        }
+        let steps = s.inner.state_dict().iter().find(|(k, _)| k == "last_epoch").map_or(0.0, |(_, v)| *v);
+        if chained && steps != 0.0 {
+            return Err(Error::state(format!("schedulers[{i}] has stepped {steps} times; a {kind} takes fresh ones")));
+        }
+        Ok(())
+    })?;
+    Ok(parts.into_iter().map(|s| s.inner).collect())
+}
+
 /// `SequentialLR(schedulers, milestones)`: `schedulers[0]` runs until step
 /// `milestones[0]`, then `schedulers[1]` from its own step 0, and so on (a
 /// linear warm-up then a cosine decay: LinearLR, CosineAnnealingLR,
@@ -181,9 +224,9 @@ pub const FULMEN_SEQUENTIAL_MAX: usize = 64;
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (counts, milestones not increasing
 /// or negative, a scheduler made for another optimizer or listed twice, a
-/// ReduceLROnPlateau, a SequentialLR inside), FULMEN_CODE_INVALID_STATE
-/// (a scheduler in use, or the optimizer's param groups changed since a
-/// scheduler was made).
+/// ReduceLROnPlateau, a SequentialLR or ChainedScheduler inside),
+/// FULMEN_CODE_INVALID_STATE (a scheduler in use, or the optimizer's param
+/// groups changed since a scheduler was made).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_scheduler_sequential_lr_new(
     optimizer: *mut fulmen_optimizer,
@@ -195,39 +238,57 @@ pub unsafe extern "C" fn fulmen_scheduler_sequential_lr_new(
 ) -> *mut fulmen_error {
     guard("fulmen_scheduler_sequential_lr_new", || {
         check_out(out, "out")?;
-        if n_schedulers == 0 || n_schedulers > FULMEN_SEQUENTIAL_MAX {
-            return Err(Error::invalid(format!(
-                "n_schedulers must be 1 to {FULMEN_SEQUENTIAL_MAX}, got {n_schedulers}"
-            )));
-        }
-        if schedulers.is_null() {
-            return Err(Error::new(ErrorCode::NullArgument, "schedulers is NULL"));
-        }
-        let list = std::slice::from_raw_parts(schedulers, n_schedulers);
         let m = if n_milestones == 0 { &[][..] } else { i64_list(milestones, n_milestones, "milestones")? };
         // Checked before the schedulers are taken: a failure consumes none.
-        check_sequential_milestones(n_schedulers, m).map_err(Error::invalid)?;
+        if (1..=FULMEN_SEQUENTIAL_MAX).contains(&n_schedulers) {
+            check_sequential_milestones(n_schedulers, m).map_err(Error::invalid)?;
+        }
         let mut o = handle::borrow_mut(optimizer, "optimizer")?;
         let groups = o.inner.param_groups().len();
-        let parts = handle::take_owned_all(list, "schedulers", |i, s| {
-            if s.optimizer != optimizer as usize {
-                return Err(Error::invalid(format!("schedulers[{i}] was made for another optimizer")));
-            }
-            if s.inner.reduce_on_plateau() || s.inner.name() == "sequential_lr" {
-                return Err(Error::invalid(format!(
-                    "schedulers[{i}] is a {}, which cannot run inside a SequentialLR",
-                    s.inner.name()
-                )));
-            }
-            if s.inner.last_lr().len() != groups {
-                return Err(Error::state(format!(
-                    "schedulers[{i}] was made for {} param groups; the optimizer now has {groups}",
-                    s.inner.last_lr().len()
-                )));
-            }
-            Ok(())
-        })?;
-        let inner = SequentialLr::new(o.inner.as_mut(), parts.into_iter().map(|s| s.inner).collect(), m.to_vec())?;
+        let parts = take_parts(optimizer, groups, schedulers, n_schedulers, FULMEN_SEQUENTIAL_MAX, "SequentialLR")?;
+        let inner = SequentialLr::new(o.inner.as_mut(), parts, m.to_vec())?;
+        out.write(handle::into_raw(fulmen_scheduler { inner: Box::new(inner), optimizer: optimizer as usize }));
+        Ok(())
+    })
+}
+
+/// The most schedulers one ChainedScheduler takes.
+pub const FULMEN_CHAINED_MAX: usize = 64;
+const _: () = assert!(FULMEN_CHAINED_MAX == crate::optim::MAX_CHAINED);
+
+/// `ChainedScheduler(schedulers)`: every scheduler steps at each step, in
+/// order, each from the lr the one before wrote, so their factors compose
+/// (ConstantLR's warm-up factor times ExponentialLR's decay). As torch,
+/// StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, LinearLR,
+/// ConstantLR, PolynomialLR and MultiplicativeLR step in their chainable
+/// form (from the current lr); LambdaLR, CyclicLR, OneCycleLR and
+/// CosineAnnealingWarmRestarts write their own lrs over what the ones
+/// before wrote. The lr starts over from the optimizer's initial lr, then
+/// each scheduler takes its first step in order, as torch's constructors
+/// do one after another (a LambdaLR's function is not called again: its
+/// constructor's factors are used). Every scheduler must have been made
+/// for `optimizer` and not stepped; they are consumed on success only
+/// (free none of them afterwards). `n_schedulers` is 1 to
+/// FULMEN_CHAINED_MAX.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (count, a scheduler made for
+/// another optimizer or listed twice, a ReduceLROnPlateau, a SequentialLR
+/// or ChainedScheduler inside), FULMEN_CODE_INVALID_STATE (a scheduler in
+/// use or already stepped, or the optimizer's param groups changed since a
+/// scheduler was made).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_chained_new(
+    optimizer: *mut fulmen_optimizer,
+    schedulers: *const *mut fulmen_scheduler,
+    n_schedulers: usize,
+    out: *mut *mut fulmen_scheduler,
+) -> *mut fulmen_error {
+    guard("fulmen_scheduler_chained_new", || {
+        check_out(out, "out")?;
+        let mut o = handle::borrow_mut(optimizer, "optimizer")?;
+        let groups = o.inner.param_groups().len();
+        let parts = take_parts(optimizer, groups, schedulers, n_schedulers, FULMEN_CHAINED_MAX, "ChainedScheduler")?;
+        let inner = ChainedLr::new(o.inner.as_mut(), parts)?;
         out.write(handle::into_raw(fulmen_scheduler { inner: Box::new(inner), optimizer: optimizer as usize }));
         Ok(())
     })

@@ -66,10 +66,12 @@ pub use adamax::{Adamax, AdamaxOptions};
 pub use nadam::{NAdam, NAdamOptions};
 pub use radam::{RAdam, RAdamOptions};
 pub use rmsprop::{RmsProp, RmsPropOptions};
+pub(crate) use scheduler::MAX_CHAINED;
 pub use scheduler::{
-    check_sequential_milestones, AnnealStrategy, ConstantLr, CosineAnnealingLr, CosineAnnealingWarmRestarts, CyclicLr,
-    CyclicLrOptions, CyclicMode, ExponentialLr, LambdaLr, LinearLr, LrLambda, LrScheduler, MultiStepLr, OneCycleLr,
-    OneCycleOptions, PlateauMode, PlateauOptions, PolynomialLr, ReduceLrOnPlateau, SequentialLr, StepLr, ThresholdMode,
+    check_sequential_milestones, AnnealStrategy, ChainedLr, ConstantLr, CosineAnnealingLr, CosineAnnealingWarmRestarts,
+    CyclicLr, CyclicLrOptions, CyclicMode, ExponentialLr, LambdaLr, LinearLr, LrLambda, LrScheduler, MultiStepLr,
+    OneCycleLr, OneCycleOptions, PlateauMode, PlateauOptions, PolynomialLr, ReduceLrOnPlateau, SequentialLr, StepLr,
+    ThresholdMode,
 };
 pub use sgd::{Sgd, SgdOptions};
 

@@ -875,6 +875,53 @@ static void test_new_schedulers(void) {
     fulmen_optimizer_free(o);
 }
 
+/* ChainedScheduler([ConstantLR(0.5, 3), ExponentialLR(0.9)]): the factors
+ * compose as in torch 2.13; the parts must be fresh, and a failure
+ * consumes none of them. */
+static void test_chained_scheduler(void) {
+    fulmen_optimizer *o = sgd_with_lr(0.1);
+    fulmen_scheduler *constant = NULL, *decay = NULL, *plateau = NULL, *stepped = NULL, *seq = NULL, *s = NULL;
+    CHECK_OK(fulmen_scheduler_constant_lr_new(o, 0.5, 3, &constant));
+    CHECK_OK(fulmen_scheduler_exponential_lr_new(o, 0.9, &decay));
+    fulmen_plateau_options po = fulmen_plateau_options_default();
+    CHECK_OK(fulmen_scheduler_reduce_on_plateau_new(o, &po, &plateau));
+    CHECK_OK(fulmen_scheduler_step_lr_new(o, 2, 0.5, &stepped));
+    CHECK_OK(fulmen_scheduler_step(stepped, o, 0.0));
+    fulmen_scheduler *a = NULL, *b = NULL;
+    CHECK_OK(fulmen_scheduler_linear_lr_new(o, 0.5, 1.0, 2, &a));
+    CHECK_OK(fulmen_scheduler_exponential_lr_new(o, 0.9, &b));
+    fulmen_scheduler *seq_parts[2] = {a, b};
+    const int64_t at2[1] = {2};
+    CHECK_OK(fulmen_scheduler_sequential_lr_new(o, seq_parts, 2, at2, 1, &seq));
+    size_t live = fulmen_live_handles();
+    fulmen_scheduler *with_plateau[2] = {constant, plateau}, *with_stepped[2] = {constant, stepped},
+                     *with_seq[2] = {constant, seq}, *twice[2] = {constant, constant}, *pair[2] = {constant, decay};
+    CHECK_ERR(fulmen_scheduler_chained_new(o, with_plateau, 2, &s), FULMEN_CODE_INVALID_ARGUMENT,
+              "reduce_lr_on_plateau");
+    CHECK_ERR(fulmen_scheduler_chained_new(o, with_stepped, 2, &s), FULMEN_CODE_INVALID_STATE, "stepped");
+    CHECK_ERR(fulmen_scheduler_chained_new(o, with_seq, 2, &s), FULMEN_CODE_INVALID_ARGUMENT, "sequential_lr");
+    CHECK_ERR(fulmen_scheduler_chained_new(o, twice, 2, &s), FULMEN_CODE_INVALID_ARGUMENT, "again");
+    CHECK_ERR(fulmen_scheduler_chained_new(o, pair, 0, &s), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_scheduler_chained_new(o, pair, FULMEN_CHAINED_MAX + 1, &s), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_scheduler_chained_new(o, NULL, 2, &s), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_scheduler_chained_new(o, pair, 2, NULL), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    CHECK(fulmen_live_handles() == live); /* nothing consumed by a failure */
+    CHECK_OK(fulmen_scheduler_chained_new(o, pair, 2, &s));
+    CHECK(fulmen_live_handles() == live - 1); /* two consumed, one made */
+    CHECK(lr_of(o) == 0.05);
+    double got[12];
+    run_schedule(s, o, 12, got);
+    const double want[12] = {0.045000000000000005, 0.04050000000000001, 0.07290000000000002, 0.06561000000000002,
+                             0.05904900000000002, 0.05314410000000002, 0.04782969000000002, 0.043046721000000024,
+                             0.03874204890000002, 0.03486784401000002, 0.03138105960900001, 0.028242953648100012};
+    for (int i = 0; i < 12; i++) CHECK(got[i] == want[i]); /* torch's operations, torch's bits */
+    fulmen_scheduler_free(s);
+    fulmen_scheduler_free(plateau);
+    fulmen_scheduler_free(stepped);
+    fulmen_scheduler_free(seq);
+    fulmen_optimizer_free(o);
+}
+
 /* OneCycleLR: starts at max_lr / div_factor, peaks at max_lr after
  * pct_start of the cycle, ends at initial / final_div_factor; stepping past
  * the cycle is an error. */
@@ -1055,6 +1102,7 @@ int main(void) {
     test_clipping();
     test_closed_form_schedulers();
     test_new_schedulers();
+    test_chained_scheduler();
     test_one_cycle();
     test_plateau();
     test_scheduler_errors();

@@ -29,14 +29,17 @@
  *             function) per step; no clipping;
  *   onecycle: Adam (lr 0.01), OneCycleLR (max_lr 0.02, 44 steps: the
  *             whole run; beta1 cycled) per step; no clipping;
+ *   chained:  SGD (lr 0.1, momentum 0.9), ChainedScheduler of ConstantLR
+ *             (factor 0.1, 5 steps) and ExponentialLR (gamma 0.97) per
+ *             step; no clipping;
  *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
  *             learning-rate range test (1e-5 to 1 over 30 steps) writes
  *             "lr loss" per step to LOSSES, then "suggestion lr".
  * CKPT_DIR: a ModelCheckpoint keeps every epoch's checkpoint there
  * (epoch=N.ckpt). RESUME: fit resumes from that checkpoint (a fulmen or a
  * Lightning one; "-" for none). FORMAT: the checkpoints' format,
- * "safetensors" (the default) or "lightning" (with the Lightning twin's
- * attribute prefix "model."). EVERY_N_TRAIN_STEPS: the ModelCheckpoint
+ * "lightning" (the default; with the Lightning twin's attribute prefix
+ * "model.") or "safetensors". EVERY_N_TRAIN_STEPS: the ModelCheckpoint
  * saves every that many optimizer steps (step=N.ckpt) instead of every
  * epoch. A failed call
  * prints its error code and message and exits 1. */
@@ -156,6 +159,23 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
             return e;
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_STEP, 1, NULL);
+    } else if (strcmp(job->config, "chained") == 0) {
+        fulmen_sgd_options o = fulmen_sgd_options_default();
+        o.lr = 0.1;
+        o.momentum = 0.9;
+        e = fulmen_optimizer_sgd_new(job->model, NULL, 0, &o, &opt);
+        if (e) return e;
+        fulmen_scheduler *parts[2] = {NULL, NULL};
+        e = fulmen_scheduler_constant_lr_new(opt, 0.1, 5, &parts[0]);
+        if (!e) e = fulmen_scheduler_exponential_lr_new(opt, 0.97, &parts[1]);
+        if (!e) e = fulmen_scheduler_chained_new(opt, parts, 2, &sched);
+        if (e) {
+            fulmen_scheduler_free(parts[0]);
+            fulmen_scheduler_free(parts[1]);
+            fulmen_optimizer_free(opt);
+            return e;
+        }
+        e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_STEP, 1, NULL);
     } else if (strcmp(job->config, "restarts") == 0 || strcmp(job->config, "cyclic") == 0 ||
                strcmp(job->config, "lambda") == 0) {
         fulmen_sgd_options o = fulmen_sgd_options_default();
@@ -256,8 +276,7 @@ int main(int argc, char **argv) {
     if (strcmp(job.config, "steplr") != 0 && strcmp(job.config, "stepfreq") != 0 &&
         strcmp(job.config, "warmup_cosine") != 0 && strcmp(job.config, "restarts") != 0 &&
         strcmp(job.config, "cyclic") != 0 && strcmp(job.config, "lambda") != 0 && strcmp(job.config, "lr_find") != 0 &&
-        strcmp(job.config, "onecycle") != 0 &&
-        !validating) {
+        strcmp(job.config, "onecycle") != 0 && strcmp(job.config, "chained") != 0 && !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;
     }

@@ -67,6 +67,7 @@ CONFIGS = {
     "cyclic": ("sgd", "cyclic", "step", 1, None, "norm", 1),
     "lambda": ("sgd", "lambda", "step", 1, None, "norm", 1),
     "onecycle": ("adam", "onecycle", "step", 1, None, "norm", 1),
+    "chained": ("sgd", "chained", "step", 1, None, "norm", 1),
 }
 
 
@@ -107,6 +108,11 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
                 warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=5)
                 cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=39, eta_min=0.001)
                 sched = torch.optim.lr_scheduler.SequentialLR(opt, [warm, cosine], milestones=[5])
+                monitor = {}
+            elif step_lr == "chained":
+                constant = torch.optim.lr_scheduler.ConstantLR(opt, factor=0.1, total_iters=5)
+                decay = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.97)
+                sched = torch.optim.lr_scheduler.ChainedScheduler([constant, decay])
                 monitor = {}
             elif step_lr == "restarts":
                 sched = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=3, T_mult=2, eta_min=0.001)
@@ -335,9 +341,11 @@ def main():
         results.append(compare(f"{config}: fulmen's fit vs Lightning's", whole, reference))
         ckpts = os.path.join(work, f"{config}-checkpoints")
         shutil.rmtree(ckpts, ignore_errors=True)
-        first = fulmen_losses(a.binary, config, work, "first", FIRST, [ckpts])
+        # fulmen's own resume in its safetensors format (the default,
+        # Lightning's, is the cross-resume below).
+        first = fulmen_losses(a.binary, config, work, "first", FIRST, [ckpts, "-", "safetensors"])
         resume = os.path.join(ckpts, f"epoch={FIRST - 1}.ckpt")
-        resumed = first + fulmen_losses(a.binary, config, work, "resumed", EPOCHS, [ckpts, resume])
+        resumed = first + fulmen_losses(a.binary, config, work, "resumed", EPOCHS, [ckpts, resume, "safetensors"])
         lightning_ckpts = os.path.join(work, f"{config}-lightning-checkpoints")
         shutil.rmtree(lightning_ckpts, ignore_errors=True)
         lightning_resumed = lightning_losses(config, init, x, y, FIRST, lightning_ckpts)

@@ -274,6 +274,25 @@ TEST_F(OptimTest, Schedulers) {
         EXPECT_THROW(Scheduler::sequential_lr(opt, std::move(parts), {3}), fulmen::Error);  // one milestone too many
         EXPECT_TRUE(parts.size() == 1 && parts[0]);                                      // not consumed
     }
+    // ChainedScheduler: torch 2.13's ConstantLR(0.5, 3) chained with ExponentialLR(0.9) on lr 1
+    // gives 0.5 * 0.9^2 after 2 steps and 0.9^3 after 3, when the constant factor ends.
+    auto chained = [](Optimizer& o) {
+        std::vector<Scheduler> parts;
+        parts.push_back(Scheduler::constant_lr(o, 0.5, 3));
+        parts.push_back(Scheduler::exponential_lr(o, 0.9));
+        Scheduler s = Scheduler::chained(o, std::move(parts));
+        EXPECT_TRUE(parts.empty() || !parts[0]);
+        return s;
+    };
+    EXPECT_DOUBLE_EQ(lr_after(chained, 2), 0.5 * 0.9 * 0.9);
+    EXPECT_NEAR(lr_after(chained, 3), 0.729, 1e-15);
+    {
+        std::vector<Scheduler> parts;
+        parts.push_back(Scheduler::step_lr(opt, 1));
+        parts[0].step(opt);
+        EXPECT_THROW(Scheduler::chained(opt, std::move(parts)), fulmen::Error);  // a part already stepped
+        EXPECT_TRUE(parts.size() == 1 && parts[0]);                              // not consumed
+    }
     Scheduler wrong = Scheduler::step_lr(opt, 1);
     Optimizer other = Optimizer::sgd({w});
     EXPECT_THROW(wrong.step(other), fulmen::Error);

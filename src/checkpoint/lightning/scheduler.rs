@@ -55,7 +55,14 @@ impl<'a> Flat<'a> {
     }
 }
 
-/// The sub-states `schedulers.I.*` of a SequentialLR, in order.
+/// Whether a state is a SequentialLR's or a ChainedScheduler's (it holds
+/// its parts' states).
+fn is_composite(flat: &[(String, f64)]) -> bool {
+    flat.iter().any(|(k, _)| k.starts_with("schedulers."))
+}
+
+/// The sub-states `schedulers.I.*` of a SequentialLR or ChainedScheduler,
+/// in order.
 fn parts(flat: &[(String, f64)]) -> Vec<Vec<(String, f64)>> {
     let mut out: Vec<Vec<(String, f64)>> = Vec::new();
     for (k, v) in flat {
@@ -110,6 +117,11 @@ pub fn to_torch(flat: &[(String, f64)], betas: bool) -> Result<Value> {
         let mut out = base_entries(&f)?;
         out.push(("lr_lambdas", Value::List((0..groups).map(|_| Value::None).collect())));
         return Ok(dict(out));
+    }
+    if f.has("chain.len") {
+        // ChainedScheduler: its __dict__ is `_last_lr` (and the parts).
+        let schedulers = parts(flat).iter().map(|p| to_torch(p, betas)).collect::<Result<Vec<_>>>()?;
+        return Ok(dict(vec![("_last_lr", floats(&f.list("last_lr"))), ("_schedulers", Value::List(schedulers))]));
     }
     if f.has("schedulers.0.last_epoch") {
         let schedulers = parts(flat).iter().map(|p| to_torch(p, betas)).collect::<Result<Vec<_>>>()?;
@@ -203,8 +215,9 @@ fn warm_restarts_to_torch(f: &Flat) -> Result<Value> {
 /// ranges).
 pub fn group_entries(flat: &[(String, f64)]) -> Vec<(&'static str, f64)> {
     let f = Flat::new(flat);
-    if f.has("schedulers.0.last_epoch") {
-        // A SequentialLR: each part wrote its entries; a later one's win.
+    if is_composite(flat) {
+        // A SequentialLR or ChainedScheduler: each part wrote its entries;
+        // a later one's win.
         let mut out: Vec<(&'static str, f64)> = Vec::new();
         for part in parts(flat) {
             for (k, v) in group_entries(&part) {
@@ -335,8 +348,8 @@ fn one_cycle_from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
 /// per-group values): OneCycleLR's `max_lr`, `min_lr` and momentum range.
 /// Other states are left as they are.
 pub fn complete_from_groups(state: &mut Vec<(String, f64)>, groups: &[(String, Vec<f64>)], what: &str) -> Result<()> {
-    if state.iter().any(|(k, _)| k == "schedulers.0.last_epoch") {
-        // A SequentialLR: its parts, completed one by one.
+    if is_composite(state) {
+        // A SequentialLR or ChainedScheduler: its parts, completed one by one.
         let mut completed: Vec<(String, f64)> =
             state.iter().filter(|(k, _)| !k.starts_with("schedulers.")).cloned().collect();
         for (i, mut part) in parts(state).into_iter().enumerate() {
@@ -505,15 +518,29 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
         return Ok(out);
     }
     if let Some(parts) = v.get("_schedulers") {
+        let parts = items(parts, &format!("{what}._schedulers"))?;
+        if parts.len() as i64 > MAX_LIST {
+            return Err(Error::format(format!("{what}._schedulers is too long")));
+        }
         if v.get("_milestones").is_none() {
-            return Err(Error::unsupported(format!("{what}: ChainedScheduler is not supported")));
+            // ChainedScheduler.
+            if parts.is_empty() {
+                return Err(Error::format(format!("{what}: a ChainedScheduler of no scheduler")));
+            }
+            out.push(("chain.len".into(), parts.len() as f64));
+            push_list(&mut out, "last_lr", &list("_last_lr")?);
+            for (i, p) in parts.iter().enumerate() {
+                let sub = from_torch(p, &format!("{what}._schedulers[{i}]"))?;
+                out.extend(sub.into_iter().map(|(k, x)| (format!("schedulers.{i}.{k}"), x)));
+            }
+            return Ok(out);
         }
         let milestones = list("_milestones")?;
         out.push(("last_epoch".into(), num("last_epoch")?));
         out.push(("milestones.len".into(), milestones.len() as f64));
         push_list(&mut out, "milestones", &milestones);
         push_list(&mut out, "last_lr", &list("_last_lr")?);
-        for (i, p) in items(parts, &format!("{what}._schedulers"))?.iter().enumerate() {
+        for (i, p) in parts.iter().enumerate() {
             let sub = from_torch(p, &format!("{what}._schedulers[{i}]"))?;
             out.extend(sub.into_iter().map(|(k, x)| (format!("schedulers.{i}.{k}"), x)));
         }
@@ -558,7 +585,8 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
     Err(Error::unsupported(format!(
         "{what}: a scheduler with entries {theirs:?} cannot be read from a Lightning checkpoint yet (supported: \
          StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, LinearLR, ConstantLR, PolynomialLR, \
-         CosineAnnealingWarmRestarts, CyclicLR, LambdaLR, MultiplicativeLR, SequentialLR, ReduceLROnPlateau)"
+         CosineAnnealingWarmRestarts, CyclicLR, LambdaLR, MultiplicativeLR, SequentialLR, ChainedScheduler, \
+         ReduceLROnPlateau)"
     )))
 }
 

@@ -339,7 +339,17 @@ fn every_writable_scheduler_reads_back() {
             ("max_momentum", 0.9),
         ]),
     ];
-    for state in &states {
+    // A ChainedScheduler of two of them, and a SequentialLR of the chain's
+    // kind of parts: torch tells them apart by `_milestones` alone.
+    let mut chained = flat_numbers(&[("chain.len", 2.0), ("last_lr.0", 0.045)]);
+    let mut sequential =
+        flat_numbers(&[("last_epoch", 7.0), ("milestones.len", 1.0), ("milestones.0", 3.0), ("last_lr.0", 0.045)]);
+    for (i, part) in [&states[6], &states[3]].iter().enumerate() {
+        chained.extend(part.iter().map(|(k, v)| (format!("schedulers.{i}.{k}"), *v)));
+        sequential.extend(part.iter().map(|(k, v)| (format!("schedulers.{i}.{k}"), *v)));
+    }
+    let composite = [chained, sequential];
+    for state in states.iter().chain(&composite) {
         let torch = scheduler::to_torch(state, false).unwrap();
         let back = scheduler::from_torch(&torch, "scheduler").unwrap();
         assert_eq!(sorted(state, |v| *v), sorted(&back, |v| *v), "{torch:?}");
@@ -441,13 +451,18 @@ fn one_cycle_round_trips_through_torch_and_the_param_groups() {
 fn the_weights_alone_read_past_a_scheduler_fulmen_cannot_resume() {
     let dir = std::env::temp_dir().join(format!("fulmen-lightning-weights-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("chained.ckpt");
+    let path = dir.join("stateful-lambda.ckpt");
     let Value::Dict(mut top) = to_lightning(&sample(), "").unwrap() else { panic!() };
-    // A ChainedScheduler: its `_schedulers` without SequentialLR's milestones.
-    let chained = dict(vec![("_schedulers", Value::List(vec![])), ("_last_lr", floats(&[0.02]))]);
+    // A LambdaLR whose function kept state (a callable object's __dict__).
+    let lambda = dict(vec![
+        ("lr_lambdas", Value::List(vec![dict(vec![("scale", Value::Float(2.0))])])),
+        ("base_lrs", floats(&[0.1])),
+        ("last_epoch", Value::Int(3)),
+        ("_last_lr", floats(&[0.02])),
+    ]);
     for (k, v) in top.iter_mut() {
         if matches!(k, Value::Str(s) if s == "lr_schedulers") {
-            *v = Value::List(vec![chained]);
+            *v = Value::List(vec![lambda]);
             break;
         }
     }

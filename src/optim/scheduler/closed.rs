@@ -1,6 +1,8 @@
 //! Schedulers with a closed form: StepLR, MultiStepLR, ExponentialLR,
 //! CosineAnnealingLR, LinearLR, ConstantLR, PolynomialLR and
-//! CosineAnnealingWarmRestarts.
+//! CosineAnnealingWarmRestarts. Each also has torch's chainable form
+//! (`get_lr`: the new lr from the group's current one), which a
+//! ChainedScheduler composes.
 use super::{Base, Lookup, LrScheduler};
 use crate::error::{Error, Result};
 use crate::optim::Optimizer;
@@ -33,6 +35,19 @@ macro_rules! closed_form {
                 self.base.check_groups(opt, $name)?;
                 self.base.last_epoch = epoch;
                 self.apply_epoch(opt);
+                Ok(())
+            }
+
+            fn chain_to(&mut self, opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
+                self.base.check_groups(opt, $name)?;
+                self.base.last_epoch = epoch;
+                let lrs = opt
+                    .param_groups()
+                    .iter()
+                    .zip(&self.base.base_lrs)
+                    .map(|(g, b)| self.chained_lr(g.lr, *b, epoch))
+                    .collect();
+                self.base.apply(opt, lrs);
                 Ok(())
             }
 
@@ -81,6 +96,16 @@ impl StepLr {
         base_lr * self.gamma.powf(epoch.div_euclid(self.step_size) as f64)
     }
 
+    /// torch's chainable `get_lr`: times `gamma` at each non-zero
+    /// multiple of `step_size`.
+    fn chained_lr(&self, lr: f64, _base_lr: f64, epoch: i64) -> f64 {
+        if epoch == 0 || epoch % self.step_size != 0 {
+            lr
+        } else {
+            lr * self.gamma
+        }
+    }
+
     fn hypers(&self) -> Vec<(String, f64)> {
         vec![("step_size".into(), self.step_size as f64), ("gamma".into(), self.gamma)]
     }
@@ -117,6 +142,17 @@ impl MultiStepLr {
     fn lr_at(&self, base_lr: f64, epoch: i64) -> f64 {
         let passed = self.milestones.partition_point(|m| *m <= epoch);
         base_lr * self.gamma.powf(passed as f64)
+    }
+
+    /// torch's chainable `get_lr`: times `gamma` to the number of times
+    /// `epoch` is listed.
+    fn chained_lr(&self, lr: f64, _base_lr: f64, epoch: i64) -> f64 {
+        let times = self.milestones.iter().filter(|m| **m == epoch).count();
+        if times == 0 {
+            lr
+        } else {
+            lr * self.gamma.powf(times as f64)
+        }
     }
 
     fn hypers(&self) -> Vec<(String, f64)> {
@@ -160,6 +196,15 @@ impl ExponentialLr {
         base_lr * self.gamma.powf(epoch as f64)
     }
 
+    /// torch's chainable `get_lr`: times `gamma` each step.
+    fn chained_lr(&self, lr: f64, _base_lr: f64, epoch: i64) -> f64 {
+        if epoch == 0 {
+            lr
+        } else {
+            lr * self.gamma
+        }
+    }
+
     fn hypers(&self) -> Vec<(String, f64)> {
         vec![("gamma".into(), self.gamma)]
     }
@@ -194,6 +239,22 @@ impl CosineAnnealingLr {
     fn lr_at(&self, base_lr: f64, epoch: i64) -> f64 {
         let angle = std::f64::consts::PI * epoch as f64 / self.t_max as f64;
         self.eta_min + (base_lr - self.eta_min) * (1.0 + angle.cos()) / 2.0
+    }
+
+    /// torch's chainable `get_lr`: the ratio of successive cosine points
+    /// applied to the current lr (past `t_max`, the climb back up).
+    fn chained_lr(&self, lr: f64, base_lr: f64, epoch: i64) -> f64 {
+        use std::f64::consts::PI;
+        let t_max = self.t_max as f64;
+        if epoch == 0 {
+            lr
+        } else if (epoch - 1 - self.t_max).rem_euclid(2 * self.t_max) == 0 {
+            lr + (base_lr - self.eta_min) * (1.0 - (PI / t_max).cos()) / 2.0
+        } else {
+            (1.0 + (PI * epoch as f64 / t_max).cos()) / (1.0 + (PI * (epoch - 1) as f64 / t_max).cos())
+                * (lr - self.eta_min)
+                + self.eta_min
+        }
     }
 
     fn hypers(&self) -> Vec<(String, f64)> {
@@ -232,6 +293,19 @@ impl LinearLr {
         let done = self.total_iters.min(epoch) as f64;
         let delta = self.end_factor - self.start_factor;
         base_lr * (self.start_factor + delta * done / self.total_iters as f64)
+    }
+
+    /// torch's chainable `get_lr`: `start_factor` first, then the ratio of
+    /// successive factors until `total_iters`.
+    fn chained_lr(&self, lr: f64, _base_lr: f64, epoch: i64) -> f64 {
+        let delta = self.end_factor - self.start_factor;
+        if epoch == 0 {
+            lr * self.start_factor
+        } else if epoch > self.total_iters {
+            lr
+        } else {
+            lr * (1.0 + delta / (self.total_iters as f64 * self.start_factor + (epoch - 1) as f64 * delta))
+        }
     }
 
     fn hypers(&self) -> Vec<(String, f64)> {
@@ -274,6 +348,18 @@ impl ConstantLr {
         base_lr * (self.factor + done * (1.0 - self.factor))
     }
 
+    /// torch's chainable `get_lr`: times `factor` first, divided back out
+    /// at `total_iters`.
+    fn chained_lr(&self, lr: f64, _base_lr: f64, epoch: i64) -> f64 {
+        if epoch == 0 {
+            lr * self.factor
+        } else if epoch != self.total_iters {
+            lr
+        } else {
+            lr * (1.0 / self.factor)
+        }
+    }
+
     fn hypers(&self) -> Vec<(String, f64)> {
         vec![("factor".into(), self.factor), ("total_iters".into(), self.total_iters as f64)]
     }
@@ -308,6 +394,16 @@ impl PolynomialLr {
     fn lr_at(&self, base_lr: f64, epoch: i64) -> f64 {
         let done = self.total_iters.min(epoch) as f64;
         base_lr * (1.0 - done / self.total_iters as f64).powf(self.power)
+    }
+
+    /// torch's chainable `get_lr`: the ratio of successive decay factors.
+    fn chained_lr(&self, lr: f64, _base_lr: f64, epoch: i64) -> f64 {
+        if epoch == 0 || epoch > self.total_iters {
+            return lr;
+        }
+        let total = self.total_iters as f64;
+        let decay = ((1.0 - epoch as f64 / total) / (1.0 - (epoch - 1) as f64 / total)).powf(self.power);
+        lr * decay
     }
 
     fn hypers(&self) -> Vec<(String, f64)> {
@@ -365,6 +461,12 @@ impl CosineAnnealingWarmRestarts {
         let (t_cur, t_i) = self.period(epoch);
         let angle = std::f64::consts::PI * t_cur as f64 / t_i as f64;
         self.eta_min + (base_lr - self.eta_min) * (1.0 + angle.cos()) / 2.0
+    }
+
+    /// torch's `get_lr` is its closed form (from `base_lr`, not the
+    /// current lr).
+    fn chained_lr(&self, _lr: f64, base_lr: f64, epoch: i64) -> f64 {
+        self.lr_at(base_lr, epoch)
     }
 
     fn hypers(&self) -> Vec<(String, f64)> {

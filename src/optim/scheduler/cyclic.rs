@@ -178,6 +178,11 @@ impl LrScheduler for CyclicLr {
         Ok(())
     }
 
+    /// torch's form is absolute: a chained step is a plain one.
+    fn chain_to(&mut self, opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
+        self.jump_to(opt, epoch)
+    }
+
     fn last_lr(&self) -> Vec<f64> {
         self.base.last_lr.clone()
     }

@@ -92,6 +92,24 @@ impl LrScheduler for LambdaLr {
         self.apply_step(opt, epoch)
     }
 
+    /// torch's form is absolute (MultiplicativeLR's already reads the
+    /// current lr): a chained step is a plain one. The first step of a
+    /// fresh scheduler writes what its constructor computed (LambdaLR) or
+    /// leaves the lr (MultiplicativeLR), without calling the function again.
+    fn chain_to(&mut self, opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
+        if epoch == 0 && self.base.last_epoch == 0 {
+            self.base.check_groups(opt, self.kind())?;
+            let lrs = if self.multiplicative {
+                opt.param_groups().iter().map(|g| g.lr).collect()
+            } else {
+                self.base.last_lr.clone()
+            };
+            self.base.apply(opt, lrs);
+            return Ok(());
+        }
+        self.jump_to(opt, epoch)
+    }
+
     fn last_lr(&self) -> Vec<f64> {
         self.base.last_lr.clone()
     }

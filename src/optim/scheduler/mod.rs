@@ -5,7 +5,9 @@
 //! counter, so the lr after `n` steps does not depend on the step history
 //! (torch's default chainable form gives the same values up to rounding when
 //! nothing else changes the lr). OneCycleLR and ReduceLROnPlateau follow
-//! torch's only form.
+//! torch's only form. Inside a ChainedScheduler, where each scheduler
+//! starts from the lr the one before wrote, they step in torch's chainable
+//! form instead (`LrScheduler::chain_to`).
 //!
 //! Like torch, constructing a scheduler records `initial_lr` in every group
 //! (if unset) and writes the lr of epoch 0 into the optimizer.
@@ -14,6 +16,7 @@ use crate::error::{Error, ErrorCode, Result};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
+mod chained;
 mod closed;
 mod cyclic;
 mod lambda;
@@ -21,6 +24,8 @@ mod one_cycle;
 mod plateau;
 mod sequential;
 
+pub use chained::ChainedLr;
+pub(crate) use chained::MAX_CHAINED;
 pub use closed::{
     ConstantLr, CosineAnnealingLr, CosineAnnealingWarmRestarts, ExponentialLr, LinearLr, MultiStepLr, PolynomialLr,
     StepLr,
@@ -36,6 +41,9 @@ mod tests;
 
 #[cfg(test)]
 mod cyclic_tests;
+
+#[cfg(test)]
+mod chained_tests;
 
 /// A learning-rate scheduler driving an optimizer's group learning rates.
 pub trait LrScheduler: Send {
@@ -59,6 +67,18 @@ pub trait LrScheduler: Send {
     fn jump_to(&mut self, opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
         let _ = (opt, epoch);
         Err(Error::invalid(format!("{} cannot be part of a SequentialLR", self.name())))
+    }
+
+    /// torch's step in its chainable form, as ChainedScheduler runs it:
+    /// sets the step counter to `epoch` and writes lrs computed from the
+    /// groups' current lrs (`get_lr`), where the closed form computes them
+    /// from the base lrs. `epoch` 0 is the step a constructor takes. Kinds
+    /// whose torch form is absolute (LambdaLR, CyclicLR, OneCycleLR,
+    /// CosineAnnealingWarmRestarts) write what a step or the constructor
+    /// writes. A scheduler that steps on a metric, or runs others, refuses.
+    fn chain_to(&mut self, opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
+        let _ = (opt, epoch);
+        Err(Error::invalid(format!("{} cannot be part of a ChainedScheduler", self.name())))
     }
 
     /// The learning rates written by the last step (or the constructor).

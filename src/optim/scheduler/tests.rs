@@ -4,7 +4,7 @@ use super::*;
 use crate::optim::{Adam, AdamOptions, ParamGroup, Sgd, SgdOptions};
 use tch::{Kind, Tensor};
 
-fn opt() -> Sgd {
+pub(super) fn opt() -> Sgd {
     let p = Tensor::zeros([2], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
     Sgd::new(vec![p], SgdOptions { lr: 0.1, momentum: 0.9, ..Default::default() }).unwrap()
 }
@@ -14,7 +14,7 @@ fn close(a: f64, b: f64) -> bool {
 }
 
 /// lr (and momentum) after construction and after each of `want.len() - 1` steps.
-fn sequence(o: &mut Sgd, s: &mut dyn LrScheduler, n: usize) -> (Vec<f64>, Vec<f64>) {
+pub(super) fn sequence(o: &mut Sgd, s: &mut dyn LrScheduler, n: usize) -> (Vec<f64>, Vec<f64>) {
     let mut lrs = vec![s.last_lr()[0]];
     let mut moms = vec![o.param_groups()[0].momentum];
     assert_eq!(o.lr(), lrs[0]);
@@ -34,7 +34,7 @@ fn assert_seq(name: &str, got: &[f64], want: &[f64]) {
     }
 }
 
-fn check_closed(name: &str, make: impl Fn(&mut Sgd) -> Result<Box<dyn LrScheduler>>, want: &[f64]) {
+pub(super) fn check_closed(name: &str, make: impl Fn(&mut Sgd) -> Result<Box<dyn LrScheduler>>, want: &[f64]) {
     let mut o = opt();
     let mut s = make(&mut o).unwrap();
     let (lrs, _) = sequence(&mut o, s.as_mut(), want.len());

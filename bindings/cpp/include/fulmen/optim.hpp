@@ -301,6 +301,19 @@ public:
         for (auto& s : schedulers) s.release();
         return out;
     }
+    /// ChainedScheduler: every one of `schedulers` (all made for `opt`,
+    /// none stepped) steps at each step, from the lr the one before wrote,
+    /// so their factors compose; they are consumed on success (left as
+    /// they were on failure).
+    static Scheduler chained(Optimizer& opt, std::vector<Scheduler>&& schedulers) {
+        std::vector<fulmen_scheduler*> h;
+        h.reserve(schedulers.size());
+        for (auto& s : schedulers) h.push_back(s.get());
+        Scheduler out =
+            make([&](fulmen_scheduler** o) { return fulmen_scheduler_chained_new(opt.get(), h.data(), h.size(), o); });
+        for (auto& s : schedulers) s.release();
+        return out;
+    }
     /// OneCycleLR with `options`.
     static Scheduler one_cycle_lr(Optimizer& opt, const OneCycleOptions& options) {
         return make([&](fulmen_scheduler** o) { return fulmen_scheduler_one_cycle_lr_new(opt.get(), &options, o); });
