@@ -3881,7 +3881,8 @@ struct fulmen_error *fulmen_step_context_untoggle_optimizer(struct fulmen_step_c
 
 /**
  * Steps the scheduler added with optimizer `optimizer` (Lightning's
- * `self.lr_schedulers()[...].step()`); `metric` (may be NULL) is the value
+ * `self.lr_schedulers()[...].step()`), or, when it has several, each of
+ * them in the order they were added; `metric` (may be NULL) is the value
  * ReduceLROnPlateau reads, ignored by the others. The interval and
  * frequency given to `fulmen_optimizer_config_add` do not apply: the
  * step decides.
@@ -4484,6 +4485,7 @@ struct fulmen_error *fulmen_optimizer_config_estimated_stepping_batches(const st
  * `frequency` intervals; `monitor` names the logged metric fed to
  * ReduceLROnPlateau (NULL otherwise). On success both handles are
  * consumed: do not use or free them. On failure nothing is consumed.
+ * More schedulers of the same optimizer: `fulmen_optimizer_config_add_scheduler`.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (`interval` not a fulmen_interval,
  * `frequency` < 1, `monitor` not UTF-8, `scheduler` made for another
@@ -4495,6 +4497,32 @@ struct fulmen_error *fulmen_optimizer_config_add(struct fulmen_optimizer_config 
                                                  int32_t interval,
                                                  int64_t frequency,
                                                  const char *monitor);
+
+/**
+ * Adds another `scheduler` to the optimizer added `optimizer_index`-th
+ * (from 0) by `fulmen_optimizer_config_add`, as Lightning's
+ * configure_optimizers may return several `lr_scheduler` configs for one
+ * optimizer (a warm-up per step and ReduceLROnPlateau per epoch). The
+ * scheduler must have been made for that optimizer before it was added,
+ * and none of its schedulers may have stepped. As in torch, the
+ * schedulers of one optimizer then step in their chainable forms, so
+ * their factors compose: the lr goes back to the initial lr and each
+ * scheduler's first step is replayed in the order they were added. A
+ * SequentialLR cannot share an optimizer. The arguments are as for
+ * `fulmen_optimizer_config_add`; `scheduler` is consumed on success only.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_ARGUMENT
+ * (`optimizer_index` out of range, `interval`, `frequency`, `monitor` as
+ * for fulmen_optimizer_config_add, `scheduler` made for another
+ * optimizer, a SequentialLR among them), FULMEN_CODE_INVALID_STATE (a
+ * scheduler in use or already stepped).
+ */
+struct fulmen_error *fulmen_optimizer_config_add_scheduler(struct fulmen_optimizer_config *config,
+                                                           size_t optimizer_index,
+                                                           struct fulmen_scheduler *scheduler,
+                                                           int32_t interval,
+                                                           int64_t frequency,
+                                                           const char *monitor);
 
 /**
  * torch's SGD defaults.

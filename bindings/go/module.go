@@ -316,6 +316,35 @@ func (c *OptimizerConfig) Add(opt *Optimizer) error {
 	return c.AddWithScheduler(opt, nil, IntervalEpoch, 1, "")
 }
 
+// AddScheduler adds sched (created for the optimizer added optimizerIndex-th,
+// none of its schedulers stepped) to that optimizer: the schedulers of one
+// optimizer step in torch's chainable forms, so their factors compose. The
+// arguments are as for AddWithScheduler. On success sched is consumed; on
+// failure it is unchanged.
+func (c *OptimizerConfig) AddScheduler(optimizerIndex int, sched *Scheduler, interval Interval, frequency int64, monitor string) error {
+	gcStress()
+	if optimizerIndex < 0 {
+		return &Error{Code: CodeInvalidArgument, Message: "AddScheduler: negative optimizerIndex"}
+	}
+	var h *C.fulmen_optimizer_config
+	if c != nil {
+		h = c.h
+	}
+	var mon *C.char
+	if monitor != "" {
+		mon = cString(monitor)
+		defer freeCString(mon)
+	}
+	err := check(C.fulmen_optimizer_config_add_scheduler(h, C.size_t(optimizerIndex), sched.ptr(), C.int32_t(interval), C.int64_t(frequency), mon))
+	runtime.KeepAlive(sched)
+	if err != nil {
+		return err
+	}
+	sched.h.take()
+	runtime.SetFinalizer(sched, nil)
+	return nil
+}
+
 // AddWithScheduler hands opt and sched (created for opt; may be nil) to the
 // trainer: the scheduler steps every frequency intervals, and monitor names
 // the logged metric fed to ReduceLROnPlateau ("" otherwise). On success

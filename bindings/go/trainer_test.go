@@ -534,6 +534,21 @@ func TestSchedulersInFit(t *testing.T) {
 		}
 		var s *fulmen.Scheduler
 		interval, monitor := fulmen.IntervalEpoch, ""
+		if kind == "both" {
+			// A warm-up per step and ReduceLROnPlateau per epoch on one optimizer.
+			warm := must(fulmen.NewLinearLR(opt, 0.5, 1, 4))
+			plateau := must(fulmen.NewReduceLROnPlateau(opt, fulmen.DefaultPlateauOptions()))
+			ok(t, cfg.AddWithScheduler(opt, warm, fulmen.IntervalStep, 1, ""))
+			if e := cfg.AddScheduler(1, plateau, fulmen.IntervalEpoch, 1, "val_loss"); !errors.Is(e, fulmen.ErrInvalidArgument) {
+				t.Errorf("AddScheduler to a missing optimizer: %v", e)
+			}
+			err := cfg.AddScheduler(0, plateau, fulmen.IntervalEpoch, 1, "val_loss")
+			consumed = err == nil && opt.Closed() && warm.Closed() && plateau.Closed()
+			if err != nil {
+				plateau.Close()
+			}
+			return err
+		}
 		if kind == "step" {
 			s, err = fulmen.NewStepLR(opt, 5, 0.5)
 			interval = fulmen.IntervalStep
@@ -560,7 +575,7 @@ func TestSchedulersInFit(t *testing.T) {
 	defer m.Close()
 	tr := quietTrainer(t, 3, "logger", "false")
 	defer tr.Close()
-	for _, kind = range []string{"step", "plateau"} {
+	for _, kind = range []string{"step", "plateau", "both"} {
 		consumed = false
 		ok(t, tr.Fit(context.Background(), m, tl, vl))
 		if !consumed {

@@ -51,8 +51,12 @@ pub struct Checkpoint {
     pub state_dict: Vec<(String, Tensor)>,
     /// Each optimizer's state, in configure_optimizers order.
     pub optimizer_states: Vec<Vec<(String, Tensor)>>,
-    /// Each optimizer's scheduler state (empty when it has none).
+    /// Every scheduler's state, optimizer by optimizer, in the order they
+    /// step.
     pub scheduler_states: Vec<Vec<(String, f64)>>,
+    /// The optimizer of each scheduler state (empty when
+    /// `schedulers_listed`: a Lightning checkpoint does not say).
+    pub scheduler_owners: Vec<usize>,
     /// Precision plugin state (loss scaler), as named numbers.
     pub precision_state: Vec<(String, f64)>,
     /// Callback states by callback name.
@@ -201,6 +205,7 @@ impl Checkpoint {
         meta.insert("scheduler_steps".into(), json(&[self.scheduler_steps.0, self.scheduler_steps.1]));
         meta.insert("num_optimizers".into(), self.optimizer_states.len().to_string());
         meta.insert("lr_schedulers".into(), json(&self.scheduler_states));
+        meta.insert("lr_scheduler_owners".into(), json(&self.scheduler_owners));
         meta.insert("precision".into(), json(&self.precision_state));
         meta.insert("callbacks".into(), json(&self.callbacks));
         meta.insert("extra".into(), json(&self.extra));
@@ -312,16 +317,34 @@ impl Checkpoint {
             ck.scheduler_steps = (total, epoch);
         }
         let n_opt = int_in("num_optimizers", MAX_OPTIMIZERS)? as usize;
-        ck.scheduler_states = parse(&meta, "lr_schedulers", path)?;
+        let states: Vec<Vec<(String, f64)>> = parse(&meta, "lr_schedulers", path)?;
         ck.precision_state = parse(&meta, "precision", path)?;
         ck.callbacks = parse(&meta, "callbacks", path)?;
         ck.extra = parse(&meta, "extra", path)?;
-        if ck.scheduler_states.len() > n_opt {
-            return Err(Error::format(format!(
-                "{}: {} scheduler states for {n_opt} optimizers",
-                path.display(),
-                ck.scheduler_states.len()
-            )));
+        if meta.contains_key("lr_scheduler_owners") {
+            let owners: Vec<usize> = parse(&meta, "lr_scheduler_owners", path)?;
+            if owners.len() != states.len() || owners.iter().any(|o| *o >= n_opt) || !owners.is_sorted() {
+                return Err(Error::format(format!(
+                    "{}: checkpoint metadata `lr_scheduler_owners` ({} entries) does not fit {} scheduler states of                      {n_opt} optimizers",
+                    path.display(),
+                    owners.len(),
+                    states.len()
+                )));
+            }
+            (ck.scheduler_states, ck.scheduler_owners) = (states, owners);
+        } else {
+            // Older checkpoints: one state per optimizer, empty for none.
+            if states.len() > n_opt {
+                return Err(Error::format(format!(
+                    "{}: {} scheduler states for {n_opt} optimizers",
+                    path.display(),
+                    states.len()
+                )));
+            }
+            for (i, state) in states.into_iter().enumerate().filter(|(_, s)| !s.is_empty()) {
+                ck.scheduler_states.push(state);
+                ck.scheduler_owners.push(i);
+            }
         }
         ck.optimizer_states = (0..n_opt).map(|_| Vec::new()).collect();
         for (name, t) in tensors {
@@ -414,6 +437,53 @@ mod tests {
         let plain = Checkpoint { rng_state: Some(cpu), ..Default::default() };
         plain.save(&path).unwrap();
         assert!(Checkpoint::load(&path).unwrap().cuda_rng_state.is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Several schedulers per optimizer: the flat list and each one's
+    /// optimizer round trip; a checkpoint of the older layout (one state
+    /// per optimizer, empty for none) reads into the flat one; owners that
+    /// do not fit are refused.
+    #[test]
+    fn scheduler_owners_round_trip_and_older_files_read() {
+        use crate::nn::{read_safetensors, write_safetensors};
+        let dir = std::env::temp_dir().join(format!("fulmen-ckpt-owners-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("owners.ckpt");
+        let state = |x: f64| vec![("last_epoch".to_string(), x)];
+        let ck = Checkpoint {
+            optimizer_states: vec![Vec::new(), Vec::new(), Vec::new()],
+            scheduler_states: vec![state(1.0), state(2.0), state(3.0)],
+            scheduler_owners: vec![0, 0, 2],
+            rng_state: Some(Tensor::from_slice(&[1u8, 2])),
+            ..Default::default()
+        };
+        ck.save(&path).unwrap();
+        let back = Checkpoint::load(&path).unwrap();
+        assert_eq!(back.scheduler_states, ck.scheduler_states);
+        assert_eq!(back.scheduler_owners, ck.scheduler_owners);
+        let (tensors, meta) = read_safetensors(&path).unwrap();
+        let rewrite = |edit: &dyn Fn(&mut HashMap<String, String>)| {
+            let mut m = meta.clone();
+            edit(&mut m);
+            write_safetensors(&path, &tensors, Some(m)).unwrap();
+            Checkpoint::load(&path)
+        };
+        let older = rewrite(&|m| {
+            m.remove("lr_scheduler_owners");
+            m.insert("lr_schedulers".into(), json(&[state(1.0), Vec::new(), state(3.0)]));
+        })
+        .unwrap();
+        assert_eq!(older.scheduler_states, vec![state(1.0), state(3.0)]);
+        assert_eq!(older.scheduler_owners, vec![0, 2]);
+        for owners in ["[0,0]", "[0,0,3]", "[2,0,0]", "[0,0,-1]", "{}"] {
+            let e = rewrite(&|m| {
+                m.insert("lr_scheduler_owners".into(), owners.into());
+            })
+            .err()
+            .unwrap_or_else(|| panic!("owners {owners} accepted"));
+            assert_eq!(e.code, crate::error::ErrorCode::Format, "{owners}: {}", e.message);
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

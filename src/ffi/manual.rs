@@ -110,7 +110,8 @@ pub unsafe extern "C" fn fulmen_step_context_untoggle_optimizer(
 }
 
 /// Steps the scheduler added with optimizer `optimizer` (Lightning's
-/// `self.lr_schedulers()[...].step()`); `metric` (may be NULL) is the value
+/// `self.lr_schedulers()[...].step()`), or, when it has several, each of
+/// them in the order they were added; `metric` (may be NULL) is the value
 /// ReduceLROnPlateau reads, ignored by the others. The interval and
 /// frequency given to `fulmen_optimizer_config_add` do not apply: the
 /// step decides.

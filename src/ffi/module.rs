@@ -115,6 +115,8 @@ impl Handle for fulmen_lightning_module {
 /// only during that callback.
 pub struct fulmen_optimizer_config {
     pub(crate) configs: Vec<OptimizerConfig>,
+    /// Each config's optimizer `id` (for the schedulers added later).
+    pub(crate) optimizer_ids: Vec<u64>,
     /// What the trainer knows of the run.
     pub(crate) setup: OptimizerSetup,
 }
@@ -228,9 +230,10 @@ impl LightningModule for HostModule {
     fn configure_optimizers(&mut self, setup: &OptimizerSetup) -> Result<Vec<OptimizerConfig>> {
         let f = self.configure_optimizers.ok_or_else(|| Error::state("the module has no configure_optimizers"))?;
         let _scope = TensorScope::enter();
-        let (cfg, err) = with_temp_handle(fulmen_optimizer_config { configs: Vec::new(), setup: *setup }, |c| unsafe {
-            f(self.userdata.ptr(), c)
-        });
+        let (cfg, err) = with_temp_handle(
+            fulmen_optimizer_config { configs: Vec::new(), optimizer_ids: Vec::new(), setup: *setup },
+            |c| unsafe { f(self.userdata.ptr(), c) },
+        );
         host_error("configure_optimizers", err)?;
         Ok(cfg.configs)
     }
@@ -363,11 +366,42 @@ pub unsafe extern "C" fn fulmen_optimizer_config_estimated_stepping_batches(
     })
 }
 
+/// A scheduler's stepping rule from C arguments (`scheduler` checked
+/// against the optimizer whose `id` is `optimizer`).
+unsafe fn scheduler_rule(
+    scheduler: *mut fulmen_scheduler,
+    optimizer: u64,
+    interval: i32,
+    frequency: i64,
+    monitor: *const c_char,
+) -> Result<(Interval, i64, Option<String>)> {
+    let interval = match interval {
+        0 => Interval::Step,
+        1 => Interval::Epoch,
+        i => return Err(Error::invalid(format!("{i} is not a fulmen_interval (0 step, 1 epoch)"))),
+    };
+    if frequency < 1 {
+        return Err(Error::invalid(format!("frequency must be >= 1, got {frequency}")));
+    }
+    let monitor = if monitor.is_null() { None } else { Some(str_arg(monitor, "monitor")?.to_string()) };
+    if !scheduler.is_null() {
+        let s = handle::borrow(scheduler, "scheduler")?;
+        if s.optimizer != optimizer {
+            return Err(Error::invalid("`scheduler` was created for another optimizer"));
+        }
+        if s.inner.reduce_on_plateau() && monitor.is_none() {
+            return Err(Error::invalid("ReduceLROnPlateau needs `monitor`: the name of a logged metric"));
+        }
+    }
+    Ok((interval, frequency, monitor))
+}
+
 /// Hands `optimizer` (and optionally `scheduler`, created for it) to the
 /// trainer. `interval` is a `fulmen_interval`; the scheduler steps every
 /// `frequency` intervals; `monitor` names the logged metric fed to
 /// ReduceLROnPlateau (NULL otherwise). On success both handles are
 /// consumed: do not use or free them. On failure nothing is consumed.
+/// More schedulers of the same optimizer: `fulmen_optimizer_config_add_scheduler`.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (`interval` not a fulmen_interval,
 /// `frequency` < 1, `monitor` not UTF-8, `scheduler` made for another
@@ -383,31 +417,61 @@ pub unsafe extern "C" fn fulmen_optimizer_config_add(
 ) -> *mut fulmen_error {
     guard("fulmen_optimizer_config_add", || {
         handle::check(config, "config")?;
-        handle::check(optimizer, "optimizer")?;
-        let interval = match interval {
-            0 => Interval::Step,
-            1 => Interval::Epoch,
-            i => return Err(Error::invalid(format!("{i} is not a fulmen_interval (0 step, 1 epoch)"))),
-        };
-        if frequency < 1 {
-            return Err(Error::invalid(format!("frequency must be >= 1, got {frequency}")));
-        }
-        let monitor = if monitor.is_null() { None } else { Some(str_arg(monitor, "monitor")?.to_string()) };
-        if !scheduler.is_null() {
-            let s = handle::borrow(scheduler, "scheduler")?;
-            if s.optimizer != optimizer as usize {
-                return Err(Error::invalid("`scheduler` was created for another optimizer"));
-            }
-            if s.inner.name() == "reduce_lr_on_plateau" && monitor.is_none() {
-                return Err(Error::invalid("ReduceLROnPlateau needs `monitor`: the name of a logged metric"));
-            }
-        }
+        let id = handle::borrow(optimizer, "optimizer")?.id;
+        let (interval, frequency, monitor) = scheduler_rule(scheduler, id, interval, frequency, monitor)?;
         let mut cfg = handle::borrow_mut(config, "config")?;
         // Both handles are moved, or neither (a handle in use is refused).
         let sched_arg = (!scheduler.is_null()).then_some((scheduler, "scheduler"));
         let (opt, sched) = handle::take_owned_pair(optimizer, "optimizer", sched_arg)?;
         let scheduler = sched.map(|s| SchedulerConfig { scheduler: s.inner, interval, frequency, monitor });
-        cfg.configs.push(OptimizerConfig { optimizer: opt.inner, scheduler });
+        cfg.configs.push(OptimizerConfig::new(opt.inner, scheduler));
+        cfg.optimizer_ids.push(id);
         Ok(())
+    })
+}
+
+/// Adds another `scheduler` to the optimizer added `optimizer_index`-th
+/// (from 0) by `fulmen_optimizer_config_add`, as Lightning's
+/// configure_optimizers may return several `lr_scheduler` configs for one
+/// optimizer (a warm-up per step and ReduceLROnPlateau per epoch). The
+/// scheduler must have been made for that optimizer before it was added,
+/// and none of its schedulers may have stepped. As in torch, the
+/// schedulers of one optimizer then step in their chainable forms, so
+/// their factors compose: the lr goes back to the initial lr and each
+/// scheduler's first step is replayed in the order they were added. A
+/// SequentialLR cannot share an optimizer. The arguments are as for
+/// `fulmen_optimizer_config_add`; `scheduler` is consumed on success only.
+///
+/// Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_ARGUMENT
+/// (`optimizer_index` out of range, `interval`, `frequency`, `monitor` as
+/// for fulmen_optimizer_config_add, `scheduler` made for another
+/// optimizer, a SequentialLR among them), FULMEN_CODE_INVALID_STATE (a
+/// scheduler in use or already stepped).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_optimizer_config_add_scheduler(
+    config: *mut fulmen_optimizer_config,
+    optimizer_index: usize,
+    scheduler: *mut fulmen_scheduler,
+    interval: i32,
+    frequency: i64,
+    monitor: *const c_char,
+) -> *mut fulmen_error {
+    guard("fulmen_optimizer_config_add_scheduler", || {
+        handle::check(scheduler, "scheduler")?;
+        let id = {
+            let cfg = handle::borrow(config, "config")?;
+            let n = cfg.configs.len();
+            *cfg.optimizer_ids.get(optimizer_index).ok_or_else(|| {
+                Error::invalid(format!("optimizer_index {optimizer_index} is out of range: {n} optimizers added"))
+            })?
+        };
+        let (interval, frequency, monitor) = scheduler_rule(scheduler, id, interval, frequency, monitor)?;
+        let mut cfg = handle::borrow_mut(config, "config")?;
+        // Checked before the scheduler is taken: a failure consumes nothing.
+        let entry = &cfg.configs[optimizer_index];
+        let s = handle::take_owned(scheduler, "scheduler", |s| {
+            entry.check_added(s.inner.as_ref()).map_err(|e| e.context(format!("optimizer {optimizer_index}")))
+        })?;
+        cfg.configs[optimizer_index].add_scheduler(SchedulerConfig { scheduler: s.inner, interval, frequency, monitor })
     })
 }

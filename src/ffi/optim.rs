@@ -13,7 +13,13 @@ use tch::Tensor;
 /// unless it was handed to `fulmen_optimizer_config_add`.
 pub struct fulmen_optimizer {
     pub(crate) inner: Box<dyn Optimizer>,
+    /// A number no other optimizer of the process has: schedulers name
+    /// their optimizer by it (an address may be reused once freed).
+    pub(crate) id: u64,
 }
+
+/// The next optimizer's `id`.
+static NEXT_OPTIMIZER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Handle for fulmen_optimizer {
     const C_NAME: &'static str = "fulmen_optimizer";
@@ -166,7 +172,8 @@ pub(super) unsafe fn emit_optimizer(
 ) -> Result<()> {
     handle::check_out(out, "out")?;
     let inner = make()?;
-    out.write(handle::into_raw(fulmen_optimizer { inner }));
+    let id = NEXT_OPTIMIZER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    out.write(handle::into_raw(fulmen_optimizer { inner, id }));
     Ok(())
 }
 

@@ -15,8 +15,8 @@ use crate::optim::{
 /// Free with `fulmen_scheduler_free` unless handed to the trainer.
 pub struct fulmen_scheduler {
     pub(crate) inner: Box<dyn LrScheduler>,
-    /// The optimizer it was created for (identity check in host loops).
-    pub(crate) optimizer: usize,
+    /// The `id` of the optimizer it was created for (identity checks).
+    pub(crate) optimizer: u64,
 }
 
 impl Handle for fulmen_scheduler {
@@ -32,7 +32,7 @@ pub(super) unsafe fn make(
     check_out(out, "out")?;
     let mut o = handle::borrow_mut(optimizer, "optimizer")?;
     let inner = build(o.inner.as_mut())?;
-    out.write(handle::into_raw(fulmen_scheduler { inner, optimizer: optimizer as usize }));
+    out.write(handle::into_raw(fulmen_scheduler { inner, optimizer: o.id }));
     Ok(())
 }
 
@@ -175,7 +175,7 @@ pub const FULMEN_SEQUENTIAL_MAX: usize = 64;
 /// listed twice, for its current param groups, not a ReduceLROnPlateau nor
 /// a composite one, and (for a chain) not stepped yet. A failure takes none.
 unsafe fn take_parts(
-    optimizer: *mut fulmen_optimizer,
+    optimizer: u64,
     groups: usize,
     schedulers: *const *mut fulmen_scheduler,
     n_schedulers: usize,
@@ -191,7 +191,7 @@ unsafe fn take_parts(
     let list = std::slice::from_raw_parts(schedulers, n_schedulers);
     let chained = kind == "ChainedScheduler";
     let parts = handle::take_owned_all(list, "schedulers", |i, s| {
-        if s.optimizer != optimizer as usize {
+        if s.optimizer != optimizer {
             return Err(Error::invalid(format!("schedulers[{i}] was made for another optimizer")));
         }
         let name = s.inner.name();
@@ -245,9 +245,9 @@ pub unsafe extern "C" fn fulmen_scheduler_sequential_lr_new(
         }
         let mut o = handle::borrow_mut(optimizer, "optimizer")?;
         let groups = o.inner.param_groups().len();
-        let parts = take_parts(optimizer, groups, schedulers, n_schedulers, FULMEN_SEQUENTIAL_MAX, "SequentialLR")?;
+        let parts = take_parts(o.id, groups, schedulers, n_schedulers, FULMEN_SEQUENTIAL_MAX, "SequentialLR")?;
         let inner = SequentialLr::new(o.inner.as_mut(), parts, m.to_vec())?;
-        out.write(handle::into_raw(fulmen_scheduler { inner: Box::new(inner), optimizer: optimizer as usize }));
+        out.write(handle::into_raw(fulmen_scheduler { inner: Box::new(inner), optimizer: o.id }));
         Ok(())
     })
 }
@@ -287,9 +287,9 @@ pub unsafe extern "C" fn fulmen_scheduler_chained_new(
         check_out(out, "out")?;
         let mut o = handle::borrow_mut(optimizer, "optimizer")?;
         let groups = o.inner.param_groups().len();
-        let parts = take_parts(optimizer, groups, schedulers, n_schedulers, FULMEN_CHAINED_MAX, "ChainedScheduler")?;
+        let parts = take_parts(o.id, groups, schedulers, n_schedulers, FULMEN_CHAINED_MAX, "ChainedScheduler")?;
         let inner = ChainedLr::new(o.inner.as_mut(), parts)?;
-        out.write(handle::into_raw(fulmen_scheduler { inner: Box::new(inner), optimizer: optimizer as usize }));
+        out.write(handle::into_raw(fulmen_scheduler { inner: Box::new(inner), optimizer: o.id }));
         Ok(())
     })
 }
@@ -449,11 +449,10 @@ pub unsafe extern "C" fn fulmen_scheduler_step(
 ) -> *mut fulmen_error {
     guard("fulmen_scheduler_step", || {
         let mut s = handle::borrow_mut(scheduler, "scheduler")?;
-        handle::check(optimizer, "optimizer")?;
-        if s.optimizer != optimizer as usize {
+        let mut o = handle::borrow_mut(optimizer, "optimizer")?;
+        if s.optimizer != o.id {
             return Err(Error::invalid("`optimizer` is not the optimizer this scheduler was created for"));
         }
-        let mut o = handle::borrow_mut(optimizer, "optimizer")?;
         let m = if metric.is_nan() { None } else { Some(metric) };
         s.inner.step(o.inner.as_mut(), m)
     })

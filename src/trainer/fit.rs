@@ -217,8 +217,9 @@ fn step_schedulers(
 ) -> Result<usize> {
     let mut stepped = 0;
     for cfg in configs.iter_mut() {
+        let chained = cfg.chained();
         let opt = &mut cfg.optimizer;
-        if let Some(s) = cfg.scheduler.as_mut() {
+        for s in cfg.schedulers.iter_mut() {
             let plateau = s.scheduler.reduce_on_plateau();
             if s.interval != interval || (kind == Kind::Plateau) != plateau || count % s.frequency.max(1) != 0 {
                 continue;
@@ -233,7 +234,12 @@ fn step_schedulers(
                 })?),
                 _ => None,
             };
-            s.scheduler.step(opt.as_mut(), metric).ctx(format!("{} scheduler step", s.scheduler.name()))?;
+            let what = format!("{} scheduler step", s.scheduler.name());
+            if chained {
+                s.scheduler.chained_step(opt.as_mut(), metric).ctx(what)?;
+            } else {
+                s.scheduler.step(opt.as_mut(), metric).ctx(what)?;
+            }
             stepped += 1;
         }
     }
@@ -467,7 +473,7 @@ fn fit_run(
     if run.checkpoint_format == crate::checkpoint::CheckpointFormat::Lightning {
         // Refused now rather than at the first checkpoint.
         for (i, cfg) in run.optimizers.iter().enumerate() {
-            if let Some(s) = &cfg.scheduler {
+            for s in &cfg.schedulers {
                 crate::checkpoint::lightning::check_scheduler(&s.scheduler.state_dict()).map_err(|e| {
                     e.context(format!("checkpoint_format \"lightning\": {} of optimizer {i}", s.scheduler.name()))
                 })?;

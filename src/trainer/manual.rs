@@ -158,15 +158,24 @@ impl ManualControl for ManualOptimization<'_, '_> {
 
     fn scheduler_step(&mut self, index: usize, metric: Option<f64>) -> Result<()> {
         let cfg = self.config(index)?;
-        let Some(s) = cfg.scheduler.as_mut() else {
+        if cfg.schedulers.is_empty() {
             return Err(Error::state(format!("optimizer {index} has no scheduler")));
-        };
-        let plateau = s.scheduler.reduce_on_plateau();
-        if plateau && metric.is_none() {
+        }
+        if metric.is_none() && cfg.schedulers.iter().any(|s| s.scheduler.reduce_on_plateau()) {
             return Err(Error::invalid("ReduceLROnPlateau steps on a metric: pass one"));
         }
+        // Every scheduler of the optimizer, in order (chained when several).
+        let chained = cfg.chained();
         let opt: &mut dyn Optimizer = cfg.optimizer.as_mut();
-        s.scheduler.step(opt, metric.filter(|_| plateau)).ctx(format!("{} scheduler step", s.scheduler.name()))?;
+        for s in cfg.schedulers.iter_mut() {
+            let m = metric.filter(|_| s.scheduler.reduce_on_plateau());
+            let what = format!("{} scheduler step", s.scheduler.name());
+            if chained {
+                s.scheduler.chained_step(opt, m).ctx(what)?;
+            } else {
+                s.scheduler.step(opt, m).ctx(what)?;
+            }
+        }
         self.lr_changed = true;
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! The LightningModule: the user's step functions and optimizer set-up.
 use super::context::StepContext;
 use super::hooks::HookContext;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::nn::Module;
 use crate::optim::{LrScheduler, Optimizer};
 use std::collections::BTreeMap;
@@ -41,12 +41,80 @@ pub struct OptimizerSetup {
     pub estimated_stepping_batches: Option<i64>,
 }
 
-/// One optimizer and its optional scheduler.
+/// One optimizer and its schedulers (none, one, or several as Lightning's
+/// `lr_scheduler` configs naming the same optimizer).
 pub struct OptimizerConfig {
     /// The optimizer.
     pub optimizer: Box<dyn Optimizer>,
-    /// Its LR scheduler, if any.
-    pub scheduler: Option<SchedulerConfig>,
+    /// Its LR schedulers, in the order they step.
+    pub schedulers: Vec<SchedulerConfig>,
+}
+
+impl OptimizerConfig {
+    /// An optimizer with `scheduler`, if any.
+    pub fn new(optimizer: Box<dyn Optimizer>, scheduler: Option<SchedulerConfig>) -> Self {
+        OptimizerConfig { optimizer, schedulers: scheduler.into_iter().collect() }
+    }
+
+    /// Whether several schedulers share the optimizer: they then step in
+    /// torch's chainable forms ([`LrScheduler::chained_step`]), as in torch,
+    /// so their factors compose.
+    pub fn chained(&self) -> bool {
+        self.schedulers.len() > 1
+    }
+
+    /// Whether `new` may join this optimizer's schedulers (see
+    /// [`OptimizerConfig::add_scheduler`]): made for its param groups, and
+    /// neither it nor one already there a SequentialLR or stepped.
+    pub fn check_added(&self, new: &dyn LrScheduler) -> Result<()> {
+        let all = self.schedulers.iter().map(|c| c.scheduler.as_ref()).chain(std::iter::once(new));
+        let groups = self.optimizer.param_groups().len();
+        for (i, s) in all.enumerate() {
+            let name = s.name();
+            if name == "sequential_lr" {
+                return Err(Error::invalid(format!(
+                    "scheduler {i} is a SequentialLR, which cannot share its optimizer with another scheduler"
+                )));
+            }
+            if s.last_lr().len() != groups {
+                return Err(Error::state(format!(
+                    "scheduler {i} ({name}) was made for {} param groups; the optimizer has {groups}",
+                    s.last_lr().len()
+                )));
+            }
+            let stepped = s.state_dict().iter().find(|(k, _)| k == "last_epoch").map_or(0.0, |(_, v)| *v);
+            if stepped != 0.0 {
+                return Err(Error::state(format!(
+                    "scheduler {i} ({name}) has stepped {stepped} times; schedulers sharing an optimizer start fresh"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Attaches another scheduler (made for this optimizer, not stepped).
+    /// torch builds schedulers on one optimizer one after another, each
+    /// from the lr the one before left; fulmen's constructors wrote their
+    /// closed forms, so the groups go back to their `initial_lr` and every
+    /// scheduler's first step is replayed in order in its chainable form.
+    /// A SequentialLR cannot share an optimizer (its parts step in closed
+    /// forms); on an error `config` is not attached.
+    pub fn add_scheduler(&mut self, config: SchedulerConfig) -> Result<()> {
+        self.check_added(config.scheduler.as_ref())?;
+        self.schedulers.push(config);
+        for g in self.optimizer.param_groups_mut() {
+            if let Some(initial) = g.initial_lr {
+                g.lr = initial;
+            }
+        }
+        for i in 0..self.schedulers.len() {
+            if let Err(e) = self.schedulers[i].scheduler.chain_to(self.optimizer.as_mut(), 0) {
+                self.schedulers.pop();
+                return Err(e.context(format!("scheduler {i}")));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The user's model logic, as Lightning's `LightningModule`. Every method

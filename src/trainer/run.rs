@@ -246,14 +246,16 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Every group's rates as LearningRateMonitor names them: optimizers
-    /// with a scheduler first, then the others (so a repeated class is
-    /// numbered `lr-SGD`, `lr-SGD-1` in that order, as Lightning does).
+    /// Every group's rates as LearningRateMonitor names them: one entry per
+    /// scheduler first (an optimizer with two is named twice), then the
+    /// optimizers without one (so a repeated class is numbered `lr-SGD`,
+    /// `lr-SGD-1` in that order, as Lightning does).
     pub fn refresh_learning_rates(&mut self) {
         let mut rates = Vec::new();
         let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
-        let scheduled = self.optimizers.iter().filter(|c| c.scheduler.is_some());
-        for cfg in scheduled.chain(self.optimizers.iter().filter(|c| c.scheduler.is_none())) {
+        let scheduled = self.optimizers.iter().flat_map(|c| c.schedulers.iter().map(move |s| (c, Some(s.interval))));
+        let unscheduled = self.optimizers.iter().filter(|c| c.schedulers.is_empty()).map(|c| (c, None));
+        for (cfg, interval) in scheduled.chain(unscheduled) {
             let name = class_name(cfg.optimizer.name());
             let n = seen.entry(name).or_insert(0);
             let base = if *n == 0 { format!("lr-{name}") } else { format!("lr-{name}-{n}") };
@@ -265,7 +267,7 @@ impl Run<'_> {
                     lr: g.lr,
                     momentum: g.momentum,
                     weight_decay: g.weight_decay,
-                    interval: cfg.scheduler.as_ref().map(|s| s.interval),
+                    interval,
                 });
             }
         }
@@ -312,10 +314,13 @@ impl Run<'_> {
             ..Default::default()
         };
         if !weights_only {
-            for cfg in &self.optimizers {
+            for (i, cfg) in self.optimizers.iter().enumerate() {
                 ck.optimizer_kinds.push(cfg.optimizer.name().to_string());
                 ck.optimizer_states.push(cfg.optimizer.state_dict()?);
-                ck.scheduler_states.push(cfg.scheduler.as_ref().map(|s| s.scheduler.state_dict()).unwrap_or_default());
+                for s in &cfg.schedulers {
+                    ck.scheduler_states.push(s.scheduler.state_dict());
+                    ck.scheduler_owners.push(i);
+                }
             }
             let mut names: BTreeMap<String, usize> = BTreeMap::new();
             for cb in &self.callbacks {
@@ -416,52 +421,39 @@ impl Run<'_> {
             let names = m.state_dict().into_iter().map(|(k, _)| k).collect();
             m.load_state_dict(&ck.weights_for(&names, &self.checkpoint_prefix), true).ctx(at())?;
         }
-        // A Lightning checkpoint lists its schedulers in order: they go to
-        // the optimizers that have one, in order.
-        let scheduler_states: Vec<Vec<(String, f64)>> = if ck.schedulers_listed {
-            let with = self.optimizers.iter().filter(|c| c.scheduler.is_some()).count();
-            if with != ck.scheduler_states.len() {
-                return Err(Error::format(format!(
-                    "{}: the checkpoint holds {} scheduler states, configure_optimizers made {with}",
-                    path.display(),
-                    ck.scheduler_states.len()
-                )));
-            }
-            let mut listed = ck.scheduler_states.iter();
-            let mut states = Vec::with_capacity(self.optimizers.len());
-            for (i, c) in self.optimizers.iter().enumerate() {
-                let mut state =
-                    if c.scheduler.is_some() { listed.next().cloned().unwrap_or_default() } else { Vec::new() };
+        // The run's schedulers, optimizer by optimizer: a fulmen checkpoint
+        // names each one's optimizer; a Lightning one lists them in order.
+        let owners: Vec<usize> =
+            self.optimizers.iter().enumerate().flat_map(|(i, c)| std::iter::repeat_n(i, c.schedulers.len())).collect();
+        if ck.scheduler_states.len() != owners.len() {
+            return Err(Error::format(format!(
+                "{}: the checkpoint holds {} scheduler states, configure_optimizers made {}",
+                path.display(),
+                ck.scheduler_states.len(),
+                owners.len()
+            )));
+        }
+        if !ck.schedulers_listed && ck.scheduler_owners != owners {
+            return Err(Error::format(format!(
+                "{}: the checkpoint's schedulers belong to optimizers {:?}, configure_optimizers gave them to {owners:?}",
+                path.display(),
+                ck.scheduler_owners
+            )));
+        }
+        let mut scheduler_states = ck.scheduler_states.clone();
+        if ck.schedulers_listed {
+            for (j, state) in scheduler_states.iter_mut().enumerate() {
                 // OneCycleLR's ranges are in its optimizer's param groups.
-                let groups = ck.scheduler_group_entries.get(i).map(Vec::as_slice).unwrap_or_default();
-                crate::checkpoint::lightning::complete_from_groups(
-                    &mut state,
-                    groups,
-                    &format!("{}: scheduler {i}", at()),
-                )?;
-                states.push(state);
+                let groups = ck.scheduler_group_entries.get(owners[j]).map(Vec::as_slice).unwrap_or_default();
+                crate::checkpoint::lightning::complete_from_groups(state, groups, &format!("{}: scheduler {j}", at()))?;
             }
-            states
-        } else {
-            ck.scheduler_states.clone()
-        };
+        }
+        let mut states = scheduler_states.into_iter();
         for (i, cfg) in self.optimizers.iter_mut().enumerate() {
             cfg.optimizer.load_state_dict(&ck.optimizer_states[i]).ctx(format!("{}: optimizer {i}", at()))?;
-            let sched_state = scheduler_states.get(i).cloned().unwrap_or_default();
-            match (cfg.scheduler.as_mut(), sched_state.is_empty()) {
-                (Some(s), false) => {
-                    s.scheduler.load_state_dict(&sched_state).ctx(format!("{}: scheduler {i}", at()))?
-                }
-                (None, true) => {}
-                (Some(_), true) => {
-                    return Err(Error::format(format!("{}: optimizer {i} has a scheduler the checkpoint lacks", at())))
-                }
-                (None, false) => {
-                    return Err(Error::format(format!(
-                        "{}: the checkpoint has a scheduler for optimizer {i}, which has none",
-                        at()
-                    )))
-                }
+            for s in cfg.schedulers.iter_mut() {
+                let state = states.next().unwrap_or_default();
+                s.scheduler.load_state_dict(&state).ctx(format!("{}: a scheduler of optimizer {i}", at()))?;
             }
         }
         let mut names: BTreeMap<String, usize> = BTreeMap::new();

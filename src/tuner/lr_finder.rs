@@ -211,12 +211,12 @@ impl LightningModule for FinderModule<'_> {
         base.apply(config.optimizer.as_mut(), base.base_lrs.clone());
         let schedule =
             FinderSchedule { mode: self.opts.mode, end_lr: self.opts.max_lr, num_iter: self.opts.num_training, base };
-        config.scheduler = Some(SchedulerConfig {
+        config.schedulers = vec![SchedulerConfig {
             scheduler: Box::new(schedule),
             interval: Interval::Step,
             frequency: 1,
             monitor: None,
-        });
+        }];
         Ok(configs)
     }
     fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()> {

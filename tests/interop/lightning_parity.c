@@ -32,6 +32,9 @@
  *   chained:  SGD (lr 0.1, momentum 0.9), ChainedScheduler of ConstantLR
  *             (factor 0.1, 5 steps) and ExponentialLR (gamma 0.97) per
  *             step; no clipping;
+ *   two_schedulers: SGD (lr 0.1, momentum 0.9) with two schedulers:
+ *             LinearLR (start_factor 0.1, 5 steps) per step and StepLR
+ *             (step_size 1, gamma 0.5) per epoch; no clipping;
  *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
  *             learning-rate range test (1e-5 to 1 over 30 steps) writes
  *             "lr loss" per step to LOSSES, then "suggestion lr".
@@ -176,6 +179,25 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
             return e;
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_STEP, 1, NULL);
+    } else if (strcmp(job->config, "two_schedulers") == 0) {
+        fulmen_sgd_options o = fulmen_sgd_options_default();
+        o.lr = 0.1;
+        o.momentum = 0.9;
+        e = fulmen_optimizer_sgd_new(job->model, NULL, 0, &o, &opt);
+        if (e) return e;
+        fulmen_scheduler *decay = NULL;
+        e = fulmen_scheduler_linear_lr_new(opt, 0.1, 1.0, 5, &sched);
+        if (!e) e = fulmen_scheduler_step_lr_new(opt, 1, 0.5, &decay);
+        if (!e) e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_STEP, 1, NULL);
+        if (e) {
+            fulmen_scheduler_free(sched);
+            fulmen_scheduler_free(decay);
+            fulmen_optimizer_free(opt);
+            return e;
+        }
+        e = fulmen_optimizer_config_add_scheduler(config, 0, decay, FULMEN_INTERVAL_EPOCH, 1, NULL);
+        if (e) fulmen_scheduler_free(decay);
+        return e;
     } else if (strcmp(job->config, "restarts") == 0 || strcmp(job->config, "cyclic") == 0 ||
                strcmp(job->config, "lambda") == 0) {
         fulmen_sgd_options o = fulmen_sgd_options_default();
@@ -276,7 +298,8 @@ int main(int argc, char **argv) {
     if (strcmp(job.config, "steplr") != 0 && strcmp(job.config, "stepfreq") != 0 &&
         strcmp(job.config, "warmup_cosine") != 0 && strcmp(job.config, "restarts") != 0 &&
         strcmp(job.config, "cyclic") != 0 && strcmp(job.config, "lambda") != 0 && strcmp(job.config, "lr_find") != 0 &&
-        strcmp(job.config, "onecycle") != 0 && strcmp(job.config, "chained") != 0 && !validating) {
+        strcmp(job.config, "onecycle") != 0 && strcmp(job.config, "chained") != 0 &&
+        strcmp(job.config, "two_schedulers") != 0 && !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;
     }

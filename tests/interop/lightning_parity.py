@@ -68,6 +68,7 @@ CONFIGS = {
     "lambda": ("sgd", "lambda", "step", 1, None, "norm", 1),
     "onecycle": ("adam", "onecycle", "step", 1, None, "norm", 1),
     "chained": ("sgd", "chained", "step", 1, None, "norm", 1),
+    "two_schedulers": ("sgd", "two_schedulers", "step", 1, None, "norm", 1),
 }
 
 
@@ -104,6 +105,12 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
                 opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
             else:
                 opt = torch.optim.Adam(self.parameters(), lr=0.01)
+            if step_lr == "two_schedulers":
+                # Two lr_scheduler configs for one optimizer: a warm-up per
+                # step and a decay per epoch, whose factors compose.
+                warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=5)
+                decay = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+                return [opt], [{"scheduler": warm, "interval": "step"}, {"scheduler": decay, "interval": "epoch"}]
             if step_lr == "warmup_cosine":
                 warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=5)
                 cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=39, eta_min=0.001)

@@ -405,6 +405,20 @@ TEST_F(TrainerTest, SchedulersThroughConfigureOptimizers) {
                                   .build();
     trainer.fit(plateau, train, val);
     EXPECT_EQ(lr_seen, 0.1);
+    // Two schedulers on one optimizer: a warm-up per step, ReduceLROnPlateau per epoch.
+    LightningModule both = full_module(model)
+                               .configure_optimizers([&](OptimizerConfig& config) {
+                                   Optimizer opt = Optimizer::sgd(model, fulmen::SgdOptions(0.1));
+                                   fulmen::Scheduler warm = fulmen::Scheduler::linear_lr(opt, 0.5, 1.0, 4);
+                                   fulmen::Scheduler s = fulmen::Scheduler::reduce_on_plateau(opt);
+                                   config.add(std::move(opt), std::move(warm), fulmen::Interval::Step);
+                                   EXPECT_THROW(config.add_scheduler(1, std::move(s)), fulmen::Error);  // no optimizer 1
+                                   EXPECT_TRUE(s);  // nothing consumed on failure
+                                   config.add_scheduler(0, std::move(s), fulmen::Interval::Epoch, 1, "val_loss");
+                                   EXPECT_FALSE(s);
+                               })
+                               .build();
+    trainer.fit(both, train, val);
 }
 
 TEST_F(TrainerTest, ManualOptimizationFromTheStepContext) {

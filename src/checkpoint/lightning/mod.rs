@@ -95,10 +95,20 @@ pub fn to_lightning(ck: &Checkpoint, prefix: &str) -> Result<Value> {
     if !ck.weights_only {
         top.push(("callbacks", callbacks::to_lightning(ck)?));
         let mut optimizers = Vec::new();
+        let owner = |j: usize| ck.scheduler_owners.get(j).copied().unwrap_or(usize::MAX);
         for (i, state) in ck.optimizer_states.iter().enumerate() {
             let kind = ck.optimizer_kinds.get(i).map(String::as_str).unwrap_or("");
             let mut opt = optimizer::to_torch(kind, state).map_err(|e| e.context(format!("optimizer {i}")))?;
-            let extra = ck.scheduler_states.get(i).map(|s| scheduler::group_entries(s)).unwrap_or_default();
+            // What its schedulers keep in its param groups; a later one's win.
+            let mut extra: Vec<(&str, f64)> = Vec::new();
+            for (_, s) in ck.scheduler_states.iter().enumerate().filter(|(j, _)| owner(*j) == i) {
+                for (k, v) in scheduler::group_entries(s) {
+                    match extra.iter_mut().find(|(name, _)| *name == k) {
+                        Some(entry) => entry.1 = v,
+                        None => extra.push((k, v)),
+                    }
+                }
+            }
             optimizer::add_group_entries(&mut opt, &extra);
             optimizers.push(opt);
         }
@@ -107,10 +117,10 @@ pub fn to_lightning(ck: &Checkpoint, prefix: &str) -> Result<Value> {
             .scheduler_states
             .iter()
             .enumerate()
-            .filter(|(_, s)| !s.is_empty())
-            .map(|(i, s)| {
+            .map(|(j, s)| {
+                let i = owner(j);
                 let betas = ck.optimizer_kinds.get(i).is_some_and(|k| optimizer::has_betas(k));
-                scheduler::to_torch(s, betas).map_err(|e| e.context(format!("scheduler of optimizer {i}")))
+                scheduler::to_torch(s, betas).map_err(|e| e.context(format!("scheduler {j} (of optimizer {i})")))
             })
             .collect::<Result<Vec<_>>>()?;
         top.push(("lr_schedulers", Value::List(schedulers)));

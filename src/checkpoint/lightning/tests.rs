@@ -87,6 +87,7 @@ fn sample() -> Checkpoint {
         optimizer_states: vec![adam, sgd],
         optimizer_kinds: vec!["adamw".into(), "sgd".into()],
         scheduler_states: vec![sequential, plateau],
+        scheduler_owners: vec![0, 1],
         precision_state: flat_numbers(&[
             ("scale", 1024.0),
             ("growth_factor", 2.0),

@@ -82,6 +82,19 @@ impl LrScheduler for ChainedLr {
         Ok(())
     }
 
+    /// A replay of the constructors (step 0, for a chain sharing its
+    /// optimizer with other schedulers) replays its parts'.
+    fn chain_to(&mut self, opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
+        if epoch != 0 || self.steps != 0 {
+            return Err(Error::invalid(format!("{NAME} cannot be part of a ChainedScheduler")));
+        }
+        for (i, s) in self.schedulers.iter_mut().enumerate() {
+            s.chain_to(opt, 0).map_err(|e| e.context(format!("{NAME} scheduler {i}")))?;
+        }
+        self.last_lr = opt.param_groups().iter().map(|g| g.lr).collect();
+        Ok(())
+    }
+
     fn last_lr(&self) -> Vec<f64> {
         self.last_lr.clone()
     }

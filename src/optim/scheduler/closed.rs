@@ -38,6 +38,10 @@ macro_rules! closed_form {
                 Ok(())
             }
 
+            fn chained_step(&mut self, opt: &mut dyn Optimizer, _metric: Option<f64>) -> Result<()> {
+                self.chain_to(opt, self.base.last_epoch + 1)
+            }
+
             fn chain_to(&mut self, opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
                 self.base.check_groups(opt, $name)?;
                 self.base.last_epoch = epoch;

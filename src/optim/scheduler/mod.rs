@@ -81,6 +81,15 @@ pub trait LrScheduler: Send {
         Err(Error::invalid(format!("{} cannot be part of a ChainedScheduler", self.name())))
     }
 
+    /// One step in torch's chainable form ([`LrScheduler::chain_to`] the
+    /// next step), as schedulers sharing an optimizer step in torch, so
+    /// their factors compose. Kinds whose step already starts from the
+    /// current lr (ReduceLROnPlateau, MultiplicativeLR, a chain) or writes
+    /// an absolute one (LambdaLR, CyclicLR, OneCycleLR) take their step.
+    fn chained_step(&mut self, opt: &mut dyn Optimizer, metric: Option<f64>) -> Result<()> {
+        self.step(opt, metric)
+    }
+
     /// The learning rates written by the last step (or the constructor).
     fn last_lr(&self) -> Vec<f64>;
 

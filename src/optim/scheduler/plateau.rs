@@ -168,6 +168,16 @@ impl LrScheduler for ReduceLrOnPlateau {
         Ok(())
     }
 
+    /// Its constructor leaves the lr as it is: so does its first step in a
+    /// replay of the constructors ([`LrScheduler::chain_to`] 0); it takes
+    /// no other.
+    fn chain_to(&mut self, _opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
+        if epoch == 0 && self.last_epoch == 0 {
+            return Ok(());
+        }
+        Err(Error::invalid("reduce_lr_on_plateau steps on a metric: it cannot be part of a ChainedScheduler"))
+    }
+
     fn last_lr(&self) -> Vec<f64> {
         self.last_lr.clone()
     }

@@ -82,6 +82,12 @@ impl LrScheduler for SequentialLr {
         Ok(())
     }
 
+    /// Its parts step in their closed forms, which would overwrite what
+    /// another scheduler of the optimizer wrote: refused.
+    fn chained_step(&mut self, _opt: &mut dyn Optimizer, _metric: Option<f64>) -> Result<()> {
+        Err(Error::invalid("a SequentialLR cannot share its optimizer with another scheduler"))
+    }
+
     fn last_lr(&self) -> Vec<f64> {
         self.last_lr.clone()
     }

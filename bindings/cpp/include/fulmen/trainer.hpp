@@ -222,6 +222,19 @@ public:
         return *this;
     }
 
+    /// Adds another scheduler (made for it, none stepped) to the optimizer
+    /// added `optimizer_index`-th; the schedulers of one optimizer step in
+    /// torch's chainable forms, so their factors compose. Consumed on
+    /// success only.
+    OptimizerConfig& add_scheduler(size_t optimizer_index, Scheduler&& scheduler, Interval interval = Interval::Epoch,
+                                   int64_t frequency = 1, const std::string& monitor = {}) {
+        check(fulmen_optimizer_config_add_scheduler(config_, optimizer_index, scheduler.get(),
+                                                    static_cast<int32_t>(interval), frequency,
+                                                    detail::c_str_or_null(monitor)));
+        scheduler.release();
+        return *this;
+    }
+
     /// The C config.
     fulmen_optimizer_config* get() const noexcept { return config_; }
 
