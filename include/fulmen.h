@@ -4515,7 +4515,8 @@ struct fulmen_error *fulmen_optimizer_config_add(struct fulmen_optimizer_config 
  * (`optimizer_index` out of range, `interval`, `frequency`, `monitor` as
  * for fulmen_optimizer_config_add, `scheduler` made for another
  * optimizer, a SequentialLR among them), FULMEN_CODE_INVALID_STATE (a
- * scheduler in use or already stepped).
+ * scheduler in use or already stepped, or made before the optimizer's
+ * param groups changed).
  */
 struct fulmen_error *fulmen_optimizer_config_add_scheduler(struct fulmen_optimizer_config *config,
                                                            size_t optimizer_index,
@@ -5124,7 +5125,10 @@ struct fulmen_error *fulmen_scheduler_reduce_on_plateau_new(struct fulmen_optimi
  * Advances the scheduler one step and sets the new lr in `optimizer`,
  * which must be the one it was created for. `metric` is used by
  * ReduceLROnPlateau (required there: pass a finite value) and ignored by
- * the others.
+ * the others. Most kinds compute the lr from the optimizer's initial lr
+ * (torch's closed forms): two of them stepped on one optimizer here would
+ * overwrite each other; to compose them as torch does, step one
+ * `fulmen_scheduler_chained_new` of both.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (`optimizer` is not the scheduler's,
  * or a NaN `metric` for ReduceLROnPlateau), FULMEN_CODE_INVALID_STATE (the

@@ -371,17 +371,17 @@ func NewCosineAnnealingWarmRestarts(opt *Optimizer, t0, tMult int64, etaMin floa
 	})
 }
 
-// NewSequentialLR is SequentialLR(schedulers, milestones): schedulers[i]
-// (all made for opt) runs from milestones[i-1] on. The schedulers are
-// consumed on success (closing them afterwards does nothing) and left as
-// they were on failure.
-func NewSequentialLR(opt *Optimizer, schedulers []*Scheduler, milestones []int64) (*Scheduler, error) {
+// composite makes a scheduler of schedulers (SequentialLR's or
+// ChainedScheduler's parts, at most max) with newC, which gets their C
+// handles. The parts are consumed on success (closing them afterwards does
+// nothing) and left as they were on failure.
+func composite(opt *Optimizer, what string, schedulers []*Scheduler, max int, newC func(*C.fulmen_optimizer, **C.fulmen_scheduler, C.size_t, **C.fulmen_scheduler) cErr) (*Scheduler, error) {
 	n := len(schedulers)
 	if n == 0 {
-		return nil, &Error{Code: CodeInvalidArgument, Message: "NewSequentialLR: no scheduler"}
+		return nil, &Error{Code: CodeInvalidArgument, Message: what + ": no scheduler"}
 	}
-	if n > int(C.FULMEN_SEQUENTIAL_MAX) {
-		return nil, &Error{Code: CodeInvalidArgument, Message: "NewSequentialLR: too many schedulers"}
+	if n > max {
+		return nil, &Error{Code: CodeInvalidArgument, Message: what + ": too many schedulers"}
 	}
 	// Go memory holding C pointers only may be passed to C.
 	list := make([]*C.fulmen_scheduler, n)
@@ -389,14 +389,9 @@ func NewSequentialLR(opt *Optimizer, schedulers []*Scheduler, milestones []int64
 		list[i] = s.ptr()
 	}
 	s, err := makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
-		var m *C.int64_t
-		if len(milestones) > 0 {
-			m = (*C.int64_t)(unsafe.Pointer(&milestones[0]))
-		}
-		return C.fulmen_scheduler_sequential_lr_new(o, &list[0], C.size_t(n), m, C.size_t(len(milestones)), out)
+		return newC(o, &list[0], C.size_t(n), out)
 	})
 	runtime.KeepAlive(list)
-	runtime.KeepAlive(milestones)
 	runtime.KeepAlive(schedulers)
 	if err != nil {
 		return nil, err
@@ -408,37 +403,33 @@ func NewSequentialLR(opt *Optimizer, schedulers []*Scheduler, milestones []int64
 	return s, nil
 }
 
+// NewSequentialLR is SequentialLR(schedulers, milestones): schedulers[i]
+// (all made for opt) runs from milestones[i-1] on. The schedulers are
+// consumed on success (closing them afterwards does nothing) and left as
+// they were on failure.
+func NewSequentialLR(opt *Optimizer, schedulers []*Scheduler, milestones []int64) (*Scheduler, error) {
+	s, err := composite(opt, "NewSequentialLR", schedulers, int(C.FULMEN_SEQUENTIAL_MAX),
+		func(o *C.fulmen_optimizer, list **C.fulmen_scheduler, n C.size_t, out **C.fulmen_scheduler) cErr {
+			var m *C.int64_t
+			if len(milestones) > 0 {
+				m = (*C.int64_t)(unsafe.Pointer(&milestones[0]))
+			}
+			return C.fulmen_scheduler_sequential_lr_new(o, list, n, m, C.size_t(len(milestones)), out)
+		})
+	runtime.KeepAlive(milestones)
+	return s, err
+}
+
 // NewChainedScheduler is ChainedScheduler(schedulers): every scheduler (all
 // made for opt, none stepped) steps at each step, from the lr the one
 // before wrote, so their factors compose. The schedulers are consumed on
 // success (closing them afterwards does nothing) and left as they were on
 // failure.
 func NewChainedScheduler(opt *Optimizer, schedulers []*Scheduler) (*Scheduler, error) {
-	n := len(schedulers)
-	if n == 0 {
-		return nil, &Error{Code: CodeInvalidArgument, Message: "NewChainedScheduler: no scheduler"}
-	}
-	if n > int(C.FULMEN_CHAINED_MAX) {
-		return nil, &Error{Code: CodeInvalidArgument, Message: "NewChainedScheduler: too many schedulers"}
-	}
-	// Go memory holding C pointers only may be passed to C.
-	list := make([]*C.fulmen_scheduler, n)
-	for i, s := range schedulers {
-		list[i] = s.ptr()
-	}
-	s, err := makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
-		return C.fulmen_scheduler_chained_new(o, &list[0], C.size_t(n), out)
-	})
-	runtime.KeepAlive(list)
-	runtime.KeepAlive(schedulers)
-	if err != nil {
-		return nil, err
-	}
-	for _, part := range schedulers {
-		part.h.take()
-		runtime.SetFinalizer(part, nil)
-	}
-	return s, nil
+	return composite(opt, "NewChainedScheduler", schedulers, int(C.FULMEN_CHAINED_MAX),
+		func(o *C.fulmen_optimizer, list **C.fulmen_scheduler, n C.size_t, out **C.fulmen_scheduler) cErr {
+			return C.fulmen_scheduler_chained_new(o, list, n, out)
+		})
 }
 
 // OneCycleOptions are the options of OneCycleLR (fulmen_one_cycle_options).

@@ -325,7 +325,8 @@ impl Checkpoint {
             let owners: Vec<usize> = parse(&meta, "lr_scheduler_owners", path)?;
             if owners.len() != states.len() || owners.iter().any(|o| *o >= n_opt) || !owners.is_sorted() {
                 return Err(Error::format(format!(
-                    "{}: checkpoint metadata `lr_scheduler_owners` ({} entries) does not fit {} scheduler states of                      {n_opt} optimizers",
+                    "{}: checkpoint metadata `lr_scheduler_owners` ({} entries) does not fit {} scheduler \
+                     states of {n_opt} optimizers",
                     path.display(),
                     owners.len(),
                     states.len()

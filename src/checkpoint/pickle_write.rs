@@ -5,13 +5,13 @@ use super::torch_save::Value;
 use crate::error::{Error, Result};
 use tch::{Device, Kind, Tensor};
 
-/// The pickle bytes and the storages' records (key, tensor), in order.
-/// A storage's tensor is the value's own, detached, on its device: the
-/// caller copies each to the host as it writes it, one at a time, with the
-/// contiguous strides the pickle records ([`with_host_bytes`]).
+/// The pickle bytes and the storages' records (key, tensor, elements), in
+/// order. A storage's tensor is the value's own, detached, on its device:
+/// the caller copies each to the host as it writes it, one at a time, with
+/// the contiguous strides the pickle records ([`with_host_bytes`]).
 pub(super) struct Written {
     pub pickle: Vec<u8>,
-    pub storages: Vec<(String, Tensor)>,
+    pub storages: Vec<(String, Tensor, usize)>,
 }
 
 /// The strides of a contiguous tensor of `size`, as torch computes them.
@@ -23,23 +23,24 @@ fn contiguous_strides(size: &[i64]) -> Vec<i64> {
     strides
 }
 
-/// Calls `f` with the bytes of a storage's tensor: a contiguous host copy
-/// (the tensor itself when it is one already).
-pub(super) fn with_host_bytes<R>(t: &Tensor, f: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {
-    let host = tch::no_grad(|| t.f_to_device(Device::Cpu)?.f_contiguous())?;
-    // Contiguous as torch means it (a size-1 dimension's stride is free):
-    // the bytes are those the pickle's canonical strides describe.
-    if !host.is_contiguous() {
-        return Err(Error::state("torch.save: a host copy of a tensor is not contiguous"));
+/// Calls `f` with the bytes of a storage's tensor (which the pickle
+/// recorded with `numel` elements): a contiguous host copy, made for this
+/// tensor alone, so a checkpoint's tensors are on the host one at a time
+/// and no other thread's write to a tensor can reach bytes being written.
+pub(super) fn with_host_bytes<R>(t: &Tensor, numel: usize, f: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {
+    if t.numel() != numel {
+        return Err(Error::state(format!(
+            "torch.save: a tensor changed size while it was saved ({numel} elements, now {})",
+            t.numel()
+        )));
     }
-    let len = host.numel() * host.f_kind()?.elt_size_in_bytes();
-    if len == 0 {
-        return f(&[]);
+    let kind = t.f_kind()?;
+    let mut bytes = vec![0u8; numel * kind.elt_size_in_bytes()];
+    if numel > 0 {
+        let host = tch::no_grad(|| t.f_to_device(Device::Cpu)?.f_contiguous())?;
+        host.f_copy_data_u8(&mut bytes, numel)?;
     }
-    // SAFETY: `host` is a contiguous CPU tensor of `len` bytes, alive and
-    // unchanged until `f` returns.
-    let bytes = unsafe { std::slice::from_raw_parts(host.data_ptr() as *const u8, len) };
-    f(bytes)
+    f(&bytes)
 }
 
 /// Pickles `value`.
@@ -52,7 +53,7 @@ pub(super) fn write(value: &Value) -> Result<Written> {
 
 struct Writer {
     out: Vec<u8>,
-    storages: Vec<(String, Tensor)>,
+    storages: Vec<(String, Tensor, usize)>,
 }
 
 /// Deepest nesting written (what the reader accepts).
@@ -122,7 +123,7 @@ impl Writer {
         let size = t.size();
         let stride = contiguous_strides(&size);
         let key = self.storages.len().to_string();
-        self.storages.push((key.clone(), t));
+        self.storages.push((key.clone(), t, numel));
         self.global("torch._utils", "_rebuild_tensor_v2");
         self.out.push(b'(');
         // The persistent id ('storage', torch.<Kind>Storage, key, 'cpu', numel).

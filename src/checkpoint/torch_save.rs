@@ -165,8 +165,8 @@ fn write_archive<W: std::io::Write>(value: &Value, out: W) -> Result<W> {
     zip.add(".format_version", b"1")?;
     zip.add(".storage_alignment", b"64")?;
     zip.add("byteorder", b"little")?;
-    for (key, tensor) in &written.storages {
-        pickle_write::with_host_bytes(tensor, |bytes| zip.add(&format!("data/{key}"), bytes))?;
+    for (key, tensor, numel) in &written.storages {
+        pickle_write::with_host_bytes(tensor, *numel, |bytes| zip.add(&format!("data/{key}"), bytes))?;
     }
     zip.add("version", b"3\n")?;
     zip.finish()
@@ -182,11 +182,11 @@ pub fn to_bytes(value: &Value) -> Result<Vec<u8>> {
 /// memory; above 4 GiB the archive takes zip64 fields, as PyTorch's does).
 pub fn save(path: &Path, value: &Value) -> Result<()> {
     crate::fs_safe::write_atomic_with(path, |file| {
-        let out = write_archive(value, std::io::BufWriter::with_capacity(1 << 20, file))?;
+        let out = write_archive(value, std::io::BufWriter::with_capacity(1 << 20, file))
+            .map_err(|e| e.context(format!("writing {}", path.display())))?;
         out.into_inner().map_err(|e| Error::io(format!("writing {}: {}", path.display(), e.error())))?;
         Ok(())
     })
-    .map_err(|e| e.context(format!("writing {}", path.display())))
 }
 
 /// A state_dict value (name -> tensor, in order).

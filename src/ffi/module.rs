@@ -446,7 +446,8 @@ pub unsafe extern "C" fn fulmen_optimizer_config_add(
 /// (`optimizer_index` out of range, `interval`, `frequency`, `monitor` as
 /// for fulmen_optimizer_config_add, `scheduler` made for another
 /// optimizer, a SequentialLR among them), FULMEN_CODE_INVALID_STATE (a
-/// scheduler in use or already stepped).
+/// scheduler in use or already stepped, or made before the optimizer's
+/// param groups changed).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_optimizer_config_add_scheduler(
     config: *mut fulmen_optimizer_config,

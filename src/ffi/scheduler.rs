@@ -204,9 +204,8 @@ unsafe fn take_parts(
                 s.inner.last_lr().len()
             )));
         }
-        let steps = s.inner.state_dict().iter().find(|(k, _)| k == "last_epoch").map_or(0.0, |(_, v)| *v);
-        if chained && steps != 0.0 {
-            return Err(Error::state(format!("schedulers[{i}] has stepped {steps} times; a {kind} takes fresh ones")));
+        if chained && !s.inner.fresh() {
+            return Err(Error::state(format!("schedulers[{i}] has stepped; a {kind} takes fresh ones")));
         }
         Ok(())
     })?;
@@ -435,7 +434,10 @@ pub unsafe extern "C" fn fulmen_scheduler_reduce_on_plateau_new(
 /// Advances the scheduler one step and sets the new lr in `optimizer`,
 /// which must be the one it was created for. `metric` is used by
 /// ReduceLROnPlateau (required there: pass a finite value) and ignored by
-/// the others.
+/// the others. Most kinds compute the lr from the optimizer's initial lr
+/// (torch's closed forms): two of them stepped on one optimizer here would
+/// overwrite each other; to compose them as torch does, step one
+/// `fulmen_scheduler_chained_new` of both.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (`optimizer` is not the scheduler's,
 /// or a NaN `metric` for ReduceLROnPlateau), FULMEN_CODE_INVALID_STATE (the

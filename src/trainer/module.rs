@@ -82,10 +82,9 @@ impl OptimizerConfig {
                     s.last_lr().len()
                 )));
             }
-            let stepped = s.state_dict().iter().find(|(k, _)| k == "last_epoch").map_or(0.0, |(_, v)| *v);
-            if stepped != 0.0 {
+            if !s.fresh() {
                 return Err(Error::state(format!(
-                    "scheduler {i} ({name}) has stepped {stepped} times; schedulers sharing an optimizer start fresh"
+                    "scheduler {i} ({name}) has stepped; schedulers sharing an optimizer start fresh"
                 )));
             }
         }
@@ -98,9 +97,11 @@ impl OptimizerConfig {
     /// closed forms, so the groups go back to their `initial_lr` and every
     /// scheduler's first step is replayed in order in its chainable form.
     /// A SequentialLR cannot share an optimizer (its parts step in closed
-    /// forms); on an error `config` is not attached.
+    /// forms); on an error nothing changes.
     pub fn add_scheduler(&mut self, config: SchedulerConfig) -> Result<()> {
         self.check_added(config.scheduler.as_ref())?;
+        let lrs: Vec<f64> = self.optimizer.param_groups().iter().map(|g| g.lr).collect();
+        let states: Vec<_> = self.schedulers.iter().map(|s| s.scheduler.state_dict()).collect();
         self.schedulers.push(config);
         for g in self.optimizer.param_groups_mut() {
             if let Some(initial) = g.initial_lr {
@@ -109,7 +110,14 @@ impl OptimizerConfig {
         }
         for i in 0..self.schedulers.len() {
             if let Err(e) = self.schedulers[i].scheduler.chain_to(self.optimizer.as_mut(), 0) {
+                // Put everything back as it was.
                 self.schedulers.pop();
+                for (s, state) in self.schedulers.iter_mut().zip(&states) {
+                    let _ = s.scheduler.load_state_dict(state);
+                }
+                for (g, lr) in self.optimizer.param_groups_mut().iter_mut().zip(lrs) {
+                    g.lr = lr;
+                }
                 return Err(e.context(format!("scheduler {i}")));
             }
         }

@@ -433,7 +433,8 @@ impl Run<'_> {
                 owners.len()
             )));
         }
-        if !ck.schedulers_listed && ck.scheduler_owners != owners {
+        // A Lightning file fulmen wrote says too (under its `fulmen` entry).
+        if (!ck.schedulers_listed || !ck.scheduler_owners.is_empty()) && ck.scheduler_owners != owners {
             return Err(Error::format(format!(
                 "{}: the checkpoint's schedulers belong to optimizers {:?}, configure_optimizers gave them to {owners:?}",
                 path.display(),

@@ -74,6 +74,12 @@ static void refusals(world *w, fulmen_optimizer_config *config) {
     fulmen_scheduler *parts[2] = {a, b};
     const int64_t at2[1] = {2};
     CHECK_OK(fulmen_scheduler_sequential_lr_new(opt, parts, 2, at2, 1, &seq));
+    fulmen_scheduler *c = NULL, *d = NULL, *chain = NULL;
+    CHECK_OK(fulmen_scheduler_constant_lr_new(opt, 0.5, 2, &c));
+    CHECK_OK(fulmen_scheduler_exponential_lr_new(opt, 0.9, &d));
+    fulmen_scheduler *links[2] = {c, d};
+    CHECK_OK(fulmen_scheduler_chained_new(opt, links, 2, &chain));
+    CHECK_OK(fulmen_scheduler_step(chain, opt, 0.0));
     CHECK_ERR(fulmen_optimizer_config_add_scheduler(config, 0, warm, FULMEN_INTERVAL_STEP, 1, NULL),
               FULMEN_CODE_INVALID_ARGUMENT, "out of range");
     CHECK_OK(fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_STEP, 1, NULL));
@@ -86,6 +92,8 @@ static void refusals(world *w, fulmen_optimizer_config *config) {
               FULMEN_CODE_INVALID_STATE, "stepped");
     CHECK_ERR(fulmen_optimizer_config_add_scheduler(config, 0, seq, FULMEN_INTERVAL_STEP, 1, NULL),
               FULMEN_CODE_INVALID_ARGUMENT, "SequentialLR");
+    CHECK_ERR(fulmen_optimizer_config_add_scheduler(config, 0, chain, FULMEN_INTERVAL_STEP, 1, NULL),
+              FULMEN_CODE_INVALID_STATE, "stepped");
     CHECK_ERR(fulmen_optimizer_config_add_scheduler(config, 0, plateau, FULMEN_INTERVAL_EPOCH, 1, NULL),
               FULMEN_CODE_INVALID_ARGUMENT, "monitor");
     CHECK_ERR(fulmen_optimizer_config_add_scheduler(config, 0, warm, 7, 1, NULL), FULMEN_CODE_INVALID_ARGUMENT,
@@ -98,8 +106,8 @@ static void refusals(world *w, fulmen_optimizer_config *config) {
     /* The optimizer was consumed: its schedulers still name it. */
     CHECK_OK(fulmen_optimizer_config_add_scheduler(config, 0, plateau, FULMEN_INTERVAL_EPOCH, 1, "train_loss"));
     CHECK(fulmen_live_handles() == live - 1);
-    fulmen_scheduler *all[4] = {warm, foreign, stepped, seq};
-    for (int i = 0; i < 4; i++) fulmen_scheduler_free(all[i]);
+    fulmen_scheduler *all[5] = {warm, foreign, stepped, seq, chain};
+    for (int i = 0; i < 5; i++) fulmen_scheduler_free(all[i]);
     fulmen_optimizer_free(other);
 }
 

@@ -149,6 +149,10 @@ pub fn to_lightning(ck: &Checkpoint, prefix: &str) -> Result<Value> {
     }
     let mut own = vec![("format", text(super::FORMAT_VERSION))];
     if !ck.weights_only {
+        // Which optimizer each listed scheduler steps (Lightning's list
+        // does not say; a resume checks it).
+        let owners = ck.scheduler_owners.iter().map(|o| Value::Int(*o as i64)).collect();
+        own.push(("scheduler_owners", Value::List(owners)));
         own.push(("callbacks", nested_text_map(&ck.callbacks)));
         own.push(("extra", nested_text_map(&ck.extra)));
         let mut rng = Vec::new();
@@ -215,6 +219,21 @@ pub fn from_lightning(top: &Value, what: &str) -> Result<Checkpoint> {
         }
     }
     if let Some(own) = own {
+        if let Some(o) = own.get("scheduler_owners") {
+            let owhat = format!("{what}.{FULMEN_KEY}.scheduler_owners");
+            let owners = items(o, &owhat)?;
+            if owners.len() != ck.scheduler_states.len() {
+                return Err(Error::format(format!(
+                    "{owhat}: {} entries for {} schedulers",
+                    owners.len(),
+                    ck.scheduler_states.len()
+                )));
+            }
+            ck.scheduler_owners = owners
+                .iter()
+                .map(|v| Ok(value::whole(v, &owhat, MAX_OPTIMIZERS - 1)? as usize))
+                .collect::<Result<_>>()?;
+        }
         if let Some(e) = own.get("extra") {
             ck.extra = read_nested_text_map(e, &format!("{what}.{FULMEN_KEY}.extra"))?;
         }

@@ -161,6 +161,7 @@ fn a_checkpoint_reads_back_as_written() {
     assert_eq!((back.batches_in_epoch, back.epoch_finished, back.scheduler_steps), (11, true, (4, 2)));
     assert_eq!(back.state_dict[0].0, "model.0.weight");
     assert!(back.schedulers_listed);
+    assert_eq!(back.scheduler_owners, ck.scheduler_owners);
     for (ours, theirs) in ck.optimizer_states.iter().zip(&back.optimizer_states) {
         assert_eq!(sorted(ours, numbers_of), sorted(theirs, numbers_of));
     }
@@ -173,6 +174,27 @@ fn a_checkpoint_reads_back_as_written() {
     assert_eq!(back.rng_state.unwrap(), Tensor::from_slice(&[1u8, 2, 3]));
     assert_eq!(back.device_rng_state.unwrap(), Tensor::from_slice(&[7u8, 8]));
     assert!(back.cuda_rng_state.is_none());
+}
+
+/// The `fulmen` entry's scheduler owners must fit the listed schedulers.
+#[test]
+fn scheduler_owners_that_do_not_fit_are_refused() {
+    let Value::Dict(mut top) = through_bytes(&sample(), "") else { panic!() };
+    for bad in [vec![Value::Int(0)], vec![Value::Int(0), Value::Int(-1)], vec![Value::Int(0), Value::Float(0.5)]] {
+        for (k, v) in top.iter_mut() {
+            if matches!(k, Value::Str(s) if s == "fulmen") {
+                let Value::Dict(own) = v else { panic!() };
+                for (name, owners) in own.iter_mut() {
+                    if matches!(name, Value::Str(s) if s == "scheduler_owners") {
+                        *owners = Value::List(bad.iter().map(clone).collect());
+                    }
+                }
+            }
+        }
+        let edited = Value::Dict(top.iter().map(|(k, v)| (clone(k), clone(v))).collect());
+        let e = from_lightning(&edited, "edited").err().expect("accepted");
+        assert_eq!(e.code, ErrorCode::Format, "{}", e.message);
+    }
 }
 
 #[test]

@@ -42,11 +42,9 @@ impl ChainedLr {
                     "ChainedScheduler does not support ReduceLROnPlateau (scheduler {i}): it steps on a metric"
                 )));
             }
-            let stepped = s.state_dict().iter().find(|(k, _)| k == "last_epoch").map_or(0.0, |(_, v)| *v);
-            if stepped != 0.0 {
+            if !s.fresh() {
                 return Err(Error::invalid(format!(
-                    "ChainedScheduler expects schedulers that have not stepped; scheduler {i} ({}) is at step \
-                     {stepped}",
+                    "ChainedScheduler expects schedulers that have not stepped; scheduler {i} ({}) has",
                     s.name()
                 )));
             }
@@ -95,6 +93,10 @@ impl LrScheduler for ChainedLr {
         Ok(())
     }
 
+    fn fresh(&self) -> bool {
+        self.steps == 0
+    }
+
     fn last_lr(&self) -> Vec<f64> {
         self.last_lr.clone()
     }
@@ -114,19 +116,7 @@ impl LrScheduler for ChainedLr {
     /// on failure nothing changes.
     fn load_state_dict(&mut self, state: &[(String, f64)]) -> Result<()> {
         let n = self.schedulers.len();
-        let mut own = Vec::new();
-        let mut parts: Vec<Vec<(String, f64)>> = vec![Vec::new(); n];
-        for (k, v) in state {
-            match k.strip_prefix("schedulers.").and_then(|rest| rest.split_once('.')) {
-                Some((i, key)) => {
-                    let i = i.parse::<usize>().ok().filter(|i| *i < n).ok_or_else(|| {
-                        Error::format(format!("{NAME} state dict: '{k}' names no scheduler of the {n} it runs"))
-                    })?;
-                    parts[i].push((key.to_string(), *v));
-                }
-                None => own.push((k.clone(), *v)),
-            }
-        }
+        let (own, parts) = super::split_parts(state, n, NAME)?;
         let l = Lookup::new(NAME, &own)?;
         let count = l.int("chain.len")?;
         if count != n as i64 {
@@ -140,15 +130,7 @@ impl LrScheduler for ChainedLr {
         if steps.windows(2).any(|w| w[0] != w[1]) {
             return Err(Error::format(format!("{NAME} state dict: its schedulers are at different steps {steps:?}")));
         }
-        let before: Vec<Vec<(String, f64)>> = self.schedulers.iter().map(|s| s.state_dict()).collect();
-        for (i, part) in parts.iter().enumerate() {
-            if let Err(e) = self.schedulers[i].load_state_dict(part) {
-                for (s, old) in self.schedulers.iter_mut().zip(&before).take(i) {
-                    let _ = s.load_state_dict(old);
-                }
-                return Err(e.context(format!("{NAME} scheduler {i}")));
-            }
-        }
+        super::load_parts(&mut self.schedulers, &parts, NAME)?;
         self.steps = steps.first().copied().unwrap_or(0.0) as i64;
         self.last_lr = last_lr;
         Ok(())

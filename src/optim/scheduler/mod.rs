@@ -90,6 +90,13 @@ pub trait LrScheduler: Send {
         self.step(opt, metric)
     }
 
+    /// Whether it has not stepped since its constructor (its `last_epoch`
+    /// is 0), as a ChainedScheduler and schedulers sharing an optimizer
+    /// need their parts.
+    fn fresh(&self) -> bool {
+        self.state_dict().iter().find(|(k, _)| k == "last_epoch").is_none_or(|(_, v)| *v == 0.0)
+    }
+
     /// The learning rates written by the last step (or the constructor).
     fn last_lr(&self) -> Vec<f64>;
 
@@ -100,6 +107,47 @@ pub trait LrScheduler: Send {
     /// Restores what `state_dict` produced; a `Format` error on missing,
     /// unknown or invalid entries, leaving the scheduler unchanged.
     fn load_state_dict(&mut self, state: &[(String, f64)]) -> Result<()>;
+}
+
+/// A scheduler's state: named numbers.
+pub(crate) type State = Vec<(String, f64)>;
+
+/// A composite scheduler's state (SequentialLR's, ChainedScheduler's) split
+/// into its own entries and each of its `n` parts' (`schedulers.I.KEY`).
+pub(crate) fn split_parts(state: &[(String, f64)], n: usize, kind: &str) -> Result<(State, Vec<State>)> {
+    let mut own = Vec::new();
+    let mut parts: Vec<Vec<(String, f64)>> = vec![Vec::new(); n];
+    for (k, v) in state {
+        match k.strip_prefix("schedulers.").and_then(|rest| rest.split_once('.')) {
+            Some((i, key)) => {
+                let i = i.parse::<usize>().ok().filter(|i| *i < n).ok_or_else(|| {
+                    Error::format(format!("{kind} state dict: '{k}' names no scheduler of the {n} it runs"))
+                })?;
+                parts[i].push((key.to_string(), *v));
+            }
+            None => own.push((k.clone(), *v)),
+        }
+    }
+    Ok((own, parts))
+}
+
+/// Loads each part's state into `schedulers`; on a failure the parts
+/// already loaded are put back as they were.
+pub(crate) fn load_parts(
+    schedulers: &mut [Box<dyn LrScheduler>],
+    parts: &[Vec<(String, f64)>],
+    kind: &str,
+) -> Result<()> {
+    let before: Vec<Vec<(String, f64)>> = schedulers.iter().map(|s| s.state_dict()).collect();
+    for (i, part) in parts.iter().enumerate() {
+        if let Err(e) = schedulers[i].load_state_dict(part) {
+            for (s, old) in schedulers.iter_mut().zip(&before).take(i) {
+                let _ = s.load_state_dict(old);
+            }
+            return Err(e.context(format!("{kind} scheduler {i}")));
+        }
+    }
+    Ok(())
 }
 
 /// Epoch counter, base and last learning rates shared by the schedulers.

@@ -109,19 +109,7 @@ impl LrScheduler for SequentialLr {
     /// (their kinds must match); on failure nothing changes.
     fn load_state_dict(&mut self, state: &[(String, f64)]) -> Result<()> {
         let n = self.schedulers.len();
-        let mut own = Vec::new();
-        let mut parts: Vec<Vec<(String, f64)>> = vec![Vec::new(); n];
-        for (k, v) in state {
-            match k.strip_prefix("schedulers.").and_then(|rest| rest.split_once('.')) {
-                Some((i, key)) => {
-                    let i = i.parse::<usize>().ok().filter(|i| *i < n).ok_or_else(|| {
-                        Error::format(format!("{NAME} state dict: '{k}' names no scheduler of the {n} it runs"))
-                    })?;
-                    parts[i].push((key.to_string(), *v));
-                }
-                None => own.push((k.clone(), *v)),
-            }
-        }
+        let (own, parts) = super::split_parts(state, n, NAME)?;
         let l = Lookup::new(NAME, &own)?;
         let last_epoch = l.int("last_epoch")?;
         let count = l.int("milestones.len")?;
@@ -133,15 +121,7 @@ impl LrScheduler for SequentialLr {
         check_milestones(n, &milestones).map_err(|m| Error::format(format!("{NAME} state dict: {m}")))?;
         let last_lr = (0..self.last_lr.len()).map(|i| l.get(&format!("last_lr.{i}"))).collect::<Result<Vec<_>>>()?;
         l.finish()?;
-        let before: Vec<Vec<(String, f64)>> = self.schedulers.iter().map(|s| s.state_dict()).collect();
-        for (i, part) in parts.iter().enumerate() {
-            if let Err(e) = self.schedulers[i].load_state_dict(part) {
-                for (s, old) in self.schedulers.iter_mut().zip(&before).take(i) {
-                    let _ = s.load_state_dict(old);
-                }
-                return Err(e.context(format!("{NAME} scheduler {i}")));
-            }
-        }
+        super::load_parts(&mut self.schedulers, &parts, NAME)?;
         self.last_epoch = last_epoch;
         self.milestones = milestones;
         self.last_lr = last_lr;
