@@ -1,11 +1,13 @@
 //! Reading and writing named tensors as safetensors files, atomically
-//! (a uniquely named temporary file, fsync, rename: `fs_safe`).
+//! (a uniquely named temporary file, fsync, rename: `fs_safe`), the tensors
+//! streamed to the file one at a time.
 use super::module::Module;
 use super::state_dict::LoadReport;
 use crate::error::{Error, Result};
 use safetensors::tensor::{Dtype, SafeTensors, View};
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::io::Write;
 use std::path::Path;
 use tch::{Device, Kind, Tensor};
 
@@ -41,14 +43,16 @@ fn kind_of(dtype: Dtype) -> Option<Kind> {
     })
 }
 
-/// A tensor's bytes, copied to the host, ready for serialisation.
-struct HostView {
+/// A tensor's dtype and shape, for the header: its bytes are not read
+/// here (the header is laid out first, and each tensor's bytes are then
+/// copied to the host and written one at a time).
+struct LazyView {
     dtype: Dtype,
     shape: Vec<usize>,
-    data: Vec<u8>,
+    len: usize,
 }
 
-impl View for &HostView {
+impl View for &LazyView {
     fn dtype(&self) -> Dtype {
         self.dtype
     }
@@ -56,52 +60,83 @@ impl View for &HostView {
         &self.shape
     }
     fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.data)
+        Cow::Borrowed(&[])
     }
     fn data_len(&self) -> usize {
-        self.data.len()
+        self.len
     }
 }
 
-fn host_view(name: &str, t: &Tensor) -> Result<HostView> {
+fn lazy_view(name: &str, t: &Tensor) -> Result<LazyView> {
     let kind = t.f_kind()?;
     let dtype = dtype_of(kind)
         .ok_or_else(|| Error::dtype(format!("safetensors: tensor {name} has unsupported dtype {kind:?}")))?;
-    let host = tch::no_grad(|| t.f_detach()?.f_to_device(Device::Cpu)?.f_contiguous())?;
-    let numel = host.numel();
-    let mut data = vec![0u8; numel * kind.elt_size_in_bytes()];
-    host.f_copy_data_u8(&mut data, numel)?;
-    let shape = host.size().iter().map(|&d| d as usize).collect();
-    Ok(HostView { dtype, shape, data })
+    let shape = t.size().iter().map(|&d| d as usize).collect();
+    Ok(LazyView { dtype, shape, len: t.numel() * kind.elt_size_in_bytes() })
 }
 
-pub(crate) use crate::fs_safe::write_atomic;
+/// A tensor's bytes: a contiguous host copy of it alone.
+fn host_bytes(t: &Tensor, len: usize) -> Result<Vec<u8>> {
+    let kind = t.f_kind()?;
+    let numel = t.numel();
+    if numel * kind.elt_size_in_bytes() != len {
+        return Err(Error::state("safetensors: a tensor changed size while it was saved"));
+    }
+    let mut data = vec![0u8; len];
+    if numel > 0 {
+        let host = tch::no_grad(|| t.f_detach()?.f_to_device(Device::Cpu)?.f_contiguous())?;
+        host.f_copy_data_u8(&mut data, numel)?;
+    }
+    Ok(data)
+}
+
+/// Where the header puts each tensor: (start offset, index in `tensors`).
+fn layout(header: &[u8], names: &HashMap<&str, usize>) -> Result<Vec<(u64, usize)>> {
+    let bad = |why: String| Error::state(format!("safetensors: the header written does not read back: {why}"));
+    let value: serde_json::Value = serde_json::from_slice(header).map_err(|e| bad(e.to_string()))?;
+    let entries = value.as_object().ok_or_else(|| bad("not an object".into()))?;
+    let mut order = Vec::with_capacity(names.len());
+    for (name, info) in entries.iter().filter(|(k, _)| *k != "__metadata__") {
+        let index = *names.get(name.as_str()).ok_or_else(|| bad(format!("unknown tensor {name:?}")))?;
+        let start = info["data_offsets"][0].as_u64().ok_or_else(|| bad(format!("no offsets for {name:?}")))?;
+        order.push((start, index));
+    }
+    if order.len() != names.len() {
+        return Err(bad(format!("{} tensors of {}", order.len(), names.len())));
+    }
+    order.sort_unstable();
+    Ok(order)
+}
 
 /// The largest safetensors header readers accept (the `safetensors`
 /// crate's and Python package's limit).
 pub const MAX_HEADER_BYTES: usize = 100_000_000;
 
-/// Writes named tensors (any device; copied to the host) as a safetensors
-/// file with optional string metadata, atomically. Names must be unique.
+/// Writes named tensors (any device; copied to the host one at a time) as
+/// a safetensors file with optional string metadata, atomically, streaming
+/// each tensor's bytes to the file (the file is never held whole in
+/// memory). Names must be unique.
 pub fn write_safetensors(
     path: &Path,
     tensors: &[(String, Tensor)],
     metadata: Option<HashMap<String, String>>,
 ) -> Result<()> {
-    let mut seen = HashSet::new();
+    let mut names = HashMap::with_capacity(tensors.len());
     let mut views = Vec::with_capacity(tensors.len());
-    for (name, t) in tensors {
-        if !seen.insert(name.as_str()) {
+    for (i, (name, t)) in tensors.iter().enumerate() {
+        if names.insert(name.as_str(), i).is_some() {
             return Err(Error::invalid(format!(
                 "write_safetensors {}: duplicate tensor name {name:?}",
                 path.display()
             )));
         }
-        views.push((name.as_str(), host_view(name, t)?));
+        views.push((name.as_str(), lazy_view(name, t)?));
     }
-    let bytes = safetensors::tensor::serialize(views.iter().map(|(n, v)| (*n, v)), &metadata)
+    // The crate lays out the header (its order and padding); the views
+    // give no bytes, so this is the 8-byte length and the header alone.
+    let head = safetensors::tensor::serialize(views.iter().map(|(n, v)| (*n, v)), &metadata)
         .map_err(|e| Error::format(format!("serialising {}: {e:?}", path.display())))?;
-    let header = bytes.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
+    let header = head.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
     if header > MAX_HEADER_BYTES as u64 {
         return Err(Error::invalid(format!(
             "{}: the safetensors header (names and metadata) would be {header} bytes; readers refuse more than \
@@ -109,7 +144,17 @@ pub fn write_safetensors(
             path.display()
         )));
     }
-    write_atomic(path, &bytes)
+    let order = layout(&head[8..], &names)?;
+    crate::fs_safe::write_atomic_with(path, |file| {
+        let io = |e: std::io::Error| Error::io(format!("writing {}: {e}", path.display()));
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+        out.write_all(&head).map_err(io)?;
+        for (_, i) in &order {
+            let bytes = host_bytes(&tensors[*i].1, views[*i].1.len)?;
+            out.write_all(&bytes).map_err(io)?;
+        }
+        out.flush().map_err(io)
+    })
 }
 
 /// Reads a safetensors file: the tensors (CPU, in file order) and the

@@ -1,6 +1,7 @@
 //! Tests of the module tree, state dicts, safetensors and TorchScript.
 use super::*;
 use crate::error::ErrorCode;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use tch::{Device, Kind, Tensor};
 
@@ -307,6 +308,22 @@ fn safetensors_dtypes() {
         let (_, b) = back.iter().find(|(n, _)| n == name).unwrap();
         assert_eq!(b.kind(), t.kind(), "{name}");
         assert!(b.equal(t), "{name}");
+    }
+    // Views (a transpose, a narrowed column), an empty tensor, metadata:
+    // each tensor's bytes stream in the header's order.
+    let views = vec![
+        ("t".to_string(), base.tr()),
+        ("col".to_string(), base.narrow(1, 1, 1)),
+        ("empty".to_string(), Tensor::zeros([0, 3], (Kind::Float, Device::Cpu))),
+        ("b".to_string(), base.to_kind(Kind::Int8)),
+    ];
+    let meta: HashMap<String, String> = [("k".to_string(), "v".to_string())].into();
+    write_safetensors(&path, &views, Some(meta.clone())).unwrap();
+    let (back, md) = read_safetensors(&path).unwrap();
+    assert_eq!(md, meta);
+    for (name, t) in &views {
+        let (_, b) = back.iter().find(|(n, _)| n == name).unwrap();
+        assert!(b.equal(&t.contiguous()), "{name}");
     }
     let dup = vec![("a".to_string(), base.shallow_clone()), ("a".to_string(), base.shallow_clone())];
     assert!(write_safetensors(&path, &dup, None).is_err());
