@@ -103,23 +103,17 @@ impl OptimizerConfig {
         let lrs: Vec<f64> = self.optimizer.param_groups().iter().map(|g| g.lr).collect();
         let states: Vec<_> = self.schedulers.iter().map(|s| s.scheduler.state_dict()).collect();
         self.schedulers.push(config);
-        for g in self.optimizer.param_groups_mut() {
-            if let Some(initial) = g.initial_lr {
-                g.lr = initial;
+        let parts = self.schedulers.iter_mut().map(|c| &mut c.scheduler);
+        if let Err(e) = crate::optim::scheduler::replay_constructors(self.optimizer.as_mut(), parts) {
+            // Put everything back as it was.
+            self.schedulers.pop();
+            for (s, state) in self.schedulers.iter_mut().zip(&states) {
+                let _ = s.scheduler.load_state_dict(state);
             }
-        }
-        for i in 0..self.schedulers.len() {
-            if let Err(e) = self.schedulers[i].scheduler.chain_to(self.optimizer.as_mut(), 0) {
-                // Put everything back as it was.
-                self.schedulers.pop();
-                for (s, state) in self.schedulers.iter_mut().zip(&states) {
-                    let _ = s.scheduler.load_state_dict(state);
-                }
-                for (g, lr) in self.optimizer.param_groups_mut().iter_mut().zip(lrs) {
-                    g.lr = lr;
-                }
-                return Err(e.context(format!("scheduler {i}")));
+            for (g, lr) in self.optimizer.param_groups_mut().iter_mut().zip(lrs) {
+                g.lr = lr;
             }
+            return Err(e);
         }
         Ok(())
     }

@@ -49,15 +49,8 @@ impl ChainedLr {
                 )));
             }
         }
-        for g in opt.param_groups_mut() {
-            if let Some(initial) = g.initial_lr {
-                g.lr = initial;
-            }
-        }
         let mut chain = ChainedLr { schedulers, steps: 0, last_lr: Vec::new() };
-        for (i, s) in chain.schedulers.iter_mut().enumerate() {
-            s.chain_to(opt, 0).map_err(|e| e.context(format!("ChainedScheduler scheduler {i}")))?;
-        }
+        super::replay_constructors(opt, chain.schedulers.iter_mut()).map_err(|e| e.context("ChainedScheduler"))?;
         chain.last_lr = opt.param_groups().iter().map(|g| g.lr).collect();
         Ok(chain)
     }
@@ -106,9 +99,7 @@ impl LrScheduler for ChainedLr {
     fn state_dict(&self) -> Vec<(String, f64)> {
         let mut out = vec![("chain.len".to_string(), self.schedulers.len() as f64)];
         out.extend(self.last_lr.iter().enumerate().map(|(i, v)| (format!("last_lr.{i}"), *v)));
-        for (i, s) in self.schedulers.iter().enumerate() {
-            out.extend(s.state_dict().into_iter().map(|(k, v)| (format!("schedulers.{i}.{k}"), v)));
-        }
+        out.extend(super::join_parts(&self.schedulers));
         out
     }
 

@@ -131,6 +131,34 @@ pub(crate) fn split_parts(state: &[(String, f64)], n: usize, kind: &str) -> Resu
     Ok((own, parts))
 }
 
+/// The parts' states under `schedulers.I.`, as [`split_parts`] reads them.
+pub(crate) fn join_parts(schedulers: &[Box<dyn LrScheduler>]) -> State {
+    let mut out = Vec::new();
+    for (i, s) in schedulers.iter().enumerate() {
+        out.extend(s.state_dict().into_iter().map(|(k, v)| (format!("schedulers.{i}.{k}"), v)));
+    }
+    out
+}
+
+/// torch's constructions of `schedulers` on one optimizer, one after
+/// another: every group back to its `initial_lr`, then each scheduler's
+/// first step ([`LrScheduler::chain_to`] 0) in order, from the lr the one
+/// before left.
+pub(crate) fn replay_constructors<'a>(
+    opt: &mut dyn Optimizer,
+    schedulers: impl IntoIterator<Item = &'a mut Box<dyn LrScheduler>>,
+) -> Result<()> {
+    for g in opt.param_groups_mut() {
+        if let Some(initial) = g.initial_lr {
+            g.lr = initial;
+        }
+    }
+    for (i, s) in schedulers.into_iter().enumerate() {
+        s.chain_to(opt, 0).map_err(|e| e.context(format!("scheduler {i}")))?;
+    }
+    Ok(())
+}
+
 /// Loads each part's state into `schedulers`; on a failure the parts
 /// already loaded are put back as they were.
 pub(crate) fn load_parts(

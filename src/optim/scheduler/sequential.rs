@@ -99,9 +99,7 @@ impl LrScheduler for SequentialLr {
         ];
         out.extend(self.milestones.iter().enumerate().map(|(i, m)| (format!("milestones.{i}"), *m as f64)));
         out.extend(self.last_lr.iter().enumerate().map(|(i, v)| (format!("last_lr.{i}"), *v)));
-        for (i, s) in self.schedulers.iter().enumerate() {
-            out.extend(s.state_dict().into_iter().map(|(k, v)| (format!("schedulers.{i}.{k}"), v)));
-        }
+        out.extend(super::join_parts(&self.schedulers));
         out
     }
 
