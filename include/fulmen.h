@@ -4758,10 +4758,16 @@ struct fulmen_error *fulmen_optimizer_param_group_count(const struct fulmen_opti
                                                         size_t *out);
 
 /**
- * Reads the hyperparameter `name` of parameter group `group`: `"lr"`,
- * `"weight_decay"`, and the momentum as the optimizer names it
+ * Reads the hyperparameter `name` of parameter group `group` by torch's
+ * key: `"lr"`, `"weight_decay"`, the momentum as the optimizer names it
  * (`"momentum"` for SGD and RMSprop, `"betas.0"` or `"beta1"` for the Adam
- * family; Adagrad has none).
+ * family; Adagrad has none), and the kind's other constants, each kept per
+ * group as torch keeps them: SGD `"dampening"`, `"nesterov"`; RMSprop
+ * `"alpha"`, `"eps"`, `"centered"`; Adagrad `"lr_decay"`,
+ * `"initial_accumulator_value"`, `"eps"`; the Adam family `"betas.1"` (or
+ * `"beta2"`), `"eps"`, Adam / AdamW `"amsgrad"`, NAdam `"momentum_decay"`,
+ * NAdam / RAdam `"decoupled_weight_decay"`; every kind `"maximize"`.
+ * Flags read 0 or 1.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (a name this optimizer's groups do
  * not have), FULMEN_CODE_OUT_OF_RANGE (`group` >= the group count).
@@ -4774,14 +4780,16 @@ struct fulmen_error *fulmen_optimizer_param_group_get(const struct fulmen_optimi
 /**
  * Sets the hyperparameter `name` (as in `fulmen_optimizer_param_group_get`)
  * of parameter group `group`, such as `"weight_decay"` 0 for a group of
- * biases and norms. Checkpoints keep every group's values. A scheduler
+ * biases and norms, or `"beta2"` 0.95 and `"eps"` 1e-6 for one group.
+ * Values are checked as torch's constructor checks options; a flag takes
+ * 0 or 1. Checkpoints keep every group's values. A scheduler
  * computes `"lr"` (and a cycling one the momentum) from the group's base
  * learning rate at each of its steps, so an `"lr"` set here lasts until
  * the scheduler's next step (torch's chainable schedulers would scale it
  * instead).
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown name; a value negative
- * or not finite; `betas.0` not below 1), FULMEN_CODE_OUT_OF_RANGE
+ * or not finite; a beta not below 1; a flag not 0 or 1), FULMEN_CODE_OUT_OF_RANGE
  * (`group` >= the group count).
  */
 struct fulmen_error *fulmen_optimizer_param_group_set(struct fulmen_optimizer *optimizer,

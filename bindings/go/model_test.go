@@ -262,6 +262,18 @@ func TestOptimizersManualLoop(t *testing.T) {
 	if err := opt.SetParamGroup(0, "betas.0", 0.5); !errors.Is(err, fulmen.ErrInvalidArgument) {
 		t.Fatalf("SGD's betas.0: %v", err)
 	}
+	// SGD's other constants per group too; a flag is 0 or 1.
+	ok(t, opt.SetParamGroup(1, "nesterov", 1))
+	ok(t, opt.SetParamGroup(1, "dampening", 0))
+	if v := must(opt.ParamGroup(1, "nesterov")); v != 1 {
+		t.Fatalf("nesterov %v", v)
+	}
+	if v := must(opt.ParamGroup(0, "nesterov")); v != 0 {
+		t.Fatalf("group 0's nesterov %v", v)
+	}
+	if err := opt.SetParamGroup(1, "maximize", 2); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("maximize 2: %v", err)
+	}
 }
 
 func TestSchedulers(t *testing.T) {

@@ -235,8 +235,11 @@ func (o *Optimizer) ParamGroupCount() (int, error) {
 	return int(n), err
 }
 
-// ParamGroup returns group's hyperparameter name: "lr", "weight_decay",
-// and "momentum" (SGD, RMSprop) or "betas.0" / "beta1" (the Adam family).
+// ParamGroup returns group's hyperparameter name by torch's key: "lr",
+// "weight_decay", "momentum" (SGD, RMSprop) or "betas.0" / "beta1" (the
+// Adam family), and the kind's other constants, kept per group: "betas.1"
+// / "beta2", "eps", "amsgrad", "alpha", "dampening", ...
+// (fulmen_optimizer_param_group_get lists them; flags read 0 or 1).
 func (o *Optimizer) ParamGroup(group int, name string) (float64, error) {
 	if group < 0 {
 		return 0, &Error{Code: CodeOutOfRange, Message: fmt.Sprintf("param group %d", group)}
@@ -250,7 +253,8 @@ func (o *Optimizer) ParamGroup(group int, name string) (float64, error) {
 }
 
 // SetParamGroup sets group's hyperparameter name (as ParamGroup), such as
-// "weight_decay" 0 for biases and norms.
+// "weight_decay" 0 for biases and norms or "eps" 1e-6 for one group;
+// checked as torch's constructor checks options.
 func (o *Optimizer) SetParamGroup(group int, name string, value float64) error {
 	if group < 0 {
 		return &Error{Code: CodeOutOfRange, Message: fmt.Sprintf("param group %d", group)}

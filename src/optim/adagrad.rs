@@ -1,7 +1,7 @@
 //! Adagrad, `torch.optim.Adagrad`.
-use super::state::{add_scaled, addcdiv_, addcmul_, flag, read_flag, Core, Spec};
+use super::state::{add_scaled, addcdiv_, addcmul_, extra, flag, Core, GroupOptions, Spec};
 use super::{check_non_negative, Optimizer, ParamGroup};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use tch::Tensor;
 
 /// Options of [`Adagrad`]; the defaults are torch's.
@@ -46,8 +46,37 @@ impl AdagradOptions {
     }
 }
 
-const HYPERS: [&str; 4] = ["lr_decay", "initial_accumulator_value", "eps", "maximize"];
-const SPEC: Spec = Spec { kind: "adagrad", has_step: true, required: &["sum"], optional: &[], scalars: &[] };
+impl GroupOptions for AdagradOptions {
+    const EXTRAS: &'static [&'static str] = &["lr_decay", "initial_accumulator_value", "eps", "maximize"];
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+    fn weight_decay(&self) -> f64 {
+        self.weight_decay
+    }
+    fn momentum(&self) -> f64 {
+        0.0
+    }
+    fn extras(&self) -> Vec<f64> {
+        vec![self.lr_decay, self.initial_accumulator_value, self.eps, flag(self.maximize)]
+    }
+    fn of_group(&self, g: &ParamGroup) -> Self {
+        AdagradOptions {
+            lr: g.lr,
+            weight_decay: g.weight_decay,
+            lr_decay: extra(g, 0, self.lr_decay),
+            initial_accumulator_value: extra(g, 1, self.initial_accumulator_value),
+            eps: extra(g, 2, self.eps),
+            maximize: extra(g, 3, flag(self.maximize)) != 0.0,
+        }
+    }
+    fn validate(&self) -> Result<()> {
+        AdagradOptions::validate(self)
+    }
+}
+
+const SPEC: Spec =
+    Spec { kind: "adagrad", has_step: true, required: &["sum"], optional: &[], scalars: &[], fixed: &[] };
 
 /// Adagrad with the update rule of torch's `_single_tensor_adagrad` (dense
 /// gradients). A parameter's sum starts at `initial_accumulator_value` on
@@ -61,59 +90,36 @@ pub struct Adagrad {
 impl Adagrad {
     /// An Adagrad optimizer over shallow clones of `params` (one group).
     pub fn new(params: Vec<Tensor>, opts: AdagradOptions) -> Result<Self> {
-        opts.validate()?;
-        Ok(Adagrad { core: Core::new(params, opts.lr, opts.weight_decay, 0.0)?, opts })
+        Ok(Adagrad { core: Core::new(params, &opts)?, opts })
     }
 
-    /// The options (defaults for new groups; others used by every group).
+    /// The defaults of new groups (each group keeps its own values:
+    /// `param_groups`, `group_hyper`).
     pub fn options(&self) -> &AdagradOptions {
         &self.opts
     }
 
     fn update(&mut self) -> Result<()> {
-        let o = self.opts;
-        self.core.for_each_grad(o.maximize, |g, p, mut grad, st| {
-            if !st.buffers.contains_key("sum") {
-                st.buffers.insert("sum", p.f_full_like(o.initial_accumulator_value)?);
-            }
-            st.step += 1.0;
-            if g.weight_decay != 0.0 {
-                grad = add_scaled(&grad, p, g.weight_decay)?;
-            }
-            let clr = g.lr / (1.0 + (st.step - 1.0) * o.lr_decay);
-            let sum = st.buffer_or_zeros("sum", p)?;
-            addcmul_(sum, &grad, &grad, 1.0)?;
-            let mut std = sum.f_sqrt()?;
-            let _ = std.f_add_scalar_(o.eps)?;
-            addcdiv_(&mut p.shallow_clone(), &grad, &std, -clr)
-        })
-    }
-
-    fn add_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()> {
-        let o = self.opts;
-        self.core.add_group(params, lr.unwrap_or(o.lr), o.weight_decay, 0.0)
-    }
-
-    fn save(&self) -> Result<Vec<(String, Tensor)>> {
-        let o = &self.opts;
-        let values = [o.lr_decay, o.initial_accumulator_value, o.eps, flag(o.maximize)];
-        let hypers: Vec<(&str, f64)> = HYPERS.iter().copied().zip(values).collect();
-        self.core.state_dict(&SPEC, &hypers)
-    }
-
-    fn load(&mut self, state: &[(String, Tensor)]) -> Result<()> {
-        let parsed = self.core.parse(&SPEC, state, &HYPERS)?;
-        let mut opts = self.opts;
-        if let [lr_decay, initial, eps, maximize] = parsed.hypers[..] {
-            opts.lr_decay = lr_decay;
-            opts.initial_accumulator_value = initial;
-            opts.eps = eps;
-            opts.maximize = read_flag("adagrad", "maximize", maximize)?;
-        }
-        opts.validate().map_err(|e| Error::format(format!("adagrad state dict: {}", e.message)))?;
-        self.opts = opts;
-        self.core.commit(parsed);
-        Ok(())
+        let d = self.opts;
+        self.core.for_each_grad(
+            |g| d.of_group(g).maximize,
+            |g, p, mut grad, st| {
+                let o = d.of_group(g);
+                if !st.buffers.contains_key("sum") {
+                    st.buffers.insert("sum", p.f_full_like(o.initial_accumulator_value)?);
+                }
+                st.step += 1.0;
+                if g.weight_decay != 0.0 {
+                    grad = add_scaled(&grad, p, g.weight_decay)?;
+                }
+                let clr = g.lr / (1.0 + (st.step - 1.0) * o.lr_decay);
+                let sum = st.buffer_or_zeros("sum", p)?;
+                addcmul_(sum, &grad, &grad, 1.0)?;
+                let mut std = sum.f_sqrt()?;
+                let _ = std.f_add_scalar_(o.eps)?;
+                addcdiv_(&mut p.shallow_clone(), &grad, &std, -clr)
+            },
+        )
     }
 }
 

@@ -1,6 +1,6 @@
 //! Adam and AdamW, `torch.optim.Adam` / `torch.optim.AdamW` (one shared
 //! implementation; AdamW is Adam with decoupled weight decay, as in torch).
-use super::state::{add_scaled, addcdiv_, addcmul_, flag, read_flag, Core, Spec};
+use super::state::{add_scaled, addcdiv_, addcmul_, extra, flag, Core, GroupOptions, Spec};
 use super::{check_non_negative, Optimizer, ParamGroup};
 use crate::error::{Error, Result};
 use tch::Tensor;
@@ -57,7 +57,34 @@ pub(crate) fn check_beta(index: usize, beta: f64) -> Result<()> {
     Ok(())
 }
 
-const HYPERS: [&str; 5] = ["betas.1", "eps", "amsgrad", "maximize", "decoupled_weight_decay"];
+impl GroupOptions for AdamOptions {
+    const EXTRAS: &'static [&'static str] = &["betas.1", "eps", "amsgrad", "maximize"];
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+    fn weight_decay(&self) -> f64 {
+        self.weight_decay
+    }
+    fn momentum(&self) -> f64 {
+        self.betas.0
+    }
+    fn extras(&self) -> Vec<f64> {
+        vec![self.betas.1, self.eps, flag(self.amsgrad), flag(self.maximize)]
+    }
+    fn of_group(&self, g: &ParamGroup) -> Self {
+        AdamOptions {
+            lr: g.lr,
+            betas: (g.momentum, extra(g, 0, self.betas.1)),
+            eps: extra(g, 1, self.eps),
+            weight_decay: g.weight_decay,
+            amsgrad: extra(g, 2, flag(self.amsgrad)) != 0.0,
+            maximize: extra(g, 3, flag(self.maximize)) != 0.0,
+        }
+    }
+    fn validate(&self) -> Result<()> {
+        AdamOptions::validate(self)
+    }
+}
 
 /// The shared implementation; `decoupled` selects AdamW.
 #[derive(Debug)]
@@ -69,9 +96,7 @@ struct AdamCore {
 
 impl AdamCore {
     fn new(params: Vec<Tensor>, opts: AdamOptions, decoupled: bool) -> Result<Self> {
-        opts.validate()?;
-        let core = Core::new(params, opts.lr, opts.weight_decay, opts.betas.0)?;
-        Ok(AdamCore { core, opts, decoupled })
+        Ok(AdamCore { core: Core::new(params, &opts)?, opts, decoupled })
     }
 
     fn kind(&self) -> &'static str {
@@ -89,88 +114,72 @@ impl AdamCore {
             required: &["exp_avg", "exp_avg_sq"],
             optional: &["max_exp_avg_sq"],
             scalars: &[],
+            // torch's Adam(decoupled_weight_decay=True) is AdamW; fulmen
+            // keeps the two kinds apart.
+            fixed: if self.decoupled { &[("decoupled_weight_decay", 1.0)] } else { &[("decoupled_weight_decay", 0.0)] },
         }
     }
 
     /// torch's `_single_tensor_adam`.
     fn step(&mut self) -> Result<()> {
-        let o = self.opts;
-        let (beta2, decoupled) = (o.betas.1, self.decoupled);
-        self.core.for_each_grad(o.maximize, |g, p, mut grad, st| {
-            let (lr, beta1) = (g.lr, g.momentum);
-            let mut param = p.shallow_clone();
-            st.buffer_or_zeros("exp_avg", p)?;
-            st.buffer_or_zeros("exp_avg_sq", p)?;
-            if o.amsgrad {
-                st.buffer_or_zeros("max_exp_avg_sq", p)?;
-            }
-            st.step += 1.0;
-            if g.weight_decay != 0.0 {
-                if decoupled {
-                    let _ = param.f_mul_scalar_(1.0 - lr * g.weight_decay)?;
-                } else {
-                    grad = add_scaled(&grad, p, g.weight_decay)?;
+        let (d, decoupled) = (self.opts, self.decoupled);
+        self.core.for_each_grad(
+            |g| d.of_group(g).maximize,
+            |g, p, mut grad, st| {
+                let o = d.of_group(g);
+                let (lr, beta1, beta2) = (g.lr, g.momentum, o.betas.1);
+                let mut param = p.shallow_clone();
+                st.buffer_or_zeros("exp_avg", p)?;
+                st.buffer_or_zeros("exp_avg_sq", p)?;
+                if o.amsgrad {
+                    st.buffer_or_zeros("max_exp_avg_sq", p)?;
                 }
-            }
-            let step = st.step;
-            let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
-            let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
-            let exp_avg = exp_avg.shallow_clone();
-            let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?;
-            let _ = exp_avg_sq.f_mul_scalar_(beta2)?;
-            addcmul_(exp_avg_sq, &grad, &grad, 1.0 - beta2)?;
-            let exp_avg_sq = exp_avg_sq.shallow_clone();
+                st.step += 1.0;
+                if g.weight_decay != 0.0 {
+                    if decoupled {
+                        let _ = param.f_mul_scalar_(1.0 - lr * g.weight_decay)?;
+                    } else {
+                        grad = add_scaled(&grad, p, g.weight_decay)?;
+                    }
+                }
+                let step = st.step;
+                let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
+                let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
+                let exp_avg = exp_avg.shallow_clone();
+                let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?;
+                let _ = exp_avg_sq.f_mul_scalar_(beta2)?;
+                addcmul_(exp_avg_sq, &grad, &grad, 1.0 - beta2)?;
+                let exp_avg_sq = exp_avg_sq.shallow_clone();
 
-            let bias_correction1 = 1.0 - beta1.powf(step);
-            let bias_correction2 = 1.0 - beta2.powf(step);
-            let step_size = lr / bias_correction1;
-            let bias_correction2_sqrt = bias_correction2.powf(0.5);
-            let second = if o.amsgrad {
-                let max = st.buffer_or_zeros("max_exp_avg_sq", p)?;
-                let m = max.f_maximum(&exp_avg_sq)?;
-                max.f_copy_(&m)?;
-                max.shallow_clone()
-            } else {
-                exp_avg_sq
-            };
-            let mut denom = second.f_sqrt()?.f_div_scalar(bias_correction2_sqrt)?;
-            let _ = denom.f_add_scalar_(o.eps)?;
-            addcdiv_(&mut param, &exp_avg, &denom, -step_size)
-        })
+                let bias_correction1 = 1.0 - beta1.powf(step);
+                let bias_correction2 = 1.0 - beta2.powf(step);
+                let step_size = lr / bias_correction1;
+                let bias_correction2_sqrt = bias_correction2.powf(0.5);
+                let second = if o.amsgrad {
+                    let max = st.buffer_or_zeros("max_exp_avg_sq", p)?;
+                    let m = max.f_maximum(&exp_avg_sq)?;
+                    max.f_copy_(&m)?;
+                    max.shallow_clone()
+                } else {
+                    exp_avg_sq
+                };
+                let mut denom = second.f_sqrt()?.f_div_scalar(bias_correction2_sqrt)?;
+                let _ = denom.f_add_scalar_(o.eps)?;
+                addcdiv_(&mut param, &exp_avg, &denom, -step_size)
+            },
+        )
     }
 
     fn add_param_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()> {
-        let o = self.opts;
-        self.core.add_group(params, lr.unwrap_or(o.lr), o.weight_decay, o.betas.0)
+        self.core.add_group(params, lr, &self.opts)
     }
 
     fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
-        let o = &self.opts;
-        let values = [o.betas.1, o.eps, flag(o.amsgrad), flag(o.maximize), flag(self.decoupled)];
-        let hypers: Vec<(&str, f64)> = HYPERS.iter().copied().zip(values).collect();
-        self.core.state_dict(&self.spec(), &hypers)
+        self.core.save(&self.spec(), &self.opts)
     }
 
     fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
-        let kind = self.kind();
-        let parsed = self.core.parse(&self.spec(), state, &HYPERS)?;
-        let mut opts = self.opts;
-        if let [beta2, eps, amsgrad, maximize, decoupled] = parsed.hypers[..] {
-            if read_flag(kind, "decoupled_weight_decay", decoupled)? != self.decoupled {
-                let other = if self.decoupled { "adam" } else { "adamw" };
-                return Err(Error::format(format!("{kind} state dict: it is the state of an {other} optimizer")));
-            }
-            opts.betas.1 = beta2;
-            opts.eps = eps;
-            opts.amsgrad = read_flag(kind, "amsgrad", amsgrad)?;
-            opts.maximize = read_flag(kind, "maximize", maximize)?;
-        }
-        if !(0.0..1.0).contains(&opts.betas.1) || !(0.0..).contains(&opts.eps) {
-            return Err(Error::format(format!("{kind} state dict: bad beta2 {} or eps {}", opts.betas.1, opts.eps)));
-        }
-        self.opts = opts;
-        self.core.commit(parsed);
-        Ok(())
+        self.core.load(&self.spec(), state, &self.opts)
     }
 }
 
@@ -194,7 +203,8 @@ impl Adam {
         AdamW::new(params, opts)
     }
 
-    /// The options (defaults for new groups; others used by every group).
+    /// The defaults of new groups (each group keeps its own values:
+    /// `param_groups`, `group_hyper`).
     pub fn options(&self) -> &AdamOptions {
         &self.0.opts
     }
@@ -207,7 +217,8 @@ impl AdamW {
         Ok(AdamW(AdamCore::new(params, opts, true)?))
     }
 
-    /// The options (defaults for new groups; others used by every group).
+    /// The defaults of new groups (each group keeps its own values:
+    /// `param_groups`, `group_hyper`).
     pub fn options(&self) -> &AdamOptions {
         &self.0.opts
     }
@@ -233,6 +244,12 @@ macro_rules! impl_optimizer {
             }
             fn add_param_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()> {
                 self.0.add_param_group(params, lr)
+            }
+            fn group_extras(&self) -> &'static [&'static str] {
+                AdamOptions::EXTRAS
+            }
+            fn check_group(&self, group: &ParamGroup) -> Result<()> {
+                self.0.opts.of_group(group).validate()
             }
             fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
                 self.0.state_dict()

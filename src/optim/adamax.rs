@@ -1,8 +1,8 @@
 //! Adamax, `torch.optim.Adamax` (Adam with the infinity norm).
 use super::adam::check_beta;
-use super::state::{add_scaled, addcdiv_, flag, read_flag, Core, Spec};
+use super::state::{add_scaled, addcdiv_, extra, flag, Core, GroupOptions, Spec};
 use super::{check_non_negative, Optimizer, ParamGroup};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use tch::Tensor;
 
 /// Options of [`Adamax`]; the defaults are torch's.
@@ -38,9 +38,36 @@ impl AdamaxOptions {
     }
 }
 
-const HYPERS: [&str; 3] = ["betas.1", "eps", "maximize"];
+impl GroupOptions for AdamaxOptions {
+    const EXTRAS: &'static [&'static str] = &["betas.1", "eps", "maximize"];
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+    fn weight_decay(&self) -> f64 {
+        self.weight_decay
+    }
+    fn momentum(&self) -> f64 {
+        self.betas.0
+    }
+    fn extras(&self) -> Vec<f64> {
+        vec![self.betas.1, self.eps, flag(self.maximize)]
+    }
+    fn of_group(&self, g: &ParamGroup) -> Self {
+        AdamaxOptions {
+            lr: g.lr,
+            betas: (g.momentum, extra(g, 0, self.betas.1)),
+            eps: extra(g, 1, self.eps),
+            weight_decay: g.weight_decay,
+            maximize: extra(g, 2, flag(self.maximize)) != 0.0,
+        }
+    }
+    fn validate(&self) -> Result<()> {
+        AdamaxOptions::validate(self)
+    }
+}
+
 const SPEC: Spec =
-    Spec { kind: "adamax", has_step: true, required: &["exp_avg", "exp_inf"], optional: &[], scalars: &[] };
+    Spec { kind: "adamax", has_step: true, required: &["exp_avg", "exp_inf"], optional: &[], scalars: &[], fixed: &[] };
 
 /// Adamax with the update rule of torch's `_single_tensor_adamax`.
 #[derive(Debug)]
@@ -52,64 +79,42 @@ pub struct Adamax {
 impl Adamax {
     /// An Adamax optimizer over shallow clones of `params` (one group).
     pub fn new(params: Vec<Tensor>, opts: AdamaxOptions) -> Result<Self> {
-        opts.validate()?;
-        Ok(Adamax { core: Core::new(params, opts.lr, opts.weight_decay, opts.betas.0)?, opts })
+        Ok(Adamax { core: Core::new(params, &opts)?, opts })
     }
 
-    /// The options (defaults for new groups; others used by every group).
+    /// The defaults of new groups (each group keeps its own values:
+    /// `param_groups`, `group_hyper`).
     pub fn options(&self) -> &AdamaxOptions {
         &self.opts
     }
 
     fn update(&mut self) -> Result<()> {
-        let o = self.opts;
-        self.core.for_each_grad(o.maximize, |g, p, mut grad, st| {
-            let (lr, beta1) = (g.lr, g.momentum);
-            st.buffer_or_zeros("exp_avg", p)?;
-            st.buffer_or_zeros("exp_inf", p)?;
-            st.step += 1.0;
-            if g.weight_decay != 0.0 {
-                grad = add_scaled(&grad, p, g.weight_decay)?;
-            }
-            let step = st.step;
-            let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
-            let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
-            let exp_avg = exp_avg.shallow_clone();
-            let exp_inf = st.buffer_or_zeros("exp_inf", p)?;
-            let _ = exp_inf.f_mul_scalar_(o.betas.1)?;
-            let mut norm = grad.f_abs()?;
-            let _ = norm.f_add_scalar_(o.eps)?;
-            let max = exp_inf.f_maximum(&norm)?;
-            exp_inf.f_copy_(&max)?;
-            let clr = lr / (1.0 - beta1.powf(step));
-            addcdiv_(&mut p.shallow_clone(), &exp_avg, exp_inf, -clr)
-        })
-    }
-
-    fn add_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()> {
-        let o = self.opts;
-        self.core.add_group(params, lr.unwrap_or(o.lr), o.weight_decay, o.betas.0)
-    }
-
-    fn save(&self) -> Result<Vec<(String, Tensor)>> {
-        let o = &self.opts;
-        let values = [o.betas.1, o.eps, flag(o.maximize)];
-        let hypers: Vec<(&str, f64)> = HYPERS.iter().copied().zip(values).collect();
-        self.core.state_dict(&SPEC, &hypers)
-    }
-
-    fn load(&mut self, state: &[(String, Tensor)]) -> Result<()> {
-        let parsed = self.core.parse(&SPEC, state, &HYPERS)?;
-        let mut opts = self.opts;
-        if let [beta2, eps, maximize] = parsed.hypers[..] {
-            opts.betas.1 = beta2;
-            opts.eps = eps;
-            opts.maximize = read_flag("adamax", "maximize", maximize)?;
-        }
-        opts.validate().map_err(|e| Error::format(format!("adamax state dict: {}", e.message)))?;
-        self.opts = opts;
-        self.core.commit(parsed);
-        Ok(())
+        let d = self.opts;
+        self.core.for_each_grad(
+            |g| d.of_group(g).maximize,
+            |g, p, mut grad, st| {
+                let o = d.of_group(g);
+                let (lr, beta1) = (g.lr, g.momentum);
+                st.buffer_or_zeros("exp_avg", p)?;
+                st.buffer_or_zeros("exp_inf", p)?;
+                st.step += 1.0;
+                if g.weight_decay != 0.0 {
+                    grad = add_scaled(&grad, p, g.weight_decay)?;
+                }
+                let step = st.step;
+                let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
+                let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
+                let exp_avg = exp_avg.shallow_clone();
+                let exp_inf = st.buffer_or_zeros("exp_inf", p)?;
+                let _ = exp_inf.f_mul_scalar_(o.betas.1)?;
+                let mut norm = grad.f_abs()?;
+                let _ = norm.f_add_scalar_(o.eps)?;
+                let max = exp_inf.f_maximum(&norm)?;
+                exp_inf.f_copy_(&max)?;
+                let clr = lr / (1.0 - beta1.powf(step));
+                addcdiv_(&mut p.shallow_clone(), &exp_avg, exp_inf, -clr)
+            },
+        )
     }
 }
 

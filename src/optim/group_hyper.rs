@@ -1,31 +1,46 @@
 //! One parameter group's hyperparameters by torch's key
 //! (`optimizer.param_groups[i]["weight_decay"] = 0.0`), for the usual
-//! set-ups such as no weight decay on biases and norms.
+//! set-ups such as no weight decay on biases and norms, or a smaller `eps`
+//! and `betas[1]` for one group.
+use super::state::FLAG_KEYS;
 use super::{momentum_key, Optimizer};
 use crate::error::{Error, ErrorCode, Result};
 
-/// A schedulable hyperparameter every fulmen param group keeps.
+/// A hyperparameter of a fulmen param group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Hyper {
     Lr,
     WeightDecay,
     /// SGD's and RMSprop's `momentum`; the Adam family's `betas[0]`.
     Momentum,
+    /// The optimizer kind's other constant number `i` (`betas.1`, `eps`,
+    /// a flag, ...).
+    Extra(usize),
+}
+
+/// torch's keys of `opt`'s groups, for messages.
+fn keys(opt: &dyn Optimizer) -> String {
+    let mut keys = vec!["lr", "weight_decay"];
+    keys.extend(momentum_key(opt.name()));
+    keys.extend(opt.group_extras().iter().copied());
+    keys.iter().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", ")
 }
 
 fn parse(opt: &dyn Optimizer, name: &str) -> Result<Hyper> {
     let kind = opt.name();
+    let momentum = momentum_key(kind);
+    let name = match (name, momentum) {
+        ("beta1", Some("betas.0")) => "betas.0",
+        ("beta2", Some("betas.0")) => "betas.1",
+        _ => name,
+    };
     match name {
         "lr" => Ok(Hyper::Lr),
         "weight_decay" => Ok(Hyper::WeightDecay),
-        _ => match momentum_key(kind) {
-            Some(key) if name == key || (key == "betas.0" && name == "beta1") => Ok(Hyper::Momentum),
-            Some(key) => Err(Error::invalid(format!(
-                "{kind} param groups have no {name:?}: the per-group keys are \"lr\", \"weight_decay\" and {key:?}"
-            ))),
-            None => Err(Error::invalid(format!(
-                "{kind} param groups have no {name:?}: the per-group keys are \"lr\" and \"weight_decay\""
-            ))),
+        _ if momentum == Some(name) => Ok(Hyper::Momentum),
+        _ => match opt.group_extras().iter().position(|k| *k == name) {
+            Some(i) => Ok(Hyper::Extra(i)),
+            None => Err(Error::invalid(format!("{kind} param groups have no {name:?}: their keys are {}", keys(opt)))),
         },
     }
 }
@@ -38,8 +53,11 @@ fn check_group(opt: &dyn Optimizer, group: usize) -> Result<()> {
     Ok(())
 }
 
-/// The value of `name` (`"lr"`, `"weight_decay"`, `"momentum"` or
-/// `"betas.0"` / `"beta1"` as the optimizer names it) in group `group`.
+/// The value of `name` in group `group`: `"lr"`, `"weight_decay"`, the
+/// momentum as the optimizer names it (`"momentum"`, or `"betas.0"` /
+/// `"beta1"`), and the kind's other constants by torch's key
+/// (`Optimizer::group_extras`: `"betas.1"` / `"beta2"`, `"eps"`,
+/// `"alpha"`, ...; flags such as `"amsgrad"` read 0 or 1).
 pub fn get(opt: &dyn Optimizer, group: usize, name: &str) -> Result<f64> {
     let hyper = parse(opt, name)?;
     check_group(opt, group)?;
@@ -48,34 +66,47 @@ pub fn get(opt: &dyn Optimizer, group: usize, name: &str) -> Result<f64> {
         Hyper::Lr => g.lr,
         Hyper::WeightDecay => g.weight_decay,
         Hyper::Momentum => g.momentum,
+        Hyper::Extra(i) => g.extras.get(i).copied().unwrap_or_default(),
     })
 }
 
-/// Sets `name` in group `group`, validated as torch's constructors do:
-/// finite, `lr`, `weight_decay` and `momentum` >= 0, `betas[0]` in [0, 1).
-/// A scheduler computes `lr` (and a cycling one momentum) from the group's
-/// base learning rate at each step: an `lr` set here lasts until the
-/// scheduler's next step.
+/// Sets `name` (as in [`get`]) in group `group`, validated as torch's
+/// constructors validate options (finite, `lr`, `weight_decay`, `eps` and
+/// momentum >= 0, betas in [0, 1), flags 0 or 1). A scheduler computes `lr`
+/// (and a cycling one momentum) from the group's base learning rate at each
+/// step: an `lr` set here lasts until the scheduler's next step.
 pub fn set(opt: &mut dyn Optimizer, group: usize, name: &str, value: f64) -> Result<()> {
     let hyper = parse(opt, name)?;
     check_group(opt, group)?;
-    let beta = momentum_key(opt.name()) == Some("betas.0");
-    let valid = value.is_finite()
-        && value >= 0.0
-        && match hyper {
-            Hyper::Momentum if beta => value < 1.0,
-            _ => true,
-        };
-    if !valid {
-        let range = if hyper == Hyper::Momentum && beta { "in [0, 1)" } else { "finite and >= 0" };
-        return Err(Error::invalid(format!("{} {name} {value} of param group {group} must be {range}", opt.name())));
+    let kind = opt.name();
+    let bad = |why: &str| Error::invalid(format!("{kind} {name} {value} of param group {group} {why}"));
+    if !value.is_finite() {
+        return Err(bad("must be finite"));
     }
-    let g = &mut opt.param_groups_mut()[group];
+    if let Hyper::Extra(i) = hyper {
+        if FLAG_KEYS.contains(&opt.group_extras()[i]) && value != 0.0 && value != 1.0 {
+            return Err(bad("must be 0 or 1 (a flag)"));
+        }
+    }
+    // The new values, checked whole before any is kept.
+    let g = &opt.param_groups()[group];
+    let mut probe = super::ParamGroup::new(&[], g.lr, g.weight_decay, g.momentum);
+    probe.extras = g.extras.clone();
     match hyper {
-        Hyper::Lr => g.lr = value,
-        Hyper::WeightDecay => g.weight_decay = value,
-        Hyper::Momentum => g.momentum = value,
+        Hyper::Lr => probe.lr = value,
+        Hyper::WeightDecay => probe.weight_decay = value,
+        Hyper::Momentum => probe.momentum = value,
+        Hyper::Extra(i) => match probe.extras.get_mut(i) {
+            Some(slot) => *slot = value,
+            None => return Err(Error::state(format!("{kind} param group {group} lacks its {name}"))),
+        },
     }
+    opt.check_group(&probe).map_err(|e| bad(&format!("is refused: {}", e.message)))?;
+    let g = &mut opt.param_groups_mut()[group];
+    g.lr = probe.lr;
+    g.weight_decay = probe.weight_decay;
+    g.momentum = probe.momentum;
+    g.extras = probe.extras;
     Ok(())
 }
 

@@ -15,8 +15,8 @@
 use crate::error::{Error, Result};
 use tch::{Kind, Tensor};
 
-/// Implements [`Optimizer`] for a type with a `core: Core` field and the
-/// inherent methods `update`, `add_group`, `save` and `load`.
+/// Implements [`Optimizer`] for a type with `core: Core` and `opts` (a
+/// `GroupOptions`) fields, a `SPEC` constant and an inherent `update`.
 macro_rules! optimizer_via_core {
     ($t:ty, $name:literal) => {
         impl Optimizer for $t {
@@ -36,13 +36,21 @@ macro_rules! optimizer_via_core {
                 &mut self.core.groups
             }
             fn add_param_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()> {
-                self.add_group(params, lr)
+                self.core.add_group(params, lr, &self.opts)
+            }
+            fn group_extras(&self) -> &'static [&'static str] {
+                crate::optim::state::extra_names(&self.opts)
+            }
+            fn check_group(&self, group: &ParamGroup) -> Result<()> {
+                crate::optim::state::GroupOptions::validate(&crate::optim::state::GroupOptions::of_group(
+                    &self.opts, group,
+                ))
             }
             fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
-                self.save()
+                self.core.save(&SPEC, &self.opts)
             }
             fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
-                self.load(state)
+                self.core.load(&SPEC, state, &self.opts)
             }
         }
     };
@@ -81,6 +89,9 @@ mod test_util;
 #[cfg(test)]
 mod adaptive_tests;
 
+#[cfg(test)]
+mod group_tests;
+
 /// torch's key for the momentum in an optimizer kind's param groups:
 /// `"momentum"` (SGD, RMSprop), `"betas.0"` (beta1 of the Adam family), or
 /// none (Adagrad).
@@ -107,6 +118,10 @@ pub struct ParamGroup {
     /// The learning rate recorded by the first scheduler attached to the
     /// optimizer (torch's `group["initial_lr"]`); `None` until then.
     pub initial_lr: Option<f64>,
+    /// The optimizer kind's other constants for this group (`betas[1]`,
+    /// `eps`, `alpha`, flags as 0 or 1, ...), in the order of
+    /// [`Optimizer::group_extras`].
+    pub extras: Vec<f64>,
 }
 
 impl ParamGroup {
@@ -118,6 +133,7 @@ impl ParamGroup {
             weight_decay,
             momentum,
             initial_lr: None,
+            extras: Vec::new(),
         }
     }
 }
@@ -146,6 +162,16 @@ pub trait Optimizer: Send {
     /// Adds a group of parameters; `lr` defaults to the optimizer's default
     /// learning rate, other hyperparameters to the optimizer's defaults.
     fn add_param_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()>;
+
+    /// torch's keys of the constants each group keeps besides `lr`,
+    /// `weight_decay` and the momentum, in the order of
+    /// [`ParamGroup::extras`] (Adam: `betas.1`, `eps`, `amsgrad`,
+    /// `maximize`).
+    fn group_extras(&self) -> &'static [&'static str];
+
+    /// Checks a group's hyperparameters as torch's constructor checks
+    /// options.
+    fn check_group(&self, group: &ParamGroup) -> Result<()>;
 
     /// Learning rate of group 0.
     fn lr(&self) -> f64 {

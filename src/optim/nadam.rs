@@ -1,8 +1,8 @@
 //! NAdam, `torch.optim.NAdam` (Adam with Nesterov momentum).
 use super::adam::check_beta;
-use super::state::{add_scaled, addcdiv_, addcmul_, flag, read_flag, Core, Spec};
+use super::state::{add_scaled, addcdiv_, addcmul_, extra, flag, Core, GroupOptions, Spec};
 use super::{check_non_negative, Optimizer, ParamGroup};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use tch::Tensor;
 
 /// Options of [`NAdam`]; the defaults are torch's.
@@ -51,13 +51,43 @@ impl NAdamOptions {
     }
 }
 
-const HYPERS: [&str; 5] = ["betas.1", "eps", "momentum_decay", "decoupled_weight_decay", "maximize"];
+impl GroupOptions for NAdamOptions {
+    const EXTRAS: &'static [&'static str] = &["betas.1", "eps", "momentum_decay", "decoupled_weight_decay", "maximize"];
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+    fn weight_decay(&self) -> f64 {
+        self.weight_decay
+    }
+    fn momentum(&self) -> f64 {
+        self.betas.0
+    }
+    fn extras(&self) -> Vec<f64> {
+        vec![self.betas.1, self.eps, self.momentum_decay, flag(self.decoupled_weight_decay), flag(self.maximize)]
+    }
+    fn of_group(&self, g: &ParamGroup) -> Self {
+        NAdamOptions {
+            lr: g.lr,
+            betas: (g.momentum, extra(g, 0, self.betas.1)),
+            eps: extra(g, 1, self.eps),
+            weight_decay: g.weight_decay,
+            momentum_decay: extra(g, 2, self.momentum_decay),
+            decoupled_weight_decay: extra(g, 3, flag(self.decoupled_weight_decay)) != 0.0,
+            maximize: extra(g, 4, flag(self.maximize)) != 0.0,
+        }
+    }
+    fn validate(&self) -> Result<()> {
+        NAdamOptions::validate(self)
+    }
+}
+
 const SPEC: Spec = Spec {
     kind: "nadam",
     has_step: true,
     required: &["exp_avg", "exp_avg_sq"],
     optional: &[],
     scalars: &["mu_product"],
+    fixed: &[],
 };
 
 /// NAdam with the update rule of torch's `_single_tensor_nadam`. The
@@ -72,80 +102,56 @@ pub struct NAdam {
 impl NAdam {
     /// A NAdam optimizer over shallow clones of `params` (one group).
     pub fn new(params: Vec<Tensor>, opts: NAdamOptions) -> Result<Self> {
-        opts.validate()?;
-        Ok(NAdam { core: Core::new(params, opts.lr, opts.weight_decay, opts.betas.0)?, opts })
+        Ok(NAdam { core: Core::new(params, &opts)?, opts })
     }
 
-    /// The options (defaults for new groups; others used by every group).
+    /// The defaults of new groups (each group keeps its own values:
+    /// `param_groups`, `group_hyper`).
     pub fn options(&self) -> &NAdamOptions {
         &self.opts
     }
 
     fn update(&mut self) -> Result<()> {
-        let o = self.opts;
-        let beta2 = o.betas.1;
-        self.core.for_each_grad(o.maximize, |g, p, mut grad, st| {
-            let (lr, beta1) = (g.lr, g.momentum);
-            let mut param = p.shallow_clone();
-            st.buffer_or_zeros("exp_avg", p)?;
-            st.buffer_or_zeros("exp_avg_sq", p)?;
-            st.scalars.entry("mu_product").or_insert(1.0);
-            st.step += 1.0;
-            let step = st.step;
-            let bias_correction2 = 1.0 - beta2.powf(step);
-            if g.weight_decay != 0.0 {
-                if o.decoupled_weight_decay {
-                    let _ = param.f_mul_scalar_(1.0 - lr * g.weight_decay)?;
-                } else {
-                    grad = add_scaled(&grad, p, g.weight_decay)?;
+        let d = self.opts;
+        self.core.for_each_grad(
+            |g| d.of_group(g).maximize,
+            |g, p, mut grad, st| {
+                let o = d.of_group(g);
+                let beta2 = o.betas.1;
+                let (lr, beta1) = (g.lr, g.momentum);
+                let mut param = p.shallow_clone();
+                st.buffer_or_zeros("exp_avg", p)?;
+                st.buffer_or_zeros("exp_avg_sq", p)?;
+                st.scalars.entry("mu_product").or_insert(1.0);
+                st.step += 1.0;
+                let step = st.step;
+                let bias_correction2 = 1.0 - beta2.powf(step);
+                if g.weight_decay != 0.0 {
+                    if o.decoupled_weight_decay {
+                        let _ = param.f_mul_scalar_(1.0 - lr * g.weight_decay)?;
+                    } else {
+                        grad = add_scaled(&grad, p, g.weight_decay)?;
+                    }
                 }
-            }
-            let mu = beta1 * (1.0 - 0.5 * 0.96f64.powf(step * o.momentum_decay));
-            let mu_next = beta1 * (1.0 - 0.5 * 0.96f64.powf((step + 1.0) * o.momentum_decay));
-            let mu_product = st.scalars.entry("mu_product").or_insert(1.0);
-            // torch: `mu_product *= mu` on a float32 0-dim tensor.
-            *mu_product = f64::from((*mu_product as f32) * (mu as f32));
-            let mu_product = *mu_product;
-            let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
-            let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
-            let exp_avg = exp_avg.shallow_clone();
-            let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?;
-            let _ = exp_avg_sq.f_mul_scalar_(beta2)?;
-            addcmul_(exp_avg_sq, &grad, &grad, 1.0 - beta2)?;
-            let mut denom = exp_avg_sq.f_div_scalar(bias_correction2)?.f_sqrt()?;
-            let mu_product_next = mu_product * mu_next;
-            let _ = denom.f_add_scalar_(o.eps)?;
-            addcdiv_(&mut param, &grad, &denom, -lr * (1.0 - mu) / (1.0 - mu_product))?;
-            addcdiv_(&mut param, &exp_avg, &denom, (-lr * mu_next) / (1.0 - mu_product_next))
-        })
-    }
-
-    fn add_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()> {
-        let o = self.opts;
-        self.core.add_group(params, lr.unwrap_or(o.lr), o.weight_decay, o.betas.0)
-    }
-
-    fn save(&self) -> Result<Vec<(String, Tensor)>> {
-        let o = &self.opts;
-        let values = [o.betas.1, o.eps, o.momentum_decay, flag(o.decoupled_weight_decay), flag(o.maximize)];
-        let hypers: Vec<(&str, f64)> = HYPERS.iter().copied().zip(values).collect();
-        self.core.state_dict(&SPEC, &hypers)
-    }
-
-    fn load(&mut self, state: &[(String, Tensor)]) -> Result<()> {
-        let parsed = self.core.parse(&SPEC, state, &HYPERS)?;
-        let mut opts = self.opts;
-        if let [beta2, eps, momentum_decay, decoupled, maximize] = parsed.hypers[..] {
-            opts.betas.1 = beta2;
-            opts.eps = eps;
-            opts.momentum_decay = momentum_decay;
-            opts.decoupled_weight_decay = read_flag("nadam", "decoupled_weight_decay", decoupled)?;
-            opts.maximize = read_flag("nadam", "maximize", maximize)?;
-        }
-        opts.validate().map_err(|e| Error::format(format!("nadam state dict: {}", e.message)))?;
-        self.opts = opts;
-        self.core.commit(parsed);
-        Ok(())
+                let mu = beta1 * (1.0 - 0.5 * 0.96f64.powf(step * o.momentum_decay));
+                let mu_next = beta1 * (1.0 - 0.5 * 0.96f64.powf((step + 1.0) * o.momentum_decay));
+                let mu_product = st.scalars.entry("mu_product").or_insert(1.0);
+                // torch: `mu_product *= mu` on a float32 0-dim tensor.
+                *mu_product = f64::from((*mu_product as f32) * (mu as f32));
+                let mu_product = *mu_product;
+                let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
+                let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
+                let exp_avg = exp_avg.shallow_clone();
+                let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?;
+                let _ = exp_avg_sq.f_mul_scalar_(beta2)?;
+                addcmul_(exp_avg_sq, &grad, &grad, 1.0 - beta2)?;
+                let mut denom = exp_avg_sq.f_div_scalar(bias_correction2)?.f_sqrt()?;
+                let mu_product_next = mu_product * mu_next;
+                let _ = denom.f_add_scalar_(o.eps)?;
+                addcdiv_(&mut param, &grad, &denom, -lr * (1.0 - mu) / (1.0 - mu_product))?;
+                addcdiv_(&mut param, &exp_avg, &denom, (-lr * mu_next) / (1.0 - mu_product_next))
+            },
+        )
     }
 }
 

@@ -1,9 +1,9 @@
 //! RAdam, `torch.optim.RAdam` (Adam with a rectified adaptive learning
 //! rate).
 use super::adam::check_beta;
-use super::state::{add_scaled, add_scaled_, addcmul_, flag, read_flag, Core, Spec};
+use super::state::{add_scaled, add_scaled_, addcmul_, extra, flag, Core, GroupOptions, Spec};
 use super::{check_non_negative, Optimizer, ParamGroup};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use tch::Tensor;
 
 /// Options of [`RAdam`]; the defaults are torch's.
@@ -48,9 +48,43 @@ impl RAdamOptions {
     }
 }
 
-const HYPERS: [&str; 4] = ["betas.1", "eps", "decoupled_weight_decay", "maximize"];
-const SPEC: Spec =
-    Spec { kind: "radam", has_step: true, required: &["exp_avg", "exp_avg_sq"], optional: &[], scalars: &[] };
+impl GroupOptions for RAdamOptions {
+    const EXTRAS: &'static [&'static str] = &["betas.1", "eps", "decoupled_weight_decay", "maximize"];
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+    fn weight_decay(&self) -> f64 {
+        self.weight_decay
+    }
+    fn momentum(&self) -> f64 {
+        self.betas.0
+    }
+    fn extras(&self) -> Vec<f64> {
+        vec![self.betas.1, self.eps, flag(self.decoupled_weight_decay), flag(self.maximize)]
+    }
+    fn of_group(&self, g: &ParamGroup) -> Self {
+        RAdamOptions {
+            lr: g.lr,
+            betas: (g.momentum, extra(g, 0, self.betas.1)),
+            eps: extra(g, 1, self.eps),
+            weight_decay: g.weight_decay,
+            decoupled_weight_decay: extra(g, 2, flag(self.decoupled_weight_decay)) != 0.0,
+            maximize: extra(g, 3, flag(self.maximize)) != 0.0,
+        }
+    }
+    fn validate(&self) -> Result<()> {
+        RAdamOptions::validate(self)
+    }
+}
+
+const SPEC: Spec = Spec {
+    kind: "radam",
+    has_step: true,
+    required: &["exp_avg", "exp_avg_sq"],
+    optional: &[],
+    scalars: &[],
+    fixed: &[],
+};
 
 /// RAdam with the update rule of torch's `_single_tensor_radam`: plain
 /// bias-corrected momentum while the variance estimate is unreliable
@@ -64,83 +98,60 @@ pub struct RAdam {
 impl RAdam {
     /// A RAdam optimizer over shallow clones of `params` (one group).
     pub fn new(params: Vec<Tensor>, opts: RAdamOptions) -> Result<Self> {
-        opts.validate()?;
-        Ok(RAdam { core: Core::new(params, opts.lr, opts.weight_decay, opts.betas.0)?, opts })
+        Ok(RAdam { core: Core::new(params, &opts)?, opts })
     }
 
-    /// The options (defaults for new groups; others used by every group).
+    /// The defaults of new groups (each group keeps its own values:
+    /// `param_groups`, `group_hyper`).
     pub fn options(&self) -> &RAdamOptions {
         &self.opts
     }
 
     fn update(&mut self) -> Result<()> {
-        let o = self.opts;
-        let beta2 = o.betas.1;
-        self.core.for_each_grad(o.maximize, |g, p, mut grad, st| {
-            let (lr, beta1) = (g.lr, g.momentum);
-            let mut param = p.shallow_clone();
-            st.buffer_or_zeros("exp_avg", p)?;
-            st.buffer_or_zeros("exp_avg_sq", p)?;
-            st.step += 1.0;
-            let step = st.step;
-            if g.weight_decay != 0.0 {
-                if o.decoupled_weight_decay {
-                    let _ = param.f_mul_scalar_(1.0 - lr * g.weight_decay)?;
-                } else {
-                    grad = add_scaled(&grad, p, g.weight_decay)?;
+        let d = self.opts;
+        self.core.for_each_grad(
+            |g| d.of_group(g).maximize,
+            |g, p, mut grad, st| {
+                let o = d.of_group(g);
+                let beta2 = o.betas.1;
+                let (lr, beta1) = (g.lr, g.momentum);
+                let mut param = p.shallow_clone();
+                st.buffer_or_zeros("exp_avg", p)?;
+                st.buffer_or_zeros("exp_avg_sq", p)?;
+                st.step += 1.0;
+                let step = st.step;
+                if g.weight_decay != 0.0 {
+                    if o.decoupled_weight_decay {
+                        let _ = param.f_mul_scalar_(1.0 - lr * g.weight_decay)?;
+                    } else {
+                        grad = add_scaled(&grad, p, g.weight_decay)?;
+                    }
                 }
-            }
-            let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
-            let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
-            let exp_avg = exp_avg.shallow_clone();
-            let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?;
-            let _ = exp_avg_sq.f_mul_scalar_(beta2)?;
-            addcmul_(exp_avg_sq, &grad, &grad, 1.0 - beta2)?;
-            let bias_correction1 = 1.0 - beta1.powf(step);
-            let bias_correction2 = 1.0 - beta2.powf(step);
-            let corrected = exp_avg.f_div_scalar(bias_correction1)?;
-            let rho_inf = 2.0 / (1.0 - beta2) - 1.0;
-            let rho_t = rho_inf - 2.0 * step * beta2.powf(step) / bias_correction2;
-            let update = if rho_t > 5.0 {
-                let rect =
-                    ((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)).powf(0.5);
-                let mut sqrt = exp_avg_sq.f_sqrt()?;
-                let _ = sqrt.f_add_scalar_(o.eps)?;
-                // torch: `(bias_correction2 ** 0.5) / sqrt`, a reciprocal times the number.
-                let adaptive = sqrt.f_reciprocal()?.f_mul_scalar(bias_correction2.powf(0.5))?;
-                corrected.f_mul_scalar(lr)?.f_mul(&adaptive)?.f_mul_scalar(rect)?
-            } else {
-                corrected.f_mul_scalar(lr)?
-            };
-            add_scaled_(&mut param, &update, -1.0)
-        })
-    }
-
-    fn add_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()> {
-        let o = self.opts;
-        self.core.add_group(params, lr.unwrap_or(o.lr), o.weight_decay, o.betas.0)
-    }
-
-    fn save(&self) -> Result<Vec<(String, Tensor)>> {
-        let o = &self.opts;
-        let values = [o.betas.1, o.eps, flag(o.decoupled_weight_decay), flag(o.maximize)];
-        let hypers: Vec<(&str, f64)> = HYPERS.iter().copied().zip(values).collect();
-        self.core.state_dict(&SPEC, &hypers)
-    }
-
-    fn load(&mut self, state: &[(String, Tensor)]) -> Result<()> {
-        let parsed = self.core.parse(&SPEC, state, &HYPERS)?;
-        let mut opts = self.opts;
-        if let [beta2, eps, decoupled, maximize] = parsed.hypers[..] {
-            opts.betas.1 = beta2;
-            opts.eps = eps;
-            opts.decoupled_weight_decay = read_flag("radam", "decoupled_weight_decay", decoupled)?;
-            opts.maximize = read_flag("radam", "maximize", maximize)?;
-        }
-        opts.validate().map_err(|e| Error::format(format!("radam state dict: {}", e.message)))?;
-        self.opts = opts;
-        self.core.commit(parsed);
-        Ok(())
+                let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
+                let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
+                let exp_avg = exp_avg.shallow_clone();
+                let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?;
+                let _ = exp_avg_sq.f_mul_scalar_(beta2)?;
+                addcmul_(exp_avg_sq, &grad, &grad, 1.0 - beta2)?;
+                let bias_correction1 = 1.0 - beta1.powf(step);
+                let bias_correction2 = 1.0 - beta2.powf(step);
+                let corrected = exp_avg.f_div_scalar(bias_correction1)?;
+                let rho_inf = 2.0 / (1.0 - beta2) - 1.0;
+                let rho_t = rho_inf - 2.0 * step * beta2.powf(step) / bias_correction2;
+                let update = if rho_t > 5.0 {
+                    let rect = ((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t))
+                        .powf(0.5);
+                    let mut sqrt = exp_avg_sq.f_sqrt()?;
+                    let _ = sqrt.f_add_scalar_(o.eps)?;
+                    // torch: `(bias_correction2 ** 0.5) / sqrt`, a reciprocal times the number.
+                    let adaptive = sqrt.f_reciprocal()?.f_mul_scalar(bias_correction2.powf(0.5))?;
+                    corrected.f_mul_scalar(lr)?.f_mul(&adaptive)?.f_mul_scalar(rect)?
+                } else {
+                    corrected.f_mul_scalar(lr)?
+                };
+                add_scaled_(&mut param, &update, -1.0)
+            },
+        )
     }
 }
 

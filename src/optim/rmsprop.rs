@@ -1,7 +1,7 @@
 //! RMSprop, `torch.optim.RMSprop`.
-use super::state::{add_scaled, add_scaled_, addcdiv_, addcmul_, flag, read_flag, Core, Spec};
+use super::state::{add_scaled, add_scaled_, addcdiv_, addcmul_, extra, flag, Core, GroupOptions, Spec};
 use super::{check_non_negative, Optimizer, ParamGroup};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use tch::Tensor;
 
 /// Options of [`RmsProp`]; the defaults are torch's.
@@ -48,13 +48,43 @@ impl RmsPropOptions {
     }
 }
 
-const HYPERS: [&str; 4] = ["alpha", "eps", "centered", "maximize"];
+impl GroupOptions for RmsPropOptions {
+    const EXTRAS: &'static [&'static str] = &["alpha", "eps", "centered", "maximize"];
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+    fn weight_decay(&self) -> f64 {
+        self.weight_decay
+    }
+    fn momentum(&self) -> f64 {
+        self.momentum
+    }
+    fn extras(&self) -> Vec<f64> {
+        vec![self.alpha, self.eps, flag(self.centered), flag(self.maximize)]
+    }
+    fn of_group(&self, g: &ParamGroup) -> Self {
+        RmsPropOptions {
+            lr: g.lr,
+            alpha: extra(g, 0, self.alpha),
+            eps: extra(g, 1, self.eps),
+            weight_decay: g.weight_decay,
+            momentum: g.momentum,
+            centered: extra(g, 2, flag(self.centered)) != 0.0,
+            maximize: extra(g, 3, flag(self.maximize)) != 0.0,
+        }
+    }
+    fn validate(&self) -> Result<()> {
+        RmsPropOptions::validate(self)
+    }
+}
+
 const SPEC: Spec = Spec {
     kind: "rmsprop",
     has_step: true,
     required: &["square_avg"],
     optional: &["momentum_buffer", "grad_avg"],
     scalars: &[],
+    fixed: &[],
 };
 
 /// RMSprop with optional momentum, centering, weight decay and maximize,
@@ -68,104 +98,62 @@ pub struct RmsProp {
 impl RmsProp {
     /// An RMSprop optimizer over shallow clones of `params` (one group).
     pub fn new(params: Vec<Tensor>, opts: RmsPropOptions) -> Result<Self> {
-        opts.validate()?;
-        let core = Core::new(params, opts.lr, opts.weight_decay, opts.momentum)?;
-        Ok(RmsProp { core, opts })
+        Ok(RmsProp { core: Core::new(params, &opts)?, opts })
     }
 
-    /// The options (defaults for new groups; others used by every group).
+    /// The defaults of new groups (each group keeps its own values:
+    /// `param_groups`, `group_hyper`).
     pub fn options(&self) -> &RmsPropOptions {
         &self.opts
     }
-}
 
-impl Optimizer for RmsProp {
-    fn name(&self) -> &'static str {
-        "rmsprop"
-    }
-
-    fn step(&mut self) -> Result<()> {
-        let o = self.opts;
-        self.core.for_each_grad(o.maximize, |g, p, mut grad, st| {
-            st.buffer_or_zeros("square_avg", p)?;
-            if g.momentum > 0.0 {
-                st.buffer_or_zeros("momentum_buffer", p)?;
-            }
-            if o.centered {
-                st.buffer_or_zeros("grad_avg", p)?;
-            }
-            st.step += 1.0;
-            if g.weight_decay != 0.0 {
-                grad = add_scaled(&grad, p, g.weight_decay)?;
-            }
-            let square_avg = st.buffer_or_zeros("square_avg", p)?;
-            let _ = square_avg.f_mul_scalar_(o.alpha)?;
-            addcmul_(square_avg, &grad, &grad, 1.0 - o.alpha)?;
-            let square_avg = square_avg.shallow_clone();
-            let mut avg = if o.centered {
-                let grad_avg = st.buffer_or_zeros("grad_avg", p)?;
-                let _ = grad_avg.f_lerp_(&grad, 1.0 - o.alpha)?;
-                let grad_avg = grad_avg.shallow_clone();
-                let mut avg = square_avg.f_addcmul(&grad_avg.f_neg()?, &grad_avg)?;
-                let _ = avg.f_sqrt_()?;
-                avg
-            } else {
-                square_avg.f_sqrt()?
-            };
-            let _ = avg.f_add_scalar_(o.eps)?;
-            let mut param = p.shallow_clone();
-            if g.momentum > 0.0 {
-                let buf = st.buffer_or_zeros("momentum_buffer", p)?;
-                let _ = buf.f_mul_scalar_(g.momentum)?;
-                addcdiv_(buf, &grad, &avg, 1.0)?;
-                add_scaled_(&mut param, buf, -g.lr)
-            } else {
-                addcdiv_(&mut param, &grad, &avg, -g.lr)
-            }
-        })
-    }
-
-    fn zero_grad(&mut self) {
-        self.core.zero_grad();
-    }
-
-    fn param_groups(&self) -> &[ParamGroup] {
-        &self.core.groups
-    }
-
-    fn param_groups_mut(&mut self) -> &mut [ParamGroup] {
-        &mut self.core.groups
-    }
-
-    fn add_param_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()> {
-        let o = self.opts;
-        self.core.add_group(params, lr.unwrap_or(o.lr), o.weight_decay, o.momentum)
-    }
-
-    fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
-        let o = &self.opts;
-        let values = [o.alpha, o.eps, flag(o.centered), flag(o.maximize)];
-        let hypers: Vec<(&str, f64)> = HYPERS.iter().copied().zip(values).collect();
-        self.core.state_dict(&SPEC, &hypers)
-    }
-
-    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
-        let parsed = self.core.parse(&SPEC, state, &HYPERS)?;
-        let mut opts = self.opts;
-        if let [alpha, eps, centered, maximize] = parsed.hypers[..] {
-            opts.alpha = alpha;
-            opts.eps = eps;
-            opts.centered = read_flag("rmsprop", "centered", centered)?;
-            opts.maximize = read_flag("rmsprop", "maximize", maximize)?;
-        }
-        if !(0.0..).contains(&opts.alpha) || !(0.0..).contains(&opts.eps) {
-            return Err(Error::format(format!("rmsprop state dict: bad alpha {} or eps {}", opts.alpha, opts.eps)));
-        }
-        self.opts = opts;
-        self.core.commit(parsed);
-        Ok(())
+    fn update(&mut self) -> Result<()> {
+        let d = self.opts;
+        self.core.for_each_grad(
+            |g| d.of_group(g).maximize,
+            |g, p, mut grad, st| {
+                let o = d.of_group(g);
+                st.buffer_or_zeros("square_avg", p)?;
+                if g.momentum > 0.0 {
+                    st.buffer_or_zeros("momentum_buffer", p)?;
+                }
+                if o.centered {
+                    st.buffer_or_zeros("grad_avg", p)?;
+                }
+                st.step += 1.0;
+                if g.weight_decay != 0.0 {
+                    grad = add_scaled(&grad, p, g.weight_decay)?;
+                }
+                let square_avg = st.buffer_or_zeros("square_avg", p)?;
+                let _ = square_avg.f_mul_scalar_(o.alpha)?;
+                addcmul_(square_avg, &grad, &grad, 1.0 - o.alpha)?;
+                let square_avg = square_avg.shallow_clone();
+                let mut avg = if o.centered {
+                    let grad_avg = st.buffer_or_zeros("grad_avg", p)?;
+                    let _ = grad_avg.f_lerp_(&grad, 1.0 - o.alpha)?;
+                    let grad_avg = grad_avg.shallow_clone();
+                    let mut avg = square_avg.f_addcmul(&grad_avg.f_neg()?, &grad_avg)?;
+                    let _ = avg.f_sqrt_()?;
+                    avg
+                } else {
+                    square_avg.f_sqrt()?
+                };
+                let _ = avg.f_add_scalar_(o.eps)?;
+                let mut param = p.shallow_clone();
+                if g.momentum > 0.0 {
+                    let buf = st.buffer_or_zeros("momentum_buffer", p)?;
+                    let _ = buf.f_mul_scalar_(g.momentum)?;
+                    addcdiv_(buf, &grad, &avg, 1.0)?;
+                    add_scaled_(&mut param, buf, -g.lr)
+                } else {
+                    addcdiv_(&mut param, &grad, &avg, -g.lr)
+                }
+            },
+        )
     }
 }
+
+super::optimizer_via_core!(RmsProp, "rmsprop");
 
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,5 @@
 //! Stochastic gradient descent, `torch.optim.SGD`.
-use super::state::{add_scaled, add_scaled_, deep_copy, flag, read_flag, Core, ParamState, Spec};
+use super::state::{add_scaled, add_scaled_, deep_copy, extra, flag, Core, GroupOptions, ParamState, Spec};
 use super::{check_non_negative, Optimizer, ParamGroup};
 use crate::error::{Error, Result};
 use tch::Tensor;
@@ -28,23 +28,59 @@ impl Default for SgdOptions {
 }
 
 impl SgdOptions {
-    /// Checks the options as torch does.
+    /// Checks the options as torch's constructor does.
     pub fn validate(&self) -> Result<()> {
+        self.validate_values()?;
+        if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
+            return Err(Error::invalid("Nesterov momentum requires a momentum and zero dampening"));
+        }
+        Ok(())
+    }
+
+    /// Checks each number's range (torch checks Nesterov's needs only in
+    /// the constructor: a group may drop its momentum).
+    fn validate_values(&self) -> Result<()> {
         check_non_negative("learning rate", self.lr)?;
         check_non_negative("momentum value", self.momentum)?;
         check_non_negative("weight_decay value", self.weight_decay)?;
         if !self.dampening.is_finite() {
             return Err(Error::invalid(format!("invalid dampening value: {}", self.dampening)));
         }
-        if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
-            return Err(Error::invalid("Nesterov momentum requires a momentum and zero dampening"));
-        }
         Ok(())
     }
 }
 
-const SPEC: Spec = Spec { kind: "sgd", has_step: false, required: &[], optional: &["momentum_buffer"], scalars: &[] };
-const HYPERS: [&str; 3] = ["dampening", "nesterov", "maximize"];
+impl GroupOptions for SgdOptions {
+    const EXTRAS: &'static [&'static str] = &["dampening", "nesterov", "maximize"];
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+    fn weight_decay(&self) -> f64 {
+        self.weight_decay
+    }
+    fn momentum(&self) -> f64 {
+        self.momentum
+    }
+    fn extras(&self) -> Vec<f64> {
+        vec![self.dampening, flag(self.nesterov), flag(self.maximize)]
+    }
+    fn of_group(&self, g: &ParamGroup) -> Self {
+        SgdOptions {
+            lr: g.lr,
+            momentum: g.momentum,
+            dampening: extra(g, 0, self.dampening),
+            weight_decay: g.weight_decay,
+            nesterov: extra(g, 1, flag(self.nesterov)) != 0.0,
+            maximize: extra(g, 2, flag(self.maximize)) != 0.0,
+        }
+    }
+    fn validate(&self) -> Result<()> {
+        self.validate_values()
+    }
+}
+
+const SPEC: Spec =
+    Spec { kind: "sgd", has_step: false, required: &[], optional: &["momentum_buffer"], scalars: &[], fixed: &[] };
 
 /// SGD with optional momentum, dampening, Nesterov momentum, weight decay
 /// and maximize, with the update rule of torch's `_single_tensor_sgd`.
@@ -57,28 +93,23 @@ pub struct Sgd {
 impl Sgd {
     /// An SGD optimizer over shallow clones of `params` (one group).
     pub fn new(params: Vec<Tensor>, opts: SgdOptions) -> Result<Self> {
-        opts.validate()?;
-        let core = Core::new(params, opts.lr, opts.weight_decay, opts.momentum)?;
-        Ok(Sgd { core, opts })
+        SgdOptions::validate(&opts)?;
+        Ok(Sgd { core: Core::new(params, &opts)?, opts })
     }
 
-    /// The options (defaults for new groups; flags used by every group).
+    /// The defaults of new groups (each group keeps its own values:
+    /// `param_groups`, `group_hyper`).
     pub fn options(&self) -> &SgdOptions {
         &self.opts
     }
-}
 
-impl Optimizer for Sgd {
-    fn name(&self) -> &'static str {
-        "sgd"
-    }
-
-    fn step(&mut self) -> Result<()> {
+    fn update(&mut self) -> Result<()> {
         let _guard = tch::no_grad_guard();
-        let o = self.opts;
+        let d = self.opts;
         self.core.sync_state_len();
         let mut index = 0;
         for g in &self.core.groups {
+            let o = d.of_group(g);
             for p in &g.params {
                 let i = index;
                 index += 1;
@@ -112,47 +143,9 @@ impl Optimizer for Sgd {
         }
         Ok(())
     }
-
-    fn zero_grad(&mut self) {
-        self.core.zero_grad();
-    }
-
-    fn param_groups(&self) -> &[ParamGroup] {
-        &self.core.groups
-    }
-
-    fn param_groups_mut(&mut self) -> &mut [ParamGroup] {
-        &mut self.core.groups
-    }
-
-    fn add_param_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()> {
-        let o = self.opts;
-        self.core.add_group(params, lr.unwrap_or(o.lr), o.weight_decay, o.momentum)
-    }
-
-    fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
-        let o = &self.opts;
-        let hypers = [o.dampening, flag(o.nesterov), flag(o.maximize)];
-        let hypers: Vec<(&str, f64)> = HYPERS.iter().copied().zip(hypers).collect();
-        self.core.state_dict(&SPEC, &hypers)
-    }
-
-    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
-        let parsed = self.core.parse(&SPEC, state, &HYPERS)?;
-        let mut opts = self.opts;
-        if let [dampening, nesterov, maximize] = parsed.hypers[..] {
-            opts.dampening = dampening;
-            opts.nesterov = read_flag("sgd", "nesterov", nesterov)?;
-            opts.maximize = read_flag("sgd", "maximize", maximize)?;
-        }
-        if !opts.dampening.is_finite() {
-            return Err(Error::format(format!("sgd state dict: bad dampening {}", opts.dampening)));
-        }
-        self.opts = opts;
-        self.core.commit(parsed);
-        Ok(())
-    }
 }
+
+super::optimizer_via_core!(Sgd, "sgd");
 
 #[cfg(test)]
 mod tests;

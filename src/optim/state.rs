@@ -28,6 +28,41 @@ impl ParamState {
     }
 }
 
+/// torch's group entries that are booleans (kept as 0 or 1).
+pub(crate) const FLAG_KEYS: &[&str] = &["amsgrad", "maximize", "nesterov", "centered", "decoupled_weight_decay"];
+
+/// An optimizer kind's options, which torch keeps in every param group:
+/// `lr`, `weight_decay` and the momentum in [`ParamGroup`]'s fields, the
+/// kind's other constants in [`ParamGroup::extras`] in the order of
+/// [`GroupOptions::EXTRAS`] (flags as 0 or 1). The optimizer's own options
+/// are the defaults of new groups.
+pub(crate) trait GroupOptions: Copy {
+    /// torch's keys of the other constants, in the order of `extras`.
+    const EXTRAS: &'static [&'static str];
+    /// Learning rate.
+    fn lr(&self) -> f64;
+    /// Weight decay.
+    fn weight_decay(&self) -> f64;
+    /// The momentum (`betas[0]` for the Adam family; 0 for none).
+    fn momentum(&self) -> f64;
+    /// The other constants, in the order of `EXTRAS`.
+    fn extras(&self) -> Vec<f64>;
+    /// These options with `group`'s values.
+    fn of_group(&self, group: &ParamGroup) -> Self;
+    /// Checks the options as torch's constructor does.
+    fn validate(&self) -> Result<()>;
+}
+
+/// Extra number `i` of a group, or `default` when it has none.
+pub(crate) fn extra(group: &ParamGroup, i: usize, default: f64) -> f64 {
+    group.extras.get(i).copied().unwrap_or(default)
+}
+
+/// The key names of `O`'s extra constants.
+pub(crate) fn extra_names<O: GroupOptions>(_: &O) -> &'static [&'static str] {
+    O::EXTRAS
+}
+
 /// What the serialised form of an optimizer holds besides groups' lr,
 /// weight_decay and params.
 pub(crate) struct Spec {
@@ -41,6 +76,10 @@ pub(crate) struct Spec {
     pub optional: &'static [&'static str],
     /// Numbers every state has besides the step (0-dim entries).
     pub scalars: &'static [&'static str],
+    /// Group entries the optimizer kind fixes (AdamW's
+    /// `decoupled_weight_decay`): written into every group, and a state
+    /// with another value is refused.
+    pub fixed: &'static [(&'static str, f64)],
 }
 
 /// Groups and state of an optimizer.
@@ -56,28 +95,53 @@ pub(crate) struct Core {
 
 /// What `Core::parse` read from a state dict, applied by `Core::commit`.
 pub(crate) struct Parsed {
-    groups: Vec<(f64, f64, f64, Option<f64>)>,
+    /// Each group's hyperparameters (without parameters).
+    groups: Vec<ParamGroup>,
     state: Vec<Option<ParamState>>,
-    /// Optimizer-wide hyperparameters, in the order asked for.
-    pub hypers: Vec<f64>,
 }
 
 impl Core {
-    /// One group of `params`; fails on an empty list like torch.
-    pub fn new(params: Vec<Tensor>, lr: f64, weight_decay: f64, momentum: f64) -> Result<Self> {
+    /// One group of `params` with the options `opts` (checked first);
+    /// fails on an empty list like torch.
+    pub fn new<O: GroupOptions>(params: Vec<Tensor>, opts: &O) -> Result<Self> {
+        opts.validate()?;
         if params.is_empty() {
             return Err(Error::invalid("optimizer got an empty parameter list"));
         }
         let mut core = Core { groups: Vec::new(), state: Vec::new(), grad_reset: Default::default() };
-        core.add_group(params, lr, weight_decay, momentum)?;
+        core.add_group(params, None, opts)?;
         Ok(core)
     }
 
-    /// Appends a group after checking its parameters.
-    pub fn add_group(&mut self, params: Vec<Tensor>, lr: f64, wd: f64, momentum: f64) -> Result<()> {
+    /// Appends a group with the options `defaults` (and `lr` when given)
+    /// after checking its parameters.
+    pub fn add_group<O: GroupOptions>(&mut self, params: Vec<Tensor>, lr: Option<f64>, defaults: &O) -> Result<()> {
+        let lr = lr.unwrap_or(defaults.lr());
         super::check_non_negative("learning rate", lr)?;
         check_params(&self.groups, &params)?;
-        self.groups.push(ParamGroup::new(&params, lr, wd, momentum));
+        let mut group = ParamGroup::new(&params, lr, defaults.weight_decay(), defaults.momentum());
+        group.extras = defaults.extras();
+        self.groups.push(group);
+        Ok(())
+    }
+
+    /// Serialises groups and state with `O`'s constants.
+    pub fn save<O: GroupOptions>(&self, spec: &Spec, _defaults: &O) -> Result<Vec<(String, Tensor)>> {
+        self.state_dict(spec, O::EXTRAS)
+    }
+
+    /// Restores a state dict written by `save`: each group's options are
+    /// checked as `defaults.of_group(group).validate()`; on error nothing
+    /// changes.
+    pub fn load<O: GroupOptions>(&mut self, spec: &Spec, dict: &[(String, Tensor)], defaults: &O) -> Result<()> {
+        let parsed = self.parse(spec, dict, O::EXTRAS)?;
+        for (g, group) in parsed.groups.iter().enumerate() {
+            defaults
+                .of_group(group)
+                .validate()
+                .map_err(|e| Error::format(format!("{} state dict: group {g}: {}", spec.kind, e.message)))?;
+        }
+        self.commit(parsed);
         Ok(())
     }
 
@@ -93,10 +157,11 @@ impl Core {
 
     /// One step's walk over the parameters, under no_grad: `update` runs for
     /// every parameter that has a gradient, with its group, the gradient
-    /// (negated when `maximize`) and its state (created empty on first use).
+    /// (negated when the group's `maximize` says so) and its state (created
+    /// empty on first use).
     pub fn for_each_grad(
         &mut self,
-        maximize: bool,
+        maximize: impl Fn(&ParamGroup) -> bool,
         mut update: impl FnMut(&ParamGroup, &Tensor, Tensor, &mut ParamState) -> Result<()>,
     ) -> Result<()> {
         let _guard = tch::no_grad_guard();
@@ -110,7 +175,7 @@ impl Core {
                 if !grad.defined() {
                     continue;
                 }
-                let grad = if maximize { grad.f_neg()? } else { grad };
+                let grad = if maximize(g) { grad.f_neg()? } else { grad };
                 update(g, p, grad, self.state[i].get_or_insert_with(ParamState::default))?;
             }
         }
@@ -125,8 +190,9 @@ impl Core {
         }
     }
 
-    /// Serialises groups (with `hypers` written into every group) and state.
-    pub fn state_dict(&self, spec: &Spec, hypers: &[(&str, f64)]) -> Result<Vec<(String, Tensor)>> {
+    /// Serialises groups (with their `extras` under the names `extra_names`
+    /// and the spec's fixed entries) and state.
+    fn state_dict(&self, spec: &Spec, extra_names: &[&str]) -> Result<Vec<(String, Tensor)>> {
         let mut out = Vec::new();
         let mut start = 0i64;
         for (g, group) in self.groups.iter().enumerate() {
@@ -146,7 +212,10 @@ impl Core {
             if let Some(v) = group.initial_lr {
                 put("initial_lr", v)?;
             }
-            for (k, v) in hypers {
+            for (k, v) in extra_names.iter().zip(&group.extras) {
+                put(k, *v)?;
+            }
+            for (k, v) in spec.fixed {
                 put(k, *v)?;
             }
         }
@@ -165,9 +234,9 @@ impl Core {
         Ok(out)
     }
 
-    /// Reads a state dict without changing anything; `hyper_names` are the
-    /// optimizer-wide hyperparameters stored in every group.
-    pub fn parse(&self, spec: &Spec, dict: &[(String, Tensor)], hyper_names: &[&str]) -> Result<Parsed> {
+    /// Reads a state dict without changing anything; `extra_names` are the
+    /// kind's other constants stored in every group.
+    fn parse(&self, spec: &Spec, dict: &[(String, Tensor)], extra_names: &[&str]) -> Result<Parsed> {
         let kind = spec.kind;
         let mut map: HashMap<&str, &Tensor> = HashMap::new();
         for (k, t) in dict {
@@ -194,7 +263,6 @@ impl Core {
             ))
         };
         let mut groups = Vec::new();
-        let mut hypers: Vec<f64> = Vec::new();
         let mut start = 0i64;
         for (g, group) in self.groups.iter().enumerate() {
             let key = format!("param_groups.{g}.params");
@@ -230,19 +298,28 @@ impl Core {
                     return Err(Error::format(format!("{kind} state dict: group {g} has invalid {k} {v}")));
                 }
             }
-            for (h, name) in hyper_names.iter().enumerate() {
+            let mut extras = Vec::with_capacity(extra_names.len());
+            for name in extra_names {
                 let v = num(name, true)?.unwrap_or_default();
-                match hypers.get(h) {
-                    None => hypers.push(v),
-                    Some(first) if first.to_bits() == v.to_bits() => {}
-                    Some(first) => {
-                        return Err(Error::format(format!(
-                            "{kind} state dict: '{name}' is {v} in group {g} but {first} in group 0; fulmen keeps it per optimizer"
-                        )))
-                    }
+                if FLAG_KEYS.contains(name) && v != 0.0 && v != 1.0 {
+                    return Err(Error::format(format!(
+                        "{kind} state dict: group {g}: '{name}' should be 0 or 1, got {v}"
+                    )));
+                }
+                extras.push(v);
+            }
+            for (name, want) in spec.fixed {
+                let v = num(name, true)?.unwrap_or_default();
+                if v.to_bits() != want.to_bits() {
+                    return Err(Error::format(format!(
+                        "{kind} state dict: group {g} has '{name}' {v} where a {kind} optimizer has {want} (the state of another kind of optimizer?)"
+                    )));
                 }
             }
-            groups.push((lr, wd, momentum, initial_lr));
+            let mut group = ParamGroup::new(&[], lr, wd, momentum);
+            group.initial_lr = initial_lr;
+            group.extras = extras;
+            groups.push(group);
         }
         let params: Vec<&Tensor> = self.groups.iter().flat_map(|g| g.params.iter()).collect();
         let mut state = Vec::with_capacity(params.len());
@@ -307,16 +384,17 @@ impl Core {
                 "{kind} state dict: unexpected key '{k}' (state of another optimizer or other parameter groups?)"
             )));
         }
-        Ok(Parsed { groups, state, hypers })
+        Ok(Parsed { groups, state })
     }
 
     /// Applies what `parse` read.
-    pub fn commit(&mut self, parsed: Parsed) {
-        for (group, (lr, wd, momentum, initial_lr)) in self.groups.iter_mut().zip(parsed.groups) {
-            group.lr = lr;
-            group.weight_decay = wd;
-            group.momentum = momentum;
-            group.initial_lr = initial_lr;
+    fn commit(&mut self, parsed: Parsed) {
+        for (group, read) in self.groups.iter_mut().zip(parsed.groups) {
+            group.lr = read.lr;
+            group.weight_decay = read.weight_decay;
+            group.momentum = read.momentum;
+            group.initial_lr = read.initial_lr;
+            group.extras = read.extras;
         }
         self.state = parsed.state;
     }
@@ -364,20 +442,11 @@ pub(crate) fn addcdiv_(a: &mut Tensor, t1: &Tensor, t2: &Tensor, s: f64) -> Resu
     crate::tensor::scaled::addcdiv_(a, t1, t2, s)
 }
 
-/// Maps a flag to the number stored in state dicts.
+/// Maps a flag to the number stored in state dicts and groups' extras.
 pub(crate) fn flag(b: bool) -> f64 {
     if b {
         1.0
     } else {
         0.0
-    }
-}
-
-/// Reads a flag stored by `flag`.
-pub(crate) fn read_flag(kind: &str, name: &str, v: f64) -> Result<bool> {
-    if v == 0.0 || v == 1.0 {
-        Ok(v == 1.0)
-    } else {
-        Err(Error::format(format!("{kind} state dict: '{name}' should be 0 or 1, got {v}")))
     }
 }

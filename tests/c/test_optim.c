@@ -493,7 +493,8 @@ static void test_fabric_loop(void) {
 }
 
 /* Per-group hyperparameters: no weight decay on the second group, its own
- * momentum; names as the optimizer keeps them; bad values and groups. */
+ * momentum, Adam's eps and betas[1]; names as the optimizer keeps them;
+ * bad values and groups. */
 static void test_group_hyperparameters(void) {
     const float v[3] = {1, 1, 1}, a[3] = {1, 2, 3};
     fulmen_tensor *p0 = param(v, 3), *p1 = param(v, 3);
@@ -550,9 +551,42 @@ static void test_group_hyperparameters(void) {
     CHECK_OK(fulmen_optimizer_param_group_set(o, 0, "beta1", 0.5));
     CHECK_OK(fulmen_optimizer_param_group_get(o, 0, "betas.0", &m));
     CHECK(m == 0.5);
-    CHECK_ERR(fulmen_optimizer_param_group_set(o, 0, "betas.0", 1.0), FULMEN_CODE_INVALID_ARGUMENT, "[0, 1)");
+    CHECK_ERR(fulmen_optimizer_param_group_set(o, 0, "betas.0", 1.0), FULMEN_CODE_INVALID_ARGUMENT, "0 <= beta < 1");
     CHECK_ERR(fulmen_optimizer_param_group_get(o, 0, "momentum", &m), FULMEN_CODE_INVALID_ARGUMENT, "betas.0");
     fulmen_optimizer_free(o);
+
+    /* eps, betas[1] and the flags per group, as torch keeps them. Adam's
+     * first step moves p by lr * g / (|g| + eps): group 1's eps of 1 shows. */
+    fulmen_tensor *q0 = param(v, 3), *q1 = param(v, 3);
+    ao.lr = 0.1;
+    CHECK_OK(fulmen_optimizer_adam_new(NULL, (const fulmen_tensor *const *)&q0, 1, &ao, &o));
+    CHECK_OK(fulmen_optimizer_add_param_group(o, NULL, (const fulmen_tensor *const *)&q1, 1, -1));
+    CHECK_OK(fulmen_optimizer_param_group_set(o, 1, "eps", 1.0));
+    CHECK_OK(fulmen_optimizer_param_group_set(o, 1, "beta2", 0.9));
+    CHECK_OK(fulmen_optimizer_param_group_get(o, 1, "betas.1", &m));
+    CHECK(m == 0.9);
+    CHECK_OK(fulmen_optimizer_param_group_get(o, 0, "eps", &m));
+    CHECK(m == 1e-8);
+    CHECK_OK(fulmen_optimizer_param_group_set(o, 1, "amsgrad", 1));
+    CHECK_ERR(fulmen_optimizer_param_group_set(o, 1, "amsgrad", 0.5), FULMEN_CODE_INVALID_ARGUMENT, "0 or 1");
+    CHECK_ERR(fulmen_optimizer_param_group_set(o, 1, "beta2", 1.0), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_optimizer_param_group_set(o, 1, "eps", -1.0), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_optimizer_param_group_set(o, 1, "alpha", 0.5), FULMEN_CODE_INVALID_ARGUMENT, "\"eps\"");
+    CHECK_OK(fulmen_optimizer_param_group_get(o, 1, "eps", &m));
+    CHECK(m == 1.0); /* unchanged by the refusals */
+    grad_of_dot(q0, a, 3);
+    grad_of_dot(q1, a, 3);
+    CHECK_OK(fulmen_optimizer_step(o));
+    double r0[3], r1[3];
+    read3(q0, r0);
+    read3(q1, r1);
+    for (int i = 0; i < 3; i++) {
+        CHECK_NEAR(r0[i], 1 - 0.1, 1e-6);
+        CHECK_NEAR(r1[i], 1 - 0.1 * a[i] / (a[i] + 1.0), 1e-6);
+    }
+    fulmen_optimizer_free(o);
+    fulmen_tensor_free(q0);
+    fulmen_tensor_free(q1);
     fulmen_tensor_free(p0);
     fulmen_tensor_free(p1);
 }

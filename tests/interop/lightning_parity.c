@@ -35,6 +35,10 @@
  *   two_schedulers: SGD (lr 0.1, momentum 0.9) with two schedulers:
  *             LinearLR (start_factor 0.1, 5 steps) per step and StepLR
  *             (step_size 1, gamma 0.5) per epoch; no clipping;
+ *   groups:   AdamW (lr 0.01, weight_decay 0.01) over the weights, and a
+ *             second param group of the biases with weight_decay 0,
+ *             betas (0.8, 0.95), eps 1e-6 and amsgrad; StepLR (step_size
+ *             1, gamma 0.5) per epoch; no clipping;
  *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
  *             learning-rate range test (1e-5 to 1 over 30 steps) writes
  *             "lr loss" per step to LOSSES, then "suggestion lr".
@@ -122,6 +126,39 @@ static fulmen_error *decay(void *userdata, int64_t epoch, size_t group, double *
     (void)group;
     *out = pow(0.95, (double)epoch);
     return NULL;
+}
+
+/* The model's state_dict entries `a` and `b` as new handles. */
+static fulmen_error *two_params(const fulmen_model *m, const char *a, const char *b, fulmen_tensor *out[2]) {
+    fulmen_error *e = fulmen_model_state_dict_get(m, a, &out[0]);
+    if (!e) e = fulmen_model_state_dict_get(m, b, &out[1]);
+    return e;
+}
+
+/* AdamW over the weights; the biases in a group of their own hyperparameters. */
+static fulmen_error *adamw_groups(const fulmen_model *m, fulmen_optimizer **opt) {
+    fulmen_tensor *weights[2] = {NULL, NULL}, *biases[2] = {NULL, NULL};
+    fulmen_adam_options o = fulmen_adam_options_default();
+    o.lr = 0.01;
+    o.weight_decay = 0.01;
+    *opt = NULL;
+    fulmen_error *e = two_params(m, "0.weight", "2.weight", weights);
+    if (!e) e = two_params(m, "0.bias", "2.bias", biases);
+    if (!e) e = fulmen_optimizer_adamw_new(NULL, (const fulmen_tensor *const *)weights, 2, &o, opt);
+    if (!e) e = fulmen_optimizer_add_param_group(*opt, NULL, (const fulmen_tensor *const *)biases, 2, -1);
+    const char *names[4] = {"weight_decay", "beta2", "eps", "amsgrad"};
+    const double values[4] = {0.0, 0.95, 1e-6, 1};
+    if (!e) e = fulmen_optimizer_param_group_set(*opt, 1, "beta1", 0.8);
+    for (int i = 0; i < 4 && !e; i++) e = fulmen_optimizer_param_group_set(*opt, 1, names[i], values[i]);
+    for (int i = 0; i < 2; i++) {
+        fulmen_tensor_free(weights[i]);
+        fulmen_tensor_free(biases[i]);
+    }
+    if (e) {
+        fulmen_optimizer_free(*opt);
+        *opt = NULL;
+    }
+    return e;
 }
 
 static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_config *config) {
@@ -241,6 +278,15 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
         if (e) return e;
         sched = NULL;
         e = fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_EPOCH, 1, NULL);
+    } else if (strcmp(job->config, "groups") == 0) {
+        e = adamw_groups(job->model, &opt);
+        if (e) return e;
+        e = fulmen_scheduler_step_lr_new(opt, 1, 0.5, &sched);
+        if (e) {
+            fulmen_optimizer_free(opt);
+            return e;
+        }
+        e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_EPOCH, 1, NULL);
     } else if (strcmp(job->config, "steplr") == 0) {
         fulmen_sgd_options o = fulmen_sgd_options_default();
         o.lr = 0.1;
@@ -299,7 +345,7 @@ int main(int argc, char **argv) {
         strcmp(job.config, "warmup_cosine") != 0 && strcmp(job.config, "restarts") != 0 &&
         strcmp(job.config, "cyclic") != 0 && strcmp(job.config, "lambda") != 0 && strcmp(job.config, "lr_find") != 0 &&
         strcmp(job.config, "onecycle") != 0 && strcmp(job.config, "chained") != 0 &&
-        strcmp(job.config, "two_schedulers") != 0 && !validating) {
+        strcmp(job.config, "two_schedulers") != 0 && strcmp(job.config, "groups") != 0 && !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;
     }

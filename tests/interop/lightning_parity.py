@@ -69,6 +69,9 @@ CONFIGS = {
     "onecycle": ("adam", "onecycle", "step", 1, None, "norm", 1),
     "chained": ("sgd", "chained", "step", 1, None, "norm", 1),
     "two_schedulers": ("sgd", "two_schedulers", "step", 1, None, "norm", 1),
+    # AdamW whose second param group (the biases) has its own weight_decay,
+    # betas, eps and amsgrad.
+    "groups": ("adamw_groups", (1, 0.5), "epoch", 1, None, "norm", 1),
 }
 
 
@@ -103,6 +106,14 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
         def configure_optimizers(self):
             if optimizer == "sgd":
                 opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+            elif optimizer == "adamw_groups":
+                named = list(self.model.named_parameters())
+                weights = [p for n, p in named if n.endswith("weight")]
+                biases = [p for n, p in named if n.endswith("bias")]
+                opt = torch.optim.AdamW(
+                    [{"params": weights},
+                     {"params": biases, "weight_decay": 0.0, "betas": (0.8, 0.95), "eps": 1e-6, "amsgrad": True}],
+                    lr=0.01, weight_decay=0.01)
             else:
                 opt = torch.optim.Adam(self.parameters(), lr=0.01)
             if step_lr == "two_schedulers":

@@ -183,6 +183,14 @@ TEST_F(OptimTest, OptionsDefaultsLrAndGroups) {
     Optimizer adam = Optimizer::adam(m);
     adam.set_param_group(0, "beta1", 0.8);
     EXPECT_EQ(adam.param_group(0, "betas.0"), 0.8);
+    // betas[1], eps and the flags per group too, checked as torch's options.
+    adam.set_param_group(0, "beta2", 0.95).set_param_group(0, "eps", 1e-6).set_param_group(0, "amsgrad", 1);
+    EXPECT_EQ(adam.param_group(0, "betas.1"), 0.95);
+    EXPECT_EQ(adam.param_group(0, "eps"), 1e-6);
+    EXPECT_EQ(adam.param_group(0, "amsgrad"), 1.0);
+    EXPECT_THROW(adam.set_param_group(0, "beta2", 1.0), fulmen::Error);
+    EXPECT_THROW(adam.set_param_group(0, "amsgrad", 0.5), fulmen::Error);
+    EXPECT_EQ(adam.param_group(0, "beta2"), 0.95);
     Optimizer adamw = Optimizer::adamw(m);
     Optimizer rms = Optimizer::rmsprop(m);
     EXPECT_EQ(adamw.lr(), 1e-3);

@@ -206,14 +206,18 @@ public:
     size_t param_group_count() const {
         return detail::read<size_t>([&](size_t* o) { return fulmen_optimizer_param_group_count(get(), o); });
     }
-    /// Group `group`'s hyperparameter `name`: "lr", "weight_decay", and
-    /// "momentum" (SGD, RMSprop) or "betas.0" / "beta1" (the Adam family).
+    /// Group `group`'s hyperparameter `name` by torch's key: "lr",
+    /// "weight_decay", "momentum" (SGD, RMSprop) or "betas.0" / "beta1"
+    /// (the Adam family), and the kind's other constants, kept per group:
+    /// "betas.1" / "beta2", "eps", "amsgrad", "alpha", "dampening", ...
+    /// (fulmen_optimizer_param_group_get lists them; flags read 0 or 1).
     double param_group(size_t group, const std::string& name) const {
         return detail::read<double>(
             [&](double* o) { return fulmen_optimizer_param_group_get(get(), group, name.c_str(), o); });
     }
     /// Sets group `group`'s hyperparameter `name` (as `param_group`), such
-    /// as "weight_decay" 0 for biases and norms.
+    /// as "weight_decay" 0 for biases and norms or "eps" 1e-6 for one group;
+    /// checked as torch's constructor checks options.
     Optimizer& set_param_group(size_t group, const std::string& name, double value) {
         check(fulmen_optimizer_param_group_set(get(), group, name.c_str(), value));
         return *this;
