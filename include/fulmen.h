@@ -3896,6 +3896,32 @@ struct fulmen_error *fulmen_step_context_scheduler_step(struct fulmen_step_conte
                                                         const double *metric);
 
 /**
+ * Writes the number of schedulers over all optimizers (Lightning's
+ * `len(self.lr_schedulers())`).
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (outside a manual training step).
+ */
+struct fulmen_error *fulmen_step_context_lr_scheduler_count(struct fulmen_step_context *ctx,
+                                                            size_t *out);
+
+/**
+ * Steps one scheduler, `scheduler` in Lightning's `self.lr_schedulers()`
+ * list: optimizer 0's schedulers in the order they were added, then
+ * optimizer 1's, and so on (the order of Lightning's configs when they
+ * are listed optimizer by optimizer). `metric` (may be NULL) is the
+ * value ReduceLROnPlateau reads, ignored by the others. Schedulers that
+ * share an optimizer step in torch's chainable forms, so the others'
+ * factors stay in the learning rate.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`scheduler` out of range;
+ * ReduceLROnPlateau without `metric`, or a NaN one),
+ * FULMEN_CODE_INVALID_STATE (outside a manual training step).
+ */
+struct fulmen_error *fulmen_step_context_lr_scheduler_step(struct fulmen_step_context *ctx,
+                                                           size_t scheduler,
+                                                           const double *metric);
+
+/**
  * Writes the learning rate of parameter group `group` of optimizer
  * `optimizer`.
  *
@@ -4364,10 +4390,12 @@ struct fulmen_error *fulmen_model_state_dict_get(const struct fulmen_model *mode
  * Saves the state_dict (PyTorch names): for a path ending in `.pt`, `.pth`
  * or `.bin` as a `torch.save` file (`torch.load(path, weights_only=True)`
  * gives the state_dict), otherwise as a safetensors file. Written to a
- * temporary file and renamed so a crash never leaves a partial file.
+ * temporary file and renamed so a crash never leaves a partial file; one
+ * tensor at a time is copied to the host, and `torch.save` files past
+ * 4 GiB use zip64 as PyTorch's writer does.
  *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8; a `torch.save`
- * file above 4 GiB), FULMEN_CODE_IO (the file cannot be written),
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8),
+ * FULMEN_CODE_IO (the file cannot be written),
  * FULMEN_CODE_DTYPE_MISMATCH (a dtype the format cannot hold),
  * FULMEN_CODE_TORCH (a tensor cannot be copied to the host).
  */

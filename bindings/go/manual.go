@@ -101,6 +101,36 @@ func (c *StepContext) SchedulerStepMetric(index int, metric float64) error {
 	return check(C.fulmen_step_context_scheduler_step(c.ptr(), i, &m))
 }
 
+// LRSchedulerCount is the number of schedulers over all optimizers
+// (Lightning's len(self.lr_schedulers())).
+func (c *StepContext) LRSchedulerCount() (int, error) {
+	var n C.size_t
+	err := check(C.fulmen_step_context_lr_scheduler_count(c.ptr(), &n))
+	return int(n), err
+}
+
+// LRSchedulerStep steps scheduler index of Lightning's
+// self.lr_schedulers() list (optimizer 0's in the order added, then
+// optimizer 1's, ...).
+func (c *StepContext) LRSchedulerStep(index int) error {
+	i, err := optimizerIndex(index)
+	if err != nil {
+		return err
+	}
+	return check(C.fulmen_step_context_lr_scheduler_step(c.ptr(), i, nil))
+}
+
+// LRSchedulerStepMetric steps scheduler index of self.lr_schedulers()
+// with the metric ReduceLROnPlateau reads.
+func (c *StepContext) LRSchedulerStepMetric(index int, metric float64) error {
+	i, err := optimizerIndex(index)
+	if err != nil {
+		return err
+	}
+	m := C.double(metric)
+	return check(C.fulmen_step_context_lr_scheduler_step(c.ptr(), i, &m))
+}
+
 // LearningRate is the learning rate of parameter group group of optimizer
 // index.
 func (c *StepContext) LearningRate(index, group int) (float64, error) {

@@ -54,8 +54,23 @@ func TestManualOptimization(t *testing.T) {
 				return nil, err
 			}
 			rates = append(rates, lr)
-			if err := ctx.SchedulerStepMetric(0, 1.0); err != nil { // StepLR ignores the metric
+			// By optimizer, or by place in lr_schedulers(): the same one here.
+			if n, err := ctx.LRSchedulerCount(); err != nil || n != 1 {
+				t.Errorf("scheduler count %d, %v", n, err)
+			}
+			switch len(rates) % 3 {
+			case 0:
+				err = ctx.SchedulerStepMetric(0, 1.0) // StepLR ignores the metric
+			case 1:
+				err = ctx.LRSchedulerStep(0)
+			default:
+				err = ctx.LRSchedulerStepMetric(0, 1.0)
+			}
+			if err != nil {
 				return nil, err
+			}
+			if err := ctx.LRSchedulerStep(1); !errors.Is(err, fulmen.ErrInvalidArgument) {
+				t.Errorf("scheduler 1 of 1: %v", err)
 			}
 			if _, err := ctx.OptimizerStep(1); !errors.Is(err, fulmen.ErrInvalidArgument) {
 				t.Errorf("optimizer 1 of 1: %v", err)

@@ -134,6 +134,48 @@ pub unsafe extern "C" fn fulmen_step_context_scheduler_step(
     })
 }
 
+/// Writes the number of schedulers over all optimizers (Lightning's
+/// `len(self.lr_schedulers())`).
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (outside a manual training step).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_step_context_lr_scheduler_count(
+    ctx: *mut fulmen_step_context,
+    out: *mut usize,
+) -> *mut fulmen_error {
+    guard("fulmen_step_context_lr_scheduler_count", || {
+        super::handle::check_out(out, "out")?;
+        let n = ctx_mut(ctx)?.lr_scheduler_count()?;
+        write_out(out, "out", n)
+    })
+}
+
+/// Steps one scheduler, `scheduler` in Lightning's `self.lr_schedulers()`
+/// list: optimizer 0's schedulers in the order they were added, then
+/// optimizer 1's, and so on (the order of Lightning's configs when they
+/// are listed optimizer by optimizer). `metric` (may be NULL) is the
+/// value ReduceLROnPlateau reads, ignored by the others. Schedulers that
+/// share an optimizer step in torch's chainable forms, so the others'
+/// factors stay in the learning rate.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`scheduler` out of range;
+/// ReduceLROnPlateau without `metric`, or a NaN one),
+/// FULMEN_CODE_INVALID_STATE (outside a manual training step).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_step_context_lr_scheduler_step(
+    ctx: *mut fulmen_step_context,
+    scheduler: usize,
+    metric: *const f64,
+) -> *mut fulmen_error {
+    guard("fulmen_step_context_lr_scheduler_step", || {
+        let metric = metric.as_ref().copied();
+        if metric.is_some_and(f64::is_nan) {
+            return Err(Error::invalid("the metric is NaN"));
+        }
+        ctx_mut(ctx)?.lr_scheduler_step(scheduler, metric)
+    })
+}
+
 /// Writes the learning rate of parameter group `group` of optimizer
 /// `optimizer`.
 ///

@@ -827,10 +827,12 @@ pub unsafe extern "C" fn fulmen_model_state_dict_get(
 /// Saves the state_dict (PyTorch names): for a path ending in `.pt`, `.pth`
 /// or `.bin` as a `torch.save` file (`torch.load(path, weights_only=True)`
 /// gives the state_dict), otherwise as a safetensors file. Written to a
-/// temporary file and renamed so a crash never leaves a partial file.
+/// temporary file and renamed so a crash never leaves a partial file; one
+/// tensor at a time is copied to the host, and `torch.save` files past
+/// 4 GiB use zip64 as PyTorch's writer does.
 ///
-/// Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8; a `torch.save`
-/// file above 4 GiB), FULMEN_CODE_IO (the file cannot be written),
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8),
+/// FULMEN_CODE_IO (the file cannot be written),
 /// FULMEN_CODE_DTYPE_MISMATCH (a dtype the format cannot hold),
 /// FULMEN_CODE_TORCH (a tensor cannot be copied to the host).
 #[no_mangle]

@@ -55,11 +55,44 @@ pub(crate) trait ManualControl {
     /// `lr_schedulers()[...]`: steps the scheduler of optimizer `index`
     /// (ReduceLROnPlateau reads `metric`).
     fn scheduler_step(&mut self, index: usize, metric: Option<f64>) -> Result<()>;
+    /// Number of schedulers over all optimizers (`len(lr_schedulers())`).
+    fn lr_scheduler_count(&self) -> usize;
+    /// `lr_schedulers()[index].step()`: one scheduler by its place in the
+    /// flat list (optimizer 0's schedulers in the order added, then
+    /// optimizer 1's, ...).
+    fn lr_scheduler_step(&mut self, index: usize, metric: Option<f64>) -> Result<()>;
     /// Learning rate of a parameter group of optimizer `index`.
     fn learning_rate(&self, index: usize, group: usize) -> Result<f64>;
 }
 
 impl ManualOptimization<'_, '_> {
+    /// Steps optimizer `index`'s schedulers, or only its scheduler `only`;
+    /// several on one optimizer step in torch's chainable forms.
+    fn step_schedulers(&mut self, index: usize, only: Option<usize>, metric: Option<f64>) -> Result<()> {
+        let cfg = self.config(index)?;
+        if cfg.schedulers.is_empty() {
+            return Err(Error::state(format!("optimizer {index} has no scheduler")));
+        }
+        let chained = cfg.chained();
+        let picked = |j: usize| only.is_none_or(|o| o == j);
+        let plateau = cfg.schedulers.iter().enumerate().any(|(j, s)| picked(j) && s.scheduler.reduce_on_plateau());
+        if metric.is_none() && plateau {
+            return Err(Error::invalid("ReduceLROnPlateau steps on a metric: pass one"));
+        }
+        let opt: &mut dyn Optimizer = cfg.optimizer.as_mut();
+        for (_, s) in cfg.schedulers.iter_mut().enumerate().filter(|(j, _)| picked(*j)) {
+            let m = metric.filter(|_| s.scheduler.reduce_on_plateau());
+            let what = format!("{} scheduler step", s.scheduler.name());
+            if chained {
+                s.scheduler.chained_step(opt, m).ctx(what)?;
+            } else {
+                s.scheduler.step(opt, m).ctx(what)?;
+            }
+        }
+        self.lr_changed = true;
+        Ok(())
+    }
+
     fn config(&mut self, index: usize) -> Result<&mut OptimizerConfig> {
         let n = self.optimizers.len();
         self.optimizers
@@ -157,27 +190,23 @@ impl ManualControl for ManualOptimization<'_, '_> {
     }
 
     fn scheduler_step(&mut self, index: usize, metric: Option<f64>) -> Result<()> {
-        let cfg = self.config(index)?;
-        if cfg.schedulers.is_empty() {
-            return Err(Error::state(format!("optimizer {index} has no scheduler")));
-        }
-        if metric.is_none() && cfg.schedulers.iter().any(|s| s.scheduler.reduce_on_plateau()) {
-            return Err(Error::invalid("ReduceLROnPlateau steps on a metric: pass one"));
-        }
-        // Every scheduler of the optimizer, in order (chained when several).
-        let chained = cfg.chained();
-        let opt: &mut dyn Optimizer = cfg.optimizer.as_mut();
-        for s in cfg.schedulers.iter_mut() {
-            let m = metric.filter(|_| s.scheduler.reduce_on_plateau());
-            let what = format!("{} scheduler step", s.scheduler.name());
-            if chained {
-                s.scheduler.chained_step(opt, m).ctx(what)?;
-            } else {
-                s.scheduler.step(opt, m).ctx(what)?;
+        self.step_schedulers(index, None, metric)
+    }
+
+    fn lr_scheduler_count(&self) -> usize {
+        self.optimizers.iter().map(|c| c.schedulers.len()).sum()
+    }
+
+    fn lr_scheduler_step(&mut self, index: usize, metric: Option<f64>) -> Result<()> {
+        let total = self.lr_scheduler_count();
+        let mut rest = index;
+        for (i, cfg) in self.optimizers.iter().enumerate() {
+            if rest < cfg.schedulers.len() {
+                return self.step_schedulers(i, Some(rest), metric);
             }
+            rest -= cfg.schedulers.len();
         }
-        self.lr_changed = true;
-        Ok(())
+        Err(Error::invalid(format!("scheduler index {index} is out of range: {total} schedulers")))
     }
 
     fn learning_rate(&self, index: usize, group: usize) -> Result<f64> {
@@ -246,6 +275,17 @@ impl StepContext<'_> {
     /// ReduceLROnPlateau).
     pub fn scheduler_step(&mut self, index: usize, metric: Option<f64>) -> Result<()> {
         self.manual()?.scheduler_step(index, metric)
+    }
+
+    /// Number of schedulers over all optimizers.
+    pub fn lr_scheduler_count(&mut self) -> Result<usize> {
+        Ok(self.manual()?.lr_scheduler_count())
+    }
+
+    /// Steps scheduler `index` of the flat list (optimizer 0's schedulers
+    /// in the order added, then optimizer 1's, ...).
+    pub fn lr_scheduler_step(&mut self, index: usize, metric: Option<f64>) -> Result<()> {
+        self.manual()?.lr_scheduler_step(index, metric)
     }
 
     /// Learning rate of parameter group `group` of optimizer `index`.

@@ -17,15 +17,18 @@ typedef struct {
     int64_t steps_seen;   /* global_step read after the steps */
     int toggled_ok;       /* toggle / untoggle left requires_grad as expected */
     double lr_seen[8];    /* optimizer 0's lr per batch */
+    double lr1_seen[8];   /* optimizer 1's lr per batch (PICK) */
     int errors_ok;        /* the refused calls gave the expected codes */
     int hooks[64];        /* hooks the callback saw, by fulmen_hook */
     int module_hooks[64]; /* hooks the module saw */
 } state;
 
-enum { PLAIN = 0, TOGGLE = 1, SCHEDULE = 2, AUTOMATIC_PROBE = 3 };
+enum { PLAIN = 0, TOGGLE = 1, SCHEDULE = 2, AUTOMATIC_PROBE = 3, PICK = 4 };
 
 /* Two optimizers: SGD over "0.*" (first Linear), SGD over "2.*" (last),
- * the first with StepLR(1, 0.5) in SCHEDULE mode. */
+ * the first with StepLR(1, 0.5) in SCHEDULE mode. In PICK mode the first
+ * has StepLR(1, 0.5) and ExponentialLR(0.9), the second StepLR(1, 0.1):
+ * lr_schedulers() is [StepLR 0.5, ExponentialLR, StepLR 0.1]. */
 static fulmen_error *two_optimizers(void *ud, fulmen_optimizer_config *config) {
     state *s = ud;
     const char *names[2][2] = {{"0.weight", "0.bias"}, {"2.weight", "2.bias"}};
@@ -38,11 +41,20 @@ static fulmen_error *two_optimizers(void *ud, fulmen_optimizer_config *config) {
         fulmen_optimizer *opt = NULL;
         fulmen_scheduler *sched = NULL;
         if (e == NULL) e = fulmen_optimizer_sgd_new(NULL, (const fulmen_tensor *const *)p, 2, &o, &opt);
-        if (e == NULL && k == 0 && s->mode == SCHEDULE) e = fulmen_scheduler_step_lr_new(opt, 1, 0.5, &sched);
+        if (e == NULL && (s->mode == SCHEDULE || s->mode == PICK) && (k == 0 || s->mode == PICK))
+            e = fulmen_scheduler_step_lr_new(opt, 1, k == 0 ? 0.5 : 0.1, &sched);
+        fulmen_scheduler *second = NULL;
+        if (e == NULL && k == 0 && s->mode == PICK) e = fulmen_scheduler_exponential_lr_new(opt, 0.9, &second);
         if (e == NULL) e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_STEP, 1, NULL);
         if (e != NULL) {
+            fulmen_scheduler_free(second);
             fulmen_scheduler_free(sched);
             fulmen_optimizer_free(opt);
+            return e;
+        }
+        if (second != NULL) e = fulmen_optimizer_config_add_scheduler(config, 0, second, FULMEN_INTERVAL_STEP, 1, NULL);
+        if (e != NULL) {
+            fulmen_scheduler_free(second);
             return e;
         }
     }
@@ -111,6 +123,17 @@ static fulmen_error *manual_step(void *ud, fulmen_step_context *ctx, const fulme
                     code_of(fulmen_step_context_manual_backward(ctx, plain)) == FULMEN_CODE_INVALID_ARGUMENT;
             s->errors_ok &= code_of(fulmen_step_context_manual_backward(ctx, NULL)) == FULMEN_CODE_NULL_ARGUMENT;
         }
+    }
+    if (e == NULL && s->mode == PICK && s->batches < 8) {
+        /* Lightning's self.lr_schedulers()[i].step(), one at a time. */
+        size_t count = 0;
+        e = fulmen_step_context_lr_scheduler_count(ctx, &count);
+        s->errors_ok &= count == 3;
+        if (e == NULL) e = fulmen_step_context_learning_rate(ctx, 0, 0, &s->lr_seen[s->batches]);
+        if (e == NULL) e = fulmen_step_context_learning_rate(ctx, 1, 0, &s->lr1_seen[s->batches]);
+        if (e == NULL) e = fulmen_step_context_lr_scheduler_step(ctx, 1, NULL);
+        if (e == NULL && s->batches % 2 == 0) e = fulmen_step_context_lr_scheduler_step(ctx, 2, NULL);
+        s->errors_ok &= code_of(fulmen_step_context_lr_scheduler_step(ctx, 3, NULL)) == FULMEN_CODE_INVALID_ARGUMENT;
     }
     int64_t step = 0;
     if (e == NULL) e = fulmen_step_context_global_step(ctx, &step);
@@ -235,6 +258,28 @@ static void test_schedulers_and_errors(void) {
     fulmen_model_free(s.model);
 }
 
+/* One scheduler stepped by its place in lr_schedulers(): the others keep
+ * their factors (ExponentialLR alone on optimizer 0, StepLR 0.1 every other
+ * batch on optimizer 1, StepLR 0.5 never). */
+static void test_scheduler_by_index(void) {
+    state s = {0};
+    s.model = fixture_mlp(8, 0);
+    s.mode = PICK;
+    s.toggled_ok = s.errors_ok = 1;
+    fulmen_trainer *t = fixture_trainer(NULL, 1);
+    CHECK_OK(fit(&s, true, t));
+    CHECK(s.errors_ok);
+    CHECK(s.batches == 4);
+    for (int i = 0; i < 4; i++) {
+        CHECK_NEAR(s.lr_seen[i], 0.1 * pow(0.9, i), 1e-15);
+        CHECK_NEAR(s.lr1_seen[i], 0.1 * pow(0.1, (i + 1) / 2), 1e-15);
+    }
+    size_t count = 0;
+    CHECK_ERR(fulmen_step_context_lr_scheduler_count(NULL, &count), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    fulmen_trainer_free(t);
+    fulmen_model_free(s.model);
+}
+
 /* What Lightning refuses with manual optimization. */
 static void test_refused_settings(void) {
     const char *keys[3] = {"accumulate_grad_batches", "gradient_clip_val", "strategy"};
@@ -260,6 +305,7 @@ int main(void) {
     test_manual_equals_automatic();
     test_toggle();
     test_schedulers_and_errors();
+    test_scheduler_by_index();
     test_refused_settings();
     return check_finish("test_manual");
 }

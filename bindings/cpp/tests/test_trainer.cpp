@@ -440,7 +440,14 @@ TEST_F(TrainerTest, ManualOptimizationFromTheStepContext) {
                 EXPECT_TRUE(ctx.optimizer_step(0));
                 ctx.untoggle_optimizer(0);
                 rates.push_back(ctx.learning_rate(0));
-                ctx.scheduler_step(0);
+                // By optimizer, or by place in lr_schedulers(): the same one here.
+                EXPECT_EQ(ctx.lr_scheduler_count(), 1u);
+                if (rates.size() % 2 == 0) {
+                    ctx.scheduler_step(0);
+                } else {
+                    ctx.lr_scheduler_step(0);
+                }
+                EXPECT_EQ(fulmen_test::error_code([&] { ctx.lr_scheduler_step(1); }), FULMEN_CODE_INVALID_ARGUMENT);
                 EXPECT_EQ(fulmen_test::error_code([&] { ctx.optimizer_step(1); }), FULMEN_CODE_INVALID_ARGUMENT);
                 return Tensor{};  // no loss to return
             })

@@ -168,6 +168,14 @@ public:
     void scheduler_step(size_t index, std::optional<double> metric = std::nullopt) {
         check(fulmen_step_context_scheduler_step(ctx_, index, metric ? &*metric : nullptr));
     }
+    /// Number of schedulers over all optimizers (Lightning's
+    /// `len(self.lr_schedulers())`).
+    size_t lr_scheduler_count() const { return query<size_t>(fulmen_step_context_lr_scheduler_count); }
+    /// Steps scheduler `index` of Lightning's `self.lr_schedulers()` list
+    /// (optimizer 0's in the order added, then optimizer 1's, ...).
+    void lr_scheduler_step(size_t index, std::optional<double> metric = std::nullopt) {
+        check(fulmen_step_context_lr_scheduler_step(ctx_, index, metric ? &*metric : nullptr));
+    }
     /// Learning rate of parameter group `group` of optimizer `index`.
     double learning_rate(size_t index, size_t group = 0) const {
         return detail::read<double>([&](double* out) { return fulmen_step_context_learning_rate(ctx_, index, group, out); });
