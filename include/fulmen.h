@@ -3909,13 +3909,15 @@ struct fulmen_error *fulmen_step_context_lr_scheduler_count(struct fulmen_step_c
  * list: optimizer 0's schedulers in the order they were added, then
  * optimizer 1's, and so on (the order of Lightning's configs when they
  * are listed optimizer by optimizer). `metric` (may be NULL) is the
- * value ReduceLROnPlateau reads, ignored by the others. Schedulers that
- * share an optimizer step in torch's chainable forms, so the others'
- * factors stay in the learning rate.
+ * value ReduceLROnPlateau reads, ignored by the others (but refused when
+ * NaN). Schedulers that share an optimizer step in torch's chainable
+ * forms, so the others' factors stay in the learning rate.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (`scheduler` out of range;
- * ReduceLROnPlateau without `metric`, or a NaN one),
- * FULMEN_CODE_INVALID_STATE (outside a manual training step).
+ * ReduceLROnPlateau without `metric`; a NaN `metric`),
+ * FULMEN_CODE_INVALID_STATE (outside a manual training step), and the
+ * scheduler's own (OneCycleLR stepped past its total steps:
+ * FULMEN_CODE_OUT_OF_RANGE).
  */
 struct fulmen_error *fulmen_step_context_lr_scheduler_step(struct fulmen_step_context *ctx,
                                                            size_t scheduler,
@@ -4809,16 +4811,20 @@ struct fulmen_error *fulmen_optimizer_param_group_get(const struct fulmen_optimi
  * Sets the hyperparameter `name` (as in `fulmen_optimizer_param_group_get`)
  * of parameter group `group`, such as `"weight_decay"` 0 for a group of
  * biases and norms, or `"beta2"` 0.95 and `"eps"` 1e-6 for one group.
- * Values are checked as torch's constructor checks options; a flag takes
- * 0 or 1. Checkpoints keep every group's values. A scheduler
+ * Each value is checked as torch's constructor checks that option: finite;
+ * `lr`, `weight_decay`, `eps`, `alpha`, `lr_decay`, `momentum_decay` and
+ * SGD's / RMSprop's `momentum` >= 0; betas in [0, 1); a flag 0 or 1;
+ * SGD's `dampening` any finite value (Nesterov's need of a momentum and
+ * no dampening is checked by the constructor only, as in torch).
+ * Checkpoints keep every group's values. A scheduler
  * computes `"lr"` (and a cycling one the momentum) from the group's base
  * learning rate at each of its steps, so an `"lr"` set here lasts until
  * the scheduler's next step (torch's chainable schedulers would scale it
  * instead).
  *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown name; a value negative
- * or not finite; a beta not below 1; a flag not 0 or 1), FULMEN_CODE_OUT_OF_RANGE
- * (`group` >= the group count).
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown name; a value out of
+ * its range, above), FULMEN_CODE_OUT_OF_RANGE (`group` >= the group
+ * count).
  */
 struct fulmen_error *fulmen_optimizer_param_group_set(struct fulmen_optimizer *optimizer,
                                                       size_t group,
@@ -5156,6 +5162,23 @@ struct fulmen_plateau_options fulmen_plateau_options_default(void);
 struct fulmen_error *fulmen_scheduler_reduce_on_plateau_new(struct fulmen_optimizer *optimizer,
                                                             const struct fulmen_plateau_options *options,
                                                             struct fulmen_scheduler **out);
+
+/**
+ * `ReduceLROnPlateau` with one lower bound per param group (torch's
+ * `min_lr` given as a list): `min_lrs` holds `n_min_lrs` values, one for
+ * each of the optimizer's groups; `options.min_lr` is ignored. Otherwise
+ * as `fulmen_scheduler_reduce_on_plateau_new`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`n_min_lrs` not the optimizer's
+ * group count; a bound negative or not finite; the options as in
+ * `fulmen_scheduler_reduce_on_plateau_new`), FULMEN_CODE_NULL_ARGUMENT
+ * (`min_lrs` NULL with `n_min_lrs` > 0).
+ */
+struct fulmen_error *fulmen_scheduler_reduce_on_plateau_min_lrs_new(struct fulmen_optimizer *optimizer,
+                                                                    const struct fulmen_plateau_options *options,
+                                                                    const double *min_lrs,
+                                                                    size_t n_min_lrs,
+                                                                    struct fulmen_scheduler **out);
 
 /**
  * Advances the scheduler one step and sets the new lr in `optimizer`,

@@ -417,6 +417,18 @@ func TestSchedulers(t *testing.T) {
 	}
 	s.Close()
 
+	// One bound per param group (one group here): the lr stops at 0.5.
+	ok(t, opt.SetLR(1))
+	s = must(fulmen.NewReduceLROnPlateauMinLRs(opt, po, []float64{0.5}))
+	steps(s, 3, 1)
+	if lr() != 0.5 {
+		t.Fatalf("plateau lr %v, want its bound 0.5", lr())
+	}
+	s.Close()
+	if _, err := fulmen.NewReduceLROnPlateauMinLRs(opt, po, []float64{0.5, 0.1}); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("two bounds for one group: %v", err)
+	}
+
 	other := must(fulmen.NewSGD(m, nil, o))
 	defer other.Close()
 	s = must(fulmen.NewStepLR(opt, 1, 0.5))

@@ -520,6 +520,23 @@ func NewReduceLROnPlateau(opt *Optimizer, opts PlateauOptions) (*Scheduler, erro
 	})
 }
 
+// NewReduceLROnPlateauMinLRs is NewReduceLROnPlateau with a lower bound
+// per param group (torch's min_lr as a list; opts.MinLR is ignored).
+func NewReduceLROnPlateauMinLRs(opt *Optimizer, opts PlateauOptions, minLRs []float64) (*Scheduler, error) {
+	c := C.fulmen_plateau_options{mode_max: C.bool(opts.ModeMax), factor: C.double(opts.Factor),
+		patience: C.uint64_t(opts.Patience), threshold: C.double(opts.Threshold), threshold_abs: C.bool(opts.ThresholdAbs),
+		cooldown: C.uint64_t(opts.Cooldown), min_lr: C.double(opts.MinLR), eps: C.double(opts.Eps)}
+	var ptr *C.double
+	if len(minLRs) > 0 {
+		ptr = (*C.double)(&minLRs[0])
+	}
+	s, err := makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
+		return C.fulmen_scheduler_reduce_on_plateau_min_lrs_new(o, &c, ptr, C.size_t(len(minLRs)), out)
+	})
+	runtime.KeepAlive(minLRs)
+	return s, err
+}
+
 // Step advances the scheduler one step and sets the new lr in opt, which
 // must be the optimizer it was created for. metric is used by
 // ReduceLROnPlateau (pass a finite value) and ignored by the others.

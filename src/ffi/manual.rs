@@ -154,13 +154,15 @@ pub unsafe extern "C" fn fulmen_step_context_lr_scheduler_count(
 /// list: optimizer 0's schedulers in the order they were added, then
 /// optimizer 1's, and so on (the order of Lightning's configs when they
 /// are listed optimizer by optimizer). `metric` (may be NULL) is the
-/// value ReduceLROnPlateau reads, ignored by the others. Schedulers that
-/// share an optimizer step in torch's chainable forms, so the others'
-/// factors stay in the learning rate.
+/// value ReduceLROnPlateau reads, ignored by the others (but refused when
+/// NaN). Schedulers that share an optimizer step in torch's chainable
+/// forms, so the others' factors stay in the learning rate.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (`scheduler` out of range;
-/// ReduceLROnPlateau without `metric`, or a NaN one),
-/// FULMEN_CODE_INVALID_STATE (outside a manual training step).
+/// ReduceLROnPlateau without `metric`; a NaN `metric`),
+/// FULMEN_CODE_INVALID_STATE (outside a manual training step), and the
+/// scheduler's own (OneCycleLR stepped past its total steps:
+/// FULMEN_CODE_OUT_OF_RANGE).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_step_context_lr_scheduler_step(
     ctx: *mut fulmen_step_context,

@@ -50,16 +50,20 @@ pub unsafe extern "C" fn fulmen_optimizer_param_group_get(
 /// Sets the hyperparameter `name` (as in `fulmen_optimizer_param_group_get`)
 /// of parameter group `group`, such as `"weight_decay"` 0 for a group of
 /// biases and norms, or `"beta2"` 0.95 and `"eps"` 1e-6 for one group.
-/// Values are checked as torch's constructor checks options; a flag takes
-/// 0 or 1. Checkpoints keep every group's values. A scheduler
+/// Each value is checked as torch's constructor checks that option: finite;
+/// `lr`, `weight_decay`, `eps`, `alpha`, `lr_decay`, `momentum_decay` and
+/// SGD's / RMSprop's `momentum` >= 0; betas in [0, 1); a flag 0 or 1;
+/// SGD's `dampening` any finite value (Nesterov's need of a momentum and
+/// no dampening is checked by the constructor only, as in torch).
+/// Checkpoints keep every group's values. A scheduler
 /// computes `"lr"` (and a cycling one the momentum) from the group's base
 /// learning rate at each of its steps, so an `"lr"` set here lasts until
 /// the scheduler's next step (torch's chainable schedulers would scale it
 /// instead).
 ///
-/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown name; a value negative
-/// or not finite; a beta not below 1; a flag not 0 or 1), FULMEN_CODE_OUT_OF_RANGE
-/// (`group` >= the group count).
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown name; a value out of
+/// its range, above), FULMEN_CODE_OUT_OF_RANGE (`group` >= the group
+/// count).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_optimizer_param_group_set(
     optimizer: *mut fulmen_optimizer,

@@ -417,18 +417,48 @@ pub unsafe extern "C" fn fulmen_scheduler_reduce_on_plateau_new(
 ) -> *mut fulmen_error {
     guard("fulmen_scheduler_reduce_on_plateau_new", || {
         let o = options.as_ref().copied().unwrap_or_else(|| fulmen_plateau_options_default());
-        let opts = PlateauOptions {
-            mode: if o.mode_max { PlateauMode::Max } else { PlateauMode::Min },
-            factor: o.factor,
-            patience: o.patience,
-            threshold: o.threshold,
-            threshold_mode: if o.threshold_abs { ThresholdMode::Abs } else { ThresholdMode::Rel },
-            cooldown: o.cooldown,
-            min_lr: o.min_lr,
-            eps: o.eps,
-        };
+        let opts = plateau_options(&o, o.min_lr);
         make(optimizer, out, |op| Ok(Box::new(ReduceLrOnPlateau::new(op, opts)?)))
     })
+}
+
+/// `ReduceLROnPlateau` with one lower bound per param group (torch's
+/// `min_lr` given as a list): `min_lrs` holds `n_min_lrs` values, one for
+/// each of the optimizer's groups; `options.min_lr` is ignored. Otherwise
+/// as `fulmen_scheduler_reduce_on_plateau_new`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`n_min_lrs` not the optimizer's
+/// group count; a bound negative or not finite; the options as in
+/// `fulmen_scheduler_reduce_on_plateau_new`), FULMEN_CODE_NULL_ARGUMENT
+/// (`min_lrs` NULL with `n_min_lrs` > 0).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_reduce_on_plateau_min_lrs_new(
+    optimizer: *mut fulmen_optimizer,
+    options: *const fulmen_plateau_options,
+    min_lrs: *const f64,
+    n_min_lrs: usize,
+    out: *mut *mut fulmen_scheduler,
+) -> *mut fulmen_error {
+    guard("fulmen_scheduler_reduce_on_plateau_min_lrs_new", || {
+        let o = options.as_ref().copied().unwrap_or_else(|| fulmen_plateau_options_default());
+        let opts = plateau_options(&o, 0.0);
+        let bounds = super::tensor::handle::slice_arg(min_lrs, n_min_lrs, "min_lrs")?;
+        make(optimizer, out, |op| Ok(Box::new(ReduceLrOnPlateau::with_min_lrs(op, opts, bounds)?)))
+    })
+}
+
+/// The core's options from the C struct, `min_lr` given.
+fn plateau_options(o: &fulmen_plateau_options, min_lr: f64) -> PlateauOptions {
+    PlateauOptions {
+        mode: if o.mode_max { PlateauMode::Max } else { PlateauMode::Min },
+        factor: o.factor,
+        patience: o.patience,
+        threshold: o.threshold,
+        threshold_mode: if o.threshold_abs { ThresholdMode::Abs } else { ThresholdMode::Rel },
+        cooldown: o.cooldown,
+        min_lr,
+        eps: o.eps,
+    }
 }
 
 /// Advances the scheduler one step and sets the new lr in `optimizer`,

@@ -66,15 +66,21 @@ pub fn get(opt: &dyn Optimizer, group: usize, name: &str) -> Result<f64> {
         Hyper::Lr => g.lr,
         Hyper::WeightDecay => g.weight_decay,
         Hyper::Momentum => g.momentum,
-        Hyper::Extra(i) => g.extras.get(i).copied().unwrap_or_default(),
+        Hyper::Extra(i) => match g.extras.get(i) {
+            Some(v) => *v,
+            None => return Err(Error::state(format!("{} param group {group} lacks its {name}", opt.name()))),
+        },
     })
 }
 
 /// Sets `name` (as in [`get`]) in group `group`, validated as torch's
-/// constructors validate options (finite, `lr`, `weight_decay`, `eps` and
-/// momentum >= 0, betas in [0, 1), flags 0 or 1). A scheduler computes `lr`
-/// (and a cycling one momentum) from the group's base learning rate at each
-/// step: an `lr` set here lasts until the scheduler's next step.
+/// constructors validate that option: finite; `lr`, `weight_decay`, `eps`,
+/// `alpha`, `lr_decay`, `momentum_decay` and SGD's / RMSprop's momentum at
+/// least 0; betas in [0, 1); flags 0 or 1; SGD's `dampening` any finite
+/// value, and `nesterov` without torch's constructor-only check of momentum
+/// and dampening. A scheduler computes `lr` (and a cycling one momentum)
+/// from the group's base learning rate at each step: an `lr` set here lasts
+/// until the scheduler's next step.
 pub fn set(opt: &mut dyn Optimizer, group: usize, name: &str, value: f64) -> Result<()> {
     let hyper = parse(opt, name)?;
     check_group(opt, group)?;
@@ -88,10 +94,15 @@ pub fn set(opt: &mut dyn Optimizer, group: usize, name: &str, value: f64) -> Res
             return Err(bad("must be 0 or 1 (a flag)"));
         }
     }
-    // The new values, checked whole before any is kept.
+    // The new values, checked whole before any is kept; a momentum a
+    // cycling scheduler wrote (torch's may write beta1 >= 1) is checked
+    // only when it is the value set.
     let g = &opt.param_groups()[group];
-    let mut probe = super::ParamGroup::new(&[], g.lr, g.weight_decay, g.momentum);
-    probe.extras = g.extras.clone();
+    let mut probe = g.hypers();
+    let written_momentum = probe.momentum;
+    if hyper != Hyper::Momentum {
+        probe.momentum = 0.0;
+    }
     match hyper {
         Hyper::Lr => probe.lr = value,
         Hyper::WeightDecay => probe.weight_decay = value,
@@ -102,6 +113,9 @@ pub fn set(opt: &mut dyn Optimizer, group: usize, name: &str, value: f64) -> Res
         },
     }
     opt.check_group(&probe).map_err(|e| bad(&format!("is refused: {}", e.message)))?;
+    if hyper != Hyper::Momentum {
+        probe.momentum = written_momentum;
+    }
     let g = &mut opt.param_groups_mut()[group];
     g.lr = probe.lr;
     g.weight_decay = probe.weight_decay;

@@ -138,6 +138,19 @@ fn group_values_are_checked() {
     let e = adam.load_state_dict(&w.state_dict().unwrap()).unwrap_err();
     assert!(e.message.contains("decoupled_weight_decay"), "{}", e.message);
 
+    // A cycling scheduler may write beta1 >= 1 (torch's OneCycleLR and
+    // CyclicLR take any max_momentum): the state still reads back, and the
+    // group's other values can still be set.
+    let mut adam = Adam::new(m.params(), AdamOptions::default()).unwrap();
+    adam.param_groups_mut()[0].momentum = 1.0;
+    set(&mut adam, 0, "eps", 1e-6).unwrap();
+    assert_eq!(get(&adam, 0, "beta1").unwrap(), 1.0);
+    let dict = adam.state_dict().unwrap();
+    let mut back = Adam::new(m.params(), AdamOptions::default()).unwrap();
+    back.load_state_dict(&dict).unwrap();
+    assert_eq!((get(&back, 0, "beta1").unwrap(), get(&back, 0, "eps").unwrap()), (1.0, 1e-6));
+    assert_eq!(code(set(&mut back, 0, "beta1", 1.0)), ErrorCode::InvalidArgument);
+
     // SGD: Nesterov's needs are the constructor's; a group may drop its momentum.
     let nesterov = SgdOptions { lr: 0.1, momentum: 0.9, nesterov: true, ..Default::default() };
     let mut sgd = Sgd::new(m.params(), nesterov).unwrap();

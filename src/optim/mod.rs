@@ -120,11 +120,21 @@ pub struct ParamGroup {
     pub initial_lr: Option<f64>,
     /// The optimizer kind's other constants for this group (`betas[1]`,
     /// `eps`, `alpha`, flags as 0 or 1, ...), in the order of
-    /// [`Optimizer::group_extras`].
-    pub extras: Vec<f64>,
+    /// [`Optimizer::group_extras`]; changed only through
+    /// [`group_hyper::set`], which checks them.
+    pub(crate) extras: Vec<f64>,
 }
 
 impl ParamGroup {
+    /// The group's hyperparameters without its parameters (for checks).
+    pub(crate) fn hypers(&self) -> ParamGroup {
+        ParamGroup {
+            extras: self.extras.clone(),
+            initial_lr: self.initial_lr,
+            ..ParamGroup::new(&[], self.lr, self.weight_decay, self.momentum)
+        }
+    }
+
     /// Makes a group of shallow clones of `params`.
     pub fn new(params: &[Tensor], lr: f64, weight_decay: f64, momentum: f64) -> Self {
         ParamGroup {

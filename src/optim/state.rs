@@ -53,6 +53,16 @@ pub(crate) trait GroupOptions: Copy {
     fn validate(&self) -> Result<()>;
 }
 
+/// Checks a group's own constants as torch's constructor would, with the
+/// momentum left out: a cycling scheduler (CyclicLR, OneCycleLR) may write
+/// any finite momentum, beta1 >= 1 included, as torch's may, and a state
+/// holding one must read back. `parse` checks it is finite and >= 0.
+pub(crate) fn check_extras<O: GroupOptions>(defaults: &O, group: &ParamGroup) -> Result<()> {
+    let mut probe = group.hypers();
+    probe.momentum = defaults.momentum();
+    defaults.of_group(&probe).validate()
+}
+
 /// Extra number `i` of a group, or `default` when it has none.
 pub(crate) fn extra(group: &ParamGroup, i: usize, default: f64) -> f64 {
     group.extras.get(i).copied().unwrap_or(default)
@@ -136,9 +146,7 @@ impl Core {
     pub fn load<O: GroupOptions>(&mut self, spec: &Spec, dict: &[(String, Tensor)], defaults: &O) -> Result<()> {
         let parsed = self.parse(spec, dict, O::EXTRAS)?;
         for (g, group) in parsed.groups.iter().enumerate() {
-            defaults
-                .of_group(group)
-                .validate()
+            check_extras(defaults, group)
                 .map_err(|e| Error::format(format!("{} state dict: group {g}: {}", spec.kind, e.message)))?;
         }
         self.commit(parsed);
@@ -196,6 +204,14 @@ impl Core {
         let mut out = Vec::new();
         let mut start = 0i64;
         for (g, group) in self.groups.iter().enumerate() {
+            if group.extras.len() != extra_names.len() {
+                return Err(Error::state(format!(
+                    "{} param group {g} holds {} constants where {} are expected",
+                    spec.kind,
+                    group.extras.len(),
+                    extra_names.len()
+                )));
+            }
             let n = group.params.len() as i64;
             let ids: Vec<i64> = (start..start + n).collect();
             start += n;

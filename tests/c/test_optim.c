@@ -1064,7 +1064,31 @@ static void test_plateau(void) {
     CHECK_ERR(fulmen_scheduler_reduce_on_plateau_new(o, &p, &bad), FULMEN_CODE_INVALID_ARGUMENT, NULL);
     CHECK_ERR(fulmen_scheduler_reduce_on_plateau_new(o, NULL, NULL), FULMEN_CODE_NULL_ARGUMENT, NULL);
     CHECK_ERR(fulmen_scheduler_reduce_on_plateau_new(NULL, NULL, &bad), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    /* one bound per param group: here group 1 (lr 2) stops at 0.5, group 0
+     * (lr 1) at its own 0.3 */
+    const float ones[2] = {1, 1};
+    fulmen_tensor *extra = param(ones, 2);
+    CHECK_OK(fulmen_optimizer_add_param_group(o, NULL, (const fulmen_tensor *const *)&extra, 1, 2.0));
+    CHECK_OK(fulmen_optimizer_set_lr(o, 1.0));
+    CHECK_OK(fulmen_optimizer_param_group_set(o, 1, "lr", 2.0));
+    p = fulmen_plateau_options_default();
+    p.patience = 0;
+    const double bounds[2] = {0.3, 0.5};
+    CHECK_OK(fulmen_scheduler_reduce_on_plateau_min_lrs_new(o, &p, bounds, 2, &s));
+    for (int i = 0; i < 3; i++) CHECK_OK(fulmen_scheduler_step(s, o, 1.0));
+    double g0 = 0, g1 = 0;
+    CHECK_OK(fulmen_optimizer_param_group_get(o, 0, "lr", &g0));
+    CHECK_OK(fulmen_optimizer_param_group_get(o, 1, "lr", &g1));
+    CHECK(g0 == 0.3 && g1 == 0.5);
+    fulmen_scheduler_free(s);
+    CHECK_ERR(fulmen_scheduler_reduce_on_plateau_min_lrs_new(o, &p, bounds, 1, &bad), FULMEN_CODE_INVALID_ARGUMENT,
+              "2 min_lrs");
+    CHECK_ERR(fulmen_scheduler_reduce_on_plateau_min_lrs_new(o, &p, NULL, 2, &bad), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    const double negative[2] = {0.3, -1};
+    CHECK_ERR(fulmen_scheduler_reduce_on_plateau_min_lrs_new(o, &p, negative, 2, &bad), FULMEN_CODE_INVALID_ARGUMENT,
+              NULL);
     CHECK(bad == NULL);
+    fulmen_tensor_free(extra);
     fulmen_optimizer_free(o);
 }
 

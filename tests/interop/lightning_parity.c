@@ -39,6 +39,11 @@
  *             second param group of the biases with weight_decay 0,
  *             betas (0.8, 0.95), eps 1e-6 and amsgrad; StepLR (step_size
  *             1, gamma 0.5) per epoch; no clipping;
+ *   plateau_groups: SGD (lr 0.1, momentum 0.9) over the weights and a
+ *             second param group of the biases (lr 0.2);
+ *             ReduceLROnPlateau on "val_loss" (factor 0.5, patience 0,
+ *             min_lr 0.07 and 0.15 per group) per epoch,
+ *             validated every epoch, gradient_clip_val 1 by norm;
  *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
  *             learning-rate range test (1e-5 to 1 over 30 steps) writes
  *             "lr loss" per step to LOSSES, then "suggestion lr".
@@ -150,6 +155,28 @@ static fulmen_error *adamw_groups(const fulmen_model *m, fulmen_optimizer **opt)
     const double values[4] = {0.0, 0.95, 1e-6, 1};
     if (!e) e = fulmen_optimizer_param_group_set(*opt, 1, "beta1", 0.8);
     for (int i = 0; i < 4 && !e; i++) e = fulmen_optimizer_param_group_set(*opt, 1, names[i], values[i]);
+    for (int i = 0; i < 2; i++) {
+        fulmen_tensor_free(weights[i]);
+        fulmen_tensor_free(biases[i]);
+    }
+    if (e) {
+        fulmen_optimizer_free(*opt);
+        *opt = NULL;
+    }
+    return e;
+}
+
+/* SGD over the weights; the biases in a second group of lr 0.2. */
+static fulmen_error *sgd_groups(const fulmen_model *m, fulmen_optimizer **opt) {
+    fulmen_tensor *weights[2] = {NULL, NULL}, *biases[2] = {NULL, NULL};
+    fulmen_sgd_options o = fulmen_sgd_options_default();
+    o.lr = 0.1;
+    o.momentum = 0.9;
+    *opt = NULL;
+    fulmen_error *e = two_params(m, "0.weight", "2.weight", weights);
+    if (!e) e = two_params(m, "0.bias", "2.bias", biases);
+    if (!e) e = fulmen_optimizer_sgd_new(NULL, (const fulmen_tensor *const *)weights, 2, &o, opt);
+    if (!e) e = fulmen_optimizer_add_param_group(*opt, NULL, (const fulmen_tensor *const *)biases, 2, 0.2);
     for (int i = 0; i < 2; i++) {
         fulmen_tensor_free(weights[i]);
         fulmen_tensor_free(biases[i]);
@@ -278,6 +305,19 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
         if (e) return e;
         sched = NULL;
         e = fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_EPOCH, 1, NULL);
+    } else if (strcmp(job->config, "plateau_groups") == 0) {
+        e = sgd_groups(job->model, &opt);
+        if (e) return e;
+        fulmen_plateau_options p = fulmen_plateau_options_default();
+        p.factor = 0.5;
+        p.patience = 0;
+        const double min_lrs[2] = {0.07, 0.15};
+        e = fulmen_scheduler_reduce_on_plateau_min_lrs_new(opt, &p, min_lrs, 2, &sched);
+        if (e) {
+            fulmen_optimizer_free(opt);
+            return e;
+        }
+        e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_EPOCH, 1, "val_loss");
     } else if (strcmp(job->config, "groups") == 0) {
         e = adamw_groups(job->model, &opt);
         if (e) return e;
@@ -340,7 +380,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     struct job job = {.config = argv[1]};
-    bool validating = strcmp(job.config, "plateau") == 0;
+    bool validating = strcmp(job.config, "plateau") == 0 || strcmp(job.config, "plateau_groups") == 0;
     if (strcmp(job.config, "steplr") != 0 && strcmp(job.config, "stepfreq") != 0 &&
         strcmp(job.config, "warmup_cosine") != 0 && strcmp(job.config, "restarts") != 0 &&
         strcmp(job.config, "cyclic") != 0 && strcmp(job.config, "lambda") != 0 && strcmp(job.config, "lr_find") != 0 &&

@@ -72,7 +72,15 @@ CONFIGS = {
     # AdamW whose second param group (the biases) has its own weight_decay,
     # betas, eps and amsgrad.
     "groups": ("adamw_groups", (1, 0.5), "epoch", 1, None, "norm", 1),
+    # ReduceLROnPlateau with a min_lr per param group (SGD, the biases in a
+    # group of lr 0.2), each bound above half its group's lr so that any
+    # reduction stops at the group's own bound.
+    "plateau_groups": ("sgd_groups", "plateau_groups", "epoch", 1, 1.0, "norm", 1),
 }
+
+# Configurations validating every epoch and stepping ReduceLROnPlateau on
+# val_loss.
+PLATEAU = (None, "plateau_groups")
 
 
 def build():
@@ -104,12 +112,14 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
             self.log("val_loss", F.cross_entropy(self.model(xb), yb).item())
 
         def configure_optimizers(self):
+            named = list(self.model.named_parameters())
+            weights = [p for n, p in named if n.endswith("weight")]
+            biases = [p for n, p in named if n.endswith("bias")]
             if optimizer == "sgd":
                 opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+            elif optimizer == "sgd_groups":
+                opt = torch.optim.SGD([{"params": weights}, {"params": biases, "lr": 0.2}], lr=0.1, momentum=0.9)
             elif optimizer == "adamw_groups":
-                named = list(self.model.named_parameters())
-                weights = [p for n, p in named if n.endswith("weight")]
-                biases = [p for n, p in named if n.endswith("bias")]
                 opt = torch.optim.AdamW(
                     [{"params": weights},
                      {"params": biases, "weight_decay": 0.0, "betas": (0.8, 0.95), "eps": 1e-6, "amsgrad": True}],
@@ -147,6 +157,9 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
             elif step_lr is None:
                 sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=0)
                 monitor = {"monitor": "val_loss"}
+            elif step_lr == "plateau_groups":
+                sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=0, min_lr=[0.07, 0.15])
+                monitor = {"monitor": "val_loss"}
             else:
                 sched = torch.optim.lr_scheduler.StepLR(opt, step_size=step_lr[0], gamma=step_lr[1])
                 monitor = {}
@@ -169,13 +182,13 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
         accumulate_grad_batches=accumulate,
     )
     val = None
-    if step_lr is None:
+    if step_lr in PLATEAU:
         val = torch.utils.data.DataLoader(
             torch.utils.data.TensorDataset(x[SAMPLES:], y[SAMPLES:]), batch_size=BATCH, shuffle=False
         )
     module = Module()
     trainer.fit(module, loader, val, ckpt_path=resume)
-    first_lr = 0.1 if optimizer == "sgd" else 0.01
+    first_lr = 0.1 if optimizer.startswith("sgd") else 0.01
     if epochs == EPOCHS and trainer.optimizers[0].param_groups[0]["lr"] >= first_lr:
         raise SystemExit(f"{config}: Lightning's scheduler never lowered the lr; the run proves nothing")
     return losses
@@ -372,7 +385,7 @@ def main():
         )
         results.append(compare(f"{config}: fulmen resumed after {FIRST} epochs vs Lightning resumed", resumed,
                                lightning_resumed))
-        if CONFIGS[config][1] is not None:
+        if CONFIGS[config][1] not in PLATEAU:
             results.append(compare(f"{config}: fulmen resumed vs Lightning uninterrupted", resumed, reference))
         lightning_ckpt = os.path.join(lightning_ckpts, f"epoch={FIRST - 1}.ckpt")
         lightning_first = lightning_resumed[: len(first)]

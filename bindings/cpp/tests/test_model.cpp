@@ -236,6 +236,10 @@ TEST_F(OptimTest, Schedulers) {
     fulmen::PlateauOptions po;
     po.patience = 0;
     EXPECT_DOUBLE_EQ(lr_after([&](Optimizer& o) { return Scheduler::reduce_on_plateau(o, po); }, 3), 0.01);
+    // One bound per param group (here one group): the lr stops at 0.5.
+    EXPECT_DOUBLE_EQ(lr_after([&](Optimizer& o) { return Scheduler::reduce_on_plateau(o, po, {0.5}); }, 3), 0.5);
+    EXPECT_THROW(lr_after([&](Optimizer& o) { return Scheduler::reduce_on_plateau(o, po, {0.5, 0.1}); }, 1),
+                 fulmen::Error);
     EXPECT_DOUBLE_EQ(lr_after([](Optimizer& o) { return Scheduler::constant_lr(o, 0.5, 3); }, 2), 0.5);
     EXPECT_DOUBLE_EQ(lr_after([](Optimizer& o) { return Scheduler::constant_lr(o, 0.5, 3); }, 3), 1.0);
     EXPECT_NEAR(lr_after([](Optimizer& o) { return Scheduler::polynomial_lr(o, 4, 2.0); }, 2), 0.25, 1e-12);

@@ -424,10 +424,17 @@ fn plateau_to_torch(f: &Flat) -> Result<Value> {
     let last_lr = f.list("last_lr");
     let max = f.get("mode_max")? == 1.0;
     let min_lr = f.get("min_lr")?;
+    // One bound per group; states written before fulmen kept them per group
+    // hold one for all.
+    let mut min_lrs = f.list("min_lrs");
+    if min_lrs.is_empty() {
+        min_lrs = vec![min_lr; last_lr.len()];
+    }
+    let uniform = min_lrs.iter().all(|m| m.to_bits() == min_lr.to_bits());
     Ok(dict(vec![
         ("factor", Value::Float(f.get("factor")?)),
-        ("default_min_lr", Value::Float(min_lr)),
-        ("min_lrs", floats(&vec![min_lr; last_lr.len()])),
+        ("default_min_lr", if uniform { Value::Float(min_lr) } else { Value::None }),
+        ("min_lrs", floats(&min_lrs)),
         ("patience", count(f.get("patience")? as i64)),
         ("cooldown", count(f.get("cooldown")? as i64)),
         ("eps", Value::Float(f.get("eps")?)),
@@ -460,12 +467,12 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
     };
     if v.get("mode_worse").is_some() || v.get("num_bad_epochs").is_some() {
         let min_lrs = list("min_lrs")?;
-        let min_lr = min_lrs.first().copied().unwrap_or(0.0);
-        if min_lrs.iter().any(|m| m.to_bits() != min_lr.to_bits()) {
-            return Err(Error::unsupported(format!(
-                "{what}: ReduceLROnPlateau with a different min_lr per group ({min_lrs:?}); fulmen keeps one"
-            )));
-        }
+        // torch keeps `default_min_lr` (None when min_lr was a list) and
+        // one bound per group.
+        let min_lr = match v.get("default_min_lr") {
+            Some(Value::None) | None => min_lrs.first().copied().unwrap_or(0.0),
+            Some(d) => number(d, &format!("{what}.default_min_lr"))?,
+        };
         let mode = string(field(v, "mode", what)?, &format!("{what}.mode"))?;
         let threshold_mode = string(field(v, "threshold_mode", what)?, &format!("{what}.threshold_mode"))?;
         let last_lr = list("_last_lr")?;
@@ -483,10 +490,12 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
             ("min_lr", min_lr),
             ("eps", num("eps")?),
             ("last_lr.len", last_lr.len() as f64),
+            ("min_lrs.len", min_lrs.len() as f64),
         ] {
             out.push((k.to_string(), x));
         }
         push_list(&mut out, "last_lr", &last_lr);
+        push_list(&mut out, "min_lrs", &min_lrs);
         return Ok(out);
     }
     if v.get("total_size").is_some() && v.get("step_ratio").is_some() {

@@ -73,7 +73,9 @@ fn sample() -> Checkpoint {
         ("min_lr", 0.0),
         ("eps", 1e-8),
         ("last_lr.len", 1.0),
+        ("min_lrs.len", 1.0),
         ("last_lr.0", 0.05),
+        ("min_lrs.0", 0.0),
     ]);
     let mut ck = Checkpoint {
         epoch: 1,

@@ -76,6 +76,9 @@ impl PlateauOptions {
 #[derive(Debug, Clone)]
 pub struct ReduceLrOnPlateau {
     opts: PlateauOptions,
+    /// Each group's lower bound (torch's `min_lrs`; `opts.min_lr` for all
+    /// unless given per group).
+    min_lrs: Vec<f64>,
     best: f64,
     num_bad_epochs: u64,
     cooldown_counter: u64,
@@ -89,12 +92,37 @@ impl ReduceLrOnPlateau {
         opts.validate().map_err(Error::invalid)?;
         Ok(ReduceLrOnPlateau {
             opts,
+            min_lrs: vec![opts.min_lr; opt.param_groups().len()],
             best: worst(opts.mode),
             num_bad_epochs: 0,
             cooldown_counter: 0,
             last_epoch: 0,
             last_lr: opt.param_groups().iter().map(|g| g.lr).collect(),
         })
+    }
+
+    /// A scheduler for `opt` with a lower bound per param group (torch's
+    /// `min_lr` given as a list): `min_lrs` has one finite value >= 0 for
+    /// each group.
+    pub fn with_min_lrs(opt: &mut dyn Optimizer, opts: PlateauOptions, min_lrs: &[f64]) -> Result<Self> {
+        let groups = opt.param_groups().len();
+        if min_lrs.len() != groups {
+            return Err(Error::invalid(format!(
+                "expected {groups} min_lrs (one per param group), got {}",
+                min_lrs.len()
+            )));
+        }
+        if let Some(bad) = min_lrs.iter().find(|v| !(v.is_finite() && **v >= 0.0)) {
+            return Err(Error::invalid(format!("min_lr must be finite and >= 0, got {bad}")));
+        }
+        let mut s = Self::new(opt, opts)?;
+        s.min_lrs = min_lrs.to_vec();
+        Ok(s)
+    }
+
+    /// Each param group's lower bound of the lr.
+    pub fn min_lrs(&self) -> &[f64] {
+        &self.min_lrs
     }
 
     /// Best metric seen so far.
@@ -154,9 +182,10 @@ impl LrScheduler for ReduceLrOnPlateau {
             self.num_bad_epochs = 0;
         }
         if self.num_bad_epochs > self.opts.patience {
-            for g in opt.param_groups_mut() {
+            for (i, g) in opt.param_groups_mut().iter_mut().enumerate() {
                 let old_lr = g.lr;
-                let new_lr = (old_lr * self.opts.factor).max(self.opts.min_lr);
+                let min_lr = self.min_lrs.get(i).copied().unwrap_or(self.opts.min_lr);
+                let new_lr = (old_lr * self.opts.factor).max(min_lr);
                 if old_lr - new_lr > self.opts.eps {
                     g.lr = new_lr;
                 }
@@ -198,11 +227,13 @@ impl LrScheduler for ReduceLrOnPlateau {
             ("min_lr", o.min_lr),
             ("eps", o.eps),
             ("last_lr.len", self.last_lr.len() as f64),
+            ("min_lrs.len", self.min_lrs.len() as f64),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
         out.extend(self.last_lr.iter().enumerate().map(|(i, v)| (format!("last_lr.{i}"), *v)));
+        out.extend(self.min_lrs.iter().enumerate().map(|(i, v)| (format!("min_lrs.{i}"), *v)));
         out
     }
 
@@ -227,8 +258,22 @@ impl LrScheduler for ReduceLrOnPlateau {
         if n > 1_000_000 {
             return Err(l.bad("last_lr.len", n as f64));
         }
+        // Older states keep one min_lr for every group.
+        let min_lrs: Vec<f64> = match l.optional("min_lrs.len") {
+            Some(len) => {
+                if len != n as f64 {
+                    return Err(l.bad("min_lrs.len", len));
+                }
+                (0..n).map(|i| l.get(&format!("min_lrs.{i}"))).collect::<Result<_>>()?
+            }
+            None => vec![opts.min_lr; n as usize],
+        };
+        if let Some(bad) = min_lrs.iter().find(|v| !(v.is_finite() && **v >= 0.0)) {
+            return Err(Error::format(format!("reduce_lr_on_plateau state dict: min_lr {bad}")));
+        }
         let new = ReduceLrOnPlateau {
             opts,
+            min_lrs,
             best: l.get("best")?,
             num_bad_epochs: count("num_bad_epochs")?,
             cooldown_counter: count("cooldown_counter")?,

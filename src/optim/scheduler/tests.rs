@@ -248,6 +248,37 @@ fn plateau_needs_metric_and_valid_factor() {
 }
 
 #[test]
+fn plateau_bounds_each_group_by_its_own_min_lr() {
+    let mut o = opt();
+    let p = Tensor::zeros([2], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
+    o.add_param_group(vec![p], Some(0.2)).unwrap();
+    let opts = PlateauOptions { factor: 0.5, patience: 0, ..Default::default() };
+    assert!(ReduceLrOnPlateau::with_min_lrs(&mut o, opts, &[0.04]).is_err());
+    assert!(ReduceLrOnPlateau::with_min_lrs(&mut o, opts, &[0.04, f64::NAN]).is_err());
+    assert!(ReduceLrOnPlateau::with_min_lrs(&mut o, opts, &[0.04, -1.0]).is_err());
+    let mut s = ReduceLrOnPlateau::with_min_lrs(&mut o, opts, &[0.04, 0.08]).unwrap();
+    // torch: ReduceLROnPlateau(opt, factor=0.5, patience=0, min_lr=[0.04, 0.08]);
+    // a metric that never improves halves each group down to its bound.
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        s.step(&mut o, Some(1.0)).unwrap();
+        seen.push((o.param_groups()[0].lr, o.param_groups()[1].lr));
+    }
+    assert_eq!(seen, vec![(0.1, 0.2), (0.05, 0.1), (0.04, 0.08), (0.04, 0.08)]);
+    // The bounds travel with the state; an older state's one min_lr serves all.
+    let state = s.state_dict();
+    let mut back = ReduceLrOnPlateau::new(&mut o, opts).unwrap();
+    back.load_state_dict(&state).unwrap();
+    assert_eq!(back.min_lrs(), &[0.04, 0.08]);
+    let older: Vec<(String, f64)> = state.iter().filter(|(k, _)| !k.starts_with("min_lrs")).cloned().collect();
+    back.load_state_dict(&older).unwrap();
+    assert_eq!(back.min_lrs(), &[0.0, 0.0]);
+    let mut bad = state.clone();
+    bad.iter_mut().filter(|(k, _)| k == "min_lrs.1").for_each(|(_, v)| *v = -1.0);
+    assert!(back.load_state_dict(&bad).is_err());
+}
+
+#[test]
 fn construction_sets_initial_lr_and_epoch_zero_lr() {
     let mut o = opt();
     let _warmup = LinearLr::new(&mut o, 0.5, 1.0, 2).unwrap();

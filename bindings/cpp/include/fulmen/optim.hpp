@@ -338,6 +338,13 @@ public:
     static Scheduler reduce_on_plateau(Optimizer& opt, const PlateauOptions& options = {}) {
         return make([&](fulmen_scheduler** o) { return fulmen_scheduler_reduce_on_plateau_new(opt.get(), &options, o); });
     }
+    /// ReduceLROnPlateau with a lower bound per param group (torch's
+    /// `min_lr` as a list; `options.min_lr` is ignored).
+    static Scheduler reduce_on_plateau(Optimizer& opt, const PlateauOptions& options, const std::vector<double>& min_lrs) {
+        return make([&](fulmen_scheduler** o) {
+            return fulmen_scheduler_reduce_on_plateau_min_lrs_new(opt.get(), &options, min_lrs.data(), min_lrs.size(), o);
+        });
+    }
 
     /// Advances one step, setting the new lr in `opt` (the one it was made
     /// for); `metric` feeds ReduceLROnPlateau and is ignored otherwise.
