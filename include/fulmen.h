@@ -5148,6 +5148,26 @@ struct fulmen_error *fulmen_scheduler_one_cycle_lr_new(struct fulmen_optimizer *
                                                        struct fulmen_scheduler **out);
 
 /**
+ * `OneCycleLR` with a peak learning rate per param group (torch's
+ * `max_lr` given as a list, for discriminative learning rates):
+ * `max_lrs` holds `n_max_lrs` values, one for each of the optimizer's
+ * groups, each finite and > 0; `options.max_lr` is ignored. Each group
+ * starts at its `max_lr / div_factor` and ends at that over
+ * `final_div_factor`, as in torch. Otherwise as
+ * `fulmen_scheduler_one_cycle_lr_new`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`n_max_lrs` not the optimizer's
+ * group count; a bad `max_lrs` value; the options as in
+ * `fulmen_scheduler_one_cycle_lr_new`), FULMEN_CODE_NULL_ARGUMENT
+ * (`options` NULL, or `max_lrs` NULL with `n_max_lrs` > 0).
+ */
+struct fulmen_error *fulmen_scheduler_one_cycle_lr_max_lrs_new(struct fulmen_optimizer *optimizer,
+                                                               const struct fulmen_one_cycle_options *options,
+                                                               const double *max_lrs,
+                                                               size_t n_max_lrs,
+                                                               struct fulmen_scheduler **out);
+
+/**
  * torch's ReduceLROnPlateau defaults.
  */
 struct fulmen_plateau_options fulmen_plateau_options_default(void);

@@ -400,6 +400,15 @@ func TestSchedulers(t *testing.T) {
 	s = must(fulmen.NewOneCycleLR(opt, oc))
 	steps(s, 3, 0)
 	s.Close()
+	// One peak per param group (one group here): it starts at 2 / 25.
+	s = must(fulmen.NewOneCycleLRMaxLRs(opt, oc, []float64{2}))
+	if math.Abs(lr()-0.08) > 1e-15 {
+		t.Fatalf("one-cycle start %v, want 0.08", lr())
+	}
+	s.Close()
+	if _, err := fulmen.NewOneCycleLRMaxLRs(opt, oc, nil); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("no peaks: %v", err)
+	}
 
 	po := fulmen.DefaultPlateauOptions()
 	if po.Factor != 0.1 || po.Patience != 10 {

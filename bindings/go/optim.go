@@ -481,6 +481,24 @@ func NewOneCycleLR(opt *Optimizer, opts OneCycleOptions) (*Scheduler, error) {
 	})
 }
 
+// NewOneCycleLRMaxLRs is NewOneCycleLR with a peak learning rate per param
+// group (torch's max_lr as a list; opts.MaxLR is ignored).
+func NewOneCycleLRMaxLRs(opt *Optimizer, opts OneCycleOptions, maxLRs []float64) (*Scheduler, error) {
+	c := C.fulmen_one_cycle_options{max_lr: C.double(opts.MaxLR), total_steps: C.int64_t(opts.TotalSteps),
+		pct_start: C.double(opts.PctStart), linear_anneal: C.bool(opts.LinearAnneal), cycle_momentum: C.bool(opts.CycleMomentum),
+		base_momentum: C.double(opts.BaseMomentum), max_momentum: C.double(opts.MaxMomentum), div_factor: C.double(opts.DivFactor),
+		final_div_factor: C.double(opts.FinalDivFactor), three_phase: C.bool(opts.ThreePhase)}
+	var ptr *C.double
+	if len(maxLRs) > 0 {
+		ptr = (*C.double)(&maxLRs[0])
+	}
+	s, err := makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
+		return C.fulmen_scheduler_one_cycle_lr_max_lrs_new(o, &c, ptr, C.size_t(len(maxLRs)), out)
+	})
+	runtime.KeepAlive(maxLRs)
+	return s, err
+}
+
 // PlateauOptions are the options of ReduceLROnPlateau (fulmen_plateau_options).
 type PlateauOptions struct {
 	// ModeMax: a higher metric is better (false: lower is better).

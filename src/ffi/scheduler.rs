@@ -348,20 +348,55 @@ pub unsafe extern "C" fn fulmen_scheduler_one_cycle_lr_new(
     out: *mut *mut fulmen_scheduler,
 ) -> *mut fulmen_error {
     guard("fulmen_scheduler_one_cycle_lr_new", || {
-        let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
-        let opts = OneCycleOptions {
-            max_lr: o.max_lr,
-            total_steps: o.total_steps,
-            pct_start: o.pct_start,
-            anneal_strategy: if o.linear_anneal { AnnealStrategy::Linear } else { AnnealStrategy::Cos },
-            cycle_momentum: o.cycle_momentum,
-            base_momentum: o.base_momentum,
-            max_momentum: o.max_momentum,
-            div_factor: o.div_factor,
-            final_div_factor: o.final_div_factor,
-            three_phase: o.three_phase,
-        };
+        let opts = one_cycle_options(options)?;
         make(optimizer, out, |op| Ok(Box::new(OneCycleLr::new(op, opts)?)))
+    })
+}
+
+/// `OneCycleLR` with a peak learning rate per param group (torch's
+/// `max_lr` given as a list, for discriminative learning rates):
+/// `max_lrs` holds `n_max_lrs` values, one for each of the optimizer's
+/// groups, each finite and > 0; `options.max_lr` is ignored. Each group
+/// starts at its `max_lr / div_factor` and ends at that over
+/// `final_div_factor`, as in torch. Otherwise as
+/// `fulmen_scheduler_one_cycle_lr_new`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`n_max_lrs` not the optimizer's
+/// group count; a bad `max_lrs` value; the options as in
+/// `fulmen_scheduler_one_cycle_lr_new`), FULMEN_CODE_NULL_ARGUMENT
+/// (`options` NULL, or `max_lrs` NULL with `n_max_lrs` > 0).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_one_cycle_lr_max_lrs_new(
+    optimizer: *mut fulmen_optimizer,
+    options: *const fulmen_one_cycle_options,
+    max_lrs: *const f64,
+    n_max_lrs: usize,
+    out: *mut *mut fulmen_scheduler,
+) -> *mut fulmen_error {
+    guard("fulmen_scheduler_one_cycle_lr_max_lrs_new", || {
+        let opts = one_cycle_options(options)?;
+        let peaks = super::tensor::handle::slice_arg(max_lrs, n_max_lrs, "max_lrs")?;
+        if peaks.is_empty() {
+            return Err(Error::invalid("max_lrs is empty: give one per param group"));
+        }
+        make(optimizer, out, |op| Ok(Box::new(OneCycleLr::with_max_lrs(op, opts, peaks)?)))
+    })
+}
+
+/// The core's options from the C struct (required).
+unsafe fn one_cycle_options(options: *const fulmen_one_cycle_options) -> Result<OneCycleOptions> {
+    let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
+    Ok(OneCycleOptions {
+        max_lr: o.max_lr,
+        total_steps: o.total_steps,
+        pct_start: o.pct_start,
+        anneal_strategy: if o.linear_anneal { AnnealStrategy::Linear } else { AnnealStrategy::Cos },
+        cycle_momentum: o.cycle_momentum,
+        base_momentum: o.base_momentum,
+        max_momentum: o.max_momentum,
+        div_factor: o.div_factor,
+        final_div_factor: o.final_div_factor,
+        three_phase: o.three_phase,
     })
 }
 

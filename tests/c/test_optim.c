@@ -1005,7 +1005,26 @@ static void test_one_cycle(void) {
     CHECK_ERR(fulmen_scheduler_one_cycle_lr_new(o, NULL, &bad), FULMEN_CODE_NULL_ARGUMENT, NULL);
     CHECK_ERR(fulmen_scheduler_one_cycle_lr_new(o, &oc, NULL), FULMEN_CODE_NULL_ARGUMENT, NULL);
     CHECK_ERR(fulmen_scheduler_one_cycle_lr_new(NULL, &oc, &bad), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    /* a peak per param group: each group starts at its max_lr / 25 */
+    const float ones[2] = {1, 1};
+    fulmen_tensor *extra = param(ones, 2);
+    CHECK_OK(fulmen_optimizer_add_param_group(o, NULL, (const fulmen_tensor *const *)&extra, 1, -1));
+    const double peaks[2] = {1.0, 5.0};
+    CHECK_OK(fulmen_scheduler_one_cycle_lr_max_lrs_new(o, &oc, peaks, 2, &s));
+    double g0 = 0, g1 = 0;
+    CHECK_OK(fulmen_optimizer_param_group_get(o, 0, "lr", &g0));
+    CHECK_OK(fulmen_optimizer_param_group_get(o, 1, "lr", &g1));
+    CHECK_NEAR(g0, 0.04, 1e-15);
+    CHECK_NEAR(g1, 0.2, 1e-15);
+    fulmen_scheduler_free(s);
+    CHECK_ERR(fulmen_scheduler_one_cycle_lr_max_lrs_new(o, &oc, peaks, 1, &bad), FULMEN_CODE_INVALID_ARGUMENT,
+              "2 max_lrs");
+    CHECK_ERR(fulmen_scheduler_one_cycle_lr_max_lrs_new(o, &oc, NULL, 2, &bad), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_scheduler_one_cycle_lr_max_lrs_new(o, &oc, peaks, 0, &bad), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    const double zero[2] = {1.0, 0.0};
+    CHECK_ERR(fulmen_scheduler_one_cycle_lr_max_lrs_new(o, &oc, zero, 2, &bad), FULMEN_CODE_INVALID_ARGUMENT, NULL);
     CHECK(bad == NULL);
+    fulmen_tensor_free(extra);
     fulmen_optimizer_free(o);
 }
 

@@ -44,6 +44,9 @@
  *             ReduceLROnPlateau on "val_loss" (factor 0.5, patience 0,
  *             min_lr 0.07 and 0.15 per group) per epoch,
  *             validated every epoch, gradient_clip_val 1 by norm;
+ *   onecycle_groups: Adam (lr 0.01) over the weights and a second param
+ *             group of the biases; OneCycleLR with max_lr 0.02 and 0.05
+ *             per group (44 steps, beta1 cycled) per step; no clipping;
  *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
  *             learning-rate range test (1e-5 to 1 over 30 steps) writes
  *             "lr loss" per step to LOSSES, then "suggestion lr".
@@ -305,6 +308,27 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
         if (e) return e;
         sched = NULL;
         e = fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_EPOCH, 1, NULL);
+    } else if (strcmp(job->config, "onecycle_groups") == 0) {
+        fulmen_tensor *weights[2] = {NULL, NULL}, *biases[2] = {NULL, NULL};
+        fulmen_adam_options o = fulmen_adam_options_default();
+        o.lr = 0.01;
+        opt = NULL;
+        e = two_params(job->model, "0.weight", "2.weight", weights);
+        if (!e) e = two_params(job->model, "0.bias", "2.bias", biases);
+        if (!e) e = fulmen_optimizer_adam_new(NULL, (const fulmen_tensor *const *)weights, 2, &o, &opt);
+        if (!e) e = fulmen_optimizer_add_param_group(opt, NULL, (const fulmen_tensor *const *)biases, 2, -1);
+        for (int i = 0; i < 2; i++) {
+            fulmen_tensor_free(weights[i]);
+            fulmen_tensor_free(biases[i]);
+        }
+        fulmen_one_cycle_options c = fulmen_one_cycle_options_default(0.02, 44);
+        const double peaks[2] = {0.02, 0.05};
+        if (!e) e = fulmen_scheduler_one_cycle_lr_max_lrs_new(opt, &c, peaks, 2, &sched);
+        if (e) {
+            fulmen_optimizer_free(opt);
+            return e;
+        }
+        e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_STEP, 1, NULL);
     } else if (strcmp(job->config, "plateau_groups") == 0) {
         e = sgd_groups(job->model, &opt);
         if (e) return e;
@@ -385,7 +409,8 @@ int main(int argc, char **argv) {
         strcmp(job.config, "warmup_cosine") != 0 && strcmp(job.config, "restarts") != 0 &&
         strcmp(job.config, "cyclic") != 0 && strcmp(job.config, "lambda") != 0 && strcmp(job.config, "lr_find") != 0 &&
         strcmp(job.config, "onecycle") != 0 && strcmp(job.config, "chained") != 0 &&
-        strcmp(job.config, "two_schedulers") != 0 && strcmp(job.config, "groups") != 0 && !validating) {
+        strcmp(job.config, "two_schedulers") != 0 && strcmp(job.config, "groups") != 0 &&
+        strcmp(job.config, "onecycle_groups") != 0 && !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;
     }

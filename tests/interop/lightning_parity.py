@@ -76,6 +76,9 @@ CONFIGS = {
     # group of lr 0.2), each bound above half its group's lr so that any
     # reduction stops at the group's own bound.
     "plateau_groups": ("sgd_groups", "plateau_groups", "epoch", 1, 1.0, "norm", 1),
+    # OneCycleLR with a max_lr per param group (Adam, the biases in a group
+    # of their own).
+    "onecycle_groups": ("adam_groups", "onecycle_groups", "step", 1, None, "norm", 1),
 }
 
 # Configurations validating every epoch and stepping ReduceLROnPlateau on
@@ -119,6 +122,8 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
                 opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
             elif optimizer == "sgd_groups":
                 opt = torch.optim.SGD([{"params": weights}, {"params": biases, "lr": 0.2}], lr=0.1, momentum=0.9)
+            elif optimizer == "adam_groups":
+                opt = torch.optim.Adam([{"params": weights}, {"params": biases}], lr=0.01)
             elif optimizer == "adamw_groups":
                 opt = torch.optim.AdamW(
                     [{"params": weights},
@@ -147,6 +152,9 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
                 monitor = {}
             elif step_lr == "lambda":
                 sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.95**step)
+                monitor = {}
+            elif step_lr == "onecycle_groups":
+                sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[0.02, 0.05], total_steps=EPOCHS * SAMPLES // BATCH)
                 monitor = {}
             elif step_lr == "onecycle":
                 sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.02, total_steps=EPOCHS * SAMPLES // BATCH)

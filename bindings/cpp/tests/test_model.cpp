@@ -233,6 +233,9 @@ TEST_F(OptimTest, Schedulers) {
     EXPECT_DOUBLE_EQ(lr_after([](Optimizer& o) { return Scheduler::linear_lr(o, 0.5, 1.0, 2); }, 2), 1.0);
     fulmen::OneCycleOptions oc(1.0, 10);
     EXPECT_LT(lr_after([&](Optimizer& o) { return Scheduler::one_cycle_lr(o, oc); }, 9), 0.01);
+    // One peak per param group (one group here): it starts at 2 / 25.
+    EXPECT_NEAR(lr_after([&](Optimizer& o) { return Scheduler::one_cycle_lr(o, oc, {2.0}); }, 0), 0.08, 1e-15);
+    EXPECT_THROW(lr_after([&](Optimizer& o) { return Scheduler::one_cycle_lr(o, oc, {}); }, 0), fulmen::Error);
     fulmen::PlateauOptions po;
     po.patience = 0;
     EXPECT_DOUBLE_EQ(lr_after([&](Optimizer& o) { return Scheduler::reduce_on_plateau(o, po); }, 3), 0.01);

@@ -100,7 +100,7 @@ pub fn to_lightning(ck: &Checkpoint, prefix: &str) -> Result<Value> {
             let kind = ck.optimizer_kinds.get(i).map(String::as_str).unwrap_or("");
             let mut opt = optimizer::to_torch(kind, state).map_err(|e| e.context(format!("optimizer {i}")))?;
             // What its schedulers keep in its param groups; a later one's win.
-            let mut extra: Vec<(&str, f64)> = Vec::new();
+            let mut extra: Vec<(&str, Vec<f64>)> = Vec::new();
             for (_, s) in ck.scheduler_states.iter().enumerate().filter(|(j, _)| owner(*j) == i) {
                 for (k, v) in scheduler::group_entries(s) {
                     match extra.iter_mut().find(|(name, _)| *name == k) {

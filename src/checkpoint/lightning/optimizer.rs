@@ -180,20 +180,22 @@ pub fn to_torch(kind: &str, flat: &[(String, Tensor)]) -> Result<Value> {
     Ok(Value::Dict(vec![(text("state"), Value::Dict(state)), (text("param_groups"), Value::List(out_groups))]))
 }
 
-/// Adds `extra` (entries a scheduler keeps in the param groups) to every
-/// group of torch's optimizer state `opt`, before `params`.
-pub fn add_group_entries(opt: &mut Value, extra: &[(&str, f64)]) {
+/// Adds `extra` (entries a scheduler keeps in the param groups: one value
+/// per group, or one for every group) to the groups of torch's optimizer
+/// state `opt`, before `params`.
+pub fn add_group_entries(opt: &mut Value, extra: &[(&str, Vec<f64>)]) {
     let Value::Dict(top) = opt else { return };
     for (k, groups) in top.iter_mut() {
         let (Value::Str(k), Value::List(groups)) = (k, groups) else { continue };
         if k != "param_groups" {
             continue;
         }
-        for group in groups.iter_mut() {
+        for (g, group) in groups.iter_mut().enumerate() {
             if let Value::Dict(entries) = group {
                 let at = entries.len().saturating_sub(1);
-                for (i, (name, v)) in extra.iter().enumerate() {
-                    entries.insert(at + i, (text(name), Value::Float(*v)));
+                for (i, (name, values)) in extra.iter().enumerate() {
+                    let v = values.get(g).or(values.first()).copied().unwrap_or_default();
+                    entries.insert(at + i, (text(name), Value::Float(v)));
                 }
             }
         }

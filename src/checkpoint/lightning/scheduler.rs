@@ -210,15 +210,15 @@ fn warm_restarts_to_torch(f: &Flat) -> Result<Value> {
     Ok(dict(out))
 }
 
-/// The entries torch's scheduler of this fulmen state adds to each of its
+/// The entries torch's scheduler of this fulmen state adds to its
 /// optimizer's param groups (CyclicLR's momentum range, OneCycleLR's
-/// ranges).
-pub fn group_entries(flat: &[(String, f64)]) -> Vec<(&'static str, f64)> {
+/// ranges): each with one value per group, or one value for every group.
+pub fn group_entries(flat: &[(String, f64)]) -> Vec<(&'static str, Vec<f64>)> {
     let f = Flat::new(flat);
     if is_composite(flat) {
         // A SequentialLR or ChainedScheduler: each part wrote its entries;
         // a later one's win.
-        let mut out: Vec<(&'static str, f64)> = Vec::new();
+        let mut out: Vec<(&'static str, Vec<f64>)> = Vec::new();
         for part in parts(flat) {
             for (k, v) in group_entries(&part) {
                 match out.iter_mut().find(|(name, _)| *name == k) {
@@ -231,16 +231,25 @@ pub fn group_entries(flat: &[(String, f64)]) -> Vec<(&'static str, f64)> {
     }
     if let (Ok(max_lr), Ok(min_lr), Ok(cycle)) = (f.get("max_lr"), f.get("min_lr"), f.get("cycle_momentum")) {
         if f.has("final_div_factor") {
-            let mut out = vec![("max_lr", max_lr), ("min_lr", min_lr)];
+            // Per-group ranges, or (older states) one for all.
+            let per_group = |key: &str, one: f64| {
+                let values = f.list(key);
+                if values.is_empty() {
+                    vec![one]
+                } else {
+                    values
+                }
+            };
+            let mut out = vec![("max_lr", per_group("max_lrs", max_lr)), ("min_lr", per_group("min_lrs", min_lr))];
             if cycle == 1.0 {
-                out.push(("max_momentum", f.get("max_momentum").unwrap_or(0.95)));
-                out.push(("base_momentum", f.get("base_momentum").unwrap_or(0.85)));
+                out.push(("max_momentum", per_group("max_momentums", f.get("max_momentum").unwrap_or(0.95))));
+                out.push(("base_momentum", per_group("base_momentums", f.get("base_momentum").unwrap_or(0.85))));
             }
             return out;
         }
     }
     match (f.get("step_size_up"), f.get("cycle_momentum"), f.get("base_momentum"), f.get("max_momentum")) {
-        (Ok(_), Ok(1.0), Ok(base), Ok(max)) => vec![("base_momentum", base), ("max_momentum", max)],
+        (Ok(_), Ok(1.0), Ok(base), Ok(max)) => vec![("base_momentum", vec![base]), ("max_momentum", vec![max])],
         _ => Vec::new(),
     }
 }
@@ -364,31 +373,55 @@ pub fn complete_from_groups(state: &mut Vec<(String, f64)>, groups: &[(String, V
         if !f.has("phase_end.0") || f.has("max_lr") {
             return Ok(());
         }
-        let entry = |name: &str| -> Result<f64> {
+        let base_lrs = f.list("base_lrs");
+        let entry = |name: &str| -> Result<Vec<f64>> {
             match groups.iter().find(|(k, _)| k == name) {
-                Some((_, values)) => same_for_all(values, &format!("{what}: the param groups' {name}")),
+                Some((_, values)) if values.len() == base_lrs.len() => Ok(values.clone()),
+                Some((_, values)) => Err(Error::format(format!(
+                    "{what}: the param groups hold {} values of `{name}` for {} groups",
+                    values.len(),
+                    base_lrs.len()
+                ))),
                 None => {
                     Err(Error::format(format!("{what}: OneCycleLR's optimizer has no `{name}` in its param groups")))
                 }
             }
         };
-        let (max_lr, min_lr) = (entry("max_lr")?, entry("min_lr")?);
-        let initial_lr = same_for_all(&f.list("base_lrs"), &format!("{what}.base_lrs"))?;
-        let (max_momentum, base_momentum) = if f.get("cycle_momentum")? == 1.0 {
+        let (max_lrs, min_lrs) = (entry("max_lr")?, entry("min_lr")?);
+        let (max_momentums, base_momentums) = if f.get("cycle_momentum")? == 1.0 {
             (entry("max_momentum")?, entry("base_momentum")?)
         } else {
-            (0.95, 0.85)
+            (vec![0.95; base_lrs.len()], vec![0.85; base_lrs.len()])
         };
-        [
+        let (Some(&initial_lr), Some(&max_lr), Some(&min_lr)) = (base_lrs.first(), max_lrs.first(), min_lrs.first())
+        else {
+            return Err(Error::format(format!("{what}: OneCycleLR over no param group")));
+        };
+        // The options as group 0 resolves them (each group's own range is
+        // kept below; the options serve only new groups and checks).
+        let mut added: Vec<(String, f64)> = [
             ("max_lr", max_lr),
             ("min_lr", min_lr),
             ("div_factor", max_lr / initial_lr),
             ("final_div_factor", initial_lr / min_lr),
-            ("max_momentum", max_momentum),
-            ("base_momentum", base_momentum),
+            ("max_momentum", max_momentums[0]),
+            ("base_momentum", base_momentums[0]),
+            ("ranges.len", base_lrs.len() as f64),
         ]
+        .iter()
+        .map(|(k, x)| (k.to_string(), *x))
+        .collect();
+        for (key, values) in [
+            ("max_lrs", &max_lrs),
+            ("min_lrs", &min_lrs),
+            ("max_momentums", &max_momentums),
+            ("base_momentums", &base_momentums),
+        ] {
+            added.extend(values.iter().enumerate().map(|(i, x)| (format!("{key}.{i}"), *x)));
+        }
+        added
     };
-    state.extend(added.iter().map(|(k, x)| (k.to_string(), *x)));
+    state.extend(added);
     Ok(())
 }
 

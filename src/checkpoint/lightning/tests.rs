@@ -383,7 +383,7 @@ fn every_writable_scheduler_reads_back() {
     let torch = scheduler::to_torch(&states[8], false).unwrap();
     assert!(matches!(torch.get("T_cur"), Some(Value::Int(4))) && matches!(torch.get("T_i"), Some(Value::Int(6))));
     // CyclicLR's momentum range goes to the param groups too.
-    assert_eq!(scheduler::group_entries(&states[9]), vec![("base_momentum", 0.8), ("max_momentum", 0.9)]);
+    assert_eq!(scheduler::group_entries(&states[9]), vec![("base_momentum", vec![0.8]), ("max_momentum", vec![0.9])]);
 }
 
 /// OneCycleLR goes to torch's form (its ranges into the param groups) and
@@ -414,7 +414,7 @@ fn one_cycle_round_trips_through_torch_and_the_param_groups() {
         let phases = torch.get("_schedule_phases").unwrap();
         assert_eq!(items(phases, "phases").unwrap().len(), if three_phase { 3 } else { 2 });
         let groups: Vec<(String, Vec<f64>)> =
-            scheduler::group_entries(&state).iter().map(|(k, v)| (k.to_string(), vec![*v])).collect();
+            scheduler::group_entries(&state).iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
         assert_eq!(
             groups.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
             ["max_lr", "min_lr", "max_momentum", "base_momentum"]
@@ -450,7 +450,7 @@ fn one_cycle_round_trips_through_torch_and_the_param_groups() {
     }
     let state = s.state_dict();
     let groups: Vec<(String, Vec<f64>)> =
-        scheduler::group_entries(&state).iter().map(|(k, v)| (k.to_string(), vec![*v])).collect();
+        scheduler::group_entries(&state).iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
     assert!(groups.iter().any(|(k, _)| k == "max_lr"), "{groups:?}");
     let mut back = scheduler::from_torch(&scheduler::to_torch(&state, false).unwrap(), "scheduler").unwrap();
     complete_from_groups(&mut back, &groups, "scheduler").unwrap();

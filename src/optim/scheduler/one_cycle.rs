@@ -126,14 +126,54 @@ impl OneCycleOptions {
 pub struct OneCycleLr {
     base: Base,
     opts: OneCycleOptions,
-    min_lr: f64,
+    /// Each group's range (torch's per-group `max_lr`, `min_lr`,
+    /// `max_momentum`, `base_momentum`).
+    ranges: Vec<GroupRange>,
     phase_ends: Vec<f64>,
+}
+
+/// One param group's range: what torch keeps in the group.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct GroupRange {
+    max_lr: f64,
+    min_lr: f64,
+    max_momentum: f64,
+    base_momentum: f64,
+}
+
+/// The per-group lists a state keeps, with their keys.
+const RANGE_KEYS: [&str; 4] = ["max_lrs", "min_lrs", "max_momentums", "base_momentums"];
+
+impl GroupRange {
+    fn values(&self) -> [f64; 4] {
+        [self.max_lr, self.min_lr, self.max_momentum, self.base_momentum]
+    }
 }
 
 impl OneCycleLr {
     /// Sets every group's `initial_lr` to `max_lr / div_factor` (and its
     /// momentum to `max_momentum` when cycling), then writes the lr of step 0.
     pub fn new(opt: &mut dyn Optimizer, opts: OneCycleOptions) -> Result<Self> {
+        Self::with_max_lrs(opt, opts, &[])
+    }
+
+    /// As [`OneCycleLr::new`] with a peak learning rate per param group
+    /// (torch's `max_lr` given as a list; `opts.max_lr` is then unused):
+    /// each group starts at its `max_lr / div_factor` and ends at that over
+    /// `final_div_factor`. An empty `max_lrs` gives every group
+    /// `opts.max_lr`.
+    pub fn with_max_lrs(opt: &mut dyn Optimizer, opts: OneCycleOptions, max_lrs: &[f64]) -> Result<Self> {
+        let groups = opt.param_groups().len();
+        if !max_lrs.is_empty() && max_lrs.len() != groups {
+            return Err(Error::invalid(format!(
+                "expected {groups} max_lrs (one per param group), got {}",
+                max_lrs.len()
+            )));
+        }
+        if let Some(bad) = max_lrs.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+            return Err(Error::invalid(format!("max_lr must be finite and > 0, got {bad}")));
+        }
+        let opts = OneCycleOptions { max_lr: max_lrs.first().copied().unwrap_or(opts.max_lr), ..opts };
         opts.validate().map_err(Error::invalid)?;
         if opts.cycle_momentum && crate::optim::momentum_key(opt.name()).is_none() {
             return Err(Error::invalid(format!(
@@ -141,16 +181,23 @@ impl OneCycleLr {
                 opt.name()
             )));
         }
-        let initial_lr = opts.max_lr / opts.div_factor;
-        for g in opt.param_groups_mut() {
+        let mut ranges = Vec::with_capacity(groups);
+        for (i, g) in opt.param_groups_mut().iter_mut().enumerate() {
+            let max_lr = max_lrs.get(i).copied().unwrap_or(opts.max_lr);
+            let initial_lr = max_lr / opts.div_factor;
             g.initial_lr = Some(initial_lr);
             if opts.cycle_momentum {
                 g.momentum = opts.max_momentum;
             }
+            ranges.push(GroupRange {
+                max_lr,
+                min_lr: initial_lr / opts.final_div_factor,
+                max_momentum: opts.max_momentum,
+                base_momentum: opts.base_momentum,
+            });
         }
         let phase_ends = opts.phases().iter().map(|p| p.0).collect();
-        let mut s =
-            OneCycleLr { base: Base::attach(opt), opts, min_lr: initial_lr / opts.final_div_factor, phase_ends };
+        let mut s = OneCycleLr { base: Base::attach(opt), opts, ranges, phase_ends };
         s.apply_step(opt, 0)?;
         Ok(s)
     }
@@ -167,9 +214,9 @@ impl OneCycleLr {
         let phases = o.phases();
         let step = step_num as f64;
         let mut lrs = Vec::with_capacity(self.base.base_lrs.len());
-        for (g, initial_lr) in opt.param_groups_mut().iter_mut().zip(&self.base.base_lrs) {
-            let lr_values = [*initial_lr, o.max_lr, self.min_lr];
-            let momenta = [o.max_momentum, o.base_momentum];
+        for ((g, initial_lr), r) in opt.param_groups_mut().iter_mut().zip(&self.base.base_lrs).zip(&self.ranges) {
+            let lr_values = [*initial_lr, r.max_lr, r.min_lr];
+            let momenta = [r.max_momentum, r.base_momentum];
             let mut start_step = 0.0;
             for (i, (&(_, s_lr, e_lr, s_m, e_m), &end_step)) in phases.iter().zip(&self.phase_ends).enumerate() {
                 if step <= end_step || i == phases.len() - 1 {
@@ -229,11 +276,15 @@ impl LrScheduler for OneCycleLr {
             ("div_factor", o.div_factor),
             ("final_div_factor", o.final_div_factor),
             ("three_phase", flag(o.three_phase)),
-            ("min_lr", self.min_lr),
+            ("min_lr", self.ranges.first().map_or(0.0, |r| r.min_lr)),
+            ("ranges.len", self.ranges.len() as f64),
         ] {
             out.push((k.to_string(), v));
         }
         out.extend(self.phase_ends.iter().enumerate().map(|(i, e)| (format!("phase_end.{i}"), *e)));
+        for (i, r) in self.ranges.iter().enumerate() {
+            out.extend(RANGE_KEYS.iter().zip(r.values()).map(|(k, v)| (format!("{k}.{i}"), v)));
+        }
         out
     }
 
@@ -256,6 +307,40 @@ impl LrScheduler for OneCycleLr {
         // The resolved values (older states lack them: derived as at
         // construction).
         let min_lr = l.optional("min_lr").unwrap_or(opts.max_lr / opts.div_factor / opts.final_div_factor);
+        // Each group's range; older states keep one for all groups.
+        let groups = base.base_lrs.len();
+        let ranges: Vec<GroupRange> = match l.optional("ranges.len") {
+            Some(n) if n != groups as f64 => return Err(l.bad("ranges.len", n)),
+            Some(_) => (0..groups)
+                .map(|i| {
+                    let v = |k: &str| l.get(&format!("{k}.{i}"));
+                    Ok(GroupRange {
+                        max_lr: v(RANGE_KEYS[0])?,
+                        min_lr: v(RANGE_KEYS[1])?,
+                        max_momentum: v(RANGE_KEYS[2])?,
+                        base_momentum: v(RANGE_KEYS[3])?,
+                    })
+                })
+                .collect::<Result<_>>()?,
+            None => vec![
+                GroupRange {
+                    max_lr: opts.max_lr,
+                    min_lr,
+                    max_momentum: opts.max_momentum,
+                    base_momentum: opts.base_momentum
+                };
+                groups
+            ],
+        };
+        let bad_range = ranges.iter().any(|r| {
+            let lrs_ok = r.max_lr.is_finite() && r.max_lr > 0.0 && r.min_lr.is_finite() && r.min_lr >= 0.0;
+            !(lrs_ok && r.max_momentum.is_finite() && r.base_momentum.is_finite())
+        });
+        if bad_range {
+            return Err(Error::format(format!(
+                "one_cycle_lr state dict: a param group's range is invalid: {ranges:?}"
+            )));
+        }
         let derived = opts.phases();
         let mut phase_ends = Vec::with_capacity(derived.len());
         for (i, p) in derived.iter().enumerate() {
@@ -279,7 +364,7 @@ impl LrScheduler for OneCycleLr {
         l.finish()?;
         self.base = base;
         self.opts = opts;
-        self.min_lr = min_lr;
+        self.ranges = ranges;
         self.phase_ends = phase_ends;
         Ok(())
     }

@@ -322,6 +322,13 @@ public:
     static Scheduler one_cycle_lr(Optimizer& opt, const OneCycleOptions& options) {
         return make([&](fulmen_scheduler** o) { return fulmen_scheduler_one_cycle_lr_new(opt.get(), &options, o); });
     }
+    /// OneCycleLR with a peak learning rate per param group (torch's
+    /// `max_lr` as a list; `options.max_lr` is ignored).
+    static Scheduler one_cycle_lr(Optimizer& opt, const OneCycleOptions& options, const std::vector<double>& max_lrs) {
+        return make([&](fulmen_scheduler** o) {
+            return fulmen_scheduler_one_cycle_lr_max_lrs_new(opt.get(), &options, max_lrs.data(), max_lrs.size(), o);
+        });
+    }
     /// CyclicLR with `options` (usually stepped every batch).
     static Scheduler cyclic_lr(Optimizer& opt, const CyclicLrOptions& options) {
         return make([&](fulmen_scheduler** o) { return fulmen_scheduler_cyclic_lr_new(opt.get(), &options, o); });
