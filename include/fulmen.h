@@ -5242,6 +5242,26 @@ struct fulmen_error *fulmen_scheduler_cyclic_lr_new(struct fulmen_optimizer *opt
                                                     struct fulmen_scheduler **out);
 
 /**
+ * `CyclicLR` with each param group's own range (torch's `base_lr` and
+ * `max_lr` given as lists): `base_lrs` and `max_lrs` hold one finite
+ * value >= 0 per group of the optimizer (`n_base_lrs` / `n_max_lrs` equal
+ * to its group count), or are empty (count 0) for the options' value in
+ * every group. Otherwise as `fulmen_scheduler_cyclic_lr_new`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a count that is neither 0 nor the
+ * group count; a bad value; the options as in
+ * `fulmen_scheduler_cyclic_lr_new`), FULMEN_CODE_NULL_ARGUMENT
+ * (`options` NULL, or a list NULL with a count > 0).
+ */
+struct fulmen_error *fulmen_scheduler_cyclic_lr_ranges_new(struct fulmen_optimizer *optimizer,
+                                                           const struct fulmen_cyclic_lr_options *options,
+                                                           const double *base_lrs,
+                                                           size_t n_base_lrs,
+                                                           const double *max_lrs,
+                                                           size_t n_max_lrs,
+                                                           struct fulmen_scheduler **out);
+
+/**
  * `LambdaLR`: the lr of group `g` at step `t` is `initial_lr *
  * lr_lambda(t, g)` (step 0 written at once). `lr_lambda` runs on the
  * thread that steps the scheduler (the trainer's, or the host loop's);

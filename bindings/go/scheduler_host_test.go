@@ -41,6 +41,15 @@ func TestHostSchedulers(t *testing.T) {
 	if _, err := fulmen.NewCyclicLR(opt, c); !errors.Is(err, fulmen.ErrInvalidArgument) {
 		t.Fatalf("bad mode: %v", err)
 	}
+	// Each group's own range (one group here): from 0.1 to 2 in 2 steps.
+	c.Mode = fulmen.CyclicTriangular
+	s = must(fulmen.NewCyclicLRRanges(opt, c, []float64{0.1}, []float64{2}))
+	ok(t, s.Step(opt, math.NaN()))
+	near("cyclic range", 1.05)
+	ok(t, s.Close())
+	if _, err := fulmen.NewCyclicLRRanges(opt, c, []float64{0.1, 0.2}, nil); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("two ranges for one group: %v", err)
+	}
 
 	// LambdaLR: the lr is the initial lr (0.1: CyclicLR's base lr, recorded as torch does) times the factor.
 	var seen []int64

@@ -65,20 +65,52 @@ pub unsafe extern "C" fn fulmen_scheduler_cyclic_lr_new(
     out: *mut *mut fulmen_scheduler,
 ) -> *mut fulmen_error {
     guard("fulmen_scheduler_cyclic_lr_new", || {
-        let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
-        let mode = CyclicMode::from_i32(o.mode)?;
-        let opts = CyclicLrOptions {
-            base_lr: o.base_lr,
-            max_lr: o.max_lr,
-            step_size_up: o.step_size_up,
-            step_size_down: (o.step_size_down != 0).then_some(o.step_size_down),
-            mode,
-            gamma: o.gamma,
-            cycle_momentum: o.cycle_momentum,
-            base_momentum: o.base_momentum,
-            max_momentum: o.max_momentum,
-        };
+        let opts = cyclic_options(options)?;
         make(optimizer, out, |opt| Ok(Box::new(CyclicLr::new(opt, opts)?)))
+    })
+}
+
+/// `CyclicLR` with each param group's own range (torch's `base_lr` and
+/// `max_lr` given as lists): `base_lrs` and `max_lrs` hold one finite
+/// value >= 0 per group of the optimizer (`n_base_lrs` / `n_max_lrs` equal
+/// to its group count), or are empty (count 0) for the options' value in
+/// every group. Otherwise as `fulmen_scheduler_cyclic_lr_new`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (a count that is neither 0 nor the
+/// group count; a bad value; the options as in
+/// `fulmen_scheduler_cyclic_lr_new`), FULMEN_CODE_NULL_ARGUMENT
+/// (`options` NULL, or a list NULL with a count > 0).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_cyclic_lr_ranges_new(
+    optimizer: *mut fulmen_optimizer,
+    options: *const fulmen_cyclic_lr_options,
+    base_lrs: *const f64,
+    n_base_lrs: usize,
+    max_lrs: *const f64,
+    n_max_lrs: usize,
+    out: *mut *mut fulmen_scheduler,
+) -> *mut fulmen_error {
+    guard("fulmen_scheduler_cyclic_lr_ranges_new", || {
+        let opts = cyclic_options(options)?;
+        let lower = super::tensor::handle::slice_arg(base_lrs, n_base_lrs, "base_lrs")?;
+        let upper = super::tensor::handle::slice_arg(max_lrs, n_max_lrs, "max_lrs")?;
+        make(optimizer, out, |opt| Ok(Box::new(CyclicLr::with_ranges(opt, opts, lower, upper)?)))
+    })
+}
+
+/// The core's options from the C struct (required).
+unsafe fn cyclic_options(options: *const fulmen_cyclic_lr_options) -> Result<CyclicLrOptions> {
+    let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
+    Ok(CyclicLrOptions {
+        base_lr: o.base_lr,
+        max_lr: o.max_lr,
+        step_size_up: o.step_size_up,
+        step_size_down: (o.step_size_down != 0).then_some(o.step_size_down),
+        mode: CyclicMode::from_i32(o.mode)?,
+        gamma: o.gamma,
+        cycle_momentum: o.cycle_momentum,
+        base_momentum: o.base_momentum,
+        max_momentum: o.max_momentum,
     })
 }
 

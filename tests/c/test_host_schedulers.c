@@ -80,6 +80,22 @@ static void test_cyclic(void) {
     CHECK_ERR(fulmen_scheduler_cyclic_lr_new(o, NULL, &bad), FULMEN_CODE_NULL_ARGUMENT, NULL);
     c = fulmen_cyclic_lr_options_default(0.01, 0.1);
     CHECK_ERR(fulmen_scheduler_cyclic_lr_new(NULL, &c, &bad), FULMEN_CODE_NULL_ARGUMENT, NULL);
+
+    /* each group's own range: one group here, from 0.02 to 0.2 in 2 steps;
+     * lists of another length, NULL lists and bad values refused */
+    c.step_size_up = 2;
+    const double lower[1] = {0.02}, upper[1] = {0.2}, two[2] = {0.1, 0.2}, negative[1] = {-0.1};
+    CHECK_OK(fulmen_scheduler_cyclic_lr_ranges_new(o, &c, lower, 1, upper, 1, &s));
+    static const double want3[4] = {0.02, 0.11000000000000001, 0.2, 0.11000000000000001};
+    EXPECT_SCHEDULE(s, o, want3, 4);
+    fulmen_scheduler_free(s);
+    CHECK_OK(fulmen_scheduler_cyclic_lr_ranges_new(o, &c, NULL, 0, upper, 1, &s)); /* base_lr from the options */
+    fulmen_scheduler_free(s);
+    CHECK_ERR(fulmen_scheduler_cyclic_lr_ranges_new(o, &c, two, 2, NULL, 0, &bad), FULMEN_CODE_INVALID_ARGUMENT,
+              "1 base_lrs");
+    CHECK_ERR(fulmen_scheduler_cyclic_lr_ranges_new(o, &c, NULL, 1, NULL, 0, &bad), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_scheduler_cyclic_lr_ranges_new(o, &c, lower, 1, negative, 1, &bad), FULMEN_CODE_INVALID_ARGUMENT,
+              "max_lrs");
     CHECK(bad == NULL);
     fulmen_optimizer_free(o);
 }

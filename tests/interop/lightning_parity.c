@@ -47,6 +47,10 @@
  *   onecycle_groups: Adam (lr 0.01) over the weights and a second param
  *             group of the biases; OneCycleLR with max_lr 0.02 and 0.05
  *             per group (44 steps, beta1 cycled) per step; no clipping;
+ *   cyclic_groups: SGD (lr 0.1, momentum 0.9) over the weights and a
+ *             second param group of the biases (lr 0.2); CyclicLR from
+ *             0.01 / 0.02 to 0.1 / 0.05 per group (4 steps up, exp_range,
+ *             gamma 0.99, momentum cycled) per step; no clipping;
  *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
  *             learning-rate range test (1e-5 to 1 over 30 steps) writes
  *             "lr loss" per step to LOSSES, then "suggestion lr".
@@ -308,6 +312,20 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
         if (e) return e;
         sched = NULL;
         e = fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_EPOCH, 1, NULL);
+    } else if (strcmp(job->config, "cyclic_groups") == 0) {
+        e = sgd_groups(job->model, &opt);
+        if (e) return e;
+        fulmen_cyclic_lr_options c = fulmen_cyclic_lr_options_default(0.01, 0.1);
+        c.step_size_up = 4;
+        c.mode = FULMEN_CYCLIC_MODE_EXP_RANGE;
+        c.gamma = 0.99;
+        const double lower[2] = {0.01, 0.02}, upper[2] = {0.1, 0.05};
+        e = fulmen_scheduler_cyclic_lr_ranges_new(opt, &c, lower, 2, upper, 2, &sched);
+        if (e) {
+            fulmen_optimizer_free(opt);
+            return e;
+        }
+        e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_STEP, 1, NULL);
     } else if (strcmp(job->config, "onecycle_groups") == 0) {
         fulmen_tensor *weights[2] = {NULL, NULL}, *biases[2] = {NULL, NULL};
         fulmen_adam_options o = fulmen_adam_options_default();
@@ -410,7 +428,7 @@ int main(int argc, char **argv) {
         strcmp(job.config, "cyclic") != 0 && strcmp(job.config, "lambda") != 0 && strcmp(job.config, "lr_find") != 0 &&
         strcmp(job.config, "onecycle") != 0 && strcmp(job.config, "chained") != 0 &&
         strcmp(job.config, "two_schedulers") != 0 && strcmp(job.config, "groups") != 0 &&
-        strcmp(job.config, "onecycle_groups") != 0 && !validating) {
+        strcmp(job.config, "onecycle_groups") != 0 && strcmp(job.config, "cyclic_groups") != 0 && !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;
     }

@@ -79,6 +79,8 @@ CONFIGS = {
     # OneCycleLR with a max_lr per param group (Adam, the biases in a group
     # of their own).
     "onecycle_groups": ("adam_groups", "onecycle_groups", "step", 1, None, "norm", 1),
+    # CyclicLR with a base_lr and max_lr per param group.
+    "cyclic_groups": ("sgd_groups", "cyclic_groups", "step", 1, None, "norm", 1),
 }
 
 # Configurations validating every epoch and stepping ReduceLROnPlateau on
@@ -152,6 +154,10 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
                 monitor = {}
             elif step_lr == "lambda":
                 sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.95**step)
+                monitor = {}
+            elif step_lr == "cyclic_groups":
+                sched = torch.optim.lr_scheduler.CyclicLR(opt, [0.01, 0.02], [0.1, 0.05], step_size_up=4,
+                                                          mode="exp_range", gamma=0.99)
                 monitor = {}
             elif step_lr == "onecycle_groups":
                 sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[0.02, 0.05], total_steps=EPOCHS * SAMPLES // BATCH)

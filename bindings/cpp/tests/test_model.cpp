@@ -253,6 +253,9 @@ TEST_F(OptimTest, Schedulers) {
     EXPECT_NEAR(lr_after([&](Optimizer& o) { return Scheduler::cyclic_lr(o, cyc); }, 1), 0.55, 1e-12);
     EXPECT_NEAR(lr_after([&](Optimizer& o) { return Scheduler::cyclic_lr(o, cyc); }, 2), 1.0, 1e-12);
     EXPECT_NEAR(lr_after([&](Optimizer& o) { return Scheduler::cyclic_lr(o, cyc); }, 4), 0.1, 1e-12);
+    // Each group's own range (one group here): from 0.1 to 2 in 2 steps.
+    EXPECT_NEAR(lr_after([&](Optimizer& o) { return Scheduler::cyclic_lr(o, cyc, {0.1}, {2.0}); }, 1), 1.05, 1e-12);
+    EXPECT_THROW(lr_after([&](Optimizer& o) { return Scheduler::cyclic_lr(o, cyc, {0.1, 0.2}, {}); }, 0), fulmen::Error);
     // LambdaLR / MultiplicativeLR call the C++ function with the step and group.
     auto halving = [](Optimizer& o) { return Scheduler::lambda_lr(o, [](int64_t t, size_t) { return 1.0 / (1 + t); }); };
     EXPECT_DOUBLE_EQ(lr_after(halving, 3), 0.25);

@@ -249,7 +249,20 @@ pub fn group_entries(flat: &[(String, f64)]) -> Vec<(&'static str, Vec<f64>)> {
         }
     }
     match (f.get("step_size_up"), f.get("cycle_momentum"), f.get("base_momentum"), f.get("max_momentum")) {
-        (Ok(_), Ok(1.0), Ok(base), Ok(max)) => vec![("base_momentum", vec![base]), ("max_momentum", vec![max])],
+        (Ok(_), Ok(1.0), Ok(base), Ok(max)) => {
+            let per_group = |key: &str, one: f64| {
+                let values = f.list(key);
+                if values.is_empty() {
+                    vec![one]
+                } else {
+                    values
+                }
+            };
+            vec![
+                ("base_momentum", per_group("base_momentums", base)),
+                ("max_momentum", per_group("max_momentums", max)),
+            ]
+        }
         _ => Vec::new(),
     }
 }
@@ -434,8 +447,17 @@ fn cyclic_to_torch(f: &Flat, betas: bool) -> Result<Value> {
     let mode = CYCLIC_MODES
         .get(f.get("mode")? as usize)
         .ok_or_else(|| Error::format(format!("cyclic_lr state: mode {}", f.get("mode").unwrap_or_default())))?;
+    // Each group's range, or (older states) one for all.
+    let per_group = |key: &str, one: f64| {
+        let values = f.list(key);
+        if values.len() == groups {
+            values
+        } else {
+            vec![one; groups]
+        }
+    };
     let mut out = vec![
-        ("max_lrs", floats(&vec![f.get("max_lr")?; groups])),
+        ("max_lrs", floats(&per_group("max_lrs", f.get("max_lr")?))),
         ("total_size", Value::Float(up + down)),
         ("step_ratio", Value::Float(up / (up + down))),
         ("mode", text(mode)),
@@ -445,8 +467,8 @@ fn cyclic_to_torch(f: &Flat, betas: bool) -> Result<Value> {
     ];
     if f.get("cycle_momentum")? == 1.0 {
         out.push(("use_beta1", Value::Bool(betas)));
-        out.push(("base_momentums", floats(&vec![f.get("base_momentum")?; groups])));
-        out.push(("max_momentums", floats(&vec![f.get("max_momentum")?; groups])));
+        out.push(("base_momentums", floats(&per_group("base_momentums", f.get("base_momentum")?))));
+        out.push(("max_momentums", floats(&per_group("max_momentums", f.get("max_momentum")?))));
     }
     out.extend(base_entries(f)?);
     out.push(("_scale_fn_custom", Value::None));
@@ -632,15 +654,6 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
     )))
 }
 
-/// One number for all groups, as fulmen keeps it.
-fn same_for_all(values: &[f64], what: &str) -> Result<f64> {
-    let first = values.first().copied().ok_or_else(|| Error::format(format!("{what} is empty")))?;
-    if values.iter().any(|v| v.to_bits() != first.to_bits()) {
-        return Err(Error::unsupported(format!("{what} differs between param groups ({values:?}); fulmen keeps one")));
-    }
-    Ok(first)
-}
-
 fn cyclic_from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
     let num = |key: &str| -> Result<f64> { number(field(v, key, what)?, &format!("{what}.{key}")) };
     let list =
@@ -661,23 +674,31 @@ fn cyclic_from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
     let mut out = vec![("last_epoch".to_string(), num("last_epoch")?)];
     out.extend(base_lrs.iter().enumerate().map(|(i, x)| (format!("base_lrs.{i}"), *x)));
     out.extend(last_lr.iter().enumerate().map(|(i, x)| (format!("last_lr.{i}"), *x)));
-    let momentum = |key: &str, default: f64| -> Result<f64> {
-        if cycle_momentum {
-            same_for_all(&list(key)?, &format!("{what}.{key}"))
-        } else {
-            Ok(default)
+    // Each group's range (torch keeps lists); the options as group 0 has them.
+    let per_group = |key: &str, default: f64| -> Result<Vec<f64>> {
+        let values = if cycle_momentum || key == "max_lrs" { list(key)? } else { vec![default; base_lrs.len()] };
+        if values.len() != base_lrs.len() {
+            return Err(Error::format(format!("{what}.{key} does not list the {} groups", base_lrs.len())));
         }
+        Ok(values)
     };
+    let (max_lrs, base_momentums, max_momentums) =
+        (per_group("max_lrs", 0.0)?, per_group("base_momentums", 0.8)?, per_group("max_momentums", 0.9)?);
+    let first = |v: &[f64]| v.first().copied().ok_or_else(|| Error::format(format!("{what}: no param group")));
+    for (k, values) in [("max_lrs", &max_lrs), ("base_momentums", &base_momentums), ("max_momentums", &max_momentums)] {
+        out.extend(values.iter().enumerate().map(|(i, x)| (format!("{k}.{i}"), *x)));
+    }
+    out.push(("ranges.len".to_string(), base_lrs.len() as f64));
     for (k, x) in [
-        ("base_lr", same_for_all(&base_lrs, &format!("{what}.base_lrs"))?),
-        ("max_lr", same_for_all(&list("max_lrs")?, &format!("{what}.max_lrs"))?),
+        ("base_lr", first(&base_lrs)?),
+        ("max_lr", first(&max_lrs)?),
         ("step_size_up", up),
         ("step_size_down", total - up),
         ("mode", mode as f64),
         ("gamma", num("gamma")?),
         ("cycle_momentum", f64::from(u8::from(cycle_momentum))),
-        ("base_momentum", momentum("base_momentums", 0.8)?),
-        ("max_momentum", momentum("max_momentums", 0.9)?),
+        ("base_momentum", first(&base_momentums)?),
+        ("max_momentum", first(&max_momentums)?),
     ] {
         out.push((k.to_string(), x));
     }

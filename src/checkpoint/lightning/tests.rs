@@ -362,6 +362,10 @@ fn every_writable_scheduler_reads_back() {
             ("cycle_momentum", 1.0),
             ("base_momentum", 0.8),
             ("max_momentum", 0.9),
+            ("ranges.len", 1.0),
+            ("max_lrs.0", 0.1),
+            ("base_momentums.0", 0.8),
+            ("max_momentums.0", 0.9),
         ]),
     ];
     // A ChainedScheduler of two of them, and a SequentialLR of the chain's

@@ -112,12 +112,48 @@ impl CyclicLrOptions {
 pub struct CyclicLr {
     base: Base,
     opts: CyclicLrOptions,
+    /// Each group's upper lr and momentum bounds (torch's `max_lrs`,
+    /// `base_momentums`, `max_momentums`); the lower lr is `base_lrs`.
+    ranges: Vec<[f64; 3]>,
 }
+
+/// The per-group lists a state keeps, in the order of a range's values.
+const RANGE_KEYS: [&str; 3] = ["max_lrs", "base_momentums", "max_momentums"];
 
 impl CyclicLr {
     /// Sets every group's lr (and `initial_lr`) to `base_lr` and, when
     /// cycling momentum, its momentum to `max_momentum`, as torch does.
     pub fn new(opt: &mut dyn Optimizer, opts: CyclicLrOptions) -> Result<Self> {
+        Self::with_ranges(opt, opts, &[], &[])
+    }
+
+    /// As [`CyclicLr::new`] with each param group's own range (torch's
+    /// `base_lr` and `max_lr` given as lists; the options' values are then
+    /// unused): `base_lrs` and `max_lrs` hold one finite value >= 0 per
+    /// group, or are empty for the options' value in every group.
+    pub fn with_ranges(
+        opt: &mut dyn Optimizer,
+        opts: CyclicLrOptions,
+        base_lrs: &[f64],
+        max_lrs: &[f64],
+    ) -> Result<Self> {
+        let groups = opt.param_groups().len();
+        for (what, values) in [("base_lrs", base_lrs), ("max_lrs", max_lrs)] {
+            if !values.is_empty() && values.len() != groups {
+                return Err(Error::invalid(format!(
+                    "expected {groups} {what} (one per param group), got {}",
+                    values.len()
+                )));
+            }
+            if let Some(bad) = values.iter().find(|v| !(v.is_finite() && **v >= 0.0)) {
+                return Err(Error::invalid(format!("{what} must be finite and >= 0, got {bad}")));
+            }
+        }
+        let opts = CyclicLrOptions {
+            base_lr: base_lrs.first().copied().unwrap_or(opts.base_lr),
+            max_lr: max_lrs.first().copied().unwrap_or(opts.max_lr),
+            ..opts
+        };
         opts.validate().map_err(Error::invalid)?;
         if opts.cycle_momentum && crate::optim::momentum_key(opt.name()).is_none() {
             return Err(Error::invalid(format!(
@@ -125,17 +161,21 @@ impl CyclicLr {
                 opt.name()
             )));
         }
-        for g in opt.param_groups_mut() {
-            g.lr = opts.base_lr;
+        let lower = |i: usize| base_lrs.get(i).copied().unwrap_or(opts.base_lr);
+        for (i, g) in opt.param_groups_mut().iter_mut().enumerate() {
+            g.lr = lower(i);
             // torch's setdefault: an earlier scheduler's initial_lr stays.
-            g.initial_lr.get_or_insert(opts.base_lr);
+            g.initial_lr.get_or_insert(lower(i));
             if opts.cycle_momentum {
                 g.momentum = opts.max_momentum;
             }
         }
         let mut base = Base::attach(opt);
-        base.base_lrs = vec![opts.base_lr; base.base_lrs.len()];
-        let mut s = CyclicLr { base, opts };
+        base.base_lrs = (0..groups).map(lower).collect();
+        let ranges = (0..groups)
+            .map(|i| [max_lrs.get(i).copied().unwrap_or(opts.max_lr), opts.base_momentum, opts.max_momentum])
+            .collect();
+        let mut s = CyclicLr { base, opts, ranges };
         s.apply_step(opt, 0);
         Ok(s)
     }
@@ -149,11 +189,11 @@ impl CyclicLr {
         let x = 1.0 + epoch / total - cycle;
         let factor = if x <= ratio { x / ratio } else { (x - 1.0) / (ratio - 1.0) };
         let scale = o.scale(cycle, epoch);
-        let lrs: Vec<f64> = self.base.base_lrs.iter().map(|b| b + (o.max_lr - b) * factor * scale).collect();
+        let lrs: Vec<f64> =
+            self.base.base_lrs.iter().zip(&self.ranges).map(|(b, r)| b + (r[0] - b) * factor * scale).collect();
         if o.cycle_momentum {
-            let momentum = o.max_momentum - (o.max_momentum - o.base_momentum) * factor * scale;
-            for g in opt.param_groups_mut() {
-                g.momentum = momentum;
+            for (g, [_, base_m, max_m]) in opt.param_groups_mut().iter_mut().zip(&self.ranges) {
+                g.momentum = max_m - (max_m - base_m) * factor * scale;
             }
         }
         self.base.last_epoch = n;
@@ -206,8 +246,12 @@ impl LrScheduler for CyclicLr {
             ("cycle_momentum", flag(o.cycle_momentum)),
             ("base_momentum", o.base_momentum),
             ("max_momentum", o.max_momentum),
+            ("ranges.len", self.ranges.len() as f64),
         ] {
             out.push((k.to_string(), v));
+        }
+        for (i, r) in self.ranges.iter().enumerate() {
+            out.extend(RANGE_KEYS.iter().zip(r).map(|(k, v)| (format!("{k}.{i}"), *v)));
         }
         out
     }
@@ -233,9 +277,25 @@ impl LrScheduler for CyclicLr {
             max_momentum: l.get("max_momentum")?,
         };
         opts.validate().map_err(|m| Error::format(format!("cyclic_lr state dict: {m}")))?;
+        // Each group's range; older states keep one for all groups.
+        let groups = base.base_lrs.len();
+        let ranges: Vec<[f64; 3]> = match l.optional("ranges.len") {
+            Some(n) if n != groups as f64 => return Err(l.bad("ranges.len", n)),
+            Some(_) => (0..groups)
+                .map(|i| {
+                    let v = |k: &str| l.get(&format!("{k}.{i}"));
+                    Ok([v(RANGE_KEYS[0])?, v(RANGE_KEYS[1])?, v(RANGE_KEYS[2])?])
+                })
+                .collect::<Result<_>>()?,
+            None => vec![[opts.max_lr, opts.base_momentum, opts.max_momentum]; groups],
+        };
+        if ranges.iter().any(|r| !(r.iter().all(|v| v.is_finite()) && r[0] >= 0.0)) {
+            return Err(Error::format(format!("cyclic_lr state dict: a param group's range is invalid: {ranges:?}")));
+        }
         l.finish()?;
         self.base = base;
         self.opts = opts;
+        self.ranges = ranges;
         Ok(())
     }
 }

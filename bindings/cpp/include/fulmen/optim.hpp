@@ -333,6 +333,15 @@ public:
     static Scheduler cyclic_lr(Optimizer& opt, const CyclicLrOptions& options) {
         return make([&](fulmen_scheduler** o) { return fulmen_scheduler_cyclic_lr_new(opt.get(), &options, o); });
     }
+    /// CyclicLR with each param group's own range (torch's `base_lr` and
+    /// `max_lr` as lists; an empty list: the options' value for every group).
+    static Scheduler cyclic_lr(Optimizer& opt, const CyclicLrOptions& options, const std::vector<double>& base_lrs,
+                               const std::vector<double>& max_lrs) {
+        return make([&](fulmen_scheduler** o) {
+            return fulmen_scheduler_cyclic_lr_ranges_new(opt.get(), &options, base_lrs.data(), base_lrs.size(),
+                                                         max_lrs.data(), max_lrs.size(), o);
+        });
+    }
     /// LambdaLR: lr = initial_lr * factor(step, group).
     static Scheduler lambda_lr(Optimizer& opt, LrLambda factor) {
         return with_lambda(fulmen_scheduler_lambda_lr_new, opt, std::move(factor));
