@@ -472,10 +472,7 @@ func DefaultOneCycleOptions(maxLR float64, totalSteps int64) OneCycleOptions {
 
 // NewOneCycleLR is OneCycleLR with opts.
 func NewOneCycleLR(opt *Optimizer, opts OneCycleOptions) (*Scheduler, error) {
-	c := C.fulmen_one_cycle_options{max_lr: C.double(opts.MaxLR), total_steps: C.int64_t(opts.TotalSteps),
-		pct_start: C.double(opts.PctStart), linear_anneal: C.bool(opts.LinearAnneal), cycle_momentum: C.bool(opts.CycleMomentum),
-		base_momentum: C.double(opts.BaseMomentum), max_momentum: C.double(opts.MaxMomentum), div_factor: C.double(opts.DivFactor),
-		final_div_factor: C.double(opts.FinalDivFactor), three_phase: C.bool(opts.ThreePhase)}
+	c := opts.toC()
 	return makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
 		return C.fulmen_scheduler_one_cycle_lr_new(o, &c, out)
 	})
@@ -484,16 +481,9 @@ func NewOneCycleLR(opt *Optimizer, opts OneCycleOptions) (*Scheduler, error) {
 // NewOneCycleLRMaxLRs is NewOneCycleLR with a peak learning rate per param
 // group (torch's max_lr as a list; opts.MaxLR is ignored).
 func NewOneCycleLRMaxLRs(opt *Optimizer, opts OneCycleOptions, maxLRs []float64) (*Scheduler, error) {
-	c := C.fulmen_one_cycle_options{max_lr: C.double(opts.MaxLR), total_steps: C.int64_t(opts.TotalSteps),
-		pct_start: C.double(opts.PctStart), linear_anneal: C.bool(opts.LinearAnneal), cycle_momentum: C.bool(opts.CycleMomentum),
-		base_momentum: C.double(opts.BaseMomentum), max_momentum: C.double(opts.MaxMomentum), div_factor: C.double(opts.DivFactor),
-		final_div_factor: C.double(opts.FinalDivFactor), three_phase: C.bool(opts.ThreePhase)}
-	var ptr *C.double
-	if len(maxLRs) > 0 {
-		ptr = (*C.double)(&maxLRs[0])
-	}
+	c := opts.toC()
 	s, err := makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
-		return C.fulmen_scheduler_one_cycle_lr_max_lrs_new(o, &c, ptr, C.size_t(len(maxLRs)), out)
+		return C.fulmen_scheduler_one_cycle_lr_max_lrs_new(o, &c, doubles(maxLRs), C.size_t(len(maxLRs)), out)
 	})
 	runtime.KeepAlive(maxLRs)
 	return s, err
@@ -530,9 +520,7 @@ func DefaultPlateauOptions() PlateauOptions {
 // NewReduceLROnPlateau is ReduceLROnPlateau with opts; step it with a metric
 // (or name the metric as the monitor in OptimizerConfig.AddWithScheduler).
 func NewReduceLROnPlateau(opt *Optimizer, opts PlateauOptions) (*Scheduler, error) {
-	c := C.fulmen_plateau_options{mode_max: C.bool(opts.ModeMax), factor: C.double(opts.Factor),
-		patience: C.uint64_t(opts.Patience), threshold: C.double(opts.Threshold), threshold_abs: C.bool(opts.ThresholdAbs),
-		cooldown: C.uint64_t(opts.Cooldown), min_lr: C.double(opts.MinLR), eps: C.double(opts.Eps)}
+	c := opts.toC()
 	return makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
 		return C.fulmen_scheduler_reduce_on_plateau_new(o, &c, out)
 	})
@@ -541,15 +529,9 @@ func NewReduceLROnPlateau(opt *Optimizer, opts PlateauOptions) (*Scheduler, erro
 // NewReduceLROnPlateauMinLRs is NewReduceLROnPlateau with a lower bound
 // per param group (torch's min_lr as a list; opts.MinLR is ignored).
 func NewReduceLROnPlateauMinLRs(opt *Optimizer, opts PlateauOptions, minLRs []float64) (*Scheduler, error) {
-	c := C.fulmen_plateau_options{mode_max: C.bool(opts.ModeMax), factor: C.double(opts.Factor),
-		patience: C.uint64_t(opts.Patience), threshold: C.double(opts.Threshold), threshold_abs: C.bool(opts.ThresholdAbs),
-		cooldown: C.uint64_t(opts.Cooldown), min_lr: C.double(opts.MinLR), eps: C.double(opts.Eps)}
-	var ptr *C.double
-	if len(minLRs) > 0 {
-		ptr = (*C.double)(&minLRs[0])
-	}
+	c := opts.toC()
 	s, err := makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
-		return C.fulmen_scheduler_reduce_on_plateau_min_lrs_new(o, &c, ptr, C.size_t(len(minLRs)), out)
+		return C.fulmen_scheduler_reduce_on_plateau_min_lrs_new(o, &c, doubles(minLRs), C.size_t(len(minLRs)), out)
 	})
 	runtime.KeepAlive(minLRs)
 	return s, err
@@ -572,3 +554,27 @@ func (o *Optimizer) Closed() bool { return o == nil || o.h.closed() }
 
 // Closed reports whether the scheduler was closed or consumed.
 func (s *Scheduler) Closed() bool { return s == nil || s.h.closed() }
+
+// toC is the C struct of the options.
+func (opts OneCycleOptions) toC() C.fulmen_one_cycle_options {
+	return C.fulmen_one_cycle_options{max_lr: C.double(opts.MaxLR), total_steps: C.int64_t(opts.TotalSteps),
+		pct_start: C.double(opts.PctStart), linear_anneal: C.bool(opts.LinearAnneal), cycle_momentum: C.bool(opts.CycleMomentum),
+		base_momentum: C.double(opts.BaseMomentum), max_momentum: C.double(opts.MaxMomentum), div_factor: C.double(opts.DivFactor),
+		final_div_factor: C.double(opts.FinalDivFactor), three_phase: C.bool(opts.ThreePhase)}
+}
+
+// toC is the C struct of the options.
+func (opts PlateauOptions) toC() C.fulmen_plateau_options {
+	return C.fulmen_plateau_options{mode_max: C.bool(opts.ModeMax), factor: C.double(opts.Factor),
+		patience: C.uint64_t(opts.Patience), threshold: C.double(opts.Threshold), threshold_abs: C.bool(opts.ThresholdAbs),
+		cooldown: C.uint64_t(opts.Cooldown), min_lr: C.double(opts.MinLR), eps: C.double(opts.Eps)}
+}
+
+// doubles points C at a slice's values (nil for an empty one); keep the
+// slice alive across the call.
+func doubles(v []float64) *C.double {
+	if len(v) == 0 {
+		return nil
+	}
+	return (*C.double)(&v[0])
+}

@@ -52,10 +52,7 @@ func DefaultCyclicLROptions(baseLR, maxLR float64) CyclicLROptions {
 
 // NewCyclicLR is CyclicLR with opts (usually stepped every batch).
 func NewCyclicLR(opt *Optimizer, opts CyclicLROptions) (*Scheduler, error) {
-	c := C.fulmen_cyclic_lr_options{base_lr: C.double(opts.BaseLR), max_lr: C.double(opts.MaxLR),
-		step_size_up: C.int64_t(opts.StepSizeUp), step_size_down: C.int64_t(opts.StepSizeDown), mode: C.int32_t(opts.Mode),
-		gamma: C.double(opts.Gamma), cycle_momentum: C.bool(opts.CycleMomentum), base_momentum: C.double(opts.BaseMomentum),
-		max_momentum: C.double(opts.MaxMomentum)}
+	c := opts.toC()
 	return makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
 		return C.fulmen_scheduler_cyclic_lr_new(o, &c, out)
 	})
@@ -65,23 +62,22 @@ func NewCyclicLR(opt *Optimizer, opts CyclicLROptions) (*Scheduler, error) {
 // (torch's base_lr and max_lr as lists; an empty list: the options' value
 // for every group).
 func NewCyclicLRRanges(opt *Optimizer, opts CyclicLROptions, baseLRs, maxLRs []float64) (*Scheduler, error) {
-	c := C.fulmen_cyclic_lr_options{base_lr: C.double(opts.BaseLR), max_lr: C.double(opts.MaxLR),
-		step_size_up: C.int64_t(opts.StepSizeUp), step_size_down: C.int64_t(opts.StepSizeDown), mode: C.int32_t(opts.Mode),
-		gamma: C.double(opts.Gamma), cycle_momentum: C.bool(opts.CycleMomentum), base_momentum: C.double(opts.BaseMomentum),
-		max_momentum: C.double(opts.MaxMomentum)}
-	list := func(v []float64) *C.double {
-		if len(v) == 0 {
-			return nil
-		}
-		return (*C.double)(&v[0])
-	}
-	lower, upper := list(baseLRs), list(maxLRs)
+	c := opts.toC()
+	lower, upper := doubles(baseLRs), doubles(maxLRs)
 	s, err := makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
 		return C.fulmen_scheduler_cyclic_lr_ranges_new(o, &c, lower, C.size_t(len(baseLRs)), upper, C.size_t(len(maxLRs)), out)
 	})
 	runtime.KeepAlive(baseLRs)
 	runtime.KeepAlive(maxLRs)
 	return s, err
+}
+
+// toC is the C struct of the options.
+func (opts CyclicLROptions) toC() C.fulmen_cyclic_lr_options {
+	return C.fulmen_cyclic_lr_options{base_lr: C.double(opts.BaseLR), max_lr: C.double(opts.MaxLR),
+		step_size_up: C.int64_t(opts.StepSizeUp), step_size_down: C.int64_t(opts.StepSizeDown), mode: C.int32_t(opts.Mode),
+		gamma: C.double(opts.Gamma), cycle_momentum: C.bool(opts.CycleMomentum), base_momentum: C.double(opts.BaseMomentum),
+		max_momentum: C.double(opts.MaxMomentum)}
 }
 
 // LRLambda is the factor of LambdaLR / MultiplicativeLR for a step (0 at

@@ -48,14 +48,8 @@ impl AdagradOptions {
 
 impl GroupOptions for AdagradOptions {
     const EXTRAS: &'static [&'static str] = &["lr_decay", "initial_accumulator_value", "eps", "maximize"];
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-    fn weight_decay(&self) -> f64 {
-        self.weight_decay
-    }
-    fn momentum(&self) -> f64 {
-        0.0
+    fn basics(&self) -> (f64, f64, f64) {
+        (self.lr, self.weight_decay, 0.0)
     }
     fn extras(&self) -> Vec<f64> {
         vec![self.lr_decay, self.initial_accumulator_value, self.eps, flag(self.maximize)]

@@ -40,14 +40,8 @@ impl AdamaxOptions {
 
 impl GroupOptions for AdamaxOptions {
     const EXTRAS: &'static [&'static str] = &["betas.1", "eps", "maximize"];
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-    fn weight_decay(&self) -> f64 {
-        self.weight_decay
-    }
-    fn momentum(&self) -> f64 {
-        self.betas.0
+    fn basics(&self) -> (f64, f64, f64) {
+        (self.lr, self.weight_decay, self.betas.0)
     }
     fn extras(&self) -> Vec<f64> {
         vec![self.betas.1, self.eps, flag(self.maximize)]

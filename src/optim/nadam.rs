@@ -53,14 +53,8 @@ impl NAdamOptions {
 
 impl GroupOptions for NAdamOptions {
     const EXTRAS: &'static [&'static str] = &["betas.1", "eps", "momentum_decay", "decoupled_weight_decay", "maximize"];
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-    fn weight_decay(&self) -> f64 {
-        self.weight_decay
-    }
-    fn momentum(&self) -> f64 {
-        self.betas.0
+    fn basics(&self) -> (f64, f64, f64) {
+        (self.lr, self.weight_decay, self.betas.0)
     }
     fn extras(&self) -> Vec<f64> {
         vec![self.betas.1, self.eps, self.momentum_decay, flag(self.decoupled_weight_decay), flag(self.maximize)]

@@ -50,14 +50,8 @@ impl RmsPropOptions {
 
 impl GroupOptions for RmsPropOptions {
     const EXTRAS: &'static [&'static str] = &["alpha", "eps", "centered", "maximize"];
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-    fn weight_decay(&self) -> f64 {
-        self.weight_decay
-    }
-    fn momentum(&self) -> f64 {
-        self.momentum
+    fn basics(&self) -> (f64, f64, f64) {
+        (self.lr, self.weight_decay, self.momentum)
     }
     fn extras(&self) -> Vec<f64> {
         vec![self.alpha, self.eps, flag(self.centered), flag(self.maximize)]

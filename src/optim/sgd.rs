@@ -52,14 +52,8 @@ impl SgdOptions {
 
 impl GroupOptions for SgdOptions {
     const EXTRAS: &'static [&'static str] = &["dampening", "nesterov", "maximize"];
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-    fn weight_decay(&self) -> f64 {
-        self.weight_decay
-    }
-    fn momentum(&self) -> f64 {
-        self.momentum
+    fn basics(&self) -> (f64, f64, f64) {
+        (self.lr, self.weight_decay, self.momentum)
     }
     fn extras(&self) -> Vec<f64> {
         vec![self.dampening, flag(self.nesterov), flag(self.maximize)]

@@ -39,12 +39,9 @@ pub(crate) const FLAG_KEYS: &[&str] = &["amsgrad", "maximize", "nesterov", "cent
 pub(crate) trait GroupOptions: Copy {
     /// torch's keys of the other constants, in the order of `extras`.
     const EXTRAS: &'static [&'static str];
-    /// Learning rate.
-    fn lr(&self) -> f64;
-    /// Weight decay.
-    fn weight_decay(&self) -> f64;
-    /// The momentum (`betas[0]` for the Adam family; 0 for none).
-    fn momentum(&self) -> f64;
+    /// Learning rate, weight decay and the momentum (`betas[0]` for the
+    /// Adam family; 0 for none): the values of [`ParamGroup`]'s fields.
+    fn basics(&self) -> (f64, f64, f64);
     /// The other constants, in the order of `EXTRAS`.
     fn extras(&self) -> Vec<f64>;
     /// These options with `group`'s values.
@@ -59,7 +56,7 @@ pub(crate) trait GroupOptions: Copy {
 /// holding one must read back. `parse` checks it is finite and >= 0.
 pub(crate) fn check_extras<O: GroupOptions>(defaults: &O, group: &ParamGroup) -> Result<()> {
     let mut probe = group.hypers();
-    probe.momentum = defaults.momentum();
+    probe.momentum = defaults.basics().2;
     defaults.of_group(&probe).validate()
 }
 
@@ -126,10 +123,11 @@ impl Core {
     /// Appends a group with the options `defaults` (and `lr` when given)
     /// after checking its parameters.
     pub fn add_group<O: GroupOptions>(&mut self, params: Vec<Tensor>, lr: Option<f64>, defaults: &O) -> Result<()> {
-        let lr = lr.unwrap_or(defaults.lr());
+        let (default_lr, weight_decay, momentum) = defaults.basics();
+        let lr = lr.unwrap_or(default_lr);
         super::check_non_negative("learning rate", lr)?;
         check_params(&self.groups, &params)?;
-        let mut group = ParamGroup::new(&params, lr, defaults.weight_decay(), defaults.momentum());
+        let mut group = ParamGroup::new(&params, lr, weight_decay, momentum);
         group.extras = defaults.extras();
         self.groups.push(group);
         Ok(())

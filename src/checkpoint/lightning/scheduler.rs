@@ -232,14 +232,7 @@ pub fn group_entries(flat: &[(String, f64)]) -> Vec<(&'static str, Vec<f64>)> {
     if let (Ok(max_lr), Ok(min_lr), Ok(cycle)) = (f.get("max_lr"), f.get("min_lr"), f.get("cycle_momentum")) {
         if f.has("final_div_factor") {
             // Per-group ranges, or (older states) one for all.
-            let per_group = |key: &str, one: f64| {
-                let values = f.list(key);
-                if values.is_empty() {
-                    vec![one]
-                } else {
-                    values
-                }
-            };
+            let per_group = |key: &str, one: f64| listed_or(&f, key, one);
             let mut out = vec![("max_lr", per_group("max_lrs", max_lr)), ("min_lr", per_group("min_lrs", min_lr))];
             if cycle == 1.0 {
                 out.push(("max_momentum", per_group("max_momentums", f.get("max_momentum").unwrap_or(0.95))));
@@ -249,21 +242,22 @@ pub fn group_entries(flat: &[(String, f64)]) -> Vec<(&'static str, Vec<f64>)> {
         }
     }
     match (f.get("step_size_up"), f.get("cycle_momentum"), f.get("base_momentum"), f.get("max_momentum")) {
-        (Ok(_), Ok(1.0), Ok(base), Ok(max)) => {
-            let per_group = |key: &str, one: f64| {
-                let values = f.list(key);
-                if values.is_empty() {
-                    vec![one]
-                } else {
-                    values
-                }
-            };
-            vec![
-                ("base_momentum", per_group("base_momentums", base)),
-                ("max_momentum", per_group("max_momentums", max)),
-            ]
-        }
+        (Ok(_), Ok(1.0), Ok(base), Ok(max)) => vec![
+            ("base_momentum", listed_or(&f, "base_momentums", base)),
+            ("max_momentum", listed_or(&f, "max_momentums", max)),
+        ],
         _ => Vec::new(),
+    }
+}
+
+/// The per-group list `key` of a state, or `[one]` (for every group) when
+/// the state has none (states written before fulmen kept them per group).
+fn listed_or(f: &Flat, key: &str, one: f64) -> Vec<f64> {
+    let values = f.list(key);
+    if values.is_empty() {
+        vec![one]
+    } else {
+        values
     }
 }
 
@@ -485,10 +479,11 @@ fn plateau_to_torch(f: &Flat) -> Result<Value> {
     if min_lrs.is_empty() {
         min_lrs = vec![min_lr; last_lr.len()];
     }
-    let uniform = min_lrs.iter().all(|m| m.to_bits() == min_lr.to_bits());
+    // torch's `default_min_lr` is None when min_lr was given as a list.
+    let per_group = f.get("min_lr_per_group").is_ok_and(|v| v == 1.0);
     Ok(dict(vec![
         ("factor", Value::Float(f.get("factor")?)),
-        ("default_min_lr", if uniform { Value::Float(min_lr) } else { Value::None }),
+        ("default_min_lr", if per_group { Value::None } else { Value::Float(min_lr) }),
         ("min_lrs", floats(&min_lrs)),
         ("patience", count(f.get("patience")? as i64)),
         ("cooldown", count(f.get("cooldown")? as i64)),
@@ -524,9 +519,9 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
         let min_lrs = list("min_lrs")?;
         // torch keeps `default_min_lr` (None when min_lr was a list) and
         // one bound per group.
-        let min_lr = match v.get("default_min_lr") {
-            Some(Value::None) | None => min_lrs.first().copied().unwrap_or(0.0),
-            Some(d) => number(d, &format!("{what}.default_min_lr"))?,
+        let (min_lr, per_group) = match v.get("default_min_lr") {
+            Some(Value::None) | None => (min_lrs.first().copied().unwrap_or(0.0), 1.0),
+            Some(d) => (number(d, &format!("{what}.default_min_lr"))?, 0.0),
         };
         let mode = string(field(v, "mode", what)?, &format!("{what}.mode"))?;
         let threshold_mode = string(field(v, "threshold_mode", what)?, &format!("{what}.threshold_mode"))?;
@@ -546,6 +541,7 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
             ("eps", num("eps")?),
             ("last_lr.len", last_lr.len() as f64),
             ("min_lrs.len", min_lrs.len() as f64),
+            ("min_lr_per_group", per_group),
         ] {
             out.push((k.to_string(), x));
         }

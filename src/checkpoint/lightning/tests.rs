@@ -74,6 +74,7 @@ fn sample() -> Checkpoint {
         ("eps", 1e-8),
         ("last_lr.len", 1.0),
         ("min_lrs.len", 1.0),
+        ("min_lr_per_group", 0.0),
         ("last_lr.0", 0.05),
         ("min_lrs.0", 0.0),
     ]);

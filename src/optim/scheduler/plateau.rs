@@ -79,6 +79,10 @@ pub struct ReduceLrOnPlateau {
     /// Each group's lower bound (torch's `min_lrs`; `opts.min_lr` for all
     /// unless given per group).
     min_lrs: Vec<f64>,
+    /// Whether the bounds were given per group (torch's `default_min_lr`
+    /// None): a group added later then has none, and a reduction is
+    /// refused, as torch refuses it.
+    per_group: bool,
     best: f64,
     num_bad_epochs: u64,
     cooldown_counter: u64,
@@ -93,6 +97,7 @@ impl ReduceLrOnPlateau {
         Ok(ReduceLrOnPlateau {
             opts,
             min_lrs: vec![opts.min_lr; opt.param_groups().len()],
+            per_group: false,
             best: worst(opts.mode),
             num_bad_epochs: 0,
             cooldown_counter: 0,
@@ -117,6 +122,7 @@ impl ReduceLrOnPlateau {
         }
         let mut s = Self::new(opt, opts)?;
         s.min_lrs = min_lrs.to_vec();
+        s.per_group = true;
         Ok(s)
     }
 
@@ -182,9 +188,21 @@ impl LrScheduler for ReduceLrOnPlateau {
             self.num_bad_epochs = 0;
         }
         if self.num_bad_epochs > self.opts.patience {
-            for (i, g) in opt.param_groups_mut().iter_mut().enumerate() {
+            // torch's `_reduce_lr`: groups added since construction take the
+            // one min_lr, or (bounds given per group) the reduction fails.
+            let groups = opt.param_groups().len();
+            if self.min_lrs.len() != groups {
+                if self.per_group {
+                    return Err(Error::state(format!(
+                        "reduce_lr_on_plateau: the optimizer has {groups} param groups but {} min_lrs were given; \
+                         give one per group",
+                        self.min_lrs.len()
+                    )));
+                }
+                self.min_lrs = vec![self.opts.min_lr; groups];
+            }
+            for (g, min_lr) in opt.param_groups_mut().iter_mut().zip(self.min_lrs.iter().copied()) {
                 let old_lr = g.lr;
-                let min_lr = self.min_lrs.get(i).copied().unwrap_or(self.opts.min_lr);
                 let new_lr = (old_lr * self.opts.factor).max(min_lr);
                 if old_lr - new_lr > self.opts.eps {
                     g.lr = new_lr;
@@ -228,6 +246,7 @@ impl LrScheduler for ReduceLrOnPlateau {
             ("eps", o.eps),
             ("last_lr.len", self.last_lr.len() as f64),
             ("min_lrs.len", self.min_lrs.len() as f64),
+            ("min_lr_per_group", if self.per_group { 1.0 } else { 0.0 }),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -258,27 +277,28 @@ impl LrScheduler for ReduceLrOnPlateau {
         if n > 1_000_000 {
             return Err(l.bad("last_lr.len", n as f64));
         }
-        // Older states keep one min_lr for every group.
+        let last_lr: Vec<f64> = (0..n).map(|i| l.get(&format!("last_lr.{i}"))).collect::<Result<_>>()?;
+        // Older states keep one min_lr for every group (as many as the
+        // last_lr values the state holds); a list may be shorter than the
+        // groups, as torch's is after a group was added.
         let min_lrs: Vec<f64> = match l.optional("min_lrs.len") {
-            Some(len) => {
-                if len != n as f64 {
-                    return Err(l.bad("min_lrs.len", len));
-                }
-                (0..n).map(|i| l.get(&format!("min_lrs.{i}"))).collect::<Result<_>>()?
-            }
-            None => vec![opts.min_lr; n as usize],
+            Some(len) if !((0.0..=1e6).contains(&len) && len.fract() == 0.0) => return Err(l.bad("min_lrs.len", len)),
+            Some(len) => (0..len as u64).map(|i| l.get(&format!("min_lrs.{i}"))).collect::<Result<_>>()?,
+            None => vec![opts.min_lr; last_lr.len()],
         };
+        let per_group = l.optional("min_lr_per_group").is_some_and(|v| v == 1.0);
         if let Some(bad) = min_lrs.iter().find(|v| !(v.is_finite() && **v >= 0.0)) {
             return Err(Error::format(format!("reduce_lr_on_plateau state dict: min_lr {bad}")));
         }
         let new = ReduceLrOnPlateau {
             opts,
             min_lrs,
+            per_group,
             best: l.get("best")?,
             num_bad_epochs: count("num_bad_epochs")?,
             cooldown_counter: count("cooldown_counter")?,
             last_epoch: l.int("last_epoch")?,
-            last_lr: (0..n).map(|i| l.get(&format!("last_lr.{i}"))).collect::<Result<_>>()?,
+            last_lr,
         };
         l.finish()?;
         *self = new;

@@ -276,6 +276,29 @@ fn plateau_bounds_each_group_by_its_own_min_lr() {
     let mut bad = state.clone();
     bad.iter_mut().filter(|(k, _)| k == "min_lrs.1").for_each(|(_, v)| *v = -1.0);
     assert!(back.load_state_dict(&bad).is_err());
+
+    // A group added later: one min_lr serves it (torch resizes its list);
+    // bounds given per group refuse the reduction, as torch raises.
+    let third = || Tensor::zeros([2], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
+    for per_group in [false, true] {
+        let mut o = opt();
+        let one = PlateauOptions { min_lr: 0.09, ..opts };
+        let mut s = if per_group {
+            ReduceLrOnPlateau::with_min_lrs(&mut o, one, &[0.09]).unwrap()
+        } else {
+            ReduceLrOnPlateau::new(&mut o, one).unwrap()
+        };
+        o.add_param_group(vec![third()], Some(0.3)).unwrap();
+        s.step(&mut o, Some(1.0)).unwrap();
+        let reduced = s.step(&mut o, Some(1.0));
+        if per_group {
+            assert_eq!(reduced.unwrap_err().code, crate::error::ErrorCode::InvalidState);
+        } else {
+            reduced.unwrap();
+            assert_eq!((o.param_groups()[0].lr, o.param_groups()[1].lr), (0.09, 0.15));
+            assert_eq!(s.min_lrs(), &[0.09, 0.09]);
+        }
+    }
 }
 
 #[test]
