@@ -6,7 +6,8 @@ resumes that continue exactly where an uninterrupted run goes.
 
 For each configuration of tests/interop/lightning_parity.c (schedulers per
 epoch and per step with a frequency, gradient clipping by norm and by
-value, gradient accumulation), the same 32-64-10 MLP starts from the same
+value, gradient accumulation, param groups with their own optimizer
+constants and scheduler ranges), the same 32-64-10 MLP starts from the same
 weights and sees the same batches in the same order on one CPU thread:
 
 1. Lightning's Trainer trains EPOCHS epochs: the reference losses.
