@@ -64,6 +64,9 @@ impl GroupOptions for AdagradOptions {
             maximize: extra(g, 3, flag(self.maximize)) != 0.0,
         }
     }
+    fn maximize(&self) -> bool {
+        self.maximize
+    }
     fn validate(&self) -> Result<()> {
         AdagradOptions::validate(self)
     }
@@ -94,26 +97,21 @@ impl Adagrad {
     }
 
     fn update(&mut self) -> Result<()> {
-        let d = self.opts;
-        self.core.for_each_grad(
-            |g| d.of_group(g).maximize,
-            |g, p, mut grad, st| {
-                let o = d.of_group(g);
-                if !st.buffers.contains_key("sum") {
-                    st.buffers.insert("sum", p.f_full_like(o.initial_accumulator_value)?);
-                }
-                st.step += 1.0;
-                if g.weight_decay != 0.0 {
-                    grad = add_scaled(&grad, p, g.weight_decay)?;
-                }
-                let clr = g.lr / (1.0 + (st.step - 1.0) * o.lr_decay);
-                let sum = st.buffer_or_zeros("sum", p)?;
-                addcmul_(sum, &grad, &grad, 1.0)?;
-                let mut std = sum.f_sqrt()?;
-                let _ = std.f_add_scalar_(o.eps)?;
-                addcdiv_(&mut p.shallow_clone(), &grad, &std, -clr)
-            },
-        )
+        self.core.for_each_grad(&self.opts, |g, o, p, mut grad, st| {
+            if !st.buffers.contains_key("sum") {
+                st.buffers.insert("sum", p.f_full_like(o.initial_accumulator_value)?);
+            }
+            st.step += 1.0;
+            if g.weight_decay != 0.0 {
+                grad = add_scaled(&grad, p, g.weight_decay)?;
+            }
+            let clr = g.lr / (1.0 + (st.step - 1.0) * o.lr_decay);
+            let sum = st.buffer_or_zeros("sum", p)?;
+            addcmul_(sum, &grad, &grad, 1.0)?;
+            let mut std = sum.f_sqrt()?;
+            let _ = std.f_add_scalar_(o.eps)?;
+            addcdiv_(&mut p.shallow_clone(), &grad, &std, -clr)
+        })
     }
 }
 

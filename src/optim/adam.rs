@@ -75,6 +75,9 @@ impl GroupOptions for AdamOptions {
             maximize: extra(g, 3, flag(self.maximize)) != 0.0,
         }
     }
+    fn maximize(&self) -> bool {
+        self.maximize
+    }
     fn validate(&self) -> Result<()> {
         AdamOptions::validate(self)
     }
@@ -116,52 +119,48 @@ impl AdamCore {
 
     /// torch's `_single_tensor_adam`.
     fn step(&mut self) -> Result<()> {
-        let (d, decoupled) = (self.opts, self.decoupled);
-        self.core.for_each_grad(
-            |g| d.of_group(g).maximize,
-            |g, p, mut grad, st| {
-                let o = d.of_group(g);
-                let (lr, beta1, beta2) = (g.lr, g.momentum, o.betas.1);
-                let mut param = p.shallow_clone();
-                st.buffer_or_zeros("exp_avg", p)?;
-                st.buffer_or_zeros("exp_avg_sq", p)?;
-                if o.amsgrad {
-                    st.buffer_or_zeros("max_exp_avg_sq", p)?;
-                }
-                st.step += 1.0;
-                if g.weight_decay != 0.0 {
-                    if decoupled {
-                        let _ = param.f_mul_scalar_(1.0 - lr * g.weight_decay)?;
-                    } else {
-                        grad = add_scaled(&grad, p, g.weight_decay)?;
-                    }
-                }
-                let step = st.step;
-                let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
-                let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
-                let exp_avg = exp_avg.shallow_clone();
-                let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?;
-                let _ = exp_avg_sq.f_mul_scalar_(beta2)?;
-                addcmul_(exp_avg_sq, &grad, &grad, 1.0 - beta2)?;
-                let exp_avg_sq = exp_avg_sq.shallow_clone();
-
-                let bias_correction1 = 1.0 - beta1.powf(step);
-                let bias_correction2 = 1.0 - beta2.powf(step);
-                let step_size = lr / bias_correction1;
-                let bias_correction2_sqrt = bias_correction2.powf(0.5);
-                let second = if o.amsgrad {
-                    let max = st.buffer_or_zeros("max_exp_avg_sq", p)?;
-                    let m = max.f_maximum(&exp_avg_sq)?;
-                    max.f_copy_(&m)?;
-                    max.shallow_clone()
+        let decoupled = self.decoupled;
+        self.core.for_each_grad(&self.opts, |g, o, p, mut grad, st| {
+            let (lr, beta1, beta2) = (g.lr, g.momentum, o.betas.1);
+            let mut param = p.shallow_clone();
+            st.buffer_or_zeros("exp_avg", p)?;
+            st.buffer_or_zeros("exp_avg_sq", p)?;
+            if o.amsgrad {
+                st.buffer_or_zeros("max_exp_avg_sq", p)?;
+            }
+            st.step += 1.0;
+            if g.weight_decay != 0.0 {
+                if decoupled {
+                    let _ = param.f_mul_scalar_(1.0 - lr * g.weight_decay)?;
                 } else {
-                    exp_avg_sq
-                };
-                let mut denom = second.f_sqrt()?.f_div_scalar(bias_correction2_sqrt)?;
-                let _ = denom.f_add_scalar_(o.eps)?;
-                addcdiv_(&mut param, &exp_avg, &denom, -step_size)
-            },
-        )
+                    grad = add_scaled(&grad, p, g.weight_decay)?;
+                }
+            }
+            let step = st.step;
+            let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
+            let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
+            let exp_avg = exp_avg.shallow_clone();
+            let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?;
+            let _ = exp_avg_sq.f_mul_scalar_(beta2)?;
+            addcmul_(exp_avg_sq, &grad, &grad, 1.0 - beta2)?;
+            let exp_avg_sq = exp_avg_sq.shallow_clone();
+
+            let bias_correction1 = 1.0 - beta1.powf(step);
+            let bias_correction2 = 1.0 - beta2.powf(step);
+            let step_size = lr / bias_correction1;
+            let bias_correction2_sqrt = bias_correction2.powf(0.5);
+            let second = if o.amsgrad {
+                let max = st.buffer_or_zeros("max_exp_avg_sq", p)?;
+                let m = max.f_maximum(&exp_avg_sq)?;
+                max.f_copy_(&m)?;
+                max.shallow_clone()
+            } else {
+                exp_avg_sq
+            };
+            let mut denom = second.f_sqrt()?.f_div_scalar(bias_correction2_sqrt)?;
+            let _ = denom.f_add_scalar_(o.eps)?;
+            addcdiv_(&mut param, &exp_avg, &denom, -step_size)
+        })
     }
 
     fn add_param_group(&mut self, params: Vec<Tensor>, lr: Option<f64>) -> Result<()> {

@@ -55,6 +55,9 @@ impl GroupOptions for AdamaxOptions {
             maximize: extra(g, 2, flag(self.maximize)) != 0.0,
         }
     }
+    fn maximize(&self) -> bool {
+        self.maximize
+    }
     fn validate(&self) -> Result<()> {
         AdamaxOptions::validate(self)
     }
@@ -83,32 +86,27 @@ impl Adamax {
     }
 
     fn update(&mut self) -> Result<()> {
-        let d = self.opts;
-        self.core.for_each_grad(
-            |g| d.of_group(g).maximize,
-            |g, p, mut grad, st| {
-                let o = d.of_group(g);
-                let (lr, beta1) = (g.lr, g.momentum);
-                st.buffer_or_zeros("exp_avg", p)?;
-                st.buffer_or_zeros("exp_inf", p)?;
-                st.step += 1.0;
-                if g.weight_decay != 0.0 {
-                    grad = add_scaled(&grad, p, g.weight_decay)?;
-                }
-                let step = st.step;
-                let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
-                let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
-                let exp_avg = exp_avg.shallow_clone();
-                let exp_inf = st.buffer_or_zeros("exp_inf", p)?;
-                let _ = exp_inf.f_mul_scalar_(o.betas.1)?;
-                let mut norm = grad.f_abs()?;
-                let _ = norm.f_add_scalar_(o.eps)?;
-                let max = exp_inf.f_maximum(&norm)?;
-                exp_inf.f_copy_(&max)?;
-                let clr = lr / (1.0 - beta1.powf(step));
-                addcdiv_(&mut p.shallow_clone(), &exp_avg, exp_inf, -clr)
-            },
-        )
+        self.core.for_each_grad(&self.opts, |g, o, p, mut grad, st| {
+            let (lr, beta1) = (g.lr, g.momentum);
+            st.buffer_or_zeros("exp_avg", p)?;
+            st.buffer_or_zeros("exp_inf", p)?;
+            st.step += 1.0;
+            if g.weight_decay != 0.0 {
+                grad = add_scaled(&grad, p, g.weight_decay)?;
+            }
+            let step = st.step;
+            let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
+            let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
+            let exp_avg = exp_avg.shallow_clone();
+            let exp_inf = st.buffer_or_zeros("exp_inf", p)?;
+            let _ = exp_inf.f_mul_scalar_(o.betas.1)?;
+            let mut norm = grad.f_abs()?;
+            let _ = norm.f_add_scalar_(o.eps)?;
+            let max = exp_inf.f_maximum(&norm)?;
+            exp_inf.f_copy_(&max)?;
+            let clr = lr / (1.0 - beta1.powf(step));
+            addcdiv_(&mut p.shallow_clone(), &exp_avg, exp_inf, -clr)
+        })
     }
 }
 

@@ -70,6 +70,9 @@ impl GroupOptions for NAdamOptions {
             maximize: extra(g, 4, flag(self.maximize)) != 0.0,
         }
     }
+    fn maximize(&self) -> bool {
+        self.maximize
+    }
     fn validate(&self) -> Result<()> {
         NAdamOptions::validate(self)
     }
@@ -106,46 +109,41 @@ impl NAdam {
     }
 
     fn update(&mut self) -> Result<()> {
-        let d = self.opts;
-        self.core.for_each_grad(
-            |g| d.of_group(g).maximize,
-            |g, p, mut grad, st| {
-                let o = d.of_group(g);
-                let beta2 = o.betas.1;
-                let (lr, beta1) = (g.lr, g.momentum);
-                let mut param = p.shallow_clone();
-                st.buffer_or_zeros("exp_avg", p)?;
-                st.buffer_or_zeros("exp_avg_sq", p)?;
-                st.scalars.entry("mu_product").or_insert(1.0);
-                st.step += 1.0;
-                let step = st.step;
-                let bias_correction2 = 1.0 - beta2.powf(step);
-                if g.weight_decay != 0.0 {
-                    if o.decoupled_weight_decay {
-                        let _ = param.f_mul_scalar_(1.0 - lr * g.weight_decay)?;
-                    } else {
-                        grad = add_scaled(&grad, p, g.weight_decay)?;
-                    }
+        self.core.for_each_grad(&self.opts, |g, o, p, mut grad, st| {
+            let beta2 = o.betas.1;
+            let (lr, beta1) = (g.lr, g.momentum);
+            let mut param = p.shallow_clone();
+            st.buffer_or_zeros("exp_avg", p)?;
+            st.buffer_or_zeros("exp_avg_sq", p)?;
+            st.scalars.entry("mu_product").or_insert(1.0);
+            st.step += 1.0;
+            let step = st.step;
+            let bias_correction2 = 1.0 - beta2.powf(step);
+            if g.weight_decay != 0.0 {
+                if o.decoupled_weight_decay {
+                    let _ = param.f_mul_scalar_(1.0 - lr * g.weight_decay)?;
+                } else {
+                    grad = add_scaled(&grad, p, g.weight_decay)?;
                 }
-                let mu = beta1 * (1.0 - 0.5 * 0.96f64.powf(step * o.momentum_decay));
-                let mu_next = beta1 * (1.0 - 0.5 * 0.96f64.powf((step + 1.0) * o.momentum_decay));
-                let mu_product = st.scalars.entry("mu_product").or_insert(1.0);
-                // torch: `mu_product *= mu` on a float32 0-dim tensor.
-                *mu_product = f64::from((*mu_product as f32) * (mu as f32));
-                let mu_product = *mu_product;
-                let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
-                let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
-                let exp_avg = exp_avg.shallow_clone();
-                let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?;
-                let _ = exp_avg_sq.f_mul_scalar_(beta2)?;
-                addcmul_(exp_avg_sq, &grad, &grad, 1.0 - beta2)?;
-                let mut denom = exp_avg_sq.f_div_scalar(bias_correction2)?.f_sqrt()?;
-                let mu_product_next = mu_product * mu_next;
-                let _ = denom.f_add_scalar_(o.eps)?;
-                addcdiv_(&mut param, &grad, &denom, -lr * (1.0 - mu) / (1.0 - mu_product))?;
-                addcdiv_(&mut param, &exp_avg, &denom, (-lr * mu_next) / (1.0 - mu_product_next))
-            },
-        )
+            }
+            let mu = beta1 * (1.0 - 0.5 * 0.96f64.powf(step * o.momentum_decay));
+            let mu_next = beta1 * (1.0 - 0.5 * 0.96f64.powf((step + 1.0) * o.momentum_decay));
+            let mu_product = st.scalars.entry("mu_product").or_insert(1.0);
+            // torch: `mu_product *= mu` on a float32 0-dim tensor.
+            *mu_product = f64::from((*mu_product as f32) * (mu as f32));
+            let mu_product = *mu_product;
+            let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
+            let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
+            let exp_avg = exp_avg.shallow_clone();
+            let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?;
+            let _ = exp_avg_sq.f_mul_scalar_(beta2)?;
+            addcmul_(exp_avg_sq, &grad, &grad, 1.0 - beta2)?;
+            let mut denom = exp_avg_sq.f_div_scalar(bias_correction2)?.f_sqrt()?;
+            let mu_product_next = mu_product * mu_next;
+            let _ = denom.f_add_scalar_(o.eps)?;
+            addcdiv_(&mut param, &grad, &denom, -lr * (1.0 - mu) / (1.0 - mu_product))?;
+            addcdiv_(&mut param, &exp_avg, &denom, (-lr * mu_next) / (1.0 - mu_product_next))
+        })
     }
 }
 

@@ -66,6 +66,9 @@ impl GroupOptions for RAdamOptions {
             maximize: extra(g, 3, flag(self.maximize)) != 0.0,
         }
     }
+    fn maximize(&self) -> bool {
+        self.maximize
+    }
     fn validate(&self) -> Result<()> {
         RAdamOptions::validate(self)
     }
@@ -102,50 +105,45 @@ impl RAdam {
     }
 
     fn update(&mut self) -> Result<()> {
-        let d = self.opts;
-        self.core.for_each_grad(
-            |g| d.of_group(g).maximize,
-            |g, p, mut grad, st| {
-                let o = d.of_group(g);
-                let beta2 = o.betas.1;
-                let (lr, beta1) = (g.lr, g.momentum);
-                let mut param = p.shallow_clone();
-                st.buffer_or_zeros("exp_avg", p)?;
-                st.buffer_or_zeros("exp_avg_sq", p)?;
-                st.step += 1.0;
-                let step = st.step;
-                if g.weight_decay != 0.0 {
-                    if o.decoupled_weight_decay {
-                        let _ = param.f_mul_scalar_(1.0 - lr * g.weight_decay)?;
-                    } else {
-                        grad = add_scaled(&grad, p, g.weight_decay)?;
-                    }
-                }
-                let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
-                let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
-                let exp_avg = exp_avg.shallow_clone();
-                let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?;
-                let _ = exp_avg_sq.f_mul_scalar_(beta2)?;
-                addcmul_(exp_avg_sq, &grad, &grad, 1.0 - beta2)?;
-                let bias_correction1 = 1.0 - beta1.powf(step);
-                let bias_correction2 = 1.0 - beta2.powf(step);
-                let corrected = exp_avg.f_div_scalar(bias_correction1)?;
-                let rho_inf = 2.0 / (1.0 - beta2) - 1.0;
-                let rho_t = rho_inf - 2.0 * step * beta2.powf(step) / bias_correction2;
-                let update = if rho_t > 5.0 {
-                    let rect = ((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t))
-                        .powf(0.5);
-                    let mut sqrt = exp_avg_sq.f_sqrt()?;
-                    let _ = sqrt.f_add_scalar_(o.eps)?;
-                    // torch: `(bias_correction2 ** 0.5) / sqrt`, a reciprocal times the number.
-                    let adaptive = sqrt.f_reciprocal()?.f_mul_scalar(bias_correction2.powf(0.5))?;
-                    corrected.f_mul_scalar(lr)?.f_mul(&adaptive)?.f_mul_scalar(rect)?
+        self.core.for_each_grad(&self.opts, |g, o, p, mut grad, st| {
+            let beta2 = o.betas.1;
+            let (lr, beta1) = (g.lr, g.momentum);
+            let mut param = p.shallow_clone();
+            st.buffer_or_zeros("exp_avg", p)?;
+            st.buffer_or_zeros("exp_avg_sq", p)?;
+            st.step += 1.0;
+            let step = st.step;
+            if g.weight_decay != 0.0 {
+                if o.decoupled_weight_decay {
+                    let _ = param.f_mul_scalar_(1.0 - lr * g.weight_decay)?;
                 } else {
-                    corrected.f_mul_scalar(lr)?
-                };
-                add_scaled_(&mut param, &update, -1.0)
-            },
-        )
+                    grad = add_scaled(&grad, p, g.weight_decay)?;
+                }
+            }
+            let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
+            let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
+            let exp_avg = exp_avg.shallow_clone();
+            let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?;
+            let _ = exp_avg_sq.f_mul_scalar_(beta2)?;
+            addcmul_(exp_avg_sq, &grad, &grad, 1.0 - beta2)?;
+            let bias_correction1 = 1.0 - beta1.powf(step);
+            let bias_correction2 = 1.0 - beta2.powf(step);
+            let corrected = exp_avg.f_div_scalar(bias_correction1)?;
+            let rho_inf = 2.0 / (1.0 - beta2) - 1.0;
+            let rho_t = rho_inf - 2.0 * step * beta2.powf(step) / bias_correction2;
+            let update = if rho_t > 5.0 {
+                let rect =
+                    ((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)).powf(0.5);
+                let mut sqrt = exp_avg_sq.f_sqrt()?;
+                let _ = sqrt.f_add_scalar_(o.eps)?;
+                // torch: `(bias_correction2 ** 0.5) / sqrt`, a reciprocal times the number.
+                let adaptive = sqrt.f_reciprocal()?.f_mul_scalar(bias_correction2.powf(0.5))?;
+                corrected.f_mul_scalar(lr)?.f_mul(&adaptive)?.f_mul_scalar(rect)?
+            } else {
+                corrected.f_mul_scalar(lr)?
+            };
+            add_scaled_(&mut param, &update, -1.0)
+        })
     }
 }
 

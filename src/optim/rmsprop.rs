@@ -67,6 +67,9 @@ impl GroupOptions for RmsPropOptions {
             maximize: extra(g, 3, flag(self.maximize)) != 0.0,
         }
     }
+    fn maximize(&self) -> bool {
+        self.maximize
+    }
     fn validate(&self) -> Result<()> {
         RmsPropOptions::validate(self)
     }
@@ -102,48 +105,43 @@ impl RmsProp {
     }
 
     fn update(&mut self) -> Result<()> {
-        let d = self.opts;
-        self.core.for_each_grad(
-            |g| d.of_group(g).maximize,
-            |g, p, mut grad, st| {
-                let o = d.of_group(g);
-                st.buffer_or_zeros("square_avg", p)?;
-                if g.momentum > 0.0 {
-                    st.buffer_or_zeros("momentum_buffer", p)?;
-                }
-                if o.centered {
-                    st.buffer_or_zeros("grad_avg", p)?;
-                }
-                st.step += 1.0;
-                if g.weight_decay != 0.0 {
-                    grad = add_scaled(&grad, p, g.weight_decay)?;
-                }
-                let square_avg = st.buffer_or_zeros("square_avg", p)?;
-                let _ = square_avg.f_mul_scalar_(o.alpha)?;
-                addcmul_(square_avg, &grad, &grad, 1.0 - o.alpha)?;
-                let square_avg = square_avg.shallow_clone();
-                let mut avg = if o.centered {
-                    let grad_avg = st.buffer_or_zeros("grad_avg", p)?;
-                    let _ = grad_avg.f_lerp_(&grad, 1.0 - o.alpha)?;
-                    let grad_avg = grad_avg.shallow_clone();
-                    let mut avg = square_avg.f_addcmul(&grad_avg.f_neg()?, &grad_avg)?;
-                    let _ = avg.f_sqrt_()?;
-                    avg
-                } else {
-                    square_avg.f_sqrt()?
-                };
-                let _ = avg.f_add_scalar_(o.eps)?;
-                let mut param = p.shallow_clone();
-                if g.momentum > 0.0 {
-                    let buf = st.buffer_or_zeros("momentum_buffer", p)?;
-                    let _ = buf.f_mul_scalar_(g.momentum)?;
-                    addcdiv_(buf, &grad, &avg, 1.0)?;
-                    add_scaled_(&mut param, buf, -g.lr)
-                } else {
-                    addcdiv_(&mut param, &grad, &avg, -g.lr)
-                }
-            },
-        )
+        self.core.for_each_grad(&self.opts, |g, o, p, mut grad, st| {
+            st.buffer_or_zeros("square_avg", p)?;
+            if g.momentum > 0.0 {
+                st.buffer_or_zeros("momentum_buffer", p)?;
+            }
+            if o.centered {
+                st.buffer_or_zeros("grad_avg", p)?;
+            }
+            st.step += 1.0;
+            if g.weight_decay != 0.0 {
+                grad = add_scaled(&grad, p, g.weight_decay)?;
+            }
+            let square_avg = st.buffer_or_zeros("square_avg", p)?;
+            let _ = square_avg.f_mul_scalar_(o.alpha)?;
+            addcmul_(square_avg, &grad, &grad, 1.0 - o.alpha)?;
+            let square_avg = square_avg.shallow_clone();
+            let mut avg = if o.centered {
+                let grad_avg = st.buffer_or_zeros("grad_avg", p)?;
+                let _ = grad_avg.f_lerp_(&grad, 1.0 - o.alpha)?;
+                let grad_avg = grad_avg.shallow_clone();
+                let mut avg = square_avg.f_addcmul(&grad_avg.f_neg()?, &grad_avg)?;
+                let _ = avg.f_sqrt_()?;
+                avg
+            } else {
+                square_avg.f_sqrt()?
+            };
+            let _ = avg.f_add_scalar_(o.eps)?;
+            let mut param = p.shallow_clone();
+            if g.momentum > 0.0 {
+                let buf = st.buffer_or_zeros("momentum_buffer", p)?;
+                let _ = buf.f_mul_scalar_(g.momentum)?;
+                addcdiv_(buf, &grad, &avg, 1.0)?;
+                add_scaled_(&mut param, buf, -g.lr)
+            } else {
+                addcdiv_(&mut param, &grad, &avg, -g.lr)
+            }
+        })
     }
 }
 

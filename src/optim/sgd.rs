@@ -68,6 +68,9 @@ impl GroupOptions for SgdOptions {
             maximize: extra(g, 2, flag(self.maximize)) != 0.0,
         }
     }
+    fn maximize(&self) -> bool {
+        self.maximize
+    }
     fn validate(&self) -> Result<()> {
         self.validate_values()
     }

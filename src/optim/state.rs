@@ -46,6 +46,8 @@ pub(crate) trait GroupOptions: Copy {
     fn extras(&self) -> Vec<f64>;
     /// These options with `group`'s values.
     fn of_group(&self, group: &ParamGroup) -> Self;
+    /// Whether the objective is maximized (the gradient negated).
+    fn maximize(&self) -> bool;
     /// Checks the options as torch's constructor does.
     fn validate(&self) -> Result<()>;
 }
@@ -162,18 +164,20 @@ impl Core {
     }
 
     /// One step's walk over the parameters, under no_grad: `update` runs for
-    /// every parameter that has a gradient, with its group, the gradient
-    /// (negated when the group's `maximize` says so) and its state (created
-    /// empty on first use).
-    pub fn for_each_grad(
+    /// every parameter that has a gradient, with its group, the group's
+    /// options (`defaults.of_group`, resolved once per group), the gradient
+    /// (negated when they say `maximize`) and its state (created empty on
+    /// first use).
+    pub fn for_each_grad<O: GroupOptions>(
         &mut self,
-        maximize: impl Fn(&ParamGroup) -> bool,
-        mut update: impl FnMut(&ParamGroup, &Tensor, Tensor, &mut ParamState) -> Result<()>,
+        defaults: &O,
+        mut update: impl FnMut(&ParamGroup, &O, &Tensor, Tensor, &mut ParamState) -> Result<()>,
     ) -> Result<()> {
         let _guard = tch::no_grad_guard();
         self.sync_state_len();
         let mut index = 0;
         for g in &self.groups {
+            let opts = defaults.of_group(g);
             for p in &g.params {
                 let i = index;
                 index += 1;
@@ -181,8 +185,8 @@ impl Core {
                 if !grad.defined() {
                     continue;
                 }
-                let grad = if maximize(g) { grad.f_neg()? } else { grad };
-                update(g, p, grad, self.state[i].get_or_insert_with(ParamState::default))?;
+                let grad = if opts.maximize() { grad.f_neg()? } else { grad };
+                update(g, &opts, p, grad, self.state[i].get_or_insert_with(ParamState::default))?;
             }
         }
         Ok(())
