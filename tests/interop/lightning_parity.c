@@ -147,21 +147,28 @@ static fulmen_error *two_params(const fulmen_model *m, const char *a, const char
     return e;
 }
 
-/* AdamW over the weights; the biases in a group of their own hyperparameters. */
-static fulmen_error *adamw_groups(const fulmen_model *m, fulmen_optimizer **opt) {
+/* An optimizer over the weights ("0.weight", "2.weight") with the biases in a
+ * second param group of learning rate `bias_lr` (< 0: the default): kind 's'
+ * SGD (lr 0.1, momentum 0.9), 'a' Adam (lr 0.01), 'w' AdamW (lr 0.01,
+ * weight_decay 0.01). */
+static fulmen_error *weights_then_biases(const fulmen_model *m, char kind, double bias_lr, fulmen_optimizer **opt) {
     fulmen_tensor *weights[2] = {NULL, NULL}, *biases[2] = {NULL, NULL};
-    fulmen_adam_options o = fulmen_adam_options_default();
-    o.lr = 0.01;
-    o.weight_decay = 0.01;
     *opt = NULL;
     fulmen_error *e = two_params(m, "0.weight", "2.weight", weights);
     if (!e) e = two_params(m, "0.bias", "2.bias", biases);
-    if (!e) e = fulmen_optimizer_adamw_new(NULL, (const fulmen_tensor *const *)weights, 2, &o, opt);
-    if (!e) e = fulmen_optimizer_add_param_group(*opt, NULL, (const fulmen_tensor *const *)biases, 2, -1);
-    const char *names[4] = {"weight_decay", "beta2", "eps", "amsgrad"};
-    const double values[4] = {0.0, 0.95, 1e-6, 1};
-    if (!e) e = fulmen_optimizer_param_group_set(*opt, 1, "beta1", 0.8);
-    for (int i = 0; i < 4 && !e; i++) e = fulmen_optimizer_param_group_set(*opt, 1, names[i], values[i]);
+    const fulmen_tensor *const *w = (const fulmen_tensor *const *)weights;
+    if (!e && kind == 's') {
+        fulmen_sgd_options o = fulmen_sgd_options_default();
+        o.lr = 0.1;
+        o.momentum = 0.9;
+        e = fulmen_optimizer_sgd_new(NULL, w, 2, &o, opt);
+    } else if (!e) {
+        fulmen_adam_options o = fulmen_adam_options_default();
+        o.lr = 0.01;
+        o.weight_decay = kind == 'w' ? 0.01 : 0.0;
+        e = kind == 'w' ? fulmen_optimizer_adamw_new(NULL, w, 2, &o, opt) : fulmen_optimizer_adam_new(NULL, w, 2, &o, opt);
+    }
+    if (!e) e = fulmen_optimizer_add_param_group(*opt, NULL, (const fulmen_tensor *const *)biases, 2, bias_lr);
     for (int i = 0; i < 2; i++) {
         fulmen_tensor_free(weights[i]);
         fulmen_tensor_free(biases[i]);
@@ -173,21 +180,12 @@ static fulmen_error *adamw_groups(const fulmen_model *m, fulmen_optimizer **opt)
     return e;
 }
 
-/* SGD over the weights; the biases in a second group of lr 0.2. */
-static fulmen_error *sgd_groups(const fulmen_model *m, fulmen_optimizer **opt) {
-    fulmen_tensor *weights[2] = {NULL, NULL}, *biases[2] = {NULL, NULL};
-    fulmen_sgd_options o = fulmen_sgd_options_default();
-    o.lr = 0.1;
-    o.momentum = 0.9;
-    *opt = NULL;
-    fulmen_error *e = two_params(m, "0.weight", "2.weight", weights);
-    if (!e) e = two_params(m, "0.bias", "2.bias", biases);
-    if (!e) e = fulmen_optimizer_sgd_new(NULL, (const fulmen_tensor *const *)weights, 2, &o, opt);
-    if (!e) e = fulmen_optimizer_add_param_group(*opt, NULL, (const fulmen_tensor *const *)biases, 2, 0.2);
-    for (int i = 0; i < 2; i++) {
-        fulmen_tensor_free(weights[i]);
-        fulmen_tensor_free(biases[i]);
-    }
+/* AdamW over the weights; the biases in a group of their own hyperparameters. */
+static fulmen_error *adamw_groups(const fulmen_model *m, fulmen_optimizer **opt) {
+    fulmen_error *e = weights_then_biases(m, 'w', -1, opt);
+    const char *names[5] = {"beta1", "weight_decay", "beta2", "eps", "amsgrad"};
+    const double values[5] = {0.8, 0.0, 0.95, 1e-6, 1};
+    for (int i = 0; i < 5 && !e; i++) e = fulmen_optimizer_param_group_set(*opt, 1, names[i], values[i]);
     if (e) {
         fulmen_optimizer_free(*opt);
         *opt = NULL;
@@ -313,7 +311,7 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
         sched = NULL;
         e = fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_EPOCH, 1, NULL);
     } else if (strcmp(job->config, "cyclic_groups") == 0) {
-        e = sgd_groups(job->model, &opt);
+        e = weights_then_biases(job->model, 's', 0.2, &opt);
         if (e) return e;
         fulmen_cyclic_lr_options c = fulmen_cyclic_lr_options_default(0.01, 0.1);
         c.step_size_up = 4;
@@ -327,18 +325,7 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_STEP, 1, NULL);
     } else if (strcmp(job->config, "onecycle_groups") == 0) {
-        fulmen_tensor *weights[2] = {NULL, NULL}, *biases[2] = {NULL, NULL};
-        fulmen_adam_options o = fulmen_adam_options_default();
-        o.lr = 0.01;
-        opt = NULL;
-        e = two_params(job->model, "0.weight", "2.weight", weights);
-        if (!e) e = two_params(job->model, "0.bias", "2.bias", biases);
-        if (!e) e = fulmen_optimizer_adam_new(NULL, (const fulmen_tensor *const *)weights, 2, &o, &opt);
-        if (!e) e = fulmen_optimizer_add_param_group(opt, NULL, (const fulmen_tensor *const *)biases, 2, -1);
-        for (int i = 0; i < 2; i++) {
-            fulmen_tensor_free(weights[i]);
-            fulmen_tensor_free(biases[i]);
-        }
+        e = weights_then_biases(job->model, 'a', -1, &opt);
         fulmen_one_cycle_options c = fulmen_one_cycle_options_default(0.02, 44);
         const double peaks[2] = {0.02, 0.05};
         if (!e) e = fulmen_scheduler_one_cycle_lr_max_lrs_new(opt, &c, peaks, 2, &sched);
@@ -348,7 +335,7 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_STEP, 1, NULL);
     } else if (strcmp(job->config, "plateau_groups") == 0) {
-        e = sgd_groups(job->model, &opt);
+        e = weights_then_biases(job->model, 's', 0.2, &opt);
         if (e) return e;
         fulmen_plateau_options p = fulmen_plateau_options_default();
         p.factor = 0.5;
