@@ -2185,6 +2185,49 @@ typedef struct fulmen_radam_options {
 } fulmen_radam_options;
 
 /**
+ * LBFGS options; defaults from `fulmen_lbfgs_options_default`.
+ */
+typedef struct fulmen_lbfgs_options {
+  /**
+   * Learning rate: the step length after the first iteration (default 1).
+   */
+  double lr;
+  /**
+   * Iterations per step (default 20; at least 1).
+   */
+  int64_t max_iter;
+  /**
+   * Loss evaluations per step; 0 = torch's default, `max_iter * 5 / 4`.
+   */
+  int64_t max_eval;
+  /**
+   * Stop when no gradient entry exceeds this in magnitude (default 1e-7).
+   */
+  double tolerance_grad;
+  /**
+   * Stop when the loss or the step changes less than this (default 1e-9).
+   */
+  double tolerance_change;
+  /**
+   * Update pairs kept (default 100; 1 to 1048576).
+   */
+  int64_t history_size;
+  /**
+   * The strong-Wolfe line search (torch's `line_search_fn =
+   * "strong_wolfe"`) instead of a fixed step (default false).
+   */
+  bool strong_wolfe;
+} fulmen_lbfgs_options;
+
+/**
+ * A closure for `fulmen_optimizer_step_closure`: computes the loss at the
+ * parameters' current values, runs its backward
+ * (`fulmen_tensor_backward`), writes the loss to `*loss` and returns NULL,
+ * or returns an error, which ends the step.
+ */
+typedef struct fulmen_error *(*fulmen_closure_fn)(void *userdata, double *loss);
+
+/**
  * Options of `OneCycleLR`; defaults from `fulmen_one_cycle_options_default`.
  */
 typedef struct fulmen_one_cycle_options {
@@ -4777,6 +4820,53 @@ struct fulmen_error *fulmen_optimizer_radam_new(const struct fulmen_model *model
                                                 size_t n_params,
                                                 const struct fulmen_radam_options *options,
                                                 struct fulmen_optimizer **out);
+
+/**
+ * torch's LBFGS defaults.
+ */
+struct fulmen_lbfgs_options fulmen_lbfgs_options_default(void);
+
+/**
+ * Creates an LBFGS optimizer over `model`'s parameters (if not NULL) and
+ * `params[0..n_params]`, in one parameter group (torch allows no other).
+ * It steps only with a closure: under the trainer's automatic
+ * optimization (as the only optimizer; not with "16-mixed" or "dp"), or
+ * through `fulmen_optimizer_step_closure`. `fulmen_optimizer_step`
+ * refuses with FULMEN_CODE_UNSUPPORTED, and
+ * `fulmen_optimizer_add_param_group` with FULMEN_CODE_INVALID_ARGUMENT.
+ * Its param group keeps `max_iter`, `max_eval`, `tolerance_grad`,
+ * `tolerance_change`, `history_size` and `line_search_fn` (0 none, 1
+ * strong_wolfe) for `fulmen_optimizer_param_group_get` / `_set`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an invalid option, no
+ * parameters, a tensor in `params` that does not require grad, a parameter
+ * listed twice), FULMEN_CODE_DTYPE_MISMATCH (a complex parameter).
+ */
+struct fulmen_error *fulmen_optimizer_lbfgs_new(const struct fulmen_model *model,
+                                                const struct fulmen_tensor *const *params,
+                                                size_t n_params,
+                                                const struct fulmen_lbfgs_options *options,
+                                                struct fulmen_optimizer **out);
+
+/**
+ * torch's `optimizer.step(closure)` for a host-owned loop: the optimizer
+ * calls `closure` as often as its algorithm needs (LBFGS: up to
+ * `max_eval` times; the others once, before their update), on this
+ * thread, with gradients on. Before each call every gradient of the
+ * optimizer's parameters is set to none, as the usual closure's
+ * `optimizer.zero_grad()` does; the closure must not call functions on
+ * this optimizer (it is in use: FULMEN_CODE_INVALID_STATE). Tensors the
+ * closure creates and does not free are freed when it returns. Writes
+ * the first evaluation's loss to `*loss` when `loss` is not NULL.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`closure` NULL), the closure's own
+ * error, or the step's (FULMEN_CODE_TORCH). After an error the
+ * parameters may have moved; LBFGS keeps its history as before the step.
+ */
+struct fulmen_error *fulmen_optimizer_step_closure(struct fulmen_optimizer *optimizer,
+                                                   fulmen_closure_fn closure,
+                                                   void *userdata,
+                                                   double *loss);
 
 /**
  * The number of parameter groups of `optimizer` (1 plus those

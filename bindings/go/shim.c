@@ -273,3 +273,9 @@ fulmen_error *fulmen_go_lambda_scheduler_new(fulmen_optimizer *optimizer, uintpt
     }
     return fulmen_scheduler_lambda_lr_new(optimizer, lr_lambda, (void *)handle, free_handle, out);
 }
+
+static fulmen_error *step_closure(void *ud, double *loss) { return fulmenGoClosure((uintptr_t)ud, loss); }
+
+fulmen_error *fulmen_go_step_closure(fulmen_optimizer *optimizer, uintptr_t handle, double *loss) {
+    return fulmen_optimizer_step_closure(optimizer, step_closure, (void *)handle, loss);
+}

@@ -36,4 +36,7 @@ fulmen_error *fulmen_go_host_module_new(uintptr_t handle, size_t num_outputs, fu
 fulmen_error *fulmen_go_lambda_scheduler_new(fulmen_optimizer *optimizer, uintptr_t handle, bool multiplicative,
                                              fulmen_scheduler **out);
 
+/* fulmen_optimizer_step_closure over a Go closure. */
+fulmen_error *fulmen_go_step_closure(fulmen_optimizer *optimizer, uintptr_t handle, double *loss);
+
 #endif

@@ -44,6 +44,10 @@ pub struct Checkpoint {
     /// Scheduler steps the loop took, in all and in `epoch` (Lightning's
     /// scheduler progress; (0, 0) in checkpoints that predate it).
     pub scheduler_steps: (i64, i64),
+    /// `zero_grad` calls beyond one per optimizer step, in all and in
+    /// `epoch`: the closure evaluations of an optimizer that re-evaluates
+    /// the loss (LBFGS), which Lightning's optimizer progress counts.
+    pub extra_zero_grads: (i64, i64),
     /// Validation batches run in `epoch`, and in its last validation
     /// (written in Lightning's format only).
     pub val_batches: (i64, i64),
@@ -203,6 +207,7 @@ impl Checkpoint {
         meta.insert("batches_that_stepped".into(), self.batches_stepped.to_string());
         meta.insert("epoch_finished".into(), self.epoch_finished.to_string());
         meta.insert("scheduler_steps".into(), json(&[self.scheduler_steps.0, self.scheduler_steps.1]));
+        meta.insert("extra_zero_grads".into(), json(&[self.extra_zero_grads.0, self.extra_zero_grads.1]));
         meta.insert("num_optimizers".into(), self.optimizer_states.len().to_string());
         meta.insert("lr_schedulers".into(), json(&self.scheduler_states));
         meta.insert("lr_scheduler_owners".into(), json(&self.scheduler_owners));
@@ -315,6 +320,16 @@ impl Checkpoint {
                 )));
             }
             ck.scheduler_steps = (total, epoch);
+        }
+        if meta.contains_key("extra_zero_grads") {
+            let [total, epoch]: [i64; 2] = parse(&meta, "extra_zero_grads", path)?;
+            if !(0..=MAX_COUNTER).contains(&total) || !(0..=total).contains(&epoch) {
+                return Err(Error::format(format!(
+                    "{}: checkpoint metadata `extra_zero_grads` is out of range",
+                    path.display()
+                )));
+            }
+            ck.extra_zero_grads = (total, epoch);
         }
         let n_opt = int_in("num_optimizers", MAX_OPTIMIZERS)? as usize;
         let states: Vec<Vec<(String, f64)>> = parse(&meta, "lr_schedulers", path)?;

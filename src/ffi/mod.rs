@@ -23,6 +23,7 @@ pub mod model;
 pub mod module;
 pub mod optim;
 pub mod optim_adaptive;
+pub mod optim_closure;
 pub mod optim_groups;
 pub mod precision;
 pub mod runtime;

@@ -61,7 +61,11 @@ mod adagrad;
 mod adam;
 mod adamax;
 pub mod group_hyper;
+mod lbfgs;
+mod lbfgs_search;
+mod lbfgs_state;
 mod nadam;
+mod py_num;
 mod radam;
 mod rmsprop;
 pub mod scheduler;
@@ -71,6 +75,8 @@ mod state;
 pub use adagrad::{Adagrad, AdagradOptions};
 pub use adam::{Adam, AdamOptions, AdamW};
 pub use adamax::{Adamax, AdamaxOptions};
+pub use lbfgs::{Lbfgs, LbfgsOptions};
+pub(crate) use lbfgs::MAX_HISTORY;
 pub use nadam::{NAdam, NAdamOptions};
 pub use radam::{RAdam, RAdamOptions};
 pub use rmsprop::{RmsProp, RmsPropOptions};
@@ -91,6 +97,9 @@ mod adaptive_tests;
 
 #[cfg(test)]
 mod group_tests;
+
+#[cfg(test)]
+mod lbfgs_tests;
 
 /// torch's key for the momentum in an optimizer kind's param groups:
 /// `"momentum"` (SGD, RMSprop), `"betas.0"` (beta1 of the Adam family), or
@@ -151,11 +160,30 @@ impl ParamGroup {
 /// An optimizer over groups of parameters, with torch.optim semantics.
 pub trait Optimizer: Send {
     /// Short name: `"sgd"`, `"adam"`, `"adamw"`, `"rmsprop"`, `"adagrad"`,
-    /// `"adamax"`, `"nadam"` or `"radam"`.
+    /// `"adamax"`, `"nadam"`, `"radam"` or `"lbfgs"`.
     fn name(&self) -> &'static str;
 
-    /// Performs one update of every parameter that has a gradient.
+    /// Performs one update of every parameter that has a gradient. An
+    /// optimizer that [needs a closure](Optimizer::needs_closure) refuses
+    /// with `Unsupported`.
     fn step(&mut self) -> Result<()>;
+
+    /// Whether the step re-evaluates the loss (LBFGS): it then steps only
+    /// through [`Optimizer::step_with_closure`].
+    fn needs_closure(&self) -> bool {
+        false
+    }
+
+    /// torch's `step(closure)`: `closure` computes the loss and its
+    /// gradients (with gradients on, whatever the caller's mode) and
+    /// returns the loss; the optimizer calls it as often as its algorithm
+    /// needs (once for the others, before their update). Returns the
+    /// first evaluation's loss, as torch does.
+    fn step_with_closure(&mut self, closure: &mut dyn FnMut() -> Result<f64>) -> Result<f64> {
+        let loss = tch::with_grad(closure)?;
+        self.step()?;
+        Ok(loss)
+    }
 
     /// Resets the gradients of all parameters to undefined, torch's default
     /// `zero_grad(set_to_none=True)` (done through libtorch's C++ optimizer

@@ -175,15 +175,26 @@ impl PrecisionPlugin {
         algorithm: ClipAlgorithm,
     ) -> Result<()> {
         for opt in optimizers {
-            let params = params_of(&**opt);
-            match algorithm {
-                ClipAlgorithm::Norm => {
-                    crate::tensor::grad::clip_grad_norm(&params, value, 2.0)?;
-                }
-                ClipAlgorithm::Value => crate::tensor::grad::clip_grad_value(&params, value)?,
-            }
+            self.clip_params(&params_of(&**opt), value, algorithm)?;
         }
         Ok(())
+    }
+
+    /// Clips the gradients of `params` together (by their total norm, or
+    /// each entry by value).
+    pub fn clip_params(&self, params: &[Tensor], value: f64, algorithm: ClipAlgorithm) -> Result<()> {
+        match algorithm {
+            ClipAlgorithm::Norm => {
+                crate::tensor::grad::clip_grad_norm(params, value, 2.0)?;
+            }
+            ClipAlgorithm::Value => crate::tensor::grad::clip_grad_value(params, value)?,
+        }
+        Ok(())
+    }
+
+    /// Whether the plugin scales the loss (`16-mixed`).
+    pub fn has_scaler(&self) -> bool {
+        self.scaler.is_some()
     }
 
     /// Lightning's `Precision.optimizer_step` for every optimizer of a

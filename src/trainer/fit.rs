@@ -53,11 +53,11 @@ fn returned_value(loss: &Tensor, at: &dyn Fn() -> String) -> Result<f64> {
 }
 
 /// One training batch under automatic optimization (Lightning's
-/// `_AutomaticOptimization`): the step (split over DP replicas), zero_grad
-/// at the start of an accumulation window, backward of the loss divided by
-/// `accumulate_grad_batches`, and when `stepped`: unscale, the hook,
-/// clipping and every optimizer's step. Returns the loss and its value;
-/// `global_step` is the caller's to count.
+/// `_AutomaticOptimization`): the closure ([`forward_backward`]) and, when
+/// `stepped`, unscale, the hook, clipping and every optimizer's step; an
+/// optimizer that re-evaluates the loss (LBFGS) runs the closure itself
+/// ([`closure_step`]). Returns the loss and its value (the last
+/// evaluation's); `global_step` is the caller's to count.
 #[allow(clippy::too_many_arguments)]
 fn automatic_step(
     run: &mut Run,
@@ -67,6 +67,46 @@ fn automatic_step(
     i: usize,
     first_of_window: bool,
     stepped: bool,
+    at: &dyn Fn() -> String,
+) -> Result<(Tensor, f64)> {
+    if stepped && run.optimizers.iter().any(|c| c.optimizer.needs_closure()) {
+        return closure_step(run, opts, store, batch, i, first_of_window, at);
+    }
+    let zero_grad = &mut |run: &mut Run| {
+        for cfg in run.optimizers.iter_mut() {
+            cfg.optimizer.zero_grad();
+        }
+    };
+    let (loss, value) = forward_backward(run, opts, store, batch, i, first_of_window, stepped, zero_grad, at)?;
+    if stepped {
+        // Lightning's precision.optimizer_step: unscale, the hook and
+        // clipping on true gradients, then the steps and the scale.
+        let started = run.profile_start();
+        run.strategy.unscale_gradients(&mut run.optimizers)?;
+        run.simple(Hook::BeforeOptimizerStep)?;
+        if let Some(v) = opts.gradient_clip_val {
+            run.strategy.clip_gradients(&mut run.optimizers, v, opts.gradient_clip_algorithm)?;
+        }
+        run.strategy.optimizer_step(&mut run.optimizers).map_err(|e| e.context(at()))?;
+        run.profile_stop("[Strategy].optimizer_step", started, Default::default());
+    }
+    Ok((loss, value))
+}
+
+/// Lightning's closure of a training batch: the step (split over DP
+/// replicas), `zero_grad` at the start of an accumulation window, and
+/// backward of the loss divided by `accumulate_grad_batches`, with their
+/// hooks. Returns the loss and its value.
+#[allow(clippy::too_many_arguments)]
+fn forward_backward(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    store: &mut MetricStore,
+    batch: &[Tensor],
+    i: usize,
+    first_of_window: bool,
+    stepped: bool,
+    zero_grad: &mut dyn FnMut(&mut Run),
     at: &dyn Fn() -> String,
 ) -> Result<(Tensor, f64)> {
     let acc = run.state.accumulate_grad_batches.max(1);
@@ -99,9 +139,7 @@ fn automatic_step(
     let value = check_loss(&loss, opts.detect_nonfinite_loss, at)?;
     if first_of_window {
         run.simple(Hook::BeforeZeroGrad)?;
-        for cfg in run.optimizers.iter_mut() {
-            cfg.optimizer.zero_grad();
-        }
+        zero_grad(run);
     }
     let scaled = if acc > 1 { loss.f_div_scalar(acc as f64)? } else { loss.shallow_clone() };
     run.hook(Hook::BeforeBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
@@ -110,19 +148,60 @@ fn automatic_step(
     run.strategy.backward(&scaled).map_err(|e| e.context(format!("{}: backward", at())))?;
     run.profile_stop("[Strategy].backward", started, Default::default());
     run.hook(Hook::AfterBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
-    if stepped {
-        // Lightning's precision.optimizer_step: unscale, the hook and
-        // clipping on true gradients, then the steps and the scale.
-        let started = run.profile_start();
-        run.strategy.unscale_gradients(&mut run.optimizers)?;
-        run.simple(Hook::BeforeOptimizerStep)?;
-        if let Some(v) = opts.gradient_clip_val {
-            run.strategy.clip_gradients(&mut run.optimizers, v, opts.gradient_clip_algorithm)?;
-        }
-        run.strategy.optimizer_step(&mut run.optimizers).map_err(|e| e.context(at()))?;
-        run.profile_stop("[Strategy].optimizer_step", started, Default::default());
-    }
     Ok((loss, value))
+}
+
+/// The stepping batch of an optimizer that re-evaluates the loss (LBFGS,
+/// the run's only optimizer): it calls Lightning's wrapped closure
+/// ([`forward_backward`], then the `on_before_optimizer_step` hook and
+/// clipping) as often as it needs. Returns the last evaluation, whose
+/// loss Lightning reports for the batch.
+#[allow(clippy::too_many_arguments)]
+fn closure_step(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    store: &mut MetricStore,
+    batch: &[Tensor],
+    i: usize,
+    first_of_window: bool,
+    at: &dyn Fn() -> String,
+) -> Result<(Tensor, f64)> {
+    // The optimizer steps outside the run, whose steps and hooks the
+    // closure runs; gradients are reset through the same parameters.
+    let mut configs = std::mem::take(&mut run.optimizers);
+    let params: Vec<Tensor> = configs
+        .iter()
+        .flat_map(|c| c.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)))
+        .collect();
+    let groups = [crate::optim::ParamGroup::new(&params, 0.0, 0.0, 0.0)];
+    let mut reset = crate::optim::GradReset::default();
+    let mut last = None;
+    let mut zero_grads = 0i64;
+    let started = run.profile_start();
+    let stepped = match configs.first_mut() {
+        Some(cfg) => cfg.optimizer.step_with_closure(&mut || {
+            let zero_grad = &mut |_: &mut Run| {
+                reset.run(&groups);
+                zero_grads += 1;
+            };
+            let (loss, value) = forward_backward(run, opts, store, batch, i, first_of_window, true, zero_grad, at)?;
+            run.simple(Hook::BeforeOptimizerStep)?;
+            if let Some(v) = opts.gradient_clip_val {
+                run.strategy.clip_params(&params, v, opts.gradient_clip_algorithm)?;
+            }
+            last = Some((loss, value));
+            Ok(value)
+        }),
+        None => Err(Error::state("no optimizer to step")),
+    };
+    run.optimizers = configs;
+    // Lightning counts each evaluation's zero_grad; one per step is implied.
+    let extra = (zero_grads - 1).max(0);
+    run.extra_zero_grads.0 += extra;
+    run.extra_zero_grads.1 += extra;
+    stepped.map_err(|e| e.context(at()))?;
+    run.profile_stop("[Strategy].optimizer_step", started, Default::default());
+    last.ok_or_else(|| Error::state(format!("{}: the optimizer stepped without evaluating the loss", at())))
 }
 
 /// One training batch under manual optimization: the step runs once (no
@@ -190,6 +269,40 @@ fn check_manual(opts: &super::TrainerOptions, run: &Run) -> Result<()> {
         return Err(Error::new(
             ErrorCode::Unsupported,
             "manual optimization does not run under strategy \"dp\": use ddp or one device",
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses what an optimizer that re-evaluates the loss (LBFGS) cannot do
+/// under automatic optimization: step beside other optimizers (each
+/// evaluation re-runs training_step), scale the loss (Lightning: "AMP and
+/// the LBFGS optimizer are not compatible"), or split batches over `dp`
+/// replicas.
+fn check_closure_optimizers(run: &Run) -> Result<()> {
+    let Some(cfg) = run.optimizers.iter().find(|c| c.optimizer.needs_closure()) else { return Ok(()) };
+    let name = cfg.optimizer.name();
+    if run.state.manual_optimization {
+        // The step cannot run its closure: stepping it fails, naming why.
+        return Ok(());
+    }
+    if run.optimizers.len() > 1 {
+        return Err(Error::invalid(format!(
+            "{name} re-evaluates the loss during its step, so under automatic optimization it must be the only \
+             optimizer (configure_optimizers returned {})",
+            run.optimizers.len()
+        )));
+    }
+    if run.strategy.precision().has_scaler() {
+        return Err(Error::invalid(format!(
+            "precision \"16-mixed\" scales the loss, and {name} re-evaluates it during its step: they are not \
+             compatible (use \"bf16-mixed\" or \"32-true\")"
+        )));
+    }
+    if run.strategy.is_data_parallel() {
+        return Err(Error::new(
+            ErrorCode::Unsupported,
+            format!("{name} does not run under strategy \"dp\": use ddp or one device"),
         ));
     }
     Ok(())
@@ -384,6 +497,7 @@ impl Trainer {
             checkpoint_format: opts.checkpoint_format,
             checkpoint_prefix: opts.checkpoint_prefix.clone(),
             scheduler_steps: (0, 0),
+            extra_zero_grads: (0, 0),
             val_batches: (0, 0),
             torch_profiler: super::torch_profiler::TorchProfiler::when(opts.profiler, strategy.root_device())?,
             strategy,
@@ -470,6 +584,7 @@ fn fit_run(
     if run.optimizers.is_empty() {
         return Err(Error::state("configure_optimizers returned no optimizer"));
     }
+    check_closure_optimizers(run)?;
     if run.checkpoint_format == crate::checkpoint::CheckpointFormat::Lightning {
         // Refused now rather than at the first checkpoint.
         for (i, cfg) in run.optimizers.iter().enumerate() {
@@ -574,6 +689,7 @@ fn train_epoch(
     run.epoch_finished = false;
     if skip == 0 {
         run.scheduler_steps.1 = 0;
+        run.extra_zero_grads.1 = 0;
     }
     run.val_batches = (0, 0);
     run.state.running_loss = None;

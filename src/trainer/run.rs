@@ -39,6 +39,9 @@ pub(crate) struct Run<'a> {
     /// optimization): in all, and in this epoch (Lightning's scheduler
     /// progress).
     pub scheduler_steps: (i64, i64),
+    /// `zero_grad` calls beyond one per optimizer step (an LBFGS closure's
+    /// re-evaluations): in all, and in this epoch.
+    pub extra_zero_grads: (i64, i64),
     /// Validation batches fit ran in this epoch, and in its last
     /// validation (Lightning's validation progress).
     pub val_batches: (i64, i64),
@@ -73,6 +76,7 @@ fn class_name(optimizer: &str) -> &'static str {
         "adamax" => "Adamax",
         "nadam" => "NAdam",
         "radam" => "RAdam",
+        "lbfgs" => "LBFGS",
         _ => "Optimizer",
     }
 }
@@ -302,6 +306,7 @@ impl Run<'_> {
             batches_in_epoch: self.batches_in_epoch,
             epoch_finished: self.epoch_finished,
             scheduler_steps: self.scheduler_steps,
+            extra_zero_grads: self.extra_zero_grads,
             val_batches: self.val_batches,
             state_dict,
             hparams: self.module.hparams(),
@@ -491,6 +496,7 @@ impl Run<'_> {
         self.state.global_step = ck.global_step;
         self.state.batches_stepped = ck.batches_stepped;
         self.scheduler_steps = ck.scheduler_steps;
+        self.extra_zero_grads = ck.extra_zero_grads;
         self.state.epoch = ck.epoch;
         Ok(())
     }

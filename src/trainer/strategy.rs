@@ -290,6 +290,12 @@ impl RunStrategy {
         self.placement.precision.clip_gradients(&optimizers_of(configs), value, algorithm)
     }
 
+    /// Clips the gradients of `params` (the closure of an optimizer that
+    /// re-evaluates the loss, which steps outside the run's list).
+    pub fn clip_params(&self, params: &[Tensor], value: f64, algorithm: ClipAlgorithm) -> Result<()> {
+        self.placement.precision.clip_params(params, value, algorithm)
+    }
+
     /// Lightning's `strategy.optimizer_step` -> `precision.optimizer_step`:
     /// every optimizer steps on its device unless (`16-mixed`) its
     /// gradients are inf/NaN; the loss scale is updated.

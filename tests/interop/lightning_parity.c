@@ -51,6 +51,13 @@
  *             second param group of the biases (lr 0.2); CyclicLR from
  *             0.01 / 0.02 to 0.1 / 0.05 per group (4 steps up, exp_range,
  *             gamma 0.99, momentum cycled) per step; no clipping;
+ *   lbfgs:    LBFGS (lr 0.5, max_iter 4, history_size 3: a fixed step),
+ *             StepLR (step_size 1, gamma 0.5) per epoch,
+ *             gradient_clip_val 1 by norm (clipped inside each
+ *             evaluation); every evaluation's loss is written;
+ *   lbfgs_wolfe: LBFGS (lr 1, max_iter 5, history_size 4, the
+ *             strong-Wolfe line search), StepLR (step_size 1, gamma 0.5)
+ *             per epoch; no clipping;
  *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
  *             learning-rate range test (1e-5 to 1 over 30 steps) writes
  *             "lr loss" per step to LOSSES, then "suggestion lr".
@@ -198,7 +205,22 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
     fulmen_optimizer *opt;
     fulmen_scheduler *sched;
     fulmen_error *e;
-    if (strcmp(job->config, "plateau") == 0) {
+    if (strncmp(job->config, "lbfgs", 5) == 0) {
+        bool wolfe = strcmp(job->config, "lbfgs_wolfe") == 0;
+        fulmen_lbfgs_options o = fulmen_lbfgs_options_default();
+        o.lr = wolfe ? 1.0 : 0.5;
+        o.max_iter = wolfe ? 5 : 4;
+        o.history_size = wolfe ? 4 : 3;
+        o.strong_wolfe = wolfe;
+        e = fulmen_optimizer_lbfgs_new(job->model, NULL, 0, &o, &opt);
+        if (e) return e;
+        e = fulmen_scheduler_step_lr_new(opt, 1, 0.5, &sched);
+        if (e) {
+            fulmen_optimizer_free(opt);
+            return e;
+        }
+        e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_EPOCH, 1, NULL);
+    } else if (strcmp(job->config, "plateau") == 0) {
         fulmen_sgd_options o = fulmen_sgd_options_default();
         o.lr = 0.1;
         o.momentum = 0.9;
@@ -415,7 +437,8 @@ int main(int argc, char **argv) {
         strcmp(job.config, "cyclic") != 0 && strcmp(job.config, "lambda") != 0 && strcmp(job.config, "lr_find") != 0 &&
         strcmp(job.config, "onecycle") != 0 && strcmp(job.config, "chained") != 0 &&
         strcmp(job.config, "two_schedulers") != 0 && strcmp(job.config, "groups") != 0 &&
-        strcmp(job.config, "onecycle_groups") != 0 && strcmp(job.config, "cyclic_groups") != 0 && !validating) {
+        strcmp(job.config, "onecycle_groups") != 0 && strcmp(job.config, "cyclic_groups") != 0 &&
+        strcmp(job.config, "lbfgs") != 0 && strcmp(job.config, "lbfgs_wolfe") != 0 && !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;
     }
@@ -479,6 +502,9 @@ int main(int argc, char **argv) {
         set(opts, "checkpoint_prefix", "model.");
     }
     if (validating) {
+        set(opts, "gradient_clip_val", "1");
+        set(opts, "gradient_clip_algorithm", "norm");
+    } else if (strcmp(job.config, "lbfgs") == 0) {
         set(opts, "gradient_clip_val", "1");
         set(opts, "gradient_clip_algorithm", "norm");
     } else if (strcmp(job.config, "steplr") == 0) {

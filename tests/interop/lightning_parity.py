@@ -7,7 +7,8 @@ resumes that continue exactly where an uninterrupted run goes.
 For each configuration of tests/interop/lightning_parity.c (schedulers per
 epoch and per step with a frequency, gradient clipping by norm and by
 value, gradient accumulation, param groups with their own optimizer
-constants and scheduler ranges), the same 32-64-10 MLP starts from the same
+constants and scheduler ranges, LBFGS re-running the step inside its
+own), the same 32-64-10 MLP starts from the same
 weights and sees the same batches in the same order on one CPU thread:
 
 1. Lightning's Trainer trains EPOCHS epochs: the reference losses.
@@ -82,7 +83,15 @@ CONFIGS = {
     "onecycle_groups": ("adam_groups", "onecycle_groups", "step", 1, None, "norm", 1),
     # CyclicLR with a base_lr and max_lr per param group.
     "cyclic_groups": ("sgd_groups", "cyclic_groups", "step", 1, None, "norm", 1),
+    # LBFGS (its step re-runs training_step: every evaluation's loss is
+    # compared), with a fixed step and clipping inside each evaluation, and
+    # with the strong-Wolfe line search.
+    "lbfgs": ("lbfgs", (1, 0.5), "epoch", 1, 1.0, "norm", 1),
+    "lbfgs_wolfe": ("lbfgs_wolfe", (1, 0.5), "epoch", 1, None, "norm", 1),
 }
+
+# The first learning rate of each optimizer (a scheduler must lower it).
+FIRST_LR = {"lbfgs": 0.5, "lbfgs_wolfe": 1.0}
 
 # Configurations validating every epoch and stepping ReduceLROnPlateau on
 # val_loss.
@@ -127,6 +136,11 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
                 opt = torch.optim.SGD([{"params": weights}, {"params": biases, "lr": 0.2}], lr=0.1, momentum=0.9)
             elif optimizer == "adam_groups":
                 opt = torch.optim.Adam([{"params": weights}, {"params": biases}], lr=0.01)
+            elif optimizer == "lbfgs":
+                opt = torch.optim.LBFGS(self.parameters(), lr=0.5, max_iter=4, history_size=3)
+            elif optimizer == "lbfgs_wolfe":
+                opt = torch.optim.LBFGS(self.parameters(), lr=1, max_iter=5, history_size=4,
+                                        line_search_fn="strong_wolfe")
             elif optimizer == "adamw_groups":
                 opt = torch.optim.AdamW(
                     [{"params": weights},
@@ -203,7 +217,7 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
         )
     module = Module()
     trainer.fit(module, loader, val, ckpt_path=resume)
-    first_lr = 0.1 if optimizer.startswith("sgd") else 0.01
+    first_lr = FIRST_LR.get(optimizer, 0.1 if optimizer.startswith("sgd") else 0.01)
     if epochs == EPOCHS and trainer.optimizers[0].param_groups[0]["lr"] >= first_lr:
         raise SystemExit(f"{config}: Lightning's scheduler never lowered the lr; the run proves nothing")
     return losses

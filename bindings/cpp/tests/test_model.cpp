@@ -155,6 +155,37 @@ TEST_F(OptimTest, ManualLoopWithEveryOptimizer) {
     EXPECT_EQ(Optimizer::radam(m).lr(), 1e-3);
 }
 
+TEST_F(OptimTest, StepWithAClosure) {
+    // LBFGS with the strong-Wolfe line search solves a quadratic in a few
+    // evaluations; every evaluation starts with the gradients reset.
+    Tensor w = Tensor::zeros({3});
+    w.set_requires_grad();
+    fulmen::LbfgsOptions o;
+    o.strong_wolfe = true;
+    EXPECT_EQ(o.max_iter, 20);
+    Optimizer opt = Optimizer::lbfgs({w}, o);
+    int calls = 0;
+    auto closure = [&] {
+        calls++;
+        Tensor loss = ((w - 3.0) * (w - 3.0)).sum();
+        loss.backward();
+        return loss.item();
+    };
+    EXPECT_EQ(opt.step(closure), 27.0);
+    EXPECT_GT(calls, 1);
+    EXPECT_NEAR(w.mean().item(), 3.0, 1e-4);
+    EXPECT_EQ(opt.param_group(0, "line_search_fn"), 1.0);
+    EXPECT_THROW(opt.step(), fulmen::Error);  // LBFGS needs its closure
+    // A closure's exception ends the step and comes back as it was thrown.
+    struct Stop {};
+    EXPECT_THROW(opt.step([]() -> double { throw Stop{}; }), Stop);
+    // Other optimizers evaluate once, then step.
+    Optimizer sgd = Optimizer::sgd({w}, fulmen::SgdOptions(0.1));
+    calls = 0;
+    sgd.step(closure);
+    EXPECT_EQ(calls, 1);
+}
+
 TEST_F(OptimTest, OptionsDefaultsLrAndGroups) {
     EXPECT_EQ(fulmen::SgdOptions().lr, 1e-3);
     EXPECT_EQ(fulmen::AdamOptions().weight_decay, 0.0);

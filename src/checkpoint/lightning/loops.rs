@@ -78,6 +78,7 @@ pub fn to_lightning(ck: &Checkpoint) -> Value {
     };
     let (auto_steps, manual_steps) = if info.manual_optimization { (0, g) } else { (g, 0) };
     let in_epoch = |steps: i64| if k > 0 || ck.epoch_finished { steps.min((k + acc - 1) / acc) } else { 0 };
+    let zero_grads = (auto_steps + ck.extra_zero_grads.0, in_epoch(auto_steps) + ck.extra_zero_grads.1);
     let optimizer = dict(vec![(
         "optimizer",
         dict(vec![
@@ -94,17 +95,17 @@ pub fn to_lightning(ck: &Checkpoint) -> Value {
                     (
                         "total",
                         dict(vec![
-                            ("ready", count(auto_steps)),
-                            ("completed", count(auto_steps)),
-                            ("started", count(auto_steps)),
+                            ("ready", count(zero_grads.0)),
+                            ("completed", count(zero_grads.0)),
+                            ("started", count(zero_grads.0)),
                         ]),
                     ),
                     (
                         "current",
                         dict(vec![
-                            ("ready", count(in_epoch(auto_steps))),
-                            ("completed", count(in_epoch(auto_steps))),
-                            ("started", count(in_epoch(auto_steps))),
+                            ("ready", count(zero_grads.1)),
+                            ("completed", count(zero_grads.1)),
+                            ("started", count(zero_grads.1)),
                         ]),
                     ),
                 ]),
@@ -194,7 +195,8 @@ pub fn from_lightning(top: &Value, what: &str) -> Result<Checkpoint> {
         }
         None => (0, 0),
     };
-    let ck = Checkpoint { global_step, batches_stepped, scheduler_steps, ..Default::default() };
+    let extra_zero_grads = extra_zero_grads(fit, &w)?;
+    let ck = Checkpoint { global_step, batches_stepped, scheduler_steps, extra_zero_grads, ..Default::default() };
     Ok(if processed == ready && completed + 1 == processed {
         // The epoch's batches are done (train-epoch or validation end).
         Checkpoint {
@@ -210,4 +212,24 @@ pub fn from_lightning(top: &Value, what: &str) -> Result<Checkpoint> {
         // Inside an epoch.
         Checkpoint { epoch: processed, batches_in_epoch: bp_count(current, "processed")?, ..ck }
     })
+}
+
+/// `zero_grad` calls beyond the optimizer steps in a Lightning checkpoint's
+/// automatic-optimization progress (an LBFGS closure's re-evaluations), in
+/// all and in the epoch; (0, 0) when it has none.
+fn extra_zero_grads(fit: &Value, w: &str) -> Result<(i64, i64)> {
+    let Some(optimizer) = fit.get("epoch_loop.automatic_optimization.optim_progress").and_then(|o| o.get("optimizer"))
+    else {
+        return Ok((0, 0));
+    };
+    let w = format!("{w}.epoch_loop.automatic_optimization.optim_progress.optimizer");
+    let completed = |what: &str, part: &str| -> Result<i64> {
+        match optimizer.get(what).and_then(|v| v.get(part)) {
+            Some(v) => whole_field(v, "completed", &format!("{w}.{what}.{part}"), MAX_COUNTER),
+            None => Ok(0),
+        }
+    };
+    let extra = |part: &str| -> Result<i64> { Ok((completed("zero_grad", part)? - completed("step", part)?).max(0)) };
+    let (total, epoch) = (extra("total")?, extra("current")?);
+    Ok((total, epoch.min(total)))
 }

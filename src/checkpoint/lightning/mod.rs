@@ -6,6 +6,7 @@
 //! states, `on_save_checkpoint` entries, callbacks Lightning lacks) goes
 //! under a `fulmen` entry, which Lightning ignores.
 mod callbacks;
+mod lbfgs;
 mod loops;
 mod optimizer;
 mod scheduler;
@@ -36,6 +37,9 @@ const PRECISION_KEY: &str = "MixedPrecision";
 const FULMEN_KEY: &str = "fulmen";
 
 pub use scheduler::complete_from_groups;
+
+#[cfg(test)]
+pub(crate) use optimizer::{from_torch as optimizer_from_torch, to_torch as optimizer_to_torch};
 
 /// Whether Lightning's format can carry the state of a scheduler (an
 /// `Unsupported` error naming what it cannot).

@@ -112,6 +112,9 @@ fn kernel_default(name: &str) -> Value {
 /// torch's `state_dict()` of an optimizer of `kind` ("sgd", "adam", ...)
 /// from fulmen's flat state.
 pub fn to_torch(kind: &str, flat: &[(String, Tensor)]) -> Result<Value> {
+    if kind == "lbfgs" {
+        return super::lbfgs::to_torch(flat);
+    }
     let mut groups: BTreeMap<usize, Vec<(Value, Value)>> = BTreeMap::new();
     let mut betas: BTreeMap<usize, [f64; 2]> = BTreeMap::new();
     let mut params: BTreeMap<usize, Value> = BTreeMap::new();
@@ -228,6 +231,9 @@ pub fn scheduler_group_entries(v: &Value, what: &str) -> Result<Vec<(String, Vec
 /// (`what` names it in errors). Entries fulmen does not know are kept, so
 /// the optimizer's own loading names them.
 pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
+    if super::lbfgs::is_lbfgs(v) {
+        return super::lbfgs::from_torch(v, what);
+    }
     let mut out = Vec::new();
     let f64_scalar = |x: f64| -> Result<Tensor> { Ok(Tensor::f_from_slice(&[x])?.f_reshape([0i64; 0])?) };
     let groups = items(field(v, "param_groups", what)?, &format!("{what}.param_groups"))?;

@@ -54,6 +54,15 @@ struct AdagradOptions : fulmen_adagrad_options {
     explicit AdagradOptions(double learning_rate) : AdagradOptions() { lr = learning_rate; }
 };
 
+/// LBFGS options, default-constructed with torch's defaults.
+struct LbfgsOptions : fulmen_lbfgs_options {
+    /// torch.optim.LBFGS defaults (lr 1, max_iter 20, history_size 100, no
+    /// line search; max_eval 0: max_iter * 5 / 4).
+    LbfgsOptions() : fulmen_lbfgs_options(fulmen_lbfgs_options_default()) {}
+    /// Defaults with learning rate `learning_rate`.
+    explicit LbfgsOptions(double learning_rate) : LbfgsOptions() { lr = learning_rate; }
+};
+
 /// Adamax options, default-constructed with torch's defaults.
 struct AdamaxOptions : fulmen_adamax_options {
     /// torch.optim.Adamax defaults (lr 2e-3).
@@ -104,6 +113,15 @@ struct LrLambdaBox {
         return guard_callback([&] { *out = static_cast<LrLambdaBox*>(ud)->fn(step, group); });
     }
     static void free(void* ud) noexcept { delete static_cast<LrLambdaBox*>(ud); }
+};
+
+/// Calls a closure of `Optimizer::step` from fulmen_optimizer_step_closure.
+template <class Fn>
+struct ClosureCall {
+    Fn& fn;
+    static fulmen_error* call(void* ud, double* loss) noexcept {
+        return guard_callback([&] { *loss = static_cast<ClosureCall*>(ud)->fn(); });
+    }
 };
 }  // namespace detail
 
@@ -188,6 +206,17 @@ public:
         return create(fulmen_optimizer_radam_new, nullptr, params, o);
     }
 
+    /// LBFGS over `model`'s parameters (and `extra` tensors); it steps only
+    /// with a closure (`step(closure)`, or the trainer's automatic
+    /// optimization as the only optimizer).
+    static Optimizer lbfgs(const Model& model, const LbfgsOptions& o = {}, const TensorList& extra = {}) {
+        return create(fulmen_optimizer_lbfgs_new, model.get(), extra, o);
+    }
+    /// LBFGS over the tensors `params`.
+    static Optimizer lbfgs(const TensorList& params, const LbfgsOptions& o = {}) {
+        return create(fulmen_optimizer_lbfgs_new, nullptr, params, o);
+    }
+
     /// Adds a parameter group of `model`'s parameters; `lr` < 0 keeps the default.
     Optimizer& add_param_group(const Model& model, double lr = -1) { return add_group(model.get(), {}, lr); }
     /// Adds a parameter group of tensors; `lr` < 0 keeps the default.
@@ -195,6 +224,20 @@ public:
 
     /// Updates every parameter that has a gradient.
     void step() { check(fulmen_optimizer_step(get())); }
+    /// torch's `step(closure)`: `closure` computes the loss at the current
+    /// parameters, runs its backward and returns the loss (a `double`);
+    /// the optimizer calls it as often as it needs (LBFGS: up to max_eval
+    /// times), each time with every gradient reset first. It must not use
+    /// this optimizer; an exception it throws ends the step and is
+    /// rethrown here. Returns the first evaluation's loss.
+    template <class Fn>
+    double step(Fn&& closure) {
+        detail::ClosureCall<Fn> call{closure};
+        double first = 0;
+        detail::clear_pending_exception();
+        check(fulmen_optimizer_step_closure(get(), &detail::ClosureCall<Fn>::call, &call, &first));
+        return first;
+    }
     /// Clears every parameter's gradient.
     void zero_grad() { check(fulmen_optimizer_zero_grad(get())); }
     /// The learning rate of parameter group 0.
