@@ -1572,6 +1572,43 @@ typedef struct fulmen_callback_vtable {
 } fulmen_callback_vtable;
 
 /**
+ * Weight averaging options; defaults (Lightning's `EMAWeightAveraging`)
+ * from `fulmen_weight_averaging_options_default`.
+ */
+typedef struct fulmen_weight_averaging_options {
+  /**
+   * An exponential moving average with `decay` (default true); false
+   * averages every update equally (stochastic weight averaging,
+   * Lightning's `WeightAveraging`).
+   */
+  bool ema;
+  /**
+   * The EMA decay in [0, 1] (default 0.999).
+   */
+  double decay;
+  /**
+   * Average the buffers too (BatchNorm statistics; default true);
+   * otherwise they are copied from the model at each update.
+   */
+  bool use_buffers;
+  /**
+   * Update after every n-th optimizer step (default 1; 0: not per
+   * step).
+   */
+  int64_t update_every_n_steps;
+  /**
+   * Update per step from this step index on; -1 (the default) from the
+   * first.
+   */
+  int64_t update_starting_at_step;
+  /**
+   * Also update at each epoch end from this epoch on; -1 (the default)
+   * never.
+   */
+  int64_t update_starting_at_epoch;
+} fulmen_weight_averaging_options;
+
+/**
  * Options of `fulmen_dataset_from_csv`; defaults from
  * `fulmen_csv_options_default`.
  */
@@ -2850,6 +2887,30 @@ struct fulmen_error *fulmen_trainer_add_timer(struct fulmen_trainer *trainer,
 struct fulmen_error *fulmen_trainer_add_callback(struct fulmen_trainer *trainer,
                                                  const char *name,
                                                  const struct fulmen_callback_vtable *vtable);
+
+/**
+ * Lightning's `EMAWeightAveraging` defaults.
+ */
+struct fulmen_weight_averaging_options fulmen_weight_averaging_options_default(void);
+
+/**
+ * Adds weight averaging (Lightning 2.6's `EMAWeightAveraging`, or its
+ * `WeightAveraging` when `ema` is false): at fit's setup a copy of the
+ * model's parameters and buffers is made on its device; after each
+ * optimizer step the options select (and each selected epoch end) it is
+ * updated as torch's `AveragedModel` (the first update copies);
+ * validation inside fit runs with the average; at the end of training
+ * the model gets the average's values. A checkpoint (not weights-only)
+ * holds the average as its `state_dict`, the trained weights as
+ * `current_model_state` and the count as `averaging_state`, as
+ * Lightning's; resuming restores both, and a checkpoint without them
+ * starts both from its `state_dict`.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_ARGUMENT (decay
+ * outside [0, 1], update_every_n_steps < 0, a start below -1).
+ */
+struct fulmen_error *fulmen_trainer_add_weight_averaging(struct fulmen_trainer *trainer,
+                                                         const struct fulmen_weight_averaging_options *options);
 
 /**
  * Adds a GradientAccumulationScheduler (Lightning's): from epoch

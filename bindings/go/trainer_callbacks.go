@@ -292,6 +292,47 @@ func (t *Trainer) AddGradientAccumulationScheduler(scheduling map[int64]int64) e
 	return err
 }
 
+// WeightAveragingOptions are the options of weight averaging (Lightning's
+// EMAWeightAveraging, or WeightAveraging's equal average when EMA is false).
+type WeightAveragingOptions struct {
+	// EMA keeps an exponential moving average with Decay; false averages
+	// every update equally (SWA).
+	EMA bool
+	// Decay is the EMA decay in [0, 1].
+	Decay float64
+	// UseBuffers averages the buffers too; otherwise they are copied.
+	UseBuffers bool
+	// UpdateEveryNSteps updates after every n-th optimizer step (0: not
+	// per step).
+	UpdateEveryNSteps int64
+	// UpdateStartingAtStep is the first step index updated (-1: the first).
+	UpdateStartingAtStep int64
+	// UpdateStartingAtEpoch also updates at each epoch end from this epoch
+	// on (-1: never).
+	UpdateStartingAtEpoch int64
+}
+
+// DefaultWeightAveragingOptions are Lightning's EMAWeightAveraging defaults.
+func DefaultWeightAveragingOptions() WeightAveragingOptions {
+	c := C.fulmen_weight_averaging_options_default()
+	return WeightAveragingOptions{EMA: bool(c.ema), Decay: float64(c.decay), UseBuffers: bool(c.use_buffers),
+		UpdateEveryNSteps: int64(c.update_every_n_steps), UpdateStartingAtStep: int64(c.update_starting_at_step),
+		UpdateStartingAtEpoch: int64(c.update_starting_at_epoch)}
+}
+
+// AddWeightAveraging adds weight averaging: validation inside fit sees the
+// average, training ends with it in the model, and checkpoints hold it as
+// Lightning's EMAWeightAveraging / WeightAveraging do.
+func (t *Trainer) AddWeightAveraging(opts WeightAveragingOptions) error {
+	c := C.fulmen_weight_averaging_options{ema: C.bool(opts.EMA), decay: C.double(opts.Decay),
+		use_buffers: C.bool(opts.UseBuffers), update_every_n_steps: C.int64_t(opts.UpdateEveryNSteps),
+		update_starting_at_step:  C.int64_t(opts.UpdateStartingAtStep),
+		update_starting_at_epoch: C.int64_t(opts.UpdateStartingAtEpoch)}
+	err := check(C.fulmen_trainer_add_weight_averaging(t.ptr(), &c))
+	runtime.KeepAlive(t)
+	return err
+}
+
 // AddOnExceptionCheckpoint adds an OnExceptionCheckpoint: a failed fit
 // saves dirpath/filename.ckpt (filename "": "on_exception") to resume from.
 func (t *Trainer) AddOnExceptionCheckpoint(dirpath, filename string) error {

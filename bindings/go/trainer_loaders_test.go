@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -82,6 +83,51 @@ func TestSeveralLoaders(t *testing.T) {
 
 // A schedule changes the steps per epoch; a failed fit leaves
 // on_exception.ckpt, from which it resumes to the end.
+func TestWeightAveragingEndsWithTheAverage(t *testing.T) {
+	noLeaks(t)
+	train := blobDataset(t, 64, 1)
+	defer train.Close()
+	tl := must(fulmen.NewLoader(train, fulmen.LoaderOptions{BatchSize: 8}))
+	defer tl.Close()
+	model := mlp(t)
+	defer model.Close()
+	weight := func() []float32 {
+		w := must(model.StateDictGet("0.weight"))
+		defer w.Close()
+		return must(fulmen.ToSlice[float32](w))
+	}
+	before := weight()
+	m := must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
+			_, loss, err := lossOf(model, bt)
+			return loss, err
+		},
+		ConfigureOptimizers: sgd(model, 0.1),
+	}))
+	defer m.Close()
+	opts := fulmen.DefaultWeightAveragingOptions()
+	if !opts.EMA || opts.Decay != 0.999 || !opts.UseBuffers || opts.UpdateStartingAtStep != -1 {
+		t.Fatalf("defaults %+v", opts)
+	}
+	// An average never updated after its first copy: training ends with
+	// the weights it started from.
+	opts.UpdateEveryNSteps = 0
+	tr := quietTrainer(t, 1)
+	defer tr.Close()
+	ok(t, tr.AddWeightAveraging(opts))
+	ok(t, tr.Fit(context.Background(), m, tl, nil))
+	if s := must(tr.GlobalStep()); s != 8 {
+		t.Fatalf("global step %d", s)
+	}
+	if after := weight(); !reflect.DeepEqual(after, before) {
+		t.Fatalf("weights after the fit are not the average's")
+	}
+	opts.Decay = -1
+	if err := tr.AddWeightAveraging(opts); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("decay -1: %v", err)
+	}
+}
+
 func TestAccumulationScheduleAndExceptionCheckpoint(t *testing.T) {
 	noLeaks(t)
 	train := blobDataset(t, 64, 1)

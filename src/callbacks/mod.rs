@@ -1,7 +1,7 @@
 //! Built-in callbacks, as Lightning's: ModelCheckpoint, EarlyStopping,
 //! LearningRateMonitor, Timer, ModelSummary, GradientAccumulationScheduler,
-//! OnExceptionCheckpoint, DeviceStatsMonitor, ThroughputMonitor and the
-//! progress bar.
+//! OnExceptionCheckpoint, DeviceStatsMonitor, ThroughputMonitor, weight
+//! averaging (EMA, SWA) and the progress bar.
 pub mod device_stats;
 pub mod early_stopping;
 pub mod filename;
@@ -14,6 +14,7 @@ pub mod on_exception;
 pub mod progress_bar;
 pub mod throughput;
 pub mod timer;
+pub mod weight_averaging;
 
 pub use device_stats::DeviceStatsMonitor;
 pub use early_stopping::{EarlyStopping, EarlyStoppingOptions};
@@ -26,3 +27,4 @@ pub use on_exception::OnExceptionCheckpoint;
 pub use progress_bar::ProgressBar;
 pub use throughput::ThroughputMonitor;
 pub use timer::Timer;
+pub use weight_averaging::{WeightAveraging, WeightAveragingOptions};

@@ -11,6 +11,8 @@ pub const FORMAT_VERSION: &str = "1";
 const FORMAT_KEY: &str = "fulmen.checkpoint";
 const MODEL_PREFIX: &str = "state_dict.";
 const OPTIMIZER_PREFIX: &str = "optimizer_states.";
+const CURRENT_PREFIX: &str = "current_model_state.";
+const AVERAGING_PREFIX: &str = "averaging_state.";
 const RNG_CPU: &str = "rng_states.cpu";
 const RNG_CUDA: &str = "rng_states.cuda";
 const RNG_DEVICE: &str = "rng_states.device";
@@ -48,6 +50,12 @@ pub struct Checkpoint {
     /// `epoch`: the closure evaluations of an optimizer that re-evaluates
     /// the loss (LBFGS), which Lightning's optimizer progress counts.
     pub extra_zero_grads: (i64, i64),
+    /// The trained weights when the state_dict holds averaged ones (weight
+    /// averaging; Lightning's `current_model_state`).
+    pub current_model_state: Option<Vec<(String, Tensor)>>,
+    /// The averaging's own tensors (Lightning's `averaging_state`:
+    /// `n_averaged`).
+    pub averaging_state: Vec<(String, Tensor)>,
     /// Validation batches run in `epoch`, and in its last validation
     /// (written in Lightning's format only).
     pub val_batches: (i64, i64),
@@ -162,7 +170,18 @@ impl Checkpoint {
     /// `prefix` is empty, the attribute prefix (such as a LightningModule's
     /// `model.`) whose removal makes the names fit.
     pub fn weights_for(&self, model: &std::collections::HashSet<String>, prefix: &str) -> Vec<(String, Tensor)> {
-        let weights = self.state_dict.iter().map(|(k, t)| (k.clone(), t.shallow_clone())).collect();
+        self.named_for(&self.state_dict, model, prefix)
+    }
+
+    /// `weights` (a state_dict of this checkpoint) named as `weights_for`
+    /// names the state_dict.
+    pub fn named_for(
+        &self,
+        weights: &[(String, Tensor)],
+        model: &std::collections::HashSet<String>,
+        prefix: &str,
+    ) -> Vec<(String, Tensor)> {
+        let weights = weights.iter().map(|(k, t)| (k.clone(), t.shallow_clone())).collect();
         if prefix.is_empty() {
             return crate::nn::without_module_prefix(weights, model);
         }
@@ -223,6 +242,12 @@ impl Checkpoint {
             for (k, t) in state {
                 tensors.push((format!("{OPTIMIZER_PREFIX}{i}.{k}"), t.shallow_clone()));
             }
+        }
+        for (k, t) in self.current_model_state.iter().flatten() {
+            tensors.push((format!("{CURRENT_PREFIX}{k}"), t.shallow_clone()));
+        }
+        for (k, t) in &self.averaging_state {
+            tensors.push((format!("{AVERAGING_PREFIX}{k}"), t.shallow_clone()));
         }
         if let Some(r) = &self.rng_state {
             tensors.push((RNG_CPU.to_string(), r.shallow_clone()));
@@ -372,6 +397,10 @@ impl Checkpoint {
                 ck.device_rng_state = Some(t);
             } else if let Some(k) = name.strip_prefix(MODEL_PREFIX) {
                 ck.state_dict.push((k.to_string(), t));
+            } else if let Some(k) = name.strip_prefix(CURRENT_PREFIX) {
+                ck.current_model_state.get_or_insert_with(Vec::new).push((k.to_string(), t));
+            } else if let Some(k) = name.strip_prefix(AVERAGING_PREFIX) {
+                ck.averaging_state.push((k.to_string(), t));
             } else if let Some(rest) = name.strip_prefix(OPTIMIZER_PREFIX) {
                 let (i, k) = rest
                     .split_once('.')

@@ -5,6 +5,7 @@ pub mod accelerator;
 pub mod batch;
 pub mod callback;
 pub mod callbacks;
+pub mod callbacks_averaging;
 pub mod callbacks_training;
 pub mod collectives;
 pub mod context;

@@ -75,8 +75,8 @@ mod state;
 pub use adagrad::{Adagrad, AdagradOptions};
 pub use adam::{Adam, AdamOptions, AdamW};
 pub use adamax::{Adamax, AdamaxOptions};
-pub use lbfgs::{Lbfgs, LbfgsOptions};
 pub(crate) use lbfgs::MAX_HISTORY;
+pub use lbfgs::{Lbfgs, LbfgsOptions};
 pub use nadam::{NAdam, NAdamOptions};
 pub use radam::{RAdam, RAdamOptions};
 pub use rmsprop::{RmsProp, RmsPropOptions};
@@ -88,6 +88,7 @@ pub use scheduler::{
     ThresholdMode,
 };
 pub use sgd::{Sgd, SgdOptions};
+pub(crate) use state::deep_copy;
 
 #[cfg(test)]
 mod test_util;

@@ -294,6 +294,9 @@ pub struct HookContext<'a> {
     pub checkpoint: Option<&'a mut BTreeMap<String, String>>,
     /// The failure, for `on_exception`.
     pub exception: Option<&'a Error>,
+    /// The module's model (callbacks that read or change the weights, such
+    /// as weight averaging); `None` outside the run's hooks.
+    pub model: Option<super::SharedModel>,
 }
 
 impl<'a> HookContext<'a> {
@@ -309,6 +312,7 @@ impl<'a> HookContext<'a> {
             output: None,
             checkpoint: None,
             exception: None,
+            model: None,
         }
     }
 
@@ -369,6 +373,22 @@ pub trait Callback {
     /// checkpoints keep its state; `None` for callbacks Lightning lacks.
     fn lightning_state_key(&self) -> Option<String> {
         None
+    }
+    /// Tensors for a checkpoint being saved, after its state_dict and
+    /// optimizer states are gathered (weight averaging puts its average in
+    /// the state_dict and the trained weights in `current_model_state`).
+    fn on_save_tensors(&mut self, _ck: &mut crate::checkpoint::Checkpoint) -> Result<()> {
+        Ok(())
+    }
+    /// Reads what `on_save_tensors` wrote, after the model got the
+    /// checkpoint's state_dict (names mapped with `prefix`, as the model's).
+    fn on_load_tensors(
+        &mut self,
+        _ck: &crate::checkpoint::Checkpoint,
+        _model: &super::SharedModel,
+        _prefix: &str,
+    ) -> Result<()> {
+        Ok(())
     }
     /// The callback as `Any`, so the trainer can find its ModelCheckpoints
     /// and Timers.

@@ -99,6 +99,7 @@ impl Run<'_> {
             output: data.output,
             checkpoint: None,
             exception: data.exception,
+            model: self.module.model(),
         };
         // Lightning's on_train_epoch_end: callbacks, the module, then the
         // callbacks that monitor metrics, so they see what it logged.
@@ -354,6 +355,9 @@ impl Run<'_> {
             if !entries.is_empty() {
                 ck.extra.insert(MODULE_KEY.to_string(), entries);
             }
+            for cb in self.callbacks.iter_mut() {
+                cb.on_save_tensors(&mut ck).map_err(|e| e.context(format!("callback {} saving tensors", cb.name())))?;
+            }
             ck.rng_state = Some(crate::tensor::runtime::cpu_rng_state()?);
             // The device's generator: CUDA's where Lightning keeps it, any
             // other device type's beside it.
@@ -468,6 +472,7 @@ impl Run<'_> {
             if let Some(s) = ck.callbacks.get(&key) {
                 cb.load_state_dict(s).ctx(format!("{}: callback {key}", at()))?;
             }
+            cb.on_load_tensors(ck, model, &self.checkpoint_prefix).ctx(format!("{}: callback {key}", at()))?;
         }
         let mut names: BTreeMap<String, usize> = BTreeMap::new();
         for cb in self.callbacks.iter_mut() {

@@ -1,8 +1,11 @@
 /*
- * GradientAccumulationScheduler and OnExceptionCheckpoint: a schedule
- * gives the same weights as the equal accumulate_grad_batches, and the
- * steps it implies; a fit that fails saves on_exception.ckpt, from which a
- * resumed fit ends with the weights of an uninterrupted one.
+ * GradientAccumulationScheduler, OnExceptionCheckpoint and weight
+ * averaging: a schedule gives the same weights as the equal
+ * accumulate_grad_batches, and the steps it implies; a fit that fails
+ * saves on_exception.ckpt, from which a resumed fit ends with the weights
+ * of an uninterrupted one; an EMA run resumed from its checkpoint (the
+ * average, the trained weights and the count) ends as an uninterrupted
+ * one, and a never-updated average gives back the starting weights.
  */
 #define _XOPEN_SOURCE 700 /* mkdtemp */
 #include "check.h"
@@ -137,6 +140,68 @@ static void test_on_exception(const char *root, fulmen_loader *loader) {
     free_run(&cut, mc, tc);
 }
 
+/* A fit of `epochs` with EMA weight averaging (decay 0.5, or never updated
+ * past its first copy when `frozen`), keeping a safetensors checkpoint of
+ * each epoch in `<root>/<name>` ("epoch=N.ckpt") and resuming from
+ * `resume`. */
+static void ema_fit(fulmen_lightning_module *m, fulmen_loader *loader, int64_t epochs, bool frozen, const char *root,
+                    const char *name, const char *resume) {
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    fulmen_trainer_options *o = fixture_options(NULL, epochs);
+    CHECK_OK(fulmen_trainer_options_set(o, "enable_checkpointing", "true"));
+    CHECK_OK(fulmen_trainer_options_set(o, "checkpoint_format", "safetensors"));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_trainer_options_free(o);
+    fulmen_weight_averaging_options wa = fulmen_weight_averaging_options_default();
+    wa.decay = 0.5;
+    if (frozen) wa.update_every_n_steps = 0;
+    CHECK_OK(fulmen_trainer_add_weight_averaging(t, &wa));
+    fulmen_model_checkpoint_options mc = fulmen_model_checkpoint_options_default();
+    mc.dirpath = dir;
+    mc.filename = "{epoch}";
+    mc.save_top_k = -1;
+    CHECK_OK(fulmen_trainer_add_model_checkpoint(t, &mc));
+    CHECK_OK(fulmen_trainer_fit(t, m, loader, NULL, resume));
+    fulmen_trainer_free(t);
+}
+
+static void test_weight_averaging(const char *root, fulmen_loader *loader) {
+    char ckpt[700];
+    snprintf(ckpt, sizeof ckpt, "%s/ema-cut/epoch=0.ckpt", root);
+    state whole, cut, start, frozen;
+    fulmen_lightning_module *mw = seeded(&whole, -1);
+    ema_fit(mw, loader, 2, false, root, "ema-whole", NULL);
+    fulmen_lightning_module *mc = seeded(&cut, -1);
+    ema_fit(mc, loader, 1, false, root, "ema-cut", NULL);
+    ema_fit(mc, loader, 2, false, root, "ema-resumed", ckpt);
+    CHECK(fixture_max_diff(whole.model, cut.model) == 0.0);
+
+    /* Never updated: the fit ends with the starting weights, and the
+     * checkpoint's state_dict is that average. */
+    fulmen_lightning_module *ms = seeded(&start, -1);
+    fulmen_lightning_module *mf = seeded(&frozen, -1);
+    ema_fit(mf, loader, 1, true, root, "ema-frozen", NULL);
+    CHECK(fixture_max_diff(start.model, frozen.model) == 0.0);
+    snprintf(ckpt, sizeof ckpt, "%s/ema-frozen/epoch=0.ckpt", root);
+    CHECK_OK(fulmen_model_load(whole.model, ckpt, true));
+    CHECK(fixture_max_diff(start.model, whole.model) == 0.0);
+
+    fulmen_trainer *t = trainer_with(NULL, 1, 1);
+    fulmen_weight_averaging_options bad = fulmen_weight_averaging_options_default();
+    bad.decay = 1.5;
+    CHECK_ERR(fulmen_trainer_add_weight_averaging(t, &bad), FULMEN_CODE_INVALID_ARGUMENT, "decay");
+    bad = fulmen_weight_averaging_options_default();
+    bad.update_starting_at_step = -2;
+    CHECK_ERR(fulmen_trainer_add_weight_averaging(t, &bad), FULMEN_CODE_INVALID_ARGUMENT, "update_starting_at_step");
+    CHECK_ERR(fulmen_trainer_add_weight_averaging(t, NULL), FULMEN_CODE_NULL_ARGUMENT, "options");
+    free_run(&whole, mw, t);
+    free_run(&cut, mc, NULL);
+    free_run(&start, ms, NULL);
+    free_run(&frozen, mf, NULL);
+}
+
 int main(void) {
     char root[] = "/tmp/fulmen-training-callbacks-XXXXXX";
     CHECK(mkdtemp(root) != NULL);
@@ -144,6 +209,7 @@ int main(void) {
     fulmen_loader *loader = fixture_loader(ds, 8, true, 3); /* 8 batches, reshuffled per epoch */
     test_accumulation_schedule(loader);
     test_on_exception(root, loader);
+    test_weight_averaging(root, loader);
     fulmen_loader_free(loader);
     fulmen_dataset_free(ds);
     char cmd[600];

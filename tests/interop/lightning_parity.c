@@ -7,7 +7,8 @@
  * Trains a 32-64-10 MLP (PyTorch's names: 0.weight ... 2.bias) from INIT
  * (safetensors) on the first SAMPLES rows of DATA_X / DATA_Y (raw files of
  * SAMPLES + VAL_ROWS rows of 32 float32 / one int64 label), in order, BATCH rows per batch, for EPOCHS epochs on one CPU thread, and
- * appends every training step's loss to LOSSES (one "%.17g" per line).
+ * appends every training step's loss to LOSSES (one "%.17g" per line; with
+ * weight averaging, every validation step's too).
  * CONFIG:
  *   steplr:   SGD (lr 0.1, momentum 0.9), StepLR (step_size 1, gamma 0.5)
  *             per epoch, gradient_clip_val 0.5 by norm;
@@ -58,6 +59,10 @@
  *   lbfgs_wolfe: LBFGS (lr 1, max_iter 5, history_size 4, the
  *             strong-Wolfe line search), StepLR (step_size 1, gamma 0.5)
  *             per epoch; no clipping;
+ *   ema:      as plateau, with EMA weight averaging (decay 0.9, every
+ *             2nd step from step 3, every epoch end from epoch 2):
+ *             validation, and so the plateau, sees the averaged weights;
+ *   swa:      as plateau, with SWA weight averaging (every step);
  *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
  *             learning-rate range test (1e-5 to 1 over 30 steps) writes
  *             "lr loss" per step to LOSSES, then "suggestion lr".
@@ -97,6 +102,7 @@ struct job {
     const char *config;
     FILE *losses;
     bool losses_off; /* the range test writes its own points */
+    bool val_losses; /* validation losses are written too */
 };
 
 static fulmen_model *build(void) {
@@ -136,6 +142,9 @@ static fulmen_error *validation_step(void *userdata, fulmen_step_context *ctx, c
     if (!e) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, &loss);
     if (!e) e = fulmen_tensor_item(loss, &value);
     if (!e) e = fulmen_step_context_log(ctx, "val_loss", value, 0, 0);
+    /* With weight averaging, validation runs on the average: its losses
+     * are compared too. */
+    if (!e && job->val_losses) fprintf(job->losses, "%.17g\n", value);
     return e;
 }
 
@@ -220,7 +229,8 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
             return e;
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_EPOCH, 1, NULL);
-    } else if (strcmp(job->config, "plateau") == 0) {
+    } else if (strcmp(job->config, "plateau") == 0 || strcmp(job->config, "ema") == 0 ||
+               strcmp(job->config, "swa") == 0) {
         fulmen_sgd_options o = fulmen_sgd_options_default();
         o.lr = 0.1;
         o.momentum = 0.9;
@@ -431,7 +441,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     struct job job = {.config = argv[1]};
-    bool validating = strcmp(job.config, "plateau") == 0 || strcmp(job.config, "plateau_groups") == 0;
+    bool averaging = strcmp(job.config, "ema") == 0 || strcmp(job.config, "swa") == 0;
+    job.val_losses = averaging;
+    bool validating =
+        strcmp(job.config, "plateau") == 0 || strcmp(job.config, "plateau_groups") == 0 || averaging;
     if (strcmp(job.config, "steplr") != 0 && strcmp(job.config, "stepfreq") != 0 &&
         strcmp(job.config, "warmup_cosine") != 0 && strcmp(job.config, "restarts") != 0 &&
         strcmp(job.config, "cyclic") != 0 && strcmp(job.config, "lambda") != 0 && strcmp(job.config, "lr_find") != 0 &&
@@ -516,6 +529,18 @@ int main(int argc, char **argv) {
         set(opts, "accumulate_grad_batches", "2");
     }
     TRY(fulmen_trainer_new(opts, &trainer));
+    if (averaging) {
+        fulmen_weight_averaging_options wa = fulmen_weight_averaging_options_default();
+        if (strcmp(job.config, "ema") == 0) {
+            wa.decay = 0.9;
+            wa.update_every_n_steps = 2;
+            wa.update_starting_at_step = 3;
+            wa.update_starting_at_epoch = 2;
+        } else {
+            wa.ema = false;
+        }
+        TRY(fulmen_trainer_add_weight_averaging(trainer, &wa));
+    }
     if (argc > 9) {
         fulmen_model_checkpoint_options mc = fulmen_model_checkpoint_options_default();
         mc.dirpath = argv[9];

@@ -8,7 +8,7 @@ For each configuration of tests/interop/lightning_parity.c (schedulers per
 epoch and per step with a frequency, gradient clipping by norm and by
 value, gradient accumulation, param groups with their own optimizer
 constants and scheduler ranges, LBFGS re-running the step inside its
-own), the same 32-64-10 MLP starts from the same
+own, EMA and SWA weight averaging), the same 32-64-10 MLP starts from the same
 weights and sees the same batches in the same order on one CPU thread:
 
 1. Lightning's Trainer trains EPOCHS epochs: the reference losses.
@@ -88,7 +88,24 @@ CONFIGS = {
     # with the strong-Wolfe line search.
     "lbfgs": ("lbfgs", (1, 0.5), "epoch", 1, 1.0, "norm", 1),
     "lbfgs_wolfe": ("lbfgs_wolfe", (1, 0.5), "epoch", 1, None, "norm", 1),
+    # Weight averaging: validation (and so ReduceLROnPlateau) sees the
+    # averaged weights. EMA (decay 0.9) every 2nd step from step 3 and at
+    # every epoch end from epoch 2; SWA (equal average) every step.
+    "ema": ("sgd", None, "epoch", 1, 1.0, "norm", 1),
+    "swa": ("sgd", None, "epoch", 1, 1.0, "norm", 1),
 }
+
+def averaging(config):
+    """The weight averaging callback of a configuration, if any."""
+    from lightning.pytorch.callbacks import EMAWeightAveraging, WeightAveraging
+
+    if config == "ema":
+        return [EMAWeightAveraging(decay=0.9, update_every_n_steps=2, update_starting_at_step=3,
+                                   update_starting_at_epoch=2)]
+    if config == "swa":
+        return [WeightAveraging()]
+    return []
+
 
 # The first learning rate of each optimizer (a scheduler must lower it).
 FIRST_LR = {"lbfgs": 0.5, "lbfgs_wolfe": 1.0}
@@ -124,7 +141,11 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
 
         def validation_step(self, batch, batch_idx):
             xb, yb = batch
-            self.log("val_loss", F.cross_entropy(self.model(xb), yb).item())
+            loss = F.cross_entropy(self.model(xb), yb).item()
+            self.log("val_loss", loss)
+            if config in ("ema", "swa"):
+                # Validation sees the averaged weights: compared too.
+                losses.append(loss)
 
         def configure_optimizers(self):
             named = list(self.model.named_parameters())
@@ -203,7 +224,8 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
         devices=1,
         logger=False,
         enable_checkpointing=ckpt_dir is not None,
-        callbacks=[pl.callbacks.ModelCheckpoint(dirpath=ckpt_dir, filename="{epoch}", save_top_k=-1)] if ckpt_dir else [],
+        callbacks=averaging(config) + (
+            [pl.callbacks.ModelCheckpoint(dirpath=ckpt_dir, filename="{epoch}", save_top_k=-1)] if ckpt_dir else []),
         enable_progress_bar=False,
         enable_model_summary=False,
         gradient_clip_val=clip,

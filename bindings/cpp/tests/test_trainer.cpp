@@ -146,6 +146,27 @@ TEST_F(TrainerTest, SeveralEvaluationLoaders) {
     EXPECT_THROW(trainer.test(module, {&a, nullptr}), fulmen::Error);
 }
 
+TEST_F(TrainerTest, WeightAveragingEndsWithTheAverage) {
+    // An average that is never updated after its first copy: training
+    // ends with the weights the fit started from.
+    Dataset ds = fulmen_test::blobs(64, 1);
+    Loader train(ds, 8);
+    Model model = fulmen_test::mlp();
+    std::vector<float> before = model.state_dict_get("0.weight").to_vector<float>();
+    LightningModule module = full_module(model).build();
+    fulmen::WeightAveragingOptions o;
+    EXPECT_TRUE(o.ema);
+    EXPECT_EQ(o.decay, 0.999);
+    o.update_every_n_steps = 0;
+    Trainer trainer(fulmen_test::quiet_options(1).set("logger", false));
+    trainer.add_weight_averaging(o);
+    trainer.fit(module, train);
+    EXPECT_EQ(trainer.global_step(), 8);
+    EXPECT_EQ(model.state_dict_get("0.weight").to_vector<float>(), before);
+    o.decay = 1.5;
+    EXPECT_THROW(trainer.add_weight_averaging(o), fulmen::Error);
+}
+
 TEST_F(TrainerTest, AccumulationScheduleAndExceptionCheckpoint) {
     Dataset ds = fulmen_test::blobs(64, 1);
     Loader train(ds, 8);  // 8 batches

@@ -7,6 +7,9 @@ use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 
+/// The weight averaging callbacks' keys (their class names, as fulmen's).
+const AVERAGING: &[&str] = &["EMAWeightAveraging", "WeightAveraging"];
+
 /// Lightning's `callbacks` entry: each callback with a Lightning
 /// counterpart under its Lightning key.
 pub fn to_lightning(ck: &Checkpoint) -> Result<Value> {
@@ -17,6 +20,9 @@ pub fn to_lightning(ck: &Checkpoint) -> Result<Value> {
             model_checkpoint(state)?
         } else if lightning_key.starts_with("EarlyStopping{") {
             early_stopping(state)?
+        } else if AVERAGING.contains(&lightning_key.as_str()) {
+            let step = state.get("latest_update_step").and_then(|v| v.parse::<i64>().ok()).unwrap_or_default();
+            dict(vec![("latest_update_step", Value::Int(step))])
         } else {
             continue;
         };
@@ -111,8 +117,9 @@ fn text_of(v: Option<&Value>) -> String {
 }
 
 /// fulmen's callback states from Lightning's `callbacks` entry: its
-/// ModelCheckpoint and EarlyStopping states, under the names fulmen's
-/// callbacks of the same monitor (and mode) have. Others are left out.
+/// ModelCheckpoint, EarlyStopping and weight averaging states, under the
+/// names fulmen's callbacks of the same monitor (and mode) have. Others are
+/// left out.
 pub fn from_lightning(v: &Value, what: &str) -> Result<BTreeMap<String, BTreeMap<String, String>>> {
     let mut out: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
@@ -144,6 +151,16 @@ pub fn from_lightning(v: &Value, what: &str) -> Result<BTreeMap<String, BTreeMap
                 m.insert(f.to_string(), number(x, &format!("{swhat}.{f}"))?.to_string());
             }
             (format!("EarlyStopping{{monitor={monitor:?}, mode={mode:?}}}"), m)
+        } else if AVERAGING.contains(&k) {
+            let step = state
+                .get("latest_update_step")
+                .ok_or_else(|| Error::format(format!("{swhat} has no `latest_update_step`")))?;
+            let step = super::value::whole(
+                step,
+                &format!("{swhat}.latest_update_step"),
+                crate::checkpoint::file::MAX_COUNTER,
+            )?;
+            (k.to_string(), BTreeMap::from([("latest_update_step".to_string(), step.to_string())]))
         } else {
             continue;
         };

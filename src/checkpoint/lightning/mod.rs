@@ -96,6 +96,13 @@ pub fn to_lightning(ck: &Checkpoint, prefix: &str) -> Result<Value> {
         ("state_dict", weights),
         ("loops", loops::to_lightning(ck)),
     ];
+    if let Some(current) = &ck.current_model_state {
+        // Weight averaging: the trained weights beside the averaged ones.
+        let current = current.iter().map(|(k, t)| (text(&format!("{prefix}{k}")), Value::Tensor(t.shallow_clone())));
+        top.push(("current_model_state", Value::Dict(current.collect())));
+        let averaging = ck.averaging_state.iter().map(|(k, t)| (text(k), Value::Tensor(t.shallow_clone())));
+        top.push(("averaging_state", Value::Dict(averaging.collect())));
+    }
     if !ck.weights_only {
         top.push(("callbacks", callbacks::to_lightning(ck)?));
         let mut optimizers = Vec::new();
@@ -183,6 +190,10 @@ pub fn from_lightning(top: &Value, what: &str) -> Result<Checkpoint> {
     let mut ck = loops::from_lightning(top, what)?;
     ck.state_dict = super::torch_save::state_dict_of(top, what)?;
     ck.schedulers_listed = true;
+    if let (Some(current), Some(averaging)) = (top.get("current_model_state"), top.get("averaging_state")) {
+        ck.current_model_state = Some(tensor_dict(current, &format!("{what}.current_model_state"))?);
+        ck.averaging_state = tensor_dict(averaging, &format!("{what}.averaging_state"))?;
+    }
     if let Some(h) = top.get("hyper_parameters") {
         for (k, v) in entries(h, &format!("{what}.hyper_parameters"))? {
             let (Value::Str(k), Some(v)) = (k, value::as_text(v)) else { continue };
@@ -255,6 +266,17 @@ pub fn from_lightning(top: &Value, what: &str) -> Result<Checkpoint> {
         }
     }
     Ok(ck)
+}
+
+/// A dict of named tensors (`what` names it in errors).
+fn tensor_dict(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
+    entries(v, what)?
+        .iter()
+        .map(|(k, x)| match (k, x) {
+            (Value::Str(name), Value::Tensor(t)) => Ok((name.clone(), t.shallow_clone())),
+            _ => Err(Error::format(format!("{what} holds an entry that is not a named tensor"))),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -22,6 +22,14 @@
 
 namespace fulmen {
 
+/// Weight averaging options, default-constructed as Lightning's
+/// EMAWeightAveraging (decay 0.999, every step, buffers averaged); `ema`
+/// false averages equally (SWA).
+struct WeightAveragingOptions : fulmen_weight_averaging_options {
+    /// Lightning's EMAWeightAveraging defaults.
+    WeightAveragingOptions() : fulmen_weight_averaging_options(fulmen_weight_averaging_options_default()) {}
+};
+
 /// Options of a learning-rate range test, default-constructed with
 /// Lightning's (1e-8 to 1 over 100 steps, exponential, stop at 4x).
 struct LrFindOptions : fulmen_lr_find_options {
@@ -701,6 +709,13 @@ public:
             factors.push_back(factor);
         }
         check(fulmen_trainer_add_gradient_accumulation_scheduler(get(), epochs.data(), factors.data(), epochs.size()));
+        return *this;
+    }
+    /// Adds weight averaging (EMA or SWA): validation inside fit sees the
+    /// average, training ends with it in the model, and checkpoints hold
+    /// it as Lightning's EMAWeightAveraging / WeightAveraging do.
+    Trainer& add_weight_averaging(const WeightAveragingOptions& options = {}) {
+        check(fulmen_trainer_add_weight_averaging(get(), &options));
         return *this;
     }
     /// Adds an OnExceptionCheckpoint: a failed fit saves
