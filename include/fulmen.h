@@ -485,6 +485,12 @@ typedef enum fulmen_code {
    * were finalized).
    */
   FULMEN_CODE_INTERRUPTED = 17,
+  /**
+   * An allocation failed: libtorch ran out of device or host memory
+   * (the batch size finder's signal to try a smaller batch; a host
+   * callback may return it too).
+   */
+  FULMEN_CODE_OUT_OF_MEMORY = 18,
 } fulmen_code;
 
 /**
@@ -2226,7 +2232,8 @@ typedef struct fulmen_radam_options {
  */
 typedef struct fulmen_lbfgs_options {
   /**
-   * Learning rate: the step length after the first iteration (default 1).
+   * Learning rate: the step length (the first iteration's scaled by
+   * `min(1, 1 / |g|_1)`; default 1).
    */
   double lr;
   /**
@@ -2567,6 +2574,41 @@ typedef struct fulmen_lr_find_options {
    */
   double early_stop_threshold;
 } fulmen_lr_find_options;
+
+/**
+ * Options of `fulmen_trainer_scale_batch_size`; defaults from
+ * `fulmen_batch_size_finder_options_default` (Lightning's).
+ */
+typedef struct fulmen_batch_size_finder_options {
+  /**
+   * false: "power", doubling until a trial runs out of memory (the
+   * default); true: "binsearch", then searching between the last size
+   * that fit and the first that did not.
+   */
+  bool binsearch;
+  /**
+   * Optimizer steps per trial (default 3).
+   */
+  int64_t steps_per_trial;
+  /**
+   * The first batch size tried (default 2).
+   */
+  size_t init_val;
+  /**
+   * The most trials (default 25).
+   */
+  int64_t max_trials;
+  /**
+   * binsearch: the found size is reduced by this fraction, in [0, 1)
+   * (default 0.05).
+   */
+  double margin;
+  /**
+   * The largest batch size: sizes are capped at it, and the search ends
+   * once it reaches it, without trying it, as Lightning's (default 8192).
+   */
+  size_t max_val;
+} fulmen_batch_size_finder_options;
 
 
 
@@ -4912,7 +4954,8 @@ struct fulmen_error *fulmen_optimizer_lbfgs_new(const struct fulmen_model *model
 /**
  * torch's `optimizer.step(closure)` for a host-owned loop: the optimizer
  * calls `closure` as often as its algorithm needs (LBFGS: up to
- * `max_eval` times; the others once, before their update), on this
+ * `max_eval` times, once more with the line search; the others once,
+ * before their update), on this
  * thread, with gradients on. Before each call every gradient of the
  * optimizer's parameters is set to none, as the usual closure's
  * `optimizer.zero_grad()` does; the closure must not call functions on
@@ -4921,8 +4964,12 @@ struct fulmen_error *fulmen_optimizer_lbfgs_new(const struct fulmen_model *model
  * the first evaluation's loss to `*loss` when `loss` is not NULL.
  *
  * Errors: FULMEN_CODE_NULL_ARGUMENT (`closure` NULL), the closure's own
- * error, or the step's (FULMEN_CODE_TORCH). After an error the
- * parameters may have moved; LBFGS keeps its history as before the step.
+ * error, FULMEN_CODE_CALLBACK (the closure wrote no loss),
+ * FULMEN_CODE_INVALID_ARGUMENT (a param group value out of range),
+ * FULMEN_CODE_INVALID_STATE (an incomplete history loaded from a state),
+ * FULMEN_CODE_TORCH or FULMEN_CODE_OUT_OF_MEMORY (the update failed).
+ * After an error, LBFGS's parameters and history are as before the step
+ * (another optimizer's parameters are as the closure left them).
  */
 struct fulmen_error *fulmen_optimizer_step_closure(struct fulmen_optimizer *optimizer,
                                                    fulmen_closure_fn closure,
@@ -5510,7 +5557,7 @@ struct fulmen_error *fulmen_model_save_torchscript(const struct fulmen_model *mo
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (a bad device),
  * FULMEN_CODE_UNAVAILABLE (no such device here), FULMEN_CODE_TORCH (a
- * copy failed, e.g. out of memory).
+ * copy failed) or FULMEN_CODE_OUT_OF_MEMORY.
  * Thread rules: the model is locked for the call.
  */
 struct fulmen_error *fulmen_model_to_device(struct fulmen_model *model,
@@ -5854,8 +5901,8 @@ struct fulmen_error *fulmen_tensor_set_requires_grad(struct fulmen_tensor *tenso
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
  * FULMEN_CODE_SHAPE_MISMATCH (a negative dimension, too many elements, or
  * `nbytes` does not match the shape), FULMEN_CODE_INVALID_ARGUMENT (bool data
- * holds a byte other than 0 or 1), FULMEN_CODE_TORCH (libtorch failed, e.g.
- * out of memory).
+ * holds a byte other than 0 or 1), FULMEN_CODE_TORCH (libtorch failed)
+ * or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_from_data(const void *data,
                                              size_t nbytes,
@@ -5869,7 +5916,7 @@ struct fulmen_error *fulmen_tensor_from_data(const void *data,
  *
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
  * FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_zeros(const int64_t *shape,
                                          size_t ndim,
@@ -5881,7 +5928,7 @@ struct fulmen_error *fulmen_tensor_zeros(const int64_t *shape,
  *
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
  * FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_ones(const int64_t *shape,
                                         size_t ndim,
@@ -5894,7 +5941,7 @@ struct fulmen_error *fulmen_tensor_ones(const int64_t *shape,
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
  * FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
  * FULMEN_CODE_INVALID_ARGUMENT (`value` does not fit the dtype, e.g. NaN for
- * an integer dtype), FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * an integer dtype), FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_full(const int64_t *shape,
                                         size_t ndim,
@@ -5908,7 +5955,7 @@ struct fulmen_error *fulmen_tensor_full(const int64_t *shape,
  *
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a floating fulmen_dtype),
  * FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_randn(const int64_t *shape,
                                          size_t ndim,
@@ -5921,7 +5968,7 @@ struct fulmen_error *fulmen_tensor_randn(const int64_t *shape,
  *
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a floating fulmen_dtype),
  * FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_rand(const int64_t *shape,
                                         size_t ndim,
@@ -5935,7 +5982,7 @@ struct fulmen_error *fulmen_tensor_rand(const int64_t *shape,
  * FULMEN_CODE_INVALID_ARGUMENT (a zero or non-finite step, non-finite bounds,
  * a step away from `end`, a range longer than 2^53, or integer bounds or step
  * of 2^61 or more in size), FULMEN_CODE_TORCH (libtorch
- * failed, e.g. a bool dtype or out of memory).
+ * failed, e.g. a bool dtype) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_arange(double start,
                                           double end,
@@ -6547,7 +6594,8 @@ struct fulmen_error *fulmen_tensor_einsum(const char *equation,
  *
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
  * FULMEN_CODE_INVALID_ARGUMENT (non-finite bounds or negative `steps`),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. a bool dtype or out of memory).
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. a bool dtype) or
+ * FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_linspace(double start,
                                             double end,
@@ -6868,7 +6916,7 @@ struct fulmen_error *fulmen_tensor_scatter_add(const struct fulmen_tensor *x,
  * FULMEN_CODE_OUT_OF_RANGE (an index outside [0, num_classes)),
  * FULMEN_CODE_INVALID_ARGUMENT (`num_classes` below -1, or -1 with no index),
  * FULMEN_CODE_SHAPE_MISMATCH (the result has too many elements),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_one_hot(const struct fulmen_tensor *x,
                                            int64_t num_classes,
@@ -6916,7 +6964,7 @@ struct fulmen_error *fulmen_tensor_interpolate(const struct fulmen_tensor *x,
  *
  * Errors: FULMEN_CODE_SHAPE_MISMATCH (fewer entries than `x` has dimensions,
  * or too many elements), FULMEN_CODE_INVALID_ARGUMENT (a negative count),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_repeat(const struct fulmen_tensor *x,
                                           const int64_t *repeats,
@@ -7081,7 +7129,7 @@ struct fulmen_error *fulmen_tensor_compare(const struct fulmen_tensor *a,
  * Elementwise comparison of `x` with a scalar; `op` is a `fulmen_compare`.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (`op` is not a fulmen_compare),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_compare_scalar(const struct fulmen_tensor *x,
                                                   double value,
@@ -7261,7 +7309,7 @@ struct fulmen_error *fulmen_tensor_pow(const struct fulmen_tensor *a,
 /**
  * `out = x + value`.
  *
- * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_add_scalar(const struct fulmen_tensor *x,
                                               double value,
@@ -7270,7 +7318,7 @@ struct fulmen_error *fulmen_tensor_add_scalar(const struct fulmen_tensor *x,
 /**
  * `out = x * value`.
  *
- * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_mul_scalar(const struct fulmen_tensor *x,
                                               double value,
@@ -7279,7 +7327,7 @@ struct fulmen_error *fulmen_tensor_mul_scalar(const struct fulmen_tensor *x,
 /**
  * `out = x ^ exponent`.
  *
- * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_pow_scalar(const struct fulmen_tensor *x,
                                               double exponent,
@@ -7289,7 +7337,7 @@ struct fulmen_error *fulmen_tensor_pow_scalar(const struct fulmen_tensor *x,
  * `out = clamp(x, min, max)`.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (`min` or `max` is NaN, or `min` >
- * `max`), FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * `max`), FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_clamp(const struct fulmen_tensor *x,
                                          double min,
@@ -7306,28 +7354,28 @@ struct fulmen_error *fulmen_tensor_neg(const struct fulmen_tensor *x, struct ful
 /**
  * `out = exp(x)`.
  *
- * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_exp(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
 /**
  * `out = ln(x)`.
  *
- * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_log(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
 /**
  * `out = sqrt(x)`.
  *
- * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_sqrt(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
 /**
  * `out = |x|`.
  *
- * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_abs(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
@@ -7355,7 +7403,7 @@ struct fulmen_error *fulmen_tensor_relu(const struct fulmen_tensor *x, struct fu
 /**
  * `out = x if x > 0 else slope * x`.
  *
- * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_leaky_relu(const struct fulmen_tensor *x,
                                               double slope,
@@ -7364,7 +7412,7 @@ struct fulmen_error *fulmen_tensor_leaky_relu(const struct fulmen_tensor *x,
 /**
  * Logistic sigmoid.
  *
- * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_sigmoid(const struct fulmen_tensor *x,
                                            struct fulmen_tensor **out);
@@ -7372,7 +7420,7 @@ struct fulmen_error *fulmen_tensor_sigmoid(const struct fulmen_tensor *x,
 /**
  * Hyperbolic tangent.
  *
- * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_tanh(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
@@ -7397,7 +7445,7 @@ struct fulmen_error *fulmen_tensor_silu(const struct fulmen_tensor *x, struct fu
  *
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
  * FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
- * failed, e.g. out of memory).
+ * failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_softmax(const struct fulmen_tensor *x,
                                            int64_t dim,
@@ -7408,7 +7456,7 @@ struct fulmen_error *fulmen_tensor_softmax(const struct fulmen_tensor *x,
  *
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
  * FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
- * failed, e.g. out of memory).
+ * failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_log_softmax(const struct fulmen_tensor *x,
                                                int64_t dim,
@@ -7538,7 +7586,7 @@ struct fulmen_error *fulmen_tensor_share(const struct fulmen_tensor *tensor,
 /**
  * A copy with its own storage (autograd-tracked, like `torch.clone`).
  *
- * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_clone(const struct fulmen_tensor *tensor,
                                          struct fulmen_tensor **out);
@@ -7555,7 +7603,7 @@ struct fulmen_error *fulmen_tensor_detach(const struct fulmen_tensor *tensor,
  * Converts to another `fulmen_dtype`.
  *
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_to_dtype(const struct fulmen_tensor *tensor,
                                             int32_t dtype,
@@ -7570,7 +7618,7 @@ struct fulmen_error *fulmen_tensor_to_dtype(const struct fulmen_tensor *tensor,
  * fulmen_device_type, or `device_index` is negative), FULMEN_CODE_UNAVAILABLE
  * (no such CUDA device, no MPS, an XLA device, no backend of that type in
  * this process, or an index past its count), FULMEN_CODE_TORCH (the copy
- * failed, e.g. out of memory).
+ * failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_to_device(const struct fulmen_tensor *tensor,
                                              int32_t device_type,
@@ -7580,7 +7628,7 @@ struct fulmen_error *fulmen_tensor_to_device(const struct fulmen_tensor *tensor,
 /**
  * Sum of all elements (a 0-dimensional tensor).
  *
- * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_sum(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
@@ -7588,7 +7636,7 @@ struct fulmen_error *fulmen_tensor_sum(const struct fulmen_tensor *x, struct ful
  * Mean of all elements (floating tensors only).
  *
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating), FULMEN_CODE_TORCH
- * (libtorch failed, e.g. out of memory).
+ * (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_mean(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
@@ -7597,7 +7645,7 @@ struct fulmen_error *fulmen_tensor_mean(const struct fulmen_tensor *x, struct fu
  *
  * Errors: FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
  * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_TORCH
- * (libtorch failed, e.g. out of memory).
+ * (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_sum_dims(const struct fulmen_tensor *x,
                                             const int64_t *dims,
@@ -7611,7 +7659,7 @@ struct fulmen_error *fulmen_tensor_sum_dims(const struct fulmen_tensor *x,
  * Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
  * FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
  * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_TORCH
- * (libtorch failed, e.g. out of memory).
+ * (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_mean_dims(const struct fulmen_tensor *x,
                                              const int64_t *dims,
@@ -7623,7 +7671,7 @@ struct fulmen_error *fulmen_tensor_mean_dims(const struct fulmen_tensor *x,
  * Largest element (0-dimensional). The tensor must not be empty.
  *
  * Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty), FULMEN_CODE_TORCH
- * (libtorch failed, e.g. out of memory).
+ * (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_max(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
@@ -7631,7 +7679,7 @@ struct fulmen_error *fulmen_tensor_max(const struct fulmen_tensor *x, struct ful
  * Smallest element (0-dimensional). The tensor must not be empty.
  *
  * Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty), FULMEN_CODE_TORCH
- * (libtorch failed, e.g. out of memory).
+ * (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */
 struct fulmen_error *fulmen_tensor_min(const struct fulmen_tensor *x, struct fulmen_tensor **out);
 
@@ -7664,7 +7712,7 @@ struct fulmen_error *fulmen_tensor_argmin(const struct fulmen_tensor *x,
  *
  * Errors: FULMEN_CODE_SHAPE_MISMATCH (the element count does not fit `shape`,
  * or more than one -1 or another negative size), FULMEN_CODE_TORCH (libtorch
- * failed, e.g. out of memory when copying).
+ * failed) or FULMEN_CODE_OUT_OF_MEMORY (copying).
  */
 struct fulmen_error *fulmen_tensor_reshape(const struct fulmen_tensor *x,
                                            const int64_t *shape,
@@ -8293,6 +8341,41 @@ struct fulmen_error *fulmen_lr_find_result_suggestion(const struct fulmen_lr_fin
  * Frees a range test's result. NULL or an already freed handle is a no-op.
  */
 void fulmen_lr_find_result_free(struct fulmen_lr_find_result *result);
+
+/**
+ * Lightning's defaults: power mode, 3 steps per trial from batch size 2,
+ * at most 25 trials, a 5% margin (binsearch), at most 8192.
+ */
+struct fulmen_batch_size_finder_options fulmen_batch_size_finder_options_default(void);
+
+/**
+ * Lightning's `Tuner.scale_batch_size` (its BatchSizeFinder): fits of
+ * `steps_per_trial` optimizer steps on `train` at growing batch sizes,
+ * with `trainer`'s options but no loggers, checkpoints, progress bar or
+ * callbacks, validating on `val` (may be NULL) as a fit would, at most
+ * that many batches. A trial failing with FULMEN_CODE_OUT_OF_MEMORY (from
+ * libtorch, or returned by the module's own callbacks; or cuDNN's
+ * CUDNN_STATUS_NOT_SUPPORTED) is a size that does not fit; the search's
+ * decisions are Lightning's. The trials train the model in turn; its
+ * weights are put back afterwards, whatever happened. On success `train`
+ * batches by the size found (the same loader handle), which is also
+ * written to `*batch_size` (may be NULL); `options` NULL means the
+ * defaults. Runs the module's and the loaders' callbacks on the calling
+ * thread.
+ *
+ * Errors: as `fulmen_trainer_fit` (any trial's error but running out of
+ * memory), FULMEN_CODE_UNSUPPORTED (`train` is a host iterator, whose
+ * batches cannot be resized), FULMEN_CODE_INVALID_ARGUMENT (a count below
+ * 1, a margin outside [0, 1), fast_dev_run, a size that fell to 0 as
+ * every size ran out of memory), FULMEN_CODE_INVALID_STATE (`train` is in
+ * use by another call).
+ */
+struct fulmen_error *fulmen_trainer_scale_batch_size(struct fulmen_trainer *trainer,
+                                                     struct fulmen_lightning_module *module,
+                                                     struct fulmen_loader *train,
+                                                     const struct fulmen_loader *val,
+                                                     const struct fulmen_batch_size_finder_options *options_,
+                                                     size_t *batch_size);
 
 /**
  * Makes the value `None`.

@@ -42,6 +42,10 @@ pub enum ErrorCode {
     /// SIGINT or SIGTERM stopped a run (`on_exception` ran, the loggers
     /// were finalized).
     Interrupted = 17,
+    /// An allocation failed: libtorch ran out of device or host memory
+    /// (the batch size finder's signal to try a smaller batch; a host
+    /// callback may return it too).
+    OutOfMemory = 18,
 }
 
 /// An error from the fulmen core: a code plus a message that says which call,
@@ -133,6 +137,14 @@ impl From<tch::TchError> for Error {
     }
 }
 
+/// Whether a libtorch message reports an allocation failure (as
+/// Lightning's `is_oom_error`: a device "out of memory", or the CPU
+/// allocator's "can't allocate memory").
+fn is_out_of_memory_message(msg: &str) -> bool {
+    msg.contains("DefaultCPUAllocator: can't allocate memory")
+        || (msg.contains("out of memory") && ["CUDA", "HIP", "MPS", "XPU"].iter().any(|d| msg.contains(d)))
+}
+
 /// The fulmen code of a libtorch error message: dtype, shape and range
 /// problems keep their meaning; anything else is `Torch`.
 fn classify_torch_message(msg: &str) -> ErrorCode {
@@ -152,7 +164,9 @@ fn classify_torch_message(msg: &str) -> ErrorCode {
         "expected input",
     ];
     const ARGUMENT: [&str; 3] = ["without overflow", "invalid size, possible overflow", "must be finite"];
-    if ARGUMENT.iter().any(|p| msg.contains(p)) {
+    if is_out_of_memory_message(msg) {
+        ErrorCode::OutOfMemory
+    } else if ARGUMENT.iter().any(|p| msg.contains(p)) {
         ErrorCode::InvalidArgument
     } else if DTYPE.iter().any(|p| msg.contains(p)) || (msg.contains("dtype") && msg.contains("expected")) {
         ErrorCode::DtypeMismatch

@@ -50,6 +50,8 @@ const (
 	// CodeInterrupted: a SIGINT or SIGTERM stopped the run (trainer option
 	// handle_signals).
 	CodeInterrupted Code = C.FULMEN_CODE_INTERRUPTED
+	// CodeOutOfMemory: an allocation failed (device or host memory).
+	CodeOutOfMemory Code = C.FULMEN_CODE_OUT_OF_MEMORY
 )
 
 var codeNames = map[Code]string{
@@ -70,6 +72,7 @@ var codeNames = map[Code]string{
 	CodeInvalidState:    "invalid state",
 	CodeDistributed:     "distributed",
 	CodeInterrupted:     "interrupted",
+	CodeOutOfMemory:     "out of memory",
 }
 
 // String returns a short lower-case name of the code.
@@ -152,6 +155,8 @@ var (
 	ErrDistributed = &Error{Code: CodeDistributed}
 	// ErrInterrupted matches errors with CodeInterrupted.
 	ErrInterrupted = &Error{Code: CodeInterrupted}
+	// ErrOutOfMemory matches errors with CodeOutOfMemory.
+	ErrOutOfMemory = &Error{Code: CodeOutOfMemory}
 )
 
 // PanicError is the cause of the error returned by Fit (and the other

@@ -56,8 +56,8 @@ func NewLBFGS(model *Model, params []*Tensor, opts LBFGSOptions) (*Optimizer, er
 type Closure func() (float64, error)
 
 // StepClosure is torch's optimizer.step(closure): the optimizer calls
-// closure as often as it needs (LBFGS: up to MaxEval times; the others once,
-// before their update), on this goroutine, each time with every gradient
+// closure as often as it needs (LBFGS: up to MaxEval times, once more with
+// the line search; the others once, before their update), on this goroutine, each time with every gradient
 // reset first. The closure must not use this optimizer. Its error ends the
 // step and is the returned error's cause. Returns the first evaluation's
 // loss.

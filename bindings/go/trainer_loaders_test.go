@@ -83,6 +83,48 @@ func TestSeveralLoaders(t *testing.T) {
 
 // A schedule changes the steps per epoch; a failed fit leaves
 // on_exception.ckpt, from which it resumes to the end.
+func TestScaleBatchSize(t *testing.T) {
+	noLeaks(t)
+	train := blobDataset(t, 64, 1)
+	defer train.Close()
+	tl := must(fulmen.NewLoader(train, fulmen.LoaderOptions{BatchSize: 8}))
+	defer tl.Close()
+	model := mlp(t)
+	defer model.Close()
+	m := must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
+			x := must(bt.Get(0))
+			if shape := must(x.Shape()); shape[0] > 40 {
+				return nil, &fulmen.Error{Code: fulmen.CodeOutOfMemory, Message: "simulated"}
+			}
+			_, loss, err := lossOf(model, bt)
+			return loss, err
+		},
+		ConfigureOptimizers: sgd(model, 0.1),
+	}))
+	defer m.Close()
+	tr := quietTrainer(t, 1)
+	defer tr.Close()
+	o := fulmen.DefaultBatchSizeFinderOptions()
+	if o.BinSearch || o.StepsPerTrial != 3 || o.InitVal != 2 || o.MaxVal != 8192 {
+		t.Fatalf("defaults %+v", o)
+	}
+	if n := must(tr.ScaleBatchSize(context.Background(), m, tl, nil, o)); n != 32 {
+		t.Fatalf("power: %d", n)
+	}
+	if n := must(tl.Len()); n != 2 {
+		t.Fatalf("the loader has %d batches after the search", n)
+	}
+	o.BinSearch, o.Margin = true, 0
+	if n := must(tr.ScaleBatchSize(context.Background(), m, tl, nil, o)); n != 40 {
+		t.Fatalf("binsearch: %d", n)
+	}
+	o.Margin = 1
+	if _, err := tr.ScaleBatchSize(context.Background(), m, tl, nil, o); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("margin 1: %v", err)
+	}
+}
+
 func TestWeightAveragingEndsWithTheAverage(t *testing.T) {
 	noLeaks(t)
 	train := blobDataset(t, 64, 1)

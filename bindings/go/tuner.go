@@ -119,3 +119,50 @@ func (r *LRFindResult) Close() error {
 	}
 	return nil
 }
+
+// BatchSizeFinderOptions are the options of ScaleBatchSize (Lightning's
+// scale_batch_size arguments).
+type BatchSizeFinderOptions struct {
+	// BinSearch searches between the last size that fit and the first that
+	// did not; false doubles until a trial runs out of memory ("power").
+	BinSearch bool
+	// StepsPerTrial is the number of optimizer steps per trial.
+	StepsPerTrial int64
+	// InitVal is the first batch size tried.
+	InitVal int
+	// MaxTrials is the most trials.
+	MaxTrials int64
+	// Margin reduces a binsearch's result by this fraction, in [0, 1).
+	Margin float64
+	// MaxVal caps the batch size; the search ends once it reaches it.
+	MaxVal int
+}
+
+// DefaultBatchSizeFinderOptions are Lightning's defaults.
+func DefaultBatchSizeFinderOptions() BatchSizeFinderOptions {
+	c := C.fulmen_batch_size_finder_options_default()
+	return BatchSizeFinderOptions{BinSearch: bool(c.binsearch), StepsPerTrial: int64(c.steps_per_trial),
+		InitVal: int(c.init_val), MaxTrials: int64(c.max_trials), Margin: float64(c.margin), MaxVal: int(c.max_val)}
+}
+
+// ScaleBatchSize is Lightning's Tuner(trainer).scale_batch_size: trials at
+// growing batch sizes until one runs out of memory (CodeOutOfMemory); train
+// then batches by the size found, which is returned. The module's weights
+// are put back afterwards. val may be nil.
+func (t *Trainer) ScaleBatchSize(ctx context.Context, module *LightningModule, train, val *Loader, o BatchSizeFinderOptions) (int, error) {
+	if o.InitVal < 0 || o.MaxVal < 0 {
+		return 0, &Error{Code: CodeInvalidArgument, Message: "ScaleBatchSize: a negative batch size"}
+	}
+	c := C.fulmen_batch_size_finder_options{binsearch: C.bool(o.BinSearch), steps_per_trial: C.int64_t(o.StepsPerTrial),
+		init_val: C.size_t(o.InitVal), max_trials: C.int64_t(o.MaxTrials), margin: C.double(o.Margin),
+		max_val: C.size_t(o.MaxVal)}
+	var found C.size_t
+	err := withCallbacks(ctx, func() *C.fulmen_error {
+		return C.fulmen_trainer_scale_batch_size(t.ptr(), module.ptr(), train.ptr(), val.ptr(), &c, &found)
+	})
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(module)
+	runtime.KeepAlive(train)
+	runtime.KeepAlive(val)
+	return int(found), err
+}

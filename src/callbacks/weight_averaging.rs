@@ -74,13 +74,22 @@ pub struct WeightAveraging {
     n_averaged: i64,
     latest_update_step: i64,
     latest_update_epoch: i64,
+    /// Whether the model holds the average now (inside validation).
+    swapped: bool,
 }
 
 impl WeightAveraging {
     /// The callback with `opts` (checked).
     pub fn new(opts: WeightAveragingOptions) -> Result<Self> {
         opts.validate()?;
-        Ok(WeightAveraging { opts, average: None, n_averaged: 0, latest_update_step: 0, latest_update_epoch: -1 })
+        Ok(WeightAveraging {
+            opts,
+            average: None,
+            n_averaged: 0,
+            latest_update_step: 0,
+            latest_update_epoch: -1,
+            swapped: false,
+        })
     }
 
     /// Lightning's `should_update` of `EMAWeightAveraging`.
@@ -141,6 +150,7 @@ impl WeightAveraging {
             avg.shallow_clone().f_copy_(&cur)?;
             cur.shallow_clone().f_copy_(&tmp)?;
         }
+        self.swapped = !self.swapped;
         Ok(())
     }
 
@@ -158,7 +168,9 @@ impl WeightAveraging {
 
 /// torch's `get_swa_avg_fn` on the CPU: `avg + (cur - avg) / (n + 1)` with
 /// `n` a long tensor; elsewhere its foreach form, `lerp` by `1 / (n + 1)`
-/// (a float32 reciprocal), for floating tensors.
+/// (a float32 reciprocal), for floating tensors. Integer buffers (such as
+/// BatchNorm's `num_batches_tracked`) take the CPU form on every device,
+/// where torch's foreach form refuses them.
 fn swa_step(avg: &Tensor, cur: &Tensor, n: i64) -> Result<Tensor> {
     let count = Tensor::f_from_slice(&[n + 1])?.f_reshape([0i64; 0])?;
     if Device::of(avg)? != Device::Cpu && avg.is_floating_point() {
@@ -180,7 +192,7 @@ impl Callback for WeightAveraging {
             Hook::Setup if ctx.stage == "fit" => {
                 self.average = Some(Self::copy_of(&model)?);
                 self.n_averaged = 0;
-                self.latest_update_epoch = -1;
+                self.swapped = false;
             }
             Hook::TrainBatchEnd => {
                 let step = ctx.state.global_step;
@@ -196,7 +208,11 @@ impl Callback for WeightAveraging {
                     self.latest_update_epoch = epoch;
                 }
             }
-            Hook::ValidationEpochStart | Hook::ValidationEpochEnd if ctx.stage == "fit" => self.swap(&model)?,
+            Hook::ValidationEpochStart if ctx.stage == "fit" && !self.swapped => self.swap(&model)?,
+            Hook::ValidationEpochEnd if ctx.stage == "fit" && self.swapped => self.swap(&model)?,
+            // A failure inside validation: the trained weights go back
+            // into the model before anything (OnExceptionCheckpoint) saves.
+            Hook::Exception if self.swapped => self.swap(&model)?,
             Hook::TrainEnd => self.copy_to_model(&model)?,
             Hook::Teardown if ctx.stage == "fit" => self.average = None,
             _ => {}

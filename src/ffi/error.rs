@@ -161,6 +161,7 @@ pub fn code_from_i32(code: i32) -> Option<ErrorCode> {
         InvalidState,
         Distributed,
         Interrupted,
+        OutOfMemory,
     ]
     .into_iter()
     .find(|c| *c as i32 == code)

@@ -39,4 +39,5 @@ pub mod tensor;
 pub mod trainer;
 pub mod trainer_loaders;
 pub mod tuner;
+pub mod tuner_batch_size;
 pub mod value;

@@ -14,7 +14,8 @@ use std::ffi::c_void;
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct fulmen_lbfgs_options {
-    /// Learning rate: the step length after the first iteration (default 1).
+    /// Learning rate: the step length (the first iteration's scaled by
+    /// `min(1, 1 / |g|_1)`; default 1).
     pub lr: f64,
     /// Iterations per step (default 20; at least 1).
     pub max_iter: i64,
@@ -84,6 +85,10 @@ pub unsafe extern "C" fn fulmen_optimizer_lbfgs_new(
     })
 }
 
+/// The value `*loss` holds until a closure writes it (a NaN no
+/// arithmetic makes).
+const UNWRITTEN: u64 = 0x7ff4_dead_beef_0001;
+
 /// A closure for `fulmen_optimizer_step_closure`: computes the loss at the
 /// parameters' current values, runs its backward
 /// (`fulmen_tensor_backward`), writes the loss to `*loss` and returns NULL,
@@ -92,7 +97,8 @@ pub type fulmen_closure_fn = Option<unsafe extern "C" fn(userdata: *mut c_void, 
 
 /// torch's `optimizer.step(closure)` for a host-owned loop: the optimizer
 /// calls `closure` as often as its algorithm needs (LBFGS: up to
-/// `max_eval` times; the others once, before their update), on this
+/// `max_eval` times, once more with the line search; the others once,
+/// before their update), on this
 /// thread, with gradients on. Before each call every gradient of the
 /// optimizer's parameters is set to none, as the usual closure's
 /// `optimizer.zero_grad()` does; the closure must not call functions on
@@ -101,8 +107,12 @@ pub type fulmen_closure_fn = Option<unsafe extern "C" fn(userdata: *mut c_void, 
 /// the first evaluation's loss to `*loss` when `loss` is not NULL.
 ///
 /// Errors: FULMEN_CODE_NULL_ARGUMENT (`closure` NULL), the closure's own
-/// error, or the step's (FULMEN_CODE_TORCH). After an error the
-/// parameters may have moved; LBFGS keeps its history as before the step.
+/// error, FULMEN_CODE_CALLBACK (the closure wrote no loss),
+/// FULMEN_CODE_INVALID_ARGUMENT (a param group value out of range),
+/// FULMEN_CODE_INVALID_STATE (an incomplete history loaded from a state),
+/// FULMEN_CODE_TORCH or FULMEN_CODE_OUT_OF_MEMORY (the update failed).
+/// After an error, LBFGS's parameters and history are as before the step
+/// (another optimizer's parameters are as the closure left them).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_optimizer_step_closure(
     optimizer: *mut fulmen_optimizer,
@@ -120,14 +130,13 @@ pub unsafe extern "C" fn fulmen_optimizer_step_closure(
         let first = o.inner.step_with_closure(&mut || {
             reset.run(&groups);
             calls += 1;
-            let mut value = f64::NAN;
+            // A NaN of its own bit pattern says "not written"; a NaN loss
+            // the closure computed is a loss like any other, as in torch.
+            let mut value = f64::from_bits(UNWRITTEN);
             // SAFETY: the host's function with its own userdata, on this thread.
             call_host(&format!("closure (evaluation {calls})"), || unsafe { f(userdata, &mut value) })?;
-            if value.is_nan() {
-                return Err(Error::new(
-                    ErrorCode::Callback,
-                    format!("closure (evaluation {calls}) wrote no loss (NaN)"),
-                ));
+            if value.to_bits() == UNWRITTEN {
+                return Err(Error::new(ErrorCode::Callback, format!("closure (evaluation {calls}) wrote no loss")));
             }
             Ok(value)
         })?;

@@ -115,7 +115,7 @@ pub unsafe extern "C" fn fulmen_model_save_torchscript(
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (a bad device),
 /// FULMEN_CODE_UNAVAILABLE (no such device here), FULMEN_CODE_TORCH (a
-/// copy failed, e.g. out of memory).
+/// copy failed) or FULMEN_CODE_OUT_OF_MEMORY.
 /// Thread rules: the model is locked for the call.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_to_device(

@@ -156,7 +156,7 @@ impl Value {
         // SAFETY: the constructors copy their argument; tensors are live.
         let leaf = |p: *mut c_void| {
             if p.is_null() {
-                return Err(Error::new(ErrorCode::Torch, "out of memory building a TorchScript value"));
+                return Err(Error::new(ErrorCode::OutOfMemory, "out of memory building a TorchScript value"));
             }
             Ok(CxxValue(p))
         };
@@ -212,7 +212,7 @@ impl Value {
                 1 => {
                     let t = shim::fulmen_cxx_value_to_tensor(p);
                     if t.is_null() {
-                        return Err(Error::new(ErrorCode::Torch, "out of memory reading a TorchScript value"));
+                        return Err(Error::new(ErrorCode::OutOfMemory, "out of memory reading a TorchScript value"));
                     }
                     Value::Tensor(Tensor::from_ptr(t.cast()))
                 }

@@ -16,8 +16,8 @@ pub(crate) const MAX_HISTORY: i64 = 1 << 20;
 /// Options of [`Lbfgs`]; the defaults are torch's.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LbfgsOptions {
-    /// Learning rate: the step length of every iteration after the first
-    /// (default 1).
+    /// Learning rate: the step length of every iteration (the first is
+    /// scaled by `min(1, 1 / |g|_1)`; default 1).
     pub lr: f64,
     /// Iterations per optimizer step (default 20).
     pub max_iter: i64,
@@ -275,10 +275,21 @@ impl Lbfgs {
         Ok((loss, flat_grad))
     }
 
-    /// torch's `LBFGS.step(closure)`. The history is kept only when the
-    /// step completes: after an error it is as before the step (the
-    /// parameters may have moved).
+    /// torch's `LBFGS.step(closure)`. A step either completes or leaves
+    /// the parameters and the history as they were before it (the
+    /// parameters are copied first).
     fn run(&mut self, closure: &mut dyn FnMut() -> Result<f64>) -> Result<f64> {
+        let before = tch::no_grad(|| self.clone_params())?;
+        let result = self.run_step(closure);
+        if result.is_err() {
+            let _guard = tch::no_grad_guard();
+            // The step's own error is the one reported.
+            let _ = self.set_params(&before);
+        }
+        result
+    }
+
+    fn run_step(&mut self, closure: &mut dyn FnMut() -> Result<f64>) -> Result<f64> {
         let _guard = tch::no_grad_guard();
         let o = self.opts.of_group(&self.groups[0]);
         o.validate()?;

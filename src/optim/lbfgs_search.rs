@@ -191,8 +191,8 @@ pub(crate) fn strong_wolfe(
     Ok(Found { loss: best.f, flat_grad: best.g.shallow_clone(), t: best.t.clone(), evals })
 }
 
-/// The positions of the lower and higher loss in a bracket (one point:
-/// both 0; torch's `(0, 1) if f[0] <= f[-1] else (1, 0)`).
+/// The positions of the lower and higher loss in a bracket (torch's
+/// `(0, 1) if f[0] <= f[-1] else (1, 0)`; `(0, 1)` for one point).
 fn low_high(bracket: &[Point]) -> (usize, usize) {
     match bracket {
         [a, .., b] if a.f > b.f => (1, 0),

@@ -149,12 +149,13 @@ fn a_loaded_state_continues_bit_for_bit() {
 }
 
 #[test]
-fn a_failed_closure_keeps_the_history() {
+fn a_failed_closure_keeps_the_history_and_the_parameters() {
     let mut m = Quadratic::new(Kind::Float);
     let params = m.params();
     let mut opt = Lbfgs::new(m.params(), fixed()).unwrap();
     m.run(&mut opt, 1);
     let before = opt.state_dict().unwrap();
+    let weights = values(&m.w);
     let mut calls = 0;
     let err = opt
         .step_with_closure(&mut || {
@@ -171,6 +172,7 @@ fn a_failed_closure_keeps_the_history() {
     for ((k, a), (_, b)) in before.iter().zip(&after) {
         assert!(a.equal(b), "{k} changed");
     }
+    assert_eq!(values(&m.w), weights, "the parameters are back where the step started");
 }
 
 #[test]

@@ -145,6 +145,7 @@ impl Trainer {
             checkpoint_prefix: opts.checkpoint_prefix.clone(),
             scheduler_steps: (0, 0),
             extra_zero_grads: (0, 0),
+            in_closure: false,
             val_batches: (0, 0),
             torch_profiler: super::torch_profiler::TorchProfiler::when(opts.profiler, strategy.root_device())?,
             strategy,

@@ -178,6 +178,7 @@ fn closure_step(
     let mut last = None;
     let mut zero_grads = 0i64;
     let started = run.profile_start();
+    run.in_closure = true;
     let stepped = match configs.first_mut() {
         Some(cfg) => cfg.optimizer.step_with_closure(&mut || {
             let zero_grad = &mut |_: &mut Run| {
@@ -189,17 +190,27 @@ fn closure_step(
             if let Some(v) = opts.gradient_clip_val {
                 run.strategy.clip_params(&params, v, opts.gradient_clip_algorithm)?;
             }
+            // Every rank decides from the same loss (the gradients are
+            // averaged already), so the ranks evaluate alike and their
+            // collectives pair up.
+            let mut decided = [value];
+            run.strategy.reduce(&mut decided, super::metrics::ReduceFx::Mean)?;
+            let decided = decided[0];
             last = Some((loss, value));
-            Ok(value)
+            Ok(decided)
         }),
         None => Err(Error::state("no optimizer to step")),
     };
     run.optimizers = configs;
+    run.in_closure = false;
+    // Requests hooks made during the closure (a checkpoint).
+    let requests = run.process_requests(true);
     // Lightning counts each evaluation's zero_grad; one per step is implied.
     let extra = (zero_grads - 1).max(0);
     run.extra_zero_grads.0 += extra;
     run.extra_zero_grads.1 += extra;
     stepped.map_err(|e| e.context(at()))?;
+    requests?;
     run.profile_stop("[Strategy].optimizer_step", started, Default::default());
     last.ok_or_else(|| Error::state(format!("{}: the optimizer stepped without evaluating the loss", at())))
 }
@@ -498,6 +509,7 @@ impl Trainer {
             checkpoint_prefix: opts.checkpoint_prefix.clone(),
             scheduler_steps: (0, 0),
             extra_zero_grads: (0, 0),
+            in_closure: false,
             val_batches: (0, 0),
             torch_profiler: super::torch_profiler::TorchProfiler::when(opts.profiler, strategy.root_device())?,
             strategy,

@@ -42,6 +42,9 @@ pub(crate) struct Run<'a> {
     /// `zero_grad` calls beyond one per optimizer step (an LBFGS closure's
     /// re-evaluations): in all, and in this epoch.
     pub extra_zero_grads: (i64, i64),
+    /// Whether an optimizer's closure is running (`closure_step`): the
+    /// optimizers are out of the run, so checkpoint requests wait.
+    pub in_closure: bool,
     /// Validation batches fit ran in this epoch, and in its last
     /// validation (Lightning's validation progress).
     pub val_batches: (i64, i64),
@@ -199,10 +202,14 @@ impl Run<'_> {
 
     /// Writes requested checkpoints, removes replaced ones, logs requested
     /// metrics; with `barrier`, the other ranks wait for rank 0's writes.
-    fn process_requests(&mut self, barrier: bool) -> Result<()> {
+    pub(super) fn process_requests(&mut self, barrier: bool) -> Result<()> {
         // Under DDP every rank makes the same requests; rank 0 writes and
         // removes files, the others wait for it (Lightning's
         // strategy.save_checkpoint and barrier).
+        if self.in_closure {
+            // Saved once the optimizers are back (closure_step).
+            return Ok(());
+        }
         let saves = std::mem::take(&mut self.state.save_requests);
         let removes = std::mem::take(&mut self.state.remove_requests);
         let global_zero = self.strategy.is_global_zero();

@@ -20,6 +20,21 @@ pub trait BatchSource {
         let _ = (rank, world);
         None
     }
+    /// Samples per batch, for a source whose batches can be resized (the
+    /// batch size finder).
+    fn batch_size(&self) -> Option<usize> {
+        None
+    }
+    /// Samples in the dataset, when known.
+    fn dataset_len(&self) -> Option<usize> {
+        None
+    }
+    /// The same source with batches of `batch_size` samples; `None` for a
+    /// source that cannot be resized.
+    fn resized(&self, batch_size: usize) -> Option<Result<Box<dyn BatchSource + Send>>> {
+        let _ = batch_size;
+        None
+    }
     /// Batch `index` of `epoch` without iterating (for host-owned loops);
     /// sources that can only be iterated answer `Unsupported`.
     fn batch_at(&self, epoch: u64, index: usize) -> Result<Vec<Tensor>> {
@@ -42,6 +57,22 @@ impl BatchSource for DataLoader {
 
     fn shard(&self, rank: usize, world: usize) -> Option<Box<dyn BatchSource + Send>> {
         self.sharded(rank, world).ok().map(|l| Box::new(l) as Box<dyn BatchSource + Send>)
+    }
+
+    fn batch_size(&self) -> Option<usize> {
+        Some(self.options().batch_size)
+    }
+
+    fn dataset_len(&self) -> Option<usize> {
+        Some(self.dataset().len())
+    }
+
+    fn resized(&self, batch_size: usize) -> Option<Result<Box<dyn BatchSource + Send>>> {
+        let opts = crate::data::DataLoaderOptions { batch_size, ..self.options().clone() };
+        Some(
+            DataLoader::new(std::sync::Arc::clone(self.dataset()), opts)
+                .map(|l| Box::new(l) as Box<dyn BatchSource + Send>),
+        )
     }
 
     fn batch_at(&self, epoch: u64, index: usize) -> Result<Vec<Tensor>> {

@@ -6,10 +6,14 @@
  * LBFGS in the trainer (every evaluation re-runs training_step; what fit
  * refuses).
  */
+#define _XOPEN_SOURCE 700 /* mkdtemp */
 #include "check.h"
 #include "fixture.h"
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------- host loop */
 
@@ -157,10 +161,20 @@ static void test_closure_with_sgd(void) {
 /* ------------------------------------------------------------- trainer */
 
 typedef struct {
-    fulmen_model *model; /* first: the fixtures read it */
-    int steps;           /* training_step calls */
-    int optimizers;      /* 1, or 2 (LBFGS and SGD) */
+    fulmen_model *model;  /* first: the fixtures read it */
+    int steps;            /* training_step calls */
+    int optimizers;       /* 1, or 2 (LBFGS and SGD) */
+    const char *save_at;  /* a checkpoint asked for in the first after_backward (NULL: none) */
 } trainer_data;
+
+/* Asks for a checkpoint from inside the closure (on_after_backward). */
+static fulmen_error *save_in_closure(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+    trainer_data *t = ud;
+    if (hook != FULMEN_HOOK_AFTER_BACKWARD || t->save_at == NULL) return NULL;
+    fulmen_error *e = fulmen_hook_context_save_checkpoint(ctx, t->save_at, false);
+    t->save_at = NULL;
+    return e;
+}
 
 static fulmen_error *count_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
     (void)ctx;
@@ -181,8 +195,10 @@ static fulmen_error *configure_lbfgs(void *ud, fulmen_optimizer_config *config) 
     return e;
 }
 
-/* Fits 4 batches for one epoch with `key` = `value` set (NULL: nothing). */
-static fulmen_error *fit_lbfgs(trainer_data *t, const char *key, const char *value) {
+/* Fits 4 batches for `epochs` with `key` = `value` set (NULL: nothing),
+ * resuming from `ckpt` (NULL: none). */
+static fulmen_error *fit_lbfgs_from(trainer_data *t, int64_t epochs, const char *key, const char *value,
+                                    const char *ckpt) {
     fulmen_dataset *ds = fixture_blobs(64, 3, 2.0f);
     fulmen_loader *loader = fixture_loader(ds, 16, false, 0);
     fulmen_module_vtable vt;
@@ -191,13 +207,14 @@ static fulmen_error *fit_lbfgs(trainer_data *t, const char *key, const char *val
     vt.userdata = t;
     vt.training_step = count_step;
     vt.configure_optimizers = configure_lbfgs;
+    vt.on_hook = save_in_closure;
     fulmen_lightning_module *m = NULL;
     CHECK_OK(fulmen_lightning_module_new(&vt, t->model, &m));
-    fulmen_trainer_options *o = fixture_options(NULL, 1);
+    fulmen_trainer_options *o = fixture_options(NULL, epochs);
     if (key != NULL) CHECK_OK(fulmen_trainer_options_set(o, key, value));
     fulmen_trainer *tr = NULL;
     CHECK_OK(fulmen_trainer_new(o, &tr));
-    fulmen_error *e = fulmen_trainer_fit(tr, m, loader, NULL, NULL);
+    fulmen_error *e = fulmen_trainer_fit(tr, m, loader, NULL, ckpt);
     fulmen_trainer_free(tr);
     fulmen_trainer_options_free(o);
     fulmen_lightning_module_free(m);
@@ -206,8 +223,12 @@ static fulmen_error *fit_lbfgs(trainer_data *t, const char *key, const char *val
     return e;
 }
 
+static fulmen_error *fit_lbfgs(trainer_data *t, const char *key, const char *value) {
+    return fit_lbfgs_from(t, 1, key, value, NULL);
+}
+
 static void test_lbfgs_in_the_trainer(void) {
-    trainer_data t = {fixture_mlp(8, 0), 0, 1};
+    trainer_data t = {fixture_mlp(8, 0), 0, 1, NULL};
     CHECK_OK(fit_lbfgs(&t, NULL, NULL));
     /* Each of the 4 stepping batches evaluates up to max_iter (3) times:
      * more training_step calls than batches. */
@@ -219,6 +240,17 @@ static void test_lbfgs_in_the_trainer(void) {
     CHECK_ERR(fit_lbfgs(&t, "strategy", "dp"), FULMEN_CODE_UNSUPPORTED, "dp");
     t.optimizers = 2;
     CHECK_ERR(fit_lbfgs(&t, NULL, NULL), FULMEN_CODE_INVALID_ARGUMENT, "only optimizer");
+    /* A checkpoint asked for inside the closure holds the optimizer: a fit
+     * resumes from it. */
+    char dir[] = "/tmp/fulmen-closure-XXXXXX", path[64];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/in-closure.ckpt", dir);
+    t.optimizers = 1;
+    t.save_at = path;
+    CHECK_OK(fit_lbfgs(&t, NULL, NULL));
+    CHECK_OK(fit_lbfgs_from(&t, 2, NULL, NULL, path));
+    remove(path);
+    rmdir(dir);
     fulmen_model_free(t.model);
 }
 

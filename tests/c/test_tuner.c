@@ -2,7 +2,9 @@
  * The learning-rate range test (fulmen_trainer_lr_find): the learning
  * rates grow from min_lr towards max_lr as Lightning's do, a smoothed loss
  * per step, a suggestion inside the range, the weights put back and the
- * trainer unchanged; the early stop on a diverging loss; refusals.
+ * trainer unchanged; the early stop on a diverging loss; refusals. The
+ * batch size finder (fulmen_trainer_scale_batch_size) in its power and
+ * binsearch modes against batches that run out of memory.
  * tests/interop/lightning_parity.py checks the numbers against Lightning's
  * own Tuner.lr_find.
  */
@@ -14,11 +16,22 @@
 typedef struct {
     fulmen_model *model; /* first: fixture_configure_sgd reads it */
     int optimizers;      /* how many configure_optimizers makes */
+    int64_t fits;        /* larger batches "run out of memory" (0: none do) */
+    int64_t largest;     /* the largest batch a step saw */
 } state;
 
 static fulmen_error *step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
     (void)ctx;
-    return fixture_cross_entropy(((state *)ud)->model, batch, out);
+    state *s = ud;
+    fulmen_tensor *x = NULL;
+    int64_t dims[2] = {0, 0};
+    size_t ndim = 0;
+    CHECK_OK(fulmen_batch_get(batch, 0, &x));
+    CHECK_OK(fulmen_tensor_shape(x, dims, 2, &ndim));
+    int64_t rows = dims[0];
+    if (rows > s->largest) s->largest = rows;
+    if (s->fits > 0 && rows > s->fits) return fulmen_error_new(FULMEN_CODE_OUT_OF_MEMORY, "simulated: out of memory");
+    return fixture_cross_entropy(s->model, batch, out);
 }
 
 static fulmen_error *configure(void *ud, fulmen_optimizer_config *config) {
@@ -40,9 +53,53 @@ static fulmen_lightning_module *module_of(state *s) {
     return m;
 }
 
+/* The batch size finder: power and binsearch against batches that "run out
+ * of memory" above `fits`; the loader batches by the size found; the
+ * weights are put back; refusals. */
+static void test_scale_batch_size(fulmen_dataset *ds) {
+    CHECK_OK(fulmen_manual_seed(5));
+    state s = {fixture_mlp(8, 0), 1, 40, 0};
+    CHECK_OK(fulmen_manual_seed(5));
+    fulmen_model *before = fixture_mlp(8, 0); /* the same weights */
+    fulmen_lightning_module *m = module_of(&s);
+    fulmen_trainer *t = fixture_trainer(NULL, 1);
+    fulmen_loader *train = fixture_loader(ds, 8, true, 1);
+    fulmen_batch_size_finder_options o = fulmen_batch_size_finder_options_default();
+    CHECK(!o.binsearch && o.steps_per_trial == 3 && o.init_val == 2 && o.max_trials == 25);
+    CHECK(o.margin == 0.05 && o.max_val == 8192);
+    size_t found = 0, batches = 0;
+    CHECK_OK(fulmen_trainer_scale_batch_size(t, m, train, NULL, &o, &found));
+    CHECK(found == 32);
+    CHECK(s.largest == 64); /* doubled up to the first failure */
+    CHECK_OK(fulmen_loader_len(train, &batches));
+    CHECK(batches == 200 / 32 + 1); /* the loader batches by the size found */
+    CHECK(fixture_max_diff(before, s.model) == 0.0);
+    o.binsearch = true;
+    CHECK_OK(fulmen_trainer_scale_batch_size(t, m, train, NULL, &o, &found));
+    CHECK(found == 38); /* 40, less the 5% margin */
+    /* A dataset smaller than the doubling: it stops past its length. */
+    s.fits = 0;
+    o.binsearch = false;
+    CHECK_OK(fulmen_trainer_scale_batch_size(t, m, train, NULL, &o, &found));
+    CHECK(found == 256);
+    /* Errors other than running out of memory end the search. */
+    s.fits = 40;
+    o.max_trials = 0;
+    CHECK_ERR(fulmen_trainer_scale_batch_size(t, m, train, NULL, &o, &found), FULMEN_CODE_INVALID_ARGUMENT, "at least 1");
+    o = fulmen_batch_size_finder_options_default();
+    o.margin = 1.0;
+    CHECK_ERR(fulmen_trainer_scale_batch_size(t, m, train, NULL, &o, NULL), FULMEN_CODE_INVALID_ARGUMENT, "margin");
+    CHECK_OK(fulmen_trainer_scale_batch_size(t, m, train, NULL, NULL, NULL));
+    fulmen_loader_free(train);
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(before);
+    fulmen_model_free(s.model);
+}
+
 int main(void) {
     CHECK_OK(fulmen_manual_seed(3));
-    state s = {fixture_mlp(8, 0), 1};
+    state s = {fixture_mlp(8, 0), 1, 0, 0};
     CHECK_OK(fulmen_manual_seed(3));
     fulmen_model *before = fixture_mlp(8, 0); /* the same weights */
     fulmen_dataset *ds = fixture_blobs(64, 1, 1.0f);
@@ -122,6 +179,9 @@ int main(void) {
     fulmen_dataset_free(ds);
     fulmen_model_free(s.model);
     fulmen_model_free(before);
+    fulmen_dataset *big = fixture_blobs(200, 2, 1.0f);
+    test_scale_batch_size(big);
+    fulmen_dataset_free(big);
     CHECK(fulmen_live_handles() == 0);
     return check_finish("test_tuner");
 }

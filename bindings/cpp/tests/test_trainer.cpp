@@ -146,6 +146,30 @@ TEST_F(TrainerTest, SeveralEvaluationLoaders) {
     EXPECT_THROW(trainer.test(module, {&a, nullptr}), fulmen::Error);
 }
 
+TEST_F(TrainerTest, ScaleBatchSizeStopsAtTheFirstOutOfMemory) {
+    // Batches of more than 40 rows "run out of memory": power mode doubles
+    // 2, 4, ..., 64, fails there and keeps 32; the loader batches by it.
+    Dataset ds = fulmen_test::blobs(64, 1);
+    Loader train(ds, 8);
+    Model model = fulmen_test::mlp();
+    std::vector<float> before = model.state_dict_get("0.weight").to_vector<float>();
+    LightningModule module = full_module(model)
+                                 .training_step([&](StepContext&, const Batch& batch) {
+                                     if (batch[0].shape()[0] > 40) throw fulmen::Error(FULMEN_CODE_OUT_OF_MEMORY, "oom");
+                                     return batch_loss(model, batch);
+                                 })
+                                 .build();
+    Trainer trainer(fulmen_test::quiet_options(1).set("logger", false));
+    fulmen::BatchSizeFinderOptions o;
+    EXPECT_FALSE(o.binsearch);
+    EXPECT_EQ(trainer.scale_batch_size(module, train, nullptr, o), 32u);
+    EXPECT_EQ(train.len(), 2u);
+    EXPECT_EQ(model.state_dict_get("0.weight").to_vector<float>(), before);
+    o.binsearch = true;
+    o.margin = 0;
+    EXPECT_EQ(trainer.scale_batch_size(module, train, nullptr, o), 40u);
+}
+
 TEST_F(TrainerTest, WeightAveragingEndsWithTheAverage) {
     // An average that is never updated after its first copy: training
     // ends with the weights the fit started from.

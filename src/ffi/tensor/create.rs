@@ -33,8 +33,8 @@ unsafe fn shape_arg<'a>(shape: *const i64, ndim: usize) -> Result<&'a [i64]> {
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
 /// FULMEN_CODE_SHAPE_MISMATCH (a negative dimension, too many elements, or
 /// `nbytes` does not match the shape), FULMEN_CODE_INVALID_ARGUMENT (bool data
-/// holds a byte other than 0 or 1), FULMEN_CODE_TORCH (libtorch failed, e.g.
-/// out of memory).
+/// holds a byte other than 0 or 1), FULMEN_CODE_TORCH (libtorch failed)
+/// or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_from_data(
     data: *const std::ffi::c_void,
@@ -115,7 +115,7 @@ unsafe fn random(
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
 /// FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
-/// FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_zeros(
     shape: *const i64,
@@ -130,7 +130,7 @@ pub unsafe extern "C" fn fulmen_tensor_zeros(
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
 /// FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
-/// FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_ones(
     shape: *const i64,
@@ -146,7 +146,7 @@ pub unsafe extern "C" fn fulmen_tensor_ones(
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
 /// FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
 /// FULMEN_CODE_INVALID_ARGUMENT (`value` does not fit the dtype, e.g. NaN for
-/// an integer dtype), FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// an integer dtype), FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_full(
     shape: *const i64,
@@ -163,7 +163,7 @@ pub unsafe extern "C" fn fulmen_tensor_full(
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a floating fulmen_dtype),
 /// FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
-/// FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_randn(
     shape: *const i64,
@@ -179,7 +179,7 @@ pub unsafe extern "C" fn fulmen_tensor_randn(
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a floating fulmen_dtype),
 /// FULMEN_CODE_SHAPE_MISMATCH (a negative dimension or too many elements),
-/// FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_rand(
     shape: *const i64,
@@ -196,7 +196,7 @@ pub unsafe extern "C" fn fulmen_tensor_rand(
 /// FULMEN_CODE_INVALID_ARGUMENT (a zero or non-finite step, non-finite bounds,
 /// a step away from `end`, a range longer than 2^53, or integer bounds or step
 /// of 2^61 or more in size), FULMEN_CODE_TORCH (libtorch
-/// failed, e.g. a bool dtype or out of memory).
+/// failed, e.g. a bool dtype) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_arange(
     start: f64,

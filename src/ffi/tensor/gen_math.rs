@@ -311,7 +311,8 @@ pub unsafe extern "C" fn fulmen_tensor_einsum(
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
 /// FULMEN_CODE_INVALID_ARGUMENT (non-finite bounds or negative `steps`),
-/// FULMEN_CODE_TORCH (libtorch failed, e.g. a bool dtype or out of memory).
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. a bool dtype) or
+/// FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_linspace(
     start: f64,

@@ -303,7 +303,7 @@ pub unsafe extern "C" fn fulmen_tensor_scatter_add(
 /// FULMEN_CODE_OUT_OF_RANGE (an index outside [0, num_classes)),
 /// FULMEN_CODE_INVALID_ARGUMENT (`num_classes` below -1, or -1 with no index),
 /// FULMEN_CODE_SHAPE_MISMATCH (the result has too many elements),
-/// FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_one_hot(
     x: *const fulmen_tensor,

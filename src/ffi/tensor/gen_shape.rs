@@ -65,7 +65,7 @@ pub unsafe extern "C" fn fulmen_tensor_interpolate(
 ///
 /// Errors: FULMEN_CODE_SHAPE_MISMATCH (fewer entries than `x` has dimensions,
 /// or too many elements), FULMEN_CODE_INVALID_ARGUMENT (a negative count),
-/// FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_repeat(
     x: *const fulmen_tensor,

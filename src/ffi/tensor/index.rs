@@ -108,7 +108,7 @@ pub unsafe extern "C" fn fulmen_tensor_compare(
 /// Elementwise comparison of `x` with a scalar; `op` is a `fulmen_compare`.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (`op` is not a fulmen_compare),
-/// FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_compare_scalar(
     x: *const fulmen_tensor,

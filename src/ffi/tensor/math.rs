@@ -82,7 +82,7 @@ pub unsafe extern "C" fn fulmen_tensor_pow(
 
 /// `out = x + value`.
 ///
-/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_add_scalar(
     x: *const fulmen_tensor,
@@ -94,7 +94,7 @@ pub unsafe extern "C" fn fulmen_tensor_add_scalar(
 
 /// `out = x * value`.
 ///
-/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_mul_scalar(
     x: *const fulmen_tensor,
@@ -106,7 +106,7 @@ pub unsafe extern "C" fn fulmen_tensor_mul_scalar(
 
 /// `out = x ^ exponent`.
 ///
-/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_pow_scalar(
     x: *const fulmen_tensor,
@@ -119,7 +119,7 @@ pub unsafe extern "C" fn fulmen_tensor_pow_scalar(
 /// `out = clamp(x, min, max)`.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (`min` or `max` is NaN, or `min` >
-/// `max`), FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// `max`), FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_clamp(
     x: *const fulmen_tensor,
@@ -148,7 +148,7 @@ pub unsafe extern "C" fn fulmen_tensor_neg(x: *const fulmen_tensor, out: *mut *m
 
 /// `out = exp(x)`.
 ///
-/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_exp(x: *const fulmen_tensor, out: *mut *mut fulmen_tensor) -> *mut fulmen_error {
     unary("fulmen_tensor_exp", x, out, |x| Ok(x.f_exp()?))
@@ -156,7 +156,7 @@ pub unsafe extern "C" fn fulmen_tensor_exp(x: *const fulmen_tensor, out: *mut *m
 
 /// `out = ln(x)`.
 ///
-/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_log(x: *const fulmen_tensor, out: *mut *mut fulmen_tensor) -> *mut fulmen_error {
     unary("fulmen_tensor_log", x, out, |x| Ok(x.f_log()?))
@@ -164,7 +164,7 @@ pub unsafe extern "C" fn fulmen_tensor_log(x: *const fulmen_tensor, out: *mut *m
 
 /// `out = sqrt(x)`.
 ///
-/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_sqrt(
     x: *const fulmen_tensor,
@@ -175,7 +175,7 @@ pub unsafe extern "C" fn fulmen_tensor_sqrt(
 
 /// `out = |x|`.
 ///
-/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_abs(x: *const fulmen_tensor, out: *mut *mut fulmen_tensor) -> *mut fulmen_error {
     unary("fulmen_tensor_abs", x, out, |x| Ok(x.f_abs()?))
@@ -226,7 +226,7 @@ pub unsafe extern "C" fn fulmen_tensor_relu(
 
 /// `out = x if x > 0 else slope * x`.
 ///
-/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_leaky_relu(
     x: *const fulmen_tensor,
@@ -238,7 +238,7 @@ pub unsafe extern "C" fn fulmen_tensor_leaky_relu(
 
 /// Logistic sigmoid.
 ///
-/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_sigmoid(
     x: *const fulmen_tensor,
@@ -249,7 +249,7 @@ pub unsafe extern "C" fn fulmen_tensor_sigmoid(
 
 /// Hyperbolic tangent.
 ///
-/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_tanh(
     x: *const fulmen_tensor,
@@ -286,7 +286,7 @@ pub unsafe extern "C" fn fulmen_tensor_silu(
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
 /// FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
-/// failed, e.g. out of memory).
+/// failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_softmax(
     x: *const fulmen_tensor,
@@ -300,7 +300,7 @@ pub unsafe extern "C" fn fulmen_tensor_softmax(
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
 /// FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
-/// failed, e.g. out of memory).
+/// failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_log_softmax(
     x: *const fulmen_tensor,

@@ -221,7 +221,7 @@ pub unsafe extern "C" fn fulmen_tensor_share(
 
 /// A copy with its own storage (autograd-tracked, like `torch.clone`).
 ///
-/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_clone(
     tensor: *const fulmen_tensor,
@@ -248,7 +248,7 @@ pub unsafe extern "C" fn fulmen_tensor_detach(
 /// Converts to another `fulmen_dtype`.
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
-/// FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_to_dtype(
     tensor: *const fulmen_tensor,
@@ -266,7 +266,7 @@ pub unsafe extern "C" fn fulmen_tensor_to_dtype(
 /// fulmen_device_type, or `device_index` is negative), FULMEN_CODE_UNAVAILABLE
 /// (no such CUDA device, no MPS, an XLA device, no backend of that type in
 /// this process, or an index past its count), FULMEN_CODE_TORCH (the copy
-/// failed, e.g. out of memory).
+/// failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_to_device(
     tensor: *const fulmen_tensor,

@@ -19,7 +19,7 @@ fn dims_checked(x: &Tensor, dims: &[i64]) -> Result<Vec<i64>> {
 
 /// Sum of all elements (a 0-dimensional tensor).
 ///
-/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory).
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_sum(x: *const fulmen_tensor, out: *mut *mut fulmen_tensor) -> *mut fulmen_error {
     unary("fulmen_tensor_sum", x, out, |x| Ok(x.f_sum(None)?))
@@ -28,7 +28,7 @@ pub unsafe extern "C" fn fulmen_tensor_sum(x: *const fulmen_tensor, out: *mut *m
 /// Mean of all elements (floating tensors only).
 ///
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating), FULMEN_CODE_TORCH
-/// (libtorch failed, e.g. out of memory).
+/// (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_mean(
     x: *const fulmen_tensor,
@@ -46,7 +46,7 @@ pub unsafe extern "C" fn fulmen_tensor_mean(
 ///
 /// Errors: FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
 /// FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_TORCH
-/// (libtorch failed, e.g. out of memory).
+/// (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_sum_dims(
     x: *const fulmen_tensor,
@@ -66,7 +66,7 @@ pub unsafe extern "C" fn fulmen_tensor_sum_dims(
 /// Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
 /// FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
 /// FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_TORCH
-/// (libtorch failed, e.g. out of memory).
+/// (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_mean_dims(
     x: *const fulmen_tensor,
@@ -94,7 +94,7 @@ fn nonempty(x: &Tensor, what: &str) -> Result<()> {
 /// Largest element (0-dimensional). The tensor must not be empty.
 ///
 /// Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty), FULMEN_CODE_TORCH
-/// (libtorch failed, e.g. out of memory).
+/// (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_max(x: *const fulmen_tensor, out: *mut *mut fulmen_tensor) -> *mut fulmen_error {
     unary("fulmen_tensor_max", x, out, |x| {
@@ -106,7 +106,7 @@ pub unsafe extern "C" fn fulmen_tensor_max(x: *const fulmen_tensor, out: *mut *m
 /// Smallest element (0-dimensional). The tensor must not be empty.
 ///
 /// Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty), FULMEN_CODE_TORCH
-/// (libtorch failed, e.g. out of memory).
+/// (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_min(x: *const fulmen_tensor, out: *mut *mut fulmen_tensor) -> *mut fulmen_error {
     unary("fulmen_tensor_min", x, out, |x| {

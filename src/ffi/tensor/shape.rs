@@ -28,7 +28,7 @@ fn check_numel(x: &Tensor, shape: &[i64]) -> Result<()> {
 ///
 /// Errors: FULMEN_CODE_SHAPE_MISMATCH (the element count does not fit `shape`,
 /// or more than one -1 or another negative size), FULMEN_CODE_TORCH (libtorch
-/// failed, e.g. out of memory when copying).
+/// failed) or FULMEN_CODE_OUT_OF_MEMORY (copying).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_reshape(
     x: *const fulmen_tensor,

@@ -212,7 +212,7 @@ pub const TENSOR_OPS: &[TensorOp] = &[
         "A copy of `x` with `src`'s values added along `dim` at the positions in `index` (`Tensor.scatter_add`).", SCATTER_ERRORS),
     op!("one_hot", "select", &[X, i("num_classes", "-1")], Output::One,
         "One-hot i64 encoding of the i64 class indices `x`, a new last dimension of `num_classes` (-1: the largest index plus one) (`F.one_hot`).",
-        "FULMEN_CODE_DTYPE_MISMATCH (`x` is not i64), FULMEN_CODE_OUT_OF_RANGE (an index outside [0, num_classes)), FULMEN_CODE_INVALID_ARGUMENT (`num_classes` below -1, or -1 with no index), FULMEN_CODE_SHAPE_MISMATCH (the result has too many elements), FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory)"),
+        "FULMEN_CODE_DTYPE_MISMATCH (`x` is not i64), FULMEN_CODE_OUT_OF_RANGE (an index outside [0, num_classes)), FULMEN_CODE_INVALID_ARGUMENT (`num_classes` below -1, or -1 with no index), FULMEN_CODE_SHAPE_MISMATCH (the result has too many elements), FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY"),
     // ---- shapes and splits
     op!("expand", "shape", &[X, dims("size")], Output::One,
         "A view of `x` broadcast to `size` without copying (`Tensor.expand`): size-1 dimensions stretch, -1 keeps a size, new dimensions go in front.",
@@ -222,7 +222,7 @@ pub const TENSOR_OPS: &[TensorOp] = &[
         "FULMEN_CODE_INVALID_ARGUMENT (an unknown mode, both or neither of size and scale_factor, a size not positive, a scale not positive and finite, align_corners with nearest), FULMEN_CODE_SHAPE_MISMATCH (an input that is not 3-D to 5-D, a mode for another number of spatial dimensions, an empty or too large result), FULMEN_CODE_TORCH (libtorch failed)"),
     op!("repeat", "shape", &[X, dims("repeats")], Output::One,
         "`x` tiled `repeats[i]` times along each dimension, copying (`Tensor.repeat`); extra leading entries add dimensions.",
-        "FULMEN_CODE_SHAPE_MISMATCH (fewer entries than `x` has dimensions, or too many elements), FULMEN_CODE_INVALID_ARGUMENT (a negative count), FULMEN_CODE_TORCH (libtorch failed, e.g. out of memory)"),
+        "FULMEN_CODE_SHAPE_MISMATCH (fewer entries than `x` has dimensions, or too many elements), FULMEN_CODE_INVALID_ARGUMENT (a negative count), FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY"),
     op!("flip", "shape", &[X, dims("dims")], Output::One,
         "`x` reversed along each dimension in `dims` (`torch.flip`).", DIMS),
     op!("roll", "shape", &[X, dims("shifts"), dims("dims")], Output::One,
@@ -291,7 +291,7 @@ pub const TENSOR_OPS: &[TensorOp] = &[
         "FULMEN_CODE_INVALID_ARGUMENT (no tensors, or `equation` not UTF-8 or holding other characters than letters, ',', '->' and '...'), FULMEN_CODE_TORCH (libtorch refused the equation or the shapes)"),
     op!("linspace", "math", &[f("start", ""), f("end", ""), i("steps", ""), p("dtype", ParamKind::DType, "F32")], Output::One,
         "`steps` evenly spaced CPU values from `start` to `end`, both included (`torch.linspace`).",
-        "FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype), FULMEN_CODE_INVALID_ARGUMENT (non-finite bounds or negative `steps`), FULMEN_CODE_TORCH (libtorch failed, e.g. a bool dtype or out of memory)"),
+        "FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype), FULMEN_CODE_INVALID_ARGUMENT (non-finite bounds or negative `steps`), FULMEN_CODE_TORCH (libtorch failed, e.g. a bool dtype) or FULMEN_CODE_OUT_OF_MEMORY"),
     // ---- activations
     op!("softplus", "activation", &[X, f("beta", "1.0"), f("threshold", "20.0")], Output::One,
         "`log(1 + exp(beta * x)) / beta`, and `x` where `beta * x` exceeds `threshold` (`F.softplus`).",

@@ -227,7 +227,8 @@ public:
     /// torch's `step(closure)`: `closure` computes the loss at the current
     /// parameters, runs its backward and returns the loss (a `double`);
     /// the optimizer calls it as often as it needs (LBFGS: up to max_eval
-    /// times), each time with every gradient reset first. It must not use
+    /// times, once more with the line search), each time with every
+    /// gradient reset first. It must not use
     /// this optimizer; an exception it throws ends the step and is
     /// rethrown here. Returns the first evaluation's loss.
     template <class Fn>

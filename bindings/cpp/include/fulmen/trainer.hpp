@@ -30,6 +30,14 @@ struct WeightAveragingOptions : fulmen_weight_averaging_options {
     WeightAveragingOptions() : fulmen_weight_averaging_options(fulmen_weight_averaging_options_default()) {}
 };
 
+/// Options of the batch size finder, default-constructed with Lightning's
+/// (power mode, 3 steps per trial from 2, at most 25 trials, 5% margin in
+/// binsearch, at most 8192).
+struct BatchSizeFinderOptions : fulmen_batch_size_finder_options {
+    /// Lightning's defaults.
+    BatchSizeFinderOptions() : fulmen_batch_size_finder_options(fulmen_batch_size_finder_options_default()) {}
+};
+
 /// Options of a learning-rate range test, default-constructed with
 /// Lightning's (1e-8 to 1 over 100 steps, exponential, stop at 4x).
 struct LrFindOptions : fulmen_lr_find_options {
@@ -586,6 +594,19 @@ public:
                                           &options, &out);
         });
         return LrFindResult::adopt(out);
+    }
+    /// Lightning's `Tuner(trainer).scale_batch_size`: trials at growing
+    /// batch sizes until one runs out of memory (FULMEN_CODE_OUT_OF_MEMORY);
+    /// `train` then batches by the size found, which is returned. The
+    /// module's weights are put back afterwards. `val` may be nullptr.
+    size_t scale_batch_size(LightningModule& module, Loader& train, const Loader* val = nullptr,
+                            const BatchSizeFinderOptions& options = {}) {
+        size_t found = 0;
+        run([&] {
+            return fulmen_trainer_scale_batch_size(get(), module.get(), train.get(),
+                                                   val != nullptr ? val->get() : nullptr, &options, &found);
+        });
+        return found;
     }
     /// Runs the validation loop once; `ckpt_path` ("best", "last" or a
     /// path) first loads a checkpoint's weights.
