@@ -5,7 +5,9 @@
  * automatic optimization, and weight averaging (EMA and SWA, whose CUDA
  * update is a lerp): a run resumed from its checkpoint ends as an
  * uninterrupted one, and a never-updated average gives back the starting
- * weights. Without a GPU it says so and exits with 77 (skipped).
+ * weights; the batch size finder against real CUDA out-of-memory errors
+ * (a 2 -> 2^20 -> 2 MLP whose activations outgrow the GPU). Without a GPU
+ * it says so and exits with 77 (skipped).
  *
  *   gpu_optim_check [PARENT_DIR]   (checkpoints go to a new folder in
  *                                   PARENT_DIR, default /tmp)
@@ -201,6 +203,93 @@ static void test_weight_averaging(bool ema) {
     fulmen_model_free(frozen);
 }
 
+/* ----------------------------------------- the batch size finder on cuda */
+
+typedef struct {
+    fulmen_model *model;
+    int64_t largest_fit; /* the largest batch a step finished */
+} oom_ud;
+
+static fulmen_error *wide_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    (void)ctx;
+    oom_ud *o = ud;
+    fulmen_tensor *x = NULL;
+    int64_t dims[2] = {0, 0};
+    size_t ndim = 0;
+    fulmen_error *e = fixture_cross_entropy(o->model, batch, out);
+    if (e == NULL) e = fulmen_batch_get(batch, 0, &x);
+    if (e == NULL) e = fulmen_tensor_shape(x, dims, 2, &ndim);
+    if (e == NULL && dims[0] > o->largest_fit) o->largest_fit = dims[0];
+    return e;
+}
+
+static void test_batch_size_finder_oom(void) {
+    /* 2^20 hidden units: 4 MiB of activations per row, several times over
+     * in backward, so a batch of tens of thousands of rows cannot fit. */
+    const int64_t rows = 1 << 17;
+    fulmen_dataset *ds = fixture_blobs((size_t)rows, 3, 2.0f);
+    fulmen_loader *loader = fixture_loader(ds, 256, true, 1);
+    CHECK_OK(fulmen_manual_seed(5));
+    oom_ud o = {NULL, 0};
+    fulmen_model *l = NULL;
+    CHECK_OK(fulmen_model_sequential_new(&o.model));
+    CHECK_OK(fulmen_model_linear_new(2, 1 << 20, true, &l));
+    CHECK_OK(fulmen_model_push(o.model, l));
+    CHECK_OK(fulmen_model_activation_new(FULMEN_ACTIVATION_RELU, 0, &l));
+    CHECK_OK(fulmen_model_push(o.model, l));
+    CHECK_OK(fulmen_model_linear_new(1 << 20, 2, true, &l));
+    CHECK_OK(fulmen_model_push(o.model, l));
+    fulmen_module_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = &o;
+    vt.training_step = wide_step;
+    vt.configure_optimizers = fixture_configure_sgd;
+    fulmen_lightning_module *m = NULL;
+    CHECK_OK(fulmen_lightning_module_new(&vt, o.model, &m));
+    fulmen_trainer_options *opts = fixture_options(NULL, 1);
+    CHECK_OK(fulmen_trainer_options_set(opts, "accelerator", "cuda"));
+    CHECK_OK(fulmen_trainer_options_set(opts, "devices", "1"));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(opts, &t));
+    fulmen_trainer_options_free(opts);
+    fulmen_batch_size_finder_options bo = fulmen_batch_size_finder_options_default();
+    bo.init_val = 256;
+    bo.steps_per_trial = 1;
+    bo.max_val = (size_t)rows;
+    size_t found = 0, batches = 0;
+    fulmen_error *e = fulmen_trainer_scale_batch_size(t, m, loader, NULL, &bo, &found);
+    if (e != NULL) {
+        fprintf(stderr, "scale_batch_size: code %d: %s\n", fulmen_error_code(e), fulmen_error_message(e));
+        fulmen_error_free(e);
+        CHECK(0);
+    }
+    CHECK_OK(fulmen_loader_len(loader, &batches));
+    printf("batch size finder on cuda:0 (power): found %zu, largest batch that fit %lld, %zu batches per epoch\n",
+           found, (long long)o.largest_fit, batches);
+    /* A size failed before the dataset's length, and the one found fit. */
+    CHECK(found >= 256 && found < (size_t)rows && (int64_t)found <= o.largest_fit);
+    CHECK(batches == (size_t)rows / found + ((size_t)rows % found != 0));
+    /* The GPU recovers: a fit at the size found runs. */
+    CHECK_OK(fulmen_trainer_fit(t, m, loader, NULL, NULL));
+    bo.binsearch = true;
+    o.largest_fit = 0;
+    e = fulmen_trainer_scale_batch_size(t, m, loader, NULL, &bo, &found);
+    if (e != NULL) {
+        fprintf(stderr, "scale_batch_size (binsearch): code %d: %s\n", fulmen_error_code(e), fulmen_error_message(e));
+        fulmen_error_free(e);
+        CHECK(0);
+    }
+    printf("batch size finder on cuda:0 (binsearch): found %zu, largest batch that fit %lld\n", found,
+           (long long)o.largest_fit);
+    CHECK(found >= 1 && found < (size_t)rows);
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
+    fulmen_model_free(o.model);
+}
+
 int main(int argc, char **argv) {
     snprintf(work, sizeof work, "%s/fulmen-gpu-optim.XXXXXX", argc > 1 ? argv[1] : "/tmp");
     if (mkdtemp(work) == NULL) {
@@ -220,6 +309,7 @@ int main(int argc, char **argv) {
     test_lbfgs_fit();
     test_weight_averaging(true);
     test_weight_averaging(false);
+    test_batch_size_finder_oom();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", work);
     if (check_failed == 0 && system(cmd) != 0) fprintf(stderr, "gpu_optim_check: could not remove %s\n", work);
