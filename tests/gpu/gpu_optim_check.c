@@ -207,7 +207,7 @@ static void test_weight_averaging(bool ema) {
 
 typedef struct {
     fulmen_model *model;
-    int64_t largest_fit; /* the largest batch a step finished */
+    int64_t largest_fit; /* the largest batch whose forward ran (its backward may still run out of memory) */
 } oom_ud;
 
 static fulmen_error *wide_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
@@ -265,7 +265,7 @@ static void test_batch_size_finder_oom(void) {
         CHECK(0);
     }
     CHECK_OK(fulmen_loader_len(loader, &batches));
-    printf("batch size finder on cuda:0 (power): found %zu, largest batch that fit %lld, %zu batches per epoch\n",
+    printf("batch size finder on cuda:0 (power): found %zu, largest forward %lld rows, %zu batches per epoch\n",
            found, (long long)o.largest_fit, batches);
     /* A size failed before the dataset's length, and the one found fit. */
     CHECK(found >= 256 && found < (size_t)rows && (int64_t)found <= o.largest_fit);
@@ -280,7 +280,7 @@ static void test_batch_size_finder_oom(void) {
         fulmen_error_free(e);
         CHECK(0);
     }
-    printf("batch size finder on cuda:0 (binsearch): found %zu, largest batch that fit %lld\n", found,
+    printf("batch size finder on cuda:0 (binsearch): found %zu, largest forward %lld rows\n", found,
            (long long)o.largest_fit);
     CHECK(found >= 1 && found < (size_t)rows);
     fulmen_trainer_free(t);
