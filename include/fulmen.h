@@ -8374,7 +8374,7 @@ struct fulmen_error *fulmen_trainer_scale_batch_size(struct fulmen_trainer *trai
                                                      struct fulmen_lightning_module *module,
                                                      struct fulmen_loader *train,
                                                      const struct fulmen_loader *val,
-                                                     const struct fulmen_batch_size_finder_options *options_,
+                                                     const struct fulmen_batch_size_finder_options *options,
                                                      size_t *batch_size);
 
 /**

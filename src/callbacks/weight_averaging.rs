@@ -212,7 +212,11 @@ impl Callback for WeightAveraging {
             Hook::ValidationEpochEnd if ctx.stage == "fit" && self.swapped => self.swap(&model)?,
             // A failure inside validation: the trained weights go back
             // into the model before anything (OnExceptionCheckpoint) saves.
-            Hook::Exception if self.swapped => self.swap(&model)?,
+            Hook::Exception if self.swapped => {
+                // Best effort: the run's own error is the one reported,
+                // and the callbacks after this one must still run.
+                let _ = self.swap(&model);
+            }
             Hook::TrainEnd => self.copy_to_model(&model)?,
             Hook::Teardown if ctx.stage == "fit" => self.average = None,
             _ => {}

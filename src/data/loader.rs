@@ -116,6 +116,13 @@ impl DataLoader {
         Ok(DataLoader { dataset: Arc::clone(&self.dataset), opts: self.opts.clone(), shard: Some((rank, world)) })
     }
 
+    /// The same loader (and shard) with batches of `batch_size` samples.
+    pub fn with_batch_size(&self, batch_size: usize) -> Result<DataLoader> {
+        let opts = DataLoaderOptions { batch_size, ..self.opts.clone() };
+        let resized = DataLoader::new(Arc::clone(&self.dataset), opts)?;
+        Ok(DataLoader { shard: self.shard, ..resized })
+    }
+
     /// Samples this loader reads per epoch.
     fn samples(&self) -> usize {
         let n = self.dataset.len();

@@ -14,7 +14,7 @@ mod tensor_dataset;
 
 pub use self::csv::{load_csv, CsvOptions};
 pub use self::dataset::Dataset;
-pub use self::loader::{DataLoader, DataLoaderOptions, MAX_PREFETCH_FACTOR, MAX_WORKERS};
+pub use self::loader::{DataLoader, DataLoaderOptions, MAX_BATCH_SIZE, MAX_PREFETCH_FACTOR, MAX_WORKERS};
 pub use self::random_split::{random_split, split_lengths, MAX_RANDOM_SPLIT, MAX_SPLIT_PARTS};
 pub use self::rng::{permutation, SplitMix64};
 pub use self::scaler::{ScaledDataset, Scaler, ScalerKind};

@@ -46,7 +46,7 @@ pub extern "C" fn fulmen_batch_size_finder_options_default() -> fulmen_batch_siz
     }
 }
 
-fn options(o: &fulmen_batch_size_finder_options) -> BatchSizeOptions {
+fn to_rust(o: &fulmen_batch_size_finder_options) -> BatchSizeOptions {
     BatchSizeOptions {
         mode: if o.binsearch { BatchSizeMode::BinSearch } else { BatchSizeMode::Power },
         steps_per_trial: o.steps_per_trial,
@@ -83,11 +83,11 @@ pub unsafe extern "C" fn fulmen_trainer_scale_batch_size(
     module: *mut fulmen_lightning_module,
     train: *mut fulmen_loader,
     val: *const fulmen_loader,
-    options_: *const fulmen_batch_size_finder_options,
+    options: *const fulmen_batch_size_finder_options,
     batch_size: *mut usize,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_scale_batch_size", || {
-        let o = options(&options_.as_ref().copied().unwrap_or_else(|| fulmen_batch_size_finder_options_default()));
+        let o = to_rust(&options.as_ref().copied().unwrap_or_else(|| fulmen_batch_size_finder_options_default()));
         let t = handle::borrow_mut(trainer, "trainer")?;
         let mut m = handle::borrow_mut(module, "module")?;
         let found = {

@@ -280,7 +280,7 @@ impl Lbfgs {
     /// parameters are copied first).
     fn run(&mut self, closure: &mut dyn FnMut() -> Result<f64>) -> Result<f64> {
         let before = tch::no_grad(|| self.clone_params())?;
-        let result = self.run_step(closure);
+        let result = crate::tensor::tch_panic::catch(|| self.run_step(closure));
         if result.is_err() {
             let _guard = tch::no_grad_guard();
             // The step's own error is the one reported.

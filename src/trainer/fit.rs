@@ -202,15 +202,14 @@ fn closure_step(
         None => Err(Error::state("no optimizer to step")),
     };
     run.optimizers = configs;
+    // A checkpoint a hook asked for inside the closure is written by the
+    // next hook's requests (on_train_batch_end), once the step is counted.
     run.in_closure = false;
-    // Requests hooks made during the closure (a checkpoint).
-    let requests = run.process_requests(true);
     // Lightning counts each evaluation's zero_grad; one per step is implied.
     let extra = (zero_grads - 1).max(0);
     run.extra_zero_grads.0 += extra;
     run.extra_zero_grads.1 += extra;
     stepped.map_err(|e| e.context(at()))?;
-    requests?;
     run.profile_stop("[Strategy].optimizer_step", started, Default::default());
     last.ok_or_else(|| Error::state(format!("{}: the optimizer stepped without evaluating the loss", at())))
 }

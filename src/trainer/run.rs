@@ -202,7 +202,7 @@ impl Run<'_> {
 
     /// Writes requested checkpoints, removes replaced ones, logs requested
     /// metrics; with `barrier`, the other ranks wait for rank 0's writes.
-    pub(super) fn process_requests(&mut self, barrier: bool) -> Result<()> {
+    fn process_requests(&mut self, barrier: bool) -> Result<()> {
         // Under DDP every rank makes the same requests; rank 0 writes and
         // removes files, the others wait for it (Lightning's
         // strategy.save_checkpoint and barrier).

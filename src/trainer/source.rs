@@ -68,11 +68,7 @@ impl BatchSource for DataLoader {
     }
 
     fn resized(&self, batch_size: usize) -> Option<Result<Box<dyn BatchSource + Send>>> {
-        let opts = crate::data::DataLoaderOptions { batch_size, ..self.options().clone() };
-        Some(
-            DataLoader::new(std::sync::Arc::clone(self.dataset()), opts)
-                .map(|l| Box::new(l) as Box<dyn BatchSource + Send>),
-        )
+        Some(self.with_batch_size(batch_size).map(|l| Box::new(l) as Box<dyn BatchSource + Send>))
     }
 
     fn batch_at(&self, epoch: u64, index: usize) -> Result<Vec<Tensor>> {

@@ -7,10 +7,11 @@
 //! Lightning 2.6 departs from what it documents: its first trial runs at
 //! the loader's own batch size, fulmen's at `init_val`; where its power
 //! mode doubles past `max_val` and returns that size, fulmen returns
-//! `max_val`; and a size at or past the dataset's length that ran out of
+//! `max_val`; a size at or past the dataset's length that ran out of
 //! memory shrinks (Lightning keeps it: its power mode returns it, its
-//! binsearch retries it without end). The model's weights are put back
-//! afterwards.
+//! binsearch retries it without end); and `max_val` above 8192 bounds
+//! every size (Lightning caps some at its default 8192 whatever
+//! `max_val` says). The model's weights are put back afterwards.
 use crate::error::{Error, ErrorCode, Result};
 use crate::trainer::options::{BatchLimit, LoggerChoice};
 use crate::trainer::{BatchSource, LightningModule, Trainer};
@@ -231,6 +232,8 @@ impl Trainer {
         run_opts.enable_model_summary = false;
         run_opts.limit_train_batches = BatchLimit::Fraction(1.0);
         run_opts.limit_val_batches = BatchLimit::Count(opts.steps_per_trial as usize);
+        // Lightning's trials run the fit loop alone: no sanity check.
+        run_opts.num_sanity_val_steps = 0;
         let saved: Vec<(String, Tensor)> = {
             let m = model.lock().unwrap_or_else(|p| p.into_inner());
             tch::no_grad(|| m.state_dict().into_iter().map(|(k, t)| (k, t.copy())).collect())
@@ -238,14 +241,17 @@ impl Trainer {
         let mut trial = |size: usize| -> Result<bool> {
             let resized = train.resized(size).unwrap_or_else(|| Err(Error::state("the loader cannot be resized")))?;
             let mut runner = Trainer::new(run_opts.clone())?;
-            match runner.fit(module, &*resized, val, None) {
+            // A libtorch error raised as a panic (an op with a scalar
+            // argument) is an error here too, out of memory included.
+            match crate::tensor::tch_panic::catch(|| runner.fit(module, &*resized, val, None)) {
                 Ok(()) => Ok(true),
                 Err(e) if is_out_of_memory(&e) => Ok(false),
                 Err(e) => Err(e.context(format!("scale_batch_size: the trial at batch size {size}"))),
             }
         };
-        let mut search =
-            Search { size: start, dataset_len: train.dataset_len(), max_val: opts.max_val, trial: &mut trial };
+        // No loader batches more than MAX_BATCH_SIZE.
+        let max_val = opts.max_val.min(crate::data::MAX_BATCH_SIZE);
+        let mut search = Search { size: start, dataset_len: train.dataset_len(), max_val, trial: &mut trial };
         let found = search.adjust(1.0, Some(opts.init_val)).0;
         let found = match opts.mode {
             BatchSizeMode::Power => search.power(found, opts.max_trials),
@@ -254,6 +260,10 @@ impl Trainer {
         let restored = model.lock().unwrap_or_else(|p| p.into_inner()).load_state_dict(&saved, true);
         let found = found?;
         restored.map_err(|e| e.context("scale_batch_size: putting the weights back"))?;
+        if found == 0 {
+            // Power mode's trials ran out while halving 1.
+            return Err(Error::invalid("scale_batch_size: the batch size fell to 0 (every size ran out of memory)"));
+        }
         Ok(found)
     }
 }

@@ -156,16 +156,7 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
             continue;
         }
         match (k, x) {
-            ("params", ids) => {
-                let ids: Vec<i64> = items(ids, &format!("{gwhat}.params"))?
-                    .iter()
-                    .map(|i| match i {
-                        Value::Int(i) => Ok(*i),
-                        _ => Err(Error::format(format!("{gwhat}.params holds a non-integer id"))),
-                    })
-                    .collect::<Result<_>>()?;
-                out.push((key, Tensor::f_from_slice(&ids)?));
-            }
+            ("params", ids) => out.push((key, Tensor::f_from_slice(&super::value::param_ids(ids, &gwhat)?)?)),
             ("line_search_fn", Value::None) => out.push((key, number_tensor(0.0)?)),
             ("line_search_fn", Value::Str(s)) if s == "strong_wolfe" => out.push((key, number_tensor(1.0)?)),
             ("line_search_fn", _) => {

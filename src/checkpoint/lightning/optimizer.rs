@@ -248,16 +248,7 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
                 continue;
             }
             match (k.as_str(), x) {
-                ("params", ids) => {
-                    let ids: Vec<i64> = items(ids, &format!("{gwhat}.params"))?
-                        .iter()
-                        .map(|i| match i {
-                            Value::Int(i) => Ok(*i),
-                            _ => Err(Error::format(format!("{gwhat}.params holds a non-integer id"))),
-                        })
-                        .collect::<Result<_>>()?;
-                    out.push((key, Tensor::f_from_slice(&ids)?));
-                }
+                ("params", ids) => out.push((key, Tensor::f_from_slice(&super::value::param_ids(ids, &gwhat)?)?)),
                 ("betas", b) => {
                     let b = items(b, &format!("{gwhat}.betas"))?;
                     if b.len() != 2 {

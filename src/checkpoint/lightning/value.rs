@@ -70,6 +70,18 @@ pub fn number(v: &Value, what: &str) -> Result<f64> {
     }
 }
 
+/// The parameter ids of a param group's `params` list (`what` names the
+/// group in errors).
+pub fn param_ids(v: &Value, what: &str) -> Result<Vec<i64>> {
+    items(v, &format!("{what}.params"))?
+        .iter()
+        .map(|i| match i {
+            Value::Int(i) => Ok(*i),
+            _ => Err(Error::format(format!("{what}.params holds a non-integer id"))),
+        })
+        .collect()
+}
+
 /// A whole number in `0..=max`.
 pub fn whole(v: &Value, what: &str, max: i64) -> Result<i64> {
     let n = number(v, what)?;
