@@ -34,7 +34,7 @@ static inline int fuzz_check_error_(const char *target, fulmen_error *e) {
     if (e == NULL) return 0;
     int32_t code = fulmen_error_code(e);
     const char *msg = fulmen_error_message(e);
-    if (code < 1 || code > FULMEN_CODE_INTERRUPTED || code == FULMEN_CODE_PANIC || msg == NULL || msg[0] == 0) {
+    if (code < 1 || code > FULMEN_CODE_OUT_OF_MEMORY || code == FULMEN_CODE_PANIC || msg == NULL || msg[0] == 0) {
         fprintf(stderr, "fuzz %s: bad error (code %d, message %s)\n", target, code, msg ? msg : "(null)");
         abort();
     }

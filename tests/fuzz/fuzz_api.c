@@ -131,7 +131,7 @@ static void check_error(fulmen_error *e) {
     int32_t code = fulmen_error_code(e);
     const char *msg = fulmen_error_message(e);
     /* A caught Rust panic is a bug too: every bad input needs its own error. */
-    if (code < 1 || code > FULMEN_CODE_INTERRUPTED || code == FULMEN_CODE_PANIC || msg == NULL || msg[0] == 0) {
+    if (code < 1 || code > FULMEN_CODE_OUT_OF_MEMORY || code == FULMEN_CODE_PANIC || msg == NULL || msg[0] == 0) {
         fprintf(stderr, "fuzz api: bad error (code %d, message %s)\n", code, msg ? msg : "(null)");
         abort();
     }

@@ -69,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     parsed += e == NULL;
     if (e != NULL) {
         int32_t code = fulmen_error_code(e);
-        if (ds != NULL || code < 1 || code > FULMEN_CODE_INTERRUPTED || code == FULMEN_CODE_PANIC || fulmen_error_message(e)[0] == 0) abort();
+        if (ds != NULL || code < 1 || code > FULMEN_CODE_OUT_OF_MEMORY || code == FULMEN_CODE_PANIC || fulmen_error_message(e)[0] == 0) abort();
         fulmen_error_free(e);
     } else {
         size_t n = 0;
