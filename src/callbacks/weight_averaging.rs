@@ -116,7 +116,12 @@ impl WeightAveraging {
         let Some(average) = &self.average else { return Ok(()) };
         let m = model.lock().unwrap_or_else(|p| p.into_inner());
         let _guard = tch::no_grad_guard();
-        let params: std::collections::HashSet<String> = m.named_parameters().into_iter().map(|(k, _)| k).collect();
+        // Which entries are parameters matters only when buffers are copied.
+        let params: std::collections::HashSet<String> = if self.opts.use_buffers {
+            Default::default()
+        } else {
+            m.named_parameters().into_iter().map(|(k, _)| k).collect()
+        };
         let current = m.state_dict();
         if current.len() != average.len() {
             return Err(Error::state("weight averaging: the model's state_dict changed during fit"));
