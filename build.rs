@@ -56,6 +56,7 @@ fn build_cxx_shims(lib: &Path) {
         "csrc/collectives.hpp",
         "csrc/collectives.cpp",
         "csrc/ops.cpp",
+        "csrc/fused.cpp",
         "csrc/pinned.cpp",
         "csrc/profiler.cpp",
         "csrc/script.cpp",
@@ -93,6 +94,7 @@ fn build_cxx_shims(lib: &Path) {
         .file("csrc/distributed.cpp")
         .file("csrc/collectives.cpp")
         .file("csrc/ops.cpp")
+        .file("csrc/fused.cpp")
         .file("csrc/pinned.cpp")
         .file("csrc/profiler.cpp")
         .file("csrc/script.cpp")

@@ -1858,6 +1858,18 @@ typedef struct fulmen_logger_vtable {
 } fulmen_logger_vtable;
 
 /**
+ * A closure for `fulmen_step_context_optimizer_step_closure`: computes
+ * the loss at the parameters' current values through `ctx` (a context
+ * valid during this call only: zero the optimizer's gradients and run
+ * `fulmen_step_context_manual_backward` with it, log with it), writes the
+ * loss to `*loss` and returns NULL, or returns an error, which ends the
+ * step.
+ */
+typedef struct fulmen_error *(*fulmen_step_closure_fn)(void *userdata,
+                                                       struct fulmen_step_context *ctx,
+                                                       double *loss);
+
+/**
  * How a metric is built; start from `fulmen_metric_options_default`.
  */
 typedef struct fulmen_metric_options {
@@ -1991,6 +2003,34 @@ typedef struct fulmen_module_vtable {
    * without this field are accepted.
    */
   struct fulmen_error *(*on_hook)(void *userdata, int32_t hook, struct fulmen_hook_context *ctx);
+  /**
+   * Lightning's `train_dataloader`: writes to `*out` a new loader of
+   * the training data for `epoch`. Called by a fit given no train loader
+   * (NULL), when it starts (for epoch 0; a resumed fit: for the
+   * checkpoint's epoch, Lightning's `current_epoch` then), and again at
+   * the start of every `reload_dataloaders_every_n_epochs`-th epoch
+   * after the one it was called for. fulmen takes
+   * the loader written, even when the call fails, and frees it when it
+   * is replaced or the fit ends: the host must not free it. May be NULL.
+   * Added in 0.2; older, smaller vtables without it are accepted.
+   */
+  struct fulmen_error *(*train_dataloader)(void *userdata, int64_t epoch, struct fulmen_loader **out);
+  /**
+   * Lightning's `val_dataloader`: writes up to `capacity`
+   * (FULMEN_LOADERS_MAX) new loaders of validation data for `epoch` to
+   * `out[0..*n]` and their count to `*n` (0: no validation). Called by a
+   * fit given no validation loader (NULL, or `n_val` 0), before the
+   * sanity check (for the epoch `train_dataloader` was called for) or
+   * the first epoch that validates, and again at the start of an epoch
+   * that validates `reload_dataloaders_every_n_epochs` or more epochs
+   * after the one it was called for. fulmen takes the loaders written as for `train_dataloader`.
+   * May be NULL. Added in 0.2.
+   */
+  struct fulmen_error *(*val_dataloader)(void *userdata,
+                                         int64_t epoch,
+                                         struct fulmen_loader **out,
+                                         size_t capacity,
+                                         size_t *n);
 } fulmen_module_vtable;
 
 /**
@@ -4082,6 +4122,37 @@ struct fulmen_error *fulmen_step_context_learning_rate(struct fulmen_step_contex
                                                        double *out);
 
 /**
+ * Lightning's `opt.step(closure=closure)` in a training step with
+ * automatic optimization off, for optimizer `optimizer`. An optimizer
+ * that re-evaluates the loss (LBFGS) calls `closure` as often as its
+ * algorithm needs, each call followed by the callbacks'
+ * `on_before_optimizer_step`; the others call it once, then step as
+ * `fulmen_step_context_optimizer_step` does. The closure gets its own
+ * context: the step's `ctx` is in use until this call returns
+ * (FULMEN_CODE_INVALID_STATE). Inside it the stepping optimizer can be
+ * zeroed, not stepped, and its schedulers not stepped. Tensors the
+ * closure creates and does not keep are freed when it returns. Counts one
+ * in `global_step`. `loss` (may be NULL) receives the first evaluation's
+ * loss (torch's return value), `made` (may be NULL) whether the update
+ * was made. Under DDP, LBFGS decides from the loss averaged over ranks,
+ * so every rank evaluates as often.
+ *
+ * Errors: as `fulmen_step_context_optimizer_step`, and
+ * FULMEN_CODE_NULL_ARGUMENT (`closure` NULL), the closure's own error,
+ * FULMEN_CODE_CALLBACK (the closure wrote no loss),
+ * FULMEN_CODE_INVALID_ARGUMENT (LBFGS under "16-mixed", which scales the
+ * loss), FULMEN_CODE_INVALID_STATE (called from inside a closure of
+ * LBFGS). After an error LBFGS's parameters and history are as before
+ * the step.
+ */
+struct fulmen_error *fulmen_step_context_optimizer_step_closure(struct fulmen_step_context *ctx,
+                                                                size_t optimizer,
+                                                                fulmen_step_closure_fn closure,
+                                                                void *userdata,
+                                                                double *loss,
+                                                                bool *made);
+
+/**
  * torchmetrics' defaults for `kind` (a `fulmen_metric_kind`) over
  * `num_classes` classes (0: binary).
  */
@@ -4975,6 +5046,31 @@ struct fulmen_error *fulmen_optimizer_step_closure(struct fulmen_optimizer *opti
                                                    fulmen_closure_fn closure,
                                                    void *userdata,
                                                    double *loss);
+
+/**
+ * Turns `optimizer`'s fused updates on or off (torch's `fused=True`;
+ * default off): SGD, Adam and AdamW then update all the parameters of a
+ * group and device with one libtorch kernel (`_fused_sgd_`,
+ * `_fused_adam_`, `_fused_adamw_`), where the default updates launch
+ * several per parameter. The results are torch's fused ones, which differ
+ * from the default updates in the last bits. The choice is saved in the
+ * optimizer's state (every param group's `fused` entry, as torch), and a
+ * loaded state sets it, as in torch. Under "16-mixed" the gradients are
+ * unscaled before the fused step (torch hands the scale to the kernel).
+ * Not while a fit uses the optimizer.
+ *
+ * Errors: FULMEN_CODE_UNSUPPORTED (another kind of optimizer, or a
+ * parameter that is not floating or lives on a device without fused
+ * kernels: the CPU, CUDA and MPS have them).
+ */
+struct fulmen_error *fulmen_optimizer_set_fused(struct fulmen_optimizer *optimizer, bool fused);
+
+/**
+ * Writes whether `optimizer`'s updates are fused.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_optimizer_fused(const struct fulmen_optimizer *optimizer, bool *out);
 
 /**
  * The number of parameter groups of `optimizer` (1 plus those
@@ -7904,6 +8000,9 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  *   rank its shard of every DataLoader (torch's DistributedSampler,
  *   padded, reshuffled per epoch); false: every rank reads the loaders as
  *   they are, as Lightning's use_distributed_sampler.
+ * - `reload_dataloaders_every_n_epochs` (integer; default 0): call the
+ *   module's train_dataloader / val_dataloader again every n epochs; 0:
+ *   once (loaders passed to fit are never reloaded).
  * - `accumulate_grad_batches` (integer; default 1): accumulate gradients
  *   over this many batches per optimizer step.
  * - `gradient_clip_val` (number or "none"; default none): clip gradients
@@ -7998,6 +8097,10 @@ struct fulmen_error *fulmen_trainer_new(const struct fulmen_trainer_options *opt
 /**
  * Trains `module` on `train`, validating on `val` (may be NULL) as
  * `val_check_interval` says when the module has a validation_step.
+ * `train` NULL takes the module's `train_dataloader` and `val` NULL its
+ * `val_dataloader` when it has them (Lightning's `trainer.fit(model)`),
+ * called again every `reload_dataloaders_every_n_epochs` epochs; loaders
+ * passed here are never reloaded.
  * `ckpt_path` (may be NULL) resumes from a checkpoint: a file path (a
  * fulmen checkpoint or a Lightning `.ckpt`, told apart by content; see the
  * `checkpoint_format` and `checkpoint_prefix` options), "last" (the newest
@@ -8022,8 +8125,9 @@ struct fulmen_error *fulmen_trainer_new(const struct fulmen_trainer_options *opt
  * (the rendezvous, a collective or another rank failed);
  * FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM); FULMEN_CODE_TORCH (libtorch
  * failed); FULMEN_CODE_INVALID_STATE also when configure_optimizers gave no
- * optimizer, the loss does not require grad, or ckpt_path "best" / "last"
- * finds no checkpoint.
+ * optimizer, the loss does not require grad, or ckpt_path "best" /
+ * "last" finds no checkpoint; FULMEN_CODE_NULL_ARGUMENT also when `train`
+ * is NULL and the module has no `train_dataloader`.
  */
 struct fulmen_error *fulmen_trainer_fit(struct fulmen_trainer *trainer,
                                         struct fulmen_lightning_module *module,
@@ -8198,8 +8302,9 @@ struct fulmen_error *fulmen_trainer_options_set_accelerator(struct fulmen_traine
 
 /**
  * `fulmen_trainer_fit` validating on each of the `n_val` loaders at
- * `val` in turn (0 to FULMEN_LOADERS_MAX; 0: no validation; the same
- * loader may appear twice). With several, the validation steps and batch
+ * `val` in turn (0 to FULMEN_LOADERS_MAX; 0: the module's
+ * `val_dataloader`, or no validation when it has none; the same loader
+ * may appear twice). `train` NULL takes the module's `train_dataloader`. With several, the validation steps and batch
  * hooks get their `dataloader_idx` and logged names end in
  * `/dataloader_idx_N` (Lightning's names), so a ModelCheckpoint monitors
  * e.g. "val_loss/dataloader_idx_0". The sanity check and

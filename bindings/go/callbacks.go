@@ -109,6 +109,45 @@ func fulmenGoTrainingStep(ud C.uintptr_t, ctx *C.fulmen_step_context, batch *C.f
 	})
 }
 
+//export fulmenGoTrainDataloader
+func fulmenGoTrainDataloader(ud C.uintptr_t, epoch C.int64_t, out **C.fulmen_loader) *C.fulmen_error {
+	return runCallback(func() error {
+		l, err := moduleOf(ud).funcs.TrainDataloader(int64(epoch))
+		if err != nil {
+			return err
+		}
+		p := l.release()
+		if p == nil {
+			return &Error{Code: CodeCallback, Message: "TrainDataloader returned a nil or closed loader"}
+		}
+		*out = p
+		return nil
+	})
+}
+
+//export fulmenGoValDataloader
+func fulmenGoValDataloader(ud C.uintptr_t, epoch C.int64_t, out **C.fulmen_loader, capacity C.size_t, n *C.size_t) *C.fulmen_error {
+	return runCallback(func() error {
+		loaders, err := moduleOf(ud).funcs.ValDataloader(int64(epoch))
+		if err != nil {
+			return err
+		}
+		if len(loaders) > int(capacity) {
+			return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("ValDataloader returned %d loaders; at most %d", len(loaders), capacity)}
+		}
+		slots := unsafe.Slice(out, int(capacity))
+		for i, l := range loaders {
+			p := l.release()
+			if p == nil {
+				return &Error{Code: CodeCallback, Message: fmt.Sprintf("ValDataloader returned a nil or closed loader at %d", i)}
+			}
+			slots[i] = p
+		}
+		*n = C.size_t(len(loaders))
+		return nil
+	})
+}
+
 //export fulmenGoEvalStep
 func fulmenGoEvalStep(ud C.uintptr_t, stage C.int, ctx *C.fulmen_step_context, batch *C.fulmen_batch) *C.fulmen_error {
 	return runCallback(func() error {

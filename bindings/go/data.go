@@ -351,6 +351,19 @@ func (l *Loader) Close() error {
 	return nil
 }
 
+// release gives the loader's handle up (to the library, which takes it):
+// the wrapper is closed. Nil when it was closed already.
+func (l *Loader) release() *C.fulmen_loader {
+	if l == nil {
+		return nil
+	}
+	h := l.h.take()
+	if h != nil {
+		runtime.SetFinalizer(l, nil)
+	}
+	return h
+}
+
 // NewLoader creates a loader that batches ds (which it keeps alive).
 func NewLoader(ds *Dataset, opts LoaderOptions) (*Loader, error) {
 	if opts.BatchSize < 0 || opts.NumWorkers < 0 || opts.PrefetchFactor < 0 {

@@ -6,8 +6,10 @@ package fulmen
 import "C"
 
 import (
+	"context"
 	"fmt"
 	"runtime"
+	"runtime/cgo"
 )
 
 // SetAutomaticOptimization sets Lightning's automatic_optimization
@@ -154,4 +156,48 @@ func optimizerIndex(i int) (C.size_t, error) {
 		return 0, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("index %d is negative", i)}
 	}
 	return C.size_t(i), nil
+}
+
+// StepClosure computes the loss at the parameters' current values through
+// the StepContext it is given (valid during the call only): it zeroes the
+// optimizer's gradients, runs ManualBackward, and returns the loss.
+type StepClosure func(ctx *StepContext) (float64, error)
+
+// OptimizerStepClosure is Lightning's opt.step(closure=closure) for
+// optimizer index: LBFGS calls closure as often as it needs (each call
+// followed by the callbacks' on_before_optimizer_step), the others once
+// before stepping as OptimizerStep does. The step's own context is in use
+// until it returns (ErrInvalidState): the closure uses the one it gets.
+// Counts in GlobalStep. Returns the first evaluation's loss (torch's
+// return value) and whether the update was made; the closure's error
+// ends the step and is the returned error's cause.
+func (c *StepContext) OptimizerStepClosure(index int, closure StepClosure) (first float64, made bool, err error) {
+	i, err := optimizerIndex(index)
+	if err != nil {
+		return 0, false, err
+	}
+	if closure == nil {
+		return 0, false, &Error{Code: CodeNullArgument, Message: "the closure is nil"}
+	}
+	h := cgo.NewHandle(closure)
+	defer h.Delete()
+	var parent context.Context
+	if call := currentCall(); call != nil {
+		parent = call.ctx
+	}
+	var f C.double
+	var m C.bool
+	err = withCallbacks(parent, func() *C.fulmen_error {
+		return C.fulmen_go_step_context_closure(c.ptr(), i, C.uintptr_t(h), &f, &m)
+	})
+	return float64(f), bool(m), err
+}
+
+//export fulmenGoStepContextClosure
+func fulmenGoStepContextClosure(ud C.uintptr_t, ctx *C.fulmen_step_context, loss *C.double) *C.fulmen_error {
+	return runCallback(func() error {
+		v, err := cgo.Handle(ud).Value().(StepClosure)(&StepContext{h: ctx})
+		*loss = C.double(v)
+		return err
+	})
 }

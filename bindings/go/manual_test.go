@@ -106,7 +106,15 @@ func TestManualOptimization(t *testing.T) {
 	if len(rates) != 4 || rates[0] != 0.1 || rates[1] != 0.1 || rates[2] != 0.05 || rates[3] != 0.05 {
 		t.Fatalf("learning rates %v", rates)
 	}
-	wa, wb := must(manualModel.StateDictGet("2.weight")), must(autoModel.StateDictGet("2.weight"))
+	if v := lastWeightDiff(t, manualModel, autoModel); v != 0 {
+		t.Fatalf("weights differ from automatic optimization's by %g", v)
+	}
+}
+
+// lastWeightDiff is max |a - b| over the last layer's weights ("2.weight").
+func lastWeightDiff(t *testing.T, a, b *fulmen.Model) float64 {
+	t.Helper()
+	wa, wb := must(a.StateDictGet("2.weight")), must(b.StateDictGet("2.weight"))
 	defer wa.Close()
 	defer wb.Close()
 	diff := must(wa.Sub(wb))
@@ -115,9 +123,7 @@ func TestManualOptimization(t *testing.T) {
 	defer abs.Close()
 	d := must(abs.Max())
 	defer d.Close()
-	if v := must(d.Item()); v != 0 {
-		t.Fatalf("weights differ from automatic optimization's by %g", v)
-	}
+	return must(d.Item())
 }
 
 // stepLR hands SGD(lr 0.1) with StepLR(2, 0.5) stepping per step to cfg.
@@ -175,5 +181,96 @@ func TestLogDictAndReductions(t *testing.T) {
 	ok(t, tr.Fit(context.Background(), m, loader, nil))
 	if p, f, n := must(tr.CallbackMetric("peak")), must(tr.CallbackMetric("floor")), must(tr.CallbackMetric("n")); p != 3 || f != 0 || n != 4 {
 		t.Fatalf("peak %v floor %v n %v", p, f, n)
+	}
+}
+
+// LBFGS stepped with a closure from a manual step: the closure runs
+// through its own context as often as LBFGS asks, with the same weights as
+// LBFGS under automatic optimization; the closure's error is the cause.
+func TestManualLBFGSClosure(t *testing.T) {
+	noLeaks(t)
+	ds := blobDataset(t, 64, 9)
+	defer ds.Close()
+	loader := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 16}))
+	defer loader.Close()
+	ok(t, fulmen.ManualSeed(6))
+	manualModel := mlp(t)
+	defer manualModel.Close()
+	ok(t, fulmen.ManualSeed(6))
+	autoModel := mlp(t)
+	defer autoModel.Close()
+	lbfgs := func(model *fulmen.Model) func(cfg *fulmen.OptimizerConfig) error {
+		return func(cfg *fulmen.OptimizerConfig) error {
+			o := fulmen.DefaultLBFGSOptions()
+			o.LR = 0.5
+			opt, err := fulmen.NewLBFGS(model, nil, o)
+			if err != nil {
+				return err
+			}
+			return cfg.Add(opt)
+		}
+	}
+	manualCalls, autoCalls := 0, 0
+	stop := errors.New("stop here")
+	fail := false
+	manual := must(fulmen.NewLightningModule(manualModel, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) (*fulmen.Tensor, error) {
+			first, made, err := ctx.OptimizerStepClosure(0, func(inner *fulmen.StepContext) (float64, error) {
+				manualCalls++
+				if fail {
+					return 0, stop
+				}
+				if err := inner.OptimizerZeroGrad(0); err != nil {
+					return 0, err
+				}
+				_, loss, err := lossOf(manualModel, b)
+				if err != nil {
+					return 0, err
+				}
+				if err := inner.ManualBackward(loss); err != nil {
+					return 0, err
+				}
+				if err := ctx.OptimizerZeroGrad(0); !errors.Is(err, fulmen.ErrInvalidState) {
+					t.Errorf("the step's own context inside the closure: %v", err)
+				}
+				return loss.Item()
+			})
+			if err == nil && (!made || first <= 0) {
+				t.Errorf("made %v, first loss %v", made, first)
+			}
+			return nil, err
+		},
+		ConfigureOptimizers: lbfgs(manualModel),
+	}))
+	defer manual.Close()
+	ok(t, manual.SetAutomaticOptimization(false))
+	automatic := must(fulmen.NewLightningModule(autoModel, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) (*fulmen.Tensor, error) {
+			autoCalls++
+			_, loss, err := lossOf(autoModel, b)
+			return loss, err
+		},
+		ConfigureOptimizers: lbfgs(autoModel),
+	}))
+	defer automatic.Close()
+	ta, tb := quietTrainer(t, 1, "logger", "false"), quietTrainer(t, 1, "logger", "false")
+	defer ta.Close()
+	defer tb.Close()
+	ok(t, ta.Fit(context.Background(), manual, loader, nil))
+	ok(t, tb.Fit(context.Background(), automatic, loader, nil))
+	if s := must(ta.GlobalStep()); s != 4 {
+		t.Fatalf("global step %d", s)
+	}
+	if manualCalls != autoCalls || manualCalls <= 4 {
+		t.Fatalf("closure calls %d, automatic evaluations %d", manualCalls, autoCalls)
+	}
+	if v := lastWeightDiff(t, manualModel, autoModel); v != 0 {
+		t.Fatalf("weights differ from automatic LBFGS's by %g", v)
+	}
+	fail = true
+	tc := quietTrainer(t, 1, "logger", "false")
+	defer tc.Close()
+	if err := tc.Fit(context.Background(), manual, loader, nil); !errors.Is(err, stop) {
+		t.Fatalf("a failing closure: %v", err)
 	}
 }

@@ -37,6 +37,15 @@ type ModuleFuncs struct {
 	// LightningModule.on_* methods), after every Callback's. An error or
 	// panic stops the run, as for the steps.
 	OnHook func(hook Hook, ctx *HookContext) error
+	// TrainDataloader is Lightning's train_dataloader: the training data
+	// of a Fit given no train loader, for epoch (see Trainer.Fit).
+	// The library takes the loader returned (it is closed here; do not use
+	// it again) and calls again every reload_dataloaders_every_n_epochs.
+	TrainDataloader func(epoch int64) (*Loader, error)
+	// ValDataloader is Lightning's val_dataloader: the validation loaders
+	// of a Fit given none (none: no validation), taken as for
+	// TrainDataloader.
+	ValDataloader func(epoch int64) ([]*Loader, error)
 }
 
 // moduleState is what the userdata handle of a module refers to.
@@ -72,6 +81,12 @@ func NewLightningModule(model *Model, funcs ModuleFuncs) (*LightningModule, erro
 	}
 	if funcs.OnHook != nil {
 		slots |= C.FULMEN_GO_ON_HOOK
+	}
+	if funcs.TrainDataloader != nil {
+		slots |= C.FULMEN_GO_TRAIN_DATALOADER
+	}
+	if funcs.ValDataloader != nil {
+		slots |= C.FULMEN_GO_VAL_DATALOADER
 	}
 	h := cgo.NewHandle(&moduleState{funcs: funcs})
 	var out *C.fulmen_lightning_module

@@ -227,6 +227,24 @@ func (o *Optimizer) SetLR(lr float64) error {
 	return err
 }
 
+// SetFused turns torch's fused updates (fused=True) on or off: SGD, Adam
+// and AdamW then update each parameter group and device with one libtorch
+// kernel. The choice is saved with the state, and a loaded state sets it,
+// as in torch. Other kinds are ErrUnsupported.
+func (o *Optimizer) SetFused(fused bool) error {
+	err := check(C.fulmen_optimizer_set_fused(o.ptr(), C.bool(fused)))
+	runtime.KeepAlive(o)
+	return err
+}
+
+// Fused reports whether the updates are fused.
+func (o *Optimizer) Fused() (bool, error) {
+	var v C.bool
+	err := check(C.fulmen_optimizer_fused(o.ptr(), &v))
+	runtime.KeepAlive(o)
+	return bool(v), err
+}
+
 // ParamGroupCount returns the number of parameter groups.
 func (o *Optimizer) ParamGroupCount() (int, error) {
 	var n C.size_t

@@ -81,3 +81,49 @@ func TestLBFGSStepClosure(t *testing.T) {
 		t.Fatalf("SGD evaluated %d times", calls)
 	}
 }
+
+// Fused SGD (torch's fused=True) trains as the default update does, within
+// float rounding; LBFGS has no fused update.
+func TestFusedUpdates(t *testing.T) {
+	noLeaks(t)
+	xs, ys := blobs(64, 1)
+	x := must(fulmen.FromSlice(xs, 64, 2))
+	y := must(fulmen.FromSlice(ys))
+	defer x.Close()
+	defer y.Close()
+	var finals [2]float64
+	for k, fused := range []bool{false, true} {
+		ok(t, fulmen.ManualSeed(3))
+		m := mlp(t)
+		o := fulmen.DefaultSGDOptions()
+		o.LR = 0.1
+		o.Momentum = 0.9
+		opt := must(fulmen.NewSGD(m, nil, o))
+		ok(t, opt.SetFused(fused))
+		if got := must(opt.Fused()); got != fused {
+			t.Fatalf("Fused() = %v after SetFused(%v)", got, fused)
+		}
+		for i := 0; i < 10; i++ {
+			ok(t, opt.ZeroGrad())
+			logits := must(m.Forward(x))
+			loss := must(fulmen.CrossEntropy(logits, y, fulmen.ReductionMean))
+			ok(t, loss.Backward())
+			finals[k] = must(loss.Item())
+			ok(t, opt.Step())
+			logits.Close()
+			loss.Close()
+		}
+		opt.Close()
+		m.Close()
+	}
+	if d := finals[0] - finals[1]; d > 1e-5 || d < -1e-5 {
+		t.Fatalf("losses %v", finals)
+	}
+	m := mlp(t)
+	defer m.Close()
+	lbfgs := must(fulmen.NewLBFGS(m, nil, fulmen.DefaultLBFGSOptions()))
+	defer lbfgs.Close()
+	if err := lbfgs.SetFused(true); !errors.Is(err, fulmen.ErrUnsupported) {
+		t.Fatalf("fused LBFGS: %v", err)
+	}
+}

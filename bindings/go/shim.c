@@ -34,6 +34,14 @@ static fulmen_error *module_hook(void *ud, int32_t hook, fulmen_hook_context *ct
     return fulmenGoModuleHook((uintptr_t)ud, hook, ctx);
 }
 
+static fulmen_error *train_dataloader(void *ud, int64_t epoch, fulmen_loader **out) {
+    return fulmenGoTrainDataloader((uintptr_t)ud, epoch, out);
+}
+
+static fulmen_error *val_dataloader(void *ud, int64_t epoch, fulmen_loader **out, size_t capacity, size_t *n) {
+    return fulmenGoValDataloader((uintptr_t)ud, epoch, out, capacity, n);
+}
+
 fulmen_error *fulmen_go_module_new(uintptr_t handle, unsigned slots, const fulmen_model *model,
                                    fulmen_lightning_module **out) {
     fulmen_module_vtable vt;
@@ -47,6 +55,8 @@ fulmen_error *fulmen_go_module_new(uintptr_t handle, unsigned slots, const fulme
     if (slots & FULMEN_GO_PREDICT_STEP) vt.predict_step = predict_step;
     if (slots & FULMEN_GO_CONFIGURE_OPTIMIZERS) vt.configure_optimizers = configure_optimizers;
     if (slots & FULMEN_GO_ON_HOOK) vt.on_hook = module_hook;
+    if (slots & FULMEN_GO_TRAIN_DATALOADER) vt.train_dataloader = train_dataloader;
+    if (slots & FULMEN_GO_VAL_DATALOADER) vt.val_dataloader = val_dataloader;
     return fulmen_lightning_module_new(&vt, model, out);
 }
 
@@ -278,4 +288,13 @@ static fulmen_error *step_closure(void *ud, double *loss) { return fulmenGoClosu
 
 fulmen_error *fulmen_go_step_closure(fulmen_optimizer *optimizer, uintptr_t handle, double *loss) {
     return fulmen_optimizer_step_closure(optimizer, step_closure, (void *)handle, loss);
+}
+
+static fulmen_error *step_context_closure(void *ud, fulmen_step_context *ctx, double *loss) {
+    return fulmenGoStepContextClosure((uintptr_t)ud, ctx, loss);
+}
+
+fulmen_error *fulmen_go_step_context_closure(fulmen_step_context *ctx, size_t optimizer, uintptr_t handle, double *loss,
+                                             bool *made) {
+    return fulmen_step_context_optimizer_step_closure(ctx, optimizer, step_context_closure, (void *)handle, loss, made);
 }

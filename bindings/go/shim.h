@@ -14,7 +14,9 @@ enum {
     FULMEN_GO_TEST_STEP = 4,
     FULMEN_GO_PREDICT_STEP = 8,
     FULMEN_GO_CONFIGURE_OPTIMIZERS = 16,
-    FULMEN_GO_ON_HOOK = 32
+    FULMEN_GO_ON_HOOK = 32,
+    FULMEN_GO_TRAIN_DATALOADER = 64,
+    FULMEN_GO_VAL_DATALOADER = 128
 };
 
 fulmen_error *fulmen_go_module_new(uintptr_t handle, unsigned slots, const fulmen_model *model,
@@ -38,5 +40,7 @@ fulmen_error *fulmen_go_lambda_scheduler_new(fulmen_optimizer *optimizer, uintpt
 
 /* fulmen_optimizer_step_closure over a Go closure. */
 fulmen_error *fulmen_go_step_closure(fulmen_optimizer *optimizer, uintptr_t handle, double *loss);
+fulmen_error *fulmen_go_step_context_closure(fulmen_step_context *ctx, size_t optimizer, uintptr_t handle, double *loss,
+                                             bool *made);
 
 #endif

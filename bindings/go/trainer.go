@@ -182,7 +182,10 @@ func ckptArg(opts []RunOption) *C.char {
 }
 
 // Fit trains module on train, validating on val (may be nil) as
-// val_check_interval says when the module has a ValidationStep; with
+// val_check_interval says when the module has a ValidationStep. A nil
+// train takes the module's TrainDataloader and a nil val its
+// ValDataloader when it has them (Lightning's trainer.fit(model)), called
+// again every reload_dataloaders_every_n_epochs epochs. With
 // CkptPath it resumes from a checkpoint (the global step and epoch
 // continue). The callbacks run on this goroutine. ctx is checked at the
 // start of every callback: once it is done, Fit stops and returns an error

@@ -249,6 +249,13 @@ func (o *TrainerOptions) SetUseDistributedSampler(v bool) error {
 	return o.SetBool("use_distributed_sampler", v)
 }
 
+// SetReloadDataloadersEveryNEpochs sets `reload_dataloaders_every_n_epochs`
+// (integer; default 0): call the module's train_dataloader / val_dataloader
+// again every n epochs; 0: once (loaders passed to fit are never reloaded).
+func (o *TrainerOptions) SetReloadDataloadersEveryNEpochs(v int64) error {
+	return o.SetInt("reload_dataloaders_every_n_epochs", v)
+}
+
 // SetAccumulateGradBatches sets `accumulate_grad_batches` (integer; default
 // 1): accumulate gradients over this many batches per optimizer step.
 func (o *TrainerOptions) SetAccumulateGradBatches(v int64) error {

@@ -59,6 +59,7 @@ func TestEveryTrainerOptionSetter(t *testing.T) {
 		{"o.SetEnableProgressBar(true)", o.SetEnableProgressBar(true)},
 		{"o.SetEnableModelSummary(true)", o.SetEnableModelSummary(true)},
 		{"o.SetUseDistributedSampler(true)", o.SetUseDistributedSampler(true)},
+		{"o.SetReloadDataloadersEveryNEpochs(0)", o.SetReloadDataloadersEveryNEpochs(0)},
 		{"o.SetAccumulateGradBatches(1)", o.SetAccumulateGradBatches(1)},
 		{"o.SetGradientClipVal(1)", o.SetGradientClipVal(1)},
 		{"o.Set(\"gradient_clip_val\", \"none\")", o.Set("gradient_clip_val", "none")},

@@ -3,17 +3,20 @@
 use super::batch::{fulmen_batch, with_temp_handle};
 use super::callback::{check_struct_size, host_result, HostCallTimer, Userdata};
 use super::context::fulmen_step_context;
+use super::data::fulmen_loader;
 use super::error::{fulmen_error, guard, guard_value, str_arg};
 use super::handle::{self, check_out, Handle};
 use super::hooks::{call_host_hook, fulmen_hook_context, fulmen_hook_fn};
 use super::model::{fulmen_model, model_arg};
+use super::module_data::{fulmen_train_dataloader_fn, fulmen_val_dataloader_fn};
 use super::optim::fulmen_optimizer;
 use super::scheduler::fulmen_scheduler;
 use super::tensor::handle::{fulmen_tensor, tensor_arg};
 use super::tensor::TensorScope;
 use crate::error::{Error, ErrorCode, Result};
 use crate::trainer::{
-    HookContext, Interval, LightningModule, OptimizerConfig, OptimizerSetup, SchedulerConfig, SharedModel, StepContext,
+    BatchSource, HookContext, Interval, LightningModule, OptimizerConfig, OptimizerSetup, SchedulerConfig, SharedModel,
+    StepContext,
 };
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_void};
@@ -99,6 +102,36 @@ pub struct fulmen_module_vtable {
     pub on_hook: Option<
         unsafe extern "C" fn(userdata: *mut c_void, hook: i32, ctx: *mut fulmen_hook_context) -> *mut fulmen_error,
     >,
+    /// Lightning's `train_dataloader`: writes to `*out` a new loader of
+    /// the training data for `epoch`. Called by a fit given no train loader
+    /// (NULL), when it starts (for epoch 0; a resumed fit: for the
+    /// checkpoint's epoch, Lightning's `current_epoch` then), and again at
+    /// the start of every `reload_dataloaders_every_n_epochs`-th epoch
+    /// after the one it was called for. fulmen takes
+    /// the loader written, even when the call fails, and frees it when it
+    /// is replaced or the fit ends: the host must not free it. May be NULL.
+    /// Added in 0.2; older, smaller vtables without it are accepted.
+    pub train_dataloader: Option<
+        unsafe extern "C" fn(userdata: *mut c_void, epoch: i64, out: *mut *mut fulmen_loader) -> *mut fulmen_error,
+    >,
+    /// Lightning's `val_dataloader`: writes up to `capacity`
+    /// (FULMEN_LOADERS_MAX) new loaders of validation data for `epoch` to
+    /// `out[0..*n]` and their count to `*n` (0: no validation). Called by a
+    /// fit given no validation loader (NULL, or `n_val` 0), before the
+    /// sanity check (for the epoch `train_dataloader` was called for) or
+    /// the first epoch that validates, and again at the start of an epoch
+    /// that validates `reload_dataloaders_every_n_epochs` or more epochs
+    /// after the one it was called for. fulmen takes the loaders written as for `train_dataloader`.
+    /// May be NULL. Added in 0.2.
+    pub val_dataloader: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            epoch: i64,
+            out: *mut *mut fulmen_loader,
+            capacity: usize,
+            n: *mut usize,
+        ) -> *mut fulmen_error,
+    >,
 }
 
 /// The user's model logic: step functions, optimizer set-up, and the model
@@ -127,13 +160,15 @@ impl Handle for fulmen_optimizer_config {
 
 /// The host module as a core LightningModule.
 pub struct HostModule {
-    userdata: Userdata,
+    pub(super) userdata: Userdata,
     training_step: Option<fulmen_step_fn>,
     validation_step: Option<fulmen_eval_step_fn>,
     test_step: Option<fulmen_eval_step_fn>,
     predict_step: Option<fulmen_step_fn>,
     configure_optimizers: Option<unsafe extern "C" fn(*mut c_void, *mut fulmen_optimizer_config) -> *mut fulmen_error>,
     on_hook: Option<fulmen_hook_fn>,
+    pub(super) train_dataloader: Option<fulmen_train_dataloader_fn>,
+    pub(super) val_dataloader: Option<fulmen_val_dataloader_fn>,
     model: Option<SharedModel>,
     hparams: BTreeMap<String, String>,
     automatic_optimization: bool,
@@ -227,6 +262,22 @@ impl LightningModule for HostModule {
         self.hparams.clone()
     }
 
+    fn has_train_dataloader(&self) -> bool {
+        self.train_dataloader.is_some()
+    }
+
+    fn train_dataloader(&mut self, epoch: i64) -> Result<Box<dyn BatchSource + Send>> {
+        super::module_data::train_dataloader(self, epoch)
+    }
+
+    fn has_val_dataloader(&self) -> bool {
+        self.val_dataloader.is_some()
+    }
+
+    fn val_dataloader(&mut self, epoch: i64) -> Result<Vec<Box<dyn BatchSource + Send>>> {
+        super::module_data::val_dataloader(self, epoch)
+    }
+
     fn configure_optimizers(&mut self, setup: &OptimizerSetup) -> Result<Vec<OptimizerConfig>> {
         let f = self.configure_optimizers.ok_or_else(|| Error::state("the module has no configure_optimizers"))?;
         let _scope = TensorScope::enter();
@@ -258,7 +309,20 @@ pub unsafe extern "C" fn fulmen_lightning_module_new(
         // before `on_hook`, and read newer slots only when present.
         let v1_size = std::mem::offset_of!(fulmen_module_vtable, on_hook);
         check_struct_size(v.struct_size, v1_size, "fulmen_module_vtable")?;
-        let on_hook = if v.struct_size >= std::mem::size_of::<fulmen_module_vtable>() { v.on_hook } else { None };
+        // A slot is read when the host's vtable reaches its end.
+        let has = |end: usize| v.struct_size >= end;
+        let slot = std::mem::size_of::<usize>();
+        let on_hook = if has(std::mem::offset_of!(fulmen_module_vtable, on_hook) + slot) { v.on_hook } else { None };
+        let train_dataloader = if has(std::mem::offset_of!(fulmen_module_vtable, train_dataloader) + slot) {
+            v.train_dataloader
+        } else {
+            None
+        };
+        let val_dataloader = if has(std::mem::offset_of!(fulmen_module_vtable, val_dataloader) + slot) {
+            v.val_dataloader
+        } else {
+            None
+        };
         let model = if model.is_null() { None } else { Some(model_arg(model, "model")?.clone()) };
         let inner = HostModule {
             userdata: Userdata::new(v.userdata, v.userdata_free),
@@ -268,6 +332,8 @@ pub unsafe extern "C" fn fulmen_lightning_module_new(
             predict_step: v.predict_step,
             configure_optimizers: v.configure_optimizers,
             on_hook,
+            train_dataloader,
+            val_dataloader,
             model,
             hparams: BTreeMap::new(),
             automatic_optimization: true,

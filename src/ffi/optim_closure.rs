@@ -87,7 +87,7 @@ pub unsafe extern "C" fn fulmen_optimizer_lbfgs_new(
 
 /// The value `*loss` holds until a closure writes it (a NaN no
 /// arithmetic makes).
-const UNWRITTEN: u64 = 0x7ff4_dead_beef_0001;
+pub(crate) const UNWRITTEN: u64 = 0x7ff4_dead_beef_0001;
 
 /// A closure for `fulmen_optimizer_step_closure`: computes the loss at the
 /// parameters' current values, runs its backward

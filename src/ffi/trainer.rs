@@ -117,6 +117,9 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 ///   rank its shard of every DataLoader (torch's DistributedSampler,
 ///   padded, reshuffled per epoch); false: every rank reads the loaders as
 ///   they are, as Lightning's use_distributed_sampler.
+/// - `reload_dataloaders_every_n_epochs` (integer; default 0): call the
+///   module's train_dataloader / val_dataloader again every n epochs; 0:
+///   once (loaders passed to fit are never reloaded).
 /// - `accumulate_grad_batches` (integer; default 1): accumulate gradients
 ///   over this many batches per optimizer step.
 /// - `gradient_clip_val` (number or "none"; default none): clip gradients
@@ -253,6 +256,24 @@ pub(crate) unsafe fn loader<'a>(p: *const fulmen_loader, arg: &str) -> Result<Sh
     Ok(handle::borrow(p, arg)?.map(|h| h.inner.as_ref()))
 }
 
+/// Borrows fit's `train` loader; NULL takes the module's
+/// `train_dataloader` (`None`), and is refused when it has none.
+pub(super) unsafe fn train_arg<'a>(
+    train: *const fulmen_loader,
+    module: &dyn crate::trainer::LightningModule,
+) -> Result<Option<Shared<'a, dyn BatchSource + Send>>> {
+    if !train.is_null() {
+        return loader(train, "train").map(Some);
+    }
+    if !module.has_train_dataloader() {
+        return Err(Error::new(
+            ErrorCode::NullArgument,
+            "argument `train` is NULL and the module has no train_dataloader",
+        ));
+    }
+    Ok(None)
+}
+
 pub(super) unsafe fn ckpt<'a>(p: *const c_char) -> Result<Option<&'a str>> {
     if p.is_null() {
         Ok(None)
@@ -263,6 +284,10 @@ pub(super) unsafe fn ckpt<'a>(p: *const c_char) -> Result<Option<&'a str>> {
 
 /// Trains `module` on `train`, validating on `val` (may be NULL) as
 /// `val_check_interval` says when the module has a validation_step.
+/// `train` NULL takes the module's `train_dataloader` and `val` NULL its
+/// `val_dataloader` when it has them (Lightning's `trainer.fit(model)`),
+/// called again every `reload_dataloaders_every_n_epochs` epochs; loaders
+/// passed here are never reloaded.
 /// `ckpt_path` (may be NULL) resumes from a checkpoint: a file path (a
 /// fulmen checkpoint or a Lightning `.ckpt`, told apart by content; see the
 /// `checkpoint_format` and `checkpoint_prefix` options), "last" (the newest
@@ -287,8 +312,9 @@ pub(super) unsafe fn ckpt<'a>(p: *const c_char) -> Result<Option<&'a str>> {
 /// (the rendezvous, a collective or another rank failed);
 /// FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM); FULMEN_CODE_TORCH (libtorch
 /// failed); FULMEN_CODE_INVALID_STATE also when configure_optimizers gave no
-/// optimizer, the loss does not require grad, or ckpt_path "best" / "last"
-/// finds no checkpoint.
+/// optimizer, the loss does not require grad, or ckpt_path "best" /
+/// "last" finds no checkpoint; FULMEN_CODE_NULL_ARGUMENT also when `train`
+/// is NULL and the module has no `train_dataloader`.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_fit(
     trainer: *mut fulmen_trainer,
@@ -300,9 +326,10 @@ pub unsafe extern "C" fn fulmen_trainer_fit(
     guard("fulmen_trainer_fit", || {
         let mut t = handle::borrow_mut(trainer, "trainer")?;
         let mut m = handle::borrow_mut(module, "module")?;
-        let tr = loader(train, "train")?;
+        let tr = train_arg(train, &m.inner)?;
         let v = if val.is_null() { None } else { Some(loader(val, "val")?) };
-        t.inner.fit(&mut m.inner, &*tr, v.as_deref().map(|v| v as &dyn BatchSource), ckpt(ckpt_path)?)
+        let vals: Option<Vec<&dyn BatchSource>> = v.as_deref().map(|v| vec![v as &dyn BatchSource]);
+        t.inner.fit_data(&mut m.inner, tr.as_deref().map(|t| t as &dyn BatchSource), vals.as_deref(), ckpt(ckpt_path)?)
     })
 }
 

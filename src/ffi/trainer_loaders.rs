@@ -62,8 +62,9 @@ unsafe fn run_eval(
 }
 
 /// `fulmen_trainer_fit` validating on each of the `n_val` loaders at
-/// `val` in turn (0 to FULMEN_LOADERS_MAX; 0: no validation; the same
-/// loader may appear twice). With several, the validation steps and batch
+/// `val` in turn (0 to FULMEN_LOADERS_MAX; 0: the module's
+/// `val_dataloader`, or no validation when it has none; the same loader
+/// may appear twice). `train` NULL takes the module's `train_dataloader`. With several, the validation steps and batch
 /// hooks get their `dataloader_idx` and logged names end in
 /// `/dataloader_idx_N` (Lightning's names), so a ModelCheckpoint monitors
 /// e.g. "val_loss/dataloader_idx_0". The sanity check and
@@ -84,9 +85,11 @@ pub unsafe extern "C" fn fulmen_trainer_fit_loaders(
     guard("fulmen_trainer_fit_loaders", || {
         let mut t = handle::borrow_mut(trainer, "trainer")?;
         let mut m = handle::borrow_mut(module, "module")?;
-        let tr = loader(train, "train")?;
+        let tr = super::trainer::train_arg(train, &m.inner)?;
         let held = loaders(val, n_val, true)?;
-        t.inner.fit_loaders(&mut m.inner, &*tr, &sources(&held), ckpt(ckpt_path)?)
+        let vals = sources(&held);
+        let vals = if vals.is_empty() { None } else { Some(&vals[..]) };
+        t.inner.fit_data(&mut m.inner, tr.as_deref().map(|t| t as &dyn BatchSource), vals, ckpt(ckpt_path)?)
     })
 }
 

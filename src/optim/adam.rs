@@ -117,9 +117,12 @@ impl AdamCore {
         }
     }
 
-    /// torch's `_single_tensor_adam`.
+    /// torch's `_single_tensor_adam` (`_fused_adam` when fused).
     fn step(&mut self) -> Result<()> {
         let decoupled = self.decoupled;
+        if self.core.fused {
+            return super::fused::adam_step(&mut self.core, &self.opts, decoupled);
+        }
         self.core.for_each_grad(&self.opts, |g, o, p, mut grad, st| {
             let (lr, beta1, beta2) = (g.lr, g.momentum, o.betas.1);
             let mut param = p.shallow_clone();
@@ -240,6 +243,18 @@ macro_rules! impl_optimizer {
             }
             fn group_extras(&self) -> &'static [&'static str] {
                 AdamOptions::EXTRAS
+            }
+            fn fused(&self) -> bool {
+                self.0.core.fused
+            }
+            fn set_fused(&mut self, fused: bool) -> Result<()> {
+                if fused {
+                    for g in &self.0.core.groups {
+                        super::fused::check_fusable(self.name(), &g.params)?;
+                    }
+                }
+                self.0.core.fused = fused;
+                Ok(())
             }
             fn check_group(&self, group: &ParamGroup) -> Result<()> {
                 self.0.opts.of_group(group).validate()

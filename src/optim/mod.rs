@@ -18,8 +18,9 @@ use tch::{Kind, Tensor};
 /// Implements [`Optimizer`] for a type with `core: Core` and `opts` (a
 /// `GroupOptions`) fields, a `SPEC` constant and an inherent `update`.
 macro_rules! optimizer_via_core {
-    ($t:ty, $name:literal) => {
+    ($t:ty, $name:literal $(; $($extra:tt)*)?) => {
         impl Optimizer for $t {
+            $($($extra)*)?
             fn name(&self) -> &'static str {
                 $name
             }
@@ -60,6 +61,7 @@ pub(crate) use optimizer_via_core;
 mod adagrad;
 mod adam;
 mod adamax;
+mod fused;
 pub mod group_hyper;
 mod lbfgs;
 mod lbfgs_search;
@@ -95,6 +97,9 @@ mod test_util;
 
 #[cfg(test)]
 mod adaptive_tests;
+
+#[cfg(test)]
+mod fused_tests;
 
 #[cfg(test)]
 mod group_tests;
@@ -222,6 +227,27 @@ pub trait Optimizer: Send {
         for g in self.param_groups_mut() {
             g.lr = lr;
         }
+    }
+
+    /// torch's `fused=True`: whether the updates run as one libtorch
+    /// kernel per group and device (SGD, Adam and AdamW). Saved with the
+    /// state as every group's `fused` entry, and, as in torch, taken from
+    /// a loaded state.
+    fn fused(&self) -> bool {
+        false
+    }
+
+    /// Turns the fused updates on or off. Kinds without them, and
+    /// parameters they cannot take (not floating, or on a device without
+    /// fused kernels), are refused with `Unsupported` when turning them on.
+    fn set_fused(&mut self, fused: bool) -> Result<()> {
+        if fused {
+            return Err(Error::new(
+                crate::error::ErrorCode::Unsupported,
+                format!("{} has no fused updates (SGD, Adam and AdamW have)", self.name()),
+            ));
+        }
+        Ok(())
     }
 
     /// Full state as named tensors (per-param buffers, step counts, and every

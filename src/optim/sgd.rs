@@ -101,6 +101,9 @@ impl Sgd {
     }
 
     fn update(&mut self) -> Result<()> {
+        if self.core.fused {
+            return super::fused::sgd_step(&mut self.core, &self.opts);
+        }
         let _guard = tch::no_grad_guard();
         let d = self.opts;
         self.core.sync_state_len();
@@ -142,7 +145,20 @@ impl Sgd {
     }
 }
 
-super::optimizer_via_core!(Sgd, "sgd");
+super::optimizer_via_core!(Sgd, "sgd";
+    fn fused(&self) -> bool {
+        self.core.fused
+    }
+    fn set_fused(&mut self, fused: bool) -> Result<()> {
+        if fused {
+            for g in &self.core.groups {
+                super::fused::check_fusable(self.name(), &g.params)?;
+            }
+        }
+        self.core.fused = fused;
+        Ok(())
+    }
+);
 
 #[cfg(test)]
 mod tests;

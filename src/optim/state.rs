@@ -100,6 +100,14 @@ pub(crate) struct Core {
     pub state: Vec<Option<ParamState>>,
     /// Resets gradients for `zero_grad`.
     pub grad_reset: super::GradReset,
+    /// torch's `fused=True`: the kinds that have fused updates
+    /// ([`fusable`]) use them (saved as every group's `fused` entry).
+    pub fused: bool,
+}
+
+/// Whether optimizer `kind` has fused updates (`src/optim/fused.rs`).
+pub(crate) fn fusable(kind: &str) -> bool {
+    matches!(kind, "sgd" | "adam" | "adamw")
 }
 
 /// What `Core::parse` read from a state dict, applied by `Core::commit`.
@@ -107,6 +115,7 @@ pub(crate) struct Parsed {
     /// Each group's hyperparameters (without parameters).
     groups: Vec<ParamGroup>,
     state: Vec<Option<ParamState>>,
+    fused: bool,
 }
 
 impl Core {
@@ -117,7 +126,7 @@ impl Core {
         if params.is_empty() {
             return Err(Error::invalid("optimizer got an empty parameter list"));
         }
-        let mut core = Core { groups: Vec::new(), state: Vec::new(), grad_reset: Default::default() };
+        let mut core = Core { groups: Vec::new(), state: Vec::new(), grad_reset: Default::default(), fused: false };
         core.add_group(params, None, opts)?;
         Ok(core)
     }
@@ -125,6 +134,9 @@ impl Core {
     /// Appends a group with the options `defaults` (and `lr` when given)
     /// after checking its parameters.
     pub fn add_group<O: GroupOptions>(&mut self, params: Vec<Tensor>, lr: Option<f64>, defaults: &O) -> Result<()> {
+        if self.fused {
+            super::fused::check_fusable("a fused optimizer", &params)?;
+        }
         let (default_lr, weight_decay, momentum) = defaults.basics();
         let lr = lr.unwrap_or(default_lr);
         super::check_non_negative("learning rate", lr)?;
@@ -236,6 +248,9 @@ impl Core {
             for (k, v) in spec.fixed {
                 put(k, *v)?;
             }
+            if self.fused {
+                put("fused", 1.0)?;
+            }
         }
         for (i, st) in self.state.iter().enumerate() {
             let Some(st) = st else { continue };
@@ -281,6 +296,7 @@ impl Core {
             ))
         };
         let mut groups = Vec::new();
+        let mut fused_groups = Vec::new();
         let mut start = 0i64;
         for (g, group) in self.groups.iter().enumerate() {
             let key = format!("param_groups.{g}.params");
@@ -332,6 +348,16 @@ impl Core {
                     return Err(Error::format(format!(
                         "{kind} state dict: group {g} has '{name}' {v} where a {kind} optimizer has {want} (the state of another kind of optimizer?)"
                     )));
+                }
+            }
+            match num("fused", false)? {
+                None => fused_groups.push(false),
+                Some(v) if v == 1.0 && fusable(kind) => fused_groups.push(true),
+                Some(v) => {
+                    return Err(Error::format(format!(
+                        "{kind} state dict: group {g} has 'fused' {v} (only SGD, Adam and AdamW have fused updates, \
+                         written as 1)"
+                    )))
                 }
             }
             let mut group = ParamGroup::new(&[], lr, wd, momentum);
@@ -402,7 +428,13 @@ impl Core {
                 "{kind} state dict: unexpected key '{k}' (state of another optimizer or other parameter groups?)"
             )));
         }
-        Ok(Parsed { groups, state })
+        let fused = fused_groups.first().copied().unwrap_or(false);
+        if fused_groups.iter().any(|f| *f != fused) {
+            return Err(Error::format(format!(
+                "{kind} state dict: some param groups are fused and others not; fulmen fuses all or none"
+            )));
+        }
+        Ok(Parsed { groups, state, fused })
     }
 
     /// Applies what `parse` read.
@@ -415,6 +447,7 @@ impl Core {
             group.extras = read.extras;
         }
         self.state = parsed.state;
+        self.fused = parsed.fused;
     }
 }
 

@@ -2,6 +2,7 @@
 //! batches (step, zero_grad, backward, clip, optimizer step, schedulers),
 //! validation at `val_check_interval`, callbacks, logging and checkpoints.
 use super::context::{Stage, StepContext};
+use super::fit_data::FitData;
 use super::hooks::{Callback, Hook};
 use super::manual::ManualOptimization;
 use super::metrics::MetricStore;
@@ -237,6 +238,7 @@ fn manual_training_step(
         batch_idx,
         toggled,
         lr_changed: false,
+        stepping: None,
     };
     store.begin_split();
     let mut ctx = StepContext {
@@ -455,17 +457,32 @@ impl Trainer {
         vals: &[&dyn BatchSource],
         ckpt_path: Option<&str>,
     ) -> Result<()> {
+        self.fit_data(module, Some(train), Some(vals), ckpt_path)
+    }
+
+    /// [`Trainer::fit_loaders`] where `None` takes the module's
+    /// `train_dataloader` / `val_dataloader` instead (Lightning's
+    /// `trainer.fit(model)`), called when the data is first needed and
+    /// again every `reload_dataloaders_every_n_epochs` epochs.
+    pub fn fit_data(
+        &mut self,
+        module: &mut dyn LightningModule,
+        train: Option<&dyn BatchSource>,
+        vals: Option<&[&dyn BatchSource]>,
+        ckpt_path: Option<&str>,
+    ) -> Result<()> {
+        if train.is_none() && !module.has_train_dataloader() {
+            return Err(Error::state(
+                "fit has no training data: pass a train loader or give the module a train_dataloader",
+            ));
+        }
         let resume = match ckpt_path {
             Some(p) => Some(self.resolve_ckpt_path(p)?),
             None => None,
         };
         let (_settings, strategy) = self.start_run(module, true)?;
         let global_zero = strategy.is_global_zero();
-        let sampler = self.opts.use_distributed_sampler;
-        let train_shard = strategy.shard(train, sampler);
-        let train = train_shard.get();
-        let val_shards: Vec<_> = vals.iter().map(|v| strategy.shard(*v, sampler)).collect();
-        let vals: Vec<&dyn BatchSource> = val_shards.iter().map(|v| v.get()).collect();
+        let mut data = FitData::new(&*module, &strategy, &self.opts, train, vals);
         self.begin_state();
         self.state.global_rank = strategy.global_rank();
         self.state.ckpt_path = resume.clone();
@@ -473,12 +490,8 @@ impl Trainer {
         self.state.device_sync = strategy.device_sync();
         self.defaults = self.default_callbacks(true, global_zero)?;
         let mut file_loggers = self.file_loggers(global_zero)?;
-        let val_limit = self.opts.effective_limit(self.opts.limit_val_batches);
-        let validating = !vals.is_empty() && module.has_validation_step() && !val_limit.is_zero();
-        self.state.num_val_batches =
-            if validating { vals.iter().map(|v| val_limit.apply(v.num_batches()).unwrap_or(1)).sum() } else { 0 };
-        self.state.num_train_batches =
-            self.opts.effective_limit(self.opts.limit_train_batches).apply(train.num_batches());
+        self.state.num_val_batches = count_val_batches(&self.opts, &data.vals());
+        self.state.num_train_batches = data.train().ok().and_then(|t| count_train_batches(&self.opts, t));
         let opts = self.opts.clone();
         let mut ordered: Vec<&mut Box<dyn Callback>> = Vec::new();
         let mut checkpoints: Vec<&mut Box<dyn Callback>> = Vec::new();
@@ -514,8 +527,7 @@ impl Trainer {
             strategy,
             profiler: SimpleProfiler::when(opts.profiler),
         };
-        let result = fit_run(&mut run, &opts, train, if validating { &vals } else { &[] }, resume.as_deref())
-            .map_err(|e| run.strategy.fail(e));
+        let result = fit_run(&mut run, &opts, &mut data, resume.as_deref()).map_err(|e| run.strategy.fail(e));
         let (report, traced) = run.finish_profile();
         self.profiler_report = report;
         let result = result.and(traced);
@@ -538,6 +550,22 @@ impl Trainer {
         }
         result
     }
+}
+
+/// Whether validation runs in `epoch` (`check_val_every_n_epoch`).
+fn validates_in(opts: &super::TrainerOptions, epoch: i64) -> bool {
+    opts.check_val_every_n_epoch.is_none_or(|n| (epoch + 1) % n == 0)
+}
+
+/// Training batches per epoch of `train` after `limit_train_batches`.
+fn count_train_batches(opts: &super::TrainerOptions, train: &dyn BatchSource) -> Option<usize> {
+    opts.effective_limit(opts.limit_train_batches).apply(train.num_batches())
+}
+
+/// Validation batches of a pass over `vals` after `limit_val_batches`.
+fn count_val_batches(opts: &super::TrainerOptions, vals: &[&dyn BatchSource]) -> usize {
+    let limit = opts.effective_limit(opts.limit_val_batches);
+    vals.iter().map(|v| limit.apply(v.num_batches()).unwrap_or(1)).sum()
 }
 
 /// Lightning's check of an integer `val_check_interval` against the
@@ -580,17 +608,37 @@ fn estimated_stepping_batches(opts: &super::TrainerOptions, train: &dyn BatchSou
 fn fit_run(
     run: &mut Run,
     opts: &super::TrainerOptions,
-    train: &dyn BatchSource,
-    vals: &[&dyn BatchSource],
+    data: &mut FitData<'_>,
     resume: Option<&std::path::Path>,
 ) -> Result<()> {
-    check_val_interval(opts, run.state.num_train_batches, !vals.is_empty())?;
+    if let Ok(train) = data.train() {
+        check_val_interval(opts, count_train_batches(opts, train), data.validating())?;
+    }
     run.state.manual_optimization = !run.module.automatic_optimization();
     if run.state.manual_optimization {
         check_manual(opts, run)?;
     }
     run.simple(Hook::Setup)?;
-    let setup = super::module::OptimizerSetup { estimated_stepping_batches: estimated_stepping_batches(opts, train) };
+    // The checkpoint is read first: the module's dataloader hooks are
+    // called for its epoch (Lightning's `current_epoch` when a resumed fit
+    // loads its data: the epoch the checkpoint ended or stopped in).
+    let ck = match resume {
+        Some(path) => Some(crate::checkpoint::Checkpoint::load(path)?),
+        None => None,
+    };
+    let (start_epoch, mut skip_batches) = match &ck {
+        Some(ck) if ck.epoch_finished => (ck.epoch + 1, 0),
+        Some(ck) => (ck.epoch, ck.batches_in_epoch.max(0) as usize),
+        None => (0, 0),
+    };
+    let load_epoch = ck.as_ref().map_or(0, |ck| ck.epoch);
+    run.state.epoch = load_epoch;
+    if data.prepare_train(&mut *run.module, &run.strategy, load_epoch)? {
+        run.state.num_train_batches = count_train_batches(opts, data.train()?);
+        check_val_interval(opts, run.state.num_train_batches, data.validating())?;
+    }
+    let setup =
+        super::module::OptimizerSetup { estimated_stepping_batches: estimated_stepping_batches(opts, data.train()?) };
     run.optimizers = run.module.configure_optimizers(&setup).ctx("configure_optimizers")?;
     if run.optimizers.is_empty() {
         return Err(Error::state("configure_optimizers returned no optimizer"));
@@ -607,17 +655,8 @@ fn fit_run(
         }
     }
 
-    let mut start_epoch = 0;
-    let mut skip_batches = 0;
-    if let Some(path) = resume {
-        let ck = crate::checkpoint::Checkpoint::load(path)?;
-        run.restore(&ck, path)?;
-        if ck.epoch_finished {
-            start_epoch = ck.epoch + 1;
-        } else {
-            start_epoch = ck.epoch;
-            skip_batches = ck.batches_in_epoch.max(0) as usize;
-        }
+    if let (Some(ck), Some(path)) = (&ck, resume) {
+        run.restore(ck, path)?;
     }
     let hparams = run.module.hparams();
     for l in run.loggers.iter_mut() {
@@ -630,14 +669,18 @@ fn fit_run(
         }
     }
     run.simple(Hook::FitStart)?;
-    if !vals.is_empty() {
+    if data.validating() {
         let sanity = if opts.fast_dev_run > 0 { 0 } else { opts.num_sanity_val_steps };
-        if sanity != 0 {
+        if sanity != 0 && data.prepare_vals(&mut *run.module, &run.strategy, load_epoch)? {
+            run.state.num_val_batches = count_val_batches(opts, &data.vals());
+        }
+        let vals = data.vals();
+        if sanity != 0 && !vals.is_empty() {
             run.state.sanity_checking = true;
             run.simple(Hook::SanityCheckStart)?;
             let limit = if sanity < 0 { None } else { Some(sanity as usize) };
             let saved = run.state.callback_metrics.clone();
-            run_validation(run, opts, vals, limit)?;
+            run_validation(run, opts, &vals, limit)?;
             run.state.callback_metrics = saved;
             run.state.progress_metrics.clear();
             run.simple(Hook::SanityCheckEnd)?;
@@ -654,8 +697,15 @@ fn fit_run(
     let mut total_batches: u64 = 0;
     while max_epochs.is_none_or(|m| epoch < m) && (max_steps < 0 || run.state.global_step < max_steps) {
         run.state.epoch = epoch;
+        if data.prepare_train(&mut *run.module, &run.strategy, epoch)? {
+            run.state.num_train_batches = count_train_batches(opts, data.train()?);
+        }
+        if validates_in(opts, epoch) && data.prepare_vals(&mut *run.module, &run.strategy, epoch)? {
+            run.state.num_val_batches = count_val_batches(opts, &data.vals());
+        }
+        let vals = data.vals();
         let started = run.profile_start();
-        let stop = train_epoch(run, opts, train, vals, skip_batches, &mut total_batches)?;
+        let stop = train_epoch(run, opts, data.train()?, &vals, skip_batches, &mut total_batches)?;
         run.profile_stop("run_training_epoch", started, Default::default());
         skip_batches = 0;
         epoch += 1;
@@ -690,7 +740,7 @@ fn train_epoch(
         ValCheckInterval::Fraction(f) => limit.map(|n| ((n as f64 * f) as usize).max(1)),
         ValCheckInterval::Batches(b) => Some(b),
     };
-    let val_this_epoch = !vals.is_empty() && opts.check_val_every_n_epoch.is_none_or(|n| (epoch + 1) % n == 0);
+    let val_this_epoch = !vals.is_empty() && validates_in(opts, epoch);
     let mut store = MetricStore::default();
     let (mut loss_sum, mut loss_count) = (0.0, 0usize);
     let manual = !run.module.automatic_optimization();

@@ -14,6 +14,7 @@
 //! the batch's next hook.
 use super::context::StepContext;
 use super::hooks::{Callback, Hook, HookContext, TrainerState};
+use super::manual_closure::Stepping;
 use super::module::OptimizerConfig;
 use super::strategy::RunStrategy;
 use crate::error::{Error, Result, ResultExt};
@@ -33,6 +34,8 @@ pub(crate) struct ManualOptimization<'r, 'a> {
     pub toggled: &'r mut Vec<(Tensor, bool)>,
     /// Whether the learning rates changed (a scheduler stepped).
     pub lr_changed: bool,
+    /// The optimizer stepping with a closure, out of `optimizers`.
+    pub stepping: Option<usize>,
 }
 
 /// The operations of manual optimization, as the step context sees them.
@@ -63,12 +66,29 @@ pub(crate) trait ManualControl {
     fn lr_scheduler_step(&mut self, index: usize, metric: Option<f64>) -> Result<()>;
     /// Learning rate of a parameter group of optimizer `index`.
     fn learning_rate(&self, index: usize, group: usize) -> Result<f64>;
+    /// Whether optimizer `index` re-evaluates the loss in its step (LBFGS).
+    fn needs_closure(&self, index: usize) -> Result<bool>;
+    /// Takes optimizer `index` out of the run to step with a closure,
+    /// leaving a [`Stepping`] stand-in; refused under `16-mixed` (the loss
+    /// is scaled) and while another closure step runs.
+    fn take_for_closure(&mut self, index: usize) -> Result<Box<dyn Optimizer>>;
+    /// Puts back an optimizer [`ManualControl::take_for_closure`] took.
+    fn put_back(&mut self, index: usize, optimizer: Box<dyn Optimizer>);
+    /// After each evaluation of a closure: the callbacks'
+    /// `on_before_optimizer_step`; returns the loss the optimizer decides
+    /// from (the mean over ranks under DDP).
+    fn closure_evaluated(&mut self, loss: f64) -> Result<f64>;
+    /// Counts an optimizer step made outside [`ManualControl::step`].
+    fn count_step(&mut self);
 }
 
 impl ManualOptimization<'_, '_> {
     /// Steps optimizer `index`'s schedulers, or only its scheduler `only`;
     /// several on one optimizer step in torch's chainable forms.
     fn step_schedulers(&mut self, index: usize, only: Option<usize>, metric: Option<f64>) -> Result<()> {
+        if self.stepping == Some(index) {
+            return Err(Error::state(format!("optimizer {index} is stepping: its closure cannot step its schedulers")));
+        }
         let cfg = self.config(index)?;
         if cfg.schedulers.is_empty() {
             return Err(Error::state(format!("optimizer {index} has no scheduler")));
@@ -139,6 +159,9 @@ impl ManualControl for ManualOptimization<'_, '_> {
 
     fn step(&mut self, index: usize) -> Result<bool> {
         self.config(index)?;
+        if self.stepping == Some(index) {
+            return Err(Error::state(format!("optimizer {index} is stepping: its closure cannot step it")));
+        }
         let cfg = &mut self.optimizers[index..=index];
         self.strategy.unscale_gradients(cfg)?;
         self.callback_hook(Hook::BeforeOptimizerStep, None)?;
@@ -209,6 +232,54 @@ impl ManualControl for ManualOptimization<'_, '_> {
         Err(Error::invalid(format!("scheduler index {index} is out of range: {total} schedulers")))
     }
 
+    fn needs_closure(&self, index: usize) -> Result<bool> {
+        let n = self.optimizers.len();
+        let cfg = self
+            .optimizers
+            .get(index)
+            .ok_or_else(|| Error::invalid(format!("optimizer index {index} is out of range: {n} optimizers")))?;
+        Ok(cfg.optimizer.needs_closure())
+    }
+
+    fn take_for_closure(&mut self, index: usize) -> Result<Box<dyn Optimizer>> {
+        if let Some(busy) = self.stepping {
+            return Err(Error::state(format!(
+                "optimizer {busy} is stepping: its closure cannot step optimizer {index} with a closure"
+            )));
+        }
+        let scaled = self.strategy.precision().has_scaler();
+        let cfg = self.config(index)?;
+        if scaled {
+            return Err(Error::invalid(format!(
+                "precision \"16-mixed\" scales the loss, and {} re-evaluates it during its step: they are not \
+                 compatible (use \"bf16-mixed\" or \"32-true\")",
+                cfg.optimizer.name()
+            )));
+        }
+        let stand_in = Box::new(Stepping::of(index, cfg.optimizer.as_ref()));
+        let taken = std::mem::replace(&mut cfg.optimizer, stand_in);
+        self.stepping = Some(index);
+        Ok(taken)
+    }
+
+    fn put_back(&mut self, index: usize, optimizer: Box<dyn Optimizer>) {
+        if let Some(cfg) = self.optimizers.get_mut(index) {
+            cfg.optimizer = optimizer;
+        }
+        self.stepping = None;
+    }
+
+    fn closure_evaluated(&mut self, loss: f64) -> Result<f64> {
+        self.callback_hook(Hook::BeforeOptimizerStep, None)?;
+        let mut decided = [loss];
+        self.strategy.reduce(&mut decided, super::metrics::ReduceFx::Mean)?;
+        Ok(decided[0])
+    }
+
+    fn count_step(&mut self) {
+        self.state.global_step += 1;
+    }
+
     fn learning_rate(&self, index: usize, group: usize) -> Result<f64> {
         let n = self.optimizers.len();
         let cfg = self
@@ -231,7 +302,7 @@ fn not_manual() -> Error {
 }
 
 impl StepContext<'_> {
-    fn manual(&mut self) -> Result<&mut (dyn ManualControl + '_)> {
+    pub(super) fn manual(&mut self) -> Result<&mut (dyn ManualControl + '_)> {
         match self.manual.as_mut() {
             Some(m) => Ok(&mut **m),
             None => Err(not_manual()),

@@ -1,6 +1,7 @@
 //! The LightningModule: the user's step functions and optimizer set-up.
 use super::context::StepContext;
 use super::hooks::HookContext;
+use super::source::BatchSource;
 use crate::error::{Error, Result};
 use crate::nn::Module;
 use crate::optim::{LrScheduler, Optimizer};
@@ -166,5 +167,24 @@ pub trait LightningModule {
     /// (Lightning's `save_hyperparameters`).
     fn hparams(&self) -> BTreeMap<String, String> {
         BTreeMap::new()
+    }
+    /// Whether `train_dataloader` is implemented.
+    fn has_train_dataloader(&self) -> bool {
+        false
+    }
+    /// Lightning's `train_dataloader()`: the training data of a fit given
+    /// none, for `epoch` (called at its start, and again every
+    /// `reload_dataloaders_every_n_epochs` epochs).
+    fn train_dataloader(&mut self, _epoch: i64) -> Result<Box<dyn BatchSource + Send>> {
+        Err(Error::state("the module has no train_dataloader"))
+    }
+    /// Whether `val_dataloader` is implemented.
+    fn has_val_dataloader(&self) -> bool {
+        false
+    }
+    /// Lightning's `val_dataloader()`: the validation loaders of a fit
+    /// given none, for `epoch` (none: no validation).
+    fn val_dataloader(&mut self, _epoch: i64) -> Result<Vec<Box<dyn BatchSource + Send>>> {
+        Err(Error::state("the module has no val_dataloader"))
     }
 }

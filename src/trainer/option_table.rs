@@ -439,6 +439,14 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         apply: field!(use_distributed_sampler, parse_bool),
     },
     TrainerOption {
+        key: "reload_dataloaders_every_n_epochs",
+        kind: OptionKind::Int,
+        default: "0",
+        doc: "call the module's train_dataloader / val_dataloader again every n epochs; 0: once (loaders passed to \
+              fit are never reloaded)",
+        apply: field!(reload_dataloaders_every_n_epochs, parse_int),
+    },
+    TrainerOption {
         key: "accumulate_grad_batches",
         kind: OptionKind::Int,
         default: "1",

@@ -147,6 +147,10 @@ pub struct TrainerOptions {
     /// Under DDP, shard every DataLoader over the ranks (Lightning's
     /// `use_distributed_sampler`).
     pub use_distributed_sampler: bool,
+    /// Call the module's `train_dataloader` / `val_dataloader` again every
+    /// this many epochs (Lightning's `reload_dataloaders_every_n_epochs`;
+    /// 0: once). Loaders passed to fit are not reloaded.
+    pub reload_dataloaders_every_n_epochs: i64,
     /// File format of the checkpoints the trainer writes.
     pub checkpoint_format: crate::checkpoint::CheckpointFormat,
     /// The LightningModule attribute (with its dot) holding the network in
@@ -210,6 +214,7 @@ impl Default for TrainerOptions {
             enable_progress_bar: true,
             enable_checkpointing: true,
             use_distributed_sampler: true,
+            reload_dataloaders_every_n_epochs: 0,
             checkpoint_format: Default::default(),
             checkpoint_prefix: String::new(),
             enable_model_summary: true,
@@ -258,6 +263,12 @@ impl TrainerOptions {
             if n < 1 {
                 return Err(Error::invalid(format!("check_val_every_n_epoch must be >= 1 or none, got {n}")));
             }
+        }
+        if self.reload_dataloaders_every_n_epochs < 0 {
+            return Err(Error::invalid(format!(
+                "`reload_dataloaders_every_n_epochs` should be an int >= 0, got {}",
+                self.reload_dataloaders_every_n_epochs
+            )));
         }
         if self.num_sanity_val_steps < -1 {
             return Err(Error::invalid(format!(

@@ -417,6 +417,16 @@ impl RunStrategy {
         }
     }
 
+    /// [`RunStrategy::shard`] of a source the run owns (one a module's
+    /// dataloader hook gave).
+    pub fn shard_owned(&self, source: Box<dyn BatchSource + Send>, use_sampler: bool) -> Box<dyn BatchSource + Send> {
+        let shard = match self.shard(source.as_ref(), use_sampler) {
+            Sharded::Owned(b) => Some(b),
+            Sharded::Borrowed(_) => None,
+        };
+        shard.unwrap_or(source)
+    }
+
     /// A failed run: the error names a failed rank when one is known, and
     /// the job is ended (a broken group would make later runs hang).
     pub fn fail(&mut self, e: Error) -> Error {

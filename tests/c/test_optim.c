@@ -1164,6 +1164,72 @@ static void test_scheduler_errors(void) {
     fulmen_optimizer_free(other);
 }
 
+/* Fused updates (torch's fused=True): close to the default updates (torch's
+ * fused kernels differ in the last bits; lightning_parity.py checks them
+ * bit for bit against torch's), reported, and refused where torch has
+ * none. */
+static void test_fused(void) {
+    const float start[3] = {1.0f, -2.0f, 0.5f}, a[3] = {0.3f, -0.7f, 1.1f};
+    for (int kind = 0; kind < 3; kind++) {
+        fulmen_tensor *p[2] = {param(start, 3), param(start, 3)};
+        fulmen_optimizer *o[2] = {NULL, NULL};
+        for (int k = 0; k < 2; k++) {
+            const fulmen_tensor *ps[1] = {p[k]};
+            if (kind == 0) {
+                fulmen_sgd_options s = fulmen_sgd_options_default();
+                s.lr = 0.1;
+                s.momentum = 0.9;
+                s.nesterov = true;
+                CHECK_OK(fulmen_optimizer_sgd_new(NULL, ps, 1, &s, &o[k]));
+            } else {
+                fulmen_adam_options d = kind == 1 ? fulmen_adam_options_default() : fulmen_adamw_options_default();
+                d.lr = 0.05;
+                d.amsgrad = true;
+                CHECK_OK(kind == 1 ? fulmen_optimizer_adam_new(NULL, ps, 1, &d, &o[k])
+                                   : fulmen_optimizer_adamw_new(NULL, ps, 1, &d, &o[k]));
+            }
+        }
+        CHECK_OK(fulmen_optimizer_set_fused(o[1], true));
+        bool fused[2] = {true, false};
+        CHECK_OK(fulmen_optimizer_fused(o[0], &fused[0]));
+        CHECK_OK(fulmen_optimizer_fused(o[1], &fused[1]));
+        CHECK(!fused[0] && fused[1]);
+        for (int step = 0; step < 6; step++) {
+            for (int k = 0; k < 2; k++) {
+                CHECK_OK(fulmen_optimizer_zero_grad(o[k]));
+                grad_of_dot(p[k], a, 3);
+                CHECK_OK(fulmen_optimizer_step(o[k]));
+            }
+        }
+        double x[3], y[3];
+        read3(p[0], x);
+        read3(p[1], y);
+        for (int i = 0; i < 3; i++) {
+            CHECK_NEAR(y[i], x[i], 1e-6);
+            CHECK(fabs(y[i] - start[i]) > 0.1); /* the fused update moved it */
+        }
+        for (int k = 0; k < 2; k++) {
+            fulmen_optimizer_free(o[k]);
+            fulmen_tensor_free(p[k]);
+        }
+    }
+    fulmen_tensor *q = param(start, 3);
+    const fulmen_tensor *qs[1] = {q};
+    fulmen_optimizer *lbfgs = NULL, *rms = NULL;
+    fulmen_lbfgs_options lo = fulmen_lbfgs_options_default();
+    fulmen_rmsprop_options ro = fulmen_rmsprop_options_default();
+    CHECK_OK(fulmen_optimizer_lbfgs_new(NULL, qs, 1, &lo, &lbfgs));
+    CHECK_OK(fulmen_optimizer_rmsprop_new(NULL, qs, 1, &ro, &rms));
+    CHECK_ERR(fulmen_optimizer_set_fused(lbfgs, true), FULMEN_CODE_UNSUPPORTED, "fused");
+    CHECK_ERR(fulmen_optimizer_set_fused(rms, true), FULMEN_CODE_UNSUPPORTED, "fused");
+    CHECK_OK(fulmen_optimizer_set_fused(rms, false));
+    CHECK_ERR(fulmen_optimizer_set_fused(NULL, true), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_optimizer_set_fused(WRONG_OPT, true), FULMEN_CODE_INVALID_HANDLE, NULL);
+    fulmen_optimizer_free(lbfgs);
+    fulmen_optimizer_free(rms);
+    fulmen_tensor_free(q);
+}
+
 int main(void) {
     CHECK_OK(fulmen_manual_seed(0));
     CHECK_OK(fulmen_tensor_zeros(NULL, 0, FULMEN_DTYPE_F32, &g_tensor));
@@ -1183,6 +1249,7 @@ int main(void) {
     test_one_cycle();
     test_plateau();
     test_scheduler_errors();
+    test_fused();
     fulmen_tensor_free(g_tensor);
     return check_finish("test_optim");
 }

@@ -56,6 +56,10 @@
  *             StepLR (step_size 1, gamma 0.5) per epoch,
  *             gradient_clip_val 1 by norm (clipped inside each
  *             evaluation); every evaluation's loss is written;
+ *   lbfgs_manual: as lbfgs without clipping, under manual optimization:
+ *             the training step calls opt.step(closure) (zero_grad,
+ *             the loss and manual_backward in the closure) and steps
+ *             StepLR after the epoch's last batch;
  *   lbfgs_wolfe: LBFGS (lr 1, max_iter 5, history_size 4, the
  *             strong-Wolfe line search), StepLR (step_size 1, gamma 0.5)
  *             per epoch; no clipping;
@@ -63,6 +67,15 @@
  *             2nd step from step 3, every epoch end from epoch 2):
  *             validation, and so the plateau, sees the averaged weights;
  *   swa:      as plateau, with SWA weight averaging (every step);
+ *   reload: as plateau, with the data from the module's train_dataloader
+ *             (the first SAMPLES - 16 * (epoch % 3) rows) and
+ *             val_dataloader (the first 32 + 16 * (epoch % 3) validation
+ *             rows), reloaded every 2 epochs;
+ *   fused:    AdamW (lr 0.01, weight_decay 0.01) with fused updates,
+ *             StepLR (step_size 1, gamma 0.5) per epoch; no clipping;
+ *   fused_sgd: SGD (lr 0.1, momentum 0.9) with fused updates, StepLR
+ *             (step_size 1, gamma 0.5) per epoch, gradient_clip_val 0.5
+ *             by norm;
  *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
  *             learning-rate range test (1e-5 to 1 over 30 steps) writes
  *             "lr loss" per step to LOSSES, then "suggestion lr".
@@ -103,6 +116,10 @@ struct job {
     FILE *losses;
     bool losses_off; /* the range test writes its own points */
     bool val_losses; /* validation losses are written too */
+    const fulmen_batch *batch; /* lbfgs_manual: the step's batch, for its closure */
+    int64_t batches_per_epoch;
+    fulmen_tensor *all_x, *all_y; /* reload: every row, for the dataloader hooks */
+    size_t samples, batch_size;
 };
 
 static fulmen_model *build(void) {
@@ -130,6 +147,64 @@ static fulmen_error *training_step(void *userdata, fulmen_step_context *ctx, con
     if (!e) e = fulmen_tensor_item(*loss, &value);
     if (!e && !job->losses_off) fprintf(job->losses, "%.17g\n", value);
     return e;
+}
+
+/* lbfgs_manual's closure: zero_grad, the loss, manual_backward. */
+static fulmen_error *manual_closure(void *userdata, fulmen_step_context *ctx, double *value) {
+    struct job *job = userdata;
+    fulmen_tensor *x, *y, *logits, *loss;
+    fulmen_error *e = fulmen_step_context_optimizer_zero_grad(ctx, 0);
+    if (!e) e = fulmen_batch_get(job->batch, 0, &x);
+    if (!e) e = fulmen_batch_get(job->batch, 1, &y);
+    if (!e) e = fulmen_model_forward(job->model, x, &logits);
+    if (!e) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, &loss);
+    if (!e) e = fulmen_tensor_item(loss, value);
+    if (!e) fprintf(job->losses, "%.17g\n", *value);
+    if (!e) e = fulmen_step_context_manual_backward(ctx, loss);
+    return e;
+}
+
+/* lbfgs_manual's training step: opt.step(closure), and StepLR after the
+ * epoch's last batch. */
+static fulmen_error *manual_step(void *userdata, fulmen_step_context *ctx, const fulmen_batch *batch,
+                                 fulmen_tensor **loss) {
+    (void)loss;
+    struct job *job = userdata;
+    int64_t batch_idx = 0;
+    job->batch = batch;
+    fulmen_error *e = fulmen_step_context_optimizer_step_closure(ctx, 0, manual_closure, job, NULL, NULL);
+    if (!e) e = fulmen_step_context_batch_idx(ctx, &batch_idx);
+    if (!e && batch_idx == job->batches_per_epoch - 1) e = fulmen_step_context_scheduler_step(ctx, 0, NULL);
+    return e;
+}
+
+/* reload's loader over `rows` rows from row `first`. */
+static fulmen_error *rows_loader(struct job *job, int64_t first, int64_t rows, fulmen_loader **out) {
+    fulmen_tensor *x = NULL, *y = NULL;
+    fulmen_dataset *data = NULL;
+    fulmen_error *e = fulmen_tensor_narrow(job->all_x, 0, first, rows, &x);
+    if (!e) e = fulmen_tensor_narrow(job->all_y, 0, first, rows, &y);
+    const fulmen_tensor *columns[2] = {x, y};
+    if (!e) e = fulmen_dataset_from_tensors(columns, 2, &data);
+    fulmen_loader_options lo = fulmen_loader_options_default();
+    lo.batch_size = job->batch_size;
+    if (!e) e = fulmen_loader_new(data, &lo, out);
+    fulmen_dataset_free(data);
+    fulmen_tensor_free(x);
+    fulmen_tensor_free(y);
+    return e;
+}
+
+static fulmen_error *train_dataloader(void *userdata, int64_t epoch, fulmen_loader **out) {
+    struct job *job = userdata;
+    return rows_loader(job, 0, (int64_t)job->samples - 16 * (epoch % 3), out);
+}
+
+static fulmen_error *val_dataloader(void *userdata, int64_t epoch, fulmen_loader **out, size_t capacity, size_t *n) {
+    (void)capacity;
+    struct job *job = userdata;
+    *n = 1;
+    return rows_loader(job, (int64_t)job->samples, 32 + 16 * (epoch % 3), out);
 }
 
 static fulmen_error *validation_step(void *userdata, fulmen_step_context *ctx, const fulmen_batch *batch) {
@@ -230,7 +305,7 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_EPOCH, 1, NULL);
     } else if (strcmp(job->config, "plateau") == 0 || strcmp(job->config, "ema") == 0 ||
-               strcmp(job->config, "swa") == 0) {
+               strcmp(job->config, "swa") == 0 || strcmp(job->config, "reload") == 0) {
         fulmen_sgd_options o = fulmen_sgd_options_default();
         o.lr = 0.1;
         o.momentum = 0.9;
@@ -379,8 +454,17 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
             return e;
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_EPOCH, 1, "val_loss");
-    } else if (strcmp(job->config, "groups") == 0) {
-        e = adamw_groups(job->model, &opt);
+    } else if (strcmp(job->config, "groups") == 0 || strcmp(job->config, "fused") == 0) {
+        if (strcmp(job->config, "groups") == 0) {
+            e = adamw_groups(job->model, &opt);
+        } else {
+            fulmen_adam_options o = fulmen_adamw_options_default();
+            o.lr = 0.01;
+            o.weight_decay = 0.01;
+            e = fulmen_optimizer_adamw_new(job->model, NULL, 0, &o, &opt);
+            if (!e) e = fulmen_optimizer_set_fused(opt, true);
+            if (e) fulmen_optimizer_free(opt);
+        }
         if (e) return e;
         e = fulmen_scheduler_step_lr_new(opt, 1, 0.5, &sched);
         if (e) {
@@ -388,12 +472,16 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
             return e;
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_EPOCH, 1, NULL);
-    } else if (strcmp(job->config, "steplr") == 0) {
+    } else if (strcmp(job->config, "steplr") == 0 || strcmp(job->config, "fused_sgd") == 0) {
         fulmen_sgd_options o = fulmen_sgd_options_default();
         o.lr = 0.1;
         o.momentum = 0.9;
         e = fulmen_optimizer_sgd_new(job->model, NULL, 0, &o, &opt);
-        if (e) return e;
+        if (!e && strcmp(job->config, "fused_sgd") == 0) e = fulmen_optimizer_set_fused(opt, true);
+        if (e) {
+            fulmen_optimizer_free(opt);
+            return e;
+        }
         e = fulmen_scheduler_step_lr_new(opt, 1, 0.5, &sched);
         if (e) {
             fulmen_optimizer_free(opt);
@@ -443,15 +531,18 @@ int main(int argc, char **argv) {
     struct job job = {.config = argv[1]};
     bool averaging = strcmp(job.config, "ema") == 0 || strcmp(job.config, "swa") == 0;
     job.val_losses = averaging;
-    bool validating =
-        strcmp(job.config, "plateau") == 0 || strcmp(job.config, "plateau_groups") == 0 || averaging;
+    bool reload = strcmp(job.config, "reload") == 0;
+    bool validating = strcmp(job.config, "plateau") == 0 || strcmp(job.config, "plateau_groups") == 0 ||
+                      averaging || reload;
     if (strcmp(job.config, "steplr") != 0 && strcmp(job.config, "stepfreq") != 0 &&
         strcmp(job.config, "warmup_cosine") != 0 && strcmp(job.config, "restarts") != 0 &&
         strcmp(job.config, "cyclic") != 0 && strcmp(job.config, "lambda") != 0 && strcmp(job.config, "lr_find") != 0 &&
         strcmp(job.config, "onecycle") != 0 && strcmp(job.config, "chained") != 0 &&
         strcmp(job.config, "two_schedulers") != 0 && strcmp(job.config, "groups") != 0 &&
         strcmp(job.config, "onecycle_groups") != 0 && strcmp(job.config, "cyclic_groups") != 0 &&
-        strcmp(job.config, "lbfgs") != 0 && strcmp(job.config, "lbfgs_wolfe") != 0 && !validating) {
+        strcmp(job.config, "lbfgs") != 0 && strcmp(job.config, "lbfgs_wolfe") != 0 &&
+        strcmp(job.config, "lbfgs_manual") != 0 && strcmp(job.config, "fused") != 0 &&
+        strcmp(job.config, "fused_sgd") != 0 && !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;
     }
@@ -492,15 +583,24 @@ int main(int argc, char **argv) {
     TRY(fulmen_dataset_from_tensors(val_columns, 2, &val_data));
     TRY(fulmen_loader_new(val_data, &lo, &val_loader));
 
+    bool manual = strcmp(job.config, "lbfgs_manual") == 0;
+    job.batches_per_epoch = (int64_t)((samples + lo.batch_size - 1) / lo.batch_size);
+    job.all_x = all_x;
+    job.all_y = all_y;
+    job.samples = samples;
+    job.batch_size = lo.batch_size;
     fulmen_module_vtable vt = {.struct_size = sizeof vt,
                                .userdata = &job,
-                               .training_step = training_step,
+                               .training_step = manual ? manual_step : training_step,
                                .validation_step = validating ? validation_step : NULL,
-                               .configure_optimizers = configure_optimizers};
+                               .configure_optimizers = configure_optimizers,
+                               .train_dataloader = reload ? train_dataloader : NULL,
+                               .val_dataloader = reload ? val_dataloader : NULL};
     fulmen_lightning_module *module;
     fulmen_trainer_options *opts;
     fulmen_trainer *trainer;
     TRY(fulmen_lightning_module_new(&vt, job.model, &module));
+    TRY(fulmen_lightning_module_set_automatic_optimization(module, !manual));
     TRY(fulmen_trainer_options_new(&opts));
     set(opts, "max_epochs", argv[7]);
     set(opts, "accelerator", "cpu");
@@ -510,6 +610,7 @@ int main(int argc, char **argv) {
     set(opts, "logger", "false");
     set(opts, "handle_signals", "false");
     set(opts, "enable_checkpointing", argc > 9 ? "true" : "false");
+    if (reload) set(opts, "reload_dataloaders_every_n_epochs", "2");
     if (argc > 11) {
         set(opts, "checkpoint_format", argv[11]);
         set(opts, "checkpoint_prefix", "model.");
@@ -520,7 +621,7 @@ int main(int argc, char **argv) {
     } else if (strcmp(job.config, "lbfgs") == 0) {
         set(opts, "gradient_clip_val", "1");
         set(opts, "gradient_clip_algorithm", "norm");
-    } else if (strcmp(job.config, "steplr") == 0) {
+    } else if (strcmp(job.config, "steplr") == 0 || strcmp(job.config, "fused_sgd") == 0) {
         set(opts, "gradient_clip_val", "0.5");
         set(opts, "gradient_clip_algorithm", "norm");
     } else if (strcmp(job.config, "stepfreq") == 0) {
@@ -570,7 +671,8 @@ int main(int argc, char **argv) {
         if (has) fprintf(job.losses, "suggestion %.17g\n", suggestion);
         fulmen_lr_find_result_free(found);
     } else {
-        TRY(fulmen_trainer_fit(trainer, module, loader, validating ? val_loader : NULL,
+        /* reload: no loaders, the module's hooks give them. */
+        TRY(fulmen_trainer_fit(trainer, module, reload ? NULL : loader, validating && !reload ? val_loader : NULL,
                                argc > 10 && strcmp(argv[10], "-") != 0 ? argv[10] : NULL));
     }
     fclose(job.losses);

@@ -88,9 +88,21 @@ CONFIGS = {
     # with the strong-Wolfe line search.
     "lbfgs": ("lbfgs", (1, 0.5), "epoch", 1, 1.0, "norm", 1),
     "lbfgs_wolfe": ("lbfgs_wolfe", (1, 0.5), "epoch", 1, None, "norm", 1),
+    # LBFGS under manual optimization: the training step calls
+    # opt.step(closure) itself (zero_grad and manual_backward in the
+    # closure) and steps StepLR after the epoch's last batch.
+    "lbfgs_manual": ("lbfgs", (1, 0.5), "epoch", 1, None, "norm", 1),
+    # torch's fused updates (fused=True): AdamW, and SGD with momentum and
+    # clipping.
+    "fused": ("adamw_fused", (1, 0.5), "epoch", 1, None, "norm", 1),
+    "fused_sgd": ("sgd_fused", (1, 0.5), "epoch", 1, 0.5, "norm", 1),
     # Weight averaging: validation (and so ReduceLROnPlateau) sees the
     # averaged weights. EMA (decay 0.9) every 2nd step from step 3 and at
     # every epoch end from epoch 2; SWA (equal average) every step.
+    # The data from the module's train_dataloader / val_dataloader, which
+    # give other rows each epoch they are called for, reloaded every 2
+    # epochs (as plateau otherwise).
+    "reload": ("sgd", None, "epoch", 1, 1.0, "norm", 1),
     "ema": ("sgd", None, "epoch", 1, 1.0, "norm", 1),
     "swa": ("sgd", None, "epoch", 1, 1.0, "norm", 1),
 }
@@ -133,11 +145,37 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
             self.model = build()
             self.model.load_state_dict(load_file(init))
 
+            self.automatic_optimization = config != "lbfgs_manual"
+
         def training_step(self, batch, batch_idx):
             xb, yb = batch
+            if config == "lbfgs_manual":
+                opt = self.optimizers()
+
+                def closure():
+                    opt.zero_grad()
+                    loss = F.cross_entropy(self.model(xb), yb)
+                    losses.append(loss.item())
+                    self.manual_backward(loss)
+                    return loss
+
+                opt.step(closure=closure)
+                if self.trainer.is_last_batch:
+                    self.lr_schedulers().step()
+                return None
             loss = F.cross_entropy(self.model(xb), yb)
             losses.append(loss.item())
             return loss
+
+        if config == "reload":
+            def train_dataloader(self):
+                n = SAMPLES - 16 * (self.trainer.current_epoch % 3)
+                return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x[:n], y[:n]), batch_size=BATCH)
+
+            def val_dataloader(self):
+                n = 32 + 16 * (self.trainer.current_epoch % 3)
+                rows = slice(SAMPLES, SAMPLES + n)
+                return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x[rows], y[rows]), batch_size=BATCH)
 
         def validation_step(self, batch, batch_idx):
             xb, yb = batch
@@ -153,6 +191,10 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
             biases = [p for n, p in named if n.endswith("bias")]
             if optimizer == "sgd":
                 opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+            elif optimizer == "sgd_fused":
+                opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9, fused=True)
+            elif optimizer == "adamw_fused":
+                opt = torch.optim.AdamW(self.parameters(), lr=0.01, weight_decay=0.01, fused=True)
             elif optimizer == "sgd_groups":
                 opt = torch.optim.SGD([{"params": weights}, {"params": biases, "lr": 0.2}], lr=0.1, momentum=0.9)
             elif optimizer == "adam_groups":
@@ -231,6 +273,7 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
         gradient_clip_val=clip,
         gradient_clip_algorithm=algorithm,
         accumulate_grad_batches=accumulate,
+        reload_dataloaders_every_n_epochs=2 if config == "reload" else 0,
     )
     val = None
     if step_lr in PLATEAU:
@@ -238,7 +281,10 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
             torch.utils.data.TensorDataset(x[SAMPLES:], y[SAMPLES:]), batch_size=BATCH, shuffle=False
         )
     module = Module()
-    trainer.fit(module, loader, val, ckpt_path=resume)
+    if config == "reload":
+        trainer.fit(module, ckpt_path=resume)
+    else:
+        trainer.fit(module, loader, val, ckpt_path=resume)
     first_lr = FIRST_LR.get(optimizer, 0.1 if optimizer.startswith("sgd") else 0.01)
     if epochs == EPOCHS and trainer.optimizers[0].param_groups[0]["lr"] >= first_lr:
         raise SystemExit(f"{config}: Lightning's scheduler never lowered the lr; the run proves nothing")

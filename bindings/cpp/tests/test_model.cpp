@@ -155,6 +155,32 @@ TEST_F(OptimTest, ManualLoopWithEveryOptimizer) {
     EXPECT_EQ(Optimizer::radam(m).lr(), 1e-3);
 }
 
+TEST_F(OptimTest, FusedUpdates) {
+    // AdamW with torch's fused kernel stays within float rounding of the
+    // default update; LBFGS has no fused update.
+    Tensor a = Tensor::zeros({4}), b = Tensor::zeros({4});
+    a.set_requires_grad();
+    b.set_requires_grad();
+    Optimizer plain = Optimizer::adamw({a}, fulmen::AdamWOptions(0.1));
+    Optimizer fused = Optimizer::adamw({b}, fulmen::AdamWOptions(0.1));
+    fused.set_fused();
+    EXPECT_TRUE(fused.fused());
+    EXPECT_FALSE(plain.fused());
+    for (int i = 0; i < 5; i++) {
+        for (auto* pair : {&a, &b}) {
+            ((*pair - 3.0) * (*pair - 3.0)).sum().backward();
+        }
+        plain.step();
+        fused.step();
+        plain.zero_grad();
+        fused.zero_grad();
+    }
+    EXPECT_LT((a - b).abs().max().item(), 1e-6);
+    EXPECT_GT(b.mean().item(), 0.3);
+    Optimizer lbfgs = Optimizer::lbfgs({a});
+    EXPECT_EQ(fulmen_test::error_code([&] { lbfgs.set_fused(); }), FULMEN_CODE_UNSUPPORTED);
+}
+
 TEST_F(OptimTest, StepWithAClosure) {
     // LBFGS with the strong-Wolfe line search solves a quadratic in a few
     // evaluations; every evaluation starts with the gradients reset.

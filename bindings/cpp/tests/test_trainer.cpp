@@ -525,6 +525,100 @@ TEST_F(TrainerTest, ManualOptimizationFromTheStepContext) {
     EXPECT_EQ((wa - wb).abs().max().item(), 0.0);  // the same updates as automatic optimization
 }
 
+TEST_F(TrainerTest, DataloaderHooksAreReloaded) {
+    // fit(module) trains on the module's train_dataloader, validates on its
+    // val_dataloader, and calls them again every 2 epochs.
+    Model model = fulmen_test::mlp();
+    std::vector<int64_t> train_calls, val_calls;
+    int64_t steps = 0;
+    LightningModule module =
+        LightningModule::builder(model)
+            .training_step([&](StepContext&, const Batch& batch) {
+                steps++;
+                return batch_loss(model, batch);
+            })
+            .validation_step([&](StepContext& ctx, const Batch& batch) {
+                ctx.log("val_loss", batch_loss(model, batch).item());
+            })
+            .configure_optimizers([&](OptimizerConfig& c) { c.add(Optimizer::sgd(model, fulmen::SgdOptions(0.1))); })
+            .train_dataloader([&](int64_t epoch) {
+                train_calls.push_back(epoch);
+                return Loader(fulmen_test::blobs(32 + 16 * epoch, 9), 16);
+            })
+            .val_dataloader([&](int64_t epoch) {
+                val_calls.push_back(epoch);
+                std::vector<Loader> loaders;
+                loaders.emplace_back(fulmen_test::blobs(16, 3), 16);
+                return loaders;
+            })
+            .build();
+    Trainer trainer(fulmen_test::quiet_options(3).set("logger", false).set("reload_dataloaders_every_n_epochs", 2));
+    trainer.fit(module);
+    EXPECT_EQ(train_calls, (std::vector<int64_t>{0, 2}));
+    EXPECT_EQ(val_calls, (std::vector<int64_t>{0, 2}));
+    EXPECT_EQ(steps, 2 + 2 + 4);  // 32, 32, then 64 samples of 16
+    EXPECT_GT(trainer.callback_metric("val_loss"), 0.0);
+    // A hook that throws ends fit with its own exception.
+    struct Gone {};
+    LightningModule failing = LightningModule::builder(model)
+                                  .training_step([&](StepContext&, const Batch& b) { return batch_loss(model, b); })
+                                  .configure_optimizers([&](OptimizerConfig& c) { c.add(Optimizer::sgd(model)); })
+                                  .train_dataloader([&](int64_t) -> Loader { throw Gone{}; })
+                                  .build();
+    Trainer again(fulmen_test::quiet_options(1).set("logger", false));
+    EXPECT_THROW(again.fit(failing), Gone);
+}
+
+TEST_F(TrainerTest, ManualLbfgsStepsWithAClosure) {
+    // opt.step(closure) from a manual training step: the closure runs
+    // through its own context, as often as LBFGS asks; the same weights
+    // as LBFGS under automatic optimization.
+    Dataset ds = fulmen_test::blobs(64, 9);
+    Loader train(ds, 16);
+    fulmen::manual_seed(6);
+    Model manual_model = fulmen_test::mlp();
+    fulmen::manual_seed(6);
+    Model auto_model = fulmen_test::mlp();
+    int manual_calls = 0, auto_calls = 0;
+    auto lbfgs = [](Model& m) { return Optimizer::lbfgs(m, fulmen::LbfgsOptions(0.5)); };
+    LightningModule manual = LightningModule::builder(manual_model)
+                                 .training_step([&](StepContext& ctx, const Batch& batch) {
+                                     std::vector<double> evaluated;
+                                     double first = ctx.optimizer_step(0, [&](StepContext& inner) {
+                                         manual_calls++;
+                                         inner.optimizer_zero_grad(0);
+                                         Tensor loss = batch_loss(manual_model, batch);
+                                         inner.manual_backward(loss);
+                                         // the step's own context is in use meanwhile
+                                         EXPECT_EQ(fulmen_test::error_code([&] { ctx.optimizer_zero_grad(0); }),
+                                                   FULMEN_CODE_INVALID_STATE);
+                                         evaluated.push_back(loss.item());
+                                         return evaluated.back();
+                                     });
+                                     EXPECT_EQ(first, evaluated.at(0));  // torch's return value
+                                     return Tensor{};
+                                 })
+                                 .configure_optimizers([&](OptimizerConfig& c) { c.add(lbfgs(manual_model)); })
+                                 .build();
+    manual.set_automatic_optimization(false);
+    LightningModule automatic = LightningModule::builder(auto_model)
+                                    .training_step([&](StepContext&, const Batch& batch) {
+                                        auto_calls++;
+                                        return batch_loss(auto_model, batch);
+                                    })
+                                    .configure_optimizers([&](OptimizerConfig& c) { c.add(lbfgs(auto_model)); })
+                                    .build();
+    Trainer a(fulmen_test::quiet_options(1).set("logger", false));
+    Trainer b(fulmen_test::quiet_options(1).set("logger", false));
+    a.fit(manual, train);
+    b.fit(automatic, train);
+    EXPECT_EQ(a.global_step(), 4);
+    EXPECT_EQ(manual_calls, auto_calls);
+    EXPECT_GT(manual_calls, 4);
+    Tensor wa = manual_model.state_dict_get("2.weight"), wb = auto_model.state_dict_get("2.weight");
+    EXPECT_EQ((wa - wb).abs().max().item(), 0.0);
+}
+
 TEST_F(TrainerTest, LogDictAndReductions) {
     Model model = fulmen_test::mlp();
     Dataset ds = fulmen_test::blobs(64, 9);

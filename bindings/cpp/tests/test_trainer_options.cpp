@@ -42,6 +42,7 @@ fulmen::TrainerOptions o;
     o.enable_progress_bar(true);
     o.enable_model_summary(true);
     o.use_distributed_sampler(true);
+    o.reload_dataloaders_every_n_epochs(0);
     o.accumulate_grad_batches(1);
     o.gradient_clip_val(1);
     o.gradient_clip_val(std::nullopt);

@@ -126,8 +126,10 @@ pub fn to_lightning(ck: &Checkpoint) -> Value {
         (
             "epoch_loop.manual_optimization.optim_step_progress",
             dict(vec![
+                // Lightning never resets the manual loop's `current`: it
+                // counts the steps of the fit, as `total` does.
                 ("total", progress(manual_steps, 0, 0, manual_steps, false)),
-                ("current", progress(0, 0, 0, 0, false)),
+                ("current", progress(manual_steps, 0, 0, manual_steps, false)),
             ]),
         ),
         ("epoch_loop.val_loop.state_dict", dict(vec![])),

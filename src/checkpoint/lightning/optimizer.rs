@@ -13,8 +13,9 @@ const FLAGS: &[&str] = &["amsgrad", "maximize", "nesterov", "centered", "decoupl
 
 /// Group entries of torch's implementation choices (foreach, fused,
 /// capturable and differentiable kernels). fulmen runs its one
-/// implementation whatever they say: they are dropped when read and
-/// written with torch's defaults.
+/// implementation whatever they say, except `fused` of SGD, Adam and
+/// AdamW (the optimizer's fused updates): the others are dropped when read
+/// and written with torch's defaults.
 const KERNEL_CHOICES: &[&str] = &["foreach", "capturable", "differentiable", "fused"];
 
 /// The order of torch's group entries for each kind (`initial_lr`, which a
@@ -138,6 +139,7 @@ pub fn to_torch(kind: &str, flat: &[(String, Tensor)]) -> Result<Value> {
                     }
                 }
                 k if FLAGS.contains(&k) => group.push((text(k), Value::Bool(tensor_number(t, name)? != 0.0))),
+                "fused" => group.push((text("fused"), Value::Bool(tensor_number(t, name)? != 0.0))),
                 k => group.push((text(k), Value::Float(tensor_number(t, name)?))),
             }
         } else if let Some(rest) = name.strip_prefix("state.") {
@@ -166,7 +168,9 @@ pub fn to_torch(kind: &str, flat: &[(String, Tensor)]) -> Result<Value> {
         }
         // The kernel choices torch's optimizer of this kind has.
         for name in torch_order(kind).iter().filter(|k| KERNEL_CHOICES.contains(k)) {
-            group.push((text(name), kernel_default(name)));
+            if !group.iter().any(|(k, _)| matches!(k, Value::Str(s) if s == name)) {
+                group.push((text(name), kernel_default(name)));
+            }
         }
         // torch's order; initial_lr (a scheduler's) and anything else after.
         let order = torch_order(kind);
@@ -239,11 +243,19 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
     let groups = items(field(v, "param_groups", what)?, &format!("{what}.param_groups"))?;
     for (g, group) in groups.iter().enumerate() {
         let gwhat = format!("{what}.param_groups[{g}]");
-        for (k, x) in entries(group, &gwhat)? {
+        let group_entries = entries(group, &gwhat)?;
+        // SGD's and Adam's / AdamW's groups (whose fused updates fulmen has).
+        let fusable =
+            group_entries.iter().any(|(k, _)| matches!(k, Value::Str(s) if s == "amsgrad" || s == "nesterov"));
+        for (k, x) in group_entries {
             let Value::Str(k) = k else {
                 return Err(Error::format(format!("{gwhat} has a key that is not a string")));
             };
             let key = format!("param_groups.{g}.{k}");
+            if k == "fused" && fusable && matches!(x, Value::Bool(true)) {
+                out.push((key, f64_scalar(1.0)?));
+                continue;
+            }
             if KERNEL_CHOICES.contains(&k.as_str()) || super::scheduler::GROUP_ENTRIES.contains(&k.as_str()) {
                 continue;
             }

@@ -224,6 +224,14 @@ public:
 
     /// Updates every parameter that has a gradient.
     void step() { check(fulmen_optimizer_step(get())); }
+    /// torch's `fused=True` for SGD, Adam and AdamW: one libtorch kernel
+    /// per param group and device (saved with the state, as in torch).
+    Optimizer& set_fused(bool fused = true) {
+        check(fulmen_optimizer_set_fused(get(), fused));
+        return *this;
+    }
+    /// Whether the updates are fused.
+    bool fused() const { return detail::read<bool>([&](bool* o) { return fulmen_optimizer_fused(get(), o); }); }
     /// torch's `step(closure)`: `closure` computes the loss at the current
     /// parameters, runs its backward and returns the loss (a `double`);
     /// the optimizer calls it as often as it needs (LBFGS: up to max_eval

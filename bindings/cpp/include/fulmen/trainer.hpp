@@ -173,6 +173,19 @@ public:
         check(fulmen_step_context_optimizer_step(ctx_, index, &made));
         return made;
     }
+    /// Lightning's `opt.step(closure=closure)` for optimizer `index`:
+    /// `closure(StepContext&)` zeroes the gradients, computes the loss,
+    /// runs manual_backward through the context it is given (this one is
+    /// in use until the step returns) and returns the loss; LBFGS calls it
+    /// as often as it needs, the others once. Counts in global_step.
+    /// Returns the first evaluation's loss (torch's return value).
+    template <class Fn>
+    double optimizer_step(size_t index, Fn&& closure) {
+        StepClosureCall<Fn> call{closure};
+        double first = 0;
+        check(fulmen_step_context_optimizer_step_closure(ctx_, index, &StepClosureCall<Fn>::call, &call, &first, nullptr));
+        return first;
+    }
     /// Sets optimizer `index`'s gradients to none.
     void optimizer_zero_grad(size_t index) { check(fulmen_step_context_optimizer_zero_grad(ctx_, index)); }
     /// Lightning's toggle_optimizer: only optimizer `index`'s parameters
@@ -201,6 +214,18 @@ public:
     fulmen_step_context* get() const noexcept { return ctx_; }
 
 private:
+    /// Calls the closure of `optimizer_step(index, closure)` with a
+    /// StepContext over the context fulmen gives it.
+    template <class Fn>
+    struct StepClosureCall {
+        Fn& fn;
+        static fulmen_error* call(void* ud, fulmen_step_context* ctx, double* loss) noexcept {
+            return detail::guard_callback([&] {
+                StepContext inner(ctx);
+                *loss = static_cast<StepClosureCall*>(ud)->fn(inner);
+            });
+        }
+    };
     template <class V, class Fn>
     V query(Fn fn) const {
         return detail::read<V>([&](V* out) { return fn(ctx_, out); });
@@ -280,6 +305,12 @@ struct Steps {
     std::function<void(OptimizerConfig&)> configure_optimizers;
     /// The module's own hooks (any Hook), called after every callback's.
     HookFn on_hook;
+    /// Lightning's train_dataloader: the training data of a fit given no
+    /// train loader, for an epoch (see fulmen_module_vtable).
+    std::function<Loader(int64_t epoch)> train_dataloader;
+    /// Lightning's val_dataloader: the validation loaders of a fit given
+    /// none, for an epoch (none: no validation).
+    std::function<std::vector<Loader>(int64_t epoch)> val_dataloader;
 };
 
 namespace detail {
@@ -336,6 +367,23 @@ struct ModuleTrampolines {
         });
     }
 
+    /// Calls Steps::train_dataloader and hands its loader to fulmen.
+    static fulmen_error* train_dataloader(void* ud, int64_t epoch, fulmen_loader** out) {
+        return guard_callback([&] { *out = static_cast<Steps*>(ud)->train_dataloader(epoch).release(); });
+    }
+    /// Calls Steps::val_dataloader and hands its loaders to fulmen.
+    static fulmen_error* val_dataloader(void* ud, int64_t epoch, fulmen_loader** out, size_t capacity, size_t* n) {
+        return guard_callback([&] {
+            std::vector<Loader> loaders = static_cast<Steps*>(ud)->val_dataloader(epoch);
+            if (loaders.size() > capacity) {
+                throw Error(FULMEN_CODE_INVALID_ARGUMENT, "val_dataloader gave " + std::to_string(loaders.size()) +
+                                                              " loaders; at most " + std::to_string(capacity));
+            }
+            for (size_t i = 0; i < loaders.size(); i++) out[i] = loaders[i].release();
+            *n = loaders.size();
+        });
+    }
+
     /// Calls Steps::on_hook.
     static fulmen_error* on_hook(void* ud, int32_t hook, fulmen_hook_context* c) {
         return dispatch_hook(hook, c, [&](Hook h, HookContext& ctx) { static_cast<Steps*>(ud)->on_hook(h, ctx); });
@@ -353,6 +401,8 @@ struct ModuleTrampolines {
         if (steps->predict_step) vt.predict_step = &predict_step;
         if (steps->configure_optimizers) vt.configure_optimizers = &configure_optimizers;
         if (steps->on_hook) vt.on_hook = &on_hook;
+        if (steps->train_dataloader) vt.train_dataloader = &train_dataloader;
+        if (steps->val_dataloader) vt.val_dataloader = &val_dataloader;
         return vt;
     }
 };
@@ -452,6 +502,14 @@ public:
     /// Sets the module's hooks: (Hook, HookContext&) -> void.
     template <class F>
     Builder& on_hook(F&& f) { steps_.on_hook = std::forward<F>(f); return *this; }
+    /// Sets train_dataloader: (int64_t epoch) -> Loader, for a fit given no
+    /// train loader; called again every reload_dataloaders_every_n_epochs.
+    template <class F>
+    Builder& train_dataloader(F&& f) { steps_.train_dataloader = std::forward<F>(f); return *this; }
+    /// Sets val_dataloader: (int64_t epoch) -> std::vector<Loader>, for a
+    /// fit given no validation loader.
+    template <class F>
+    Builder& val_dataloader(F&& f) { steps_.val_dataloader = std::forward<F>(f); return *this; }
     /// Makes the module (the builder's steps are moved into it).
     LightningModule build() { return LightningModule(model_, std::move(steps_)); }
 
@@ -564,6 +622,12 @@ public:
     /// Takes ownership of a `fulmen_trainer` handle.
     static Trainer adopt(fulmen_trainer* handle) noexcept { return Trainer(handle); }
 
+    /// Lightning's `trainer.fit(model)`: trains `module` on its
+    /// train_dataloader, validating on its val_dataloader when it has one;
+    /// they are called again every reload_dataloaders_every_n_epochs.
+    void fit(LightningModule& module, const CkptPath& ckpt_path = std::nullopt) {
+        run([&] { return fulmen_trainer_fit(get(), module.get(), nullptr, nullptr, c_path(ckpt_path)); });
+    }
     /// Trains `module` on `train` without validation. A step or hook that
     /// throws ends fit, which rethrows that same exception. `ckpt_path`
     /// resumes from a checkpoint: a file path, "last" (the newest last /

@@ -210,6 +210,12 @@ public:
     /// Sets `use_distributed_sampler` on a temporary and passes it on.
     Self&& use_distributed_sampler(bool v) && { return std::move(put("use_distributed_sampler", v)); }
 
+    /// `reload_dataloaders_every_n_epochs` (integer; default 0): call the module's train_dataloader
+    /// / val_dataloader again every n epochs; 0: once (loaders passed to fit are never reloaded).
+    Self& reload_dataloaders_every_n_epochs(int64_t v) & { return put("reload_dataloaders_every_n_epochs", v); }
+    /// Sets `reload_dataloaders_every_n_epochs` on a temporary and passes it on.
+    Self&& reload_dataloaders_every_n_epochs(int64_t v) && { return std::move(put("reload_dataloaders_every_n_epochs", v)); }
+
     /// `accumulate_grad_batches` (integer; default 1): accumulate gradients over this many batches
     /// per optimizer step.
     Self& accumulate_grad_batches(int64_t v) & { return put("accumulate_grad_batches", v); }

@@ -1,0 +1,53 @@
+// torch.optim's fused updates (`fused=True`): one libtorch kernel per
+// parameter group and device over all its parameters, as torch's
+// `_fused_adam` / `_fused_sgd` call them. Each list is `n` `at::Tensor*`
+// of one device and dtype; an empty list is passed as NULL.
+#include "fulmen_cxx.h"
+
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/_fused_adam.h>
+#include <ATen/ops/_fused_adamw.h>
+#include <ATen/ops/_fused_sgd.h>
+
+namespace {
+std::vector<at::Tensor> list(void* const* p, size_t n) {
+  std::vector<at::Tensor> out;
+  if (p == nullptr) return out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; i++) out.push_back(*static_cast<const at::Tensor*>(p[i]));
+  return out;
+}
+}  // namespace
+
+extern "C" {
+
+// torch._fused_adam_ (AdamW: torch._fused_adamw_ when `decoupled`); the
+// steps are float32 tensors on the parameters' device, already counted.
+int fulmen_cxx_fused_adam(void* const* params, void* const* grads, void* const* exp_avgs, void* const* exp_avg_sqs,
+                          void* const* max_exp_avg_sqs, void* const* steps, size_t n, double lr, double beta1,
+                          double beta2, double weight_decay, double eps, bool amsgrad, bool maximize, bool decoupled,
+                          char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto p = list(params, n), g = list(grads, n), m = list(exp_avgs, n), v = list(exp_avg_sqs, n);
+  auto vmax = list(max_exp_avg_sqs, n), s = list(steps, n);
+  if (decoupled) {
+    at::_fused_adamw_(p, g, m, v, vmax, s, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize);
+  } else {
+    at::_fused_adam_(p, g, m, v, vmax, s, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize);
+  }
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// torch._fused_sgd_; `momentum_buffers` NULL without momentum.
+int fulmen_cxx_fused_sgd(void* const* params, void* const* grads, void* const* momentum_buffers, size_t n,
+                         double weight_decay, double momentum, double lr, double dampening, bool nesterov,
+                         bool maximize, bool is_first_step, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto p = list(params, n), g = list(grads, n), b = list(momentum_buffers, n);
+  at::_fused_sgd_(p, g, b, weight_decay, momentum, lr, dampening, nesterov, maximize, is_first_step);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+}  // extern "C"

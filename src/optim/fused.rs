@@ -1,0 +1,187 @@
+//! torch.optim's fused updates (`fused=True`: `_fused_adam`,
+//! `_fused_adamw`, `_fused_sgd`): one libtorch kernel per parameter group,
+//! device and dtype over all its parameters, where the for-loop updates
+//! launch several per parameter. They give torch's fused results, which
+//! differ from the for-loop updates in the last bits (torch's do too).
+use super::adam::AdamOptions;
+use super::sgd::SgdOptions;
+use super::state::{Core, GroupOptions, ParamState};
+use crate::error::{Error, ErrorCode, Result};
+use crate::shim::{self, call};
+use libc::c_void;
+use tch::{Device, Kind, Tensor};
+
+/// The tensors of one kernel call, list by list, for one device and dtype.
+#[derive(Default)]
+struct Buckets {
+    keys: Vec<(Device, Kind)>,
+    lists: Vec<Vec<Vec<Tensor>>>,
+}
+
+impl Buckets {
+    /// Adds one parameter's row of tensors (the parameter first).
+    fn push(&mut self, row: Vec<Tensor>) {
+        let key = (row[0].device(), row[0].kind());
+        let b = match self.keys.iter().position(|k| *k == key) {
+            Some(b) => b,
+            None => {
+                self.keys.push(key);
+                self.lists.push((0..row.len()).map(|_| Vec::new()).collect());
+                self.keys.len() - 1
+            }
+        };
+        for (list, t) in self.lists[b].iter_mut().zip(row) {
+            list.push(t);
+        }
+    }
+}
+
+fn ptrs(list: &[Tensor]) -> Vec<*mut c_void> {
+    list.iter().map(|t| t.as_ptr() as *mut c_void).collect()
+}
+
+/// What torch's `_device_dtype_check_for_fused` checks: floating
+/// parameters on a device with fused kernels (CPU, CUDA, MPS).
+pub(crate) fn check_fusable(kind: &str, params: &[Tensor]) -> Result<()> {
+    for p in params {
+        let floating = matches!(p.kind(), Kind::Half | Kind::BFloat16 | Kind::Float | Kind::Double);
+        let device = matches!(p.device(), Device::Cpu | Device::Cuda(_) | Device::Mps);
+        if !floating || !device {
+            return Err(Error::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "{kind} with fused updates needs floating parameters on the CPU, CUDA or MPS, got {:?} on {:?}",
+                    p.kind(),
+                    p.device()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// torch's `_fused_adam` (`decoupled`: `_fused_adamw`) over every group.
+pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool) -> Result<()> {
+    let kind = if decoupled { "adamw" } else { "adam" };
+    let _guard = tch::no_grad_guard();
+    core.sync_state_len();
+    let mut index = 0;
+    for g in &core.groups {
+        check_fusable(kind, &g.params)?;
+        let o = defaults.of_group(g);
+        let mut buckets = Buckets::default();
+        for p in &g.params {
+            let i = index;
+            index += 1;
+            let grad = p.grad();
+            if !grad.defined() {
+                continue;
+            }
+            let st = core.state[i].get_or_insert_with(ParamState::default);
+            let exp_avg = st.buffer_or_zeros("exp_avg", p)?.shallow_clone();
+            let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?.shallow_clone();
+            let max = if o.amsgrad { Some(st.buffer_or_zeros("max_exp_avg_sq", p)?.shallow_clone()) } else { None };
+            st.step += 1.0;
+            // torch keeps a fused optimizer's step as a float32 tensor on
+            // the parameter's device; the kernel reads it there.
+            let step = Tensor::f_scalar_tensor(st.step, (Kind::Float, p.device()))?;
+            buckets.push([p.shallow_clone(), grad, exp_avg, exp_avg_sq, step].into_iter().chain(max).collect());
+        }
+        for lists in &buckets.lists {
+            let n = lists[0].len();
+            let [params, grads, exp_avgs, exp_avg_sqs, steps] = [0, 1, 2, 3, 4].map(|j| ptrs(&lists[j]));
+            let max = lists.get(5).map(|l| ptrs(l));
+            let max_ptr = max.as_ref().map_or(std::ptr::null(), |m| m.as_ptr());
+            // SAFETY: every list holds `n` live tensors for the call's length.
+            call("fused Adam update", |err, len| unsafe {
+                shim::fulmen_cxx_fused_adam(
+                    params.as_ptr(),
+                    grads.as_ptr(),
+                    exp_avgs.as_ptr(),
+                    exp_avg_sqs.as_ptr(),
+                    max_ptr,
+                    steps.as_ptr(),
+                    n,
+                    g.lr,
+                    g.momentum,
+                    o.betas.1,
+                    g.weight_decay,
+                    o.eps,
+                    o.amsgrad,
+                    o.maximize,
+                    decoupled,
+                    err,
+                    len,
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// torch's `_fused_sgd` over every group.
+pub(crate) fn sgd_step(core: &mut Core, defaults: &SgdOptions) -> Result<()> {
+    let _guard = tch::no_grad_guard();
+    core.sync_state_len();
+    let mut index = 0;
+    for g in &core.groups {
+        check_fusable("sgd", &g.params)?;
+        let o = defaults.of_group(g);
+        let with_momentum = g.momentum != 0.0;
+        let mut rows = Vec::new();
+        for p in &g.params {
+            let i = index;
+            index += 1;
+            let grad = p.grad();
+            if grad.defined() {
+                rows.push((i, p.shallow_clone(), grad));
+            }
+        }
+        let has_buffer = |i: usize| core.state[i].as_ref().is_some_and(|st| st.buffers.contains_key("momentum_buffer"));
+        // torch: the first step (no buffer yet) lets the kernel fill the buffers.
+        let first = with_momentum && rows.iter().all(|(i, _, _)| !has_buffer(*i));
+        if with_momentum && !first && rows.iter().any(|(i, _, _)| !has_buffer(*i)) {
+            return Err(Error::state(
+                "fused SGD: some parameters of a group have a momentum buffer and others not (torch's fused \
+                 update cannot step them together)",
+            ));
+        }
+        let mut buckets = Buckets::default();
+        for (i, p, grad) in rows {
+            let mut row = vec![p, grad];
+            if with_momentum {
+                let st = core.state[i].get_or_insert_with(ParamState::default);
+                if first {
+                    st.buffers.insert("momentum_buffer", row[1].f_empty_like()?);
+                }
+                row.push(st.buffers["momentum_buffer"].shallow_clone());
+            }
+            buckets.push(row);
+        }
+        for lists in &buckets.lists {
+            let n = lists[0].len();
+            let (params, grads) = (ptrs(&lists[0]), ptrs(&lists[1]));
+            let buffers = lists.get(2).map(|l| ptrs(l));
+            let buffers_ptr = buffers.as_ref().map_or(std::ptr::null(), |b| b.as_ptr());
+            // SAFETY: every list holds `n` live tensors for the call's length.
+            call("fused SGD update", |err, len| unsafe {
+                shim::fulmen_cxx_fused_sgd(
+                    params.as_ptr(),
+                    grads.as_ptr(),
+                    buffers_ptr,
+                    n,
+                    g.weight_decay,
+                    g.momentum,
+                    g.lr,
+                    o.dampening,
+                    o.nesterov,
+                    o.maximize,
+                    first,
+                    err,
+                    len,
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
