@@ -337,7 +337,7 @@ demo: deps lib example
 # Benchmarks (not part of test): fulmen from C and Go, a hand-written tch
 # loop, plain PyTorch and Lightning in one run; writes bench/RESULTS.md.
 BENCH_ARGS ?= --repeats 3 --micro
-bench: deps lib $(BUILD)/bench/fulmen_bench $(BUILD)/bench/fulmen_micro $(BUILD)/bench/workers_bench $(BUILD)/bench/save_bench $(BUILD)/examples/charlm $(LEE) $(VENV_STAMP)
+bench: deps lib $(BUILD)/bench/fulmen_bench $(BUILD)/bench/fulmen_micro $(BUILD)/bench/workers_bench $(BUILD)/bench/save_bench $(BUILD)/bench/optim_bench $(BUILD)/examples/charlm $(LEE) $(VENV_STAMP)
 	$(CARGO) build $(CARGO_FLAGS) --example tch_loop
 	bash bench/go/build.sh
 	$(VENV)/bin/python bench/run.py --data $(MNIST) $(BENCH_ARGS)
@@ -346,6 +346,7 @@ bench: deps lib $(BUILD)/bench/fulmen_bench $(BUILD)/bench/fulmen_micro $(BUILD)
 	$(BUILD)/bench/workers_bench --data $(MNIST) --epochs 9 --threads 1
 	$(BUILD)/bench/workers_bench --data $(MNIST) --epochs 9 --threads 2
 	$(VENV)/bin/python bench/save.py --binary $(BUILD)/bench/save_bench
+	$(VENV)/bin/python bench/optim_step.py --binary $(BUILD)/bench/optim_bench --write
 
 $(BUILD)/bench/%: bench/c/%.c include/fulmen.h lib
 	@mkdir -p $(dir $@)

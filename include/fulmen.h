@@ -2023,7 +2023,8 @@ typedef struct fulmen_module_vtable {
    * sanity check (for the epoch `train_dataloader` was called for) or
    * the first epoch that validates, and again at the start of an epoch
    * that validates `reload_dataloaders_every_n_epochs` or more epochs
-   * after the one it was called for. fulmen takes the loaders written as for `train_dataloader`.
+   * after the one it was called for (a sanity check's call in an epoch
+   * that does not validate counts as long ago, as in Lightning). fulmen takes the loaders written as for `train_dataloader`.
    * May be NULL. Added in 0.2.
    */
   struct fulmen_error *(*val_dataloader)(void *userdata,

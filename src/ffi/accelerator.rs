@@ -1,6 +1,6 @@
 //! `fulmen_accelerator`: the accelerator registry, Lightning's accelerator
 //! methods, and custom accelerators implemented in C (`fulmen_accelerator_vtable`).
-use super::callback::{call_host, check_struct_size, HostLock, Userdata};
+use super::callback::{call_host, HostLock, Userdata};
 use super::collectives::{fulmen_collectives, HostCollectives};
 use super::error::{fulmen_error, guard, guard_value, str_arg};
 use super::handle::{self, check_out, write_out, Handle, Shared};
@@ -665,11 +665,10 @@ pub unsafe extern "C" fn fulmen_accelerator_register(
     guard("fulmen_accelerator_register", || {
         let n = str_arg(name, "name")?;
         let d = if description.is_null() { "" } else { str_arg(description, "description")? };
-        let v = vtable.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `vtable` is NULL"))?;
         // The slots from `supports_dtype` on were appended: an older vtable
         // ends before them.
         let appended = std::mem::offset_of!(fulmen_accelerator_vtable, supports_dtype);
-        check_struct_size(v.struct_size, appended, "fulmen_accelerator_vtable")?;
+        let v = &super::callback::read_vtable(vtable, appended, "fulmen_accelerator_vtable")?;
         let slot = std::mem::size_of::<Option<unsafe extern "C" fn()>>();
         // An appended slot the host's vtable ends before reads as NULL.
         macro_rules! appended {

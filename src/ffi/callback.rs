@@ -115,6 +115,26 @@ pub fn check_struct_size(given: usize, known: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Copies a host vtable whose first field is its `struct_size`: the bytes
+/// the host declares (at least `min`, at most `size_of::<T>()`), the rest
+/// zeroed, so slots appended after the host's version read as NULL and no
+/// reference to memory beyond the host's struct is ever made.
+///
+/// # Safety
+/// `p` is NULL or points to at least `struct_size` readable bytes, and `T`
+/// is valid when zeroed (integers, pointers, `Option` of function
+/// pointers, `bool`).
+pub(crate) unsafe fn read_vtable<T>(p: *const T, min: usize, what: &str) -> Result<T> {
+    if p.is_null() {
+        return Err(Error::new(ErrorCode::NullArgument, "argument `vtable` is NULL"));
+    }
+    let size = std::ptr::read_unaligned(p.cast::<usize>());
+    check_struct_size(size, min, what)?;
+    let mut v = std::mem::MaybeUninit::<T>::zeroed();
+    std::ptr::copy_nonoverlapping(p.cast::<u8>(), v.as_mut_ptr().cast::<u8>(), size.min(std::mem::size_of::<T>()));
+    Ok(v.assume_init())
+}
+
 /// Runs a host callback inside a tensor scope and turns its returned error
 /// into a core error naming the callback. Under a trainer's
 /// `callback_timeout`, a callback that ran longer fails too.

@@ -1,7 +1,7 @@
 //! `fulmen_lightning_module`: the host's step functions as a vtable, and
 //! the optimizer configuration its `configure_optimizers` fills.
 use super::batch::{fulmen_batch, with_temp_handle};
-use super::callback::{check_struct_size, host_result, HostCallTimer, Userdata};
+use super::callback::{host_result, read_vtable, HostCallTimer, Userdata};
 use super::context::fulmen_step_context;
 use super::data::fulmen_loader;
 use super::error::{fulmen_error, guard, guard_value, str_arg};
@@ -121,7 +121,8 @@ pub struct fulmen_module_vtable {
     /// sanity check (for the epoch `train_dataloader` was called for) or
     /// the first epoch that validates, and again at the start of an epoch
     /// that validates `reload_dataloaders_every_n_epochs` or more epochs
-    /// after the one it was called for. fulmen takes the loaders written as for `train_dataloader`.
+    /// after the one it was called for (a sanity check's call in an epoch
+    /// that does not validate counts as long ago, as in Lightning). fulmen takes the loaders written as for `train_dataloader`.
     /// May be NULL. Added in 0.2.
     pub val_dataloader: Option<
         unsafe extern "C" fn(
@@ -304,11 +305,10 @@ pub unsafe extern "C" fn fulmen_lightning_module_new(
 ) -> *mut fulmen_error {
     guard("fulmen_lightning_module_new", || {
         check_out(out, "out")?;
-        let v = vtable.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `vtable` is NULL"))?;
         // Vtables are append-only: accept the 0.1.0 layout, which ends
         // before `on_hook`, and read newer slots only when present.
         let v1_size = std::mem::offset_of!(fulmen_module_vtable, on_hook);
-        check_struct_size(v.struct_size, v1_size, "fulmen_module_vtable")?;
+        let v = &read_vtable(vtable, v1_size, "fulmen_module_vtable")?;
         // A slot is read when the host's vtable reaches its end.
         let has = |end: usize| v.struct_size >= end;
         let slot = std::mem::size_of::<usize>();

@@ -60,14 +60,20 @@ pub(crate) fn check_fusable(kind: &str, params: &[Tensor]) -> Result<()> {
     Ok(())
 }
 
+/// Checks every group before any is updated (a state loaded with `fused`
+/// set was not checked against the parameters).
+fn check_groups(kind: &str, core: &Core) -> Result<()> {
+    core.groups.iter().try_for_each(|g| check_fusable(kind, &g.params))
+}
+
 /// torch's `_fused_adam` (`decoupled`: `_fused_adamw`) over every group.
 pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool) -> Result<()> {
     let kind = if decoupled { "adamw" } else { "adam" };
     let _guard = tch::no_grad_guard();
+    check_groups(kind, core)?;
     core.sync_state_len();
     let mut index = 0;
     for g in &core.groups {
-        check_fusable(kind, &g.params)?;
         let o = defaults.of_group(g);
         let mut buckets = Buckets::default();
         for p in &g.params {
@@ -122,10 +128,10 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
 /// torch's `_fused_sgd` over every group.
 pub(crate) fn sgd_step(core: &mut Core, defaults: &SgdOptions) -> Result<()> {
     let _guard = tch::no_grad_guard();
+    check_groups("sgd", core)?;
     core.sync_state_len();
     let mut index = 0;
     for g in &core.groups {
-        check_fusable("sgd", &g.params)?;
         let o = defaults.of_group(g);
         let with_momentum = g.momentum != 0.0;
         let mut rows = Vec::new();
@@ -147,14 +153,21 @@ pub(crate) fn sgd_step(core: &mut Core, defaults: &SgdOptions) -> Result<()> {
             ));
         }
         let mut buckets = Buckets::default();
+        // On the first step the kernel fills new buffers, which join the
+        // state only once it succeeded.
+        let mut new_buffers = Vec::new();
         for (i, p, grad) in rows {
             let mut row = vec![p, grad];
             if with_momentum {
-                let st = core.state[i].get_or_insert_with(ParamState::default);
-                if first {
-                    st.buffers.insert("momentum_buffer", row[1].f_empty_like()?);
-                }
-                row.push(st.buffers["momentum_buffer"].shallow_clone());
+                let buffer = match core.state[i].as_ref() {
+                    Some(st) if !first => st.buffers["momentum_buffer"].shallow_clone(),
+                    _ => {
+                        let b = row[1].f_empty_like()?;
+                        new_buffers.push((i, b.shallow_clone()));
+                        b
+                    }
+                };
+                row.push(buffer);
             }
             buckets.push(row);
         }
@@ -181,6 +194,9 @@ pub(crate) fn sgd_step(core: &mut Core, defaults: &SgdOptions) -> Result<()> {
                     len,
                 )
             })?;
+        }
+        for (i, b) in new_buffers {
+            core.state[i].get_or_insert_with(ParamState::default).buffers.insert("momentum_buffer", b);
         }
     }
     Ok(())

@@ -655,8 +655,9 @@ fn fit_run(
         }
     }
 
-    if let (Some(ck), Some(path)) = (&ck, resume) {
-        run.restore(ck, path)?;
+    // The checkpoint (weights and optimizer state) goes once restored.
+    if let (Some(ck), Some(path)) = (ck, resume) {
+        run.restore(&ck, path)?;
     }
     let hparams = run.module.hparams();
     for l in run.loggers.iter_mut() {
@@ -671,7 +672,8 @@ fn fit_run(
     run.simple(Hook::FitStart)?;
     if data.validating() {
         let sanity = if opts.fast_dev_run > 0 { 0 } else { opts.num_sanity_val_steps };
-        if sanity != 0 && data.prepare_vals(&mut *run.module, &run.strategy, load_epoch)? {
+        let record = validates_in(opts, load_epoch);
+        if sanity != 0 && data.prepare_vals(&mut *run.module, &run.strategy, load_epoch, record)? {
             run.state.num_val_batches = count_val_batches(opts, &data.vals());
         }
         let vals = data.vals();
@@ -699,8 +701,9 @@ fn fit_run(
         run.state.epoch = epoch;
         if data.prepare_train(&mut *run.module, &run.strategy, epoch)? {
             run.state.num_train_batches = count_train_batches(opts, data.train()?);
+            check_val_interval(opts, run.state.num_train_batches, data.validating())?;
         }
-        if validates_in(opts, epoch) && data.prepare_vals(&mut *run.module, &run.strategy, epoch)? {
+        if validates_in(opts, epoch) && data.prepare_vals(&mut *run.module, &run.strategy, epoch, true)? {
             run.state.num_val_batches = count_val_batches(opts, &data.vals());
         }
         let vals = data.vals();

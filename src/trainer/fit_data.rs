@@ -21,6 +21,10 @@ pub(crate) struct FitData<'a> {
     vals_from_module: bool,
     /// The epoch each was last loaded for (`None`: not yet).
     train_loaded_at: Option<i64>,
+    /// Whether the module's validation loaders were loaded, and the epoch
+    /// recorded for their reloads (Lightning records none for a sanity
+    /// check in an epoch that does not validate).
+    vals_loaded: bool,
     vals_loaded_at: Option<i64>,
     /// Whether validation runs at all (a validation_step, a loader or the
     /// module's hook, `limit_val_batches` not 0).
@@ -50,6 +54,7 @@ impl<'a> FitData<'a> {
             train_from_module: train.is_none(),
             vals_from_module,
             train_loaded_at: None,
+            vals_loaded: false,
             vals_loaded_at: None,
             validating: has_vals && module.has_validation_step() && !val_limit.is_zero(),
             every_n: opts.reload_dataloaders_every_n_epochs,
@@ -76,13 +81,11 @@ impl<'a> FitData<'a> {
         self.validating
     }
 
-    /// Whether a source loaded for epoch `loaded` is due for reloading at
-    /// `epoch` (Lightning's `_should_reload_*_dl`).
-    fn due(&self, loaded: Option<i64>, epoch: i64) -> bool {
-        match loaded {
-            None => true,
-            Some(at) => self.every_n > 0 && epoch - at >= self.every_n,
-        }
+    /// Whether a source is due for reloading at `epoch`, given the epoch
+    /// recorded at its last load (Lightning's `_should_reload_*_dl`; no
+    /// epoch recorded counts as long ago).
+    fn due(&self, recorded: Option<i64>, epoch: i64) -> bool {
+        self.every_n > 0 && recorded.is_none_or(|at| epoch - at >= self.every_n)
     }
 
     /// Calls the module's `train_dataloader` for `epoch` when it has not
@@ -93,7 +96,8 @@ impl<'a> FitData<'a> {
         strategy: &RunStrategy,
         epoch: i64,
     ) -> Result<bool> {
-        if !self.train_from_module || !self.due(self.train_loaded_at, epoch) {
+        let loaded = self.train_loaded_at.is_some();
+        if !self.train_from_module || (loaded && !self.due(self.train_loaded_at, epoch)) {
             return Ok(false);
         }
         let source = module.train_dataloader(epoch).ctx(format!("train_dataloader (epoch {epoch})"))?;
@@ -104,14 +108,18 @@ impl<'a> FitData<'a> {
 
     /// Calls the module's `val_dataloader` for `epoch` when the run
     /// validates and it has not been called yet or a reload is due;
-    /// returns whether it was called.
+    /// returns whether it was called. `record` false (a sanity check in an
+    /// epoch that does not validate) leaves the reload epoch unrecorded,
+    /// as Lightning's evaluation loop does.
     pub fn prepare_vals(
         &mut self,
         module: &mut dyn LightningModule,
         strategy: &RunStrategy,
         epoch: i64,
+        record: bool,
     ) -> Result<bool> {
-        if !self.vals_from_module || !self.validating || !self.due(self.vals_loaded_at, epoch) {
+        let due = !self.vals_loaded || self.due(self.vals_loaded_at, epoch);
+        if !self.vals_from_module || !self.validating || !due {
             return Ok(false);
         }
         let sources = module.val_dataloader(epoch).ctx(format!("val_dataloader (epoch {epoch})"))?;
@@ -122,7 +130,10 @@ impl<'a> FitData<'a> {
             )));
         }
         self.vals = sources.into_iter().map(|s| Sharded::Owned(strategy.shard_owned(s, self.sampler))).collect();
-        self.vals_loaded_at = Some(epoch);
+        self.vals_loaded = true;
+        if record {
+            self.vals_loaded_at = Some(epoch);
+        }
         Ok(true)
     }
 }

@@ -233,6 +233,9 @@ impl ManualControl for ManualOptimization<'_, '_> {
     }
 
     fn needs_closure(&self, index: usize) -> Result<bool> {
+        if self.stepping == Some(index) {
+            return Err(Error::state(format!("optimizer {index} is stepping: its closure cannot step it")));
+        }
         let n = self.optimizers.len();
         let cfg = self
             .optimizers

@@ -101,12 +101,16 @@ impl StepContext<'_> {
             return Ok((made, loss));
         }
         let mut optimizer = self.manual()?.take_for_closure(index)?;
-        let stepped = optimizer.step_with_closure(&mut || {
-            let loss = closure(self)?;
-            self.manual()?.closure_evaluated(loss)
-        });
+        // The optimizer goes back even when a callback panics inside the
+        // closure (the panic then goes on).
+        let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            optimizer.step_with_closure(&mut || {
+                let loss = closure(self)?;
+                self.manual()?.closure_evaluated(loss)
+            })
+        }));
         self.manual()?.put_back(index, optimizer);
-        let first = stepped?;
+        let first = stepped.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
         self.manual()?.count_step();
         self.global_step += 1;
         Ok((true, first))

@@ -142,6 +142,27 @@ static void test_reload_schedule(void) {
     }
 }
 
+/* Validating every 2nd epoch: the sanity check's val_dataloader call (in
+ * epoch 0, which does not validate) records no reload epoch, so the first
+ * validating epoch reloads, as Lightning's evaluation loop does. */
+static void test_sanity_in_an_epoch_without_validation(void) {
+    state s = {0};
+    s.model = fixture_mlp(8, 0);
+    fulmen_lightning_module *m = module_for(&s, true);
+    fulmen_trainer_options *o = fixture_options(NULL, 4);
+    CHECK_OK(fulmen_trainer_options_set_int(o, "reload_dataloaders_every_n_epochs", 2));
+    CHECK_OK(fulmen_trainer_options_set_int(o, "check_val_every_n_epoch", 2));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    CHECK_OK(fulmen_trainer_fit(t, m, NULL, NULL, NULL));
+    CHECK(s.n_val == 3 && s.val_calls[0] == 0 && s.val_calls[1] == 1 && s.val_calls[2] == 3);
+    CHECK(s.n_train == 2 && s.train_calls[0] == 0 && s.train_calls[1] == 2);
+    fulmen_trainer_free(t);
+    fulmen_trainer_options_free(o);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(s.model);
+}
+
 /* A resumed fit calls train_dataloader for the checkpoint's epoch (the
  * one that ended: Lightning's current_epoch then), then every n-th. */
 static void test_resume(void) {
@@ -239,6 +260,7 @@ static void test_choices(void) {
 
 int main(void) {
     test_reload_schedule();
+    test_sanity_in_an_epoch_without_validation();
     test_resume();
     test_bad_hooks();
     test_choices();

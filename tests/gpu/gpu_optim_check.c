@@ -6,7 +6,9 @@
  * update is a lerp): a run resumed from its checkpoint ends as an
  * uninterrupted one, and a never-updated average gives back the starting
  * weights; the batch size finder against real CUDA out-of-memory errors
- * (a 2 -> 2^20 -> 2 MLP whose activations outgrow the GPU). Without a GPU
+ * (a 2 -> 2^20 -> 2 MLP whose activations outgrow the GPU); fused AdamW
+ * and SGD (torch's fused=True kernels on cuda:0) within float rounding of
+ * the same fused steps on the CPU. Without a GPU
  * it says so and exits with 77 (skipped).
  *
  *   gpu_optim_check [PARENT_DIR]   (checkpoints go to a new folder in
@@ -96,6 +98,72 @@ static void test_lbfgs_host_loop(void) {
     CHECK(diff <= 1e-4);
     fulmen_model_free(cpu);
     fulmen_model_free(gpu);
+}
+
+/* ------------------------------------------------- fused updates on cuda */
+
+/* Eight fused steps of AdamW (kind 0) or SGD with momentum (kind 1) on a
+ * 2-32-2 MLP from the same weights and batch on `device_type`; returns
+ * the model on the CPU. */
+static fulmen_model *fused_run(int32_t device_type, int kind) {
+    CHECK_OK(fulmen_manual_seed(5));
+    fulmen_model *m = fixture_mlp(32, 0);
+    const int64_t shape[2] = {16, 2};
+    float xv[32];
+    int64_t yv[16];
+    for (int i = 0; i < 16; i++) {
+        xv[2 * i] = (float)i / 8.0f - 1.0f;
+        xv[2 * i + 1] = (float)(i % 5) / 2.0f;
+        yv[i] = i % 2;
+    }
+    fulmen_tensor *x0 = check_f32(xv, 32, shape, 2), *y0 = NULL, *x = NULL, *y = NULL;
+    const int64_t yshape[1] = {16};
+    CHECK_OK(fulmen_tensor_from_data(yv, sizeof yv, FULMEN_DTYPE_I64, yshape, 1, &y0));
+    CHECK_OK(fulmen_tensor_to_device(x0, device_type, 0, &x));
+    CHECK_OK(fulmen_tensor_to_device(y0, device_type, 0, &y));
+    CHECK_OK(fulmen_model_to_device(m, device_type, 0));
+    fulmen_optimizer *opt = NULL;
+    if (kind == 0) {
+        fulmen_adam_options o = fulmen_adamw_options_default();
+        o.lr = 0.01;
+        CHECK_OK(fulmen_optimizer_adamw_new(m, NULL, 0, &o, &opt));
+    } else {
+        fulmen_sgd_options o = fulmen_sgd_options_default();
+        o.lr = 0.1;
+        o.momentum = 0.9;
+        CHECK_OK(fulmen_optimizer_sgd_new(m, NULL, 0, &o, &opt));
+    }
+    CHECK_OK(fulmen_optimizer_set_fused(opt, true));
+    for (int step = 0; step < 8; step++) {
+        fulmen_tensor *logits = NULL, *loss = NULL;
+        CHECK_OK(fulmen_optimizer_zero_grad(opt));
+        CHECK_OK(fulmen_model_forward(m, x, &logits));
+        CHECK_OK(fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, &loss));
+        CHECK_OK(fulmen_tensor_backward(loss));
+        CHECK_OK(fulmen_optimizer_step(opt));
+        fulmen_tensor_free(logits);
+        fulmen_tensor_free(loss);
+    }
+    CHECK_OK(fulmen_model_to_device(m, FULMEN_DEVICE_TYPE_CPU, 0));
+    fulmen_optimizer_free(opt);
+    fulmen_tensor_free(x0);
+    fulmen_tensor_free(y0);
+    fulmen_tensor_free(x);
+    fulmen_tensor_free(y);
+    return m;
+}
+
+static void test_fused_updates(void) {
+    const char *names[2] = {"AdamW", "SGD (momentum 0.9)"};
+    for (int kind = 0; kind < 2; kind++) {
+        fulmen_model *cpu = fused_run(FULMEN_DEVICE_TYPE_CPU, kind);
+        fulmen_model *gpu = fused_run(FULMEN_DEVICE_TYPE_CUDA, kind);
+        double diff = fixture_max_diff(cpu, gpu);
+        printf("fused %s, 8 steps: max |cpu - cuda| weight %.3g\n", names[kind], diff);
+        CHECK(diff <= 1e-4);
+        fulmen_model_free(cpu);
+        fulmen_model_free(gpu);
+    }
 }
 
 /* --------------------------------------------------- the trainer on cuda */
@@ -310,6 +378,7 @@ int main(int argc, char **argv) {
     test_weight_averaging(true);
     test_weight_averaging(false);
     test_batch_size_finder_oom();
+    test_fused_updates();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", work);
     if (check_failed == 0 && system(cmd) != 0) fprintf(stderr, "gpu_optim_check: could not remove %s\n", work);

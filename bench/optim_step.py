@@ -1,0 +1,84 @@
+"""One optimizer step, fulmen beside PyTorch, with and without fused updates.
+
+Runs build/bench/optim_bench (fulmen's C API) and the same steps in
+PyTorch (torch.optim.AdamW / SGD with fused=False and fused=True) over the
+same MLP (LAYERS Linear(WIDTH, WIDTH) layers, gradients from one backward,
+kept), on the same number of threads, and prints the median milliseconds
+per step of each, as a markdown table (written to bench/RESULTS-optim.md
+with --write).
+
+    .deps/venv/bin/python bench/optim_step.py --binary build/bench/optim_bench [--write]
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+
+import torch
+
+
+def torch_step_ms(kind, fused, width, layers, steps):
+    torch.manual_seed(0)
+    mods = []
+    for i in range(layers):
+        mods.append(torch.nn.Linear(width, width))
+        if i + 1 < layers:
+            mods.append(torch.nn.ReLU())
+    model = torch.nn.Sequential(*mods)
+    model(torch.randn(64, width)).sum().backward()
+    if kind == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), fused=fused)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=fused)
+    for _ in range(5):
+        opt.step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        opt.step()
+        times.append(1e3 * (time.perf_counter() - start))
+    return statistics.median(times)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--binary", required=True)
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--layers", type=int, default=16)
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--write", action="store_true", help="write bench/RESULTS-optim.md")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    run = subprocess.run([a.binary, "--width", str(a.width), "--layers", str(a.layers), "--steps", str(a.steps),
+                          "--threads", str(a.threads)], capture_output=True, text=True, check=True)
+    ours = {(r["optimizer"], r["fused"]): r["step_ms"] for r in map(json.loads, run.stdout.splitlines())}
+    params = a.layers * (a.width * a.width + a.width)
+    lines = [
+        "# One optimizer step: fused and for-loop updates",
+        "",
+        f"`{' '.join(['.deps/venv/bin/python', 'bench/optim_step.py', '--binary', a.binary, '--write'])}` "
+        f"on {platform.machine()}, {os.cpu_count()} CPUs, {a.threads} thread(s), torch {torch.__version__}: "
+        f"an MLP of {a.layers} Linear({a.width}, {a.width}) layers ({params} parameters in {2 * a.layers} tensors), "
+        f"median of {a.steps} steps after 5 warm-up steps, the gradients of one backward kept.",
+        "",
+        "| optimizer | update | fulmen ms/step | PyTorch ms/step |",
+        "|---|---|---|---|",
+    ]
+    for kind in ("adamw", "sgd"):
+        for fused in (False, True):
+            theirs = torch_step_ms(kind, fused, a.width, a.layers, a.steps)
+            label = "fused" if fused else "for-loop"
+            lines.append(f"| {kind} | {label} | {ours[(kind, fused)]:.3f} | {theirs:.3f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.write:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS-optim.md"), "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
