@@ -309,20 +309,8 @@ pub unsafe extern "C" fn fulmen_lightning_module_new(
         // before `on_hook`, and read newer slots only when present.
         let v1_size = std::mem::offset_of!(fulmen_module_vtable, on_hook);
         let v = &read_vtable(vtable, v1_size, "fulmen_module_vtable")?;
-        // A slot is read when the host's vtable reaches its end.
-        let has = |end: usize| v.struct_size >= end;
-        let slot = std::mem::size_of::<usize>();
-        let on_hook = if has(std::mem::offset_of!(fulmen_module_vtable, on_hook) + slot) { v.on_hook } else { None };
-        let train_dataloader = if has(std::mem::offset_of!(fulmen_module_vtable, train_dataloader) + slot) {
-            v.train_dataloader
-        } else {
-            None
-        };
-        let val_dataloader = if has(std::mem::offset_of!(fulmen_module_vtable, val_dataloader) + slot) {
-            v.val_dataloader
-        } else {
-            None
-        };
+        // Slots past the host's `struct_size` were copied as NULL.
+        let (on_hook, train_dataloader, val_dataloader) = (v.on_hook, v.train_dataloader, v.val_dataloader);
         let model = if model.is_null() { None } else { Some(model_arg(model, "model")?.clone()) };
         let inner = HostModule {
             userdata: Userdata::new(v.userdata, v.userdata_free),
