@@ -25,7 +25,7 @@
 
 typedef struct {
     fulmen_model *model;
-    int64_t slow_at_step;  /* sleep 300 ms at this global step (-1: never) */
+    int64_t slow_at_step;  /* sleep 2.5 s at this global step (-1: never) */
     bool nan_gradient;     /* add sqrt(0 * relu(logits)): a finite loss, a NaN gradient */
     int64_t steps;
 } state;
@@ -37,7 +37,7 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
     if (e != NULL) return e;
     s->steps++;
     if (step == s->slow_at_step) {
-        struct timespec ts = {0, 300 * 1000 * 1000};
+        struct timespec ts = {2, 500 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
     fulmen_tensor *x = NULL, *y = NULL, *logits = NULL, *ce = NULL;
@@ -116,7 +116,10 @@ static void slow_callback(const char *root) {
     fulmen_dataset *ds = fixture_blobs(64, 1, 1.5f);
     fulmen_loader *l = fixture_loader(ds, 8, true, 1);
     fulmen_lightning_module *m = module_for(&s);
-    fulmen_trainer *t = trainer_with(root, 2, "callback_timeout", "0.1");
+    /* A limit far above a normal step's time even under valgrind on a busy
+     * machine (a first step there can take several tenths of a second), and
+     * below the slow step's 2.5 s. */
+    fulmen_trainer *t = trainer_with(root, 2, "callback_timeout", "2");
     CHECK_ERR(fulmen_trainer_fit(t, m, l, NULL, NULL), FULMEN_CODE_CALLBACK, "longer than callback_timeout");
     int64_t step = -1;
     CHECK_OK(fulmen_trainer_global_step(t, &step));
