@@ -1,12 +1,13 @@
 // torch.optim's fused updates (`fused=True`): one libtorch kernel per
 // parameter group and device over all its parameters, as torch's
-// `_fused_adam` / `_fused_sgd` call them. Each list is `n` `at::Tensor*`
+// `_fused_adam` / `_fused_sgd` / `_fused_adagrad` call them. Each list is `n` `at::Tensor*`
 // of one device and dtype; an empty list is passed as NULL.
 #include "fulmen_cxx.h"
 
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/_fused_adagrad.h>
 #include <ATen/ops/_fused_adam.h>
 #include <ATen/ops/_fused_adamw.h>
 #include <ATen/ops/_fused_sgd.h>
@@ -47,6 +48,17 @@ int fulmen_cxx_fused_sgd(void* const* params, void* const* grads, void* const* m
   FULMEN_CXX_TRY
   auto p = list(params, n), g = list(grads, n), b = list(momentum_buffers, n);
   at::_fused_sgd_(p, g, b, weight_decay, momentum, lr, dampening, nesterov, maximize, is_first_step);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// torch._fused_adagrad_; the steps are float32 tensors on the parameters'
+// device, already counted.
+int fulmen_cxx_fused_adagrad(void* const* params, void* const* grads, void* const* state_sums, void* const* steps,
+                             size_t n, double lr, double lr_decay, double weight_decay, double eps, bool maximize,
+                             char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto p = list(params, n), g = list(grads, n), s = list(state_sums, n), k = list(steps, n);
+  at::_fused_adagrad_(p, g, s, k, lr, lr_decay, weight_decay, eps, maximize);
   FULMEN_CXX_CATCH(err, err_len)
 }
 

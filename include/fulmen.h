@@ -5050,9 +5050,9 @@ struct fulmen_error *fulmen_optimizer_step_closure(struct fulmen_optimizer *opti
 
 /**
  * Turns `optimizer`'s fused updates on or off (torch's `fused=True`;
- * default off): SGD, Adam and AdamW then update all the parameters of a
- * group and device with one libtorch kernel (`_fused_sgd_`,
- * `_fused_adam_`, `_fused_adamw_`), where the default updates launch
+ * default off): SGD, Adam, AdamW and Adagrad then update all the
+ * parameters of a group and device with one libtorch kernel
+ * (`_fused_sgd_`, `_fused_adam_`, `_fused_adamw_`, `_fused_adagrad_`), where the default updates launch
  * several per parameter. The results are torch's fused ones, which differ
  * from the default updates in the last bits. The choice is saved in the
  * optimizer's state (every param group's `fused` entry, as torch), and a
@@ -5064,7 +5064,8 @@ struct fulmen_error *fulmen_optimizer_step_closure(struct fulmen_optimizer *opti
  * parameter that is not floating or lives on a device without fused
  * kernels: the CPU, CUDA and MPS have them).
  */
-struct fulmen_error *fulmen_optimizer_set_fused(struct fulmen_optimizer *optimizer, bool fused);
+struct fulmen_error *fulmen_optimizer_set_fused(struct fulmen_optimizer *optimizer,
+                                                bool fused);
 
 /**
  * Writes whether `optimizer`'s updates are fused.

@@ -227,9 +227,9 @@ func (o *Optimizer) SetLR(lr float64) error {
 	return err
 }
 
-// SetFused turns torch's fused updates (fused=True) on or off: SGD, Adam
-// and AdamW then update each parameter group and device with one libtorch
-// kernel. The choice is saved with the state, and a loaded state sets it,
+// SetFused turns torch's fused updates (fused=True) on or off: SGD, Adam,
+// AdamW and Adagrad then update each parameter group and device with one
+// libtorch kernel. The choice is saved with the state, and a loaded state sets it,
 // as in torch. Other kinds are ErrUnsupported.
 func (o *Optimizer) SetFused(fused bool) error {
 	err := check(C.fulmen_optimizer_set_fused(o.ptr(), C.bool(fused)))

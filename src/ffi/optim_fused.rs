@@ -1,13 +1,14 @@
-//! torch.optim's `fused=True` from C: the updates of SGD, Adam and AdamW
+//! torch.optim's `fused=True` from C: the updates of SGD, Adam, AdamW and
+//! Adagrad
 //! as one libtorch kernel per parameter group and device.
 use super::error::{fulmen_error, guard};
 use super::handle::{self, write_out};
 use super::optim::fulmen_optimizer;
 
 /// Turns `optimizer`'s fused updates on or off (torch's `fused=True`;
-/// default off): SGD, Adam and AdamW then update all the parameters of a
-/// group and device with one libtorch kernel (`_fused_sgd_`,
-/// `_fused_adam_`, `_fused_adamw_`), where the default updates launch
+/// default off): SGD, Adam, AdamW and Adagrad then update all the
+/// parameters of a group and device with one libtorch kernel
+/// (`_fused_sgd_`, `_fused_adam_`, `_fused_adamw_`, `_fused_adagrad_`), where the default updates launch
 /// several per parameter. The results are torch's fused ones, which differ
 /// from the default updates in the last bits. The choice is saved in the
 /// optimizer's state (every param group's `fused` entry, as torch), and a

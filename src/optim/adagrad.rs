@@ -96,7 +96,11 @@ impl Adagrad {
         &self.opts
     }
 
+    /// torch's `_single_tensor_adagrad` (`_fused_adagrad` when fused).
     fn update(&mut self) -> Result<()> {
+        if self.core.fused {
+            return super::fused::adagrad_step(&mut self.core, &self.opts);
+        }
         self.core.for_each_grad(&self.opts, |g, o, p, mut grad, st| {
             if !st.buffers.contains_key("sum") {
                 st.buffers.insert("sum", p.f_full_like(o.initial_accumulator_value)?);
@@ -115,4 +119,17 @@ impl Adagrad {
     }
 }
 
-super::optimizer_via_core!(Adagrad, "adagrad");
+super::optimizer_via_core!(Adagrad, "adagrad";
+    fn fused(&self) -> bool {
+        self.core.fused
+    }
+    fn set_fused(&mut self, fused: bool) -> Result<()> {
+        if fused {
+            for g in &self.core.groups {
+                super::fused::check_fusable(self.name(), &g.params)?;
+            }
+        }
+        self.core.fused = fused;
+        Ok(())
+    }
+);

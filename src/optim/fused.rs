@@ -1,8 +1,9 @@
 //! torch.optim's fused updates (`fused=True`: `_fused_adam`,
-//! `_fused_adamw`, `_fused_sgd`): one libtorch kernel per parameter group,
+//! `_fused_adamw`, `_fused_sgd`, `_fused_adagrad`): one libtorch kernel per parameter group,
 //! device and dtype over all its parameters, where the for-loop updates
 //! launch several per parameter. They give torch's fused results, which
 //! differ from the for-loop updates in the last bits (torch's do too).
+use super::adagrad::AdagradOptions;
 use super::adam::AdamOptions;
 use super::sgd::SgdOptions;
 use super::state::{Core, GroupOptions, ParamState};
@@ -197,6 +198,78 @@ pub(crate) fn sgd_step(core: &mut Core, defaults: &SgdOptions) -> Result<()> {
         }
         for (i, b) in new_buffers {
             core.state[i].get_or_insert_with(ParamState::default).buffers.insert("momentum_buffer", b);
+        }
+    }
+    Ok(())
+}
+
+/// torch's `_fused_adagrad` over every group. A parameter's sum starts at
+/// `initial_accumulator_value` on its first step with a gradient, as in
+/// the for-loop update.
+pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions) -> Result<()> {
+    let _guard = tch::no_grad_guard();
+    check_groups("adagrad", core)?;
+    core.sync_state_len();
+    let mut index = 0;
+    for g in &core.groups {
+        let o = defaults.of_group(g);
+        let mut buckets = Buckets::default();
+        // The sums the kernel starts join the state only once it succeeded.
+        let mut new_sums = Vec::new();
+        for p in &g.params {
+            let i = index;
+            index += 1;
+            let grad = p.grad();
+            if !grad.defined() {
+                continue;
+            }
+            let st = core.state[i].get_or_insert_with(ParamState::default);
+            let sum = match st.buffers.get("sum") {
+                Some(s) => s.shallow_clone(),
+                None => {
+                    let s = p.f_full_like(o.initial_accumulator_value)?;
+                    new_sums.push((i, s.shallow_clone()));
+                    s
+                }
+            };
+            let step = Tensor::f_scalar_tensor(st.step + 1.0, (Kind::Float, p.device()))?;
+            buckets.push(vec![p.shallow_clone(), grad, sum, step]);
+        }
+        for lists in &buckets.lists {
+            let n = lists[0].len();
+            let [params, grads, sums, steps] = [0, 1, 2, 3].map(|j| ptrs(&lists[j]));
+            // SAFETY: every list holds `n` live tensors for the call's length.
+            call("fused Adagrad update", |err, len| unsafe {
+                shim::fulmen_cxx_fused_adagrad(
+                    params.as_ptr(),
+                    grads.as_ptr(),
+                    sums.as_ptr(),
+                    steps.as_ptr(),
+                    n,
+                    g.lr,
+                    o.lr_decay,
+                    g.weight_decay,
+                    o.eps,
+                    o.maximize,
+                    err,
+                    len,
+                )
+            })?;
+        }
+        for (i, s) in new_sums {
+            core.state[i].get_or_insert_with(ParamState::default).buffers.insert("sum", s);
+        }
+    }
+    // Counted once every kernel ran (a failed call leaves the steps alone).
+    let mut index = 0;
+    for g in &core.groups {
+        for p in &g.params {
+            if p.grad().defined() {
+                if let Some(st) = core.state[index].as_mut() {
+                    st.step += 1.0;
+                }
+            }
+            index += 1;
         }
     }
     Ok(())

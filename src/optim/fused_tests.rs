@@ -3,13 +3,18 @@
 //! and what they refuse. Reference: `test_util`'s Python `run` with
 //! `fused=True` added to the options below.
 use super::test_util::{values, Model};
-use super::{Adam, AdamOptions, AdamW, Lbfgs, LbfgsOptions, Optimizer, RmsProp, RmsPropOptions, Sgd, SgdOptions};
+use super::{
+    Adagrad, AdagradOptions, Adam, AdamOptions, AdamW, Lbfgs, LbfgsOptions, Optimizer, RmsProp, RmsPropOptions, Sgd,
+    SgdOptions,
+};
 use crate::error::ErrorCode;
 use tch::{Kind, Tensor};
 
 // Adam(lr=0.1, amsgrad=True, weight_decay=0.1), AdamW(lr=0.1,
 // weight_decay=0.1), SGD(lr=0.1, momentum=0.9, nesterov=True,
-// weight_decay=0.01).
+// weight_decay=0.01), Adagrad(lr=0.1, lr_decay=0.01, weight_decay=0.1,
+// initial_accumulator_value=0.1) and Adagrad(lr=0.1, eps=1e-3,
+// maximize=True).
 const ADAM_FUSED: [[f64; 4]; 5] = [
     [0.9000000357627869, -1.899999976158142, 2.9000000953674316, 0.4000000059604645],
     [0.8003653287887573, -1.8001573085784912, 2.8000991344451904, 0.301723837852478],
@@ -30,6 +35,20 @@ const SGD_FUSED: [[f64; 4]; 5] = [
     [0.254717081785202, 0.33391422033309937, -1.1836878061294556, -0.07375957071781158],
     [-0.0027388432063162327, 0.7863574028015137, -1.421301007270813, -0.039868224412202835],
     [-0.22076979279518127, 0.9736514091491699, -1.1729718446731567, 0.034389764070510864],
+];
+const ADAGRAD_FUSED: [[f64; 4]; 5] = [
+    [0.9033012390136719, -1.9002572298049927, 2.9000542163848877, 0.4017874598503113],
+    [0.8378392457962036, -1.832066297531128, 2.8312203884124756, 0.3427666127681732],
+    [0.7863211631774902, -1.7777671813964844, 2.7761335372924805, 0.3003087341785431],
+    [0.7431575059890747, -1.7317522764205933, 2.729259490966797, 0.26757848262786865],
+    [0.7057197093963623, -1.691402792930603, 2.688009262084961, 0.24142104387283325],
+];
+const ADAGRAD_MAX_FUSED: [[f64; 4]; 5] = [
+    [1.0999091863632202, -2.0999763011932373, 3.099989175796509, 0.5999375581741333],
+    [1.173576831817627, -2.17229962348938, 3.1718077659606934, 0.6779901385307312],
+    [1.2351669073104858, -2.232144594192505, 3.23099422454834, 0.7449793815612793],
+    [1.2894071340560913, -2.2844808101654053, 3.2826054096221924, 0.8048501014709473],
+    [1.3385591506958008, -2.331660747528076, 3.329026699066162, 0.8595988750457764],
 ];
 
 fn f32_rows(rows: &[[f64; 4]; 5]) -> Vec<Vec<f64>> {
@@ -55,6 +74,27 @@ fn fused_updates_equal_torchs_bit_for_bit() {
     let m = Model::new(Kind::Float);
     let o = SgdOptions { lr: 0.1, momentum: 0.9, nesterov: true, weight_decay: 0.01, ..Default::default() };
     assert_eq!(fused(Box::new(Sgd::new(m.params(), o).unwrap()), &m), f32_rows(&SGD_FUSED));
+    let m = Model::new(Kind::Float);
+    let o = AdagradOptions {
+        lr: 0.1,
+        lr_decay: 0.01,
+        weight_decay: 0.1,
+        initial_accumulator_value: 0.1,
+        ..Default::default()
+    };
+    assert_eq!(fused(Box::new(Adagrad::new(m.params(), o).unwrap()), &m), f32_rows(&ADAGRAD_FUSED));
+    let m = Model::new(Kind::Float);
+    let o = AdagradOptions { lr: 0.1, eps: 1e-3, maximize: true, ..Default::default() };
+    assert_eq!(fused(Box::new(Adagrad::new(m.params(), o).unwrap()), &m), f32_rows(&ADAGRAD_MAX_FUSED));
+    // The state torch keeps: the step count and the sum, under `fused`.
+    let mut a = Adagrad::new(m.params(), o).unwrap();
+    a.set_fused(true).unwrap();
+    m.train_step(&mut a);
+    let state = a.state_dict().unwrap();
+    let get = |k: &str| state.iter().find(|(n, _)| n == k).map(|(_, t)| t.double_value(&[]));
+    assert_eq!(get("state.0.step"), Some(1.0));
+    assert_eq!(get("param_groups.0.fused"), Some(1.0));
+    assert!(state.iter().any(|(n, _)| n == "state.0.sum"));
 }
 
 #[test]

@@ -230,7 +230,7 @@ pub trait Optimizer: Send {
     }
 
     /// torch's `fused=True`: whether the updates run as one libtorch
-    /// kernel per group and device (SGD, Adam and AdamW). Saved with the
+    /// kernel per group and device (SGD, Adam, AdamW, Adagrad). Saved with the
     /// state as every group's `fused` entry, and, as in torch, taken from
     /// a loaded state.
     fn fused(&self) -> bool {
@@ -244,7 +244,7 @@ pub trait Optimizer: Send {
         if fused {
             return Err(Error::new(
                 crate::error::ErrorCode::Unsupported,
-                format!("{} has no fused updates (SGD, Adam and AdamW have)", self.name()),
+                format!("{} has no fused updates (SGD, Adam, AdamW and Adagrad have)", self.name()),
             ));
         }
         Ok(())

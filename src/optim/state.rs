@@ -107,7 +107,7 @@ pub(crate) struct Core {
 
 /// Whether optimizer `kind` has fused updates (`src/optim/fused.rs`).
 pub(crate) fn fusable(kind: &str) -> bool {
-    matches!(kind, "sgd" | "adam" | "adamw")
+    matches!(kind, "sgd" | "adam" | "adamw" | "adagrad")
 }
 
 /// What `Core::parse` read from a state dict, applied by `Core::commit`.
@@ -355,7 +355,7 @@ impl Core {
                 Some(v) if v == 1.0 && fusable(kind) => fused_groups.push(true),
                 Some(v) => {
                     return Err(Error::format(format!(
-                        "{kind} state dict: group {g} has 'fused' {v} (only SGD, Adam and AdamW have fused updates, \
+                        "{kind} state dict: group {g} has 'fused' {v} (only SGD, Adam, AdamW and Adagrad have fused updates, \
                          written as 1)"
                     )))
                 }

@@ -36,4 +36,18 @@ extern "C" {
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;
+    pub(crate) fn fulmen_cxx_fused_adagrad(
+        params: *const *mut c_void,
+        grads: *const *mut c_void,
+        state_sums: *const *mut c_void,
+        steps: *const *mut c_void,
+        n: size_t,
+        lr: f64,
+        lr_decay: f64,
+        weight_decay: f64,
+        eps: f64,
+        maximize: bool,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
 }

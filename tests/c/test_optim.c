@@ -1170,7 +1170,7 @@ static void test_scheduler_errors(void) {
  * none. */
 static void test_fused(void) {
     const float start[3] = {1.0f, -2.0f, 0.5f}, a[3] = {0.3f, -0.7f, 1.1f};
-    for (int kind = 0; kind < 3; kind++) {
+    for (int kind = 0; kind < 4; kind++) {
         fulmen_tensor *p[2] = {param(start, 3), param(start, 3)};
         fulmen_optimizer *o[2] = {NULL, NULL};
         for (int k = 0; k < 2; k++) {
@@ -1181,6 +1181,12 @@ static void test_fused(void) {
                 s.momentum = 0.9;
                 s.nesterov = true;
                 CHECK_OK(fulmen_optimizer_sgd_new(NULL, ps, 1, &s, &o[k]));
+            } else if (kind == 3) {
+                fulmen_adagrad_options g = fulmen_adagrad_options_default();
+                g.lr = 0.1;
+                g.lr_decay = 0.01;
+                g.initial_accumulator_value = 0.1;
+                CHECK_OK(fulmen_optimizer_adagrad_new(NULL, ps, 1, &g, &o[k]));
             } else {
                 fulmen_adam_options d = kind == 1 ? fulmen_adam_options_default() : fulmen_adamw_options_default();
                 d.lr = 0.05;

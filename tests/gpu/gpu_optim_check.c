@@ -6,8 +6,8 @@
  * update is a lerp): a run resumed from its checkpoint ends as an
  * uninterrupted one, and a never-updated average gives back the starting
  * weights; the batch size finder against real CUDA out-of-memory errors
- * (a 2 -> 2^20 -> 2 MLP whose activations outgrow the GPU); fused AdamW
- * and SGD (torch's fused=True kernels on cuda:0) within float rounding of
+ * (a 2 -> 2^20 -> 2 MLP whose activations outgrow the GPU); fused AdamW,
+ * SGD and Adagrad (torch's fused=True kernels on cuda:0) within float rounding of
  * the same fused steps on the CPU. Without a GPU
  * it says so and exits with 77 (skipped).
  *
@@ -102,7 +102,8 @@ static void test_lbfgs_host_loop(void) {
 
 /* ------------------------------------------------- fused updates on cuda */
 
-/* Eight fused steps of AdamW (kind 0) or SGD with momentum (kind 1) on a
+/* Eight fused steps of AdamW (kind 0), SGD with momentum (kind 1) or
+ * Adagrad with lr_decay (kind 2) on a
  * 2-32-2 MLP from the same weights and batch on `device_type`; returns
  * the model on the CPU. */
 static fulmen_model *fused_run(int32_t device_type, int kind) {
@@ -127,11 +128,16 @@ static fulmen_model *fused_run(int32_t device_type, int kind) {
         fulmen_adam_options o = fulmen_adamw_options_default();
         o.lr = 0.01;
         CHECK_OK(fulmen_optimizer_adamw_new(m, NULL, 0, &o, &opt));
-    } else {
+    } else if (kind == 1) {
         fulmen_sgd_options o = fulmen_sgd_options_default();
         o.lr = 0.1;
         o.momentum = 0.9;
         CHECK_OK(fulmen_optimizer_sgd_new(m, NULL, 0, &o, &opt));
+    } else {
+        fulmen_adagrad_options o = fulmen_adagrad_options_default();
+        o.lr = 0.05;
+        o.lr_decay = 0.01;
+        CHECK_OK(fulmen_optimizer_adagrad_new(m, NULL, 0, &o, &opt));
     }
     CHECK_OK(fulmen_optimizer_set_fused(opt, true));
     for (int step = 0; step < 8; step++) {
@@ -154,8 +160,8 @@ static fulmen_model *fused_run(int32_t device_type, int kind) {
 }
 
 static void test_fused_updates(void) {
-    const char *names[2] = {"AdamW", "SGD (momentum 0.9)"};
-    for (int kind = 0; kind < 2; kind++) {
+    const char *names[3] = {"AdamW", "SGD (momentum 0.9)", "Adagrad (lr_decay 0.01)"};
+    for (int kind = 0; kind < 3; kind++) {
         fulmen_model *cpu = fused_run(FULMEN_DEVICE_TYPE_CPU, kind);
         fulmen_model *gpu = fused_run(FULMEN_DEVICE_TYPE_CUDA, kind);
         double diff = fixture_max_diff(cpu, gpu);

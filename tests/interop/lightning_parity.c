@@ -76,6 +76,9 @@
  *   fused_sgd: SGD (lr 0.1, momentum 0.9) with fused updates, StepLR
  *             (step_size 1, gamma 0.5) per epoch, gradient_clip_val 0.5
  *             by norm;
+ *   fused_adagrad: Adagrad (lr 0.05, lr_decay 0.01,
+ *             initial_accumulator_value 0.1) with fused updates, StepLR
+ *             (step_size 1, gamma 0.5) per epoch; no clipping;
  *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
  *             learning-rate range test (1e-5 to 1 over 30 steps) writes
  *             "lr loss" per step to LOSSES, then "suggestion lr".
@@ -454,9 +457,18 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
             return e;
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_EPOCH, 1, "val_loss");
-    } else if (strcmp(job->config, "groups") == 0 || strcmp(job->config, "fused") == 0) {
+    } else if (strcmp(job->config, "groups") == 0 || strcmp(job->config, "fused") == 0 ||
+               strcmp(job->config, "fused_adagrad") == 0) {
         if (strcmp(job->config, "groups") == 0) {
             e = adamw_groups(job->model, &opt);
+        } else if (strcmp(job->config, "fused_adagrad") == 0) {
+            fulmen_adagrad_options o = fulmen_adagrad_options_default();
+            o.lr = 0.05;
+            o.lr_decay = 0.01;
+            o.initial_accumulator_value = 0.1;
+            e = fulmen_optimizer_adagrad_new(job->model, NULL, 0, &o, &opt);
+            if (!e) e = fulmen_optimizer_set_fused(opt, true);
+            if (e) fulmen_optimizer_free(opt);
         } else {
             fulmen_adam_options o = fulmen_adamw_options_default();
             o.lr = 0.01;
@@ -542,7 +554,7 @@ int main(int argc, char **argv) {
         strcmp(job.config, "onecycle_groups") != 0 && strcmp(job.config, "cyclic_groups") != 0 &&
         strcmp(job.config, "lbfgs") != 0 && strcmp(job.config, "lbfgs_wolfe") != 0 &&
         strcmp(job.config, "lbfgs_manual") != 0 && strcmp(job.config, "fused") != 0 &&
-        strcmp(job.config, "fused_sgd") != 0 && !validating) {
+        strcmp(job.config, "fused_sgd") != 0 && strcmp(job.config, "fused_adagrad") != 0 && !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;
     }

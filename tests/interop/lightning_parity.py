@@ -92,10 +92,11 @@ CONFIGS = {
     # opt.step(closure) itself (zero_grad and manual_backward in the
     # closure) and steps StepLR after the epoch's last batch.
     "lbfgs_manual": ("lbfgs", (1, 0.5), "epoch", 1, None, "norm", 1),
-    # torch's fused updates (fused=True): AdamW, and SGD with momentum and
-    # clipping.
+    # torch's fused updates (fused=True): AdamW, SGD with momentum and
+    # clipping, and Adagrad with lr_decay and a starting sum.
     "fused": ("adamw_fused", (1, 0.5), "epoch", 1, None, "norm", 1),
     "fused_sgd": ("sgd_fused", (1, 0.5), "epoch", 1, 0.5, "norm", 1),
+    "fused_adagrad": ("adagrad_fused", (1, 0.5), "epoch", 1, None, "norm", 1),
     # Weight averaging: validation (and so ReduceLROnPlateau) sees the
     # averaged weights. EMA (decay 0.9) every 2nd step from step 3 and at
     # every epoch end from epoch 2; SWA (equal average) every step.
@@ -193,6 +194,10 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
                 opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
             elif optimizer == "sgd_fused":
                 opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9, fused=True)
+            elif optimizer == "adagrad_fused":
+                opt = torch.optim.Adagrad(
+                    self.parameters(), lr=0.05, lr_decay=0.01, initial_accumulator_value=0.1, fused=True
+                )
             elif optimizer == "adamw_fused":
                 opt = torch.optim.AdamW(self.parameters(), lr=0.01, weight_decay=0.01, fused=True)
             elif optimizer == "sgd_groups":

@@ -13,8 +13,8 @@ const FLAGS: &[&str] = &["amsgrad", "maximize", "nesterov", "centered", "decoupl
 
 /// Group entries of torch's implementation choices (foreach, fused,
 /// capturable and differentiable kernels). fulmen runs its one
-/// implementation whatever they say, except `fused` of SGD, Adam and
-/// AdamW (the optimizer's fused updates): the others are dropped when read
+/// implementation whatever they say, except `fused` of SGD, Adam, AdamW
+/// and Adagrad (the optimizer's fused updates): the others are dropped when read
 /// and written with torch's defaults.
 const KERNEL_CHOICES: &[&str] = &["foreach", "capturable", "differentiable", "fused"];
 
@@ -244,9 +244,11 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
     for (g, group) in groups.iter().enumerate() {
         let gwhat = format!("{what}.param_groups[{g}]");
         let group_entries = entries(group, &gwhat)?;
-        // SGD's and Adam's / AdamW's groups (whose fused updates fulmen has).
-        let fusable =
-            group_entries.iter().any(|(k, _)| matches!(k, Value::Str(s) if s == "amsgrad" || s == "nesterov"));
+        // SGD's, Adam's / AdamW's and Adagrad's groups (whose fused updates
+        // fulmen has), known by an entry only their kind has.
+        let fusable = group_entries
+            .iter()
+            .any(|(k, _)| matches!(k, Value::Str(s) if s == "amsgrad" || s == "nesterov" || s == "lr_decay"));
         for (k, x) in group_entries {
             let Value::Str(k) = k else {
                 return Err(Error::format(format!("{gwhat} has a key that is not a string")));

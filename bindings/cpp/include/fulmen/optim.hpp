@@ -224,7 +224,7 @@ public:
 
     /// Updates every parameter that has a gradient.
     void step() { check(fulmen_optimizer_step(get())); }
-    /// torch's `fused=True` for SGD, Adam and AdamW: one libtorch kernel
+    /// torch's `fused=True` for SGD, Adam, AdamW and Adagrad: one libtorch kernel
     /// per param group and device (saved with the state, as in torch).
     Optimizer& set_fused(bool fused = true) {
         check(fulmen_optimizer_set_fused(get(), fused));
