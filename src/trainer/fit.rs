@@ -670,24 +670,16 @@ fn fit_run(
         }
     }
     run.simple(Hook::FitStart)?;
-    if data.validating() {
-        let sanity = if opts.fast_dev_run > 0 { 0 } else { opts.num_sanity_val_steps };
-        let record = validates_in(opts, load_epoch);
-        if sanity != 0 && data.prepare_vals(&mut *run.module, &run.strategy, load_epoch, record)? {
-            run.state.num_val_batches = count_val_batches(opts, &data.vals());
-        }
-        let vals = data.vals();
-        if sanity != 0 && !vals.is_empty() {
-            run.state.sanity_checking = true;
-            run.simple(Hook::SanityCheckStart)?;
-            let limit = if sanity < 0 { None } else { Some(sanity as usize) };
-            let saved = run.state.callback_metrics.clone();
-            run_validation(run, opts, &vals, limit)?;
-            run.state.callback_metrics = saved;
-            run.state.progress_metrics.clear();
-            run.simple(Hook::SanityCheckEnd)?;
-            run.state.sanity_checking = false;
-        }
+    let sanity = if opts.fast_dev_run > 0 { 0 } else { opts.num_sanity_val_steps };
+    if data.validating() && sanity != 0 {
+        // Lightning's isolate_rng: what the sanity check (with the
+        // val_dataloader hook it calls) draws from the CPU's generator, or
+        // CUDA's, leaves training's random numbers as they would be
+        // without it.
+        let rng = RngSnapshot::take(&run.strategy)?;
+        let checked = sanity_check(run, opts, data, load_epoch, sanity);
+        rng.restore(&run.strategy)?;
+        checked?;
     }
     run.simple(Hook::TrainStart)?;
     run.refresh_learning_rates();
@@ -959,4 +951,65 @@ pub(super) fn run_validation(
         .collect();
     let log_step = (!run.state.sanity_checking).then(|| run.state.batches_stepped.max(1) - 1);
     super::eval_loop::evaluate(run, Stage::Validate, vals, &limits, log_step).map(|_| ())
+}
+
+/// The sanity check: `sanity` batches (all when negative) of each
+/// validation loader, the val_dataloader hook called first when the
+/// module gives the loaders; metrics and progress are left as they were.
+fn sanity_check(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    data: &mut FitData<'_>,
+    load_epoch: i64,
+    sanity: i64,
+) -> Result<()> {
+    let record = validates_in(opts, load_epoch);
+    if data.prepare_vals(&mut *run.module, &run.strategy, load_epoch, record)? {
+        run.state.num_val_batches = count_val_batches(opts, &data.vals());
+    }
+    let vals = data.vals();
+    if vals.is_empty() {
+        return Ok(());
+    }
+    run.state.sanity_checking = true;
+    run.simple(Hook::SanityCheckStart)?;
+    let limit = if sanity < 0 { None } else { Some(sanity as usize) };
+    let saved = run.state.callback_metrics.clone();
+    run_validation(run, opts, &vals, limit)?;
+    run.state.callback_metrics = saved;
+    run.state.progress_metrics.clear();
+    run.simple(Hook::SanityCheckEnd)?;
+    run.state.sanity_checking = false;
+    Ok(())
+}
+
+/// The CPU's random state and, on CUDA, the root device's (Lightning's
+/// `isolate_rng` takes CUDA's only), put back by `restore`.
+struct RngSnapshot {
+    cpu: Tensor,
+    device: Option<Tensor>,
+}
+
+impl RngSnapshot {
+    /// Copies the generators' states.
+    fn take(strategy: &super::strategy::RunStrategy) -> Result<Self> {
+        Ok(RngSnapshot {
+            cpu: crate::tensor::runtime::cpu_rng_state().ctx("the random state")?,
+            device: match strategy.root_device() {
+                crate::tensor::device::Device::Cuda(_) => {
+                    strategy.device_rng_state().ctx("the device's random state")?
+                }
+                _ => None,
+            },
+        })
+    }
+
+    /// Puts the copied states back.
+    fn restore(&self, strategy: &super::strategy::RunStrategy) -> Result<()> {
+        crate::tensor::runtime::set_cpu_rng_state(&self.cpu).ctx("restoring the random state")?;
+        if let Some(d) = &self.device {
+            strategy.set_device_rng_state(d).ctx("restoring the device's random state")?;
+        }
+        Ok(())
+    }
 }

@@ -26,7 +26,19 @@ typedef struct {
     int32_t stages_seen; /* bit per fulmen_stage */
     const char *scheduler; /* NULL, "step", "plateau", "plateau-missing" */
     int64_t estimated;     /* estimated_stepping_batches seen by configure_optimizers (-1: unbounded) */
+    bool draws;            /* validation_step draws random numbers; training_step records its first one */
+    double first_draw;     /* training's first random number */
 } fixture;
+
+/* One number from the global generator. */
+static double draw(void) {
+    const int64_t shape[1] = {1};
+    fulmen_tensor *r = NULL;
+    CHECK_OK(fulmen_tensor_rand(shape, 1, FULMEN_DTYPE_F32, &r));
+    double v = check_item(r);
+    fulmen_tensor_free(r);
+    return v;
+}
 
 static fulmen_error *loss_of(fixture *f, const fulmen_batch *batch, fulmen_tensor **logits, fulmen_tensor **loss) {
     fulmen_tensor *x = NULL, *y = NULL, *none = NULL;
@@ -55,6 +67,7 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
     fixture *f = ud;
     f->train_calls++;
     record(f, ctx);
+    if (f->draws && f->train_calls == 1) f->first_draw = draw();
     if (f->last_step == f->fail_at_step) return fulmen_error_new(FULMEN_CODE_CALLBACK, "host refused this batch");
     if (f->leave_loss_null) return NULL;
     fulmen_tensor *logits = NULL, *loss = NULL;
@@ -84,6 +97,7 @@ static fulmen_error *validation_step(void *ud, fulmen_step_context *ctx, const f
     fixture *f = ud;
     f->val_calls++;
     record(f, ctx);
+    if (f->draws) (void)draw();
     fulmen_tensor *logits = NULL, *loss = NULL, *pred = NULL, *y = NULL, *hit = NULL, *hitf = NULL, *acc = NULL;
     fulmen_error *e = loss_of(f, batch, &logits, &loss);
     if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
@@ -541,12 +555,38 @@ static void test_estimated_stepping_batches(void) {
     fulmen_dataset_free(ds);
 }
 
+/* The sanity check leaves the random state as it found it (Lightning's
+ * isolate_rng): a validation_step that draws random numbers does not
+ * change what training draws. */
+static void test_sanity_check_keeps_the_random_state(void) {
+    double first[2] = {-1, -2};
+    for (int run = 0; run < 2; run++) {
+        fulmen_dataset *train = blobs(64, 1), *val = blobs(32, 2);
+        fulmen_loader *tl = loader(train, 32, true), *vl = loader(val, 16, false);
+        fixture f = {.model = mlp(), .fail_at_step = -1, .draws = true};
+        fulmen_lightning_module *m = module_for(&f);
+        fulmen_trainer *t = trainer_with(root, 1, "num_sanity_val_steps", run == 0 ? "0" : "2");
+        CHECK_OK(fulmen_trainer_fit(t, m, tl, vl, NULL));
+        CHECK(f.val_calls == (run == 0 ? 2 : 4)); /* the sanity check ran in the second */
+        first[run] = f.first_draw;
+        fulmen_trainer_free(t);
+        fulmen_lightning_module_free(m);
+        fulmen_model_free(f.model);
+        fulmen_loader_free(tl);
+        fulmen_loader_free(vl);
+        fulmen_dataset_free(train);
+        fulmen_dataset_free(val);
+    }
+    CHECK(first[0] == first[1]);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/fulmen-test-trainer-%d", (int)getpid());
     mkdir(root, 0755);
     test_fit_validate_test_predict();
     test_limits();
     test_estimated_stepping_batches();
+    test_sanity_check_keeps_the_random_state();
     test_callback_failures();
     test_schedulers_in_fit();
     test_keep_inside_step();
