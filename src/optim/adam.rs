@@ -248,13 +248,8 @@ macro_rules! impl_optimizer {
                 self.0.core.fused
             }
             fn set_fused(&mut self, fused: bool) -> Result<()> {
-                if fused {
-                    for g in &self.0.core.groups {
-                        super::fused::check_fusable(self.name(), &g.params)?;
-                    }
-                }
-                self.0.core.fused = fused;
-                Ok(())
+                let kind = self.name();
+                super::fused::set_fused(&mut self.0.core, kind, fused)
             }
             fn check_group(&self, group: &ParamGroup) -> Result<()> {
                 self.0.opts.of_group(group).validate()

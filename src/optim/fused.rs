@@ -61,6 +61,16 @@ pub(crate) fn check_fusable(kind: &str, params: &[Tensor]) -> Result<()> {
     Ok(())
 }
 
+/// `Optimizer::set_fused` of the kinds with fused updates: turning them on
+/// checks every parameter first.
+pub(crate) fn set_fused(core: &mut Core, kind: &str, fused: bool) -> Result<()> {
+    if fused {
+        check_groups(kind, core)?;
+    }
+    core.fused = fused;
+    Ok(())
+}
+
 /// Checks every group before any is updated (a state loaded with `fused`
 /// set was not checked against the parameters).
 fn check_groups(kind: &str, core: &Core) -> Result<()> {

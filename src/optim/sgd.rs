@@ -150,13 +150,8 @@ super::optimizer_via_core!(Sgd, "sgd";
         self.core.fused
     }
     fn set_fused(&mut self, fused: bool) -> Result<()> {
-        if fused {
-            for g in &self.core.groups {
-                super::fused::check_fusable(self.name(), &g.params)?;
-            }
-        }
-        self.core.fused = fused;
-        Ok(())
+        let kind = self.name();
+        super::fused::set_fused(&mut self.core, kind, fused)
     }
 );
 
