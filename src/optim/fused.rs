@@ -12,25 +12,30 @@ use crate::shim::{self, call};
 use libc::c_void;
 use tch::{Device, Kind, Tensor};
 
-/// The tensors of one kernel call, list by list, for one device and dtype.
+/// The tensors of one kernel call, list by list, for one device and dtype,
+/// with the state index of each row's parameter.
 #[derive(Default)]
 struct Buckets {
     keys: Vec<(Device, Kind)>,
     lists: Vec<Vec<Vec<Tensor>>>,
+    ids: Vec<Vec<usize>>,
 }
 
 impl Buckets {
-    /// Adds one parameter's row of tensors (the parameter first).
-    fn push(&mut self, row: Vec<Tensor>) {
+    /// Adds the row of tensors of the parameter at state index `id` (the
+    /// parameter first).
+    fn push(&mut self, id: usize, row: Vec<Tensor>) {
         let key = (row[0].device(), row[0].kind());
         let b = match self.keys.iter().position(|k| *k == key) {
             Some(b) => b,
             None => {
                 self.keys.push(key);
                 self.lists.push((0..row.len()).map(|_| Vec::new()).collect());
+                self.ids.push(Vec::new());
                 self.keys.len() - 1
             }
         };
+        self.ids[b].push(id);
         for (list, t) in self.lists[b].iter_mut().zip(row) {
             list.push(t);
         }
@@ -98,13 +103,13 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
             let exp_avg = st.buffer_or_zeros("exp_avg", p)?.shallow_clone();
             let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?.shallow_clone();
             let max = if o.amsgrad { Some(st.buffer_or_zeros("max_exp_avg_sq", p)?.shallow_clone()) } else { None };
-            st.step += 1.0;
             // torch keeps a fused optimizer's step as a float32 tensor on
-            // the parameter's device; the kernel reads it there.
-            let step = Tensor::f_scalar_tensor(st.step, (Kind::Float, p.device()))?;
-            buckets.push([p.shallow_clone(), grad, exp_avg, exp_avg_sq, step].into_iter().chain(max).collect());
+            // the parameter's device; the kernel reads it there. It counts
+            // in the state once the kernel succeeded.
+            let step = Tensor::f_scalar_tensor(st.step + 1.0, (Kind::Float, p.device()))?;
+            buckets.push(i, [p.shallow_clone(), grad, exp_avg, exp_avg_sq, step].into_iter().chain(max).collect());
         }
-        for lists in &buckets.lists {
+        for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
             let n = lists[0].len();
             let [params, grads, exp_avgs, exp_avg_sqs, steps] = [0, 1, 2, 3, 4].map(|j| ptrs(&lists[j]));
             let max = lists.get(5).map(|l| ptrs(l));
@@ -131,6 +136,11 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
                     len,
                 )
             })?;
+            for &i in ids {
+                if let Some(st) = core.state[i].as_mut() {
+                    st.step += 1.0;
+                }
+            }
         }
     }
     Ok(())
@@ -180,7 +190,7 @@ pub(crate) fn sgd_step(core: &mut Core, defaults: &SgdOptions) -> Result<()> {
                 };
                 row.push(buffer);
             }
-            buckets.push(row);
+            buckets.push(i, row);
         }
         for lists in &buckets.lists {
             let n = lists[0].len();
@@ -215,7 +225,9 @@ pub(crate) fn sgd_step(core: &mut Core, defaults: &SgdOptions) -> Result<()> {
 
 /// torch's `_fused_adagrad` over every group. A parameter's sum starts at
 /// `initial_accumulator_value` on its first step with a gradient, as in
-/// the for-loop update.
+/// the for-loop update; each kernel call's parameters get their new sums
+/// and step counts once that call succeeded, so a failed call leaves the
+/// state of the parameters it did not update as it was.
 pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions) -> Result<()> {
     let _guard = tch::no_grad_guard();
     check_groups("adagrad", core)?;
@@ -224,8 +236,6 @@ pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions) -> Result
     for g in &core.groups {
         let o = defaults.of_group(g);
         let mut buckets = Buckets::default();
-        // The sums the kernel starts join the state only once it succeeded.
-        let mut new_sums = Vec::new();
         for p in &g.params {
             let i = index;
             index += 1;
@@ -233,19 +243,16 @@ pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions) -> Result
             if !grad.defined() {
                 continue;
             }
-            let st = core.state[i].get_or_insert_with(ParamState::default);
-            let sum = match st.buffers.get("sum") {
+            let st = core.state[i].as_ref();
+            let sum = match st.and_then(|st| st.buffers.get("sum")) {
                 Some(s) => s.shallow_clone(),
-                None => {
-                    let s = p.f_full_like(o.initial_accumulator_value)?;
-                    new_sums.push((i, s.shallow_clone()));
-                    s
-                }
+                None => p.f_full_like(o.initial_accumulator_value)?,
             };
-            let step = Tensor::f_scalar_tensor(st.step + 1.0, (Kind::Float, p.device()))?;
-            buckets.push(vec![p.shallow_clone(), grad, sum, step]);
+            let done = st.map_or(0.0, |st| st.step);
+            let step = Tensor::f_scalar_tensor(done + 1.0, (Kind::Float, p.device()))?;
+            buckets.push(i, vec![p.shallow_clone(), grad, sum, step]);
         }
-        for lists in &buckets.lists {
+        for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
             let n = lists[0].len();
             let [params, grads, sums, steps] = [0, 1, 2, 3].map(|j| ptrs(&lists[j]));
             // SAFETY: every list holds `n` live tensors for the call's length.
@@ -265,21 +272,11 @@ pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions) -> Result
                     len,
                 )
             })?;
-        }
-        for (i, s) in new_sums {
-            core.state[i].get_or_insert_with(ParamState::default).buffers.insert("sum", s);
-        }
-    }
-    // Counted once every kernel ran (a failed call leaves the steps alone).
-    let mut index = 0;
-    for g in &core.groups {
-        for p in &g.params {
-            if p.grad().defined() {
-                if let Some(st) = core.state[index].as_mut() {
-                    st.step += 1.0;
-                }
+            for (&i, sum) in ids.iter().zip(&lists[2]) {
+                let st = core.state[i].get_or_insert_with(ParamState::default);
+                st.buffers.entry("sum").or_insert_with(|| sum.shallow_clone());
+                st.step += 1.0;
             }
-            index += 1;
         }
     }
     Ok(())

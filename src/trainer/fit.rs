@@ -678,8 +678,9 @@ fn fit_run(
         // without it.
         let rng = RngSnapshot::take(&run.strategy)?;
         let checked = sanity_check(run, opts, data, load_epoch, sanity);
-        rng.restore(&run.strategy)?;
+        let restored = rng.restore(&run.strategy);
         checked?;
+        restored?;
     }
     run.simple(Hook::TrainStart)?;
     run.refresh_learning_rates();
@@ -983,8 +984,10 @@ fn sanity_check(
     Ok(())
 }
 
-/// The CPU's random state and, on CUDA, the root device's (Lightning's
-/// `isolate_rng` takes CUDA's only), put back by `restore`.
+/// The CPU's random state and, on CUDA, the root device's, put back by
+/// `restore`. Lightning's `isolate_rng` takes every visible CUDA device's
+/// (and Python's and NumPy's); a rank here draws on its root device only.
+/// Other device types are left alone, as there.
 struct RngSnapshot {
     cpu: Tensor,
     device: Option<Tensor>,
