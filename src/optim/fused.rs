@@ -82,32 +82,46 @@ fn check_groups(kind: &str, core: &Core) -> Result<()> {
     core.groups.iter().try_for_each(|g| check_fusable(kind, &g.params))
 }
 
+/// Checks the groups, then lists each group's parameters that have a
+/// gradient, with their state index (the walk of `Core::for_each_grad`,
+/// without the per-parameter update).
+fn rows_with_grads(kind: &str, core: &mut Core) -> Result<Vec<Vec<(usize, Tensor, Tensor)>>> {
+    check_groups(kind, core)?;
+    core.sync_state_len();
+    let mut index = 0;
+    let mut out = Vec::with_capacity(core.groups.len());
+    for g in &core.groups {
+        let mut rows = Vec::new();
+        for p in &g.params {
+            let grad = p.grad();
+            if grad.defined() {
+                rows.push((index, p.shallow_clone(), grad));
+            }
+            index += 1;
+        }
+        out.push(rows);
+    }
+    Ok(out)
+}
+
 /// torch's `_fused_adam` (`decoupled`: `_fused_adamw`) over every group.
 pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool) -> Result<()> {
     let kind = if decoupled { "adamw" } else { "adam" };
     let _guard = tch::no_grad_guard();
-    check_groups(kind, core)?;
-    core.sync_state_len();
-    let mut index = 0;
-    for g in &core.groups {
+    let groups = rows_with_grads(kind, core)?;
+    for (g, rows) in core.groups.iter().zip(groups) {
         let o = defaults.of_group(g);
         let mut buckets = Buckets::default();
-        for p in &g.params {
-            let i = index;
-            index += 1;
-            let grad = p.grad();
-            if !grad.defined() {
-                continue;
-            }
+        for (i, p, grad) in rows {
             let st = core.state[i].get_or_insert_with(ParamState::default);
-            let exp_avg = st.buffer_or_zeros("exp_avg", p)?.shallow_clone();
-            let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", p)?.shallow_clone();
-            let max = if o.amsgrad { Some(st.buffer_or_zeros("max_exp_avg_sq", p)?.shallow_clone()) } else { None };
+            let exp_avg = st.buffer_or_zeros("exp_avg", &p)?.shallow_clone();
+            let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", &p)?.shallow_clone();
+            let max = if o.amsgrad { Some(st.buffer_or_zeros("max_exp_avg_sq", &p)?.shallow_clone()) } else { None };
             // torch keeps a fused optimizer's step as a float32 tensor on
             // the parameter's device; the kernel reads it there. It counts
             // in the state once the kernel succeeded.
             let step = Tensor::f_scalar_tensor(st.step + 1.0, (Kind::Float, p.device()))?;
-            buckets.push(i, [p.shallow_clone(), grad, exp_avg, exp_avg_sq, step].into_iter().chain(max).collect());
+            buckets.push(i, [p, grad, exp_avg, exp_avg_sq, step].into_iter().chain(max).collect());
         }
         for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
             let n = lists[0].len();
@@ -149,21 +163,10 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
 /// torch's `_fused_sgd` over every group.
 pub(crate) fn sgd_step(core: &mut Core, defaults: &SgdOptions) -> Result<()> {
     let _guard = tch::no_grad_guard();
-    check_groups("sgd", core)?;
-    core.sync_state_len();
-    let mut index = 0;
-    for g in &core.groups {
+    let groups = rows_with_grads("sgd", core)?;
+    for (g, rows) in core.groups.iter().zip(groups) {
         let o = defaults.of_group(g);
         let with_momentum = g.momentum != 0.0;
-        let mut rows = Vec::new();
-        for p in &g.params {
-            let i = index;
-            index += 1;
-            let grad = p.grad();
-            if grad.defined() {
-                rows.push((i, p.shallow_clone(), grad));
-            }
-        }
         let has_buffer = |i: usize| core.state[i].as_ref().is_some_and(|st| st.buffers.contains_key("momentum_buffer"));
         // torch: the first step (no buffer yet) lets the kernel fill the buffers.
         let first = with_momentum && rows.iter().all(|(i, _, _)| !has_buffer(*i));
@@ -230,19 +233,11 @@ pub(crate) fn sgd_step(core: &mut Core, defaults: &SgdOptions) -> Result<()> {
 /// state of the parameters it did not update as it was.
 pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions) -> Result<()> {
     let _guard = tch::no_grad_guard();
-    check_groups("adagrad", core)?;
-    core.sync_state_len();
-    let mut index = 0;
-    for g in &core.groups {
+    let groups = rows_with_grads("adagrad", core)?;
+    for (g, rows) in core.groups.iter().zip(groups) {
         let o = defaults.of_group(g);
         let mut buckets = Buckets::default();
-        for p in &g.params {
-            let i = index;
-            index += 1;
-            let grad = p.grad();
-            if !grad.defined() {
-                continue;
-            }
+        for (i, p, grad) in rows {
             let st = core.state[i].as_ref();
             let sum = match st.and_then(|st| st.buffers.get("sum")) {
                 Some(s) => s.shallow_clone(),
@@ -250,7 +245,7 @@ pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions) -> Result
             };
             let done = st.map_or(0.0, |st| st.step);
             let step = Tensor::f_scalar_tensor(done + 1.0, (Kind::Float, p.device()))?;
-            buckets.push(i, vec![p.shallow_clone(), grad, sum, step]);
+            buckets.push(i, vec![p, grad, sum, step]);
         }
         for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
             let n = lists[0].len();
