@@ -668,18 +668,8 @@ pub unsafe extern "C" fn fulmen_accelerator_register(
         // The slots from `supports_dtype` on were appended: an older vtable
         // ends before them.
         let appended = std::mem::offset_of!(fulmen_accelerator_vtable, supports_dtype);
-        let v = &super::callback::read_vtable(vtable, appended, "fulmen_accelerator_vtable")?;
-        let slot = std::mem::size_of::<Option<unsafe extern "C" fn()>>();
         // An appended slot the host's vtable ends before reads as NULL.
-        macro_rules! appended {
-            ($field:ident) => {
-                if v.struct_size >= std::mem::offset_of!(fulmen_accelerator_vtable, $field) + slot {
-                    v.$field
-                } else {
-                    Default::default()
-                }
-            };
-        }
+        let v = &super::callback::read_vtable(vtable, appended, "fulmen_accelerator_vtable")?;
         let copy = VtableCopy {
             is_available: v.is_available,
             auto_device_count: v.auto_device_count,
@@ -688,11 +678,11 @@ pub unsafe extern "C" fn fulmen_accelerator_register(
             setup_device: v.setup_device,
             teardown: v.teardown,
             get_device_stats: v.get_device_stats,
-            supports_dtype: appended!(supports_dtype),
-            fp16_needs_loss_scaling: appended!(fp16_needs_loss_scaling),
-            synchronize: appended!(synchronize),
-            get_rng_state: appended!(get_rng_state),
-            set_rng_state: appended!(set_rng_state),
+            supports_dtype: v.supports_dtype,
+            fp16_needs_loss_scaling: v.fp16_needs_loss_scaling,
+            synchronize: v.synchronize,
+            get_rng_state: v.get_rng_state,
+            set_rng_state: v.set_rng_state,
         };
         if copy.get_rng_state.is_some() != copy.set_rng_state.is_some() {
             return Err(Error::invalid(
@@ -703,13 +693,7 @@ pub unsafe extern "C" fn fulmen_accelerator_register(
         // accelerator, so a refused registration leaves userdata to the host.
         let name = n.trim().to_lowercase();
         let userdata = Arc::new(HostLock::new(Userdata::new(v.userdata, None)));
-        let hook: *const fulmen_collectives =
-            if v.struct_size >= std::mem::offset_of!(fulmen_accelerator_vtable, collectives) + slot {
-                v.collectives
-            } else {
-                std::ptr::null()
-            };
-        let collectives = match hook.as_ref() {
+        let collectives = match v.collectives.as_ref() {
             Some(c) => Some(Arc::new(HostCollectives::copy(c, &name, Arc::clone(&userdata))?)),
             None => None,
         };

@@ -116,9 +116,11 @@ pub fn check_struct_size(given: usize, known: usize, what: &str) -> Result<()> {
 }
 
 /// Copies a host vtable whose first field is its `struct_size`: the bytes
-/// the host declares (at least `min`, at most `size_of::<T>()`), the rest
-/// zeroed, so slots appended after the host's version read as NULL and no
-/// reference to memory beyond the host's struct is ever made.
+/// the host declares (at least `min`, at most `size_of::<T>()`, rounded
+/// down to whole units of the struct's alignment, as any `sizeof` is, so a
+/// slot is never copied in part), the rest zeroed, so slots appended after
+/// the host's version read as NULL and no reference to memory beyond the
+/// host's struct is ever made.
 ///
 /// # Safety
 /// `p` is NULL or points to at least `struct_size` readable bytes, and `T`
@@ -131,7 +133,9 @@ pub(crate) unsafe fn read_vtable<T>(p: *const T, min: usize, what: &str) -> Resu
     let size = std::ptr::read_unaligned(p.cast::<usize>());
     check_struct_size(size, min, what)?;
     let mut v = std::mem::MaybeUninit::<T>::zeroed();
-    std::ptr::copy_nonoverlapping(p.cast::<u8>(), v.as_mut_ptr().cast::<u8>(), size.min(std::mem::size_of::<T>()));
+    let align = std::mem::align_of::<T>();
+    let n = size.min(std::mem::size_of::<T>()) / align * align;
+    std::ptr::copy_nonoverlapping(p.cast::<u8>(), v.as_mut_ptr().cast::<u8>(), n);
     Ok(v.assume_init())
 }
 

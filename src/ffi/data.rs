@@ -445,7 +445,7 @@ pub unsafe extern "C" fn fulmen_dataset_from_source(
         // The fields before `any_thread` are required; it was appended.
         let required = std::mem::offset_of!(fulmen_data_source_vtable, any_thread);
         let v = &super::callback::read_vtable(vtable, required, "fulmen_data_source_vtable")?;
-        let any_thread = v.struct_size >= required + std::mem::size_of::<bool>() && v.any_thread;
+        let any_thread = v.any_thread;
         let len_fn = v.len.ok_or_else(|| Error::invalid("fulmen_data_source_vtable.len is NULL"))?;
         let get_batch = v.get_batch.ok_or_else(|| Error::invalid("fulmen_data_source_vtable.get_batch is NULL"))?;
         let mut len = 0usize;
