@@ -1615,6 +1615,53 @@ typedef struct fulmen_weight_averaging_options {
 } fulmen_weight_averaging_options;
 
 /**
+ * BackboneFinetuning options; Lightning's defaults from
+ * `fulmen_backbone_finetuning_options_default`.
+ */
+typedef struct fulmen_backbone_finetuning_options {
+  /**
+   * The backbone's dotted path in the model, NUL-terminated (default
+   * "backbone"; "0" is a Sequential's first child). Read during the
+   * call only.
+   */
+  const char *backbone;
+  /**
+   * The epoch whose start unfreezes the backbone (default 10).
+   */
+  int64_t unfreeze_backbone_at_epoch;
+  /**
+   * Each later epoch multiplies the backbone's lr by this (default 2,
+   * Lightning's `multiplicative` lambda_func).
+   */
+  double lambda_factor;
+  /**
+   * The backbone's first lr as a fraction of the first group's lr
+   * (default 0.1).
+   */
+  double backbone_initial_ratio_lr;
+  /**
+   * The backbone's first lr; < 0 (the default) uses the ratio.
+   */
+  double backbone_initial_lr;
+  /**
+   * Keep the backbone's lr at most the first group's (default true).
+   */
+  bool should_align;
+  /**
+   * Train the backbone's BatchNorms all along (default true).
+   */
+  bool train_bn;
+  /**
+   * Print both learning rates at each change on stderr (default false).
+   */
+  bool verbose;
+  /**
+   * Decimals printed (default 12).
+   */
+  int32_t rounding;
+} fulmen_backbone_finetuning_options;
+
+/**
  * Options of `fulmen_dataset_from_csv`; defaults from
  * `fulmen_csv_options_default`.
  */
@@ -2994,6 +3041,36 @@ struct fulmen_weight_averaging_options fulmen_weight_averaging_options_default(v
  */
 struct fulmen_error *fulmen_trainer_add_weight_averaging(struct fulmen_trainer *trainer,
                                                          const struct fulmen_weight_averaging_options *options);
+
+/**
+ * Lightning's `BackboneFinetuning` defaults.
+ */
+struct fulmen_backbone_finetuning_options fulmen_backbone_finetuning_options_default(void);
+
+/**
+ * Adds Lightning's `BackboneFinetuning`. At setup the backbone's
+ * parameters stop requiring grad (its BatchNorms stay trainable when
+ * `train_bn`; otherwise they also stop tracking running statistics), so
+ * `configure_optimizers` builds each optimizer over the trainable
+ * parameters (`fulmen_model_parameters` with `trainable_only`). At the
+ * start of epoch `unfreeze_backbone_at_epoch` the backbone becomes
+ * trainable and its parameters join every optimizer as a new param group
+ * (the optimizer's defaults, lr `backbone_initial_lr`, else the first
+ * group's lr times `backbone_initial_ratio_lr`); each later epoch start
+ * sets that group's lr to `lambda_factor` times the previous one, at most
+ * the first group's when `should_align`. Schedulers take the new group as
+ * torch's do (OneCycleLR refuses it). Checkpoints keep the added groups:
+ * a resumed fit puts them back, with the backbone trainable, before the
+ * optimizer states load. Not with several processes (DDP).
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_ARGUMENT (a
+ * factor, ratio or lr that is negative or not finite, a negative epoch,
+ * rounding outside 0..=17, `backbone` not UTF-8). At fit: a backbone path
+ * the model lacks; every backbone parameter already in an optimizer.
+ * Thread rules: as the trainer's other setters.
+ */
+struct fulmen_error *fulmen_trainer_add_backbone_finetuning(struct fulmen_trainer *trainer,
+                                                            const struct fulmen_backbone_finetuning_options *options);
 
 /**
  * Adds a GradientAccumulationScheduler (Lightning's): from epoch
@@ -4661,6 +4738,28 @@ struct fulmen_error *fulmen_model_summary(const struct fulmen_model *model,
                                           char *buf,
                                           size_t capacity,
                                           size_t *len_out);
+
+/**
+ * Writes new handles to the model's parameters (`trainable_only`: those
+ * that require grad, as `filter(lambda p: p.requires_grad,
+ * model.parameters())`), in `named_parameters` order, into
+ * `out[0..capacity]`, and their count to `*len_out`. The handles share
+ * storage with the model; the caller frees each with `fulmen_tensor_free`.
+ * With `capacity` too small nothing is written but `*len_out` (call with
+ * 0 and NULL to learn the count). Build an optimizer over the trainable
+ * parameters by passing them as `params` with a NULL `model`.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`model` or `len_out` NULL, `out`
+ * NULL with parameters to write), FULMEN_CODE_OUT_OF_RANGE (`capacity`
+ * below the count; `*len_out` holds it).
+ * Thread rules: as `fulmen_model_state_dict_get` (the model is locked
+ * while read).
+ */
+struct fulmen_error *fulmen_model_parameters(const struct fulmen_model *model,
+                                             bool trainable_only,
+                                             struct fulmen_tensor **out,
+                                             size_t capacity,
+                                             size_t *len_out);
 
 /**
  * Creates a LightningModule from the host's `vtable` (copied) training

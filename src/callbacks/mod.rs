@@ -1,7 +1,10 @@
 //! Built-in callbacks, as Lightning's: ModelCheckpoint, EarlyStopping,
 //! LearningRateMonitor, Timer, ModelSummary, GradientAccumulationScheduler,
 //! OnExceptionCheckpoint, DeviceStatsMonitor, ThroughputMonitor, weight
-//! averaging (EMA, SWA) and the progress bar.
+//! averaging (EMA, SWA), BackboneFinetuning and the progress bar.
+pub mod backbone_finetuning;
+#[cfg(test)]
+mod backbone_finetuning_tests;
 pub mod device_stats;
 pub mod early_stopping;
 pub mod filename;
@@ -16,6 +19,7 @@ pub mod throughput;
 pub mod timer;
 pub mod weight_averaging;
 
+pub use backbone_finetuning::{BackboneFinetuning, BackboneFinetuningOptions};
 pub use device_stats::DeviceStatsMonitor;
 pub use early_stopping::{EarlyStopping, EarlyStoppingOptions};
 pub use grad_accumulation::GradientAccumulationScheduler;

@@ -1,5 +1,6 @@
 //! Neural-network modules: a tree of layers named as in `torch.nn`, state
 //! dicts, safetensors I/O and TorchScript loading.
+mod freeze;
 mod host;
 pub mod init;
 pub mod init_fns;

@@ -317,6 +317,14 @@ pub(crate) fn check_non_negative(what: &str, v: f64) -> Result<()> {
     Ok(())
 }
 
+/// Whether two handles are the same parameter: the same storage address
+/// and shape (parameters are shallow clones; tensors without plain
+/// storage are never the same).
+pub(crate) fn same_param(a: &Tensor, b: &Tensor) -> bool {
+    let plain = |t: &Tensor| !t.is_sparse() && !t.is_mkldnn() && t.numel() > 0;
+    plain(a) && plain(b) && a.data_ptr() == b.data_ptr() && a.size() == b.size()
+}
+
 /// Checks a parameter list given to a constructor or `add_param_group`.
 pub(crate) fn check_params(existing: &[ParamGroup], params: &[Tensor]) -> Result<()> {
     for (i, p) in params.iter().enumerate() {
@@ -330,13 +338,9 @@ pub(crate) fn check_params(existing: &[ParamGroup], params: &[Tensor]) -> Result
             )));
         }
     }
-    // Same storage address and shape means the same parameter (tensors
-    // without plain storage are not compared).
-    let plain = |t: &Tensor| !t.is_sparse() && !t.is_mkldnn() && t.numel() > 0;
-    let same = |a: &Tensor, b: &Tensor| plain(a) && plain(b) && a.data_ptr() == b.data_ptr() && a.size() == b.size();
     let all: Vec<&Tensor> = existing.iter().flat_map(|g| g.params.iter()).collect();
     for (i, p) in params.iter().enumerate() {
-        if all.iter().any(|q| same(p, q)) || params[..i].iter().any(|q| same(p, q)) {
+        if all.iter().any(|q| same_param(p, q)) || params[..i].iter().any(|q| same_param(p, q)) {
             return Err(Error::invalid("some parameters appear in more than one parameter group"));
         }
     }

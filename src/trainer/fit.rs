@@ -752,6 +752,8 @@ fn train_epoch(
     run.state.running_loss = None;
     run.state.log_step = run.state.batches_stepped;
     run.simple(Hook::TrainEpochStart)?;
+    // Param groups a finetuning callback added or changed.
+    run.refresh_learning_rates();
     // What the epoch-start hooks left (GradientAccumulationScheduler).
     let acc = run.state.accumulate_grad_batches;
     if acc < 1 {

@@ -297,6 +297,10 @@ pub struct HookContext<'a> {
     /// The module's model (callbacks that read or change the weights, such
     /// as weight averaging); `None` outside the run's hooks.
     pub model: Option<super::SharedModel>,
+    /// The run's optimizers with their schedulers (Lightning's
+    /// `trainer.optimizers`), for callbacks that change param groups
+    /// (BackboneFinetuning); `None` outside fit's hooks.
+    pub optimizers: Option<&'a mut [super::module::OptimizerConfig]>,
 }
 
 impl<'a> HookContext<'a> {
@@ -313,6 +317,7 @@ impl<'a> HookContext<'a> {
             checkpoint: None,
             exception: None,
             model: None,
+            optimizers: None,
         }
     }
 
@@ -387,6 +392,18 @@ pub trait Callback {
         _ck: &crate::checkpoint::Checkpoint,
         _model: &super::SharedModel,
         _prefix: &str,
+    ) -> Result<()> {
+        Ok(())
+    }
+    /// Puts back, on a resumed fit, the param groups the callback added to
+    /// the optimizers before the checkpoint was written: called after its
+    /// `load_state_dict` and before the optimizers load their states
+    /// (Lightning's BaseFinetuning does this in `on_fit_start`, before
+    /// `restore_training_state`).
+    fn restore_param_groups(
+        &mut self,
+        _model: &super::SharedModel,
+        _optimizers: &mut [super::module::OptimizerConfig],
     ) -> Result<()> {
         Ok(())
     }

@@ -18,6 +18,7 @@ use super::manual_closure::Stepping;
 use super::module::OptimizerConfig;
 use super::strategy::RunStrategy;
 use crate::error::{Error, Result, ResultExt};
+use crate::optim::same_param;
 use crate::optim::Optimizer;
 use tch::Tensor;
 
@@ -131,11 +132,6 @@ impl ManualOptimization<'_, '_> {
         }
         Ok(())
     }
-}
-
-/// Same tensor: the same storage and shape (parameters are shallow clones).
-fn same_param(a: &Tensor, b: &Tensor) -> bool {
-    a.numel() > 0 && a.data_ptr() == b.data_ptr() && a.size() == b.size()
 }
 
 impl ManualControl for ManualOptimization<'_, '_> {

@@ -103,6 +103,7 @@ impl Run<'_> {
             checkpoint: None,
             exception: data.exception,
             model: self.module.model(),
+            optimizers: Some(&mut self.optimizers),
         };
         // Lightning's on_train_epoch_end: callbacks, the module, then the
         // callbacks that monitor metrics, so they see what it logged.
@@ -465,6 +466,16 @@ impl Run<'_> {
                 crate::checkpoint::lightning::complete_from_groups(state, groups, &format!("{}: scheduler {j}", at()))?;
             }
         }
+        // The callbacks' states first: a finetuning callback puts back the
+        // param groups it added, which the optimizer states then fill.
+        let mut names: BTreeMap<String, usize> = BTreeMap::new();
+        for cb in self.callbacks.iter_mut() {
+            let key = unique_name(&mut names, cb.name());
+            if let Some(s) = ck.callbacks.get(&key) {
+                cb.load_state_dict(s).ctx(format!("{}: callback {key}", at()))?;
+            }
+            cb.restore_param_groups(model, &mut self.optimizers).ctx(format!("{}: callback {key}", at()))?;
+        }
         let mut states = scheduler_states.into_iter();
         for (i, cfg) in self.optimizers.iter_mut().enumerate() {
             cfg.optimizer.load_state_dict(&ck.optimizer_states[i]).ctx(format!("{}: optimizer {i}", at()))?;
@@ -476,9 +487,6 @@ impl Run<'_> {
         let mut names: BTreeMap<String, usize> = BTreeMap::new();
         for cb in self.callbacks.iter_mut() {
             let key = unique_name(&mut names, cb.name());
-            if let Some(s) = ck.callbacks.get(&key) {
-                cb.load_state_dict(s).ctx(format!("{}: callback {key}", at()))?;
-            }
             cb.on_load_tensors(ck, model, &self.checkpoint_prefix).ctx(format!("{}: callback {key}", at()))?;
         }
         let mut names: BTreeMap<String, usize> = BTreeMap::new();

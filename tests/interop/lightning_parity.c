@@ -79,6 +79,11 @@
  *   fused_adagrad: Adagrad (lr 0.05, lr_decay 0.01,
  *             initial_accumulator_value 0.1) with fused updates, StepLR
  *             (step_size 1, gamma 0.5) per epoch; no clipping;
+ *   backbone: as steplr, with BackboneFinetuning of the first Linear
+ *             ("0", unfreezing at epoch 1; Lightning's other defaults):
+ *             SGD over the parameters trainable at configure_optimizers
+ *             (the last Linear's), the first Linear joining as a second
+ *             param group;
  *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
  *             learning-rate range test (1e-5 to 1 over 30 steps) writes
  *             "lr loss" per step to LOSSES, then "suggestion lr".
@@ -484,11 +489,21 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
             return e;
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_EPOCH, 1, NULL);
-    } else if (strcmp(job->config, "steplr") == 0 || strcmp(job->config, "fused_sgd") == 0) {
+    } else if (strcmp(job->config, "steplr") == 0 || strcmp(job->config, "fused_sgd") == 0 ||
+               strcmp(job->config, "backbone") == 0) {
         fulmen_sgd_options o = fulmen_sgd_options_default();
         o.lr = 0.1;
         o.momentum = 0.9;
-        e = fulmen_optimizer_sgd_new(job->model, NULL, 0, &o, &opt);
+        if (strcmp(job->config, "backbone") == 0) {
+            /* filter(lambda p: p.requires_grad, self.parameters()) */
+            fulmen_tensor *trainable[4] = {NULL, NULL, NULL, NULL};
+            size_t n = 0;
+            e = fulmen_model_parameters(job->model, true, trainable, 4, &n);
+            if (!e) e = fulmen_optimizer_sgd_new(NULL, (const fulmen_tensor *const *)trainable, n, &o, &opt);
+            for (size_t i = 0; i < n && i < 4; i++) fulmen_tensor_free(trainable[i]);
+        } else {
+            e = fulmen_optimizer_sgd_new(job->model, NULL, 0, &o, &opt);
+        }
         if (!e && strcmp(job->config, "fused_sgd") == 0) e = fulmen_optimizer_set_fused(opt, true);
         if (e) {
             fulmen_optimizer_free(opt);
@@ -554,7 +569,8 @@ int main(int argc, char **argv) {
         strcmp(job.config, "onecycle_groups") != 0 && strcmp(job.config, "cyclic_groups") != 0 &&
         strcmp(job.config, "lbfgs") != 0 && strcmp(job.config, "lbfgs_wolfe") != 0 &&
         strcmp(job.config, "lbfgs_manual") != 0 && strcmp(job.config, "fused") != 0 &&
-        strcmp(job.config, "fused_sgd") != 0 && strcmp(job.config, "fused_adagrad") != 0 && !validating) {
+        strcmp(job.config, "fused_sgd") != 0 && strcmp(job.config, "fused_adagrad") != 0 &&
+        strcmp(job.config, "backbone") != 0 && !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;
     }
@@ -633,7 +649,8 @@ int main(int argc, char **argv) {
     } else if (strcmp(job.config, "lbfgs") == 0) {
         set(opts, "gradient_clip_val", "1");
         set(opts, "gradient_clip_algorithm", "norm");
-    } else if (strcmp(job.config, "steplr") == 0 || strcmp(job.config, "fused_sgd") == 0) {
+    } else if (strcmp(job.config, "steplr") == 0 || strcmp(job.config, "fused_sgd") == 0 ||
+               strcmp(job.config, "backbone") == 0) {
         set(opts, "gradient_clip_val", "0.5");
         set(opts, "gradient_clip_algorithm", "norm");
     } else if (strcmp(job.config, "stepfreq") == 0) {
@@ -653,6 +670,12 @@ int main(int argc, char **argv) {
             wa.ema = false;
         }
         TRY(fulmen_trainer_add_weight_averaging(trainer, &wa));
+    }
+    if (strcmp(job.config, "backbone") == 0) {
+        fulmen_backbone_finetuning_options bf = fulmen_backbone_finetuning_options_default();
+        bf.backbone = "0";
+        bf.unfreeze_backbone_at_epoch = 1;
+        TRY(fulmen_trainer_add_backbone_finetuning(trainer, &bf));
     }
     if (argc > 9) {
         fulmen_model_checkpoint_options mc = fulmen_model_checkpoint_options_default();

@@ -106,7 +106,27 @@ CONFIGS = {
     "reload": ("sgd", None, "epoch", 1, 1.0, "norm", 1),
     "ema": ("sgd", None, "epoch", 1, 1.0, "norm", 1),
     "swa": ("sgd", None, "epoch", 1, 1.0, "norm", 1),
+    # BackboneFinetuning of the first Linear (the module's `backbone`),
+    # unfrozen at epoch 1: SGD over the trainable parameters, the backbone
+    # joining as a second param group whose lr grows until it meets the
+    # first's. Lightning's own resume after the unfreeze leaves the
+    # backbone frozen (its parameters rejoin the optimizer, but
+    # `requires_grad` stays off), and its callback state names parameters
+    # in a form fulmen does not read: fulmen's resumed run is compared with
+    # the uninterrupted one only.
+    "backbone": ("sgd_trainable", (1, 0.5), "epoch", 1, 0.5, "norm", 1),
 }
+
+# Configurations compared with Lightning's uninterrupted run only (see
+# "backbone" above).
+UNINTERRUPTED_ONLY = ("backbone",)
+
+def finetuning(config):
+    """The BackboneFinetuning callback of a configuration, if any."""
+    from lightning.pytorch.callbacks import BackboneFinetuning
+
+    return [BackboneFinetuning(unfreeze_backbone_at_epoch=1)] if config == "backbone" else []
+
 
 def averaging(config):
     """The weight averaging callback of a configuration, if any."""
@@ -147,6 +167,12 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
             self.model.load_state_dict(load_file(init))
 
             self.automatic_optimization = config != "lbfgs_manual"
+
+        @property
+        def backbone(self):
+            # BackboneFinetuning's module (a property: no second name for
+            # the same weights in the state_dict).
+            return self.model[0]
 
         def training_step(self, batch, batch_idx):
             xb, yb = batch
@@ -192,6 +218,8 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
             biases = [p for n, p in named if n.endswith("bias")]
             if optimizer == "sgd":
                 opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+            elif optimizer == "sgd_trainable":
+                opt = torch.optim.SGD(filter(lambda p: p.requires_grad, self.parameters()), lr=0.1, momentum=0.9)
             elif optimizer == "sgd_fused":
                 opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9, fused=True)
             elif optimizer == "adagrad_fused":
@@ -271,7 +299,7 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
         devices=1,
         logger=False,
         enable_checkpointing=ckpt_dir is not None,
-        callbacks=averaging(config) + (
+        callbacks=averaging(config) + finetuning(config) + (
             [pl.callbacks.ModelCheckpoint(dirpath=ckpt_dir, filename="{epoch}", save_top_k=-1)] if ckpt_dir else []),
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -479,6 +507,9 @@ def main():
         first = fulmen_losses(a.binary, config, work, "first", FIRST, [ckpts, "-", "safetensors"])
         resume = os.path.join(ckpts, f"epoch={FIRST - 1}.ckpt")
         resumed = first + fulmen_losses(a.binary, config, work, "resumed", EPOCHS, [ckpts, resume, "safetensors"])
+        if config in UNINTERRUPTED_ONLY:
+            results.append(compare(f"{config}: fulmen resumed vs Lightning uninterrupted", resumed, reference))
+            continue
         lightning_ckpts = os.path.join(work, f"{config}-lightning-checkpoints")
         shutil.rmtree(lightning_ckpts, ignore_errors=True)
         lightning_resumed = lightning_losses(config, init, x, y, FIRST, lightning_ckpts)

@@ -62,6 +62,11 @@ pub(crate) trait Layer: Send + std::fmt::Debug {
     /// Called after the layer's tensors moved to another device or dtype in
     /// place (PyTorch's `_apply`), for a layer that rearranges them there.
     fn after_convert(&self) {}
+    /// Sets PyTorch's `track_running_stats` on a `_BatchNorm` and returns
+    /// true; other layers return false.
+    fn set_track_running_stats(&mut self, _on: bool) -> bool {
+        false
+    }
 }
 
 /// How [`Layer::replicate`] turns each tensor into the replica's.

@@ -14,6 +14,10 @@ pub(crate) struct BatchNorm {
     weight: Option<Tensor>,
     bias: Option<Tensor>,
     running: Option<RunningStats>,
+    /// PyTorch's `track_running_stats` attribute after construction: with
+    /// buffers but off, training normalises with the batch's statistics
+    /// and leaves the buffers alone (BaseFinetuning freezes a BatchNorm so).
+    tracking: bool,
 }
 
 /// The running statistics of a batch or instance norm (its buffers).
@@ -78,7 +82,7 @@ impl BatchNorm {
         }
         let (weight, bias) = affine_params(num_features, affine)?;
         let running = if track_running_stats { Some(RunningStats::new(num_features)?) } else { None };
-        Ok(BatchNorm { num_features, eps, momentum, weight, bias, running })
+        Ok(BatchNorm { num_features, eps, momentum, weight, bias, running, tracking: track_running_stats })
     }
 }
 
@@ -92,11 +96,17 @@ impl Layer for BatchNorm {
             weight: super::map_opt(map, &self.weight)?,
             bias: super::map_opt(map, &self.bias)?,
             running,
+            tracking: self.tracking,
         }))
     }
 
     fn type_name(&self) -> &'static str {
         "BatchNorm"
+    }
+
+    fn set_track_running_stats(&mut self, on: bool) -> bool {
+        self.tracking = on;
+        true
     }
 
     fn forward(&self, x: &Tensor, training: bool) -> Result<Tensor> {
@@ -116,6 +126,8 @@ impl Layer for BatchNorm {
             )));
         }
         let (mean, var) = match &self.running {
+            // torch passes no buffers to a training pass that does not track.
+            Some(_) if training && !self.tracking => (None, None),
             Some(r) => {
                 if training {
                     let mut n = r.num_batches_tracked.shallow_clone();

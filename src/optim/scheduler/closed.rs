@@ -7,14 +7,37 @@ use super::{Base, Lookup, LrScheduler};
 use crate::error::{Error, Result};
 use crate::optim::Optimizer;
 
+/// The error of a step whose torch form has no lr for a param group added
+/// after the scheduler was built (torch's `zip(..., strict=True)` fails).
+fn no_appended_lr(name: &str, epoch: i64) -> Error {
+    Error::state(format!(
+        "{name}: torch's schedule has no lr at step {epoch} for a param group added after the scheduler was built"
+    ))
+}
+
 /// Implements `LrScheduler` from `lr_at`, `hypers` and `with_hypers`.
 macro_rules! closed_form {
     ($t:ty, $name:literal) => {
         impl $t {
-            /// Writes the lrs of `self.base.last_epoch` into the optimizer.
-            fn apply_epoch(&mut self, opt: &mut dyn Optimizer) {
+            /// The lrs at step `epoch` of the groups appended to the
+            /// optimizer since construction (BackboneFinetuning's): torch's
+            /// step moves them in its chainable form, and fails where that
+            /// form needs a base lr they lack.
+            fn appended_lrs(&self, opt: &dyn Optimizer, epoch: i64) -> Result<Vec<f64>> {
+                opt.param_groups()
+                    .iter()
+                    .skip(self.base.base_lrs.len())
+                    .map(|g| self.chained_lr(g.lr, None, epoch).ok_or_else(|| no_appended_lr($name, epoch)))
+                    .collect()
+            }
+
+            /// Writes the lrs of `self.base.last_epoch` into the optimizer:
+            /// the closed form's for the groups it was built with, then
+            /// `appended` for the groups after them.
+            fn apply_epoch(&mut self, opt: &mut dyn Optimizer, appended: Vec<f64>) {
                 let epoch = self.base.last_epoch;
-                let lrs = self.base.base_lrs.iter().map(|b| self.lr_at(*b, epoch)).collect();
+                let mut lrs: Vec<f64> = self.base.base_lrs.iter().map(|b| self.lr_at(*b, epoch)).collect();
+                lrs.extend(appended);
                 self.base.apply(opt, lrs);
             }
         }
@@ -26,15 +49,18 @@ macro_rules! closed_form {
 
             fn step(&mut self, opt: &mut dyn Optimizer, _metric: Option<f64>) -> Result<()> {
                 self.base.check_groups(opt, $name)?;
+                let appended = self.appended_lrs(opt, self.base.last_epoch + 1)?;
                 self.base.last_epoch += 1;
-                self.apply_epoch(opt);
+                self.apply_epoch(opt, appended);
                 Ok(())
             }
 
+            /// torch's closed form lists the base lrs only: no group may
+            /// have been appended.
             fn jump_to(&mut self, opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
-                self.base.check_groups(opt, $name)?;
+                self.base.check_groups_exact(opt, $name)?;
                 self.base.last_epoch = epoch;
-                self.apply_epoch(opt);
+                self.apply_epoch(opt, Vec::new());
                 Ok(())
             }
 
@@ -44,13 +70,16 @@ macro_rules! closed_form {
 
             fn chain_to(&mut self, opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
                 self.base.check_groups(opt, $name)?;
-                self.base.last_epoch = epoch;
                 let lrs = opt
                     .param_groups()
                     .iter()
-                    .zip(&self.base.base_lrs)
-                    .map(|(g, b)| self.chained_lr(g.lr, *b, epoch))
-                    .collect();
+                    .enumerate()
+                    .map(|(i, g)| {
+                        self.chained_lr(g.lr, self.base.base_lrs.get(i).copied(), epoch)
+                            .ok_or_else(|| no_appended_lr($name, epoch))
+                    })
+                    .collect::<Result<_>>()?;
+                self.base.last_epoch = epoch;
                 self.base.apply(opt, lrs);
                 Ok(())
             }
@@ -92,7 +121,7 @@ impl StepLr {
         check_step_size(step_size).map_err(Error::invalid)?;
         check_finite("gamma", gamma).map_err(Error::invalid)?;
         let mut s = StepLr { base: Base::attach(opt), step_size, gamma };
-        s.apply_epoch(opt);
+        s.apply_epoch(opt, Vec::new());
         Ok(s)
     }
 
@@ -102,12 +131,8 @@ impl StepLr {
 
     /// torch's chainable `get_lr`: times `gamma` at each non-zero
     /// multiple of `step_size`.
-    fn chained_lr(&self, lr: f64, _base_lr: f64, epoch: i64) -> f64 {
-        if epoch == 0 || epoch % self.step_size != 0 {
-            lr
-        } else {
-            lr * self.gamma
-        }
+    fn chained_lr(&self, lr: f64, _base_lr: Option<f64>, epoch: i64) -> Option<f64> {
+        Some(if epoch == 0 || epoch % self.step_size != 0 { lr } else { lr * self.gamma })
     }
 
     fn hypers(&self) -> Vec<(String, f64)> {
@@ -139,7 +164,7 @@ impl MultiStepLr {
         let mut milestones = milestones.to_vec();
         milestones.sort_unstable();
         let mut s = MultiStepLr { base: Base::attach(opt), milestones, gamma };
-        s.apply_epoch(opt);
+        s.apply_epoch(opt, Vec::new());
         Ok(s)
     }
 
@@ -150,13 +175,9 @@ impl MultiStepLr {
 
     /// torch's chainable `get_lr`: times `gamma` to the number of times
     /// `epoch` is listed.
-    fn chained_lr(&self, lr: f64, _base_lr: f64, epoch: i64) -> f64 {
+    fn chained_lr(&self, lr: f64, _base_lr: Option<f64>, epoch: i64) -> Option<f64> {
         let times = self.milestones.iter().filter(|m| **m == epoch).count();
-        if times == 0 {
-            lr
-        } else {
-            lr * self.gamma.powf(times as f64)
-        }
+        Some(if times == 0 { lr } else { lr * self.gamma.powf(times as f64) })
     }
 
     fn hypers(&self) -> Vec<(String, f64)> {
@@ -192,7 +213,7 @@ impl ExponentialLr {
     pub fn new(opt: &mut dyn Optimizer, gamma: f64) -> Result<Self> {
         check_finite("gamma", gamma).map_err(Error::invalid)?;
         let mut s = ExponentialLr { base: Base::attach(opt), gamma };
-        s.apply_epoch(opt);
+        s.apply_epoch(opt, Vec::new());
         Ok(s)
     }
 
@@ -201,12 +222,8 @@ impl ExponentialLr {
     }
 
     /// torch's chainable `get_lr`: times `gamma` each step.
-    fn chained_lr(&self, lr: f64, _base_lr: f64, epoch: i64) -> f64 {
-        if epoch == 0 {
-            lr
-        } else {
-            lr * self.gamma
-        }
+    fn chained_lr(&self, lr: f64, _base_lr: Option<f64>, epoch: i64) -> Option<f64> {
+        Some(if epoch == 0 { lr } else { lr * self.gamma })
     }
 
     fn hypers(&self) -> Vec<(String, f64)> {
@@ -236,7 +253,7 @@ impl CosineAnnealingLr {
     pub fn new(opt: &mut dyn Optimizer, t_max: i64, eta_min: f64) -> Result<Self> {
         check_t_max(t_max, eta_min).map_err(Error::invalid)?;
         let mut s = CosineAnnealingLr { base: Base::attach(opt), t_max, eta_min };
-        s.apply_epoch(opt);
+        s.apply_epoch(opt, Vec::new());
         Ok(s)
     }
 
@@ -247,17 +264,18 @@ impl CosineAnnealingLr {
 
     /// torch's chainable `get_lr`: the ratio of successive cosine points
     /// applied to the current lr (past `t_max`, the climb back up).
-    fn chained_lr(&self, lr: f64, base_lr: f64, epoch: i64) -> f64 {
+    /// At a restart torch's `get_lr` pairs the groups with the base lrs:
+    /// a group appended after construction (no `base_lr`) has none.
+    fn chained_lr(&self, lr: f64, base_lr: Option<f64>, epoch: i64) -> Option<f64> {
         use std::f64::consts::PI;
         let t_max = self.t_max as f64;
         if epoch == 0 {
-            lr
+            Some(lr)
         } else if (epoch - 1 - self.t_max).rem_euclid(2 * self.t_max) == 0 {
-            lr + (base_lr - self.eta_min) * (1.0 - (PI / t_max).cos()) / 2.0
+            base_lr.map(|b| lr + (b - self.eta_min) * (1.0 - (PI / t_max).cos()) / 2.0)
         } else {
-            (1.0 + (PI * epoch as f64 / t_max).cos()) / (1.0 + (PI * (epoch - 1) as f64 / t_max).cos())
-                * (lr - self.eta_min)
-                + self.eta_min
+            let ratio = (1.0 + (PI * epoch as f64 / t_max).cos()) / (1.0 + (PI * (epoch - 1) as f64 / t_max).cos());
+            Some(ratio * (lr - self.eta_min) + self.eta_min)
         }
     }
 
@@ -289,7 +307,7 @@ impl LinearLr {
     pub fn new(opt: &mut dyn Optimizer, start_factor: f64, end_factor: f64, total_iters: i64) -> Result<Self> {
         check_linear(start_factor, end_factor, total_iters).map_err(Error::invalid)?;
         let mut s = LinearLr { base: Base::attach(opt), start_factor, end_factor, total_iters };
-        s.apply_epoch(opt);
+        s.apply_epoch(opt, Vec::new());
         Ok(s)
     }
 
@@ -301,15 +319,15 @@ impl LinearLr {
 
     /// torch's chainable `get_lr`: `start_factor` first, then the ratio of
     /// successive factors until `total_iters`.
-    fn chained_lr(&self, lr: f64, _base_lr: f64, epoch: i64) -> f64 {
+    fn chained_lr(&self, lr: f64, _base_lr: Option<f64>, epoch: i64) -> Option<f64> {
         let delta = self.end_factor - self.start_factor;
-        if epoch == 0 {
+        Some(if epoch == 0 {
             lr * self.start_factor
         } else if epoch > self.total_iters {
             lr
         } else {
             lr * (1.0 + delta / (self.total_iters as f64 * self.start_factor + (epoch - 1) as f64 * delta))
-        }
+        })
     }
 
     fn hypers(&self) -> Vec<(String, f64)> {
@@ -343,7 +361,7 @@ impl ConstantLr {
     pub fn new(opt: &mut dyn Optimizer, factor: f64, total_iters: i64) -> Result<Self> {
         check_constant(factor, total_iters).map_err(Error::invalid)?;
         let mut s = ConstantLr { base: Base::attach(opt), factor, total_iters };
-        s.apply_epoch(opt);
+        s.apply_epoch(opt, Vec::new());
         Ok(s)
     }
 
@@ -354,14 +372,14 @@ impl ConstantLr {
 
     /// torch's chainable `get_lr`: times `factor` first, divided back out
     /// at `total_iters`.
-    fn chained_lr(&self, lr: f64, _base_lr: f64, epoch: i64) -> f64 {
-        if epoch == 0 {
+    fn chained_lr(&self, lr: f64, _base_lr: Option<f64>, epoch: i64) -> Option<f64> {
+        Some(if epoch == 0 {
             lr * self.factor
         } else if epoch != self.total_iters {
             lr
         } else {
             lr * (1.0 / self.factor)
-        }
+        })
     }
 
     fn hypers(&self) -> Vec<(String, f64)> {
@@ -391,7 +409,7 @@ impl PolynomialLr {
     pub fn new(opt: &mut dyn Optimizer, total_iters: i64, power: f64) -> Result<Self> {
         check_polynomial(total_iters, power).map_err(Error::invalid)?;
         let mut s = PolynomialLr { base: Base::attach(opt), total_iters, power };
-        s.apply_epoch(opt);
+        s.apply_epoch(opt, Vec::new());
         Ok(s)
     }
 
@@ -401,13 +419,13 @@ impl PolynomialLr {
     }
 
     /// torch's chainable `get_lr`: the ratio of successive decay factors.
-    fn chained_lr(&self, lr: f64, _base_lr: f64, epoch: i64) -> f64 {
+    fn chained_lr(&self, lr: f64, _base_lr: Option<f64>, epoch: i64) -> Option<f64> {
         if epoch == 0 || epoch > self.total_iters {
-            return lr;
+            return Some(lr);
         }
         let total = self.total_iters as f64;
         let decay = ((1.0 - epoch as f64 / total) / (1.0 - (epoch - 1) as f64 / total)).powf(self.power);
-        lr * decay
+        Some(lr * decay)
     }
 
     fn hypers(&self) -> Vec<(String, f64)> {
@@ -439,7 +457,7 @@ impl CosineAnnealingWarmRestarts {
     pub fn new(opt: &mut dyn Optimizer, t_0: i64, t_mult: i64, eta_min: f64) -> Result<Self> {
         check_restarts(t_0, t_mult, eta_min).map_err(Error::invalid)?;
         let mut s = CosineAnnealingWarmRestarts { base: Base::attach(opt), t_0, t_mult, eta_min };
-        s.apply_epoch(opt);
+        s.apply_epoch(opt, Vec::new());
         Ok(s)
     }
 
@@ -469,8 +487,9 @@ impl CosineAnnealingWarmRestarts {
 
     /// torch's `get_lr` is its closed form (from `base_lr`, not the
     /// current lr).
-    fn chained_lr(&self, _lr: f64, base_lr: f64, epoch: i64) -> f64 {
-        self.lr_at(base_lr, epoch)
+    /// Absolute in torch, from the base lrs: none for an appended group.
+    fn chained_lr(&self, _lr: f64, base_lr: Option<f64>, epoch: i64) -> Option<f64> {
+        base_lr.map(|b| self.lr_at(b, epoch))
     }
 
     fn hypers(&self) -> Vec<(String, f64)> {

@@ -207,13 +207,13 @@ impl LrScheduler for CyclicLr {
     }
 
     fn step(&mut self, opt: &mut dyn Optimizer, _metric: Option<f64>) -> Result<()> {
-        self.base.check_groups(opt, "cyclic_lr")?;
+        self.base.check_groups_exact(opt, "cyclic_lr")?;
         self.apply_step(opt, self.base.last_epoch + 1);
         Ok(())
     }
 
     fn jump_to(&mut self, opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
-        self.base.check_groups(opt, "cyclic_lr")?;
+        self.base.check_groups_exact(opt, "cyclic_lr")?;
         self.apply_step(opt, epoch);
         Ok(())
     }

@@ -83,12 +83,12 @@ impl LrScheduler for LambdaLr {
     }
 
     fn step(&mut self, opt: &mut dyn Optimizer, _metric: Option<f64>) -> Result<()> {
-        self.base.check_groups(opt, self.kind())?;
+        self.base.check_groups_exact(opt, self.kind())?;
         self.apply_step(opt, self.base.last_epoch + 1)
     }
 
     fn jump_to(&mut self, opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
-        self.base.check_groups(opt, self.kind())?;
+        self.base.check_groups_exact(opt, self.kind())?;
         self.apply_step(opt, epoch)
     }
 
@@ -98,7 +98,7 @@ impl LrScheduler for LambdaLr {
     /// leaves the lr (MultiplicativeLR), without calling the function again.
     fn chain_to(&mut self, opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
         if epoch == 0 && self.base.last_epoch == 0 {
-            self.base.check_groups(opt, self.kind())?;
+            self.base.check_groups_exact(opt, self.kind())?;
             let lrs = if self.multiplicative {
                 opt.param_groups().iter().map(|g| g.lr).collect()
             } else {

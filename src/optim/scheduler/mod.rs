@@ -45,6 +45,9 @@ mod cyclic_tests;
 #[cfg(test)]
 mod chained_tests;
 
+#[cfg(test)]
+mod appended_tests;
+
 /// A learning-rate scheduler driving an optimizer's group learning rates.
 pub trait LrScheduler: Send {
     /// Short name, e.g. `"step_lr"`, `"one_cycle_lr"`.
@@ -197,10 +200,13 @@ impl Base {
         Base { last_epoch: 0, base_lrs, last_lr: Vec::new() }
     }
 
-    /// Fails when the optimizer's group count changed since construction.
+    /// Fails when the optimizer has fewer groups than at construction.
+    /// Groups appended since (BackboneFinetuning's) are taken as torch
+    /// takes them: the closed forms move them in their chainable form, and
+    /// fail where torch's has no value for them.
     pub fn check_groups(&self, opt: &dyn Optimizer, name: &str) -> Result<()> {
         let n = opt.param_groups().len();
-        if n != self.base_lrs.len() {
+        if n < self.base_lrs.len() {
             return Err(Error::state(format!(
                 "{name}: the optimizer has {n} param groups but the scheduler was built for {}",
                 self.base_lrs.len()
@@ -209,12 +215,29 @@ impl Base {
         Ok(())
     }
 
-    /// Writes `lrs` into the optimizer's groups and remembers them.
+    /// Fails when the optimizer's group count changed since construction,
+    /// for the kinds whose torch form pairs every group with a value of the
+    /// construction (LambdaLR, MultiplicativeLR, CyclicLR, OneCycleLR, and
+    /// any closed form jumped to by a SequentialLR).
+    pub fn check_groups_exact(&self, opt: &dyn Optimizer, name: &str) -> Result<()> {
+        let n = opt.param_groups().len();
+        if n != self.base_lrs.len() {
+            return Err(Error::state(format!(
+                "{name}: the optimizer has {n} param groups but the scheduler was built for {} (torch's \
+                 {name} cannot take a group added later either)",
+                self.base_lrs.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes `lrs` into the first groups of the optimizer and remembers
+    /// every group's lr (torch's `_last_lr`).
     pub fn apply(&mut self, opt: &mut dyn Optimizer, lrs: Vec<f64>) {
         for (g, lr) in opt.param_groups_mut().iter_mut().zip(&lrs) {
             g.lr = *lr;
         }
-        self.last_lr = lrs;
+        self.last_lr = opt.param_groups().iter().map(|g| g.lr).collect();
     }
 
     /// Serialises the counter and both lr lists.
@@ -225,12 +248,17 @@ impl Base {
         out
     }
 
-    /// Reads what `state` wrote; the lists must keep their length.
+    /// Reads what `state` wrote: `base_lrs` keeps its length, `last_lr`
+    /// has at least as many entries (groups appended after construction).
     pub fn load(&self, l: &Lookup) -> Result<Base> {
         let last_epoch = l.int("last_epoch")?;
         let n = self.base_lrs.len();
         let base_lrs = (0..n).map(|i| l.get(&format!("base_lrs.{i}"))).collect::<Result<_>>()?;
-        let last_lr = (0..n).map(|i| l.get(&format!("last_lr.{i}"))).collect::<Result<_>>()?;
+        let mut last_lr: Vec<f64> = (0..n).map(|i| l.get(&format!("last_lr.{i}"))).collect::<Result<_>>()?;
+        // Bounded by the state's own entries.
+        while let Some(v) = l.optional(&format!("last_lr.{}", last_lr.len())) {
+            last_lr.push(v);
+        }
         Ok(Base { last_epoch, base_lrs, last_lr })
     }
 }

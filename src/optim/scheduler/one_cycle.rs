@@ -243,12 +243,12 @@ impl LrScheduler for OneCycleLr {
     }
 
     fn step(&mut self, opt: &mut dyn Optimizer, _metric: Option<f64>) -> Result<()> {
-        self.base.check_groups(opt, "one_cycle_lr")?;
+        self.base.check_groups_exact(opt, "one_cycle_lr")?;
         self.apply_step(opt, self.base.last_epoch + 1)
     }
 
     fn jump_to(&mut self, opt: &mut dyn Optimizer, epoch: i64) -> Result<()> {
-        self.base.check_groups(opt, "one_cycle_lr")?;
+        self.base.check_groups_exact(opt, "one_cycle_lr")?;
         self.apply_step(opt, epoch)
     }
 

@@ -354,7 +354,11 @@ fn load_errors_and_group_changes() {
 
     let p = Tensor::zeros([3], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
     o.add_param_group(vec![p], None).unwrap();
-    let e = step.step(&mut o, None).unwrap_err();
+    // torch's StepLR takes a group added later; its OneCycleLR cannot
+    // (appended_tests.rs has each kind).
+    step.step(&mut o, None).unwrap();
+    assert_eq!(step.last_lr().len(), 2);
+    let e = one.step(&mut o, None).unwrap_err();
     assert_eq!(e.code, crate::error::ErrorCode::InvalidState);
     let _: &[ParamGroup] = o.param_groups();
 }

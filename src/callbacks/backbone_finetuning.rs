@@ -1,0 +1,291 @@
+//! Lightning's `BackboneFinetuning`: the backbone (a module of the model,
+//! by its dotted path) is frozen at setup, so `configure_optimizers` can
+//! build the optimizers over the trainable parameters only; at the start of
+//! epoch `unfreeze_backbone_at_epoch` it becomes trainable and joins every
+//! optimizer as a new param group with a small learning rate, which then
+//! grows by a factor each epoch until it meets the first group's.
+use crate::error::{Error, Result};
+use crate::optim::{same_param, Optimizer};
+use crate::trainer::hooks::{Callback, Hook, HookContext};
+use crate::trainer::module::OptimizerConfig;
+use crate::trainer::SharedModel;
+use std::collections::BTreeMap;
+use tch::Tensor;
+
+/// The callback's options (Lightning's arguments and defaults; the
+/// backbone is named by path where Lightning reads `pl_module.backbone`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackboneFinetuningOptions {
+    /// The backbone's dotted path in the model (default "backbone").
+    pub backbone: String,
+    /// The epoch whose start unfreezes the backbone (default 10).
+    pub unfreeze_backbone_at_epoch: i64,
+    /// Each later epoch multiplies the backbone's lr by this (Lightning's
+    /// default `lambda_func`, `multiplicative`, returns 2).
+    pub lambda_factor: f64,
+    /// The backbone's first lr as a fraction of the first group's (0.1).
+    pub backbone_initial_ratio_lr: f64,
+    /// The backbone's first lr, instead of the ratio (default none).
+    pub backbone_initial_lr: Option<f64>,
+    /// Keep the backbone's lr at most the first group's (default true).
+    pub should_align: bool,
+    /// Train the backbone's BatchNorms all along (default true): they stay
+    /// trainable, and tracking, while the rest is frozen.
+    pub train_bn: bool,
+    /// Print the learning rates at each change (default false).
+    pub verbose: bool,
+    /// Decimals printed (default 12).
+    pub rounding: i32,
+}
+
+impl Default for BackboneFinetuningOptions {
+    fn default() -> Self {
+        BackboneFinetuningOptions {
+            backbone: "backbone".into(),
+            unfreeze_backbone_at_epoch: 10,
+            lambda_factor: 2.0,
+            backbone_initial_ratio_lr: 0.1,
+            backbone_initial_lr: None,
+            should_align: true,
+            train_bn: true,
+            verbose: false,
+            rounding: 12,
+        }
+    }
+}
+
+impl BackboneFinetuningOptions {
+    /// Refuses what cannot give a learning rate.
+    pub fn validate(&self) -> Result<()> {
+        let bad =
+            |what: &str, v: f64| Error::invalid(format!("BackboneFinetuning: {what} {v} must be finite and >= 0"));
+        for (what, v) in
+            [("lambda_factor", self.lambda_factor), ("backbone_initial_ratio_lr", self.backbone_initial_ratio_lr)]
+        {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(bad(what, v));
+            }
+        }
+        if let Some(v) = self.backbone_initial_lr.filter(|v| !(v.is_finite() && *v >= 0.0)) {
+            return Err(bad("backbone_initial_lr", v));
+        }
+        if self.unfreeze_backbone_at_epoch < 0 {
+            return Err(Error::invalid("BackboneFinetuning: unfreeze_backbone_at_epoch must be >= 0"));
+        }
+        if !(0..=17).contains(&self.rounding) {
+            return Err(Error::invalid("BackboneFinetuning: rounding must be in 0..=17"));
+        }
+        Ok(())
+    }
+}
+
+/// What the callback remembers of one optimizer: its group count from
+/// `configure_optimizers`, and the parameter names of the group it added.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct OptimizerRecord {
+    groups: usize,
+    added: Option<Vec<String>>,
+}
+
+/// The callback.
+pub struct BackboneFinetuning {
+    opts: BackboneFinetuningOptions,
+    /// Lightning's `previous_backbone_lr`.
+    previous_backbone_lr: Option<f64>,
+    /// Lightning's `_internal_optimizer_metadata`, by optimizer index.
+    records: BTreeMap<usize, OptimizerRecord>,
+    /// Whether this fit put an added group back from a checkpoint.
+    restored: bool,
+}
+
+impl BackboneFinetuning {
+    /// The callback with checked options.
+    pub fn new(opts: BackboneFinetuningOptions) -> Result<Self> {
+        opts.validate()?;
+        Ok(BackboneFinetuning { opts, previous_backbone_lr: None, records: BTreeMap::new(), restored: false })
+    }
+
+    fn model(ctx: &HookContext) -> Result<SharedModel> {
+        ctx.model.clone().ok_or_else(|| Error::state("BackboneFinetuning needs a LightningModule with a model"))
+    }
+
+    fn say(&self, current: f64, backbone: f64) {
+        if self.opts.verbose {
+            let d = self.opts.rounding as usize;
+            eprintln!("Current lr: {current:.d$}, Backbone lr: {backbone:.d$}");
+        }
+    }
+
+    /// Lightning's `unfreeze_and_add_param_group` with the lr given: the
+    /// backbone becomes trainable and its trainable parameters that no
+    /// group holds yet form a new group.
+    fn unfreeze_into(&mut self, model: &SharedModel, opt: &mut dyn Optimizer, lr: f64) -> Result<Option<Vec<String>>> {
+        let params = {
+            let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
+            m.make_trainable(&self.opts.backbone)?;
+            m.trainable_params_under(&self.opts.backbone, self.opts.train_bn)?
+        };
+        let held = |p: &Tensor| opt.param_groups().iter().any(|g| g.params.iter().any(|q| same_param(q, p)));
+        let (names, fresh): (Vec<String>, Vec<Tensor>) = params.into_iter().filter(|(_, p)| !held(p)).unzip();
+        if fresh.is_empty() {
+            if self.restored {
+                return Ok(None);
+            }
+            return Err(Error::state(format!(
+                "BackboneFinetuning: every trainable parameter of `{}` is already in optimizer {}'s groups, so \
+                 none can form the backbone's group; build the optimizer over the trainable parameters only \
+                 (the backbone is frozen when configure_optimizers runs: fulmen_model_parameters with \
+                 trainable_only)",
+                self.opts.backbone,
+                opt.name()
+            )));
+        }
+        opt.add_param_group(fresh, Some(lr))?;
+        Ok(Some(names))
+    }
+
+    /// Lightning's `finetune_function` for one optimizer.
+    fn finetune(&mut self, model: &SharedModel, epoch: i64, i: usize, opt: &mut dyn Optimizer) -> Result<()> {
+        let at = self.opts.unfreeze_backbone_at_epoch;
+        let current =
+            opt.param_groups().first().map(|g| g.lr).ok_or_else(|| Error::state("an optimizer without groups"))?;
+        if epoch == at {
+            let initial = self.opts.backbone_initial_lr.unwrap_or(current * self.opts.backbone_initial_ratio_lr);
+            self.previous_backbone_lr = Some(initial);
+            if let Some(names) = self.unfreeze_into(model, opt, initial)? {
+                self.records.entry(i).or_default().added = Some(names);
+            }
+            self.say(current, initial);
+        } else if epoch > at {
+            let previous = self.previous_backbone_lr.ok_or_else(|| {
+                Error::state(format!(
+                    "BackboneFinetuning: epoch {epoch} is past the unfreeze epoch {at}, but the backbone's lr is \
+                     unknown (resumed from a checkpoint without this callback's state?)"
+                ))
+            })?;
+            let mut next = self.opts.lambda_factor * previous;
+            if self.opts.should_align && next > current {
+                next = current;
+            }
+            if let Some(g) = opt.param_groups_mut().last_mut() {
+                g.lr = next;
+            }
+            self.previous_backbone_lr = Some(next);
+            self.say(current, next);
+        }
+        Ok(())
+    }
+
+    fn epoch_start(&mut self, ctx: &mut HookContext) -> Result<()> {
+        let model = Self::model(ctx)?;
+        let epoch = ctx.state.epoch;
+        let optimizers = ctx.optimizers.as_deref_mut().unwrap_or_default();
+        for (i, cfg) in optimizers.iter_mut().enumerate() {
+            let before = cfg.optimizer.param_groups().len();
+            self.records.entry(i).or_insert(OptimizerRecord { groups: before, added: None });
+            self.finetune(&model, epoch, i, &mut *cfg.optimizer).map_err(|e| e.context(format!("optimizer {i}")))?;
+        }
+        Ok(())
+    }
+}
+
+impl Callback for BackboneFinetuning {
+    fn name(&self) -> String {
+        "BackboneFinetuning".into()
+    }
+
+    fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()> {
+        match ctx.hook {
+            Hook::Setup => {
+                if ctx.stage == "fit" && ctx.state.world_size > 1 {
+                    return Err(Error::unsupported(
+                        "BackboneFinetuning with several processes: DDP reduces the gradients of the parameters \
+                         that were trainable when it wrapped the model, so an unfrozen backbone would drift apart \
+                         on each rank",
+                    ));
+                }
+                self.restored = false;
+                let model = Self::model(ctx)?;
+                let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
+                m.freeze(&self.opts.backbone, self.opts.train_bn).map_err(|e| e.context("BackboneFinetuning"))
+            }
+            Hook::TrainEpochStart => self.epoch_start(ctx),
+            _ => Ok(()),
+        }
+    }
+
+    fn state_dict(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        out.insert(
+            "previous_backbone_lr".into(),
+            self.previous_backbone_lr.map_or_else(|| "none".into(), |v| v.to_string()),
+        );
+        for (i, r) in &self.records {
+            out.insert(format!("groups.{i}"), r.groups.to_string());
+            if let Some(names) = &r.added {
+                out.insert(format!("added.{i}"), names.join("\n"));
+            }
+        }
+        out
+    }
+
+    fn load_state_dict(&mut self, state: &BTreeMap<String, String>) -> Result<()> {
+        let bad = |k: &str| Error::format(format!("BackboneFinetuning state: invalid '{k}'"));
+        let previous = match state.get("previous_backbone_lr").map(String::as_str) {
+            None | Some("none") => None,
+            Some(v) => {
+                Some(v.parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| bad("previous_backbone_lr"))?)
+            }
+        };
+        let mut records = BTreeMap::new();
+        for (k, v) in state {
+            if let Some(i) = k.strip_prefix("groups.") {
+                let i: usize = i.parse().map_err(|_| bad(k))?;
+                let groups = v.parse().map_err(|_| bad(k))?;
+                let added = state.get(&format!("added.{i}")).map(|s| s.split('\n').map(str::to_string).collect());
+                records.insert(i, OptimizerRecord { groups, added });
+            } else if !(k == "previous_backbone_lr" || k.starts_with("added.")) {
+                return Err(Error::format(format!("BackboneFinetuning state: unexpected key '{k}'")));
+            }
+        }
+        self.previous_backbone_lr = previous;
+        self.records = records;
+        Ok(())
+    }
+
+    /// Puts the backbone's group back into each optimizer it was added to,
+    /// with the backbone trainable again (Lightning's own resume leaves it
+    /// frozen: there the parameters rejoin the optimizer but no gradient
+    /// reaches them).
+    fn restore_param_groups(&mut self, model: &SharedModel, optimizers: &mut [OptimizerConfig]) -> Result<()> {
+        for (i, r) in &self.records {
+            let cfg = optimizers.get_mut(*i).ok_or_else(|| {
+                Error::format(format!("BackboneFinetuning state: optimizer {i}, but configure_optimizers made fewer"))
+            })?;
+            let have = cfg.optimizer.param_groups().len();
+            if have != r.groups {
+                return Err(Error::format(format!(
+                    "BackboneFinetuning state: optimizer {i} had {} param groups from configure_optimizers, now {have}",
+                    r.groups
+                )));
+            }
+            let Some(names) = &r.added else { continue };
+            let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
+            m.make_trainable(&self.opts.backbone)?;
+            let named = m.named_parameters();
+            let params = names
+                .iter()
+                .map(|n| {
+                    named.iter().find(|(k, _)| k == n).map(|(_, t)| t.shallow_clone()).ok_or_else(|| {
+                        Error::format(format!("BackboneFinetuning state: the model has no parameter '{n}'"))
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            // The lr comes with the optimizer's state, loaded next.
+            let lr = self.previous_backbone_lr.unwrap_or(cfg.optimizer.param_groups()[0].lr);
+            cfg.optimizer.add_param_group(params, Some(lr))?;
+            self.restored = true;
+        }
+        Ok(())
+    }
+}
