@@ -430,6 +430,18 @@ func (m *Model) StateDictGet(name string) (*Tensor, error) {
 	return newTensor(out), nil
 }
 
+// Parameters returns the parameters (sharing storage with the model) in
+// named_parameters order; trainableOnly keeps those that require grad
+// (what an optimizer should get while part of the model is frozen, as
+// under BackboneFinetuning). The caller closes them.
+func (m *Model) Parameters(trainableOnly bool) ([]*Tensor, error) {
+	params, err := tensorPieces(func(outs *cTensor, capacity C.size_t, count *C.size_t) cErr {
+		return C.fulmen_model_parameters(m.ptr(), C.bool(trainableOnly), outs, capacity, count)
+	})
+	runtime.KeepAlive(m)
+	return params, err
+}
+
 // Save writes the state_dict as a safetensors file (atomically).
 func (m *Model) Save(path string) error {
 	p := cString(path)

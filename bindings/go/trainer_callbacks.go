@@ -333,6 +333,59 @@ func (t *Trainer) AddWeightAveraging(opts WeightAveragingOptions) error {
 	return err
 }
 
+// BackboneFinetuningOptions are the options of BackboneFinetuning
+// (Lightning's, with the backbone named by its path in the model).
+type BackboneFinetuningOptions struct {
+	// Backbone is the backbone's dotted path in the model ("backbone",
+	// "0", "encoder.layers").
+	Backbone string
+	// UnfreezeBackboneAtEpoch is the epoch whose start unfreezes it.
+	UnfreezeBackboneAtEpoch int64
+	// LambdaFactor multiplies the backbone's lr at each later epoch.
+	LambdaFactor float64
+	// BackboneInitialRatioLR is its first lr as a fraction of the first
+	// group's.
+	BackboneInitialRatioLR float64
+	// BackboneInitialLR is its first lr instead (< 0: the ratio).
+	BackboneInitialLR float64
+	// ShouldAlign keeps its lr at most the first group's.
+	ShouldAlign bool
+	// TrainBN keeps the backbone's BatchNorms trainable all along.
+	TrainBN bool
+	// Verbose prints both lrs at each change on stderr.
+	Verbose bool
+	// Rounding is the number of decimals printed.
+	Rounding int32
+}
+
+// DefaultBackboneFinetuningOptions are Lightning's BackboneFinetuning
+// defaults, for the module at "backbone".
+func DefaultBackboneFinetuningOptions() BackboneFinetuningOptions {
+	c := C.fulmen_backbone_finetuning_options_default()
+	return BackboneFinetuningOptions{Backbone: "backbone", UnfreezeBackboneAtEpoch: int64(c.unfreeze_backbone_at_epoch),
+		LambdaFactor: float64(c.lambda_factor), BackboneInitialRatioLR: float64(c.backbone_initial_ratio_lr),
+		BackboneInitialLR: float64(c.backbone_initial_lr), ShouldAlign: bool(c.should_align),
+		TrainBN: bool(c.train_bn), Verbose: bool(c.verbose), Rounding: int32(c.rounding)}
+}
+
+// AddBackboneFinetuning adds BackboneFinetuning: the backbone is frozen at
+// setup (build the optimizers over Model.Parameters(true)), joins every
+// optimizer as a new param group at UnfreezeBackboneAtEpoch, and its lr
+// then grows until it meets the first group's.
+func (t *Trainer) AddBackboneFinetuning(opts BackboneFinetuningOptions) error {
+	b := cString(opts.Backbone)
+	defer freeCString(b)
+	c := C.fulmen_backbone_finetuning_options{backbone: b,
+		unfreeze_backbone_at_epoch: C.int64_t(opts.UnfreezeBackboneAtEpoch),
+		lambda_factor:              C.double(opts.LambdaFactor),
+		backbone_initial_ratio_lr:  C.double(opts.BackboneInitialRatioLR),
+		backbone_initial_lr:        C.double(opts.BackboneInitialLR), should_align: C.bool(opts.ShouldAlign),
+		train_bn: C.bool(opts.TrainBN), verbose: C.bool(opts.Verbose), rounding: C.int32_t(opts.Rounding)}
+	err := check(C.fulmen_trainer_add_backbone_finetuning(t.ptr(), &c))
+	runtime.KeepAlive(t)
+	return err
+}
+
 // AddOnExceptionCheckpoint adds an OnExceptionCheckpoint: a failed fit
 // saves dirpath/filename.ckpt (filename "": "on_exception") to resume from.
 func (t *Trainer) AddOnExceptionCheckpoint(dirpath, filename string) error {

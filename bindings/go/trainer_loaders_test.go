@@ -223,3 +223,83 @@ func TestAccumulationScheduleAndExceptionCheckpoint(t *testing.T) {
 		t.Fatalf("a filename with a slash: %v", err)
 	}
 }
+
+func TestBackboneFinetuningTrainsTheBackboneFromItsEpoch(t *testing.T) {
+	noLeaks(t)
+	train := blobDataset(t, 64, 1)
+	defer train.Close()
+	tl := must(fulmen.NewLoader(train, fulmen.LoaderOptions{BatchSize: 8}))
+	defer tl.Close()
+	model := mlp(t)
+	defer model.Close()
+	weight := func() []float32 {
+		w := must(model.StateDictGet("0.weight"))
+		defer w.Close()
+		return must(fulmen.ToSlice[float32](w))
+	}
+	before := weight()
+	trainable := 0
+	m := must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
+			_, loss, err := lossOf(model, bt)
+			return loss, err
+		},
+		ConfigureOptimizers: func(cfg *fulmen.OptimizerConfig) error {
+			params, err := model.Parameters(true)
+			if err != nil {
+				return err
+			}
+			defer func() {
+				for _, p := range params {
+					p.Close()
+				}
+			}()
+			trainable = len(params)
+			o := fulmen.DefaultSGDOptions()
+			o.LR = 0.1
+			opt, err := fulmen.NewSGD(nil, params, o)
+			if err != nil {
+				return err
+			}
+			if err := cfg.Add(opt); err != nil {
+				opt.Close()
+				return err
+			}
+			return nil
+		},
+	}))
+	defer m.Close()
+	opts := fulmen.DefaultBackboneFinetuningOptions()
+	if opts.Backbone != "backbone" || opts.UnfreezeBackboneAtEpoch != 10 || opts.LambdaFactor != 2 || !opts.TrainBN {
+		t.Fatalf("defaults %+v", opts)
+	}
+	opts.Backbone = "0"
+	opts.UnfreezeBackboneAtEpoch = 1
+	// Epoch 0: only the last Linear trains.
+	first := quietTrainer(t, 1)
+	defer first.Close()
+	ok(t, first.AddBackboneFinetuning(opts))
+	ok(t, first.Fit(context.Background(), m, tl, nil))
+	if trainable != 2 || !reflect.DeepEqual(weight(), before) {
+		t.Fatalf("epoch 0: %d trainable parameters, the backbone moved: %v", trainable, !reflect.DeepEqual(weight(), before))
+	}
+	// From epoch 1 the first Linear trains too.
+	second := quietTrainer(t, 2)
+	defer second.Close()
+	ok(t, second.AddBackboneFinetuning(opts))
+	ok(t, second.Fit(context.Background(), m, tl, nil))
+	if reflect.DeepEqual(weight(), before) {
+		t.Fatalf("the backbone never trained")
+	}
+	all := must(model.Parameters(false))
+	for _, p := range all {
+		p.Close()
+	}
+	if len(all) != 4 {
+		t.Fatalf("%d parameters", len(all))
+	}
+	opts.LambdaFactor = -1
+	if err := second.AddBackboneFinetuning(opts); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("lambda_factor -1: %v", err)
+	}
+}

@@ -79,12 +79,21 @@ impl BackboneFinetuningOptions {
     }
 }
 
-/// What the callback remembers of one optimizer: its group count from
-/// `configure_optimizers`, and the parameter names of the group it added.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct OptimizerRecord {
-    groups: usize,
-    added: Option<Vec<String>>,
+/// One param group as the callback recorded it (Lightning's
+/// `_internal_optimizer_metadata` entry): its parameters' names and its lr
+/// when recorded.
+#[derive(Debug, Clone, PartialEq)]
+struct GroupRecord {
+    params: Vec<String>,
+    lr: f64,
+}
+
+/// The names of `params` in `named` (empty for one the model lacks).
+fn names_of(params: &[Tensor], named: &[(String, Tensor)]) -> Vec<String> {
+    params
+        .iter()
+        .map(|p| named.iter().find(|(_, t)| same_param(t, p)).map(|(n, _)| n.clone()).unwrap_or_default())
+        .collect()
 }
 
 /// The callback.
@@ -92,8 +101,10 @@ pub struct BackboneFinetuning {
     opts: BackboneFinetuningOptions,
     /// Lightning's `previous_backbone_lr`.
     previous_backbone_lr: Option<f64>,
-    /// Lightning's `_internal_optimizer_metadata`, by optimizer index.
-    records: BTreeMap<usize, OptimizerRecord>,
+    /// Lightning's `_internal_optimizer_metadata`, by optimizer index:
+    /// the groups `configure_optimizers` made (at the first epoch start),
+    /// then the group the callback added.
+    records: BTreeMap<usize, Vec<GroupRecord>>,
     /// Whether this fit put an added group back from a checkpoint.
     restored: bool,
 }
@@ -119,7 +130,7 @@ impl BackboneFinetuning {
     /// Lightning's `unfreeze_and_add_param_group` with the lr given: the
     /// backbone becomes trainable and its trainable parameters that no
     /// group holds yet form a new group.
-    fn unfreeze_into(&mut self, model: &SharedModel, opt: &mut dyn Optimizer, lr: f64) -> Result<Option<Vec<String>>> {
+    fn unfreeze_into(&mut self, model: &SharedModel, opt: &mut dyn Optimizer, lr: f64) -> Result<Option<GroupRecord>> {
         let params = {
             let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
             m.make_trainable(&self.opts.backbone)?;
@@ -141,7 +152,7 @@ impl BackboneFinetuning {
             )));
         }
         opt.add_param_group(fresh, Some(lr))?;
-        Ok(Some(names))
+        Ok(Some(GroupRecord { params: names, lr }))
     }
 
     /// Lightning's `finetune_function` for one optimizer.
@@ -152,8 +163,8 @@ impl BackboneFinetuning {
         if epoch == at {
             let initial = self.opts.backbone_initial_lr.unwrap_or(current * self.opts.backbone_initial_ratio_lr);
             self.previous_backbone_lr = Some(initial);
-            if let Some(names) = self.unfreeze_into(model, opt, initial)? {
-                self.records.entry(i).or_default().added = Some(names);
+            if let Some(group) = self.unfreeze_into(model, opt, initial)? {
+                self.records.entry(i).or_default().push(group);
             }
             self.say(current, initial);
         } else if epoch > at {
@@ -181,8 +192,15 @@ impl BackboneFinetuning {
         let epoch = ctx.state.epoch;
         let optimizers = ctx.optimizers.as_deref_mut().unwrap_or_default();
         for (i, cfg) in optimizers.iter_mut().enumerate() {
-            let before = cfg.optimizer.param_groups().len();
-            self.records.entry(i).or_insert(OptimizerRecord { groups: before, added: None });
+            if let std::collections::btree_map::Entry::Vacant(slot) = self.records.entry(i) {
+                let named = model.lock().unwrap_or_else(|p| p.into_inner()).named_parameters();
+                let groups = cfg
+                    .optimizer
+                    .param_groups()
+                    .iter()
+                    .map(|g| GroupRecord { params: names_of(&g.params, &named), lr: g.lr });
+                slot.insert(groups.collect());
+            }
             self.finetune(&model, epoch, i, &mut *cfg.optimizer).map_err(|e| e.context(format!("optimizer {i}")))?;
         }
         Ok(())
@@ -220,10 +238,10 @@ impl Callback for BackboneFinetuning {
             "previous_backbone_lr".into(),
             self.previous_backbone_lr.map_or_else(|| "none".into(), |v| v.to_string()),
         );
-        for (i, r) in &self.records {
-            out.insert(format!("groups.{i}"), r.groups.to_string());
-            if let Some(names) = &r.added {
-                out.insert(format!("added.{i}"), names.join("\n"));
+        for (i, groups) in &self.records {
+            for (j, g) in groups.iter().enumerate() {
+                out.insert(format!("params.{i}.{j}"), g.params.join("\n"));
+                out.insert(format!("lr.{i}.{j}"), g.lr.to_string());
             }
         }
         out
@@ -231,60 +249,98 @@ impl Callback for BackboneFinetuning {
 
     fn load_state_dict(&mut self, state: &BTreeMap<String, String>) -> Result<()> {
         let bad = |k: &str| Error::format(format!("BackboneFinetuning state: invalid '{k}'"));
+        let float = |k: &str, v: &str| v.parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| bad(k));
         let previous = match state.get("previous_backbone_lr").map(String::as_str) {
             None | Some("none") => None,
-            Some(v) => {
-                Some(v.parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| bad("previous_backbone_lr"))?)
-            }
+            Some(v) => Some(float("previous_backbone_lr", v)?),
         };
-        let mut records = BTreeMap::new();
+        let mut records: BTreeMap<usize, Vec<GroupRecord>> = BTreeMap::new();
         for (k, v) in state {
-            if let Some(i) = k.strip_prefix("groups.") {
-                let i: usize = i.parse().map_err(|_| bad(k))?;
-                let groups = v.parse().map_err(|_| bad(k))?;
-                let added = state.get(&format!("added.{i}")).map(|s| s.split('\n').map(str::to_string).collect());
-                records.insert(i, OptimizerRecord { groups, added });
-            } else if !(k == "previous_backbone_lr" || k.starts_with("added.")) {
+            let Some(at) = k.strip_prefix("params.") else {
+                if k == "previous_backbone_lr" || k.starts_with("lr.") {
+                    continue;
+                }
                 return Err(Error::format(format!("BackboneFinetuning state: unexpected key '{k}'")));
+            };
+            let (i, j) = at.split_once('.').ok_or_else(|| bad(k))?;
+            let (i, j): (usize, usize) = (i.parse().map_err(|_| bad(k))?, j.parse().map_err(|_| bad(k))?);
+            let lr_key = format!("lr.{i}.{j}");
+            let lr = float(&lr_key, state.get(&lr_key).ok_or_else(|| bad(&lr_key))?)?;
+            let params = if v.is_empty() { Vec::new() } else { v.split('\n').map(str::to_string).collect() };
+            // Groups come in order, each index once (BTreeMap keys sort
+            // "params.0.10" before "params.0.2": placed by index).
+            let groups = records.entry(i).or_default();
+            if j >= state.len() {
+                return Err(bad(k));
             }
+            if groups.len() <= j {
+                groups.resize(j + 1, GroupRecord { params: Vec::new(), lr: f64::NAN });
+            }
+            groups[j] = GroupRecord { params, lr };
+        }
+        if records.values().flatten().any(|g| g.lr.is_nan()) {
+            return Err(Error::format("BackboneFinetuning state: a param group index is missing"));
+        }
+        if let Some(k) =
+            state.keys().find(|k| k.starts_with("lr.") && !state.contains_key(&format!("params.{}", &k[3..])))
+        {
+            return Err(bad(k));
         }
         self.previous_backbone_lr = previous;
         self.records = records;
         Ok(())
     }
 
-    /// Puts the backbone's group back into each optimizer it was added to,
-    /// with the backbone trainable again (Lightning's own resume leaves it
-    /// frozen: there the parameters rejoin the optimizer but no gradient
-    /// reaches them).
-    fn restore_param_groups(&mut self, model: &SharedModel, optimizers: &mut [OptimizerConfig]) -> Result<()> {
-        for (i, r) in &self.records {
-            let cfg = optimizers.get_mut(*i).ok_or_else(|| {
-                Error::format(format!("BackboneFinetuning state: optimizer {i}, but configure_optimizers made fewer"))
-            })?;
+    fn lightning_state_key(&self) -> Option<String> {
+        Some("BackboneFinetuning".into())
+    }
+
+    /// Puts the groups the callback added back into the optimizers, with
+    /// the backbone trainable again (Lightning's own resume leaves it
+    /// frozen: there the parameters rejoin the optimizer, but no gradient
+    /// reaches them). The recorded groups before them must be the
+    /// optimizer's own; names may carry the checkpoint's `prefix`.
+    fn restore_param_groups(
+        &mut self,
+        model: &SharedModel,
+        optimizers: &mut [OptimizerConfig],
+        prefix: &str,
+    ) -> Result<()> {
+        let named = model.lock().unwrap_or_else(|p| p.into_inner()).named_parameters();
+        let by_name: BTreeMap<&str, &Tensor> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let find = |n: &str| by_name.get(n).or_else(|| n.strip_prefix(prefix).and_then(|m| by_name.get(m))).copied();
+        for (i, groups) in &self.records {
+            let bad = |what: String| Error::format(format!("BackboneFinetuning state: optimizer {i}: {what}"));
+            let cfg = optimizers.get_mut(*i).ok_or_else(|| bad("configure_optimizers made fewer optimizers".into()))?;
             let have = cfg.optimizer.param_groups().len();
-            if have != r.groups {
-                return Err(Error::format(format!(
-                    "BackboneFinetuning state: optimizer {i} had {} param groups from configure_optimizers, now {have}",
-                    r.groups
-                )));
+            if groups.len() < have {
+                return Err(bad(format!("{} param groups recorded, configure_optimizers made {have}", groups.len())));
             }
-            let Some(names) = &r.added else { continue };
-            let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
-            m.make_trainable(&self.opts.backbone)?;
-            let named = m.named_parameters();
-            let params = names
-                .iter()
-                .map(|n| {
-                    named.iter().find(|(k, _)| k == n).map(|(_, t)| t.shallow_clone()).ok_or_else(|| {
-                        Error::format(format!("BackboneFinetuning state: the model has no parameter '{n}'"))
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            // The lr comes with the optimizer's state, loaded next.
-            let lr = self.previous_backbone_lr.unwrap_or(cfg.optimizer.param_groups()[0].lr);
-            cfg.optimizer.add_param_group(params, Some(lr))?;
-            self.restored = true;
+            for (j, (g, now)) in groups.iter().zip(cfg.optimizer.param_groups()).enumerate() {
+                let same = g.params.len() == now.params.len()
+                    && g.params.iter().zip(&now.params).all(|(n, p)| {
+                        // (A tensor outside the model has no name.)
+                        if n.is_empty() {
+                            named.iter().all(|(_, t)| !same_param(t, p))
+                        } else {
+                            find(n).is_some_and(|t| same_param(t, p))
+                        }
+                    });
+                if !same {
+                    return Err(bad(format!("param group {j} holds other parameters than the checkpoint's")));
+                }
+            }
+            for g in &groups[have..] {
+                let params = g
+                    .params
+                    .iter()
+                    .map(|n| find(n).map(Tensor::shallow_clone).ok_or_else(|| bad(format!("no parameter '{n}'"))))
+                    .collect::<Result<Vec<_>>>()?;
+                model.lock().unwrap_or_else(|p| p.into_inner()).make_trainable(&self.opts.backbone)?;
+                // The lr comes with the optimizer's state, loaded next.
+                cfg.optimizer.add_param_group(params, Some(g.lr))?;
+                self.restored = true;
+            }
         }
         Ok(())
     }

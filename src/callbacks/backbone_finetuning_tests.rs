@@ -69,7 +69,9 @@ fn backbone_lr_grows_until_it_meets_the_head() {
 
     // The callback's state puts the group back into a fresh optimizer.
     let saved = cb.state_dict();
-    assert_eq!(saved.get("added.0").map(String::as_str), Some("0.weight\n0.bias"));
+    assert_eq!(saved.get("params.0.0").map(String::as_str), Some("1.weight\n1.bias"));
+    assert_eq!(saved.get("params.0.1").map(String::as_str), Some("0.weight\n0.bias"));
+    assert_eq!(saved.get("lr.0.1").map(String::as_str), Some(first.to_string().as_str()));
     let fresh_model = model();
     let mut restored = BackboneFinetuning::new(BackboneFinetuningOptions {
         backbone: "0".into(),
@@ -81,16 +83,18 @@ fn backbone_lr_grows_until_it_meets_the_head() {
     let head: Vec<_> = fresh_model.lock().unwrap().parameters().into_iter().filter(|p| p.requires_grad()).collect();
     let mut fresh = vec![OptimizerConfig::new(Box::new(Sgd::new(head, SgdOptions::default()).unwrap()), None)];
     restored.load_state_dict(&saved).unwrap();
-    restored.restore_param_groups(&fresh_model, &mut fresh).unwrap();
+    restored.restore_param_groups(&fresh_model, &mut fresh, "").unwrap();
     assert_eq!(fresh[0].optimizer.param_groups().len(), 2);
     assert!(fresh_model.lock().unwrap().parameters().iter().all(|p| p.requires_grad()));
-    // A checkpoint from another set-up is refused.
-    let mut two_groups = saved.clone();
-    two_groups.insert("groups.0".into(), "2".into());
-    restored.load_state_dict(&two_groups).unwrap();
-    assert!(restored.restore_param_groups(&fresh_model, &mut fresh).is_err());
+    // A checkpoint from another set-up is refused: the optimizer now has
+    // both groups (nothing to add, the recorded first group is not its).
+    restored.load_state_dict(&saved).unwrap();
+    let mut swapped = saved.clone();
+    swapped.insert("params.0.0".into(), "0.weight\n0.bias".into());
+    restored.load_state_dict(&swapped).unwrap();
+    assert!(restored.restore_param_groups(&fresh_model, &mut fresh, "").is_err());
     let mut unknown = saved.clone();
-    unknown.insert("added.0".into(), "no.such".into());
+    unknown.insert("params.0.1".into(), "no.such".into());
     restored.load_state_dict(&unknown).unwrap();
     let mut one = vec![OptimizerConfig::new(
         Box::new(
@@ -98,8 +102,29 @@ fn backbone_lr_grows_until_it_meets_the_head() {
         ),
         None,
     )];
-    assert!(restored.restore_param_groups(&fresh_model, &mut one).is_err());
-    let mut junk = saved;
-    junk.insert("what".into(), "1".into());
-    assert!(restored.load_state_dict(&junk).is_err());
+    assert!(restored.restore_param_groups(&fresh_model, &mut one, "").is_err());
+    // Prefixed names (a Lightning file's "model.") are found too.
+    let prefixed: std::collections::BTreeMap<String, String> = saved
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                if k.starts_with("params.") {
+                    v.split('\n').map(|n| format!("model.{n}")).collect::<Vec<_>>().join("\n")
+                } else {
+                    v.clone()
+                },
+            )
+        })
+        .collect();
+    restored.load_state_dict(&prefixed).unwrap();
+    let head: Vec<_> = fresh_model.lock().unwrap().parameters()[2..].iter().map(|t| t.shallow_clone()).collect();
+    let mut again = vec![OptimizerConfig::new(Box::new(Sgd::new(head, SgdOptions::default()).unwrap()), None)];
+    restored.restore_param_groups(&fresh_model, &mut again, "model.").unwrap();
+    assert_eq!(again[0].optimizer.param_groups().len(), 2);
+    for (key, value) in [("what", "1"), ("params.0.x", "a"), ("lr.0.5", "0.1"), ("params.0.999999999", "a")] {
+        let mut junk = saved.clone();
+        junk.insert(key.into(), value.into());
+        assert!(restored.load_state_dict(&junk).is_err(), "{key}");
+    }
 }

@@ -399,11 +399,13 @@ pub trait Callback {
     /// the optimizers before the checkpoint was written: called after its
     /// `load_state_dict` and before the optimizers load their states
     /// (Lightning's BaseFinetuning does this in `on_fit_start`, before
-    /// `restore_training_state`).
+    /// `restore_training_state`). `prefix` is the checkpoint's name prefix
+    /// (Lightning's attribute holding the model).
     fn restore_param_groups(
         &mut self,
         _model: &super::SharedModel,
         _optimizers: &mut [super::module::OptimizerConfig],
+        _prefix: &str,
     ) -> Result<()> {
         Ok(())
     }

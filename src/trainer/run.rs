@@ -433,11 +433,18 @@ impl Run<'_> {
                 self.optimizers.len()
             )));
         }
-        {
+        // The prefix of the checkpoint's names: the given one, or the one
+        // `weights_for` found (a LightningModule's attribute, "model.").
+        let prefix = {
             let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
             let names = m.state_dict().into_iter().map(|(k, _)| k).collect();
-            m.load_state_dict(&ck.weights_for(&names, &self.checkpoint_prefix), true).ctx(at())?;
-        }
+            let weights = ck.weights_for(&names, &self.checkpoint_prefix);
+            let found = ck.state_dict.iter().zip(&weights).find_map(|((k, _), (renamed, _))| {
+                k.strip_suffix(renamed.as_str()).filter(|p| !p.is_empty()).map(str::to_string)
+            });
+            m.load_state_dict(&weights, true).ctx(at())?;
+            found.unwrap_or_else(|| self.checkpoint_prefix.clone())
+        };
         // The run's schedulers, optimizer by optimizer: a fulmen checkpoint
         // names each one's optimizer; a Lightning one lists them in order.
         let owners: Vec<usize> =
@@ -474,7 +481,7 @@ impl Run<'_> {
             if let Some(s) = ck.callbacks.get(&key) {
                 cb.load_state_dict(s).ctx(format!("{}: callback {key}", at()))?;
             }
-            cb.restore_param_groups(model, &mut self.optimizers).ctx(format!("{}: callback {key}", at()))?;
+            cb.restore_param_groups(model, &mut self.optimizers, &prefix).ctx(format!("{}: callback {key}", at()))?;
         }
         let mut states = scheduler_states.into_iter();
         for (i, cfg) in self.optimizers.iter_mut().enumerate() {

@@ -111,15 +111,14 @@ CONFIGS = {
     # joining as a second param group whose lr grows until it meets the
     # first's. Lightning's own resume after the unfreeze leaves the
     # backbone frozen (its parameters rejoin the optimizer, but
-    # `requires_grad` stays off), and its callback state names parameters
-    # in a form fulmen does not read: fulmen's resumed run is compared with
-    # the uninterrupted one only.
+    # `requires_grad` stays off); fulmen's resumes train it on, so they
+    # are compared with Lightning's uninterrupted run.
     "backbone": ("sgd_trainable", (1, 0.5), "epoch", 1, 0.5, "norm", 1),
 }
 
-# Configurations compared with Lightning's uninterrupted run only (see
-# "backbone" above).
-UNINTERRUPTED_ONLY = ("backbone",)
+# Configurations whose fulmen resumes follow Lightning's uninterrupted run
+# where Lightning's own resume departs from it (see "backbone" above).
+LIGHTNING_RESUME_DEPARTS = ("backbone",)
 
 def finetuning(config):
     """The BackboneFinetuning callback of a configuration, if any."""
@@ -507,17 +506,17 @@ def main():
         first = fulmen_losses(a.binary, config, work, "first", FIRST, [ckpts, "-", "safetensors"])
         resume = os.path.join(ckpts, f"epoch={FIRST - 1}.ckpt")
         resumed = first + fulmen_losses(a.binary, config, work, "resumed", EPOCHS, [ckpts, resume, "safetensors"])
-        if config in UNINTERRUPTED_ONLY:
-            results.append(compare(f"{config}: fulmen resumed vs Lightning uninterrupted", resumed, reference))
-            continue
         lightning_ckpts = os.path.join(work, f"{config}-lightning-checkpoints")
         shutil.rmtree(lightning_ckpts, ignore_errors=True)
         lightning_resumed = lightning_losses(config, init, x, y, FIRST, lightning_ckpts)
         lightning_resumed += lightning_losses(
             config, init, x, y, EPOCHS, lightning_ckpts, os.path.join(lightning_ckpts, f"epoch={FIRST - 1}.ckpt")
         )
-        results.append(compare(f"{config}: fulmen resumed after {FIRST} epochs vs Lightning resumed", resumed,
-                               lightning_resumed))
+        departs = config in LIGHTNING_RESUME_DEPARTS
+        fulmen_resume_reference = reference if departs else lightning_resumed
+        if not departs:
+            results.append(compare(f"{config}: fulmen resumed after {FIRST} epochs vs Lightning resumed", resumed,
+                                   lightning_resumed))
         if CONFIGS[config][1] not in PLATEAU:
             results.append(compare(f"{config}: fulmen resumed vs Lightning uninterrupted", resumed, reference))
         lightning_ckpt = os.path.join(lightning_ckpts, f"epoch={FIRST - 1}.ckpt")
@@ -525,8 +524,9 @@ def main():
         from_lightning = lightning_first + fulmen_losses(
             a.binary, config, work, "from-lightning", EPOCHS, [os.path.join(work, f"{config}-after-lightning"), lightning_ckpt]
         )
-        results.append(compare(f"{config}: fulmen resumed from Lightning's checkpoint vs Lightning resumed",
-                               from_lightning, lightning_resumed))
+        results.append(compare(
+            f"{config}: fulmen resumed from Lightning's checkpoint vs Lightning "
+            f"{'uninterrupted' if departs else 'resumed'}", from_lightning, fulmen_resume_reference))
         written = os.path.join(work, f"{config}-lightning-format")
         shutil.rmtree(written, ignore_errors=True)
         fulmen_first = fulmen_losses(a.binary, config, work, "lightning-format", FIRST, [written, "-", "lightning"])

@@ -170,6 +170,41 @@ TEST_F(TrainerTest, ScaleBatchSizeStopsAtTheFirstOutOfMemory) {
     EXPECT_EQ(trainer.scale_batch_size(module, train, nullptr, o), 40u);
 }
 
+TEST_F(TrainerTest, BackboneFinetuningTrainsTheBackboneFromItsEpoch) {
+    Dataset ds = fulmen_test::blobs(64, 1);
+    Loader train(ds, 8);
+    Model model = fulmen_test::mlp();
+    std::vector<float> before = model.state_dict_get("0.weight").to_vector<float>();
+    size_t trainable = 0;
+    LightningModule module = full_module(model)
+                                 .configure_optimizers([&](OptimizerConfig& config) {
+                                     std::vector<Tensor> params = model.parameters(true);
+                                     trainable = params.size();
+                                     fulmen::TensorList list(params.begin(), params.end());
+                                     config.add(Optimizer::sgd(list, fulmen::SgdOptions(0.1)));
+                                 })
+                                 .build();
+    fulmen::BackboneFinetuningOptions o;
+    EXPECT_EQ(o.unfreeze_backbone_at_epoch, 10);
+    EXPECT_EQ(o.lambda_factor, 2.0);
+    o.unfreeze_backbone_at_epoch = 1;
+    // Epoch 0: only the last Linear trains.
+    Trainer first(fulmen_test::quiet_options(1).set("logger", false));
+    first.add_backbone_finetuning("0", o);
+    first.fit(module, train);
+    EXPECT_EQ(trainable, 2u);
+    EXPECT_EQ(model.state_dict_get("0.weight").to_vector<float>(), before);
+    EXPECT_EQ(model.parameters().size(), 4u);
+    // From epoch 1 the first Linear trains too.
+    Trainer second(fulmen_test::quiet_options(2).set("logger", false));
+    second.add_backbone_finetuning("0", o);
+    second.fit(module, train);
+    EXPECT_NE(model.state_dict_get("0.weight").to_vector<float>(), before);
+    EXPECT_EQ(model.parameters(true).size(), 4u);
+    o.lambda_factor = -1;
+    EXPECT_THROW(second.add_backbone_finetuning("0", o), fulmen::Error);
+}
+
 TEST_F(TrainerTest, WeightAveragingEndsWithTheAverage) {
     // An average that is never updated after its first copy: training
     // ends with the weights the fit started from.

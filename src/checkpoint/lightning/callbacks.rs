@@ -10,9 +10,117 @@ use std::collections::BTreeMap;
 /// The weight averaging callbacks' keys (their class names, as fulmen's).
 const AVERAGING: &[&str] = &["EMAWeightAveraging", "WeightAveraging"];
 
+/// BackboneFinetuning's key (its class name, as fulmen's).
+const FINETUNING: &str = "BackboneFinetuning";
+
+/// fulmen's BackboneFinetuning groups: (optimizer, group) -> (names, lr).
+type Groups<'a> = BTreeMap<(usize, usize), (&'a str, f64)>;
+
+fn finetuning_groups(state: &BTreeMap<String, String>) -> Result<Groups<'_>> {
+    let bad = |k: &str| Error::format(format!("BackboneFinetuning state: invalid '{k}'"));
+    let mut out = BTreeMap::new();
+    for (k, names) in state {
+        let Some(at) = k.strip_prefix("params.") else { continue };
+        let (i, j) = at.split_once('.').ok_or_else(|| bad(k))?;
+        let (i, j) = (i.parse::<usize>().map_err(|_| bad(k))?, j.parse::<usize>().map_err(|_| bad(k))?);
+        let lr = state.get(&format!("lr.{at}")).and_then(|v| v.parse::<f64>().ok()).ok_or_else(|| bad(k))?;
+        out.insert((i, j), (names.as_str(), lr));
+    }
+    Ok(out)
+}
+
+/// BackboneFinetuning's state as Lightning keeps it:
+/// `internal_optimizer_metadata` ({optimizer index: its param groups, each
+/// the optimizer's own entries with the lr it had when recorded and its
+/// parameters' names}) and `previous_backbone_lr`.
+fn finetuning_to_lightning(state: &BTreeMap<String, String>, prefix: &str, optimizers: &[Value]) -> Result<Value> {
+    let mut meta: Vec<(Value, Value)> = Vec::new();
+    for ((i, j), (names, lr)) in finetuning_groups(state)? {
+        let params = || {
+            Value::List(names.split('\n').filter(|n| !n.is_empty()).map(|n| text(&format!("{prefix}{n}"))).collect())
+        };
+        let own = optimizers.get(i).and_then(|o| o.get("param_groups")).and_then(|g| match g {
+            Value::List(groups) => groups.get(j),
+            _ => None,
+        });
+        let group = match own {
+            Some(Value::Dict(entries)) => Value::Dict(
+                entries
+                    .iter()
+                    .map(|(k, v)| match k {
+                        Value::Str(s) if s == "lr" => (text(s), Value::Float(lr)),
+                        Value::Str(s) if s == "params" => (text(s), params()),
+                        _ => (copy(k), copy(v)),
+                    })
+                    .collect(),
+            ),
+            _ => dict(vec![("lr", Value::Float(lr)), ("params", params())]),
+        };
+        match meta.last_mut() {
+            Some((Value::Int(last), Value::List(groups))) if *last == i as i64 => groups.push(group),
+            _ => meta.push((Value::Int(i as i64), Value::List(vec![group]))),
+        }
+    }
+    let previous = match state.get("previous_backbone_lr").and_then(|v| v.parse::<f64>().ok()) {
+        Some(v) => Value::Float(v),
+        None => Value::None,
+    };
+    Ok(dict(vec![("internal_optimizer_metadata", Value::Dict(meta)), ("previous_backbone_lr", previous)]))
+}
+
+/// A copy of a value (tensors shared).
+fn copy(v: &Value) -> Value {
+    match v {
+        Value::None => Value::None,
+        Value::Bool(b) => Value::Bool(*b),
+        Value::Int(i) => Value::Int(*i),
+        Value::Float(f) => Value::Float(*f),
+        Value::Str(s) => Value::Str(s.clone()),
+        Value::Bytes(b) => Value::Bytes(b.clone()),
+        Value::Set(i) => Value::Set(i.iter().map(copy).collect()),
+        Value::List(i) => Value::List(i.iter().map(copy).collect()),
+        Value::Tuple(i) => Value::Tuple(i.iter().map(copy).collect()),
+        Value::Dict(e) => Value::Dict(e.iter().map(|(k, v)| (copy(k), copy(v))).collect()),
+        Value::Tensor(t) => Value::Tensor(t.shallow_clone()),
+    }
+}
+
+/// fulmen's BackboneFinetuning state from Lightning's.
+fn finetuning_from_lightning(state: &Value, what: &str) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    let previous = match state.get("previous_backbone_lr") {
+        None | Some(Value::None) => "none".to_string(),
+        Some(v) => number(v, &format!("{what}.previous_backbone_lr"))?.to_string(),
+    };
+    out.insert("previous_backbone_lr".to_string(), previous);
+    let meta = state
+        .get("internal_optimizer_metadata")
+        .ok_or_else(|| Error::format(format!("{what} has no `internal_optimizer_metadata`")))?;
+    for (i, groups) in entries(meta, &format!("{what}.internal_optimizer_metadata"))? {
+        let gwhat = format!("{what}.internal_optimizer_metadata[{i:?}]");
+        let i = match i {
+            Value::Int(i) if *i >= 0 => *i,
+            _ => return Err(Error::format(format!("{gwhat}: the key is not an optimizer index"))),
+        };
+        for (j, g) in super::value::items(groups, &gwhat)?.iter().enumerate() {
+            let lr = number(super::value::field(g, "lr", &gwhat)?, &format!("{gwhat}[{j}].lr"))?;
+            let names =
+                super::value::items(super::value::field(g, "params", &gwhat)?, &format!("{gwhat}[{j}].params"))?
+                    .iter()
+                    .map(|n| string(n, &format!("{gwhat}[{j}].params")).map(str::to_string))
+                    .collect::<Result<Vec<_>>>()?;
+            out.insert(format!("params.{i}.{j}"), names.join("\n"));
+            out.insert(format!("lr.{i}.{j}"), lr.to_string());
+        }
+    }
+    Ok(out)
+}
+
 /// Lightning's `callbacks` entry: each callback with a Lightning
-/// counterpart under its Lightning key.
-pub fn to_lightning(ck: &Checkpoint) -> Result<Value> {
+/// counterpart under its Lightning key. `prefix` is the one of the
+/// state_dict's names, `optimizers` the optimizer states as torch keeps
+/// them (BackboneFinetuning's groups copy their entries).
+pub fn to_lightning(ck: &Checkpoint, prefix: &str, optimizers: &[Value]) -> Result<Value> {
     let mut out = Vec::new();
     for (key, lightning_key) in &ck.lightning_keys {
         let Some(state) = ck.callbacks.get(key) else { continue };
@@ -23,6 +131,8 @@ pub fn to_lightning(ck: &Checkpoint) -> Result<Value> {
         } else if AVERAGING.contains(&lightning_key.as_str()) {
             let step = state.get("latest_update_step").and_then(|v| v.parse::<i64>().ok()).unwrap_or_default();
             dict(vec![("latest_update_step", Value::Int(step))])
+        } else if lightning_key == FINETUNING {
+            finetuning_to_lightning(state, prefix, optimizers)?
         } else {
             continue;
         };
@@ -117,7 +227,8 @@ fn text_of(v: Option<&Value>) -> String {
 }
 
 /// fulmen's callback states from Lightning's `callbacks` entry: its
-/// ModelCheckpoint, EarlyStopping and weight averaging states, under the
+/// ModelCheckpoint, EarlyStopping, weight averaging and BackboneFinetuning
+/// states, under the
 /// names fulmen's callbacks of the same monitor (and mode) have. Others are
 /// left out.
 pub fn from_lightning(v: &Value, what: &str) -> Result<BTreeMap<String, BTreeMap<String, String>>> {
@@ -151,6 +262,8 @@ pub fn from_lightning(v: &Value, what: &str) -> Result<BTreeMap<String, BTreeMap
                 m.insert(f.to_string(), number(x, &format!("{swhat}.{f}"))?.to_string());
             }
             (format!("EarlyStopping{{monitor={monitor:?}, mode={mode:?}}}"), m)
+        } else if k == FINETUNING {
+            (k.to_string(), finetuning_from_lightning(state, &swhat)?)
         } else if AVERAGING.contains(&k) {
             let step = state
                 .get("latest_update_step")

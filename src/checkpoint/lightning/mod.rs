@@ -104,7 +104,6 @@ pub fn to_lightning(ck: &Checkpoint, prefix: &str) -> Result<Value> {
         top.push(("averaging_state", Value::Dict(averaging.collect())));
     }
     if !ck.weights_only {
-        top.push(("callbacks", callbacks::to_lightning(ck)?));
         let mut optimizers = Vec::new();
         let owner = |j: usize| ck.scheduler_owners.get(j).copied().unwrap_or(usize::MAX);
         for (i, state) in ck.optimizer_states.iter().enumerate() {
@@ -123,6 +122,8 @@ pub fn to_lightning(ck: &Checkpoint, prefix: &str) -> Result<Value> {
             optimizer::add_group_entries(&mut opt, &extra);
             optimizers.push(opt);
         }
+        // Lightning's order: the callbacks before the optimizer states.
+        top.push(("callbacks", callbacks::to_lightning(ck, prefix, &optimizers)?));
         top.push(("optimizer_states", Value::List(optimizers)));
         let schedulers = ck
             .scheduler_states

@@ -423,6 +423,15 @@ public:
     Tensor state_dict_get(const std::string& name) const {
         return Tensor::make([&](fulmen_tensor** o) { return fulmen_model_state_dict_get(get(), name.c_str(), o); });
     }
+    /// The parameters (shared with the model), in named_parameters order;
+    /// `trainable_only` keeps those that require grad (what an optimizer
+    /// should get while part of the model is frozen, as under
+    /// BackboneFinetuning).
+    std::vector<Tensor> parameters(bool trainable_only = false) const {
+        return Tensor::make_list([&](fulmen_tensor** outs, size_t capacity, size_t* count) {
+            return fulmen_model_parameters(get(), trainable_only, outs, capacity, count);
+        });
+    }
     /// Saves the state_dict as safetensors.
     void save(const std::string& path) const { check(fulmen_model_save(get(), path.c_str())); }
     /// Loads weights from safetensors; `strict` refuses missing/extra names.

@@ -30,6 +30,15 @@ struct WeightAveragingOptions : fulmen_weight_averaging_options {
     WeightAveragingOptions() : fulmen_weight_averaging_options(fulmen_weight_averaging_options_default()) {}
 };
 
+/// BackboneFinetuning options, default-constructed with Lightning's
+/// (unfreeze at epoch 10, lr factor 2, initial ratio 0.1, aligned, BatchNorms
+/// trained); the backbone's path is given to add_backbone_finetuning.
+struct BackboneFinetuningOptions : fulmen_backbone_finetuning_options {
+    /// Lightning's BackboneFinetuning defaults.
+    BackboneFinetuningOptions()
+        : fulmen_backbone_finetuning_options(fulmen_backbone_finetuning_options_default()) {}
+};
+
 /// Options of the batch size finder, default-constructed with Lightning's
 /// (power mode, 3 steps per trial from 2, at most 25 trials, 5% margin in
 /// binsearch, at most 8192).
@@ -801,6 +810,16 @@ public:
     /// it as Lightning's EMAWeightAveraging / WeightAveraging do.
     Trainer& add_weight_averaging(const WeightAveragingOptions& options = {}) {
         check(fulmen_trainer_add_weight_averaging(get(), &options));
+        return *this;
+    }
+    /// Adds BackboneFinetuning of the module at `backbone` ("backbone",
+    /// "0", "encoder.layers"): frozen at setup (build the optimizers over
+    /// model.parameters(true)), unfrozen into every optimizer as a new
+    /// param group at `unfreeze_backbone_at_epoch`, its lr then growing
+    /// until it meets the first group's.
+    Trainer& add_backbone_finetuning(const std::string& backbone, BackboneFinetuningOptions options = {}) {
+        options.backbone = backbone.c_str();
+        check(fulmen_trainer_add_backbone_finetuning(get(), &options));
         return *this;
     }
     /// Adds an OnExceptionCheckpoint: a failed fit saves
