@@ -3059,14 +3059,22 @@ struct fulmen_backbone_finetuning_options fulmen_backbone_finetuning_options_def
  * group's lr times `backbone_initial_ratio_lr`); each later epoch start
  * sets that group's lr to `lambda_factor` times the previous one, at most
  * the first group's when `should_align`. Schedulers take the new group as
- * torch's do (OneCycleLR refuses it). Checkpoints keep the added groups:
- * a resumed fit puts them back, with the backbone trainable, before the
- * optimizer states load. Not with several processes (DDP).
+ * torch 2.13's do: StepLR, MultiStepLR, ExponentialLR, LinearLR,
+ * ConstantLR, PolynomialLR, ReduceLROnPlateau and ChainedScheduler step it;
+ * CosineAnnealingLR steps it until its first restart; LambdaLR,
+ * MultiplicativeLR, CyclicLR, OneCycleLR and CosineAnnealingWarmRestarts
+ * fail at their first step after the unfreeze (FULMEN_CODE_INVALID_STATE),
+ * SequentialLR at its next milestone. Checkpoints keep the added groups
+ * (in Lightning's form too): a resumed fit puts them back, with the
+ * backbone trainable, before the optimizer states load. Not with several
+ * processes (DDP).
  *
  * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_ARGUMENT (a
- * factor, ratio or lr that is negative or not finite, a negative epoch,
- * rounding outside 0..=17, `backbone` not UTF-8). At fit: a backbone path
- * the model lacks; every backbone parameter already in an optimizer.
+ * factor or ratio negative or not finite, a `backbone_initial_lr` NaN or
+ * infinite (< 0 means none), a negative epoch, rounding outside 0..=17,
+ * `backbone` empty or not UTF-8). At fit: a backbone path the model lacks
+ * (FULMEN_CODE_INVALID_ARGUMENT); every backbone parameter already in an
+ * optimizer (FULMEN_CODE_INVALID_STATE); DDP (FULMEN_CODE_UNSUPPORTED).
  * Thread rules: as the trainer's other setters.
  */
 struct fulmen_error *fulmen_trainer_add_backbone_finetuning(struct fulmen_trainer *trainer,
@@ -4752,8 +4760,10 @@ struct fulmen_error *fulmen_model_summary(const struct fulmen_model *model,
  * Errors: FULMEN_CODE_NULL_ARGUMENT (`model` or `len_out` NULL, `out`
  * NULL with parameters to write), FULMEN_CODE_OUT_OF_RANGE (`capacity`
  * below the count; `*len_out` holds it).
- * Thread rules: as `fulmen_model_state_dict_get` (the model is locked
- * while read).
+ * Thread rules: any thread; the model is locked while it is read (the
+ * call waits while another thread uses the model). From inside the
+ * model's own host forward callback it fails with
+ * FULMEN_CODE_INVALID_STATE.
  */
 struct fulmen_error *fulmen_model_parameters(const struct fulmen_model *model,
                                              bool trainable_only,

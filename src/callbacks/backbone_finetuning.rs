@@ -69,6 +69,11 @@ impl BackboneFinetuningOptions {
         if let Some(v) = self.backbone_initial_lr.filter(|v| !(v.is_finite() && *v >= 0.0)) {
             return Err(bad("backbone_initial_lr", v));
         }
+        if self.backbone.is_empty() {
+            return Err(Error::invalid(
+                "BackboneFinetuning: the backbone path is empty (that would be the whole model)",
+            ));
+        }
         if self.unfreeze_backbone_at_epoch < 0 {
             return Err(Error::invalid("BackboneFinetuning: unfreeze_backbone_at_epoch must be >= 0"));
         }
@@ -142,6 +147,9 @@ impl BackboneFinetuning {
             if self.restored {
                 return Ok(None);
             }
+            // Frozen again, as the failed unfreeze found it.
+            let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
+            m.freeze(&self.opts.backbone, self.opts.train_bn)?;
             return Err(Error::state(format!(
                 "BackboneFinetuning: every trainable parameter of `{}` is already in optimizer {}'s groups, so \
                  none can form the backbone's group; build the optimizer over the trainable parameters only \
@@ -223,6 +231,12 @@ impl Callback for BackboneFinetuning {
                     ));
                 }
                 self.restored = false;
+                if ctx.stage == "fit" {
+                    // A new fit records anew (a resume loads the state after
+                    // this).
+                    self.records.clear();
+                    self.previous_backbone_lr = None;
+                }
                 let model = Self::model(ctx)?;
                 let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
                 m.freeze(&self.opts.backbone, self.opts.train_bn).map_err(|e| e.context("BackboneFinetuning"))
@@ -266,7 +280,8 @@ impl Callback for BackboneFinetuning {
             let (i, j): (usize, usize) = (i.parse().map_err(|_| bad(k))?, j.parse().map_err(|_| bad(k))?);
             let lr_key = format!("lr.{i}.{j}");
             let lr = float(&lr_key, state.get(&lr_key).ok_or_else(|| bad(&lr_key))?)?;
-            let params = if v.is_empty() { Vec::new() } else { v.split('\n').map(str::to_string).collect() };
+            // (A tensor outside the model is recorded as an empty name.)
+            let params = v.split('\n').map(str::to_string).collect();
             // Groups come in order, each index once (BTreeMap keys sort
             // "params.0.10" before "params.0.2": placed by index).
             let groups = records.entry(i).or_default();
@@ -308,8 +323,14 @@ impl Callback for BackboneFinetuning {
     ) -> Result<()> {
         let named = model.lock().unwrap_or_else(|p| p.into_inner()).named_parameters();
         let by_name: BTreeMap<&str, &Tensor> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        let find = |n: &str| by_name.get(n).or_else(|| n.strip_prefix(prefix).and_then(|m| by_name.get(m))).copied();
-        for (i, groups) in &self.records {
+        // The model's own name of a recorded one, and its parameter.
+        let find = |n: &str| {
+            by_name
+                .get_key_value(n)
+                .or_else(|| n.strip_prefix(prefix).and_then(|m| by_name.get_key_value(m)))
+                .map(|(k, t)| (k.to_string(), *t))
+        };
+        for (i, groups) in self.records.iter_mut() {
             let bad = |what: String| Error::format(format!("BackboneFinetuning state: optimizer {i}: {what}"));
             let cfg = optimizers.get_mut(*i).ok_or_else(|| bad("configure_optimizers made fewer optimizers".into()))?;
             let have = cfg.optimizer.param_groups().len();
@@ -323,23 +344,33 @@ impl Callback for BackboneFinetuning {
                         if n.is_empty() {
                             named.iter().all(|(_, t)| !same_param(t, p))
                         } else {
-                            find(n).is_some_and(|t| same_param(t, p))
+                            find(n).is_some_and(|(_, t)| same_param(t, p))
                         }
                     });
                 if !same {
                     return Err(bad(format!("param group {j} holds other parameters than the checkpoint's")));
                 }
             }
-            for g in &groups[have..] {
-                let params = g
+            for g in groups[have..].iter_mut() {
+                let found = g
                     .params
                     .iter()
-                    .map(|n| find(n).map(Tensor::shallow_clone).ok_or_else(|| bad(format!("no parameter '{n}'"))))
+                    .map(|n| find(n).ok_or_else(|| bad(format!("no parameter '{n}'"))))
                     .collect::<Result<Vec<_>>>()?;
                 model.lock().unwrap_or_else(|p| p.into_inner()).make_trainable(&self.opts.backbone)?;
+                let params = found.iter().map(|(_, t)| t.shallow_clone()).collect();
                 // The lr comes with the optimizer's state, loaded next.
                 cfg.optimizer.add_param_group(params, Some(g.lr))?;
                 self.restored = true;
+            }
+            // From now on under the model's own names (a Lightning file's
+            // carry its attribute prefix), as the next checkpoint needs.
+            for g in groups.iter_mut() {
+                for n in g.params.iter_mut().filter(|n| !n.is_empty()) {
+                    if let Some((own, _)) = find(n) {
+                        *n = own;
+                    }
+                }
             }
         }
         Ok(())

@@ -122,6 +122,13 @@ fn backbone_lr_grows_until_it_meets_the_head() {
     let mut again = vec![OptimizerConfig::new(Box::new(Sgd::new(head, SgdOptions::default()).unwrap()), None)];
     restored.restore_param_groups(&fresh_model, &mut again, "model.").unwrap();
     assert_eq!(again[0].optimizer.param_groups().len(), 2);
+    // ... and recorded under the model's own names from then on.
+    assert_eq!(restored.state_dict(), saved);
+    // A new fit's setup starts a new record.
+    hook(&mut restored, Hook::Setup, 0, &fresh_model, &mut []);
+    assert_eq!(restored.state_dict().len(), 1, "{:?}", restored.state_dict());
+    let empty = BackboneFinetuningOptions { backbone: String::new(), ..Default::default() };
+    assert!(BackboneFinetuning::new(empty).is_err());
     for (key, value) in [("what", "1"), ("params.0.x", "a"), ("lr.0.5", "0.1"), ("params.0.999999999", "a")] {
         let mut junk = saved.clone();
         junk.insert(key.into(), value.into());

@@ -63,14 +63,22 @@ pub extern "C" fn fulmen_backbone_finetuning_options_default() -> fulmen_backbon
 /// group's lr times `backbone_initial_ratio_lr`); each later epoch start
 /// sets that group's lr to `lambda_factor` times the previous one, at most
 /// the first group's when `should_align`. Schedulers take the new group as
-/// torch's do (OneCycleLR refuses it). Checkpoints keep the added groups:
-/// a resumed fit puts them back, with the backbone trainable, before the
-/// optimizer states load. Not with several processes (DDP).
+/// torch 2.13's do: StepLR, MultiStepLR, ExponentialLR, LinearLR,
+/// ConstantLR, PolynomialLR, ReduceLROnPlateau and ChainedScheduler step it;
+/// CosineAnnealingLR steps it until its first restart; LambdaLR,
+/// MultiplicativeLR, CyclicLR, OneCycleLR and CosineAnnealingWarmRestarts
+/// fail at their first step after the unfreeze (FULMEN_CODE_INVALID_STATE),
+/// SequentialLR at its next milestone. Checkpoints keep the added groups
+/// (in Lightning's form too): a resumed fit puts them back, with the
+/// backbone trainable, before the optimizer states load. Not with several
+/// processes (DDP).
 ///
 /// Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_ARGUMENT (a
-/// factor, ratio or lr that is negative or not finite, a negative epoch,
-/// rounding outside 0..=17, `backbone` not UTF-8). At fit: a backbone path
-/// the model lacks; every backbone parameter already in an optimizer.
+/// factor or ratio negative or not finite, a `backbone_initial_lr` NaN or
+/// infinite (< 0 means none), a negative epoch, rounding outside 0..=17,
+/// `backbone` empty or not UTF-8). At fit: a backbone path the model lacks
+/// (FULMEN_CODE_INVALID_ARGUMENT); every backbone parameter already in an
+/// optimizer (FULMEN_CODE_INVALID_STATE); DDP (FULMEN_CODE_UNSUPPORTED).
 /// Thread rules: as the trainer's other setters.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_add_backbone_finetuning(

@@ -17,8 +17,10 @@ use super::tensor::handle::{emit_list, fulmen_tensor};
 /// Errors: FULMEN_CODE_NULL_ARGUMENT (`model` or `len_out` NULL, `out`
 /// NULL with parameters to write), FULMEN_CODE_OUT_OF_RANGE (`capacity`
 /// below the count; `*len_out` holds it).
-/// Thread rules: as `fulmen_model_state_dict_get` (the model is locked
-/// while read).
+/// Thread rules: any thread; the model is locked while it is read (the
+/// call waits while another thread uses the model). From inside the
+/// model's own host forward callback it fails with
+/// FULMEN_CODE_INVALID_STATE.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_parameters(
     model: *const fulmen_model,

@@ -1,7 +1,7 @@
 //! ModelCheckpoint and EarlyStopping states between fulmen's text form and
 //! the entries Lightning keeps under each callback's `state_key`
 //! (`"ModelCheckpoint{'monitor': 'val_loss', 'mode': 'min', ...}"`).
-use super::value::{dict, entries, number, scalar_f32, string, text};
+use super::value::{copy_value, dict, entries, number, scalar_f32, string, text};
 use crate::checkpoint::torch_save::Value;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
@@ -50,7 +50,7 @@ fn finetuning_to_lightning(state: &BTreeMap<String, String>, prefix: &str, optim
                     .map(|(k, v)| match k {
                         Value::Str(s) if s == "lr" => (text(s), Value::Float(lr)),
                         Value::Str(s) if s == "params" => (text(s), params()),
-                        _ => (copy(k), copy(v)),
+                        _ => (copy_value(k), copy_value(v)),
                     })
                     .collect(),
             ),
@@ -66,23 +66,6 @@ fn finetuning_to_lightning(state: &BTreeMap<String, String>, prefix: &str, optim
         None => Value::None,
     };
     Ok(dict(vec![("internal_optimizer_metadata", Value::Dict(meta)), ("previous_backbone_lr", previous)]))
-}
-
-/// A copy of a value (tensors shared).
-fn copy(v: &Value) -> Value {
-    match v {
-        Value::None => Value::None,
-        Value::Bool(b) => Value::Bool(*b),
-        Value::Int(i) => Value::Int(*i),
-        Value::Float(f) => Value::Float(*f),
-        Value::Str(s) => Value::Str(s.clone()),
-        Value::Bytes(b) => Value::Bytes(b.clone()),
-        Value::Set(i) => Value::Set(i.iter().map(copy).collect()),
-        Value::List(i) => Value::List(i.iter().map(copy).collect()),
-        Value::Tuple(i) => Value::Tuple(i.iter().map(copy).collect()),
-        Value::Dict(e) => Value::Dict(e.iter().map(|(k, v)| (copy(k), copy(v))).collect()),
-        Value::Tensor(t) => Value::Tensor(t.shallow_clone()),
-    }
 }
 
 /// fulmen's BackboneFinetuning state from Lightning's.

@@ -189,12 +189,12 @@ fn scheduler_owners_that_do_not_fit_are_refused() {
                 let Value::Dict(own) = v else { panic!() };
                 for (name, owners) in own.iter_mut() {
                     if matches!(name, Value::Str(s) if s == "scheduler_owners") {
-                        *owners = Value::List(bad.iter().map(clone).collect());
+                        *owners = Value::List(bad.iter().map(value::copy_value).collect());
                     }
                 }
             }
         }
-        let edited = Value::Dict(top.iter().map(|(k, v)| (clone(k), clone(v))).collect());
+        let edited = Value::Dict(top.iter().map(|(k, v)| (value::copy_value(k), value::copy_value(v))).collect());
         let e = from_lightning(&edited, "edited").err().expect("accepted");
         assert_eq!(e.code, ErrorCode::Format, "{}", e.message);
     }
@@ -272,7 +272,7 @@ fn malformed_checkpoints_are_refused() {
         let mut e: Vec<(Value, Value)> = entries
             .iter()
             .filter(|(k, _)| !matches!(k, Value::Str(s) if s == key))
-            .map(|(k, v)| (clone(k), clone(v)))
+            .map(|(k, v)| (value::copy_value(k), value::copy_value(v)))
             .collect();
         if key == "callbacks" {
             // fulmen's own entry holds the callback states it reads first.
@@ -307,23 +307,6 @@ fn malformed_checkpoints_are_refused() {
     refused(with("lr_schedulers", Value::List(vec![multistep])), ErrorCode::Format, "milestones");
     refused(with("loops", dict(vec![])), ErrorCode::Format, "fit_loop");
     refused(with("callbacks", Value::List(vec![])), ErrorCode::Format, "callbacks");
-}
-
-/// A copy of a value (tensors shared).
-fn clone(v: &Value) -> Value {
-    match v {
-        Value::None => Value::None,
-        Value::Bool(b) => Value::Bool(*b),
-        Value::Int(i) => Value::Int(*i),
-        Value::Float(f) => Value::Float(*f),
-        Value::Str(s) => Value::Str(s.clone()),
-        Value::Bytes(b) => Value::Bytes(b.clone()),
-        Value::Set(l) => Value::Set(l.iter().map(clone).collect()),
-        Value::List(l) => Value::List(l.iter().map(clone).collect()),
-        Value::Tuple(l) => Value::Tuple(l.iter().map(clone).collect()),
-        Value::Dict(e) => Value::Dict(e.iter().map(|(k, v)| (clone(k), clone(v))).collect()),
-        Value::Tensor(t) => Value::Tensor(t.shallow_clone()),
-    }
 }
 
 #[test]

@@ -163,3 +163,20 @@ pub fn py_repr(s: &str) -> String {
     out.push(quote);
     out
 }
+
+/// A copy of a value (tensors shared).
+pub fn copy_value(v: &Value) -> Value {
+    match v {
+        Value::None => Value::None,
+        Value::Bool(b) => Value::Bool(*b),
+        Value::Int(i) => Value::Int(*i),
+        Value::Float(f) => Value::Float(*f),
+        Value::Str(s) => Value::Str(s.clone()),
+        Value::Bytes(b) => Value::Bytes(b.clone()),
+        Value::Set(i) => Value::Set(i.iter().map(copy_value).collect()),
+        Value::List(i) => Value::List(i.iter().map(copy_value).collect()),
+        Value::Tuple(i) => Value::Tuple(i.iter().map(copy_value).collect()),
+        Value::Dict(e) => Value::Dict(e.iter().map(|(k, v)| (copy_value(k), copy_value(v))).collect()),
+        Value::Tensor(t) => Value::Tensor(t.shallow_clone()),
+    }
+}

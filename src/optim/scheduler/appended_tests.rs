@@ -22,6 +22,15 @@ fn appended(make: impl Fn(&mut Sgd) -> Result<Box<dyn LrScheduler>>, want: &[f64
         assert_eq!(o.param_groups()[1].lr, *w, "{} step {i}", s.name());
         assert_eq!(s.last_lr().len(), 2);
     }
+    if !fails_next {
+        // Its state loads into the scheduler a resumed fit builds on the
+        // construction's one group.
+        let state = s.state_dict();
+        let mut fresh = opt();
+        let mut again = make(&mut fresh).unwrap();
+        again.load_state_dict(&state).unwrap();
+        assert_eq!(again.last_lr(), s.last_lr(), "{}", s.name());
+    }
     if fails_next {
         let before: Vec<f64> = o.param_groups().iter().map(|g| g.lr).collect();
         let e = s.step(&mut o, None).unwrap_err();

@@ -113,7 +113,7 @@ impl LrScheduler for ChainedLr {
         if count != n as i64 {
             return Err(l.bad("chain.len", count as f64));
         }
-        let last_lr = (0..self.last_lr.len()).map(|i| l.get(&format!("last_lr.{i}"))).collect::<Result<Vec<_>>>()?;
+        let last_lr = super::load_last_lr(&l, self.last_lr.len())?;
         l.finish()?;
         // Every part has stepped as often as the chain.
         let steps: Vec<f64> =

@@ -254,13 +254,19 @@ impl Base {
         let last_epoch = l.int("last_epoch")?;
         let n = self.base_lrs.len();
         let base_lrs = (0..n).map(|i| l.get(&format!("base_lrs.{i}"))).collect::<Result<_>>()?;
-        let mut last_lr: Vec<f64> = (0..n).map(|i| l.get(&format!("last_lr.{i}"))).collect::<Result<_>>()?;
-        // Bounded by the state's own entries.
-        while let Some(v) = l.optional(&format!("last_lr.{}", last_lr.len())) {
-            last_lr.push(v);
-        }
-        Ok(Base { last_epoch, base_lrs, last_lr })
+        Ok(Base { last_epoch, base_lrs, last_lr: load_last_lr(l, n)? })
     }
+}
+
+/// A state's `last_lr.I` entries: at least `n` (the groups at
+/// construction), then any more (groups appended since), bounded by the
+/// state's own entries.
+pub(crate) fn load_last_lr(l: &Lookup, n: usize) -> Result<Vec<f64>> {
+    let mut last_lr: Vec<f64> = (0..n).map(|i| l.get(&format!("last_lr.{i}"))).collect::<Result<_>>()?;
+    while let Some(v) = l.optional(&format!("last_lr.{}", last_lr.len())) {
+        last_lr.push(v);
+    }
+    Ok(last_lr)
 }
 
 /// Reads named numbers of a scheduler state dict, remembering which were used.

@@ -117,7 +117,7 @@ impl LrScheduler for SequentialLr {
         let milestones =
             (0..self.milestones.len()).map(|i| l.int(&format!("milestones.{i}"))).collect::<Result<Vec<_>>>()?;
         check_milestones(n, &milestones).map_err(|m| Error::format(format!("{NAME} state dict: {m}")))?;
-        let last_lr = (0..self.last_lr.len()).map(|i| l.get(&format!("last_lr.{i}"))).collect::<Result<Vec<_>>>()?;
+        let last_lr = super::load_last_lr(&l, self.last_lr.len())?;
         l.finish()?;
         super::load_parts(&mut self.schedulers, &parts, NAME)?;
         self.last_epoch = last_epoch;
