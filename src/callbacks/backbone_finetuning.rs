@@ -88,9 +88,73 @@ impl BackboneFinetuningOptions {
 /// `_internal_optimizer_metadata` entry): its parameters' names and its lr
 /// when recorded.
 #[derive(Debug, Clone, PartialEq)]
-struct GroupRecord {
-    params: Vec<String>,
-    lr: f64,
+pub(crate) struct GroupRecord {
+    /// The parameters' names (empty for a tensor outside the model).
+    pub params: Vec<String>,
+    /// The group's lr when recorded.
+    pub lr: f64,
+}
+
+/// The recorded groups by optimizer index.
+pub(crate) type Records = BTreeMap<usize, Vec<GroupRecord>>;
+
+/// The callback's checkpoint state as text: `previous_backbone_lr` ("none"
+/// or a number), and per recorded group `params.I.J` (names, one per line)
+/// and `lr.I.J`.
+pub(crate) fn state_to_text(previous_backbone_lr: Option<f64>, records: &Records) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    out.insert("previous_backbone_lr".into(), previous_backbone_lr.map_or_else(|| "none".into(), |v| v.to_string()));
+    for (i, groups) in records {
+        for (j, g) in groups.iter().enumerate() {
+            out.insert(format!("params.{i}.{j}"), g.params.join("\n"));
+            out.insert(format!("lr.{i}.{j}"), g.lr.to_string());
+        }
+    }
+    out
+}
+
+/// Reads what [`state_to_text`] wrote; a `Format` error on an unknown key,
+/// a bad number, a group without its lr (or an lr without its group), or a
+/// missing group index.
+pub(crate) fn state_from_text(state: &BTreeMap<String, String>) -> Result<(Option<f64>, Records)> {
+    let bad = |k: &str| Error::format(format!("BackboneFinetuning state: invalid '{k}'"));
+    let float = |k: &str, v: &str| v.parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| bad(k));
+    let previous = match state.get("previous_backbone_lr").map(String::as_str) {
+        None | Some("none") => None,
+        Some(v) => Some(float("previous_backbone_lr", v)?),
+    };
+    let mut records: Records = BTreeMap::new();
+    for (k, v) in state {
+        let Some(at) = k.strip_prefix("params.") else {
+            if k == "previous_backbone_lr" || k.starts_with("lr.") {
+                continue;
+            }
+            return Err(Error::format(format!("BackboneFinetuning state: unexpected key '{k}'")));
+        };
+        let (i, j) = at.split_once('.').ok_or_else(|| bad(k))?;
+        let (i, j): (usize, usize) = (i.parse().map_err(|_| bad(k))?, j.parse().map_err(|_| bad(k))?);
+        let lr_key = format!("lr.{i}.{j}");
+        let lr = float(&lr_key, state.get(&lr_key).ok_or_else(|| bad(&lr_key))?)?;
+        let params = v.split('\n').map(str::to_string).collect();
+        // Placed by index ("params.0.10" sorts before "params.0.2"); an
+        // index is bounded by the state's own size.
+        if j >= state.len() {
+            return Err(bad(k));
+        }
+        let groups = records.entry(i).or_default();
+        if groups.len() <= j {
+            groups.resize(j + 1, GroupRecord { params: Vec::new(), lr: f64::NAN });
+        }
+        groups[j] = GroupRecord { params, lr };
+    }
+    if records.values().flatten().any(|g| g.lr.is_nan()) {
+        return Err(Error::format("BackboneFinetuning state: a param group index is missing"));
+    }
+    if let Some(k) = state.keys().find(|k| k.starts_with("lr.") && !state.contains_key(&format!("params.{}", &k[3..])))
+    {
+        return Err(bad(k));
+    }
+    Ok((previous, records))
 }
 
 /// The names of `params` in `named` (empty for one the model lacks).
@@ -109,7 +173,7 @@ pub struct BackboneFinetuning {
     /// Lightning's `_internal_optimizer_metadata`, by optimizer index:
     /// the groups `configure_optimizers` made (at the first epoch start),
     /// then the group the callback added.
-    records: BTreeMap<usize, Vec<GroupRecord>>,
+    records: Records,
     /// Whether this fit put an added group back from a checkpoint.
     restored: bool,
 }
@@ -247,62 +311,11 @@ impl Callback for BackboneFinetuning {
     }
 
     fn state_dict(&self) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        out.insert(
-            "previous_backbone_lr".into(),
-            self.previous_backbone_lr.map_or_else(|| "none".into(), |v| v.to_string()),
-        );
-        for (i, groups) in &self.records {
-            for (j, g) in groups.iter().enumerate() {
-                out.insert(format!("params.{i}.{j}"), g.params.join("\n"));
-                out.insert(format!("lr.{i}.{j}"), g.lr.to_string());
-            }
-        }
-        out
+        state_to_text(self.previous_backbone_lr, &self.records)
     }
 
     fn load_state_dict(&mut self, state: &BTreeMap<String, String>) -> Result<()> {
-        let bad = |k: &str| Error::format(format!("BackboneFinetuning state: invalid '{k}'"));
-        let float = |k: &str, v: &str| v.parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| bad(k));
-        let previous = match state.get("previous_backbone_lr").map(String::as_str) {
-            None | Some("none") => None,
-            Some(v) => Some(float("previous_backbone_lr", v)?),
-        };
-        let mut records: BTreeMap<usize, Vec<GroupRecord>> = BTreeMap::new();
-        for (k, v) in state {
-            let Some(at) = k.strip_prefix("params.") else {
-                if k == "previous_backbone_lr" || k.starts_with("lr.") {
-                    continue;
-                }
-                return Err(Error::format(format!("BackboneFinetuning state: unexpected key '{k}'")));
-            };
-            let (i, j) = at.split_once('.').ok_or_else(|| bad(k))?;
-            let (i, j): (usize, usize) = (i.parse().map_err(|_| bad(k))?, j.parse().map_err(|_| bad(k))?);
-            let lr_key = format!("lr.{i}.{j}");
-            let lr = float(&lr_key, state.get(&lr_key).ok_or_else(|| bad(&lr_key))?)?;
-            // (A tensor outside the model is recorded as an empty name.)
-            let params = v.split('\n').map(str::to_string).collect();
-            // Groups come in order, each index once (BTreeMap keys sort
-            // "params.0.10" before "params.0.2": placed by index).
-            let groups = records.entry(i).or_default();
-            if j >= state.len() {
-                return Err(bad(k));
-            }
-            if groups.len() <= j {
-                groups.resize(j + 1, GroupRecord { params: Vec::new(), lr: f64::NAN });
-            }
-            groups[j] = GroupRecord { params, lr };
-        }
-        if records.values().flatten().any(|g| g.lr.is_nan()) {
-            return Err(Error::format("BackboneFinetuning state: a param group index is missing"));
-        }
-        if let Some(k) =
-            state.keys().find(|k| k.starts_with("lr.") && !state.contains_key(&format!("params.{}", &k[3..])))
-        {
-            return Err(bad(k));
-        }
-        self.previous_backbone_lr = previous;
-        self.records = records;
+        (self.previous_backbone_lr, self.records) = state_from_text(state)?;
         Ok(())
     }
 

@@ -8,14 +8,17 @@ use crate::error::Result;
 use tch::Tensor;
 
 impl Module {
-    /// Calls `f` on this module and every descendant, parents first
-    /// (`nn.Module.modules()` order), with its dotted path.
-    fn walk_mut(&mut self, path: &str, f: &mut dyn FnMut(&str, &mut Module) -> Result<()>) -> Result<()> {
-        f(path, self)?;
+    /// Calls `f` on each module Lightning's `flatten_modules` keeps among
+    /// this one and its descendants, parents first (`nn.Module.modules()`
+    /// order), with its dotted path.
+    fn walk_flat_mut(&mut self, path: &str, f: &mut dyn FnMut(&str, &mut Module) -> Result<()>) -> Result<()> {
+        if self.is_flat() {
+            f(path, self)?;
+        }
         if let Node::Sequential(c) | Node::Named(c) = &mut self.node {
             for (name, m) in c.iter_mut() {
                 let child = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
-                m.walk_mut(&child, f)?;
+                m.walk_flat_mut(&child, f)?;
             }
         }
         Ok(())
@@ -59,10 +62,7 @@ impl Module {
     /// other module's parameters stop requiring grad, and a BatchNorm that
     /// is not trained stops tracking its running statistics.
     pub(crate) fn freeze(&mut self, path: &str, train_bn: bool) -> Result<()> {
-        self.child_mut(path)?.walk_mut("", &mut |_, m| {
-            if !m.is_flat() {
-                return Ok(());
-            }
+        self.child_mut(path)?.walk_flat_mut("", &mut |_, m| {
             // A BatchNorm tracks exactly when it trains; others have no flag.
             let grad = m.set_tracking(train_bn) && train_bn;
             for (_, p) in m.own_params() {
@@ -75,10 +75,7 @@ impl Module {
     /// Lightning's `BaseFinetuning.make_trainable` of the subtree at
     /// `path`: every parameter requires grad and every BatchNorm tracks.
     pub(crate) fn make_trainable(&mut self, path: &str) -> Result<()> {
-        self.child_mut(path)?.walk_mut("", &mut |_, m| {
-            if !m.is_flat() {
-                return Ok(());
-            }
+        self.child_mut(path)?.walk_flat_mut("", &mut |_, m| {
             m.set_tracking(true);
             for (_, p) in m.own_params() {
                 let _ = p.f_set_requires_grad(true)?;
@@ -93,10 +90,7 @@ impl Module {
     /// `named_parameters` order.
     pub(crate) fn trainable_params_under(&mut self, path: &str, train_bn: bool) -> Result<Vec<(String, Tensor)>> {
         let mut out = Vec::new();
-        self.child_mut(path)?.walk_mut(path, &mut |at, m| {
-            if !m.is_flat() {
-                return Ok(());
-            }
+        self.child_mut(path)?.walk_flat_mut(path, &mut |at, m| {
             if m.is_batch_norm() && !train_bn {
                 return Ok(());
             }

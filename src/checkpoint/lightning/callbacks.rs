@@ -2,6 +2,7 @@
 //! the entries Lightning keeps under each callback's `state_key`
 //! (`"ModelCheckpoint{'monitor': 'val_loss', 'mode': 'min', ...}"`).
 use super::value::{copy_value, dict, entries, number, scalar_f32, string, text};
+use crate::callbacks::backbone_finetuning::{state_from_text, state_to_text, GroupRecord, Records};
 use crate::checkpoint::torch_save::Value;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
@@ -13,69 +14,54 @@ const AVERAGING: &[&str] = &["EMAWeightAveraging", "WeightAveraging"];
 /// BackboneFinetuning's key (its class name, as fulmen's).
 const FINETUNING: &str = "BackboneFinetuning";
 
-/// fulmen's BackboneFinetuning groups: (optimizer, group) -> (names, lr).
-type Groups<'a> = BTreeMap<(usize, usize), (&'a str, f64)>;
-
-fn finetuning_groups(state: &BTreeMap<String, String>) -> Result<Groups<'_>> {
-    let bad = |k: &str| Error::format(format!("BackboneFinetuning state: invalid '{k}'"));
-    let mut out = BTreeMap::new();
-    for (k, names) in state {
-        let Some(at) = k.strip_prefix("params.") else { continue };
-        let (i, j) = at.split_once('.').ok_or_else(|| bad(k))?;
-        let (i, j) = (i.parse::<usize>().map_err(|_| bad(k))?, j.parse::<usize>().map_err(|_| bad(k))?);
-        let lr = state.get(&format!("lr.{at}")).and_then(|v| v.parse::<f64>().ok()).ok_or_else(|| bad(k))?;
-        out.insert((i, j), (names.as_str(), lr));
-    }
-    Ok(out)
-}
-
 /// BackboneFinetuning's state as Lightning keeps it:
 /// `internal_optimizer_metadata` ({optimizer index: its param groups, each
 /// the optimizer's own entries with the lr it had when recorded and its
 /// parameters' names}) and `previous_backbone_lr`.
 fn finetuning_to_lightning(state: &BTreeMap<String, String>, prefix: &str, optimizers: &[Value]) -> Result<Value> {
+    let (previous, records) = state_from_text(state)?;
     let mut meta: Vec<(Value, Value)> = Vec::new();
-    for ((i, j), (names, lr)) in finetuning_groups(state)? {
-        let params = || {
-            Value::List(names.split('\n').filter(|n| !n.is_empty()).map(|n| text(&format!("{prefix}{n}"))).collect())
-        };
-        let own = optimizers.get(i).and_then(|o| o.get("param_groups")).and_then(|g| match g {
-            Value::List(groups) => groups.get(j),
-            _ => None,
-        });
-        let group = match own {
-            Some(Value::Dict(entries)) => Value::Dict(
-                entries
-                    .iter()
-                    .map(|(k, v)| match k {
-                        Value::Str(s) if s == "lr" => (text(s), Value::Float(lr)),
-                        Value::Str(s) if s == "params" => (text(s), params()),
-                        _ => (copy_value(k), copy_value(v)),
-                    })
-                    .collect(),
-            ),
-            _ => dict(vec![("lr", Value::Float(lr)), ("params", params())]),
-        };
-        match meta.last_mut() {
-            Some((Value::Int(last), Value::List(groups))) if *last == i as i64 => groups.push(group),
-            _ => meta.push((Value::Int(i as i64), Value::List(vec![group]))),
-        }
+    for (i, groups) in records {
+        let listed = groups.iter().enumerate().map(|(j, g)| finetuning_group(g, prefix, optimizers.get(i), j));
+        meta.push((Value::Int(i as i64), Value::List(listed.collect())));
     }
-    let previous = match state.get("previous_backbone_lr").and_then(|v| v.parse::<f64>().ok()) {
-        Some(v) => Value::Float(v),
-        None => Value::None,
-    };
+    let previous = previous.map_or(Value::None, Value::Float);
     Ok(dict(vec![("internal_optimizer_metadata", Value::Dict(meta)), ("previous_backbone_lr", previous)]))
+}
+
+/// Group `j` of a BackboneFinetuning record as Lightning keeps it: the
+/// optimizer's own entries for the group (when `optimizer`, its state as
+/// torch keeps it, has the group), with the recorded lr and the
+/// parameters' names.
+fn finetuning_group(g: &GroupRecord, prefix: &str, optimizer: Option<&Value>, j: usize) -> Value {
+    let params =
+        || Value::List(g.params.iter().filter(|n| !n.is_empty()).map(|n| text(&format!("{prefix}{n}"))).collect());
+    let own = optimizer.and_then(|o| o.get("param_groups")).and_then(|groups| match groups {
+        Value::List(groups) => groups.get(j),
+        _ => None,
+    });
+    match own {
+        Some(Value::Dict(entries)) => Value::Dict(
+            entries
+                .iter()
+                .map(|(k, v)| match k {
+                    Value::Str(s) if s == "lr" => (text(s), Value::Float(g.lr)),
+                    Value::Str(s) if s == "params" => (text(s), params()),
+                    _ => (copy_value(k), copy_value(v)),
+                })
+                .collect(),
+        ),
+        _ => dict(vec![("lr", Value::Float(g.lr)), ("params", params())]),
+    }
 }
 
 /// fulmen's BackboneFinetuning state from Lightning's.
 fn finetuning_from_lightning(state: &Value, what: &str) -> Result<BTreeMap<String, String>> {
-    let mut out = BTreeMap::new();
     let previous = match state.get("previous_backbone_lr") {
-        None | Some(Value::None) => "none".to_string(),
-        Some(v) => number(v, &format!("{what}.previous_backbone_lr"))?.to_string(),
+        None | Some(Value::None) => None,
+        Some(v) => Some(number(v, &format!("{what}.previous_backbone_lr"))?),
     };
-    out.insert("previous_backbone_lr".to_string(), previous);
+    let mut records = Records::new();
     let meta = state
         .get("internal_optimizer_metadata")
         .ok_or_else(|| Error::format(format!("{what} has no `internal_optimizer_metadata`")))?;
@@ -85,6 +71,7 @@ fn finetuning_from_lightning(state: &Value, what: &str) -> Result<BTreeMap<Strin
             Value::Int(i) if *i >= 0 => *i,
             _ => return Err(Error::format(format!("{gwhat}: the key is not an optimizer index"))),
         };
+        let recorded = records.entry(i as usize).or_default();
         for (j, g) in super::value::items(groups, &gwhat)?.iter().enumerate() {
             let lr = number(super::value::field(g, "lr", &gwhat)?, &format!("{gwhat}[{j}].lr"))?;
             let names =
@@ -92,11 +79,10 @@ fn finetuning_from_lightning(state: &Value, what: &str) -> Result<BTreeMap<Strin
                     .iter()
                     .map(|n| string(n, &format!("{gwhat}[{j}].params")).map(str::to_string))
                     .collect::<Result<Vec<_>>>()?;
-            out.insert(format!("params.{i}.{j}"), names.join("\n"));
-            out.insert(format!("lr.{i}.{j}"), lr.to_string());
+            recorded.push(GroupRecord { params: names, lr });
         }
     }
-    Ok(out)
+    Ok(state_to_text(previous, &records))
 }
 
 /// Lightning's `callbacks` entry: each callback with a Lightning
