@@ -1662,6 +1662,49 @@ typedef struct fulmen_backbone_finetuning_options {
 } fulmen_backbone_finetuning_options;
 
 /**
+ * StochasticWeightAveraging options; Lightning's defaults from
+ * `fulmen_stochastic_weight_averaging_options_default`.
+ */
+typedef struct fulmen_stochastic_weight_averaging_options {
+  /**
+   * The SWA lr of every param group (Lightning's `swa_lrs` as a float).
+   */
+  double swa_lr;
+  /**
+   * One SWA lr per param group instead (Lightning's list), or NULL.
+   * Read during the call only.
+   */
+  const double *swa_lrs;
+  /**
+   * Entries of `swa_lrs` (0: use `swa_lr`; at most 4096).
+   */
+  size_t n_swa_lrs;
+  /**
+   * Averaging starts at this epoch, counted from 1; 0 (the default)
+   * uses `swa_epoch_start_fraction`.
+   */
+  int64_t swa_epoch_start;
+  /**
+   * Averaging starts at epoch `int(fraction * max_epochs)` (default
+   * 0.8), when `swa_epoch_start` is 0.
+   */
+  double swa_epoch_start_fraction;
+  /**
+   * Epochs of annealing to the SWA lr (default 10).
+   */
+  int64_t annealing_epochs;
+  /**
+   * Linear annealing (true) instead of cosine (false, the default).
+   */
+  bool linear_anneal;
+  /**
+   * Keep the average on the model's device (Lightning's `device=None`)
+   * instead of the CPU (false, the default, `device="cpu"`).
+   */
+  bool average_on_device;
+} fulmen_stochastic_weight_averaging_options;
+
+/**
  * Options of `fulmen_dataset_from_csv`; defaults from
  * `fulmen_csv_options_default`.
  */
@@ -3079,6 +3122,44 @@ struct fulmen_backbone_finetuning_options fulmen_backbone_finetuning_options_def
  */
 struct fulmen_error *fulmen_trainer_add_backbone_finetuning(struct fulmen_trainer *trainer,
                                                             const struct fulmen_backbone_finetuning_options *options);
+
+/**
+ * Lightning's `StochasticWeightAveraging` defaults with `swa_lr` for
+ * every param group.
+ */
+struct fulmen_stochastic_weight_averaging_options fulmen_stochastic_weight_averaging_options_default(double swa_lr);
+
+/**
+ * Adds Lightning's `StochasticWeightAveraging`. From the start of epoch
+ * `swa_epoch_start - 1` (0-based) the optimizer's lr anneals to the SWA lr
+ * over `annealing_epochs` epochs (torch's SWALR, stepping every epoch, in
+ * place of the optimizer's scheduler), and every epoch start from then
+ * to the last adds the model's parameters to an equal average. Training
+ * ends with the averaged parameters in the model. A model with BatchNorm
+ * layers trains one epoch more, forward only (no backward, no optimizer
+ * step), with their running statistics reset and accumulated as a
+ * cumulative average, so they fit the averaged weights; Lightning's own
+ * callback ends that epoch with an optimizer step on stale gradients,
+ * which fulmen leaves out. Checkpoints keep the average and the count in
+ * the checkpoint format "safetensors" (a fit that keeps "lightning"
+ * checkpoints, the default, is refused at its start); a resumed fit goes
+ * on with SWALR and the average where they were.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`trainer` or `options` NULL,
+ * `swa_lrs` NULL with `n_swa_lrs` > 0), FULMEN_CODE_INVALID_ARGUMENT (an
+ * lr not positive and finite, more than 4096 lrs, `swa_epoch_start` < 0,
+ * a fraction outside [0, 1], `annealing_epochs` < 0, a second
+ * StochasticWeightAveraging on the trainer). At fit: not
+ * exactly one optimizer, more than one scheduler, or as many lrs as
+ * neither 1 nor the param groups (FULMEN_CODE_INVALID_ARGUMENT); manual
+ * optimization (FULMEN_CODE_UNSUPPORTED); a fraction without max_epochs
+ * or a start after the last epoch (FULMEN_CODE_INVALID_ARGUMENT);
+ * checkpoints in the "lightning" format
+ * (FULMEN_CODE_UNSUPPORTED).
+ * Thread rules: as the trainer's other setters.
+ */
+struct fulmen_error *fulmen_trainer_add_stochastic_weight_averaging(struct fulmen_trainer *trainer,
+                                                                    const struct fulmen_stochastic_weight_averaging_options *options);
 
 /**
  * Adds a GradientAccumulationScheduler (Lightning's): from epoch
@@ -5535,6 +5616,28 @@ struct fulmen_error *fulmen_scheduler_chained_new(struct fulmen_optimizer *optim
                                                   struct fulmen_scheduler *const *schedulers,
                                                   size_t n_schedulers,
                                                   struct fulmen_scheduler **out);
+
+/**
+ * torch's `SWALR`: anneals each group's lr to its SWA lr over
+ * `anneal_epochs` steps (cosine, or linear when `linear_anneal`), then
+ * holds it. `swa_lrs` holds one lr for all groups or one per group (read
+ * during the call only). With `last_epoch` -1 the groups' lrs are taken
+ * as `initial_lr`; another value needs every group's `initial_lr` set
+ * already (a resumed optimizer's). The constructor leaves the lr as it
+ * is unless `anneal_epochs` is 0.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_ARGUMENT (no lr,
+ * as many as neither 1 nor the groups, an lr negative or not finite,
+ * `anneal_epochs` < 0, `last_epoch` < -1, `last_epoch` >= 0 without
+ * `initial_lr`).
+ */
+struct fulmen_error *fulmen_scheduler_swa_lr_new(struct fulmen_optimizer *optimizer,
+                                                 const double *swa_lrs,
+                                                 size_t n_swa_lrs,
+                                                 int64_t anneal_epochs,
+                                                 bool linear_anneal,
+                                                 int64_t last_epoch,
+                                                 struct fulmen_scheduler **out);
 
 /**
  * torch's OneCycleLR defaults for a peak lr and a cycle length.

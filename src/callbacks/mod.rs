@@ -1,7 +1,8 @@
 //! Built-in callbacks, as Lightning's: ModelCheckpoint, EarlyStopping,
 //! LearningRateMonitor, Timer, ModelSummary, GradientAccumulationScheduler,
 //! OnExceptionCheckpoint, DeviceStatsMonitor, ThroughputMonitor, weight
-//! averaging (EMA, SWA), BackboneFinetuning and the progress bar.
+//! averaging (EMA, SWA), StochasticWeightAveraging, BackboneFinetuning and
+//! the progress bar.
 pub mod backbone_finetuning;
 #[cfg(test)]
 mod backbone_finetuning_tests;
@@ -15,6 +16,7 @@ pub mod model_summary;
 pub mod monitor;
 pub mod on_exception;
 pub mod progress_bar;
+pub mod stochastic_weight_avg;
 pub mod throughput;
 pub mod timer;
 pub mod weight_averaging;
@@ -29,6 +31,7 @@ pub use model_summary::ModelSummary;
 pub use monitor::Mode;
 pub use on_exception::OnExceptionCheckpoint;
 pub use progress_bar::ProgressBar;
+pub use stochastic_weight_avg::{StochasticWeightAveraging, StochasticWeightAveragingOptions, SwaStart};
 pub use throughput::ThroughputMonitor;
 pub use timer::Timer;
 pub use weight_averaging::{WeightAveraging, WeightAveragingOptions};

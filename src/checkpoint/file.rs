@@ -13,6 +13,7 @@ const MODEL_PREFIX: &str = "state_dict.";
 const OPTIMIZER_PREFIX: &str = "optimizer_states.";
 const CURRENT_PREFIX: &str = "current_model_state.";
 const AVERAGING_PREFIX: &str = "averaging_state.";
+const CALLBACK_TENSORS_PREFIX: &str = "callback_tensors.";
 const RNG_CPU: &str = "rng_states.cpu";
 const RNG_CUDA: &str = "rng_states.cuda";
 const RNG_DEVICE: &str = "rng_states.device";
@@ -56,6 +57,9 @@ pub struct Checkpoint {
     /// The averaging's own tensors (Lightning's `averaging_state`:
     /// `n_averaged`).
     pub averaging_state: Vec<(String, Tensor)>,
+    /// Tensors of a callback's state by its state key (the averaged model
+    /// of StochasticWeightAveraging, Lightning's `average_model_state`).
+    pub callback_tensors: BTreeMap<String, Vec<(String, Tensor)>>,
     /// Validation batches run in `epoch`, and in its last validation
     /// (written in Lightning's format only).
     pub val_batches: (i64, i64),
@@ -249,6 +253,14 @@ impl Checkpoint {
         for (k, t) in &self.averaging_state {
             tensors.push((format!("{AVERAGING_PREFIX}{k}"), t.shallow_clone()));
         }
+        for (key, entries) in &self.callback_tensors {
+            if key.contains('/') {
+                return Err(Error::invalid(format!("checkpoint: callback state key {key:?} contains '/'")));
+            }
+            for (k, t) in entries {
+                tensors.push((format!("{CALLBACK_TENSORS_PREFIX}{key}/{k}"), t.shallow_clone()));
+            }
+        }
         if let Some(r) = &self.rng_state {
             tensors.push((RNG_CPU.to_string(), r.shallow_clone()));
         }
@@ -401,6 +413,11 @@ impl Checkpoint {
                 ck.current_model_state.get_or_insert_with(Vec::new).push((k.to_string(), t));
             } else if let Some(k) = name.strip_prefix(AVERAGING_PREFIX) {
                 ck.averaging_state.push((k.to_string(), t));
+            } else if let Some(rest) = name.strip_prefix(CALLBACK_TENSORS_PREFIX) {
+                let (key, k) = rest
+                    .split_once('/')
+                    .ok_or_else(|| Error::format(format!("{}: bad callback tensor name {name:?}", path.display())))?;
+                ck.callback_tensors.entry(key.to_string()).or_default().push((k.to_string(), t));
             } else if let Some(rest) = name.strip_prefix(OPTIMIZER_PREFIX) {
                 let (i, k) = rest
                     .split_once('.')

@@ -7,6 +7,7 @@ pub mod callback;
 pub mod callbacks;
 pub mod callbacks_averaging;
 pub mod callbacks_finetuning;
+pub mod callbacks_swa;
 pub mod callbacks_training;
 pub mod collectives;
 pub mod context;

@@ -8,7 +8,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::optim::{
     check_sequential_milestones, AnnealStrategy, ChainedLr, ConstantLr, CosineAnnealingLr, CosineAnnealingWarmRestarts,
     ExponentialLr, LinearLr, LrScheduler, MultiStepLr, OneCycleLr, OneCycleOptions, PlateauMode, PlateauOptions,
-    PolynomialLr, ReduceLrOnPlateau, SequentialLr, StepLr, ThresholdMode,
+    PolynomialLr, ReduceLrOnPlateau, SequentialLr, StepLr, SwaLr, ThresholdMode,
 };
 
 /// A learning-rate scheduler bound to the optimizer it was created for.
@@ -290,6 +290,38 @@ pub unsafe extern "C" fn fulmen_scheduler_chained_new(
         let inner = ChainedLr::new(o.inner.as_mut(), parts)?;
         out.write(handle::into_raw(fulmen_scheduler { inner: Box::new(inner), optimizer: o.id }));
         Ok(())
+    })
+}
+
+/// torch's `SWALR`: anneals each group's lr to its SWA lr over
+/// `anneal_epochs` steps (cosine, or linear when `linear_anneal`), then
+/// holds it. `swa_lrs` holds one lr for all groups or one per group (read
+/// during the call only). With `last_epoch` -1 the groups' lrs are taken
+/// as `initial_lr`; another value needs every group's `initial_lr` set
+/// already (a resumed optimizer's). The constructor leaves the lr as it
+/// is unless `anneal_epochs` is 0.
+///
+/// Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_ARGUMENT (no lr,
+/// as many as neither 1 nor the groups, an lr negative or not finite,
+/// `anneal_epochs` < 0, `last_epoch` < -1, `last_epoch` >= 0 without
+/// `initial_lr`).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_swa_lr_new(
+    optimizer: *mut fulmen_optimizer,
+    swa_lrs: *const f64,
+    n_swa_lrs: usize,
+    anneal_epochs: i64,
+    linear_anneal: bool,
+    last_epoch: i64,
+    out: *mut *mut fulmen_scheduler,
+) -> *mut fulmen_error {
+    guard("fulmen_scheduler_swa_lr_new", || {
+        let lrs = super::tensor::handle::slice_arg(swa_lrs, n_swa_lrs, "swa_lrs")?;
+        if lrs.is_empty() {
+            return Err(Error::invalid("swa_lrs is empty: give one lr, or one per param group"));
+        }
+        let strategy = if linear_anneal { AnnealStrategy::Linear } else { AnnealStrategy::Cos };
+        make(optimizer, out, |o| Ok(Box::new(SwaLr::new(o, lrs, anneal_epochs, strategy, last_epoch)?)))
     })
 }
 

@@ -11,7 +11,11 @@ impl Module {
     /// Calls `f` on each module Lightning's `flatten_modules` keeps among
     /// this one and its descendants, parents first (`nn.Module.modules()`
     /// order), with its dotted path.
-    fn walk_flat_mut(&mut self, path: &str, f: &mut dyn FnMut(&str, &mut Module) -> Result<()>) -> Result<()> {
+    pub(super) fn walk_flat_mut(
+        &mut self,
+        path: &str,
+        f: &mut dyn FnMut(&str, &mut Module) -> Result<()>,
+    ) -> Result<()> {
         if self.is_flat() {
             f(path, self)?;
         }
@@ -34,7 +38,7 @@ impl Module {
     }
 
     /// Whether this module is one of torch's `_BatchNorm`s.
-    fn is_batch_norm(&self) -> bool {
+    pub(super) fn is_batch_norm(&self) -> bool {
         matches!(&self.node, Node::Layer(l) if l.type_name() == "BatchNorm")
     }
 

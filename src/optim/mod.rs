@@ -87,7 +87,7 @@ pub use scheduler::{
     check_sequential_milestones, AnnealStrategy, ChainedLr, ConstantLr, CosineAnnealingLr, CosineAnnealingWarmRestarts,
     CyclicLr, CyclicLrOptions, CyclicMode, ExponentialLr, LambdaLr, LinearLr, LrLambda, LrScheduler, MultiStepLr,
     OneCycleLr, OneCycleOptions, PlateauMode, PlateauOptions, PolynomialLr, ReduceLrOnPlateau, SequentialLr, StepLr,
-    ThresholdMode,
+    SwaLr, ThresholdMode,
 };
 pub use sgd::{Sgd, SgdOptions};
 pub(crate) use state::deep_copy;

@@ -138,6 +138,9 @@ fn forward_backward(
     let loss = run.strategy.gather_loss(losses?)?;
     store.sync_step(&|v, op| run.strategy.reduce(v, op))?;
     let value = check_loss(&loss, opts.detect_nonfinite_loss, at)?;
+    if run.state.skip_backward {
+        return Ok((loss, value));
+    }
     if first_of_window {
         run.simple(Hook::BeforeZeroGrad)?;
         zero_grad(run);
@@ -646,6 +649,11 @@ fn fit_run(
     check_closure_optimizers(run)?;
     if run.checkpoint_format == crate::checkpoint::CheckpointFormat::Lightning {
         // Refused now rather than at the first checkpoint.
+        if run.callbacks.iter().any(|c| is_checkpoint(c.as_ref())) {
+            for cb in &run.callbacks {
+                cb.check_lightning_format().map_err(|e| e.context("checkpoint_format \"lightning\""))?;
+            }
+        }
         for (i, cfg) in run.optimizers.iter().enumerate() {
             for s in &cfg.schedulers {
                 crate::checkpoint::lightning::check_scheduler(&s.scheduler.state_dict()).map_err(|e| {
@@ -684,13 +692,12 @@ fn fit_run(
     }
     run.simple(Hook::TrainStart)?;
     run.refresh_learning_rates();
-    let max_epochs = opts.epoch_limit();
     let max_steps = opts.step_limit();
     let min_epochs = opts.min_epochs.unwrap_or(0);
     let min_steps = opts.min_steps.unwrap_or(0);
     let mut epoch = start_epoch;
     let mut total_batches: u64 = 0;
-    while max_epochs.is_none_or(|m| epoch < m) && (max_steps < 0 || run.state.global_step < max_steps) {
+    while run.state.max_epochs.is_none_or(|m| epoch < m) && (max_steps < 0 || run.state.global_step < max_steps) {
         run.state.epoch = epoch;
         if data.prepare_train(&mut *run.module, &run.strategy, epoch)? {
             run.state.num_train_batches = count_train_batches(opts, data.train()?);
@@ -790,7 +797,7 @@ fn train_epoch(
         // The micro-batches of accumulation that do not step skip the
         // all-reduce (DDP's no_sync).
         // (Manual optimization: every batch counts as stepped.)
-        let stepped = manual || (i + 1) % acc == 0 || is_last;
+        let stepped = manual || (!run.state.skip_backward && ((i + 1) % acc == 0 || is_last));
         let data = || HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() };
         run.state.log_step = run.state.batches_stepped;
         run.hook(Hook::TrainBatchStart, data())?;
@@ -912,6 +919,7 @@ fn train_epoch(
     run.state.callback_metrics.extend(store.callback_metrics);
     run.state.progress_metrics.extend(store.progress_metrics);
     run.hook(Hook::TrainEpochEnd, HookData { batch_idx: -1, ..Default::default() })?;
+    run.state.skip_backward = false;
     train_epoch_metrics.extend(std::mem::take(&mut run.state.hook_metrics));
     if !train_epoch_metrics.is_empty() {
         run.log_metrics(&train_epoch_metrics, (run.state.batches_stepped - 1).max(0))?;

@@ -209,6 +209,12 @@ pub struct TrainerState {
     pub accumulate_grad_batches: i64,
     /// The module optimizes itself (`automatic_optimization` off).
     pub manual_optimization: bool,
+    /// Set by a hook for the rest of an epoch: training batches run
+    /// forward only (no zero_grad, backward or optimizer step; schedulers
+    /// stepping per epoch still step), as StochasticWeightAveraging's
+    /// epoch that recomputes BatchNorm statistics. Lightning's
+    /// `fit_loop._skip_backward`; cleared when the epoch ends.
+    pub skip_backward: bool,
     /// Metrics callbacks want logged, each batch at its logger step
     /// (LearningRateMonitor, ThroughputMonitor).
     pub log_requests: Vec<(i64, Vec<(String, f64)>)>,
@@ -236,7 +242,10 @@ pub struct TrainerState {
     pub running_loss: Option<f64>,
     /// Training batches per epoch, when known.
     pub num_train_batches: Option<usize>,
-    /// The epoch limit, when there is one.
+    /// The epoch limit, when there is one. Fit reads it before each
+    /// epoch, so an `on_fit_start` hook may extend the fit
+    /// (StochasticWeightAveraging's BatchNorm epoch; Lightning's
+    /// `fit_loop.max_epochs`).
     pub max_epochs: Option<i64>,
     /// Seconds spent in each stage so far ("fit", "validate", ...), kept
     /// in checkpoints by the Timer.
@@ -407,6 +416,11 @@ pub trait Callback {
         _optimizers: &mut [super::module::OptimizerConfig],
         _prefix: &str,
     ) -> Result<()> {
+        Ok(())
+    }
+    /// Whether Lightning-format checkpoints can hold the callback's state;
+    /// checked when a fit that keeps such checkpoints starts.
+    fn check_lightning_format(&self) -> Result<()> {
         Ok(())
     }
     /// The callback as `Any`, so the trainer can find its ModelCheckpoints

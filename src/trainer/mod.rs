@@ -85,6 +85,11 @@ impl Trainer {
         self.callbacks.push(cb);
     }
 
+    /// Whether a callback of this name was added.
+    pub fn has_callback(&self, name: &str) -> bool {
+        self.callbacks.iter().any(|c| c.name() == name)
+    }
+
     /// Adds a logger that receives every logged metric besides the file
     /// loggers.
     pub fn add_logger(&mut self, logger: Box<dyn Logger>) {

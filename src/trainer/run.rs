@@ -445,6 +445,18 @@ impl Run<'_> {
             m.load_state_dict(&weights, true).ctx(at())?;
             found.unwrap_or_else(|| self.checkpoint_prefix.clone())
         };
+        // The callbacks' states first: a finetuning callback puts back the
+        // param groups it added, which the optimizer states then fill, and
+        // StochasticWeightAveraging the SWALR whose state the checkpoint
+        // holds among the schedulers.
+        let mut names: BTreeMap<String, usize> = BTreeMap::new();
+        for cb in self.callbacks.iter_mut() {
+            let key = unique_name(&mut names, cb.name());
+            if let Some(s) = ck.callbacks.get(&key) {
+                cb.load_state_dict(s).ctx(format!("{}: callback {key}", at()))?;
+            }
+            cb.restore_param_groups(model, &mut self.optimizers, &prefix).ctx(format!("{}: callback {key}", at()))?;
+        }
         // The run's schedulers, optimizer by optimizer: a fulmen checkpoint
         // names each one's optimizer; a Lightning one lists them in order.
         let owners: Vec<usize> =
@@ -472,16 +484,6 @@ impl Run<'_> {
                 let groups = ck.scheduler_group_entries.get(owners[j]).map(Vec::as_slice).unwrap_or_default();
                 crate::checkpoint::lightning::complete_from_groups(state, groups, &format!("{}: scheduler {j}", at()))?;
             }
-        }
-        // The callbacks' states first: a finetuning callback puts back the
-        // param groups it added, which the optimizer states then fill.
-        let mut names: BTreeMap<String, usize> = BTreeMap::new();
-        for cb in self.callbacks.iter_mut() {
-            let key = unique_name(&mut names, cb.name());
-            if let Some(s) = ck.callbacks.get(&key) {
-                cb.load_state_dict(s).ctx(format!("{}: callback {key}", at()))?;
-            }
-            cb.restore_param_groups(model, &mut self.optimizers, &prefix).ctx(format!("{}: callback {key}", at()))?;
         }
         let mut states = scheduler_states.into_iter();
         for (i, cfg) in self.optimizers.iter_mut().enumerate() {

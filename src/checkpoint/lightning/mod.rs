@@ -86,6 +86,11 @@ fn read_nested_text_map(v: &Value, what: &str) -> Result<BTreeMap<String, BTreeM
 /// `prefix` (the LightningModule attribute holding the network, such as
 /// `"model."`; empty when the module's parameters are its own).
 pub fn to_lightning(ck: &Checkpoint, prefix: &str) -> Result<Value> {
+    if let Some(key) = ck.callback_tensors.keys().next() {
+        return Err(Error::unsupported(format!(
+            "checkpoint_format \"lightning\" cannot hold callback {key}'s tensors yet; use the fulmen format"
+        )));
+    }
     let weights = Value::Dict(
         ck.state_dict.iter().map(|(k, t)| (text(&format!("{prefix}{k}")), Value::Tensor(t.shallow_clone()))).collect(),
     );

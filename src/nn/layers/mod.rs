@@ -67,6 +67,11 @@ pub(crate) trait Layer: Send + std::fmt::Debug {
     fn set_track_running_stats(&mut self, _on: bool) -> bool {
         false
     }
+    /// Sets a `_BatchNorm`'s momentum (`None`: torch's cumulative
+    /// average) and returns the one it had; other layers return `None`.
+    fn swap_momentum(&mut self, _momentum: Option<f64>) -> Option<Option<f64>> {
+        None
+    }
 }
 
 /// How [`Layer::replicate`] turns each tensor into the replica's.

@@ -10,7 +10,9 @@ use tch::{Device, Kind, Tensor};
 pub(crate) struct BatchNorm {
     num_features: i64,
     eps: f64,
-    momentum: f64,
+    /// `None`: a cumulative average of every batch's statistics since
+    /// `num_batches_tracked` was last 0 (torch's `momentum=None`).
+    momentum: Option<f64>,
     weight: Option<Tensor>,
     bias: Option<Tensor>,
     running: Option<RunningStats>,
@@ -82,7 +84,15 @@ impl BatchNorm {
         }
         let (weight, bias) = affine_params(num_features, affine)?;
         let running = if track_running_stats { Some(RunningStats::new(num_features)?) } else { None };
-        Ok(BatchNorm { num_features, eps, momentum, weight, bias, running, tracking: track_running_stats })
+        Ok(BatchNorm {
+            num_features,
+            eps,
+            momentum: Some(momentum),
+            weight,
+            bias,
+            running,
+            tracking: track_running_stats,
+        })
     }
 }
 
@@ -109,6 +119,10 @@ impl Layer for BatchNorm {
         true
     }
 
+    fn swap_momentum(&mut self, momentum: Option<f64>) -> Option<Option<f64>> {
+        Some(std::mem::replace(&mut self.momentum, momentum))
+    }
+
     fn forward(&self, x: &Tensor, training: bool) -> Result<Tensor> {
         let size = x.size();
         if !(2..=5).contains(&size.len()) || size[1] != self.num_features {
@@ -125,6 +139,9 @@ impl Layer for BatchNorm {
                 shape_of(x)
             )));
         }
+        // torch's exponential_average_factor: the momentum, or with none
+        // 1 / num_batches_tracked once this batch is counted.
+        let mut factor = self.momentum.unwrap_or(0.0);
         let (mean, var) = match &self.running {
             // torch passes no buffers to a training pass that does not track.
             Some(_) if training && !self.tracking => (None, None),
@@ -132,6 +149,9 @@ impl Layer for BatchNorm {
                 if training {
                     let mut n = r.num_batches_tracked.shallow_clone();
                     let _ = tch::no_grad(|| n.f_add_scalar_(1))?;
+                    if self.momentum.is_none() {
+                        factor = 1.0 / n.f_double_value(&[])?;
+                    }
                 }
                 (Some(&r.mean), Some(&r.var))
             }
@@ -144,7 +164,7 @@ impl Layer for BatchNorm {
             mean,
             var,
             use_batch_stats,
-            self.momentum,
+            factor,
             self.eps,
             true,
         )?)

@@ -23,6 +23,7 @@ mod lambda;
 mod one_cycle;
 mod plateau;
 mod sequential;
+mod swa_lr;
 
 pub use chained::ChainedLr;
 pub(crate) use chained::MAX_CHAINED;
@@ -35,6 +36,7 @@ pub use lambda::{LambdaLr, LrLambda};
 pub use one_cycle::{AnnealStrategy, OneCycleLr, OneCycleOptions};
 pub use plateau::{PlateauMode, PlateauOptions, ReduceLrOnPlateau, ThresholdMode};
 pub use sequential::{check_milestones as check_sequential_milestones, SequentialLr};
+pub use swa_lr::SwaLr;
 
 #[cfg(test)]
 mod tests;
