@@ -3140,10 +3140,10 @@ struct fulmen_stochastic_weight_averaging_options fulmen_stochastic_weight_avera
  * step), with their running statistics reset and accumulated as a
  * cumulative average, so they fit the averaged weights; Lightning's own
  * callback ends that epoch with an optimizer step on stale gradients,
- * which fulmen leaves out. Checkpoints keep the average and the count in
- * the checkpoint format "safetensors" (a fit that keeps "lightning"
- * checkpoints, the default, is refused at its start); a resumed fit goes
- * on with SWALR and the average where they were.
+ * which fulmen leaves out. Checkpoints keep the average, the count and
+ * SWALR's state (in Lightning's format as Lightning's callback does, so
+ * either resumes from the other's file); a resumed fit goes on with
+ * SWALR and the average where they were.
  *
  * Errors: FULMEN_CODE_NULL_ARGUMENT (`trainer` or `options` NULL,
  * `swa_lrs` NULL with `n_swa_lrs` > 0), FULMEN_CODE_INVALID_ARGUMENT (an
@@ -3153,9 +3153,7 @@ struct fulmen_stochastic_weight_averaging_options fulmen_stochastic_weight_avera
  * exactly one optimizer, more than one scheduler, or as many lrs as
  * neither 1 nor the param groups (FULMEN_CODE_INVALID_ARGUMENT); manual
  * optimization (FULMEN_CODE_UNSUPPORTED); a fraction without max_epochs
- * or a start after the last epoch (FULMEN_CODE_INVALID_ARGUMENT);
- * checkpoints in the "lightning" format
- * (FULMEN_CODE_UNSUPPORTED).
+ * or a start after the last epoch (FULMEN_CODE_INVALID_ARGUMENT).
  * Thread rules: as the trainer's other setters.
  */
 struct fulmen_error *fulmen_trainer_add_stochastic_weight_averaging(struct fulmen_trainer *trainer,

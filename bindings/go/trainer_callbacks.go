@@ -1,6 +1,7 @@
 package fulmen
 
 /*
+#include <stdlib.h>
 #include <fulmen.h>
 #include "shim.h"
 */
@@ -382,6 +383,61 @@ func (t *Trainer) AddBackboneFinetuning(opts BackboneFinetuningOptions) error {
 		backbone_initial_lr:        C.double(opts.BackboneInitialLR), should_align: C.bool(opts.ShouldAlign),
 		train_bn: C.bool(opts.TrainBN), verbose: C.bool(opts.Verbose), rounding: C.int32_t(opts.Rounding)}
 	err := check(C.fulmen_trainer_add_backbone_finetuning(t.ptr(), &c))
+	runtime.KeepAlive(t)
+	return err
+}
+
+// StochasticWeightAveragingOptions are the options of Lightning's
+// StochasticWeightAveraging.
+type StochasticWeightAveragingOptions struct {
+	// SWALR is the SWA lr of every param group.
+	SWALR float64
+	// SWALRs, when not empty, holds one SWA lr per param group instead.
+	SWALRs []float64
+	// SWAEpochStart is the epoch averaging starts at, counted from 1; 0
+	// uses SWAEpochStartFraction.
+	SWAEpochStart int64
+	// SWAEpochStartFraction starts it at int(fraction * max_epochs).
+	SWAEpochStartFraction float64
+	// AnnealingEpochs is the number of epochs annealing to the SWA lr.
+	AnnealingEpochs int64
+	// LinearAnneal anneals linearly instead of by a cosine.
+	LinearAnneal bool
+	// AverageOnDevice keeps the average on the model's device instead of
+	// the CPU.
+	AverageOnDevice bool
+}
+
+// DefaultStochasticWeightAveragingOptions are Lightning's
+// StochasticWeightAveraging defaults with swaLR for every param group.
+func DefaultStochasticWeightAveragingOptions(swaLR float64) StochasticWeightAveragingOptions {
+	c := C.fulmen_stochastic_weight_averaging_options_default(C.double(swaLR))
+	return StochasticWeightAveragingOptions{SWALR: swaLR, SWAEpochStart: int64(c.swa_epoch_start),
+		SWAEpochStartFraction: float64(c.swa_epoch_start_fraction), AnnealingEpochs: int64(c.annealing_epochs),
+		LinearAnneal: bool(c.linear_anneal), AverageOnDevice: bool(c.average_on_device)}
+}
+
+// AddStochasticWeightAveraging adds Lightning's StochasticWeightAveraging:
+// SWALR in place of the optimizer's scheduler from SWAEpochStart, an equal
+// average of the weights at each epoch start, the average in the model at
+// the end (and, with BatchNorms, one forward-only epoch more for their
+// statistics).
+func (t *Trainer) AddStochasticWeightAveraging(opts StochasticWeightAveragingOptions) error {
+	c := C.fulmen_stochastic_weight_averaging_options{swa_lr: C.double(opts.SWALR),
+		swa_epoch_start:          C.int64_t(opts.SWAEpochStart),
+		swa_epoch_start_fraction: C.double(opts.SWAEpochStartFraction),
+		annealing_epochs:         C.int64_t(opts.AnnealingEpochs), linear_anneal: C.bool(opts.LinearAnneal),
+		average_on_device: C.bool(opts.AverageOnDevice)}
+	if n := len(opts.SWALRs); n > 0 {
+		// C memory: the options struct may not point into Go's.
+		lrs := (*[1 << 28]C.double)(C.malloc(C.size_t(n) * C.size_t(unsafe.Sizeof(C.double(0)))))[:n:n]
+		defer C.free(unsafe.Pointer(&lrs[0]))
+		for i, lr := range opts.SWALRs {
+			lrs[i] = C.double(lr)
+		}
+		c.swa_lrs, c.n_swa_lrs = &lrs[0], C.size_t(n)
+	}
+	err := check(C.fulmen_trainer_add_stochastic_weight_averaging(t.ptr(), &c))
 	runtime.KeepAlive(t)
 	return err
 }

@@ -398,11 +398,8 @@ impl Callback for StochasticWeightAveraging {
         self.install_scheduler(optimizers, None)
     }
 
-    fn check_lightning_format(&self) -> Result<()> {
-        Err(Error::unsupported(
-            "StochasticWeightAveraging's state (the averaged model) is not written in Lightning's checkpoint \
-             format yet; set checkpoint_format \"safetensors\"",
-        ))
+    fn lightning_state_key(&self) -> Option<String> {
+        Some(STATE_KEY.to_string())
     }
 
     fn on_save_tensors(&mut self, ck: &mut Checkpoint) -> Result<()> {
@@ -412,9 +409,13 @@ impl Callback for StochasticWeightAveraging {
         Ok(())
     }
 
-    fn on_load_tensors(&mut self, ck: &Checkpoint, _model: &SharedModel, _prefix: &str) -> Result<()> {
+    fn on_load_tensors(&mut self, ck: &Checkpoint, model: &SharedModel, prefix: &str) -> Result<()> {
         let Some(average) = &self.average else { return Ok(()) };
         let Some(saved) = ck.callback_tensors.get(STATE_KEY) else { return Ok(()) };
+        // Named as the model names them (a Lightning file's names carry
+        // the module's attribute).
+        let names = model.lock().unwrap_or_else(|p| p.into_inner()).state_dict().into_iter().map(|(k, _)| k).collect();
+        let saved = ck.named_for(saved, &names, prefix);
         let by_name: BTreeMap<&str, &Tensor> = saved.iter().map(|(k, t)| (k.as_str(), t)).collect();
         let _guard = tch::no_grad_guard();
         for (name, avg) in average {

@@ -67,10 +67,10 @@ pub extern "C" fn fulmen_stochastic_weight_averaging_options_default(
 /// step), with their running statistics reset and accumulated as a
 /// cumulative average, so they fit the averaged weights; Lightning's own
 /// callback ends that epoch with an optimizer step on stale gradients,
-/// which fulmen leaves out. Checkpoints keep the average and the count in
-/// the checkpoint format "safetensors" (a fit that keeps "lightning"
-/// checkpoints, the default, is refused at its start); a resumed fit goes
-/// on with SWALR and the average where they were.
+/// which fulmen leaves out. Checkpoints keep the average, the count and
+/// SWALR's state (in Lightning's format as Lightning's callback does, so
+/// either resumes from the other's file); a resumed fit goes on with
+/// SWALR and the average where they were.
 ///
 /// Errors: FULMEN_CODE_NULL_ARGUMENT (`trainer` or `options` NULL,
 /// `swa_lrs` NULL with `n_swa_lrs` > 0), FULMEN_CODE_INVALID_ARGUMENT (an
@@ -80,9 +80,7 @@ pub extern "C" fn fulmen_stochastic_weight_averaging_options_default(
 /// exactly one optimizer, more than one scheduler, or as many lrs as
 /// neither 1 nor the param groups (FULMEN_CODE_INVALID_ARGUMENT); manual
 /// optimization (FULMEN_CODE_UNSUPPORTED); a fraction without max_epochs
-/// or a start after the last epoch (FULMEN_CODE_INVALID_ARGUMENT);
-/// checkpoints in the "lightning" format
-/// (FULMEN_CODE_UNSUPPORTED).
+/// or a start after the last epoch (FULMEN_CODE_INVALID_ARGUMENT).
 /// Thread rules: as the trainer's other setters.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_add_stochastic_weight_averaging(

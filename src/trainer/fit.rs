@@ -649,11 +649,6 @@ fn fit_run(
     check_closure_optimizers(run)?;
     if run.checkpoint_format == crate::checkpoint::CheckpointFormat::Lightning {
         // Refused now rather than at the first checkpoint.
-        if run.callbacks.iter().any(|c| is_checkpoint(c.as_ref())) {
-            for cb in &run.callbacks {
-                cb.check_lightning_format().map_err(|e| e.context("checkpoint_format \"lightning\""))?;
-            }
-        }
         for (i, cfg) in run.optimizers.iter().enumerate() {
             for s in &cfg.schedulers {
                 crate::checkpoint::lightning::check_scheduler(&s.scheduler.state_dict()).map_err(|e| {

@@ -418,11 +418,6 @@ pub trait Callback {
     ) -> Result<()> {
         Ok(())
     }
-    /// Whether Lightning-format checkpoints can hold the callback's state;
-    /// checked when a fit that keeps such checkpoints starts.
-    fn check_lightning_format(&self) -> Result<()> {
-        Ok(())
-    }
     /// The callback as `Any`, so the trainer can find its ModelCheckpoints
     /// and Timers.
     fn as_any(&self) -> Option<&dyn std::any::Any> {

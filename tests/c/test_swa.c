@@ -2,10 +2,11 @@
  * StochasticWeightAveraging: a model with a BatchNorm trains one epoch
  * more, forward only, whose statistics are a cumulative average from a
  * reset (num_batches_tracked counts that epoch's batches alone); a fit
- * resumed from a checkpoint written after SWALR took over ends with the
- * uninterrupted fit's weights; bad options, a second callback, Lightning-
- * format checkpoints, manual optimization and lrs that fit no param group
- * are refused, and so is a start after the last epoch. (tests/interop/swa_parity.py compares every step with
+ * resumed from a checkpoint (safetensors or Lightning's format) written
+ * before averaging or after SWALR took over ends with the uninterrupted
+ * fit's weights; bad options, a second callback, manual optimization and
+ * lrs that fit no param group are refused, and so is a start after the
+ * last epoch. (tests/interop/swa_parity.py compares every step with
  * Lightning's callback.)
  */
 #define _XOPEN_SOURCE 700 /* mkdtemp */
@@ -47,16 +48,16 @@ static void free_run(state *s, fulmen_lightning_module *m) {
 }
 
 /* A fit of `epochs` with SWA (swa_lr 0.05 from epoch 2, 1 annealing
- * epoch, or `opts`), keeping a safetensors checkpoint per epoch under
+ * epoch, or `opts`), keeping a checkpoint per epoch in `format` under
  * root/name when `root` is set, resumed from `resume` if set. */
-static fulmen_error *swa_fit(fulmen_lightning_module *m, fulmen_loader *loader, int64_t epochs,
-                             const fulmen_stochastic_weight_averaging_options *opts, const char *root,
-                             const char *name, const char *resume) {
+static fulmen_error *swa_fit_as(fulmen_lightning_module *m, fulmen_loader *loader, int64_t epochs,
+                                const fulmen_stochastic_weight_averaging_options *opts, const char *root,
+                                const char *name, const char *resume, const char *format) {
     fulmen_stochastic_weight_averaging_options d = fulmen_stochastic_weight_averaging_options_default(0.05);
     d.swa_epoch_start = 2;
     d.annealing_epochs = 1;
     fulmen_trainer_options *o = fixture_options(NULL, epochs);
-    CHECK_OK(fulmen_trainer_options_set(o, "checkpoint_format", "safetensors"));
+    CHECK_OK(fulmen_trainer_options_set(o, "checkpoint_format", format));
     fulmen_trainer *t = NULL;
     CHECK_OK(fulmen_trainer_new(o, &t));
     fulmen_trainer_options_free(o);
@@ -75,6 +76,11 @@ static fulmen_error *swa_fit(fulmen_lightning_module *m, fulmen_loader *loader, 
     return e;
 }
 
+static fulmen_error *swa_fit(fulmen_lightning_module *m, fulmen_loader *loader, int64_t epochs,
+                             const fulmen_stochastic_weight_averaging_options *opts) {
+    return swa_fit_as(m, loader, epochs, opts, NULL, NULL, NULL, "safetensors");
+}
+
 /* Entry `name` of `model` as a double (a one-element tensor). */
 static double scalar(const fulmen_model *model, const char *name) {
     fulmen_tensor *t = NULL;
@@ -88,7 +94,7 @@ static double scalar(const fulmen_model *model, const char *name) {
 static void test_batch_norm_epoch(fulmen_loader *loader) {
     state s;
     fulmen_lightning_module *m = seeded(&s);
-    CHECK_OK(swa_fit(m, loader, 3, NULL, NULL, NULL, NULL));
+    CHECK_OK(swa_fit(m, loader, 3, NULL));
     /* 4 epochs ran; the statistics are the last one's alone */
     CHECK(scalar(s.model, "1.num_batches_tracked") == BATCHES);
     free_run(&s, m);
@@ -96,22 +102,22 @@ static void test_batch_norm_epoch(fulmen_loader *loader) {
     fulmen_stochastic_weight_averaging_options late = fulmen_stochastic_weight_averaging_options_default(0.05);
     late.swa_epoch_start = 5;
     m = seeded(&s);
-    CHECK_ERR(swa_fit(m, loader, 2, &late, NULL, NULL, NULL), FULMEN_CODE_INVALID_ARGUMENT, "after the last epoch");
+    CHECK_ERR(swa_fit(m, loader, 2, &late), FULMEN_CODE_INVALID_ARGUMENT, "after the last epoch");
     CHECK(scalar(s.model, "1.num_batches_tracked") == 0);
     free_run(&s, m);
 }
 
-static void test_resume(const char *root, fulmen_loader *loader) {
+static void test_resume(const char *root, fulmen_loader *loader, const char *format) {
     state whole, cut;
     fulmen_lightning_module *mw = seeded(&whole);
-    CHECK_OK(swa_fit(mw, loader, 4, NULL, root, "whole", NULL));
+    CHECK_OK(swa_fit_as(mw, loader, 4, NULL, root, format, NULL, format));
     /* before averaging starts, and after SWALR took over */
     const char *at[2] = {"epoch=0.ckpt", "epoch=2.ckpt"};
     for (int i = 0; i < 2; i++) {
         char ckpt[800];
-        snprintf(ckpt, sizeof ckpt, "%s/whole/%s", root, at[i]);
+        snprintf(ckpt, sizeof ckpt, "%s/%s/%s", root, format, at[i]);
         fulmen_lightning_module *mc = seeded(&cut);
-        CHECK_OK(swa_fit(mc, loader, 4, NULL, NULL, NULL, ckpt));
+        CHECK_OK(swa_fit_as(mc, loader, 4, NULL, NULL, NULL, ckpt, format));
         CHECK(fixture_max_diff(whole.model, cut.model) == 0.0);
         free_run(&cut, mc);
     }
@@ -127,7 +133,7 @@ static fulmen_error *manual_step(void *ud, fulmen_step_context *ctx, const fulme
     return NULL;
 }
 
-static void test_refused(const char *root, fulmen_loader *loader) {
+static void test_refused(fulmen_loader *loader) {
     fulmen_trainer *t = fixture_trainer(NULL, 1);
     fulmen_stochastic_weight_averaging_options o = fulmen_stochastic_weight_averaging_options_default(0.0);
     CHECK_ERR(fulmen_trainer_add_stochastic_weight_averaging(t, &o), FULMEN_CODE_INVALID_ARGUMENT, "swa_lrs");
@@ -160,16 +166,7 @@ static void test_refused(const char *root, fulmen_loader *loader) {
     o.swa_lrs = lrs;
     o.n_swa_lrs = 2;
     o.swa_epoch_start = 1;
-    CHECK_ERR(swa_fit(m, loader, 2, &o, NULL, NULL, NULL), FULMEN_CODE_INVALID_ARGUMENT, "param groups");
-    free_run(&s, m);
-
-    /* Lightning-format checkpoints cannot hold the average yet */
-    m = seeded(&s);
-    t = fixture_trainer(root, 1);
-    o = fulmen_stochastic_weight_averaging_options_default(0.05);
-    CHECK_OK(fulmen_trainer_add_stochastic_weight_averaging(t, &o));
-    CHECK_ERR(fulmen_trainer_fit(t, m, loader, NULL, NULL), FULMEN_CODE_UNSUPPORTED, "safetensors");
-    fulmen_trainer_free(t);
+    CHECK_ERR(swa_fit(m, loader, 2, &o), FULMEN_CODE_INVALID_ARGUMENT, "param groups");
 
     /* manual optimization */
     CHECK_OK(fulmen_lightning_module_set_automatic_optimization(m, false));
@@ -182,7 +179,7 @@ static void test_refused(const char *root, fulmen_loader *loader) {
     fulmen_lightning_module *manual = NULL;
     CHECK_OK(fulmen_lightning_module_new(&vt, s.model, &manual));
     CHECK_OK(fulmen_lightning_module_set_automatic_optimization(manual, false));
-    CHECK_ERR(swa_fit(manual, loader, 1, NULL, NULL, NULL, NULL), FULMEN_CODE_UNSUPPORTED, "automatic");
+    CHECK_ERR(swa_fit(manual, loader, 1, NULL), FULMEN_CODE_UNSUPPORTED, "automatic");
     fulmen_lightning_module_free(manual);
     free_run(&s, m);
 }
@@ -193,8 +190,9 @@ int main(void) {
     fulmen_dataset *ds = fixture_blobs(64, 5, 1.0f);
     fulmen_loader *loader = fixture_loader(ds, 8, true, 3);
     test_batch_norm_epoch(loader);
-    test_resume(root, loader);
-    test_refused(root, loader);
+    test_resume(root, loader, "safetensors");
+    test_resume(root, loader, "lightning");
+    test_refused(loader);
     fulmen_loader_free(loader);
     fulmen_dataset_free(ds);
     char cmd[600];

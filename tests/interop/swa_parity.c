@@ -2,7 +2,7 @@
  * Lightning's callback (tests/interop/swa_parity.py runs the Lightning twin).
  *
  *   swa_parity CONFIG INIT DATA_X DATA_Y SAMPLES BATCH EPOCHS LOSSES WEIGHTS
- *              [CKPT_DIR [RESUME]]
+ *              [CKPT_DIR [RESUME [FORMAT]]]
  *
  * CONFIG "bn": Linear(32, 64), BatchNorm1d(64), ReLU, Linear(64, 10);
  * "mlp": the same without the BatchNorm. Weights from INIT (safetensors),
@@ -12,9 +12,10 @@
  * StochasticWeightAveraging (swa_lr 0.05, from epoch 2, 2 annealing epochs,
  * cosine) replaces. Every training step's loss is appended to LOSSES
  * ("%.17g" per line) and the final weights saved to WEIGHTS. With CKPT_DIR
- * a checkpoint is kept per epoch ("epoch=N.ckpt"); RESUME resumes from
- * one (the safetensors checkpoint format: Lightning's does not hold the average
- * yet). A failed call prints its error and exits 1. */
+ * a checkpoint is kept per epoch ("epoch=N.ckpt") in FORMAT ("safetensors",
+ * the default, or "lightning", the names under "model." as the twin's);
+ * RESUME ("-": none) resumes from one, of either format. A failed call
+ * prints its error and exits 1. */
 #include <fulmen.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -109,9 +110,9 @@ static void set(fulmen_trainer_options *opts, const char *key, const char *value
 }
 
 int main(int argc, char **argv) {
-    if (argc < 10 || argc > 12 || (strcmp(argv[1], "bn") != 0 && strcmp(argv[1], "mlp") != 0)) {
+    if (argc < 10 || argc > 13 || (strcmp(argv[1], "bn") != 0 && strcmp(argv[1], "mlp") != 0)) {
         fprintf(stderr, "usage: swa_parity bn|mlp INIT DATA_X DATA_Y SAMPLES BATCH EPOCHS LOSSES WEIGHTS "
-                        "[CKPT_DIR [RESUME]]\n");
+                        "[CKPT_DIR [RESUME [FORMAT]]]\n");
         return 2;
     }
     struct job job = {0};
@@ -157,8 +158,8 @@ int main(int argc, char **argv) {
     set(opts, "logger", "false");
     set(opts, "handle_signals", "false");
     set(opts, "enable_checkpointing", argc > 10 ? "true" : "false");
-    /* The average is kept in fulmen's format only. */
-    set(opts, "checkpoint_format", "safetensors");
+    set(opts, "checkpoint_format", argc > 12 ? argv[12] : "safetensors");
+    set(opts, "checkpoint_prefix", "model.");
     TRY(fulmen_trainer_new(opts, &trainer));
     fulmen_stochastic_weight_averaging_options swa = fulmen_stochastic_weight_averaging_options_default(0.05);
     swa.swa_epoch_start = 2;
@@ -171,7 +172,7 @@ int main(int argc, char **argv) {
         mc.save_top_k = -1;
         TRY(fulmen_trainer_add_model_checkpoint(trainer, &mc));
     }
-    TRY(fulmen_trainer_fit(trainer, module, loader, NULL, argc > 11 ? argv[11] : NULL));
+    TRY(fulmen_trainer_fit(trainer, module, loader, NULL, argc > 11 && strcmp(argv[11], "-") != 0 ? argv[11] : NULL));
     TRY(fulmen_model_save(job.model, argv[9]));
     fclose(job.losses);
     fulmen_trainer_free(trainer);

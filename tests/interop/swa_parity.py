@@ -16,8 +16,11 @@ annealing epochs):
    then takes one optimizer step on stale gradients at the end of that
    epoch, moving it off the average; fulmen does not, see
    fulmen_trainer_add_stochastic_weight_averaging.)
-3. A fit resumed from fulmen's checkpoint of epoch 1 (SWALR in place, one
-   model averaged) gives the uninterrupted run's losses and weights.
+3. A fit resumed from a checkpoint of epoch 1 (SWALR in place, one model
+   averaged) gives the uninterrupted run's losses and weights: fulmen's
+   from its safetensors file, from its Lightning-format file and from
+   Lightning's own; Lightning's from fulmen's Lightning-format file and
+   from its own.
 """
 import argparse
 import os
@@ -45,7 +48,7 @@ def build(config):
     return nn.Sequential(*layers, nn.ReLU(), nn.Linear(64, CLASSES))
 
 
-def lightning_run(config, init, x, y):
+def lightning_run(config, init, x, y, ckpt_dir=None, resume=None):
     """Lightning's losses, and the weights fulmen must end with."""
     import lightning.pytorch as pl
     from lightning.pytorch.callbacks import StochasticWeightAveraging
@@ -70,10 +73,12 @@ def lightning_run(config, init, x, y):
 
     swa = StochasticWeightAveraging(swa_lrs=0.05, swa_epoch_start=2, annealing_epochs=2)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=BATCH, shuffle=False)
-    trainer = pl.Trainer(max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                         callbacks=[swa], enable_progress_bar=False, enable_model_summary=False)
+    keep = [pl.callbacks.ModelCheckpoint(dirpath=ckpt_dir, filename="{epoch}", save_top_k=-1)] if ckpt_dir else []
+    trainer = pl.Trainer(max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False,
+                         enable_checkpointing=ckpt_dir is not None, callbacks=[swa, *keep], enable_progress_bar=False,
+                         enable_model_summary=False)
     module = Module()
-    trainer.fit(module, loader)
+    trainer.fit(module, loader, ckpt_path=resume)
     # The averaged parameters; the buffers as the model holds them (the
     # BatchNorm's recomputed statistics).
     average = {k.removeprefix("model."): v for k, v in swa._average_model.state_dict().items()}
@@ -138,12 +143,25 @@ def main():
         losses, weights = fulmen_run(args.binary, config, work, "whole")
         compare(f"{config} whole", losses, ref_losses)
         compare_weights(f"{config} whole", weights, ref_weights)
-        ckpts = os.path.join(work, f"{config}-ckpts")
-        fulmen_run(args.binary, config, work, "kept", [ckpts])
-        first = os.path.join(ckpts, "epoch=1.ckpt")
-        losses, weights = fulmen_run(args.binary, config, work, "resumed", [os.path.join(work, "unused"), first])
-        compare(f"{config} resumed from epoch 1", losses, ref_losses[2 * SAMPLES // BATCH:])
-        compare_weights(f"{config} resumed from epoch 1", weights, ref_weights)
+        tail = ref_losses[2 * SAMPLES // BATCH:]
+        unused = os.path.join(work, "unused")
+        for fmt in ("safetensors", "lightning"):
+            ckpts = os.path.join(work, f"{config}-{fmt}")
+            fulmen_run(args.binary, config, work, f"kept-{fmt}", [ckpts, "-", fmt])
+            first = os.path.join(ckpts, "epoch=1.ckpt")
+            losses, weights = fulmen_run(args.binary, config, work, f"resumed-{fmt}", [unused, first, fmt])
+            compare(f"{config} resumed from its {fmt} epoch 1", losses, tail)
+            compare_weights(f"{config} resumed from its {fmt} epoch 1", weights, ref_weights)
+        theirs = os.path.join(work, f"{config}-theirs")
+        lightning_run(config, init, x, y, ckpt_dir=theirs)
+        first = os.path.join(theirs, "epoch=1.ckpt")
+        losses, weights = fulmen_run(args.binary, config, work, "from-lightning", [unused, first, "lightning"])
+        compare(f"{config} resumed from Lightning's epoch 1", losses, tail)
+        compare_weights(f"{config} resumed from Lightning's epoch 1", weights, ref_weights)
+        for name, path in (("its own", first), ("fulmen's", os.path.join(work, f"{config}-lightning", "epoch=1.ckpt"))):
+            losses, weights = lightning_run(config, init, x, y, resume=path)
+            compare(f"{config} Lightning resumed from {name} epoch 1", losses, tail)
+            compare_weights(f"{config} Lightning resumed from {name} epoch 1", weights, ref_weights)
     print("swa parity: ok")
 
 

@@ -226,6 +226,35 @@ TEST_F(TrainerTest, WeightAveragingEndsWithTheAverage) {
     EXPECT_THROW(trainer.add_weight_averaging(o), fulmen::Error);
 }
 
+TEST_F(TrainerTest, StochasticWeightAveragingEndsOnTheAverage) {
+    // Averaging from the last of three epochs averages one model: the
+    // weights that epoch started from, which two epochs without SWA end with.
+    Dataset ds = fulmen_test::blobs(64, 1);
+    Loader train(ds, 8);
+    Model model = fulmen_test::mlp();
+    std::string init = (fulmen_test::scratch() / "swa-init.safetensors").string();
+    model.save(init);
+    LightningModule module = full_module(model).build();
+    Trainer plain(fulmen_test::quiet_options(2).set("logger", false));
+    plain.fit(module, train);
+    std::vector<float> want = model.state_dict_get("0.weight").to_vector<float>();
+    model.load(init);
+    fulmen::StochasticWeightAveragingOptions o(0.05);
+    EXPECT_EQ(o.swa_epoch_start_fraction, 0.8);
+    EXPECT_EQ(o.annealing_epochs, 10);
+    o.swa_epoch_start = 3;
+    Trainer swa(fulmen_test::quiet_options(3).set("logger", false));
+    swa.add_stochastic_weight_averaging(o);
+    EXPECT_THROW(swa.add_stochastic_weight_averaging(o), fulmen::Error);
+    swa.fit(module, train);
+    EXPECT_EQ(model.state_dict_get("0.weight").to_vector<float>(), want);
+    // Two SWA lrs for the optimizer's one param group.
+    o.swa_epoch_start = 1;
+    Trainer bad(fulmen_test::quiet_options(1).set("logger", false));
+    bad.add_stochastic_weight_averaging(o, {0.05, 0.01});
+    EXPECT_THROW(bad.fit(module, train), fulmen::Error);
+}
+
 TEST_F(TrainerTest, AccumulationScheduleAndExceptionCheckpoint) {
     Dataset ds = fulmen_test::blobs(64, 1);
     Loader train(ds, 8);  // 8 batches

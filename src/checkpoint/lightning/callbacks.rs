@@ -14,6 +14,74 @@ const AVERAGING: &[&str] = &["EMAWeightAveraging", "WeightAveraging"];
 /// BackboneFinetuning's key (its class name, as fulmen's).
 const FINETUNING: &str = "BackboneFinetuning";
 
+/// StochasticWeightAveraging's key (its class name, as fulmen's).
+pub(super) const SWA: &str = "StochasticWeightAveraging";
+
+/// StochasticWeightAveraging's state as Lightning keeps it: the count, the
+/// last epoch averaged, SWALR's state once it took over (the first
+/// optimizer's first scheduler) and the averaged module's state_dict.
+fn swa_to_lightning(ck: &Checkpoint, state: &BTreeMap<String, String>, prefix: &str) -> Result<Value> {
+    let int = |k: &str| -> Result<i64> {
+        state
+            .get(k)
+            .and_then(|v| v.parse::<i64>().ok())
+            .ok_or_else(|| Error::format(format!("{SWA} state lacks `{k}`")))
+    };
+    let scheduler = if state.get("swalr").map(String::as_str) == Some("true") {
+        let j = ck.scheduler_owners.iter().position(|o| *o == 0).unwrap_or(0);
+        let flat = ck.scheduler_states.get(j).ok_or_else(|| Error::format(format!("{SWA}: no SWALR state")))?;
+        super::scheduler::to_torch(flat, false)?
+    } else {
+        Value::None
+    };
+    let average = match ck.callback_tensors.get(SWA) {
+        Some(t) => Value::Dict(
+            t.iter().map(|(k, t)| (text(&format!("{prefix}{k}")), Value::Tensor(t.shallow_clone()))).collect(),
+        ),
+        None => Value::None,
+    };
+    Ok(dict(vec![
+        ("n_averaged", Value::Int(int("n_averaged")?)),
+        ("latest_update_epoch", Value::Int(int("latest_update_epoch")?)),
+        ("scheduler_state", scheduler),
+        ("average_model_state", average),
+    ]))
+}
+
+/// fulmen's StochasticWeightAveraging state from Lightning's (its average
+/// comes through [`tensors_from_lightning`]).
+fn swa_from_lightning(state: &Value, what: &str) -> Result<BTreeMap<String, String>> {
+    let int = |k: &str, min: i64| -> Result<String> {
+        let v = super::value::field(state, k, what)?;
+        let n = match v {
+            Value::Int(n) if *n >= min && *n <= crate::checkpoint::file::MAX_COUNTER => *n,
+            _ => return Err(Error::format(format!("{what}.{k} is not a count >= {min}"))),
+        };
+        Ok(n.to_string())
+    };
+    let swalr = !matches!(state.get("scheduler_state"), None | Some(Value::None));
+    Ok(BTreeMap::from([
+        ("n_averaged".to_string(), int("n_averaged", 0)?),
+        ("latest_update_epoch".to_string(), int("latest_update_epoch", -1)?),
+        ("swalr".to_string(), swalr.to_string()),
+    ]))
+}
+
+/// The tensors of Lightning's callback states fulmen keeps apart
+/// (StochasticWeightAveraging's `average_model_state`), by callback.
+pub fn tensors_from_lightning(v: &Value, what: &str) -> Result<BTreeMap<String, Vec<(String, tch::Tensor)>>> {
+    let mut out = BTreeMap::new();
+    let Some(state) = v.get(SWA) else { return Ok(out) };
+    match state.get("average_model_state") {
+        None | Some(Value::None) => {}
+        Some(average) => {
+            let swhat = format!("{what}[{SWA:?}].average_model_state");
+            out.insert(SWA.to_string(), super::tensor_dict(average, &swhat)?);
+        }
+    }
+    Ok(out)
+}
+
 /// BackboneFinetuning's state as Lightning keeps it:
 /// `internal_optimizer_metadata` ({optimizer index: its param groups, each
 /// the optimizer's own entries with the lr it had when recorded and its
@@ -102,6 +170,8 @@ pub fn to_lightning(ck: &Checkpoint, prefix: &str, optimizers: &[Value]) -> Resu
             dict(vec![("latest_update_step", Value::Int(step))])
         } else if lightning_key == FINETUNING {
             finetuning_to_lightning(state, prefix, optimizers)?
+        } else if lightning_key == SWA {
+            swa_to_lightning(ck, state, prefix)?
         } else {
             continue;
         };
@@ -233,6 +303,8 @@ pub fn from_lightning(v: &Value, what: &str) -> Result<BTreeMap<String, BTreeMap
             (format!("EarlyStopping{{monitor={monitor:?}, mode={mode:?}}}"), m)
         } else if k == FINETUNING {
             (k.to_string(), finetuning_from_lightning(state, &swhat)?)
+        } else if k == SWA {
+            (k.to_string(), swa_from_lightning(state, &swhat)?)
         } else if AVERAGING.contains(&k) {
             let step = state
                 .get("latest_update_step")

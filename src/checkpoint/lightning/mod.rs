@@ -86,9 +86,9 @@ fn read_nested_text_map(v: &Value, what: &str) -> Result<BTreeMap<String, BTreeM
 /// `prefix` (the LightningModule attribute holding the network, such as
 /// `"model."`; empty when the module's parameters are its own).
 pub fn to_lightning(ck: &Checkpoint, prefix: &str) -> Result<Value> {
-    if let Some(key) = ck.callback_tensors.keys().next() {
+    if let Some(key) = ck.callback_tensors.keys().find(|k| *k != callbacks::SWA) {
         return Err(Error::unsupported(format!(
-            "checkpoint_format \"lightning\" cannot hold callback {key}'s tensors yet; use the fulmen format"
+            "checkpoint_format \"lightning\" cannot hold callback {key}'s tensors"
         )));
     }
     let weights = Value::Dict(
@@ -229,6 +229,9 @@ pub fn from_lightning(top: &Value, what: &str) -> Result<Checkpoint> {
             let k = value::string(k, &format!("{what}.{PRECISION_KEY} key"))?;
             ck.precision_state.push((k.to_string(), value::number(v, &format!("{what}.{PRECISION_KEY}.{k}"))?));
         }
+    }
+    if let Some(c) = top.get("callbacks") {
+        ck.callback_tensors = callbacks::tensors_from_lightning(c, &format!("{what}.callbacks"))?;
     }
     let own = top.get(FULMEN_KEY);
     match own.and_then(|o| o.get("callbacks")) {

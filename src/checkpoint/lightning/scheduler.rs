@@ -111,6 +111,9 @@ pub fn to_torch(flat: &[(String, f64)], betas: bool) -> Result<Value> {
     if f.has("t_0") {
         return warm_restarts_to_torch(&f);
     }
+    if f.has("anneal_cos") {
+        return swa_to_torch(&f);
+    }
     if flat.iter().all(|(k, _)| known_closed(k, &[])) {
         // LambdaLR and MultiplicativeLR: torch keeps no function either.
         let groups = f.list("base_lrs").len();
@@ -164,6 +167,22 @@ pub fn to_torch(flat: &[(String, f64)], betas: bool) -> Result<Value> {
         "this scheduler's state cannot be written in Lightning's format yet (entries: {:?})",
         flat.iter().map(|(k, _)| k.as_str()).take(8).collect::<Vec<_>>()
     )))
+}
+
+/// SWALR's `__dict__` but its `anneal_func` (its SWA lrs are the groups'
+/// `swa_lr`, [`group_entries`]).
+fn swa_to_torch(f: &Flat) -> Result<Value> {
+    let strategy = if f.get("anneal_cos")? == 1.0 { "cos" } else { "linear" };
+    Ok(dict(vec![
+        ("_anneal_strategy", text(strategy)),
+        ("anneal_epochs", count(f.get("anneal_epochs")? as i64)),
+        ("base_lrs", floats(&f.list("base_lrs"))),
+        ("last_epoch", count(f.get("last_epoch")? as i64)),
+        ("_step_count", count(f.get("step_count")? as i64)),
+        ("_is_initial", Value::Bool(false)),
+        ("_get_lr_called_within_step", Value::Bool(false)),
+        ("_last_lr", floats(&f.list("last_lr"))),
+    ]))
 }
 
 fn known_closed(k: &str, hypers: &[Hyper]) -> bool {
@@ -229,6 +248,9 @@ pub fn group_entries(flat: &[(String, f64)]) -> Vec<(&'static str, Vec<f64>)> {
         }
         return out;
     }
+    if f.has("anneal_cos") {
+        return vec![("swa_lr", f.list("swa_lrs"))];
+    }
     if let (Ok(max_lr), Ok(min_lr), Ok(cycle)) = (f.get("max_lr"), f.get("min_lr"), f.get("cycle_momentum")) {
         if f.has("final_div_factor") {
             // Per-group ranges, or (older states) one for all.
@@ -263,7 +285,7 @@ fn listed_or(f: &Flat, key: &str, one: f64) -> Vec<f64> {
 
 /// Param-group entries that belong to a scheduler (CyclicLR's and
 /// OneCycleLR's ranges), which an optimizer's state leaves out when read.
-pub const GROUP_ENTRIES: &[&str] = &["base_momentum", "max_momentum", "max_lr", "min_lr"];
+pub const GROUP_ENTRIES: &[&str] = &["base_momentum", "max_momentum", "max_lr", "min_lr", "swa_lr"];
 
 /// OneCycleLR's phases as torch names them: the group entries each
 /// interpolates between (start lr, end lr, start momentum, end momentum).
@@ -377,6 +399,17 @@ pub fn complete_from_groups(state: &mut Vec<(String, f64)>, groups: &[(String, V
     }
     let added = {
         let f = Flat::new(state);
+        if f.has("anneal_cos") && !f.has("swa_lrs.0") {
+            // SWALR: each group's `swa_lr`.
+            let n = f.list("base_lrs").len();
+            let swa = match groups.iter().find(|(k, _)| k == "swa_lr") {
+                Some((_, values)) if values.len() == n => values.clone(),
+                _ => return Err(Error::format(format!("{what}: SWALR's {n} param groups lack their `swa_lr`"))),
+            };
+            drop(f);
+            state.extend(swa.iter().enumerate().map(|(i, x)| (format!("swa_lrs.{i}"), *x)));
+            return Ok(());
+        }
         if !f.has("phase_end.0") || f.has("max_lr") {
             return Ok(());
         }
@@ -554,6 +587,20 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
     }
     if v.get("_schedule_phases").is_some() {
         return one_cycle_from_torch(v, what);
+    }
+    if let Some(strategy) = v.get("_anneal_strategy") {
+        // SWALR; its SWA lrs come from the groups (complete_from_groups).
+        let strategy = string(strategy, &format!("{what}._anneal_strategy"))?;
+        if strategy != "cos" && strategy != "linear" {
+            return Err(Error::format(format!("{what}._anneal_strategy {strategy:?} is not cos or linear")));
+        }
+        out.push(("last_epoch".into(), num("last_epoch")?));
+        push_list(&mut out, "base_lrs", &list("base_lrs")?);
+        push_list(&mut out, "last_lr", &list("_last_lr")?);
+        out.push(("step_count".into(), num("_step_count")?));
+        out.push(("anneal_epochs".into(), num("anneal_epochs")?));
+        out.push(("anneal_cos".into(), f64::from(u8::from(strategy == "cos"))));
+        return Ok(out);
     }
     if v.get("T_0").is_some() {
         out.push(("last_epoch".into(), num("last_epoch")?));

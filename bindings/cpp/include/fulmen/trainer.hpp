@@ -39,6 +39,16 @@ struct BackboneFinetuningOptions : fulmen_backbone_finetuning_options {
         : fulmen_backbone_finetuning_options(fulmen_backbone_finetuning_options_default()) {}
 };
 
+/// StochasticWeightAveraging options, default-constructed with Lightning's
+/// (from 0.8 of max_epochs, 10 cosine annealing epochs, the average on the
+/// CPU) and the SWA lr of every param group; per-group lrs are given to
+/// add_stochastic_weight_averaging.
+struct StochasticWeightAveragingOptions : fulmen_stochastic_weight_averaging_options {
+    /// Lightning's StochasticWeightAveraging defaults with `swa_lr`.
+    explicit StochasticWeightAveragingOptions(double swa_lr)
+        : fulmen_stochastic_weight_averaging_options(fulmen_stochastic_weight_averaging_options_default(swa_lr)) {}
+};
+
 /// Options of the batch size finder, default-constructed with Lightning's
 /// (power mode, 3 steps per trial from 2, at most 25 trials, 5% margin in
 /// binsearch, at most 8192).
@@ -820,6 +830,19 @@ public:
     Trainer& add_backbone_finetuning(const std::string& backbone, BackboneFinetuningOptions options = {}) {
         options.backbone = backbone.c_str();
         check(fulmen_trainer_add_backbone_finetuning(get(), &options));
+        return *this;
+    }
+    /// Adds Lightning's StochasticWeightAveraging: SWALR in place of the
+    /// optimizer's scheduler from `swa_epoch_start`, an equal average of
+    /// the weights at each epoch start, the average in the model at the
+    /// end (and, with BatchNorms, one forward-only epoch more for their
+    /// statistics). `swa_lrs`: one lr per param group instead of
+    /// `options.swa_lr` (empty: that one for all).
+    Trainer& add_stochastic_weight_averaging(StochasticWeightAveragingOptions options,
+                                             const std::vector<double>& swa_lrs = {}) {
+        options.swa_lrs = swa_lrs.empty() ? nullptr : swa_lrs.data();
+        options.n_swa_lrs = swa_lrs.size();
+        check(fulmen_trainer_add_stochastic_weight_averaging(get(), &options));
         return *this;
     }
     /// Adds an OnExceptionCheckpoint: a failed fit saves
