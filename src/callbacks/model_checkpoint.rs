@@ -121,8 +121,14 @@ impl ModelCheckpoint {
         ctx.state.num_val_batches == 0 || ctx.state.val_once_per_epoch
     }
 
+    /// Whether this save is left out: in a fast_dev_run or sanity check,
+    /// or when the step is the one saved last, unless the epoch ran forward
+    /// only (StochasticWeightAveraging's BatchNorm epoch, whose end holds
+    /// the averaged model though it took no step).
     fn skip(&self, ctx: &HookContext) -> bool {
-        ctx.state.fast_dev_run || ctx.state.sanity_checking || self.last_global_step_saved == ctx.state.global_step
+        ctx.state.fast_dev_run
+            || ctx.state.sanity_checking
+            || (self.last_global_step_saved == ctx.state.global_step && !ctx.state.skip_backward)
     }
 
     fn metrics_for_name(ctx: &HookContext) -> BTreeMap<String, f64> {

@@ -105,6 +105,8 @@ pub struct StochasticWeightAveraging {
     latest_update_epoch: i64,
     /// BatchNorm momenta put aside during the statistics epoch.
     momenta: Option<Vec<Option<f64>>>,
+    /// Off for a fast_dev_run, whose one epoch averages nothing.
+    active: bool,
 }
 
 impl StochasticWeightAveraging {
@@ -122,6 +124,7 @@ impl StochasticWeightAveraging {
             n_averaged: 0,
             latest_update_epoch: -1,
             momenta: None,
+            active: true,
         })
     }
 
@@ -154,6 +157,7 @@ impl StochasticWeightAveraging {
         self.n_averaged = 0;
         self.latest_update_epoch = -1;
         self.momenta = None;
+        self.active = true;
         Ok(())
     }
 
@@ -163,12 +167,23 @@ impl StochasticWeightAveraging {
                 "StochasticWeightAveraging needs automatic optimization (its SWALR steps the optimizer's lr)",
             ));
         }
+        if ctx.state.fast_dev_run {
+            self.active = false;
+            return Ok(());
+        }
         let optimizers = ctx.optimizers.as_deref().unwrap_or_default();
         if optimizers.len() != 1 {
             return Err(Error::invalid("StochasticWeightAveraging works with 1 optimizer"));
         }
         if optimizers[0].schedulers.len() > 1 {
             return Err(Error::invalid("StochasticWeightAveraging is not supported for more than 1 lr_scheduler"));
+        }
+        let groups = optimizers[0].optimizer.param_groups().len();
+        let n = self.opts.swa_lrs.len();
+        if n != 1 && n != groups {
+            return Err(Error::invalid(format!(
+                "StochasticWeightAveraging: {n} swa_lrs for the optimizer's {groups} param groups"
+            )));
         }
         let max_epochs = ctx.state.max_epochs;
         let start = match self.opts.swa_epoch_start {
@@ -333,6 +348,9 @@ impl Callback for StochasticWeightAveraging {
 
     fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()> {
         let Some(model) = ctx.model.clone() else { return Ok(()) };
+        if !self.active && ctx.hook != Hook::Setup {
+            return Ok(());
+        }
         match ctx.hook {
             Hook::Setup if ctx.stage == "fit" => self.on_setup(&model)?,
             Hook::FitStart => self.on_fit_start(ctx)?,
@@ -363,7 +381,7 @@ impl Callback for StochasticWeightAveraging {
             let v = state.get(key).ok_or_else(|| Error::format(format!("StochasticWeightAveraging: no {key}")))?;
             v.parse::<i64>()
                 .ok()
-                .filter(|n| *n >= min)
+                .filter(|n| *n >= min && *n <= crate::checkpoint::MAX_COUNTER)
                 .ok_or_else(|| Error::format(format!("StochasticWeightAveraging: {key} {v:?} is not a count >= {min}")))
         };
         let n_averaged = int("n_averaged", 0)?;
@@ -375,18 +393,13 @@ impl Callback for StochasticWeightAveraging {
         };
         self.n_averaged = n_averaged;
         self.latest_update_epoch = latest_update_epoch;
-        // SWALR goes back in restore_param_groups, before the checkpoint's
+        // SWALR goes back in restore_schedulers, before the checkpoint's
         // scheduler state (its own) loads into it.
         self.initialized = swalr;
         Ok(())
     }
 
-    fn restore_param_groups(
-        &mut self,
-        _model: &SharedModel,
-        optimizers: &mut [OptimizerConfig],
-        _: &str,
-    ) -> Result<()> {
+    fn restore_schedulers(&mut self, optimizers: &mut [OptimizerConfig]) -> Result<()> {
         if !self.initialized {
             return Ok(());
         }
@@ -411,7 +424,15 @@ impl Callback for StochasticWeightAveraging {
 
     fn on_load_tensors(&mut self, ck: &Checkpoint, model: &SharedModel, prefix: &str) -> Result<()> {
         let Some(average) = &self.average else { return Ok(()) };
-        let Some(saved) = ck.callback_tensors.get(STATE_KEY) else { return Ok(()) };
+        let Some(saved) = ck.callback_tensors.get(STATE_KEY) else {
+            if self.n_averaged > 0 {
+                return Err(Error::format(format!(
+                    "StochasticWeightAveraging: the checkpoint counts {} averaged models but holds no average",
+                    self.n_averaged
+                )));
+            }
+            return Ok(());
+        };
         // Named as the model names them (a Lightning file's names carry
         // the module's attribute).
         let names = model.lock().unwrap_or_else(|p| p.into_inner()).state_dict().into_iter().map(|(k, _)| k).collect();

@@ -60,27 +60,28 @@ pub extern "C" fn fulmen_stochastic_weight_averaging_options_default(
 /// Adds Lightning's `StochasticWeightAveraging`. From the start of epoch
 /// `swa_epoch_start - 1` (0-based) the optimizer's lr anneals to the SWA lr
 /// over `annealing_epochs` epochs (torch's SWALR, stepping every epoch, in
-/// place of the optimizer's scheduler), and every epoch start from then
-/// to the last adds the model's parameters to an equal average. Training
-/// ends with the averaged parameters in the model. A model with BatchNorm
-/// layers trains one epoch more, forward only (no backward, no optimizer
-/// step), with their running statistics reset and accumulated as a
-/// cumulative average, so they fit the averaged weights; Lightning's own
-/// callback ends that epoch with an optimizer step on stale gradients,
-/// which fulmen leaves out. Checkpoints keep the average, the count and
-/// SWALR's state (in Lightning's format as Lightning's callback does, so
-/// either resumes from the other's file); a resumed fit goes on with
-/// SWALR and the average where they were.
+/// place of the optimizer's scheduler), and every epoch start from then to
+/// the last adds the model's parameters to an equal average. Training ends
+/// with the averaged parameters in the model. When max_epochs bounds the
+/// fit, a model with BatchNorm layers trains one epoch more, forward only
+/// (no backward, no optimizer step), its running statistics reset and
+/// accumulated as a cumulative average, so they fit the averaged weights;
+/// Lightning's own callback ends that epoch with an optimizer step on stale
+/// gradients, which fulmen leaves out. Checkpoints keep the average, the
+/// count and SWALR's state (in Lightning's format as Lightning's callback
+/// does, so either resumes from the other's file); a resumed fit goes on
+/// with SWALR and the average where they were. A fast_dev_run skips the
+/// callback.
 ///
 /// Errors: FULMEN_CODE_NULL_ARGUMENT (`trainer` or `options` NULL,
 /// `swa_lrs` NULL with `n_swa_lrs` > 0), FULMEN_CODE_INVALID_ARGUMENT (an
 /// lr not positive and finite, more than 4096 lrs, `swa_epoch_start` < 0,
 /// a fraction outside [0, 1], `annealing_epochs` < 0, a second
-/// StochasticWeightAveraging on the trainer). At fit: not
-/// exactly one optimizer, more than one scheduler, or as many lrs as
-/// neither 1 nor the param groups (FULMEN_CODE_INVALID_ARGUMENT); manual
-/// optimization (FULMEN_CODE_UNSUPPORTED); a fraction without max_epochs
-/// or a start after the last epoch (FULMEN_CODE_INVALID_ARGUMENT).
+/// StochasticWeightAveraging on the trainer). At fit start:
+/// FULMEN_CODE_INVALID_ARGUMENT (not exactly one optimizer, more than one
+/// scheduler, as many lrs as neither 1 nor the param groups (checked again
+/// when SWALR takes over), a fraction without max_epochs, a start after
+/// the last epoch), FULMEN_CODE_UNSUPPORTED (manual optimization).
 /// Thread rules: as the trainer's other setters.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_add_stochastic_weight_averaging(

@@ -296,9 +296,9 @@ pub unsafe extern "C" fn fulmen_scheduler_chained_new(
 /// torch's `SWALR`: anneals each group's lr to its SWA lr over
 /// `anneal_epochs` steps (cosine, or linear when `linear_anneal`), then
 /// holds it. `swa_lrs` holds one lr for all groups or one per group (read
-/// during the call only). With `last_epoch` -1 the groups' lrs are taken
-/// as `initial_lr`; another value needs every group's `initial_lr` set
-/// already (a resumed optimizer's). The constructor leaves the lr as it
+/// during the call only). With `last_epoch` -1 a group without an
+/// `initial_lr` takes its lr as one; another value needs every group's
+/// `initial_lr` set already (a resumed optimizer's). The constructor leaves the lr as it
 /// is unless `anneal_epochs` is 0.
 ///
 /// Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_ARGUMENT (no lr,

@@ -139,6 +139,8 @@ fn forward_backward(
     store.sync_step(&|v, op| run.strategy.reduce(v, op))?;
     let value = check_loss(&loss, opts.detect_nonfinite_loss, at)?;
     if run.state.skip_backward {
+        // DDP learns that this forward has no backward to sync.
+        run.strategy.post_forward(&loss)?;
         return Ok((loss, value));
     }
     if first_of_window {

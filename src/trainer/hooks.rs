@@ -418,6 +418,13 @@ pub trait Callback {
     ) -> Result<()> {
         Ok(())
     }
+    /// Puts back, on a resumed fit, a scheduler the callback put in the
+    /// optimizers before the checkpoint was written (StochasticWeightAveraging's
+    /// SWALR): called after every callback's `restore_param_groups` (so the
+    /// groups are all there) and before the schedulers load their states.
+    fn restore_schedulers(&mut self, _optimizers: &mut [super::module::OptimizerConfig]) -> Result<()> {
+        Ok(())
+    }
     /// The callback as `Any`, so the trainer can find its ModelCheckpoints
     /// and Timers.
     fn as_any(&self) -> Option<&dyn std::any::Any> {

@@ -457,6 +457,11 @@ impl Run<'_> {
             }
             cb.restore_param_groups(model, &mut self.optimizers, &prefix).ctx(format!("{}: callback {key}", at()))?;
         }
+        let mut names: BTreeMap<String, usize> = BTreeMap::new();
+        for cb in self.callbacks.iter_mut() {
+            let key = unique_name(&mut names, cb.name());
+            cb.restore_schedulers(&mut self.optimizers).ctx(format!("{}: callback {key}", at()))?;
+        }
         // The run's schedulers, optimizer by optimizer: a fulmen checkpoint
         // names each one's optimizer; a Lightning one lists them in order.
         let owners: Vec<usize> =

@@ -5,7 +5,9 @@
  * a fit resumed from a checkpoint written before or after the unfreeze
  * ends with the weights of the uninterrupted fit; frozen BatchNorms track
  * nothing; an optimizer that already holds the backbone, a path the model
- * lacks and bad options are refused. fulmen_model_parameters lists all or
+ * lacks and bad options are refused. With StochasticWeightAveraging
+ * taking over after the unfreeze, a resume puts SWALR back over both
+ * groups. fulmen_model_parameters lists all or
  * the trainable parameters.
  */
 #define _XOPEN_SOURCE 700 /* mkdtemp */
@@ -192,6 +194,48 @@ static void test_resume(const char *root, fulmen_loader *loader) {
     free_run(&whole, mw);
 }
 
+/* StochasticWeightAveraging added before BackboneFinetuning, taking over
+ * at epoch 2 when the backbone's group is there: a resume puts SWALR back
+ * over both groups. */
+static fulmen_error *with_swa_fit(fulmen_lightning_module *m, fulmen_loader *loader, const char *dir,
+                                  const char *resume) {
+    fulmen_trainer_options *o = fixture_options(NULL, 4);
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_trainer_options_free(o);
+    fulmen_stochastic_weight_averaging_options swa = fulmen_stochastic_weight_averaging_options_default(0.05);
+    swa.swa_epoch_start = 3;
+    CHECK_OK(fulmen_trainer_add_stochastic_weight_averaging(t, &swa));
+    fulmen_backbone_finetuning_options bf = fulmen_backbone_finetuning_options_default();
+    bf.backbone = "0";
+    bf.unfreeze_backbone_at_epoch = 1;
+    CHECK_OK(fulmen_trainer_add_backbone_finetuning(t, &bf));
+    if (dir != NULL) {
+        fulmen_model_checkpoint_options mc = fulmen_model_checkpoint_options_default();
+        mc.dirpath = dir;
+        mc.filename = "{epoch}";
+        mc.save_top_k = -1;
+        CHECK_OK(fulmen_trainer_add_model_checkpoint(t, &mc));
+    }
+    fulmen_error *e = fulmen_trainer_fit(t, m, loader, NULL, resume);
+    fulmen_trainer_free(t);
+    return e;
+}
+
+static void test_with_swa(const char *root, fulmen_loader *loader) {
+    state whole, cut;
+    char dir[700], ckpt[800];
+    snprintf(dir, sizeof dir, "%s/with-swa", root);
+    snprintf(ckpt, sizeof ckpt, "%s/epoch=2.ckpt", dir);
+    fulmen_lightning_module *mw = seeded(&whole, false);
+    CHECK_OK(with_swa_fit(mw, loader, dir, NULL));
+    fulmen_lightning_module *mc = seeded(&cut, false);
+    CHECK_OK(with_swa_fit(mc, loader, NULL, ckpt));
+    CHECK(fixture_max_diff(whole.model, cut.model) == 0.0);
+    free_run(&cut, mc);
+    free_run(&whole, mw);
+}
+
 static void test_refused(fulmen_loader *loader) {
     state s;
     /* an optimizer over every parameter leaves none for the backbone's group */
@@ -228,6 +272,7 @@ int main(void) {
     fulmen_loader *loader = fixture_loader(ds, 8, true, 3);
     test_freeze_then_train(loader);
     test_resume(root, loader);
+    test_with_swa(root, loader);
     test_refused(loader);
     fulmen_loader_free(loader);
     fulmen_dataset_free(ds);

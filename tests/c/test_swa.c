@@ -3,8 +3,9 @@
  * more, forward only, whose statistics are a cumulative average from a
  * reset (num_batches_tracked counts that epoch's batches alone); a fit
  * resumed from a checkpoint (safetensors or Lightning's format) written
- * before averaging or after SWALR took over ends with the uninterrupted
- * fit's weights; bad options, a second callback, manual optimization and
+ * before averaging, after SWALR took over or at the end of the forward-
+ * only epoch ends with the uninterrupted fit's weights; a fast_dev_run
+ * skips the callback; bad options, a second callback, manual optimization and
  * lrs that fit no param group are refused, and so is a start after the
  * last epoch. (tests/interop/swa_parity.py compares every step with
  * Lightning's callback.)
@@ -111,9 +112,10 @@ static void test_resume(const char *root, fulmen_loader *loader, const char *for
     state whole, cut;
     fulmen_lightning_module *mw = seeded(&whole);
     CHECK_OK(swa_fit_as(mw, loader, 4, NULL, root, format, NULL, format));
-    /* before averaging starts, and after SWALR took over */
-    const char *at[2] = {"epoch=0.ckpt", "epoch=2.ckpt"};
-    for (int i = 0; i < 2; i++) {
+    /* before averaging starts, after SWALR took over, and at the end of the
+     * forward-only epoch (epoch 4: saved though it took no step) */
+    const char *at[3] = {"epoch=0.ckpt", "epoch=2.ckpt", "epoch=4.ckpt"};
+    for (int i = 0; i < 3; i++) {
         char ckpt[800];
         snprintf(ckpt, sizeof ckpt, "%s/%s/%s", root, format, at[i]);
         fulmen_lightning_module *mc = seeded(&cut);
@@ -131,6 +133,24 @@ static fulmen_error *manual_step(void *ud, fulmen_step_context *ctx, const fulme
     (void)ud;
     *out = NULL;
     return NULL;
+}
+
+/* A fast_dev_run (one batch of one epoch) skips the callback. */
+static void test_fast_dev_run(fulmen_loader *loader) {
+    state s;
+    fulmen_lightning_module *m = seeded(&s);
+    fulmen_trainer_options *o = fixture_options(NULL, 3);
+    CHECK_OK(fulmen_trainer_options_set(o, "fast_dev_run", "1"));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_trainer_options_free(o);
+    fulmen_stochastic_weight_averaging_options d = fulmen_stochastic_weight_averaging_options_default(0.05);
+    d.swa_epoch_start = 2;
+    CHECK_OK(fulmen_trainer_add_stochastic_weight_averaging(t, &d));
+    CHECK_OK(fulmen_trainer_fit(t, m, loader, NULL, NULL));
+    CHECK(scalar(s.model, "1.num_batches_tracked") == 1);
+    fulmen_trainer_free(t);
+    free_run(&s, m);
 }
 
 static void test_refused(fulmen_loader *loader) {
@@ -192,6 +212,7 @@ int main(void) {
     test_batch_norm_epoch(loader);
     test_resume(root, loader, "safetensors");
     test_resume(root, loader, "lightning");
+    test_fast_dev_run(loader);
     test_refused(loader);
     fulmen_loader_free(loader);
     fulmen_dataset_free(ds);
