@@ -385,6 +385,19 @@ func NewPolynomialLR(opt *Optimizer, totalIters int64, power float64) (*Schedule
 	})
 }
 
+// NewSWALR is torch's SWALR(swaLRs, annealEpochs, linear, lastEpoch): each
+// group's lr anneals to its SWA lr (one for all, or one per group).
+func NewSWALR(opt *Optimizer, swaLRs []float64, annealEpochs int64, linear bool, lastEpoch int64) (*Scheduler, error) {
+	var p *C.double
+	if len(swaLRs) > 0 {
+		p = (*C.double)(unsafe.Pointer(&swaLRs[0]))
+	}
+	return makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
+		return C.fulmen_scheduler_swa_lr_new(o, p, C.size_t(len(swaLRs)), C.int64_t(annealEpochs), C.bool(linear),
+			C.int64_t(lastEpoch), out)
+	})
+}
+
 // NewCosineAnnealingWarmRestarts is CosineAnnealingWarmRestarts(t0, tMult,
 // etaMin) (SGDR).
 func NewCosineAnnealingWarmRestarts(opt *Optimizer, t0, tMult int64, etaMin float64) (*Scheduler, error) {

@@ -80,3 +80,28 @@ func TestStochasticWeightAveragingEndsOnTheAverage(t *testing.T) {
 		t.Fatalf("two SWA lrs for one param group: %v", err)
 	}
 }
+
+// SWALR anneals linearly from the lr to the SWA lr over two steps, as
+// torch's (0.1, 0.075, 0.05).
+func TestSWALRAnnealsToTheSWALR(t *testing.T) {
+	noLeaks(t)
+	model := mlp(t)
+	defer model.Close()
+	o := fulmen.DefaultSGDOptions()
+	o.LR = 0.1
+	opt := must(fulmen.NewSGD(model, nil, o))
+	defer opt.Close()
+	s := must(fulmen.NewSWALR(opt, []float64{0.05}, 2, true, -1))
+	defer s.Close()
+	for i, want := range []float64{0.1, 0.07500000000000001, 0.05} {
+		if i > 0 {
+			ok(t, s.Step(opt, 0))
+		}
+		if lr := must(opt.LR()); lr != want {
+			t.Fatalf("step %d: lr %v, want %v", i, lr, want)
+		}
+	}
+	if _, err := fulmen.NewSWALR(opt, nil, 2, true, -1); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("no SWA lr: %v", err)
+	}
+}

@@ -288,6 +288,9 @@ TEST_F(OptimTest, Schedulers) {
     EXPECT_DOUBLE_EQ(lr_after([](Optimizer& o) { return Scheduler::exponential_lr(o, 0.5); }, 2), 0.25);
     EXPECT_NEAR(lr_after([](Optimizer& o) { return Scheduler::cosine_lr(o, 4, 0.0); }, 4), 0.0, 1e-12);
     EXPECT_DOUBLE_EQ(lr_after([](Optimizer& o) { return Scheduler::linear_lr(o, 0.5, 1.0, 2); }, 2), 1.0);
+    // SWALR, linear over 2 epochs: 1.0, 0.525, then the SWA lr.
+    EXPECT_DOUBLE_EQ(lr_after([](Optimizer& o) { return Scheduler::swa_lr(o, {0.05}, 2, true); }, 1), 0.525);
+    EXPECT_DOUBLE_EQ(lr_after([](Optimizer& o) { return Scheduler::swa_lr(o, {0.05}, 2, true); }, 3), 0.05);
     fulmen::OneCycleOptions oc(1.0, 10);
     EXPECT_LT(lr_after([&](Optimizer& o) { return Scheduler::one_cycle_lr(o, oc); }, 9), 0.01);
     // One peak per param group (one group here): it starts at 2 / 25.

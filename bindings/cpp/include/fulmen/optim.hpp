@@ -336,6 +336,15 @@ public:
             return fulmen_scheduler_polynomial_lr_new(opt.get(), total_iters, power, o);
         });
     }
+    /// SWALR(swa_lrs, anneal_epochs, linear, last_epoch): anneals each
+    /// group's lr to its SWA lr (one for all, or one per group).
+    static Scheduler swa_lr(Optimizer& opt, const std::vector<double>& swa_lrs, int64_t anneal_epochs = 10,
+                            bool linear_anneal = false, int64_t last_epoch = -1) {
+        return make([&](fulmen_scheduler** o) {
+            return fulmen_scheduler_swa_lr_new(opt.get(), swa_lrs.data(), swa_lrs.size(), anneal_epochs,
+                                               linear_anneal, last_epoch, o);
+        });
+    }
     /// CosineAnnealingWarmRestarts(t_0, t_mult, eta_min) (SGDR).
     static Scheduler cosine_warm_restarts(Optimizer& opt, int64_t t_0, int64_t t_mult = 1, double eta_min = 0) {
         return make([&](fulmen_scheduler** o) {
