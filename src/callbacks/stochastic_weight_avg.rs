@@ -178,13 +178,7 @@ impl StochasticWeightAveraging {
         if optimizers[0].schedulers.len() > 1 {
             return Err(Error::invalid("StochasticWeightAveraging is not supported for more than 1 lr_scheduler"));
         }
-        let groups = optimizers[0].optimizer.param_groups().len();
-        let n = self.opts.swa_lrs.len();
-        if n != 1 && n != groups {
-            return Err(Error::invalid(format!(
-                "StochasticWeightAveraging: {n} swa_lrs for the optimizer's {groups} param groups"
-            )));
-        }
+        self.lrs_for(optimizers[0].optimizer.param_groups().len())?;
         let max_epochs = ctx.state.max_epochs;
         let start = match self.opts.swa_epoch_start {
             SwaStart::Epoch(e) => e,
@@ -215,20 +209,23 @@ impl StochasticWeightAveraging {
         Ok(())
     }
 
+    /// The SWA lr of each of `groups` param groups (one given for all, or
+    /// one per group).
+    fn lrs_for(&self, groups: usize) -> Result<Vec<f64>> {
+        match self.opts.swa_lrs.len() {
+            1 => Ok(vec![self.opts.swa_lrs[0]; groups]),
+            n if n == groups => Ok(self.opts.swa_lrs.clone()),
+            n => Err(Error::invalid(format!(
+                "StochasticWeightAveraging: {n} swa_lrs for the optimizer's {groups} param groups"
+            ))),
+        }
+    }
+
     /// Puts SWALR in the place of the optimizer's scheduler (Lightning's
     /// initialization at its first averaging epoch, or a resume's).
     fn install_scheduler(&mut self, configs: &mut [OptimizerConfig], max_epochs: Option<i64>) -> Result<()> {
         let cfg = configs.first_mut().ok_or_else(|| Error::state("StochasticWeightAveraging: no optimizer"))?;
-        let groups = cfg.optimizer.param_groups().len();
-        let lrs = match self.opts.swa_lrs.len() {
-            1 => vec![self.opts.swa_lrs[0]; groups],
-            n if n == groups => self.opts.swa_lrs.clone(),
-            n => {
-                return Err(Error::invalid(format!(
-                    "StochasticWeightAveraging: {n} swa_lrs for the optimizer's {groups} param groups"
-                )))
-            }
-        };
+        let lrs = self.lrs_for(cfg.optimizer.param_groups().len())?;
         for (g, lr) in cfg.optimizer.param_groups_mut().iter_mut().zip(&lrs) {
             g.initial_lr = Some(*lr);
         }
