@@ -1662,6 +1662,13 @@ typedef struct fulmen_backbone_finetuning_options {
 } fulmen_backbone_finetuning_options;
 
 /**
+ * Lightning's `lambda_func` of BackboneFinetuning: writes to `*out` the
+ * factor of the backbone's lr for `epoch` (the start of epoch `e` asks for
+ * `e + 1`, as Lightning does); return NULL or an error.
+ */
+typedef struct fulmen_error *(*fulmen_backbone_lambda_fn)(void *userdata, int64_t epoch, double *out);
+
+/**
  * StochasticWeightAveraging options; Lightning's defaults from
  * `fulmen_stochastic_weight_averaging_options_default`.
  */
@@ -3122,6 +3129,32 @@ struct fulmen_backbone_finetuning_options fulmen_backbone_finetuning_options_def
  */
 struct fulmen_error *fulmen_trainer_add_backbone_finetuning(struct fulmen_trainer *trainer,
                                                             const struct fulmen_backbone_finetuning_options *options);
+
+/**
+ * Adds Lightning's `BackboneFinetuning` as
+ * `fulmen_trainer_add_backbone_finetuning` does, with a host function in
+ * place of `options.lambda_factor` (which is ignored): at each epoch
+ * start after the unfreeze the backbone's lr becomes
+ * `lambda_func(epoch + 1)` times the previous one (at most the first
+ * group's when `should_align`), once per optimizer as Lightning calls it.
+ * `lambda_func` runs on the thread that runs the fit; its factor must be
+ * finite and >= 0. `userdata_free` (may be NULL) runs once when the
+ * trainer is freed, not when this call fails. A checkpoint keeps the
+ * backbone's last lr, not the function.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`lambda_func` NULL, or as
+ * `fulmen_trainer_add_backbone_finetuning`), FULMEN_CODE_INVALID_ARGUMENT
+ * (as `fulmen_trainer_add_backbone_finetuning`). At fit, besides its
+ * errors: the function's own error (code kept, FULMEN_CODE_CALLBACK for
+ * an invalid handle) or a factor NaN, infinite or < 0
+ * (FULMEN_CODE_INVALID_ARGUMENT) fail the fit.
+ * Thread rules: as the trainer's other setters.
+ */
+struct fulmen_error *fulmen_trainer_add_backbone_finetuning_lambda(struct fulmen_trainer *trainer,
+                                                                   const struct fulmen_backbone_finetuning_options *options,
+                                                                   fulmen_backbone_lambda_fn lambda_func,
+                                                                   void *userdata,
+                                                                   void (*userdata_free)(void*));
 
 /**
  * Lightning's `StochasticWeightAveraging` defaults with `swa_lr` for

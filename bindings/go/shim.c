@@ -284,6 +284,17 @@ fulmen_error *fulmen_go_lambda_scheduler_new(fulmen_optimizer *optimizer, uintpt
     return fulmen_scheduler_lambda_lr_new(optimizer, lr_lambda, (void *)handle, free_handle, out);
 }
 
+static fulmen_error *backbone_lambda(void *ud, int64_t epoch, double *out) {
+    return fulmenGoBackboneLambda((uintptr_t)ud, epoch, out);
+}
+
+fulmen_error *fulmen_go_add_backbone_finetuning_lambda(fulmen_trainer *trainer,
+                                                       const fulmen_backbone_finetuning_options *options,
+                                                       uintptr_t handle) {
+    return fulmen_trainer_add_backbone_finetuning_lambda(trainer, options, backbone_lambda, (void *)handle,
+                                                         free_handle);
+}
+
 static fulmen_error *step_closure(void *ud, double *loss) { return fulmenGoClosure((uintptr_t)ud, loss); }
 
 fulmen_error *fulmen_go_step_closure(fulmen_optimizer *optimizer, uintptr_t handle, double *loss) {

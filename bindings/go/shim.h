@@ -38,6 +38,11 @@ fulmen_error *fulmen_go_host_module_new(uintptr_t handle, size_t num_outputs, fu
 fulmen_error *fulmen_go_lambda_scheduler_new(fulmen_optimizer *optimizer, uintptr_t handle, bool multiplicative,
                                              fulmen_scheduler **out);
 
+/* fulmen_trainer_add_backbone_finetuning_lambda over a Go lambda_func. */
+fulmen_error *fulmen_go_add_backbone_finetuning_lambda(fulmen_trainer *trainer,
+                                                       const fulmen_backbone_finetuning_options *options,
+                                                       uintptr_t handle);
+
 /* fulmen_optimizer_step_closure over a Go closure. */
 fulmen_error *fulmen_go_step_closure(fulmen_optimizer *optimizer, uintptr_t handle, double *loss);
 fulmen_error *fulmen_go_step_context_closure(fulmen_step_context *ctx, size_t optimizer, uintptr_t handle, double *loss,

@@ -376,15 +376,56 @@ func DefaultBackboneFinetuningOptions() BackboneFinetuningOptions {
 func (t *Trainer) AddBackboneFinetuning(opts BackboneFinetuningOptions) error {
 	b := cString(opts.Backbone)
 	defer freeCString(b)
-	c := C.fulmen_backbone_finetuning_options{backbone: b,
+	c := opts.toC(b)
+	err := check(C.fulmen_trainer_add_backbone_finetuning(t.ptr(), &c))
+	runtime.KeepAlive(t)
+	return err
+}
+
+// BackboneLambda is BackboneFinetuning's lambda_func: the factor of the
+// backbone's lr for an epoch (each epoch start after the unfreeze asks for
+// its epoch + 1, as Lightning does). It runs on the goroutine that called
+// Fit; an error fails the fit and is its error's cause.
+type BackboneLambda func(epoch int64) (float64, error)
+
+// AddBackboneFinetuningFunc adds BackboneFinetuning as AddBackboneFinetuning
+// does, the backbone's lr growing by lambdaFunc(epoch + 1) at each epoch
+// start after the unfreeze instead of by opts.LambdaFactor. The trainer
+// holds lambdaFunc until it is closed.
+func (t *Trainer) AddBackboneFinetuningFunc(opts BackboneFinetuningOptions, lambdaFunc BackboneLambda) error {
+	if lambdaFunc == nil {
+		return &Error{Code: CodeNullArgument, Message: "AddBackboneFinetuningFunc: nil lambda"}
+	}
+	b := cString(opts.Backbone)
+	defer freeCString(b)
+	c := opts.toC(b)
+	h := cgo.NewHandle(lambdaFunc)
+	err := check(C.fulmen_go_add_backbone_finetuning_lambda(t.ptr(), &c, C.uintptr_t(h)))
+	runtime.KeepAlive(t)
+	if err != nil {
+		h.Delete() // the library does not call userdata_free on failure
+	}
+	return err
+}
+
+// toC is the C struct of opts, with the backbone path b (owned by the
+// caller).
+func (opts BackboneFinetuningOptions) toC(b *C.char) C.fulmen_backbone_finetuning_options {
+	return C.fulmen_backbone_finetuning_options{backbone: b,
 		unfreeze_backbone_at_epoch: C.int64_t(opts.UnfreezeBackboneAtEpoch),
 		lambda_factor:              C.double(opts.LambdaFactor),
 		backbone_initial_ratio_lr:  C.double(opts.BackboneInitialRatioLR),
 		backbone_initial_lr:        C.double(opts.BackboneInitialLR), should_align: C.bool(opts.ShouldAlign),
 		train_bn: C.bool(opts.TrainBN), verbose: C.bool(opts.Verbose), rounding: C.int32_t(opts.Rounding)}
-	err := check(C.fulmen_trainer_add_backbone_finetuning(t.ptr(), &c))
-	runtime.KeepAlive(t)
-	return err
+}
+
+//export fulmenGoBackboneLambda
+func fulmenGoBackboneLambda(ud C.uintptr_t, epoch C.int64_t, out *C.double) *C.fulmen_error {
+	return runCallback(func() error {
+		v, err := cgo.Handle(ud).Value().(BackboneLambda)(int64(epoch))
+		*out = C.double(v)
+		return err
+	})
 }
 
 // StochasticWeightAveragingOptions are the options of Lightning's

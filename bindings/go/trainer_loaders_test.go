@@ -302,4 +302,27 @@ func TestBackboneFinetuningTrainsTheBackboneFromItsEpoch(t *testing.T) {
 	if err := second.AddBackboneFinetuning(opts); !errors.Is(err, fulmen.ErrInvalidArgument) {
 		t.Fatalf("lambda_factor -1: %v", err)
 	}
+	// A lambda_func: asked for each later epoch + 1; its error fails the fit.
+	opts.LambdaFactor = 2
+	var asked []int64
+	third := quietTrainer(t, 4)
+	defer third.Close()
+	ok(t, third.AddBackboneFinetuningFunc(opts, func(epoch int64) (float64, error) {
+		asked = append(asked, epoch)
+		return 1.5, nil
+	}))
+	ok(t, third.Fit(context.Background(), m, tl, nil))
+	if !reflect.DeepEqual(asked, []int64{3, 4}) {
+		t.Fatalf("lambda_func asked for %v", asked)
+	}
+	failing := quietTrainer(t, 4)
+	defer failing.Close()
+	refused := errors.New("no factor")
+	ok(t, failing.AddBackboneFinetuningFunc(opts, func(int64) (float64, error) { return 0, refused }))
+	if err := failing.Fit(context.Background(), m, tl, nil); !errors.Is(err, refused) {
+		t.Fatalf("a failing lambda_func: %v", err)
+	}
+	if err := failing.AddBackboneFinetuningFunc(opts, nil); !errors.Is(err, fulmen.ErrNullArgument) {
+		t.Fatalf("nil lambda_func: %v", err)
+	}
 }

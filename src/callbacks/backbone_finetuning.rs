@@ -21,7 +21,8 @@ pub struct BackboneFinetuningOptions {
     /// The epoch whose start unfreezes the backbone (default 10).
     pub unfreeze_backbone_at_epoch: i64,
     /// Each later epoch multiplies the backbone's lr by this (Lightning's
-    /// default `lambda_func`, `multiplicative`, returns 2).
+    /// default `lambda_func`, `multiplicative`, returns 2); a callback made
+    /// with [`BackboneFinetuning::with_lambda`] asks its function instead.
     pub lambda_factor: f64,
     /// The backbone's first lr as a fraction of the first group's (0.1).
     pub backbone_initial_ratio_lr: f64,
@@ -165,9 +166,15 @@ fn names_of(params: &[Tensor], named: &[(String, Tensor)]) -> Vec<String> {
         .collect()
 }
 
+/// Lightning's `lambda_func`: the factor of the backbone's lr for an epoch
+/// (called with the epoch + 1, as Lightning calls it, once per optimizer).
+pub type BackboneLambda = Box<dyn FnMut(i64) -> Result<f64> + Send>;
+
 /// The callback.
 pub struct BackboneFinetuning {
     opts: BackboneFinetuningOptions,
+    /// The host's `lambda_func`, in place of `opts.lambda_factor`.
+    lambda: Option<BackboneLambda>,
     /// Lightning's `previous_backbone_lr`.
     previous_backbone_lr: Option<f64>,
     /// Lightning's `_internal_optimizer_metadata`, by optimizer index:
@@ -182,7 +189,35 @@ impl BackboneFinetuning {
     /// The callback with checked options.
     pub fn new(opts: BackboneFinetuningOptions) -> Result<Self> {
         opts.validate()?;
-        Ok(BackboneFinetuning { opts, previous_backbone_lr: None, records: BTreeMap::new(), restored: false })
+        Ok(BackboneFinetuning {
+            opts,
+            lambda: None,
+            previous_backbone_lr: None,
+            records: BTreeMap::new(),
+            restored: false,
+        })
+    }
+
+    /// The callback whose backbone lr grows by `lambda(epoch + 1)` at each
+    /// epoch start after the unfreeze (Lightning's `lambda_func`), in place
+    /// of `opts.lambda_factor`.
+    pub fn with_lambda(opts: BackboneFinetuningOptions, lambda: BackboneLambda) -> Result<Self> {
+        Ok(BackboneFinetuning { lambda: Some(lambda), ..Self::new(opts)? })
+    }
+
+    /// The factor for epoch `epoch` (Lightning's `lambda_func(epoch)`): the
+    /// host's function's, which must be finite and >= 0, or the constant.
+    fn factor(&mut self, epoch: i64) -> Result<f64> {
+        let Some(f) = self.lambda.as_mut() else {
+            return Ok(self.opts.lambda_factor);
+        };
+        let v = f(epoch)?;
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(Error::invalid(format!(
+                "BackboneFinetuning: lambda_func({epoch}) returned {v} (expected a finite factor >= 0)"
+            )));
+        }
+        Ok(v)
     }
 
     fn model(ctx: &HookContext) -> Result<SharedModel> {
@@ -246,7 +281,7 @@ impl BackboneFinetuning {
                      unknown (resumed from a checkpoint without this callback's state?)"
                 ))
             })?;
-            let mut next = self.opts.lambda_factor * previous;
+            let mut next = self.factor(epoch + 1)? * previous;
             if self.opts.should_align && next > current {
                 next = current;
             }

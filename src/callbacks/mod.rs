@@ -21,7 +21,7 @@ pub mod throughput;
 pub mod timer;
 pub mod weight_averaging;
 
-pub use backbone_finetuning::{BackboneFinetuning, BackboneFinetuningOptions};
+pub use backbone_finetuning::{BackboneFinetuning, BackboneFinetuningOptions, BackboneLambda};
 pub use device_stats::DeviceStatsMonitor;
 pub use early_stopping::{EarlyStopping, EarlyStoppingOptions};
 pub use grad_accumulation::GradientAccumulationScheduler;

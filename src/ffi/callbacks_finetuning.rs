@@ -1,10 +1,11 @@
 //! Built-in callbacks: Lightning's `BackboneFinetuning`.
+use super::callback::{host_result, Userdata};
 use super::error::{fulmen_error, guard, str_arg};
 use super::handle;
 use super::trainer::fulmen_trainer;
-use crate::callbacks::{BackboneFinetuning, BackboneFinetuningOptions};
-use crate::error::{Error, ErrorCode};
-use std::ffi::c_char;
+use crate::callbacks::{BackboneFinetuning, BackboneFinetuningOptions, BackboneLambda};
+use crate::error::{Error, ErrorCode, Result};
+use std::ffi::{c_char, c_void};
 
 /// BackboneFinetuning options; Lightning's defaults from
 /// `fulmen_backbone_finetuning_options_default`.
@@ -86,21 +87,77 @@ pub unsafe extern "C" fn fulmen_trainer_add_backbone_finetuning(
     options: *const fulmen_backbone_finetuning_options,
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_add_backbone_finetuning", || {
-        let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
-        let opts = BackboneFinetuningOptions {
-            backbone: str_arg(o.backbone, "options.backbone")?.to_string(),
-            unfreeze_backbone_at_epoch: o.unfreeze_backbone_at_epoch,
-            lambda_factor: o.lambda_factor,
-            backbone_initial_ratio_lr: o.backbone_initial_ratio_lr,
-            backbone_initial_lr: (o.backbone_initial_lr >= 0.0 || o.backbone_initial_lr.is_nan())
-                .then_some(o.backbone_initial_lr),
-            should_align: o.should_align,
-            train_bn: o.train_bn,
-            verbose: o.verbose,
-            rounding: o.rounding,
-        };
-        let callback = BackboneFinetuning::new(opts)?;
+        let callback = BackboneFinetuning::new(core_options(options)?)?;
         handle::borrow_mut(trainer, "trainer")?.inner.add_callback(Box::new(callback));
+        Ok(())
+    })
+}
+
+/// The core's options from the C struct (required).
+unsafe fn core_options(options: *const fulmen_backbone_finetuning_options) -> Result<BackboneFinetuningOptions> {
+    let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
+    let opts = BackboneFinetuningOptions {
+        backbone: str_arg(o.backbone, "options.backbone")?.to_string(),
+        unfreeze_backbone_at_epoch: o.unfreeze_backbone_at_epoch,
+        lambda_factor: o.lambda_factor,
+        backbone_initial_ratio_lr: o.backbone_initial_ratio_lr,
+        backbone_initial_lr: (o.backbone_initial_lr >= 0.0 || o.backbone_initial_lr.is_nan())
+            .then_some(o.backbone_initial_lr),
+        should_align: o.should_align,
+        train_bn: o.train_bn,
+        verbose: o.verbose,
+        rounding: o.rounding,
+    };
+    opts.validate()?;
+    Ok(opts)
+}
+
+/// Lightning's `lambda_func` of BackboneFinetuning: writes to `*out` the
+/// factor of the backbone's lr for `epoch` (the start of epoch `e` asks for
+/// `e + 1`, as Lightning does); return NULL or an error.
+pub type fulmen_backbone_lambda_fn =
+    Option<unsafe extern "C" fn(userdata: *mut c_void, epoch: i64, out: *mut f64) -> *mut fulmen_error>;
+
+/// Adds Lightning's `BackboneFinetuning` as
+/// `fulmen_trainer_add_backbone_finetuning` does, with a host function in
+/// place of `options.lambda_factor` (which is ignored): at each epoch
+/// start after the unfreeze the backbone's lr becomes
+/// `lambda_func(epoch + 1)` times the previous one (at most the first
+/// group's when `should_align`), once per optimizer as Lightning calls it.
+/// `lambda_func` runs on the thread that runs the fit; its factor must be
+/// finite and >= 0. `userdata_free` (may be NULL) runs once when the
+/// trainer is freed, not when this call fails. A checkpoint keeps the
+/// backbone's last lr, not the function.
+///
+/// Errors: FULMEN_CODE_NULL_ARGUMENT (`lambda_func` NULL, or as
+/// `fulmen_trainer_add_backbone_finetuning`), FULMEN_CODE_INVALID_ARGUMENT
+/// (as `fulmen_trainer_add_backbone_finetuning`). At fit, besides its
+/// errors: the function's own error (code kept, FULMEN_CODE_CALLBACK for
+/// an invalid handle) or a factor NaN, infinite or < 0
+/// (FULMEN_CODE_INVALID_ARGUMENT) fail the fit.
+/// Thread rules: as the trainer's other setters.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_add_backbone_finetuning_lambda(
+    trainer: *mut fulmen_trainer,
+    options: *const fulmen_backbone_finetuning_options,
+    lambda_func: fulmen_backbone_lambda_fn,
+    userdata: *mut c_void,
+    userdata_free: Option<unsafe extern "C" fn(*mut c_void)>,
+) -> *mut fulmen_error {
+    guard("fulmen_trainer_add_backbone_finetuning_lambda", || {
+        let f = lambda_func.ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `lambda_func` is NULL"))?;
+        let opts = core_options(options)?;
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
+        // Nothing fails from here on, so the destructor is armed at once.
+        let held = Userdata::new(userdata, userdata_free);
+        let lambda: BackboneLambda = Box::new(move |epoch| {
+            let mut v = f64::NAN;
+            // SAFETY: the host's function with its own userdata, on the fit's thread.
+            let err = f(held.ptr(), epoch, &mut v);
+            host_result(err, || format!("BackboneFinetuning lambda_func({epoch})"))?;
+            Ok(v)
+        });
+        t.inner.add_callback(Box::new(BackboneFinetuning::with_lambda(opts, lambda)?));
         Ok(())
     })
 }

@@ -7,13 +7,15 @@
  * nothing; an optimizer that already holds the backbone, a path the model
  * lacks and bad options are refused. With StochasticWeightAveraging
  * taking over after the unfreeze, a resume puts SWALR back over both
- * groups. fulmen_model_parameters lists all or
+ * groups. A host's lambda_func replaces the constant factor.
+ * fulmen_model_parameters lists all or
  * the trainable parameters.
  */
 #define _XOPEN_SOURCE 700 /* mkdtemp */
 #include "check.h"
 #include "fixture.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 typedef struct {
@@ -236,6 +238,96 @@ static void test_with_swa(const char *root, fulmen_loader *loader) {
     free_run(&whole, mw);
 }
 
+/* A lambda_func's record: the epochs asked for, what it answers, and how
+ * often its userdata was freed. */
+typedef struct {
+    int64_t epochs[8];
+    int calls;
+    double factor;
+    bool fail;
+    int freed;
+} lambda_record;
+
+static fulmen_error *lambda_func(void *ud, int64_t epoch, double *out) {
+    lambda_record *r = ud;
+    if (r->calls < 8) r->epochs[r->calls] = epoch;
+    r->calls++;
+    if (r->fail) return fulmen_error_new(FULMEN_CODE_CALLBACK, "no factor today");
+    *out = r->factor;
+    return NULL;
+}
+
+static void lambda_free(void *ud) { ((lambda_record *)ud)->freed++; }
+
+/* A 4-epoch fit with BackboneFinetuning (unfreezing at epoch 1) whose
+ * backbone lr grows by `r`'s lambda_func. */
+static fulmen_error *lambda_fit(fulmen_lightning_module *m, fulmen_loader *loader, lambda_record *r) {
+    fulmen_backbone_finetuning_options o = fulmen_backbone_finetuning_options_default();
+    o.backbone = "0";
+    o.unfreeze_backbone_at_epoch = 1;
+    o.lambda_factor = 1e6; /* ignored */
+    fulmen_trainer *t = fixture_trainer(NULL, 4);
+    CHECK_OK(fulmen_trainer_add_backbone_finetuning_lambda(t, &o, lambda_func, r, lambda_free));
+    fulmen_error *e = fulmen_trainer_fit(t, m, loader, NULL, NULL);
+    CHECK(r->freed == 0);
+    fulmen_trainer_free(t);
+    CHECK(r->freed == 1);
+    return e;
+}
+
+/* lambda_func: asked for each epoch after the unfreeze, plus one, as
+ * Lightning asks; a function answering 2 trains as the constant factor 2
+ * does; its error, or a factor that is not finite and >= 0, fails the
+ * fit; its userdata is freed with the trainer, never by a failed call. */
+static void test_lambda(fulmen_loader *loader) {
+    state constant, hosted;
+    fulmen_lightning_module *mc = seeded(&constant, false);
+    CHECK_OK(finetune_fit(mc, loader, 4, NULL, NULL, NULL, NULL));
+    lambda_record r = {.factor = 2.0};
+    fulmen_lightning_module *mh = seeded(&hosted, false);
+    CHECK_OK(lambda_fit(mh, loader, &r));
+    CHECK(r.calls == 2 && r.epochs[0] == 3 && r.epochs[1] == 4);
+    CHECK(fixture_max_diff(constant.model, hosted.model) == 0.0);
+    free_run(&hosted, mh);
+    /* 1.5 trains otherwise */
+    r = (lambda_record){.factor = 1.5};
+    mh = seeded(&hosted, false);
+    CHECK_OK(lambda_fit(mh, loader, &r));
+    CHECK(fixture_max_diff(constant.model, hosted.model) > 0.0);
+    free_run(&hosted, mh);
+    free_run(&constant, mc);
+
+    const double bad[3] = {NAN, INFINITY, -0.5};
+    for (int i = 0; i < 3; i++) {
+        r = (lambda_record){.factor = bad[i]};
+        mh = seeded(&hosted, false);
+        CHECK_ERR(lambda_fit(mh, loader, &r), FULMEN_CODE_INVALID_ARGUMENT, "lambda_func(3)");
+        free_run(&hosted, mh);
+    }
+    r = (lambda_record){.fail = true};
+    mh = seeded(&hosted, false);
+    CHECK_ERR(lambda_fit(mh, loader, &r), FULMEN_CODE_CALLBACK, "no factor today");
+    CHECK(r.calls == 1);
+    free_run(&hosted, mh);
+
+    /* refused calls leave the userdata to the caller */
+    r = (lambda_record){.factor = 2.0};
+    fulmen_backbone_finetuning_options o = fulmen_backbone_finetuning_options_default();
+    fulmen_trainer *t = fixture_trainer(NULL, 1);
+    CHECK_ERR(fulmen_trainer_add_backbone_finetuning_lambda(t, &o, NULL, &r, lambda_free), FULMEN_CODE_NULL_ARGUMENT,
+              "lambda_func");
+    o.rounding = 99;
+    CHECK_ERR(fulmen_trainer_add_backbone_finetuning_lambda(t, &o, lambda_func, &r, lambda_free),
+              FULMEN_CODE_INVALID_ARGUMENT, "rounding");
+    CHECK_ERR(fulmen_trainer_add_backbone_finetuning_lambda(t, NULL, lambda_func, &r, lambda_free),
+              FULMEN_CODE_NULL_ARGUMENT, "options");
+    o = fulmen_backbone_finetuning_options_default();
+    CHECK_ERR(fulmen_trainer_add_backbone_finetuning_lambda(NULL, &o, lambda_func, &r, lambda_free),
+              FULMEN_CODE_NULL_ARGUMENT, "trainer");
+    fulmen_trainer_free(t);
+    CHECK(r.freed == 0 && r.calls == 0);
+}
+
 static void test_refused(fulmen_loader *loader) {
     state s;
     /* an optimizer over every parameter leaves none for the backbone's group */
@@ -273,6 +365,7 @@ int main(void) {
     test_freeze_then_train(loader);
     test_resume(root, loader);
     test_with_swa(root, loader);
+    test_lambda(loader);
     test_refused(loader);
     fulmen_loader_free(loader);
     fulmen_dataset_free(ds);

@@ -84,6 +84,8 @@
  *             SGD over the parameters trainable at configure_optimizers
  *             (the last Linear's), the first Linear joining as a second
  *             param group;
+ *   backbone_lambda: as backbone, the backbone's lr growing by
+ *             lambda_func(epoch) = 1 + (epoch % 2) / 2 instead of 2;
  *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
  *             learning-rate range test (1e-5 to 1 over 30 steps) writes
  *             "lr loss" per step to LOSSES, then "suggestion lr".
@@ -105,6 +107,17 @@
 #define FEATURES 32
 #define CLASSES 10
 #define VAL_ROWS 64
+
+/* BackboneFinetuning's lambda_func of "backbone_lambda". */
+static fulmen_error *backbone_lambda(void *ud, int64_t epoch, double *out) {
+    (void)ud;
+    *out = 1.0 + (double)(epoch % 2) / 2.0;
+    return NULL;
+}
+
+static bool is_backbone(const char *config) {
+    return strcmp(config, "backbone") == 0 || strcmp(config, "backbone_lambda") == 0;
+}
 
 #define TRY(call)                                                                                   \
     do {                                                                                            \
@@ -490,11 +503,11 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_EPOCH, 1, NULL);
     } else if (strcmp(job->config, "steplr") == 0 || strcmp(job->config, "fused_sgd") == 0 ||
-               strcmp(job->config, "backbone") == 0) {
+               is_backbone(job->config)) {
         fulmen_sgd_options o = fulmen_sgd_options_default();
         o.lr = 0.1;
         o.momentum = 0.9;
-        if (strcmp(job->config, "backbone") == 0) {
+        if (is_backbone(job->config)) {
             /* filter(lambda p: p.requires_grad, self.parameters()) */
             fulmen_tensor *trainable[4] = {NULL, NULL, NULL, NULL};
             size_t n = 0;
@@ -570,7 +583,7 @@ int main(int argc, char **argv) {
         strcmp(job.config, "lbfgs") != 0 && strcmp(job.config, "lbfgs_wolfe") != 0 &&
         strcmp(job.config, "lbfgs_manual") != 0 && strcmp(job.config, "fused") != 0 &&
         strcmp(job.config, "fused_sgd") != 0 && strcmp(job.config, "fused_adagrad") != 0 &&
-        strcmp(job.config, "backbone") != 0 && !validating) {
+        !is_backbone(job.config) && !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;
     }
@@ -650,7 +663,7 @@ int main(int argc, char **argv) {
         set(opts, "gradient_clip_val", "1");
         set(opts, "gradient_clip_algorithm", "norm");
     } else if (strcmp(job.config, "steplr") == 0 || strcmp(job.config, "fused_sgd") == 0 ||
-               strcmp(job.config, "backbone") == 0) {
+               is_backbone(job.config)) {
         set(opts, "gradient_clip_val", "0.5");
         set(opts, "gradient_clip_algorithm", "norm");
     } else if (strcmp(job.config, "stepfreq") == 0) {
@@ -671,11 +684,15 @@ int main(int argc, char **argv) {
         }
         TRY(fulmen_trainer_add_weight_averaging(trainer, &wa));
     }
-    if (strcmp(job.config, "backbone") == 0) {
+    if (is_backbone(job.config)) {
         fulmen_backbone_finetuning_options bf = fulmen_backbone_finetuning_options_default();
         bf.backbone = "0";
         bf.unfreeze_backbone_at_epoch = 1;
-        TRY(fulmen_trainer_add_backbone_finetuning(trainer, &bf));
+        if (strcmp(job.config, "backbone_lambda") == 0) {
+            TRY(fulmen_trainer_add_backbone_finetuning_lambda(trainer, &bf, backbone_lambda, NULL, NULL));
+        } else {
+            TRY(fulmen_trainer_add_backbone_finetuning(trainer, &bf));
+        }
     }
     if (argc > 9) {
         fulmen_model_checkpoint_options mc = fulmen_model_checkpoint_options_default();

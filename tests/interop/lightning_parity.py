@@ -114,16 +114,21 @@ CONFIGS = {
     # `requires_grad` stays off); fulmen's resumes train it on, so they
     # are compared with Lightning's uninterrupted run.
     "backbone": ("sgd_trainable", (1, 0.5), "epoch", 1, 0.5, "norm", 1),
+    # The same with a lambda_func of the host's (1.5 for odd epochs, 1 for
+    # even ones) in place of the constant factor 2.
+    "backbone_lambda": ("sgd_trainable", (1, 0.5), "epoch", 1, 0.5, "norm", 1),
 }
 
 # Configurations whose fulmen resumes follow Lightning's uninterrupted run
 # where Lightning's own resume departs from it (see "backbone" above).
-LIGHTNING_RESUME_DEPARTS = ("backbone",)
+LIGHTNING_RESUME_DEPARTS = ("backbone", "backbone_lambda")
 
 def finetuning(config):
     """The BackboneFinetuning callback of a configuration, if any."""
     from lightning.pytorch.callbacks import BackboneFinetuning
 
+    if config == "backbone_lambda":
+        return [BackboneFinetuning(unfreeze_backbone_at_epoch=1, lambda_func=lambda epoch: 1 + (epoch % 2) / 2)]
     return [BackboneFinetuning(unfreeze_backbone_at_epoch=1)] if config == "backbone" else []
 
 

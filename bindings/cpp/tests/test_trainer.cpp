@@ -205,6 +205,41 @@ TEST_F(TrainerTest, BackboneFinetuningTrainsTheBackboneFromItsEpoch) {
     EXPECT_THROW(second.add_backbone_finetuning("0", o), fulmen::Error);
 }
 
+TEST_F(TrainerTest, BackboneFinetuningAsksTheLambdaForEachLaterEpoch) {
+    Dataset ds = fulmen_test::blobs(64, 1);
+    Loader train(ds, 8);
+    Model model = fulmen_test::mlp();
+    LightningModule module = full_module(model)
+                                 .configure_optimizers([&](OptimizerConfig& config) {
+                                     std::vector<Tensor> params = model.parameters(true);
+                                     fulmen::TensorList list(params.begin(), params.end());
+                                     config.add(Optimizer::sgd(list, fulmen::SgdOptions(0.1)));
+                                 })
+                                 .build();
+    fulmen::BackboneFinetuningOptions o;
+    o.unfreeze_backbone_at_epoch = 1;
+    std::vector<int64_t> asked;
+    Trainer trainer(fulmen_test::quiet_options(4).set("logger", false));
+    trainer.add_backbone_finetuning("0", [&](int64_t epoch) {
+        asked.push_back(epoch);
+        return 1.5;
+    }, o);
+    trainer.fit(module, train);
+    EXPECT_EQ(asked, (std::vector<int64_t>{3, 4}));
+    // An exception in the lambda fails the fit and is rethrown there.
+    Model again = fulmen_test::mlp();
+    LightningModule other = full_module(again)
+                                .configure_optimizers([&](OptimizerConfig& config) {
+                                    std::vector<Tensor> params = again.parameters(true);
+                                    fulmen::TensorList list(params.begin(), params.end());
+                                    config.add(Optimizer::sgd(list, fulmen::SgdOptions(0.1)));
+                                })
+                                .build();
+    Trainer failing(fulmen_test::quiet_options(4).set("logger", false));
+    failing.add_backbone_finetuning("0", [](int64_t) -> double { throw std::runtime_error("no factor"); }, o);
+    EXPECT_THROW(failing.fit(other, train), std::runtime_error);
+}
+
 TEST_F(TrainerTest, WeightAveragingEndsWithTheAverage) {
     // An average that is never updated after its first copy: training
     // ends with the weights the fit started from.

@@ -39,6 +39,22 @@ struct BackboneFinetuningOptions : fulmen_backbone_finetuning_options {
         : fulmen_backbone_finetuning_options(fulmen_backbone_finetuning_options_default()) {}
 };
 
+/// BackboneFinetuning's `lambda_func`: the factor of the backbone's lr for
+/// an epoch (each epoch start after the unfreeze asks for its epoch + 1,
+/// as Lightning does); an exception fails the fit (and is rethrown there).
+using BackboneLambda = std::function<double(int64_t epoch)>;
+
+namespace detail {
+/// Calls a C++ BackboneLambda from fulmen.
+struct BackboneLambdaBox {
+    BackboneLambda fn;
+    static fulmen_error* call(void* ud, int64_t epoch, double* out) noexcept {
+        return guard_callback([&] { *out = static_cast<BackboneLambdaBox*>(ud)->fn(epoch); });
+    }
+    static void free(void* ud) noexcept { delete static_cast<BackboneLambdaBox*>(ud); }
+};
+}  // namespace detail
+
 /// StochasticWeightAveraging options, default-constructed with Lightning's
 /// (from 0.8 of max_epochs, 10 cosine annealing epochs, the average on the
 /// CPU) and the SWA lr of every param group; per-group lrs are given to
@@ -830,6 +846,18 @@ public:
     Trainer& add_backbone_finetuning(const std::string& backbone, BackboneFinetuningOptions options = {}) {
         options.backbone = backbone.c_str();
         check(fulmen_trainer_add_backbone_finetuning(get(), &options));
+        return *this;
+    }
+    /// Adds BackboneFinetuning as above, the backbone's lr growing by
+    /// `lambda_func(epoch + 1)` at each epoch start after the unfreeze
+    /// (Lightning's `lambda_func`) instead of `options.lambda_factor`.
+    Trainer& add_backbone_finetuning(const std::string& backbone, BackboneLambda lambda_func,
+                                     BackboneFinetuningOptions options = {}) {
+        options.backbone = backbone.c_str();
+        auto box = std::make_unique<detail::BackboneLambdaBox>(detail::BackboneLambdaBox{std::move(lambda_func)});
+        check(fulmen_trainer_add_backbone_finetuning_lambda(get(), &options, &detail::BackboneLambdaBox::call,
+                                                            box.get(), &detail::BackboneLambdaBox::free));
+        box.release();  // the trainer owns it now and calls userdata_free once
         return *this;
     }
     /// Adds Lightning's StochasticWeightAveraging: SWALR in place of the
