@@ -57,6 +57,7 @@ fn build_cxx_shims(lib: &Path) {
         "csrc/collectives.cpp",
         "csrc/ops.cpp",
         "csrc/fused.cpp",
+        "csrc/foreach.cpp",
         "csrc/pinned.cpp",
         "csrc/profiler.cpp",
         "csrc/script.cpp",
@@ -95,6 +96,7 @@ fn build_cxx_shims(lib: &Path) {
         .file("csrc/collectives.cpp")
         .file("csrc/ops.cpp")
         .file("csrc/fused.cpp")
+        .file("csrc/foreach.cpp")
         .file("csrc/pinned.cpp")
         .file("csrc/profiler.cpp")
         .file("csrc/script.cpp")

@@ -1,7 +1,8 @@
-"""One optimizer step, fulmen beside PyTorch, with and without fused updates.
+"""One optimizer step, fulmen beside PyTorch: for-loop, foreach and fused updates.
 
 Runs build/bench/optim_bench (fulmen's C API) and the same steps in
-PyTorch (torch.optim.AdamW / SGD with fused=False and fused=True) over the
+PyTorch (torch.optim.AdamW / SGD with foreach=False, foreach=True and
+fused=True) over the
 same MLP (LAYERS Linear(WIDTH, WIDTH) layers, gradients from one backward,
 kept), on the same number of threads, and prints the median milliseconds
 per step of each, as a markdown table (written to bench/RESULTS-optim.md
@@ -20,7 +21,7 @@ import time
 import torch
 
 
-def torch_step_ms(kind, fused, width, layers, steps):
+def torch_step_ms(kind, update, width, layers, steps):
     torch.manual_seed(0)
     mods = []
     for i in range(layers):
@@ -29,10 +30,11 @@ def torch_step_ms(kind, fused, width, layers, steps):
             mods.append(torch.nn.ReLU())
     model = torch.nn.Sequential(*mods)
     model(torch.randn(64, width)).sum().backward()
+    choice = {"for-loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[update]
     if kind == "adamw":
-        opt = torch.optim.AdamW(model.parameters(), fused=fused)
+        opt = torch.optim.AdamW(model.parameters(), **choice)
     else:
-        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=fused)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, **choice)
     for _ in range(5):
         opt.step()
     times = []
@@ -55,10 +57,10 @@ def main():
     torch.set_num_threads(a.threads)
     run = subprocess.run([a.binary, "--width", str(a.width), "--layers", str(a.layers), "--steps", str(a.steps),
                           "--threads", str(a.threads)], capture_output=True, text=True, check=True)
-    ours = {(r["optimizer"], r["fused"]): r["step_ms"] for r in map(json.loads, run.stdout.splitlines())}
+    ours = {(r["optimizer"], r["update"]): r["step_ms"] for r in map(json.loads, run.stdout.splitlines())}
     params = a.layers * (a.width * a.width + a.width)
     lines = [
-        "# One optimizer step: fused and for-loop updates",
+        "# One optimizer step: for-loop, foreach and fused updates",
         "",
         f"`{' '.join(['.deps/venv/bin/python', 'bench/optim_step.py', '--binary', a.binary, '--write'])}` "
         f"on {platform.machine()}, {os.cpu_count()} CPUs, {a.threads} thread(s), torch {torch.__version__}: "
@@ -69,10 +71,9 @@ def main():
         "|---|---|---|---|",
     ]
     for kind in ("adamw", "sgd"):
-        for fused in (False, True):
-            theirs = torch_step_ms(kind, fused, a.width, a.layers, a.steps)
-            label = "fused" if fused else "for-loop"
-            lines.append(f"| {kind} | {label} | {ours[(kind, fused)]:.3f} | {theirs:.3f} |")
+        for update in ("for-loop", "foreach", "fused"):
+            theirs = torch_step_ms(kind, update, a.width, a.layers, a.steps)
+            lines.append(f"| {kind} | {update} | {ours[(kind, update)]:.3f} | {theirs:.3f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if a.write:

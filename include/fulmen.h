@@ -1052,6 +1052,25 @@ typedef enum fulmen_reduce_op {
 } fulmen_reduce_op;
 
 /**
+ * torch's `foreach` argument (in C, `fulmen_foreach`).
+ */
+typedef enum fulmen_foreach {
+  /**
+   * torch's default (`foreach=None`): the foreach updates when every
+   * parameter is on CUDA, the for-loop updates otherwise.
+   */
+  FULMEN_FOREACH_DEFAULT = 0,
+  /**
+   * The for-loop updates (`foreach=False`).
+   */
+  FULMEN_FOREACH_OFF = 1,
+  /**
+   * The foreach updates (`foreach=True`).
+   */
+  FULMEN_FOREACH_ON = 2,
+} fulmen_foreach;
+
+/**
  * An accelerator from the registry. Free with `fulmen_accelerator_free`.
  */
 typedef struct fulmen_accelerator fulmen_accelerator;
@@ -5295,6 +5314,39 @@ struct fulmen_error *fulmen_optimizer_set_fused(struct fulmen_optimizer *optimiz
  * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_optimizer_fused(const struct fulmen_optimizer *optimizer, bool *out);
+
+/**
+ * Chooses `optimizer`'s foreach updates (torch's `foreach`; a
+ * `fulmen_foreach`, default FULMEN_FOREACH_DEFAULT): SGD, Adam and AdamW
+ * then update the parameters of a group, device and dtype with a few
+ * libtorch `_foreach_*` kernels, op for op as torch's `_multi_tensor_sgd`
+ * / `_multi_tensor_adam`, where the for-loop updates launch several per
+ * parameter. FULMEN_FOREACH_DEFAULT is torch's `foreach=None`: foreach
+ * when every parameter is on CUDA (as torch's default there), the
+ * for-loop otherwise. On the CPU the results equal the for-loop's bit for
+ * bit (libtorch runs the foreach ops tensor by tensor); as in torch,
+ * Nesterov momentum without maximize or weight decay adds to the
+ * gradients in place. An explicit choice is saved in the optimizer's state
+ * (every param group's `foreach` entry, as torch), and a loaded state sets
+ * it, as in torch. Fused updates, when on, run instead. Not while a fit
+ * uses the optimizer.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`foreach` not a fulmen_foreach;
+ * FULMEN_FOREACH_ON while the fused updates are on, which torch refuses
+ * too), FULMEN_CODE_UNSUPPORTED (FULMEN_FOREACH_ON for another kind of
+ * optimizer; FULMEN_FOREACH_OFF is accepted and changes nothing there).
+ */
+struct fulmen_error *fulmen_optimizer_set_foreach(struct fulmen_optimizer *optimizer,
+                                                  int32_t foreach);
+
+/**
+ * Writes `optimizer`'s foreach choice, a `fulmen_foreach`, to `*out`
+ * (FULMEN_FOREACH_DEFAULT for the kinds without foreach updates).
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_optimizer_foreach(const struct fulmen_optimizer *optimizer,
+                                              int32_t *out);
 
 /**
  * The number of parameter groups of `optimizer` (1 plus those

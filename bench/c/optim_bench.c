@@ -1,11 +1,12 @@
 /*
- * What fused updates gain: the time of one optimizer step (AdamW, lr 1e-3,
- * weight decay 1e-2; SGD, lr 0.1, momentum 0.9) over an MLP of LAYERS
- * Linear(WIDTH, WIDTH) layers, with the default for-loop update and with
- * fulmen_optimizer_set_fused (torch's fused=True). The gradients come from
- * one backward and stay; the step is repeated. Prints one JSON line per
- * run:
- *   {"optimizer": "adamw", "fused": false, "step_ms": median ms per step}
+ * What foreach and fused updates gain: the time of one optimizer step
+ * (AdamW, lr 1e-3, weight decay 1e-2; SGD, lr 0.1, momentum 0.9) over an
+ * MLP of LAYERS Linear(WIDTH, WIDTH) layers, with the for-loop update
+ * (FULMEN_FOREACH_OFF), with fulmen_optimizer_set_foreach (torch's
+ * foreach=True) and with fulmen_optimizer_set_fused (torch's fused=True).
+ * The gradients come from one backward and stay; the step is repeated.
+ * Prints one JSON line per run:
+ *   {"optimizer": "adamw", "update": "for-loop", "step_ms": median ms per step}
  *
  *   optim_bench [--width 256] [--layers 16] [--steps 50] [--threads 1]
  */
@@ -98,8 +99,9 @@ int main(int argc, char **argv) {
     check(fulmen_set_num_threads(threads), "threads");
     check(fulmen_manual_seed(0), "seed");
     const char *names[2] = {"adamw", "sgd"};
+    const char *updates[3] = {"for-loop", "foreach", "fused"};
     for (int kind = 0; kind < 2; kind++) {
-        for (int fused = 0; fused < 2; fused++) {
+        for (int update = 0; update < 3; update++) {
             fulmen_model *m = model_with_grads(width, layers);
             fulmen_optimizer *opt = NULL;
             if (kind == 0) {
@@ -111,10 +113,12 @@ int main(int argc, char **argv) {
                 o.momentum = 0.9;
                 check(fulmen_optimizer_sgd_new(m, NULL, 0, &o, &opt), "sgd");
             }
-            check(fulmen_optimizer_set_fused(opt, fused != 0), "set_fused");
+            check(fulmen_optimizer_set_foreach(opt, update == 1 ? FULMEN_FOREACH_ON : FULMEN_FOREACH_OFF),
+                  "set_foreach");
+            check(fulmen_optimizer_set_fused(opt, update == 2), "set_fused");
             double ms = step_ms(opt, steps);
-            printf("{\"optimizer\": \"%s\", \"fused\": %s, \"step_ms\": %.4f}\n", names[kind],
-                   fused ? "true" : "false", ms);
+            printf("{\"optimizer\": \"%s\", \"update\": \"%s\", \"step_ms\": %.4f}\n", names[kind],
+                   updates[update], ms);
             fflush(stdout);
             fulmen_optimizer_free(opt);
             fulmen_model_free(m);

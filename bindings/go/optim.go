@@ -245,6 +245,38 @@ func (o *Optimizer) Fused() (bool, error) {
 	return bool(v), err
 }
 
+// Foreach is torch's foreach argument of SGD, Adam and AdamW
+// (fulmen_foreach).
+type Foreach int32
+
+// The choices: ForeachDefault is torch's foreach=None, the foreach updates
+// when every parameter is on CUDA and the for-loop updates otherwise.
+const (
+	ForeachDefault Foreach = C.FULMEN_FOREACH_DEFAULT
+	ForeachOff     Foreach = C.FULMEN_FOREACH_OFF
+	ForeachOn      Foreach = C.FULMEN_FOREACH_ON
+)
+
+// SetForeach chooses torch's foreach updates: SGD, Adam and AdamW then
+// update each parameter group, device and dtype with a few libtorch
+// _foreach_* kernels (on the CPU with the for-loop's results, bit for
+// bit). An explicit choice is saved with the state, and a loaded state sets
+// it, as in torch. ForeachOn is ErrUnsupported for other kinds and
+// ErrInvalidArgument while the updates are fused.
+func (o *Optimizer) SetForeach(choice Foreach) error {
+	err := check(C.fulmen_optimizer_set_foreach(o.ptr(), C.int32_t(choice)))
+	runtime.KeepAlive(o)
+	return err
+}
+
+// Foreach reports the foreach choice.
+func (o *Optimizer) Foreach() (Foreach, error) {
+	var v C.int32_t
+	err := check(C.fulmen_optimizer_foreach(o.ptr(), &v))
+	runtime.KeepAlive(o)
+	return Foreach(v), err
+}
+
 // ParamGroupCount returns the number of parameter groups.
 func (o *Optimizer) ParamGroupCount() (int, error) {
 	var n C.size_t

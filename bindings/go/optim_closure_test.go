@@ -127,3 +127,51 @@ func TestFusedUpdates(t *testing.T) {
 		t.Fatalf("fused LBFGS: %v", err)
 	}
 }
+
+// Foreach Adam (torch's foreach=True) trains as the for-loop update does,
+// bit for bit on the CPU; RMSprop has no foreach update.
+func TestForeachUpdates(t *testing.T) {
+	noLeaks(t)
+	xs, ys := blobs(64, 1)
+	x := must(fulmen.FromSlice(xs, 64, 2))
+	y := must(fulmen.FromSlice(ys))
+	defer x.Close()
+	defer y.Close()
+	var finals [2]float64
+	for k, choice := range []fulmen.Foreach{fulmen.ForeachOff, fulmen.ForeachOn} {
+		ok(t, fulmen.ManualSeed(3))
+		m := mlp(t)
+		o := fulmen.DefaultAdamOptions()
+		o.LR = 0.01
+		opt := must(fulmen.NewAdam(m, nil, o))
+		if got := must(opt.Foreach()); got != fulmen.ForeachDefault {
+			t.Fatalf("Foreach() = %v before SetForeach", got)
+		}
+		ok(t, opt.SetForeach(choice))
+		if got := must(opt.Foreach()); got != choice {
+			t.Fatalf("Foreach() = %v after SetForeach(%v)", got, choice)
+		}
+		for i := 0; i < 10; i++ {
+			ok(t, opt.ZeroGrad())
+			logits := must(m.Forward(x))
+			loss := must(fulmen.CrossEntropy(logits, y, fulmen.ReductionMean))
+			ok(t, loss.Backward())
+			finals[k] = must(loss.Item())
+			ok(t, opt.Step())
+			logits.Close()
+			loss.Close()
+		}
+		opt.Close()
+		m.Close()
+	}
+	if finals[0] != finals[1] {
+		t.Fatalf("losses %v", finals)
+	}
+	m := mlp(t)
+	defer m.Close()
+	rms := must(fulmen.NewRMSprop(m, nil, fulmen.DefaultRMSpropOptions()))
+	defer rms.Close()
+	if err := rms.SetForeach(fulmen.ForeachOn); !errors.Is(err, fulmen.ErrUnsupported) {
+		t.Fatalf("foreach RMSprop: %v", err)
+	}
+}

@@ -117,11 +117,15 @@ impl AdamCore {
         }
     }
 
-    /// torch's `_single_tensor_adam` (`_fused_adam` when fused).
+    /// torch's `_single_tensor_adam` (`_fused_adam` when fused,
+    /// `_multi_tensor_adam` with foreach updates).
     fn step(&mut self) -> Result<()> {
         let decoupled = self.decoupled;
         if self.core.fused {
             return super::fused::adam_step(&mut self.core, &self.opts, decoupled);
+        }
+        if super::foreach::uses_foreach(&self.core) {
+            return super::foreach::adam_step(&mut self.core, &self.opts, decoupled);
         }
         self.core.for_each_grad(&self.opts, |g, o, p, mut grad, st| {
             let (lr, beta1, beta2) = (g.lr, g.momentum, o.betas.1);
@@ -250,6 +254,13 @@ macro_rules! impl_optimizer {
             fn set_fused(&mut self, fused: bool) -> Result<()> {
                 let kind = self.name();
                 super::fused::set_fused(&mut self.0.core, kind, fused)
+            }
+            fn foreach(&self) -> Option<bool> {
+                self.0.core.foreach
+            }
+            fn set_foreach(&mut self, foreach: Option<bool>) -> Result<()> {
+                let kind = self.name();
+                super::foreach::set_foreach(&mut self.0.core, kind, foreach)
             }
             fn check_group(&self, group: &ParamGroup) -> Result<()> {
                 self.0.opts.of_group(group).validate()

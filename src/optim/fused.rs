@@ -12,19 +12,22 @@ use crate::shim::{self, call};
 use libc::c_void;
 use tch::{Device, Kind, Tensor};
 
-/// The tensors of one kernel call, list by list, for one device and dtype,
-/// with the state index of each row's parameter.
+/// The tensors of one kernel call, list by list, for one device and dtype
+/// (torch's `_group_tensors_by_device_and_dtype`), with the state index of
+/// each row's parameter.
 #[derive(Default)]
-struct Buckets {
+pub(super) struct Buckets {
     keys: Vec<(Device, Kind)>,
-    lists: Vec<Vec<Vec<Tensor>>>,
-    ids: Vec<Vec<usize>>,
+    /// Per bucket, the lists (parameters first), each one tensor per row.
+    pub lists: Vec<Vec<Vec<Tensor>>>,
+    /// Per bucket, the state index of each row's parameter.
+    pub ids: Vec<Vec<usize>>,
 }
 
 impl Buckets {
     /// Adds the row of tensors of the parameter at state index `id` (the
     /// parameter first).
-    fn push(&mut self, id: usize, row: Vec<Tensor>) {
+    pub fn push(&mut self, id: usize, row: Vec<Tensor>) {
         let key = (row[0].device(), row[0].kind());
         let b = match self.keys.iter().position(|k| *k == key) {
             Some(b) => b,
@@ -42,7 +45,8 @@ impl Buckets {
     }
 }
 
-fn ptrs(list: &[Tensor]) -> Vec<*mut c_void> {
+/// The `at::Tensor*` of each tensor of `list`, as the shim takes them.
+pub(super) fn ptrs(list: &[Tensor]) -> Vec<*mut c_void> {
     list.iter().map(|t| t.as_ptr() as *mut c_void).collect()
 }
 
@@ -70,6 +74,9 @@ pub(crate) fn check_fusable(kind: &str, params: &[Tensor]) -> Result<()> {
 /// checks every parameter first.
 pub(crate) fn set_fused(core: &mut Core, kind: &str, fused: bool) -> Result<()> {
     if fused {
+        if core.foreach == Some(true) {
+            return Err(super::foreach::both_on(kind));
+        }
         check_groups(kind, core)?;
     }
     core.fused = fused;
@@ -83,10 +90,16 @@ fn check_groups(kind: &str, core: &Core) -> Result<()> {
 }
 
 /// Checks the groups, then lists each group's parameters that have a
-/// gradient, with their state index (the walk of `Core::for_each_grad`,
-/// without the per-parameter update).
+/// gradient ([`grad_rows`]).
 fn rows_with_grads(kind: &str, core: &mut Core) -> Result<Vec<Vec<(usize, Tensor, Tensor)>>> {
     check_groups(kind, core)?;
+    Ok(grad_rows(core))
+}
+
+/// Each group's parameters that have a gradient, with their state index
+/// and gradient (the walk of `Core::for_each_grad`, without the
+/// per-parameter update).
+pub(super) fn grad_rows(core: &mut Core) -> Vec<Vec<(usize, Tensor, Tensor)>> {
     core.sync_state_len();
     let mut index = 0;
     let mut out = Vec::with_capacity(core.groups.len());
@@ -101,7 +114,7 @@ fn rows_with_grads(kind: &str, core: &mut Core) -> Result<Vec<Vec<(usize, Tensor
         }
         out.push(rows);
     }
-    Ok(out)
+    out
 }
 
 /// torch's `_fused_adam` (`decoupled`: `_fused_adamw`) over every group.

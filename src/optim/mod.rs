@@ -61,6 +61,7 @@ pub(crate) use optimizer_via_core;
 mod adagrad;
 mod adam;
 mod adamax;
+mod foreach;
 mod fused;
 pub mod group_hyper;
 mod lbfgs;
@@ -98,6 +99,8 @@ mod test_util;
 #[cfg(test)]
 mod adaptive_tests;
 
+#[cfg(test)]
+mod foreach_tests;
 #[cfg(test)]
 mod fused_tests;
 
@@ -245,6 +248,30 @@ pub trait Optimizer: Send {
             return Err(Error::new(
                 crate::error::ErrorCode::Unsupported,
                 format!("{} has no fused updates (SGD, Adam, AdamW and Adagrad have)", self.name()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// torch's `foreach`: `None` (the default) runs the foreach updates
+    /// where torch does by default (every parameter on CUDA), `Some(true)`
+    /// always, `Some(false)` never. Saved with the state as every group's
+    /// `foreach` entry when set, and, as in torch, taken from a loaded
+    /// state. Fused updates, when on, take precedence over the default.
+    fn foreach(&self) -> Option<bool> {
+        None
+    }
+
+    /// Chooses the foreach updates (SGD, Adam, AdamW: torch's
+    /// `_multi_tensor_*`, a few libtorch `_foreach_*` kernels per group and
+    /// device instead of several per parameter). Kinds without them refuse
+    /// `Some(true)` with `Unsupported` and keep nothing else; turning them
+    /// on while the fused updates are on is refused (`InvalidArgument`).
+    fn set_foreach(&mut self, foreach: Option<bool>) -> Result<()> {
+        if foreach == Some(true) {
+            return Err(Error::new(
+                crate::error::ErrorCode::Unsupported,
+                format!("{} has no foreach updates in fulmen (SGD, Adam and AdamW have)", self.name()),
             ));
         }
         Ok(())

@@ -104,6 +104,9 @@ impl Sgd {
         if self.core.fused {
             return super::fused::sgd_step(&mut self.core, &self.opts);
         }
+        if super::foreach::uses_foreach(&self.core) {
+            return super::foreach::sgd_step(&mut self.core, &self.opts);
+        }
         let _guard = tch::no_grad_guard();
         let d = self.opts;
         self.core.sync_state_len();
@@ -152,6 +155,13 @@ super::optimizer_via_core!(Sgd, "sgd";
     fn set_fused(&mut self, fused: bool) -> Result<()> {
         let kind = self.name();
         super::fused::set_fused(&mut self.core, kind, fused)
+    }
+    fn foreach(&self) -> Option<bool> {
+        self.core.foreach
+    }
+    fn set_foreach(&mut self, foreach: Option<bool>) -> Result<()> {
+        let kind = self.name();
+        super::foreach::set_foreach(&mut self.core, kind, foreach)
     }
 );
 

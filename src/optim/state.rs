@@ -103,6 +103,10 @@ pub(crate) struct Core {
     /// torch's `fused=True`: the kinds that have fused updates
     /// ([`fusable`]) use them (saved as every group's `fused` entry).
     pub fused: bool,
+    /// torch's `foreach` of the kinds that have foreach updates
+    /// (`src/optim/foreach.rs`): `None` is torch's default (saved as
+    /// nothing), a choice is saved as every group's `foreach` entry.
+    pub foreach: Option<bool>,
 }
 
 /// Whether optimizer `kind` has fused updates (`src/optim/fused.rs`).
@@ -116,6 +120,7 @@ pub(crate) struct Parsed {
     groups: Vec<ParamGroup>,
     state: Vec<Option<ParamState>>,
     fused: bool,
+    foreach: Option<bool>,
 }
 
 impl Core {
@@ -126,7 +131,8 @@ impl Core {
         if params.is_empty() {
             return Err(Error::invalid("optimizer got an empty parameter list"));
         }
-        let mut core = Core { groups: Vec::new(), state: Vec::new(), grad_reset: Default::default(), fused: false };
+        let mut core =
+            Core { groups: Vec::new(), state: Vec::new(), grad_reset: Default::default(), fused: false, foreach: None };
         core.add_group(params, None, opts)?;
         Ok(core)
     }
@@ -251,6 +257,9 @@ impl Core {
             if self.fused {
                 put("fused", 1.0)?;
             }
+            if let Some(on) = self.foreach {
+                put("foreach", flag(on))?;
+            }
         }
         for (i, st) in self.state.iter().enumerate() {
             let Some(st) = st else { continue };
@@ -297,6 +306,7 @@ impl Core {
         };
         let mut groups = Vec::new();
         let mut fused_groups = Vec::new();
+        let mut foreach_groups = Vec::new();
         let mut start = 0i64;
         for (g, group) in self.groups.iter().enumerate() {
             let key = format!("param_groups.{g}.params");
@@ -357,6 +367,18 @@ impl Core {
                     return Err(Error::format(format!(
                         "{kind} state dict: group {g} has 'fused' {v} (only SGD, Adam, AdamW and Adagrad have fused updates, \
                          written as 1)"
+                    )))
+                }
+            }
+            match num("foreach", false)? {
+                None => foreach_groups.push(None),
+                Some(v) if (v == 0.0 || v == 1.0) && super::foreach::has_foreach(kind) => {
+                    foreach_groups.push(Some(v == 1.0))
+                }
+                Some(v) => {
+                    return Err(Error::format(format!(
+                        "{kind} state dict: group {g} has 'foreach' {v} (only SGD, Adam and AdamW have foreach \
+                         updates, written as 0 or 1)"
                     )))
                 }
             }
@@ -434,7 +456,16 @@ impl Core {
                 "{kind} state dict: some param groups are fused and others not; fulmen fuses all or none"
             )));
         }
-        Ok(Parsed { groups, state, fused })
+        let foreach = foreach_groups.first().copied().flatten();
+        if foreach_groups.iter().any(|f| *f != foreach) {
+            return Err(Error::format(format!(
+                "{kind} state dict: the param groups choose foreach updates differently; fulmen chooses for all at once"
+            )));
+        }
+        if fused && foreach == Some(true) {
+            return Err(Error::format(format!("{kind} state dict: both 'fused' and 'foreach' are on")));
+        }
+        Ok(Parsed { groups, state, fused, foreach })
     }
 
     /// Applies what `parse` read.
@@ -448,6 +479,7 @@ impl Core {
         }
         self.state = parsed.state;
         self.fused = parsed.fused;
+        self.foreach = parsed.foreach;
     }
 }
 

@@ -1236,6 +1236,82 @@ static void test_fused(void) {
     fulmen_tensor_free(q);
 }
 
+/* Foreach updates (torch's foreach): on the CPU equal to the for-loop
+ * updates bit for bit, as torch's are; the choice reported, and refused
+ * where fulmen has none or with fused updates. */
+static void test_foreach(void) {
+    const float start[3] = {1.0f, -2.0f, 0.5f}, a[3] = {0.3f, -0.7f, 1.1f};
+    for (int kind = 0; kind < 3; kind++) {
+        fulmen_tensor *p[2] = {param(start, 3), param(start, 3)};
+        fulmen_optimizer *o[2] = {NULL, NULL};
+        for (int k = 0; k < 2; k++) {
+            const fulmen_tensor *ps[1] = {p[k]};
+            if (kind == 0) {
+                fulmen_sgd_options s = fulmen_sgd_options_default();
+                s.lr = 0.1;
+                s.momentum = 0.9;
+                s.weight_decay = 0.01;
+                CHECK_OK(fulmen_optimizer_sgd_new(NULL, ps, 1, &s, &o[k]));
+            } else {
+                fulmen_adam_options d = kind == 1 ? fulmen_adam_options_default() : fulmen_adamw_options_default();
+                d.lr = 0.05;
+                d.amsgrad = true;
+                CHECK_OK(kind == 1 ? fulmen_optimizer_adam_new(NULL, ps, 1, &d, &o[k])
+                                   : fulmen_optimizer_adamw_new(NULL, ps, 1, &d, &o[k]));
+            }
+        }
+        int32_t choice[2] = {-1, -1};
+        CHECK_OK(fulmen_optimizer_foreach(o[0], &choice[0]));
+        CHECK(choice[0] == FULMEN_FOREACH_DEFAULT);
+        CHECK_OK(fulmen_optimizer_set_foreach(o[0], FULMEN_FOREACH_OFF));
+        CHECK_OK(fulmen_optimizer_set_foreach(o[1], FULMEN_FOREACH_ON));
+        CHECK_OK(fulmen_optimizer_foreach(o[0], &choice[0]));
+        CHECK_OK(fulmen_optimizer_foreach(o[1], &choice[1]));
+        CHECK(choice[0] == FULMEN_FOREACH_OFF && choice[1] == FULMEN_FOREACH_ON);
+        CHECK_ERR(fulmen_optimizer_set_fused(o[1], true), FULMEN_CODE_INVALID_ARGUMENT, "foreach");
+        for (int step = 0; step < 6; step++) {
+            for (int k = 0; k < 2; k++) {
+                CHECK_OK(fulmen_optimizer_zero_grad(o[k]));
+                grad_of_dot(p[k], a, 3);
+                CHECK_OK(fulmen_optimizer_step(o[k]));
+            }
+        }
+        double x[3], y[3];
+        read3(p[0], x);
+        read3(p[1], y);
+        for (int i = 0; i < 3; i++) {
+            CHECK(y[i] == x[i]);
+            CHECK(fabs(y[i] - start[i]) > 0.1);
+        }
+        for (int k = 0; k < 2; k++) {
+            fulmen_optimizer_free(o[k]);
+            fulmen_tensor_free(p[k]);
+        }
+    }
+    fulmen_tensor *q = param(start, 3);
+    const fulmen_tensor *qs[1] = {q};
+    fulmen_optimizer *rms = NULL, *sgd = NULL;
+    fulmen_rmsprop_options ro = fulmen_rmsprop_options_default();
+    fulmen_sgd_options so = fulmen_sgd_options_default();
+    CHECK_OK(fulmen_optimizer_rmsprop_new(NULL, qs, 1, &ro, &rms));
+    CHECK_OK(fulmen_optimizer_sgd_new(NULL, qs, 1, &so, &sgd));
+    CHECK_ERR(fulmen_optimizer_set_foreach(rms, FULMEN_FOREACH_ON), FULMEN_CODE_UNSUPPORTED, "foreach");
+    CHECK_OK(fulmen_optimizer_set_foreach(rms, FULMEN_FOREACH_OFF));
+    int32_t choice = -1;
+    CHECK_OK(fulmen_optimizer_foreach(rms, &choice));
+    CHECK(choice == FULMEN_FOREACH_DEFAULT);
+    CHECK_ERR(fulmen_optimizer_set_foreach(sgd, 7), FULMEN_CODE_INVALID_ARGUMENT, "fulmen_foreach");
+    CHECK_ERR(fulmen_optimizer_set_foreach(sgd, -1), FULMEN_CODE_INVALID_ARGUMENT, "fulmen_foreach");
+    CHECK_OK(fulmen_optimizer_set_fused(sgd, true));
+    CHECK_ERR(fulmen_optimizer_set_foreach(sgd, FULMEN_FOREACH_ON), FULMEN_CODE_INVALID_ARGUMENT, "fused");
+    CHECK_ERR(fulmen_optimizer_set_foreach(NULL, FULMEN_FOREACH_ON), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_optimizer_set_foreach(WRONG_OPT, FULMEN_FOREACH_ON), FULMEN_CODE_INVALID_HANDLE, NULL);
+    CHECK_ERR(fulmen_optimizer_foreach(sgd, NULL), FULMEN_CODE_NULL_ARGUMENT, "out");
+    fulmen_optimizer_free(rms);
+    fulmen_optimizer_free(sgd);
+    fulmen_tensor_free(q);
+}
+
 int main(void) {
     CHECK_OK(fulmen_manual_seed(0));
     CHECK_OK(fulmen_tensor_zeros(NULL, 0, FULMEN_DTYPE_F32, &g_tensor));
@@ -1256,6 +1332,7 @@ int main(void) {
     test_plateau();
     test_scheduler_errors();
     test_fused();
+    test_foreach();
     fulmen_tensor_free(g_tensor);
     return check_finish("test_optim");
 }

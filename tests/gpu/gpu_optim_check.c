@@ -8,7 +8,9 @@
  * weights; the batch size finder against real CUDA out-of-memory errors
  * (a 2 -> 2^20 -> 2 MLP whose activations outgrow the GPU); fused AdamW,
  * SGD and Adagrad (torch's fused=True kernels on cuda:0) within float rounding of
- * the same fused steps on the CPU. Without a GPU
+ * the same fused steps on the CPU; AdamW and SGD with the default updates
+ * (torch's foreach kernels on CUDA) within float rounding of the CPU's
+ * for-loop. Without a GPU
  * it says so and exits with 77 (skipped).
  *
  *   gpu_optim_check [PARENT_DIR]   (checkpoints go to a new folder in
@@ -102,11 +104,12 @@ static void test_lbfgs_host_loop(void) {
 
 /* ------------------------------------------------- fused updates on cuda */
 
-/* Eight fused steps of AdamW (kind 0), SGD with momentum (kind 1) or
+/* Eight steps of AdamW (kind 0), SGD with momentum (kind 1) or
  * Adagrad with lr_decay (kind 2) on a
- * 2-32-2 MLP from the same weights and batch on `device_type`; returns
- * the model on the CPU. */
-static fulmen_model *fused_run(int32_t device_type, int kind) {
+ * 2-32-2 MLP from the same weights and batch on `device_type`, fused or
+ * with the default updates (torch's default: foreach on CUDA, the for-loop
+ * on the CPU); returns the model on the CPU. */
+static fulmen_model *fused_run(int32_t device_type, int kind, bool fused) {
     CHECK_OK(fulmen_manual_seed(5));
     fulmen_model *m = fixture_mlp(32, 0);
     const int64_t shape[2] = {16, 2};
@@ -139,7 +142,7 @@ static fulmen_model *fused_run(int32_t device_type, int kind) {
         o.lr_decay = 0.01;
         CHECK_OK(fulmen_optimizer_adagrad_new(m, NULL, 0, &o, &opt));
     }
-    CHECK_OK(fulmen_optimizer_set_fused(opt, true));
+    CHECK_OK(fulmen_optimizer_set_fused(opt, fused));
     for (int step = 0; step < 8; step++) {
         fulmen_tensor *logits = NULL, *loss = NULL;
         CHECK_OK(fulmen_optimizer_zero_grad(opt));
@@ -162,10 +165,25 @@ static fulmen_model *fused_run(int32_t device_type, int kind) {
 static void test_fused_updates(void) {
     const char *names[3] = {"AdamW", "SGD (momentum 0.9)", "Adagrad (lr_decay 0.01)"};
     for (int kind = 0; kind < 3; kind++) {
-        fulmen_model *cpu = fused_run(FULMEN_DEVICE_TYPE_CPU, kind);
-        fulmen_model *gpu = fused_run(FULMEN_DEVICE_TYPE_CUDA, kind);
+        fulmen_model *cpu = fused_run(FULMEN_DEVICE_TYPE_CPU, kind, true);
+        fulmen_model *gpu = fused_run(FULMEN_DEVICE_TYPE_CUDA, kind, true);
         double diff = fixture_max_diff(cpu, gpu);
         printf("fused %s, 8 steps: max |cpu - cuda| weight %.3g\n", names[kind], diff);
+        CHECK(diff <= 1e-4);
+        fulmen_model_free(cpu);
+        fulmen_model_free(gpu);
+    }
+}
+
+/* The default updates of AdamW and SGD: torch's foreach kernels on CUDA
+ * (FULMEN_FOREACH_DEFAULT), within float rounding of the CPU's for-loop. */
+static void test_foreach_updates(void) {
+    const char *names[2] = {"AdamW", "SGD (momentum 0.9)"};
+    for (int kind = 0; kind < 2; kind++) {
+        fulmen_model *cpu = fused_run(FULMEN_DEVICE_TYPE_CPU, kind, false);
+        fulmen_model *gpu = fused_run(FULMEN_DEVICE_TYPE_CUDA, kind, false);
+        double diff = fixture_max_diff(cpu, gpu);
+        printf("foreach %s on cuda vs for-loop on cpu, 8 steps: max |cpu - cuda| weight %.3g\n", names[kind], diff);
         CHECK(diff <= 1e-4);
         fulmen_model_free(cpu);
         fulmen_model_free(gpu);
@@ -385,6 +403,7 @@ int main(int argc, char **argv) {
     test_weight_averaging(false);
     test_batch_size_finder_oom();
     test_fused_updates();
+    test_foreach_updates();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", work);
     if (check_failed == 0 && system(cmd) != 0) fprintf(stderr, "gpu_optim_check: could not remove %s\n", work);

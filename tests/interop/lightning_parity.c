@@ -84,6 +84,11 @@
  *             SGD over the parameters trainable at configure_optimizers
  *             (the last Linear's), the first Linear joining as a second
  *             param group;
+ *   foreach:  AdamW (lr 0.01, weight_decay 0.01, amsgrad) with foreach
+ *             updates, StepLR (step_size 1, gamma 0.5) per epoch;
+ *   foreach_sgd: SGD (lr 0.1, momentum 0.9, nesterov) with foreach
+ *             updates, StepLR (step_size 1, gamma 0.5) per epoch, clipping
+ *             at norm 0.5;
  *   backbone_lambda: as backbone, the backbone's lr growing by
  *             lambda_func(epoch) = 1 + (epoch % 2) / 2 instead of 2;
  *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
@@ -476,7 +481,7 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_EPOCH, 1, "val_loss");
     } else if (strcmp(job->config, "groups") == 0 || strcmp(job->config, "fused") == 0 ||
-               strcmp(job->config, "fused_adagrad") == 0) {
+               strcmp(job->config, "fused_adagrad") == 0 || strcmp(job->config, "foreach") == 0) {
         if (strcmp(job->config, "groups") == 0) {
             e = adamw_groups(job->model, &opt);
         } else if (strcmp(job->config, "fused_adagrad") == 0) {
@@ -491,8 +496,13 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
             fulmen_adam_options o = fulmen_adamw_options_default();
             o.lr = 0.01;
             o.weight_decay = 0.01;
+            o.amsgrad = strcmp(job->config, "foreach") == 0;
             e = fulmen_optimizer_adamw_new(job->model, NULL, 0, &o, &opt);
-            if (!e) e = fulmen_optimizer_set_fused(opt, true);
+            if (!e && strcmp(job->config, "foreach") == 0) {
+                e = fulmen_optimizer_set_foreach(opt, FULMEN_FOREACH_ON);
+            } else if (!e) {
+                e = fulmen_optimizer_set_fused(opt, true);
+            }
             if (e) fulmen_optimizer_free(opt);
         }
         if (e) return e;
@@ -503,10 +513,11 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_EPOCH, 1, NULL);
     } else if (strcmp(job->config, "steplr") == 0 || strcmp(job->config, "fused_sgd") == 0 ||
-               is_backbone(job->config)) {
+               strcmp(job->config, "foreach_sgd") == 0 || is_backbone(job->config)) {
         fulmen_sgd_options o = fulmen_sgd_options_default();
         o.lr = 0.1;
         o.momentum = 0.9;
+        o.nesterov = strcmp(job->config, "foreach_sgd") == 0;
         if (is_backbone(job->config)) {
             /* filter(lambda p: p.requires_grad, self.parameters()) */
             fulmen_tensor *trainable[4] = {NULL, NULL, NULL, NULL};
@@ -518,6 +529,7 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
             e = fulmen_optimizer_sgd_new(job->model, NULL, 0, &o, &opt);
         }
         if (!e && strcmp(job->config, "fused_sgd") == 0) e = fulmen_optimizer_set_fused(opt, true);
+        if (!e && strcmp(job->config, "foreach_sgd") == 0) e = fulmen_optimizer_set_foreach(opt, FULMEN_FOREACH_ON);
         if (e) {
             fulmen_optimizer_free(opt);
             return e;
@@ -583,6 +595,7 @@ int main(int argc, char **argv) {
         strcmp(job.config, "lbfgs") != 0 && strcmp(job.config, "lbfgs_wolfe") != 0 &&
         strcmp(job.config, "lbfgs_manual") != 0 && strcmp(job.config, "fused") != 0 &&
         strcmp(job.config, "fused_sgd") != 0 && strcmp(job.config, "fused_adagrad") != 0 &&
+        strcmp(job.config, "foreach") != 0 && strcmp(job.config, "foreach_sgd") != 0 &&
         !is_backbone(job.config) && !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;
@@ -663,7 +676,7 @@ int main(int argc, char **argv) {
         set(opts, "gradient_clip_val", "1");
         set(opts, "gradient_clip_algorithm", "norm");
     } else if (strcmp(job.config, "steplr") == 0 || strcmp(job.config, "fused_sgd") == 0 ||
-               is_backbone(job.config)) {
+               strcmp(job.config, "foreach_sgd") == 0 || is_backbone(job.config)) {
         set(opts, "gradient_clip_val", "0.5");
         set(opts, "gradient_clip_algorithm", "norm");
     } else if (strcmp(job.config, "stepfreq") == 0) {

@@ -97,6 +97,11 @@ CONFIGS = {
     "fused": ("adamw_fused", (1, 0.5), "epoch", 1, None, "norm", 1),
     "fused_sgd": ("sgd_fused", (1, 0.5), "epoch", 1, 0.5, "norm", 1),
     "fused_adagrad": ("adagrad_fused", (1, 0.5), "epoch", 1, None, "norm", 1),
+    # torch's foreach updates (foreach=True): AdamW with amsgrad, and SGD
+    # with Nesterov momentum (which adds to the gradients in place) and
+    # clipping.
+    "foreach": ("adamw_foreach", (1, 0.5), "epoch", 1, None, "norm", 1),
+    "foreach_sgd": ("sgd_foreach", (1, 0.5), "epoch", 1, 0.5, "norm", 1),
     # Weight averaging: validation (and so ReduceLROnPlateau) sees the
     # averaged weights. EMA (decay 0.9) every 2nd step from step 3 and at
     # every epoch end from epoch 2; SWA (equal average) every step.
@@ -230,6 +235,10 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
                 opt = torch.optim.Adagrad(
                     self.parameters(), lr=0.05, lr_decay=0.01, initial_accumulator_value=0.1, fused=True
                 )
+            elif optimizer == "sgd_foreach":
+                opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9, nesterov=True, foreach=True)
+            elif optimizer == "adamw_foreach":
+                opt = torch.optim.AdamW(self.parameters(), lr=0.01, weight_decay=0.01, amsgrad=True, foreach=True)
             elif optimizer == "adamw_fused":
                 opt = torch.optim.AdamW(self.parameters(), lr=0.01, weight_decay=0.01, fused=True)
             elif optimizer == "sgd_groups":

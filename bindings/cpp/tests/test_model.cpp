@@ -181,6 +181,32 @@ TEST_F(OptimTest, FusedUpdates) {
     EXPECT_EQ(fulmen_test::error_code([&] { lbfgs.set_fused(); }), FULMEN_CODE_UNSUPPORTED);
 }
 
+TEST_F(OptimTest, ForeachUpdates) {
+    // Adam with torch's foreach kernels: on the CPU the for-loop's values,
+    // bit for bit; RMSprop has no foreach update.
+    Tensor a = Tensor::zeros({4}), b = Tensor::zeros({4});
+    a.set_requires_grad();
+    b.set_requires_grad();
+    Optimizer plain = Optimizer::adam({a}, fulmen::AdamOptions(0.1));
+    Optimizer foreach = Optimizer::adam({b}, fulmen::AdamOptions(0.1));
+    EXPECT_EQ(foreach.foreach(), fulmen::Foreach::Default);
+    foreach.set_foreach(fulmen::Foreach::On);
+    EXPECT_EQ(foreach.foreach(), fulmen::Foreach::On);
+    for (int i = 0; i < 5; i++) {
+        for (auto* pair : {&a, &b}) {
+            ((*pair - 3.0) * (*pair - 3.0)).sum().backward();
+        }
+        plain.step();
+        foreach.step();
+        plain.zero_grad();
+        foreach.zero_grad();
+    }
+    EXPECT_EQ(a.to_vector<float>(), b.to_vector<float>());
+    EXPECT_GT(b.mean().item(), 0.3);
+    Optimizer rms = Optimizer::rmsprop({a});
+    EXPECT_EQ(fulmen_test::error_code([&] { rms.set_foreach(fulmen::Foreach::On); }), FULMEN_CODE_UNSUPPORTED);
+}
+
 TEST_F(OptimTest, StepWithAClosure) {
     // LBFGS with the strong-Wolfe line search solves a quadratic in a few
     // evaluations; every evaluation starts with the gradients reset.

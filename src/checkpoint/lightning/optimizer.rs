@@ -14,8 +14,9 @@ const FLAGS: &[&str] = &["amsgrad", "maximize", "nesterov", "centered", "decoupl
 /// Group entries of torch's implementation choices (foreach, fused,
 /// capturable and differentiable kernels). fulmen runs its one
 /// implementation whatever they say, except `fused` of SGD, Adam, AdamW
-/// and Adagrad (the optimizer's fused updates): the others are dropped when read
-/// and written with torch's defaults.
+/// and Adagrad (the optimizer's fused updates) and `foreach` of SGD, Adam
+/// and AdamW (its foreach updates): the others are dropped when read and
+/// written with torch's defaults.
 const KERNEL_CHOICES: &[&str] = &["foreach", "capturable", "differentiable", "fused"];
 
 /// The order of torch's group entries for each kind (`initial_lr`, which a
@@ -139,7 +140,7 @@ pub fn to_torch(kind: &str, flat: &[(String, Tensor)]) -> Result<Value> {
                     }
                 }
                 k if FLAGS.contains(&k) => group.push((text(k), Value::Bool(tensor_number(t, name)? != 0.0))),
-                "fused" => group.push((text("fused"), Value::Bool(tensor_number(t, name)? != 0.0))),
+                "fused" | "foreach" => group.push((text(key), Value::Bool(tensor_number(t, name)? != 0.0))),
                 k => group.push((text(k), Value::Float(tensor_number(t, name)?))),
             }
         } else if let Some(rest) = name.strip_prefix("state.") {
@@ -246,9 +247,12 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
         let group_entries = entries(group, &gwhat)?;
         // SGD's, Adam's / AdamW's and Adagrad's groups (whose fused updates
         // fulmen has), known by an entry only their kind has.
-        let fusable = group_entries
-            .iter()
-            .any(|(k, _)| matches!(k, Value::Str(s) if s == "amsgrad" || s == "nesterov" || s == "lr_decay"));
+        let has = |names: &[&str]| {
+            group_entries.iter().any(|(k, _)| matches!(k, Value::Str(s) if names.contains(&s.as_str())))
+        };
+        let fusable = has(&["amsgrad", "nesterov", "lr_decay"]);
+        // SGD's and Adam's / AdamW's (whose foreach updates fulmen has).
+        let foreachable = has(&["amsgrad", "nesterov"]);
         for (k, x) in group_entries {
             let Value::Str(k) = k else {
                 return Err(Error::format(format!("{gwhat} has a key that is not a string")));
@@ -256,6 +260,10 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
             let key = format!("param_groups.{g}.{k}");
             if k == "fused" && fusable && matches!(x, Value::Bool(true)) {
                 out.push((key, f64_scalar(1.0)?));
+                continue;
+            }
+            if let (true, "foreach", Value::Bool(on)) = (foreachable, k.as_str(), x) {
+                out.push((key, f64_scalar(if *on { 1.0 } else { 0.0 })?));
                 continue;
             }
             if KERNEL_CHOICES.contains(&k.as_str()) || super::scheduler::GROUP_ENTRIES.contains(&k.as_str()) {

@@ -485,3 +485,39 @@ fn the_weights_alone_read_past_a_scheduler_fulmen_cannot_resume() {
     assert_eq!(weights.state_dict.len(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn foreach_choices_cross_torch_form_as_booleans() {
+    use crate::optim::{Adam, AdamOptions, Optimizer, RmsProp, RmsPropOptions};
+    let w = Tensor::from_slice(&[1.0f32, 2.0]).set_requires_grad(true);
+    for choice in [Some(true), Some(false), None] {
+        let mut adam = Adam::new(vec![w.shallow_clone()], AdamOptions::default()).unwrap();
+        adam.set_foreach(choice).unwrap();
+        let v = optimizer::to_torch("adam", &adam.state_dict().unwrap()).unwrap();
+        let group = &items(v.get("param_groups").unwrap(), "").unwrap()[0];
+        match choice {
+            Some(on) => assert!(matches!(group.get("foreach"), Some(Value::Bool(b)) if *b == on)),
+            None => assert!(matches!(group.get("foreach"), Some(Value::None))),
+        }
+        let mut back = Adam::new(vec![w.shallow_clone()], AdamOptions::default()).unwrap();
+        back.load_state_dict(&optimizer::from_torch(&v, "adam").unwrap()).unwrap();
+        assert_eq!(back.foreach(), choice);
+    }
+    // RMSprop's foreach=True (which fulmen's RMSprop lacks) is dropped when read.
+    let mut rms = RmsProp::new(vec![w.shallow_clone()], RmsPropOptions::default()).unwrap();
+    let Value::Dict(mut top) = optimizer::to_torch("rmsprop", &rms.state_dict().unwrap()).unwrap() else { panic!() };
+    for (k, groups) in top.iter_mut() {
+        if let (Value::Str(k), Value::List(groups)) = (k, groups) {
+            if k == "param_groups" {
+                let Value::Dict(entries) = &mut groups[0] else { panic!() };
+                for (name, x) in entries.iter_mut() {
+                    if matches!(name, Value::Str(s) if s == "foreach") {
+                        *x = Value::Bool(true);
+                    }
+                }
+            }
+        }
+    }
+    rms.load_state_dict(&optimizer::from_torch(&Value::Dict(top), "rmsprop").unwrap()).unwrap();
+    assert_eq!(rms.foreach(), None);
+}

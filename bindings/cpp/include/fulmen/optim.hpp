@@ -105,6 +105,14 @@ struct CyclicLrOptions : fulmen_cyclic_lr_options {
 /// group; an exception fails the scheduler step (and is rethrown there).
 using LrLambda = std::function<double(int64_t step, size_t group)>;
 
+/// torch's `foreach` (the C `fulmen_foreach`): Default is torch's
+/// `foreach=None`, the foreach updates when every parameter is on CUDA.
+enum class Foreach : int32_t {
+    Default = FULMEN_FOREACH_DEFAULT,
+    Off = FULMEN_FOREACH_OFF,
+    On = FULMEN_FOREACH_ON,
+};
+
 namespace detail {
 /// Calls a C++ LrLambda from fulmen.
 struct LrLambdaBox {
@@ -232,6 +240,18 @@ public:
     }
     /// Whether the updates are fused.
     bool fused() const { return detail::read<bool>([&](bool* o) { return fulmen_optimizer_fused(get(), o); }); }
+    /// torch's `foreach` for SGD, Adam and AdamW: a few libtorch
+    /// `_foreach_*` kernels per param group and device (an explicit choice
+    /// is saved with the state, as in torch).
+    Optimizer& set_foreach(Foreach choice) {
+        check(fulmen_optimizer_set_foreach(get(), static_cast<int32_t>(choice)));
+        return *this;
+    }
+    /// The foreach choice.
+    Foreach foreach() const {
+        return static_cast<Foreach>(
+            detail::read<int32_t>([&](int32_t* o) { return fulmen_optimizer_foreach(get(), o); }));
+    }
     /// torch's `step(closure)`: `closure` computes the loss at the current
     /// parameters, runs its backward and returns the loss (a `double`);
     /// the optimizer calls it as often as it needs (LBFGS: up to max_eval

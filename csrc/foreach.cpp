@@ -1,0 +1,127 @@
+// torch.optim's foreach updates (`foreach=True`, torch's default on CUDA):
+// `_multi_tensor_sgd` and `_multi_tensor_adam` (AdamW: decoupled weight
+// decay) of torch 2.13, op for op, over the `n` parameters of one param
+// group, device and dtype. Each list is `n` `at::Tensor*`; an absent list
+// is NULL. The scalars torch computes as Python floats per parameter
+// (Adam's step sizes and bias corrections) come computed.
+#include "fulmen_cxx.h"
+
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_foreach_addcdiv.h>
+#include <ATen/ops/_foreach_addcmul.h>
+#include <ATen/ops/_foreach_div.h>
+#include <ATen/ops/_foreach_lerp.h>
+#include <ATen/ops/_foreach_maximum.h>
+#include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_neg.h>
+#include <ATen/ops/_foreach_sqrt.h>
+
+namespace {
+std::vector<at::Tensor> list(void* const* p, size_t n) {
+  std::vector<at::Tensor> out;
+  if (p == nullptr) return out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; i++) out.push_back(*static_cast<const at::Tensor*>(p[i]));
+  return out;
+}
+
+std::vector<at::Scalar> scalars(const double* v, size_t n) { return std::vector<at::Scalar>(v, v + n); }
+
+// torch's maximize and L2 weight decay on the gradients: a new list when
+// either applies (maximize's negation is reused for the decay).
+std::vector<at::Tensor> decayed(std::vector<at::Tensor> grads, const std::vector<at::Tensor>& params,
+                                double weight_decay, bool maximize) {
+  if (maximize) grads = at::_foreach_neg(grads);
+  if (weight_decay != 0) {
+    if (maximize) {
+      at::_foreach_add_(grads, params, weight_decay);
+    } else {
+      grads = at::_foreach_add(grads, params, weight_decay);
+    }
+  }
+  return grads;
+}
+}  // namespace
+
+extern "C" {
+
+// torch's `_multi_tensor_sgd`. `momentum_buffers` is NULL without
+// momentum; otherwise its entries are NULL for parameters without a buffer
+// yet, whose new buffer (a clone of the gradient) is written, as a new
+// `at::Tensor*` the caller owns, to the same entry of `new_buffers` (NULL
+// elsewhere), and only when the whole update succeeded. As torch, Nesterov
+// momentum adds to the gradients in place when neither maximize nor weight
+// decay made new ones.
+int fulmen_cxx_foreach_sgd(void* const* params, void* const* grads, void* const* momentum_buffers, void** new_buffers,
+                           size_t n, double weight_decay, double momentum, double lr, double dampening, bool nesterov,
+                           bool maximize, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto p = list(params, n);
+  auto g = decayed(list(grads, n), p, weight_decay, maximize);
+  std::vector<at::Tensor> created(n);
+  if (momentum != 0) {
+    bool all = true;
+    for (size_t i = 0; i < n; i++) all = all && momentum_buffers[i] != nullptr;
+    std::vector<at::Tensor> bufs;
+    if (all) {
+      bufs = list(momentum_buffers, n);
+      at::_foreach_mul_(bufs, momentum);
+      at::_foreach_add_(bufs, g, 1 - dampening);
+    } else {
+      for (size_t i = 0; i < n; i++) {
+        if (momentum_buffers[i] == nullptr) {
+          created[i] = g[i].detach().clone();
+          bufs.push_back(created[i]);
+        } else {
+          at::Tensor buf = *static_cast<const at::Tensor*>(momentum_buffers[i]);
+          buf.mul_(momentum).add_(g[i], 1 - dampening);
+          bufs.push_back(buf);
+        }
+      }
+    }
+    if (nesterov) {
+      at::_foreach_add_(g, bufs, momentum);
+    } else {
+      g = bufs;
+    }
+  }
+  at::_foreach_add_(p, g, -lr);
+  if (new_buffers != nullptr) {
+    for (size_t i = 0; i < n; i++) new_buffers[i] = created[i].defined() ? new at::Tensor(created[i]) : nullptr;
+  }
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// torch's `_multi_tensor_adam` (`decoupled`: AdamW's weight decay), not
+// capturable: `step_sizes` holds each parameter's `-lr / (1 - beta1^t)` and
+// `bias_correction2_sqrts` its `(1 - beta2^t)^0.5`, `t` its step counted
+// already. `max_exp_avg_sqs` is NULL without amsgrad.
+int fulmen_cxx_foreach_adam(void* const* params, void* const* grads, void* const* exp_avgs, void* const* exp_avg_sqs,
+                            void* const* max_exp_avg_sqs, const double* step_sizes,
+                            const double* bias_correction2_sqrts, size_t n, double lr, double beta1, double beta2,
+                            double weight_decay, double eps, bool maximize, bool decoupled, char* err,
+                            size_t err_len) {
+  FULMEN_CXX_TRY
+  auto p = list(params, n), m = list(exp_avgs, n), v = list(exp_avg_sqs, n), vmax = list(max_exp_avg_sqs, n);
+  auto g = decayed(list(grads, n), p, decoupled ? 0.0 : weight_decay, maximize);
+  if (decoupled && weight_decay != 0) at::_foreach_mul_(p, 1 - lr * weight_decay);
+  at::_foreach_lerp_(m, g, 1 - beta1);
+  at::_foreach_mul_(v, beta2);
+  at::_foreach_addcmul_(v, g, g, 1 - beta2);
+  std::vector<at::Tensor> denom;
+  if (max_exp_avg_sqs != nullptr) {
+    at::_foreach_maximum_(vmax, v);
+    denom = at::_foreach_sqrt(vmax);
+  } else {
+    denom = at::_foreach_sqrt(v);
+  }
+  at::_foreach_div_(denom, scalars(bias_correction2_sqrts, n));
+  at::_foreach_add_(denom, eps);
+  at::_foreach_addcdiv_(p, m, denom, scalars(step_sizes, n));
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+}  // extern "C"

@@ -1,0 +1,157 @@
+//! torch.optim's foreach updates (`foreach=True`, and torch's default when
+//! every parameter is on CUDA): `_multi_tensor_sgd` and `_multi_tensor_adam`
+//! through `csrc/foreach.cpp`, a few libtorch `_foreach_*` kernels per
+//! param group, device and dtype where the for-loop updates launch several
+//! per parameter. On the CPU libtorch runs them tensor by tensor, so the
+//! results equal the for-loop updates'; on CUDA they are torch's foreach
+//! results.
+use super::adam::AdamOptions;
+use super::fused::{grad_rows, ptrs, Buckets};
+use super::sgd::SgdOptions;
+use super::state::{Core, GroupOptions, ParamState};
+use crate::error::{Error, Result};
+use crate::shim::{self, call};
+use libc::c_void;
+use tch::{Device, Tensor};
+
+/// Whether optimizer `kind` has foreach updates.
+pub(crate) fn has_foreach(kind: &str) -> bool {
+    matches!(kind, "sgd" | "adam" | "adamw")
+}
+
+/// torch's refusal of `fused=True` with `foreach=True`.
+pub(crate) fn both_on(kind: &str) -> Error {
+    Error::invalid(format!("{kind}: fused and foreach updates cannot both be on (torch refuses them together too)"))
+}
+
+/// `Optimizer::set_foreach` of the kinds with foreach updates.
+pub(crate) fn set_foreach(core: &mut Core, kind: &str, foreach: Option<bool>) -> Result<()> {
+    if foreach == Some(true) && core.fused {
+        return Err(both_on(kind));
+    }
+    core.foreach = foreach;
+    Ok(())
+}
+
+/// Whether a step runs the foreach updates: as chosen, else torch's
+/// default (every parameter on CUDA).
+pub(crate) fn uses_foreach(core: &Core) -> bool {
+    core.foreach
+        .unwrap_or_else(|| core.groups.iter().flat_map(|g| &g.params).all(|p| matches!(p.device(), Device::Cuda(_))))
+}
+
+/// torch's `_multi_tensor_sgd` over every group. Parameters without a
+/// momentum buffer get the kernel's clone of their gradient once their
+/// call succeeded.
+pub(crate) fn sgd_step(core: &mut Core, defaults: &SgdOptions) -> Result<()> {
+    let _guard = tch::no_grad_guard();
+    let groups = grad_rows(core);
+    for (g, rows) in core.groups.iter().zip(groups) {
+        let o = defaults.of_group(g);
+        let mut buckets = Buckets::default();
+        for (i, p, grad) in rows {
+            buckets.push(i, vec![p, grad]);
+        }
+        for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
+            let n = lists[0].len();
+            let (params, grads) = (ptrs(&lists[0]), ptrs(&lists[1]));
+            let buffers: Vec<*mut c_void> = ids
+                .iter()
+                .map(|&i| {
+                    let buffer = core.state[i].as_ref().and_then(|st| st.buffers.get("momentum_buffer"));
+                    buffer.map_or(std::ptr::null_mut(), |b| b.as_ptr() as *mut c_void)
+                })
+                .collect();
+            let buffers_ptr = if g.momentum != 0.0 { buffers.as_ptr() } else { std::ptr::null() };
+            let mut created = vec![std::ptr::null_mut::<c_void>(); n];
+            // SAFETY: every list holds `n` live tensors (or NULLs where a
+            // buffer is missing) for the call's length; `created` has `n`
+            // slots the shim fills only on success.
+            call("foreach SGD update", |err, len| unsafe {
+                shim::fulmen_cxx_foreach_sgd(
+                    params.as_ptr(),
+                    grads.as_ptr(),
+                    buffers_ptr,
+                    created.as_mut_ptr(),
+                    n,
+                    g.weight_decay,
+                    g.momentum,
+                    g.lr,
+                    o.dampening,
+                    o.nesterov,
+                    o.maximize,
+                    err,
+                    len,
+                )
+            })?;
+            for (&i, b) in ids.iter().zip(created) {
+                if !b.is_null() {
+                    // SAFETY: a heap `at::Tensor*` the shim handed over.
+                    let b = unsafe { Tensor::from_ptr(b.cast()) };
+                    core.state[i].get_or_insert_with(ParamState::default).buffers.insert("momentum_buffer", b);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// torch's `_multi_tensor_adam` (`decoupled`: AdamW) over every group, not
+/// capturable: the bias corrections are computed per parameter from its
+/// step as torch computes them in Python floats. The steps count once
+/// their call succeeded.
+pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool) -> Result<()> {
+    let _guard = tch::no_grad_guard();
+    let groups = grad_rows(core);
+    for (g, rows) in core.groups.iter().zip(groups) {
+        let o = defaults.of_group(g);
+        let (beta1, beta2) = (g.momentum, o.betas.1);
+        let mut buckets = Buckets::default();
+        for (i, p, grad) in rows {
+            let st = core.state[i].get_or_insert_with(ParamState::default);
+            let exp_avg = st.buffer_or_zeros("exp_avg", &p)?.shallow_clone();
+            let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", &p)?.shallow_clone();
+            let max = if o.amsgrad { Some(st.buffer_or_zeros("max_exp_avg_sq", &p)?.shallow_clone()) } else { None };
+            buckets.push(i, [p, grad, exp_avg, exp_avg_sq].into_iter().chain(max).collect());
+        }
+        for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
+            let n = lists[0].len();
+            let steps: Vec<f64> = ids.iter().map(|&i| core.state[i].as_ref().map_or(0.0, |st| st.step) + 1.0).collect();
+            // torch: `(lr / bc) * -1`, the same number negated.
+            let step_sizes: Vec<f64> = steps.iter().map(|&t| -(g.lr / (1.0 - beta1.powf(t)))).collect();
+            let bias_correction2_sqrts: Vec<f64> = steps.iter().map(|&t| (1.0 - beta2.powf(t)).powf(0.5)).collect();
+            let [params, grads, exp_avgs, exp_avg_sqs] = [0, 1, 2, 3].map(|j| ptrs(&lists[j]));
+            let max = lists.get(4).map(|l| ptrs(l));
+            let max_ptr = max.as_ref().map_or(std::ptr::null(), |m| m.as_ptr());
+            // SAFETY: every list holds `n` live tensors and both scalar
+            // lists `n` numbers for the call's length.
+            call("foreach Adam update", |err, len| unsafe {
+                shim::fulmen_cxx_foreach_adam(
+                    params.as_ptr(),
+                    grads.as_ptr(),
+                    exp_avgs.as_ptr(),
+                    exp_avg_sqs.as_ptr(),
+                    max_ptr,
+                    step_sizes.as_ptr(),
+                    bias_correction2_sqrts.as_ptr(),
+                    n,
+                    g.lr,
+                    beta1,
+                    beta2,
+                    g.weight_decay,
+                    o.eps,
+                    o.maximize,
+                    decoupled,
+                    err,
+                    len,
+                )
+            })?;
+            for &i in ids {
+                if let Some(st) = core.state[i].as_mut() {
+                    st.step += 1.0;
+                }
+            }
+        }
+    }
+    Ok(())
+}
