@@ -1,11 +1,13 @@
 // torch.optim's foreach updates (`foreach=True`, torch's default on CUDA):
-// `_multi_tensor_sgd` and `_multi_tensor_adam` (AdamW: decoupled weight
-// decay) of torch 2.13, op for op, over the `n` parameters of one param
-// group, device and dtype. Each list is `n` `at::Tensor*`; an absent list
-// is NULL. The scalars torch computes as Python floats per parameter
-// (Adam's step sizes and bias corrections) come computed.
+// `_multi_tensor_sgd`, `_multi_tensor_adam` (AdamW: decoupled weight
+// decay), `_multi_tensor_adagrad` and `_multi_tensor_rmsprop` of torch
+// 2.13, op for op, over the `n` parameters of one param group, device and
+// dtype. Each list is `n` `at::Tensor*`; an absent list is NULL. The
+// scalars torch computes as Python floats per parameter (Adam's step sizes
+// and bias corrections, Adagrad's decayed learning rates) come computed.
 #include "fulmen_cxx.h"
 
+#include <memory>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -90,7 +92,13 @@ int fulmen_cxx_foreach_sgd(void* const* params, void* const* grads, void* const*
   }
   at::_foreach_add_(p, g, -lr);
   if (new_buffers != nullptr) {
-    for (size_t i = 0; i < n; i++) new_buffers[i] = created[i].defined() ? new at::Tensor(created[i]) : nullptr;
+    // Every handle is allocated before any is handed over, so an
+    // allocation failure leaks none.
+    std::vector<std::unique_ptr<at::Tensor>> out(n);
+    for (size_t i = 0; i < n; i++) {
+      if (created[i].defined()) out[i] = std::make_unique<at::Tensor>(created[i]);
+    }
+    for (size_t i = 0; i < n; i++) new_buffers[i] = out[i].release();
   }
   FULMEN_CXX_CATCH(err, err_len)
 }
@@ -121,6 +129,59 @@ int fulmen_cxx_foreach_adam(void* const* params, void* const* grads, void* const
   at::_foreach_div_(denom, scalars(bias_correction2_sqrts, n));
   at::_foreach_add_(denom, eps);
   at::_foreach_addcdiv_(p, m, denom, scalars(step_sizes, n));
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// torch's `_multi_tensor_adagrad` (dense gradients): `minus_clrs` holds
+// each parameter's `-lr / (1 + (t - 1) * lr_decay)`, `t` its step counted
+// already.
+int fulmen_cxx_foreach_adagrad(void* const* params, void* const* grads, void* const* state_sums,
+                               const double* minus_clrs, size_t n, double weight_decay, double eps, bool maximize,
+                               char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto p = list(params, n), sums = list(state_sums, n);
+  auto g = decayed(list(grads, n), p, weight_decay, maximize);
+  at::_foreach_addcmul_(sums, g, g, 1);
+  auto std = at::_foreach_sqrt(sums);
+  at::_foreach_add_(std, eps);
+  std::vector<at::Tensor> numerator;
+  if (weight_decay != 0 || maximize) {
+    at::_foreach_mul_(g, scalars(minus_clrs, n));  // the list decayed() made
+    numerator = g;
+  } else {
+    numerator = at::_foreach_mul(g, scalars(minus_clrs, n));
+  }
+  at::_foreach_addcdiv_(p, numerator, std);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// torch's `_multi_tensor_rmsprop`: `grad_avgs` is NULL unless centered,
+// `momentum_buffers` NULL unless momentum > 0.
+int fulmen_cxx_foreach_rmsprop(void* const* params, void* const* grads, void* const* square_avgs,
+                               void* const* grad_avgs, void* const* momentum_buffers, size_t n, double lr, double alpha,
+                               double eps, double weight_decay, double momentum, bool maximize, char* err,
+                               size_t err_len) {
+  FULMEN_CXX_TRY
+  auto p = list(params, n), sq = list(square_avgs, n), ga = list(grad_avgs, n), mb = list(momentum_buffers, n);
+  auto g = decayed(list(grads, n), p, weight_decay, maximize);
+  at::_foreach_mul_(sq, alpha);
+  at::_foreach_addcmul_(sq, g, g, 1 - alpha);
+  std::vector<at::Tensor> avg;
+  if (grad_avgs != nullptr) {
+    at::_foreach_lerp_(ga, g, 1 - alpha);
+    avg = at::_foreach_addcmul(sq, ga, ga, -1);
+    at::_foreach_sqrt_(avg);
+  } else {
+    avg = at::_foreach_sqrt(sq);
+  }
+  at::_foreach_add_(avg, eps);
+  if (momentum_buffers != nullptr) {
+    at::_foreach_mul_(mb, momentum);
+    at::_foreach_addcdiv_(mb, g, avg);
+    at::_foreach_add_(p, mb, -lr);
+  } else {
+    at::_foreach_addcdiv_(p, g, avg, -lr);
+  }
   FULMEN_CXX_CATCH(err, err_len)
 }
 

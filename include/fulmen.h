@@ -3152,12 +3152,12 @@ struct fulmen_error *fulmen_trainer_add_backbone_finetuning(struct fulmen_traine
 /**
  * Adds Lightning's `BackboneFinetuning` as
  * `fulmen_trainer_add_backbone_finetuning` does, with a host function in
- * place of `options.lambda_factor` (which is ignored): at each epoch
+ * place of `options.lambda_factor` (not used, but checked as there): at each epoch
  * start after the unfreeze the backbone's lr becomes
  * `lambda_func(epoch + 1)` times the previous one (at most the first
  * group's when `should_align`), once per optimizer as Lightning calls it.
- * `lambda_func` runs on the thread that runs the fit; its factor must be
- * finite and >= 0. `userdata_free` (may be NULL) runs once when the
+ * `lambda_func` runs on the thread that runs the fit, under the trainer's
+ * `callback_timeout`; its factor must be finite and >= 0. `userdata_free` (may be NULL) runs once when the
  * trainer is freed, not when this call fails. A checkpoint keeps the
  * backbone's last lr, not the function.
  *
@@ -5317,13 +5317,15 @@ struct fulmen_error *fulmen_optimizer_fused(const struct fulmen_optimizer *optim
 
 /**
  * Chooses `optimizer`'s foreach updates (torch's `foreach`; a
- * `fulmen_foreach`, default FULMEN_FOREACH_DEFAULT): SGD, Adam and AdamW
- * then update the parameters of a group, device and dtype with a few
- * libtorch `_foreach_*` kernels, op for op as torch's `_multi_tensor_sgd`
- * / `_multi_tensor_adam`, where the for-loop updates launch several per
- * parameter. FULMEN_FOREACH_DEFAULT is torch's `foreach=None`: foreach
- * when every parameter is on CUDA (as torch's default there), the
- * for-loop otherwise. On the CPU the results equal the for-loop's bit for
+ * `fulmen_foreach`, default FULMEN_FOREACH_DEFAULT): SGD, Adam, AdamW,
+ * Adagrad and RMSprop then update the parameters of a group, device and
+ * dtype with a few libtorch `_foreach_*` kernels, op for op as torch's
+ * `_multi_tensor_sgd` / `_adam` / `_adagrad` / `_rmsprop`, where the
+ * for-loop updates launch several per parameter. FULMEN_FOREACH_DEFAULT
+ * is torch's `foreach=None`: foreach when every parameter is on CUDA (as
+ * torch's default there), the for-loop otherwise. The choice is the
+ * optimizer's, for all its param groups (torch keeps one per group; a
+ * state whose groups differ is refused). On the CPU the results equal the for-loop's bit for
  * bit (libtorch runs the foreach ops tensor by tensor); as in torch,
  * Nesterov momentum without maximize or weight decay adds to the
  * gradients in place. An explicit choice is saved in the optimizer's state

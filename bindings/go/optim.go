@@ -245,8 +245,8 @@ func (o *Optimizer) Fused() (bool, error) {
 	return bool(v), err
 }
 
-// Foreach is torch's foreach argument of SGD, Adam and AdamW
-// (fulmen_foreach).
+// Foreach is torch's foreach argument of SGD, Adam, AdamW, Adagrad and
+// RMSprop (fulmen_foreach).
 type Foreach int32
 
 // The choices: ForeachDefault is torch's foreach=None, the foreach updates
@@ -257,7 +257,8 @@ const (
 	ForeachOn      Foreach = C.FULMEN_FOREACH_ON
 )
 
-// SetForeach chooses torch's foreach updates: SGD, Adam and AdamW then
+// SetForeach chooses torch's foreach updates: SGD, Adam, AdamW, Adagrad and
+// RMSprop then
 // update each parameter group, device and dtype with a few libtorch
 // _foreach_* kernels (on the CPU with the for-loop's results, bit for
 // bit). An explicit choice is saved with the state, and a loaded state sets

@@ -201,8 +201,8 @@ impl BackboneFinetuning {
     /// The callback whose backbone lr grows by `lambda(epoch + 1)` at each
     /// epoch start after the unfreeze (Lightning's `lambda_func`), in place
     /// of `opts.lambda_factor`.
-    pub fn with_lambda(opts: BackboneFinetuningOptions, lambda: BackboneLambda) -> Result<Self> {
-        Ok(BackboneFinetuning { lambda: Some(lambda), ..Self::new(opts)? })
+    pub fn with_lambda(self, lambda: BackboneLambda) -> Self {
+        BackboneFinetuning { lambda: Some(lambda), ..self }
     }
 
     /// The factor for epoch `epoch` (Lightning's `lambda_func(epoch)`): the

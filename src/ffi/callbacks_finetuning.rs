@@ -1,5 +1,5 @@
 //! Built-in callbacks: Lightning's `BackboneFinetuning`.
-use super::callback::{host_result, Userdata};
+use super::callback::{call_host, Userdata};
 use super::error::{fulmen_error, guard, str_arg};
 use super::handle;
 use super::trainer::fulmen_trainer;
@@ -120,12 +120,12 @@ pub type fulmen_backbone_lambda_fn =
 
 /// Adds Lightning's `BackboneFinetuning` as
 /// `fulmen_trainer_add_backbone_finetuning` does, with a host function in
-/// place of `options.lambda_factor` (which is ignored): at each epoch
+/// place of `options.lambda_factor` (not used, but checked as there): at each epoch
 /// start after the unfreeze the backbone's lr becomes
 /// `lambda_func(epoch + 1)` times the previous one (at most the first
 /// group's when `should_align`), once per optimizer as Lightning calls it.
-/// `lambda_func` runs on the thread that runs the fit; its factor must be
-/// finite and >= 0. `userdata_free` (may be NULL) runs once when the
+/// `lambda_func` runs on the thread that runs the fit, under the trainer's
+/// `callback_timeout`; its factor must be finite and >= 0. `userdata_free` (may be NULL) runs once when the
 /// trainer is freed, not when this call fails. A checkpoint keeps the
 /// backbone's last lr, not the function.
 ///
@@ -146,18 +146,17 @@ pub unsafe extern "C" fn fulmen_trainer_add_backbone_finetuning_lambda(
 ) -> *mut fulmen_error {
     guard("fulmen_trainer_add_backbone_finetuning_lambda", || {
         let f = lambda_func.ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `lambda_func` is NULL"))?;
-        let opts = core_options(options)?;
+        let callback = BackboneFinetuning::new(core_options(options)?)?;
         let mut t = handle::borrow_mut(trainer, "trainer")?;
         // Nothing fails from here on, so the destructor is armed at once.
         let held = Userdata::new(userdata, userdata_free);
         let lambda: BackboneLambda = Box::new(move |epoch| {
             let mut v = f64::NAN;
             // SAFETY: the host's function with its own userdata, on the fit's thread.
-            let err = f(held.ptr(), epoch, &mut v);
-            host_result(err, || format!("BackboneFinetuning lambda_func({epoch})"))?;
+            call_host(&format!("BackboneFinetuning lambda_func({epoch})"), || unsafe { f(held.ptr(), epoch, &mut v) })?;
             Ok(v)
         });
-        t.inner.add_callback(Box::new(BackboneFinetuning::with_lambda(opts, lambda)?));
+        t.inner.add_callback(Box::new(callback.with_lambda(lambda)));
         Ok(())
     })
 }

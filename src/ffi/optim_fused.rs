@@ -1,6 +1,7 @@
 //! torch.optim's kernel choices from C: `fused=True` (SGD, Adam, AdamW and
 //! Adagrad as one libtorch kernel per parameter group and device) and
-//! `foreach` (SGD, Adam and AdamW as a few `_foreach_*` kernels).
+//! `foreach` (SGD, Adam, AdamW, Adagrad and RMSprop as a few `_foreach_*`
+//! kernels).
 use super::error::{fulmen_error, guard};
 use super::handle::{self, write_out};
 use super::optim::fulmen_optimizer;
@@ -72,13 +73,15 @@ pub unsafe extern "C" fn fulmen_optimizer_fused(
 }
 
 /// Chooses `optimizer`'s foreach updates (torch's `foreach`; a
-/// `fulmen_foreach`, default FULMEN_FOREACH_DEFAULT): SGD, Adam and AdamW
-/// then update the parameters of a group, device and dtype with a few
-/// libtorch `_foreach_*` kernels, op for op as torch's `_multi_tensor_sgd`
-/// / `_multi_tensor_adam`, where the for-loop updates launch several per
-/// parameter. FULMEN_FOREACH_DEFAULT is torch's `foreach=None`: foreach
-/// when every parameter is on CUDA (as torch's default there), the
-/// for-loop otherwise. On the CPU the results equal the for-loop's bit for
+/// `fulmen_foreach`, default FULMEN_FOREACH_DEFAULT): SGD, Adam, AdamW,
+/// Adagrad and RMSprop then update the parameters of a group, device and
+/// dtype with a few libtorch `_foreach_*` kernels, op for op as torch's
+/// `_multi_tensor_sgd` / `_adam` / `_adagrad` / `_rmsprop`, where the
+/// for-loop updates launch several per parameter. FULMEN_FOREACH_DEFAULT
+/// is torch's `foreach=None`: foreach when every parameter is on CUDA (as
+/// torch's default there), the for-loop otherwise. The choice is the
+/// optimizer's, for all its param groups (torch keeps one per group; a
+/// state whose groups differ is refused). On the CPU the results equal the for-loop's bit for
 /// bit (libtorch runs the foreach ops tensor by tensor); as in torch,
 /// Nesterov momentum without maximize or weight decay adds to the
 /// gradients in place. An explicit choice is saved in the optimizer's state

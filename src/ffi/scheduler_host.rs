@@ -1,6 +1,6 @@
 //! Schedulers beyond the closed forms: CyclicLR, and LambdaLR /
 //! MultiplicativeLR whose factor is a host callback.
-use super::callback::{host_result, Userdata};
+use super::callback::{call_host, Userdata};
 use super::error::{fulmen_error, guard};
 use super::optim::fulmen_optimizer;
 use super::scheduler::{fulmen_scheduler, make};
@@ -147,8 +147,9 @@ unsafe fn lambda_scheduler(
     let lambda: LrLambda = Box::new(move |epoch, group| {
         let mut v = f64::NAN;
         // SAFETY: the host's callback with its own userdata, on the thread that steps.
-        let err = f(held.0.ptr(), epoch, group, &mut v);
-        host_result(err, || format!("{name} lr_lambda (step {epoch}, group {group})"))?;
+        call_host(&format!("{name} lr_lambda (step {epoch}, group {group})"), || unsafe {
+            f(held.0.ptr(), epoch, group, &mut v)
+        })?;
         Ok(v)
     });
     make(optimizer, out, |opt| {

@@ -96,10 +96,14 @@ impl Adagrad {
         &self.opts
     }
 
-    /// torch's `_single_tensor_adagrad` (`_fused_adagrad` when fused).
+    /// torch's `_single_tensor_adagrad` (`_fused_adagrad` when fused,
+    /// `_multi_tensor_adagrad` with foreach updates).
     fn update(&mut self) -> Result<()> {
         if self.core.fused {
             return super::fused::adagrad_step(&mut self.core, &self.opts);
+        }
+        if super::foreach::uses_foreach(&self.core) {
+            return super::foreach::adagrad_step(&mut self.core, &self.opts);
         }
         self.core.for_each_grad(&self.opts, |g, o, p, mut grad, st| {
             if !st.buffers.contains_key("sum") {
@@ -126,5 +130,12 @@ super::optimizer_via_core!(Adagrad, "adagrad";
     fn set_fused(&mut self, fused: bool) -> Result<()> {
         let kind = self.name();
         super::fused::set_fused(&mut self.core, kind, fused)
+    }
+    fn foreach(&self) -> Option<bool> {
+        self.core.foreach
+    }
+    fn set_foreach(&mut self, foreach: Option<bool>) -> Result<()> {
+        let kind = self.name();
+        super::foreach::set_foreach(&mut self.core, kind, foreach)
     }
 );

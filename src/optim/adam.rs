@@ -155,7 +155,7 @@ impl AdamCore {
             let bias_correction1 = 1.0 - beta1.powf(step);
             let bias_correction2 = 1.0 - beta2.powf(step);
             let step_size = lr / bias_correction1;
-            let bias_correction2_sqrt = bias_correction2.powf(0.5);
+            let bias_correction2_sqrt = super::py_num::py_pow(bias_correction2, 0.5);
             let second = if o.amsgrad {
                 let max = st.buffer_or_zeros("max_exp_avg_sq", p)?;
                 let m = max.f_maximum(&exp_avg_sq)?;

@@ -1,12 +1,16 @@
 //! torch.optim's foreach updates (`foreach=True`, and torch's default when
-//! every parameter is on CUDA): `_multi_tensor_sgd` and `_multi_tensor_adam`
-//! through `csrc/foreach.cpp`, a few libtorch `_foreach_*` kernels per
+//! every parameter is on CUDA): `_multi_tensor_sgd`, `_multi_tensor_adam`,
+//! `_multi_tensor_adagrad` and `_multi_tensor_rmsprop` through
+//! `csrc/foreach.cpp`, a few libtorch `_foreach_*` kernels per
 //! param group, device and dtype where the for-loop updates launch several
 //! per parameter. On the CPU libtorch runs them tensor by tensor, so the
 //! results equal the for-loop updates'; on CUDA they are torch's foreach
 //! results.
+use super::adagrad::AdagradOptions;
 use super::adam::AdamOptions;
 use super::fused::{grad_rows, ptrs, Buckets};
+use super::py_num::py_pow;
+use super::rmsprop::RmsPropOptions;
 use super::sgd::SgdOptions;
 use super::state::{Core, GroupOptions, ParamState};
 use crate::error::{Error, Result};
@@ -16,7 +20,7 @@ use tch::{Device, Tensor};
 
 /// Whether optimizer `kind` has foreach updates.
 pub(crate) fn has_foreach(kind: &str) -> bool {
-    matches!(kind, "sgd" | "adam" | "adamw")
+    matches!(kind, "sgd" | "adam" | "adamw" | "adagrad" | "rmsprop")
 }
 
 /// torch's refusal of `fused=True` with `foreach=True`.
@@ -119,7 +123,7 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
             let steps: Vec<f64> = ids.iter().map(|&i| core.state[i].as_ref().map_or(0.0, |st| st.step) + 1.0).collect();
             // torch: `(lr / bc) * -1`, the same number negated.
             let step_sizes: Vec<f64> = steps.iter().map(|&t| -(g.lr / (1.0 - beta1.powf(t)))).collect();
-            let bias_correction2_sqrts: Vec<f64> = steps.iter().map(|&t| (1.0 - beta2.powf(t)).powf(0.5)).collect();
+            let bias_correction2_sqrts: Vec<f64> = steps.iter().map(|&t| py_pow(1.0 - beta2.powf(t), 0.5)).collect();
             let [params, grads, exp_avgs, exp_avg_sqs] = [0, 1, 2, 3].map(|j| ptrs(&lists[j]));
             let max = lists.get(4).map(|l| ptrs(l));
             let max_ptr = max.as_ref().map_or(std::ptr::null(), |m| m.as_ptr());
@@ -146,11 +150,122 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
                     len,
                 )
             })?;
-            for &i in ids {
-                if let Some(st) = core.state[i].as_mut() {
-                    st.step += 1.0;
-                }
+            count_steps(&mut core.state, ids);
+        }
+    }
+    Ok(())
+}
+
+/// Counts one step of each parameter at state index `ids` (after its
+/// kernel call succeeded).
+fn count_steps(state: &mut [Option<ParamState>], ids: &[usize]) {
+    for &i in ids {
+        if let Some(st) = state[i].as_mut() {
+            st.step += 1.0;
+        }
+    }
+}
+
+/// torch's `_multi_tensor_adagrad` over every group (dense gradients). A
+/// parameter's sum starts at `initial_accumulator_value` on its first step
+/// with a gradient, as in the for-loop update, and joins the state with
+/// its step count once its call succeeded.
+pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions) -> Result<()> {
+    let _guard = tch::no_grad_guard();
+    let groups = grad_rows(core);
+    for (g, rows) in core.groups.iter().zip(groups) {
+        let o = defaults.of_group(g);
+        let mut buckets = Buckets::default();
+        for (i, p, grad) in rows {
+            let sum = match core.state[i].as_ref().and_then(|st| st.buffers.get("sum")) {
+                Some(s) => s.shallow_clone(),
+                None => p.f_full_like(o.initial_accumulator_value)?,
+            };
+            buckets.push(i, vec![p, grad, sum]);
+        }
+        for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
+            let n = lists[0].len();
+            let minus_clrs: Vec<f64> = ids
+                .iter()
+                .map(|&i| {
+                    let step = core.state[i].as_ref().map_or(0.0, |st| st.step) + 1.0;
+                    -g.lr / (1.0 + (step - 1.0) * o.lr_decay)
+                })
+                .collect();
+            let [params, grads, sums] = [0, 1, 2].map(|j| ptrs(&lists[j]));
+            // SAFETY: every list holds `n` live tensors and `minus_clrs` `n`
+            // numbers for the call's length.
+            call("foreach Adagrad update", |err, len| unsafe {
+                shim::fulmen_cxx_foreach_adagrad(
+                    params.as_ptr(),
+                    grads.as_ptr(),
+                    sums.as_ptr(),
+                    minus_clrs.as_ptr(),
+                    n,
+                    g.weight_decay,
+                    o.eps,
+                    o.maximize,
+                    err,
+                    len,
+                )
+            })?;
+            for (&i, sum) in ids.iter().zip(&lists[2]) {
+                let st = core.state[i].get_or_insert_with(ParamState::default);
+                st.buffers.entry("sum").or_insert_with(|| sum.shallow_clone());
             }
+            count_steps(&mut core.state, ids);
+        }
+    }
+    Ok(())
+}
+
+/// torch's `_multi_tensor_rmsprop` over every group; the steps count once
+/// their call succeeded.
+pub(crate) fn rmsprop_step(core: &mut Core, defaults: &RmsPropOptions) -> Result<()> {
+    let _guard = tch::no_grad_guard();
+    let groups = grad_rows(core);
+    for (g, rows) in core.groups.iter().zip(groups) {
+        let o = defaults.of_group(g);
+        let with_momentum = g.momentum > 0.0;
+        let mut buckets = Buckets::default();
+        for (i, p, grad) in rows {
+            let st = core.state[i].get_or_insert_with(ParamState::default);
+            let square_avg = st.buffer_or_zeros("square_avg", &p)?.shallow_clone();
+            let mut row = vec![p.shallow_clone(), grad, square_avg];
+            if o.centered {
+                row.push(st.buffer_or_zeros("grad_avg", &p)?.shallow_clone());
+            }
+            if with_momentum {
+                row.push(st.buffer_or_zeros("momentum_buffer", &p)?.shallow_clone());
+            }
+            buckets.push(i, row);
+        }
+        for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
+            let n = lists[0].len();
+            let [params, grads, square_avgs] = [0, 1, 2].map(|j| ptrs(&lists[j]));
+            let grad_avgs = o.centered.then(|| ptrs(&lists[3]));
+            let momentum_buffers = with_momentum.then(|| ptrs(&lists[lists.len() - 1]));
+            let ptr_of = |l: &Option<Vec<*mut c_void>>| l.as_ref().map_or(std::ptr::null(), |l| l.as_ptr());
+            // SAFETY: every list holds `n` live tensors for the call's length.
+            call("foreach RMSprop update", |err, len| unsafe {
+                shim::fulmen_cxx_foreach_rmsprop(
+                    params.as_ptr(),
+                    grads.as_ptr(),
+                    square_avgs.as_ptr(),
+                    ptr_of(&grad_avgs),
+                    ptr_of(&momentum_buffers),
+                    n,
+                    g.lr,
+                    o.alpha,
+                    o.eps,
+                    g.weight_decay,
+                    g.momentum,
+                    o.maximize,
+                    err,
+                    len,
+                )
+            })?;
+            count_steps(&mut core.state, ids);
         }
     }
     Ok(())

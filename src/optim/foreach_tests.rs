@@ -5,7 +5,10 @@
 //! updates. Also: buckets by dtype across groups, torch's in-place Nesterov
 //! gradients, the state entry and what is refused.
 use super::test_util::Model;
-use super::{Adam, AdamOptions, AdamW, Optimizer, RmsProp, RmsPropOptions, Sgd, SgdOptions};
+use super::{
+    Adagrad, AdagradOptions, Adam, AdamOptions, AdamW, Adamax, AdamaxOptions, Optimizer, RmsProp, RmsPropOptions, Sgd,
+    SgdOptions,
+};
 use crate::error::ErrorCode;
 use tch::{Kind, Tensor};
 
@@ -50,6 +53,46 @@ fn configs() -> Vec<(&'static str, Make)> {
             "adamw",
             Box::new(|p| {
                 Box::new(AdamW::new(p, AdamOptions { lr: 0.1, weight_decay: 0.1, ..Default::default() }).unwrap())
+            }),
+        ),
+        (
+            "adagrad lr_decay",
+            Box::new(|p| {
+                let o = AdagradOptions {
+                    lr: 0.1,
+                    lr_decay: 0.01,
+                    weight_decay: 0.1,
+                    initial_accumulator_value: 0.1,
+                    ..Default::default()
+                };
+                Box::new(Adagrad::new(p, o).unwrap())
+            }),
+        ),
+        (
+            "adagrad maximize",
+            Box::new(|p| {
+                Box::new(
+                    Adagrad::new(p, AdagradOptions { lr: 0.1, eps: 1e-3, maximize: true, ..Default::default() })
+                        .unwrap(),
+                )
+            }),
+        ),
+        (
+            "adagrad plain",
+            Box::new(|p| Box::new(Adagrad::new(p, AdagradOptions { lr: 0.1, ..Default::default() }).unwrap())),
+        ),
+        (
+            "rmsprop centered momentum",
+            Box::new(|p| {
+                let o =
+                    RmsPropOptions { lr: 0.01, momentum: 0.9, centered: true, weight_decay: 0.1, ..Default::default() };
+                Box::new(RmsProp::new(p, o).unwrap())
+            }),
+        ),
+        (
+            "rmsprop maximize",
+            Box::new(|p| {
+                Box::new(RmsProp::new(p, RmsPropOptions { lr: 0.01, maximize: true, ..Default::default() }).unwrap())
             }),
         ),
     ]
@@ -145,8 +188,8 @@ fn foreach_choice_is_saved_and_loaded() {
 #[test]
 fn foreach_refusals() {
     let m = Model::new(Kind::Float);
-    // RMSprop has no foreach updates in fulmen.
-    let mut r = RmsProp::new(m.params(), RmsPropOptions::default()).unwrap();
+    // Adamax has no foreach updates in fulmen.
+    let mut r = Adamax::new(m.params(), AdamaxOptions::default()).unwrap();
     assert_eq!(r.set_foreach(Some(true)).unwrap_err().code, ErrorCode::Unsupported);
     r.set_foreach(Some(false)).unwrap();
     let mut dict = r.state_dict().unwrap();

@@ -28,7 +28,7 @@ fn cubic_interpolate(
     let d1 = g1.add(g2)?.sub(&three_df.div(&x1.sub(x2)?)?)?;
     let d1_squared = match &d1 {
         Num::T(t) => Num::T(t.f_pow_tensor_scalar(2)?),
-        Num::F(v) => Num::F(v.powi(2)),
+        Num::F(v) => Num::F(super::py_num::py_pow(*v, 2.0)),
     };
     let d2_square = d1_squared.sub(&g1.mul(g2)?)?;
     if d2_square.cmp(Cmp::Ge, &Num::F(0.0))? {

@@ -262,16 +262,19 @@ pub trait Optimizer: Send {
         None
     }
 
-    /// Chooses the foreach updates (SGD, Adam, AdamW: torch's
-    /// `_multi_tensor_*`, a few libtorch `_foreach_*` kernels per group and
-    /// device instead of several per parameter). Kinds without them refuse
+    /// Chooses the foreach updates (SGD, Adam, AdamW, Adagrad, RMSprop:
+    /// torch's `_multi_tensor_*`, a few libtorch `_foreach_*` kernels per
+    /// group and device instead of several per parameter). Kinds without them refuse
     /// `Some(true)` with `Unsupported` and keep nothing else; turning them
     /// on while the fused updates are on is refused (`InvalidArgument`).
     fn set_foreach(&mut self, foreach: Option<bool>) -> Result<()> {
         if foreach == Some(true) {
             return Err(Error::new(
                 crate::error::ErrorCode::Unsupported,
-                format!("{} has no foreach updates in fulmen (SGD, Adam and AdamW have)", self.name()),
+                format!(
+                    "{} has no foreach updates in fulmen (SGD, Adam, AdamW, Adagrad and RMSprop have)",
+                    self.name()
+                ),
             ));
         }
         Ok(())

@@ -151,6 +151,15 @@ impl Num {
 }
 
 /// Python's `max(a, b)`: `b` when `b > a`, else `a`.
+/// Python's `x ** y` on floats: libm's `pow`. With a constant exponent
+/// Rust's `powf` / `powi` let LLVM rewrite `x ** 0.5` into `sqrt(x)` and
+/// `x ** 2` into `x * x`, correctly rounded where glibc's `pow` may be one
+/// ulp off (`(1 - 0.999 ** 1270) ** 0.5`), so the exponent is hidden from
+/// the optimizer.
+pub(crate) fn py_pow(x: f64, y: f64) -> f64 {
+    x.powf(std::hint::black_box(y))
+}
+
 pub(crate) fn py_max(a: &Num, b: &Num) -> Result<Num> {
     Ok(if b.cmp(Cmp::Gt, a)? { b.clone() } else { a.clone() })
 }
@@ -184,6 +193,18 @@ mod tests {
         assert!(!Num::F(0.1).cmp(Cmp::Lt, &t(0.1)).unwrap());
         assert!(Num::F(0.1).cmp(Cmp::Le, &t(0.1)).unwrap());
         assert!(Num::F(0.1).cmp(Cmp::Gt, &Num::F(0.05)).unwrap());
+    }
+
+    #[test]
+    fn pow_is_pythons_not_the_correctly_rounded_shortcut() {
+        // Python: (1 - 0.999 ** 1270) ** 0.5 (Adam's bias correction) and
+        // 6.736356487348907 ** 2, where sqrt and x * x round otherwise.
+        let bc = 1.0 - py_pow(0.999, 1270.0);
+        assert_eq!(bc, 0.7193467685933388);
+        assert_eq!(py_pow(bc, 0.5), 0.8481431297801916);
+        assert_ne!(bc.sqrt(), 0.8481431297801916);
+        assert_eq!(py_pow(6.736356487348907, 2.0), 45.3784987246477);
+        assert_ne!(6.736356487348907f64 * 6.736356487348907, 45.3784987246477);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! RAdam, `torch.optim.RAdam` (Adam with a rectified adaptive learning
 //! rate).
 use super::adam::check_beta;
+use super::py_num::py_pow;
 use super::state::{add_scaled, add_scaled_, addcmul_, extra, flag, Core, GroupOptions, Spec};
 use super::{check_non_negative, Optimizer, ParamGroup};
 use crate::error::Result;
@@ -133,11 +134,11 @@ impl RAdam {
             let rho_t = rho_inf - 2.0 * step * beta2.powf(step) / bias_correction2;
             let update = if rho_t > 5.0 {
                 let rect =
-                    ((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)).powf(0.5);
+                    py_pow((rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t), 0.5);
                 let mut sqrt = exp_avg_sq.f_sqrt()?;
                 let _ = sqrt.f_add_scalar_(o.eps)?;
                 // torch: `(bias_correction2 ** 0.5) / sqrt`, a reciprocal times the number.
-                let adaptive = sqrt.f_reciprocal()?.f_mul_scalar(bias_correction2.powf(0.5))?;
+                let adaptive = sqrt.f_reciprocal()?.f_mul_scalar(py_pow(bias_correction2, 0.5))?;
                 corrected.f_mul_scalar(lr)?.f_mul(&adaptive)?.f_mul_scalar(rect)?
             } else {
                 corrected.f_mul_scalar(lr)?

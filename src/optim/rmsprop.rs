@@ -104,7 +104,12 @@ impl RmsProp {
         &self.opts
     }
 
+    /// torch's `_single_tensor_rmsprop` (`_multi_tensor_rmsprop` with
+    /// foreach updates).
     fn update(&mut self) -> Result<()> {
+        if super::foreach::uses_foreach(&self.core) {
+            return super::foreach::rmsprop_step(&mut self.core, &self.opts);
+        }
         self.core.for_each_grad(&self.opts, |g, o, p, mut grad, st| {
             st.buffer_or_zeros("square_avg", p)?;
             if g.momentum > 0.0 {
@@ -145,7 +150,15 @@ impl RmsProp {
     }
 }
 
-super::optimizer_via_core!(RmsProp, "rmsprop");
+super::optimizer_via_core!(RmsProp, "rmsprop";
+    fn foreach(&self) -> Option<bool> {
+        self.core.foreach
+    }
+    fn set_foreach(&mut self, foreach: Option<bool>) -> Result<()> {
+        let kind = self.name();
+        super::foreach::set_foreach(&mut self.core, kind, foreach)
+    }
+);
 
 #[cfg(test)]
 mod tests;

@@ -36,4 +36,32 @@ extern "C" {
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;
+    pub(crate) fn fulmen_cxx_foreach_adagrad(
+        params: *const *mut c_void,
+        grads: *const *mut c_void,
+        state_sums: *const *mut c_void,
+        minus_clrs: *const f64,
+        n: size_t,
+        weight_decay: f64,
+        eps: f64,
+        maximize: bool,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_foreach_rmsprop(
+        params: *const *mut c_void,
+        grads: *const *mut c_void,
+        square_avgs: *const *mut c_void,
+        grad_avgs: *const *mut c_void,
+        momentum_buffers: *const *mut c_void,
+        n: size_t,
+        lr: f64,
+        alpha: f64,
+        eps: f64,
+        weight_decay: f64,
+        momentum: f64,
+        maximize: bool,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
 }

@@ -1236,12 +1236,13 @@ static void test_fused(void) {
     fulmen_tensor_free(q);
 }
 
-/* Foreach updates (torch's foreach): on the CPU equal to the for-loop
- * updates bit for bit, as torch's are; the choice reported, and refused
- * where fulmen has none or with fused updates. */
+/* Foreach updates (torch's foreach) of SGD, Adam, AdamW, Adagrad and
+ * RMSprop: on the CPU equal to the for-loop updates bit for bit, as
+ * torch's are; the choice reported, and refused where fulmen has none or
+ * with fused updates. */
 static void test_foreach(void) {
     const float start[3] = {1.0f, -2.0f, 0.5f}, a[3] = {0.3f, -0.7f, 1.1f};
-    for (int kind = 0; kind < 3; kind++) {
+    for (int kind = 0; kind < 5; kind++) {
         fulmen_tensor *p[2] = {param(start, 3), param(start, 3)};
         fulmen_optimizer *o[2] = {NULL, NULL};
         for (int k = 0; k < 2; k++) {
@@ -1252,6 +1253,18 @@ static void test_foreach(void) {
                 s.momentum = 0.9;
                 s.weight_decay = 0.01;
                 CHECK_OK(fulmen_optimizer_sgd_new(NULL, ps, 1, &s, &o[k]));
+            } else if (kind == 3) {
+                fulmen_adagrad_options g = fulmen_adagrad_options_default();
+                g.lr = 0.1;
+                g.lr_decay = 0.01;
+                g.weight_decay = 0.1;
+                CHECK_OK(fulmen_optimizer_adagrad_new(NULL, ps, 1, &g, &o[k]));
+            } else if (kind == 4) {
+                fulmen_rmsprop_options r = fulmen_rmsprop_options_default();
+                r.lr = 0.05;
+                r.momentum = 0.9;
+                r.centered = true;
+                CHECK_OK(fulmen_optimizer_rmsprop_new(NULL, ps, 1, &r, &o[k]));
             } else {
                 fulmen_adam_options d = kind == 1 ? fulmen_adam_options_default() : fulmen_adamw_options_default();
                 d.lr = 0.05;
@@ -1268,7 +1281,9 @@ static void test_foreach(void) {
         CHECK_OK(fulmen_optimizer_foreach(o[0], &choice[0]));
         CHECK_OK(fulmen_optimizer_foreach(o[1], &choice[1]));
         CHECK(choice[0] == FULMEN_FOREACH_OFF && choice[1] == FULMEN_FOREACH_ON);
-        CHECK_ERR(fulmen_optimizer_set_fused(o[1], true), FULMEN_CODE_INVALID_ARGUMENT, "foreach");
+        if (kind != 4) { /* RMSprop has no fused updates */
+            CHECK_ERR(fulmen_optimizer_set_fused(o[1], true), FULMEN_CODE_INVALID_ARGUMENT, "foreach");
+        }
         for (int step = 0; step < 6; step++) {
             for (int k = 0; k < 2; k++) {
                 CHECK_OK(fulmen_optimizer_zero_grad(o[k]));
@@ -1290,15 +1305,15 @@ static void test_foreach(void) {
     }
     fulmen_tensor *q = param(start, 3);
     const fulmen_tensor *qs[1] = {q};
-    fulmen_optimizer *rms = NULL, *sgd = NULL;
-    fulmen_rmsprop_options ro = fulmen_rmsprop_options_default();
+    fulmen_optimizer *adamax = NULL, *sgd = NULL;
+    fulmen_adamax_options xo = fulmen_adamax_options_default();
     fulmen_sgd_options so = fulmen_sgd_options_default();
-    CHECK_OK(fulmen_optimizer_rmsprop_new(NULL, qs, 1, &ro, &rms));
+    CHECK_OK(fulmen_optimizer_adamax_new(NULL, qs, 1, &xo, &adamax));
     CHECK_OK(fulmen_optimizer_sgd_new(NULL, qs, 1, &so, &sgd));
-    CHECK_ERR(fulmen_optimizer_set_foreach(rms, FULMEN_FOREACH_ON), FULMEN_CODE_UNSUPPORTED, "foreach");
-    CHECK_OK(fulmen_optimizer_set_foreach(rms, FULMEN_FOREACH_OFF));
+    CHECK_ERR(fulmen_optimizer_set_foreach(adamax, FULMEN_FOREACH_ON), FULMEN_CODE_UNSUPPORTED, "foreach");
+    CHECK_OK(fulmen_optimizer_set_foreach(adamax, FULMEN_FOREACH_OFF));
     int32_t choice = -1;
-    CHECK_OK(fulmen_optimizer_foreach(rms, &choice));
+    CHECK_OK(fulmen_optimizer_foreach(adamax, &choice));
     CHECK(choice == FULMEN_FOREACH_DEFAULT);
     CHECK_ERR(fulmen_optimizer_set_foreach(sgd, 7), FULMEN_CODE_INVALID_ARGUMENT, "fulmen_foreach");
     CHECK_ERR(fulmen_optimizer_set_foreach(sgd, -1), FULMEN_CODE_INVALID_ARGUMENT, "fulmen_foreach");
@@ -1307,7 +1322,7 @@ static void test_foreach(void) {
     CHECK_ERR(fulmen_optimizer_set_foreach(NULL, FULMEN_FOREACH_ON), FULMEN_CODE_NULL_ARGUMENT, NULL);
     CHECK_ERR(fulmen_optimizer_set_foreach(WRONG_OPT, FULMEN_FOREACH_ON), FULMEN_CODE_INVALID_HANDLE, NULL);
     CHECK_ERR(fulmen_optimizer_foreach(sgd, NULL), FULMEN_CODE_NULL_ARGUMENT, "out");
-    fulmen_optimizer_free(rms);
+    fulmen_optimizer_free(adamax);
     fulmen_optimizer_free(sgd);
     fulmen_tensor_free(q);
 }

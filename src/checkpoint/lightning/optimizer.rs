@@ -14,9 +14,9 @@ const FLAGS: &[&str] = &["amsgrad", "maximize", "nesterov", "centered", "decoupl
 /// Group entries of torch's implementation choices (foreach, fused,
 /// capturable and differentiable kernels). fulmen runs its one
 /// implementation whatever they say, except `fused` of SGD, Adam, AdamW
-/// and Adagrad (the optimizer's fused updates) and `foreach` of SGD, Adam
-/// and AdamW (its foreach updates): the others are dropped when read and
-/// written with torch's defaults.
+/// and Adagrad (the optimizer's fused updates) and `foreach` of SGD, Adam,
+/// AdamW, Adagrad and RMSprop (its foreach updates): the others are
+/// dropped when read and written with torch's defaults.
 const KERNEL_CHOICES: &[&str] = &["foreach", "capturable", "differentiable", "fused"];
 
 /// The order of torch's group entries for each kind (`initial_lr`, which a
@@ -251,8 +251,9 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
             group_entries.iter().any(|(k, _)| matches!(k, Value::Str(s) if names.contains(&s.as_str())))
         };
         let fusable = has(&["amsgrad", "nesterov", "lr_decay"]);
-        // SGD's and Adam's / AdamW's (whose foreach updates fulmen has).
-        let foreachable = has(&["amsgrad", "nesterov"]);
+        // SGD's, Adam's / AdamW's, Adagrad's and RMSprop's (whose foreach
+        // updates fulmen has).
+        let foreachable = has(&["amsgrad", "nesterov", "lr_decay", "centered"]);
         for (k, x) in group_entries {
             let Value::Str(k) = k else {
                 return Err(Error::format(format!("{gwhat} has a key that is not a string")));

@@ -488,7 +488,7 @@ fn the_weights_alone_read_past_a_scheduler_fulmen_cannot_resume() {
 
 #[test]
 fn foreach_choices_cross_torch_form_as_booleans() {
-    use crate::optim::{Adam, AdamOptions, Optimizer, RmsProp, RmsPropOptions};
+    use crate::optim::{Adam, AdamOptions, Adamax, AdamaxOptions, Optimizer};
     let w = Tensor::from_slice(&[1.0f32, 2.0]).set_requires_grad(true);
     for choice in [Some(true), Some(false), None] {
         let mut adam = Adam::new(vec![w.shallow_clone()], AdamOptions::default()).unwrap();
@@ -503,9 +503,10 @@ fn foreach_choices_cross_torch_form_as_booleans() {
         back.load_state_dict(&optimizer::from_torch(&v, "adam").unwrap()).unwrap();
         assert_eq!(back.foreach(), choice);
     }
-    // RMSprop's foreach=True (which fulmen's RMSprop lacks) is dropped when read.
-    let mut rms = RmsProp::new(vec![w.shallow_clone()], RmsPropOptions::default()).unwrap();
-    let Value::Dict(mut top) = optimizer::to_torch("rmsprop", &rms.state_dict().unwrap()).unwrap() else { panic!() };
+    // Adamax's foreach=True (which fulmen's Adamax lacks) is dropped when read.
+    let mut adamax = Adamax::new(vec![w.shallow_clone()], AdamaxOptions::default()).unwrap();
+    let Value::Dict(mut top) = optimizer::to_torch("adamax", &adamax.state_dict().unwrap()).unwrap() else { panic!() };
+    let mut found = false;
     for (k, groups) in top.iter_mut() {
         if let (Value::Str(k), Value::List(groups)) = (k, groups) {
             if k == "param_groups" {
@@ -513,11 +514,13 @@ fn foreach_choices_cross_torch_form_as_booleans() {
                 for (name, x) in entries.iter_mut() {
                     if matches!(name, Value::Str(s) if s == "foreach") {
                         *x = Value::Bool(true);
+                        found = true;
                     }
                 }
             }
         }
     }
-    rms.load_state_dict(&optimizer::from_torch(&Value::Dict(top), "rmsprop").unwrap()).unwrap();
-    assert_eq!(rms.foreach(), None);
+    assert!(found, "torch's Adamax group has a foreach entry");
+    adamax.load_state_dict(&optimizer::from_torch(&Value::Dict(top), "adamax").unwrap()).unwrap();
+    assert_eq!(adamax.foreach(), None);
 }
