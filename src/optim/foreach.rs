@@ -8,7 +8,7 @@
 //! results.
 use super::adagrad::AdagradOptions;
 use super::adam::AdamOptions;
-use super::fused::{grad_rows, ptrs, Buckets};
+use super::fused::{adagrad_sum, adam_buffers, count_steps, grad_rows, keep_sums, ptrs, Buckets};
 use super::py_num::py_pow;
 use super::rmsprop::RmsPropOptions;
 use super::sgd::SgdOptions;
@@ -113,10 +113,8 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
         let mut buckets = Buckets::default();
         for (i, p, grad) in rows {
             let st = core.state[i].get_or_insert_with(ParamState::default);
-            let exp_avg = st.buffer_or_zeros("exp_avg", &p)?.shallow_clone();
-            let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", &p)?.shallow_clone();
-            let max = if o.amsgrad { Some(st.buffer_or_zeros("max_exp_avg_sq", &p)?.shallow_clone()) } else { None };
-            buckets.push(i, [p, grad, exp_avg, exp_avg_sq].into_iter().chain(max).collect());
+            let buffers = adam_buffers(st, &p, o.amsgrad)?;
+            buckets.push(i, [p, grad].into_iter().chain(buffers).collect());
         }
         for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
             let n = lists[0].len();
@@ -156,16 +154,6 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
     Ok(())
 }
 
-/// Counts one step of each parameter at state index `ids` (after its
-/// kernel call succeeded).
-fn count_steps(state: &mut [Option<ParamState>], ids: &[usize]) {
-    for &i in ids {
-        if let Some(st) = state[i].as_mut() {
-            st.step += 1.0;
-        }
-    }
-}
-
 /// torch's `_multi_tensor_adagrad` over every group (dense gradients). A
 /// parameter's sum starts at `initial_accumulator_value` on its first step
 /// with a gradient, as in the for-loop update, and joins the state with
@@ -177,10 +165,7 @@ pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions) -> Result
         let o = defaults.of_group(g);
         let mut buckets = Buckets::default();
         for (i, p, grad) in rows {
-            let sum = match core.state[i].as_ref().and_then(|st| st.buffers.get("sum")) {
-                Some(s) => s.shallow_clone(),
-                None => p.f_full_like(o.initial_accumulator_value)?,
-            };
+            let sum = adagrad_sum(&core.state, i, &p, o.initial_accumulator_value)?;
             buckets.push(i, vec![p, grad, sum]);
         }
         for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
@@ -209,10 +194,7 @@ pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions) -> Result
                     len,
                 )
             })?;
-            for (&i, sum) in ids.iter().zip(&lists[2]) {
-                let st = core.state[i].get_or_insert_with(ParamState::default);
-                st.buffers.entry("sum").or_insert_with(|| sum.shallow_clone());
-            }
+            keep_sums(&mut core.state, ids, &lists[2]);
             count_steps(&mut core.state, ids);
         }
     }

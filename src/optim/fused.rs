@@ -50,6 +50,43 @@ pub(super) fn ptrs(list: &[Tensor]) -> Vec<*mut c_void> {
     list.iter().map(|t| t.as_ptr() as *mut c_void).collect()
 }
 
+/// Adam's state buffers of a parameter, created as zeros when missing:
+/// `exp_avg`, `exp_avg_sq`, and `max_exp_avg_sq` with `amsgrad` (the
+/// fused and foreach updates' lists after the parameter and gradient).
+pub(super) fn adam_buffers(st: &mut ParamState, p: &Tensor, amsgrad: bool) -> Result<Vec<Tensor>> {
+    let names: &[&'static str] =
+        if amsgrad { &["exp_avg", "exp_avg_sq", "max_exp_avg_sq"] } else { &["exp_avg", "exp_avg_sq"] };
+    names.iter().map(|n| Ok(st.buffer_or_zeros(n, p)?.shallow_clone())).collect()
+}
+
+/// Adagrad's sum of the parameter at state index `i`: its state's, or a
+/// new one at `initial` (kept by [`keep_sums`] once its update succeeded).
+pub(super) fn adagrad_sum(state: &[Option<ParamState>], i: usize, p: &Tensor, initial: f64) -> Result<Tensor> {
+    match state[i].as_ref().and_then(|st| st.buffers.get("sum")) {
+        Some(s) => Ok(s.shallow_clone()),
+        None => Ok(p.f_full_like(initial)?),
+    }
+}
+
+/// Puts the sums of a successful Adagrad update into the state of the
+/// parameters at `ids` that had none.
+pub(super) fn keep_sums(state: &mut [Option<ParamState>], ids: &[usize], sums: &[Tensor]) {
+    for (&i, sum) in ids.iter().zip(sums) {
+        let st = state[i].get_or_insert_with(ParamState::default);
+        st.buffers.entry("sum").or_insert_with(|| sum.shallow_clone());
+    }
+}
+
+/// Counts one step of each parameter at state index `ids` (after its
+/// kernel call succeeded).
+pub(super) fn count_steps(state: &mut [Option<ParamState>], ids: &[usize]) {
+    for &i in ids {
+        if let Some(st) = state[i].as_mut() {
+            st.step += 1.0;
+        }
+    }
+}
+
 /// What torch's `_device_dtype_check_for_fused` checks: floating
 /// parameters on a device with fused kernels (CPU, CUDA, MPS).
 pub(crate) fn check_fusable(kind: &str, params: &[Tensor]) -> Result<()> {
@@ -127,13 +164,13 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
         let mut buckets = Buckets::default();
         for (i, p, grad) in rows {
             let st = core.state[i].get_or_insert_with(ParamState::default);
-            let exp_avg = st.buffer_or_zeros("exp_avg", &p)?.shallow_clone();
-            let exp_avg_sq = st.buffer_or_zeros("exp_avg_sq", &p)?.shallow_clone();
-            let max = if o.amsgrad { Some(st.buffer_or_zeros("max_exp_avg_sq", &p)?.shallow_clone()) } else { None };
+            let buffers = adam_buffers(st, &p, o.amsgrad)?;
             // torch keeps a fused optimizer's step as a float32 tensor on
             // the parameter's device; the kernel reads it there. It counts
             // in the state once the kernel succeeded.
             let step = Tensor::f_scalar_tensor(st.step + 1.0, (Kind::Float, p.device()))?;
+            let [exp_avg, exp_avg_sq] = [&buffers[0], &buffers[1]].map(Tensor::shallow_clone);
+            let max = buffers.get(2).map(Tensor::shallow_clone);
             buckets.push(i, [p, grad, exp_avg, exp_avg_sq, step].into_iter().chain(max).collect());
         }
         for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
@@ -163,11 +200,7 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
                     len,
                 )
             })?;
-            for &i in ids {
-                if let Some(st) = core.state[i].as_mut() {
-                    st.step += 1.0;
-                }
-            }
+            count_steps(&mut core.state, ids);
         }
     }
     Ok(())
@@ -251,12 +284,8 @@ pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions) -> Result
         let o = defaults.of_group(g);
         let mut buckets = Buckets::default();
         for (i, p, grad) in rows {
-            let st = core.state[i].as_ref();
-            let sum = match st.and_then(|st| st.buffers.get("sum")) {
-                Some(s) => s.shallow_clone(),
-                None => p.f_full_like(o.initial_accumulator_value)?,
-            };
-            let done = st.map_or(0.0, |st| st.step);
+            let sum = adagrad_sum(&core.state, i, &p, o.initial_accumulator_value)?;
+            let done = core.state[i].as_ref().map_or(0.0, |st| st.step);
             let step = Tensor::f_scalar_tensor(done + 1.0, (Kind::Float, p.device()))?;
             buckets.push(i, vec![p, grad, sum, step]);
         }
@@ -280,11 +309,8 @@ pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions) -> Result
                     len,
                 )
             })?;
-            for (&i, sum) in ids.iter().zip(&lists[2]) {
-                let st = core.state[i].get_or_insert_with(ParamState::default);
-                st.buffers.entry("sum").or_insert_with(|| sum.shallow_clone());
-                st.step += 1.0;
-            }
+            keep_sums(&mut core.state, ids, &lists[2]);
+            count_steps(&mut core.state, ids);
         }
     }
     Ok(())
