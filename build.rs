@@ -58,6 +58,8 @@ fn build_cxx_shims(lib: &Path) {
         "csrc/ops.cpp",
         "csrc/fused.cpp",
         "csrc/foreach.cpp",
+        "csrc/foreach_adam_variants.cpp",
+        "csrc/optim_lists.hpp",
         "csrc/pinned.cpp",
         "csrc/profiler.cpp",
         "csrc/script.cpp",
@@ -97,6 +99,7 @@ fn build_cxx_shims(lib: &Path) {
         .file("csrc/ops.cpp")
         .file("csrc/fused.cpp")
         .file("csrc/foreach.cpp")
+        .file("csrc/foreach_adam_variants.cpp")
         .file("csrc/pinned.cpp")
         .file("csrc/profiler.cpp")
         .file("csrc/script.cpp")

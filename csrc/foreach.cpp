@@ -2,10 +2,12 @@
 // `_multi_tensor_sgd`, `_multi_tensor_adam` (AdamW: decoupled weight
 // decay), `_multi_tensor_adagrad` and `_multi_tensor_rmsprop` of torch
 // 2.13, op for op, over the `n` parameters of one param group, device and
-// dtype. Each list is `n` `at::Tensor*`; an absent list is NULL. The
-// scalars torch computes as Python floats per parameter (Adam's step sizes
-// and bias corrections, Adagrad's decayed learning rates) come computed.
+// dtype (Adamax, NAdam and RAdam: foreach_adam_variants.cpp). Each list
+// is `n` `at::Tensor*`; an absent list is NULL. The scalars torch computes
+// as Python floats per parameter (step sizes, bias corrections, Adagrad's
+// decayed learning rates) come computed.
 #include "fulmen_cxx.h"
+#include "optim_lists.hpp"
 
 #include <memory>
 #include <vector>
@@ -21,32 +23,10 @@
 #include <ATen/ops/_foreach_neg.h>
 #include <ATen/ops/_foreach_sqrt.h>
 
-namespace {
-std::vector<at::Tensor> list(void* const* p, size_t n) {
-  std::vector<at::Tensor> out;
-  if (p == nullptr) return out;
-  out.reserve(n);
-  for (size_t i = 0; i < n; i++) out.push_back(*static_cast<const at::Tensor*>(p[i]));
-  return out;
-}
-
-std::vector<at::Scalar> scalars(const double* v, size_t n) { return std::vector<at::Scalar>(v, v + n); }
-
-// torch's maximize and L2 weight decay on the gradients: a new list when
-// either applies (maximize's negation is reused for the decay).
-std::vector<at::Tensor> decayed(std::vector<at::Tensor> grads, const std::vector<at::Tensor>& params,
-                                double weight_decay, bool maximize) {
-  if (maximize) grads = at::_foreach_neg(grads);
-  if (weight_decay != 0) {
-    if (maximize) {
-      at::_foreach_add_(grads, params, weight_decay);
-    } else {
-      grads = at::_foreach_add(grads, params, weight_decay);
-    }
-  }
-  return grads;
-}
-}  // namespace
+using fulmen_optim::adam_family_grads;
+using fulmen_optim::decayed;
+using fulmen_optim::list;
+using fulmen_optim::scalars;
 
 extern "C" {
 
@@ -114,8 +94,7 @@ int fulmen_cxx_foreach_adam(void* const* params, void* const* grads, void* const
                             size_t err_len) {
   FULMEN_CXX_TRY
   auto p = list(params, n), m = list(exp_avgs, n), v = list(exp_avg_sqs, n), vmax = list(max_exp_avg_sqs, n);
-  auto g = decayed(list(grads, n), p, decoupled ? 0.0 : weight_decay, maximize);
-  if (decoupled && weight_decay != 0) at::_foreach_mul_(p, 1 - lr * weight_decay);
+  auto g = adam_family_grads(grads, p, n, lr, weight_decay, decoupled, maximize);
   at::_foreach_lerp_(m, g, 1 - beta1);
   at::_foreach_mul_(v, beta2);
   at::_foreach_addcmul_(v, g, g, 1 - beta2);

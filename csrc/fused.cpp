@@ -3,6 +3,7 @@
 // `_fused_adam` / `_fused_sgd` / `_fused_adagrad` call them. Each list is `n` `at::Tensor*`
 // of one device and dtype; an empty list is passed as NULL.
 #include "fulmen_cxx.h"
+#include "optim_lists.hpp"
 
 #include <vector>
 
@@ -12,15 +13,7 @@
 #include <ATen/ops/_fused_adamw.h>
 #include <ATen/ops/_fused_sgd.h>
 
-namespace {
-std::vector<at::Tensor> list(void* const* p, size_t n) {
-  std::vector<at::Tensor> out;
-  if (p == nullptr) return out;
-  out.reserve(n);
-  for (size_t i = 0; i < n; i++) out.push_back(*static_cast<const at::Tensor*>(p[i]));
-  return out;
-}
-}  // namespace
+using fulmen_optim::list;
 
 extern "C" {
 

@@ -5318,15 +5318,17 @@ struct fulmen_error *fulmen_optimizer_fused(const struct fulmen_optimizer *optim
 /**
  * Chooses `optimizer`'s foreach updates (torch's `foreach`; a
  * `fulmen_foreach`, default FULMEN_FOREACH_DEFAULT): SGD, Adam, AdamW,
- * Adagrad and RMSprop then update the parameters of a group, device and
- * dtype with a few libtorch `_foreach_*` kernels, op for op as torch's
- * `_multi_tensor_sgd` / `_adam` / `_adagrad` / `_rmsprop`, where the
- * for-loop updates launch several per parameter. FULMEN_FOREACH_DEFAULT
- * is torch's `foreach=None`: foreach when every parameter is on CUDA (as
- * torch's default there), the for-loop otherwise. The choice is the
- * optimizer's, for all its param groups (torch keeps one per group; a
- * state whose groups differ is refused). On the CPU the results equal the for-loop's bit for
- * bit (libtorch runs the foreach ops tensor by tensor); as in torch,
+ * Adagrad, RMSprop, Adamax, NAdam and RAdam then update the parameters of
+ * a group, device and dtype with a few libtorch `_foreach_*` kernels, op
+ * for op as torch's `_multi_tensor_*` updates, where the for-loop updates
+ * launch several per parameter. FULMEN_FOREACH_DEFAULT is torch's
+ * `foreach=None`: foreach when every parameter is on CUDA (as torch's
+ * default there), the for-loop otherwise. The choice is the optimizer's,
+ * for all its param groups (torch keeps one per group; a state whose
+ * groups differ is refused). On the CPU the results equal the for-loop's
+ * bit for bit (libtorch runs the foreach ops tensor by tensor), but for
+ * NAdam and RAdam, whose foreach updates order their operations
+ * differently and so differ in the last bits, as torch's do; as in torch,
  * Nesterov momentum without maximize or weight decay adds to the
  * gradients in place. An explicit choice is saved in the optimizer's state
  * (every param group's `foreach` entry, as torch), and a loaded state sets
@@ -5335,8 +5337,9 @@ struct fulmen_error *fulmen_optimizer_fused(const struct fulmen_optimizer *optim
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (`foreach` not a fulmen_foreach;
  * FULMEN_FOREACH_ON while the fused updates are on, which torch refuses
- * too), FULMEN_CODE_UNSUPPORTED (FULMEN_FOREACH_ON for another kind of
- * optimizer; FULMEN_FOREACH_OFF is accepted and changes nothing there).
+ * too), FULMEN_CODE_UNSUPPORTED (FULMEN_FOREACH_ON for LBFGS, which has
+ * no foreach updates in torch either; FULMEN_FOREACH_OFF is accepted and
+ * changes nothing there).
  */
 struct fulmen_error *fulmen_optimizer_set_foreach(struct fulmen_optimizer *optimizer,
                                                   int32_t foreach);

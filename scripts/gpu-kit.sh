@@ -161,7 +161,8 @@ PC
 # The Lightning round trip of the example's checkpoints, and PyTorch's side
 # of gpu_check's weights saved from cuda:0.
 mkdir -p "$bundle/interop"
-cp "$root/tests/interop/mnist_lightning_check.py" "$root/tests/gpu/torch_cuda_weights.py" "$bundle/interop/"
+cp "$root/tests/interop/mnist_lightning_check.py" "$root/tests/gpu/torch_cuda_weights.py" \
+    "$root/tests/gpu/torch_cuda_optim.py" "$bundle/interop/"
 # The benchmark harness with its fulmen-c contender, laid out as in the
 # repository (bench/run.py finds build/bench/fulmen_bench and Cargo.toml
 # beside it); the Python contenders use the GPU machine's PyTorch and

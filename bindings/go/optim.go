@@ -245,8 +245,8 @@ func (o *Optimizer) Fused() (bool, error) {
 	return bool(v), err
 }
 
-// Foreach is torch's foreach argument of SGD, Adam, AdamW, Adagrad and
-// RMSprop (fulmen_foreach).
+// Foreach is torch's foreach argument of every optimizer but LBFGS
+// (fulmen_foreach).
 type Foreach int32
 
 // The choices: ForeachDefault is torch's foreach=None, the foreach updates
@@ -257,12 +257,12 @@ const (
 	ForeachOn      Foreach = C.FULMEN_FOREACH_ON
 )
 
-// SetForeach chooses torch's foreach updates: SGD, Adam, AdamW, Adagrad and
-// RMSprop then
-// update each parameter group, device and dtype with a few libtorch
-// _foreach_* kernels (on the CPU with the for-loop's results, bit for
-// bit). An explicit choice is saved with the state, and a loaded state sets
-// it, as in torch. ForeachOn is ErrUnsupported for other kinds and
+// SetForeach chooses torch's foreach updates: every optimizer but LBFGS
+// then updates each parameter group, device and dtype with a few libtorch
+// _foreach_* kernels (on the CPU with the for-loop's results, bit for bit,
+// but for NAdam and RAdam, whose foreach updates differ in the last bits,
+// as torch's do). An explicit choice is saved with the state, and a loaded
+// state sets it, as in torch. ForeachOn is ErrUnsupported for LBFGS and
 // ErrInvalidArgument while the updates are fused.
 func (o *Optimizer) SetForeach(choice Foreach) error {
 	err := check(C.fulmen_optimizer_set_foreach(o.ptr(), C.int32_t(choice)))

@@ -129,7 +129,7 @@ func TestFusedUpdates(t *testing.T) {
 }
 
 // Foreach Adam (torch's foreach=True) trains as the for-loop update does,
-// bit for bit on the CPU; Adamax has no foreach update.
+// bit for bit on the CPU; LBFGS has no foreach update.
 func TestForeachUpdates(t *testing.T) {
 	noLeaks(t)
 	xs, ys := blobs(64, 1)
@@ -169,9 +169,9 @@ func TestForeachUpdates(t *testing.T) {
 	}
 	m := mlp(t)
 	defer m.Close()
-	adamax := must(fulmen.NewAdamax(m, nil, fulmen.DefaultAdamaxOptions()))
-	defer adamax.Close()
-	if err := adamax.SetForeach(fulmen.ForeachOn); !errors.Is(err, fulmen.ErrUnsupported) {
-		t.Fatalf("foreach Adamax: %v", err)
+	lbfgs := must(fulmen.NewLBFGS(m, nil, fulmen.DefaultLBFGSOptions()))
+	defer lbfgs.Close()
+	if err := lbfgs.SetForeach(fulmen.ForeachOn); !errors.Is(err, fulmen.ErrUnsupported) {
+		t.Fatalf("foreach LBFGS: %v", err)
 	}
 }

@@ -85,7 +85,12 @@ impl Adamax {
         &self.opts
     }
 
+    /// torch's `_single_tensor_adamax` (`_multi_tensor_adamax` with foreach
+    /// updates).
     fn update(&mut self) -> Result<()> {
+        if super::foreach::uses_foreach(&self.core) {
+            return super::foreach_adam_variants::adamax_step(&mut self.core, &self.opts);
+        }
         self.core.for_each_grad(&self.opts, |g, o, p, mut grad, st| {
             let (lr, beta1) = (g.lr, g.momentum);
             st.buffer_or_zeros("exp_avg", p)?;
@@ -110,4 +115,12 @@ impl Adamax {
     }
 }
 
-super::optimizer_via_core!(Adamax, "adamax");
+super::optimizer_via_core!(Adamax, "adamax";
+    fn foreach(&self) -> Option<bool> {
+        self.core.foreach
+    }
+    fn set_foreach(&mut self, foreach: Option<bool>) -> Result<()> {
+        let kind = self.name();
+        super::foreach::set_foreach(&mut self.core, kind, foreach)
+    }
+);

@@ -1,7 +1,7 @@
 //! torch.optim's foreach updates (`foreach=True`, and torch's default when
 //! every parameter is on CUDA): `_multi_tensor_sgd`, `_multi_tensor_adam`,
 //! `_multi_tensor_adagrad` and `_multi_tensor_rmsprop` through
-//! `csrc/foreach.cpp`, a few libtorch `_foreach_*` kernels per
+//! `csrc/foreach.cpp` (Adamax, NAdam and RAdam: `foreach_adam_variants.rs`), a few libtorch `_foreach_*` kernels per
 //! param group, device and dtype where the for-loop updates launch several
 //! per parameter. On the CPU libtorch runs them tensor by tensor, so the
 //! results equal the for-loop updates'; on CUDA they are torch's foreach
@@ -20,7 +20,7 @@ use tch::{Device, Tensor};
 
 /// Whether optimizer `kind` has foreach updates.
 pub(crate) fn has_foreach(kind: &str) -> bool {
-    matches!(kind, "sgd" | "adam" | "adamw" | "adagrad" | "rmsprop")
+    matches!(kind, "sgd" | "adam" | "adamw" | "adagrad" | "rmsprop" | "adamax" | "nadam" | "radam")
 }
 
 /// torch's refusal of `fused=True` with `foreach=True`.

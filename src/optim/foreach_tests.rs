@@ -6,8 +6,8 @@
 //! gradients, the state entry and what is refused.
 use super::test_util::Model;
 use super::{
-    Adagrad, AdagradOptions, Adam, AdamOptions, AdamW, Adamax, AdamaxOptions, Optimizer, RmsProp, RmsPropOptions, Sgd,
-    SgdOptions,
+    Adagrad, AdagradOptions, Adam, AdamOptions, AdamW, Adamax, AdamaxOptions, Lbfgs, LbfgsOptions, Optimizer, RmsProp,
+    RmsPropOptions, Sgd, SgdOptions,
 };
 use crate::error::ErrorCode;
 use tch::{Kind, Tensor};
@@ -94,6 +94,23 @@ fn configs() -> Vec<(&'static str, Make)> {
             Box::new(|p| {
                 Box::new(RmsProp::new(p, RmsPropOptions { lr: 0.01, maximize: true, ..Default::default() }).unwrap())
             }),
+        ),
+        (
+            "adamax weight decay",
+            Box::new(|p| {
+                let o = AdamaxOptions { lr: 0.1, weight_decay: 0.1, ..Default::default() };
+                Box::new(Adamax::new(p, o).unwrap())
+            }),
+        ),
+        (
+            "adamax maximize",
+            Box::new(|p| {
+                Box::new(Adamax::new(p, AdamaxOptions { lr: 0.1, maximize: true, ..Default::default() }).unwrap())
+            }),
+        ),
+        (
+            "adamax plain",
+            Box::new(|p| Box::new(Adamax::new(p, AdamaxOptions { lr: 0.1, ..Default::default() }).unwrap())),
         ),
     ]
 }
@@ -188,8 +205,8 @@ fn foreach_choice_is_saved_and_loaded() {
 #[test]
 fn foreach_refusals() {
     let m = Model::new(Kind::Float);
-    // Adamax has no foreach updates in fulmen.
-    let mut r = Adamax::new(m.params(), AdamaxOptions::default()).unwrap();
+    // LBFGS has no foreach updates (torch's neither).
+    let mut r = Lbfgs::new(m.params(), LbfgsOptions::default()).unwrap();
     assert_eq!(r.set_foreach(Some(true)).unwrap_err().code, ErrorCode::Unsupported);
     r.set_foreach(Some(false)).unwrap();
     let mut dict = r.state_dict().unwrap();

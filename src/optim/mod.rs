@@ -62,6 +62,7 @@ mod adagrad;
 mod adam;
 mod adamax;
 mod foreach;
+mod foreach_adam_variants;
 mod fused;
 pub mod group_hyper;
 mod lbfgs;
@@ -101,6 +102,8 @@ mod adaptive_tests;
 
 #[cfg(test)]
 mod foreach_tests;
+#[cfg(test)]
+mod foreach_variant_tests;
 #[cfg(test)]
 mod fused_tests;
 
@@ -262,19 +265,16 @@ pub trait Optimizer: Send {
         None
     }
 
-    /// Chooses the foreach updates (SGD, Adam, AdamW, Adagrad, RMSprop:
-    /// torch's `_multi_tensor_*`, a few libtorch `_foreach_*` kernels per
-    /// group and device instead of several per parameter). Kinds without them refuse
+    /// Chooses the foreach updates (every kind but LBFGS: torch's
+    /// `_multi_tensor_*`, a few libtorch `_foreach_*` kernels per group and
+    /// device instead of several per parameter). Kinds without them refuse
     /// `Some(true)` with `Unsupported` and keep nothing else; turning them
     /// on while the fused updates are on is refused (`InvalidArgument`).
     fn set_foreach(&mut self, foreach: Option<bool>) -> Result<()> {
         if foreach == Some(true) {
             return Err(Error::new(
                 crate::error::ErrorCode::Unsupported,
-                format!(
-                    "{} has no foreach updates in fulmen (SGD, Adam, AdamW, Adagrad and RMSprop have)",
-                    self.name()
-                ),
+                format!("{} has no foreach updates (torch's has none either; every other kind has)", self.name()),
             ));
         }
         Ok(())

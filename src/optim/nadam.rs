@@ -1,5 +1,6 @@
 //! NAdam, `torch.optim.NAdam` (Adam with Nesterov momentum).
 use super::adam::check_beta;
+use super::foreach_adam_variants::{nadam_mu, nadam_mu_product};
 use super::state::{add_scaled, addcdiv_, addcmul_, extra, flag, Core, GroupOptions, Spec};
 use super::{check_non_negative, Optimizer, ParamGroup};
 use crate::error::Result;
@@ -108,7 +109,12 @@ impl NAdam {
         &self.opts
     }
 
+    /// torch's `_single_tensor_nadam` (`_multi_tensor_nadam` with foreach
+    /// updates).
     fn update(&mut self) -> Result<()> {
+        if super::foreach::uses_foreach(&self.core) {
+            return super::foreach_adam_variants::nadam_step(&mut self.core, &self.opts);
+        }
         self.core.for_each_grad(&self.opts, |g, o, p, mut grad, st| {
             let beta2 = o.betas.1;
             let (lr, beta1) = (g.lr, g.momentum);
@@ -126,11 +132,10 @@ impl NAdam {
                     grad = add_scaled(&grad, p, g.weight_decay)?;
                 }
             }
-            let mu = beta1 * (1.0 - 0.5 * 0.96f64.powf(step * o.momentum_decay));
-            let mu_next = beta1 * (1.0 - 0.5 * 0.96f64.powf((step + 1.0) * o.momentum_decay));
+            let mu = nadam_mu(beta1, o.momentum_decay, step);
+            let mu_next = nadam_mu(beta1, o.momentum_decay, step + 1.0);
             let mu_product = st.scalars.entry("mu_product").or_insert(1.0);
-            // torch: `mu_product *= mu` on a float32 0-dim tensor.
-            *mu_product = f64::from((*mu_product as f32) * (mu as f32));
+            *mu_product = nadam_mu_product(*mu_product, mu);
             let mu_product = *mu_product;
             let exp_avg = st.buffer_or_zeros("exp_avg", p)?;
             let _ = exp_avg.f_lerp_(&grad, 1.0 - beta1)?;
@@ -147,4 +152,12 @@ impl NAdam {
     }
 }
 
-super::optimizer_via_core!(NAdam, "nadam");
+super::optimizer_via_core!(NAdam, "nadam";
+    fn foreach(&self) -> Option<bool> {
+        self.core.foreach
+    }
+    fn set_foreach(&mut self, foreach: Option<bool>) -> Result<()> {
+        let kind = self.name();
+        super::foreach::set_foreach(&mut self.core, kind, foreach)
+    }
+);

@@ -105,7 +105,12 @@ impl RAdam {
         &self.opts
     }
 
+    /// torch's `_single_tensor_radam` (`_multi_tensor_radam` with foreach
+    /// updates).
     fn update(&mut self) -> Result<()> {
+        if super::foreach::uses_foreach(&self.core) {
+            return super::foreach_adam_variants::radam_step(&mut self.core, &self.opts);
+        }
         self.core.for_each_grad(&self.opts, |g, o, p, mut grad, st| {
             let beta2 = o.betas.1;
             let (lr, beta1) = (g.lr, g.momentum);
@@ -148,4 +153,12 @@ impl RAdam {
     }
 }
 
-super::optimizer_via_core!(RAdam, "radam");
+super::optimizer_via_core!(RAdam, "radam";
+    fn foreach(&self) -> Option<bool> {
+        self.core.foreach
+    }
+    fn set_foreach(&mut self, foreach: Option<bool>) -> Result<()> {
+        let kind = self.name();
+        super::foreach::set_foreach(&mut self.core, kind, foreach)
+    }
+);

@@ -377,8 +377,8 @@ impl Core {
                 }
                 Some(v) => {
                     return Err(Error::format(format!(
-                        "{kind} state dict: group {g} has 'foreach' {v} (only SGD, Adam, AdamW, Adagrad and \
-                         RMSprop have foreach updates, written as 0 or 1)"
+                        "{kind} state dict: group {g} has 'foreach' {v} (every kind but LBFGS has foreach \
+                         updates, written as 0 or 1)"
                     )))
                 }
             }

@@ -1,4 +1,5 @@
-//! Declarations of `csrc/foreach.cpp`: torch.optim's foreach updates.
+//! Declarations of `csrc/foreach.cpp` and `csrc/foreach_adam_variants.cpp`:
+//! torch.optim's foreach updates.
 use libc::{c_char, c_int, c_void, size_t};
 
 extern "C" {
@@ -60,6 +61,58 @@ extern "C" {
         eps: f64,
         weight_decay: f64,
         momentum: f64,
+        maximize: bool,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_foreach_adamax(
+        params: *const *mut c_void,
+        grads: *const *mut c_void,
+        exp_avgs: *const *mut c_void,
+        exp_infs: *const *mut c_void,
+        step_sizes: *const f64,
+        n: size_t,
+        beta1: f64,
+        beta2: f64,
+        weight_decay: f64,
+        eps: f64,
+        maximize: bool,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_foreach_nadam(
+        params: *const *mut c_void,
+        grads: *const *mut c_void,
+        exp_avgs: *const *mut c_void,
+        exp_avg_sqs: *const *mut c_void,
+        bias_correction2_sqrts: *const f64,
+        grad_step_sizes: *const f64,
+        exp_avg_step_sizes: *const f64,
+        n: size_t,
+        lr: f64,
+        beta1: f64,
+        beta2: f64,
+        weight_decay: f64,
+        eps: f64,
+        decoupled: bool,
+        maximize: bool,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_foreach_radam(
+        params: *const *mut c_void,
+        grads: *const *mut c_void,
+        exp_avgs: *const *mut c_void,
+        exp_avg_sqs: *const *mut c_void,
+        bias_correction2s: *const f64,
+        unrect_step_sizes: *const f64,
+        n: size_t,
+        lr: f64,
+        beta1: f64,
+        beta2: f64,
+        weight_decay: f64,
+        eps: f64,
+        decoupled: bool,
         maximize: bool,
         err: *mut c_char,
         err_len: size_t,

@@ -1236,13 +1236,14 @@ static void test_fused(void) {
     fulmen_tensor_free(q);
 }
 
-/* Foreach updates (torch's foreach) of SGD, Adam, AdamW, Adagrad and
- * RMSprop: on the CPU equal to the for-loop updates bit for bit, as
- * torch's are; the choice reported, and refused where fulmen has none or
- * with fused updates. */
+/* Foreach updates (torch's foreach) of SGD, Adam, AdamW, Adagrad, RMSprop
+ * and Adamax: on the CPU equal to the for-loop updates bit for bit, as
+ * torch's are; NAdam's and RAdam's, which order their operations
+ * differently (torch's too), within float32 rounding of them. The choice
+ * reported, and refused for LBFGS or with fused updates. */
 static void test_foreach(void) {
     const float start[3] = {1.0f, -2.0f, 0.5f}, a[3] = {0.3f, -0.7f, 1.1f};
-    for (int kind = 0; kind < 5; kind++) {
+    for (int kind = 0; kind < 8; kind++) {
         fulmen_tensor *p[2] = {param(start, 3), param(start, 3)};
         fulmen_optimizer *o[2] = {NULL, NULL};
         for (int k = 0; k < 2; k++) {
@@ -1265,6 +1266,22 @@ static void test_foreach(void) {
                 r.momentum = 0.9;
                 r.centered = true;
                 CHECK_OK(fulmen_optimizer_rmsprop_new(NULL, ps, 1, &r, &o[k]));
+            } else if (kind == 5) {
+                fulmen_adamax_options x = fulmen_adamax_options_default();
+                x.lr = 0.1;
+                x.weight_decay = 0.1;
+                CHECK_OK(fulmen_optimizer_adamax_new(NULL, ps, 1, &x, &o[k]));
+            } else if (kind == 6) {
+                fulmen_nadam_options n = fulmen_nadam_options_default();
+                n.lr = 0.1;
+                n.weight_decay = 0.1;
+                n.decoupled_weight_decay = true;
+                CHECK_OK(fulmen_optimizer_nadam_new(NULL, ps, 1, &n, &o[k]));
+            } else if (kind == 7) {
+                fulmen_radam_options r = fulmen_radam_options_default();
+                r.lr = 0.1;
+                r.weight_decay = 0.1;
+                CHECK_OK(fulmen_optimizer_radam_new(NULL, ps, 1, &r, &o[k]));
             } else {
                 fulmen_adam_options d = kind == 1 ? fulmen_adam_options_default() : fulmen_adamw_options_default();
                 d.lr = 0.05;
@@ -1281,7 +1298,7 @@ static void test_foreach(void) {
         CHECK_OK(fulmen_optimizer_foreach(o[0], &choice[0]));
         CHECK_OK(fulmen_optimizer_foreach(o[1], &choice[1]));
         CHECK(choice[0] == FULMEN_FOREACH_OFF && choice[1] == FULMEN_FOREACH_ON);
-        if (kind != 4) { /* RMSprop has no fused updates */
+        if (kind == 0 || kind == 1 || kind == 2 || kind == 3) { /* the kinds with fused updates */
             CHECK_ERR(fulmen_optimizer_set_fused(o[1], true), FULMEN_CODE_INVALID_ARGUMENT, "foreach");
         }
         for (int step = 0; step < 6; step++) {
@@ -1295,7 +1312,7 @@ static void test_foreach(void) {
         read3(p[0], x);
         read3(p[1], y);
         for (int i = 0; i < 3; i++) {
-            CHECK(y[i] == x[i]);
+            CHECK(kind < 6 ? y[i] == x[i] : fabs(y[i] - x[i]) <= 1e-5 * fmax(1.0, fabs(x[i])));
             CHECK(fabs(y[i] - start[i]) > 0.1);
         }
         for (int k = 0; k < 2; k++) {
@@ -1305,15 +1322,15 @@ static void test_foreach(void) {
     }
     fulmen_tensor *q = param(start, 3);
     const fulmen_tensor *qs[1] = {q};
-    fulmen_optimizer *adamax = NULL, *sgd = NULL;
-    fulmen_adamax_options xo = fulmen_adamax_options_default();
+    fulmen_optimizer *lbfgs = NULL, *sgd = NULL;
+    fulmen_lbfgs_options lo = fulmen_lbfgs_options_default();
     fulmen_sgd_options so = fulmen_sgd_options_default();
-    CHECK_OK(fulmen_optimizer_adamax_new(NULL, qs, 1, &xo, &adamax));
+    CHECK_OK(fulmen_optimizer_lbfgs_new(NULL, qs, 1, &lo, &lbfgs));
     CHECK_OK(fulmen_optimizer_sgd_new(NULL, qs, 1, &so, &sgd));
-    CHECK_ERR(fulmen_optimizer_set_foreach(adamax, FULMEN_FOREACH_ON), FULMEN_CODE_UNSUPPORTED, "foreach");
-    CHECK_OK(fulmen_optimizer_set_foreach(adamax, FULMEN_FOREACH_OFF));
+    CHECK_ERR(fulmen_optimizer_set_foreach(lbfgs, FULMEN_FOREACH_ON), FULMEN_CODE_UNSUPPORTED, "foreach");
+    CHECK_OK(fulmen_optimizer_set_foreach(lbfgs, FULMEN_FOREACH_OFF));
     int32_t choice = -1;
-    CHECK_OK(fulmen_optimizer_foreach(adamax, &choice));
+    CHECK_OK(fulmen_optimizer_foreach(lbfgs, &choice));
     CHECK(choice == FULMEN_FOREACH_DEFAULT);
     CHECK_ERR(fulmen_optimizer_set_foreach(sgd, 7), FULMEN_CODE_INVALID_ARGUMENT, "fulmen_foreach");
     CHECK_ERR(fulmen_optimizer_set_foreach(sgd, -1), FULMEN_CODE_INVALID_ARGUMENT, "fulmen_foreach");
@@ -1322,7 +1339,7 @@ static void test_foreach(void) {
     CHECK_ERR(fulmen_optimizer_set_foreach(NULL, FULMEN_FOREACH_ON), FULMEN_CODE_NULL_ARGUMENT, NULL);
     CHECK_ERR(fulmen_optimizer_set_foreach(WRONG_OPT, FULMEN_FOREACH_ON), FULMEN_CODE_INVALID_HANDLE, NULL);
     CHECK_ERR(fulmen_optimizer_foreach(sgd, NULL), FULMEN_CODE_NULL_ARGUMENT, "out");
-    fulmen_optimizer_free(adamax);
+    fulmen_optimizer_free(lbfgs);
     fulmen_optimizer_free(sgd);
     fulmen_tensor_free(q);
 }

@@ -8,9 +8,12 @@
  * weights; the batch size finder against real CUDA out-of-memory errors
  * (a 2 -> 2^20 -> 2 MLP whose activations outgrow the GPU); fused AdamW,
  * SGD and Adagrad (torch's fused=True kernels on cuda:0) within float rounding of
- * the same fused steps on the CPU; AdamW and SGD with the default updates
- * (torch's foreach kernels on CUDA) within float rounding of the CPU's
- * for-loop. Without a GPU
+ * the same fused steps on the CPU; AdamW, SGD, Adagrad, RMSprop, Adamax,
+ * NAdam and RAdam with the default updates (torch's foreach kernels on
+ * CUDA) within float rounding of the CPU's for-loop, and, given
+ * FULMEN_GPU_TORCH_OPTIM (the folder tests/gpu/torch_cuda_optim.py wrote),
+ * against PyTorch's own foreach steps on cuda:0 from the same weights.
+ * Without a GPU
  * it says so and exits with 77 (skipped).
  *
  *   gpu_optim_check [PARENT_DIR]   (checkpoints go to a new folder in
@@ -104,14 +107,17 @@ static void test_lbfgs_host_loop(void) {
 
 /* ------------------------------------------------- fused updates on cuda */
 
-/* Eight steps of AdamW (kind 0), SGD with momentum (kind 1) or
- * Adagrad with lr_decay (kind 2) on a
- * 2-32-2 MLP from the same weights and batch on `device_type`, fused or
- * with the default updates (torch's default: foreach on CUDA, the for-loop
- * on the CPU); returns the model on the CPU. */
-static fulmen_model *fused_run(int32_t device_type, int kind, bool fused) {
+/* Eight steps of AdamW (kind 0), SGD with momentum (kind 1), Adagrad
+ * with lr_decay (kind 2), centered RMSprop with momentum (3), Adamax (4),
+ * NAdam with decoupled weight decay (5) or RAdam (6) on a 2-32-2 MLP
+ * from the same weights (seeded, or read from `init` when not NULL) and
+ * batch on `device_type`, fused or with the default updates (torch's
+ * default: foreach on CUDA, the for-loop on the CPU); returns the model on
+ * the CPU. */
+static fulmen_model *fused_run(int32_t device_type, int kind, bool fused, const char *init) {
     CHECK_OK(fulmen_manual_seed(5));
     fulmen_model *m = fixture_mlp(32, 0);
+    if (init != NULL) CHECK_OK(fulmen_model_load(m, init, true));
     const int64_t shape[2] = {16, 2};
     float xv[32];
     int64_t yv[16];
@@ -136,11 +142,29 @@ static fulmen_model *fused_run(int32_t device_type, int kind, bool fused) {
         o.lr = 0.1;
         o.momentum = 0.9;
         CHECK_OK(fulmen_optimizer_sgd_new(m, NULL, 0, &o, &opt));
-    } else {
+    } else if (kind == 2) {
         fulmen_adagrad_options o = fulmen_adagrad_options_default();
         o.lr = 0.05;
         o.lr_decay = 0.01;
         CHECK_OK(fulmen_optimizer_adagrad_new(m, NULL, 0, &o, &opt));
+    } else if (kind == 3) {
+        fulmen_rmsprop_options o = fulmen_rmsprop_options_default();
+        o.momentum = 0.9;
+        o.centered = true;
+        CHECK_OK(fulmen_optimizer_rmsprop_new(m, NULL, 0, &o, &opt));
+    } else if (kind == 4) {
+        fulmen_adamax_options o = fulmen_adamax_options_default();
+        o.weight_decay = 0.01;
+        CHECK_OK(fulmen_optimizer_adamax_new(m, NULL, 0, &o, &opt));
+    } else if (kind == 5) {
+        fulmen_nadam_options o = fulmen_nadam_options_default();
+        o.weight_decay = 0.01;
+        o.decoupled_weight_decay = true;
+        CHECK_OK(fulmen_optimizer_nadam_new(m, NULL, 0, &o, &opt));
+    } else {
+        fulmen_radam_options o = fulmen_radam_options_default();
+        o.lr = 0.01;
+        CHECK_OK(fulmen_optimizer_radam_new(m, NULL, 0, &o, &opt));
     }
     CHECK_OK(fulmen_optimizer_set_fused(opt, fused));
     for (int step = 0; step < 8; step++) {
@@ -165,8 +189,8 @@ static fulmen_model *fused_run(int32_t device_type, int kind, bool fused) {
 static void test_fused_updates(void) {
     const char *names[3] = {"AdamW", "SGD (momentum 0.9)", "Adagrad (lr_decay 0.01)"};
     for (int kind = 0; kind < 3; kind++) {
-        fulmen_model *cpu = fused_run(FULMEN_DEVICE_TYPE_CPU, kind, true);
-        fulmen_model *gpu = fused_run(FULMEN_DEVICE_TYPE_CUDA, kind, true);
+        fulmen_model *cpu = fused_run(FULMEN_DEVICE_TYPE_CPU, kind, true, NULL);
+        fulmen_model *gpu = fused_run(FULMEN_DEVICE_TYPE_CUDA, kind, true, NULL);
         double diff = fixture_max_diff(cpu, gpu);
         printf("fused %s, 8 steps: max |cpu - cuda| weight %.3g\n", names[kind], diff);
         CHECK(diff <= 1e-4);
@@ -175,19 +199,45 @@ static void test_fused_updates(void) {
     }
 }
 
-/* The default updates of AdamW and SGD: torch's foreach kernels on CUDA
- * (FULMEN_FOREACH_DEFAULT), within float rounding of the CPU's for-loop. */
+/* The default updates of every kind with foreach updates: torch's foreach
+ * kernels on CUDA (FULMEN_FOREACH_DEFAULT), within float rounding of the
+ * CPU's for-loop. */
 static void test_foreach_updates(void) {
-    const char *names[2] = {"AdamW", "SGD (momentum 0.9)"};
-    for (int kind = 0; kind < 2; kind++) {
-        fulmen_model *cpu = fused_run(FULMEN_DEVICE_TYPE_CPU, kind, false);
-        fulmen_model *gpu = fused_run(FULMEN_DEVICE_TYPE_CUDA, kind, false);
+    const char *names[7] = {"AdamW", "SGD (momentum 0.9)", "Adagrad (lr_decay 0.01)", "RMSprop (centered, momentum)",
+                            "Adamax", "NAdam (decoupled)", "RAdam"};
+    for (int kind = 0; kind < 7; kind++) {
+        fulmen_model *cpu = fused_run(FULMEN_DEVICE_TYPE_CPU, kind, false, NULL);
+        fulmen_model *gpu = fused_run(FULMEN_DEVICE_TYPE_CUDA, kind, false, NULL);
         double diff = fixture_max_diff(cpu, gpu);
         printf("foreach %s on cuda vs for-loop on cpu, 8 steps: max |cpu - cuda| weight %.3g\n", names[kind], diff);
         CHECK(diff <= 1e-4);
         fulmen_model_free(cpu);
         fulmen_model_free(gpu);
     }
+    /* PyTorch's own steps on cuda:0 (torch_cuda_optim.py, same kinds and
+     * options) from the weights it saved. */
+    const char *dir = getenv("FULMEN_GPU_TORCH_OPTIM");
+    if (dir == NULL) {
+        printf("foreach against PyTorch on cuda: FULMEN_GPU_TORCH_OPTIM not set, not compared\n");
+        return;
+    }
+    char init[600], path[600];
+    snprintf(init, sizeof init, "%s/init.pt", dir);
+    int identical = 0;
+    for (int kind = 0; kind < 7; kind++) {
+        fulmen_model *gpu = fused_run(FULMEN_DEVICE_TYPE_CUDA, kind, false, init);
+        fulmen_model *torch = fixture_mlp(32, 0);
+        snprintf(path, sizeof path, "%s/optim_%d.pt", dir, kind);
+        CHECK_OK(fulmen_model_load(torch, path, true));
+        double diff = fixture_max_diff(gpu, torch);
+        printf("foreach %s on cuda vs PyTorch's on cuda, 8 steps: max |fulmen - torch| weight %.3g\n", names[kind],
+               diff);
+        CHECK(diff <= 1e-6);
+        identical += diff == 0;
+        fulmen_model_free(gpu);
+        fulmen_model_free(torch);
+    }
+    printf("foreach against PyTorch on cuda: %d of 7 optimizers bit-identical\n", identical);
 }
 
 /* --------------------------------------------------- the trainer on cuda */

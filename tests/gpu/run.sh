@@ -103,6 +103,11 @@ if $gpu && [ -f "$here/interop/torch_cuda_weights.py" ]; then
     "$py" "$here/interop/torch_cuda_weights.py" "$work/torch-cuda.pt" > "$results/torch_cuda_weights.log" 2>&1 \
         && export FULMEN_GPU_TORCH_WEIGHTS=$work/torch-cuda.pt
 fi
+# PyTorch's foreach optimizer steps on cuda:0, for gpu_optim_check to match.
+if $gpu && [ -f "$here/interop/torch_cuda_optim.py" ]; then
+    "$py" "$here/interop/torch_cuda_optim.py" "$work/torch-optim" > "$results/torch_cuda_optim.log" 2>&1 \
+        && export FULMEN_GPU_TORCH_OPTIM=$work/torch-optim
+fi
 for p in $programs; do
     case $p in
         gpu_check) run_program gpu_check "$here/bin/gpu_check" "$work" ;;

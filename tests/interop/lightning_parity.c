@@ -89,6 +89,10 @@
  *   foreach_sgd: SGD (lr 0.1, momentum 0.9, nesterov) with foreach
  *             updates, StepLR (step_size 1, gamma 0.5) per epoch, clipping
  *             at norm 0.5;
+ *   foreach_adamax, foreach_nadam, foreach_radam: Adamax, NAdam
+ *             (decoupled_weight_decay) or RAdam (lr 0.01, weight_decay
+ *             0.01) with foreach updates, StepLR (step_size 1, gamma 0.5)
+ *             per epoch;
  *   backbone_lambda: as backbone, the backbone's lr growing by
  *             lambda_func(epoch) = 1 + (epoch % 2) / 2 instead of 2;
  *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
@@ -122,6 +126,41 @@ static fulmen_error *backbone_lambda(void *ud, int64_t epoch, double *out) {
 
 static bool is_backbone(const char *config) {
     return strcmp(config, "backbone") == 0 || strcmp(config, "backbone_lambda") == 0;
+}
+
+/* The configurations of Adam's variants with foreach updates. */
+static bool is_foreach_variant(const char *config) {
+    return strcmp(config, "foreach_adamax") == 0 || strcmp(config, "foreach_nadam") == 0 ||
+           strcmp(config, "foreach_radam") == 0;
+}
+
+/* Adamax, NAdam (decoupled weight decay) or RAdam, lr 0.01 and
+ * weight_decay 0.01, with foreach updates. */
+static fulmen_error *foreach_variant(fulmen_model *model, const char *config, fulmen_optimizer **opt) {
+    fulmen_error *e;
+    if (strcmp(config, "foreach_adamax") == 0) {
+        fulmen_adamax_options o = fulmen_adamax_options_default();
+        o.lr = 0.01;
+        o.weight_decay = 0.01;
+        e = fulmen_optimizer_adamax_new(model, NULL, 0, &o, opt);
+    } else if (strcmp(config, "foreach_nadam") == 0) {
+        fulmen_nadam_options o = fulmen_nadam_options_default();
+        o.lr = 0.01;
+        o.weight_decay = 0.01;
+        o.decoupled_weight_decay = true;
+        e = fulmen_optimizer_nadam_new(model, NULL, 0, &o, opt);
+    } else {
+        fulmen_radam_options o = fulmen_radam_options_default();
+        o.lr = 0.01;
+        o.weight_decay = 0.01;
+        e = fulmen_optimizer_radam_new(model, NULL, 0, &o, opt);
+    }
+    if (!e) e = fulmen_optimizer_set_foreach(*opt, FULMEN_FOREACH_ON);
+    if (e) {
+        fulmen_optimizer_free(*opt);
+        *opt = NULL;
+    }
+    return e;
 }
 
 #define TRY(call)                                                                                   \
@@ -481,9 +520,12 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_EPOCH, 1, "val_loss");
     } else if (strcmp(job->config, "groups") == 0 || strcmp(job->config, "fused") == 0 ||
-               strcmp(job->config, "fused_adagrad") == 0 || strcmp(job->config, "foreach") == 0) {
+               strcmp(job->config, "fused_adagrad") == 0 || strcmp(job->config, "foreach") == 0 ||
+               is_foreach_variant(job->config)) {
         if (strcmp(job->config, "groups") == 0) {
             e = adamw_groups(job->model, &opt);
+        } else if (is_foreach_variant(job->config)) {
+            e = foreach_variant(job->model, job->config, &opt);
         } else if (strcmp(job->config, "fused_adagrad") == 0) {
             fulmen_adagrad_options o = fulmen_adagrad_options_default();
             o.lr = 0.05;
@@ -596,7 +638,7 @@ int main(int argc, char **argv) {
         strcmp(job.config, "lbfgs_manual") != 0 && strcmp(job.config, "fused") != 0 &&
         strcmp(job.config, "fused_sgd") != 0 && strcmp(job.config, "fused_adagrad") != 0 &&
         strcmp(job.config, "foreach") != 0 && strcmp(job.config, "foreach_sgd") != 0 &&
-        !is_backbone(job.config) && !validating) {
+        !is_foreach_variant(job.config) && !is_backbone(job.config) && !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;
     }

@@ -102,6 +102,11 @@ CONFIGS = {
     # clipping.
     "foreach": ("adamw_foreach", (1, 0.5), "epoch", 1, None, "norm", 1),
     "foreach_sgd": ("sgd_foreach", (1, 0.5), "epoch", 1, 0.5, "norm", 1),
+    # Adam's variants with foreach updates (NAdam's and RAdam's differ from
+    # their for-loop updates in the last bits, in torch as in fulmen).
+    "foreach_adamax": ("adamax_foreach", (1, 0.5), "epoch", 1, None, "norm", 1),
+    "foreach_nadam": ("nadam_foreach", (1, 0.5), "epoch", 1, None, "norm", 1),
+    "foreach_radam": ("radam_foreach", (1, 0.5), "epoch", 1, None, "norm", 1),
     # Weight averaging: validation (and so ReduceLROnPlateau) sees the
     # averaged weights. EMA (decay 0.9) every 2nd step from step 3 and at
     # every epoch end from epoch 2; SWA (equal average) every step.
@@ -239,6 +244,13 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
                 opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9, nesterov=True, foreach=True)
             elif optimizer == "adamw_foreach":
                 opt = torch.optim.AdamW(self.parameters(), lr=0.01, weight_decay=0.01, amsgrad=True, foreach=True)
+            elif optimizer == "adamax_foreach":
+                opt = torch.optim.Adamax(self.parameters(), lr=0.01, weight_decay=0.01, foreach=True)
+            elif optimizer == "nadam_foreach":
+                opt = torch.optim.NAdam(self.parameters(), lr=0.01, weight_decay=0.01, decoupled_weight_decay=True,
+                                        foreach=True)
+            elif optimizer == "radam_foreach":
+                opt = torch.optim.RAdam(self.parameters(), lr=0.01, weight_decay=0.01, foreach=True)
             elif optimizer == "adamw_fused":
                 opt = torch.optim.AdamW(self.parameters(), lr=0.01, weight_decay=0.01, fused=True)
             elif optimizer == "sgd_groups":

@@ -14,9 +14,9 @@ const FLAGS: &[&str] = &["amsgrad", "maximize", "nesterov", "centered", "decoupl
 /// Group entries of torch's implementation choices (foreach, fused,
 /// capturable and differentiable kernels). fulmen runs its one
 /// implementation whatever they say, except `fused` of SGD, Adam, AdamW
-/// and Adagrad (the optimizer's fused updates) and `foreach` of SGD, Adam,
-/// AdamW, Adagrad and RMSprop (its foreach updates): the others are
-/// dropped when read and written with torch's defaults.
+/// and Adagrad (the optimizer's fused updates) and `foreach` (its foreach
+/// updates, which every kind but LBFGS has): the others are dropped when
+/// read and written with torch's defaults.
 const KERNEL_CHOICES: &[&str] = &["foreach", "capturable", "differentiable", "fused"];
 
 /// The order of torch's group entries for each kind (`initial_lr`, which a
@@ -251,9 +251,6 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
             group_entries.iter().any(|(k, _)| matches!(k, Value::Str(s) if names.contains(&s.as_str())))
         };
         let fusable = has(&["amsgrad", "nesterov", "lr_decay"]);
-        // SGD's, Adam's / AdamW's, Adagrad's and RMSprop's (whose foreach
-        // updates fulmen has).
-        let foreachable = has(&["amsgrad", "nesterov", "lr_decay", "centered"]);
         for (k, x) in group_entries {
             let Value::Str(k) = k else {
                 return Err(Error::format(format!("{gwhat} has a key that is not a string")));
@@ -263,7 +260,7 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
                 out.push((key, f64_scalar(1.0)?));
                 continue;
             }
-            if let (true, "foreach", Value::Bool(on)) = (foreachable, k.as_str(), x) {
+            if let ("foreach", Value::Bool(on)) = (k.as_str(), x) {
                 out.push((key, f64_scalar(if *on { 1.0 } else { 0.0 })?));
                 continue;
             }

@@ -240,7 +240,7 @@ public:
     }
     /// Whether the updates are fused.
     bool fused() const { return detail::read<bool>([&](bool* o) { return fulmen_optimizer_fused(get(), o); }); }
-    /// torch's `foreach` for SGD, Adam, AdamW, Adagrad and RMSprop: a few libtorch
+    /// torch's `foreach` for every kind but LBFGS: a few libtorch
     /// `_foreach_*` kernels per param group and device (an explicit choice
     /// is saved with the state, as in torch).
     Optimizer& set_foreach(Foreach choice) {
