@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_fused_adagrad.h>
 #include <ATen/ops/_fused_adam.h>
 #include <ATen/ops/_fused_adamw.h>
@@ -18,7 +19,8 @@ using fulmen_optim::list;
 extern "C" {
 
 // torch._fused_adam_ (AdamW: torch._fused_adamw_ when `decoupled`); the
-// steps are float32 tensors on the parameters' device, already counted.
+// steps are float32 tensors on the parameters' device holding the steps
+// done, 1 added here first as torch adds it.
 int fulmen_cxx_fused_adam(void* const* params, void* const* grads, void* const* exp_avgs, void* const* exp_avg_sqs,
                           void* const* max_exp_avg_sqs, void* const* steps, size_t n, double lr, double beta1,
                           double beta2, double weight_decay, double eps, bool amsgrad, bool maximize, bool decoupled,
@@ -26,6 +28,7 @@ int fulmen_cxx_fused_adam(void* const* params, void* const* grads, void* const* 
   FULMEN_CXX_TRY
   auto p = list(params, n), g = list(grads, n), m = list(exp_avgs, n), v = list(exp_avg_sqs, n);
   auto vmax = list(max_exp_avg_sqs, n), s = list(steps, n);
+  at::_foreach_add_(s, 1.0);
   if (decoupled) {
     at::_fused_adamw_(p, g, m, v, vmax, s, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize);
   } else {
@@ -45,12 +48,13 @@ int fulmen_cxx_fused_sgd(void* const* params, void* const* grads, void* const* m
 }
 
 // torch._fused_adagrad_; the steps are float32 tensors on the parameters'
-// device, already counted.
+// device holding the steps done, 1 added here first as torch adds it.
 int fulmen_cxx_fused_adagrad(void* const* params, void* const* grads, void* const* state_sums, void* const* steps,
                              size_t n, double lr, double lr_decay, double weight_decay, double eps, bool maximize,
                              char* err, size_t err_len) {
   FULMEN_CXX_TRY
   auto p = list(params, n), g = list(grads, n), s = list(state_sums, n), k = list(steps, n);
+  at::_foreach_add_(k, 1.0);
   at::_fused_adagrad_(p, g, s, k, lr, lr_decay, weight_decay, eps, maximize);
   FULMEN_CXX_CATCH(err, err_len)
 }

@@ -168,13 +168,18 @@ cp "$root/tests/interop/mnist_lightning_check.py" "$root/tests/gpu/torch_cuda_we
 # beside it); the Python contenders use the GPU machine's PyTorch and
 # Lightning.
 mkdir -p "$bundle/bench/python" "$bundle/build/bench"
-cp "$root"/bench/run.py "$root"/bench/report.py "$root"/bench/PROTOCOL.md "$bundle/bench/"
+cp "$root"/bench/run.py "$root"/bench/report.py "$root"/bench/PROTOCOL.md "$root"/bench/optim_step.py "$bundle/bench/"
 cp "$root"/bench/python/*.py "$bundle/bench/python/"
 cp "$root/Cargo.toml" "$bundle/"
 cc "${cflags[@]/-O1/-O2}" "$root/bench/c/fulmen_bench.c" -o "$bundle/build/bench/fulmen_bench" \
     -L"$bundle/lib" -Wl,-rpath,'$ORIGIN/../../lib' -Wl,--allow-shlib-undefined -l:"$soname" -lm \
     2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
 strip "$bundle/build/bench/fulmen_bench"
+# The optimizer step's bench (for-loop, foreach and fused beside PyTorch).
+cc "${cflags[@]/-O1/-O2}" "$root/bench/c/optim_bench.c" -o "$bundle/build/bench/optim_bench" \
+    -L"$bundle/lib" -Wl,-rpath,'$ORIGIN/../../lib' -Wl,--allow-shlib-undefined -l:"$soname" -lm \
+    2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
+strip "$bundle/build/bench/optim_bench"
 cp "$deps/data/mnist_5k.csv.gz" "$bundle/data/" 2>/dev/null || say "no MNIST data in .deps/data (make deps): the example will be skipped"
 cp "$root"/tests/fixtures/* "$bundle/fixtures/"
 cp "$root/tests/gpu/run.sh" "$bundle/run.sh"

@@ -5,10 +5,11 @@
  * (FULMEN_FOREACH_OFF), with fulmen_optimizer_set_foreach (torch's
  * foreach=True) and with fulmen_optimizer_set_fused (torch's fused=True).
  * The gradients come from one backward and stay; the step is repeated.
- * Prints one JSON line per run:
+ * On cuda the model is on cuda:0 and each timed step ends with the
+ * device synchronized. Prints one JSON line per run:
  *   {"optimizer": "adamw", "update": "for-loop", "step_ms": median ms per step}
  *
- *   optim_bench [--width 256] [--layers 16] [--steps 50] [--threads 1]
+ *   optim_bench [--width 256] [--layers 16] [--steps 50] [--threads 1] [--device cpu|cuda]
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -38,8 +39,11 @@ static int compare(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* An MLP of `layers` Linear(width, width) with ReLU between, its
- * gradients filled by one backward of a random batch. */
+/* The device the bench runs on. */
+static int32_t device = FULMEN_DEVICE_TYPE_CPU;
+
+/* An MLP of `layers` Linear(width, width) with ReLU between, on `device`,
+ * its gradients filled by one backward of a random batch. */
 static fulmen_model *model_with_grads(int64_t width, int layers) {
     fulmen_model *m, *layer;
     check(fulmen_model_sequential_new(&m), "sequential");
@@ -51,9 +55,12 @@ static fulmen_model *model_with_grads(int64_t width, int layers) {
             check(fulmen_model_push(m, layer), "push");
         }
     }
+    check(fulmen_model_to_device(m, device, 0), "model to device");
     int64_t shape[2] = {64, width};
-    fulmen_tensor *x, *y, *loss;
-    check(fulmen_tensor_randn(shape, 2, FULMEN_DTYPE_F32, &x), "randn");
+    fulmen_tensor *host, *x, *y, *loss;
+    check(fulmen_tensor_randn(shape, 2, FULMEN_DTYPE_F32, &host), "randn");
+    check(fulmen_tensor_to_device(host, device, 0, &x), "batch to device");
+    fulmen_tensor_free(host);
     check(fulmen_model_forward(m, x, &y), "forward");
     check(fulmen_tensor_sum(y, &loss), "sum");
     check(fulmen_tensor_backward(loss), "backward");
@@ -68,9 +75,11 @@ static double step_ms(fulmen_optimizer *opt, int steps) {
     double *t = malloc(sizeof(double) * (size_t)steps);
     if (t == NULL) exit(1);
     for (int i = 0; i < 5; i++) check(fulmen_optimizer_step(opt), "warm-up step");
+    check(fulmen_device_synchronize(device, 0), "synchronize");
     for (int i = 0; i < steps; i++) {
         double start = now();
         check(fulmen_optimizer_step(opt), "step");
+        check(fulmen_device_synchronize(device, 0), "synchronize");
         t[i] = 1e3 * (now() - start);
     }
     qsort(t, (size_t)steps, sizeof(double), compare);
@@ -87,8 +96,11 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--threads") == 0) threads = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--device") == 0 && strcmp(argv[i + 1], "cpu") == 0) device = FULMEN_DEVICE_TYPE_CPU;
+        else if (strcmp(argv[i], "--device") == 0 && strcmp(argv[i + 1], "cuda") == 0) device = FULMEN_DEVICE_TYPE_CUDA;
         else {
-            fprintf(stderr, "usage: optim_bench [--width N] [--layers N] [--steps N] [--threads N]\n");
+            fprintf(stderr,
+                    "usage: optim_bench [--width N] [--layers N] [--steps N] [--threads N] [--device cpu|cuda]\n");
             return 2;
         }
     }

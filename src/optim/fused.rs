@@ -6,7 +6,7 @@
 use super::adagrad::AdagradOptions;
 use super::adam::AdamOptions;
 use super::sgd::SgdOptions;
-use super::state::{Core, GroupOptions, ParamState};
+use super::state::{Core, DeviceStep, GroupOptions, ParamState};
 use crate::error::{Error, ErrorCode, Result};
 use crate::shim::{self, call};
 use libc::c_void;
@@ -83,6 +83,35 @@ pub(super) fn count_steps(state: &mut [Option<ParamState>], ids: &[usize]) {
     for &i in ids {
         if let Some(st) = state[i].as_mut() {
             st.step += 1.0;
+        }
+    }
+}
+
+/// The step count of the parameter at state index `i` as the fused
+/// kernels take it: a float32 tensor on the parameter's device holding the
+/// steps done, which the shim adds 1 to before the kernel, as torch's
+/// `_foreach_add_(device_state_steps, 1)`. The tensor kept from the last
+/// successful call ([`keep_device_steps`]) is taken out of the state and
+/// reused while it holds the state's count on the parameter's device (no
+/// new tensor nor host-to-device copy per parameter and step); a new one
+/// is made otherwise. A failed call drops what it took.
+pub(super) fn take_device_step(state: &mut [Option<ParamState>], i: usize, p: &Tensor) -> Result<Tensor> {
+    let (count, kept) = match state[i].as_mut() {
+        Some(st) => (st.step, st.device_step.take()),
+        None => (0.0, None),
+    };
+    match kept {
+        Some(d) if d.count == count && d.tensor.device() == p.device() => Ok(d.tensor),
+        _ => Ok(Tensor::f_scalar_tensor(count, (Kind::Float, p.device()))?),
+    }
+}
+
+/// Keeps the step tensors of a successful fused call in the state of the
+/// parameters at `ids`, with their counts (after [`count_steps`]).
+pub(super) fn keep_device_steps(state: &mut [Option<ParamState>], ids: &[usize], steps: &[Tensor]) {
+    for (&i, t) in ids.iter().zip(steps) {
+        if let Some(st) = state[i].as_mut() {
+            st.device_step = Some(DeviceStep { tensor: t.shallow_clone(), count: st.step });
         }
     }
 }
@@ -165,10 +194,8 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
         for (i, p, grad) in rows {
             let st = core.state[i].get_or_insert_with(ParamState::default);
             let buffers = adam_buffers(st, &p, o.amsgrad)?;
-            // torch keeps a fused optimizer's step as a float32 tensor on
-            // the parameter's device; the kernel reads it there. It counts
-            // in the state once the kernel succeeded.
-            let step = Tensor::f_scalar_tensor(st.step + 1.0, (Kind::Float, p.device()))?;
+            // The step counts in the state once the kernel succeeded.
+            let step = take_device_step(&mut core.state, i, &p)?;
             let [exp_avg, exp_avg_sq] = [&buffers[0], &buffers[1]].map(Tensor::shallow_clone);
             let max = buffers.get(2).map(Tensor::shallow_clone);
             buckets.push(i, [p, grad, exp_avg, exp_avg_sq, step].into_iter().chain(max).collect());
@@ -201,6 +228,7 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
                 )
             })?;
             count_steps(&mut core.state, ids);
+            keep_device_steps(&mut core.state, ids, &lists[4]);
         }
     }
     Ok(())
@@ -285,8 +313,7 @@ pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions) -> Result
         let mut buckets = Buckets::default();
         for (i, p, grad) in rows {
             let sum = adagrad_sum(&core.state, i, &p, o.initial_accumulator_value)?;
-            let done = core.state[i].as_ref().map_or(0.0, |st| st.step);
-            let step = Tensor::f_scalar_tensor(done + 1.0, (Kind::Float, p.device()))?;
+            let step = take_device_step(&mut core.state, i, &p)?;
             buckets.push(i, vec![p, grad, sum, step]);
         }
         for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
@@ -311,6 +338,7 @@ pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions) -> Result
             })?;
             keep_sums(&mut core.state, ids, &lists[2]);
             count_steps(&mut core.state, ids);
+            keep_device_steps(&mut core.state, ids, &lists[3]);
         }
     }
     Ok(())

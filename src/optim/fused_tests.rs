@@ -142,3 +142,42 @@ fn kinds_and_parameters_without_fused_kernels_are_refused() {
     assert_eq!(s.step().unwrap_err().code, ErrorCode::InvalidState);
     assert_eq!(values(&m.w), before);
 }
+
+/// Adam's, AdamW's and Adagrad's fused updates keep each step count on the
+/// parameter's device between steps; it must follow the state's count
+/// through for-loop steps between fused ones and through loaded states.
+#[test]
+fn the_kept_device_steps_follow_the_state() {
+    type Make = fn(Vec<Tensor>) -> Box<dyn Optimizer>;
+    let makes: [Make; 3] = [
+        |p| Box::new(Adam::new(p, AdamOptions { lr: 0.1, amsgrad: true, ..Default::default() }).unwrap()),
+        |p| Box::new(AdamW::new(p, AdamOptions { lr: 0.1, weight_decay: 0.1, ..Default::default() }).unwrap()),
+        |p| Box::new(Adagrad::new(p, AdagradOptions { lr: 0.1, lr_decay: 0.01, ..Default::default() }).unwrap()),
+    ];
+    let schedule = [true, true, false, true, true, false, false, true];
+    for make in makes {
+        // One optimizer throughout, fused or not as the schedule says.
+        let a = Model::new(Kind::Float);
+        let mut kept = make(a.params());
+        for &on in &schedule {
+            kept.set_fused(on).unwrap();
+            a.train_step(kept.as_mut());
+        }
+        // A new optimizer for every step, loaded from the last one's state.
+        let b = Model::new(Kind::Float);
+        let mut state = make(b.params()).state_dict().unwrap();
+        for &on in &schedule {
+            let mut fresh = make(b.params());
+            fresh.load_state_dict(&state).unwrap();
+            fresh.set_fused(on).unwrap();
+            b.train_step(fresh.as_mut());
+            state = fresh.state_dict().unwrap();
+        }
+        assert_eq!(values(&a.w), values(&b.w), "{}", kept.name());
+        let steps = |o: &dyn Optimizer| {
+            o.state_dict().unwrap().into_iter().find(|(k, _)| k == "state.0.step").map(|(_, t)| t.double_value(&[]))
+        };
+        assert_eq!(steps(kept.as_ref()), Some(schedule.len() as f64));
+        assert!(kept.state_dict().unwrap().iter().all(|(k, _)| !k.contains("device")));
+    }
+}

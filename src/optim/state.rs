@@ -16,6 +16,17 @@ pub struct ParamState {
     pub buffers: BTreeMap<&'static str, Tensor>,
     /// Named numbers besides the step, such as NAdam's `mu_product`.
     pub scalars: BTreeMap<&'static str, f64>,
+    /// The fused updates' copy of `step` on the parameter's device (never
+    /// saved; see `fused::take_device_step`).
+    pub(crate) device_step: Option<DeviceStep>,
+}
+
+/// A step count as a float32 tensor on a parameter's device, as torch's
+/// fused updates keep it, with the count it holds.
+#[derive(Debug)]
+pub(crate) struct DeviceStep {
+    pub tensor: Tensor,
+    pub count: f64,
 }
 
 impl ParamState {

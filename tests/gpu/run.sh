@@ -12,7 +12,8 @@
 # with a GPU mnist-cuda (the example), lightning-cuda (its Lightning round
 # trip), conformance-cuda (the custom-accelerator conformance program on
 # the cuda accelerator) and bench (against PyTorch and Lightning), then the
-# C tests,
+# C tests (optim-bench, the optimizer step's bench on cuda beside PyTorch,
+# runs only when named),
 # cpp_tests (the C++ binding's), go_tests (the Go package's) and mnist-cpu);
 # FULMEN_KIT_TIMEOUT bounds each program (default 300 s); FULMEN_KIT_DEADLINE
 # (seconds, default none) leaves the programs not yet started once passed;
@@ -130,6 +131,9 @@ for p in $programs; do
                 --contenders "${FULMEN_KIT_BENCH_CONTENDERS:-fulmen-c,pytorch,lightning,lightning-full}" \
                 --repeats "${FULMEN_KIT_BENCH_REPEATS:-1}" --epochs "${FULMEN_KIT_BENCH_EPOCHS:-3}" --timeout 120 \
                 --out "$results/bench.md" --jsonl "$results/bench.jsonl" ;;
+        optim-bench)
+            run_program optim-bench "$py" "$here/bench/optim_step.py" --binary "$here/build/bench/optim_bench" \
+                --device cuda --out "$results/optim-bench.md" ;;
         *) run_program "$p" "$here/bin/$p" ;;
     esac
 done
