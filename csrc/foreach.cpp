@@ -27,6 +27,7 @@ using fulmen_optim::adam_family_grads;
 using fulmen_optim::decayed;
 using fulmen_optim::list;
 using fulmen_optim::scalars;
+using fulmen_optim::update_moments;
 
 extern "C" {
 
@@ -95,9 +96,7 @@ int fulmen_cxx_foreach_adam(void* const* params, void* const* grads, void* const
   FULMEN_CXX_TRY
   auto p = list(params, n), m = list(exp_avgs, n), v = list(exp_avg_sqs, n), vmax = list(max_exp_avg_sqs, n);
   auto g = adam_family_grads(grads, p, n, lr, weight_decay, decoupled, maximize);
-  at::_foreach_lerp_(m, g, 1 - beta1);
-  at::_foreach_mul_(v, beta2);
-  at::_foreach_addcmul_(v, g, g, 1 - beta2);
+  update_moments(m, v, g, beta1, beta2);
   std::vector<at::Tensor> denom;
   if (max_exp_avg_sqs != nullptr) {
     at::_foreach_maximum_(vmax, v);

@@ -25,6 +25,7 @@ using fulmen_optim::adam_family_grads;
 using fulmen_optim::decayed;
 using fulmen_optim::list;
 using fulmen_optim::scalars;
+using fulmen_optim::update_moments;
 
 extern "C" {
 
@@ -62,9 +63,7 @@ int fulmen_cxx_foreach_nadam(void* const* params, void* const* grads, void* cons
   FULMEN_CXX_TRY
   auto p = list(params, n), m = list(exp_avgs, n), v = list(exp_avg_sqs, n);
   auto g = adam_family_grads(grads, p, n, lr, weight_decay, decoupled, maximize);
-  at::_foreach_lerp_(m, g, 1 - beta1);
-  at::_foreach_mul_(v, beta2);
-  at::_foreach_addcmul_(v, g, g, 1 - beta2);
+  update_moments(m, v, g, beta1, beta2);
   auto denom = at::_foreach_sqrt(v);
   at::_foreach_div_(denom, scalars(bias_correction2_sqrts, n));
   at::_foreach_add_(denom, eps);
@@ -84,9 +83,7 @@ int fulmen_cxx_foreach_radam(void* const* params, void* const* grads, void* cons
   FULMEN_CXX_TRY
   auto p = list(params, n), m = list(exp_avgs, n), v = list(exp_avg_sqs, n);
   auto g = adam_family_grads(grads, p, n, lr, weight_decay, decoupled, maximize);
-  at::_foreach_lerp_(m, g, 1 - beta1);
-  at::_foreach_mul_(v, beta2);
-  at::_foreach_addcmul_(v, g, g, 1 - beta2);
+  update_moments(m, v, g, beta1, beta2);
   auto buffer = at::_foreach_sqrt(v);
   at::_foreach_add_(buffer, eps);
   at::_foreach_div_(buffer, scalars(bias_correction2s, n));

@@ -8,6 +8,8 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_foreach_addcmul.h>
+#include <ATen/ops/_foreach_lerp.h>
 #include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/_foreach_neg.h>
 
@@ -46,5 +48,15 @@ inline std::vector<at::Tensor> adam_family_grads(void* const* grads, std::vector
   auto g = decayed(list(grads, n), params, decoupled ? 0.0 : weight_decay, maximize);
   if (decoupled && weight_decay != 0) at::_foreach_mul_(params, 1 - lr * weight_decay);
   return g;
+}
+
+// The Adam family's running averages: `exp_avgs` lerp towards the
+// gradients by `1 - beta1`, `exp_avg_sqs` decay by `beta2` and gain
+// `(1 - beta2) * grad^2`, as torch's `_multi_tensor_*` updates.
+inline void update_moments(std::vector<at::Tensor>& exp_avgs, std::vector<at::Tensor>& exp_avg_sqs,
+                           const std::vector<at::Tensor>& grads, double beta1, double beta2) {
+  at::_foreach_lerp_(exp_avgs, grads, 1 - beta1);
+  at::_foreach_mul_(exp_avg_sqs, beta2);
+  at::_foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2);
 }
 }  // namespace fulmen_optim
