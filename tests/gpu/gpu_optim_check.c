@@ -12,7 +12,8 @@
  * NAdam and RAdam with the default updates (torch's foreach kernels on
  * CUDA) within float rounding of the CPU's for-loop, and, given
  * FULMEN_GPU_TORCH_OPTIM (the folder tests/gpu/torch_cuda_optim.py wrote),
- * against PyTorch's own foreach steps on cuda:0 from the same weights.
+ * the foreach and fused steps against PyTorch's own on cuda:0 from the
+ * same weights.
  * Without a GPU
  * it says so and exits with 77 (skipped).
  *
@@ -186,6 +187,35 @@ static fulmen_model *fused_run(int32_t device_type, int kind, bool fused, const 
     return m;
 }
 
+/* Compares `kinds` runs on cuda:0 (fused or the default updates) from
+ * the weights torch_cuda_optim.py saved in FULMEN_GPU_TORCH_OPTIM with
+ * PyTorch's own, `<prefix>_<kind>.pt` there. */
+static void compare_with_torch(const char *prefix, bool fused, int kinds, const char *const *names) {
+    const char *dir = getenv("FULMEN_GPU_TORCH_OPTIM");
+    if (dir == NULL) {
+        printf("%s against PyTorch on cuda: FULMEN_GPU_TORCH_OPTIM not set, not compared\n", prefix);
+        return;
+    }
+    char init[600], path[600];
+    snprintf(init, sizeof init, "%s/init.pt", dir);
+    int identical = 0;
+    for (int kind = 0; kind < kinds; kind++) {
+        fulmen_model *gpu = fused_run(FULMEN_DEVICE_TYPE_CUDA, kind, fused, init);
+        fulmen_model *torch = fixture_mlp(32, 0);
+        snprintf(path, sizeof path, "%s/%s_%d.pt", dir, prefix, kind);
+        CHECK_OK(fulmen_model_load(torch, path, true));
+        double diff = fixture_max_diff(gpu, torch);
+        printf("%s %s on cuda vs PyTorch's on cuda, 8 steps: max |fulmen - torch| weight %.3g\n",
+               fused ? "fused" : "foreach", names[kind], diff);
+        CHECK(diff <= 1e-6);
+        identical += diff == 0;
+        fulmen_model_free(gpu);
+        fulmen_model_free(torch);
+    }
+    printf("%s against PyTorch on cuda: %d of %d optimizers bit-identical\n", fused ? "fused" : "foreach", identical,
+           kinds);
+}
+
 static void test_fused_updates(void) {
     const char *names[3] = {"AdamW", "SGD (momentum 0.9)", "Adagrad (lr_decay 0.01)"};
     for (int kind = 0; kind < 3; kind++) {
@@ -197,6 +227,7 @@ static void test_fused_updates(void) {
         fulmen_model_free(cpu);
         fulmen_model_free(gpu);
     }
+    compare_with_torch("fused", true, 3, names);
 }
 
 /* The default updates of every kind with foreach updates: torch's foreach
@@ -216,28 +247,7 @@ static void test_foreach_updates(void) {
     }
     /* PyTorch's own steps on cuda:0 (torch_cuda_optim.py, same kinds and
      * options) from the weights it saved. */
-    const char *dir = getenv("FULMEN_GPU_TORCH_OPTIM");
-    if (dir == NULL) {
-        printf("foreach against PyTorch on cuda: FULMEN_GPU_TORCH_OPTIM not set, not compared\n");
-        return;
-    }
-    char init[600], path[600];
-    snprintf(init, sizeof init, "%s/init.pt", dir);
-    int identical = 0;
-    for (int kind = 0; kind < 7; kind++) {
-        fulmen_model *gpu = fused_run(FULMEN_DEVICE_TYPE_CUDA, kind, false, init);
-        fulmen_model *torch = fixture_mlp(32, 0);
-        snprintf(path, sizeof path, "%s/optim_%d.pt", dir, kind);
-        CHECK_OK(fulmen_model_load(torch, path, true));
-        double diff = fixture_max_diff(gpu, torch);
-        printf("foreach %s on cuda vs PyTorch's on cuda, 8 steps: max |fulmen - torch| weight %.3g\n", names[kind],
-               diff);
-        CHECK(diff <= 1e-6);
-        identical += diff == 0;
-        fulmen_model_free(gpu);
-        fulmen_model_free(torch);
-    }
-    printf("foreach against PyTorch on cuda: %d of 7 optimizers bit-identical\n", identical);
+    compare_with_torch("optim", false, 7, names);
 }
 
 /* --------------------------------------------------- the trainer on cuda */
