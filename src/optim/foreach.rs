@@ -8,7 +8,9 @@
 //! results.
 use super::adagrad::AdagradOptions;
 use super::adam::AdamOptions;
-use super::fused::{adagrad_sum, adam_buffers, count_steps, grad_rows, keep_sums, ptrs, Buckets};
+use super::fused::{
+    adagrad_sum, adam_buffer_names, buffer_buckets, count_steps, grad_rows, keep_sums, next_steps, ptrs, Buckets,
+};
 use super::py_num::py_pow;
 use super::rmsprop::RmsPropOptions;
 use super::sgd::SgdOptions;
@@ -110,15 +112,10 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
     for (g, rows) in core.groups.iter().zip(groups) {
         let o = defaults.of_group(g);
         let (beta1, beta2) = (g.momentum, o.betas.1);
-        let mut buckets = Buckets::default();
-        for (i, p, grad) in rows {
-            let st = core.state[i].get_or_insert_with(ParamState::default);
-            let buffers = adam_buffers(st, &p, o.amsgrad)?;
-            buckets.push(i, [p, grad].into_iter().chain(buffers).collect());
-        }
+        let buckets = buffer_buckets(&mut core.state, rows, adam_buffer_names(o.amsgrad))?;
         for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
             let n = lists[0].len();
-            let steps: Vec<f64> = ids.iter().map(|&i| core.state[i].as_ref().map_or(0.0, |st| st.step) + 1.0).collect();
+            let steps = next_steps(&core.state, ids);
             // torch: `(lr / bc) * -1`, the same number negated.
             let step_sizes: Vec<f64> = steps.iter().map(|&t| -(g.lr / (1.0 - beta1.powf(t)))).collect();
             let bias_correction2_sqrts: Vec<f64> = steps.iter().map(|&t| py_pow(1.0 - beta2.powf(t), 0.5)).collect();
@@ -170,13 +167,8 @@ pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions) -> Result
         }
         for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
             let n = lists[0].len();
-            let minus_clrs: Vec<f64> = ids
-                .iter()
-                .map(|&i| {
-                    let step = core.state[i].as_ref().map_or(0.0, |st| st.step) + 1.0;
-                    -g.lr / (1.0 + (step - 1.0) * o.lr_decay)
-                })
-                .collect();
+            let minus_clrs: Vec<f64> =
+                next_steps(&core.state, ids).iter().map(|&t| -g.lr / (1.0 + (t - 1.0) * o.lr_decay)).collect();
             let [params, grads, sums] = [0, 1, 2].map(|j| ptrs(&lists[j]));
             // SAFETY: every list holds `n` live tensors and `minus_clrs` `n`
             // numbers for the call's length.
@@ -209,19 +201,11 @@ pub(crate) fn rmsprop_step(core: &mut Core, defaults: &RmsPropOptions) -> Result
     for (g, rows) in core.groups.iter().zip(groups) {
         let o = defaults.of_group(g);
         let with_momentum = g.momentum > 0.0;
-        let mut buckets = Buckets::default();
-        for (i, p, grad) in rows {
-            let st = core.state[i].get_or_insert_with(ParamState::default);
-            let square_avg = st.buffer_or_zeros("square_avg", &p)?.shallow_clone();
-            let mut row = vec![p.shallow_clone(), grad, square_avg];
-            if o.centered {
-                row.push(st.buffer_or_zeros("grad_avg", &p)?.shallow_clone());
-            }
-            if with_momentum {
-                row.push(st.buffer_or_zeros("momentum_buffer", &p)?.shallow_clone());
-            }
-            buckets.push(i, row);
-        }
+        let names: Vec<&'static str> = std::iter::once("square_avg")
+            .chain(o.centered.then_some("grad_avg"))
+            .chain(with_momentum.then_some("momentum_buffer"))
+            .collect();
+        let buckets = buffer_buckets(&mut core.state, rows, &names)?;
         for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
             let n = lists[0].len();
             let [params, grads, square_avgs] = [0, 1, 2].map(|j| ptrs(&lists[j]));

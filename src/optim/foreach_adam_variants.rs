@@ -6,49 +6,28 @@
 //! RAdam folds the step into a reciprocal), so their results differ from
 //! the for-loop updates' in the last bits, as torch's do.
 use super::adamax::AdamaxOptions;
-use super::fused::{count_steps, grad_rows, ptrs, Buckets};
+use super::fused::{buffer_buckets, count_steps, grad_rows, next_steps, ptrs};
 use super::nadam::NAdamOptions;
 use super::py_num::py_pow;
 use super::radam::RAdamOptions;
 use super::state::{Core, GroupOptions, ParamState};
 use crate::error::Result;
 use crate::shim::{self, call};
-use tch::Tensor;
-
-/// The rows of one group: each parameter with a gradient, its gradient and
-/// the state buffers `names` (created as zeros when missing), with its
-/// state index, bucketed by device and dtype.
-fn buckets(core: &mut Core, rows: Vec<(usize, Tensor, Tensor)>, names: &[&'static str]) -> Result<Buckets> {
-    let mut buckets = Buckets::default();
-    for (i, p, grad) in rows {
-        let st = core.state[i].get_or_insert_with(ParamState::default);
-        let mut row = vec![p.shallow_clone(), grad];
-        for name in names {
-            row.push(st.buffer_or_zeros(name, &p)?.shallow_clone());
-        }
-        buckets.push(i, row);
-    }
-    Ok(buckets)
-}
-
-/// The step each parameter at `ids` takes now (its count + 1).
-fn next_steps(core: &Core, ids: &[usize]) -> Vec<f64> {
-    ids.iter().map(|&i| core.state[i].as_ref().map_or(0.0, |st| st.step) + 1.0).collect()
-}
 
 /// torch's `_multi_tensor_adamax` over every group, not capturable; the
 /// steps count once their call succeeded.
 pub(crate) fn adamax_step(core: &mut Core, defaults: &AdamaxOptions) -> Result<()> {
     let _guard = tch::no_grad_guard();
     let groups = grad_rows(core);
-    let param_groups: Vec<_> = core.groups.iter().map(|g| defaults.of_group(g)).collect();
-    for (o, rows) in param_groups.into_iter().zip(groups) {
+    for (g, rows) in core.groups.iter().zip(groups) {
+        let o = defaults.of_group(g);
         let (beta1, beta2) = o.betas;
-        let buckets = buckets(core, rows, &["exp_avg", "exp_inf"])?;
+        let buckets = buffer_buckets(&mut core.state, rows, &["exp_avg", "exp_inf"])?;
         for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
             let n = lists[0].len();
             // torch: `(lr / (1 - beta1 ** step)) * -1`.
-            let step_sizes: Vec<f64> = next_steps(core, ids).iter().map(|&t| -(o.lr / (1.0 - beta1.powf(t)))).collect();
+            let step_sizes: Vec<f64> =
+                next_steps(&core.state, ids).iter().map(|&t| -(o.lr / (1.0 - beta1.powf(t)))).collect();
             let [params, grads, exp_avgs, exp_infs] = [0, 1, 2, 3].map(|j| ptrs(&lists[j]));
             // SAFETY: every list holds `n` live tensors and `step_sizes` `n`
             // numbers for the call's length.
@@ -92,13 +71,13 @@ pub(super) fn nadam_mu_product(mu_product: f64, mu: f64) -> f64 {
 pub(crate) fn nadam_step(core: &mut Core, defaults: &NAdamOptions) -> Result<()> {
     let _guard = tch::no_grad_guard();
     let groups = grad_rows(core);
-    let param_groups: Vec<_> = core.groups.iter().map(|g| defaults.of_group(g)).collect();
-    for (o, rows) in param_groups.into_iter().zip(groups) {
+    for (g, rows) in core.groups.iter().zip(groups) {
+        let o = defaults.of_group(g);
         let (beta1, beta2) = o.betas;
-        let buckets = buckets(core, rows, &["exp_avg", "exp_avg_sq"])?;
+        let buckets = buffer_buckets(&mut core.state, rows, &["exp_avg", "exp_avg_sq"])?;
         for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
             let n = lists[0].len();
-            let steps = next_steps(core, ids);
+            let steps = next_steps(&core.state, ids);
             let mut bias_correction2_sqrts = Vec::with_capacity(n);
             let mut grad_step_sizes = Vec::with_capacity(n);
             let mut exp_avg_step_sizes = Vec::with_capacity(n);
@@ -171,14 +150,14 @@ pub(super) fn radam_scalars(lr: f64, beta1: f64, beta2: f64, t: f64) -> (f64, f6
 pub(crate) fn radam_step(core: &mut Core, defaults: &RAdamOptions) -> Result<()> {
     let _guard = tch::no_grad_guard();
     let groups = grad_rows(core);
-    let param_groups: Vec<_> = core.groups.iter().map(|g| defaults.of_group(g)).collect();
-    for (o, rows) in param_groups.into_iter().zip(groups) {
+    for (g, rows) in core.groups.iter().zip(groups) {
+        let o = defaults.of_group(g);
         let (beta1, beta2) = o.betas;
-        let buckets = buckets(core, rows, &["exp_avg", "exp_avg_sq"])?;
+        let buckets = buffer_buckets(&mut core.state, rows, &["exp_avg", "exp_avg_sq"])?;
         for (lists, ids) in buckets.lists.iter().zip(&buckets.ids) {
             let n = lists[0].len();
             let (bias_correction2s, unrect_step_sizes): (Vec<f64>, Vec<f64>) =
-                next_steps(core, ids).iter().map(|&t| radam_scalars(o.lr, beta1, beta2, t)).unzip();
+                next_steps(&core.state, ids).iter().map(|&t| radam_scalars(o.lr, beta1, beta2, t)).unzip();
             let [params, grads, exp_avgs, exp_avg_sqs] = [0, 1, 2, 3].map(|j| ptrs(&lists[j]));
             // SAFETY: every list holds `n` live tensors and both number
             // lists `n` numbers for the call's length.

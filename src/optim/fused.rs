@@ -50,13 +50,42 @@ pub(super) fn ptrs(list: &[Tensor]) -> Vec<*mut c_void> {
     list.iter().map(|t| t.as_ptr() as *mut c_void).collect()
 }
 
-/// Adam's state buffers of a parameter, created as zeros when missing:
-/// `exp_avg`, `exp_avg_sq`, and `max_exp_avg_sq` with `amsgrad` (the
-/// fused and foreach updates' lists after the parameter and gradient).
-pub(super) fn adam_buffers(st: &mut ParamState, p: &Tensor, amsgrad: bool) -> Result<Vec<Tensor>> {
-    let names: &[&'static str] =
-        if amsgrad { &["exp_avg", "exp_avg_sq", "max_exp_avg_sq"] } else { &["exp_avg", "exp_avg_sq"] };
+/// Adam's state buffers: `exp_avg`, `exp_avg_sq`, and `max_exp_avg_sq`
+/// with `amsgrad` (the fused and foreach updates' lists after the
+/// parameter and gradient).
+pub(super) fn adam_buffer_names(amsgrad: bool) -> &'static [&'static str] {
+    if amsgrad {
+        &["exp_avg", "exp_avg_sq", "max_exp_avg_sq"]
+    } else {
+        &["exp_avg", "exp_avg_sq"]
+    }
+}
+
+/// The state buffers `names` of a parameter, created as zeros when missing.
+pub(super) fn buffers(st: &mut ParamState, p: &Tensor, names: &[&'static str]) -> Result<Vec<Tensor>> {
     names.iter().map(|n| Ok(st.buffer_or_zeros(n, p)?.shallow_clone())).collect()
+}
+
+/// One group's rows (each parameter with a gradient, its gradient, then
+/// its state buffers `names`, created as zeros when missing), bucketed by
+/// device and dtype.
+pub(super) fn buffer_buckets(
+    state: &mut [Option<ParamState>],
+    rows: Vec<(usize, Tensor, Tensor)>,
+    names: &[&'static str],
+) -> Result<Buckets> {
+    let mut buckets = Buckets::default();
+    for (i, p, grad) in rows {
+        let st = state[i].get_or_insert_with(ParamState::default);
+        let row = buffers(st, &p, names)?;
+        buckets.push(i, [p, grad].into_iter().chain(row).collect());
+    }
+    Ok(buckets)
+}
+
+/// The step each parameter at state index `ids` takes now (its count + 1).
+pub(super) fn next_steps(state: &[Option<ParamState>], ids: &[usize]) -> Vec<f64> {
+    ids.iter().map(|&i| state[i].as_ref().map_or(0.0, |st| st.step) + 1.0).collect()
 }
 
 /// Adagrad's sum of the parameter at state index `i`: its state's, or a
@@ -193,7 +222,7 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
         let mut buckets = Buckets::default();
         for (i, p, grad) in rows {
             let st = core.state[i].get_or_insert_with(ParamState::default);
-            let buffers = adam_buffers(st, &p, o.amsgrad)?;
+            let buffers = buffers(st, &p, adam_buffer_names(o.amsgrad))?;
             // The step counts in the state once the kernel succeeded.
             let step = take_device_step(&mut core.state, i, &p)?;
             let [exp_avg, exp_avg_sq] = [&buffers[0], &buffers[1]].map(Tensor::shallow_clone);
