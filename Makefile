@@ -353,7 +353,10 @@ $(BUILD)/bench/%: bench/c/%.c include/fulmen.h lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 
+# check-temp-paths: no test source names a temporary path another test
+# could also use (scripts/check-temp-paths.sh).
 lint: $(LIBTORCH_STAMP) $(GLOO_STAMP)
+	bash scripts/check-temp-paths.sh
 	$(CARGO) fmt --check
 	$(CARGO) clippy $(CARGO_FLAGS) --all-targets -- -D warnings
 

@@ -1,14 +1,21 @@
 """By-hand check that files written by fulmen are read by Python's
 safetensors and match PyTorch: run the ignored Rust test
-`write_files_for_python_check` first, then this script (torch 2.13)."""
+`write_files_for_python_check` first, then this script (torch 2.13) on the
+same folder:
+
+    FULMEN_PY_CHECK_OUT=/some/dir cargo test --release -- --ignored write_files_for_python_check
+    python scripts/check_fulmen_safetensors.py /some/dir
+"""
 import os
-import tempfile
+import sys
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-d = os.path.join(tempfile.gettempdir(), "fulmen-py-check")
+if len(sys.argv) != 2:
+    sys.exit("usage: check_fulmen_safetensors.py DIR (the FULMEN_PY_CHECK_OUT of the Rust test)")
+d = sys.argv[1]
 
 # 1. Default init under the same seed equals PyTorch's, bit for bit.
 init = load_file(os.path.join(d, "init_seed0.safetensors"))

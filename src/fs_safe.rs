@@ -85,17 +85,11 @@ pub fn create_next_numbered_dir(base: &Path, prefix: &str) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("fulmen-fs-safe-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
+    use crate::test_dirs::TempDir;
 
     #[test]
     fn atomic_write_replaces_a_planted_symlink_not_its_target() {
-        let d = scratch("symlink");
+        let d = TempDir::new("fs-safe-symlink");
         let victim = d.join("victim.txt");
         std::fs::write(&victim, "precious").unwrap();
         let target = d.join("last.ckpt");
@@ -106,18 +100,18 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
         assert!(!std::fs::symlink_metadata(&target).unwrap().file_type().is_symlink());
-        let leftovers: Vec<_> = std::fs::read_dir(&d)
+        let leftovers: Vec<_> = d
+            .read_dir()
             .unwrap()
             .filter_map(|e| e.ok())
             .filter(|e| e.file_name().to_string_lossy().ends_with("-0.tmp"))
             .collect();
         assert!(leftovers.is_empty());
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
     fn create_new_refuses_existing_entries_and_symlinks() {
-        let d = scratch("create");
+        let d = TempDir::new("fs-safe-create");
         let victim = d.join("victim");
         std::fs::write(&victim, "x").unwrap();
         let link = d.join("link");
@@ -127,12 +121,11 @@ mod tests {
         assert!(open_append(&link).is_err());
         assert!(create_new(&d.join("fresh")).is_ok());
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "x");
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
     fn numbered_dirs_are_never_shared() {
-        let d = scratch("numbered");
+        let d = TempDir::new("fs-safe-numbered");
         std::fs::create_dir(d.join("version_0")).unwrap();
         // A planted symlink at the next name is skipped.
         std::os::unix::fs::symlink("/", d.join("version_1")).unwrap();
@@ -140,6 +133,5 @@ mod tests {
         assert_eq!(a, d.join("version_2"));
         let b = create_next_numbered_dir(&d, "version_").unwrap();
         assert_eq!(b, d.join("version_3"));
-        std::fs::remove_dir_all(&d).unwrap();
     }
 }

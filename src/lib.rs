@@ -23,6 +23,8 @@ pub mod precision;
 mod shim;
 pub mod strategies;
 pub mod tensor;
+#[cfg(test)]
+pub(crate) mod test_dirs;
 mod thread_token;
 pub mod trainer;
 pub mod tuner;

@@ -475,11 +475,11 @@ fn check_metadata_size(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dirs::TempDir;
 
     #[test]
     fn generator_states_round_trip() {
-        let dir = std::env::temp_dir().join(format!("fulmen-ckpt-rng-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TempDir::new("ckpt-rng");
         let path = dir.join("rng.ckpt");
         let cpu = Tensor::from_slice(&[1u8, 2, 3]);
         let cuda = Tensor::from_slice(&[9u8, 8, 7, 6]);
@@ -499,7 +499,6 @@ mod tests {
         let plain = Checkpoint { rng_state: Some(cpu), ..Default::default() };
         plain.save(&path).unwrap();
         assert!(Checkpoint::load(&path).unwrap().cuda_rng_state.is_none());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Several schedulers per optimizer: the flat list and each one's
@@ -509,8 +508,7 @@ mod tests {
     #[test]
     fn scheduler_owners_round_trip_and_older_files_read() {
         use crate::nn::{read_safetensors, write_safetensors};
-        let dir = std::env::temp_dir().join(format!("fulmen-ckpt-owners-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TempDir::new("ckpt-owners");
         let path = dir.join("owners.ckpt");
         let state = |x: f64| vec![("last_epoch".to_string(), x)];
         let ck = Checkpoint {
@@ -546,6 +544,5 @@ mod tests {
             .unwrap_or_else(|| panic!("owners {owners} accepted"));
             assert_eq!(e.code, crate::error::ErrorCode::Format, "{owners}: {}", e.message);
         }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

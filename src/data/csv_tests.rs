@@ -1,40 +1,12 @@
 //! Tests of `load_csv` (included from csv.rs).
 use std::io::Write;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use flate2::write::GzEncoder;
 use flate2::Compression;
 
 use super::*;
 use crate::data::Dataset;
-
-/// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("fulmen-data-{}-{nanos}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, bytes).unwrap();
-        p
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use crate::test_dirs::TempDir;
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut e = GzEncoder::new(Vec::new(), Compression::default());
@@ -56,7 +28,7 @@ fn ints(t: &Tensor) -> Vec<i64> {
 
 #[test]
 fn no_header_label_first() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("data");
     let p = dir.write("a.csv", b"1,0.5,2\r\n\n0,3,-4\n");
     let ds = load_csv(&p, &opts(Some(0))).unwrap();
     assert_eq!(ds.len(), 2);
@@ -71,7 +43,7 @@ fn no_header_label_first() {
 
 #[test]
 fn detected_header_label_last() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("data");
     let p = dir.write("h.csv", b"\xEF\xBB\xBFx,y,label\n1,2,3\n4,5e0,6.0\n");
     let ds = load_csv(&p, &opts(Some(-1))).unwrap();
     let t = ds.tensors();
@@ -81,7 +53,7 @@ fn detected_header_label_last() {
 
 #[test]
 fn header_option_and_no_labels() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("data");
     let p = dir.write("n.csv", b"7;8\n1;2\n");
     let semi = CsvOptions { delimiter: b';', ..opts(None) };
     let t = load_csv(&p, &semi).unwrap().tensors();
@@ -97,7 +69,7 @@ fn header_option_and_no_labels() {
 
 #[test]
 fn scaling_modes() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("data");
     // Label, a varying column, a constant column.
     let p = dir.write("s.csv", b"0,0,3\n1,5,3\n2,10,3\n");
     let load = |scaling| {
@@ -117,7 +89,7 @@ fn scaling_modes() {
 
 #[test]
 fn gzip_detected_by_magic() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("data");
     let text = b"label,a\n3,1.5\n4,2.5\n";
     // No .gz extension: detection is by content.
     let p = dir.write("g.data", &gzip(text));
@@ -130,7 +102,7 @@ fn gzip_detected_by_magic() {
 
 #[test]
 fn truncated_gzip() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("data");
     let mut text = String::new();
     for i in 0..2000 {
         text.push_str(&format!("{},{},{}\n", i % 10, i * 7 % 13, i * 31 % 101));
@@ -147,7 +119,7 @@ fn truncated_gzip() {
 
 #[test]
 fn ragged_and_non_numeric_rows() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("data");
     let p = dir.write("r.csv", b"1,2\n3,4\n5\n");
     let e = load_csv(&p, &opts(None)).unwrap_err();
     assert_eq!(e.code, ErrorCode::Format);
@@ -168,7 +140,7 @@ fn ragged_and_non_numeric_rows() {
 
 #[test]
 fn empty_and_missing_files() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("data");
     for (name, bytes) in [("e.csv", &b""[..]), ("b.csv", b"\n \r\n"), ("h.csv", b"a,b\n")] {
         let p = dir.write(name, bytes);
         let e = load_csv(&p, &opts(None)).unwrap_err();
@@ -177,14 +149,14 @@ fn empty_and_missing_files() {
     }
     let p = dir.write("e.csv.gz", &gzip(b""));
     assert_eq!(load_csv(&p, &opts(None)).unwrap_err().code, ErrorCode::Format);
-    let e = load_csv(&dir.0.join("missing.csv"), &opts(None)).unwrap_err();
+    let e = load_csv(&dir.join("missing.csv"), &opts(None)).unwrap_err();
     assert_eq!(e.code, ErrorCode::Io);
     assert!(e.message.contains("missing.csv"));
 }
 
 #[test]
 fn mnist_sized_file_loads_with_the_right_shapes() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("data");
     let mut text = String::with_capacity(10 << 20);
     let mut state = 12345u64;
     for row in 0..5000 {
@@ -217,7 +189,7 @@ const IRIS_HEAD: &[u8] = b"3,4,setosa,versicolor,virginica\n5.1,3.5,1.4,0.2,0\n7
 
 #[test]
 fn a_count_line_is_skipped_or_taken_as_a_preamble() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("data");
     let p = dir.write("iris.csv", IRIS_HEAD);
     let skipped = load_csv(&p, &CsvOptions { skip_rows: 1, label_column: Some(-1), ..Default::default() }).unwrap();
     assert_eq!(skipped.len(), 3);
@@ -235,7 +207,7 @@ fn a_count_line_is_skipped_or_taken_as_a_preamble() {
 
 #[test]
 fn columns_are_chosen_by_name_or_index() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("data");
     let p = dir.write("people.csv", b"age,income,city_code,bought\n30,1000,7,1\n40,2500,3,0\n");
     let named = CsvOptions {
         label_name: Some("bought".into()),
@@ -278,7 +250,7 @@ fn columns_are_chosen_by_name_or_index() {
 
 #[test]
 fn a_missing_value_is_named_with_its_line_and_column() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("data");
     let p = dir.write("gaps.csv", b"a,b,label\n1,2,0\n3,,1\n");
     let e = load_csv(&p, &opts(Some(-1))).unwrap_err();
     assert_eq!(e.code, ErrorCode::Format);

@@ -158,10 +158,11 @@ impl Logger for CsvLogger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_dirs::TempDir;
 
     #[test]
     fn rows_share_columns_with_epoch_first_and_step_last() {
-        let dir = std::env::temp_dir().join(format!("fulmen-csv-{}", std::process::id()));
+        let dir = TempDir::new("csv-logger");
         let mut l = CsvLogger::create(&dir).unwrap();
         l.log_metrics(&BTreeMap::from([("loss".to_string(), 0.5)]), 0, 9).unwrap();
         l.log_metrics(&BTreeMap::from([("val_acc".to_string(), 0.9)]), 0, 9).unwrap();
@@ -175,12 +176,11 @@ mod tests {
         assert_eq!(text, "epoch,loss,val_acc,step\n0,0.5,,9\n0,,0.9,9\n");
         let yaml = fs::read_to_string(dir.join("hparams.yaml")).unwrap();
         assert_eq!(yaml, "lr: 0.1\nname: \"mlp\"\n");
-        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn rows_are_appended_and_a_new_metric_widens_the_file() {
-        let dir = std::env::temp_dir().join(format!("fulmen-csv-append-{}", std::process::id()));
+        let dir = TempDir::new("csv-logger-append");
         let mut l = CsvLogger::create(&dir).unwrap();
         for step in 0..250 {
             l.log_metrics(&BTreeMap::from([("loss".to_string(), 1.0 / (1 + step) as f64)]), 0, step).unwrap();
@@ -195,6 +195,5 @@ mod tests {
         assert_eq!(lines[1], "0,,1,0");
         assert_eq!(lines[250], "0,,0.004,249");
         assert_eq!(lines[251], "1,2,,250");
-        fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -1,9 +1,9 @@
 //! Tests of TorchScript modules: buffers, methods over every kind of value,
 //! modes, casts and saving back (fixtures from scripts/make_torchscript_fixture.py).
-use super::tests::{fixture, names, tmp_dir};
+use super::tests::{fixture, names};
 use super::*;
 use crate::error::ErrorCode;
-use std::path::Path;
+use crate::test_dirs::TempDir;
 use tch::{Device, Kind, Tensor};
 
 fn tabular() -> Module {
@@ -71,7 +71,7 @@ fn torchscript_modes_casts_and_save_round_trip() {
     let y1 = m.forward_multi(&[Some(&c), Some(&x)]).unwrap().remove(0);
     let y2 = m.forward_multi(&[Some(&c), Some(&x)]).unwrap().remove(0);
     assert!(y1.equal(&y2), "eval mode is deterministic (dropout off)");
-    let dir = tmp_dir("script-save");
+    let dir = TempDir::new("nn-script-save");
     let path = dir.join("tuned.pt");
     m.save_torchscript(&path).unwrap();
     let back = Module::load_torchscript(&path, Device::Cpu).unwrap();
@@ -94,10 +94,11 @@ fn torchscript_modes_casts_and_save_round_trip() {
     // Saving into a folder that does not exist fails cleanly.
     let err = m.save_torchscript(&dir.join("missing/x.pt")).unwrap_err();
     assert_eq!(err.code, ErrorCode::Io);
-    std::fs::remove_dir_all(dir).unwrap();
-    // Only TorchScript modules have methods.
-    let err = Module::linear(2, 2, true).unwrap().save_torchscript(Path::new("/tmp/x.pt")).unwrap_err();
+    // Only TorchScript modules have methods: nothing is written.
+    let never = dir.join("never.pt");
+    let err = Module::linear(2, 2, true).unwrap().save_torchscript(&never).unwrap_err();
     assert_eq!(err.code, ErrorCode::Unsupported);
+    assert!(!never.exists());
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Tests of the module tree, state dicts, safetensors and TorchScript.
 use super::*;
 use crate::error::ErrorCode;
+use crate::test_dirs::TempDir;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use tch::{Device, Kind, Tensor};
@@ -11,12 +12,6 @@ pub(super) fn names(v: &[(String, Tensor)]) -> Vec<String> {
 
 pub(super) fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
-}
-
-pub(super) fn tmp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("fulmen-nn-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 fn bn() -> Module {
@@ -247,7 +242,7 @@ fn to_kind_and_device_keep_leaves() {
 #[test]
 fn safetensors_round_trip() {
     let _rng = super::init::test_rng_lock();
-    let dir = tmp_dir("rt");
+    let dir = TempDir::new("nn-rt");
     let path = dir.join("model.safetensors");
     tch::manual_seed(1);
     let mut a = nested();
@@ -278,13 +273,12 @@ fn safetensors_round_trip() {
     for p in b.parameters() {
         assert!(p.is_leaf() && p.requires_grad());
     }
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
 fn safetensors_dtypes() {
     let _rng = super::init::test_rng_lock();
-    let dir = tmp_dir("dt");
+    let dir = TempDir::new("nn-dt");
     let path = dir.join("all.safetensors");
     let base = Tensor::from_slice(&[0.0f64, 1.0, 2.5, -3.0, 4.0, 1.0]).reshape([2, 3]);
     let kinds = [
@@ -329,13 +323,12 @@ fn safetensors_dtypes() {
     assert!(write_safetensors(&path, &dup, None).is_err());
     let missing = read_safetensors(&dir.join("nope.safetensors")).unwrap_err();
     assert_eq!(missing.code, ErrorCode::Io);
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
 fn load_errors_leave_model_unchanged() {
     let _rng = super::init::test_rng_lock();
-    let dir = tmp_dir("err");
+    let dir = TempDir::new("nn-err");
     let mut m = Module::sequential();
     m.push(Module::linear(4, 3, true).unwrap()).unwrap();
     m.push(bn()).unwrap();
@@ -397,7 +390,6 @@ fn load_errors_leave_model_unchanged() {
     assert!(report.unexpected.is_empty());
     assert!(m.state_dict()[0].1.equal(&other[0].1));
     assert!(m.state_dict()[1].1.equal(&snapshot[1]));
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -509,13 +501,12 @@ fn torchscript_fixture_forward_names_and_training() {
     assert!(!m.is_training());
     m.set_training(true).unwrap();
     // Round trip through fulmen's own safetensors writer.
-    let dir = tmp_dir("ts");
+    let dir = TempDir::new("nn-ts");
     let path = dir.join("trained.safetensors");
     m.save_safetensors(&path, None).unwrap();
     let mut fresh = Module::load_torchscript(&fixture("mlp_scripted.pt"), Device::Cpu).unwrap();
     fresh.load_safetensors(&path, true).unwrap();
     assert!(fresh.forward(&x).unwrap().equal(&m.forward(&x).unwrap()));
-    std::fs::remove_dir_all(dir).unwrap();
     // The script inside a named container gets a prefix.
     let mut outer = Module::named();
     outer.add("net", fresh).unwrap();
@@ -531,13 +522,12 @@ fn torchscript_bad_files() {
     let _rng = super::init::test_rng_lock();
     let err = Module::load_torchscript(Path::new("/nonexistent/x.pt"), Device::Cpu).unwrap_err();
     assert_eq!(err.code, ErrorCode::Io);
-    let dir = tmp_dir("badts");
+    let dir = TempDir::new("nn-badts");
     let p = dir.join("bad.pt");
     std::fs::write(&p, b"definitely not a zip").unwrap();
     let err = Module::load_torchscript(&p, Device::Cpu).unwrap_err();
     assert_eq!(err.code, ErrorCode::Format);
     assert!(err.message.contains("bad.pt"));
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -557,13 +547,13 @@ fn python_weights_load_into_sequential() {
     assert!(err.message.contains("mlp_scripted.safetensors"));
 }
 
-/// Writes files for a by-hand check with Python (see
-/// `scripts/check_fulmen_safetensors.py`): run with `--ignored`.
+/// Writes files under `$FULMEN_PY_CHECK_OUT` for a by-hand check with
+/// Python (see `scripts/check_fulmen_safetensors.py`): run with `--ignored`.
 #[test]
 #[ignore]
 fn write_files_for_python_check() {
     let _rng = super::init::test_rng_lock();
-    let dir = std::env::temp_dir().join("fulmen-py-check");
+    let dir = PathBuf::from(std::env::var("FULMEN_PY_CHECK_OUT").expect("set FULMEN_PY_CHECK_OUT"));
     std::fs::create_dir_all(&dir).unwrap();
     tch::manual_seed(0);
     let lin = Module::linear(4, 3, true).unwrap();

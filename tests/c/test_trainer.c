@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+char *mkdtemp(char *template); /* POSIX, not declared under -std=c11 */
+
 static fulmen_dataset *blobs(size_t n, uint64_t seed) { return fixture_blobs(n, seed, 2.0f); }
 
 /* What the callbacks of the test module see and record. */
@@ -581,8 +583,11 @@ static void test_sanity_check_keeps_the_random_state(void) {
 }
 
 int main(void) {
-    snprintf(root, sizeof root, "/tmp/fulmen-test-trainer-%d", (int)getpid());
-    mkdir(root, 0755);
+    snprintf(root, sizeof root, "/tmp/fulmen-test-trainer-XXXXXX");
+    if (mkdtemp(root) == NULL) {
+        perror("mkdtemp");
+        return 2;
+    }
     test_fit_validate_test_predict();
     test_limits();
     test_estimated_stepping_batches();

@@ -30,6 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #include "fulmen.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 static inline int fuzz_check_error_(const char *target, fulmen_error *e) {
     if (e == NULL) return 0;
     int32_t code = fulmen_error_code(e);
@@ -40,6 +41,37 @@ static inline int fuzz_check_error_(const char *target, fulmen_error *e) {
     }
     fulmen_error_free(e);
     return 1;
+}
+
+/* The folder fuzz_work_dir() made ("" before its first call). */
+static inline char *fuzz_work_dir_path_(void) {
+    static char path[64];
+    return path;
+}
+
+static inline void fuzz_remove_work_dir_(void) {
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", fuzz_work_dir_path_());
+    if (system(cmd) != 0) fprintf(stderr, "fuzz: could not remove %s\n", fuzz_work_dir_path_());
+}
+
+/* A new folder of this process's own for the files a target writes
+ * (mkdtemp under /tmp, made on the first call), removed with everything in
+ * it when the process exits: two targets, two families of one source or
+ * two runs at the same time never share a path, and a folder left by an
+ * earlier run is never reused. Aborts when it cannot be made. */
+static inline const char *fuzz_work_dir(void) {
+    char *path = fuzz_work_dir_path_();
+    if (path[0] == 0) {
+        char made[] = "/tmp/fulmen-fuzz-XXXXXX";
+        if (mkdtemp(made) == NULL) {
+            perror("fuzz: mkdtemp");
+            abort();
+        }
+        memcpy(path, made, sizeof made);
+        atexit(fuzz_remove_work_dir_);
+    }
+    return path;
 }
 
 #ifndef FULMEN_LIBFUZZER

@@ -117,9 +117,6 @@ static void remove_tree(const char *dir) {
 }
 
 void fuzz_report(void) {
-    char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/fulmen-fuzz-api-%d", (int)getpid());
-    remove_tree(dir);
     printf("fuzz %s: %lu calls, %lu succeeded, %lu gave an error\n", fuzz_target_name, calls, calls - failures,
            failures);
 }
@@ -702,8 +699,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static int scratch_made = 0;
     static char scratch[64], dir[64];
     if (!scratch_made) {
-        snprintf(scratch, sizeof scratch, "/tmp/fulmen-fuzz-api-%d.safetensors", (int)getpid());
-        snprintf(dir, sizeof dir, "/tmp/fulmen-fuzz-api-%d", (int)getpid());
+        snprintf(scratch, sizeof scratch, "%s/scratch.safetensors", fuzz_work_dir());
+        snprintf(dir, sizeof dir, "%s/root", fuzz_work_dir());
         scratch_made = 1;
     }
     size_t before = fulmen_live_handles();

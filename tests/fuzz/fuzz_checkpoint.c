@@ -97,7 +97,7 @@ static fulmen_trainer *new_trainer(int64_t epochs, bool checkpoints) {
 static void set_up(void) {
     if (w.ready) return;
     w.ready = true;
-    snprintf(w.dir, sizeof w.dir, "/tmp/fulmen-fuzz-ckpt-%d", (int)getpid());
+    snprintf(w.dir, sizeof w.dir, "%s/root", fuzz_work_dir());
     ok(fulmen_manual_seed(1));
     w.state.model = new_model();
     float xs[16] = {0, 1, 1, 0, 1, 1, 0, 0, 2, 1, 1, 2, -1, 0, 0, -1};

@@ -49,7 +49,7 @@ void fuzz_report(void) { printf("fuzz csv: %lu inputs, %lu parsed into a dataset
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     bool gz = size >= 2 && data[0] == 0x1f && data[1] == 0x8b;
     char path[96];
-    snprintf(path, sizeof path, "/tmp/fulmen-fuzz-csv-%d.%s", (int)getpid(), gz ? "csv.gz" : "csv");
+    snprintf(path, sizeof path, "%s/input.%s", fuzz_work_dir(), gz ? "csv.gz" : "csv");
     FILE *f = fopen(path, "wb");
     if (f == NULL) abort();
     if (size > 0 && fwrite(data, 1, size, f) != size) abort();

@@ -130,7 +130,7 @@ static void make_run(void) {
                         "checkpoint_format", "lightning", "handle_signals", "false", NULL};
     for (int i = 0; kv[i] != NULL; i += 2) need(fulmen_trainer_options_set(o, kv[i], kv[i + 1]));
     char root[96];
-    snprintf(root, sizeof root, "/tmp/fulmen-fuzz-pickle-root-%d", (int)getpid());
+    snprintf(root, sizeof root, "%s/root", fuzz_work_dir());
     need(fulmen_trainer_options_set(o, "default_root_dir", root));
     need(fulmen_trainer_new(o, &run.trainer));
     fulmen_trainer_options_free(o);
@@ -143,7 +143,7 @@ static uint32_t le32(const uint8_t *p) { return p[0] | p[1] << 8 | p[2] << 16 | 
 static void lightning_seed(void (*add)(const uint8_t *data, size_t size)) {
     make_run();
     char dir[96], path[160];
-    snprintf(dir, sizeof dir, "/tmp/fulmen-fuzz-pickle-seed-%d", (int)getpid());
+    snprintf(dir, sizeof dir, "%s/seed", fuzz_work_dir());
     fulmen_model_checkpoint_options mc = fulmen_model_checkpoint_options_default();
     mc.dirpath = dir;
     mc.filename = "seed";
@@ -257,7 +257,7 @@ void fuzz_report(void) { printf("fuzz pickle: %lu inputs, %lu loaded, %lu valida
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > (1u << 20)) return 0;
     char path[96];
-    snprintf(path, sizeof path, "/tmp/fulmen-fuzz-pickle-%d.pt", (int)getpid());
+    snprintf(path, sizeof path, "%s/input.pt", fuzz_work_dir());
     FILE *f = fopen(path, "wb");
     if (f == NULL) abort();
     float storage[16];

@@ -143,7 +143,7 @@ static fulmen_trainer *trainer(int64_t epochs, bool checkpoint) {
 static void set_up(void) {
     if (w.ready) return;
     w.ready = true;
-    snprintf(w.dir, sizeof w.dir, "/tmp/fulmen-fuzz-sizes-%d", (int)getpid());
+    snprintf(w.dir, sizeof w.dir, "%s/root", fuzz_work_dir());
     fulmen_model *l = NULL;
     ok(fulmen_model_sequential_new(&w.model));
     ok(fulmen_model_linear_new(2, 3, true, &l));

@@ -17,8 +17,10 @@
  * PyTorch saved from cuda:0 (FULMEN_GPU_TORCH_WEIGHTS, written by run.sh).
  *
  *   gpu_check [PARENT_DIR]   (its files go to a new folder in PARENT_DIR,
- *                             default /tmp; the Lightning checkpoint to
- *                             PARENT_DIR/lightning-cuda)
+ *                             default /tmp, removed when every check
+ *                             passed; the Lightning checkpoint to
+ *                             PARENT_DIR/lightning-cuda, or into the new
+ *                             folder without PARENT_DIR)
  */
 #define _XOPEN_SOURCE 700
 #include <fulmen.h>
@@ -29,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static char work[512];
 
@@ -542,6 +545,7 @@ int main(int argc, char **argv) {
     fulmen_accelerator_free(acc);
     if (!available) {
         printf("gpu_check: CUDA is not available on this machine (fulmen %s): skipped\n", fulmen_version());
+        rmdir(work);
         return 77;
     }
     test_devices();
@@ -552,7 +556,10 @@ int main(int argc, char **argv) {
     test_exact_resume();
     test_workers_on_gpu();
     test_sequence_on_gpu();
-    test_lightning_checkpoint(argc > 1 ? argv[1] : "/tmp");
+    test_lightning_checkpoint(argc > 1 ? argv[1] : work);
     test_torch_cuda_weights();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
+    if (check_failed == 0 && system(cmd) != 0) fprintf(stderr, "gpu_check: could not remove %s\n", work);
     return check_finish("gpu_check");
 }

@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -16,12 +18,14 @@
 namespace fulmen_test {
 
 /// A folder for files the tests write, removed at the end of the run
-/// (default_root_dir of quiet_options: logs and default checkpoints).
+/// (default_root_dir of quiet_options: logs and default checkpoints). A new
+/// one per run (mkdtemp): never one left by an earlier run nor another
+/// run's at the same time.
 inline const std::filesystem::path& scratch() {
     static const std::filesystem::path dir = [] {
-        auto p = std::filesystem::temp_directory_path() / ("fulmen-cpp-test-" + std::to_string(::getpid()));
-        std::filesystem::create_directories(p);
-        return p;
+        std::string name = (std::filesystem::temp_directory_path() / "fulmen-cpp-test-XXXXXX").string();
+        if (::mkdtemp(name.data()) == nullptr) throw std::runtime_error("mkdtemp " + name + " failed");
+        return std::filesystem::path(name);
     }();
     return dir;
 }

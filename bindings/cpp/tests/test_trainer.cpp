@@ -787,7 +787,7 @@ TEST_F(TrainerTest, IteratorLoaderFromLambdas) {
 TEST_F(TrainerTest, TrainerOptionsByName) {
     fulmen::TrainerOptions o;
     o.set("max_epochs", 3).set("max_steps", int64_t{5}).set("limit_train_batches", 0.5).set("logger", false);
-    o.set("seed", "none").set("default_root_dir", std::string("/tmp")).set("max_epochs", "none");
+    o.set("seed", "none").set("default_root_dir", fulmen_test::scratch().string()).set("max_epochs", "none");
     try {
         o.set("max_epoch", 3);
         ADD_FAILURE() << "unknown key accepted";

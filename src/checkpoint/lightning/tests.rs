@@ -4,6 +4,7 @@ use super::*;
 use crate::checkpoint::torch_save::{read_bytes, to_bytes};
 use crate::checkpoint::LoopInfo;
 use crate::error::ErrorCode;
+use crate::test_dirs::TempDir;
 
 fn scalar(v: f64) -> Tensor {
     Tensor::from_slice(&[v]).reshape([0i64; 0])
@@ -462,8 +463,7 @@ fn one_cycle_round_trips_through_torch_and_the_param_groups() {
 
 #[test]
 fn the_weights_alone_read_past_a_scheduler_fulmen_cannot_resume() {
-    let dir = std::env::temp_dir().join(format!("fulmen-lightning-weights-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("lightning-weights");
     let path = dir.join("stateful-lambda.ckpt");
     let Value::Dict(mut top) = to_lightning(&sample(), "").unwrap() else { panic!() };
     // A LambdaLR whose function kept state (a callable object's __dict__).
@@ -483,7 +483,6 @@ fn the_weights_alone_read_past_a_scheduler_fulmen_cannot_resume() {
     assert_eq!(Checkpoint::load(&path).err().map(|e| e.code), Some(ErrorCode::Unsupported));
     let weights = Checkpoint::load_weights(&path).unwrap();
     assert_eq!(weights.state_dict.len(), 1);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! pickles refused with `Format` errors.
 use super::*;
 use crate::error::ErrorCode;
+use crate::test_dirs::TempDir;
 use tch::{Device, Kind};
 
 fn fixture(name: &str) -> std::path::PathBuf {
@@ -47,10 +48,10 @@ fn round_trip_of_values_and_dtypes() {
     ]);
     let bytes = to_bytes(&value).unwrap();
     // The file, streamed, is the same archive.
-    let path = std::env::temp_dir().join(format!("fulmen-torch-save-{}.pt", std::process::id()));
+    let dir = TempDir::new("torch-save-round-trip");
+    let path = dir.join("values.pt");
     save(&path, &value).unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), bytes);
-    std::fs::remove_file(&path).unwrap();
     let back = read_bytes(&bytes, "round trip").unwrap();
     let sd = state_dict_of(&back, "round trip").unwrap();
     assert_eq!(sd.len(), tensors.len());
@@ -280,10 +281,10 @@ fn bytes_and_sets_as_torch_save_writes_them() {
     ]);
     let bytes = to_bytes(&value).unwrap();
     // The file, streamed, is the same archive.
-    let path = std::env::temp_dir().join(format!("fulmen-torch-save-{}.pt", std::process::id()));
+    let dir = TempDir::new("torch-save-bytes-sets");
+    let path = dir.join("bytes_sets.pt");
     save(&path, &value).unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), bytes);
-    std::fs::remove_file(&path).unwrap();
     let back = read_bytes(&bytes, "round trip").unwrap();
     assert!(matches!(back.get("b"), Some(Value::Bytes(b)) if b == &[0, 0x7f, 0x80, 0xff]));
     assert!(matches!(back.get("e"), Some(Value::Bytes(b)) if b.is_empty()));

@@ -5,6 +5,7 @@ use super::writer::FILE_VERSION;
 use super::TensorBoardLogger;
 use crate::error::ErrorCode;
 use crate::loggers::logger::{next_version_dir, Logger};
+use crate::test_dirs::TempDir;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -134,14 +135,6 @@ fn read_events(path: &Path) -> Vec<ReadEvent> {
     events
 }
 
-/// A fresh folder under the system temp dir.
-fn temp_root(name: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let dir = std::env::temp_dir().join(format!("fulmen-tb-{name}-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 fn params() -> BTreeMap<String, String> {
     [("lr", "0.001"), ("batch_size", "64"), ("optimizer", "adam"), ("shuffle", "true")]
         .into_iter()
@@ -167,7 +160,7 @@ fn write_run(root: &Path) -> TensorBoardLogger {
 
 #[test]
 fn file_layout_and_first_event() {
-    let root = temp_root("layout");
+    let root = TempDir::new("tb-layout");
     let logger = write_run(&root);
     let dir = root.join("lightning_logs/version_0");
     assert_eq!(logger.log_dir(), Some(dir.as_path()));
@@ -185,12 +178,11 @@ fn file_layout_and_first_event() {
     assert_eq!(events[0].file_version.as_deref(), Some(FILE_VERSION));
     assert!(events[0].wall_time > 1.6e9);
     assert!(events.iter().all(|e| e.wall_time >= events[0].wall_time));
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
 fn scalars_read_back() {
-    let root = temp_root("scalars");
+    let root = TempDir::new("tb-scalars");
     let logger = write_run(&root);
     let events = read_events(logger.event_file());
     let scalars: Vec<(i64, String, f32)> = events
@@ -209,12 +201,11 @@ fn scalars_read_back() {
     let last = events.last().unwrap();
     let tags: Vec<&str> = last.values.iter().map(|v| v.tag.as_str()).collect();
     assert_eq!(tags, ["val_acc", "val_loss", "epoch"]);
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
 fn hparams_read_back() {
-    let root = temp_root("hparams");
+    let root = TempDir::new("tb-hparams");
     let logger = write_run(&root);
     let events = read_events(logger.event_file());
     let plugin: Vec<(String, Vec<u8>)> = events
@@ -270,12 +261,11 @@ fn hparams_read_back() {
     let sei = fields(&plugin[2].1);
     let sei = fields(bytes_of(field(&sei, 4).unwrap()));
     assert!(matches!(field(&sei, 1), Some(Wire::Varint(1))));
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
 fn no_hp_metric_when_turned_off() {
-    let root = temp_root("nohp");
+    let root = TempDir::new("tb-nohp");
     let mut logger = TensorBoardLogger::create(&root).unwrap().with_default_hp_metric(false);
     logger.log_hyperparams(&params()).unwrap();
     logger.log_hyperparams(&BTreeMap::new()).unwrap();
@@ -284,12 +274,11 @@ fn no_hp_metric_when_turned_off() {
     let events = read_events(logger.event_file());
     assert_eq!(events.len(), 4);
     assert!(events.iter().flat_map(|e| &e.values).all(|v| v.simple_value.is_none()));
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
 fn closed_logger_and_io_errors() {
-    let root = temp_root("errors");
+    let root = TempDir::new("tb-errors");
     let mut logger = TensorBoardLogger::create(&root).unwrap();
     logger.finalize("failed").unwrap();
     logger.finalize("failed").unwrap();
@@ -301,16 +290,14 @@ fn closed_logger_and_io_errors() {
     let err = TensorBoardLogger::create(&blocker).err().unwrap();
     assert_eq!(err.code, ErrorCode::Io);
     assert!(err.message.contains("not_a_dir"), "{}", err.message);
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
 fn two_loggers_in_one_folder_get_two_files() {
-    let root = temp_root("two");
+    let root = TempDir::new("tb-two");
     let a = TensorBoardLogger::create(&root).unwrap();
     let b = TensorBoardLogger::create(&root).unwrap();
     assert_ne!(a.event_file(), b.event_file());
-    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// Writes a run under `$FULMEN_TB_OUT` for `scripts/check_tensorboard.py`.
