@@ -10,11 +10,18 @@
 // heap `at::Tensor*` that share the module's storage.
 #include "fulmen_cxx.h"
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <memory>
 #include <new>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include <caffe2/serialize/read_adapter_interface.h>
 #include <torch/script.h>
 
 namespace {
@@ -92,15 +99,43 @@ void visit_children(const torch::jit::Module& m, const std::string& prefix, int 
   }
 }
 
+// The first `size` bytes of an open file, read with pread (the file's
+// offset is left alone); a read past them, or one the file no longer has,
+// comes back short, which the archive reader reports as an error.
+class FdReader final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  FdReader(int fd, uint64_t size) : fd_(fd), size_(size) {}
+  size_t size() const override { return static_cast<size_t>(size_); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= size_) return 0;
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(n, size_ - pos));
+    size_t done = 0;
+    while (done < want) {
+      const ssize_t got = ::pread(fd_, static_cast<char*>(buf) + done, want - done, static_cast<off_t>(pos + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) break;
+      done += static_cast<size_t>(got);
+    }
+    return done;
+  }
+
+ private:
+  int fd_;
+  uint64_t size_;
+};
+
 }  // namespace
 
 extern "C" {
 
-// *out = torch::jit::load(path) with its tensors on the given device.
-int fulmen_cxx_script_load(const char* path, int device_type, int device_index, void** out, char* err,
+// *out = torch::jit::load of the first `size` bytes of the open file `fd`
+// (the caller checked it is a regular file of that size) with its tensors
+// on the given device.
+int fulmen_cxx_script_load(int fd, uint64_t size, int device_type, int device_index, void** out, char* err,
                            size_t err_len) {
   FULMEN_CXX_TRY
-  auto m = torch::jit::load(std::string(path), device_of(device_type, device_index));
+  std::shared_ptr<caffe2::serialize::ReadAdapterInterface> reader = std::make_shared<FdReader>(fd, size);
+  auto m = torch::jit::load(std::move(reader), device_of(device_type, device_index));
   *out = new torch::jit::Module(std::move(m));
   FULMEN_CXX_CATCH(err, err_len)
 }

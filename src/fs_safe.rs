@@ -3,10 +3,15 @@
 //! or symlink is never followed or overwritten), and atomic replacements go
 //! through a temporary file with a unique name next to the target, renamed
 //! over it (a rename replaces a symlink itself, never its target).
-use crate::error::{Error, Result};
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+//!
+//! Files a run reads (models, checkpoints, weights, TorchScript, data) are
+//! opened with [`open_regular`]: only a regular file is read, and never past
+//! the size it had when opened.
+use crate::error::{Error, ErrorCode, Result};
+use std::fs::{File, FileType, OpenOptions};
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -19,6 +24,136 @@ pub fn create_new(path: &Path) -> std::io::Result<File> {
 /// Opens an existing regular file for appending, refusing a symlink.
 pub fn open_append(path: &Path) -> std::io::Result<File> {
     OpenOptions::new().append(true).custom_flags(libc::O_NOFOLLOW).open(path)
+}
+
+/// A regular file opened to be read (see [`open_regular`]): reads give at
+/// most the size it had when opened, and a file found longer or shorter
+/// than that is an error, never an unbounded read.
+#[derive(Debug)]
+pub struct RegularFile {
+    file: File,
+    size: u64,
+    left: u64,
+}
+
+impl RegularFile {
+    /// The size the file had when it was opened: all that reads give.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The open file (its descriptor, for a reader that takes one).
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+}
+
+impl Read for RegularFile {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.left == 0 {
+            // The size checked is read: the file must end here.
+            let mut probe = [0u8; 1];
+            return match self.file.read(&mut probe)? {
+                0 => Ok(0),
+                _ => {
+                    Err(std::io::Error::other(format!("the file grew past the {} bytes it had when opened", self.size)))
+                }
+            };
+        }
+        let want = buf.len().min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.file.read(&mut buf[..want])?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("the file shrank below the {} bytes it had when opened", self.size),
+            ));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// What an entry that is not a regular file is, in words.
+fn kind_of(t: FileType) -> &'static str {
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else {
+        "a special file"
+    }
+}
+
+fn not_regular(t: FileType) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("not a regular file (it is {})", kind_of(t)))
+}
+
+/// The metadata of `path` (symlinks followed) when it is a regular file;
+/// anything else (a device, a FIFO, a socket, a directory) is an
+/// `InvalidInput` error saying what it is. A check before reading: the
+/// read itself goes through [`open_regular`], which checks again.
+pub fn regular_metadata(path: &Path) -> std::io::Result<std::fs::Metadata> {
+    let meta = std::fs::metadata(path)?;
+    if !meta.file_type().is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    Ok(meta)
+}
+
+/// Opens `path` (symlinks followed) to read a model, checkpoint, weights,
+/// TorchScript or data file. Anything but a regular file (a device, a
+/// FIFO, a socket, a directory) is refused before it is opened, and again
+/// by the opened file's own metadata, so a path swapped in between is
+/// refused too; the open never waits on a FIFO (`O_NONBLOCK`, cleared once
+/// the file is known to be regular) and never takes a terminal as the
+/// controlling one.
+pub fn open_regular(path: &Path) -> std::io::Result<RegularFile> {
+    regular_metadata(path)?;
+    let file = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    blocking(&file)?;
+    Ok(RegularFile { file, size: meta.len(), left: meta.len() })
+}
+
+/// Clears `O_NONBLOCK`, set only so that opening never waits.
+fn blocking(file: &File) -> std::io::Result<()> {
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor `file` owns, alive for the call.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reads the whole regular file at `path` (see [`open_regular`]) into one
+/// buffer of the size it had when opened. Errors: `Io` naming the path
+/// (not a regular file, unreadable, changed size while read),
+/// `OutOfMemory` when that size cannot be allocated.
+pub fn read_regular(path: &Path) -> Result<Vec<u8>> {
+    let io = |e: std::io::Error| Error::io(format!("reading {}: {e}", path.display()));
+    let mut file = open_regular(path).map_err(io)?;
+    let size = usize::try_from(file.size())
+        .map_err(|_| Error::io(format!("reading {}: {} bytes do not fit in memory", path.display(), file.size())))?;
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(size).map_err(|_| {
+        Error::new(ErrorCode::OutOfMemory, format!("reading {}: {size} bytes cannot be allocated", path.display()))
+    })?;
+    file.read_to_end(&mut bytes).map_err(io)?;
+    Ok(bytes)
 }
 
 /// A temporary name next to `path`, unique to this process and call:
@@ -121,6 +256,88 @@ mod tests {
         assert!(open_append(&link).is_err());
         assert!(create_new(&d.join("fresh")).is_ok());
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "x");
+    }
+
+    /// `read_regular(path)` run on a thread: its result, or a panic when it
+    /// has not returned after 10 s (a FIFO waited on).
+    fn read_bounded(path: &Path) -> Result<Vec<u8>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_regular(&p));
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("reading {} did not return", path.display()))
+    }
+
+    fn make_fifo(path: &Path) {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+    }
+
+    #[test]
+    fn only_regular_files_are_read() {
+        let d = scratch("regular");
+        let file = d.join("weights.bin");
+        std::fs::write(&file, b"abc").unwrap();
+        assert_eq!(read_bounded(&file).unwrap(), b"abc");
+        let empty = d.join("empty.bin");
+        std::fs::write(&empty, b"").unwrap();
+        assert!(read_bounded(&empty).unwrap().is_empty());
+        // A symlink is followed to a regular file.
+        let link = d.join("link.bin");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert_eq!(read_bounded(&link).unwrap(), b"abc");
+        let fifo = d.join("fifo.pt");
+        make_fifo(&fifo);
+        let fifo_link = d.join("fifo-link.pt");
+        std::os::unix::fs::symlink(&fifo, &fifo_link).unwrap();
+        let socket = d.join("socket.pt");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let cases = [
+            (fifo.clone(), "a FIFO"),
+            (fifo_link, "a FIFO"),
+            (socket, "a socket"),
+            (PathBuf::from("/dev/zero"), "a character device"),
+            (d.clone(), "a directory"),
+        ];
+        for (path, kind) in cases {
+            let e = read_bounded(&path).unwrap_err();
+            assert_eq!(e.code, ErrorCode::Io, "{}", e.message);
+            assert!(
+                e.message.contains(&path.display().to_string())
+                    && e.message.contains("not a regular file")
+                    && e.message.contains(kind),
+                "{}",
+                e.message
+            );
+        }
+        // open_regular itself refuses them, never waiting on the FIFO.
+        let e = open_regular(&fifo).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn reads_stop_at_the_size_checked() {
+        let d = scratch("size");
+        let path = d.join("data.csv");
+        std::fs::write(&path, b"1,2\n").unwrap();
+        // A file that grows while it is read: an error, not more bytes.
+        let mut f = open_regular(&path).unwrap();
+        assert_eq!(f.size(), 4);
+        open_append(&path).unwrap().write_all(b"3,4\n").unwrap();
+        let mut got = Vec::new();
+        let e = f.read_to_end(&mut got).unwrap_err();
+        assert!(e.to_string().contains("grew past the 4 bytes"), "{e}");
+        assert_eq!(got, b"1,2\n");
+        // One that shrinks: an error too.
+        let mut f = open_regular(&path).unwrap();
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(2).unwrap();
+        let e = f.read_to_end(&mut Vec::new()).unwrap_err();
+        assert!(e.to_string().contains("shrank below the 8 bytes"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

@@ -4,12 +4,15 @@
 //! tensors. Any other global,
 //! any other call and any other opcode is refused with a `Format` error and
 //! never run. Nothing is allocated in proportion to a number in the file:
-//! strings are bounded by the bytes left, the memo is a map, and a bound on
-//! the values made (shared tuples counted each time) and on nesting keeps a
-//! small file from describing a huge or deep tree.
+//! strings are bounded by the bytes left, the memo is a map (a key of 2^32
+//! costs what a key of 0 does), and a bound on the values made (shared
+//! tuples, lists and dicts counted each time they are used, each memo entry
+//! and MARK counted too) and on nesting keeps a small file from describing
+//! a huge or deep tree. What the reader holds meanwhile is bounded as well:
+//! at most [`MAX_MEMO`] memo entries and [`MAX_MARKS`] open MARKs.
 use super::torch_save::Value;
 use crate::error::{Error, Result};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 use tch::{Kind, Tensor};
 
@@ -25,6 +28,15 @@ fn value_budget(len: usize) -> u64 {
 }
 /// Deepest nesting of containers.
 const MAX_DEPTH: u32 = 64;
+/// Most memo entries held at once. PyTorch's pickles memoize about a dozen
+/// objects per tensor (its key, storage tuple, size and stride tuples...),
+/// so this serves some 80 000 tensors, or 20 000 parameters with Adam's
+/// state; a memo this full takes about 120 MB. A memo bomb (MEMOIZE after
+/// MEMOIZE of one value) is refused there.
+const MAX_MEMO: usize = 1 << 20;
+/// Most MARKs open at once: each stands for a container being built, and
+/// real pickles open at most a couple per level of nesting.
+const MAX_MARKS: usize = 4 * MAX_DEPTH as usize;
 
 /// A storage a tensor is a view of: its dtype, record key and element count.
 #[derive(Clone, Debug)]
@@ -170,8 +182,8 @@ struct Reader<'a, S: Storages> {
     marks: Vec<usize>,
     memo: HashMap<u32, Item>,
     /// Memo keys of the lists and dicts still being filled, by their place
-    /// on the stack.
-    pending: BTreeMap<usize, Vec<u32>>,
+    /// on the stack (a set: a key given again elsewhere leaves in one step).
+    pending: BTreeMap<usize, HashSet<u32>>,
     /// The place of each of those keys.
     pending_at: HashMap<u32, usize>,
     /// Memo keys of finished lists and dicts.
@@ -239,10 +251,9 @@ impl<S: Storages> Reader<'_, S> {
         Ok(Item::Str(Rc::from(s)))
     }
 
-    /// Pushes `item`, counting its values against the bound.
-    fn push(&mut self, item: Item) -> Result<()> {
-        let s = item.shape();
-        self.made = self.made.saturating_add(s.values);
+    /// Counts `n` values against the bound.
+    fn spend(&mut self, n: u64) -> Result<()> {
+        self.made = self.made.saturating_add(n);
         if self.made > self.budget {
             return Err(self.bad(format!(
                 "more than {} values for a pickle of {} bytes",
@@ -250,6 +261,13 @@ impl<S: Storages> Reader<'_, S> {
                 self.data.len()
             )));
         }
+        Ok(())
+    }
+
+    /// Pushes `item`, counting its values against the bound.
+    fn push(&mut self, item: Item) -> Result<()> {
+        let s = item.shape();
+        self.spend(s.values)?;
         if s.depth > MAX_DEPTH {
             return Err(self.bad(format!("containers nested deeper than {MAX_DEPTH}")));
         }
@@ -269,9 +287,19 @@ impl<S: Storages> Reader<'_, S> {
         })
     }
 
+    /// MARK: counted as a value, at most [`MAX_MARKS`] open at once.
+    fn mark(&mut self) -> Result<()> {
+        if self.marks.len() >= MAX_MARKS {
+            return Err(self.bad(format!("more than {MAX_MARKS} MARKs open at once")));
+        }
+        self.spend(1)?;
+        self.marks.push(self.stack.len());
+        Ok(())
+    }
+
     /// A memoized list or dict leaves the stack finished: the memo keeps it
     /// (shared) for later BINGETs.
-    fn finish(&mut self, item: Item, keys: Vec<u32>) -> Item {
+    fn finish(&mut self, item: Item, keys: HashSet<u32>) -> Item {
         let shape = item.shape();
         let shared = Item::Shared(Rc::new(item), shape);
         for k in keys {
@@ -338,20 +366,34 @@ impl<S: Storages> Reader<'_, S> {
         let item = self.memo.get(&key).cloned().ok_or_else(|| self.bad(format!("memo key {key} unknown")))?;
         self.push(item)
     }
+    /// Entries in the memo: each key is in one of its three maps.
+    fn memo_len(&self) -> usize {
+        self.memo.len() + self.shared.len() + self.pending_at.len()
+    }
+
+    /// PUT, BINPUT, LONG_BINPUT, MEMOIZE: each counts as a value, and the
+    /// memo holds at most [`MAX_MEMO`] entries.
     fn memo_put(&mut self, key: u32) -> Result<()> {
+        self.spend(1)?;
         self.shared.remove(&key);
         self.memo.remove(&key);
         if let Some(at) = self.pending_at.remove(&key) {
             if let Some(keys) = self.pending.get_mut(&at) {
-                keys.retain(|k| *k != key);
+                keys.remove(&key);
+                if keys.is_empty() {
+                    self.pending.remove(&at);
+                }
             }
+        }
+        if self.memo_len() >= MAX_MEMO {
+            return Err(self.bad(format!("the memo would hold more than {MAX_MEMO} entries")));
         }
         // Lists and dicts are filled after this: the memo gets them when
         // they leave the stack.
         let at = self.stack.len().checked_sub(1).ok_or_else(|| self.bad("MEMOIZE on an empty stack"))?;
         let item = match self.top()? {
             Item::List(..) | Item::Set(..) | Item::Dict(..) => {
-                self.pending.entry(at).or_default().push(key);
+                self.pending.entry(at).or_default().insert(key);
                 self.pending_at.insert(key, at);
                 return Ok(());
             }
@@ -534,7 +576,7 @@ impl<S: Storages> Reader<'_, S> {
                     }
                     return Ok(top);
                 }
-                b'(' => self.marks.push(self.stack.len()),
+                b'(' => self.mark()?,
                 b'0' => {
                     self.pop()?;
                 }
@@ -686,8 +728,7 @@ impl<S: Storages> Reader<'_, S> {
                     self.memo_put(k)?
                 }
                 0x94 => {
-                    let len = self.memo.len() + self.shared.len() + self.pending_at.len();
-                    let k = u32::try_from(len).map_err(|_| self.bad("memo too large"))?;
+                    let k = u32::try_from(self.memo_len()).map_err(|_| self.bad("memo too large"))?;
                     self.memo_put(k)?
                 }
                 b'h' => {

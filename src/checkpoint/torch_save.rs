@@ -59,8 +59,9 @@ impl Value {
 pub fn sniff(path: &Path) -> Result<Option<TorchFile>> {
     use std::io::Read;
     let mut head = [0u8; 4];
-    let mut f = std::fs::File::open(path).map_err(|e| Error::io(format!("reading {}: {e}", path.display())))?;
-    let n = f.read(&mut head).map_err(|e| Error::io(format!("reading {}: {e}", path.display())))?;
+    let io = |e: std::io::Error| Error::io(format!("reading {}: {e}", path.display()));
+    let mut f = crate::fs_safe::open_regular(path).map_err(io)?;
+    let n = f.read(&mut head).map_err(io)?;
     Ok(if looks_like_zip(&head[..n]) {
         Some(TorchFile::Archive)
     } else if looks_like_pickle(&head[..n]) {
@@ -152,7 +153,7 @@ pub fn read_bytes(bytes: &[u8], what: &str) -> Result<Value> {
 
 /// Reads the `torch.save` file at `path`.
 pub fn load(path: &Path) -> Result<Value> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(format!("reading {}: {e}", path.display())))?;
+    let bytes = crate::fs_safe::read_regular(path)?;
     read_bytes(&bytes, &path.display().to_string())
 }
 

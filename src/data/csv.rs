@@ -1,5 +1,4 @@
 //! Loading a numeric CSV file (plain or gzip) into a [`TensorDataset`].
-use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 
@@ -63,7 +62,7 @@ const BUF_SIZE: usize = 1 << 16;
 pub fn load_csv(path: &Path, opts: &CsvOptions) -> Result<TensorDataset> {
     opts.scaling.validate()?;
     let name = path.display().to_string();
-    let file = File::open(path).map_err(|e| Error::io(format!("{name}: cannot open: {e}")))?;
+    let file = crate::fs_safe::open_regular(path).map_err(|e| Error::io(format!("{name}: cannot open: {e}")))?;
     let mut raw = BufReader::with_capacity(BUF_SIZE, file);
     let head = raw.fill_buf().map_err(|e| Error::io(format!("{name}: cannot read: {e}")))?;
     let gzip = head.starts_with(&[0x1f, 0x8b]);

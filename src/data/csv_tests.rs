@@ -155,6 +155,26 @@ fn empty_and_missing_files() {
 }
 
 #[test]
+fn special_files_are_refused_without_waiting() {
+    let dir = TempDir::new();
+    let fifo = dir.0.join("fifo.csv");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for path in [fifo, PathBuf::from("/dev/zero"), dir.0.clone()] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(load_csv(&p, &opts(None)).map(|_| ()));
+        });
+        let r = rx.recv_timeout(std::time::Duration::from_secs(10));
+        let e = r.unwrap_or_else(|_| panic!("{} did not return", path.display())).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Io, "{}", e.message);
+        assert!(e.message.contains("not a regular file"), "{}", e.message);
+    }
+}
+
+#[test]
 fn mnist_sized_file_loads_with_the_right_shapes() {
     let dir = TempDir::new("data");
     let mut text = String::with_capacity(10 << 20);

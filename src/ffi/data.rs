@@ -167,7 +167,8 @@ unsafe fn csv_options(o: &fulmen_csv_options) -> Result<CsvOptions> {
 /// zero or non-finite `scale_divisor`; a column name the header lacks, or
 /// a name without a header; a feature column given twice or that is the
 /// label),
-/// FULMEN_CODE_IO (the file cannot be opened or read), FULMEN_CODE_FORMAT (a
+/// FULMEN_CODE_IO (the file cannot be opened or read, or is not a regular
+/// file: a device, a FIFO, a socket or a directory), FULMEN_CODE_FORMAT (a
 /// ragged row, a non-numeric field or label, a corrupt gzip stream, no data
 /// rows, a missing value, a data row wider or narrower than a header that
 /// was asked for; each names the line and column), FULMEN_CODE_OUT_OF_RANGE

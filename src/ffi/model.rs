@@ -501,7 +501,8 @@ pub unsafe extern "C" fn fulmen_model_activation_new(
 /// parameters keep PyTorch's dotted names and train like built-in layers.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8), FULMEN_CODE_IO (no
-/// file at path), FULMEN_CODE_FORMAT (not a loadable TorchScript file),
+/// file at path, or not a regular file: a device, a FIFO, a socket or a
+/// directory), FULMEN_CODE_FORMAT (not a loadable TorchScript file),
 /// FULMEN_CODE_TORCH (its parameters or mode cannot be read or set).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_load_torchscript(
@@ -855,7 +856,9 @@ pub unsafe extern "C" fn fulmen_model_save(model: *const fulmen_model, path: *co
 /// is unchanged.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8), FULMEN_CODE_IO
-/// (the file cannot be read), FULMEN_CODE_FORMAT (neither a valid
+/// (the file cannot be read, or is not a regular file: a device, a FIFO, a
+/// socket or a directory, refused without reading or waiting on it),
+/// FULMEN_CODE_FORMAT (neither a valid
 /// safetensors file nor a readable `torch.save` archive; a pickle outside
 /// the safe subset; with strict, missing or unexpected names), FULMEN_CODE_SHAPE_MISMATCH (a
 /// tensor's shape differs from the model's), FULMEN_CODE_DTYPE_MISMATCH (a

@@ -22,7 +22,7 @@ const _: () = assert!(FULMEN_MAX_METHOD_ARGS == MAX_METHOD_ARGS);
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8, a bad device),
 /// FULMEN_CODE_UNAVAILABLE (no such device here), FULMEN_CODE_IO (no file at
-/// path), FULMEN_CODE_FORMAT (not a loadable TorchScript file),
+/// path, or not a regular file), FULMEN_CODE_FORMAT (not a loadable TorchScript file),
 /// FULMEN_CODE_TORCH (its tensors or mode cannot be read or set).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_load_torchscript_on(

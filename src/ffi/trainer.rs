@@ -304,8 +304,8 @@ pub(super) unsafe fn ckpt<'a>(p: *const c_char) -> Result<Option<&'a str>> {
 /// FULMEN_CODE_UNAVAILABLE (accelerator or devices not available here);
 /// FULMEN_CODE_UNSUPPORTED (a precision or backend the device lacks, a
 /// scheduler whose state Lightning's format cannot carry yet);
-/// FULMEN_CODE_IO (ckpt_path names no file, a log or checkpoint cannot be
-/// written); FULMEN_CODE_FORMAT (a corrupt checkpoint, or one that does not
+/// FULMEN_CODE_IO (ckpt_path names no file or not a regular file, a log or
+/// checkpoint cannot be written); FULMEN_CODE_FORMAT (a corrupt checkpoint, or one that does not
 /// match the run); FULMEN_CODE_SHAPE_MISMATCH, FULMEN_CODE_DTYPE_MISMATCH (a
 /// loss that is not a floating scalar, checkpoint weights that do not fit);
 /// FULMEN_CODE_NON_FINITE (a NaN or infinite loss); FULMEN_CODE_DISTRIBUTED

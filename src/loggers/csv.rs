@@ -75,7 +75,10 @@ impl CsvLogger {
 
     /// The rows already in the file, re-read to be written under `cols`.
     fn rows_on_disk(&self, path: &Path, old: &[String], cols: &[String]) -> Result<String> {
-        let text = fs::read_to_string(path).ctx(format!("reading {}", path.display()))?;
+        let bytes = crate::fs_safe::read_regular(path)?;
+        let text = String::from_utf8(bytes)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+            .ctx(format!("reading {}", path.display()))?;
         let mut out = String::new();
         for line in text.lines().skip(1).filter(|l| !l.is_empty()) {
             let cells: Vec<&str> = line.split(',').collect();

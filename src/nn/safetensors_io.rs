@@ -161,7 +161,7 @@ pub fn write_safetensors(
 /// metadata. A truncated or corrupt file is a `Format` error naming it.
 #[allow(clippy::type_complexity)]
 pub fn read_safetensors(path: &Path) -> Result<(Vec<(String, Tensor)>, HashMap<String, String>)> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(format!("reading {}: {e}", path.display())))?;
+    let bytes = crate::fs_safe::read_regular(path)?;
     let corrupt = |what: String| {
         Error::format(format!("{} is not a valid safetensors file (truncated or corrupt?): {what}", path.display()))
     };

@@ -192,3 +192,35 @@ fn torchscript_summary_shows_its_children() {
     assert!(deeper.rows.iter().any(|r| r.name == "body.0" && r.kind == "Linear" && r.params == 32 * 7 + 32));
     assert_eq!(s.total, m.num_parameters());
 }
+
+#[test]
+fn torchscript_is_read_only_from_regular_files() {
+    let dir = tmp_dir("script-special");
+    let fifo = dir.join("fifo.pt");
+    let _ = std::fs::remove_file(&fifo);
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for path in [fifo, Path::new("/dev/zero").to_path_buf(), dir.clone()] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(Module::load_torchscript(&p, Device::Cpu).map(|_| ()));
+        });
+        let r = rx.recv_timeout(std::time::Duration::from_secs(10));
+        let e = r.unwrap_or_else(|_| panic!("{} did not return", path.display())).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Io, "{}", e.message);
+        assert!(e.message.contains("not a regular file"), "{}", e.message);
+    }
+    let e = Module::load_torchscript(&dir.join("missing.pt"), Device::Cpu).unwrap_err();
+    assert_eq!(e.code, ErrorCode::Io);
+    assert!(e.message.contains("missing.pt") && e.message.contains("not found"), "{}", e.message);
+    // A regular file that is not TorchScript, and one cut short.
+    let e = Module::load_torchscript(&fixture("mlp_scripted.safetensors"), Device::Cpu).unwrap_err();
+    assert_eq!(e.code, ErrorCode::Format, "{}", e.message);
+    let whole = std::fs::read(fixture("tabular_scripted.pt")).unwrap();
+    let cut = dir.join("cut.pt");
+    std::fs::write(&cut, &whole[..whole.len() / 2]).unwrap();
+    assert_eq!(Module::load_torchscript(&cut, Device::Cpu).unwrap_err().code, ErrorCode::Format);
+    std::fs::remove_dir_all(dir).unwrap();
+}

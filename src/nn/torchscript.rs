@@ -245,20 +245,33 @@ impl Module {
     /// `forward` runs the script's forward, `call_method` any method;
     /// `set_training` toggles its train/eval mode. It starts in training mode.
     pub fn load_torchscript(path: &Path, device: Device) -> Result<Module> {
+        use std::os::fd::AsRawFd;
         crate::tensor::device::Device::from_tch(device).check_available()?;
-        if !path.is_file() {
-            return Err(Error::io(format!("TorchScript file {} not found", path.display())));
-        }
-        let cpath = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| Error::invalid(format!("path {} contains a NUL byte", path.display())))?;
+        // libtorch reads the file opened here, through its descriptor, never
+        // past the size it had when opened: not a path it would open again.
+        let file = crate::fs_safe::open_regular(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::io(format!("TorchScript file {} not found", path.display())),
+            _ => Error::io(format!("reading {}: {e}", path.display())),
+        })?;
         let (dtype, index) = device_code(device);
         let mut raw: *mut c_void = std::ptr::null_mut();
-        // SAFETY: a NUL-terminated path and an out pointer.
+        // SAFETY: a descriptor `file` keeps open for the call, the size the
+        // shim reads at most, and an out pointer.
         call("loading TorchScript", |err, len| unsafe {
-            shim::fulmen_cxx_script_load(cpath.as_ptr(), dtype, index, &mut raw, err, len)
+            shim::fulmen_cxx_script_load(file.file().as_raw_fd(), file.size(), dtype, index, &mut raw, err, len)
         })
         .map_err(|e| Error::format(format!("{} is not a loadable TorchScript file: {}", path.display(), e.message)))?;
-        let mut script = ScriptModule { raw: RawModule(raw), state: Vec::new(), source: path.to_path_buf() };
+        let raw = RawModule(raw);
+        let now = file.file().metadata().map_err(|e| Error::io(format!("reading {}: {e}", path.display())))?;
+        if now.len() != file.size() {
+            return Err(Error::io(format!(
+                "reading {}: the file changed size while it was read ({} bytes when opened, {} now)",
+                path.display(),
+                file.size(),
+                now.len()
+            )));
+        }
+        let mut script = ScriptModule { raw, state: Vec::new(), source: path.to_path_buf() };
         script.refresh()?;
         script.set_training(true)?;
         Ok(Module::from_script(script))

@@ -11,7 +11,8 @@ pub(crate) type OnChild = unsafe extern "C" fn(*mut c_void, *const c_char, *cons
 
 extern "C" {
     pub(crate) fn fulmen_cxx_script_load(
-        path: *const c_char,
+        fd: c_int,
+        size: u64,
         device_type: c_int,
         device_index: c_int,
         out: *mut *mut c_void,

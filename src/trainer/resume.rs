@@ -73,10 +73,13 @@ impl Trainer {
             }
             path => {
                 let p = PathBuf::from(path);
-                if !p.is_file() {
-                    return Err(Error::io(format!("checkpoint {path} does not exist")));
+                match crate::fs_safe::regular_metadata(&p) {
+                    Ok(_) => Ok(p),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        Err(Error::io(format!("checkpoint {path} does not exist")))
+                    }
+                    Err(e) => Err(Error::io(format!("checkpoint {path}: {e}"))),
                 }
-                Ok(p)
             }
         }
     }

@@ -90,8 +90,7 @@ impl TorchProfiler {
         let path = CString::new(staging.as_os_str().as_encoded_bytes())
             .map_err(|_| Error::invalid(format!("trace path {} contains a NUL byte", trace.display())))?;
         let read = stop(Some(&path)).and_then(|table| {
-            let bytes = std::fs::read(&staging)
-                .map_err(|e| Error::io(format!("reading the trace {}: {e}", staging.display())))?;
+            let bytes = crate::fs_safe::read_regular(&staging).map_err(|e| e.context("the profiler trace"))?;
             Ok((table, bytes))
         });
         let _ = std::fs::remove_file(&staging);

@@ -14,6 +14,12 @@
  * Linear(4, 4) with SGD and StepLR), whose other storage records every
  * archive carries; its storage "0", the 16-float weight, is the one the
  * other seeds view.
+ *
+ * An input that starts with 0xFF is a program with runs (see
+ * expand_runs): a few bytes stand for a million MEMOIZEs, BINPUTs,
+ * BINGETs, DUPs or MARKs, which the 1 MiB inputs could not hold, so the
+ * reader's bounds on its memo, its open MARKs and the values it makes are
+ * reached; the memo-heavy seeds are such programs.
  */
 #define _XOPEN_SOURCE 700
 
@@ -27,6 +33,7 @@
 #include <unistd.h>
 
 #include "driver.h"
+#include "../c/torch_zip.h"
 
 const char *fuzz_target_name = "pickle";
 
@@ -50,6 +57,58 @@ static const char seed_checkpoint[] =
         "(K\x02K\x02t", "(K\x02K\x01t") "X\x0a\x00\x00\x00model.bias" TENSOR("(K\x02t", "(K\x01t")
     "uX\x10\x00\x00\x00optimizer_states](}(X\x02\x00\x00\x00lrG?\xb9\x99\x99\x99\x99\x99\x9aX\x05\x00\x00\x00" "betas"
     "G?\xec\xcc\xcc\xcc\xcc\xcc\xcdG?\xef\xf7\xce\xd9\x16\x87+\x86X\x06\x00\x00\x00params](K\x00K\x01" "euaeN\x88u.";
+
+/* Programs with runs (expand_runs): 0xFF, then pickle bytes where
+ * "\xff" c n u... is the n-byte unit u repeated (c + 1) * 4096 times. */
+#define RUNS_OF(count, unit) "\xff" count unit
+static const char seed_memo_bomb[] = /* 2 Mi MEMOIZEs of one None */
+    "\xff\x80\x04N" RUNS_OF("\xff", "\x01\x94") RUNS_OF("\xff", "\x01\x94") "0N.";
+static const char seed_binput_again[] = /* 1 Mi BINPUTs of key 0, then a state_dict */
+    "\xff\x80\x02N" RUNS_OF("\xff", "\x02q\x00") "0}.";
+static const char seed_aliases[] = /* a list of 16 Ki Nones appended 1 Mi times through the memo */
+    "\xff\x80\x02](" RUNS_OF("\x03", "\x01N") "eq\x00](" RUNS_OF("\xff", "\x02h\x00") "e\x86.";
+static const char seed_marks[] = /* 4 Ki MARKs never closed */
+    "\xff\x80\x02" RUNS_OF("\x00", "\x01(") ".";
+static const char seed_dups[] = /* DUP, outside the safe subset */
+    "\xff\x80\x02N" RUNS_OF("\x00", "\x01" "2") ".";
+static const char seed_memo_lists[] = /* 64 Ki memoized empty lists in a tuple, one read back */
+    "\xff\x80\x04(" RUNS_OF("\x0f", "\x02]\x94") "h\x05t.";
+
+/* Most bytes a program with runs expands to. */
+#define RUNS_LIMIT ((size_t)16 << 20)
+
+/* The pickle a program with runs stands for (malloc'd, *out_size bytes):
+ * after its first byte, 0xFF c n u[0..n) is the n-byte unit u repeated
+ * (c + 1) * 4096 times, any other byte itself; at most RUNS_LIMIT bytes. */
+static uint8_t *expand_runs(const uint8_t *data, size_t size, size_t *out_size) {
+    size_t cap = 4096, len = 0;
+    uint8_t *out = malloc(cap);
+    if (out == NULL) abort();
+    for (size_t i = 1; i < size;) {
+        const uint8_t *unit = data + i;
+        size_t n = 1, times = 1;
+        if (data[i] == 0xFF && i + 2 < size) {
+            times = ((size_t)data[i + 1] + 1) * 4096;
+            n = data[i + 2];
+            if (n > size - (i + 3)) n = size - (i + 3);
+            unit = data + i + 3;
+            i += 3 + n;
+        } else {
+            i++;
+        }
+        for (size_t t = 0; t < times && n > 0 && len + n <= RUNS_LIMIT; t++) {
+            if (len + n > cap) {
+                while (len + n > cap) cap *= 2;
+                out = realloc(out, cap);
+                if (out == NULL) abort();
+            }
+            memcpy(out + len, unit, n);
+            len += n;
+        }
+    }
+    *out_size = len;
+    return out;
+}
 
 /* The validation run that reads each archive as a checkpoint. */
 static struct {
@@ -183,76 +242,19 @@ static void lightning_seed(void (*add)(const uint8_t *data, size_t size)) {
 void fuzz_seeds(void (*add)(const uint8_t *data, size_t size)) {
     add((const uint8_t *)seed_state_dict, sizeof seed_state_dict - 1);
     add((const uint8_t *)seed_checkpoint, sizeof seed_checkpoint - 1);
+    const char *runs[] = {seed_memo_bomb, seed_binput_again, seed_aliases, seed_marks, seed_dups, seed_memo_lists};
+    const size_t run_sizes[] = {sizeof seed_memo_bomb - 1, sizeof seed_binput_again - 1, sizeof seed_aliases - 1,
+                                sizeof seed_marks - 1,     sizeof seed_dups - 1,         sizeof seed_memo_lists - 1};
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) add((const uint8_t *)runs[i], run_sizes[i]);
     lightning_seed(add);
 }
 
-static uint32_t crc32_of(const uint8_t *p, size_t n) {
-    uint32_t c = 0xFFFFFFFFu;
-    for (size_t i = 0; i < n; i++) {
-        c ^= p[i];
-        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
-    }
-    return ~c;
-}
+static unsigned long inputs, loaded, validated, expanded;
 
-static void put16(FILE *f, unsigned v) {
-    fputc((int)(v & 0xFF), f);
-    fputc((int)((v >> 8) & 0xFF), f);
+void fuzz_report(void) {
+    printf("fuzz pickle: %lu inputs (%lu programs with runs), %lu loaded, %lu validated from\n", inputs, expanded,
+           loaded, validated);
 }
-static void put32(FILE *f, uint32_t v) {
-    put16(f, v & 0xFFFF);
-    put16(f, v >> 16);
-}
-
-/* The fields local and central headers share: version needed, flags,
- * method (stored), time, date, CRC, sizes and the name's length. */
-static void put_entry(FILE *f, uint32_t crc, size_t size, const char *name) {
-    put16(f, 20);
-    put16(f, 0);
-    put16(f, 0);
-    put32(f, 0);
-    put32(f, crc);
-    put32(f, (uint32_t)size);
-    put32(f, (uint32_t)size);
-    put16(f, (unsigned)strlen(name));
-}
-
-/* Writes a stored zip of records `names[i]` holding `data[i]`. */
-static void write_zip(FILE *f, const char *const *names, const uint8_t *const *data, const size_t *sizes, int n) {
-    uint32_t offsets[18], crcs[18];
-    for (int i = 0; i < n; i++) {
-        offsets[i] = (uint32_t)ftell(f);
-        crcs[i] = crc32_of(data[i], sizes[i]);
-        put32(f, 0x04034b50);
-        put_entry(f, crcs[i], sizes[i], names[i]);
-        put16(f, 0); /* extra */
-        fputs(names[i], f);
-        if (sizes[i] > 0) fwrite(data[i], 1, sizes[i], f);
-    }
-    uint32_t cd = (uint32_t)ftell(f);
-    for (int i = 0; i < n; i++) {
-        put32(f, 0x02014b50);
-        put16(f, 20); /* made by */
-        put_entry(f, crcs[i], sizes[i], names[i]);
-        put32(f, 0); /* extra, comment */
-        put32(f, 0); /* disk, internal attributes */
-        put32(f, 0); /* external attributes */
-        put32(f, offsets[i]);
-        fputs(names[i], f);
-    }
-    uint32_t cd_size = (uint32_t)ftell(f) - cd;
-    put32(f, 0x06054b50);
-    put32(f, 0);
-    put16(f, (unsigned)n);
-    put16(f, (unsigned)n);
-    put32(f, cd_size);
-    put32(f, cd);
-    put16(f, 0);
-}
-
-static unsigned long inputs, loaded, validated;
-
-void fuzz_report(void) { printf("fuzz pickle: %lu inputs, %lu loaded, %lu validated from\n", inputs, loaded, validated); }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > (1u << 20)) return 0;
@@ -263,16 +265,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     float storage[16];
     for (int i = 0; i < 16; i++) storage[i] = (float)i * 0.5f;
     make_run();
+    uint8_t *program = NULL;
+    const uint8_t *pickle = data;
+    size_t pickle_size = size;
+    if (size > 0 && data[0] == 0xFF) {
+        program = expand_runs(data, size, &pickle_size);
+        pickle = program;
+        expanded++;
+    }
     const char *names[18] = {"archive/data.pkl", "archive/data/0"};
-    const uint8_t *records[18] = {data, (const uint8_t *)storage};
-    size_t sizes[18] = {size, sizeof storage};
+    const uint8_t *records[18] = {pickle, (const uint8_t *)storage};
+    size_t sizes[18] = {pickle_size, sizeof storage};
     for (int i = 0; i < run.records; i++) {
         names[2 + i] = run.names[i];
         records[2 + i] = run.bytes[i];
         sizes[2 + i] = run.sizes[i];
     }
-    write_zip(f, names, records, sizes, 2 + run.records);
+    torch_zip_write(f, names, records, sizes, 2 + run.records);
     if (fclose(f) != 0) abort();
+    free(program);
 
     size_t before = fulmen_live_handles();
     fulmen_model *m = NULL;

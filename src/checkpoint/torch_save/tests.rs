@@ -310,3 +310,80 @@ fn hostile_bytes_and_sets_are_refused() {
     // A set that contains itself.
     refused(b"\x80\x04\x8fq\x00(h\x00\x90.", &[], "not a set");
 }
+
+#[test]
+fn memo_bombs_are_refused_early() {
+    // 8 Mi MEMOIZEs of one None: refused as the memo fills (at byte
+    // 3 + 2^20 + 1, its 2^20 + 1st entry), long before 8 Mi are held.
+    let mut bomb = b"\x80\x04N".to_vec();
+    bomb.extend(std::iter::repeat_n(0x94u8, 8 << 20));
+    bomb.extend_from_slice(b"0N.");
+    refused(&bomb, &[], "at byte 1048580: the memo would hold more than 1048576 entries");
+    // LONG_BINPUT with large, distinct keys: the same bound.
+    let mut puts = b"\x80\x02N".to_vec();
+    for k in 0..=(1u32 << 20) {
+        puts.push(b'r');
+        puts.extend_from_slice(&(k << 11 | 0x7ff).to_le_bytes());
+    }
+    puts.extend_from_slice(b"0N.");
+    refused(&puts, &[], "the memo would hold more than");
+    // A key of 2^32 - 1 is a key like any other: nothing is sized by it.
+    let v = read_bytes(&archive_with_pickle(b"\x80\x02K\x07r\xff\xff\xff\xff0j\xff\xff\xff\xff.", &[]), "key").unwrap();
+    assert!(matches!(v, Value::Int(7)), "{v:?}");
+    // GET of a key never put; DUP is outside the safe subset.
+    refused(b"\x80\x02j\x00\x00\x00\x80.", &[], "memo key 2147483648 unknown");
+    refused(b"\x80\x02N2.", &[], "opcode 0x32");
+}
+
+#[test]
+fn open_marks_and_aliases_are_bounded() {
+    // MARKs never closed: refused at the bound, not held by the million.
+    let mut marks = b"\x80\x02".to_vec();
+    marks.extend(std::iter::repeat_n(b'(', 1 << 20));
+    marks.push(b'.');
+    refused(&marks, &[], "MARKs open at once");
+    // Tuples nested to 60 levels, a MARK each, still read.
+    let mut nested = b"\x80\x02".to_vec();
+    nested.extend(std::iter::repeat_n(b'(', 60));
+    nested.extend(std::iter::repeat_n(b't', 60));
+    nested.push(b'.');
+    assert!(matches!(read_bytes(&archive_with_pickle(&nested, &[]), "nested").unwrap(), Value::Tuple(_)));
+    // A list of 1000 values appended to another 20 000 times through the
+    // memo: each use counts its 1000 values, so the copies it would expand
+    // into are refused before they are made.
+    let mut alias = b"\x80\x02](".to_vec();
+    alias.extend(std::iter::repeat_n(b'N', 1000));
+    alias.extend_from_slice(b"eq\x00](");
+    alias.extend(std::iter::repeat_n(*b"h\x00", 20_000).flatten());
+    alias.extend_from_slice(b"e\x86.");
+    refused(&alias, &[], "values for a pickle of");
+}
+
+#[test]
+fn a_memo_key_given_again_moves_to_the_new_value() {
+    // ([], [1], [1]): key 0 first names the empty list, then the second
+    // one, which BINGET gives back.
+    let v = read_bytes(&archive_with_pickle(b"\x80\x04(]\x94]q\x00K\x01ah\x00t.", &[]), "again").unwrap();
+    let Value::Tuple(items) = v else { panic!("not a tuple: {v:?}") };
+    assert!(matches!(&items[0], Value::List(l) if l.is_empty()), "{items:?}");
+    for item in &items[1..] {
+        assert!(matches!(item, Value::List(l) if matches!(l.as_slice(), [Value::Int(1)])), "{item:?}");
+    }
+    // Many keys of one list, each given again to another: every key
+    // follows its own value.
+    let mut p = b"\x80\x04(]".to_vec();
+    p.extend(std::iter::repeat_n(0x94u8, 1000));
+    p.extend_from_slice(b"]K\x02a");
+    for k in 0..1000u32 {
+        p.push(b'r');
+        p.extend_from_slice(&k.to_le_bytes());
+    }
+    p.extend_from_slice(b"j\x00\x00\x00\x00j\xe7\x03\x00\x00t.");
+    let v = read_bytes(&archive_with_pickle(&p, &[]), "moved").unwrap();
+    let Value::Tuple(items) = v else { panic!("not a tuple: {v:?}") };
+    assert_eq!(items.len(), 4);
+    assert!(matches!(&items[0], Value::List(l) if l.is_empty()));
+    for item in &items[1..] {
+        assert!(matches!(item, Value::List(l) if matches!(l.as_slice(), [Value::Int(2)])), "{item:?}");
+    }
+}
