@@ -137,21 +137,14 @@ impl StochasticWeightAveraging {
         let m = model.lock().unwrap_or_else(|p| p.into_inner());
         let _guard = tch::no_grad_guard();
         let on = if self.opts.average_on_cpu { Some(tch::Device::Cpu) } else { None };
-        self.average = Some(
-            m.state_dict()
-                .into_iter()
-                .map(|(k, t)| {
-                    let copy = crate::optim::deep_copy(&t)?;
-                    Ok((
-                        k,
-                        match on {
-                            Some(d) => copy.f_to_device(d)?,
-                            None => copy,
-                        },
-                    ))
-                })
-                .collect::<Result<_>>()?,
-        );
+        // The names of a tied tensor share one copy, as in torch's deepcopy.
+        self.average = Some(crate::nn::copy_state_tied(&m.state_dict(), &mut |t| {
+            let copy = crate::optim::deep_copy(t)?;
+            Ok(match on {
+                Some(d) => copy.f_to_device(d)?,
+                None => copy,
+            })
+        })?);
         self.params = m.named_parameters().into_iter().map(|(k, _)| k).collect();
         self.initialized = false;
         self.n_averaged = 0;

@@ -104,11 +104,12 @@ impl WeightAveraging {
         epoch_idx.is_some_and(|e| o.update_starting_at_epoch.is_some_and(|s| e >= s))
     }
 
-    /// A copy of the model's state_dict (torch's `deepcopy` of the module).
+    /// A copy of the model's state_dict (torch's `deepcopy` of the module:
+    /// the names of a tied tensor share one copy).
     fn copy_of(model: &SharedModel) -> Result<Vec<(String, Tensor)>> {
         let m = model.lock().unwrap_or_else(|p| p.into_inner());
         let _guard = tch::no_grad_guard();
-        m.state_dict().into_iter().map(|(k, t)| Ok((k, crate::optim::deep_copy(&t)?))).collect()
+        crate::nn::copy_state_tied(&m.state_dict(), &mut crate::optim::deep_copy)
     }
 
     /// torch's `AveragedModel.update_parameters`.
@@ -126,7 +127,9 @@ impl WeightAveraging {
         if current.len() != average.len() {
             return Err(Error::state("weight averaging: the model's state_dict changed during fit"));
         }
-        for ((name, avg), (_, cur)) in average.iter().zip(&current) {
+        // A tied tensor is averaged once (its later names share the copy).
+        let repeated = crate::nn::repeated_entries(&current);
+        for (((name, avg), (_, cur)), _) in average.iter().zip(&current).zip(&repeated).filter(|(_, r)| !**r) {
             let mut avg = avg.shallow_clone();
             let cur = cur.f_detach()?;
             let averaged = self.opts.use_buffers || params.contains(name);
@@ -150,9 +153,11 @@ impl WeightAveraging {
         let Some(average) = &self.average else { return Ok(()) };
         let m = model.lock().unwrap_or_else(|p| p.into_inner());
         let _guard = tch::no_grad_guard();
-        for ((_, avg), (_, cur)) in average.iter().zip(m.state_dict()) {
+        let current = m.state_dict();
+        let repeated = crate::nn::repeated_entries(&current);
+        for (((_, avg), (_, cur)), _) in average.iter().zip(&current).zip(&repeated).filter(|(_, r)| !**r) {
             let tmp = crate::optim::deep_copy(avg)?;
-            avg.shallow_clone().f_copy_(&cur)?;
+            avg.shallow_clone().f_copy_(cur)?;
             cur.shallow_clone().f_copy_(&tmp)?;
         }
         self.swapped = !self.swapped;
@@ -164,7 +169,9 @@ impl WeightAveraging {
         let Some(average) = &self.average else { return Ok(()) };
         let m = model.lock().unwrap_or_else(|p| p.into_inner());
         let _guard = tch::no_grad_guard();
-        for ((_, avg), (_, cur)) in average.iter().zip(m.state_dict()) {
+        let current = m.state_dict();
+        let repeated = crate::nn::repeated_entries(&current);
+        for (((_, avg), (_, cur)), _) in average.iter().zip(&current).zip(&repeated).filter(|(_, r)| !**r) {
             cur.shallow_clone().f_copy_(avg)?;
         }
         Ok(())

@@ -162,10 +162,17 @@ pub unsafe extern "C" fn fulmen_model_host_new(
 /// requires_grad), comes after the module's own parameters in the
 /// state_dict (so it is saved, loaded and checkpointed), moves with the
 /// model, is broadcast and gradient-synced by DDP and counted in the
-/// summary; optimizers built on the model afterwards train it.
+/// summary; optimizers built on the model afterwards train it. A tensor
+/// that already is a parameter of the model (registered before, under
+/// any path, or read from it: the same storage, shape, strides and dtype)
+/// is tied, as PyTorch's one `Parameter` under two names: both names are
+/// the same tensor, listed once by `fulmen_model_parameters` (under the
+/// first name) and counted once, each in the state_dict; saving and
+/// loading keep them one tensor.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (a name that is empty, has a '.',
-/// or is taken; no such child; a path or name not UTF-8),
+/// or is taken; no such child; a path or name not UTF-8; the tensor is a
+/// buffer of the model, or another view of one of its parameters),
 /// FULMEN_CODE_DTYPE_MISMATCH (not a floating tensor),
 /// FULMEN_CODE_UNSUPPORTED (a TorchScript module: register in Python).
 #[no_mangle]
@@ -182,9 +189,11 @@ pub unsafe extern "C" fn fulmen_model_register_parameter(
 /// running statistics, masks, counters) of the module at `path`, like
 /// `register_buffer`: it shares `tensor`'s storage (detached), comes after
 /// the module's own buffers in the state_dict, moves with the model and is
-/// broadcast by DDP.
+/// broadcast by DDP. A tensor that already is a buffer of the model is
+/// tied, as for parameters.
 ///
-/// Errors: as `fulmen_model_register_parameter`, without the dtype rule.
+/// Errors: as `fulmen_model_register_parameter`, without the dtype rule
+/// (the tensor is a parameter of the model, or another view of a buffer).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_model_register_buffer(
     model: *mut fulmen_model,
@@ -207,11 +216,10 @@ unsafe fn register(
     let name = str_arg(name, "name")?;
     let t = tensor_arg(tensor, "tensor")?;
     let mut g = lock(&m)?;
-    let target = g.child_mut(path)?;
     if parameter {
-        target.register_parameter(name, &t)
+        g.register_parameter_at(path, name, &t)
     } else {
-        target.register_buffer(name, &t)
+        g.register_buffer_at(path, name, &t)
     }
 }
 

@@ -7,7 +7,9 @@ use super::tensor::handle::{emit_list, fulmen_tensor};
 
 /// Writes new handles to the model's parameters (`trainable_only`: those
 /// that require grad, as `filter(lambda p: p.requires_grad,
-/// model.parameters())`), in `named_parameters` order, into
+/// model.parameters())`), in `named_parameters` order (a tensor
+/// registered under several names once, as PyTorch lists a tied
+/// parameter), into
 /// `out[0..capacity]`, and their count to `*len_out`. The handles share
 /// storage with the model; the caller frees each with `fulmen_tensor_free`.
 /// With `capacity` too small nothing is written but `*len_out` (call with

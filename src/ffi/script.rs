@@ -46,15 +46,18 @@ pub unsafe extern "C" fn fulmen_model_load_torchscript_on(
 /// value. Arguments are checked against the method's signature; lists are
 /// typed by their items, so a list of tensors is a `List[Tensor]`. Results
 /// that hold other things than tensors, None, bools, ints, floats,
-/// strings, tuples, lists and dicts (script objects, devices) are refused.
-/// Under autograd like any op: a loss from `training_step` has a gradient
+/// strings, tuples, lists and dicts (script objects, devices) are refused,
+/// and so are results, like arguments, of more than FULMEN_MAX_VALUE_NODES
+/// values. Under autograd like any op: a loss from `training_step` has a gradient
 /// path to the parameters.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (method or path not UTF-8, no such
 /// child or method (the message lists the module's methods), more than
 /// FULMEN_MAX_METHOD_ARGS arguments, values nested deeper than FULMEN_MAX_VALUE_DEPTH,
 /// dict keys of mixed kinds), FULMEN_CODE_UNSUPPORTED (the module is not
-/// TorchScript, or a result has no host form), FULMEN_CODE_TORCH (the
+/// TorchScript, or a result has no host form), FULMEN_CODE_OUT_OF_RANGE
+/// (the result holds more than FULMEN_MAX_VALUE_NODES values, counted as
+/// for the arguments: refused before it is copied), FULMEN_CODE_TORCH (the
 /// arguments do not match the signature, or the method raised).
 /// Thread rules: as `fulmen_model_forward` (the model is locked for the call).
 #[no_mangle]

@@ -7,7 +7,7 @@ use super::handle::{self, check_out, write_out, Handle, Shared};
 use super::model::copy_str;
 use super::tensor::handle::{emit, fulmen_tensor, keep, new_scoped, tensor_arg};
 use crate::error::{Error, ErrorCode, Result};
-use crate::nn::{Value, MAX_VALUE_DEPTH, MAX_VALUE_NODES};
+use crate::nn::{NodeBudget, Value, MAX_VALUE_DEPTH, MAX_VALUE_NODES};
 use std::ffi::c_char;
 
 /// The deepest nesting of values passed to or returned by a method.
@@ -53,20 +53,13 @@ pub(crate) unsafe fn value_list(items: *const *const fulmen_value, n: usize, arg
         return Err(Error::new(ErrorCode::NullArgument, format!("argument `{arg}` is NULL")));
     }
     let mut held = Vec::new();
-    let mut nodes = 0usize;
+    let mut budget = NodeBudget::for_host();
     for i in 0..n {
         let v = value_arg(*items.add(i), &format!("{arg}[{i}]"))?;
-        nodes = nodes.saturating_add(v.count_nodes(MAX_VALUE_NODES));
-        if nodes > MAX_VALUE_NODES {
-            return Err(too_many_nodes());
-        }
+        v.count_into(&mut budget)?;
         held.push(v);
     }
     Ok(held.iter().map(|v| v.shallow_clone()).collect())
-}
-
-fn too_many_nodes() -> Error {
-    Error::invalid(format!("a value holding more than FULMEN_MAX_VALUE_NODES ({MAX_VALUE_NODES}) values"))
 }
 
 /// Items of a new container, refused when it would nest deeper than
@@ -219,10 +212,8 @@ pub unsafe extern "C" fn fulmen_value_dict(
         check_out(out, "out")?;
         let k = container(value_list(keys, n, "keys")?)?;
         let v = container(value_list(values, n, "values")?)?;
-        let nodes = k.iter().chain(&v).fold(0usize, |n, x| n.saturating_add(x.count_nodes(MAX_VALUE_NODES)));
-        if nodes > MAX_VALUE_NODES {
-            return Err(too_many_nodes());
-        }
+        let mut budget = NodeBudget::for_host();
+        k.iter().chain(&v).try_for_each(|x| x.count_into(&mut budget))?;
         let mut entries: Vec<(Value, Value)> = Vec::new();
         let mut seen: std::collections::HashMap<(u8, Vec<u8>), usize> = std::collections::HashMap::new();
         for (key, value) in k.into_iter().zip(v) {

@@ -523,10 +523,18 @@ impl Module {
         }
     }
 
+    /// The tensors of one slot (each once, under its first name, as
+    /// PyTorch's `named_parameters()` / `named_buffers()` with
+    /// `remove_duplicate=True`) or, for `None`, every name of both.
     fn collect(&self, want: Option<Slot>) -> Vec<(String, Tensor)> {
         let mut out = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         self.visit("", &mut |name, t, slot| {
-            if want.is_none() || want == Some(slot) {
+            let keep = match want {
+                None => true,
+                Some(w) => w == slot && param_identity(t).is_none_or(|id| seen.insert(id)),
+            };
+            if keep {
                 out.push((name, t.shallow_clone()));
             }
         });
@@ -535,6 +543,9 @@ impl Module {
 
     /// Parameters with PyTorch's dotted names, in PyTorch's order ("0.weight",
     /// "encoder.1.bias"). The tensors are shallow clones: the same leaves.
+    /// A tied parameter (one tensor under several names) comes once, under
+    /// its first name, so optimizers, gradient clipping, DDP and the
+    /// summary's counts see it once.
     pub fn named_parameters(&self) -> Vec<(String, Tensor)> {
         self.collect(Some(Slot::Param))
     }
@@ -544,17 +555,18 @@ impl Module {
         self.named_parameters().into_iter().map(|(_, t)| t).collect()
     }
 
-    /// Buffers with dotted names ("bn.running_mean", ...).
+    /// Buffers with dotted names ("bn.running_mean", ...), a tied one once.
     pub fn named_buffers(&self) -> Vec<(String, Tensor)> {
         self.collect(Some(Slot::Buffer))
     }
 
-    /// Parameters and buffers in PyTorch's `state_dict` order (shallow clones).
+    /// Parameters and buffers in PyTorch's `state_dict` order (shallow
+    /// clones): a tied tensor under each of its names.
     pub fn state_dict(&self) -> Vec<(String, Tensor)> {
         self.collect(None)
     }
 
-    /// Total number of parameter elements.
+    /// Total number of parameter elements (a tied parameter counted once).
     pub fn num_parameters(&self) -> i64 {
         self.parameters().iter().map(|t| t.numel() as i64).sum()
     }
@@ -636,6 +648,51 @@ fn no_child(path: &str, part: &str, parent: &Module) -> Error {
         parent.type_name(),
         parent.child_names()
     ))
+}
+
+/// A parameter's identity: its storage address and shape. `None` for a
+/// tensor without plain storage, without elements or without data (sparse,
+/// oneDNN, empty, meta), which is never the same as another. Shallow
+/// clones of one tensor, and the names of a tied parameter, share it.
+pub(crate) fn param_identity(t: &Tensor) -> Option<(usize, Vec<i64>)> {
+    if t.is_sparse() || t.is_mkldnn() || t.numel() == 0 {
+        return None;
+    }
+    let ptr = t.data_ptr() as usize;
+    (ptr != 0).then(|| (ptr, t.size()))
+}
+
+/// For each entry of a state_dict, whether an earlier entry holds the same
+/// tensor (the later names of a tied parameter or buffer).
+pub(crate) fn repeated_entries(state: &[(String, Tensor)]) -> Vec<bool> {
+    let mut seen = std::collections::HashSet::new();
+    state.iter().map(|(_, t)| param_identity(t).is_some_and(|id| !seen.insert(id))).collect()
+}
+
+/// A copy of a state_dict made by `copy`, once per tensor: the later names
+/// of a tied tensor share its first copy, as `copy.deepcopy` of a module
+/// keeps tied parameters tied.
+pub(crate) fn copy_state_tied(
+    state: &[(String, Tensor)],
+    copy: &mut dyn FnMut(&Tensor) -> Result<Tensor>,
+) -> Result<Vec<(String, Tensor)>> {
+    let mut first: std::collections::HashMap<(usize, Vec<i64>), usize> = std::collections::HashMap::new();
+    let mut out: Vec<(String, Tensor)> = Vec::with_capacity(state.len());
+    for (name, t) in state {
+        let id = param_identity(t);
+        let earlier = id.as_ref().and_then(|id| first.get(id).copied());
+        let tensor = match earlier {
+            Some(i) => out[i].1.shallow_clone(),
+            None => {
+                if let Some(id) = id {
+                    first.insert(id, out.len());
+                }
+                copy(t)?
+            }
+        };
+        out.push((name.clone(), tensor));
+    }
+    Ok(out)
 }
 
 /// Whether `kind` is a real floating-point kind.

@@ -195,13 +195,13 @@ fn torchscript_summary_shows_its_children() {
 
 #[test]
 fn torchscript_is_read_only_from_regular_files() {
-    let dir = tmp_dir("script-special");
+    let dir = crate::test_dirs::TempDir::new("script-special");
     let fifo = dir.join("fifo.pt");
     let _ = std::fs::remove_file(&fifo);
     let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: a NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    for path in [fifo, Path::new("/dev/zero").to_path_buf(), dir.clone()] {
+    for path in [fifo, Path::new("/dev/zero").to_path_buf(), dir.to_path_buf()] {
         let (tx, rx) = std::sync::mpsc::channel();
         let p = path.clone();
         std::thread::spawn(move || {
@@ -222,5 +222,39 @@ fn torchscript_is_read_only_from_regular_files() {
     let cut = dir.join("cut.pt");
     std::fs::write(&cut, &whole[..whole.len() / 2]).unwrap();
     assert_eq!(Module::load_torchscript(&cut, Device::Cpu).unwrap_err().code, ErrorCode::Format);
-    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn node_budget_counts_every_path_up_to_the_bound() {
+    // A list holding the same list twice counts it twice: 1 + 2 * 3 values.
+    let inner = Value::List(vec![Value::Int(1), Value::Int(2)]);
+    let outer = Value::List(vec![inner.shallow_clone(), inner]);
+    let mut host = NodeBudget::for_host();
+    host.take(MAX_VALUE_NODES - 7).unwrap();
+    outer.count_into(&mut host).unwrap();
+    let err = Value::None.count_into(&mut host).unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArgument);
+    assert!(err.message.contains("FULMEN_MAX_VALUE_NODES"), "{}", err.message);
+    let mut result = NodeBudget::for_result();
+    assert_eq!(result.take(usize::MAX).unwrap_err().code, ErrorCode::OutOfRange);
+    result.take(MAX_VALUE_NODES).unwrap();
+    assert_eq!(result.take(1).unwrap_err().code, ErrorCode::OutOfRange);
+}
+
+#[test]
+fn torchscript_results_are_bounded_like_arguments() {
+    let m = Module::load_torchscript(&fixture("values_scripted.pt"), Device::Cpu).unwrap();
+    // describe(n, f, ints) returns (int, float, bool, str, None, ints + [n]):
+    // len(ints) + 8 values.
+    let describe = |len: usize| {
+        let ints = Value::List((0..len).map(|i| Value::Int(i as i64)).collect());
+        m.call_method("describe", &[Value::Int(3), Value::Double(1.0), ints])
+    };
+    let Value::Tuple(t) = describe(MAX_VALUE_NODES - 8).unwrap() else { panic!("a tuple") };
+    assert!(matches!(&t[5], Value::List(l) if l.len() == MAX_VALUE_NODES - 7));
+    drop(t);
+    let err = describe(MAX_VALUE_NODES - 7).unwrap_err();
+    assert_eq!(err.code, ErrorCode::OutOfRange, "{}", err.message);
+    assert!(err.message.contains("a method result holding more than FULMEN_MAX_VALUE_NODES"), "{}", err.message);
+    assert!(matches!(describe(1).unwrap(), Value::Tuple(t) if t.len() == 6));
 }

@@ -10,8 +10,47 @@ use tch::Tensor;
 pub const MAX_VALUE_DEPTH: usize = 64;
 
 /// Most values (containers and leaves, counted along every path) in one
-/// tree a host builds: copies stay bounded however the host nests.
+/// tree a host builds or a method returns: copies stay bounded however the
+/// host or the script nests.
 pub const MAX_VALUE_NODES: usize = 1 << 20;
+
+/// The values of one tree (or of one call's arguments) counted so far
+/// against [`MAX_VALUE_NODES`]: every count goes through [`NodeBudget::take`],
+/// so a caller stops before copying or converting past the bound.
+#[derive(Debug)]
+pub(crate) struct NodeBudget {
+    used: usize,
+    code: ErrorCode,
+    what: &'static str,
+}
+
+impl NodeBudget {
+    /// For values a host builds or passes: past the bound is
+    /// `InvalidArgument`.
+    pub(crate) fn for_host() -> Self {
+        NodeBudget { used: 0, code: ErrorCode::InvalidArgument, what: "a value" }
+    }
+
+    /// For a method's result: past the bound is `OutOfRange`.
+    pub(crate) fn for_result() -> Self {
+        NodeBudget { used: 0, code: ErrorCode::OutOfRange, what: "a method result" }
+    }
+
+    /// Counts `n` more values; fails, counting none of them, when the
+    /// total would pass [`MAX_VALUE_NODES`].
+    pub(crate) fn take(&mut self, n: usize) -> Result<()> {
+        match self.used.checked_add(n) {
+            Some(total) if total <= MAX_VALUE_NODES => {
+                self.used = total;
+                Ok(())
+            }
+            _ => Err(Error::new(
+                self.code,
+                format!("{} holding more than FULMEN_MAX_VALUE_NODES ({MAX_VALUE_NODES}) values", self.what),
+            )),
+        }
+    }
+}
 
 /// The kind of a [`Value`] (`fulmen_value_kind`).
 #[repr(C)]
@@ -92,24 +131,18 @@ impl Value {
         }
     }
 
-    /// How many values the tree holds (itself included), counted along every
-    /// path, saturating at `limit + 1` (it stops counting there).
-    pub fn count_nodes(&self, limit: usize) -> usize {
-        let mut n = 1usize;
-        let add = |v: &Value, n: &mut usize| {
-            if *n <= limit {
-                *n = n.saturating_add(v.count_nodes(limit - (*n).min(limit)));
-            }
-        };
+    /// Counts the tree's values (itself included, along every path) into
+    /// `budget`, stopping with its error at the first one past the bound.
+    pub(crate) fn count_into(&self, budget: &mut NodeBudget) -> Result<()> {
+        budget.take(1)?;
         match self {
-            Value::Tuple(v) | Value::List(v) => v.iter().for_each(|x| add(x, &mut n)),
-            Value::Dict(v) => v.iter().for_each(|(k, x)| {
-                add(k, &mut n);
-                add(x, &mut n);
+            Value::Tuple(v) | Value::List(v) => v.iter().try_for_each(|x| x.count_into(budget)),
+            Value::Dict(v) => v.iter().try_for_each(|(k, x)| {
+                k.count_into(budget)?;
+                x.count_into(budget)
             }),
-            _ => {}
+            _ => Ok(()),
         }
-        n.min(limit + 1)
     }
 
     /// How deeply containers nest: 0 for a scalar or tensor, 1 for a list
@@ -198,11 +231,17 @@ impl Value {
     }
 
     /// Converts a libtorch value (a method's result) to the host tree.
+    /// Its values are counted as they are met, a container's elements
+    /// before they are copied out, so a result past [`MAX_VALUE_NODES`]
+    /// fails with `OutOfRange` before anything in proportion to it is made.
     pub(crate) fn from_cxx(v: &CxxValue) -> Result<Value> {
-        Value::from_cxx_at(v, 0)
+        let mut budget = NodeBudget::for_result();
+        budget.take(1)?;
+        Value::from_cxx_at(v, 0, &mut budget)
     }
 
-    fn from_cxx_at(v: &CxxValue, depth: usize) -> Result<Value> {
+    /// Converts `v`, already counted in `budget`, and counts its elements.
+    fn from_cxx_at(v: &CxxValue, depth: usize, budget: &mut NodeBudget) -> Result<Value> {
         check_depth(depth)?;
         let p = v.0 as *const c_void;
         // SAFETY: `p` is a live value; each reader is called on its own kind.
@@ -225,8 +264,9 @@ impl Value {
                     Value::Str(String::from_utf8_lossy(std::slice::from_raw_parts(s as *const u8, len)).into_owned())
                 }
                 kind @ (6 | 7) => {
-                    let (items, _) = v.items(false)?;
-                    let items = items.iter().map(|x| Value::from_cxx_at(x, depth + 1)).collect::<Result<Vec<_>>>()?;
+                    let (items, _) = v.items(false, budget)?;
+                    let items =
+                        items.iter().map(|x| Value::from_cxx_at(x, depth + 1, budget)).collect::<Result<Vec<_>>>()?;
                     if kind == 6 {
                         Value::Tuple(items)
                     } else {
@@ -234,10 +274,13 @@ impl Value {
                     }
                 }
                 8 => {
-                    let (keys, values) = v.items(true)?;
+                    let (keys, values) = v.items(true, budget)?;
                     let mut entries = Vec::with_capacity(keys.len());
                     for (k, x) in keys.iter().zip(&values) {
-                        entries.push((Value::from_cxx_at(k, depth + 1)?, Value::from_cxx_at(x, depth + 1)?));
+                        entries.push((
+                            Value::from_cxx_at(k, depth + 1, budget)?,
+                            Value::from_cxx_at(x, depth + 1, budget)?,
+                        ));
                     }
                     Value::Dict(entries)
                 }
@@ -271,10 +314,12 @@ pub(crate) struct CxxValue(pub(crate) *mut c_void);
 
 impl CxxValue {
     /// The elements of a tuple or list (`dict` false), or the keys and
-    /// values of a dict (`dict` true), as new values.
-    fn items(&self, dict: bool) -> Result<(Vec<CxxValue>, Vec<CxxValue>)> {
+    /// values of a dict (`dict` true), as new values; counted in `budget`
+    /// first, so nothing is allocated for a container past the bound.
+    fn items(&self, dict: bool, budget: &mut NodeBudget) -> Result<(Vec<CxxValue>, Vec<CxxValue>)> {
         // SAFETY: a live value; the length is that of an object in memory.
         let n = unsafe { shim::fulmen_cxx_value_len(self.0) };
+        budget.take(if dict { n.saturating_mul(2) } else { n })?;
         let mut out = vec![std::ptr::null_mut::<c_void>(); n];
         let mut extra = vec![std::ptr::null_mut::<c_void>(); if dict { n } else { 0 }];
         let extra_ptr = if dict { extra.as_mut_ptr() } else { std::ptr::null_mut() };

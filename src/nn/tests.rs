@@ -578,3 +578,111 @@ fn write_files_for_python_check() {
     let io = vec![("x".to_string(), x), ("y".to_string(), y)];
     write_safetensors(&dir.join("nested_io.safetensors"), &io, None).unwrap();
 }
+
+/// A Sequential(Linear(3, 2)) with `p` registered twice, as "a" and "b".
+fn tied_model(p: &Tensor) -> Module {
+    let mut m = Module::sequential();
+    m.push(Module::linear(3, 2, true).unwrap()).unwrap();
+    m.register_parameter("a", p).unwrap();
+    m.register_parameter("b", p).unwrap();
+    m
+}
+
+fn state(m: &Module, name: &str) -> Tensor {
+    m.state_dict().into_iter().find(|(n, _)| n == name).unwrap().1
+}
+
+#[test]
+fn a_tensor_registered_twice_is_one_tied_parameter() {
+    use crate::optim::{Adam, AdamOptions, Optimizer, Sgd, SgdOptions};
+    let _rng = super::init::test_rng_lock();
+    let p = Tensor::from_slice(&[1.0f32, 2.0, 3.0]);
+    let mut m = tied_model(&p);
+    // As PyTorch: the state_dict names both, parameters() lists it once.
+    assert_eq!(names(&m.state_dict()), ["a", "b", "0.weight", "0.bias"]);
+    assert_eq!(names(&m.named_parameters()), ["a", "0.weight", "0.bias"]);
+    assert_eq!(m.num_parameters(), 3 + 6 + 2);
+    assert_eq!(state(&m, "a").data_ptr(), state(&m, "b").data_ptr());
+    // One leaf: a loss over both names gives it both gradients, and the
+    // optimizers built on the model accept it.
+    let mut sgd = Sgd::new(m.parameters(), SgdOptions { lr: 0.1, ..Default::default() }).unwrap();
+    (state(&m, "a") * state(&m, "b")).sum(Kind::Float).backward();
+    sgd.step().unwrap();
+    let want = Tensor::from_slice(&[0.8f32, 1.6, 2.4]);
+    assert!(state(&m, "a").allclose(&want, 1e-6, 1e-6, false), "{:?}", state(&m, "a"));
+    assert!(state(&m, "b").equal(&state(&m, "a")));
+    let mut adam = Adam::new(m.parameters(), AdamOptions::default()).unwrap();
+    adam.zero_grad();
+    (state(&m, "b") * 2.0).sum(Kind::Float).backward();
+    adam.step().unwrap();
+    assert!(state(&m, "b").equal(&state(&m, "a")) && !state(&m, "a").allclose(&want, 1e-6, 1e-6, false));
+    // Registering it again under a child ties it there too; a layer's own
+    // parameter ties as well.
+    m.register_parameter_at("0", "c", &p).unwrap();
+    let w = state(&m, "0.weight");
+    m.register_parameter("w", &w).unwrap();
+    // Each comes once, under its first name in state_dict order (a
+    // module's own tensors before its children's).
+    assert_eq!(names(&m.named_parameters()), ["a", "w", "0.bias"]);
+    assert_eq!(names(&m.state_dict()), ["a", "b", "w", "0.weight", "0.bias", "0.c"]);
+    assert_eq!(m.num_parameters(), 3 + 6 + 2);
+    // Copies of the state (weight averaging's) keep the names tied.
+    let sd = m.state_dict();
+    assert_eq!(repeated_entries(&sd), [false, true, false, true, false, true]);
+    let copy = copy_state_tied(&sd, &mut |t| Ok(t.detach_copy())).unwrap();
+    assert_eq!(copy[0].1.data_ptr(), copy[1].1.data_ptr());
+    assert_eq!(copy[2].1.data_ptr(), copy[3].1.data_ptr());
+    assert_ne!(copy[0].1.data_ptr(), sd[0].1.data_ptr());
+    assert_ne!(copy[0].1.data_ptr(), copy[2].1.data_ptr());
+    assert_eq!(state(&m, "0.c").data_ptr(), state(&m, "a").data_ptr());
+    // A cast keeps the names one tensor.
+    m.to_kind(Kind::Double).unwrap();
+    assert_eq!(state(&m, "a").kind(), Kind::Double);
+    assert_eq!(state(&m, "a").data_ptr(), state(&m, "b").data_ptr());
+    m.to_kind(Kind::Float).unwrap();
+    // Saved and loaded, both names hold the saved value in one tensor.
+    let saved = state(&m, "a").detach_copy();
+    let dir = crate::test_dirs::TempDir::new("tied-params");
+    for file in ["tied.safetensors", "tied.pt"] {
+        let path = dir.join(file);
+        m.save_weights(&path).unwrap();
+        let mut back = tied_model(&Tensor::zeros([3], (Kind::Float, Device::Cpu)));
+        back.register_parameter_at("0", "c", &state(&back, "a")).unwrap();
+        let w = state(&back, "0.weight");
+        back.register_parameter("w", &w).unwrap();
+        back.load_weights(&path, true).unwrap();
+        for name in ["a", "b", "0.c"] {
+            assert!(state(&back, name).equal(&saved), "{file}: {name}");
+        }
+        assert_eq!(state(&back, "a").data_ptr(), state(&back, "b").data_ptr(), "{file}");
+        assert!(state(&back, "w").equal(&state(&back, "0.weight")), "{file}");
+        assert_eq!(back.parameters().len(), 3, "{file}");
+    }
+}
+
+#[test]
+fn registering_an_alias_of_another_kind_is_refused() {
+    let _rng = super::init::test_rng_lock();
+    let q = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0]).reshape([2, 2]);
+    let mut m = Module::named();
+    m.register_parameter("q", &q).unwrap();
+    // Another view of the same memory (the transpose of a square) is not
+    // the same parameter.
+    let err = m.register_parameter("qt", &q.transpose(0, 1)).unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArgument);
+    assert!(err.message.contains("another view"), "{}", err.message);
+    // A parameter is not also a buffer.
+    let err = m.register_buffer("qb", &q).unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArgument);
+    assert!(err.message.contains("the parameter \"q\""), "{}", err.message);
+    // Buffers tie as parameters do.
+    let mask = Tensor::from_slice(&[1i64, 0, 1]);
+    m.register_buffer("m1", &mask).unwrap();
+    m.register_buffer("m2", &mask).unwrap();
+    assert_eq!(names(&m.named_buffers()), ["m1"]);
+    assert_eq!(names(&m.state_dict()), ["q", "m1", "m2"]);
+    assert_eq!(state(&m, "m1").data_ptr(), state(&m, "m2").data_ptr());
+    // A copy (other memory) is a parameter of its own.
+    m.register_parameter("q2", &q.detach_copy()).unwrap();
+    assert_eq!(names(&m.named_parameters()), ["q", "q2"]);
+}

@@ -349,10 +349,9 @@ pub(crate) fn check_non_negative(what: &str, v: f64) -> Result<()> {
 
 /// Whether two handles are the same parameter: the same storage address
 /// and shape (parameters are shallow clones; tensors without plain
-/// storage are never the same).
+/// storage are never the same), as [`crate::nn::param_identity`] says.
 pub(crate) fn same_param(a: &Tensor, b: &Tensor) -> bool {
-    let plain = |t: &Tensor| !t.is_sparse() && !t.is_mkldnn() && t.numel() > 0;
-    plain(a) && plain(b) && a.data_ptr() == b.data_ptr() && a.size() == b.size()
+    crate::nn::param_identity(a).is_some_and(|k| Some(k) == crate::nn::param_identity(b))
 }
 
 /// Checks a parameter list given to a constructor or `add_param_group`.

@@ -77,9 +77,10 @@ impl TorchProfiler {
     /// the operator table for `stage`. libtorch writes the trace to a new
     /// file of a name no one can guess, which then replaces `trace`
     /// atomically (a file or link planted at `trace` is replaced, never
-    /// followed).
+    /// followed). The profiler is stopped whatever fails: until the stop
+    /// below it is still marked running, so an early error (a folder that
+    /// cannot be created) stops it on drop, and the next run can profile.
     pub fn finish(mut self, stage: &str, trace: &Path) -> Result<String> {
-        self.running = false;
         let dir = trace.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}: {e}", dir.display())))?;
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
@@ -89,6 +90,9 @@ impl TorchProfiler {
         }
         let path = CString::new(staging.as_os_str().as_encoded_bytes())
             .map_err(|_| Error::invalid(format!("trace path {} contains a NUL byte", trace.display())))?;
+        // The shim turns the profiler off before it writes anything, so it
+        // is off after this call even when the call fails.
+        self.running = false;
         let read = stop(Some(&path)).and_then(|table| {
             let bytes = crate::fs_safe::read_regular(&staging).map_err(|e| e.context("the profiler trace"))?;
             Ok((table, bytes))

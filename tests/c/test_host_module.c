@@ -3,7 +3,8 @@
  * parameter, a registered buffer and a child layer, used alone, inside a
  * Sequential and with several inputs and results; registered tensors are
  * in the state_dict in PyTorch's order, saved and loaded, cast, and
- * trained by an optimizer; misuse gives clear errors.
+ * trained by an optimizer; a tensor registered twice is one tied
+ * parameter; misuse gives clear errors.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
@@ -291,9 +292,113 @@ static void test_errors(void) {
     fulmen_model_free(m);
 }
 
+/* A Sequential(Linear(3, 3)) with `p` registered twice, as "a" and "b". */
+static fulmen_model *tied_model(const fulmen_tensor *p) {
+    fulmen_model *seq = NULL, *lin = NULL;
+    CHECK_OK(fulmen_model_sequential_new(&seq));
+    CHECK_OK(fulmen_model_linear_new(3, 3, true, &lin));
+    CHECK_OK(fulmen_model_push(seq, lin));
+    CHECK_OK(fulmen_model_register_parameter(seq, NULL, "a", p));
+    CHECK_OK(fulmen_model_register_parameter(seq, NULL, "b", p));
+    return seq;
+}
+
+/* Whether the state_dict names `x` and `y` are one tensor. */
+static int same_tensor(const fulmen_model *m, const char *x, const char *y) {
+    fulmen_tensor *tx = NULL, *ty = NULL;
+    void *px = NULL, *py = NULL;
+    CHECK_OK(fulmen_model_state_dict_get(m, x, &tx));
+    CHECK_OK(fulmen_model_state_dict_get(m, y, &ty));
+    CHECK_OK(fulmen_tensor_data_ptr(tx, &px));
+    CHECK_OK(fulmen_tensor_data_ptr(ty, &py));
+    fulmen_tensor_free(tx);
+    fulmen_tensor_free(ty);
+    return px != NULL && px == py;
+}
+
+/* The same tensor registered twice is one parameter under two names, as
+ * PyTorch's register_parameter of one Parameter: counted and listed once,
+ * so SGD and Adam built on the model accept and train it; named twice in
+ * the state_dict, and one tensor again after a save and load. */
+static void test_tied_parameter(void) {
+    const int64_t s3[1] = {3};
+    fulmen_tensor *p = NULL, *params[4] = {NULL, NULL, NULL, NULL};
+    CHECK_OK(fulmen_tensor_ones(s3, 1, FULMEN_DTYPE_F32, &p));
+    fulmen_model *seq = tied_model(p);
+    static const char *const names[] = {"a", "b", "0.weight", "0.bias"};
+    expect_names(seq, names, 4);
+    CHECK(same_tensor(seq, "a", "b"));
+    int64_t n = 0;
+    size_t count = 0;
+    CHECK_OK(fulmen_model_num_parameters(seq, &n));
+    CHECK(n == 3 + 9 + 3);
+    CHECK_OK(fulmen_model_parameters(seq, false, params, 4, &count));
+    CHECK(count == 3);
+    free_all(params, count);
+    fulmen_sgd_options so = fulmen_sgd_options_default();
+    so.lr = 0.1;
+    fulmen_adam_options ao = fulmen_adam_options_default();
+    fulmen_optimizer *sgd = NULL, *adam = NULL;
+    CHECK_OK(fulmen_optimizer_sgd_new(seq, NULL, 0, &so, &sgd));
+    CHECK_OK(fulmen_optimizer_adam_new(seq, NULL, 0, &ao, &adam));
+    /* sum(a * b) has the gradient 2a on the one leaf: SGD takes 1 to 0.8 */
+    fulmen_tensor *a = NULL, *b = NULL, *ab = NULL, *loss = NULL, *loss2 = NULL;
+    CHECK_OK(fulmen_model_state_dict_get(seq, "a", &a));
+    CHECK_OK(fulmen_model_state_dict_get(seq, "b", &b));
+    CHECK_OK(fulmen_tensor_mul(a, b, &ab));
+    CHECK_OK(fulmen_tensor_sum(ab, &loss));
+    CHECK_OK(fulmen_tensor_backward(loss));
+    CHECK_OK(fulmen_optimizer_step(sgd));
+    const double after_sgd[3] = {0.8, 0.8, 0.8}, after_adam[3] = {0.799, 0.799, 0.799};
+    EXPECT_VALUES(a, after_sgd, 3, 1e-6);
+    EXPECT_VALUES(b, after_sgd, 3, 1e-6);
+    /* Adam's first step moves it by its lr (1e-3) */
+    CHECK_OK(fulmen_optimizer_zero_grad(adam));
+    CHECK_OK(fulmen_tensor_sum(b, &loss2));
+    CHECK_OK(fulmen_tensor_backward(loss2));
+    CHECK_OK(fulmen_optimizer_step(adam));
+    EXPECT_VALUES(a, after_adam, 3, 1e-6);
+    /* saved and loaded into a model tied the same way: both names hold the
+     * saved value and stay one tensor */
+    char path[] = "/tmp/fulmen-tied-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK_OK(fulmen_model_save(seq, path));
+    fulmen_tensor *q = NULL, *a2 = NULL, *b2 = NULL;
+    CHECK_OK(fulmen_tensor_zeros(s3, 1, FULMEN_DTYPE_F32, &q));
+    fulmen_model *fresh = tied_model(q);
+    CHECK_OK(fulmen_model_load(fresh, path, true));
+    remove(path);
+    CHECK_OK(fulmen_model_state_dict_get(fresh, "a", &a2));
+    CHECK_OK(fulmen_model_state_dict_get(fresh, "b", &b2));
+    EXPECT_VALUES(a2, after_adam, 3, 1e-6);
+    EXPECT_VALUES(b2, after_adam, 3, 1e-6);
+    CHECK(same_tensor(fresh, "a", "b"));
+    CHECK_OK(fulmen_model_num_parameters(fresh, &n));
+    CHECK(n == 3 + 9 + 3);
+    /* a cast keeps the two names one tensor */
+    CHECK_OK(fulmen_model_to_dtype(fresh, FULMEN_DTYPE_F64));
+    CHECK(same_tensor(fresh, "a", "b"));
+    /* a parameter is not also a buffer; buffers tie as parameters do */
+    CHECK_ERR(fulmen_model_register_buffer(seq, NULL, "c", p), FULMEN_CODE_INVALID_ARGUMENT, "parameter \"a\"");
+    fulmen_tensor *mask = NULL;
+    CHECK_OK(fulmen_tensor_zeros(s3, 1, FULMEN_DTYPE_I64, &mask));
+    CHECK_OK(fulmen_model_register_buffer(seq, NULL, "m1", mask));
+    CHECK_OK(fulmen_model_register_buffer(seq, NULL, "m2", mask));
+    CHECK(same_tensor(seq, "m1", "m2"));
+    fulmen_tensor *all[] = {p, a, b, ab, loss, loss2, q, a2, b2, mask};
+    free_all(all, sizeof all / sizeof all[0]);
+    fulmen_optimizer_free(sgd);
+    fulmen_optimizer_free(adam);
+    fulmen_model_free(fresh);
+    fulmen_model_free(seq);
+}
+
 int main(void) {
     test_forward_state_and_training();
     test_composition();
     test_errors();
+    test_tied_parameter();
     return check_finish("test_host_module");
 }

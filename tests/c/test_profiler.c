@@ -3,7 +3,8 @@
  * callbacks and the module, the steps, backward, the optimizer steps and
  * the batch fetches, with their call counts; off, there is no report.
  * profiler="pytorch": the same report, then libtorch's operators, and a
- * Chrome trace holding them and the hooks as named scopes.
+ * Chrome trace holding them and the hooks as named scopes; a run that
+ * fails after libtorch's profiler started leaves it off.
  */
 #define _XOPEN_SOURCE 700 /* mkdtemp */
 
@@ -31,6 +32,71 @@ static fulmen_error *noop(void *ud, int32_t hook, fulmen_hook_context *ctx) {
     (void)hook;
     (void)ctx;
     return NULL;
+}
+
+static fulmen_error *failing_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch,
+                                  fulmen_tensor **out) {
+    (void)ud;
+    (void)ctx;
+    (void)batch;
+    (void)out;
+    return fulmen_error_new(FULMEN_CODE_CALLBACK, "this step refused its batch");
+}
+
+/* A one-epoch fit with profiler="pytorch" in `root` (no logger, no
+ * checkpoints): NULL when it succeeded and reported libtorch's operators,
+ * else its error. */
+static fulmen_error *profiled_fit(fulmen_lightning_module *m, fulmen_loader *train, const char *root) {
+    static char report[16384];
+    size_t len = 0;
+    fulmen_trainer_options *o = fixture_options(root, 1);
+    CHECK_OK(fulmen_trainer_options_set(o, "logger", "false"));
+    CHECK_OK(fulmen_trainer_options_set_bool(o, "enable_checkpointing", false));
+    CHECK_OK(fulmen_trainer_options_set(o, "profiler", "pytorch"));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_error *e = fulmen_trainer_fit(t, m, train, NULL, NULL);
+    if (e == NULL) {
+        CHECK_OK(fulmen_trainer_profiler_report(t, report, sizeof report, &len));
+        CHECK(strstr(report, "FIT PyTorch Profiler Report") != NULL);
+    }
+    fulmen_trainer_free(t);
+    fulmen_trainer_options_free(o);
+    return e;
+}
+
+/* A profiled fit that fails after libtorch's profiler started leaves it
+ * off, so the next profiled fit runs: its trace folder under a regular
+ * file (an IO error when the trace is written), and a training_step that
+ * returns an error. */
+static void test_failed_runs_stop_the_profiler(fulmen_lightning_module *m, fulmen_loader *train,
+                                               const fulmen_module_vtable *vt, fulmen_model *model) {
+    char base[] = "/tmp/fulmen-test-profiler-fail-XXXXXX";
+    CHECK(mkdtemp(base) != NULL);
+    char blocker[100], under[100], fresh[100];
+    snprintf(blocker, sizeof blocker, "%s/file", base);
+    snprintf(under, sizeof under, "%s/file/root", base);
+    snprintf(fresh, sizeof fresh, "%s/fresh", base);
+    FILE *f = fopen(blocker, "w");
+    CHECK(f != NULL);
+    if (f != NULL) fclose(f);
+    CHECK_ERR(profiled_fit(m, train, under), FULMEN_CODE_IO, "creating");
+    CHECK_OK(profiled_fit(m, train, fresh));
+    char trace[160];
+    snprintf(trace, sizeof trace, "%s/fit.pt.trace.json", fresh);
+    char *json = fixture_read_text(trace);
+    CHECK(json != NULL && strstr(json, "\"traceEvents\"") != NULL);
+    free(json);
+    fulmen_module_vtable failing = *vt;
+    failing.training_step = failing_step;
+    fulmen_lightning_module *bad = NULL;
+    CHECK_OK(fulmen_lightning_module_new(&failing, model, &bad));
+    CHECK_ERR(profiled_fit(bad, train, fresh), FULMEN_CODE_CALLBACK, "refused its batch");
+    CHECK_OK(profiled_fit(m, train, fresh));
+    fulmen_lightning_module_free(bad);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", base);
+    CHECK(system(cmd) == 0);
 }
 
 /* The "Num calls" column of the row of `action` in `report` (-1: none). */
@@ -139,6 +205,8 @@ int main(void) {
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     CHECK(system(cmd) == 0);
+
+    test_failed_runs_stop_the_profiler(m, train, &vt, s.model);
 
     /* off: no report */
     t = fixture_trainer(NULL, 1);

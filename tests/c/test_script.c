@@ -4,7 +4,8 @@
  * of every kind in and out of scripted methods, a model trained by the
  * trainer through its scripted training_step / validation_step, saved back
  * as .pt and reloaded with the same predictions; moving and casting; clear
- * errors for bad values, methods, devices and non-script models.
+ * errors for bad values, methods, devices and non-script models; method
+ * results bounded like the host's values.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
@@ -279,6 +280,49 @@ static void test_values(void) {
     fulmen_model_free(m);
 }
 
+/* A method's result holds at most FULMEN_MAX_VALUE_NODES values, counted
+ * as for the values a host builds: describe(n, f, ints) returns (int, float,
+ * bool, str, None, ints + [n]), len(ints) + 8 values. At the bound it comes
+ * back whole; one value more is refused with OUT_OF_RANGE before it is
+ * copied, and the model stays usable. */
+static void test_result_bound(void) {
+    fulmen_model *m = load("values_scripted.pt");
+    if (m == NULL) return;
+    const size_t at_bound = FULMEN_MAX_VALUE_NODES - 8;
+    const fulmen_value **items = malloc((at_bound + 1) * sizeof *items);
+    if (items == NULL) exit(2);
+    fulmen_value *one = NULL, *args[3] = {NULL, NULL, NULL}, *out = NULL, *part = NULL;
+    CHECK_OK(fulmen_value_int(1, &one));
+    for (size_t i = 0; i <= at_bound; i++) items[i] = one;
+    CHECK_OK(fulmen_value_int(3, &args[0]));
+    CHECK_OK(fulmen_value_double(1.0, &args[1]));
+    CHECK_OK(fulmen_value_list(items, at_bound, &args[2]));
+    CHECK_OK(fulmen_model_call_method(m, NULL, "describe", (const fulmen_value *const *)args, 3, &out));
+    size_t len = 0;
+    CHECK_OK(fulmen_value_item(out, 5, &part));
+    CHECK_OK(fulmen_value_len(part, &len));
+    CHECK(len == at_bound + 1);
+    fulmen_value_free(part);
+    fulmen_value_free(out);
+    fulmen_value_free(args[2]);
+    out = NULL;
+    CHECK_OK(fulmen_value_list(items, at_bound + 1, &args[2]));
+    CHECK_ERR(fulmen_model_call_method(m, NULL, "describe", (const fulmen_value *const *)args, 3, &out),
+              FULMEN_CODE_OUT_OF_RANGE, "FULMEN_MAX_VALUE_NODES");
+    CHECK(out == NULL);
+    fulmen_value_free(args[2]);
+    /* a small result after the refused one */
+    CHECK_OK(fulmen_value_list(items, 2, &args[2]));
+    CHECK_OK(fulmen_model_call_method(m, NULL, "describe", (const fulmen_value *const *)args, 3, &out));
+    CHECK_OK(fulmen_value_item(out, 5, &part));
+    CHECK_OK(fulmen_value_len(part, &len));
+    CHECK(len == 3);
+    fulmen_value *rest[] = {part, out, args[0], args[1], args[2], one};
+    for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++) fulmen_value_free(rest[i]);
+    free(items);
+    fulmen_model_free(m);
+}
+
 /* The trainer drives the scripted steps: a batch becomes the `batch`
  * tuple, the dict's "loss" is the loss. */
 static fulmen_error *scripted_step(void *model, fulmen_step_context *ctx, const fulmen_batch *batch,
@@ -439,6 +483,7 @@ static void test_trainer_runs_scripted_steps(void) {
 int main(void) {
     test_buffers();
     test_values();
+    test_result_bound();
     test_trainer_runs_scripted_steps();
     return check_finish("test_script");
 }
