@@ -338,7 +338,10 @@ demo: deps lib example
 
 # Benchmarks (not part of test): fulmen from C and Go, a hand-written tch
 # loop, plain PyTorch and Lightning in one run; writes bench/RESULTS.md.
-BENCH_ARGS ?= --repeats 3 --micro
+# --callgrind adds instructions per step (mlp64) under valgrind, skipped
+# with a message where valgrind is not installed. A contender that fails
+# fails the target, with its stderr.
+BENCH_ARGS ?= --repeats 3 --micro --callgrind
 bench: deps lib $(BUILD)/bench/fulmen_bench $(BUILD)/bench/fulmen_micro $(BUILD)/bench/workers_bench $(BUILD)/bench/save_bench $(BUILD)/bench/optim_bench $(BUILD)/examples/charlm $(LEE) $(VENV_STAMP)
 	$(CARGO) build $(CARGO_FLAGS) --example tch_loop
 	bash bench/go/build.sh

@@ -64,12 +64,23 @@ def _table(head, rows):
     return lines
 
 
+def _instructions(counts, contender, workload):
+    """The contender's instructions per step, and their ratio to the tch loop's."""
+    ir, floor = counts.get((contender, workload)), counts.get(("tch-loop", workload))
+    if ir is None:
+        return ["n/a", "n/a"]
+    return [f"{ir:,.0f}", f"{ir / floor:.2f}" if floor else "n/a"]
+
+
 def _ratio(stats, a, b, workload, ranks=None):
     sa, sb = stats.get((a, workload, ranks)), stats.get((b, workload, ranks))
     return f"{sa['median'] / sb['median']:.2f}" if sa and sb else "n/a"
 
 
-def markdown(meta, stats, contenders, workloads, ddp_contenders, micro, notes):
+def markdown(meta, stats, contenders, workloads, ddp_contenders, micro, notes, ir_per_step=None):
+    """RESULTS.md; `ir_per_step` maps (contender, workload) to the
+    instructions per step callgrind counted, if it ran."""
+    ir_per_step = ir_per_step or {}
     out = ["# fulmen benchmark results", "",
            f"Produced on {meta['date']} by:", "", "```", meta["command"], "```", "",
            "## Machine and versions", "",
@@ -87,15 +98,24 @@ def markdown(meta, stats, contenders, workloads, ddp_contenders, micro, notes):
            "repeats of the largest single process (rusage from wait4, which covers the "
            "process and its waited-for children, as a maximum, not a sum). Ratios are of "
            "median epoch times (below 1: the first is faster).", ""]
+    if ir_per_step:
+        out += ["Instructions / step: counted by valgrind's callgrind (bench/run.py --callgrind) "
+                "as the instructions of a run of 2 epochs minus those of a run of 1, over the "
+                "steps of that epoch: one warm epoch, start-up and loading cancelled out; "
+                "÷ tch-loop is their ratio to the hand-written tch loop's, the floor (below 1: "
+                "fewer instructions). Unlike times, they do not depend on the machine's load.", ""]
     head = ["contender", "median epoch (ms)", "min–max (ms)", "IQR (ms)", "µs/step",
             "steps/s", "peak RSS (MiB)", "epochs"]
     for w in workloads:
+        counted = any((c, w) in ir_per_step for c in contenders)
         rows = [[c, _ms(s["median"]), f"{_ms(s['min'])}–{_ms(s['max'])}",
                  f"{_ms(s['q1'])}–{_ms(s['q3'])}", f"{s['us_per_step']:.0f}",
                  f"{s['steps_per_s']:.0f}", f"{s['rss_mib']:.0f}", s["epochs"]]
+                + (_instructions(ir_per_step, c, w) if counted else [])
                 for c in contenders if (s := stats.get((c, w, None)))]
         if rows:
-            out += [f"## {w}", ""] + _table(head, rows) + [""]
+            cols = head + (["instructions / step", "÷ tch-loop"] if counted else [])
+            out += [f"## {w}", ""] + _table(cols, rows) + [""]
     rows = [[w] + [_ratio(stats, a, b, w) for a, b, _ in RATIOS] for w in workloads]
     if any(c != "n/a" for row in rows for c in row[1:]):
         out += ["## Ratios", ""] + _table(["workload"] + [t for _, _, t in RATIOS], rows) + [""]

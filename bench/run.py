@@ -3,10 +3,14 @@
 --repeats times as separate processes, round-robin across contenders, reads
 their JSON lines and peak RSS (os.wait4), and writes bench/RESULTS.md and the
 raw lines to bench/results.jsonl. Contenders whose program is missing are
-skipped with a message. Python contenders run with --python (default: the
-venv made by bench/setup-venv.sh, else this interpreter).
+skipped with a message; a contender that fails (an exit status other than 0,
+or fewer lines than the protocol asks) stops the benchmark with its stderr,
+and run.py exits 1 without writing results. --callgrind also counts each
+contender's instructions per step under valgrind's callgrind. Python
+contenders run with --python (default: the venv made by bench/setup-venv.sh,
+else this interpreter).
 
-    .deps/venv/bin/python bench/run.py --repeats 3
+    .deps/venv/bin/python bench/run.py --repeats 3 --callgrind
     python3 bench/run.py --contenders pytorch,lightning --workloads mlp64 --micro
 """
 import argparse
@@ -15,6 +19,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +42,11 @@ CONTENDERS = {
     "lightning-full": ("bench/python/lightning_fit.py", ["--full"], True, False),
 }
 MICRO = "build/bench/fulmen_micro"
+TAIL = 4000  # bytes of a failed run's stderr shown
+
+
+class Failed(Exception):
+    """A contender (or the micro-benchmarks) failed: the benchmark stops."""
 
 
 def parse_args():
@@ -55,16 +65,22 @@ def parse_args():
     p.add_argument("--accelerator", choices=("cpu", "cuda"), default="cpu",
                    help="where every contender trains (cuda: one GPU; no DDP table)")
     p.add_argument("--timeout", type=float, default=900, help="seconds allowed per run")
+    p.add_argument("--callgrind", action="store_true",
+                   help="also count instructions per step under valgrind's callgrind (skipped without valgrind)")
+    p.add_argument("--callgrind-workloads", default="mlp64",
+                   help="workloads counted under callgrind (each run is some 50 times slower there)")
+    p.add_argument("--callgrind-timeout", type=float, default=3600, help="seconds allowed per callgrind run")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     p.add_argument("--jsonl", default=os.path.join(ROOT, "bench", "results.jsonl"))
     a = p.parse_args()
     a.data = os.path.abspath(a.data)  # contenders run in ROOT
     a.contenders = [c for c in a.contenders.split(",") if c]
     a.workloads = [w for w in a.workloads.split(",") if w]
+    a.callgrind_workloads = [w for w in a.callgrind_workloads.split(",") if w]
     for c in a.contenders:
         if c not in CONTENDERS:
             p.error(f"unknown contender {c!r}; known: {', '.join(CONTENDERS)}")
-    for w in a.workloads:
+    for w in a.workloads + a.callgrind_workloads:
         if w not in WORKLOADS:
             p.error(f"unknown workload {w!r}")
     return a
@@ -114,7 +130,7 @@ def run_process(argv, timeout):
         p.stdout.close()
         wall = (datetime.datetime.now() - start).total_seconds()
         err.seek(0)
-        tail = err.read()[-1500:].decode(errors="replace")
+        tail = err.read()[-TAIL:].decode(errors="replace")
     return out, tail, p.returncode, usage.ru_maxrss, wall
 
 
@@ -142,8 +158,80 @@ def run_one(name, argv, workload, ranks, threads, args, repeat):
     ok = code == 0 and done and len(epochs) == args.epochs
     if lines:
         lines[-1].update(peak_rss_kib=rss, exit_code=code, wall_s=round(wall, 2))
-    return dict(contender=name, workload=workload, ranks=ranks, ok=ok, epochs=epochs,
+    return dict(contender=name, workload=workload, ranks=ranks, ok=ok, epochs=epochs, done=done,
                 rss_kib=rss, lines=lines, code=code, tail=tail, cmd=cmd)
+
+
+def failure(label, run, expected_epochs):
+    """The Failed of a run that did not deliver what the protocol asks."""
+    got = f"{len(run['epochs'])} of {expected_epochs} epoch lines" + ("" if run["done"] else ", no done line")
+    return Failed(f"{label} failed: exit status {run['code']}, {got}\n"
+                  f"  command: {shlex.join(run['cmd'])}\n"
+                  f"--- its stderr (last {TAIL} bytes) ---\n{run['tail'].rstrip()}\n---")
+
+
+def timed_runs(plan, commands, args):
+    """Runs the plan's (repeat, workload, ranks, threads, contender) in turn."""
+    runs = []
+    for i, (r, w, ranks, t, c) in enumerate(plan, 1):
+        label = f"{c} {w}" + (f" ranks={ranks}" if ranks else "") + f" repeat {r + 1}/{args.repeats}"
+        print(f"[{i}/{len(plan)}] {label}", file=sys.stderr, flush=True)
+        run = run_one(c, commands[c], w, ranks, t, args, r)
+        if not run["ok"]:
+            raise failure(label, run, args.epochs)
+        runs.append(run)
+    return runs
+
+
+def callgrind_total(path):
+    """The instructions (Ir) a callgrind output file counts, or None."""
+    with open(path, errors="replace") as f:
+        m = re.search(r"^(?:summary|totals):\s*(\d+)", f.read(), re.M)
+    return int(m.group(1)) if m else None
+
+
+def callgrind_run(name, argv, workload, epochs, args):
+    """(instructions, steps of the last epoch) of `epochs` epochs without
+    warm-up, the contender run under valgrind's callgrind."""
+    label = f"{name} {workload} under callgrind, {epochs} epoch(s)"
+    print(f"[callgrind] {label}", file=sys.stderr, flush=True)
+    run_args = argparse.Namespace(**{**vars(args), "epochs": epochs, "warmup": 0, "timeout": args.callgrind_timeout})
+    with tempfile.TemporaryDirectory() as d:
+        valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + os.path.join(d, "callgrind.%p")]
+        run = run_one(name, valgrind + argv, workload, None, args.threads, run_args, 0)
+        if not run["ok"]:
+            raise failure(label, run, epochs)
+        totals = [callgrind_total(os.path.join(d, f)) for f in os.listdir(d)]
+    if not totals or None in totals:
+        raise Failed(f"{label}: callgrind wrote no instruction count")
+    # A process the contender forked writes a file of its own; the training
+    # ran in the one with the most instructions.
+    return max(totals), run["epochs"][-1]["steps"]
+
+
+def callgrind_unavailable(args):
+    """Why instructions cannot be counted here, or None."""
+    if shutil.which("valgrind") is None:
+        return "instructions per step: valgrind is not installed (apt-get install valgrind); not counted"
+    if args.accelerator != "cpu":
+        return "instructions per step: counted on the CPU only (valgrind runs no GPU code); not counted"
+    return None
+
+
+def callgrind_counts(commands, args):
+    """Instructions per step of each contender on the callgrind workloads:
+    a run of 2 epochs minus a run of 1 is one warm epoch (start-up, loading
+    and the first epoch cancel out), divided by its steps."""
+    counts = {}
+    for w in [w for w in args.callgrind_workloads if w in args.workloads]:
+        for c, argv in commands.items():
+            one, _ = callgrind_run(c, argv, w, 1, args)
+            two, steps = callgrind_run(c, argv, w, 2, args)
+            if two <= one or steps <= 0:
+                raise Failed(f"{c} {w}: 2 epochs counted {two} instructions, 1 epoch {one}; steps {steps}")
+            counts[(c, w)] = dict(instructions_per_step=(two - one) / steps, epoch_instructions=two - one,
+                                  steps=steps)
+    return counts
 
 
 def micro_runs(args):
@@ -154,7 +242,8 @@ def micro_runs(args):
     for _ in range(args.repeats):
         out, tail, code, _, _ = run_process([path], args.timeout)
         if code != 0:
-            return results, [f"micro: {MICRO} exited {code}: {tail.strip()[-300:]}"]
+            raise Failed(f"{MICRO} failed: exit status {code}\n--- its stderr (last {TAIL} bytes) ---\n"
+                         f"{tail.rstrip()}\n---")
         for line in out.splitlines():
             try:
                 rec = json.loads(line)
@@ -199,24 +288,26 @@ def main():
         jobs += [("mlp64", 1, 1), ("mlp64", 2, 1)]
     plan = [(r, w, ranks, t, c) for r in range(args.repeats) for w, ranks, t in jobs
             for c in commands if ranks is None or c in ddp]
-    runs = []
-    for i, (r, w, ranks, t, c) in enumerate(plan, 1):
-        label = f"{c} {w}" + (f" ranks={ranks}" if ranks else "")
-        print(f"[{i}/{len(plan)}] {label} repeat {r + 1}/{args.repeats}", file=sys.stderr, flush=True)
-        run = run_one(c, commands[c], w, ranks, t, args, r)
-        runs.append(run)
-        if not run["ok"]:
-            msg = f"{label} repeat {r + 1} failed (exit {run['code']}): {run['tail'].strip()[-300:]}"
-            print("  " + msg, file=sys.stderr)
-            notes.append(msg.replace("\n", " "))
-    micro = {}
-    if args.micro:
-        micro, why = micro_runs(args)
-        notes += why
+    if args.callgrind and (why := callgrind_unavailable(args)):
+        print(f"skipping {why}", file=sys.stderr)
+        notes.append(why)
+        args.callgrind = False
+    try:
+        runs = timed_runs(plan, commands, args)
+        counts = callgrind_counts(commands, args) if args.callgrind else {}
+        micro = {}
+        if args.micro:
+            micro, why = micro_runs(args)
+            notes += why
+    except Failed as e:
+        print(f"run.py: {e}\nrun.py: no results written", file=sys.stderr)
+        return 1
     with open(args.jsonl, "w") as f:
         for run in runs:
             for rec in run["lines"]:
                 f.write(json.dumps(rec) + "\n")
+        for (c, w), rec in counts.items():
+            f.write(json.dumps({"contender": c, "workload": w, "callgrind": True, **rec}) + "\n")
         for name, values in micro.items():
             for v in values:
                 f.write(json.dumps({"micro": name, "ns_per_call": v}) + "\n")
@@ -226,12 +317,13 @@ def main():
                                     *sys.argv[1:]]),
                 machine=report.machine(args.accelerator), accelerator=args.accelerator, load=f"{load:.2f}", epochs=args.epochs,
                 warmup=args.warmup, threads=args.threads, repeats=args.repeats, **versions(args))
+    ir_per_step = {key: rec["instructions_per_step"] for key, rec in counts.items()}
     md = report.markdown(meta, report.summarize(runs), list(commands), args.workloads, ddp,
-                         micro, notes)
+                         micro, notes, ir_per_step)
     with open(args.out, "w") as f:
         f.write(md)
     print(md)
-    return 0 if all(r["ok"] for r in runs) else 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 //! The reference contender "tch-loop": a hand-written training loop on tch
 //! (libtorch's kernels, no fulmen), following bench/PROTOCOL.md. It is the
-//! floor fulmen's trainer is measured against.
+//! floor fulmen's trainer is measured against. `--accelerator cuda` trains
+//! on cuda:0, each epoch's clock read after the GPU's queued work is done.
 use std::io::Read;
 use std::time::Instant;
 use tch::{nn, nn::Module, nn::OptimizerConfig, Device, Kind, Tensor};
@@ -12,8 +13,24 @@ struct Args {
     warmup: usize,
     threads: i32,
     seed: i64,
+    device: Device,
 }
 
+/// Ends the program on a bad argument, with the usage (exit status 2).
+fn usage(problem: &str) -> ! {
+    eprintln!(
+        "tch_loop: {problem}\nusage: tch_loop [--workload mlp64|mlp1024|cnn] [--data PATH] [--epochs N] \
+         [--warmup N] [--threads N] [--seed N] [--accelerator cpu|cuda]"
+    );
+    std::process::exit(2);
+}
+
+/// The value of a numeric argument.
+fn number<T: std::str::FromStr>(flag: &str, value: &str) -> T {
+    value.parse().unwrap_or_else(|_| usage(&format!("{flag} {value:?} is not a number")))
+}
+
+/// The arguments of bench/PROTOCOL.md, every one as `--name value`.
 fn parse_args() -> Args {
     let mut a = Args {
         workload: "mlp64".into(),
@@ -22,21 +39,28 @@ fn parse_args() -> Args {
         warmup: 1,
         threads: 1,
         seed: 0,
+        device: Device::Cpu,
     };
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let mut i = 0;
-    while i + 1 < argv.len() {
-        let v = argv[i + 1].clone();
-        match argv[i].as_str() {
+    let mut argv = std::env::args().skip(1);
+    while let Some(flag) = argv.next() {
+        let Some(v) = argv.next() else { usage(&format!("{flag} needs a value")) };
+        match flag.as_str() {
             "--workload" => a.workload = v,
             "--data" => a.data = v,
-            "--epochs" => a.epochs = v.parse().expect("--epochs"),
-            "--warmup" => a.warmup = v.parse().expect("--warmup"),
-            "--threads" => a.threads = v.parse().expect("--threads"),
-            "--seed" => a.seed = v.parse().expect("--seed"),
-            other => panic!("unknown argument {other}"),
+            "--epochs" => a.epochs = number(&flag, &v),
+            "--warmup" => a.warmup = number(&flag, &v),
+            "--threads" => a.threads = number(&flag, &v),
+            "--seed" => a.seed = number(&flag, &v),
+            "--accelerator" => {
+                a.device = match v.as_str() {
+                    "cpu" => Device::Cpu,
+                    "cuda" if tch::Cuda::is_available() => Device::Cuda(0),
+                    "cuda" => usage("--accelerator cuda: libtorch sees no CUDA device here"),
+                    other => usage(&format!("--accelerator {other:?}: expected cpu or cuda")),
+                }
+            }
+            other => usage(&format!("unknown argument {other}")),
         }
-        i += 2;
     }
     a
 }
@@ -83,12 +107,24 @@ fn model(vs: &nn::Path, workload: &str) -> nn::Sequential {
     }
 }
 
+/// Waits for the work queued on `device` (a GPU's), so that a clock read
+/// after it is honest.
+fn sync(device: Device) {
+    if let Device::Cuda(index) = device {
+        tch::Cuda::synchronize(index as i64);
+    }
+}
+
 fn main() {
     let a = parse_args();
     tch::set_num_threads(a.threads);
     tch::manual_seed(a.seed);
     let (x, y) = load(&a.data);
-    let vs = nn::VarStore::new(Device::Cpu);
+    let device = a.device;
+    // On a GPU each batch is copied from the host every step, as in the
+    // other contenders; on the CPU the batch is used as it is.
+    let to_device = |t: Tensor| if device == Device::Cpu { t } else { t.to_device(device) };
+    let vs = nn::VarStore::new(device);
     let net = model(&vs.root(), &a.workload);
     let mut opt = nn::Sgd::default().build(&vs, 0.05).expect("SGD");
     let n = y.size()[0];
@@ -101,7 +137,7 @@ fn main() {
         while first < n {
             let len = batch.min(n - first);
             let idx = order.narrow(0, first, len);
-            let (bx, by) = (x.index_select(0, &idx), y.index_select(0, &idx));
+            let (bx, by) = (to_device(x.index_select(0, &idx)), to_device(y.index_select(0, &idx)));
             opt.zero_grad();
             let loss = net.forward(&bx).cross_entropy_for_logits(&by);
             loss.backward();
@@ -109,6 +145,7 @@ fn main() {
             steps += 1;
             first += len;
         }
+        sync(device);
         let seconds = start.elapsed().as_secs_f64();
         if epoch >= a.warmup {
             println!(

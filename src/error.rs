@@ -112,6 +112,14 @@ impl Error {
         self.message = format!("{ctx}: {}", self.message);
         self
     }
+
+    /// Attaches a failure that followed this one (a clean-up after it),
+    /// keeping this error's code and message first:
+    /// `"message; then <what> failed too: later"`.
+    pub fn then_failed(mut self, what: &str, later: &Error) -> Self {
+        self.message = format!("{}; then {what} failed too: {}", self.message, later.message);
+        self
+    }
 }
 
 impl fmt::Display for Error {

@@ -116,7 +116,9 @@ type Collectives interface {
 	// [a-z0-9_-], not gloo, nccl, mpi, ucc or xccl), read at registration.
 	CollectivesName() string
 	// OpenCollectives opens this rank's group of worldSize ranks on device.
-	// On an error the group is closed here (if any) and never used.
+	// On an error the group is closed here (if any) and never used; the
+	// join (and the run) fails with the error's code (CodeCallback for an
+	// error that is not a *fulmen.Error) and message.
 	OpenCollectives(store DistStore, rank, worldSize int, device Device) (CollectiveGroup, error)
 }
 

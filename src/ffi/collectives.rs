@@ -10,6 +10,7 @@ use crate::distributed::{CommGroup, DeviceCollectives, KeyStore, ReduceOp};
 use crate::error::{Error, ErrorCode, Result};
 use crate::tensor::device::Device;
 use crate::tensor::DeviceSpec;
+use std::cell::Cell;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Arc;
 use tch::Tensor;
@@ -199,8 +200,14 @@ pub unsafe extern "C" fn fulmen_dist_store_delete(
 /// (`fulmen_tensor_copy_from_host`, `fulmen_tensor_copy_`, or through
 /// `fulmen_tensor_data_ptr`). An error a slot returns fails the
 /// collective, and the run, with FULMEN_CODE_DISTRIBUTED and the slot's
-/// message. A slot that starts a collective of the same job (a
-/// `fulmen_distributed_*` call) gets FULMEN_CODE_INVALID_STATE.
+/// message; an error `group_new` returns fails the join (and the run)
+/// with the code it returned, as any host callback's error, and its
+/// message. Inside a slot, `fulmen_distributed_ranks` and
+/// `fulmen_distributed_is_joined` answer; a call that starts a collective
+/// of the job (`fulmen_distributed_all_reduce`, `_broadcast`,
+/// `_all_gather`, `_barrier`, `_reduce_boolean_decision`) or ends it
+/// (`fulmen_distributed_shutdown`) fails with FULMEN_CODE_INVALID_STATE,
+/// and the job goes on.
 ///
 /// Lifetime: the group lives as long as the job, until
 /// `fulmen_distributed_shutdown`, and keeps the accelerator's userdata
@@ -219,8 +226,9 @@ pub struct fulmen_collectives {
     /// job, before the first collective; writes the vendor's group (any
     /// pointer, passed back to every slot) to `*group_out`. `store` is
     /// shared with the other ranks (exchange a unique id through it); it
-    /// stays valid until `group_free` returns. When it fails, `group_free`
-    /// is not called: release what it made before returning. It may call
+    /// stays valid until `group_free` returns. When it fails, the join
+    /// fails with the code it returned and `group_free` is not called:
+    /// release what it made before returning. It may call
     /// `fulmen_distributed_ranks`, not `fulmen_distributed_join`. NULL: the
     /// group is NULL.
     pub group_new: Option<
@@ -369,6 +377,41 @@ impl HostCollectives {
     }
 }
 
+thread_local! {
+    /// How many collectives slots run on this thread (more than one when a
+    /// group is closed inside a slot).
+    static SLOTS_HERE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Marks the calling thread as running a collectives slot while alive.
+struct InSlot;
+
+impl InSlot {
+    fn enter() -> InSlot {
+        SLOTS_HERE.with(|n| n.set(n.get() + 1));
+        InSlot
+    }
+}
+
+impl Drop for InSlot {
+    fn drop(&mut self) {
+        SLOTS_HERE.with(|n| n.set(n.get().saturating_sub(1)));
+    }
+}
+
+/// Refuses `call` (a `fulmen_distributed_*` function) from inside a
+/// collectives slot: a slot must not start a collective of its own job,
+/// nor end the job under the collective it is running.
+pub(crate) fn refuse_in_slot(call: &str) -> Result<()> {
+    if SLOTS_HERE.with(Cell::get) == 0 {
+        return Ok(());
+    }
+    Err(Error::state(format!(
+        "{call} was called from inside a collectives slot: a slot cannot start a collective of its own job, \
+         nor shut the job down under the collective it runs"
+    )))
+}
+
 /// Runs one slot under the accelerator's lock, in a tensor scope. Slots
 /// wait for other ranks, so the trainer's `callback_timeout` does not
 /// apply (the job's timeout does).
@@ -379,6 +422,7 @@ fn call_slot(
     f: impl FnOnce(*mut c_void) -> *mut fulmen_error,
 ) -> Result<()> {
     let ud = userdata.lock(&format!("accelerator {accelerator:?}"))?;
+    let _slot = InSlot::enter();
     call_host_untimed(&format!("accelerator {accelerator:?} collectives {what}"), || f(ud.ptr()))
 }
 
@@ -487,6 +531,7 @@ impl Drop for HostGroup {
                     // The job ends inside one of the accelerator's own
                     // callbacks (a shutdown from its teardown): calls are
                     // serialised already.
+                    let _slot = InSlot::enter();
                     // SAFETY: the host's own slot, with the group it made.
                     unsafe { f(self.ud_ptr, group) };
                 } else if let Err(e) = self.call("group_free", |u| {

@@ -2,6 +2,7 @@
 //! collectives of Lightning's strategy (all_reduce, broadcast, all_gather,
 //! barrier, reduce_boolean_decision), DDP gradient averaging for a model
 //! (`fulmen_ddp`), and a DataLoader's per-rank shard.
+use super::collectives::refuse_in_slot;
 use super::data::fulmen_loader;
 use super::error::{fulmen_error, guard, guard_value, str_arg};
 use super::handle::{self, check_out, write_out, Handle};
@@ -95,9 +96,10 @@ pub unsafe extern "C" fn fulmen_distributed_ranks(
 /// divided by the world size), "min", "max" or "product".
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown or non-UTF-8 `op`),
-/// FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_DISTRIBUTED (a rank
-/// failed or timed out, ranks disagree), FULMEN_CODE_TORCH ("mean" of an
-/// integer tensor, which is left summed).
+/// FULMEN_CODE_INVALID_STATE (not joined; called from inside a collectives
+/// slot), FULMEN_CODE_DISTRIBUTED (a rank failed or timed out, ranks
+/// disagree), FULMEN_CODE_TORCH ("mean" of an integer tensor, which is left
+/// summed).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_distributed_all_reduce(
     tensor: *mut fulmen_tensor,
@@ -106,6 +108,7 @@ pub unsafe extern "C" fn fulmen_distributed_all_reduce(
     guard("fulmen_distributed_all_reduce", || {
         let t = tensor_arg(tensor, "tensor")?;
         let op = ReduceOp::parse(str_arg(op, "op")?)?;
+        refuse_in_slot("fulmen_distributed_all_reduce")?;
         let ctx = joined()?;
         ctx.group.all_reduce(&[t.shallow_clone()], op).map_err(|e| ctx.explain(e))
     })
@@ -113,13 +116,15 @@ pub unsafe extern "C" fn fulmen_distributed_all_reduce(
 
 /// Copies `tensor` from rank `root` into `tensor` on every rank.
 ///
-/// Errors: FULMEN_CODE_INVALID_STATE (not joined),
-/// FULMEN_CODE_INVALID_ARGUMENT (`root` outside the world),
-/// FULMEN_CODE_DISTRIBUTED (a rank failed or timed out, ranks disagree).
+/// Errors: FULMEN_CODE_INVALID_STATE (not joined; called from inside a
+/// collectives slot), FULMEN_CODE_INVALID_ARGUMENT (`root` outside the
+/// world), FULMEN_CODE_DISTRIBUTED (a rank failed or timed out, ranks
+/// disagree).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_distributed_broadcast(tensor: *mut fulmen_tensor, root: usize) -> *mut fulmen_error {
     guard("fulmen_distributed_broadcast", || {
         let t = tensor_arg(tensor, "tensor")?;
+        refuse_in_slot("fulmen_distributed_broadcast")?;
         let ctx = joined()?;
         ctx.group.broadcast(&[t.shallow_clone()], root).map_err(|e| ctx.explain(e))
     })
@@ -129,8 +134,9 @@ pub unsafe extern "C" fn fulmen_distributed_broadcast(tensor: *mut fulmen_tensor
 /// size world_size) to `*out` (a new handle). Every rank passes the same
 /// shape and dtype.
 ///
-/// Errors: FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_DISTRIBUTED
-/// (ranks disagree on shape or dtype, a rank failed or timed out).
+/// Errors: FULMEN_CODE_INVALID_STATE (not joined; called from inside a
+/// collectives slot), FULMEN_CODE_DISTRIBUTED (ranks disagree on shape or
+/// dtype, a rank failed or timed out).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_distributed_all_gather(
     tensor: *const fulmen_tensor,
@@ -139,6 +145,7 @@ pub unsafe extern "C" fn fulmen_distributed_all_gather(
     guard("fulmen_distributed_all_gather", || {
         check_out(out, "out")?;
         let t = tensor_arg(tensor, "tensor")?;
+        refuse_in_slot("fulmen_distributed_all_gather")?;
         let ctx = joined()?;
         let g = ctx.group.all_gather(&t).map_err(|e| ctx.explain(e))?;
         emit(out, g)
@@ -147,11 +154,12 @@ pub unsafe extern "C" fn fulmen_distributed_all_gather(
 
 /// Waits until every rank reaches the barrier (an error after the timeout).
 ///
-/// Errors: FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_DISTRIBUTED
-/// (a rank failed, timeout).
+/// Errors: FULMEN_CODE_INVALID_STATE (not joined; called from inside a
+/// collectives slot), FULMEN_CODE_DISTRIBUTED (a rank failed, timeout).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_distributed_barrier() -> *mut fulmen_error {
     guard("fulmen_distributed_barrier", || {
+        refuse_in_slot("fulmen_distributed_barrier")?;
         let ctx = joined()?;
         ctx.group.barrier().map_err(|e| ctx.explain(e))
     })
@@ -160,8 +168,8 @@ pub unsafe extern "C" fn fulmen_distributed_barrier() -> *mut fulmen_error {
 /// Lightning's reduce_boolean_decision: writes true when every rank's
 /// `decision` is true (`all`), or when any rank's is (`!all`).
 ///
-/// Errors: FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_DISTRIBUTED
-/// (a rank failed, timeout).
+/// Errors: FULMEN_CODE_INVALID_STATE (not joined; called from inside a
+/// collectives slot), FULMEN_CODE_DISTRIBUTED (a rank failed, timeout).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_distributed_reduce_boolean_decision(
     decision: bool,
@@ -170,6 +178,7 @@ pub unsafe extern "C" fn fulmen_distributed_reduce_boolean_decision(
 ) -> *mut fulmen_error {
     guard("fulmen_distributed_reduce_boolean_decision", || {
         check_out(out, "out")?;
+        refuse_in_slot("fulmen_distributed_reduce_boolean_decision")?;
         let ctx = joined()?;
         out.write(ctx.group.reduce_decision(decision, all).map_err(|e| ctx.explain(e))?);
         Ok(())
@@ -179,11 +188,14 @@ pub unsafe extern "C" fn fulmen_distributed_reduce_boolean_decision(
 /// Leaves the job. On rank 0 of fulmen's own launcher this waits up to
 /// `timeout_s` seconds for the ranks it started to exit and fails
 /// (FULMEN_CODE_DISTRIBUTED) naming the first that failed or still runs.
-/// Without a job it does nothing.
+/// Without a job it does nothing. Refused inside a collectives slot (the
+/// job would end under the collective the slot runs); an accelerator's
+/// other callbacks (its teardown) may call it.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (`timeout_s` negative, NaN or too
-/// long), FULMEN_CODE_DISTRIBUTED (a launched rank failed or still ran, see
-/// above).
+/// long), FULMEN_CODE_INVALID_STATE (called from inside a collectives
+/// slot; the job goes on), FULMEN_CODE_DISTRIBUTED (a launched rank failed
+/// or still ran, see above).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_distributed_shutdown(timeout_s: f64) -> *mut fulmen_error {
     guard("fulmen_distributed_shutdown", || {
@@ -192,6 +204,7 @@ pub unsafe extern "C" fn fulmen_distributed_shutdown(timeout_s: f64) -> *mut ful
         }
         let timeout = Duration::try_from_secs_f64(timeout_s)
             .map_err(|_| Error::invalid(format!("timeout_s {timeout_s} is too long")))?;
+        refuse_in_slot("fulmen_distributed_shutdown")?;
         distributed::shutdown(timeout)
     })
 }

@@ -3,9 +3,10 @@
 //! the model and to every batch.
 use super::module::LightningModule;
 use crate::accelerators::Accelerator;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::precision::{AutocastGuard, PrecisionPlugin};
 use crate::tensor::device::{Device, DeviceType};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tch::Tensor;
 
@@ -17,6 +18,8 @@ pub struct Placement {
     pub device: Device,
     /// The precision plugin.
     pub precision: PrecisionPlugin,
+    /// Set by the run's first teardown: the device is released once.
+    torn_down: AtomicBool,
 }
 
 /// Checks `precision` against what the accelerator computes in (its
@@ -74,17 +77,13 @@ impl Placement {
         }
         let precision = capable(&*acc, precision, grad_scaler.is_some())?;
         acc.setup_device(device)?;
-        Ok(Placement { accelerator: acc, device, precision })
+        Ok(Placement { accelerator: acc, device, precision, torn_down: AtomicBool::new(false) })
     }
 
     /// Moves the module's model to the device and casts it for `*-true`
     /// precisions; on failure the device is torn down again.
     pub fn prepare_model(&self, module: &dyn LightningModule) -> Result<()> {
-        let r = self.move_model(module);
-        if r.is_err() {
-            let _ = self.teardown(module);
-        }
-        r
+        self.move_model(module).map_err(|e| self.teardown_after(module, e))
     }
 
     fn move_model(&self, module: &dyn LightningModule) -> Result<()> {
@@ -130,10 +129,24 @@ impl Placement {
     }
 
     /// Lightning's `strategy.teardown`: the model back on the CPU, then the
-    /// device released (`accelerator.teardown`).
+    /// device released (`accelerator.teardown`). Once per run: a later call
+    /// (a failed run after a failing teardown) does nothing.
     pub fn teardown(&self, module: &dyn LightningModule) -> Result<()> {
+        if self.torn_down.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
         let moved = self.model_to_cpu(module);
         moved.and(self.accelerator.teardown())
+    }
+
+    /// Tears down after the run failed with `err`: `err` stays the error
+    /// reported (its code and message first), a failing teardown's own
+    /// error is attached to it rather than hiding it.
+    pub fn teardown_after(&self, module: &dyn LightningModule, err: Error) -> Error {
+        match self.teardown(module) {
+            Ok(()) => err,
+            Err(later) => err.then_failed("the teardown", &later),
+        }
     }
 
     /// The module's model back on the CPU, its dtype kept (Lightning's

@@ -164,12 +164,9 @@ impl Trainer {
                     l.finalize("success").ctx(format!("{} logger", l.name()))?;
                 }
             }
-            Err(e) => {
-                run.exception(e);
-                let _ = run.strategy.teardown(&*run.module);
-            }
+            Err(e) => run.exception(e),
         }
-        result
+        result.map_err(|e| run.strategy.teardown_after(&*run.module, e))
     }
 }
 

@@ -546,14 +546,11 @@ impl Trainer {
                 }
                 first?;
             }
-            Err(e) => {
-                run.exception(e);
-                // Lightning tears the accelerator down on failure too; its
-                // own error would hide the run's.
-                let _ = run.strategy.teardown(&*run.module);
-            }
+            Err(e) => run.exception(e),
         }
-        result
+        // Lightning tears the accelerator down on failure too; the run's
+        // error stays the one reported, a failing teardown's attached.
+        result.map_err(|e| run.strategy.teardown_after(&*run.module, e))
     }
 }
 

@@ -187,7 +187,7 @@ impl RunStrategy {
         self.placement.prepare_model(module)?;
         let wrapped = self.wrap_model(module, training);
         if let Err(e) = wrapped {
-            let _ = self.placement.teardown(module);
+            let e = self.placement.teardown_after(module, e);
             return Err(self.fail(e));
         }
         Ok(())
@@ -234,6 +234,12 @@ impl RunStrategy {
     /// CPU and tears the accelerator down.
     pub fn teardown(&self, module: &dyn LightningModule) -> Result<()> {
         self.placement.teardown(module)
+    }
+
+    /// Tears down after the run failed with `err`, which stays the error
+    /// reported; a failing teardown's error is attached to its message.
+    pub fn teardown_after(&self, module: &dyn LightningModule, err: Error) -> Error {
+        self.placement.teardown_after(module, err)
     }
 
     /// Before a training forward: `sync` is false on the micro-batches of

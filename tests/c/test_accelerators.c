@@ -1074,10 +1074,31 @@ static void test_lying_accelerator(void) {
     fulmen_trainer_free(t);
     CHECK(k.f.train_calls == train_calls);
 
-    /* teardown failing fails the fit with the host's error. */
+    /* teardown failing fails the fit with the host's error; the failed run
+     * does not tear down a second time. */
     s.mode = LIE_TEARDOWN_FAILS;
+    s.teardown_calls = 0;
     t = trainer_on("liar", "1", 1);
     CHECK_ERR(fulmen_trainer_fit(t, k.m, k.tl, NULL, NULL), FULMEN_CODE_IO, "teardown jammed");
+    CHECK(s.teardown_calls == 1);
+    fulmen_trainer_free(t);
+    /* A fit failing in training_step whose teardown fails too: the step's
+     * code, its message first, the teardown's attached after it. */
+    k.f.fail_at_step = 1;
+    s.teardown_calls = 0;
+    t = trainer_on("liar", "1", 1);
+    fulmen_error *both = fulmen_trainer_fit(t, k.m, k.tl, NULL, NULL);
+    CHECK(both != NULL);
+    if (both != NULL) {
+        const char *msg = fulmen_error_message(both);
+        const char *step_text = strstr(msg, "host refused this batch");
+        const char *teardown_text = strstr(msg, "teardown jammed");
+        CHECK(fulmen_error_code(both) == FULMEN_CODE_CALLBACK);
+        CHECK(step_text != NULL && teardown_text != NULL && step_text < teardown_text);
+        fulmen_error_free(both);
+    }
+    CHECK(s.teardown_calls == 1);
+    k.f.fail_at_step = -1;
     fulmen_trainer_free(t);
     CHECK_ERR(fulmen_accelerator_teardown(a), FULMEN_CODE_IO, "teardown");
 

@@ -13,6 +13,8 @@
  *   staged      the same with an accelerator without a hook (gloo)
  *   failing     a world of one whose hook's all_reduce fails: fit fails
  *               with the hook's message
+ *   group_new   a world of one whose hook's group_new fails: fit fails
+ *               with the code and message it returned
  *   named       a world of one with process_group_backend naming the hook
  *   reentrant   a hook on CPU devices whose slots call back into the job:
  *               refused with clear errors, no deadlock
@@ -183,6 +185,45 @@ static int scenario_failing(const char *dir) {
     return check_finish("failing");
 }
 
+static fulmen_error *failing_group_new(void *ud, const fulmen_dist_store *store, int32_t rank, int32_t world,
+                                       fulmen_device device, void **out) {
+    (void)ud;
+    (void)store;
+    (void)rank;
+    (void)world;
+    (void)device;
+    (void)out;
+    failing_counts.group_new++;
+    return fulmen_error_new(FULMEN_CODE_UNAVAILABLE, "no interconnect on this node (injected)");
+}
+
+static int scenario_group_new(const char *dir) {
+    fulmen_collectives hook = store_collectives_table();
+    hook.group_new = failing_group_new;
+    register_npu(&hook, NULL);
+    (void)dir;
+    unsetenv("MASTER_ADDR");
+    unsetenv("MASTER_PORT");
+    /* As any host callback's error: the code group_new returned, its
+     * message, naming the slot; no group to free, no job joined. */
+    fulmen_error *e = train("npu", "ddp", "1", RANK_BATCH, NULL, NULL);
+    CHECK(e != NULL);
+    if (e != NULL) {
+        const char *msg = fulmen_error_message(e);
+        printf("failing group_new: code %d: %s\n", fulmen_error_code(e), msg);
+        CHECK(fulmen_error_code(e) == FULMEN_CODE_UNAVAILABLE);
+        CHECK(strstr(msg, "no interconnect on this node (injected)") != NULL);
+        CHECK(strstr(msg, "group_new") != NULL);
+        fulmen_error_free(e);
+    }
+    CHECK(failing_counts.group_new == 1);
+    bool joined = true;
+    CHECK_OK(fulmen_distributed_is_joined(&joined));
+    CHECK(!joined);
+    CHECK_OK(fulmen_distributed_shutdown(60));
+    return check_finish("group_new");
+}
+
 static int scenario_named(const char *dir) {
     (void)dir;
     store_collectives_counts counts = {0};
@@ -216,10 +257,12 @@ static fulmen_error *reentrant_group_new(void *ud, const fulmen_dist_store *stor
 
 static fulmen_error *reentrant_all_reduce(void *ud, void *group, fulmen_tensor *const *tensors, size_t n,
                                           int32_t op) {
-    /* On CPU devices the hook is the job's only backend: a barrier from
-     * inside a slot comes back to the hook, and is refused. */
+    /* A slot cannot start a collective of its own job (on CPU devices the
+     * hook is the job's only backend: it would come back to the hook), nor
+     * shut the job down under the collective it runs. */
     reentrant_calls++;
-    CHECK_ERR(fulmen_distributed_barrier(), FULMEN_CODE_DISTRIBUTED, "re-entrant");
+    CHECK_ERR(fulmen_distributed_barrier(), FULMEN_CODE_INVALID_STATE, "inside a collectives slot");
+    CHECK_ERR(fulmen_distributed_shutdown(60), FULMEN_CODE_INVALID_STATE, "inside a collectives slot");
     return sc_all_reduce(ud, group, tensors, n, op);
 }
 
@@ -237,7 +280,13 @@ static int scenario_reentrant(const char *dir) {
     unsetenv("MASTER_PORT");
     CHECK_OK(train("cpu_hooked", "ddp", "1", RANK_BATCH, NULL, NULL));
     CHECK(reentrant_calls > 0);
+    /* The refused shutdowns left the job alone; this one ends it. */
+    bool joined = false;
+    CHECK_OK(fulmen_distributed_is_joined(&joined));
+    CHECK(joined);
     CHECK_OK(fulmen_distributed_shutdown(60));
+    CHECK_OK(fulmen_distributed_is_joined(&joined));
+    CHECK(!joined);
     return check_finish("reentrant");
 }
 
@@ -357,6 +406,7 @@ int main(int argc, char **argv) {
         if (strcmp(s, "hook") == 0) return two_ranks(dir, "hook", true);
         if (strcmp(s, "staged") == 0) return two_ranks(dir, "staged", false);
         if (strcmp(s, "failing") == 0) return scenario_failing(dir);
+        if (strcmp(s, "group_new") == 0) return scenario_group_new(dir);
         if (strcmp(s, "named") == 0) return scenario_named(dir);
         if (strcmp(s, "reentrant") == 0) return scenario_reentrant(dir);
         fprintf(stderr, "unknown scenario %s\n", s);
@@ -376,6 +426,7 @@ int main(int argc, char **argv) {
     expect_same(dir, "reference.safetensors", "staged-rank0.safetensors");
     expect_same(dir, "staged-rank0.safetensors", "staged-rank1.safetensors");
     CHECK(run("failing", dir) == 0);
+    CHECK(run("group_new", dir) == 0);
     CHECK(run("named", dir) == 0);
     CHECK(run("reentrant", dir) == 0);
 

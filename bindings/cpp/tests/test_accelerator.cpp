@@ -513,6 +513,93 @@ TEST_F(AcceleratorTest, ExceptionsInCustomAcceleratorsAreRethrown) {
     EXPECT_TRUE(acc.is_available());
 }
 
+/// Computes on the CPU; its teardown throws while armed.
+struct TeardownThrows : CustomAccelerator {
+    explicit TeardownThrows(int* calls) : teardowns(calls) {}
+    bool is_available() override { return true; }
+    size_t auto_device_count() override { return 1; }
+    void teardown() override {
+        ++*teardowns;
+        if (armed) throw fulmen::Error(FULMEN_CODE_UNAVAILABLE, "teardown boom");
+    }
+    int* teardowns;
+    bool armed = true;
+};
+
+TEST_F(AcceleratorTest, FailingTeardownDoesNotHideTheStepsException) {
+    Registration reg("cpp-teardown-boom");
+    int teardowns = 0;
+    auto owned = std::make_unique<TeardownThrows>(&teardowns);
+    TeardownThrows* acc = owned.get();
+    fulmen::register_accelerator("cpp-teardown-boom", "", std::move(owned));
+    Model model = fulmen_test::mlp();
+    fulmen::Dataset data = fulmen_test::blobs(16, 1);
+    bool step_throws = true;
+    LightningModule module = LightningModule::builder(model)
+                                 .training_step([&](StepContext&, const Batch& batch) {
+                                     if (step_throws) throw std::runtime_error("step boom");
+                                     return fulmen::loss::cross_entropy(model.forward(batch[0]), batch[1]);
+                                 })
+                                 .configure_optimizers([&model](OptimizerConfig& config) {
+                                     config.add(Optimizer::sgd(model, fulmen::SgdOptions(0.1)));
+                                 })
+                                 .build();
+    Loader loader(data, 8);
+    auto options = [] {
+        return fulmen_test::quiet_options(1)
+            .set("accelerator", "cpp-teardown-boom")
+            .set("logger", false)
+            .set("enable_checkpointing", false);
+    };
+
+    // The step throws, then the teardown: the step's code and message,
+    // the teardown's attached after it.
+    {
+        Trainer trainer(options());
+        try {
+            trainer.fit(module, loader);
+            ADD_FAILURE() << "fit succeeded";
+        } catch (const fulmen::Error& e) {
+            const std::string what = e.what();
+            EXPECT_EQ(e.code(), FULMEN_CODE_CALLBACK) << what;
+            const size_t step = what.find("step boom"), teardown = what.find("teardown boom");
+            ASSERT_NE(step, std::string::npos) << what;
+            ASSERT_NE(teardown, std::string::npos) << what;
+            EXPECT_LT(step, teardown) << what;
+        }
+        EXPECT_EQ(teardowns, 1);
+    }
+    // Only the step throws: its exception comes back unchanged.
+    acc->armed = false;
+    {
+        Trainer trainer(options());
+        try {
+            trainer.fit(module, loader);
+            ADD_FAILURE() << "fit succeeded";
+        } catch (const fulmen::Error& e) {
+            ADD_FAILURE() << "fulmen::Error instead of the step's exception: " << e.what();
+        } catch (const std::runtime_error& e) {
+            EXPECT_STREQ(e.what(), "step boom");
+        }
+        EXPECT_EQ(teardowns, 2);
+    }
+    // Only the teardown throws (after a run that succeeded): its exception
+    // comes back unchanged, and the device is torn down once.
+    acc->armed = true;
+    step_throws = false;
+    {
+        Trainer trainer(options());
+        try {
+            trainer.fit(module, loader);
+            ADD_FAILURE() << "fit succeeded";
+        } catch (const fulmen::Error& e) {
+            EXPECT_EQ(e.code(), FULMEN_CODE_UNAVAILABLE);
+            EXPECT_STREQ(e.what(), "teardown boom");
+        }
+        EXPECT_EQ(teardowns, 3);
+    }
+}
+
 TEST_F(AcceleratorTest, TrainerAcceleratorOptions) {
     Accelerator cpu = Accelerator::get("cpu");
     TrainerOptions options;

@@ -255,8 +255,10 @@ inline std::vector<AcceleratorInfo> registry() {
 /// exception is rethrown, unchanged, by the fulmen call that ran it
 /// (Accelerator::is_available included; the registry and a run's device
 /// choice read a throwing is_available as false and a throwing
-/// auto_device_count as 0 devices). Do not call the accelerator registry
-/// from these methods.
+/// auto_device_count as 0 devices). A teardown that throws after a run
+/// failed does not hide the run's failure: Trainer::fit then throws a
+/// fulmen::Error with the run's code and message, the teardown's attached
+/// after it. Do not call the accelerator registry from these methods.
 class CustomAccelerator {
 public:
     CustomAccelerator() = default;
@@ -318,7 +320,8 @@ public:
     /// empty, gloo (through the CPU for PrivateUse1 devices).
     virtual std::string collectives_name() const { return {}; }
     /// Opens this rank's group of `world_size` ranks on `device`, once per
-    /// job; `store` stays valid while the group lives.
+    /// job; `store` stays valid while the group lives. An exception fails
+    /// the join (and the run) and is rethrown by the call that joined.
     virtual std::unique_ptr<CollectiveGroup> open_collectives(const DistStore& /*store*/, int /*rank*/,
                                                               int /*world_size*/, Device /*device*/) {
         throw Error(FULMEN_CODE_UNSUPPORTED, "CustomAccelerator::open_collectives is not overridden");

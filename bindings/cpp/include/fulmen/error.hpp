@@ -36,20 +36,35 @@ struct ErrorDeleter {
 };
 using ErrorPtr = std::unique_ptr<fulmen_error, ErrorDeleter>;
 
-/// The exception a host callback threw on this thread, waiting to be
-/// rethrown by the fulmen call that ran the callback.
+/// The first exception a host callback threw on this thread, waiting to
+/// be rethrown by the fulmen call that ran the callback.
 inline std::exception_ptr& pending_exception() {
     thread_local std::exception_ptr pending;
     return pending;
 }
 
+/// Whether another callback failed after the pending exception was
+/// recorded (a clean-up after the failure: an accelerator's teardown).
+inline bool& later_callback_failed() {
+    thread_local bool later = false;
+    return later;
+}
+
 /// Forgets a stale callback exception before a call that runs callbacks.
-inline void clear_pending_exception() noexcept { pending_exception() = nullptr; }
+inline void clear_pending_exception() noexcept {
+    pending_exception() = nullptr;
+    later_callback_failed() = false;
+}
 
 /// Records the exception in flight (call from a catch block) and returns
-/// the C error that tells fulmen the callback failed.
+/// the C error that tells fulmen the callback failed. The first exception
+/// stays recorded: a later one only marks that several failed.
 inline fulmen_error* capture_exception() noexcept {
-    pending_exception() = std::current_exception();
+    if (pending_exception()) {
+        later_callback_failed() = true;
+    } else {
+        pending_exception() = std::current_exception();
+    }
     try {
         throw;
     } catch (const Error& e) {
@@ -75,13 +90,16 @@ fulmen_error* guard_callback(Body&& body) noexcept {
 }  // namespace detail
 
 /// Throws for a non-NULL C error (freeing it): the original exception of a
-/// failed C++ callback if one caused it, otherwise a fulmen::Error.
+/// failed C++ callback if one caused it, otherwise a fulmen::Error. When
+/// several callbacks failed in the call (a step, then the teardown after
+/// it), one exception cannot carry them all: a fulmen::Error with fulmen's
+/// code and message (the first failure's, the later ones attached).
 inline void check(fulmen_error* err) {
     if (err == nullptr) return;
     detail::ErrorPtr owned(err);
-    if (std::exception_ptr original = std::exchange(detail::pending_exception(), nullptr)) {
-        std::rethrow_exception(original);
-    }
+    std::exception_ptr original = std::exchange(detail::pending_exception(), nullptr);
+    const bool several = std::exchange(detail::later_callback_failed(), false);
+    if (original && !several) std::rethrow_exception(original);
     throw Error(static_cast<Code>(fulmen_error_code(err)), fulmen_error_message(err));
 }
 

@@ -314,7 +314,7 @@ namespace detail {
 /// Runs `body` and turns any exception into a C error without recording
 /// it for rethrow: for calls whose error fulmen drops (on_exception,
 /// finalize("failed")), so the exception that failed the run is the one
-/// rethrown.
+/// rethrown, unchanged.
 template <class Body>
 fulmen_error* guard_dropped_callback(Body&& body) noexcept {
     try {

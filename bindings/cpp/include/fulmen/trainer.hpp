@@ -955,7 +955,11 @@ private:
     template <class Call>
     static void run(Call&& call) {
         detail::clear_pending_exception();
-        check(call());
+        fulmen_error* err = call();
+        // An exception of a callback whose error fulmen swallowed in a run
+        // that succeeded is not left behind for a later call.
+        if (err == nullptr) detail::clear_pending_exception();
+        check(err);
     }
 };
 
