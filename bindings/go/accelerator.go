@@ -287,6 +287,9 @@ func registryEntry(i int) (AcceleratorInfo, error) {
 // otherwise Lightning's GPU-style parser over AutoDeviceCount devices is
 // used. Implement Collectives for DDP through the vendor's own
 // communication library.
+// Its methods must return, never call runtime.Goexit (t.FailNow,
+// t.Fatal, t.SkipNow): see "Callbacks and runtime.Goexit" in the package
+// documentation.
 type CustomAccelerator interface {
 	// IsAvailable reports whether the accelerator can run here. An error
 	// fails Accelerator.IsAvailable; elsewhere (the registry, Fit) the

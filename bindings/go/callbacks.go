@@ -4,7 +4,8 @@ package fulmen
 // adapters of shim.c). Each one finds its Go state from the cgo.Handle in
 // the userdata, opens the Go mirror of the C tensor scope, checks the
 // context of the running call, recovers a panic into a CodeCallback error
-// and records the Go cause for the error the outer call returns. Only
+// and records the Go cause for the error the outer call returns; all of
+// them run host code through guard. Only
 // declarations may appear in this file's preamble, as cgo requires for a
 // file with //export.
 
@@ -16,9 +17,12 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
 	"runtime/cgo"
 	"runtime/debug"
 	"sort"
+	"strings"
 	"unsafe"
 )
 
@@ -42,7 +46,7 @@ func cCallbackError(call *callState, err error, record bool) *C.fulmen_error {
 }
 
 // runCallback runs the body of a callback inside a Go scope, with the
-// context check and panic recovery.
+// context check, panic recovery and runtime.Goexit handling of guard.
 func runCallback(body func() error) *C.fulmen_error {
 	return runCallbackAfter(false, body)
 }
@@ -51,24 +55,109 @@ func runCallback(body func() error) *C.fulmen_error {
 // the call is already failing (on_exception, a logger's "failed"
 // finalize): it then runs even when the context is done, and its own error
 // (which the library drops) is not recorded as the cause.
-func runCallbackAfter(failing bool, body func() error) (result *C.fulmen_error) {
+func runCallbackAfter(failing bool, body func() error) *C.fulmen_error {
 	sc := enterScope()
 	call := currentCall()
-	defer func() {
-		if r := recover(); r != nil {
-			result = cCallbackError(call, &PanicError{Value: r, Stack: debug.Stack()}, !failing)
+	err := guard(sc, func() error {
+		if !failing && call != nil && call.ctx != nil {
+			if err := call.ctx.Err(); err != nil {
+				return err
+			}
 		}
-		exitScope(sc)
-	}()
-	if !failing && call != nil && call.ctx != nil {
-		if err := call.ctx.Err(); err != nil {
-			return cCallbackError(call, err, true)
-		}
-	}
-	if err := body(); err != nil {
+		return body()
+	})
+	exitScope(sc)
+	if err != nil {
 		return cCallbackError(call, err, !failing)
 	}
 	return nil
+}
+
+// guard runs f, the Go side of one callback from C; every //export
+// trampoline that runs host code goes through it. A panic is recovered and
+// returned as a *PanicError. runtime.Goexit (t.FailNow, t.Fatal,
+// t.SkipNow) cannot be stopped or recovered: it unwinds through the C
+// frames of the call that invoked the callback, which never return, so
+// guard only limits the damage (abandonCallback). sc is the callback's Go
+// scope, nil when the library opens none.
+func guard(sc *scope, f func() error) error {
+	returned := false
+	defer func() {
+		// Not returned, yet no panic escaped recovered: a Goexit, even
+		// one during which a deferred function panicked and recovered
+		// caught it (the Goexit goes on after that).
+		if !returned {
+			abandonCallback(sc)
+		}
+	}()
+	err := recovered(f)
+	returned = true
+	return err
+}
+
+// recovered runs f, returning a panic as a *PanicError.
+func recovered(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return f()
+}
+
+// abandonCallback runs while runtime.Goexit unwinds a callback through the
+// C call that invoked it. That call never returns: it keeps the objects it
+// pinned (a Fit's trainer and module stay in use, their Close deferred for
+// good), and its thread keeps its C state mid-call (the open tensor scope,
+// no_grad or autocast, the re-entrancy marks). So the tensors the callback
+// made are freed here, as their scope would have freed them; the goroutine
+// stays locked to its thread, so that Go ends the thread with the
+// goroutine instead of running other goroutines on it (a thread the
+// library started, such as a loader worker's, makes Go end the process);
+// and one line on stderr says what happened, for the innermost callback
+// only when callbacks are nested.
+func abandonCallback(sc *scope) {
+	runtime.LockOSThread() // never unlocked
+	quiet := false
+	if sc != nil {
+		registryMu.Lock()
+		quiet = sc.goexit
+		registryMu.Unlock()
+		freeScope(sc)
+	}
+	tid := threadID()
+	registryMu.Lock()
+	if outer := scopes[tid]; outer != nil {
+		outer.goexit = true
+	}
+	registryMu.Unlock()
+	if !quiet {
+		fmt.Fprintf(os.Stderr, "fulmen: runtime.Goexit (t.FailNow, t.Fatal, t.SkipNow) ended the Go callback %s: "+
+			"the fulmen call running it can never return and keeps its objects in use, and its thread is ended; "+
+			"return an error from the callback instead\n", trampolineName())
+	}
+}
+
+// trampolineName is the name of the innermost //export trampoline on the
+// goroutine's stack without its prefix ("TrainingStep" for
+// fulmenGoTrainingStep).
+func trampolineName() string {
+	pcs := make([]uintptr, 128)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(1, pcs)])
+	const prefix = ".fulmenGo"
+	for {
+		f, more := frames.Next()
+		if i := strings.LastIndex(f.Function, prefix); i >= 0 {
+			name := f.Function[i+len(prefix):]
+			if j := strings.IndexByte(name, '.'); j >= 0 {
+				name = name[:j]
+			}
+			return name
+		}
+		if !more {
+			return "(unknown)"
+		}
+	}
 }
 
 // lend writes t's handle to *out for the library to read when the callback

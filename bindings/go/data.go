@@ -240,7 +240,9 @@ func fetchTensors(call func(hs **C.fulmen_tensor, capacity C.size_t, count *C.si
 	}
 }
 
-// DataSource is a map-style dataset implemented in Go.
+// DataSource is a map-style dataset implemented in Go. Its functions must
+// return, never call runtime.Goexit (t.FailNow, t.Fatal, t.SkipNow): see
+// "Callbacks and runtime.Goexit" in the package documentation.
 type DataSource struct {
 	// Len is the number of samples; called once, by NewSourceDataset.
 	// Required.
@@ -388,7 +390,9 @@ func NewLoader(ds *Dataset, opts LoaderOptions) (*Loader, error) {
 }
 
 // Iterator is an iterable data source implemented in Go (like a PyTorch
-// IterableDataset).
+// IterableDataset). Its functions must return, never call runtime.Goexit
+// (t.FailNow, t.Fatal, t.SkipNow): see "Callbacks and runtime.Goexit" in
+// the package documentation.
 type Iterator struct {
 	// Reset starts epoch epoch from the beginning. Optional.
 	Reset func(epoch uint64) error

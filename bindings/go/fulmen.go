@@ -70,6 +70,31 @@
 // Callbacks run on the goroutine that called Fit, Validate, Test, Predict
 // or Dataset.Get.
 //
+// # Callbacks and runtime.Goexit
+//
+// A Go callback (ModuleFuncs, a Callback, a Logger, a DataSource or
+// Iterator, a HostForward, a StepClosure or Closure, an LRLambda or
+// BackboneLambda, a CustomAccelerator or CollectiveGroup) ends by
+// returning or by a panic; an error it returns and a panic become the
+// error of the call that ran it. It must never call runtime.Goexit, so never
+// t.FailNow, t.Fatal, t.Fatalf, t.SkipNow or t.Skip in a test: call
+// t.Error and return an error instead. Goexit cannot be stopped or
+// recovered, and it unwinds through the library's frames of the call that
+// ran the callback, which therefore never returns: Fit (or Validate,
+// Dataset.Get, ...) does not return, the goroutine that called it ends,
+// and the objects the call used stay in use for good (their Close is
+// deferred forever, LiveHandles counts them; a Fit's trainer and module
+// refuse other calls with ErrInvalidState). The package frees the tensors
+// the callback made, writes one line on stderr naming the callback, and
+// ends the goroutine's OS thread, whose library state is left mid-call (an
+// open tensor scope, no_grad or autocast, re-entrancy marks) and must not
+// run other goroutines. On a thread the library started (a DataSource with
+// AnyThread on a loader worker, a CollectiveGroup on libtorch's autograd
+// thread) Go ends the process instead. Running callbacks on a goroutine of
+// their own would let the call survive Goexit, but the library keeps that
+// state per thread and expects a callback's calls from the thread it
+// called, so the package does not do it.
+//
 // # Signals
 //
 // With the trainer option handle_signals (default true) the library

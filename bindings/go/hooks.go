@@ -109,12 +109,15 @@ func (h Hook) String() string {
 // Test / Predict. Returning an error (or panicking) stops the run: the
 // error the run returns wraps it, as for the step functions. Tensors it
 // creates, and those HookContext returns, are scope-owned (released when
-// the hook returns unless kept).
+// the hook returns unless kept). OnHook must return, never call
+// runtime.Goexit (t.FailNow, t.Fatal, t.SkipNow): see "Callbacks and
+// runtime.Goexit" in the package documentation.
 type Callback interface {
 	OnHook(hook Hook, ctx *HookContext) error
 }
 
-// CallbackFunc adapts a function to Callback.
+// CallbackFunc adapts a function to Callback (the function must never
+// call runtime.Goexit, as Callback says).
 type CallbackFunc func(hook Hook, ctx *HookContext) error
 
 // OnHook calls f.
@@ -288,6 +291,9 @@ func (c *HookContext) Exception() (string, error) {
 // Test. An error (or panic) stops the run, as for the step functions;
 // Finalize with a status other than "success" runs because the run is
 // failing, even when the context is done, and its error is ignored.
+// Its methods must return, never call runtime.Goexit (t.FailNow,
+// t.Fatal, t.SkipNow): see "Callbacks and runtime.Goexit" in the package
+// documentation.
 type Logger interface {
 	// LogMetrics receives metrics logged at step in epoch.
 	LogMetrics(metrics map[string]float64, epoch, step int64) error

@@ -20,6 +20,9 @@ import (
 // Validate needs ValidationStep, and so on. They run on the goroutine that
 // called Fit / Validate / Test / Predict; tensors they create are
 // scope-owned (see the package documentation).
+// They must return, never call runtime.Goexit (t.FailNow, t.Fatal,
+// t.SkipNow): see "Callbacks and runtime.Goexit" in the package
+// documentation.
 type ModuleFuncs struct {
 	// TrainingStep computes the loss of a training batch: a one-element
 	// floating tensor computed from the parameters.

@@ -53,6 +53,9 @@ func NewLBFGS(model *Model, params []*Tensor, opts LBFGSOptions) (*Optimizer, er
 
 // Closure computes the loss at the parameters' current values, runs its
 // backward and returns the loss.
+// It must return, never call runtime.Goexit (t.FailNow, t.Fatal,
+// t.SkipNow): see "Callbacks and runtime.Goexit" in the package
+// documentation.
 type Closure func() (float64, error)
 
 // StepClosure is torch's optimizer.step(closure): the optimizer calls

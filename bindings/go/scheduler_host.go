@@ -84,6 +84,9 @@ func (opts CyclicLROptions) toC() C.fulmen_cyclic_lr_options {
 // construction) and a parameter group. It runs on the goroutine that steps
 // the scheduler (in a fit, the one that called Fit); an error fails that
 // step and is its error's cause.
+// It must return, never call runtime.Goexit (t.FailNow, t.Fatal,
+// t.SkipNow): see "Callbacks and runtime.Goexit" in the package
+// documentation.
 type LRLambda func(step int64, group int) (float64, error)
 
 // NewLambdaLR is LambdaLR: the lr of a group is its initial lr times

@@ -36,6 +36,9 @@ type scope struct {
 	tid     uintptr
 	parent  *scope
 	tensors map[*Tensor]struct{}
+	// goexit: a callback nested in this one ended by runtime.Goexit, which
+	// is ending this one too (see abandonCallback).
+	goexit bool
 }
 
 // callState is the Go side of one C call that may run Go callbacks: the
@@ -65,7 +68,15 @@ func enterScope() *scope {
 }
 
 // exitScope closes s: its tensors are about to be freed by the library.
-func exitScope(s *scope) {
+func exitScope(s *scope) { closeScope(s, false) }
+
+// freeScope closes s and frees its tensors itself: for a callback whose C
+// scope never ends (runtime.Goexit abandoned the call running it).
+func freeScope(s *scope) { closeScope(s, true) }
+
+// closeScope closes s; free frees the handles its tensors held (the Go
+// wrappers no longer hold them either way).
+func closeScope(s *scope, free bool) {
 	registryMu.Lock()
 	if s.parent == nil {
 		delete(scopes, s.tid)
@@ -74,14 +85,20 @@ func exitScope(s *scope) {
 	}
 	tensors := s.tensors
 	s.tensors = nil
+	var handles []*C.fulmen_tensor
 	for t := range tensors {
-		t.h.take()
+		if h := t.h.take(); h != nil && free {
+			handles = append(handles, h)
+		}
 		t.scope = nil
 	}
 	registryMu.Unlock()
 	openScopes.Add(-1)
 	for t := range tensors {
 		runtime.SetFinalizer(t, nil)
+	}
+	for _, h := range handles {
+		C.fulmen_tensor_free(h)
 	}
 }
 

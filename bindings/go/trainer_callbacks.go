@@ -386,6 +386,9 @@ func (t *Trainer) AddBackboneFinetuning(opts BackboneFinetuningOptions) error {
 // backbone's lr for an epoch (each epoch start after the unfreeze asks for
 // its epoch + 1, as Lightning does). It runs on the goroutine that called
 // Fit; an error fails the fit and is its error's cause.
+// It must return, never call runtime.Goexit (t.FailNow, t.Fatal,
+// t.SkipNow): see "Callbacks and runtime.Goexit" in the package
+// documentation.
 type BackboneLambda func(epoch int64) (float64, error)
 
 // AddBackboneFinetuningFunc adds BackboneFinetuning as AddBackboneFinetuning
