@@ -93,8 +93,8 @@ test: deps lib lint test-rust test-c test-conformance example test-valgrind test
 test-coverage:
 	bash scripts/check-binding-coverage.sh
 
-test-rust: $(LIBTORCH_STAMP) $(GLOO_STAMP) $(MNIST)
-	FULMEN_MNIST=$(MNIST) $(CARGO) test $(CARGO_FLAGS)
+test-rust: $(LIBTORCH_STAMP) $(GLOO_STAMP) $(MNIST) $(VENV_STAMP)
+	FULMEN_MNIST=$(MNIST) FULMEN_PYTHON=$(VENV)/bin/python $(CARGO) test $(CARGO_FLAGS)
 
 $(BUILD)/tests/%: tests/c/%.c $(wildcard tests/c/*.h) examples/c/store_collectives.h include/fulmen.h lib
 	@mkdir -p $(dir $@)

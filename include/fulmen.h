@@ -1282,8 +1282,14 @@ typedef struct fulmen_device_stat {
  * (`fulmen_tensor_copy_from_host`, `fulmen_tensor_copy_`, or through
  * `fulmen_tensor_data_ptr`). An error a slot returns fails the
  * collective, and the run, with FULMEN_CODE_DISTRIBUTED and the slot's
- * message. A slot that starts a collective of the same job (a
- * `fulmen_distributed_*` call) gets FULMEN_CODE_INVALID_STATE.
+ * message; an error `group_new` returns fails the join (and the run)
+ * with the code it returned, as any host callback's error, and its
+ * message. Inside a slot, `fulmen_distributed_ranks` and
+ * `fulmen_distributed_is_joined` answer; a call that starts a collective
+ * of the job (`fulmen_distributed_all_reduce`, `_broadcast`,
+ * `_all_gather`, `_barrier`, `_reduce_boolean_decision`) or ends it
+ * (`fulmen_distributed_shutdown`) fails with FULMEN_CODE_INVALID_STATE,
+ * and the job goes on.
  *
  * Lifetime: the group lives as long as the job, until
  * `fulmen_distributed_shutdown`, and keeps the accelerator's userdata
@@ -1307,8 +1313,9 @@ typedef struct fulmen_collectives {
    * job, before the first collective; writes the vendor's group (any
    * pointer, passed back to every slot) to `*group_out`. `store` is
    * shared with the other ranks (exchange a unique id through it); it
-   * stays valid until `group_free` returns. When it fails, `group_free`
-   * is not called: release what it made before returning. It may call
+   * stays valid until `group_free` returns. When it fails, the join
+   * fails with the code it returned and `group_free` is not called:
+   * release what it made before returning. It may call
    * `fulmen_distributed_ranks`, not `fulmen_distributed_join`. NULL: the
    * group is NULL.
    */
@@ -3415,7 +3422,8 @@ struct fulmen_csv_options fulmen_csv_options_default(void);
  * zero or non-finite `scale_divisor`; a column name the header lacks, or
  * a name without a header; a feature column given twice or that is the
  * label),
- * FULMEN_CODE_IO (the file cannot be opened or read), FULMEN_CODE_FORMAT (a
+ * FULMEN_CODE_IO (the file cannot be opened or read, or is not a regular
+ * file: a device, a FIFO, a socket or a directory), FULMEN_CODE_FORMAT (a
  * ragged row, a non-numeric field or label, a corrupt gzip stream, no data
  * rows, a missing value, a data row wider or narrower than a header that
  * was asked for; each names the line and column), FULMEN_CODE_OUT_OF_RANGE
@@ -3721,18 +3729,20 @@ struct fulmen_error *fulmen_distributed_ranks(size_t *rank, size_t *local_rank, 
  * divided by the world size), "min", "max" or "product".
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown or non-UTF-8 `op`),
- * FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_DISTRIBUTED (a rank
- * failed or timed out, ranks disagree), FULMEN_CODE_TORCH ("mean" of an
- * integer tensor, which is left summed).
+ * FULMEN_CODE_INVALID_STATE (not joined; called from inside a collectives
+ * slot), FULMEN_CODE_DISTRIBUTED (a rank failed or timed out, ranks
+ * disagree), FULMEN_CODE_TORCH ("mean" of an integer tensor, which is left
+ * summed).
  */
 struct fulmen_error *fulmen_distributed_all_reduce(struct fulmen_tensor *tensor, const char *op);
 
 /**
  * Copies `tensor` from rank `root` into `tensor` on every rank.
  *
- * Errors: FULMEN_CODE_INVALID_STATE (not joined),
- * FULMEN_CODE_INVALID_ARGUMENT (`root` outside the world),
- * FULMEN_CODE_DISTRIBUTED (a rank failed or timed out, ranks disagree).
+ * Errors: FULMEN_CODE_INVALID_STATE (not joined; called from inside a
+ * collectives slot), FULMEN_CODE_INVALID_ARGUMENT (`root` outside the
+ * world), FULMEN_CODE_DISTRIBUTED (a rank failed or timed out, ranks
+ * disagree).
  */
 struct fulmen_error *fulmen_distributed_broadcast(struct fulmen_tensor *tensor, size_t root);
 
@@ -3741,8 +3751,9 @@ struct fulmen_error *fulmen_distributed_broadcast(struct fulmen_tensor *tensor, 
  * size world_size) to `*out` (a new handle). Every rank passes the same
  * shape and dtype.
  *
- * Errors: FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_DISTRIBUTED
- * (ranks disagree on shape or dtype, a rank failed or timed out).
+ * Errors: FULMEN_CODE_INVALID_STATE (not joined; called from inside a
+ * collectives slot), FULMEN_CODE_DISTRIBUTED (ranks disagree on shape or
+ * dtype, a rank failed or timed out).
  */
 struct fulmen_error *fulmen_distributed_all_gather(const struct fulmen_tensor *tensor,
                                                    struct fulmen_tensor **out);
@@ -3750,8 +3761,8 @@ struct fulmen_error *fulmen_distributed_all_gather(const struct fulmen_tensor *t
 /**
  * Waits until every rank reaches the barrier (an error after the timeout).
  *
- * Errors: FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_DISTRIBUTED
- * (a rank failed, timeout).
+ * Errors: FULMEN_CODE_INVALID_STATE (not joined; called from inside a
+ * collectives slot), FULMEN_CODE_DISTRIBUTED (a rank failed, timeout).
  */
 struct fulmen_error *fulmen_distributed_barrier(void);
 
@@ -3759,8 +3770,8 @@ struct fulmen_error *fulmen_distributed_barrier(void);
  * Lightning's reduce_boolean_decision: writes true when every rank's
  * `decision` is true (`all`), or when any rank's is (`!all`).
  *
- * Errors: FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_DISTRIBUTED
- * (a rank failed, timeout).
+ * Errors: FULMEN_CODE_INVALID_STATE (not joined; called from inside a
+ * collectives slot), FULMEN_CODE_DISTRIBUTED (a rank failed, timeout).
  */
 struct fulmen_error *fulmen_distributed_reduce_boolean_decision(bool decision, bool all, bool *out);
 
@@ -3768,11 +3779,14 @@ struct fulmen_error *fulmen_distributed_reduce_boolean_decision(bool decision, b
  * Leaves the job. On rank 0 of fulmen's own launcher this waits up to
  * `timeout_s` seconds for the ranks it started to exit and fails
  * (FULMEN_CODE_DISTRIBUTED) naming the first that failed or still runs.
- * Without a job it does nothing.
+ * Without a job it does nothing. Refused inside a collectives slot (the
+ * job would end under the collective the slot runs); an accelerator's
+ * other callbacks (its teardown) may call it.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (`timeout_s` negative, NaN or too
- * long), FULMEN_CODE_DISTRIBUTED (a launched rank failed or still ran, see
- * above).
+ * long), FULMEN_CODE_INVALID_STATE (called from inside a collectives
+ * slot; the job goes on), FULMEN_CODE_DISTRIBUTED (a launched rank failed
+ * or still ran, see above).
  */
 struct fulmen_error *fulmen_distributed_shutdown(double timeout_s);
 
@@ -4055,10 +4069,17 @@ struct fulmen_error *fulmen_model_host_new(const struct fulmen_host_module_vtabl
  * requires_grad), comes after the module's own parameters in the
  * state_dict (so it is saved, loaded and checkpointed), moves with the
  * model, is broadcast and gradient-synced by DDP and counted in the
- * summary; optimizers built on the model afterwards train it.
+ * summary; optimizers built on the model afterwards train it. A tensor
+ * that already is a parameter of the model (registered before, under
+ * any path, or read from it: the same storage, shape, strides and dtype)
+ * is tied, as PyTorch's one `Parameter` under two names: both names are
+ * the same tensor, listed once by `fulmen_model_parameters` (under the
+ * first name) and counted once, each in the state_dict; saving and
+ * loading keep them one tensor.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (a name that is empty, has a '.',
- * or is taken; no such child; a path or name not UTF-8),
+ * or is taken; no such child; a path or name not UTF-8; the tensor is a
+ * buffer of the model, or another view of one of its parameters),
  * FULMEN_CODE_DTYPE_MISMATCH (not a floating tensor),
  * FULMEN_CODE_UNSUPPORTED (a TorchScript module: register in Python).
  */
@@ -4072,9 +4093,11 @@ struct fulmen_error *fulmen_model_register_parameter(struct fulmen_model *model,
  * running statistics, masks, counters) of the module at `path`, like
  * `register_buffer`: it shares `tensor`'s storage (detached), comes after
  * the module's own buffers in the state_dict, moves with the model and is
- * broadcast by DDP.
+ * broadcast by DDP. A tensor that already is a buffer of the model is
+ * tied, as for parameters.
  *
- * Errors: as `fulmen_model_register_parameter`, without the dtype rule.
+ * Errors: as `fulmen_model_register_parameter`, without the dtype rule
+ * (the tensor is a parameter of the model, or another view of a buffer).
  */
 struct fulmen_error *fulmen_model_register_buffer(struct fulmen_model *model,
                                                   const char *path,
@@ -4670,7 +4693,8 @@ struct fulmen_error *fulmen_model_activation_new(int32_t kind,
  * parameters keep PyTorch's dotted names and train like built-in layers.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8), FULMEN_CODE_IO (no
- * file at path), FULMEN_CODE_FORMAT (not a loadable TorchScript file),
+ * file at path, or not a regular file: a device, a FIFO, a socket or a
+ * directory), FULMEN_CODE_FORMAT (not a loadable TorchScript file),
  * FULMEN_CODE_TORCH (its parameters or mode cannot be read or set).
  */
 struct fulmen_error *fulmen_model_load_torchscript(const char *path, struct fulmen_model **out);
@@ -4851,7 +4875,9 @@ struct fulmen_error *fulmen_model_save(const struct fulmen_model *model, const c
  * is unchanged.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8), FULMEN_CODE_IO
- * (the file cannot be read), FULMEN_CODE_FORMAT (neither a valid
+ * (the file cannot be read, or is not a regular file: a device, a FIFO, a
+ * socket or a directory, refused without reading or waiting on it),
+ * FULMEN_CODE_FORMAT (neither a valid
  * safetensors file nor a readable `torch.save` archive; a pickle outside
  * the safe subset; with strict, missing or unexpected names), FULMEN_CODE_SHAPE_MISMATCH (a
  * tensor's shape differs from the model's), FULMEN_CODE_DTYPE_MISMATCH (a
@@ -4882,7 +4908,9 @@ struct fulmen_error *fulmen_model_summary(const struct fulmen_model *model,
 /**
  * Writes new handles to the model's parameters (`trainable_only`: those
  * that require grad, as `filter(lambda p: p.requires_grad,
- * model.parameters())`), in `named_parameters` order, into
+ * model.parameters())`), in `named_parameters` order (a tensor
+ * registered under several names once, as PyTorch lists a tied
+ * parameter), into
  * `out[0..capacity]`, and their count to `*len_out`. The handles share
  * storage with the model; the caller frees each with `fulmen_tensor_free`.
  * With `capacity` too small nothing is written but `*len_out` (call with
@@ -5899,7 +5927,7 @@ struct fulmen_error *fulmen_scheduler_multiplicative_lr_new(struct fulmen_optimi
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8, a bad device),
  * FULMEN_CODE_UNAVAILABLE (no such device here), FULMEN_CODE_IO (no file at
- * path), FULMEN_CODE_FORMAT (not a loadable TorchScript file),
+ * path, or not a regular file), FULMEN_CODE_FORMAT (not a loadable TorchScript file),
  * FULMEN_CODE_TORCH (its tensors or mode cannot be read or set).
  */
 struct fulmen_error *fulmen_model_load_torchscript_on(const char *path,
@@ -5915,15 +5943,18 @@ struct fulmen_error *fulmen_model_load_torchscript_on(const char *path,
  * value. Arguments are checked against the method's signature; lists are
  * typed by their items, so a list of tensors is a `List[Tensor]`. Results
  * that hold other things than tensors, None, bools, ints, floats,
- * strings, tuples, lists and dicts (script objects, devices) are refused.
- * Under autograd like any op: a loss from `training_step` has a gradient
+ * strings, tuples, lists and dicts (script objects, devices) are refused,
+ * and so are results, like arguments, of more than FULMEN_MAX_VALUE_NODES
+ * values. Under autograd like any op: a loss from `training_step` has a gradient
  * path to the parameters.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (method or path not UTF-8, no such
  * child or method (the message lists the module's methods), more than
  * FULMEN_MAX_METHOD_ARGS arguments, values nested deeper than FULMEN_MAX_VALUE_DEPTH,
  * dict keys of mixed kinds), FULMEN_CODE_UNSUPPORTED (the module is not
- * TorchScript, or a result has no host form), FULMEN_CODE_TORCH (the
+ * TorchScript, or a result has no host form), FULMEN_CODE_OUT_OF_RANGE
+ * (the result holds more than FULMEN_MAX_VALUE_NODES values, counted as
+ * for the arguments: refused before it is copied), FULMEN_CODE_TORCH (the
  * arguments do not match the signature, or the method raised).
  * Thread rules: as `fulmen_model_forward` (the model is locked for the call).
  */
@@ -8420,8 +8451,8 @@ struct fulmen_error *fulmen_trainer_new(const struct fulmen_trainer_options *opt
  * FULMEN_CODE_UNAVAILABLE (accelerator or devices not available here);
  * FULMEN_CODE_UNSUPPORTED (a precision or backend the device lacks, a
  * scheduler whose state Lightning's format cannot carry yet);
- * FULMEN_CODE_IO (ckpt_path names no file, a log or checkpoint cannot be
- * written); FULMEN_CODE_FORMAT (a corrupt checkpoint, or one that does not
+ * FULMEN_CODE_IO (ckpt_path names no file or not a regular file, a log or
+ * checkpoint cannot be written); FULMEN_CODE_FORMAT (a corrupt checkpoint, or one that does not
  * match the run); FULMEN_CODE_SHAPE_MISMATCH, FULMEN_CODE_DTYPE_MISMATCH (a
  * loss that is not a floating scalar, checkpoint weights that do not fit);
  * FULMEN_CODE_NON_FINITE (a NaN or infinite loss); FULMEN_CODE_DISTRIBUTED

@@ -278,7 +278,7 @@ mod tests {
 
     #[test]
     fn only_regular_files_are_read() {
-        let d = scratch("regular");
+        let d = TempDir::new("fs-safe-regular");
         let file = d.join("weights.bin");
         std::fs::write(&file, b"abc").unwrap();
         assert_eq!(read_bounded(&file).unwrap(), b"abc");
@@ -300,7 +300,7 @@ mod tests {
             (fifo_link, "a FIFO"),
             (socket, "a socket"),
             (PathBuf::from("/dev/zero"), "a character device"),
-            (d.clone(), "a directory"),
+            (d.to_path_buf(), "a directory"),
         ];
         for (path, kind) in cases {
             let e = read_bounded(&path).unwrap_err();
@@ -316,12 +316,11 @@ mod tests {
         // open_regular itself refuses them, never waiting on the FIFO.
         let e = open_regular(&fifo).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
     fn reads_stop_at_the_size_checked() {
-        let d = scratch("size");
+        let d = TempDir::new("fs-safe-size");
         let path = d.join("data.csv");
         std::fs::write(&path, b"1,2\n").unwrap();
         // A file that grows while it is read: an error, not more bytes.
@@ -337,7 +336,6 @@ mod tests {
         std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(2).unwrap();
         let e = f.read_to_end(&mut Vec::new()).unwrap_err();
         assert!(e.to_string().contains("shrank below the 8 bytes"), "{e}");
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

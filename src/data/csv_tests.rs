@@ -156,12 +156,12 @@ fn empty_and_missing_files() {
 
 #[test]
 fn special_files_are_refused_without_waiting() {
-    let dir = TempDir::new();
-    let fifo = dir.0.join("fifo.csv");
+    let dir = TempDir::new("data-special");
+    let fifo = dir.join("fifo.csv");
     let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: a NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    for path in [fifo, PathBuf::from("/dev/zero"), dir.0.clone()] {
+    for path in [fifo, std::path::PathBuf::from("/dev/zero"), dir.to_path_buf()] {
         let (tx, rx) = std::sync::mpsc::channel();
         let p = path.clone();
         std::thread::spawn(move || {

@@ -201,7 +201,7 @@ fn torchscript_is_read_only_from_regular_files() {
     let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: a NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    for path in [fifo, Path::new("/dev/zero").to_path_buf(), dir.to_path_buf()] {
+    for path in [fifo, std::path::PathBuf::from("/dev/zero"), dir.to_path_buf()] {
         let (tx, rx) = std::sync::mpsc::channel();
         let p = path.clone();
         std::thread::spawn(move || {

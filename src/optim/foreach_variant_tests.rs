@@ -12,6 +12,7 @@
 //!                             foreach=True), dtype, 8)
 //! ```
 use super::test_util::{check_round_trip, Model};
+use super::torch_reference;
 use super::{NAdam, NAdamOptions, Optimizer, RAdam, RAdamOptions};
 use tch::{Kind, Tensor};
 
@@ -123,17 +124,22 @@ fn radam(p: Vec<Tensor>, decoupled: bool) -> RAdam {
 }
 
 /// `make`'s 8 steps in f64 and f32 equal torch's, every value bit for bit.
+/// `python` is the `run(...)` call (with `DTYPE`) that gives torch's
+/// trajectory on this machine where `FULMEN_PYTHON` is set
+/// (`torch_reference`); the recorded constants serve elsewhere.
 fn assert_torch(
     name: &str,
+    python: &str,
     make: impl Fn(Vec<Tensor>) -> Box<dyn Optimizer>,
     want64: &[[f64; 4]],
     want32: &[[f64; 4]],
 ) {
-    for (kind, want) in [(Kind::Double, want64), (Kind::Float, want32)] {
+    for (kind, dtype, want) in [(Kind::Double, "float64", want64), (Kind::Float, "float32", want32)] {
         let m = Model::new(kind);
         let mut opt = make(m.params());
+        let want: Vec<Vec<f64>> =
+            torch_reference::trajectory(python, dtype).unwrap_or_else(|| want.iter().map(|r| r.to_vec()).collect());
         let got = m.run(opt.as_mut(), want.len());
-        let want: Vec<Vec<f64>> = want.iter().map(|r| r.to_vec()).collect();
         assert_eq!(got, want, "{name} {kind:?}");
         m.assert_v_untouched();
     }
@@ -141,14 +147,20 @@ fn assert_torch(
 
 #[test]
 fn nadam_foreach_equals_torch_bit_for_bit() {
-    assert_torch("nadam", |p| Box::new(nadam(p, false)), &NADAM_L2_64, &NADAM_L2_32);
-    assert_torch("nadamw maximize", |p| Box::new(nadam(p, true)), &NADAMW_MAX_64, &NADAMW_MAX_32);
+    let nadam_l2 = "run(torch.optim.NAdam, dict(lr=0.1, weight_decay=0.1, foreach=True), DTYPE, 8)";
+    let nadamw = "run(torch.optim.NAdam, dict(lr=0.1, weight_decay=0.1, decoupled_weight_decay=True, maximize=True, \
+                  foreach=True), DTYPE, 8)";
+    assert_torch("nadam", nadam_l2, |p| Box::new(nadam(p, false)), &NADAM_L2_64, &NADAM_L2_32);
+    assert_torch("nadamw maximize", nadamw, |p| Box::new(nadam(p, true)), &NADAMW_MAX_64, &NADAMW_MAX_32);
 }
 
 #[test]
 fn radam_foreach_equals_torch_bit_for_bit() {
-    assert_torch("radam", |p| Box::new(radam(p, false)), &RADAM_L2_64, &RADAM_L2_32);
-    assert_torch("radamw maximize", |p| Box::new(radam(p, true)), &RADAMW_MAX_64, &RADAMW_MAX_32);
+    let radam_l2 = "run(torch.optim.RAdam, dict(lr=0.1, weight_decay=0.1, foreach=True), DTYPE, 8)";
+    let radamw = "run(torch.optim.RAdam, dict(lr=0.1, weight_decay=0.1, decoupled_weight_decay=True, maximize=True, \
+                  foreach=True), DTYPE, 8)";
+    assert_torch("radam", radam_l2, |p| Box::new(radam(p, false)), &RADAM_L2_64, &RADAM_L2_32);
+    assert_torch("radamw maximize", radamw, |p| Box::new(radam(p, true)), &RADAMW_MAX_64, &RADAMW_MAX_32);
 }
 
 #[test]

@@ -23,6 +23,7 @@
 use super::*;
 use crate::error::ErrorCode;
 use crate::optim::test_util::values;
+use crate::optim::torch_reference;
 use tch::{Kind, Tensor};
 
 /// A state dict.
@@ -90,10 +91,16 @@ fn wolfe() -> LbfgsOptions {
     LbfgsOptions { lr: 1.0, max_iter: 4, history_size: 3, strong_wolfe: true, ..Default::default() }
 }
 
-fn check(opts: LbfgsOptions, want64: &[[f64; 4]; 3], want32: &[[f32; 4]; 3], evals: usize) {
+/// `kw` is the Python dict of the options, for torch's own trajectory on
+/// this machine where `FULMEN_PYTHON` is set (`torch_reference`); the
+/// recorded constants serve elsewhere.
+fn check(opts: LbfgsOptions, kw: &str, want64: &[[f64; 4]; 3], want32: &[[f32; 4]; 3], evals: usize) {
+    let python = format!("run_closure(torch.optim.LBFGS, {kw}, DTYPE, 3)");
+    let want64: Vec<Vec<f64>> =
+        torch_reference::trajectory(&python, "float64").unwrap_or_else(|| want64.iter().map(|r| r.to_vec()).collect());
     let mut m = Quadratic::new(Kind::Double);
     let mut opt = Lbfgs::new(m.params(), opts).unwrap();
-    for (step, (g, w)) in m.run(&mut opt, 3).iter().zip(want64).enumerate() {
+    for (step, (g, w)) in m.run(&mut opt, 3).iter().zip(&want64).enumerate() {
         for (a, b) in g.iter().zip(w) {
             assert!((a - b).abs() <= 1e-12 * b.abs().max(1.0), "f64 step {step}: got {g:?} want {w:?}");
         }
@@ -103,19 +110,26 @@ fn check(opts: LbfgsOptions, want64: &[[f64; 4]; 3], want32: &[[f32; 4]; 3], eva
     let mut m = Quadratic::new(Kind::Float);
     let mut opt = Lbfgs::new(m.params(), opts).unwrap();
     let got = m.run(&mut opt, 3);
-    let want: Vec<Vec<f64>> = want32.iter().map(|r| r.iter().map(|v| *v as f64).collect()).collect();
+    let want: Vec<Vec<f64>> = torch_reference::trajectory(&python, "float32")
+        .unwrap_or_else(|| want32.iter().map(|r| r.iter().map(|v| *v as f64).collect()).collect());
     assert_eq!(got, want, "f32 trajectories are torch's bit for bit");
     assert_eq!(m.evals, evals);
 }
 
 #[test]
 fn fixed_step_matches_torch() {
-    check(fixed(), &LBFGS_FIXED, &LBFGS_FIXED_F32, 9);
+    check(fixed(), "dict(lr=0.1, max_iter=3, history_size=2)", &LBFGS_FIXED, &LBFGS_FIXED_F32, 9);
 }
 
 #[test]
 fn strong_wolfe_matches_torch() {
-    check(wolfe(), &LBFGS_WOLFE, &LBFGS_WOLFE_F32, 11);
+    check(
+        wolfe(),
+        "dict(lr=1, max_iter=4, history_size=3, line_search_fn='strong_wolfe')",
+        &LBFGS_WOLFE,
+        &LBFGS_WOLFE_F32,
+        11,
+    );
 }
 
 #[test]

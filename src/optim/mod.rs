@@ -96,6 +96,8 @@ pub(crate) use state::deep_copy;
 
 #[cfg(test)]
 mod test_util;
+#[cfg(test)]
+mod torch_reference;
 
 #[cfg(test)]
 mod adaptive_tests;
