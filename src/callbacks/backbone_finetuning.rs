@@ -119,7 +119,10 @@ pub(crate) fn state_to_text(previous_backbone_lr: Option<f64>, records: &Records
 /// missing group index.
 pub(crate) fn state_from_text(state: &BTreeMap<String, String>) -> Result<(Option<f64>, Records)> {
     let bad = |k: &str| Error::format(format!("BackboneFinetuning state: invalid '{k}'"));
-    let float = |k: &str, v: &str| v.parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| bad(k));
+    let float = |k: &str, v: &str| {
+        use crate::checkpoint::numbers::{parse, Infinity};
+        parse(v, Infinity::Refused, &format!("BackboneFinetuning state: '{k}'"))
+    };
     let previous = match state.get("previous_backbone_lr").map(String::as_str) {
         None | Some("none") => None,
         Some(v) => Some(float("previous_backbone_lr", v)?),

@@ -1,6 +1,7 @@
 //! EarlyStopping: stops training when a monitored metric stops improving,
 //! reaches a threshold, diverges or becomes non-finite (Lightning's rules).
 use super::monitor::Mode;
+use crate::checkpoint::numbers::{self, Infinity};
 use crate::error::{Error, Result};
 use crate::trainer::hooks::{Callback, Hook, HookContext};
 use std::collections::BTreeMap;
@@ -185,16 +186,30 @@ impl Callback for EarlyStopping {
         ])
     }
 
+    /// Restores the counters and the best score: counts are whole numbers
+    /// >= 0, the best score a number (infinite where it starts, or after an
+    /// infinite metric), never NaN; anything else is a `Format` error and
+    /// changes nothing.
     fn load_state_dict(&mut self, state: &BTreeMap<String, String>) -> Result<()> {
-        let num = |k: &str| -> Result<f64> {
-            state
+        let num = |k: &str, allowed: Infinity| -> Result<f64> {
+            let v = state
                 .get(k)
-                .and_then(|v| v.parse::<f64>().ok())
-                .ok_or_else(|| Error::format(format!("EarlyStopping state: `{k}` is missing or not a number")))
+                .ok_or_else(|| Error::format(format!("EarlyStopping state: `{k}` is missing or not a number")))?;
+            numbers::parse(v, allowed, &format!("EarlyStopping state: `{k}`"))
         };
-        self.wait_count = num("wait_count")? as i64;
-        self.stopped_epoch = num("stopped_epoch")? as i64;
-        self.best_score = num("best_score")?;
+        let count = |k: &str| -> Result<i64> {
+            let v = num(k, Infinity::Refused)?;
+            if v.fract() != 0.0 || !(0.0..=crate::checkpoint::MAX_COUNTER as f64).contains(&v) {
+                return Err(Error::format(format!("EarlyStopping state: `{k}` = {v} is not a count")));
+            }
+            Ok(v as i64)
+        };
+        let wait_count = count("wait_count")?;
+        let stopped_epoch = count("stopped_epoch")?;
+        let best_score = num("best_score", Infinity::Allowed)?;
+        self.wait_count = wait_count;
+        self.stopped_epoch = stopped_epoch;
+        self.best_score = best_score;
         Ok(())
     }
 }

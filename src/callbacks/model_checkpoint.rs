@@ -2,6 +2,7 @@
 //! k), every n steps or epochs, and a `last` copy, as Lightning's.
 use super::filename::format_name;
 use super::monitor::Mode;
+use crate::checkpoint::numbers::{self, Infinity};
 use crate::error::{Error, Result};
 use crate::trainer::hooks::{Callback, Hook, HookContext};
 use std::collections::BTreeMap;
@@ -318,33 +319,89 @@ impl Callback for ModelCheckpoint {
         s.insert("best_model_score".into(), self.best_model_score.map(|v| v.to_string()).unwrap_or_default());
         s.insert("last_model_path".into(), self.last_model_path.clone());
         s.insert("dirpath".into(), self.dirpath.as_ref().map(|d| d.to_string_lossy().to_string()).unwrap_or_default());
-        s.insert("best_k_models".into(), serde_json::to_string(&self.best_k_models).unwrap_or_default());
+        s.insert("best_k_models".into(), best_k_text(&self.best_k_models));
         s
     }
 
+    /// Restores the bookkeeping; a NaN score (or one that is no number) is
+    /// a `Format` error and changes nothing.
     fn load_state_dict(&mut self, state: &BTreeMap<String, String>) -> Result<()> {
         let get = |k: &str| state.get(k).cloned().unwrap_or_default();
-        self.best_model_path = get("best_model_path");
-        self.best_model_score = get("best_model_score").parse().ok();
-        self.last_model_path = get("last_model_path");
+        // The mode the scores were ranked in (the state's own, when it says).
+        let mode = match state.get("mode") {
+            Some(m) if !m.is_empty() => {
+                Mode::parse(m).map_err(|e| Error::format(format!("ModelCheckpoint state: {}", e.message)))?
+            }
+            _ => self.opts.mode,
+        };
+        let score = get("best_model_score");
+        let mut best_model_score = if score.is_empty() {
+            None
+        } else {
+            Some(numbers::parse(&score, Infinity::Allowed, "ModelCheckpoint state: best_model_score")?)
+        };
+        let mut last_model_path = get("last_model_path");
         // Lightning keeps the top-k bookkeeping only when the folder is the same.
         let dir = get("dirpath");
-        if self.dirpath.is_none() && !dir.is_empty() {
-            self.dirpath = Some(PathBuf::from(&dir));
-        }
-        if self.dirpath.as_ref().map(|d| d.to_string_lossy().to_string()) == Some(dir) {
-            let all: BTreeMap<String, f64> = serde_json::from_str(&get("best_k_models"))
-                .map_err(|e| Error::format(format!("ModelCheckpoint state: best_k_models is malformed: {e}")))?;
+        let dirpath = match &self.dirpath {
+            None if !dir.is_empty() => Some(PathBuf::from(&dir)),
+            d => d.clone(),
+        };
+        let mut best_k_models = None;
+        if dirpath.as_ref().map(|d| d.to_string_lossy().to_string()) == Some(dir) {
+            let all = read_best_k(&get("best_k_models"), mode)?;
             // Only checkpoints inside this folder are this callback's to manage.
-            let dir = self.dirpath.clone().unwrap_or_default();
-            self.best_k_models = all.into_iter().filter(|(p, _)| in_folder(&dir, Path::new(p)).is_some()).collect();
+            let dir = dirpath.clone().unwrap_or_default();
+            best_k_models = Some(all.into_iter().filter(|(p, _)| in_folder(&dir, Path::new(p)).is_some()).collect());
         } else {
             // Another folder's bookkeeping (Lightning keeps only best_model_path).
-            self.best_model_score = None;
-            self.last_model_path.clear();
+            best_model_score = None;
+            last_model_path.clear();
+        }
+        self.best_model_path = get("best_model_path");
+        self.best_model_score = best_model_score;
+        self.last_model_path = last_model_path;
+        self.dirpath = dirpath;
+        if let Some(b) = best_k_models {
+            self.best_k_models = b;
         }
         Ok(())
     }
+}
+
+/// The ranked checkpoints as a state keeps them (`best_k_models`): JSON of
+/// path to score, an infinite score (an infinite metric, or a NaN one
+/// ranked as the worst) as the string "inf" or "-inf", which a JSON number
+/// cannot hold.
+pub(crate) fn best_k_text(ranked: &BTreeMap<String, f64>) -> String {
+    let scores = ranked.iter().map(|(p, s)| {
+        let score = if s.is_finite() { serde_json::Value::from(*s) } else { serde_json::Value::String(s.to_string()) };
+        (p.clone(), score)
+    });
+    serde_json::Value::Object(scores.collect()).to_string()
+}
+
+/// Reads what [`best_k_text`] wrote: numbers, "inf" or "-inf", and null
+/// (how states written before kept an infinite score: read as the worst
+/// of `mode`, where a NaN metric ranks); NaN, or anything else, is a
+/// `Format` error.
+pub(crate) fn read_best_k(text: &str, mode: Mode) -> Result<BTreeMap<String, f64>> {
+    let all: BTreeMap<String, serde_json::Value> = serde_json::from_str(text)
+        .map_err(|e| Error::format(format!("ModelCheckpoint state: best_k_models is malformed: {e}")))?;
+    all.into_iter()
+        .map(|(p, s)| {
+            let what = format!("ModelCheckpoint state: best_k_models[{p:?}]");
+            let score = match &s {
+                serde_json::Value::Number(n) => {
+                    n.as_f64().ok_or_else(|| Error::format(format!("{what} {n} is not a number")))?
+                }
+                serde_json::Value::String(t) => numbers::parse(t, Infinity::Allowed, &what)?,
+                serde_json::Value::Null => mode.worst(),
+                other => return Err(Error::format(format!("{what} {other} is not a score"))),
+            };
+            Ok((p, score))
+        })
+        .collect()
 }
 
 /// The file `path` names when it is a `.ckpt` file directly in folder

@@ -114,8 +114,20 @@ impl Callback for Timer {
         BTreeMap::from([("time_elapsed_fit".to_string(), self.elapsed().to_string())])
     }
 
+    /// Restores the seconds spent in earlier runs (none when the state has
+    /// no entry); a time that is not a finite number >= 0 is a `Format`
+    /// error and changes nothing.
     fn load_state_dict(&mut self, state: &BTreeMap<String, String>) -> Result<()> {
-        self.offset = state.get("time_elapsed_fit").and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        let Some(text) = state.get("time_elapsed_fit") else {
+            self.offset = 0.0;
+            return Ok(());
+        };
+        let what = "Timer state: time_elapsed_fit";
+        let seconds = crate::checkpoint::numbers::parse(text, crate::checkpoint::numbers::Infinity::Refused, what)?;
+        if seconds < 0.0 {
+            return Err(Error::format(format!("{what} {seconds} is negative")));
+        }
+        self.offset = seconds;
         Ok(())
     }
 }

@@ -433,8 +433,27 @@ impl Checkpoint {
                 return Err(Error::format(format!("{}: unexpected tensor {name:?} in a checkpoint", path.display())));
             }
         }
+        check_optimizer_numbers(&ck.optimizer_states, path)?;
         Ok(ck)
     }
+}
+
+/// Refuses optimizer states whose hyperparameters or steps (the one-number
+/// entries `param_groups.G.KEY` and `state.I.step`) are NaN or infinite,
+/// before any optimizer loads them: a `Format` error naming the entry and
+/// the file.
+fn check_optimizer_numbers(states: &[Vec<(String, Tensor)>], path: &Path) -> Result<()> {
+    for (i, state) in states.iter().enumerate() {
+        for (name, t) in state {
+            let number = (name.starts_with("param_groups.") && !name.ends_with(".params"))
+                || (name.starts_with("state.") && name.ends_with(".step"));
+            if number && t.numel() == 1 {
+                let v = t.f_reshape([1i64])?.f_to_kind(tch::Kind::Double)?.f_double_value(&[0])?;
+                super::numbers::finite(v, &format!("{}: optimizer_states.{i}.{name}", path.display()))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The error for a `torch.save` file that is not a Lightning checkpoint.

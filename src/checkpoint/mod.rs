@@ -7,6 +7,7 @@
 mod file;
 pub mod file_kind;
 pub mod lightning;
+pub(crate) mod numbers;
 mod pickle_read;
 mod pickle_write;
 pub mod torch_save;

@@ -96,10 +96,16 @@ pub(crate) fn load(dict: &[(String, Tensor)], current: &ParamGroup, defaults: &L
             return Err(bad(format!("duplicate key '{k}'")));
         }
     }
+    // Every number of the state is finite (a hyperparameter, a count, a
+    // step length, a loss).
+    let finite = |v: f64, key: &str| crate::checkpoint::numbers::finite(v, &format!("lbfgs state dict: '{key}'"));
     let number = |map: &BTreeMap<&str, &Tensor>, k: &str, prefix: &str| -> Result<Option<f64>> {
         match map.get(k) {
             None => Ok(None),
-            Some(t) if t.numel() == 1 => Ok(Some(t.f_reshape([1i64])?.f_to_kind(Kind::Double)?.f_double_value(&[0])?)),
+            Some(t) if t.numel() == 1 => {
+                let v = t.f_reshape([1i64])?.f_to_kind(Kind::Double)?.f_double_value(&[0])?;
+                Ok(Some(finite(v, &format!("{prefix}{k}"))?))
+            }
             Some(t) => Err(bad(format!("'{prefix}{k}' should hold one number, it has shape {:?}", t.size()))),
         }
     };
@@ -138,8 +144,17 @@ pub(crate) fn load(dict: &[(String, Tensor)], current: &ParamGroup, defaults: &L
             Some(t) if t.numel() != 1 => {
                 Err(bad(format!("'state.0.{k}' should hold one number, it has shape {:?}", t.size())))
             }
-            Some(t) if t.kind() == Kind::Double && t.dim() == 0 => Ok(Some(Num::F(t.f_double_value(&[])?))),
-            Some(t) => Ok(Some(Num::T(cast_like(&t.f_reshape([0i64; 0])?, like)?))),
+            Some(t) => {
+                let v = finite(
+                    t.f_reshape([1i64])?.f_to_kind(Kind::Double)?.f_double_value(&[0])?,
+                    &format!("state.0.{k}"),
+                )?;
+                if t.kind() == Kind::Double && t.dim() == 0 {
+                    Ok(Some(Num::F(v)))
+                } else {
+                    Ok(Some(Num::T(cast_like(&t.f_reshape([0i64; 0])?, like)?)))
+                }
+            }
         }
     };
     let count = |k: &str| -> Result<i64> {

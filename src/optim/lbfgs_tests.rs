@@ -279,3 +279,69 @@ const LBFGS_WOLFE_F32: [[f32; 4]; 3] = [
     [-0.09999355, 0.09999737, -0.10000106, 0.099998996],
     [-0.09999355, 0.09999737, -0.10000106, 0.099998996],
 ];
+
+/// Every number of an LBFGS state in torch's form (the group's
+/// hyperparameters, the step length, the Hessian scale, the loss, the
+/// history's scalars), set to NaN or an infinity, is refused naming it; a
+/// NaN in fulmen's own form too, and the optimizer keeps its state.
+#[test]
+fn a_state_with_a_nan_or_an_infinity_is_refused() {
+    use crate::checkpoint::lightning::{float_leaves, optimizer_from_torch, optimizer_to_torch, with_leaf};
+    for opts in [fixed(), wolfe()] {
+        let mut m = Quadratic::new(Kind::Float);
+        let mut opt = Lbfgs::new(m.params(), opts).unwrap();
+        m.run(&mut opt, 2);
+        let dict = opt.state_dict().unwrap();
+        let torch = optimizer_to_torch("lbfgs", &dict).unwrap();
+        optimizer_from_torch(&torch, "lbfgs.ckpt").unwrap();
+        let leaves = float_leaves(&torch);
+        for key in ["lr", "tolerance_grad", "tolerance_change", "t", "prev_loss", "ro"] {
+            assert!(
+                leaves.iter().any(|l| l.key == key),
+                "no {key} among {:?}",
+                leaves.iter().map(|l| &l.name).collect::<Vec<_>>()
+            );
+        }
+        for leaf in &leaves {
+            for x in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+                let e = optimizer_from_torch(&with_leaf(&torch, &leaf.path, x), "lbfgs.ckpt")
+                    .err()
+                    .unwrap_or_else(|| panic!("{} = {x} accepted", leaf.name));
+                assert_eq!(e.code, ErrorCode::Format, "{}", e.message);
+                assert!(
+                    e.message.contains("lbfgs.ckpt") && e.message.contains(&leaf.key),
+                    "{}: {}",
+                    leaf.name,
+                    e.message
+                );
+            }
+        }
+        let same =
+            |a: &Dict, b: &Dict| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.0 == y.0 && x.1.equal(&y.1));
+        for key in [
+            "param_groups.0.lr",
+            "param_groups.0.tolerance_change",
+            "state.0.prev_loss",
+            "state.0.t",
+            "state.0.H_diag",
+            "state.0.ro.0",
+        ] {
+            let bad: Dict = dict
+                .iter()
+                .map(|(k, t)| {
+                    let t = if k == key {
+                        Tensor::from_slice(&[f64::NAN]).to_kind(t.kind()).reshape(t.size())
+                    } else {
+                        t.shallow_clone()
+                    };
+                    (k.clone(), t)
+                })
+                .collect();
+            assert!(bad.iter().any(|(k, _)| k == key), "no {key}");
+            let e = opt.load_state_dict(&bad).unwrap_err();
+            assert_eq!(e.code, ErrorCode::Format, "{key}: {}", e.message);
+            assert!(e.message.contains(key), "{}", e.message);
+            assert!(same(&opt.state_dict().unwrap(), &dict), "a refused {key} changed the state");
+        }
+    }
+}

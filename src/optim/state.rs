@@ -504,7 +504,9 @@ fn read_scalar(t: &Tensor, key: &str) -> Result<f64> {
     if t.numel() != 1 {
         return Err(Error::format(format!("'{key}' should hold one number, it has shape {:?}", t.size())));
     }
-    Ok(t.f_reshape([1i64])?.f_to_kind(Kind::Double)?.f_double_value(&[0])?)
+    let v = t.f_reshape([1i64])?.f_to_kind(Kind::Double)?.f_double_value(&[0])?;
+    // A hyperparameter, a flag or a step: never NaN or infinite.
+    crate::checkpoint::numbers::finite(v, &format!("optimizer state '{key}'"))
 }
 
 /// A detached copy with its own storage.

@@ -1,8 +1,11 @@
 //! ModelCheckpoint and EarlyStopping states between fulmen's text form and
 //! the entries Lightning keeps under each callback's `state_key`
 //! (`"ModelCheckpoint{'monitor': 'val_loss', 'mode': 'min', ...}"`).
-use super::value::{copy_value, dict, entries, number, scalar_f32, string, text};
+use super::value::{copy_value, dict, entries, number, number_or, scalar_f32, string, text};
 use crate::callbacks::backbone_finetuning::{state_from_text, state_to_text, GroupRecord, Records};
+use crate::callbacks::model_checkpoint::{best_k_text, read_best_k};
+use crate::callbacks::Mode;
+use crate::checkpoint::numbers::{check_len, Infinity};
 use crate::checkpoint::torch_save::Value;
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
@@ -16,6 +19,9 @@ const FINETUNING: &str = "BackboneFinetuning";
 
 /// StochasticWeightAveraging's key (its class name, as fulmen's).
 pub(super) const SWA: &str = "StochasticWeightAveraging";
+
+/// The most checkpoints a ModelCheckpoint state may rank.
+const MAX_BEST_K: usize = 1 << 20;
 
 /// StochasticWeightAveraging's state as Lightning keeps it: the count, the
 /// last epoch averaged, SWALR's state once it took over (the first
@@ -49,8 +55,9 @@ fn swa_to_lightning(ck: &Checkpoint, state: &BTreeMap<String, String>, prefix: &
 }
 
 /// fulmen's StochasticWeightAveraging state from Lightning's (its average
-/// comes through [`tensors_from_lightning`]).
-fn swa_from_lightning(state: &Value, what: &str) -> Result<BTreeMap<String, String>> {
+/// comes through [`tensors_from_lightning`]; `groups`: the param groups of
+/// each optimizer of the checkpoint).
+fn swa_from_lightning(state: &Value, what: &str, groups: &[usize]) -> Result<BTreeMap<String, String>> {
     let int = |k: &str, min: i64| -> Result<String> {
         let v = super::value::field(state, k, what)?;
         let n = match v {
@@ -59,7 +66,16 @@ fn swa_from_lightning(state: &Value, what: &str) -> Result<BTreeMap<String, Stri
         };
         Ok(n.to_string())
     };
-    let swalr = !matches!(state.get("scheduler_state"), None | Some(Value::None));
+    let swalr = match state.get("scheduler_state") {
+        None | Some(Value::None) => false,
+        Some(s) => {
+            // Lightning's copy of SWALR's state (fulmen restores the one
+            // among the schedulers), checked as that one is.
+            let most = groups.iter().copied().max().unwrap_or(0);
+            super::scheduler::from_torch(s, &format!("{what}.scheduler_state"), most)?;
+            true
+        }
+    };
     Ok(BTreeMap::from([
         ("n_averaged".to_string(), int("n_averaged", 0)?),
         ("latest_update_epoch".to_string(), int("latest_update_epoch", -1)?),
@@ -80,6 +96,28 @@ pub fn tensors_from_lightning(v: &Value, what: &str) -> Result<BTreeMap<String, 
         }
     }
     Ok(out)
+}
+
+/// Checks the numbers a recorded param group copies from its optimizer
+/// (Lightning restores the group's hyperparameters from them; fulmen from
+/// the optimizer's state): each one finite.
+fn check_group_numbers(g: &Value, what: &str) -> Result<()> {
+    let numeric = |x: &Value| matches!(x, Value::Float(_) | Value::Int(_) | Value::Tensor(_));
+    for (k, x) in entries(g, what)? {
+        let Value::Str(k) = k else { continue };
+        match x {
+            x if numeric(x) => {
+                number(x, &format!("{what}.{k}"))?;
+            }
+            Value::Tuple(items) | Value::List(items) if k != "params" => {
+                for (m, item) in items.iter().enumerate().filter(|(_, item)| numeric(*item)) {
+                    number(item, &format!("{what}.{k}[{m}]"))?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// BackboneFinetuning's state as Lightning keeps it:
@@ -123,8 +161,10 @@ fn finetuning_group(g: &GroupRecord, prefix: &str, optimizer: Option<&Value>, j:
     }
 }
 
-/// fulmen's BackboneFinetuning state from Lightning's.
-fn finetuning_from_lightning(state: &Value, what: &str) -> Result<BTreeMap<String, String>> {
+/// fulmen's BackboneFinetuning state from Lightning's (`groups`: the param
+/// groups of each optimizer of the checkpoint, at most as many as it
+/// recorded).
+fn finetuning_from_lightning(state: &Value, what: &str, groups: &[usize]) -> Result<BTreeMap<String, String>> {
     let previous = match state.get("previous_backbone_lr") {
         None | Some(Value::None) => None,
         Some(v) => Some(number(v, &format!("{what}.previous_backbone_lr"))?),
@@ -133,14 +173,24 @@ fn finetuning_from_lightning(state: &Value, what: &str) -> Result<BTreeMap<Strin
     let meta = state
         .get("internal_optimizer_metadata")
         .ok_or_else(|| Error::format(format!("{what} has no `internal_optimizer_metadata`")))?;
-    for (i, groups) in entries(meta, &format!("{what}.internal_optimizer_metadata"))? {
+    let meta = entries(meta, &format!("{what}.internal_optimizer_metadata"))?;
+    check_len(meta.len(), groups.len(), &format!("{what}.internal_optimizer_metadata"))?;
+    for (i, listed) in meta {
         let gwhat = format!("{what}.internal_optimizer_metadata[{i:?}]");
         let i = match i {
-            Value::Int(i) if *i >= 0 => *i,
-            _ => return Err(Error::format(format!("{gwhat}: the key is not an optimizer index"))),
+            Value::Int(i) if *i >= 0 && (*i as u64) < groups.len() as u64 => *i as usize,
+            _ => {
+                return Err(Error::format(format!(
+                    "{gwhat}: the key is not one of the {} optimizers' index",
+                    groups.len()
+                )))
+            }
         };
-        let recorded = records.entry(i as usize).or_default();
-        for (j, g) in super::value::items(groups, &gwhat)?.iter().enumerate() {
+        let listed = super::value::items(listed, &gwhat)?;
+        check_len(listed.len(), groups[i], &gwhat)?;
+        let recorded = records.entry(i).or_default();
+        for (j, g) in listed.iter().enumerate() {
+            check_group_numbers(g, &format!("{gwhat}[{j}]"))?;
             let lr = number(super::value::field(g, "lr", &gwhat)?, &format!("{gwhat}[{j}].lr"))?;
             let names =
                 super::value::items(super::value::field(g, "params", &gwhat)?, &format!("{gwhat}[{j}].params"))?
@@ -201,7 +251,7 @@ fn model_checkpoint(state: &BTreeMap<String, String>) -> Result<Value> {
     let best_k: BTreeMap<String, f64> = if get("monitor").is_empty() {
         BTreeMap::new()
     } else {
-        serde_json::from_str(&get("best_k_models")).unwrap_or_default()
+        read_best_k(&get("best_k_models"), if max { Mode::Max } else { Mode::Min }).unwrap_or_default()
     };
     // The worst kept checkpoint, which the next one must beat.
     let kth = best_k
@@ -265,12 +315,24 @@ fn text_of(v: Option<&Value>) -> String {
     v.and_then(super::value::as_text).unwrap_or_default()
 }
 
+/// A ModelCheckpoint score as fulmen's state keeps it: empty for None,
+/// else a number, which may be infinite (Lightning's start, an infinite
+/// metric, a NaN one ranked as the worst), never NaN.
+fn score_text(v: Option<&Value>, swhat: &str, key: &str) -> Result<String> {
+    match v {
+        None | Some(Value::None) => Ok(String::new()),
+        Some(x) => Ok(number_or(x, Infinity::Allowed, &format!("{swhat}.{key}"))?.to_string()),
+    }
+}
+
 /// fulmen's callback states from Lightning's `callbacks` entry: its
 /// ModelCheckpoint, EarlyStopping, weight averaging and BackboneFinetuning
-/// states, under the
-/// names fulmen's callbacks of the same monitor (and mode) have. Others are
-/// left out.
-pub fn from_lightning(v: &Value, what: &str) -> Result<BTreeMap<String, BTreeMap<String, String>>> {
+/// states, under the names fulmen's callbacks of the same monitor (and
+/// mode) have. Others are left out. `groups`: the param groups of each
+/// optimizer of the checkpoint. Scores may be infinite (Lightning starts
+/// them at their mode's worst, and keeps an infinite metric), never NaN;
+/// every other number is finite.
+pub fn from_lightning(v: &Value, what: &str, groups: &[usize]) -> Result<BTreeMap<String, BTreeMap<String, String>>> {
     let mut out: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for (k, state) in entries(v, what)? {
@@ -278,19 +340,29 @@ pub fn from_lightning(v: &Value, what: &str) -> Result<BTreeMap<String, BTreeMap
         let swhat = format!("{what}[{k:?}]");
         let (name, map) = if k.starts_with("ModelCheckpoint{") {
             let monitor = key_field(k, "monitor").unwrap_or_default();
+            let mode = key_field(k, "mode").unwrap_or_else(|| "min".into());
             let mut m = BTreeMap::new();
             m.insert("monitor".to_string(), monitor.clone());
-            m.insert("mode".to_string(), key_field(k, "mode").unwrap_or_else(|| "min".into()));
-            for f in ["best_model_path", "last_model_path", "dirpath", "best_model_score"] {
+            m.insert("mode".to_string(), mode);
+            for f in ["best_model_path", "last_model_path", "dirpath"] {
                 m.insert(f.to_string(), text_of(state.get(f)));
+            }
+            m.insert("best_model_score".into(), score_text(state.get("best_model_score"), &swhat, "best_model_score")?);
+            // Not kept (fulmen computes them), but checked as the scores are.
+            for f in ["kth_value", "current_score"] {
+                score_text(state.get(f), &swhat, f)?;
             }
             let mut best_k = BTreeMap::new();
             if let Some(b) = state.get("best_k_models") {
-                for (p, s) in entries(b, &format!("{swhat}.best_k_models"))? {
-                    best_k.insert(string(p, &swhat)?.to_string(), number(s, &format!("{swhat}.best_k_models"))?);
+                let bwhat = format!("{swhat}.best_k_models");
+                let ranked = entries(b, &bwhat)?;
+                check_len(ranked.len(), MAX_BEST_K, &bwhat)?;
+                for (p, s) in ranked {
+                    let p = string(p, &bwhat)?;
+                    best_k.insert(p.to_string(), number_or(s, Infinity::Allowed, &format!("{bwhat}[{p:?}]"))?);
                 }
             }
-            m.insert("best_k_models".into(), serde_json::to_string(&best_k).unwrap_or_default());
+            m.insert("best_k_models".into(), best_k_text(&best_k));
             (format!("ModelCheckpoint{{monitor={monitor:?}}}"), m)
         } else if k.starts_with("EarlyStopping{") {
             let monitor = key_field(k, "monitor").unwrap_or_default();
@@ -298,13 +370,16 @@ pub fn from_lightning(v: &Value, what: &str) -> Result<BTreeMap<String, BTreeMap
             let mut m = BTreeMap::new();
             for f in ["wait_count", "stopped_epoch", "best_score", "patience"] {
                 let x = state.get(f).ok_or_else(|| Error::format(format!("{swhat} has no `{f}`")))?;
-                m.insert(f.to_string(), number(x, &format!("{swhat}.{f}"))?.to_string());
+                // Lightning starts the best score at its mode's worst (an
+                // infinity), and takes an infinite metric as it is.
+                let allowed = if f == "best_score" { Infinity::Allowed } else { Infinity::Refused };
+                m.insert(f.to_string(), number_or(x, allowed, &format!("{swhat}.{f}"))?.to_string());
             }
             (format!("EarlyStopping{{monitor={monitor:?}, mode={mode:?}}}"), m)
         } else if k == FINETUNING {
-            (k.to_string(), finetuning_from_lightning(state, &swhat)?)
+            (k.to_string(), finetuning_from_lightning(state, &swhat, groups)?)
         } else if k == SWA {
-            (k.to_string(), swa_from_lightning(state, &swhat)?)
+            (k.to_string(), swa_from_lightning(state, &swhat, groups)?)
         } else if AVERAGING.contains(&k) {
             let step = state
                 .get("latest_update_step")

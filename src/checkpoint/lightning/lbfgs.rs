@@ -3,7 +3,8 @@
 //! (None or "strong_wolfe"), and a global state on parameter 0 whose
 //! history is lists of tensors and whose step length and Hessian scale are
 //! Python numbers or 0-dim tensors, as torch left them.
-use super::value::{entries, field, items, number, string, tensor_number, text};
+use super::value::{entries, field, items, number, string, tensor_number, text, whole};
+use crate::checkpoint::numbers::check_len;
 use crate::checkpoint::torch_save::Value;
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
@@ -131,10 +132,17 @@ fn number_tensor(x: f64) -> Result<Tensor> {
     Ok(Tensor::f_from_slice(&[x])?.f_reshape([0i64; 0])?)
 }
 
-/// A state entry in the flat form: numbers as 0-dim f64, tensors kept.
+/// A state entry in the flat form: numbers as 0-dim f64, tensors kept
+/// (a one-number tensor, such as torch's `t`, `H_diag` or an `ro` entry,
+/// must hold a finite number).
 fn flat_value(v: &Value, what: &str) -> Result<Tensor> {
     match v {
-        Value::Tensor(t) => Ok(t.shallow_clone()),
+        Value::Tensor(t) => {
+            if t.dim() == 0 {
+                number(v, what)?;
+            }
+            Ok(t.shallow_clone())
+        }
         v => number_tensor(number(v, what)?),
     }
 }
@@ -149,6 +157,11 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
         return Err(Error::format(format!("{what}: LBFGS state with {} param groups (it has one)", groups.len())));
     }
     let gwhat = format!("{what}.param_groups[0]");
+    // The history holds at most `history_size` update pairs.
+    let history = match groups[0].get("history_size") {
+        Some(h) => whole(h, &format!("{gwhat}.history_size"), crate::optim::MAX_HISTORY)? as usize,
+        None => crate::optim::MAX_HISTORY as usize,
+    };
     for (k, x) in entries(&groups[0], &gwhat)? {
         let k = string(k, &format!("{gwhat} key"))?;
         let key = format!("param_groups.0.{k}");
@@ -174,6 +187,7 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
             let kwhat = format!("{what}.state[0].{k}");
             match (k, x) {
                 ("old_dirs" | "old_stps" | "ro" | "al", Value::List(list)) => {
+                    check_len(list.len(), history, &kwhat)?;
                     for (j, item) in list.iter().enumerate() {
                         if !matches!(item, Value::None) {
                             out.push((format!("state.0.{k}.{j}"), flat_value(item, &format!("{kwhat}[{j}]"))?));

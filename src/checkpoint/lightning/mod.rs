@@ -13,8 +13,10 @@ mod scheduler;
 mod value;
 
 use super::file::{Checkpoint, MAX_OPTIMIZERS};
+use super::numbers::check_len;
 use super::torch_save::Value;
 use crate::error::{Error, Result};
+use crate::precision::GradScaler;
 use std::collections::BTreeMap;
 use tch::Tensor;
 #[cfg(test)]
@@ -35,6 +37,9 @@ const PRECISION_KEY: &str = "MixedPrecision";
 
 /// Key of what only fulmen reads.
 const FULMEN_KEY: &str = "fulmen";
+
+/// The most schedulers a checkpoint may list (as many as optimizers).
+const MAX_SCHEDULERS: usize = MAX_OPTIMIZERS as usize;
 
 pub use scheduler::complete_from_groups;
 
@@ -211,53 +216,58 @@ pub fn from_lightning(top: &Value, what: &str) -> Result<Checkpoint> {
         return Ok(ck);
     };
     let optimizers = items(optimizers, &format!("{what}.optimizer_states"))?;
-    if optimizers.len() as i64 > MAX_OPTIMIZERS {
-        return Err(Error::format(format!("{what}: {} optimizer states", optimizers.len())));
-    }
+    check_len(optimizers.len(), MAX_OPTIMIZERS as usize, &format!("{what}.optimizer_states"))?;
+    // Each optimizer's param groups: what a scheduler's per-group lists
+    // are measured against before they are read.
+    let mut groups = Vec::with_capacity(optimizers.len());
     for (i, o) in optimizers.iter().enumerate() {
         let owhat = format!("{what}.optimizer_states[{i}]");
         ck.optimizer_states.push(optimizer::from_torch(o, &owhat)?);
         ck.scheduler_group_entries.push(optimizer::scheduler_group_entries(o, &owhat)?);
+        groups.push(items(value::field(o, "param_groups", &owhat)?, &format!("{owhat}.param_groups"))?.len());
     }
-    if let Some(s) = top.get("lr_schedulers") {
-        for (i, s) in items(s, &format!("{what}.lr_schedulers"))?.iter().enumerate() {
-            ck.scheduler_states.push(scheduler::from_torch(s, &format!("{what}.lr_schedulers[{i}]"))?);
-        }
+    let own = top.get(FULMEN_KEY);
+    let schedulers: &[Value] = match top.get("lr_schedulers") {
+        Some(s) => items(s, &format!("{what}.lr_schedulers"))?,
+        None => &[],
+    };
+    check_len(schedulers.len(), MAX_SCHEDULERS, &format!("{what}.lr_schedulers"))?;
+    // Which optimizer each scheduler steps (fulmen's entry says), and so
+    // how many param groups its per-group lists may cover: the largest
+    // optimizer's when the file does not say (or says it wrongly, which
+    // is refused once the schedulers are read).
+    let owners = own
+        .and_then(|o| o.get("scheduler_owners"))
+        .map(|o| scheduler_owners(o, schedulers.len(), groups.len(), &format!("{what}.{FULMEN_KEY}.scheduler_owners")));
+    let most_groups = groups.iter().copied().max().unwrap_or(0);
+    for (i, s) in schedulers.iter().enumerate() {
+        let owner = owners.as_ref().and_then(|o| o.as_ref().ok()).and_then(|o| o.get(i));
+        let limit = owner.map_or(most_groups, |o| groups[*o]);
+        ck.scheduler_states.push(scheduler::from_torch(s, &format!("{what}.lr_schedulers[{i}]"), limit)?);
+    }
+    if let Some(owners) = owners {
+        ck.scheduler_owners = owners?;
     }
     if let Some(p) = top.get(PRECISION_KEY) {
-        for (k, v) in entries(p, &format!("{what}.{PRECISION_KEY}"))? {
-            let k = value::string(k, &format!("{what}.{PRECISION_KEY} key"))?;
-            ck.precision_state.push((k.to_string(), value::number(v, &format!("{what}.{PRECISION_KEY}.{k}"))?));
+        let pwhat = format!("{what}.{PRECISION_KEY}");
+        let scaler = entries(p, &pwhat)?;
+        check_len(scaler.len(), GradScaler::STATE_KEYS.len(), &pwhat)?;
+        for (k, v) in scaler {
+            let k = value::string(k, &format!("{pwhat} key"))?;
+            ck.precision_state.push((k.to_string(), value::number(v, &format!("{pwhat}.{k}"))?));
         }
     }
     if let Some(c) = top.get("callbacks") {
-        ck.callback_tensors = callbacks::tensors_from_lightning(c, &format!("{what}.callbacks"))?;
+        let cwhat = format!("{what}.callbacks");
+        ck.callback_tensors = callbacks::tensors_from_lightning(c, &cwhat)?;
+        // Read (and so checked) even when fulmen's own entry below holds
+        // the states fulmen restores.
+        ck.callbacks = callbacks::from_lightning(c, &cwhat, &groups)?;
     }
-    let own = top.get(FULMEN_KEY);
-    match own.and_then(|o| o.get("callbacks")) {
-        Some(c) => ck.callbacks = read_nested_text_map(c, &format!("{what}.{FULMEN_KEY}.callbacks"))?,
-        None => {
-            if let Some(c) = top.get("callbacks") {
-                ck.callbacks = callbacks::from_lightning(c, &format!("{what}.callbacks"))?;
-            }
-        }
+    if let Some(c) = own.and_then(|o| o.get("callbacks")) {
+        ck.callbacks = read_nested_text_map(c, &format!("{what}.{FULMEN_KEY}.callbacks"))?;
     }
     if let Some(own) = own {
-        if let Some(o) = own.get("scheduler_owners") {
-            let owhat = format!("{what}.{FULMEN_KEY}.scheduler_owners");
-            let owners = items(o, &owhat)?;
-            if owners.len() != ck.scheduler_states.len() {
-                return Err(Error::format(format!(
-                    "{owhat}: {} entries for {} schedulers",
-                    owners.len(),
-                    ck.scheduler_states.len()
-                )));
-            }
-            ck.scheduler_owners = owners
-                .iter()
-                .map(|v| Ok(value::whole(v, &owhat, MAX_OPTIMIZERS - 1)? as usize))
-                .collect::<Result<_>>()?;
-        }
         if let Some(e) = own.get("extra") {
             ck.extra = read_nested_text_map(e, &format!("{what}.{FULMEN_KEY}.extra"))?;
         }
@@ -277,6 +287,17 @@ pub fn from_lightning(top: &Value, what: &str) -> Result<Checkpoint> {
     Ok(ck)
 }
 
+/// fulmen's list of the optimizer each of the `schedulers` listed steps,
+/// each one of the file's `optimizers` (`what` names it in errors).
+fn scheduler_owners(v: &Value, schedulers: usize, optimizers: usize, what: &str) -> Result<Vec<usize>> {
+    let owners = items(v, what)?;
+    if owners.len() != schedulers {
+        return Err(Error::format(format!("{what}: {} entries for {schedulers} schedulers", owners.len())));
+    }
+    let last = optimizers as i64 - 1;
+    owners.iter().map(|o| Ok(value::whole(o, what, last)? as usize)).collect()
+}
+
 /// A dict of named tensors (`what` names it in errors).
 fn tensor_dict(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
     entries(v, what)?
@@ -290,3 +311,8 @@ fn tensor_dict(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod numbers_tests;
+#[cfg(test)]
+pub(crate) use numbers_tests::{float_leaves, with_leaf};

@@ -3,10 +3,14 @@
 //! (`{"state": {I: {NAME: tensor}}, "param_groups": [{KEY: value,
 //! "params": [ids]}]}`).
 use super::value::{entries, field, items, number, scalar_f32, tensor_number, text};
+use crate::checkpoint::numbers::check_len;
 use crate::checkpoint::torch_save::Value;
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use tch::{Kind, Tensor};
+
+/// The most param groups an optimizer state may hold.
+pub const MAX_GROUPS: usize = 1 << 16;
 
 /// Group entries torch keeps as booleans.
 const FLAGS: &[&str] = &["amsgrad", "maximize", "nesterov", "centered", "decoupled_weight_decay"];
@@ -242,6 +246,9 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
     let mut out = Vec::new();
     let f64_scalar = |x: f64| -> Result<Tensor> { Ok(Tensor::f_from_slice(&[x])?.f_reshape([0i64; 0])?) };
     let groups = items(field(v, "param_groups", what)?, &format!("{what}.param_groups"))?;
+    check_len(groups.len(), MAX_GROUPS, &format!("{what}.param_groups"))?;
+    // The parameters the groups list: at most that many have a state.
+    let mut listed = 0usize;
     for (g, group) in groups.iter().enumerate() {
         let gwhat = format!("{what}.param_groups[{g}]");
         let group_entries = entries(group, &gwhat)?;
@@ -268,14 +275,19 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
                 continue;
             }
             match (k.as_str(), x) {
-                ("params", ids) => out.push((key, Tensor::f_from_slice(&super::value::param_ids(ids, &gwhat)?)?)),
+                ("params", ids) => {
+                    let ids = super::value::param_ids(ids, &gwhat)?;
+                    listed = listed.saturating_add(ids.len());
+                    out.push((key, Tensor::f_from_slice(&ids)?))
+                }
                 ("betas", b) => {
                     let b = items(b, &format!("{gwhat}.betas"))?;
                     if b.len() != 2 {
                         return Err(Error::format(format!("{gwhat}.betas does not hold two numbers")));
                     }
                     for (j, beta) in b.iter().enumerate() {
-                        out.push((format!("param_groups.{g}.betas.{j}"), f64_scalar(number(beta, &key)?)?));
+                        let beta = number(beta, &format!("{gwhat}.betas[{j}]"))?;
+                        out.push((format!("param_groups.{g}.betas.{j}"), f64_scalar(beta)?));
                     }
                 }
                 (_, Value::None) => {}
@@ -283,21 +295,24 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
             }
         }
     }
-    for (i, st) in entries(field(v, "state", what)?, &format!("{what}.state"))? {
+    let states = entries(field(v, "state", what)?, &format!("{what}.state"))?;
+    check_len(states.len(), listed, &format!("{what}.state"))?;
+    for (i, st) in states {
         let Value::Int(i) = i else {
             return Err(Error::format(format!("{what}.state has a key that is not a parameter index")));
         };
         for (k, x) in entries(st, &format!("{what}.state[{i}]"))? {
             let k = super::value::string(k, &format!("{what}.state[{i}] key"))?;
             let key = format!("state.{i}.{k}");
+            let kwhat = || format!("{what}.state[{i}].{k}");
             match x {
                 Value::None => {}
                 Value::Tensor(t) if t.dim() == 0 => {
-                    let v = f64_scalar(number(x, &key)?)?;
+                    let v = f64_scalar(number(x, &kwhat())?)?;
                     out.push((key, v))
                 }
                 Value::Tensor(t) => out.push((key, t.shallow_clone())),
-                x => out.push((key.clone(), f64_scalar(number(x, &key)?)?)),
+                x => out.push((key, f64_scalar(number(x, &kwhat())?)?)),
             }
         }
     }

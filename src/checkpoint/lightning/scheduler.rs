@@ -2,13 +2,17 @@
 //! torch's `LRScheduler.state_dict()` (the scheduler's `__dict__`). Neither
 //! form names the scheduler's class; each kind is told apart by the
 //! entries only it has.
-use super::value::{count, dict, entries, field, floats, items, number, string, text, whole};
+use super::value::{count, dict, entries, field, floats, items, number, number_or, numbers, string, text, whole};
+use crate::checkpoint::numbers::{check_len, finite, Infinity};
 use crate::checkpoint::torch_save::Value;
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 
-/// The largest list a scheduler state may hold (groups, milestones).
+/// The largest list a scheduler state may hold (milestones).
 const MAX_LIST: i64 = 1 << 20;
+
+/// The most schedulers a SequentialLR or ChainedScheduler may hold.
+const MAX_PARTS: usize = 1 << 12;
 
 /// A hyperparameter: fulmen's name, torch's, and whether torch keeps it as
 /// an int.
@@ -68,7 +72,7 @@ fn parts(flat: &[(String, f64)]) -> Vec<Vec<(String, f64)>> {
     for (k, v) in flat {
         if let Some((i, key)) = k.strip_prefix("schedulers.").and_then(|r| r.split_once('.')) {
             if let Ok(i) = i.parse::<usize>() {
-                if i < MAX_LIST as usize {
+                if i < MAX_PARTS {
                     if out.len() <= i {
                         out.resize_with(i + 1, Vec::new);
                     }
@@ -336,11 +340,11 @@ fn one_cycle_to_torch(f: &Flat, betas: bool) -> Result<Value> {
 }
 
 /// fulmen's OneCycleLR state from torch's, but for the ranges torch keeps
-/// in the optimizer's param groups ([`complete_from_groups`] adds them).
-fn one_cycle_from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
+/// in the optimizer's param groups ([`complete_from_groups`] adds them);
+/// `groups`: the most param groups its optimizer may have.
+fn one_cycle_from_torch(v: &Value, what: &str, groups: usize) -> Result<Vec<(String, f64)>> {
     let num = |key: &str| -> Result<f64> { number(field(v, key, what)?, &format!("{what}.{key}")) };
-    let list =
-        |key: &str| -> Result<Vec<f64>> { super::value::numbers(field(v, key, what)?, &format!("{what}.{key}")) };
+    let list = |key: &str| -> Result<Vec<f64>> { numbers(field(v, key, what)?, &format!("{what}.{key}"), groups) };
     let phases = items(field(v, "_schedule_phases", what)?, &format!("{what}._schedule_phases"))?;
     let Some(names) = ONE_CYCLE_PHASES.iter().find(|n| n.len() == phases.len()) else {
         return Err(Error::format(format!("{what}: OneCycleLR with {} phases", phases.len())));
@@ -361,7 +365,7 @@ fn one_cycle_from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
     let total = num("total_steps")?;
     let base_lrs = list("base_lrs")?;
     let last_lr = list("_last_lr")?;
-    if base_lrs.len() as i64 > MAX_LIST || last_lr.len() != base_lrs.len() {
+    if last_lr.len() != base_lrs.len() {
         return Err(Error::format(format!("{what}: base_lrs and _last_lr do not list the same groups")));
     }
     let cycle = matches!(v.get("cycle_momentum"), Some(Value::Bool(true)));
@@ -370,7 +374,7 @@ fn one_cycle_from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
     out.extend(last_lr.iter().enumerate().map(|(i, x)| (format!("last_lr.{i}"), *x)));
     for (k, x) in [
         ("total_steps", total),
-        ("pct_start", (ends[0] + 1.0) / total),
+        ("pct_start", finite((ends[0] + 1.0) / total, &format!("{what}: the first phase's share of total_steps"))?),
         ("anneal_linear", f64::from(u8::from(anneal == "linear"))),
         ("cycle_momentum", f64::from(u8::from(cycle))),
         ("three_phase", f64::from(u8::from(ends.len() == 3))),
@@ -534,17 +538,15 @@ fn plateau_to_torch(f: &Flat) -> Result<Value> {
 }
 
 /// fulmen's flat state from torch's state_dict of a scheduler (`what`
-/// names it in errors).
-pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
+/// names it in errors). `groups` is the most param groups its optimizer
+/// may have: a per-group list (`base_lrs`, `_last_lr`, `min_lrs`, ...)
+/// longer than that is refused before any entry is read. Every number
+/// must be finite but ReduceLROnPlateau's `best` and `mode_worse`, which
+/// may be infinite (torch starts them at the mode's worst), never NaN.
+pub fn from_torch(v: &Value, what: &str, groups: usize) -> Result<Vec<(String, f64)>> {
     let mut out: Vec<(String, f64)> = Vec::new();
     let num = |key: &str| -> Result<f64> { number(field(v, key, what)?, &format!("{what}.{key}")) };
-    let list = |key: &str| -> Result<Vec<f64>> {
-        let values = super::value::numbers(field(v, key, what)?, &format!("{what}.{key}"))?;
-        if values.len() as i64 > MAX_LIST {
-            return Err(Error::format(format!("{what}.{key} is too long")));
-        }
-        Ok(values)
-    };
+    let list = |key: &str| -> Result<Vec<f64>> { numbers(field(v, key, what)?, &format!("{what}.{key}"), groups) };
     let push_list = |out: &mut Vec<(String, f64)>, name: &str, values: &[f64]| {
         out.extend(values.iter().enumerate().map(|(i, x)| (format!("{name}.{i}"), *x)));
     };
@@ -559,9 +561,10 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
         let mode = string(field(v, "mode", what)?, &format!("{what}.mode"))?;
         let threshold_mode = string(field(v, "threshold_mode", what)?, &format!("{what}.threshold_mode"))?;
         let last_lr = list("_last_lr")?;
+        let best = plateau_best(v, mode == "max", what)?;
         for (k, x) in [
             ("last_epoch", num("last_epoch")?),
-            ("best", num("best")?),
+            ("best", best),
             ("num_bad_epochs", num("num_bad_epochs")?),
             ("cooldown_counter", num("cooldown_counter")?),
             ("mode_max", f64::from(u8::from(mode == "max"))),
@@ -583,10 +586,10 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
         return Ok(out);
     }
     if v.get("total_size").is_some() && v.get("step_ratio").is_some() {
-        return cyclic_from_torch(v, what);
+        return cyclic_from_torch(v, what, groups);
     }
     if v.get("_schedule_phases").is_some() {
-        return one_cycle_from_torch(v, what);
+        return one_cycle_from_torch(v, what, groups);
     }
     if let Some(strategy) = v.get("_anneal_strategy") {
         // SWALR; its SWA lrs come from the groups (complete_from_groups).
@@ -614,7 +617,9 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
     if let Some(lambdas) = v.get("lr_lambdas") {
         // A function torch could save (a callable object) is state fulmen
         // cannot take: the host's callback computes the factor.
-        if items(lambdas, &format!("{what}.lr_lambdas"))?.iter().any(|l| !matches!(l, Value::None)) {
+        let lambdas = items(lambdas, &format!("{what}.lr_lambdas"))?;
+        check_len(lambdas.len(), groups, &format!("{what}.lr_lambdas"))?;
+        if lambdas.iter().any(|l| !matches!(l, Value::None)) {
             return Err(Error::unsupported(format!(
                 "{what}: a LambdaLR / MultiplicativeLR whose lr_lambda kept state (a callable object)"
             )));
@@ -626,9 +631,7 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
     }
     if let Some(parts) = v.get("_schedulers") {
         let parts = items(parts, &format!("{what}._schedulers"))?;
-        if parts.len() as i64 > MAX_LIST {
-            return Err(Error::format(format!("{what}._schedulers is too long")));
-        }
+        check_len(parts.len(), MAX_PARTS, &format!("{what}._schedulers"))?;
         if v.get("_milestones").is_none() {
             // ChainedScheduler.
             if parts.is_empty() {
@@ -637,18 +640,20 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
             out.push(("chain.len".into(), parts.len() as f64));
             push_list(&mut out, "last_lr", &list("_last_lr")?);
             for (i, p) in parts.iter().enumerate() {
-                let sub = from_torch(p, &format!("{what}._schedulers[{i}]"))?;
+                let sub = from_torch(p, &format!("{what}._schedulers[{i}]"), groups)?;
                 out.extend(sub.into_iter().map(|(k, x)| (format!("schedulers.{i}.{k}"), x)));
             }
             return Ok(out);
         }
-        let milestones = list("_milestones")?;
+        // One milestone between each two of its schedulers.
+        let milestones =
+            numbers(field(v, "_milestones", what)?, &format!("{what}._milestones"), parts.len().saturating_sub(1))?;
         out.push(("last_epoch".into(), num("last_epoch")?));
         out.push(("milestones.len".into(), milestones.len() as f64));
         push_list(&mut out, "milestones", &milestones);
         push_list(&mut out, "last_lr", &list("_last_lr")?);
         for (i, p) in parts.iter().enumerate() {
-            let sub = from_torch(p, &format!("{what}._schedulers[{i}]"))?;
+            let sub = from_torch(p, &format!("{what}._schedulers[{i}]"), groups)?;
             out.extend(sub.into_iter().map(|(k, x)| (format!("schedulers.{i}.{k}"), x)));
         }
         return Ok(out);
@@ -658,7 +663,9 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
     push_list(&mut out, "last_lr", &list("_last_lr")?);
     if let Some(m) = v.get("milestones") {
         let mut milestones = Vec::new();
-        for (k, n) in entries(m, &format!("{what}.milestones"))? {
+        let counted = entries(m, &format!("{what}.milestones"))?;
+        check_len(counted.len(), MAX_LIST as usize, &format!("{what}.milestones"))?;
+        for (k, n) in counted {
             let k = whole(k, &format!("{what}.milestones key"), super::super::file::MAX_COUNTER)?;
             let n = whole(n, &format!("{what}.milestones[{k}]"), MAX_LIST)?;
             if milestones.len() as i64 + n > MAX_LIST {
@@ -697,21 +704,37 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
     )))
 }
 
-fn cyclic_from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
+/// ReduceLROnPlateau's `best`: a number, infinite where torch starts it
+/// (its mode's worst) or after an infinite metric, never NaN; its
+/// `mode_worse`, when present, must be its mode's worst (`max`: -inf).
+fn plateau_best(v: &Value, max: bool, what: &str) -> Result<f64> {
+    if let Some(w) = v.get("mode_worse") {
+        let worst = if max { f64::NEG_INFINITY } else { f64::INFINITY };
+        let w = number_or(w, Infinity::Allowed, &format!("{what}.mode_worse"))?;
+        if w != worst {
+            return Err(Error::format(format!("{what}.mode_worse is {w}, where its mode keeps {worst}")));
+        }
+    }
+    number_or(field(v, "best", what)?, Infinity::Allowed, &format!("{what}.best"))
+}
+
+/// fulmen's CyclicLR state from torch's (`groups`: the most param groups
+/// its optimizer may have).
+fn cyclic_from_torch(v: &Value, what: &str, groups: usize) -> Result<Vec<(String, f64)>> {
     let num = |key: &str| -> Result<f64> { number(field(v, key, what)?, &format!("{what}.{key}")) };
     let list =
-        |key: &str| -> Result<Vec<f64>> { super::value::numbers(field(v, key, what)?, &format!("{what}.{key}")) };
+        |key: &str, max: usize| -> Result<Vec<f64>> { numbers(field(v, key, what)?, &format!("{what}.{key}"), max) };
     let mode = string(field(v, "mode", what)?, &format!("{what}.mode"))?;
     let mode = CYCLIC_MODES
         .iter()
         .position(|m| *m == mode)
         .ok_or_else(|| Error::unsupported(format!("{what}: CyclicLR mode {mode:?} (a custom scale_fn)")))?;
     let (total, ratio) = (num("total_size")?, num("step_ratio")?);
-    let up = (total * ratio).round();
+    let up = finite((total * ratio).round(), &format!("{what}: total_size * step_ratio"))?;
     let cycle_momentum = matches!(v.get("cycle_momentum"), Some(Value::Bool(true)));
-    let base_lrs = list("base_lrs")?;
-    let last_lr = list("_last_lr")?;
-    if base_lrs.len() as i64 > MAX_LIST || last_lr.len() != base_lrs.len() {
+    let base_lrs = list("base_lrs", groups)?;
+    let last_lr = list("_last_lr", groups)?;
+    if last_lr.len() != base_lrs.len() {
         return Err(Error::format(format!("{what}: base_lrs and _last_lr do not list the same groups")));
     }
     let mut out = vec![("last_epoch".to_string(), num("last_epoch")?)];
@@ -719,7 +742,8 @@ fn cyclic_from_torch(v: &Value, what: &str) -> Result<Vec<(String, f64)>> {
     out.extend(last_lr.iter().enumerate().map(|(i, x)| (format!("last_lr.{i}"), *x)));
     // Each group's range (torch keeps lists); the options as group 0 has them.
     let per_group = |key: &str, default: f64| -> Result<Vec<f64>> {
-        let values = if cycle_momentum || key == "max_lrs" { list(key)? } else { vec![default; base_lrs.len()] };
+        let values =
+            if cycle_momentum || key == "max_lrs" { list(key, base_lrs.len())? } else { vec![default; base_lrs.len()] };
         if values.len() != base_lrs.len() {
             return Err(Error::format(format!("{what}.{key} does not list the {} groups", base_lrs.len())));
         }

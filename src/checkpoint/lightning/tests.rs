@@ -6,17 +6,17 @@ use crate::checkpoint::LoopInfo;
 use crate::error::ErrorCode;
 use crate::test_dirs::TempDir;
 
-fn scalar(v: f64) -> Tensor {
+pub(super) fn scalar(v: f64) -> Tensor {
     Tensor::from_slice(&[v]).reshape([0i64; 0])
 }
 
-fn flat_numbers(pairs: &[(&str, f64)]) -> Vec<(String, f64)> {
+pub(super) fn flat_numbers(pairs: &[(&str, f64)]) -> Vec<(String, f64)> {
     pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
 }
 
 /// A checkpoint of an Adam run with a SequentialLR and an SGD run with
 /// ReduceLROnPlateau, an EarlyStopping and a ModelCheckpoint.
-fn sample() -> Checkpoint {
+pub(super) fn sample() -> Checkpoint {
     let w = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0]).reshape([2, 2]);
     let adam = vec![
         ("param_groups.0.params".to_string(), Tensor::from_slice(&[0i64])),
@@ -140,7 +140,7 @@ fn sample() -> Checkpoint {
     ck
 }
 
-fn through_bytes(ck: &Checkpoint, prefix: &str) -> Value {
+pub(super) fn through_bytes(ck: &Checkpoint, prefix: &str) -> Value {
     let bytes = to_bytes(&to_lightning(ck, prefix).unwrap()).unwrap();
     read_bytes(&bytes, "written").unwrap()
 }
@@ -151,7 +151,7 @@ fn sorted<T, U>(v: &[(String, T)], key: impl Fn(&T) -> U) -> Vec<(String, U)> {
     out
 }
 
-fn numbers_of(t: &Tensor) -> Vec<f64> {
+pub(super) fn numbers_of(t: &Tensor) -> Vec<f64> {
     Vec::<f64>::try_from(t.to_kind(tch::Kind::Double).flatten(0, -1)).unwrap()
 }
 
@@ -310,15 +310,19 @@ fn malformed_checkpoints_are_refused() {
     refused(with("callbacks", Value::List(vec![])), ErrorCode::Format, "callbacks");
 }
 
-#[test]
-fn every_writable_scheduler_reads_back() {
+/// A state of each scheduler kind Lightning's format writes but
+/// OneCycleLR, ReduceLROnPlateau and SWALR (LambdaLR, StepLR, MultiStepLR,
+/// ExponentialLR, CosineAnnealingLR, LinearLR, ConstantLR, PolynomialLR,
+/// CosineAnnealingWarmRestarts, CyclicLR), all over one param group; and a
+/// ChainedScheduler and a SequentialLR of two of them.
+pub(super) fn writable_states() -> (Vec<Vec<(String, f64)>>, [Vec<(String, f64)>; 2]) {
     let base = [("last_epoch", 7.0), ("base_lrs.0", 0.1), ("last_lr.0", 0.05)];
     let with = |extra: &[(&str, f64)]| {
         let mut all: Vec<(&str, f64)> = base.to_vec();
         all.extend_from_slice(extra);
         flat_numbers(&all)
     };
-    let states = [
+    let states = vec![
         with(&[]), // LambdaLR / MultiplicativeLR
         with(&[("step_size", 2.0), ("gamma", 0.5)]),
         with(&[
@@ -362,10 +366,15 @@ fn every_writable_scheduler_reads_back() {
         chained.extend(part.iter().map(|(k, v)| (format!("schedulers.{i}.{k}"), *v)));
         sequential.extend(part.iter().map(|(k, v)| (format!("schedulers.{i}.{k}"), *v)));
     }
-    let composite = [chained, sequential];
+    (states, [chained, sequential])
+}
+
+#[test]
+fn every_writable_scheduler_reads_back() {
+    let (states, composite) = writable_states();
     for state in states.iter().chain(&composite) {
         let torch = scheduler::to_torch(state, false).unwrap();
-        let back = scheduler::from_torch(&torch, "scheduler").unwrap();
+        let back = scheduler::from_torch(&torch, "scheduler", 1).unwrap();
         assert_eq!(sorted(state, |v| *v), sorted(&back, |v| *v), "{torch:?}");
     }
     // Warm restarts: torch's T_cur / T_i after 7 steps of periods 3, 6.
@@ -408,7 +417,7 @@ fn one_cycle_round_trips_through_torch_and_the_param_groups() {
             groups.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
             ["max_lr", "min_lr", "max_momentum", "base_momentum"]
         );
-        let mut back = scheduler::from_torch(&torch, "scheduler").unwrap();
+        let mut back = scheduler::from_torch(&torch, "scheduler", 1).unwrap();
         complete_from_groups(&mut back, &groups, "scheduler").unwrap();
         let mut s2 = OneCycleLr::new(&mut o2, OneCycleOptions::new(3.0, 50)).unwrap();
         s2.load_state_dict(&back).unwrap();
@@ -419,7 +428,7 @@ fn one_cycle_round_trips_through_torch_and_the_param_groups() {
             assert_eq!(o.param_groups()[0].momentum.to_bits(), o2.param_groups()[0].momentum.to_bits());
         }
         // Without the param groups' ranges, the state is incomplete.
-        let mut bare = scheduler::from_torch(&torch, "scheduler").unwrap();
+        let mut bare = scheduler::from_torch(&torch, "scheduler", 1).unwrap();
         let err = complete_from_groups(&mut bare, &[], "scheduler").unwrap_err();
         assert!(err.message.contains("max_lr"), "{err}");
     }
@@ -441,7 +450,7 @@ fn one_cycle_round_trips_through_torch_and_the_param_groups() {
     let groups: Vec<(String, Vec<f64>)> =
         scheduler::group_entries(&state).iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
     assert!(groups.iter().any(|(k, _)| k == "max_lr"), "{groups:?}");
-    let mut back = scheduler::from_torch(&scheduler::to_torch(&state, false).unwrap(), "scheduler").unwrap();
+    let mut back = scheduler::from_torch(&scheduler::to_torch(&state, false).unwrap(), "scheduler", 1).unwrap();
     complete_from_groups(&mut back, &groups, "scheduler").unwrap();
     let mut s2 = sequential(&mut o2);
     s2.load_state_dict(&back).unwrap();

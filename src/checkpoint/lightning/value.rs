@@ -1,5 +1,6 @@
 //! Small helpers to build and read the [`Value`] trees of Lightning
 //! checkpoints, with errors that name where in the file a value was.
+use crate::checkpoint::numbers::{check_len, finite, finite_or, Infinity};
 use crate::checkpoint::torch_save::Value;
 use crate::error::{Error, Result};
 use tch::{Kind, Tensor};
@@ -59,8 +60,9 @@ pub fn tensor_number(t: &Tensor, what: &str) -> Result<f64> {
     Ok(t.f_reshape([1i64])?.f_to_kind(Kind::Double)?.f_double_value(&[0])?)
 }
 
-/// A number: an int, a float, a bool or a one-element tensor.
-pub fn number(v: &Value, what: &str) -> Result<f64> {
+/// A number as the file holds it, NaN and infinities included: an int, a
+/// float, a bool or a one-element tensor.
+fn any_number(v: &Value, what: &str) -> Result<f64> {
     match v {
         Value::Int(i) => Ok(*i as f64),
         Value::Float(f) => Ok(*f),
@@ -68,6 +70,18 @@ pub fn number(v: &Value, what: &str) -> Result<f64> {
         Value::Tensor(t) => tensor_number(t, what),
         _ => Err(Error::format(format!("{what} is not a number"))),
     }
+}
+
+/// A finite number (an int, a float, a bool or a one-element tensor); NaN
+/// and infinities are a `Format` error naming `what`.
+pub fn number(v: &Value, what: &str) -> Result<f64> {
+    finite(any_number(v, what)?, what)
+}
+
+/// A number that may also be the `allowed` infinity (a best score torch
+/// starts from), never NaN.
+pub fn number_or(v: &Value, allowed: Infinity, what: &str) -> Result<f64> {
+    finite_or(any_number(v, what)?, allowed, what)
 }
 
 /// The parameter ids of a param group's `params` list (`what` names the
@@ -96,9 +110,19 @@ pub fn whole_field(v: &Value, key: &str, what: &str, max: i64) -> Result<i64> {
     whole(field(v, key, what)?, &format!("{what}.{key}"), max)
 }
 
-/// A list of numbers.
-pub fn numbers(v: &Value, what: &str) -> Result<Vec<f64>> {
-    items(v, what)?.iter().enumerate().map(|(i, x)| number(x, &format!("{what}[{i}]"))).collect()
+/// A list of at most `max` finite numbers, its length checked before any
+/// entry is read.
+pub fn numbers(v: &Value, what: &str, max: usize) -> Result<Vec<f64>> {
+    let list = items(v, what)?;
+    check_len(list.len(), max, what)?;
+    list.iter()
+        .enumerate()
+        .map(|(i, x)| match x {
+            Value::Float(f) if f.is_finite() => Ok(*f),
+            Value::Int(n) => Ok(*n as f64),
+            x => number(x, &format!("{what}[{i}]")),
+        })
+        .collect()
 }
 
 /// A string value, or an error naming `what`.
@@ -119,7 +143,7 @@ pub fn as_text(v: &Value) -> Option<String> {
         Value::Int(i) => Some(i.to_string()),
         Value::Float(f) => Some(f.to_string()),
         Value::Str(s) => Some(s.clone()),
-        Value::Tensor(t) if t.numel() == 1 => number(v, "").ok().map(|f| f.to_string()),
+        Value::Tensor(t) if t.numel() == 1 => any_number(v, "").ok().map(|f| f.to_string()),
         _ => None,
     }
 }

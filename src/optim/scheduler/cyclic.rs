@@ -279,7 +279,7 @@ impl LrScheduler for CyclicLr {
         opts.validate().map_err(|m| Error::format(format!("cyclic_lr state dict: {m}")))?;
         // Each group's range; older states keep one for all groups.
         let groups = base.base_lrs.len();
-        let ranges: Vec<[f64; 3]> = match l.optional("ranges.len") {
+        let ranges: Vec<[f64; 3]> = match l.optional("ranges.len")? {
             Some(n) if n != groups as f64 => return Err(l.bad("ranges.len", n)),
             Some(_) => (0..groups)
                 .map(|i| {

@@ -12,6 +12,7 @@
 //! Like torch, constructing a scheduler records `initial_lr` in every group
 //! (if unset) and writes the lr of epoch 0 into the optimizer.
 use super::Optimizer;
+use crate::checkpoint::numbers::{finite_or, Infinity};
 use crate::error::{Error, ErrorCode, Result};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -265,7 +266,7 @@ impl Base {
 /// state's own entries.
 pub(crate) fn load_last_lr(l: &Lookup, n: usize) -> Result<Vec<f64>> {
     let mut last_lr: Vec<f64> = (0..n).map(|i| l.get(&format!("last_lr.{i}"))).collect::<Result<_>>()?;
-    while let Some(v) = l.optional(&format!("last_lr.{}", last_lr.len())) {
+    while let Some(v) = l.optional(&format!("last_lr.{}", last_lr.len()))? {
         last_lr.push(v);
     }
     Ok(last_lr)
@@ -290,12 +291,20 @@ impl<'a> Lookup<'a> {
         Ok(Lookup { kind, map, used: RefCell::new(HashSet::new()) })
     }
 
-    /// The value of `key`, or a `Format` error when it is missing.
+    /// The value of `key`: a `Format` error when it is missing or not
+    /// finite (a NaN or infinite learning rate, factor or count is never
+    /// a scheduler's state).
     pub fn get(&self, key: &str) -> Result<f64> {
+        self.get_or(key, Infinity::Refused)
+    }
+
+    /// The value of `key`, which may also be infinite where `infinity`
+    /// allows it (a best score), never NaN.
+    pub fn get_or(&self, key: &str, infinity: Infinity) -> Result<f64> {
         match self.map.get_key_value(key) {
             Some((k, v)) => {
                 self.used.borrow_mut().insert(*k);
-                Ok(*v)
+                finite_or(*v, infinity, &format!("{} state dict: '{key}'", self.kind))
             }
             None => Err(Error::format(format!(
                 "{} state dict: missing key '{key}' (is it the state of a {} scheduler?)",
@@ -304,12 +313,13 @@ impl<'a> Lookup<'a> {
         }
     }
 
-    /// The value of `key` when present (then counted as read).
-    pub fn optional(&self, key: &str) -> Option<f64> {
+    /// The value of `key` when present (then counted as read and checked
+    /// as [`Lookup::get`] checks it).
+    pub fn optional(&self, key: &str) -> Result<Option<f64>> {
         if self.map.contains_key(key) {
-            self.get(key).ok()
+            self.get(key).map(Some)
         } else {
-            None
+            Ok(None)
         }
     }
 

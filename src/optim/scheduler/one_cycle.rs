@@ -306,10 +306,10 @@ impl LrScheduler for OneCycleLr {
         opts.validate().map_err(|m| Error::format(format!("one_cycle_lr state dict: {m}")))?;
         // The resolved values (older states lack them: derived as at
         // construction).
-        let min_lr = l.optional("min_lr").unwrap_or(opts.max_lr / opts.div_factor / opts.final_div_factor);
+        let min_lr = l.optional("min_lr")?.unwrap_or(opts.max_lr / opts.div_factor / opts.final_div_factor);
         // Each group's range; older states keep one for all groups.
         let groups = base.base_lrs.len();
-        let ranges: Vec<GroupRange> = match l.optional("ranges.len") {
+        let ranges: Vec<GroupRange> = match l.optional("ranges.len")? {
             Some(n) if n != groups as f64 => return Err(l.bad("ranges.len", n)),
             Some(_) => (0..groups)
                 .map(|i| {
@@ -344,7 +344,7 @@ impl LrScheduler for OneCycleLr {
         let derived = opts.phases();
         let mut phase_ends = Vec::with_capacity(derived.len());
         for (i, p) in derived.iter().enumerate() {
-            phase_ends.push(l.optional(&format!("phase_end.{i}")).unwrap_or(p.0));
+            phase_ends.push(l.optional(&format!("phase_end.{i}"))?.unwrap_or(p.0));
         }
         // As `validate`: no empty phase (torch would divide by zero), the
         // last one ending at the last step; a finite min_lr >= 0.

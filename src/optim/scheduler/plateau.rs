@@ -1,5 +1,6 @@
 //! `torch.optim.lr_scheduler.ReduceLROnPlateau`.
 use super::{Lookup, LrScheduler};
+use crate::checkpoint::numbers::Infinity;
 use crate::error::{Error, Result};
 use crate::optim::Optimizer;
 
@@ -281,20 +282,23 @@ impl LrScheduler for ReduceLrOnPlateau {
         // Older states keep one min_lr for every group (as many as the
         // last_lr values the state holds); a list may be shorter than the
         // groups, as torch's is after a group was added.
-        let min_lrs: Vec<f64> = match l.optional("min_lrs.len") {
+        let min_lrs: Vec<f64> = match l.optional("min_lrs.len")? {
             Some(len) if !((0.0..=1e6).contains(&len) && len.fract() == 0.0) => return Err(l.bad("min_lrs.len", len)),
             Some(len) => (0..len as u64).map(|i| l.get(&format!("min_lrs.{i}"))).collect::<Result<_>>()?,
             None => vec![opts.min_lr; last_lr.len()],
         };
-        let per_group = l.optional("min_lr_per_group").is_some_and(|v| v == 1.0);
+        let per_group = l.optional("min_lr_per_group")?.is_some_and(|v| v == 1.0);
         if let Some(bad) = min_lrs.iter().find(|v| !(v.is_finite() && **v >= 0.0)) {
             return Err(Error::format(format!("reduce_lr_on_plateau state dict: min_lr {bad}")));
         }
+        // torch starts `best` at the mode's worst, an infinity, and takes
+        // an infinite metric as it is.
+        let best = l.get_or("best", Infinity::Allowed)?;
         let new = ReduceLrOnPlateau {
             opts,
             min_lrs,
             per_group,
-            best: l.get("best")?,
+            best,
             num_bad_epochs: count("num_bad_epochs")?,
             cooldown_counter: count("cooldown_counter")?,
             last_epoch: l.int("last_epoch")?,
