@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use tch::{Kind, Tensor};
 
 /// The most param groups an optimizer state may hold.
-pub const MAX_GROUPS: usize = 1 << 16;
+pub(crate) const MAX_GROUPS: usize = 1 << 16;
 
 /// Group entries torch keeps as booleans.
 const FLAGS: &[&str] = &["amsgrad", "maximize", "nesterov", "centered", "decoupled_weight_decay"];
