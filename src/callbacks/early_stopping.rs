@@ -186,10 +186,10 @@ impl Callback for EarlyStopping {
         ])
     }
 
-    /// Restores the counters and the best score: counts are whole numbers
-    /// >= 0, the best score a number (infinite where it starts, or after an
-    /// infinite metric), never NaN; anything else is a `Format` error and
-    /// changes nothing.
+    /// Restores the counters and the best score: counts are whole numbers,
+    /// not negative; the best score a number (infinite where it starts, or
+    /// after an infinite metric), never NaN; anything else is a `Format`
+    /// error and changes nothing.
     fn load_state_dict(&mut self, state: &BTreeMap<String, String>) -> Result<()> {
         let num = |k: &str, allowed: Infinity| -> Result<f64> {
             let v = state

@@ -110,7 +110,7 @@ fn check_group_numbers(g: &Value, what: &str) -> Result<()> {
                 number(x, &format!("{what}.{k}"))?;
             }
             Value::Tuple(items) | Value::List(items) if k != "params" => {
-                for (m, item) in items.iter().enumerate().filter(|(_, item)| numeric(*item)) {
+                for (m, item) in items.iter().enumerate().filter(|(_, item)| numeric(item)) {
                     number(item, &format!("{what}.{k}[{m}]"))?;
                 }
             }

@@ -310,12 +310,15 @@ fn malformed_checkpoints_are_refused() {
     refused(with("callbacks", Value::List(vec![])), ErrorCode::Format, "callbacks");
 }
 
+/// A scheduler's state as (key, value) entries.
+pub(super) type SchedulerState = Vec<(String, f64)>;
+
 /// A state of each scheduler kind Lightning's format writes but
 /// OneCycleLR, ReduceLROnPlateau and SWALR (LambdaLR, StepLR, MultiStepLR,
 /// ExponentialLR, CosineAnnealingLR, LinearLR, ConstantLR, PolynomialLR,
 /// CosineAnnealingWarmRestarts, CyclicLR), all over one param group; and a
 /// ChainedScheduler and a SequentialLR of two of them.
-pub(super) fn writable_states() -> (Vec<Vec<(String, f64)>>, [Vec<(String, f64)>; 2]) {
+pub(super) fn writable_states() -> (Vec<SchedulerState>, [SchedulerState; 2]) {
     let base = [("last_epoch", 7.0), ("base_lrs.0", 0.1), ("last_lr.0", 0.05)];
     let with = |extra: &[(&str, f64)]| {
         let mut all: Vec<(&str, f64)> = base.to_vec();
