@@ -112,12 +112,13 @@ def _kill_group(pid):
         pass
 
 
-def run_process(argv, timeout):
-    """(stdout text, stderr tail, exit code, peak RSS KiB, wall s) of one run."""
+def run_process(argv, timeout, env=None):
+    """(stdout text, stderr tail, exit code, peak RSS KiB, wall s) of one run
+    (`env`: its environment, None for this one's)."""
     with tempfile.TemporaryFile() as err:
         start = datetime.datetime.now()
         p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=err,
-                             text=True, start_new_session=True)
+                             text=True, start_new_session=True, env=env)
         timer = threading.Timer(timeout, _kill_group, (p.pid,))
         timer.start()
         try:
@@ -134,13 +135,13 @@ def run_process(argv, timeout):
     return out, tail, p.returncode, usage.ru_maxrss, wall
 
 
-def run_one(name, argv, workload, ranks, threads, args, repeat):
+def run_one(name, argv, workload, ranks, threads, args, repeat, env=None):
     cmd = argv + ["--workload", workload, "--data", args.data, "--epochs", str(args.epochs),
                   "--warmup", str(args.warmup), "--threads", str(threads), "--seed", str(args.seed),
                   "--accelerator", args.accelerator]
     if ranks is not None:
         cmd += ["--ranks", str(ranks)]
-    out, tail, code, rss, wall = run_process(cmd, args.timeout)
+    out, tail, code, rss, wall = run_process(cmd, args.timeout, env)
     lines, epochs, done = [], [], False
     for line in out.splitlines():
         try:
@@ -183,6 +184,21 @@ def timed_runs(plan, commands, args):
     return runs
 
 
+def preflight(commands, jobs, args):
+    """One short run (an epoch, no warm-up) of each contender on each job,
+    with the arguments the timed runs pass: a contender that cannot run
+    stops the benchmark in seconds, not after hours of timed runs."""
+    short = argparse.Namespace(**{**vars(args), "epochs": 1, "warmup": 0})
+    for w, ranks, threads in jobs:
+        for c, argv in commands.items():
+            if ranks is not None and not CONTENDERS[c][3]:
+                continue
+            print(f"[preflight] {c} {w} ranks={ranks}", file=sys.stderr, flush=True)
+            run = run_one(c, argv, w, ranks, threads, short, 0)
+            if not run["ok"]:
+                raise failure(f"{c} {w} (preflight)", run, 1)
+
+
 def callgrind_total(path):
     """The instructions (Ir) a callgrind output file counts, or None."""
     with open(path, errors="replace") as f:
@@ -196,9 +212,13 @@ def callgrind_run(name, argv, workload, epochs, args):
     label = f"{name} {workload} under callgrind, {epochs} epoch(s)"
     print(f"[callgrind] {label}", file=sys.stderr, flush=True)
     run_args = argparse.Namespace(**{**vars(args), "epochs": epochs, "warmup": 0, "timeout": args.callgrind_timeout})
+    # The same for every contender: oneDNN's AVX JIT kernels exhaust
+    # valgrind's translation storage (as in `make test-valgrind`), and a
+    # fixed hash seed keeps Python's dict work the same from run to run.
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "SSE41", "PYTHONHASHSEED": "0"}
     with tempfile.TemporaryDirectory() as d:
         valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + os.path.join(d, "callgrind.%p")]
-        run = run_one(name, valgrind + argv, workload, None, args.threads, run_args, 0)
+        run = run_one(name, valgrind + argv, workload, None, args.threads, run_args, 0, env)
         if not run["ok"]:
             raise failure(label, run, epochs)
         totals = [callgrind_total(os.path.join(d, f)) for f in os.listdir(d)]
@@ -293,6 +313,7 @@ def main():
         notes.append(why)
         args.callgrind = False
     try:
+        preflight(commands, jobs, args)
         runs = timed_runs(plan, commands, args)
         counts = callgrind_counts(commands, args) if args.callgrind else {}
         micro = {}

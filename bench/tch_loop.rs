@@ -103,7 +103,7 @@ fn model(vs: &nn::Path, workload: &str) -> nn::Sequential {
                 .add_fn(|x| x.relu().max_pool2d_default(2).flatten(1, -1))
                 .add(nn::linear(vs / "7", 32 * 7 * 7, 10, Default::default()))
         }
-        other => panic!("unknown workload {other}"),
+        other => usage(&format!("unknown workload {other}")),
     }
 }
 

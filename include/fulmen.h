@@ -3799,7 +3799,8 @@ struct fulmen_error *fulmen_distributed_shutdown(double timeout_s);
  * step then calls `fulmen_ddp_prepare_forward`, the forward,
  * `fulmen_ddp_prepare_backward` with the loss, and backward, on every rank
  * (Python ranks running DistributedDataParallel included). Errors:
- * FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_INVALID_ARGUMENT (no
+ * FULMEN_CODE_INVALID_STATE (not joined, or called from inside a
+ * collectives slot), FULMEN_CODE_INVALID_ARGUMENT (no
  * trainable parameter), FULMEN_CODE_DISTRIBUTED (ranks disagree, a rank
  * failed, timeout).
  */
@@ -3823,7 +3824,8 @@ struct fulmen_error *fulmen_ddp_set_sync(struct fulmen_ddp *ddp, bool sync);
  * it prepares the Reducer and rebuilds its buckets after the first
  * iteration; it broadcasts rank 0's buffers when the previous forward
  * synchronized (broadcast_buffers). A forward under no-grad (evaluation)
- * calls it too. Errors: FULMEN_CODE_DISTRIBUTED.
+ * calls it too. Errors: FULMEN_CODE_DISTRIBUTED; FULMEN_CODE_INVALID_STATE
+ * from inside a collectives slot.
  */
 struct fulmen_error *fulmen_ddp_prepare_forward(struct fulmen_ddp *ddp);
 

@@ -258,22 +258,9 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "x");
     }
 
-    /// `read_regular(path)` run on a thread: its result, or a panic when it
-    /// has not returned after 10 s (a FIFO waited on).
+    /// `read_regular(path)` run on a thread (`within_10s`).
     fn read_bounded(path: &Path) -> Result<Vec<u8>> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let p = path.to_path_buf();
-        std::thread::spawn(move || {
-            let _ = tx.send(read_regular(&p));
-        });
-        rx.recv_timeout(std::time::Duration::from_secs(10))
-            .unwrap_or_else(|_| panic!("reading {} did not return", path.display()))
-    }
-
-    fn make_fifo(path: &Path) {
-        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+        crate::test_dirs::within_10s(path, |p| read_regular(p))
     }
 
     #[test]
@@ -289,8 +276,7 @@ mod tests {
         let link = d.join("link.bin");
         std::os::unix::fs::symlink(&file, &link).unwrap();
         assert_eq!(read_bounded(&link).unwrap(), b"abc");
-        let fifo = d.join("fifo.pt");
-        make_fifo(&fifo);
+        let fifo = d.fifo("fifo.pt");
         let fifo_link = d.join("fifo-link.pt");
         std::os::unix::fs::symlink(&fifo, &fifo_link).unwrap();
         let socket = d.join("socket.pt");

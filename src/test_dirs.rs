@@ -26,11 +26,43 @@ impl TempDir {
         TempDir(dir)
     }
 
+    /// Makes the FIFO `name` in the folder; returns its path.
+    pub(crate) fn fifo(&self, name: &str) -> PathBuf {
+        let p = self.0.join(name);
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", p.display());
+        p
+    }
+
     /// Writes `bytes` to the file `name` in the folder; returns its path.
     pub(crate) fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
         let p = self.0.join(name);
         std::fs::write(&p, bytes).unwrap_or_else(|e| panic!("writing {}: {e}", p.display()));
         p
+    }
+}
+
+/// Runs `f(path)` on a thread and returns its result, or panics when it has
+/// not returned after 10 s: a reader waiting on a FIFO fails the test
+/// instead of hanging it.
+pub(crate) fn within_10s<T: Send + 'static>(path: &Path, f: impl FnOnce(&Path) -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = path.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(f(&p));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .unwrap_or_else(|_| panic!("reading {} did not return", path.display()))
+}
+
+/// Checks that `load` refuses a FIFO made in `dir`, `/dev/zero` and `dir`
+/// itself at once, with an IO error saying it is not a regular file.
+pub(crate) fn assert_special_files_refused<T: 'static>(dir: &TempDir, load: fn(&Path) -> crate::error::Result<T>) {
+    for path in [dir.fifo("fifo"), PathBuf::from("/dev/zero"), dir.to_path_buf()] {
+        let e = within_10s(&path, move |p| load(p).map(|_| ())).unwrap_err();
+        assert_eq!(e.code, crate::error::ErrorCode::Io, "{}", e.message);
+        assert!(e.message.contains("not a regular file"), "{}", e.message);
     }
 }
 

@@ -89,6 +89,7 @@ func main() {
 	threads := flag.Int("threads", 1, "intra-op threads")
 	seed := flag.Uint64("seed", 0, "random seed")
 	ranks := flag.Int("ranks", 1, "processes (2: strategy ddp)")
+	accelerator := flag.String("accelerator", "cpu", "cpu or cuda")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "fulmen_bench_go: unknown argument %s\n", flag.Arg(0))
@@ -185,7 +186,7 @@ func main() {
 		strategy = "ddp"
 	}
 	check("max_epochs", opts.SetInt("max_epochs", *warmup+*epochs))
-	check("accelerator", opts.Set("accelerator", "cpu"))
+	check("accelerator", opts.Set("accelerator", *accelerator))
 	check("devices", opts.Set("devices", fmt.Sprint(*ranks)))
 	check("strategy", opts.Set("strategy", strategy))
 	check("progress", opts.SetBool("enable_progress_bar", false))

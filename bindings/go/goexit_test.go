@@ -206,7 +206,7 @@ func (g *goexiter) run(t *testing.T, call func() error) {
 		return
 	}
 	task := fmt.Sprintf("/proc/self/task/%d", g.tid)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if _, err := os.Stat(task); errors.Is(err, fs.ErrNotExist) {
 			return
 		}

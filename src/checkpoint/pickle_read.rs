@@ -34,6 +34,11 @@ const MAX_DEPTH: u32 = 64;
 /// state; a memo this full takes about 120 MB. A memo bomb (MEMOIZE after
 /// MEMOIZE of one value) is refused there.
 const MAX_MEMO: usize = 1 << 20;
+/// Most items on the stack at once. Python's pickler (and fulmen's) writes
+/// containers in batches of 1000 items, so real pickles stay far below
+/// this; a pickle of millions of bare values is refused here instead of
+/// holding them all (some 48 bytes each).
+const MAX_STACK: usize = 1 << 20;
 /// Most MARKs open at once: each stands for a container being built, and
 /// real pickles open at most a couple per level of nesting.
 const MAX_MARKS: usize = 4 * MAX_DEPTH as usize;
@@ -270,6 +275,9 @@ impl<S: Storages> Reader<'_, S> {
         self.spend(s.values)?;
         if s.depth > MAX_DEPTH {
             return Err(self.bad(format!("containers nested deeper than {MAX_DEPTH}")));
+        }
+        if self.stack.len() >= MAX_STACK {
+            return Err(self.bad(format!("more than {MAX_STACK} items on the stack at once")));
         }
         self.stack.push(item);
         Ok(())

@@ -15,6 +15,9 @@ pub(super) struct Written {
 }
 
 /// The strides of a contiguous tensor of `size`, as torch computes them.
+/// Items per APPENDS or SETITEMS, as Python's pickler batches them.
+const BATCH: usize = 1000;
+
 fn contiguous_strides(size: &[i64]) -> Vec<i64> {
     let mut strides = vec![1i64; size.len()];
     for i in (0..size.len().saturating_sub(1)).rev() {
@@ -143,6 +146,20 @@ impl Writer {
         Ok(())
     }
 
+    /// APPENDS of `items` to the list on the stack, in batches of
+    /// [`BATCH`] as Python's pickler writes them, so a reader's stack holds
+    /// one batch at a time.
+    fn appends(&mut self, items: &[Value], depth: usize) -> Result<()> {
+        for batch in items.chunks(BATCH) {
+            self.out.push(b'(');
+            for it in batch {
+                self.value(it, depth + 1)?;
+            }
+            self.out.push(b'e');
+        }
+        Ok(())
+    }
+
     fn value(&mut self, v: &Value, depth: usize) -> Result<()> {
         if depth >= MAX_DEPTH {
             return Err(Error::invalid(format!("torch.save: values nested deeper than {MAX_DEPTH}")));
@@ -174,11 +191,9 @@ impl Writer {
                     ));
                 }
                 self.global("__builtin__", "set");
-                self.out.extend_from_slice(b"(](");
-                for it in items {
-                    self.value(it, depth + 1)?;
-                }
-                self.out.extend_from_slice(b"etR");
+                self.out.extend_from_slice(b"(]");
+                self.appends(items, depth)?;
+                self.out.extend_from_slice(b"tR");
             }
             Value::Tuple(items) => {
                 self.out.push(b'(');
@@ -188,24 +203,24 @@ impl Writer {
                 self.out.push(b't');
             }
             Value::List(items) => {
-                self.out.extend_from_slice(b"](");
-                for it in items {
-                    self.value(it, depth + 1)?;
-                }
-                self.out.push(b'e');
+                self.out.push(b']');
+                self.appends(items, depth)?;
             }
             Value::Dict(entries) => {
-                self.out.extend_from_slice(b"}(");
-                for (k, val) in entries {
-                    if matches!(k, Value::List(_) | Value::Dict(_) | Value::Set(_) | Value::Tensor(_)) {
-                        return Err(Error::invalid(
-                            "torch.save: a dict key must be hashable (not a list, dict, set or tensor)",
-                        ));
+                self.out.push(b'}');
+                for batch in entries.chunks(BATCH) {
+                    self.out.push(b'(');
+                    for (k, val) in batch {
+                        if matches!(k, Value::List(_) | Value::Dict(_) | Value::Set(_) | Value::Tensor(_)) {
+                            return Err(Error::invalid(
+                                "torch.save: a dict key must be hashable (not a list, dict, set or tensor)",
+                            ));
+                        }
+                        self.value(k, depth + 1)?;
+                        self.value(val, depth + 1)?;
                     }
-                    self.value(k, depth + 1)?;
-                    self.value(val, depth + 1)?;
+                    self.out.push(b'u');
                 }
-                self.out.push(b'u');
             }
             Value::Tensor(t) => self.tensor(t)?,
         }

@@ -157,21 +157,7 @@ fn empty_and_missing_files() {
 #[test]
 fn special_files_are_refused_without_waiting() {
     let dir = TempDir::new("data-special");
-    let fifo = dir.join("fifo.csv");
-    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: a NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    for path in [fifo, std::path::PathBuf::from("/dev/zero"), dir.to_path_buf()] {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let p = path.clone();
-        std::thread::spawn(move || {
-            let _ = tx.send(load_csv(&p, &opts(None)).map(|_| ()));
-        });
-        let r = rx.recv_timeout(std::time::Duration::from_secs(10));
-        let e = r.unwrap_or_else(|_| panic!("{} did not return", path.display())).unwrap_err();
-        assert_eq!(e.code, ErrorCode::Io, "{}", e.message);
-        assert!(e.message.contains("not a regular file"), "{}", e.message);
-    }
+    crate::test_dirs::assert_special_files_refused(&dir, |p| load_csv(p, &opts(None)));
 }
 
 #[test]

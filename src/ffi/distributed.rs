@@ -229,7 +229,8 @@ impl Handle for fulmen_ddp {
 /// step then calls `fulmen_ddp_prepare_forward`, the forward,
 /// `fulmen_ddp_prepare_backward` with the loss, and backward, on every rank
 /// (Python ranks running DistributedDataParallel included). Errors:
-/// FULMEN_CODE_INVALID_STATE (not joined), FULMEN_CODE_INVALID_ARGUMENT (no
+/// FULMEN_CODE_INVALID_STATE (not joined, or called from inside a
+/// collectives slot), FULMEN_CODE_INVALID_ARGUMENT (no
 /// trainable parameter), FULMEN_CODE_DISTRIBUTED (ranks disagree, a rank
 /// failed, timeout).
 #[no_mangle]
@@ -240,6 +241,7 @@ pub unsafe extern "C" fn fulmen_ddp_new(
 ) -> *mut fulmen_error {
     guard("fulmen_ddp_new", || {
         check_out(out, "out")?;
+        refuse_in_slot("fulmen_ddp_new")?;
         let m = &handle::borrow_mut(model, "model")?.inner;
         let s = &handle::borrow(strategy, "strategy")?.spec;
         let ctx = joined()?;
@@ -271,10 +273,12 @@ pub unsafe extern "C" fn fulmen_ddp_set_sync(ddp: *mut fulmen_ddp, sync: bool) -
 /// it prepares the Reducer and rebuilds its buckets after the first
 /// iteration; it broadcasts rank 0's buffers when the previous forward
 /// synchronized (broadcast_buffers). A forward under no-grad (evaluation)
-/// calls it too. Errors: FULMEN_CODE_DISTRIBUTED.
+/// calls it too. Errors: FULMEN_CODE_DISTRIBUTED; FULMEN_CODE_INVALID_STATE
+/// from inside a collectives slot.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_ddp_prepare_forward(ddp: *mut fulmen_ddp) -> *mut fulmen_error {
     guard("fulmen_ddp_prepare_forward", || {
+        refuse_in_slot("fulmen_ddp_prepare_forward")?;
         let mut d = handle::borrow_mut(ddp, "ddp")?;
         let d = &mut *d;
         d.ddp.pre_forward(crate::tensor::runtime::grad_enabled()).map_err(|e| d.ctx.explain(e))

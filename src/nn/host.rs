@@ -1,7 +1,7 @@
 //! Modules whose forward pass the host writes (a C callback), and
 //! parameters and buffers the host registers on any module: the way a
 //! custom `nn.Module` is written outside Python.
-use super::module::{is_floating, param_identity, Module, Slot};
+use super::module::{is_floating, memory_overlaps, param_identity, Module, Slot};
 use crate::error::{Error, Result};
 use tch::Tensor;
 
@@ -86,30 +86,36 @@ impl Module {
 
     /// The tensor of this module's tree that `tensor` is, in `slot` (a
     /// shallow clone: the same tensor); `None` when `tensor` is none of
-    /// them. Sharing an address and shape with one without being it
-    /// (other strides or dtype, or the other slot) is refused.
+    /// them. Sharing memory with one without being it (a view with another
+    /// start, shape, strides or dtype), or being one in the other slot, is
+    /// refused: the two would be updated and loaded as two tensors.
     fn tied_tensor(&self, tensor: &Tensor, slot: Slot) -> Result<Option<Tensor>> {
         let Some(id) = param_identity(tensor) else { return Ok(None) };
-        let mut found: Option<(String, Tensor, Slot)> = None;
-        self.visit("", &mut |n, t, s| {
-            if found.is_none() && param_identity(t).as_ref() == Some(&id) {
-                found = Some((n, t.shallow_clone(), s));
+        let mut same: Option<(String, Tensor, Slot)> = None;
+        let mut overlapping: Option<(String, Slot)> = None;
+        self.visit("", &mut |n, t, s| match param_identity(t) {
+            Some(other) if other == id => {
+                if same.is_none() {
+                    same = Some((n, t.shallow_clone(), s));
+                }
             }
+            Some(other) if overlapping.is_none() && memory_overlaps(&other, &id) => overlapping = Some((n, s)),
+            _ => {}
         });
-        let Some((existing, t, s)) = found else { return Ok(None) };
         let what = |k: Slot| if k == Slot::Param { "parameter" } else { "buffer" };
-        if s != slot {
+        if let Some((existing, s)) = overlapping {
             return Err(Error::invalid(format!(
-                "register_{}: the tensor is the {} {existing:?} of this model; \
-                 a tensor is a parameter or a buffer, not both",
+                "register_{}: the tensor is another view (start, shape, strides or dtype) of the memory of the {} \
+                 {existing:?} of this model; register that tensor itself to tie the two names",
                 what(slot),
                 what(s)
             )));
         }
-        if t.stride() != tensor.stride() || t.f_kind()? != tensor.f_kind()? {
+        let Some((existing, t, s)) = same else { return Ok(None) };
+        if s != slot {
             return Err(Error::invalid(format!(
-                "register_{}: the tensor is another view (strides or dtype) of the memory of the {} {existing:?} \
-                 of this model; register that tensor itself to tie the two names",
+                "register_{}: the tensor is the {} {existing:?} of this model; \
+                 a tensor is a parameter or a buffer, not both",
                 what(slot),
                 what(s)
             )));

@@ -650,16 +650,37 @@ fn no_child(path: &str, part: &str, parent: &Module) -> Error {
     ))
 }
 
-/// A parameter's identity: its storage address and shape. `None` for a
-/// tensor without plain storage, without elements or without data (sparse,
-/// oneDNN, empty, meta), which is never the same as another. Shallow
-/// clones of one tensor, and the names of a tied parameter, share it.
-pub(crate) fn param_identity(t: &Tensor) -> Option<(usize, Vec<i64>)> {
+/// What makes two tensor handles one parameter: the address of its first
+/// element, its shape, strides, dtype and device.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ParamId {
+    ptr: usize,
+    size: Vec<i64>,
+    stride: Vec<i64>,
+    kind: Kind,
+    device: tch::Device,
+}
+
+/// A parameter's identity (`ParamId`). `None` for a tensor without plain
+/// storage, without elements or without data (sparse, oneDNN, empty, meta),
+/// which is never the same as another. Shallow clones of one tensor, and
+/// the names of a tied parameter, share it.
+pub(crate) fn param_identity(t: &Tensor) -> Option<ParamId> {
     if t.is_sparse() || t.is_mkldnn() || t.numel() == 0 {
         return None;
     }
     let ptr = t.data_ptr() as usize;
-    (ptr != 0).then(|| (ptr, t.size()))
+    (ptr != 0).then(|| ParamId { ptr, size: t.size(), stride: t.stride(), kind: t.kind(), device: t.device() })
+}
+
+/// Whether the memory of `a` and `b` overlaps (the bytes from each one's
+/// first element to its last, on one device): views of one storage do.
+pub(crate) fn memory_overlaps(a: &ParamId, b: &ParamId) -> bool {
+    let end = |id: &ParamId| {
+        let last: i64 = id.size.iter().zip(&id.stride).map(|(n, s)| (n - 1) * s.abs()).sum();
+        id.ptr.saturating_add((last as usize + 1).saturating_mul(id.kind.elt_size_in_bytes()))
+    };
+    a.device == b.device && a.ptr < end(b) && b.ptr < end(a)
 }
 
 /// For each entry of a state_dict, whether an earlier entry holds the same
@@ -676,7 +697,7 @@ pub(crate) fn copy_state_tied(
     state: &[(String, Tensor)],
     copy: &mut dyn FnMut(&Tensor) -> Result<Tensor>,
 ) -> Result<Vec<(String, Tensor)>> {
-    let mut first: std::collections::HashMap<(usize, Vec<i64>), usize> = std::collections::HashMap::new();
+    let mut first: std::collections::HashMap<ParamId, usize> = std::collections::HashMap::new();
     let mut out: Vec<(String, Tensor)> = Vec::with_capacity(state.len());
     for (name, t) in state {
         let id = param_identity(t);

@@ -196,22 +196,7 @@ fn torchscript_summary_shows_its_children() {
 #[test]
 fn torchscript_is_read_only_from_regular_files() {
     let dir = crate::test_dirs::TempDir::new("script-special");
-    let fifo = dir.join("fifo.pt");
-    let _ = std::fs::remove_file(&fifo);
-    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: a NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    for path in [fifo, std::path::PathBuf::from("/dev/zero"), dir.to_path_buf()] {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let p = path.clone();
-        std::thread::spawn(move || {
-            let _ = tx.send(Module::load_torchscript(&p, Device::Cpu).map(|_| ()));
-        });
-        let r = rx.recv_timeout(std::time::Duration::from_secs(10));
-        let e = r.unwrap_or_else(|_| panic!("{} did not return", path.display())).unwrap_err();
-        assert_eq!(e.code, ErrorCode::Io, "{}", e.message);
-        assert!(e.message.contains("not a regular file"), "{}", e.message);
-    }
+    crate::test_dirs::assert_special_files_refused(&dir, |p| Module::load_torchscript(p, Device::Cpu));
     let e = Module::load_torchscript(&dir.join("missing.pt"), Device::Cpu).unwrap_err();
     assert_eq!(e.code, ErrorCode::Io);
     assert!(e.message.contains("missing.pt") && e.message.contains("not found"), "{}", e.message);

@@ -181,6 +181,11 @@ static void non_finite_numbers_are_refused_on_resume(void) {
     size_t len = 0;
     CHECK_OK(fulmen_trainer_checkpoint_path(t, FULMEN_CHECKPOINT_PATH_BEST, good, sizeof good, &len));
     fulmen_trainer_free(t);
+    /* One more epoch, not saved: the model's weights now differ from the
+     * checkpoint's, so a resume that loaded them before refusing shows. */
+    fulmen_trainer *more = fixture_trainer(NULL, 1);
+    CHECK_OK(fulmen_trainer_fit(more, m, l, NULL, NULL));
+    fulmen_trainer_free(more);
     static const struct {
         const char *key;
         double value;

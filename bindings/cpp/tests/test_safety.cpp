@@ -261,3 +261,48 @@ TEST_F(SafetyTest, HandleSignalsFalseLeavesSignalsToTheHost) {
     EXPECT_EQ(host_signals, 1);
     EXPECT_TRUE(host.installed());
 }
+
+namespace {
+struct SwallowedFailure : std::exception {
+    const char* what() const noexcept override { return "device probe failed"; }
+};
+struct StepFailure : std::exception {
+    const char* what() const noexcept override { return "step boom"; }
+};
+
+/// The C error capture_exception makes for `e`, thrown and caught.
+template <class E>
+fulmen_error* captured(E e) {
+    try {
+        throw e;
+    } catch (...) {
+        return fulmen::detail::capture_exception();
+    }
+}
+}  // namespace
+
+// Several callbacks threw during one call: check() rethrows the one whose
+// message fulmen's error carries, not one fulmen swallowed, and a
+// fulmen::Error when the error carries several.
+TEST(CallbackExceptions, TheCauseIsTheOneFulmensErrorCarries) {
+    fulmen::detail::clear_pending_exception();
+    fulmen_error_free(captured(SwallowedFailure{}));
+    fulmen_error_free(captured(StepFailure{}));
+    EXPECT_THROW(fulmen::check(fulmen_error_new(FULMEN_CODE_CALLBACK, "training_step (epoch 0, step 0): step boom")),
+                 StepFailure);
+    EXPECT_FALSE(fulmen::detail::pending_exception());
+
+    fulmen_error_free(captured(StepFailure{}));
+    fulmen_error_free(captured(SwallowedFailure{}));
+    try {
+        fulmen::check(fulmen_error_new(FULMEN_CODE_CALLBACK, "step boom; then the teardown failed too: device probe failed"));
+        ADD_FAILURE() << "check did not throw";
+    } catch (const fulmen::Error& e) {
+        EXPECT_EQ(e.code(), FULMEN_CODE_CALLBACK);
+        EXPECT_STREQ(e.what(), "step boom; then the teardown failed too: device probe failed");
+    }
+
+    // One exception is rethrown as it is, whatever fulmen's message.
+    fulmen_error_free(captured(StepFailure{}));
+    EXPECT_THROW(fulmen::check(fulmen_error_new(FULMEN_CODE_CALLBACK, "reworded")), StepFailure);
+}

@@ -336,6 +336,24 @@ fn memo_bombs_are_refused_early() {
 }
 
 #[test]
+fn the_stack_is_bounded_and_long_lists_are_written_in_batches() {
+    // A pickle of 2^20 + 1 bare Nones: refused as the stack fills, not held.
+    let mut nones = b"\x80\x02".to_vec();
+    nones.extend(std::iter::repeat_n(b'N', (1 << 20) + 1));
+    nones.push(b'.');
+    refused(&nones, &[], "more than 1048576 items on the stack at once");
+    // A list and a dict longer than that, written by fulmen, read back:
+    // they are written in batches of 1000, as Python's pickler does.
+    let n = (1 << 20) + 5;
+    let list = Value::List((0..n).map(Value::Int).collect());
+    let dict = Value::Dict((0..3000).map(|i| (Value::Int(i), Value::Int(-i))).collect());
+    for v in [list, dict] {
+        let back = read_bytes(&to_bytes(&v).unwrap(), "batched").unwrap();
+        assert_eq!(format!("{back:?}"), format!("{v:?}"));
+    }
+}
+
+#[test]
 fn open_marks_and_aliases_are_bounded() {
     // MARKs never closed: refused at the bound, not held by the million.
     let mut marks = b"\x80\x02".to_vec();

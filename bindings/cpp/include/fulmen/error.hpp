@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace fulmen {
 
@@ -36,44 +37,48 @@ struct ErrorDeleter {
 };
 using ErrorPtr = std::unique_ptr<fulmen_error, ErrorDeleter>;
 
-/// The first exception a host callback threw on this thread, waiting to
-/// be rethrown by the fulmen call that ran the callback.
-inline std::exception_ptr& pending_exception() {
-    thread_local std::exception_ptr pending;
-    return pending;
-}
+/// An exception a host callback threw, with the message fulmen was given.
+struct CapturedException {
+    std::exception_ptr exception;
+    std::string message;
+};
 
-/// Whether another callback failed after the pending exception was
-/// recorded (a clean-up after the failure: an accelerator's teardown).
-inline bool& later_callback_failed() {
-    thread_local bool later = false;
-    return later;
+/// The exceptions host callbacks threw on this thread during the current
+/// fulmen call, first first, waiting for the call to return (at most
+/// `kMaxCaptured`: a call whose callbacks keep failing keeps the first).
+inline std::vector<CapturedException>& captured_exceptions() {
+    thread_local std::vector<CapturedException> captured;
+    return captured;
 }
+inline constexpr size_t kMaxCaptured = 8;
 
-/// Forgets a stale callback exception before a call that runs callbacks.
-inline void clear_pending_exception() noexcept {
-    pending_exception() = nullptr;
-    later_callback_failed() = false;
-}
+/// Whether a callback exception is waiting for the call to return.
+inline bool pending_exception() noexcept { return !captured_exceptions().empty(); }
+
+/// Forgets stale callback exceptions before a call that runs callbacks.
+inline void clear_pending_exception() noexcept { captured_exceptions().clear(); }
 
 /// Records the exception in flight (call from a catch block) and returns
-/// the C error that tells fulmen the callback failed. The first exception
-/// stays recorded: a later one only marks that several failed.
+/// the C error that tells fulmen the callback failed.
 inline fulmen_error* capture_exception() noexcept {
-    if (pending_exception()) {
-        later_callback_failed() = true;
-    } else {
-        pending_exception() = std::current_exception();
-    }
+    fulmen_code code = FULMEN_CODE_CALLBACK;
+    std::string message = "unknown C++ exception in a callback";
     try {
         throw;
     } catch (const Error& e) {
-        return fulmen_error_new(e.code(), e.what());
+        code = e.code();
+        message = e.what();
     } catch (const std::exception& e) {
-        return fulmen_error_new(FULMEN_CODE_CALLBACK, e.what());
+        message = e.what();
     } catch (...) {
-        return fulmen_error_new(FULMEN_CODE_CALLBACK, "unknown C++ exception in a callback");
     }
+    try {
+        auto& captured = captured_exceptions();
+        if (captured.size() < kMaxCaptured) captured.push_back({std::current_exception(), message});
+    } catch (...) {
+        // Out of memory: the call still fails with fulmen's error.
+    }
+    return fulmen_error_new(code, message.c_str());
 }
 
 /// Runs `body` (a callback's work) and turns any exception into a C error.
@@ -89,18 +94,29 @@ fulmen_error* guard_callback(Body&& body) noexcept {
 
 }  // namespace detail
 
-/// Throws for a non-NULL C error (freeing it): the original exception of a
-/// failed C++ callback if one caused it, otherwise a fulmen::Error. When
-/// several callbacks failed in the call (a step, then the teardown after
-/// it), one exception cannot carry them all: a fulmen::Error with fulmen's
-/// code and message (the first failure's, the later ones attached).
+/// Throws for a non-NULL C error (freeing it): the original exception of
+/// the failed C++ callback that caused it, otherwise a fulmen::Error. When
+/// several callbacks threw during the call, the cause is the one whose
+/// message fulmen's error carries (one fulmen swallowed, such as a
+/// throwing `is_available`, is not); when fulmen's error carries several
+/// (a step, then the teardown after it), one exception cannot hold them
+/// all: a fulmen::Error with fulmen's code and message, the first failure
+/// first.
 inline void check(fulmen_error* err) {
     if (err == nullptr) return;
     detail::ErrorPtr owned(err);
-    std::exception_ptr original = std::exchange(detail::pending_exception(), nullptr);
-    const bool several = std::exchange(detail::later_callback_failed(), false);
-    if (original && !several) std::rethrow_exception(original);
-    throw Error(static_cast<Code>(fulmen_error_code(err)), fulmen_error_message(err));
+    std::vector<detail::CapturedException> captured = std::exchange(detail::captured_exceptions(), {});
+    const std::string message = fulmen_error_message(err);
+    if (captured.size() == 1) std::rethrow_exception(captured[0].exception);
+    const detail::CapturedException* cause = nullptr;
+    size_t carried = 0;
+    for (const auto& c : captured) {
+        if (message.find(c.message) == std::string::npos) continue;
+        if (cause == nullptr) cause = &c;
+        carried++;
+    }
+    if (carried == 1) std::rethrow_exception(cause->exception);
+    throw Error(static_cast<Code>(fulmen_error_code(err)), message);
 }
 
 }  // namespace fulmen
