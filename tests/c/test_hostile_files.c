@@ -69,11 +69,17 @@ static void memo_bomb_is_refused_in_bounded_memory(void) {
     double before = peak_mib();
     CHECK_ERR(fulmen_model_load(w.model, path, false), FULMEN_CODE_FORMAT, "the memo would hold more than");
     double grown = peak_mib() - before;
-    /* It took 1.5 GB before the memo was bounded; a full memo is some
-     * 120 MB, which AddressSanitizer's quarantine and shadow roughly
-     * double. */
-    if (grown >= 600) fprintf(stderr, "the memo bomb grew the peak memory by %.0f MiB\n", grown);
-    CHECK(grown < 600);
+    /* It took 1.5 GB (more under AddressSanitizer) before the memo was
+     * bounded. A full memo is some 120 MB; AddressSanitizer's quarantine
+     * keeps the tables it outgrew and its shadow adds more (up to 570 MiB
+     * seen), so the bound is looser there. */
+#if defined(__SANITIZE_ADDRESS__)
+    const double bound = 1024;
+#else
+    const double bound = 400;
+#endif
+    if (grown >= bound) fprintf(stderr, "the memo bomb grew the peak memory by %.0f MiB\n", grown);
+    CHECK(grown < bound);
     CHECK(fixture_max_diff(w.model, copy) == 0);
 
     /* As a fit's checkpoint: the same reader, the same refusal. */
