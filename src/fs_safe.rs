@@ -260,7 +260,7 @@ mod tests {
 
     /// `read_regular(path)` run on a thread (`within_10s`).
     fn read_bounded(path: &Path) -> Result<Vec<u8>> {
-        crate::test_dirs::within_10s(path, |p| read_regular(p))
+        crate::test_dirs::within_10s(path, read_regular)
     }
 
     #[test]

@@ -94,12 +94,10 @@ impl Module {
         let mut same: Option<(String, Tensor, Slot)> = None;
         let mut overlapping: Option<(String, Slot)> = None;
         self.visit("", &mut |n, t, s| match param_identity(t) {
-            Some(other) if other == id => {
-                if same.is_none() {
-                    same = Some((n, t.shallow_clone(), s));
-                }
+            Some(other) if other == id && same.is_none() => same = Some((n, t.shallow_clone(), s)),
+            Some(other) if other != id && overlapping.is_none() && memory_overlaps(&other, &id) => {
+                overlapping = Some((n, s))
             }
-            Some(other) if overlapping.is_none() && memory_overlaps(&other, &id) => overlapping = Some((n, s)),
             _ => {}
         });
         let what = |k: Slot| if k == Slot::Param { "parameter" } else { "buffer" };
