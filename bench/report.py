@@ -103,7 +103,7 @@ def markdown(meta, stats, contenders, workloads, ddp_contenders, micro, notes, i
                 "as the instructions of a run of 2 epochs minus those of a run of 1, over the "
                 "steps of that epoch: one warm epoch, start-up and loading cancelled out; "
                 "÷ tch-loop is their ratio to the hand-written tch loop's, the floor (below 1: "
-                "fewer instructions). Unlike times, they do not depend on the machine's load.", ""]
+                "fewer instructions). Unlike times, they hardly depend on the machine's load.", ""]
     head = ["contender", "median epoch (ms)", "min–max (ms)", "IQR (ms)", "µs/step",
             "steps/s", "peak RSS (MiB)", "epochs"]
     for w in workloads:
