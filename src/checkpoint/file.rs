@@ -448,7 +448,7 @@ fn check_optimizer_numbers(states: &[Vec<(String, Tensor)>], path: &Path) -> Res
             let number = (name.starts_with("param_groups.") && !name.ends_with(".params"))
                 || (name.starts_with("state.") && name.ends_with(".step"));
             if number && t.numel() == 1 {
-                let v = t.f_reshape([1i64])?.f_to_kind(tch::Kind::Double)?.f_double_value(&[0])?;
+                let v = super::numbers::one_value(t)?;
                 super::numbers::finite(v, &format!("{}: optimizer_states.{i}.{name}", path.display()))?;
             }
         }

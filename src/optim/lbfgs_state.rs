@@ -103,7 +103,7 @@ pub(crate) fn load(dict: &[(String, Tensor)], current: &ParamGroup, defaults: &L
         match map.get(k) {
             None => Ok(None),
             Some(t) if t.numel() == 1 => {
-                let v = t.f_reshape([1i64])?.f_to_kind(Kind::Double)?.f_double_value(&[0])?;
+                let v = crate::checkpoint::numbers::one_value(t)?;
                 Ok(Some(finite(v, &format!("{prefix}{k}"))?))
             }
             Some(t) => Err(bad(format!("'{prefix}{k}' should hold one number, it has shape {:?}", t.size()))),
@@ -145,10 +145,7 @@ pub(crate) fn load(dict: &[(String, Tensor)], current: &ParamGroup, defaults: &L
                 Err(bad(format!("'state.0.{k}' should hold one number, it has shape {:?}", t.size())))
             }
             Some(t) => {
-                let v = finite(
-                    t.f_reshape([1i64])?.f_to_kind(Kind::Double)?.f_double_value(&[0])?,
-                    &format!("state.0.{k}"),
-                )?;
+                let v = finite(crate::checkpoint::numbers::one_value(t)?, &format!("state.0.{k}"))?;
                 if t.kind() == Kind::Double && t.dim() == 0 {
                     Ok(Some(Num::F(v)))
                 } else {

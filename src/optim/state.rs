@@ -5,7 +5,7 @@ use super::{check_params, ParamGroup};
 use crate::error::{Error, Result};
 use crate::tensor::device::Device;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use tch::{Kind, Tensor};
+use tch::Tensor;
 
 /// State of one parameter: a step counter and named buffers.
 #[derive(Debug, Default)]
@@ -504,7 +504,7 @@ fn read_scalar(t: &Tensor, key: &str) -> Result<f64> {
     if t.numel() != 1 {
         return Err(Error::format(format!("'{key}' should hold one number, it has shape {:?}", t.size())));
     }
-    let v = t.f_reshape([1i64])?.f_to_kind(Kind::Double)?.f_double_value(&[0])?;
+    let v = crate::checkpoint::numbers::one_value(t)?;
     // A hyperparameter, a flag or a step: never NaN or infinite.
     crate::checkpoint::numbers::finite(v, &format!("optimizer state '{key}'"))
 }

@@ -3,7 +3,7 @@
 use crate::checkpoint::numbers::{check_len, finite, finite_or, Infinity};
 use crate::checkpoint::torch_save::Value;
 use crate::error::{Error, Result};
-use tch::{Kind, Tensor};
+use tch::Tensor;
 
 /// A string value.
 pub fn text(s: &str) -> Value {
@@ -57,7 +57,7 @@ pub fn tensor_number(t: &Tensor, what: &str) -> Result<f64> {
     if t.numel() != 1 {
         return Err(Error::format(format!("{what} should hold one number, it has shape {:?}", t.size())));
     }
-    Ok(t.f_reshape([1i64])?.f_to_kind(Kind::Double)?.f_double_value(&[0])?)
+    crate::checkpoint::numbers::one_value(t)
 }
 
 /// A number as the file holds it, NaN and infinities included: an int, a
