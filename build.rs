@@ -63,6 +63,7 @@ fn build_cxx_shims(lib: &Path) {
         "csrc/pinned.cpp",
         "csrc/profiler.cpp",
         "csrc/script.cpp",
+        "csrc/exported.cpp",
         "csrc/devices.cpp",
         "csrc/fake_device.cpp",
     ] {
@@ -97,6 +98,7 @@ fn build_cxx_shims(lib: &Path) {
         .file("csrc/distributed.cpp")
         .file("csrc/collectives.cpp")
         .file("csrc/ops.cpp")
+        .file("csrc/exported.cpp")
         .file("csrc/fused.cpp")
         .file("csrc/foreach.cpp")
         .file("csrc/foreach_adam_variants.cpp")

@@ -3883,6 +3883,49 @@ const char *fulmen_error_message(const struct fulmen_error *error);
 void fulmen_error_free(struct fulmen_error *error);
 
 /**
+ * Loads a `.pt2` archive written by `torch.export.save` (one program,
+ * run by `fulmen_model_forward`) or by `package_pt2` with named programs
+ * ("training_step", "validation_step", "predict_step", "forward", any
+ * other), with its tensors on the CPU. The programs share one state by
+ * name: parameters and buffers keep PyTorch's dotted names and
+ * state_dict order, and tied weights (one tensor under two names) are one
+ * tensor. Call a program with `fulmen_model_call_method(model, NULL,
+ * "training_step", args, n, &out)`: the arguments are nested as the
+ * program was exported (a batch tuple or list of tensors), the result
+ * comes back as it was returned (a tensor, a tuple, a dict such as
+ * {"loss": ...}), under autograd; buffers the program updates (BatchNorm
+ * statistics) are written back after the call. Each program keeps the
+ * mode (train or eval) it was exported in. Every operator is resolved at
+ * load; the archive is read whole and closed. `*out` is a new handle the
+ * caller frees with `fulmen_model_free`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (path is not UTF-8, out is NULL),
+ * FULMEN_CODE_IO (no file at path, or not a regular file),
+ * FULMEN_CODE_FORMAT (not a torch.export archive, or a broken one: bad
+ * JSON, a value used before it is defined, a stored tensor larger than
+ * its file), FULMEN_CODE_UNSUPPORTED (an operator this process does not
+ * have, such as a custom operator registered only in Python, a
+ * higher-order operator, a pickled tensor subclass, keyword inputs).
+ * Thread rules: any thread.
+ */
+struct fulmen_error *fulmen_model_load_exported(const char *path, struct fulmen_model **out);
+
+/**
+ * `fulmen_model_load_exported` with the tensors on the device
+ * `device_type` (a `fulmen_device_type`) / `device_index`. Device
+ * arguments inside the programs (`torch.arange(..., device=...)`) follow
+ * the model's device.
+ *
+ * Errors: as `fulmen_model_load_exported`, and FULMEN_CODE_INVALID_ARGUMENT
+ * (a bad device), FULMEN_CODE_UNAVAILABLE (no such device here).
+ * Thread rules: any thread.
+ */
+struct fulmen_error *fulmen_model_load_exported_on(const char *path,
+                                                   int32_t device_type,
+                                                   int64_t device_index,
+                                                   struct fulmen_model **out);
+
+/**
  * The name Lightning gives hook `hook` ("on_train_epoch_end"), a static
  * string; "" for a value that is not a `fulmen_hook`.
  */
@@ -5939,7 +5982,10 @@ struct fulmen_error *fulmen_model_load_torchscript_on(const char *path,
 
 /**
  * Calls the scripted method `method` ("forward", "training_step", any
- * `@torch.jit.export`ed one) of a TorchScript model, or of the one at the
+ * `@torch.jit.export`ed one) of a TorchScript model, or the program
+ * `method` of an exported one (`fulmen_model_load_exported`; its
+ * arguments flatten as the program was exported, its buffer updates are
+ * written back), or of the one at the
  * dotted child `path` (NULL or "" for the model itself), with positional
  * arguments `args[0..n_args]` (borrowed), and writes its result as a new
  * value. Arguments are checked against the method's signature; lists are
@@ -5953,8 +5999,8 @@ struct fulmen_error *fulmen_model_load_torchscript_on(const char *path,
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (method or path not UTF-8, no such
  * child or method (the message lists the module's methods), more than
  * FULMEN_MAX_METHOD_ARGS arguments, values nested deeper than FULMEN_MAX_VALUE_DEPTH,
- * dict keys of mixed kinds), FULMEN_CODE_UNSUPPORTED (the module is not
- * TorchScript, or a result has no host form), FULMEN_CODE_OUT_OF_RANGE
+ * dict keys of mixed kinds), FULMEN_CODE_UNSUPPORTED (the module is neither
+ * TorchScript nor exported, or a result has no host form), FULMEN_CODE_OUT_OF_RANGE
  * (the result holds more than FULMEN_MAX_VALUE_NODES values, counted as
  * for the arguments: refused before it is copied), FULMEN_CODE_TORCH (the
  * arguments do not match the signature, or the method raised).

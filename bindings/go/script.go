@@ -312,6 +312,27 @@ func LoadTorchScriptOn(path string, device Device) (*Model, error) {
 	})
 }
 
+// LoadExported loads a torch.export archive (.pt2, written by
+// torch.export.save or package_pt2) on the CPU. Its programs ("forward",
+// "training_step", ...) share one state (parameters, buffers, by PyTorch's
+// names); call them with CallMethod, with arguments nested as exported.
+func LoadExported(path string) (*Model, error) {
+	p := cString(path)
+	defer freeCString(p)
+	return makeModel(func(o **C.fulmen_model) cErr {
+		return C.fulmen_model_load_exported(p, o)
+	})
+}
+
+// LoadExportedOn loads a torch.export archive with its tensors on device.
+func LoadExportedOn(path string, device Device) (*Model, error) {
+	p := cString(path)
+	defer freeCString(p)
+	return makeModel(func(o **C.fulmen_model) cErr {
+		return C.fulmen_model_load_exported_on(p, C.int32_t(device.Type), C.int64_t(device.Index), o)
+	})
+}
+
 // SaveTorchScript saves a TorchScript model as a .pt file that PyTorch's
 // torch.jit.load reads.
 func (m *Model) SaveTorchScript(file string) error {

@@ -171,3 +171,61 @@ func TestScriptFitRunsTheScriptedSteps(t *testing.T) {
 		t.Fatalf("num_batches_tracked %v", v)
 	}
 }
+
+func TestExportedProgramTrainsThroughFit(t *testing.T) {
+	noLeaks(t)
+	m := must(fulmen.LoadExported(fixturePath("exported_bn.pt2")))
+	defer m.Close()
+	r := rand.New(rand.NewSource(3))
+	x := make([]float32, 64*4)
+	y := make([]int64, 64)
+	for i := range y {
+		for j := 0; j < 4; j++ {
+			x[4*i+j] = float32(r.NormFloat64())
+		}
+		y[i] = int64(i % 3)
+	}
+	xt := must(fulmen.FromSlice(x, 64, 4))
+	yt := must(fulmen.FromSlice(y))
+	defer xt.Close()
+	defer yt.Close()
+	ds := must(fulmen.NewTensorDataset(xt, yt))
+	defer ds.Close()
+	module := must(fulmen.NewLightningModule(m, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) (*fulmen.Tensor, error) {
+			batch, err := b.Value()
+			if err != nil {
+				return nil, err
+			}
+			out, err := m.CallMethod("training_step", batch)
+			if err != nil {
+				return nil, err
+			}
+			l, _ := out.(fulmen.Dict).Get("loss")
+			return l.(*fulmen.Tensor), nil
+		},
+		ConfigureOptimizers: func(cfg *fulmen.OptimizerConfig) error {
+			opt, err := fulmen.NewAdam(m, nil, fulmen.DefaultAdamOptions())
+			if err != nil {
+				return err
+			}
+			return cfg.Add(opt)
+		},
+	}))
+	defer module.Close()
+	lo := fulmen.DefaultLoaderOptions()
+	lo.BatchSize = 16
+	train := must(fulmen.NewLoader(ds, lo))
+	defer train.Close()
+	trainer := quietTrainer(t, 2, "logger", "false", "enable_checkpointing", "false")
+	defer trainer.Close()
+	ok(t, trainer.Fit(context.Background(), module, train, nil))
+	nbt := must(m.StateDictGet("bn.num_batches_tracked"))
+	defer nbt.Close()
+	if v := must(nbt.Item()); v != 8 {
+		t.Fatalf("num_batches_tracked %v, want 8", v)
+	}
+	if _, err := fulmen.LoadExported(fixturePath("mlp_scripted.pt")); err == nil {
+		t.Fatal("a TorchScript file loaded as an exported program")
+	}
+}

@@ -11,6 +11,6 @@ pub(crate) mod numbers;
 mod pickle_read;
 mod pickle_write;
 pub mod torch_save;
-mod torch_zip;
+pub(crate) mod torch_zip;
 pub(crate) use file::MAX_COUNTER;
 pub use file::{checkpoint_weights, Checkpoint, CheckpointFormat, LoopInfo, FORMAT_VERSION};

@@ -166,6 +166,12 @@ impl<'a> ZipReader<'a> {
         (end <= b.len()).then_some(start..end)
     }
 
+    /// The names of every record, relative to the top-level folder.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        let prefix = format!("{}/", self.prefix);
+        self.records.keys().filter_map(move |k| k.strip_prefix(prefix.as_str()))
+    }
+
     /// The data of record `name` (relative to the top-level folder), if any.
     pub fn record(&self, name: &str) -> Option<&'a [u8]> {
         let range = self.records.get(&format!("{}/{name}", self.prefix))?;

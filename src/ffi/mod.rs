@@ -15,6 +15,7 @@ pub mod data;
 pub mod devices;
 pub mod distributed;
 pub mod error;
+pub mod exported;
 pub mod handle;
 pub mod hooks;
 pub mod host_module;

@@ -40,7 +40,10 @@ pub unsafe extern "C" fn fulmen_model_load_torchscript_on(
 }
 
 /// Calls the scripted method `method` ("forward", "training_step", any
-/// `@torch.jit.export`ed one) of a TorchScript model, or of the one at the
+/// `@torch.jit.export`ed one) of a TorchScript model, or the program
+/// `method` of an exported one (`fulmen_model_load_exported`; its
+/// arguments flatten as the program was exported, its buffer updates are
+/// written back), or of the one at the
 /// dotted child `path` (NULL or "" for the model itself), with positional
 /// arguments `args[0..n_args]` (borrowed), and writes its result as a new
 /// value. Arguments are checked against the method's signature; lists are
@@ -54,8 +57,8 @@ pub unsafe extern "C" fn fulmen_model_load_torchscript_on(
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (method or path not UTF-8, no such
 /// child or method (the message lists the module's methods), more than
 /// FULMEN_MAX_METHOD_ARGS arguments, values nested deeper than FULMEN_MAX_VALUE_DEPTH,
-/// dict keys of mixed kinds), FULMEN_CODE_UNSUPPORTED (the module is not
-/// TorchScript, or a result has no host form), FULMEN_CODE_OUT_OF_RANGE
+/// dict keys of mixed kinds), FULMEN_CODE_UNSUPPORTED (the module is neither
+/// TorchScript nor exported, or a result has no host form), FULMEN_CODE_OUT_OF_RANGE
 /// (the result holds more than FULMEN_MAX_VALUE_NODES values, counted as
 /// for the arguments: refused before it is copied), FULMEN_CODE_TORCH (the
 /// arguments do not match the signature, or the method raised).

@@ -122,10 +122,10 @@ impl Module {
     }
 
     fn check_new_name(&self, name: &str) -> Result<()> {
-        if matches!(self.node, super::module::Node::Script(_)) {
+        if matches!(self.node, super::module::Node::Script(_) | super::module::Node::Exported(_)) {
             return Err(Error::new(
                 crate::error::ErrorCode::Unsupported,
-                "a TorchScript module's tensors are its script's: register them in Python before scripting",
+                "a TorchScript or exported module's tensors are its program's: register them in Python before exporting",
             ));
         }
         if name.is_empty() || name.contains('.') {

@@ -1,5 +1,6 @@
 //! The module tree: leaves are built-in layers or TorchScript modules,
 //! containers are `Sequential` (children "0", "1", ...) or named containers.
+use super::exported::ExportedModule;
 use super::host::HostForward;
 use super::layers::attention::MultiheadAttention;
 use super::layers::conv::{Conv, Conv2d, Conv2dConfig, ConvConfig};
@@ -41,6 +42,7 @@ pub(crate) enum Node {
     Sequential(Vec<(String, Module)>),
     Named(Vec<(String, Module)>),
     Script(ScriptModule),
+    Exported(ExportedModule),
 }
 
 /// Whether a state tensor is a parameter or a buffer.
@@ -61,6 +63,10 @@ impl Module {
 
     pub(crate) fn from_script(script: ScriptModule) -> Module {
         Module::of(Node::Script(script))
+    }
+
+    pub(crate) fn from_exported(exported: ExportedModule) -> Module {
+        Module::of(Node::Exported(exported))
     }
 
     /// `nn.Linear(in_features, out_features, bias)`.
@@ -279,6 +285,7 @@ impl Module {
             Node::Named(_) if self.host.is_some() => "HostModule",
             Node::Named(_) => "Module",
             Node::Script(_) => "ScriptModule",
+            Node::Exported(_) => "ExportedProgram",
         }
     }
 
@@ -375,6 +382,10 @@ impl Module {
         match &self.node {
             Node::Layer(l) => l.forward(x, self.training),
             Node::Script(s) => s.forward(x),
+            Node::Exported(e) => e
+                .call("forward", &[super::Value::Tensor(x.shallow_clone())])?
+                .into_tensor("the exported forward")
+                .map_err(|e| e.context("the forward program returns more than a tensor: use call_method")),
             Node::Sequential(children) => {
                 let mut y = x.shallow_clone();
                 for (name, m) in children {
@@ -426,6 +437,20 @@ impl Module {
         match &self.node {
             Node::Layer(l) => l.forward_multi(inputs, self.training),
             Node::Script(s) => s.forward_multi(inputs),
+            Node::Exported(e) => {
+                let args: Vec<super::Value> = inputs
+                    .iter()
+                    .map(|x| x.map_or(super::Value::None, |t| super::Value::Tensor(t.shallow_clone())))
+                    .collect();
+                match e.call("forward", &args)? {
+                    super::Value::Tuple(items) | super::Value::List(items) => items
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, v)| v.into_tensor(&format!("forward result {i}")))
+                        .collect(),
+                    other => Ok(vec![other.into_tensor("forward result")?]),
+                }
+            }
             _ => match inputs {
                 [Some(x)] => Ok(vec![self.forward(x)?]),
                 _ => Err(Error::invalid(format!(
@@ -445,6 +470,7 @@ impl Module {
         match &self.node {
             Node::Layer(l) => Ok(l.num_outputs()),
             Node::Script(s) => s.num_returns("forward"),
+            Node::Exported(e) => e.num_returns("forward"),
             _ => Ok(1),
         }
     }
@@ -466,7 +492,8 @@ impl Module {
                 Ok(())
             }
             Node::Script(s) => s.set_training(on),
-            Node::Layer(_) => Ok(()),
+            // An exported program's mode is the one it was exported in.
+            Node::Layer(_) | Node::Exported(_) => Ok(()),
         }
     }
 
@@ -511,6 +538,13 @@ impl Module {
             }
             Node::Script(s) => {
                 for (n, t, buffer) in s.state() {
+                    f(n, t, if buffer { Slot::Buffer } else { Slot::Param });
+                }
+                own(Slot::Param, f);
+                own(Slot::Buffer, f);
+            }
+            Node::Exported(e) => {
+                for (n, t, buffer) in e.state() {
                     f(n, t, if buffer { Slot::Buffer } else { Slot::Param });
                 }
                 own(Slot::Param, f);
@@ -598,6 +632,7 @@ impl Module {
             Node::Sequential(c) => Node::Sequential(children(c, map)?),
             Node::Named(c) => Node::Named(children(c, map)?),
             Node::Script(s) => Node::Script(s.replicate(map)?),
+            Node::Exported(e) => Node::Exported(e.replicate(map)?),
         };
         let own = self.own.iter().map(|(n, t, slot)| Ok((n.clone(), map(t)?, *slot))).collect::<Result<Vec<_>>>()?;
         Ok(Module { node, training: self.training, own, host: self.host.clone() })
@@ -637,7 +672,7 @@ impl Module {
         match &self.node {
             Node::Layer(l) => l.after_convert(),
             Node::Sequential(c) | Node::Named(c) => c.iter().for_each(|(_, m)| m.after_convert()),
-            Node::Script(_) => {}
+            Node::Script(_) | Node::Exported(_) => {}
         }
     }
 }

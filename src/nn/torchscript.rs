@@ -65,7 +65,7 @@ unsafe extern "C" fn on_child(ctx: *mut c_void, path: *const c_char, kind: *cons
 }
 
 /// The shim's device code: (type, index) with 0 CPU, 1 CUDA, 2 MPS, 3 Vulkan.
-fn device_code(device: Device) -> (c_int, c_int) {
+pub(crate) fn device_code(device: Device) -> (c_int, c_int) {
     match device {
         Device::Cpu => (0, 0),
         Device::Cuda(i) => (1, i as c_int),
@@ -280,11 +280,18 @@ impl Module {
     /// Calls the TorchScript method `method` of this module with positional
     /// `args`: `forward`, `training_step` or any other scripted method.
     pub fn call_method(&self, method: &str, args: &[Value]) -> Result<Value> {
+        if let super::module::Node::Exported(e) = &self.node {
+            return e.call(method, args);
+        }
         self.script()?.call(method, args)
     }
 
-    /// The names of a TorchScript module's methods.
+    /// The names of a TorchScript module's methods, or an exported
+    /// model's programs.
     pub fn method_names(&self) -> Result<Vec<String>> {
+        if let super::module::Node::Exported(e) = &self.node {
+            return Ok(e.method_names());
+        }
         self.script()?.method_names()
     }
 

@@ -103,3 +103,33 @@ TEST_F(ScriptTest, FitRunsTheScriptedSteps) {
     EXPECT_EQ(back.state_dict_get("norm.num_batches_tracked").dtype(), fulmen::DType::I64);
     EXPECT_THROW(Model::linear(2, 2).save_torchscript(path.string()), fulmen::Error);
 }
+
+TEST_F(ScriptTest, ExportedProgramTrainsThroughFit) {
+    Model m = Model::load_exported(fixture("exported_bn.pt2"));
+    EXPECT_EQ(m.state_dict_len(), 7u);
+    Tensor x = Tensor::randn({64, 4});
+    std::vector<float> xv = x.to_vector<float>();
+    std::vector<int64_t> y(64);
+    for (size_t i = 0; i < y.size(); i++) {
+        y[i] = xv[4 * i] > 0.5f ? 2 : xv[4 * i] > -0.5f ? 1 : 0;
+    }
+    Dataset ds = Dataset::from_tensors({x, Tensor::from_vector(y)});
+    fulmen::LightningModule module =
+        fulmen::LightningModule::builder(m)
+            .training_step([&](StepContext& ctx, const Batch& batch) {
+                Value b = batch.to_value();
+                Tensor loss = m.call_method("training_step", {&b}).at("loss").to_tensor();
+                ctx.log("train_loss", loss.item());
+                return loss;
+            })
+            .configure_optimizers([&](fulmen::OptimizerConfig& config) {
+                config.add(fulmen::Optimizer::adam(m, fulmen::AdamOptions(0.02)));
+            })
+            .build();
+    fulmen::Trainer trainer(fulmen_test::quiet_options(3).set("logger", false));
+    trainer.fit(module, Loader(ds, 16));
+    EXPECT_EQ(m.state_dict_get("bn.num_batches_tracked").item(), 12.0);
+    EXPECT_EQ(m.forward(Tensor::randn({5, 4})).shape(), (std::vector<int64_t>{5, 3}));
+    EXPECT_THROW(m.call_method("validation_step", {}), fulmen::Error);
+    EXPECT_THROW(Model::load_exported(fixture("mlp_scripted.pt")), fulmen::Error);
+}

@@ -311,6 +311,18 @@ public:
         });
     }
 
+    /// A torch.export archive (.pt2) on the CPU: its programs ("forward",
+    /// "training_step", ...) share one state; call them with call_method.
+    static Model load_exported(const std::string& path) {
+        return make([&](fulmen_model** o) { return fulmen_model_load_exported(path.c_str(), o); });
+    }
+    /// A torch.export archive with its tensors on `device`.
+    static Model load_exported(const std::string& path, Device device) {
+        return make([&](fulmen_model** o) {
+            return fulmen_model_load_exported_on(path.c_str(), static_cast<int32_t>(device.type), device.index, o);
+        });
+    }
+
     // ---- building --------------------------------------------------------
 
     /// Appends `child` to a sequential; `child` is consumed on success

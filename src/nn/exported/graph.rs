@@ -1,0 +1,411 @@
+//! The graph of one exported program, read from its `models/<name>.json`
+//! (torch/_export/serde/schema.py): inputs and outputs with their roles,
+//! nodes with their operator and arguments, and the pytree specs of the
+//! user's inputs and outputs. Everything is checked here, before anything
+//! is built: an unknown argument kind, node target or role is refused with
+//! its name.
+use super::json::{self, Json};
+use super::pytree::TreeSpec;
+use crate::error::{Error, Result};
+
+/// A symbolic number: a named graph value or a constant.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Sym {
+    /// A value another node computes (`as_name`).
+    Name(String),
+    /// An integer known at export time.
+    Int(i64),
+    /// A float known at export time.
+    Float(f64),
+    /// A bool known at export time.
+    Bool(bool),
+}
+
+/// One argument of a node, as the serializer writes it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Arg {
+    None,
+    Tensor(String),
+    Tensors(Vec<String>),
+    OptTensors(Vec<Option<String>>),
+    Int(i64),
+    Ints(Vec<i64>),
+    Float(f64),
+    Floats(Vec<f64>),
+    Bool(bool),
+    Bools(Vec<bool>),
+    Str(String),
+    Sym(Sym),
+    SymInts(Vec<Sym>),
+    /// A c10::ScalarType code.
+    Dtype(i64),
+    /// A c10::Layout code.
+    Layout(i64),
+    /// A c10::MemoryFormat code.
+    MemoryFormat(i64),
+    /// A device: always the one the program runs on.
+    Device,
+}
+
+impl Arg {
+    /// The graph values this argument reads.
+    pub(crate) fn reads(&self) -> Vec<&str> {
+        match self {
+            Arg::Tensor(n) => vec![n],
+            Arg::Tensors(ns) => ns.iter().map(String::as_str).collect(),
+            Arg::OptTensors(ns) => ns.iter().flatten().map(String::as_str).collect(),
+            Arg::Sym(Sym::Name(n)) => vec![n],
+            Arg::SymInts(items) => {
+                items.iter().filter_map(|s| if let Sym::Name(n) = s { Some(n.as_str()) } else { None }).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Where a node's result goes.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Output {
+    /// Not kept (`as_none`, or a value the graph never names).
+    Drop,
+    /// One named value.
+    One(String),
+    /// A returned list, item by item (`None`: an item not kept).
+    List(Vec<Option<String>>),
+}
+
+/// What a node runs.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Target {
+    /// An ATen (or other registered) operator: ("aten::linear", "" for default).
+    Op(String, String),
+    /// One of Python's operators on symbolic numbers (a `Builtin` code).
+    Builtin(i32),
+}
+
+/// One node.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub(crate) target: Target,
+    /// The serialized target, for messages.
+    pub(crate) name: String,
+    /// (keyword name, argument); the name is `None` for positional ones.
+    pub(crate) args: Vec<(Option<String>, Arg)>,
+    pub(crate) outputs: Vec<Output>,
+}
+
+/// The role of one graph input.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum InputRole {
+    Parameter(String),
+    Buffer(String),
+    Constant(String),
+    /// A user input: a tensor value name, or `None` for one specialised at
+    /// export time (an int, a float, None, a string).
+    User(Option<String>),
+}
+
+/// The role of one graph output.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum OutputRole {
+    User,
+    Loss,
+    BufferMutation(String),
+    UserInputMutation(String),
+}
+
+/// One program's graph.
+#[derive(Debug)]
+pub(crate) struct Graph {
+    /// (value name, role), in the graph's input order.
+    pub(crate) inputs: Vec<(String, InputRole)>,
+    pub(crate) nodes: Vec<Node>,
+    /// (what is returned, role), in order.
+    pub(crate) outputs: Vec<(Arg, OutputRole)>,
+    pub(crate) in_spec: TreeSpec,
+    pub(crate) out_spec: TreeSpec,
+}
+
+/// The c10::ScalarType code of a serialized dtype.
+pub(crate) fn c10_dtype(code: i64) -> Result<i64> {
+    Ok(match code {
+        1..=11 => code - 1,
+        12 => 11,
+        13 => 15,
+        _ => return Err(Error::format(format!("dtype code {code} is not supported"))),
+    })
+}
+
+fn c10_layout(code: i64) -> Result<i64> {
+    Ok(match code {
+        7 => 0,
+        1 => 1,
+        2 => 2,
+        6 => 3,
+        3 => 4,
+        4 => 5,
+        5 => 6,
+        _ => return Err(Error::format(format!("layout code {code} is not supported"))),
+    })
+}
+
+fn c10_memory_format(code: i64) -> Result<i64> {
+    Ok(match code {
+        1 => 0,
+        4 => 1,
+        2 => 2,
+        3 => 3,
+        _ => return Err(Error::format(format!("memory format code {code} is not supported"))),
+    })
+}
+
+fn tensor_name(v: &Json) -> Result<String> {
+    Ok(json::field(v, "name")?.as_str().ok_or_else(|| Error::format("a tensor name is not a string"))?.to_owned())
+}
+
+fn sym(v: &Json, what: &str) -> Result<Sym> {
+    let (kind, inner) = json::union(v, what)?;
+    Ok(match kind {
+        "as_name" => Sym::Name(json::string(inner, what)?),
+        "as_int" => Sym::Int(json::int(inner, what)?),
+        "as_float" => Sym::Float(json::float(inner, what)?),
+        "as_bool" => Sym::Bool(json::boolean(inner, what)?),
+        other => return Err(Error::format(format!("{what}: unknown symbolic value kind {other:?}"))),
+    })
+}
+
+fn optional_tensor(v: &Json) -> Result<Option<String>> {
+    let (kind, inner) = json::union(v, "an optional tensor")?;
+    match kind {
+        "as_tensor" => Ok(Some(tensor_name(inner)?)),
+        "as_none" => Ok(None),
+        other => Err(Error::format(format!("unknown optional tensor kind {other:?}"))),
+    }
+}
+
+/// One serialized `Argument`.
+pub(crate) fn arg(v: &Json) -> Result<Arg> {
+    let (kind, inner) = json::union(v, "an argument")?;
+    let what = kind;
+    Ok(match kind {
+        "as_none" => Arg::None,
+        "as_tensor" => Arg::Tensor(tensor_name(inner)?),
+        "as_tensors" => Arg::Tensors(json::array(inner, what)?.iter().map(tensor_name).collect::<Result<_>>()?),
+        "as_optional_tensor" => match optional_tensor(inner)? {
+            Some(n) => Arg::Tensor(n),
+            None => Arg::None,
+        },
+        "as_optional_tensors" => {
+            Arg::OptTensors(json::array(inner, what)?.iter().map(optional_tensor).collect::<Result<_>>()?)
+        }
+        "as_int" => Arg::Int(json::int(inner, what)?),
+        "as_ints" => Arg::Ints(json::array(inner, what)?.iter().map(|x| json::int(x, what)).collect::<Result<_>>()?),
+        "as_float" => Arg::Float(json::float(inner, what)?),
+        "as_floats" => {
+            Arg::Floats(json::array(inner, what)?.iter().map(|x| json::float(x, what)).collect::<Result<_>>()?)
+        }
+        "as_bool" => Arg::Bool(json::boolean(inner, what)?),
+        "as_bools" => {
+            Arg::Bools(json::array(inner, what)?.iter().map(|x| json::boolean(x, what)).collect::<Result<_>>()?)
+        }
+        "as_string" => Arg::Str(json::string(inner, what)?),
+        "as_sym_int" | "as_sym_float" | "as_sym_bool" => match sym(inner, what)? {
+            Sym::Int(i) => Arg::Int(i),
+            Sym::Float(f) => Arg::Float(f),
+            Sym::Bool(b) => Arg::Bool(b),
+            named => Arg::Sym(named),
+        },
+        "as_sym_ints" => Arg::SymInts(json::array(inner, what)?.iter().map(|x| sym(x, what)).collect::<Result<_>>()?),
+        "as_scalar_type" => Arg::Dtype(c10_dtype(json::int(inner, what)?)?),
+        "as_layout" => Arg::Layout(c10_layout(json::int(inner, what)?)?),
+        "as_memory_format" => Arg::MemoryFormat(c10_memory_format(json::int(inner, what)?)?),
+        "as_device" => Arg::Device,
+        other => {
+            return Err(Error::unsupported(format!(
+                "argument kind {other:?} is not supported (subgraphs, script objects, operators as values, \
+                 complex numbers, strings lists)"
+            )))
+        }
+    })
+}
+
+/// The operator a serialized target names.
+pub(crate) fn target(name: &str) -> Result<Target> {
+    if let Some(rest) = name.strip_prefix("torch.ops.") {
+        let parts: Vec<&str> = rest.split('.').collect();
+        if parts.len() == 3 && parts[0] != "higher_order" && parts.iter().all(|p| !p.is_empty()) {
+            let overload = if parts[2] == "default" { "" } else { parts[2] };
+            return Ok(Target::Op(format!("{}::{}", parts[0], parts[1]), overload.to_owned()));
+        }
+        if parts.first() == Some(&"higher_order") {
+            return Err(Error::unsupported(format!(
+                "node target {name}: higher-order operators (subgraphs such as torch.no_grad or autocast regions, \
+                 control flow) are not supported; export without them, or run the export helper, which \
+                 decomposes what it can"
+            )));
+        }
+    }
+    let code = match name {
+        "_operator.add" | "operator.add" => 0,
+        "_operator.sub" | "operator.sub" => 1,
+        "_operator.mul" | "operator.mul" => 2,
+        "_operator.floordiv" | "operator.floordiv" => 3,
+        "_operator.truediv" | "operator.truediv" => 4,
+        "_operator.mod" | "operator.mod" => 5,
+        "_operator.neg" | "operator.neg" => 6,
+        "_operator.eq" | "operator.eq" => 7,
+        "_operator.ne" | "operator.ne" => 8,
+        "_operator.lt" | "operator.lt" => 9,
+        "_operator.le" | "operator.le" => 10,
+        "_operator.gt" | "operator.gt" => 11,
+        "_operator.ge" | "operator.ge" => 12,
+        "torch.sym_max" => 13,
+        "torch.sym_min" => 14,
+        "torch.sym_not" | "_operator.not_" | "operator.not_" => 15,
+        _ => {
+            return Err(Error::unsupported(format!(
+                "node target {name} is not an operator fulmen can run (only registered ATen and custom \
+                 operators, and Python's arithmetic on sizes)"
+            )))
+        }
+    };
+    Ok(Target::Builtin(code))
+}
+
+fn output(v: &Json) -> Result<Output> {
+    let (kind, inner) = json::union(v, "a node output")?;
+    Ok(match kind {
+        "as_none" => Output::Drop,
+        "as_tensor" => Output::One(tensor_name(inner)?),
+        "as_sym_int" | "as_sym_float" | "as_sym_bool" => match sym(inner, kind)? {
+            Sym::Name(n) => Output::One(n),
+            _ => Output::Drop,
+        },
+        "as_tensors" => {
+            Output::List(json::array(inner, kind)?.iter().map(|t| tensor_name(t).map(Some)).collect::<Result<_>>()?)
+        }
+        "as_optional_tensors" => {
+            Output::List(json::array(inner, kind)?.iter().map(optional_tensor).collect::<Result<_>>()?)
+        }
+        "as_int" | "as_float" | "as_bool" => Output::Drop,
+        other => return Err(Error::unsupported(format!("node output kind {other:?} is not supported"))),
+    })
+}
+
+fn node(v: &Json) -> Result<Node> {
+    let name = json::string(json::field(v, "target")?, "a node target")?;
+    let target = target(&name)?;
+    let mut args = Vec::new();
+    for input in json::array(json::field(v, "inputs")?, "node inputs")? {
+        let a = arg(json::field(input, "arg")?).map_err(|e| e.context(format!("node {name}")))?;
+        // kind 1: positional, 2: keyword (schema.py ArgumentKind).
+        let keyword = match json::int(json::field(input, "kind")?, "an argument kind")? {
+            2 => Some(json::string(json::field(input, "name")?, "an argument name")?),
+            _ => None,
+        };
+        args.push((keyword, a));
+    }
+    let outputs = json::array(json::field(v, "outputs")?, "node outputs")?
+        .iter()
+        .map(output)
+        .collect::<Result<Vec<_>>>()
+        .map_err(|e| e.context(format!("node {name}")))?;
+    Ok(Node { target, name, args, outputs })
+}
+
+fn input_role(spec: &Json) -> Result<(String, InputRole)> {
+    let (kind, inner) = json::union(spec, "an input spec")?;
+    let arg_name = || tensor_name(json::field(inner, "arg")?);
+    let text = |key: &str| json::string(json::field(inner, key)?, key);
+    Ok(match kind {
+        "parameter" => (arg_name()?, InputRole::Parameter(text("parameter_name")?)),
+        "buffer" => (arg_name()?, InputRole::Buffer(text("buffer_name")?)),
+        "tensor_constant" => (arg_name()?, InputRole::Constant(text("tensor_constant_name")?)),
+        "user_input" => match arg(json::field(inner, "arg")?)? {
+            Arg::Tensor(n) => (n.clone(), InputRole::User(Some(n))),
+            _ => (String::new(), InputRole::User(None)),
+        },
+        "constant_input" => (String::new(), InputRole::User(None)),
+        other => {
+            return Err(Error::unsupported(format!(
+                "input kind {other:?} is not supported (script objects and effect tokens)"
+            )))
+        }
+    })
+}
+
+fn output_role(spec: &Json) -> Result<(Arg, OutputRole)> {
+    let (kind, inner) = json::union(spec, "an output spec")?;
+    let tensor = || Ok::<_, Error>(Arg::Tensor(tensor_name(json::field(inner, "arg")?)?));
+    let text = |key: &str| json::string(json::field(inner, key)?, key);
+    Ok(match kind {
+        "user_output" => (arg(json::field(inner, "arg")?)?, OutputRole::User),
+        "loss_output" => (tensor()?, OutputRole::Loss),
+        "buffer_mutation" => (tensor()?, OutputRole::BufferMutation(text("buffer_name")?)),
+        "user_input_mutation" => (tensor()?, OutputRole::UserInputMutation(text("user_input_name")?)),
+        other => {
+            return Err(Error::unsupported(format!(
+                "output kind {other:?} is not supported (gradients of joint graphs, parameter mutations, \
+                 effect tokens)"
+            )))
+        }
+    })
+}
+
+/// Reads a program's graph from the parsed `models/<name>.json`.
+pub(crate) fn read(doc: &Json) -> Result<Graph> {
+    let module = json::field(doc, "graph_module")?;
+    let graph = json::field(module, "graph")?;
+    let signature = json::field(module, "signature")?;
+    let inputs = json::array(json::field(signature, "input_specs")?, "input specs")?
+        .iter()
+        .map(input_role)
+        .collect::<Result<Vec<_>>>()?;
+    let outputs = json::array(json::field(signature, "output_specs")?, "output specs")?
+        .iter()
+        .map(output_role)
+        .collect::<Result<Vec<_>>>()?;
+    let nodes = json::array(json::field(graph, "nodes")?, "nodes")?.iter().map(node).collect::<Result<Vec<_>>>()?;
+    let calls = json::array(json::field(module, "module_call_graph")?, "the module call graph")?;
+    let top = calls.first().ok_or_else(|| Error::format("the module call graph is empty"))?;
+    let call_sig = json::field(top, "signature")?;
+    let in_spec = TreeSpec::parse(&json::string(json::field(call_sig, "in_spec")?, "in_spec")?)?;
+    let out_spec = TreeSpec::parse(&json::string(json::field(call_sig, "out_spec")?, "out_spec")?)?;
+    Ok(Graph { inputs, nodes, outputs, in_spec, out_spec })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_resolve_or_are_refused_by_name() {
+        assert_eq!(target("torch.ops.aten.linear.default").unwrap(), Target::Op("aten::linear".into(), "".into()));
+        assert_eq!(target("torch.ops.aten.add.Tensor").unwrap(), Target::Op("aten::add".into(), "Tensor".into()));
+        assert_eq!(target("_operator.mul").unwrap(), Target::Builtin(2));
+        let e = target("torch.ops.higher_order.wrap_with_set_grad_enabled").unwrap_err();
+        assert!(e.message.contains("higher-order"), "{}", e.message);
+        let e = target("builtins.print").unwrap_err();
+        assert!(e.message.contains("builtins.print"), "{}", e.message);
+        assert!(target("torch.ops.aten..default").is_err());
+    }
+
+    #[test]
+    fn arguments_of_every_kind_parse() {
+        let p = |s: &str| arg(&serde_json::from_str(s).unwrap());
+        assert_eq!(p(r#"{"as_tensor": {"name": "x"}}"#).unwrap(), Arg::Tensor("x".into()));
+        assert_eq!(p(r#"{"as_float": "-Infinity"}"#).unwrap(), Arg::Float(f64::NEG_INFINITY));
+        assert_eq!(p(r#"{"as_scalar_type": 13}"#).unwrap(), Arg::Dtype(15));
+        assert_eq!(
+            p(r#"{"as_sym_ints": [{"as_name": "s0"}, {"as_int": 4}]}"#).unwrap(),
+            Arg::SymInts(vec![Sym::Name("s0".into()), Sym::Int(4)])
+        );
+        assert_eq!(
+            p(r#"{"as_optional_tensors": [{"as_tensor": {"name": "a"}}, {"as_none": true}]}"#).unwrap(),
+            Arg::OptTensors(vec![Some("a".into()), None])
+        );
+        assert!(p(r#"{"as_graph": {}}"#).unwrap_err().message.contains("as_graph"));
+        assert!(p(r#"{"as_int": 1, "as_float": 2}"#).is_err());
+        assert!(p(r#"{"as_int": 1.5}"#).is_err());
+    }
+}
