@@ -1,10 +1,14 @@
 // Process-wide libtorch settings tch does not expose: deterministic
 // algorithms, autograd's anomaly mode and the CPU generator's state (for
-// exact resume).
+// exact resume); and a thread's libtorch thread-local state, lent to
+// threads attached to a callback.
 #include "fulmen_cxx.h"
+
+#include <memory>
 
 #include <ATen/Context.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ThreadLocalState.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/GradMode.h>
 #include <ATen/ops/empty.h>
@@ -78,6 +82,45 @@ int fulmen_cxx_cpu_rng_set_state(const void* state, char* err, size_t err_len) {
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(t);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// The calling thread's libtorch thread-local state (grad mode, inference
+// mode, autocast and the other local dispatch keys, autocast dtypes,
+// saved-tensor hooks, profiler callbacks), as at::launch carries it to
+// another thread: a heap `at::ThreadLocalState*`, freed with
+// fulmen_cxx_tls_free.
+int fulmen_cxx_tls_capture(void** out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  TORCH_CHECK(out != nullptr, "tls_capture: out is NULL");
+  *out = new at::ThreadLocalState();
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Frees a state made by fulmen_cxx_tls_capture or fulmen_cxx_tls_apply
+// without applying it (NULL: nothing). Touches no thread-local variable,
+// so it may run while a thread exits.
+void fulmen_cxx_tls_free(void* state) { delete static_cast<at::ThreadLocalState*>(state); }
+
+// Makes `state` (from fulmen_cxx_tls_capture, only read) the calling
+// thread's thread-local state; the state it replaces goes to *previous, a
+// heap state for fulmen_cxx_tls_restore on this thread.
+int fulmen_cxx_tls_apply(const void* state, void** previous, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  TORCH_CHECK(state != nullptr && previous != nullptr, "tls_apply: NULL argument");
+  auto before = std::make_unique<at::ThreadLocalState>();
+  at::ThreadLocalState::setThreadLocalState(*static_cast<const at::ThreadLocalState*>(state));
+  *previous = before.release();
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Makes `previous` (from fulmen_cxx_tls_apply on this thread) the calling
+// thread's thread-local state again, and frees it.
+int fulmen_cxx_tls_restore(void* previous, char* err, size_t err_len) {
+  std::unique_ptr<at::ThreadLocalState> owned(static_cast<at::ThreadLocalState*>(previous));
+  FULMEN_CXX_TRY
+  TORCH_CHECK(owned != nullptr, "tls_restore: NULL argument");
+  at::ThreadLocalState::setThreadLocalState(*owned);
   FULMEN_CXX_CATCH(err, err_len)
 }
 

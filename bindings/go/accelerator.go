@@ -279,17 +279,17 @@ func registryEntry(i int) (AcceleratorInfo, error) {
 
 // CustomAccelerator is an accelerator implemented in Go, registered with
 // RegisterAccelerator (Lightning's custom Accelerator). Its methods are
-// called by the library, serialised, on the goroutine of the call that
+// called by the library, serialised, while the goroutine of the call that
 // uses the accelerator (Fit, Validate, ... or a method of an Accelerator
-// handle); a returned error or a panic fails that call (CodeCallback
+// handle) waits, each call on a goroutine of its own; a returned error or a panic fails that call (CodeCallback
 // unless the error is a *Error, whose code is kept) and becomes its cause.
 // Implement DeviceParser as well to parse the devices option yourself;
 // otherwise Lightning's GPU-style parser over AutoDeviceCount devices is
 // used. Implement Collectives for DDP through the vendor's own
 // communication library.
-// Its methods must return, never call runtime.Goexit (t.FailNow,
-// t.Fatal, t.SkipNow): see "Callbacks and runtime.Goexit" in the package
-// documentation.
+// A runtime.Goexit in a method (t.FailNow, t.Fatal, t.SkipNow) fails that
+// call like an error naming the method: see "Callbacks and
+// runtime.Goexit" in the package documentation.
 type CustomAccelerator interface {
 	// IsAvailable reports whether the accelerator can run here. An error
 	// fails Accelerator.IsAvailable; elsewhere (the registry, Fit) the

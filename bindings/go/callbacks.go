@@ -3,9 +3,9 @@ package fulmen
 // The //export trampolines that fulmen calls back into (through the
 // adapters of shim.c). Each one finds its Go state from the cgo.Handle in
 // the userdata, opens the Go mirror of the C tensor scope, checks the
-// context of the running call, recovers a panic into a CodeCallback error
-// and records the Go cause for the error the outer call returns; all of
-// them run host code through guard. Only
+// context of the running call, runs the host code on a goroutine attached
+// to the callback (runAttached), turns a panic or a runtime.Goexit into an
+// error and records the Go cause for the error the outer call returns. Only
 // declarations may appear in this file's preamble, as cgo requires for a
 // file with //export.
 
@@ -23,6 +23,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+	"sync"
 	"unsafe"
 )
 
@@ -46,7 +47,8 @@ func cCallbackError(call *callState, err error, record bool) *C.fulmen_error {
 }
 
 // runCallback runs the body of a callback inside a Go scope, with the
-// context check, panic recovery and runtime.Goexit handling of guard.
+// context check, panic recovery and runtime.Goexit handling of
+// runAttached.
 func runCallback(body func() error) *C.fulmen_error {
 	return runCallbackAfter(false, body)
 }
@@ -58,7 +60,7 @@ func runCallback(body func() error) *C.fulmen_error {
 func runCallbackAfter(failing bool, body func() error) *C.fulmen_error {
 	sc := enterScope()
 	call := currentCall()
-	err := guard(sc, func() error {
+	err := runAttached(sc, call, func() error {
 		if !failing && call != nil && call.ctx != nil {
 			if err := call.ctx.Err(); err != nil {
 				return err
@@ -73,13 +75,96 @@ func runCallbackAfter(failing bool, body func() error) *C.fulmen_error {
 	return nil
 }
 
-// guard runs f, the Go side of one callback from C; every //export
-// trampoline that runs host code goes through it. A panic is recovered and
-// returned as a *PanicError. runtime.Goexit (t.FailNow, t.Fatal,
-// t.SkipNow) cannot be stopped or recovered: it unwinds through the C
-// frames of the call that invoked the callback, which never return, so
-// guard only limits the damage (abandonCallback). sc is the callback's Go
-// scope, nil when the library opens none.
+// attachedRun is one callback body that runAttached runs on a goroutine of
+// its own. Runs are pooled with their channel, which carries one signal
+// per run.
+type attachedRun struct {
+	ctx      *C.fulmen_callback_context
+	sc       *scope
+	call     *callState
+	body     func() error
+	err      error
+	returned bool
+	done     chan struct{}
+}
+
+var attachedRuns = sync.Pool{New: func() any { return &attachedRun{done: make(chan struct{}, 1)} }}
+
+// runAttached runs body, the Go side of the callback that the library is
+// running on this thread, on a goroutine of its own locked to another OS
+// thread attached to the callback (fulmen_callback_attach), and waits for
+// it. Attached, that thread works inside the callback: the tensors it makes
+// join the callback's scope (sc mirrors it for that thread too), its calls
+// count as the callback's own (re-entrancy, HostCall) and it runs with the
+// callback's grad mode and autocast. A panic in body is returned as a
+// *PanicError. A runtime.Goexit (t.FailNow, t.Fatal, t.SkipNow) ends only
+// that goroutine, so the callback fails with a CodeCallback error naming
+// it, and the call that ran the callback returns that error. Where the
+// library opened no scope for the callback (there is nothing to attach
+// to), body runs on this goroutine under guard.
+func runAttached(sc *scope, call *callState, body func() error) error {
+	var ctx *C.fulmen_callback_context
+	if e := C.fulmen_callback_context_current(&ctx); e != nil {
+		C.fulmen_error_free(e)
+		return guard(sc, body)
+	}
+	r := attachedRuns.Get().(*attachedRun)
+	r.ctx, r.sc, r.call, r.body = ctx, sc, call, body
+	go r.run()
+	<-r.done
+	err, returned := r.err, r.returned
+	*r = attachedRun{done: r.done}
+	attachedRuns.Put(r)
+	C.fulmen_callback_context_free(ctx)
+	if !returned {
+		return goexitError(trampolineName())
+	}
+	return err
+}
+
+// run is the goroutine of an attachedRun: it attaches its thread to the
+// callback, runs the body and signals the waiting callback. The signal is
+// sent by a deferred function, which runtime.Goexit runs too, without
+// returned set.
+func (r *attachedRun) run() {
+	runtime.LockOSThread()
+	if err := check(C.fulmen_callback_attach(r.ctx)); err != nil {
+		runtime.UnlockOSThread()
+		r.err, r.returned = err, true
+		r.done <- struct{}{}
+		return
+	}
+	tid := threadID()
+	lent := lendScope(tid, r.sc, r.call)
+	defer func() {
+		unlendScope(tid, lent)
+		if err := check(C.fulmen_callback_detach()); err != nil && r.returned && r.err == nil {
+			r.err = err
+		}
+		// Detached, the thread holds no state of the callback: it may run
+		// other goroutines again.
+		runtime.UnlockOSThread()
+		r.done <- struct{}{}
+	}()
+	r.err = recovered(r.body)
+	r.returned = true
+}
+
+// goexitError is the error of a callback whose Go body called
+// runtime.Goexit instead of returning.
+func goexitError(name string) error {
+	return &Error{Code: CodeCallback, Message: "the Go callback " + name + " called runtime.Goexit (t.FailNow, " +
+		"t.Fatal, t.SkipNow) instead of returning: the callback fails with this error; return an error from " +
+		"the callback instead"}
+}
+
+// guard runs f, the Go side of one callback from C, on the calling
+// goroutine: runAttached uses it where the library opened no scope for the
+// callback (nothing to attach to). A panic is recovered and returned as a *PanicError. runtime.Goexit
+// (t.FailNow, t.Fatal, t.SkipNow) cannot be stopped or recovered: here it
+// unwinds through the C frames of the call that invoked the callback,
+// which never return, so guard only limits the damage (abandonCallback).
+// sc is the callback's Go scope, nil when the library opens none.
 func guard(sc *scope, f func() error) error {
 	returned := false
 	defer func() {
@@ -105,17 +190,16 @@ func recovered(f func() error) (err error) {
 	return f()
 }
 
-// abandonCallback runs while runtime.Goexit unwinds a callback through the
-// C call that invoked it. That call never returns: it keeps the objects it
-// pinned (a Fit's trainer and module stay in use, their Close deferred for
-// good), and its thread keeps its C state mid-call (the open tensor scope,
-// no_grad or autocast, the re-entrancy marks). So the tensors the callback
-// made are freed here, as their scope would have freed them; the goroutine
-// stays locked to its thread, so that Go ends the thread with the
-// goroutine instead of running other goroutines on it (a thread the
-// library started, such as a loader worker's, makes Go end the process);
-// and one line on stderr says what happened, for the innermost callback
-// only when callbacks are nested.
+// abandonCallback runs while runtime.Goexit unwinds a callback that guard
+// runs on its caller's goroutine through the C call that invoked it. That
+// call never returns: it keeps the objects it pinned, and its thread keeps
+// its C state mid-call (the open tensor scope, no_grad or autocast, the
+// re-entrancy marks). So the tensors the callback made are freed here, as
+// their scope would have freed them; the goroutine stays locked to its
+// thread, so that Go ends the thread with the goroutine instead of running
+// other goroutines on it (a thread the library started makes Go end the
+// process); and one line on stderr says what happened, for the innermost
+// callback only when callbacks are nested.
 func abandonCallback(sc *scope) {
 	runtime.LockOSThread() // never unlocked
 	quiet := false

@@ -94,9 +94,9 @@ func (s DistStore) Delete(key string) (bool, error) {
 // which is not a goroutine of the caller's). The tensors share storage with
 // those reduced: write the results in place (CopyFromSlice, CopyInPlace).
 // An error fails the collective and the run (CodeDistributed, with its
-// message). Its methods must return, never call runtime.Goexit: on
-// libtorch's autograd thread Go then ends the process (see "Callbacks and
-// runtime.Goexit" in the package documentation).
+// message), and so does a runtime.Goexit in them (see "Callbacks and
+// runtime.Goexit" in the package documentation), except in a Close that
+// the library calls from inside one of the accelerator's own callbacks.
 type CollectiveGroup interface {
 	// AllReduce reduces tensors in place over the ranks with op.
 	AllReduce(tensors []*Tensor, op ReduceOp) error
@@ -162,8 +162,9 @@ func fulmenGoCollOpen(ud C.uintptr_t, store *C.fulmen_dist_store, rank, world C.
 func fulmenGoCollClose(g C.uintptr_t) {
 	h := cgo.Handle(g)
 	defer h.Delete()
-	// A panic in Close is dropped: the slot has no error to report.
-	_ = guard(nil, func() error {
+	// A panic or runtime.Goexit in Close is dropped: the slot has no error
+	// to report.
+	_ = runAttached(nil, nil, func() error {
 		h.Value().(CollectiveGroup).Close()
 		return nil
 	})

@@ -204,7 +204,8 @@ func (d *Dataset) Len() (int, error) {
 }
 
 // Get fetches the samples indices as a batch, one tensor per dataset
-// column. For a DataSource dataset it runs GetBatch on this goroutine.
+// column. For a DataSource dataset it runs GetBatch while this goroutine
+// waits.
 func (d *Dataset) Get(indices []int64) ([]*Tensor, error) {
 	out, err := fetchTensors(func(hs **C.fulmen_tensor, capacity C.size_t, count *C.size_t) *C.fulmen_error {
 		return C.fulmen_dataset_get(d.ptr(), indexArg(indices), C.size_t(len(indices)), hs, capacity, count)
@@ -240,9 +241,10 @@ func fetchTensors(call func(hs **C.fulmen_tensor, capacity C.size_t, count *C.si
 	}
 }
 
-// DataSource is a map-style dataset implemented in Go. Its functions must
-// return, never call runtime.Goexit (t.FailNow, t.Fatal, t.SkipNow): see
-// "Callbacks and runtime.Goexit" in the package documentation.
+// DataSource is a map-style dataset implemented in Go. A runtime.Goexit in
+// its functions (t.FailNow, t.Fatal, t.SkipNow) fails the call that ran
+// them like an error naming the function: see "Callbacks and
+// runtime.Goexit" in the package documentation.
 type DataSource struct {
 	// Len is the number of samples; called once, by NewSourceDataset.
 	// Required.
@@ -253,17 +255,18 @@ type DataSource struct {
 	GetBatch func(indices []int64, b *BatchBuilder) error
 	// AnyThread lets loaders with NumWorkers > 0 call GetBatch on their
 	// worker threads, one call at a time, so reading overlaps training
-	// (the vtable's any_thread). GetBatch then runs outside the goroutine
-	// that called Fit: it must not depend on that goroutine, and its error
-	// is not attached as the cause of Fit's (the trainer's
-	// callback_timeout still applies). Without it, loaders with workers
+	// (the vtable's any_thread). GetBatch then runs while a worker waits,
+	// not the goroutine that called Fit: it must not depend on that
+	// goroutine, and its error is not attached as the cause of Fit's (the
+	// trainer's callback_timeout still applies). Without it, loaders with workers
 	// refuse the dataset.
 	AnyThread bool
 }
 
 // NewSourceDataset creates a dataset whose samples src provides. Its
-// functions run on the goroutine that iterates the loader (the one that
-// called Fit, ...), or with AnyThread on a loader's worker threads.
+// functions run while the goroutine that iterates the loader (the one that
+// called Fit, ...) waits, or with AnyThread while a loader's worker thread
+// waits, each call on a goroutine of its own.
 func NewSourceDataset(src DataSource) (*Dataset, error) {
 	if src.Len == nil || src.GetBatch == nil {
 		return nil, &Error{Code: CodeInvalidArgument, Message: "DataSource.Len and DataSource.GetBatch are required"}
@@ -390,9 +393,10 @@ func NewLoader(ds *Dataset, opts LoaderOptions) (*Loader, error) {
 }
 
 // Iterator is an iterable data source implemented in Go (like a PyTorch
-// IterableDataset). Its functions must return, never call runtime.Goexit
-// (t.FailNow, t.Fatal, t.SkipNow): see "Callbacks and runtime.Goexit" in
-// the package documentation.
+// IterableDataset). A runtime.Goexit in its functions (t.FailNow, t.Fatal,
+// t.SkipNow) fails the call that ran them like an error naming the
+// function: see "Callbacks and runtime.Goexit" in the package
+// documentation.
 type Iterator struct {
 	// Reset starts epoch epoch from the beginning. Optional.
 	Reset func(epoch uint64) error
@@ -456,8 +460,8 @@ func (l *Loader) Shard(rank, world int) (*Loader, error) {
 // with the loader's seed and the epoch, and this rank's share for a
 // Shard), for a Go-owned training loop: one tensor per dataset column. An
 // index past the epoch is ErrOutOfRange, an Iterator loader
-// ErrUnsupported. For a DataSource dataset it runs GetBatch on this
-// goroutine.
+// ErrUnsupported. For a DataSource dataset it runs GetBatch while this
+// goroutine waits.
 func (l *Loader) Batch(epoch uint64, index int) ([]*Tensor, error) {
 	if index < 0 {
 		return nil, &Error{Code: CodeOutOfRange, Message: fmt.Sprintf("batch index %d is negative", index)}

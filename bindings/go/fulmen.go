@@ -67,8 +67,9 @@
 // refuses other uses of it meanwhile with ErrInvalidState, and so does a
 // callback calling back into the object running it (a DataSource's
 // GetBatch calling Get on its own Dataset), instead of deadlocking.
-// Callbacks run on the goroutine that called Fit, Validate, Test, Predict
-// or Dataset.Get.
+// Callbacks run while the goroutine that called Fit, Validate, Test,
+// Predict or Dataset.Get waits, each on a goroutine of its own (see
+// below).
 //
 // # Callbacks and runtime.Goexit
 //
@@ -76,24 +77,26 @@
 // Iterator, a HostForward, a StepClosure or Closure, an LRLambda or
 // BackboneLambda, a CustomAccelerator or CollectiveGroup) ends by
 // returning or by a panic; an error it returns and a panic become the
-// error of the call that ran it. It must never call runtime.Goexit, so never
-// t.FailNow, t.Fatal, t.Fatalf, t.SkipNow or t.Skip in a test: call
-// t.Error and return an error instead. Goexit cannot be stopped or
-// recovered, and it unwinds through the library's frames of the call that
-// ran the callback, which therefore never returns: Fit (or Validate,
-// Dataset.Get, ...) does not return, the goroutine that called it ends,
-// and the objects the call used stay in use for good (their Close is
-// deferred forever, LiveHandles counts them; a Fit's trainer and module
-// refuse other calls with ErrInvalidState). The package frees the tensors
-// the callback made, writes one line on stderr naming the callback, and
-// ends the goroutine's OS thread, whose library state is left mid-call (an
-// open tensor scope, no_grad or autocast, re-entrancy marks) and must not
-// run other goroutines. On a thread the library started (a DataSource with
-// AnyThread on a loader worker, a CollectiveGroup on libtorch's autograd
-// thread) Go ends the process instead. Running callbacks on a goroutine of
-// their own would let the call survive Goexit, but the library keeps that
-// state per thread and expects a callback's calls from the thread it
-// called, so the package does not do it.
+// error of the call that ran it. Each call of a callback runs on a new
+// goroutine, locked to an OS thread that is attached to the library's
+// callback (fulmen_callback_attach) while the library's thread waits:
+// tensors it makes are scope-owned, its calls into the library count as
+// the callback's own, and it runs with the callback's grad mode and
+// autocast. So runtime.Goexit in a callback (t.FailNow, t.Fatal, t.Fatalf,
+// t.SkipNow or t.Skip in a test) ends only that goroutine: the callback
+// fails with a CodeCallback error "the Go callback TrainingStep called
+// runtime.Goexit ...", naming it, and the call that ran it (Fit, Validate,
+// Dataset.Get, ...) returns that error, as for any failing callback; the
+// tensors the callback made are freed with its scope. (A t.FailNow in a
+// callback still marks the test failed; the test goes on after the call
+// returns. Prefer t.Error and returning an error.) The one exception is
+// a callback that the library runs outside any callback scope (a
+// CollectiveGroup's Close when the job ends inside one of the
+// accelerator's own callbacks): it runs on the calling goroutine, and Goexit
+// there cannot be stopped: it unwinds through the library's frames, so
+// that call never returns and keeps its objects in use, the package frees
+// the callback's tensors, ends the goroutine's OS thread and writes one
+// line on stderr naming the callback.
 //
 // # Signals
 //

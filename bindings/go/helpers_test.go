@@ -10,16 +10,12 @@ import (
 	fulmen "github.com/fulmen-ml/fulmen/bindings/go"
 )
 
-// goexitChildEnv marks the child process of TestCallbackGoexit, whose
-// abandoned calls keep their handles alive for good.
-const goexitChildEnv = "FULMEN_GO_GOEXIT_CHILD"
-
 // TestMain fails the run when any fulmen handle is still alive at the end:
 // every test closes what it creates.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	runtime.GC()
-	if n := fulmen.LiveHandles(); n != 0 && code == 0 && os.Getenv(goexitChildEnv) != "1" {
+	if n := fulmen.LiveHandles(); n != 0 && code == 0 {
 		fmt.Fprintf(os.Stderr, "FAIL: %d fulmen handles alive after the tests\n", n)
 		code = 1
 	}

@@ -105,19 +105,20 @@ func (h Hook) String() string {
 }
 
 // Callback receives every hook of the trainer it is added to
-// (Trainer.AddCallback), on the goroutine that called Fit / Validate /
-// Test / Predict. Returning an error (or panicking) stops the run: the
+// (Trainer.AddCallback), while the goroutine that called Fit / Validate /
+// Test / Predict waits (each call on a goroutine of its own). Returning an error (or panicking) stops the run: the
 // error the run returns wraps it, as for the step functions. Tensors it
 // creates, and those HookContext returns, are scope-owned (released when
-// the hook returns unless kept). OnHook must return, never call
-// runtime.Goexit (t.FailNow, t.Fatal, t.SkipNow): see "Callbacks and
-// runtime.Goexit" in the package documentation.
+// the hook returns unless kept). A runtime.Goexit in OnHook (t.FailNow,
+// t.Fatal, t.SkipNow) stops the run like an error naming the hook's
+// callback: see "Callbacks and runtime.Goexit" in the package
+// documentation.
 type Callback interface {
 	OnHook(hook Hook, ctx *HookContext) error
 }
 
-// CallbackFunc adapts a function to Callback (the function must never
-// call runtime.Goexit, as Callback says).
+// CallbackFunc adapts a function to Callback (a runtime.Goexit in it fails
+// the run, as Callback says).
 type CallbackFunc func(hook Hook, ctx *HookContext) error
 
 // OnHook calls f.
@@ -286,14 +287,14 @@ func (c *HookContext) Exception() (string, error) {
 }
 
 // Logger receives the metrics and hyperparameters of the runs of the
-// trainer it is added to (Trainer.AddLogger), on the goroutine running
-// them: everything the file loggers get, and the metrics of Validate and
+// trainer it is added to (Trainer.AddLogger), while the goroutine running
+// them waits (each call on a goroutine of its own): everything the file loggers get, and the metrics of Validate and
 // Test. An error (or panic) stops the run, as for the step functions;
 // Finalize with a status other than "success" runs because the run is
 // failing, even when the context is done, and its error is ignored.
-// Its methods must return, never call runtime.Goexit (t.FailNow,
-// t.Fatal, t.SkipNow): see "Callbacks and runtime.Goexit" in the package
-// documentation.
+// A runtime.Goexit in a method (t.FailNow, t.Fatal, t.SkipNow) fails it
+// like an error naming the method: see "Callbacks and runtime.Goexit" in
+// the package documentation.
 type Logger interface {
 	// LogMetrics receives metrics logged at step in epoch.
 	LogMetrics(metrics map[string]float64, epoch, step int64) error

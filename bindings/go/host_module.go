@@ -49,9 +49,9 @@ func (c *HostCall) IsTraining() (bool, error) {
 // HostForward is a host module's forward pass: it gets the module's call
 // and the inputs (nil for a left-out one) and returns exactly the module's
 // number of outputs.
-// It must return, never call runtime.Goexit (t.FailNow, t.Fatal,
-// t.SkipNow): see "Callbacks and runtime.Goexit" in the package
-// documentation.
+// A runtime.Goexit in it (t.FailNow, t.Fatal, t.SkipNow) fails the call
+// that ran it like an error naming it: see "Callbacks and runtime.Goexit"
+// in the package documentation.
 type HostForward func(call *HostCall, inputs []*Tensor) ([]*Tensor, error)
 
 type hostModule struct {

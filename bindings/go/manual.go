@@ -161,9 +161,9 @@ func optimizerIndex(i int) (C.size_t, error) {
 // StepClosure computes the loss at the parameters' current values through
 // the StepContext it is given (valid during the call only): it zeroes the
 // optimizer's gradients, runs ManualBackward, and returns the loss.
-// It must return, never call runtime.Goexit (t.FailNow, t.Fatal,
-// t.SkipNow): see "Callbacks and runtime.Goexit" in the package
-// documentation.
+// A runtime.Goexit in it (t.FailNow, t.Fatal, t.SkipNow) fails the call
+// that ran it like an error naming it: see "Callbacks and runtime.Goexit"
+// in the package documentation.
 type StepClosure func(ctx *StepContext) (float64, error)
 
 // OptimizerStepClosure is Lightning's opt.step(closure=closure) for

@@ -17,12 +17,13 @@ import (
 
 // ModuleFuncs are the Go functions of a LightningModule. A nil function is
 // "not implemented": Fit needs TrainingStep and ConfigureOptimizers,
-// Validate needs ValidationStep, and so on. They run on the goroutine that
-// called Fit / Validate / Test / Predict; tensors they create are
-// scope-owned (see the package documentation).
-// They must return, never call runtime.Goexit (t.FailNow, t.Fatal,
-// t.SkipNow): see "Callbacks and runtime.Goexit" in the package
-// documentation.
+// Validate needs ValidationStep, and so on. They run while the goroutine
+// that called Fit / Validate / Test / Predict waits, each call on a
+// goroutine of its own; tensors they create are scope-owned (see the
+// package documentation).
+// A runtime.Goexit in one (t.FailNow, t.Fatal, t.SkipNow) fails the call
+// that ran it like an error naming it: see "Callbacks and runtime.Goexit"
+// in the package documentation.
 type ModuleFuncs struct {
 	// TrainingStep computes the loss of a training batch: a one-element
 	// floating tensor computed from the parameters.

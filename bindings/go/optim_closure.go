@@ -53,14 +53,14 @@ func NewLBFGS(model *Model, params []*Tensor, opts LBFGSOptions) (*Optimizer, er
 
 // Closure computes the loss at the parameters' current values, runs its
 // backward and returns the loss.
-// It must return, never call runtime.Goexit (t.FailNow, t.Fatal,
-// t.SkipNow): see "Callbacks and runtime.Goexit" in the package
-// documentation.
+// A runtime.Goexit in it (t.FailNow, t.Fatal, t.SkipNow) fails the call
+// that ran it like an error naming it: see "Callbacks and runtime.Goexit"
+// in the package documentation.
 type Closure func() (float64, error)
 
 // StepClosure is torch's optimizer.step(closure): the optimizer calls
 // closure as often as it needs (LBFGS: up to MaxEval times, once more with
-// the line search; the others once, before their update), on this goroutine, each time with every gradient
+// the line search; the others once, before their update), while this goroutine waits, each time with every gradient
 // reset first. The closure must not use this optimizer. Its error ends the
 // step and is the returned error's cause. Returns the first evaluation's
 // loss.

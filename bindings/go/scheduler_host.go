@@ -81,12 +81,12 @@ func (opts CyclicLROptions) toC() C.fulmen_cyclic_lr_options {
 }
 
 // LRLambda is the factor of LambdaLR / MultiplicativeLR for a step (0 at
-// construction) and a parameter group. It runs on the goroutine that steps
-// the scheduler (in a fit, the one that called Fit); an error fails that
+// construction) and a parameter group. It runs while the goroutine that
+// steps the scheduler (in a fit, the one that called Fit) waits; an error fails that
 // step and is its error's cause.
-// It must return, never call runtime.Goexit (t.FailNow, t.Fatal,
-// t.SkipNow): see "Callbacks and runtime.Goexit" in the package
-// documentation.
+// A runtime.Goexit in it (t.FailNow, t.Fatal, t.SkipNow) fails the call
+// that ran it like an error naming it: see "Callbacks and runtime.Goexit"
+// in the package documentation.
 type LRLambda func(step int64, group int) (float64, error)
 
 // NewLambdaLR is LambdaLR: the lr of a group is its initial lr times

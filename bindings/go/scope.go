@@ -17,15 +17,18 @@ import (
 )
 
 // The C library keeps, per OS thread, a stack of tensor scopes: every
-// tensor handle created on a thread while one of its callbacks runs is
-// freed when that callback returns, unless kept with fulmen_tensor_keep.
-// A Go callback runs on the goroutine that called into C, locked to that
-// thread for the whole callback, so the binding mirrors the C scopes per
-// thread id: a Tensor wrapped while its thread has an open scope is
-// scope-owned, and when the callback returns its handle is cleared (the
-// library frees it), so Close and the finalizer never free it a second
-// time. A goroutine that is not the callback's cannot run on that thread
-// while the callback runs, so the thread id decides ownership exactly as C
+// tensor handle created on a thread while one of its callbacks runs, or on
+// a thread attached to that callback (fulmen_callback_attach), is freed
+// when that callback returns, unless kept with fulmen_tensor_keep. The
+// callback's thread waits in the trampoline while the Go body runs on a
+// goroutine locked to another thread, attached to the callback
+// (runAttached), so the binding mirrors the C scopes per thread id: the
+// callback's thread and the attached one both map to the callback's scope.
+// A Tensor wrapped while its thread has an open scope is scope-owned, and
+// when the callback returns its handle is cleared (the library frees it),
+// so Close and the finalizer never free it a second time. A goroutine that
+// is not the callback's cannot run on either thread while the callback
+// runs (both are locked), so the thread id decides ownership exactly as C
 // does.
 
 // threadID is the id of the OS thread running the caller.
@@ -124,6 +127,44 @@ func release(t *Tensor) {
 	}
 	t.scope = nil
 	registryMu.Unlock()
+}
+
+// lentScope is what a thread had before lendScope gave it a callback's
+// scope and call.
+type lentScope struct {
+	scope *scope
+	call  *callState
+}
+
+// lendScope makes sc and call (either may be nil) those of thread tid, a
+// thread attached to the callback they belong to, until unlendScope.
+func lendScope(tid uintptr, sc *scope, call *callState) lentScope {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	before := lentScope{scope: scopes[tid], call: calls[tid]}
+	if sc != nil {
+		scopes[tid] = sc
+	}
+	if call != nil {
+		calls[tid] = call
+	}
+	return before
+}
+
+// unlendScope gives thread tid back what it had before lendScope.
+func unlendScope(tid uintptr, before lentScope) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if before.scope == nil {
+		delete(scopes, tid)
+	} else {
+		scopes[tid] = before.scope
+	}
+	if before.call == nil {
+		delete(calls, tid)
+	} else {
+		calls[tid] = before.call
+	}
 }
 
 // currentCall returns the innermost call of this thread that runs callbacks.

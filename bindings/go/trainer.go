@@ -187,7 +187,7 @@ func ckptArg(opts []RunOption) *C.char {
 // ValDataloader when it has them (Lightning's trainer.fit(model)), called
 // again every reload_dataloaders_every_n_epochs epochs. With
 // CkptPath it resumes from a checkpoint (the global step and epoch
-// continue). The callbacks run on this goroutine. ctx is checked at the
+// continue). The callbacks run while this goroutine waits. ctx is checked at the
 // start of every callback: once it is done, Fit stops and returns an error
 // for which errors.Is(err, ctx.Err()) holds. A callback's error or
 // recovered panic (*PanicError) is the cause of the returned *Error.

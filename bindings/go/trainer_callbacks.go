@@ -384,11 +384,11 @@ func (t *Trainer) AddBackboneFinetuning(opts BackboneFinetuningOptions) error {
 
 // BackboneLambda is BackboneFinetuning's lambda_func: the factor of the
 // backbone's lr for an epoch (each epoch start after the unfreeze asks for
-// its epoch + 1, as Lightning does). It runs on the goroutine that called
-// Fit; an error fails the fit and is its error's cause.
-// It must return, never call runtime.Goexit (t.FailNow, t.Fatal,
-// t.SkipNow): see "Callbacks and runtime.Goexit" in the package
-// documentation.
+// its epoch + 1, as Lightning does). It runs while the goroutine that
+// called Fit waits; an error fails the fit and is its error's cause.
+// A runtime.Goexit in it (t.FailNow, t.Fatal, t.SkipNow) fails the call
+// that ran it like an error naming it: see "Callbacks and runtime.Goexit"
+// in the package documentation.
 type BackboneLambda func(epoch int64) (float64, error)
 
 // AddBackboneFinetuningFunc adds BackboneFinetuning as AddBackboneFinetuning

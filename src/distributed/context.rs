@@ -7,7 +7,7 @@ use super::group::{ProcessGroup, Rendezvous};
 use super::launcher::{free_port, launcher_gone, threads_per_process, Children, LaunchPlan};
 use crate::error::{Error, ErrorCode, Result};
 use crate::tensor::device::DeviceType;
-use crate::thread_token::thread_token;
+use crate::thread_token::{held_by_this_work, thread_token};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -157,7 +157,7 @@ pub fn current() -> Option<Arc<DistContext>> {
 /// the processes and the world has more than one process on this node,
 /// fulmen starts the other local ranks first (re-executing this program).
 pub fn join(opts: &JoinOptions) -> Result<Arc<DistContext>> {
-    if JOINING_THREAD.load(Ordering::Acquire) == thread_token() {
+    if held_by_this_work(JOINING_THREAD.load(Ordering::Acquire)) {
         return Err(Error::state(
             "joining the distributed job from inside its own join (a collectives hook's group_new): \
              the job is not formed yet",

@@ -2,7 +2,7 @@
 use super::error::{error_from_raw, fulmen_error};
 use super::tensor::TensorScope;
 use crate::error::{Error, ErrorCode, Result};
-use crate::thread_token::thread_token;
+use crate::thread_token::{held_by_this_work, thread_token};
 use std::ffi::c_void;
 
 /// The host's userdata and its optional destructor, called exactly once
@@ -64,24 +64,23 @@ impl<T> HostLock<T> {
     }
 
     /// Whether the calling thread holds the lock (it is inside one of the
-    /// object's callbacks).
+    /// object's callbacks), or a callback thread it is attached to does.
     pub fn held_here(&self) -> bool {
-        self.owner.load(std::sync::atomic::Ordering::Acquire) == thread_token()
+        held_by_this_work(self.owner.load(std::sync::atomic::Ordering::Acquire))
     }
 
     /// Locks for a callback into `what`; a call from inside one of its own
-    /// callbacks is an error.
+    /// callbacks (or from a thread attached to one) is an error.
     pub fn lock(&self, what: &str) -> Result<HostGuard<'_, T>> {
         use std::sync::atomic::Ordering;
-        let me = thread_token();
-        if self.owner.load(Ordering::Acquire) == me {
+        if self.held_here() {
             return Err(Error::state(format!(
-                "{what} was called from one of its own callbacks (a re-entrant call); \
-                 fulmen refuses it instead of deadlocking"
+                "{what} was called from one of its own callbacks (a re-entrant call, on the callback's thread \
+                 or a thread attached to it); fulmen refuses it instead of deadlocking"
             )));
         }
         let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        self.owner.store(me, Ordering::Release);
+        self.owner.store(thread_token(), Ordering::Release);
         Ok(HostGuard { guard, owner: &self.owner })
     }
 }

@@ -381,6 +381,22 @@ thread_local! {
     /// How many collectives slots run on this thread (more than one when a
     /// group is closed inside a slot).
     static SLOTS_HERE: Cell<usize> = const { Cell::new(0) };
+    /// How many ran on the callback thread this thread is attached to when
+    /// its callback began (`fulmen_callback_attach`).
+    static SLOTS_OF_CALLER: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The collectives slots this thread's work runs inside: its own, and
+/// those of the callback thread it is attached to.
+pub(crate) fn slots_here() -> usize {
+    SLOTS_HERE.with(Cell::get) + SLOTS_OF_CALLER.with(Cell::get)
+}
+
+/// Sets the slots the callback thread this thread is attached to runs
+/// inside (0 when it detaches).
+pub(crate) fn set_caller_slots(n: usize) {
+    // At thread exit the cell may be gone already: nothing to clear then.
+    let _ = SLOTS_OF_CALLER.try_with(|c| c.set(n));
 }
 
 /// Marks the calling thread as running a collectives slot while alive.
@@ -403,7 +419,7 @@ impl Drop for InSlot {
 /// collectives slot: a slot must not start a collective of its own job,
 /// nor end the job under the collective it is running.
 pub(crate) fn refuse_in_slot(call: &str) -> Result<()> {
-    if SLOTS_HERE.with(Cell::get) == 0 {
+    if slots_here() == 0 {
         return Ok(());
     }
     Err(Error::state(format!(

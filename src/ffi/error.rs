@@ -56,7 +56,21 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// Runs the body of an exported function: errors get the function's name as
 /// context, panics become `FULMEN_CODE_PANIC` errors, nothing unwinds into C.
+/// On a thread attached to a callback (`fulmen_callback_attach`) the call is
+/// refused once the callback has returned, and the callback's end waits for
+/// it otherwise.
 pub fn guard<F: FnOnce() -> Result<()>>(func: &'static str, body: F) -> *mut fulmen_error {
+    let _busy = match super::callback_context::enter_call() {
+        Ok(busy) => busy,
+        Err(e) => return error_into_raw(e.context(func)),
+    };
+    guard_while_ended(func, body)
+}
+
+/// [`guard`] without the attached-thread check: for the calls a thread
+/// attached to a callback that has returned must still be able to make
+/// (`fulmen_callback_detach`).
+pub(crate) fn guard_while_ended<F: FnOnce() -> Result<()>>(func: &'static str, body: F) -> *mut fulmen_error {
     let _call = handle::enter_call(func);
     match catch_unwind(AssertUnwindSafe(|| crate::tensor::tch_panic::catch(body))) {
         Ok(Ok(())) => std::ptr::null_mut(),

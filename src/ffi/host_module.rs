@@ -57,8 +57,9 @@ type ForwardFn = unsafe extern "C" fn(
 /// Borrowed: valid only during the forward callback.
 pub struct fulmen_host_call {
     module: *const Module,
-    /// The thread running the forward (the only one that may use the call).
-    thread: std::thread::ThreadId,
+    /// The token of the thread running the forward (it and the threads
+    /// attached to the forward are the ones that may use the call).
+    thread: usize,
 }
 
 impl Handle for fulmen_host_call {
@@ -94,10 +95,11 @@ impl HostForward for CallbackForward {
             inputs.iter().map(|t| t.map_or(std::ptr::null(), |t| new_handle(t.shallow_clone()).cast_const())).collect();
         let mut outs: Vec<*mut fulmen_tensor> = vec![std::ptr::null_mut(); self.num_outputs];
         let timer = HostCallTimer::start();
-        let (_, err) = with_temp_handle(fulmen_host_call { module, thread: std::thread::current().id() }, |call| {
-            // SAFETY: the host's callback with live, borrowed handles.
-            unsafe { (self.forward)(userdata.ptr(), call, handles.as_ptr(), handles.len(), outs.as_mut_ptr()) }
-        });
+        let (_, err) =
+            with_temp_handle(fulmen_host_call { module, thread: crate::thread_token::thread_token() }, |call| {
+                // SAFETY: the host's callback with live, borrowed handles.
+                unsafe { (self.forward)(userdata.ptr(), call, handles.as_ptr(), handles.len(), outs.as_mut_ptr()) }
+            });
         host_result(err, || "the host forward".to_string())?;
         timer.check(|| "the host forward".to_string())?;
         outs.iter()
@@ -225,11 +227,15 @@ unsafe fn register(
 
 /// The running module, pinned for the caller's call (so the callback
 /// cannot return, and the module be freed, while it is in use). Only the
-/// thread running the forward may use it.
+/// thread running the forward, and threads attached to the forward
+/// (`fulmen_callback_attach`), may use it.
 unsafe fn call_module<'a>(call: *const fulmen_host_call) -> Result<super::handle::Shared<'a, Module>> {
     let c = super::handle::borrow(call, "call")?;
-    if c.thread != std::thread::current().id() {
-        return Err(Error::state("a fulmen_host_call is usable only on the thread running its forward callback"));
+    if !crate::thread_token::held_by_this_work(c.thread) {
+        return Err(Error::state(
+            "a fulmen_host_call is usable only on the thread running its forward callback and on threads \
+             attached to that callback (fulmen_callback_attach)",
+        ));
     }
     // SAFETY: the module outlives the temporary call handle, which the pin keeps alive.
     Ok(c.map(|h| unsafe { &*h.module }))
@@ -240,7 +246,8 @@ unsafe fn call_module<'a>(call: *const fulmen_host_call) -> Result<super::handle
 /// state_dict name. It shares storage and autograd history.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (no such tensor; not UTF-8),
-/// FULMEN_CODE_INVALID_STATE (called from another thread than the forward's).
+/// FULMEN_CODE_INVALID_STATE (called from another thread than the forward's
+/// or one attached to it).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_host_call_get(
     call: *const fulmen_host_call,
@@ -269,7 +276,7 @@ pub unsafe extern "C" fn fulmen_host_call_get(
 /// `*count_out`, and more than `capacity` fails before running.
 ///
 /// Errors: as `fulmen_model_forward_multi`, and FULMEN_CODE_INVALID_STATE
-/// (called from another thread than the forward's).
+/// (called from another thread than the forward's or one attached to it).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_host_call_forward_child(
     call: *const fulmen_host_call,
@@ -291,7 +298,7 @@ pub unsafe extern "C" fn fulmen_host_call_forward_child(
 /// the like in the host's own forward).
 ///
 /// Errors: FULMEN_CODE_INVALID_STATE (called from another thread than the
-/// forward's).
+/// forward's or one attached to it).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_host_call_is_training(
     call: *const fulmen_host_call,

@@ -4,6 +4,7 @@
 pub mod accelerator;
 pub mod batch;
 pub mod callback;
+pub mod callback_context;
 pub mod callbacks;
 pub mod callbacks_averaging;
 pub mod callbacks_finetuning;

@@ -24,6 +24,24 @@ thread_local! {
     /// The models this thread holds locked (a host forward callback runs
     /// while its model is locked).
     static LOCKED: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The models the callback thread this thread is attached to held
+    /// locked when its callback began (`fulmen_callback_attach`).
+    static LOCKED_BY_CALLER: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The models held locked for this thread's work: its own, and those of
+/// the callback thread it is attached to.
+pub(crate) fn locked_models() -> Vec<usize> {
+    let mut all = LOCKED.with(|l| l.borrow().clone());
+    LOCKED_BY_CALLER.with(|l| all.extend_from_slice(&l.borrow()));
+    all
+}
+
+/// Sets the models the callback thread this thread is attached to holds
+/// (empty when it detaches).
+pub(crate) fn set_caller_locks(keys: Vec<usize>) {
+    // At thread exit the list may be gone already: nothing to clear then.
+    let _ = LOCKED_BY_CALLER.try_with(|l| *l.borrow_mut() = keys);
 }
 
 /// A locked model; unlocks when dropped.
@@ -62,10 +80,11 @@ impl Drop for ModelGuard<'_> {
 /// deadlocking.
 pub(crate) fn lock(m: &SharedModel) -> Result<ModelGuard<'_>> {
     let key = Arc::as_ptr(m) as usize;
-    if LOCKED.with(|l| l.borrow().contains(&key)) {
+    let held = |l: &std::cell::RefCell<Vec<usize>>| l.borrow().contains(&key);
+    if LOCKED.with(held) || LOCKED_BY_CALLER.with(held) {
         return Err(Error::state(
-            "the model is running a host forward callback on this thread (a re-entrant call); inside the \
-             callback use the fulmen_host_call it was given",
+            "the model is running a host forward callback on this thread or on the callback thread it is \
+             attached to (a re-entrant call); inside the callback use the fulmen_host_call it was given",
         ));
     }
     let guard = m.lock().unwrap_or_else(|p| p.into_inner());

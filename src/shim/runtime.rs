@@ -1,4 +1,5 @@
-//! Declarations of `csrc/runtime.cpp`: deterministic algorithms, anomaly mode, CPU generator state.
+//! Declarations of `csrc/runtime.cpp`: deterministic algorithms, anomaly mode, CPU generator state,
+//! a thread's libtorch thread-local state.
 use libc::{c_char, c_int, c_void, size_t};
 
 extern "C" {
@@ -10,4 +11,13 @@ extern "C" {
     pub(crate) fn fulmen_cxx_torch_version() -> *const c_char;
     pub(crate) fn fulmen_cxx_cpu_rng_get_state(out: *mut *mut c_void, err: *mut c_char, err_len: size_t) -> c_int;
     pub(crate) fn fulmen_cxx_cpu_rng_set_state(state: *const c_void, err: *mut c_char, err_len: size_t) -> c_int;
+    pub(crate) fn fulmen_cxx_tls_capture(out: *mut *mut c_void, err: *mut c_char, err_len: size_t) -> c_int;
+    pub(crate) fn fulmen_cxx_tls_free(state: *mut c_void);
+    pub(crate) fn fulmen_cxx_tls_apply(
+        state: *const c_void,
+        previous: *mut *mut c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_tls_restore(previous: *mut c_void, err: *mut c_char, err_len: size_t) -> c_int;
 }

@@ -62,6 +62,73 @@ pub fn set_cpu_rng_state(state: &Tensor) -> Result<()> {
     call("set CPU RNG state", |err, len| unsafe { shim::fulmen_cxx_cpu_rng_set_state(state.as_ptr().cast(), err, len) })
 }
 
+/// One thread's libtorch thread-local state (grad mode, inference mode,
+/// autocast, saved-tensor hooks, profiler callbacks), captured to be lent
+/// to other threads, as `at::launch` does (`at::ThreadLocalState`).
+pub struct ThreadState(*mut c_void);
+
+// SAFETY: the captured state is only read after capture (`apply` copies
+// it), and reading it from several threads at once is what libtorch's own
+// thread pools do.
+unsafe impl Send for ThreadState {}
+// SAFETY: as above.
+unsafe impl Sync for ThreadState {}
+
+impl ThreadState {
+    /// Captures the calling thread's state.
+    pub fn capture() -> Result<ThreadState> {
+        let mut out: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `out` receives a heap state, which `ThreadState` owns.
+        call("capture the thread state", |err, len| unsafe { shim::fulmen_cxx_tls_capture(&mut out, err, len) })?;
+        Ok(ThreadState(out))
+    }
+
+    /// Makes this state the calling thread's; the returned value puts the
+    /// thread's own state back.
+    pub fn apply(&self) -> Result<PreviousThreadState> {
+        let mut previous: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `self.0` is a live captured state, only read; `previous`
+        // receives a heap state owned by the returned value.
+        call("lend the thread state", |err, len| unsafe {
+            shim::fulmen_cxx_tls_apply(self.0, &mut previous, err, len)
+        })?;
+        Ok(PreviousThreadState { state: previous, _not_send: std::marker::PhantomData })
+    }
+}
+
+impl Drop for ThreadState {
+    fn drop(&mut self) {
+        // SAFETY: made by `capture`, freed once.
+        unsafe { shim::fulmen_cxx_tls_free(self.0) };
+    }
+}
+
+/// A thread's own libtorch state, saved by [`ThreadState::apply`] on that
+/// thread: [`restore`](Self::restore) puts it back; dropped, it is only
+/// freed (for a thread that is exiting).
+pub struct PreviousThreadState {
+    state: *mut c_void,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl PreviousThreadState {
+    /// Puts the saved state back on the calling thread (the one it was
+    /// saved on).
+    pub fn restore(mut self) -> Result<()> {
+        let state = std::mem::replace(&mut self.state, std::ptr::null_mut());
+        // SAFETY: the heap state saved by `apply`; the shim frees it.
+        call("restore the thread state", |err, len| unsafe { shim::fulmen_cxx_tls_restore(state, err, len) })
+    }
+}
+
+impl Drop for PreviousThreadState {
+    fn drop(&mut self) {
+        // SAFETY: NULL after `restore`, else the state saved by `apply`;
+        // freeing it touches no thread-local variable.
+        unsafe { shim::fulmen_cxx_tls_free(self.state) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,6 +142,24 @@ mod tests {
         set_cpu_rng_state(&state).unwrap();
         let b = Tensor::f_rand([4], (tch::Kind::Float, tch::Device::Cpu)).unwrap();
         assert!(a.equal(&b));
+    }
+
+    #[test]
+    fn thread_state_carries_grad_mode_to_another_thread() {
+        let captured = tch::no_grad(|| ThreadState::capture().unwrap());
+        assert!(grad_enabled());
+        let seen = std::thread::scope(|s| {
+            s.spawn(|| {
+                let before = grad_enabled();
+                let previous = captured.apply().unwrap();
+                let lent = grad_enabled();
+                previous.restore().unwrap();
+                (before, lent, grad_enabled())
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(seen, (true, false, true));
     }
 
     #[test]

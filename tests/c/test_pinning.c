@@ -6,7 +6,8 @@
  * changing a running trainer, or calling fit re-entrantly, is
  * FULMEN_CODE_INVALID_STATE; a data source or accelerator that calls back
  * into itself gets FULMEN_CODE_INVALID_STATE instead of a deadlock; tensors
- * a helper thread makes during a step belong to the host.
+ * a helper thread that is not attached makes during a step belong to the
+ * host.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -267,8 +268,10 @@ static void accelerators_that_call_back_into_themselves(void) {
     CHECK_OK(fulmen_accelerator_unregister("selfcheck"));
 }
 
-/* Tensors a helper thread makes during a step are the host's: scopes are
- * per thread. Freed by the host, nothing is left; kept, they stay alive. */
+/* Tensors a helper thread that is not attached to the step
+ * (fulmen_callback_attach, test_callback_threads) makes during it are the
+ * host's: scopes are per thread. Freed by the host, nothing is left; kept,
+ * they stay alive. */
 typedef struct {
     fulmen_model *model;
     bool free_them;
@@ -315,7 +318,8 @@ static void helper_thread_tensors_belong_to_the_host(void) {
         size_t before = fulmen_live_handles();
         CHECK_OK(fulmen_trainer_fit(t, m, l, NULL, NULL));
         /* Freed by the helper: nothing left. Kept: the first 4 are alive
-         * (the rule: no scope covers another thread) until the host frees. */
+         * (the rule: no scope covers a thread that is not attached) until
+         * the host frees. */
         CHECK(fulmen_live_handles() == before + (size_t)h.made_count);
         CHECK(h.made_count == (keep ? 4 : 0));
         for (int k = 0; k < h.made_count; k++) fulmen_tensor_free(h.made[k]);

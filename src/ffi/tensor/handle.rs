@@ -1,14 +1,17 @@
 //! The `fulmen_tensor` handle, step scopes that release the tensors a step
 //! callback creates, and the helpers every tensor function uses.
 use crate::error::{Error, Result};
+use crate::ffi::callback_context::{self, CallbackShared};
 use crate::ffi::error::{fulmen_error, guard};
 use crate::ffi::handle::{self, Handle, Shared};
 use std::cell::RefCell;
+use std::sync::Arc;
 use tch::Tensor;
 
 /// A tensor (libtorch `at::Tensor`). Created by fulmen calls; freed with
 /// `fulmen_tensor_free`, or automatically when created inside a step
-/// callback and not kept with `fulmen_tensor_keep`.
+/// callback (on its thread, or on a thread attached to it) and not kept
+/// with `fulmen_tensor_keep`.
 pub struct fulmen_tensor {
     pub(crate) tensor: Tensor,
 }
@@ -18,15 +21,34 @@ impl Handle for fulmen_tensor {
 }
 
 /// A handle made inside a scope: its address, serial and how to free it.
-type Scoped = (usize, u64, unsafe fn(usize, u64));
+pub(crate) type Scoped = (usize, u64, unsafe fn(usize, u64));
 
-thread_local! {
-    static SCOPES: RefCell<Vec<Vec<Scoped>>> = const { RefCell::new(Vec::new()) };
+/// One open scope of this thread: the handles made in it on this thread,
+/// and, once a thread has asked for the callback's context, what threads
+/// attached to it share.
+struct Frame {
+    made: Vec<Scoped>,
+    shared: Option<Arc<CallbackShared>>,
 }
 
-/// While alive, every tensor or value handle created on this thread is
-/// recorded and freed when the scope ends, unless the host kept or freed
-/// it. The trainer opens one around each host step callback.
+impl Frame {
+    /// Drops `p` from the frame: the host owns it now.
+    fn forget(&mut self, p: usize) {
+        self.made.retain(|(q, _, _)| *q != p);
+        if let Some(shared) = &self.shared {
+            shared.forget(p);
+        }
+    }
+}
+
+thread_local! {
+    static SCOPES: RefCell<Vec<Frame>> = const { RefCell::new(Vec::new()) };
+}
+
+/// While alive, every tensor or value handle created on this thread, or on
+/// a thread attached to the callback it covers (`fulmen_callback_attach`),
+/// is recorded and freed when the scope ends, unless the host kept or freed
+/// it. The trainer opens one around each host callback.
 pub struct TensorScope {
     _not_send: std::marker::PhantomData<*const ()>,
 }
@@ -34,14 +56,20 @@ pub struct TensorScope {
 impl TensorScope {
     /// Opens a scope on the current thread.
     pub fn enter() -> Self {
-        SCOPES.with(|s| s.borrow_mut().push(Vec::new()));
+        SCOPES.with(|s| s.borrow_mut().push(Frame { made: Vec::new(), shared: None }));
         TensorScope { _not_send: std::marker::PhantomData }
     }
 }
 
 impl Drop for TensorScope {
     fn drop(&mut self) {
-        let created = SCOPES.with(|s| s.borrow_mut().pop()).unwrap_or_default();
+        let Some(frame) = SCOPES.with(|s| s.borrow_mut().pop()) else { return };
+        let mut created = frame.made;
+        if let Some(shared) = frame.shared {
+            // Waits for the calls attached threads are making, then refuses
+            // theirs: what they made is released with the rest.
+            created.extend(shared.end());
+        }
         for (p, serial, release) in created {
             // SAFETY: `release` is `take_serial` of the handle's type, which
             // ignores handles the host already freed, even when their
@@ -55,14 +83,40 @@ unsafe fn release<T: Handle>(p: usize, serial: u64) {
     drop(handle::take_serial(p as *mut T, serial));
 }
 
-/// Hands a value to C as a new handle, recorded in the current scope.
+/// How many scopes are open on this thread (callbacks running on it).
+pub(crate) fn scope_depth() -> usize {
+    SCOPES.try_with(|s| s.borrow().len()).unwrap_or(0)
+}
+
+/// The callback running on this thread (its innermost scope), as threads
+/// attached to it share it; `None` when no callback runs here.
+pub(crate) fn current_callback() -> Result<Option<Arc<CallbackShared>>> {
+    SCOPES.with(|s| {
+        let mut s = s.borrow_mut();
+        let Some(top) = s.last_mut() else { return Ok(None) };
+        if top.shared.is_none() {
+            top.shared = Some(Arc::new(CallbackShared::here()?));
+        }
+        Ok(top.shared.clone())
+    })
+}
+
+/// Hands a value to C as a new handle, recorded in the current scope: the
+/// innermost one of this thread, else that of the callback this thread is
+/// attached to; none outside callbacks (the host owns it).
 pub fn new_scoped<T: Handle>(value: T) -> *mut T {
     let (p, serial) = handle::into_raw_with_serial(value);
-    SCOPES.with(|s| {
-        if let Some(top) = s.borrow_mut().last_mut() {
-            top.push((p as usize, serial, release::<T>));
+    let made: Scoped = (p as usize, serial, release::<T>);
+    let here = SCOPES.with(|s| match s.borrow_mut().last_mut() {
+        Some(top) => {
+            top.made.push(made);
+            true
         }
+        None => false,
     });
+    if !here {
+        callback_context::record_attached(made);
+    }
     p
 }
 
@@ -71,13 +125,16 @@ pub fn new_handle(tensor: Tensor) -> *mut fulmen_tensor {
     new_scoped(fulmen_tensor { tensor })
 }
 
-/// Removes a handle from every open scope: the host owns it from now on.
+/// Removes a handle from every open scope (this thread's, and that of the
+/// callback it is attached to): the host owns it from now on.
 pub fn keep<T>(p: *mut T) {
+    let p = p as usize;
     SCOPES.with(|s| {
-        for scope in s.borrow_mut().iter_mut() {
-            scope.retain(|(q, _, _)| *q != p as usize);
+        for frame in s.borrow_mut().iter_mut() {
+            frame.forget(p);
         }
     });
+    callback_context::forget_attached(p);
 }
 
 /// Borrows the tensor behind a handle.

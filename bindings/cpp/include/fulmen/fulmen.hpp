@@ -45,12 +45,18 @@
 // made inside a step may be stored and outlive it. Batch, StepContext,
 // BatchBuilder and OptimizerConfig are borrowed views, valid only during
 // the callback that receives them.
+//
+// Helper threads: inside a callback, CallbackContext::current() names it;
+// a helper thread holding an AttachedScope over it works inside the
+// callback (its fulmen calls count as the callback's, with the callback's
+// grad mode and autocast) until the scope ends (callback_context.hpp).
 #pragma once
 
 #include <fulmen.h>
 
 #include "abi.hpp"
 #include "accelerator.hpp"
+#include "callback_context.hpp"
 #include "collectives.hpp"
 #include "data.hpp"
 #include "distributed.hpp"
