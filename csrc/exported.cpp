@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
@@ -62,11 +63,25 @@ enum ArgKind : int32_t {
   kDevice = 15,       // the device the program runs on
 };
 
-// Python's operators on symbolic numbers (src/shim/exported.rs `Builtin`).
+// Python's operators on symbolic numbers, then the steps of an inlined
+// subgraph: set the grad mode (saving the old one), restore it, pass a
+// value on (src/nn/exported/graph.rs `target` and SET_GRAD...).
 enum Builtin : int32_t {
   kAdd = 0, kSub, kMul, kFloorDiv, kTrueDiv, kMod, kNeg, kEq, kNe, kLt, kLe, kGt, kGe, kMax, kMin, kNot,
+  kSetGrad, kRestoreGrad, kIdentity,
   kBuiltinCount
 };
+
+// How many arguments and results a builtin takes.
+size_t builtin_arity(int32_t code) {
+  switch (code) {
+    case kNeg: case kNot: case kSetGrad: case kIdentity: return 1;
+    case kRestoreGrad: return 0;
+    default: return 2;
+  }
+}
+
+size_t builtin_results(int32_t code) { return code == kSetGrad || code == kRestoreGrad ? 0 : 1; }
 
 // How one argument is made at run time.
 struct Arg {
@@ -502,13 +517,14 @@ int fulmen_cxx_ep_end(void* prog, const int64_t* drops, size_t n_drops, char* er
                                   std::to_string(in.outs.size()));
     }
   } else {
-    size_t want = (in.builtin == kNeg || in.builtin == kNot) ? 1 : 2;
+    size_t want = builtin_arity(in.builtin);
     if (in.args.size() != want) {
       throw std::invalid_argument(in.name + " takes " + std::to_string(want) + " arguments, given " +
                                   std::to_string(in.args.size()));
     }
-    if (in.outs.size() != 1 || in.outs[0].kind != 1) {
-      throw std::invalid_argument(in.name + " returns one number");
+    size_t results = builtin_results(in.builtin);
+    if (in.outs.size() != results || (results == 1 && in.outs[0].kind != 1)) {
+      throw std::invalid_argument(in.name + " returns " + std::to_string(results) + " values");
     }
   }
   p.open = false;
@@ -550,6 +566,10 @@ int fulmen_cxx_ep_run(const void* prog, const void* const* inputs, size_t n_inpu
     case 3: device = c10::Device(c10::DeviceType::Vulkan); break;
     default: device = c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device_index)); break;
   }
+  // Grad-mode regions (torch.no_grad in the program) change the mode; it
+  // is restored here whatever happens.
+  c10::AutoGradMode restore_grad_mode(c10::GradMode::is_enabled());
+  std::vector<bool> grad_modes;
   std::vector<c10::IValue> slots(static_cast<size_t>(p.n_slots));
   for (size_t k = 0; k < n_inputs; ++k) {
     slots[k] = *static_cast<const at::Tensor*>(inputs[k]);
@@ -563,6 +583,18 @@ int fulmen_cxx_ep_run(const void* prog, const void* const* inputs, size_t n_inpu
       }
       if (in.op) {
         in.op->callBoxed(stack);
+      } else if (in.builtin == kSetGrad) {
+        grad_modes.push_back(c10::GradMode::is_enabled());
+        c10::GradMode::set_enabled(stack[0].toBool());
+        stack.clear();
+      } else if (in.builtin == kRestoreGrad) {
+        if (grad_modes.empty()) {
+          throw std::logic_error("a grad mode restored that was never set");
+        }
+        c10::GradMode::set_enabled(grad_modes.back());
+        grad_modes.pop_back();
+      } else if (in.builtin == kIdentity) {
+        stack.resize(1);
       } else {
         c10::IValue r = run_builtin(in.builtin, stack);
         stack.assign(1, std::move(r));

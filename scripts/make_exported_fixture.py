@@ -8,6 +8,8 @@ Writes into tests/fixtures/:
                         "forward" (eval mode) taking x; a dynamic batch size
   exported_tied.pt2     torch.export.save of one program: an embedding tied
                         to its output head, positions from aten.arange
+  exported_nograd.pt2    one program with a torch.no_grad() block
+                        (wrap_with_set_grad_enabled): returns (loss, z)
   exported_reference.json  inputs and PyTorch's results: state_dict names,
                         the loss, logits and new running statistics of one
                         training_step, the forward of the eval program, the
@@ -61,6 +63,17 @@ class Tied(nn.Module):
         return self.head(self.emb(tokens) + pos[None, :, None].float() * 0.1)
 
 
+class NoGrad(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+
+    def forward(self, x):
+        with torch.no_grad():
+            z = self.l(x) * 2
+        return (self.l(x) * z).sum(), z
+
+
 def rows(t):
     return t.detach().double().reshape(-1).tolist()
 
@@ -94,7 +107,17 @@ def main(out):
     with torch.no_grad():
         tied_out = tied(tokens)
 
+    torch.manual_seed(2)
+    nograd = NoGrad()
+    xn = torch.randn(3, 4)
+    torch.export.save(torch.export.export(nograd, (xn,)), os.path.join(out, "exported_nograd.pt2"))
+    loss, z = nograd(xn)
+    loss.backward()
+
     reference = {
+        "nograd_x": rows(xn),
+        "nograd_loss": loss.item(),
+        "nograd_weight_grad": rows(nograd.l.weight.grad),
         "state_names": names,
         "x": rows(x),
         "y": y.tolist(),

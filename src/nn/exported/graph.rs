@@ -45,6 +45,17 @@ pub(crate) enum Arg {
     MemoryFormat(i64),
     /// A device: always the one the program runs on.
     Device,
+    /// A subgraph of a higher-order operator.
+    Graph(Box<SubGraph>),
+}
+
+/// The graph a higher-order operator runs: its inputs (bound by position
+/// to the operator's arguments after the subgraph), nodes and outputs.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SubGraph {
+    pub(crate) inputs: Vec<Arg>,
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) outputs: Vec<Arg>,
 }
 
 impl Arg {
@@ -79,12 +90,21 @@ pub(crate) enum Output {
 pub(crate) enum Target {
     /// An ATen (or other registered) operator: ("aten::linear", "" for default).
     Op(String, String),
-    /// One of Python's operators on symbolic numbers (a `Builtin` code).
+    /// One of Python's operators on symbolic numbers, or a step of an
+    /// inlined subgraph (a `Builtin` code of csrc/exported.cpp).
     Builtin(i32),
+    /// `wrap_with_set_grad_enabled(enabled, subgraph, *args)`, inlined by
+    /// [`inline_subgraphs`] before anything is built.
+    SetGradEnabled,
 }
 
+/// Builtin codes of the steps an inlined subgraph takes.
+pub(crate) const SET_GRAD: i32 = 16;
+pub(crate) const RESTORE_GRAD: i32 = 17;
+pub(crate) const IDENTITY: i32 = 18;
+
 /// One node.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Node {
     pub(crate) target: Target,
     /// The serialized target, for messages.
@@ -220,9 +240,10 @@ pub(crate) fn arg(v: &Json) -> Result<Arg> {
         "as_layout" => Arg::Layout(c10_layout(json::int(inner, what)?)?),
         "as_memory_format" => Arg::MemoryFormat(c10_memory_format(json::int(inner, what)?)?),
         "as_device" => Arg::Device,
+        "as_graph" => Arg::Graph(Box::new(sub_graph(json::field(inner, "graph")?)?)),
         other => {
             return Err(Error::unsupported(format!(
-                "argument kind {other:?} is not supported (subgraphs, script objects, operators as values, \
+                "argument kind {other:?} is not supported (script objects, operators as values, \
                  complex numbers, strings lists)"
             )))
         }
@@ -237,11 +258,13 @@ pub(crate) fn target(name: &str) -> Result<Target> {
             let overload = if parts[2] == "default" { "" } else { parts[2] };
             return Ok(Target::Op(format!("{}::{}", parts[0], parts[1]), overload.to_owned()));
         }
+        if rest == "higher_order.wrap_with_set_grad_enabled" {
+            return Ok(Target::SetGradEnabled);
+        }
         if parts.first() == Some(&"higher_order") {
             return Err(Error::unsupported(format!(
-                "node target {name}: higher-order operators (subgraphs such as torch.no_grad or autocast regions, \
-                 control flow) are not supported; export without them, or run the export helper, which \
-                 decomposes what it can"
+                "node target {name}: higher-order operators other than torch.no_grad / enable_grad regions \
+                 (autocast regions, control flow) are not supported; export without them"
             )));
         }
     }
@@ -313,6 +336,109 @@ fn node(v: &Json) -> Result<Node> {
     Ok(Node { target, name, args, outputs })
 }
 
+fn sub_graph(v: &Json) -> Result<SubGraph> {
+    let args = |key: &str| json::array(json::field(v, key)?, key)?.iter().map(arg).collect::<Result<Vec<_>>>();
+    let nodes = json::array(json::field(v, "nodes")?, "nodes")?.iter().map(node).collect::<Result<Vec<_>>>()?;
+    Ok(SubGraph { inputs: args("inputs")?, nodes, outputs: args("outputs")? })
+}
+
+/// `a` with every graph value name it reads passed through `f`.
+fn renamed_arg(a: &Arg, f: &dyn Fn(&str) -> String) -> Arg {
+    let sym = |s: &Sym| match s {
+        Sym::Name(n) => Sym::Name(f(n)),
+        other => other.clone(),
+    };
+    match a {
+        Arg::Tensor(n) => Arg::Tensor(f(n)),
+        Arg::Tensors(ns) => Arg::Tensors(ns.iter().map(|n| f(n)).collect()),
+        Arg::OptTensors(ns) => Arg::OptTensors(ns.iter().map(|n| n.as_deref().map(f)).collect()),
+        Arg::Sym(s) => Arg::Sym(sym(s)),
+        Arg::SymInts(items) => Arg::SymInts(items.iter().map(sym).collect()),
+        other => other.clone(),
+    }
+}
+
+fn renamed_output(o: &Output, f: &dyn Fn(&str) -> String) -> Output {
+    match o {
+        Output::Drop => Output::Drop,
+        Output::One(n) => Output::One(f(n)),
+        Output::List(items) => Output::List(items.iter().map(|n| n.as_deref().map(f)).collect()),
+    }
+}
+
+fn builtin(code: i32, name: &str, args: Vec<Arg>, outputs: Vec<Output>) -> Node {
+    Node { target: Target::Builtin(code), name: name.to_owned(), args: args.into_iter().map(|a| (None, a)).collect(), outputs }
+}
+
+/// Replaces each `wrap_with_set_grad_enabled` node by its subgraph, under
+/// its own names (`<n>#name`), between a step that sets the grad mode and
+/// one that restores it; its inputs and results pass through identities.
+pub(crate) fn inline_subgraphs(nodes: Vec<Node>, fresh: &mut usize) -> Result<Vec<Node>> {
+    let mut out = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        if n.target != Target::SetGradEnabled {
+            if n.args.iter().any(|(_, a)| matches!(a, Arg::Graph(_))) {
+                return Err(Error::unsupported(format!("node {}: a subgraph argument", n.name)));
+            }
+            out.push(n);
+            continue;
+        }
+        let what = n.name.clone();
+        let mut args = n.args.into_iter().map(|(_, a)| a);
+        let (Some(Arg::Bool(enabled)), Some(Arg::Graph(sub))) = (args.next(), args.next()) else {
+            return Err(Error::format(format!("{what}: expects (enabled, subgraph, inputs...)")));
+        };
+        let outer: Vec<Arg> = args.collect();
+        if outer.len() != sub.inputs.len() {
+            return Err(Error::format(format!(
+                "{what}: {} inputs for a subgraph of {}",
+                outer.len(),
+                sub.inputs.len()
+            )));
+        }
+        *fresh += 1;
+        let prefix = format!("{fresh}#");
+        let inner = |name: &str| format!("{prefix}{name}");
+        for (param, given) in sub.inputs.iter().zip(outer) {
+            let [name] = param.reads()[..] else {
+                return Err(Error::format(format!("{what}: a subgraph input is not one named value")));
+            };
+            out.push(builtin(IDENTITY, &what, vec![given], vec![Output::One(inner(name))]));
+        }
+        out.push(builtin(SET_GRAD, &what, vec![Arg::Bool(enabled)], Vec::new()));
+        for node in inline_subgraphs(sub.nodes, fresh)? {
+            out.push(Node {
+                args: node.args.iter().map(|(k, a)| (k.clone(), renamed_arg(a, &inner))).collect(),
+                outputs: node.outputs.iter().map(|o| renamed_output(o, &inner)).collect(),
+                ..node
+            });
+        }
+        out.push(builtin(RESTORE_GRAD, &what, Vec::new(), Vec::new()));
+        let results: Vec<Option<String>> = n
+            .outputs
+            .iter()
+            .flat_map(|o| match o {
+                Output::Drop => vec![None],
+                Output::One(x) => vec![Some(x.clone())],
+                Output::List(items) => items.clone(),
+            })
+            .collect();
+        if results.len() != sub.outputs.len() {
+            return Err(Error::format(format!(
+                "{what}: {} results for a subgraph returning {}",
+                results.len(),
+                sub.outputs.len()
+            )));
+        }
+        for (name, value) in results.into_iter().zip(&sub.outputs) {
+            if let Some(name) = name {
+                out.push(builtin(IDENTITY, &what, vec![renamed_arg(value, &inner)], vec![Output::One(name)]));
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn input_role(spec: &Json) -> Result<(String, InputRole)> {
     let (kind, inner) = json::union(spec, "an input spec")?;
     let arg_name = || tensor_name(json::field(inner, "arg")?);
@@ -366,6 +492,7 @@ pub(crate) fn read(doc: &Json) -> Result<Graph> {
         .map(output_role)
         .collect::<Result<Vec<_>>>()?;
     let nodes = json::array(json::field(graph, "nodes")?, "nodes")?.iter().map(node).collect::<Result<Vec<_>>>()?;
+    let nodes = inline_subgraphs(nodes, &mut 0)?;
     let calls = json::array(json::field(module, "module_call_graph")?, "the module call graph")?;
     let top = calls.first().ok_or_else(|| Error::format("the module call graph is empty"))?;
     let call_sig = json::field(top, "signature")?;
@@ -383,7 +510,8 @@ mod tests {
         assert_eq!(target("torch.ops.aten.linear.default").unwrap(), Target::Op("aten::linear".into(), "".into()));
         assert_eq!(target("torch.ops.aten.add.Tensor").unwrap(), Target::Op("aten::add".into(), "Tensor".into()));
         assert_eq!(target("_operator.mul").unwrap(), Target::Builtin(2));
-        let e = target("torch.ops.higher_order.wrap_with_set_grad_enabled").unwrap_err();
+        assert_eq!(target("torch.ops.higher_order.wrap_with_set_grad_enabled").unwrap(), Target::SetGradEnabled);
+        let e = target("torch.ops.higher_order.cond").unwrap_err();
         assert!(e.message.contains("higher-order"), "{}", e.message);
         let e = target("builtins.print").unwrap_err();
         assert!(e.message.contains("builtins.print"), "{}", e.message);
@@ -404,7 +532,8 @@ mod tests {
             p(r#"{"as_optional_tensors": [{"as_tensor": {"name": "a"}}, {"as_none": true}]}"#).unwrap(),
             Arg::OptTensors(vec![Some("a".into()), None])
         );
-        assert!(p(r#"{"as_graph": {}}"#).unwrap_err().message.contains("as_graph"));
+        assert!(p(r#"{"as_graph": {}}"#).is_err());
+        assert!(p(r#"{"as_custom_obj": {}}"#).unwrap_err().message.contains("as_custom_obj"));
         assert!(p(r#"{"as_int": 1, "as_float": 2}"#).is_err());
         assert!(p(r#"{"as_int": 1.5}"#).is_err());
     }

@@ -166,6 +166,7 @@ fn lower(arg: &Arg, slots: &Slots, node: &str) -> Result<HeldArg> {
         Arg::Layout(c) => held(ArgKind::Layout, *c, 0.0, Vec::new(), Vec::new(), None),
         Arg::MemoryFormat(c) => held(ArgKind::MemoryFormat, *c, 0.0, Vec::new(), Vec::new(), None),
         Arg::Device => held(ArgKind::Device, 0, 0.0, Vec::new(), Vec::new(), None),
+        Arg::Graph(_) => return Err(Error::format(format!("{node}: a subgraph outside a higher-order operator"))),
     })
 }
 
@@ -338,6 +339,9 @@ impl Program {
                     shim::fulmen_cxx_ep_op(raw.0, op.as_ptr(), overload.as_ptr(), err, len)
                 })
                 .map_err(refused)?;
+            }
+            Target::SetGradEnabled => {
+                return Err(Error::format(format!("{what}: a higher-order operator left after inlining")))
             }
             Target::Builtin(code) => {
                 let name = CString::new(node.name.as_str()).unwrap_or_default();

@@ -157,7 +157,7 @@ fn broken_archives_are_refused_with_what_is_wrong() {
     assert!(load(&hop).message.contains("higher-order"));
 
     let lying = edited(&dir, "forward", |d| {
-        nodes(d)[0]["inputs"][0]["arg"] = serde_json::json!({"as_graph": {"name": "g"}});
+        nodes(d)[0]["inputs"][0]["arg"] = serde_json::json!({"as_custom_obj": {"name": "g", "class_fqn": "x"}});
     });
     assert_eq!(load(&lying).code, ErrorCode::Unsupported);
 
@@ -191,4 +191,18 @@ fn a_stored_tensor_larger_than_its_file_is_refused_before_it_is_made() {
     let e = Module::load_exported(&path, Device::Cpu).unwrap_err();
     assert_eq!(e.code, ErrorCode::Format, "{}", e.message);
     assert!(e.message.contains("emb.weight"), "{}", e.message);
+}
+
+#[test]
+fn a_no_grad_block_keeps_gradients_out_of_what_it_computes() {
+    let r = reference();
+    let m = Module::load_exported(&fixture("exported_nograd.pt2"), Device::Cpu).unwrap();
+    let x = Tensor::from_slice(&floats(&r["nograd_x"])).to_kind(Kind::Float).reshape([3, 4]);
+    let out = m.forward_multi(&[Some(&x)]).unwrap();
+    assert!(!out[1].requires_grad(), "what the no_grad block computed needs no gradient");
+    assert!(crate::tensor::runtime::grad_enabled(), "the grad mode is restored after the call");
+    assert_close(&values(&out[0]), &[r["nograd_loss"].as_f64().unwrap()], "loss");
+    out[0].backward();
+    let w = m.named_parameters().into_iter().find(|(n, _)| n == "l.weight").unwrap().1;
+    assert_close(&values(&w.grad()), &floats(&r["nograd_weight_grad"]), "weight gradient");
 }
