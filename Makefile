@@ -117,11 +117,12 @@ test-go: lib $(MNIST) $(LEE) $(ELNINO) $(VENV_STAMP)
 
 # Interop with the real PyTorch: DDP jobs mixing fulmen and Python ranks;
 # per-step parity and resumes against Lightning's own Trainer.
-test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/lightning_parity $(BUILD)/interop/swa_parity $(BUILD)/interop/batch_size_finder $(BUILD)/interop/script_parity $(BUILD)/interop/torch_save_interop $(BUILD)/examples/mnist $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP)
-	@rm -rf $(BUILD)/interop/torch-save $(BUILD)/interop/ddp-mixed $(BUILD)/interop/lightning-parity $(BUILD)/interop/charlm-twin $(BUILD)/interop/forecast-twin $(BUILD)/interop/finetune $(BUILD)/interop/script-parity $(BUILD)/interop/gan-twin $(BUILD)/interop/mnist-lightning $(BUILD)/interop/swa-parity
+test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/lightning_parity $(BUILD)/interop/swa_parity $(BUILD)/interop/batch_size_finder $(BUILD)/interop/script_parity $(BUILD)/interop/export_parity $(BUILD)/interop/torch_save_interop $(BUILD)/examples/mnist $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP)
+	@rm -rf $(BUILD)/interop/torch-save $(BUILD)/interop/ddp-mixed $(BUILD)/interop/lightning-parity $(BUILD)/interop/charlm-twin $(BUILD)/interop/forecast-twin $(BUILD)/interop/finetune $(BUILD)/interop/script-parity $(BUILD)/interop/export-parity $(BUILD)/interop/gan-twin $(BUILD)/interop/mnist-lightning $(BUILD)/interop/swa-parity
 	$(VENV)/bin/python tests/interop/torch_save_check.py --binary $(BUILD)/interop/torch_save_interop --work $(BUILD)/interop/torch-save
 	$(VENV)/bin/python tests/interop/gan_twin.py --binary $(BUILD)/examples/gan --data $(MNIST) --work $(BUILD)/interop/gan-twin
 	$(VENV)/bin/python tests/interop/script_parity.py --binary $(BUILD)/interop/script_parity --work $(BUILD)/interop/script-parity
+	$(VENV)/bin/python tests/interop/export_parity.py --binary $(BUILD)/interop/export_parity --work $(BUILD)/interop/export-parity
 	$(VENV)/bin/python tests/interop/finetune_check.py --binary $(BUILD)/examples/finetune --data $(FAIR) --work $(BUILD)/interop/finetune
 	$(VENV)/bin/python tests/interop/charlm_twin.py --binary $(BUILD)/examples/charlm --data $(LEE) --work $(BUILD)/interop/charlm-twin
 	$(VENV)/bin/python tests/interop/forecast_twin.py --binary $(BUILD)/examples/forecast --data $(ELNINO) --work $(BUILD)/interop/forecast-twin
@@ -388,7 +389,7 @@ test-dist: dist
 
 # Installs the release's layout (see dist) into PREFIX: lib/libfulmen.so*,
 # lib/fulmen/ (libtorch), include/, lib/pkgconfig/fulmen.pc,
-# lib/cmake/fulmen/, share/fulmen/go/, share/doc/fulmen/.
+# lib/cmake/fulmen/, share/fulmen/go/, share/fulmen/python/, share/doc/fulmen/.
 # Files already there are replaced, not rewritten in place (a running
 # program keeps the old ones). The static library is not installed: a
 # static link needs libtorch's own link line.

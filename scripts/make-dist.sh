@@ -12,6 +12,7 @@
 #   bin/fulmen_conformance        the custom-accelerator conformance program
 #   share/fulmen/go/              the Go package (links through pkg-config)
 #   share/fulmen/conformance/     a conformance plugin to start from
+#   share/fulmen/python/          fulmen_export.py (models to .pt2 for fulmen)
 #   share/doc/fulmen/             README, LICENSE, libtorch's licenses
 #
 # Every rpath is $ORIGIN-relative: libfulmen finds libtorch in lib/fulmen,
@@ -59,7 +60,8 @@ stage=$out/$name
 rm -rf "$stage" "$out/$name.tar.gz" "$out/ldd.txt"
 mkdir -p "$out"
 mkdir -p "$stage/lib/fulmen" "$stage/lib/pkgconfig" "$stage/lib/cmake/fulmen" "$stage/include/fulmen" \
-    "$stage/share/fulmen/go" "$stage/share/fulmen/conformance" "$stage/share/doc/fulmen" "$stage/bin"
+    "$stage/share/fulmen/go" "$stage/share/fulmen/conformance" "$stage/share/fulmen/python" "$stage/share/doc/fulmen" \
+    "$stage/bin"
 
 # The library, with its rpath to lib/fulmen only.
 real=libfulmen.so.$version
@@ -104,6 +106,9 @@ cc -std=c11 -O2 -I"$stage/include" "$ROOT/tests/conformance/conformance.c" -o "$
     -L"$stage/lib" -lfulmen -Wl,-rpath,'$ORIGIN/../lib' -Wl,-rpath-link,"$stage/lib/fulmen" -lm -ldl
 strip "$stage/bin/fulmen_conformance"
 cp "$ROOT/tests/conformance/fake_plugin.c" "$ROOT/examples/c/store_collectives.h" "$stage/share/fulmen/conformance/"
+
+# The Python exporter that turns a model into the .pt2 fulmen_model_load_exported reads.
+cp "$ROOT/python/fulmen_export.py" "$stage/share/fulmen/python/"
 
 # pkg-config and CMake, relative to where they lie.
 sed -e 's|@PREFIX@|${pcfiledir}/../..|; s|@LIBDIR@|${prefix}/lib|; s|@INCLUDEDIR@|${prefix}/include|' \
