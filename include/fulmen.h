@@ -23,9 +23,10 @@
  * Ownership, buffers and const:
  * - `T **out`: on success `*out` is a new handle the caller owns and frees
  *   with the matching `*_free`; on failure `*out` is not written. The one
- *   exception is tensors made inside a step or hook callback on its thread
- *   (its tensor scope): they are released when the callback returns, unless
- *   it returns them (a loss, a prediction) or frees them earlier.
+ *   exception is tensors made inside a step or hook callback on its thread,
+ *   or on a thread attached to it (its tensor scope): they are released
+ *   when the callback returns, unless it returns them (a loss, a
+ *   prediction), keeps them (fulmen_tensor_keep) or frees them earlier.
  * - Handles passed in are borrowed for the call, except where a function
  *   says it consumes one (fulmen_model_push, fulmen_model_add,
  *   fulmen_optimizer_config_add: consumed on success only).
@@ -104,9 +105,16 @@
  *   can fit in two threads (tested). A model, loader or dataset shared by
  *   two running trainers is not supported: give each trainer its own.
  * - Tensor scopes are per thread: tensors a step creates on the calling
- *   thread are released when the step returns; tensors created on another
- *   thread (a helper thread of the host) belong to the host, which frees
- *   them with fulmen_tensor_free, as outside any callback.
+ *   thread are released when the step returns. A helper thread of the host
+ *   joins a running callback with fulmen_callback_context_current (on the
+ *   callback's thread) and fulmen_callback_attach (on the helper): until
+ *   fulmen_callback_detach its tensors join the callback's scope, its calls
+ *   count as the callback's (re-entrancy, fulmen_host_call) and it runs
+ *   with the callback's grad mode and autocast; the callback's end waits
+ *   for its running calls and refuses later ones. Tensors created on a
+ *   thread that is not attached belong to the host, which frees them with
+ *   fulmen_tensor_free, as outside any callback (fulmen_live_handles counts
+ *   them until then).
  * - Thread-safe from any thread: fulmen_error_* on different errors,
  *   fulmen_live_handles, fulmen_version, the registries (accelerators,
  *   strategies) and the handle checks themselves (one lock).
@@ -1088,6 +1096,16 @@ typedef struct fulmen_batch fulmen_batch;
 typedef struct fulmen_batch_builder fulmen_batch_builder;
 
 /**
+ * A running callback, as a host thread names it to attach to it. Made by
+ * `fulmen_callback_context_current` inside the callback; the host owns it
+ * and frees it with `fulmen_callback_context_free`, from any thread,
+ * before or after the callback returns (it is not released with the
+ * callback's tensors). Once the callback has returned it stays a valid
+ * handle that attaches no more.
+ */
+typedef struct fulmen_callback_context fulmen_callback_context;
+
+/**
  * A map-style dataset: samples addressed by index, handed out as batches.
  */
 typedef struct fulmen_dataset fulmen_dataset;
@@ -1204,7 +1222,8 @@ typedef struct fulmen_strategy fulmen_strategy;
 /**
  * A tensor (libtorch `at::Tensor`). Created by fulmen calls; freed with
  * `fulmen_tensor_free`, or automatically when created inside a step
- * callback and not kept with `fulmen_tensor_keep`.
+ * callback (on its thread, or on a thread attached to it) and not kept
+ * with `fulmen_tensor_keep`.
  */
 typedef struct fulmen_tensor fulmen_tensor;
 
@@ -2990,6 +3009,73 @@ struct fulmen_error *fulmen_batch_builder_push(struct fulmen_batch_builder *buil
                                                const struct fulmen_tensor *tensor);
 
 /**
+ * Writes to `*out` a new handle naming the callback running on the
+ * calling thread (the innermost one), for another thread to attach to it
+ * with `fulmen_callback_attach`. On a thread attached to a callback (and
+ * running none of its own) it names that callback. The handle captures
+ * the thread's libtorch state now (grad mode, autocast), which attached
+ * threads get. The caller owns it and frees it with
+ * `fulmen_callback_context_free`, from any thread, before or after the
+ * callback returns; it is not released with the callback's tensors.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (no callback is running on this
+ * thread), FULMEN_CODE_TORCH (libtorch's thread state cannot be read).
+ * Thread rules: call it on the callback's own thread, inside the callback
+ * (or on a thread attached to it).
+ */
+struct fulmen_error *fulmen_callback_context_current(struct fulmen_callback_context **out);
+
+/**
+ * Frees a callback context. NULL, or a context already freed, is a no-op.
+ * A thread attached through it stays attached (detach it with
+ * `fulmen_callback_detach`).
+ */
+void fulmen_callback_context_free(struct fulmen_callback_context *ctx);
+
+/**
+ * Attaches the calling thread (a thread of the host, running no fulmen
+ * callback) to the running callback `ctx` names, until
+ * `fulmen_callback_detach`: tensors and values it makes meanwhile join the
+ * callback's scope (released when the callback returns, unless kept with
+ * `fulmen_tensor_keep` / `fulmen_value_keep` or returned, as on the
+ * callback's own thread); its fulmen calls count as calls from inside the
+ * callback (a call into the object running the callback, such as the
+ * data source of a `get_batch` or the model of a host forward, is refused
+ * with FULMEN_CODE_INVALID_STATE instead of deadlocking; the callback's
+ * `fulmen_host_call` is usable); and it runs with the libtorch state the
+ * callback's thread had when `ctx` was made (no_grad in a validation step,
+ * autocast under mixed precision), its own being restored at detach.
+ * Devices are named by index in fulmen, so no current CUDA device is
+ * lent. When the callback returns, fulmen waits for the fulmen calls
+ * attached threads are making, releases what they made, and refuses their
+ * later calls with FULMEN_CODE_INVALID_STATE until they detach.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (the callback has returned; this
+ * thread is attached already; a fulmen callback runs on this thread),
+ * FULMEN_CODE_TORCH (libtorch's thread state cannot be set).
+ * Thread rules: the callback's thread and the threads attached to it may
+ * make fulmen calls at the same time; each handle's own rules still hold
+ * (e.g. a tensor changed in place by one is kept off the others), and a
+ * `fulmen_host_call` is used by one of them at a time. The callback must
+ * not return while an attached thread is inside a fulmen call that waits
+ * for the callback (fulmen waits for that call).
+ */
+struct fulmen_error *fulmen_callback_attach(const struct fulmen_callback_context *ctx);
+
+/**
+ * Detaches the calling thread from the callback it is attached to
+ * (`fulmen_callback_attach`): it gets its own libtorch state back, and the
+ * handles it makes from now on are the host's, as on any thread outside
+ * callbacks. Allowed after the callback has returned.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (this thread is not attached; a fulmen
+ * callback is running on it), FULMEN_CODE_TORCH (libtorch's thread state
+ * cannot be restored; the thread is detached all the same).
+ * Thread rules: call it on the attached thread.
+ */
+struct fulmen_error *fulmen_callback_detach(void);
+
+/**
  * Lightning's ModelCheckpoint defaults.
  */
 struct fulmen_model_checkpoint_options fulmen_model_checkpoint_options_default(void);
@@ -4155,7 +4241,8 @@ struct fulmen_error *fulmen_model_register_buffer(struct fulmen_model *model,
  * state_dict name. It shares storage and autograd history.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (no such tensor; not UTF-8),
- * FULMEN_CODE_INVALID_STATE (called from another thread than the forward's).
+ * FULMEN_CODE_INVALID_STATE (called from another thread than the forward's
+ * or one attached to it).
  */
 struct fulmen_error *fulmen_host_call_get(const struct fulmen_host_call *call,
                                           const char *name,
@@ -4169,7 +4256,7 @@ struct fulmen_error *fulmen_host_call_get(const struct fulmen_host_call *call,
  * `*count_out`, and more than `capacity` fails before running.
  *
  * Errors: as `fulmen_model_forward_multi`, and FULMEN_CODE_INVALID_STATE
- * (called from another thread than the forward's).
+ * (called from another thread than the forward's or one attached to it).
  */
 struct fulmen_error *fulmen_host_call_forward_child(const struct fulmen_host_call *call,
                                                     const char *path,
@@ -4184,7 +4271,7 @@ struct fulmen_error *fulmen_host_call_forward_child(const struct fulmen_host_cal
  * the like in the host's own forward).
  *
  * Errors: FULMEN_CODE_INVALID_STATE (called from another thread than the
- * forward's).
+ * forward's or one attached to it).
  */
 struct fulmen_error *fulmen_host_call_is_training(const struct fulmen_host_call *call, bool *out);
 
