@@ -367,7 +367,12 @@ fn renamed_output(o: &Output, f: &dyn Fn(&str) -> String) -> Output {
 }
 
 fn builtin(code: i32, name: &str, args: Vec<Arg>, outputs: Vec<Output>) -> Node {
-    Node { target: Target::Builtin(code), name: name.to_owned(), args: args.into_iter().map(|a| (None, a)).collect(), outputs }
+    Node {
+        target: Target::Builtin(code),
+        name: name.to_owned(),
+        args: args.into_iter().map(|a| (None, a)).collect(),
+        outputs,
+    }
 }
 
 /// Replaces each `wrap_with_set_grad_enabled` node by its subgraph, under
