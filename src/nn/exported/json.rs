@@ -17,7 +17,7 @@ pub(crate) fn union<'a>(v: &'a Json, what: &str) -> Result<(&'a str, &'a Json)> 
     match (set.next(), set.next()) {
         (Some((k, x)), None) => Ok((k.as_str(), x)),
         (None, _) if obj.len() == 1 => {
-            Ok((obj.keys().next().map(String::as_str).unwrap_or(""), &obj.values().next().unwrap_or(&Json::Null)))
+            Ok((obj.keys().next().map(String::as_str).unwrap_or(""), obj.values().next().unwrap_or(&Json::Null)))
         }
         _ => Err(Error::format(format!("{what} does not hold exactly one kind"))),
     }
