@@ -5,13 +5,18 @@
  *   ddp_rank MODEL MODE FIND_UNUSED INIT DATA_X DATA_Y SAMPLES STEPS BATCH OUT [ACCUMULATE]
  *
  * MODEL: mlp (784-512-512-10, 2.7 MB), bn (Linear, BatchNorm1d, ReLU,
- * Linear) or frozen (a frozen weight and a head the forward never uses).
+ * Linear), frozen (a frozen weight and a head the forward never uses) or
+ * exported (a torch.export archive whose training_step program takes the
+ * batch (x, y) and returns the loss; ddp_mixed.py's bn model).
  * MODE: "host" (a host-owned loop on fulmen_ddp) or "trainer" (fulmen's
  * Trainer with strategy ddp). INIT: this rank's initial weights
- * (safetensors). DATA_X / DATA_Y: SAMPLES rows of 784 float32 / int64 raw
+ * (safetensors), or for exported the .pt2 archive (its programs and
+ * initial state). DATA_X / DATA_Y: SAMPLES rows of 784 float32 / int64 raw
  * values; this rank trains on rows rank, rank + world, ... (torch's
  * DistributedSampler without shuffling). OUT: the final weights
- * (safetensors). SGD, lr 0.05, momentum 0.9, cross-entropy, one thread.
+ * (safetensors); OUT.losses: every step's loss, one a line (%.17g, the
+ * float32 value exactly). SGD, lr 0.05, momentum 0.9, cross-entropy, one
+ * thread.
  * ACCUMULATE (default 1): micro-batches per optimizer step, the others
  * without gradient averaging (torch's no_sync; the Trainer's
  * accumulate_grad_batches), each loss divided by ACCUMULATE.
@@ -24,6 +29,7 @@
 #include <string.h>
 
 #define FEATURES 784
+#define PATH_CAP 4096
 
 #define TRY(call)                                                         \
     do {                                                                  \
@@ -37,6 +43,10 @@
     } while (0)
 
 static const char *model_kind;
+/* MODEL is exported: the loss is the training_step program's. */
+static bool exported;
+/* OUT.losses, open while training. */
+static FILE *loss_file;
 
 static fulmen_model *linear(int64_t in, int64_t out) {
     fulmen_model *m;
@@ -91,14 +101,64 @@ static fulmen_error *forward(fulmen_model *model, const fulmen_tensor *x, fulmen
     return e;
 }
 
+/* The exported training_step program on `arg` (the batch tuple): the
+ * tensor it returns is the loss. */
+static fulmen_error *exported_step(fulmen_model *model, const fulmen_value *arg, fulmen_tensor **loss) {
+    fulmen_value *out = NULL;
+    fulmen_error *e = fulmen_model_call_method(model, NULL, "training_step", &arg, 1, &out);
+    if (!e) e = fulmen_value_get_tensor(out, loss);
+    fulmen_value_free(out);
+    return e;
+}
+
+/* The loss of the batch (x, y): the exported training_step on the tuple
+ * (x, y), or the forward pass and cross-entropy. */
+static fulmen_error *step_loss(fulmen_model *model, const fulmen_tensor *x, const fulmen_tensor *y,
+                               fulmen_tensor **loss) {
+    if (!exported) {
+        fulmen_tensor *logits;
+        fulmen_error *e = forward(model, x, &logits);
+        if (e) return e;
+        e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, loss);
+        fulmen_tensor_free(logits);
+        return e;
+    }
+    fulmen_value *items[2] = {NULL, NULL}, *arg = NULL;
+    fulmen_error *e = fulmen_value_tensor(x, &items[0]);
+    if (!e) e = fulmen_value_tensor(y, &items[1]);
+    if (!e) e = fulmen_value_tuple((const fulmen_value *const *)items, 2, &arg);
+    if (!e) e = exported_step(model, arg, loss);
+    fulmen_value_free(arg);
+    fulmen_value_free(items[0]);
+    fulmen_value_free(items[1]);
+    return e;
+}
+
+/* Appends the loss's value to OUT.losses. */
+static fulmen_error *record_loss(const fulmen_tensor *loss) {
+    double v = 0;
+    fulmen_error *e = fulmen_tensor_item(loss, &v);
+    if (!e) fprintf(loss_file, "%.17g\n", v);
+    return e;
+}
+
 static fulmen_error *training_step(void *model, fulmen_step_context *ctx, const fulmen_batch *batch,
                                    fulmen_tensor **loss) {
     (void)ctx;
-    fulmen_tensor *x, *y, *logits;
-    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
-    if (!e) e = fulmen_batch_get(batch, 1, &y);
-    if (!e) e = forward(model, x, &logits);
-    if (!e) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, loss);
+    fulmen_error *e;
+    if (exported) {
+        /* The batch as the program was exported: the tuple (x, y). */
+        fulmen_value *arg = NULL;
+        e = fulmen_value_from_batch(batch, &arg);
+        if (!e) e = exported_step(model, arg, loss);
+        fulmen_value_free(arg);
+    } else {
+        fulmen_tensor *x, *y;
+        e = fulmen_batch_get(batch, 0, &x);
+        if (!e) e = fulmen_batch_get(batch, 1, &y);
+        if (!e) e = step_loss(model, x, y, loss);
+    }
+    if (!e) e = record_loss(*loss);
     return e;
 }
 
@@ -146,21 +206,21 @@ static void host_loop(fulmen_model *model, fulmen_strategy *strategy, const fulm
     TRY(sgd(model, &opt));
     TRY(fulmen_model_set_training(model, true));
     for (size_t s = 0; s < steps; s++) {
-        fulmen_tensor *xb, *yb, *logits, *loss, *part;
+        fulmen_tensor *xb, *yb, *loss, *part;
         bool sync = (s + 1) % accumulate == 0;
         TRY(fulmen_tensor_narrow(x, 0, (int64_t)(s * batch), (int64_t)batch, &xb));
         TRY(fulmen_tensor_narrow(y, 0, (int64_t)(s * batch), (int64_t)batch, &yb));
         if (s % accumulate == 0) TRY(fulmen_optimizer_zero_grad(opt));
         TRY(fulmen_ddp_set_sync(ddp, sync));
         TRY(fulmen_ddp_prepare_forward(ddp));
-        TRY(forward(model, xb, &logits));
-        TRY(fulmen_loss_cross_entropy(logits, yb, FULMEN_REDUCTION_MEAN, &loss));
+        TRY(step_loss(model, xb, yb, &loss));
+        TRY(record_loss(loss));
         TRY(fulmen_tensor_mul_scalar(loss, 1.0 / (double)accumulate, &part));
         TRY(fulmen_ddp_prepare_backward(ddp, part));
         TRY(fulmen_tensor_backward(part));
         if (sync) TRY(fulmen_optimizer_step(opt));
-        fulmen_tensor *done[] = {xb, yb, logits, loss, part};
-        for (size_t i = 0; i < 5; i++) fulmen_tensor_free(done[i]);
+        fulmen_tensor *done[] = {xb, yb, loss, part};
+        for (size_t i = 0; i < 4; i++) fulmen_tensor_free(done[i]);
     }
     fulmen_optimizer_free(opt);
     fulmen_ddp_free(ddp);
@@ -215,14 +275,20 @@ int main(int argc, char **argv) {
     size_t accumulate = argc == 12 ? strtoull(argv[11], NULL, 10) : 1;
     if (accumulate == 0) return 2;
     model_kind = argv[1];
+    exported = strcmp(model_kind, "exported") == 0;
     const char *mode = argv[2];
     size_t samples = strtoull(argv[7], NULL, 10), steps = strtoull(argv[8], NULL, 10);
     size_t batch = strtoull(argv[9], NULL, 10);
     size_t rank = env_size("RANK"), world = env_size("WORLD_SIZE");
     TRY(fulmen_set_num_threads(1));
 
-    fulmen_model *model = build(model_kind);
-    TRY(fulmen_model_load(model, argv[4], true));
+    fulmen_model *model;
+    if (exported) {
+        TRY(fulmen_model_load_exported(argv[4], &model));
+    } else {
+        model = build(model_kind);
+        TRY(fulmen_model_load(model, argv[4], true));
+    }
     if (strcmp(model_kind, "frozen") == 0) {
         fulmen_tensor *w;
         TRY(fulmen_model_state_dict_get(model, "body.0.weight", &w));
@@ -236,6 +302,17 @@ int main(int argc, char **argv) {
     const char *timeout = getenv("DDP_RANK_TIMEOUT");
     TRY(fulmen_strategy_set(strategy, "timeout", timeout ? timeout : "120"));
 
+    char loss_path[PATH_CAP];
+    int n = snprintf(loss_path, sizeof loss_path, "%s.losses", argv[10]);
+    if (n < 0 || n >= (int)sizeof loss_path) {
+        fprintf(stderr, "ddp_rank: OUT %s is too long\n", argv[10]);
+        return 2;
+    }
+    loss_file = fopen(loss_path, "w");
+    if (!loss_file) {
+        perror(loss_path);
+        return 1;
+    }
     float *xs = read_file(argv[5], samples * FEATURES * sizeof(float));
     int64_t *ys = read_file(argv[6], samples * sizeof(int64_t));
     fulmen_tensor *x, *y;
@@ -263,6 +340,10 @@ int main(int argc, char **argv) {
     }
     free(xs);
     free(ys);
+    if (fclose(loss_file) != 0) {
+        perror(loss_path);
+        return 1;
+    }
     TRY(fulmen_model_save(model, argv[10]));
     TRY(fulmen_distributed_shutdown(60.0));
     fulmen_tensor_free(x);
