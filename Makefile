@@ -46,7 +46,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_e
 
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all deps lib header bench test test-conformance lib-torch-2.11 test-torch-2.11 test-c-torch-2.11 gpu-kit test-gpu-kit test-rust test-c test-pkgconfig test-cpp test-go test-interop test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example lint fmt dist test-dist install clean
+.PHONY: all deps lib header bench test test-conformance lib-torch-2.11 test-torch-2.11 test-c-torch-2.11 gpu-kit test-gpu-kit test-rust test-c test-pkgconfig test-cpp test-go test-interop test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example example-exported lint fmt dist test-dist install clean
 
 all: lib
 
@@ -87,7 +87,7 @@ header: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test ops_drift
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test header_drift
 
-test: deps lib lint test-rust test-c test-conformance example test-valgrind test-fuzz test-soak test-cpp test-go test-interop test-torch-2.11 test-dist test-coverage
+test: deps lib lint test-rust test-c test-conformance example example-exported test-valgrind test-fuzz test-soak test-cpp test-go test-interop test-torch-2.11 test-dist test-coverage
 	@echo "all suites passed"
 
 test-coverage:
@@ -156,6 +156,27 @@ example: $(BUILD)/examples/mnist $(BUILD)/examples/snippet $(BUILD)/examples/cha
 	@rm -rf $(BUILD)/ddp-run
 	$(BUILD)/examples/mnist --data $(MNIST) --epochs 1 --strategy ddp --devices 2 --out $(BUILD)/ddp-run | tee $(BUILD)/ddp-run.log
 	@grep -q "trained on 2 ranks" $(BUILD)/ddp-run.log && test -f $(BUILD)/ddp-run/checkpoints/last.ckpt
+
+# The C++ and Go examples that train a torch.export archive (.pt2):
+# examples/python/export_mnist.py writes it with python/fulmen_export.py
+# (in the venv), each example trains it on MNIST-5k for 2 epochs, and
+# tests/interop/train_exported_check.py checks what it printed against
+# PyTorch running the weights it saved.
+CXXFLAGS_EXAMPLE := -std=c++17 -Wall -Wextra -Werror -pedantic -O2
+GO_ENV := GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=1 PKG_CONFIG_PATH=$(BUILD)
+
+$(BUILD)/examples/train_exported_cpp: examples/cpp/train_exported.cpp $(wildcard bindings/cpp/include/fulmen/*) include/fulmen.h lib
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_EXAMPLE) $(C_INC) -I$(ROOT)/bindings/cpp/include $< -o $@ $(C_LINK)
+
+$(BUILD)/examples/train_exported_go: examples/go/train_exported/main.go $(wildcard bindings/go/*.go) include/fulmen.h lib
+	@mkdir -p $(dir $@)
+	cd $(ROOT)/examples/go && $(GO_ENV) go build -o $@ ./train_exported
+
+example-exported: $(BUILD)/examples/train_exported_cpp $(BUILD)/examples/train_exported_go $(MNIST) $(VENV_STAMP)
+	@rm -rf $(BUILD)/exported-cpp $(BUILD)/exported-go
+	$(VENV)/bin/python tests/interop/train_exported_check.py --binary $(BUILD)/examples/train_exported_cpp --data $(MNIST) --work $(BUILD)/exported-cpp
+	$(VENV)/bin/python tests/interop/train_exported_check.py --binary $(BUILD)/examples/train_exported_go --data $(MNIST) --work $(BUILD)/exported-go
 
 # valgrind: every C test but test_ddp, test_device_ddp, test_crash, test_files and
 # test_signals (they re-execute the program, which under valgrind is the

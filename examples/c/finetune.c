@@ -1,9 +1,14 @@
 /*
- * Fine-tunes a PyTorch model exported as TorchScript, from C, through
- * fulmen's trainer. The model (examples/python/export_tabular.py) takes a
- * categorical column through an embedding and numeric features through
- * BatchNorm, has dropout, and scripts its own training_step /
- * validation_step / predict_step: this program only feeds batches to them.
+ * Fine-tunes a PyTorch model from C, through fulmen's trainer: a
+ * torch.export archive (.pt2, written by python/fulmen_export.py; the
+ * recommended form) or TorchScript (.pt; torch.jit.script is deprecated
+ * upstream but fulmen still loads it). The model
+ * (examples/python/export_tabular.py, which writes either by the file's
+ * extension) takes a categorical column through an embedding and numeric
+ * features through BatchNorm, has dropout, and brings its own
+ * training_step / validation_step / forward: this program only feeds
+ * batches to them, through fulmen_model_call_method either way. An
+ * exported step takes the batch; a scripted one the batch and batch_idx.
  *
  * The data is Fair's 1978 survey of 6366 married women (shipped with the
  * statsmodels package): predict whether a woman reported an affair from
@@ -13,18 +18,19 @@
  * EarlyStopping watches the validation loss, ModelCheckpoint keeps the
  * best epoch, and the best weights are restored before saving.
  *
- *   finetune --model tabular.pt --data fair.csv [--out runs/finetune]
- *            [--epochs 40] [--batch-size 64] [--lr 3e-3] [--patience 5]
- *            [--seed 0]
+ *   finetune --model tabular.pt2|tabular.pt --data fair.csv
+ *            [--out runs/finetune] [--epochs 40] [--batch-size 64]
+ *            [--lr 3e-3] [--patience 5] [--seed 0]
  *
- * Writes into --out: model.pt (TorchScript, for torch.jit.load),
- * model.safetensors (the state_dict, buffers included), checkpoints/, and
- * predictions.csv (the validation rows' inputs and predicted
- * probabilities) for tests/interop/finetune_check.py to compare with
- * PyTorch.
+ * Writes into --out: model.safetensors (the state_dict, buffers included),
+ * model.pt (TorchScript, for torch.jit.load; from a .pt model only),
+ * checkpoints/, and predictions.csv (the validation rows' inputs and
+ * predicted probabilities, softmax of forward) for
+ * tests/interop/finetune_check.py to compare with PyTorch.
  */
 #include <fulmen.h>
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,19 +138,35 @@ static void table_tensors(const table *t, fulmen_tensor *out[3]) {
     check(fulmen_tensor_from_data(t->target, t->n * sizeof(int64_t), FULMEN_DTYPE_I64, &n, 1, &out[2]), "target");
 }
 
-/* Calls the scripted step `method(batch, batch_idx)` and logs its "loss"
- * (and "acc") under `prefix`; the loss goes to *loss. */
-static fulmen_error *scripted_step(fulmen_model *model, fulmen_step_context *ctx, const fulmen_batch *batch,
-                                   const char *method, const char *prefix, fulmen_tensor **loss) {
+/* The model and how its steps are called. */
+typedef struct {
+    fulmen_model *model;
+    bool exported; /* a torch.export archive: its steps take the batch only */
+} tuned_model;
+
+/* Whether `path` names a torch.export archive (.pt2) rather than a
+ * TorchScript file. */
+static bool is_exported(const char *path) {
+    size_t n = strlen(path);
+    return n >= 4 && strcmp(path + n - 4, ".pt2") == 0;
+}
+
+/* Calls the model's step `method` on the batch (and batch_idx for a
+ * scripted one) and logs its "loss" and "acc" under `prefix`; the loss
+ * goes to *loss. */
+static fulmen_error *model_step(const tuned_model *m, fulmen_step_context *ctx, const fulmen_batch *batch,
+                                const char *method, const char *prefix, fulmen_tensor **loss) {
     fulmen_value *args[2] = {NULL, NULL}, *out = NULL, *l = NULL, *a = NULL; /* released when the step returns */
     fulmen_tensor *acc = NULL;
     int64_t idx = 0;
     double lv = 0, av = 0;
     char name[32];
+    size_t n_args = m->exported ? 1 : 2;
     fulmen_error *err = fulmen_step_context_batch_idx(ctx, &idx);
     if (err == NULL) err = fulmen_value_from_batch(batch, &args[0]);
-    if (err == NULL) err = fulmen_value_int(idx, &args[1]);
-    if (err == NULL) err = fulmen_model_call_method(model, NULL, method, (const fulmen_value *const *)args, 2, &out);
+    if (err == NULL && !m->exported) err = fulmen_value_int(idx, &args[1]);
+    if (err == NULL)
+        err = fulmen_model_call_method(m->model, NULL, method, (const fulmen_value *const *)args, n_args, &out);
     if (err == NULL) err = fulmen_value_dict_get(out, "loss", &l);
     if (err == NULL) err = fulmen_value_get_tensor(l, loss);
     if (err == NULL) err = fulmen_value_dict_get(out, "acc", &a);
@@ -161,35 +183,36 @@ static fulmen_error *scripted_step(fulmen_model *model, fulmen_step_context *ctx
 
 static fulmen_error *training_step(void *model, fulmen_step_context *ctx, const fulmen_batch *batch,
                                    fulmen_tensor **loss) {
-    return scripted_step(model, ctx, batch, "training_step", "train", loss);
+    return model_step(model, ctx, batch, "training_step", "train", loss);
 }
 
 static fulmen_error *validation_step(void *model, fulmen_step_context *ctx, const fulmen_batch *batch) {
     fulmen_tensor *loss = NULL;
-    return scripted_step(model, ctx, batch, "validation_step", "val", &loss);
+    return model_step(model, ctx, batch, "validation_step", "val", &loss);
 }
 
 static double learning_rate = 3e-3;
 
 static fulmen_error *configure_optimizers(void *model, fulmen_optimizer_config *config) {
+    const tuned_model *m = model;
     fulmen_adam_options o = fulmen_adam_options_default();
     o.lr = learning_rate;
     fulmen_optimizer *adam = NULL;
-    fulmen_error *err = fulmen_optimizer_adam_new(model, NULL, 0, &o, &adam);
+    fulmen_error *err = fulmen_optimizer_adam_new(m->model, NULL, 0, &o, &adam);
     if (err == NULL) err = fulmen_optimizer_config_add(config, adam, NULL, FULMEN_INTERVAL_EPOCH, 1, NULL);
     return err;
 }
 
-/* Writes the validation rows and the model's probabilities (eval mode). */
+/* Writes the validation rows and the model's probabilities, softmax of
+ * forward(category, numeric) (in eval mode). */
 static void write_predictions(fulmen_model *model, fulmen_tensor *const val[3], const table *t, const char *path) {
-    fulmen_value *args[2] = {NULL, NULL}, *out = NULL, *p = NULL;
-    fulmen_tensor *probs = NULL;
-    check(fulmen_value_tensor(val[0], &args[0]), "predict input");
-    check(fulmen_value_tensor(val[1], &args[1]), "predict input");
-    check(fulmen_model_call_method(model, NULL, "predict_step", (const fulmen_value *const *)args, 2, &out),
-          "predict_step");
-    check(fulmen_value_item(out, 0, &p), "probabilities");
-    check(fulmen_value_get_tensor(p, &probs), "probabilities");
+    fulmen_value *args[2] = {NULL, NULL}, *out = NULL;
+    fulmen_tensor *logits = NULL, *probs = NULL;
+    check(fulmen_value_tensor(val[0], &args[0]), "forward input");
+    check(fulmen_value_tensor(val[1], &args[1]), "forward input");
+    check(fulmen_model_call_method(model, NULL, "forward", (const fulmen_value *const *)args, 2, &out), "forward");
+    check(fulmen_value_get_tensor(out, &logits), "logits");
+    check(fulmen_tensor_softmax(logits, 1, &probs), "probabilities");
     float *pv = malloc(t->n * 2 * sizeof *pv);
     if (pv == NULL) { fprintf(stderr, "finetune: out of memory\n"); exit(1); }
     check(fulmen_tensor_copy_to(probs, FULMEN_DTYPE_F32, pv, t->n * 2 * sizeof *pv), "reading probabilities");
@@ -204,8 +227,9 @@ static void write_predictions(fulmen_model *model, fulmen_tensor *const val[3], 
     fclose(f);
     free(pv);
     fulmen_tensor_free(probs);
-    fulmen_value *all[] = {args[0], args[1], out, p};
-    for (size_t i = 0; i < 4; i++) fulmen_value_free(all[i]);
+    fulmen_tensor_free(logits);
+    fulmen_value *all[] = {args[0], args[1], out};
+    for (size_t i = 0; i < 3; i++) fulmen_value_free(all[i]);
 }
 
 int main(int argc, char **argv) {
@@ -226,7 +250,7 @@ int main(int argc, char **argv) {
         i++;
     }
     if (model_path == NULL || data == NULL || epochs < 1 || batch_size < 1 || patience < 1 || learning_rate <= 0) {
-        fprintf(stderr, "usage: finetune --model tabular.pt --data fair.csv [--out DIR] [--epochs N] "
+        fprintf(stderr, "usage: finetune --model tabular.pt2|tabular.pt --data fair.csv [--out DIR] [--epochs N] "
                         "[--batch-size N] [--lr X] [--patience N] [--seed N]\n");
         return 2;
     }
@@ -256,11 +280,16 @@ int main(int argc, char **argv) {
     lo.batch_size = 512;
     check(fulmen_loader_new(val_ds, &lo, &val_loader), "validation loader");
 
-    fulmen_model *model = NULL;
-    check(fulmen_model_load_torchscript(model_path, &model), "loading the TorchScript model");
+    tuned_model tuned = {NULL, is_exported(model_path)};
+    if (tuned.exported)
+        check(fulmen_model_load_exported(model_path, &tuned.model), "loading the exported model");
+    else
+        check(fulmen_model_load_torchscript(model_path, &tuned.model), "loading the TorchScript model");
+    fulmen_model *model = tuned.model;
+    printf("%s model %s\n", tuned.exported ? "torch.export" : "TorchScript", model_path);
     fulmen_module_vtable vt = {0};
     vt.struct_size = sizeof vt;
-    vt.userdata = model;
+    vt.userdata = &tuned;
     vt.training_step = training_step;
     vt.validation_step = validation_step;
     vt.configure_optimizers = configure_optimizers;
@@ -303,9 +332,11 @@ int main(int argc, char **argv) {
 
     char path[4096];
     check(fulmen_model_set_training(model, false), "eval mode");
-    snprintf(path, sizeof path, "%s/model.pt", out);
-    check(fulmen_model_save_torchscript(model, NULL, path), "saving TorchScript");
-    printf("TorchScript: %s\n", path);
+    if (!tuned.exported) {
+        snprintf(path, sizeof path, "%s/model.pt", out);
+        check(fulmen_model_save_torchscript(model, NULL, path), "saving TorchScript");
+        printf("TorchScript: %s\n", path);
+    }
     snprintf(path, sizeof path, "%s/model.safetensors", out);
     check(fulmen_model_save(model, path), "saving the state_dict");
     printf("state_dict: %s\n", path);

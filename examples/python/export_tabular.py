@@ -1,4 +1,5 @@
-"""Exports a tabular classifier as TorchScript for fulmen to fine-tune.
+"""Exports a tabular classifier for fulmen to fine-tune: as a torch.export
+archive (.pt2, the recommended form) or as TorchScript (.pt).
 
 The model takes two inputs, a categorical column (int64 indices, through an
 nn.Embedding) and numeric features (float32, through nn.BatchNorm1d), and
@@ -13,15 +14,28 @@ steps that a C, C++ or Go program calls by name:
 
 where batch = (category, numeric, target).
 
-    python examples/python/export_tabular.py --out tabular.pt \
+An --out ending in .pt2 writes the model with python/fulmen_export.py
+instead (torch.jit.script is deprecated upstream): programs training_step
+and validation_step taking the batch only (batch_idx is baked in as 0),
+and forward(category, numeric), each in the mode it runs in (training
+mode for training_step, evaluation mode for the others). predict_step,
+whose arguments are not a batch, is left out: the probabilities are
+softmax(forward(...)). Any batch size from 1 runs.
+
+    python examples/python/export_tabular.py --out tabular.pt2 \
         --categories 6 --numeric 7 --classes 2 [--seed 0]
 """
 import argparse
+import os
+import sys
 from typing import Dict, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from fulmen_export import export_for_fulmen  # noqa: E402
 
 
 class TabularNet(nn.Module):
@@ -62,16 +76,32 @@ class TabularNet(nn.Module):
 
 
 def export(path: str, categories: int, numeric: int, classes: int, seed: int = 0) -> nn.Module:
-    """Builds the model from `seed`, saves it scripted to `path`, returns it."""
+    """Builds the model from `seed`, saves it to `path` (a torch.export
+    archive when `path` ends in .pt2, else TorchScript), returns it."""
     torch.manual_seed(seed)
     model = TabularNet(categories, numeric, classes)
-    torch.jit.script(model).save(path)
+    if path.endswith(".pt2"):
+        export_pt2(model, path, categories, numeric, classes)
+    else:
+        torch.jit.script(model).save(path)
     return model
+
+
+def export_pt2(model: nn.Module, path: str, categories: int, numeric: int, classes: int) -> None:
+    """Writes `model`'s training_step, validation_step and forward to the
+    .pt2 at `path` (python/fulmen_export.py); the example batch only gives
+    the shapes and dtypes, and the model's weights are left as they were."""
+    g = torch.Generator().manual_seed(0)
+    category = torch.randint(0, categories, (8,), generator=g)
+    values = torch.randn(8, numeric, generator=g)
+    target = torch.randint(0, classes, (8,), generator=g)
+    export_for_fulmen(model, (category, values, target), path,
+                      programs=("training_step", "validation_step", "forward"), forward_example=(category, values))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", required=True, help="a .pt2 (torch.export) or .pt (TorchScript) file")
     parser.add_argument("--categories", type=int, required=True)
     parser.add_argument("--numeric", type=int, required=True)
     parser.add_argument("--classes", type=int, default=2)
