@@ -64,6 +64,7 @@ fn build_cxx_shims(lib: &Path) {
         "csrc/profiler.cpp",
         "csrc/script.cpp",
         "csrc/exported.cpp",
+        "csrc/compiled_step.cpp",
         "csrc/devices.cpp",
         "csrc/fake_device.cpp",
     ] {
@@ -99,6 +100,7 @@ fn build_cxx_shims(lib: &Path) {
         .file("csrc/collectives.cpp")
         .file("csrc/ops.cpp")
         .file("csrc/exported.cpp")
+        .file("csrc/compiled_step.cpp")
         .file("csrc/fused.cpp")
         .file("csrc/foreach.cpp")
         .file("csrc/foreach_adam_variants.cpp")

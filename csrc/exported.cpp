@@ -91,6 +91,7 @@ struct Arg {
   std::vector<int64_t> slots;       // lists; for kSymIntList the values
   std::vector<bool> from_slot;      // kSymIntList: which values are slots
   bool wrap_number = false;         // a number where the schema wants a Tensor
+  int64_t enum_limit = 0;           // > 0: an int that must lie in [0, enum_limit)
   bool given = false;
 };
 
@@ -132,6 +133,28 @@ Instr& current(Program& p) {
     throw std::logic_error("no node is being built");
   }
   return p.instrs.back();
+}
+
+// For a ScalarType, Layout or MemoryFormat argument (optional or not), the
+// number of valid values; 0 for any other type. An int outside them would
+// reach libtorch as an invalid enum.
+int64_t enum_limit(const c10::Argument& a) {
+  c10::TypePtr t = a.real_type();
+  if (auto opt = t->cast<c10::OptionalType>()) {
+    t = opt->getElementType();
+  }
+  switch (t->kind()) {
+    case c10::TypeKind::ScalarTypeType: return static_cast<int64_t>(c10::ScalarType::NumOptions);
+    case c10::TypeKind::LayoutType: return static_cast<int64_t>(c10::Layout::NumOptions);
+    case c10::TypeKind::MemoryFormatType: return static_cast<int64_t>(c10::MemoryFormat::NumOptions);
+    default: return 0;
+  }
+}
+
+void check_enum(const c10::IValue& v, int64_t limit, const std::string& what) {
+  if (limit > 0 && v.isInt() && (v.toInt() < 0 || v.toInt() >= limit)) {
+    throw std::invalid_argument(what + ": " + std::to_string(v.toInt()) + " is not a valid dtype, layout or memory format");
+  }
 }
 
 bool schema_wants_tensor(const c10::Argument& a) {
@@ -245,6 +268,7 @@ c10::IValue materialise(const Arg& a, const std::vector<c10::IValue>& slots, con
     case Arg::kConst: return a.wrap_number ? c10::IValue(wrapped_number(a.constant)) : a.constant;
     case Arg::kFromSlot: {
       const c10::IValue& v = read_slot(slots, a.slot, in);
+      check_enum(v, a.enum_limit, in.name);
       return a.wrap_number && !v.isTensor() ? c10::IValue(wrapped_number(v)) : v;
     }
     case Arg::kSlotList: {
@@ -285,8 +309,29 @@ double as_double(const c10::IValue& v) {
   return v.toDouble();
 }
 
+[[noreturn]] void overflow() { throw std::overflow_error("integer overflow"); }
+
+int64_t checked_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) overflow();
+  return r;
+}
+
+int64_t checked_sub(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) overflow();
+  return r;
+}
+
+int64_t checked_mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) overflow();
+  return r;
+}
+
 int64_t floor_div(int64_t a, int64_t b) {
   if (b == 0) throw std::domain_error("integer division by zero");
+  if (a == INT64_MIN && b == -1) overflow();
   int64_t q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
@@ -297,7 +342,7 @@ c10::IValue run_builtin(int32_t code, const std::vector<c10::IValue>& args) {
     if (args.size() != 1) throw std::invalid_argument("a unary operator takes one argument");
     const c10::IValue& a = args[0];
     if (code == kNot) return c10::IValue(!(as_double(a) != 0.0));
-    return a.isInt() ? c10::IValue(-a.toInt()) : c10::IValue(-as_double(a));
+    return a.isInt() ? c10::IValue(checked_sub(0, a.toInt())) : c10::IValue(-as_double(a));
   }
   if (args.size() != 2) throw std::invalid_argument("a binary operator takes two arguments");
   const c10::IValue& a = args[0];
@@ -306,14 +351,15 @@ c10::IValue run_builtin(int32_t code, const std::vector<c10::IValue>& args) {
   auto as_int = [](const c10::IValue& v) { return v.isBool() ? static_cast<int64_t>(v.toBool()) : v.toInt(); };
   double x = as_double(a), y = as_double(b);
   switch (code) {
-    case kAdd: return ints ? c10::IValue(as_int(a) + as_int(b)) : c10::IValue(x + y);
-    case kSub: return ints ? c10::IValue(as_int(a) - as_int(b)) : c10::IValue(x - y);
-    case kMul: return ints ? c10::IValue(as_int(a) * as_int(b)) : c10::IValue(x * y);
+    case kAdd: return ints ? c10::IValue(checked_add(as_int(a), as_int(b))) : c10::IValue(x + y);
+    case kSub: return ints ? c10::IValue(checked_sub(as_int(a), as_int(b))) : c10::IValue(x - y);
+    case kMul: return ints ? c10::IValue(checked_mul(as_int(a), as_int(b))) : c10::IValue(x * y);
     case kFloorDiv: return ints ? c10::IValue(floor_div(as_int(a), as_int(b))) : c10::IValue(std::floor(x / y));
     case kTrueDiv: return c10::IValue(x / y);
     case kMod: {
       if (ints) {
         int64_t d = as_int(b);
+        if (d == -1) return c10::IValue(static_cast<int64_t>(0));
         return c10::IValue(as_int(a) - floor_div(as_int(a), d) * d);
       }
       return c10::IValue(x - std::floor(x / y) * y);
@@ -386,6 +432,11 @@ int fulmen_cxx_ep_op(void* prog, const char* name, const char* overload, char* e
   if (!op) {
     throw std::invalid_argument("no operator " + full +
                                 " in this process (a custom operator not registered here, or one only Python has)");
+  }
+  for (const auto& a : op->schema().arguments()) {
+    if (a.real_type()->kind() == c10::TypeKind::StorageType) {
+      throw std::invalid_argument("operator " + full + " takes a raw storage, which a program may not reach");
+    }
   }
   Instr in;
   in.op = *op;
@@ -510,6 +561,10 @@ int fulmen_cxx_ep_end(void* prog, const int64_t* drops, size_t n_drops, char* er
       bool number = a.mode == Arg::kFromSlot ||
                     (a.mode == Arg::kConst && (a.constant.isInt() || a.constant.isDouble() || a.constant.isBool()));
       a.wrap_number = number && schema_wants_tensor(params[k]);
+      a.enum_limit = enum_limit(params[k]);
+      if (a.mode == Arg::kConst) {
+        check_enum(a.constant, a.enum_limit, in.name + " argument " + params[k].name());
+      }
     }
     const auto& returns = schema.returns();
     if (in.outs.size() > returns.size()) {

@@ -1,6 +1,7 @@
 //! Neural-network modules: a tree of layers named as in `torch.nn`, state
 //! dicts, safetensors I/O and TorchScript loading.
 mod batch_norm_stats;
+mod compiled_step;
 mod exported;
 mod freeze;
 mod host;

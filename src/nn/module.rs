@@ -34,6 +34,8 @@ pub struct Module {
     pub(crate) own: Vec<(String, Tensor, Slot)>,
     /// The host's forward pass of a host module (a named container).
     pub(crate) host: Option<Arc<dyn HostForward>>,
+    /// Compiled training steps added to this model.
+    pub(crate) compiled: Vec<Arc<super::compiled_step::CompiledStep>>,
 }
 
 #[derive(Debug)]
@@ -54,7 +56,7 @@ pub(crate) enum Slot {
 
 impl Module {
     fn of(node: Node) -> Module {
-        Module { node, training: true, own: Vec::new(), host: None }
+        Module { node, training: true, own: Vec::new(), host: None, compiled: Vec::new() }
     }
 
     fn leaf(layer: impl Layer + 'static) -> Module {
@@ -635,7 +637,8 @@ impl Module {
             Node::Exported(e) => Node::Exported(e.replicate(map)?),
         };
         let own = self.own.iter().map(|(n, t, slot)| Ok((n.clone(), map(t)?, *slot))).collect::<Result<Vec<_>>>()?;
-        Ok(Module { node, training: self.training, own, host: self.host.clone() })
+        // Compiled steps are bound to this module's device: replicas get none.
+        Ok(Module { node, training: self.training, own, host: self.host.clone(), compiled: Vec::new() })
     }
 
     /// Casts floating-point parameters and buffers to the floating `kind`

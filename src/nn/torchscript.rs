@@ -280,6 +280,9 @@ impl Module {
     /// Calls the TorchScript method `method` of this module with positional
     /// `args`: `forward`, `training_step` or any other scripted method.
     pub fn call_method(&self, method: &str, args: &[Value]) -> Result<Value> {
+        if let Some(result) = self.call_compiled(method, args) {
+            return result;
+        }
         if let super::module::Node::Exported(e) = &self.node {
             return e.call(method, args);
         }

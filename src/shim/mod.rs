@@ -7,6 +7,7 @@ use libc::{c_char, c_int, size_t};
 
 mod accelerators;
 mod autocast;
+mod compiled_step;
 mod devices;
 mod distributed;
 mod exported;
@@ -20,6 +21,7 @@ mod script;
 
 pub(crate) use accelerators::*;
 pub(crate) use autocast::*;
+pub(crate) use compiled_step::*;
 pub(crate) use devices::*;
 pub(crate) use distributed::*;
 pub(crate) use exported::*;

@@ -50,8 +50,15 @@ fn concrete_ints(v: &Json, what: &str) -> Result<Vec<i64>> {
         .collect()
 }
 
-/// One stored tensor, viewed as its meta says over the storage `bytes`.
-fn stored_tensor(bytes: &[u8], meta: &Json, name: &str) -> Result<Tensor> {
+/// What a stored tensor's meta says: dtype, sizes, strides, offset.
+struct StoredMeta {
+    kind: Kind,
+    sizes: Vec<i64>,
+    strides: Vec<i64>,
+    offset: i64,
+}
+
+fn stored_meta(meta: &Json, name: &str) -> Result<StoredMeta> {
     let bad = |why: String| Error::format(format!("stored tensor {name}: {why}"));
     let kind = kind_of(json::int(json::field(meta, "dtype")?, "dtype")?)?;
     let sizes = concrete_ints(json::field(meta, "sizes")?, "sizes")?;
@@ -69,19 +76,30 @@ fn stored_tensor(bytes: &[u8], meta: &Json, name: &str) -> Result<Tensor> {
     if sizes.iter().chain(&strides).any(|&v| v < 0) || offset < 0 {
         return Err(bad("a negative size, stride or offset".into()));
     }
-    let elem = kind.elt_size_in_bytes();
-    let stored = bytes.len() / elem;
-    // The last element the view reaches, checked before anything is made.
-    let empty = sizes.contains(&0);
-    let mut last = offset as u128;
-    for (s, st) in sizes.iter().zip(&strides) {
-        last += (s.saturating_sub(1)) as u128 * *st as u128;
+    Ok(StoredMeta { kind, sizes, strides, offset })
+}
+
+/// The view `m` describes over `storage` (a 1-D tensor of `m.kind` holding
+/// the file's elements), checked first: it may neither reach past the
+/// storage nor hold more elements than the storage does (a stride-0 view
+/// of a few bytes claiming 2^40 elements would be allocated in full by the
+/// first operator that copies it).
+fn stored_view(storage: &Tensor, m: &StoredMeta, name: &str) -> Result<Tensor> {
+    let bad = |why: String| Error::format(format!("stored tensor {name}: {why}"));
+    let stored = storage.size()[0] as i128;
+    let mut numel: i128 = 1;
+    let mut last: i128 = i128::from(m.offset);
+    for (s, st) in m.sizes.iter().zip(&m.strides) {
+        numel = numel.saturating_mul(i128::from(*s));
+        last = last.saturating_add(i128::from(s.saturating_sub(1).max(0)).saturating_mul(i128::from(*st)));
     }
-    if !empty && last >= stored as u128 {
+    if numel > stored {
+        return Err(bad(format!("{numel} elements claimed, the file holds {stored}")));
+    }
+    if numel > 0 && last >= stored {
         return Err(bad(format!("its view reaches element {last}, the file holds {stored}")));
     }
-    let storage = Tensor::from_data_size(&bytes[..stored * elem], &[stored as i64], kind);
-    Ok(storage.as_strided(&sizes, &strides, offset).detach())
+    storage.f_as_strided(&m.sizes, &m.strides, m.offset).map(|t| t.detach()).map_err(|e| bad(format!("{e}")))
 }
 
 /// Reads the tensors a `*_config.json` lists from `folder`: (name, tensor,
@@ -92,6 +110,9 @@ fn read_tensors(zip: &ZipReader<'_>, folder: &str, config: &[u8]) -> Result<Vec<
         .as_object()
         .ok_or_else(|| Error::format(format!("{folder} config is not an object")))?;
     let mut out = Vec::new();
+    // One storage per file, and one tensor per (file, view): names tied to
+    // one weight share it, and no file is copied twice.
+    let mut storages: HashMap<String, Tensor> = HashMap::new();
     let mut made: HashMap<(String, String), Tensor> = HashMap::new();
     for (name, entry) in entries {
         let path = json::string(json::field(entry, "path_name")?, "path_name")?;
@@ -109,10 +130,22 @@ fn read_tensors(zip: &ZipReader<'_>, folder: &str, config: &[u8]) -> Result<Vec<
                 if path.contains('/') || path.starts_with('.') {
                     return Err(Error::format(format!("stored tensor {name}: a bad file name {path:?}")));
                 }
-                let bytes = zip
-                    .record(&format!("{folder}/{path}"))
-                    .ok_or_else(|| Error::format(format!("stored tensor {name}: no file {folder}/{path}")))?;
-                let mut t = stored_tensor(bytes, meta, name)?;
+                let m = stored_meta(meta, name)?;
+                let storage = match storages.get(&path) {
+                    Some(s) if s.kind() == m.kind => s.shallow_clone(),
+                    Some(_) => return Err(Error::format(format!("stored tensor {name}: {path} read as two dtypes"))),
+                    None => {
+                        let bytes = zip
+                            .record(&format!("{folder}/{path}"))
+                            .ok_or_else(|| Error::format(format!("stored tensor {name}: no file {folder}/{path}")))?;
+                        let elem = m.kind.elt_size_in_bytes();
+                        let n = bytes.len() / elem;
+                        let s = Tensor::from_data_size(&bytes[..n * elem], &[n as i64], m.kind);
+                        storages.insert(path.clone(), s.shallow_clone());
+                        s
+                    }
+                };
+                let mut t = stored_view(&storage, &m, name)?;
                 let grad = json::field(meta, "requires_grad").ok().and_then(Json::as_bool).unwrap_or(false);
                 if is_param && grad && t.is_floating_point() {
                     t = t.set_requires_grad(true);

@@ -250,13 +250,39 @@ pub(crate) fn arg(v: &Json) -> Result<Arg> {
     })
 }
 
+/// Operators a program may not call: they read or write files, or view
+/// memory without checking it lies inside the tensor's storage.
+const REFUSED_OPS: &[&str] = &[
+    "aten::from_file",
+    "aten::_reshape_alias",
+    "aten::_reshape_alias_copy",
+    "aten::set_",
+    "aten::_unsafe_masked_index",
+    "aten::_unsafe_masked_index_put_accumulate",
+    "aten::_mkldnn_reshape",
+];
+
 /// The operator a serialized target names.
 pub(crate) fn target(name: &str) -> Result<Target> {
     if let Some(rest) = name.strip_prefix("torch.ops.") {
         let parts: Vec<&str> = rest.split('.').collect();
         if parts.len() == 3 && parts[0] != "higher_order" && parts.iter().all(|p| !p.is_empty()) {
             let overload = if parts[2] == "default" { "" } else { parts[2] };
-            return Ok(Target::Op(format!("{}::{}", parts[0], parts[1]), overload.to_owned()));
+            let op = format!("{}::{}", parts[0], parts[1]);
+            if REFUSED_OPS.contains(&op.as_str()) {
+                return Err(Error::unsupported(format!(
+                    "node target {name}: {op} reaches outside tensors (files) or skips bounds checks; \
+                     a program may not call it"
+                )));
+            }
+            // The unchecked indexing that decompositions emit runs as its
+            // checked twin: a program's indices are input like any other.
+            let op = match op.as_str() {
+                "aten::_unsafe_index" => "aten::index".to_owned(),
+                "aten::_unsafe_index_put" => "aten::index_put".to_owned(),
+                _ => op,
+            };
+            return Ok(Target::Op(op, overload.to_owned()));
         }
         if rest == "higher_order.wrap_with_set_grad_enabled" {
             return Ok(Target::SetGradEnabled);
@@ -521,6 +547,11 @@ mod tests {
         let e = target("builtins.print").unwrap_err();
         assert!(e.message.contains("builtins.print"), "{}", e.message);
         assert!(target("torch.ops.aten..default").is_err());
+        assert!(target("torch.ops.aten.from_file.default").unwrap_err().message.contains("outside tensors"));
+        assert_eq!(
+            target("torch.ops.aten._unsafe_index.Tensor").unwrap(),
+            Target::Op("aten::index".into(), "Tensor".into())
+        );
     }
 
     #[test]

@@ -23,6 +23,8 @@ pub(crate) struct ExportedModule {
     programs: Arc<Vec<Program>>,
     /// (name, tensor, is a buffer), in PyTorch's state_dict order.
     state: Vec<(String, Tensor, bool)>,
+    /// Where each name is in `state`.
+    index: HashMap<String, usize>,
     /// Lifted constants and non-persistent buffers, by name.
     constants: HashMap<String, Tensor>,
     /// Module paths in tree order, as the program's call graph lists them.
@@ -42,35 +44,36 @@ fn parent(name: &str) -> &str {
 }
 
 /// PyTorch's state_dict order: module by module (in tree order), its
-/// parameters, then its buffers.
+/// parameters, then its buffers; names of modules the call graph does not
+/// list come last, in their own order.
 fn state_dict_order(
     params: Vec<(String, Tensor)>,
     buffers: Vec<(String, Tensor)>,
     modules: &[String],
 ) -> Vec<(String, Tensor, bool)> {
-    let mut out = Vec::with_capacity(params.len() + buffers.len());
-    let mut taken_p = vec![false; params.len()];
-    let mut taken_b = vec![false; buffers.len()];
-    for m in modules {
-        for (k, (n, t)) in params.iter().enumerate() {
-            if !taken_p[k] && parent(n) == m {
-                taken_p[k] = true;
-                out.push((n.clone(), t.shallow_clone(), false));
-            }
-        }
-        for (k, (n, t)) in buffers.iter().enumerate() {
-            if !taken_b[k] && parent(n) == m {
-                taken_b[k] = true;
-                out.push((n.clone(), t.shallow_clone(), true));
+    let mut by_module: HashMap<String, (Vec<(String, Tensor)>, Vec<(String, Tensor)>)> = HashMap::new();
+    let mut order: Vec<String> = modules.to_vec();
+    for (list, is_buffer) in [(params, false), (buffers, true)] {
+        for (n, t) in list {
+            let m = parent(&n).to_owned();
+            let entry = by_module.entry(m.clone()).or_insert_with(|| {
+                order.push(m.clone());
+                (Vec::new(), Vec::new())
+            });
+            if is_buffer {
+                entry.1.push((n, t));
+            } else {
+                entry.0.push((n, t));
             }
         }
     }
-    out.extend(
-        params.iter().zip(&taken_p).filter(|(_, t)| !**t).map(|((n, t), _)| (n.clone(), t.shallow_clone(), false)),
-    );
-    out.extend(
-        buffers.iter().zip(&taken_b).filter(|(_, t)| !**t).map(|((n, t), _)| (n.clone(), t.shallow_clone(), true)),
-    );
+    let mut out = Vec::new();
+    for m in order {
+        if let Some((p, b)) = by_module.remove(&m) {
+            out.extend(p.into_iter().map(|(n, t)| (n, t, false)));
+            out.extend(b.into_iter().map(|(n, t)| (n, t, true)));
+        }
+    }
     out
 }
 
@@ -91,23 +94,28 @@ impl ExportedModule {
         let mut buffers: Vec<(String, Tensor)> = Vec::new();
         let mut constants: HashMap<String, Tensor> = HashMap::new();
         let mut modules: Vec<String> = Vec::new();
+        let mut seen_modules: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let mut seen_params: HashMap<String, usize> = HashMap::new();
+        let mut seen_buffers: HashMap<String, usize> = HashMap::new();
         let mut programs = Vec::new();
         for f in &files {
             let graph = archive::graph_of(f)?;
             for m in module_paths(&f.doc) {
-                if !modules.contains(&m) {
+                if seen_modules.insert(m.clone()) {
                     modules.push(m);
                 }
             }
             let stored: HashMap<&str, &Tensor> = f.weights.iter().map(|(n, t, _)| (n.as_str(), t)).collect();
             for (_, role) in &graph.inputs {
-                let (name, list) = match role {
-                    InputRole::Parameter(n) => (n, &mut params),
-                    InputRole::Buffer(n) if stored.contains_key(n.as_str()) => (n, &mut buffers),
+                let (name, list, seen) = match role {
+                    InputRole::Parameter(n) => (n, &mut params, &mut seen_params),
+                    InputRole::Buffer(n) if stored.contains_key(n.as_str()) => (n, &mut buffers, &mut seen_buffers),
                     _ => continue,
                 };
-                let t = stored[name.as_str()];
-                match list.iter().find(|(n, _)| n == name) {
+                let t = stored.get(name.as_str()).ok_or_else(|| {
+                    Error::format(format!("{what}: program {} reads {name}, which the archive does not store", f.name))
+                })?;
+                match seen.get(name).map(|k| &list[*k]) {
                     Some((_, have)) if have.size() != t.size() || have.kind() != t.kind() => {
                         return Err(Error::format(format!(
                             "{what}: programs disagree on {name}: {:?} {:?} and {:?} {:?}",
@@ -118,7 +126,10 @@ impl ExportedModule {
                         )))
                     }
                     Some(_) => {}
-                    None => list.push((name.clone(), t.shallow_clone())),
+                    None => {
+                        seen.insert(name.clone(), list.len());
+                        list.push((name.clone(), t.shallow_clone()));
+                    }
                 }
             }
             for (n, t) in &f.constants {
@@ -127,7 +138,15 @@ impl ExportedModule {
             programs.push(Program::compile(&f.name, graph)?);
         }
         let state = state_dict_order(params, buffers, &modules);
-        Ok(ExportedModule { programs: Arc::new(programs), state, constants, modules, source: source.to_path_buf() })
+        let index = state.iter().enumerate().map(|(k, (n, _, _))| (n.clone(), k)).collect();
+        Ok(ExportedModule {
+            programs: Arc::new(programs),
+            state,
+            index,
+            constants,
+            modules,
+            source: source.to_path_buf(),
+        })
     }
 
     /// Parameters and buffers with a flag "is a buffer", in state_dict order.
@@ -151,7 +170,7 @@ impl ExportedModule {
     }
 
     fn tensor(&self, name: &str) -> Option<&Tensor> {
-        self.state.iter().find(|(n, _, _)| n == name).map(|(_, t, _)| t)
+        self.index.get(name).map(|k| &self.state[*k].1)
     }
 
     /// The device the model's tensors are on (the CPU when it has none).
@@ -238,6 +257,7 @@ impl ExportedModule {
         Ok(ExportedModule {
             programs: self.programs.clone(),
             state,
+            index: self.index.clone(),
             constants: self.constants.iter().map(|(n, t)| (n.clone(), t.shallow_clone())).collect(),
             modules: self.modules.clone(),
             source: self.source.clone(),
