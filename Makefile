@@ -231,17 +231,19 @@ $(BUILD)/tests/soak_memory: tests/c/soak_memory.c tests/c/check.h tests/c/fixtur
 test-soak: $(BUILD)/tests/soak_memory
 	$(BUILD)/tests/soak_memory $(SOAK_STEPS)
 
-# Fuzzing (tests/fuzz): random C API call sequences, mutated checkpoints and
-# CSV files, a hostile host (frees, re-entrant and cross-thread calls from
-# inside callbacks) and hostile sizes (counts and lengths in files and
-# vtables), under ASan; the API target also per family. `make test` runs
+# Fuzzing (tests/fuzz): random C API call sequences, mutated checkpoints,
+# pickles, CSV files and torch.export archives, a hostile host (frees,
+# re-entrant and cross-thread calls from inside callbacks) and hostile sizes
+# (counts and lengths in files and vtables), under ASan; the API target also
+# per family. `make test` runs
 # each target for FUZZ_SECONDS after
 # replaying its regressions; `make fuzz FUZZ_SECONDS=600` runs longer.
 # With clang, `make fuzz-libfuzzer` builds coverage-guided libFuzzer targets.
 FUZZ_FAMILIES := tensor model data optim options trainer
-FUZZ_TARGETS := api $(FUZZ_FAMILIES) csv checkpoint pickle hostile sizes
+FUZZ_TARGETS := api $(FUZZ_FAMILIES) csv checkpoint pickle hostile sizes exported
 FUZZ_SECONDS ?= 10
-FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  FULMEN_FIXTURES=$(ROOT)/tests/fixtures
 
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.h tests/c/ckpt_edit.h tests/c/torch_zip.h include/fulmen.h lib
 	@mkdir -p $(dir $@)
