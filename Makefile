@@ -12,9 +12,11 @@ LEE := $(DEPS)/data/lee_background.txt
 ELNINO := $(DEPS)/data/elnino.csv
 # Fair's affairs survey (statsmodels), for examples/c/finetune.c.
 FAIR := $(DEPS)/data/fair.csv
-# Python with torch 2.13.0 (CPU), Lightning and safetensors: interop tests, benchmarks.
+# Python with torch 2.13.0 (CPU), Lightning and safetensors, timm and
+# transformers: interop tests, benchmarks. The stamp is the last layer's
+# that scripts/setup-venv.sh writes, so an older venv gets the layers it lacks.
 VENV := $(DEPS)/venv
-VENV_STAMP := $(VENV)/.fulmen-venv-ready
+VENV_STAMP := $(VENV)/.fulmen-venv-models-ready
 PREFIX ?= /usr/local
 
 ifeq ($(origin LIBTORCH),undefined)
@@ -70,8 +72,9 @@ $(ELNINO):
 $(FAIR):
 	bash scripts/fetch-statsmodels-data.sh fair/fair.csv $@
 
-# After libtorch, so the torch wheel it downloaded is reused.
-$(VENV_STAMP): | $(LIBTORCH_STAMP)
+# After libtorch, so the torch wheel it downloaded is reused. Rerun when the
+# script changes: it installs what its pinned lists add, else returns at once.
+$(VENV_STAMP): scripts/setup-venv.sh | $(LIBTORCH_STAMP)
 	bash scripts/setup-venv.sh $(VENV)
 
 lib: $(LIBTORCH_STAMP) $(GLOO_STAMP)

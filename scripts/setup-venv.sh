@@ -5,40 +5,93 @@
 # .deps/wheels, shared with scripts/fetch-libtorch.sh). torch is installed without its CUDA dependency tree (GBs): only the two small NVIDIA wheels that
 # libtorch_cpu.so links against (libcudart.so.13, libcupti.so.13) are added, and
 # scripts/cuda_stubs.py builds abort-if-called stand-ins for the other CUDA
-# libraries torch/_C links. Needs python3 (3.10+), gcc, ldd, nm, readelf.
-# A complete venv is left untouched.
+# libraries torch/_C links. Needs python3 (3.11+, for transformers), gcc, ldd,
+# nm, readelf.
+# A second layer adds timm and transformers (models built from their configs
+# in tests/interop/export_parity.py) with the few packages they import, each
+# pinned and without its declared dependencies; it is added to a venv made
+# before it existed, and reinstalled when its list changes.
+# A complete venv whose model layer is the current list is left untouched
+# (its stamp, .fulmen-venv-models-ready, is touched for make).
 set -euo pipefail
 dest=${1:-.deps/venv}
 stamp="$dest/.fulmen-venv-ready"
+# Holds the model layer's list; the Makefile's VENV_STAMP.
+models_stamp="$dest/.fulmen-venv-models-ready"
 wheels=${FULMEN_WHEELS:-$(dirname "$dest")/wheels}
-[ -f "$stamp" ] && exit 0
-py=${PYTHON:-python3}
-echo "creating the Python venv in $dest" >&2
-rm -rf "$dest"
-"$py" -m venv "$dest"
+# What timm 1.0 and transformers 5 import to build resnet18, vit_tiny and
+# GPT-2 offline: torchvision (timm's layers; matches torch 2.13.0) and pillow
+# (torchvision's import), huggingface_hub and the HTTP client it imports
+# (httpx2, httpcore2, h11, idna, truststore), regex (transformers), and
+# tokenizers: with transformers present, importing Lightning imports
+# torchmetrics' BERTScore, hence transformers' AutoTokenizer, which fails
+# without it.
+models=(timm==1.0.31 transformers==5.23.0 torchvision==0.28.0 pillow==13.0.0 huggingface-hub==2.4.0
+  httpx2==2.16.2 httpcore2==2.16.2 h11==0.16.0 idna==3.20 truststore==0.10.5 regex==2026.11.15
+  tokenizers==0.23.3)
 pip=("$dest/bin/python" -m pip --disable-pip-version-check --quiet)
-# The pure-Python dependencies of the packages below; none depends on torch.
-"${pip[@]}" install --only-binary=:all: \
-  filelock 'typing-extensions>=4.10' 'setuptools>=77.0.3' 'sympy>=1.13.3' \
-  'networkx>=2.5.1' jinja2 'fsspec>=2022.5' 'PyYAML>5.4' \
-  'lightning-utilities>=0.15.3' 'packaging>=23' 'tqdm>=4.57' numpy \
-  safetensors==0.8.0
-# Packages whose declared dependencies would pull the full CUDA stack: no deps
-# (so pip neither fetches those nor warns about their absence).
-# The big wheels are downloaded once into $wheels (pip keeps a file it
-# already has there) and installed from it.
-big=(torch==2.13.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85)
-mkdir -p "$wheels"
-"${pip[@]}" download --no-deps --only-binary=:all: -d "$wheels" "${big[@]}"
-"${pip[@]}" install --no-deps --no-index --find-links "$wheels" "${big[@]}"
-"${pip[@]}" install --no-deps --only-binary=:all: lightning==2.6.6 torchmetrics==1.9.0
-# Stand-ins for the CUDA libraries torch's extension links but a CPU run never calls.
-site=$("$dest/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-"$dest/bin/python" "$(dirname "$0")/cuda_stubs.py" "$site"
-"$dest/bin/python" - <<'PY'
+if [ -f "$stamp" ] && [ "$(cat "$models_stamp" 2>/dev/null)" = "${models[*]}" ]; then
+  touch "$models_stamp"
+  exit 0
+fi
+
+# torch, Lightning and safetensors in a new venv; $stamp once done.
+base_layer() {
+  py=${PYTHON:-python3}
+  echo "creating the Python venv in $dest" >&2
+  rm -rf "$dest"
+  "$py" -m venv "$dest"
+  # The pure-Python dependencies of the packages below; none depends on torch.
+  "${pip[@]}" install --only-binary=:all: \
+    filelock 'typing-extensions>=4.10' 'setuptools>=77.0.3' 'sympy>=1.13.3' \
+    'networkx>=2.5.1' jinja2 'fsspec>=2022.5' 'PyYAML>5.4' \
+    'lightning-utilities>=0.15.3' 'packaging>=23' 'tqdm>=4.57' numpy \
+    safetensors==0.8.0
+  # Packages whose declared dependencies would pull the full CUDA stack: no deps
+  # (so pip neither fetches those nor warns about their absence).
+  # The big wheels are downloaded once into $wheels (pip keeps a file it
+  # already has there) and installed from it.
+  big=(torch==2.13.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85)
+  mkdir -p "$wheels"
+  "${pip[@]}" download --no-deps --only-binary=:all: -d "$wheels" "${big[@]}"
+  "${pip[@]}" install --no-deps --no-index --find-links "$wheels" "${big[@]}"
+  "${pip[@]}" install --no-deps --only-binary=:all: lightning==2.6.6 torchmetrics==1.9.0
+  # Stand-ins for the CUDA libraries torch's extension links but a CPU run never calls.
+  site=$("$dest/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  "$dest/bin/python" "$(dirname "$0")/cuda_stubs.py" "$site"
+  "$dest/bin/python" - <<'PY'
 import torch, lightning, safetensors.torch
 print("torch", torch.__version__, "lightning", lightning.__version__)
 torch.nn.Linear(2, 2)(torch.ones(1, 2)).sum().backward()
 PY
-touch "$stamp"
+  touch "$stamp"
+}
+
+# timm, transformers and what they import, into the venv; $models_stamp
+# (holding the list) once they build their models.
+models_layer() {
+  echo "adding timm and transformers to the Python venv in $dest" >&2
+  if ! "$dest/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    echo "setup-venv: $dest runs Python $("$dest/bin/python" -V 2>&1); transformers 5 needs 3.11 or newer:" \
+      "remove $dest and rerun with PYTHON set to a Python 3.11+" >&2
+    exit 1
+  fi
+  rm -f "$models_stamp"
+  "${pip[@]}" install --no-deps --only-binary=:all: "${models[@]}"
+  HF_HUB_OFFLINE=1 "$dest/bin/python" - <<'PY'
+import lightning, timm, transformers, torch
+timm.create_model("resnet18", pretrained=False, num_classes=2)
+timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=2, img_size=32)
+config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=16, n_positions=8,
+                                 bos_token_id=0, eos_token_id=0)
+transformers.GPT2LMHeadModel(config)(torch.zeros(1, 4, dtype=torch.long))
+print("timm", timm.__version__, "transformers", transformers.__version__)
+PY
+  printf '%s\n' "${models[*]}" > "$models_stamp"
+}
+
+if [ ! -f "$stamp" ]; then
+  base_layer
+fi
+models_layer
 echo "Python venv ready in $dest" >&2

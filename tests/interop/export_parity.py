@@ -4,8 +4,9 @@
 what the same modules lose trained by PyTorch itself.
 
     python export_parity.py --binary build/interop/export_parity [--work DIR]
+        [--models NAME,...]
 
-Three seeded, randomly initialised models, each exported with
+Six seeded, randomly initialised models, each exported with
 training_step and forward:
 - mlp: a LightningModule (Linear, BatchNorm1d, ReLU, Linear) whose
   training_step logs and returns {"loss": ..., "accuracy": ...}, the
@@ -17,12 +18,28 @@ training_step and forward:
 - gpt: a character-level GPT (vocabulary 32, block 16, 2 layers; the token
   embedding tied to the output layer, a root-level position parameter,
   LayerNorm, causal self-attention, dropout 0.1 in training) on next-token
-  loss.
+  loss;
+- resnet18: timm's resnet18 (its layers, BatchNorms and downsampling;
+  stages of RESNET_WIDTHS channels instead of 64 to 512) classifying
+  3x32x32 images into 4 classes;
+- vit_tiny: timm's vit_tiny_patch16_224 (width 192, 3 heads; VIT_DEPTH
+  blocks instead of 12) built for 3x32x32 images (16x16 patches: 4 tokens
+  and the class token), 4 classes, with timm's own dropout layers at 0.1
+  (position, projection, attention inside scaled_dot_product_attention,
+  head);
+- gpt2: transformers' GPT2LMHeadModel (2 layers, width 64, 4 heads,
+  vocabulary 64; the token embedding tied to lm_head, its default dropout
+  0.1 on embeddings, attention and residuals) whose training_step returns
+  the model's own shifted language-model loss (labels = input ids).
+timm and transformers build from their configs, offline (HF_HUB_OFFLINE):
+nothing is downloaded; the venv holds them (scripts/setup-venv.sh).
 
 fulmen's export_parity trains each EPOCHS epochs of ROWS rows in batches of
 BATCH, in order (ROWS is not a multiple of BATCH: every epoch ends with a
 smaller batch), once with SGD (momentum 0.9) and once with AdamW, seeded
 with SEED as the eager loop is (dropout draws the same masks). Checks:
+- the training_step of the models that train with dropout holds it (and
+  attention dropout where the model has it), so the losses depend on it;
 - every step's loss within 1e-6 (relative) of eager PyTorch's;
 - the trained state_dict fulmen saves (BatchNorm running statistics and
   num_batches_tracked, both names of the tied weight) equals eager's
@@ -59,6 +76,10 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 from fulmen_export import export_for_fulmen, load_programs  # noqa: E402
 from twin import compare  # noqa: E402
 
+# timm and transformers (imported by the builders below, and by Lightning's
+# torchmetrics) build from configs only: any download fails.
+os.environ["HF_HUB_OFFLINE"] = "1"
+
 ROWS = 36
 BATCH = 8
 EVAL_ROWS = 6
@@ -72,6 +93,15 @@ BLOCK = 16
 WIDTH = 32
 HEADS = 2
 LAYERS = 2
+HF_VOCAB = 64
+IMAGE = 32
+CLASSES = 4
+# resnet18's four stages (timm's are 64, 128, 256, 512): the same layers,
+# fewer channels.
+RESNET_WIDTHS = (16, 32, 64, 128)
+# vit_tiny's blocks (timm's are 12 of the same block): its width 192 and 3
+# heads, fewer blocks.
+VIT_DEPTH = 4
 SGD = dict(lr=0.05, momentum=0.9)
 ADAMW = dict(lr=3e-3, weight_decay=0.01)
 
@@ -159,6 +189,69 @@ class CharGPT(nn.Module):
         return {"loss": F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))}
 
 
+class ImageClassifier(nn.Module):
+    """A timm model whose training_step is cross-entropy on (images,
+    labels); state names are the timm model's under "net."."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch):
+        x, y = batch
+        return F.cross_entropy(self.net(x), y)
+
+
+def _import(name):
+    """The module `name`, or an exit that says how to get it."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        sys.exit(f"export_parity: cannot import {name} ({e}); scripts/setup-venv.sh installs it in the venv")
+
+
+def build_resnet18():
+    timm = _import("timm")
+    return ImageClassifier(timm.create_model("resnet18", pretrained=False, num_classes=CLASSES,
+                                             stem_width=RESNET_WIDTHS[0], channels=RESNET_WIDTHS))
+
+
+def build_vit_tiny():
+    timm = _import("timm")
+    return ImageClassifier(timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, num_classes=CLASSES, img_size=IMAGE, depth=VIT_DEPTH,
+        drop_rate=0.1, pos_drop_rate=0.1, proj_drop_rate=0.1, attn_drop_rate=0.1))
+
+
+class HFGPT2(nn.Module):
+    """transformers' GPT2LMHeadModel: forward gives the logits, training_step
+    the model's own language-model loss on labels = input ids."""
+
+    def __init__(self):
+        super().__init__()
+        transformers = _import("transformers")
+        config = transformers.GPT2Config(
+            n_layer=2, n_embd=64, n_head=4, vocab_size=HF_VOCAB, n_positions=32, use_cache=False,
+            bos_token_id=0, eos_token_id=0,
+            resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, tie_word_embeddings=True)
+        self.gpt = transformers.GPT2LMHeadModel(config)
+        # Its class name matches no entry of transformers' loss table (it
+        # warns, then takes this loss): named here, without the warning.
+        self.gpt.loss_type = "ForCausalLM"
+
+    def forward(self, ids):
+        return self.gpt(input_ids=ids).logits
+
+    def training_step(self, batch, batch_idx):
+        ids, labels = batch
+        return self.gpt(input_ids=ids, labels=labels).loss
+
+
 TEXT = ("the quick brown fox jumps over the lazy dog. a stitch in time saves nine, "
         "and many hands make light work. it's a long road that has no turning.\n")
 ALPHABET = " abcdefghijklmnopqrstuvwxyz.,'-\n"
@@ -187,16 +280,42 @@ def gpt_data(rows, offset):
     return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
 
 
+def image_data(rows, offset):
+    """3xIMAGExIMAGE images labelled by the brightest quadrant."""
+    g = torch.Generator().manual_seed(200 + offset)
+    x = torch.randn(rows, 3, IMAGE, IMAGE, generator=g)
+    h = IMAGE // 2
+    m = x.mean(1)
+    quadrants = torch.stack([m[:, :h, :h].mean((1, 2)), m[:, :h, h:].mean((1, 2)),
+                             m[:, h:, :h].mean((1, 2)), m[:, h:, h:].mean((1, 2))], 1)
+    return x, quadrants.argmax(1)
+
+
+def hf_gpt_data(rows, offset):
+    """Windows of TEXT as token ids; the labels are the ids themselves
+    (GPT2LMHeadModel shifts them)."""
+    x, _ = gpt_data(rows, offset)
+    return x, x.clone()
+
+
 MODELS = {
     # name: (builder, data, training_step takes batch_idx, decompose)
     "mlp": (build_mlp, mlp_data, True, None),
     "cnn": (SmallCNN, cnn_data, False, True),
     "gpt": (CharGPT, gpt_data, True, None),
+    "resnet18": (build_resnet18, image_data, False, None),
+    "vit_tiny": (build_vit_tiny, image_data, False, None),
+    "gpt2": (HFGPT2, hf_gpt_data, True, None),
 }
 
 DTYPES = {torch.float32: "f32", torch.int64: "i64"}
+# The models that train with dropout: their training_step must hold
+# dropout (and, for "attention", scaled_dot_product_attention with a
+# dropout_p), so the losses compared depend on the masks drawn.
+DROPOUT = {"gpt": ("dropout",), "vit_tiny": ("dropout", "attention"), "gpt2": ("dropout", "attention")}
 # The state names that are one Parameter.
-TIED = {"gpt": [("tok.weight", "lm_head.weight")]}
+TIED = {"gpt": [("tok.weight", "lm_head.weight")],
+        "gpt2": [("gpt.transformer.wte.weight", "gpt.lm_head.weight")]}
 
 
 def write_data(folder, x, y, eval_x):
@@ -254,7 +373,8 @@ def check_state(label, saved_path, module):
     far = max((saved[k].double() - mine[k].double()).abs().max().item() for k in mine)
     counts = {k: int(v) for k, v in saved.items() if k.endswith("num_batches_tracked")}
     want = {k: int(mine[k]) for k in counts}
-    print(f"{label}: trained state_dicts differ by {far:.2e}; num_batches_tracked {counts}")
+    tracked = f"; {len(counts)} num_batches_tracked at {sorted(set(counts.values()))}" if counts else ""
+    print(f"{label}: trained state_dicts differ by {far:.2e}{tracked}")
     if far > STATE_TOLERANCE or counts != want:
         sys.exit(f"{label}: fulmen's trained state differs from PyTorch's by {far:.2e} "
                  f"(num_batches_tracked {counts}, PyTorch's {want})")
@@ -296,6 +416,27 @@ def check_archive(name, archive, eps):
                     sys.exit(f"{name}: {program} stores the tied {group} as {[files.get(k) for k in group]}")
 
 
+def check_dropout(name, ep):
+    """`name`'s training_step draws the dropout DROPOUT says: dropout in
+    training mode with p > 0 and, for "attention", attention with a
+    dropout_p > 0."""
+    dropout = attention = 0
+    for node in ep.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target is torch.ops.aten.dropout.default and node.args[1] > 0 and node.args[2]:
+            dropout += 1
+        elif node.target is torch.ops.aten.scaled_dot_product_attention.default:
+            p = node.args[4] if len(node.args) > 4 else node.kwargs.get("dropout_p", 0.0)
+            attention += p > 0
+    want = DROPOUT.get(name, ())
+    if want or dropout or attention:
+        print(f"{name}: training_step draws {dropout} dropout(s) and {attention} attention dropout(s)")
+    if ("dropout" in want and not dropout) or ("attention" in want and not attention):
+        sys.exit(f"{name}: training_step should draw {want}; it has {dropout} dropout(s) and "
+                 f"{attention} attention dropout(s)")
+
+
 def check_forward_only(work):
     """A forward-only export is one program that torch.export.load reads."""
     torch.manual_seed(0)
@@ -315,14 +456,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--binary", required=True)
     ap.add_argument("--work")
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated (default: %(default)s)")
     args = ap.parse_args()
+    names = [n for n in args.models.split(",") if n]
+    unknown = [n for n in names if n not in MODELS]
+    if unknown or not names:
+        ap.error(f"--models takes some of {', '.join(MODELS)}, got {args.models!r}")
     work = args.work or tempfile.mkdtemp(prefix="fulmen-export-parity-")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     torch.set_num_threads(1)
     check_forward_only(work)
 
-    for name, (build, make_data, with_idx, decompose) in MODELS.items():
+    for name in names:
+        build, make_data, with_idx, decompose = MODELS[name]
         torch.manual_seed(0)
         initial = build()
         x, y = make_data(ROWS, 0)
@@ -337,10 +484,13 @@ def main():
         if sorted(eps) != ["forward", "training_step"]:
             sys.exit(f"{name}: exported {sorted(eps)}, not training_step and forward")
         check_archive(name, archive, eps)
+        check_dropout(name, eps["training_step"])
         for optimizer in ("sgd", "adamw"):
             label = f"export_parity {name} {optimizer}"
             module = copy.deepcopy(initial)
             ours = eager_losses(module, with_idx, optimizer, x, y, EPOCHS)
+            if not all(math.isfinite(v) for v in ours):
+                sys.exit(f"{label}: PyTorch's losses are not all finite, nothing to compare: {ours}")
             theirs, state, evals = fulmen_run(args.binary, work, name, archive, data, optimizer, EPOCHS, "full")
             compare(label, theirs, ours, tolerance=TOLERANCE)
             check_state(label, state, module)
