@@ -15,6 +15,13 @@ batch saved by ``torch.save``::
     python fulmen_export.py mypackage.models:make_model batch.pt model.pt2
     python fulmen_export.py --describe model.pt2     # programs, specs, state
 
+A compiled training step, training_step's forward and backward compiled
+ahead of time by AOTInductor for one batch shape, is a package of its own::
+
+    export_compiled_step(module, (x[:8], y[:8]), "step.pt2")
+
+(see export_compiled_step for what it takes, returns and needs to load).
+
 What the archive holds
     One program per step the module defines, among ``programs`` (default
     ``training_step``, ``validation_step``, ``predict_step``, ``forward``):
@@ -92,6 +99,7 @@ import contextlib
 import importlib
 import inspect
 import os
+import re
 import sys
 import tempfile
 import warnings
@@ -166,15 +174,15 @@ def _as_tuples(obj):
     return obj
 
 
-def _check_leaves(what, obj, dynamic_batch):
+def _check_leaves(what, obj, dynamic_batch, who="export_for_fulmen"):
     """Refuses leaves that are not tensors and, with a dynamic batch,
     batch sizes that differ or are below 2."""
     leaves, _ = pytree.tree_flatten_with_path(obj)
     if not leaves:
-        raise ValueError(f"export_for_fulmen: {what} holds no tensor")
+        raise ValueError(f"{who}: {what} holds no tensor")
     for keypath, leaf in leaves:
         if not isinstance(leaf, torch.Tensor):
-            raise ValueError(f"export_for_fulmen: {what}{pytree.keystr(keypath)} is a {type(leaf).__name__}; "
+            raise ValueError(f"{who}: {what}{pytree.keystr(keypath)} is a {type(leaf).__name__}; "
                              "fulmen's programs take tensors only (other values would be baked in)")
     if not dynamic_batch:
         return
@@ -424,6 +432,381 @@ def _write(exported, path):
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
         os.rmdir(folder)
+
+
+# What a compiled step package holds (its "fulmen.format" metadata).
+COMPILED_STEP_FORMAT = "compiled_step/1"
+
+
+def export_compiled_step(module, example_batch, path, *, model_name="training_step", eager_random=True):
+    """Compiles `module`'s training_step, its forward and backward together,
+    ahead of time with AOTInductor for the example batch's exact shapes, into
+    an AOTInductor package at `path` (a ``.pt2``, written through a temporary
+    file renamed into place). Returns the package's "fulmen.*" metadata. The
+    module's modes and state are as they were.
+
+    The step is taken as export_for_fulmen takes it: ``training_step(batch,
+    0)`` (or ``(batch)``) of a LightningModule or a module, in training mode
+    (BatchNorm updates its running statistics), its loss the tensor it
+    returns or the "loss" of the dict it returns (other values are dropped;
+    ``self.log`` records nothing). The batch holds tensors only (tuples,
+    lists, dicts of them), on the device the module is on.
+
+    The package holds one model, `model_name`, for
+    ``torch::inductor::AOTIModelPackageLoader(path, model_name)``
+    (``load_compiled_step`` in Python):
+
+    - ``run(INPUTS)`` takes the flat list INPUTS = every parameter in
+      ``module.named_parameters()`` order (a tied weight once, under its
+      first name), every buffer in ``module.named_buffers()`` order, then
+      the batch's tensor leaves in pytree order (dict values by sorted key,
+      lists as tuples). Every input must have the example's shape and dtype,
+      be contiguous and on the example's device: the compiled code indexes
+      them as such, and checks them only when the environment variable
+      AOTI_RUNTIME_CHECK_INPUTS=1 is set, so the caller checks them against
+      the metadata below. Inputs are only read.
+    - It returns OUTPUTS = the new value of each MUTATED buffer (in
+      named_buffers order), then the loss (a 0-dim float tensor), then one
+      gradient per parameter, in INPUTS' order: a tied weight's gradient is
+      the sum over every place it is used; a parameter the loss does not
+      reach (or one with requires_grad False) gets a tensor of zeros, never
+      an undefined tensor. Outputs are contiguous and none shares storage
+      with an input or another output: the caller may write them in place,
+      and copies the new buffers into its own.
+    - ``get_metadata()`` (also ``AOTIModelPackageLoader::
+      load_metadata_from_package(path, model_name)``, which reads it
+      without loading the library) holds AOTInductor's keys (AOTI_DEVICE_KEY,
+      AOTI_PLATFORM, AOTI_MACHINE, AOTI_CPU_ISA, ...) and these strings:
+      "fulmen.format" = "compiled_step/1"; "fulmen.parameters",
+      "fulmen.buffers", "fulmen.mutated_buffers" = JSON lists of names (the
+      mutated buffers in output order); "fulmen.parameter_shapes",
+      "fulmen.buffer_shapes", "fulmen.batch_shapes" = JSON lists of [dtype,
+      shape] per input of that kind, dtype as "float32" / "int64";
+      "fulmen.tied_parameters" = JSON {other name: its name in
+      fulmen.parameters} for each weight known under several names;
+      "fulmen.loss_index" = the loss's index in OUTPUTS (the number of
+      mutated buffers); "fulmen.random" = "eager" or "inductor" (below).
+
+    Loading: the package's shared library does not name libtorch (whose
+    libtorch.so may be a linker script): it takes libtorch's symbols
+    (``aoti_torch_*``, from libtorch_cpu) from the process, so they must be
+    global there. A program linked with libtorch_cpu has them; a process
+    that loaded libtorch locally (Python, a plugin) first calls
+    ``dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD | RTLD_GLOBAL)``, as
+    load_compiled_step does. It also needs libstdc++, libm, libgcc_s, libc
+    and, when its kernels are parallel (below), libgomp.so.1 (the one
+    libtorch_cpu loaded).
+
+    eager_random: random operators (dropout) call ATen's, which draw from
+    the default generator as eager PyTorch does: with the same seed the
+    same masks and the generator left in the same state (Inductor's
+    ``fallback_random``). False uses Inductor's own generator (faster
+    fused kernels, seeded from the default generator at every run: the
+    same seed repeats a run, but its masks are not eager PyTorch's).
+
+    Limits: every shape is fixed (another batch size needs its own
+    package); the device, CPU features (AOTI_CPU_ISA) and torch version
+    are those of the export (packages for the CPU are the ones checked, by
+    tests/interop/compiled_step_check.py). Inductor writes its kernels for
+    the thread count torch has at export: with one thread they are serial
+    (no OpenMP, no libgomp) whatever the thread count at run time; with
+    more, a run is not bit for bit repeatable (a reduction may add in
+    another order). Compiling takes seconds to minutes; Inductor
+    caches part of its work (TORCHINDUCTOR_CACHE_DIR), the C++ compile of
+    the package is done again every time.
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"export_compiled_step: module must be an nn.Module, got {type(module).__name__}")
+    if not isinstance(model_name, str) or not re.fullmatch(r"[A-Za-z0-9_]+", model_name):
+        raise ValueError(f"export_compiled_step: model_name must be letters, digits and _, got {model_name!r}")
+    if not os.fspath(path).endswith(".pt2"):
+        raise ValueError(f"export_compiled_step: the package's name must end in .pt2, got {os.fspath(path)!r}")
+    if not _defined_by_user(module, "training_step"):
+        raise ValueError(f"export_compiled_step: {type(module).__name__} defines no training_step")
+    batch = _as_tuples(example_batch)
+    _check_leaves("example_batch", batch, False, who="export_compiled_step")
+    leaves, spec = pytree.tree_flatten(batch)
+    leaves = [t.detach().contiguous() for t in leaves]
+    params = list(module.named_parameters())
+    buffers = list(module.named_buffers())
+    modes = [(m, m.training) for m in module.modules()]
+    try:
+        module.train()
+        method = module.training_step
+        step = _Step(module, method, _takes_batch_idx(method))
+        step.training = True
+        reached = _reached_parameters(step, batch, params, buffers)
+        traced = _LossStep(step, spec, module, params, buffers, reached)
+        joint_step = _joint_step(traced, leaves, params, buffers, reached)
+        inputs = tuple(t.detach().contiguous() for _, t in (params + buffers)) + tuple(leaves)
+        try:
+            ep = torch.export.export(joint_step, inputs, strict=False)
+        except Exception as e:
+            raise RuntimeError(f"export_compiled_step: exporting the joint graph failed: {e}") from e
+    finally:
+        for m, training in modes:
+            m.training = training
+    metadata = _compiled_metadata(module, params, buffers, joint_step.mutated, leaves, eager_random)
+    _compile_package(ep, path, model_name, metadata, eager_random)
+    return metadata
+
+
+def _loss_of(out):
+    """The loss a training_step returned (the tensor, or its dict's "loss"),
+    as a 0-dim tensor."""
+    loss = out["loss"] if isinstance(out, dict) and "loss" in out else out
+    if not isinstance(loss, torch.Tensor):
+        raise ValueError(f"export_compiled_step: training_step must return the loss, a tensor or a dict with "
+                         f"\"loss\"; it returns {type(out).__name__}")
+    if loss.numel() != 1 or not loss.is_floating_point():
+        raise ValueError(f"export_compiled_step: the loss must be one floating-point value, got a {loss.dtype} "
+                         f"tensor of shape {list(loss.shape)}")
+    return loss.reshape(())
+
+
+def _reached_parameters(step, batch, params, buffers):
+    """The indices (into `params`) of the parameters that require grad and
+    that the loss reaches, found by running the step once, eagerly, on
+    copies of the buffers and with the random generator restored after."""
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        state = {name: b.detach().clone() for name, b in buffers}
+        loss = _loss_of(torch.func.functional_call(step, state, (batch,), strict=False))
+        wanted = [i for i, (_, p) in enumerate(params) if p.requires_grad]
+        if not loss.requires_grad or not wanted:
+            raise ValueError("export_compiled_step: the loss reaches no parameter that requires grad")
+        grads = torch.autograd.grad(loss, [params[i][1] for i in wanted], allow_unused=True)
+    return [i for i, g in zip(wanted, grads) if g is not None]
+
+
+class _LossStep(nn.Module):
+    """forward(*leaves) = (the step's loss,), the step run through
+    functional_call on this module's own state: the reached parameters
+    p0, p1, ... (in `params` order), the buffers b0, b1, ..., and the
+    other parameters, detached, as buffers u0, u1, ... (so the joint
+    graph computes gradients of the reached parameters only). A weight
+    tied under several names is one input."""
+
+    def __init__(self, step, spec, module, params, buffers, reached):
+        super().__init__()
+        slot = {}
+        for k, i in enumerate(reached):
+            self.register_parameter(f"p{k}", params[i][1])
+            slot[id(params[i][1])] = f"p{k}"
+        for k, (_, b) in enumerate(buffers):
+            self.register_buffer(f"b{k}", b)
+            slot.setdefault(id(b), f"b{k}")
+        others = [i for i in range(len(params)) if i not in set(reached)]
+        for k, i in enumerate(others):
+            self.register_buffer(f"u{k}", params[i][1].detach())
+            slot[id(params[i][1])] = f"u{k}"
+        names = [(n, slot[id(t)]) for n, t in module.named_parameters(remove_duplicate=False)]
+        names += [(n, slot[id(t)]) for n, t in module.named_buffers(remove_duplicate=False)]
+        object.__setattr__(self, "_fulmen_step", step)
+        object.__setattr__(self, "_fulmen_spec", spec)
+        object.__setattr__(self, "_fulmen_names", names)
+
+    def forward(self, *leaves):
+        state = {name: getattr(self, attr) for name, attr in self._fulmen_names}
+        batch = pytree.tree_unflatten(list(leaves), self._fulmen_spec)
+        return (_loss_of(torch.func.functional_call(self._fulmen_step, state, (batch,), strict=True)),)
+
+
+def _joint_step(traced, leaves, params, buffers, reached):
+    """The joint forward + backward graph of `traced` (aot_export_module),
+    its views made reshapes, wrapped as a _JointStep."""
+    from torch._functorch.aot_autograd import aot_export_module
+
+    try:
+        with warnings.catch_warnings(), _distinct_graph_outputs():
+            warnings.simplefilter("ignore")
+            joint, sig = aot_export_module(traced, tuple(leaves), trace_joint=True, output_loss_index=0)
+    except Exception as e:
+        raise RuntimeError(f"export_compiled_step: tracing training_step's forward and backward failed: {e}") from e
+    if sig.parameters_to_mutate:
+        raise ValueError(f"export_compiled_step: training_step writes parameters in place "
+                         f"({sorted(sig.parameters_to_mutate.values())}); only buffers may change")
+    if sig.input_tokens or sig.output_tokens:
+        raise ValueError("export_compiled_step: training_step has side-effecting operators")
+    mutated = sorted(int(name[1:]) for name in sig.buffers_to_mutate.values() if name.startswith("b"))
+    if len(mutated) != len(sig.buffers_to_mutate):
+        raise ValueError("export_compiled_step: training_step writes a parameter that the loss does not reach")
+    _views_as_reshapes(joint)
+    skip = len(sig.buffers_to_mutate) + len(sig.user_inputs_to_mutate)
+    return _JointStep(joint, len(params), len(buffers), reached, mutated, skip)
+
+
+@contextlib.contextmanager
+def _distinct_graph_outputs():
+    """While it lasts, aot_export_module's joint graph returns a node at most
+    once (a repeat is cloned) before its signature is made: two gradients
+    that are one tensor (parameters added as they are) would otherwise be
+    one name there, and the signature fails to count them."""
+    import torch._functorch.aot_autograd as aot_autograd
+
+    make_signature = aot_autograd.create_graph_signature
+
+    def distinct_then_sign(gm, *args, **kwargs):
+        output = next(iter(reversed(gm.graph.nodes)))
+        seen = set()
+        results = []
+        for arg in output.args[0]:
+            if isinstance(arg, torch.fx.Node) and arg in seen:
+                with gm.graph.inserting_before(output):
+                    copy = gm.graph.call_function(torch.ops.aten.clone.default, (arg,))
+                copy.meta = dict(arg.meta)
+                arg = copy
+            seen.add(arg)
+            results.append(arg)
+        output.args = (type(output.args[0])(results),)
+        gm.recompile()
+        return make_signature(gm, *args, **kwargs)
+
+    aot_autograd.create_graph_signature = distinct_then_sign
+    try:
+        yield
+    finally:
+        aot_autograd.create_graph_signature = make_signature
+
+
+def _views_as_reshapes(gm):
+    """Replaces aten.view by aten.reshape in `gm`: Inductor lays tensors out
+    its own way, and a view of what it made non-contiguous would fail where
+    a reshape copies."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.view.default:
+            node.target = torch.ops.aten.reshape.default
+    gm.recompile()
+
+
+class _JointStep(nn.Module):
+    """forward(*params, *buffers, *leaves) = (*new mutated buffers, loss,
+    *one gradient per parameter): the joint graph's inputs put in its
+    order, its gradients in `params` order with zeros for the unreached
+    parameters, every output made contiguous and its own storage."""
+
+    def __init__(self, joint, n_params, n_buffers, reached, mutated, skip):
+        super().__init__()
+        self.joint = joint
+        self.n_params = n_params
+        self.n_buffers = n_buffers
+        self.reached = list(reached)
+        self.others = [i for i in range(n_params) if i not in set(reached)]
+        self.mutated = list(mutated)
+        self.skip = skip
+
+    def forward(self, *inputs):
+        params = inputs[:self.n_params]
+        buffers = inputs[self.n_params:self.n_params + self.n_buffers]
+        leaves = inputs[self.n_params + self.n_buffers:]
+        outs = self.joint(*[params[i] for i in self.reached], *buffers, *[params[i] for i in self.others], *leaves)
+        loss = outs[self.skip]
+        grads = [None] * self.n_params
+        for i, g in zip(self.reached, outs[self.skip + 1:]):
+            grads[i] = g
+        for i in self.others:
+            grads[i] = torch.zeros_like(params[i], memory_format=torch.contiguous_format)
+        return _own_storage(inputs, [*outs[:len(self.mutated)], loss, *grads])
+
+
+def _own_storage(inputs, outputs):
+    """`outputs` as a tuple of contiguous tensors that share storage with
+    no input and no other output (copies where needed)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    seen = {StorageWeakRef(t.untyped_storage()) for t in inputs}
+    out = []
+    for t in outputs:
+        t = t.contiguous()
+        ref = StorageWeakRef(t.untyped_storage())
+        if ref in seen:
+            t = t.clone()
+            ref = StorageWeakRef(t.untyped_storage())
+        seen.add(ref)
+        out.append(t)
+    return tuple(out)
+
+
+def _shapes(tensors):
+    """[[dtype, shape], ...] of `tensors`, dtype as "float32"."""
+    return [[str(t.dtype).removeprefix("torch."), list(t.shape)] for t in tensors]
+
+
+def _compiled_metadata(module, params, buffers, mutated, leaves, eager_random):
+    """The package's "fulmen.*" metadata (strings)."""
+    import json
+
+    first = {}
+    tied = {}
+    for name, p in module.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            tied[name] = first[id(p)]
+        else:
+            first[id(p)] = name
+    return {
+        "fulmen.format": COMPILED_STEP_FORMAT,
+        "fulmen.parameters": json.dumps([n for n, _ in params]),
+        "fulmen.buffers": json.dumps([n for n, _ in buffers]),
+        "fulmen.mutated_buffers": json.dumps([buffers[i][0] for i in mutated]),
+        "fulmen.parameter_shapes": json.dumps(_shapes(t for _, t in params)),
+        "fulmen.buffer_shapes": json.dumps(_shapes(t for _, t in buffers)),
+        "fulmen.tied_parameters": json.dumps(tied),
+        "fulmen.batch_shapes": json.dumps(_shapes(leaves)),
+        "fulmen.loss_index": str(len(mutated)),
+        "fulmen.random": "eager" if eager_random else "inductor",
+    }
+
+
+def _compile_package(ep, path, model_name, metadata, eager_random):
+    """Compiles `ep` with AOTInductor and writes the package (the model under
+    `model_name`, `metadata` embedded) to `path` through a temporary file
+    beside it renamed into place. `eager_random`: random operators call
+    ATen's (Inductor's fallback_random)."""
+    from torch._inductor import aot_compile
+    from torch.export.pt2_archive._package import package_pt2
+
+    gm = ep.module(check_guards=False)
+    args, kwargs = ep.example_inputs
+    options = {
+        "aot_inductor.package": True,
+        # Inductor writes its own keys into the dict it is given.
+        "aot_inductor.metadata": dict(metadata),
+        # The library resolves libtorch's symbols in the process that loads
+        # it, rather than naming libtorch.so, which a libtorch assembled
+        # from the wheels does not have as a library.
+        "aot_inductor.link_libtorch": False,
+        "fallback_random": eager_random,
+    }
+    try:
+        files = aot_compile(gm, args, kwargs, options=options)
+    except Exception as e:
+        raise RuntimeError(f"export_compiled_step: AOTInductor failed to compile the step: {e}") from e
+    path = os.path.abspath(os.fspath(path))
+    folder = tempfile.mkdtemp(prefix=".fulmen-compile-", dir=os.path.dirname(path))
+    tmp = os.path.join(folder, os.path.basename(path))
+    try:
+        package_pt2(tmp, aoti_files={model_name: files})
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        os.rmdir(folder)
+
+
+def load_compiled_step(path, model_name="training_step"):
+    """The model `model_name` of a package export_compiled_step wrote, as
+    ``torch._C._aoti.AOTIModelPackageLoader``: ``run(list of tensors)``
+    returns the outputs, ``get_metadata()`` the metadata. libtorch_cpu's
+    symbols are made global first (the package's library takes them from
+    the process)."""
+    import ctypes
+
+    mode = os.RTLD_LAZY | os.RTLD_GLOBAL
+    try:
+        ctypes.CDLL("libtorch_cpu.so", mode=mode | os.RTLD_NOLOAD)
+    except OSError:
+        ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"), mode=mode)
+    return torch._C._aoti.AOTIModelPackageLoader(os.fspath(path), model_name, False, 1, -1)
 
 
 def load_programs(path):
