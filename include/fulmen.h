@@ -4012,6 +4012,34 @@ struct fulmen_error *fulmen_model_load_exported_on(const char *path,
                                                    struct fulmen_model **out);
 
 /**
+ * Adds the compiled training step in the AOTInductor package `path`
+ * (written by `export_compiled_step` of `python/fulmen_export.py`: the
+ * joint forward and backward of a training_step, compiled for one batch
+ * shape) to `model`, answering the method `method` ("training_step", or a
+ * name of your own). `fulmen_model_call_method(model, NULL, method,
+ * &batch, 1, &out)` then runs the compiled code for batches of that shape
+ * and returns {"loss": loss}: its backward (the trainer's, scaled or
+ * accumulated as usual) adds the compiled gradients to the parameters,
+ * and the buffers the step updates (BatchNorm statistics) are written
+ * back. Add one package per batch shape for the same method (a smaller
+ * last batch); a batch of another shape gets FULMEN_CODE_SHAPE_MISMATCH.
+ * Compiled dropout draws from Inductor's own generator, not the eager
+ * masks. The package is native code that is loaded and run: load only
+ * packages you built. It is bound to the model's device at the time it is
+ * added (move the model first); `dp` replicas do not carry it.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a string not UTF-8, the package
+ * names a parameter or buffer the model lacks, or misses one of its
+ * parameters), FULMEN_CODE_IO (no regular file at path),
+ * FULMEN_CODE_FORMAT (not an AOTInductor package with fulmen's metadata,
+ * or one built for another libtorch).
+ * Thread rules: the model is locked for the call.
+ */
+struct fulmen_error *fulmen_model_add_compiled_step(struct fulmen_model *model,
+                                                    const char *path,
+                                                    const char *method);
+
+/**
  * The name Lightning gives hook `hook` ("on_train_epoch_end"), a static
  * string; "" for a value that is not a `fulmen_hook`.
  */

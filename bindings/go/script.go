@@ -333,6 +333,21 @@ func LoadExportedOn(path string, device Device) (*Model, error) {
 	})
 }
 
+// AddCompiledStep adds the compiled training step in the AOTInductor
+// package path (python/fulmen_export.py export_compiled_step) to the model,
+// answering method: CallMethod(method, batch) then returns a Dict with
+// "loss", whose backward adds the compiled gradients. One package per batch
+// shape; the package is native code: add only packages you built.
+func (m *Model) AddCompiledStep(path, method string) error {
+	p := cString(path)
+	defer freeCString(p)
+	me := cString(method)
+	defer freeCString(me)
+	err := check(C.fulmen_model_add_compiled_step(m.ptr(), p, me))
+	runtime.KeepAlive(m)
+	return err
+}
+
 // SaveTorchScript saves a TorchScript model as a .pt file that PyTorch's
 // torch.jit.load reads.
 func (m *Model) SaveTorchScript(file string) error {

@@ -94,7 +94,7 @@ fn batch_shapes(meta: &HashMap<String, String>) -> Result<Vec<(Kind, Vec<i64>)>>
 }
 
 /// The tensors of `v`, depth first (tuples and lists in order, dicts by
-/// their order), as PyTorch's pytree flattens a batch.
+/// sorted key), as PyTorch's pytree flattens a batch.
 fn leaves<'a>(v: &'a Value, out: &mut Vec<&'a Tensor>) -> Result<()> {
     match v {
         Value::Tensor(t) => out.push(t),
@@ -104,7 +104,14 @@ fn leaves<'a>(v: &'a Value, out: &mut Vec<&'a Tensor>) -> Result<()> {
             }
         }
         Value::Dict(items) => {
-            for (_, i) in items {
+            // PyTorch's pytree flattens a dict by its sorted keys.
+            let mut sorted: Vec<&(Value, Value)> = items.iter().collect();
+            sorted.sort_by(|(a, _), (b, _)| match (a, b) {
+                (Value::Str(a), Value::Str(b)) => a.cmp(b),
+                (Value::Int(a), Value::Int(b)) => a.cmp(b),
+                _ => std::cmp::Ordering::Equal,
+            });
+            for (_, i) in sorted {
                 leaves(i, out)?;
             }
         }
@@ -118,13 +125,38 @@ fn leaves<'a>(v: &'a Value, out: &mut Vec<&'a Tensor>) -> Result<()> {
     Ok(())
 }
 
+/// The model of the package at `path` to load: the one named `method`,
+/// else its only one.
+fn package_model(path: &Path, method: &str) -> Result<String> {
+    let bytes = crate::fs_safe::read_regular(path)?;
+    let what = path.display().to_string();
+    let zip = crate::checkpoint::torch_zip::ZipReader::new(&bytes, &what)
+        .map_err(|e| Error::format(format!("{what} is not an AOTInductor package: {}", e.message)))?;
+    let mut models: Vec<String> = zip
+        .names()
+        .filter_map(|n| n.strip_prefix("data/aotinductor/")?.split('/').next().map(str::to_owned))
+        .filter(|n| !n.is_empty())
+        .collect();
+    models.sort();
+    models.dedup();
+    if models.iter().any(|m| m == method) {
+        return Ok(method.to_owned());
+    }
+    match models.as_slice() {
+        [only] => Ok(only.clone()),
+        [] => Err(Error::format(format!("{what} is not an AOTInductor package (no data/aotinductor/)"))),
+        many => Err(Error::format(format!("{what} holds the compiled models {many:?}, none named {method:?}"))),
+    }
+}
+
 impl CompiledStep {
     /// Loads the package at `path` (its model `method`) for `device`.
     fn load(path: &Path, method: &str, device: tch::Device) -> Result<CompiledStep> {
         crate::fs_safe::regular_metadata(path).map_err(|e| Error::io(format!("{}: {e}", path.display())))?;
         let cpath = CString::new(path.to_string_lossy().as_bytes())
             .map_err(|_| Error::invalid("the package path contains a NUL byte"))?;
-        let cname = CString::new(method).map_err(|_| Error::invalid("the method name contains a NUL byte"))?;
+        let model = package_model(path, method)?;
+        let cname = CString::new(model).map_err(|_| Error::invalid("the model name contains a NUL byte"))?;
         let index = match device {
             tch::Device::Cuda(i) => i as libc::c_int,
             _ => -1,
@@ -187,11 +219,13 @@ impl CompiledStep {
             state.get(n).ok_or_else(|| Error::state(format!("the model has no tensor {n} the compiled step takes")))
         };
         let params = self.params.iter().map(get).collect::<Result<Vec<_>>>()?;
-        let mut inputs: Vec<*const c_void> = params.iter().map(|t| t.as_ptr() as *const c_void).collect();
+        // The compiled code indexes its inputs as contiguous tensors.
+        let mut held: Vec<Tensor> = params.iter().map(|t| t.detach().contiguous()).collect();
         for b in &self.buffers {
-            inputs.push(get(b)?.as_ptr() as *const c_void);
+            held.push(get(b)?.contiguous());
         }
-        inputs.extend(batch.iter().map(|t| t.as_ptr() as *const c_void));
+        held.extend(batch.iter().map(|t| t.contiguous()));
+        let inputs: Vec<*const c_void> = held.iter().map(|t| t.as_ptr() as *const c_void).collect();
         let n_out = self.mutated.len() + 1 + self.params.len();
         let mut raw: Vec<*mut c_void> = vec![std::ptr::null_mut(); n_out];
         // SAFETY: a live loader, live input tensors, room for each output.

@@ -5,7 +5,7 @@
  * every step's loss, the trained state_dict and what its forward program
  * gives on held-out rows.
  *
- *   export_parity MODEL.pt2 DATA OPTIMIZER EPOCHS CKPT_DIR RESUME OUT
+ *   export_parity MODEL.pt2 DATA OPTIMIZER EPOCHS CKPT_DIR RESUME OUT [COMPILED]
  *
  * DATA holds x.bin, y.bin and eval_x.bin (raw, row-major) and spec.txt:
  * "ROWS BATCH EVAL_ROWS SEED", then for x and for y "DTYPE RANK DIMS..." of
@@ -16,7 +16,9 @@
  * checkpoint the fit resumes from, "-" for none. OUT (an existing folder)
  * gets losses.txt (the steps this run takes), state.safetensors (the
  * trained state_dict) and eval.f32 (forward on eval_x after training, in
- * evaluation mode, as float32).
+ * evaluation mode, as float32). COMPILED (optional): compiled training
+ * steps (python/fulmen_export.py export_compiled_step), comma-separated,
+ * one per batch shape; the steps then run them instead of the program.
  */
 #include <fulmen.h>
 
@@ -53,6 +55,7 @@ typedef struct {
     fulmen_model *model;
     const char *optimizer;
     FILE *losses;
+    const char *method;
 } run;
 
 /* Calls the exported training_step on the batch (a tuple of its tensors);
@@ -65,7 +68,7 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
     double v = 0;
     (void)ctx;
     fulmen_error *e = fulmen_value_from_batch(batch, &arg);
-    if (!e) e = fulmen_model_call_method(r->model, NULL, "training_step", (const fulmen_value *const *)&arg, 1, &out);
+    if (!e) e = fulmen_model_call_method(r->model, NULL, r->method, (const fulmen_value *const *)&arg, 1, &out);
     if (!e) e = fulmen_value_get_kind(out, &kind);
     if (!e && kind == FULMEN_VALUE_KIND_DICT) e = fulmen_value_dict_get(out, "loss", &item);
     if (!e) e = fulmen_value_get_tensor(item ? item : out, loss);
@@ -202,8 +205,8 @@ static long parse_long(const char *s, long lo, long hi, const char *what) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 8) {
-        fprintf(stderr, "usage: export_parity MODEL.pt2 DATA OPTIMIZER EPOCHS CKPT_DIR RESUME OUT\n");
+    if (argc != 8 && argc != 9) {
+        fprintf(stderr, "usage: export_parity MODEL.pt2 DATA OPTIMIZER EPOCHS CKPT_DIR RESUME OUT [COMPILED]\n");
         return 2;
     }
     const char *data = argv[2], *ckpt_dir = argv[5], *resume = argv[6], *out = argv[7];
@@ -246,12 +249,25 @@ int main(int argc, char **argv) {
     TRY(fulmen_loader_new(ds, &lo, &loader));
 
     join(path, out, "losses.txt");
-    run r = {NULL, argv[3], fopen(path, "w")};
+    run r = {NULL, argv[3], fopen(path, "w"), "training_step"};
     if (r.losses == NULL) {
         perror(path);
         return 1;
     }
     TRY(fulmen_model_load_exported(argv[1], &r.model));
+    if (argc == 9 && strcmp(argv[8], "-") != 0) {
+        /* COMPILED: compiled steps, comma-separated, one per batch shape. */
+        char list[PATH_CAP * 4];
+        if (strlen(argv[8]) >= sizeof list) {
+            fprintf(stderr, "export_parity: COMPILED is too long\n");
+            return 2;
+        }
+        strcpy(list, argv[8]);
+        for (char *p = strtok(list, ","); p != NULL; p = strtok(NULL, ",")) {
+            TRY(fulmen_model_add_compiled_step(r.model, p, "training_step_compiled"));
+        }
+        r.method = "training_step_compiled";
+    }
     fulmen_module_vtable vt = {.struct_size = sizeof vt, .userdata = &r, .training_step = training_step,
                                .configure_optimizers = configure_optimizers};
     fulmen_lightning_module *module = NULL;

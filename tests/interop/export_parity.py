@@ -73,7 +73,7 @@ from torch import nn
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
-from fulmen_export import export_for_fulmen, load_programs  # noqa: E402
+from fulmen_export import export_compiled_step, export_for_fulmen, load_programs  # noqa: E402
 from twin import compare  # noqa: E402
 
 # timm and transformers (imported by the builders below, and by Lightning's
@@ -87,6 +87,10 @@ EPOCHS = 4
 FIRST = 2
 SEED = 1234
 TOLERANCE = 1e-6
+# Compiled steps (AOTInductor) fuse and reorder the float arithmetic.
+COMPILED_TOLERANCE = 1e-5
+# The models also trained through compiled steps (with --compiled).
+COMPILED = ("mlp", "gpt")
 STATE_TOLERANCE = 1e-5
 VOCAB = 32
 BLOCK = 16
@@ -352,11 +356,11 @@ def eager_losses(module, with_idx, optimizer, x, y, epochs):
     return losses
 
 
-def fulmen_run(binary, work, name, archive, data, optimizer, epochs, tag, ckpt_dir="-", resume="-"):
+def fulmen_run(binary, work, name, archive, data, optimizer, epochs, tag, ckpt_dir="-", resume="-", compiled="-"):
     """Runs export_parity; returns (losses, state path, eval outputs path)."""
     out = os.path.join(work, f"{name}-{optimizer}-{tag}")
     os.makedirs(out)
-    subprocess.run([binary, archive, data, optimizer, str(epochs), ckpt_dir, resume, out], check=True,
+    subprocess.run([binary, archive, data, optimizer, str(epochs), ckpt_dir, resume, out, compiled], check=True,
                    env=dict(os.environ, OMP_NUM_THREADS="1"))
     with open(os.path.join(out, "losses.txt")) as f:
         losses = [float(line) for line in f if line.strip()]
@@ -452,11 +456,40 @@ def check_forward_only(work):
     print("export_parity: a forward-only archive loads with torch.export.load")
 
 
+def check_compiled(binary, work, name):
+    """fulmen trains `name` through compiled steps (one per batch shape:
+    the full batches and the smaller last one): its losses are eager
+    PyTorch's within COMPILED_TOLERANCE."""
+    build, make_data, with_idx, _ = MODELS[name]
+    torch.manual_seed(0)
+    initial = build()
+    x, y = make_data(ROWS, 0)
+    eval_x, _ = make_data(EVAL_ROWS, 1003)
+    data = os.path.join(work, f"{name}-compiled-data")
+    write_data(data, x, y, eval_x)
+    archive = os.path.join(work, f"{name}-compiled.pt2")
+    packages = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        export_for_fulmen(initial, (x[:BATCH], y[:BATCH]), archive, programs=("training_step", "forward"))
+        for rows in sorted({BATCH, ROWS % BATCH or BATCH}):
+            package = os.path.join(work, f"{name}-step-{rows}.pt2")
+            export_compiled_step(initial, (x[:rows], y[:rows]), package)
+            packages.append(package)
+    label = f"export_parity {name} compiled sgd"
+    module = copy.deepcopy(initial)
+    ours = eager_losses(module, with_idx, "sgd", x, y, EPOCHS)
+    theirs, _, _ = fulmen_run(binary, work, name, archive, data, "sgd", EPOCHS, "compiled",
+                              compiled=",".join(packages))
+    compare(label, theirs, ours, tolerance=COMPILED_TOLERANCE)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--binary", required=True)
     ap.add_argument("--work")
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated (default: %(default)s)")
+    ap.add_argument("--compiled", action="store_true", help="also train %s through compiled steps" % ", ".join(COMPILED))
     args = ap.parse_args()
     names = [n for n in args.models.split(",") if n]
     unknown = [n for n in names if n not in MODELS]
@@ -507,6 +540,10 @@ def main():
                              f"uninterrupted run's {len(theirs)}")
                 check_state(f"{label} resumed", state, module)
                 print(f"{label}: resumed after {FIRST} epochs, the same {len(theirs)} losses")
+    if args.compiled:
+        for name in COMPILED:
+            if name in names:
+                check_compiled(args.binary, work, name)
 
 
 if __name__ == "__main__":

@@ -106,7 +106,7 @@ TEST_F(ScriptTest, FitRunsTheScriptedSteps) {
 
 TEST_F(ScriptTest, ExportedProgramTrainsThroughFit) {
     Model m = Model::load_exported(fixture("exported_bn.pt2"));
-    EXPECT_EQ(m.state_dict_len(), 7u);
+    EXPECT_EQ(m.state_dict_len(), 9u);
     Tensor x = Tensor::randn({64, 4});
     std::vector<float> xv = x.to_vector<float>();
     std::vector<int64_t> y(64);

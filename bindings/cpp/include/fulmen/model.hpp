@@ -323,6 +323,15 @@ public:
         });
     }
 
+    /// Adds the compiled training step in the AOTInductor package `path`
+    /// (python/fulmen_export.py export_compiled_step), answering `method`:
+    /// call_method(method, {&batch}) then returns {"loss": ...}, whose
+    /// backward adds the compiled gradients. One package per batch shape.
+    Model& add_compiled_step(const std::string& path, const std::string& method) {
+        check(fulmen_model_add_compiled_step(get(), path.c_str(), method.c_str()));
+        return *this;
+    }
+
     // ---- building --------------------------------------------------------
 
     /// Appends `child` to a sequential; `child` is consumed on success
