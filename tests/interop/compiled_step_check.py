@@ -53,7 +53,6 @@ mismatch.
 """
 import argparse
 import json
-import math
 import os
 import shutil
 import sys
@@ -62,13 +61,16 @@ import time
 import warnings
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils import _pytree as pytree
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 from fulmen_export import _takes_batch_idx, export_compiled_step, load_compiled_step  # noqa: E402
+
+sys.path.insert(0, HERE)
+# The models and data of the exported-program parity test.
+from export_parity import CharGPT, SmallCNN, build_mlp, cnn_data, gpt_data, mlp_data  # noqa: E402
 
 BATCH = 8
 SEED = 1234
@@ -78,94 +80,6 @@ BUFFER_TOLERANCE = 1e-5
 REPEAT_TOLERANCE = 1e-6
 STEPS_SGD = 4
 LR = 0.1
-VOCAB = 32
-BLOCK = 16
-WIDTH = 32
-HEADS = 2
-LAYERS = 2
-
-
-def build_mlp():
-    import lightning.pytorch as pl
-
-    class Classifier(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = nn.Sequential(nn.Linear(4, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
-
-        def forward(self, x):
-            return self.net(x)
-
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            logits = self(x)
-            loss = F.cross_entropy(logits, y)
-            with torch.no_grad():
-                accuracy = (logits.argmax(1) == y).float().mean()
-            self.log("train_loss", loss)
-            return {"loss": loss, "accuracy": accuracy}
-
-    return Classifier()
-
-
-class SmallCNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2))
-        self.head = nn.Linear(4 * 4 * 4, 4)
-
-    def forward(self, x):
-        return self.head(self.features(x).flatten(1))
-
-    def training_step(self, batch):
-        x, y = batch
-        return F.cross_entropy(self(x), y)
-
-
-class Block(nn.Module):
-    def __init__(self, dropout):
-        super().__init__()
-        self.ln1 = nn.LayerNorm(WIDTH)
-        self.qkv = nn.Linear(WIDTH, 3 * WIDTH)
-        self.proj = nn.Linear(WIDTH, WIDTH)
-        self.attn_drop = nn.Dropout(dropout)
-        self.resid_drop = nn.Dropout(dropout)
-        self.ln2 = nn.LayerNorm(WIDTH)
-        self.mlp = nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(), nn.Linear(4 * WIDTH, WIDTH),
-                                 nn.Dropout(dropout))
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(WIDTH, dim=2)
-        q, k, v = (z.view(b, t, HEADS, c // HEADS).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // HEADS))
-        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
-        att = self.attn_drop(att.masked_fill(~causal, float("-inf")).softmax(dim=-1))
-        y = (att @ v).transpose(1, 2).reshape(b, t, c)
-        x = x + self.resid_drop(self.proj(y))
-        return x + self.mlp(self.ln2(x))
-
-
-class CharGPT(nn.Module):
-    def __init__(self, dropout=0.0):
-        super().__init__()
-        self.tok = nn.Embedding(VOCAB, WIDTH)
-        self.pos = nn.Parameter(torch.randn(1, BLOCK, WIDTH) * 0.02)
-        self.drop = nn.Dropout(dropout)
-        self.blocks = nn.Sequential(*[Block(dropout) for _ in range(LAYERS)])
-        self.ln_f = nn.LayerNorm(WIDTH)
-        self.lm_head = nn.Linear(WIDTH, VOCAB, bias=False)
-        self.lm_head.weight = self.tok.weight
-        nn.init.normal_(self.tok.weight, std=0.02)
-
-    def forward(self, idx):
-        x = self.drop(self.tok(idx) + self.pos[:, : idx.shape[1]])
-        return self.lm_head(self.ln_f(self.blocks(x)))
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        logits = self(x)
-        return {"loss": F.cross_entropy(logits.view(-1, VOCAB), y.view(-1))}
 
 
 class Edge(nn.Module):
@@ -193,27 +107,6 @@ class Edge(nn.Module):
         return (h * (self.a + self.b)).square().mean() + self.flat.sum()
 
 
-def mlp_data(rows, offset):
-    i = torch.arange(offset, offset + rows, dtype=torch.float64)
-    x = torch.stack([torch.sin(0.37 * i), torch.cos(1.7 * i), torch.sin(0.11 * i + 1), torch.cos(0.53 * i)], 1)
-    y = (x[:, 0] + x[:, 1] > 0).long() + (x[:, 2] > 0.5).long()
-    return x.float(), y
-
-
-def cnn_data(rows, offset):
-    g = torch.Generator().manual_seed(100 + offset)
-    x = torch.randn(rows, 1, 8, 8, generator=g)
-    quadrants = torch.stack([x[:, 0, :4, :4].mean((1, 2)), x[:, 0, :4, 4:].mean((1, 2)),
-                             x[:, 0, 4:, :4].mean((1, 2)), x[:, 0, 4:, 4:].mean((1, 2))], 1)
-    return x, quadrants.argmax(1)
-
-
-def gpt_data(rows, offset):
-    g = torch.Generator().manual_seed(200 + offset)
-    ids = torch.randint(0, VOCAB, (rows, BLOCK + 1), generator=g)
-    return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
-
-
 def edge_data(rows, offset):
     g = torch.Generator().manual_seed(300 + offset)
     return {"x": torch.randn(rows, 3, generator=g)}
@@ -223,7 +116,7 @@ MODELS = {
     # name: (builder, data, eager_random, compared with eager)
     "mlp": (build_mlp, mlp_data, True, True),
     "cnn": (SmallCNN, cnn_data, True, True),
-    "gpt": (CharGPT, gpt_data, True, True),
+    "gpt": (lambda: CharGPT(0.0), gpt_data, True, True),
     "edge": (Edge, edge_data, True, True),
     "dropout": (lambda: CharGPT(0.1), gpt_data, True, True),
     "dropout_inductor": (lambda: CharGPT(0.1), gpt_data, False, False),

@@ -149,15 +149,16 @@ class SmallCNN(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self):
+    def __init__(self, dropout=0.1):
         super().__init__()
         self.ln1 = nn.LayerNorm(WIDTH)
         self.qkv = nn.Linear(WIDTH, 3 * WIDTH)
         self.proj = nn.Linear(WIDTH, WIDTH)
-        self.attn_drop = nn.Dropout(0.1)
-        self.resid_drop = nn.Dropout(0.1)
+        self.attn_drop = nn.Dropout(dropout)
+        self.resid_drop = nn.Dropout(dropout)
         self.ln2 = nn.LayerNorm(WIDTH)
-        self.mlp = nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(), nn.Linear(4 * WIDTH, WIDTH), nn.Dropout(0.1))
+        self.mlp = nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(), nn.Linear(4 * WIDTH, WIDTH),
+                                 nn.Dropout(dropout))
 
     def forward(self, x):
         b, t, c = x.shape
@@ -172,12 +173,12 @@ class Block(nn.Module):
 
 
 class CharGPT(nn.Module):
-    def __init__(self):
+    def __init__(self, dropout=0.1):
         super().__init__()
         self.tok = nn.Embedding(VOCAB, WIDTH)
         self.pos = nn.Parameter(torch.randn(1, BLOCK, WIDTH) * 0.02)
-        self.drop = nn.Dropout(0.1)
-        self.blocks = nn.Sequential(*[Block() for _ in range(LAYERS)])
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.Sequential(*[Block(dropout) for _ in range(LAYERS)])
         self.ln_f = nn.LayerNorm(WIDTH)
         self.lm_head = nn.Linear(WIDTH, VOCAB, bias=False)
         self.lm_head.weight = self.tok.weight

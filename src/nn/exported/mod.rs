@@ -43,6 +43,9 @@ fn parent(name: &str) -> &str {
     name.rsplit_once('.').map_or("", |(p, _)| p)
 }
 
+/// One module's (parameters, buffers) by name.
+type ModuleTensors = (Vec<(String, Tensor)>, Vec<(String, Tensor)>);
+
 /// PyTorch's state_dict order: module by module (in tree order), its
 /// parameters, then its buffers; names of modules the call graph does not
 /// list come last, in their own order.
@@ -51,7 +54,7 @@ fn state_dict_order(
     buffers: Vec<(String, Tensor)>,
     modules: &[String],
 ) -> Vec<(String, Tensor, bool)> {
-    let mut by_module: HashMap<String, (Vec<(String, Tensor)>, Vec<(String, Tensor)>)> = HashMap::new();
+    let mut by_module: HashMap<String, ModuleTensors> = HashMap::new();
     let mut order: Vec<String> = modules.to_vec();
     for (list, is_buffer) in [(params, false), (buffers, true)] {
         for (n, t) in list {
