@@ -368,9 +368,11 @@ demo: deps lib example
 # loop, plain PyTorch and Lightning in one run; writes bench/RESULTS.md.
 # --callgrind adds instructions per step (mlp64) under valgrind, skipped
 # with a message where valgrind is not installed. A contender that fails
-# fails the target, with its stderr.
+# fails the target, with its stderr. bench/exported.py times one training
+# step of exported models (fulmen interpreting the program, fulmen with the
+# compiled step, PyTorch eager, torch.compile): bench/RESULTS-exported.md.
 BENCH_ARGS ?= --repeats 3 --micro --callgrind
-bench: deps lib $(BUILD)/bench/fulmen_bench $(BUILD)/bench/fulmen_micro $(BUILD)/bench/workers_bench $(BUILD)/bench/save_bench $(BUILD)/bench/optim_bench $(BUILD)/examples/charlm $(LEE) $(VENV_STAMP)
+bench: deps lib $(BUILD)/bench/fulmen_bench $(BUILD)/bench/fulmen_micro $(BUILD)/bench/workers_bench $(BUILD)/bench/save_bench $(BUILD)/bench/optim_bench $(BUILD)/bench/exported_step $(BUILD)/examples/charlm $(LEE) $(VENV_STAMP)
 	$(CARGO) build $(CARGO_FLAGS) --example tch_loop
 	bash bench/go/build.sh
 	$(VENV)/bin/python bench/run.py --data $(MNIST) $(BENCH_ARGS)
@@ -380,6 +382,7 @@ bench: deps lib $(BUILD)/bench/fulmen_bench $(BUILD)/bench/fulmen_micro $(BUILD)
 	$(BUILD)/bench/workers_bench --data $(MNIST) --epochs 9 --threads 2
 	$(VENV)/bin/python bench/save.py --binary $(BUILD)/bench/save_bench
 	$(VENV)/bin/python bench/optim_step.py --binary $(BUILD)/bench/optim_bench --write
+	$(VENV)/bin/python bench/exported.py --binary $(BUILD)/bench/exported_step --python $(VENV)/bin/python
 
 $(BUILD)/bench/%: bench/c/%.c include/fulmen.h lib
 	@mkdir -p $(dir $@)

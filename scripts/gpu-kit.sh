@@ -3,8 +3,9 @@
 # a GPU machine whose PyTorch is torch 2.11.0 with CUDA 13 (the PyPI wheel's
 # layout), stripped, with every C test program, the C MNIST example and its
 # data, tests/gpu/gpu_check, the benchmark harness (bench/) with its fulmen-c
-# contender, and run.sh, which needs nothing on that machine but its
-# installed PyTorch (and Lightning, for the benchmark).
+# contender, bench/exported.py with its exported_step contender, and run.sh,
+# which needs nothing on that machine but its installed PyTorch (and
+# Lightning, for the benchmarks).
 #
 #   scripts/gpu-kit.sh [KIT_DIR]        (default build/gpu-kit)
 #
@@ -180,6 +181,17 @@ cc "${cflags[@]/-O1/-O2}" "$root/bench/c/optim_bench.c" -o "$bundle/build/bench/
     -L"$bundle/lib" -Wl,-rpath,'$ORIGIN/../../lib' -Wl,--allow-shlib-undefined -l:"$soname" -lm \
     2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
 strip "$bundle/build/bench/optim_bench"
+# One training step of exported models (bench/exported.py, run.sh's
+# bench-exported), its C contender and what it imports: the export helper
+# and export_parity.py's models, laid out as in the repository.
+cc "${cflags[@]/-O1/-O2}" "$root/bench/c/exported_step.c" -o "$bundle/build/bench/exported_step" \
+    -L"$bundle/lib" -Wl,-rpath,'$ORIGIN/../../lib' -Wl,--allow-shlib-undefined -l:"$soname" -lm \
+    2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
+strip "$bundle/build/bench/exported_step"
+mkdir -p "$bundle/python" "$bundle/tests/interop"
+cp "$root/bench/exported.py" "$bundle/bench/"
+cp "$root/python/fulmen_export.py" "$bundle/python/"
+cp "$root/tests/interop/export_parity.py" "$root/tests/interop/twin.py" "$bundle/tests/interop/"
 cp "$deps/data/mnist_5k.csv.gz" "$bundle/data/" 2>/dev/null || say "no MNIST data in .deps/data (make deps): the example will be skipped"
 cp "$root"/tests/fixtures/* "$bundle/fixtures/"
 cp "$root/tests/gpu/run.sh" "$bundle/run.sh"

@@ -13,7 +13,8 @@
 # trip), conformance-cuda (the custom-accelerator conformance program on
 # the cuda accelerator) and bench (against PyTorch and Lightning), then the
 # C tests (optim-bench, the optimizer step's bench on cuda beside PyTorch,
-# runs only when named),
+# and bench-exported, one training step of exported models on cuda four
+# ways, run only when named),
 # cpp_tests (the C++ binding's), go_tests (the Go package's) and mnist-cpu);
 # FULMEN_KIT_TIMEOUT bounds each program (default 300 s); FULMEN_KIT_DEADLINE
 # (seconds, default none) leaves the programs not yet started once passed;
@@ -134,6 +135,17 @@ for p in $programs; do
         optim-bench)
             run_program optim-bench "$py" "$here/bench/optim_step.py" --binary "$here/build/bench/optim_bench" \
                 --device cuda --out "$results/optim-bench.md" ;;
+        # bench/exported.py on cuda:0: models exported here by this machine's
+        # PyTorch, run by fulmen and beside PyTorch eager and torch.compile.
+        # The compiled steps need a CUDA AOTInductor package built here (a
+        # C++ compiler and CUDA toolchain beside PyTorch), torch.compile on
+        # cuda needs Triton: where either fails, the table says why rather
+        # than leaving the row out.
+        bench-exported)
+            limit=${FULMEN_KIT_BENCH_TIMEOUT:-900} run_program bench-exported "$py" "$here/bench/exported.py" \
+                --device cuda --threads 1 --python "$py" --binary "$here/build/bench/exported_step" \
+                --repeats "${FULMEN_KIT_BENCH_REPEATS:-1}" --epochs "${FULMEN_KIT_BENCH_EPOCHS:-3}" \
+                --optional fulmen-compiled,torch-compile --timeout 300 --out "$results/bench-exported.md" ;;
         *) run_program "$p" "$here/bin/$p" ;;
     esac
 done
