@@ -27,8 +27,6 @@ pub(crate) struct ExportedModule {
     index: HashMap<String, usize>,
     /// Lifted constants and non-persistent buffers, by name.
     constants: HashMap<String, Tensor>,
-    /// Module paths in tree order, as the program's call graph lists them.
-    modules: Vec<String>,
     source: PathBuf,
 }
 
@@ -142,14 +140,7 @@ impl ExportedModule {
         }
         let state = state_dict_order(params, buffers, &modules);
         let index = state.iter().enumerate().map(|(k, (n, _, _))| (n.clone(), k)).collect();
-        Ok(ExportedModule {
-            programs: Arc::new(programs),
-            state,
-            index,
-            constants,
-            modules,
-            source: source.to_path_buf(),
-        })
+        Ok(ExportedModule { programs: Arc::new(programs), state, index, constants, source: source.to_path_buf() })
     }
 
     /// Parameters and buffers with a flag "is a buffer", in state_dict order.
@@ -262,7 +253,6 @@ impl ExportedModule {
             state,
             index: self.index.clone(),
             constants: self.constants.iter().map(|(n, t)| (n.clone(), t.shallow_clone())).collect(),
-            modules: self.modules.clone(),
             source: self.source.clone(),
         })
     }
