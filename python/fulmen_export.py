@@ -618,7 +618,7 @@ def _joint_step(traced, leaves, params, buffers, reached):
     from torch._functorch.aot_autograd import aot_export_module
 
     try:
-        with warnings.catch_warnings(), _distinct_graph_outputs():
+        with warnings.catch_warnings(), _distinct_graph_outputs(), _tracing_for_export():
             warnings.simplefilter("ignore")
             joint, sig = aot_export_module(traced, tuple(leaves), trace_joint=True, output_loss_index=0)
     except Exception as e:
@@ -634,6 +634,20 @@ def _joint_step(traced, leaves, params, buffers, reached):
     _views_as_reshapes(joint)
     skip = len(sig.buffers_to_mutate) + len(sig.user_inputs_to_mutate)
     return _JointStep(joint, len(params), len(buffers), reached, mutated, skip)
+
+
+@contextlib.contextmanager
+def _tracing_for_export():
+    """torch.compiler.is_compiling() and is_exporting() true, as
+    torch.export's own tracing makes them: models that take another path
+    when traced (transformers' masks skip a data-dependent check) take it
+    here too."""
+    old = torch.compiler._is_compiling_flag, torch.compiler._is_exporting_flag
+    torch.compiler._is_compiling_flag = torch.compiler._is_exporting_flag = True
+    try:
+        yield
+    finally:
+        torch.compiler._is_compiling_flag, torch.compiler._is_exporting_flag = old
 
 
 @contextlib.contextmanager

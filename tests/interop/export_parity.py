@@ -90,7 +90,7 @@ TOLERANCE = 1e-6
 # Compiled steps (AOTInductor) fuse and reorder the float arithmetic.
 COMPILED_TOLERANCE = 1e-5
 # The models also trained through compiled steps (with --compiled).
-COMPILED = ("mlp", "gpt")
+COMPILED = ("mlp", "gpt", "gpt2")
 STATE_TOLERANCE = 1e-5
 VOCAB = 32
 BLOCK = 16
