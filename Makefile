@@ -37,6 +37,8 @@ CARGO ?= cargo
 CARGO_FLAGS := --release
 LIBDIR := $(ROOT)/target/release
 BUILD := $(ROOT)/build
+# The C API: the umbrella header and its area headers (make header).
+C_HEADERS := include/fulmen.h $(wildcard include/fulmen/*.h)
 CC ?= cc
 CFLAGS_STRICT := -std=c11 -Wall -Wextra -Werror -pedantic -g
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer
@@ -84,7 +86,8 @@ lib: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 
 # Regenerates what comes from the sources: the trainer-option code (C
 # header comment, C++ and Go setters and their tests), the tensor ops (C
-# functions, C++ and Go wrappers), then fulmen.h.
+# functions, C++ and Go wrappers), then the C headers (include/fulmen.h and
+# include/fulmen/*.h, split by tools/headers/split.rs).
 header: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test options_drift
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test ops_drift
@@ -99,7 +102,7 @@ test-coverage:
 test-rust: $(LIBTORCH_STAMP) $(GLOO_STAMP) $(MNIST) $(VENV_STAMP)
 	FULMEN_MNIST=$(MNIST) FULMEN_PYTHON=$(VENV)/bin/python $(CARGO) test $(CARGO_FLAGS)
 
-$(BUILD)/tests/%: tests/c/%.c $(wildcard tests/c/*.h) examples/c/store_collectives.h include/fulmen.h lib
+$(BUILD)/tests/%: tests/c/%.c $(wildcard tests/c/*.h) examples/c/store_collectives.h $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK)
 
@@ -136,7 +139,7 @@ test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/lightning_parity $(BUIL
 	$(VENV)/bin/python tests/interop/batch_size_parity.py --binary $(BUILD)/interop/batch_size_finder
 	$(VENV)/bin/python tests/interop/mnist_lightning_check.py --binary $(BUILD)/examples/mnist --data $(MNIST) --work $(BUILD)/interop/mnist-lightning
 
-$(BUILD)/interop/%: tests/interop/%.c include/fulmen.h lib
+$(BUILD)/interop/%: tests/interop/%.c $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 
@@ -169,11 +172,11 @@ example: $(BUILD)/examples/mnist $(BUILD)/examples/snippet $(BUILD)/examples/cha
 CXXFLAGS_EXAMPLE := -std=c++17 -Wall -Wextra -Werror -pedantic -O2
 GO_ENV := GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=1 PKG_CONFIG_PATH=$(BUILD)
 
-$(BUILD)/examples/train_exported_cpp: examples/cpp/train_exported.cpp $(wildcard bindings/cpp/include/fulmen/*) include/fulmen.h lib
+$(BUILD)/examples/train_exported_cpp: examples/cpp/train_exported.cpp $(wildcard bindings/cpp/include/fulmen/*) $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS_EXAMPLE) $(C_INC) -I$(ROOT)/bindings/cpp/include $< -o $@ $(C_LINK)
 
-$(BUILD)/examples/train_exported_go: examples/go/train_exported/main.go $(wildcard bindings/go/*.go) include/fulmen.h lib
+$(BUILD)/examples/train_exported_go: examples/go/train_exported/main.go $(wildcard bindings/go/*.go) $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	cd $(ROOT)/examples/go && $(GO_ENV) go build -o $@ ./train_exported
 
@@ -200,11 +203,11 @@ VG_ALONE := test_custom_device
 VALGRIND := ONEDNN_MAX_CPU_ISA=SSE41 valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite
 CFLAGS_VG := -std=c11 -Wall -Wextra -Werror -pedantic -g -O1
 
-$(BUILD)/valgrind/%.o: tests/c/%.c $(wildcard tests/c/*.h) include/fulmen.h
+$(BUILD)/valgrind/%.o: tests/c/%.c $(wildcard tests/c/*.h) $(C_HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_VG) $(C_INC) -Dmain=$*_main -c $< -o $@
 
-$(BUILD)/valgrind/snippet.o: examples/c/snippet.c include/fulmen.h
+$(BUILD)/valgrind/snippet.o: examples/c/snippet.c $(C_HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_VG) $(C_INC) -Dmain=snippet_main -c $< -o $@
 
@@ -228,7 +231,7 @@ test-valgrind: $(BUILD)/valgrind/all_tests $(BUILD)/examples/mnist $(MNIST)
 # Soak: 20,000 steps with flat resident memory, built without sanitizers
 # (their quarantine would hold freed memory). SOAK_STEPS changes the length.
 SOAK_STEPS ?= 20000
-$(BUILD)/tests/soak_memory: tests/c/soak_memory.c tests/c/check.h tests/c/fixture.h include/fulmen.h lib
+$(BUILD)/tests/soak_memory: tests/c/soak_memory.c tests/c/check.h tests/c/fixture.h $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 
@@ -249,12 +252,12 @@ FUZZ_SECONDS ?= 10
 FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   FULMEN_FIXTURES=$(ROOT)/tests/fixtures
 
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.h tests/c/ckpt_edit.h tests/c/torch_zip.h include/fulmen.h lib
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/driver.h tests/c/ckpt_edit.h tests/c/torch_zip.h $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK)
 
 # One target per API family, from the same source (tests/fuzz/fuzz_api.c).
-$(FUZZ_FAMILIES:%=$(BUILD)/fuzz/fuzz_%): $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_api.c tests/fuzz/driver.h include/fulmen.h lib
+$(FUZZ_FAMILIES:%=$(BUILD)/fuzz/fuzz_%): $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_api.c tests/fuzz/driver.h $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) -DFUZZ_FAMILY=$* $< -o $@ $(C_LINK)
 
@@ -269,38 +272,38 @@ fuzz-libfuzzer: lib
 	  clang -g -O1 -fsanitize=fuzzer,address -DFULMEN_LIBFUZZER $(C_INC) tests/fuzz/fuzz_$$t.c -o $(BUILD)/libfuzzer/fuzz_$$t $(C_LINK) || exit 1; done
 	@echo "run: ASAN_OPTIONS=allocator_may_return_null=1 $(BUILD)/libfuzzer/fuzz_api -max_total_time=600 tests/fuzz/regressions/api"
 
-$(BUILD)/examples/snippet: examples/c/snippet.c include/fulmen.h lib
+$(BUILD)/examples/snippet: examples/c/snippet.c $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK)
 
-$(BUILD)/examples/mnist: examples/c/mnist.c include/fulmen.h lib
+$(BUILD)/examples/mnist: examples/c/mnist.c $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 
-$(BUILD)/examples/charlm: examples/c/charlm.c include/fulmen.h lib
+$(BUILD)/examples/charlm: examples/c/charlm.c $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK) -lm
 
-$(BUILD)/examples/forecast: examples/c/forecast.c include/fulmen.h lib
+$(BUILD)/examples/forecast: examples/c/forecast.c $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK) -lm
 
-$(BUILD)/examples/finetune: examples/c/finetune.c include/fulmen.h lib
+$(BUILD)/examples/finetune: examples/c/finetune.c $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 
-$(BUILD)/examples/gan: examples/c/gan.c include/fulmen.h lib
+$(BUILD)/examples/gan: examples/c/gan.c $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 
 # The custom-accelerator conformance program (tests/conformance): on the CPU
 # (a baseline), and on the fake device directly and through a plugin as a
 # vendor's is loaded.
-$(BUILD)/conformance/fulmen_conformance: tests/conformance/conformance.c tests/c/check.h tests/c/fixture.h tests/c/npu.h include/fulmen.h lib
+$(BUILD)/conformance/fulmen_conformance: tests/conformance/conformance.c tests/c/check.h tests/c/fixture.h tests/c/npu.h $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK) -ldl
 
-$(BUILD)/conformance/libfake_plugin.so: tests/conformance/fake_plugin.c examples/c/store_collectives.h include/fulmen.h lib
+$(BUILD)/conformance/libfake_plugin.so: tests/conformance/fake_plugin.c examples/c/store_collectives.h $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -fPIC -shared $(C_INC) -I$(ROOT)/examples/c $< -o $@ $(C_LINK)
 
@@ -314,7 +317,7 @@ test-conformance: $(BUILD)/conformance/fulmen_conformance $(BUILD)/conformance/l
 	@grep -q "^FAIL  tensors" $(BUILD)/conformance/broken.log && grep -q "^conformance: .* [1-9][0-9]* failed" $(BUILD)/conformance/broken.log
 	@echo "conformance: broken_xpu fails as it must ($$(tail -n 1 $(BUILD)/conformance/broken.log))"
 
-$(BUILD)/examples/custom_device: examples/c/custom_device.c examples/c/store_collectives.h include/fulmen.h lib
+$(BUILD)/examples/custom_device: examples/c/custom_device.c examples/c/store_collectives.h $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 
@@ -384,7 +387,7 @@ bench: deps lib $(BUILD)/bench/fulmen_bench $(BUILD)/bench/fulmen_micro $(BUILD)
 	$(VENV)/bin/python bench/optim_step.py --binary $(BUILD)/bench/optim_bench --write
 	$(VENV)/bin/python bench/exported.py --binary $(BUILD)/bench/exported_step --python $(VENV)/bin/python
 
-$(BUILD)/bench/%: bench/c/%.c include/fulmen.h lib
+$(BUILD)/bench/%: bench/c/%.c $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 

@@ -8,7 +8,8 @@
 #   lib/fulmen/                   the libtorch libraries it needs (and theirs)
 #   lib/pkgconfig/fulmen.pc       relocatable (${pcfiledir})
 #   lib/cmake/fulmen/             find_package(fulmen), relocatable
-#   include/fulmen.h, include/fulmen/*.hpp   the C header, the C++ binding
+#   include/fulmen.h, include/fulmen/*.h     the C headers (umbrella and areas)
+#   include/fulmen/*.hpp                     the C++ binding
 #   bin/fulmen_conformance        the custom-accelerator conformance program
 #   share/fulmen/go/              the Go package (links through pkg-config)
 #   share/fulmen/conformance/     a conformance plugin to start from
@@ -52,8 +53,8 @@ major=${version%%.*}
 minor=${version#*.}
 minor=${minor%%.*}
 soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
-grep -q "^#define FULMEN_SONAME \"$soname\"$" "$ROOT/include/fulmen.h" ||
-    { say "$lib has SONAME '$soname', which fulmen.h's FULMEN_SONAME does not name"; exit 1; }
+grep -q "^#define FULMEN_SONAME \"$soname\"$" "$ROOT/include/fulmen/base.h" ||
+    { say "$lib has SONAME '$soname', which fulmen/base.h's FULMEN_SONAME does not name"; exit 1; }
 name=fulmen-$version-linux-$(uname -m)
 stage=$out/$name
 # An earlier build of this release goes (nothing else in OUT).
@@ -98,6 +99,7 @@ say "$count libraries in lib/fulmen"
 
 # Headers.
 cp "$ROOT/include/fulmen.h" "$stage/include/"
+cp "$ROOT"/include/fulmen/*.h "$stage/include/fulmen/"
 cp "$ROOT"/bindings/cpp/include/fulmen/*.hpp "$ROOT"/bindings/cpp/include/fulmen/*.inc "$stage/include/fulmen/"
 
 # The custom-accelerator conformance program, which vendors run on their

@@ -29,8 +29,8 @@ dist=$(echo "$work"/fulmen-*)
 case "$dist" in "$ROOT"/*) fail "the test folder $dist is inside the repository" ;; esac
 
 step "rpaths and SONAME"
-soname=$(sed -n 's/^#define FULMEN_SONAME "\(.*\)"$/\1/p' "$dist/include/fulmen.h")
-[ -n "$soname" ] || fail "fulmen.h names no FULMEN_SONAME"
+soname=$(sed -n 's/^#define FULMEN_SONAME "\(.*\)"$/\1/p' "$dist/include/fulmen/base.h")
+[ -n "$soname" ] || fail "fulmen/base.h names no FULMEN_SONAME"
 [ -L "$dist/lib/$soname" ] && [ -L "$dist/lib/libfulmen.so" ] || fail "lib/$soname or lib/libfulmen.so is not a link"
 readelf -d "$dist/lib/libfulmen.so" > "$work/dynamic.txt"
 grep -q "(SONAME).*\[$soname\]" "$work/dynamic.txt" || fail "libfulmen's SONAME is not $soname"

@@ -18,7 +18,7 @@ case "$version" in
     *) echo "torch-variant.sh: no tch release known for libtorch $version (known: 2.11, 2.13)" >&2; exit 1 ;;
 esac
 mkdir -p "$dest"
-for entry in src csrc build.rs bench include cbindgen.toml rustfmt.toml tests examples; do
+for entry in src csrc build.rs bench include cbindgen.toml rustfmt.toml tests tools examples; do
     ln -sfn "$root/$entry" "$dest/$entry"
 done
 sed -e "s/^tch = \".*\"/tch = \"$tch\"/" -e "s/^torch-sys = \".*\"/torch-sys = \"$tch\"/" \

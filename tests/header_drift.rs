@@ -1,29 +1,82 @@
-//! Fails when `include/fulmen.h` differs from what cbindgen generates from
-//! the sources. Regenerate with `make header`
-//! (`FULMEN_WRITE_HEADER=1 cargo test --test header_drift`).
-use std::path::PathBuf;
+//! Fails when the committed C headers (`include/fulmen.h` and the area
+//! headers under `include/fulmen/`) differ from what cbindgen generates from
+//! the sources, split by `tools/headers/split.rs`. Regenerate with
+//! `make header` (`FULMEN_WRITE_HEADER=1 cargo test --test header_drift`).
+use std::path::{Path, PathBuf};
 
-#[test]
-fn committed_header_matches_the_sources() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+#[path = "../tools/headers/split.rs"]
+mod split;
+
+/// The headers the sources give: `(path under include/, text)`.
+fn generated_headers(root: &Path) -> Vec<(String, String)> {
     let config = cbindgen::Config::from_file(root.join("cbindgen.toml")).expect("reading cbindgen.toml");
+    let rename = config.export.rename.clone();
     let mut generated = Vec::new();
     cbindgen::Builder::new()
-        .with_crate(&root)
+        .with_crate(root)
         .with_config(config)
         .generate()
         .expect("cbindgen could not generate the header")
         .write(&mut generated);
-    let path = root.join("include/fulmen.h");
+    let text = String::from_utf8(generated).expect("cbindgen wrote UTF-8");
+    split::split(&text, &root.join("src"), &rename).unwrap_or_else(|e| panic!("splitting the header: {e}"))
+}
+
+/// The area headers committed under `include/fulmen/`.
+fn committed_area_headers(root: &Path) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(root.join("include/fulmen"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".h"))
+                .map(|n| format!("fulmen/{n}"))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+#[test]
+fn committed_headers_match_the_sources() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let headers = generated_headers(&root);
+    let wanted: Vec<&String> = headers.iter().map(|(p, _)| p).collect();
+    let stale: Vec<String> = committed_area_headers(&root).into_iter().filter(|p| !wanted.contains(&p)).collect();
     if std::env::var_os("FULMEN_WRITE_HEADER").is_some() {
-        std::fs::write(&path, &generated).expect("writing include/fulmen.h");
+        std::fs::create_dir_all(root.join("include/fulmen")).expect("creating include/fulmen");
+        for (path, text) in &headers {
+            std::fs::write(root.join("include").join(path), text).expect("writing a header");
+        }
+        for path in &stale {
+            std::fs::remove_file(root.join("include").join(path)).expect("removing a stale header");
+        }
         return;
     }
-    let committed = std::fs::read(&path).unwrap_or_default();
+    let differ: Vec<&String> = headers
+        .iter()
+        .filter(|(path, text)| std::fs::read(root.join("include").join(path)).unwrap_or_default() != text.as_bytes())
+        .map(|(path, _)| path)
+        .collect();
     assert!(
-        committed == generated,
-        "include/fulmen.h is out of date with the Rust sources: run `make header` and commit the result"
+        differ.is_empty() && stale.is_empty(),
+        "the C headers are out of date with the Rust sources (differ: {differ:?}, not generated: {stale:?}): \
+         run `make header` and commit the result"
     );
+}
+
+/// Every area header stays readable: under 1,500 lines, each with its
+/// `\file` comment.
+#[test]
+fn every_header_is_small_and_documented() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    for area in split::AREAS {
+        let path = root.join(format!("include/fulmen/{}.h", area.name));
+        let text = std::fs::read_to_string(&path).expect("reading an area header");
+        let lines = text.lines().count();
+        assert!(lines < 1500, "{} has {lines} lines: split its area", path.display());
+        assert!(text.contains(&format!("\\file fulmen/{}.h", area.name)), "{} has no \\file comment", path.display());
+    }
 }
 
 /// The C++ shim under `csrc/` is internal: none of its symbols may reach
@@ -31,10 +84,10 @@ fn committed_header_matches_the_sources() {
 #[test]
 fn shim_symbols_stay_out_of_the_header() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let header = std::fs::read_to_string(root.join("include/fulmen.h")).expect("reading include/fulmen.h");
+    let header = split::committed_api(&root);
     let leaked: Vec<&str> =
         header.split(|c: char| !c.is_alphanumeric() && c != '_').filter(|w| w.starts_with("fulmen_cxx_")).collect();
-    assert!(leaked.is_empty(), "fulmen.h names shim symbols: {leaked:?}");
+    assert!(leaked.is_empty(), "the C headers name shim symbols: {leaked:?}");
     let mut outside = Vec::new();
     let mut stack = vec![root.join("src")];
     while let Some(dir) = stack.pop() {
@@ -64,7 +117,7 @@ fn shim_symbols_stay_out_of_the_header() {
 #[test]
 fn every_fallible_function_names_its_errors() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let header = std::fs::read_to_string(root.join("include/fulmen.h")).expect("reading include/fulmen.h");
+    let header = split::committed_api(&root);
     let known: Vec<&str> = header
         .lines()
         .filter_map(|l| l.trim().strip_prefix("FULMEN_CODE_"))

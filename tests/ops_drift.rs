@@ -1,5 +1,5 @@
 //! The tensor ops are written once, in `src/tensor/ops/table.rs`. This
-//! test generates from that table the C functions (`src/ffi/tensor/gen_*.rs`,
+//! test generates from that table the C functions (`src/ffi/{tensor_ops,losses}/gen_*.rs`,
 //! which cbindgen copies into fulmen.h), the C++ methods and functions
 //! (`bindings/cpp/include/fulmen/tensor_*_gen.inc`) and the Go methods and
 //! functions (`bindings/go/tensor_ops_gen.go`); it fails when a committed
@@ -168,7 +168,7 @@ fn rust_function(op: &TensorOp) -> String {
         s += &format!("    {p},\n");
     }
     s += ") -> *mut fulmen_error {\n";
-    s += &format!("    guard(\"{c_name}\", || {{\n");
+    s += "    guard!(|| {\n";
     let (lets, args) = rust_conversions(op);
     let core = op.core_name();
     let mut body: Vec<String> = Vec::new();
@@ -226,13 +226,13 @@ fn rust_file(group: &str) -> String {
     let mut s = format!("//! Generated from {SOURCE} by tests/ops_drift.rs (`make header`): do not edit.\n");
     s += &format!("//! The C functions of the `{group}` tensor ops; each converts its arguments\n");
     s += "//! and calls the core function of the same name in `crate::tensor::ops`.\n";
-    s += &format!("use super::handle::{{{}}};\n", handle_uses.join(", "));
+    s += &format!("use crate::ffi::tensor::handle::{{{}}};\n", handle_uses.join(", "));
     let mut error_uses = vec!["fulmen_error", "guard"];
     if has(ParamKind::Str) {
         error_uses.push("str_arg");
     }
-    s += &format!("use crate::ffi::error::{{{}}};\n", error_uses.join(", "));
-    s += "use crate::ffi::handle::check_out;\n";
+    s += &format!("use crate::ffi::base::error::{{{}}};\n", error_uses.join(", "));
+    s += "use crate::ffi::base::handle::check_out;\n";
     s += "use crate::tensor::ops;\n";
     if has(ParamKind::Reduction) {
         s += "use crate::tensor::ops::LossReduction;\n";
@@ -538,11 +538,21 @@ fn go_file() -> String {
 
 // ---- check or write
 
+/// The folder under `src/ffi/` (the C API's area, `include/fulmen/<area>.h`)
+/// of a group's generated functions.
+fn area_of(group: &str) -> &'static str {
+    if group == "loss" {
+        "losses"
+    } else {
+        "tensor_ops"
+    }
+}
+
 #[test]
 fn generated_op_code_matches_the_table() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut files: Vec<(String, String)> =
-        groups().into_iter().map(|g| (format!("src/ffi/tensor/gen_{g}.rs"), rust_file(g))).collect();
+        groups().into_iter().map(|g| (format!("src/ffi/{}/gen_{g}.rs", area_of(g)), rust_file(g))).collect();
     files.push((CPP_METHODS.into(), cpp_file(CppPart::Methods)));
     files.push((CPP_FUNCTIONS.into(), cpp_file(CppPart::Functions)));
     files.push((CPP_LOSSES.into(), cpp_file(CppPart::Losses)));
@@ -559,8 +569,9 @@ fn op_names_are_unique_and_modules_listed() {
     names.dedup();
     assert_eq!(names.len(), n, "an op name appears twice in {SOURCE}");
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let module = std::fs::read_to_string(root.join("src/ffi/tensor/mod.rs")).expect("reading src/ffi/tensor/mod.rs");
     for g in groups() {
-        assert!(module.contains(&format!("pub mod gen_{g};")), "src/ffi/tensor/mod.rs lacks `pub mod gen_{g};`");
+        let path = format!("src/ffi/{}/mod.rs", area_of(g));
+        let module = std::fs::read_to_string(root.join(&path)).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+        assert!(module.contains(&format!("pub mod gen_{g};")), "{path} lacks `pub mod gen_{g};`");
     }
 }

@@ -1,51 +1,23 @@
 //! The C API. This layer converts and validates; the logic lives in the
 //! Rust core. Every exported function runs inside a panic boundary.
+//!
+//! One folder per area, each the source of its header
+//! `include/fulmen/<area>.h` (`tools/headers/split.rs`).
 #![allow(non_camel_case_types)]
-pub mod accelerator;
-pub mod batch;
-pub mod callback;
-pub mod callback_context;
+pub mod base;
 pub mod callbacks;
-pub mod callbacks_averaging;
-pub mod callbacks_finetuning;
-pub mod callbacks_swa;
-pub mod callbacks_training;
-pub mod collectives;
-pub mod context;
 pub mod data;
 pub mod devices;
 pub mod distributed;
-pub mod error;
-pub mod exported;
-pub mod handle;
-pub mod hooks;
-pub mod host_module;
-pub mod init;
-pub mod logger;
-pub mod manual;
-pub mod manual_closure;
+pub mod loggers;
+pub mod losses;
 pub mod metrics;
-pub mod model;
-pub mod model_params;
 pub mod module;
-pub mod module_data;
+pub mod nn;
 pub mod optim;
-pub mod optim_adaptive;
-pub mod optim_closure;
-pub mod optim_fused;
-pub mod optim_groups;
-pub mod precision;
-pub mod runtime;
-pub mod scaler;
-pub mod scheduler;
-pub mod scheduler_host;
+pub mod schedulers;
 pub mod script;
-pub mod sequence_layers;
-pub mod spatial_layers;
-pub mod strategy;
 pub mod tensor;
+pub mod tensor_ops;
 pub mod trainer;
-pub mod trainer_loaders;
-pub mod tuner;
-pub mod tuner_batch_size;
 pub mod value;

@@ -1,8 +1,8 @@
 //! Autograd from C: backward, gradients, requires_grad.
-use super::handle::{emit, fulmen_tensor, tensor_arg};
 use crate::error::Error;
-use crate::ffi::error::{fulmen_error, guard};
-use crate::ffi::handle;
+use crate::ffi::base::error::{fulmen_error, guard};
+use crate::ffi::base::handle;
+use crate::ffi::tensor::handle::{emit, fulmen_tensor, tensor_arg};
 
 /// Runs backpropagation from a one-element `tensor` (a loss), accumulating
 /// gradients into the leaves that require them.
@@ -14,7 +14,7 @@ use crate::ffi::handle;
 /// failed, e.g. the graph was already freed by an earlier backward).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_backward(tensor: *const fulmen_tensor) -> *mut fulmen_error {
-    guard("fulmen_tensor_backward", || {
+    guard!(|| {
         let t = tensor_arg(tensor, "tensor")?;
         if t.numel() != 1 {
             return Err(Error::shape(format!("backward needs a one-element tensor, got shape {:?}", t.size())));
@@ -38,7 +38,7 @@ pub unsafe extern "C" fn fulmen_tensor_grad(
     tensor: *const fulmen_tensor,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    guard("fulmen_tensor_grad", || {
+    guard!(|| {
         handle::check_out(out, "out")?;
         let g = tensor_arg(tensor, "tensor")?.grad();
         if g.defined() {
@@ -59,7 +59,7 @@ pub unsafe extern "C" fn fulmen_tensor_set_requires_grad(
     tensor: *mut fulmen_tensor,
     requires_grad: bool,
 ) -> *mut fulmen_error {
-    guard("fulmen_tensor_set_requires_grad", || {
+    guard!(|| {
         let mut h = handle::borrow_mut(tensor, "tensor")?;
         if !h.tensor.is_leaf() {
             return Err(Error::state(

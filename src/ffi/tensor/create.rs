@@ -1,7 +1,9 @@
 //! Creating tensors: from host buffers, filled, random, ranges.
-use super::handle::{emit, fulmen_tensor, i64_list};
 use crate::error::{Error, ErrorCode, Result};
-use crate::ffi::error::{fulmen_error, guard, guard_value};
+use crate::ffi::base::error::function_name;
+use crate::ffi::base::error::guard_named;
+use crate::ffi::base::error::{fulmen_error, guard, guard_value};
+use crate::ffi::tensor::handle::{emit, fulmen_tensor, i64_list};
 use crate::tensor::DType;
 use tch::{Device, Kind, Tensor};
 
@@ -44,8 +46,8 @@ pub unsafe extern "C" fn fulmen_tensor_from_data(
     ndim: usize,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    guard("fulmen_tensor_from_data", || {
-        crate::ffi::handle::check_out(out, "out")?;
+    guard!(|| {
+        crate::ffi::base::handle::check_out(out, "out")?;
         let s = shape_arg(shape, ndim)?;
         emit(out, host_tensor(data, nbytes, dtype, s)?)
     })
@@ -85,8 +87,8 @@ unsafe fn filled(
     out: *mut *mut fulmen_tensor,
     make: impl FnOnce(&[i64], Kind) -> std::result::Result<Tensor, tch::TchError>,
 ) -> *mut fulmen_error {
-    guard(func, || {
-        crate::ffi::handle::check_out(out, "out")?;
+    guard_named(func, || {
+        crate::ffi::base::handle::check_out(out, "out")?;
         let dt = DType::from_i32(dtype)?;
         let s = shape_arg(shape, ndim)?;
         emit(out, make(s, dt.kind())?)
@@ -103,7 +105,7 @@ unsafe fn random(
     make: impl FnOnce(&[i64], Kind) -> std::result::Result<Tensor, tch::TchError>,
 ) -> *mut fulmen_error {
     match DType::from_i32(dtype) {
-        Ok(d) if !d.is_float() => crate::ffi::error::error_into_raw(Error::dtype(format!(
+        Ok(d) if !d.is_float() => crate::ffi::base::error::error_into_raw(Error::dtype(format!(
             "{func}: random samples need a floating dtype, got {}",
             d.name()
         ))),
@@ -123,7 +125,7 @@ pub unsafe extern "C" fn fulmen_tensor_zeros(
     dtype: i32,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    filled("fulmen_tensor_zeros", shape, ndim, dtype, out, |s, k| Tensor::f_zeros(s, (k, Device::Cpu)))
+    filled(function_name!(), shape, ndim, dtype, out, |s, k| Tensor::f_zeros(s, (k, Device::Cpu)))
 }
 
 /// Creates a CPU tensor of ones with the given shape and `fulmen_dtype`.
@@ -138,7 +140,7 @@ pub unsafe extern "C" fn fulmen_tensor_ones(
     dtype: i32,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    filled("fulmen_tensor_ones", shape, ndim, dtype, out, |s, k| Tensor::f_ones(s, (k, Device::Cpu)))
+    filled(function_name!(), shape, ndim, dtype, out, |s, k| Tensor::f_ones(s, (k, Device::Cpu)))
 }
 
 /// Creates a CPU tensor filled with `value` (converted to the dtype).
@@ -155,7 +157,7 @@ pub unsafe extern "C" fn fulmen_tensor_full(
     dtype: i32,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    filled("fulmen_tensor_full", shape, ndim, dtype, out, |s, k| Tensor::f_full(s, value, (k, Device::Cpu)))
+    filled(function_name!(), shape, ndim, dtype, out, |s, k| Tensor::f_full(s, value, (k, Device::Cpu)))
 }
 
 /// Creates a CPU tensor of samples from N(0, 1), drawn from libtorch's global
@@ -171,7 +173,7 @@ pub unsafe extern "C" fn fulmen_tensor_randn(
     dtype: i32,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    random("fulmen_tensor_randn", shape, ndim, dtype, out, |s, k| Tensor::f_randn(s, (k, Device::Cpu)))
+    random(function_name!(), shape, ndim, dtype, out, |s, k| Tensor::f_randn(s, (k, Device::Cpu)))
 }
 
 /// Creates a CPU tensor of samples from U[0, 1), from libtorch's global
@@ -187,7 +189,7 @@ pub unsafe extern "C" fn fulmen_tensor_rand(
     dtype: i32,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    random("fulmen_tensor_rand", shape, ndim, dtype, out, |s, k| Tensor::f_rand(s, (k, Device::Cpu)))
+    random(function_name!(), shape, ndim, dtype, out, |s, k| Tensor::f_rand(s, (k, Device::Cpu)))
 }
 
 /// Creates the 1-D CPU tensor `start, start+step, ...` below `end`.
@@ -205,8 +207,8 @@ pub unsafe extern "C" fn fulmen_tensor_arange(
     dtype: i32,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    guard("fulmen_tensor_arange", || {
-        crate::ffi::handle::check_out(out, "out")?;
+    guard!(|| {
+        crate::ffi::base::handle::check_out(out, "out")?;
         let dt = DType::from_i32(dtype)?;
         if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
             return Err(Error::invalid(format!("arange({start}, {end}, {step}): bad range")));
@@ -254,7 +256,7 @@ pub unsafe extern "C" fn fulmen_tensor_scalar(
     dtype: i32,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    filled("fulmen_tensor_scalar", std::ptr::null(), 0, dtype, out, |_, k| {
+    filled(function_name!(), std::ptr::null(), 0, dtype, out, |_, k| {
         Tensor::f_full([0i64; 0].as_slice(), value, (k, Device::Cpu))
     })
 }

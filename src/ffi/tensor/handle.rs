@@ -1,9 +1,10 @@
 //! The `fulmen_tensor` handle, step scopes that release the tensors a step
 //! callback creates, and the helpers every tensor function uses.
 use crate::error::{Error, Result};
-use crate::ffi::callback_context::{self, CallbackShared};
-use crate::ffi::error::{fulmen_error, guard};
-use crate::ffi::handle::{self, Handle, Shared};
+use crate::ffi::base::callback_context::{self, CallbackShared};
+use crate::ffi::base::error::fulmen_error;
+use crate::ffi::base::error::guard_named;
+use crate::ffi::base::handle::{self, Handle, Shared};
 use std::cell::RefCell;
 use std::sync::Arc;
 use tch::Tensor;
@@ -282,7 +283,7 @@ pub unsafe fn unary(
     out: *mut *mut fulmen_tensor,
     op: impl FnOnce(&Tensor) -> Result<Tensor>,
 ) -> *mut fulmen_error {
-    guard(func, || {
+    guard_named(func, || {
         handle::check_out(out, "out")?;
         let y = op(&*tensor_arg(x, "x")?)?;
         emit(out, y)
@@ -300,7 +301,7 @@ pub unsafe fn binary(
     out: *mut *mut fulmen_tensor,
     op: impl FnOnce(&Tensor, &Tensor) -> Result<Tensor>,
 ) -> *mut fulmen_error {
-    guard(func, || {
+    guard_named(func, || {
         handle::check_out(out, "out")?;
         let y = op(&*tensor_arg(a, "a")?, &*tensor_arg(b, "b")?)?;
         emit(out, y)

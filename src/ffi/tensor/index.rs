@@ -1,7 +1,8 @@
 //! Indexing and comparisons: index_select, gather, elementwise compares.
-use super::handle::{binary, check_broadcast, fulmen_tensor, unary};
 use crate::error::{Error, Result};
-use crate::ffi::error::fulmen_error;
+use crate::ffi::base::error::fulmen_error;
+use crate::ffi::base::error::function_name;
+use crate::ffi::tensor::handle::{binary, check_broadcast, fulmen_tensor, unary};
 use crate::tensor::ops::checks::{check_dim, check_index};
 use tch::{Kind, Tensor};
 
@@ -19,7 +20,7 @@ pub unsafe extern "C" fn fulmen_tensor_index_select(
     index: *const fulmen_tensor,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    binary("fulmen_tensor_index_select", x, index, out, |x, index| {
+    binary(function_name!(), x, index, out, |x, index| {
         let d = check_dim(x, dim)?;
         if index.dim() > 1 {
             return Err(Error::shape(format!("index_select: index must be 1-D, got shape {:?}", index.size())));
@@ -44,7 +45,7 @@ pub unsafe extern "C" fn fulmen_tensor_gather(
     index: *const fulmen_tensor,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    binary("fulmen_tensor_gather", x, index, out, |x, index| {
+    binary(function_name!(), x, index, out, |x, index| {
         let d = check_dim(x, dim)?;
         if index.dim() != x.dim() {
             return Err(Error::shape(format!(
@@ -102,7 +103,7 @@ pub unsafe extern "C" fn fulmen_tensor_compare(
     op: i32,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    binary("fulmen_tensor_compare", a, b, out, |a, b| compare(a, b, op))
+    binary(function_name!(), a, b, out, |a, b| compare(a, b, op))
 }
 
 /// Elementwise comparison of `x` with a scalar; `op` is a `fulmen_compare`.
@@ -116,7 +117,7 @@ pub unsafe extern "C" fn fulmen_tensor_compare_scalar(
     op: i32,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    unary("fulmen_tensor_compare_scalar", x, out, |x| {
+    unary(function_name!(), x, out, |x| {
         let s = crate::tensor::device::to_device_of(
             &Tensor::f_full([0i64; 0].as_slice(), value, (Kind::Double, tch::Device::Cpu))?,
             x,

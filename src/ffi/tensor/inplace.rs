@@ -1,10 +1,12 @@
 //! In-place changes of existing tensors from C (parameters and buffers
 //! through `fulmen_model_state_dict_get`, EMA copies): copy, fill, add,
 //! multiply, clamp, random fills and host data. All run under no_grad.
-use super::create::host_tensor;
-use super::handle::{fulmen_tensor, tensor_arg};
 use crate::error::Result;
-use crate::ffi::error::{fulmen_error, guard};
+use crate::ffi::base::error::function_name;
+use crate::ffi::base::error::guard_named;
+use crate::ffi::base::error::{fulmen_error, guard};
+use crate::ffi::tensor::create::host_tensor;
+use crate::ffi::tensor::handle::{fulmen_tensor, tensor_arg};
 use crate::tensor::inplace;
 
 unsafe fn on(
@@ -12,7 +14,7 @@ unsafe fn on(
     t: *const fulmen_tensor,
     f: impl FnOnce(&tch::Tensor) -> Result<()>,
 ) -> *mut fulmen_error {
-    guard(name, || f(&*tensor_arg(t, "tensor")?))
+    guard_named(name, || f(&*tensor_arg(t, "tensor")?))
 }
 
 /// `tensor.copy_(src)` under no_grad: `src` broadcast to `tensor`'s shape
@@ -27,7 +29,7 @@ pub unsafe extern "C" fn fulmen_tensor_copy_(
     tensor: *const fulmen_tensor,
     src: *const fulmen_tensor,
 ) -> *mut fulmen_error {
-    guard("fulmen_tensor_copy_", || inplace::copy_(&*tensor_arg(tensor, "tensor")?, &*tensor_arg(src, "src")?))
+    guard!(|| inplace::copy_(&*tensor_arg(tensor, "tensor")?, &*tensor_arg(src, "src")?))
 }
 
 /// Overwrites `tensor` with `nbytes` of row-major host data of the
@@ -47,7 +49,7 @@ pub unsafe extern "C" fn fulmen_tensor_copy_from_host(
     nbytes: usize,
     dtype: i32,
 ) -> *mut fulmen_error {
-    guard("fulmen_tensor_copy_from_host", || {
+    guard!(|| {
         let t = tensor_arg(tensor, "tensor")?;
         inplace::copy_(&t, &host_tensor(data, nbytes, dtype, &t.size())?)
     })
@@ -60,7 +62,7 @@ pub unsafe extern "C" fn fulmen_tensor_copy_from_host(
 /// Thread rules: as `fulmen_tensor_copy_`.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_fill_(tensor: *const fulmen_tensor, value: f64) -> *mut fulmen_error {
-    on("fulmen_tensor_fill_", tensor, |t| inplace::fill_(t, value))
+    on(function_name!(), tensor, |t| inplace::fill_(t, value))
 }
 
 /// `tensor.zero_()` under no_grad.
@@ -69,7 +71,7 @@ pub unsafe extern "C" fn fulmen_tensor_fill_(tensor: *const fulmen_tensor, value
 /// Thread rules: as `fulmen_tensor_copy_`.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_zero_(tensor: *const fulmen_tensor) -> *mut fulmen_error {
-    on("fulmen_tensor_zero_", tensor, inplace::zero_)
+    on(function_name!(), tensor, inplace::zero_)
 }
 
 /// `tensor.add_(other, alpha=alpha)` under no_grad: `tensor += alpha *
@@ -84,7 +86,7 @@ pub unsafe extern "C" fn fulmen_tensor_add_(
     other: *const fulmen_tensor,
     alpha: f64,
 ) -> *mut fulmen_error {
-    guard("fulmen_tensor_add_", || inplace::add_(&*tensor_arg(tensor, "tensor")?, &*tensor_arg(other, "other")?, alpha))
+    guard!(|| inplace::add_(&*tensor_arg(tensor, "tensor")?, &*tensor_arg(other, "other")?, alpha))
 }
 
 /// `tensor.add_(value)` under no_grad.
@@ -93,7 +95,7 @@ pub unsafe extern "C" fn fulmen_tensor_add_(
 /// Thread rules: as `fulmen_tensor_copy_`.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_add_scalar_(tensor: *const fulmen_tensor, value: f64) -> *mut fulmen_error {
-    on("fulmen_tensor_add_scalar_", tensor, |t| inplace::add_scalar_(t, value))
+    on(function_name!(), tensor, |t| inplace::add_scalar_(t, value))
 }
 
 /// `tensor.mul_(other)` under no_grad, `other` broadcast (a pruning mask).
@@ -105,7 +107,7 @@ pub unsafe extern "C" fn fulmen_tensor_mul_(
     tensor: *const fulmen_tensor,
     other: *const fulmen_tensor,
 ) -> *mut fulmen_error {
-    guard("fulmen_tensor_mul_", || inplace::mul_(&*tensor_arg(tensor, "tensor")?, &*tensor_arg(other, "other")?))
+    guard!(|| inplace::mul_(&*tensor_arg(tensor, "tensor")?, &*tensor_arg(other, "other")?))
 }
 
 /// `tensor.mul_(value)` under no_grad.
@@ -114,7 +116,7 @@ pub unsafe extern "C" fn fulmen_tensor_mul_(
 /// Thread rules: as `fulmen_tensor_copy_`.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_mul_scalar_(tensor: *const fulmen_tensor, value: f64) -> *mut fulmen_error {
-    on("fulmen_tensor_mul_scalar_", tensor, |t| inplace::mul_scalar_(t, value))
+    on(function_name!(), tensor, |t| inplace::mul_scalar_(t, value))
 }
 
 /// `tensor.clamp_(min, max)` under no_grad; a NaN bound leaves that side open.
@@ -125,7 +127,7 @@ pub unsafe extern "C" fn fulmen_tensor_mul_scalar_(tensor: *const fulmen_tensor,
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_clamp_(tensor: *const fulmen_tensor, min: f64, max: f64) -> *mut fulmen_error {
     let bound = |v: f64| if v.is_nan() { None } else { Some(v) };
-    on("fulmen_tensor_clamp_", tensor, |t| inplace::clamp_(t, bound(min), bound(max)))
+    on(function_name!(), tensor, |t| inplace::clamp_(t, bound(min), bound(max)))
 }
 
 /// `tensor.uniform_(low, high)` under no_grad, from the global generator
@@ -141,7 +143,7 @@ pub unsafe extern "C" fn fulmen_tensor_uniform_(
     low: f64,
     high: f64,
 ) -> *mut fulmen_error {
-    on("fulmen_tensor_uniform_", tensor, |t| inplace::uniform_(t, low, high))
+    on(function_name!(), tensor, |t| inplace::uniform_(t, low, high))
 }
 
 /// `tensor.normal_(mean, std)` under no_grad, from the global generator.
@@ -151,5 +153,5 @@ pub unsafe extern "C" fn fulmen_tensor_uniform_(
 /// Thread rules: as `fulmen_tensor_copy_`.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_normal_(tensor: *const fulmen_tensor, mean: f64, std: f64) -> *mut fulmen_error {
-    on("fulmen_tensor_normal_", tensor, |t| inplace::normal_(t, mean, std))
+    on(function_name!(), tensor, |t| inplace::normal_(t, mean, std))
 }

@@ -1,15 +1,16 @@
 //! Reading tensors: dtype, shape, device, data copied out; ownership calls.
-use super::handle::{emit, fulmen_tensor, keep, tensor_arg, unary};
 use crate::error::{Error, ErrorCode};
-use crate::ffi::error::{fulmen_error, guard, guard_value};
-use crate::ffi::handle::{self, write_out};
+use crate::ffi::base::error::function_name;
+use crate::ffi::base::error::{fulmen_error, guard};
+use crate::ffi::base::handle::{self, write_out};
+use crate::ffi::tensor::handle::{emit, fulmen_tensor, keep, tensor_arg, unary};
 use crate::tensor::{DType, DeviceSpec};
 
 /// Frees a tensor handle. NULL, or a handle already freed, is a no-op.
 /// Other handles that share the tensor's storage stay valid.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_free(tensor: *mut fulmen_tensor) {
-    guard_value((), || drop(handle::take(tensor)));
+    handle::free(tensor);
 }
 
 /// Keeps a tensor created inside a step callback alive after the callback
@@ -19,7 +20,7 @@ pub unsafe extern "C" fn fulmen_tensor_free(tensor: *mut fulmen_tensor) {
 /// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_keep(tensor: *mut fulmen_tensor) -> *mut fulmen_error {
-    guard("fulmen_tensor_keep", || {
+    guard!(|| {
         handle::check(tensor, "tensor")?;
         keep(tensor);
         Ok(())
@@ -32,7 +33,7 @@ pub unsafe extern "C" fn fulmen_tensor_keep(tensor: *mut fulmen_tensor) -> *mut 
 /// e.g. complex).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_dtype(tensor: *const fulmen_tensor, out: *mut i32) -> *mut fulmen_error {
-    guard("fulmen_tensor_dtype", || {
+    guard!(|| {
         let t = tensor_arg(tensor, "tensor")?;
         write_out(out, "out", DType::from_kind(t.f_kind()?)? as i32)
     })
@@ -43,7 +44,7 @@ pub unsafe extern "C" fn fulmen_tensor_dtype(tensor: *const fulmen_tensor, out: 
 /// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_ndim(tensor: *const fulmen_tensor, out: *mut usize) -> *mut fulmen_error {
-    guard("fulmen_tensor_ndim", || write_out(out, "out", tensor_arg(tensor, "tensor")?.dim()))
+    guard!(|| write_out(out, "out", tensor_arg(tensor, "tensor")?.dim()))
 }
 
 /// Writes the number of elements to `*out`.
@@ -51,7 +52,7 @@ pub unsafe extern "C" fn fulmen_tensor_ndim(tensor: *const fulmen_tensor, out: *
 /// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_numel(tensor: *const fulmen_tensor, out: *mut usize) -> *mut fulmen_error {
-    guard("fulmen_tensor_numel", || write_out(out, "out", tensor_arg(tensor, "tensor")?.numel()))
+    guard!(|| write_out(out, "out", tensor_arg(tensor, "tensor")?.numel()))
 }
 
 /// Writes the address of the tensor's first element to `*out`: device
@@ -69,7 +70,7 @@ pub unsafe extern "C" fn fulmen_tensor_data_ptr(
     tensor: *const fulmen_tensor,
     out: *mut *mut std::ffi::c_void,
 ) -> *mut fulmen_error {
-    guard("fulmen_tensor_data_ptr", || {
+    guard!(|| {
         let t = tensor_arg(tensor, "tensor")?;
         if !t.is_contiguous() {
             return Err(Error::invalid("the tensor is not contiguous: its elements are not one row-major block"));
@@ -90,7 +91,7 @@ pub unsafe extern "C" fn fulmen_tensor_shape(
     capacity: usize,
     ndim_out: *mut usize,
 ) -> *mut fulmen_error {
-    guard("fulmen_tensor_shape", || {
+    guard!(|| {
         handle::check_out(ndim_out, "ndim_out")?;
         let s = tensor_arg(tensor, "tensor")?.size();
         ndim_out.write(s.len());
@@ -119,7 +120,7 @@ pub unsafe extern "C" fn fulmen_tensor_device(
     type_out: *mut i32,
     index_out: *mut i64,
 ) -> *mut fulmen_error {
-    guard("fulmen_tensor_device", || {
+    guard!(|| {
         handle::check_out(type_out, "type_out")?;
         handle::check_out(index_out, "index_out")?;
         let d = DeviceSpec::from_device(crate::tensor::device::Device::of(&*tensor_arg(tensor, "tensor")?)?);
@@ -144,7 +145,7 @@ pub unsafe extern "C" fn fulmen_tensor_copy_to(
     dst: *mut std::ffi::c_void,
     nbytes: usize,
 ) -> *mut fulmen_error {
-    guard("fulmen_tensor_copy_to", || {
+    guard!(|| {
         let t = tensor_arg(tensor, "tensor")?;
         let dt = DType::from_i32(dtype)?;
         let numel = t.numel();
@@ -173,7 +174,7 @@ pub unsafe extern "C" fn fulmen_tensor_copy_to(
 /// element), FULMEN_CODE_TORCH (reading the value failed, e.g. a device error).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_item(tensor: *const fulmen_tensor, out: *mut f64) -> *mut fulmen_error {
-    guard("fulmen_tensor_item", || {
+    guard!(|| {
         let t = tensor_arg(tensor, "tensor")?;
         if t.numel() != 1 {
             return Err(Error::shape(format!("item() needs one element, tensor has shape {:?}", t.size())));
@@ -191,7 +192,7 @@ pub unsafe extern "C" fn fulmen_tensor_requires_grad(
     tensor: *const fulmen_tensor,
     out: *mut bool,
 ) -> *mut fulmen_error {
-    guard("fulmen_tensor_requires_grad", || write_out(out, "out", tensor_arg(tensor, "tensor")?.requires_grad()))
+    guard!(|| write_out(out, "out", tensor_arg(tensor, "tensor")?.requires_grad()))
 }
 
 /// Writes whether the tensor lives in pinned (page-locked) host memory, as
@@ -201,7 +202,7 @@ pub unsafe extern "C" fn fulmen_tensor_requires_grad(
 /// Errors: the common ones only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_is_pinned(tensor: *const fulmen_tensor, out: *mut bool) -> *mut fulmen_error {
-    guard("fulmen_tensor_is_pinned", || {
+    guard!(|| {
         let t = tensor_arg(tensor, "tensor")?;
         let pinned = crate::tensor::pinned::is_pinned(&t)?;
         write_out(out, "out", pinned)
@@ -216,7 +217,7 @@ pub unsafe extern "C" fn fulmen_tensor_share(
     tensor: *const fulmen_tensor,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    unary("fulmen_tensor_share", tensor, out, |t| Ok(t.shallow_clone()))
+    unary(function_name!(), tensor, out, |t| Ok(t.shallow_clone()))
 }
 
 /// A copy with its own storage (autograd-tracked, like `torch.clone`).
@@ -227,7 +228,7 @@ pub unsafe extern "C" fn fulmen_tensor_clone(
     tensor: *const fulmen_tensor,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    unary("fulmen_tensor_clone", tensor, out, |t| {
+    unary(function_name!(), tensor, out, |t| {
         let mut copy = t.f_empty_like()?;
         copy.f_copy_(t)?;
         Ok(copy)
@@ -242,7 +243,7 @@ pub unsafe extern "C" fn fulmen_tensor_detach(
     tensor: *const fulmen_tensor,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    unary("fulmen_tensor_detach", tensor, out, |t| Ok(t.f_detach()?))
+    unary(function_name!(), tensor, out, |t| Ok(t.f_detach()?))
 }
 
 /// Converts to another `fulmen_dtype`.
@@ -255,7 +256,7 @@ pub unsafe extern "C" fn fulmen_tensor_to_dtype(
     dtype: i32,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    unary("fulmen_tensor_to_dtype", tensor, out, |t| Ok(t.f_to_kind(DType::from_i32(dtype)?.kind())?))
+    unary(function_name!(), tensor, out, |t| Ok(t.f_to_kind(DType::from_i32(dtype)?.kind())?))
 }
 
 /// Moves (copies) to a device given as `fulmen_device_type` and index: any
@@ -274,7 +275,7 @@ pub unsafe extern "C" fn fulmen_tensor_to_device(
     device_index: i64,
     out: *mut *mut fulmen_tensor,
 ) -> *mut fulmen_error {
-    guard("fulmen_tensor_to_device", || {
+    guard!(|| {
         handle::check_out(out, "out")?;
         let d = DeviceSpec::from_c(device_type, device_index)?.to_device()?;
         emit(out, crate::tensor::device::to_device(&*tensor_arg(tensor, "tensor")?, d, false)?)

@@ -1,0 +1,4 @@
+//! Datasets, loaders, batches and feature scaling (`fulmen/data.h`).
+pub mod batch;
+pub mod datasets;
+pub mod scaler;

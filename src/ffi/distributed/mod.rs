@@ -1,0 +1,4 @@
+//! Distributed jobs: joining, collectives, DDP, vendors' collectives
+//! (`fulmen/distributed.h`).
+pub mod collectives;
+pub mod job;

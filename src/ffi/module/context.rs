@@ -1,0 +1,209 @@
+//! `fulmen_step_context`: what a step callback can read and log.
+use crate::error::Error;
+use crate::error::ErrorCode;
+use crate::ffi::base::error::{fulmen_error, guard, str_arg};
+use crate::ffi::base::handle::{self, write_out, Exclusive, Handle, Shared};
+use crate::trainer::context::check_metric_name;
+use crate::trainer::metrics::ReduceFx;
+use crate::trainer::{LogFlags, Stage, StepContext};
+use std::ffi::c_char;
+
+/// The context of one step call: stage, epoch, step and batch index, and
+/// metric logging. Borrowed: valid only during the step callback.
+pub struct fulmen_step_context {
+    pub(crate) ctx: *mut StepContext<'static>,
+}
+
+impl Handle for fulmen_step_context {
+    const C_NAME: &'static str = "fulmen_step_context";
+}
+
+/// Log flag: record the value of every step.
+pub const FULMEN_LOG_ON_STEP: u32 = 1;
+/// Log flag: record the epoch's reduction (by default the mean weighted by
+/// batch size).
+pub const FULMEN_LOG_ON_EPOCH: u32 = 2;
+/// Log flag: show in the progress output.
+pub const FULMEN_LOG_PROG_BAR: u32 = 4;
+/// Log flag: reduce the value over ranks first (DDP's `sync_dist`, with the
+/// metric's reduction: mean, sum, max or min; every rank must log the same
+/// names in the same steps).
+pub const FULMEN_LOG_SYNC_DIST: u32 = 8;
+/// Log flag: keep the metric out of the loggers (Lightning's
+/// `logger=False`); callback metrics and progress still see it.
+pub const FULMEN_LOG_NO_LOGGER: u32 = 16;
+/// Log flag: logged on rank 0 only (Lightning's `rank_zero_only=True`):
+/// never synchronized, so no rank waits for the others.
+pub const FULMEN_LOG_RANK_ZERO_ONLY: u32 = 32;
+/// Log flag: the epoch value is the sum of the values (`reduce_fx="sum"`).
+pub const FULMEN_LOG_REDUCE_SUM: u32 = 64;
+/// Log flag: the epoch value is the largest value (`reduce_fx="max"`).
+pub const FULMEN_LOG_REDUCE_MAX: u32 = 128;
+/// Log flag: the epoch value is the smallest value (`reduce_fx="min"`).
+pub const FULMEN_LOG_REDUCE_MIN: u32 = 256;
+
+/// Every log flag.
+const ALL_LOG_FLAGS: u32 = FULMEN_LOG_ON_STEP
+    | FULMEN_LOG_ON_EPOCH
+    | FULMEN_LOG_PROG_BAR
+    | FULMEN_LOG_SYNC_DIST
+    | FULMEN_LOG_NO_LOGGER
+    | FULMEN_LOG_RANK_ZERO_ONLY
+    | FULMEN_LOG_REDUCE_SUM
+    | FULMEN_LOG_REDUCE_MAX
+    | FULMEN_LOG_REDUCE_MIN;
+
+/// Reads the step context (shared pin).
+pub(crate) unsafe fn ctx_ref<'a>(
+    p: *const fulmen_step_context,
+) -> crate::error::Result<Shared<'a, StepContext<'static>>> {
+    Ok(handle::borrow(p, "ctx")?.map(|h| unsafe { &*h.ctx }))
+}
+
+/// Changes the step context (exclusive pin: one log at a time).
+pub(crate) unsafe fn ctx_mut<'a>(
+    p: *mut fulmen_step_context,
+) -> crate::error::Result<Exclusive<'a, StepContext<'static>>> {
+    Ok(handle::borrow_mut(p, "ctx")?.map(|h| unsafe { &mut *h.ctx }))
+}
+
+/// The flags of a log call: without ON_STEP and ON_EPOCH the stage's
+/// defaults (training: on step; validation / test: on epoch).
+pub(crate) fn log_flags(stage: Stage, flags: u32) -> crate::error::Result<LogFlags> {
+    if flags & !ALL_LOG_FLAGS != 0 {
+        return Err(Error::invalid(format!("unknown log flags {flags:#x}")));
+    }
+    let reduce = flags & (FULMEN_LOG_REDUCE_SUM | FULMEN_LOG_REDUCE_MAX | FULMEN_LOG_REDUCE_MIN);
+    let reduce_fx = match reduce {
+        0 => ReduceFx::Mean,
+        FULMEN_LOG_REDUCE_SUM => ReduceFx::Sum,
+        FULMEN_LOG_REDUCE_MAX => ReduceFx::Max,
+        FULMEN_LOG_REDUCE_MIN => ReduceFx::Min,
+        _ => return Err(Error::invalid(format!("log flags {flags:#x} name more than one reduction"))),
+    };
+    let (on_step, on_epoch) = if flags & (FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH) == 0 {
+        let d = stage.default_flags();
+        (d.on_step, d.on_epoch)
+    } else {
+        (flags & FULMEN_LOG_ON_STEP != 0, flags & FULMEN_LOG_ON_EPOCH != 0)
+    };
+    Ok(LogFlags {
+        on_step,
+        on_epoch,
+        prog_bar: flags & FULMEN_LOG_PROG_BAR != 0,
+        sync_dist: flags & FULMEN_LOG_SYNC_DIST != 0,
+        logger: flags & FULMEN_LOG_NO_LOGGER == 0,
+        rank_zero_only: flags & FULMEN_LOG_RANK_ZERO_ONLY != 0,
+        reduce_fx,
+    })
+}
+
+/// Logs a metric, as Lightning's `self.log(name, value, ...)`. `flags`
+/// combines the FULMEN_LOG_* flags: ON_STEP / ON_EPOCH (neither: the
+/// stage's defaults, training on step, validation / test on epoch),
+/// PROG_BAR, SYNC_DIST, NO_LOGGER (`logger=False`), RANK_ZERO_ONLY, and at
+/// most one of REDUCE_SUM / REDUCE_MAX / REDUCE_MIN (`reduce_fx`; default
+/// the mean weighted by batch size). `batch_size` weights the epoch mean;
+/// 0 uses the batch's first dimension. Logged with both ON_STEP and
+/// ON_EPOCH, `name` appears as `name_step` and `name_epoch`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown flags or two reductions;
+/// a name that is empty, not UTF-8, or holds a comma, quote or newline; a
+/// negative `batch_size`; a name logged before with other flags),
+/// FULMEN_CODE_INVALID_STATE (also from predict_step, where nothing can be
+/// logged).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_step_context_log(
+    ctx: *mut fulmen_step_context,
+    name: *const c_char,
+    value: f64,
+    flags: u32,
+    batch_size: i64,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let mut c = ctx_mut(ctx)?;
+        let n = str_arg(name, "name")?;
+        let f = log_flags(c.stage, flags)?;
+        c.log(n, value, Some(f), batch_size)
+    })
+}
+
+/// Logs `n` metrics with the same `flags` and `batch_size`, as Lightning's
+/// `self.log_dict`: `names[i]` gets `values[i]`. Every name is checked
+/// before any is logged.
+///
+/// Errors: those of `fulmen_step_context_log`; FULMEN_CODE_NULL_ARGUMENT
+/// also for a NULL `names` / `values` with `n` > 0 or a NULL name.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_step_context_log_dict(
+    ctx: *mut fulmen_step_context,
+    names: *const *const c_char,
+    values: *const f64,
+    n: usize,
+    flags: u32,
+    batch_size: i64,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let mut c = ctx_mut(ctx)?;
+        let f = log_flags(c.stage, flags)?;
+        if n == 0 {
+            return Ok(());
+        }
+        if names.is_null() || values.is_null() {
+            return Err(Error::new(ErrorCode::NullArgument, "argument `names` or `values` is NULL"));
+        }
+        let names = std::slice::from_raw_parts(names, n);
+        let values = std::slice::from_raw_parts(values, n);
+        for (i, p) in names.iter().enumerate() {
+            check_metric_name(str_arg(*p, &format!("names[{i}]"))?)?;
+        }
+        for (p, v) in names.iter().zip(values) {
+            c.log(str_arg(*p, "name")?, *v, Some(f), batch_size)?;
+        }
+        Ok(())
+    })
+}
+
+/// Writes the running stage (a `fulmen_stage`).
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_step_context_stage(
+    ctx: *const fulmen_step_context,
+    out: *mut i32,
+) -> *mut fulmen_error {
+    guard!(|| write_out(out, "out", ctx_ref(ctx)?.stage as i32))
+}
+
+/// Writes the current epoch (0-based).
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_step_context_epoch(
+    ctx: *const fulmen_step_context,
+    out: *mut i64,
+) -> *mut fulmen_error {
+    guard!(|| write_out(out, "out", ctx_ref(ctx)?.epoch))
+}
+
+/// Writes the number of optimizer steps taken so far.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_step_context_global_step(
+    ctx: *const fulmen_step_context,
+    out: *mut i64,
+) -> *mut fulmen_error {
+    guard!(|| write_out(out, "out", ctx_ref(ctx)?.global_step))
+}
+
+/// Writes the index of the batch within the epoch (0-based).
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_step_context_batch_idx(
+    ctx: *const fulmen_step_context,
+    out: *mut i64,
+) -> *mut fulmen_error {
+    guard!(|| write_out(out, "out", ctx_ref(ctx)?.batch_idx))
+}

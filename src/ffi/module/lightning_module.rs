@@ -1,0 +1,532 @@
+//! `fulmen_lightning_module`: the host's step functions as a vtable, and
+//! the optimizer configuration its `configure_optimizers` fills.
+use crate::error::{Error, ErrorCode, Result};
+use crate::ffi::base::callback::{host_result, read_vtable, HostCallTimer, Userdata};
+use crate::ffi::base::error::{fulmen_error, guard, str_arg};
+use crate::ffi::base::handle::{self, check_out, Handle};
+use crate::ffi::callbacks::hooks::{call_host_hook, fulmen_hook_context, fulmen_hook_fn};
+use crate::ffi::data::batch::{fulmen_batch, with_temp_handle};
+use crate::ffi::data::datasets::fulmen_loader;
+use crate::ffi::module::context::fulmen_step_context;
+use crate::ffi::module::module_data::{fulmen_train_dataloader_fn, fulmen_val_dataloader_fn};
+use crate::ffi::nn::model::{fulmen_model, model_arg};
+use crate::ffi::optim::optimizers::fulmen_optimizer;
+use crate::ffi::schedulers::scheduler::fulmen_scheduler;
+use crate::ffi::tensor::handle::{fulmen_tensor, tensor_arg};
+use crate::ffi::tensor::TensorScope;
+use crate::trainer::{
+    BatchSource, HookContext, Interval, LightningModule, OptimizerConfig, OptimizerSetup, SchedulerConfig, SharedModel,
+    StepContext,
+};
+use std::collections::BTreeMap;
+use std::ffi::{c_char, c_void};
+use tch::Tensor;
+
+/// A step that returns a tensor (training: the loss; predict: the output).
+pub type fulmen_step_fn = unsafe extern "C" fn(
+    userdata: *mut c_void,
+    ctx: *mut fulmen_step_context,
+    batch: *const fulmen_batch,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error;
+
+/// A step that only logs (validation, test).
+pub type fulmen_eval_step_fn = unsafe extern "C" fn(
+    userdata: *mut c_void,
+    ctx: *mut fulmen_step_context,
+    batch: *const fulmen_batch,
+) -> *mut fulmen_error;
+
+/// The host's LightningModule. Set `struct_size` to
+/// `sizeof(fulmen_module_vtable)`; NULL slots are "not implemented".
+/// Every callback runs on the thread that called fit / validate / test /
+/// predict. Tensors a callback creates are released when it returns,
+/// except those kept with `fulmen_tensor_keep`; the `ctx` and `batch`
+/// arguments are valid only during the call.
+#[repr(C)]
+pub struct fulmen_module_vtable {
+    /// `sizeof(fulmen_module_vtable)`.
+    pub struct_size: usize,
+    /// Passed to every callback.
+    pub userdata: *mut c_void,
+    /// Called once when the LightningModule is freed; may be NULL.
+    pub userdata_free: Option<unsafe extern "C" fn(*mut c_void)>,
+    /// Computes the loss of a training batch into `*out` (a one-element
+    /// floating tensor computed from the parameters). Required for fit.
+    /// fulmen reads `*out` and does not take it: a tensor made in the step
+    /// is released with the step's other tensors, a kept one stays the
+    /// host's to free. With automatic optimization off
+    /// (`fulmen_lightning_module_set_automatic_optimization`) the step runs
+    /// backward and the optimizer steps itself through `ctx` and may leave
+    /// `*out` NULL (a loss written there only shows in the progress).
+    pub training_step: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            ctx: *mut fulmen_step_context,
+            batch: *const fulmen_batch,
+            out: *mut *mut fulmen_tensor,
+        ) -> *mut fulmen_error,
+    >,
+    /// Evaluates a validation batch (log metrics through `ctx`).
+    pub validation_step: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            ctx: *mut fulmen_step_context,
+            batch: *const fulmen_batch,
+        ) -> *mut fulmen_error,
+    >,
+    /// Evaluates a test batch.
+    pub test_step: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            ctx: *mut fulmen_step_context,
+            batch: *const fulmen_batch,
+        ) -> *mut fulmen_error,
+    >,
+    /// Writes the prediction for a batch to `*out` (or leaves it NULL).
+    pub predict_step: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            ctx: *mut fulmen_step_context,
+            batch: *const fulmen_batch,
+            out: *mut *mut fulmen_tensor,
+        ) -> *mut fulmen_error,
+    >,
+    /// Creates the optimizers (and schedulers) with
+    /// `fulmen_optimizer_config_add`. Required for fit.
+    pub configure_optimizers:
+        Option<unsafe extern "C" fn(userdata: *mut c_void, config: *mut fulmen_optimizer_config) -> *mut fulmen_error>,
+    /// The module's own hooks (any `fulmen_hook`), called after every
+    /// callback's. May be NULL. Added in 0.1; older, smaller vtables
+    /// without this field are accepted.
+    pub on_hook: Option<
+        unsafe extern "C" fn(userdata: *mut c_void, hook: i32, ctx: *mut fulmen_hook_context) -> *mut fulmen_error,
+    >,
+    /// Lightning's `train_dataloader`: writes to `*out` a new loader of
+    /// the training data for `epoch`. Called by a fit given no train loader
+    /// (NULL), when it starts (for epoch 0; a resumed fit: for the
+    /// checkpoint's epoch, Lightning's `current_epoch` then), and again at
+    /// the start of every `reload_dataloaders_every_n_epochs`-th epoch
+    /// after the one it was called for. fulmen takes
+    /// the loader written, even when the call fails, and frees it when it
+    /// is replaced or the fit ends: the host must not free it. May be NULL.
+    /// Added in 0.2; older, smaller vtables without it are accepted.
+    pub train_dataloader: Option<
+        unsafe extern "C" fn(userdata: *mut c_void, epoch: i64, out: *mut *mut fulmen_loader) -> *mut fulmen_error,
+    >,
+    /// Lightning's `val_dataloader`: writes up to `capacity`
+    /// (FULMEN_LOADERS_MAX) new loaders of validation data for `epoch` to
+    /// `out[0..*n]` and their count to `*n` (0: no validation). Called by a
+    /// fit given no validation loader (NULL, or `n_val` 0), before the
+    /// sanity check (for the epoch `train_dataloader` was called for) or
+    /// the first epoch that validates, and again at the start of an epoch
+    /// that validates `reload_dataloaders_every_n_epochs` or more epochs
+    /// after the one it was called for (a sanity check's call in an epoch
+    /// that does not validate counts as long ago, as in Lightning). fulmen takes the loaders written as for `train_dataloader`.
+    /// May be NULL. Added in 0.2.
+    pub val_dataloader: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            epoch: i64,
+            out: *mut *mut fulmen_loader,
+            capacity: usize,
+            n: *mut usize,
+        ) -> *mut fulmen_error,
+    >,
+}
+
+/// The user's model logic: step functions, optimizer set-up, and the model
+/// they train. Free with `fulmen_lightning_module_free`.
+pub struct fulmen_lightning_module {
+    pub(crate) inner: HostModule,
+}
+
+impl Handle for fulmen_lightning_module {
+    const C_NAME: &'static str = "fulmen_lightning_module";
+}
+
+/// The list of optimizers `configure_optimizers` fills. Borrowed: valid
+/// only during that callback.
+pub struct fulmen_optimizer_config {
+    pub(crate) configs: Vec<OptimizerConfig>,
+    /// Each config's optimizer `id` (for the schedulers added later).
+    pub(crate) optimizer_ids: Vec<u64>,
+    /// What the trainer knows of the run.
+    pub(crate) setup: OptimizerSetup,
+}
+
+impl Handle for fulmen_optimizer_config {
+    const C_NAME: &'static str = "fulmen_optimizer_config";
+}
+
+/// The host module as a core LightningModule.
+pub struct HostModule {
+    pub(crate) userdata: Userdata,
+    training_step: Option<fulmen_step_fn>,
+    validation_step: Option<fulmen_eval_step_fn>,
+    test_step: Option<fulmen_eval_step_fn>,
+    predict_step: Option<fulmen_step_fn>,
+    configure_optimizers: Option<unsafe extern "C" fn(*mut c_void, *mut fulmen_optimizer_config) -> *mut fulmen_error>,
+    on_hook: Option<fulmen_hook_fn>,
+    pub(crate) train_dataloader: Option<fulmen_train_dataloader_fn>,
+    pub(crate) val_dataloader: Option<fulmen_val_dataloader_fn>,
+    model: Option<SharedModel>,
+    hparams: BTreeMap<String, String>,
+    automatic_optimization: bool,
+}
+
+fn host_error(name: &str, err: *mut fulmen_error) -> Result<()> {
+    host_result(err, || name.to_string())
+}
+
+impl HostModule {
+    /// Calls a step callback with temporary ctx and batch handles inside a
+    /// tensor scope; returns the tensor it wrote to `out`, if any.
+    fn call_step(
+        &self,
+        name: &str,
+        ctx: &mut StepContext,
+        batch: &[Tensor],
+        f: impl FnOnce(
+            *mut c_void,
+            *mut fulmen_step_context,
+            *const fulmen_batch,
+            *mut *mut fulmen_tensor,
+        ) -> *mut fulmen_error,
+    ) -> Result<Option<Tensor>> {
+        let _scope = TensorScope::enter();
+        let ctx_ptr = std::ptr::from_mut(ctx).cast::<StepContext<'static>>();
+        let batch_value = fulmen_batch { tensors: batch.iter().map(Tensor::shallow_clone).collect() };
+        let mut out: *mut fulmen_tensor = std::ptr::null_mut();
+        let timer = HostCallTimer::start();
+        let (_, (_, err)) = with_temp_handle(batch_value, |b| {
+            with_temp_handle(fulmen_step_context { ctx: ctx_ptr }, |c| f(self.userdata.ptr(), c, b, &mut out))
+        });
+        host_error(name, err)?;
+        timer.check(|| name.to_string())?;
+        if out.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: `out` is checked to be a live tensor handle before use.
+        let t = unsafe { tensor_arg(out, "out") }.map_err(|e| {
+            Error::new(ErrorCode::Callback, format!("{name} wrote an invalid tensor to *out: {}", e.message))
+        })?;
+        Ok(Some(t.shallow_clone()))
+    }
+}
+
+impl LightningModule for HostModule {
+    fn model(&self) -> Option<SharedModel> {
+        self.model.clone()
+    }
+
+    fn training_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
+        let f = self.training_step.ok_or_else(|| Error::state("the module has no training_step"))?;
+        self.call_step("training_step", ctx, batch, |u, c, b, o| unsafe { f(u, c, b, o) })
+    }
+
+    fn automatic_optimization(&self) -> bool {
+        self.automatic_optimization
+    }
+
+    fn has_validation_step(&self) -> bool {
+        self.validation_step.is_some()
+    }
+
+    fn validation_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<()> {
+        let f = self.validation_step.ok_or_else(|| Error::state("the module has no validation_step"))?;
+        self.call_step("validation_step", ctx, batch, |u, c, b, _| unsafe { f(u, c, b) }).map(|_| ())
+    }
+
+    fn has_test_step(&self) -> bool {
+        self.test_step.is_some()
+    }
+
+    fn test_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<()> {
+        let f = self.test_step.ok_or_else(|| Error::state("the module has no test_step"))?;
+        self.call_step("test_step", ctx, batch, |u, c, b, _| unsafe { f(u, c, b) }).map(|_| ())
+    }
+
+    fn predict_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
+        let f = self.predict_step.ok_or_else(|| Error::state("the module has no predict_step"))?;
+        self.call_step("predict_step", ctx, batch, |u, c, b, o| unsafe { f(u, c, b, o) })
+    }
+
+    fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()> {
+        match self.on_hook {
+            Some(f) => call_host_hook(f, self.userdata.ptr(), "LightningModule", ctx),
+            None => Ok(()),
+        }
+    }
+
+    fn hparams(&self) -> BTreeMap<String, String> {
+        self.hparams.clone()
+    }
+
+    fn has_train_dataloader(&self) -> bool {
+        self.train_dataloader.is_some()
+    }
+
+    fn train_dataloader(&mut self, epoch: i64) -> Result<Box<dyn BatchSource + Send>> {
+        crate::ffi::module::module_data::train_dataloader(self, epoch)
+    }
+
+    fn has_val_dataloader(&self) -> bool {
+        self.val_dataloader.is_some()
+    }
+
+    fn val_dataloader(&mut self, epoch: i64) -> Result<Vec<Box<dyn BatchSource + Send>>> {
+        crate::ffi::module::module_data::val_dataloader(self, epoch)
+    }
+
+    fn configure_optimizers(&mut self, setup: &OptimizerSetup) -> Result<Vec<OptimizerConfig>> {
+        let f = self.configure_optimizers.ok_or_else(|| Error::state("the module has no configure_optimizers"))?;
+        let _scope = TensorScope::enter();
+        let (cfg, err) = with_temp_handle(
+            fulmen_optimizer_config { configs: Vec::new(), optimizer_ids: Vec::new(), setup: *setup },
+            |c| unsafe { f(self.userdata.ptr(), c) },
+        );
+        host_error("configure_optimizers", err)?;
+        Ok(cfg.configs)
+    }
+}
+
+/// Creates a LightningModule from the host's `vtable` (copied) training
+/// `model` (may be NULL; the module shares it, so the host may free its own
+/// handle). On failure `userdata_free` is not called.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`struct_size` smaller than the
+/// 0.1.0 vtable).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_lightning_module_new(
+    vtable: *const fulmen_module_vtable,
+    model: *const fulmen_model,
+    out: *mut *mut fulmen_lightning_module,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        // Vtables are append-only: accept the 0.1.0 layout, which ends
+        // before `on_hook`, and read newer slots only when present.
+        let v1_size = std::mem::offset_of!(fulmen_module_vtable, on_hook);
+        let v = &read_vtable(vtable, v1_size, "fulmen_module_vtable")?;
+        // Slots past the host's `struct_size` were copied as NULL.
+        let (on_hook, train_dataloader, val_dataloader) = (v.on_hook, v.train_dataloader, v.val_dataloader);
+        let model = if model.is_null() { None } else { Some(model_arg(model, "model")?.clone()) };
+        let inner = HostModule {
+            userdata: Userdata::new(v.userdata, v.userdata_free),
+            training_step: v.training_step,
+            validation_step: v.validation_step,
+            test_step: v.test_step,
+            predict_step: v.predict_step,
+            configure_optimizers: v.configure_optimizers,
+            on_hook,
+            train_dataloader,
+            val_dataloader,
+            model,
+            hparams: BTreeMap::new(),
+            automatic_optimization: true,
+        };
+        out.write(handle::into_raw(fulmen_lightning_module { inner }));
+        Ok(())
+    })
+}
+
+/// Frees a LightningModule and calls its `userdata_free`. NULL or an
+/// already freed handle is a no-op. Freeing a module a fit is using
+/// returns at once; the module (and `userdata_free`) goes when that fit
+/// returns, on its thread.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_lightning_module_free(module: *mut fulmen_lightning_module) {
+    handle::free(module);
+}
+
+/// Records a hyperparameter (Lightning's `save_hyperparameters`): written
+/// to `hparams.yaml`, the TensorBoard hparams view and every checkpoint.
+/// Setting a key again replaces its value. Any UTF-8 key and value is
+/// kept exactly (hparams.yaml quotes and escapes what YAML would alter).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`key` or `value` not UTF-8).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_lightning_module_set_hparam(
+    module: *mut fulmen_lightning_module,
+    key: *const c_char,
+    value: *const c_char,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let mut m = handle::borrow_mut(module, "module")?;
+        let (k, v) = (str_arg(key, "key")?, str_arg(value, "value")?);
+        m.inner.hparams.insert(k.to_string(), v.to_string());
+        Ok(())
+    })
+}
+
+/// Sets Lightning's `automatic_optimization` (default true). Off, the
+/// trainer no longer zeroes gradients, runs backward, clips or steps:
+/// `training_step` does it with `fulmen_step_context_manual_backward`,
+/// `fulmen_step_context_optimizer_step` / `_zero_grad`, `_toggle_optimizer`
+/// and `_scheduler_step`, over the optimizers `configure_optimizers` added
+/// (by index, in order). Schedulers are not stepped by the trainer either,
+/// every optimizer step counts in `global_step`, and the loggers' step
+/// counts batches. The hooks that fire inside the step
+/// (`on_before_backward`, `on_after_backward`, `on_before_optimizer_step`)
+/// reach the callbacks, not the module's own `on_hook` (the module is
+/// the code running). As in Lightning, fit then refuses
+/// `accumulate_grad_batches` > 1 and `gradient_clip_val`; strategy "dp" is
+/// refused too. Not while a fit uses the module.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_lightning_module_set_automatic_optimization(
+    module: *mut fulmen_lightning_module,
+    enabled: bool,
+) -> *mut fulmen_error {
+    guard!(|| {
+        handle::borrow_mut(module, "module")?.inner.automatic_optimization = enabled;
+        Ok(())
+    })
+}
+
+/// When a scheduler steps (`fulmen_interval`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchedulerInterval {
+    /// After every optimizer step.
+    Step = 0,
+    /// After every training epoch (Lightning's default).
+    Epoch = 1,
+}
+
+/// Writes Lightning's `trainer.estimated_stepping_batches`: the optimizer
+/// steps this fit will take, `ceil(batches per epoch /
+/// accumulate_grad_batches) * max_epochs` at most max_steps (this rank's
+/// shard under DDP), e.g. for OneCycleLR's `total_steps`. Runs on the
+/// thread of configure_optimizers.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (the run is unbounded: no max_steps,
+/// and max_epochs -1 or a data source of unknown length).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_optimizer_config_estimated_stepping_batches(
+    config: *const fulmen_optimizer_config,
+    out: *mut i64,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let c = handle::borrow(config, "config")?;
+        let steps = c.setup.estimated_stepping_batches.ok_or_else(|| {
+            Error::state("the number of steps is unbounded: set max_steps, or max_epochs with a sized data source")
+        })?;
+        out.write(steps);
+        Ok(())
+    })
+}
+
+/// A scheduler's stepping rule from C arguments (`scheduler` checked
+/// against the optimizer whose `id` is `optimizer`).
+unsafe fn scheduler_rule(
+    scheduler: *mut fulmen_scheduler,
+    optimizer: u64,
+    interval: i32,
+    frequency: i64,
+    monitor: *const c_char,
+) -> Result<(Interval, i64, Option<String>)> {
+    let interval = match interval {
+        0 => Interval::Step,
+        1 => Interval::Epoch,
+        i => return Err(Error::invalid(format!("{i} is not a fulmen_interval (0 step, 1 epoch)"))),
+    };
+    if frequency < 1 {
+        return Err(Error::invalid(format!("frequency must be >= 1, got {frequency}")));
+    }
+    let monitor = if monitor.is_null() { None } else { Some(str_arg(monitor, "monitor")?.to_string()) };
+    if !scheduler.is_null() {
+        let s = handle::borrow(scheduler, "scheduler")?;
+        if s.optimizer != optimizer {
+            return Err(Error::invalid("`scheduler` was created for another optimizer"));
+        }
+        if s.inner.reduce_on_plateau() && monitor.is_none() {
+            return Err(Error::invalid("ReduceLROnPlateau needs `monitor`: the name of a logged metric"));
+        }
+    }
+    Ok((interval, frequency, monitor))
+}
+
+/// Hands `optimizer` (and optionally `scheduler`, created for it) to the
+/// trainer. `interval` is a `fulmen_interval`; the scheduler steps every
+/// `frequency` intervals; `monitor` names the logged metric fed to
+/// ReduceLROnPlateau (NULL otherwise). On success both handles are
+/// consumed: do not use or free them. On failure nothing is consumed.
+/// More schedulers of the same optimizer: `fulmen_optimizer_config_add_scheduler`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`interval` not a fulmen_interval,
+/// `frequency` < 1, `monitor` not UTF-8, `scheduler` made for another
+/// optimizer, ReduceLROnPlateau without `monitor`).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_optimizer_config_add(
+    config: *mut fulmen_optimizer_config,
+    optimizer: *mut fulmen_optimizer,
+    scheduler: *mut fulmen_scheduler,
+    interval: i32,
+    frequency: i64,
+    monitor: *const c_char,
+) -> *mut fulmen_error {
+    guard!(|| {
+        handle::check(config, "config")?;
+        let id = handle::borrow(optimizer, "optimizer")?.id;
+        let (interval, frequency, monitor) = scheduler_rule(scheduler, id, interval, frequency, monitor)?;
+        let mut cfg = handle::borrow_mut(config, "config")?;
+        // Both handles are moved, or neither (a handle in use is refused).
+        let sched_arg = (!scheduler.is_null()).then_some((scheduler, "scheduler"));
+        let (opt, sched) = handle::take_owned_pair(optimizer, "optimizer", sched_arg)?;
+        let scheduler = sched.map(|s| SchedulerConfig { scheduler: s.inner, interval, frequency, monitor });
+        cfg.configs.push(OptimizerConfig::new(opt.inner, scheduler));
+        cfg.optimizer_ids.push(id);
+        Ok(())
+    })
+}
+
+/// Adds another `scheduler` to the optimizer added `optimizer_index`-th
+/// (from 0) by `fulmen_optimizer_config_add`, as Lightning's
+/// configure_optimizers may return several `lr_scheduler` configs for one
+/// optimizer (a warm-up per step and ReduceLROnPlateau per epoch). The
+/// scheduler must have been made for that optimizer before it was added,
+/// and none of its schedulers may have stepped. As in torch, the
+/// schedulers of one optimizer then step in their chainable forms, so
+/// their factors compose: the lr goes back to the initial lr and each
+/// scheduler's first step is replayed in the order they were added. A
+/// SequentialLR cannot share an optimizer. The arguments are as for
+/// `fulmen_optimizer_config_add`; `scheduler` is consumed on success only.
+///
+/// Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_ARGUMENT
+/// (`optimizer_index` out of range, `interval`, `frequency`, `monitor` as
+/// for fulmen_optimizer_config_add, `scheduler` made for another
+/// optimizer, a SequentialLR among them), FULMEN_CODE_INVALID_STATE (a
+/// scheduler in use or already stepped, or made before the optimizer's
+/// param groups changed).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_optimizer_config_add_scheduler(
+    config: *mut fulmen_optimizer_config,
+    optimizer_index: usize,
+    scheduler: *mut fulmen_scheduler,
+    interval: i32,
+    frequency: i64,
+    monitor: *const c_char,
+) -> *mut fulmen_error {
+    guard!(|| {
+        handle::check(scheduler, "scheduler")?;
+        let id = {
+            let cfg = handle::borrow(config, "config")?;
+            let n = cfg.configs.len();
+            *cfg.optimizer_ids.get(optimizer_index).ok_or_else(|| {
+                Error::invalid(format!("optimizer_index {optimizer_index} is out of range: {n} optimizers added"))
+            })?
+        };
+        let (interval, frequency, monitor) = scheduler_rule(scheduler, id, interval, frequency, monitor)?;
+        let mut cfg = handle::borrow_mut(config, "config")?;
+        // Checked before the scheduler is taken: a failure consumes nothing.
+        let entry = &cfg.configs[optimizer_index];
+        let s = handle::take_owned(scheduler, "scheduler", |s| {
+            entry.check_added(s.inner.as_ref()).map_err(|e| e.context(format!("optimizer {optimizer_index}")))
+        })?;
+        cfg.configs[optimizer_index].add_scheduler(SchedulerConfig { scheduler: s.inner, interval, frequency, monitor })
+    })
+}

@@ -1,0 +1,8 @@
+//! Models: layers, containers, host modules, initialisation, state
+//! (`fulmen/nn.h`).
+pub mod host_module;
+pub mod init;
+pub mod model;
+pub mod model_params;
+pub mod sequence_layers;
+pub mod spatial_layers;

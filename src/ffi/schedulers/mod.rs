@@ -1,0 +1,3 @@
+//! Learning-rate schedulers (`fulmen/schedulers.h`).
+pub mod host;
+pub mod scheduler;

@@ -1,0 +1,18 @@
+//! Tensor operations: arithmetic, reductions, shapes, selection, activations
+//! (`fulmen/tensor_ops.h`). The `gen_*` files are generated from
+//! `src/tensor/ops/table.rs`.
+#[rustfmt::skip]
+pub mod gen_activation;
+#[rustfmt::skip]
+pub mod gen_attention;
+#[rustfmt::skip]
+pub mod gen_math;
+#[rustfmt::skip]
+pub mod gen_reduce;
+#[rustfmt::skip]
+pub mod gen_select;
+#[rustfmt::skip]
+pub mod gen_shape;
+pub mod math;
+pub mod reduce;
+pub mod shape;

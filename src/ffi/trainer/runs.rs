@@ -1,0 +1,610 @@
+//! `fulmen_trainer_options` and `fulmen_trainer`: Lightning's Trainer.
+use crate::error::{Error, ErrorCode, Result};
+use crate::ffi::base::error::{fulmen_error, guard, str_arg};
+use crate::ffi::base::handle::{self, check_out, write_out, Handle, Shared};
+use crate::ffi::data::datasets::fulmen_loader;
+use crate::ffi::module::lightning_module::fulmen_lightning_module;
+use crate::ffi::nn::model::copy_str;
+use crate::ffi::tensor::handle::{emit, fulmen_tensor};
+use crate::trainer::{BatchSource, Trainer, TrainerOptions};
+use std::ffi::c_char;
+
+/// Trainer options set by name, as Lightning's `Trainer(...)` keyword
+/// arguments. Free with `fulmen_trainer_options_free`.
+pub struct fulmen_trainer_options {
+    pub(crate) opts: TrainerOptions,
+}
+
+impl Handle for fulmen_trainer_options {
+    const C_NAME: &'static str = "fulmen_trainer_options";
+}
+
+/// A trainer. Free with `fulmen_trainer_free`.
+pub struct fulmen_trainer {
+    pub(crate) inner: Trainer,
+}
+
+impl Handle for fulmen_trainer {
+    const C_NAME: &'static str = "fulmen_trainer";
+}
+
+/// Creates trainer options with Lightning's defaults: max_epochs 1000 when
+/// neither max_epochs nor max_steps is set, 2 sanity-check validation
+/// batches, log_every_n_steps 50, progress bar, model summary, CSV and
+/// TensorBoard loggers and a checkpoint of the latest epoch, all under
+/// default_root_dir "."; accelerator and devices "auto", precision
+/// "32-true".
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_trainer_options) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        out.write(handle::into_raw(fulmen_trainer_options { opts: TrainerOptions::default() }));
+        Ok(())
+    })
+}
+
+/// Sets option `key` from its text form, as Lightning's `Trainer(...)`
+/// keyword arguments. Numbers written with '.' or an exponent are floats
+/// (fractions), without them integers (counts): `limit_train_batches` "1.0"
+/// is every batch, "1" is one batch. Booleans are true/false, 1/0, yes/no
+/// or on/off, in any case. The keys (kind of value; default):
+// Generated from src/trainer/option_table.rs by tests/options_drift.rs: begin
+/// - `accelerator` (text; default auto): "auto", "cpu", "cuda", "gpu",
+///   "mps", "xla", "tpu" or a registered accelerator's name.
+/// - `strategy` (text; default auto): a registered strategy with default
+///   settings: "auto", "single_device", "ddp", "ddp_spawn",
+///   "ddp_find_unused_parameters_true", "dp", "xla", ...; the node count,
+///   timeout and backend set so far are kept.
+/// - `devices` (text; default auto): "auto", a count ("1", "-1" = all) or a
+///   list of indices ("0,2", "[1]").
+/// - `num_nodes` (integer; default 1): machines in a distributed job.
+/// - `precision` (text; default 32-true): "32-true", "16-mixed",
+///   "bf16-mixed", "64-true", "16-true", "bf16-true", or legacy "32", "16",
+///   "bf16", "64".
+/// - `logger` (bool or text; default true): true (CSV and TensorBoard),
+///   false, "csv", "tensorboard" or "csv,tensorboard".
+/// - `fast_dev_run` (bool or batch count; default false): run only this
+///   many batches of each loop (true = 1), without loggers or checkpoints.
+/// - `max_epochs` (integer or "none"; default none): stop after this many
+///   epochs; -1 = no limit; none with max_steps -1 means 1000.
+/// - `min_epochs` (integer or "none"; default none): train at least this
+///   many epochs before an early stop takes effect.
+/// - `max_steps` (integer; default -1): stop after this many optimizer
+///   steps; -1 = no limit.
+/// - `min_steps` (integer or "none"; default none): take at least this many
+///   optimizer steps before an early stop takes effect.
+/// - `max_time` (seconds, "DD:HH:MM:SS" or "none"; default none): stop
+///   training after this long ("none" = no limit).
+/// - `limit_train_batches` (batch count, or fraction written with '.';
+///   default 1.0): batches per training epoch: 1.0 = all, 0.25 = a quarter,
+///   10 = ten.
+/// - `limit_val_batches` (batch count, or fraction written with '.';
+///   default 1.0): batches per validation run (0 turns validation off).
+/// - `limit_test_batches` (batch count, or fraction written with '.';
+///   default 1.0): batches per test run.
+/// - `limit_predict_batches` (batch count, or fraction written with '.';
+///   default 1.0): batches per predict run.
+/// - `overfit_batches` (batch count, or fraction written with '.'; default
+///   0): train and validate on this many (or this fraction of the) training
+///   batches; 0 = off.
+/// - `val_check_interval` (batch count, or fraction written with '.';
+///   default 1.0): validate after this fraction of an epoch, or after every
+///   this many training batches.
+/// - `check_val_every_n_epoch` (integer or "none"; default 1): validate
+///   every n epochs; none counts val_check_interval batches across epochs.
+/// - `num_sanity_val_steps` (integer; default 2): validation batches run
+///   before training as a sanity check; -1 = all.
+/// - `log_every_n_steps` (integer; default 50): optimizer steps between
+///   writes of step metrics to the loggers.
+/// - `enable_checkpointing` (bool; default true): add a ModelCheckpoint
+///   saving the latest epoch when none is given.
+/// - `checkpoint_format` (text; default lightning): file format of the
+///   checkpoints the trainer writes: "lightning" (Lightning's torch.save
+///   dict, which torch.load and Lightning's Trainer read) or "safetensors"
+///   (fulmen's own, which any safetensors reader opens); either is read
+///   back, whatever is written.
+/// - `checkpoint_prefix` (text; default ): LightningModule attribute
+///   holding the network in Lightning checkpoints, with its dot ("model."):
+///   written before each state_dict name and removed when reading; empty
+///   writes the names as they are and, when reading, removes the attribute
+///   prefix that makes the names fit the model.
+/// - `enable_progress_bar` (bool; default true): show progress on stderr.
+/// - `enable_model_summary` (bool; default true): print the layer table
+///   when fit starts.
+/// - `use_distributed_sampler` (bool; default true): under DDP, give each
+///   rank its shard of every DataLoader (torch's DistributedSampler,
+///   padded, reshuffled per epoch); false: every rank reads the loaders as
+///   they are, as Lightning's use_distributed_sampler.
+/// - `reload_dataloaders_every_n_epochs` (integer; default 0): call the
+///   module's train_dataloader / val_dataloader again every n epochs; 0:
+///   once (loaders passed to fit are never reloaded).
+/// - `accumulate_grad_batches` (integer; default 1): accumulate gradients
+///   over this many batches per optimizer step.
+/// - `gradient_clip_val` (number or "none"; default none): clip gradients
+///   at this value; none = no clipping.
+/// - `gradient_clip_algorithm` (text; default norm): "norm" (scale so the
+///   joint 2-norm is at most the value) or "value" (clamp each element).
+/// - `profiler` (text; default none): "simple": the wall time of every
+///   hook, step, backward, optimizer step and batch fetch, reported at the
+///   end of each run on stderr and by fulmen_trainer_profiler_report
+///   (Lightning's SimpleProfiler); "pytorch": that, and libtorch's own
+///   profiler over the run, whose Chrome trace goes to <log
+///   dir>/<stage>.pt.trace.json (<stage>-rank<N> under DDP) with the hooks
+///   as named scopes, and whose longest operators the report lists
+///   (Lightning's PyTorchProfiler).
+/// - `deterministic` (bool; default false): ask libtorch for deterministic
+///   algorithms during the run (process-wide, restored after).
+/// - `inference_mode` (bool; default true): evaluate without autograd.
+/// - `detect_anomaly` (bool; default false): autograd's anomaly mode during
+///   the run: a NaN gradient fails backward, naming the operation.
+/// - `default_root_dir` (text; default .): folder for logs and checkpoints.
+/// - `seed` (integer or "none"; default none): seed everything at the start
+///   of each fit / validate / test / predict (a non-negative integer).
+/// - `detect_nonfinite_loss` (bool; default true): end the run with an
+///   error when a training loss is NaN or infinite.
+/// - `callback_timeout` (seconds, "DD:HH:MM:SS" or "none"; default none): a
+///   host callback that runs longer fails the run with FULMEN_CODE_CALLBACK
+///   when it returns, since fulmen cannot interrupt host code; "none" or 0
+///   = no limit.
+/// - `handle_signals` (bool; default true): SIGINT / SIGTERM stop a run as
+///   described at the top of this header; false leaves the process's signal
+///   handlers alone.
+/// - `process_group_backend` (text; default none): "gloo", "nccl", a custom
+///   accelerator's collectives hook, or "none" = by device (gloo on CPU,
+///   nccl on CUDA, the accelerator's hook when it has one).
+/// - `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800): limit on the
+///   rendezvous and on every collective of a distributed job.
+// Generated: end
+///
+/// An unknown key or a bad value is FULMEN_CODE_INVALID_ARGUMENT naming
+/// it; the options are then unchanged.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown key, bad value, or key or
+/// value not UTF-8), FULMEN_CODE_UNAVAILABLE (accelerator "gpu" when neither
+/// CUDA nor MPS is available).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_options_set(
+    options: *mut fulmen_trainer_options,
+    key: *const c_char,
+    value: *const c_char,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let mut o = handle::borrow_mut(options, "options")?;
+        let (k, v) = (str_arg(key, "key")?, str_arg(value, "value")?);
+        o.opts.set(k, v)
+    })
+}
+
+/// Sets an integer option (see `fulmen_trainer_options_set`).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown key, key not UTF-8, or a value
+/// the key does not take).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_options_set_int(
+    options: *mut fulmen_trainer_options,
+    key: *const c_char,
+    value: i64,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let mut o = handle::borrow_mut(options, "options")?;
+        o.opts.set(str_arg(key, "key")?, &value.to_string())
+    })
+}
+
+/// Sets a numeric option such as a batch-limit fraction.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown key, key not UTF-8, or a value
+/// the key does not take).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_options_set_float(
+    options: *mut fulmen_trainer_options,
+    key: *const c_char,
+    value: f64,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let mut o = handle::borrow_mut(options, "options")?;
+        o.opts.set(str_arg(key, "key")?, &format!("{value:?}"))
+    })
+}
+
+/// Sets a boolean option.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown key, key not UTF-8, or a value
+/// the key does not take).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_options_set_bool(
+    options: *mut fulmen_trainer_options,
+    key: *const c_char,
+    value: bool,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let mut o = handle::borrow_mut(options, "options")?;
+        o.opts.set(str_arg(key, "key")?, if value { "true" } else { "false" })
+    })
+}
+
+/// Frees trainer options. NULL or an already freed handle is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_options_free(options: *mut fulmen_trainer_options) {
+    handle::free(options);
+}
+
+/// Creates a trainer from `options` (copied; NULL for the defaults).
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_new(
+    options: *const fulmen_trainer_options,
+    out: *mut *mut fulmen_trainer,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let opts = if options.is_null() {
+            TrainerOptions::default()
+        } else {
+            handle::borrow(options, "options")?.opts.clone()
+        };
+        let inner = Trainer::new(opts)?;
+        out.write(handle::into_raw(fulmen_trainer { inner }));
+        Ok(())
+    })
+}
+
+pub(crate) unsafe fn loader<'a>(p: *const fulmen_loader, arg: &str) -> Result<Shared<'a, dyn BatchSource + Send>> {
+    Ok(handle::borrow(p, arg)?.map(|h| h.inner.as_ref()))
+}
+
+/// Borrows fit's `train` loader; NULL takes the module's
+/// `train_dataloader` (`None`), and is refused when it has none.
+pub(crate) unsafe fn train_arg<'a>(
+    train: *const fulmen_loader,
+    module: &dyn crate::trainer::LightningModule,
+) -> Result<Option<Shared<'a, dyn BatchSource + Send>>> {
+    if !train.is_null() {
+        return loader(train, "train").map(Some);
+    }
+    if !module.has_train_dataloader() {
+        return Err(Error::new(
+            ErrorCode::NullArgument,
+            "argument `train` is NULL and the module has no train_dataloader",
+        ));
+    }
+    Ok(None)
+}
+
+pub(crate) unsafe fn ckpt<'a>(p: *const c_char) -> Result<Option<&'a str>> {
+    if p.is_null() {
+        Ok(None)
+    } else {
+        str_arg(p, "ckpt_path").map(Some)
+    }
+}
+
+/// Trains `module` on `train`, validating on `val` (may be NULL) as
+/// `val_check_interval` says when the module has a validation_step.
+/// `train` NULL takes the module's `train_dataloader` and `val` NULL its
+/// `val_dataloader` when it has them (Lightning's `trainer.fit(model)`),
+/// called again every `reload_dataloaders_every_n_epochs` epochs; loaders
+/// passed here are never reloaded.
+/// `ckpt_path` (may be NULL) resumes from a checkpoint: a file path (a
+/// fulmen checkpoint or a Lightning `.ckpt`, told apart by content; see the
+/// `checkpoint_format` and `checkpoint_prefix` options), "last" (the newest
+/// last/any checkpoint of this root dir) or "best" (the best checkpoint of
+/// this trainer's previous fit). Callbacks run on the
+/// calling thread. A failing callback stops training with an error naming
+/// the callback, epoch and step; the parameters keep the last completed
+/// update.
+///
+/// Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
+/// hook, callback, logger or data source failed, or ran past callback_timeout);
+/// FULMEN_CODE_INVALID_ARGUMENT (ckpt_path not UTF-8, devices or strategy that
+/// do not fit the machine, val_check_interval above the training batches);
+/// FULMEN_CODE_UNAVAILABLE (accelerator or devices not available here);
+/// FULMEN_CODE_UNSUPPORTED (a precision or backend the device lacks, a
+/// scheduler whose state Lightning's format cannot carry yet);
+/// FULMEN_CODE_IO (ckpt_path names no file or not a regular file, a log or
+/// checkpoint cannot be written); FULMEN_CODE_FORMAT (a corrupt checkpoint, or one that does not
+/// match the run); FULMEN_CODE_SHAPE_MISMATCH, FULMEN_CODE_DTYPE_MISMATCH (a
+/// loss that is not a floating scalar, checkpoint weights that do not fit);
+/// FULMEN_CODE_NON_FINITE (a NaN or infinite loss); FULMEN_CODE_DISTRIBUTED
+/// (the rendezvous, a collective or another rank failed);
+/// FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM); FULMEN_CODE_TORCH (libtorch
+/// failed); FULMEN_CODE_INVALID_STATE also when configure_optimizers gave no
+/// optimizer, the loss does not require grad, or ckpt_path "best" /
+/// "last" finds no checkpoint; FULMEN_CODE_NULL_ARGUMENT also when `train`
+/// is NULL and the module has no `train_dataloader`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_fit(
+    trainer: *mut fulmen_trainer,
+    module: *mut fulmen_lightning_module,
+    train: *const fulmen_loader,
+    val: *const fulmen_loader,
+    ckpt_path: *const c_char,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
+        let mut m = handle::borrow_mut(module, "module")?;
+        let tr = train_arg(train, &m.inner)?;
+        let v = if val.is_null() { None } else { Some(loader(val, "val")?) };
+        let vals: Option<Vec<&dyn BatchSource>> = v.as_deref().map(|v| vec![v as &dyn BatchSource]);
+        t.inner.fit_data(&mut m.inner, tr.as_deref().map(|t| t as &dyn BatchSource), vals.as_deref(), ckpt(ckpt_path)?)
+    })
+}
+
+/// Runs the validation loop over `loader` once; `ckpt_path` (may be NULL)
+/// first loads the weights of a checkpoint ("best", "last" or a path).
+///
+/// Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
+/// hook, callback, logger or data source failed, or ran past callback_timeout);
+/// FULMEN_CODE_INVALID_ARGUMENT (ckpt_path not UTF-8, devices or strategy that
+/// do not fit the machine); FULMEN_CODE_UNAVAILABLE (accelerator or devices not
+/// available here); FULMEN_CODE_UNSUPPORTED (a precision or backend the device
+/// lacks); FULMEN_CODE_IO (ckpt_path names no file, or it cannot be read);
+/// FULMEN_CODE_FORMAT (a corrupt checkpoint, or one whose names do not match
+/// the model); FULMEN_CODE_SHAPE_MISMATCH, FULMEN_CODE_DTYPE_MISMATCH
+/// (checkpoint weights that do not fit); FULMEN_CODE_DISTRIBUTED (a collective
+/// or another rank failed); FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM);
+/// FULMEN_CODE_TORCH (libtorch failed); FULMEN_CODE_INVALID_STATE also when the
+/// module has no validation_step, or ckpt_path "best" / "last" finds no
+/// checkpoint.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_validate(
+    trainer: *mut fulmen_trainer,
+    module: *mut fulmen_lightning_module,
+    loader: *const fulmen_loader,
+    ckpt_path: *const c_char,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
+        let mut m = handle::borrow_mut(module, "module")?;
+        t.inner.validate(&mut m.inner, &*self::loader(loader, "loader")?, ckpt(ckpt_path)?).map(|_| ())
+    })
+}
+
+/// Runs the test loop over `loader` once; `ckpt_path` as for validate.
+///
+/// Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
+/// hook, callback, logger or data source failed, or ran past callback_timeout);
+/// FULMEN_CODE_INVALID_ARGUMENT (ckpt_path not UTF-8, devices or strategy that
+/// do not fit the machine); FULMEN_CODE_UNAVAILABLE (accelerator or devices not
+/// available here); FULMEN_CODE_UNSUPPORTED (a precision or backend the device
+/// lacks); FULMEN_CODE_IO (ckpt_path names no file, or it cannot be read);
+/// FULMEN_CODE_FORMAT (a corrupt checkpoint, or one whose names do not match
+/// the model); FULMEN_CODE_SHAPE_MISMATCH, FULMEN_CODE_DTYPE_MISMATCH
+/// (checkpoint weights that do not fit); FULMEN_CODE_DISTRIBUTED (a collective
+/// or another rank failed); FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM);
+/// FULMEN_CODE_TORCH (libtorch failed); FULMEN_CODE_INVALID_STATE also when the
+/// module has no test_step, or ckpt_path "best" / "last" finds no checkpoint.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_test(
+    trainer: *mut fulmen_trainer,
+    module: *mut fulmen_lightning_module,
+    loader: *const fulmen_loader,
+    ckpt_path: *const c_char,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
+        let mut m = handle::borrow_mut(module, "module")?;
+        t.inner.test(&mut m.inner, &*self::loader(loader, "loader")?, ckpt(ckpt_path)?).map(|_| ())
+    })
+}
+
+/// Runs predict_step over `loader` and writes the outputs concatenated
+/// along dimension 0 to `*out` (NULL when no step produced an output);
+/// `ckpt_path` as for validate.
+///
+/// Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
+/// hook, callback, logger or data source failed, or ran past callback_timeout);
+/// FULMEN_CODE_INVALID_ARGUMENT (ckpt_path not UTF-8, devices or strategy that
+/// do not fit the machine); FULMEN_CODE_UNAVAILABLE (accelerator or devices not
+/// available here); FULMEN_CODE_UNSUPPORTED (a precision or backend the device
+/// lacks); FULMEN_CODE_IO (ckpt_path names no file, or it cannot be read);
+/// FULMEN_CODE_FORMAT (a corrupt checkpoint, or one whose names do not match
+/// the model); FULMEN_CODE_SHAPE_MISMATCH (checkpoint weights that do not fit,
+/// outputs that cannot be concatenated), FULMEN_CODE_DTYPE_MISMATCH (checkpoint
+/// weights of another dtype); FULMEN_CODE_DISTRIBUTED (a collective or another
+/// rank failed); FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM); FULMEN_CODE_TORCH
+/// (libtorch failed); FULMEN_CODE_INVALID_STATE also when the module has no
+/// predict_step, or ckpt_path "best" / "last" finds no checkpoint.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_predict(
+    trainer: *mut fulmen_trainer,
+    module: *mut fulmen_lightning_module,
+    loader: *const fulmen_loader,
+    ckpt_path: *const c_char,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
+        let mut m = handle::borrow_mut(module, "module")?;
+        match t.inner.predict(&mut m.inner, &*self::loader(loader, "loader")?, ckpt(ckpt_path)?)? {
+            Some(p) => emit(out, p),
+            None => {
+                out.write(std::ptr::null_mut());
+                Ok(())
+            }
+        }
+    })
+}
+
+/// Writes the latest value of a logged metric (Lightning's
+/// `trainer.callback_metrics[name]`); FULMEN_CODE_INVALID_ARGUMENT names
+/// the metrics that exist when `name` is not one of them.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (name is not UTF-8 or not a logged
+/// metric).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_callback_metric(
+    trainer: *const fulmen_trainer,
+    name: *const c_char,
+    out: *mut f64,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let t = handle::borrow(trainer, "trainer")?;
+        let n = str_arg(name, "name")?;
+        let m = t.inner.callback_metrics();
+        let v = m
+            .get(n)
+            .copied()
+            .ok_or_else(|| Error::invalid(format!("no metric {n:?}; logged: {:?}", m.keys().collect::<Vec<_>>())))?;
+        write_out(out, "out", v)
+    })
+}
+
+/// Writes the number of optimizer steps of the last fit.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_global_step(
+    trainer: *const fulmen_trainer,
+    out: *mut i64,
+) -> *mut fulmen_error {
+    guard!(|| { write_out(out, "out", handle::borrow(trainer, "trainer")?.inner.global_step()) })
+}
+
+/// Writes the number of epochs the last fit completed.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_current_epoch(
+    trainer: *const fulmen_trainer,
+    out: *mut i64,
+) -> *mut fulmen_error {
+    guard!(|| { write_out(out, "out", handle::borrow(trainer, "trainer")?.inner.current_epoch()) })
+}
+
+/// Copies the log folder of the last fit (`.../lightning_logs/version_N`)
+/// into `buf` as for `fulmen_model_state_dict_name`;
+/// FULMEN_CODE_INVALID_STATE when no logger ran.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (no logger ran, see above),
+/// FULMEN_CODE_OUT_OF_RANGE (buf too small).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_log_dir(
+    trainer: *const fulmen_trainer,
+    buf: *mut c_char,
+    capacity: usize,
+    len_out: *mut usize,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let t = handle::borrow(trainer, "trainer")?;
+        let d = t.inner.log_dir().ok_or_else(|| Error::new(ErrorCode::InvalidState, "no logger has run"))?;
+        copy_str(&d.to_string_lossy(), buf, capacity, len_out)
+    })
+}
+
+/// Copies the simple profiler's report of the last run (trainer option
+/// `profiler` "simple": a table of the wall time of each hook and action)
+/// into `buf` as for `fulmen_model_state_dict_name`.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (no profiled run yet),
+/// FULMEN_CODE_OUT_OF_RANGE (buf too small).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_profiler_report(
+    trainer: *const fulmen_trainer,
+    buf: *mut c_char,
+    capacity: usize,
+    len_out: *mut usize,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let t = handle::borrow(trainer, "trainer")?;
+        let r = t.inner.profiler_report().ok_or_else(|| {
+            Error::new(ErrorCode::InvalidState, "no profiled run: set the trainer option profiler to \"simple\"")
+        })?;
+        copy_str(r, buf, capacity, len_out)
+    })
+}
+
+/// Which path of the trainer's ModelCheckpoint to read (`fulmen_checkpoint_path`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointPath {
+    /// The best checkpoint (by the monitored metric; the latest without one).
+    Best = 0,
+    /// The `last.ckpt` copy (with save_last).
+    Last = 1,
+}
+
+/// Copies the best or last checkpoint path of the trainer's first
+/// ModelCheckpoint (the user's, else the default one) into `buf` as for
+/// `fulmen_model_state_dict_name`; FULMEN_CODE_INVALID_STATE when there is
+/// none yet. `which` is a `fulmen_checkpoint_path`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (which is not 0 or 1),
+/// FULMEN_CODE_INVALID_STATE (no ModelCheckpoint, or nothing saved yet),
+/// FULMEN_CODE_OUT_OF_RANGE (buf too small).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_checkpoint_path(
+    trainer: *const fulmen_trainer,
+    which: i32,
+    buf: *mut c_char,
+    capacity: usize,
+    len_out: *mut usize,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let t = handle::borrow(trainer, "trainer")?;
+        let cb = t
+            .inner
+            .checkpoint_callback()
+            .ok_or_else(|| Error::new(ErrorCode::InvalidState, "the trainer has no ModelCheckpoint"))?;
+        let path = match which {
+            0 => &cb.best_model_path,
+            1 => &cb.last_model_path,
+            w => return Err(Error::invalid(format!("{w} is not a fulmen_checkpoint_path (0 best, 1 last)"))),
+        };
+        if path.is_empty() {
+            return Err(Error::new(ErrorCode::InvalidState, "no checkpoint has been saved yet"));
+        }
+        copy_str(path, buf, capacity, len_out)
+    })
+}
+
+/// Writes the best monitored score of the trainer's ModelCheckpoint;
+/// FULMEN_CODE_INVALID_STATE when it monitors nothing or saved nothing.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (no monitored checkpoint saved, see
+/// above).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_best_model_score(
+    trainer: *const fulmen_trainer,
+    out: *mut f64,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let t = handle::borrow(trainer, "trainer")?;
+        let score = t.inner.checkpoint_callback().and_then(|c| c.best_model_score);
+        write_out(
+            out,
+            "out",
+            score.ok_or_else(|| Error::new(ErrorCode::InvalidState, "no monitored checkpoint has been saved"))?,
+        )
+    })
+}
+
+/// Frees a trainer (and the callbacks and loggers added to it). NULL or an
+/// already freed handle is a no-op. Freeing a trainer whose fit (or any
+/// other call) is running, from one of its callbacks or another thread,
+/// is deferred until that call returns.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_free(trainer: *mut fulmen_trainer) {
+    handle::free(trainer);
+}
+
+/// Sets the `accelerator` option from a handle (as Lightning accepts an
+/// Accelerator object); same as setting its registry name.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_options_set_accelerator(
+    options: *mut fulmen_trainer_options,
+    accelerator: *const crate::ffi::devices::accelerator::fulmen_accelerator,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let mut o = handle::borrow_mut(options, "options")?;
+        let a = handle::borrow(accelerator, "accelerator")?;
+        o.opts.accelerator = a.inner.name().to_string();
+        Ok(())
+    })
+}
