@@ -3,7 +3,6 @@
 use super::context::Stage;
 use super::eval_loop::Evaluated;
 use super::hooks::{Callback, Hook};
-use super::profiler::SimpleProfiler;
 use super::run::Run;
 use super::source::BatchSource;
 use super::{progress, LightningModule, Trainer};
@@ -118,8 +117,10 @@ impl Trainer {
         self.state.global_rank = strategy.global_rank();
         self.state.world_size = strategy.world_size();
         self.state.device_sync = strategy.device_sync();
-        let kept: Vec<Box<dyn Callback>> =
-            std::mem::take(&mut self.defaults).into_iter().filter(|c| super::fit::is_checkpoint(c.as_ref())).collect();
+        let kept: Vec<Box<dyn Callback>> = std::mem::take(&mut self.defaults)
+            .into_iter()
+            .filter(|c| super::fit_loop::is_checkpoint(c.as_ref()))
+            .collect();
         self.defaults = self.default_callbacks(false, global_zero)?;
         self.defaults.extend(kept);
         let opts = self.opts.clone();
@@ -132,25 +133,7 @@ impl Trainer {
             Stage::Predict => "predict",
             _ => "validate",
         };
-        let mut run = Run {
-            stage: name,
-            state: &mut self.state,
-            callbacks,
-            module,
-            optimizers: Vec::new(),
-            loggers,
-            batches_in_epoch: 0,
-            epoch_finished: false,
-            checkpoint_format: opts.checkpoint_format,
-            checkpoint_prefix: opts.checkpoint_prefix.clone(),
-            scheduler_steps: (0, 0),
-            extra_zero_grads: (0, 0),
-            in_closure: false,
-            val_batches: (0, 0),
-            torch_profiler: super::torch_profiler::TorchProfiler::when(opts.profiler, strategy.root_device())?,
-            strategy,
-            profiler: SimpleProfiler::when(opts.profiler),
-        };
+        let mut run = Run::new(name, &mut self.state, callbacks, module, loggers, &opts, strategy)?;
         let result = eval_run(&mut run, &opts, stage, &sources, weights.as_deref()).map_err(|e| run.strategy.fail(e));
         let (report, traced) = run.finish_profile();
         self.profiler_report = report;

@@ -1,16 +1,19 @@
 //! The Trainer: Lightning's fit / validate / test / predict loops with
 //! hooks, callbacks, loggers and checkpoints.
+mod automatic;
 pub mod context;
 mod data_parallel;
 pub mod device;
+mod epoch_loop;
 mod eval;
 mod eval_loop;
-mod fit;
 mod fit_data;
+mod fit_loop;
 pub mod hooks;
 pub mod interrupt;
 mod manual;
 mod manual_closure;
+mod manual_optimization;
 pub mod metrics;
 pub mod module;
 pub mod option_table;

@@ -84,6 +84,41 @@ fn class_name(optimizer: &str) -> &'static str {
     }
 }
 
+impl<'a> Run<'a> {
+    /// A run of `stage` ("fit", "validate", ...) with no optimizers yet and
+    /// its progress at the start: the one way fit and the evaluation runs
+    /// build it.
+    pub fn new(
+        stage: &'static str,
+        state: &'a mut TrainerState,
+        callbacks: Vec<&'a mut Box<dyn Callback>>,
+        module: &'a mut dyn LightningModule,
+        loggers: Vec<&'a mut Box<dyn Logger>>,
+        opts: &super::TrainerOptions,
+        strategy: super::strategy::RunStrategy,
+    ) -> Result<Self> {
+        Ok(Run {
+            stage,
+            state,
+            callbacks,
+            module,
+            optimizers: Vec::new(),
+            loggers,
+            batches_in_epoch: 0,
+            epoch_finished: false,
+            checkpoint_format: opts.checkpoint_format,
+            checkpoint_prefix: opts.checkpoint_prefix.clone(),
+            scheduler_steps: (0, 0),
+            extra_zero_grads: (0, 0),
+            in_closure: false,
+            val_batches: (0, 0),
+            torch_profiler: super::torch_profiler::TorchProfiler::when(opts.profiler, strategy.root_device())?,
+            strategy,
+            profiler: SimpleProfiler::when(opts.profiler),
+        })
+    }
+}
+
 impl Run<'_> {
     /// Calls `hook` on every callback, then on the module, then carries
     /// out the requests they made.

@@ -1,0 +1,235 @@
+//! Automatic optimization (Lightning's `_AutomaticOptimization`): a
+//! training batch's closure (step, zero_grad, backward with their hooks)
+//! and the optimizer steps, LBFGS's closure included.
+use super::batch_size_of;
+use super::context::{Stage, StepContext};
+use super::hooks::Hook;
+use super::metrics::MetricStore;
+use super::run::{HookData, Run};
+use crate::error::{Error, ErrorCode, Result};
+use tch::Tensor;
+
+/// Checks the value a training_step returned before it is used.
+pub(super) fn check_loss(loss: &Tensor, detect_nonfinite: bool, at: &dyn Fn() -> String) -> Result<f64> {
+    if loss.numel() != 1 {
+        return Err(Error::shape(format!("{}: the loss must have one element, got shape {:?}", at(), loss.size())));
+    }
+    if !crate::tensor::dtype::is_floating(loss.f_kind()?) {
+        return Err(Error::dtype(format!("{}: the loss must be floating, got {:?}", at(), loss.kind())));
+    }
+    if !loss.requires_grad() {
+        return Err(Error::state(format!(
+            "{}: the loss does not require grad (was it computed from the model's parameters?)",
+            at()
+        )));
+    }
+    let value = loss.f_double_value(&vec![0; loss.dim()])?;
+    if detect_nonfinite && !value.is_finite() {
+        return Err(Error::new(ErrorCode::NonFinite, format!("{}: the loss is {value}; no update was made", at())));
+    }
+    Ok(value)
+}
+
+/// The training batch an optimization step works on, and where it is.
+pub(super) struct TrainBatch<'a> {
+    /// The batch's tensors.
+    pub tensors: &'a [Tensor],
+    /// Its index in the epoch.
+    pub index: usize,
+    /// Whether it starts an accumulation window (`zero_grad` runs first).
+    pub first_of_window: bool,
+    /// Where it is, for error messages.
+    pub at: &'a dyn Fn() -> String,
+}
+
+/// One training batch under automatic optimization (Lightning's
+/// `_AutomaticOptimization`): the closure ([`forward_backward`]) and, when
+/// `stepped`, unscale, the hook, clipping and every optimizer's step; an
+/// optimizer that re-evaluates the loss (LBFGS) runs the closure itself
+/// ([`closure_step`]). Returns the loss and its value (the last
+/// evaluation's); `global_step` is the caller's to count.
+pub(super) fn automatic_step(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    store: &mut MetricStore,
+    batch: &TrainBatch,
+    stepped: bool,
+) -> Result<(Tensor, f64)> {
+    let at = batch.at;
+    if stepped && run.optimizers.iter().any(|c| c.optimizer.needs_closure()) {
+        return closure_step(run, opts, store, batch);
+    }
+    let zero_grad = &mut |run: &mut Run| {
+        for cfg in run.optimizers.iter_mut() {
+            cfg.optimizer.zero_grad();
+        }
+    };
+    let (loss, value) = forward_backward(run, opts, store, batch, stepped, zero_grad)?;
+    if stepped {
+        // Lightning's precision.optimizer_step: unscale, the hook and
+        // clipping on true gradients, then the steps and the scale.
+        let started = run.profile_start();
+        run.strategy.unscale_gradients(&mut run.optimizers)?;
+        run.simple(Hook::BeforeOptimizerStep)?;
+        if let Some(v) = opts.gradient_clip_val {
+            run.strategy.clip_gradients(&mut run.optimizers, v, opts.gradient_clip_algorithm)?;
+        }
+        run.strategy.optimizer_step(&mut run.optimizers).map_err(|e| e.context(at()))?;
+        run.profile_stop("[Strategy].optimizer_step", started, Default::default());
+    }
+    Ok((loss, value))
+}
+
+/// Lightning's closure of a training batch: the step (split over DP
+/// replicas), `zero_grad` at the start of an accumulation window, and
+/// backward of the loss divided by `accumulate_grad_batches`, with their
+/// hooks. Returns the loss and its value.
+pub(super) fn forward_backward(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    store: &mut MetricStore,
+    train: &TrainBatch,
+    stepped: bool,
+    zero_grad: &mut dyn FnMut(&mut Run),
+) -> Result<(Tensor, f64)> {
+    let (batch, i, at) = (train.tensors, train.index, train.at);
+    let acc = run.state.accumulate_grad_batches.max(1);
+    let (epoch, step_now) = (run.state.epoch, run.state.global_step);
+    run.strategy.pre_forward(stepped)?;
+    let autocast = run.strategy.forward_context()?;
+    let started = run.profile_start();
+    let module = &mut *run.module;
+    store.begin_split();
+    let losses = run.strategy.split(batch, &mut |chunk| {
+        let mut ctx = StepContext {
+            stage: Stage::Train,
+            epoch,
+            global_step: step_now,
+            batch_idx: i as i64,
+            batch_size: batch_size_of(chunk),
+            dataloader_idx: None,
+            metrics: &mut *store,
+            manual: None,
+        };
+        module.training_step(&mut ctx, chunk).map_err(|e| e.context(at()))?.ok_or_else(|| {
+            Error::new(ErrorCode::Callback, format!("{}: training_step returned no loss (left *out NULL)", at()))
+        })
+    });
+    store.end_split();
+    drop(autocast);
+    run.profile_stop("[Strategy].training_step", started, Default::default());
+    let loss = run.strategy.gather_loss(losses?)?;
+    store.sync_step(&|v, op| run.strategy.reduce(v, op))?;
+    let value = check_loss(&loss, opts.detect_nonfinite_loss, at)?;
+    if run.state.skip_backward {
+        // DDP learns that this forward has no backward to sync.
+        run.strategy.post_forward(&loss)?;
+        return Ok((loss, value));
+    }
+    if train.first_of_window {
+        run.simple(Hook::BeforeZeroGrad)?;
+        zero_grad(run);
+    }
+    let scaled = if acc > 1 { loss.f_div_scalar(acc as f64)? } else { loss.shallow_clone() };
+    run.hook(Hook::BeforeBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
+    run.strategy.post_forward(&loss)?;
+    let started = run.profile_start();
+    run.strategy.backward(&scaled).map_err(|e| e.context(format!("{}: backward", at())))?;
+    run.profile_stop("[Strategy].backward", started, Default::default());
+    run.hook(Hook::AfterBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
+    Ok((loss, value))
+}
+
+/// The stepping batch of an optimizer that re-evaluates the loss (LBFGS,
+/// the run's only optimizer): it calls Lightning's wrapped closure
+/// ([`forward_backward`], then the `on_before_optimizer_step` hook and
+/// clipping) as often as it needs. Returns the last evaluation, whose
+/// loss Lightning reports for the batch.
+pub(super) fn closure_step(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    store: &mut MetricStore,
+    batch: &TrainBatch,
+) -> Result<(Tensor, f64)> {
+    let at = batch.at;
+    // The optimizer steps outside the run, whose steps and hooks the
+    // closure runs; gradients are reset through the same parameters.
+    let mut configs = std::mem::take(&mut run.optimizers);
+    let params: Vec<Tensor> = configs
+        .iter()
+        .flat_map(|c| c.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)))
+        .collect();
+    let groups = [crate::optim::ParamGroup::new(&params, 0.0, 0.0, 0.0)];
+    let mut reset = crate::optim::GradReset::default();
+    let mut last = None;
+    let mut zero_grads = 0i64;
+    let started = run.profile_start();
+    run.in_closure = true;
+    let stepped = match configs.first_mut() {
+        Some(cfg) => cfg.optimizer.step_with_closure(&mut || {
+            let zero_grad = &mut |_: &mut Run| {
+                reset.run(&groups);
+                zero_grads += 1;
+            };
+            let (loss, value) = forward_backward(run, opts, store, batch, true, zero_grad)?;
+            run.simple(Hook::BeforeOptimizerStep)?;
+            if let Some(v) = opts.gradient_clip_val {
+                run.strategy.clip_params(&params, v, opts.gradient_clip_algorithm)?;
+            }
+            // Every rank decides from the same loss (the gradients are
+            // averaged already), so the ranks evaluate alike and their
+            // collectives pair up.
+            let mut decided = [value];
+            run.strategy.reduce(&mut decided, super::metrics::ReduceFx::Mean)?;
+            let decided = decided[0];
+            last = Some((loss, value));
+            Ok(decided)
+        }),
+        None => Err(Error::state("no optimizer to step")),
+    };
+    run.optimizers = configs;
+    // A checkpoint a hook asked for inside the closure is written by the
+    // next hook's requests (on_train_batch_end), once the step is counted.
+    run.in_closure = false;
+    // Lightning counts each evaluation's zero_grad; one per step is implied.
+    let extra = (zero_grads - 1).max(0);
+    run.extra_zero_grads.0 += extra;
+    run.extra_zero_grads.1 += extra;
+    stepped.map_err(|e| e.context(at()))?;
+    run.profile_stop("[Strategy].optimizer_step", started, Default::default());
+    last.ok_or_else(|| Error::state(format!("{}: the optimizer stepped without evaluating the loss", at())))
+}
+
+/// Refuses what an optimizer that re-evaluates the loss (LBFGS) cannot do
+/// under automatic optimization: step beside other optimizers (each
+/// evaluation re-runs training_step), scale the loss (Lightning: "AMP and
+/// the LBFGS optimizer are not compatible"), or split batches over `dp`
+/// replicas.
+pub(super) fn check_closure_optimizers(run: &Run) -> Result<()> {
+    let Some(cfg) = run.optimizers.iter().find(|c| c.optimizer.needs_closure()) else { return Ok(()) };
+    let name = cfg.optimizer.name();
+    if run.state.manual_optimization {
+        // The step cannot run its closure: stepping it fails, naming why.
+        return Ok(());
+    }
+    if run.optimizers.len() > 1 {
+        return Err(Error::invalid(format!(
+            "{name} re-evaluates the loss during its step, so under automatic optimization it must be the only \
+             optimizer (configure_optimizers returned {})",
+            run.optimizers.len()
+        )));
+    }
+    if run.strategy.precision().has_scaler() {
+        return Err(Error::invalid(format!(
+            "precision \"16-mixed\" scales the loss, and {name} re-evaluates it during its step: they are not \
+             compatible (use \"bf16-mixed\" or \"32-true\")"
+        )));
+    }
+    if run.strategy.is_data_parallel() {
+        return Err(Error::new(
+            ErrorCode::Unsupported,
+            format!("{name} does not run under strategy \"dp\": use ddp or one device"),
+        ));
+    }
+    Ok(())
+}

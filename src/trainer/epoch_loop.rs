@@ -1,0 +1,284 @@
+//! The training epoch loop (Lightning's `_TrainingEpochLoop`): the batches
+//! of one epoch, their optimization, schedulers, validation at
+//! `val_check_interval`, the hooks and checkpoints between batches.
+use super::automatic::{automatic_step, TrainBatch};
+use super::fit_loop::{run_validation, validates_in};
+use super::hooks::Hook;
+use super::manual_optimization::{manual_training_step, returned_value};
+use super::metrics::MetricStore;
+use super::module::{Interval, OptimizerConfig};
+use super::options::ValCheckInterval;
+use super::run::{HookData, Run};
+use super::set_mode;
+use super::source::BatchSource;
+use crate::callbacks::Timer;
+use crate::error::{Error, Result, ResultExt};
+use std::collections::BTreeMap;
+
+/// Which schedulers a call of `step_schedulers` steps: Lightning steps
+/// ReduceLROnPlateau apart, after validation, because it reads a metric.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// Every scheduler but ReduceLROnPlateau.
+    Plain,
+    /// ReduceLROnPlateau only.
+    Plateau,
+}
+
+/// Steps the schedulers of `interval` and `kind` whose frequency divides
+/// `count` (Lightning's `current_idx`: the batch index in the epoch + 1 for
+/// step schedulers, the epoch + 1 for epoch ones); true when one stepped.
+pub(super) fn step_schedulers(
+    configs: &mut [OptimizerConfig],
+    interval: Interval,
+    kind: Kind,
+    count: i64,
+    metrics: &BTreeMap<String, f64>,
+) -> Result<usize> {
+    let mut stepped = 0;
+    for cfg in configs.iter_mut() {
+        let chained = cfg.chained();
+        let opt = &mut cfg.optimizer;
+        for s in cfg.schedulers.iter_mut() {
+            let plateau = s.scheduler.reduce_on_plateau();
+            if s.interval != interval || (kind == Kind::Plateau) != plateau || count % s.frequency.max(1) != 0 {
+                continue;
+            }
+            let metric = match (&s.monitor, plateau) {
+                (Some(name), true) => Some(*metrics.get(name).ok_or_else(|| {
+                    Error::state(format!(
+                        "scheduler {} monitors `{name}`, which was not logged; logged: {:?}",
+                        s.scheduler.name(),
+                        metrics.keys().collect::<Vec<_>>()
+                    ))
+                })?),
+                _ => None,
+            };
+            let what = format!("{} scheduler step", s.scheduler.name());
+            if chained {
+                s.scheduler.chained_step(opt.as_mut(), metric).ctx(what)?;
+            } else {
+                s.scheduler.step(opt.as_mut(), metric).ctx(what)?;
+            }
+            stepped += 1;
+        }
+    }
+    Ok(stepped)
+}
+
+/// One training epoch; returns true when training must end (no batches).
+pub(super) fn train_epoch(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    train: &dyn BatchSource,
+    vals: &[&dyn BatchSource],
+    skip: usize,
+    total_batches: &mut u64,
+) -> Result<bool> {
+    let epoch = run.state.epoch;
+    let limit = opts.effective_limit(opts.limit_train_batches).apply(train.num_batches());
+    let overfit = !opts.overfit_batches.is_zero();
+    let val_every = match opts.val_check_interval {
+        ValCheckInterval::Fraction(f) => limit.map(|n| ((n as f64 * f) as usize).max(1)),
+        ValCheckInterval::Batches(b) => Some(b),
+    };
+    let val_this_epoch = !vals.is_empty() && validates_in(opts, epoch);
+    let mut store = MetricStore::default();
+    let (mut loss_sum, mut loss_count) = (0.0, 0usize);
+    let manual = !run.module.automatic_optimization();
+    let mut toggled = Vec::new();
+    set_mode(run.module, true)?;
+    run.batches_in_epoch = 0;
+    run.epoch_finished = false;
+    if skip == 0 {
+        run.scheduler_steps.1 = 0;
+        run.extra_zero_grads.1 = 0;
+    }
+    run.val_batches = (0, 0);
+    run.state.running_loss = None;
+    run.state.log_step = run.state.batches_stepped;
+    run.simple(Hook::TrainEpochStart)?;
+    // Param groups a finetuning callback added or changed.
+    run.refresh_learning_rates();
+    // What the epoch-start hooks left (GradientAccumulationScheduler).
+    let acc = run.state.accumulate_grad_batches;
+    if acc < 1 {
+        return Err(Error::invalid(format!("accumulate_grad_batches must be >= 1, got {acc}")));
+    }
+    if manual && acc > 1 {
+        return Err(Error::invalid(
+            "gradient accumulation (accumulate_grad_batches > 1, or a GradientAccumulationScheduler) is not \
+             supported with manual optimization: accumulate in the training_step",
+        ));
+    }
+    let acc = acc as usize;
+    let has_timer = run.callbacks.iter().any(|c| c.as_any().is_some_and(|a| a.is::<Timer>()));
+    let mut batches = train.batches(if overfit { 0 } else { epoch as u64 })?.enumerate().skip(skip).peekable();
+    let mut ran = 0usize;
+    loop {
+        let fetch = run.profile_start();
+        let Some((i, batch)) = batches.next() else { break };
+        let fetched = fetch.map(|t| t.elapsed()).unwrap_or_default();
+        if limit.is_some_and(|n| i >= n) || (opts.step_limit() >= 0 && run.state.global_step >= opts.step_limit()) {
+            break;
+        }
+        let started = run.profile_start();
+        let batch = run.strategy.batch_to_device(batch.ctx(format!("loading training batch {i} of epoch {epoch}"))?)?;
+        run.profile_stop("[Strategy].batch_to_device", started, Default::default());
+        // The last batch by count, or the real last one of a source that
+        // yields fewer batches than it announced (looked ahead by one, as
+        // Lightning's prefetching fetcher does), so the epoch-end
+        // validation, accumulation step and checkpoint still happen.
+        let fetch = run.profile_start();
+        let is_last = limit.is_some_and(|n| i + 1 >= n) || batches.peek().is_none();
+        run.profile_stop("[_TrainingEpochLoop].train_dataloader_next", fetch, fetched);
+        let batch_started = run.profile_start();
+        // The micro-batches of accumulation that do not step skip the
+        // all-reduce (DDP's no_sync).
+        // (Manual optimization: every batch counts as stepped.)
+        let stepped = manual || (!run.state.skip_backward && ((i + 1) % acc == 0 || is_last));
+        let data = || HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() };
+        run.state.log_step = run.state.batches_stepped;
+        run.hook(Hook::TrainBatchStart, data())?;
+        // Built only when an error needs it.
+        let step_now = run.state.global_step;
+        let at = || format!("training_step (epoch {epoch}, global step {step_now}, batch {i})");
+        let log_index = run.state.batches_stepped;
+        let loss = if manual {
+            let started = run.profile_start();
+            let loss = manual_training_step(run, &mut store, &batch, i as i64, &mut toggled, &at)?;
+            run.profile_stop("[Strategy].training_step", started, Default::default());
+            run.state.batches_stepped += 1;
+            if let Some(l) = &loss {
+                loss_sum += returned_value(l, &at)?;
+                loss_count += 1;
+                run.state.running_loss = Some(loss_sum / loss_count as f64);
+            }
+            loss
+        } else {
+            let first_of_window = i % acc == 0 || i == skip;
+            let train = TrainBatch { tensors: &batch, index: i, first_of_window, at: &at };
+            let (loss, value) = automatic_step(run, opts, &mut store, &train, stepped)?;
+            loss_sum += value;
+            loss_count += 1;
+            run.state.running_loss = Some(loss_sum / loss_count as f64);
+            if stepped {
+                run.state.global_step += 1;
+                run.state.batches_stepped += 1;
+            }
+            Some(loss)
+        };
+        ran += 1;
+        run.batches_in_epoch = (i + 1) as i64;
+        run.epoch_finished = is_last;
+        run.state.callback_metrics.extend(store.callback_metrics.iter().map(|(k, v)| (k.clone(), *v)));
+        run.state.progress_metrics.extend(store.progress_metrics.iter().map(|(k, v)| (k.clone(), *v)));
+        // As Lightning: after the optimizer step, before on_train_batch_end
+        // (and so before the epoch-end validation and checkpoint), step
+        // schedulers step on optimizer steps and epoch schedulers on the
+        // epoch's last batch; ReduceLROnPlateau waits for validation.
+        // Learning rates change only when a scheduler steps. With manual
+        // optimization the step steps its schedulers itself.
+        let batch_count = (i + 1) as i64;
+        let mut lr_changed = false;
+        if stepped && !manual {
+            let n = step_schedulers(
+                &mut run.optimizers,
+                Interval::Step,
+                Kind::Plain,
+                batch_count,
+                &run.state.callback_metrics,
+            )?;
+            lr_changed |= run.count_scheduler_steps(n);
+        }
+        if is_last && !manual {
+            let n = step_schedulers(
+                &mut run.optimizers,
+                Interval::Epoch,
+                Kind::Plain,
+                epoch + 1,
+                &run.state.callback_metrics,
+            )?;
+            lr_changed |= run.count_scheduler_steps(n);
+        }
+        if lr_changed {
+            run.refresh_learning_rates();
+        }
+        let step_values = store.take_step_values();
+        run.hook(
+            Hook::TrainBatchEnd,
+            HookData { batch_idx: i as i64, batch: Some(&batch), output: loss.as_ref(), ..Default::default() },
+        )?;
+        run.profile_stop("run_training_batch", batch_started, Default::default());
+        if stepped && (log_index + 1) % opts.log_every_n_steps == 0 && !step_values.is_empty() {
+            run.log_metrics(&step_values, log_index)?;
+        }
+        *total_batches += 1;
+        if val_this_epoch {
+            let counter = if opts.check_val_every_n_epoch.is_none() { *total_batches as usize } else { i + 1 };
+            let due = val_every.map_or(is_last, |n| counter % n == 0)
+                || (is_last && opts.val_check_interval == ValCheckInterval::Fraction(1.0));
+            if due {
+                run_validation(run, opts, vals, None)?;
+                set_mode(run.module, true)?;
+                run.state.should_stop = run.strategy.any(run.state.should_stop)?;
+            }
+        }
+        if stepped && !manual {
+            let n = step_schedulers(
+                &mut run.optimizers,
+                Interval::Step,
+                Kind::Plateau,
+                batch_count,
+                &run.state.callback_metrics,
+            )?;
+            if run.count_scheduler_steps(n) {
+                run.refresh_learning_rates();
+            }
+        }
+        // Lightning's `_can_stop_early`: only finished epochs count.
+        // Ranks stop together. A Timer's decision differs between ranks, so
+        // with one every batch's request is or-reduced (one small
+        // collective); other stop requests are synchronized after
+        // validation and at the end of the epoch (as in Lightning, a host
+        // hook that stops one rank alone mid-epoch must do so on all).
+        let mins_done = epoch >= opts.min_epochs.unwrap_or(0) && run.state.global_step >= opts.min_steps.unwrap_or(0);
+        if has_timer {
+            run.state.should_stop = run.strategy.any(run.state.should_stop)?;
+        }
+        if run.state.should_stop && mins_done {
+            break;
+        }
+        // Nothing past the last batch is fetched (limit_train_batches).
+        if is_last {
+            break;
+        }
+    }
+    run.state.log_step = run.state.batches_stepped;
+    let mut train_epoch_metrics = store.end_epoch_synced(&|v, op| run.strategy.reduce(v, op))?;
+    run.state.callback_metrics.extend(store.callback_metrics);
+    run.state.progress_metrics.extend(store.progress_metrics);
+    run.hook(Hook::TrainEpochEnd, HookData { batch_idx: -1, ..Default::default() })?;
+    run.state.skip_backward = false;
+    train_epoch_metrics.extend(std::mem::take(&mut run.state.hook_metrics));
+    if !train_epoch_metrics.is_empty() {
+        run.log_metrics(&train_epoch_metrics, (run.state.batches_stepped - 1).max(0))?;
+    }
+    // ReduceLROnPlateau per epoch: after on_train_epoch_end, and only when
+    // the epoch ran to its end (Lightning's `_num_ready_batches_reached`).
+    if run.epoch_finished && !manual {
+        let n = step_schedulers(
+            &mut run.optimizers,
+            Interval::Epoch,
+            Kind::Plateau,
+            epoch + 1,
+            &run.state.callback_metrics,
+        )?;
+        if run.count_scheduler_steps(n) {
+            run.refresh_learning_rates();
+        }
+    }
+    run.save_logs()?;
+    run.state.should_stop = run.strategy.any(run.state.should_stop)?;
+    Ok(ran == 0 && skip == 0)
+}

@@ -1,0 +1,432 @@
+//! The fit loop (Lightning's `_FitLoop`): the sanity check, then epochs
+//! ([`super::epoch_loop`]) until `max_epochs` / `max_steps` / a stop, with
+//! validation, callbacks, logging and checkpoints; `Trainer::fit`.
+use super::automatic::check_closure_optimizers;
+use super::context::Stage;
+use super::epoch_loop::train_epoch;
+use super::fit_data::FitData;
+use super::hooks::{Callback, Hook};
+use super::manual_optimization::check_manual;
+use super::options::ValCheckInterval;
+use super::run::Run;
+use super::source::BatchSource;
+use super::{set_mode, LightningModule, Trainer};
+use crate::callbacks::{ModelCheckpoint, ModelCheckpointOptions, ProgressBar, Timer};
+use crate::error::{Error, Result, ResultExt};
+use crate::loggers::Logger;
+use tch::Tensor;
+
+/// Whether `cb` is a ModelCheckpoint.
+pub(super) fn is_checkpoint(cb: &dyn Callback) -> bool {
+    cb.as_any().is_some_and(|a| a.is::<ModelCheckpoint>())
+}
+
+impl Trainer {
+    /// The built-in callbacks a run adds: progress bar, a Timer for
+    /// `max_time`, and a ModelCheckpoint when checkpointing is on and the
+    /// user added none.
+    pub(crate) fn default_callbacks(&self, fitting: bool, global_zero: bool) -> Result<Vec<Box<dyn Callback>>> {
+        let mut d: Vec<Box<dyn Callback>> = Vec::new();
+        if self.opts.enable_progress_bar && global_zero {
+            d.push(Box::new(ProgressBar::new(1)));
+        }
+        if fitting {
+            if let Some(t) = self.opts.max_time {
+                d.push(Box::new(Timer::new(Some(t), "step")?));
+            }
+            let has_checkpoint = self.callbacks.iter().any(|c| is_checkpoint(c.as_ref()));
+            if self.opts.enable_checkpointing && !has_checkpoint && self.opts.fast_dev_run == 0 {
+                d.push(Box::new(ModelCheckpoint::new(ModelCheckpointOptions::default())?));
+            }
+        }
+        Ok(d)
+    }
+
+    /// Creates this run's file loggers in a new `version_N` folder (on
+    /// rank 0 only: other ranks log nothing, as Lightning's loggers).
+    fn file_loggers(&mut self, global_zero: bool) -> Result<Vec<Box<dyn Logger>>> {
+        let mut out: Vec<Box<dyn Logger>> = Vec::new();
+        let choice = self.opts.logger;
+        if self.opts.fast_dev_run > 0 || !(choice.csv || choice.tensorboard) || !global_zero {
+            self.state.log_dir = None;
+            return Ok(out);
+        }
+        let dir = crate::loggers::next_version_dir(&self.opts.default_root_dir)?;
+        if choice.csv {
+            out.push(Box::new(crate::loggers::CsvLogger::create(&dir)?));
+        }
+        if choice.tensorboard {
+            out.push(Box::new(crate::loggers::TensorBoardLogger::create(&dir)?));
+        }
+        self.state.log_dir = Some(dir);
+        Ok(out)
+    }
+
+    /// Resets the state for a new run and fills in what hooks read.
+    pub(crate) fn begin_state(&mut self) {
+        let o = &self.opts;
+        self.state = super::hooks::TrainerState {
+            root_dir: o.default_root_dir.clone(),
+            check_val_every_n_epoch: o.check_val_every_n_epoch,
+            val_once_per_epoch: o.val_check_interval == ValCheckInterval::Fraction(1.0),
+            fast_dev_run: o.fast_dev_run > 0,
+            log_every_n_steps: o.log_every_n_steps,
+            accumulate_grad_batches: o.accumulate_grad_batches,
+            max_epochs: o.epoch_limit(),
+            world_size: 1,
+            ..Default::default()
+        };
+    }
+
+    /// Trains `module` on `train`, validating on `val` (Lightning's
+    /// `trainer.fit`); `ckpt_path` resumes from a checkpoint: a path,
+    /// "last" or "best".
+    pub fn fit(
+        &mut self,
+        module: &mut dyn LightningModule,
+        train: &dyn BatchSource,
+        val: Option<&dyn BatchSource>,
+        ckpt_path: Option<&str>,
+    ) -> Result<()> {
+        let vals: Vec<&dyn BatchSource> = val.into_iter().collect();
+        self.fit_loaders(module, train, &vals, ckpt_path)
+    }
+
+    /// [`Trainer::fit`] validating on each of `vals` in turn (none: no
+    /// validation); with several, the steps get their `dataloader_idx` and
+    /// logged names end in `/dataloader_idx_N`, as in Lightning.
+    pub fn fit_loaders(
+        &mut self,
+        module: &mut dyn LightningModule,
+        train: &dyn BatchSource,
+        vals: &[&dyn BatchSource],
+        ckpt_path: Option<&str>,
+    ) -> Result<()> {
+        self.fit_data(module, Some(train), Some(vals), ckpt_path)
+    }
+
+    /// [`Trainer::fit_loaders`] where `None` takes the module's
+    /// `train_dataloader` / `val_dataloader` instead (Lightning's
+    /// `trainer.fit(model)`), called when the data is first needed and
+    /// again every `reload_dataloaders_every_n_epochs` epochs.
+    pub fn fit_data(
+        &mut self,
+        module: &mut dyn LightningModule,
+        train: Option<&dyn BatchSource>,
+        vals: Option<&[&dyn BatchSource]>,
+        ckpt_path: Option<&str>,
+    ) -> Result<()> {
+        if train.is_none() && !module.has_train_dataloader() {
+            return Err(Error::state(
+                "fit has no training data: pass a train loader or give the module a train_dataloader",
+            ));
+        }
+        let resume = match ckpt_path {
+            Some(p) => Some(self.resolve_ckpt_path(p)?),
+            None => None,
+        };
+        let (_settings, strategy) = self.start_run(module, true)?;
+        let global_zero = strategy.is_global_zero();
+        let mut data = FitData::new(&*module, &strategy, &self.opts, train, vals);
+        self.begin_state();
+        self.state.global_rank = strategy.global_rank();
+        self.state.ckpt_path = resume.clone();
+        self.state.world_size = strategy.world_size();
+        self.state.device_sync = strategy.device_sync();
+        self.defaults = self.default_callbacks(true, global_zero)?;
+        let mut file_loggers = self.file_loggers(global_zero)?;
+        self.state.num_val_batches = count_val_batches(&self.opts, &data.vals());
+        self.state.num_train_batches = data.train().ok().and_then(|t| count_train_batches(&self.opts, t));
+        let opts = self.opts.clone();
+        let mut ordered: Vec<&mut Box<dyn Callback>> = Vec::new();
+        let mut checkpoints: Vec<&mut Box<dyn Callback>> = Vec::new();
+        for cb in self.defaults.iter_mut().chain(self.callbacks.iter_mut()) {
+            if is_checkpoint(cb.as_ref()) {
+                checkpoints.push(cb);
+            } else {
+                ordered.push(cb);
+            }
+        }
+        ordered.extend(checkpoints);
+        self.state.has_loggers = opts.logger.csv || opts.logger.tensorboard || !self.extra_loggers.is_empty();
+        let mut loggers: Vec<&mut Box<dyn Logger>> = file_loggers.iter_mut().collect();
+        if opts.fast_dev_run == 0 && global_zero {
+            loggers.extend(self.extra_loggers.iter_mut());
+        }
+        let mut run = Run::new("fit", &mut self.state, ordered, module, loggers, &opts, strategy)?;
+        let result = fit_run(&mut run, &opts, &mut data, resume.as_deref()).map_err(|e| run.strategy.fail(e));
+        let (report, traced) = run.finish_profile();
+        self.profiler_report = report;
+        let result = result.and(traced);
+        match &result {
+            Ok(()) => {
+                // Every logger is finalized; the first failure is reported.
+                let mut first = Ok(());
+                for l in run.loggers.iter_mut() {
+                    let r = l.finalize("success").ctx(format!("{} logger", l.name()));
+                    first = first.and(r);
+                }
+                first?;
+            }
+            Err(e) => run.exception(e),
+        }
+        // Lightning tears the accelerator down on failure too; the run's
+        // error stays the one reported, a failing teardown's attached.
+        result.map_err(|e| run.strategy.teardown_after(&*run.module, e))
+    }
+}
+
+/// Whether validation runs in `epoch` (`check_val_every_n_epoch`).
+pub(super) fn validates_in(opts: &super::TrainerOptions, epoch: i64) -> bool {
+    opts.check_val_every_n_epoch.is_none_or(|n| (epoch + 1) % n == 0)
+}
+
+/// Training batches per epoch of `train` after `limit_train_batches`.
+pub(super) fn count_train_batches(opts: &super::TrainerOptions, train: &dyn BatchSource) -> Option<usize> {
+    opts.effective_limit(opts.limit_train_batches).apply(train.num_batches())
+}
+
+/// Validation batches of a pass over `vals` after `limit_val_batches`.
+pub(super) fn count_val_batches(opts: &super::TrainerOptions, vals: &[&dyn BatchSource]) -> usize {
+    let limit = opts.effective_limit(opts.limit_val_batches);
+    vals.iter().map(|v| limit.apply(v.num_batches()).unwrap_or(1)).sum()
+}
+
+/// Lightning's check of an integer `val_check_interval` against the
+/// training batches of an epoch (when validation runs per epoch).
+pub(super) fn check_val_interval(
+    opts: &super::TrainerOptions,
+    train_batches: Option<usize>,
+    validating: bool,
+) -> Result<()> {
+    // fast_dev_run validates after its few batches whatever the interval.
+    if let (ValCheckInterval::Batches(b), Some(n), Some(_), true, 0) =
+        (opts.val_check_interval, train_batches, opts.check_val_every_n_epoch, validating, opts.fast_dev_run)
+    {
+        if b > n {
+            return Err(Error::invalid(format!(
+                "`val_check_interval` ({b}) must be less than or equal to the number of the training batches ({n}). \
+                 If you want to disable validation set `limit_val_batches` to 0.0 instead. If you want to validate \
+                 based on the total training batches, set `check_val_every_n_epoch=None`."
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Lightning's `trainer.estimated_stepping_batches` for `train` (this
+/// rank's shard): `ceil(batches / accumulate_grad_batches) * max_epochs`,
+/// at most max_steps; max_steps alone when the epochs or the batches are
+/// unbounded; `None` when nothing bounds the run.
+pub(super) fn estimated_stepping_batches(opts: &super::TrainerOptions, train: &dyn BatchSource) -> Option<i64> {
+    let max_steps = opts.step_limit();
+    let bounded_steps = (max_steps >= 0).then_some(max_steps);
+    let per_epoch = opts.effective_limit(opts.limit_train_batches).apply(train.num_batches());
+    match (opts.epoch_limit(), per_epoch) {
+        (Some(epochs), Some(batches)) => {
+            let acc = opts.accumulate_grad_batches.max(1) as u64;
+            let steps = (batches as u64).div_ceil(acc).saturating_mul(epochs.max(1) as u64).min(i64::MAX as u64) as i64;
+            Some(bounded_steps.map_or(steps, |m| steps.min(m)))
+        }
+        _ => bounded_steps,
+    }
+}
+
+/// The body of fit, on a prepared run.
+pub(super) fn fit_run(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    data: &mut FitData<'_>,
+    resume: Option<&std::path::Path>,
+) -> Result<()> {
+    if let Ok(train) = data.train() {
+        check_val_interval(opts, count_train_batches(opts, train), data.validating())?;
+    }
+    run.state.manual_optimization = !run.module.automatic_optimization();
+    if run.state.manual_optimization {
+        check_manual(opts, run)?;
+    }
+    run.simple(Hook::Setup)?;
+    // The checkpoint is read first: the module's dataloader hooks are
+    // called for its epoch (Lightning's `current_epoch` when a resumed fit
+    // loads its data: the epoch the checkpoint ended or stopped in).
+    let ck = match resume {
+        Some(path) => Some(crate::checkpoint::Checkpoint::load(path)?),
+        None => None,
+    };
+    let (start_epoch, mut skip_batches) = match &ck {
+        Some(ck) if ck.epoch_finished => (ck.epoch + 1, 0),
+        Some(ck) => (ck.epoch, ck.batches_in_epoch.max(0) as usize),
+        None => (0, 0),
+    };
+    let load_epoch = ck.as_ref().map_or(0, |ck| ck.epoch);
+    run.state.epoch = load_epoch;
+    if data.prepare_train(&mut *run.module, &run.strategy, load_epoch)? {
+        run.state.num_train_batches = count_train_batches(opts, data.train()?);
+        check_val_interval(opts, run.state.num_train_batches, data.validating())?;
+    }
+    let setup =
+        super::module::OptimizerSetup { estimated_stepping_batches: estimated_stepping_batches(opts, data.train()?) };
+    run.optimizers = run.module.configure_optimizers(&setup).ctx("configure_optimizers")?;
+    if run.optimizers.is_empty() {
+        return Err(Error::state("configure_optimizers returned no optimizer"));
+    }
+    check_closure_optimizers(run)?;
+    if run.checkpoint_format == crate::checkpoint::CheckpointFormat::Lightning {
+        // Refused now rather than at the first checkpoint.
+        for (i, cfg) in run.optimizers.iter().enumerate() {
+            for s in &cfg.schedulers {
+                crate::checkpoint::lightning::check_scheduler(&s.scheduler.state_dict()).map_err(|e| {
+                    e.context(format!("checkpoint_format \"lightning\": {} of optimizer {i}", s.scheduler.name()))
+                })?;
+            }
+        }
+    }
+
+    // The checkpoint (weights and optimizer state) goes once restored.
+    if let (Some(ck), Some(path)) = (ck, resume) {
+        run.restore(&ck, path)?;
+    }
+    let hparams = run.module.hparams();
+    for l in run.loggers.iter_mut() {
+        l.log_hyperparams(&hparams).ctx(format!("{} logger", l.name()))?;
+    }
+    if opts.enable_model_summary && run.strategy.is_global_zero() {
+        if let Some(m) = run.module.model() {
+            let s = crate::callbacks::ModelSummary::of(&m.lock().unwrap_or_else(|p| p.into_inner()), 1)?;
+            eprint!("{}", s.render());
+        }
+    }
+    run.simple(Hook::FitStart)?;
+    let sanity = if opts.fast_dev_run > 0 { 0 } else { opts.num_sanity_val_steps };
+    if data.validating() && sanity != 0 {
+        // Lightning's isolate_rng: what the sanity check (with the
+        // val_dataloader hook it calls) draws from the CPU's generator, or
+        // CUDA's, leaves training's random numbers as they would be
+        // without it.
+        let rng = RngSnapshot::take(&run.strategy)?;
+        let checked = sanity_check(run, opts, data, load_epoch, sanity);
+        let restored = rng.restore(&run.strategy);
+        checked?;
+        restored?;
+    }
+    run.simple(Hook::TrainStart)?;
+    run.refresh_learning_rates();
+    let max_steps = opts.step_limit();
+    let min_epochs = opts.min_epochs.unwrap_or(0);
+    let min_steps = opts.min_steps.unwrap_or(0);
+    let mut epoch = start_epoch;
+    let mut total_batches: u64 = 0;
+    while run.state.max_epochs.is_none_or(|m| epoch < m) && (max_steps < 0 || run.state.global_step < max_steps) {
+        run.state.epoch = epoch;
+        if data.prepare_train(&mut *run.module, &run.strategy, epoch)? {
+            run.state.num_train_batches = count_train_batches(opts, data.train()?);
+            check_val_interval(opts, run.state.num_train_batches, data.validating())?;
+        }
+        if validates_in(opts, epoch) && data.prepare_vals(&mut *run.module, &run.strategy, epoch, true)? {
+            run.state.num_val_batches = count_val_batches(opts, &data.vals());
+        }
+        let vals = data.vals();
+        let started = run.profile_start();
+        let stop = train_epoch(run, opts, data.train()?, &vals, skip_batches, &mut total_batches)?;
+        run.profile_stop("run_training_epoch", started, Default::default());
+        skip_batches = 0;
+        epoch += 1;
+        let mins_done = epoch >= min_epochs && run.state.global_step >= min_steps;
+        // A stop request stays until the minimums are met (Lightning).
+        if stop || (run.state.should_stop && mins_done) {
+            break;
+        }
+    }
+    run.state.epoch = epoch;
+    run.simple(Hook::TrainEnd)?;
+    set_mode(run.module, true)?;
+    run.simple(Hook::FitEnd)?;
+    run.simple(Hook::Teardown)?;
+    run.strategy.teardown(&*run.module)?;
+    run.save_logs()
+}
+
+/// One validation run inside fit (or the sanity check, limited to
+/// `sanity_limit` batches of each loader and logging nothing), on the one
+/// evaluation loop.
+pub(super) fn run_validation(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    vals: &[&dyn BatchSource],
+    sanity_limit: Option<usize>,
+) -> Result<()> {
+    let limits: Vec<Option<usize>> = vals
+        .iter()
+        .map(|v| match (opts.effective_limit(opts.limit_val_batches).apply(v.num_batches()), sanity_limit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, None) => a,
+            (None, b) => b,
+        })
+        .collect();
+    let log_step = (!run.state.sanity_checking).then(|| run.state.batches_stepped.max(1) - 1);
+    super::eval_loop::evaluate(run, Stage::Validate, vals, &limits, log_step).map(|_| ())
+}
+
+/// The sanity check: `sanity` batches (all when negative) of each
+/// validation loader, the val_dataloader hook called first when the
+/// module gives the loaders; metrics and progress are left as they were.
+pub(super) fn sanity_check(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    data: &mut FitData<'_>,
+    load_epoch: i64,
+    sanity: i64,
+) -> Result<()> {
+    let record = validates_in(opts, load_epoch);
+    if data.prepare_vals(&mut *run.module, &run.strategy, load_epoch, record)? {
+        run.state.num_val_batches = count_val_batches(opts, &data.vals());
+    }
+    let vals = data.vals();
+    if vals.is_empty() {
+        return Ok(());
+    }
+    run.state.sanity_checking = true;
+    run.simple(Hook::SanityCheckStart)?;
+    let limit = if sanity < 0 { None } else { Some(sanity as usize) };
+    let saved = run.state.callback_metrics.clone();
+    run_validation(run, opts, &vals, limit)?;
+    run.state.callback_metrics = saved;
+    run.state.progress_metrics.clear();
+    run.simple(Hook::SanityCheckEnd)?;
+    run.state.sanity_checking = false;
+    Ok(())
+}
+
+/// The CPU's random state and, on CUDA, the root device's, put back by
+/// `restore`. Lightning's `isolate_rng` takes every visible CUDA device's
+/// (and Python's and NumPy's); a rank here draws on its root device only.
+/// Other device types are left alone, as there.
+pub(super) struct RngSnapshot {
+    cpu: Tensor,
+    device: Option<Tensor>,
+}
+
+impl RngSnapshot {
+    /// Copies the generators' states.
+    fn take(strategy: &super::strategy::RunStrategy) -> Result<Self> {
+        Ok(RngSnapshot {
+            cpu: crate::tensor::runtime::cpu_rng_state().ctx("the random state")?,
+            device: match strategy.root_device() {
+                crate::tensor::device::Device::Cuda(_) => {
+                    strategy.device_rng_state().ctx("the device's random state")?
+                }
+                _ => None,
+            },
+        })
+    }
+
+    /// Puts the copied states back.
+    fn restore(&self, strategy: &super::strategy::RunStrategy) -> Result<()> {
+        crate::tensor::runtime::set_cpu_rng_state(&self.cpu).ctx("restoring the random state")?;
+        if let Some(d) = &self.device {
+            strategy.set_device_rng_state(d).ctx("restoring the device's random state")?;
+        }
+        Ok(())
+    }
+}
