@@ -1,8 +1,9 @@
 //! The trainer's options in one table: key, kind of value, default,
 //! documentation and parser. [`TrainerOptions::set`] reads it, and
-//! `tests/options_drift.rs` generates from it the key list in
+//! `tools/codegen/options.rs` generates from it the key list in
 //! `fulmen_trainer_options_set`'s header comment and the typed setters of
-//! the C++ and Go bindings (and fails when a committed copy drifts).
+//! the C++ and Go bindings (`tests/options_drift.rs` fails when a
+//! committed copy drifts).
 use super::options::{BatchLimit, ClipAlgorithm, LoggerChoice, ProfilerKind, TrainerOptions, ValCheckInterval};
 use crate::callbacks::timer::parse_duration;
 use crate::error::{Error, Result};

@@ -1,4 +1,4 @@
-// Generated from src/trainer/option_table.rs by tests/options_drift.rs; do not edit (regenerate with `make header`).
+// Generated from src/trainer/option_table.rs by tools/codegen/options.rs; do not edit (regenerate with `make header`).
 // Calls every typed trainer-option setter with the option's default (and,
 // for optional values, with a value first), then builds a trainer.
 #include <fulmen/fulmen.hpp>

@@ -1,4 +1,4 @@
-//! Generated from src/tensor/ops/table.rs by tests/ops_drift.rs (`make header`): do not edit.
+//! Generated from src/tensor/ops/table.rs by tools/codegen/ops.rs (`make header`): do not edit.
 //! The C functions of the `attention` tensor ops; each converts its arguments
 //! and calls the core function of the same name in `crate::tensor::ops`.
 use crate::ffi::tensor::handle::{emit, fulmen_tensor, opt_tensor_arg, tensor_arg};

@@ -50,7 +50,7 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 /// (fractions), without them integers (counts): `limit_train_batches` "1.0"
 /// is every batch, "1" is one batch. Booleans are true/false, 1/0, yes/no
 /// or on/off, in any case. The keys (kind of value; default):
-// Generated from src/trainer/option_table.rs by tests/options_drift.rs: begin
+// Generated from src/trainer/option_table.rs by tools/codegen/options.rs: begin
 /// - `accelerator` (text; default auto): "auto", "cpu", "cuda", "gpu",
 ///   "mps", "xla", "tpu" or a registered accelerator's name.
 /// - `strategy` (text; default auto): a registered strategy with default

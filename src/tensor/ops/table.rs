@@ -1,6 +1,7 @@
-//! The tensor ops of the C API, written once. `tests/ops_drift.rs`
-//! generates from this table the C functions (`src/ffi/tensor/gen_*.rs`,
-//! then `fulmen.h` through cbindgen), the C++ methods and functions and
+//! The tensor ops of the C API, written once. `tools/codegen/ops.rs`
+//! generates from this table the C functions
+//! (`src/ffi/{tensor_ops,losses}/gen_*.rs`, then their headers through
+//! cbindgen), the C++ methods and functions and
 //! the Go methods and functions; each calls the core function of the same
 //! name in `crate::tensor::ops`. Adding an op is one entry here plus its
 //! core function, then `make header`.

@@ -1,4 +1,4 @@
-// Generated from src/trainer/option_table.rs by tests/options_drift.rs; do not edit (regenerate with `make header`).
+// Generated from src/trainer/option_table.rs by tools/codegen/options.rs; do not edit (regenerate with `make header`).
 #ifndef FULMEN_TRAINER_OPTIONS_HPP
 #define FULMEN_TRAINER_OPTIONS_HPP
 
