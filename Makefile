@@ -98,6 +98,7 @@ test: deps lib lint test-rust test-c test-conformance example example-exported t
 
 test-coverage:
 	bash scripts/check-binding-coverage.sh
+	python3 scripts/check_enum_mirrors.py
 
 test-rust: $(LIBTORCH_STAMP) $(GLOO_STAMP) $(MNIST) $(VENV_STAMP)
 	FULMEN_MNIST=$(MNIST) FULMEN_PYTHON=$(VENV)/bin/python $(CARGO) test $(CARGO_FLAGS)

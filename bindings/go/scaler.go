@@ -12,9 +12,9 @@ type ScalerKind int32
 
 const (
 	// ScalerStandardize is (x - mean) / std, the population std.
-	ScalerStandardize ScalerKind = 0
+	ScalerStandardize ScalerKind = C.FULMEN_SCALER_KIND_STANDARDIZE
 	// ScalerMinMax is (x - min) / (max - min).
-	ScalerMinMax ScalerKind = 1
+	ScalerMinMax ScalerKind = C.FULMEN_SCALER_KIND_MIN_MAX
 )
 
 // Scaler is feature scaling fitted on one dataset (the training split) and

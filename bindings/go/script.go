@@ -214,6 +214,9 @@ func goValue(h *C.fulmen_value) (any, error) {
 			return nil, err
 		}
 		return newTensor(t), nil
+	case C.FULMEN_VALUE_KIND_TUPLE, C.FULMEN_VALUE_KIND_LIST, C.FULMEN_VALUE_KIND_DICT:
+	default:
+		return nil, &Error{Code: CodeUnsupported, Message: fmt.Sprintf("a value of kind %d, which this binding does not know", int32(kind))}
 	}
 	var n C.size_t
 	if err := check(C.fulmen_value_len(h, &n)); err != nil {

@@ -53,9 +53,9 @@ type Mode int32
 // Modes.
 const (
 	// ModeMin: lower is better (a loss).
-	ModeMin Mode = 0
+	ModeMin Mode = C.FULMEN_MODE_MIN
 	// ModeMax: higher is better (an accuracy).
-	ModeMax Mode = 1
+	ModeMax Mode = C.FULMEN_MODE_MAX
 )
 
 // CheckTiming says when a ModelCheckpoint saves or EarlyStopping checks.

@@ -15,9 +15,9 @@ type LRFindMode int32
 
 const (
 	// LRFindExponential grows it exponentially (the default).
-	LRFindExponential LRFindMode = 0
+	LRFindExponential LRFindMode = C.FULMEN_LR_FIND_MODE_EXPONENTIAL
 	// LRFindLinear grows it linearly.
-	LRFindLinear LRFindMode = 1
+	LRFindLinear LRFindMode = C.FULMEN_LR_FIND_MODE_LINEAR
 )
 
 // LRFindOptions are the options of a learning-rate range test

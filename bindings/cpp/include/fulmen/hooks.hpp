@@ -196,8 +196,8 @@ private:
 
 /// Whether a smaller or larger monitored value is better.
 enum class Mode : int32_t {
-    Min = 0,  ///< lower is better
-    Max = 1,  ///< higher is better
+    Min = FULMEN_MODE_MIN,  ///< lower is better
+    Max = FULMEN_MODE_MAX,  ///< higher is better
 };
 
 /// Options of Trainer::add_model_checkpoint, with Lightning's ModelCheckpoint
