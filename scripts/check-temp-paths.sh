@@ -10,7 +10,7 @@
 #   Go      os.TempDir(), ioutil.TempDir and "/tmp literals (t.TempDir());
 #   Python  tempfile.gettempdir() and '/tmp/ literals (tempfile.mkdtemp,
 #           TemporaryDirectory);
-#   shell   /tmp on a line without mktemp.
+#   shell   /tmp on a line without mktemp (scripts, the Makefile).
 # Each offending line is printed. Run by `make lint`; checks its own rules
 # on known lines first.
 set -euo pipefail
@@ -76,10 +76,10 @@ candidates() { git grep -n -I --untracked -E 'tmp|temp_dir|TempDir|gettempdir|te
 
 found=$(
     candidates '*.rs' | rust_rule
-    candidates '*.c' '*.h' '*.cpp' '*.hpp' | c_rule
+    candidates '*.c' '*.h' '*.cpp' '*.hpp' '*.inc' | c_rule
     candidates '*.go' | go_rule
     candidates '*.py' | python_rule
-    candidates '*.sh' ':(exclude)scripts/check-temp-paths.sh' | shell_rule
+    candidates '*.sh' 'Makefile' '*.mk' ':(exclude)scripts/check-temp-paths.sh' | shell_rule
 )
 if [ -n "$found" ]; then
     printf '%s\n' "$found"
