@@ -35,10 +35,13 @@
 #include "check.h"
 #include "fixture.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -633,9 +636,25 @@ static int count_entries(const char *path) {
     return n;
 }
 
+/* A port no process listens on now, as the kernel picks one for a
+ * listener on port 0 (the launcher's way): nothing else on the machine
+ * (another run of this test, another suite) is handed the same one. */
 static int free_port(void) {
-    /* Ports 20000-29999 by pid: runs of this test on one machine differ. */
-    return 20000 + (int)(getpid() % 10000);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    socklen_t len = sizeof a;
+    int port = 0;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0) {
+        port = ntohs(a.sin_port);
+    }
+    close(fd);
+    CHECK(port > 0);
+    return port;
 }
 
 int main(int argc, char **argv) {
@@ -702,7 +721,7 @@ int main(int argc, char **argv) {
     expect_same(dir, "external-rank0.safetensors", "external-rank2.safetensors");
 
     /* A host-owned loop reaches the trainer's weights. */
-    run_external("hostloop", dir, 2, free_port() + 1, codes);
+    run_external("hostloop", dir, 2, free_port(), codes);
     CHECK(codes[0] == 0 && codes[1] == 0);
     expect_same(dir, "reference-16.safetensors", "hostloop-rank0.safetensors");
     expect_same(dir, "hostloop-rank0.safetensors", "hostloop-rank1.safetensors");
@@ -712,14 +731,14 @@ int main(int argc, char **argv) {
 
     /* Faults: a killed rank and mismatched models end with clear errors. */
     CHECK(run("killed", dir, NULL) == 0);
-    run_external("mismatch", dir, 2, free_port() + 2, codes);
+    run_external("mismatch", dir, 2, free_port(), codes);
     CHECK(codes[0] == 0 && codes[1] == 0);
 
     /* Start-up faults end at once, not after the timeout. */
     CHECK(run("early_exit", dir, "3") == 0);
     CHECK(run("early_exit", dir, "0") == 0);
     char port_var[64];
-    snprintf(port_var, sizeof port_var, "MASTER_PORT=%d", free_port() + 3);
+    snprintf(port_var, sizeof port_var, "MASTER_PORT=%d", free_port());
     char *orphan_env[] = {"LOCAL_RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port_var,
                           "FULMEN_LAUNCHER_PID=1", NULL};
     CHECK(finish(start("orphan", dir, NULL, orphan_env), 120) == 0);
@@ -728,7 +747,7 @@ int main(int argc, char **argv) {
     CHECK(finish(start("slurm", dir, NULL, slurm_env), 120) == 0);
 
     /* torch's env:// variables alone (no LOCAL_RANK) form the job. */
-    run_env_only("envrank", dir, 2, free_port() + 4, codes);
+    run_env_only("envrank", dir, 2, free_port(), codes);
     CHECK(codes[0] == 0 && codes[1] == 0);
     expect_same(dir, "reference-16.safetensors", "envrank-rank0.safetensors");
     expect_same(dir, "envrank-rank0.safetensors", "envrank-rank1.safetensors");
