@@ -14,7 +14,7 @@ import (
 // Lightning's Trainer(...): a typed setter for each (SetMaxEpochs,
 // SetLimitTrainBatchesFraction, SetPrecisionName, ...; see
 // trainer_options_gen.go, generated from the same table as the key list of
-// fulmen_trainer_options_set in fulmen.h), or Set, SetInt, SetFloat and
+// fulmen_trainer_options_set in fulmen/trainer.h), or Set, SetInt, SetFloat and
 // SetBool by name.
 //
 // As in Lightning, a number written with '.' or an exponent is a fraction
