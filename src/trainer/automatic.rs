@@ -10,7 +10,7 @@ use crate::error::{Error, ErrorCode, Result};
 use tch::Tensor;
 
 /// Checks the value a training_step returned before it is used.
-pub(super) fn check_loss(loss: &Tensor, detect_nonfinite: bool, at: &dyn Fn() -> String) -> Result<f64> {
+fn check_loss(loss: &Tensor, detect_nonfinite: bool, at: &dyn Fn() -> String) -> Result<f64> {
     if loss.numel() != 1 {
         return Err(Error::shape(format!("{}: the loss must have one element, got shape {:?}", at(), loss.size())));
     }
@@ -84,7 +84,7 @@ pub(super) fn automatic_step(
 /// replicas), `zero_grad` at the start of an accumulation window, and
 /// backward of the loss divided by `accumulate_grad_batches`, with their
 /// hooks. Returns the loss and its value.
-pub(super) fn forward_backward(
+fn forward_backward(
     run: &mut Run,
     opts: &super::TrainerOptions,
     store: &mut MetricStore,
@@ -145,7 +145,7 @@ pub(super) fn forward_backward(
 /// ([`forward_backward`], then the `on_before_optimizer_step` hook and
 /// clipping) as often as it needs. Returns the last evaluation, whose
 /// loss Lightning reports for the batch.
-pub(super) fn closure_step(
+fn closure_step(
     run: &mut Run,
     opts: &super::TrainerOptions,
     store: &mut MetricStore,

@@ -182,23 +182,19 @@ pub(super) fn validates_in(opts: &super::TrainerOptions, epoch: i64) -> bool {
 }
 
 /// Training batches per epoch of `train` after `limit_train_batches`.
-pub(super) fn count_train_batches(opts: &super::TrainerOptions, train: &dyn BatchSource) -> Option<usize> {
+fn count_train_batches(opts: &super::TrainerOptions, train: &dyn BatchSource) -> Option<usize> {
     opts.effective_limit(opts.limit_train_batches).apply(train.num_batches())
 }
 
 /// Validation batches of a pass over `vals` after `limit_val_batches`.
-pub(super) fn count_val_batches(opts: &super::TrainerOptions, vals: &[&dyn BatchSource]) -> usize {
+fn count_val_batches(opts: &super::TrainerOptions, vals: &[&dyn BatchSource]) -> usize {
     let limit = opts.effective_limit(opts.limit_val_batches);
     vals.iter().map(|v| limit.apply(v.num_batches()).unwrap_or(1)).sum()
 }
 
 /// Lightning's check of an integer `val_check_interval` against the
 /// training batches of an epoch (when validation runs per epoch).
-pub(super) fn check_val_interval(
-    opts: &super::TrainerOptions,
-    train_batches: Option<usize>,
-    validating: bool,
-) -> Result<()> {
+fn check_val_interval(opts: &super::TrainerOptions, train_batches: Option<usize>, validating: bool) -> Result<()> {
     // fast_dev_run validates after its few batches whatever the interval.
     if let (ValCheckInterval::Batches(b), Some(n), Some(_), true, 0) =
         (opts.val_check_interval, train_batches, opts.check_val_every_n_epoch, validating, opts.fast_dev_run)
@@ -218,7 +214,7 @@ pub(super) fn check_val_interval(
 /// rank's shard): `ceil(batches / accumulate_grad_batches) * max_epochs`,
 /// at most max_steps; max_steps alone when the epochs or the batches are
 /// unbounded; `None` when nothing bounds the run.
-pub(super) fn estimated_stepping_batches(opts: &super::TrainerOptions, train: &dyn BatchSource) -> Option<i64> {
+fn estimated_stepping_batches(opts: &super::TrainerOptions, train: &dyn BatchSource) -> Option<i64> {
     let max_steps = opts.step_limit();
     let bounded_steps = (max_steps >= 0).then_some(max_steps);
     let per_epoch = opts.effective_limit(opts.limit_train_batches).apply(train.num_batches());
@@ -233,7 +229,7 @@ pub(super) fn estimated_stepping_batches(opts: &super::TrainerOptions, train: &d
 }
 
 /// The body of fit, on a prepared run.
-pub(super) fn fit_run(
+fn fit_run(
     run: &mut Run,
     opts: &super::TrainerOptions,
     data: &mut FitData<'_>,
@@ -371,7 +367,7 @@ pub(super) fn run_validation(
 /// The sanity check: `sanity` batches (all when negative) of each
 /// validation loader, the val_dataloader hook called first when the
 /// module gives the loaders; metrics and progress are left as they were.
-pub(super) fn sanity_check(
+fn sanity_check(
     run: &mut Run,
     opts: &super::TrainerOptions,
     data: &mut FitData<'_>,
@@ -402,7 +398,7 @@ pub(super) fn sanity_check(
 /// `restore`. Lightning's `isolate_rng` takes every visible CUDA device's
 /// (and Python's and NumPy's); a rank here draws on its root device only.
 /// Other device types are left alone, as there.
-pub(super) struct RngSnapshot {
+struct RngSnapshot {
     cpu: Tensor,
     device: Option<Tensor>,
 }
