@@ -1,6 +1,7 @@
 //! The checkpoint container and its validation.
 use crate::error::{Error, Result};
 use crate::nn::{read_safetensors, write_safetensors};
+use crate::trainer::loop_progress::FitProgress;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use tch::Tensor;
@@ -17,6 +18,7 @@ const CALLBACK_TENSORS_PREFIX: &str = "callback_tensors.";
 const RNG_CPU: &str = "rng_states.cpu";
 const RNG_CUDA: &str = "rng_states.cuda";
 const RNG_DEVICE: &str = "rng_states.device";
+const PROGRESS_KEY: &str = "loop_progress";
 
 /// The largest epoch, step or batch count a checkpoint may hold (2^53:
 /// every count stays exact as the f64 loggers write).
@@ -99,6 +101,9 @@ pub struct Checkpoint {
     pub optimizer_kinds: Vec<String>,
     /// How the run counts batches, which Lightning's loop progress needs.
     pub loop_info: LoopInfo,
+    /// The fit loop's progress as the run kept it (none in checkpoints
+    /// written before it was kept: their counters above imply it).
+    pub progress: Option<FitProgress>,
     /// Lightning's `state_key` of each callback that has a Lightning
     /// counterpart, by the callback's key in `callbacks`.
     pub lightning_keys: BTreeMap<String, String>,
@@ -231,6 +236,9 @@ impl Checkpoint {
         meta.insert("epoch_finished".into(), self.epoch_finished.to_string());
         meta.insert("scheduler_steps".into(), json(&[self.scheduler_steps.0, self.scheduler_steps.1]));
         meta.insert("extra_zero_grads".into(), json(&[self.extra_zero_grads.0, self.extra_zero_grads.1]));
+        if let Some(p) = &self.progress {
+            meta.insert(PROGRESS_KEY.into(), json(p));
+        }
         meta.insert("num_optimizers".into(), self.optimizer_states.len().to_string());
         meta.insert("lr_schedulers".into(), json(&self.scheduler_states));
         meta.insert("lr_scheduler_owners".into(), json(&self.scheduler_owners));
@@ -367,6 +375,17 @@ impl Checkpoint {
                 )));
             }
             ck.extra_zero_grads = (total, epoch);
+        }
+        // Checkpoints written before the loop progress was kept lack it.
+        if meta.contains_key(PROGRESS_KEY) {
+            let p: FitProgress = parse(&meta, PROGRESS_KEY, path)?;
+            if !p.counts_within(MAX_COUNTER) {
+                return Err(Error::format(format!(
+                    "{}: checkpoint metadata `{PROGRESS_KEY}` has a count out of range",
+                    path.display()
+                )));
+            }
+            ck.progress = Some(p);
         }
         let n_opt = int_in("num_optimizers", MAX_OPTIMIZERS)? as usize;
         let states: Vec<Vec<(String, f64)>> = parse(&meta, "lr_schedulers", path)?;

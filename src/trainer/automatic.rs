@@ -55,10 +55,30 @@ pub(super) fn automatic_step(
     batch: &TrainBatch,
     stepped: bool,
 ) -> Result<(Tensor, f64)> {
-    let at = batch.at;
-    if stepped && run.optimizers.iter().any(|c| c.optimizer.needs_closure()) {
-        return closure_step(run, opts, store, batch);
+    if stepped {
+        run.progress.optimizer.step.increment_ready();
     }
+    let out = if stepped && run.optimizers.iter().any(|c| c.optimizer.needs_closure()) {
+        closure_step(run, opts, store, batch)?
+    } else {
+        plain_step(run, opts, store, batch, stepped)?
+    };
+    if stepped {
+        run.progress.optimizer.step.increment_completed();
+    }
+    Ok(out)
+}
+
+/// A batch whose optimizers step without re-evaluating the loss: the
+/// closure, then (when `stepped`) unscale, the hook, clipping and the steps.
+fn plain_step(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    store: &mut MetricStore,
+    batch: &TrainBatch,
+    stepped: bool,
+) -> Result<(Tensor, f64)> {
+    let at = batch.at;
     let zero_grad = &mut |run: &mut Run| {
         for cfg in run.optimizers.iter_mut() {
             cfg.optimizer.zero_grad();
@@ -127,8 +147,20 @@ fn forward_backward(
         return Ok((loss, value));
     }
     if train.first_of_window {
+        // Lightning counts the calls at a window's first batch index (not
+        // a resume's first batch inside a window).
+        let counted = i % acc as usize == 0;
+        if counted {
+            run.progress.optimizer.zero_grad.increment_ready();
+        }
         run.simple(Hook::BeforeZeroGrad)?;
+        if counted {
+            run.progress.optimizer.zero_grad.increment_started();
+        }
         zero_grad(run);
+        if counted {
+            run.progress.optimizer.zero_grad.increment_completed();
+        }
     }
     let scaled = if acc > 1 { loss.f_div_scalar(acc as f64)? } else { loss.shallow_clone() };
     run.hook(Hook::BeforeBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
@@ -162,15 +194,11 @@ fn closure_step(
     let groups = [crate::optim::ParamGroup::new(&params, 0.0, 0.0, 0.0)];
     let mut reset = crate::optim::GradReset::default();
     let mut last = None;
-    let mut zero_grads = 0i64;
     let started = run.profile_start();
     run.in_closure = true;
     let stepped = match configs.first_mut() {
         Some(cfg) => cfg.optimizer.step_with_closure(&mut || {
-            let zero_grad = &mut |_: &mut Run| {
-                reset.run(&groups);
-                zero_grads += 1;
-            };
+            let zero_grad = &mut |_: &mut Run| reset.run(&groups);
             let (loss, value) = forward_backward(run, opts, store, batch, true, zero_grad)?;
             run.simple(Hook::BeforeOptimizerStep)?;
             if let Some(v) = opts.gradient_clip_val {
@@ -191,10 +219,6 @@ fn closure_step(
     // A checkpoint a hook asked for inside the closure is written by the
     // next hook's requests (on_train_batch_end), once the step is counted.
     run.in_closure = false;
-    // Lightning counts each evaluation's zero_grad; one per step is implied.
-    let extra = (zero_grads - 1).max(0);
-    run.extra_zero_grads.0 += extra;
-    run.extra_zero_grads.1 += extra;
     stepped.map_err(|e| e.context(at()))?;
     run.profile_stop("[Strategy].optimizer_step", started, Default::default());
     last.ok_or_else(|| Error::state(format!("{}: the optimizer stepped without evaluating the loss", at())))

@@ -88,16 +88,19 @@ pub(super) fn train_epoch(
     let manual = !run.module.automatic_optimization();
     let mut toggled = Vec::new();
     set_mode(run.module, true)?;
-    run.batches_in_epoch = 0;
-    run.epoch_finished = false;
-    if skip == 0 {
-        run.scheduler_steps.1 = 0;
-        run.extra_zero_grads.1 = 0;
+    // A resumed epoch (`skip` batches done) keeps its restored progress
+    // and, as in Lightning, is not counted as started again.
+    let resumed = skip > 0;
+    run.progress.start_epoch(resumed);
+    if !resumed {
+        run.progress.epoch.increment_ready();
     }
-    run.val_batches = (0, 0);
     run.state.running_loss = None;
     run.state.log_step = run.state.batches_stepped;
     run.simple(Hook::TrainEpochStart)?;
+    if !resumed {
+        run.progress.epoch.increment_started();
+    }
     // Param groups a finetuning callback added or changed.
     run.refresh_learning_rates();
     // What the epoch-start hooks left (GradientAccumulationScheduler).
@@ -139,7 +142,10 @@ pub(super) fn train_epoch(
         let stepped = manual || (!run.state.skip_backward && ((i + 1) % acc == 0 || is_last));
         let data = || HookData { batch_idx: i as i64, batch: Some(&batch), ..Default::default() };
         run.state.log_step = run.state.batches_stepped;
+        run.progress.batch.is_last_batch = is_last;
+        run.progress.batch.progress.increment_ready();
         run.hook(Hook::TrainBatchStart, data())?;
+        run.progress.batch.progress.increment_started();
         // Built only when an error needs it.
         let step_now = run.state.global_step;
         let at = || format!("training_step (epoch {epoch}, global step {step_now}, batch {i})");
@@ -148,6 +154,7 @@ pub(super) fn train_epoch(
             let started = run.profile_start();
             let loss = manual_training_step(run, &mut store, &batch, i as i64, &mut toggled, &at)?;
             run.profile_stop("[Strategy].training_step", started, Default::default());
+            run.progress.manual_step.increment_by(run.state.global_step - step_now);
             run.state.batches_stepped += 1;
             if let Some(l) = &loss {
                 loss_sum += returned_value(l, &at)?;
@@ -169,8 +176,7 @@ pub(super) fn train_epoch(
             Some(loss)
         };
         ran += 1;
-        run.batches_in_epoch = (i + 1) as i64;
-        run.epoch_finished = is_last;
+        run.progress.batch.progress.increment_processed();
         run.state.callback_metrics.extend(store.callback_metrics.iter().map(|(k, v)| (k.clone(), *v)));
         run.state.progress_metrics.extend(store.progress_metrics.iter().map(|(k, v)| (k.clone(), *v)));
         // As Lightning: after the optimizer step, before on_train_batch_end
@@ -209,6 +215,7 @@ pub(super) fn train_epoch(
             Hook::TrainBatchEnd,
             HookData { batch_idx: i as i64, batch: Some(&batch), output: loss.as_ref(), ..Default::default() },
         )?;
+        run.progress.batch.progress.increment_completed();
         run.profile_stop("run_training_batch", batch_started, Default::default());
         if stepped && (log_index + 1) % opts.log_every_n_steps == 0 && !step_values.is_empty() {
             run.log_metrics(&step_values, log_index)?;
@@ -236,6 +243,9 @@ pub(super) fn train_epoch(
                 run.refresh_learning_rates();
             }
         }
+        if stepped {
+            run.progress.batches_that_stepped += 1;
+        }
         // Lightning's `_can_stop_early`: only finished epochs count.
         // Ranks stop together. A Timer's decision differs between ranks, so
         // with one every batch's request is or-reduced (one small
@@ -258,6 +268,7 @@ pub(super) fn train_epoch(
     let mut train_epoch_metrics = store.end_epoch_synced(&|v, op| run.strategy.reduce(v, op))?;
     run.state.callback_metrics.extend(store.callback_metrics);
     run.state.progress_metrics.extend(store.progress_metrics);
+    run.progress.epoch.increment_processed();
     run.hook(Hook::TrainEpochEnd, HookData { batch_idx: -1, ..Default::default() })?;
     run.state.skip_backward = false;
     train_epoch_metrics.extend(std::mem::take(&mut run.state.hook_metrics));
@@ -266,7 +277,7 @@ pub(super) fn train_epoch(
     }
     // ReduceLROnPlateau per epoch: after on_train_epoch_end, and only when
     // the epoch ran to its end (Lightning's `_num_ready_batches_reached`).
-    if run.epoch_finished && !manual {
+    if run.progress.epoch_batches_done() && !manual {
         let n = step_schedulers(
             &mut run.optimizers,
             Interval::Epoch,
@@ -278,6 +289,7 @@ pub(super) fn train_epoch(
             run.refresh_learning_rates();
         }
     }
+    run.progress.epoch.increment_completed();
     run.save_logs()?;
     run.state.should_stop = run.strategy.any(run.state.should_stop)?;
     Ok(ran == 0 && skip == 0)

@@ -71,8 +71,9 @@ pub(super) fn evaluate(
     log_step: Option<i64>,
 ) -> Result<Evaluated> {
     let h = hooks_of(stage);
-    if run.counts_validation(stage) {
-        run.val_batches.1 = 0;
+    let counted = run.counts_validation(stage);
+    if counted {
+        run.progress.val_batch.reset_on_run();
     }
     set_mode(run.module, false)?;
     run.simple(h.start)?;
@@ -85,6 +86,11 @@ pub(super) fn evaluate(
             let idx = (sources.len() > 1).then_some(d);
             outputs.push(run_source(run, stage, &h, *source, limits.get(d).copied().flatten(), idx, &mut store)?);
         }
+    }
+    if counted {
+        // The last batch was fetched (written as Lightning's fetcher has it
+        // at the validation's end).
+        run.progress.val_batch.is_last_batch = run.progress.val_batch.progress.current.ready > 0;
     }
     let mut metrics = store.end_epoch_synced(&|v, op| run.strategy.reduce(v, op))?;
     run.state.callback_metrics.extend(store.callback_metrics);
@@ -132,7 +138,14 @@ fn run_source(
         };
         let batch = run.strategy.batch_to_device(batch.ctx(what)?)?;
         let data = || HookData { batch_idx: i as i64, dataloader_idx: d, batch: Some(&batch), ..Default::default() };
+        let counted = run.counts_validation(stage);
+        if counted {
+            run.progress.val_batch.progress.increment_ready();
+        }
         run.hook(h.batch_start, data())?;
+        if counted {
+            run.progress.val_batch.progress.increment_started();
+        }
         // Inside fit, through the DDP wrapper as Lightning's validation.
         run.strategy.eval_forward()?;
         let autocast = run.strategy.forward_context()?;
@@ -166,11 +179,13 @@ fn run_source(
         drop(autocast);
         run.profile_stop(step, started, Default::default());
         let out = run.strategy.gather_output(outs?)?;
-        if run.counts_validation(stage) {
-            run.val_batches.0 += 1;
-            run.val_batches.1 += 1;
+        if counted {
+            run.progress.val_batch.progress.increment_processed();
         }
         run.hook(h.batch_end, HookData { output: out.as_ref(), ..data() })?;
+        if counted {
+            run.progress.val_batch.progress.increment_completed();
+        }
         if let Some(o) = out {
             outputs.push(o);
         }

@@ -11,6 +11,7 @@ mod fit_data;
 mod fit_loop;
 pub mod hooks;
 pub mod interrupt;
+pub mod loop_progress;
 mod manual;
 mod manual_closure;
 mod manual_optimization;

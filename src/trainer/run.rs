@@ -1,6 +1,7 @@
 //! One run of the trainer: hook dispatch to callbacks and the module, the
 //! requests hooks make (checkpoints, logs), loggers and checkpoint files.
 use super::hooks::{Callback, GroupRates, Hook, HookContext, TrainerState};
+use super::loop_progress::FitProgress;
 use super::module::{LightningModule, OptimizerConfig};
 use super::profiler::{timed, SimpleProfiler};
 use crate::checkpoint::Checkpoint;
@@ -27,27 +28,16 @@ pub(crate) struct Run<'a> {
     pub module: &'a mut dyn LightningModule,
     pub optimizers: Vec<OptimizerConfig>,
     pub loggers: Vec<&'a mut Box<dyn Logger>>,
-    /// Training batches finished in the current epoch (for checkpoints).
-    pub batches_in_epoch: i64,
-    /// Whether the current epoch's training batches are all done.
-    pub epoch_finished: bool,
+    /// The fit loop's progress, kept as Lightning keeps it and saved whole
+    /// in checkpoints.
+    pub progress: FitProgress,
     /// Format of the checkpoints the run writes.
     pub checkpoint_format: crate::checkpoint::CheckpointFormat,
     /// The `checkpoint_prefix` option.
     pub checkpoint_prefix: String,
-    /// Scheduler steps the loop took (not the module's own, with manual
-    /// optimization): in all, and in this epoch (Lightning's scheduler
-    /// progress).
-    pub scheduler_steps: (i64, i64),
-    /// `zero_grad` calls beyond one per optimizer step (an LBFGS closure's
-    /// re-evaluations): in all, and in this epoch.
-    pub extra_zero_grads: (i64, i64),
     /// Whether an optimizer's closure is running (`closure_step`): the
     /// optimizers are out of the run, so checkpoint requests wait.
     pub in_closure: bool,
-    /// Validation batches fit ran in this epoch, and in its last
-    /// validation (Lightning's validation progress).
-    pub val_batches: (i64, i64),
     /// The strategy, which owns the accelerator, device and precision
     /// (Lightning's chain loop -> strategy -> precision -> accelerator).
     pub strategy: super::strategy::RunStrategy,
@@ -104,14 +94,10 @@ impl<'a> Run<'a> {
             module,
             optimizers: Vec::new(),
             loggers,
-            batches_in_epoch: 0,
-            epoch_finished: false,
+            progress: FitProgress::default(),
             checkpoint_format: opts.checkpoint_format,
             checkpoint_prefix: opts.checkpoint_prefix.clone(),
-            scheduler_steps: (0, 0),
-            extra_zero_grads: (0, 0),
             in_closure: false,
-            val_batches: (0, 0),
             torch_profiler: super::torch_profiler::TorchProfiler::when(opts.profiler, strategy.root_device())?,
             strategy,
             profiler: SimpleProfiler::when(opts.profiler),
@@ -330,8 +316,7 @@ impl Run<'_> {
 
     /// Counts `n` scheduler steps the loop took; whether there were any.
     pub fn count_scheduler_steps(&mut self, n: usize) -> bool {
-        self.scheduler_steps.0 += n as i64;
-        self.scheduler_steps.1 += n as i64;
+        self.progress.scheduler.increment_by(n as i64);
         n > 0
     }
 
@@ -343,15 +328,17 @@ impl Run<'_> {
             )
         })?;
         let state_dict = model.lock().unwrap_or_else(|p| p.into_inner()).state_dict();
+        let p = &self.progress;
         let mut ck = Checkpoint {
             epoch: self.state.epoch,
             global_step: self.state.global_step,
             batches_stepped: self.state.batches_stepped,
-            batches_in_epoch: self.batches_in_epoch,
-            epoch_finished: self.epoch_finished,
-            scheduler_steps: self.scheduler_steps,
-            extra_zero_grads: self.extra_zero_grads,
-            val_batches: self.val_batches,
+            batches_in_epoch: p.batches_in_epoch(),
+            epoch_finished: p.epoch_batches_done(),
+            scheduler_steps: (p.scheduler.total.completed, p.scheduler.current.completed),
+            extra_zero_grads: p.extra_zero_grads(),
+            val_batches: (p.val_batch.progress.total.processed, p.val_batch.progress.current.processed),
+            progress: Some(*p),
             state_dict,
             hparams: self.module.hparams(),
             weights_only,
@@ -564,8 +551,15 @@ impl Run<'_> {
         }
         self.state.global_step = ck.global_step;
         self.state.batches_stepped = ck.batches_stepped;
-        self.scheduler_steps = ck.scheduler_steps;
-        self.extra_zero_grads = ck.extra_zero_grads;
+        let saved = ck.progress.unwrap_or_else(|| crate::checkpoint::lightning::progress_from_counters(ck));
+        // Whether the batch it was saved after stepped the optimizers
+        // (Lightning's `_should_accumulate` is false).
+        let num_batches = self.state.num_train_batches.map(|n| n as i64);
+        let k = saved.batch.progress.current.ready;
+        let stepped = self.state.manual_optimization
+            || k % self.state.accumulate_grad_batches.max(1) == 0
+            || num_batches.is_some_and(|n| k >= n);
+        self.progress = saved.restarted(num_batches, stepped);
         self.state.epoch = ck.epoch;
         Ok(())
     }

@@ -27,7 +27,8 @@ weights and sees the same batches in the same order on one CPU thread:
    losses. fulmen's file must hold what Lightning's holds at the same
    point (loops, callbacks, optimizer and scheduler states), but for the
    folders, its own `fulmen` entry and the rounding of a metric fulmen
-   averages in float64; so must a checkpoint taken inside an epoch.
+   averages in float64; so must a checkpoint taken inside an epoch, and
+   the last one of a run resumed from fulmen's Lightning-format file.
 5. The learning-rate range test: fulmen_trainer_lr_find and Lightning's
    Tuner.lr_find (1e-5 to 1 over 30 steps, SGD with momentum) try the same
    learning rates, record the same smoothed losses and suggest the same
@@ -564,6 +565,16 @@ def main():
         )
         results.append(compare(f"{config}: Lightning resumed from fulmen's checkpoint vs Lightning resumed",
                                by_lightning, lightning_resumed))
+        # A checkpoint written after a resume holds the progress the resumed
+        # run kept (its counts continue the restored ones), as Lightning's
+        # resumed run writes it.
+        if not departs:
+            again = os.path.join(work, f"{config}-lightning-format-resumed")
+            shutil.rmtree(again, ignore_errors=True)
+            fulmen_losses(a.binary, config, work, "lightning-format-resumed", EPOCHS, [again, ours, "lightning"])
+            last = f"epoch={EPOCHS - 1}.ckpt"
+            results.append(compare_files(f"{config}: fulmen's Lightning-format checkpoint after a resume vs Lightning's",
+                                         os.path.join(again, last), os.path.join(lightning_ckpts, last)))
     # A checkpoint inside an epoch (every 5 optimizer steps; with
     # accumulation, after a batch that stepped) holds the same loop progress.
     mid_epoch = (("steplr", ("step=5.ckpt", "step=15.ckpt")), ("stepfreq", ("step=5.ckpt", "step=10.ckpt")))

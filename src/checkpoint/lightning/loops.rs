@@ -1,183 +1,270 @@
-//! Loop progress between fulmen's counters and Lightning's `loops` entry
-//! (`fit_loop`'s epoch, batch and optimizer progress, whose `ready` /
-//! `started` / `processed` / `completed` counts tell Lightning where in an
-//! epoch a checkpoint was taken).
+//! Loop progress in Lightning's `loops` entry: the fit loop's kept
+//! [`FitProgress`] written as `fit_loop` (epoch, batch, scheduler,
+//! optimizer and validation progress, whose `ready` / `started` /
+//! `processed` / `completed` counts tell Lightning where in an epoch a
+//! checkpoint was taken), and read back whole.
 use super::value::{count, dict, field, whole_field};
 use crate::checkpoint::file::MAX_COUNTER;
 use crate::checkpoint::torch_save::Value;
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
+use crate::trainer::loop_progress::{BatchProgress, Counts, FitProgress, Progress, SavedAt, Tracker};
 
-/// A `{ready, completed[, started, processed]}` progress record.
-fn progress(ready: i64, started: i64, processed: i64, completed: i64, full: bool) -> Value {
-    let mut e = vec![("ready", count(ready)), ("completed", count(completed))];
-    if full {
-        e.push(("started", count(started)));
-        e.push(("processed", count(processed)));
+/// A tracker with the counts its class has, in the order Lightning's
+/// dataclasses write them.
+fn tracker_value(t: &Tracker, counts: Counts) -> Value {
+    let mut e = vec![("ready", count(t.ready)), ("completed", count(t.completed))];
+    if counts != Counts::ReadyCompleted {
+        e.push(("started", count(t.started)));
+    }
+    if counts == Counts::Processed {
+        e.push(("processed", count(t.processed)));
     }
     dict(e)
 }
 
-/// `{total, current}` with the same counts.
-fn both(ready: i64, started: i64, processed: i64, completed: i64, full: bool) -> Value {
-    dict(vec![
-        ("total", progress(ready, started, processed, completed, full)),
-        ("current", progress(ready, started, processed, completed, full)),
-    ])
+fn progress_value(p: &Progress) -> Value {
+    dict(vec![("total", tracker_value(&p.total, p.counts)), ("current", tracker_value(&p.current, p.counts))])
 }
 
-fn batch_progress(ready: i64, completed: i64, total_offset: i64, is_last: bool) -> Value {
-    dict(vec![
-        (
-            "total",
-            progress(ready + total_offset, ready + total_offset, ready + total_offset, completed + total_offset, true),
-        ),
-        ("current", progress(ready, ready, ready, completed, true)),
-        ("is_last_batch", Value::Bool(is_last)),
-    ])
-}
-
-fn idle_batch_progress(with_last: bool) -> Value {
-    let mut bp = vec![("total", progress(0, 0, 0, 0, true)), ("current", progress(0, 0, 0, 0, true))];
+fn batch_value(b: &BatchProgress, with_last: bool) -> Value {
+    let mut e = vec![
+        ("total", tracker_value(&b.progress.total, b.progress.counts)),
+        ("current", tracker_value(&b.progress.current, b.progress.counts)),
+    ];
     if with_last {
-        bp.push(("is_last_batch", Value::Bool(false)));
+        e.push(("is_last_batch", Value::Bool(b.is_last_batch)));
     }
-    dict(bp)
+    dict(e)
 }
 
 fn idle_eval_loop(with_last: bool) -> Value {
-    dict(vec![("state_dict", dict(vec![])), ("batch_progress", idle_batch_progress(with_last))])
+    dict(vec![("state_dict", dict(vec![])), ("batch_progress", batch_value(&BatchProgress::default(), with_last))])
 }
 
-/// Lightning's `loops` entry for a checkpoint taken where `ck`'s counters
-/// say: at the end of an epoch's training batches (as ModelCheckpoint
-/// saves on train-epoch or validation end), after a batch inside an epoch
-/// (`every_n_train_steps`), or before an epoch's first batch. Counts
-/// fulmen does not keep (batches of earlier epochs, scheduler and
-/// validation progress) are written as a run of equal epochs would have
-/// them, or as zero.
-pub fn to_lightning(ck: &Checkpoint) -> Value {
-    let info = &ck.loop_info;
-    let (e, g, k) = (ck.epoch, ck.global_step, ck.batches_in_epoch);
-    let earlier = e * info.num_train_batches.max(0);
-    let acc = info.accumulate_grad_batches.max(1);
-    let (epoch_progress, batches, stepped_before) = if ck.epoch_finished {
-        // Epoch-end: processed, not yet completed.
-        (both(e + 1, e + 1, e + 1, e, true), batch_progress(k, k, earlier, true), ck.batches_stepped)
-    } else if k > 0 {
-        // After batch k's on_train_batch_end: that batch not completed,
-        // and `_batches_that_stepped` not yet counting it when it stepped.
-        let stepped = info.manual_optimization || k % acc == 0;
-        (
-            both(e + 1, e + 1, e, e, true),
-            batch_progress(k, k - 1, earlier, false),
-            ck.batches_stepped - i64::from(stepped),
-        )
-    } else {
-        (both(e, e, e, e, true), batch_progress(0, 0, earlier, false), ck.batches_stepped)
-    };
-    let (auto_steps, manual_steps) = if info.manual_optimization { (0, g) } else { (g, 0) };
-    let in_epoch = |steps: i64| if k > 0 || ck.epoch_finished { steps.min((k + acc - 1) / acc) } else { 0 };
-    let zero_grads = (auto_steps + ck.extra_zero_grads.0, in_epoch(auto_steps) + ck.extra_zero_grads.1);
-    let optimizer = dict(vec![(
-        "optimizer",
-        dict(vec![
-            (
-                "step",
-                dict(vec![
-                    ("total", progress(auto_steps, 0, 0, auto_steps, false)),
-                    ("current", progress(in_epoch(auto_steps), 0, 0, in_epoch(auto_steps), false)),
-                ]),
-            ),
-            (
-                "zero_grad",
-                dict(vec![
-                    (
-                        "total",
-                        dict(vec![
-                            ("ready", count(zero_grads.0)),
-                            ("completed", count(zero_grads.0)),
-                            ("started", count(zero_grads.0)),
-                        ]),
-                    ),
-                    (
-                        "current",
-                        dict(vec![
-                            ("ready", count(zero_grads.1)),
-                            ("completed", count(zero_grads.1)),
-                            ("started", count(zero_grads.1)),
-                        ]),
-                    ),
-                ]),
-            ),
-        ]),
-    )]);
-    let fit = dict(vec![
-        ("state_dict", dict(vec![])),
-        ("epoch_loop.state_dict", dict(vec![("_batches_that_stepped", count(stepped_before.max(0)))])),
-        ("epoch_loop.batch_progress", batches),
-        ("epoch_loop.scheduler_progress", {
-            let (total, epoch) = ck.scheduler_steps;
-            dict(vec![("total", progress(total, 0, 0, total, false)), ("current", progress(epoch, 0, 0, epoch, false))])
-        }),
-        ("epoch_loop.automatic_optimization.state_dict", dict(vec![])),
-        ("epoch_loop.automatic_optimization.optim_progress", optimizer),
-        ("epoch_loop.manual_optimization.state_dict", dict(vec![])),
-        (
-            "epoch_loop.manual_optimization.optim_step_progress",
-            dict(vec![
-                // Lightning never resets the manual loop's `current`: it
-                // counts the steps of the fit, as `total` does.
-                ("total", progress(manual_steps, 0, 0, manual_steps, false)),
-                ("current", progress(manual_steps, 0, 0, manual_steps, false)),
-            ]),
-        ),
-        ("epoch_loop.val_loop.state_dict", dict(vec![])),
-        ("epoch_loop.val_loop.batch_progress", {
-            let (total, last) = ck.val_batches;
-            dict(vec![
-                ("total", progress(total, total, total, total, true)),
-                ("current", progress(last, last, last, last, true)),
-                ("is_last_batch", Value::Bool(last > 0)),
-            ])
-        }),
-        ("epoch_progress", epoch_progress),
-    ]);
+/// Lightning's `fit_loop` state for `p`.
+fn fit_value(p: &FitProgress) -> Value {
     dict(vec![
-        ("fit_loop", fit),
+        ("state_dict", dict(vec![])),
+        ("epoch_loop.state_dict", dict(vec![("_batches_that_stepped", count(p.batches_that_stepped.max(0)))])),
+        ("epoch_loop.batch_progress", batch_value(&p.batch, true)),
+        ("epoch_loop.scheduler_progress", progress_value(&p.scheduler)),
+        ("epoch_loop.automatic_optimization.state_dict", dict(vec![])),
+        (
+            "epoch_loop.automatic_optimization.optim_progress",
+            dict(vec![(
+                "optimizer",
+                dict(vec![
+                    ("step", progress_value(&p.optimizer.step)),
+                    ("zero_grad", progress_value(&p.optimizer.zero_grad)),
+                ]),
+            )]),
+        ),
+        ("epoch_loop.manual_optimization.state_dict", dict(vec![])),
+        ("epoch_loop.manual_optimization.optim_step_progress", progress_value(&p.manual_step)),
+        ("epoch_loop.val_loop.state_dict", dict(vec![])),
+        ("epoch_loop.val_loop.batch_progress", batch_value(&p.val_batch, true)),
+        ("epoch_progress", progress_value(&p.epoch)),
+    ])
+}
+
+/// Lightning's `loops` entry for `ck`: the progress the run kept, or for a
+/// checkpoint that predates kept progress, the one its counters imply.
+pub fn to_lightning(ck: &Checkpoint) -> Value {
+    let progress = ck.progress.unwrap_or_else(|| from_counters(ck));
+    dict(vec![
+        ("fit_loop", fit_value(&progress)),
         ("validate_loop", idle_eval_loop(true)),
         ("test_loop", idle_eval_loop(true)),
         ("predict_loop", idle_eval_loop(false)),
     ])
 }
 
-/// A checkpoint with fulmen's counters (epoch, steps, batches done, scheduler
-/// steps) from a Lightning checkpoint's `loops`, `epoch` and `global_step`
-/// (`what` names the file in errors).
+/// The progress a fulmen checkpoint written before progress was kept
+/// implies: saved at an epoch end, after a batch, or before an epoch's
+/// first batch, as `ck`'s counters say. Counts such a file lacks (batches
+/// of earlier epochs) are those of a run of equal epochs.
+pub fn from_counters(ck: &Checkpoint) -> FitProgress {
+    let info = &ck.loop_info;
+    let (e, g, k) = (ck.epoch, ck.global_step, ck.batches_in_epoch);
+    let earlier = e * info.num_train_batches.max(0);
+    let acc = info.accumulate_grad_batches.max(1);
+    let all = |n: i64| Tracker { ready: n, started: n, processed: n, completed: n };
+    let mut p = FitProgress::default();
+    let (epoch, completed, stepped_before) = if ck.epoch_finished {
+        (Tracker { completed: e, ..all(e + 1) }, k, ck.batches_stepped)
+    } else if k > 0 {
+        let stepped = info.manual_optimization || k % acc == 0;
+        (
+            Tracker { ready: e + 1, started: e + 1, processed: e, completed: e },
+            k - 1,
+            ck.batches_stepped - i64::from(stepped),
+        )
+    } else {
+        (all(e), 0, ck.batches_stepped)
+    };
+    p.epoch.total = epoch;
+    p.epoch.current = epoch;
+    p.batches_that_stepped = stepped_before.max(0);
+    p.batch.progress.total = Tracker { completed: completed + earlier, ..all(k + earlier) };
+    p.batch.progress.current = Tracker { completed, ..all(k) };
+    p.batch.is_last_batch = ck.epoch_finished;
+    let (auto_steps, manual_steps) = if info.manual_optimization { (0, g) } else { (g, 0) };
+    let in_epoch = if k > 0 || ck.epoch_finished { auto_steps.min((k + acc - 1) / acc) } else { 0 };
+    let done = |n: i64| Tracker { ready: n, completed: n, ..Default::default() };
+    p.optimizer.step.total = done(auto_steps);
+    p.optimizer.step.current = done(in_epoch);
+    let zero_grads = (auto_steps + ck.extra_zero_grads.0, in_epoch + ck.extra_zero_grads.1);
+    p.optimizer.zero_grad.total = Tracker { started: zero_grads.0, ..done(zero_grads.0) };
+    p.optimizer.zero_grad.current = Tracker { started: zero_grads.1, ..done(zero_grads.1) };
+    p.scheduler.total = done(ck.scheduler_steps.0);
+    p.scheduler.current = done(ck.scheduler_steps.1);
+    p.manual_step.total = done(manual_steps);
+    p.manual_step.current = done(manual_steps);
+    let (val_total, val_last) = ck.val_batches;
+    p.val_batch.progress.total = all(val_total);
+    p.val_batch.progress.current = all(val_last);
+    p.val_batch.is_last_batch = val_last > 0;
+    p
+}
+
+/// A count of a tracker: required ones must be there; others read as 0
+/// when absent, and are checked when present.
+fn tracker_count(v: &Value, key: &str, what: &str, required: bool) -> Result<i64> {
+    if required || v.get(key).is_some() {
+        whole_field(v, key, what, MAX_COUNTER)
+    } else {
+        Ok(0)
+    }
+}
+
+/// A tracker of `counts` read from `v` (`what` names it in errors); the
+/// counts in `required` must be there.
+fn tracker_from(v: &Value, counts: Counts, what: &str, required: &[&str]) -> Result<Tracker> {
+    let read = |key: &str, has: bool| -> Result<i64> {
+        if has {
+            tracker_count(v, key, what, required.contains(&key))
+        } else {
+            Ok(0)
+        }
+    };
+    Ok(Tracker {
+        ready: read("ready", true)?,
+        started: read("started", counts != Counts::ReadyCompleted)?,
+        processed: read("processed", counts == Counts::Processed)?,
+        completed: read("completed", true)?,
+    })
+}
+
+/// A `{total, current}` progress of `counts`, required, from `v`.
+fn progress_from(v: &Value, counts: Counts, what: &str, required: &[&str]) -> Result<Progress> {
+    Ok(Progress {
+        counts,
+        total: tracker_from(field(v, "total", what)?, counts, &format!("{what}.total"), required)?,
+        current: tracker_from(field(v, "current", what)?, counts, &format!("{what}.current"), required)?,
+    })
+}
+
+/// A progress that may be absent (files from older Lightning versions).
+fn optional_progress(v: Option<&Value>, counts: Counts, what: &str) -> Result<Progress> {
+    match v {
+        Some(v) => progress_from(v, counts, what, &[]),
+        None => Ok(Progress::new(counts)),
+    }
+}
+
+fn is_last_batch(v: &Value) -> bool {
+    matches!(v.get("is_last_batch"), Some(Value::Bool(true)))
+}
+
+/// The fit loop's progress from a Lightning checkpoint's `loops.fit_loop`
+/// (`w` names it in errors).
+fn fit_from(fit: &Value, w: &str) -> Result<FitProgress> {
+    let bp = field(fit, "epoch_loop.batch_progress", w)?;
+    let bpw = format!("{w}.epoch_loop.batch_progress");
+    let ep = field(fit, "epoch_progress", w)?;
+    let epw = format!("{w}.epoch_progress");
+    let mut p = FitProgress {
+        epoch: Progress {
+            counts: Counts::Processed,
+            current: tracker_from(
+                field(ep, "current", &epw)?,
+                Counts::Processed,
+                &format!("{epw}.current"),
+                &["ready", "processed", "completed"],
+            )?,
+            ..Progress::new(Counts::Processed)
+        },
+        batches_that_stepped: whole_field(
+            field(fit, "epoch_loop.state_dict", w)?,
+            "_batches_that_stepped",
+            &format!("{w}.epoch_loop.state_dict"),
+            MAX_COUNTER,
+        )?,
+        batch: BatchProgress {
+            progress: Progress {
+                counts: Counts::Processed,
+                total: tracker_from(
+                    field(bp, "total", &bpw)?,
+                    Counts::Processed,
+                    &format!("{bpw}.total"),
+                    &["processed", "completed"],
+                )?,
+                current: tracker_from(
+                    field(bp, "current", &bpw)?,
+                    Counts::Processed,
+                    &format!("{bpw}.current"),
+                    &["processed"],
+                )?,
+            },
+            is_last_batch: is_last_batch(bp),
+        },
+        ..FitProgress::default()
+    };
+    p.epoch.total = match ep.get("total") {
+        Some(t) => tracker_from(t, Counts::Processed, &format!("{epw}.total"), &[])?,
+        None => p.epoch.current,
+    };
+    p.scheduler = optional_progress(
+        fit.get("epoch_loop.scheduler_progress"),
+        Counts::ReadyCompleted,
+        &format!("{w}.epoch_loop.scheduler_progress"),
+    )?;
+    let optimizer = fit.get("epoch_loop.automatic_optimization.optim_progress").and_then(|o| o.get("optimizer"));
+    let ow = format!("{w}.epoch_loop.automatic_optimization.optim_progress.optimizer");
+    p.optimizer.step =
+        optional_progress(optimizer.and_then(|o| o.get("step")), Counts::ReadyCompleted, &format!("{ow}.step"))?;
+    p.optimizer.zero_grad =
+        optional_progress(optimizer.and_then(|o| o.get("zero_grad")), Counts::Started, &format!("{ow}.zero_grad"))?;
+    p.manual_step = optional_progress(
+        fit.get("epoch_loop.manual_optimization.optim_step_progress"),
+        Counts::ReadyCompleted,
+        &format!("{w}.epoch_loop.manual_optimization.optim_step_progress"),
+    )?;
+    if let Some(vp) = fit.get("epoch_loop.val_loop.batch_progress") {
+        let vw = format!("{w}.epoch_loop.val_loop.batch_progress");
+        p.val_batch = BatchProgress {
+            progress: progress_from(vp, Counts::Processed, &vw, &[])?,
+            is_last_batch: is_last_batch(vp),
+        };
+    }
+    Ok(p)
+}
+
+/// A checkpoint with the fit loop's progress and fulmen's counters
+/// (epoch, steps, batches done, scheduler steps) from a Lightning
+/// checkpoint's `loops`, `epoch` and `global_step` (`what` names the file
+/// in errors).
 pub fn from_lightning(top: &Value, what: &str) -> Result<Checkpoint> {
     whole_field(top, "epoch", what, MAX_COUNTER)?;
     let global_step = whole_field(top, "global_step", what, MAX_COUNTER)?;
     let fit = field(field(top, "loops", what)?, "fit_loop", &format!("{what}.loops"))?;
-    let w = format!("{what}.loops.fit_loop");
-    let ep = field(field(fit, "epoch_progress", &w)?, "current", &format!("{w}.epoch_progress"))?;
-    let epw = format!("{w}.epoch_progress.current");
-    let ep_count = |k: &str| whole_field(ep, k, &epw, MAX_COUNTER);
-    let bp = field(fit, "epoch_loop.batch_progress", &w)?;
-    let bpw = format!("{w}.epoch_loop.batch_progress");
-    let current = field(bp, "current", &bpw)?;
-    let total = field(bp, "total", &bpw)?;
-    let bp_count = |v: &Value, k: &str| whole_field(v, k, &bpw, MAX_COUNTER);
-    let stepped_before = whole_field(
-        field(fit, "epoch_loop.state_dict", &w)?,
-        "_batches_that_stepped",
-        &format!("{w}.epoch_loop.state_dict"),
-        MAX_COUNTER,
-    )?;
-    let (ready, processed, completed) = (ep_count("ready")?, ep_count("processed")?, ep_count("completed")?);
+    let p = fit_from(fit, &format!("{what}.loops.fit_loop"))?;
+    let b = p.batch.progress;
     // Saved in on_train_batch_end: that batch is processed, not completed,
     // and `_batches_that_stepped` does not count it yet (Lightning adds it
     // back on restore when the batch stepped, as fulmen counts it).
-    let at_batch_end = bp_count(total, "completed")? + 1 == bp_count(total, "processed")?;
+    let at_batch_end = b.total.completed + 1 == b.total.processed;
     let manual = {
         let auto = fit
             .get("epoch_loop.automatic_optimization.optim_progress")
@@ -187,51 +274,33 @@ pub fn from_lightning(top: &Value, what: &str) -> Result<Checkpoint> {
             .and_then(|o| o.get("completed"));
         !matches!(auto, Some(Value::Int(n)) if *n == global_step)
     };
+    let stepped_before = p.batches_that_stepped;
     let batches_stepped =
         if at_batch_end && (manual || stepped_before < global_step) { stepped_before + 1 } else { stepped_before };
-    let scheduler_steps = match fit.get("epoch_loop.scheduler_progress") {
-        Some(sp) => {
-            let w = format!("{w}.epoch_loop.scheduler_progress");
-            let done = |part: &str| -> Result<i64> { whole_field(field(sp, part, &w)?, "completed", &w, MAX_COUNTER) };
-            (done("total")?, done("current")?)
-        }
-        None => (0, 0),
+    let scheduler_steps = (p.scheduler.total.completed, p.scheduler.current.completed);
+    let extra_zero_grads = p.extra_zero_grads();
+    let e = p.epoch.current;
+    let ck = Checkpoint {
+        global_step,
+        batches_stepped,
+        scheduler_steps,
+        extra_zero_grads,
+        progress: Some(p),
+        ..Default::default()
     };
-    let extra_zero_grads = extra_zero_grads(fit, &w)?;
-    let ck = Checkpoint { global_step, batches_stepped, scheduler_steps, extra_zero_grads, ..Default::default() };
-    Ok(if processed == ready && completed + 1 == processed {
+    Ok(match p.saved_at() {
         // The epoch's batches are done (train-epoch or validation end).
-        Checkpoint {
-            epoch: processed - 1,
-            batches_in_epoch: bp_count(current, "processed")?,
-            epoch_finished: true,
-            ..ck
+        SavedAt::EpochEnd => {
+            Checkpoint { epoch: e.processed - 1, batches_in_epoch: b.current.processed, epoch_finished: true, ..ck }
         }
-    } else if completed == processed && processed == ready {
         // Between epochs: the next one starts from its first batch.
-        Checkpoint { epoch: completed, scheduler_steps: (scheduler_steps.0, 0), ..ck }
-    } else {
-        // Inside an epoch.
-        Checkpoint { epoch: processed, batches_in_epoch: bp_count(current, "processed")?, ..ck }
-    })
-}
-
-/// `zero_grad` calls beyond the optimizer steps in a Lightning checkpoint's
-/// automatic-optimization progress (an LBFGS closure's re-evaluations), in
-/// all and in the epoch; (0, 0) when it has none.
-fn extra_zero_grads(fit: &Value, w: &str) -> Result<(i64, i64)> {
-    let Some(optimizer) = fit.get("epoch_loop.automatic_optimization.optim_progress").and_then(|o| o.get("optimizer"))
-    else {
-        return Ok((0, 0));
-    };
-    let w = format!("{w}.epoch_loop.automatic_optimization.optim_progress.optimizer");
-    let completed = |what: &str, part: &str| -> Result<i64> {
-        match optimizer.get(what).and_then(|v| v.get(part)) {
-            Some(v) => whole_field(v, "completed", &format!("{w}.{what}.{part}"), MAX_COUNTER),
-            None => Ok(0),
+        SavedAt::EpochStart => Checkpoint { epoch: e.completed, scheduler_steps: (scheduler_steps.0, 0), ..ck },
+        // After the epoch's last batch (its on_train_batch_end): Lightning
+        // completes the epoch on restore.
+        SavedAt::BatchEnd if at_batch_end && p.batch.is_last_batch => {
+            Checkpoint { epoch: e.processed, batches_in_epoch: b.current.processed, epoch_finished: true, ..ck }
         }
-    };
-    let extra = |part: &str| -> Result<i64> { Ok((completed("zero_grad", part)? - completed("step", part)?).max(0)) };
-    let (total, epoch) = (extra("total")?, extra("current")?);
-    Ok((total, epoch.min(total)))
+        // Inside an epoch.
+        SavedAt::BatchEnd => Checkpoint { epoch: e.processed, batches_in_epoch: b.current.processed, ..ck },
+    })
 }

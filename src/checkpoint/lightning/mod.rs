@@ -41,6 +41,7 @@ const FULMEN_KEY: &str = "fulmen";
 /// The most schedulers a checkpoint may list (as many as optimizers).
 const MAX_SCHEDULERS: usize = MAX_OPTIMIZERS as usize;
 
+pub use loops::from_counters as progress_from_counters;
 pub use scheduler::complete_from_groups;
 
 #[cfg(test)]

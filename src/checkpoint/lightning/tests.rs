@@ -230,6 +230,70 @@ fn torch_entries_are_written_as_torch_keeps_them() {
     assert!(matches!(value.get("hyper_parameters").and_then(|h| h.get("lr")), Some(Value::Float(f)) if *f == 0.01));
 }
 
+/// A progress no run of equal epochs has: totals and currents apart,
+/// every count of every event different.
+fn uneven_progress() -> crate::trainer::loop_progress::FitProgress {
+    use crate::trainer::loop_progress::{FitProgress, Tracker};
+    let t = |base: i64| Tracker { ready: base + 3, started: base + 2, processed: base + 1, completed: base };
+    let mut p = FitProgress::default();
+    p.epoch.total = t(4);
+    p.epoch.current = Tracker { ready: 5, started: 5, processed: 4, completed: 4 };
+    p.batches_that_stepped = 29;
+    p.batch.progress.total = t(40);
+    p.batch.progress.current = t(6);
+    p.batch.is_last_batch = true;
+    p.scheduler.total = Tracker { ready: 8, completed: 7, ..Default::default() };
+    p.scheduler.current = Tracker { ready: 2, completed: 1, ..Default::default() };
+    p.optimizer.step.total = Tracker { ready: 31, completed: 30, ..Default::default() };
+    p.optimizer.step.current = Tracker { ready: 4, completed: 3, ..Default::default() };
+    p.optimizer.zero_grad.total = Tracker { ready: 35, started: 34, completed: 33, ..Default::default() };
+    p.optimizer.zero_grad.current = Tracker { ready: 6, started: 5, completed: 5, ..Default::default() };
+    p.manual_step.total = Tracker { ready: 1, completed: 1, ..Default::default() };
+    p.manual_step.current = Tracker { ready: 1, completed: 1, ..Default::default() };
+    p.val_batch.progress.total = t(12);
+    p.val_batch.progress.current = t(3);
+    p
+}
+
+#[test]
+fn kept_loop_progress_is_written_whole_and_read_back() {
+    let mut ck = sample();
+    // Counters that imply another progress: the kept one must win.
+    ck.epoch_finished = true;
+    ck.batches_in_epoch = 11;
+    ck.progress = Some(uneven_progress());
+    let value = through_bytes(&ck, "");
+    let fit = value.get("loops").and_then(|l| l.get("fit_loop")).unwrap();
+    let counts = |v: &Value| {
+        ["ready", "started", "processed", "completed"].map(|k| match v.get(k) {
+            Some(Value::Int(n)) => *n,
+            _ => -1,
+        })
+    };
+    let batches = fit.get("epoch_loop.batch_progress").unwrap();
+    assert_eq!(counts(batches.get("total").unwrap()), [43, 42, 41, 40]);
+    let zero_grad = fit.get("epoch_loop.automatic_optimization.optim_progress").unwrap();
+    let zero_grad = zero_grad.get("optimizer").and_then(|o| o.get("zero_grad")).unwrap();
+    assert_eq!(counts(zero_grad.get("total").unwrap()), [35, 34, -1, 33], "a started tracker has no `processed`");
+    let back = from_lightning(&value, "written").unwrap();
+    assert_eq!(back.progress, Some(uneven_progress()));
+    assert_eq!(back.extra_zero_grads, (3, 2));
+    assert_eq!(back.scheduler_steps, (7, 1));
+}
+
+#[test]
+fn kept_loop_progress_survives_the_safetensors_format() {
+    let dir = TempDir::new("kept-progress");
+    let path = dir.join("progress.ckpt");
+    let mut ck = sample();
+    ck.progress = Some(uneven_progress());
+    ck.save(&path).unwrap();
+    assert_eq!(Checkpoint::load(&path).unwrap().progress, Some(uneven_progress()));
+    ck.progress = None;
+    ck.save(&path).unwrap();
+    assert_eq!(Checkpoint::load(&path).unwrap().progress, None, "a file without it reads as one that predates it");
+}
+
 #[test]
 fn loop_progress_round_trips_where_a_checkpoint_can_be_taken() {
     let base = sample();
