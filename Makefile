@@ -86,11 +86,13 @@ lib: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 
 # Regenerates what comes from the sources: the trainer-option code (C
 # header comment, C++ and Go setters and their tests), the tensor ops (C
-# functions, C++ and Go wrappers), then the C headers (include/fulmen.h and
+# functions, C++ and Go wrappers), the option structs (C structs, defaults,
+# conversions, Go structs), then the C headers (include/fulmen.h and
 # include/fulmen/*.h, split by tools/headers/split.rs).
 header: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test options_drift
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test ops_drift
+	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test option_structs_drift
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test header_drift
 
 test: deps lib lint test-rust test-c test-conformance example example-exported test-valgrind test-fuzz test-soak test-cpp test-go test-interop test-torch-2.11 test-dist test-coverage

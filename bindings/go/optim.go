@@ -42,98 +42,6 @@ func (o *Optimizer) Close() error {
 	return nil
 }
 
-// SGDOptions are torch.optim.SGD's options (fulmen_sgd_options).
-type SGDOptions struct {
-	// LR is the learning rate.
-	LR float64
-	// Momentum is the momentum factor.
-	Momentum float64
-	// Dampening is the dampening of the momentum.
-	Dampening float64
-	// WeightDecay is the L2 penalty.
-	WeightDecay float64
-	// Nesterov enables Nesterov momentum.
-	Nesterov bool
-	// Maximize maximizes instead of minimizing.
-	Maximize bool
-}
-
-// DefaultSGDOptions are torch's SGD defaults (fulmen_sgd_options_default).
-func DefaultSGDOptions() SGDOptions {
-	c := C.fulmen_sgd_options_default()
-	return SGDOptions{LR: float64(c.lr), Momentum: float64(c.momentum), Dampening: float64(c.dampening),
-		WeightDecay: float64(c.weight_decay), Nesterov: bool(c.nesterov), Maximize: bool(c.maximize)}
-}
-
-func (o SGDOptions) c() C.fulmen_sgd_options {
-	return C.fulmen_sgd_options{lr: C.double(o.LR), momentum: C.double(o.Momentum), dampening: C.double(o.Dampening),
-		weight_decay: C.double(o.WeightDecay), nesterov: C.bool(o.Nesterov), maximize: C.bool(o.Maximize)}
-}
-
-// AdamOptions are the options of Adam and AdamW (fulmen_adam_options).
-type AdamOptions struct {
-	// LR is the learning rate.
-	LR float64
-	// Beta1 is the first-moment decay.
-	Beta1 float64
-	// Beta2 is the second-moment decay.
-	Beta2 float64
-	// Eps is the denominator term.
-	Eps float64
-	// WeightDecay is L2 for Adam, decoupled for AdamW.
-	WeightDecay float64
-	// AMSGrad enables the AMSGrad variant.
-	AMSGrad bool
-	// Maximize maximizes instead of minimizing.
-	Maximize bool
-}
-
-func adamFromC(c C.fulmen_adam_options) AdamOptions {
-	return AdamOptions{LR: float64(c.lr), Beta1: float64(c.beta1), Beta2: float64(c.beta2), Eps: float64(c.eps),
-		WeightDecay: float64(c.weight_decay), AMSGrad: bool(c.amsgrad), Maximize: bool(c.maximize)}
-}
-
-func (o AdamOptions) c() C.fulmen_adam_options {
-	return C.fulmen_adam_options{lr: C.double(o.LR), beta1: C.double(o.Beta1), beta2: C.double(o.Beta2),
-		eps: C.double(o.Eps), weight_decay: C.double(o.WeightDecay), amsgrad: C.bool(o.AMSGrad), maximize: C.bool(o.Maximize)}
-}
-
-// DefaultAdamOptions are torch's Adam defaults.
-func DefaultAdamOptions() AdamOptions { return adamFromC(C.fulmen_adam_options_default()) }
-
-// DefaultAdamWOptions are torch's AdamW defaults (weight decay 1e-2).
-func DefaultAdamWOptions() AdamOptions { return adamFromC(C.fulmen_adamw_options_default()) }
-
-// RMSpropOptions are torch.optim.RMSprop's options (fulmen_rmsprop_options).
-type RMSpropOptions struct {
-	// LR is the learning rate.
-	LR float64
-	// Alpha is the smoothing constant.
-	Alpha float64
-	// Eps is the denominator term.
-	Eps float64
-	// WeightDecay is the L2 penalty.
-	WeightDecay float64
-	// Momentum is the momentum factor.
-	Momentum float64
-	// Centered enables the centered variant.
-	Centered bool
-	// Maximize maximizes instead of minimizing.
-	Maximize bool
-}
-
-// DefaultRMSpropOptions are torch's RMSprop defaults.
-func DefaultRMSpropOptions() RMSpropOptions {
-	c := C.fulmen_rmsprop_options_default()
-	return RMSpropOptions{LR: float64(c.lr), Alpha: float64(c.alpha), Eps: float64(c.eps),
-		WeightDecay: float64(c.weight_decay), Momentum: float64(c.momentum), Centered: bool(c.centered), Maximize: bool(c.maximize)}
-}
-
-func (o RMSpropOptions) c() C.fulmen_rmsprop_options {
-	return C.fulmen_rmsprop_options{lr: C.double(o.LR), alpha: C.double(o.Alpha), eps: C.double(o.Eps),
-		weight_decay: C.double(o.WeightDecay), momentum: C.double(o.Momentum), centered: C.bool(o.Centered), maximize: C.bool(o.Maximize)}
-}
-
 // makeOptimizer runs an optimizer constructor over model (may be nil) and
 // params.
 func makeOptimizer(model *Model, params []*Tensor,
@@ -500,43 +408,9 @@ func NewChainedScheduler(opt *Optimizer, schedulers []*Scheduler) (*Scheduler, e
 		})
 }
 
-// OneCycleOptions are the options of OneCycleLR (fulmen_one_cycle_options).
-type OneCycleOptions struct {
-	// MaxLR is the peak learning rate.
-	MaxLR float64
-	// TotalSteps is the number of steps in the cycle.
-	TotalSteps int64
-	// PctStart is the fraction of the cycle spent increasing the lr.
-	PctStart float64
-	// LinearAnneal anneals linearly instead of by cosine.
-	LinearAnneal bool
-	// CycleMomentum cycles momentum / beta1 inversely to the lr.
-	CycleMomentum bool
-	// BaseMomentum is the lower momentum bound.
-	BaseMomentum float64
-	// MaxMomentum is the upper momentum bound.
-	MaxMomentum float64
-	// DivFactor: initial lr = MaxLR / DivFactor.
-	DivFactor float64
-	// FinalDivFactor: min lr = initial lr / FinalDivFactor.
-	FinalDivFactor float64
-	// ThreePhase uses the three-phase schedule.
-	ThreePhase bool
-}
-
-// DefaultOneCycleOptions are torch's OneCycleLR defaults for a peak lr and
-// a cycle length.
-func DefaultOneCycleOptions(maxLR float64, totalSteps int64) OneCycleOptions {
-	c := C.fulmen_one_cycle_options_default(C.double(maxLR), C.int64_t(totalSteps))
-	return OneCycleOptions{MaxLR: float64(c.max_lr), TotalSteps: int64(c.total_steps), PctStart: float64(c.pct_start),
-		LinearAnneal: bool(c.linear_anneal), CycleMomentum: bool(c.cycle_momentum), BaseMomentum: float64(c.base_momentum),
-		MaxMomentum: float64(c.max_momentum), DivFactor: float64(c.div_factor), FinalDivFactor: float64(c.final_div_factor),
-		ThreePhase: bool(c.three_phase)}
-}
-
 // NewOneCycleLR is OneCycleLR with opts.
 func NewOneCycleLR(opt *Optimizer, opts OneCycleOptions) (*Scheduler, error) {
-	c := opts.toC()
+	c := opts.c()
 	return makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
 		return C.fulmen_scheduler_one_cycle_lr_new(o, &c, out)
 	})
@@ -545,7 +419,7 @@ func NewOneCycleLR(opt *Optimizer, opts OneCycleOptions) (*Scheduler, error) {
 // NewOneCycleLRMaxLRs is NewOneCycleLR with a peak learning rate per param
 // group (torch's max_lr as a list; opts.MaxLR is ignored).
 func NewOneCycleLRMaxLRs(opt *Optimizer, opts OneCycleOptions, maxLRs []float64) (*Scheduler, error) {
-	c := opts.toC()
+	c := opts.c()
 	s, err := makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
 		return C.fulmen_scheduler_one_cycle_lr_max_lrs_new(o, &c, doubles(maxLRs), C.size_t(len(maxLRs)), out)
 	})
@@ -553,38 +427,10 @@ func NewOneCycleLRMaxLRs(opt *Optimizer, opts OneCycleOptions, maxLRs []float64)
 	return s, err
 }
 
-// PlateauOptions are the options of ReduceLROnPlateau (fulmen_plateau_options).
-type PlateauOptions struct {
-	// ModeMax: a higher metric is better (false: lower is better).
-	ModeMax bool
-	// Factor is applied to the lr on a plateau.
-	Factor float64
-	// Patience is the number of bad steps tolerated before reducing.
-	Patience uint64
-	// Threshold is the threshold of a significant improvement.
-	Threshold float64
-	// ThresholdAbs makes the threshold absolute (false: relative).
-	ThresholdAbs bool
-	// Cooldown is the number of steps to wait after a reduction.
-	Cooldown uint64
-	// MinLR is the lower bound of the lr.
-	MinLR float64
-	// Eps: smaller reductions are skipped.
-	Eps float64
-}
-
-// DefaultPlateauOptions are torch's ReduceLROnPlateau defaults.
-func DefaultPlateauOptions() PlateauOptions {
-	c := C.fulmen_plateau_options_default()
-	return PlateauOptions{ModeMax: bool(c.mode_max), Factor: float64(c.factor), Patience: uint64(c.patience),
-		Threshold: float64(c.threshold), ThresholdAbs: bool(c.threshold_abs), Cooldown: uint64(c.cooldown),
-		MinLR: float64(c.min_lr), Eps: float64(c.eps)}
-}
-
 // NewReduceLROnPlateau is ReduceLROnPlateau with opts; step it with a metric
 // (or name the metric as the monitor in OptimizerConfig.AddWithScheduler).
 func NewReduceLROnPlateau(opt *Optimizer, opts PlateauOptions) (*Scheduler, error) {
-	c := opts.toC()
+	c := opts.c()
 	return makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
 		return C.fulmen_scheduler_reduce_on_plateau_new(o, &c, out)
 	})
@@ -593,7 +439,7 @@ func NewReduceLROnPlateau(opt *Optimizer, opts PlateauOptions) (*Scheduler, erro
 // NewReduceLROnPlateauMinLRs is NewReduceLROnPlateau with a lower bound
 // per param group (torch's min_lr as a list; opts.MinLR is ignored).
 func NewReduceLROnPlateauMinLRs(opt *Optimizer, opts PlateauOptions, minLRs []float64) (*Scheduler, error) {
-	c := opts.toC()
+	c := opts.c()
 	s, err := makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
 		return C.fulmen_scheduler_reduce_on_plateau_min_lrs_new(o, &c, doubles(minLRs), C.size_t(len(minLRs)), out)
 	})
@@ -618,21 +464,6 @@ func (o *Optimizer) Closed() bool { return o == nil || o.h.closed() }
 
 // Closed reports whether the scheduler was closed or consumed.
 func (s *Scheduler) Closed() bool { return s == nil || s.h.closed() }
-
-// toC is the C struct of the options.
-func (opts OneCycleOptions) toC() C.fulmen_one_cycle_options {
-	return C.fulmen_one_cycle_options{max_lr: C.double(opts.MaxLR), total_steps: C.int64_t(opts.TotalSteps),
-		pct_start: C.double(opts.PctStart), linear_anneal: C.bool(opts.LinearAnneal), cycle_momentum: C.bool(opts.CycleMomentum),
-		base_momentum: C.double(opts.BaseMomentum), max_momentum: C.double(opts.MaxMomentum), div_factor: C.double(opts.DivFactor),
-		final_div_factor: C.double(opts.FinalDivFactor), three_phase: C.bool(opts.ThreePhase)}
-}
-
-// toC is the C struct of the options.
-func (opts PlateauOptions) toC() C.fulmen_plateau_options {
-	return C.fulmen_plateau_options{mode_max: C.bool(opts.ModeMax), factor: C.double(opts.Factor),
-		patience: C.uint64_t(opts.Patience), threshold: C.double(opts.Threshold), threshold_abs: C.bool(opts.ThresholdAbs),
-		cooldown: C.uint64_t(opts.Cooldown), min_lr: C.double(opts.MinLR), eps: C.double(opts.Eps)}
-}
 
 // doubles points C at a slice's values (nil for an empty one); keep the
 // slice alive across the call.

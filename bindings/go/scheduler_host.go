@@ -23,36 +23,9 @@ const (
 	CyclicExpRange CyclicMode = C.FULMEN_CYCLIC_MODE_EXP_RANGE
 )
 
-// CyclicLROptions are the options of CyclicLR (fulmen_cyclic_lr_options).
-type CyclicLROptions struct {
-	// BaseLR and MaxLR bound the cycle (every group).
-	BaseLR, MaxLR float64
-	// StepSizeUp is the length of the rising half.
-	StepSizeUp int64
-	// StepSizeDown is the length of the falling half; 0 means StepSizeUp.
-	StepSizeDown int64
-	// Mode scales the amplitude.
-	Mode CyclicMode
-	// Gamma is CyclicExpRange's factor.
-	Gamma float64
-	// CycleMomentum cycles the momentum (Adam: beta1) inversely.
-	CycleMomentum bool
-	// BaseMomentum and MaxMomentum bound the momentum.
-	BaseMomentum, MaxMomentum float64
-}
-
-// DefaultCyclicLROptions are torch's CyclicLR defaults between baseLR and
-// maxLR.
-func DefaultCyclicLROptions(baseLR, maxLR float64) CyclicLROptions {
-	c := C.fulmen_cyclic_lr_options_default(C.double(baseLR), C.double(maxLR))
-	return CyclicLROptions{BaseLR: float64(c.base_lr), MaxLR: float64(c.max_lr), StepSizeUp: int64(c.step_size_up),
-		StepSizeDown: int64(c.step_size_down), Mode: CyclicMode(c.mode), Gamma: float64(c.gamma),
-		CycleMomentum: bool(c.cycle_momentum), BaseMomentum: float64(c.base_momentum), MaxMomentum: float64(c.max_momentum)}
-}
-
 // NewCyclicLR is CyclicLR with opts (usually stepped every batch).
 func NewCyclicLR(opt *Optimizer, opts CyclicLROptions) (*Scheduler, error) {
-	c := opts.toC()
+	c := opts.c()
 	return makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
 		return C.fulmen_scheduler_cyclic_lr_new(o, &c, out)
 	})
@@ -62,7 +35,7 @@ func NewCyclicLR(opt *Optimizer, opts CyclicLROptions) (*Scheduler, error) {
 // (torch's base_lr and max_lr as lists; an empty list: the options' value
 // for every group).
 func NewCyclicLRRanges(opt *Optimizer, opts CyclicLROptions, baseLRs, maxLRs []float64) (*Scheduler, error) {
-	c := opts.toC()
+	c := opts.c()
 	lower, upper := doubles(baseLRs), doubles(maxLRs)
 	s, err := makeScheduler(opt, func(o *C.fulmen_optimizer, out **C.fulmen_scheduler) cErr {
 		return C.fulmen_scheduler_cyclic_lr_ranges_new(o, &c, lower, C.size_t(len(baseLRs)), upper, C.size_t(len(maxLRs)), out)
@@ -70,14 +43,6 @@ func NewCyclicLRRanges(opt *Optimizer, opts CyclicLROptions, baseLRs, maxLRs []f
 	runtime.KeepAlive(baseLRs)
 	runtime.KeepAlive(maxLRs)
 	return s, err
-}
-
-// toC is the C struct of the options.
-func (opts CyclicLROptions) toC() C.fulmen_cyclic_lr_options {
-	return C.fulmen_cyclic_lr_options{base_lr: C.double(opts.BaseLR), max_lr: C.double(opts.MaxLR),
-		step_size_up: C.int64_t(opts.StepSizeUp), step_size_down: C.int64_t(opts.StepSizeDown), mode: C.int32_t(opts.Mode),
-		gamma: C.double(opts.Gamma), cycle_momentum: C.bool(opts.CycleMomentum), base_momentum: C.double(opts.BaseMomentum),
-		max_momentum: C.double(opts.MaxMomentum)}
 }
 
 // LRLambda is the factor of LambdaLR / MultiplicativeLR for a step (0 at

@@ -3,6 +3,8 @@
 //!
 //! One folder per area, each the source of its header
 //! `include/fulmen/<area>.h` (`tools/headers/split.rs`).
+//! `options_table` declares the option structs (`fulmen_*_options`) that
+//! each area's `gen_options.rs` is generated from.
 #![allow(non_camel_case_types)]
 pub mod base;
 pub mod callbacks;
@@ -15,6 +17,7 @@ pub mod metrics;
 pub mod module;
 pub mod nn;
 pub mod optim;
+pub mod options_table;
 pub mod schedulers;
 pub mod script;
 pub mod tensor;

@@ -5,8 +5,9 @@
 //! writes the headers (`make header`) or checks the committed ones, and by
 //! the tests that read the API's text.
 //!
-//! To add a function, an option struct or a constant: write it in the Rust
-//! file of its area (the folder under `src/ffi/`); nothing here changes. A
+//! To add a function or a constant: write it in the Rust file of its area
+//! (the folder under `src/ffi/`); an option struct is an entry of
+//! `src/ffi/options_table.rs` instead. Nothing here changes. A
 //! new source file under `src/ffi/` joins the area of its folder; a core
 //! file that defines a C constant or enum is placed by `CORE_AREAS`.
 use std::collections::{BTreeSet, HashMap};

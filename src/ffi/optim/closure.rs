@@ -5,47 +5,11 @@ use crate::ffi::base::callback::call_host;
 use crate::ffi::base::error::{fulmen_error, guard};
 use crate::ffi::base::handle;
 use crate::ffi::nn::model::fulmen_model;
+use crate::ffi::optim::gen_options::fulmen_lbfgs_options;
 use crate::ffi::optim::optimizers::{collect_params, emit_optimizer, fulmen_optimizer, options};
 use crate::ffi::tensor::handle::fulmen_tensor;
 use crate::optim::{GradReset, Lbfgs, LbfgsOptions};
 use std::ffi::c_void;
-
-/// LBFGS options; defaults from `fulmen_lbfgs_options_default`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_lbfgs_options {
-    /// Learning rate: the step length (the first iteration's scaled by
-    /// `min(1, 1 / |g|_1)`; default 1).
-    pub lr: f64,
-    /// Iterations per step (default 20; at least 1).
-    pub max_iter: i64,
-    /// Loss evaluations per step; 0 = torch's default, `max_iter * 5 / 4`.
-    pub max_eval: i64,
-    /// Stop when no gradient entry exceeds this in magnitude (default 1e-7).
-    pub tolerance_grad: f64,
-    /// Stop when the loss or the step changes less than this (default 1e-9).
-    pub tolerance_change: f64,
-    /// Update pairs kept (default 100; 1 to 1048576).
-    pub history_size: i64,
-    /// The strong-Wolfe line search (torch's `line_search_fn =
-    /// "strong_wolfe"`) instead of a fixed step (default false).
-    pub strong_wolfe: bool,
-}
-
-/// torch's LBFGS defaults.
-#[no_mangle]
-pub extern "C" fn fulmen_lbfgs_options_default() -> fulmen_lbfgs_options {
-    let d = LbfgsOptions::default();
-    fulmen_lbfgs_options {
-        lr: d.lr,
-        max_iter: d.max_iter,
-        max_eval: 0,
-        tolerance_grad: d.tolerance_grad,
-        tolerance_change: d.tolerance_change,
-        history_size: d.history_size,
-        strong_wolfe: d.strong_wolfe,
-    }
-}
 
 /// Creates an LBFGS optimizer over `model`'s parameters (if not NULL) and
 /// `params[0..n_params]`, in one parameter group (torch allows no other).
@@ -70,17 +34,8 @@ pub unsafe extern "C" fn fulmen_optimizer_lbfgs_new(
     out: *mut *mut fulmen_optimizer,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let o = self::options(options)?;
+        let opts = LbfgsOptions::from(*self::options(options)?);
         let p = collect_params(model, params, n_params)?;
-        let opts = LbfgsOptions {
-            lr: o.lr,
-            max_iter: o.max_iter,
-            max_eval: (o.max_eval != 0).then_some(o.max_eval),
-            tolerance_grad: o.tolerance_grad,
-            tolerance_change: o.tolerance_change,
-            history_size: o.history_size,
-            strong_wolfe: o.strong_wolfe,
-        };
         emit_optimizer(out, || Ok(Box::new(Lbfgs::new(p, opts)?)))
     })
 }

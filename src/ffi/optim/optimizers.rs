@@ -5,6 +5,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::base::error::{fulmen_error, guard};
 use crate::ffi::base::handle::{self, write_out, Handle};
 use crate::ffi::nn::model::{fulmen_model, lock, model_arg};
+use crate::ffi::optim::gen_options::{fulmen_adam_options, fulmen_rmsprop_options, fulmen_sgd_options};
 use crate::ffi::tensor::handle::{fulmen_tensor, tensor_list};
 use crate::optim::{Adam, AdamOptions, AdamW, Optimizer, RmsProp, RmsPropOptions, Sgd, SgdOptions};
 use tch::Tensor;
@@ -23,118 +24,6 @@ static NEXT_OPTIMIZER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::Atom
 
 impl Handle for fulmen_optimizer {
     const C_NAME: &'static str = "fulmen_optimizer";
-}
-
-/// SGD options (`torch.optim.SGD`); defaults from `fulmen_sgd_options_default`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_sgd_options {
-    /// Learning rate (default 1e-3).
-    pub lr: f64,
-    /// Momentum factor (default 0).
-    pub momentum: f64,
-    /// Dampening of the momentum (default 0).
-    pub dampening: f64,
-    /// L2 penalty (default 0).
-    pub weight_decay: f64,
-    /// Nesterov momentum (default false).
-    pub nesterov: bool,
-    /// Maximize instead of minimize (default false).
-    pub maximize: bool,
-}
-
-/// Adam / AdamW options; defaults from `fulmen_adam_options_default` or
-/// `fulmen_adamw_options_default` (weight decay 1e-2).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_adam_options {
-    /// Learning rate (default 1e-3).
-    pub lr: f64,
-    /// First-moment decay (default 0.9).
-    pub beta1: f64,
-    /// Second-moment decay (default 0.999).
-    pub beta2: f64,
-    /// Denominator term (default 1e-8).
-    pub eps: f64,
-    /// Weight decay: L2 for Adam, decoupled for AdamW.
-    pub weight_decay: f64,
-    /// AMSGrad variant (default false).
-    pub amsgrad: bool,
-    /// Maximize instead of minimize (default false).
-    pub maximize: bool,
-}
-
-/// RMSprop options; defaults from `fulmen_rmsprop_options_default`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_rmsprop_options {
-    /// Learning rate (default 1e-2).
-    pub lr: f64,
-    /// Smoothing constant (default 0.99).
-    pub alpha: f64,
-    /// Denominator term (default 1e-8).
-    pub eps: f64,
-    /// L2 penalty (default 0).
-    pub weight_decay: f64,
-    /// Momentum factor (default 0).
-    pub momentum: f64,
-    /// Centered variant (default false).
-    pub centered: bool,
-    /// Maximize instead of minimize (default false).
-    pub maximize: bool,
-}
-
-/// torch's SGD defaults.
-#[no_mangle]
-pub extern "C" fn fulmen_sgd_options_default() -> fulmen_sgd_options {
-    let d = SgdOptions::default();
-    fulmen_sgd_options {
-        lr: d.lr,
-        momentum: d.momentum,
-        dampening: d.dampening,
-        weight_decay: d.weight_decay,
-        nesterov: d.nesterov,
-        maximize: d.maximize,
-    }
-}
-
-fn adam_c(d: AdamOptions) -> fulmen_adam_options {
-    fulmen_adam_options {
-        lr: d.lr,
-        beta1: d.betas.0,
-        beta2: d.betas.1,
-        eps: d.eps,
-        weight_decay: d.weight_decay,
-        amsgrad: d.amsgrad,
-        maximize: d.maximize,
-    }
-}
-
-/// torch's Adam defaults.
-#[no_mangle]
-pub extern "C" fn fulmen_adam_options_default() -> fulmen_adam_options {
-    adam_c(AdamOptions::default())
-}
-
-/// torch's AdamW defaults (weight decay 1e-2).
-#[no_mangle]
-pub extern "C" fn fulmen_adamw_options_default() -> fulmen_adam_options {
-    adam_c(AdamOptions::adamw())
-}
-
-/// torch's RMSprop defaults.
-#[no_mangle]
-pub extern "C" fn fulmen_rmsprop_options_default() -> fulmen_rmsprop_options {
-    let d = RmsPropOptions::default();
-    fulmen_rmsprop_options {
-        lr: d.lr,
-        alpha: d.alpha,
-        eps: d.eps,
-        weight_decay: d.weight_decay,
-        momentum: d.momentum,
-        centered: d.centered,
-        maximize: d.maximize,
-    }
 }
 
 /// The parameters to optimize: every parameter of `model` (if not NULL),
@@ -192,29 +81,10 @@ pub unsafe extern "C" fn fulmen_optimizer_sgd_new(
     out: *mut *mut fulmen_optimizer,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let o = self::options(options)?;
+        let opts = SgdOptions::from(*self::options(options)?);
         let p = collect_params(model, params, n_params)?;
-        let opts = SgdOptions {
-            lr: o.lr,
-            momentum: o.momentum,
-            dampening: o.dampening,
-            weight_decay: o.weight_decay,
-            nesterov: o.nesterov,
-            maximize: o.maximize,
-        };
         emit_optimizer(out, || Ok(Box::new(Sgd::new(p, opts)?)))
     })
-}
-
-fn adam_rust(o: &fulmen_adam_options) -> AdamOptions {
-    AdamOptions {
-        lr: o.lr,
-        betas: (o.beta1, o.beta2),
-        eps: o.eps,
-        weight_decay: o.weight_decay,
-        amsgrad: o.amsgrad,
-        maximize: o.maximize,
-    }
 }
 
 /// Creates an Adam optimizer (L2 weight decay) over `model`'s parameters
@@ -232,7 +102,7 @@ pub unsafe extern "C" fn fulmen_optimizer_adam_new(
     out: *mut *mut fulmen_optimizer,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let o = adam_rust(self::options(options)?);
+        let o = AdamOptions::from(*self::options(options)?);
         let p = collect_params(model, params, n_params)?;
         emit_optimizer(out, || Ok(Box::new(Adam::new(p, o)?)))
     })
@@ -252,7 +122,7 @@ pub unsafe extern "C" fn fulmen_optimizer_adamw_new(
     out: *mut *mut fulmen_optimizer,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let o = adam_rust(self::options(options)?);
+        let o = AdamOptions::from(*self::options(options)?);
         let p = collect_params(model, params, n_params)?;
         emit_optimizer(out, || Ok(Box::new(AdamW::new(p, o)?)))
     })
@@ -272,17 +142,8 @@ pub unsafe extern "C" fn fulmen_optimizer_rmsprop_new(
     out: *mut *mut fulmen_optimizer,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let o = self::options(options)?;
+        let opts = RmsPropOptions::from(*self::options(options)?);
         let p = collect_params(model, params, n_params)?;
-        let opts = RmsPropOptions {
-            lr: o.lr,
-            alpha: o.alpha,
-            eps: o.eps,
-            weight_decay: o.weight_decay,
-            momentum: o.momentum,
-            centered: o.centered,
-            maximize: o.maximize,
-        };
         emit_optimizer(out, || Ok(Box::new(RmsProp::new(p, opts)?)))
     })
 }

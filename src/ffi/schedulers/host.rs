@@ -4,52 +4,12 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::base::callback::{call_host, Userdata};
 use crate::ffi::base::error::{fulmen_error, guard};
 use crate::ffi::optim::optimizers::fulmen_optimizer;
+use crate::ffi::schedulers::gen_options::fulmen_cyclic_lr_options;
 use crate::ffi::schedulers::scheduler::{fulmen_scheduler, make};
-use crate::optim::{CyclicLr, CyclicLrOptions, CyclicMode, LambdaLr, LrLambda};
+use crate::optim::{CyclicLr, CyclicLrOptions, LambdaLr, LrLambda};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-
-/// CyclicLR options; defaults from `fulmen_cyclic_lr_options_default`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_cyclic_lr_options {
-    /// Lower learning rate (every group).
-    pub base_lr: f64,
-    /// Upper learning rate (every group).
-    pub max_lr: f64,
-    /// Steps of the rising half (default 2000).
-    pub step_size_up: i64,
-    /// Steps of the falling half; 0 = `step_size_up` (the default).
-    pub step_size_down: i64,
-    /// A `fulmen_cyclic_mode` (default triangular).
-    pub mode: i32,
-    /// EXP_RANGE's factor (default 1).
-    pub gamma: f64,
-    /// Cycle the momentum (Adam family: beta1) inversely (default true).
-    pub cycle_momentum: bool,
-    /// Lower momentum (default 0.8).
-    pub base_momentum: f64,
-    /// Upper momentum (default 0.9).
-    pub max_momentum: f64,
-}
-
-/// torch's CyclicLR defaults between `base_lr` and `max_lr`.
-#[no_mangle]
-pub extern "C" fn fulmen_cyclic_lr_options_default(base_lr: f64, max_lr: f64) -> fulmen_cyclic_lr_options {
-    let d = CyclicLrOptions::new(base_lr, max_lr);
-    fulmen_cyclic_lr_options {
-        base_lr: d.base_lr,
-        max_lr: d.max_lr,
-        step_size_up: d.step_size_up,
-        step_size_down: 0,
-        mode: d.mode as i32,
-        gamma: d.gamma,
-        cycle_momentum: d.cycle_momentum,
-        base_momentum: d.base_momentum,
-        max_momentum: d.max_momentum,
-    }
-}
 
 /// `CyclicLR`: sets every group's lr to `base_lr` (and, cycling momentum,
 /// its momentum / beta1 to `max_momentum`), then cycles between `base_lr`
@@ -101,17 +61,7 @@ pub unsafe extern "C" fn fulmen_scheduler_cyclic_lr_ranges_new(
 /// The core's options from the C struct (required).
 unsafe fn cyclic_options(options: *const fulmen_cyclic_lr_options) -> Result<CyclicLrOptions> {
     let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
-    Ok(CyclicLrOptions {
-        base_lr: o.base_lr,
-        max_lr: o.max_lr,
-        step_size_up: o.step_size_up,
-        step_size_down: (o.step_size_down != 0).then_some(o.step_size_down),
-        mode: CyclicMode::from_i32(o.mode)?,
-        gamma: o.gamma,
-        cycle_momentum: o.cycle_momentum,
-        base_momentum: o.base_momentum,
-        max_momentum: o.max_momentum,
-    })
+    CyclicLrOptions::try_from(*o)
 }
 
 /// The factor of LambdaLR / MultiplicativeLR for step `epoch` (0 at

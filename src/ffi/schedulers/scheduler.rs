@@ -4,11 +4,14 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::base::error::{fulmen_error, guard};
 use crate::ffi::base::handle::{self, check_out, Handle};
 use crate::ffi::optim::optimizers::fulmen_optimizer;
+use crate::ffi::schedulers::gen_options::{
+    fulmen_one_cycle_options, fulmen_plateau_options, fulmen_plateau_options_default,
+};
 use crate::ffi::tensor::handle::i64_list;
 use crate::optim::{
     check_sequential_milestones, AnnealStrategy, ChainedLr, ConstantLr, CosineAnnealingLr, CosineAnnealingWarmRestarts,
-    ExponentialLr, LinearLr, LrScheduler, MultiStepLr, OneCycleLr, OneCycleOptions, PlateauMode, PlateauOptions,
-    PolynomialLr, ReduceLrOnPlateau, SequentialLr, StepLr, SwaLr, ThresholdMode,
+    ExponentialLr, LinearLr, LrScheduler, MultiStepLr, OneCycleLr, OneCycleOptions, PlateauOptions, PolynomialLr,
+    ReduceLrOnPlateau, SequentialLr, StepLr, SwaLr,
 };
 
 /// A learning-rate scheduler bound to the optimizer it was created for.
@@ -313,50 +316,6 @@ pub unsafe extern "C" fn fulmen_scheduler_swa_lr_new(
     })
 }
 
-/// Options of `OneCycleLR`; defaults from `fulmen_one_cycle_options_default`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_one_cycle_options {
-    /// Peak learning rate.
-    pub max_lr: f64,
-    /// Steps in the cycle.
-    pub total_steps: i64,
-    /// Fraction of the cycle spent increasing the lr (default 0.3).
-    pub pct_start: f64,
-    /// Cosine (false, default) or linear (true) annealing.
-    pub linear_anneal: bool,
-    /// Cycle momentum / beta1 inversely to the lr (default true).
-    pub cycle_momentum: bool,
-    /// Lower momentum bound (default 0.85).
-    pub base_momentum: f64,
-    /// Upper momentum bound (default 0.95).
-    pub max_momentum: f64,
-    /// initial lr = max_lr / div_factor (default 25).
-    pub div_factor: f64,
-    /// min lr = initial lr / final_div_factor (default 1e4).
-    pub final_div_factor: f64,
-    /// Three-phase schedule (default false).
-    pub three_phase: bool,
-}
-
-/// torch's OneCycleLR defaults for a peak lr and a cycle length.
-#[no_mangle]
-pub extern "C" fn fulmen_one_cycle_options_default(max_lr: f64, total_steps: i64) -> fulmen_one_cycle_options {
-    let d = OneCycleOptions::new(max_lr, total_steps);
-    fulmen_one_cycle_options {
-        max_lr: d.max_lr,
-        total_steps: d.total_steps,
-        pct_start: d.pct_start,
-        linear_anneal: d.anneal_strategy == AnnealStrategy::Linear,
-        cycle_momentum: d.cycle_momentum,
-        base_momentum: d.base_momentum,
-        max_momentum: d.max_momentum,
-        div_factor: d.div_factor,
-        final_div_factor: d.final_div_factor,
-        three_phase: d.three_phase,
-    }
-}
-
 /// `OneCycleLR` with `options` (required).
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (an invalid option, or `pct_start`
@@ -406,57 +365,7 @@ pub unsafe extern "C" fn fulmen_scheduler_one_cycle_lr_max_lrs_new(
 /// The core's options from the C struct (required).
 unsafe fn one_cycle_options(options: *const fulmen_one_cycle_options) -> Result<OneCycleOptions> {
     let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
-    Ok(OneCycleOptions {
-        max_lr: o.max_lr,
-        total_steps: o.total_steps,
-        pct_start: o.pct_start,
-        anneal_strategy: if o.linear_anneal { AnnealStrategy::Linear } else { AnnealStrategy::Cos },
-        cycle_momentum: o.cycle_momentum,
-        base_momentum: o.base_momentum,
-        max_momentum: o.max_momentum,
-        div_factor: o.div_factor,
-        final_div_factor: o.final_div_factor,
-        three_phase: o.three_phase,
-    })
-}
-
-/// Options of `ReduceLROnPlateau`; defaults from
-/// `fulmen_plateau_options_default`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_plateau_options {
-    /// Higher metric is better (false: lower is better, the default).
-    pub mode_max: bool,
-    /// Factor applied to the lr on a plateau (default 0.1).
-    pub factor: f64,
-    /// Bad steps tolerated before reducing (default 10).
-    pub patience: u64,
-    /// Threshold of a significant improvement (default 1e-4).
-    pub threshold: f64,
-    /// Absolute (true) or relative (false, default) threshold.
-    pub threshold_abs: bool,
-    /// Steps to wait after a reduction (default 0).
-    pub cooldown: u64,
-    /// Lower bound of the lr (default 0).
-    pub min_lr: f64,
-    /// Smaller reductions are skipped (default 1e-8).
-    pub eps: f64,
-}
-
-/// torch's ReduceLROnPlateau defaults.
-#[no_mangle]
-pub extern "C" fn fulmen_plateau_options_default() -> fulmen_plateau_options {
-    let d = PlateauOptions::default();
-    fulmen_plateau_options {
-        mode_max: d.mode == PlateauMode::Max,
-        factor: d.factor,
-        patience: d.patience,
-        threshold: d.threshold,
-        threshold_abs: d.threshold_mode == ThresholdMode::Abs,
-        cooldown: d.cooldown,
-        min_lr: d.min_lr,
-        eps: d.eps,
-    }
+    Ok(OneCycleOptions::from(*o))
 }
 
 /// `ReduceLROnPlateau` with `options` (NULL for the defaults). Step it
@@ -472,7 +381,7 @@ pub unsafe extern "C" fn fulmen_scheduler_reduce_on_plateau_new(
 ) -> *mut fulmen_error {
     guard!(|| {
         let o = options.as_ref().copied().unwrap_or_else(|| fulmen_plateau_options_default());
-        let opts = plateau_options(&o, o.min_lr);
+        let opts = PlateauOptions::from(o);
         make(optimizer, out, |op| Ok(Box::new(ReduceLrOnPlateau::new(op, opts)?)))
     })
 }
@@ -496,24 +405,10 @@ pub unsafe extern "C" fn fulmen_scheduler_reduce_on_plateau_min_lrs_new(
 ) -> *mut fulmen_error {
     guard!(|| {
         let o = options.as_ref().copied().unwrap_or_else(|| fulmen_plateau_options_default());
-        let opts = plateau_options(&o, 0.0);
+        let opts = PlateauOptions { min_lr: 0.0, ..PlateauOptions::from(o) };
         let bounds = crate::ffi::tensor::handle::slice_arg(min_lrs, n_min_lrs, "min_lrs")?;
         make(optimizer, out, |op| Ok(Box::new(ReduceLrOnPlateau::with_min_lrs(op, opts, bounds)?)))
     })
-}
-
-/// The core's options from the C struct, `min_lr` given.
-fn plateau_options(o: &fulmen_plateau_options, min_lr: f64) -> PlateauOptions {
-    PlateauOptions {
-        mode: if o.mode_max { PlateauMode::Max } else { PlateauMode::Min },
-        factor: o.factor,
-        patience: o.patience,
-        threshold: o.threshold,
-        threshold_mode: if o.threshold_abs { ThresholdMode::Abs } else { ThresholdMode::Rel },
-        cooldown: o.cooldown,
-        min_lr,
-        eps: o.eps,
-    }
 }
 
 /// Advances the scheduler one step and sets the new lr in `optimizer`,
