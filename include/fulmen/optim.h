@@ -320,26 +320,6 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * torch's Adagrad defaults.
- */
-struct fulmen_adagrad_options fulmen_adagrad_options_default(void);
-
-/**
- * torch's Adamax defaults.
- */
-struct fulmen_adamax_options fulmen_adamax_options_default(void);
-
-/**
- * torch's NAdam defaults.
- */
-struct fulmen_nadam_options fulmen_nadam_options_default(void);
-
-/**
- * torch's RAdam defaults.
- */
-struct fulmen_radam_options fulmen_radam_options_default(void);
-
-/**
  * Creates an Adagrad optimizer (torch's `_single_tensor_adagrad`) over
  * `model`'s parameters (if not NULL) and `params[0..n_params]`.
  *
@@ -396,11 +376,6 @@ struct fulmen_error *fulmen_optimizer_radam_new(const struct fulmen_model *model
                                                 size_t n_params,
                                                 const struct fulmen_radam_options *options,
                                                 struct fulmen_optimizer **out);
-
-/**
- * torch's LBFGS defaults.
- */
-struct fulmen_lbfgs_options fulmen_lbfgs_options_default(void);
 
 /**
  * Creates an LBFGS optimizer over `model`'s parameters (if not NULL) and
@@ -514,6 +489,51 @@ struct fulmen_error *fulmen_optimizer_foreach(const struct fulmen_optimizer *opt
                                               int32_t *out);
 
 /**
+ * torch's SGD defaults.
+ */
+struct fulmen_sgd_options fulmen_sgd_options_default(void);
+
+/**
+ * torch's Adam defaults.
+ */
+struct fulmen_adam_options fulmen_adam_options_default(void);
+
+/**
+ * torch's AdamW defaults (weight decay 1e-2).
+ */
+struct fulmen_adam_options fulmen_adamw_options_default(void);
+
+/**
+ * torch's RMSprop defaults.
+ */
+struct fulmen_rmsprop_options fulmen_rmsprop_options_default(void);
+
+/**
+ * torch's Adagrad defaults.
+ */
+struct fulmen_adagrad_options fulmen_adagrad_options_default(void);
+
+/**
+ * torch's Adamax defaults.
+ */
+struct fulmen_adamax_options fulmen_adamax_options_default(void);
+
+/**
+ * torch's NAdam defaults.
+ */
+struct fulmen_nadam_options fulmen_nadam_options_default(void);
+
+/**
+ * torch's RAdam defaults.
+ */
+struct fulmen_radam_options fulmen_radam_options_default(void);
+
+/**
+ * torch's LBFGS defaults.
+ */
+struct fulmen_lbfgs_options fulmen_lbfgs_options_default(void);
+
+/**
  * The number of parameter groups of `optimizer` (1 plus those
  * `fulmen_optimizer_add_param_group` added).
  *
@@ -565,26 +585,6 @@ struct fulmen_error *fulmen_optimizer_param_group_set(struct fulmen_optimizer *o
                                                       size_t group,
                                                       const char *name,
                                                       double value);
-
-/**
- * torch's SGD defaults.
- */
-struct fulmen_sgd_options fulmen_sgd_options_default(void);
-
-/**
- * torch's Adam defaults.
- */
-struct fulmen_adam_options fulmen_adam_options_default(void);
-
-/**
- * torch's AdamW defaults (weight decay 1e-2).
- */
-struct fulmen_adam_options fulmen_adamw_options_default(void);
-
-/**
- * torch's RMSprop defaults.
- */
-struct fulmen_rmsprop_options fulmen_rmsprop_options_default(void);
 
 /**
  * Creates an SGD optimizer over `model`'s parameters (if not NULL) and

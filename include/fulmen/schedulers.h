@@ -48,58 +48,6 @@ typedef enum fulmen_cyclic_mode {
 typedef struct fulmen_scheduler fulmen_scheduler;
 
 /**
- * CyclicLR options; defaults from `fulmen_cyclic_lr_options_default`.
- */
-typedef struct fulmen_cyclic_lr_options {
-  /**
-   * Lower learning rate (every group).
-   */
-  double base_lr;
-  /**
-   * Upper learning rate (every group).
-   */
-  double max_lr;
-  /**
-   * Steps of the rising half (default 2000).
-   */
-  int64_t step_size_up;
-  /**
-   * Steps of the falling half; 0 = `step_size_up` (the default).
-   */
-  int64_t step_size_down;
-  /**
-   * A `fulmen_cyclic_mode` (default triangular).
-   */
-  int32_t mode;
-  /**
-   * EXP_RANGE's factor (default 1).
-   */
-  double gamma;
-  /**
-   * Cycle the momentum (Adam family: beta1) inversely (default true).
-   */
-  bool cycle_momentum;
-  /**
-   * Lower momentum (default 0.8).
-   */
-  double base_momentum;
-  /**
-   * Upper momentum (default 0.9).
-   */
-  double max_momentum;
-} fulmen_cyclic_lr_options;
-
-/**
- * The factor of LambdaLR / MultiplicativeLR for step `epoch` (0 at
- * construction) of parameter group `group`, written to `*out`; return NULL
- * or an error (NULL as a function pointer is refused).
- */
-typedef struct fulmen_error *(*fulmen_lr_lambda_fn)(void *userdata,
-                                                    int64_t epoch,
-                                                    size_t group,
-                                                    double *out);
-
-/**
  * Options of `OneCycleLR`; defaults from `fulmen_one_cycle_options_default`.
  */
 typedef struct fulmen_one_cycle_options {
@@ -184,9 +132,72 @@ typedef struct fulmen_plateau_options {
   double eps;
 } fulmen_plateau_options;
 
+/**
+ * CyclicLR options; defaults from `fulmen_cyclic_lr_options_default`.
+ */
+typedef struct fulmen_cyclic_lr_options {
+  /**
+   * Lower learning rate (every group).
+   */
+  double base_lr;
+  /**
+   * Upper learning rate (every group).
+   */
+  double max_lr;
+  /**
+   * Steps of the rising half (default 2000).
+   */
+  int64_t step_size_up;
+  /**
+   * Steps of the falling half; 0 = `step_size_up` (the default).
+   */
+  int64_t step_size_down;
+  /**
+   * A `fulmen_cyclic_mode` (default triangular).
+   */
+  int32_t mode;
+  /**
+   * EXP_RANGE's factor (default 1).
+   */
+  double gamma;
+  /**
+   * Cycle the momentum (Adam family: beta1) inversely (default true).
+   */
+  bool cycle_momentum;
+  /**
+   * Lower momentum (default 0.8).
+   */
+  double base_momentum;
+  /**
+   * Upper momentum (default 0.9).
+   */
+  double max_momentum;
+} fulmen_cyclic_lr_options;
+
+/**
+ * The factor of LambdaLR / MultiplicativeLR for step `epoch` (0 at
+ * construction) of parameter group `group`, written to `*out`; return NULL
+ * or an error (NULL as a function pointer is refused).
+ */
+typedef struct fulmen_error *(*fulmen_lr_lambda_fn)(void *userdata,
+                                                    int64_t epoch,
+                                                    size_t group,
+                                                    double *out);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * torch's OneCycleLR defaults for a peak lr and a cycle length.
+ */
+struct fulmen_one_cycle_options fulmen_one_cycle_options_default(double max_lr,
+                                                                 int64_t total_steps);
+
+/**
+ * torch's ReduceLROnPlateau defaults.
+ */
+struct fulmen_plateau_options fulmen_plateau_options_default(void);
 
 /**
  * torch's CyclicLR defaults between `base_lr` and `max_lr`.
@@ -424,12 +435,6 @@ struct fulmen_error *fulmen_scheduler_swa_lr_new(struct fulmen_optimizer *optimi
                                                  struct fulmen_scheduler **out);
 
 /**
- * torch's OneCycleLR defaults for a peak lr and a cycle length.
- */
-struct fulmen_one_cycle_options fulmen_one_cycle_options_default(double max_lr,
-                                                                 int64_t total_steps);
-
-/**
  * `OneCycleLR` with `options` (required).
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (an invalid option, or `pct_start`
@@ -458,11 +463,6 @@ struct fulmen_error *fulmen_scheduler_one_cycle_lr_max_lrs_new(struct fulmen_opt
                                                                const double *max_lrs,
                                                                size_t n_max_lrs,
                                                                struct fulmen_scheduler **out);
-
-/**
- * torch's ReduceLROnPlateau defaults.
- */
-struct fulmen_plateau_options fulmen_plateau_options_default(void);
 
 /**
  * `ReduceLROnPlateau` with `options` (NULL for the defaults). Step it
