@@ -16,6 +16,12 @@ fn generated_op_code_matches_the_table() {
 }
 
 #[test]
+fn methods_and_in_place_ops_start_with_a_tensor() {
+    let malformed = ops::malformed_ops();
+    assert!(malformed.is_empty(), "ops in {} whose first parameter must be a tensor: {malformed:?}", ops::SOURCE);
+}
+
+#[test]
 fn op_names_are_unique_and_modules_listed() {
     let twice = ops::duplicate_names();
     assert!(twice.is_empty(), "op names that appear twice in {}: {twice:?}", ops::SOURCE);

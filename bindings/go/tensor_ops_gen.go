@@ -13,6 +13,179 @@ import (
 	"unsafe"
 )
 
+// Add calls fulmen_tensor_add: `out = a + b`, broadcasting as PyTorch does.
+func (t *Tensor) Add(b *Tensor) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_add(t.ptr(), b.ptr(), &out))
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(b)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Sub calls fulmen_tensor_sub: `out = a - b`, broadcasting.
+func (t *Tensor) Sub(b *Tensor) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_sub(t.ptr(), b.ptr(), &out))
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(b)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Mul calls fulmen_tensor_mul: `out = a * b` elementwise, broadcasting.
+func (t *Tensor) Mul(b *Tensor) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_mul(t.ptr(), b.ptr(), &out))
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(b)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Div calls fulmen_tensor_div: `out = a / b` elementwise (true division),
+// broadcasting.
+func (t *Tensor) Div(b *Tensor) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_div(t.ptr(), b.ptr(), &out))
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(b)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Pow calls fulmen_tensor_pow: `out = a ^ b` elementwise, broadcasting.
+func (t *Tensor) Pow(b *Tensor) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_pow(t.ptr(), b.ptr(), &out))
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(b)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// AddScalar calls fulmen_tensor_add_scalar: `out = x + value`.
+func (t *Tensor) AddScalar(value float64) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_add_scalar(t.ptr(), C.double(value), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// MulScalar calls fulmen_tensor_mul_scalar: `out = x * value`.
+func (t *Tensor) MulScalar(value float64) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_mul_scalar(t.ptr(), C.double(value), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// PowScalar calls fulmen_tensor_pow_scalar: `out = x ^ exponent`.
+func (t *Tensor) PowScalar(exponent float64) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_pow_scalar(t.ptr(), C.double(exponent), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Clamp calls fulmen_tensor_clamp: `out = clamp(x, min, max)`.
+func (t *Tensor) Clamp(min float64, max float64) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_clamp(t.ptr(), C.double(min), C.double(max), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Neg calls fulmen_tensor_neg: `out = -x`.
+func (t *Tensor) Neg() (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_neg(t.ptr(), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Exp calls fulmen_tensor_exp: `out = exp(x)`.
+func (t *Tensor) Exp() (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_exp(t.ptr(), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Log calls fulmen_tensor_log: `out = ln(x)`.
+func (t *Tensor) Log() (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_log(t.ptr(), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Sqrt calls fulmen_tensor_sqrt: `out = sqrt(x)`.
+func (t *Tensor) Sqrt() (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_sqrt(t.ptr(), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Abs calls fulmen_tensor_abs: `out = |x|`.
+func (t *Tensor) Abs() (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_abs(t.ptr(), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Matmul calls fulmen_tensor_matmul: Matrix product with `torch.matmul`
+// semantics (vectors, matrices, batched). The inner dimensions must agree.
+func (t *Tensor) Matmul(b *Tensor) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_matmul(t.ptr(), b.ptr(), &out))
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(b)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
 // Where calls fulmen_tensor_where: `out = condition ? x : y` elementwise
 // (`torch.where`), broadcasting the three; `condition` is a bool tensor.
 func Where(condition *Tensor, x *Tensor, y *Tensor) (*Tensor, error) {
@@ -193,6 +366,132 @@ func (t *Tensor) OneHot(numClasses int64) (*Tensor, error) {
 	return newTensor(out), nil
 }
 
+// Reshape calls fulmen_tensor_reshape: Same elements in a new shape (`-1`
+// infers one size); copies if needed.
+func (t *Tensor) Reshape(shape ...int64) (*Tensor, error) {
+	shapePtr, shapeLen := shapeArg(shape)
+	var out cTensor
+	err := check(C.fulmen_tensor_reshape(t.ptr(), shapePtr, shapeLen, &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// View calls fulmen_tensor_view: Same storage in a new shape; fails when the
+// layout does not allow a view.
+func (t *Tensor) View(shape ...int64) (*Tensor, error) {
+	shapePtr, shapeLen := shapeArg(shape)
+	var out cTensor
+	err := check(C.fulmen_tensor_view(t.ptr(), shapePtr, shapeLen, &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Flatten calls fulmen_tensor_flatten: Flattens dimensions
+// `start_dim..=end_dim` into one.
+func (t *Tensor) Flatten(startDim int64, endDim int64) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_flatten(t.ptr(), C.int64_t(startDim), C.int64_t(endDim), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Permute calls fulmen_tensor_permute: Reorders dimensions: `dims` is a
+// permutation of `0..ndim`.
+func (t *Tensor) Permute(dims ...int64) (*Tensor, error) {
+	dimsPtr, dimsLen := shapeArg(dims)
+	var out cTensor
+	err := check(C.fulmen_tensor_permute(t.ptr(), dimsPtr, dimsLen, &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Transpose calls fulmen_tensor_transpose: Swaps dimensions `dim0` and `dim1`.
+func (t *Tensor) Transpose(dim0 int64, dim1 int64) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_transpose(t.ptr(), C.int64_t(dim0), C.int64_t(dim1), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Squeeze calls fulmen_tensor_squeeze: Removes dimension `dim` if its size is 1
+// (otherwise returns the same shape).
+func (t *Tensor) Squeeze(dim int64) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_squeeze(t.ptr(), C.int64_t(dim), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Unsqueeze calls fulmen_tensor_unsqueeze: Inserts a dimension of size 1 at
+// `dim` (`-1` appends).
+func (t *Tensor) Unsqueeze(dim int64) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_unsqueeze(t.ptr(), C.int64_t(dim), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Narrow calls fulmen_tensor_narrow: The slice `start..start+length` of
+// dimension `dim` (a view).
+func (t *Tensor) Narrow(dim int64, start int64, length int64) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_narrow(t.ptr(), C.int64_t(dim), C.int64_t(start), C.int64_t(length), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Cat calls fulmen_tensor_cat: Concatenates `tensors[0..n]` along the existing
+// dimension `dim`; all other dimensions must match.
+func Cat(tensors []*Tensor, dim int64) (*Tensor, error) {
+	tensorsPtr, tensorsLen, tensorsHandles := tensorArray(tensors)
+	var out cTensor
+	err := check(C.fulmen_tensor_cat(tensorsPtr, tensorsLen, C.int64_t(dim), &out))
+	runtime.KeepAlive(tensorsHandles)
+	runtime.KeepAlive(tensors)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Stack calls fulmen_tensor_stack: Stacks `tensors[0..n]` (all of one shape)
+// along a new dimension `dim`.
+func Stack(tensors []*Tensor, dim int64) (*Tensor, error) {
+	tensorsPtr, tensorsLen, tensorsHandles := tensorArray(tensors)
+	var out cTensor
+	err := check(C.fulmen_tensor_stack(tensorsPtr, tensorsLen, C.int64_t(dim), &out))
+	runtime.KeepAlive(tensorsHandles)
+	runtime.KeepAlive(tensors)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
 // Expand calls fulmen_tensor_expand: A view of `x` broadcast to `size` without
 // copying (`Tensor.expand`): size-1 dimensions stretch, -1 keeps a size, new
 // dimensions go in front.
@@ -319,6 +618,102 @@ func (t *Tensor) Unbind(dim int64) ([]*Tensor, error) {
 	})
 	runtime.KeepAlive(t)
 	return pieces, err
+}
+
+// Sum calls fulmen_tensor_sum: Sum of all elements (a 0-dimensional tensor).
+func (t *Tensor) Sum() (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_sum(t.ptr(), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Mean calls fulmen_tensor_mean: Mean of all elements (floating tensors only).
+func (t *Tensor) Mean() (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_mean(t.ptr(), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// SumDims calls fulmen_tensor_sum_dims: Sum over `dims[0..ndims]`, keeping them
+// as size 1 when `keepdim`.
+func (t *Tensor) SumDims(dims []int64, keepdim bool) (*Tensor, error) {
+	dimsPtr, dimsLen := shapeArg(dims)
+	var out cTensor
+	err := check(C.fulmen_tensor_sum_dims(t.ptr(), dimsPtr, dimsLen, C.bool(keepdim), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// MeanDims calls fulmen_tensor_mean_dims: Mean over `dims[0..ndims]`, keeping
+// them as size 1 when `keepdim`.
+func (t *Tensor) MeanDims(dims []int64, keepdim bool) (*Tensor, error) {
+	dimsPtr, dimsLen := shapeArg(dims)
+	var out cTensor
+	err := check(C.fulmen_tensor_mean_dims(t.ptr(), dimsPtr, dimsLen, C.bool(keepdim), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Max calls fulmen_tensor_max: Largest element (0-dimensional). The tensor must
+// not be empty.
+func (t *Tensor) Max() (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_max(t.ptr(), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Min calls fulmen_tensor_min: Smallest element (0-dimensional). The tensor
+// must not be empty.
+func (t *Tensor) Min() (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_min(t.ptr(), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Argmax calls fulmen_tensor_argmax: Indices (i64) of the largest values along
+// `dim`.
+func (t *Tensor) Argmax(dim int64, keepdim bool) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_argmax(t.ptr(), C.int64_t(dim), C.bool(keepdim), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Argmin calls fulmen_tensor_argmin: Indices (i64) of the smallest values along
+// `dim`.
+func (t *Tensor) Argmin(dim int64, keepdim bool) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_argmin(t.ptr(), C.int64_t(dim), C.bool(keepdim), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
 }
 
 // Cumsum calls fulmen_tensor_cumsum: Running sum along `dim` (`torch.cumsum`);
@@ -647,6 +1042,96 @@ func Linspace(start float64, end float64, steps int64, dtype DType) (*Tensor, er
 	return newTensor(out), nil
 }
 
+// Relu calls fulmen_tensor_relu: `out = max(x, 0)`.
+func (t *Tensor) Relu() (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_relu(t.ptr(), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// LeakyRelu calls fulmen_tensor_leaky_relu: `out = x if x > 0 else slope * x`.
+func (t *Tensor) LeakyRelu(slope float64) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_leaky_relu(t.ptr(), C.double(slope), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Sigmoid calls fulmen_tensor_sigmoid: Logistic sigmoid.
+func (t *Tensor) Sigmoid() (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_sigmoid(t.ptr(), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Tanh calls fulmen_tensor_tanh: Hyperbolic tangent.
+func (t *Tensor) Tanh() (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_tanh(t.ptr(), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Gelu calls fulmen_tensor_gelu: GELU (exact, erf form).
+func (t *Tensor) Gelu() (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_gelu(t.ptr(), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Silu calls fulmen_tensor_silu: SiLU (swish): `x * sigmoid(x)`.
+func (t *Tensor) Silu() (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_silu(t.ptr(), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// Softmax calls fulmen_tensor_softmax: Softmax along `dim` (negative counts
+// from the end).
+func (t *Tensor) Softmax(dim int64) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_softmax(t.ptr(), C.int64_t(dim), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
+// LogSoftmax calls fulmen_tensor_log_softmax: Log-softmax along `dim` (negative
+// counts from the end).
+func (t *Tensor) LogSoftmax(dim int64) (*Tensor, error) {
+	var out cTensor
+	err := check(C.fulmen_tensor_log_softmax(t.ptr(), C.int64_t(dim), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(out), nil
+}
+
 // Softplus calls fulmen_tensor_softplus: `log(1 + exp(beta * x)) / beta`, and
 // `x` where `beta * x` exceeds `threshold` (`F.softplus`).
 func (t *Tensor) Softplus(beta float64, threshold float64) (*Tensor, error) {
@@ -799,6 +1284,104 @@ func ScaledDotProductAttention(query *Tensor, key *Tensor, value *Tensor, attnMa
 		return nil, err
 	}
 	return newTensor(out), nil
+}
+
+// CopyInPlace calls fulmen_tensor_copy_: `tensor.copy_(src)` under no_grad:
+// `src` broadcast to `tensor`'s shape and converted to its dtype and device,
+// written into its storage (a parameter from `fulmen_model_state_dict_get`
+// changes in the model).
+func (t *Tensor) CopyInPlace(src *Tensor) error {
+	err := check(C.fulmen_tensor_copy_(t.ptr(), src.ptr()))
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(src)
+	return err
+}
+
+// CopyFromSlice calls fulmen_tensor_copy_from_host: Overwrites `tensor` with
+// `nbytes` of row-major host data of the `fulmen_dtype` `dtype` (converted to
+// the tensor's dtype and device): sets a parameter from a host buffer. `nbytes`
+// must be the tensor's element count times the size of `dtype`.
+func CopyFromSlice[T Element](tensor *Tensor, data []T) error {
+	dataPtr, dataLen, dataHeld := hostBytes(data)
+	err := check(C.fulmen_tensor_copy_from_host(tensor.ptr(), dataPtr, C.size_t(dataLen), C.int32_t(DTypeOf[T]())))
+	runtime.KeepAlive(tensor)
+	runtime.KeepAlive(dataHeld)
+	return err
+}
+
+// FillInPlace calls fulmen_tensor_fill_: `tensor.fill_(value)` under no_grad
+// (`nn.init.constant_`; `zeros_` and `ones_` are 0 and 1).
+func (t *Tensor) FillInPlace(value float64) error {
+	err := check(C.fulmen_tensor_fill_(t.ptr(), C.double(value)))
+	runtime.KeepAlive(t)
+	return err
+}
+
+// ZeroInPlace calls fulmen_tensor_zero_: `tensor.zero_()` under no_grad.
+func (t *Tensor) ZeroInPlace() error {
+	err := check(C.fulmen_tensor_zero_(t.ptr()))
+	runtime.KeepAlive(t)
+	return err
+}
+
+// AddInPlace calls fulmen_tensor_add_: `tensor.add_(other, alpha=alpha)` under
+// no_grad: `tensor += alpha * other`, `other` broadcast (an EMA update is
+// `mul_scalar_(decay)`, then `add_(param, 1 - decay)`).
+func (t *Tensor) AddInPlace(other *Tensor, alpha float64) error {
+	err := check(C.fulmen_tensor_add_(t.ptr(), other.ptr(), C.double(alpha)))
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(other)
+	return err
+}
+
+// AddScalarInPlace calls fulmen_tensor_add_scalar_: `tensor.add_(value)` under
+// no_grad.
+func (t *Tensor) AddScalarInPlace(value float64) error {
+	err := check(C.fulmen_tensor_add_scalar_(t.ptr(), C.double(value)))
+	runtime.KeepAlive(t)
+	return err
+}
+
+// MulInPlace calls fulmen_tensor_mul_: `tensor.mul_(other)` under no_grad,
+// `other` broadcast (a pruning mask).
+func (t *Tensor) MulInPlace(other *Tensor) error {
+	err := check(C.fulmen_tensor_mul_(t.ptr(), other.ptr()))
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(other)
+	return err
+}
+
+// MulScalarInPlace calls fulmen_tensor_mul_scalar_: `tensor.mul_(value)` under
+// no_grad.
+func (t *Tensor) MulScalarInPlace(value float64) error {
+	err := check(C.fulmen_tensor_mul_scalar_(t.ptr(), C.double(value)))
+	runtime.KeepAlive(t)
+	return err
+}
+
+// ClampInPlace calls fulmen_tensor_clamp_: `tensor.clamp_(min, max)` under
+// no_grad; a NaN bound leaves that side open.
+func (t *Tensor) ClampInPlace(min float64, max float64) error {
+	err := check(C.fulmen_tensor_clamp_(t.ptr(), C.double(min), C.double(max)))
+	runtime.KeepAlive(t)
+	return err
+}
+
+// UniformInPlace calls fulmen_tensor_uniform_: `tensor.uniform_(low, high)`
+// under no_grad, from the global generator (`fulmen_manual_seed`; the same seed
+// gives PyTorch's values).
+func (t *Tensor) UniformInPlace(low float64, high float64) error {
+	err := check(C.fulmen_tensor_uniform_(t.ptr(), C.double(low), C.double(high)))
+	runtime.KeepAlive(t)
+	return err
+}
+
+// NormalInPlace calls fulmen_tensor_normal_: `tensor.normal_(mean, std)` under
+// no_grad, from the global generator.
+func (t *Tensor) NormalInPlace(mean float64, std float64) error {
+	err := check(C.fulmen_tensor_normal_(t.ptr(), C.double(mean), C.double(std)))
+	runtime.KeepAlive(t)
+	return err
 }
 
 // CrossEntropy calls fulmen_loss_cross_entropy: Cross-entropy of raw `logits`

@@ -1,6 +1,7 @@
 //! The tensor ops are written once, in `src/tensor/ops/table.rs`. This
-//! generator writes from that table the C functions (`src/ffi/{tensor_ops,losses}/gen_*.rs`,
-//! which cbindgen copies into fulmen.h), the C++ methods and functions
+//! generator writes from that table the C functions
+//! (`src/ffi/{tensor,tensor_ops,losses}/gen_*.rs`, which cbindgen copies
+//! into the headers), the C++ methods and functions
 //! (`bindings/cpp/include/fulmen/tensor_*_gen.inc`) and the Go methods and
 //! functions (`bindings/go/tensor_ops_gen.go`). `tests/ops_drift.rs` fails
 //! when a committed copy differs; `make header` rewrites them.
@@ -13,8 +14,27 @@ const CPP_FUNCTIONS: &str = "bindings/cpp/include/fulmen/tensor_functions_gen.in
 const CPP_LOSSES: &str = "bindings/cpp/include/fulmen/tensor_losses_gen.inc";
 const GO: &str = "bindings/go/tensor_ops_gen.go";
 
-/// Go names that plain camel case would spell badly.
-const GO_NAMES: &[(&str, &str)] = &[("topk", "TopK"), ("logsumexp", "LogSumExp"), ("logsigmoid", "LogSigmoid")];
+/// Go names that plain camel case (with `InPlace` for an in-place op)
+/// would spell badly.
+const GO_NAMES: &[(&str, &str)] =
+    &[("topk", "TopK"), ("logsumexp", "LogSumExp"), ("logsigmoid", "LogSigmoid"), ("copy_from_host", "CopyFromSlice")];
+
+/// Ops whose Go method takes its last parameter, a list of sizes or
+/// dimensions, as variadic `...int64`.
+const GO_VARIADIC: &[&str] = &["reshape", "view", "permute"];
+
+/// C++ names other than the op's own: overloads of one name (`add` of a
+/// tensor and of a number) and names the binding had before the table.
+const CPP_NAMES: &[(&str, &str)] = &[
+    ("add_scalar", "add"),
+    ("mul_scalar", "mul"),
+    ("pow_scalar", "pow"),
+    ("sum_dims", "sum"),
+    ("mean_dims", "mean"),
+    ("add_scalar_", "add_"),
+    ("mul_scalar_", "mul_"),
+    ("copy_from_host", "copy_from"),
+];
 
 /// Go names of losses that do not follow `<CamelName>Loss`.
 const GO_LOSS_NAMES: &[(&str, &str)] = &[
@@ -72,7 +92,17 @@ fn output_doc(op: &TensorOp) -> String {
         Output::One => "The result is a new tensor written to `*out`.".into(),
         Output::Pair(a, b) => format!("The results are new tensors written to `*{a}` and `*{b}`."),
         Output::List => "The pieces are new tensors written to `outs[0..*count_out]`: `*count_out` gets their count, and when it exceeds `capacity` nothing else is written (call again with `*count_out` slots).".into(),
+        Output::InPlace => format!("`{}` is changed in place; nothing new is made.", first_name(op)),
     }
+}
+
+/// Name of the op's first parameter (the tensor an in-place op changes).
+fn first_name(op: &TensorOp) -> &'static str {
+    op.params.first().map_or("", |p| p.name)
+}
+
+fn has_host_data(op: &TensorOp) -> bool {
+    op.params.iter().any(|p| p.kind == ParamKind::HostData)
 }
 
 fn c_params(op: &TensorOp) -> Vec<String> {
@@ -83,14 +113,19 @@ fn c_params(op: &TensorOp) -> Vec<String> {
             ParamKind::Tensor | ParamKind::OptTensor => v.push(format!("{n}: *const fulmen_tensor")),
             ParamKind::Tensors => {
                 v.push(format!("{n}: *const *const fulmen_tensor"));
-                v.push(format!("{n}_len: usize"));
+                v.push(format!("{}: usize", p.len_name()));
             }
             ParamKind::I64 => v.push(format!("{n}: i64")),
             ParamKind::F64 => v.push(format!("{n}: f64")),
             ParamKind::Bool => v.push(format!("{n}: bool")),
             ParamKind::Dims => {
                 v.push(format!("{n}: *const i64"));
-                v.push(format!("{n}_len: usize"));
+                v.push(format!("{}: usize", p.len_name()));
+            }
+            ParamKind::HostData => {
+                v.push(format!("{n}: *const c_void"));
+                v.push(format!("{}: usize", p.len_name()));
+                v.push("dtype: i32".into());
             }
             ParamKind::Str => v.push(format!("{n}: *const c_char")),
             ParamKind::DType | ParamKind::Reduction => v.push(format!("{n}: i32")),
@@ -107,6 +142,7 @@ fn c_params(op: &TensorOp) -> Vec<String> {
             v.push("capacity: usize".into());
             v.push("count_out: *mut usize".into());
         }
+        Output::InPlace => {}
     }
     v
 }
@@ -128,13 +164,17 @@ fn rust_conversions(op: &TensorOp) -> (Vec<String>, String) {
                 args.push(format!("{n}.as_deref()"));
             }
             ParamKind::Tensors => {
-                lets.push(format!("let {n} = tensor_list({n}, {n}_len, \"{n}\")?;"));
+                lets.push(format!("let {n} = tensor_list({n}, {}, \"{n}\")?;", p.len_name()));
                 lets.push(format!("let {n}: Vec<&Tensor> = {n}.iter().map(|t| &**t).collect();"));
                 args.push(format!("&{n}"));
             }
             ParamKind::Dims => {
-                lets.push(format!("let {n} = i64_list({n}, {n}_len, \"{n}\")?;"));
+                lets.push(format!("let {n} = i64_list({n}, {}, \"{n}\")?;", p.len_name()));
                 args.push(n.to_string());
+            }
+            ParamKind::HostData => {
+                lets.push(format!("let {n} = host_tensor({n}, {}, dtype, &{}.size())?;", p.len_name(), first_name(op)));
+                args.push(format!("&{n}"));
             }
             ParamKind::Str => {
                 lets.push(format!("let {n} = str_arg({n}, \"{n}\")?;"));
@@ -159,6 +199,13 @@ fn rust_function(op: &TensorOp) -> String {
     let mut s = wrap(&format!("{} {}", op.doc, output_doc(op)), 80, "/// ");
     s += "///\n";
     s += &wrap(&format!("Errors: {}.", op.errors), 80, "/// ");
+    if op.output == Output::InPlace {
+        s += &wrap(
+            &format!("Thread rules: the caller keeps other threads off `{}` meanwhile.", first_name(op)),
+            80,
+            "/// ",
+        );
+    }
     s += "#[no_mangle]\n";
     s += &format!("pub unsafe extern \"C\" fn {c_name}(\n");
     for p in c_params(op) {
@@ -173,6 +220,7 @@ fn rust_function(op: &TensorOp) -> String {
         Output::One => body.push("check_out(out, \"out\")?;".into()),
         Output::Pair(a, b) => body.push(format!("check_out_pair({a}, \"{a}\", {b}, \"{b}\")?;")),
         Output::List => body.push("check_out(count_out, \"count_out\")?;".into()),
+        Output::InPlace => {}
     }
     body.extend(lets);
     match op.output {
@@ -186,6 +234,7 @@ fn rust_function(op: &TensorOp) -> String {
                 "emit_list(outs, capacity, count_out, ops::{core}_count({args})?, || ops::{core}({args}))"
             ));
         }
+        Output::InPlace => body.push(format!("ops::{core}({args})")),
     }
     for line in body {
         s += &format!("        {line}\n");
@@ -229,7 +278,12 @@ fn rust_file(group: &str) -> String {
         error_uses.push("str_arg");
     }
     s += &format!("use crate::ffi::base::error::{{{}}};\n", error_uses.join(", "));
-    s += "use crate::ffi::base::handle::check_out;\n";
+    if outputs.iter().any(|o| *o != Output::InPlace) {
+        s += "use crate::ffi::base::handle::check_out;\n";
+    }
+    if has(ParamKind::HostData) {
+        s += "use crate::ffi::tensor::create::host_tensor;\n";
+    }
     s += "use crate::tensor::ops;\n";
     if has(ParamKind::Reduction) {
         s += "use crate::tensor::ops::LossReduction;\n";
@@ -239,6 +293,9 @@ fn rust_file(group: &str) -> String {
     }
     if has(ParamKind::Str) {
         s += "use std::ffi::c_char;\n";
+    }
+    if has(ParamKind::HostData) {
+        s += "use std::ffi::c_void;\n";
     }
     if has(ParamKind::Tensors) {
         s += "use tch::Tensor;\n";
@@ -261,6 +318,7 @@ fn cpp_type(p: &Param) -> String {
         ParamKind::F64 => "double".into(),
         ParamKind::Bool => "bool".into(),
         ParamKind::Dims => "const Shape&".into(),
+        ParamKind::HostData => "const std::vector<T>&".into(),
         ParamKind::Str => "const std::string&".into(),
         ParamKind::DType => "DType".into(),
         ParamKind::Reduction => "Reduction".into(),
@@ -314,6 +372,13 @@ fn cpp_call_args(op: &TensorOp, method: bool) -> (Vec<String>, Vec<String>) {
                 args.push(format!("{n}.data()"));
                 args.push(format!("{n}.size()"));
             }
+            ParamKind::HostData => {
+                pre.push(format!("static const T {n}_none{{}};"));
+                pre.push(format!("const T* {n}_ptr = {n}.empty() ? &{n}_none : {n}.data();"));
+                args.push(format!("{n}_ptr"));
+                args.push(format!("{n}.size() * sizeof(T)"));
+                args.push("static_cast<int32_t>(dtype_of<T>)".into());
+            }
             ParamKind::Str => args.push(format!("{n}.c_str()")),
             ParamKind::DType | ParamKind::Reduction => args.push(format!("static_cast<int32_t>({n})")),
         }
@@ -321,27 +386,48 @@ fn cpp_call_args(op: &TensorOp, method: bool) -> (Vec<String>, Vec<String>) {
     (pre, args)
 }
 
+fn cpp_name(op: &TensorOp) -> &'static str {
+    CPP_NAMES.iter().find(|(k, _)| *k == op.name).map_or(op.name, |(_, v)| *v)
+}
+
+/// The C++ body of an in-place op: the C call, then the tensor itself for
+/// a method.
+fn cpp_in_place(op: &TensorOp, indent: &str, method: bool, args: &[String]) -> String {
+    let mut s = format!("{indent}    check({}({}));\n", op.c_name(), args.join(", "));
+    if method {
+        s += &format!("{indent}    return *this;\n");
+    }
+    s + &format!("{indent}}}\n")
+}
+
 fn cpp_function(op: &TensorOp, indent: &str) -> String {
     let method = op.is_method();
     let params: &[Param] = if method { &op.params[1..] } else { op.params };
     let mut s = wrap(&format!("{} ({})", op.doc, op.c_name()), 100, &format!("{indent}/// "));
+    if has_host_data(op) {
+        s += &format!("{indent}template <class T>\n");
+    }
     let (ret, maker, outs) = match op.output {
         Output::One => ("Tensor", "make", "fulmen_tensor** out"),
         Output::Pair(..) => ("std::pair<Tensor, Tensor>", "make_pair", "fulmen_tensor** first, fulmen_tensor** second"),
         Output::List => ("std::vector<Tensor>", "make_list", "fulmen_tensor** outs, size_t capacity, size_t* count"),
+        Output::InPlace if method => ("const Tensor&", "", ""),
+        Output::InPlace => ("void", "", ""),
     };
     let qualifier = if method { " const" } else { "" };
     let prefix = if method { "" } else { "inline " };
-    s += &format!("{indent}{prefix}{ret} {}({}){qualifier} {{\n", op.name, cpp_signature(params));
+    s += &format!("{indent}{prefix}{ret} {}({}){qualifier} {{\n", cpp_name(op), cpp_signature(params));
     let (pre, mut args) = cpp_call_args(op, method);
     for line in pre {
         s += &format!("{indent}    {line}\n");
     }
-    args.extend(match op.output {
-        Output::One => vec!["out".to_string()],
+    let out_args: Vec<String> = match op.output {
+        Output::One => vec!["out".into()],
         Output::Pair(..) => vec!["first".into(), "second".into()],
         Output::List => vec!["outs".into(), "capacity".into(), "count".into()],
-    });
+        Output::InPlace => return s + &cpp_in_place(op, indent, method, &args),
+    };
+    args.extend(out_args);
     let class = if method { "" } else { "Tensor::" };
     s += &format!("{indent}    return {class}{maker}([&]({outs}) {{\n");
     s += &format!("{indent}        return {}({});\n", op.c_name(), args.join(", "));
@@ -407,7 +493,15 @@ fn go_name(op: &TensorOp) -> String {
             .find(|(k, _)| *k == op.name)
             .map_or_else(|| camel(op.name, true) + "Loss", |(_, v)| v.to_string());
     }
-    GO_NAMES.iter().find(|(k, _)| *k == op.name).map_or_else(|| camel(op.name, true), |(_, v)| v.to_string())
+    let plain = || {
+        let name = camel(op.name, true);
+        if op.output == Output::InPlace {
+            name + "InPlace"
+        } else {
+            name
+        }
+    };
+    GO_NAMES.iter().find(|(k, _)| *k == op.name).map_or_else(plain, |(_, v)| v.to_string())
 }
 
 fn go_type(p: &Param) -> &'static str {
@@ -418,14 +512,27 @@ fn go_type(p: &Param) -> &'static str {
         ParamKind::F64 => "float64",
         ParamKind::Bool => "bool",
         ParamKind::Dims => "[]int64",
+        ParamKind::HostData => "[]T",
         ParamKind::Str => "string",
         ParamKind::DType => "DType",
         ParamKind::Reduction => "Reduction",
     }
 }
 
+/// The Go type of parameter `i` of the `params` a Go function takes.
+fn go_param_type(op: &TensorOp, params: &[Param], i: usize) -> &'static str {
+    let p = &params[i];
+    if GO_VARIADIC.contains(&op.name) && i + 1 == params.len() && p.kind == ParamKind::Dims {
+        "...int64"
+    } else {
+        go_type(p)
+    }
+}
+
 fn go_function(op: &TensorOp) -> String {
-    let method = op.is_method();
+    // Go has no generic methods: an op taking host data of any element type
+    // is a generic function.
+    let method = op.is_method() && !has_host_data(op);
     let name = go_name(op);
     let params: &[Param] = if method { &op.params[1..] } else { op.params };
     let mut doc = format!("{name} calls {}: {}", op.c_name(), op.doc);
@@ -433,14 +540,18 @@ fn go_function(op: &TensorOp) -> String {
         doc += " A nil tensor passes NULL; a closed one is an error.";
     }
     let mut s = wrap(&doc, 80, "// ");
-    let sig: Vec<String> = params.iter().map(|p| format!("{} {}", camel(p.name, false), go_type(p))).collect();
+    let sig: Vec<String> = (0..params.len())
+        .map(|i| format!("{} {}", camel(params[i].name, false), go_param_type(op, params, i)))
+        .collect();
     let ret = match op.output {
         Output::One => "(*Tensor, error)",
         Output::Pair(..) => "(*Tensor, *Tensor, error)",
         Output::List => "([]*Tensor, error)",
+        Output::InPlace => "error",
     };
     let recv = if method { "(t *Tensor) " } else { "" };
-    s += &format!("func {recv}{name}({}) {ret} {{\n", sig.join(", "));
+    let type_params = if has_host_data(op) { "[T Element]" } else { "" };
+    s += &format!("func {recv}{name}{type_params}({}) {ret} {{\n", sig.join(", "));
     let mut pre = Vec::new();
     let mut args = Vec::new();
     let mut alive = Vec::new();
@@ -456,11 +567,12 @@ fn go_function(op: &TensorOp) -> String {
                 alive.push(n);
             }
             ParamKind::OptTensor => {
-                let zero = match op.output {
-                    Output::Pair(..) => "nil, nil",
-                    _ => "nil",
+                let fail = match op.output {
+                    Output::Pair(..) => "nil, nil, err",
+                    Output::InPlace => "err",
+                    _ => "nil, err",
                 };
-                pre.push(format!("if err := checkOptional({n}, \"{n}\"); err != nil {{\n\t\treturn {zero}, err\n\t}}"));
+                pre.push(format!("if err := checkOptional({n}, \"{n}\"); err != nil {{\n\t\treturn {fail}\n\t}}"));
                 args.push(format!("{n}.ptr()"));
                 alive.push(n);
             }
@@ -479,6 +591,13 @@ fn go_function(op: &TensorOp) -> String {
                 args.push(format!("{n}Ptr"));
                 args.push(format!("{n}Len"));
             }
+            ParamKind::HostData => {
+                pre.push(format!("{n}Ptr, {n}Len, {n}Held := hostBytes({n})"));
+                args.push(format!("{n}Ptr"));
+                args.push(format!("C.size_t({n}Len)"));
+                args.push("C.int32_t(DTypeOf[T]())".into());
+                alive.push(format!("{n}Held"));
+            }
             ParamKind::Str => {
                 pre.push(format!("{n}C := C.CString({n})"));
                 pre.push(format!("defer C.free(unsafe.Pointer({n}C))"));
@@ -490,7 +609,10 @@ fn go_function(op: &TensorOp) -> String {
     for line in &pre {
         s += &format!("\t{line}\n");
     }
-    let call = |outs: &str| format!("C.{}({}, {outs})", op.c_name(), args.join(", "));
+    let call = |outs: &[&str]| {
+        let all: Vec<&str> = args.iter().map(String::as_str).chain(outs.iter().copied()).collect();
+        format!("C.{}({})", op.c_name(), all.join(", "))
+    };
     let keep = |s: &mut String| {
         for a in &alive {
             *s += &format!("\truntime.KeepAlive({a})\n");
@@ -499,22 +621,27 @@ fn go_function(op: &TensorOp) -> String {
     match op.output {
         Output::One => {
             s += "\tvar out cTensor\n";
-            s += &format!("\terr := check({})\n", call("&out"));
+            s += &format!("\terr := check({})\n", call(&["&out"]));
             keep(&mut s);
             s += "\tif err != nil {\n\t\treturn nil, err\n\t}\n\treturn newTensor(out), nil\n";
         }
         Output::Pair(..) => {
             s += "\tvar first, second cTensor\n";
-            s += &format!("\terr := check({})\n", call("&first, &second"));
+            s += &format!("\terr := check({})\n", call(&["&first", "&second"]));
             keep(&mut s);
             s +=
                 "\tif err != nil {\n\t\treturn nil, nil, err\n\t}\n\treturn newTensor(first), newTensor(second), nil\n";
         }
         Output::List => {
             s += "\tpieces, err := tensorPieces(func(outs *cTensor, capacity C.size_t, count *C.size_t) cErr {\n";
-            s += &format!("\t\treturn {}\n\t}})\n", call("outs, capacity, count"));
+            s += &format!("\t\treturn {}\n\t}})\n", call(&["outs", "capacity", "count"]));
             keep(&mut s);
             s += "\treturn pieces, err\n";
+        }
+        Output::InPlace => {
+            s += &format!("\terr := check({})\n", call(&[]));
+            keep(&mut s);
+            s += "\treturn err\n";
         }
     }
     s += "}\n";
@@ -538,10 +665,10 @@ fn go_file() -> String {
 /// The folder under `src/ffi/` (the C API's area, `include/fulmen/<area>.h`)
 /// of a group's generated functions.
 fn area_of(group: &str) -> &'static str {
-    if group == "loss" {
-        "losses"
-    } else {
-        "tensor_ops"
+    match group {
+        "loss" => "losses",
+        "inplace" => "tensor",
+        _ => "tensor_ops",
     }
 }
 
@@ -563,6 +690,19 @@ pub fn duplicate_names() -> Vec<String> {
     let mut twice: Vec<String> = names.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0].clone()).collect();
     twice.dedup();
     twice
+}
+
+/// The rows the generator cannot write as the table documents them: a
+/// method, an in-place op or an op taking host data whose first parameter
+/// is not a tensor (the one the method is called on, the one changed, the
+/// one host data is shaped as).
+pub fn malformed_ops() -> Vec<String> {
+    TENSOR_OPS
+        .iter()
+        .filter(|o| o.is_method() || o.output == Output::InPlace || has_host_data(o))
+        .filter(|o| o.params.first().is_none_or(|p| p.kind != ParamKind::Tensor))
+        .map(|o| o.c_name())
+        .collect()
 }
 
 /// `(module file, module line)` each generated group needs, as

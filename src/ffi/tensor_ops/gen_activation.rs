@@ -6,6 +6,139 @@ use crate::ffi::base::error::{fulmen_error, guard};
 use crate::ffi::base::handle::check_out;
 use crate::tensor::ops;
 
+/// `out = max(x, 0)`. The result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. a bool tensor).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_relu(
+    x: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::relu(&x)?)
+    })
+}
+
+/// `out = x if x > 0 else slope * x`. The result is a new tensor written to
+/// `*out`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_leaky_relu(
+    x: *const fulmen_tensor,
+    slope: f64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::leaky_relu(&x, slope)?)
+    })
+}
+
+/// Logistic sigmoid. The result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_sigmoid(
+    x: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::sigmoid(&x)?)
+    })
+}
+
+/// Hyperbolic tangent. The result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_tanh(
+    x: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::tanh(&x)?)
+    })
+}
+
+/// GELU (exact, erf form). The result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (an i64 or i32 tensor), FULMEN_CODE_TORCH
+/// (libtorch failed, e.g. another integer or bool tensor).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_gelu(
+    x: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::gelu(&x)?)
+    })
+}
+
+/// SiLU (swish): `x * sigmoid(x)`. The result is a new tensor written to
+/// `*out`.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (an i64 or i32 tensor), FULMEN_CODE_TORCH
+/// (libtorch failed, e.g. another integer or bool tensor).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_silu(
+    x: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::silu(&x)?)
+    })
+}
+
+/// Softmax along `dim` (negative counts from the end). The result is a new
+/// tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
+/// FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
+/// failed) or FULMEN_CODE_OUT_OF_MEMORY.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_softmax(
+    x: *const fulmen_tensor,
+    dim: i64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::softmax(&x, dim)?)
+    })
+}
+
+/// Log-softmax along `dim` (negative counts from the end). The result is a new
+/// tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
+/// FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
+/// failed) or FULMEN_CODE_OUT_OF_MEMORY.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_log_softmax(
+    x: *const fulmen_tensor,
+    dim: i64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::log_softmax(&x, dim)?)
+    })
+}
+
 /// `log(1 + exp(beta * x)) / beta`, and `x` where `beta * x` exceeds
 /// `threshold` (`F.softplus`). The result is a new tensor written to `*out`.
 ///

@@ -9,6 +9,266 @@ use crate::tensor::DType;
 use std::ffi::c_char;
 use tch::Tensor;
 
+/// `out = a + b`, broadcasting as PyTorch does. The result is a new tensor
+/// written to `*out`.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_add(
+    a: *const fulmen_tensor,
+    b: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let a = tensor_arg(a, "a")?;
+        let b = tensor_arg(b, "b")?;
+        emit(out, ops::add(&a, &b)?)
+    })
+}
+
+/// `out = a - b`, broadcasting. The result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices or two
+/// bool tensors).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_sub(
+    a: *const fulmen_tensor,
+    b: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let a = tensor_arg(a, "a")?;
+        let b = tensor_arg(b, "b")?;
+        emit(out, ops::sub(&a, &b)?)
+    })
+}
+
+/// `out = a * b` elementwise, broadcasting. The result is a new tensor written
+/// to `*out`.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_mul(
+    a: *const fulmen_tensor,
+    b: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let a = tensor_arg(a, "a")?;
+        let b = tensor_arg(b, "b")?;
+        emit(out, ops::mul(&a, &b)?)
+    })
+}
+
+/// `out = a / b` elementwise (true division), broadcasting. The result is a new
+/// tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_div(
+    a: *const fulmen_tensor,
+    b: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let a = tensor_arg(a, "a")?;
+        let b = tensor_arg(b, "b")?;
+        emit(out, ops::div(&a, &b)?)
+    })
+}
+
+/// `out = a ^ b` elementwise, broadcasting. The result is a new tensor written
+/// to `*out`.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices or
+/// integers to negative integer powers).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_pow(
+    a: *const fulmen_tensor,
+    b: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let a = tensor_arg(a, "a")?;
+        let b = tensor_arg(b, "b")?;
+        emit(out, ops::pow(&a, &b)?)
+    })
+}
+
+/// `out = x + value`. The result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_add_scalar(
+    x: *const fulmen_tensor,
+    value: f64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::add_scalar(&x, value)?)
+    })
+}
+
+/// `out = x * value`. The result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_mul_scalar(
+    x: *const fulmen_tensor,
+    value: f64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::mul_scalar(&x, value)?)
+    })
+}
+
+/// `out = x ^ exponent`. The result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_pow_scalar(
+    x: *const fulmen_tensor,
+    exponent: f64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::pow_scalar(&x, exponent)?)
+    })
+}
+
+/// `out = clamp(x, min, max)`. The result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`min` or `max` is NaN, or `min` >
+/// `max`), FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_clamp(
+    x: *const fulmen_tensor,
+    min: f64,
+    max: f64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::clamp(&x, min, max)?)
+    })
+}
+
+/// `out = -x`. The result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. a bool tensor).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_neg(
+    x: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::neg(&x)?)
+    })
+}
+
+/// `out = exp(x)`. The result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_exp(
+    x: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::exp(&x)?)
+    })
+}
+
+/// `out = ln(x)`. The result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_log(
+    x: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::log(&x)?)
+    })
+}
+
+/// `out = sqrt(x)`. The result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_sqrt(
+    x: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::sqrt(&x)?)
+    })
+}
+
+/// `out = |x|`. The result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_abs(
+    x: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::abs(&x)?)
+    })
+}
+
+/// Matrix product with `torch.matmul` semantics (vectors, matrices, batched).
+/// The inner dimensions must agree. The result is a new tensor written to
+/// `*out`.
+///
+/// Errors: FULMEN_CODE_DTYPE_MISMATCH (the dtypes differ, or i64/i32 where
+/// libtorch has no kernel, e.g. on CUDA), FULMEN_CODE_SHAPE_MISMATCH (a
+/// 0-dimensional tensor, inner dimensions that differ, or batch dimensions that
+/// do not broadcast), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on
+/// different devices).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_matmul(
+    a: *const fulmen_tensor,
+    b: *const fulmen_tensor,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let a = tensor_arg(a, "a")?;
+        let b = tensor_arg(b, "b")?;
+        emit(out, ops::matmul(&a, &b)?)
+    })
+}
+
 /// Sine, elementwise. The result is a new tensor written to `*out`.
 ///
 /// Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or

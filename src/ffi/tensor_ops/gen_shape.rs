@@ -1,11 +1,210 @@
 //! Generated from src/tensor/ops/table.rs by tools/codegen/ops.rs (`make header`): do not edit.
 //! The C functions of the `shape` tensor ops; each converts its arguments
 //! and calls the core function of the same name in `crate::tensor::ops`.
-use crate::ffi::tensor::handle::{emit, emit_list, fulmen_tensor, i64_list, tensor_arg};
+use crate::ffi::tensor::handle::{emit, emit_list, fulmen_tensor, i64_list, tensor_arg, tensor_list};
 use crate::ffi::base::error::{fulmen_error, guard, str_arg};
 use crate::ffi::base::handle::check_out;
 use crate::tensor::ops;
 use std::ffi::c_char;
+use tch::Tensor;
+
+/// Same elements in a new shape (`-1` infers one size); copies if needed. The
+/// result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (the element count does not fit `shape`,
+/// or more than one -1 or another negative size), FULMEN_CODE_TORCH (libtorch
+/// failed) or FULMEN_CODE_OUT_OF_MEMORY (copying).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_reshape(
+    x: *const fulmen_tensor,
+    shape: *const i64,
+    ndim: usize,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        let shape = i64_list(shape, ndim, "shape")?;
+        emit(out, ops::reshape(&x, shape)?)
+    })
+}
+
+/// Same storage in a new shape; fails when the layout does not allow a view.
+/// The result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (the element count does not fit `shape`,
+/// or more than one -1 or another negative size), FULMEN_CODE_TORCH (the layout
+/// does not allow a view).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_view(
+    x: *const fulmen_tensor,
+    shape: *const i64,
+    ndim: usize,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        let shape = i64_list(shape, ndim, "shape")?;
+        emit(out, ops::view(&x, shape)?)
+    })
+}
+
+/// Flattens dimensions `start_dim..=end_dim` into one. The result is a new
+/// tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`start_dim` or `end_dim` out of range),
+/// FULMEN_CODE_INVALID_ARGUMENT (`start_dim` comes after `end_dim`).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_flatten(
+    x: *const fulmen_tensor,
+    start_dim: i64,
+    end_dim: i64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::flatten(&x, start_dim, end_dim)?)
+    })
+}
+
+/// Reorders dimensions: `dims` is a permutation of `0..ndim`. The result is a
+/// new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (`ndims` is not the tensor's number of
+/// dimensions), FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
+/// FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_permute(
+    x: *const fulmen_tensor,
+    dims: *const i64,
+    ndims: usize,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        let dims = i64_list(dims, ndims, "dims")?;
+        emit(out, ops::permute(&x, dims)?)
+    })
+}
+
+/// Swaps dimensions `dim0` and `dim1`. The result is a new tensor written to
+/// `*out`.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`dim0` or `dim1` out of range).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_transpose(
+    x: *const fulmen_tensor,
+    dim0: i64,
+    dim1: i64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::transpose(&x, dim0, dim1)?)
+    })
+}
+
+/// Removes dimension `dim` if its size is 1 (otherwise returns the same shape).
+/// The result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_squeeze(
+    x: *const fulmen_tensor,
+    dim: i64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::squeeze(&x, dim)?)
+    })
+}
+
+/// Inserts a dimension of size 1 at `dim` (`-1` appends). The result is a new
+/// tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_unsqueeze(
+    x: *const fulmen_tensor,
+    dim: i64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::unsqueeze(&x, dim)?)
+    })
+}
+
+/// The slice `start..start+length` of dimension `dim` (a view). The result is a
+/// new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or the slice does not
+/// lie inside the dimension), FULMEN_CODE_SHAPE_MISMATCH (a 0-dimensional
+/// tensor).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_narrow(
+    x: *const fulmen_tensor,
+    dim: i64,
+    start: i64,
+    length: i64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let x = tensor_arg(x, "x")?;
+        emit(out, ops::narrow(&x, dim, start, length)?)
+    })
+}
+
+/// Concatenates `tensors[0..n]` along the existing dimension `dim`; all other
+/// dimensions must match. The result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`n` is 0), FULMEN_CODE_SHAPE_MISMATCH
+/// (ranks, or sizes outside `dim`, differ), FULMEN_CODE_OUT_OF_RANGE (`dim` out
+/// of range), FULMEN_CODE_TORCH (libtorch failed, e.g. 0-dimensional tensors or
+/// tensors on different devices).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_cat(
+    tensors: *const *const fulmen_tensor,
+    n: usize,
+    dim: i64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let tensors = tensor_list(tensors, n, "tensors")?;
+        let tensors: Vec<&Tensor> = tensors.iter().map(|t| &**t).collect();
+        emit(out, ops::cat(&tensors, dim)?)
+    })
+}
+
+/// Stacks `tensors[0..n]` (all of one shape) along a new dimension `dim`. The
+/// result is a new tensor written to `*out`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`n` is 0), FULMEN_CODE_SHAPE_MISMATCH
+/// (shapes differ), FULMEN_CODE_OUT_OF_RANGE (`dim` out of range),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_tensor_stack(
+    tensors: *const *const fulmen_tensor,
+    n: usize,
+    dim: i64,
+    out: *mut *mut fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let tensors = tensor_list(tensors, n, "tensors")?;
+        let tensors: Vec<&Tensor> = tensors.iter().map(|t| &**t).collect();
+        emit(out, ops::stack(&tensors, dim)?)
+    })
+}
 
 /// A view of `x` broadcast to `size` without copying (`Tensor.expand`): size-1
 /// dimensions stretch, -1 keeps a size, new dimensions go in front. The result

@@ -1,6 +1,5 @@
 //! Tensor operations: arithmetic, reductions, shapes, selection, activations
-//! (`fulmen/tensor_ops.h`). The `gen_*` files are generated from
-//! `src/tensor/ops/table.rs`.
+//! (`fulmen/tensor_ops.h`), all generated from `src/tensor/ops/table.rs`.
 #[rustfmt::skip]
 pub mod gen_activation;
 #[rustfmt::skip]
@@ -13,6 +12,3 @@ pub mod gen_reduce;
 pub mod gen_select;
 #[rustfmt::skip]
 pub mod gen_shape;
-pub mod math;
-pub mod reduce;
-pub mod shape;

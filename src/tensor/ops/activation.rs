@@ -1,8 +1,49 @@
-//! Activation functions beyond relu / sigmoid / tanh / gelu / silu, with
+//! Activation functions, softmax and log-softmax, with
 //! torch.nn.functional's formulas and defaults.
 use super::checks::check_dim;
 use crate::error::{Error, Result};
 use tch::{Kind, Tensor};
+
+/// `max(x, 0)`.
+pub fn relu(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_relu()?)
+}
+/// `x if x > 0 else slope * x` (differentiable).
+pub fn leaky_relu(x: &Tensor, slope: f64) -> Result<Tensor> {
+    crate::tensor::functional::leaky_relu(x, slope)
+}
+/// Logistic sigmoid.
+pub fn sigmoid(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_sigmoid()?)
+}
+/// Hyperbolic tangent.
+pub fn tanh(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_tanh()?)
+}
+/// GELU, exact (erf form).
+pub fn gelu(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_gelu("none")?)
+}
+/// SiLU (swish): `x * sigmoid(x)`.
+pub fn silu(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_silu()?)
+}
+/// Softmax along `dim` of a floating `x`.
+pub fn softmax(x: &Tensor, dim: i64) -> Result<Tensor> {
+    Ok(x.f_softmax(floating_dim(x, dim, "softmax")?, None)?)
+}
+/// Log-softmax along `dim` of a floating `x`.
+pub fn log_softmax(x: &Tensor, dim: i64) -> Result<Tensor> {
+    Ok(x.f_log_softmax(floating_dim(x, dim, "log_softmax")?, None)?)
+}
+
+/// Checks that `x` is floating and normalises `dim`.
+fn floating_dim(x: &Tensor, dim: i64, what: &str) -> Result<i64> {
+    if !crate::tensor::dtype::is_floating(x.f_kind()?) {
+        return Err(Error::dtype(format!("{what} needs a floating tensor, got {:?}", x.kind())));
+    }
+    check_dim(x, dim)
+}
 
 /// `log(1 + exp(beta * x)) / beta`, linear above `threshold` (`F.softplus`).
 pub fn softplus(x: &Tensor, beta: f64, threshold: f64) -> Result<Tensor> {

@@ -1,9 +1,99 @@
-//! Elementwise math and logic beyond the basic arithmetic, einsum and
-//! linspace.
+//! Elementwise arithmetic with broadcasting, matrix products, elementwise
+//! math and logic, einsum and linspace.
 use super::checks::check_broadcast;
 use crate::error::{Error, Result};
 use crate::tensor::DType;
 use tch::{Device, Tensor};
+
+/// `a + b`, broadcasting.
+pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    check_broadcast(a, b)?;
+    Ok(a.f_add(b)?)
+}
+/// `a - b`, broadcasting.
+pub fn sub(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    check_broadcast(a, b)?;
+    Ok(a.f_sub(b)?)
+}
+/// `a * b` elementwise, broadcasting.
+pub fn mul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    check_broadcast(a, b)?;
+    Ok(a.f_mul(b)?)
+}
+/// `a / b` elementwise (true division), broadcasting.
+pub fn div(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    check_broadcast(a, b)?;
+    Ok(a.f_div(b)?)
+}
+/// `a ^ b` elementwise, broadcasting.
+pub fn pow(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    check_broadcast(a, b)?;
+    Ok(a.f_pow(b)?)
+}
+
+/// `x + value`.
+pub fn add_scalar(x: &Tensor, value: f64) -> Result<Tensor> {
+    Ok(x.f_add_scalar(value)?)
+}
+/// `x * value`.
+pub fn mul_scalar(x: &Tensor, value: f64) -> Result<Tensor> {
+    Ok(x.f_mul_scalar(value)?)
+}
+/// `x ^ exponent`.
+pub fn pow_scalar(x: &Tensor, exponent: f64) -> Result<Tensor> {
+    Ok(x.f_pow_tensor_scalar(exponent)?)
+}
+
+/// `x` clamped into `[min, max]`; NaN bounds and `min > max` are refused.
+pub fn clamp(x: &Tensor, min: f64, max: f64) -> Result<Tensor> {
+    if min.is_nan() || max.is_nan() {
+        return Err(Error::invalid("clamp: min and max must not be NaN"));
+    }
+    if min > max {
+        return Err(Error::invalid(format!("clamp: min {min} > max {max}")));
+    }
+    Ok(x.f_clamp(min, max)?)
+}
+
+/// `-x`.
+pub fn neg(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_neg()?)
+}
+/// `exp(x)`.
+pub fn exp(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_exp()?)
+}
+/// `ln(x)`.
+pub fn log(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_log()?)
+}
+/// `sqrt(x)`.
+pub fn sqrt(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_sqrt()?)
+}
+/// `|x|`.
+pub fn abs(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_abs()?)
+}
+
+/// Matrix product with `torch.matmul` semantics, after checking the dtypes
+/// agree, neither tensor is 0-dimensional and the inner dimensions agree.
+pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let (ka, kb) = (a.f_kind()?, b.f_kind()?);
+    if ka != kb {
+        return Err(Error::dtype(format!("matmul of {ka:?} and {kb:?}: both tensors need the same dtype")));
+    }
+    let (sa, sb) = (a.size(), b.size());
+    if sa.is_empty() || sb.is_empty() {
+        return Err(Error::shape(format!("matmul needs tensors of at least 1 dimension, got {sa:?} and {sb:?}")));
+    }
+    let k_a = sa[sa.len() - 1];
+    let k_b = if sb.len() == 1 { sb[0] } else { sb[sb.len() - 2] };
+    if k_a != k_b {
+        return Err(Error::shape(format!("matmul of {sa:?} and {sb:?}: inner dimensions {k_a} and {k_b} differ")));
+    }
+    Ok(a.f_matmul(b)?)
+}
 
 /// Sine.
 pub fn sin(x: &Tensor) -> Result<Tensor> {

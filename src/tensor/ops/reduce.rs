@@ -1,8 +1,71 @@
-//! Scans and reductions over chosen dimensions: cumsum, cumprod,
-//! logsumexp, amax / amin, var / std, all / any.
+//! Reductions and scans: sums, means, extrema and arg-extrema, cumsum,
+//! cumprod, logsumexp, amax / amin, var / std, all / any.
 use super::checks::{check_dim, check_dims, check_floating, check_nonempty};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use tch::{Kind, Tensor};
+
+/// Sum of all elements (0-dimensional).
+pub fn sum(x: &Tensor) -> Result<Tensor> {
+    Ok(x.f_sum(None)?)
+}
+
+/// Mean of all elements of a floating `x` (0-dimensional).
+pub fn mean(x: &Tensor) -> Result<Tensor> {
+    floating_for_mean(x)?;
+    Ok(x.f_mean(None)?)
+}
+
+/// Sum over `dims`, keeping them as size 1 when `keepdim`.
+pub fn sum_dims(x: &Tensor, dims: &[i64], keepdim: bool) -> Result<Tensor> {
+    let d = check_dims(x, dims)?;
+    Ok(x.f_sum_dim_intlist(d.as_slice(), keepdim, None)?)
+}
+
+/// Mean over `dims` of a floating `x`, keeping them as size 1 when
+/// `keepdim`.
+pub fn mean_dims(x: &Tensor, dims: &[i64], keepdim: bool) -> Result<Tensor> {
+    floating_for_mean(x)?;
+    let d = check_dims(x, dims)?;
+    Ok(x.f_mean_dim(d.as_slice(), keepdim, None)?)
+}
+
+fn floating_for_mean(x: &Tensor) -> Result<()> {
+    if !crate::tensor::dtype::is_floating(x.f_kind()?) {
+        return Err(Error::dtype(format!("mean needs a floating tensor, got {:?}", x.kind())));
+    }
+    Ok(())
+}
+
+/// Largest element (0-dimensional) of a non-empty `x`.
+pub fn max(x: &Tensor) -> Result<Tensor> {
+    nonempty(x, "max")?;
+    Ok(x.f_max()?)
+}
+
+/// Smallest element (0-dimensional) of a non-empty `x`.
+pub fn min(x: &Tensor) -> Result<Tensor> {
+    nonempty(x, "min")?;
+    Ok(x.f_min()?)
+}
+
+/// Positions (i64) of the largest values along `dim`.
+pub fn argmax(x: &Tensor, dim: i64, keepdim: bool) -> Result<Tensor> {
+    nonempty(x, "argmax")?;
+    Ok(x.f_argmax(check_dim(x, dim)?, keepdim)?)
+}
+
+/// Positions (i64) of the smallest values along `dim`.
+pub fn argmin(x: &Tensor, dim: i64, keepdim: bool) -> Result<Tensor> {
+    nonempty(x, "argmin")?;
+    Ok(x.f_argmin(check_dim(x, dim)?, keepdim)?)
+}
+
+fn nonempty(x: &Tensor, what: &str) -> Result<()> {
+    if x.numel() == 0 {
+        return Err(Error::shape(format!("{what} of an empty tensor (shape {:?})", x.size())));
+    }
+    Ok(())
+}
 
 /// Running sum along `dim` (integers and bools accumulate in i64).
 pub fn cumsum(x: &Tensor, dim: i64) -> Result<Tensor> {

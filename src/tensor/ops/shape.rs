@@ -1,10 +1,142 @@
-//! Views and copies that change a shape: expand, repeat, flip, roll,
-//! unflatten, and the splits that return several tensors (chunk, split,
-//! split_sizes, unbind), each with a `*_count` that says how many pieces it
-//! makes before making them.
+//! Views and copies that change a shape: reshape, view, flatten, permute,
+//! transpose, squeeze / unsqueeze, narrow, expand, repeat, flip, roll,
+//! unflatten; joins (cat, stack); and the splits that return several
+//! tensors (chunk, split, split_sizes, unbind), each with a `*_count` that
+//! says how many pieces it makes before making them.
 use super::checks::{check_dim, check_dims, check_unflatten_sizes, checked_numel, size_at};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorCode, Result};
 use tch::Tensor;
+
+/// Checks that `x`'s element count fits `shape` (at most one -1, which
+/// infers a size, and no other negative size).
+fn check_numel(x: &Tensor, shape: &[i64]) -> Result<()> {
+    let inferred = shape.iter().filter(|d| **d == -1).count();
+    if inferred > 1 || shape.iter().any(|d| *d < -1) {
+        return Err(Error::shape(format!("shape {shape:?}: at most one -1 and no other negative size")));
+    }
+    let known: i64 = shape.iter().filter(|d| **d != -1).product();
+    let numel = x.numel() as i64;
+    let ok = if inferred == 1 { known != 0 && numel % known == 0 } else { known == numel };
+    if !ok {
+        return Err(Error::shape(format!(
+            "cannot reshape a tensor of shape {:?} ({numel} elements) to {shape:?}",
+            x.size()
+        )));
+    }
+    Ok(())
+}
+
+/// The same elements in `shape` (-1 infers one size), copying if needed.
+pub fn reshape(x: &Tensor, shape: &[i64]) -> Result<Tensor> {
+    check_numel(x, shape)?;
+    Ok(x.f_reshape(shape)?)
+}
+
+/// The same storage in `shape`; libtorch refuses layouts that allow no view.
+pub fn view(x: &Tensor, shape: &[i64]) -> Result<Tensor> {
+    check_numel(x, shape)?;
+    Ok(x.f_view(shape)?)
+}
+
+/// Dimensions `start_dim..=end_dim` flattened into one.
+pub fn flatten(x: &Tensor, start_dim: i64, end_dim: i64) -> Result<Tensor> {
+    let (s, e) = (check_dim(x, start_dim)?, check_dim(x, end_dim)?);
+    if s > e && x.dim() > 0 {
+        return Err(Error::invalid(format!("flatten: start_dim {start_dim} comes after end_dim {end_dim}")));
+    }
+    Ok(x.f_flatten(s, e)?)
+}
+
+/// Dimensions reordered by `dims`, a permutation of `0..x.dim()`.
+pub fn permute(x: &Tensor, dims: &[i64]) -> Result<Tensor> {
+    if dims.len() != x.dim() {
+        return Err(Error::shape(format!("permute of a {}-d tensor needs {} dims, got {dims:?}", x.dim(), x.dim())));
+    }
+    let mut norm: Vec<i64> = dims.iter().map(|v| check_dim(x, *v)).collect::<Result<_>>()?;
+    let perm = norm.clone();
+    norm.sort_unstable();
+    if norm.windows(2).any(|w| w[0] == w[1]) {
+        return Err(Error::invalid(format!("permute: {dims:?} repeats a dimension")));
+    }
+    Ok(x.f_permute(perm.as_slice())?)
+}
+
+/// Dimensions `dim0` and `dim1` swapped.
+pub fn transpose(x: &Tensor, dim0: i64, dim1: i64) -> Result<Tensor> {
+    Ok(x.f_transpose(check_dim(x, dim0)?, check_dim(x, dim1)?)?)
+}
+
+/// Dimension `dim` removed if its size is 1.
+pub fn squeeze(x: &Tensor, dim: i64) -> Result<Tensor> {
+    Ok(x.f_squeeze_dim(check_dim(x, dim)?)?)
+}
+
+/// A size-1 dimension inserted at `dim` (-1 appends).
+pub fn unsqueeze(x: &Tensor, dim: i64) -> Result<Tensor> {
+    let n = x.dim() as i64 + 1;
+    if dim < -n || dim >= n {
+        return Err(Error::new(
+            ErrorCode::OutOfRange,
+            format!("unsqueeze: dimension {dim} out of range for shape {:?}", x.size()),
+        ));
+    }
+    Ok(x.f_unsqueeze(if dim < 0 { dim + n } else { dim })?)
+}
+
+/// The slice `start..start+length` of dimension `dim` (a view).
+pub fn narrow(x: &Tensor, dim: i64, start: i64, length: i64) -> Result<Tensor> {
+    if x.dim() == 0 {
+        return Err(Error::shape("narrow needs a tensor with at least one dimension, got a scalar"));
+    }
+    let d = check_dim(x, dim)?;
+    let size = size_at(x, d);
+    if start < 0 || length < 0 || start.checked_add(length).is_none_or(|end| end > size) {
+        return Err(Error::new(
+            ErrorCode::OutOfRange,
+            format!("narrow({dim}, {start}, {length}) on shape {:?}", x.size()),
+        ));
+    }
+    Ok(x.f_narrow(d, start, length)?)
+}
+
+/// `tensors` concatenated along the existing dimension `dim`; the other
+/// dimensions must match.
+pub fn cat(tensors: &[&Tensor], dim: i64) -> Result<Tensor> {
+    let first = joined_first(tensors, dim, false)?;
+    Ok(Tensor::f_cat(tensors, check_dim(first, dim)?)?)
+}
+
+/// `tensors`, all of one shape, stacked along a new dimension `dim`.
+pub fn stack(tensors: &[&Tensor], dim: i64) -> Result<Tensor> {
+    let first = joined_first(tensors, dim, true)?;
+    let n = first.dim() as i64 + 1;
+    if dim < -n || dim >= n {
+        return Err(Error::new(ErrorCode::OutOfRange, format!("stack: dimension {dim} out of range")));
+    }
+    Ok(Tensor::f_stack(tensors, dim)?)
+}
+
+/// The first of `tensors` after checking there is one and that the others
+/// fit it: the same shape for a stack, the same outside `dim` for a cat.
+fn joined_first<'a>(tensors: &[&'a Tensor], dim: i64, stack: bool) -> Result<&'a Tensor> {
+    let first = *tensors.first().ok_or_else(|| Error::invalid("needs at least one tensor"))?;
+    let s0 = first.size();
+    for (i, t) in tensors.iter().enumerate() {
+        let s = t.size();
+        let same = if stack {
+            s == s0
+        } else {
+            s.len() == s0.len() && {
+                let d = check_dim(first, dim)? as usize;
+                s.iter().zip(&s0).enumerate().all(|(k, (a, b))| k == d || a == b)
+            }
+        };
+        if !same {
+            return Err(Error::shape(format!("tensors[{i}] has shape {s:?}, tensors[0] has {s0:?}")));
+        }
+    }
+    Ok(first)
+}
 
 /// `x` broadcast to `size` without copying; -1 keeps a dimension.
 pub fn expand(x: &Tensor, size: &[i64]) -> Result<Tensor> {

@@ -4,7 +4,8 @@
 //! cbindgen), the C++ methods and functions and
 //! the Go methods and functions; each calls the core function of the same
 //! name in `crate::tensor::ops`. Adding an op is one entry here plus its
-//! core function, then `make header`.
+//! core function, then `make header`; an op that changes its first tensor
+//! in place (`Output::InPlace`) goes the same way.
 
 /// How a parameter crosses the C boundary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +30,12 @@ pub enum ParamKind {
     DType,
     /// `int32_t` holding a `fulmen_reduction`.
     Reduction,
+    /// `const void *` with a `size_t <len>` byte count and an `int32_t dtype`
+    /// holding the `fulmen_dtype` of its elements: row-major host data, as
+    /// many elements as the op's first tensor, read into a CPU tensor of
+    /// that shape. C++ takes a `std::vector<T>`, Go a `[]T` (the dtype of
+    /// `T`).
+    HostData,
 }
 
 /// One parameter: its name, kind and the C++ default (none when `""`).
@@ -42,6 +49,20 @@ pub struct Param {
     /// `Reduction` values by member name, e.g. `F32`, `Mean`); empty for
     /// none.
     pub default: &'static str,
+    /// Name of the C length parameter of a `Tensors`, `Dims` or `HostData`
+    /// parameter; empty for `<name>_len`.
+    pub len: &'static str,
+}
+
+impl Param {
+    /// Name of the C length parameter that follows this one.
+    pub fn len_name(&self) -> String {
+        if self.len.is_empty() {
+            format!("{}_len", self.name)
+        } else {
+            self.len.into()
+        }
+    }
 }
 
 /// What an op writes back.
@@ -53,6 +74,9 @@ pub enum Output {
     Pair(&'static str, &'static str),
     /// Several new tensors: `outs[0..capacity]` and `*count_out`.
     List,
+    /// Nothing new: the first tensor is changed in place and the C function
+    /// returns only its error (C++ returns the tensor, Go the error).
+    InPlace,
 }
 
 /// One op of the C API.
@@ -66,11 +90,14 @@ pub struct TensorOp {
     pub name: &'static str,
     /// Generated file and core module it belongs to.
     pub group: &'static str,
-    /// Parameters in order. A first tensor named `x` makes the op a method
-    /// in C++ and Go.
+    /// Parameters in order.
     pub params: &'static [Param],
     /// What it returns.
     pub output: Output,
+    /// Whether the C++ and Go bindings make it a method of its first
+    /// parameter, a tensor (Go makes an op with `HostData` a generic
+    /// function instead).
+    pub method: bool,
     /// What it computes (one sentence or two).
     pub doc: &'static str,
     /// The `Errors:` sentence of the header, without the prefix.
@@ -84,9 +111,9 @@ impl TensorOp {
     }
 
     /// Whether the C++ and Go bindings make this op a method of its first
-    /// tensor `x`.
+    /// tensor.
     pub fn is_method(&self) -> bool {
-        self.family == "tensor" && self.params.first().is_some_and(|p| p.name == "x" && p.kind == ParamKind::Tensor)
+        self.method
     }
 
     /// Name of the core function in `crate::tensor::ops`.
@@ -100,7 +127,7 @@ impl TensorOp {
 }
 
 const fn p(name: &'static str, kind: ParamKind, default: &'static str) -> Param {
-    Param { name, kind, default }
+    Param { name, kind, default, len: "" }
 }
 const fn t(name: &'static str) -> Param {
     p(name, ParamKind::Tensor, "")
@@ -117,16 +144,31 @@ const fn b(name: &'static str, default: &'static str) -> Param {
 const fn dims(name: &'static str) -> Param {
     p(name, ParamKind::Dims, "")
 }
+/// `param` with its C length parameter named `len` (not `<name>_len`).
+const fn len_named(param: Param, len: &'static str) -> Param {
+    Param { len, ..param }
+}
+/// Whether an op taking `params` is a method: its first parameter is a
+/// tensor.
+const fn leads_with_tensor(params: &[Param]) -> bool {
+    matches!(params.first(), Some(Param { kind: ParamKind::Tensor, .. }))
+}
 
 const X: Param = t("x");
 const UNARY: &[Param] = &[X];
+const BINARY: &[Param] = &[t("a"), t("b")];
 const WITH_OTHER: &[Param] = &[X, t("other")];
 const REDUCE_DIMS: &[Param] = &[X, dims("dims"), b("keepdim", "false")];
 const STATISTIC: &[Param] = &[X, dims("dims"), b("unbiased", "true"), b("keepdim", "false")];
 const SORTING: &[Param] = &[X, i("dim", "-1"), b("descending", "false"), b("stable", "false")];
 const ALONG_DIM: &[Param] = &[X, i("dim", "")];
 const SCATTER: &[Param] = &[X, i("dim", ""), t("index"), t("src")];
+const OVER_DIMS: &[Param] = &[X, len_named(dims("dims"), "ndims"), b("keepdim", "false")];
+const ARG_EXTREMUM: &[Param] = &[X, i("dim", ""), b("keepdim", "false")];
+const NEW_SHAPE: &[Param] = &[X, len_named(dims("shape"), "ndim")];
+const JOIN: &[Param] = &[len_named(p("tensors", ParamKind::Tensors, ""), "n"), i("dim", "0")];
 const VALUES_INDICES: Output = Output::Pair("values", "indices");
+const TENSOR: Param = t("tensor");
 
 const TORCH: &str = "FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or tensors on different devices)";
 const BROADCAST: &str = "FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast), FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype or tensors on different devices)";
@@ -134,8 +176,19 @@ const DIM: &str =
     "FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype)";
 const DIMS: &str = "FULMEN_CODE_OUT_OF_RANGE (a dimension out of range), FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_TORCH (libtorch failed, e.g. an unsupported dtype)";
 const FLOAT_DIMS: &str = "FULMEN_CODE_OUT_OF_RANGE (a dimension out of range), FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating point), FULMEN_CODE_TORCH (libtorch failed)";
+const TORCH_OOM: &str = "FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY";
+const NOT_BOOL: &str = "FULMEN_CODE_TORCH (libtorch failed, e.g. a bool tensor)";
+const ARITHMETIC: &str = "FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices)";
+const NOT_INTEGER: &str = "FULMEN_CODE_DTYPE_MISMATCH (an i64 or i32 tensor), FULMEN_CODE_TORCH (libtorch failed, e.g. another integer or bool tensor)";
+const SOFTMAX_ERRORS: &str = "FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating), FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY";
+const EXTREMUM_ERRORS: &str = "FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty), FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY";
+const ARG_EXTREMUM_ERRORS: &str = "FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty), FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch failed, e.g. a bool tensor)";
+const DIM_ONLY: &str = "FULMEN_CODE_OUT_OF_RANGE (`dim` out of range)";
+const UNWRITABLE: &str = "FULMEN_CODE_TORCH (the tensor cannot be written)";
+const NOT_FITTING: &str = "FULMEN_CODE_TORCH (shapes or dtypes that do not fit)";
 const SCATTER_ERRORS: &str = "FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or an index value outside [0, size of `dim`)), FULMEN_CODE_SHAPE_MISMATCH (ranks differ, or `index` is larger than `src`, or than `x` outside `dim`), FULMEN_CODE_DTYPE_MISMATCH (`index` is not i64 or i32), FULMEN_CODE_TORCH (libtorch failed, e.g. `src` of another dtype than `x`)";
 
+/// A tensor op; a method of its first parameter when that is a tensor.
 macro_rules! op {
     ($name:literal, $group:literal, $params:expr, $output:expr, $doc:literal, $errors:expr) => {
         TensorOp {
@@ -144,6 +197,24 @@ macro_rules! op {
             group: $group,
             params: $params,
             output: $output,
+            method: leads_with_tensor($params),
+            doc: $doc,
+            errors: $errors,
+        }
+    };
+}
+
+/// A tensor op that the bindings make a free function although a tensor
+/// comes first.
+macro_rules! free_op {
+    ($name:literal, $group:literal, $params:expr, $output:expr, $doc:literal, $errors:expr) => {
+        TensorOp {
+            family: "tensor",
+            name: $name,
+            group: $group,
+            params: $params,
+            output: $output,
+            method: false,
             doc: $doc,
             errors: $errors,
         }
@@ -158,6 +229,7 @@ macro_rules! loss {
             group: "loss",
             params: $params,
             output: Output::One,
+            method: false,
             doc: $doc,
             errors: $errors,
         }
@@ -176,8 +248,29 @@ const PAIR_LABEL_ERRORS: &str = "FULMEN_CODE_DTYPE_MISMATCH (inputs not floating
 
 /// Every generated tensor op, in header order.
 pub const TENSOR_OPS: &[TensorOp] = &[
+    // ---- arithmetic
+    op!("add", "math", BINARY, Output::One, "`out = a + b`, broadcasting as PyTorch does.", ARITHMETIC),
+    op!("sub", "math", BINARY, Output::One, "`out = a - b`, broadcasting.",
+        "FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices or two bool tensors)"),
+    op!("mul", "math", BINARY, Output::One, "`out = a * b` elementwise, broadcasting.", ARITHMETIC),
+    op!("div", "math", BINARY, Output::One, "`out = a / b` elementwise (true division), broadcasting.", ARITHMETIC),
+    op!("pow", "math", BINARY, Output::One, "`out = a ^ b` elementwise, broadcasting.",
+        "FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices or integers to negative integer powers)"),
+    op!("add_scalar", "math", &[X, f("value", "")], Output::One, "`out = x + value`.", TORCH_OOM),
+    op!("mul_scalar", "math", &[X, f("value", "")], Output::One, "`out = x * value`.", TORCH_OOM),
+    op!("pow_scalar", "math", &[X, f("exponent", "")], Output::One, "`out = x ^ exponent`.", TORCH_OOM),
+    op!("clamp", "math", &[X, f("min", ""), f("max", "")], Output::One, "`out = clamp(x, min, max)`.",
+        "FULMEN_CODE_INVALID_ARGUMENT (`min` or `max` is NaN, or `min` > `max`), FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY"),
+    op!("neg", "math", UNARY, Output::One, "`out = -x`.", NOT_BOOL),
+    op!("exp", "math", UNARY, Output::One, "`out = exp(x)`.", TORCH_OOM),
+    op!("log", "math", UNARY, Output::One, "`out = ln(x)`.", TORCH_OOM),
+    op!("sqrt", "math", UNARY, Output::One, "`out = sqrt(x)`.", TORCH_OOM),
+    op!("abs", "math", UNARY, Output::One, "`out = |x|`.", TORCH_OOM),
+    op!("matmul", "math", BINARY, Output::One,
+        "Matrix product with `torch.matmul` semantics (vectors, matrices, batched). The inner dimensions must agree.",
+        "FULMEN_CODE_DTYPE_MISMATCH (the dtypes differ, or i64/i32 where libtorch has no kernel, e.g. on CUDA), FULMEN_CODE_SHAPE_MISMATCH (a 0-dimensional tensor, inner dimensions that differ, or batch dimensions that do not broadcast), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices)"),
     // ---- selection and masking
-    op!("where", "select", &[t("condition"), t("x"), t("y")], Output::One,
+    free_op!("where", "select", &[t("condition"), t("x"), t("y")], Output::One,
         "`out = condition ? x : y` elementwise (`torch.where`), broadcasting the three; `condition` is a bool tensor.",
         "FULMEN_CODE_DTYPE_MISMATCH (`condition` is not bool), FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast), FULMEN_CODE_TORCH (libtorch failed, e.g. `x` and `y` of different dtypes or devices)"),
     op!("masked_fill", "select", &[X, t("mask"), f("value", "")], Output::One,
@@ -215,6 +308,32 @@ pub const TENSOR_OPS: &[TensorOp] = &[
         "One-hot i64 encoding of the i64 class indices `x`, a new last dimension of `num_classes` (-1: the largest index plus one) (`F.one_hot`).",
         "FULMEN_CODE_DTYPE_MISMATCH (`x` is not i64), FULMEN_CODE_OUT_OF_RANGE (an index outside [0, num_classes)), FULMEN_CODE_INVALID_ARGUMENT (`num_classes` below -1, or -1 with no index), FULMEN_CODE_SHAPE_MISMATCH (the result has too many elements), FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY"),
     // ---- shapes and splits
+    op!("reshape", "shape", NEW_SHAPE, Output::One,
+        "Same elements in a new shape (`-1` infers one size); copies if needed.",
+        "FULMEN_CODE_SHAPE_MISMATCH (the element count does not fit `shape`, or more than one -1 or another negative size), FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY (copying)"),
+    op!("view", "shape", NEW_SHAPE, Output::One,
+        "Same storage in a new shape; fails when the layout does not allow a view.",
+        "FULMEN_CODE_SHAPE_MISMATCH (the element count does not fit `shape`, or more than one -1 or another negative size), FULMEN_CODE_TORCH (the layout does not allow a view)"),
+    op!("flatten", "shape", &[X, i("start_dim", "0"), i("end_dim", "-1")], Output::One,
+        "Flattens dimensions `start_dim..=end_dim` into one.",
+        "FULMEN_CODE_OUT_OF_RANGE (`start_dim` or `end_dim` out of range), FULMEN_CODE_INVALID_ARGUMENT (`start_dim` comes after `end_dim`)"),
+    op!("permute", "shape", &[X, len_named(dims("dims"), "ndims")], Output::One,
+        "Reorders dimensions: `dims` is a permutation of `0..ndim`.",
+        "FULMEN_CODE_SHAPE_MISMATCH (`ndims` is not the tensor's number of dimensions), FULMEN_CODE_OUT_OF_RANGE (a dimension out of range), FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice)"),
+    op!("transpose", "shape", &[X, i("dim0", ""), i("dim1", "")], Output::One,
+        "Swaps dimensions `dim0` and `dim1`.", "FULMEN_CODE_OUT_OF_RANGE (`dim0` or `dim1` out of range)"),
+    op!("squeeze", "shape", ALONG_DIM, Output::One,
+        "Removes dimension `dim` if its size is 1 (otherwise returns the same shape).", DIM_ONLY),
+    op!("unsqueeze", "shape", ALONG_DIM, Output::One, "Inserts a dimension of size 1 at `dim` (`-1` appends).", DIM_ONLY),
+    op!("narrow", "shape", &[X, i("dim", ""), i("start", ""), i("length", "")], Output::One,
+        "The slice `start..start+length` of dimension `dim` (a view).",
+        "FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or the slice does not lie inside the dimension), FULMEN_CODE_SHAPE_MISMATCH (a 0-dimensional tensor)"),
+    op!("cat", "shape", JOIN, Output::One,
+        "Concatenates `tensors[0..n]` along the existing dimension `dim`; all other dimensions must match.",
+        "FULMEN_CODE_INVALID_ARGUMENT (`n` is 0), FULMEN_CODE_SHAPE_MISMATCH (ranks, or sizes outside `dim`, differ), FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch failed, e.g. 0-dimensional tensors or tensors on different devices)"),
+    op!("stack", "shape", JOIN, Output::One,
+        "Stacks `tensors[0..n]` (all of one shape) along a new dimension `dim`.",
+        "FULMEN_CODE_INVALID_ARGUMENT (`n` is 0), FULMEN_CODE_SHAPE_MISMATCH (shapes differ), FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices)"),
     op!("expand", "shape", &[X, dims("size")], Output::One,
         "A view of `x` broadcast to `size` without copying (`Tensor.expand`): size-1 dimensions stretch, -1 keeps a size, new dimensions go in front.",
         "FULMEN_CODE_SHAPE_MISMATCH (`size` has fewer dimensions than `x`, or a size that does not match), FULMEN_CODE_TORCH (libtorch failed)"),
@@ -245,6 +364,17 @@ pub const TENSOR_OPS: &[TensorOp] = &[
         "The slices of `x` along `dim`, that dimension removed (`torch.unbind`).",
         "FULMEN_CODE_SHAPE_MISMATCH (`x` is 0-dimensional), FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or `capacity` below the count: then only `*count_out` is written), FULMEN_CODE_TORCH (libtorch failed)"),
     // ---- scans and reductions
+    op!("sum", "reduce", UNARY, Output::One, "Sum of all elements (a 0-dimensional tensor).", TORCH_OOM),
+    op!("mean", "reduce", UNARY, Output::One, "Mean of all elements (floating tensors only).",
+        "FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating), FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY"),
+    op!("sum_dims", "reduce", OVER_DIMS, Output::One, "Sum over `dims[0..ndims]`, keeping them as size 1 when `keepdim`.",
+        "FULMEN_CODE_OUT_OF_RANGE (a dimension out of range), FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY"),
+    op!("mean_dims", "reduce", OVER_DIMS, Output::One, "Mean over `dims[0..ndims]`, keeping them as size 1 when `keepdim`.",
+        "FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating), FULMEN_CODE_OUT_OF_RANGE (a dimension out of range), FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY"),
+    op!("max", "reduce", UNARY, Output::One, "Largest element (0-dimensional). The tensor must not be empty.", EXTREMUM_ERRORS),
+    op!("min", "reduce", UNARY, Output::One, "Smallest element (0-dimensional). The tensor must not be empty.", EXTREMUM_ERRORS),
+    op!("argmax", "reduce", ARG_EXTREMUM, Output::One, "Indices (i64) of the largest values along `dim`.", ARG_EXTREMUM_ERRORS),
+    op!("argmin", "reduce", ARG_EXTREMUM, Output::One, "Indices (i64) of the smallest values along `dim`.", ARG_EXTREMUM_ERRORS),
     op!("cumsum", "reduce", ALONG_DIM, Output::One,
         "Running sum along `dim` (`torch.cumsum`); integers and bools accumulate in i64.", DIM),
     op!("cumprod", "reduce", ALONG_DIM, Output::One,
@@ -294,6 +424,14 @@ pub const TENSOR_OPS: &[TensorOp] = &[
         "`steps` evenly spaced CPU values from `start` to `end`, both included (`torch.linspace`).",
         "FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype), FULMEN_CODE_INVALID_ARGUMENT (non-finite bounds or negative `steps`), FULMEN_CODE_TORCH (libtorch failed, e.g. a bool dtype) or FULMEN_CODE_OUT_OF_MEMORY"),
     // ---- activations
+    op!("relu", "activation", UNARY, Output::One, "`out = max(x, 0)`.", NOT_BOOL),
+    op!("leaky_relu", "activation", &[X, f("slope", "0.01")], Output::One, "`out = x if x > 0 else slope * x`.", TORCH_OOM),
+    op!("sigmoid", "activation", UNARY, Output::One, "Logistic sigmoid.", TORCH_OOM),
+    op!("tanh", "activation", UNARY, Output::One, "Hyperbolic tangent.", TORCH_OOM),
+    op!("gelu", "activation", UNARY, Output::One, "GELU (exact, erf form).", NOT_INTEGER),
+    op!("silu", "activation", UNARY, Output::One, "SiLU (swish): `x * sigmoid(x)`.", NOT_INTEGER),
+    op!("softmax", "activation", ALONG_DIM, Output::One, "Softmax along `dim` (negative counts from the end).", SOFTMAX_ERRORS),
+    op!("log_softmax", "activation", ALONG_DIM, Output::One, "Log-softmax along `dim` (negative counts from the end).", SOFTMAX_ERRORS),
     op!("softplus", "activation", &[X, f("beta", "1.0"), f("threshold", "20.0")], Output::One,
         "`log(1 + exp(beta * x)) / beta`, and `x` where `beta * x` exceeds `threshold` (`F.softplus`).",
         "FULMEN_CODE_INVALID_ARGUMENT (`beta` zero or not finite), FULMEN_CODE_TORCH (libtorch failed)"),
@@ -314,11 +452,37 @@ pub const TENSOR_OPS: &[TensorOp] = &[
         "FULMEN_CODE_SHAPE_MISMATCH (`weight` holds neither 1 nor channel-count values), FULMEN_CODE_TORCH (libtorch failed)"),
     op!("logsigmoid", "activation", UNARY, Output::One, "`log(sigmoid(x))`, computed stably (`F.logsigmoid`).", TORCH),
     // ---- attention
-    op!("scaled_dot_product_attention", "attention",
+    free_op!("scaled_dot_product_attention", "attention",
         &[t("query"), t("key"), t("value"), p("attn_mask", ParamKind::OptTensor, "nullptr"), f("dropout_p", "0.0"), b("is_causal", "false"), f("scale", "0.0")],
         Output::One,
         "`softmax(query keyᵀ · scale + mask) value` over `query` (…, L, E), `key` (…, S, E), `value` (…, S, Ev) (`F.scaled_dot_product_attention`). `attn_mask` (NULL for none) broadcasts to (…, L, S): bool (true attends) or additive of `query`'s dtype. `is_causal` lets each query attend to keys up to its own position. `dropout_p` drops weights (pass 0 in eval). `scale` 0 means `1 / sqrt(E)`.",
         "FULMEN_CODE_SHAPE_MISMATCH (fewer than 2 dimensions, sizes that do not match, or a mask that does not broadcast), FULMEN_CODE_DTYPE_MISMATCH (a mask neither bool nor of `query`'s dtype), FULMEN_CODE_INVALID_ARGUMENT (`dropout_p` outside [0, 1), a non-finite `scale`, or both a mask and `is_causal`), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices)"),
+    // ---- in place, under no_grad (parameters, buffers, EMA copies)
+    op!("copy_", "inplace", &[TENSOR, t("src")], Output::InPlace,
+        "`tensor.copy_(src)` under no_grad: `src` broadcast to `tensor`'s shape and converted to its dtype and device, written into its storage (a parameter from `fulmen_model_state_dict_get` changes in the model).",
+        "FULMEN_CODE_TORCH (shapes that do not broadcast, a tensor that cannot be written, e.g. an expanded view)"),
+    op!("copy_from_host", "inplace", &[TENSOR, len_named(p("data", ParamKind::HostData, ""), "nbytes")], Output::InPlace,
+        "Overwrites `tensor` with `nbytes` of row-major host data of the `fulmen_dtype` `dtype` (converted to the tensor's dtype and device): sets a parameter from a host buffer. `nbytes` must be the tensor's element count times the size of `dtype`.",
+        "FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype), FULMEN_CODE_SHAPE_MISMATCH (`nbytes` does not match), FULMEN_CODE_INVALID_ARGUMENT (bool data other than 0 / 1), FULMEN_CODE_TORCH (the tensor cannot be written)"),
+    op!("fill_", "inplace", &[TENSOR, f("value", "")], Output::InPlace,
+        "`tensor.fill_(value)` under no_grad (`nn.init.constant_`; `zeros_` and `ones_` are 0 and 1).", UNWRITABLE),
+    op!("zero_", "inplace", &[TENSOR], Output::InPlace, "`tensor.zero_()` under no_grad.", UNWRITABLE),
+    op!("add_", "inplace", &[TENSOR, t("other"), f("alpha", "1.0")], Output::InPlace,
+        "`tensor.add_(other, alpha=alpha)` under no_grad: `tensor += alpha * other`, `other` broadcast (an EMA update is `mul_scalar_(decay)`, then `add_(param, 1 - decay)`).",
+        NOT_FITTING),
+    op!("add_scalar_", "inplace", &[TENSOR, f("value", "")], Output::InPlace, "`tensor.add_(value)` under no_grad.", UNWRITABLE),
+    op!("mul_", "inplace", &[TENSOR, t("other")], Output::InPlace,
+        "`tensor.mul_(other)` under no_grad, `other` broadcast (a pruning mask).", NOT_FITTING),
+    op!("mul_scalar_", "inplace", &[TENSOR, f("value", "")], Output::InPlace, "`tensor.mul_(value)` under no_grad.", UNWRITABLE),
+    op!("clamp_", "inplace", &[TENSOR, f("min", ""), f("max", "")], Output::InPlace,
+        "`tensor.clamp_(min, max)` under no_grad; a NaN bound leaves that side open.",
+        "FULMEN_CODE_INVALID_ARGUMENT (min > max), FULMEN_CODE_TORCH (the tensor cannot be written)"),
+    op!("uniform_", "inplace", &[TENSOR, f("low", "0.0"), f("high", "1.0")], Output::InPlace,
+        "`tensor.uniform_(low, high)` under no_grad, from the global generator (`fulmen_manual_seed`; the same seed gives PyTorch's values).",
+        "FULMEN_CODE_DTYPE_MISMATCH (not floating), FULMEN_CODE_INVALID_ARGUMENT (bounds not finite, or low > high), FULMEN_CODE_TORCH (bounds the dtype cannot hold, e.g. beyond f16's range)"),
+    op!("normal_", "inplace", &[TENSOR, f("mean", "0.0"), f("std", "1.0")], Output::InPlace,
+        "`tensor.normal_(mean, std)` under no_grad, from the global generator.",
+        "FULMEN_CODE_DTYPE_MISMATCH (not floating), FULMEN_CODE_INVALID_ARGUMENT (mean or std not finite, std negative)"),
     // ---- losses
     loss!("cross_entropy", &[t("logits"), t("target"), REDUCTION],
         "Cross-entropy of raw `logits` (N, C) or (N, C, d...) against class indices `target` (N) / (N, d...) of integer dtype, or against class probabilities shaped as `logits` (`F.cross_entropy`).",

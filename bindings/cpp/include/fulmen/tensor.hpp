@@ -347,63 +347,12 @@ public:
         });
     }
 
-    // ---- elementwise math ----------------------------------------------
+    // ---- elementwise math (the rest is generated, below) ----------------
 
-    /// `this + other`, broadcasting.
-    Tensor add(const Tensor& other) const { return binary(fulmen_tensor_add, other); }
-    /// `this - other`, broadcasting.
-    Tensor sub(const Tensor& other) const { return binary(fulmen_tensor_sub, other); }
-    /// `this * other`, broadcasting.
-    Tensor mul(const Tensor& other) const { return binary(fulmen_tensor_mul, other); }
-    /// `this / other` (true division), broadcasting.
-    Tensor div(const Tensor& other) const { return binary(fulmen_tensor_div, other); }
-    /// `this ^ other`, broadcasting.
-    Tensor pow(const Tensor& other) const { return binary(fulmen_tensor_pow, other); }
-    /// `this + value`.
-    Tensor add(double value) const { return with_scalar(fulmen_tensor_add_scalar, value); }
-    /// `this - value`.
-    Tensor sub(double value) const { return with_scalar(fulmen_tensor_add_scalar, -value); }
-    /// `this * value`.
-    Tensor mul(double value) const { return with_scalar(fulmen_tensor_mul_scalar, value); }
+    /// `this - value`: `add(-value)`.
+    Tensor sub(double value) const { return add(-value); }
     /// `this / value` (true division by a 0-dimensional f64 tensor).
     Tensor div(double value) const { return div(scalar(value, DType::F64)); }
-    /// `this ^ exponent`.
-    Tensor pow(double exponent) const { return with_scalar(fulmen_tensor_pow_scalar, exponent); }
-    /// Clamped into `[min, max]`.
-    Tensor clamp(double min, double max) const {
-        return make([&](fulmen_tensor** o) { return fulmen_tensor_clamp(get(), min, max, o); });
-    }
-    /// `-this`.
-    Tensor neg() const { return unary(fulmen_tensor_neg); }
-    /// `exp(this)`.
-    Tensor exp() const { return unary(fulmen_tensor_exp); }
-    /// `ln(this)`.
-    Tensor log() const { return unary(fulmen_tensor_log); }
-    /// `sqrt(this)`.
-    Tensor sqrt() const { return unary(fulmen_tensor_sqrt); }
-    /// `|this|`.
-    Tensor abs() const { return unary(fulmen_tensor_abs); }
-    /// Matrix product (torch.matmul semantics).
-    Tensor matmul(const Tensor& other) const { return binary(fulmen_tensor_matmul, other); }
-
-    // ---- activations ---------------------------------------------------
-
-    /// `max(this, 0)`.
-    Tensor relu() const { return unary(fulmen_tensor_relu); }
-    /// `x if x > 0 else slope * x`.
-    Tensor leaky_relu(double slope = 0.01) const { return with_scalar(fulmen_tensor_leaky_relu, slope); }
-    /// Logistic sigmoid.
-    Tensor sigmoid() const { return unary(fulmen_tensor_sigmoid); }
-    /// Hyperbolic tangent.
-    Tensor tanh() const { return unary(fulmen_tensor_tanh); }
-    /// GELU (exact).
-    Tensor gelu() const { return unary(fulmen_tensor_gelu); }
-    /// SiLU (`x * sigmoid(x)`).
-    Tensor silu() const { return unary(fulmen_tensor_silu); }
-    /// Softmax along `dim`.
-    Tensor softmax(int64_t dim) const { return with_dim(fulmen_tensor_softmax, dim); }
-    /// Log-softmax along `dim`.
-    Tensor log_softmax(int64_t dim) const { return with_dim(fulmen_tensor_log_softmax, dim); }
 
     // ---- comparisons (bool results) --------------------------------------
 
@@ -439,50 +388,6 @@ public:
     Tensor gt(double value) const { return compare(value, Compare::Gt); }
     /// `this >= value`.
     Tensor ge(double value) const { return compare(value, Compare::Ge); }
-
-    // ---- reductions ----------------------------------------------------
-
-    /// Sum of all elements (0-dimensional).
-    Tensor sum() const { return unary(fulmen_tensor_sum); }
-    /// Mean of all elements (0-dimensional).
-    Tensor mean() const { return unary(fulmen_tensor_mean); }
-    /// Sum over `dims`.
-    Tensor sum(const Shape& dims, bool keepdim = false) const { return over_dims(fulmen_tensor_sum_dims, dims, keepdim); }
-    /// Mean over `dims`.
-    Tensor mean(const Shape& dims, bool keepdim = false) const { return over_dims(fulmen_tensor_mean_dims, dims, keepdim); }
-    /// Largest element (0-dimensional).
-    Tensor max() const { return unary(fulmen_tensor_max); }
-    /// Smallest element (0-dimensional).
-    Tensor min() const { return unary(fulmen_tensor_min); }
-    /// Indices (I64) of the largest values along `dim`.
-    Tensor argmax(int64_t dim, bool keepdim = false) const { return arg_reduce(fulmen_tensor_argmax, dim, keepdim); }
-    /// Indices (I64) of the smallest values along `dim`.
-    Tensor argmin(int64_t dim, bool keepdim = false) const { return arg_reduce(fulmen_tensor_argmin, dim, keepdim); }
-
-    // ---- shape -----------------------------------------------------------
-
-    /// Same elements in a new shape (copies if needed).
-    Tensor reshape(const Shape& shape) const { return with_shape(fulmen_tensor_reshape, shape); }
-    /// Same storage in a new shape (fails when no view is possible).
-    Tensor view(const Shape& shape) const { return with_shape(fulmen_tensor_view, shape); }
-    /// Dimensions reordered by the permutation `dims`.
-    Tensor permute(const Shape& dims) const { return with_shape(fulmen_tensor_permute, dims); }
-    /// Dimensions `start_dim..=end_dim` flattened into one.
-    Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const {
-        return make([&](fulmen_tensor** o) { return fulmen_tensor_flatten(get(), start_dim, end_dim, o); });
-    }
-    /// Dimensions `dim0` and `dim1` swapped.
-    Tensor transpose(int64_t dim0, int64_t dim1) const {
-        return make([&](fulmen_tensor** o) { return fulmen_tensor_transpose(get(), dim0, dim1, o); });
-    }
-    /// Dimension `dim` removed if its size is 1.
-    Tensor squeeze(int64_t dim) const { return with_dim(fulmen_tensor_squeeze, dim); }
-    /// A size-1 dimension inserted at `dim`.
-    Tensor unsqueeze(int64_t dim) const { return with_dim(fulmen_tensor_unsqueeze, dim); }
-    /// The slice `start..start+length` of `dim` (a view).
-    Tensor narrow(int64_t dim, int64_t start, int64_t length) const {
-        return make([&](fulmen_tensor** o) { return fulmen_tensor_narrow(get(), dim, start, length, o); });
-    }
 
     // ---- indexing --------------------------------------------------------
 
@@ -545,68 +450,9 @@ public:
         return out;
     }
 
-    // ---- in place, under no_grad (parameters, buffers, EMA copies) -------
-
-    /// copy_(src): src broadcast, converted to this tensor's dtype and device.
-    const Tensor& copy_(const Tensor& src) const {
-        check(fulmen_tensor_copy_(get(), src.get()));
-        return *this;
-    }
-    /// Overwrites the values with host data (as many elements, any dtype).
-    template <class T>
-    const Tensor& copy_from(const std::vector<T>& values) const {
-        static const T none{};
-        const T* data = values.empty() ? &none : values.data();
-        check(fulmen_tensor_copy_from_host(get(), data, values.size() * sizeof(T), static_cast<int32_t>(dtype_of<T>)));
-        return *this;
-    }
-    /// fill_(value) (nn.init.constant_).
-    const Tensor& fill_(double value) const {
-        check(fulmen_tensor_fill_(get(), value));
-        return *this;
-    }
-    /// zero_().
-    const Tensor& zero_() const {
-        check(fulmen_tensor_zero_(get()));
-        return *this;
-    }
-    /// add_(other, alpha): this += alpha * other.
-    const Tensor& add_(const Tensor& other, double alpha = 1.0) const {
-        check(fulmen_tensor_add_(get(), other.get(), alpha));
-        return *this;
-    }
-    /// add_(value).
-    const Tensor& add_(double value) const {
-        check(fulmen_tensor_add_scalar_(get(), value));
-        return *this;
-    }
-    /// mul_(other), other broadcast.
-    const Tensor& mul_(const Tensor& other) const {
-        check(fulmen_tensor_mul_(get(), other.get()));
-        return *this;
-    }
-    /// mul_(value).
-    const Tensor& mul_(double value) const {
-        check(fulmen_tensor_mul_scalar_(get(), value));
-        return *this;
-    }
-    /// clamp_(min, max); NaN leaves a side open.
-    const Tensor& clamp_(double min, double max) const {
-        check(fulmen_tensor_clamp_(get(), min, max));
-        return *this;
-    }
-    /// uniform_(low, high) from the global generator.
-    const Tensor& uniform_(double low = 0.0, double high = 1.0) const {
-        check(fulmen_tensor_uniform_(get(), low, high));
-        return *this;
-    }
-    /// normal_(mean, std) from the global generator.
-    const Tensor& normal_(double mean = 0.0, double std = 1.0) const {
-        check(fulmen_tensor_normal_(get(), mean, std));
-        return *this;
-    }
-
-    // ---- generated ops (src/tensor/ops/table.rs) ----------------------
+    // ---- generated ops (src/tensor/ops/table.rs): arithmetic, math,
+    // activations, reductions, shapes, selection, and the in-place ops
+    // under no_grad (parameters, buffers, EMA copies) ----------------------
 
 #include "tensor_methods_gen.inc"
 
@@ -614,12 +460,6 @@ private:
     explicit Tensor(fulmen_tensor* owned) noexcept : Handle(owned) {}
 
     using Unary = fulmen_error* (*)(const fulmen_tensor*, fulmen_tensor**);
-    using Binary = fulmen_error* (*)(const fulmen_tensor*, const fulmen_tensor*, fulmen_tensor**);
-    using WithScalar = fulmen_error* (*)(const fulmen_tensor*, double, fulmen_tensor**);
-    using WithDim = fulmen_error* (*)(const fulmen_tensor*, int64_t, fulmen_tensor**);
-    using WithShape = fulmen_error* (*)(const fulmen_tensor*, const int64_t*, size_t, fulmen_tensor**);
-    using OverDims = fulmen_error* (*)(const fulmen_tensor*, const int64_t*, size_t, bool, fulmen_tensor**);
-    using ArgReduce = fulmen_error* (*)(const fulmen_tensor*, int64_t, bool, fulmen_tensor**);
     using Indexed = fulmen_error* (*)(const fulmen_tensor*, int64_t, const fulmen_tensor*, fulmen_tensor**);
     using Filled = fulmen_error* (*)(const int64_t*, size_t, int32_t, fulmen_tensor**);
 
@@ -638,24 +478,6 @@ private:
     }
     Tensor unary(Unary fn) const {
         return make([&](fulmen_tensor** o) { return fn(get(), o); });
-    }
-    Tensor binary(Binary fn, const Tensor& other) const {
-        return make([&](fulmen_tensor** o) { return fn(get(), other.get(), o); });
-    }
-    Tensor with_scalar(WithScalar fn, double value) const {
-        return make([&](fulmen_tensor** o) { return fn(get(), value, o); });
-    }
-    Tensor with_dim(WithDim fn, int64_t dim) const {
-        return make([&](fulmen_tensor** o) { return fn(get(), dim, o); });
-    }
-    Tensor with_shape(WithShape fn, const Shape& shape) const {
-        return make([&](fulmen_tensor** o) { return fn(get(), shape.data(), shape.size(), o); });
-    }
-    Tensor over_dims(OverDims fn, const Shape& dims, bool keepdim) const {
-        return make([&](fulmen_tensor** o) { return fn(get(), dims.data(), dims.size(), keepdim, o); });
-    }
-    Tensor arg_reduce(ArgReduce fn, int64_t dim, bool keepdim) const {
-        return make([&](fulmen_tensor** o) { return fn(get(), dim, keepdim, o); });
     }
     Tensor indexed(Indexed fn, int64_t dim, const Tensor& index) const {
         return make([&](fulmen_tensor** o) { return fn(get(), dim, index.get(), o); });
@@ -681,15 +503,14 @@ Tensor join(JoinFn fn, const Range& tensors, int64_t dim) {
 
 }  // namespace detail
 
-/// Concatenates tensors along the existing dimension `dim`: `cat({a, b}, 0)`.
-inline Tensor cat(const TensorList& tensors, int64_t dim = 0) { return detail::join(fulmen_tensor_cat, tensors, dim); }
+// cat and stack of a braced list (`cat({a, b}, 0)`) are generated; these
+// take any container of tensors (e.g. std::vector<Tensor>).
+
 /// Concatenates a container of tensors (e.g. std::vector<Tensor>) along `dim`.
 template <class Range>
 Tensor cat(const Range& tensors, int64_t dim = 0) {
     return detail::join(fulmen_tensor_cat, tensors, dim);
 }
-/// Stacks same-shaped tensors along a new dimension `dim`: `stack({a, b}, 0)`.
-inline Tensor stack(const TensorList& tensors, int64_t dim = 0) { return detail::join(fulmen_tensor_stack, tensors, dim); }
 /// Stacks a container of tensors (e.g. std::vector<Tensor>) along `dim`.
 template <class Range>
 Tensor stack(const Range& tensors, int64_t dim = 0) {
