@@ -306,6 +306,133 @@ uint16_t fulmen_bf16_from_f32(float value);
 float fulmen_f32_from_bf16(uint16_t bits);
 
 /**
+ * `tensor.copy_(src)` under no_grad: `src` broadcast to `tensor`'s shape and
+ * converted to its dtype and device, written into its storage (a parameter
+ * from `fulmen_model_state_dict_get` changes in the model). `tensor` is
+ * changed in place; nothing new is made.
+ *
+ * Errors: FULMEN_CODE_TORCH (shapes that do not broadcast, a tensor that
+ * cannot be written, e.g. an expanded view).
+ * Thread rules: the caller keeps other threads off `tensor` meanwhile.
+ */
+struct fulmen_error *fulmen_tensor_copy_(const struct fulmen_tensor *tensor,
+                                         const struct fulmen_tensor *src);
+
+/**
+ * Overwrites `tensor` with `nbytes` of row-major host data of the
+ * `fulmen_dtype` `dtype` (converted to the tensor's dtype and device): sets a
+ * parameter from a host buffer. `nbytes` must be the tensor's element count
+ * times the size of `dtype`. `tensor` is changed in place; nothing new is
+ * made.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
+ * FULMEN_CODE_SHAPE_MISMATCH (`nbytes` does not match),
+ * FULMEN_CODE_INVALID_ARGUMENT (bool data other than 0 / 1), FULMEN_CODE_TORCH
+ * (the tensor cannot be written).
+ * Thread rules: the caller keeps other threads off `tensor` meanwhile.
+ */
+struct fulmen_error *fulmen_tensor_copy_from_host(const struct fulmen_tensor *tensor,
+                                                  const void *data,
+                                                  size_t nbytes,
+                                                  int32_t dtype);
+
+/**
+ * `tensor.fill_(value)` under no_grad (`nn.init.constant_`; `zeros_` and
+ * `ones_` are 0 and 1). `tensor` is changed in place; nothing new is made.
+ *
+ * Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
+ * Thread rules: the caller keeps other threads off `tensor` meanwhile.
+ */
+struct fulmen_error *fulmen_tensor_fill_(const struct fulmen_tensor *tensor, double value);
+
+/**
+ * `tensor.zero_()` under no_grad. `tensor` is changed in place; nothing new is
+ * made.
+ *
+ * Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
+ * Thread rules: the caller keeps other threads off `tensor` meanwhile.
+ */
+struct fulmen_error *fulmen_tensor_zero_(const struct fulmen_tensor *tensor);
+
+/**
+ * `tensor.add_(other, alpha=alpha)` under no_grad: `tensor += alpha * other`,
+ * `other` broadcast (an EMA update is `mul_scalar_(decay)`, then `add_(param,
+ * 1 - decay)`). `tensor` is changed in place; nothing new is made.
+ *
+ * Errors: FULMEN_CODE_TORCH (shapes or dtypes that do not fit).
+ * Thread rules: the caller keeps other threads off `tensor` meanwhile.
+ */
+struct fulmen_error *fulmen_tensor_add_(const struct fulmen_tensor *tensor,
+                                        const struct fulmen_tensor *other,
+                                        double alpha);
+
+/**
+ * `tensor.add_(value)` under no_grad. `tensor` is changed in place; nothing
+ * new is made.
+ *
+ * Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
+ * Thread rules: the caller keeps other threads off `tensor` meanwhile.
+ */
+struct fulmen_error *fulmen_tensor_add_scalar_(const struct fulmen_tensor *tensor, double value);
+
+/**
+ * `tensor.mul_(other)` under no_grad, `other` broadcast (a pruning mask).
+ * `tensor` is changed in place; nothing new is made.
+ *
+ * Errors: FULMEN_CODE_TORCH (shapes or dtypes that do not fit).
+ * Thread rules: the caller keeps other threads off `tensor` meanwhile.
+ */
+struct fulmen_error *fulmen_tensor_mul_(const struct fulmen_tensor *tensor,
+                                        const struct fulmen_tensor *other);
+
+/**
+ * `tensor.mul_(value)` under no_grad. `tensor` is changed in place; nothing
+ * new is made.
+ *
+ * Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
+ * Thread rules: the caller keeps other threads off `tensor` meanwhile.
+ */
+struct fulmen_error *fulmen_tensor_mul_scalar_(const struct fulmen_tensor *tensor, double value);
+
+/**
+ * `tensor.clamp_(min, max)` under no_grad; a NaN bound leaves that side open.
+ * `tensor` is changed in place; nothing new is made.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (min > max), FULMEN_CODE_TORCH (the
+ * tensor cannot be written).
+ * Thread rules: the caller keeps other threads off `tensor` meanwhile.
+ */
+struct fulmen_error *fulmen_tensor_clamp_(const struct fulmen_tensor *tensor,
+                                          double min,
+                                          double max);
+
+/**
+ * `tensor.uniform_(low, high)` under no_grad, from the global generator
+ * (`fulmen_manual_seed`; the same seed gives PyTorch's values). `tensor` is
+ * changed in place; nothing new is made.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (not floating),
+ * FULMEN_CODE_INVALID_ARGUMENT (bounds not finite, or low > high),
+ * FULMEN_CODE_TORCH (bounds the dtype cannot hold, e.g. beyond f16's range).
+ * Thread rules: the caller keeps other threads off `tensor` meanwhile.
+ */
+struct fulmen_error *fulmen_tensor_uniform_(const struct fulmen_tensor *tensor,
+                                            double low,
+                                            double high);
+
+/**
+ * `tensor.normal_(mean, std)` under no_grad, from the global generator.
+ * `tensor` is changed in place; nothing new is made.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (not floating),
+ * FULMEN_CODE_INVALID_ARGUMENT (mean or std not finite, std negative).
+ * Thread rules: the caller keeps other threads off `tensor` meanwhile.
+ */
+struct fulmen_error *fulmen_tensor_normal_(const struct fulmen_tensor *tensor,
+                                           double mean,
+                                           double std);
+
+/**
  * Selects entries along `dim` at the positions in the 1-D i64/i32 tensor
  * `index` (`torch.index_select`).
  *
@@ -357,124 +484,6 @@ struct fulmen_error *fulmen_tensor_compare_scalar(const struct fulmen_tensor *x,
                                                   double value,
                                                   int32_t op,
                                                   struct fulmen_tensor **out);
-
-/**
- * `tensor.copy_(src)` under no_grad: `src` broadcast to `tensor`'s shape
- * and converted to its dtype and device, written into its storage (a
- * parameter from `fulmen_model_state_dict_get` changes in the model).
- *
- * Errors: FULMEN_CODE_TORCH (shapes that do not broadcast, a tensor that
- * cannot be written, e.g. an expanded view).
- * Thread rules: the caller keeps other threads off `tensor` meanwhile.
- */
-struct fulmen_error *fulmen_tensor_copy_(const struct fulmen_tensor *tensor,
-                                         const struct fulmen_tensor *src);
-
-/**
- * Overwrites `tensor` with `nbytes` of row-major host data of the
- * `fulmen_dtype` `dtype` (converted to the tensor's dtype and device):
- * sets a parameter from a host buffer. `nbytes` must be the tensor's
- * element count times the size of `dtype`.
- *
- * Errors: FULMEN_CODE_DTYPE_MISMATCH (`dtype` is not a fulmen_dtype),
- * FULMEN_CODE_SHAPE_MISMATCH (`nbytes` does not match),
- * FULMEN_CODE_INVALID_ARGUMENT (bool data other than 0 / 1),
- * FULMEN_CODE_TORCH (the tensor cannot be written).
- * Thread rules: as `fulmen_tensor_copy_`.
- */
-struct fulmen_error *fulmen_tensor_copy_from_host(const struct fulmen_tensor *tensor,
-                                                  const void *data,
-                                                  size_t nbytes,
-                                                  int32_t dtype);
-
-/**
- * `tensor.fill_(value)` under no_grad (`nn.init.constant_`; `zeros_` and
- * `ones_` are 0 and 1).
- *
- * Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
- * Thread rules: as `fulmen_tensor_copy_`.
- */
-struct fulmen_error *fulmen_tensor_fill_(const struct fulmen_tensor *tensor, double value);
-
-/**
- * `tensor.zero_()` under no_grad.
- *
- * Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
- * Thread rules: as `fulmen_tensor_copy_`.
- */
-struct fulmen_error *fulmen_tensor_zero_(const struct fulmen_tensor *tensor);
-
-/**
- * `tensor.add_(other, alpha=alpha)` under no_grad: `tensor += alpha *
- * other`, `other` broadcast (an EMA update is `mul_scalar_(decay)` then
- * `add_(param, 1 - decay)`).
- *
- * Errors: FULMEN_CODE_TORCH (shapes or dtypes that do not fit).
- * Thread rules: as `fulmen_tensor_copy_`.
- */
-struct fulmen_error *fulmen_tensor_add_(const struct fulmen_tensor *tensor,
-                                        const struct fulmen_tensor *other,
-                                        double alpha);
-
-/**
- * `tensor.add_(value)` under no_grad.
- *
- * Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
- * Thread rules: as `fulmen_tensor_copy_`.
- */
-struct fulmen_error *fulmen_tensor_add_scalar_(const struct fulmen_tensor *tensor, double value);
-
-/**
- * `tensor.mul_(other)` under no_grad, `other` broadcast (a pruning mask).
- *
- * Errors: FULMEN_CODE_TORCH (shapes or dtypes that do not fit).
- * Thread rules: as `fulmen_tensor_copy_`.
- */
-struct fulmen_error *fulmen_tensor_mul_(const struct fulmen_tensor *tensor,
-                                        const struct fulmen_tensor *other);
-
-/**
- * `tensor.mul_(value)` under no_grad.
- *
- * Errors: FULMEN_CODE_TORCH (the tensor cannot be written).
- * Thread rules: as `fulmen_tensor_copy_`.
- */
-struct fulmen_error *fulmen_tensor_mul_scalar_(const struct fulmen_tensor *tensor, double value);
-
-/**
- * `tensor.clamp_(min, max)` under no_grad; a NaN bound leaves that side open.
- *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (min > max), FULMEN_CODE_TORCH (the
- * tensor cannot be written).
- * Thread rules: as `fulmen_tensor_copy_`.
- */
-struct fulmen_error *fulmen_tensor_clamp_(const struct fulmen_tensor *tensor,
-                                          double min,
-                                          double max);
-
-/**
- * `tensor.uniform_(low, high)` under no_grad, from the global generator
- * (`fulmen_manual_seed`; the same seed gives PyTorch's values).
- *
- * Errors: FULMEN_CODE_DTYPE_MISMATCH (not floating),
- * FULMEN_CODE_INVALID_ARGUMENT (bounds not finite, or low > high),
- * FULMEN_CODE_TORCH (bounds the dtype cannot hold, e.g. beyond f16's range).
- * Thread rules: as `fulmen_tensor_copy_`.
- */
-struct fulmen_error *fulmen_tensor_uniform_(const struct fulmen_tensor *tensor,
-                                            double low,
-                                            double high);
-
-/**
- * `tensor.normal_(mean, std)` under no_grad, from the global generator.
- *
- * Errors: FULMEN_CODE_DTYPE_MISMATCH (not floating),
- * FULMEN_CODE_INVALID_ARGUMENT (mean or std not finite, std negative).
- * Thread rules: as `fulmen_tensor_copy_`.
- */
-struct fulmen_error *fulmen_tensor_normal_(const struct fulmen_tensor *tensor,
-                                           double mean,
-                                           double std);
 
 /**
  * Frees a tensor handle. NULL, or a handle already freed, is a no-op.

@@ -17,6 +17,79 @@ extern "C" {
 #endif // __cplusplus
 
 /**
+ * `out = max(x, 0)`. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. a bool tensor).
+ */
+struct fulmen_error *fulmen_tensor_relu(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * `out = x if x > 0 else slope * x`. The result is a new tensor written to
+ * `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_leaky_relu(const struct fulmen_tensor *x,
+                                              double slope,
+                                              struct fulmen_tensor **out);
+
+/**
+ * Logistic sigmoid. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_sigmoid(const struct fulmen_tensor *x,
+                                           struct fulmen_tensor **out);
+
+/**
+ * Hyperbolic tangent. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_tanh(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * GELU (exact, erf form). The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (an i64 or i32 tensor), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. another integer or bool tensor).
+ */
+struct fulmen_error *fulmen_tensor_gelu(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * SiLU (swish): `x * sigmoid(x)`. The result is a new tensor written to
+ * `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (an i64 or i32 tensor), FULMEN_CODE_TORCH
+ * (libtorch failed, e.g. another integer or bool tensor).
+ */
+struct fulmen_error *fulmen_tensor_silu(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * Softmax along `dim` (negative counts from the end). The result is a new
+ * tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
+ * FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
+ * failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_softmax(const struct fulmen_tensor *x,
+                                           int64_t dim,
+                                           struct fulmen_tensor **out);
+
+/**
+ * Log-softmax along `dim` (negative counts from the end). The result is a new
+ * tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
+ * FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
+ * failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_log_softmax(const struct fulmen_tensor *x,
+                                               int64_t dim,
+                                               struct fulmen_tensor **out);
+
+/**
  * `log(1 + exp(beta * x)) / beta`, and `x` where `beta * x` exceeds
  * `threshold` (`F.softplus`). The result is a new tensor written to `*out`.
  *
@@ -153,6 +226,150 @@ struct fulmen_error *fulmen_tensor_scaled_dot_product_attention(const struct ful
                                                                 bool is_causal,
                                                                 double scale,
                                                                 struct fulmen_tensor **out);
+
+/**
+ * `out = a + b`, broadcasting as PyTorch does. The result is a new tensor
+ * written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_add(const struct fulmen_tensor *a,
+                                       const struct fulmen_tensor *b,
+                                       struct fulmen_tensor **out);
+
+/**
+ * `out = a - b`, broadcasting. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices or two
+ * bool tensors).
+ */
+struct fulmen_error *fulmen_tensor_sub(const struct fulmen_tensor *a,
+                                       const struct fulmen_tensor *b,
+                                       struct fulmen_tensor **out);
+
+/**
+ * `out = a * b` elementwise, broadcasting. The result is a new tensor written
+ * to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_mul(const struct fulmen_tensor *a,
+                                       const struct fulmen_tensor *b,
+                                       struct fulmen_tensor **out);
+
+/**
+ * `out = a / b` elementwise (true division), broadcasting. The result is a new
+ * tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_div(const struct fulmen_tensor *a,
+                                       const struct fulmen_tensor *b,
+                                       struct fulmen_tensor **out);
+
+/**
+ * `out = a ^ b` elementwise, broadcasting. The result is a new tensor written
+ * to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices or
+ * integers to negative integer powers).
+ */
+struct fulmen_error *fulmen_tensor_pow(const struct fulmen_tensor *a,
+                                       const struct fulmen_tensor *b,
+                                       struct fulmen_tensor **out);
+
+/**
+ * `out = x + value`. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_add_scalar(const struct fulmen_tensor *x,
+                                              double value,
+                                              struct fulmen_tensor **out);
+
+/**
+ * `out = x * value`. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_mul_scalar(const struct fulmen_tensor *x,
+                                              double value,
+                                              struct fulmen_tensor **out);
+
+/**
+ * `out = x ^ exponent`. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_pow_scalar(const struct fulmen_tensor *x,
+                                              double exponent,
+                                              struct fulmen_tensor **out);
+
+/**
+ * `out = clamp(x, min, max)`. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`min` or `max` is NaN, or `min` >
+ * `max`), FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_clamp(const struct fulmen_tensor *x,
+                                         double min,
+                                         double max,
+                                         struct fulmen_tensor **out);
+
+/**
+ * `out = -x`. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. a bool tensor).
+ */
+struct fulmen_error *fulmen_tensor_neg(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * `out = exp(x)`. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_exp(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * `out = ln(x)`. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_log(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * `out = sqrt(x)`. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_sqrt(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * `out = |x|`. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_abs(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * Matrix product with `torch.matmul` semantics (vectors, matrices, batched).
+ * The inner dimensions must agree. The result is a new tensor written to
+ * `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (the dtypes differ, or i64/i32 where
+ * libtorch has no kernel, e.g. on CUDA), FULMEN_CODE_SHAPE_MISMATCH (a
+ * 0-dimensional tensor, inner dimensions that differ, or batch dimensions that
+ * do not broadcast), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on
+ * different devices).
+ */
+struct fulmen_error *fulmen_tensor_matmul(const struct fulmen_tensor *a,
+                                          const struct fulmen_tensor *b,
+                                          struct fulmen_tensor **out);
 
 /**
  * Sine, elementwise. The result is a new tensor written to `*out`.
@@ -331,6 +548,96 @@ struct fulmen_error *fulmen_tensor_linspace(double start,
                                             int64_t steps,
                                             int32_t dtype,
                                             struct fulmen_tensor **out);
+
+/**
+ * Sum of all elements (a 0-dimensional tensor). The result is a new tensor
+ * written to `*out`.
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_sum(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * Mean of all elements (floating tensors only). The result is a new tensor
+ * written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating), FULMEN_CODE_TORCH
+ * (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_mean(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * Sum over `dims[0..ndims]`, keeping them as size 1 when `keepdim`. The result
+ * is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
+ * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_TORCH
+ * (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_sum_dims(const struct fulmen_tensor *x,
+                                            const int64_t *dims,
+                                            size_t ndims,
+                                            bool keepdim,
+                                            struct fulmen_tensor **out);
+
+/**
+ * Mean over `dims[0..ndims]`, keeping them as size 1 when `keepdim`. The
+ * result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
+ * FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
+ * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_TORCH
+ * (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_mean_dims(const struct fulmen_tensor *x,
+                                             const int64_t *dims,
+                                             size_t ndims,
+                                             bool keepdim,
+                                             struct fulmen_tensor **out);
+
+/**
+ * Largest element (0-dimensional). The tensor must not be empty. The result is
+ * a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty), FULMEN_CODE_TORCH
+ * (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_max(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * Smallest element (0-dimensional). The tensor must not be empty. The result
+ * is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty), FULMEN_CODE_TORCH
+ * (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
+ */
+struct fulmen_error *fulmen_tensor_min(const struct fulmen_tensor *x, struct fulmen_tensor **out);
+
+/**
+ * Indices (i64) of the largest values along `dim`. The result is a new tensor
+ * written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty),
+ * FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
+ * failed, e.g. a bool tensor).
+ */
+struct fulmen_error *fulmen_tensor_argmax(const struct fulmen_tensor *x,
+                                          int64_t dim,
+                                          bool keepdim,
+                                          struct fulmen_tensor **out);
+
+/**
+ * Indices (i64) of the smallest values along `dim`. The result is a new tensor
+ * written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty),
+ * FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
+ * failed, e.g. a bool tensor).
+ */
+struct fulmen_error *fulmen_tensor_argmin(const struct fulmen_tensor *x,
+                                          int64_t dim,
+                                          bool keepdim,
+                                          struct fulmen_tensor **out);
 
 /**
  * Running sum along `dim` (`torch.cumsum`); integers and bools accumulate in
@@ -652,6 +959,129 @@ struct fulmen_error *fulmen_tensor_one_hot(const struct fulmen_tensor *x,
                                            struct fulmen_tensor **out);
 
 /**
+ * Same elements in a new shape (`-1` infers one size); copies if needed. The
+ * result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (the element count does not fit `shape`,
+ * or more than one -1 or another negative size), FULMEN_CODE_TORCH (libtorch
+ * failed) or FULMEN_CODE_OUT_OF_MEMORY (copying).
+ */
+struct fulmen_error *fulmen_tensor_reshape(const struct fulmen_tensor *x,
+                                           const int64_t *shape,
+                                           size_t ndim,
+                                           struct fulmen_tensor **out);
+
+/**
+ * Same storage in a new shape; fails when the layout does not allow a view.
+ * The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (the element count does not fit `shape`,
+ * or more than one -1 or another negative size), FULMEN_CODE_TORCH (the layout
+ * does not allow a view).
+ */
+struct fulmen_error *fulmen_tensor_view(const struct fulmen_tensor *x,
+                                        const int64_t *shape,
+                                        size_t ndim,
+                                        struct fulmen_tensor **out);
+
+/**
+ * Flattens dimensions `start_dim..=end_dim` into one. The result is a new
+ * tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`start_dim` or `end_dim` out of range),
+ * FULMEN_CODE_INVALID_ARGUMENT (`start_dim` comes after `end_dim`).
+ */
+struct fulmen_error *fulmen_tensor_flatten(const struct fulmen_tensor *x,
+                                           int64_t start_dim,
+                                           int64_t end_dim,
+                                           struct fulmen_tensor **out);
+
+/**
+ * Reorders dimensions: `dims` is a permutation of `0..ndim`. The result is a
+ * new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (`ndims` is not the tensor's number of
+ * dimensions), FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
+ * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice).
+ */
+struct fulmen_error *fulmen_tensor_permute(const struct fulmen_tensor *x,
+                                           const int64_t *dims,
+                                           size_t ndims,
+                                           struct fulmen_tensor **out);
+
+/**
+ * Swaps dimensions `dim0` and `dim1`. The result is a new tensor written to
+ * `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim0` or `dim1` out of range).
+ */
+struct fulmen_error *fulmen_tensor_transpose(const struct fulmen_tensor *x,
+                                             int64_t dim0,
+                                             int64_t dim1,
+                                             struct fulmen_tensor **out);
+
+/**
+ * Removes dimension `dim` if its size is 1 (otherwise returns the same shape).
+ * The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range).
+ */
+struct fulmen_error *fulmen_tensor_squeeze(const struct fulmen_tensor *x,
+                                           int64_t dim,
+                                           struct fulmen_tensor **out);
+
+/**
+ * Inserts a dimension of size 1 at `dim` (`-1` appends). The result is a new
+ * tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range).
+ */
+struct fulmen_error *fulmen_tensor_unsqueeze(const struct fulmen_tensor *x,
+                                             int64_t dim,
+                                             struct fulmen_tensor **out);
+
+/**
+ * The slice `start..start+length` of dimension `dim` (a view). The result is a
+ * new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or the slice does not
+ * lie inside the dimension), FULMEN_CODE_SHAPE_MISMATCH (a 0-dimensional
+ * tensor).
+ */
+struct fulmen_error *fulmen_tensor_narrow(const struct fulmen_tensor *x,
+                                          int64_t dim,
+                                          int64_t start,
+                                          int64_t length,
+                                          struct fulmen_tensor **out);
+
+/**
+ * Concatenates `tensors[0..n]` along the existing dimension `dim`; all other
+ * dimensions must match. The result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`n` is 0), FULMEN_CODE_SHAPE_MISMATCH
+ * (ranks, or sizes outside `dim`, differ), FULMEN_CODE_OUT_OF_RANGE (`dim` out
+ * of range), FULMEN_CODE_TORCH (libtorch failed, e.g. 0-dimensional tensors or
+ * tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_cat(const struct fulmen_tensor *const *tensors,
+                                       size_t n,
+                                       int64_t dim,
+                                       struct fulmen_tensor **out);
+
+/**
+ * Stacks `tensors[0..n]` (all of one shape) along a new dimension `dim`. The
+ * result is a new tensor written to `*out`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`n` is 0), FULMEN_CODE_SHAPE_MISMATCH
+ * (shapes differ), FULMEN_CODE_OUT_OF_RANGE (`dim` out of range),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
+ */
+struct fulmen_error *fulmen_tensor_stack(const struct fulmen_tensor *const *tensors,
+                                         size_t n,
+                                         int64_t dim,
+                                         struct fulmen_tensor **out);
+
+/**
  * A view of `x` broadcast to `size` without copying (`Tensor.expand`): size-1
  * dimensions stretch, -1 keeps a size, new dimensions go in front. The result
  * is a new tensor written to `*out`.
@@ -811,409 +1241,6 @@ struct fulmen_error *fulmen_tensor_unbind(const struct fulmen_tensor *x,
                                           struct fulmen_tensor **outs,
                                           size_t capacity,
                                           size_t *count_out);
-
-/**
- * `out = a + b`, broadcasting as PyTorch does.
- *
- * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
- */
-struct fulmen_error *fulmen_tensor_add(const struct fulmen_tensor *a,
-                                       const struct fulmen_tensor *b,
-                                       struct fulmen_tensor **out);
-
-/**
- * `out = a - b`, broadcasting.
- *
- * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices or two
- * bool tensors).
- */
-struct fulmen_error *fulmen_tensor_sub(const struct fulmen_tensor *a,
-                                       const struct fulmen_tensor *b,
-                                       struct fulmen_tensor **out);
-
-/**
- * `out = a * b` elementwise, broadcasting.
- *
- * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
- */
-struct fulmen_error *fulmen_tensor_mul(const struct fulmen_tensor *a,
-                                       const struct fulmen_tensor *b,
-                                       struct fulmen_tensor **out);
-
-/**
- * `out = a / b` elementwise (true division), broadcasting.
- *
- * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
- */
-struct fulmen_error *fulmen_tensor_div(const struct fulmen_tensor *a,
-                                       const struct fulmen_tensor *b,
-                                       struct fulmen_tensor **out);
-
-/**
- * `out = a ^ b` elementwise, broadcasting.
- *
- * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes do not broadcast),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices or
- * integers to negative integer powers).
- */
-struct fulmen_error *fulmen_tensor_pow(const struct fulmen_tensor *a,
-                                       const struct fulmen_tensor *b,
-                                       struct fulmen_tensor **out);
-
-/**
- * `out = x + value`.
- *
- * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_add_scalar(const struct fulmen_tensor *x,
-                                              double value,
-                                              struct fulmen_tensor **out);
-
-/**
- * `out = x * value`.
- *
- * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_mul_scalar(const struct fulmen_tensor *x,
-                                              double value,
-                                              struct fulmen_tensor **out);
-
-/**
- * `out = x ^ exponent`.
- *
- * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_pow_scalar(const struct fulmen_tensor *x,
-                                              double exponent,
-                                              struct fulmen_tensor **out);
-
-/**
- * `out = clamp(x, min, max)`.
- *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (`min` or `max` is NaN, or `min` >
- * `max`), FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_clamp(const struct fulmen_tensor *x,
-                                         double min,
-                                         double max,
-                                         struct fulmen_tensor **out);
-
-/**
- * `out = -x`.
- *
- * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. a bool tensor).
- */
-struct fulmen_error *fulmen_tensor_neg(const struct fulmen_tensor *x, struct fulmen_tensor **out);
-
-/**
- * `out = exp(x)`.
- *
- * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_exp(const struct fulmen_tensor *x, struct fulmen_tensor **out);
-
-/**
- * `out = ln(x)`.
- *
- * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_log(const struct fulmen_tensor *x, struct fulmen_tensor **out);
-
-/**
- * `out = sqrt(x)`.
- *
- * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_sqrt(const struct fulmen_tensor *x, struct fulmen_tensor **out);
-
-/**
- * `out = |x|`.
- *
- * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_abs(const struct fulmen_tensor *x, struct fulmen_tensor **out);
-
-/**
- * Matrix product with `torch.matmul` semantics (vectors, matrices,
- * batched). The inner dimensions must agree.
- *
- * Errors: FULMEN_CODE_DTYPE_MISMATCH (the dtypes differ, or i64/i32 where
- * libtorch has no kernel, e.g. on CUDA), FULMEN_CODE_SHAPE_MISMATCH (a
- * 0-dimensional tensor, inner dimensions that differ, or batch dimensions that
- * do not broadcast), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on
- * different devices).
- */
-struct fulmen_error *fulmen_tensor_matmul(const struct fulmen_tensor *a,
-                                          const struct fulmen_tensor *b,
-                                          struct fulmen_tensor **out);
-
-/**
- * `out = max(x, 0)`.
- *
- * Errors: FULMEN_CODE_TORCH (libtorch failed, e.g. a bool tensor).
- */
-struct fulmen_error *fulmen_tensor_relu(const struct fulmen_tensor *x, struct fulmen_tensor **out);
-
-/**
- * `out = x if x > 0 else slope * x`.
- *
- * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_leaky_relu(const struct fulmen_tensor *x,
-                                              double slope,
-                                              struct fulmen_tensor **out);
-
-/**
- * Logistic sigmoid.
- *
- * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_sigmoid(const struct fulmen_tensor *x,
-                                           struct fulmen_tensor **out);
-
-/**
- * Hyperbolic tangent.
- *
- * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_tanh(const struct fulmen_tensor *x, struct fulmen_tensor **out);
-
-/**
- * GELU (exact, erf form).
- *
- * Errors: FULMEN_CODE_DTYPE_MISMATCH (an i64 or i32 tensor), FULMEN_CODE_TORCH
- * (libtorch failed, e.g. another integer or bool tensor).
- */
-struct fulmen_error *fulmen_tensor_gelu(const struct fulmen_tensor *x, struct fulmen_tensor **out);
-
-/**
- * SiLU (swish): `x * sigmoid(x)`.
- *
- * Errors: FULMEN_CODE_DTYPE_MISMATCH (an i64 or i32 tensor), FULMEN_CODE_TORCH
- * (libtorch failed, e.g. another integer or bool tensor).
- */
-struct fulmen_error *fulmen_tensor_silu(const struct fulmen_tensor *x, struct fulmen_tensor **out);
-
-/**
- * Softmax along `dim` (negative counts from the end).
- *
- * Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
- * FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
- * failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_softmax(const struct fulmen_tensor *x,
-                                           int64_t dim,
-                                           struct fulmen_tensor **out);
-
-/**
- * Log-softmax along `dim` (negative counts from the end).
- *
- * Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
- * FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
- * failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_log_softmax(const struct fulmen_tensor *x,
-                                               int64_t dim,
-                                               struct fulmen_tensor **out);
-
-/**
- * Sum of all elements (a 0-dimensional tensor).
- *
- * Errors: FULMEN_CODE_TORCH (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_sum(const struct fulmen_tensor *x, struct fulmen_tensor **out);
-
-/**
- * Mean of all elements (floating tensors only).
- *
- * Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating), FULMEN_CODE_TORCH
- * (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_mean(const struct fulmen_tensor *x, struct fulmen_tensor **out);
-
-/**
- * Sum over `dims[0..ndims]`, keeping them as size 1 when `keepdim`.
- *
- * Errors: FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
- * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_TORCH
- * (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_sum_dims(const struct fulmen_tensor *x,
-                                            const int64_t *dims,
-                                            size_t ndims,
-                                            bool keepdim,
-                                            struct fulmen_tensor **out);
-
-/**
- * Mean over `dims[0..ndims]`, keeping them as size 1 when `keepdim`.
- *
- * Errors: FULMEN_CODE_DTYPE_MISMATCH (`x` is not floating),
- * FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
- * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice), FULMEN_CODE_TORCH
- * (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_mean_dims(const struct fulmen_tensor *x,
-                                             const int64_t *dims,
-                                             size_t ndims,
-                                             bool keepdim,
-                                             struct fulmen_tensor **out);
-
-/**
- * Largest element (0-dimensional). The tensor must not be empty.
- *
- * Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty), FULMEN_CODE_TORCH
- * (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_max(const struct fulmen_tensor *x, struct fulmen_tensor **out);
-
-/**
- * Smallest element (0-dimensional). The tensor must not be empty.
- *
- * Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty), FULMEN_CODE_TORCH
- * (libtorch failed) or FULMEN_CODE_OUT_OF_MEMORY.
- */
-struct fulmen_error *fulmen_tensor_min(const struct fulmen_tensor *x, struct fulmen_tensor **out);
-
-/**
- * Indices (i64) of the largest values along `dim`.
- *
- * Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty),
- * FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
- * failed, e.g. a bool tensor).
- */
-struct fulmen_error *fulmen_tensor_argmax(const struct fulmen_tensor *x,
-                                          int64_t dim,
-                                          bool keepdim,
-                                          struct fulmen_tensor **out);
-
-/**
- * Indices (i64) of the smallest values along `dim`.
- *
- * Errors: FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty),
- * FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch
- * failed, e.g. a bool tensor).
- */
-struct fulmen_error *fulmen_tensor_argmin(const struct fulmen_tensor *x,
-                                          int64_t dim,
-                                          bool keepdim,
-                                          struct fulmen_tensor **out);
-
-/**
- * Same elements in a new shape (`-1` infers one size); copies if needed.
- *
- * Errors: FULMEN_CODE_SHAPE_MISMATCH (the element count does not fit `shape`,
- * or more than one -1 or another negative size), FULMEN_CODE_TORCH (libtorch
- * failed) or FULMEN_CODE_OUT_OF_MEMORY (copying).
- */
-struct fulmen_error *fulmen_tensor_reshape(const struct fulmen_tensor *x,
-                                           const int64_t *shape,
-                                           size_t ndim,
-                                           struct fulmen_tensor **out);
-
-/**
- * Same storage in a new shape; fails when the layout does not allow a view.
- *
- * Errors: FULMEN_CODE_SHAPE_MISMATCH (the element count does not fit `shape`,
- * or more than one -1 or another negative size), FULMEN_CODE_TORCH (the layout
- * does not allow a view).
- */
-struct fulmen_error *fulmen_tensor_view(const struct fulmen_tensor *x,
-                                        const int64_t *shape,
-                                        size_t ndim,
-                                        struct fulmen_tensor **out);
-
-/**
- * Flattens dimensions `start_dim..=end_dim` into one.
- *
- * Errors: FULMEN_CODE_OUT_OF_RANGE (`start_dim` or `end_dim` out of range),
- * FULMEN_CODE_INVALID_ARGUMENT (`start_dim` comes after `end_dim`).
- */
-struct fulmen_error *fulmen_tensor_flatten(const struct fulmen_tensor *x,
-                                           int64_t start_dim,
-                                           int64_t end_dim,
-                                           struct fulmen_tensor **out);
-
-/**
- * Reorders dimensions: `dims` is a permutation of `0..ndim`.
- *
- * Errors: FULMEN_CODE_SHAPE_MISMATCH (`ndims` is not the tensor's number of
- * dimensions), FULMEN_CODE_OUT_OF_RANGE (a dimension out of range),
- * FULMEN_CODE_INVALID_ARGUMENT (a dimension given twice).
- */
-struct fulmen_error *fulmen_tensor_permute(const struct fulmen_tensor *x,
-                                           const int64_t *dims,
-                                           size_t ndims,
-                                           struct fulmen_tensor **out);
-
-/**
- * Swaps dimensions `dim0` and `dim1`.
- *
- * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim0` or `dim1` out of range).
- */
-struct fulmen_error *fulmen_tensor_transpose(const struct fulmen_tensor *x,
-                                             int64_t dim0,
-                                             int64_t dim1,
-                                             struct fulmen_tensor **out);
-
-/**
- * Removes dimension `dim` if its size is 1 (otherwise returns the same shape).
- *
- * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range).
- */
-struct fulmen_error *fulmen_tensor_squeeze(const struct fulmen_tensor *x,
-                                           int64_t dim,
-                                           struct fulmen_tensor **out);
-
-/**
- * Inserts a dimension of size 1 at `dim` (`-1` appends).
- *
- * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range).
- */
-struct fulmen_error *fulmen_tensor_unsqueeze(const struct fulmen_tensor *x,
-                                             int64_t dim,
-                                             struct fulmen_tensor **out);
-
-/**
- * The slice `start..start+length` of dimension `dim` (a view).
- *
- * Errors: FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or the slice does not
- * lie inside the dimension), FULMEN_CODE_SHAPE_MISMATCH (a 0-dimensional tensor).
- */
-struct fulmen_error *fulmen_tensor_narrow(const struct fulmen_tensor *x,
-                                          int64_t dim,
-                                          int64_t start,
-                                          int64_t length,
-                                          struct fulmen_tensor **out);
-
-/**
- * Concatenates `tensors[0..n]` along the existing dimension `dim`; all
- * other dimensions must match.
- *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (`n` is 0), FULMEN_CODE_SHAPE_MISMATCH
- * (ranks, or sizes outside `dim`, differ), FULMEN_CODE_OUT_OF_RANGE (`dim` out
- * of range), FULMEN_CODE_TORCH (libtorch failed, e.g. 0-dimensional tensors or
- * tensors on different devices).
- */
-struct fulmen_error *fulmen_tensor_cat(const struct fulmen_tensor *const *tensors,
-                                       size_t n,
-                                       int64_t dim,
-                                       struct fulmen_tensor **out);
-
-/**
- * Stacks `tensors[0..n]` (all of one shape) along a new dimension `dim`.
- *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (`n` is 0), FULMEN_CODE_SHAPE_MISMATCH
- * (shapes differ), FULMEN_CODE_OUT_OF_RANGE (`dim` out of range),
- * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
- */
-struct fulmen_error *fulmen_tensor_stack(const struct fulmen_tensor *const *tensors,
-                                         size_t n,
-                                         int64_t dim,
-                                         struct fulmen_tensor **out);
 
 #ifdef __cplusplus
 }  // extern "C"
