@@ -66,6 +66,104 @@ pub(super) fn step_schedulers(
     Ok(stepped)
 }
 
+/// The start of an epoch (Lightning's `on_advance_start`): train mode, the
+/// epoch's progress and its start hooks; returns the accumulation the
+/// hooks left (GradientAccumulationScheduler), checked.
+fn begin_epoch(run: &mut Run, skip: usize, manual: bool) -> Result<usize> {
+    set_mode(run.module, true)?;
+    // A resumed epoch (`skip` batches done) keeps its restored progress
+    // and, as in Lightning, is not counted as started again.
+    let resumed = skip > 0;
+    run.progress.start_epoch(resumed);
+    if !resumed {
+        run.progress.epoch.increment_ready();
+    }
+    run.state.running_loss = None;
+    run.state.log_step = run.state.batches_stepped;
+    run.simple(Hook::TrainEpochStart)?;
+    if !resumed {
+        run.progress.epoch.increment_started();
+    }
+    // Param groups a finetuning callback added or changed.
+    run.refresh_learning_rates();
+    let acc = run.state.accumulate_grad_batches;
+    if acc < 1 {
+        return Err(Error::invalid(format!("accumulate_grad_batches must be >= 1, got {acc}")));
+    }
+    if manual && acc > 1 {
+        return Err(Error::invalid(
+            "gradient accumulation (accumulate_grad_batches > 1, or a GradientAccumulationScheduler) is not \
+             supported with manual optimization: accumulate in the training_step",
+        ));
+    }
+    Ok(acc as usize)
+}
+
+/// As Lightning, after a batch's optimizer step and before its
+/// `on_train_batch_end` (so before the epoch-end validation and
+/// checkpoint): step schedulers step on optimizer steps and epoch
+/// schedulers on the epoch's last batch; ReduceLROnPlateau waits for
+/// validation. Learning rates change only when a scheduler steps. (With
+/// manual optimization the step steps its schedulers itself.)
+fn step_batch_schedulers(run: &mut Run, stepped: bool, is_last: bool, batch_count: i64) -> Result<()> {
+    let mut lr_changed = false;
+    if stepped {
+        let n = step_schedulers(
+            &mut run.optimizers,
+            Interval::Step,
+            Kind::Plain,
+            batch_count,
+            &run.state.callback_metrics,
+        )?;
+        lr_changed |= run.count_scheduler_steps(n);
+    }
+    if is_last {
+        let epoch = run.state.epoch;
+        let n =
+            step_schedulers(&mut run.optimizers, Interval::Epoch, Kind::Plain, epoch + 1, &run.state.callback_metrics)?;
+        lr_changed |= run.count_scheduler_steps(n);
+    }
+    if lr_changed {
+        run.refresh_learning_rates();
+    }
+    Ok(())
+}
+
+/// Steps the ReduceLROnPlateau schedulers of `interval` whose frequency
+/// divides `count`, after the validation that logs their metric.
+fn step_plateau_schedulers(run: &mut Run, interval: Interval, count: i64) -> Result<()> {
+    let n = step_schedulers(&mut run.optimizers, interval, Kind::Plateau, count, &run.state.callback_metrics)?;
+    if run.count_scheduler_steps(n) {
+        run.refresh_learning_rates();
+    }
+    Ok(())
+}
+
+/// The end of an epoch (Lightning's `on_advance_end`): the epoch's metrics
+/// and its end hooks, the per-epoch ReduceLROnPlateau step when the epoch
+/// ran to its end (`_num_ready_batches_reached`), the logs, and the
+/// ranks' stop decision.
+fn end_epoch(run: &mut Run, mut store: MetricStore, manual: bool) -> Result<()> {
+    run.state.log_step = run.state.batches_stepped;
+    let mut train_epoch_metrics = store.end_epoch_synced(&|v, op| run.strategy.reduce(v, op))?;
+    run.state.callback_metrics.extend(store.callback_metrics);
+    run.state.progress_metrics.extend(store.progress_metrics);
+    run.progress.epoch.increment_processed();
+    run.hook(Hook::TrainEpochEnd, HookData { batch_idx: -1, ..Default::default() })?;
+    run.state.skip_backward = false;
+    train_epoch_metrics.extend(std::mem::take(&mut run.state.hook_metrics));
+    if !train_epoch_metrics.is_empty() {
+        run.log_metrics(&train_epoch_metrics, (run.state.batches_stepped - 1).max(0))?;
+    }
+    if run.progress.epoch_batches_done() && !manual {
+        step_plateau_schedulers(run, Interval::Epoch, run.state.epoch + 1)?;
+    }
+    run.progress.epoch.increment_completed();
+    run.save_logs()?;
+    run.state.should_stop = run.strategy.any(run.state.should_stop)?;
+    Ok(())
+}
+
 /// One training epoch; returns true when training must end (no batches).
 pub(super) fn train_epoch(
     run: &mut Run,
@@ -87,34 +185,7 @@ pub(super) fn train_epoch(
     let (mut loss_sum, mut loss_count) = (0.0, 0usize);
     let manual = !run.module.automatic_optimization();
     let mut toggled = Vec::new();
-    set_mode(run.module, true)?;
-    // A resumed epoch (`skip` batches done) keeps its restored progress
-    // and, as in Lightning, is not counted as started again.
-    let resumed = skip > 0;
-    run.progress.start_epoch(resumed);
-    if !resumed {
-        run.progress.epoch.increment_ready();
-    }
-    run.state.running_loss = None;
-    run.state.log_step = run.state.batches_stepped;
-    run.simple(Hook::TrainEpochStart)?;
-    if !resumed {
-        run.progress.epoch.increment_started();
-    }
-    // Param groups a finetuning callback added or changed.
-    run.refresh_learning_rates();
-    // What the epoch-start hooks left (GradientAccumulationScheduler).
-    let acc = run.state.accumulate_grad_batches;
-    if acc < 1 {
-        return Err(Error::invalid(format!("accumulate_grad_batches must be >= 1, got {acc}")));
-    }
-    if manual && acc > 1 {
-        return Err(Error::invalid(
-            "gradient accumulation (accumulate_grad_batches > 1, or a GradientAccumulationScheduler) is not \
-             supported with manual optimization: accumulate in the training_step",
-        ));
-    }
-    let acc = acc as usize;
+    let acc = begin_epoch(run, skip, manual)?;
     let has_timer = run.callbacks.iter().any(|c| c.as_any().is_some_and(|a| a.is::<Timer>()));
     let mut batches = train.batches(if overfit { 0 } else { epoch as u64 })?.enumerate().skip(skip).peekable();
     let mut ran = 0usize;
@@ -179,36 +250,8 @@ pub(super) fn train_epoch(
         run.progress.batch.progress.increment_processed();
         run.state.callback_metrics.extend(store.callback_metrics.iter().map(|(k, v)| (k.clone(), *v)));
         run.state.progress_metrics.extend(store.progress_metrics.iter().map(|(k, v)| (k.clone(), *v)));
-        // As Lightning: after the optimizer step, before on_train_batch_end
-        // (and so before the epoch-end validation and checkpoint), step
-        // schedulers step on optimizer steps and epoch schedulers on the
-        // epoch's last batch; ReduceLROnPlateau waits for validation.
-        // Learning rates change only when a scheduler steps. With manual
-        // optimization the step steps its schedulers itself.
-        let batch_count = (i + 1) as i64;
-        let mut lr_changed = false;
-        if stepped && !manual {
-            let n = step_schedulers(
-                &mut run.optimizers,
-                Interval::Step,
-                Kind::Plain,
-                batch_count,
-                &run.state.callback_metrics,
-            )?;
-            lr_changed |= run.count_scheduler_steps(n);
-        }
-        if is_last && !manual {
-            let n = step_schedulers(
-                &mut run.optimizers,
-                Interval::Epoch,
-                Kind::Plain,
-                epoch + 1,
-                &run.state.callback_metrics,
-            )?;
-            lr_changed |= run.count_scheduler_steps(n);
-        }
-        if lr_changed {
-            run.refresh_learning_rates();
+        if !manual {
+            step_batch_schedulers(run, stepped, is_last, (i + 1) as i64)?;
         }
         let step_values = store.take_step_values();
         run.hook(
@@ -232,16 +275,7 @@ pub(super) fn train_epoch(
             }
         }
         if stepped && !manual {
-            let n = step_schedulers(
-                &mut run.optimizers,
-                Interval::Step,
-                Kind::Plateau,
-                batch_count,
-                &run.state.callback_metrics,
-            )?;
-            if run.count_scheduler_steps(n) {
-                run.refresh_learning_rates();
-            }
+            step_plateau_schedulers(run, Interval::Step, (i + 1) as i64)?;
         }
         if stepped {
             run.progress.batches_that_stepped += 1;
@@ -264,33 +298,6 @@ pub(super) fn train_epoch(
             break;
         }
     }
-    run.state.log_step = run.state.batches_stepped;
-    let mut train_epoch_metrics = store.end_epoch_synced(&|v, op| run.strategy.reduce(v, op))?;
-    run.state.callback_metrics.extend(store.callback_metrics);
-    run.state.progress_metrics.extend(store.progress_metrics);
-    run.progress.epoch.increment_processed();
-    run.hook(Hook::TrainEpochEnd, HookData { batch_idx: -1, ..Default::default() })?;
-    run.state.skip_backward = false;
-    train_epoch_metrics.extend(std::mem::take(&mut run.state.hook_metrics));
-    if !train_epoch_metrics.is_empty() {
-        run.log_metrics(&train_epoch_metrics, (run.state.batches_stepped - 1).max(0))?;
-    }
-    // ReduceLROnPlateau per epoch: after on_train_epoch_end, and only when
-    // the epoch ran to its end (Lightning's `_num_ready_batches_reached`).
-    if run.progress.epoch_batches_done() && !manual {
-        let n = step_schedulers(
-            &mut run.optimizers,
-            Interval::Epoch,
-            Kind::Plateau,
-            epoch + 1,
-            &run.state.callback_metrics,
-        )?;
-        if run.count_scheduler_steps(n) {
-            run.refresh_learning_rates();
-        }
-    }
-    run.progress.epoch.increment_completed();
-    run.save_logs()?;
-    run.state.should_stop = run.strategy.any(run.state.should_stop)?;
+    end_epoch(run, store, manual)?;
     Ok(ran == 0 && skip == 0)
 }
