@@ -10,35 +10,6 @@ mod drift;
 mod option_structs;
 use std::path::{Path, PathBuf};
 
-/// The option structs still written by hand in `src/ffi/`, each with what
-/// keeps it out of the table so far. The list only shrinks: a new option
-/// struct is an entry of `src/ffi/options_table.rs`.
-const HAND_WRITTEN: &[&str] = &[
-    // No core options type: the defaults live in the C function, and
-    // the kernel, stride, ... are fixed-size arrays.
-    "fulmen_conv2d_options",
-    "fulmen_conv3d_options",
-    "fulmen_conv_transpose_options",
-    // No core options type with these fields (the core configs also take
-    // the layer's sizes); the activation is an enum checked on use.
-    "fulmen_rnn_options",
-    "fulmen_transformer_options",
-    // The default depends on its `kind` parameter; two enums checked.
-    "fulmen_metric_options",
-    // String fields (C pointers) and enums checked on conversion.
-    "fulmen_model_checkpoint_options",
-    "fulmen_early_stopping_options",
-    "fulmen_backbone_finetuning_options",
-    "fulmen_csv_options",
-    // A pointer and a count (`swa_lrs`).
-    "fulmen_stochastic_weight_averaging_options",
-    // Not converted yet: plain values, converted by hand.
-    "fulmen_weight_averaging_options",
-    "fulmen_loader_options",
-    "fulmen_lr_find_options",
-    "fulmen_batch_size_finder_options",
-];
-
 #[test]
 fn generated_option_structs_match_the_table() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -110,24 +81,12 @@ fn no_option_struct_is_written_by_hand() {
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
         by_hand.extend(option_structs_in(&text).into_iter().map(|name| (name, path.clone())));
     }
-    let tabled = option_structs::struct_names();
-    let unlisted: Vec<String> = by_hand
-        .iter()
-        .filter(|(name, _)| !HAND_WRITTEN.contains(&name.as_str()))
-        .map(|(name, path)| format!("{name} ({})", path.display()))
-        .collect();
+    let listed: Vec<String> = by_hand.iter().map(|(name, path)| format!("{name} ({})", path.display())).collect();
     assert!(
-        unlisted.is_empty(),
-        "option structs written by hand: {unlisted:?}; declare each in {} and run `make header`",
+        listed.is_empty(),
+        "option structs written by hand: {listed:?}; declare each in {} and run `make header`",
         option_structs::SOURCE
     );
-    for name in HAND_WRITTEN {
-        assert!(
-            by_hand.iter().any(|(n, _)| n == name),
-            "{name} is no longer written by hand: drop it from HAND_WRITTEN"
-        );
-        assert!(!tabled.contains(name), "{name} is both in the table and written by hand");
-    }
 }
 
 #[test]

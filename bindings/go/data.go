@@ -82,46 +82,13 @@ const (
 	CSVHasHeader CSVHeader = 1
 )
 
-// CSVOptions are the options of LoadCSV (fulmen_csv_options).
-type CSVOptions struct {
-	// HasLabels: a column holds integer class labels.
-	HasLabels bool
-	// LabelColumn is the label column; negative counts from the end.
-	LabelColumn int64
-	// Header says whether the first row is a header.
-	Header CSVHeader
-	// Delimiter is the field separator.
-	Delimiter byte
-	// Scaling is how the features are scaled.
-	Scaling Scaling
-	// ScaleDivisor is the divisor for ScalingDivide.
-	ScaleDivisor float64
-	// SkipRows lines are skipped first (scikit-learn's count line).
-	SkipRows int
-	// LabelName is the label column by header name (instead of LabelColumn).
-	LabelName string
-	// FeatureColumns are the feature columns, by header name or index
-	// ("2"), in this order; nil: every column but the label.
-	FeatureColumns []string
-}
-
-// DefaultCSVOptions are the defaults: labels in column 0, header detected,
-// ',', no scaling.
-func DefaultCSVOptions() CSVOptions {
-	c := C.fulmen_csv_options_default()
-	return CSVOptions{HasLabels: bool(c.has_labels), LabelColumn: int64(c.label_column), Header: CSVHeader(c.header),
-		Delimiter: byte(c.delimiter), Scaling: Scaling(c.scaling), ScaleDivisor: float64(c.scale_divisor)}
-}
-
 // LoadCSV loads a .csv or .csv.gz file: features as float32 (N, F) and,
 // with labels, class labels as int64 (N).
 func LoadCSV(path string, opts CSVOptions) (*Dataset, error) {
 	if opts.SkipRows < 0 {
 		return nil, &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("SkipRows must be >= 0, got %d", opts.SkipRows)}
 	}
-	c := C.fulmen_csv_options{has_labels: C.bool(opts.HasLabels), label_column: C.int64_t(opts.LabelColumn),
-		header: C.int32_t(opts.Header), delimiter: C.char(opts.Delimiter), scaling: C.int32_t(opts.Scaling),
-		scale_divisor: C.double(opts.ScaleDivisor), skip_rows: C.size_t(opts.SkipRows)}
+	c := opts.c()
 	if opts.LabelName != "" {
 		c.label_name = cString(opts.LabelName)
 		defer freeCString(c.label_name)
@@ -284,39 +251,6 @@ func NewSourceDataset(src DataSource) (*Dataset, error) {
 	return newDataset(out), nil
 }
 
-// LoaderOptions are the options of a loader (fulmen_loader_options).
-type LoaderOptions struct {
-	// BatchSize is the number of samples per batch.
-	BatchSize int
-	// Shuffle reshuffles every epoch.
-	Shuffle bool
-	// Seed is the seed of the shuffle; the order depends only on (Seed, epoch).
-	Seed uint64
-	// DropLast drops the last incomplete batch.
-	DropLast bool
-	// PinMemory copies each batch into pinned host memory, so that its copy
-	// to a GPU overlaps (torch's pin_memory); without CUDA it does nothing.
-	PinMemory bool
-	// NumWorkers is the number of threads that read batches ahead of the
-	// loop, in the loader's order (torch's num_workers; 0: the loop's
-	// goroutine reads them; at most 64). A Go DataSource is read on the
-	// loop's goroutine unless its AnyThread is set: loaders over one
-	// without it refuse workers.
-	NumWorkers int
-	// PrefetchFactor is the number of batches each worker reads ahead
-	// (torch's prefetch_factor; 1 to 64; 0 means the default, 2).
-	PrefetchFactor int
-}
-
-// DefaultLoaderOptions are torch's DataLoader defaults (batch size 1, no
-// shuffle).
-func DefaultLoaderOptions() LoaderOptions {
-	c := C.fulmen_loader_options_default()
-	return LoaderOptions{BatchSize: int(c.batch_size), Shuffle: bool(c.shuffle), Seed: uint64(c.seed),
-		DropLast: bool(c.drop_last), PinMemory: bool(c.pin_memory), NumWorkers: int(c.num_workers),
-		PrefetchFactor: int(c.prefetch_factor)}
-}
-
 // Loader is something the trainer draws batches from: a loader over a
 // dataset, or a Go Iterator.
 type Loader struct {
@@ -376,13 +310,10 @@ func NewLoader(ds *Dataset, opts LoaderOptions) (*Loader, error) {
 			"LoaderOptions: BatchSize %d, NumWorkers %d and PrefetchFactor %d must not be negative",
 			opts.BatchSize, opts.NumWorkers, opts.PrefetchFactor)}
 	}
-	prefetch := opts.PrefetchFactor
-	if prefetch == 0 {
-		prefetch = int(C.fulmen_loader_options_default().prefetch_factor)
+	if opts.PrefetchFactor == 0 {
+		opts.PrefetchFactor = int(C.fulmen_loader_options_default().prefetch_factor)
 	}
-	c := C.fulmen_loader_options{batch_size: C.size_t(opts.BatchSize), shuffle: C.bool(opts.Shuffle),
-		seed: C.uint64_t(opts.Seed), drop_last: C.bool(opts.DropLast), pin_memory: C.bool(opts.PinMemory),
-		num_workers: C.size_t(opts.NumWorkers), prefetch_factor: C.size_t(prefetch)}
+	c := opts.c()
 	var out *C.fulmen_loader
 	err := check(C.fulmen_loader_new(ds.ptr(), &c, &out))
 	runtime.KeepAlive(ds)

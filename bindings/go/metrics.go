@@ -41,30 +41,6 @@ const (
 	AverageWeighted Average = C.FULMEN_AVERAGE_WEIGHTED
 )
 
-// MetricOptions are the options of a Metric (fulmen_metric_options).
-type MetricOptions struct {
-	// Kind is what to compute.
-	Kind MetricKind
-	// NumClasses is 0 for a binary task, 2 to 4096 for multiclass.
-	NumClasses int64
-	// Average combines per-class scores (multiclass).
-	Average Average
-	// Threshold: binary probabilities above it are positive.
-	Threshold float64
-	// Thresholds: AUROC's bins (0: the exact curve).
-	Thresholds int64
-	// SyncOnCompute sums the states over the ranks of a distributed job.
-	SyncOnCompute bool
-}
-
-// DefaultMetricOptions are torchmetrics' defaults for kind over
-// numClasses classes (0: binary).
-func DefaultMetricOptions(kind MetricKind, numClasses int64) MetricOptions {
-	c := C.fulmen_metric_options_default(C.int32_t(kind), C.int64_t(numClasses))
-	return MetricOptions{Kind: MetricKind(c.kind), NumClasses: int64(c.num_classes), Average: Average(c.average),
-		Threshold: float64(c.threshold), Thresholds: int64(c.thresholds), SyncOnCompute: bool(c.sync_on_compute)}
-}
-
 // Metric accumulates predictions and targets over an epoch: Update with
 // each batch, Compute at the end (a collective in a distributed job with
 // SyncOnCompute), Reset for the next.
@@ -74,9 +50,7 @@ type Metric struct {
 
 // NewMetric builds a metric with an empty state (fulmen_metric_new).
 func NewMetric(o MetricOptions) (*Metric, error) {
-	c := C.fulmen_metric_options{kind: C.int32_t(o.Kind), num_classes: C.int64_t(o.NumClasses),
-		average: C.int32_t(o.Average), threshold: C.double(o.Threshold), thresholds: C.int64_t(o.Thresholds),
-		sync_on_compute: C.bool(o.SyncOnCompute)}
+	c := o.c()
 	var out *C.fulmen_metric
 	if err := check(C.fulmen_metric_new(&c, &out)); err != nil {
 		return nil, err

@@ -104,48 +104,9 @@ func NewLinear(in, out int64, bias bool) (*Model, error) {
 	})
 }
 
-// Conv2dOptions are the options of a 2-D convolution (fulmen_conv2d_options).
-type Conv2dOptions struct {
-	// Kernel is the kernel height and width.
-	Kernel [2]int64
-	// Stride (default 1, 1).
-	Stride [2]int64
-	// Padding is the zero padding (default 0, 0).
-	Padding [2]int64
-	// Dilation (default 1, 1).
-	Dilation [2]int64
-	// Groups (default 1).
-	Groups int64
-	// Bias learns a bias (default true).
-	Bias bool
-}
-
-// DefaultConv2dOptions are the default options for a square kernel.
-func DefaultConv2dOptions(kernel int64) Conv2dOptions {
-	c := C.fulmen_conv2d_options_default(C.int64_t(kernel))
-	var o Conv2dOptions
-	for i := 0; i < 2; i++ {
-		o.Kernel[i] = int64(c.kernel[i])
-		o.Stride[i] = int64(c.stride[i])
-		o.Padding[i] = int64(c.padding[i])
-		o.Dilation[i] = int64(c.dilation[i])
-	}
-	o.Groups = int64(c.groups)
-	o.Bias = bool(c.bias)
-	return o
-}
-
 // NewConv2d creates nn.Conv2d(in, out, ...) with opts.
 func NewConv2d(in, out int64, opts Conv2dOptions) (*Model, error) {
-	var c C.fulmen_conv2d_options
-	for i := 0; i < 2; i++ {
-		c.kernel[i] = C.int64_t(opts.Kernel[i])
-		c.stride[i] = C.int64_t(opts.Stride[i])
-		c.padding[i] = C.int64_t(opts.Padding[i])
-		c.dilation[i] = C.int64_t(opts.Dilation[i])
-	}
-	c.groups = C.int64_t(opts.Groups)
-	c.bias = C.bool(opts.Bias)
+	c := opts.c()
 	return makeModel(func(o **C.fulmen_model) cErr {
 		return C.fulmen_model_conv2d_new(C.int64_t(in), C.int64_t(out), &c, o)
 	})
@@ -481,32 +442,6 @@ func ClipGradValue(m *Model, value float64) error {
 // Closed reports whether the model was closed or consumed (by Push or Add).
 func (m *Model) Closed() bool { return m == nil || m.h.closed() }
 
-// RNNOptions are the options of RNN, LSTM and GRU (fulmen_rnn_options).
-type RNNOptions struct {
-	// NumLayers is the number of stacked layers (default 1, at most 1024).
-	NumLayers int64
-	// Bias learns bias_ih and bias_hh (default true).
-	Bias bool
-	// BatchFirst takes and gives (N, T, F) rather than (T, N, F) (default false).
-	BatchFirst bool
-	// Dropout applies to the outputs of every layer but the last, in training (default 0).
-	Dropout float64
-	// Bidirectional runs each layer both ways (default false).
-	Bidirectional bool
-}
-
-// DefaultRNNOptions are PyTorch's defaults.
-func DefaultRNNOptions() RNNOptions {
-	c := C.fulmen_rnn_options_default()
-	return RNNOptions{NumLayers: int64(c.num_layers), Bias: bool(c.bias), BatchFirst: bool(c.batch_first),
-		Dropout: float64(c.dropout), Bidirectional: bool(c.bidirectional)}
-}
-
-func (o RNNOptions) c() C.fulmen_rnn_options {
-	return C.fulmen_rnn_options{num_layers: C.int64_t(o.NumLayers), bias: C.bool(o.Bias),
-		batch_first: C.bool(o.BatchFirst), dropout: C.double(o.Dropout), bidirectional: C.bool(o.Bidirectional)}
-}
-
 // NewLSTM creates nn.LSTM(inputSize, hiddenSize, ...). Forward gives the
 // output sequence; ForwardMulti(x, h0, c0, lengths) gives output, h_n, c_n.
 func NewLSTM(inputSize, hiddenSize int64, opts RNNOptions) (*Model, error) {
@@ -543,43 +478,6 @@ func NewMultiheadAttention(embedDim, numHeads int64, dropout float64, bias, batc
 		return C.fulmen_model_multihead_attention_new(C.int64_t(embedDim), C.int64_t(numHeads), C.double(dropout),
 			C.bool(bias), C.bool(batchFirst), o)
 	})
-}
-
-// TransformerOptions are the options of the transformer layers
-// (fulmen_transformer_options).
-type TransformerOptions struct {
-	// DimFeedforward is the width of the feed-forward block (default 2048).
-	DimFeedforward int64
-	// Dropout (default 0.1).
-	Dropout float64
-	// Activation of the feed-forward block (default ReLU).
-	Activation Activation
-	// ActivationParam is its parameter, as for NewActivation (default 0).
-	ActivationParam float64
-	// LayerNormEps is the epsilon of the layer norms (default 1e-5).
-	LayerNormEps float64
-	// BatchFirst takes and gives (N, L, E) rather than (L, N, E) (default false).
-	BatchFirst bool
-	// NormFirst normalises before each block (default false: post-norm).
-	NormFirst bool
-	// Bias gives the linear layers and layer norms biases (default true).
-	Bias bool
-}
-
-// DefaultTransformerOptions are PyTorch's defaults.
-func DefaultTransformerOptions() TransformerOptions {
-	c := C.fulmen_transformer_options_default()
-	return TransformerOptions{DimFeedforward: int64(c.dim_feedforward), Dropout: float64(c.dropout),
-		Activation: Activation(c.activation), ActivationParam: float64(c.activation_param),
-		LayerNormEps: float64(c.layer_norm_eps), BatchFirst: bool(c.batch_first), NormFirst: bool(c.norm_first),
-		Bias: bool(c.bias)}
-}
-
-func (o TransformerOptions) c() C.fulmen_transformer_options {
-	return C.fulmen_transformer_options{dim_feedforward: C.int64_t(o.DimFeedforward), dropout: C.double(o.Dropout),
-		activation: C.int32_t(o.Activation), activation_param: C.double(o.ActivationParam),
-		layer_norm_eps: C.double(o.LayerNormEps), batch_first: C.bool(o.BatchFirst), norm_first: C.bool(o.NormFirst),
-		bias: C.bool(o.Bias)}
 }
 
 // NewTransformerEncoderLayer creates nn.TransformerEncoderLayer(dModel,

@@ -7,6 +7,397 @@ package fulmen
 */
 import "C"
 
+// CSVOptions are the options of LoadCSV (fulmen_csv_options).
+type CSVOptions struct {
+	// HasLabels: a column holds integer class labels.
+	HasLabels bool
+	// LabelColumn is the label column; negative counts from the end.
+	LabelColumn int64
+	// Header says whether the first row is a header.
+	Header CSVHeader
+	// Delimiter is the field separator.
+	Delimiter byte
+	// Scaling is how the features are scaled.
+	Scaling Scaling
+	// ScaleDivisor is the divisor for ScalingDivide.
+	ScaleDivisor float64
+	// SkipRows lines are skipped first (scikit-learn's count line).
+	SkipRows int
+	// LabelName is the label column by header name (instead of LabelColumn).
+	LabelName string
+	// FeatureColumns are the feature columns, by header name or index
+	// ("2"), in this order; nil: every column but the label.
+	FeatureColumns []string
+}
+
+// DefaultCSVOptions are the defaults: labels in column 0, header detected,
+// ',', no scaling.
+func DefaultCSVOptions() CSVOptions {
+	return csvOptionsFromC(C.fulmen_csv_options_default())
+}
+
+// csvOptionsFromC is the Go form of a C fulmen_csv_options, leaving out
+// label_name and feature_columns.
+func csvOptionsFromC(c C.fulmen_csv_options) (o CSVOptions) {
+	o.HasLabels = bool(c.has_labels)
+	o.LabelColumn = int64(c.label_column)
+	o.Header = CSVHeader(c.header)
+	o.Delimiter = byte(c.delimiter)
+	o.Scaling = Scaling(c.scaling)
+	o.ScaleDivisor = float64(c.scale_divisor)
+	o.SkipRows = int(c.skip_rows)
+	return o
+}
+
+// c is the C form of the options, a fulmen_csv_options; the caller
+// sets label_name and feature_columns.
+func (o CSVOptions) c() (c C.fulmen_csv_options) {
+	c.has_labels = C.bool(o.HasLabels)
+	c.label_column = C.int64_t(o.LabelColumn)
+	c.header = C.int32_t(o.Header)
+	c.delimiter = C.char(o.Delimiter)
+	c.scaling = C.int32_t(o.Scaling)
+	c.scale_divisor = C.double(o.ScaleDivisor)
+	c.skip_rows = C.size_t(o.SkipRows)
+	return c
+}
+
+// LoaderOptions are the options of a loader (fulmen_loader_options).
+type LoaderOptions struct {
+	// BatchSize is the number of samples per batch.
+	BatchSize int
+	// Shuffle reshuffles every epoch.
+	Shuffle bool
+	// Seed is the seed of the shuffle; the order depends only on (Seed, epoch).
+	Seed uint64
+	// DropLast drops the last incomplete batch.
+	DropLast bool
+	// PinMemory copies each batch into pinned host memory, so that its copy
+	// to a GPU overlaps (torch's pin_memory); without CUDA it does nothing.
+	PinMemory bool
+	// NumWorkers is the number of threads that read batches ahead of the
+	// loop, in the loader's order (torch's num_workers; 0: the loop's
+	// goroutine reads them; at most 64). A Go DataSource is read on the
+	// loop's goroutine unless its AnyThread is set: loaders over one
+	// without it refuse workers.
+	NumWorkers int
+	// PrefetchFactor is the number of batches each worker reads ahead
+	// (torch's prefetch_factor; 1 to 64; 0 means the default, 2).
+	PrefetchFactor int
+}
+
+// DefaultLoaderOptions are torch's DataLoader defaults (batch size 1, no
+// shuffle).
+func DefaultLoaderOptions() LoaderOptions {
+	return loaderOptionsFromC(C.fulmen_loader_options_default())
+}
+
+// loaderOptionsFromC is the Go form of a C fulmen_loader_options.
+func loaderOptionsFromC(c C.fulmen_loader_options) (o LoaderOptions) {
+	o.BatchSize = int(c.batch_size)
+	o.Shuffle = bool(c.shuffle)
+	o.Seed = uint64(c.seed)
+	o.DropLast = bool(c.drop_last)
+	o.PinMemory = bool(c.pin_memory)
+	o.NumWorkers = int(c.num_workers)
+	o.PrefetchFactor = int(c.prefetch_factor)
+	return o
+}
+
+// c is the C form of the options, a fulmen_loader_options.
+func (o LoaderOptions) c() (c C.fulmen_loader_options) {
+	c.batch_size = C.size_t(o.BatchSize)
+	c.shuffle = C.bool(o.Shuffle)
+	c.seed = C.uint64_t(o.Seed)
+	c.drop_last = C.bool(o.DropLast)
+	c.pin_memory = C.bool(o.PinMemory)
+	c.num_workers = C.size_t(o.NumWorkers)
+	c.prefetch_factor = C.size_t(o.PrefetchFactor)
+	return c
+}
+
+// Conv2dOptions are the options of a 2-D convolution (fulmen_conv2d_options).
+type Conv2dOptions struct {
+	// Kernel is the kernel height and width.
+	Kernel [2]int64
+	// Stride (default 1, 1).
+	Stride [2]int64
+	// Padding is the zero padding (default 0, 0).
+	Padding [2]int64
+	// Dilation (default 1, 1).
+	Dilation [2]int64
+	// Groups (default 1).
+	Groups int64
+	// Bias learns a bias (default true).
+	Bias bool
+}
+
+// DefaultConv2dOptions are the default options for a square kernel.
+func DefaultConv2dOptions(kernel int64) Conv2dOptions {
+	return conv2dOptionsFromC(C.fulmen_conv2d_options_default(C.int64_t(kernel)))
+}
+
+// conv2dOptionsFromC is the Go form of a C fulmen_conv2d_options.
+func conv2dOptionsFromC(c C.fulmen_conv2d_options) (o Conv2dOptions) {
+	for i := range o.Kernel {
+		o.Kernel[i] = int64(c.kernel[i])
+	}
+	for i := range o.Stride {
+		o.Stride[i] = int64(c.stride[i])
+	}
+	for i := range o.Padding {
+		o.Padding[i] = int64(c.padding[i])
+	}
+	for i := range o.Dilation {
+		o.Dilation[i] = int64(c.dilation[i])
+	}
+	o.Groups = int64(c.groups)
+	o.Bias = bool(c.bias)
+	return o
+}
+
+// c is the C form of the options, a fulmen_conv2d_options.
+func (o Conv2dOptions) c() (c C.fulmen_conv2d_options) {
+	for i := range o.Kernel {
+		c.kernel[i] = C.int64_t(o.Kernel[i])
+	}
+	for i := range o.Stride {
+		c.stride[i] = C.int64_t(o.Stride[i])
+	}
+	for i := range o.Padding {
+		c.padding[i] = C.int64_t(o.Padding[i])
+	}
+	for i := range o.Dilation {
+		c.dilation[i] = C.int64_t(o.Dilation[i])
+	}
+	c.groups = C.int64_t(o.Groups)
+	c.bias = C.bool(o.Bias)
+	return c
+}
+
+// Conv3dOptions are the options of a 3-D convolution (fulmen_conv3d_options).
+type Conv3dOptions struct {
+	// Kernel is the kernel depth, height and width.
+	Kernel [3]int64
+	// Stride (default 1, 1, 1).
+	Stride [3]int64
+	// Padding is the zero padding (default 0, 0, 0).
+	Padding [3]int64
+	// Dilation (default 1, 1, 1).
+	Dilation [3]int64
+	// Groups (default 1).
+	Groups int64
+	// Bias learns a bias (default true).
+	Bias bool
+}
+
+// DefaultConv3dOptions are the default options for a cubic kernel.
+func DefaultConv3dOptions(kernel int64) Conv3dOptions {
+	return conv3dOptionsFromC(C.fulmen_conv3d_options_default(C.int64_t(kernel)))
+}
+
+// conv3dOptionsFromC is the Go form of a C fulmen_conv3d_options.
+func conv3dOptionsFromC(c C.fulmen_conv3d_options) (o Conv3dOptions) {
+	for i := range o.Kernel {
+		o.Kernel[i] = int64(c.kernel[i])
+	}
+	for i := range o.Stride {
+		o.Stride[i] = int64(c.stride[i])
+	}
+	for i := range o.Padding {
+		o.Padding[i] = int64(c.padding[i])
+	}
+	for i := range o.Dilation {
+		o.Dilation[i] = int64(c.dilation[i])
+	}
+	o.Groups = int64(c.groups)
+	o.Bias = bool(c.bias)
+	return o
+}
+
+// c is the C form of the options, a fulmen_conv3d_options.
+func (o Conv3dOptions) c() (c C.fulmen_conv3d_options) {
+	for i := range o.Kernel {
+		c.kernel[i] = C.int64_t(o.Kernel[i])
+	}
+	for i := range o.Stride {
+		c.stride[i] = C.int64_t(o.Stride[i])
+	}
+	for i := range o.Padding {
+		c.padding[i] = C.int64_t(o.Padding[i])
+	}
+	for i := range o.Dilation {
+		c.dilation[i] = C.int64_t(o.Dilation[i])
+	}
+	c.groups = C.int64_t(o.Groups)
+	c.bias = C.bool(o.Bias)
+	return c
+}
+
+// ConvTransposeOptions are the options of a transposed convolution
+// (fulmen_conv_transpose_options); only the first Dims entries are read.
+type ConvTransposeOptions struct {
+	// Dims is 1 (ConvTranspose1d) or 2 (ConvTranspose2d).
+	Dims int
+	// Kernel size per spatial dimension.
+	Kernel [2]int64
+	// Stride (default 1).
+	Stride [2]int64
+	// Padding removed from each side of the output (default 0).
+	Padding [2]int64
+	// OutputPadding is added to one side of the output (default 0).
+	OutputPadding [2]int64
+	// Dilation (default 1).
+	Dilation [2]int64
+	// Groups (default 1).
+	Groups int64
+	// Bias learns a bias (default true).
+	Bias bool
+}
+
+// DefaultConvTransposeOptions are the defaults for dims spatial dimensions
+// and a square kernel.
+func DefaultConvTransposeOptions(dims int, kernel int64) ConvTransposeOptions {
+	return convTransposeOptionsFromC(C.fulmen_conv_transpose_options_default(C.size_t(dims), C.int64_t(kernel)))
+}
+
+// convTransposeOptionsFromC is the Go form of a C fulmen_conv_transpose_options.
+func convTransposeOptionsFromC(c C.fulmen_conv_transpose_options) (o ConvTransposeOptions) {
+	o.Dims = int(c.dims)
+	for i := range o.Kernel {
+		o.Kernel[i] = int64(c.kernel[i])
+	}
+	for i := range o.Stride {
+		o.Stride[i] = int64(c.stride[i])
+	}
+	for i := range o.Padding {
+		o.Padding[i] = int64(c.padding[i])
+	}
+	for i := range o.OutputPadding {
+		o.OutputPadding[i] = int64(c.output_padding[i])
+	}
+	for i := range o.Dilation {
+		o.Dilation[i] = int64(c.dilation[i])
+	}
+	o.Groups = int64(c.groups)
+	o.Bias = bool(c.bias)
+	return o
+}
+
+// c is the C form of the options, a fulmen_conv_transpose_options.
+func (o ConvTransposeOptions) c() (c C.fulmen_conv_transpose_options) {
+	c.dims = C.size_t(o.Dims)
+	for i := range o.Kernel {
+		c.kernel[i] = C.int64_t(o.Kernel[i])
+	}
+	for i := range o.Stride {
+		c.stride[i] = C.int64_t(o.Stride[i])
+	}
+	for i := range o.Padding {
+		c.padding[i] = C.int64_t(o.Padding[i])
+	}
+	for i := range o.OutputPadding {
+		c.output_padding[i] = C.int64_t(o.OutputPadding[i])
+	}
+	for i := range o.Dilation {
+		c.dilation[i] = C.int64_t(o.Dilation[i])
+	}
+	c.groups = C.int64_t(o.Groups)
+	c.bias = C.bool(o.Bias)
+	return c
+}
+
+// RNNOptions are the options of RNN, LSTM and GRU (fulmen_rnn_options).
+type RNNOptions struct {
+	// NumLayers is the number of stacked layers (default 1, at most 1024).
+	NumLayers int64
+	// Bias learns bias_ih and bias_hh (default true).
+	Bias bool
+	// BatchFirst takes and gives (N, T, F) rather than (T, N, F) (default false).
+	BatchFirst bool
+	// Dropout applies to the outputs of every layer but the last, in training (default 0).
+	Dropout float64
+	// Bidirectional runs each layer both ways (default false).
+	Bidirectional bool
+}
+
+// DefaultRNNOptions are PyTorch's defaults.
+func DefaultRNNOptions() RNNOptions {
+	return rnnOptionsFromC(C.fulmen_rnn_options_default())
+}
+
+// rnnOptionsFromC is the Go form of a C fulmen_rnn_options.
+func rnnOptionsFromC(c C.fulmen_rnn_options) (o RNNOptions) {
+	o.NumLayers = int64(c.num_layers)
+	o.Bias = bool(c.bias)
+	o.BatchFirst = bool(c.batch_first)
+	o.Dropout = float64(c.dropout)
+	o.Bidirectional = bool(c.bidirectional)
+	return o
+}
+
+// c is the C form of the options, a fulmen_rnn_options.
+func (o RNNOptions) c() (c C.fulmen_rnn_options) {
+	c.num_layers = C.int64_t(o.NumLayers)
+	c.bias = C.bool(o.Bias)
+	c.batch_first = C.bool(o.BatchFirst)
+	c.dropout = C.double(o.Dropout)
+	c.bidirectional = C.bool(o.Bidirectional)
+	return c
+}
+
+// TransformerOptions are the options of the transformer layers
+// (fulmen_transformer_options).
+type TransformerOptions struct {
+	// DimFeedforward is the width of the feed-forward block (default 2048).
+	DimFeedforward int64
+	// Dropout (default 0.1).
+	Dropout float64
+	// Activation of the feed-forward block (default ReLU).
+	Activation Activation
+	// ActivationParam is its parameter, as for NewActivation (default 0).
+	ActivationParam float64
+	// LayerNormEps is the epsilon of the layer norms (default 1e-5).
+	LayerNormEps float64
+	// BatchFirst takes and gives (N, L, E) rather than (L, N, E) (default false).
+	BatchFirst bool
+	// NormFirst normalises before each block (default false: post-norm).
+	NormFirst bool
+	// Bias gives the linear layers and layer norms biases (default true).
+	Bias bool
+}
+
+// DefaultTransformerOptions are PyTorch's defaults.
+func DefaultTransformerOptions() TransformerOptions {
+	return transformerOptionsFromC(C.fulmen_transformer_options_default())
+}
+
+// transformerOptionsFromC is the Go form of a C fulmen_transformer_options.
+func transformerOptionsFromC(c C.fulmen_transformer_options) (o TransformerOptions) {
+	o.DimFeedforward = int64(c.dim_feedforward)
+	o.Dropout = float64(c.dropout)
+	o.Activation = Activation(c.activation)
+	o.ActivationParam = float64(c.activation_param)
+	o.LayerNormEps = float64(c.layer_norm_eps)
+	o.BatchFirst = bool(c.batch_first)
+	o.NormFirst = bool(c.norm_first)
+	o.Bias = bool(c.bias)
+	return o
+}
+
+// c is the C form of the options, a fulmen_transformer_options.
+func (o TransformerOptions) c() (c C.fulmen_transformer_options) {
+	c.dim_feedforward = C.int64_t(o.DimFeedforward)
+	c.dropout = C.double(o.Dropout)
+	c.activation = C.int32_t(o.Activation)
+	c.activation_param = C.double(o.ActivationParam)
+	c.layer_norm_eps = C.double(o.LayerNormEps)
+	c.batch_first = C.bool(o.BatchFirst)
+	c.norm_first = C.bool(o.NormFirst)
+	c.bias = C.bool(o.Bias)
+	return c
+}
+
 // SGDOptions are torch.optim.SGD's options (fulmen_sgd_options).
 type SGDOptions struct {
 	// LR is the learning rate.
@@ -546,5 +937,401 @@ func (o CyclicLROptions) c() (c C.fulmen_cyclic_lr_options) {
 	c.cycle_momentum = C.bool(o.CycleMomentum)
 	c.base_momentum = C.double(o.BaseMomentum)
 	c.max_momentum = C.double(o.MaxMomentum)
+	return c
+}
+
+// MetricOptions are the options of a Metric (fulmen_metric_options).
+type MetricOptions struct {
+	// Kind is what to compute.
+	Kind MetricKind
+	// NumClasses is 0 for a binary task, 2 to 4096 for multiclass.
+	NumClasses int64
+	// Average combines per-class scores (multiclass).
+	Average Average
+	// Threshold: binary probabilities above it are positive.
+	Threshold float64
+	// Thresholds: AUROC's bins (0: the exact curve).
+	Thresholds int64
+	// SyncOnCompute sums the states over the ranks of a distributed job.
+	SyncOnCompute bool
+}
+
+// DefaultMetricOptions are torchmetrics' defaults for kind over
+// numClasses classes (0: binary).
+func DefaultMetricOptions(kind MetricKind, numClasses int64) MetricOptions {
+	return metricOptionsFromC(C.fulmen_metric_options_default(C.int32_t(kind), C.int64_t(numClasses)))
+}
+
+// metricOptionsFromC is the Go form of a C fulmen_metric_options.
+func metricOptionsFromC(c C.fulmen_metric_options) (o MetricOptions) {
+	o.Kind = MetricKind(c.kind)
+	o.NumClasses = int64(c.num_classes)
+	o.Average = Average(c.average)
+	o.Threshold = float64(c.threshold)
+	o.Thresholds = int64(c.thresholds)
+	o.SyncOnCompute = bool(c.sync_on_compute)
+	return o
+}
+
+// c is the C form of the options, a fulmen_metric_options.
+func (o MetricOptions) c() (c C.fulmen_metric_options) {
+	c.kind = C.int32_t(o.Kind)
+	c.num_classes = C.int64_t(o.NumClasses)
+	c.average = C.int32_t(o.Average)
+	c.threshold = C.double(o.Threshold)
+	c.thresholds = C.int64_t(o.Thresholds)
+	c.sync_on_compute = C.bool(o.SyncOnCompute)
+	return c
+}
+
+// LRFindOptions are the options of a learning-rate range test
+// (fulmen_lr_find_options).
+type LRFindOptions struct {
+	// MinLR is the first learning rate.
+	MinLR float64
+	// MaxLR is the last learning rate.
+	MaxLR float64
+	// NumTraining is the number of learning rates tried, one per step.
+	NumTraining int64
+	// Mode is how the learning rate grows.
+	Mode LRFindMode
+	// EarlyStopThreshold stops the test once the smoothed loss exceeds
+	// this multiple of the best one; 0 never stops early.
+	EarlyStopThreshold float64
+}
+
+// DefaultLRFindOptions are Lightning's: 1e-8 to 1 over 100 steps,
+// exponentially, stopping at 4 times the best loss.
+func DefaultLRFindOptions() LRFindOptions {
+	return lrFindOptionsFromC(C.fulmen_lr_find_options_default())
+}
+
+// lrFindOptionsFromC is the Go form of a C fulmen_lr_find_options.
+func lrFindOptionsFromC(c C.fulmen_lr_find_options) (o LRFindOptions) {
+	o.MinLR = float64(c.min_lr)
+	o.MaxLR = float64(c.max_lr)
+	o.NumTraining = int64(c.num_training)
+	o.Mode = LRFindMode(c.mode)
+	o.EarlyStopThreshold = float64(c.early_stop_threshold)
+	return o
+}
+
+// c is the C form of the options, a fulmen_lr_find_options.
+func (o LRFindOptions) c() (c C.fulmen_lr_find_options) {
+	c.min_lr = C.double(o.MinLR)
+	c.max_lr = C.double(o.MaxLR)
+	c.num_training = C.int64_t(o.NumTraining)
+	c.mode = C.int32_t(o.Mode)
+	c.early_stop_threshold = C.double(o.EarlyStopThreshold)
+	return c
+}
+
+// BatchSizeFinderOptions are the options of ScaleBatchSize (Lightning's
+// scale_batch_size arguments).
+type BatchSizeFinderOptions struct {
+	// BinSearch searches between the last size that fit and the first that
+	// did not; false doubles until a trial runs out of memory ("power").
+	BinSearch bool
+	// StepsPerTrial is the number of optimizer steps per trial.
+	StepsPerTrial int64
+	// InitVal is the first batch size tried.
+	InitVal int
+	// MaxTrials is the most trials.
+	MaxTrials int64
+	// Margin reduces a binsearch's result by this fraction, in [0, 1).
+	Margin float64
+	// MaxVal caps the batch size; the search ends once it reaches it.
+	MaxVal int
+}
+
+// DefaultBatchSizeFinderOptions are Lightning's defaults.
+func DefaultBatchSizeFinderOptions() BatchSizeFinderOptions {
+	return batchSizeFinderOptionsFromC(C.fulmen_batch_size_finder_options_default())
+}
+
+// batchSizeFinderOptionsFromC is the Go form of a C fulmen_batch_size_finder_options.
+func batchSizeFinderOptionsFromC(c C.fulmen_batch_size_finder_options) (o BatchSizeFinderOptions) {
+	o.BinSearch = bool(c.binsearch)
+	o.StepsPerTrial = int64(c.steps_per_trial)
+	o.InitVal = int(c.init_val)
+	o.MaxTrials = int64(c.max_trials)
+	o.Margin = float64(c.margin)
+	o.MaxVal = int(c.max_val)
+	return o
+}
+
+// c is the C form of the options, a fulmen_batch_size_finder_options.
+func (o BatchSizeFinderOptions) c() (c C.fulmen_batch_size_finder_options) {
+	c.binsearch = C.bool(o.BinSearch)
+	c.steps_per_trial = C.int64_t(o.StepsPerTrial)
+	c.init_val = C.size_t(o.InitVal)
+	c.max_trials = C.int64_t(o.MaxTrials)
+	c.margin = C.double(o.Margin)
+	c.max_val = C.size_t(o.MaxVal)
+	return c
+}
+
+// ModelCheckpointOptions are the options of Lightning's ModelCheckpoint.
+// Start from DefaultModelCheckpointOptions: the zero value saves nothing.
+type ModelCheckpointOptions struct {
+	// Dirpath is the folder ("": <log dir>/checkpoints).
+	Dirpath string
+	// Filename is the name template, such as "{epoch}-{val_loss:.3f}"
+	// ("": "{epoch}-{step}").
+	Filename string
+	// Monitor is the metric to rank by ("": keep the latest).
+	Monitor string
+	// Mode says whether lower or higher Monitor values are better.
+	Mode Mode
+	// SaveTopK is the number of best checkpoints to keep (-1 all, 0 none).
+	SaveTopK int64
+	// SaveLast also writes last.ckpt.
+	SaveLast bool
+	// EveryNTrainSteps saves every n optimizer steps (0: off).
+	EveryNTrainSteps int64
+	// EveryNEpochs saves every n epochs.
+	EveryNEpochs int64
+	// SaveWeightsOnly saves only the weights (such a checkpoint cannot
+	// resume a fit).
+	SaveWeightsOnly bool
+	// AutoInsertMetricName writes name=value in file names.
+	AutoInsertMetricName bool
+	// SaveOnTrainEpochEnd says when to save.
+	SaveOnTrainEpochEnd CheckTiming
+}
+
+// DefaultModelCheckpointOptions are Lightning's ModelCheckpoint defaults
+// (from the library): keep the latest checkpoint, every epoch.
+func DefaultModelCheckpointOptions() ModelCheckpointOptions {
+	return modelCheckpointOptionsFromC(C.fulmen_model_checkpoint_options_default())
+}
+
+// modelCheckpointOptionsFromC is the Go form of a C fulmen_model_checkpoint_options, leaving out
+// dirpath, filename and monitor.
+func modelCheckpointOptionsFromC(c C.fulmen_model_checkpoint_options) (o ModelCheckpointOptions) {
+	o.Mode = Mode(c.mode)
+	o.SaveTopK = int64(c.save_top_k)
+	o.SaveLast = bool(c.save_last)
+	o.EveryNTrainSteps = int64(c.every_n_train_steps)
+	o.EveryNEpochs = int64(c.every_n_epochs)
+	o.SaveWeightsOnly = bool(c.save_weights_only)
+	o.AutoInsertMetricName = bool(c.auto_insert_metric_name)
+	o.SaveOnTrainEpochEnd = CheckTiming(c.save_on_train_epoch_end)
+	return o
+}
+
+// c is the C form of the options, a fulmen_model_checkpoint_options; the caller
+// sets dirpath, filename and monitor.
+func (o ModelCheckpointOptions) c() (c C.fulmen_model_checkpoint_options) {
+	c.mode = C.int32_t(o.Mode)
+	c.save_top_k = C.int64_t(o.SaveTopK)
+	c.save_last = C.bool(o.SaveLast)
+	c.every_n_train_steps = C.int64_t(o.EveryNTrainSteps)
+	c.every_n_epochs = C.int64_t(o.EveryNEpochs)
+	c.save_weights_only = C.bool(o.SaveWeightsOnly)
+	c.auto_insert_metric_name = C.bool(o.AutoInsertMetricName)
+	c.save_on_train_epoch_end = C.int32_t(o.SaveOnTrainEpochEnd)
+	return c
+}
+
+// EarlyStoppingOptions are the options of Lightning's EarlyStopping.
+// Start from DefaultEarlyStoppingOptions.
+type EarlyStoppingOptions struct {
+	// Monitor is the metric to watch (required).
+	Monitor string
+	// MinDelta is the smallest change that counts as an improvement.
+	MinDelta float64
+	// Patience is the number of checks without improvement before stopping.
+	Patience int64
+	// Mode says whether lower or higher values are better.
+	Mode Mode
+	// Strict makes a missing metric an error.
+	Strict bool
+	// CheckFinite stops on NaN or infinite values.
+	CheckFinite bool
+	// StoppingThreshold stops once the metric is better than this (NaN: none).
+	StoppingThreshold float64
+	// DivergenceThreshold stops once the metric is worse than this (NaN: none).
+	DivergenceThreshold float64
+	// CheckOnTrainEpochEnd says when to check.
+	CheckOnTrainEpochEnd CheckTiming
+}
+
+// earlyStoppingOptionsFromC is the Go form of a C fulmen_early_stopping_options, leaving out
+// monitor.
+func earlyStoppingOptionsFromC(c C.fulmen_early_stopping_options) (o EarlyStoppingOptions) {
+	o.MinDelta = float64(c.min_delta)
+	o.Patience = int64(c.patience)
+	o.Mode = Mode(c.mode)
+	o.Strict = bool(c.strict)
+	o.CheckFinite = bool(c.check_finite)
+	o.StoppingThreshold = float64(c.stopping_threshold)
+	o.DivergenceThreshold = float64(c.divergence_threshold)
+	o.CheckOnTrainEpochEnd = CheckTiming(c.check_on_train_epoch_end)
+	return o
+}
+
+// c is the C form of the options, a fulmen_early_stopping_options; the caller
+// sets monitor.
+func (o EarlyStoppingOptions) c() (c C.fulmen_early_stopping_options) {
+	c.min_delta = C.double(o.MinDelta)
+	c.patience = C.int64_t(o.Patience)
+	c.mode = C.int32_t(o.Mode)
+	c.strict = C.bool(o.Strict)
+	c.check_finite = C.bool(o.CheckFinite)
+	c.stopping_threshold = C.double(o.StoppingThreshold)
+	c.divergence_threshold = C.double(o.DivergenceThreshold)
+	c.check_on_train_epoch_end = C.int32_t(o.CheckOnTrainEpochEnd)
+	return c
+}
+
+// WeightAveragingOptions are the options of weight averaging (Lightning's
+// EMAWeightAveraging, or WeightAveraging's equal average when EMA is false).
+type WeightAveragingOptions struct {
+	// EMA keeps an exponential moving average with Decay; false averages
+	// every update equally (SWA).
+	EMA bool
+	// Decay is the EMA decay in [0, 1].
+	Decay float64
+	// UseBuffers averages the buffers too; otherwise they are copied.
+	UseBuffers bool
+	// UpdateEveryNSteps updates after every n-th optimizer step (0: not
+	// per step).
+	UpdateEveryNSteps int64
+	// UpdateStartingAtStep is the first step index updated (-1: the first).
+	UpdateStartingAtStep int64
+	// UpdateStartingAtEpoch also updates at each epoch end from this epoch
+	// on (-1: never).
+	UpdateStartingAtEpoch int64
+}
+
+// DefaultWeightAveragingOptions are Lightning's EMAWeightAveraging defaults.
+func DefaultWeightAveragingOptions() WeightAveragingOptions {
+	return weightAveragingOptionsFromC(C.fulmen_weight_averaging_options_default())
+}
+
+// weightAveragingOptionsFromC is the Go form of a C fulmen_weight_averaging_options.
+func weightAveragingOptionsFromC(c C.fulmen_weight_averaging_options) (o WeightAveragingOptions) {
+	o.EMA = bool(c.ema)
+	o.Decay = float64(c.decay)
+	o.UseBuffers = bool(c.use_buffers)
+	o.UpdateEveryNSteps = int64(c.update_every_n_steps)
+	o.UpdateStartingAtStep = int64(c.update_starting_at_step)
+	o.UpdateStartingAtEpoch = int64(c.update_starting_at_epoch)
+	return o
+}
+
+// c is the C form of the options, a fulmen_weight_averaging_options.
+func (o WeightAveragingOptions) c() (c C.fulmen_weight_averaging_options) {
+	c.ema = C.bool(o.EMA)
+	c.decay = C.double(o.Decay)
+	c.use_buffers = C.bool(o.UseBuffers)
+	c.update_every_n_steps = C.int64_t(o.UpdateEveryNSteps)
+	c.update_starting_at_step = C.int64_t(o.UpdateStartingAtStep)
+	c.update_starting_at_epoch = C.int64_t(o.UpdateStartingAtEpoch)
+	return c
+}
+
+// BackboneFinetuningOptions are the options of BackboneFinetuning
+// (Lightning's, with the backbone named by its path in the model).
+type BackboneFinetuningOptions struct {
+	// Backbone is the backbone's dotted path in the model ("backbone",
+	// "0", "encoder.layers").
+	Backbone string
+	// UnfreezeBackboneAtEpoch is the epoch whose start unfreezes it.
+	UnfreezeBackboneAtEpoch int64
+	// LambdaFactor multiplies the backbone's lr at each later epoch.
+	LambdaFactor float64
+	// BackboneInitialRatioLR is its first lr as a fraction of the first
+	// group's.
+	BackboneInitialRatioLR float64
+	// BackboneInitialLR is its first lr instead (< 0: the ratio).
+	BackboneInitialLR float64
+	// ShouldAlign keeps its lr at most the first group's.
+	ShouldAlign bool
+	// TrainBN keeps the backbone's BatchNorms trainable all along.
+	TrainBN bool
+	// Verbose prints both lrs at each change on stderr.
+	Verbose bool
+	// Rounding is the number of decimals printed.
+	Rounding int32
+}
+
+// backboneFinetuningOptionsFromC is the Go form of a C fulmen_backbone_finetuning_options, leaving out
+// backbone.
+func backboneFinetuningOptionsFromC(c C.fulmen_backbone_finetuning_options) (o BackboneFinetuningOptions) {
+	o.UnfreezeBackboneAtEpoch = int64(c.unfreeze_backbone_at_epoch)
+	o.LambdaFactor = float64(c.lambda_factor)
+	o.BackboneInitialRatioLR = float64(c.backbone_initial_ratio_lr)
+	o.BackboneInitialLR = float64(c.backbone_initial_lr)
+	o.ShouldAlign = bool(c.should_align)
+	o.TrainBN = bool(c.train_bn)
+	o.Verbose = bool(c.verbose)
+	o.Rounding = int32(c.rounding)
+	return o
+}
+
+// c is the C form of the options, a fulmen_backbone_finetuning_options; the caller
+// sets backbone.
+func (o BackboneFinetuningOptions) c() (c C.fulmen_backbone_finetuning_options) {
+	c.unfreeze_backbone_at_epoch = C.int64_t(o.UnfreezeBackboneAtEpoch)
+	c.lambda_factor = C.double(o.LambdaFactor)
+	c.backbone_initial_ratio_lr = C.double(o.BackboneInitialRatioLR)
+	c.backbone_initial_lr = C.double(o.BackboneInitialLR)
+	c.should_align = C.bool(o.ShouldAlign)
+	c.train_bn = C.bool(o.TrainBN)
+	c.verbose = C.bool(o.Verbose)
+	c.rounding = C.int32_t(o.Rounding)
+	return c
+}
+
+// StochasticWeightAveragingOptions are the options of Lightning's
+// StochasticWeightAveraging.
+type StochasticWeightAveragingOptions struct {
+	// SWALR is the SWA lr of every param group.
+	SWALR float64
+	// SWALRs, when not empty, holds one SWA lr per param group instead.
+	SWALRs []float64
+	// SWAEpochStart is the epoch averaging starts at, counted from 1; 0
+	// uses SWAEpochStartFraction.
+	SWAEpochStart int64
+	// SWAEpochStartFraction starts it at int(fraction * max_epochs).
+	SWAEpochStartFraction float64
+	// AnnealingEpochs is the number of epochs annealing to the SWA lr.
+	AnnealingEpochs int64
+	// LinearAnneal anneals linearly instead of by a cosine.
+	LinearAnneal bool
+	// AverageOnDevice keeps the average on the model's device instead of
+	// the CPU.
+	AverageOnDevice bool
+}
+
+// DefaultStochasticWeightAveragingOptions are Lightning's
+// StochasticWeightAveraging defaults with swaLR for every param group.
+func DefaultStochasticWeightAveragingOptions(swaLR float64) StochasticWeightAveragingOptions {
+	return stochasticWeightAveragingOptionsFromC(C.fulmen_stochastic_weight_averaging_options_default(C.double(swaLR)))
+}
+
+// stochasticWeightAveragingOptionsFromC is the Go form of a C fulmen_stochastic_weight_averaging_options, leaving out
+// swa_lrs and n_swa_lrs.
+func stochasticWeightAveragingOptionsFromC(c C.fulmen_stochastic_weight_averaging_options) (o StochasticWeightAveragingOptions) {
+	o.SWALR = float64(c.swa_lr)
+	o.SWAEpochStart = int64(c.swa_epoch_start)
+	o.SWAEpochStartFraction = float64(c.swa_epoch_start_fraction)
+	o.AnnealingEpochs = int64(c.annealing_epochs)
+	o.LinearAnneal = bool(c.linear_anneal)
+	o.AverageOnDevice = bool(c.average_on_device)
+	return o
+}
+
+// c is the C form of the options, a fulmen_stochastic_weight_averaging_options; the caller
+// sets swa_lrs and n_swa_lrs.
+func (o StochasticWeightAveragingOptions) c() (c C.fulmen_stochastic_weight_averaging_options) {
+	c.swa_lr = C.double(o.SWALR)
+	c.swa_epoch_start = C.int64_t(o.SWAEpochStart)
+	c.swa_epoch_start_fraction = C.double(o.SWAEpochStartFraction)
+	c.annealing_epochs = C.int64_t(o.AnnealingEpochs)
+	c.linear_anneal = C.bool(o.LinearAnneal)
+	c.average_on_device = C.bool(o.AverageOnDevice)
 	return c
 }

@@ -72,51 +72,6 @@ const (
 	CheckOnTrainEpochEnd CheckTiming = 1
 )
 
-// ModelCheckpointOptions are the options of Lightning's ModelCheckpoint.
-// Start from DefaultModelCheckpointOptions: the zero value saves nothing.
-type ModelCheckpointOptions struct {
-	// Dirpath is the folder ("": <log dir>/checkpoints).
-	Dirpath string
-	// Filename is the name template, such as "{epoch}-{val_loss:.3f}"
-	// ("": "{epoch}-{step}").
-	Filename string
-	// Monitor is the metric to rank by ("": keep the latest).
-	Monitor string
-	// Mode says whether lower or higher Monitor values are better.
-	Mode Mode
-	// SaveTopK is the number of best checkpoints to keep (-1 all, 0 none).
-	SaveTopK int64
-	// SaveLast also writes last.ckpt.
-	SaveLast bool
-	// EveryNTrainSteps saves every n optimizer steps (0: off).
-	EveryNTrainSteps int64
-	// EveryNEpochs saves every n epochs.
-	EveryNEpochs int64
-	// SaveWeightsOnly saves only the weights (such a checkpoint cannot
-	// resume a fit).
-	SaveWeightsOnly bool
-	// AutoInsertMetricName writes name=value in file names.
-	AutoInsertMetricName bool
-	// SaveOnTrainEpochEnd says when to save.
-	SaveOnTrainEpochEnd CheckTiming
-}
-
-// DefaultModelCheckpointOptions are Lightning's ModelCheckpoint defaults
-// (from the library): keep the latest checkpoint, every epoch.
-func DefaultModelCheckpointOptions() ModelCheckpointOptions {
-	d := C.fulmen_model_checkpoint_options_default()
-	return ModelCheckpointOptions{
-		Mode:                 Mode(d.mode),
-		SaveTopK:             int64(d.save_top_k),
-		SaveLast:             bool(d.save_last),
-		EveryNTrainSteps:     int64(d.every_n_train_steps),
-		EveryNEpochs:         int64(d.every_n_epochs),
-		SaveWeightsOnly:      bool(d.save_weights_only),
-		AutoInsertMetricName: bool(d.auto_insert_metric_name),
-		SaveOnTrainEpochEnd:  CheckTiming(d.save_on_train_epoch_end),
-	}
-}
-
 // optCString is a C copy of s, or nil for "" (to free with freeCString).
 func optCString(s string) *C.char {
 	if s == "" {
@@ -129,79 +84,31 @@ func optCString(s string) *C.char {
 // (enable_checkpointing) is then not added. BestModelPath, LastModelPath
 // and BestModelScore read the first one added.
 func (t *Trainer) AddModelCheckpoint(o ModelCheckpointOptions) error {
-	c := C.fulmen_model_checkpoint_options_default()
+	c := o.c()
 	c.dirpath = optCString(o.Dirpath)
 	c.filename = optCString(o.Filename)
 	c.monitor = optCString(o.Monitor)
 	defer freeCString(c.dirpath)
 	defer freeCString(c.filename)
 	defer freeCString(c.monitor)
-	c.mode = C.int32_t(o.Mode)
-	c.save_top_k = C.int64_t(o.SaveTopK)
-	c.save_last = C.bool(o.SaveLast)
-	c.every_n_train_steps = C.int64_t(o.EveryNTrainSteps)
-	c.every_n_epochs = C.int64_t(o.EveryNEpochs)
-	c.save_weights_only = C.bool(o.SaveWeightsOnly)
-	c.auto_insert_metric_name = C.bool(o.AutoInsertMetricName)
-	c.save_on_train_epoch_end = C.int32_t(o.SaveOnTrainEpochEnd)
 	err := check(C.fulmen_trainer_add_model_checkpoint(t.ptr(), &c))
 	runtime.KeepAlive(t)
 	return err
 }
 
-// EarlyStoppingOptions are the options of Lightning's EarlyStopping.
-// Start from DefaultEarlyStoppingOptions.
-type EarlyStoppingOptions struct {
-	// Monitor is the metric to watch (required).
-	Monitor string
-	// MinDelta is the smallest change that counts as an improvement.
-	MinDelta float64
-	// Patience is the number of checks without improvement before stopping.
-	Patience int64
-	// Mode says whether lower or higher values are better.
-	Mode Mode
-	// Strict makes a missing metric an error.
-	Strict bool
-	// CheckFinite stops on NaN or infinite values.
-	CheckFinite bool
-	// StoppingThreshold stops once the metric is better than this (NaN: none).
-	StoppingThreshold float64
-	// DivergenceThreshold stops once the metric is worse than this (NaN: none).
-	DivergenceThreshold float64
-	// CheckOnTrainEpochEnd says when to check.
-	CheckOnTrainEpochEnd CheckTiming
-}
-
 // DefaultEarlyStoppingOptions are Lightning's EarlyStopping defaults
 // (from the library) watching monitor.
 func DefaultEarlyStoppingOptions(monitor string) EarlyStoppingOptions {
-	d := C.fulmen_early_stopping_options_default()
-	return EarlyStoppingOptions{
-		Monitor:              monitor,
-		MinDelta:             float64(d.min_delta),
-		Patience:             int64(d.patience),
-		Mode:                 Mode(d.mode),
-		Strict:               bool(d.strict),
-		CheckFinite:          bool(d.check_finite),
-		StoppingThreshold:    float64(d.stopping_threshold),
-		DivergenceThreshold:  float64(d.divergence_threshold),
-		CheckOnTrainEpochEnd: CheckTiming(d.check_on_train_epoch_end),
-	}
+	o := earlyStoppingOptionsFromC(C.fulmen_early_stopping_options_default())
+	o.Monitor = monitor
+	return o
 }
 
 // AddEarlyStopping adds an EarlyStopping callback.
 func (t *Trainer) AddEarlyStopping(o EarlyStoppingOptions) error {
-	c := C.fulmen_early_stopping_options_default()
+	c := o.c()
 	c.monitor = optCString(o.Monitor)
 	defer freeCString(c.monitor)
-	c.min_delta = C.double(o.MinDelta)
-	c.patience = C.int64_t(o.Patience)
-	c.mode = C.int32_t(o.Mode)
-	c.strict = C.bool(o.Strict)
-	c.check_finite = C.bool(o.CheckFinite)
-	c.stopping_threshold = C.double(o.StoppingThreshold)
-	c.divergence_threshold = C.double(o.DivergenceThreshold)
-	c.check_on_train_epoch_end = C.int32_t(o.CheckOnTrainEpochEnd)
 	err := check(C.fulmen_trainer_add_early_stopping(t.ptr(), &c))
 	runtime.KeepAlive(t)
 	return err
@@ -293,80 +200,23 @@ func (t *Trainer) AddGradientAccumulationScheduler(scheduling map[int64]int64) e
 	return err
 }
 
-// WeightAveragingOptions are the options of weight averaging (Lightning's
-// EMAWeightAveraging, or WeightAveraging's equal average when EMA is false).
-type WeightAveragingOptions struct {
-	// EMA keeps an exponential moving average with Decay; false averages
-	// every update equally (SWA).
-	EMA bool
-	// Decay is the EMA decay in [0, 1].
-	Decay float64
-	// UseBuffers averages the buffers too; otherwise they are copied.
-	UseBuffers bool
-	// UpdateEveryNSteps updates after every n-th optimizer step (0: not
-	// per step).
-	UpdateEveryNSteps int64
-	// UpdateStartingAtStep is the first step index updated (-1: the first).
-	UpdateStartingAtStep int64
-	// UpdateStartingAtEpoch also updates at each epoch end from this epoch
-	// on (-1: never).
-	UpdateStartingAtEpoch int64
-}
-
-// DefaultWeightAveragingOptions are Lightning's EMAWeightAveraging defaults.
-func DefaultWeightAveragingOptions() WeightAveragingOptions {
-	c := C.fulmen_weight_averaging_options_default()
-	return WeightAveragingOptions{EMA: bool(c.ema), Decay: float64(c.decay), UseBuffers: bool(c.use_buffers),
-		UpdateEveryNSteps: int64(c.update_every_n_steps), UpdateStartingAtStep: int64(c.update_starting_at_step),
-		UpdateStartingAtEpoch: int64(c.update_starting_at_epoch)}
-}
-
 // AddWeightAveraging adds weight averaging: validation inside fit sees the
 // average, training ends with it in the model, and checkpoints hold it as
 // Lightning's EMAWeightAveraging / WeightAveraging do.
 func (t *Trainer) AddWeightAveraging(opts WeightAveragingOptions) error {
-	c := C.fulmen_weight_averaging_options{ema: C.bool(opts.EMA), decay: C.double(opts.Decay),
-		use_buffers: C.bool(opts.UseBuffers), update_every_n_steps: C.int64_t(opts.UpdateEveryNSteps),
-		update_starting_at_step:  C.int64_t(opts.UpdateStartingAtStep),
-		update_starting_at_epoch: C.int64_t(opts.UpdateStartingAtEpoch)}
+	c := opts.c()
 	err := check(C.fulmen_trainer_add_weight_averaging(t.ptr(), &c))
 	runtime.KeepAlive(t)
 	return err
-}
-
-// BackboneFinetuningOptions are the options of BackboneFinetuning
-// (Lightning's, with the backbone named by its path in the model).
-type BackboneFinetuningOptions struct {
-	// Backbone is the backbone's dotted path in the model ("backbone",
-	// "0", "encoder.layers").
-	Backbone string
-	// UnfreezeBackboneAtEpoch is the epoch whose start unfreezes it.
-	UnfreezeBackboneAtEpoch int64
-	// LambdaFactor multiplies the backbone's lr at each later epoch.
-	LambdaFactor float64
-	// BackboneInitialRatioLR is its first lr as a fraction of the first
-	// group's.
-	BackboneInitialRatioLR float64
-	// BackboneInitialLR is its first lr instead (< 0: the ratio).
-	BackboneInitialLR float64
-	// ShouldAlign keeps its lr at most the first group's.
-	ShouldAlign bool
-	// TrainBN keeps the backbone's BatchNorms trainable all along.
-	TrainBN bool
-	// Verbose prints both lrs at each change on stderr.
-	Verbose bool
-	// Rounding is the number of decimals printed.
-	Rounding int32
 }
 
 // DefaultBackboneFinetuningOptions are Lightning's BackboneFinetuning
 // defaults, for the module at "backbone".
 func DefaultBackboneFinetuningOptions() BackboneFinetuningOptions {
 	c := C.fulmen_backbone_finetuning_options_default()
-	return BackboneFinetuningOptions{Backbone: "backbone", UnfreezeBackboneAtEpoch: int64(c.unfreeze_backbone_at_epoch),
-		LambdaFactor: float64(c.lambda_factor), BackboneInitialRatioLR: float64(c.backbone_initial_ratio_lr),
-		BackboneInitialLR: float64(c.backbone_initial_lr), ShouldAlign: bool(c.should_align),
-		TrainBN: bool(c.train_bn), Verbose: bool(c.verbose), Rounding: int32(c.rounding)}
+	o := backboneFinetuningOptionsFromC(c)
+	o.Backbone = C.GoString(c.backbone) // the library's static "backbone"
+	return o
 }
 
 // AddBackboneFinetuning adds BackboneFinetuning: the backbone is frozen at
@@ -414,12 +264,9 @@ func (t *Trainer) AddBackboneFinetuningFunc(opts BackboneFinetuningOptions, lamb
 // toC is the C struct of opts, with the backbone path b (owned by the
 // caller).
 func (opts BackboneFinetuningOptions) toC(b *C.char) C.fulmen_backbone_finetuning_options {
-	return C.fulmen_backbone_finetuning_options{backbone: b,
-		unfreeze_backbone_at_epoch: C.int64_t(opts.UnfreezeBackboneAtEpoch),
-		lambda_factor:              C.double(opts.LambdaFactor),
-		backbone_initial_ratio_lr:  C.double(opts.BackboneInitialRatioLR),
-		backbone_initial_lr:        C.double(opts.BackboneInitialLR), should_align: C.bool(opts.ShouldAlign),
-		train_bn: C.bool(opts.TrainBN), verbose: C.bool(opts.Verbose), rounding: C.int32_t(opts.Rounding)}
+	c := opts.c()
+	c.backbone = b
+	return c
 }
 
 //export fulmenGoBackboneLambda
@@ -431,47 +278,13 @@ func fulmenGoBackboneLambda(ud C.uintptr_t, epoch C.int64_t, out *C.double) *C.f
 	})
 }
 
-// StochasticWeightAveragingOptions are the options of Lightning's
-// StochasticWeightAveraging.
-type StochasticWeightAveragingOptions struct {
-	// SWALR is the SWA lr of every param group.
-	SWALR float64
-	// SWALRs, when not empty, holds one SWA lr per param group instead.
-	SWALRs []float64
-	// SWAEpochStart is the epoch averaging starts at, counted from 1; 0
-	// uses SWAEpochStartFraction.
-	SWAEpochStart int64
-	// SWAEpochStartFraction starts it at int(fraction * max_epochs).
-	SWAEpochStartFraction float64
-	// AnnealingEpochs is the number of epochs annealing to the SWA lr.
-	AnnealingEpochs int64
-	// LinearAnneal anneals linearly instead of by a cosine.
-	LinearAnneal bool
-	// AverageOnDevice keeps the average on the model's device instead of
-	// the CPU.
-	AverageOnDevice bool
-}
-
-// DefaultStochasticWeightAveragingOptions are Lightning's
-// StochasticWeightAveraging defaults with swaLR for every param group.
-func DefaultStochasticWeightAveragingOptions(swaLR float64) StochasticWeightAveragingOptions {
-	c := C.fulmen_stochastic_weight_averaging_options_default(C.double(swaLR))
-	return StochasticWeightAveragingOptions{SWALR: swaLR, SWAEpochStart: int64(c.swa_epoch_start),
-		SWAEpochStartFraction: float64(c.swa_epoch_start_fraction), AnnealingEpochs: int64(c.annealing_epochs),
-		LinearAnneal: bool(c.linear_anneal), AverageOnDevice: bool(c.average_on_device)}
-}
-
 // AddStochasticWeightAveraging adds Lightning's StochasticWeightAveraging:
 // SWALR in place of the optimizer's scheduler from SWAEpochStart, an equal
 // average of the weights at each epoch start, the average in the model at
 // the end (and, with BatchNorms, one forward-only epoch more for their
 // statistics).
 func (t *Trainer) AddStochasticWeightAveraging(opts StochasticWeightAveragingOptions) error {
-	c := C.fulmen_stochastic_weight_averaging_options{swa_lr: C.double(opts.SWALR),
-		swa_epoch_start:          C.int64_t(opts.SWAEpochStart),
-		swa_epoch_start_fraction: C.double(opts.SWAEpochStartFraction),
-		annealing_epochs:         C.int64_t(opts.AnnealingEpochs), linear_anneal: C.bool(opts.LinearAnneal),
-		average_on_device: C.bool(opts.AverageOnDevice)}
+	c := opts.c()
 	if n := len(opts.SWALRs); n > 0 {
 		// C memory: the options struct may not point into Go's.
 		lrs := (*[1 << 28]C.double)(C.malloc(C.size_t(n) * C.size_t(unsafe.Sizeof(C.double(0)))))[:n:n]

@@ -20,30 +20,6 @@ const (
 	LRFindLinear LRFindMode = C.FULMEN_LR_FIND_MODE_LINEAR
 )
 
-// LRFindOptions are the options of a learning-rate range test
-// (fulmen_lr_find_options).
-type LRFindOptions struct {
-	// MinLR is the first learning rate.
-	MinLR float64
-	// MaxLR is the last learning rate.
-	MaxLR float64
-	// NumTraining is the number of learning rates tried, one per step.
-	NumTraining int64
-	// Mode is how the learning rate grows.
-	Mode LRFindMode
-	// EarlyStopThreshold stops the test once the smoothed loss exceeds
-	// this multiple of the best one; 0 never stops early.
-	EarlyStopThreshold float64
-}
-
-// DefaultLRFindOptions are Lightning's: 1e-8 to 1 over 100 steps,
-// exponentially, stopping at 4 times the best loss.
-func DefaultLRFindOptions() LRFindOptions {
-	c := C.fulmen_lr_find_options_default()
-	return LRFindOptions{MinLR: float64(c.min_lr), MaxLR: float64(c.max_lr), NumTraining: int64(c.num_training),
-		Mode: LRFindMode(c.mode), EarlyStopThreshold: float64(c.early_stop_threshold)}
-}
-
 // LRFindResult is what a range test found: each step's learning rate and
 // the smoothed loss after it.
 type LRFindResult struct {
@@ -58,9 +34,7 @@ type LRFindResult struct {
 // with t's options (no loggers, checkpoints or callbacks); the module's
 // weights are put back afterwards. val may be nil. Close the result.
 func (t *Trainer) LRFind(ctx context.Context, module *LightningModule, train, val *Loader, o LRFindOptions) (*LRFindResult, error) {
-	c := C.fulmen_lr_find_options{min_lr: C.double(o.MinLR), max_lr: C.double(o.MaxLR),
-		num_training: C.int64_t(o.NumTraining), mode: C.int32_t(o.Mode),
-		early_stop_threshold: C.double(o.EarlyStopThreshold)}
+	c := o.c()
 	var out *C.fulmen_lr_find_result
 	err := withCallbacks(ctx, func() *C.fulmen_error {
 		return C.fulmen_trainer_lr_find(t.ptr(), module.ptr(), train.ptr(), val.ptr(), &c, &out)
@@ -120,31 +94,6 @@ func (r *LRFindResult) Close() error {
 	return nil
 }
 
-// BatchSizeFinderOptions are the options of ScaleBatchSize (Lightning's
-// scale_batch_size arguments).
-type BatchSizeFinderOptions struct {
-	// BinSearch searches between the last size that fit and the first that
-	// did not; false doubles until a trial runs out of memory ("power").
-	BinSearch bool
-	// StepsPerTrial is the number of optimizer steps per trial.
-	StepsPerTrial int64
-	// InitVal is the first batch size tried.
-	InitVal int
-	// MaxTrials is the most trials.
-	MaxTrials int64
-	// Margin reduces a binsearch's result by this fraction, in [0, 1).
-	Margin float64
-	// MaxVal caps the batch size; the search ends once it reaches it.
-	MaxVal int
-}
-
-// DefaultBatchSizeFinderOptions are Lightning's defaults.
-func DefaultBatchSizeFinderOptions() BatchSizeFinderOptions {
-	c := C.fulmen_batch_size_finder_options_default()
-	return BatchSizeFinderOptions{BinSearch: bool(c.binsearch), StepsPerTrial: int64(c.steps_per_trial),
-		InitVal: int(c.init_val), MaxTrials: int64(c.max_trials), Margin: float64(c.margin), MaxVal: int(c.max_val)}
-}
-
 // ScaleBatchSize is Lightning's Tuner(trainer).scale_batch_size: trials at
 // growing batch sizes until one runs out of memory (CodeOutOfMemory); train
 // then batches by the size found, which is returned. The module's weights
@@ -153,9 +102,7 @@ func (t *Trainer) ScaleBatchSize(ctx context.Context, module *LightningModule, t
 	if o.InitVal < 0 || o.MaxVal < 0 {
 		return 0, &Error{Code: CodeInvalidArgument, Message: "ScaleBatchSize: a negative batch size"}
 	}
-	c := C.fulmen_batch_size_finder_options{binsearch: C.bool(o.BinSearch), steps_per_trial: C.int64_t(o.StepsPerTrial),
-		init_val: C.size_t(o.InitVal), max_trials: C.int64_t(o.MaxTrials), margin: C.double(o.Margin),
-		max_val: C.size_t(o.MaxVal)}
+	c := o.c()
 	var found C.size_t
 	err := withCallbacks(ctx, func() *C.fulmen_error {
 		return C.fulmen_trainer_scale_batch_size(t.ptr(), module.ptr(), train.ptr(), val.ptr(), &c, &found)

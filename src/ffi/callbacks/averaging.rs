@@ -1,47 +1,19 @@
 //! Built-in callbacks: weight averaging (Lightning's `EMAWeightAveraging`
 //! and `WeightAveraging`).
 use crate::callbacks::{WeightAveraging, WeightAveragingOptions};
-use crate::error::{Error, ErrorCode};
+use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::base::error::{fulmen_error, guard};
 use crate::ffi::base::handle;
+use crate::ffi::callbacks::gen_options::fulmen_weight_averaging_options;
 use crate::ffi::trainer::runs::fulmen_trainer;
 
-/// Weight averaging options; defaults (Lightning's `EMAWeightAveraging`)
-/// from `fulmen_weight_averaging_options_default`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_weight_averaging_options {
-    /// An exponential moving average with `decay` (default true); false
-    /// averages every update equally (stochastic weight averaging,
-    /// Lightning's `WeightAveraging`).
-    pub ema: bool,
-    /// The EMA decay in [0, 1] (default 0.999).
-    pub decay: f64,
-    /// Average the buffers too (BatchNorm statistics; default true);
-    /// otherwise they are copied from the model at each update.
-    pub use_buffers: bool,
-    /// Update after every n-th optimizer step (default 1; 0: not per
-    /// step).
-    pub update_every_n_steps: i64,
-    /// Update per step from this step index on; -1 (the default) from the
-    /// first.
-    pub update_starting_at_step: i64,
-    /// Also update at each epoch end from this epoch on; -1 (the default)
-    /// never.
-    pub update_starting_at_epoch: i64,
-}
-
-/// Lightning's `EMAWeightAveraging` defaults.
-#[no_mangle]
-pub extern "C" fn fulmen_weight_averaging_options_default() -> fulmen_weight_averaging_options {
-    let d = WeightAveragingOptions::default();
-    fulmen_weight_averaging_options {
-        ema: true,
-        decay: d.decay.unwrap_or(0.999),
-        use_buffers: d.use_buffers,
-        update_every_n_steps: d.update_every_n_steps,
-        update_starting_at_step: -1,
-        update_starting_at_epoch: -1,
+/// A start (a step or an epoch, `what`) as the core takes it: -1 is none,
+/// `v >= 0` from `v` on; anything else is refused.
+pub(crate) fn optional_start(v: i64, what: &str) -> Result<Option<i64>> {
+    match v {
+        -1 => Ok(None),
+        v if v >= 0 => Ok(Some(v)),
+        v => Err(Error::invalid(format!("{what} {v}: -1 for none, or >= 0"))),
     }
 }
 
@@ -66,18 +38,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_weight_averaging(
 ) -> *mut fulmen_error {
     guard!(|| {
         let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
-        let start = |v: i64, what: &str| match v {
-            -1 => Ok(None),
-            v if v >= 0 => Ok(Some(v)),
-            v => Err(Error::invalid(format!("{what} {v}: -1 for none, or >= 0"))),
-        };
-        let opts = WeightAveragingOptions {
-            decay: o.ema.then_some(o.decay),
-            use_buffers: o.use_buffers,
-            update_every_n_steps: o.update_every_n_steps,
-            update_starting_at_step: start(o.update_starting_at_step, "update_starting_at_step")?,
-            update_starting_at_epoch: start(o.update_starting_at_epoch, "update_starting_at_epoch")?,
-        };
+        let opts = WeightAveragingOptions::try_from(*o)?;
         let callback = WeightAveraging::new(opts)?;
         handle::borrow_mut(trainer, "trainer")?.inner.add_callback(Box::new(callback));
         Ok(())

@@ -4,54 +4,9 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::base::callback::{call_host, Userdata};
 use crate::ffi::base::error::{fulmen_error, guard, str_arg};
 use crate::ffi::base::handle;
+use crate::ffi::callbacks::gen_options::fulmen_backbone_finetuning_options;
 use crate::ffi::trainer::runs::fulmen_trainer;
-use std::ffi::{c_char, c_void};
-
-/// BackboneFinetuning options; Lightning's defaults from
-/// `fulmen_backbone_finetuning_options_default`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_backbone_finetuning_options {
-    /// The backbone's dotted path in the model, NUL-terminated (default
-    /// "backbone"; "0" is a Sequential's first child). Read during the
-    /// call only.
-    pub backbone: *const c_char,
-    /// The epoch whose start unfreezes the backbone (default 10).
-    pub unfreeze_backbone_at_epoch: i64,
-    /// Each later epoch multiplies the backbone's lr by this (default 2,
-    /// Lightning's `multiplicative` lambda_func).
-    pub lambda_factor: f64,
-    /// The backbone's first lr as a fraction of the first group's lr
-    /// (default 0.1).
-    pub backbone_initial_ratio_lr: f64,
-    /// The backbone's first lr; < 0 (the default) uses the ratio.
-    pub backbone_initial_lr: f64,
-    /// Keep the backbone's lr at most the first group's (default true).
-    pub should_align: bool,
-    /// Train the backbone's BatchNorms all along (default true).
-    pub train_bn: bool,
-    /// Print both learning rates at each change on stderr (default false).
-    pub verbose: bool,
-    /// Decimals printed (default 12).
-    pub rounding: i32,
-}
-
-/// Lightning's `BackboneFinetuning` defaults.
-#[no_mangle]
-pub extern "C" fn fulmen_backbone_finetuning_options_default() -> fulmen_backbone_finetuning_options {
-    let d = BackboneFinetuningOptions::default();
-    fulmen_backbone_finetuning_options {
-        backbone: c"backbone".as_ptr(),
-        unfreeze_backbone_at_epoch: d.unfreeze_backbone_at_epoch,
-        lambda_factor: d.lambda_factor,
-        backbone_initial_ratio_lr: d.backbone_initial_ratio_lr,
-        backbone_initial_lr: -1.0,
-        should_align: d.should_align,
-        train_bn: d.train_bn,
-        verbose: d.verbose,
-        rounding: d.rounding,
-    }
-}
+use std::ffi::c_void;
 
 /// Adds Lightning's `BackboneFinetuning`. At setup the backbone's
 /// parameters stop requiring grad (its BatchNorms stay trainable when
@@ -96,18 +51,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_backbone_finetuning(
 /// The core's options from the C struct (required).
 unsafe fn core_options(options: *const fulmen_backbone_finetuning_options) -> Result<BackboneFinetuningOptions> {
     let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
-    let opts = BackboneFinetuningOptions {
-        backbone: str_arg(o.backbone, "options.backbone")?.to_string(),
-        unfreeze_backbone_at_epoch: o.unfreeze_backbone_at_epoch,
-        lambda_factor: o.lambda_factor,
-        backbone_initial_ratio_lr: o.backbone_initial_ratio_lr,
-        backbone_initial_lr: (o.backbone_initial_lr >= 0.0 || o.backbone_initial_lr.is_nan())
-            .then_some(o.backbone_initial_lr),
-        should_align: o.should_align,
-        train_bn: o.train_bn,
-        verbose: o.verbose,
-        rounding: o.rounding,
-    };
+    let opts = o.to_core(str_arg(o.backbone, "options.backbone")?.to_string());
     opts.validate()?;
     Ok(opts)
 }

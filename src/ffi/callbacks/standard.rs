@@ -1,12 +1,12 @@
 //! Adding callbacks to a trainer: the built-in ones (ModelCheckpoint,
 //! EarlyStopping, LearningRateMonitor, Timer) and host callbacks.
-use crate::callbacks::{
-    timer, DeviceStatsMonitor, EarlyStopping, EarlyStoppingOptions, LearningRateMonitor, Mode, ModelCheckpoint,
-    ModelCheckpointOptions, Timer,
-};
+use crate::callbacks::{timer, DeviceStatsMonitor, EarlyStopping, LearningRateMonitor, Mode, ModelCheckpoint, Timer};
 use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::base::error::{fulmen_error, guard, opt_str, str_arg};
 use crate::ffi::base::handle;
+use crate::ffi::callbacks::gen_options::{
+    fulmen_early_stopping_options, fulmen_model_checkpoint_options, fulmen_model_checkpoint_options_default,
+};
 use crate::ffi::callbacks::hooks::{fulmen_callback_vtable, host_callback};
 use crate::ffi::trainer::runs::fulmen_trainer;
 use std::ffi::c_char;
@@ -22,7 +22,8 @@ pub enum MonitorMode {
     Max = 1,
 }
 
-fn mode(v: i32) -> Result<Mode> {
+/// The core's mode of a `fulmen_mode` value.
+pub(crate) fn mode(v: i32) -> Result<Mode> {
     match v {
         0 => Ok(Mode::Min),
         1 => Ok(Mode::Max),
@@ -30,60 +31,22 @@ fn mode(v: i32) -> Result<Mode> {
     }
 }
 
-fn tristate(v: i32, what: &str) -> Result<Option<bool>> {
+/// The `fulmen_mode` value of the core's mode.
+pub(crate) fn mode_code(m: Mode) -> i32 {
+    match m {
+        Mode::Min => MonitorMode::Min as i32,
+        Mode::Max => MonitorMode::Max as i32,
+    }
+}
+
+/// -1 (auto: `None`), 0 or 1 as an optional bool; `what` names the field
+/// in the error.
+pub(crate) fn tristate(v: i32, what: &str) -> Result<Option<bool>> {
     match v {
         -1 => Ok(None),
         0 => Ok(Some(false)),
         1 => Ok(Some(true)),
         x => Err(Error::invalid(format!("{what} must be -1 (auto), 0 or 1, got {x}"))),
-    }
-}
-
-/// Options of `fulmen_trainer_add_model_checkpoint`; defaults (Lightning's)
-/// from `fulmen_model_checkpoint_options_default`. Strings are copied.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_model_checkpoint_options {
-    /// Folder; NULL = `<log dir>/checkpoints`.
-    pub dirpath: *const c_char,
-    /// Name template such as "{epoch}-{val_loss:.3f}"; NULL = "{epoch}-{step}".
-    pub filename: *const c_char,
-    /// Metric to rank by; NULL = keep the latest.
-    pub monitor: *const c_char,
-    /// A `fulmen_mode`: FULMEN_MODE_MIN (default) or FULMEN_MODE_MAX.
-    pub mode: i32,
-    /// Best checkpoints to keep (-1 all, 0 none; default 1).
-    pub save_top_k: i64,
-    /// Also write `last.ckpt` (default false).
-    pub save_last: bool,
-    /// Save every n optimizer steps (default 0: off).
-    pub every_n_train_steps: i64,
-    /// Save every n epochs (default 1).
-    pub every_n_epochs: i64,
-    /// Save only weights (default false).
-    pub save_weights_only: bool,
-    /// `name=value` in file names (default true).
-    pub auto_insert_metric_name: bool,
-    /// -1 auto (default), 0 after validation, 1 at training epoch end.
-    pub save_on_train_epoch_end: i32,
-}
-
-/// Lightning's ModelCheckpoint defaults.
-#[no_mangle]
-pub extern "C" fn fulmen_model_checkpoint_options_default() -> fulmen_model_checkpoint_options {
-    let d = ModelCheckpointOptions::default();
-    fulmen_model_checkpoint_options {
-        dirpath: std::ptr::null(),
-        filename: std::ptr::null(),
-        monitor: std::ptr::null(),
-        mode: 0,
-        save_top_k: d.save_top_k,
-        save_last: d.save_last,
-        every_n_train_steps: d.every_n_train_steps,
-        every_n_epochs: d.every_n_epochs,
-        save_weights_only: d.save_weights_only,
-        auto_insert_metric_name: d.auto_insert_metric_name,
-        save_on_train_epoch_end: -1,
     }
 }
 
@@ -101,64 +64,14 @@ pub unsafe extern "C" fn fulmen_trainer_add_model_checkpoint(
     guard!(|| {
         let mut t = handle::borrow_mut(trainer, "trainer")?;
         let o = options.as_ref().copied().unwrap_or_else(|| fulmen_model_checkpoint_options_default());
-        let opts = ModelCheckpointOptions {
-            dirpath: opt_str(o.dirpath, "dirpath")?.map(PathBuf::from),
-            filename: opt_str(o.filename, "filename")?,
-            monitor: opt_str(o.monitor, "monitor")?,
-            mode: mode(o.mode)?,
-            save_top_k: o.save_top_k,
-            save_last: o.save_last,
-            every_n_train_steps: o.every_n_train_steps,
-            every_n_epochs: o.every_n_epochs,
-            save_weights_only: o.save_weights_only,
-            auto_insert_metric_name: o.auto_insert_metric_name,
-            save_on_train_epoch_end: tristate(o.save_on_train_epoch_end, "save_on_train_epoch_end")?,
-        };
+        let opts = o.to_core(
+            opt_str(o.dirpath, "dirpath")?.map(PathBuf::from),
+            opt_str(o.filename, "filename")?,
+            opt_str(o.monitor, "monitor")?,
+        )?;
         t.inner.add_callback(Box::new(ModelCheckpoint::new(opts)?));
         Ok(())
     })
-}
-
-/// Options of `fulmen_trainer_add_early_stopping`; defaults from
-/// `fulmen_early_stopping_options_default`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_early_stopping_options {
-    /// Metric to watch (required).
-    pub monitor: *const c_char,
-    /// Smallest change that counts as an improvement (default 0).
-    pub min_delta: f64,
-    /// Checks without improvement before stopping (default 3).
-    pub patience: i64,
-    /// A `fulmen_mode`: FULMEN_MODE_MIN (default) or FULMEN_MODE_MAX.
-    pub mode: i32,
-    /// A missing metric is an error (default true).
-    pub strict: bool,
-    /// Stop on NaN or infinite values (default true).
-    pub check_finite: bool,
-    /// Stop once better than this; NaN = none (default).
-    pub stopping_threshold: f64,
-    /// Stop once worse than this; NaN = none (default).
-    pub divergence_threshold: f64,
-    /// -1 auto (default), 0 after validation, 1 at training epoch end.
-    pub check_on_train_epoch_end: i32,
-}
-
-/// Lightning's EarlyStopping defaults (monitor NULL: set it).
-#[no_mangle]
-pub extern "C" fn fulmen_early_stopping_options_default() -> fulmen_early_stopping_options {
-    let d = EarlyStoppingOptions::new("x");
-    fulmen_early_stopping_options {
-        monitor: std::ptr::null(),
-        min_delta: d.min_delta,
-        patience: d.patience,
-        mode: 0,
-        strict: d.strict,
-        check_finite: d.check_finite,
-        stopping_threshold: f64::NAN,
-        divergence_threshold: f64::NAN,
-        check_on_train_epoch_end: -1,
-    }
 }
 
 /// Adds an EarlyStopping callback.
@@ -175,17 +88,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_early_stopping(
         let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
         let monitor = opt_str(o.monitor, "monitor")?
             .ok_or_else(|| Error::new(ErrorCode::NullArgument, "options.monitor is NULL"))?;
-        let opts = EarlyStoppingOptions {
-            monitor,
-            min_delta: o.min_delta,
-            patience: o.patience,
-            mode: mode(o.mode)?,
-            strict: o.strict,
-            check_finite: o.check_finite,
-            stopping_threshold: (!o.stopping_threshold.is_nan()).then_some(o.stopping_threshold),
-            divergence_threshold: (!o.divergence_threshold.is_nan()).then_some(o.divergence_threshold),
-            check_on_train_epoch_end: tristate(o.check_on_train_epoch_end, "check_on_train_epoch_end")?,
-        };
+        let opts = o.to_core(monitor)?;
         t.inner.add_callback(Box::new(EarlyStopping::new(opts)?));
         Ok(())
     })

@@ -1,59 +1,20 @@
 //! Built-in callbacks: Lightning's `StochasticWeightAveraging`.
 use crate::callbacks::stochastic_weight_avg::MAX_SWA_LRS;
-use crate::callbacks::{StochasticWeightAveraging, StochasticWeightAveragingOptions, SwaStart};
-use crate::error::{Error, ErrorCode};
+use crate::callbacks::{StochasticWeightAveraging, SwaStart};
+use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::base::error::{fulmen_error, guard};
 use crate::ffi::base::handle;
+use crate::ffi::callbacks::gen_options::fulmen_stochastic_weight_averaging_options;
 use crate::ffi::trainer::runs::fulmen_trainer;
-use crate::optim::scheduler::AnnealStrategy;
 use crate::trainer::hooks::Callback;
 
-/// StochasticWeightAveraging options; Lightning's defaults from
-/// `fulmen_stochastic_weight_averaging_options_default`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_stochastic_weight_averaging_options {
-    /// The SWA lr of every param group (Lightning's `swa_lrs` as a float).
-    pub swa_lr: f64,
-    /// One SWA lr per param group instead (Lightning's list), or NULL.
-    /// Read during the call only.
-    pub swa_lrs: *const f64,
-    /// Entries of `swa_lrs` (0: use `swa_lr`; at most 4096).
-    pub n_swa_lrs: usize,
-    /// Averaging starts at this epoch, counted from 1; 0 (the default)
-    /// uses `swa_epoch_start_fraction`.
-    pub swa_epoch_start: i64,
-    /// Averaging starts at epoch `int(fraction * max_epochs)` (default
-    /// 0.8), when `swa_epoch_start` is 0.
-    pub swa_epoch_start_fraction: f64,
-    /// Epochs of annealing to the SWA lr (default 10).
-    pub annealing_epochs: i64,
-    /// Linear annealing (true) instead of cosine (false, the default).
-    pub linear_anneal: bool,
-    /// Keep the average on the model's device (Lightning's `device=None`)
-    /// instead of the CPU (false, the default, `device="cpu"`).
-    pub average_on_device: bool,
-}
-
-/// Lightning's `StochasticWeightAveraging` defaults with `swa_lr` for
-/// every param group.
-#[no_mangle]
-pub extern "C" fn fulmen_stochastic_weight_averaging_options_default(
-    swa_lr: f64,
-) -> fulmen_stochastic_weight_averaging_options {
-    let d = StochasticWeightAveragingOptions::new(vec![swa_lr]);
-    fulmen_stochastic_weight_averaging_options {
-        swa_lr,
-        swa_lrs: std::ptr::null(),
-        n_swa_lrs: 0,
-        swa_epoch_start: 0,
-        swa_epoch_start_fraction: match d.swa_epoch_start {
-            SwaStart::Fraction(f) => f,
-            SwaStart::Epoch(_) => 0.8,
-        },
-        annealing_epochs: d.annealing_epochs,
-        linear_anneal: d.annealing_strategy == AnnealStrategy::Linear,
-        average_on_device: !d.average_on_cpu,
+/// When averaging starts: epoch `epoch` (counted from 1), or at
+/// `fraction` of max_epochs when `epoch` is 0; a negative epoch is refused.
+pub(crate) fn swa_start(epoch: i64, fraction: f64) -> Result<SwaStart> {
+    match epoch {
+        0 => Ok(SwaStart::Fraction(fraction)),
+        e if e > 0 => Ok(SwaStart::Epoch(e)),
+        e => Err(Error::invalid(format!("swa_epoch_start must be >= 0 (0: the fraction), got {e}"))),
     }
 }
 
@@ -97,18 +58,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_stochastic_weight_averaging(
             0 => vec![o.swa_lr],
             n => crate::ffi::tensor::handle::slice_arg(o.swa_lrs, n, "options.swa_lrs")?.to_vec(),
         };
-        let swa_epoch_start = match o.swa_epoch_start {
-            0 => SwaStart::Fraction(o.swa_epoch_start_fraction),
-            e if e > 0 => SwaStart::Epoch(e),
-            e => return Err(Error::invalid(format!("swa_epoch_start must be >= 0 (0: the fraction), got {e}"))),
-        };
-        let opts = StochasticWeightAveragingOptions {
-            swa_lrs,
-            swa_epoch_start,
-            annealing_epochs: o.annealing_epochs,
-            annealing_strategy: if o.linear_anneal { AnnealStrategy::Linear } else { AnnealStrategy::Cos },
-            average_on_cpu: !o.average_on_device,
-        };
+        let opts = o.to_core(swa_lrs)?;
         let callback = StochasticWeightAveraging::new(opts)?;
         let mut t = handle::borrow_mut(trainer, "trainer")?;
         if t.inner.has_callback(&callback.name()) {

@@ -8,6 +8,9 @@ use crate::ffi::base::callback::{call_host, check_struct_size, HostLock, Userdat
 use crate::ffi::base::error::{fulmen_error, guard, opt_str, str_arg};
 use crate::ffi::base::handle::{self, check_out, write_out, Handle, Shared};
 use crate::ffi::data::batch::{check_batch, fulmen_batch_builder, with_temp_handle};
+use crate::ffi::data::gen_options::{
+    fulmen_csv_options, fulmen_csv_options_default, fulmen_loader_options, fulmen_loader_options_default,
+};
 use crate::ffi::tensor::handle::{emit, fulmen_tensor, i64_list, slice_arg, tensor_list};
 use crate::trainer::{BatchIter, BatchSource};
 use std::ffi::{c_char, c_void};
@@ -75,51 +78,6 @@ pub enum CsvScaling {
     MinMax = 2,
     /// Per column to zero mean and unit variance.
     Standardize = 3,
-}
-
-/// Options of `fulmen_dataset_from_csv`; defaults from
-/// `fulmen_csv_options_default`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_csv_options {
-    /// Whether a column holds integer class labels (default true).
-    pub has_labels: bool,
-    /// The label column; negative counts from the end (default 0).
-    pub label_column: i64,
-    /// 1: the first row is a header, 0: it is not, -1: detect (default).
-    pub header: i32,
-    /// Field separator (default ',').
-    pub delimiter: c_char,
-    /// A `fulmen_scaling` (default none).
-    pub scaling: i32,
-    /// Divisor for FULMEN_SCALING_DIVIDE (default 1).
-    pub scale_divisor: f64,
-    /// Lines skipped before anything is read, such as the count line that
-    /// starts scikit-learn's CSVs (default 0).
-    pub skip_rows: usize,
-    /// The label column by its header name, instead of `label_column`
-    /// (default NULL; borrowed for the call).
-    pub label_name: *const c_char,
-    /// The feature columns, by header name or 0-based index, comma
-    /// separated, in the order they are read ("age,income" or "2,0");
-    /// default NULL: every column but the label. Borrowed for the call.
-    pub feature_columns: *const c_char,
-}
-
-/// Default CSV options: labels in column 0, header detected, ',', no scaling.
-#[no_mangle]
-pub extern "C" fn fulmen_csv_options_default() -> fulmen_csv_options {
-    fulmen_csv_options {
-        has_labels: true,
-        label_column: 0,
-        header: -1,
-        delimiter: b',' as c_char,
-        scaling: 0,
-        scale_divisor: 1.0,
-        skip_rows: 0,
-        label_name: std::ptr::null(),
-        feature_columns: std::ptr::null(),
-    }
 }
 
 /// # Safety
@@ -461,47 +419,6 @@ pub unsafe extern "C" fn fulmen_dataset_from_source(
 // thread, or, when the host set `any_thread`, on a loader worker thread.
 unsafe impl Sync for HostDataset {}
 
-/// Options of a loader; defaults from `fulmen_loader_options_default`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_loader_options {
-    /// Samples per batch (default 1).
-    pub batch_size: usize,
-    /// Reshuffle every epoch (default false).
-    pub shuffle: bool,
-    /// Seed of the shuffle; the order depends only on (seed, epoch).
-    pub seed: u64,
-    /// Drop the last incomplete batch (default false).
-    pub drop_last: bool,
-    /// Copy each batch into pinned host memory, so that its copy to a GPU
-    /// overlaps (torch's `pin_memory`; default false). Without CUDA it does
-    /// nothing, as torch's DataLoader then does.
-    pub pin_memory: bool,
-    /// Worker threads that read batches ahead of the loop, in the loader's
-    /// order, so reading overlaps training (torch's `num_workers`; default
-    /// 0: the loop's thread reads them; at most 64). A host dataset needs
-    /// `any_thread` in its vtable.
-    pub num_workers: usize,
-    /// Batches each worker reads ahead (torch's `prefetch_factor`; default
-    /// 2, 1 to 64).
-    pub prefetch_factor: usize,
-}
-
-/// torch's DataLoader defaults (batch size 1, no shuffle, no workers).
-#[no_mangle]
-pub extern "C" fn fulmen_loader_options_default() -> fulmen_loader_options {
-    let d = DataLoaderOptions::default();
-    fulmen_loader_options {
-        batch_size: d.batch_size,
-        shuffle: d.shuffle,
-        seed: d.seed,
-        drop_last: d.drop_last,
-        pin_memory: d.pin_memory,
-        num_workers: d.num_workers,
-        prefetch_factor: d.prefetch_factor,
-    }
-}
-
 unsafe fn emit_loader(out: *mut *mut fulmen_loader, inner: Box<dyn BatchSource + Send>) -> Result<()> {
     check_out(out, "out")?;
     out.write(handle::into_raw(fulmen_loader { inner }));
@@ -523,16 +440,8 @@ pub unsafe extern "C" fn fulmen_loader_new(
     guard!(|| {
         check_out(out, "out")?;
         let ds = dataset_arg(dataset, "dataset")?.clone();
-        let o = options.as_ref().copied().unwrap_or_else(|| fulmen_loader_options_default());
-        let opts = DataLoaderOptions {
-            batch_size: o.batch_size,
-            shuffle: o.shuffle,
-            seed: o.seed,
-            drop_last: o.drop_last,
-            pin_memory: o.pin_memory,
-            num_workers: o.num_workers,
-            prefetch_factor: o.prefetch_factor,
-        };
+        let opts =
+            DataLoaderOptions::from(options.as_ref().copied().unwrap_or_else(|| fulmen_loader_options_default()));
         emit_loader(out, Box::new(DataLoader::new(ds, opts)?))
     })
 }

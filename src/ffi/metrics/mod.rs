@@ -1,10 +1,15 @@
 //! `fulmen_metric`: torchmetrics-style metrics that accumulate over an
 //! epoch (accuracy, precision, recall, F1, AUROC, MAE, MSE, RMSE).
+//! `gen_options` is generated from `src/ffi/options_table.rs`.
+#[rustfmt::skip]
+pub mod gen_options;
+
 use crate::error::{Error, ErrorCode};
 use crate::ffi::base::error::{fulmen_error, guard};
 use crate::ffi::base::handle::{self, check_out, Handle};
+use crate::ffi::metrics::gen_options::fulmen_metric_options;
 use crate::ffi::tensor::handle::{fulmen_tensor, tensor_arg};
-use crate::metrics::{self, Average, Metric, MetricKind, MetricOptions};
+use crate::metrics::{self, Metric, MetricOptions};
 
 /// A metric's state. Free with `fulmen_metric_free`.
 pub struct fulmen_metric {
@@ -13,46 +18,6 @@ pub struct fulmen_metric {
 
 impl Handle for fulmen_metric {
     const C_NAME: &'static str = "fulmen_metric";
-}
-
-/// How a metric is built; start from `fulmen_metric_options_default`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_metric_options {
-    /// A `fulmen_metric_kind`.
-    pub kind: i32,
-    /// 0: a binary task (one score or 0/1 label per sample, shaped as the
-    /// targets); 2 to 4096: multiclass (scores (N, C, ...) or class indices
-    /// (N, ...) for targets (N, ...)). Unused by MAE / MSE / RMSE.
-    pub num_classes: i64,
-    /// A `fulmen_average` for multiclass scores (default macro, as
-    /// torchmetrics; AUROC takes macro or weighted).
-    pub average: i32,
-    /// Binary: probabilities above it count as positive (default 0.5).
-    /// Scores outside [0, 1] go through a sigmoid first (softmax for
-    /// multiclass AUROC), as torchmetrics.
-    pub threshold: f64,
-    /// AUROC: 0 (default) keeps every score for the exact curve; 2 to
-    /// 100000 bins it at that many thresholds in [0, 1] (constant memory).
-    pub thresholds: i64,
-    /// Sum the states over the ranks of a running distributed job at
-    /// compute (default true; then every rank must call compute).
-    pub sync_on_compute: bool,
-}
-
-/// torchmetrics' defaults for `kind` (a `fulmen_metric_kind`) over
-/// `num_classes` classes (0: binary).
-#[no_mangle]
-pub extern "C" fn fulmen_metric_options_default(kind: i32, num_classes: i64) -> fulmen_metric_options {
-    let d = MetricOptions::new(MetricKind::from_i32(kind).unwrap_or(MetricKind::Accuracy), num_classes);
-    fulmen_metric_options {
-        kind,
-        num_classes,
-        average: d.average as i32,
-        threshold: d.threshold,
-        thresholds: d.thresholds,
-        sync_on_compute: d.sync_on_compute,
-    }
 }
 
 /// Creates a metric with an empty state. Its state lives on the device of
@@ -71,14 +36,7 @@ pub unsafe extern "C" fn fulmen_metric_new(
     guard!(|| {
         check_out(out, "out")?;
         let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
-        let opts = MetricOptions {
-            kind: MetricKind::from_i32(o.kind)?,
-            num_classes: o.num_classes,
-            average: Average::from_i32(o.average)?,
-            threshold: o.threshold,
-            thresholds: o.thresholds,
-            sync_on_compute: o.sync_on_compute,
-        };
+        let opts = MetricOptions::try_from(*o)?;
         out.write(handle::into_raw(fulmen_metric { inner: metrics::build(opts)? }));
         Ok(())
     })

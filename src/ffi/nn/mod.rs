@@ -1,5 +1,8 @@
 //! Models: layers, containers, host modules, initialisation, state
-//! (`fulmen/nn.h`).
+//! (`fulmen/nn.h`). `gen_options` is generated from
+//! `src/ffi/options_table.rs`.
+#[rustfmt::skip]
+pub mod gen_options;
 pub mod host_module;
 pub mod init;
 pub mod model;

@@ -2,6 +2,7 @@
 use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::base::error::{fulmen_error, guard, str_arg};
 use crate::ffi::base::handle::{self, check_out, write_out, Handle, Shared};
+use crate::ffi::nn::gen_options::fulmen_conv2d_options;
 use crate::ffi::tensor::handle::{emit, emit_list, fulmen_tensor, i64_list, opt_tensor_arg, tensor_arg};
 use crate::nn::{Activation, Module};
 use crate::trainer::SharedModel;
@@ -135,38 +136,6 @@ pub unsafe extern "C" fn fulmen_model_linear_new(
     out: *mut *mut fulmen_model,
 ) -> *mut fulmen_error {
     guard!(|| emit_model(out, Module::linear(in_features, out_features, bias)))
-}
-
-/// Options of a 2-D convolution; get defaults from
-/// `fulmen_conv2d_options_default` and set what differs.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_conv2d_options {
-    /// Kernel height and width.
-    pub kernel: [i64; 2],
-    /// Stride (default 1, 1).
-    pub stride: [i64; 2],
-    /// Zero padding (default 0, 0).
-    pub padding: [i64; 2],
-    /// Dilation (default 1, 1).
-    pub dilation: [i64; 2],
-    /// Groups (default 1).
-    pub groups: i64,
-    /// Learn a bias (default true).
-    pub bias: bool,
-}
-
-/// Default convolution options for a square `kernel`.
-#[no_mangle]
-pub extern "C" fn fulmen_conv2d_options_default(kernel: i64) -> fulmen_conv2d_options {
-    fulmen_conv2d_options {
-        kernel: [kernel, kernel],
-        stride: [1, 1],
-        padding: [0, 0],
-        dilation: [1, 1],
-        groups: 1,
-        bias: true,
-    }
 }
 
 /// Creates `nn.Conv2d(in_channels, out_channels, ...)` with `options`.

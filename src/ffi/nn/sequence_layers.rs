@@ -3,31 +3,11 @@
 //! `fulmen_model_forward_multi` for their extra inputs and results.
 use crate::error::{Error, Result};
 use crate::ffi::base::error::{fulmen_error, guard};
+use crate::ffi::nn::gen_options::{
+    fulmen_rnn_options, fulmen_rnn_options_default, fulmen_transformer_options, fulmen_transformer_options_default,
+};
 use crate::ffi::nn::model::{activation, emit_model, fulmen_model};
 use crate::nn::{Module, RnnConfig, RnnKind, TransformerConfig};
-
-/// Options of RNN, LSTM and GRU; get defaults from
-/// `fulmen_rnn_options_default` and set what differs.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_rnn_options {
-    /// Stacked layers (default 1, at most 1024).
-    pub num_layers: i64,
-    /// Learn `bias_ih` and `bias_hh` (default true).
-    pub bias: bool,
-    /// Input and output are `(N, T, F)` rather than `(T, N, F)` (default false).
-    pub batch_first: bool,
-    /// Dropout on the outputs of every layer but the last, in training (default 0).
-    pub dropout: f64,
-    /// Run each layer both ways and concatenate (default false).
-    pub bidirectional: bool,
-}
-
-/// PyTorch's defaults: one layer, biases, `(T, N, F)`, no dropout, one direction.
-#[no_mangle]
-pub extern "C" fn fulmen_rnn_options_default() -> fulmen_rnn_options {
-    fulmen_rnn_options { num_layers: 1, bias: true, batch_first: false, dropout: 0.0, bidirectional: false }
-}
 
 /// # Safety
 /// `o` must be NULL or point to a valid options struct.
@@ -136,45 +116,6 @@ pub unsafe extern "C" fn fulmen_model_multihead_attention_new(
     out: *mut *mut fulmen_model,
 ) -> *mut fulmen_error {
     guard!(|| { emit_model(out, Module::multihead_attention(embed_dim, num_heads, dropout, bias, batch_first)) })
-}
-
-/// Options of the transformer layers; get defaults from
-/// `fulmen_transformer_options_default` and set what differs.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_transformer_options {
-    /// Width of the feed-forward block (default 2048).
-    pub dim_feedforward: i64,
-    /// Dropout (default 0.1).
-    pub dropout: f64,
-    /// Activation of the feed-forward block, a fulmen_activation (default
-    /// FULMEN_ACTIVATION_RELU; FULMEN_ACTIVATION_GELU is PyTorch's "gelu").
-    pub activation: i32,
-    /// The activation's parameter, as for `fulmen_model_activation_new` (default 0).
-    pub activation_param: f64,
-    /// Epsilon of the layer norms (default 1e-5).
-    pub layer_norm_eps: f64,
-    /// Input and output are `(N, L, E)` rather than `(L, N, E)` (default false).
-    pub batch_first: bool,
-    /// Pre-norm: normalise before attention and feed-forward (default false).
-    pub norm_first: bool,
-    /// Biases in the linear layers and layer norms (default true).
-    pub bias: bool,
-}
-
-/// PyTorch's defaults: 2048, 0.1, ReLU, 1e-5, `(L, N, E)`, post-norm, biases.
-#[no_mangle]
-pub extern "C" fn fulmen_transformer_options_default() -> fulmen_transformer_options {
-    fulmen_transformer_options {
-        dim_feedforward: 2048,
-        dropout: 0.1,
-        activation: 0,
-        activation_param: 0.0,
-        layer_norm_eps: 1e-5,
-        batch_first: false,
-        norm_first: false,
-        bias: true,
-    }
 }
 
 unsafe fn new_transformer(

@@ -2,41 +2,10 @@
 //! InstanceNorm1d/2d, the adaptive pools and Upsample.
 use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::base::error::{fulmen_error, guard, str_arg};
+use crate::ffi::nn::gen_options::{fulmen_conv3d_options, fulmen_conv_transpose_options};
 use crate::ffi::nn::model::{emit_model, fulmen_model};
 use crate::ffi::tensor::handle::i64_list;
 use crate::nn::{ConvConfig, ConvTransposeConfig, Module};
-
-/// Options of a 3-D convolution; get defaults from
-/// `fulmen_conv3d_options_default` and set what differs.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_conv3d_options {
-    /// Kernel depth, height and width.
-    pub kernel: [i64; 3],
-    /// Stride (default 1, 1, 1).
-    pub stride: [i64; 3],
-    /// Zero padding (default 0, 0, 0).
-    pub padding: [i64; 3],
-    /// Dilation (default 1, 1, 1).
-    pub dilation: [i64; 3],
-    /// Groups (default 1).
-    pub groups: i64,
-    /// Learn a bias (default true).
-    pub bias: bool,
-}
-
-/// Default 3-D convolution options for a cubic `kernel`.
-#[no_mangle]
-pub extern "C" fn fulmen_conv3d_options_default(kernel: i64) -> fulmen_conv3d_options {
-    fulmen_conv3d_options {
-        kernel: [kernel; 3],
-        stride: [1; 3],
-        padding: [0; 3],
-        dilation: [1; 3],
-        groups: 1,
-        bias: true,
-    }
-}
 
 fn options<'a, T>(p: *const T) -> Result<&'a T> {
     // SAFETY: the callers pass NULL or a pointer to a valid options struct.
@@ -72,47 +41,6 @@ pub unsafe extern "C" fn fulmen_model_conv3d_new(
         };
         emit_model(out, Module::conv3d(cfg))
     })
-}
-
-/// Options of a transposed convolution; get defaults from
-/// `fulmen_conv_transpose_options_default` and set what differs. Only the
-/// first `dims` entries of each array are read.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_conv_transpose_options {
-    /// 1 (`ConvTranspose1d`) or 2 (`ConvTranspose2d`).
-    pub dims: usize,
-    /// Kernel size per spatial dimension.
-    pub kernel: [i64; 2],
-    /// Stride (default 1).
-    pub stride: [i64; 2],
-    /// Padding removed from each side of the output (default 0).
-    pub padding: [i64; 2],
-    /// Size added to one side of the output (default 0; smaller than the
-    /// stride or the dilation).
-    pub output_padding: [i64; 2],
-    /// Dilation (default 1).
-    pub dilation: [i64; 2],
-    /// Groups (default 1).
-    pub groups: i64,
-    /// Learn a bias (default true).
-    pub bias: bool,
-}
-
-/// Default transposed-convolution options for `dims` spatial dimensions
-/// and a square `kernel`.
-#[no_mangle]
-pub extern "C" fn fulmen_conv_transpose_options_default(dims: usize, kernel: i64) -> fulmen_conv_transpose_options {
-    fulmen_conv_transpose_options {
-        dims,
-        kernel: [kernel; 2],
-        stride: [1; 2],
-        padding: [0; 2],
-        output_padding: [0; 2],
-        dilation: [1; 2],
-        groups: 1,
-        bias: true,
-    }
 }
 
 /// Creates `nn.ConvTranspose1d` or `nn.ConvTranspose2d(in_channels,

@@ -1,6 +1,7 @@
 //! Generated from src/ffi/options_table.rs by tools/codegen/option_structs.rs (`make header`): do not edit.
 //! The option structs of `fulmen/optim.h`, each with its `*_default`
-//! functions and its conversions to and from the core's options.
+//! functions and, where the core has an options type for it, its
+//! conversions to and from the core's options.
 use crate::optim::{AdagradOptions, AdamOptions, AdamaxOptions, LbfgsOptions, NAdamOptions, RAdamOptions, RmsPropOptions, SgdOptions};
 
 /// SGD options (`torch.optim.SGD`); defaults from `fulmen_sgd_options_default`.

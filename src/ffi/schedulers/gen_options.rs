@@ -1,6 +1,7 @@
 //! Generated from src/ffi/options_table.rs by tools/codegen/option_structs.rs (`make header`): do not edit.
 //! The option structs of `fulmen/schedulers.h`, each with its `*_default`
-//! functions and its conversions to and from the core's options.
+//! functions and, where the core has an options type for it, its
+//! conversions to and from the core's options.
 use crate::error::Error;
 use crate::optim::{AnnealStrategy, CyclicLrOptions, CyclicMode, OneCycleOptions, PlateauMode, PlateauOptions, ThresholdMode};
 

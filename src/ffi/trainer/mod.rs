@@ -1,5 +1,8 @@
 //! The Trainer: options, precision plugins, strategies, runs, tuning
-//! (`fulmen/trainer.h`).
+//! (`fulmen/trainer.h`). `gen_options` is generated from
+//! `src/ffi/options_table.rs`.
+#[rustfmt::skip]
+pub mod gen_options;
 pub mod loaders;
 pub mod precision;
 pub mod runs;

@@ -5,6 +5,7 @@ use crate::ffi::base::error::{fulmen_error, guard};
 use crate::ffi::base::handle::{self, check_out, Handle};
 use crate::ffi::data::datasets::fulmen_loader;
 use crate::ffi::module::lightning_module::fulmen_lightning_module;
+use crate::ffi::trainer::gen_options::{fulmen_lr_find_options, fulmen_lr_find_options_default};
 use crate::ffi::trainer::runs::{fulmen_trainer, loader};
 use crate::trainer::BatchSource;
 use crate::tuner::{LrFindMode, LrFindOptions, LrFindResult};
@@ -19,51 +20,21 @@ pub enum LrFindModeCode {
     Linear = 1,
 }
 
-/// Options of `fulmen_trainer_lr_find`; defaults from
-/// `fulmen_lr_find_options_default` (Lightning's).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_lr_find_options {
-    /// The first learning rate (default 1e-8).
-    pub min_lr: f64,
-    /// The last learning rate (default 1).
-    pub max_lr: f64,
-    /// Learning rates to try, one per optimizer step (default 100).
-    pub num_training: i64,
-    /// A `fulmen_lr_find_mode` (default exponential).
-    pub mode: i32,
-    /// Stop once the smoothed loss is above this multiple of the best one
-    /// (default 4; 0: never stop early).
-    pub early_stop_threshold: f64,
-}
-
-/// Lightning's defaults: 1e-8 to 1 over 100 steps, exponentially, stopping
-/// at 4 times the best loss.
-#[no_mangle]
-pub extern "C" fn fulmen_lr_find_options_default() -> fulmen_lr_find_options {
-    let d = LrFindOptions::default();
-    fulmen_lr_find_options {
-        min_lr: d.min_lr,
-        max_lr: d.max_lr,
-        num_training: d.num_training,
-        mode: 0,
-        early_stop_threshold: d.early_stop_threshold.unwrap_or(0.0),
+/// The core's mode of a `fulmen_lr_find_mode` value.
+pub(crate) fn lr_find_mode(m: i32) -> Result<LrFindMode> {
+    match m {
+        0 => Ok(LrFindMode::Exponential),
+        1 => Ok(LrFindMode::Linear),
+        m => Err(Error::invalid(format!("{m} is not a fulmen_lr_find_mode (0 or 1)"))),
     }
 }
 
-fn options(o: &fulmen_lr_find_options) -> Result<LrFindOptions> {
-    let mode = match o.mode {
-        0 => LrFindMode::Exponential,
-        1 => LrFindMode::Linear,
-        m => return Err(Error::invalid(format!("{m} is not a fulmen_lr_find_mode (0 or 1)"))),
-    };
-    Ok(LrFindOptions {
-        min_lr: o.min_lr,
-        max_lr: o.max_lr,
-        num_training: o.num_training,
-        mode,
-        early_stop_threshold: (o.early_stop_threshold != 0.0).then_some(o.early_stop_threshold),
-    })
+/// The `fulmen_lr_find_mode` value of the core's mode.
+pub(crate) fn lr_find_mode_code(m: LrFindMode) -> i32 {
+    match m {
+        LrFindMode::Exponential => LrFindModeCode::Exponential as i32,
+        LrFindMode::Linear => LrFindModeCode::Linear as i32,
+    }
 }
 
 /// The learning rates a range test tried and the smoothed losses after
@@ -100,7 +71,8 @@ pub unsafe extern "C" fn fulmen_trainer_lr_find(
 ) -> *mut fulmen_error {
     guard!(|| {
         check_out(out, "out")?;
-        let o = options(&options_.as_ref().copied().unwrap_or_else(|| fulmen_lr_find_options_default()))?;
+        let o =
+            LrFindOptions::try_from(options_.as_ref().copied().unwrap_or_else(|| fulmen_lr_find_options_default()))?;
         let t = handle::borrow_mut(trainer, "trainer")?;
         let mut m = handle::borrow_mut(module, "module")?;
         let tr = loader(train, "train")?;

@@ -4,58 +4,10 @@ use crate::ffi::base::error::{fulmen_error, guard};
 use crate::ffi::base::handle;
 use crate::ffi::data::datasets::fulmen_loader;
 use crate::ffi::module::lightning_module::fulmen_lightning_module;
+use crate::ffi::trainer::gen_options::{fulmen_batch_size_finder_options, fulmen_batch_size_finder_options_default};
 use crate::ffi::trainer::runs::{fulmen_trainer, loader};
 use crate::trainer::BatchSource;
-use crate::tuner::{BatchSizeMode, BatchSizeOptions};
-
-/// Options of `fulmen_trainer_scale_batch_size`; defaults from
-/// `fulmen_batch_size_finder_options_default` (Lightning's).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct fulmen_batch_size_finder_options {
-    /// false: "power", doubling until a trial runs out of memory (the
-    /// default); true: "binsearch", then searching between the last size
-    /// that fit and the first that did not.
-    pub binsearch: bool,
-    /// Optimizer steps per trial (default 3).
-    pub steps_per_trial: i64,
-    /// The first batch size tried (default 2).
-    pub init_val: usize,
-    /// The most trials (default 25).
-    pub max_trials: i64,
-    /// binsearch: the found size is reduced by this fraction, in [0, 1)
-    /// (default 0.05).
-    pub margin: f64,
-    /// The largest batch size: sizes are capped at it, and the search ends
-    /// once it reaches it, without trying it, as Lightning's (default 8192).
-    pub max_val: usize,
-}
-
-/// Lightning's defaults: power mode, 3 steps per trial from batch size 2,
-/// at most 25 trials, a 5% margin (binsearch), at most 8192.
-#[no_mangle]
-pub extern "C" fn fulmen_batch_size_finder_options_default() -> fulmen_batch_size_finder_options {
-    let d = BatchSizeOptions::default();
-    fulmen_batch_size_finder_options {
-        binsearch: d.mode == BatchSizeMode::BinSearch,
-        steps_per_trial: d.steps_per_trial,
-        init_val: d.init_val,
-        max_trials: d.max_trials,
-        margin: d.margin,
-        max_val: d.max_val,
-    }
-}
-
-fn to_rust(o: &fulmen_batch_size_finder_options) -> BatchSizeOptions {
-    BatchSizeOptions {
-        mode: if o.binsearch { BatchSizeMode::BinSearch } else { BatchSizeMode::Power },
-        steps_per_trial: o.steps_per_trial,
-        init_val: o.init_val,
-        max_trials: o.max_trials,
-        margin: o.margin,
-        max_val: o.max_val,
-    }
-}
+use crate::tuner::BatchSizeOptions;
 
 /// Lightning's `Tuner.scale_batch_size` (its BatchSizeFinder): fits of
 /// `steps_per_trial` optimizer steps on `train` at growing batch sizes,
@@ -87,7 +39,9 @@ pub unsafe extern "C" fn fulmen_trainer_scale_batch_size(
     batch_size: *mut usize,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let o = to_rust(&options.as_ref().copied().unwrap_or_else(|| fulmen_batch_size_finder_options_default()));
+        let o = BatchSizeOptions::from(
+            options.as_ref().copied().unwrap_or_else(|| fulmen_batch_size_finder_options_default()),
+        );
         let t = handle::borrow_mut(trainer, "trainer")?;
         let mut m = handle::borrow_mut(module, "module")?;
         let found = {
