@@ -387,32 +387,6 @@ typedef struct fulmen_early_stopping_options {
 } fulmen_early_stopping_options;
 
 /**
- * A host callback: receives every hook (`fulmen_hook`) through `on_hook`
- * on the thread running the trainer. Set `struct_size` to
- * `sizeof(fulmen_callback_vtable)`.
- */
-typedef struct fulmen_callback_vtable {
-  /**
-   * `sizeof(fulmen_callback_vtable)`.
-   */
-  size_t struct_size;
-  /**
-   * Passed to `on_hook`.
-   */
-  void *userdata;
-  /**
-   * Called once when the trainer that holds the callback is freed; may
-   * be NULL.
-   */
-  void (*userdata_free)(void*);
-  /**
-   * Called for every hook; return NULL, or an error to stop the run.
-   * Required.
-   */
-  struct fulmen_error *(*on_hook)(void *userdata, int32_t hook, struct fulmen_hook_context *ctx);
-} fulmen_callback_vtable;
-
-/**
  * StochasticWeightAveraging options; Lightning's defaults from
  * `fulmen_stochastic_weight_averaging_options_default`.
  */
@@ -455,14 +429,35 @@ typedef struct fulmen_stochastic_weight_averaging_options {
   bool average_on_device;
 } fulmen_stochastic_weight_averaging_options;
 
+/**
+ * A host callback: receives every hook (`fulmen_hook`) through `on_hook`
+ * on the thread running the trainer. Set `struct_size` to
+ * `sizeof(fulmen_callback_vtable)`.
+ */
+typedef struct fulmen_callback_vtable {
+  /**
+   * `sizeof(fulmen_callback_vtable)`.
+   */
+  size_t struct_size;
+  /**
+   * Passed to `on_hook`.
+   */
+  void *userdata;
+  /**
+   * Called once when the trainer that holds the callback is freed; may
+   * be NULL.
+   */
+  void (*userdata_free)(void*);
+  /**
+   * Called for every hook; return NULL, or an error to stop the run.
+   * Required.
+   */
+  struct fulmen_error *(*on_hook)(void *userdata, int32_t hook, struct fulmen_hook_context *ctx);
+} fulmen_callback_vtable;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
-
-/**
- * Lightning's `EMAWeightAveraging` defaults.
- */
-struct fulmen_weight_averaging_options fulmen_weight_averaging_options_default(void);
 
 /**
  * Adds weight averaging (Lightning 2.6's `EMAWeightAveraging`, or its
@@ -482,11 +477,6 @@ struct fulmen_weight_averaging_options fulmen_weight_averaging_options_default(v
  */
 struct fulmen_error *fulmen_trainer_add_weight_averaging(struct fulmen_trainer *trainer,
                                                          const struct fulmen_weight_averaging_options *options);
-
-/**
- * Lightning's `BackboneFinetuning` defaults.
- */
-struct fulmen_backbone_finetuning_options fulmen_backbone_finetuning_options_default(void);
 
 /**
  * Adds Lightning's `BackboneFinetuning`. At setup the backbone's
@@ -546,6 +536,32 @@ struct fulmen_error *fulmen_trainer_add_backbone_finetuning_lambda(struct fulmen
                                                                    fulmen_backbone_lambda_fn lambda_func,
                                                                    void *userdata,
                                                                    void (*userdata_free)(void*));
+
+/**
+ * Lightning's ModelCheckpoint defaults.
+ */
+struct fulmen_model_checkpoint_options fulmen_model_checkpoint_options_default(void);
+
+/**
+ * Lightning's EarlyStopping defaults (monitor NULL: set it).
+ */
+struct fulmen_early_stopping_options fulmen_early_stopping_options_default(void);
+
+/**
+ * Lightning's `EMAWeightAveraging` defaults.
+ */
+struct fulmen_weight_averaging_options fulmen_weight_averaging_options_default(void);
+
+/**
+ * Lightning's `BackboneFinetuning` defaults.
+ */
+struct fulmen_backbone_finetuning_options fulmen_backbone_finetuning_options_default(void);
+
+/**
+ * Lightning's `StochasticWeightAveraging` defaults with `swa_lr` for
+ * every param group.
+ */
+struct fulmen_stochastic_weight_averaging_options fulmen_stochastic_weight_averaging_options_default(double swa_lr);
 
 /**
  * The name Lightning gives hook `hook` ("on_train_epoch_end"), a static
@@ -713,11 +729,6 @@ struct fulmen_error *fulmen_hook_context_exception(const struct fulmen_hook_cont
                                                    size_t *len_out);
 
 /**
- * Lightning's ModelCheckpoint defaults.
- */
-struct fulmen_model_checkpoint_options fulmen_model_checkpoint_options_default(void);
-
-/**
  * Adds a ModelCheckpoint (`options` may be NULL for the defaults). The
  * default checkpoint callback is then not added.
  *
@@ -727,11 +738,6 @@ struct fulmen_model_checkpoint_options fulmen_model_checkpoint_options_default(v
  */
 struct fulmen_error *fulmen_trainer_add_model_checkpoint(struct fulmen_trainer *trainer,
                                                          const struct fulmen_model_checkpoint_options *options);
-
-/**
- * Lightning's EarlyStopping defaults (monitor NULL: set it).
- */
-struct fulmen_early_stopping_options fulmen_early_stopping_options_default(void);
 
 /**
  * Adds an EarlyStopping callback.
@@ -816,12 +822,6 @@ struct fulmen_error *fulmen_trainer_add_timer(struct fulmen_trainer *trainer,
 struct fulmen_error *fulmen_trainer_add_callback(struct fulmen_trainer *trainer,
                                                  const char *name,
                                                  const struct fulmen_callback_vtable *vtable);
-
-/**
- * Lightning's `StochasticWeightAveraging` defaults with `swa_lr` for
- * every param group.
- */
-struct fulmen_stochastic_weight_averaging_options fulmen_stochastic_weight_averaging_options_default(double swa_lr);
 
 /**
  * Adds Lightning's `StochasticWeightAveraging`. From the start of epoch

@@ -317,11 +317,6 @@ struct fulmen_error *fulmen_dataset_from_tensors(const struct fulmen_tensor *con
                                                  struct fulmen_dataset **out);
 
 /**
- * Default CSV options: labels in column 0, header detected, ',', no scaling.
- */
-struct fulmen_csv_options fulmen_csv_options_default(void);
-
-/**
  * Loads a `.csv` or gzip-compressed `.csv.gz` file: features as f32
  * (N, F) and, with labels, class labels as i64 (N). Errors name the file
  * and line. `options` may be NULL for the defaults.
@@ -433,11 +428,6 @@ struct fulmen_error *fulmen_dataset_from_source(const struct fulmen_data_source_
                                                 struct fulmen_dataset **out);
 
 /**
- * torch's DataLoader defaults (batch size 1, no shuffle, no workers).
- */
-struct fulmen_loader_options fulmen_loader_options_default(void);
-
-/**
  * Creates a loader that batches `dataset` (kept alive by the loader).
  * `options` may be NULL for the defaults.
  *
@@ -494,6 +484,16 @@ struct fulmen_error *fulmen_loader_batch(const struct fulmen_loader *loader,
  */
 struct fulmen_error *fulmen_loader_from_iterator(const struct fulmen_iterator_vtable *vtable,
                                                  struct fulmen_loader **out);
+
+/**
+ * Default CSV options: labels in column 0, header detected, ',', no scaling.
+ */
+struct fulmen_csv_options fulmen_csv_options_default(void);
+
+/**
+ * torch's DataLoader defaults (batch size 1, no shuffle, no workers).
+ */
+struct fulmen_loader_options fulmen_loader_options_default(void);
 
 /**
  * Fits a `fulmen_scaler_kind` on column `column` (floating-point

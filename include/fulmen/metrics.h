@@ -126,12 +126,6 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * torchmetrics' defaults for `kind` (a `fulmen_metric_kind`) over
- * `num_classes` classes (0: binary).
- */
-struct fulmen_metric_options fulmen_metric_options_default(int32_t kind, int64_t num_classes);
-
-/**
  * Creates a metric with an empty state. Its state lives on the device of
  * the first predictions it sees.
  *
@@ -188,6 +182,12 @@ struct fulmen_error *fulmen_metric_reset(struct fulmen_metric *metric);
  * Frees a metric. NULL or an already freed handle is a no-op.
  */
 void fulmen_metric_free(struct fulmen_metric *metric);
+
+/**
+ * torchmetrics' defaults for `kind` (a `fulmen_metric_kind`) over
+ * `num_classes` classes (0: binary).
+ */
+struct fulmen_metric_options fulmen_metric_options_default(int32_t kind, int64_t num_classes);
 
 #ifdef __cplusplus
 }  // extern "C"

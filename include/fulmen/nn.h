@@ -134,42 +134,6 @@ typedef struct fulmen_host_call fulmen_host_call;
 typedef struct fulmen_model fulmen_model;
 
 /**
- * A host module's forward pass. Set `struct_size` to
- * `sizeof(fulmen_host_module_vtable)`.
- */
-typedef struct fulmen_host_module_vtable {
-  /**
-   * `sizeof(fulmen_host_module_vtable)`.
-   */
-  size_t struct_size;
-  /**
-   * Passed to `forward`.
-   */
-  void *userdata;
-  /**
-   * Called once when the module is dropped; may be NULL.
-   */
-  void (*userdata_free)(void*);
-  /**
-   * How many tensors `forward` writes (1..=FULMEN_MAX_HOST_OUTPUTS).
-   */
-  size_t num_outputs;
-  /**
-   * The forward pass: reads `inputs[0..n_inputs]` (borrowed; NULL for a
-   * left-out one), reaches the module's tensors and children through
-   * `call` (borrowed, valid during the call), and writes `num_outputs`
-   * new tensors to `outs[0..num_outputs]`. Tensors it makes are released
-   * when it returns; fulmen takes what it wrote to `outs` first.
-   * Required.
-   */
-  struct fulmen_error *(*forward)(void *userdata,
-                                  struct fulmen_host_call *call,
-                                  const struct fulmen_tensor *const *inputs,
-                                  size_t n_inputs,
-                                  struct fulmen_tensor **outs);
-} fulmen_host_module_vtable;
-
-/**
  * Options of a 2-D convolution; get defaults from
  * `fulmen_conv2d_options_default` and set what differs.
  */
@@ -199,73 +163,6 @@ typedef struct fulmen_conv2d_options {
    */
   bool bias;
 } fulmen_conv2d_options;
-
-/**
- * Options of RNN, LSTM and GRU; get defaults from
- * `fulmen_rnn_options_default` and set what differs.
- */
-typedef struct fulmen_rnn_options {
-  /**
-   * Stacked layers (default 1, at most 1024).
-   */
-  int64_t num_layers;
-  /**
-   * Learn `bias_ih` and `bias_hh` (default true).
-   */
-  bool bias;
-  /**
-   * Input and output are `(N, T, F)` rather than `(T, N, F)` (default false).
-   */
-  bool batch_first;
-  /**
-   * Dropout on the outputs of every layer but the last, in training (default 0).
-   */
-  double dropout;
-  /**
-   * Run each layer both ways and concatenate (default false).
-   */
-  bool bidirectional;
-} fulmen_rnn_options;
-
-/**
- * Options of the transformer layers; get defaults from
- * `fulmen_transformer_options_default` and set what differs.
- */
-typedef struct fulmen_transformer_options {
-  /**
-   * Width of the feed-forward block (default 2048).
-   */
-  int64_t dim_feedforward;
-  /**
-   * Dropout (default 0.1).
-   */
-  double dropout;
-  /**
-   * Activation of the feed-forward block, a fulmen_activation (default
-   * FULMEN_ACTIVATION_RELU; FULMEN_ACTIVATION_GELU is PyTorch's "gelu").
-   */
-  int32_t activation;
-  /**
-   * The activation's parameter, as for `fulmen_model_activation_new` (default 0).
-   */
-  double activation_param;
-  /**
-   * Epsilon of the layer norms (default 1e-5).
-   */
-  double layer_norm_eps;
-  /**
-   * Input and output are `(N, L, E)` rather than `(L, N, E)` (default false).
-   */
-  bool batch_first;
-  /**
-   * Pre-norm: normalise before attention and feed-forward (default false).
-   */
-  bool norm_first;
-  /**
-   * Biases in the linear layers and layer norms (default true).
-   */
-  bool bias;
-} fulmen_transformer_options;
 
 /**
  * Options of a 3-D convolution; get defaults from
@@ -339,9 +236,139 @@ typedef struct fulmen_conv_transpose_options {
   bool bias;
 } fulmen_conv_transpose_options;
 
+/**
+ * Options of RNN, LSTM and GRU; get defaults from
+ * `fulmen_rnn_options_default` and set what differs.
+ */
+typedef struct fulmen_rnn_options {
+  /**
+   * Stacked layers (default 1, at most 1024).
+   */
+  int64_t num_layers;
+  /**
+   * Learn `bias_ih` and `bias_hh` (default true).
+   */
+  bool bias;
+  /**
+   * Input and output are `(N, T, F)` rather than `(T, N, F)` (default false).
+   */
+  bool batch_first;
+  /**
+   * Dropout on the outputs of every layer but the last, in training (default 0).
+   */
+  double dropout;
+  /**
+   * Run each layer both ways and concatenate (default false).
+   */
+  bool bidirectional;
+} fulmen_rnn_options;
+
+/**
+ * Options of the transformer layers; get defaults from
+ * `fulmen_transformer_options_default` and set what differs.
+ */
+typedef struct fulmen_transformer_options {
+  /**
+   * Width of the feed-forward block (default 2048).
+   */
+  int64_t dim_feedforward;
+  /**
+   * Dropout (default 0.1).
+   */
+  double dropout;
+  /**
+   * Activation of the feed-forward block, a fulmen_activation (default
+   * FULMEN_ACTIVATION_RELU; FULMEN_ACTIVATION_GELU is PyTorch's "gelu").
+   */
+  int32_t activation;
+  /**
+   * The activation's parameter, as for `fulmen_model_activation_new` (default 0).
+   */
+  double activation_param;
+  /**
+   * Epsilon of the layer norms (default 1e-5).
+   */
+  double layer_norm_eps;
+  /**
+   * Input and output are `(N, L, E)` rather than `(L, N, E)` (default false).
+   */
+  bool batch_first;
+  /**
+   * Pre-norm: normalise before attention and feed-forward (default false).
+   */
+  bool norm_first;
+  /**
+   * Biases in the linear layers and layer norms (default true).
+   */
+  bool bias;
+} fulmen_transformer_options;
+
+/**
+ * A host module's forward pass. Set `struct_size` to
+ * `sizeof(fulmen_host_module_vtable)`.
+ */
+typedef struct fulmen_host_module_vtable {
+  /**
+   * `sizeof(fulmen_host_module_vtable)`.
+   */
+  size_t struct_size;
+  /**
+   * Passed to `forward`.
+   */
+  void *userdata;
+  /**
+   * Called once when the module is dropped; may be NULL.
+   */
+  void (*userdata_free)(void*);
+  /**
+   * How many tensors `forward` writes (1..=FULMEN_MAX_HOST_OUTPUTS).
+   */
+  size_t num_outputs;
+  /**
+   * The forward pass: reads `inputs[0..n_inputs]` (borrowed; NULL for a
+   * left-out one), reaches the module's tensors and children through
+   * `call` (borrowed, valid during the call), and writes `num_outputs`
+   * new tensors to `outs[0..num_outputs]`. Tensors it makes are released
+   * when it returns; fulmen takes what it wrote to `outs` first.
+   * Required.
+   */
+  struct fulmen_error *(*forward)(void *userdata,
+                                  struct fulmen_host_call *call,
+                                  const struct fulmen_tensor *const *inputs,
+                                  size_t n_inputs,
+                                  struct fulmen_tensor **outs);
+} fulmen_host_module_vtable;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Default convolution options for a square `kernel`.
+ */
+struct fulmen_conv2d_options fulmen_conv2d_options_default(int64_t kernel);
+
+/**
+ * Default 3-D convolution options for a cubic `kernel`.
+ */
+struct fulmen_conv3d_options fulmen_conv3d_options_default(int64_t kernel);
+
+/**
+ * Default transposed-convolution options for `dims` spatial dimensions
+ * and a square `kernel`.
+ */
+struct fulmen_conv_transpose_options fulmen_conv_transpose_options_default(size_t dims,
+                                                                           int64_t kernel);
+
+/**
+ * PyTorch's defaults: one layer, biases, `(T, N, F)`, no dropout, one direction.
+ */
+struct fulmen_rnn_options fulmen_rnn_options_default(void);
+
+/**
+ * PyTorch's defaults: 2048, 0.1, ReLU, 1e-5, `(L, N, E)`, post-norm, biases.
+ */
+struct fulmen_transformer_options fulmen_transformer_options_default(void);
 
 /**
  * Creates a host module: a named container whose forward pass is the
@@ -551,11 +578,6 @@ struct fulmen_error *fulmen_model_linear_new(int64_t in_features,
                                              int64_t out_features,
                                              bool bias,
                                              struct fulmen_model **out);
-
-/**
- * Default convolution options for a square `kernel`.
- */
-struct fulmen_conv2d_options fulmen_conv2d_options_default(int64_t kernel);
 
 /**
  * Creates `nn.Conv2d(in_channels, out_channels, ...)` with `options`.
@@ -999,11 +1021,6 @@ struct fulmen_error *fulmen_model_parameters(const struct fulmen_model *model,
                                              size_t *len_out);
 
 /**
- * PyTorch's defaults: one layer, biases, `(T, N, F)`, no dropout, one direction.
- */
-struct fulmen_rnn_options fulmen_rnn_options_default(void);
-
-/**
  * Creates `nn.LSTM(input_size, hidden_size, ...)` with `options` (NULL for
  * the defaults). Parameters `weight_ih_l0`, `weight_hh_l0`, `bias_ih_l0`,
  * `bias_hh_l0` (`_reverse` for the backward direction), `[4 * hidden, ...]`
@@ -1065,11 +1082,6 @@ struct fulmen_error *fulmen_model_multihead_attention_new(int64_t embed_dim,
                                                           struct fulmen_model **out);
 
 /**
- * PyTorch's defaults: 2048, 0.1, ReLU, 1e-5, `(L, N, E)`, post-norm, biases.
- */
-struct fulmen_transformer_options fulmen_transformer_options_default(void);
-
-/**
  * Creates `nn.TransformerEncoderLayer(d_model, nhead, ...)` with `options`
  * (NULL for the defaults). Parameters `self_attn.*`, `linear1.*`,
  * `linear2.*`, `norm1.*`, `norm2.*`, drawn in PyTorch's order.
@@ -1101,11 +1113,6 @@ struct fulmen_error *fulmen_model_transformer_decoder_layer_new(int64_t d_model,
                                                                 struct fulmen_model **out);
 
 /**
- * Default 3-D convolution options for a cubic `kernel`.
- */
-struct fulmen_conv3d_options fulmen_conv3d_options_default(int64_t kernel);
-
-/**
  * Creates `nn.Conv3d(in_channels, out_channels, ...)` with `options` over
  * `(N, C, D, H, W)` or `(C, D, H, W)` input; weight `[out, in / groups,
  * kd, kh, kw]` and bias drawn as PyTorch draws them.
@@ -1119,13 +1126,6 @@ struct fulmen_error *fulmen_model_conv3d_new(int64_t in_channels,
                                              int64_t out_channels,
                                              const struct fulmen_conv3d_options *options,
                                              struct fulmen_model **out);
-
-/**
- * Default transposed-convolution options for `dims` spatial dimensions
- * and a square `kernel`.
- */
-struct fulmen_conv_transpose_options fulmen_conv_transpose_options_default(size_t dims,
-                                                                           int64_t kernel);
 
 /**
  * Creates `nn.ConvTranspose1d` or `nn.ConvTranspose2d(in_channels,

@@ -151,6 +151,18 @@ extern "C" {
 #endif // __cplusplus
 
 /**
+ * Lightning's defaults: 1e-8 to 1 over 100 steps, exponentially, stopping
+ * at 4 times the best loss.
+ */
+struct fulmen_lr_find_options fulmen_lr_find_options_default(void);
+
+/**
+ * Lightning's defaults: power mode, 3 steps per trial from batch size 2,
+ * at most 25 trials, a 5% margin (binsearch), at most 8192.
+ */
+struct fulmen_batch_size_finder_options fulmen_batch_size_finder_options_default(void);
+
+/**
  * `fulmen_trainer_fit` validating on each of the `n_val` loaders at
  * `val` in turn (0 to FULMEN_LOADERS_MAX; 0: the module's
  * `val_dataloader`, or no validation when it has none; the same loader
@@ -748,12 +760,6 @@ struct fulmen_error *fulmen_strategy_registry_entry(size_t index,
                                                     size_t *description_len);
 
 /**
- * Lightning's defaults: 1e-8 to 1 over 100 steps, exponentially, stopping
- * at 4 times the best loss.
- */
-struct fulmen_lr_find_options fulmen_lr_find_options_default(void);
-
-/**
  * Lightning's `Tuner(trainer).lr_find(module, train, val)`: a range test
  * of learning rates with `trainer`'s options but no loggers, checkpoints,
  * progress bar or callbacks, at most `num_training` optimizer steps, the
@@ -809,12 +815,6 @@ struct fulmen_error *fulmen_lr_find_result_suggestion(const struct fulmen_lr_fin
  * Frees a range test's result. NULL or an already freed handle is a no-op.
  */
 void fulmen_lr_find_result_free(struct fulmen_lr_find_result *result);
-
-/**
- * Lightning's defaults: power mode, 3 steps per trial from batch size 2,
- * at most 25 trials, a 5% margin (binsearch), at most 8192.
- */
-struct fulmen_batch_size_finder_options fulmen_batch_size_finder_options_default(void);
 
 /**
  * Lightning's `Tuner.scale_batch_size` (its BatchSizeFinder): fits of
