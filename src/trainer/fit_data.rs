@@ -6,8 +6,9 @@
 use super::module::LightningModule;
 use super::options::TrainerOptions;
 use super::source::BatchSource;
-use super::strategy::{RunStrategy, Sharded};
+use super::strategy::RunStrategy;
 use crate::error::{Error, Result, ResultExt};
+use crate::strategies::Sharded;
 
 /// The most validation loaders a run takes (FULMEN_LOADERS_MAX).
 pub(crate) const LOADERS_MAX: usize = 64;

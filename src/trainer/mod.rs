@@ -2,7 +2,6 @@
 //! hooks, callbacks, loggers and checkpoints.
 mod automatic;
 pub mod context;
-mod data_parallel;
 pub mod device;
 mod epoch_loop;
 mod eval;

@@ -235,7 +235,7 @@ impl Run<'_> {
         let saves = std::mem::take(&mut self.state.save_requests);
         let removes = std::mem::take(&mut self.state.remove_requests);
         let global_zero = self.strategy.is_global_zero();
-        if global_zero {
+        if self.strategy.saves_checkpoints() {
             for (path, weights_only) in &saves {
                 self.save_checkpoint(path, *weights_only)?;
             }

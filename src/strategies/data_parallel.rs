@@ -1,15 +1,15 @@
-//! DataParallel (Lightning's `dp`): one process, the model replicated on
-//! every device, each batch split along dimension 0, the step run once per
-//! chunk with the replica of the chunk's device, losses averaged and
-//! predictions gathered on the first device (as `torch.nn.DataParallel`'s
-//! scatter / replicate / gather).
+//! DataParallel's replicas (Lightning's `dp`, the strategy in `dp.rs`):
+//! one process, the model replicated on every device, each batch split
+//! along dimension 0, the step run once per chunk with the replica of the
+//! chunk's device, losses averaged and predictions gathered on the first
+//! device (as `torch.nn.DataParallel`'s scatter / replicate / gather).
 //!
 //! The replicas run one after the other on the trainer's thread; on CUDA
 //! their kernels are queued asynchronously, so the devices still overlap.
-use super::module::{LightningModule, SharedModel};
 use crate::error::{Error, ErrorCode, Result};
 use crate::nn::Module;
 use crate::tensor::device::{self as devices, Device};
+use crate::trainer::{LightningModule, SharedModel};
 use tch::Tensor;
 
 /// DP state of a run.

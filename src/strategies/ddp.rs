@@ -1,0 +1,182 @@
+//! Distributed data parallel (Lightning's `DDPStrategy`): one process per
+//! device in the process's distributed job, the model wrapped as torch's
+//! DistributedDataParallel for fitting, DataLoaders sharded per rank,
+//! metrics and decisions reduced over the ranks, rank 0 alone writing
+//! checkpoints, and the job ended when the run fails.
+use super::strategy::{Sharded, Strategy};
+use crate::accelerators::Accelerator;
+use crate::distributed::{self, Ddp, DdpOptions, DeviceBackend, DistContext, JoinOptions, ReduceOp};
+use crate::error::{Error, ErrorCode, Result};
+use crate::tensor::device::{Device, DeviceType};
+use crate::trainer::device::Placement;
+use crate::trainer::metrics::ReduceFx;
+use crate::trainer::{BatchSource, LightningModule, TrainerOptions};
+use std::sync::Arc;
+use tch::Tensor;
+
+/// DDP state of a run.
+pub(crate) struct DdpStrategy {
+    placement: Placement,
+    ctx: Arc<DistContext>,
+    options: DdpOptions,
+    /// The model wrapped as torch's DistributedDataParallel (fit only:
+    /// Lightning wraps the model for fitting, not for evaluation runs).
+    ddp: Option<Ddp>,
+}
+
+impl DdpStrategy {
+    /// Joins the distributed job (starting the other local ranks when no
+    /// launcher did) and sets this rank's device up: `list[LOCAL_RANK]`,
+    /// or the CPU for every rank of a CPU job.
+    pub(crate) fn connect(acc: Arc<dyn Accelerator>, list: &[Device], opts: &TrainerOptions) -> Result<Self> {
+        let s = &opts.strategy;
+        let ctx = distributed::join(&JoinOptions {
+            devices_per_node: list.len(),
+            num_nodes: s.num_nodes,
+            backend: s.process_group_backend.clone(),
+            cuda: list[0].is_cuda(),
+            devices: device_backend(acc.as_ref(), list, &s.name)?,
+            timeout: s.timeout,
+        })?;
+        let local = ctx.env.local_rank;
+        let device = match list.get(local) {
+            Some(d) => *d,
+            None if list[0] == Device::Cpu => Device::Cpu,
+            None => {
+                return Err(Error::invalid(format!(
+                    "local rank {local} has no device: devices={:?} selects {} of {:?}",
+                    opts.devices,
+                    list.len(),
+                    acc.name()
+                )))
+            }
+        };
+        let placement = Placement::on(acc, device, &opts.precision, opts.grad_scaler)?;
+        Ok(DdpStrategy { placement, ctx, options: s.ddp.clone(), ddp: None })
+    }
+}
+
+/// What the job's group reduces on `list`'s devices besides the CPU and
+/// CUDA: the accelerator's own collectives, or gloo through the CPU. c10d
+/// dispatches collectives for CPU, CUDA and PrivateUse1 tensors only.
+fn device_backend(acc: &dyn Accelerator, list: &[Device], strategy: &str) -> Result<Option<DeviceBackend>> {
+    let hook = acc.collectives();
+    match list.iter().find(|d| matches!(d, Device::Other(..))).copied() {
+        Some(Device::Other(kind, _)) if kind != DeviceType::PrivateUse1 => Err(Error::new(
+            ErrorCode::Unsupported,
+            format!(
+                "strategy {strategy:?} on {} devices: libtorch's c10d runs collectives on CPU, CUDA and \
+                 PrivateUse1 tensors only",
+                kind.name()
+            ),
+        )),
+        Some(_) => Ok(Some(DeviceBackend { devices: list.to_vec(), hook, abort: None })),
+        None if list.iter().all(|d| *d == Device::Cpu) && hook.is_some() => {
+            Ok(Some(DeviceBackend { devices: list.to_vec(), hook, abort: None }))
+        }
+        None => Ok(None),
+    }
+}
+
+impl Strategy for DdpStrategy {
+    fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    fn placement_mut(&mut self) -> &mut Placement {
+        &mut self.placement
+    }
+
+    fn is_global_zero(&self) -> bool {
+        self.ctx.is_global_zero()
+    }
+
+    fn global_rank(&self) -> usize {
+        self.ctx.rank()
+    }
+
+    fn world_size(&self) -> usize {
+        self.ctx.world_size()
+    }
+
+    /// For fitting, wraps the model as torch's DistributedDataParallel;
+    /// evaluation runs leave it unwrapped, as Lightning does.
+    fn wrap_model(&mut self, module: &dyn LightningModule, training: bool) -> Result<()> {
+        if !training {
+            return Ok(());
+        }
+        let Some(model) = module.model() else {
+            return Err(Error::state(
+                "ddp needs a LightningModule with a model (pass one to fulmen_lightning_module_new)",
+            ));
+        };
+        let m = model.lock().unwrap_or_else(|p| p.into_inner());
+        self.ddp =
+            Some(Ddp::new(Arc::clone(&self.ctx.group), &m, self.options.clone()).map_err(|e| self.ctx.explain(e))?);
+        Ok(())
+    }
+
+    /// The rank's shard (padded to equal length, reshuffled per epoch).
+    fn shard<'a>(&self, source: &'a dyn BatchSource, use_sampler: bool) -> Sharded<'a> {
+        if !use_sampler || self.ctx.world_size() <= 1 {
+            return Sharded::Borrowed(source);
+        }
+        match source.shard(self.ctx.rank(), self.ctx.world_size()) {
+            Some(owned) => Sharded::Owned(owned),
+            None => Sharded::Borrowed(source),
+        }
+    }
+
+    fn pre_forward(&mut self, sync: bool) -> Result<()> {
+        let DdpStrategy { ctx, ddp: Some(ddp), .. } = self else { return Ok(()) };
+        ddp.set_sync(sync);
+        ddp.pre_forward(true).map_err(|e| ctx.explain(e))
+    }
+
+    fn post_forward(&mut self, loss: &Tensor) -> Result<()> {
+        let DdpStrategy { ctx, ddp: Some(ddp), .. } = self else { return Ok(()) };
+        ddp.post_forward(std::slice::from_ref(loss), true).map_err(|e| ctx.explain(e))
+    }
+
+    fn prepare_manual_backward(&mut self, loss: &Tensor) -> Result<()> {
+        let DdpStrategy { ctx, ddp: Some(ddp), .. } = self else { return Ok(()) };
+        ddp.prepare_manual_backward(loss).map_err(|e| ctx.explain(e))
+    }
+
+    /// Buffers are broadcast when the last forward synchronized.
+    fn eval_forward(&mut self) -> Result<()> {
+        let DdpStrategy { ctx, ddp: Some(ddp), .. } = self else { return Ok(()) };
+        ddp.pre_forward(false).map_err(|e| ctx.explain(e))?;
+        ddp.post_forward(&[], false).map_err(|e| ctx.explain(e))
+    }
+
+    fn reduce(&self, values: &mut [f64], op: ReduceFx) -> Result<()> {
+        let op = match op {
+            ReduceFx::Mean => ReduceOp::Mean,
+            ReduceFx::Sum => ReduceOp::Sum,
+            ReduceFx::Max => ReduceOp::Max,
+            ReduceFx::Min => ReduceOp::Min,
+        };
+        self.ctx.group.reduce_values(values, op).map_err(|e| self.ctx.explain(e))
+    }
+
+    fn any(&self, decision: bool) -> Result<bool> {
+        self.ctx.group.reduce_decision(decision, false).map_err(|e| self.ctx.explain(e))
+    }
+
+    fn barrier(&self) -> Result<()> {
+        self.ctx.group.barrier().map_err(|e| self.ctx.explain(e))
+    }
+
+    fn fail(&mut self, e: Error) -> Error {
+        // A dead child rank is usually noticed by a collective first; give
+        // the launcher's watcher a moment so the error can name it.
+        if matches!(e.code, ErrorCode::Torch | ErrorCode::Distributed) {
+            let _ = self.ctx.await_child_failure(std::time::Duration::from_secs(1));
+        }
+        let e = self.ctx.explain(e);
+        self.ddp = None;
+        distributed::abort();
+        e
+    }
+}

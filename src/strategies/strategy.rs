@@ -1,0 +1,253 @@
+//! The strategy trait (Lightning's `Strategy`): what a run's loops ask of
+//! the way the run is spread over devices and processes. Every strategy
+//! owns its [`Placement`] (accelerator, device, precision plugin); the
+//! provided methods are the one-device behaviour on it, and each strategy
+//! overrides what it does differently (as Lightning's subclasses do).
+use crate::error::{Error, Result};
+use crate::optim::Optimizer;
+use crate::precision::{AutocastGuard, PrecisionPlugin};
+use crate::tensor::device::Device;
+use crate::trainer::device::Placement;
+use crate::trainer::metrics::ReduceFx;
+use crate::trainer::{BatchSource, ClipAlgorithm, LightningModule, OptimizerConfig};
+use tch::Tensor;
+
+/// How a run is spread: one device (`single_device.rs`), DDP (`ddp.rs`,
+/// also for `xla.rs`) or DP (`dp.rs`).
+pub(crate) trait Strategy {
+    /// The accelerator, device and precision plugin.
+    fn placement(&self) -> &Placement;
+
+    /// The placement, for the precision plugin's state and steps.
+    fn placement_mut(&mut self) -> &mut Placement;
+
+    /// Whether this process is rank 0 (always, in one process).
+    fn is_global_zero(&self) -> bool {
+        true
+    }
+
+    /// This process's rank.
+    fn global_rank(&self) -> usize {
+        0
+    }
+
+    /// Number of processes.
+    fn world_size(&self) -> usize {
+        1
+    }
+
+    /// Whether the run is DataParallel (replicas in one process).
+    fn is_data_parallel(&self) -> bool {
+        false
+    }
+
+    /// Lightning's `strategy.setup`: moves the module's model to the
+    /// device (cast for `*-true` precisions), then wraps it
+    /// ([`Strategy::wrap_model`]). On failure the device is torn down and
+    /// the run failed ([`Strategy::fail`]).
+    fn setup_model(&mut self, module: &dyn LightningModule, training: bool) -> Result<()> {
+        self.placement().prepare_model(module)?;
+        let wrapped = self.wrap_model(module, training);
+        if let Err(e) = wrapped {
+            let e = self.placement().teardown_after(module, e);
+            return Err(self.fail(e));
+        }
+        Ok(())
+    }
+
+    /// Wraps the model already on the device, for fitting when `training`
+    /// (DDP) or for every run (DP's replicas); nothing on one device.
+    fn wrap_model(&mut self, _module: &dyn LightningModule, _training: bool) -> Result<()> {
+        Ok(())
+    }
+
+    /// The source this rank reads: its shard of a DataLoader when
+    /// `use_sampler` (Lightning's `use_distributed_sampler`) and the world
+    /// has several ranks, else the source itself.
+    fn shard<'a>(&self, source: &'a dyn BatchSource, _use_sampler: bool) -> Sharded<'a> {
+        Sharded::Borrowed(source)
+    }
+
+    /// Lightning's `strategy.batch_to_device`: the batch on the device,
+    /// floating inputs cast for `*-true` precisions.
+    fn batch_to_device(&self, batch: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        self.placement().prepare_batch(batch)
+    }
+
+    /// The precision plugin's step context: autocast for `*-mixed`.
+    fn forward_context(&self) -> Result<Option<AutocastGuard>> {
+        self.placement().forward_context()
+    }
+
+    /// Before a training forward: `sync` is false on the micro-batches of
+    /// gradient accumulation that do not step (DDP's no_sync).
+    fn pre_forward(&mut self, _sync: bool) -> Result<()> {
+        Ok(())
+    }
+
+    /// After a training forward that produced `loss`, before backward():
+    /// arms gradient averaging when the step synchronizes.
+    fn post_forward(&mut self, _loss: &Tensor) -> Result<()> {
+        Ok(())
+    }
+
+    /// Before a manual backward of `loss` (manual optimization): arms
+    /// gradient averaging for it (Lightning's `prepare_for_backward`).
+    fn prepare_manual_backward(&mut self, _loss: &Tensor) -> Result<()> {
+        Ok(())
+    }
+
+    /// Around an evaluation forward inside fit (no grad), as Lightning runs
+    /// validation through the DDP wrapper.
+    fn eval_forward(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Runs `step` on `batch`: once, or for DP once per chunk with the
+    /// chunk's replica of the model (the trainer's `split` collects the
+    /// results).
+    fn for_each_chunk(&self, batch: &[Tensor], step: &mut dyn FnMut(&[Tensor]) -> Result<()>) -> Result<()> {
+        step(batch)
+    }
+
+    /// The loss of a batch from the losses of its chunks.
+    fn gather_loss(&self, losses: Vec<Tensor>) -> Result<Tensor> {
+        losses.into_iter().next().ok_or_else(|| Error::state("no loss was produced"))
+    }
+
+    /// The prediction of a batch from those of its chunks.
+    fn gather_output(&self, outputs: Vec<Option<Tensor>>) -> Result<Option<Tensor>> {
+        Ok(outputs.into_iter().next().flatten())
+    }
+
+    /// Lightning's `strategy.backward` -> `precision.backward`: backward
+    /// of `loss` (scaled for `16-mixed`); under DDP it averages the
+    /// gradients when the step synchronizes.
+    fn backward(&mut self, loss: &Tensor) -> Result<()> {
+        self.placement().precision.backward(loss)
+    }
+
+    /// Before the `on_before_optimizer_step` hook: unscales the gradients
+    /// (`16-mixed`), so the hook and clipping see their true values.
+    fn unscale_gradients(&mut self, configs: &mut [OptimizerConfig]) -> Result<()> {
+        self.placement_mut().precision.unscale_gradients(&optimizers_of(configs))
+    }
+
+    /// Lightning's `strategy.clip_gradients` -> `precision.clip_gradients`.
+    fn clip_gradients(&mut self, configs: &mut [OptimizerConfig], value: f64, algorithm: ClipAlgorithm) -> Result<()> {
+        self.placement().precision.clip_gradients(&optimizers_of(configs), value, algorithm)
+    }
+
+    /// Clips the gradients of `params` (the closure of an optimizer that
+    /// re-evaluates the loss, which steps outside the run's list).
+    fn clip_params(&self, params: &[Tensor], value: f64, algorithm: ClipAlgorithm) -> Result<()> {
+        self.placement().precision.clip_params(params, value, algorithm)
+    }
+
+    /// Lightning's `strategy.optimizer_step` -> `precision.optimizer_step`:
+    /// every optimizer steps on its device unless (`16-mixed`) its
+    /// gradients are inf/NaN; the loss scale is updated.
+    fn optimizer_step(&mut self, configs: &mut [OptimizerConfig]) -> Result<Vec<bool>> {
+        self.placement_mut().precision.optimizer_step(&mut optimizers_of(configs))
+    }
+
+    /// Reduces `values` over ranks in place with `op` (sync_dist with a
+    /// `reduce_fx`): one collective.
+    fn reduce(&self, _values: &mut [f64], _op: ReduceFx) -> Result<()> {
+        Ok(())
+    }
+
+    /// Lightning's `reduce_boolean_decision(all=False)`: true when any rank
+    /// says true.
+    fn any(&self, decision: bool) -> Result<bool> {
+        Ok(decision)
+    }
+
+    /// Waits for every rank.
+    fn barrier(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Whether this process writes the checkpoints the run saves
+    /// (Lightning's `strategy.save_checkpoint`: rank 0 only; the others
+    /// wait for it at a barrier).
+    fn saves_checkpoints(&self) -> bool {
+        self.is_global_zero()
+    }
+
+    /// The precision plugin (its state goes into checkpoints).
+    fn precision(&self) -> &PrecisionPlugin {
+        &self.placement().precision
+    }
+
+    /// The precision plugin, to restore its state.
+    fn precision_mut(&mut self) -> &mut PrecisionPlugin {
+        &mut self.placement_mut().precision
+    }
+
+    /// The device the model trains on (the root device under `dp`).
+    fn root_device(&self) -> Device {
+        self.placement().device
+    }
+
+    /// The root device's random state for a checkpoint (`None` on the
+    /// CPU, whose generator the checkpoint holds anyway).
+    fn device_rng_state(&self) -> Result<Option<Tensor>> {
+        let p = self.placement();
+        if p.device == Device::Cpu {
+            return Ok(None);
+        }
+        p.accelerator.rng_state(p.device)
+    }
+
+    /// Restores the root device's random state from a checkpoint.
+    fn set_device_rng_state(&self, state: &Tensor) -> Result<()> {
+        let p = self.placement();
+        if p.device == Device::Cpu {
+            return Ok(());
+        }
+        p.accelerator.set_rng_state(p.device, state)
+    }
+
+    /// Lightning's `strategy.teardown`: moves the module's model back to the
+    /// CPU and tears the accelerator down.
+    fn teardown(&self, module: &dyn LightningModule) -> Result<()> {
+        self.placement().teardown(module)
+    }
+
+    /// Tears down after the run failed with `err`, which stays the error
+    /// reported; a failing teardown's error is attached to its message.
+    fn teardown_after(&self, module: &dyn LightningModule, err: Error) -> Error {
+        self.placement().teardown_after(module, err)
+    }
+
+    /// A failed run (Lightning's `on_exception`): the error names a failed
+    /// rank when one is known, and a DDP job is ended (a broken group would
+    /// make later runs hang).
+    fn fail(&mut self, e: Error) -> Error {
+        e
+    }
+}
+
+/// The optimizers of a run's configurations, for the precision plugin.
+fn optimizers_of(configs: &mut [OptimizerConfig]) -> Vec<&mut dyn Optimizer> {
+    configs.iter_mut().map(|c| c.optimizer.as_mut() as &mut dyn Optimizer).collect()
+}
+
+/// A data source as one rank sees it.
+pub(crate) enum Sharded<'a> {
+    /// The rank's own shard.
+    Owned(Box<dyn BatchSource + Send>),
+    /// The whole source.
+    Borrowed(&'a dyn BatchSource),
+}
+
+impl Sharded<'_> {
+    /// The source to iterate.
+    pub fn get(&self) -> &dyn BatchSource {
+        match self {
+            Sharded::Owned(b) => b.as_ref(),
+            Sharded::Borrowed(b) => *b,
+        }
+    }
+}
