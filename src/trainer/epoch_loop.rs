@@ -211,6 +211,7 @@ pub(super) fn train_epoch(
             run.refresh_learning_rates();
         }
         let step_values = store.take_step_values();
+        run.state.logged_metrics.extend(step_values.iter().map(|(k, v)| (k.clone(), *v)));
         run.hook(
             Hook::TrainBatchEnd,
             HookData { batch_idx: i as i64, batch: Some(&batch), output: loss.as_ref(), ..Default::default() },
@@ -272,6 +273,7 @@ pub(super) fn train_epoch(
     run.hook(Hook::TrainEpochEnd, HookData { batch_idx: -1, ..Default::default() })?;
     run.state.skip_backward = false;
     train_epoch_metrics.extend(std::mem::take(&mut run.state.hook_metrics));
+    run.state.logged_metrics.extend(train_epoch_metrics.iter().map(|(k, v)| (k.clone(), *v)));
     if !train_epoch_metrics.is_empty() {
         run.log_metrics(&train_epoch_metrics, (run.state.batches_stepped - 1).max(0))?;
     }

@@ -44,12 +44,14 @@ enum Parallel {
 pub(crate) struct RunStrategy {
     placement: Placement,
     parallel: Parallel,
+    /// Devices the run uses on this node (Lightning's `num_devices`).
+    num_devices: usize,
 }
 
-/// Resolves accelerator, devices, precision and strategy; joins the
-/// distributed job when the strategy is DDP (starting the other local
-/// ranks when no launcher did).
-pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
+/// The accelerator `opts` names and the devices a run with them uses on
+/// this node (Lightning's `parallel_devices`), resolved without starting
+/// anything.
+pub(crate) fn parallel_devices(opts: &TrainerOptions) -> Result<(Arc<dyn Accelerator>, Vec<Device>)> {
     let acc = registry::get_available(&opts.accelerator)?;
     let spec = DevicesSpec::parse(&opts.devices)?;
     let parsed =
@@ -58,6 +60,15 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
     if list.is_empty() {
         return Err(Error::invalid(format!("devices={:?} selects no device", opts.devices)));
     }
+    Ok((acc, list))
+}
+
+/// Resolves accelerator, devices, precision and strategy; joins the
+/// distributed job when the strategy is DDP (starting the other local
+/// ranks when no launcher did).
+pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
+    let (acc, list) = parallel_devices(opts)?;
+    let num_devices = list.len();
     let s = &opts.strategy;
     // A job someone else launched (torchrun, SLURM, env:// variables) is
     // distributed; its layout must agree with `devices` and `num_nodes`.
@@ -81,7 +92,7 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
     match kind {
         StrategyKind::Dp => {
             let placement = Placement::on(acc, list[0], &opts.precision, opts.grad_scaler)?;
-            Ok(RunStrategy { placement, parallel: Parallel::Dp(DpRun::new(list)) })
+            Ok(RunStrategy { placement, parallel: Parallel::Dp(DpRun::new(list)), num_devices })
         }
         StrategyKind::Ddp | StrategyKind::Xla => {
             let ctx = distributed::join(&JoinOptions {
@@ -107,7 +118,7 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
             };
             let placement = Placement::on(acc, device, &opts.precision, opts.grad_scaler)?;
             let ddp = DdpRun { ctx, options: s.ddp.clone(), ddp: None };
-            Ok(RunStrategy { placement, parallel: Parallel::Ddp(ddp) })
+            Ok(RunStrategy { placement, parallel: Parallel::Ddp(ddp), num_devices })
         }
         _ => {
             if list.len() > 1 {
@@ -121,7 +132,7 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
                 )));
             }
             let placement = Placement::on(acc, list[0], &opts.precision, opts.grad_scaler)?;
-            Ok(RunStrategy { placement, parallel: Parallel::Single })
+            Ok(RunStrategy { placement, parallel: Parallel::Single, num_devices })
         }
     }
 }
@@ -168,6 +179,20 @@ impl RunStrategy {
             Parallel::Single | Parallel::Dp(_) => 0,
             Parallel::Ddp(d) => d.ctx.rank(),
         }
+    }
+
+    /// This node's index in the job (Lightning's `node_rank`: 0 but
+    /// under DDP).
+    pub fn node_rank(&self) -> usize {
+        match &self.parallel {
+            Parallel::Single | Parallel::Dp(_) => 0,
+            Parallel::Ddp(d) => d.ctx.env.node_rank,
+        }
+    }
+
+    /// Devices the run uses on this node (Lightning's `num_devices`).
+    pub fn num_devices(&self) -> usize {
+        self.num_devices
     }
 
     /// Number of processes.

@@ -1,5 +1,6 @@
 //! The Trainer: options, precision plugins, strategies, runs, tuning
 //! (`fulmen/trainer.h`).
+pub mod after_run;
 pub mod loaders;
 pub mod precision;
 pub mod runs;
