@@ -99,6 +99,10 @@ impl Strategy for DdpStrategy {
         self.ctx.world_size()
     }
 
+    fn node_rank(&self) -> usize {
+        self.ctx.env.node_rank
+    }
+
     /// For fitting, wraps the model as torch's DistributedDataParallel;
     /// evaluation runs leave it unwrapped, as Lightning does.
     fn wrap_model(&mut self, module: &dyn LightningModule, training: bool) -> Result<()> {

@@ -36,6 +36,11 @@ pub(crate) trait Strategy {
         1
     }
 
+    /// This node's index in the job (Lightning's `node_rank`).
+    fn node_rank(&self) -> usize {
+        0
+    }
+
     /// Whether the run is DataParallel (replicas in one process).
     fn is_data_parallel(&self) -> bool {
         false

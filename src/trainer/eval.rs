@@ -108,7 +108,11 @@ impl Trainer {
         // (`best_model_path` for ckpt_path="best").
         let (epoch, step, log_dir) = (self.state.epoch, self.state.global_step, self.state.log_dir.take());
         let batches_stepped = self.state.batches_stepped;
+        let val_loader_batches = std::mem::take(&mut self.state.val_loader_batches);
         self.begin_state();
+        self.state.val_loader_batches = val_loader_batches;
+        self.state.num_devices = strategy.num_devices();
+        self.state.node_rank = strategy.node_rank();
         self.state.epoch = epoch;
         self.state.global_step = step;
         self.state.batches_stepped = batches_stepped;
@@ -175,6 +179,9 @@ fn eval_run(
         _ => opts.effective_limit(opts.limit_val_batches),
     };
     let limits: Vec<Option<usize>> = sources.iter().map(|s| limit.apply(s.num_batches())).collect();
+    if stage == Stage::Validate {
+        run.state.val_loader_batches = limits.clone();
+    }
     let step = run.state.batches_stepped;
     let result = super::eval_loop::evaluate(run, stage, sources, &limits, Some(step))?;
     run.simple(Hook::Teardown)?;

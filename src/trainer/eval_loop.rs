@@ -98,6 +98,7 @@ pub(super) fn evaluate(
     run.simple(h.epoch_end)?;
     metrics.extend(std::mem::take(&mut run.state.hook_metrics));
     if let (Some(step), false) = (log_step, metrics.is_empty()) {
+        run.state.logged_metrics.extend(metrics.iter().map(|(k, v)| (k.clone(), *v)));
         run.log_metrics(&metrics, step)?;
     }
     run.simple(h.end)?;

@@ -135,19 +135,12 @@ impl Trainer {
         self.state.device_sync = strategy.device_sync();
         self.defaults = self.default_callbacks(true, global_zero)?;
         let mut file_loggers = self.file_loggers(global_zero)?;
-        self.state.num_val_batches = count_val_batches(&self.opts, &data.vals());
+        self.state.num_devices = strategy.num_devices();
+        self.state.node_rank = strategy.node_rank();
+        set_val_batches(&mut self.state, &self.opts, &data.vals());
         self.state.num_train_batches = data.train().ok().and_then(|t| count_train_batches(&self.opts, t));
         let opts = self.opts.clone();
-        let mut ordered: Vec<&mut Box<dyn Callback>> = Vec::new();
-        let mut checkpoints: Vec<&mut Box<dyn Callback>> = Vec::new();
-        for cb in self.defaults.iter_mut().chain(self.callbacks.iter_mut()) {
-            if is_checkpoint(cb.as_ref()) {
-                checkpoints.push(cb);
-            } else {
-                ordered.push(cb);
-            }
-        }
-        ordered.extend(checkpoints);
+        let ordered = fit_order(&mut self.defaults, &mut self.callbacks);
         self.state.has_loggers = opts.logger.csv || opts.logger.tensorboard || !self.extra_loggers.is_empty();
         let mut loggers: Vec<&mut Box<dyn Logger>> = file_loggers.iter_mut().collect();
         if opts.fast_dev_run == 0 && global_zero {
@@ -155,10 +148,10 @@ impl Trainer {
         }
         let mut run = Run::new("fit", &mut self.state, ordered, module, loggers, &opts, strategy)?;
         let result = fit_run(&mut run, &opts, &mut data, resume.as_deref()).map_err(|e| run.strategy.fail(e));
+        let estimated = data.train().ok().map(|t| estimated_stepping_batches(&opts, t));
         let (report, traced) = run.finish_profile();
         self.profiler_report = report;
-        let result = result.and(traced);
-        match &result {
+        let result = match result.and(traced) {
             Ok(()) => {
                 // Every logger is finalized; the first failure is reported.
                 let mut first = Ok(());
@@ -166,14 +159,52 @@ impl Trainer {
                     let r = l.finalize("success").ctx(format!("{} logger", l.name()));
                     first = first.and(r);
                 }
-                first?;
+                first
             }
-            Err(e) => run.exception(e),
-        }
-        // Lightning tears the accelerator down on failure too; the run's
-        // error stays the one reported, a failing teardown's attached.
-        result.map_err(|e| run.strategy.teardown_after(&*run.module, e))
+            Err(e) => {
+                run.exception(&e);
+                Err(e)
+            }
+        };
+        // Lightning tears the accelerator down on failure too (done
+        // already after a fit that ended); the run's error stays the one
+        // reported, a failing teardown's attached.
+        let result = result.map_err(|e| run.strategy.teardown_after(&*run.module, e));
+        // Kept for save_checkpoint and the queries after the run, whether
+        // it ended or failed (Lightning's trainer keeps its optimizers and
+        // loops).
+        let remains = super::after_run::FitRemains::of(&mut run, estimated);
+        self.last_fit = Some(remains);
+        result
     }
+}
+
+/// The callbacks in a fit's order: the built-in ones and the user's, every
+/// ModelCheckpoint last (so it sees what the others logged and saves the
+/// state they leave, as in Lightning).
+pub(super) fn fit_order<'a>(
+    defaults: &'a mut [Box<dyn Callback>],
+    user: &'a mut [Box<dyn Callback>],
+) -> Vec<&'a mut Box<dyn Callback>> {
+    let mut ordered: Vec<&mut Box<dyn Callback>> = Vec::new();
+    let mut checkpoints: Vec<&mut Box<dyn Callback>> = Vec::new();
+    for cb in defaults.iter_mut().chain(user.iter_mut()) {
+        if is_checkpoint(cb.as_ref()) {
+            checkpoints.push(cb);
+        } else {
+            ordered.push(cb);
+        }
+    }
+    ordered.extend(checkpoints);
+    ordered
+}
+
+/// Records the batches of a validation over `vals`: in all (0: no
+/// validation) and per loader (Lightning's `num_val_batches`).
+fn set_val_batches(state: &mut super::hooks::TrainerState, opts: &super::TrainerOptions, vals: &[&dyn BatchSource]) {
+    state.num_val_batches = count_val_batches(opts, vals);
+    let limit = opts.effective_limit(opts.limit_val_batches);
+    state.val_loader_batches = vals.iter().map(|v| limit.apply(v.num_batches())).collect();
 }
 
 /// Whether validation runs in `epoch` (`check_val_every_n_epoch`).
@@ -320,7 +351,7 @@ fn fit_run(
             check_val_interval(opts, run.state.num_train_batches, data.validating())?;
         }
         if validates_in(opts, epoch) && data.prepare_vals(&mut *run.module, &run.strategy, epoch, true)? {
-            run.state.num_val_batches = count_val_batches(opts, &data.vals());
+            set_val_batches(run.state, opts, &data.vals());
         }
         let vals = data.vals();
         let started = run.profile_start();
@@ -376,7 +407,7 @@ fn sanity_check(
 ) -> Result<()> {
     let record = validates_in(opts, load_epoch);
     if data.prepare_vals(&mut *run.module, &run.strategy, load_epoch, record)? {
-        run.state.num_val_batches = count_val_batches(opts, &data.vals());
+        set_val_batches(run.state, opts, &data.vals());
     }
     let vals = data.vals();
     if vals.is_empty() {

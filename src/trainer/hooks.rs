@@ -186,6 +186,11 @@ pub struct TrainerState {
     pub log_step: i64,
     /// Latest value of every logged metric.
     pub callback_metrics: BTreeMap<String, f64>,
+    /// Latest value of every metric logged for the loggers (Lightning's
+    /// `logged_metrics`: the `logger=True` values of each training batch,
+    /// training epoch and validation / test end, whether or not a logger
+    /// is active; not the sanity check's).
+    pub logged_metrics: BTreeMap<String, f64>,
     /// Set by a hook to stop training after the current step / epoch
     /// (Lightning's `trainer.should_stop = True`).
     pub should_stop: bool,
@@ -229,6 +234,10 @@ pub struct TrainerState {
     pub val_once_per_epoch: bool,
     /// Batches one validation run uses (0: no validation).
     pub num_val_batches: usize,
+    /// Batches of each validation loader (`None`: a loader of unknown
+    /// length) in the last fit's validation or validate run, after
+    /// `limit_val_batches` (Lightning's `num_val_batches`).
+    pub val_loader_batches: Vec<Option<usize>>,
     /// Whether this is a fast_dev_run (callbacks that write files skip).
     pub fast_dev_run: bool,
     /// Write step metrics every this many steps.
@@ -256,6 +265,12 @@ pub struct TrainerState {
     pub ckpt_path: Option<PathBuf>,
     /// Number of processes of the run (1 without DDP).
     pub world_size: usize,
+    /// Devices the run uses on this node (Lightning's `num_devices`; 0
+    /// before any run).
+    pub num_devices: usize,
+    /// This node's index in the job (Lightning's `node_rank`; 0 without
+    /// DDP).
+    pub node_rank: usize,
     /// The run's accelerator and device when that is not the CPU: timing
     /// callbacks synchronize it before reading a clock.
     pub device_sync: Option<DeviceSync>,

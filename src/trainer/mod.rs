@@ -1,5 +1,6 @@
 //! The Trainer: Lightning's fit / validate / test / predict loops with
 //! hooks, callbacks, loggers and checkpoints.
+mod after_run;
 mod automatic;
 pub mod context;
 pub mod device;
@@ -23,6 +24,7 @@ pub mod progress;
 mod resume;
 mod run;
 pub mod run_settings;
+mod save;
 pub mod source;
 mod start;
 mod strategy;
@@ -56,6 +58,12 @@ pub struct Trainer {
     pub state: TrainerState,
     /// The simple profiler's report of the last run, when profiling.
     profiler_report: Option<String>,
+    /// The model of the last run, not kept alive (Lightning's attached
+    /// module); `None` before any run.
+    attached: Option<std::sync::Weak<std::sync::Mutex<crate::nn::Module>>>,
+    /// What the last fit left for `save_checkpoint` and the queries after
+    /// it.
+    last_fit: Option<after_run::FitRemains>,
 }
 
 impl Trainer {
@@ -69,6 +77,8 @@ impl Trainer {
             extra_loggers: Vec::new(),
             state: TrainerState::default(),
             profiler_report: None,
+            attached: None,
+            last_fit: None,
         })
     }
 

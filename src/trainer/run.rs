@@ -322,86 +322,26 @@ impl Run<'_> {
 
     /// Gathers the full training state into a checkpoint and writes it.
     pub fn save_checkpoint(&mut self, path: &std::path::Path, weights_only: bool) -> Result<()> {
-        let model = self.module.model().ok_or_else(|| {
-            Error::state(
-                "cannot save a checkpoint: the LightningModule has no model (pass one to fulmen_lightning_module_new)",
-            )
-        })?;
-        let state_dict = model.lock().unwrap_or_else(|p| p.into_inner()).state_dict();
-        let p = &self.progress;
-        let mut ck = Checkpoint {
-            epoch: self.state.epoch,
-            global_step: self.state.global_step,
-            batches_stepped: self.state.batches_stepped,
-            batches_in_epoch: p.batches_in_epoch(),
-            epoch_finished: p.epoch_batches_done(),
-            scheduler_steps: (p.scheduler.total.completed, p.scheduler.current.completed),
-            extra_zero_grads: p.extra_zero_grads(),
-            val_batches: (p.val_batch.progress.total.processed, p.val_batch.progress.current.processed),
-            progress: Some(*p),
-            state_dict,
-            hparams: self.module.hparams(),
-            weights_only,
-            loop_info: crate::checkpoint::LoopInfo {
-                num_train_batches: self.state.num_train_batches.map_or(0, |n| n as i64),
-                accumulate_grad_batches: self.state.accumulate_grad_batches,
-                manual_optimization: self.state.manual_optimization,
-            },
-            ..Default::default()
+        let strategy = &self.strategy;
+        let device = || -> Result<super::save::DeviceState> {
+            Ok(super::save::DeviceState {
+                device: strategy.root_device(),
+                rng: strategy.device_rng_state().ctx("the device's random state")?,
+                precision: strategy.precision().state_dict(),
+            })
         };
-        if !weights_only {
-            for (i, cfg) in self.optimizers.iter().enumerate() {
-                ck.optimizer_kinds.push(cfg.optimizer.name().to_string());
-                ck.optimizer_states.push(cfg.optimizer.state_dict()?);
-                for s in &cfg.schedulers {
-                    ck.scheduler_states.push(s.scheduler.state_dict());
-                    ck.scheduler_owners.push(i);
-                }
-            }
-            let mut names: BTreeMap<String, usize> = BTreeMap::new();
-            for cb in &self.callbacks {
-                let key = unique_name(&mut names, cb.name());
-                if let Some(lightning_key) = cb.lightning_state_key() {
-                    ck.lightning_keys.insert(key.clone(), lightning_key);
-                }
-                ck.callbacks.insert(key, cb.state_dict());
-            }
-            // Each callback (and the module) gets its own entries.
-            let mut names: BTreeMap<String, usize> = BTreeMap::new();
-            for cb in self.callbacks.iter_mut() {
-                let key = unique_name(&mut names, cb.name());
-                let mut entries = BTreeMap::new();
-                let mut ctx = HookContext::new(Hook::SaveCheckpoint, self.stage, self.state);
-                ctx.checkpoint = Some(&mut entries);
-                cb.on_hook(&mut ctx).map_err(|e| e.context(format!("callback {key} in on_save_checkpoint")))?;
-                if !entries.is_empty() {
-                    ck.extra.insert(key, entries);
-                }
-            }
-            let mut entries = BTreeMap::new();
-            let mut ctx = HookContext::new(Hook::SaveCheckpoint, self.stage, self.state);
-            ctx.checkpoint = Some(&mut entries);
-            self.module.on_hook(&mut ctx).map_err(|e| e.context("LightningModule.on_save_checkpoint"))?;
-            if !entries.is_empty() {
-                ck.extra.insert(MODULE_KEY.to_string(), entries);
-            }
-            for cb in self.callbacks.iter_mut() {
-                cb.on_save_tensors(&mut ck).map_err(|e| e.context(format!("callback {} saving tensors", cb.name())))?;
-            }
-            ck.rng_state = Some(crate::tensor::runtime::cpu_rng_state()?);
-            // The device's generator: CUDA's where Lightning keeps it, any
-            // other device type's beside it.
-            let device_state = self.strategy.device_rng_state().ctx("the device's random state")?;
-            match self.strategy.root_device() {
-                crate::tensor::device::Device::Cuda(_) => ck.cuda_rng_state = device_state,
-                _ => ck.device_rng_state = device_state,
-            }
-            ck.precision_state = self.strategy.precision().state_dict();
-        }
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).ctx(format!("creating {}", dir.display()))?;
-        }
-        ck.save_as(path, self.checkpoint_format, &self.checkpoint_prefix).ctx("saving a checkpoint")
+        let parts = super::save::CheckpointParts {
+            stage: self.stage,
+            loop_info: super::save::loop_info(&*self.state),
+            state: &mut *self.state,
+            callbacks: self.callbacks.as_mut_slice(),
+            module: &mut *self.module,
+            optimizers: &self.optimizers,
+            progress: &self.progress,
+            format: self.checkpoint_format,
+            prefix: &self.checkpoint_prefix,
+        };
+        super::save::write_checkpoint(parts, device, path, weights_only)
     }
 
     /// Restores the full training state from a checkpoint (model, optimizers,
@@ -566,10 +506,10 @@ impl Run<'_> {
 }
 
 /// Key of the LightningModule's own checkpoint entries.
-const MODULE_KEY: &str = "LightningModule";
+pub(super) const MODULE_KEY: &str = "LightningModule";
 
 /// `name`, or `name#2`, `name#3` for repeats, so states map back in order.
-fn unique_name(seen: &mut BTreeMap<String, usize>, name: String) -> String {
+pub(super) fn unique_name(seen: &mut BTreeMap<String, usize>, name: String) -> String {
     let n = seen.entry(name.clone()).or_insert(0);
     *n += 1;
     if *n == 1 {

@@ -17,6 +17,7 @@ impl Trainer {
         module: &mut dyn LightningModule,
         fitting: bool,
     ) -> Result<(RunSettings, RunStrategy)> {
+        self.attach(&*module, fitting);
         let settings = RunSettings::enter(&self.opts)?;
         if let Some(s) = self.opts.seed {
             crate::seed_everything(s);

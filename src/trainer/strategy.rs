@@ -8,7 +8,7 @@
 use super::hooks::DeviceSync;
 use super::options::TrainerOptions;
 use super::source::BatchSource;
-use crate::accelerators::{registry, DevicesSpec};
+use crate::accelerators::{registry, Accelerator, DevicesSpec};
 use crate::distributed::ClusterEnv;
 use crate::error::{Error, Result, ResultExt};
 use crate::strategies::{xla, DdpStrategy, DpStrategy, Sharded, SingleDeviceStrategy, Strategy, StrategyKind};
@@ -20,12 +20,16 @@ use tch::Tensor;
 /// The strategy of a run (Lightning's `trainer.strategy`): it derefs to
 /// the `Strategy` the options chose, and adds what the loops need of any
 /// strategy (collecting a step's results, device queries).
-pub(crate) struct RunStrategy(Box<dyn Strategy>);
+pub(crate) struct RunStrategy {
+    strategy: Box<dyn Strategy>,
+    /// Devices the run uses on this node (Lightning's `num_devices`).
+    num_devices: usize,
+}
 
-/// Resolves accelerator, devices, precision and strategy; joins the
-/// distributed job when the strategy is DDP (starting the other local
-/// ranks when no launcher did).
-pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
+/// The accelerator `opts` names and the devices a run with them uses on
+/// this node (Lightning's `parallel_devices`), resolved without starting
+/// anything.
+pub(crate) fn parallel_devices(opts: &TrainerOptions) -> Result<(Arc<dyn Accelerator>, Vec<Device>)> {
     let acc = registry::get_available(&opts.accelerator)?;
     let spec = DevicesSpec::parse(&opts.devices)?;
     let parsed =
@@ -34,6 +38,15 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
     if list.is_empty() {
         return Err(Error::invalid(format!("devices={:?} selects no device", opts.devices)));
     }
+    Ok((acc, list))
+}
+
+/// Resolves accelerator, devices, precision and strategy; joins the
+/// distributed job when the strategy is DDP (starting the other local
+/// ranks when no launcher did).
+pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
+    let (acc, list) = parallel_devices(opts)?;
+    let num_devices = list.len();
     let s = &opts.strategy;
     // A job someone else launched (torchrun, SLURM, env:// variables) is
     // distributed; its layout must agree with `devices` and `num_nodes`.
@@ -57,29 +70,34 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
         StrategyKind::Xla => Box::new(xla::connect(acc, &list, opts)?),
         _ => Box::new(SingleDeviceStrategy::connect(acc, &list, opts)?),
     };
-    Ok(RunStrategy(strategy))
+    Ok(RunStrategy { strategy, num_devices })
 }
 
 impl Deref for RunStrategy {
     type Target = dyn Strategy;
 
     fn deref(&self) -> &Self::Target {
-        &*self.0
+        &*self.strategy
     }
 }
 
 impl DerefMut for RunStrategy {
     fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut *self.0
+        &mut *self.strategy
     }
 }
 
 impl RunStrategy {
+    /// Devices the run uses on this node (Lightning's `num_devices`).
+    pub fn num_devices(&self) -> usize {
+        self.num_devices
+    }
+
     /// Runs a step on `batch`: once, or for DP once per chunk with the
     /// chunk's replica of the model; the step's results in chunk order.
     pub fn split<T>(&self, batch: &[Tensor], step: &mut dyn FnMut(&[Tensor]) -> Result<T>) -> Result<Vec<T>> {
         let mut out = Vec::new();
-        self.0.for_each_chunk(batch, &mut |chunk| {
+        self.strategy.for_each_chunk(batch, &mut |chunk| {
             out.push(step(chunk)?);
             Ok(())
         })?;
@@ -89,7 +107,7 @@ impl RunStrategy {
     /// `Strategy::shard` of a source the run owns (one a module's
     /// dataloader hook gave).
     pub fn shard_owned(&self, source: Box<dyn BatchSource + Send>, use_sampler: bool) -> Box<dyn BatchSource + Send> {
-        let shard = match self.0.shard(source.as_ref(), use_sampler) {
+        let shard = match self.strategy.shard(source.as_ref(), use_sampler) {
             Sharded::Owned(b) => Some(b),
             Sharded::Borrowed(_) => None,
         };
@@ -99,7 +117,7 @@ impl RunStrategy {
     /// The root device to synchronize before timing code reads a clock
     /// (the accelerator's `synchronize`); `None` on the CPU.
     pub fn device_sync(&self) -> Option<DeviceSync> {
-        let p = self.0.placement();
+        let p = self.strategy.placement();
         (p.device != Device::Cpu).then(|| DeviceSync(Arc::clone(&p.accelerator), p.device))
     }
 
@@ -107,7 +125,7 @@ impl RunStrategy {
     /// `cpu_stats` true adds the CPU's on another device, false gives none
     /// on a CPU device (DeviceStatsMonitor's `cpu_stats`).
     pub fn device_stats(&self, cpu_stats: Option<bool>) -> Result<Vec<(String, f64)>> {
-        let p = self.0.placement();
+        let p = self.strategy.placement();
         let on_cpu = p.device == Device::Cpu;
         if on_cpu && cpu_stats == Some(false) {
             return Ok(Vec::new());

@@ -104,7 +104,9 @@
  * "lightning" (the default; with the Lightning twin's attribute prefix
  * "model.") or "safetensors". EVERY_N_TRAIN_STEPS: the ModelCheckpoint
  * saves every that many optimizer steps (step=N.ckpt) instead of every
- * epoch. A failed call
+ * epoch. With FULMEN_SAVE_AFTER_FIT set in the environment, the fit is
+ * followed by fulmen_trainer_save_checkpoint to that path (Lightning's
+ * trainer.save_checkpoint after fit). A failed call
  * prints its error code and message and exits 1. */
 #include <fulmen.h>
 #include <math.h>
@@ -781,6 +783,8 @@ int main(int argc, char **argv) {
         /* reload: no loaders, the module's hooks give them. */
         TRY(fulmen_trainer_fit(trainer, module, reload ? NULL : loader, validating && !reload ? val_loader : NULL,
                                argc > 10 && strcmp(argv[10], "-") != 0 ? argv[10] : NULL));
+        const char *after = getenv("FULMEN_SAVE_AFTER_FIT");
+        if (after != NULL && after[0] != '\0') TRY(fulmen_trainer_save_checkpoint(trainer, module, after, false));
     }
     fclose(job.losses);
     fulmen_trainer_free(trainer);

@@ -29,7 +29,10 @@ weights and sees the same batches in the same order on one CPU thread:
    folders, its own `fulmen` entry and the rounding of a metric fulmen
    averages in float64; so must a checkpoint taken inside an epoch, and
    the last one of a run resumed from fulmen's Lightning-format file.
-5. The learning-rate range test: fulmen_trainer_lr_find and Lightning's
+5. trainer.save_checkpoint after fit (steplr): the file
+   fulmen_trainer_save_checkpoint writes holds what Lightning's holds, and
+   Lightning's Trainer and fulmen resume from it to the uninterrupted run.
+6. The learning-rate range test: fulmen_trainer_lr_find and Lightning's
    Tuner.lr_find (1e-5 to 1 over 30 steps, SGD with momentum) try the same
    learning rates, record the same smoothed losses and suggest the same
    learning rate.
@@ -167,8 +170,9 @@ def build():
     return nn.Sequential(nn.Linear(FEATURES, 64), nn.ReLU(), nn.Linear(64, CLASSES))
 
 
-def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=None):
-    """Lightning's Trainer on the twin of lightning_parity.c's run."""
+def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=None, save_after=None):
+    """Lightning's Trainer on the twin of lightning_parity.c's run; with
+    `save_after`, trainer.save_checkpoint(save_after) once fit returns."""
     import lightning.pytorch as pl
     from safetensors.torch import load_file
 
@@ -344,19 +348,25 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
         trainer.fit(module, ckpt_path=resume)
     else:
         trainer.fit(module, loader, val, ckpt_path=resume)
+    if save_after:
+        trainer.save_checkpoint(save_after)
     first_lr = FIRST_LR.get(optimizer, 0.1 if optimizer.startswith("sgd") else 0.01)
     if epochs == EPOCHS and trainer.optimizers[0].param_groups[0]["lr"] >= first_lr:
         raise SystemExit(f"{config}: Lightning's scheduler never lowered the lr; the run proves nothing")
     return losses
 
 
-def fulmen_losses(binary, config, work, name, epochs, extra=()):
+def fulmen_losses(binary, config, work, name, epochs, extra=(), save_after=None):
     path = os.path.join(work, f"{config}-{name}.losses")
     if os.path.exists(path):
         os.remove(path)
     args = [binary, config, os.path.join(work, "init.safetensors"), os.path.join(work, "x.f32"),
             os.path.join(work, "y.i64"), str(SAMPLES), str(BATCH), str(epochs), path, *extra]
-    run = subprocess.run(args, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("FULMEN_SAVE_AFTER_FIT", None)
+    if save_after:
+        env["FULMEN_SAVE_AFTER_FIT"] = save_after
+    run = subprocess.run(args, capture_output=True, text=True, env=env)
     if run.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed ({run.returncode}):\n{run.stderr[-2000:]}")
     with open(path) as f:
@@ -419,6 +429,28 @@ def lr_find_parity(binary, work, init, x, y):
     same = suggestion == want_suggestion
     print(f"{'ok  ' if same else 'FAIL'} lr_find: suggestion {suggestion!r}, Lightning's {want_suggestion!r}", flush=True)
     return results + [same]
+
+
+def save_after_fit_parity(binary, work, init, x, y, reference):
+    """trainer.save_checkpoint once fit has returned: the file
+    fulmen_trainer_save_checkpoint writes after FIRST epochs holds what
+    Lightning's holds, and Lightning's Trainer and fulmen both resume from it
+    to the uninterrupted run's losses (`reference`, Lightning's)."""
+    config = "steplr"
+    ours, theirs = os.path.join(work, "after-fit-fulmen.ckpt"), os.path.join(work, "after-fit-lightning.ckpt")
+    dirs = [os.path.join(work, f"after-fit-{d}") for d in ("fulmen", "lightning", "by-lightning", "by-fulmen")]
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+    first = fulmen_losses(binary, config, work, "after-fit", FIRST, [dirs[0], "-", "lightning"], save_after=ours)
+    lightning_losses(config, init, x, y, FIRST, dirs[1], save_after=theirs)
+    results = [compare_files(f"{config}: trainer.save_checkpoint after fit, fulmen's vs Lightning's", ours, theirs)]
+    by_lightning = first + lightning_losses(config, init, x, y, EPOCHS, dirs[2], ours)
+    results.append(compare(f"{config}: Lightning resumed from fulmen_trainer_save_checkpoint's file vs Lightning "
+                           "uninterrupted", by_lightning, reference))
+    by_fulmen = first + fulmen_losses(binary, config, work, "after-fit-resumed", EPOCHS, [dirs[3], ours, "lightning"])
+    results.append(compare(f"{config}: fulmen resumed from fulmen_trainer_save_checkpoint's file vs Lightning "
+                           "uninterrupted", by_fulmen, reference))
+    return results
 
 
 def lightning_mid_epoch(config, init, x, y, ckpt_dir, every):
@@ -588,6 +620,7 @@ def main():
             results.append(compare_files(f"{config}: {name} inside an epoch, fulmen's vs Lightning's",
                                          os.path.join(ours, name), os.path.join(theirs, name)))
     if not a.configs:
+        results += save_after_fit_parity(a.binary, work, init, x, y, lightning_losses("steplr", init, x, y))
         results += lr_find_parity(a.binary, work, init, x, y)
     failed = results.count(False)
     print(f"lightning_parity: {len(results) - failed} passed, {failed} failed")

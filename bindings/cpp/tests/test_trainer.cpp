@@ -2,8 +2,12 @@
 #include "common.hpp"
 
 #include <chrono>
+#include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 using fulmen::Batch;
 using fulmen::Dataset;
@@ -316,6 +320,61 @@ TEST_F(TrainerTest, AccumulationScheduleAndExceptionCheckpoint) {
     profiled.fit(module, train);
     EXPECT_NE(profiled.profiler_report().find("[Strategy].training_step"), std::string::npos);
     EXPECT_THROW(resumed.add_gradient_accumulation_scheduler({{-1, 2}}), fulmen::Error);
+}
+
+TEST_F(TrainerTest, SaveCheckpointAfterFitAndWhatTheTrainerKnows) {
+    Dataset train_ds = fulmen_test::blobs(64, 1);
+    Dataset val_ds = fulmen_test::blobs(32, 2);
+    Loader train(train_ds, 8, true, 7);  // 8 batches
+    Loader val(val_ds, 16);              // 2 batches
+    Model model = fulmen_test::mlp();
+    LightningModule module = full_module(model).build();
+    auto options = [](int64_t epochs) {
+        return fulmen_test::quiet_options(epochs)
+            .set("logger", false)
+            .set("enable_checkpointing", false)
+            .set("accelerator", "cpu");
+    };
+    std::string path = (fulmen_test::scratch() / "after-fit" / "state.ckpt").string();
+    Trainer trainer(options(2));
+
+    // Before any run.
+    EXPECT_EQ(fulmen_test::error_code([&] { trainer.save_checkpoint(module, path, true); }), FULMEN_CODE_INVALID_STATE);
+    EXPECT_EQ(fulmen_test::error_code([&] { (void)trainer.estimated_stepping_batches(); }), FULMEN_CODE_INVALID_STATE);
+    EXPECT_FALSE(trainer.num_training_batches().has_value());
+    EXPECT_TRUE(trainer.callback_metrics().empty());
+    EXPECT_EQ(trainer.num_devices(), 1u);
+
+    trainer.fit(module, train, val);
+    EXPECT_EQ(trainer.num_training_batches().value_or(-1), 8);
+    EXPECT_EQ(trainer.estimated_stepping_batches().value_or(-1), 16);
+    EXPECT_TRUE(trainer.is_last_batch());
+    EXPECT_FALSE(trainer.should_stop());
+    std::vector<std::optional<int64_t>> val_batches = trainer.num_val_batches();
+    ASSERT_EQ(val_batches.size(), 1u);
+    EXPECT_EQ(val_batches[0].value_or(-1), 2);
+    EXPECT_EQ(trainer.node_rank(), 0u);
+    std::map<std::string, double> cb = trainer.callback_metrics();
+    EXPECT_EQ(cb.at("val_acc"), trainer.callback_metric("val_acc"));
+    EXPECT_EQ(cb.count("train_loss_step"), 1u);
+    std::map<std::string, double> logged = trainer.logged_metrics();
+    EXPECT_EQ(logged.count("train_loss_epoch"), 1u);
+    EXPECT_EQ(logged.count("train_loss"), 0u);  // the bare epoch name is a callback metric only
+    std::map<std::string, double> bar = trainer.progress_bar_metrics();
+    EXPECT_EQ(bar.size(), 1u);
+    EXPECT_EQ(bar.count("val_acc"), 1u);
+
+    trainer.save_checkpoint(module, path);
+    EXPECT_TRUE(std::filesystem::exists(path));
+    Trainer resumed(options(3));
+    resumed.fit(module, train, val, path);
+    EXPECT_EQ(resumed.global_step(), 24);
+    EXPECT_EQ(resumed.current_epoch(), 3);
+
+    Model other_model = fulmen_test::mlp();
+    LightningModule other = full_module(other_model).build();
+    EXPECT_EQ(fulmen_test::error_code([&] { resumed.save_checkpoint(other, path, true); }),
+              FULMEN_CODE_INVALID_ARGUMENT);
 }
 
 TEST_F(TrainerTest, LearningRateRangeTest) {

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace fulmen {
 
@@ -936,8 +937,107 @@ public:
         return detail::read<double>([&](double* o) { return fulmen_trainer_best_model_score(get(), o); });
     }
 
+    // ---- after a run ---------------------------------------------------
+
+    /// Lightning's `trainer.save_checkpoint(path, weights_only)` after fit
+    /// (or validate, test, predict): `module`'s weights and, unless
+    /// `weights_only`, what the last fit left (optimizer and scheduler
+    /// states, loop progress, callbacks' states and on_save_checkpoint
+    /// entries), in the trainer's checkpoint_format; fit(..., path) goes on
+    /// from there. `module` must be the last run's module (Error
+    /// FULMEN_CODE_INVALID_ARGUMENT); before any run, or for a full
+    /// checkpoint without a fit, Error FULMEN_CODE_INVALID_STATE. An
+    /// on_save_checkpoint hook that throws ends the call, which rethrows it.
+    void save_checkpoint(LightningModule& module, const std::string& path, bool weights_only = false) {
+        run([&] { return fulmen_trainer_save_checkpoint(get(), module.get(), path.c_str(), weights_only); });
+    }
+    /// Lightning's `trainer.callback_metrics` of the last run: every logged
+    /// metric's latest value.
+    std::map<std::string, double> callback_metrics() const {
+        return metrics([](const fulmen_trainer* t, fulmen_value** o) { return fulmen_trainer_callback_metrics(t, o); });
+    }
+    /// Lightning's `trainer.logged_metrics` of the last run: the latest
+    /// value of every metric logged for the loggers (loggers or not).
+    std::map<std::string, double> logged_metrics() const {
+        return metrics([](const fulmen_trainer* t, fulmen_value** o) { return fulmen_trainer_logged_metrics(t, o); });
+    }
+    /// Lightning's `trainer.progress_bar_metrics` of the last run.
+    std::map<std::string, double> progress_bar_metrics() const {
+        return metrics(
+            [](const fulmen_trainer* t, fulmen_value** o) { return fulmen_trainer_progress_bar_metrics(t, o); });
+    }
+    /// Lightning's `trainer.estimated_stepping_batches` for the last fit's
+    /// data; nullopt when unbounded (Lightning's inf); Error
+    /// FULMEN_CODE_INVALID_STATE before a fit loaded its data.
+    std::optional<int64_t> estimated_stepping_batches() const {
+        int64_t n = detail::read<int64_t>(
+            [&](int64_t* o) { return fulmen_trainer_estimated_stepping_batches(get(), o); });
+        if (n < 0) return std::nullopt;
+        return n;
+    }
+    /// Lightning's `trainer.should_stop` after the last fit.
+    bool should_stop() const {
+        return detail::read<bool>([&](bool* o) { return fulmen_trainer_should_stop(get(), o); });
+    }
+    /// Lightning's `trainer.num_training_batches`: the last fit's training
+    /// batches per epoch; nullopt before a fit or for a source of unknown
+    /// length (Lightning's inf).
+    std::optional<int64_t> num_training_batches() const {
+        int64_t n = detail::read<int64_t>([&](int64_t* o) { return fulmen_trainer_num_training_batches(get(), o); });
+        if (n < 0) return std::nullopt;
+        return n;
+    }
+    /// Lightning's `trainer.num_val_batches`: per validation loader of the
+    /// last fit's validation or validate run, its batches (nullopt: a
+    /// loader of unknown length).
+    std::vector<std::optional<int64_t>> num_val_batches() const {
+        size_t n = 0;
+        std::vector<int64_t> counts;
+        fulmen_error* err = fulmen_trainer_num_val_batches(get(), nullptr, 0, &n);
+        if (err != nullptr && fulmen_error_code(err) == FULMEN_CODE_OUT_OF_RANGE) {
+            fulmen_error_free(err);
+            counts.resize(n);
+            err = fulmen_trainer_num_val_batches(get(), counts.data(), counts.size(), &n);
+        }
+        check(err);
+        std::vector<std::optional<int64_t>> out;
+        for (size_t i = 0; i < n && i < counts.size(); i++) {
+            if (counts[i] < 0) {
+                out.emplace_back(std::nullopt);
+            } else {
+                out.emplace_back(counts[i]);
+            }
+        }
+        return out;
+    }
+    /// Lightning's `trainer.is_last_batch` after the last fit.
+    bool is_last_batch() const {
+        return detail::read<bool>([&](bool* o) { return fulmen_trainer_is_last_batch(get(), o); });
+    }
+    /// Lightning's `trainer.num_devices`: devices a run uses on this node.
+    size_t num_devices() const {
+        return detail::read<size_t>([&](size_t* o) { return fulmen_trainer_num_devices(get(), o); });
+    }
+    /// Lightning's `trainer.node_rank`: this node's index in the job.
+    size_t node_rank() const {
+        return detail::read<size_t>([&](size_t* o) { return fulmen_trainer_node_rank(get(), o); });
+    }
+
 private:
     explicit Trainer(fulmen_trainer* owned) noexcept : Handle(owned) {}
+
+    /// Reads one of the trainer's metric dicts (name -> value) through
+    /// `fn(trainer, &out)`.
+    template <class Fn>
+    std::map<std::string, double> metrics(Fn fn) const {
+        Value dict = Value::adopt(detail::make<fulmen_value>([&](fulmen_value** o) { return fn(get(), o); }));
+        std::map<std::string, double> out;
+        for (size_t i = 0, n = dict.size(); i < n; i++) {
+            std::pair<Value, Value> e = dict.entry(i);
+            out.emplace(e.first.to_string(), e.second.to_double());
+        }
+        return out;
+    }
 
     static const char* c_path(const std::optional<std::string>& p) noexcept { return p ? p->c_str() : nullptr; }
 

@@ -1,0 +1,176 @@
+package fulmen
+
+/*
+#include <fulmen.h>
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+)
+
+// SaveCheckpoint is Lightning's trainer.save_checkpoint(path, weights_only)
+// after Fit (or Validate, Test, Predict) returned: module's weights and,
+// unless weightsOnly, what the last fit left on the trainer (optimizer and
+// scheduler states, loop progress, callbacks' states and on_save_checkpoint
+// entries, the random states as they are now), in the trainer's
+// checkpoint_format. A Fit given the file with CkptPath continues where
+// that fit ended. module must be the module of the trainer's last run
+// (ErrInvalidArgument otherwise); before any run, or for a full checkpoint
+// when no fit configured optimizers, ErrInvalidState. The on_save_checkpoint
+// hooks run while this goroutine waits; ctx is checked at their start, as
+// in Fit.
+func (t *Trainer) SaveCheckpoint(ctx context.Context, module *LightningModule, path string, weightsOnly bool) error {
+	p := cString(path)
+	defer freeCString(p)
+	err := withCallbacks(ctx, func() *C.fulmen_error {
+		return C.fulmen_trainer_save_checkpoint(t.ptr(), module.ptr(), p, C.bool(weightsOnly))
+	})
+	runtime.KeepAlive(t)
+	runtime.KeepAlive(module)
+	return err
+}
+
+// metrics reads one of the trainer's metric dicts (name -> value).
+func (t *Trainer) metrics(get func(*C.fulmen_trainer, **C.fulmen_value) cErr) (map[string]float64, error) {
+	var out *C.fulmen_value
+	err := check(get(t.ptr(), &out))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	v, err := goValue(out)
+	if err != nil {
+		return nil, err
+	}
+	d, ok := v.(Dict)
+	if !ok {
+		return nil, &Error{Code: CodeUnsupported, Message: fmt.Sprintf("the trainer's metrics are a %T, not a dict", v)}
+	}
+	m := make(map[string]float64, len(d))
+	for _, e := range d {
+		k, kok := e.Key.(string)
+		x, xok := e.Value.(float64)
+		if !kok || !xok {
+			return nil, &Error{Code: CodeUnsupported, Message: fmt.Sprintf("a metric entry %v: %v is not a name and a number", e.Key, e.Value)}
+		}
+		m[k] = x
+	}
+	return m, nil
+}
+
+// CallbackMetrics is Lightning's trainer.callback_metrics of the last run:
+// the latest value of every logged metric (empty before any run).
+func (t *Trainer) CallbackMetrics() (map[string]float64, error) {
+	return t.metrics(func(h *C.fulmen_trainer, o **C.fulmen_value) cErr {
+		return C.fulmen_trainer_callback_metrics(h, o)
+	})
+}
+
+// LoggedMetrics is Lightning's trainer.logged_metrics of the last run: the
+// latest value of every metric logged for the loggers, whether or not a
+// logger is active.
+func (t *Trainer) LoggedMetrics() (map[string]float64, error) {
+	return t.metrics(func(h *C.fulmen_trainer, o **C.fulmen_value) cErr {
+		return C.fulmen_trainer_logged_metrics(h, o)
+	})
+}
+
+// ProgressBarMetrics is Lightning's trainer.progress_bar_metrics of the
+// last run: the metrics logged with LogProgBar.
+func (t *Trainer) ProgressBarMetrics() (map[string]float64, error) {
+	return t.metrics(func(h *C.fulmen_trainer, o **C.fulmen_value) cErr {
+		return C.fulmen_trainer_progress_bar_metrics(h, o)
+	})
+}
+
+// EstimatedSteppingBatches is Lightning's trainer.estimated_stepping_batches
+// for the last fit's training data: ok is false when the run is unbounded
+// (Lightning's inf); ErrInvalidState before a fit loaded its data.
+func (t *Trainer) EstimatedSteppingBatches() (steps int64, ok bool, err error) {
+	var v C.int64_t
+	err = check(C.fulmen_trainer_estimated_stepping_batches(t.ptr(), &v))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return 0, false, err
+	}
+	return int64(v), v >= 0, nil
+}
+
+// ShouldStop is Lightning's trainer.should_stop after the last fit: whether
+// a hook, EarlyStopping or a Timer asked it to stop.
+func (t *Trainer) ShouldStop() (bool, error) {
+	var v C.bool
+	err := check(C.fulmen_trainer_should_stop(t.ptr(), &v))
+	runtime.KeepAlive(t)
+	return bool(v), err
+}
+
+// NumTrainingBatches is Lightning's trainer.num_training_batches: the last
+// fit's training batches per epoch; ok is false before a fit or for a
+// source of unknown length (Lightning's inf).
+func (t *Trainer) NumTrainingBatches() (n int64, ok bool, err error) {
+	var v C.int64_t
+	err = check(C.fulmen_trainer_num_training_batches(t.ptr(), &v))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return 0, false, err
+	}
+	return int64(v), v >= 0, nil
+}
+
+// NumValBatches is Lightning's trainer.num_val_batches: per validation
+// loader of the last fit's validation or Validate run, its batches after
+// limit_val_batches; -1 for a loader of unknown length (Lightning's inf).
+func (t *Trainer) NumValBatches() ([]int64, error) {
+	var n C.size_t
+	err := check(C.fulmen_trainer_num_val_batches(t.ptr(), nil, 0, &n))
+	runtime.KeepAlive(t)
+	if err == nil {
+		return []int64{}, nil
+	}
+	if !errors.Is(err, ErrOutOfRange) {
+		return nil, err
+	}
+	counts := make([]C.int64_t, int(n))
+	err = check(C.fulmen_trainer_num_val_batches(t.ptr(), &counts[0], n, &n))
+	runtime.KeepAlive(t)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, int(n))
+	for i := range out {
+		out[i] = int64(counts[i])
+	}
+	return out, nil
+}
+
+// IsLastBatch is Lightning's trainer.is_last_batch after the last fit:
+// whether the last batch it trained on was its epoch's last.
+func (t *Trainer) IsLastBatch() (bool, error) {
+	var v C.bool
+	err := check(C.fulmen_trainer_is_last_batch(t.ptr(), &v))
+	runtime.KeepAlive(t)
+	return bool(v), err
+}
+
+// NumDevices is Lightning's trainer.num_devices: the devices a run uses on
+// this node (the last run's, or before any run the options' resolved).
+func (t *Trainer) NumDevices() (int, error) {
+	var v C.size_t
+	err := check(C.fulmen_trainer_num_devices(t.ptr(), &v))
+	runtime.KeepAlive(t)
+	return int(v), err
+}
+
+// NodeRank is Lightning's trainer.node_rank: this node's index in a
+// distributed job (the last run's, or before any run the environment's).
+func (t *Trainer) NodeRank() (int, error) {
+	var v C.size_t
+	err := check(C.fulmen_trainer_node_rank(t.ptr(), &v))
+	runtime.KeepAlive(t)
+	return int(v), err
+}
