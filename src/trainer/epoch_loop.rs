@@ -152,6 +152,7 @@ fn end_epoch(run: &mut Run, mut store: MetricStore, manual: bool) -> Result<()> 
     run.hook(Hook::TrainEpochEnd, HookData { batch_idx: -1, ..Default::default() })?;
     run.state.skip_backward = false;
     train_epoch_metrics.extend(std::mem::take(&mut run.state.hook_metrics));
+    run.state.logged_metrics.extend(train_epoch_metrics.iter().map(|(k, v)| (k.clone(), *v)));
     if !train_epoch_metrics.is_empty() {
         run.log_metrics(&train_epoch_metrics, (run.state.batches_stepped - 1).max(0))?;
     }
@@ -299,38 +300,6 @@ pub(super) fn train_epoch(
             break;
         }
     }
-<<<<<<< HEAD
     end_epoch(run, store, manual)?;
-=======
-    run.state.log_step = run.state.batches_stepped;
-    let mut train_epoch_metrics = store.end_epoch_synced(&|v, op| run.strategy.reduce(v, op))?;
-    run.state.callback_metrics.extend(store.callback_metrics);
-    run.state.progress_metrics.extend(store.progress_metrics);
-    run.progress.epoch.increment_processed();
-    run.hook(Hook::TrainEpochEnd, HookData { batch_idx: -1, ..Default::default() })?;
-    run.state.skip_backward = false;
-    train_epoch_metrics.extend(std::mem::take(&mut run.state.hook_metrics));
-    run.state.logged_metrics.extend(train_epoch_metrics.iter().map(|(k, v)| (k.clone(), *v)));
-    if !train_epoch_metrics.is_empty() {
-        run.log_metrics(&train_epoch_metrics, (run.state.batches_stepped - 1).max(0))?;
-    }
-    // ReduceLROnPlateau per epoch: after on_train_epoch_end, and only when
-    // the epoch ran to its end (Lightning's `_num_ready_batches_reached`).
-    if run.progress.epoch_batches_done() && !manual {
-        let n = step_schedulers(
-            &mut run.optimizers,
-            Interval::Epoch,
-            Kind::Plateau,
-            epoch + 1,
-            &run.state.callback_metrics,
-        )?;
-        if run.count_scheduler_steps(n) {
-            run.refresh_learning_rates();
-        }
-    }
-    run.progress.epoch.increment_completed();
-    run.save_logs()?;
-    run.state.should_stop = run.strategy.any(run.state.should_stop)?;
->>>>>>> after-run
     Ok(ran == 0 && skip == 0)
 }

@@ -1,13 +1,9 @@
 //! The Trainer: options, precision plugins, strategies, runs, tuning
-<<<<<<< HEAD
 //! (`fulmen/trainer.h`). `gen_options` is generated from
 //! `src/ffi/options_table.rs`.
+pub mod after_run;
 #[rustfmt::skip]
 pub mod gen_options;
-=======
-//! (`fulmen/trainer.h`).
-pub mod after_run;
->>>>>>> after-run
 pub mod loaders;
 pub mod precision;
 pub mod runs;
