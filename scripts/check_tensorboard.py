@@ -50,10 +50,23 @@ def torch_style_hparams(hparam_dict, metric_dict):
     }
 
 
+def print_media(ea):
+    """The images, histograms and texts of the run (tests/interop/logger_parity.py
+    compares them with Lightning's)."""
+    for tag in ea.Tags()["images"]:
+        print(f"Images({tag!r}):", [(e.step, e.width, e.height, len(e.encoded_image_string)) for e in ea.Images(tag)])
+    for tag in ea.Tags()["histograms"]:
+        print(f"Histograms({tag!r}):", [(e.step, e.histogram_value.num, len(e.histogram_value.bucket))
+                                        for e in ea.Histograms(tag)])
+    for tag in ea.Tags()["tensors"]:
+        print(f"Tensors({tag!r}):", [(e.step, list(e.tensor_proto.string_val)) for e in ea.Tensors(tag)])
+
+
 def check_accumulator(run_dir):
-    ea = EventAccumulator(run_dir)
+    ea = EventAccumulator(run_dir, size_guidance={"scalars": 0, "images": 0, "histograms": 0, "tensors": 0})
     ea.Reload()
     print("Tags:", ea.Tags())
+    print_media(ea)
     for tag in ea.Tags()["scalars"]:
         print(f"Scalars({tag!r}):", ea.Scalars(tag))
     content = ea.PluginTagToContent("hparams")

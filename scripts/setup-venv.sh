@@ -25,10 +25,12 @@ wheels=${FULMEN_WHEELS:-$(dirname "$dest")/wheels}
 # (httpx2, httpcore2, h11, idna, truststore), regex (transformers), and
 # tokenizers: with transformers present, importing Lightning imports
 # torchmetrics' BERTScore, hence transformers' AutoTokenizer, which fails
-# without it.
+# without it. tensorboard with protobuf and absl-py (what its
+# EventAccumulator and torch's SummaryWriter import): Lightning's
+# TensorBoardLogger and the reader of tests/interop/logger_parity.py.
 models=(timm==1.0.31 transformers==5.23.0 torchvision==0.28.0 pillow==13.0.0 huggingface-hub==2.4.0
   httpx2==2.16.2 httpcore2==2.16.2 h11==0.16.0 idna==3.20 truststore==0.10.5 regex==2026.11.15
-  tokenizers==0.23.3)
+  tokenizers==0.23.3 tensorboard==2.21.0 protobuf==7.36.2 absl-py==2.5.1)
 pip=("$dest/bin/python" -m pip --disable-pip-version-check --quiet)
 if [ -f "$stamp" ] && [ "$(cat "$models_stamp" 2>/dev/null)" = "${models[*]}" ]; then
   touch "$models_stamp"
@@ -86,6 +88,8 @@ config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=16, 
                                  bos_token_id=0, eos_token_id=0)
 transformers.GPT2LMHeadModel(config)(torch.zeros(1, 4, dtype=torch.long))
 print("timm", timm.__version__, "transformers", transformers.__version__)
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch.utils.tensorboard import SummaryWriter
 PY
   printf '%s\n' "${models[*]}" > "$models_stamp"
 }

@@ -473,6 +473,17 @@ func fulmenGoLoggerFinalize(ud C.uintptr_t, status *C.char) *C.fulmen_error {
 	})
 }
 
+//export fulmenGoLoggerAfterSaveCheckpoint
+func fulmenGoLoggerAfterSaveCheckpoint(ud C.uintptr_t, path *C.char) *C.fulmen_error {
+	p := C.GoString(path)
+	return runCallback(func() error {
+		if cl, ok := cgo.Handle(ud).Value().(CheckpointLogger); ok {
+			return cl.AfterSaveCheckpoint(p)
+		}
+		return nil
+	})
+}
+
 //export fulmenGoAccIsAvailable
 func fulmenGoAccIsAvailable(ud C.uintptr_t, out *C.bool) *C.fulmen_error {
 	return runCallback(func() error {

@@ -304,3 +304,13 @@ type Logger interface {
 	// Finalize ends a run: status is "success" or "failed".
 	Finalize(status string) error
 }
+
+// CheckpointLogger is a Logger that also wants Lightning's
+// after_save_checkpoint: AfterSaveCheckpoint gets the path of each
+// checkpoint ModelCheckpoint wrote (on rank 0, before the run goes on; an
+// error stops the run). A Logger without the method is not called.
+type CheckpointLogger interface {
+	Logger
+	// AfterSaveCheckpoint receives the checkpoint file just written.
+	AfterSaveCheckpoint(path string) error
+}

@@ -124,6 +124,10 @@ static fulmen_error *logger_finalize(void *ud, const char *status) {
     return fulmenGoLoggerFinalize((uintptr_t)ud, (char *)status);
 }
 
+static fulmen_error *logger_after_save_checkpoint(void *ud, const char *path) {
+    return fulmenGoLoggerAfterSaveCheckpoint((uintptr_t)ud, (char *)path);
+}
+
 fulmen_error *fulmen_go_trainer_add_logger(fulmen_trainer *trainer, uintptr_t handle) {
     fulmen_logger_vtable vt;
     memset(&vt, 0, sizeof vt);
@@ -133,6 +137,7 @@ fulmen_error *fulmen_go_trainer_add_logger(fulmen_trainer *trainer, uintptr_t ha
     vt.log_metrics = log_metrics;
     vt.log_hyperparams = log_hyperparams;
     vt.finalize = logger_finalize;
+    vt.after_save_checkpoint = logger_after_save_checkpoint;
     return fulmen_trainer_add_logger(trainer, &vt);
 }
 

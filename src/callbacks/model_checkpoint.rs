@@ -167,6 +167,7 @@ impl ModelCheckpoint {
                 .map(|d| d.join(format!("last{EXTENSION}")))
                 .ok_or_else(|| Error::state("no folder"))?;
             ctx.state.save_requests.push((path.clone(), self.opts.save_weights_only));
+            ctx.state.checkpoint_notices.push(path.clone());
             self.last_model_path = path.to_string_lossy().to_string();
         }
         self.last_global_step_saved = ctx.state.global_step;
@@ -206,7 +207,8 @@ impl ModelCheckpoint {
             self.remove_previous(ctx, &previous, &path);
             self.best_k_models.remove(&previous);
         }
-        ctx.state.save_requests.push((path, self.opts.save_weights_only));
+        ctx.state.save_requests.push((path.clone(), self.opts.save_weights_only));
+        ctx.state.checkpoint_notices.push(path);
         self.best_k_models.insert(key.clone(), ctx.state.global_step as f64);
         self.best_model_path = key;
         Ok(())
@@ -232,6 +234,7 @@ impl ModelCheckpoint {
         let path = self.path_for(ctx, template)?;
         let key = path.to_string_lossy().to_string();
         ctx.state.save_requests.push((path.clone(), self.opts.save_weights_only));
+        ctx.state.checkpoint_notices.push(path.clone());
         self.best_k_models.insert(key, current);
         if k > 0 && self.best_k_models.len() as i64 > k {
             if let Some((p, _)) = self.worst_kept() {

@@ -1,7 +1,8 @@
 //! The logger interface: where logged metrics and hyperparameters go.
+use super::tensorboard::Media;
 use crate::error::Result;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// An experiment logger, as Lightning's `Logger`. Only rank 0 logs.
 pub trait Logger {
@@ -17,13 +18,32 @@ pub trait Logger {
     fn save(&mut self) -> Result<()>;
     /// Ends the run ("success" or "failed").
     fn finalize(&mut self, status: &str) -> Result<()>;
+    /// The folder this logger writes to, made now if the logger makes it
+    /// on first use (Lightning's `logger.log_dir`); the trainer's log
+    /// folder when no file logger of its own runs.
+    fn resolve_log_dir(&mut self) -> Result<Option<PathBuf>> {
+        Ok(self.log_dir().map(Path::to_path_buf))
+    }
+    /// Whether [`Logger::add_media`] records anything (a TensorBoard
+    /// logger).
+    fn accepts_media(&self) -> bool {
+        false
+    }
+    /// Records an image, a histogram or a text under `tag` at `step`
+    /// (`SummaryWriter.add_image` / `add_histogram` / `add_text`); other
+    /// loggers ignore it.
+    fn add_media(&mut self, _tag: &str, _media: &Media, _step: i64) -> Result<()> {
+        Ok(())
+    }
+    /// Called after ModelCheckpoint saved `path` (Lightning's
+    /// `after_save_checkpoint`); the file loggers do nothing.
+    fn after_save_checkpoint(&mut self, _path: &Path) -> Result<()> {
+        Ok(())
+    }
 }
 
-/// The next free `version_N` folder under `<root>/lightning_logs`,
-/// created; shared by the file loggers of one run.
-pub fn next_version_dir(root: &Path) -> Result<std::path::PathBuf> {
-    use crate::error::ResultExt;
-    let base = root.join("lightning_logs");
-    std::fs::create_dir_all(&base).ctx(format!("creating {}", base.display()))?;
-    crate::fs_safe::create_next_numbered_dir(&base, "version_")
+/// The next free `version_N` folder under `<root>/lightning_logs` (as
+/// Lightning numbers them), created; shared by the file loggers of one run.
+pub fn next_version_dir(root: &Path) -> Result<PathBuf> {
+    super::layout::Layout::new(root).create().map(|(dir, _)| dir)
 }

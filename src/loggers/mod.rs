@@ -1,9 +1,14 @@
-//! Experiment loggers: CSV and TensorBoard files in Lightning's layout, and
-//! host loggers (through the C API).
+//! Experiment loggers: CSV and TensorBoard files in Lightning's layout
+//! (created by the trainer, or as handles a host loop logs to), and host
+//! loggers (through the C API).
 pub mod csv;
+pub mod file_logger;
+pub mod layout;
 pub mod logger;
 pub mod tensorboard;
 pub mod yaml;
 pub use csv::CsvLogger;
+pub use file_logger::{FileLogger, FileLoggerKind, SharedFileLogger};
+pub use layout::{Layout, Version};
 pub use logger::{next_version_dir, Logger};
-pub use tensorboard::TensorBoardLogger;
+pub use tensorboard::{Media, TensorBoardLogger};

@@ -121,6 +121,7 @@ impl Trainer {
         self.state.global_rank = strategy.global_rank();
         self.state.world_size = strategy.world_size();
         self.state.device_sync = strategy.device_sync();
+        self.state.media_loggers = self.extra_loggers.iter().any(|l| l.accepts_media());
         let kept: Vec<Box<dyn Callback>> = std::mem::take(&mut self.defaults)
             .into_iter()
             .filter(|c| super::fit_loop::is_checkpoint(c.as_ref()))

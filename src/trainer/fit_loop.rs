@@ -62,6 +62,25 @@ impl Trainer {
         Ok(out)
     }
 
+    /// Without a file logger of the `logger` option, the run's log folder
+    /// is the first added logger's that has one (Lightning's
+    /// `trainer.log_dir`, which is `loggers[0].log_dir`; ModelCheckpoint
+    /// writes under it), made now; and whether a logger takes images,
+    /// histograms and texts.
+    pub(crate) fn logger_folder_and_media(&mut self, global_zero: bool) -> Result<()> {
+        let choice = self.opts.logger;
+        self.state.media_loggers = choice.tensorboard || self.extra_loggers.iter().any(|l| l.accepts_media());
+        if self.state.log_dir.is_none() && global_zero && self.opts.fast_dev_run == 0 {
+            for l in self.extra_loggers.iter_mut() {
+                if let Some(dir) = l.resolve_log_dir().ctx(format!("{} logger", l.name()))? {
+                    self.state.log_dir = Some(dir);
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Resets the state for a new run and fills in what hooks read.
     pub(crate) fn begin_state(&mut self) {
         let o = &self.opts;
@@ -135,6 +154,7 @@ impl Trainer {
         self.state.device_sync = strategy.device_sync();
         self.defaults = self.default_callbacks(true, global_zero)?;
         let mut file_loggers = self.file_loggers(global_zero)?;
+        self.logger_folder_and_media(global_zero)?;
         self.state.num_devices = strategy.num_devices();
         self.state.node_rank = strategy.node_rank();
         set_val_batches(&mut self.state, &self.opts, &data.vals());

@@ -245,6 +245,15 @@ pub struct TrainerState {
     /// Whether the trainer has a logger (a file logger or one the host
     /// added), on every rank: Lightning's `trainer.loggers` is not empty.
     pub has_loggers: bool,
+    /// Whether a logger of the run records images, histograms and texts
+    /// (a TensorBoard logger), on every rank.
+    pub media_loggers: bool,
+    /// Images, histograms and texts hooks asked to log, written to the
+    /// loggers after the hook: (tag, what, step).
+    pub media_requests: Vec<(String, crate::loggers::Media, i64)>,
+    /// Checkpoints ModelCheckpoint asked for: once written, the loggers'
+    /// `after_save_checkpoint` gets each.
+    pub checkpoint_notices: Vec<PathBuf>,
     /// Metrics shown in the progress output (`prog_bar=True`).
     pub progress_metrics: BTreeMap<String, f64>,
     /// Mean training loss of the epoch so far.
@@ -362,6 +371,26 @@ impl<'a> HookContext<'a> {
             )));
         }
         self.state.hook_logs.push(HookLog { name: name.to_string(), value, flags });
+        Ok(())
+    }
+
+    /// Logs an image, a histogram or a text to the run's TensorBoard
+    /// logger (Lightning's `self.logger.experiment.add_image(tag, img,
+    /// step)` from a hook), written when the hook returns; other ranks'
+    /// requests are dropped, as Lightning's loggers log on rank 0 only.
+    pub fn add_media(&mut self, tag: &str, media: crate::loggers::Media, step: i64) -> Result<()> {
+        if tag.is_empty() {
+            return Err(Error::invalid("the tag is empty"));
+        }
+        if !self.state.media_loggers {
+            return Err(Error::state(format!(
+                "tag {tag:?} in {}: this {} run has no TensorBoard logger (the \"logger\" option or an added \
+                 TensorBoard logger)",
+                self.hook.name(),
+                self.stage
+            )));
+        }
+        self.state.media_requests.push((tag.to_string(), media, step));
         Ok(())
     }
 

@@ -251,8 +251,18 @@ impl Run<'_> {
                 Err(e) => return Err(Error::io(format!("removing old checkpoint {}: {e}", path.display()))),
             }
         }
+        for path in std::mem::take(&mut self.state.checkpoint_notices) {
+            for l in self.loggers.iter_mut() {
+                l.after_save_checkpoint(&path).ctx(format!("{} logger's after_save_checkpoint", l.name()))?;
+            }
+        }
         for (step, values) in std::mem::take(&mut self.state.log_requests) {
             self.log_metrics(&values.into_iter().collect(), step)?;
+        }
+        for (tag, media, step) in std::mem::take(&mut self.state.media_requests) {
+            for l in self.loggers.iter_mut() {
+                l.add_media(&tag, &media, step).ctx(format!("{} logger", l.name()))?;
+            }
         }
         for (prefix, cpu_stats, step) in std::mem::take(&mut self.state.device_stats_requests) {
             let stats = self.strategy.device_stats(cpu_stats)?;

@@ -8,6 +8,7 @@
 #include "fixture.h"
 
 #include <dirent.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -194,8 +195,15 @@ typedef struct {
     double val_loss, train_loss_step;
 } csv_row;
 
+/* Drops the '\r' of a "\r\n" line end (Python's csv module writes them). */
+static char *chomp(char *line) {
+    size_t n = line != NULL ? strlen(line) : 0;
+    if (n > 0 && line[n - 1] == '\r') line[n - 1] = '\0';
+    return line;
+}
+
 static int parse_csv(char *text, csv_row *rows, int cap, char *header, size_t hcap) {
-    char *save = NULL, *line = strtok_r(text, "\n", &save);
+    char *save = NULL, *line = chomp(strtok_r(text, "\n", &save));
     if (line == NULL) return -1;
     snprintf(header, hcap, "%s", line);
     char cols[16][48];
@@ -206,7 +214,7 @@ static int parse_csv(char *text, csv_row *rows, int cap, char *header, size_t hc
         snprintf(cols[ncols++], sizeof cols[0], "%.*s", (int)len, p);
     }
     int n = 0;
-    while ((line = strtok_r(NULL, "\n", &save)) != NULL && n < cap) {
+    while ((line = chomp(strtok_r(NULL, "\n", &save))) != NULL && n < cap) {
         csv_row *r = &rows[n++];
         memset(r, 0, sizeof *r);
         r->val_loss = r->train_loss_step = NAN;
@@ -230,7 +238,6 @@ static int parse_csv(char *text, csv_row *rows, int cap, char *header, size_t hc
     return n;
 }
 
-static bool starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
 static bool ends_with(const char *s, const char *suffix) {
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && strcmp(s + a - b, suffix) == 0;
@@ -270,8 +277,8 @@ static void test_csv_and_host(fulmen_loader *tl, fulmen_loader *vl) {
     CHECK(text != NULL);
     csv_row rows[32];
     int n = text != NULL ? parse_csv(text, rows, 32, header, sizeof header) : -1;
-    CHECK(starts_with(header, "epoch,") && ends_with(header, ",step"));
-    CHECK(strcmp(header, "epoch,train_loss_epoch,train_loss_step,val_loss,step") == 0);
+    /* Every column sorted, as Lightning 2.6's CSVLogger writes them. */
+    CHECK(strcmp(header, "epoch,step,train_loss_epoch,train_loss_step,val_loss") == 0);
     /* Lightning's rows: step metrics at steps 1, 3 (every 2nd step), then
      * validation and the training epoch means at the epoch's last step */
     static const struct {
@@ -353,9 +360,10 @@ static void test_csv_and_host(fulmen_loader *tl, fulmen_loader *vl) {
     fulmen_trainer_free(t);
     CHECK(h.freed == 1);
 
-    /* bad vtables take nothing */
+    /* bad vtables take nothing (one ending before the appended
+     * after_save_checkpoint is accepted) */
     t = trainer_with(1, "false", NULL);
-    v.struct_size = sizeof v - 1;
+    v.struct_size = offsetof(fulmen_logger_vtable, after_save_checkpoint) - 1;
     CHECK_ERR(fulmen_trainer_add_logger(t, &v), FULMEN_CODE_INVALID_ARGUMENT, "struct_size");
     CHECK_ERR(fulmen_trainer_add_logger(t, NULL), FULMEN_CODE_NULL_ARGUMENT, "vtable");
     /* NULL slots are skipped */

@@ -26,7 +26,7 @@ pub(crate) unsafe fn ctx_ref<'a>(p: *const fulmen_hook_context) -> Result<Shared
 }
 
 /// Changes the hook context (exclusive pin).
-unsafe fn ctx_mut<'a>(p: *mut fulmen_hook_context) -> Result<Exclusive<'a, HookContext<'static>>> {
+pub(crate) unsafe fn ctx_mut<'a>(p: *mut fulmen_hook_context) -> Result<Exclusive<'a, HookContext<'static>>> {
     Ok(handle::borrow_mut(p, "ctx")?.map(|h| unsafe { &mut *h.ctx }))
 }
 

@@ -1,7 +1,12 @@
-//! Host loggers (`fulmen_logger_vtable`): every logged metric and the
-//! hyperparameters handed to the host, for its own monitoring.
-use crate::error::{Error, ErrorCode, Result};
-use crate::ffi::base::callback::{call_host, check_struct_size, Userdata};
+//! Loggers: host loggers (`fulmen_logger_vtable`: every logged metric and
+//! the hyperparameters handed to the host, for its own monitoring), the
+//! CSV and TensorBoard loggers as handles (`fulmen_logger`), and images,
+//! histograms and texts logged from hooks.
+pub mod file_logger;
+pub mod hook_media;
+
+use crate::error::Result;
+use crate::ffi::base::callback::{call_host, read_vtable, Userdata};
 use crate::ffi::base::error::{fulmen_error, guard};
 use crate::ffi::base::handle;
 use crate::ffi::trainer::runs::fulmen_trainer;
@@ -45,6 +50,12 @@ pub struct fulmen_logger_vtable {
     /// The run ended: `status` is "success" or "failed". An error returned
     /// for "failed" is dropped, so the run's own failure is reported.
     pub finalize: Option<unsafe extern "C" fn(userdata: *mut c_void, status: *const c_char) -> *mut fulmen_error>,
+    /// ModelCheckpoint wrote the checkpoint `path` (Lightning's
+    /// `after_save_checkpoint`), on rank 0, before the run goes on; an
+    /// error stops the run. Appended: a vtable whose `struct_size` ends
+    /// before it is accepted, the slot read as NULL.
+    pub after_save_checkpoint:
+        Option<unsafe extern "C" fn(userdata: *mut c_void, path: *const c_char) -> *mut fulmen_error>,
 }
 
 struct HostLogger {
@@ -56,6 +67,7 @@ struct HostLogger {
         unsafe extern "C" fn(*mut c_void, *const *const c_char, *const *const c_char, usize) -> *mut fulmen_error,
     >,
     finalize: Option<unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut fulmen_error>,
+    after_save_checkpoint: Option<unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut fulmen_error>,
 }
 
 fn c_strings<'a>(items: impl Iterator<Item = &'a String>) -> Vec<CString> {
@@ -99,14 +111,20 @@ impl Logger for HostLogger {
         let s = CString::new(status).unwrap_or_default();
         call_host("finalize", || unsafe { f(self.userdata.ptr(), s.as_ptr()) })
     }
+
+    fn after_save_checkpoint(&mut self, path: &Path) -> Result<()> {
+        let Some(f) = self.after_save_checkpoint else { return Ok(()) };
+        let p = CString::new(path.to_string_lossy().replace('\0', " ")).unwrap_or_default();
+        call_host("after_save_checkpoint", || unsafe { f(self.userdata.ptr(), p.as_ptr()) })
+    }
 }
 
 /// Adds a host logger that receives every metric the file loggers get (and
 /// the metrics of validate / test runs). `vtable` is copied; on failure
 /// `userdata_free` is not called.
 ///
-/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`struct_size` smaller than
-/// `sizeof(fulmen_logger_vtable)`).
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`struct_size` smaller than the
+/// vtable before `after_save_checkpoint` was appended).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_add_logger(
     trainer: *mut fulmen_trainer,
@@ -114,13 +132,16 @@ pub unsafe extern "C" fn fulmen_trainer_add_logger(
 ) -> *mut fulmen_error {
     guard!(|| {
         let mut t = handle::borrow_mut(trainer, "trainer")?;
-        let v = vtable.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `vtable` is NULL"))?;
-        check_struct_size(v.struct_size, std::mem::size_of::<fulmen_logger_vtable>(), "fulmen_logger_vtable")?;
+        // Vtables are append-only: the first layout ends before
+        // `after_save_checkpoint`; slots past `struct_size` read as NULL.
+        let v1_size = std::mem::offset_of!(fulmen_logger_vtable, after_save_checkpoint);
+        let v = read_vtable(vtable, v1_size, "fulmen_logger_vtable")?;
         t.inner.add_logger(Box::new(HostLogger {
             userdata: Userdata::new(v.userdata, v.userdata_free),
             log_metrics: v.log_metrics,
             log_hyperparams: v.log_hyperparams,
             finalize: v.finalize,
+            after_save_checkpoint: v.after_save_checkpoint,
         }));
         Ok(())
     })

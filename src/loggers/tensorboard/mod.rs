@@ -1,8 +1,10 @@
 //! TensorBoard logger: event files (TFRecord-framed `tensorflow.Event`
 //! protobufs) written without TensorFlow or a protobuf library, readable by
-//! TensorBoard's scalars and hparams dashboards.
+//! TensorBoard's scalars, hparams, images, histograms and text dashboards.
 pub mod crc32c;
 pub mod logger;
+pub mod media;
+pub mod png;
 pub mod proto;
 pub mod record;
 pub mod summary;
@@ -12,4 +14,5 @@ pub mod writer;
 mod tests;
 
 pub use logger::TensorBoardLogger;
+pub use media::Media;
 pub use writer::EventWriter;

@@ -123,13 +123,20 @@ impl Message for Summary {
     }
 }
 
-/// `tensorflow.Summary.Value`: a tag with a scalar or plugin metadata.
+/// `tensorflow.Summary.Value`: a tag with a scalar, an image, a
+/// histogram or a tensor (one of them, the `value` oneof), and metadata.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SummaryValue {
     /// `tag` (field 1).
     pub tag: String,
-    /// `simple_value` (field 2, in the `value` oneof).
+    /// `simple_value` (field 2).
     pub simple_value: Option<f32>,
+    /// `image` (field 4).
+    pub image: Option<SummaryImage>,
+    /// `histo` (field 5).
+    pub histo: Option<HistogramProto>,
+    /// `tensor` (field 8).
+    pub tensor: Option<TensorProto>,
     /// `metadata` (field 9).
     pub metadata: Option<SummaryMetadata>,
 }
@@ -140,8 +147,117 @@ impl Message for SummaryValue {
         if let Some(v) = self.simple_value {
             put_float(buf, 2, v);
         }
+        if let Some(m) = &self.image {
+            put_message(buf, 4, m);
+        }
+        if let Some(m) = &self.histo {
+            put_message(buf, 5, m);
+        }
+        if let Some(m) = &self.tensor {
+            put_message(buf, 8, m);
+        }
         if let Some(m) = &self.metadata {
             put_message(buf, 9, m);
+        }
+    }
+}
+
+/// `tensorflow.Summary.Image`: an encoded (PNG) image and its size.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SummaryImage {
+    /// `height` (field 1).
+    pub height: i32,
+    /// `width` (field 2).
+    pub width: i32,
+    /// `colorspace` (field 3): 1 grey, 2 grey + alpha, 3 RGB, 4 RGBA.
+    pub colorspace: i32,
+    /// `encoded_image_string` (field 4).
+    pub encoded: Vec<u8>,
+}
+
+impl Message for SummaryImage {
+    fn encode_to(&self, buf: &mut Vec<u8>) {
+        for (field, v) in [(1, self.height), (2, self.width), (3, self.colorspace)] {
+            if v != 0 {
+                put_int(buf, field, i64::from(v));
+            }
+        }
+        if !self.encoded.is_empty() {
+            put_bytes(buf, 4, &self.encoded);
+        }
+    }
+}
+
+/// `tensorflow.HistogramProto`: bucket `i` counts the values up to
+/// `bucket_limit[i]` (above the previous limit).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HistogramProto {
+    /// `min` (field 1).
+    pub min: f64,
+    /// `max` (field 2).
+    pub max: f64,
+    /// `num` (field 3).
+    pub num: f64,
+    /// `sum` (field 4).
+    pub sum: f64,
+    /// `sum_squares` (field 5).
+    pub sum_squares: f64,
+    /// `bucket_limit` (field 6, packed).
+    pub bucket_limit: Vec<f64>,
+    /// `bucket` (field 7, packed).
+    pub bucket: Vec<f64>,
+}
+
+/// Appends a packed `repeated double` field (nothing when empty).
+fn put_packed_doubles(buf: &mut Vec<u8>, field: u32, values: &[f64]) {
+    if values.is_empty() {
+        return;
+    }
+    put_key(buf, field, LEN);
+    put_varint(buf, (values.len() * 8) as u64);
+    for v in values {
+        buf.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+impl Message for HistogramProto {
+    fn encode_to(&self, buf: &mut Vec<u8>) {
+        let scalars = [self.min, self.max, self.num, self.sum, self.sum_squares];
+        for (field, v) in (1u32..).zip(scalars) {
+            // Proto3: a double at its default (+0.0) is left out.
+            if v != 0.0 || v.is_sign_negative() {
+                put_double(buf, field, v);
+            }
+        }
+        put_packed_doubles(buf, 6, &self.bucket_limit);
+        put_packed_doubles(buf, 7, &self.bucket);
+    }
+}
+
+/// `tensorflow.DataType.DT_STRING`.
+pub const DT_STRING: i64 = 7;
+
+/// `tensorflow.TensorProto` holding strings: a 1-D string tensor, as
+/// torch's `summary.text` writes one.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TensorProto {
+    /// `string_val` (field 8): the strings, shape `[len]`.
+    pub strings: Vec<Vec<u8>>,
+}
+
+impl Message for TensorProto {
+    fn encode_to(&self, buf: &mut Vec<u8>) {
+        put_int(buf, 1, DT_STRING);
+        // tensor_shape (2) { dim (2) { size (1) } }
+        let mut dim = Vec::new();
+        if !self.strings.is_empty() {
+            put_int(&mut dim, 1, self.strings.len() as i64);
+        }
+        let mut shape = Vec::new();
+        put_bytes(&mut shape, 2, &dim);
+        put_bytes(buf, 2, &shape);
+        for s in &self.strings {
+            put_bytes(buf, 8, s);
         }
     }
 }
@@ -387,8 +503,25 @@ mod tests {
     #[test]
     fn scalar_zero_is_written() {
         // simple_value is in a oneof, so 0.0 must still be on the wire.
-        let v = SummaryValue { tag: "a".into(), simple_value: Some(0.0), metadata: None };
+        let v = SummaryValue { tag: "a".into(), simple_value: Some(0.0), ..Default::default() };
         assert_eq!(v.encode(), [0x0A, 1, b'a', 0x15, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn media_messages() {
+        // Bytes of the same messages serialized by Python's protobuf.
+        let h = HistogramProto { min: 1.0, bucket_limit: vec![1.0, 2.0], bucket: vec![0.0, 3.0], ..Default::default() };
+        let mut want = vec![0x09];
+        want.extend_from_slice(&1.0f64.to_le_bytes());
+        want.extend_from_slice(&[0x32, 16]);
+        want.extend(1.0f64.to_le_bytes().into_iter().chain(2.0f64.to_le_bytes()));
+        want.extend_from_slice(&[0x3A, 16]);
+        want.extend(0.0f64.to_le_bytes().into_iter().chain(3.0f64.to_le_bytes()));
+        assert_eq!(h.encode(), want);
+        let t = TensorProto { strings: vec![b"hi".to_vec()] };
+        assert_eq!(t.encode(), [0x08, 7, 0x12, 4, 0x12, 2, 0x08, 1, 0x42, 2, b'h', b'i']);
+        let i = SummaryImage { height: 2, width: 3, colorspace: 3, encoded: vec![9] };
+        assert_eq!(i.encode(), [0x08, 2, 0x10, 3, 0x18, 3, 0x22, 1, 9]);
     }
 
     #[test]

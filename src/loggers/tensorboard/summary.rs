@@ -22,7 +22,7 @@ pub fn scalars<'a>(values: impl IntoIterator<Item = (&'a str, f64)>) -> Summary 
     Summary {
         value: values
             .into_iter()
-            .map(|(tag, v)| SummaryValue { tag: tag.to_string(), simple_value: Some(v as f32), metadata: None })
+            .map(|(tag, v)| SummaryValue { tag: tag.to_string(), simple_value: Some(v as f32), ..Default::default() })
             .collect(),
     }
 }
@@ -48,8 +48,8 @@ fn plugin_summary(tag: &str, data: HParamsData) -> Summary {
     Summary {
         value: vec![SummaryValue {
             tag: tag.to_string(),
-            simple_value: None,
             metadata: Some(SummaryMetadata { plugin_data }),
+            ..Default::default()
         }],
     }
 }

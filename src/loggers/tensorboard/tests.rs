@@ -82,6 +82,8 @@ struct ReadValue {
     tag: String,
     simple_value: Option<f32>,
     plugin: Option<(String, Vec<u8>)>,
+    /// The image (4), histogram (5) or tensor (8) field, its number and bytes.
+    media: Option<(u32, Vec<u8>)>,
 }
 
 /// One event as read back.
@@ -117,7 +119,8 @@ fn decode_event(bytes: &[u8]) -> ReadEvent {
                 let pd = fields(bytes_of(field(&fields(bytes_of(m)), 1).unwrap()));
                 (text_of(field(&pd, 1).unwrap()), field(&pd, 2).map_or(Vec::new(), |c| bytes_of(c).to_vec()))
             });
-            values.push(ReadValue { tag: text_of(field(&value, 1).unwrap()), simple_value, plugin });
+            let media = [4u32, 5, 8].into_iter().find_map(|n| field(&value, n).map(|w| (n, bytes_of(w).to_vec())));
+            values.push(ReadValue { tag: text_of(field(&value, 1).unwrap()), simple_value, plugin, media });
         }
     }
     ReadEvent { wall_time, step, file_version, values }
@@ -200,7 +203,7 @@ fn scalars_read_back() {
     // One event per logging call, all of the call's scalars in it.
     let last = events.last().unwrap();
     let tags: Vec<&str> = last.values.iter().map(|v| v.tag.as_str()).collect();
-    assert_eq!(tags, ["val_acc", "val_loss", "epoch"]);
+    assert_eq!(tags, ["epoch", "val_acc", "val_loss"]);
 }
 
 #[test]
@@ -264,16 +267,72 @@ fn hparams_read_back() {
 }
 
 #[test]
-fn no_hp_metric_when_turned_off() {
+fn no_hparams_summaries_when_hp_metric_is_off() {
+    // Lightning writes the hparams summaries only with a metric.
     let root = TempDir::new("tb-nohp");
     let mut logger = TensorBoardLogger::create(&root).unwrap().with_default_hp_metric(false);
     logger.log_hyperparams(&params()).unwrap();
-    logger.log_hyperparams(&BTreeMap::new()).unwrap();
     logger.log_metrics(&BTreeMap::new(), 0, 0).unwrap();
     logger.finalize("success").unwrap();
     let events = read_events(logger.event_file());
-    assert_eq!(events.len(), 4);
-    assert!(events.iter().flat_map(|e| &e.values).all(|v| v.simple_value.is_none()));
+    assert_eq!(events.len(), 1);
+    let yaml = std::fs::read_to_string(root.join("hparams.yaml")).unwrap();
+    assert_eq!(yaml, "batch_size: 64\nlr: 0.001\noptimizer: \"adam\"\nshuffle: true\n");
+    // No parameters with the metric on: hp_metric and the three summaries.
+    let root = TempDir::new("tb-emptyhp");
+    let mut logger = TensorBoardLogger::create(&root).unwrap();
+    logger.log_hyperparams(&BTreeMap::new()).unwrap();
+    logger.finalize("success").unwrap();
+    assert_eq!(read_events(logger.event_file()).len(), 5);
+    assert_eq!(std::fs::read_to_string(root.join("hparams.yaml")).unwrap(), "{}\n");
+}
+
+#[test]
+fn prefix_and_writes_after_close() {
+    let root = TempDir::new("tb-prefix");
+    let mut logger = TensorBoardLogger::create(&root).unwrap().with_prefix("train");
+    logger.log_metrics(&[("loss".to_string(), 0.5)].into(), 2, 7).unwrap();
+    logger.log_hyperparams(&params()).unwrap();
+    let first = logger.event_file().to_path_buf();
+    logger.finalize("failed").unwrap();
+    assert!(!root.join("hparams.yaml").exists(), "only a successful finalize saves hparams.yaml");
+    let tags: Vec<String> = read_events(&first).iter().flat_map(|e| e.values.iter().map(|v| v.tag.clone())).collect();
+    assert_eq!(&tags[..3], ["train-epoch", "train-loss", "train-hp_metric"]);
+    // torch's SummaryWriter opens a new event file when written to after close.
+    logger.log_scalars(&[("late".to_string(), 1.0)].into(), 8).unwrap();
+    assert_ne!(logger.event_file(), first.as_path());
+    logger.finalize("success").unwrap();
+    let events = read_events(logger.event_file());
+    assert_eq!(events[1].values[0].tag, "train-late");
+    assert_eq!(events[1].step, 8);
+}
+
+#[test]
+fn media_read_back() {
+    use crate::loggers::tensorboard::media;
+    let root = TempDir::new("tb-media");
+    let mut logger = TensorBoardLogger::create(&root).unwrap().with_prefix("ignored");
+    let img = tch::Tensor::from_slice(&[0.0f32, 0.25, 0.5, 1.0]).reshape([1, 2, 2]);
+    logger.add_media("sample", &media::image(&img, "CHW").unwrap(), 3).unwrap();
+    logger.add_media("weights", &media::histogram(&tch::Tensor::from_slice(&[1.0f32, 2.0])).unwrap(), 4).unwrap();
+    logger.add_media("notes", &media::text("hi"), 5).unwrap();
+    logger.finalize("success").unwrap();
+    let events = read_events(logger.event_file());
+    let got: Vec<(i64, String, u32)> = events
+        .iter()
+        .flat_map(|e| e.values.iter().filter_map(move |v| Some((e.step, v.tag.clone(), v.media.as_ref()?.0))))
+        .collect();
+    let want = [(3, "sample", 4), (4, "weights", 5), (5, "notes/text_summary", 8)];
+    assert_eq!(got, want.map(|(s, t, f)| (s, t.to_string(), f)));
+    let text = events.iter().flat_map(|e| &e.values).find(|v| v.tag == "notes/text_summary").unwrap();
+    assert_eq!(text.plugin.as_ref().unwrap().0, "text");
+    let tensor = fields(&text.media.as_ref().unwrap().1);
+    assert_eq!(text_of(field(&tensor, 8).unwrap()), "hi");
+    let image = events.iter().flat_map(|e| &e.values).find(|v| v.tag == "sample").unwrap();
+    let image = fields(&image.media.as_ref().unwrap().1);
+    assert!(matches!(field(&image, 1), Some(Wire::Varint(2))));
+    assert!(matches!(field(&image, 3), Some(Wire::Varint(3))));
+    assert!(bytes_of(field(&image, 4).unwrap()).starts_with(b"\x89PNG"));
 }
 
 #[test]
@@ -283,8 +342,6 @@ fn closed_logger_and_io_errors() {
     logger.finalize("failed").unwrap();
     logger.finalize("failed").unwrap();
     logger.save().unwrap();
-    let metrics: BTreeMap<String, f64> = [("a".to_string(), 1.0)].into();
-    assert_eq!(logger.log_metrics(&metrics, 0, 0).unwrap_err().code, ErrorCode::InvalidState);
     let blocker = root.join("not_a_dir");
     std::fs::write(&blocker, b"").unwrap();
     let err = TensorBoardLogger::create(&blocker).err().unwrap();

@@ -37,7 +37,8 @@
 // source, iterator) is caught at the C boundary and rethrown, unchanged, by
 // the fulmen call that ran the callback (e.g. Trainer::fit). Hooks reach
 // Callback objects (from lambdas, Trainer::add_callback) and the module's
-// on_hook; Logger lambdas receive metrics (Trainer::add_logger).
+// on_hook; Logger lambdas receive metrics (Trainer::add_logger); FileLogger
+// is Lightning's CSVLogger / TensorBoardLogger (Trainer::add_file_logger).
 //
 // Ownership: each class owns one C handle (move-only, freed by its
 // destructor; get() / release() / adopt() for interop with fulmen.h). Every
@@ -65,6 +66,7 @@
 #include "hooks.hpp"
 #include "host_module.hpp"
 #include "init.hpp"
+#include "loggers.hpp"
 #include "metrics.hpp"
 #include "model.hpp"
 #include "optim.hpp"

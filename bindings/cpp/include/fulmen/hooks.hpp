@@ -136,6 +136,23 @@ public:
         check(fulmen_hook_context_save_checkpoint(ctx_, path.c_str(), weights_only));
     }
 
+    /// Logs an image to the run's TensorBoard loggers when the hook returns
+    /// (Lightning's `self.logger.experiment.add_image(tag, img, step,
+    /// dataformats)`): "CHW", "HWC", "HW" or another order; 1, 3 or 4
+    /// channels; uint8 as 0..255, other dtypes as 0..1. Throws Error
+    /// (FULMEN_CODE_INVALID_STATE) when the run has no TensorBoard logger.
+    void add_image(const std::string& tag, const Tensor& image, int64_t step, const std::string& dataformats = "CHW") {
+        check(fulmen_hook_context_add_image(ctx_, tag.c_str(), image.get(), step, dataformats.c_str()));
+    }
+    /// Logs a histogram of `values` (torch's add_histogram, default buckets).
+    void add_histogram(const std::string& tag, const Tensor& values, int64_t step) {
+        check(fulmen_hook_context_add_histogram(ctx_, tag.c_str(), values.get(), step));
+    }
+    /// Logs a (markdown) text under "<tag>/text_summary".
+    void add_text(const std::string& tag, const std::string& text, int64_t step) {
+        check(fulmen_hook_context_add_text(ctx_, tag.c_str(), text.c_str(), step));
+    }
+
     /// In Hook::SaveCheckpoint: stores `value` under `key` in the checkpoint.
     void checkpoint_set(const std::string& key, const std::string& value) {
         check(fulmen_hook_context_checkpoint_set(ctx_, key.c_str(), value.c_str()));
@@ -307,6 +324,9 @@ struct Logger {
     std::function<void(const std::map<std::string, std::string>& hparams)> log_hyperparams;
     /// The run ended: "success", "failed" or "interrupted".
     std::function<void(const std::string& status)> finalize;
+    /// ModelCheckpoint wrote the checkpoint `path` (Lightning's
+    /// after_save_checkpoint), on rank 0.
+    std::function<void(const std::string& path)> after_save_checkpoint;
 };
 
 namespace detail {
@@ -380,6 +400,9 @@ struct LoggerTrampolines {
         const bool success = status != nullptr && std::string_view(status) == "success";
         return success ? guard_callback(body) : guard_dropped_callback(body);
     }
+    static fulmen_error* after_save_checkpoint(void* ud, const char* path) noexcept {
+        return guard_callback([&] { static_cast<Logger*>(ud)->after_save_checkpoint(path != nullptr ? path : ""); });
+    }
     static fulmen_logger_vtable vtable(Logger* logger) noexcept {
         fulmen_logger_vtable vt{};
         vt.struct_size = sizeof vt;
@@ -388,6 +411,7 @@ struct LoggerTrampolines {
         if (logger->log_metrics) vt.log_metrics = &log_metrics;
         if (logger->log_hyperparams) vt.log_hyperparams = &log_hyperparams;
         if (logger->finalize) vt.finalize = &finalize;
+        if (logger->after_save_checkpoint) vt.after_save_checkpoint = &after_save_checkpoint;
         return vt;
     }
 };

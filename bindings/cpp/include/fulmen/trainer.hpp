@@ -4,6 +4,7 @@
 #include "accelerator.hpp"
 #include "data.hpp"
 #include "hooks.hpp"
+#include "loggers.hpp"
 #include "optim.hpp"
 #include "precision.hpp"
 #include "strategy.hpp"
@@ -894,6 +895,15 @@ public:
         fulmen_logger_vtable vt = detail::LoggerTrampolines::vtable(owned.get());
         check(fulmen_trainer_add_logger(get(), &vt));
         owned.release();  // fulmen owns it now and calls userdata_free once
+        return *this;
+    }
+
+    /// Adds a CSV or TensorBoard logger (Lightning's `Trainer(logger=[...])`),
+    /// next to the `logger` option's file loggers (set it to false to use
+    /// only yours). The trainer shares it: `logger` stays usable, and may
+    /// be destroyed while the trainer logs on to it.
+    Trainer& add_file_logger(const FileLogger& logger) {
+        check(fulmen_trainer_add_file_logger(get(), logger.get()));
         return *this;
     }
 

@@ -1,0 +1,134 @@
+// fulmen C++ binding: Lightning's CSVLogger and TensorBoardLogger as
+// FileLogger handles, for a loop of one's own or added to a Trainer
+// (Trainer::add_file_logger).
+#pragma once
+
+#include "error.hpp"
+#include "handle.hpp"
+#include "tensor.hpp"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fulmen {
+
+/// A CSV or TensorBoard logger (fulmen_logger): `save_dir/name/version_N`
+/// with Lightning's next free version, made on first use; the settings
+/// (name, version, prefix, flush_logs_every_n_steps, default_hp_metric)
+/// apply before that and chain:
+/// `FileLogger::csv("logs").name("exp").prefix("train")`.
+class FileLogger : public detail::Handle<fulmen_logger, fulmen_logger_free> {
+public:
+    /// An empty logger object (no handle).
+    FileLogger() = default;
+
+    /// Lightning's CSVLogger(save_dir): metrics.csv and hparams.yaml.
+    static FileLogger csv(const std::string& save_dir) {
+        return FileLogger(
+            detail::make<fulmen_logger>([&](fulmen_logger** o) { return fulmen_logger_csv_new(save_dir.c_str(), o); }));
+    }
+    /// Lightning's TensorBoardLogger(save_dir): event files.
+    static FileLogger tensorboard(const std::string& save_dir) {
+        return FileLogger(detail::make<fulmen_logger>(
+            [&](fulmen_logger** o) { return fulmen_logger_tensorboard_new(save_dir.c_str(), o); }));
+    }
+
+    /// The experiment name (nullopt or "": versions directly in save_dir).
+    FileLogger& name(const std::optional<std::string>& name) & {
+        check(fulmen_logger_set_name(get(), name ? name->c_str() : nullptr));
+        return *this;
+    }
+    /// Sets the name on a temporary and passes it on.
+    FileLogger&& name(const std::optional<std::string>& n) && { return std::move(name(n)); }
+    /// The version `version_<n>` (-1: the next free number).
+    FileLogger& version(int64_t n) & {
+        check(fulmen_logger_set_version(get(), n));
+        return *this;
+    }
+    /// Sets the version on a temporary and passes it on.
+    FileLogger&& version(int64_t n) && { return std::move(version(n)); }
+    /// The version folder's own name (Lightning's `version="name"`).
+    FileLogger& version(const std::string& folder) & {
+        check(fulmen_logger_set_version_name(get(), folder.c_str()));
+        return *this;
+    }
+    /// Sets the version folder on a temporary and passes it on.
+    FileLogger&& version(const std::string& folder) && { return std::move(version(folder)); }
+    /// The prefix put with '-' before every metric name.
+    FileLogger& prefix(const std::string& p) & {
+        check(fulmen_logger_set_prefix(get(), p.c_str()));
+        return *this;
+    }
+    /// Sets the prefix on a temporary and passes it on.
+    FileLogger&& prefix(const std::string& p) && { return std::move(prefix(p)); }
+    /// CSV: rows are written when (step + 1) % n == 0 (default 100).
+    FileLogger& flush_logs_every_n_steps(int64_t n) & {
+        check(fulmen_logger_set_flush_logs_every_n_steps(get(), n));
+        return *this;
+    }
+    /// Sets flush_logs_every_n_steps on a temporary and passes it on.
+    FileLogger&& flush_logs_every_n_steps(int64_t n) && { return std::move(flush_logs_every_n_steps(n)); }
+    /// TensorBoard: hyperparameters come with hp_metric = -1 (default true).
+    FileLogger& default_hp_metric(bool on) & {
+        check(fulmen_logger_set_default_hp_metric(get(), on));
+        return *this;
+    }
+    /// Sets default_hp_metric on a temporary and passes it on.
+    FileLogger&& default_hp_metric(bool on) && { return std::move(default_hp_metric(on)); }
+
+    /// The run's folder (Lightning's log_dir), made now if needed.
+    std::string log_dir() {
+        return detail::read_string([&](char* buf, size_t cap, size_t* len) { return fulmen_logger_log_dir(get(), buf, cap, len); });
+    }
+    /// The version number, resolved now if needed; -1 for a named version.
+    int64_t version_number() {
+        return detail::read<int64_t>([&](int64_t* o) { return fulmen_logger_version(get(), o); });
+    }
+
+    /// Lightning's log_metrics(metrics, step): a CSV row, or TensorBoard
+    /// scalars, names prefixed.
+    void log_metrics(const std::map<std::string, double>& metrics, int64_t step) {
+        std::vector<const char*> names;
+        std::vector<double> values;
+        for (const auto& [k, v] : metrics) {
+            names.push_back(k.c_str());
+            values.push_back(v);
+        }
+        check(fulmen_logger_log_metrics(get(), names.data(), values.data(), names.size(), step));
+    }
+    /// Lightning's log_hyperparams(params), values as text.
+    void log_hyperparams(const std::map<std::string, std::string>& params) {
+        std::vector<const char*> keys;
+        std::vector<const char*> values;
+        for (const auto& [k, v] : params) {
+            keys.push_back(k.c_str());
+            values.push_back(v.c_str());
+        }
+        check(fulmen_logger_log_hyperparams(get(), keys.data(), values.data(), keys.size()));
+    }
+    /// TensorBoard: SummaryWriter.add_image(tag, image, step, dataformats).
+    void add_image(const std::string& tag, const Tensor& image, int64_t step, const std::string& dataformats = "CHW") {
+        check(fulmen_logger_add_image(get(), tag.c_str(), image.get(), step, dataformats.c_str()));
+    }
+    /// TensorBoard: SummaryWriter.add_histogram(tag, values, step).
+    void add_histogram(const std::string& tag, const Tensor& values, int64_t step) {
+        check(fulmen_logger_add_histogram(get(), tag.c_str(), values.get(), step));
+    }
+    /// TensorBoard: SummaryWriter.add_text(tag, text, step).
+    void add_text(const std::string& tag, const std::string& text, int64_t step) {
+        check(fulmen_logger_add_text(get(), tag.c_str(), text.c_str(), step));
+    }
+    /// Makes what was logged durable (Lightning's save()).
+    void save() { check(fulmen_logger_save(get())); }
+    /// Ends the run (Lightning's finalize(status)).
+    void finalize(const std::string& status = "success") { check(fulmen_logger_finalize(get(), status.c_str())); }
+
+private:
+    explicit FileLogger(fulmen_logger* owned) noexcept : Handle(owned) {}
+};
+
+}  // namespace fulmen

@@ -1,0 +1,232 @@
+package fulmen_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	fulmen "github.com/fulmen-ml/fulmen/bindings/go"
+)
+
+// eventBytes is every event file in dir, concatenated, and their count.
+func eventBytes(t *testing.T, dir string) ([]byte, int) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "events.out.tfevents.*"))
+	ok(t, err)
+	var all []byte
+	for _, f := range files {
+		all = append(all, must(os.ReadFile(f))...)
+	}
+	return all, len(files)
+}
+
+func readText(t *testing.T, path string) string {
+	t.Helper()
+	return string(must(os.ReadFile(path)))
+}
+
+// A CSV logger writes Lightning's layout and metrics.csv byte for byte.
+func TestCSVLogger(t *testing.T) {
+	noLeaks(t)
+	save := t.TempDir()
+	ok(t, os.MkdirAll(filepath.Join(save, "exp", "version_1_old"), 0o755))
+	l := must(fulmen.NewCSVLogger(save))
+	defer l.Close()
+	ok(t, l.SetName("exp"))
+	ok(t, l.SetPrefix("p"))
+	ok(t, l.SetFlushLogsEveryNSteps(2))
+	if err := l.SetDefaultHPMetric(false); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("default_hp_metric on a CSV logger: %v", err)
+	}
+	ok(t, l.LogMetrics(map[string]float64{"loss": 1.0, "epoch": 0}, 0))
+	dir := must(l.LogDir())
+	if want := filepath.Join(save, "exp", "version_2"); dir != want {
+		t.Fatalf("log dir %s, want %s", dir, want)
+	}
+	if v := must(l.Version()); v != 2 {
+		t.Fatalf("version %d", v)
+	}
+	ok(t, l.LogMetrics(map[string]float64{"val_acc": 1e-5}, 1))
+	if got, want := readText(t, filepath.Join(dir, "metrics.csv")), "p-epoch,p-loss,p-val_acc,step\r\n0.0,1.0,,0\r\n,,1e-05,1\r\n"; got != want {
+		t.Fatalf("metrics.csv %q, want %q", got, want)
+	}
+	if err := l.SetName("late"); !errors.Is(err, fulmen.ErrInvalidState) {
+		t.Fatalf("set name after use: %v", err)
+	}
+	ok(t, l.LogHyperparams(map[string]string{"lr": "0.1", "name": "mlp"}))
+	ok(t, l.Finalize("success"))
+	if got := readText(t, filepath.Join(dir, "hparams.yaml")); got != "lr: 0.1\nname: \"mlp\"\n" {
+		t.Fatalf("hparams.yaml %q", got)
+	}
+	if err := l.AddText("t", "x", 0); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("text on a CSV logger: %v", err)
+	}
+
+	named := must(fulmen.NewCSVLogger(save))
+	defer named.Close()
+	ok(t, named.SetName(""))
+	ok(t, named.SetVersionName("run-a"))
+	if d := must(named.LogDir()); d != filepath.Join(save, "run-a") {
+		t.Fatalf("named version dir %s", d)
+	}
+	if _, err := fulmen.NewCSVLogger(""); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("empty save dir: %v", err)
+	}
+	bad := must(fulmen.NewCSVLogger(save))
+	defer bad.Close()
+	if err := bad.SetName("../out"); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("name outside save dir: %v", err)
+	}
+	if err := bad.SetVersion(-3); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("version -3: %v", err)
+	}
+}
+
+// A TensorBoard logger writes images, histograms and texts.
+func TestTensorBoardLoggerMedia(t *testing.T) {
+	noLeaks(t)
+	save := t.TempDir()
+	l := must(fulmen.NewTensorBoardLogger(save))
+	defer l.Close()
+	if err := l.SetFlushLogsEveryNSteps(2); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("flush on a TensorBoard logger: %v", err)
+	}
+	img := must(fulmen.Randn(fulmen.Float32, 3, 4, 5))
+	defer img.Close()
+	gray := must(fulmen.FromSlice(make([]uint8, 20), 4, 5))
+	defer gray.Close()
+	two := must(fulmen.Randn(fulmen.Float32, 2, 4, 5))
+	defer two.Close()
+	ok(t, l.LogHyperparams(map[string]string{"lr": "0.001"}))
+	ok(t, l.LogMetrics(map[string]float64{"loss": 0.5}, 1))
+	ok(t, l.AddImage("rgb", img, 2, ""))
+	ok(t, l.AddImage("gray", gray, 2, "HW"))
+	ok(t, l.AddHistogram("values", img, 3))
+	ok(t, l.AddText("notes", "*hi*", 4))
+	if err := l.AddImage("bad", two, 2, "CHW"); !errors.Is(err, fulmen.ErrShapeMismatch) {
+		t.Fatalf("two channels: %v", err)
+	}
+	if err := l.AddImage("bad", img, 2, "XYZ"); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("bad dataformats: %v", err)
+	}
+	if err := l.AddImage("bad", nil, 2, "CHW"); !errors.Is(err, fulmen.ErrNullArgument) {
+		t.Fatalf("nil image: %v", err)
+	}
+	ok(t, l.Finalize("success"))
+	dir := must(l.LogDir())
+	if dir != filepath.Join(save, "lightning_logs", "version_0") {
+		t.Fatalf("log dir %s", dir)
+	}
+	all, n := eventBytes(t, dir)
+	if n != 1 {
+		t.Fatalf("%d event files", n)
+	}
+	for _, tag := range []string{"loss", "hp_metric", "rgb", "gray", "values", "notes/text_summary", "*hi*", "\x89PNG"} {
+		if !bytes.Contains(all, []byte(tag)) {
+			t.Errorf("no %q in the event file", tag)
+		}
+	}
+	if got := readText(t, filepath.Join(dir, "hparams.yaml")); got != "lr: 0.001\n" {
+		t.Fatalf("hparams.yaml %q", got)
+	}
+}
+
+// ckptRecorder is a Logger that also wants after_save_checkpoint.
+type ckptRecorder struct {
+	recorder
+	saved []string
+}
+
+func (r *ckptRecorder) AfterSaveCheckpoint(path string) error {
+	r.saved = append(r.saved, path)
+	return nil
+}
+
+// Loggers added to a trainer get its metrics and hyperparameters, media
+// from a hook, and a CheckpointLogger each checkpoint's path.
+func TestTrainerFileLoggers(t *testing.T) {
+	noLeaks(t)
+	train, _ := loaders(t, 16, 8, 4)
+	model := mlp(t)
+	defer model.Close()
+	m := trainModule(t, model, nil)
+	defer m.Close()
+	ok(t, m.SetHparam("lr", "0.1"))
+	save := t.TempDir()
+	csv := must(fulmen.NewCSVLogger(save))
+	defer csv.Close()
+	ok(t, csv.SetName("csv"))
+	tb := must(fulmen.NewTensorBoardLogger(save))
+	defer tb.Close()
+	ok(t, tb.SetName("tb"))
+	tr := quietTrainer(t, 2, "logger", "false", "log_every_n_steps", "1", "default_root_dir", save)
+	defer tr.Close()
+	ok(t, tr.AddFileLogger(csv))
+	ok(t, tr.AddFileLogger(tb))
+	rec := &ckptRecorder{}
+	ok(t, tr.AddLogger(rec))
+	var mediaErr error
+	ok(t, tr.AddCallback("media", fulmen.CallbackFunc(func(h fulmen.Hook, ctx *fulmen.HookContext) error {
+		if h != fulmen.HookTrainEpochEnd {
+			return nil
+		}
+		x, err := fulmen.Randn(fulmen.Float32, 1, 3, 3)
+		if err != nil {
+			return err
+		}
+		defer x.Close()
+		step, err := ctx.GlobalStep()
+		if err != nil {
+			return err
+		}
+		mediaErr = errors.Join(ctx.AddImage("sample", x, step, "CHW"), ctx.AddHistogram("noise", x, step),
+			ctx.AddText("note", "epoch done", step))
+		return nil
+	})))
+	ok(t, tr.Fit(context.Background(), m, train, nil))
+	ok(t, mediaErr)
+
+	csvDir, tbDir := must(csv.LogDir()), must(tb.LogDir())
+	if d := must(tr.LogDir()); d != csvDir {
+		t.Fatalf("trainer log dir %s, the first added logger's is %s", d, csvDir)
+	}
+	rows := readText(t, filepath.Join(csvDir, "metrics.csv"))
+	if !strings.HasPrefix(rows, "epoch,step,train_loss_epoch,train_loss_step\r\n0,0,,") {
+		t.Fatalf("metrics.csv starts %q", rows[:min(len(rows), 80)])
+	}
+	for _, d := range []string{csvDir, tbDir} {
+		if got := readText(t, filepath.Join(d, "hparams.yaml")); got != "lr: 0.1\n" {
+			t.Fatalf("%s/hparams.yaml %q", d, got)
+		}
+	}
+	all, n := eventBytes(t, tbDir)
+	if n != 1 {
+		t.Fatalf("%d event files", n)
+	}
+	for _, tag := range []string{"train_loss_step", "epoch", "sample", "noise", "note/text_summary", "_hparams_/experiment"} {
+		if !bytes.Contains(all, []byte(tag)) {
+			t.Errorf("no %q in the TensorBoard logger's events", tag)
+		}
+	}
+	if len(rec.saved) != 2 || filepath.Dir(rec.saved[1]) != filepath.Join(csvDir, "checkpoints") {
+		t.Fatalf("after_save_checkpoint got %v", rec.saved)
+	}
+
+	// Without a TensorBoard logger a hook's media is refused.
+	plain := quietTrainer(t, 1, "logger", "csv")
+	defer plain.Close()
+	ok(t, plain.AddCallback("media", fulmen.CallbackFunc(func(h fulmen.Hook, ctx *fulmen.HookContext) error {
+		if h == fulmen.HookTrainEpochEnd {
+			mediaErr = ctx.AddText("t", "x", 0)
+		}
+		return nil
+	})))
+	ok(t, plain.Fit(context.Background(), m, train, nil))
+	if !errors.Is(mediaErr, fulmen.ErrInvalidState) {
+		t.Fatalf("media without TensorBoard: %v", mediaErr)
+	}
+}
