@@ -323,7 +323,8 @@ pub unsafe extern "C" fn fulmen_logger_add_image(
 ) -> *mut fulmen_error {
     guard!(|| {
         let tag = tag_arg(tag)?;
-        let m = media::image(&tensor_arg(image, "image")?, dataformats_arg(dataformats)?)?;
+        let image = tensor_arg(image, "image")?;
+        let m = media::image(&image, dataformats_arg(dataformats)?)?;
         with_logger(logger, |l| l.add_media_at(tag, &m, step))
     })
 }
@@ -346,7 +347,8 @@ pub unsafe extern "C" fn fulmen_logger_add_histogram(
 ) -> *mut fulmen_error {
     guard!(|| {
         let tag = tag_arg(tag)?;
-        let m = media::histogram(&tensor_arg(values, "values")?)?;
+        let values = tensor_arg(values, "values")?;
+        let m = media::histogram(&values)?;
         with_logger(logger, |l| l.add_media_at(tag, &m, step))
     })
 }

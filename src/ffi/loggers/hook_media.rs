@@ -41,7 +41,8 @@ pub unsafe extern "C" fn fulmen_hook_context_add_image(
 ) -> *mut fulmen_error {
     guard!(|| {
         let t = tag_arg(tag)?;
-        let m = media::image(&tensor_arg(image, "image")?, dataformats_arg(dataformats)?)?;
+        let image = tensor_arg(image, "image")?;
+        let m = media::image(&image, dataformats_arg(dataformats)?)?;
         add(ctx, t, m, step)
     })
 }
@@ -62,7 +63,8 @@ pub unsafe extern "C" fn fulmen_hook_context_add_histogram(
 ) -> *mut fulmen_error {
     guard!(|| {
         let t = tag_arg(tag)?;
-        let m = media::histogram(&tensor_arg(values, "values")?)?;
+        let values = tensor_arg(values, "values")?;
+        let m = media::histogram(&values)?;
         add(ctx, t, m, step)
     })
 }
