@@ -22,7 +22,7 @@ pub enum MonitorMode {
     Max = 1,
 }
 
-fn mode(v: i32) -> Result<Mode> {
+pub(crate) fn mode(v: i32) -> Result<Mode> {
     match v {
         0 => Ok(Mode::Min),
         1 => Ok(Mode::Max),
