@@ -300,6 +300,25 @@ fulmen_error *fulmen_go_add_backbone_finetuning_lambda(fulmen_trainer *trainer,
                                                          free_handle);
 }
 
+static fulmen_error *write_batch(void *ud, const fulmen_tensor *prediction, const int64_t *indices, size_t n_indices,
+                                 const fulmen_tensor *const *batch, size_t batch_len, int64_t batch_idx,
+                                 size_t dataloader_idx) {
+    return fulmenGoWriteBatch((uintptr_t)ud, (fulmen_tensor *)prediction, (int64_t *)indices, n_indices,
+                              (fulmen_tensor **)batch, batch_len, batch_idx, dataloader_idx);
+}
+
+static fulmen_error *write_epoch(void *ud, size_t dataloader_idx, const fulmen_tensor *const *predictions,
+                                 size_t n_batches, const int64_t *indices, const size_t *counts) {
+    return fulmenGoWriteEpoch((uintptr_t)ud, dataloader_idx, (fulmen_tensor **)predictions, n_batches,
+                              (int64_t *)indices, (size_t *)counts);
+}
+
+fulmen_error *fulmen_go_add_prediction_writer(fulmen_trainer *trainer, const char *write_interval, bool on_batch,
+                                              bool on_epoch, uintptr_t handle) {
+    return fulmen_trainer_add_prediction_writer(trainer, write_interval, on_batch ? write_batch : NULL,
+                                                on_epoch ? write_epoch : NULL, (void *)handle, free_handle);
+}
+
 static fulmen_error *step_closure(void *ud, double *loss) { return fulmenGoClosure((uintptr_t)ud, loss); }
 
 fulmen_error *fulmen_go_step_closure(fulmen_optimizer *optimizer, uintptr_t handle, double *loss) {

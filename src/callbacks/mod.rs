@@ -1,8 +1,9 @@
 //! Built-in callbacks, as Lightning's: ModelCheckpoint, EarlyStopping,
 //! LearningRateMonitor, Timer, ModelSummary, GradientAccumulationScheduler,
 //! OnExceptionCheckpoint, DeviceStatsMonitor, ThroughputMonitor, weight
-//! averaging (EMA, SWA), StochasticWeightAveraging, BackboneFinetuning and
-//! the progress bar.
+//! averaging (EMA, SWA), StochasticWeightAveraging, BackboneFinetuning,
+//! ModelPruning, SpikeDetection, the prediction writer
+//! (BasePredictionWriter) and the progress bar.
 pub mod backbone_finetuning;
 #[cfg(test)]
 mod backbone_finetuning_tests;
@@ -15,7 +16,12 @@ pub mod model_checkpoint;
 pub mod model_summary;
 pub mod monitor;
 pub mod on_exception;
+pub mod prediction_writer;
 pub mod progress_bar;
+pub mod pruning;
+#[cfg(test)]
+mod pruning_tests;
+pub mod spike;
 pub mod stochastic_weight_avg;
 pub mod throughput;
 pub mod timer;
@@ -30,7 +36,10 @@ pub use model_checkpoint::{ModelCheckpoint, ModelCheckpointOptions};
 pub use model_summary::ModelSummary;
 pub use monitor::Mode;
 pub use on_exception::OnExceptionCheckpoint;
+pub use prediction_writer::{PredictionWriter, WriteInterval};
 pub use progress_bar::ProgressBar;
+pub use pruning::{ModelPruning, ModelPruningOptions, PruningAmount, PruningMethod};
+pub use spike::{SpikeDetection, SpikeDetectionOptions};
 pub use stochastic_weight_avg::{StochasticWeightAveraging, StochasticWeightAveragingOptions, SwaStart};
 pub use throughput::ThroughputMonitor;
 pub use timer::Timer;

@@ -192,6 +192,13 @@ impl DataLoader {
             .collect()
     }
 
+    /// The indices of each batch of `epoch`, one batch at a time: the
+    /// epoch's order is computed once, each call costs O(batch size).
+    pub fn batch_indices_fn(&self, epoch: u64) -> impl Fn(usize) -> Vec<i64> + '_ {
+        let order = self.order(epoch);
+        move |index| self.batch_of(&order, index)
+    }
+
     /// Indices of every batch of `epoch` (for tests and small datasets;
     /// the loops use [`DataLoader::iter`], which computes one batch at a time).
     pub fn batch_indices(&self, epoch: u64) -> Vec<Vec<i64>> {

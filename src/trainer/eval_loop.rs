@@ -125,6 +125,10 @@ fn run_source(
         Stage::Predict => ("[_PredictionLoop].predict_next", "[Strategy].predict_step"),
         _ => ("[_EvaluationLoop].val_next", "[Strategy].validation_step"),
     };
+    // The samples' dataset indices of each batch, for the callbacks that
+    // ask (Lightning's `current_batch_indices`, the prediction writer's).
+    let wanted = stage == Stage::Predict && run.callbacks.iter().any(|c| c.wants_batch_indices());
+    let index_of = if wanted { source.sample_indices(epoch as u64) } else { None };
     let mut batches = source.batches(epoch as u64)?.enumerate();
     loop {
         let fetch = run.profile_start();
@@ -138,7 +142,14 @@ fn run_source(
             None => format!("loading {} batch {i}", stage.name()),
         };
         let batch = run.strategy.batch_to_device(batch.ctx(what)?)?;
-        let data = || HookData { batch_idx: i as i64, dataloader_idx: d, batch: Some(&batch), ..Default::default() };
+        let indices = index_of.as_ref().map(|of| of(i));
+        let data = || HookData {
+            batch_idx: i as i64,
+            dataloader_idx: d,
+            batch: Some(&batch),
+            batch_indices: indices.as_deref(),
+            ..Default::default()
+        };
         let counted = run.counts_validation(stage);
         if counted {
             run.progress.val_batch.progress.increment_ready();

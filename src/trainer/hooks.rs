@@ -320,6 +320,10 @@ pub struct HookContext<'a> {
     pub dataloader_idx: usize,
     /// The batch, for batch hooks.
     pub batch: Option<&'a [Tensor]>,
+    /// The dataset indices of the batch's samples, in predict's batch
+    /// hooks when a callback asks for them ([`Callback::wants_batch_indices`])
+    /// and the loader can tell (Lightning's `current_batch_indices`).
+    pub batch_indices: Option<&'a [i64]>,
     /// The loss (training batch end, before / after backward) or the
     /// prediction (predict batch end).
     pub output: Option<&'a Tensor>,
@@ -346,6 +350,7 @@ impl<'a> HookContext<'a> {
             batch_idx: -1,
             dataloader_idx: 0,
             batch: None,
+            batch_indices: None,
             output: None,
             checkpoint: None,
             exception: None,
@@ -468,6 +473,13 @@ pub trait Callback {
     /// groups are all there) and before the schedulers load their states.
     fn restore_schedulers(&mut self, _optimizers: &mut [super::module::OptimizerConfig]) -> Result<()> {
         Ok(())
+    }
+    /// Whether predict's batch hooks should carry the samples' dataset
+    /// indices (`HookContext::batch_indices`); computing them costs a pass
+    /// over the loader's order per epoch, so only callbacks that use them
+    /// (the prediction writer) ask.
+    fn wants_batch_indices(&self) -> bool {
+        false
     }
     /// The callback as `Any`, so the trainer can find its ModelCheckpoints
     /// and Timers.

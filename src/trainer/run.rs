@@ -16,6 +16,7 @@ pub(crate) struct HookData<'a> {
     pub batch_idx: i64,
     pub dataloader_idx: usize,
     pub batch: Option<&'a [Tensor]>,
+    pub batch_indices: Option<&'a [i64]>,
     pub output: Option<&'a Tensor>,
     pub exception: Option<&'a Error>,
 }
@@ -120,6 +121,7 @@ impl Run<'_> {
             batch_idx: data.batch_idx,
             dataloader_idx: data.dataloader_idx,
             batch: data.batch,
+            batch_indices: data.batch_indices,
             output: data.output,
             checkpoint: None,
             exception: data.exception,

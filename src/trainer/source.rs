@@ -35,6 +35,13 @@ pub trait BatchSource {
         let _ = batch_size;
         None
     }
+    /// The dataset indices of the samples of each batch of `epoch` (a
+    /// function of the batch's index, O(batch size) a call), when the
+    /// source knows them; `None` for sources that only yield batches.
+    fn sample_indices(&self, epoch: u64) -> Option<Box<dyn Fn(usize) -> Vec<i64> + '_>> {
+        let _ = epoch;
+        None
+    }
     /// Batch `index` of `epoch` without iterating (for host-owned loops);
     /// sources that can only be iterated answer `Unsupported`.
     fn batch_at(&self, epoch: u64, index: usize) -> Result<Vec<Tensor>> {
@@ -69,6 +76,10 @@ impl BatchSource for DataLoader {
 
     fn resized(&self, batch_size: usize) -> Option<Result<Box<dyn BatchSource + Send>>> {
         Some(self.with_batch_size(batch_size).map(|l| Box::new(l) as Box<dyn BatchSource + Send>))
+    }
+
+    fn sample_indices(&self, epoch: u64) -> Option<Box<dyn Fn(usize) -> Vec<i64> + '_>> {
+        Some(Box::new(self.batch_indices_fn(epoch)))
     }
 
     fn batch_at(&self, epoch: u64, index: usize) -> Result<Vec<Tensor>> {

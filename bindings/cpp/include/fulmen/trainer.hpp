@@ -67,6 +67,158 @@ struct StochasticWeightAveragingOptions : fulmen_stochastic_weight_averaging_opt
         : fulmen_stochastic_weight_averaging_options(fulmen_stochastic_weight_averaging_options_default(swa_lr)) {}
 };
 
+/// The arguments of Lightning's ModelPruning (a `fulmen_model_pruning`):
+/// `pruning_fn` "l1_unstructured" or "random_unstructured" and `amount`
+/// the fraction of the entries left that each pruning removes, the rest
+/// Lightning's defaults (every "weight" and "bias", global, at each
+/// training epoch end, the lottery ticket reset, permanent at the end).
+/// The setters chain; Trainer::add_model_pruning copies the arguments.
+class ModelPruning : public detail::Handle<fulmen_model_pruning, fulmen_model_pruning_free> {
+public:
+    /// Lightning's defaults with `pruning_fn` and a fractional `amount`.
+    ModelPruning(const std::string& pruning_fn, double amount)
+        : Handle(detail::make<fulmen_model_pruning>([&](fulmen_model_pruning** o) {
+              return fulmen_model_pruning_new(pruning_fn.c_str(), amount, o);
+          })) {}
+    /// Each pruning removes `count` entries (Lightning's integer `amount`).
+    ModelPruning& amount_count(int64_t count) {
+        check(fulmen_model_pruning_set_amount_count(get(), count));
+        return *this;
+    }
+    /// The parameters' own names pruned in every module: "weight" and / or
+    /// "bias" (empty: both).
+    ModelPruning& parameter_names(const std::vector<std::string>& names) {
+        std::vector<const char*> c = c_names(names);
+        check(fulmen_model_pruning_set_parameter_names(get(), c.data(), c.size()));
+        return *this;
+    }
+    /// Exactly these parameters, by their state_dict names ("0.weight"),
+    /// in this order (Lightning's `parameters_to_prune`; empty: the default).
+    ModelPruning& parameters_to_prune(const std::vector<std::string>& names) {
+        std::vector<const char*> c = c_names(names);
+        check(fulmen_model_pruning_set_parameters_to_prune(get(), c.data(), c.size()));
+        return *this;
+    }
+    /// Prune over all the parameters at once (default) or each by itself.
+    ModelPruning& use_global_unstructured(bool on) {
+        check(fulmen_model_pruning_set_use_global_unstructured(get(), on));
+        return *this;
+    }
+    /// Whether to prune at all (default true).
+    ModelPruning& apply_pruning(bool on) {
+        check(fulmen_model_pruning_set_apply_pruning(get(), on));
+        return *this;
+    }
+    /// Stop masking at the end of training (default true).
+    ModelPruning& make_pruning_permanent(bool on) {
+        check(fulmen_model_pruning_set_make_pruning_permanent(get(), on));
+        return *this;
+    }
+    /// Put the kept entries back to their first values after each pruning
+    /// (default true).
+    ModelPruning& use_lottery_ticket_hypothesis(bool on) {
+        check(fulmen_model_pruning_set_use_lottery_ticket_hypothesis(get(), on));
+        return *this;
+    }
+    /// Prune at each training epoch end (default) or each validation end.
+    ModelPruning& prune_on_train_epoch_end(bool on) {
+        check(fulmen_model_pruning_set_prune_on_train_epoch_end(get(), on));
+        return *this;
+    }
+    /// 0 silent, 1 the sparsity on stderr after each pruning, 2 per parameter too.
+    ModelPruning& verbose(int32_t level) {
+        check(fulmen_model_pruning_set_verbose(get(), level));
+        return *this;
+    }
+
+private:
+    static std::vector<const char*> c_names(const std::vector<std::string>& names) {
+        std::vector<const char*> c;
+        c.reserve(names.size());
+        for (const std::string& n : names) c.push_back(n.c_str());
+        return c;
+    }
+};
+
+/// One predict batch, as a prediction writer's batch function gets it.
+struct BatchPrediction {
+    /// What predict_step returned (nullopt: nothing).
+    std::optional<Tensor> prediction;
+    /// The dataset indices of the batch's samples (empty when the loader
+    /// cannot tell: a host iterator).
+    std::vector<int64_t> batch_indices;
+    /// The batch.
+    std::vector<Tensor> batch;
+    /// The batch's index in its loader.
+    int64_t batch_idx = 0;
+    /// The loader's index.
+    size_t dataloader_idx = 0;
+};
+
+/// One loader's predictions of a predict epoch, as a prediction writer's
+/// epoch function gets them.
+struct EpochPredictions {
+    /// The loader's index.
+    size_t dataloader_idx = 0;
+    /// Each batch's prediction in order (nullopt: none).
+    std::vector<std::optional<Tensor>> predictions;
+    /// Each batch's samples' dataset indices (empty when unknown).
+    std::vector<std::vector<int64_t>> batch_indices;
+};
+
+/// Lightning's `write_on_batch_end`; an exception fails predict (and is
+/// rethrown there).
+using WriteOnBatchEnd = std::function<void(const BatchPrediction&)>;
+/// Lightning's `write_on_epoch_end`, once per loader; an exception fails
+/// predict (and is rethrown there).
+using WriteOnEpochEnd = std::function<void(const EpochPredictions&)>;
+
+namespace detail {
+/// Calls a C++ prediction writer from fulmen.
+struct PredictionWriterBox {
+    WriteOnBatchEnd on_batch;
+    WriteOnEpochEnd on_epoch;
+
+    static Tensor share(const fulmen_tensor* t) {
+        return Tensor::make([&](fulmen_tensor** o) { return fulmen_tensor_share(t, o); });
+    }
+    static fulmen_error* batch(void* ud, const fulmen_tensor* prediction, const int64_t* indices, size_t n_indices,
+                               const fulmen_tensor* const* batch, size_t batch_len, int64_t batch_idx,
+                               size_t dataloader_idx) noexcept {
+        return guard_callback([&] {
+            BatchPrediction p;
+            if (prediction != nullptr) p.prediction = share(prediction);
+            if (indices != nullptr) p.batch_indices.assign(indices, indices + n_indices);
+            for (size_t i = 0; i < batch_len; i++) p.batch.push_back(share(batch[i]));
+            p.batch_idx = batch_idx;
+            p.dataloader_idx = dataloader_idx;
+            static_cast<PredictionWriterBox*>(ud)->on_batch(p);
+        });
+    }
+    static fulmen_error* epoch(void* ud, size_t dataloader_idx, const fulmen_tensor* const* predictions,
+                               size_t n_batches, const int64_t* indices, const size_t* counts) noexcept {
+        return guard_callback([&] {
+            EpochPredictions e;
+            e.dataloader_idx = dataloader_idx;
+            size_t at = 0;
+            for (size_t i = 0; i < n_batches; i++) {
+                if (predictions[i] != nullptr) {
+                    e.predictions.emplace_back(share(predictions[i]));
+                } else {
+                    e.predictions.emplace_back(std::nullopt);
+                }
+                std::vector<int64_t> mine;
+                if (indices != nullptr) mine.assign(indices + at, indices + at + counts[i]);
+                at += counts[i];
+                e.batch_indices.push_back(std::move(mine));
+            }
+            static_cast<PredictionWriterBox*>(ud)->on_epoch(e);
+        });
+    }
+    static void free(void* ud) noexcept { delete static_cast<PredictionWriterBox*>(ud); }
+};
+}  // namespace detail
+
 /// Options of the batch size finder, default-constructed with Lightning's
 /// (power mode, 3 steps per trial from 2, at most 25 trials, 5% margin in
 /// binsearch, at most 8192).
@@ -873,6 +1025,50 @@ public:
         options.swa_lrs = swa_lrs.empty() ? nullptr : swa_lrs.data();
         options.n_swa_lrs = swa_lrs.size();
         check(fulmen_trainer_add_stochastic_weight_averaging(get(), &options));
+        return *this;
+    }
+    /// Adds Lightning's ModelPruning with a copy of `pruning`'s arguments:
+    /// at each pruning the weights get their new masks, training sees the
+    /// masked weights and gradients at every step, and the model ends with
+    /// the pruned weights.
+    Trainer& add_model_pruning(const ModelPruning& pruning) {
+        check(fulmen_trainer_add_model_pruning(get(), pruning.get()));
+        return *this;
+    }
+    /// Adds Lightning's SpikeDetection (its defaults): a training loss that
+    /// is not an improvement and differs from the running mean of the last
+    /// `window` losses by at least `atol` and `rtol` times the mean (each
+    /// unchecked when nullopt), or a non-finite one with `finite_only`,
+    /// fails the fit with FULMEN_CODE_NON_FINITE naming the batch, and its
+    /// batch and the one before are written to `exclude_batches_path`
+    /// (nullopt: `<default_root_dir>/skip_batches.json`).
+    Trainer& add_spike_detection(Mode mode = Mode::Min, size_t window = 10, int64_t warmup = 1,
+                                 std::optional<double> atol = std::nullopt, std::optional<double> rtol = 2.0,
+                                 const std::optional<std::string>& exclude_batches_path = std::nullopt,
+                                 bool finite_only = true) {
+        const double none = std::numeric_limits<double>::quiet_NaN();
+        check(fulmen_trainer_add_spike_detection(get(), static_cast<int32_t>(mode), window, warmup,
+                                                 atol ? *atol : none, rtol ? *rtol : none,
+                                                 c_path(exclude_batches_path), finite_only));
+        return *this;
+    }
+    /// Adds Lightning's BasePredictionWriter: during predict,
+    /// `write_on_batch_end` gets each batch's prediction ("batch" or
+    /// "batch_and_epoch") and `write_on_epoch_end` each loader's
+    /// predictions at the epoch's end ("epoch" or "batch_and_epoch"), with
+    /// the samples' dataset indices. A function the interval does not use
+    /// may be empty. The trainer owns them from then on.
+    Trainer& add_prediction_writer(const std::string& write_interval, WriteOnBatchEnd write_on_batch_end,
+                                   WriteOnEpochEnd write_on_epoch_end = {}) {
+        auto box = std::make_unique<detail::PredictionWriterBox>(
+            detail::PredictionWriterBox{std::move(write_on_batch_end), std::move(write_on_epoch_end)});
+        fulmen_prediction_batch_fn on_batch = nullptr;
+        fulmen_prediction_epoch_fn on_epoch = nullptr;
+        if (box->on_batch) on_batch = &detail::PredictionWriterBox::batch;
+        if (box->on_epoch) on_epoch = &detail::PredictionWriterBox::epoch;
+        check(fulmen_trainer_add_prediction_writer(get(), write_interval.c_str(), on_batch, on_epoch, box.get(),
+                                                   &detail::PredictionWriterBox::free));
+        box.release();  // the trainer owns it now and calls userdata_free once
         return *this;
     }
     /// Adds an OnExceptionCheckpoint: a failed fit saves

@@ -1,0 +1,165 @@
+// ModelPruning, SpikeDetection and the prediction writer from C++.
+#include "common.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+using fulmen::Batch;
+using fulmen::Dataset;
+using fulmen::Hook;
+using fulmen::HookContext;
+using fulmen::LightningModule;
+using fulmen::Loader;
+using fulmen::Model;
+using fulmen::Optimizer;
+using fulmen::OptimizerConfig;
+using fulmen::StepContext;
+using fulmen::Tensor;
+using fulmen::Trainer;
+using fulmen_test::error_code;
+using fulmen_test::FulmenTest;
+
+namespace {
+
+/// A module over `model`: cross-entropy, SGD(0.1), the loss multiplied
+/// by 100 at global step `spike_step`; its prediction is the batch's input.
+LightningModule module_of(const Model& model, int64_t spike_step = -1) {
+    return LightningModule::builder(model)
+        .training_step([&model, spike_step](StepContext& ctx, const Batch& batch) {
+            Tensor loss = fulmen::loss::cross_entropy(model.forward(batch[0]), batch[1]);
+            if (ctx.global_step() == spike_step) return loss * 100.0;
+            return loss;
+        })
+        .predict_step([](StepContext&, const Batch& batch) -> std::optional<Tensor> { return batch[0]; })
+        .configure_optimizers([&model](OptimizerConfig& config) {
+            config.add(Optimizer::sgd(model, fulmen::SgdOptions(0.1)));
+        })
+        .build();
+}
+
+/// Entries of `t` that are exactly 0.
+size_t zeros(const Tensor& t) {
+    size_t n = 0;
+    for (float v : t.to_vector<float>()) n += v == 0.0f ? 1 : 0;
+    return n;
+}
+
+}  // namespace
+
+class LightningCallbacksTest : public FulmenTest {};
+
+TEST_F(LightningCallbacksTest, ModelPruningKeepsPrunedWeightsAtZeroWhileTraining) {
+    Dataset ds = fulmen_test::blobs(64, 1);
+    Loader train(ds, 8);
+    Model model = fulmen_test::mlp();  // 0.weight and 2.weight: 32 entries each
+    LightningModule module = module_of(model);
+    Trainer trainer(fulmen_test::quiet_options(2).set("logger", false));
+    fulmen::ModelPruning pruning("l1_unstructured", 0.5);
+    pruning.parameter_names({"weight"}).use_lottery_ticket_hypothesis(false);
+    trainer.add_model_pruning(pruning);
+    size_t least = 64;
+    trainer.add_callback("watch", [&](Hook h, HookContext& ctx) {
+        if (h == Hook::TrainBatchEnd && ctx.epoch() == 1) {
+            least = std::min(least, zeros(model.state_dict_get("0.weight")) + zeros(model.state_dict_get("2.weight")));
+        }
+    });
+    trainer.fit(module, train);
+    // Half of the 64 weights after epoch 0 stay 0 through epoch 1's steps;
+    // epoch 1's end prunes half of the 32 left.
+    EXPECT_EQ(least, 32u);
+    EXPECT_EQ(zeros(model.state_dict_get("0.weight")) + zeros(model.state_dict_get("2.weight")), 48u);
+    EXPECT_EQ(zeros(model.state_dict_get("0.bias")), 0u);
+}
+
+TEST_F(LightningCallbacksTest, ModelPruningRefusesWhatLightningRefuses) {
+    EXPECT_EQ(error_code([] { fulmen::ModelPruning("ln_structured", 0.5); }), FULMEN_CODE_UNSUPPORTED);
+    EXPECT_EQ(error_code([] { fulmen::ModelPruning("l1_unstructured", 1.5); }), FULMEN_CODE_INVALID_ARGUMENT);
+    fulmen::ModelPruning p("random_unstructured", 0.2);
+    EXPECT_EQ(error_code([&] { p.parameter_names({"gamma"}); }), FULMEN_CODE_INVALID_ARGUMENT);
+    EXPECT_EQ(error_code([&] { p.verbose(3); }), FULMEN_CODE_INVALID_ARGUMENT);
+    EXPECT_EQ(error_code([&] { p.amount_count(-1); }), FULMEN_CODE_INVALID_ARGUMENT);
+    // A parameter the model lacks: refused when the fit sets up.
+    p.parameters_to_prune({"0.weight", "7.weight"});
+    Dataset ds = fulmen_test::blobs(16, 1);
+    Loader train(ds, 8);
+    Model model = fulmen_test::mlp();
+    LightningModule module = module_of(model);
+    Trainer trainer(fulmen_test::quiet_options(1).set("logger", false));
+    trainer.add_model_pruning(p);
+    EXPECT_EQ(error_code([&] { trainer.fit(module, train); }), FULMEN_CODE_INVALID_ARGUMENT);
+}
+
+TEST_F(LightningCallbacksTest, SpikeDetectionStopsTheFitNamingTheBatch) {
+    Dataset ds = fulmen_test::blobs(64, 1);
+    Loader train(ds, 8);
+    Model model = fulmen_test::mlp();
+    LightningModule module = module_of(model, 5);
+    std::string dir = fulmen_test::fresh_dir("spike");
+    Trainer trainer(fulmen_test::quiet_options(2).set("logger", false));
+    trainer.add_spike_detection(fulmen::Mode::Min, 10, 1, std::nullopt, 2.0, dir);
+    std::string message = fulmen_test::error_message([&] { trainer.fit(module, train); });
+    EXPECT_NE(message.find("Training spike detected in batch 5"), std::string::npos) << message;
+    std::ifstream f(dir + "/skip_batches.json");
+    std::stringstream text;
+    text << f.rdbuf();
+    EXPECT_EQ(text.str(), "[\n    4,\n    5\n]");
+    // Again: the spike's code (the list now names both spikes' batches).
+    EXPECT_EQ(error_code([&] { trainer.fit(module, train); }), FULMEN_CODE_NON_FINITE);
+    EXPECT_EQ(error_code([&] { trainer.add_spike_detection(fulmen::Mode::Min, 0); }), FULMEN_CODE_INVALID_ARGUMENT);
+}
+
+TEST_F(LightningCallbacksTest, PredictionWriterGetsEachBatchAndTheEpoch) {
+    // Sample i is (i, -i): a prediction's rows (the inputs) name their samples.
+    std::vector<float> xs;
+    std::vector<int64_t> ys;
+    for (int i = 0; i < 40; i++) {
+        xs.insert(xs.end(), {static_cast<float>(i), static_cast<float>(-i)});
+        ys.push_back(i % 2);
+    }
+    Dataset ds = Dataset::from_tensors({Tensor::from_vector(xs, {40, 2}), Tensor::from_vector(ys)});
+    Loader shuffled(ds, 16, true, 7);
+    Model model = fulmen_test::mlp();
+    LightningModule module = module_of(model);
+    Trainer trainer(fulmen_test::quiet_options(1).set("logger", false));
+    std::vector<int64_t> seen_batches;
+    std::vector<int64_t> seen_samples;
+    size_t epoch_batches = 0;
+    std::vector<int64_t> epoch_samples;
+    trainer.add_prediction_writer(
+        "batch_and_epoch",
+        [&](const fulmen::BatchPrediction& p) {
+            seen_batches.push_back(p.batch_idx);
+            ASSERT_TRUE(p.prediction.has_value());
+            std::vector<float> rows = p.prediction->to_vector<float>();
+            ASSERT_EQ(rows.size(), 2 * p.batch_indices.size());
+            for (size_t r = 0; r < p.batch_indices.size(); r++) {
+                EXPECT_EQ(rows[2 * r], static_cast<float>(p.batch_indices[r]));
+            }
+            seen_samples.insert(seen_samples.end(), p.batch_indices.begin(), p.batch_indices.end());
+            EXPECT_EQ(p.batch.size(), 2u);
+        },
+        [&](const fulmen::EpochPredictions& e) {
+            EXPECT_EQ(e.dataloader_idx, 0u);
+            epoch_batches = e.predictions.size();
+            for (const auto& b : e.batch_indices) epoch_samples.insert(epoch_samples.end(), b.begin(), b.end());
+        });
+    trainer.predict(module, shuffled);
+    EXPECT_EQ(seen_batches, (std::vector<int64_t>{0, 1, 2}));
+    EXPECT_EQ(epoch_batches, 3u);
+    EXPECT_EQ(epoch_samples, seen_samples);
+    std::vector<int64_t> sorted = seen_samples;
+    std::sort(sorted.begin(), sorted.end());
+    for (int64_t i = 0; i < 40; i++) ASSERT_EQ(sorted[static_cast<size_t>(i)], i);
+
+    // An exception in the writer comes back from predict unchanged.
+    Trainer failing(fulmen_test::quiet_options(1).set("logger", false));
+    failing.add_prediction_writer("batch", [](const fulmen::BatchPrediction&) { throw std::runtime_error("disk"); });
+    EXPECT_THROW(failing.predict(module, shuffled), std::runtime_error);
+    // "epoch" needs the epoch function.
+    EXPECT_EQ(error_code([&] { failing.add_prediction_writer("epoch", [](const fulmen::BatchPrediction&) {}); }),
+              FULMEN_CODE_NULL_ARGUMENT);
+    EXPECT_EQ(error_code([&] { failing.add_prediction_writer("step", [](const fulmen::BatchPrediction&) {}); }),
+              FULMEN_CODE_INVALID_ARGUMENT);
+}
