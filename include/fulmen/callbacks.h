@@ -18,6 +18,16 @@
 #define FULMEN_MAX_SCHEDULE 1024
 
 /**
+ * The most names `parameter_names` or `parameters_to_prune` may list.
+ */
+#define MAX_PRUNING_NAMES 65536
+
+/**
+ * The largest `window` accepted.
+ */
+#define MAX_SPIKE_WINDOW (1 << 20)
+
+/**
  * The largest window a ThroughputMonitor takes.
  */
 #define FULMEN_MAX_WINDOW (1 << 20)
@@ -200,6 +210,14 @@ typedef enum fulmen_mode {
  * valid only during the hook callback.
  */
 typedef struct fulmen_hook_context fulmen_hook_context;
+
+/**
+ * The arguments of a ModelPruning callback (Lightning's), from
+ * `fulmen_model_pruning_new` and its setters; `fulmen_trainer_add_model_pruning`
+ * copies them into a trainer. Free with `fulmen_model_pruning_free`. Any
+ * thread may use it; a setter pins it as the other setters of fulmen do.
+ */
+typedef struct fulmen_model_pruning fulmen_model_pruning;
 
 /**
  * Weight averaging options; defaults (Lightning's `EMAWeightAveraging`)
@@ -428,6 +446,42 @@ typedef struct fulmen_stochastic_weight_averaging_options {
    */
   bool average_on_device;
 } fulmen_stochastic_weight_averaging_options;
+
+/**
+ * Lightning's `write_on_batch_end`: writes one predict batch's
+ * `prediction` (NULL when predict_step returned none), given the dataset
+ * indices of its samples (`batch_indices[0..n_batch_indices]`; NULL and 0
+ * when the loader cannot tell, a host iterator), the batch
+ * (`batch[0..batch_len]`), its index in its loader and the loader's
+ * index. The tensors are borrowed, released when it returns
+ * (`fulmen_tensor_share` keeps one); the arrays are valid during the call.
+ * Return NULL, or an error to fail predict.
+ */
+typedef struct fulmen_error *(*fulmen_prediction_batch_fn)(void *userdata,
+                                                           const struct fulmen_tensor *prediction,
+                                                           const int64_t *batch_indices,
+                                                           size_t n_batch_indices,
+                                                           const struct fulmen_tensor *const *batch,
+                                                           size_t batch_len,
+                                                           int64_t batch_idx,
+                                                           size_t dataloader_idx);
+
+/**
+ * Lightning's `write_on_epoch_end`, once per loader at the end of the
+ * predict epoch: `predictions[0..n_batches]` are the loader's batches'
+ * predictions in order (NULL for a batch that returned none), and
+ * `batch_indices` the dataset indices of all their samples, batch after
+ * batch, `batch_index_counts[i]` of them for batch i (NULL arrays when
+ * `n_batches` is 0; `batch_indices` also NULL when the loader cannot tell,
+ * its counts then 0). Borrowed as for `fulmen_prediction_batch_fn`.
+ * Return NULL, or an error to fail predict.
+ */
+typedef struct fulmen_error *(*fulmen_prediction_epoch_fn)(void *userdata,
+                                                           size_t dataloader_idx,
+                                                           const struct fulmen_tensor *const *predictions,
+                                                           size_t n_batches,
+                                                           const int64_t *batch_indices,
+                                                           const size_t *batch_index_counts);
 
 /**
  * A host callback: receives every hook (`fulmen_hook`) through `on_hook`
@@ -727,6 +781,234 @@ struct fulmen_error *fulmen_hook_context_exception(const struct fulmen_hook_cont
                                                    char *buf,
                                                    size_t capacity,
                                                    size_t *len_out);
+
+/**
+ * Adds Lightning's `BasePredictionWriter` with host functions: during
+ * `fulmen_trainer_predict` (and `_predict_loaders`), `write_on_batch_end`
+ * gets each batch's prediction as it is made when `write_interval` is
+ * "batch" (NULL: the default, Lightning's) or "batch_and_epoch", and
+ * `write_on_epoch_end` gets each loader's predictions of the epoch at its
+ * end when it is "epoch" or "batch_and_epoch" (once per loader in order,
+ * where Lightning calls it once with all loaders' lists; a predict over
+ * no batch calls it once for loader 0 with none). With a DataLoader the
+ * samples' dataset indices come too (shuffled, and under DDP each rank's
+ * share, as Lightning's `batch_indices`). A function the interval does
+ * not use may be NULL. Both run on the thread that runs predict, one call
+ * at a time, under the trainer's `callback_timeout`; a call into the
+ * running trainer from inside them fails with FULMEN_CODE_INVALID_STATE
+ * (the trainer is in use); their error (code kept; FULMEN_CODE_CALLBACK
+ * for an invalid handle) fails predict; in C++ and Go an exception or
+ * panic comes back as the error, never across fulmen. `userdata_free`
+ * (may be NULL) runs once when the trainer is freed, not when this call
+ * fails. The epoch writer's predictions are held (not copied) until the
+ * epoch ends.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`write_interval` not "batch",
+ * "epoch" or "batch_and_epoch", or not UTF-8), FULMEN_CODE_NULL_ARGUMENT
+ * (a function the interval uses is NULL). At predict: the functions' own
+ * errors.
+ */
+struct fulmen_error *fulmen_trainer_add_prediction_writer(struct fulmen_trainer *trainer,
+                                                          const char *write_interval,
+                                                          fulmen_prediction_batch_fn write_on_batch_end,
+                                                          fulmen_prediction_epoch_fn write_on_epoch_end,
+                                                          void *userdata,
+                                                          void (*userdata_free)(void*));
+
+/**
+ * New ModelPruning arguments with Lightning's defaults:
+ * `pruning_fn` "l1_unstructured" or "random_unstructured" (torch.nn.utils.prune's,
+ * any case) and `amount` the fraction in [0, 1] of the entries not pruned
+ * yet that each pruning removes (Lightning's float `amount`; for a count,
+ * `fulmen_model_pruning_set_amount_count`). The defaults: every module's
+ * "weight" and "bias" pruned, globally (`use_global_unstructured`), at
+ * the end of each training epoch, the lottery ticket reset on, pruning
+ * made permanent at the end of training. `*out` is a new handle the
+ * caller frees.
+ *
+ * Errors: FULMEN_CODE_UNSUPPORTED ("ln_structured" or "random_structured"),
+ * FULMEN_CODE_INVALID_ARGUMENT (another `pruning_fn`, not UTF-8, an
+ * `amount` outside [0, 1] or NaN).
+ */
+struct fulmen_error *fulmen_model_pruning_new(const char *pruning_fn,
+                                              double amount,
+                                              struct fulmen_model_pruning **out);
+
+/**
+ * Frees ModelPruning arguments (callbacks added from them keep their
+ * copy). NULL or an already freed handle is a no-op.
+ */
+void fulmen_model_pruning_free(struct fulmen_model_pruning *pruning);
+
+/**
+ * Each pruning removes `count` entries (Lightning's integer `amount`):
+ * of each parameter, or of all of them with global pruning; a pruning
+ * with fewer entries left fails the fit with FULMEN_CODE_OUT_OF_RANGE, as
+ * torch refuses it. 0 prunes nothing.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`count` < 0).
+ */
+struct fulmen_error *fulmen_model_pruning_set_amount_count(struct fulmen_model_pruning *pruning,
+                                                           int64_t count);
+
+/**
+ * Which parameters of every module are pruned, by their own name (after
+ * the last dot): "weight" and / or "bias" (Lightning's
+ * `parameter_names`); `n` 0 restores the default, both. All the first
+ * name's parameters come before the second's, each in the model's order
+ * (this order ranks ties in global pruning). Names are copied.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a name other than "weight" or
+ * "bias", one listed twice, not UTF-8, more than 65536).
+ */
+struct fulmen_error *fulmen_model_pruning_set_parameter_names(struct fulmen_model_pruning *pruning,
+                                                              const char *const *names_list,
+                                                              size_t n);
+
+/**
+ * Prunes exactly these parameters, named as the model's state_dict names
+ * them ("0.weight", "encoder.fc.bias"), in this order (Lightning's
+ * `parameters_to_prune`; `parameter_names` is then not used); `n` 0
+ * restores the default, every module's `parameter_names`. A name the
+ * model lacks fails the fit at its setup with FULMEN_CODE_INVALID_ARGUMENT.
+ * Names are copied.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a name empty, listed twice, not
+ * UTF-8, more than 65536).
+ */
+struct fulmen_error *fulmen_model_pruning_set_parameters_to_prune(struct fulmen_model_pruning *pruning,
+                                                                  const char *const *names_list,
+                                                                  size_t n);
+
+/**
+ * Prunes over all the parameters at once, torch's `global_unstructured`
+ * (true, the default), or each parameter by itself.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_model_pruning_set_use_global_unstructured(struct fulmen_model_pruning *pruning,
+                                                                      bool on);
+
+/**
+ * Whether pruning happens at all (Lightning's `apply_pruning` as a bool;
+ * default true).
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_model_pruning_set_apply_pruning(struct fulmen_model_pruning *pruning,
+                                                            bool on);
+
+/**
+ * With true (the default) the masks stop applying at the end of
+ * training; with false they go on applying in later fits of the same
+ * trainer (Lightning's reparametrisation left on the model). The model's
+ * weights hold the pruned values either way, so its state_dict and
+ * checkpoints are Lightning's permanent ones.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_model_pruning_set_make_pruning_permanent(struct fulmen_model_pruning *pruning,
+                                                                     bool on);
+
+/**
+ * After each pruning, the entries kept go back to their values at fit's
+ * setup (Lightning's `use_lottery_ticket_hypothesis` as a bool; default
+ * true; not `resample_parameters`).
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_model_pruning_set_use_lottery_ticket_hypothesis(struct fulmen_model_pruning *pruning,
+                                                                            bool on);
+
+/**
+ * Prunes at the end of each training epoch (true, the default) or at the
+ * end of each validation run of fit (false; not in the sanity check).
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_model_pruning_set_prune_on_train_epoch_end(struct fulmen_model_pruning *pruning,
+                                                                       bool on);
+
+/**
+ * 0 silent (the default); 1 prints the overall sparsity on stderr after
+ * each pruning (rank 0), as Lightning logs it; 2 also each parameter's.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`verbose` not 0, 1 or 2).
+ */
+struct fulmen_error *fulmen_model_pruning_set_verbose(struct fulmen_model_pruning *pruning,
+                                                      int32_t verbose);
+
+/**
+ * Adds Lightning's `ModelPruning` with a copy of `pruning`'s arguments
+ * (the handle stays the caller's). At fit's setup the parameters to
+ * prune are found (their values kept for the lottery ticket reset); at
+ * each pruning, `amount` more of the entries not pruned yet get mask 0:
+ * those of smallest magnitude ("l1_unstructured") or drawn from torch's
+ * generator ("random_unstructured"; the same seed gives torch's masks).
+ * torch reparametrises a pruned weight as `weight_orig * weight_mask`;
+ * fulmen's weights are plain, so the callback multiplies them by their
+ * masks in place (when it prunes and after every training batch) and
+ * masks their gradients before every optimizer step (as torch's gradient
+ * of `weight_orig`, so clipping sees the same norm): training sees
+ * torch's effective weights at every step, and the model's state_dict,
+ * checkpoints and weights after fit are the pruned ones. The masks are
+ * not kept in checkpoints (a resumed fit starts without them, as
+ * Lightning's from its permanent checkpoints). The lottery ticket reset
+ * happens at every pruning (Lightning 2.6 on the CPU resets only at the
+ * first: its copy of the first weights then shares the trained weights'
+ * memory). With manual optimization the weights are masked after each
+ * batch, not after each of its optimizer steps. Validate, test and
+ * predict runs are not pruned. Callbacks run on the thread that runs the
+ * fit.
+ *
+ * Errors: the common ones only. At fit: FULMEN_CODE_INVALID_ARGUMENT (no
+ * parameter of the model matches, a listed name the model lacks),
+ * FULMEN_CODE_OUT_OF_RANGE (a count larger than the entries left),
+ * FULMEN_CODE_INVALID_STATE (a module without a model).
+ */
+struct fulmen_error *fulmen_trainer_add_model_pruning(struct fulmen_trainer *trainer,
+                                                      const struct fulmen_model_pruning *pruning);
+
+/**
+ * Adds Lightning's `SpikeDetection` (Lightning's defaults in brackets):
+ * after every training batch of fit, the loss is compared with the mean
+ * of the last `window` [10] losses (torchmetrics' running mean; the
+ * first loss has none to compare with). From batch `warmup` [1] of each
+ * epoch on, a loss is a spike when it is not better than the previous
+ * one (`mode` a `fulmen_mode`: FULMEN_MODE_MIN [lower is better] or
+ * FULMEN_MODE_MAX) and differs from the mean by at least `atol` [NaN:
+ * unchecked] and by at least `rtol` [2] times the mean (NaN: unchecked),
+ * or, with `finite_only` [true], when it is NaN or infinite (without it a
+ * NaN is never a spike, and no non-finite loss enters the mean). A spike
+ * appends its batch index and the one before to the batches to skip,
+ * which rank 0 writes as a JSON list (Python's `json.dump(..., indent=4)`)
+ * to `exclude_batches_path` (a path ending in ".json"; another path is a
+ * folder, the file `skip_batches.json` in it; NULL:
+ * `<default_root_dir>/skip_batches.json`; folders are created), and the
+ * fit fails with FULMEN_CODE_NON_FINITE "Training spike detected in batch
+ * N (epoch E): loss ... against a running mean of ...", where Lightning
+ * raises `TrainingSpikeException`. The running mean is in double
+ * precision (Lightning's in float32). Its window is not kept in
+ * checkpoints. A step that returns no loss (manual optimization) is not
+ * checked. The path is copied. The callback runs on the thread that runs
+ * the fit.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`mode` not a fulmen_mode,
+ * `window` 0 or above 1048576, `warmup` < 0, an infinite tolerance,
+ * `exclude_batches_path` empty or not UTF-8). At fit: the spike
+ * (FULMEN_CODE_NON_FINITE, also when writing the file failed, which its
+ * message then says), FULMEN_CODE_UNSUPPORTED (several processes: the
+ * ranks would not stop together), FULMEN_CODE_SHAPE_MISMATCH (a loss of
+ * more than one element).
+ */
+struct fulmen_error *fulmen_trainer_add_spike_detection(struct fulmen_trainer *trainer,
+                                                        int32_t mode,
+                                                        size_t window,
+                                                        int64_t warmup,
+                                                        double atol,
+                                                        double rtol,
+                                                        const char *exclude_batches_path,
+                                                        bool finite_only);
 
 /**
  * Adds a ModelCheckpoint (`options` may be NULL for the defaults). The

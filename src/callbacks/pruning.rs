@@ -282,7 +282,7 @@ impl ModelPruning {
         let _guard = tch::no_grad_guard();
         for (name, p) in named_parameters(model) {
             if let Some(mask) = self.masks.get(&name) {
-                p.f_detach()?.f_mul_(&like(mask, &p)?)?;
+                let _ = p.f_detach()?.f_mul_(&like(mask, &p)?)?;
             }
         }
         Ok(())
@@ -299,7 +299,7 @@ impl ModelPruning {
             if let Some(mask) = self.masks.get(&name) {
                 let mut grad = p.grad();
                 if grad.defined() {
-                    grad.f_mul_(&like(mask, &grad)?)?;
+                    let _ = grad.f_mul_(&like(mask, &grad)?)?;
                 }
             }
         }
@@ -322,7 +322,7 @@ impl ModelPruning {
                 t.f_detach()?.f_copy_(&to_device_of(first, t)?)?;
             }
             if let Some(mask) = self.masks.get(name) {
-                t.f_detach()?.f_mul_(&like(mask, t)?)?;
+                let _ = t.f_detach()?.f_mul_(&like(mask, t)?)?;
             }
         }
         if verbose {
@@ -440,7 +440,7 @@ pub(crate) fn prune_flat(
         PruningMethod::RandomUnstructured => (kept.f_rand_like()?, true),
     };
     let (_, chosen) = order.f_topk(k, 0, largest, true)?;
-    out.f_index_fill_(0, &alive.f_index_select(0, &chosen)?, 0.0)?;
+    let _ = out.f_index_fill_(0, &alive.f_index_select(0, &chosen)?, 0.0)?;
     Ok(out)
 }
 

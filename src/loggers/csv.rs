@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Lightning's `flush_logs_every_n_steps` default.
-pub const DEFAULT_FLUSH_EVERY: u64 = 100;
+pub(crate) const DEFAULT_FLUSH_EVERY: u64 = 100;
 
 /// Rows kept in memory at most: past this the rows are written whatever
 /// the steps (the file's content does not depend on when rows are written).

@@ -6,7 +6,7 @@ use flate2::Compression;
 use std::io::Write;
 
 /// The 8 bytes every PNG file starts with.
-pub const SIGNATURE: [u8; 8] = [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1A, b'\n'];
+pub(crate) const SIGNATURE: [u8; 8] = [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1A, b'\n'];
 
 /// IDAT data per chunk (the format allows up to 2^31 - 1 bytes).
 const IDAT_CHUNK: usize = 1 << 20;

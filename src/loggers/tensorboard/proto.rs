@@ -235,7 +235,7 @@ impl Message for HistogramProto {
 }
 
 /// `tensorflow.DataType.DT_STRING`.
-pub const DT_STRING: i64 = 7;
+pub(crate) const DT_STRING: i64 = 7;
 
 /// `tensorflow.TensorProto` holding strings: a 1-D string tensor, as
 /// torch's `summary.text` writes one.
