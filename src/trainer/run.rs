@@ -262,7 +262,9 @@ impl Run<'_> {
             self.log_metrics(&values.into_iter().collect(), step)?;
         }
         for (tag, media, step) in std::mem::take(&mut self.state.media_requests) {
-            for l in self.loggers.iter_mut() {
+            // Images, histograms and texts go to the loggers that keep them
+            // (TensorBoard), as Lightning's `logger.experiment.add_*`.
+            for l in self.loggers.iter_mut().filter(|l| l.accepts_media()) {
                 l.add_media(&tag, &media, step).ctx(format!("{} logger", l.name()))?;
             }
         }

@@ -181,7 +181,7 @@ static void test_csv_layout_and_rows(void) {
     CHECK_OK(log_two(l, "x", 0.5, NULL, 0, 0));
     CHECK_OK(fulmen_logger_save(l));
     snprintf(path, sizeof path, "%s/exp/version_4/metrics.csv", save);
-    CHECK(file_is(path, "x,step\r\n0.5,0\r\n"));
+    CHECK(file_is(path, "step,x\r\n0,0.5\r\n"));
     fulmen_logger_free(l);
     CHECK_OK(fulmen_logger_csv_new(save, &l));
     CHECK_OK(fulmen_logger_set_name(l, NULL));

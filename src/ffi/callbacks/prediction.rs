@@ -9,7 +9,7 @@ use crate::ffi::base::handle;
 use crate::ffi::tensor::handle::{fulmen_tensor, new_handle};
 use crate::ffi::trainer::runs::fulmen_trainer;
 use std::ffi::{c_char, c_void};
-use std::sync::Arc;
+use std::rc::Rc;
 
 /// Lightning's `write_on_batch_end`: writes one predict batch's
 /// `prediction` (NULL when predict_step returned none), given the dataset
@@ -85,7 +85,7 @@ fn lend(t: &tch::Tensor) -> *const fulmen_tensor {
     new_handle(t.shallow_clone()).cast_const()
 }
 
-fn batch_writer(f: BatchFn, ud: Arc<Userdata>) -> WriteBatchFn {
+fn batch_writer(f: BatchFn, ud: Rc<Userdata>) -> WriteBatchFn {
     Box::new(move |p: &BatchPrediction<'_>| {
         let what = format!("write_on_batch_end (batch {}, dataloader {})", p.batch_idx, p.dataloader_idx);
         call_host(&what, || {
@@ -110,7 +110,7 @@ fn batch_writer(f: BatchFn, ud: Arc<Userdata>) -> WriteBatchFn {
     })
 }
 
-fn epoch_writer(f: EpochFn, ud: Arc<Userdata>) -> WriteEpochFn {
+fn epoch_writer(f: EpochFn, ud: Rc<Userdata>) -> WriteEpochFn {
     Box::new(move |e: &EpochPredictions<'_>| {
         let counts: Vec<usize> = e.batch_indices.iter().map(Vec::len).collect();
         let indices: Vec<i64> = e.batch_indices.concat();
@@ -174,7 +174,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_prediction_writer(
         interval.check_writers(write_on_batch_end.is_some(), write_on_epoch_end.is_some())?;
         let mut t = handle::borrow_mut(trainer, "trainer")?;
         // Nothing fails from here on, so the destructor is armed at once.
-        let ud = Arc::new(Userdata::new(userdata, userdata_free));
+        let ud = Rc::new(Userdata::new(userdata, userdata_free));
         let on_batch = write_on_batch_end.filter(|_| interval.on_batch()).map(|f| batch_writer(f, ud.clone()));
         let on_epoch = write_on_epoch_end.filter(|_| interval.on_epoch()).map(|f| epoch_writer(f, ud.clone()));
         t.inner.add_callback(Box::new(PredictionWriter::new(interval, on_batch, on_epoch)));

@@ -40,7 +40,7 @@ unsafe fn new_logger(kind: FileLoggerKind, save_dir: *const c_char, out: *mut *m
 unsafe fn with_logger<T>(logger: *mut fulmen_logger, f: impl FnOnce(&mut FileLogger) -> Result<T>) -> Result<T> {
     let l = handle::borrow_mut(logger, "logger")?;
     let mut inner = l.inner.lock();
-    f(&mut *inner)
+    f(&mut inner)
 }
 
 /// Reads `n` names and `n` values (NULL arrays allowed when `n` is 0).
