@@ -199,6 +199,13 @@ func (c *HookContext) RequestStop() error {
 	return check(C.fulmen_hook_context_request_stop(c.ptr()))
 }
 
+// SkipRestOfEpoch is Lightning's on_train_batch_start returning -1, from
+// the module's own OnHook: this batch is not trained on and the epoch ends
+// there (CodeInvalidState in another hook or a callback's).
+func (c *HookContext) SkipRestOfEpoch() error {
+	return check(C.fulmen_hook_context_skip_rest_of_epoch(c.ptr()))
+}
+
 // BatchLen is the number of tensors of the hook's batch (0 when the hook
 // has none).
 func (c *HookContext) BatchLen() (int, error) {

@@ -865,3 +865,50 @@ func TestEstimatedSteppingBatches(t *testing.T) {
 		t.Fatalf("estimated stepping batches %d (known %v), want 6", seen, known)
 	}
 }
+
+// SkipRestOfEpoch from the module's on_train_batch_start is Lightning's
+// `return -1`: the batch is not trained on, the epoch ends there and the
+// next one runs in full; other hooks and Callbacks are refused.
+func TestSkipRestOfEpoch(t *testing.T) {
+	noLeaks(t)
+	model := mlp(t)
+	defer model.Close()
+	train, val := loaders(t, 32, 8, 8) // 4 batches per epoch
+	var refused []error
+	starts := 0
+	m := trainModule(t, model, func(h fulmen.Hook, c *fulmen.HookContext) error {
+		switch h {
+		case fulmen.HookTrainBatchStart:
+			starts++
+			if must(c.Epoch()) == 0 && must(c.BatchIdx()) == 1 {
+				return c.SkipRestOfEpoch()
+			}
+		case fulmen.HookTrainEpochEnd:
+			refused = append(refused, c.SkipRestOfEpoch())
+		}
+		return nil
+	})
+	defer m.Close()
+	tr := quietTrainer(t, 2, "logger", "false", "enable_checkpointing", "false")
+	defer tr.Close()
+	var byCallback []error
+	ok(t, tr.AddCallback("skipper", fulmen.CallbackFunc(func(h fulmen.Hook, c *fulmen.HookContext) error {
+		if h == fulmen.HookTrainBatchStart {
+			byCallback = append(byCallback, c.SkipRestOfEpoch())
+		}
+		return nil
+	})))
+	ok(t, tr.Fit(context.Background(), m, train, val))
+	// Epoch 0 trains batch 0 and stops at batch 1; epoch 1 trains all 4.
+	if gs := must(tr.GlobalStep()); gs != 5 || starts != 6 {
+		t.Fatalf("global step %d after %d batch starts, want 5 after 6", gs, starts)
+	}
+	if len(refused) != 2 || len(byCallback) != 6 {
+		t.Fatalf("%d refusals in on_train_epoch_end, %d in the callback: want 2 and 6", len(refused), len(byCallback))
+	}
+	for _, err := range append(refused, byCallback...) {
+		if !errors.Is(err, fulmen.ErrInvalidState) {
+			t.Fatalf("skip outside the module's on_train_batch_start: %v", err)
+		}
+	}
+}

@@ -26,7 +26,9 @@ import (
 // in the package documentation.
 type ModuleFuncs struct {
 	// TrainingStep computes the loss of a training batch: a one-element
-	// floating tensor computed from the parameters.
+	// floating tensor computed from the parameters. A nil loss is
+	// Lightning's `return None`: no backward for the batch (the optimizer
+	// step still runs and counts in the global step).
 	TrainingStep func(ctx *StepContext, batch *Batch) (*Tensor, error)
 	// ValidationStep evaluates a validation batch (log metrics through ctx).
 	ValidationStep func(ctx *StepContext, batch *Batch) error
@@ -35,11 +37,13 @@ type ModuleFuncs struct {
 	// PredictStep returns the prediction for a batch (or nil).
 	PredictStep func(ctx *StepContext, batch *Batch) (*Tensor, error)
 	// ConfigureOptimizers creates the optimizers (and schedulers) and hands
-	// them to cfg.
+	// them to cfg. Handing none is Lightning's `return None`: the fit runs
+	// with no optimizer.
 	ConfigureOptimizers func(cfg *OptimizerConfig) error
 	// OnHook receives the module's own hooks (Lightning's
 	// LightningModule.on_* methods), after every Callback's. An error or
-	// panic stops the run, as for the steps.
+	// panic stops the run, as for the steps. In HookTrainBatchStart,
+	// ctx.SkipRestOfEpoch is Lightning's `return -1`.
 	OnHook func(hook Hook, ctx *HookContext) error
 	// TrainDataloader is Lightning's train_dataloader: the training data
 	// of a Fit given no train loader, for epoch (see Trainer.Fit).

@@ -47,19 +47,20 @@ pub(super) struct TrainBatch<'a> {
 /// `stepped`, unscale, the hook, clipping and every optimizer's step; an
 /// optimizer that re-evaluates the loss (LBFGS) runs the closure itself
 /// ([`closure_step`]). Returns the loss and its value (the last
-/// evaluation's); `global_step` is the caller's to count.
+/// evaluation's), `None` when training_step returned no loss (the step
+/// still counts); `global_step` is the caller's to count.
 pub(super) fn automatic_step(
     run: &mut Run,
     opts: &super::TrainerOptions,
     store: &mut MetricStore,
     batch: &TrainBatch,
     stepped: bool,
-) -> Result<(Tensor, f64)> {
+) -> Result<Option<(Tensor, f64)>> {
     if stepped {
         run.progress.optimizer.step.increment_ready();
     }
     let out = if stepped && run.optimizers.iter().any(|c| c.optimizer.needs_closure()) {
-        closure_step(run, opts, store, batch)?
+        Some(closure_step(run, opts, store, batch)?)
     } else {
         plain_step(run, opts, store, batch, stepped)?
     };
@@ -71,39 +72,80 @@ pub(super) fn automatic_step(
 
 /// A batch whose optimizers step without re-evaluating the loss: the
 /// closure, then (when `stepped`) unscale, the hook, clipping and the steps.
+/// As Lightning's precision plugins, a batch whose training_step returned
+/// no loss still gets the hook, clipping and the steps (of the gradients
+/// earlier batches of the window left; none on a window's first batch),
+/// but under `16-mixed` neither unscale nor step nor a scale update. With
+/// no optimizer (configure_optimizers added none) nothing steps.
 fn plain_step(
     run: &mut Run,
     opts: &super::TrainerOptions,
     store: &mut MetricStore,
     batch: &TrainBatch,
     stepped: bool,
-) -> Result<(Tensor, f64)> {
+) -> Result<Option<(Tensor, f64)>> {
     let at = batch.at;
     let zero_grad = &mut |run: &mut Run| {
         for cfg in run.optimizers.iter_mut() {
             cfg.optimizer.zero_grad();
         }
     };
-    let (loss, value) = forward_backward(run, opts, store, batch, stepped, zero_grad)?;
+    let out = forward_backward(run, opts, store, batch, stepped, zero_grad)?;
     if stepped {
         // Lightning's precision.optimizer_step: unscale, the hook and
         // clipping on true gradients, then the steps and the scale.
         let started = run.profile_start();
-        run.strategy.unscale_gradients(&mut run.optimizers)?;
+        let scaled_without_loss = out.is_none() && run.strategy.precision().has_scaler();
+        if !scaled_without_loss {
+            run.strategy.unscale_gradients(&mut run.optimizers)?;
+        }
         run.simple(Hook::BeforeOptimizerStep)?;
         if let Some(v) = opts.gradient_clip_val {
             run.strategy.clip_gradients(&mut run.optimizers, v, opts.gradient_clip_algorithm)?;
         }
-        run.strategy.optimizer_step(&mut run.optimizers).map_err(|e| e.context(at()))?;
+        if !scaled_without_loss && !run.optimizers.is_empty() {
+            run.strategy.optimizer_step(&mut run.optimizers).map_err(|e| e.context(at()))?;
+        }
         run.profile_stop("[Strategy].optimizer_step", started, Default::default());
     }
-    Ok((loss, value))
+    Ok(out)
+}
+
+/// The loss of a batch from what training_step returned for each of its
+/// chunks (one, or one per `dp` replica): `None` when it returned none;
+/// refused under DDP (Lightning's text) and when only some chunks have one.
+fn batch_loss(run: &Run, losses: Vec<Option<Tensor>>, at: &dyn Fn() -> String) -> Result<Option<Tensor>> {
+    let given = losses.iter().filter(|l| l.is_some()).count();
+    if given == losses.len() && given > 0 {
+        return Ok(Some(run.strategy.gather_loss(losses.into_iter().flatten().collect())?));
+    }
+    if given > 0 {
+        return Err(Error::new(
+            ErrorCode::Callback,
+            format!(
+                "{}: training_step returned a loss for {given} of the batch's {} dp chunks: return one for all or \
+                 for none",
+                at(),
+                losses.len()
+            ),
+        ));
+    }
+    if run.strategy.world_size() > 1 {
+        return Err(Error::unsupported(format!(
+            "{}: Skipping the `training_step` by returning None in distributed training is not supported. It is \
+             recommended that you rewrite your training logic to avoid having to skip the step in the first place.",
+            at()
+        )));
+    }
+    Ok(None)
 }
 
 /// Lightning's closure of a training batch: the step (split over DP
 /// replicas), `zero_grad` at the start of an accumulation window, and
 /// backward of the loss divided by `accumulate_grad_batches`, with their
-/// hooks. Returns the loss and its value.
+/// hooks. Returns the loss and its value; `None` when training_step
+/// returned no loss (Lightning's `return None`: warned about once per run,
+/// `zero_grad` still runs, backward and its hooks do not).
 fn forward_backward(
     run: &mut Run,
     opts: &super::TrainerOptions,
@@ -111,7 +153,7 @@ fn forward_backward(
     train: &TrainBatch,
     stepped: bool,
     zero_grad: &mut dyn FnMut(&mut Run),
-) -> Result<(Tensor, f64)> {
+) -> Result<Option<(Tensor, f64)>> {
     let (batch, i, at) = (train.tensors, train.index, train.at);
     let acc = run.state.accumulate_grad_batches.max(1);
     let (epoch, step_now) = (run.state.epoch, run.state.global_step);
@@ -131,36 +173,32 @@ fn forward_backward(
             metrics: &mut *store,
             manual: None,
         };
-        module.training_step(&mut ctx, chunk).map_err(|e| e.context(at()))?.ok_or_else(|| {
-            Error::new(ErrorCode::Callback, format!("{}: training_step returned no loss (left *out NULL)", at()))
-        })
+        module.training_step(&mut ctx, chunk).map_err(|e| e.context(at()))
     });
     store.end_split();
     drop(autocast);
     run.profile_stop("[Strategy].training_step", started, Default::default());
-    let loss = run.strategy.gather_loss(losses?)?;
+    let loss = batch_loss(run, losses?, at)?;
     store.sync_step(&|v, op| run.strategy.reduce(v, op))?;
+    let Some(loss) = loss else {
+        run.warn_once(
+            "no loss",
+            "`training_step` returned no loss (`None`): the batch is skipped (no backward). If this was on \
+             purpose, ignore this warning...",
+        );
+        if !run.state.skip_backward && train.first_of_window {
+            zero_grad_window(run, i, acc, zero_grad)?;
+        }
+        return Ok(None);
+    };
     let value = check_loss(&loss, opts.detect_nonfinite_loss, at)?;
     if run.state.skip_backward {
         // DDP learns that this forward has no backward to sync.
         run.strategy.post_forward(&loss)?;
-        return Ok((loss, value));
+        return Ok(Some((loss, value)));
     }
     if train.first_of_window {
-        // Lightning counts the calls at a window's first batch index (not
-        // a resume's first batch inside a window).
-        let counted = i % acc as usize == 0;
-        if counted {
-            run.progress.optimizer.zero_grad.increment_ready();
-        }
-        run.simple(Hook::BeforeZeroGrad)?;
-        if counted {
-            run.progress.optimizer.zero_grad.increment_started();
-        }
-        zero_grad(run);
-        if counted {
-            run.progress.optimizer.zero_grad.increment_completed();
-        }
+        zero_grad_window(run, i, acc, zero_grad)?;
     }
     let scaled = if acc > 1 { loss.f_div_scalar(acc as f64)? } else { loss.shallow_clone() };
     run.hook(Hook::BeforeBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
@@ -169,7 +207,27 @@ fn forward_backward(
     run.strategy.backward(&scaled).map_err(|e| e.context(format!("{}: backward", at())))?;
     run.profile_stop("[Strategy].backward", started, Default::default());
     run.hook(Hook::AfterBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
-    Ok((loss, value))
+    Ok(Some((loss, value)))
+}
+
+/// `zero_grad` at the start of an accumulation window (batch `i`), with
+/// its hook and progress.
+fn zero_grad_window(run: &mut Run, i: usize, acc: i64, zero_grad: &mut dyn FnMut(&mut Run)) -> Result<()> {
+    // Lightning counts the calls at a window's first batch index (not a
+    // resume's first batch inside a window).
+    let counted = i % acc as usize == 0;
+    if counted {
+        run.progress.optimizer.zero_grad.increment_ready();
+    }
+    run.simple(Hook::BeforeZeroGrad)?;
+    if counted {
+        run.progress.optimizer.zero_grad.increment_started();
+    }
+    zero_grad(run);
+    if counted {
+        run.progress.optimizer.zero_grad.increment_completed();
+    }
+    Ok(())
 }
 
 /// The stepping batch of an optimizer that re-evaluates the loss (LBFGS,
@@ -187,6 +245,7 @@ fn closure_step(
     // The optimizer steps outside the run, whose steps and hooks the
     // closure runs; gradients are reset through the same parameters.
     let mut configs = std::mem::take(&mut run.optimizers);
+    let name = configs.first().map_or("the optimizer", |c| c.optimizer.name());
     let params: Vec<Tensor> = configs
         .iter()
         .flat_map(|c| c.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)))
@@ -199,7 +258,18 @@ fn closure_step(
     let stepped = match configs.first_mut() {
         Some(cfg) => cfg.optimizer.step_with_closure(&mut || {
             let zero_grad = &mut |_: &mut Run| reset.run(&groups);
-            let (loss, value) = forward_backward(run, opts, store, batch, true, zero_grad)?;
+            // torch's LBFGS needs a number from every evaluation
+            // (Lightning fails in `float(None)`).
+            let (loss, value) = forward_backward(run, opts, store, batch, true, zero_grad)?.ok_or_else(|| {
+                Error::new(
+                    ErrorCode::Callback,
+                    format!(
+                        "{}: training_step returned no loss, and {name} re-evaluates the loss during its step: it \
+                         needs one at every evaluation",
+                        at()
+                    ),
+                )
+            })?;
             run.simple(Hook::BeforeOptimizerStep)?;
             if let Some(v) = opts.gradient_clip_val {
                 run.strategy.clip_params(&params, v, opts.gradient_clip_algorithm)?;

@@ -165,6 +165,21 @@ fn end_epoch(run: &mut Run, mut store: MetricStore, manual: bool) -> Result<()> 
     Ok(())
 }
 
+/// Lightning's `on_train_batch_start` returning -1 at batch `i`: the batch
+/// is the epoch's last, processed but neither started nor completed
+/// (`batch_progress.increment_by(0, is_last_batch=True)`), and under
+/// automatic optimization the schedulers of a stepping batch and of the
+/// epoch's last batch step; the caller then ends the epoch (no
+/// `on_train_batch_end`, validation or step logging for it).
+fn skip_rest_of_epoch(run: &mut Run, manual: bool, i: usize) -> Result<()> {
+    run.progress.batch.is_last_batch = true;
+    run.progress.batch.progress.increment_processed();
+    if !manual {
+        step_batch_schedulers(run, true, true, (i + 1) as i64)?;
+    }
+    Ok(())
+}
+
 /// One training epoch; returns true when training must end (no batches).
 pub(super) fn train_epoch(
     run: &mut Run,
@@ -217,6 +232,14 @@ pub(super) fn train_epoch(
         run.progress.batch.is_last_batch = is_last;
         run.progress.batch.progress.increment_ready();
         run.hook(Hook::TrainBatchStart, data())?;
+        if std::mem::take(&mut run.state.skip_rest_of_epoch) {
+            skip_rest_of_epoch(run, manual, i)?;
+            // Fetched, so the next epoch still runs (Lightning's total
+            // batch index counts it too).
+            ran += 1;
+            *total_batches += 1;
+            break;
+        }
         run.progress.batch.progress.increment_started();
         // Built only when an error needs it.
         let step_now = run.state.global_step;
@@ -237,15 +260,20 @@ pub(super) fn train_epoch(
         } else {
             let first_of_window = i % acc == 0 || i == skip;
             let train = TrainBatch { tensors: &batch, index: i, first_of_window, at: &at };
-            let (loss, value) = automatic_step(run, opts, &mut store, &train, stepped)?;
-            loss_sum += value;
-            loss_count += 1;
-            run.state.running_loss = Some(loss_sum / loss_count as f64);
+            // A step that returned no loss still counts as an optimizer
+            // step when it steps (Lightning calls the step, which finds no
+            // gradients of this batch).
+            let out = automatic_step(run, opts, &mut store, &train, stepped)?;
+            if let Some((_, value)) = &out {
+                loss_sum += value;
+                loss_count += 1;
+                run.state.running_loss = Some(loss_sum / loss_count as f64);
+            }
             if stepped {
                 run.state.global_step += 1;
                 run.state.batches_stepped += 1;
             }
-            Some(loss)
+            out.map(|(loss, _)| loss)
         };
         ran += 1;
         run.progress.batch.progress.increment_processed();
@@ -303,3 +331,7 @@ pub(super) fn train_epoch(
     end_epoch(run, store, manual)?;
     Ok(ran == 0 && skip == 0)
 }
+
+#[cfg(test)]
+#[path = "hook_returns_tests.rs"]
+mod hook_returns_tests;

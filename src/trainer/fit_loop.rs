@@ -316,7 +316,13 @@ fn fit_run(
         super::module::OptimizerSetup { estimated_stepping_batches: estimated_stepping_batches(opts, data.train()?) };
     run.optimizers = run.module.configure_optimizers(&setup).ctx("configure_optimizers")?;
     if run.optimizers.is_empty() {
-        return Err(Error::state("configure_optimizers returned no optimizer"));
+        // Lightning trains on with its `_MockOptimizer`: every step runs
+        // training_step, backward and the hooks, and counts in global_step.
+        run.warn_once(
+            "no optimizer",
+            "`LightningModule.configure_optimizers` added no optimizer (Lightning: returned `None`), this fit will \
+             run with no optimizer",
+        );
     }
     check_closure_optimizers(run)?;
     if run.checkpoint_format == crate::checkpoint::CheckpointFormat::Lightning {

@@ -220,6 +220,11 @@ pub struct TrainerState {
     /// epoch that recomputes BatchNorm statistics. Lightning's
     /// `fit_loop._skip_backward`; cleared when the epoch ends.
     pub skip_backward: bool,
+    /// Set by the LightningModule's `on_train_batch_start`
+    /// ([`HookContext::skip_rest_of_epoch`], Lightning's `return -1`): the
+    /// batch is not trained on and the epoch ends there. Cleared when the
+    /// epoch loop reads it.
+    pub skip_rest_of_epoch: bool,
     /// Metrics callbacks want logged, each batch at its logger step
     /// (LearningRateMonitor, ThroughputMonitor).
     pub log_requests: Vec<(i64, Vec<(String, f64)>)>,
@@ -338,6 +343,10 @@ pub struct HookContext<'a> {
     /// `trainer.optimizers`), for callbacks that change param groups
     /// (BackboneFinetuning); `None` outside fit's hooks.
     pub optimizers: Option<&'a mut [super::module::OptimizerConfig]>,
+    /// Whether the LightningModule's own hook is being called (false for
+    /// the callbacks): only its `on_train_batch_start` may skip the rest of
+    /// the epoch, as only its return value counts in Lightning.
+    pub module: bool,
 }
 
 impl<'a> HookContext<'a> {
@@ -356,7 +365,28 @@ impl<'a> HookContext<'a> {
             exception: None,
             model: None,
             optimizers: None,
+            module: false,
         }
+    }
+
+    /// Lightning's `on_train_batch_start` returning -1, from the
+    /// LightningModule's own hook: this batch is not trained on (no
+    /// training_step, optimizer step or `on_train_batch_end`) and the epoch
+    /// ends after it. As in Lightning, the schedulers that step per step
+    /// and per epoch still step (automatic optimization), no validation
+    /// runs for the rest of the epoch, the epoch-end hooks run, and the next
+    /// epoch starts as usual. Under DDP every rank must skip alike.
+    pub fn skip_rest_of_epoch(&mut self) -> Result<()> {
+        if self.hook != Hook::TrainBatchStart || !self.module {
+            let who = if self.module { "the LightningModule's" } else { "a callback's" };
+            return Err(Error::state(format!(
+                "only the LightningModule's on_train_batch_start can skip the rest of the epoch (Lightning's \
+                 `return -1`), not {who} {}",
+                self.hook.name()
+            )));
+        }
+        self.state.skip_rest_of_epoch = true;
+        Ok(())
     }
 
     /// Logs an epoch-level metric from on_train_epoch_end,

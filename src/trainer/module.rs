@@ -128,8 +128,9 @@ pub trait LightningModule {
         None
     }
     /// Computes the loss of one training batch. With automatic
-    /// optimization the loss is required (the trainer runs backward and the
-    /// optimizer steps on it); with it off the step does both through `ctx`
+    /// optimization the trainer runs backward and the optimizer steps on
+    /// it; `None` is Lightning's `return None` (no backward for the batch,
+    /// the step still counts). With it off the step does both through `ctx`
     /// and may return `None`.
     fn training_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>>;
     /// Lightning's `automatic_optimization`: true (the default) lets the
@@ -157,9 +158,12 @@ pub trait LightningModule {
     /// Predicts one batch; `None` when the step produced nothing.
     fn predict_step(&mut self, _ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>>;
     /// Creates the optimizers (and schedulers) for `fit`; `setup` says how
-    /// long the run will be (for OneCycleLR's `total_steps`).
+    /// long the run will be (for OneCycleLR's `total_steps`). None is
+    /// Lightning's `return None`: the fit runs with no optimizer.
     fn configure_optimizers(&mut self, setup: &OptimizerSetup) -> Result<Vec<OptimizerConfig>>;
-    /// The module's own hooks, called after every callback's.
+    /// The module's own hooks, called after every callback's
+    /// ([`HookContext::skip_rest_of_epoch`] in on_train_batch_start is
+    /// Lightning's `return -1`).
     fn on_hook(&mut self, _ctx: &mut HookContext) -> Result<()> {
         Ok(())
     }

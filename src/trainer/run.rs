@@ -46,6 +46,8 @@ pub(crate) struct Run<'a> {
     pub profiler: Option<SimpleProfiler>,
     /// libtorch's profiler, when `profiler="pytorch"`.
     pub torch_profiler: Option<super::torch_profiler::TorchProfiler>,
+    /// The warnings printed so far in this run ([`Run::warn_once`]).
+    pub warned: Vec<&'static str>,
 }
 
 /// Calls one callback's hook, timed when profiling, naming it in errors.
@@ -102,6 +104,7 @@ impl<'a> Run<'a> {
             torch_profiler: super::torch_profiler::TorchProfiler::when(opts.profiler, strategy.root_device())?,
             strategy,
             profiler: SimpleProfiler::when(opts.profiler),
+            warned: Vec::new(),
         })
     }
 }
@@ -127,6 +130,7 @@ impl Run<'_> {
             exception: data.exception,
             model: self.module.model(),
             optimizers: Some(&mut self.optimizers),
+            module: false,
         };
         // Lightning's on_train_epoch_end: callbacks, the module, then the
         // callbacks that monitor metrics, so they see what it logged.
@@ -136,6 +140,7 @@ impl Run<'_> {
             call_callback(profiler, cb, &mut ctx)?;
         }
         let module = &mut self.module;
+        ctx.module = true;
         timed(profiler, || format!("[LightningModule].{}", hook.name()), || module.on_hook(&mut ctx))
             .map_err(|e| e.context(format!("LightningModule.{}", hook.name())))?;
         self.apply_hook_logs()?;
@@ -208,6 +213,18 @@ impl Run<'_> {
             eprint!("{r}");
         }
         (report, traced)
+    }
+
+    /// Prints `message` on stderr as a warning, on rank 0 and once per run
+    /// for `key` (Lightning's `rank_zero_warn` through a warning cache).
+    pub fn warn_once(&mut self, key: &'static str, message: &str) {
+        if self.warned.contains(&key) {
+            return;
+        }
+        self.warned.push(key);
+        if self.strategy.is_global_zero() {
+            eprintln!("fulmen: warning: {message}");
+        }
     }
 
     /// Calls a hook with no batch data.

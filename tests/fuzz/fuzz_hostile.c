@@ -196,6 +196,7 @@ static fulmen_error *on_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
     (void)hook;
     uint8_t b = next();
     if (b == 7) check_error(fulmen_hook_context_request_stop(ctx));
+    if (b == 8) check_error(fulmen_hook_context_skip_rest_of_epoch(ctx)); /* refused outside on_train_batch_start */
     if (b < 200) return NULL;
     return act();
 }

@@ -95,6 +95,12 @@
  *             per epoch;
  *   backbone_lambda: as backbone, the backbone's lr growing by
  *             lambda_func(epoch) = 1 + (epoch % 2) / 2 instead of 2;
+ *   skips:    SGD (lr 0.1, momentum 0.9), StepLR (step_size 2, gamma 0.7)
+ *             per step every 3rd batch, gradient_clip_val 0.5 by norm;
+ *             training_step writes no loss for every 3rd batch (batch_idx
+ *             % 3 == 2: Lightning's `return None`) and on_train_batch_start
+ *             skips the rest of epoch 2 at its batch 8 (Lightning's
+ *             `return -1`);
  *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
  *             learning-rate range test (1e-5 to 1 over 30 steps) writes
  *             "lr loss" per step to LOSSES, then "suggestion lr".
@@ -203,16 +209,32 @@ static fulmen_model *build(void) {
 
 static fulmen_error *training_step(void *userdata, fulmen_step_context *ctx, const fulmen_batch *batch,
                                    fulmen_tensor **loss) {
-    (void)ctx;
     struct job *job = userdata;
     fulmen_tensor *x, *y, *logits;
     double value;
+    int64_t batch_idx = 0;
+    if (strcmp(job->config, "skips") == 0) {
+        fulmen_error *e = fulmen_step_context_batch_idx(ctx, &batch_idx);
+        if (e || batch_idx % 3 == 2) return e; /* no loss: Lightning's `return None` */
+    }
     fulmen_error *e = fulmen_batch_get(batch, 0, &x);
     if (!e) e = fulmen_batch_get(batch, 1, &y);
     if (!e) e = fulmen_model_forward(job->model, x, &logits);
     if (!e) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, loss);
     if (!e) e = fulmen_tensor_item(*loss, &value);
     if (!e && !job->losses_off) fprintf(job->losses, "%.17g\n", value);
+    return e;
+}
+
+/* skips' on_train_batch_start: Lightning's `return -1` at batch 8 of
+ * epoch 2. */
+static fulmen_error *skips_hook(void *userdata, int32_t hook, fulmen_hook_context *ctx) {
+    (void)userdata;
+    int64_t epoch = 0, batch_idx = 0;
+    if (hook != FULMEN_HOOK_TRAIN_BATCH_START) return NULL;
+    fulmen_error *e = fulmen_hook_context_epoch(ctx, &epoch);
+    if (!e) e = fulmen_hook_context_batch_idx(ctx, &batch_idx);
+    if (!e && epoch == 2 && batch_idx == 8) e = fulmen_hook_context_skip_rest_of_epoch(ctx);
     return e;
 }
 
@@ -556,6 +578,18 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
             return e;
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_EPOCH, 1, NULL);
+    } else if (strcmp(job->config, "skips") == 0) {
+        fulmen_sgd_options o = fulmen_sgd_options_default();
+        o.lr = 0.1;
+        o.momentum = 0.9;
+        e = fulmen_optimizer_sgd_new(job->model, NULL, 0, &o, &opt);
+        if (e) return e;
+        e = fulmen_scheduler_step_lr_new(opt, 2, 0.7, &sched);
+        if (e) {
+            fulmen_optimizer_free(opt);
+            return e;
+        }
+        e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_STEP, 3, NULL);
     } else if (strcmp(job->config, "steplr") == 0 || strcmp(job->config, "fused_sgd") == 0 ||
                strcmp(job->config, "foreach_sgd") == 0 || is_backbone(job->config)) {
         fulmen_sgd_options o = fulmen_sgd_options_default();
@@ -640,7 +674,8 @@ int main(int argc, char **argv) {
         strcmp(job.config, "lbfgs_manual") != 0 && strcmp(job.config, "fused") != 0 &&
         strcmp(job.config, "fused_sgd") != 0 && strcmp(job.config, "fused_adagrad") != 0 &&
         strcmp(job.config, "foreach") != 0 && strcmp(job.config, "foreach_sgd") != 0 &&
-        !is_foreach_variant(job.config) && !is_backbone(job.config) && !validating) {
+        !is_foreach_variant(job.config) && !is_backbone(job.config) && strcmp(job.config, "skips") != 0 &&
+        !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;
     }
@@ -692,6 +727,7 @@ int main(int argc, char **argv) {
                                .training_step = manual ? manual_step : training_step,
                                .validation_step = validating ? validation_step : NULL,
                                .configure_optimizers = configure_optimizers,
+                               .on_hook = strcmp(job.config, "skips") == 0 ? skips_hook : NULL,
                                .train_dataloader = reload ? train_dataloader : NULL,
                                .val_dataloader = reload ? val_dataloader : NULL};
     fulmen_lightning_module *module;
@@ -720,7 +756,8 @@ int main(int argc, char **argv) {
         set(opts, "gradient_clip_val", "1");
         set(opts, "gradient_clip_algorithm", "norm");
     } else if (strcmp(job.config, "steplr") == 0 || strcmp(job.config, "fused_sgd") == 0 ||
-               strcmp(job.config, "foreach_sgd") == 0 || is_backbone(job.config)) {
+               strcmp(job.config, "foreach_sgd") == 0 || is_backbone(job.config) ||
+               strcmp(job.config, "skips") == 0) {
         set(opts, "gradient_clip_val", "0.5");
         set(opts, "gradient_clip_algorithm", "norm");
     } else if (strcmp(job.config, "stepfreq") == 0) {

@@ -8,7 +8,8 @@ For each configuration of tests/interop/lightning_parity.c (schedulers per
 epoch and per step with a frequency, gradient clipping by norm and by
 value, gradient accumulation, param groups with their own optimizer
 constants and scheduler ranges, LBFGS re-running the step inside its
-own, EMA and SWA weight averaging), the same 32-64-10 MLP starts from the same
+own, EMA and SWA weight averaging, a training_step returning None and an
+on_train_batch_start returning -1), the same 32-64-10 MLP starts from the same
 weights and sees the same batches in the same order on one CPU thread:
 
 1. Lightning's Trainer trains EPOCHS epochs: the reference losses.
@@ -131,6 +132,11 @@ CONFIGS = {
     # The same with a lambda_func of the host's (1.5 for odd epochs, 1 for
     # even ones) in place of the constant factor 2.
     "backbone_lambda": ("sgd_trainable", (1, 0.5), "epoch", 1, 0.5, "norm", 1),
+    # What the module returns: training_step returns None for every 3rd
+    # batch (no backward; the step, clipping and the StepLR stepping every
+    # 3rd batch still run), and on_train_batch_start returns -1 at batch 8
+    # of epoch 2 (the epoch ends there; its scheduler steps for that batch).
+    "skips": ("sgd", (2, 0.7), "step", 3, 0.5, "norm", 1),
 }
 
 # Configurations whose fulmen resumes follow Lightning's uninterrupted run
@@ -209,9 +215,17 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
                 if self.trainer.is_last_batch:
                     self.lr_schedulers().step()
                 return None
+            if config == "skips" and batch_idx % 3 == 2:
+                return None
             loss = F.cross_entropy(self.model(xb), yb)
             losses.append(loss.item())
             return loss
+
+        if config == "skips":
+            def on_train_batch_start(self, batch, batch_idx):
+                if self.current_epoch == 2 and batch_idx == 8:
+                    return -1
+                return None
 
         if config == "reload":
             def train_dataloader(self):

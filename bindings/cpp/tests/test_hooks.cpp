@@ -181,6 +181,40 @@ TEST_F(HookTest, LambdaCallbackSeesHooksInLightningOrder) {
     EXPECT_EQ(stage, "predict");
 }
 
+// skip_rest_of_epoch from the module's on_train_batch_start is Lightning's
+// `return -1`: the batch is not trained on, the epoch ends there and the
+// next one runs in full; other hooks and callbacks are refused.
+TEST_F(HookTest, ModuleSkipsTheRestOfAnEpoch) {
+    Model model = fulmen_test::mlp();
+    Dataset ds = fulmen_test::blobs(32, 4);
+    Loader train(ds, 8);  // 4 batches
+    int starts = 0, refused = 0, callback_refused = 0;
+    LightningModule module = simple_module(model)
+                                 .on_hook([&](Hook h, HookContext& ctx) {
+                                     if (h == Hook::TrainBatchStart) {
+                                         starts++;
+                                         if (ctx.epoch() == 0 && ctx.batch_idx() == 1) ctx.skip_rest_of_epoch();
+                                     } else if (h == Hook::TrainEpochEnd) {
+                                         EXPECT_EQ(fulmen_test::error_code([&] { ctx.skip_rest_of_epoch(); }),
+                                                   FULMEN_CODE_INVALID_STATE);
+                                         refused++;
+                                     }
+                                 })
+                                 .build();
+    Trainer trainer(bare_options(2));
+    trainer.add_callback("skipper", [&](Hook h, HookContext& ctx) {
+        if (h != Hook::TrainBatchStart) return;
+        EXPECT_EQ(fulmen_test::error_code([&] { ctx.skip_rest_of_epoch(); }), FULMEN_CODE_INVALID_STATE);
+        callback_refused++;
+    });
+    trainer.fit(module, train);
+    // Epoch 0 trains batch 0 and stops at batch 1; epoch 1 trains all 4.
+    EXPECT_EQ(trainer.global_step(), 5);
+    EXPECT_EQ(starts, 6);
+    EXPECT_EQ(refused, 2);
+    EXPECT_EQ(callback_refused, 6);
+}
+
 TEST_F(HookTest, CallbackClassWithVirtualOnHook) {
     struct StopAtStep : Callback {
         explicit StopAtStep(int64_t step, int* destroyed) : step_(step), counter_(destroyed) {}

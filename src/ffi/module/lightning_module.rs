@@ -55,7 +55,12 @@ pub struct fulmen_module_vtable {
     /// floating tensor computed from the parameters). Required for fit.
     /// fulmen reads `*out` and does not take it: a tensor made in the step
     /// is released with the step's other tensors, a kept one stays the
-    /// host's to free. With automatic optimization off
+    /// host's to free. Leaving `*out` NULL is Lightning's `return None`:
+    /// the batch gets no backward (a warning says so once per fit), yet at
+    /// the end of an accumulation window the optimizer step still runs on
+    /// what gradients there are (none of this batch) and counts in
+    /// `global_step`; refused under DDP (as in Lightning) and with LBFGS.
+    /// With automatic optimization off
     /// (`fulmen_lightning_module_set_automatic_optimization`) the step runs
     /// backward and the optimizer steps itself through `ctx` and may leave
     /// `*out` NULL (a loss written there only shows in the progress).
@@ -93,12 +98,16 @@ pub struct fulmen_module_vtable {
         ) -> *mut fulmen_error,
     >,
     /// Creates the optimizers (and schedulers) with
-    /// `fulmen_optimizer_config_add`. Required for fit.
+    /// `fulmen_optimizer_config_add`. Required for fit. Adding none is
+    /// Lightning's `return None`: the fit runs with no optimizer (a warning
+    /// says so), every batch's training_step, backward and hooks still run
+    /// and count in `global_step`, and the weights do not change.
     pub configure_optimizers:
         Option<unsafe extern "C" fn(userdata: *mut c_void, config: *mut fulmen_optimizer_config) -> *mut fulmen_error>,
     /// The module's own hooks (any `fulmen_hook`), called after every
     /// callback's. May be NULL. Added in 0.1; older, smaller vtables
-    /// without this field are accepted.
+    /// without this field are accepted. In on_train_batch_start,
+    /// `fulmen_hook_context_skip_rest_of_epoch` is Lightning's `return -1`.
     pub on_hook: Option<
         unsafe extern "C" fn(userdata: *mut c_void, hook: i32, ctx: *mut fulmen_hook_context) -> *mut fulmen_error,
     >,

@@ -114,6 +114,10 @@ public:
     /// Asks the trainer to stop after the current step (Lightning's
     /// `trainer.should_stop = True`; min_epochs / min_steps still apply).
     void request_stop() { check(fulmen_hook_context_request_stop(ctx_)); }
+    /// Lightning's on_train_batch_start returning -1, from the module's own
+    /// on_hook: this batch is not trained on and the epoch ends there
+    /// (throws FULMEN_CODE_INVALID_STATE in another hook or a callback's).
+    void skip_rest_of_epoch() { check(fulmen_hook_context_skip_rest_of_epoch(ctx_)); }
 
     /// Number of tensors of the hook's batch (0 when the hook has none).
     size_t batch_size() const { return query<size_t>(fulmen_hook_context_batch_len); }

@@ -515,7 +515,7 @@ struct ModuleTrampolines {
     /// scope frees it after fulmen has taken its value, while the caller's
     /// Tensor (kept, like every wrapper) is freed by its destructor.
     static void hand_out(const Tensor& t, fulmen_tensor** out) {
-        if (t.get() == nullptr) return;  // no loss (manual optimization)
+        if (t.get() == nullptr) return;  // no loss (manual optimization, or a skipped batch)
         *out = detail::make<fulmen_tensor>([&](fulmen_tensor** o) { return fulmen_tensor_share(t.get(), o); });
     }
 
@@ -673,7 +673,8 @@ public:
     /// A builder for a module training `model` (nullptr: none).
     explicit Builder(const Model* model) : model_(model) {}
     /// Sets training_step: (StepContext&, const Batch&) -> Tensor loss (an
-    /// empty Tensor{} for none, with manual optimization).
+    /// empty Tensor{} for none: with manual optimization, or Lightning's
+    /// `return None`, which skips the batch's backward).
     template <class F>
     Builder& training_step(F&& f) { steps_.training_step = std::forward<F>(f); return *this; }
     /// Sets validation_step: (StepContext&, const Batch&) -> void.
