@@ -675,6 +675,22 @@ struct fulmen_error *fulmen_hook_context_metric(const struct fulmen_hook_context
 struct fulmen_error *fulmen_hook_context_request_stop(struct fulmen_hook_context *ctx);
 
 /**
+ * Lightning's `on_train_batch_start` returning -1, from the module's own
+ * `on_hook` (`fulmen_module_vtable`) in FULMEN_HOOK_TRAIN_BATCH_START:
+ * this batch is not trained on (no training_step, optimizer step or
+ * on_train_batch_end) and the epoch ends there. As in Lightning, under
+ * automatic optimization the schedulers that step per step and per epoch
+ * still step for it, no validation runs for the rest of the epoch, the
+ * epoch-end hooks and checkpoints follow, and the next epoch starts as
+ * usual; `global_step` does not count the batch. Under DDP every rank
+ * must ask alike.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (another hook, or a callback's hook:
+ * only the module's return value counts in Lightning).
+ */
+struct fulmen_error *fulmen_hook_context_skip_rest_of_epoch(struct fulmen_hook_context *ctx);
+
+/**
  * Logs an epoch-level metric from on_train_epoch_end,
  * on_validation_epoch_end or on_test_epoch_end, as Lightning's
  * `self.log(name, value)` there: an F1 or AUROC computed over the epoch.

@@ -142,7 +142,12 @@ typedef struct fulmen_module_vtable {
    * floating tensor computed from the parameters). Required for fit.
    * fulmen reads `*out` and does not take it: a tensor made in the step
    * is released with the step's other tensors, a kept one stays the
-   * host's to free. With automatic optimization off
+   * host's to free. Leaving `*out` NULL is Lightning's `return None`:
+   * the batch gets no backward (a warning says so once per fit), yet at
+   * the end of an accumulation window the optimizer step still runs on
+   * what gradients there are (none of this batch) and counts in
+   * `global_step`; refused under DDP (as in Lightning) and with LBFGS.
+   * With automatic optimization off
    * (`fulmen_lightning_module_set_automatic_optimization`) the step runs
    * backward and the optimizer steps itself through `ctx` and may leave
    * `*out` NULL (a loss written there only shows in the progress).
@@ -172,14 +177,18 @@ typedef struct fulmen_module_vtable {
                                        struct fulmen_tensor **out);
   /**
    * Creates the optimizers (and schedulers) with
-   * `fulmen_optimizer_config_add`. Required for fit.
+   * `fulmen_optimizer_config_add`. Required for fit. Adding none is
+   * Lightning's `return None`: the fit runs with no optimizer (a warning
+   * says so), every batch's training_step, backward and hooks still run
+   * and count in `global_step`, and the weights do not change.
    */
   struct fulmen_error *(*configure_optimizers)(void *userdata,
                                                struct fulmen_optimizer_config *config);
   /**
    * The module's own hooks (any `fulmen_hook`), called after every
    * callback's. May be NULL. Added in 0.1; older, smaller vtables
-   * without this field are accepted.
+   * without this field are accepted. In on_train_batch_start,
+   * `fulmen_hook_context_skip_rest_of_epoch` is Lightning's `return -1`.
    */
   struct fulmen_error *(*on_hook)(void *userdata, int32_t hook, struct fulmen_hook_context *ctx);
   /**
