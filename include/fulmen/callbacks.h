@@ -20,7 +20,7 @@
 /**
  * The most names `parameter_names` or `parameters_to_prune` may list.
  */
-#define MAX_PRUNING_NAMES 65536
+#define FULMEN_MAX_PRUNING_NAMES 65536
 
 /**
  * The largest `window` accepted.
