@@ -25,7 +25,7 @@
 /**
  * The largest `window` accepted.
  */
-#define MAX_SPIKE_WINDOW (1 << 20)
+#define FULMEN_MAX_SPIKE_WINDOW (1 << 20)
 
 /**
  * The largest window a ThroughputMonitor takes.
