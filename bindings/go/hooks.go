@@ -93,6 +93,31 @@ const (
 	// (HookContext.Exception has the message). It runs even when the
 	// context is done, and its error is ignored.
 	HookException Hook = C.FULMEN_HOOK_EXCEPTION
+
+	// The LightningModule's only hooks: its OnHook receives them only when
+	// it overrides them (LightningModule.OverrideHook), in place of
+	// fulmen's default.
+
+	// HookValidationModelEval is on_validation_model_eval (default: eval mode).
+	HookValidationModelEval Hook = C.FULMEN_HOOK_VALIDATION_MODEL_EVAL
+	// HookValidationModelTrain is on_validation_model_train.
+	HookValidationModelTrain Hook = C.FULMEN_HOOK_VALIDATION_MODEL_TRAIN
+	// HookTestModelEval is on_test_model_eval (default: eval mode).
+	HookTestModelEval Hook = C.FULMEN_HOOK_TEST_MODEL_EVAL
+	// HookTestModelTrain is on_test_model_train.
+	HookTestModelTrain Hook = C.FULMEN_HOOK_TEST_MODEL_TRAIN
+	// HookPredictModelEval is on_predict_model_eval (default: eval mode).
+	HookPredictModelEval Hook = C.FULMEN_HOOK_PREDICT_MODEL_EVAL
+	// HookValidationModelZeroGrad is on_validation_model_zero_grad
+	// (default: the gradients set to none).
+	HookValidationModelZeroGrad Hook = C.FULMEN_HOOK_VALIDATION_MODEL_ZERO_GRAD
+	// HookBeforeBatchTransfer is on_before_batch_transfer (SetBatch).
+	HookBeforeBatchTransfer Hook = C.FULMEN_HOOK_BEFORE_BATCH_TRANSFER
+	// HookTransferBatchToDevice is transfer_batch_to_device (Device,
+	// SetBatch with the moved batch).
+	HookTransferBatchToDevice Hook = C.FULMEN_HOOK_TRANSFER_BATCH_TO_DEVICE
+	// HookAfterBatchTransfer is on_after_batch_transfer (SetBatch).
+	HookAfterBatchTransfer Hook = C.FULMEN_HOOK_AFTER_BATCH_TRANSFER
 )
 
 // String returns Lightning's name of the hook ("on_train_epoch_end",
@@ -243,8 +268,8 @@ func (c *HookContext) Batch() ([]*Tensor, error) {
 
 // Output is the hook's output (scope-owned): the loss in
 // HookTrainBatchEnd, HookBeforeBackward and HookAfterBackward, the
-// prediction in HookPredictBatchEnd; nil (and no error) when the hook has
-// none.
+// prediction in HookPredictBatchEnd, what a validation / test step
+// returned in their batch end; nil (and no error) when the hook has none.
 func (c *HookContext) Output() (*Tensor, error) {
 	var out *C.fulmen_tensor
 	if err := check(C.fulmen_hook_context_output(c.ptr(), &out)); err != nil {

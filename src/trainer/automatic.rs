@@ -99,7 +99,8 @@ fn plain_step(
         if !scaled_without_loss {
             run.strategy.unscale_gradients(&mut run.optimizers)?;
         }
-        run.simple(Hook::BeforeOptimizerStep)?;
+        let first = (!run.optimizers.is_empty()).then_some(0);
+        optimizer_hook(run, Hook::BeforeOptimizerStep, first)?;
         if let Some(v) = opts.gradient_clip_val {
             run.strategy.clip_gradients(&mut run.optimizers, v, opts.gradient_clip_algorithm)?;
         }
@@ -210,6 +211,12 @@ fn forward_backward(
     Ok(Some((loss, value)))
 }
 
+/// A hook about optimizer `optimizer_idx` (on_before_optimizer_step,
+/// on_before_zero_grad: Lightning's `optimizer` argument).
+fn optimizer_hook(run: &mut Run, hook: Hook, optimizer_idx: Option<usize>) -> Result<()> {
+    run.hook(hook, HookData { batch_idx: -1, optimizer_idx, ..Default::default() })
+}
+
 /// `zero_grad` at the start of an accumulation window (batch `i`), with
 /// its hook and progress.
 fn zero_grad_window(run: &mut Run, i: usize, acc: i64, zero_grad: &mut dyn FnMut(&mut Run)) -> Result<()> {
@@ -219,7 +226,8 @@ fn zero_grad_window(run: &mut Run, i: usize, acc: i64, zero_grad: &mut dyn FnMut
     if counted {
         run.progress.optimizer.zero_grad.increment_ready();
     }
-    run.simple(Hook::BeforeZeroGrad)?;
+    let first = (!run.optimizers.is_empty()).then_some(0);
+    optimizer_hook(run, Hook::BeforeZeroGrad, first)?;
     if counted {
         run.progress.optimizer.zero_grad.increment_started();
     }
@@ -270,7 +278,8 @@ fn closure_step(
                     ),
                 )
             })?;
-            run.simple(Hook::BeforeOptimizerStep)?;
+            // The closure's optimizer is the run's only one.
+            optimizer_hook(run, Hook::BeforeOptimizerStep, Some(0))?;
             if let Some(v) = opts.gradient_clip_val {
                 run.strategy.clip_params(&params, v, opts.gradient_clip_algorithm)?;
             }

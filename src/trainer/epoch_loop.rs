@@ -213,7 +213,8 @@ pub(super) fn train_epoch(
             break;
         }
         let started = run.profile_start();
-        let batch = run.strategy.batch_to_device(batch.ctx(format!("loading training batch {i} of epoch {epoch}"))?)?;
+        let batch =
+            run.transfer_batch(batch.ctx(format!("loading training batch {i} of epoch {epoch}"))?, i as i64, 0)?;
         run.profile_stop("[Strategy].batch_to_device", started, Default::default());
         // The last batch by count, or the real last one of a source that
         // yields fewer batches than it announced (looked ahead by one, as
@@ -299,8 +300,13 @@ pub(super) fn train_epoch(
             let due = val_every.map_or(is_last, |n| counter % n == 0)
                 || (is_last && opts.val_check_interval == ValCheckInterval::Fraction(1.0));
             if due {
+                // Lightning's `not _should_accumulate()`: the gradients are
+                // released before a validation that follows a step.
+                if (i + 1) % acc == 0 || is_last {
+                    run.validation_zero_grad()?;
+                }
+                // Back in train mode after it (on_validation_model_train).
                 run_validation(run, opts, vals, None)?;
-                set_mode(run.module, true)?;
                 run.state.should_stop = run.strategy.any(run.state.should_stop)?;
             }
         }

@@ -166,6 +166,7 @@ fn eval_run(
     weights: Option<&std::path::Path>,
 ) -> Result<Evaluated> {
     run.simple(Hook::Setup)?;
+    run.configure_model(false)?;
     if let Some(path) = weights {
         let ck = crate::checkpoint::Checkpoint::load_weights(path)?;
         let model = run.module.model().ok_or_else(|| Error::state("ckpt_path needs a LightningModule with a model"))?;

@@ -2,12 +2,12 @@
 //! `_PredictionLoop`): validation inside fit and the sanity check, and the
 //! validate / test / predict runs. Eval mode, no grad, the stage's hooks,
 //! epoch metrics into the callback metrics and the loggers.
+use super::batch_size_of;
 use super::context::{Stage, StepContext};
 use super::hooks::Hook;
 use super::metrics::MetricStore;
 use super::run::{HookData, Run};
 use super::source::BatchSource;
-use super::{batch_size_of, set_mode};
 use crate::error::{Result, ResultExt};
 use std::collections::BTreeMap;
 use tch::Tensor;
@@ -75,7 +75,7 @@ pub(super) fn evaluate(
     if counted {
         run.progress.val_batch.reset_on_run();
     }
-    set_mode(run.module, false)?;
+    run.model_eval(stage)?;
     run.simple(h.start)?;
     run.simple(h.epoch_start)?;
     let mut store = MetricStore::default();
@@ -102,6 +102,7 @@ pub(super) fn evaluate(
         run.log_metrics(&metrics, step)?;
     }
     run.simple(h.end)?;
+    run.model_train(stage)?;
     Ok((metrics, outputs))
 }
 
@@ -141,7 +142,7 @@ fn run_source(
             Some(d) => format!("loading {} batch {i} of loader {d}", stage.name()),
             None => format!("loading {} batch {i}", stage.name()),
         };
-        let batch = run.strategy.batch_to_device(batch.ctx(what)?)?;
+        let batch = run.transfer_batch(batch.ctx(what)?, i as i64, d)?;
         let indices = index_of.as_ref().map(|of| of(i));
         let data = || HookData {
             batch_idx: i as i64,
@@ -180,11 +181,9 @@ fn run_source(
                 manual: None,
             };
             match stage {
-                Stage::Test => module.test_step(&mut ctx, chunk).map(|_| None).map_err(|e| e.context(at("test_step"))),
+                Stage::Test => module.test_step_output(&mut ctx, chunk).map_err(|e| e.context(at("test_step"))),
                 Stage::Predict => module.predict_step(&mut ctx, chunk).map_err(|e| e.context(at("predict_step"))),
-                _ => {
-                    module.validation_step(&mut ctx, chunk).map(|_| None).map_err(|e| e.context(at("validation_step")))
-                }
+                _ => module.validation_step_output(&mut ctx, chunk).map_err(|e| e.context(at("validation_step"))),
             }
         });
         store.end_split();
@@ -198,7 +197,8 @@ fn run_source(
         if counted {
             run.progress.val_batch.progress.increment_completed();
         }
-        if let Some(o) = out {
+        // Validation and test outputs go to their batch-end hooks only.
+        if let (Some(o), Stage::Predict) = (out, stage) {
             outputs.push(o);
         }
     }

@@ -294,6 +294,7 @@ fn fit_run(
         check_manual(opts, run)?;
     }
     run.simple(Hook::Setup)?;
+    run.configure_model(true)?;
     // The checkpoint is read first: the module's dataloader hooks are
     // called for its epoch (Lightning's `current_epoch` when a resumed fit
     // loads its data: the epoch the checkpoint ended or stopped in).

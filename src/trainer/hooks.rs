@@ -87,7 +87,91 @@ pub enum Hook {
     /// Errors returned from this hook are dropped, so the original failure
     /// is the one reported.
     Exception = 36,
+    /// `on_validation_model_eval`, the LightningModule's only: before
+    /// `on_validation_start`. fulmen's default (the model in eval mode)
+    /// runs unless the module overrides it.
+    ValidationModelEval = 37,
+    /// `on_validation_model_train`, the LightningModule's only: after
+    /// `on_validation_end`, called only when the module overrides it
+    /// (otherwise fit's validation puts the model back in train mode).
+    ValidationModelTrain = 38,
+    /// `on_test_model_eval`, the LightningModule's only: before
+    /// `on_test_start` (default: eval mode).
+    TestModelEval = 39,
+    /// `on_test_model_train`, the LightningModule's only: after
+    /// `on_test_end`, called only when the module overrides it.
+    TestModelTrain = 40,
+    /// `on_predict_model_eval`, the LightningModule's only: before
+    /// `on_predict_start` (default: eval mode).
+    PredictModelEval = 41,
+    /// `on_validation_model_zero_grad`, the LightningModule's only: in fit,
+    /// before a validation that follows an optimizer step (default: the
+    /// model's gradients set to none).
+    ValidationModelZeroGrad = 42,
+    /// `on_before_batch_transfer`, the LightningModule's only: the batch as
+    /// loaded, before it moves to the device; the hook may replace it.
+    BeforeBatchTransfer = 43,
+    /// `transfer_batch_to_device`, the LightningModule's only: when the
+    /// module overrides it, it replaces fulmen's move of the batch to the
+    /// run's device (readable in the context) and sets the moved batch.
+    TransferBatchToDevice = 44,
+    /// `on_after_batch_transfer`, the LightningModule's only: the batch on
+    /// the device, before the step; the hook may replace it.
+    AfterBatchTransfer = 45,
 }
+
+/// Every hook, in `fulmen_hook` order.
+pub(crate) const ALL_HOOKS: [Hook; 46] = {
+    use Hook::*;
+    [
+        Setup,
+        Teardown,
+        FitStart,
+        FitEnd,
+        SanityCheckStart,
+        SanityCheckEnd,
+        TrainStart,
+        TrainEnd,
+        TrainEpochStart,
+        TrainEpochEnd,
+        TrainBatchStart,
+        TrainBatchEnd,
+        ValidationStart,
+        ValidationEnd,
+        ValidationEpochStart,
+        ValidationEpochEnd,
+        ValidationBatchStart,
+        ValidationBatchEnd,
+        TestStart,
+        TestEnd,
+        TestEpochStart,
+        TestEpochEnd,
+        TestBatchStart,
+        TestBatchEnd,
+        PredictStart,
+        PredictEnd,
+        PredictEpochStart,
+        PredictEpochEnd,
+        PredictBatchStart,
+        PredictBatchEnd,
+        BeforeBackward,
+        AfterBackward,
+        BeforeOptimizerStep,
+        BeforeZeroGrad,
+        SaveCheckpoint,
+        LoadCheckpoint,
+        Exception,
+        ValidationModelEval,
+        ValidationModelTrain,
+        TestModelEval,
+        TestModelTrain,
+        PredictModelEval,
+        ValidationModelZeroGrad,
+        BeforeBatchTransfer,
+        TransferBatchToDevice,
+        AfterBatchTransfer,
+    ]
+};
 
 impl Hook {
     /// Lightning's method name.
@@ -131,7 +215,34 @@ impl Hook {
             SaveCheckpoint => "on_save_checkpoint",
             LoadCheckpoint => "on_load_checkpoint",
             Exception => "on_exception",
+            ValidationModelEval => "on_validation_model_eval",
+            ValidationModelTrain => "on_validation_model_train",
+            TestModelEval => "on_test_model_eval",
+            TestModelTrain => "on_test_model_train",
+            PredictModelEval => "on_predict_model_eval",
+            ValidationModelZeroGrad => "on_validation_model_zero_grad",
+            BeforeBatchTransfer => "on_before_batch_transfer",
+            TransferBatchToDevice => "transfer_batch_to_device",
+            AfterBatchTransfer => "on_after_batch_transfer",
         }
+    }
+
+    /// The hook of value `v` (`fulmen_hook`), if any.
+    pub fn from_i32(v: i32) -> Option<Hook> {
+        ALL_HOOKS.into_iter().find(|h| *h as i32 == v)
+    }
+
+    /// Whether only the LightningModule receives it (Lightning calls it
+    /// on the module alone), and only when the module overrides it
+    /// ([`super::LightningModule::overrides`]); fulmen's default runs
+    /// otherwise.
+    pub fn module_only(self) -> bool {
+        self as i32 >= Hook::ValidationModelEval as i32
+    }
+
+    /// Whether the hook may replace the batch ([`HookContext::set_batch`]).
+    pub fn sets_batch(self) -> bool {
+        matches!(self, Hook::BeforeBatchTransfer | Hook::TransferBatchToDevice | Hook::AfterBatchTransfer)
     }
 }
 
@@ -329,8 +440,9 @@ pub struct HookContext<'a> {
     /// hooks when a callback asks for them ([`Callback::wants_batch_indices`])
     /// and the loader can tell (Lightning's `current_batch_indices`).
     pub batch_indices: Option<&'a [i64]>,
-    /// The loss (training batch end, before / after backward) or the
-    /// prediction (predict batch end).
+    /// The loss (training batch end, before / after backward), the
+    /// prediction (predict batch end) or what a validation / test step
+    /// returned (their batch end).
     pub output: Option<&'a Tensor>,
     /// Checkpoint entries (save / load hooks): name -> text value.
     pub checkpoint: Option<&'a mut BTreeMap<String, String>>,
@@ -347,6 +459,14 @@ pub struct HookContext<'a> {
     /// the callbacks): only its `on_train_batch_start` may skip the rest of
     /// the epoch, as only its return value counts in Lightning.
     pub module: bool,
+    /// The run's root device (`transfer_batch_to_device`'s `device`);
+    /// `None` outside a run's hooks.
+    pub device: Option<crate::tensor::device::Device>,
+    /// The optimizer of on_before_optimizer_step / on_before_zero_grad: its
+    /// index in configure_optimizers' order.
+    pub optimizer_idx: Option<usize>,
+    /// The batch a batch-transfer hook set ([`HookContext::set_batch`]).
+    pub replaced_batch: Option<Vec<Tensor>>,
 }
 
 impl<'a> HookContext<'a> {
@@ -366,7 +486,24 @@ impl<'a> HookContext<'a> {
             model: None,
             optimizers: None,
             module: false,
+            device: None,
+            optimizer_idx: None,
+            replaced_batch: None,
         }
+    }
+
+    /// Replaces the batch, from on_before_batch_transfer,
+    /// transfer_batch_to_device or on_after_batch_transfer (the hook's
+    /// return value in Lightning); the run goes on with `batch`.
+    pub fn set_batch(&mut self, batch: Vec<Tensor>) -> Result<()> {
+        if !self.hook.sets_batch() {
+            return Err(Error::state(format!(
+                "only on_before_batch_transfer, transfer_batch_to_device and on_after_batch_transfer can replace                  the batch, not {}",
+                self.hook.name()
+            )));
+        }
+        self.replaced_batch = Some(batch);
+        Ok(())
     }
 
     /// Lightning's `on_train_batch_start` returning -1, from the

@@ -122,11 +122,13 @@ impl ManualOptimization<'_, '_> {
     }
 
     /// Calls `hook` on every callback (not the module: it is running).
-    fn callback_hook(&mut self, hook: Hook, output: Option<&Tensor>) -> Result<()> {
+    /// `optimizer_idx`: the optimizer of on_before_optimizer_step.
+    fn callback_hook(&mut self, hook: Hook, output: Option<&Tensor>, optimizer_idx: Option<usize>) -> Result<()> {
         super::interrupt::check()?;
         let mut ctx = HookContext::new(hook, self.stage, self.state);
         ctx.batch_idx = self.batch_idx;
         ctx.output = output;
+        ctx.optimizer_idx = optimizer_idx;
         for cb in self.callbacks.iter_mut() {
             cb.on_hook(&mut ctx).map_err(|e| e.context(format!("callback {} in {}", cb.name(), hook.name())))?;
         }
@@ -147,10 +149,10 @@ impl ManualControl for ManualOptimization<'_, '_> {
                 if loss.requires_grad() { "" } else { " without grad" }
             )));
         }
-        self.callback_hook(Hook::BeforeBackward, Some(loss))?;
+        self.callback_hook(Hook::BeforeBackward, Some(loss), None)?;
         self.strategy.prepare_manual_backward(loss)?;
         self.strategy.backward(loss).ctx("manual_backward")?;
-        self.callback_hook(Hook::AfterBackward, Some(loss))
+        self.callback_hook(Hook::AfterBackward, Some(loss), None)
     }
 
     fn step(&mut self, index: usize) -> Result<bool> {
@@ -160,7 +162,7 @@ impl ManualControl for ManualOptimization<'_, '_> {
         }
         let cfg = &mut self.optimizers[index..=index];
         self.strategy.unscale_gradients(cfg)?;
-        self.callback_hook(Hook::BeforeOptimizerStep, None)?;
+        self.callback_hook(Hook::BeforeOptimizerStep, None, Some(index))?;
         let cfg = &mut self.optimizers[index..=index];
         let stepped = self.strategy.optimizer_step(cfg)?;
         self.state.global_step += 1;
@@ -269,7 +271,7 @@ impl ManualControl for ManualOptimization<'_, '_> {
     }
 
     fn closure_evaluated(&mut self, loss: f64) -> Result<f64> {
-        self.callback_hook(Hook::BeforeOptimizerStep, None)?;
+        self.callback_hook(Hook::BeforeOptimizerStep, None, self.stepping)?;
         let mut decided = [loss];
         self.strategy.reduce(&mut decided, super::metrics::ReduceFx::Mean)?;
         Ok(decided[0])

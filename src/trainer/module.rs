@@ -147,6 +147,11 @@ pub trait LightningModule {
     fn validation_step(&mut self, _ctx: &mut StepContext, _batch: &[Tensor]) -> Result<()> {
         Ok(())
     }
+    /// [`LightningModule::validation_step`] with what it returns (the
+    /// `outputs` of `on_validation_batch_end`); the default returns none.
+    fn validation_step_output(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
+        self.validation_step(ctx, batch).map(|()| None)
+    }
     /// Whether `test_step` is implemented.
     fn has_test_step(&self) -> bool {
         false
@@ -154,6 +159,11 @@ pub trait LightningModule {
     /// Evaluates one test batch.
     fn test_step(&mut self, _ctx: &mut StepContext, _batch: &[Tensor]) -> Result<()> {
         Ok(())
+    }
+    /// [`LightningModule::test_step`] with what it returns (the `outputs`
+    /// of `on_test_batch_end`); the default returns none.
+    fn test_step_output(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
+        self.test_step(ctx, batch).map(|()| None)
     }
     /// Predicts one batch; `None` when the step produced nothing.
     fn predict_step(&mut self, _ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>>;
@@ -166,6 +176,28 @@ pub trait LightningModule {
     /// Lightning's `return -1`).
     fn on_hook(&mut self, _ctx: &mut HookContext) -> Result<()> {
         Ok(())
+    }
+    /// Whether the module overrides a LightningModule-only hook
+    /// ([`super::Hook::module_only`]): `on_hook` then receives it in place
+    /// of fulmen's default (Lightning's `is_overridden`).
+    fn overrides(&self, _hook: super::Hook) -> bool {
+        false
+    }
+    /// Whether `configure_model` is implemented.
+    fn has_configure_model(&self) -> bool {
+        false
+    }
+    /// Lightning's `configure_model`: builds or changes the model for the
+    /// run on `device`, after the setup hook and before
+    /// configure_optimizers, in every run.
+    fn configure_model(&mut self, _device: crate::tensor::device::Device) -> Result<()> {
+        Ok(())
+    }
+    /// Lightning's `configure_callbacks`: callbacks the module adds to
+    /// every run, called when it starts; a trainer callback of the same
+    /// name is replaced.
+    fn configure_callbacks(&mut self) -> Result<Vec<Box<dyn super::Callback>>> {
+        Ok(Vec::new())
     }
     /// Hyperparameters saved in checkpoints and given to the loggers
     /// (Lightning's `save_hyperparameters`).

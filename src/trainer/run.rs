@@ -19,6 +19,7 @@ pub(crate) struct HookData<'a> {
     pub batch_indices: Option<&'a [i64]>,
     pub output: Option<&'a Tensor>,
     pub exception: Option<&'a Error>,
+    pub optimizer_idx: Option<usize>,
 }
 
 /// Everything one fit / validate / test / predict call works with.
@@ -131,6 +132,9 @@ impl Run<'_> {
             model: self.module.model(),
             optimizers: Some(&mut self.optimizers),
             module: false,
+            device: Some(self.strategy.root_device()),
+            optimizer_idx: data.optimizer_idx,
+            replaced_batch: None,
         };
         // Lightning's on_train_epoch_end: callbacks, the module, then the
         // callbacks that monitor metrics, so they see what it logged.
@@ -153,6 +157,136 @@ impl Run<'_> {
         }
         // After a failure the ranks may not meet at a barrier.
         self.process_requests(hook != Hook::Exception)
+    }
+
+    /// Calls a LightningModule-only hook ([`Hook::module_only`]) on the
+    /// module alone, as Lightning's `_call_lightning_module_hook`; returns
+    /// the batch the hook set, if any. Only called when the module
+    /// overrides the hook.
+    fn module_hook(&mut self, hook: Hook, data: HookData) -> Result<Option<Vec<Tensor>>> {
+        super::interrupt::check()?;
+        let mut ctx = HookContext::new(hook, self.stage, self.state);
+        ctx.batch_idx = data.batch_idx;
+        ctx.dataloader_idx = data.dataloader_idx;
+        ctx.batch = data.batch;
+        ctx.model = self.module.model();
+        ctx.module = true;
+        ctx.device = Some(self.strategy.root_device());
+        let module = &mut self.module;
+        timed(&mut self.profiler, || format!("[LightningModule].{}", hook.name()), || module.on_hook(&mut ctx))
+            .map_err(|e| e.context(format!("LightningModule.{}", hook.name())))?;
+        let replaced = ctx.replaced_batch.take();
+        self.process_requests(true)?;
+        Ok(replaced)
+    }
+
+    /// Lightning's batch transfer (`_on_before_batch_transfer`, then
+    /// `strategy.batch_to_device` with `transfer_batch_to_device` and
+    /// `on_after_batch_transfer`): the module's hooks where it overrides
+    /// them, each may replace the batch; fulmen's own move to the device
+    /// unless the module overrides transfer_batch_to_device.
+    pub fn transfer_batch(&mut self, batch: Vec<Tensor>, batch_idx: i64, dataloader_idx: usize) -> Result<Vec<Tensor>> {
+        let mut batch = self.batch_hook(Hook::BeforeBatchTransfer, batch, batch_idx, dataloader_idx)?;
+        if self.module.overrides(Hook::TransferBatchToDevice) {
+            let data = HookData { batch_idx, dataloader_idx, batch: Some(&batch), ..Default::default() };
+            batch = self.module_hook(Hook::TransferBatchToDevice, data)?.ok_or_else(|| {
+                Error::state(
+                    "LightningModule.transfer_batch_to_device: the module overrides it but set no batch \
+                     (fulmen_hook_context_set_batch)",
+                )
+            })?;
+        } else {
+            batch = self.strategy.batch_to_device(batch)?;
+        }
+        self.batch_hook(Hook::AfterBatchTransfer, batch, batch_idx, dataloader_idx)
+    }
+
+    /// One of the batch hooks that may replace the batch, when the module
+    /// overrides it; the batch it set, or `batch` unchanged.
+    fn batch_hook(
+        &mut self,
+        hook: Hook,
+        batch: Vec<Tensor>,
+        batch_idx: i64,
+        dataloader_idx: usize,
+    ) -> Result<Vec<Tensor>> {
+        if !self.module.overrides(hook) {
+            return Ok(batch);
+        }
+        let data = HookData { batch_idx, dataloader_idx, batch: Some(&batch), ..Default::default() };
+        let replaced = self.module_hook(hook, data)?;
+        Ok(replaced.unwrap_or(batch))
+    }
+
+    /// The evaluation loop's `on_{validation,test,predict}_model_eval`:
+    /// the module's hook where it overrides it, else the model in eval
+    /// mode (Lightning's default).
+    pub fn model_eval(&mut self, stage: super::context::Stage) -> Result<()> {
+        use super::context::Stage;
+        let hook = match stage {
+            Stage::Test => Hook::TestModelEval,
+            Stage::Predict => Hook::PredictModelEval,
+            _ => Hook::ValidationModelEval,
+        };
+        if self.module.overrides(hook) {
+            self.module_hook(hook, HookData { batch_idx: -1, ..Default::default() }).map(|_| ())
+        } else {
+            super::set_mode(&*self.module, false)
+        }
+    }
+
+    /// The end of a validation or test run (`on_{validation,test}_model_train`):
+    /// the module's hook where it overrides it, else, inside fit, the model
+    /// back in train mode (a validate or test run leaves it in eval mode).
+    pub fn model_train(&mut self, stage: super::context::Stage) -> Result<()> {
+        use super::context::Stage;
+        let hook = match stage {
+            Stage::Test => Hook::TestModelTrain,
+            Stage::Predict => return Ok(()),
+            _ => Hook::ValidationModelTrain,
+        };
+        if self.module.overrides(hook) {
+            self.module_hook(hook, HookData { batch_idx: -1, ..Default::default() }).map(|_| ())
+        } else if self.stage == "fit" {
+            super::set_mode(&*self.module, true)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Lightning's `on_validation_model_zero_grad` before a validation
+    /// inside fit that follows an optimizer step: the module's hook where
+    /// it overrides it, else the model's gradients set to none.
+    pub fn validation_zero_grad(&mut self) -> Result<()> {
+        if self.module.overrides(Hook::ValidationModelZeroGrad) {
+            return self
+                .module_hook(Hook::ValidationModelZeroGrad, HookData { batch_idx: -1, ..Default::default() })
+                .map(|_| ());
+        }
+        let Some(model) = self.module.model() else { return Ok(()) };
+        let params = model.lock().unwrap_or_else(|p| p.into_inner()).parameters();
+        if params.is_empty() {
+            return Ok(());
+        }
+        let mut helper = tch::COptimizer::sgd(0.0, 0.0, 0.0, 0.0, false)?;
+        for p in &params {
+            helper.add_parameters(p, 0)?;
+        }
+        helper.zero_grad()?;
+        Ok(())
+    }
+
+    /// Lightning's `configure_model`, after the setup hook: when the module
+    /// implements it, it runs with the run's device, and the strategy then
+    /// places (and for fit wraps) the model again, so what it built is on
+    /// the device.
+    pub fn configure_model(&mut self, fitting: bool) -> Result<()> {
+        if !self.module.has_configure_model() {
+            return Ok(());
+        }
+        let device = self.strategy.root_device();
+        self.module.configure_model(device).ctx("configure_model")?;
+        self.strategy.setup_model(&*self.module, fitting)
     }
 
     /// Records the metrics the hook just called logged: averaged over

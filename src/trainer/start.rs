@@ -5,7 +5,7 @@
 use super::run_settings::RunSettings;
 use super::strategy::{self, RunStrategy};
 use super::{LightningModule, Trainer};
-use crate::error::Result;
+use crate::error::{Result, ResultExt};
 
 impl Trainer {
     /// Applies the run's settings (callback timeout, anomaly detection,
@@ -18,6 +18,7 @@ impl Trainer {
         fitting: bool,
     ) -> Result<(RunSettings, RunStrategy)> {
         self.attach(&*module, fitting);
+        self.attach_module_callbacks(module)?;
         let settings = RunSettings::enter(&self.opts)?;
         if let Some(s) = self.opts.seed {
             crate::seed_everything(s);
@@ -25,5 +26,20 @@ impl Trainer {
         let mut strategy = strategy::setup(&self.opts)?;
         strategy.setup_model(module, fitting)?;
         Ok((settings, strategy))
+    }
+
+    /// Lightning's `_attach_model_callbacks`: the callbacks the module's
+    /// `configure_callbacks` returns join the trainer's for this run and
+    /// the ones after it, each replacing the trainer's callbacks of its
+    /// name (its kind); ModelCheckpoints still run last in fit.
+    fn attach_module_callbacks(&mut self, module: &mut dyn LightningModule) -> Result<()> {
+        let added = module.configure_callbacks().ctx("configure_callbacks")?;
+        if added.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = added.iter().map(|c| c.name()).collect();
+        self.callbacks.retain(|c| !names.contains(&c.name()));
+        self.callbacks.extend(added);
+        Ok(())
     }
 }

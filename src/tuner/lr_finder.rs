@@ -225,6 +225,24 @@ impl LightningModule for FinderModule<'_> {
     fn hparams(&self) -> BTreeMap<String, String> {
         self.inner.hparams()
     }
+    fn validation_step_output(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
+        self.inner.validation_step_output(ctx, batch)
+    }
+    fn test_step_output(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
+        self.inner.test_step_output(ctx, batch)
+    }
+    fn overrides(&self, hook: crate::trainer::Hook) -> bool {
+        self.inner.overrides(hook)
+    }
+    fn has_configure_model(&self) -> bool {
+        self.inner.has_configure_model()
+    }
+    fn configure_model(&mut self, device: crate::tensor::device::Device) -> Result<()> {
+        self.inner.configure_model(device)
+    }
+    fn configure_callbacks(&mut self) -> Result<Vec<Box<dyn crate::trainer::Callback>>> {
+        self.inner.configure_callbacks()
+    }
 }
 
 /// Lightning's `_LRCallback`: the learning rate before each step, the

@@ -696,3 +696,55 @@ TEST_F(HookTest, ModelSummaryText) {
     Model nested = Model::sequential({fulmen_test::mlp(), Model::linear(2, 2)});
     EXPECT_GT(nested.summary(2).size(), nested.summary(1).size());
 }
+
+// The LightningModule-only hooks reach the module's on_hook only once it
+// overrides them; on_before_batch_transfer can replace the batch, and the
+// optimizer hooks name their optimizer.
+TEST_F(HookTest, OverriddenModuleHooksAndOptimizerIndex) {
+    Model model = fulmen_test::mlp();
+    Dataset ds = fulmen_test::blobs(16, 4);
+    Loader train(ds, 8);  // 2 batches
+    std::vector<std::string> module_hooks;
+    std::vector<int64_t> optimizer_indices;
+    size_t replaced = 0;
+    LightningModule module = LightningModule::builder(model)
+                                 .training_step([&](StepContext&, const Batch& batch) {
+                                     if (batch.size() == 3) replaced++;
+                                     return batch_loss(model, batch);
+                                 })
+                                 .validation_step([](StepContext&, const Batch&) {})
+                                 .configure_optimizers([&model](OptimizerConfig& config) {
+                                     config.add(Optimizer::sgd(model, fulmen::SgdOptions(0.1)));
+                                 })
+                                 .on_hook([&](Hook h, HookContext& ctx) {
+                                     module_hooks.emplace_back(fulmen::hook_name(h));
+                                     if (h == Hook::BeforeBatchTransfer) {
+                                         Tensor x = ctx.batch(0), y = ctx.batch(1);
+                                         Tensor marker = Tensor::full({1}, 7.0);
+                                         ctx.set_batch({&x, &y, &marker});
+                                     } else if (h == Hook::TrainBatchEnd) {
+                                         EXPECT_EQ(ctx.optimizer_index(), -1);
+                                         EXPECT_EQ(fulmen_test::error_code([&] { ctx.set_batch({}); }),
+                                                   FULMEN_CODE_INVALID_STATE);
+                                     }
+                                 })
+                                 .build();
+    Trainer trainer(bare_options(1).set("num_sanity_val_steps", int64_t{0}));
+    trainer.add_callback("optimizers", [&](Hook h, HookContext& ctx) {
+        if (h == Hook::BeforeOptimizerStep || h == Hook::BeforeZeroGrad) optimizer_indices.push_back(ctx.optimizer_index());
+    });
+    trainer.fit(module, train, train);
+    // Not overridden: the module sees none of them.
+    EXPECT_EQ(std::count(module_hooks.begin(), module_hooks.end(), "on_before_batch_transfer"), 0);
+    EXPECT_EQ(replaced, 0u);
+    EXPECT_EQ(optimizer_indices, std::vector<int64_t>({0, 0, 0, 0}));
+    module.override_hook(Hook::BeforeBatchTransfer).override_hook(Hook::ValidationModelEval);
+    EXPECT_EQ(fulmen_test::error_code([&] { module.override_hook(Hook::FitStart); }), FULMEN_CODE_INVALID_ARGUMENT);
+    module_hooks.clear();
+    trainer.fit(module, train, train);
+    EXPECT_EQ(replaced, 2u);
+    // 2 training and 2 validation batches.
+    EXPECT_EQ(std::count(module_hooks.begin(), module_hooks.end(), "on_before_batch_transfer"), 4);
+    EXPECT_EQ(std::count(module_hooks.begin(), module_hooks.end(), "on_validation_model_eval"), 1);
+    EXPECT_EQ(std::count(module_hooks.begin(), module_hooks.end(), "on_validation_model_train"), 0);
+}

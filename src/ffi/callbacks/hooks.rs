@@ -5,7 +5,7 @@ use crate::ffi::base::callback::{check_struct_size, host_result, HostCallTimer, 
 use crate::ffi::base::error::{fulmen_error, guard, str_arg};
 use crate::ffi::base::handle::{self, check_out, write_out, Exclusive, Handle, Shared};
 use crate::ffi::nn::model::copy_str;
-use crate::ffi::tensor::handle::{emit, fulmen_tensor};
+use crate::ffi::tensor::handle::{emit, fulmen_tensor, tensor_arg};
 use crate::ffi::tensor::TensorScope;
 use crate::trainer::{Callback, Hook, HookContext};
 use std::ffi::{c_char, c_void};
@@ -56,7 +56,7 @@ pub(crate) fn call_host_hook(f: fulmen_hook_fn, userdata: *mut c_void, who: &str
 pub extern "C" fn fulmen_hook_name(hook: i32) -> *const c_char {
     static NAMES: std::sync::OnceLock<Vec<std::ffi::CString>> = std::sync::OnceLock::new();
     let names = NAMES.get_or_init(|| {
-        (0..=36)
+        (0..crate::trainer::hooks::ALL_HOOKS.len() as i32)
             .map(|i| std::ffi::CString::new(hook_from_i32(i).map_or("", |h| h.name())).unwrap_or_default())
             .collect()
     });
@@ -64,47 +64,7 @@ pub extern "C" fn fulmen_hook_name(hook: i32) -> *const c_char {
 }
 
 fn hook_from_i32(v: i32) -> Option<Hook> {
-    use Hook::*;
-    const ALL: [Hook; 37] = [
-        Setup,
-        Teardown,
-        FitStart,
-        FitEnd,
-        SanityCheckStart,
-        SanityCheckEnd,
-        TrainStart,
-        TrainEnd,
-        TrainEpochStart,
-        TrainEpochEnd,
-        TrainBatchStart,
-        TrainBatchEnd,
-        ValidationStart,
-        ValidationEnd,
-        ValidationEpochStart,
-        ValidationEpochEnd,
-        ValidationBatchStart,
-        ValidationBatchEnd,
-        TestStart,
-        TestEnd,
-        TestEpochStart,
-        TestEpochEnd,
-        TestBatchStart,
-        TestBatchEnd,
-        PredictStart,
-        PredictEnd,
-        PredictEpochStart,
-        PredictEpochEnd,
-        PredictBatchStart,
-        PredictBatchEnd,
-        BeforeBackward,
-        AfterBackward,
-        BeforeOptimizerStep,
-        BeforeZeroGrad,
-        SaveCheckpoint,
-        LoadCheckpoint,
-        Exception,
-    ];
-    ALL.into_iter().find(|h| *h as i32 == v)
+    Hook::from_i32(v)
 }
 
 /// Writes the running entry point ("fit", "validate", "test", "predict")
@@ -316,8 +276,10 @@ pub unsafe extern "C" fn fulmen_hook_context_batch_get(
 }
 
 /// Writes a handle to the hook's output: the loss (training batch end,
-/// before / after backward) or the prediction (predict batch end); NULL
-/// when the hook has none.
+/// before / after backward), the prediction (predict batch end) or the
+/// tensor a validation / test step wrote (their batch end, with the
+/// `validation_step_output` / `test_step_output` slots of
+/// `fulmen_module_vtable`); NULL when the hook has none.
 ///
 /// Errors: the common ones only.
 #[no_mangle]
@@ -335,6 +297,86 @@ pub unsafe extern "C" fn fulmen_hook_context_output(
             }
         }
     })
+}
+
+/// In on_before_batch_transfer, transfer_batch_to_device or
+/// on_after_batch_transfer (the LightningModule's, see
+/// `fulmen_lightning_module_override_hook`): replaces the batch with the
+/// `n` tensors of `tensors` (shared: the host keeps its handles), as the
+/// hook's return value in Lightning; the run goes on with them (the step
+/// and the later hooks see them). Not calling it keeps the batch, except
+/// in an overridden transfer_batch_to_device, which must set the moved
+/// batch.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (another hook),
+/// FULMEN_CODE_INVALID_ARGUMENT (`n` is 0), FULMEN_CODE_NULL_ARGUMENT
+/// (`tensors` or one of its handles NULL).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_set_batch(
+    ctx: *mut fulmen_hook_context,
+    tensors: *const *const fulmen_tensor,
+    n: usize,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let mut c = ctx_mut(ctx)?;
+        if !c.hook.sets_batch() {
+            return Err(Error::state(format!(
+                "only on_before_batch_transfer, transfer_batch_to_device and on_after_batch_transfer can replace \
+                 the batch, not {}",
+                c.hook.name()
+            )));
+        }
+        if n == 0 {
+            return Err(Error::invalid("a batch needs at least one tensor (n is 0)"));
+        }
+        if tensors.is_null() {
+            return Err(Error::new(ErrorCode::NullArgument, "argument `tensors` is NULL"));
+        }
+        let mut batch = Vec::new();
+        for i in 0..n {
+            let t = tensor_arg(*tensors.add(i), "tensors[i]").map_err(|e| e.context(format!("tensors[{i}]")))?;
+            batch.push(t.shallow_clone());
+        }
+        c.set_batch(batch)
+    })
+}
+
+/// Writes the run's root device as a `fulmen_device_type` and an index
+/// (Lightning's `device` argument of transfer_batch_to_device).
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (the hook has no run device: outside
+/// a run's hooks).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_device(
+    ctx: *const fulmen_hook_context,
+    type_out: *mut i32,
+    index_out: *mut i64,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(type_out, "type_out")?;
+        check_out(index_out, "index_out")?;
+        let c = ctx_ref(ctx)?;
+        let d = c.device.ok_or_else(|| Error::state(format!("{} has no run device", c.hook.name())))?;
+        let spec = crate::tensor::device::DeviceSpec::from_device(d);
+        type_out.write(spec.kind as i32);
+        index_out.write(spec.index);
+        Ok(())
+    })
+}
+
+/// Writes the index (in configure_optimizers' order) of the optimizer of
+/// on_before_optimizer_step or on_before_zero_grad (Lightning's
+/// `optimizer` argument): 0 under automatic optimization, which steps its
+/// optimizers together; the stepping one's under manual optimization. -1
+/// for the other hooks, and in a fit with no optimizer.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_optimizer_index(
+    ctx: *const fulmen_hook_context,
+    out: *mut i64,
+) -> *mut fulmen_error {
+    guard!(|| write_out(out, "out", ctx_ref(ctx)?.optimizer_idx.map_or(-1, |i| i as i64)))
 }
 
 fn checkpoint_missing(hook: Hook) -> Error {
@@ -460,4 +502,37 @@ pub(crate) unsafe fn host_callback(name: &str, vtable: *const fulmen_callback_vt
         return Err(Error::invalid("a callback needs a non-empty name (it keys the callback's state in checkpoints)"));
     }
     Ok(HostCallback { name: name.to_string(), userdata: Userdata::new(v.userdata, v.userdata_free), on_hook })
+}
+
+/// The callbacks a LightningModule's `configure_callbacks` adds (see
+/// `fulmen_module_vtable`). Borrowed: valid only during that callback.
+pub struct fulmen_callback_list {
+    pub(crate) callbacks: Vec<Box<dyn Callback>>,
+}
+
+impl Handle for fulmen_callback_list {
+    const C_NAME: &'static str = "fulmen_callback_list";
+}
+
+/// Adds a host callback named `name` (its kind: a trainer callback of the
+/// same name is replaced for the run, as Lightning replaces callbacks of
+/// the module's callbacks' types), read from `vtable` as for
+/// `fulmen_trainer_add_callback`. On success the callback owns
+/// `userdata` (its `userdata_free` runs when the trainer is freed or the
+/// callback replaced); on failure nothing is taken.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`name` empty or not UTF-8,
+/// `on_hook` NULL, `struct_size` too small).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_callback_list_add(
+    list: *mut fulmen_callback_list,
+    name: *const c_char,
+    vtable: *const fulmen_callback_vtable,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let mut l = handle::borrow_mut(list, "list")?;
+        let cb = host_callback(str_arg(name, "name")?, vtable)?;
+        l.callbacks.push(Box::new(cb));
+        Ok(())
+    })
 }

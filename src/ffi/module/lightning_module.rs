@@ -4,7 +4,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::base::callback::{host_result, read_vtable, HostCallTimer, Userdata};
 use crate::ffi::base::error::{fulmen_error, guard, str_arg};
 use crate::ffi::base::handle::{self, check_out, Handle};
-use crate::ffi::callbacks::hooks::{call_host_hook, fulmen_hook_context, fulmen_hook_fn};
+use crate::ffi::callbacks::hooks::{call_host_hook, fulmen_callback_list, fulmen_hook_context, fulmen_hook_fn};
 use crate::ffi::data::batch::{fulmen_batch, with_temp_handle};
 use crate::ffi::data::datasets::fulmen_loader;
 use crate::ffi::module::context::fulmen_step_context;
@@ -15,8 +15,8 @@ use crate::ffi::schedulers::scheduler::fulmen_scheduler;
 use crate::ffi::tensor::handle::{fulmen_tensor, tensor_arg};
 use crate::ffi::tensor::TensorScope;
 use crate::trainer::{
-    BatchSource, HookContext, Interval, LightningModule, OptimizerConfig, OptimizerSetup, SchedulerConfig, SharedModel,
-    StepContext,
+    BatchSource, Callback, Hook, HookContext, Interval, LightningModule, OptimizerConfig, OptimizerSetup,
+    SchedulerConfig, SharedModel, StepContext,
 };
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_void};
@@ -142,6 +142,47 @@ pub struct fulmen_module_vtable {
             n: *mut usize,
         ) -> *mut fulmen_error,
     >,
+    /// Evaluates a validation batch as `validation_step` and writes what it
+    /// returns (Lightning's return value, the `outputs` of
+    /// on_validation_batch_end, readable there with
+    /// `fulmen_hook_context_output`) to `*out`, or leaves it NULL; read as
+    /// `training_step`'s `*out`. Used in place of `validation_step` when
+    /// set. May be NULL. Added in 0.3; older, smaller vtables are accepted.
+    pub validation_step_output: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            ctx: *mut fulmen_step_context,
+            batch: *const fulmen_batch,
+            out: *mut *mut fulmen_tensor,
+        ) -> *mut fulmen_error,
+    >,
+    /// `test_step` with an output, as `validation_step_output` (the
+    /// `outputs` of on_test_batch_end). May be NULL. Added in 0.3.
+    pub test_step_output: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            ctx: *mut fulmen_step_context,
+            batch: *const fulmen_batch,
+            out: *mut *mut fulmen_tensor,
+        ) -> *mut fulmen_error,
+    >,
+    /// Lightning's `configure_model`: builds or changes the model in every
+    /// run (fit, validate, test, predict), after the setup hooks and
+    /// before configure_optimizers (and before a ckpt_path's weights
+    /// load), given the run's device (`fulmen_device_type` and index) to
+    /// create its tensors on. The strategy then places the model again
+    /// (moving what is elsewhere to the device, and for fit wrapping it
+    /// under DDP). May be NULL. Added in 0.3.
+    pub configure_model:
+        Option<unsafe extern "C" fn(userdata: *mut c_void, device_type: i32, device_index: i64) -> *mut fulmen_error>,
+    /// Lightning's `configure_callbacks`: adds callbacks with
+    /// `fulmen_callback_list_add`, called when every run starts (before
+    /// the setup hooks). They join the trainer's callbacks for this run and
+    /// the later ones; a trainer callback with the name of one added is
+    /// replaced (Lightning replaces callbacks of the same type), and
+    /// ModelCheckpoints still run last. May be NULL. Added in 0.3.
+    pub configure_callbacks:
+        Option<unsafe extern "C" fn(userdata: *mut c_void, callbacks: *mut fulmen_callback_list) -> *mut fulmen_error>,
 }
 
 /// The user's model logic: step functions, optimizer set-up, and the model
@@ -179,6 +220,12 @@ pub struct HostModule {
     on_hook: Option<fulmen_hook_fn>,
     pub(crate) train_dataloader: Option<fulmen_train_dataloader_fn>,
     pub(crate) val_dataloader: Option<fulmen_val_dataloader_fn>,
+    validation_step_output: Option<fulmen_step_fn>,
+    test_step_output: Option<fulmen_step_fn>,
+    configure_model: Option<unsafe extern "C" fn(*mut c_void, i32, i64) -> *mut fulmen_error>,
+    configure_callbacks: Option<unsafe extern "C" fn(*mut c_void, *mut fulmen_callback_list) -> *mut fulmen_error>,
+    /// The LightningModule-only hooks `on_hook` implements.
+    overridden: Vec<Hook>,
     model: Option<SharedModel>,
     hparams: BTreeMap<String, String>,
     automatic_optimization: bool,
@@ -239,7 +286,47 @@ impl LightningModule for HostModule {
     }
 
     fn has_validation_step(&self) -> bool {
-        self.validation_step.is_some()
+        self.validation_step.is_some() || self.validation_step_output.is_some()
+    }
+
+    fn validation_step_output(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
+        match self.validation_step_output {
+            Some(f) => self.call_step("validation_step", ctx, batch, |u, c, b, o| unsafe { f(u, c, b, o) }),
+            None => self.validation_step(ctx, batch).map(|()| None),
+        }
+    }
+
+    fn test_step_output(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
+        match self.test_step_output {
+            Some(f) => self.call_step("test_step", ctx, batch, |u, c, b, o| unsafe { f(u, c, b, o) }),
+            None => self.test_step(ctx, batch).map(|()| None),
+        }
+    }
+
+    fn overrides(&self, hook: Hook) -> bool {
+        self.on_hook.is_some() && self.overridden.contains(&hook)
+    }
+
+    fn has_configure_model(&self) -> bool {
+        self.configure_model.is_some()
+    }
+
+    fn configure_model(&mut self, device: crate::tensor::device::Device) -> Result<()> {
+        let Some(f) = self.configure_model else { return Ok(()) };
+        let d = crate::tensor::device::DeviceSpec::from_device(device);
+        let timer = HostCallTimer::start();
+        let _scope = TensorScope::enter();
+        host_error("configure_model", unsafe { f(self.userdata.ptr(), d.kind as i32, d.index) })?;
+        timer.check(|| "configure_model".to_string())
+    }
+
+    fn configure_callbacks(&mut self) -> Result<Vec<Box<dyn Callback>>> {
+        let Some(f) = self.configure_callbacks else { return Ok(Vec::new()) };
+        let _scope = TensorScope::enter();
+        let (list, err) =
+            with_temp_handle(fulmen_callback_list { callbacks: Vec::new() }, |l| unsafe { f(self.userdata.ptr(), l) });
+        host_error("configure_callbacks", err)?;
+        Ok(list.callbacks)
     }
 
     fn validation_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<()> {
@@ -248,7 +335,7 @@ impl LightningModule for HostModule {
     }
 
     fn has_test_step(&self) -> bool {
-        self.test_step.is_some()
+        self.test_step.is_some() || self.test_step_output.is_some()
     }
 
     fn test_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<()> {
@@ -320,6 +407,14 @@ pub unsafe extern "C" fn fulmen_lightning_module_new(
         let v = &read_vtable(vtable, v1_size, "fulmen_module_vtable")?;
         // Slots past the host's `struct_size` were copied as NULL.
         let (on_hook, train_dataloader, val_dataloader) = (v.on_hook, v.train_dataloader, v.val_dataloader);
+        if (v.validation_step.is_some() && v.validation_step_output.is_some())
+            || (v.test_step.is_some() && v.test_step_output.is_some())
+        {
+            return Err(Error::invalid(
+                "fulmen_module_vtable: set validation_step or validation_step_output (and test_step or \
+                 test_step_output), not both",
+            ));
+        }
         let model = if model.is_null() { None } else { Some(model_arg(model, "model")?.clone()) };
         let inner = HostModule {
             userdata: Userdata::new(v.userdata, v.userdata_free),
@@ -331,6 +426,11 @@ pub unsafe extern "C" fn fulmen_lightning_module_new(
             on_hook,
             train_dataloader,
             val_dataloader,
+            validation_step_output: v.validation_step_output,
+            test_step_output: v.test_step_output,
+            configure_model: v.configure_model,
+            configure_callbacks: v.configure_callbacks,
+            overridden: Vec::new(),
             model,
             hparams: BTreeMap::new(),
             automatic_optimization: true,
@@ -391,6 +491,46 @@ pub unsafe extern "C" fn fulmen_lightning_module_set_automatic_optimization(
 ) -> *mut fulmen_error {
     guard!(|| {
         handle::borrow_mut(module, "module")?.inner.automatic_optimization = enabled;
+        Ok(())
+    })
+}
+
+/// Declares that the module's `on_hook` implements (`overridden` true) or
+/// no longer implements a LightningModule-only hook (Lightning's
+/// overriding a method): FULMEN_HOOK_VALIDATION_MODEL_EVAL,
+/// _VALIDATION_MODEL_TRAIN, _TEST_MODEL_EVAL, _TEST_MODEL_TRAIN,
+/// _PREDICT_MODEL_EVAL, _VALIDATION_MODEL_ZERO_GRAD,
+/// _BEFORE_BATCH_TRANSFER, _TRANSFER_BATCH_TO_DEVICE,
+/// _AFTER_BATCH_TRANSFER. Only the module receives these hooks, and only
+/// when it overrides them: it then does what fulmen's default did (the
+/// model's eval / train mode, its gradients set to none, the batch moved
+/// to the device with `fulmen_hook_context_set_batch`). A module that does
+/// not override them keeps fulmen's defaults, and its `on_hook` never
+/// sees them. Not while a run uses the module.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`hook` is not one of those),
+/// FULMEN_CODE_INVALID_STATE (the module has no `on_hook`).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_lightning_module_override_hook(
+    module: *mut fulmen_lightning_module,
+    hook: i32,
+    overridden: bool,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let h = Hook::from_i32(hook).filter(|h| h.module_only()).ok_or_else(|| {
+            Error::invalid(format!(
+                "{hook} is not a LightningModule-only fulmen_hook (FULMEN_HOOK_VALIDATION_MODEL_EVAL .. \
+                 FULMEN_HOOK_AFTER_BATCH_TRANSFER)"
+            ))
+        })?;
+        let mut m = handle::borrow_mut(module, "module")?;
+        if m.inner.on_hook.is_none() {
+            return Err(Error::state(format!("{}: the module has no on_hook to implement it", h.name())));
+        }
+        m.inner.overridden.retain(|x| *x != h);
+        if overridden {
+            m.inner.overridden.push(h);
+        }
         Ok(())
     })
 }

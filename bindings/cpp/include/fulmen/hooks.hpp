@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace fulmen {
 
@@ -56,6 +57,17 @@ enum class Hook : int32_t {
     SaveCheckpoint = FULMEN_HOOK_SAVE_CHECKPOINT,                ///< on_save_checkpoint (checkpoint_set)
     LoadCheckpoint = FULMEN_HOOK_LOAD_CHECKPOINT,                ///< on_load_checkpoint (checkpoint_get)
     Exception = FULMEN_HOOK_EXCEPTION,                           ///< on_exception (exception_message)
+    // The LightningModule's only, when it overrides them
+    // (LightningModule::override_hook); fulmen's default runs otherwise.
+    ValidationModelEval = FULMEN_HOOK_VALIDATION_MODEL_EVAL,         ///< on_validation_model_eval
+    ValidationModelTrain = FULMEN_HOOK_VALIDATION_MODEL_TRAIN,       ///< on_validation_model_train
+    TestModelEval = FULMEN_HOOK_TEST_MODEL_EVAL,                     ///< on_test_model_eval
+    TestModelTrain = FULMEN_HOOK_TEST_MODEL_TRAIN,                   ///< on_test_model_train
+    PredictModelEval = FULMEN_HOOK_PREDICT_MODEL_EVAL,               ///< on_predict_model_eval
+    ValidationModelZeroGrad = FULMEN_HOOK_VALIDATION_MODEL_ZERO_GRAD, ///< on_validation_model_zero_grad
+    BeforeBatchTransfer = FULMEN_HOOK_BEFORE_BATCH_TRANSFER,         ///< on_before_batch_transfer (set_batch)
+    TransferBatchToDevice = FULMEN_HOOK_TRANSFER_BATCH_TO_DEVICE,    ///< transfer_batch_to_device (device, set_batch)
+    AfterBatchTransfer = FULMEN_HOOK_AFTER_BATCH_TRANSFER,           ///< on_after_batch_transfer (set_batch)
 };
 
 /// Lightning's name of `hook` ("on_train_epoch_end"); "" for a value that
@@ -125,8 +137,30 @@ public:
     Tensor batch(size_t index) const {
         return Tensor::make([&](fulmen_tensor** o) { return fulmen_hook_context_batch_get(ctx_, index, o); });
     }
+    /// Replaces the batch in Hook::BeforeBatchTransfer,
+    /// TransferBatchToDevice or AfterBatchTransfer (the hook's return value
+    /// in Lightning); the tensors are shared.
+    void set_batch(const std::vector<const Tensor*>& tensors) {
+        std::vector<const fulmen_tensor*> raw;
+        raw.reserve(tensors.size());
+        for (const Tensor* t : tensors) raw.push_back(t == nullptr ? nullptr : t->get());
+        check(fulmen_hook_context_set_batch(ctx_, raw.data(), raw.size()));
+    }
+    /// The run's root device as a (fulmen_device_type, index) pair
+    /// (transfer_batch_to_device's `device`).
+    std::pair<int32_t, int64_t> device() const {
+        int32_t type = 0;
+        int64_t index = 0;
+        check(fulmen_hook_context_device(ctx_, &type, &index));
+        return {type, index};
+    }
+    /// The optimizer's index in Hook::BeforeOptimizerStep and
+    /// BeforeZeroGrad (configure_optimizers' order), -1 elsewhere.
+    int64_t optimizer_index() const { return query<int64_t>(fulmen_hook_context_optimizer_index); }
+
     /// The hook's output: the loss (train batch end, before / after
-    /// backward) or the prediction (predict batch end); nullopt otherwise.
+    /// backward), the prediction (predict batch end) or what a validation /
+    /// test step returned (their batch end); nullopt otherwise.
     std::optional<Tensor> output() const {
         Tensor t = Tensor::make([&](fulmen_tensor** o) { return fulmen_hook_context_output(ctx_, o); });
         if (!t) return std::nullopt;

@@ -636,6 +636,13 @@ public:
         check(fulmen_lightning_module_set_automatic_optimization(get(), enabled));
         return *this;
     }
+    /// Declares that the module's on_hook implements (or no longer
+    /// implements) a LightningModule-only hook (Hook::ValidationModelEval
+    /// .. Hook::AfterBatchTransfer) in place of fulmen's default.
+    LightningModule& override_hook(Hook hook, bool overridden = true) {
+        check(fulmen_lightning_module_override_hook(get(), static_cast<int32_t>(hook), overridden));
+        return *this;
+    }
     /// Records a string literal hyperparameter.
     LightningModule& set_hparam(const std::string& key, const char* value) { return set_hparam(key, std::string(value)); }
     /// Records a numeric or bool hyperparameter (as text: 0.001, 64, true).
