@@ -156,6 +156,7 @@ struct fulmen_batch;
 struct fulmen_batch_builder;
 struct fulmen_batch_size_finder_options;
 struct fulmen_callback_context;
+struct fulmen_callback_list;
 struct fulmen_callback_vtable;
 struct fulmen_collectives;
 struct fulmen_conv2d_options;

@@ -189,6 +189,55 @@ typedef enum fulmen_hook {
    * is the one reported.
    */
   FULMEN_HOOK_EXCEPTION = 36,
+  /**
+   * `on_validation_model_eval`, the LightningModule's only: before
+   * `on_validation_start`. fulmen's default (the model in eval mode)
+   * runs unless the module overrides it.
+   */
+  FULMEN_HOOK_VALIDATION_MODEL_EVAL = 37,
+  /**
+   * `on_validation_model_train`, the LightningModule's only: after
+   * `on_validation_end`, called only when the module overrides it
+   * (otherwise fit's validation puts the model back in train mode).
+   */
+  FULMEN_HOOK_VALIDATION_MODEL_TRAIN = 38,
+  /**
+   * `on_test_model_eval`, the LightningModule's only: before
+   * `on_test_start` (default: eval mode).
+   */
+  FULMEN_HOOK_TEST_MODEL_EVAL = 39,
+  /**
+   * `on_test_model_train`, the LightningModule's only: after
+   * `on_test_end`, called only when the module overrides it.
+   */
+  FULMEN_HOOK_TEST_MODEL_TRAIN = 40,
+  /**
+   * `on_predict_model_eval`, the LightningModule's only: before
+   * `on_predict_start` (default: eval mode).
+   */
+  FULMEN_HOOK_PREDICT_MODEL_EVAL = 41,
+  /**
+   * `on_validation_model_zero_grad`, the LightningModule's only: in fit,
+   * before a validation that follows an optimizer step (default: the
+   * model's gradients set to none).
+   */
+  FULMEN_HOOK_VALIDATION_MODEL_ZERO_GRAD = 42,
+  /**
+   * `on_before_batch_transfer`, the LightningModule's only: the batch as
+   * loaded, before it moves to the device; the hook may replace it.
+   */
+  FULMEN_HOOK_BEFORE_BATCH_TRANSFER = 43,
+  /**
+   * `transfer_batch_to_device`, the LightningModule's only: when the
+   * module overrides it, it replaces fulmen's move of the batch to the
+   * run's device (readable in the context) and sets the moved batch.
+   */
+  FULMEN_HOOK_TRANSFER_BATCH_TO_DEVICE = 44,
+  /**
+   * `on_after_batch_transfer`, the LightningModule's only: the batch on
+   * the device, before the step; the hook may replace it.
+   */
+  FULMEN_HOOK_AFTER_BATCH_TRANSFER = 45,
 } fulmen_hook;
 
 /**
@@ -204,6 +253,12 @@ typedef enum fulmen_mode {
    */
   FULMEN_MODE_MAX = 1,
 } fulmen_mode;
+
+/**
+ * The callbacks a LightningModule's `configure_callbacks` adds (see
+ * `fulmen_module_vtable`). Borrowed: valid only during that callback.
+ */
+typedef struct fulmen_callback_list fulmen_callback_list;
 
 /**
  * What a hook call sees: the hook's trainer state and data. Borrowed:
@@ -448,6 +503,32 @@ typedef struct fulmen_stochastic_weight_averaging_options {
 } fulmen_stochastic_weight_averaging_options;
 
 /**
+ * A host callback: receives every hook (`fulmen_hook`) through `on_hook`
+ * on the thread running the trainer. Set `struct_size` to
+ * `sizeof(fulmen_callback_vtable)`.
+ */
+typedef struct fulmen_callback_vtable {
+  /**
+   * `sizeof(fulmen_callback_vtable)`.
+   */
+  size_t struct_size;
+  /**
+   * Passed to `on_hook`.
+   */
+  void *userdata;
+  /**
+   * Called once when the trainer that holds the callback is freed; may
+   * be NULL.
+   */
+  void (*userdata_free)(void*);
+  /**
+   * Called for every hook; return NULL, or an error to stop the run.
+   * Required.
+   */
+  struct fulmen_error *(*on_hook)(void *userdata, int32_t hook, struct fulmen_hook_context *ctx);
+} fulmen_callback_vtable;
+
+/**
  * Lightning's `write_on_batch_end`: writes one predict batch's
  * `prediction` (NULL when predict_step returned none), given the dataset
  * indices of its samples (`batch_indices[0..n_batch_indices]`; NULL and 0
@@ -482,32 +563,6 @@ typedef struct fulmen_error *(*fulmen_prediction_epoch_fn)(void *userdata,
                                                            size_t n_batches,
                                                            const int64_t *batch_indices,
                                                            const size_t *batch_index_counts);
-
-/**
- * A host callback: receives every hook (`fulmen_hook`) through `on_hook`
- * on the thread running the trainer. Set `struct_size` to
- * `sizeof(fulmen_callback_vtable)`.
- */
-typedef struct fulmen_callback_vtable {
-  /**
-   * `sizeof(fulmen_callback_vtable)`.
-   */
-  size_t struct_size;
-  /**
-   * Passed to `on_hook`.
-   */
-  void *userdata;
-  /**
-   * Called once when the trainer that holds the callback is freed; may
-   * be NULL.
-   */
-  void (*userdata_free)(void*);
-  /**
-   * Called for every hook; return NULL, or an error to stop the run.
-   * Required.
-   */
-  struct fulmen_error *(*on_hook)(void *userdata, int32_t hook, struct fulmen_hook_context *ctx);
-} fulmen_callback_vtable;
 
 #ifdef __cplusplus
 extern "C" {
@@ -752,13 +807,56 @@ struct fulmen_error *fulmen_hook_context_batch_get(const struct fulmen_hook_cont
 
 /**
  * Writes a handle to the hook's output: the loss (training batch end,
- * before / after backward) or the prediction (predict batch end); NULL
- * when the hook has none.
+ * before / after backward), the prediction (predict batch end) or the
+ * tensor a validation / test step wrote (their batch end, with the
+ * `validation_step_output` / `test_step_output` slots of
+ * `fulmen_module_vtable`); NULL when the hook has none.
  *
  * Errors: the common ones only.
  */
 struct fulmen_error *fulmen_hook_context_output(const struct fulmen_hook_context *ctx,
                                                 struct fulmen_tensor **out);
+
+/**
+ * In on_before_batch_transfer, transfer_batch_to_device or
+ * on_after_batch_transfer (the LightningModule's, see
+ * `fulmen_lightning_module_override_hook`): replaces the batch with the
+ * `n` tensors of `tensors` (shared: the host keeps its handles), as the
+ * hook's return value in Lightning; the run goes on with them (the step
+ * and the later hooks see them). Not calling it keeps the batch, except
+ * in an overridden transfer_batch_to_device, which must set the moved
+ * batch.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (another hook),
+ * FULMEN_CODE_INVALID_ARGUMENT (`n` is 0), FULMEN_CODE_NULL_ARGUMENT
+ * (`tensors` or one of its handles NULL).
+ */
+struct fulmen_error *fulmen_hook_context_set_batch(struct fulmen_hook_context *ctx,
+                                                   const struct fulmen_tensor *const *tensors,
+                                                   size_t n);
+
+/**
+ * Writes the run's root device as a `fulmen_device_type` and an index
+ * (Lightning's `device` argument of transfer_batch_to_device).
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (the hook has no run device: outside
+ * a run's hooks).
+ */
+struct fulmen_error *fulmen_hook_context_device(const struct fulmen_hook_context *ctx,
+                                                int32_t *type_out,
+                                                int64_t *index_out);
+
+/**
+ * Writes the index (in configure_optimizers' order) of the optimizer of
+ * on_before_optimizer_step or on_before_zero_grad (Lightning's
+ * `optimizer` argument): 0 under automatic optimization, which steps its
+ * optimizers together; the stepping one's under manual optimization. -1
+ * for the other hooks, and in a fit with no optimizer.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_hook_context_optimizer_index(const struct fulmen_hook_context *ctx,
+                                                         int64_t *out);
 
 /**
  * In `on_save_checkpoint`: stores `value` under `key` in the checkpoint.
@@ -797,6 +895,21 @@ struct fulmen_error *fulmen_hook_context_exception(const struct fulmen_hook_cont
                                                    char *buf,
                                                    size_t capacity,
                                                    size_t *len_out);
+
+/**
+ * Adds a host callback named `name` (its kind: a trainer callback of the
+ * same name is replaced for the run, as Lightning replaces callbacks of
+ * the module's callbacks' types), read from `vtable` as for
+ * `fulmen_trainer_add_callback`. On success the callback owns
+ * `userdata` (its `userdata_free` runs when the trainer is freed or the
+ * callback replaced); on failure nothing is taken.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`name` empty or not UTF-8,
+ * `on_hook` NULL, `struct_size` too small).
+ */
+struct fulmen_error *fulmen_callback_list_add(struct fulmen_callback_list *list,
+                                              const char *name,
+                                              const struct fulmen_callback_vtable *vtable);
 
 /**
  * Adds Lightning's `BasePredictionWriter` with host functions: during

@@ -220,6 +220,45 @@ typedef struct fulmen_module_vtable {
                                          struct fulmen_loader **out,
                                          size_t capacity,
                                          size_t *n);
+  /**
+   * Evaluates a validation batch as `validation_step` and writes what it
+   * returns (Lightning's return value, the `outputs` of
+   * on_validation_batch_end, readable there with
+   * `fulmen_hook_context_output`) to `*out`, or leaves it NULL; read as
+   * `training_step`'s `*out`. Used in place of `validation_step` when
+   * set. May be NULL. Added in 0.3; older, smaller vtables are accepted.
+   */
+  struct fulmen_error *(*validation_step_output)(void *userdata,
+                                                 struct fulmen_step_context *ctx,
+                                                 const struct fulmen_batch *batch,
+                                                 struct fulmen_tensor **out);
+  /**
+   * `test_step` with an output, as `validation_step_output` (the
+   * `outputs` of on_test_batch_end). May be NULL. Added in 0.3.
+   */
+  struct fulmen_error *(*test_step_output)(void *userdata,
+                                           struct fulmen_step_context *ctx,
+                                           const struct fulmen_batch *batch,
+                                           struct fulmen_tensor **out);
+  /**
+   * Lightning's `configure_model`: builds or changes the model in every
+   * run (fit, validate, test, predict), after the setup hooks and
+   * before configure_optimizers (and before a ckpt_path's weights
+   * load), given the run's device (`fulmen_device_type` and index) to
+   * create its tensors on. The strategy then places the model again
+   * (moving what is elsewhere to the device, and for fit wrapping it
+   * under DDP). May be NULL. Added in 0.3.
+   */
+  struct fulmen_error *(*configure_model)(void *userdata, int32_t device_type, int64_t device_index);
+  /**
+   * Lightning's `configure_callbacks`: adds callbacks with
+   * `fulmen_callback_list_add`, called when every run starts (before
+   * the setup hooks). They join the trainer's callbacks for this run and
+   * the later ones; a trainer callback with the name of one added is
+   * replaced (Lightning replaces callbacks of the same type), and
+   * ModelCheckpoints still run last. May be NULL. Added in 0.3.
+   */
+  struct fulmen_error *(*configure_callbacks)(void *userdata, struct fulmen_callback_list *callbacks);
 } fulmen_module_vtable;
 
 /**
@@ -356,6 +395,27 @@ struct fulmen_error *fulmen_lightning_module_set_hparam(struct fulmen_lightning_
  */
 struct fulmen_error *fulmen_lightning_module_set_automatic_optimization(struct fulmen_lightning_module *module,
                                                                         bool enabled);
+
+/**
+ * Declares that the module's `on_hook` implements (`overridden` true) or
+ * no longer implements a LightningModule-only hook (Lightning's
+ * overriding a method): FULMEN_HOOK_VALIDATION_MODEL_EVAL,
+ * _VALIDATION_MODEL_TRAIN, _TEST_MODEL_EVAL, _TEST_MODEL_TRAIN,
+ * _PREDICT_MODEL_EVAL, _VALIDATION_MODEL_ZERO_GRAD,
+ * _BEFORE_BATCH_TRANSFER, _TRANSFER_BATCH_TO_DEVICE,
+ * _AFTER_BATCH_TRANSFER. Only the module receives these hooks, and only
+ * when it overrides them: it then does what fulmen's default did (the
+ * model's eval / train mode, its gradients set to none, the batch moved
+ * to the device with `fulmen_hook_context_set_batch`). A module that does
+ * not override them keeps fulmen's defaults, and its `on_hook` never
+ * sees them. Not while a run uses the module.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`hook` is not one of those),
+ * FULMEN_CODE_INVALID_STATE (the module has no `on_hook`).
+ */
+struct fulmen_error *fulmen_lightning_module_override_hook(struct fulmen_lightning_module *module,
+                                                           int32_t hook,
+                                                           bool overridden);
 
 /**
  * Writes Lightning's `trainer.estimated_stepping_batches`: the optimizer

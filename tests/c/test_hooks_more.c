@@ -76,6 +76,15 @@ static fulmen_error *validation_step(void *ud, fulmen_step_context *ctx, const f
     return fixture_cross_entropy(r->model, batch, out);
 }
 
+/* predict_step: the model's output for the batch's features. */
+static fulmen_error *predict_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    rec *r = ud;
+    (void)ctx;
+    fulmen_tensor *x = NULL;
+    CHECK_OK(fulmen_batch_get(batch, 0, &x));
+    return fulmen_model_forward(r->model, x, out);
+}
+
 static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *config) {
     rec *r = ud;
     r->optimizers_configured++;
@@ -199,6 +208,7 @@ static fulmen_lightning_module *module_for(rec *r) {
     vt.training_step = training_step;
     vt.validation_step_output = validation_step;
     vt.test_step_output = validation_step;
+    vt.predict_step = predict_step;
     vt.configure_optimizers = configure_optimizers;
     vt.on_hook = mod_hook;
     vt.configure_model = configure_model;

@@ -5,9 +5,9 @@ use crate::error::{Error, Result};
 use crate::ffi::base::error::{fulmen_error, guard, str_arg};
 use crate::ffi::base::handle::{self, check_out, write_out, Handle};
 use crate::ffi::nn::model::copy_str;
-use crate::ffi::tensor::handle::{fulmen_tensor, slice_arg, tensor_arg};
+use crate::ffi::loggers::media_args::{histogram_args, image_args, text_args};
+use crate::ffi::tensor::handle::{fulmen_tensor, slice_arg};
 use crate::ffi::trainer::runs::fulmen_trainer;
-use crate::loggers::tensorboard::media;
 use crate::loggers::{FileLogger, FileLoggerKind, Logger, SharedFileLogger, Version};
 use std::collections::BTreeMap;
 use std::ffi::c_char;
@@ -56,24 +56,6 @@ unsafe fn metrics_arg(names: *const *const c_char, values: *const f64, n: usize)
         out.insert(name.to_string(), *v);
     }
     Ok(out)
-}
-
-/// A non-empty tag.
-pub(crate) unsafe fn tag_arg<'a>(tag: *const c_char) -> Result<&'a str> {
-    let t = str_arg(tag, "tag")?;
-    if t.is_empty() {
-        return Err(Error::invalid("argument `tag` is empty"));
-    }
-    Ok(t)
-}
-
-/// `dataformats`, "CHW" when NULL.
-pub(crate) unsafe fn dataformats_arg<'a>(dataformats: *const c_char) -> Result<&'a str> {
-    if dataformats.is_null() {
-        Ok("CHW")
-    } else {
-        str_arg(dataformats, "dataformats")
-    }
 }
 
 /// Creates a CSV logger writing `metrics.csv` and `hparams.yaml` under
@@ -322,9 +304,7 @@ pub unsafe extern "C" fn fulmen_logger_add_image(
     dataformats: *const c_char,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let tag = tag_arg(tag)?;
-        let image = tensor_arg(image, "image")?;
-        let m = media::image(&image, dataformats_arg(dataformats)?)?;
+        let (tag, m) = image_args(tag, image, dataformats)?;
         with_logger(logger, |l| l.add_media_at(tag, &m, step))
     })
 }
@@ -346,9 +326,7 @@ pub unsafe extern "C" fn fulmen_logger_add_histogram(
     step: i64,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let tag = tag_arg(tag)?;
-        let values = tensor_arg(values, "values")?;
-        let m = media::histogram(&values)?;
+        let (tag, m) = histogram_args(tag, values)?;
         with_logger(logger, |l| l.add_media_at(tag, &m, step))
     })
 }
@@ -367,8 +345,7 @@ pub unsafe extern "C" fn fulmen_logger_add_text(
     step: i64,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let tag = tag_arg(tag)?;
-        let m = media::text(str_arg(text, "text")?);
+        let (tag, m) = text_args(tag, text)?;
         with_logger(logger, |l| l.add_media_at(tag, &m, step))
     })
 }

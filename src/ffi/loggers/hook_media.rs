@@ -2,11 +2,10 @@
 //! TensorBoard logger (Lightning's `self.logger.experiment.add_image(...)`
 //! in a hook).
 use crate::error::Result;
-use crate::ffi::base::error::{fulmen_error, guard, str_arg};
+use crate::ffi::base::error::{fulmen_error, guard};
 use crate::ffi::callbacks::hooks::{ctx_mut, fulmen_hook_context};
-use crate::ffi::loggers::file_logger::{dataformats_arg, tag_arg};
-use crate::ffi::tensor::handle::{fulmen_tensor, tensor_arg};
-use crate::loggers::tensorboard::media;
+use crate::ffi::loggers::media_args::{histogram_args, image_args, text_args};
+use crate::ffi::tensor::handle::fulmen_tensor;
 use crate::loggers::Media;
 use std::ffi::c_char;
 
@@ -40,9 +39,7 @@ pub unsafe extern "C" fn fulmen_hook_context_add_image(
     dataformats: *const c_char,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let t = tag_arg(tag)?;
-        let image = tensor_arg(image, "image")?;
-        let m = media::image(&image, dataformats_arg(dataformats)?)?;
+        let (t, m) = image_args(tag, image, dataformats)?;
         add(ctx, t, m, step)
     })
 }
@@ -62,9 +59,7 @@ pub unsafe extern "C" fn fulmen_hook_context_add_histogram(
     step: i64,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let t = tag_arg(tag)?;
-        let values = tensor_arg(values, "values")?;
-        let m = media::histogram(&values)?;
+        let (t, m) = histogram_args(tag, values)?;
         add(ctx, t, m, step)
     })
 }
@@ -84,8 +79,7 @@ pub unsafe extern "C" fn fulmen_hook_context_add_text(
     step: i64,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let t = tag_arg(tag)?;
-        let m = media::text(str_arg(text, "text")?);
+        let (t, m) = text_args(tag, text)?;
         add(ctx, t, m, step)
     })
 }

@@ -4,6 +4,7 @@
 //! histograms and texts logged from hooks.
 pub mod file_logger;
 pub mod hook_media;
+mod media_args;
 
 use crate::error::Result;
 use crate::ffi::base::callback::{call_host, read_vtable, Userdata};
