@@ -217,10 +217,96 @@ pub fn create_next_numbered_dir(base: &Path, prefix: &str) -> Result<PathBuf> {
     Err(Error::io(format!("creating a new {prefix}N folder in {}: every candidate was taken", base.display())))
 }
 
+/// Makes `link` a symlink to `target` (by file name when both share a
+/// folder, else by absolute path), replacing the file or symlink at
+/// `link` without following it: the symlink is made under a unique
+/// temporary name and renamed over `link` (a folder there is an error).
+/// Where the filesystem refuses symlinks, `link` becomes an atomic copy of
+/// `target` instead (Lightning's `_link_checkpoint`).
+pub fn replace_with_link(target: &Path, link: &Path) -> Result<()> {
+    let io = |e: std::io::Error| Error::io(format!("linking {} to {}: {e}", link.display(), target.display()));
+    let tmp = unique_tmp(link);
+    match std::os::unix::fs::symlink(link_text(target, link).map_err(io)?, &tmp) {
+        Ok(()) => std::fs::rename(&tmp, link).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            io(e)
+        }),
+        Err(e) if refuses_symlinks(&e) => copy_atomic(target, link),
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// What a symlink at `link` holds to reach `target`: its file name when
+/// both are in the same folder, else its absolute path.
+fn link_text(target: &Path, link: &Path) -> std::io::Result<PathBuf> {
+    let folder = |p: &Path| p.parent().filter(|d| !d.as_os_str().is_empty()).map(Path::to_path_buf);
+    match (folder(target), folder(link), target.file_name()) {
+        (a, b, Some(name)) if a == b => Ok(PathBuf::from(name)),
+        _ if target.is_absolute() => Ok(target.to_path_buf()),
+        _ => Ok(std::env::current_dir()?.join(target)),
+    }
+}
+
+/// Whether a symlink error says the filesystem does not make symlinks.
+fn refuses_symlinks(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EPERM | libc::EOPNOTSUPP | libc::ENOSYS))
+}
+
+/// Replaces `to` atomically (see [`write_atomic_with`]) with a copy of the
+/// regular file `from`.
+pub fn copy_atomic(from: &Path, to: &Path) -> Result<()> {
+    let mut src = open_regular(from).map_err(|e| Error::io(format!("reading {}: {e}", from.display())))?;
+    write_atomic_with(to, |f| {
+        std::io::copy(&mut src, f)
+            .map(|_| ())
+            .map_err(|e| Error::io(format!("copying {} to {}: {e}", from.display(), to.display())))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::test_dirs::TempDir;
+
+    #[test]
+    fn links_replace_a_planted_symlink_not_its_target() {
+        let d = TempDir::new("fs-safe-link");
+        let victim = d.join("victim.txt");
+        std::fs::write(&victim, "precious").unwrap();
+        let ckpt = d.join("epoch=0-step=2.ckpt");
+        std::fs::write(&ckpt, "weights").unwrap();
+        let last = d.join("last.ckpt");
+        std::os::unix::fs::symlink(&victim, &last).unwrap();
+        replace_with_link(&ckpt, &last).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(std::fs::read_link(&last).unwrap(), PathBuf::from("epoch=0-step=2.ckpt"));
+        assert_eq!(std::fs::read_to_string(&last).unwrap(), "weights");
+        // A regular file there is replaced too; a folder is an error.
+        std::fs::remove_file(&last).unwrap();
+        std::fs::write(&last, "old").unwrap();
+        replace_with_link(&ckpt, &last).unwrap();
+        assert!(std::fs::symlink_metadata(&last).unwrap().file_type().is_symlink());
+        let folder = d.join("folder.ckpt");
+        std::fs::create_dir(&folder).unwrap();
+        let e = replace_with_link(&ckpt, &folder).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Io);
+        assert!(folder.is_dir());
+    }
+
+    #[test]
+    fn the_copy_fallback_writes_a_regular_file() {
+        let d = TempDir::new("fs-safe-copy");
+        let ckpt = d.join("a.ckpt");
+        std::fs::write(&ckpt, "weights").unwrap();
+        let last = d.join("last.ckpt");
+        std::os::unix::fs::symlink(d.join("victim"), &last).unwrap();
+        copy_atomic(&ckpt, &last).unwrap();
+        assert!(!d.join("victim").exists());
+        assert_eq!(std::fs::read_to_string(&last).unwrap(), "weights");
+        assert!(refuses_symlinks(&std::io::Error::from_raw_os_error(libc::EPERM)));
+        assert!(!refuses_symlinks(&std::io::Error::from_raw_os_error(libc::ENOENT)));
+        assert_eq!(copy_atomic(&d.join("missing"), &last).unwrap_err().code, ErrorCode::Io);
+    }
 
     #[test]
     fn atomic_write_replaces_a_planted_symlink_not_its_target() {

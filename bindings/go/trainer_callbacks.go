@@ -340,3 +340,32 @@ func (t *Trainer) AddThroughputMonitor(windowSize int, separator string) error {
 	runtime.KeepAlive(t)
 	return err
 }
+
+// AddThroughputMonitorFlops is AddThroughputMonitor with FLOP metrics
+// (Lightning's flops_per_batch): flopsPerBatch is the FLOPs of one batch
+// on one device, availableFlops the device's peak FLOPs per second (0: no
+// MFU; see AvailableFlops). It also logs "train/device/flops_per_sec",
+// "train/device/mfu" and, with several ranks, "train/flops_per_sec".
+func (t *Trainer) AddThroughputMonitorFlops(windowSize int, separator string, flopsPerBatch, availableFlops float64) error {
+	if windowSize < 0 {
+		return &Error{Code: CodeInvalidArgument, Message: "AddThroughputMonitorFlops: negative window size"}
+	}
+	s := optCString(separator)
+	defer freeCString(s)
+	err := check(C.fulmen_trainer_add_throughput_monitor_flops(t.ptr(), C.size_t(windowSize), s, C.double(flopsPerBatch), C.double(availableFlops)))
+	runtime.KeepAlive(t)
+	return err
+}
+
+// AvailableFlops is the peak FLOPs per second of the CUDA device named
+// deviceName for dtype ("float32", "tfloat32", "bfloat16", ...), from
+// Lightning's table; 0 when the table does not know them.
+func AvailableFlops(deviceName, dtype string) (float64, error) {
+	n := cString(deviceName)
+	defer freeCString(n)
+	d := cString(dtype)
+	defer freeCString(d)
+	var out C.double
+	err := check(C.fulmen_available_flops(n, d, &out))
+	return float64(out), err
+}

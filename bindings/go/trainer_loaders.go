@@ -87,6 +87,31 @@ func (t *Trainer) PredictLoaders(ctx context.Context, module *LightningModule, l
 	return result, nil
 }
 
+// PredictBatches is Lightning's trainer.predict: each batch's prediction
+// in order (a *Tensor, nil when the step returned none, or a Tuple when
+// predict_step added tensors with StepContext.AddPrediction) in a []any;
+// with several loaders, a []any holding one such []any per loader. With
+// returnPredictions false nothing is kept and the result is nil.
+func (t *Trainer) PredictBatches(ctx context.Context, module *LightningModule, loaders []*Loader, returnPredictions bool, opts ...RunOption) (any, error) {
+	var out *C.fulmen_value
+	err := t.withLoaders(ctx, module, loaders, opts, func(first **C.fulmen_loader, n C.size_t, ckpt *C.char) *C.fulmen_error {
+		return C.fulmen_trainer_predict_batches(t.ptr(), module.ptr(), first, n, ckpt, C.bool(returnPredictions), &out)
+	})
+	if err != nil || out == nil {
+		return nil, err
+	}
+	return goValue(out)
+}
+
+// AddPrediction, in predict_step, adds tensor to the batch's prediction,
+// which becomes a Tuple (the returned tensor, if any, first), as
+// Lightning's predict_step returning a tuple; see PredictBatches.
+func (c *StepContext) AddPrediction(tensor *Tensor) error {
+	err := check(C.fulmen_step_context_add_prediction(c.ptr(), tensor.ptr()))
+	runtime.KeepAlive(tensor)
+	return err
+}
+
 // DataloaderIdx is the evaluation loader of the running step when a run
 // has several (0 with one, and in training).
 func (c *StepContext) DataloaderIdx() (int, error) {

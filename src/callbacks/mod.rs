@@ -10,6 +10,7 @@ mod backbone_finetuning_tests;
 pub mod device_stats;
 pub mod early_stopping;
 pub mod filename;
+pub mod flops_table;
 pub mod grad_accumulation;
 pub mod lr_monitor;
 pub mod model_checkpoint;

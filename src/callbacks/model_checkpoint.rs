@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::trainer::hooks::{Callback, Hook, HookContext};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 /// Checkpoint file extension (Lightning's, whichever `checkpoint_format` fills it).
 pub const EXTENSION: &str = ".ckpt";
@@ -37,6 +38,21 @@ pub struct ModelCheckpointOptions {
     /// Save at the end of training epochs instead of after validation;
     /// `None` decides as Lightning does.
     pub save_on_train_epoch_end: Option<bool>,
+    /// Save when this many seconds of training passed since the last
+    /// time-triggered save (checked at each training batch end); `None`:
+    /// off. Excludes `every_n_train_steps`, and `every_n_epochs` other
+    /// than 0 or its default 1 (then off), as Lightning's.
+    pub train_time_interval: Option<f64>,
+    /// On a failure during fit, save a checkpoint (and `last`), as
+    /// Lightning's `save_on_exception`.
+    pub save_on_exception: bool,
+    /// A name that exists gets a `-v1`, `-v2`... suffix (default true);
+    /// false overwrites it.
+    pub enable_version_counter: bool,
+    /// With `save_last`, `last.ckpt` is a symlink to the newest checkpoint
+    /// saved (Lightning's `save_last="link"`; a copy where the filesystem
+    /// refuses symlinks).
+    pub save_last_link: bool,
 }
 
 impl Default for ModelCheckpointOptions {
@@ -53,6 +69,10 @@ impl Default for ModelCheckpointOptions {
             save_weights_only: false,
             auto_insert_metric_name: true,
             save_on_train_epoch_end: None,
+            train_time_interval: None,
+            save_on_exception: false,
+            enable_version_counter: true,
+            save_last_link: false,
         }
     }
 }
@@ -70,6 +90,10 @@ pub struct ModelCheckpoint {
     /// Path of the last checkpoint written.
     pub last_model_path: String,
     last_global_step_saved: i64,
+    /// The last file this callback wrote (Lightning's `_last_checkpoint_saved`).
+    last_checkpoint_saved: String,
+    /// When the time trigger last fired (or training began).
+    last_time_checked: Option<Instant>,
 }
 
 impl ModelCheckpoint {
@@ -87,6 +111,7 @@ impl ModelCheckpoint {
                 opts.save_top_k
             )));
         }
+        check_time_interval(&opts)?;
         if let Some(template) = &opts.filename {
             // A bad template fails now, not at the first save.
             format_name(template, &BTreeMap::new(), opts.auto_insert_metric_name)?;
@@ -99,6 +124,8 @@ impl ModelCheckpoint {
             best_model_score: None,
             last_model_path: String::new(),
             last_global_step_saved: -1,
+            last_checkpoint_saved: String::new(),
+            last_time_checked: None,
         })
     }
 
@@ -144,7 +171,8 @@ impl ModelCheckpoint {
         let name = format_name(template, &Self::metrics_for_name(ctx), self.opts.auto_insert_metric_name)?;
         let mut path = dir.join(format!("{name}{EXTENSION}"));
         let mut version = 1;
-        while path.exists()
+        while self.opts.enable_version_counter
+            && path.exists()
             && !self.best_k_models.contains_key(&path.to_string_lossy().to_string())
             && path.to_string_lossy() != self.last_model_path
         {
@@ -160,18 +188,63 @@ impl ModelCheckpoint {
             Some(monitor) => self.save_top_k(ctx, &monitor, &template)?,
             None => self.save_latest(ctx, &template)?,
         }
-        if self.opts.save_last {
-            let path = self
-                .dirpath
-                .as_ref()
-                .map(|d| d.join(format!("last{EXTENSION}")))
-                .ok_or_else(|| Error::state("no folder"))?;
-            ctx.state.save_requests.push((path.clone(), self.opts.save_weights_only));
-            ctx.state.checkpoint_notices.push(path.clone());
-            self.last_model_path = path.to_string_lossy().to_string();
-        }
+        self.save_last(ctx)?;
         self.last_global_step_saved = ctx.state.global_step;
         Ok(())
+    }
+
+    /// Asks for a checkpoint at `path` and remembers it as the last written.
+    fn request_save(&mut self, ctx: &mut HookContext, path: &Path) {
+        ctx.state.save_requests.push((path.to_path_buf(), self.opts.save_weights_only));
+        ctx.state.checkpoint_notices.push(path.to_path_buf());
+        self.last_checkpoint_saved = path.to_string_lossy().to_string();
+    }
+
+    /// Lightning's `_save_last_checkpoint`: `last.ckpt` saved, or with
+    /// `save_last_link` a link to the last checkpoint written (when there
+    /// is one and `save_top_k` is not 0).
+    fn save_last(&mut self, ctx: &mut HookContext) -> Result<()> {
+        if !self.opts.save_last {
+            return Ok(());
+        }
+        let path = self
+            .dirpath
+            .as_ref()
+            .map(|d| d.join(format!("last{EXTENSION}")))
+            .ok_or_else(|| Error::state("ModelCheckpoint has no folder yet"))?;
+        self.last_model_path = path.to_string_lossy().to_string();
+        let target = PathBuf::from(&self.last_checkpoint_saved);
+        if self.opts.save_last_link && self.opts.save_top_k != 0 && !self.last_checkpoint_saved.is_empty() {
+            if target != path {
+                ctx.state.link_requests.push((target, path));
+            }
+        } else {
+            self.request_save(ctx, &path);
+        }
+        Ok(())
+    }
+
+    /// Lightning's `on_exception` with `save_on_exception`: a checkpoint
+    /// named by the template (no version suffix) and `last`.
+    fn save_on_exception(&mut self, ctx: &mut HookContext) -> Result<()> {
+        let template = self.opts.filename.clone().unwrap_or_else(|| "{epoch}-{step}".to_string());
+        let dir = self.dirpath.clone().ok_or_else(|| Error::state("ModelCheckpoint has no folder yet"))?;
+        let name = format_name(&template, &Self::metrics_for_name(ctx), self.opts.auto_insert_metric_name)?;
+        let path = dir.join(format!("{name}{EXTENSION}"));
+        self.request_save(ctx, &path);
+        self.last_global_step_saved = ctx.state.global_step;
+        self.save_last(ctx)
+    }
+
+    /// Whether the time trigger fires now (moving its clock on when it does).
+    fn time_due(&mut self) -> bool {
+        let Some(interval) = self.opts.train_time_interval else { return false };
+        let now = Instant::now();
+        let due = self.last_time_checked.is_some_and(|t| now.duration_since(t).as_secs_f64() >= interval);
+        if due {
+            self.last_time_checked = Some(now);
+        }
+        due
     }
 
     /// Lightning's `_should_remove_checkpoint`, stricter: the previous file
@@ -207,8 +280,7 @@ impl ModelCheckpoint {
             self.remove_previous(ctx, &previous, &path);
             self.best_k_models.remove(&previous);
         }
-        ctx.state.save_requests.push((path.clone(), self.opts.save_weights_only));
-        ctx.state.checkpoint_notices.push(path);
+        self.request_save(ctx, &path);
         self.best_k_models.insert(key.clone(), ctx.state.global_step as f64);
         self.best_model_path = key;
         Ok(())
@@ -233,8 +305,7 @@ impl ModelCheckpoint {
         }
         let path = self.path_for(ctx, template)?;
         let key = path.to_string_lossy().to_string();
-        ctx.state.save_requests.push((path.clone(), self.opts.save_weights_only));
-        ctx.state.checkpoint_notices.push(path.clone());
+        self.request_save(ctx, &path);
         self.best_k_models.insert(key, current);
         if k > 0 && self.best_k_models.len() as i64 > k {
             if let Some((p, _)) = self.worst_kept() {
@@ -279,11 +350,12 @@ impl Callback for ModelCheckpoint {
         let o = &self.opts;
         Some(format!(
             "ModelCheckpoint{{'monitor': {}, 'mode': '{}', 'every_n_train_steps': {}, 'every_n_epochs': {}, \
-             'train_time_interval': None}}",
+             'train_time_interval': {}}}",
             crate::checkpoint::lightning::py_repr_opt(o.monitor.as_deref()),
             o.mode.as_str(),
             o.every_n_train_steps,
-            o.every_n_epochs
+            self.effective_every_n_epochs(),
+            o.train_time_interval.map_or_else(|| "None".to_string(), py_timedelta_repr)
         ))
     }
 
@@ -293,11 +365,19 @@ impl Callback for ModelCheckpoint {
                 let base = ctx.state.log_dir.clone().unwrap_or_else(|| ctx.state.root_dir.clone());
                 self.dirpath = Some(base.join("checkpoints"));
             }
+            Hook::TrainStart => self.last_time_checked = Some(Instant::now()),
             Hook::TrainBatchEnd => {
                 let n = self.opts.every_n_train_steps;
-                if n > 0 && !self.skip(ctx) && ctx.state.global_step > 0 && ctx.state.global_step % n == 0 {
+                let step_due = n > 0 && ctx.state.global_step > 0 && ctx.state.global_step % n == 0;
+                // As Lightning, the time trigger's clock moves on even when
+                // the save is then skipped.
+                let time_due = self.time_due();
+                if (step_due || time_due) && !self.skip(ctx) {
                     self.save(ctx)?;
                 }
+            }
+            Hook::Exception if ctx.stage == "fit" && self.should_save_on_exception(ctx) => {
+                self.save_on_exception(ctx)?
             }
             Hook::TrainEpochEnd if self.save_on_train_epoch_end(ctx) && self.epoch_trigger(ctx) => self.save(ctx)?,
             Hook::ValidationEnd
@@ -433,7 +513,96 @@ fn same_file(a: &Path, b: &Path) -> bool {
 impl ModelCheckpoint {
     /// Whether an epoch-end trigger should save now.
     fn epoch_trigger(&self, ctx: &HookContext) -> bool {
-        let n = self.opts.every_n_epochs;
+        let n = self.effective_every_n_epochs();
         !self.skip(ctx) && self.opts.every_n_train_steps == 0 && n > 0 && (ctx.state.epoch + 1) % n == 0
+    }
+
+    /// `every_n_epochs` as it acts: 0 with `train_time_interval` (its
+    /// default 1 then stands for Lightning's unset).
+    fn effective_every_n_epochs(&self) -> i64 {
+        if self.opts.train_time_interval.is_some() {
+            0
+        } else {
+            self.opts.every_n_epochs
+        }
+    }
+
+    /// Lightning's `_should_save_on_exception`.
+    fn should_save_on_exception(&self, ctx: &HookContext) -> bool {
+        self.opts.save_on_exception
+            && !ctx.state.fast_dev_run
+            && !ctx.state.sanity_checking
+            && self.last_global_step_saved != ctx.state.global_step
+            && self.dirpath.is_some()
+    }
+}
+
+/// Checks `train_time_interval`: a finite number of seconds >= 0, not
+/// with `every_n_train_steps`, nor with `every_n_epochs` other than 0 or
+/// its default 1 (Lightning's triggers are mutually exclusive).
+fn check_time_interval(opts: &ModelCheckpointOptions) -> Result<()> {
+    let Some(t) = opts.train_time_interval else { return Ok(()) };
+    if !t.is_finite() || t < 0.0 {
+        return Err(Error::invalid(format!("train_time_interval must be a finite number of seconds >= 0, got {t}")));
+    }
+    if opts.every_n_train_steps > 0 || opts.every_n_epochs > 1 {
+        return Err(Error::invalid(format!(
+            "Combination of parameters every_n_train_steps={}, every_n_epochs={} and train_time_interval={t}s \
+             should be mutually exclusive",
+            opts.every_n_train_steps, opts.every_n_epochs
+        )));
+    }
+    Ok(())
+}
+
+/// Python's `repr` of `datetime.timedelta(seconds=secs)` (rounded to the
+/// microsecond as Python does), as Lightning's state key writes it.
+pub(crate) fn py_timedelta_repr(secs: f64) -> String {
+    let micros = (secs * 1e6).round_ties_even() as i64;
+    let (days, rest) = (micros.div_euclid(86_400_000_000), micros.rem_euclid(86_400_000_000));
+    let (seconds, micro) = (rest / 1_000_000, rest % 1_000_000);
+    let parts: Vec<String> = [("days", days), ("seconds", seconds), ("microseconds", micro)]
+        .iter()
+        .filter(|(_, v)| *v != 0)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if parts.is_empty() {
+        "datetime.timedelta(0)".to_string()
+    } else {
+        format!("datetime.timedelta({})", parts.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timedelta_repr_as_python() {
+        assert_eq!(py_timedelta_repr(0.0), "datetime.timedelta(0)");
+        assert_eq!(py_timedelta_repr(1.5), "datetime.timedelta(seconds=1, microseconds=500000)");
+        assert_eq!(py_timedelta_repr(90000.0), "datetime.timedelta(days=1, seconds=3600)");
+        assert_eq!(py_timedelta_repr(1e-6), "datetime.timedelta(microseconds=1)");
+    }
+
+    #[test]
+    fn time_interval_excludes_the_other_triggers() {
+        let with = |steps: i64, epochs: i64, t: f64| {
+            ModelCheckpoint::new(ModelCheckpointOptions {
+                every_n_train_steps: steps,
+                every_n_epochs: epochs,
+                train_time_interval: Some(t),
+                ..Default::default()
+            })
+        };
+        assert!(with(0, 1, 2.0).is_ok() && with(0, 0, 0.0).is_ok());
+        for (steps, epochs, t) in [(1, 1, 2.0), (0, 2, 2.0), (0, 1, -1.0), (0, 1, f64::NAN)] {
+            let e = with(steps, epochs, t).err().expect("refused");
+            assert_eq!(e.code, crate::error::ErrorCode::InvalidArgument, "{}", e.message);
+        }
+        let mc = with(0, 1, 1.5).unwrap();
+        assert!(mc.lightning_state_key().unwrap().ends_with(
+            "'every_n_epochs': 0, 'train_time_interval': datetime.timedelta(seconds=1, microseconds=500000)}"
+        ));
     }
 }

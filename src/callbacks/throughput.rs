@@ -1,11 +1,14 @@
 //! ThroughputMonitor: batches and samples per second over a sliding window
 //! of batches, per device and (with several ranks) for the whole job, for
 //! training, validation, test and predict, as Lightning's
-//! `ThroughputMonitor` with fabric's `Throughput` (no FLOP counts: there is
-//! no `flops_per_batch`). A batch's samples are its first tensor's first
-//! dimension. Names: `train/time`, `train/batches`, `train/samples`,
-//! `train/device/batches_per_sec`, `train/device/samples_per_sec`, and
-//! `train/batches_per_sec`, `train/samples_per_sec` with several ranks.
+//! `ThroughputMonitor` with fabric's `Throughput`. A batch's samples are its
+//! first tensor's first dimension. Names: `train/time`, `train/batches`,
+//! `train/samples`, `train/device/batches_per_sec`,
+//! `train/device/samples_per_sec`, and `train/batches_per_sec`,
+//! `train/samples_per_sec` with several ranks; given the FLOPs of a batch
+//! (Lightning's `flops_per_batch`), `train/device/flops_per_sec` (and
+//! `train/flops_per_sec` with several ranks), and given the device's peak
+//! FLOPs, `train/device/mfu`.
 use crate::error::{Error, Result};
 use crate::trainer::hooks::{Callback, Hook, HookContext};
 use std::collections::VecDeque;
@@ -19,8 +22,9 @@ pub const MAX_WINDOW: usize = 1 << 20;
 struct StageMeter {
     /// When the current measurement began (moved on past validation runs).
     t0: Option<Instant>,
-    /// (elapsed seconds, batches, samples) of the last `window` updates.
-    window: VecDeque<(f64, u64, u64)>,
+    /// (elapsed seconds, batches, samples, FLOPs of the batch over all
+    /// ranks) of the last `window` updates.
+    window: VecDeque<(f64, u64, u64, f64)>,
     batches: u64,
     samples: u64,
     /// Evaluation batches over the whole run (Lightning's `total.ready`).
@@ -34,30 +38,30 @@ impl StageMeter {
         self.samples = 0;
     }
 
-    fn update(&mut self, samples: u64, cap: usize) {
+    fn update(&mut self, samples: u64, flops: f64, cap: usize) {
         let elapsed = self.t0.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
         self.batches += 1;
         self.samples += samples;
         // fabric's _MonotonicWindow: time must grow.
-        if self.window.back().is_some_and(|(t, _, _)| elapsed <= *t) {
+        if self.window.back().is_some_and(|(t, _, _, _)| elapsed <= *t) {
             return;
         }
         if self.window.len() == cap {
             self.window.pop_front();
         }
-        self.window.push_back((elapsed, self.batches, self.samples));
+        self.window.push_back((elapsed, self.batches, self.samples, flops));
     }
 
     /// fabric's `Throughput.compute`, the names prefixed with `stage`.
-    fn compute(&self, stage: &str, sep: &str, cap: usize, world: usize) -> Vec<(String, f64)> {
-        let Some(&(time, batches, samples)) = self.window.back() else { return Vec::new() };
+    fn compute(&self, stage: &str, sep: &str, cap: usize, world: usize, flops: &Flops) -> Vec<(String, f64)> {
+        let Some(&(time, batches, samples, _)) = self.window.back() else { return Vec::new() };
         let mut m = vec![
             (format!("{stage}{sep}time"), time),
             (format!("{stage}{sep}batches"), batches as f64),
             (format!("{stage}{sep}samples"), samples as f64),
         ];
         if self.window.len() == cap {
-            let (t0, b0, s0) = self.window[0];
+            let (t0, b0, s0, f0) = self.window[0];
             let dt = time - t0;
             let (dev_batches, dev_samples) = ((batches - b0) as f64 / dt, (samples - s0) as f64 / dt);
             m.push((format!("{stage}{sep}device{sep}batches_per_sec"), dev_batches));
@@ -66,8 +70,44 @@ impl StageMeter {
                 m.push((format!("{stage}{sep}batches_per_sec"), dev_batches * world as f64));
                 m.push((format!("{stage}{sep}samples_per_sec"), dev_samples * world as f64));
             }
+            if flops.per_batch.is_some() {
+                // fabric sums the window's FLOPs but the first update's.
+                let all = self.window.iter().map(|w| w.3).sum::<f64>() - f0;
+                let per_sec = all / dt;
+                let dev = per_sec / world as f64;
+                if world > 1 {
+                    m.push((format!("{stage}{sep}flops_per_sec"), per_sec));
+                }
+                m.push((format!("{stage}{sep}device{sep}flops_per_sec"), dev));
+                if let Some(peak) = flops.available {
+                    m.push((format!("{stage}{sep}device{sep}mfu"), dev / peak));
+                }
+            }
         }
         m
+    }
+}
+
+/// What the FLOP metrics need: a batch's FLOPs on one device (Lightning's
+/// `flops_per_batch`) and the device's peak FLOPs per second (Lightning's
+/// `available_flops`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Flops {
+    /// FLOPs of one batch on one device; `None`: no FLOP metrics.
+    pub per_batch: Option<f64>,
+    /// Peak FLOPs per second of one device; `None`: no `mfu`.
+    pub available: Option<f64>,
+}
+
+impl Flops {
+    /// Checks the values: finite and > 0.
+    pub fn new(per_batch: Option<f64>, available: Option<f64>) -> Result<Self> {
+        for (what, v) in [("flops_per_batch", per_batch), ("available_flops", available)] {
+            if let Some(v) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
+                return Err(Error::invalid(format!("ThroughputMonitor: {what} must be a finite number > 0, got {v}")));
+            }
+        }
+        Ok(Flops { per_batch, available })
     }
 }
 
@@ -80,6 +120,7 @@ pub struct ThroughputMonitor {
     meters: [StageMeter; 4],
     /// When the last validation inside fit began.
     val_began: Option<Instant>,
+    flops: Flops,
 }
 
 impl ThroughputMonitor {
@@ -99,7 +140,14 @@ impl ThroughputMonitor {
             separator: separator.to_string(),
             meters: Default::default(),
             val_began: None,
+            flops: Flops::default(),
         })
+    }
+
+    /// The monitor with FLOP metrics (see [`Flops`]).
+    pub fn with_flops(mut self, flops: Flops) -> Self {
+        self.flops = flops;
+        self
     }
 
     fn stage_of(hook: Hook) -> Option<(usize, &'static str)> {
@@ -129,7 +177,7 @@ impl Callback for ThroughputMonitor {
             let n = ctx.state.log_every_n_steps.max(1);
             (ctx.state.log_step + 1) % n == 0 || ctx.state.should_stop
         };
-        let (window, world) = (self.window, ctx.state.world_size.max(1));
+        let (window, world, flops) = (self.window, ctx.state.world_size.max(1), self.flops);
         use Hook::*;
         match ctx.hook {
             TrainStart | ValidationStart | TestStart | PredictStart => {
@@ -162,14 +210,17 @@ impl Callback for ThroughputMonitor {
                 }
                 let samples = ctx.batch.and_then(|b| b.first()).and_then(|t| t.size().first().copied()).unwrap_or(1);
                 let m = &mut self.meters[i];
-                m.update(samples.max(1) as u64, window);
+                // fabric keeps each update's FLOPs summed over the ranks.
+                let batch_flops = flops.per_batch.map_or(0.0, |f| f * world as f64);
+                m.update(samples.max(1) as u64, batch_flops, window);
                 m.iter += 1;
                 let (metrics, step) = if ctx.hook == TrainBatchEnd {
                     // Only when the optimizers stepped (accumulation over).
                     let stepped = ctx.state.batches_stepped > ctx.state.log_step;
-                    ((stepped && due).then(|| m.compute(stage, &self.separator, window, world)), ctx.state.log_step)
+                    let metrics = (stepped && due).then(|| m.compute(stage, &self.separator, window, world, &flops));
+                    (metrics, ctx.state.log_step)
                 } else {
-                    (due.then(|| m.compute(stage, &self.separator, window, world)), m.iter)
+                    (due.then(|| m.compute(stage, &self.separator, window, world, &flops)), m.iter)
                 };
                 if let Some(metrics) = metrics.filter(|v| !v.is_empty()) {
                     ctx.state.log_requests.push((step, metrics));
@@ -190,9 +241,9 @@ mod tests {
         let mut m = StageMeter { t0: Some(Instant::now()), ..Default::default() };
         for _ in 0..3 {
             std::thread::sleep(std::time::Duration::from_millis(2));
-            m.update(8, 3);
+            m.update(8, 0.0, 3);
         }
-        let got = m.compute("train", "/", 3, 2);
+        let got = m.compute("train", "/", 3, 2, &Flops::default());
         let names: Vec<&str> = got.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(
             names,
@@ -209,5 +260,29 @@ mod tests {
         let (dev_b, dev_s, all_b) = (got[3].1, got[4].1, got[5].1);
         assert!((dev_s / dev_b - 8.0).abs() < 1e-9 && (all_b / dev_b - 2.0).abs() < 1e-9);
         assert!(ThroughputMonitor::new(1, "/").is_err() && ThroughputMonitor::new(10, "").is_err());
+    }
+
+    #[test]
+    fn flops_as_fabric() {
+        // Times 1, 2, 3 s; 100 FLOPs per batch per device, two ranks.
+        let mut m = StageMeter::default();
+        for t in [1.0, 2.0, 3.0] {
+            m.batches += 1;
+            m.samples += 4;
+            m.window.push_back((t, m.batches, m.samples, 200.0));
+        }
+        let flops = Flops::new(Some(100.0), Some(50.0)).unwrap();
+        let got: std::collections::BTreeMap<String, f64> = m.compute("train", "/", 3, 2, &flops).into_iter().collect();
+        // fabric: (sum - first) / (t_last - t_first) = 400 / 2 over the job.
+        assert_eq!(got["train/flops_per_sec"], 200.0);
+        assert_eq!(got["train/device/flops_per_sec"], 100.0);
+        assert_eq!(got["train/device/mfu"], 2.0);
+        let one = m.compute("train", "/", 3, 1, &Flops::new(Some(100.0), None).unwrap());
+        let names: Vec<&str> = one.iter().map(|(k, _)| k.as_str()).collect();
+        assert!(names.contains(&"train/device/flops_per_sec") && !names.contains(&"train/device/mfu"));
+        assert!(!names.contains(&"train/flops_per_sec"));
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(Flops::new(Some(bad), None).is_err() && Flops::new(None, Some(bad)).is_err());
+        }
     }
 }

@@ -944,6 +944,10 @@ pub const OPTION_STRUCTS: &[OptionStruct] = &[
             field("save_weights_only", Bool, &["Save only weights (default false)."], "SaveWeightsOnly", &["SaveWeightsOnly saves only the weights (such a checkpoint cannot", "resume a fit)."]),
             field("auto_insert_metric_name", Bool, &["`name=value` in file names (default true)."], "AutoInsertMetricName", &["AutoInsertMetricName writes name=value in file names."]),
             field("save_on_train_epoch_end", I32, &["-1 auto (default), 0 after validation, 1 at training epoch end."], "SaveOnTrainEpochEnd", &["SaveOnTrainEpochEnd says when to save."]).try_convert("save_on_train_epoch_end", "tristate(o.save_on_train_epoch_end, \"save_on_train_epoch_end\")", "d.save_on_train_epoch_end.map_or(-1, i32::from)").go_as("CheckTiming"),
+            field("train_time_interval", F64, &["Save when this many seconds of training passed since the last such", "save, checked at each training batch end (default 0: off). Not with", "every_n_train_steps, nor every_n_epochs other than 0 or 1 (then off)."], "TrainTimeInterval", &["TrainTimeInterval saves when this many seconds of training passed (0: off)."]).convert("train_time_interval", "(o.train_time_interval != 0.0).then_some(o.train_time_interval)", "d.train_time_interval.unwrap_or(0.0)"),
+            field("save_on_exception", Bool, &["On a failure during fit, save a checkpoint and `last` (default false)."], "SaveOnException", &["SaveOnException saves a checkpoint when the fit fails."]),
+            field("enable_version_counter", Bool, &["An existing name gets a `-v1` suffix (default true); false overwrites it."], "EnableVersionCounter", &["EnableVersionCounter adds -v1, -v2... to names that exist; false overwrites."]),
+            field("save_last_link", Bool, &["With save_last, `last.ckpt` is a symlink to the newest checkpoint", "(Lightning's save_last=\"link\"; a copy where symlinks are refused)."], "SaveLastLink", &["SaveLastLink makes last.ckpt a symlink to the newest checkpoint."]),
         ],
         defaults: &[
             DefaultFn {

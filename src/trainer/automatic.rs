@@ -173,6 +173,7 @@ fn forward_backward(
             dataloader_idx: None,
             metrics: &mut *store,
             manual: None,
+            extra_outputs: Vec::new(),
         };
         module.training_step(&mut ctx, chunk).map_err(|e| e.context(at()))
     });

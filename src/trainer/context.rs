@@ -56,6 +56,9 @@ pub struct StepContext<'a> {
     pub(crate) metrics: &'a mut MetricStore,
     /// The run's optimizers in a manual-optimization training step.
     pub(crate) manual: Option<&'a mut (dyn super::manual::ManualControl + 'a)>,
+    /// Tensors a predict step added to its prediction, which then is a
+    /// tuple: what it returned first, then these.
+    pub(crate) extra_outputs: Vec<tch::Tensor>,
 }
 
 /// Checks a metric name: non-empty, no comma, quote or newline (it becomes
@@ -70,6 +73,20 @@ pub(crate) fn check_metric_name(name: &str) -> Result<()> {
 }
 
 impl StepContext<'_> {
+    /// Adds `tensor` to this predict step's prediction, which becomes a
+    /// tuple: the tensor the step returns (if any), then the added ones in
+    /// order. Only in predict_step (`InvalidState` elsewhere).
+    pub fn add_prediction(&mut self, tensor: tch::Tensor) -> Result<()> {
+        if self.stage != Stage::Predict {
+            return Err(Error::state(format!(
+                "predictions can be added only in predict_step, not in {}",
+                self.stage.name()
+            )));
+        }
+        self.extra_outputs.push(tensor);
+        Ok(())
+    }
+
     /// Logs a metric, as Lightning's `self.log(name, value, ...)`. `flags`
     /// `None` uses the stage's defaults; `batch_size` 0 uses the batch's.
     pub fn log(&mut self, name: &str, value: f64, flags: Option<LogFlags>, batch_size: i64) -> Result<()> {

@@ -1,7 +1,7 @@
 //! The evaluation entry points: validate, test, predict (their loop is
 //! `eval_loop`).
 use super::context::Stage;
-use super::eval_loop::Evaluated;
+use super::eval_loop::{Evaluated, Prediction};
 use super::hooks::{Callback, Hook};
 use super::run::Run;
 use super::source::BatchSource;
@@ -35,7 +35,7 @@ impl Trainer {
         if !module.has_validation_step() {
             return Err(Error::state("validate: the module has no validation_step"));
         }
-        self.evaluate(Stage::Validate, module, sources, ckpt_path).map(|(m, _)| m)
+        self.evaluate(Stage::Validate, module, sources, ckpt_path, false).map(|(m, _)| m)
     }
 
     /// Runs the test loop once (Lightning's `trainer.test`).
@@ -59,7 +59,7 @@ impl Trainer {
         if !module.has_test_step() {
             return Err(Error::state("test: the module has no test_step"));
         }
-        self.evaluate(Stage::Test, module, sources, ckpt_path).map(|(m, _)| m)
+        self.evaluate(Stage::Test, module, sources, ckpt_path, false).map(|(m, _)| m)
     }
 
     /// Runs `predict_step` over every batch and concatenates the outputs
@@ -81,8 +81,29 @@ impl Trainer {
         sources: &[&dyn BatchSource],
         ckpt_path: Option<&str>,
     ) -> Result<Vec<Option<Tensor>>> {
-        let (_, per_source) = self.evaluate(Stage::Predict, module, sources, ckpt_path)?;
-        per_source.into_iter().enumerate().map(|(d, outputs)| concat_outputs(d, &outputs)).collect()
+        let (_, per_source) = self.evaluate(Stage::Predict, module, sources, ckpt_path, true)?;
+        per_source
+            .into_iter()
+            .enumerate()
+            .map(|(d, batches)| {
+                let outputs: Vec<Tensor> = batches.into_iter().filter_map(|p| p.output).collect();
+                concat_outputs(d, &outputs)
+            })
+            .collect()
+    }
+
+    /// Lightning's `trainer.predict`: each source's batch predictions in
+    /// order (a batch that returned nothing included), or `None` with
+    /// `return_predictions` false, when none are kept.
+    pub fn predict_batches(
+        &mut self,
+        module: &mut dyn LightningModule,
+        sources: &[&dyn BatchSource],
+        ckpt_path: Option<&str>,
+        return_predictions: bool,
+    ) -> Result<Option<Vec<Vec<Prediction>>>> {
+        let (_, per_source) = self.evaluate(Stage::Predict, module, sources, ckpt_path, return_predictions)?;
+        Ok(return_predictions.then_some(per_source))
     }
 
     fn evaluate(
@@ -91,6 +112,7 @@ impl Trainer {
         module: &mut dyn LightningModule,
         sources: &[&dyn BatchSource],
         ckpt_path: Option<&str>,
+        keep: bool,
     ) -> Result<Evaluated> {
         if sources.is_empty() {
             return Err(Error::invalid(format!("{}: no loader", stage.name())));
@@ -139,7 +161,8 @@ impl Trainer {
             _ => "validate",
         };
         let mut run = Run::new(name, &mut self.state, callbacks, module, loggers, &opts, strategy)?;
-        let result = eval_run(&mut run, &opts, stage, &sources, weights.as_deref()).map_err(|e| run.strategy.fail(e));
+        let result =
+            eval_run(&mut run, &opts, stage, &sources, weights.as_deref(), keep).map_err(|e| run.strategy.fail(e));
         let (report, traced) = run.finish_profile();
         self.profiler_report = report;
         let result = result.and_then(|r| traced.map(|()| r));
@@ -164,6 +187,7 @@ fn eval_run(
     stage: Stage,
     sources: &[&dyn BatchSource],
     weights: Option<&std::path::Path>,
+    keep: bool,
 ) -> Result<Evaluated> {
     run.simple(Hook::Setup)?;
     run.configure_model(false)?;
@@ -185,7 +209,7 @@ fn eval_run(
         run.state.val_loader_batches = limits.clone();
     }
     let step = run.state.batches_stepped;
-    let result = super::eval_loop::evaluate(run, stage, sources, &limits, Some(step))?;
+    let result = super::eval_loop::evaluate_keeping(run, stage, sources, &limits, Some(step), keep)?;
     run.simple(Hook::Teardown)?;
     run.strategy.teardown(&*run.module)?;
     Ok(result)

@@ -13,8 +13,19 @@ use std::collections::BTreeMap;
 use tch::Tensor;
 
 /// The epoch metrics of an evaluation run and, for predict, the steps'
-/// outputs per source.
-pub(super) type Evaluated = (BTreeMap<String, f64>, Vec<Vec<Tensor>>);
+/// outputs per source (each batch's, when the run keeps them).
+pub(super) type Evaluated = (BTreeMap<String, f64>, Vec<Vec<Prediction>>);
+
+/// One predict batch's output: the tensor predict_step returned, and the
+/// tensors it added ([`StepContext::add_prediction`]), which make the
+/// prediction a tuple.
+#[derive(Debug)]
+pub struct Prediction {
+    /// What the step returned (`None`: nothing).
+    pub output: Option<Tensor>,
+    /// The tensors it added, in order.
+    pub added: Vec<Tensor>,
+}
 
 /// Hooks of one evaluation stage.
 struct StageHooks {
@@ -70,6 +81,19 @@ pub(super) fn evaluate(
     limits: &[Option<usize>],
     log_step: Option<i64>,
 ) -> Result<Evaluated> {
+    evaluate_keeping(run, stage, sources, limits, log_step, true)
+}
+
+/// [`evaluate`]; `keep` false drops the predict outputs as they are made
+/// (Lightning's `return_predictions=False`).
+pub(super) fn evaluate_keeping(
+    run: &mut Run,
+    stage: Stage,
+    sources: &[&dyn BatchSource],
+    limits: &[Option<usize>],
+    log_step: Option<i64>,
+    keep: bool,
+) -> Result<Evaluated> {
     let h = hooks_of(stage);
     let counted = run.counts_validation(stage);
     if counted {
@@ -84,7 +108,8 @@ pub(super) fn evaluate(
         let _no_grad = tch::no_grad_guard();
         for (d, source) in sources.iter().enumerate() {
             let idx = (sources.len() > 1).then_some(d);
-            outputs.push(run_source(run, stage, &h, *source, limits.get(d).copied().flatten(), idx, &mut store)?);
+            let limit = limits.get(d).copied().flatten();
+            outputs.push(run_source(run, stage, &h, *source, limit, idx, &mut store, keep)?);
         }
     }
     if counted {
@@ -107,7 +132,8 @@ pub(super) fn evaluate(
 }
 
 /// The batches of one source: its steps and batch hooks; returns the
-/// predict outputs.
+/// predict outputs (none unless `keep`).
+#[allow(clippy::too_many_arguments)]
 fn run_source(
     run: &mut Run,
     stage: Stage,
@@ -116,7 +142,8 @@ fn run_source(
     limit: Option<usize>,
     dataloader_idx: Option<usize>,
     store: &mut MetricStore,
-) -> Result<Vec<Tensor>> {
+    keep: bool,
+) -> Result<Vec<Prediction>> {
     let epoch = run.state.epoch;
     let d = dataloader_idx.unwrap_or(0);
     let mut outputs = Vec::new();
@@ -169,6 +196,7 @@ fn run_source(
             None => format!("{name} (epoch {epoch}, global step {global_step}, batch {i})"),
         };
         store.begin_split();
+        let mut added: Vec<Vec<Tensor>> = Vec::new();
         let outs = run.strategy.split(&batch, &mut |chunk| {
             let mut ctx = StepContext {
                 stage,
@@ -179,17 +207,21 @@ fn run_source(
                 dataloader_idx,
                 metrics: &mut *store,
                 manual: None,
+                extra_outputs: Vec::new(),
             };
-            match stage {
+            let out = match stage {
                 Stage::Test => module.test_step_output(&mut ctx, chunk).map_err(|e| e.context(at("test_step"))),
                 Stage::Predict => module.predict_step(&mut ctx, chunk).map_err(|e| e.context(at("predict_step"))),
                 _ => module.validation_step_output(&mut ctx, chunk).map_err(|e| e.context(at("validation_step"))),
-            }
+            };
+            added.push(std::mem::take(&mut ctx.extra_outputs));
+            out
         });
         store.end_split();
         drop(autocast);
         run.profile_stop(step, started, Default::default());
         let out = run.strategy.gather_output(outs?)?;
+        let added = gather_added(run, added)?;
         if counted {
             run.progress.val_batch.progress.increment_processed();
         }
@@ -198,9 +230,33 @@ fn run_source(
             run.progress.val_batch.progress.increment_completed();
         }
         // Validation and test outputs go to their batch-end hooks only.
-        if let (Some(o), Stage::Predict) = (out, stage) {
-            outputs.push(o);
+        if keep && stage == Stage::Predict {
+            outputs.push(Prediction { output: out, added });
         }
     }
     Ok(outputs)
+}
+
+/// The tensors each chunk's predict step added, gathered position by
+/// position as the returned ones are (one chunk: as they are). Chunks that
+/// added different numbers are a `ShapeMismatch` error.
+fn gather_added(run: &Run, mut per_chunk: Vec<Vec<Tensor>>) -> Result<Vec<Tensor>> {
+    if per_chunk.len() <= 1 {
+        return Ok(per_chunk.pop().unwrap_or_default());
+    }
+    let n = per_chunk[0].len();
+    if per_chunk.iter().any(|c| c.len() != n) {
+        let counts: Vec<usize> = per_chunk.iter().map(Vec::len).collect();
+        return Err(crate::error::Error::shape(format!(
+            "predict_step added a different number of predictions on each device: {counts:?}"
+        )));
+    }
+    let mut gathered = Vec::with_capacity(n);
+    for j in 0..n {
+        let parts = per_chunk.iter().map(|c| Some(c[j].shallow_clone())).collect();
+        if let Some(t) = run.strategy.gather_output(parts)? {
+            gathered.push(t);
+        }
+    }
+    Ok(gathered)
 }

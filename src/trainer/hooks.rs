@@ -319,6 +319,10 @@ pub struct TrainerState {
     pub save_requests: Vec<(PathBuf, bool)>,
     /// Files to remove after the requested saves (old top-k checkpoints).
     pub remove_requests: Vec<PathBuf>,
+    /// Symlinks to make after the requested saves: (target, link), the
+    /// link replacing what is at its path (ModelCheckpoint's
+    /// `save_last_link`).
+    pub link_requests: Vec<(PathBuf, PathBuf)>,
     /// Lightning's `trainer.accumulate_grad_batches`: batches whose
     /// gradients add up before the optimizers step, read at each epoch
     /// start after its hooks (GradientAccumulationScheduler sets it).

@@ -57,6 +57,7 @@ pub(super) fn manual_training_step(
         dataloader_idx: None,
         metrics: &mut *store,
         manual: Some(&mut manual),
+        extra_outputs: Vec::new(),
     };
     let out = run.module.training_step(&mut ctx, batch).map_err(|e| e.context(at()));
     let lr_changed = manual.lr_changed;

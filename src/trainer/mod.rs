@@ -31,6 +31,7 @@ mod strategy;
 pub mod torch_profiler;
 
 pub use context::{Stage, StepContext};
+pub use eval_loop::Prediction;
 pub(crate) use fit_data::LOADERS_MAX;
 pub use hooks::{Callback, Hook, HookContext, TrainerState};
 pub use metrics::{LogFlags, MetricStore};

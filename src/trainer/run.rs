@@ -393,7 +393,13 @@ impl Run<'_> {
                 self.save_checkpoint(path, *weights_only)?;
             }
         }
-        if barrier && !saves.is_empty() {
+        let links = std::mem::take(&mut self.state.link_requests);
+        if self.strategy.saves_checkpoints() && global_zero {
+            for (target, link) in &links {
+                crate::fs_safe::replace_with_link(target, link)?;
+            }
+        }
+        if barrier && !(saves.is_empty() && links.is_empty()) {
             self.strategy.barrier().ctx("waiting for rank 0 to write the checkpoint")?;
         }
         let resumed = self.state.ckpt_path.clone();

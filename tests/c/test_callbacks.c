@@ -553,6 +553,65 @@ static void test_throughput(void) {
     fulmen_model_free(f.model);
 }
 
+typedef struct {
+    int seen;
+    double batches_per_sec, flops_per_sec, mfu;
+    int global_flops;
+} flops_log;
+
+static fulmen_error *flops_seen(void *ud, const char *const *names, const double *values, size_t n, int64_t epoch,
+                                int64_t step) {
+    flops_log *l = ud;
+    (void)epoch;
+    (void)step;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(names[i], "train/device/batches_per_sec") == 0) l->batches_per_sec = values[i];
+        if (strcmp(names[i], "train/device/flops_per_sec") == 0) {
+            l->flops_per_sec = values[i];
+            l->seen++;
+        }
+        if (strcmp(names[i], "train/device/mfu") == 0) l->mfu = values[i];
+        if (strcmp(names[i], "train/flops_per_sec") == 0) l->global_flops++;
+    }
+    return NULL;
+}
+
+/* FLOPs as fabric's Throughput: the window's FLOPs (but its first
+ * update's) over its time, so 1000 FLOPs per batch give 1000 times the
+ * batches per second; mfu is that over the peak. */
+static void test_throughput_flops(void) {
+    static flops_log log;
+    fulmen_logger_vtable v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    v.userdata = &log;
+    v.log_metrics = flops_seen;
+    fixture f = {.model = mlp(false)};
+    fulmen_lightning_module *m = module_for(&f);
+    const char *every1[] = {"log_every_n_steps", "1", "num_sanity_val_steps", "0", NULL};
+    fulmen_trainer *t = trainer_with(1, every1);
+    CHECK_OK(fulmen_trainer_add_throughput_monitor_flops(t, 3, NULL, 1000.0, 4000.0));
+    CHECK_OK(fulmen_trainer_add_logger(t, &v));
+    CHECK_OK(fulmen_trainer_fit(t, m, TL, VL, NULL));
+    CHECK(log.seen == 2 && log.global_flops == 0);
+    CHECK_NEAR(log.flops_per_sec / log.batches_per_sec, 1000.0, 1e-6);
+    CHECK_NEAR(log.mfu * 4000.0, log.flops_per_sec, 1e-9 * log.flops_per_sec);
+    CHECK_ERR(fulmen_trainer_add_throughput_monitor_flops(t, 3, NULL, -1.0, 0.0), FULMEN_CODE_INVALID_ARGUMENT,
+              "flops_per_batch");
+    CHECK_ERR(fulmen_trainer_add_throughput_monitor_flops(t, 3, NULL, 1.0, NAN), FULMEN_CODE_INVALID_ARGUMENT,
+              "available_flops");
+    double peak = -1;
+    CHECK_OK(fulmen_available_flops("NVIDIA H100 80GB HBM3", "bfloat16", &peak));
+    CHECK(peak == 9.894e14);
+    CHECK_OK(fulmen_available_flops("NVIDIA H100 80GB HBM3", "float8", &peak));
+    CHECK(peak == 0.0);
+    CHECK_OK(fulmen_available_flops("cpu", "float32", &peak));
+    CHECK(peak == 0.0);
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(f.model);
+}
+
 static void add_timer(fulmen_trainer *t, void *arg) {
     const char *const *a = arg;
     CHECK_OK(fulmen_trainer_add_timer(t, a[0], a[1]));
@@ -833,6 +892,7 @@ int main(void) {
     test_lr_monitor_stats();
     test_device_stats();
     test_throughput();
+    test_throughput_flops();
     test_timer();
     test_accumulate_and_clip();
     test_validation_schedule();

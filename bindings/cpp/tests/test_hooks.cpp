@@ -748,3 +748,45 @@ TEST_F(HookTest, OverriddenModuleHooksAndOptimizerIndex) {
     EXPECT_EQ(std::count(module_hooks.begin(), module_hooks.end(), "on_validation_model_eval"), 1);
     EXPECT_EQ(std::count(module_hooks.begin(), module_hooks.end(), "on_validation_model_train"), 0);
 }
+
+TEST_F(HookTest, ModelCheckpointLinkVersionsAndExceptionSave) {
+    Model model = fulmen_test::mlp();
+    Dataset train_ds = fulmen_test::blobs(32, 5);
+    Loader train(train_ds, 8);
+    LightningModule module = simple_module(model).build();
+    fulmen::ModelCheckpointOptions defaults;
+    EXPECT_TRUE(defaults.enable_version_counter);
+    EXPECT_FALSE(defaults.save_last_link || defaults.save_on_exception);
+    EXPECT_EQ(defaults.train_time_interval, 0.0);
+
+    const std::string dir = fulmen_test::fresh_dir("ckpt-link");
+    fulmen::ModelCheckpointOptions ck;
+    ck.dirpath = dir;
+    ck.save_last = true;
+    ck.save_last_link = true;
+    Trainer linked(bare_options(2));
+    linked.add_model_checkpoint(ck);
+    linked.fit(module, train);
+    const std::filesystem::path last = std::filesystem::path(dir) / "last.ckpt";
+    ASSERT_TRUE(std::filesystem::is_symlink(last));
+    EXPECT_EQ(std::filesystem::read_symlink(last), std::filesystem::path("epoch=1-step=8.ckpt"));
+
+    const std::string dir2 = fulmen_test::fresh_dir("ckpt-overwrite");
+    fulmen::ModelCheckpointOptions fixed;
+    fixed.dirpath = dir2;
+    fixed.filename = "fixed";
+    fixed.enable_version_counter = false;
+    for (int i = 0; i < 2; i++) {
+        Trainer again(bare_options(1));
+        again.add_model_checkpoint(fixed);
+        again.fit(module, train);
+    }
+    EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(dir2) / "fixed.ckpt"));
+    EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(dir2) / "fixed-v1.ckpt"));
+
+    fulmen::ModelCheckpointOptions timed;
+    timed.train_time_interval = 1.0;
+    timed.every_n_train_steps = 2;
+    Trainer refused(bare_options(1));
+    EXPECT_THROW(refused.add_model_checkpoint(timed), fulmen::Error);
+}

@@ -940,3 +940,33 @@ TEST_F(TrainerTest, AbiCheck) {
         EXPECT_NE(std::string(e.what()).find("the ABIs differ"), std::string::npos) << e.what();
     }
 }
+
+TEST_F(TrainerTest, PredictBatchesAsLightningsList) {
+    Dataset ds = fulmen_test::blobs(10, 2);
+    Loader loader(ds, 4);
+    Model model = fulmen_test::mlp();
+    LightningModule module = full_module(model)
+                                 .predict_step([&model](StepContext& ctx, const Batch& batch) -> std::optional<Tensor> {
+                                     ctx.add_prediction(batch[0]);
+                                     return model.forward(batch[0]);
+                                 })
+                                 .build();
+    Trainer trainer(fulmen_test::quiet_options(1).set("logger", false));
+    fulmen::Value out = trainer.predict_batches(module, {&loader});
+    ASSERT_EQ(out.kind(), fulmen::ValueKind::List);
+    ASSERT_EQ(out.size(), 3u);
+    fulmen::Value last = out[2];
+    ASSERT_EQ(last.kind(), fulmen::ValueKind::Tuple);
+    EXPECT_EQ(last[0].to_tensor().shape(), (fulmen::Shape{2, 2}));
+    EXPECT_EQ(last[1].to_tensor().shape(), (fulmen::Shape{2, 2}));
+    fulmen::Value none = trainer.predict_batches(module, {&loader}, false);
+    EXPECT_FALSE(static_cast<bool>(none));
+}
+
+TEST_F(TrainerTest, ThroughputMonitorWithFlops) {
+    Trainer trainer(fulmen_test::quiet_options(1));
+    trainer.add_throughput_monitor_flops(1e9, fulmen::available_flops("NVIDIA A100-SXM4-40GB", "bfloat16"));
+    EXPECT_EQ(fulmen::available_flops("NVIDIA A100-SXM4-40GB", "bfloat16"), 312e12);
+    EXPECT_EQ(fulmen::available_flops("cpu", "float32"), 0.0);
+    EXPECT_THROW(trainer.add_throughput_monitor_flops(-1.0), fulmen::Error);
+}

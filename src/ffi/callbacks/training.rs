@@ -93,3 +93,57 @@ pub unsafe extern "C" fn fulmen_trainer_add_throughput_monitor(
         Ok(())
     })
 }
+
+/// `fulmen_trainer_add_throughput_monitor` with FLOP metrics, as
+/// Lightning's with a module's `flops_per_batch`: `flops_per_batch` is the
+/// FLOPs of one batch on one device (0: none, then as without FLOPs), and
+/// `available_flops` the device's peak FLOPs per second (0: none; see
+/// `fulmen_available_flops`). Once the window is full it also logs
+/// `<stage><sep>device<sep>flops_per_sec` (the window's FLOPs but its
+/// first update's, over its time, per device), with several ranks
+/// `<stage><sep>flops_per_sec` (over the job), and given
+/// `available_flops`, `<stage><sep>device<sep>mfu` (device FLOPs per
+/// second over the peak).
+///
+/// Errors: as `fulmen_trainer_add_throughput_monitor`, and
+/// FULMEN_CODE_INVALID_ARGUMENT (`flops_per_batch` or `available_flops`
+/// negative, NaN or infinite).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_add_throughput_monitor_flops(
+    trainer: *mut fulmen_trainer,
+    window_size: usize,
+    separator: *const c_char,
+    flops_per_batch: f64,
+    available_flops: f64,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
+        let sep = if separator.is_null() { "/" } else { str_arg(separator, "separator")? };
+        let given = |v: f64| (v != 0.0).then_some(v);
+        let flops = crate::callbacks::throughput::Flops::new(given(flops_per_batch), given(available_flops))?;
+        let monitor = crate::callbacks::ThroughputMonitor::new(window_size, sep)?.with_flops(flops);
+        t.inner.add_callback(Box::new(monitor));
+        Ok(())
+    })
+}
+
+/// Writes the peak FLOPs per second of the CUDA device named `device_name`
+/// (as CUDA names it, e.g. "NVIDIA H100 80GB HBM3") for `dtype` ("float64",
+/// "float32", "tfloat32", "bfloat16", "float16", "int8", "int4"), from
+/// Lightning's table (`get_available_flops`); 0 when the table does not
+/// know the device or the dtype (as for the CPU, which has none).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (a string not UTF-8).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_available_flops(
+    device_name: *const c_char,
+    dtype: *const c_char,
+    out: *mut f64,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let name = str_arg(device_name, "device_name")?;
+        let dtype = str_arg(dtype, "dtype")?;
+        let flops = crate::callbacks::flops_table::available_flops(name, dtype).unwrap_or(0.0);
+        crate::ffi::base::handle::write_out(out, "out", flops)
+    })
+}

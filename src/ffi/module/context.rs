@@ -3,6 +3,7 @@ use crate::error::Error;
 use crate::error::ErrorCode;
 use crate::ffi::base::error::{fulmen_error, guard, str_arg};
 use crate::ffi::base::handle::{self, write_out, Exclusive, Handle, Shared};
+use crate::ffi::tensor::handle::{fulmen_tensor, tensor_arg};
 use crate::trainer::context::check_metric_name;
 use crate::trainer::metrics::ReduceFx;
 use crate::trainer::{LogFlags, Stage, StepContext};
@@ -206,4 +207,23 @@ pub unsafe extern "C" fn fulmen_step_context_batch_idx(
     out: *mut i64,
 ) -> *mut fulmen_error {
     guard!(|| write_out(out, "out", ctx_ref(ctx)?.batch_idx))
+}
+
+/// Adds `tensor` to the prediction of the running predict_step, which is
+/// then a tuple (Lightning's `predict_step` returning one): the tensor the
+/// step writes to `*out`, if any, then the added ones in order. The
+/// prediction shares the tensor's storage; the handle stays the caller's.
+/// `fulmen_trainer_predict_batches` returns such tuples; the predict calls
+/// that concatenate use only the tensors written to `*out`.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (outside predict_step).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_step_context_add_prediction(
+    ctx: *mut fulmen_step_context,
+    tensor: *const fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let t = tensor_arg(tensor, "tensor")?.shallow_clone();
+        ctx_mut(ctx)?.add_prediction(t)
+    })
 }

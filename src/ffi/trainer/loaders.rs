@@ -10,7 +10,9 @@ use crate::ffi::module::context::fulmen_step_context;
 use crate::ffi::module::lightning_module::fulmen_lightning_module;
 use crate::ffi::tensor::handle::{emit, fulmen_tensor};
 use crate::ffi::trainer::runs::{ckpt, fulmen_trainer, loader};
-use crate::trainer::BatchSource;
+use crate::ffi::value::{emit_value, fulmen_value};
+use crate::nn::{NodeBudget, Value};
+use crate::trainer::{BatchSource, Prediction};
 use std::ffi::c_char;
 
 /// The most loaders one fit / validate / test / predict call takes.
@@ -169,6 +171,64 @@ pub unsafe extern "C" fn fulmen_trainer_predict_loaders(
         }
         Ok(())
     })
+}
+
+/// Lightning's `trainer.predict`: runs predict_step over each of the `n`
+/// loaders (1 to FULMEN_LOADERS_MAX) in turn and writes to `*out` the
+/// batches' predictions, one value per batch in order: the tensor the step
+/// wrote to `*out`, None when it wrote none, or a tuple when it added
+/// tensors with `fulmen_step_context_add_prediction` (the written tensor,
+/// if any, first). With one loader `*out` is a list of these; with several,
+/// a list of one such list per loader. With `return_predictions` false
+/// nothing is kept and `*out` is NULL (Lightning's `return_predictions`).
+/// The caller owns the value (`fulmen_value_free`); on failure `*out` is
+/// NULL. `ckpt_path` as for validate.
+///
+/// Errors: as `fulmen_trainer_predict` (less the concatenation's), and
+/// FULMEN_CODE_INVALID_ARGUMENT (`n` 0 or above FULMEN_LOADERS_MAX),
+/// FULMEN_CODE_SHAPE_MISMATCH (under a strategy that splits batches, the
+/// steps of one batch added different numbers of tensors),
+/// FULMEN_CODE_OUT_OF_RANGE (the predictions hold more than
+/// FULMEN_MAX_VALUE_NODES values; nothing is returned).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_predict_batches(
+    trainer: *mut fulmen_trainer,
+    module: *mut fulmen_lightning_module,
+    loaders: *const *const fulmen_loader,
+    n: usize,
+    ckpt_path: *const c_char,
+    return_predictions: bool,
+    out: *mut *mut fulmen_value,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        out.write(std::ptr::null_mut());
+        let held = self::loaders(loaders, n, false)?;
+        let mut t = handle::borrow_mut(trainer, "trainer")?;
+        let mut m = handle::borrow_mut(module, "module")?;
+        let kept = t.inner.predict_batches(&mut m.inner, &sources(&held), ckpt(ckpt_path)?, return_predictions)?;
+        match kept {
+            Some(per_loader) => emit_value(out, predictions_value(per_loader)?),
+            None => Ok(()),
+        }
+    })
+}
+
+/// The value `fulmen_trainer_predict_batches` returns: a list of each
+/// batch's prediction, or of such lists with several loaders.
+fn predictions_value(per_loader: Vec<Vec<Prediction>>) -> Result<Value> {
+    let one = |p: Prediction| match (p.output, p.added.is_empty()) {
+        (Some(t), true) => Value::Tensor(t),
+        (None, true) => Value::None,
+        (output, false) => Value::Tuple(output.into_iter().chain(p.added).map(Value::Tensor).collect()),
+    };
+    let mut lists: Vec<Value> =
+        per_loader.into_iter().map(|batches| Value::List(batches.into_iter().map(one).collect())).collect();
+    let value = if lists.len() == 1 { lists.pop().unwrap_or(Value::None) } else { Value::List(lists) };
+    value
+        .count_into(&mut NodeBudget::for_result())
+        .map_err(|e| Error::new(ErrorCode::OutOfRange, format!("predict's batch predictions: {}", e.message)))?;
+    Ok(value)
 }
 
 /// Writes the evaluation loader of the running step (Lightning's

@@ -269,6 +269,10 @@ struct ModelCheckpointOptions {
     bool save_weights_only;            ///< Save only the weights.
     bool auto_insert_metric_name;      ///< name=value in file names.
     std::optional<bool> save_on_train_epoch_end;  ///< nullopt: auto; false: after validation; true: epoch end.
+    double train_time_interval;        ///< Save when this many seconds of training passed (0: off).
+    bool save_on_exception;            ///< On a failure in fit, save a checkpoint and last.
+    bool enable_version_counter;       ///< -v1, -v2... for names that exist; false overwrites.
+    bool save_last_link;               ///< With save_last, last.ckpt links to the newest checkpoint.
 
     /// Lightning's defaults.
     ModelCheckpointOptions() : ModelCheckpointOptions(fulmen_model_checkpoint_options_default()) {}
@@ -292,6 +296,10 @@ struct ModelCheckpointOptions {
         o.save_weights_only = save_weights_only;
         o.auto_insert_metric_name = auto_insert_metric_name;
         o.save_on_train_epoch_end = save_on_train_epoch_end ? (*save_on_train_epoch_end ? 1 : 0) : -1;
+        o.train_time_interval = train_time_interval;
+        o.save_on_exception = save_on_exception;
+        o.enable_version_counter = enable_version_counter;
+        o.save_last_link = save_last_link;
         return o;
     }
 
@@ -302,7 +310,11 @@ private:
           every_n_train_steps(d.every_n_train_steps),
           every_n_epochs(d.every_n_epochs),
           save_weights_only(d.save_weights_only),
-          auto_insert_metric_name(d.auto_insert_metric_name) {}
+          auto_insert_metric_name(d.auto_insert_metric_name),
+          train_time_interval(d.train_time_interval),
+          save_on_exception(d.save_on_exception),
+          enable_version_counter(d.enable_version_counter),
+          save_last_link(d.save_last_link) {}
 };
 
 /// Options of Trainer::add_early_stopping, with Lightning's EarlyStopping

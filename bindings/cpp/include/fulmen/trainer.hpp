@@ -9,6 +9,7 @@
 #include "precision.hpp"
 #include "strategy.hpp"
 #include "trainer_options.hpp"
+#include "value.hpp"
 
 #include <functional>
 #include <limits>
@@ -348,6 +349,10 @@ public:
     /// The evaluation loader of the batch when a run has several (0 with
     /// one, and in training); logged names then end in /dataloader_idx_N.
     size_t dataloader_idx() const { return query<size_t>(fulmen_step_context_dataloader_idx); }
+    /// In predict_step: adds `t` to the batch's prediction, which becomes
+    /// a tuple (the returned tensor, if any, first), as Lightning's
+    /// predict_step returning a tuple; see Trainer::predict_batches.
+    void add_prediction(const Tensor& t) { check(fulmen_step_context_add_prediction(ctx_, t.get())); }
 
     // ---- manual optimization (LightningModule::set_automatic_optimization(false)) ----
 
@@ -717,6 +722,15 @@ private:
 
 inline LightningModule::Builder LightningModule::builder(const Model& model) { return Builder(&model); }
 
+/// The peak FLOPs per second of the CUDA device named `device_name` for
+/// `dtype` ("float32", "tfloat32", "bfloat16", ...), from Lightning's
+/// table; 0 when unknown.
+inline double available_flops(const std::string& device_name, const std::string& dtype) {
+    double out = 0.0;
+    check(fulmen_available_flops(device_name.c_str(), dtype.c_str(), &out));
+    return out;
+}
+
 /// Trainer options, as Lightning's Trainer(...) keyword arguments: a typed
 /// setter for each (`opts.max_epochs(5).precision("bf16-mixed")`, see
 /// trainer_options.hpp, generated from the same table as the key list of
@@ -911,6 +925,20 @@ public:
         std::vector<const fulmen_loader*> h = loader_handles(loaders);
         run([&] { return fulmen_trainer_test_loaders(get(), module.get(), h.data(), h.size(), c_path(ckpt_path)); });
     }
+    /// Lightning's trainer.predict: each batch's prediction in order (a
+    /// Tensor, None, or a tuple when predict_step added tensors) in a
+    /// list; with several loaders a list of one such list per loader. An
+    /// empty Value when `return_predictions` is false (nothing is kept).
+    Value predict_batches(LightningModule& module, const std::vector<const Loader*>& loaders,
+                          bool return_predictions = true, const CkptPath& ckpt_path = std::nullopt) {
+        std::vector<const fulmen_loader*> h = loader_handles(loaders);
+        fulmen_value* out = nullptr;
+        run([&] {
+            return fulmen_trainer_predict_batches(get(), module.get(), h.data(), h.size(), c_path(ckpt_path),
+                                                  return_predictions, &out);
+        });
+        return Value::adopt(out);
+    }
     /// Predicts on each of `loaders` in turn: one output per loader
     /// (nullopt where no step produced one).
     std::vector<std::optional<Tensor>> predict(LightningModule& module, const std::vector<const Loader*>& loaders,
@@ -980,6 +1008,17 @@ public:
     Trainer& add_throughput_monitor(size_t window_size = 100,
                                     const std::optional<std::string>& separator = std::nullopt) {
         check(fulmen_trainer_add_throughput_monitor(get(), window_size, c_path(separator)));
+        return *this;
+    }
+    /// add_throughput_monitor with FLOP metrics: `flops_per_batch` FLOPs
+    /// per batch on one device, `available_flops` the device's peak FLOPs
+    /// per second (0: no mfu; see fulmen::available_flops); logs
+    /// train/device/flops_per_sec, train/device/mfu and so on.
+    Trainer& add_throughput_monitor_flops(double flops_per_batch, double available_flops = 0.0,
+                                          size_t window_size = 100,
+                                          const std::optional<std::string>& separator = std::nullopt) {
+        check(fulmen_trainer_add_throughput_monitor_flops(get(), window_size, c_path(separator), flops_per_batch,
+                                                          available_flops));
         return *this;
     }
     /// Adds a GradientAccumulationScheduler: from each epoch of

@@ -1,0 +1,201 @@
+/*
+ * fulmen_trainer_predict_batches: each batch's prediction as Lightning's
+ * trainer.predict returns it (a list per loader; None for a batch that
+ * returned nothing; a tuple when predict_step added tensors), and
+ * return_predictions=false keeping nothing.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "check.h"
+#include "fixture.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+enum { RETURN_ONE = 0, RETURN_TUPLE = 1, SKIP_ODD = 2 };
+
+typedef struct {
+    fulmen_model *model;
+    int mode;
+    int predict_calls;
+    int add_in_training; /* code fulmen_step_context_add_prediction gave in training_step */
+} fixture;
+
+static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    fixture *f = ud;
+    fulmen_tensor *x = NULL;
+    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
+    if (e == NULL) f->add_in_training = fixture_code(fulmen_step_context_add_prediction(ctx, x));
+    if (e == NULL) e = fixture_cross_entropy(f->model, batch, out);
+    return e;
+}
+
+static fulmen_error *predict_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    fixture *f = ud;
+    f->predict_calls++;
+    int64_t i = 0;
+    fulmen_tensor *x = NULL;
+    fulmen_error *e = fulmen_step_context_batch_idx(ctx, &i);
+    if (e == NULL && f->mode == SKIP_ODD && i % 2 == 1) return NULL;
+    if (e == NULL) e = fulmen_batch_get(batch, 0, &x);
+    if (e == NULL) e = fulmen_model_forward(f->model, x, out);
+    if (e == NULL && f->mode == RETURN_TUPLE) e = fulmen_step_context_add_prediction(ctx, x);
+    return e;
+}
+
+static fulmen_lightning_module *module_for(fixture *f) {
+    fulmen_module_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = f;
+    vt.training_step = training_step;
+    vt.predict_step = predict_step;
+    vt.configure_optimizers = fixture_configure_sgd;
+    fulmen_lightning_module *m = NULL;
+    CHECK_OK(fulmen_lightning_module_new(&vt, f->model, &m));
+    return m;
+}
+
+static int32_t kind_of(const fulmen_value *v) {
+    int32_t k = -1;
+    CHECK_OK(fulmen_value_get_kind(v, &k));
+    return k;
+}
+
+static size_t len_of(const fulmen_value *v) {
+    size_t n = 0;
+    CHECK_OK(fulmen_value_len(v, &n));
+    return n;
+}
+
+/* Item `i` of `v` (freed by the caller). */
+static fulmen_value *item(const fulmen_value *v, size_t i) {
+    fulmen_value *out = NULL;
+    CHECK_OK(fulmen_value_item(v, i, &out));
+    return out;
+}
+
+/* The shape (first two dimensions) of the tensor value `v`. */
+static void shape_of(const fulmen_value *v, int64_t shape[2]) {
+    fulmen_tensor *t = NULL;
+    size_t ndim = 0;
+    shape[0] = shape[1] = -1;
+    CHECK_OK(fulmen_value_get_tensor(v, &t));
+    CHECK_OK(fulmen_tensor_shape(t, shape, 2, &ndim));
+    CHECK(ndim == 2);
+    fulmen_tensor_free(t);
+}
+
+/* 10 samples in batches of 4: rows 4, 4, 2; each prediction a tensor of
+ * shape (rows, 2). */
+static void test_one_tensor_per_batch(fixture *f, fulmen_trainer *t, fulmen_lightning_module *m,
+                                      const fulmen_loader *l) {
+    f->mode = RETURN_ONE;
+    fulmen_value *out = NULL;
+    CHECK_OK(fulmen_trainer_predict_batches(t, m, &l, 1, NULL, true, &out));
+    CHECK(out != NULL && kind_of(out) == FULMEN_VALUE_KIND_LIST && len_of(out) == 3);
+    const int64_t rows[3] = {4, 4, 2};
+    for (size_t i = 0; out != NULL && i < 3; i++) {
+        fulmen_value *b = item(out, i);
+        int64_t shape[2];
+        CHECK(kind_of(b) == FULMEN_VALUE_KIND_TENSOR);
+        shape_of(b, shape);
+        CHECK(shape[0] == rows[i] && shape[1] == 2);
+        fulmen_value_free(b);
+    }
+    fulmen_value_free(out);
+}
+
+/* A step that adds a tensor makes its batch's prediction a tuple
+ * (returned, added); the concatenating predict still gives the returned
+ * tensors only. */
+static void test_tuples(fixture *f, fulmen_trainer *t, fulmen_lightning_module *m, const fulmen_loader *l) {
+    f->mode = RETURN_TUPLE;
+    fulmen_value *out = NULL;
+    CHECK_OK(fulmen_trainer_predict_batches(t, m, &l, 1, NULL, true, &out));
+    CHECK(out != NULL && len_of(out) == 3);
+    for (size_t i = 0; out != NULL && i < 3; i++) {
+        fulmen_value *b = item(out, i);
+        CHECK(kind_of(b) == FULMEN_VALUE_KIND_TUPLE && len_of(b) == 2);
+        fulmen_value *added = item(b, 1);
+        int64_t shape[2];
+        shape_of(added, shape);
+        CHECK(shape[0] == (i < 2 ? 4 : 2) && shape[1] == 2);
+        fulmen_value_free(added);
+        fulmen_value_free(b);
+    }
+    fulmen_value_free(out);
+    fulmen_tensor *cat = NULL;
+    int64_t shape[2] = {0, 0};
+    size_t ndim = 0;
+    CHECK_OK(fulmen_trainer_predict(t, m, l, NULL, &cat));
+    CHECK_OK(fulmen_tensor_shape(cat, shape, 2, &ndim));
+    CHECK(ndim == 2 && shape[0] == 10);
+    fulmen_tensor_free(cat);
+}
+
+/* A batch that returned nothing is None in its place (Lightning's list
+ * keeps it); two loaders give a list of two lists. */
+static void test_none_and_loaders(fixture *f, fulmen_trainer *t, fulmen_lightning_module *m, const fulmen_loader *l,
+                                  const fulmen_loader *l2) {
+    f->mode = SKIP_ODD;
+    const fulmen_loader *both[2] = {l, l2};
+    fulmen_value *out = NULL;
+    CHECK_OK(fulmen_trainer_predict_batches(t, m, both, 2, NULL, true, &out));
+    CHECK(out != NULL && kind_of(out) == FULMEN_VALUE_KIND_LIST && len_of(out) == 2);
+    if (out == NULL) return;
+    fulmen_value *first = item(out, 0), *second = item(out, 1);
+    CHECK(len_of(first) == 3 && len_of(second) == 5);
+    fulmen_value *b0 = item(first, 0), *b1 = item(first, 1);
+    CHECK(kind_of(b0) == FULMEN_VALUE_KIND_TENSOR && kind_of(b1) == FULMEN_VALUE_KIND_NONE);
+    fulmen_value_free(b0);
+    fulmen_value_free(b1);
+    fulmen_value_free(first);
+    fulmen_value_free(second);
+    fulmen_value_free(out);
+}
+
+/* return_predictions false: the steps run, nothing comes back. */
+static void test_no_return(fixture *f, fulmen_trainer *t, fulmen_lightning_module *m, const fulmen_loader *l) {
+    f->mode = RETURN_ONE;
+    f->predict_calls = 0;
+    fulmen_value *junk = NULL, *out = NULL;
+    CHECK_OK(fulmen_value_none(&junk));
+    out = junk; /* overwritten with NULL */
+    CHECK_OK(fulmen_trainer_predict_batches(t, m, &l, 1, NULL, false, &out));
+    CHECK(out == NULL && f->predict_calls == 3);
+    fulmen_value_free(junk);
+    CHECK_ERR(fulmen_trainer_predict_batches(t, m, &l, 0, NULL, true, &out), FULMEN_CODE_INVALID_ARGUMENT, "loaders");
+    CHECK(out == NULL);
+    CHECK_ERR(fulmen_trainer_predict_batches(t, m, &l, 1, NULL, true, NULL), FULMEN_CODE_NULL_ARGUMENT, "out");
+}
+
+/* Outside predict_step a prediction cannot be added. */
+static void test_add_outside_predict(fixture *f, fulmen_lightning_module *m, const fulmen_loader *l) {
+    fulmen_trainer *t = fixture_trainer(NULL, 1);
+    CHECK_OK(fulmen_trainer_fit(t, m, l, NULL, NULL));
+    CHECK(f->add_in_training == FULMEN_CODE_INVALID_STATE);
+    fulmen_trainer_free(t);
+}
+
+int main(void) {
+    CHECK_OK(fulmen_manual_seed(5));
+    fixture f = {fixture_mlp(8, 0.0), RETURN_ONE, 0, 0};
+    fulmen_dataset *ds = fixture_blobs(10, 1, 1.0f), *ds2 = fixture_blobs(18, 2, 1.0f);
+    fulmen_loader *l = fixture_loader(ds, 4, false, 0), *l2 = fixture_loader(ds2, 4, false, 0);
+    fulmen_lightning_module *m = module_for(&f);
+    fulmen_trainer *t = fixture_trainer(NULL, 1);
+    test_one_tensor_per_batch(&f, t, m, l);
+    test_tuples(&f, t, m, l);
+    test_none_and_loaders(&f, t, m, l, l2);
+    test_no_return(&f, t, m, l);
+    test_add_outside_predict(&f, m, l);
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_loader_free(l);
+    fulmen_loader_free(l2);
+    fulmen_dataset_free(ds);
+    fulmen_dataset_free(ds2);
+    fulmen_model_free(f.model);
+    CHECK(fulmen_live_handles() == 0);
+    return check_finish("test_predict_batches");
+}
