@@ -80,6 +80,7 @@ impl fulmen_model_checkpoint_options {
             save_weights_only: o.save_weights_only,
             auto_insert_metric_name: o.auto_insert_metric_name,
             save_on_train_epoch_end: tristate(o.save_on_train_epoch_end, "save_on_train_epoch_end")?,
+            ..Default::default()
         })
     }
 }
