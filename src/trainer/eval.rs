@@ -99,6 +99,7 @@ impl Trainer {
             Some(p) => Some(self.resolve_ckpt_path(p)?),
             None => None,
         };
+        let writer = self.checkpoint_writer();
         let (_settings, strategy) = self.start_run(module, false)?;
         let global_zero = strategy.is_global_zero();
         let shards: Vec<_> = sources.iter().map(|s| strategy.shard(*s, self.opts.use_distributed_sampler)).collect();
@@ -138,7 +139,7 @@ impl Trainer {
             Stage::Predict => "predict",
             _ => "validate",
         };
-        let mut run = Run::new(name, &mut self.state, callbacks, module, loggers, &opts, strategy)?;
+        let mut run = Run::new(name, &mut self.state, callbacks, module, loggers, &opts, strategy, writer)?;
         let result = eval_run(&mut run, &opts, stage, &sources, weights.as_deref()).map_err(|e| run.strategy.fail(e));
         let (report, traced) = run.finish_profile();
         self.profiler_report = report;
@@ -167,7 +168,7 @@ fn eval_run(
 ) -> Result<Evaluated> {
     run.simple(Hook::Setup)?;
     if let Some(path) = weights {
-        let ck = crate::checkpoint::Checkpoint::load_weights(path)?;
+        let ck = run.checkpoints.load_weights(path)?;
         let model = run.module.model().ok_or_else(|| Error::state("ckpt_path needs a LightningModule with a model"))?;
         let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
         let names = m.state_dict().into_iter().map(|(k, _)| k).collect();
