@@ -141,6 +141,30 @@ fulmen_error *fulmen_go_trainer_add_logger(fulmen_trainer *trainer, uintptr_t ha
     return fulmen_trainer_add_logger(trainer, &vt);
 }
 
+static fulmen_error *ckpt_io_save(void *ud, const uint8_t *bytes, size_t len, const char *path) {
+    return fulmenGoCheckpointSave((uintptr_t)ud, (uint8_t *)bytes, len, (char *)path);
+}
+
+static fulmen_error *ckpt_io_load(void *ud, const char *path, uint8_t *buffer, size_t capacity, size_t *out_len) {
+    return fulmenGoCheckpointLoad((uintptr_t)ud, (char *)path, buffer, capacity, out_len);
+}
+
+static fulmen_error *ckpt_io_remove(void *ud, const char *path) {
+    return fulmenGoCheckpointRemove((uintptr_t)ud, (char *)path);
+}
+
+fulmen_error *fulmen_go_trainer_set_checkpoint_io(fulmen_trainer *trainer, uintptr_t handle) {
+    fulmen_checkpoint_io_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = (void *)handle;
+    vt.userdata_free = free_handle;
+    vt.save = ckpt_io_save;
+    vt.load = ckpt_io_load;
+    vt.remove = ckpt_io_remove;
+    return fulmen_trainer_set_checkpoint_io(trainer, &vt);
+}
+
 static fulmen_error *acc_is_available(void *ud, bool *out) { return fulmenGoAccIsAvailable((uintptr_t)ud, out); }
 
 static fulmen_error *acc_auto_device_count(void *ud, size_t *out) {

@@ -26,6 +26,8 @@ fulmen_error *fulmen_go_loader_from_iterator(uintptr_t handle, bool has_reset, i
                                              fulmen_loader **out);
 fulmen_error *fulmen_go_trainer_add_callback(fulmen_trainer *trainer, const char *name, uintptr_t handle);
 fulmen_error *fulmen_go_trainer_add_logger(fulmen_trainer *trainer, uintptr_t handle);
+/* fulmen_trainer_set_checkpoint_io over a Go CheckpointIO. */
+fulmen_error *fulmen_go_trainer_set_checkpoint_io(fulmen_trainer *trainer, uintptr_t handle);
 /* collectives_name NULL: no collectives hook. */
 fulmen_error *fulmen_go_accelerator_register(const char *name, const char *description, uintptr_t handle,
                                              bool has_parse_devices, bool override_existing,

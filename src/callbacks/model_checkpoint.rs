@@ -259,7 +259,11 @@ impl ModelCheckpoint {
         if ctx.state.ckpt_path.as_deref().is_some_and(|r| same_file(r, prev)) {
             return None;
         }
-        in_folder(self.dirpath.as_deref()?, prev)
+        let dir = self.dirpath.as_deref()?;
+        if ctx.state.checkpoint_plugin {
+            return in_store_folder(dir, prev);
+        }
+        in_folder(dir, prev)
     }
 
     /// Asks the run to remove `previous` when [`Self::should_remove`] allows it.
@@ -498,6 +502,17 @@ fn in_folder(dir: &Path, path: &Path) -> Option<PathBuf> {
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let dir_real = std::fs::canonicalize(dir).ok()?;
     (std::fs::canonicalize(parent).ok()? == dir_real).then(|| dir_real.join(name))
+}
+
+/// [`in_folder`] for checkpoints a checkpoint IO plugin stores (not on
+/// disk), by the text of the path: a `.ckpt` file directly in `dir`, with
+/// no `..` in it.
+fn in_store_folder(dir: &Path, path: &Path) -> Option<PathBuf> {
+    let name = path.file_name()?;
+    let inside = name.to_string_lossy().ends_with(EXTENSION)
+        && path.parent() == Some(dir)
+        && !path.components().any(|c| c == std::path::Component::ParentDir);
+    inside.then(|| path.to_path_buf())
 }
 
 /// Whether two paths name the same file (same inode when both exist,

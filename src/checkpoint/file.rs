@@ -1,6 +1,6 @@
 //! The checkpoint container and its validation.
 use crate::error::{Error, Result};
-use crate::nn::{read_safetensors, write_safetensors};
+use crate::nn::{read_safetensors_bytes, write_safetensors};
 use crate::trainer::loop_progress::FitProgress;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -215,10 +215,33 @@ impl Checkpoint {
         }
     }
 
+    /// The bytes [`Checkpoint::save_as`] would write at `path`, in memory
+    /// (what a checkpoint IO plugin receives; `path` names it in errors).
+    pub fn to_bytes(&self, format: CheckpointFormat, prefix: &str, path: &Path) -> Result<Vec<u8>> {
+        match format {
+            CheckpointFormat::Safetensors => {
+                let (tensors, meta) = self.safetensors_parts(path)?;
+                crate::nn::safetensors_bytes(&tensors, Some(meta), &path.display().to_string())
+            }
+            CheckpointFormat::Lightning => {
+                let value = super::lightning::to_lightning(self, prefix)?;
+                super::torch_save::to_bytes(&value)
+            }
+        }
+    }
+
     /// Writes the checkpoint to `path` (through `<path>.tmp` and a rename).
     /// A weights-only checkpoint holds just the state_dict, unprefixed, so
     /// `safetensors.torch.load_file` gives a plain PyTorch state_dict.
     pub fn save(&self, path: &Path) -> Result<()> {
+        let (tensors, meta) = self.safetensors_parts(path)?;
+        write_safetensors(path, &tensors, Some(meta))
+    }
+
+    /// The tensors and metadata of the safetensors layout (`path` names the
+    /// checkpoint in errors).
+    #[allow(clippy::type_complexity)]
+    fn safetensors_parts(&self, path: &Path) -> Result<(Vec<(String, Tensor)>, HashMap<String, String>)> {
         let mut meta = HashMap::new();
         meta.insert(FORMAT_KEY.to_string(), FORMAT_VERSION.to_string());
         meta.insert("epoch".into(), self.epoch.to_string());
@@ -228,7 +251,7 @@ impl Checkpoint {
             meta.insert("weights_only".into(), "true".into());
             let tensors: Vec<(String, Tensor)> =
                 self.state_dict.iter().map(|(k, t)| (k.clone(), t.shallow_clone())).collect();
-            return write_safetensors(path, &tensors, Some(meta));
+            return Ok((tensors, meta));
         }
         meta.insert("weights_only".into(), "false".into());
         meta.insert("batches_in_epoch".into(), self.batches_in_epoch.to_string());
@@ -278,7 +301,7 @@ impl Checkpoint {
         if let Some(r) = &self.device_rng_state {
             tensors.push((RNG_DEVICE.to_string(), r.shallow_clone()));
         }
-        write_safetensors(path, &tensors, Some(meta))
+        Ok((tensors, meta))
     }
 
     /// Reads only the weights of a checkpoint (fulmen's or Lightning's),
@@ -290,28 +313,50 @@ impl Checkpoint {
             return Checkpoint::load(path);
         }
         let value = super::torch_save::load(path)?;
-        if !super::lightning::is_lightning(&value) {
+        Checkpoint::weights_of(&value, path)
+    }
+
+    /// [`Checkpoint::load_weights`] of a checkpoint's bytes in memory (from
+    /// a checkpoint IO plugin; `path` names it in errors).
+    pub fn weights_from_bytes(bytes: &[u8], path: &Path) -> Result<Checkpoint> {
+        if !super::torch_zip::looks_like_zip(&bytes[..bytes.len().min(4)]) {
+            return Checkpoint::from_bytes(bytes, path);
+        }
+        let value = super::torch_save::read_bytes(bytes, &path.display().to_string())?;
+        Checkpoint::weights_of(&value, path)
+    }
+
+    /// The state_dict of a Lightning checkpoint read as `value`.
+    fn weights_of(value: &super::torch_save::Value, path: &Path) -> Result<Checkpoint> {
+        if !super::lightning::is_lightning(value) {
             return Err(not_lightning(path));
         }
-        let state_dict = super::torch_save::state_dict_of(&value, &path.display().to_string())?;
+        let state_dict = super::torch_save::state_dict_of(value, &path.display().to_string())?;
         Ok(Checkpoint { state_dict, ..Default::default() })
     }
 
     /// Reads a checkpoint. A truncated or corrupted file, or one that is
     /// not a fulmen checkpoint, is a `Format` error naming the file.
     pub fn load(path: &Path) -> Result<Checkpoint> {
-        match super::torch_save::sniff(path)? {
-            Some(super::torch_save::TorchFile::Archive) => {
-                let value = super::torch_save::load(path)?;
-                if !super::lightning::is_lightning(&value) {
-                    return Err(not_lightning(path));
-                }
-                return super::lightning::from_lightning(&value, &path.display().to_string());
+        let bytes = crate::fs_safe::read_regular(path)?;
+        Checkpoint::from_bytes(&bytes, path)
+    }
+
+    /// [`Checkpoint::load`] of a checkpoint's bytes in memory (from a
+    /// checkpoint IO plugin; `path` names it in errors).
+    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Checkpoint> {
+        let head = &bytes[..bytes.len().min(4)];
+        if super::torch_zip::looks_like_zip(head) {
+            let value = super::torch_save::read_bytes(bytes, &path.display().to_string())?;
+            if !super::lightning::is_lightning(&value) {
+                return Err(not_lightning(path));
             }
-            Some(super::torch_save::TorchFile::LegacyPickle) => return Err(super::torch_save::legacy_error(path)),
-            None => {}
+            return super::lightning::from_lightning(&value, &path.display().to_string());
         }
-        let (tensors, meta) = read_safetensors(path)?;
+        if super::torch_save::looks_like_pickle(head) {
+            return Err(super::torch_save::legacy_error(path));
+        }
+        let (tensors, meta) = read_safetensors_bytes(bytes, &path.display().to_string())?;
         match meta.get(FORMAT_KEY).map(String::as_str) {
             Some(FORMAT_VERSION) => {}
             Some(v) => {
@@ -545,7 +590,7 @@ mod tests {
     /// do not fit are refused.
     #[test]
     fn scheduler_owners_round_trip_and_older_files_read() {
-        use crate::nn::{read_safetensors, write_safetensors};
+        use crate::nn::{read_safetensors_bytes, write_safetensors};
         let dir = TempDir::new("ckpt-owners");
         let path = dir.join("owners.ckpt");
         let state = |x: f64| vec![("last_epoch".to_string(), x)];

@@ -3,9 +3,11 @@
 //! hyperparameters (tensors as tensors, the rest as JSON metadata), written
 //! atomically so a crash never leaves a corrupt file where a good one was;
 //! `torch.save` archives (`torch_save`), read and written without Python;
-//! and Lightning's checkpoints (`lightning`), read and written as fulmen's.
+//! and Lightning's checkpoints (`lightning`), read and written as fulmen's;
+//! where they are stored: local files or a checkpoint IO plugin (`io`).
 mod file;
 pub mod file_kind;
+pub mod io;
 pub mod lightning;
 pub(crate) mod numbers;
 mod pickle_read;

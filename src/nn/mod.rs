@@ -29,7 +29,9 @@ pub use layers::transformer::TransformerConfig;
 pub use layers::Activation;
 pub use module::Module;
 pub(crate) use module::{copy_state_tied, param_identity, repeated_entries};
-pub use safetensors_io::{read_safetensors, write_safetensors, MAX_HEADER_BYTES};
+pub use safetensors_io::{
+    read_safetensors, read_safetensors_bytes, safetensors_bytes, write_safetensors, MAX_HEADER_BYTES,
+};
 pub(crate) use script_value::NodeBudget;
 pub use script_value::{Value, ValueKind, MAX_VALUE_DEPTH, MAX_VALUE_NODES};
 pub use state_dict::LoadReport;

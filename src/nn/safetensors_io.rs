@@ -121,40 +121,60 @@ pub fn write_safetensors(
     tensors: &[(String, Tensor)],
     metadata: Option<HashMap<String, String>>,
 ) -> Result<()> {
+    let what = path.display().to_string();
+    crate::fs_safe::write_atomic_with(path, |file| {
+        let out = write_safetensors_to(std::io::BufWriter::with_capacity(1 << 20, file), &what, tensors, metadata)?;
+        out.into_inner().map_err(|e| Error::io(format!("writing {what}: {}", e.error())))?;
+        Ok(())
+    })
+}
+
+/// The bytes [`write_safetensors`] would write, in memory (`what` names
+/// them in errors).
+pub fn safetensors_bytes(
+    tensors: &[(String, Tensor)],
+    metadata: Option<HashMap<String, String>>,
+    what: &str,
+) -> Result<Vec<u8>> {
+    write_safetensors_to(Vec::new(), what, tensors, metadata)
+}
+
+/// Writes named tensors as safetensors to `out`, one tensor's bytes at a
+/// time; `what` names the destination in errors.
+fn write_safetensors_to<W: Write>(
+    mut out: W,
+    what: &str,
+    tensors: &[(String, Tensor)],
+    metadata: Option<HashMap<String, String>>,
+) -> Result<W> {
     let mut names = HashMap::with_capacity(tensors.len());
     let mut views = Vec::with_capacity(tensors.len());
     for (i, (name, t)) in tensors.iter().enumerate() {
         if names.insert(name.as_str(), i).is_some() {
-            return Err(Error::invalid(format!(
-                "write_safetensors {}: duplicate tensor name {name:?}",
-                path.display()
-            )));
+            return Err(Error::invalid(format!("write_safetensors {what}: duplicate tensor name {name:?}")));
         }
         views.push((name.as_str(), lazy_view(name, t)?));
     }
     // The crate lays out the header (its order and padding); the views
     // give no bytes, so this is the 8-byte length and the header alone.
     let head = safetensors::tensor::serialize(views.iter().map(|(n, v)| (*n, v)), &metadata)
-        .map_err(|e| Error::format(format!("serialising {}: {e:?}", path.display())))?;
+        .map_err(|e| Error::format(format!("serialising {what}: {e:?}")))?;
     let header = head.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
     if header > MAX_HEADER_BYTES as u64 {
         return Err(Error::invalid(format!(
-            "{}: the safetensors header (names and metadata) would be {header} bytes; readers refuse more than \
-             {MAX_HEADER_BYTES}, so the file could not be loaded back",
-            path.display()
+            "{what}: the safetensors header (names and metadata) would be {header} bytes; readers refuse more than \
+             {MAX_HEADER_BYTES}, so the file could not be loaded back"
         )));
     }
     let order = layout(&head[8..], &names)?;
-    crate::fs_safe::write_atomic_with(path, |file| {
-        let io = |e: std::io::Error| Error::io(format!("writing {}: {e}", path.display()));
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-        out.write_all(&head).map_err(io)?;
-        for (_, i) in &order {
-            let bytes = host_bytes(&tensors[*i].1, views[*i].1.len)?;
-            out.write_all(&bytes).map_err(io)?;
-        }
-        out.flush().map_err(io)
-    })
+    let io = |e: std::io::Error| Error::io(format!("writing {what}: {e}"));
+    out.write_all(&head).map_err(io)?;
+    for (_, i) in &order {
+        let bytes = host_bytes(&tensors[*i].1, views[*i].1.len)?;
+        out.write_all(&bytes).map_err(io)?;
+    }
+    out.flush().map_err(io)?;
+    Ok(out)
 }
 
 /// Reads a safetensors file: the tensors (CPU, in file order) and the
@@ -162,26 +182,29 @@ pub fn write_safetensors(
 #[allow(clippy::type_complexity)]
 pub fn read_safetensors(path: &Path) -> Result<(Vec<(String, Tensor)>, HashMap<String, String>)> {
     let bytes = crate::fs_safe::read_regular(path)?;
-    let corrupt = |what: String| {
-        Error::format(format!("{} is not a valid safetensors file (truncated or corrupt?): {what}", path.display()))
-    };
+    read_safetensors_bytes(&bytes, &path.display().to_string())
+}
+
+/// [`read_safetensors`] of bytes in memory (`what` names them in errors).
+#[allow(clippy::type_complexity)]
+pub fn read_safetensors_bytes(bytes: &[u8], what: &str) -> Result<(Vec<(String, Tensor)>, HashMap<String, String>)> {
+    let corrupt =
+        |why: String| Error::format(format!("{what} is not a valid safetensors file (truncated or corrupt?): {why}"));
     if let Some(kind) = crate::checkpoint::file_kind::describe(&bytes[..bytes.len().min(256)]) {
         return Err(Error::format(format!(
-            "{} is not a safetensors file (nor a torch.save or Lightning file): it is {kind}",
-            path.display()
+            "{what} is not a safetensors file (nor a torch.save or Lightning file): it is {kind}"
         )));
     }
-    let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| corrupt(format!("{e:?}")))?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| corrupt(format!("{e:?}")))?;
+    let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| corrupt(format!("{e:?}")))?;
+    let st = SafeTensors::deserialize(bytes).map_err(|e| corrupt(format!("{e:?}")))?;
     let mut infos: Vec<(String, (usize, usize))> =
         meta.tensors().into_iter().map(|(n, i)| (n, i.data_offsets)).collect();
     infos.sort_by_key(|(n, off)| (*off, n.clone()));
     let mut out = Vec::with_capacity(infos.len());
     for (name, _) in infos {
         let view = st.tensor(&name).map_err(|e| corrupt(format!("{e:?}")))?;
-        let kind = kind_of(view.dtype()).ok_or_else(|| {
-            Error::dtype(format!("{}: tensor {name} has unsupported dtype {:?}", path.display(), view.dtype()))
-        })?;
+        let kind = kind_of(view.dtype())
+            .ok_or_else(|| Error::dtype(format!("{what}: tensor {name} has unsupported dtype {:?}", view.dtype())))?;
         let shape = view
             .shape()
             .iter()

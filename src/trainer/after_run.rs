@@ -129,7 +129,12 @@ impl Trainer {
             format: self.opts.checkpoint_format,
             prefix: &self.opts.checkpoint_prefix,
         };
-        write_checkpoint(parts, move || device_state_after(sync, precision), path, weights_only)
+        // Whether asynchronous or not, the save is done when this returns.
+        let mut writer =
+            crate::checkpoint::io::CheckpointWriter::new(self.checkpoint_io.clone(), self.opts.async_checkpoint_io);
+        let result =
+            write_checkpoint(parts, move || device_state_after(sync, precision), path, weights_only, &mut writer);
+        writer.finish(result)
     }
 
     /// Refuses a save before any run, or of a module whose model is not

@@ -121,6 +121,7 @@ impl Trainer {
             Some(p) => Some(self.resolve_ckpt_path(p)?),
             None => None,
         };
+        let writer = self.checkpoint_writer();
         let (_settings, strategy) = self.start_run(module, false)?;
         let global_zero = strategy.is_global_zero();
         let shards: Vec<_> = sources.iter().map(|s| strategy.shard(*s, self.opts.use_distributed_sampler)).collect();
@@ -160,7 +161,7 @@ impl Trainer {
             Stage::Predict => "predict",
             _ => "validate",
         };
-        let mut run = Run::new(name, &mut self.state, callbacks, module, loggers, &opts, strategy)?;
+        let mut run = Run::new(name, &mut self.state, callbacks, module, loggers, &opts, strategy, writer)?;
         let result =
             eval_run(&mut run, &opts, stage, &sources, weights.as_deref(), keep).map_err(|e| run.strategy.fail(e));
         let (report, traced) = run.finish_profile();
@@ -192,7 +193,7 @@ fn eval_run(
     run.simple(Hook::Setup)?;
     run.configure_model(false)?;
     if let Some(path) = weights {
-        let ck = crate::checkpoint::Checkpoint::load_weights(path)?;
+        let ck = run.checkpoints.load_weights(path)?;
         let model = run.module.model().ok_or_else(|| Error::state("ckpt_path needs a LightningModule with a model"))?;
         let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
         let names = m.state_dict().into_iter().map(|(k, _)| k).collect();

@@ -142,14 +142,20 @@ impl Trainer {
         }
         let resume = match ckpt_path {
             Some(p) => Some(self.resolve_ckpt_path(p)?),
+            // A requeued SLURM job goes on from its last hpc checkpoint.
+            None if self.opts.slurm_auto_requeue && super::slurm::detected() => {
+                super::slurm::resume_path(&self.opts.default_root_dir)
+            }
             None => None,
         };
+        let writer = self.checkpoint_writer();
         let (_settings, strategy) = self.start_run(module, true)?;
         let global_zero = strategy.is_global_zero();
         let mut data = FitData::new(&*module, &strategy, &self.opts, train, vals);
         self.begin_state();
         self.state.global_rank = strategy.global_rank();
         self.state.ckpt_path = resume.clone();
+        self.state.checkpoint_plugin = self.checkpoint_io.is_some();
         self.state.world_size = strategy.world_size();
         self.state.device_sync = strategy.device_sync();
         self.defaults = self.default_callbacks(true, global_zero)?;
@@ -166,7 +172,9 @@ impl Trainer {
         if opts.fast_dev_run == 0 && global_zero {
             loggers.extend(self.extra_loggers.iter_mut());
         }
-        let mut run = Run::new("fit", &mut self.state, ordered, module, loggers, &opts, strategy)?;
+        let mut run = Run::new("fit", &mut self.state, ordered, module, loggers, &opts, strategy, writer)?;
+        run.requeue = super::slurm::Requeue::when(opts.slurm_auto_requeue, &opts.default_root_dir);
+        let _sigusr1 = super::slurm::SignalGuard::install(run.requeue.is_some());
         let result = fit_run(&mut run, &opts, &mut data, resume.as_deref()).map_err(|e| run.strategy.fail(e));
         let estimated = data.train().ok().map(|t| estimated_stepping_batches(&opts, t));
         let (report, traced) = run.finish_profile();
@@ -186,6 +194,9 @@ impl Trainer {
                 Err(e)
             }
         };
+        // The last background checkpoint save (on_exception's too) is done
+        // before the run returns; its error is the run's when it had none.
+        let result = run.checkpoints.finish(result);
         // Lightning tears the accelerator down on failure too (done
         // already after a fit that ended); the run's error stays the one
         // reported, a failing teardown's attached.
@@ -299,7 +310,7 @@ fn fit_run(
     // called for its epoch (Lightning's `current_epoch` when a resumed fit
     // loads its data: the epoch the checkpoint ended or stopped in).
     let ck = match resume {
-        Some(path) => Some(crate::checkpoint::Checkpoint::load(path)?),
+        Some(path) => Some(run.checkpoints.load(path)?),
         None => None,
     };
     let (start_epoch, mut skip_batches) = match &ck {

@@ -392,6 +392,9 @@ pub struct TrainerState {
     pub global_rank: usize,
     /// The checkpoint this fit resumed from; a run never deletes it.
     pub ckpt_path: Option<PathBuf>,
+    /// Whether a checkpoint IO plugin stores the checkpoints (their paths
+    /// need not exist on disk).
+    pub checkpoint_plugin: bool,
     /// Number of processes of the run (1 without DDP).
     pub world_size: usize,
     /// Devices the run uses on this node (Lightning's `num_devices`; 0

@@ -25,6 +25,7 @@ mod resume;
 mod run;
 pub mod run_settings;
 mod save;
+mod slurm;
 pub mod source;
 mod start;
 mod strategy;
@@ -65,6 +66,9 @@ pub struct Trainer {
     /// What the last fit left for `save_checkpoint` and the queries after
     /// it.
     last_fit: Option<after_run::FitRemains>,
+    /// The checkpoint IO plugin every checkpoint goes through; `None`:
+    /// local files.
+    checkpoint_io: Option<std::sync::Arc<dyn crate::checkpoint::io::CheckpointIo>>,
 }
 
 impl Trainer {
@@ -80,7 +84,21 @@ impl Trainer {
             profiler_report: None,
             attached: None,
             last_fit: None,
+            checkpoint_io: None,
         })
+    }
+
+    /// Sends every checkpoint this trainer saves, loads or removes through
+    /// `io` (Lightning's `plugins=[CheckpointIO]`), replacing any set
+    /// before; `None` goes back to local files.
+    pub fn set_checkpoint_io(&mut self, io: Option<std::sync::Arc<dyn crate::checkpoint::io::CheckpointIo>>) {
+        self.checkpoint_io = io;
+    }
+
+    /// A writer for this trainer's checkpoints (its plugin, its
+    /// `async_checkpoint_io` option).
+    fn checkpoint_writer(&self) -> crate::checkpoint::io::CheckpointWriter {
+        crate::checkpoint::io::CheckpointWriter::new(self.checkpoint_io.clone(), self.opts.async_checkpoint_io)
     }
 
     /// The simple profiler's report of the last run (`profiler="simple"`),

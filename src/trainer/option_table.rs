@@ -538,6 +538,25 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         apply: field!(handle_signals, parse_bool),
     },
     TrainerOption {
+        key: "async_checkpoint_io",
+        kind: OptionKind::Bool,
+        default: "false",
+        doc: "save checkpoints on a background thread (Lightning's AsyncCheckpointIO): the checkpoint is \
+              serialized at once, written (or handed to the checkpoint IO plugin) meanwhile; the next save and the \
+              end of the run wait for it and report its error",
+        apply: field!(async_checkpoint_io, parse_bool),
+    },
+    TrainerOption {
+        key: "slurm_auto_requeue",
+        kind: OptionKind::Bool,
+        default: "false",
+        doc: "under SLURM (SLURM_JOB_ID set, job name not \"bash\" / \"interactive\"): SIGUSR1 saves \
+              default_root_dir/hpc_ckpt_<n>.ckpt at the next batch, epoch or validation end, runs `scontrol requeue <job id>` and stops the \
+              fit with FULMEN_CODE_INTERRUPTED; fit without ckpt_path resumes from the highest hpc_ckpt_<n>.ckpt \
+              (Lightning's SLURMEnvironment auto_requeue)",
+        apply: field!(slurm_auto_requeue, parse_bool),
+    },
+    TrainerOption {
         key: "process_group_backend",
         kind: OptionKind::Text,
         default: "none",

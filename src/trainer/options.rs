@@ -173,6 +173,13 @@ pub struct TrainerOptions {
     /// Stop on SIGINT / SIGTERM as Lightning does (see
     /// `trainer::interrupt`); off leaves the process's handlers alone.
     pub handle_signals: bool,
+    /// Save checkpoints on a background thread (Lightning's
+    /// `AsyncCheckpointIO`; see `checkpoint::io`).
+    pub async_checkpoint_io: bool,
+    /// Under SLURM, SIGUSR1 saves `hpc_ckpt_<n>.ckpt`, requeues the job and
+    /// stops the fit, and fit resumes from the newest such checkpoint
+    /// (Lightning's SLURMEnvironment `auto_requeue`; see `trainer::slurm`).
+    pub slurm_auto_requeue: bool,
     /// Accelerator name ("auto", "cpu", "cuda", "gpu", "mps", "xla",
     /// "tpu", or a registered custom one).
     pub accelerator: String,
@@ -224,6 +231,8 @@ impl Default for TrainerOptions {
             detect_anomaly: false,
             callback_timeout: None,
             handle_signals: true,
+            async_checkpoint_io: false,
+            slurm_auto_requeue: false,
             accelerator: "auto".into(),
             devices: "auto".into(),
             precision: "32-true".into(),

@@ -44,7 +44,8 @@ impl Trainer {
     }
 
     /// The file `ckpt_path` names: "best" (this trainer's best checkpoint),
-    /// "last" (the newest `last*.ckpt`, else the newest checkpoint), or a path.
+    /// "last" (the newest local `last*.ckpt`, else the newest checkpoint),
+    /// or a path (checked here unless a checkpoint IO plugin stores them).
     pub(crate) fn resolve_ckpt_path(&self, ckpt_path: &str) -> Result<PathBuf> {
         match ckpt_path {
             "best" => {
@@ -71,6 +72,8 @@ impl Trainer {
                     ))
                 })
             }
+            // The checkpoint IO plugin says whether it has the file.
+            path if self.checkpoint_io.is_some() => Ok(PathBuf::from(path)),
             path => {
                 let p = PathBuf::from(path);
                 match crate::fs_safe::regular_metadata(&p) {

@@ -49,6 +49,11 @@ pub(crate) struct Run<'a> {
     pub torch_profiler: Option<super::torch_profiler::TorchProfiler>,
     /// The warnings printed so far in this run ([`Run::warn_once`]).
     pub warned: Vec<&'static str>,
+    /// Where the run's checkpoints are written, read and removed (local
+    /// files or the trainer's checkpoint IO plugin).
+    pub checkpoints: crate::checkpoint::io::CheckpointWriter,
+    /// The SLURM requeue this run does on SIGUSR1, when on.
+    pub requeue: Option<super::slurm::Requeue>,
 }
 
 /// Calls one callback's hook, timed when profiling, naming it in errors.
@@ -82,6 +87,7 @@ impl<'a> Run<'a> {
     /// A run of `stage` ("fit", "validate", ...) with no optimizers yet and
     /// its progress at the start: the one way fit and the evaluation runs
     /// build it.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         stage: &'static str,
         state: &'a mut TrainerState,
@@ -90,6 +96,7 @@ impl<'a> Run<'a> {
         loggers: Vec<&'a mut Box<dyn Logger>>,
         opts: &super::TrainerOptions,
         strategy: super::strategy::RunStrategy,
+        checkpoints: crate::checkpoint::io::CheckpointWriter,
     ) -> Result<Self> {
         Ok(Run {
             stage,
@@ -106,6 +113,8 @@ impl<'a> Run<'a> {
             strategy,
             profiler: SimpleProfiler::when(opts.profiler),
             warned: Vec::new(),
+            checkpoints,
+            requeue: None,
         })
     }
 }
@@ -156,7 +165,14 @@ impl Run<'_> {
             }
         }
         // After a failure the ranks may not meet at a barrier.
-        self.process_requests(hook != Hook::Exception)
+        self.process_requests(hook != Hook::Exception)?;
+        // SIGUSR1 under SLURM: saved and requeued where ModelCheckpoint
+        // saves (after a batch, an epoch, a validation).
+        let save_point = matches!(hook, Hook::TrainBatchEnd | Hook::TrainEpochEnd | Hook::ValidationEnd);
+        if save_point && !self.in_closure && !self.state.sanity_checking {
+            self.requeue_if_signalled()?;
+        }
+        Ok(())
     }
 
     /// Calls a LightningModule-only hook ([`Hook::module_only`]) on the
@@ -404,11 +420,7 @@ impl Run<'_> {
         }
         let resumed = self.state.ckpt_path.clone();
         for path in removes.into_iter().filter(|p| global_zero && resumed.as_deref() != Some(p.as_path())) {
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(format!("removing old checkpoint {}: {e}", path.display()))),
-            }
+            self.checkpoints.remove(&path)?;
         }
         for path in std::mem::take(&mut self.state.checkpoint_notices) {
             for l in self.loggers.iter_mut() {
@@ -512,7 +524,7 @@ impl Run<'_> {
             format: self.checkpoint_format,
             prefix: &self.checkpoint_prefix,
         };
-        super::save::write_checkpoint(parts, device, path, weights_only)
+        super::save::write_checkpoint(parts, device, path, weights_only, &mut self.checkpoints)
     }
 
     /// Restores the full training state from a checkpoint (model, optimizers,

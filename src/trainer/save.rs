@@ -69,12 +69,15 @@ pub(crate) fn between_epochs(progress: &FitProgress, epoch: i64) -> bool {
 /// Gathers the training state into a checkpoint (the weights and the loop
 /// progress alone when `weights_only`) and writes it at `path`, creating
 /// its folder; `device` gives the strategy's part of a full one, read after
-/// the callbacks' and the module's `on_save_checkpoint` hooks.
+/// the callbacks' and the module's `on_save_checkpoint` hooks; `writer`
+/// stores it (local files or the checkpoint IO plugin, maybe in the
+/// background).
 pub(crate) fn write_checkpoint(
     parts: CheckpointParts<'_, '_>,
     device: impl FnOnce() -> Result<DeviceState>,
     path: &Path,
     weights_only: bool,
+    writer: &mut crate::checkpoint::io::CheckpointWriter,
 ) -> Result<()> {
     let CheckpointParts { stage, state, callbacks, module, optimizers, progress: p, loop_info, format, prefix } = parts;
     let model = module.model().ok_or_else(|| {
@@ -112,10 +115,7 @@ pub(crate) fn write_checkpoint(
         }
         ck.precision_state = d.precision;
     }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).ctx(format!("creating {}", dir.display()))?;
-    }
-    ck.save_as(path, format, prefix).ctx("saving a checkpoint")
+    writer.save(&ck, path, format, prefix).ctx("saving a checkpoint")
 }
 
 /// Adds the optimizer and scheduler states, the callbacks' states and the

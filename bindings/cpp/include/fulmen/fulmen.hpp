@@ -58,6 +58,7 @@
 #include "abi.hpp"
 #include "accelerator.hpp"
 #include "callback_context.hpp"
+#include "checkpoint_io.hpp"
 #include "collectives.hpp"
 #include "data.hpp"
 #include "distributed.hpp"

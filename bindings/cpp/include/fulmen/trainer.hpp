@@ -2,6 +2,7 @@
 #pragma once
 
 #include "accelerator.hpp"
+#include "checkpoint_io.hpp"
 #include "data.hpp"
 #include "hooks.hpp"
 #include "loggers.hpp"
@@ -1129,6 +1130,21 @@ public:
     /// "DD:HH:MM:SS"; nullopt only measures), checked every "step" or "epoch".
     Trainer& add_timer(const std::optional<std::string>& duration, const std::string& interval = "step") {
         check(fulmen_trainer_add_timer(get(), c_path(duration), interval.c_str()));
+        return *this;
+    }
+    /// Sends every checkpoint the trainer saves, loads or removes through
+    /// `io` (Lightning's CheckpointIO plugin), replacing any set before;
+    /// nullptr goes back to local files. The trainer owns it from then on.
+    Trainer& set_checkpoint_io(std::unique_ptr<CheckpointIO> io) {
+        if (!io) {
+            check(fulmen_trainer_set_checkpoint_io(get(), nullptr));
+            return *this;
+        }
+        auto box = std::make_unique<detail::CheckpointIOBox>();
+        box->io = std::move(io);
+        fulmen_checkpoint_io_vtable vt = detail::CheckpointIOBox::vtable(box.get());
+        check(fulmen_trainer_set_checkpoint_io(get(), &vt));
+        box.release();  // the trainer owns it now and calls userdata_free once
         return *this;
     }
     /// Adds a logger implemented in C++ (receives every metric the file
