@@ -201,11 +201,11 @@ impl Run<'_> {
     /// save finished), requeues the job (rank 0) and stops the fit with
     /// FULMEN_CODE_INTERRUPTED; nothing when no signal came.
     pub(super) fn requeue_if_signalled(&mut self) -> Result<()> {
-        let Some(requeue) = &self.requeue else { return Ok(()) };
+        let Some(settings) = &self.requeue else { return Ok(()) };
         if self.stage != "fit" || !take_signal() {
             return Ok(());
         }
-        let (path, job) = (save_path(&requeue.root), requeue.job.clone());
+        let (path, job) = (save_path(&settings.root), settings.job.clone());
         let global_zero = self.strategy.is_global_zero();
         if self.strategy.saves_checkpoints() {
             self.save_checkpoint(&path, false)
