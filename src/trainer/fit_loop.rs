@@ -293,6 +293,7 @@ fn fit_run(
     if run.state.manual_optimization {
         check_manual(opts, run)?;
     }
+    super::datamodule::prepare_and_setup(run)?;
     run.simple(Hook::Setup)?;
     // The checkpoint is read first: the module's dataloader hooks are
     // called for its epoch (Lightning's `current_epoch` when a resumed fit
@@ -395,6 +396,7 @@ fn fit_run(
     run.simple(Hook::TrainEnd)?;
     set_mode(run.module, true)?;
     run.simple(Hook::FitEnd)?;
+    super::datamodule::teardown(run)?;
     run.simple(Hook::Teardown)?;
     run.strategy.teardown(&*run.module)?;
     run.save_logs()

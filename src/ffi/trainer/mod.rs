@@ -2,6 +2,7 @@
 //! (`fulmen/trainer.h`). `gen_options` is generated from
 //! `src/ffi/options_table.rs`.
 pub mod after_run;
+pub mod datamodule_runs;
 #[rustfmt::skip]
 pub mod gen_options;
 pub mod loaders;

@@ -60,6 +60,7 @@
 #include "callback_context.hpp"
 #include "collectives.hpp"
 #include "data.hpp"
+#include "datamodule.hpp"
 #include "distributed.hpp"
 #include "error.hpp"
 #include "handle.hpp"
