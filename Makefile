@@ -126,8 +126,8 @@ test-go: lib $(MNIST) $(LEE) $(ELNINO) $(VENV_STAMP)
 
 # Interop with the real PyTorch: DDP jobs mixing fulmen and Python ranks;
 # per-step parity and resumes against Lightning's own Trainer.
-test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/hook_order_parity $(BUILD)/interop/lightning_parity $(BUILD)/interop/logger_parity $(BUILD)/interop/swa_parity $(BUILD)/interop/pruning_parity $(BUILD)/interop/checkpoint_names_parity $(BUILD)/interop/batch_size_finder $(BUILD)/interop/script_parity $(BUILD)/interop/export_parity $(BUILD)/interop/torch_save_interop $(BUILD)/examples/mnist $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP)
-	@rm -rf $(BUILD)/interop/torch-save $(BUILD)/interop/ddp-mixed $(BUILD)/interop/lightning-parity $(BUILD)/interop/charlm-twin $(BUILD)/interop/forecast-twin $(BUILD)/interop/finetune $(BUILD)/interop/script-parity $(BUILD)/interop/export-parity $(BUILD)/interop/gan-twin $(BUILD)/interop/mnist-lightning $(BUILD)/interop/swa-parity $(BUILD)/interop/logger-parity $(BUILD)/interop/pruning-parity $(BUILD)/interop/hook-order-parity $(BUILD)/interop/checkpoint-names
+test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/hook_order_parity $(BUILD)/interop/lightning_parity $(BUILD)/interop/datamodule_parity $(BUILD)/interop/logger_parity $(BUILD)/interop/swa_parity $(BUILD)/interop/pruning_parity $(BUILD)/interop/checkpoint_names_parity $(BUILD)/interop/batch_size_finder $(BUILD)/interop/script_parity $(BUILD)/interop/export_parity $(BUILD)/interop/torch_save_interop $(BUILD)/examples/mnist $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP)
+	@rm -rf $(BUILD)/interop/torch-save $(BUILD)/interop/ddp-mixed $(BUILD)/interop/lightning-parity $(BUILD)/interop/charlm-twin $(BUILD)/interop/forecast-twin $(BUILD)/interop/finetune $(BUILD)/interop/script-parity $(BUILD)/interop/export-parity $(BUILD)/interop/gan-twin $(BUILD)/interop/mnist-lightning $(BUILD)/interop/swa-parity $(BUILD)/interop/logger-parity $(BUILD)/interop/pruning-parity $(BUILD)/interop/hook-order-parity $(BUILD)/interop/checkpoint-names $(BUILD)/interop/datamodule-parity
 	$(VENV)/bin/python tests/interop/torch_save_check.py --binary $(BUILD)/interop/torch_save_interop --work $(BUILD)/interop/torch-save
 	$(VENV)/bin/python tests/interop/gan_twin.py --binary $(BUILD)/examples/gan --data $(MNIST) --work $(BUILD)/interop/gan-twin
 	$(VENV)/bin/python tests/interop/script_parity.py --binary $(BUILD)/interop/script_parity --work $(BUILD)/interop/script-parity
@@ -143,6 +143,7 @@ test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/hook_order_parity $(BUI
 	$(VENV)/bin/python tests/interop/logger_parity.py --binary $(BUILD)/interop/logger_parity --work $(BUILD)/interop/logger-parity
 	$(VENV)/bin/python tests/interop/pruning_parity.py --binary $(BUILD)/interop/pruning_parity --work $(BUILD)/interop/pruning-parity
 	$(VENV)/bin/python tests/interop/checkpoint_names_parity.py --binary $(BUILD)/interop/checkpoint_names_parity --work $(BUILD)/interop/checkpoint-names
+	$(VENV)/bin/python tests/interop/datamodule_parity.py --binary $(BUILD)/interop/datamodule_parity --work $(BUILD)/interop/datamodule-parity
 	$(VENV)/bin/python tests/interop/batch_size_parity.py --binary $(BUILD)/interop/batch_size_finder
 	$(VENV)/bin/python tests/interop/mnist_lightning_check.py --binary $(BUILD)/examples/mnist --data $(MNIST) --work $(BUILD)/interop/mnist-lightning
 

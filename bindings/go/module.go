@@ -54,6 +54,12 @@ type ModuleFuncs struct {
 	// of a Fit given none (none: no validation), taken as for
 	// TrainDataloader.
 	ValDataloader func(epoch int64) ([]*Loader, error)
+	// TestDataloader is Lightning's test_dataloader: the loaders of a Test
+	// given a nil loader, taken as for TrainDataloader.
+	TestDataloader func(epoch int64) ([]*Loader, error)
+	// PredictDataloader is Lightning's predict_dataloader: the loader of a
+	// Predict given a nil loader (one), taken as for TrainDataloader.
+	PredictDataloader func(epoch int64) ([]*Loader, error)
 }
 
 // moduleState is what the userdata handle of a module refers to.
@@ -95,6 +101,12 @@ func NewLightningModule(model *Model, funcs ModuleFuncs) (*LightningModule, erro
 	}
 	if funcs.ValDataloader != nil {
 		slots |= C.FULMEN_GO_VAL_DATALOADER
+	}
+	if funcs.TestDataloader != nil {
+		slots |= C.FULMEN_GO_TEST_DATALOADER
+	}
+	if funcs.PredictDataloader != nil {
+		slots |= C.FULMEN_GO_PREDICT_DATALOADER
 	}
 	h := cgo.NewHandle(&moduleState{funcs: funcs})
 	var out *C.fulmen_lightning_module

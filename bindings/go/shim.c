@@ -42,6 +42,14 @@ static fulmen_error *val_dataloader(void *ud, int64_t epoch, fulmen_loader **out
     return fulmenGoValDataloader((uintptr_t)ud, epoch, out, capacity, n);
 }
 
+static fulmen_error *test_dataloader(void *ud, int64_t epoch, fulmen_loader **out, size_t capacity, size_t *n) {
+    return fulmenGoModuleEvalDataloader((uintptr_t)ud, FULMEN_STAGE_TEST, epoch, out, capacity, n);
+}
+
+static fulmen_error *predict_dataloader(void *ud, int64_t epoch, fulmen_loader **out, size_t capacity, size_t *n) {
+    return fulmenGoModuleEvalDataloader((uintptr_t)ud, FULMEN_STAGE_PREDICT, epoch, out, capacity, n);
+}
+
 fulmen_error *fulmen_go_module_new(uintptr_t handle, unsigned slots, const fulmen_model *model,
                                    fulmen_lightning_module **out) {
     fulmen_module_vtable vt;
@@ -57,7 +65,64 @@ fulmen_error *fulmen_go_module_new(uintptr_t handle, unsigned slots, const fulme
     if (slots & FULMEN_GO_ON_HOOK) vt.on_hook = module_hook;
     if (slots & FULMEN_GO_TRAIN_DATALOADER) vt.train_dataloader = train_dataloader;
     if (slots & FULMEN_GO_VAL_DATALOADER) vt.val_dataloader = val_dataloader;
+    if (slots & FULMEN_GO_TEST_DATALOADER) vt.test_dataloader = test_dataloader;
+    if (slots & FULMEN_GO_PREDICT_DATALOADER) vt.predict_dataloader = predict_dataloader;
     return fulmen_lightning_module_new(&vt, model, out);
+}
+
+static fulmen_error *dm_prepare_data(void *ud) { return fulmenGoDataModulePrepare((uintptr_t)ud); }
+
+static fulmen_error *dm_setup(void *ud, const char *stage) {
+    return fulmenGoDataModuleStage((uintptr_t)ud, 0, (char *)stage);
+}
+
+static fulmen_error *dm_teardown(void *ud, const char *stage) {
+    return fulmenGoDataModuleStage((uintptr_t)ud, 1, (char *)stage);
+}
+
+static fulmen_error *dm_train(void *ud, int64_t epoch, fulmen_loader **out) {
+    return fulmenGoDataModuleTrain((uintptr_t)ud, epoch, out);
+}
+
+static fulmen_error *dm_val(void *ud, int64_t epoch, fulmen_loader **out, size_t capacity, size_t *n) {
+    return fulmenGoDataModuleEval((uintptr_t)ud, FULMEN_STAGE_VALIDATE, epoch, out, capacity, n);
+}
+
+static fulmen_error *dm_test(void *ud, int64_t epoch, fulmen_loader **out, size_t capacity, size_t *n) {
+    return fulmenGoDataModuleEval((uintptr_t)ud, FULMEN_STAGE_TEST, epoch, out, capacity, n);
+}
+
+static fulmen_error *dm_predict(void *ud, int64_t epoch, fulmen_loader **out, size_t capacity, size_t *n) {
+    return fulmenGoDataModuleEval((uintptr_t)ud, FULMEN_STAGE_PREDICT, epoch, out, capacity, n);
+}
+
+static fulmen_error *dm_state_dict(void *ud, const uint8_t **data, size_t *len) {
+    return fulmenGoDataModuleStateDict((uintptr_t)ud, (uint8_t **)data, len);
+}
+
+static fulmen_error *dm_load_state_dict(void *ud, const uint8_t *data, size_t len) {
+    return fulmenGoDataModuleLoadStateDict((uintptr_t)ud, (uint8_t *)data, len);
+}
+
+fulmen_error *fulmen_go_datamodule_new(uintptr_t handle, unsigned slots, const char *name,
+                                       fulmen_datamodule **out) {
+    fulmen_datamodule_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = (void *)handle;
+    vt.userdata_free = free_handle;
+    vt.prepare_data = dm_prepare_data;
+    vt.setup = dm_setup;
+    vt.teardown = dm_teardown;
+    if (slots & FULMEN_GO_DM_TRAIN) vt.train_dataloader = dm_train;
+    if (slots & FULMEN_GO_DM_VAL) vt.val_dataloader = dm_val;
+    if (slots & FULMEN_GO_DM_TEST) vt.test_dataloader = dm_test;
+    if (slots & FULMEN_GO_DM_PREDICT) vt.predict_dataloader = dm_predict;
+    if (slots & FULMEN_GO_DM_STATE) {
+        vt.state_dict = dm_state_dict;
+        vt.load_state_dict = dm_load_state_dict;
+    }
+    return fulmen_datamodule_new(&vt, name, out);
 }
 
 static fulmen_error *source_len(void *ud, size_t *len_out) { return fulmenGoSourceLen((uintptr_t)ud, len_out); }

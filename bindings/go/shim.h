@@ -16,8 +16,23 @@ enum {
     FULMEN_GO_CONFIGURE_OPTIMIZERS = 16,
     FULMEN_GO_ON_HOOK = 32,
     FULMEN_GO_TRAIN_DATALOADER = 64,
-    FULMEN_GO_VAL_DATALOADER = 128
+    FULMEN_GO_VAL_DATALOADER = 128,
+    FULMEN_GO_TEST_DATALOADER = 256,
+    FULMEN_GO_PREDICT_DATALOADER = 512
 };
+
+/* Which datamodule slots the Go datamodule implements (prepare_data,
+ * setup and teardown always). */
+enum {
+    FULMEN_GO_DM_TRAIN = 1,
+    FULMEN_GO_DM_VAL = 2,
+    FULMEN_GO_DM_TEST = 4,
+    FULMEN_GO_DM_PREDICT = 8,
+    FULMEN_GO_DM_STATE = 16
+};
+
+fulmen_error *fulmen_go_datamodule_new(uintptr_t handle, unsigned slots, const char *name,
+                                       fulmen_datamodule **out);
 
 fulmen_error *fulmen_go_module_new(uintptr_t handle, unsigned slots, const fulmen_model *model,
                                    fulmen_lightning_module **out);

@@ -19,6 +19,7 @@ const RNG_CPU: &str = "rng_states.cpu";
 const RNG_CUDA: &str = "rng_states.cuda";
 const RNG_DEVICE: &str = "rng_states.device";
 const PROGRESS_KEY: &str = "loop_progress";
+const DATAMODULE_KEY: &str = "datamodule";
 
 /// The largest epoch, step or batch count a checkpoint may hold (2^53:
 /// every count stays exact as the f64 loggers write).
@@ -26,6 +27,13 @@ pub const MAX_COUNTER: i64 = 1 << 53;
 
 /// The most optimizers a checkpoint may hold.
 pub const MAX_OPTIMIZERS: i64 = 1 << 16;
+
+/// The most bytes a datamodule's state may have in a checkpoint
+/// (FULMEN_MAX_DATAMODULE_STATE).
+pub const MAX_DATAMODULE_STATE: usize = 1 << 20;
+
+/// The most datamodule states a checkpoint may hold.
+pub const MAX_DATAMODULE_STATES: usize = 64;
 
 /// The largest metadata a checkpoint may carry, leaving room in the
 /// safetensors header for the tensor table.
@@ -84,6 +92,11 @@ pub struct Checkpoint {
     /// Entries added by `on_save_checkpoint` hooks, per callback name
     /// ("LightningModule" for the module's own).
     pub extra: BTreeMap<String, BTreeMap<String, String>>,
+    /// The datamodules' states by their names (Lightning's
+    /// `checkpoint[datamodule.__class__.__qualname__]`): the bytes a
+    /// datamodule's `state_dict` gave, at most [`MAX_DATAMODULE_STATE`]
+    /// each.
+    pub datamodule_states: BTreeMap<String, Vec<u8>>,
     /// Whether only the weights were saved.
     pub weights_only: bool,
     /// libtorch's CPU generator state (dropout and other random ops), so
@@ -247,6 +260,11 @@ impl Checkpoint {
         meta.insert("epoch".into(), self.epoch.to_string());
         meta.insert("global_step".into(), self.global_step.to_string());
         meta.insert("hparams".into(), json(&self.hparams));
+        if !self.datamodule_states.is_empty() {
+            let hex: BTreeMap<&String, String> =
+                self.datamodule_states.iter().map(|(k, v)| (k, hex_encode(v))).collect();
+            meta.insert(DATAMODULE_KEY.into(), json(&hex));
+        }
         if self.weights_only {
             meta.insert("weights_only".into(), "true".into());
             let tensors: Vec<(String, Tensor)> =
@@ -331,8 +349,10 @@ impl Checkpoint {
         if !super::lightning::is_lightning(value) {
             return Err(not_lightning(path));
         }
-        let state_dict = super::torch_save::state_dict_of(value, &path.display().to_string())?;
-        Ok(Checkpoint { state_dict, ..Default::default() })
+        let what = path.display().to_string();
+        let state_dict = super::torch_save::state_dict_of(value, &what)?;
+        let datamodule_states = super::lightning::datamodule_states(value, &what)?;
+        Ok(Checkpoint { state_dict, datamodule_states, ..Default::default() })
     }
 
     /// Reads a checkpoint. A truncated or corrupted file, or one that is
@@ -392,6 +412,9 @@ impl Checkpoint {
             weights_only: meta.get("weights_only").map(String::as_str) == Some("true"),
             ..Default::default()
         };
+        if meta.contains_key(DATAMODULE_KEY) {
+            ck.datamodule_states = datamodule_states_of(&parse(&meta, DATAMODULE_KEY, path)?, path)?;
+        }
         if ck.weights_only {
             ck.state_dict = tensors;
             return Ok(ck);
@@ -529,6 +552,53 @@ fn not_lightning(path: &Path) -> Error {
     ))
 }
 
+/// Lower-case hexadecimal text of `bytes`.
+fn hex_encode(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    s
+}
+
+/// The bytes of hexadecimal text, `None` when it is not.
+fn hex_decode(text: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| char::from(c).to_digit(16).map(|d| d as u8);
+    let b = text.as_bytes();
+    if b.len() % 2 != 0 {
+        return None;
+    }
+    b.chunks(2).map(|p| Some(digit(p[0])? << 4 | digit(p[1])?)).collect()
+}
+
+/// The datamodule states of fulmen's metadata (name to hexadecimal
+/// bytes), each checked against [`MAX_DATAMODULE_STATE`] before it is
+/// decoded.
+fn datamodule_states_of(hex: &BTreeMap<String, String>, path: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
+    if hex.len() > MAX_DATAMODULE_STATES {
+        return Err(Error::format(format!(
+            "{}: checkpoint metadata `{DATAMODULE_KEY}` holds {} states, at most {MAX_DATAMODULE_STATES}",
+            path.display(),
+            hex.len()
+        )));
+    }
+    hex.iter()
+        .map(|(name, text)| {
+            let bytes = (text.len() <= 2 * MAX_DATAMODULE_STATE).then(|| hex_decode(text)).flatten();
+            let bytes = bytes.ok_or_else(|| {
+                Error::format(format!(
+                    "{}: checkpoint metadata `{DATAMODULE_KEY}` entry {name:?} is not hexadecimal bytes of at most \
+                     {MAX_DATAMODULE_STATE}",
+                    path.display()
+                ))
+            })?;
+            Ok((name.clone(), bytes))
+        })
+        .collect()
+}
+
 /// Refuses metadata a reader could not load back, naming the largest
 /// `on_save_checkpoint` entry when the hooks' entries are the cause.
 fn check_metadata_size(
@@ -559,6 +629,41 @@ fn check_metadata_size(
 mod tests {
     use super::*;
     use crate::test_dirs::TempDir;
+
+    /// A datamodule's state round trips through both formats (also in a
+    /// weights-only file); metadata that is not hexadecimal, or longer than
+    /// the limit, is refused before it is decoded.
+    #[test]
+    fn datamodule_states_round_trip_and_are_bounded() {
+        let dir = TempDir::new("ckpt-datamodule");
+        let path = dir.join("dm.ckpt");
+        let mut states = BTreeMap::new();
+        states.insert("BlobData".to_string(), vec![0u8, 1, 0xab, 0xff]);
+        for weights_only in [false, true] {
+            let ck = Checkpoint {
+                datamodule_states: states.clone(),
+                weights_only,
+                rng_state: Some(Tensor::from_slice(&[1u8])),
+                ..Default::default()
+            };
+            ck.save(&path).unwrap();
+            assert_eq!(Checkpoint::load(&path).unwrap().datamodule_states, states);
+            ck.save_as(&path, CheckpointFormat::Lightning, "").unwrap();
+            assert_eq!(Checkpoint::load(&path).unwrap().datamodule_states, states);
+            assert_eq!(Checkpoint::load_weights(&path).unwrap().datamodule_states, states);
+        }
+        assert_eq!(hex_decode(&hex_encode(&[7, 0, 200])), Some(vec![7, 0, 200]));
+        assert_eq!(hex_decode("0g"), None);
+        assert_eq!(hex_decode("abc"), None);
+        let mut bad = BTreeMap::new();
+        bad.insert("Big".to_string(), "00".repeat(MAX_DATAMODULE_STATE + 1));
+        let e = datamodule_states_of(&bad, &path).unwrap_err();
+        assert_eq!(e.code, crate::error::ErrorCode::Format);
+        bad.insert("Big".to_string(), "zz".to_string());
+        assert!(datamodule_states_of(&bad, &path).is_err());
+        assert!(crate::checkpoint::lightning::is_reserved_key("state_dict"));
+        assert!(!crate::checkpoint::lightning::is_reserved_key("BlobData"));
+    }
 
     #[test]
     fn generator_states_round_trip() {

@@ -15,4 +15,7 @@ mod pickle_write;
 pub mod torch_save;
 pub(crate) mod torch_zip;
 pub(crate) use file::MAX_COUNTER;
-pub use file::{checkpoint_weights, Checkpoint, CheckpointFormat, LoopInfo, FORMAT_VERSION};
+pub use file::{
+    checkpoint_weights, Checkpoint, CheckpointFormat, LoopInfo, FORMAT_VERSION, MAX_DATAMODULE_STATE,
+    MAX_DATAMODULE_STATES,
+};

@@ -103,6 +103,10 @@ impl Strategy for DdpStrategy {
         self.ctx.env.node_rank
     }
 
+    fn local_rank(&self) -> usize {
+        self.ctx.env.local_rank
+    }
+
     /// For fitting, wraps the model as torch's DistributedDataParallel;
     /// evaluation runs leave it unwrapped, as Lightning does.
     fn wrap_model(&mut self, module: &dyn LightningModule, training: bool) -> Result<()> {

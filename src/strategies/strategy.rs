@@ -41,6 +41,11 @@ pub(crate) trait Strategy {
         0
     }
 
+    /// This process's index on its node (Lightning's `local_rank`).
+    fn local_rank(&self) -> usize {
+        0
+    }
+
     /// Whether the run is DataParallel (replicas in one process).
     fn is_data_parallel(&self) -> bool {
         false

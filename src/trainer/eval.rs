@@ -35,7 +35,7 @@ impl Trainer {
         if !module.has_validation_step() {
             return Err(Error::state("validate: the module has no validation_step"));
         }
-        self.evaluate(Stage::Validate, module, sources, ckpt_path, false).map(|(m, _)| m)
+        self.evaluate(Stage::Validate, module, Some(sources), ckpt_path, false).map(|(m, _)| m)
     }
 
     /// Runs the test loop once (Lightning's `trainer.test`).
@@ -59,7 +59,7 @@ impl Trainer {
         if !module.has_test_step() {
             return Err(Error::state("test: the module has no test_step"));
         }
-        self.evaluate(Stage::Test, module, sources, ckpt_path, false).map(|(m, _)| m)
+        self.evaluate(Stage::Test, module, Some(sources), ckpt_path, false).map(|(m, _)| m)
     }
 
     /// Runs `predict_step` over every batch and concatenates the outputs
@@ -81,15 +81,8 @@ impl Trainer {
         sources: &[&dyn BatchSource],
         ckpt_path: Option<&str>,
     ) -> Result<Vec<Option<Tensor>>> {
-        let (_, per_source) = self.evaluate(Stage::Predict, module, sources, ckpt_path, true)?;
-        per_source
-            .into_iter()
-            .enumerate()
-            .map(|(d, batches)| {
-                let outputs: Vec<Tensor> = batches.into_iter().filter_map(|p| p.output).collect();
-                concat_outputs(d, &outputs)
-            })
-            .collect()
+        let (_, per_source) = self.evaluate(Stage::Predict, module, Some(sources), ckpt_path, true)?;
+        concat_predictions(per_source)
     }
 
     /// Lightning's `trainer.predict`: each source's batch predictions in
@@ -102,19 +95,66 @@ impl Trainer {
         ckpt_path: Option<&str>,
         return_predictions: bool,
     ) -> Result<Option<Vec<Vec<Prediction>>>> {
-        let (_, per_source) = self.evaluate(Stage::Predict, module, sources, ckpt_path, return_predictions)?;
+        let (_, per_source) = self.evaluate(Stage::Predict, module, Some(sources), ckpt_path, return_predictions)?;
         Ok(return_predictions.then_some(per_source))
+    }
+
+    /// [`Trainer::validate_loaders`] over the loaders of the module's
+    /// `val_dataloader` (Lightning's `trainer.validate(model)`), called
+    /// after the setup hooks.
+    pub fn validate_from_module(
+        &mut self,
+        module: &mut dyn LightningModule,
+        ckpt_path: Option<&str>,
+    ) -> Result<BTreeMap<String, f64>> {
+        if !module.has_validation_step() {
+            return Err(Error::state("validate: the module has no validation_step"));
+        }
+        if !module.has_val_dataloader() {
+            return Err(Error::state("validate has no data: pass a loader or give the module a val_dataloader"));
+        }
+        self.evaluate(Stage::Validate, module, None, ckpt_path, false).map(|(m, _)| m)
+    }
+
+    /// [`Trainer::test_loaders`] over the loaders of the module's
+    /// `test_dataloader` (Lightning's `trainer.test(model)`).
+    pub fn test_from_module(
+        &mut self,
+        module: &mut dyn LightningModule,
+        ckpt_path: Option<&str>,
+    ) -> Result<BTreeMap<String, f64>> {
+        if !module.has_test_step() {
+            return Err(Error::state("test: the module has no test_step"));
+        }
+        if !module.has_test_dataloader() {
+            return Err(Error::state("test has no data: pass a loader or give the module a test_dataloader"));
+        }
+        self.evaluate(Stage::Test, module, None, ckpt_path, false).map(|(m, _)| m)
+    }
+
+    /// [`Trainer::predict_loaders`] over the loaders of the module's
+    /// `predict_dataloader` (Lightning's `trainer.predict(model)`).
+    pub fn predict_from_module(
+        &mut self,
+        module: &mut dyn LightningModule,
+        ckpt_path: Option<&str>,
+    ) -> Result<Vec<Option<Tensor>>> {
+        if !module.has_predict_dataloader() {
+            return Err(Error::state("predict has no data: pass a loader or give the module a predict_dataloader"));
+        }
+        let (_, per_source) = self.evaluate(Stage::Predict, module, None, ckpt_path, true)?;
+        concat_predictions(per_source)
     }
 
     fn evaluate(
         &mut self,
         stage: Stage,
         module: &mut dyn LightningModule,
-        sources: &[&dyn BatchSource],
+        sources: Option<&[&dyn BatchSource]>,
         ckpt_path: Option<&str>,
         keep: bool,
     ) -> Result<Evaluated> {
-        if sources.is_empty() {
+        if sources.is_some_and(|s| s.is_empty()) {
             return Err(Error::invalid(format!("{}: no loader", stage.name())));
         }
         let weights = match ckpt_path {
@@ -124,8 +164,9 @@ impl Trainer {
         let writer = self.checkpoint_writer();
         let (_settings, strategy) = self.start_run(module, false)?;
         let global_zero = strategy.is_global_zero();
-        let shards: Vec<_> = sources.iter().map(|s| strategy.shard(*s, self.opts.use_distributed_sampler)).collect();
-        let sources: Vec<&dyn BatchSource> = shards.iter().map(|s| s.get()).collect();
+        let shards: Vec<_> =
+            sources.unwrap_or_default().iter().map(|s| strategy.shard(*s, self.opts.use_distributed_sampler)).collect();
+        let sources: Option<Vec<&dyn BatchSource>> = sources.map(|_| shards.iter().map(|s| s.get()).collect());
         // What a fit leaves stays for the runs after it, as in Lightning:
         // its progress, its log folder and its default ModelCheckpoint
         // (`best_model_path` for ckpt_path="best").
@@ -162,8 +203,8 @@ impl Trainer {
             _ => "validate",
         };
         let mut run = Run::new(name, &mut self.state, callbacks, module, loggers, &opts, strategy, writer)?;
-        let result =
-            eval_run(&mut run, &opts, stage, &sources, weights.as_deref(), keep).map_err(|e| run.strategy.fail(e));
+        let result = eval_run(&mut run, &opts, stage, sources.as_deref(), weights.as_deref(), keep)
+            .map_err(|e| run.strategy.fail(e));
         let (report, traced) = run.finish_profile();
         self.profiler_report = report;
         let result = result.and_then(|r| traced.map(|()| r));
@@ -186,20 +227,35 @@ fn eval_run(
     run: &mut Run,
     opts: &super::TrainerOptions,
     stage: Stage,
-    sources: &[&dyn BatchSource],
+    sources: Option<&[&dyn BatchSource]>,
     weights: Option<&std::path::Path>,
     keep: bool,
 ) -> Result<Evaluated> {
+    super::datamodule::prepare_and_setup(run)?;
     run.simple(Hook::Setup)?;
     run.configure_model(false)?;
     if let Some(path) = weights {
         let ck = run.checkpoints.load_weights(path)?;
         let model = run.module.model().ok_or_else(|| Error::state("ckpt_path needs a LightningModule with a model"))?;
-        let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
-        let names = m.state_dict().into_iter().map(|(k, _)| k).collect();
-        m.load_state_dict(&ck.weights_for(&names, &run.checkpoint_prefix), true)
-            .ctx(format!("loading {}", path.display()))?;
+        {
+            let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
+            let names = m.state_dict().into_iter().map(|(k, _)| k).collect();
+            m.load_state_dict(&ck.weights_for(&names, &run.checkpoint_prefix), true)
+                .ctx(format!("loading {}", path.display()))?;
+        }
+        super::datamodule::restore(&mut *run.module, &ck).ctx(format!("loading {}", path.display()))?;
     }
+    // Without loaders, the module's dataloader hook gives them now, after
+    // the setup hooks (Lightning's evaluation loop `setup_data`).
+    let owned = match sources {
+        Some(_) => Vec::new(),
+        None => hook_sources(run, opts, stage)?,
+    };
+    let hooked: Vec<&dyn BatchSource> = owned.iter().map(|b| &**b as &dyn BatchSource).collect();
+    let sources: &[&dyn BatchSource] = match sources {
+        Some(s) => s,
+        None => &hooked,
+    };
     let limit = match stage {
         Stage::Test => opts.effective_limit(opts.limit_test_batches),
         Stage::Predict => opts.effective_limit(opts.limit_predict_batches),
@@ -211,9 +267,45 @@ fn eval_run(
     }
     let step = run.state.batches_stepped;
     let result = super::eval_loop::evaluate_keeping(run, stage, sources, &limits, Some(step), keep)?;
+    super::datamodule::teardown(run)?;
     run.simple(Hook::Teardown)?;
     run.strategy.teardown(&*run.module)?;
     Ok(result)
+}
+
+/// The loaders of the module's dataloader hook for `stage` (for the
+/// trainer's current epoch), sharded for this rank; at least one.
+fn hook_sources(run: &mut Run, opts: &super::TrainerOptions, stage: Stage) -> Result<Vec<Box<dyn BatchSource + Send>>> {
+    let epoch = run.state.epoch;
+    let (hook, loaders) = match stage {
+        Stage::Test => ("test_dataloader", run.module.test_dataloader(epoch)),
+        Stage::Predict => ("predict_dataloader", run.module.predict_dataloader(epoch)),
+        _ => ("val_dataloader", run.module.val_dataloader(epoch)),
+    };
+    let loaders = loaders.ctx(hook)?;
+    if loaders.is_empty() || loaders.len() > super::LOADERS_MAX {
+        return Err(Error::invalid(format!(
+            "{}: {hook} gave {} loaders; give 1 to {}",
+            stage.name(),
+            loaders.len(),
+            super::LOADERS_MAX
+        )));
+    }
+    let sampler = opts.use_distributed_sampler;
+    Ok(loaders.into_iter().map(|l| run.strategy.shard_owned(l, sampler)).collect())
+}
+
+/// Each source's batch predictions concatenated along dimension 0 (the
+/// batches that returned nothing left out).
+fn concat_predictions(per_source: Vec<Vec<Prediction>>) -> Result<Vec<Option<Tensor>>> {
+    per_source
+        .into_iter()
+        .enumerate()
+        .map(|(d, batches)| {
+            let outputs: Vec<Tensor> = batches.into_iter().filter_map(|p| p.output).collect();
+            concat_outputs(d, &outputs)
+        })
+        .collect()
 }
 
 /// Concatenates one source's predict outputs along dimension 0.

@@ -304,6 +304,7 @@ fn fit_run(
     if run.state.manual_optimization {
         check_manual(opts, run)?;
     }
+    super::datamodule::prepare_and_setup(run)?;
     run.simple(Hook::Setup)?;
     run.configure_model(true)?;
     // The checkpoint is read first: the module's dataloader hooks are
@@ -407,6 +408,7 @@ fn fit_run(
     run.simple(Hook::TrainEnd)?;
     set_mode(run.module, true)?;
     run.simple(Hook::FitEnd)?;
+    super::datamodule::teardown(run)?;
     run.simple(Hook::Teardown)?;
     run.strategy.teardown(&*run.module)?;
     run.save_logs()

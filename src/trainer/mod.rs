@@ -3,6 +3,7 @@
 mod after_run;
 mod automatic;
 pub mod context;
+pub mod datamodule;
 pub mod device;
 mod epoch_loop;
 mod eval;
@@ -32,6 +33,7 @@ mod strategy;
 pub mod torch_profiler;
 
 pub use context::{Stage, StepContext};
+pub use datamodule::DataModule;
 pub use eval_loop::Prediction;
 pub(crate) use fit_data::LOADERS_MAX;
 pub use hooks::{Callback, Hook, HookContext, TrainerState};

@@ -223,4 +223,27 @@ pub trait LightningModule {
     fn val_dataloader(&mut self, _epoch: i64) -> Result<Vec<Box<dyn BatchSource + Send>>> {
         Err(Error::state("the module has no val_dataloader"))
     }
+    /// Whether `test_dataloader` is implemented.
+    fn has_test_dataloader(&self) -> bool {
+        false
+    }
+    /// Lightning's `test_dataloader()`: the loaders of a test given none
+    /// (`epoch`: the trainer's current epoch).
+    fn test_dataloader(&mut self, _epoch: i64) -> Result<Vec<Box<dyn BatchSource + Send>>> {
+        Err(Error::state("the module has no test_dataloader"))
+    }
+    /// Whether `predict_dataloader` is implemented.
+    fn has_predict_dataloader(&self) -> bool {
+        false
+    }
+    /// Lightning's `predict_dataloader()`: the loaders of a predict given
+    /// none.
+    fn predict_dataloader(&mut self, _epoch: i64) -> Result<Vec<Box<dyn BatchSource + Send>>> {
+        Err(Error::state("the module has no predict_dataloader"))
+    }
+    /// The datamodule the run was given (Lightning's `trainer.datamodule`),
+    /// whose state goes into the run's checkpoints.
+    fn datamodule(&mut self) -> Option<&mut dyn super::datamodule::DataModule> {
+        None
+    }
 }

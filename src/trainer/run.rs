@@ -660,6 +660,7 @@ impl Run<'_> {
         let mut ctx = HookContext::new(Hook::LoadCheckpoint, self.stage, self.state);
         ctx.checkpoint = Some(&mut entries);
         self.module.on_hook(&mut ctx).map_err(|e| e.context("LightningModule.on_load_checkpoint"))?;
+        super::datamodule::restore(&mut *self.module, ck).ctx(at())?;
         self.strategy.precision_mut().load_state_dict(&ck.precision_state).ctx(format!("{}: precision state", at()))?;
         if let Some(r) = &ck.rng_state {
             crate::tensor::runtime::set_cpu_rng_state(r).ctx(at())?;

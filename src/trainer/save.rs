@@ -103,6 +103,11 @@ pub(crate) fn write_checkpoint(
         loop_info,
         ..Default::default()
     };
+    // Lightning's `checkpoint[datamodule.__class__.__qualname__]`, in
+    // weights-only checkpoints too.
+    if let Some((name, bytes)) = super::datamodule::state_for_checkpoint(&mut *module)? {
+        ck.datamodule_states.insert(name, bytes);
+    }
     if !weights_only {
         add_training_state(&mut ck, stage, state, callbacks, module, optimizers)?;
         ck.rng_state = Some(crate::tensor::runtime::cpu_rng_state()?);

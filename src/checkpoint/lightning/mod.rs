@@ -170,6 +170,10 @@ pub fn to_lightning(ck: &Checkpoint, prefix: &str) -> Result<Value> {
             Value::Dict(ck.hparams.iter().map(|(k, v)| (text(k), value::from_text(v))).collect()),
         ));
     }
+    // Lightning's `checkpoint[datamodule.__class__.__qualname__]`.
+    for (name, state) in &ck.datamodule_states {
+        top.push((name.as_str(), Value::Bytes(state.clone())));
+    }
     let mut own = vec![("format", text(super::FORMAT_VERSION))];
     if !ck.weights_only {
         // Which optimizer each listed scheduler steps (Lightning's list
@@ -202,6 +206,7 @@ pub fn from_lightning(top: &Value, what: &str) -> Result<Checkpoint> {
     let mut ck = loops::from_lightning(top, what)?;
     ck.state_dict = super::torch_save::state_dict_of(top, what)?;
     ck.schedulers_listed = true;
+    ck.datamodule_states = datamodule_states(top, what)?;
     if let (Some(current), Some(averaging)) = (top.get("current_model_state"), top.get("averaging_state")) {
         ck.current_model_state = Some(tensor_dict(current, &format!("{what}.current_model_state"))?);
         ck.averaging_state = tensor_dict(averaging, &format!("{what}.averaging_state"))?;
@@ -286,6 +291,49 @@ pub fn from_lightning(top: &Value, what: &str) -> Result<Checkpoint> {
         }
     }
     Ok(ck)
+}
+
+/// The keys of a Lightning checkpoint's own entries, which no datamodule
+/// name may take.
+const RESERVED_KEYS: [&str; 14] = [
+    "epoch",
+    "global_step",
+    "pytorch-lightning_version",
+    "state_dict",
+    "loops",
+    "callbacks",
+    "optimizer_states",
+    "lr_schedulers",
+    PRECISION_KEY,
+    "hparams_name",
+    "hyper_parameters",
+    "current_model_state",
+    "averaging_state",
+    FULMEN_KEY,
+];
+
+/// Whether `name` is one of the entries a Lightning checkpoint has of its
+/// own (so it cannot key a datamodule's state).
+pub fn is_reserved_key(name: &str) -> bool {
+    RESERVED_KEYS.contains(&name)
+}
+
+/// The datamodule states of a Lightning checkpoint: its top-level `bytes`
+/// entries under names that are not Lightning's own, each at most
+/// [`super::MAX_DATAMODULE_STATE`] bytes. A datamodule state of another
+/// kind (a dict a Python datamodule returned) is not fulmen's and is left.
+pub(crate) fn datamodule_states(top: &Value, what: &str) -> Result<BTreeMap<String, Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    for (k, v) in entries(top, what)? {
+        let (Value::Str(name), Value::Bytes(state)) = (k, v) else { continue };
+        if is_reserved_key(name) {
+            continue;
+        }
+        check_len(state.len(), super::MAX_DATAMODULE_STATE, &format!("{what}.{name}"))?;
+        check_len(out.len() + 1, super::MAX_DATAMODULE_STATES, &format!("{what}: datamodule states"))?;
+        out.insert(name.clone(), state.clone());
+    }
+    Ok(out)
 }
 
 /// fulmen's list of the optimizer each of the `schedulers` listed steps,

@@ -183,6 +183,33 @@ pub struct fulmen_module_vtable {
     /// ModelCheckpoints still run last. May be NULL. Added in 0.3.
     pub configure_callbacks:
         Option<unsafe extern "C" fn(userdata: *mut c_void, callbacks: *mut fulmen_callback_list) -> *mut fulmen_error>,
+    /// Lightning's `test_dataloader`: writes up to `capacity`
+    /// (FULMEN_LOADERS_MAX) new loaders of test data to `out[0..*n]` and
+    /// their count to `*n` (at least 1), as `val_dataloader`; `epoch` is
+    /// the trainer's current epoch. Called by a test given no loader
+    /// (`fulmen_trainer_test` with `loader` NULL), after the setup hooks.
+    /// fulmen takes the loaders written as for `train_dataloader`. May be
+    /// NULL. Added in 0.3; older, smaller vtables without it are accepted.
+    pub test_dataloader: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            epoch: i64,
+            out: *mut *mut fulmen_loader,
+            capacity: usize,
+            n: *mut usize,
+        ) -> *mut fulmen_error,
+    >,
+    /// Lightning's `predict_dataloader`: as `test_dataloader`, for a
+    /// predict given no loader. May be NULL. Added in 0.3.
+    pub predict_dataloader: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            epoch: i64,
+            out: *mut *mut fulmen_loader,
+            capacity: usize,
+            n: *mut usize,
+        ) -> *mut fulmen_error,
+    >,
 }
 
 /// The user's model logic: step functions, optimizer set-up, and the model
@@ -226,6 +253,8 @@ pub struct HostModule {
     configure_callbacks: Option<unsafe extern "C" fn(*mut c_void, *mut fulmen_callback_list) -> *mut fulmen_error>,
     /// The LightningModule-only hooks `on_hook` implements.
     overridden: Vec<Hook>,
+    pub(crate) test_dataloader: Option<fulmen_val_dataloader_fn>,
+    pub(crate) predict_dataloader: Option<fulmen_val_dataloader_fn>,
     model: Option<SharedModel>,
     hparams: BTreeMap<String, String>,
     automatic_optimization: bool,
@@ -375,6 +404,22 @@ impl LightningModule for HostModule {
         crate::ffi::module::module_data::val_dataloader(self, epoch)
     }
 
+    fn has_test_dataloader(&self) -> bool {
+        self.test_dataloader.is_some()
+    }
+
+    fn test_dataloader(&mut self, epoch: i64) -> Result<Vec<Box<dyn BatchSource + Send>>> {
+        crate::ffi::module::module_data::test_dataloader(self, epoch)
+    }
+
+    fn has_predict_dataloader(&self) -> bool {
+        self.predict_dataloader.is_some()
+    }
+
+    fn predict_dataloader(&mut self, epoch: i64) -> Result<Vec<Box<dyn BatchSource + Send>>> {
+        crate::ffi::module::module_data::predict_dataloader(self, epoch)
+    }
+
     fn configure_optimizers(&mut self, setup: &OptimizerSetup) -> Result<Vec<OptimizerConfig>> {
         let f = self.configure_optimizers.ok_or_else(|| Error::state("the module has no configure_optimizers"))?;
         let _scope = TensorScope::enter();
@@ -431,6 +476,8 @@ pub unsafe extern "C" fn fulmen_lightning_module_new(
             configure_model: v.configure_model,
             configure_callbacks: v.configure_callbacks,
             overridden: Vec::new(),
+            test_dataloader: v.test_dataloader,
+            predict_dataloader: v.predict_dataloader,
             model,
             hparams: BTreeMap::new(),
             automatic_optimization: true,

@@ -1,6 +1,7 @@
-//! The module's `train_dataloader` / `val_dataloader` (Lightning's
-//! dataloader hooks): loaders the host creates for a fit given none, which
-//! fulmen takes and frees.
+//! The module's `train_dataloader` / `val_dataloader` /
+//! `test_dataloader` / `predict_dataloader` (Lightning's dataloader hooks,
+//! also a datamodule's): loaders the host creates for a run given none,
+//! which fulmen takes and frees.
 use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::base::callback::{host_result, HostCallTimer};
 use crate::ffi::base::error::fulmen_error;
@@ -68,31 +69,62 @@ fn take_loaders(name: &str, slots: &[*mut fulmen_loader]) -> Result<Vec<Box<dyn 
 /// Calls the host's `train_dataloader` for `epoch`.
 pub(crate) fn train_dataloader(m: &mut HostModule, epoch: i64) -> Result<Box<dyn BatchSource + Send>> {
     let f = m.train_dataloader.ok_or_else(|| Error::state("the module has no train_dataloader"))?;
-    let ud = m.userdata.ptr();
-    let mut slot = [std::ptr::null_mut()];
-    // SAFETY: the host's function with its own userdata, on this thread.
-    let mut taken = call_and_take("train_dataloader", &mut slot, |out| unsafe { f(ud, epoch, out) })?;
-    taken.pop().ok_or_else(|| Error::new(ErrorCode::Callback, "train_dataloader wrote no loader to *out"))
+    call_train("train_dataloader", f, m.userdata.ptr(), epoch)
 }
 
 /// Calls the host's `val_dataloader` for `epoch`.
 pub(crate) fn val_dataloader(m: &mut HostModule, epoch: i64) -> Result<Vec<Box<dyn BatchSource + Send>>> {
     let f = m.val_dataloader.ok_or_else(|| Error::state("the module has no val_dataloader"))?;
-    let ud = m.userdata.ptr();
+    call_eval("val_dataloader", f, m.userdata.ptr(), epoch)
+}
+
+/// Calls the host's `test_dataloader`.
+pub(crate) fn test_dataloader(m: &mut HostModule, epoch: i64) -> Result<Vec<Box<dyn BatchSource + Send>>> {
+    let f = m.test_dataloader.ok_or_else(|| Error::state("the module has no test_dataloader"))?;
+    call_eval("test_dataloader", f, m.userdata.ptr(), epoch)
+}
+
+/// Calls the host's `predict_dataloader`.
+pub(crate) fn predict_dataloader(m: &mut HostModule, epoch: i64) -> Result<Vec<Box<dyn BatchSource + Send>>> {
+    let f = m.predict_dataloader.ok_or_else(|| Error::state("the module has no predict_dataloader"))?;
+    call_eval("predict_dataloader", f, m.userdata.ptr(), epoch)
+}
+
+/// Calls a host hook of `train_dataloader`'s shape (`name` in errors) with
+/// `ud`; the one loader it wrote.
+pub(crate) fn call_train(
+    name: &str,
+    f: fulmen_train_dataloader_fn,
+    ud: *mut c_void,
+    epoch: i64,
+) -> Result<Box<dyn BatchSource + Send>> {
+    let mut slot = [std::ptr::null_mut()];
+    // SAFETY: the host's function with its own userdata, on this thread.
+    let mut taken = call_and_take(name, &mut slot, |out| unsafe { f(ud, epoch, out) })?;
+    taken.pop().ok_or_else(|| Error::new(ErrorCode::Callback, format!("{name} wrote no loader to *out")))
+}
+
+/// Calls a host hook of `val_dataloader`'s shape (`name` in errors) with
+/// `ud`; the loaders it wrote, `*n` of them.
+pub(crate) fn call_eval(
+    name: &str,
+    f: fulmen_val_dataloader_fn,
+    ud: *mut c_void,
+    epoch: i64,
+) -> Result<Vec<Box<dyn BatchSource + Send>>> {
     let mut slots = [std::ptr::null_mut(); FULMEN_LOADERS_MAX];
     let mut n = usize::MAX;
     // SAFETY: the host's function with its own userdata, on this thread;
     // `out` has FULMEN_LOADERS_MAX slots.
-    let taken =
-        call_and_take("val_dataloader", &mut slots, |out| unsafe { f(ud, epoch, out, FULMEN_LOADERS_MAX, &mut n) })?;
+    let taken = call_and_take(name, &mut slots, |out| unsafe { f(ud, epoch, out, FULMEN_LOADERS_MAX, &mut n) })?;
     if n == usize::MAX {
-        return Err(Error::new(ErrorCode::Callback, "val_dataloader wrote no count to *n"));
+        return Err(Error::new(ErrorCode::Callback, format!("{name} wrote no count to *n")));
     }
     let in_place = n <= FULMEN_LOADERS_MAX && slots[..n].iter().all(|p| !p.is_null());
     if !in_place || taken.len() != n {
         return Err(Error::new(
             ErrorCode::Callback,
-            format!("val_dataloader wrote *n = {n} but {} loaders to out[0..{FULMEN_LOADERS_MAX}]", taken.len()),
+            format!("{name} wrote *n = {n} but {} loaders to out[0..{FULMEN_LOADERS_MAX}]", taken.len()),
         ));
     }
     Ok(taken)

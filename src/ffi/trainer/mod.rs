@@ -3,6 +3,7 @@
 //! `src/ffi/options_table.rs`.
 pub mod after_run;
 pub mod checkpoint_io;
+pub mod datamodule_runs;
 #[rustfmt::skip]
 pub mod gen_options;
 pub mod loaders;

@@ -6,7 +6,7 @@ use crate::ffi::data::datasets::fulmen_loader;
 use crate::ffi::module::lightning_module::fulmen_lightning_module;
 use crate::ffi::nn::model::copy_str;
 use crate::ffi::tensor::handle::{emit, fulmen_tensor};
-use crate::trainer::{BatchSource, Trainer, TrainerOptions};
+use crate::trainer::{BatchSource, LightningModule, Trainer, TrainerOptions};
 use std::ffi::c_char;
 
 /// Trainer options set by name, as Lightning's `Trainer(...)` keyword
@@ -274,6 +274,19 @@ pub(crate) unsafe fn train_arg<'a>(
     Ok(None)
 }
 
+/// Whether a run given `loader` takes the module's dataloader hook
+/// (`hook`): `loader` NULL and the module has it. NULL without the hook is
+/// the NULL-argument error, naming the hook.
+fn from_module(loader: *const fulmen_loader, has_hook: bool, hook: &str) -> Result<bool> {
+    match (loader.is_null(), has_hook) {
+        (false, _) => Ok(false),
+        (true, true) => Ok(true),
+        (true, false) => {
+            Err(Error::new(ErrorCode::NullArgument, format!("argument `loader` is NULL and the module has no {hook}")))
+        }
+    }
+}
+
 pub(crate) unsafe fn ckpt<'a>(p: *const c_char) -> Result<Option<&'a str>> {
     if p.is_null() {
         Ok(None)
@@ -335,6 +348,8 @@ pub unsafe extern "C" fn fulmen_trainer_fit(
 
 /// Runs the validation loop over `loader` once; `ckpt_path` (may be NULL)
 /// first loads the weights of a checkpoint ("best", "last" or a path).
+/// `loader` NULL takes the loaders of the module's `val_dataloader`
+/// (Lightning's `trainer.validate(model)`), called after the setup hooks.
 ///
 /// Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
 /// hook, callback, logger or data source failed, or ran past callback_timeout);
@@ -348,7 +363,8 @@ pub unsafe extern "C" fn fulmen_trainer_fit(
 /// or another rank failed); FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM);
 /// FULMEN_CODE_TORCH (libtorch failed); FULMEN_CODE_INVALID_STATE also when the
 /// module has no validation_step, or ckpt_path "best" / "last" finds no
-/// checkpoint.
+/// checkpoint; FULMEN_CODE_NULL_ARGUMENT also when `loader` is NULL and
+/// the module has no val_dataloader.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_validate(
     trainer: *mut fulmen_trainer,
@@ -359,11 +375,15 @@ pub unsafe extern "C" fn fulmen_trainer_validate(
     guard!(|| {
         let mut t = handle::borrow_mut(trainer, "trainer")?;
         let mut m = handle::borrow_mut(module, "module")?;
+        if from_module(loader, m.inner.has_val_dataloader(), "val_dataloader")? {
+            return t.inner.validate_from_module(&mut m.inner, ckpt(ckpt_path)?).map(|_| ());
+        }
         t.inner.validate(&mut m.inner, &*self::loader(loader, "loader")?, ckpt(ckpt_path)?).map(|_| ())
     })
 }
 
 /// Runs the test loop over `loader` once; `ckpt_path` as for validate.
+/// `loader` NULL takes the loaders of the module's `test_dataloader`.
 ///
 /// Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
 /// hook, callback, logger or data source failed, or ran past callback_timeout);
@@ -376,7 +396,9 @@ pub unsafe extern "C" fn fulmen_trainer_validate(
 /// (checkpoint weights that do not fit); FULMEN_CODE_DISTRIBUTED (a collective
 /// or another rank failed); FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM);
 /// FULMEN_CODE_TORCH (libtorch failed); FULMEN_CODE_INVALID_STATE also when the
-/// module has no test_step, or ckpt_path "best" / "last" finds no checkpoint.
+/// module has no test_step, or ckpt_path "best" / "last" finds no checkpoint;
+/// FULMEN_CODE_NULL_ARGUMENT also when `loader` is NULL and the module has
+/// no test_dataloader.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_test(
     trainer: *mut fulmen_trainer,
@@ -387,13 +409,17 @@ pub unsafe extern "C" fn fulmen_trainer_test(
     guard!(|| {
         let mut t = handle::borrow_mut(trainer, "trainer")?;
         let mut m = handle::borrow_mut(module, "module")?;
+        if from_module(loader, m.inner.has_test_dataloader(), "test_dataloader")? {
+            return t.inner.test_from_module(&mut m.inner, ckpt(ckpt_path)?).map(|_| ());
+        }
         t.inner.test(&mut m.inner, &*self::loader(loader, "loader")?, ckpt(ckpt_path)?).map(|_| ())
     })
 }
 
 /// Runs predict_step over `loader` and writes the outputs concatenated
 /// along dimension 0 to `*out` (NULL when no step produced an output);
-/// `ckpt_path` as for validate.
+/// `ckpt_path` as for validate. `loader` NULL takes the loader of the
+/// module's `predict_dataloader` (which must give one).
 ///
 /// Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
 /// hook, callback, logger or data source failed, or ran past callback_timeout);
@@ -407,7 +433,10 @@ pub unsafe extern "C" fn fulmen_trainer_test(
 /// weights of another dtype); FULMEN_CODE_DISTRIBUTED (a collective or another
 /// rank failed); FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM); FULMEN_CODE_TORCH
 /// (libtorch failed); FULMEN_CODE_INVALID_STATE also when the module has no
-/// predict_step, or ckpt_path "best" / "last" finds no checkpoint.
+/// predict_step, or ckpt_path "best" / "last" finds no checkpoint;
+/// FULMEN_CODE_NULL_ARGUMENT also when `loader` is NULL and the module has
+/// no predict_dataloader; FULMEN_CODE_INVALID_ARGUMENT when its
+/// predict_dataloader gives more than one loader.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_predict(
     trainer: *mut fulmen_trainer,
@@ -420,7 +449,20 @@ pub unsafe extern "C" fn fulmen_trainer_predict(
         check_out(out, "out")?;
         let mut t = handle::borrow_mut(trainer, "trainer")?;
         let mut m = handle::borrow_mut(module, "module")?;
-        match t.inner.predict(&mut m.inner, &*self::loader(loader, "loader")?, ckpt(ckpt_path)?)? {
+        let result = if from_module(loader, m.inner.has_predict_dataloader(), "predict_dataloader")? {
+            let mut outputs = t.inner.predict_from_module(&mut m.inner, ckpt(ckpt_path)?)?;
+            if outputs.len() != 1 {
+                return Err(Error::invalid(format!(
+                    "predict_dataloader gave {} loaders; fulmen_trainer_predict writes one output \
+                     (fulmen_trainer_predict_datamodule writes one per loader)",
+                    outputs.len()
+                )));
+            }
+            outputs.pop().flatten()
+        } else {
+            t.inner.predict(&mut m.inner, &*self::loader(loader, "loader")?, ckpt(ckpt_path)?)?
+        };
+        match result {
             Some(p) => emit(out, p),
             None => {
                 out.write(std::ptr::null_mut());

@@ -61,6 +61,7 @@
 #include "checkpoint_io.hpp"
 #include "collectives.hpp"
 #include "data.hpp"
+#include "datamodule.hpp"
 #include "distributed.hpp"
 #include "error.hpp"
 #include "handle.hpp"

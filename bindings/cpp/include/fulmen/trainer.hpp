@@ -4,6 +4,7 @@
 #include "accelerator.hpp"
 #include "checkpoint_io.hpp"
 #include "data.hpp"
+#include "datamodule.hpp"
 #include "hooks.hpp"
 #include "loggers.hpp"
 #include "optim.hpp"
@@ -506,6 +507,10 @@ struct Steps {
     /// Lightning's val_dataloader: the validation loaders of a fit given
     /// none, for an epoch (none: no validation).
     std::function<std::vector<Loader>(int64_t epoch)> val_dataloader;
+    /// Lightning's test_dataloader: the loaders of a test given none.
+    std::function<std::vector<Loader>(int64_t epoch)> test_dataloader;
+    /// Lightning's predict_dataloader: the loader of a predict given none.
+    std::function<std::vector<Loader>(int64_t epoch)> predict_dataloader;
 };
 
 namespace detail {
@@ -568,11 +573,27 @@ struct ModuleTrampolines {
     }
     /// Calls Steps::val_dataloader and hands its loaders to fulmen.
     static fulmen_error* val_dataloader(void* ud, int64_t epoch, fulmen_loader** out, size_t capacity, size_t* n) {
+        return hand_loaders("val_dataloader", static_cast<Steps*>(ud)->val_dataloader, epoch, out, capacity, n);
+    }
+    /// Calls Steps::test_dataloader and hands its loaders to fulmen.
+    static fulmen_error* test_dataloader(void* ud, int64_t epoch, fulmen_loader** out, size_t capacity, size_t* n) {
+        return hand_loaders("test_dataloader", static_cast<Steps*>(ud)->test_dataloader, epoch, out, capacity, n);
+    }
+    /// Calls Steps::predict_dataloader and hands its loaders to fulmen.
+    static fulmen_error* predict_dataloader(void* ud, int64_t epoch, fulmen_loader** out, size_t capacity,
+                                            size_t* n) {
+        return hand_loaders("predict_dataloader", static_cast<Steps*>(ud)->predict_dataloader, epoch, out, capacity,
+                            n);
+    }
+    /// Hands the loaders of an evaluation dataloader hook (`what`) to fulmen.
+    static fulmen_error* hand_loaders(const char* what, const std::function<std::vector<Loader>(int64_t)>& hook,
+                                      int64_t epoch, fulmen_loader** out, size_t capacity, size_t* n) {
         return guard_callback([&] {
-            std::vector<Loader> loaders = static_cast<Steps*>(ud)->val_dataloader(epoch);
+            std::vector<Loader> loaders = hook(epoch);
             if (loaders.size() > capacity) {
-                throw Error(FULMEN_CODE_INVALID_ARGUMENT, "val_dataloader gave " + std::to_string(loaders.size()) +
-                                                              " loaders; at most " + std::to_string(capacity));
+                throw Error(FULMEN_CODE_INVALID_ARGUMENT, std::string(what) + " gave " +
+                                                              std::to_string(loaders.size()) + " loaders; at most " +
+                                                              std::to_string(capacity));
             }
             for (size_t i = 0; i < loaders.size(); i++) out[i] = loaders[i].release();
             *n = loaders.size();
@@ -598,6 +619,8 @@ struct ModuleTrampolines {
         if (steps->on_hook) vt.on_hook = &on_hook;
         if (steps->train_dataloader) vt.train_dataloader = &train_dataloader;
         if (steps->val_dataloader) vt.val_dataloader = &val_dataloader;
+        if (steps->test_dataloader) vt.test_dataloader = &test_dataloader;
+        if (steps->predict_dataloader) vt.predict_dataloader = &predict_dataloader;
         return vt;
     }
 };
@@ -713,6 +736,14 @@ public:
     /// fit given no validation loader.
     template <class F>
     Builder& val_dataloader(F&& f) { steps_.val_dataloader = std::forward<F>(f); return *this; }
+    /// Sets test_dataloader: (int64_t epoch) -> std::vector<Loader>, for a
+    /// test given no loader.
+    template <class F>
+    Builder& test_dataloader(F&& f) { steps_.test_dataloader = std::forward<F>(f); return *this; }
+    /// Sets predict_dataloader: (int64_t epoch) -> std::vector<Loader> (one
+    /// loader), for a predict given no loader.
+    template <class F>
+    Builder& predict_dataloader(F&& f) { steps_.predict_dataloader = std::forward<F>(f); return *this; }
     /// Makes the module (the builder's steps are moved into it).
     LightningModule build() { return LightningModule(model_, std::move(steps_)); }
 
@@ -901,6 +932,49 @@ public:
         run([&] { return fulmen_trainer_predict(get(), module.get(), loader.get(), c_path(ckpt_path), &out); });
         if (out == nullptr) return std::nullopt;
         return Tensor::adopt(out);
+    }
+
+    /// Lightning's `trainer.test(model)`: the test loop over the loaders of
+    /// the module's test_dataloader.
+    void test(LightningModule& module, const CkptPath& ckpt_path = std::nullopt) {
+        run([&] { return fulmen_trainer_test(get(), module.get(), nullptr, c_path(ckpt_path)); });
+    }
+
+    // ---- a LightningDataModule (prepare_data, setup, its loaders) ------
+
+    /// Lightning's `trainer.fit(model, datamodule=data)`.
+    void fit(LightningModule& module, DataModule& data, const CkptPath& ckpt_path = std::nullopt) {
+        run([&] {
+            return fulmen_trainer_fit_datamodule(get(), module.get(), nullptr, nullptr, data.get(), c_path(ckpt_path));
+        });
+    }
+    /// Lightning's `trainer.validate(model, datamodule=data)`.
+    void validate(LightningModule& module, DataModule& data, const CkptPath& ckpt_path = std::nullopt) {
+        run([&] { return fulmen_trainer_validate_datamodule(get(), module.get(), nullptr, data.get(), c_path(ckpt_path)); });
+    }
+    /// Lightning's `trainer.test(model, datamodule=data)`.
+    void test(LightningModule& module, DataModule& data, const CkptPath& ckpt_path = std::nullopt) {
+        run([&] { return fulmen_trainer_test_datamodule(get(), module.get(), nullptr, data.get(), c_path(ckpt_path)); });
+    }
+    /// Lightning's `trainer.predict(model, datamodule=data)`: each loader's
+    /// outputs concatenated along dimension 0 (nullopt: none).
+    std::vector<std::optional<Tensor>> predict(LightningModule& module, DataModule& data,
+                                               const CkptPath& ckpt_path = std::nullopt) {
+        std::vector<fulmen_tensor*> outs(FULMEN_LOADERS_MAX, nullptr);
+        size_t n = 0;
+        run([&] {
+            return fulmen_trainer_predict_datamodule(get(), module.get(), nullptr, data.get(), c_path(ckpt_path),
+                                                     outs.data(), outs.size(), &n);
+        });
+        std::vector<std::optional<Tensor>> result;
+        for (size_t i = 0; i < n; i++) {
+            if (outs[i] == nullptr) {
+                result.emplace_back(std::nullopt);
+            } else {
+                result.emplace_back(Tensor::adopt(outs[i]));
+            }
+        }
+        return result;
     }
 
     // ---- several evaluation loaders, run in turn (dataloader_idx) ------

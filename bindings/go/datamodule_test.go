@@ -1,0 +1,162 @@
+package fulmen_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+
+	fulmen "github.com/fulmen-ml/fulmen/bindings/go"
+)
+
+// blobData is a DataModule with every optional part, recording its calls.
+type blobData struct {
+	t         *testing.T
+	calls     []string
+	state     []byte
+	loaded    []byte
+	failSetup error
+}
+
+func (d *blobData) loaders(what string, epoch int64) ([]*fulmen.Loader, error) {
+	d.calls = append(d.calls, what+":"+string(rune('0'+epoch)))
+	ds := blobDataset(d.t, 48, 5)
+	defer ds.Close()
+	l, err := fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 16})
+	return []*fulmen.Loader{l}, err
+}
+
+func (d *blobData) PrepareData() error { d.calls = append(d.calls, "prepare_data"); return nil }
+func (d *blobData) Setup(stage string) error {
+	d.calls = append(d.calls, "setup("+stage+")")
+	return d.failSetup
+}
+func (d *blobData) Teardown(stage string) error {
+	d.calls = append(d.calls, "teardown("+stage+")")
+	return nil
+}
+func (d *blobData) TrainDataloader(epoch int64) (*fulmen.Loader, error) {
+	l, err := d.loaders("train", epoch)
+	return l[0], err
+}
+func (d *blobData) ValDataloader(epoch int64) ([]*fulmen.Loader, error) {
+	return d.loaders("val", epoch)
+}
+func (d *blobData) TestDataloader(epoch int64) ([]*fulmen.Loader, error) {
+	return d.loaders("test", epoch)
+}
+func (d *blobData) PredictDataloader(epoch int64) ([]*fulmen.Loader, error) {
+	return d.loaders("predict", epoch)
+}
+func (d *blobData) StateDict() ([]byte, error)       { return d.state, nil }
+func (d *blobData) LoadStateDict(state []byte) error { d.loaded = state; return nil }
+
+func dataModuleModule(t *testing.T, model *fulmen.Model, stepErr *error) *fulmen.LightningModule {
+	evalStep := func(ctx *fulmen.StepContext, b *fulmen.Batch) error {
+		_, loss, err := lossOf(model, b)
+		if err != nil {
+			return err
+		}
+		v, err := loss.Item()
+		if err != nil {
+			return err
+		}
+		return ctx.Log("loss", v, 0, 0)
+	}
+	return must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) (*fulmen.Tensor, error) {
+			if *stepErr != nil {
+				return nil, *stepErr
+			}
+			_, loss, err := lossOf(model, b)
+			return loss, err
+		},
+		ValidationStep: evalStep,
+		TestStep:       evalStep,
+		PredictStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) (*fulmen.Tensor, error) {
+			logits, _, err := lossOf(model, b)
+			return logits, err
+		},
+		ConfigureOptimizers: sgd(model, 0.1),
+	}))
+}
+
+// Lightning's order across FitDataModule, ValidateDataModule,
+// TestDataModule and PredictDataModule.
+func TestDataModuleCallOrder(t *testing.T) {
+	noLeaks(t)
+	model := mlp(t)
+	defer model.Close()
+	var stepErr error
+	m := dataModuleModule(t, model, &stepErr)
+	defer m.Close()
+	tr := quietTrainer(t, 2, "logger", "false", "enable_checkpointing", "false",
+		"reload_dataloaders_every_n_epochs", "1", "num_sanity_val_steps", "1")
+	defer tr.Close()
+	d := &blobData{t: t}
+	ctx := context.Background()
+	ok(t, tr.FitDataModule(ctx, m, d))
+	ok(t, tr.ValidateDataModule(ctx, m, d))
+	ok(t, tr.TestDataModule(ctx, m, d))
+	outs := must(tr.PredictDataModule(ctx, m, d))
+	want := []string{"prepare_data", "setup(fit)", "train:0", "val:0", "train:1", "val:1", "teardown(fit)",
+		"prepare_data", "setup(validate)", "val:2", "teardown(validate)",
+		"prepare_data", "setup(test)", "test:2", "teardown(test)",
+		"prepare_data", "setup(predict)", "predict:2", "teardown(predict)"}
+	if !reflect.DeepEqual(d.calls, want) {
+		t.Fatalf("calls %v\nwant  %v", d.calls, want)
+	}
+	if len(outs) != 1 || outs[0] == nil {
+		t.Fatalf("predict outputs %v", outs)
+	}
+	shape := must(outs[0].Shape())
+	if shape[0] != 48 {
+		t.Fatalf("predict output shape %v", shape)
+	}
+	outs[0].Close()
+}
+
+// The state goes into the checkpoint under the Go type's name and comes
+// back on resume; a failed run is torn down, a failed setup is not.
+func TestDataModuleStateAndFailures(t *testing.T) {
+	noLeaks(t)
+	model := mlp(t)
+	defer model.Close()
+	var stepErr error
+	m := dataModuleModule(t, model, &stepErr)
+	defer m.Close()
+	root := t.TempDir()
+	ctx := context.Background()
+	first := quietTrainer(t, 1, "default_root_dir", root)
+	d := &blobData{t: t, state: []byte{7, 0, 9}}
+	ok(t, first.FitDataModule(ctx, m, d))
+	first.Close()
+	second := quietTrainer(t, 2, "default_root_dir", root)
+	defer second.Close()
+	resumed := &blobData{t: t}
+	ok(t, second.FitDataModule(ctx, m, resumed, fulmen.CkptPath("last")))
+	if !bytes.Equal(resumed.loaded, []byte{7, 0, 9}) {
+		t.Fatalf("load_state_dict got %v", resumed.loaded)
+	}
+
+	stepErr = errors.New("the step broke")
+	failing := &blobData{t: t}
+	quiet := quietTrainer(t, 1, "logger", "false", "enable_checkpointing", "false")
+	defer quiet.Close()
+	if err := quiet.FitDataModule(ctx, m, failing); !errors.Is(err, stepErr) {
+		t.Fatalf("fit error %v", err)
+	}
+	if last := failing.calls[len(failing.calls)-1]; last != "teardown(fit)" {
+		t.Fatalf("calls %v", failing.calls)
+	}
+	stepErr = nil
+	noData := errors.New("no data here")
+	broken := &blobData{t: t, failSetup: noData}
+	if err := quiet.FitDataModule(ctx, m, broken); !errors.Is(err, noData) {
+		t.Fatalf("fit error %v", err)
+	}
+	if !reflect.DeepEqual(broken.calls, []string{"prepare_data", "setup(fit)"}) {
+		t.Fatalf("calls %v", broken.calls)
+	}
+}

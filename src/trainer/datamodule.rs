@@ -1,0 +1,320 @@
+//! Lightning's LightningDataModule: the data of a run apart from the
+//! module (`prepare_data`, `setup` / `teardown` per stage, the
+//! dataloaders, a state saved in checkpoints), and the trainer's entry
+//! points that take one.
+use super::context::StepContext;
+use super::hooks::HookContext;
+use super::module::{LightningModule, OptimizerConfig, OptimizerSetup, SharedModel};
+use super::run::Run;
+use super::source::BatchSource;
+use super::Trainer;
+use crate::checkpoint::Checkpoint;
+use crate::error::{Error, Result, ResultExt};
+use std::collections::BTreeMap;
+use tch::Tensor;
+
+/// Evaluation loaders a hook gives.
+pub type Loaders = Vec<Box<dyn BatchSource + Send>>;
+
+/// The host's data, as Lightning's `LightningDataModule`. Every method
+/// runs on the thread that called the run.
+pub trait DataModule {
+    /// The key of its state in checkpoints (Lightning's
+    /// `datamodule.__class__.__qualname__`).
+    fn name(&self) -> &str;
+    /// Downloads or writes what every process then reads; called once per
+    /// node, on local rank 0 (Lightning's `prepare_data_per_node=True`).
+    fn prepare_data(&mut self) -> Result<()>;
+    /// Lightning's `setup(stage)`: "fit", "validate", "test" or "predict".
+    fn setup(&mut self, stage: &'static str) -> Result<()>;
+    /// Lightning's `teardown(stage)`.
+    fn teardown(&mut self, stage: &'static str) -> Result<()>;
+    /// Whether `train_dataloader` is implemented.
+    fn has_train_dataloader(&self) -> bool;
+    /// The training data for `epoch`.
+    fn train_dataloader(&mut self, epoch: i64) -> Result<Box<dyn BatchSource + Send>>;
+    /// Whether `val_dataloader` is implemented.
+    fn has_val_dataloader(&self) -> bool;
+    /// The validation loaders for `epoch` (none: no validation).
+    fn val_dataloader(&mut self, epoch: i64) -> Result<Loaders>;
+    /// Whether `test_dataloader` is implemented.
+    fn has_test_dataloader(&self) -> bool;
+    /// The test loaders.
+    fn test_dataloader(&mut self, epoch: i64) -> Result<Loaders>;
+    /// Whether `predict_dataloader` is implemented.
+    fn has_predict_dataloader(&self) -> bool;
+    /// The predict loaders.
+    fn predict_dataloader(&mut self, epoch: i64) -> Result<Loaders>;
+    /// Lightning's `state_dict()` as bytes; empty: nothing to save.
+    fn state_dict(&mut self) -> Result<Vec<u8>>;
+    /// Lightning's `load_state_dict`, with the bytes `state_dict` gave.
+    fn load_state_dict(&mut self, state: &[u8]) -> Result<()>;
+}
+
+/// A datamodule that remembers the stage it was set up for, so that a
+/// failed run still tears it down once.
+struct Tracked<'m> {
+    dm: &'m mut dyn DataModule,
+    set_up: Option<&'static str>,
+}
+
+impl DataModule for Tracked<'_> {
+    fn name(&self) -> &str {
+        self.dm.name()
+    }
+    fn prepare_data(&mut self) -> Result<()> {
+        self.dm.prepare_data()
+    }
+    fn setup(&mut self, stage: &'static str) -> Result<()> {
+        self.dm.setup(stage)?;
+        self.set_up = Some(stage);
+        Ok(())
+    }
+    fn teardown(&mut self, stage: &'static str) -> Result<()> {
+        self.set_up = None;
+        self.dm.teardown(stage)
+    }
+    fn has_train_dataloader(&self) -> bool {
+        self.dm.has_train_dataloader()
+    }
+    fn train_dataloader(&mut self, epoch: i64) -> Result<Box<dyn BatchSource + Send>> {
+        self.dm.train_dataloader(epoch)
+    }
+    fn has_val_dataloader(&self) -> bool {
+        self.dm.has_val_dataloader()
+    }
+    fn val_dataloader(&mut self, epoch: i64) -> Result<Loaders> {
+        self.dm.val_dataloader(epoch)
+    }
+    fn has_test_dataloader(&self) -> bool {
+        self.dm.has_test_dataloader()
+    }
+    fn test_dataloader(&mut self, epoch: i64) -> Result<Loaders> {
+        self.dm.test_dataloader(epoch)
+    }
+    fn has_predict_dataloader(&self) -> bool {
+        self.dm.has_predict_dataloader()
+    }
+    fn predict_dataloader(&mut self, epoch: i64) -> Result<Loaders> {
+        self.dm.predict_dataloader(epoch)
+    }
+    fn state_dict(&mut self) -> Result<Vec<u8>> {
+        self.dm.state_dict()
+    }
+    fn load_state_dict(&mut self, state: &[u8]) -> Result<()> {
+        self.dm.load_state_dict(state)
+    }
+}
+
+/// A module run with a datamodule: the module's steps and hooks, the
+/// datamodule's dataloaders where it has them (the module's otherwise, as
+/// Lightning takes a datamodule's data first). Every LightningModule method
+/// is forwarded.
+struct WithDataModule<'m> {
+    module: &'m mut dyn LightningModule,
+    dm: Tracked<'m>,
+}
+
+impl<'m> WithDataModule<'m> {
+    fn new(module: &'m mut dyn LightningModule, dm: &'m mut dyn DataModule) -> Self {
+        WithDataModule { module, dm: Tracked { dm, set_up: None } }
+    }
+
+    /// The run's result, after tearing the datamodule down when the run
+    /// set it up and did not get to its teardown (it failed): the run's
+    /// error stays the one reported, a failing teardown's attached.
+    fn finish<T>(mut self, result: Result<T>) -> Result<T> {
+        let Some(stage) = self.dm.set_up else { return result };
+        let torn = self.dm.teardown(stage).ctx(format!("LightningDataModule.teardown({stage})"));
+        match (result, torn) {
+            (Ok(v), Ok(())) => Ok(v),
+            (Ok(_), Err(e)) => Err(e),
+            (Err(e), Ok(())) => Err(e),
+            (Err(e), Err(later)) => Err(e.then_failed("LightningDataModule.teardown", &later)),
+        }
+    }
+}
+
+impl LightningModule for WithDataModule<'_> {
+    fn model(&self) -> Option<SharedModel> {
+        self.module.model()
+    }
+    fn training_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
+        self.module.training_step(ctx, batch)
+    }
+    fn automatic_optimization(&self) -> bool {
+        self.module.automatic_optimization()
+    }
+    fn has_validation_step(&self) -> bool {
+        self.module.has_validation_step()
+    }
+    fn validation_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<()> {
+        self.module.validation_step(ctx, batch)
+    }
+    fn has_test_step(&self) -> bool {
+        self.module.has_test_step()
+    }
+    fn test_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<()> {
+        self.module.test_step(ctx, batch)
+    }
+    fn predict_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
+        self.module.predict_step(ctx, batch)
+    }
+    fn configure_optimizers(&mut self, setup: &OptimizerSetup) -> Result<Vec<OptimizerConfig>> {
+        self.module.configure_optimizers(setup)
+    }
+    fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()> {
+        self.module.on_hook(ctx)
+    }
+    fn hparams(&self) -> BTreeMap<String, String> {
+        self.module.hparams()
+    }
+    fn has_train_dataloader(&self) -> bool {
+        self.dm.has_train_dataloader() || self.module.has_train_dataloader()
+    }
+    fn train_dataloader(&mut self, epoch: i64) -> Result<Box<dyn BatchSource + Send>> {
+        if self.dm.has_train_dataloader() {
+            return self.dm.train_dataloader(epoch).ctx("LightningDataModule.train_dataloader");
+        }
+        self.module.train_dataloader(epoch)
+    }
+    fn has_val_dataloader(&self) -> bool {
+        self.dm.has_val_dataloader() || self.module.has_val_dataloader()
+    }
+    fn val_dataloader(&mut self, epoch: i64) -> Result<Loaders> {
+        if self.dm.has_val_dataloader() {
+            return self.dm.val_dataloader(epoch).ctx("LightningDataModule.val_dataloader");
+        }
+        self.module.val_dataloader(epoch)
+    }
+    fn has_test_dataloader(&self) -> bool {
+        self.dm.has_test_dataloader() || self.module.has_test_dataloader()
+    }
+    fn test_dataloader(&mut self, epoch: i64) -> Result<Loaders> {
+        if self.dm.has_test_dataloader() {
+            return self.dm.test_dataloader(epoch).ctx("LightningDataModule.test_dataloader");
+        }
+        self.module.test_dataloader(epoch)
+    }
+    fn has_predict_dataloader(&self) -> bool {
+        self.dm.has_predict_dataloader() || self.module.has_predict_dataloader()
+    }
+    fn predict_dataloader(&mut self, epoch: i64) -> Result<Loaders> {
+        if self.dm.has_predict_dataloader() {
+            return self.dm.predict_dataloader(epoch).ctx("LightningDataModule.predict_dataloader");
+        }
+        self.module.predict_dataloader(epoch)
+    }
+    fn datamodule(&mut self) -> Option<&mut dyn DataModule> {
+        Some(&mut self.dm)
+    }
+}
+
+/// Lightning's `prepare_data` (on local rank 0; the other ranks wait for
+/// it) and the datamodule's `setup(stage)`, before the callbacks' and the
+/// module's setup hooks. Nothing without a datamodule.
+pub(super) fn prepare_and_setup(run: &mut Run) -> Result<()> {
+    let stage = run.stage;
+    let local_zero = run.strategy.local_rank() == 0;
+    let distributed = run.strategy.world_size() > 1;
+    let Some(dm) = run.module.datamodule() else { return Ok(()) };
+    if local_zero {
+        dm.prepare_data().ctx("LightningDataModule.prepare_data")?;
+    }
+    if distributed {
+        run.strategy.barrier().ctx("waiting for LightningDataModule.prepare_data on local rank 0")?;
+    }
+    let Some(dm) = run.module.datamodule() else { return Ok(()) };
+    dm.setup(stage).ctx(format!("LightningDataModule.setup({stage})"))
+}
+
+/// The datamodule's `teardown(stage)`, before the callbacks' and the
+/// module's teardown hooks.
+pub(super) fn teardown(run: &mut Run) -> Result<()> {
+    let stage = run.stage;
+    match run.module.datamodule() {
+        Some(dm) => dm.teardown(stage).ctx(format!("LightningDataModule.teardown({stage})")),
+        None => Ok(()),
+    }
+}
+
+/// The datamodule's state for a checkpoint: its name and bytes, `None`
+/// without a datamodule or when its state is empty (Lightning saves none
+/// then). A state over [`crate::checkpoint::MAX_DATAMODULE_STATE`] bytes
+/// is refused.
+pub(super) fn state_for_checkpoint(module: &mut dyn LightningModule) -> Result<Option<(String, Vec<u8>)>> {
+    let Some(dm) = module.datamodule() else { return Ok(None) };
+    let state = dm.state_dict().ctx("LightningDataModule.state_dict")?;
+    let max = crate::checkpoint::MAX_DATAMODULE_STATE;
+    if state.len() > max {
+        return Err(Error::invalid(format!(
+            "LightningDataModule.state_dict gave {} bytes; a checkpoint holds at most {max}",
+            state.len()
+        )));
+    }
+    Ok((!state.is_empty()).then(|| (dm.name().to_string(), state)))
+}
+
+/// Gives the datamodule the state `ck` holds under its name, if any
+/// (Lightning's `restore_datamodule`).
+pub(super) fn restore(module: &mut dyn LightningModule, ck: &Checkpoint) -> Result<()> {
+    let Some(dm) = module.datamodule() else { return Ok(()) };
+    match ck.datamodule_states.get(dm.name()) {
+        Some(state) => dm.load_state_dict(state).ctx("LightningDataModule.load_state_dict"),
+        None => Ok(()),
+    }
+}
+
+impl Trainer {
+    /// Lightning's `trainer.fit(model, datamodule=dm)`: `prepare_data`,
+    /// `setup("fit")`, the datamodule's train / val dataloaders (the
+    /// module's where it has none) as for a fit given no loaders, and
+    /// `teardown("fit")`, also when the fit fails.
+    pub fn fit_datamodule(
+        &mut self,
+        module: &mut dyn LightningModule,
+        dm: &mut dyn DataModule,
+        ckpt_path: Option<&str>,
+    ) -> Result<()> {
+        let mut both = WithDataModule::new(module, dm);
+        let result = self.fit_data(&mut both, None, None, ckpt_path);
+        both.finish(result)
+    }
+
+    /// Lightning's `trainer.validate(model, datamodule=dm)`.
+    pub fn validate_datamodule(
+        &mut self,
+        module: &mut dyn LightningModule,
+        dm: &mut dyn DataModule,
+        ckpt_path: Option<&str>,
+    ) -> Result<BTreeMap<String, f64>> {
+        let mut both = WithDataModule::new(module, dm);
+        let result = self.validate_from_module(&mut both, ckpt_path);
+        both.finish(result)
+    }
+
+    /// Lightning's `trainer.test(model, datamodule=dm)`.
+    pub fn test_datamodule(
+        &mut self,
+        module: &mut dyn LightningModule,
+        dm: &mut dyn DataModule,
+        ckpt_path: Option<&str>,
+    ) -> Result<BTreeMap<String, f64>> {
+        let mut both = WithDataModule::new(module, dm);
+        let result = self.test_from_module(&mut both, ckpt_path);
+        both.finish(result)
+    }
+
+    /// Lightning's `trainer.predict(model, datamodule=dm)`: one
+    /// concatenated output per loader.
+    pub fn predict_datamodule(
+        &mut self,
+        module: &mut dyn LightningModule,
+        dm: &mut dyn DataModule,
+        ckpt_path: Option<&str>,
+    ) -> Result<Vec<Option<Tensor>>> {
+        let mut both = WithDataModule::new(module, dm);
+        let result = self.predict_from_module(&mut both, ckpt_path);
+        both.finish(result)
+    }
+}
