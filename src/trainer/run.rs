@@ -48,6 +48,8 @@ pub(crate) struct Run<'a> {
     pub torch_profiler: Option<super::torch_profiler::TorchProfiler>,
     /// The warnings printed so far in this run ([`Run::warn_once`]).
     pub warned: Vec<&'static str>,
+    /// The module's optimization hooks, when it overrides any.
+    pub opt_hooks: Option<std::rc::Rc<dyn super::optimization::OptimizationHooks>>,
 }
 
 /// Calls one callback's hook, timed when profiling, naming it in errors.
@@ -90,6 +92,7 @@ impl<'a> Run<'a> {
         opts: &super::TrainerOptions,
         strategy: super::strategy::RunStrategy,
     ) -> Result<Self> {
+        let opt_hooks = module.optimization_hooks();
         Ok(Run {
             stage,
             state,
@@ -105,6 +108,7 @@ impl<'a> Run<'a> {
             strategy,
             profiler: SimpleProfiler::when(opts.profiler),
             warned: Vec::new(),
+            opt_hooks,
         })
     }
 }

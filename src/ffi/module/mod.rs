@@ -5,3 +5,4 @@ pub mod lightning_module;
 pub mod manual;
 pub mod manual_closure;
 pub mod module_data;
+pub mod optimization;
