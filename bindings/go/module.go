@@ -60,6 +60,34 @@ type ModuleFuncs struct {
 	// PredictDataloader is Lightning's predict_dataloader: the loader of a
 	// Predict given a nil loader (one), taken as for TrainDataloader.
 	PredictDataloader func(epoch int64) ([]*Loader, error)
+	// OptimizerStep is Lightning's optimizer_step(epoch, batch_idx,
+	// optimizer, optimizer_closure) under automatic optimization, on every
+	// batch that ends an accumulation window. It must run closure: alone
+	// (closure.Run(), no update: Lightning's stepping every other batch)
+	// or by ctx.Step(closure), which wraps the update in the precision
+	// plugin; ctx.SetLearningRate warms the lr up. nil: step. With any of
+	// these five hooks set, ConfigureOptimizers must add one optimizer (not
+	// LBFGS).
+	OptimizerStep func(ctx *OptimizationContext, epoch, batchIdx int64, optimizerIdx int, closure *OptimizerClosure) error
+	// OptimizerZeroGrad is Lightning's optimizer_zero_grad, in the closure
+	// at the start of an accumulation window (ctx.ZeroGrad, or nothing).
+	// nil: gradients set to none.
+	OptimizerZeroGrad func(ctx *OptimizationContext, epoch, batchIdx int64, optimizerIdx int) error
+	// LrSchedulerStep is Lightning's lr_scheduler_step(scheduler, metric)
+	// for a scheduler that is due (schedulerIdx in the flat list; metric
+	// nil except for ReduceLROnPlateau): ctx.SchedulerStep, or nothing.
+	// nil: step it.
+	LrSchedulerStep func(ctx *OptimizationContext, schedulerIdx int, metric *float64) error
+	// Backward is Lightning's backward(loss): loss is divided by
+	// accumulate_grad_batches and scaled under 16-mixed; run
+	// loss.Backward() (or not). nil: loss.Backward().
+	Backward func(ctx *OptimizationContext, loss *Tensor) error
+	// ConfigureGradientClipping is Lightning's
+	// configure_gradient_clipping(optimizer, clip_val, algorithm) with the
+	// trainer's settings (clipVal 0: unset), after on_before_optimizer_step
+	// on unscaled gradients: ctx.ClipGradients, or nothing. nil: clip with
+	// the trainer's settings.
+	ConfigureGradientClipping func(ctx *OptimizationContext, optimizerIdx int, clipVal float64, algorithm ClipAlgorithm) error
 }
 
 // moduleState is what the userdata handle of a module refers to.
@@ -107,6 +135,21 @@ func NewLightningModule(model *Model, funcs ModuleFuncs) (*LightningModule, erro
 	}
 	if funcs.PredictDataloader != nil {
 		slots |= C.FULMEN_GO_PREDICT_DATALOADER
+	}
+	if funcs.OptimizerStep != nil {
+		slots |= C.FULMEN_GO_OPTIMIZER_STEP
+	}
+	if funcs.OptimizerZeroGrad != nil {
+		slots |= C.FULMEN_GO_OPTIMIZER_ZERO_GRAD
+	}
+	if funcs.LrSchedulerStep != nil {
+		slots |= C.FULMEN_GO_LR_SCHEDULER_STEP
+	}
+	if funcs.Backward != nil {
+		slots |= C.FULMEN_GO_BACKWARD
+	}
+	if funcs.ConfigureGradientClipping != nil {
+		slots |= C.FULMEN_GO_CONFIGURE_GRADIENT_CLIPPING
 	}
 	h := cgo.NewHandle(&moduleState{funcs: funcs})
 	var out *C.fulmen_lightning_module

@@ -50,6 +50,30 @@ static fulmen_error *predict_dataloader(void *ud, int64_t epoch, fulmen_loader *
     return fulmenGoModuleEvalDataloader((uintptr_t)ud, FULMEN_STAGE_PREDICT, epoch, out, capacity, n);
 }
 
+static fulmen_error *optimizer_step(void *ud, fulmen_optimization_context *ctx, int64_t epoch, int64_t batch_idx,
+                                    size_t optimizer_idx, fulmen_optimizer_closure *closure) {
+    return fulmenGoOptimizerStep((uintptr_t)ud, ctx, epoch, batch_idx, optimizer_idx, closure);
+}
+
+static fulmen_error *optimizer_zero_grad(void *ud, fulmen_optimization_context *ctx, int64_t epoch, int64_t batch_idx,
+                                         size_t optimizer_idx) {
+    return fulmenGoOptimizerZeroGrad((uintptr_t)ud, ctx, epoch, batch_idx, optimizer_idx);
+}
+
+static fulmen_error *lr_scheduler_step(void *ud, fulmen_optimization_context *ctx, size_t scheduler_idx,
+                                       const double *metric) {
+    return fulmenGoLrSchedulerStep((uintptr_t)ud, ctx, scheduler_idx, (double *)metric);
+}
+
+static fulmen_error *module_backward(void *ud, fulmen_optimization_context *ctx, fulmen_tensor *loss) {
+    return fulmenGoBackward((uintptr_t)ud, ctx, loss);
+}
+
+static fulmen_error *configure_gradient_clipping(void *ud, fulmen_optimization_context *ctx, size_t optimizer_idx,
+                                                 double clip_val, int32_t algorithm) {
+    return fulmenGoConfigureGradientClipping((uintptr_t)ud, ctx, optimizer_idx, clip_val, algorithm);
+}
+
 fulmen_error *fulmen_go_module_new(uintptr_t handle, unsigned slots, const fulmen_model *model,
                                    fulmen_lightning_module **out) {
     fulmen_module_vtable vt;
@@ -67,6 +91,11 @@ fulmen_error *fulmen_go_module_new(uintptr_t handle, unsigned slots, const fulme
     if (slots & FULMEN_GO_VAL_DATALOADER) vt.val_dataloader = val_dataloader;
     if (slots & FULMEN_GO_TEST_DATALOADER) vt.test_dataloader = test_dataloader;
     if (slots & FULMEN_GO_PREDICT_DATALOADER) vt.predict_dataloader = predict_dataloader;
+    if (slots & FULMEN_GO_OPTIMIZER_STEP) vt.optimizer_step = optimizer_step;
+    if (slots & FULMEN_GO_OPTIMIZER_ZERO_GRAD) vt.optimizer_zero_grad = optimizer_zero_grad;
+    if (slots & FULMEN_GO_LR_SCHEDULER_STEP) vt.lr_scheduler_step = lr_scheduler_step;
+    if (slots & FULMEN_GO_BACKWARD) vt.backward = module_backward;
+    if (slots & FULMEN_GO_CONFIGURE_GRADIENT_CLIPPING) vt.configure_gradient_clipping = configure_gradient_clipping;
     return fulmen_lightning_module_new(&vt, model, out);
 }
 

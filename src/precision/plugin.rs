@@ -166,6 +166,20 @@ impl PrecisionPlugin {
         Ok(())
     }
 
+    /// As [`PrecisionPlugin::unscale_gradients`], skipping the optimizers
+    /// already unscaled (or stepped) since the last update: a
+    /// `clip_gradients` before a manual step unscales, the step then does
+    /// not again.
+    pub fn unscale_gradients_once(&mut self, optimizers: &[&mut dyn Optimizer]) -> Result<()> {
+        let Some(scaler) = self.scaler.as_mut() else { return Ok(()) };
+        for (j, opt) in optimizers.iter().enumerate() {
+            if scaler.found_inf(j).is_none() {
+                scaler.unscale(j, &params_of(&**opt))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Lightning's `Precision.clip_gradients`: clips every optimizer's
     /// gradients to `value` by norm (2-norm, per optimizer) or by value.
     pub fn clip_gradients(

@@ -143,6 +143,12 @@ pub(crate) trait Strategy {
         self.placement_mut().precision.unscale_gradients(&optimizers_of(configs))
     }
 
+    /// As [`Strategy::unscale_gradients`], skipping optimizers already
+    /// unscaled since the last scale update.
+    fn unscale_gradients_once(&mut self, configs: &mut [OptimizerConfig]) -> Result<()> {
+        self.placement_mut().precision.unscale_gradients_once(&optimizers_of(configs))
+    }
+
     /// Lightning's `strategy.clip_gradients` -> `precision.clip_gradients`.
     fn clip_gradients(&mut self, configs: &mut [OptimizerConfig], value: f64, algorithm: ClipAlgorithm) -> Result<()> {
         self.placement().precision.clip_gradients(&optimizers_of(configs), value, algorithm)

@@ -5,6 +5,7 @@ use super::batch_size_of;
 use super::context::{Stage, StepContext};
 use super::hooks::Hook;
 use super::metrics::MetricStore;
+use super::optimization::{self, ClosureArgs, OptimizationContext};
 use super::run::{HookData, Run};
 use crate::error::{Error, ErrorCode, Result};
 use tch::Tensor;
@@ -61,6 +62,8 @@ pub(super) fn automatic_step(
     }
     let out = if stepped && run.optimizers.iter().any(|c| c.optimizer.needs_closure()) {
         Some(closure_step(run, opts, store, batch)?)
+    } else if run.opt_hooks.is_some() && run.optimizers.len() == 1 {
+        custom_step(run, opts, store, batch, stepped)?
     } else {
         plain_step(run, opts, store, batch, stepped)?
     };
@@ -85,10 +88,11 @@ fn plain_step(
     stepped: bool,
 ) -> Result<Option<(Tensor, f64)>> {
     let at = batch.at;
-    let zero_grad = &mut |run: &mut Run| {
+    let zero_grad = &mut |run: &mut Run| -> Result<()> {
         for cfg in run.optimizers.iter_mut() {
             cfg.optimizer.zero_grad();
         }
+        Ok(())
     };
     let out = forward_backward(run, opts, store, batch, stepped, zero_grad)?;
     if stepped {
@@ -110,6 +114,53 @@ fn plain_step(
         run.profile_stop("[Strategy].optimizer_step", started, Default::default());
     }
     Ok(out)
+}
+
+/// A batch of a module with optimization hooks (one optimizer): a batch
+/// that steps goes to its `optimizer_step`, which must run the closure
+/// (Lightning's "the closure hasn't been executed" otherwise); one inside
+/// an accumulation window runs the closure alone. In the closure,
+/// `optimizer_zero_grad` and `backward` are the module's.
+fn custom_step(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    store: &mut MetricStore,
+    batch: &TrainBatch,
+    stepped: bool,
+) -> Result<Option<(Tensor, f64)>> {
+    let at = batch.at;
+    let hooks = run.opt_hooks.clone().ok_or_else(|| Error::state("the module has no optimization hooks"))?;
+    let (epoch, i) = (run.state.epoch, batch.index as i64);
+    let mut ctx = OptimizationContext::for_closure(run, ClosureArgs { opts, store, batch, stepped });
+    let done = if stepped { hooks.optimizer_step(&mut ctx, epoch, i, 0) } else { ctx.run_closure().map(|_| ()) };
+    let (out, evaluations) = ctx.finish();
+    done?;
+    if evaluations == 0 {
+        return Err(Error::new(
+            ErrorCode::Callback,
+            format!(
+                "{}: optimizer_step did not run the closure: it must run it (alone, or by stepping with it), as it \
+                 holds training_step, zero_grad and backward",
+                at()
+            ),
+        ));
+    }
+    Ok(out)
+}
+
+/// Lightning's closure of a batch of a module with optimization hooks
+/// (one optimizer): training_step, the module's `optimizer_zero_grad` at
+/// the start of an accumulation window, and its `backward`.
+pub(super) fn custom_closure(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    store: &mut MetricStore,
+    batch: &TrainBatch,
+    stepped: bool,
+) -> Result<Option<(Tensor, f64)>> {
+    let i = batch.index as i64;
+    let zero_grad = &mut |run: &mut Run| -> Result<()> { optimization::zero_grad_hook(run, 0, i) };
+    forward_backward(run, opts, store, batch, stepped, zero_grad)
 }
 
 /// The loss of a batch from what training_step returned for each of its
@@ -153,7 +204,7 @@ fn forward_backward(
     store: &mut MetricStore,
     train: &TrainBatch,
     stepped: bool,
-    zero_grad: &mut dyn FnMut(&mut Run),
+    zero_grad: &mut dyn FnMut(&mut Run) -> Result<()>,
 ) -> Result<Option<(Tensor, f64)>> {
     let (batch, i, at) = (train.tensors, train.index, train.at);
     let acc = run.state.accumulate_grad_batches.max(1);
@@ -206,7 +257,7 @@ fn forward_backward(
     run.hook(Hook::BeforeBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
     run.strategy.post_forward(&loss)?;
     let started = run.profile_start();
-    run.strategy.backward(&scaled).map_err(|e| e.context(format!("{}: backward", at())))?;
+    optimization::backward(run, &scaled).map_err(|e| e.context(format!("{}: backward", at())))?;
     run.profile_stop("[Strategy].backward", started, Default::default());
     run.hook(Hook::AfterBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
     Ok(Some((loss, value)))
@@ -220,7 +271,12 @@ fn optimizer_hook(run: &mut Run, hook: Hook, optimizer_idx: Option<usize>) -> Re
 
 /// `zero_grad` at the start of an accumulation window (batch `i`), with
 /// its hook and progress.
-fn zero_grad_window(run: &mut Run, i: usize, acc: i64, zero_grad: &mut dyn FnMut(&mut Run)) -> Result<()> {
+fn zero_grad_window(
+    run: &mut Run,
+    i: usize,
+    acc: i64,
+    zero_grad: &mut dyn FnMut(&mut Run) -> Result<()>,
+) -> Result<()> {
     // Lightning counts the calls at a window's first batch index (not a
     // resume's first batch inside a window).
     let counted = i % acc as usize == 0;
@@ -232,7 +288,7 @@ fn zero_grad_window(run: &mut Run, i: usize, acc: i64, zero_grad: &mut dyn FnMut
     if counted {
         run.progress.optimizer.zero_grad.increment_started();
     }
-    zero_grad(run);
+    zero_grad(run)?;
     if counted {
         run.progress.optimizer.zero_grad.increment_completed();
     }
@@ -266,7 +322,10 @@ fn closure_step(
     run.in_closure = true;
     let stepped = match configs.first_mut() {
         Some(cfg) => cfg.optimizer.step_with_closure(&mut || {
-            let zero_grad = &mut |_: &mut Run| reset.run(&groups);
+            let zero_grad = &mut |_: &mut Run| -> Result<()> {
+                reset.run(&groups);
+                Ok(())
+            };
             // torch's LBFGS needs a number from every evaluation
             // (Lightning fails in `float(None)`).
             let (loss, value) = forward_backward(run, opts, store, batch, true, zero_grad)?.ok_or_else(|| {

@@ -6,7 +6,8 @@ use super::fit_loop::{run_validation, validates_in};
 use super::hooks::Hook;
 use super::manual_optimization::{manual_training_step, returned_value};
 use super::metrics::MetricStore;
-use super::module::{Interval, OptimizerConfig};
+use super::module::{Interval, SchedulerConfig};
+use super::optimization::lr_scheduler_hook;
 use super::options::ValCheckInterval;
 use super::run::{HookData, Run};
 use super::set_mode;
@@ -25,41 +26,39 @@ pub(super) enum Kind {
     Plateau,
 }
 
+/// The monitored value a due scheduler steps on: its metric for a
+/// ReduceLROnPlateau, `None` for the others.
+fn scheduler_metric(s: &SchedulerConfig, metrics: &BTreeMap<String, f64>) -> Result<Option<f64>> {
+    match (&s.monitor, s.scheduler.reduce_on_plateau()) {
+        (Some(name), true) => Ok(Some(*metrics.get(name).ok_or_else(|| {
+            Error::state(format!(
+                "scheduler {} monitors `{name}`, which was not logged; logged: {:?}",
+                s.scheduler.name(),
+                metrics.keys().collect::<Vec<_>>()
+            ))
+        })?)),
+        _ => Ok(None),
+    }
+}
+
 /// Steps the schedulers of `interval` and `kind` whose frequency divides
 /// `count` (Lightning's `current_idx`: the batch index in the epoch + 1 for
-/// step schedulers, the epoch + 1 for epoch ones); true when one stepped.
-pub(super) fn step_schedulers(
-    configs: &mut [OptimizerConfig],
-    interval: Interval,
-    kind: Kind,
-    count: i64,
-    metrics: &BTreeMap<String, f64>,
-) -> Result<usize> {
+/// step schedulers, the epoch + 1 for epoch ones), each through the
+/// module's `lr_scheduler_step` when it has one; returns how many were due.
+pub(super) fn step_schedulers(run: &mut Run, interval: Interval, kind: Kind, count: i64) -> Result<usize> {
     let mut stepped = 0;
-    for cfg in configs.iter_mut() {
-        let chained = cfg.chained();
-        let opt = &mut cfg.optimizer;
-        for s in cfg.schedulers.iter_mut() {
+    let mut flat = 0;
+    for i in 0..run.optimizers.len() {
+        for j in 0..run.optimizers[i].schedulers.len() {
+            let index = flat;
+            flat += 1;
+            let s = &run.optimizers[i].schedulers[j];
             let plateau = s.scheduler.reduce_on_plateau();
             if s.interval != interval || (kind == Kind::Plateau) != plateau || count % s.frequency.max(1) != 0 {
                 continue;
             }
-            let metric = match (&s.monitor, plateau) {
-                (Some(name), true) => Some(*metrics.get(name).ok_or_else(|| {
-                    Error::state(format!(
-                        "scheduler {} monitors `{name}`, which was not logged; logged: {:?}",
-                        s.scheduler.name(),
-                        metrics.keys().collect::<Vec<_>>()
-                    ))
-                })?),
-                _ => None,
-            };
-            let what = format!("{} scheduler step", s.scheduler.name());
-            if chained {
-                s.scheduler.chained_step(opt.as_mut(), metric).ctx(what)?;
-            } else {
-                s.scheduler.step(opt.as_mut(), metric).ctx(what)?;
-            }
+            let metric = scheduler_metric(s, &run.state.callback_metrics)?;
+            lr_scheduler_hook(run, i, j, index, metric)?;
             stepped += 1;
         }
     }
@@ -108,19 +107,12 @@ fn begin_epoch(run: &mut Run, skip: usize, manual: bool) -> Result<usize> {
 fn step_batch_schedulers(run: &mut Run, stepped: bool, is_last: bool, batch_count: i64) -> Result<()> {
     let mut lr_changed = false;
     if stepped {
-        let n = step_schedulers(
-            &mut run.optimizers,
-            Interval::Step,
-            Kind::Plain,
-            batch_count,
-            &run.state.callback_metrics,
-        )?;
+        let n = step_schedulers(run, Interval::Step, Kind::Plain, batch_count)?;
         lr_changed |= run.count_scheduler_steps(n);
     }
     if is_last {
         let epoch = run.state.epoch;
-        let n =
-            step_schedulers(&mut run.optimizers, Interval::Epoch, Kind::Plain, epoch + 1, &run.state.callback_metrics)?;
+        let n = step_schedulers(run, Interval::Epoch, Kind::Plain, epoch + 1)?;
         lr_changed |= run.count_scheduler_steps(n);
     }
     if lr_changed {
@@ -132,7 +124,7 @@ fn step_batch_schedulers(run: &mut Run, stepped: bool, is_last: bool, batch_coun
 /// Steps the ReduceLROnPlateau schedulers of `interval` whose frequency
 /// divides `count`, after the validation that logs their metric.
 fn step_plateau_schedulers(run: &mut Run, interval: Interval, count: i64) -> Result<()> {
-    let n = step_schedulers(&mut run.optimizers, interval, Kind::Plateau, count, &run.state.callback_metrics)?;
+    let n = step_schedulers(run, interval, Kind::Plateau, count)?;
     if run.count_scheduler_steps(n) {
         run.refresh_learning_rates();
     }

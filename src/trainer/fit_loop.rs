@@ -338,6 +338,7 @@ fn fit_run(
         );
     }
     check_closure_optimizers(run)?;
+    super::optimization::check_optimization_hooks(run)?;
     if run.checkpoint_format == crate::checkpoint::CheckpointFormat::Lightning {
         // Refused now rather than at the first checkpoint.
         for (i, cfg) in run.optimizers.iter().enumerate() {

@@ -16,6 +16,7 @@ use super::context::StepContext;
 use super::hooks::{Callback, Hook, HookContext, TrainerState};
 use super::manual_closure::Stepping;
 use super::module::OptimizerConfig;
+use super::options::ClipAlgorithm;
 use super::strategy::RunStrategy;
 use crate::error::{Error, Result, ResultExt};
 use crate::optim::same_param;
@@ -67,6 +68,9 @@ pub(crate) trait ManualControl {
     fn lr_scheduler_step(&mut self, index: usize, metric: Option<f64>) -> Result<()>;
     /// Learning rate of a parameter group of optimizer `index`.
     fn learning_rate(&self, index: usize, group: usize) -> Result<f64>;
+    /// Lightning's `clip_gradients(optimizers()[index], value, algorithm)`:
+    /// unscales first under `16-mixed` (once before the step).
+    fn clip_gradients(&mut self, index: usize, value: f64, algorithm: ClipAlgorithm) -> Result<()>;
     /// Whether optimizer `index` re-evaluates the loss in its step (LBFGS).
     fn needs_closure(&self, index: usize) -> Result<bool>;
     /// Takes optimizer `index` out of the run to step with a closure,
@@ -161,7 +165,8 @@ impl ManualControl for ManualOptimization<'_, '_> {
             return Err(Error::state(format!("optimizer {index} is stepping: its closure cannot step it")));
         }
         let cfg = &mut self.optimizers[index..=index];
-        self.strategy.unscale_gradients(cfg)?;
+        // A clip_gradients before the step unscaled already.
+        self.strategy.unscale_gradients_once(cfg)?;
         self.callback_hook(Hook::BeforeOptimizerStep, None, Some(index))?;
         let cfg = &mut self.optimizers[index..=index];
         let stepped = self.strategy.optimizer_step(cfg)?;
@@ -281,6 +286,17 @@ impl ManualControl for ManualOptimization<'_, '_> {
         self.state.global_step += 1;
     }
 
+    fn clip_gradients(&mut self, index: usize, value: f64, algorithm: ClipAlgorithm) -> Result<()> {
+        self.config(index)?;
+        super::optimization::check_clip_value(value)?;
+        if value <= 0.0 {
+            return Ok(());
+        }
+        let cfg = &mut self.optimizers[index..=index];
+        self.strategy.unscale_gradients_once(cfg)?;
+        self.strategy.clip_gradients(&mut self.optimizers[index..=index], value, algorithm)
+    }
+
     fn learning_rate(&self, index: usize, group: usize) -> Result<f64> {
         let n = self.optimizers.len();
         let cfg = self
@@ -363,5 +379,13 @@ impl StepContext<'_> {
     /// Learning rate of parameter group `group` of optimizer `index`.
     pub fn learning_rate(&mut self, index: usize, group: usize) -> Result<f64> {
         self.manual()?.learning_rate(index, group)
+    }
+
+    /// Lightning's `clip_gradients(optimizers()[index], value, algorithm)`
+    /// in a manual step: unscales the gradients first under `16-mixed`
+    /// (the step then does not again), then clips; `value` <= 0 clips
+    /// nothing.
+    pub fn clip_gradients(&mut self, index: usize, value: f64, algorithm: ClipAlgorithm) -> Result<()> {
+        self.manual()?.clip_gradients(index, value, algorithm)
     }
 }

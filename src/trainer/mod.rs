@@ -18,6 +18,7 @@ mod manual_closure;
 mod manual_optimization;
 pub mod metrics;
 pub mod module;
+pub mod optimization;
 pub mod option_table;
 pub mod options;
 pub mod profiler;
@@ -39,6 +40,7 @@ pub(crate) use fit_data::LOADERS_MAX;
 pub use hooks::{Callback, Hook, HookContext, TrainerState};
 pub use metrics::{LogFlags, MetricStore};
 pub use module::{Interval, LightningModule, OptimizerConfig, OptimizerSetup, SchedulerConfig, SharedModel};
+pub use optimization::{OptimizationContext, OptimizationHooks, OptimizationSlot};
 pub use options::{BatchLimit, ClipAlgorithm, LoggerChoice, ProfilerKind, TrainerOptions, ValCheckInterval};
 pub use source::{BatchIter, BatchSource};
 

@@ -1,11 +1,13 @@
 //! The LightningModule: the user's step functions and optimizer set-up.
 use super::context::StepContext;
 use super::hooks::HookContext;
+use super::optimization::OptimizationHooks;
 use super::source::BatchSource;
 use crate::error::{Error, Result};
 use crate::nn::Module;
 use crate::optim::{LrScheduler, Optimizer};
 use std::collections::BTreeMap;
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use tch::Tensor;
 
@@ -138,6 +140,15 @@ pub trait LightningModule {
     /// `training_step` (manual optimization).
     fn automatic_optimization(&self) -> bool {
         true
+    }
+    /// Lightning's optimization hooks the module overrides
+    /// (`optimizer_step`, `optimizer_zero_grad`, `lr_scheduler_step`,
+    /// `backward`, `configure_gradient_clipping`), used under automatic
+    /// optimization; `None` (the default) runs Lightning's defaults. The
+    /// hooks are an object of their own because `optimizer_step`'s
+    /// closure calls `training_step` while the hook runs.
+    fn optimization_hooks(&self) -> Option<Rc<dyn OptimizationHooks>> {
+        None
     }
     /// Whether `validation_step` is implemented.
     fn has_validation_step(&self) -> bool {

@@ -54,6 +54,8 @@ pub(crate) struct Run<'a> {
     pub checkpoints: crate::checkpoint::io::CheckpointWriter,
     /// The SLURM requeue this run does on SIGUSR1, when on.
     pub requeue: Option<super::slurm::Requeue>,
+    /// The module's optimization hooks, when it overrides any.
+    pub opt_hooks: Option<std::rc::Rc<dyn super::optimization::OptimizationHooks>>,
 }
 
 /// Calls one callback's hook, timed when profiling, naming it in errors.
@@ -98,6 +100,7 @@ impl<'a> Run<'a> {
         strategy: super::strategy::RunStrategy,
         checkpoints: crate::checkpoint::io::CheckpointWriter,
     ) -> Result<Self> {
+        let opt_hooks = module.optimization_hooks();
         Ok(Run {
             stage,
             state,
@@ -115,6 +118,7 @@ impl<'a> Run<'a> {
             warned: Vec::new(),
             checkpoints,
             requeue: None,
+            opt_hooks,
         })
     }
 }

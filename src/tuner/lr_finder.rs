@@ -179,6 +179,9 @@ impl LightningModule for FinderModule<'_> {
     fn automatic_optimization(&self) -> bool {
         self.inner.automatic_optimization()
     }
+    fn optimization_hooks(&self) -> Option<std::rc::Rc<dyn crate::trainer::OptimizationHooks>> {
+        self.inner.optimization_hooks()
+    }
     fn has_validation_step(&self) -> bool {
         self.inner.has_validation_step()
     }

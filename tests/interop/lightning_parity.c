@@ -101,6 +101,14 @@
  *             % 3 == 2: Lightning's `return None`) and on_train_batch_start
  *             skips the rest of epoch 2 at its batch 8 (Lightning's
  *             `return -1`);
+ *   step_even, warmup, clip_after_first, custom_scheduler: as steplr,
+ *             with the module's optimization hooks: optimizer_step
+ *             stepping on even batches only (odd ones run the closure
+ *             alone); optimizer_step setting the lr to
+ *             min(1, (global_step + 1) / 5) * 0.1 after each of the first 5
+ *             steps; configure_gradient_clipping clipping by norm 0.5 only
+ *             after epoch 0 (no gradient_clip_val); lr_scheduler_step
+ *             stepping the StepLR at the end of even epochs only;
  *   lr_find:  SGD (momentum 0.9), no scheduler: instead of fitting, the
  *             learning-rate range test (1e-5 to 1 over 30 steps) writes
  *             "lr loss" per step to LOSSES, then "suggestion lr".
@@ -235,6 +243,56 @@ static fulmen_error *skips_hook(void *userdata, int32_t hook, fulmen_hook_contex
     fulmen_error *e = fulmen_hook_context_epoch(ctx, &epoch);
     if (!e) e = fulmen_hook_context_batch_idx(ctx, &batch_idx);
     if (!e && epoch == 2 && batch_idx == 8) e = fulmen_hook_context_skip_rest_of_epoch(ctx);
+    return e;
+}
+
+/* Whether `config` is one of the optimization-hook configurations. */
+static bool is_custom_optimization(const char *config) {
+    return strcmp(config, "step_even") == 0 || strcmp(config, "warmup") == 0 ||
+           strcmp(config, "clip_after_first") == 0 || strcmp(config, "custom_scheduler") == 0;
+}
+
+/* step_even's and warmup's optimizer_step. */
+static fulmen_error *optimizer_step(void *userdata, fulmen_optimization_context *ctx, int64_t epoch,
+                                    int64_t batch_idx, size_t optimizer_idx, fulmen_optimizer_closure *closure) {
+    struct job *job = userdata;
+    (void)epoch;
+    (void)optimizer_idx;
+    if (strcmp(job->config, "step_even") == 0) {
+        if (batch_idx % 2 == 0) return fulmen_optimization_context_step(ctx, closure, NULL);
+        return fulmen_optimizer_closure_run(closure, NULL, NULL);
+    }
+    int64_t global_step = 0;
+    fulmen_error *e = fulmen_optimization_context_step(ctx, closure, NULL);
+    if (!e) e = fulmen_optimization_context_global_step(ctx, &global_step);
+    if (!e && global_step < 5) {
+        double scale = fmin(1.0, (double)(global_step + 1) / 5.0);
+        e = fulmen_optimization_context_set_learning_rate(ctx, 0, scale * 0.1);
+    }
+    return e;
+}
+
+/* clip_after_first's configure_gradient_clipping. */
+static fulmen_error *clip_after_first(void *userdata, fulmen_optimization_context *ctx, size_t optimizer_idx,
+                                      double clip_val, int32_t algorithm) {
+    (void)userdata;
+    (void)optimizer_idx;
+    (void)clip_val;
+    (void)algorithm;
+    int64_t epoch = 0;
+    fulmen_error *e = fulmen_optimization_context_epoch(ctx, &epoch);
+    if (!e && epoch > 0) e = fulmen_optimization_context_clip_gradients(ctx, 0.5, FULMEN_CLIP_NORM);
+    return e;
+}
+
+/* custom_scheduler's lr_scheduler_step. */
+static fulmen_error *even_epoch_scheduler(void *userdata, fulmen_optimization_context *ctx, size_t scheduler_idx,
+                                          const double *metric) {
+    (void)userdata;
+    (void)scheduler_idx;
+    int64_t epoch = 0;
+    fulmen_error *e = fulmen_optimization_context_epoch(ctx, &epoch);
+    if (!e && epoch % 2 == 0) e = fulmen_optimization_context_scheduler_step(ctx, metric);
     return e;
 }
 
@@ -591,7 +649,8 @@ static fulmen_error *configure_optimizers(void *userdata, fulmen_optimizer_confi
         }
         e = fulmen_optimizer_config_add(config, opt, sched, FULMEN_INTERVAL_STEP, 3, NULL);
     } else if (strcmp(job->config, "steplr") == 0 || strcmp(job->config, "fused_sgd") == 0 ||
-               strcmp(job->config, "foreach_sgd") == 0 || is_backbone(job->config)) {
+               strcmp(job->config, "foreach_sgd") == 0 || is_backbone(job->config) ||
+               is_custom_optimization(job->config)) {
         fulmen_sgd_options o = fulmen_sgd_options_default();
         o.lr = 0.1;
         o.momentum = 0.9;
@@ -675,7 +734,7 @@ int main(int argc, char **argv) {
         strcmp(job.config, "fused_sgd") != 0 && strcmp(job.config, "fused_adagrad") != 0 &&
         strcmp(job.config, "foreach") != 0 && strcmp(job.config, "foreach_sgd") != 0 &&
         !is_foreach_variant(job.config) && !is_backbone(job.config) && strcmp(job.config, "skips") != 0 &&
-        !validating) {
+        !is_custom_optimization(job.config) && !validating) {
         fprintf(stderr, "lightning_parity: unknown configuration %s\n", job.config);
         return 2;
     }
@@ -730,6 +789,9 @@ int main(int argc, char **argv) {
                                .on_hook = strcmp(job.config, "skips") == 0 ? skips_hook : NULL,
                                .train_dataloader = reload ? train_dataloader : NULL,
                                .val_dataloader = reload ? val_dataloader : NULL};
+    if (strcmp(job.config, "step_even") == 0 || strcmp(job.config, "warmup") == 0) vt.optimizer_step = optimizer_step;
+    if (strcmp(job.config, "clip_after_first") == 0) vt.configure_gradient_clipping = clip_after_first;
+    if (strcmp(job.config, "custom_scheduler") == 0) vt.lr_scheduler_step = even_epoch_scheduler;
     fulmen_lightning_module *module;
     fulmen_trainer_options *opts;
     fulmen_trainer *trainer;
@@ -757,7 +819,8 @@ int main(int argc, char **argv) {
         set(opts, "gradient_clip_algorithm", "norm");
     } else if (strcmp(job.config, "steplr") == 0 || strcmp(job.config, "fused_sgd") == 0 ||
                strcmp(job.config, "foreach_sgd") == 0 || is_backbone(job.config) ||
-               strcmp(job.config, "skips") == 0) {
+               strcmp(job.config, "skips") == 0 ||
+               (is_custom_optimization(job.config) && strcmp(job.config, "clip_after_first") != 0)) {
         set(opts, "gradient_clip_val", "0.5");
         set(opts, "gradient_clip_algorithm", "norm");
     } else if (strcmp(job.config, "stepfreq") == 0) {

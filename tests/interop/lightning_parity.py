@@ -137,7 +137,20 @@ CONFIGS = {
     # 3rd batch still run), and on_train_batch_start returns -1 at batch 8
     # of epoch 2 (the epoch ends there; its scheduler steps for that batch).
     "skips": ("sgd", (2, 0.7), "step", 3, 0.5, "norm", 1),
+    # The module's optimization hooks, as steplr otherwise: optimizer_step
+    # stepping on even batches only (odd ones run the closure alone);
+    # optimizer_step warming the lr up after each of the first 5 steps
+    # (Lightning's documented example); configure_gradient_clipping
+    # clipping (norm 0.5, no trainer setting) only after epoch 0;
+    # lr_scheduler_step stepping the StepLR only at the end of even epochs.
+    "step_even": ("sgd", (1, 0.5), "epoch", 1, 0.5, "norm", 1),
+    "warmup": ("sgd", (1, 0.5), "epoch", 1, 0.5, "norm", 1),
+    "clip_after_first": ("sgd", (1, 0.5), "epoch", 1, None, "norm", 1),
+    "custom_scheduler": ("sgd", (1, 0.5), "epoch", 1, 0.5, "norm", 1),
 }
+
+# The warm-up's steps (the "warmup" configuration).
+WARMUP_STEPS = 5
 
 # Configurations whose fulmen resumes follow Lightning's uninterrupted run
 # where Lightning's own resume departs from it (see "backbone" above).
@@ -226,6 +239,31 @@ def lightning_losses(config, init, x, y, epochs=EPOCHS, ckpt_dir=None, resume=No
                 if self.current_epoch == 2 and batch_idx == 8:
                     return -1
                 return None
+
+        if config == "step_even":
+            def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):
+                if batch_idx % 2 == 0:
+                    optimizer.step(closure=optimizer_closure)
+                else:
+                    optimizer_closure()
+
+        if config == "warmup":
+            def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):
+                optimizer.step(closure=optimizer_closure)
+                if self.trainer.global_step < WARMUP_STEPS:
+                    lr_scale = min(1.0, float(self.trainer.global_step + 1) / WARMUP_STEPS)
+                    for pg in optimizer.param_groups:
+                        pg["lr"] = lr_scale * 0.1
+
+        if config == "clip_after_first":
+            def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+                if self.current_epoch > 0:
+                    self.clip_gradients(optimizer, gradient_clip_val=0.5, gradient_clip_algorithm="norm")
+
+        if config == "custom_scheduler":
+            def lr_scheduler_step(self, scheduler, metric):
+                if self.current_epoch % 2 == 0:
+                    scheduler.step()
 
         if config == "reload":
             def train_dataloader(self):

@@ -9,17 +9,21 @@ use crate::ffi::data::batch::{fulmen_batch, with_temp_handle};
 use crate::ffi::data::datasets::fulmen_loader;
 use crate::ffi::module::context::fulmen_step_context;
 use crate::ffi::module::module_data::{fulmen_train_dataloader_fn, fulmen_val_dataloader_fn};
+use crate::ffi::module::optimization::{
+    fulmen_optimization_context, fulmen_optimizer_closure, HostOptimization, OptimizationSlots,
+};
 use crate::ffi::nn::model::{fulmen_model, model_arg};
 use crate::ffi::optim::optimizers::fulmen_optimizer;
 use crate::ffi::schedulers::scheduler::fulmen_scheduler;
 use crate::ffi::tensor::handle::{fulmen_tensor, tensor_arg};
 use crate::ffi::tensor::TensorScope;
 use crate::trainer::{
-    BatchSource, Callback, Hook, HookContext, Interval, LightningModule, OptimizerConfig, OptimizerSetup,
+    BatchSource, Callback, Hook, HookContext, Interval, LightningModule, OptimizationHooks, OptimizerConfig, OptimizerSetup,
     SchedulerConfig, SharedModel, StepContext,
 };
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_void};
+use std::rc::Rc;
 use tch::Tensor;
 
 /// A step that returns a tensor (training: the loss; predict: the output).
@@ -210,6 +214,95 @@ pub struct fulmen_module_vtable {
             n: *mut usize,
         ) -> *mut fulmen_error,
     >,
+    /// Lightning's `optimizer_step(epoch, batch_idx, optimizer,
+    /// optimizer_closure)` under automatic optimization, called on every
+    /// batch that ends an accumulation window (`batch_idx` in the epoch,
+    /// `optimizer_idx` 0: the hooks run with one optimizer). It must run
+    /// `closure` (training_step, `optimizer_zero_grad`, `backward`): alone
+    /// with `fulmen_optimizer_closure_run` (no update: Lightning's
+    /// stepping every other batch), or by stepping with
+    /// `fulmen_optimization_context_step(ctx, closure, ...)`, which wraps
+    /// the update in the precision plugin (unscale,
+    /// `on_before_optimizer_step`, `configure_gradient_clipping`, step,
+    /// loss-scale update) as Lightning's `optimizer.step(closure=...)`;
+    /// `fulmen_optimization_context_set_learning_rate` changes the lr (a
+    /// warm-up). Returning without running the closure fails the fit
+    /// (FULMEN_CODE_CALLBACK). The batch counts in `global_step` either
+    /// way. May be NULL (step). Added in 0.3, as the four slots after it.
+    ///
+    /// With any of these five slots set, configure_optimizers must add one
+    /// optimizer (FULMEN_CODE_INVALID_ARGUMENT otherwise, as Lightning's
+    /// automatic optimization has one; none: only `backward` is called),
+    /// not LBFGS (FULMEN_CODE_UNSUPPORTED). With automatic optimization
+    /// off none of them is called.
+    pub optimizer_step: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            ctx: *mut fulmen_optimization_context,
+            epoch: i64,
+            batch_idx: i64,
+            optimizer_idx: usize,
+            closure: *mut fulmen_optimizer_closure,
+        ) -> *mut fulmen_error,
+    >,
+    /// Lightning's `optimizer_zero_grad(epoch, batch_idx, optimizer)`,
+    /// inside the closure at the start of an accumulation window, after
+    /// `on_before_zero_grad`: zero with
+    /// `fulmen_optimization_context_zero_grad` (or not). May be NULL (set
+    /// the gradients to none).
+    pub optimizer_zero_grad: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            ctx: *mut fulmen_optimization_context,
+            epoch: i64,
+            batch_idx: i64,
+            optimizer_idx: usize,
+        ) -> *mut fulmen_error,
+    >,
+    /// Lightning's `lr_scheduler_step(scheduler, metric)`, for each
+    /// scheduler when its interval and frequency make it due
+    /// (`scheduler_idx` in the flat list: optimizer 0's schedulers in the
+    /// order added). `metric` points to the monitored value of a
+    /// ReduceLROnPlateau, NULL for the others. Step it with
+    /// `fulmen_optimization_context_scheduler_step` (or not). May be NULL
+    /// (step it).
+    pub lr_scheduler_step: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            ctx: *mut fulmen_optimization_context,
+            scheduler_idx: usize,
+            metric: *const f64,
+        ) -> *mut fulmen_error,
+    >,
+    /// Lightning's `backward(loss)`, inside the closure between
+    /// `on_before_backward` and `on_after_backward`: `loss` is the
+    /// training_step's loss divided by `accumulate_grad_batches` and, under
+    /// `16-mixed`, multiplied by the loss scale; the host runs backward
+    /// itself (`fulmen_tensor_backward`). Borrowed for the call. May be
+    /// NULL (backward of `loss`).
+    pub backward: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            ctx: *mut fulmen_optimization_context,
+            loss: *mut fulmen_tensor,
+        ) -> *mut fulmen_error,
+    >,
+    /// Lightning's `configure_gradient_clipping(optimizer,
+    /// gradient_clip_val, gradient_clip_algorithm)`, on every step after
+    /// `on_before_optimizer_step`, with the trainer's `gradient_clip_val`
+    /// (0 when unset) and `gradient_clip_algorithm` (FULMEN_CLIP_NORM or
+    /// FULMEN_CLIP_VALUE), on gradients already unscaled: clip with
+    /// `fulmen_optimization_context_clip_gradients` (or not). May be NULL
+    /// (clip with the trainer's settings).
+    pub configure_gradient_clipping: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            ctx: *mut fulmen_optimization_context,
+            optimizer_idx: usize,
+            clip_val: f64,
+            algorithm: i32,
+        ) -> *mut fulmen_error,
+    >,
 }
 
 /// The user's model logic: step functions, optimizer set-up, and the model
@@ -258,6 +351,7 @@ pub struct HostModule {
     model: Option<SharedModel>,
     hparams: BTreeMap<String, String>,
     automatic_optimization: bool,
+    optimization: OptimizationSlots,
 }
 
 fn host_error(name: &str, err: *mut fulmen_error) -> Result<()> {
@@ -312,6 +406,13 @@ impl LightningModule for HostModule {
 
     fn automatic_optimization(&self) -> bool {
         self.automatic_optimization
+    }
+
+    fn optimization_hooks(&self) -> Option<Rc<dyn OptimizationHooks>> {
+        if !self.optimization.any() {
+            return None;
+        }
+        Some(Rc::new(HostOptimization { userdata: self.userdata.ptr(), slots: self.optimization }))
     }
 
     fn has_validation_step(&self) -> bool {
@@ -481,6 +582,13 @@ pub unsafe extern "C" fn fulmen_lightning_module_new(
             model,
             hparams: BTreeMap::new(),
             automatic_optimization: true,
+            optimization: OptimizationSlots {
+                optimizer_step: v.optimizer_step,
+                optimizer_zero_grad: v.optimizer_zero_grad,
+                lr_scheduler_step: v.lr_scheduler_step,
+                backward: v.backward,
+                configure_gradient_clipping: v.configure_gradient_clipping,
+            },
         };
         out.write(handle::into_raw(fulmen_lightning_module { inner }));
         Ok(())

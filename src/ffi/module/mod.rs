@@ -6,3 +6,4 @@ pub mod lightning_module;
 pub mod manual;
 pub mod manual_closure;
 pub mod module_data;
+pub mod optimization;

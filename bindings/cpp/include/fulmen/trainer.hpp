@@ -282,6 +282,14 @@ enum class Interval : int32_t {
     Epoch = FULMEN_INTERVAL_EPOCH,
 };
 
+/// How clip_gradients clips (Lightning's gradient_clip_algorithm).
+enum class ClipAlgorithm : int32_t {
+    /// Scale the gradients so their joint 2-norm is at most the value.
+    Norm = FULMEN_CLIP_NORM,
+    /// Clamp every gradient element into [-value, value].
+    Value = FULMEN_CLIP_VALUE,
+};
+
 /// Flags of StepContext::log, combined with `|`.
 struct Log {
     static constexpr uint32_t on_step = FULMEN_LOG_ON_STEP;      ///< Record every step's value.
@@ -405,6 +413,12 @@ public:
     double learning_rate(size_t index, size_t group = 0) const {
         return detail::read<double>([&](double* out) { return fulmen_step_context_learning_rate(ctx_, index, group, out); });
     }
+    /// Lightning's clip_gradients(optimizers()[index], value, algorithm):
+    /// unscales first under 16-mixed (the next optimizer_step does not
+    /// again), then clips; value <= 0 clips nothing.
+    void clip_gradients(size_t index, double value, ClipAlgorithm algorithm = ClipAlgorithm::Norm) {
+        check(fulmen_step_context_clip_gradients(ctx_, index, value, static_cast<int32_t>(algorithm)));
+    }
 
     /// The C context.
     fulmen_step_context* get() const noexcept { return ctx_; }
@@ -487,6 +501,76 @@ private:
     fulmen_optimizer_config* config_;
 };
 
+/// The closure optimizer_step gets (Lightning's optimizer_closure):
+/// training_step, optimizer_zero_grad and backward (borrowed: valid
+/// during the call).
+class OptimizerClosure {
+public:
+    /// Wraps the borrowed C closure.
+    explicit OptimizerClosure(fulmen_optimizer_closure* closure) noexcept : closure_(closure) {}
+    /// Runs the closure alone (no step); the loss, or nullopt when
+    /// training_step returned none.
+    std::optional<double> operator()() {
+        double loss = 0;
+        bool has_loss = false;
+        check(fulmen_optimizer_closure_run(closure_, &loss, &has_loss));
+        if (!has_loss) return std::nullopt;
+        return loss;
+    }
+    /// The C closure.
+    fulmen_optimizer_closure* get() const noexcept { return closure_; }
+
+private:
+    fulmen_optimizer_closure* closure_;
+};
+
+/// The context of an optimization hook of the module (borrowed: valid
+/// during the call).
+class OptimizationContext {
+public:
+    /// Wraps the borrowed C context.
+    explicit OptimizationContext(fulmen_optimization_context* ctx) noexcept : ctx_(ctx) {}
+    /// Lightning's current_epoch.
+    int64_t epoch() const {
+        return detail::read<int64_t>([&](int64_t* o) { return fulmen_optimization_context_epoch(ctx_, o); });
+    }
+    /// Lightning's global_step (this batch's step not counted yet).
+    int64_t global_step() const {
+        return detail::read<int64_t>([&](int64_t* o) { return fulmen_optimization_context_global_step(ctx_, o); });
+    }
+    /// In optimizer_step: optimizer.step(closure=closure), wrapped by the
+    /// precision plugin; false when the update was not made (16-mixed).
+    bool step(OptimizerClosure& closure) {
+        bool made = false;
+        check(fulmen_optimization_context_step(ctx_, closure.get(), &made));
+        return made;
+    }
+    /// optimizer.zero_grad(set_to_none) of the hook's optimizer.
+    void zero_grad(bool set_to_none = true) { check(fulmen_optimization_context_zero_grad(ctx_, set_to_none)); }
+    /// In configure_gradient_clipping: Lightning's clip_gradients.
+    void clip_gradients(double value, ClipAlgorithm algorithm = ClipAlgorithm::Norm) {
+        check(fulmen_optimization_context_clip_gradients(ctx_, value, static_cast<int32_t>(algorithm)));
+    }
+    /// In lr_scheduler_step: steps the scheduler (`metric` for
+    /// ReduceLROnPlateau).
+    void scheduler_step(std::optional<double> metric = std::nullopt) {
+        check(fulmen_optimization_context_scheduler_step(ctx_, metric ? &*metric : nullptr));
+    }
+    /// Learning rate of parameter group `group` of the hook's optimizer.
+    double learning_rate(size_t group = 0) const {
+        return detail::read<double>([&](double* o) { return fulmen_optimization_context_learning_rate(ctx_, group, o); });
+    }
+    /// Sets the learning rate of parameter group `group` (a warm-up).
+    void set_learning_rate(size_t group, double lr) {
+        check(fulmen_optimization_context_set_learning_rate(ctx_, group, lr));
+    }
+    /// The C context.
+    fulmen_optimization_context* get() const noexcept { return ctx_; }
+
+private:
+    fulmen_optimization_context* ctx_;
+};
+
 /// The step functions of a LightningModule (empty members are "not implemented").
 struct Steps {
     /// Returns the loss of a training batch (required for fit).
@@ -511,6 +595,25 @@ struct Steps {
     std::function<std::vector<Loader>(int64_t epoch)> test_dataloader;
     /// Lightning's predict_dataloader: the loader of a predict given none.
     std::function<std::vector<Loader>(int64_t epoch)> predict_dataloader;
+    /// Lightning's optimizer_step(epoch, batch_idx, optimizer, closure):
+    /// must run the closure, alone (`closure()`, no update) or by
+    /// `ctx.step(closure)` (see fulmen_module_vtable). Empty: step.
+    std::function<void(OptimizationContext&, int64_t epoch, int64_t batch_idx, size_t optimizer_idx,
+                       OptimizerClosure& closure)>
+        optimizer_step;
+    /// Lightning's optimizer_zero_grad. Empty: gradients set to none.
+    std::function<void(OptimizationContext&, int64_t epoch, int64_t batch_idx, size_t optimizer_idx)>
+        optimizer_zero_grad;
+    /// Lightning's lr_scheduler_step(scheduler, metric). Empty: step it.
+    std::function<void(OptimizationContext&, size_t scheduler_idx, std::optional<double> metric)> lr_scheduler_step;
+    /// Lightning's backward(loss) on the (divided, scaled) loss. Empty:
+    /// loss.backward().
+    std::function<void(OptimizationContext&, const Tensor& loss)> backward;
+    /// Lightning's configure_gradient_clipping(optimizer, clip_val,
+    /// algorithm) with the trainer's settings (clip_val 0: unset). Empty:
+    /// clip with them.
+    std::function<void(OptimizationContext&, size_t optimizer_idx, double clip_val, ClipAlgorithm algorithm)>
+        configure_gradient_clipping;
 };
 
 namespace detail {
@@ -600,6 +703,51 @@ struct ModuleTrampolines {
         });
     }
 
+    /// Calls Steps::optimizer_step.
+    static fulmen_error* optimizer_step(void* ud, fulmen_optimization_context* c, int64_t epoch, int64_t batch_idx,
+                                        size_t optimizer_idx, fulmen_optimizer_closure* cl) {
+        return guard_callback([&] {
+            OptimizationContext ctx(c);
+            OptimizerClosure closure(cl);
+            static_cast<Steps*>(ud)->optimizer_step(ctx, epoch, batch_idx, optimizer_idx, closure);
+        });
+    }
+    /// Calls Steps::optimizer_zero_grad.
+    static fulmen_error* optimizer_zero_grad(void* ud, fulmen_optimization_context* c, int64_t epoch,
+                                             int64_t batch_idx, size_t optimizer_idx) {
+        return guard_callback([&] {
+            OptimizationContext ctx(c);
+            static_cast<Steps*>(ud)->optimizer_zero_grad(ctx, epoch, batch_idx, optimizer_idx);
+        });
+    }
+    /// Calls Steps::lr_scheduler_step.
+    static fulmen_error* lr_scheduler_step(void* ud, fulmen_optimization_context* c, size_t scheduler_idx,
+                                           const double* metric) {
+        return guard_callback([&] {
+            OptimizationContext ctx(c);
+            std::optional<double> m;
+            if (metric != nullptr) m = *metric;
+            static_cast<Steps*>(ud)->lr_scheduler_step(ctx, scheduler_idx, m);
+        });
+    }
+    /// Calls Steps::backward with the loss shared into a Tensor.
+    static fulmen_error* backward(void* ud, fulmen_optimization_context* c, fulmen_tensor* loss) {
+        return guard_callback([&] {
+            OptimizationContext ctx(c);
+            Tensor t = Tensor::make([&](fulmen_tensor** o) { return fulmen_tensor_share(loss, o); });
+            static_cast<Steps*>(ud)->backward(ctx, t);
+        });
+    }
+    /// Calls Steps::configure_gradient_clipping.
+    static fulmen_error* configure_gradient_clipping(void* ud, fulmen_optimization_context* c, size_t optimizer_idx,
+                                                     double clip_val, int32_t algorithm) {
+        return guard_callback([&] {
+            OptimizationContext ctx(c);
+            static_cast<Steps*>(ud)->configure_gradient_clipping(ctx, optimizer_idx, clip_val,
+                                                                 static_cast<ClipAlgorithm>(algorithm));
+        });
+    }
+
     /// Calls Steps::on_hook.
     static fulmen_error* on_hook(void* ud, int32_t hook, fulmen_hook_context* c) {
         return dispatch_hook(hook, c, [&](Hook h, HookContext& ctx) { static_cast<Steps*>(ud)->on_hook(h, ctx); });
@@ -621,6 +769,11 @@ struct ModuleTrampolines {
         if (steps->val_dataloader) vt.val_dataloader = &val_dataloader;
         if (steps->test_dataloader) vt.test_dataloader = &test_dataloader;
         if (steps->predict_dataloader) vt.predict_dataloader = &predict_dataloader;
+        if (steps->optimizer_step) vt.optimizer_step = &optimizer_step;
+        if (steps->optimizer_zero_grad) vt.optimizer_zero_grad = &optimizer_zero_grad;
+        if (steps->lr_scheduler_step) vt.lr_scheduler_step = &lr_scheduler_step;
+        if (steps->backward) vt.backward = &backward;
+        if (steps->configure_gradient_clipping) vt.configure_gradient_clipping = &configure_gradient_clipping;
         return vt;
     }
 };
@@ -744,6 +897,29 @@ public:
     /// loader), for a predict given no loader.
     template <class F>
     Builder& predict_dataloader(F&& f) { steps_.predict_dataloader = std::forward<F>(f); return *this; }
+    /// Sets optimizer_step: (OptimizationContext&, int64_t epoch, int64_t
+    /// batch_idx, size_t optimizer_idx, OptimizerClosure&) -> void; it must
+    /// run the closure (alone, or by ctx.step(closure)).
+    template <class F>
+    Builder& optimizer_step(F&& f) { steps_.optimizer_step = std::forward<F>(f); return *this; }
+    /// Sets optimizer_zero_grad: (OptimizationContext&, int64_t epoch,
+    /// int64_t batch_idx, size_t optimizer_idx) -> void.
+    template <class F>
+    Builder& optimizer_zero_grad(F&& f) { steps_.optimizer_zero_grad = std::forward<F>(f); return *this; }
+    /// Sets lr_scheduler_step: (OptimizationContext&, size_t scheduler_idx,
+    /// std::optional<double> metric) -> void.
+    template <class F>
+    Builder& lr_scheduler_step(F&& f) { steps_.lr_scheduler_step = std::forward<F>(f); return *this; }
+    /// Sets backward: (OptimizationContext&, const Tensor& loss) -> void.
+    template <class F>
+    Builder& backward(F&& f) { steps_.backward = std::forward<F>(f); return *this; }
+    /// Sets configure_gradient_clipping: (OptimizationContext&, size_t
+    /// optimizer_idx, double clip_val, ClipAlgorithm) -> void.
+    template <class F>
+    Builder& configure_gradient_clipping(F&& f) {
+        steps_.configure_gradient_clipping = std::forward<F>(f);
+        return *this;
+    }
     /// Makes the module (the builder's steps are moved into it).
     LightningModule build() { return LightningModule(model_, std::move(steps_)); }
 
