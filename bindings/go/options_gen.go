@@ -1098,6 +1098,14 @@ type ModelCheckpointOptions struct {
 	AutoInsertMetricName bool
 	// SaveOnTrainEpochEnd says when to save.
 	SaveOnTrainEpochEnd CheckTiming
+	// TrainTimeInterval saves when this many seconds of training passed (0: off).
+	TrainTimeInterval float64
+	// SaveOnException saves a checkpoint when the fit fails.
+	SaveOnException bool
+	// EnableVersionCounter adds -v1, -v2... to names that exist; false overwrites.
+	EnableVersionCounter bool
+	// SaveLastLink makes last.ckpt a symlink to the newest checkpoint.
+	SaveLastLink bool
 }
 
 // DefaultModelCheckpointOptions are Lightning's ModelCheckpoint defaults
@@ -1117,6 +1125,10 @@ func modelCheckpointOptionsFromC(c C.fulmen_model_checkpoint_options) (o ModelCh
 	o.SaveWeightsOnly = bool(c.save_weights_only)
 	o.AutoInsertMetricName = bool(c.auto_insert_metric_name)
 	o.SaveOnTrainEpochEnd = CheckTiming(c.save_on_train_epoch_end)
+	o.TrainTimeInterval = float64(c.train_time_interval)
+	o.SaveOnException = bool(c.save_on_exception)
+	o.EnableVersionCounter = bool(c.enable_version_counter)
+	o.SaveLastLink = bool(c.save_last_link)
 	return o
 }
 
@@ -1131,6 +1143,10 @@ func (o ModelCheckpointOptions) c() (c C.fulmen_model_checkpoint_options) {
 	c.save_weights_only = C.bool(o.SaveWeightsOnly)
 	c.auto_insert_metric_name = C.bool(o.AutoInsertMetricName)
 	c.save_on_train_epoch_end = C.int32_t(o.SaveOnTrainEpochEnd)
+	c.train_time_interval = C.double(o.TrainTimeInterval)
+	c.save_on_exception = C.bool(o.SaveOnException)
+	c.enable_version_counter = C.bool(o.EnableVersionCounter)
+	c.save_last_link = C.bool(o.SaveLastLink)
 	return c
 }
 

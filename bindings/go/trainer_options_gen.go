@@ -340,6 +340,25 @@ func (o *TrainerOptions) SetHandleSignals(v bool) error {
 	return o.SetBool("handle_signals", v)
 }
 
+// SetAsyncCheckpointIo sets `async_checkpoint_io` (bool; default false): save
+// checkpoints on a background thread (Lightning's AsyncCheckpointIO): the
+// checkpoint is serialized at once, written (or handed to the checkpoint IO
+// plugin) meanwhile; the next save and the end of the run wait for it and
+// report its error.
+func (o *TrainerOptions) SetAsyncCheckpointIo(v bool) error {
+	return o.SetBool("async_checkpoint_io", v)
+}
+
+// SetSlurmAutoRequeue sets `slurm_auto_requeue` (bool; default false): under
+// SLURM (SLURM_JOB_ID set, job name not "bash" / "interactive"): SIGUSR1
+// saves default_root_dir/hpc_ckpt_<n>.ckpt at the next batch, epoch or
+// validation end, runs `scontrol requeue <job id>` and stops the fit with
+// FULMEN_CODE_INTERRUPTED; fit without ckpt_path resumes from the highest
+// hpc_ckpt_<n>.ckpt (Lightning's SLURMEnvironment auto_requeue).
+func (o *TrainerOptions) SetSlurmAutoRequeue(v bool) error {
+	return o.SetBool("slurm_auto_requeue", v)
+}
+
 // SetProcessGroupBackend sets `process_group_backend` (text; default none):
 // "gloo", "nccl", a custom accelerator's collectives hook, or "none" = by
 // device (gloo on CPU, nccl on CUDA, the accelerator's hook when it has one).

@@ -75,6 +75,8 @@ func TestEveryTrainerOptionSetter(t *testing.T) {
 		{"o.SetCallbackTimeout(90 * time.Second)", o.SetCallbackTimeout(90 * time.Second)},
 		{"o.Set(\"callback_timeout\", \"none\")", o.Set("callback_timeout", "none")},
 		{"o.SetHandleSignals(true)", o.SetHandleSignals(true)},
+		{"o.SetAsyncCheckpointIo(false)", o.SetAsyncCheckpointIo(false)},
+		{"o.SetSlurmAutoRequeue(false)", o.SetSlurmAutoRequeue(false)},
 		{"o.SetProcessGroupBackend(\"none\")", o.SetProcessGroupBackend("none")},
 		{"o.SetDDPTimeout(1800 * time.Second)", o.SetDDPTimeout(1800 * time.Second)},
 	}

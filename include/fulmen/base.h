@@ -90,6 +90,11 @@
  *   (by default: the process ends). A signal the host ignores (SIG_IGN)
  *   stays ignored; one that arrives after the run's last check is
  *   re-raised to the previous handler.
+ * - With the trainer option `slurm_auto_requeue` inside a SLURM job, a
+ *   fit also takes SIGUSR1 (when it has its default action): at the next
+ *   batch, epoch or validation end it saves
+ *   default_root_dir/hpc_ckpt_<n>.ckpt, runs
+ *   `scontrol requeue <job id>` and returns FULMEN_CODE_INTERRUPTED.
  *
  * Versions and ABI:
  * - FULMEN_SONAME names the ABI series: the major version, or 0.MINOR
@@ -158,6 +163,7 @@ struct fulmen_batch_size_finder_options;
 struct fulmen_callback_context;
 struct fulmen_callback_list;
 struct fulmen_callback_vtable;
+struct fulmen_checkpoint_io_vtable;
 struct fulmen_collectives;
 struct fulmen_conv2d_options;
 struct fulmen_conv3d_options;
@@ -165,6 +171,8 @@ struct fulmen_conv_transpose_options;
 struct fulmen_csv_options;
 struct fulmen_cyclic_lr_options;
 struct fulmen_data_source_vtable;
+struct fulmen_datamodule;
+struct fulmen_datamodule_vtable;
 struct fulmen_dataset;
 struct fulmen_ddp;
 struct fulmen_device;
@@ -192,7 +200,9 @@ struct fulmen_model_pruning;
 struct fulmen_module_vtable;
 struct fulmen_nadam_options;
 struct fulmen_one_cycle_options;
+struct fulmen_optimization_context;
 struct fulmen_optimizer;
+struct fulmen_optimizer_closure;
 struct fulmen_optimizer_config;
 struct fulmen_plateau_options;
 struct fulmen_precision;

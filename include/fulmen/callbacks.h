@@ -414,6 +414,25 @@ typedef struct fulmen_model_checkpoint_options {
    * -1 auto (default), 0 after validation, 1 at training epoch end.
    */
   int32_t save_on_train_epoch_end;
+  /**
+   * Save when this many seconds of training passed since the last such
+   * save, checked at each training batch end (default 0: off). Not with
+   * every_n_train_steps, nor every_n_epochs other than 0 or 1 (then off).
+   */
+  double train_time_interval;
+  /**
+   * On a failure during fit, save a checkpoint and `last` (default false).
+   */
+  bool save_on_exception;
+  /**
+   * An existing name gets a `-v1` suffix (default true); false overwrites it.
+   */
+  bool enable_version_counter;
+  /**
+   * With save_last, `last.ckpt` is a symlink to the newest checkpoint
+   * (Lightning's save_last="link"; a copy where symlinks are refused).
+   */
+  bool save_last_link;
 } fulmen_model_checkpoint_options;
 
 /**
@@ -1314,6 +1333,41 @@ struct fulmen_error *fulmen_trainer_add_on_exception_checkpoint(struct fulmen_tr
 struct fulmen_error *fulmen_trainer_add_throughput_monitor(struct fulmen_trainer *trainer,
                                                            size_t window_size,
                                                            const char *separator);
+
+/**
+ * `fulmen_trainer_add_throughput_monitor` with FLOP metrics, as
+ * Lightning's with a module's `flops_per_batch`: `flops_per_batch` is the
+ * FLOPs of one batch on one device (0: none, then as without FLOPs), and
+ * `available_flops` the device's peak FLOPs per second (0: none; see
+ * `fulmen_available_flops`). Once the window is full it also logs
+ * `<stage><sep>device<sep>flops_per_sec` (the window's FLOPs but its
+ * first update's, over its time, per device), with several ranks
+ * `<stage><sep>flops_per_sec` (over the job), and given
+ * `available_flops`, `<stage><sep>device<sep>mfu` (device FLOPs per
+ * second over the peak).
+ *
+ * Errors: as `fulmen_trainer_add_throughput_monitor`, and
+ * FULMEN_CODE_INVALID_ARGUMENT (`flops_per_batch` or `available_flops`
+ * negative, NaN or infinite).
+ */
+struct fulmen_error *fulmen_trainer_add_throughput_monitor_flops(struct fulmen_trainer *trainer,
+                                                                 size_t window_size,
+                                                                 const char *separator,
+                                                                 double flops_per_batch,
+                                                                 double available_flops);
+
+/**
+ * Writes the peak FLOPs per second of the CUDA device named `device_name`
+ * (as CUDA names it, e.g. "NVIDIA H100 80GB HBM3") for `dtype` ("float64",
+ * "float32", "tfloat32", "bfloat16", "float16", "int8", "int4"), from
+ * Lightning's table (`get_available_flops`); 0 when the table does not
+ * know the device or the dtype (as for the CPU, which has none).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a string not UTF-8).
+ */
+struct fulmen_error *fulmen_available_flops(const char *device_name,
+                                            const char *dtype,
+                                            double *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -63,6 +63,23 @@
 #define FULMEN_LOG_REDUCE_MIN 256
 
 /**
+ * The longest name a datamodule may have, in bytes.
+ */
+#define FULMEN_DATAMODULE_NAME_MAX 256
+
+/**
+ * Clip algorithm: scale the gradients so their joint 2-norm is at most
+ * the value (Lightning's "norm").
+ */
+#define FULMEN_CLIP_NORM 0
+
+/**
+ * Clip algorithm: clamp every gradient element into [-value, value]
+ * (Lightning's "value").
+ */
+#define FULMEN_CLIP_VALUE 1
+
+/**
  * Which loop is running.
  */
 typedef enum fulmen_stage {
@@ -99,10 +116,30 @@ typedef enum fulmen_interval {
 } fulmen_interval;
 
 /**
+ * The host's LightningDataModule. Free with `fulmen_datamodule_free`.
+ */
+typedef struct fulmen_datamodule fulmen_datamodule;
+
+/**
  * The user's model logic: step functions, optimizer set-up, and the model
  * they train. Free with `fulmen_lightning_module_free`.
  */
 typedef struct fulmen_lightning_module fulmen_lightning_module;
+
+/**
+ * The context of one call of an optimization hook of the module
+ * (`optimizer_step`, `optimizer_zero_grad`, `lr_scheduler_step`,
+ * `backward`, `configure_gradient_clipping`). Borrowed: valid only during
+ * that call.
+ */
+typedef struct fulmen_optimization_context fulmen_optimization_context;
+
+/**
+ * The closure `optimizer_step` gets (Lightning's `optimizer_closure`):
+ * training_step, `optimizer_zero_grad` at the start of an accumulation
+ * window, and `backward`. Borrowed: valid only during that call.
+ */
+typedef struct fulmen_optimizer_closure fulmen_optimizer_closure;
 
 /**
  * The list of optimizers `configure_optimizers` fills. Borrowed: valid
@@ -115,6 +152,94 @@ typedef struct fulmen_optimizer_config fulmen_optimizer_config;
  * metric logging. Borrowed: valid only during the step callback.
  */
 typedef struct fulmen_step_context fulmen_step_context;
+
+/**
+ * The host's LightningDataModule: the data of fit / validate / test /
+ * predict apart from the module. Set `struct_size` to
+ * `sizeof(fulmen_datamodule_vtable)`; NULL slots are "not implemented".
+ * Every callback runs on the thread that called the run, in Lightning's
+ * order: `prepare_data`, `setup(stage)` (before the callbacks' and the
+ * module's setup hooks), the dataloaders when the loops need them,
+ * `teardown(stage)` at the end (before the callbacks' and the module's
+ * teardown hooks), also when the run fails after `setup` returned.
+ * Tensors a callback creates are released when it returns, except those
+ * kept with `fulmen_tensor_keep`.
+ */
+typedef struct fulmen_datamodule_vtable {
+  /**
+   * `sizeof(fulmen_datamodule_vtable)`.
+   */
+  size_t struct_size;
+  /**
+   * Passed to every callback.
+   */
+  void *userdata;
+  /**
+   * Called once when the datamodule is freed; may be NULL.
+   */
+  void (*userdata_free)(void*);
+  /**
+   * Lightning's `prepare_data` (`prepare_data_per_node=True`): called at
+   * the start of every run on local rank 0 of each node only; under DDP
+   * the other ranks wait for it. May be NULL.
+   */
+  struct fulmen_error *(*prepare_data)(void *userdata);
+  /**
+   * Lightning's `setup(stage)`; `stage` is "fit", "validate", "test" or
+   * "predict" (as `fulmen_hook_context_stage`), a static string. May be
+   * NULL.
+   */
+  struct fulmen_error *(*setup)(void *userdata, const char *stage);
+  /**
+   * Lightning's `teardown(stage)`. May be NULL.
+   */
+  struct fulmen_error *(*teardown)(void *userdata, const char *stage);
+  /**
+   * As `fulmen_module_vtable.train_dataloader`, and used before it.
+   */
+  struct fulmen_error *(*train_dataloader)(void *userdata, int64_t epoch, struct fulmen_loader **out);
+  /**
+   * As `fulmen_module_vtable.val_dataloader`, and used before it.
+   */
+  struct fulmen_error *(*val_dataloader)(void *userdata,
+                                         int64_t epoch,
+                                         struct fulmen_loader **out,
+                                         size_t capacity,
+                                         size_t *n);
+  /**
+   * As `fulmen_module_vtable.test_dataloader`, and used before it.
+   */
+  struct fulmen_error *(*test_dataloader)(void *userdata,
+                                          int64_t epoch,
+                                          struct fulmen_loader **out,
+                                          size_t capacity,
+                                          size_t *n);
+  /**
+   * As `fulmen_module_vtable.predict_dataloader`, and used before it.
+   */
+  struct fulmen_error *(*predict_dataloader)(void *userdata,
+                                             int64_t epoch,
+                                             struct fulmen_loader **out,
+                                             size_t capacity,
+                                             size_t *n);
+  /**
+   * Lightning's `state_dict`: writes to `*data` and `*len` the bytes of
+   * the datamodule's state (at most FULMEN_MAX_DATAMODULE_STATE), which
+   * must stay valid until the call returns (fulmen copies them then);
+   * `*len` 0 saves nothing. Called for every checkpoint a run writes,
+   * saved under the datamodule's name (Lightning's
+   * `checkpoint[datamodule.__class__.__qualname__]`: a `bytes` entry in
+   * a Lightning checkpoint, metadata in fulmen's). May be NULL.
+   */
+  struct fulmen_error *(*state_dict)(void *userdata, const uint8_t **data, size_t *len);
+  /**
+   * Lightning's `load_state_dict`: the bytes a checkpoint holds under
+   * the datamodule's name, `data` valid during the call only. Called
+   * when a fit resumes, or a validate / test / predict loads weights,
+   * from a checkpoint holding them. May be NULL.
+   */
+  struct fulmen_error *(*load_state_dict)(void *userdata, const uint8_t *data, size_t len);
+} fulmen_datamodule_vtable;
 
 /**
  * The host's LightningModule. Set `struct_size` to
@@ -259,6 +384,108 @@ typedef struct fulmen_module_vtable {
    * ModelCheckpoints still run last. May be NULL. Added in 0.3.
    */
   struct fulmen_error *(*configure_callbacks)(void *userdata, struct fulmen_callback_list *callbacks);
+  /**
+   * Lightning's `test_dataloader`: writes up to `capacity`
+   * (FULMEN_LOADERS_MAX) new loaders of test data to `out[0..*n]` and
+   * their count to `*n` (at least 1), as `val_dataloader`; `epoch` is
+   * the trainer's current epoch. Called by a test given no loader
+   * (`fulmen_trainer_test` with `loader` NULL), after the setup hooks.
+   * fulmen takes the loaders written as for `train_dataloader`. May be
+   * NULL. Added in 0.3; older, smaller vtables without it are accepted.
+   */
+  struct fulmen_error *(*test_dataloader)(void *userdata,
+                                          int64_t epoch,
+                                          struct fulmen_loader **out,
+                                          size_t capacity,
+                                          size_t *n);
+  /**
+   * Lightning's `predict_dataloader`: as `test_dataloader`, for a
+   * predict given no loader. May be NULL. Added in 0.3.
+   */
+  struct fulmen_error *(*predict_dataloader)(void *userdata,
+                                             int64_t epoch,
+                                             struct fulmen_loader **out,
+                                             size_t capacity,
+                                             size_t *n);
+  /**
+   * Lightning's `optimizer_step(epoch, batch_idx, optimizer,
+   * optimizer_closure)` under automatic optimization, called on every
+   * batch that ends an accumulation window (`batch_idx` in the epoch,
+   * `optimizer_idx` 0: the hooks run with one optimizer). It must run
+   * `closure` (training_step, `optimizer_zero_grad`, `backward`): alone
+   * with `fulmen_optimizer_closure_run` (no update: Lightning's
+   * stepping every other batch), or by stepping with
+   * `fulmen_optimization_context_step(ctx, closure, ...)`, which wraps
+   * the update in the precision plugin (unscale,
+   * `on_before_optimizer_step`, `configure_gradient_clipping`, step,
+   * loss-scale update) as Lightning's `optimizer.step(closure=...)`;
+   * `fulmen_optimization_context_set_learning_rate` changes the lr (a
+   * warm-up). Returning without running the closure fails the fit
+   * (FULMEN_CODE_CALLBACK). The batch counts in `global_step` either
+   * way. May be NULL (step). Added in 0.3, as the four slots after it.
+   *
+   * With any of these five slots set, configure_optimizers must add one
+   * optimizer (FULMEN_CODE_INVALID_ARGUMENT otherwise, as Lightning's
+   * automatic optimization has one; none: only `backward` is called),
+   * not LBFGS (FULMEN_CODE_UNSUPPORTED). With automatic optimization
+   * off none of them is called.
+   */
+  struct fulmen_error *(*optimizer_step)(void *userdata,
+                                         struct fulmen_optimization_context *ctx,
+                                         int64_t epoch,
+                                         int64_t batch_idx,
+                                         size_t optimizer_idx,
+                                         struct fulmen_optimizer_closure *closure);
+  /**
+   * Lightning's `optimizer_zero_grad(epoch, batch_idx, optimizer)`,
+   * inside the closure at the start of an accumulation window, after
+   * `on_before_zero_grad`: zero with
+   * `fulmen_optimization_context_zero_grad` (or not). May be NULL (set
+   * the gradients to none).
+   */
+  struct fulmen_error *(*optimizer_zero_grad)(void *userdata,
+                                              struct fulmen_optimization_context *ctx,
+                                              int64_t epoch,
+                                              int64_t batch_idx,
+                                              size_t optimizer_idx);
+  /**
+   * Lightning's `lr_scheduler_step(scheduler, metric)`, for each
+   * scheduler when its interval and frequency make it due
+   * (`scheduler_idx` in the flat list: optimizer 0's schedulers in the
+   * order added). `metric` points to the monitored value of a
+   * ReduceLROnPlateau, NULL for the others. Step it with
+   * `fulmen_optimization_context_scheduler_step` (or not). May be NULL
+   * (step it).
+   */
+  struct fulmen_error *(*lr_scheduler_step)(void *userdata,
+                                            struct fulmen_optimization_context *ctx,
+                                            size_t scheduler_idx,
+                                            const double *metric);
+  /**
+   * Lightning's `backward(loss)`, inside the closure between
+   * `on_before_backward` and `on_after_backward`: `loss` is the
+   * training_step's loss divided by `accumulate_grad_batches` and, under
+   * `16-mixed`, multiplied by the loss scale; the host runs backward
+   * itself (`fulmen_tensor_backward`). Borrowed for the call. May be
+   * NULL (backward of `loss`).
+   */
+  struct fulmen_error *(*backward)(void *userdata,
+                                   struct fulmen_optimization_context *ctx,
+                                   struct fulmen_tensor *loss);
+  /**
+   * Lightning's `configure_gradient_clipping(optimizer,
+   * gradient_clip_val, gradient_clip_algorithm)`, on every step after
+   * `on_before_optimizer_step`, with the trainer's `gradient_clip_val`
+   * (0 when unset) and `gradient_clip_algorithm` (FULMEN_CLIP_NORM or
+   * FULMEN_CLIP_VALUE), on gradients already unscaled: clip with
+   * `fulmen_optimization_context_clip_gradients` (or not). May be NULL
+   * (clip with the trainer's settings).
+   */
+  struct fulmen_error *(*configure_gradient_clipping)(void *userdata,
+                                                      struct fulmen_optimization_context *ctx,
+                                                      size_t optimizer_idx,
+                                                      double clip_val,
+                                                      int32_t algorithm);
 } fulmen_module_vtable;
 
 /**
@@ -343,6 +570,42 @@ struct fulmen_error *fulmen_step_context_global_step(const struct fulmen_step_co
  */
 struct fulmen_error *fulmen_step_context_batch_idx(const struct fulmen_step_context *ctx,
                                                    int64_t *out);
+
+/**
+ * Adds `tensor` to the prediction of the running predict_step, which is
+ * then a tuple (Lightning's `predict_step` returning one): the tensor the
+ * step writes to `*out`, if any, then the added ones in order. The
+ * prediction shares the tensor's storage; the handle stays the caller's.
+ * `fulmen_trainer_predict_batches` returns such tuples; the predict calls
+ * that concatenate use only the tensors written to `*out`.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (outside predict_step).
+ */
+struct fulmen_error *fulmen_step_context_add_prediction(struct fulmen_step_context *ctx,
+                                                        const struct fulmen_tensor *tensor);
+
+/**
+ * Creates a LightningDataModule from the host's `vtable` (copied).
+ * `name` keys its state in checkpoints, as Lightning's class name does
+ * (NULL: "LightningDataModule"). On failure `userdata_free` is not
+ * called.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`vtable` or `out` NULL),
+ * FULMEN_CODE_INVALID_ARGUMENT (`struct_size` smaller than the first
+ * vtable; `name` not UTF-8, empty, longer than
+ * FULMEN_DATAMODULE_NAME_MAX bytes, or a key Lightning's checkpoints have
+ * of their own such as "state_dict" or "epoch").
+ */
+struct fulmen_error *fulmen_datamodule_new(const struct fulmen_datamodule_vtable *vtable,
+                                           const char *name,
+                                           struct fulmen_datamodule **out);
+
+/**
+ * Frees a LightningDataModule and calls its `userdata_free`. NULL or an
+ * already freed handle is a no-op. Freeing one a run is using returns at
+ * once; it goes when that run returns, on its thread.
+ */
+void fulmen_datamodule_free(struct fulmen_datamodule *datamodule);
 
 /**
  * Creates a LightningModule from the host's `vtable` (copied) training
@@ -632,6 +895,137 @@ struct fulmen_error *fulmen_step_context_optimizer_step_closure(struct fulmen_st
                                                                 void *userdata,
                                                                 double *loss,
                                                                 bool *made);
+
+/**
+ * Lightning's `optimizer_closure()` on its own, in `optimizer_step`:
+ * runs training_step, `optimizer_zero_grad` (at the start of an
+ * accumulation window) and `backward`, with their hooks, and does not
+ * step (Lightning's example of an optimizer_step that skips the update).
+ * May run more than once; the batch's loss is the last run's.
+ * `loss` (may be NULL) receives the loss, `has_loss` (may be NULL)
+ * whether training_step returned one (when not, `*loss` is NaN).
+ *
+ * Errors: the errors of training_step, zero_grad and backward;
+ * FULMEN_CODE_INVALID_STATE (called from inside the closure or a
+ * step with it: its context is in use).
+ */
+struct fulmen_error *fulmen_optimizer_closure_run(struct fulmen_optimizer_closure *closure,
+                                                  double *loss,
+                                                  bool *has_loss);
+
+/**
+ * Lightning's `optimizer.step(closure=optimizer_closure)`, in
+ * `optimizer_step` with the `closure` it was given: runs the closure,
+ * then, wrapped by the precision plugin as in Lightning, unscales the
+ * gradients (`16-mixed`), calls `on_before_optimizer_step` and
+ * `configure_gradient_clipping`, steps the optimizer (skipped by
+ * `16-mixed` for inf/NaN gradients, and when training_step returned no
+ * loss under `16-mixed`) and updates the loss scale. Once per batch.
+ * `made` (may be NULL) receives whether the update was made.
+ *
+ * Errors: the closure's errors; FULMEN_CODE_INVALID_ARGUMENT (`closure`
+ * belongs to another context); FULMEN_CODE_INVALID_STATE (not in
+ * optimizer_step, stepped already in this batch, or called from inside
+ * the closure).
+ */
+struct fulmen_error *fulmen_optimization_context_step(struct fulmen_optimization_context *ctx,
+                                                      struct fulmen_optimizer_closure *closure,
+                                                      bool *made);
+
+/**
+ * `optimizer.zero_grad(set_to_none)` of the hook's optimizer: the
+ * gradients of its parameters become none (`set_to_none`, Lightning's
+ * default) or zeros. Any optimization hook may call it.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_optimization_context_zero_grad(struct fulmen_optimization_context *ctx,
+                                                           bool set_to_none);
+
+/**
+ * Lightning's `clip_gradients(optimizer, gradient_clip_val,
+ * gradient_clip_algorithm)` in `configure_gradient_clipping`: clips the
+ * gradients of the hook's optimizer, already unscaled under `16-mixed`,
+ * to `value` by `algorithm` (FULMEN_CLIP_NORM or FULMEN_CLIP_VALUE);
+ * `value` <= 0 clips nothing, as in Lightning.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`value` NaN, `algorithm` not a
+ * clip algorithm), FULMEN_CODE_INVALID_STATE (not in
+ * configure_gradient_clipping).
+ */
+struct fulmen_error *fulmen_optimization_context_clip_gradients(struct fulmen_optimization_context *ctx,
+                                                                double value,
+                                                                int32_t algorithm);
+
+/**
+ * Lightning's default `lr_scheduler_step`, in that hook: steps the
+ * hook's scheduler (in torch's chainable form when its optimizer has
+ * several). `metric` (may be NULL) is the value a ReduceLROnPlateau
+ * steps on, which needs one; the others ignore it.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a ReduceLROnPlateau given no
+ * metric), FULMEN_CODE_INVALID_STATE (not in lr_scheduler_step).
+ */
+struct fulmen_error *fulmen_optimization_context_scheduler_step(struct fulmen_optimization_context *ctx,
+                                                                const double *metric);
+
+/**
+ * Writes the learning rate of parameter group `group` of the hook's
+ * optimizer (the scheduler's optimizer in lr_scheduler_step).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`group` out of range).
+ */
+struct fulmen_error *fulmen_optimization_context_learning_rate(const struct fulmen_optimization_context *ctx,
+                                                               size_t group,
+                                                               double *out);
+
+/**
+ * Sets the learning rate of parameter group `group` of the hook's
+ * optimizer, as writing `pg["lr"]` in Lightning (a warm-up in
+ * optimizer_step); the loggers' `lr-*` values follow.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`group` out of range, `lr` not
+ * finite or negative).
+ */
+struct fulmen_error *fulmen_optimization_context_set_learning_rate(struct fulmen_optimization_context *ctx,
+                                                                   size_t group,
+                                                                   double lr);
+
+/**
+ * Writes Lightning's `current_epoch`.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_optimization_context_epoch(const struct fulmen_optimization_context *ctx,
+                                                       int64_t *out);
+
+/**
+ * Writes Lightning's `global_step`: the optimizer steps completed before
+ * this batch's (in optimizer_step, the step being taken is not counted
+ * yet).
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_optimization_context_global_step(const struct fulmen_optimization_context *ctx,
+                                                             int64_t *out);
+
+/**
+ * Lightning's `self.clip_gradients(opt, gradient_clip_val,
+ * gradient_clip_algorithm)` in a training step with automatic
+ * optimization off: clips the gradients of optimizer `optimizer` to
+ * `value` by `algorithm` (FULMEN_CLIP_NORM or FULMEN_CLIP_VALUE). Under
+ * `16-mixed` the gradients are unscaled first (once: the following
+ * `fulmen_step_context_optimizer_step` does not unscale again), so the
+ * value applies to their true size. `value` <= 0 clips nothing.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`optimizer` out of range, `value`
+ * NaN, `algorithm` not a clip algorithm), FULMEN_CODE_INVALID_STATE (not
+ * in a training step with automatic optimization off).
+ */
+struct fulmen_error *fulmen_step_context_clip_gradients(struct fulmen_step_context *ctx,
+                                                        size_t optimizer,
+                                                        double value,
+                                                        int32_t algorithm);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -24,6 +24,23 @@
 #define FULMEN_MAX_OPTIMIZERS (1 << 16)
 
 /**
+ * The most bytes a datamodule's state may have in a checkpoint
+ * (FULMEN_MAX_DATAMODULE_STATE).
+ */
+#define FULMEN_MAX_DATAMODULE_STATE (1 << 20)
+
+/**
+ * The most datamodule states a checkpoint may hold.
+ */
+#define FULMEN_MAX_DATAMODULE_STATES 64
+
+/**
+ * The largest checkpoint a checkpoint IO plugin may hand back (2^40
+ * bytes, 1 TiB): a size above it is refused before anything is allocated.
+ */
+#define FULMEN_MAX_CHECKPOINT_IO_BYTES 1099511627776
+
+/**
  * The most loaders one fit / validate / test / predict call takes.
  */
 #define FULMEN_LOADERS_MAX 64
@@ -82,6 +99,58 @@ typedef struct fulmen_trainer fulmen_trainer;
  * arguments. Free with `fulmen_trainer_options_free`.
  */
 typedef struct fulmen_trainer_options fulmen_trainer_options;
+
+/**
+ * A checkpoint store implemented by the host (Lightning's CheckpointIO
+ * plugin): every checkpoint the trainer writes (ModelCheckpoint, last,
+ * on-exception, hpc, `fulmen_trainer_save_checkpoint`; both formats) is
+ * handed to `save` as bytes, a `ckpt_path` is read with `load`, and
+ * ModelCheckpoint's older top-k files are dropped with `remove`. Paths
+ * are the ones fulmen would use on disk; the store may map them anywhere.
+ * Set `struct_size` to `sizeof(fulmen_checkpoint_io_vtable)`; every slot
+ * is required. Calls come from the thread running the trainer, except
+ * `save` with the trainer option `async_checkpoint_io`, which runs on a
+ * background thread of fulmen's (one call at a time either way). An
+ * error returned stops the run with that error (a background save's at
+ * the next save or the end of the run).
+ */
+typedef struct fulmen_checkpoint_io_vtable {
+  /**
+   * `sizeof(fulmen_checkpoint_io_vtable)`.
+   */
+  size_t struct_size;
+  /**
+   * Passed to every callback.
+   */
+  void *userdata;
+  /**
+   * Called once when the trainer is freed or its plugin replaced; may
+   * be NULL.
+   */
+  void (*userdata_free)(void*);
+  /**
+   * Store the `len` bytes at `bytes` (valid during the call) as the
+   * checkpoint `path`, replacing any there.
+   */
+  struct fulmen_error *(*save)(void *userdata, const uint8_t *bytes, size_t len, const char *path);
+  /**
+   * Read the checkpoint `path`, in two calls: first with `buffer` NULL
+   * and `capacity` 0, set `*out_len` to its size in bytes (at most
+   * FULMEN_MAX_CHECKPOINT_IO_BYTES, else the load fails with
+   * FULMEN_CODE_OUT_OF_RANGE before anything is allocated); then (when
+   * the size is not 0) with a `buffer` of `capacity` = that size, fill
+   * it and set `*out_len` to the bytes written, which must be the size.
+   */
+  struct fulmen_error *(*load)(void *userdata,
+                               const char *path,
+                               uint8_t *buffer,
+                               size_t capacity,
+                               size_t *out_len);
+  /**
+   * Remove the checkpoint `path`; one that is not there is no error.
+   */
+  struct fulmen_error *(*remove)(void *userdata, const char *path);
+} fulmen_checkpoint_io_vtable;
 
 /**
  * Options of `fulmen_trainer_lr_find`; defaults from
@@ -296,6 +365,99 @@ struct fulmen_error *fulmen_trainer_num_devices(const struct fulmen_trainer *tra
 struct fulmen_error *fulmen_trainer_node_rank(const struct fulmen_trainer *trainer, size_t *out);
 
 /**
+ * Sends every checkpoint the trainer saves, loads (`ckpt_path`) or
+ * removes through the host's store, replacing any plugin set before;
+ * `vtable` NULL goes back to local files. `vtable` is copied; on failure
+ * `userdata_free` is not called. With the trainer option
+ * `async_checkpoint_io`, `save` runs on a background thread.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`struct_size` too small, a NULL
+ * slot).
+ */
+struct fulmen_error *fulmen_trainer_set_checkpoint_io(struct fulmen_trainer *trainer,
+                                                      const struct fulmen_checkpoint_io_vtable *vtable);
+
+/**
+ * Lightning's `trainer.fit(model, datamodule=dm)`: calls the datamodule's
+ * `prepare_data` (local rank 0), `setup("fit")`, its `train_dataloader` /
+ * `val_dataloader` as `fulmen_trainer_fit` calls the module's (the
+ * module's own hooks where the datamodule has none; reloaded every
+ * `reload_dataloaders_every_n_epochs` epochs), saves its `state_dict` in
+ * every checkpoint and gives a resumed fit's back to `load_state_dict`,
+ * and calls `teardown("fit")` at the end, also when the fit fails after
+ * setup. `train` and `val` must be NULL: loaders and a datamodule at once
+ * are refused, as in Lightning. `ckpt_path` as for `fulmen_trainer_fit`.
+ *
+ * Errors: as `fulmen_trainer_fit`, and FULMEN_CODE_NULL_ARGUMENT
+ * (`datamodule` NULL), FULMEN_CODE_INVALID_ARGUMENT (`train` or `val`
+ * given too), FULMEN_CODE_INVALID_STATE (neither the datamodule nor the
+ * module has a train_dataloader), FULMEN_CODE_OUT_OF_RANGE (a state_dict
+ * over FULMEN_MAX_DATAMODULE_STATE bytes).
+ */
+struct fulmen_error *fulmen_trainer_fit_datamodule(struct fulmen_trainer *trainer,
+                                                   struct fulmen_lightning_module *module,
+                                                   const struct fulmen_loader *train,
+                                                   const struct fulmen_loader *val,
+                                                   struct fulmen_datamodule *datamodule,
+                                                   const char *ckpt_path);
+
+/**
+ * Lightning's `trainer.validate(model, datamodule=dm)`: `prepare_data`,
+ * `setup("validate")`, the validation loop over the loaders of its
+ * `val_dataloader` (the module's where it has none), `teardown("validate")`.
+ * `loader` must be NULL. `ckpt_path` as for `fulmen_trainer_validate`
+ * (its datamodule state, if any, is given to `load_state_dict`).
+ *
+ * Errors: as `fulmen_trainer_validate`, and FULMEN_CODE_NULL_ARGUMENT,
+ * FULMEN_CODE_INVALID_ARGUMENT (`loader` given too, a dataloader hook
+ * giving no loader), FULMEN_CODE_INVALID_STATE (no val_dataloader).
+ */
+struct fulmen_error *fulmen_trainer_validate_datamodule(struct fulmen_trainer *trainer,
+                                                        struct fulmen_lightning_module *module,
+                                                        const struct fulmen_loader *loader,
+                                                        struct fulmen_datamodule *datamodule,
+                                                        const char *ckpt_path);
+
+/**
+ * Lightning's `trainer.test(model, datamodule=dm)`, as
+ * `fulmen_trainer_validate_datamodule` with `test_dataloader` and stage
+ * "test".
+ *
+ * Errors: as `fulmen_trainer_test`, and FULMEN_CODE_NULL_ARGUMENT,
+ * FULMEN_CODE_INVALID_ARGUMENT (`loader` given too, a dataloader hook
+ * giving no loader), FULMEN_CODE_INVALID_STATE (no test_dataloader).
+ */
+struct fulmen_error *fulmen_trainer_test_datamodule(struct fulmen_trainer *trainer,
+                                                    struct fulmen_lightning_module *module,
+                                                    const struct fulmen_loader *loader,
+                                                    struct fulmen_datamodule *datamodule,
+                                                    const char *ckpt_path);
+
+/**
+ * Lightning's `trainer.predict(model, datamodule=dm)`, as
+ * `fulmen_trainer_validate_datamodule` with `predict_dataloader` and
+ * stage "predict": `outs[i]` receives loader i's outputs concatenated
+ * along dimension 0 (NULL when its steps returned none), `*n` the number
+ * of loaders. The caller owns the tensors; on failure every `outs[i]` is
+ * NULL. `loader` must be NULL.
+ *
+ * Errors: as `fulmen_trainer_predict`, and FULMEN_CODE_NULL_ARGUMENT
+ * (`datamodule`, `outs` or `n` NULL), FULMEN_CODE_INVALID_ARGUMENT
+ * (`loader` given too, a dataloader hook giving no loader),
+ * FULMEN_CODE_INVALID_STATE (no predict_dataloader),
+ * FULMEN_CODE_OUT_OF_RANGE (more loaders than `capacity`; `*n` says how
+ * many).
+ */
+struct fulmen_error *fulmen_trainer_predict_datamodule(struct fulmen_trainer *trainer,
+                                                       struct fulmen_lightning_module *module,
+                                                       const struct fulmen_loader *loader,
+                                                       struct fulmen_datamodule *datamodule,
+                                                       const char *ckpt_path,
+                                                       struct fulmen_tensor **outs,
+                                                       size_t capacity,
+                                                       size_t *n);
+
+/**
  * Lightning's defaults: 1e-8 to 1 over 100 steps, exponentially, stopping
  * at 4 times the best loss.
  */
@@ -372,6 +534,33 @@ struct fulmen_error *fulmen_trainer_predict_loaders(struct fulmen_trainer *train
                                                     size_t n,
                                                     const char *ckpt_path,
                                                     struct fulmen_tensor **outs);
+
+/**
+ * Lightning's `trainer.predict`: runs predict_step over each of the `n`
+ * loaders (1 to FULMEN_LOADERS_MAX) in turn and writes to `*out` the
+ * batches' predictions, one value per batch in order: the tensor the step
+ * wrote to `*out`, None when it wrote none, or a tuple when it added
+ * tensors with `fulmen_step_context_add_prediction` (the written tensor,
+ * if any, first). With one loader `*out` is a list of these; with several,
+ * a list of one such list per loader. With `return_predictions` false
+ * nothing is kept and `*out` is NULL (Lightning's `return_predictions`).
+ * The caller owns the value (`fulmen_value_free`); on failure `*out` is
+ * NULL. `ckpt_path` as for validate.
+ *
+ * Errors: as `fulmen_trainer_predict` (less the concatenation's), and
+ * FULMEN_CODE_INVALID_ARGUMENT (`n` 0 or above FULMEN_LOADERS_MAX),
+ * FULMEN_CODE_SHAPE_MISMATCH (under a strategy that splits batches, the
+ * steps of one batch added different numbers of tensors),
+ * FULMEN_CODE_OUT_OF_RANGE (the predictions hold more than
+ * FULMEN_MAX_VALUE_NODES values; nothing is returned).
+ */
+struct fulmen_error *fulmen_trainer_predict_batches(struct fulmen_trainer *trainer,
+                                                    struct fulmen_lightning_module *module,
+                                                    const struct fulmen_loader *const *loaders,
+                                                    size_t n,
+                                                    const char *ckpt_path,
+                                                    bool return_predictions,
+                                                    struct fulmen_value **out);
 
 /**
  * Writes the evaluation loader of the running step (Lightning's
@@ -558,6 +747,17 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  * - `handle_signals` (bool; default true): SIGINT / SIGTERM stop a run as
  *   described at the top of this header; false leaves the process's signal
  *   handlers alone.
+ * - `async_checkpoint_io` (bool; default false): save checkpoints on a
+ *   background thread (Lightning's AsyncCheckpointIO): the checkpoint is
+ *   serialized at once, written (or handed to the checkpoint IO plugin)
+ *   meanwhile; the next save and the end of the run wait for it and report
+ *   its error.
+ * - `slurm_auto_requeue` (bool; default false): under SLURM (SLURM_JOB_ID
+ *   set, job name not "bash" / "interactive"): SIGUSR1 saves
+ *   default_root_dir/hpc_ckpt_<n>.ckpt at the next batch, epoch or
+ *   validation end, runs `scontrol requeue <job id>` and stops the fit
+ *   with FULMEN_CODE_INTERRUPTED; fit without ckpt_path resumes from the
+ *   highest hpc_ckpt_<n>.ckpt (Lightning's SLURMEnvironment auto_requeue).
  * - `process_group_backend` (text; default none): "gloo", "nccl", a custom
  *   accelerator's collectives hook, or "none" = by device (gloo on CPU,
  *   nccl on CUDA, the accelerator's hook when it has one).
@@ -662,6 +862,8 @@ struct fulmen_error *fulmen_trainer_fit(struct fulmen_trainer *trainer,
 /**
  * Runs the validation loop over `loader` once; `ckpt_path` (may be NULL)
  * first loads the weights of a checkpoint ("best", "last" or a path).
+ * `loader` NULL takes the loaders of the module's `val_dataloader`
+ * (Lightning's `trainer.validate(model)`), called after the setup hooks.
  *
  * Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
  * hook, callback, logger or data source failed, or ran past callback_timeout);
@@ -675,7 +877,8 @@ struct fulmen_error *fulmen_trainer_fit(struct fulmen_trainer *trainer,
  * or another rank failed); FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM);
  * FULMEN_CODE_TORCH (libtorch failed); FULMEN_CODE_INVALID_STATE also when the
  * module has no validation_step, or ckpt_path "best" / "last" finds no
- * checkpoint.
+ * checkpoint; FULMEN_CODE_NULL_ARGUMENT also when `loader` is NULL and
+ * the module has no val_dataloader.
  */
 struct fulmen_error *fulmen_trainer_validate(struct fulmen_trainer *trainer,
                                              struct fulmen_lightning_module *module,
@@ -684,6 +887,7 @@ struct fulmen_error *fulmen_trainer_validate(struct fulmen_trainer *trainer,
 
 /**
  * Runs the test loop over `loader` once; `ckpt_path` as for validate.
+ * `loader` NULL takes the loaders of the module's `test_dataloader`.
  *
  * Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
  * hook, callback, logger or data source failed, or ran past callback_timeout);
@@ -696,7 +900,9 @@ struct fulmen_error *fulmen_trainer_validate(struct fulmen_trainer *trainer,
  * (checkpoint weights that do not fit); FULMEN_CODE_DISTRIBUTED (a collective
  * or another rank failed); FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM);
  * FULMEN_CODE_TORCH (libtorch failed); FULMEN_CODE_INVALID_STATE also when the
- * module has no test_step, or ckpt_path "best" / "last" finds no checkpoint.
+ * module has no test_step, or ckpt_path "best" / "last" finds no checkpoint;
+ * FULMEN_CODE_NULL_ARGUMENT also when `loader` is NULL and the module has
+ * no test_dataloader.
  */
 struct fulmen_error *fulmen_trainer_test(struct fulmen_trainer *trainer,
                                          struct fulmen_lightning_module *module,
@@ -706,7 +912,8 @@ struct fulmen_error *fulmen_trainer_test(struct fulmen_trainer *trainer,
 /**
  * Runs predict_step over `loader` and writes the outputs concatenated
  * along dimension 0 to `*out` (NULL when no step produced an output);
- * `ckpt_path` as for validate.
+ * `ckpt_path` as for validate. `loader` NULL takes the loader of the
+ * module's `predict_dataloader` (which must give one).
  *
  * Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
  * hook, callback, logger or data source failed, or ran past callback_timeout);
@@ -720,7 +927,10 @@ struct fulmen_error *fulmen_trainer_test(struct fulmen_trainer *trainer,
  * weights of another dtype); FULMEN_CODE_DISTRIBUTED (a collective or another
  * rank failed); FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM); FULMEN_CODE_TORCH
  * (libtorch failed); FULMEN_CODE_INVALID_STATE also when the module has no
- * predict_step, or ckpt_path "best" / "last" finds no checkpoint.
+ * predict_step, or ckpt_path "best" / "last" finds no checkpoint;
+ * FULMEN_CODE_NULL_ARGUMENT also when `loader` is NULL and the module has
+ * no predict_dataloader; FULMEN_CODE_INVALID_ARGUMENT when its
+ * predict_dataloader gives more than one loader.
  */
 struct fulmen_error *fulmen_trainer_predict(struct fulmen_trainer *trainer,
                                             struct fulmen_lightning_module *module,

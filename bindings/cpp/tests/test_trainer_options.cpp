@@ -58,6 +58,8 @@ fulmen::TrainerOptions o;
     o.callback_timeout(std::chrono::milliseconds(90000));
     o.callback_timeout(std::nullopt);
     o.handle_signals(true);
+    o.async_checkpoint_io(false);
+    o.slurm_auto_requeue(false);
     o.process_group_backend("none");
     o.ddp_timeout(std::chrono::seconds(1800));
     fulmen::Trainer trainer(o);

@@ -38,6 +38,17 @@ pub struct fulmen_model_checkpoint_options {
     pub auto_insert_metric_name: bool,
     /// -1 auto (default), 0 after validation, 1 at training epoch end.
     pub save_on_train_epoch_end: i32,
+    /// Save when this many seconds of training passed since the last such
+    /// save, checked at each training batch end (default 0: off). Not with
+    /// every_n_train_steps, nor every_n_epochs other than 0 or 1 (then off).
+    pub train_time_interval: f64,
+    /// On a failure during fit, save a checkpoint and `last` (default false).
+    pub save_on_exception: bool,
+    /// An existing name gets a `-v1` suffix (default true); false overwrites it.
+    pub enable_version_counter: bool,
+    /// With save_last, `last.ckpt` is a symlink to the newest checkpoint
+    /// (Lightning's save_last="link"; a copy where symlinks are refused).
+    pub save_last_link: bool,
 }
 
 /// Lightning's ModelCheckpoint defaults.
@@ -60,6 +71,10 @@ impl From<ModelCheckpointOptions> for fulmen_model_checkpoint_options {
             save_weights_only: d.save_weights_only,
             auto_insert_metric_name: d.auto_insert_metric_name,
             save_on_train_epoch_end: d.save_on_train_epoch_end.map_or(-1, i32::from),
+            train_time_interval: d.train_time_interval.unwrap_or(0.0),
+            save_on_exception: d.save_on_exception,
+            enable_version_counter: d.enable_version_counter,
+            save_last_link: d.save_last_link,
         }
     }
 }
@@ -80,7 +95,10 @@ impl fulmen_model_checkpoint_options {
             save_weights_only: o.save_weights_only,
             auto_insert_metric_name: o.auto_insert_metric_name,
             save_on_train_epoch_end: tristate(o.save_on_train_epoch_end, "save_on_train_epoch_end")?,
-            ..Default::default()
+            train_time_interval: (o.train_time_interval != 0.0).then_some(o.train_time_interval),
+            save_on_exception: o.save_on_exception,
+            enable_version_counter: o.enable_version_counter,
+            save_last_link: o.save_last_link,
         })
     }
 }

@@ -297,6 +297,23 @@ public:
     /// Sets `handle_signals` on a temporary and passes it on.
     Self&& handle_signals(bool v) && { return std::move(put("handle_signals", v)); }
 
+    /// `async_checkpoint_io` (bool; default false): save checkpoints on a background thread
+    /// (Lightning's AsyncCheckpointIO): the checkpoint is serialized at once, written (or handed to
+    /// the checkpoint IO plugin) meanwhile; the next save and the end of the run wait for it and
+    /// report its error.
+    Self& async_checkpoint_io(bool v) & { return put("async_checkpoint_io", v); }
+    /// Sets `async_checkpoint_io` on a temporary and passes it on.
+    Self&& async_checkpoint_io(bool v) && { return std::move(put("async_checkpoint_io", v)); }
+
+    /// `slurm_auto_requeue` (bool; default false): under SLURM (SLURM_JOB_ID set, job name not
+    /// "bash" / "interactive"): SIGUSR1 saves default_root_dir/hpc_ckpt_<n>.ckpt at the next batch,
+    /// epoch or validation end, runs `scontrol requeue <job id>` and stops the fit with
+    /// FULMEN_CODE_INTERRUPTED; fit without ckpt_path resumes from the highest hpc_ckpt_<n>.ckpt
+    /// (Lightning's SLURMEnvironment auto_requeue).
+    Self& slurm_auto_requeue(bool v) & { return put("slurm_auto_requeue", v); }
+    /// Sets `slurm_auto_requeue` on a temporary and passes it on.
+    Self&& slurm_auto_requeue(bool v) && { return std::move(put("slurm_auto_requeue", v)); }
+
     /// `process_group_backend` (text; default none): "gloo", "nccl", a custom accelerator's
     /// collectives hook, or "none" = by device (gloo on CPU, nccl on CUDA, the accelerator's hook
     /// when it has one).
