@@ -695,7 +695,7 @@ mod tests {
     /// do not fit are refused.
     #[test]
     fn scheduler_owners_round_trip_and_older_files_read() {
-        use crate::nn::{read_safetensors_bytes, write_safetensors};
+        use crate::nn::{read_safetensors, write_safetensors};
         let dir = TempDir::new("ckpt-owners");
         let path = dir.join("owners.ckpt");
         let state = |x: f64| vec![("last_epoch".to_string(), x)];

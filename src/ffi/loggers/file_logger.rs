@@ -4,8 +4,8 @@
 use crate::error::{Error, Result};
 use crate::ffi::base::error::{fulmen_error, guard, str_arg};
 use crate::ffi::base::handle::{self, check_out, write_out, Handle};
-use crate::ffi::nn::model::copy_str;
 use crate::ffi::loggers::media_args::{histogram_args, image_args, text_args};
+use crate::ffi::nn::model::copy_str;
 use crate::ffi::tensor::handle::{fulmen_tensor, slice_arg};
 use crate::ffi::trainer::runs::fulmen_trainer;
 use crate::loggers::{FileLogger, FileLoggerKind, Logger, SharedFileLogger, Version};

@@ -18,8 +18,8 @@ use crate::ffi::schedulers::scheduler::fulmen_scheduler;
 use crate::ffi::tensor::handle::{fulmen_tensor, tensor_arg};
 use crate::ffi::tensor::TensorScope;
 use crate::trainer::{
-    BatchSource, Callback, Hook, HookContext, Interval, LightningModule, OptimizationHooks, OptimizerConfig, OptimizerSetup,
-    SchedulerConfig, SharedModel, StepContext,
+    BatchSource, Callback, Hook, HookContext, Interval, LightningModule, OptimizationHooks, OptimizerConfig,
+    OptimizerSetup, SchedulerConfig, SharedModel, StepContext,
 };
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_void};
