@@ -49,10 +49,10 @@ def lightning_run(init, x, y):
             events.append("prepare_data")
 
         def setup(self, stage):
-            events.append(f"setup {stage}")
+            events.append(f"setup {getattr(stage, 'value', stage)}")
 
         def teardown(self, stage):
-            events.append(f"teardown {stage}")
+            events.append(f"teardown {getattr(stage, 'value', stage)}")
 
         def train_dataloader(self):
             events.append("train_dataloader")
