@@ -125,27 +125,76 @@ test-go: lib $(MNIST) $(LEE) $(ELNINO) $(VENV_STAMP)
 	FULMEN_MNIST=$(MNIST) FULMEN_LEE=$(LEE) FULMEN_ELNINO=$(ELNINO) FULMEN_PYTHON=$(VENV)/bin/python bash bindings/go/run-tests.sh
 
 # Interop with the real PyTorch: DDP jobs mixing fulmen and Python ranks;
-# per-step parity and resumes against Lightning's own Trainer.
-test-interop: $(BUILD)/interop/ddp_rank $(BUILD)/interop/hook_order_parity $(BUILD)/interop/lightning_parity $(BUILD)/interop/datamodule_parity $(BUILD)/interop/logger_parity $(BUILD)/interop/swa_parity $(BUILD)/interop/pruning_parity $(BUILD)/interop/checkpoint_names_parity $(BUILD)/interop/batch_size_finder $(BUILD)/interop/script_parity $(BUILD)/interop/export_parity $(BUILD)/interop/torch_save_interop $(BUILD)/examples/mnist $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP)
-	@rm -rf $(BUILD)/interop/torch-save $(BUILD)/interop/ddp-mixed $(BUILD)/interop/lightning-parity $(BUILD)/interop/charlm-twin $(BUILD)/interop/forecast-twin $(BUILD)/interop/finetune $(BUILD)/interop/script-parity $(BUILD)/interop/export-parity $(BUILD)/interop/gan-twin $(BUILD)/interop/mnist-lightning $(BUILD)/interop/swa-parity $(BUILD)/interop/logger-parity $(BUILD)/interop/pruning-parity $(BUILD)/interop/hook-order-parity $(BUILD)/interop/checkpoint-names $(BUILD)/interop/datamodule-parity
-	$(VENV)/bin/python tests/interop/torch_save_check.py --binary $(BUILD)/interop/torch_save_interop --work $(BUILD)/interop/torch-save
-	$(VENV)/bin/python tests/interop/gan_twin.py --binary $(BUILD)/examples/gan --data $(MNIST) --work $(BUILD)/interop/gan-twin
-	$(VENV)/bin/python tests/interop/script_parity.py --binary $(BUILD)/interop/script_parity --work $(BUILD)/interop/script-parity
-	$(VENV)/bin/python tests/interop/export_parity.py --compiled --binary $(BUILD)/interop/export_parity --work $(BUILD)/interop/export-parity
-	$(VENV)/bin/python tests/interop/compiled_step_check.py --threads 1 --steps 10 --models edge
-	$(VENV)/bin/python tests/interop/finetune_check.py --binary $(BUILD)/examples/finetune --data $(FAIR) --work $(BUILD)/interop/finetune
-	$(VENV)/bin/python tests/interop/charlm_twin.py --binary $(BUILD)/examples/charlm --data $(LEE) --work $(BUILD)/interop/charlm-twin
-	$(VENV)/bin/python tests/interop/forecast_twin.py --binary $(BUILD)/examples/forecast --data $(ELNINO) --work $(BUILD)/interop/forecast-twin
-	$(VENV)/bin/python tests/interop/ddp_mixed.py --rank-binary $(BUILD)/interop/ddp_rank --work $(BUILD)/interop/ddp-mixed
-	$(VENV)/bin/python tests/interop/hook_order_parity.py --binary $(BUILD)/interop/hook_order_parity --work $(BUILD)/interop/hook-order-parity
-	$(VENV)/bin/python tests/interop/lightning_parity.py --binary $(BUILD)/interop/lightning_parity --work $(BUILD)/interop/lightning-parity
-	$(VENV)/bin/python tests/interop/swa_parity.py --binary $(BUILD)/interop/swa_parity --work $(BUILD)/interop/swa-parity
-	$(VENV)/bin/python tests/interop/logger_parity.py --binary $(BUILD)/interop/logger_parity --work $(BUILD)/interop/logger-parity
-	$(VENV)/bin/python tests/interop/pruning_parity.py --binary $(BUILD)/interop/pruning_parity --work $(BUILD)/interop/pruning-parity
-	$(VENV)/bin/python tests/interop/checkpoint_names_parity.py --binary $(BUILD)/interop/checkpoint_names_parity --work $(BUILD)/interop/checkpoint-names
-	$(VENV)/bin/python tests/interop/datamodule_parity.py --binary $(BUILD)/interop/datamodule_parity --work $(BUILD)/interop/datamodule-parity
-	$(VENV)/bin/python tests/interop/batch_size_parity.py --binary $(BUILD)/interop/batch_size_finder
-	$(VENV)/bin/python tests/interop/mnist_lightning_check.py --binary $(BUILD)/examples/mnist --data $(MNIST) --work $(BUILD)/interop/mnist-lightning
+# per-step parity and resumes against Lightning's own Trainer. The checks
+# are independent (each its own work folder, DDP ports picked free), so
+# they run two at a time, the longest first, each one's output kept
+# together (--output-sync); `make interop-<name>` runs one after
+# `make test-interop` built what it needs.
+INTEROP_BINARIES := ddp_rank hook_order_parity lightning_parity datamodule_parity logger_parity swa_parity \
+  pruning_parity checkpoint_names_parity batch_size_finder script_parity export_parity torch_save_interop
+INTEROP_CHECKS := lightning-parity export-parity compiled-step charlm-twin gan-twin mnist-lightning ddp-mixed \
+  forecast-twin finetune script-parity swa-parity logger-parity pruning-parity hook-order-parity \
+  datamodule-parity checkpoint-names batch-size torch-save
+.PHONY: $(INTEROP_CHECKS:%=interop-%)
+
+test-interop: $(INTEROP_BINARIES:%=$(BUILD)/interop/%) $(BUILD)/examples/mnist $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP)
+	$(MAKE) --no-print-directory -j2 --output-sync=target $(INTEROP_CHECKS:%=interop-%)
+	@echo "interop: $(words $(INTEROP_CHECKS)) checks passed"
+
+PY := $(VENV)/bin/python
+W := $(BUILD)/interop
+interop-lightning-parity:
+	@rm -rf $(W)/lightning-parity
+	$(PY) tests/interop/lightning_parity.py --binary $(W)/lightning_parity --work $(W)/lightning-parity
+interop-export-parity:
+	@rm -rf $(W)/export-parity
+	$(PY) tests/interop/export_parity.py --compiled --binary $(W)/export_parity --work $(W)/export-parity
+interop-compiled-step:
+	$(PY) tests/interop/compiled_step_check.py --threads 1 --steps 10 --models edge
+interop-charlm-twin:
+	@rm -rf $(W)/charlm-twin
+	$(PY) tests/interop/charlm_twin.py --binary $(BUILD)/examples/charlm --data $(LEE) --work $(W)/charlm-twin
+interop-gan-twin:
+	@rm -rf $(W)/gan-twin
+	$(PY) tests/interop/gan_twin.py --binary $(BUILD)/examples/gan --data $(MNIST) --work $(W)/gan-twin
+interop-mnist-lightning:
+	@rm -rf $(W)/mnist-lightning
+	$(PY) tests/interop/mnist_lightning_check.py --binary $(BUILD)/examples/mnist --data $(MNIST) --work $(W)/mnist-lightning
+interop-ddp-mixed:
+	@rm -rf $(W)/ddp-mixed
+	$(PY) tests/interop/ddp_mixed.py --rank-binary $(W)/ddp_rank --work $(W)/ddp-mixed
+interop-forecast-twin:
+	@rm -rf $(W)/forecast-twin
+	$(PY) tests/interop/forecast_twin.py --binary $(BUILD)/examples/forecast --data $(ELNINO) --work $(W)/forecast-twin
+interop-finetune:
+	@rm -rf $(W)/finetune
+	$(PY) tests/interop/finetune_check.py --binary $(BUILD)/examples/finetune --data $(FAIR) --work $(W)/finetune
+interop-script-parity:
+	@rm -rf $(W)/script-parity
+	$(PY) tests/interop/script_parity.py --binary $(W)/script_parity --work $(W)/script-parity
+interop-swa-parity:
+	@rm -rf $(W)/swa-parity
+	$(PY) tests/interop/swa_parity.py --binary $(W)/swa_parity --work $(W)/swa-parity
+interop-logger-parity:
+	@rm -rf $(W)/logger-parity
+	$(PY) tests/interop/logger_parity.py --binary $(W)/logger_parity --work $(W)/logger-parity
+interop-pruning-parity:
+	@rm -rf $(W)/pruning-parity
+	$(PY) tests/interop/pruning_parity.py --binary $(W)/pruning_parity --work $(W)/pruning-parity
+interop-hook-order-parity:
+	@rm -rf $(W)/hook-order-parity
+	$(PY) tests/interop/hook_order_parity.py --binary $(W)/hook_order_parity --work $(W)/hook-order-parity
+interop-datamodule-parity:
+	@rm -rf $(W)/datamodule-parity
+	$(PY) tests/interop/datamodule_parity.py --binary $(W)/datamodule_parity --work $(W)/datamodule-parity
+interop-checkpoint-names:
+	@rm -rf $(W)/checkpoint-names
+	$(PY) tests/interop/checkpoint_names_parity.py --binary $(W)/checkpoint_names_parity --work $(W)/checkpoint-names
+interop-batch-size:
+	$(PY) tests/interop/batch_size_parity.py --binary $(W)/batch_size_finder
+interop-torch-save:
+	@rm -rf $(W)/torch-save
+	$(PY) tests/interop/torch_save_check.py --binary $(W)/torch_save_interop --work $(W)/torch-save
 
 $(BUILD)/interop/%: tests/interop/%.c $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
@@ -335,9 +384,12 @@ $(BUILD)/examples/custom_device: examples/c/custom_device.c examples/c/store_col
 # target folder. `lib-torch-2.11` builds it; `test-torch-2.11` (in `make
 # test`) runs the DDP C test (c10d's Reducer differs between the versions)
 # and the outside program on it; `test-c-torch-2.11` runs every C test.
+# It is built unoptimised (Cargo profile variant-check) unless
+# TORCH_2_11_PROFILE=release asks for the library to ship.
 TORCH_2_11 := $(BUILD)/torch-2.11
 LIBTORCH_2_11 ?= $(DEPS)/libtorch-2.11
-LIBDIR_2_11 := $(TORCH_2_11)/target/release
+TORCH_2_11_PROFILE ?= variant-check
+LIBDIR_2_11 := $(TORCH_2_11)/target/$(TORCH_2_11_PROFILE)
 
 $(LIBTORCH_2_11)/build-version:
 	bash scripts/fetch-libtorch.sh $(LIBTORCH_2_11) 2.11.0
@@ -345,7 +397,7 @@ $(LIBTORCH_2_11)/build-version:
 lib-torch-2.11: $(LIBTORCH_2_11)/build-version $(GLOO_STAMP)
 	bash scripts/torch-variant.sh 2.11 $(TORCH_2_11)
 	LIBTORCH=$(LIBTORCH_2_11) FULMEN_GLOO_INCLUDE=$(or $(FULMEN_GLOO_INCLUDE),$(DEPS)/gloo/include) \
-	  CARGO_TARGET_DIR=$(TORCH_2_11)/target $(CARGO) build --release --lib --manifest-path $(TORCH_2_11)/Cargo.toml
+	  CARGO_TARGET_DIR=$(TORCH_2_11)/target $(CARGO) build --profile $(TORCH_2_11_PROFILE) --lib --manifest-path $(TORCH_2_11)/Cargo.toml
 	@grep -q '^2\.11\.' $(LIBTORCH_2_11)/build-version
 
 test-torch-2.11: lib-torch-2.11
