@@ -1,5 +1,5 @@
 // Process-wide libtorch settings tch does not expose: deterministic
-// algorithms, autograd's anomaly mode and the CPU generator's state (for
+// algorithms (and their warn-only mode), cuDNN's benchmark flag, autograd's anomaly mode and the CPU generator's state (for
 // exact resume); and a thread's libtorch thread-local state, lent to
 // threads attached to a callback.
 #include "fulmen_cxx.h"
@@ -32,6 +32,40 @@ int fulmen_cxx_set_deterministic(int on, char* err, size_t err_len) {
 int fulmen_cxx_deterministic(void) {
   try {
     return at::globalContext().deterministicAlgorithms() ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+// at::globalContext().setDeterministicAlgorithms(on, warn_only)
+// (torch.use_deterministic_algorithms(on, warn_only=...)).
+int fulmen_cxx_set_deterministic_mode(int on, int warn_only, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  at::globalContext().setDeterministicAlgorithms(on != 0, warn_only != 0);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Whether deterministic algorithms only warn (warn_only=True).
+int fulmen_cxx_deterministic_warn_only(void) {
+  try {
+    return at::globalContext().deterministicAlgorithmsWarnOnly() ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+// torch.backends.cudnn.benchmark = on (a process-wide flag; only cuDNN
+// convolutions read it).
+int fulmen_cxx_set_cudnn_benchmark(int on, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  at::globalContext().setBenchmarkCuDNN(on != 0);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// torch.backends.cudnn.benchmark.
+int fulmen_cxx_cudnn_benchmark(void) {
+  try {
+    return at::globalContext().benchmarkCuDNN() ? 1 : 0;
   } catch (...) {
     return 0;
   }

@@ -385,6 +385,15 @@ func SetNumThreads(n int) error { return check(C.fulmen_set_num_threads(C.int32_
 // NumThreads is the number of threads libtorch uses for intra-op parallelism.
 func NumThreads() int { return int(C.fulmen_get_num_threads()) }
 
+// TorchFlags reports libtorch's process-wide switches a trainer sets during
+// its runs: deterministic algorithms on, whether they only warn, and
+// torch.backends.cudnn.benchmark.
+func TorchFlags() (deterministic, warnOnly, cudnnBenchmark bool) {
+	var d, w, b C.bool
+	C.fulmen_torch_flags(&d, &w, &b)
+	return bool(d), bool(w), bool(b)
+}
+
 // LiveHandles is the number of live fulmen handles of every type in this
 // process: a leak check for tests and long-running programs.
 func LiveHandles() int { return int(C.fulmen_live_handles()) }

@@ -143,6 +143,10 @@ impl ModelCheckpoint {
         if let Some(v) = self.opts.save_on_train_epoch_end {
             return v;
         }
+        // Time-based validation: saves wait for the validation end.
+        if ctx.state.val_check_by_time {
+            return false;
+        }
         if ctx.state.check_val_every_n_epoch != Some(1) {
             return false;
         }

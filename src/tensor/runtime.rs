@@ -14,6 +14,36 @@ pub fn set_deterministic(on: bool) -> Result<()> {
     call("set_deterministic", |err, len| unsafe { shim::fulmen_cxx_set_deterministic(c_int::from(on), err, len) })
 }
 
+/// Lightning's `deterministic` as libtorch's pair (on, warn_only):
+/// `torch.use_deterministic_algorithms(on, warn_only=warn_only)`. With
+/// `warn_only`, ops without a deterministic implementation warn and run.
+pub fn set_deterministic_mode(on: bool, warn_only: bool) -> Result<()> {
+    // SAFETY: the error buffer is valid for its length.
+    call("set_deterministic", |err, len| unsafe {
+        shim::fulmen_cxx_set_deterministic_mode(c_int::from(on), c_int::from(warn_only), err, len)
+    })
+}
+
+/// The deterministic-algorithms setting as (on, warn_only).
+pub fn deterministic_mode() -> (bool, bool) {
+    // SAFETY: no arguments; the shim catches everything.
+    unsafe { (shim::fulmen_cxx_deterministic() != 0, shim::fulmen_cxx_deterministic_warn_only() != 0) }
+}
+
+/// Sets `torch.backends.cudnn.benchmark` (process-wide): cuDNN then times
+/// its convolution algorithms for each new input shape and keeps the
+/// fastest. No effect on the CPU or without cuDNN.
+pub fn set_cudnn_benchmark(on: bool) -> Result<()> {
+    // SAFETY: the error buffer is valid for its length.
+    call("set cudnn benchmark", |err, len| unsafe { shim::fulmen_cxx_set_cudnn_benchmark(c_int::from(on), err, len) })
+}
+
+/// `torch.backends.cudnn.benchmark`.
+pub fn cudnn_benchmark() -> bool {
+    // SAFETY: no arguments; the shim catches everything.
+    unsafe { shim::fulmen_cxx_cudnn_benchmark() != 0 }
+}
+
 /// Whether autograd records operations on this thread
 /// (`torch.is_grad_enabled()`: false inside no_grad).
 pub fn grad_enabled() -> bool {
@@ -163,7 +193,21 @@ mod tests {
     }
 
     #[test]
+    fn deterministic_warn_only_and_benchmark_switches() {
+        let _lock = crate::trainer::run_settings::test_global_flags_lock();
+        set_deterministic_mode(true, true).unwrap();
+        assert_eq!(deterministic_mode(), (true, true));
+        set_deterministic_mode(false, false).unwrap();
+        assert_eq!(deterministic_mode(), (false, false));
+        set_cudnn_benchmark(true).unwrap();
+        assert!(cudnn_benchmark());
+        set_cudnn_benchmark(false).unwrap();
+        assert!(!cudnn_benchmark());
+    }
+
+    #[test]
     fn deterministic_switch() {
+        let _lock = crate::trainer::run_settings::test_global_flags_lock();
         set_deterministic(true).unwrap();
         assert!(deterministic());
         set_deterministic(false).unwrap();

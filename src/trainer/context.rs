@@ -89,6 +89,7 @@ impl StepContext<'_> {
 
     /// Logs a metric, as Lightning's `self.log(name, value, ...)`. `flags`
     /// `None` uses the stage's defaults; `batch_size` 0 uses the batch's.
+    /// In barebones mode the value is dropped (a warning, once per run).
     pub fn log(&mut self, name: &str, value: f64, flags: Option<LogFlags>, batch_size: i64) -> Result<()> {
         check_metric_name(name)?;
         if batch_size < 0 {
@@ -96,6 +97,9 @@ impl StepContext<'_> {
         }
         if self.stage == Stage::Predict {
             return Err(Error::state("metrics cannot be logged from predict_step"));
+        }
+        if super::run_settings::barebones_drops_log() {
+            return Ok(());
         }
         let flags = flags.unwrap_or_else(|| self.stage.default_flags());
         let bs = if batch_size > 0 { batch_size } else { self.batch_size.max(1) };

@@ -172,6 +172,14 @@ fn skip_rest_of_epoch(run: &mut Run, manual: bool, i: usize) -> Result<()> {
     Ok(())
 }
 
+/// Whether a wall-time `val_check_interval` of `t` is up (Lightning's
+/// `_should_check_val_fx` with `_val_check_time_interval`): on any rank,
+/// so that all ranks validate together.
+fn time_is_up(run: &mut Run, t: std::time::Duration) -> Result<bool> {
+    let up = run.last_validation.elapsed() >= t;
+    run.strategy.any(up)
+}
+
 /// One training epoch; returns true when training must end (no batches).
 pub(super) fn train_epoch(
     run: &mut Run,
@@ -184,9 +192,11 @@ pub(super) fn train_epoch(
     let epoch = run.state.epoch;
     let limit = opts.effective_limit(opts.limit_train_batches).apply(train.num_batches());
     let overfit = !opts.overfit_batches.is_zero();
-    let val_every = match opts.val_check_interval {
+    let interval = opts.effective_val_check_interval();
+    let val_every = match interval {
         ValCheckInterval::Fraction(f) => limit.map(|n| ((n as f64 * f) as usize).max(1)),
         ValCheckInterval::Batches(b) => Some(b),
+        ValCheckInterval::Time(_) => None,
     };
     let val_this_epoch = !vals.is_empty() && validates_in(opts, epoch);
     let mut store = MetricStore::default();
@@ -288,9 +298,14 @@ pub(super) fn train_epoch(
         }
         *total_batches += 1;
         if val_this_epoch {
-            let counter = if opts.check_val_every_n_epoch.is_none() { *total_batches as usize } else { i + 1 };
-            let due = val_every.map_or(is_last, |n| counter % n == 0)
-                || (is_last && opts.val_check_interval == ValCheckInterval::Fraction(1.0));
+            let due = match interval {
+                ValCheckInterval::Time(t) => time_is_up(run, t)?,
+                _ => {
+                    let counter = if opts.check_val_every_n_epoch.is_none() { *total_batches as usize } else { i + 1 };
+                    val_every.map_or(is_last, |n| counter % n == 0)
+                        || (is_last && interval == ValCheckInterval::Fraction(1.0))
+                }
+            };
             if due {
                 // Lightning's `not _should_accumulate()`: the gradients are
                 // released before a validation that follows a step.

@@ -87,7 +87,8 @@ impl Trainer {
         self.state = super::hooks::TrainerState {
             root_dir: o.default_root_dir.clone(),
             check_val_every_n_epoch: o.check_val_every_n_epoch,
-            val_once_per_epoch: o.val_check_interval == ValCheckInterval::Fraction(1.0),
+            val_once_per_epoch: o.effective_val_check_interval() == ValCheckInterval::Fraction(1.0),
+            val_check_by_time: matches!(o.effective_val_check_interval(), ValCheckInterval::Time(_)),
             fast_dev_run: o.fast_dev_run > 0,
             log_every_n_steps: o.log_every_n_steps,
             accumulate_grad_batches: o.accumulate_grad_batches,
@@ -379,6 +380,9 @@ fn fit_run(
     }
     run.simple(Hook::TrainStart)?;
     run.refresh_learning_rates();
+    // A wall-time val_check_interval counts from here (after the sanity
+    // check), as Lightning's fit loop starts its clock.
+    run.last_validation = std::time::Instant::now();
     let max_steps = opts.step_limit();
     let min_epochs = opts.min_epochs.unwrap_or(0);
     let min_steps = opts.min_steps.unwrap_or(0);
@@ -433,7 +437,9 @@ pub(super) fn run_validation(
         })
         .collect();
     let log_step = (!run.state.sanity_checking).then(|| run.state.batches_stepped.max(1) - 1);
-    super::eval_loop::evaluate(run, Stage::Validate, vals, &limits, log_step).map(|_| ())
+    super::eval_loop::evaluate(run, Stage::Validate, vals, &limits, log_step)?;
+    run.last_validation = std::time::Instant::now();
+    Ok(())
 }
 
 /// The sanity check: `sanity` batches (all when negative) of each

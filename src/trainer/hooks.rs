@@ -352,6 +352,8 @@ pub struct TrainerState {
     pub check_val_every_n_epoch: Option<i64>,
     /// Whether validation runs once per epoch, at its end.
     pub val_once_per_epoch: bool,
+    /// Whether validation runs when a wall-time `val_check_interval` is up.
+    pub val_check_by_time: bool,
     /// Batches one validation run uses (0: no validation).
     pub num_val_batches: usize,
     /// Batches of each validation loader (`None`: a loader of unknown
@@ -539,7 +541,8 @@ impl<'a> HookContext<'a> {
     /// callback_metrics as soon as the module's hook returns, so
     /// ModelCheckpoint and EarlyStopping can monitor it, and the loggers
     /// (unless `flags.logger` is off) with the epoch's other metrics. With
-    /// `sync_dist` the value goes through `reduce_fx` over the ranks.
+    /// `sync_dist` the value goes through `reduce_fx` over the ranks. In
+    /// barebones mode the value is dropped (a warning, once per run).
     pub fn log(&mut self, name: &str, value: f64, flags: super::metrics::LogFlags) -> Result<()> {
         super::context::check_metric_name(name)?;
         if !matches!(self.hook, Hook::TrainEpochEnd | Hook::ValidationEpochEnd | Hook::TestEpochEnd) {
@@ -548,6 +551,9 @@ impl<'a> HookContext<'a> {
                  log per-step values from the step functions",
                 self.hook.name()
             )));
+        }
+        if super::run_settings::barebones_drops_log() {
+            return Ok(());
         }
         self.state.hook_logs.push(HookLog { name: name.to_string(), value, flags });
         Ok(())

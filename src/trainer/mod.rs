@@ -41,7 +41,9 @@ pub use hooks::{Callback, Hook, HookContext, TrainerState};
 pub use metrics::{LogFlags, MetricStore};
 pub use module::{Interval, LightningModule, OptimizerConfig, OptimizerSetup, SchedulerConfig, SharedModel};
 pub use optimization::{OptimizationContext, OptimizationHooks, OptimizationSlot};
-pub use options::{BatchLimit, ClipAlgorithm, LoggerChoice, ProfilerKind, TrainerOptions, ValCheckInterval};
+pub use options::{
+    BatchLimit, ClipAlgorithm, Deterministic, LoggerChoice, ProfilerKind, TrainerOptions, ValCheckInterval,
+};
 pub use source::{BatchIter, BatchSource};
 
 use crate::callbacks::ModelCheckpoint;

@@ -4,7 +4,10 @@
 //! `fulmen_trainer_options_set`'s header comment and the typed setters of
 //! the C++ and Go bindings (`tests/options_drift.rs` fails when a
 //! committed copy drifts).
-use super::options::{BatchLimit, ClipAlgorithm, LoggerChoice, ProfilerKind, TrainerOptions, ValCheckInterval};
+use super::options::{
+    barebones_refusal, BatchLimit, ClipAlgorithm, Deterministic, LoggerChoice, ProfilerKind, TrainerOptions,
+    ValCheckInterval,
+};
 use crate::callbacks::timer::parse_duration;
 use crate::error::{Error, Result};
 use crate::parse::{is_float_text, is_none, parse_bool, parse_int, parse_number, parse_opt_int};
@@ -105,6 +108,9 @@ fn limit(key: &str, v: &str) -> Result<BatchLimit> {
 }
 
 fn val_check_interval(key: &str, v: &str) -> Result<ValCheckInterval> {
+    if v.contains(':') {
+        return val_check_time(v).map(ValCheckInterval::Time);
+    }
     if is_float_text(v) {
         return Ok(ValCheckInterval::Fraction(parse_number(key, v)?));
     }
@@ -113,6 +119,77 @@ fn val_check_interval(key: &str, v: &str) -> Result<ValCheckInterval> {
         return Err(Error::invalid(format!("option {key}: {n} batches must be >= 1")));
     }
     Ok(ValCheckInterval::Batches(n as usize))
+}
+
+/// Lightning's `_parse_time_interval_seconds` of a "DD:HH:MM:SS" string
+/// (each part a whole number; negative parts are refused here).
+fn val_check_time(v: &str) -> Result<Duration> {
+    let parts: Vec<&str> = v.split(':').collect();
+    if parts.len() != 4 {
+        return Err(Error::invalid(format!(
+            "Invalid time format for `val_check_interval`: {v:?}. Expected 'DD:HH:MM:SS'."
+        )));
+    }
+    let mut n = [0u64; 4];
+    for (slot, part) in n.iter_mut().zip(&parts) {
+        *slot = part.trim().parse::<u64>().map_err(|_| {
+            Error::invalid(format!(
+                "Non-integer component in `val_check_interval` string: {v:?}. Use 'DD:HH:MM:SS' with whole \
+                 numbers >= 0."
+            ))
+        })?;
+    }
+    parse_duration(&format!("{}:{}:{}:{}", n[0], n[1], n[2], n[3])).map_err(|e| e.context("option val_check_interval"))
+}
+
+/// `deterministic`: a boolean, or "warn" (on, warnings instead of errors).
+fn deterministic(key: &str, v: &str) -> Result<Deterministic> {
+    if v == "warn" {
+        return Ok(Deterministic::Warn);
+    }
+    match parse_bool(key, v) {
+        Ok(true) => Ok(Deterministic::On),
+        Ok(false) => Ok(Deterministic::Off),
+        Err(_) => Err(Error::invalid(format!("option {key}: {v:?} is not true, false or \"warn\""))),
+    }
+}
+
+/// `benchmark`: a boolean, or "none" (Lightning's default `None`).
+fn benchmark(key: &str, v: &str) -> Result<Option<bool>> {
+    if is_none(v) {
+        return Ok(None);
+    }
+    parse_bool(key, v)
+        .map(Some)
+        .map_err(|_| Error::invalid(format!("option {key}: {v:?} is not true, false or \"none\"")))
+}
+
+/// `barebones=true` turns off what Lightning's barebones mode turns off;
+/// `validate` then refuses turning any of them, or an opt-in feature, on.
+fn barebones(o: &mut TrainerOptions, key: &str, v: &str) -> Result<()> {
+    o.barebones = parse_bool(key, v)?;
+    if o.barebones {
+        o.enable_checkpointing = false;
+        o.logger = LoggerChoice { csv: false, tensorboard: false };
+        o.enable_progress_bar = false;
+        o.enable_model_summary = false;
+        o.num_sanity_val_steps = 0;
+    }
+    Ok(())
+}
+
+/// `log_every_n_steps`; in barebones mode only 0 (no logging) is taken,
+/// and it leaves the value as it is.
+fn log_every_n_steps(o: &mut TrainerOptions, key: &str, v: &str) -> Result<()> {
+    let n = parse_int(key, v)?;
+    if o.barebones {
+        if n != 0 {
+            return Err(barebones_refusal(&format!("log_every_n_steps={n}"), "Logging can impact raw speed"));
+        }
+        return Ok(());
+    }
+    o.log_every_n_steps = n;
+    Ok(())
 }
 
 fn optional_duration(key: &str, v: &str) -> Result<Option<Duration>> {
@@ -368,7 +445,10 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         key: "val_check_interval",
         kind: OptionKind::CountOrFraction,
         default: "1.0",
-        doc: "validate after this fraction of an epoch, or after every this many training batches",
+        doc: "validate after this fraction of an epoch, or after every this many training batches; or, given as \
+              \"DD:HH:MM:SS\", once that much wall time passed since training started or the last validation \
+              ended, checked after each training batch (the epoch's end then validates only when the time is up; \
+              with check_val_every_n_epoch n, only in every n-th epoch; ignored by fast_dev_run)",
         apply: field!(val_check_interval, val_check_interval),
     },
     TrainerOption {
@@ -389,8 +469,8 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         key: "log_every_n_steps",
         kind: OptionKind::Int,
         default: "50",
-        doc: "optimizer steps between writes of step metrics to the loggers",
-        apply: field!(log_every_n_steps, parse_int),
+        doc: "optimizer steps between writes of step metrics to the loggers; with barebones only 0 is accepted",
+        apply: log_every_n_steps,
     },
     TrainerOption {
         key: "enable_checkpointing",
@@ -481,10 +561,23 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
     },
     TrainerOption {
         key: "deterministic",
-        kind: OptionKind::Bool,
+        kind: OptionKind::BoolOrText,
         default: "false",
-        doc: "ask libtorch for deterministic algorithms during the run (process-wide, restored after)",
-        apply: field!(deterministic, parse_bool),
+        doc: "true: libtorch's deterministic algorithms during the run, an op without a deterministic \
+              implementation fails; \"warn\": the same, but such an op warns and runs \
+              (torch.use_deterministic_algorithms(True, warn_only=True)); false leaves the setting as it is \
+              (process-wide, restored after the run)",
+        apply: field!(deterministic, deterministic),
+    },
+    TrainerOption {
+        key: "benchmark",
+        kind: OptionKind::BoolOrText,
+        default: "none",
+        doc: "torch.backends.cudnn.benchmark during the run (process-wide, restored after): cuDNN times its \
+              convolution algorithms per input shape and keeps the fastest; \"none\" leaves it as it is, or off \
+              when deterministic is on (with deterministic and true, a warning says PyTorch then ignores \
+              determinism for cuDNN); no effect on the CPU or without cuDNN",
+        apply: field!(benchmark, benchmark),
     },
     TrainerOption {
         key: "inference_mode",
@@ -499,6 +592,17 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         default: "false",
         doc: "autograd's anomaly mode during the run: a NaN gradient fails backward, naming the operation",
         apply: field!(detect_anomaly, parse_bool),
+    },
+    TrainerOption {
+        key: "barebones",
+        kind: OptionKind::Bool,
+        default: "false",
+        doc: "Lightning's barebones mode, to measure the trainer's own overhead: turns off checkpointing, the \
+              loggers, the progress bar, the model summary and the sanity check, drops the module's log calls \
+              (with one warning per run); while on, turning any of those on, setting log_every_n_steps other \
+              than 0, fast_dev_run, detect_anomaly or a profiler, or adding a logger, fails with Lightning's \
+              error (options set before it are turned off, not refused; turning it off keeps them off)",
+        apply: barebones,
     },
     TrainerOption {
         key: "default_root_dir",

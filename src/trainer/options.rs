@@ -56,6 +56,21 @@ pub enum ValCheckInterval {
     Fraction(f64),
     /// After every this many training batches.
     Batches(usize),
+    /// When this much wall time passed since training started or the last
+    /// validation ended, checked after each training batch (Lightning's
+    /// time-based `val_check_interval`, "DD:HH:MM:SS").
+    Time(Duration),
+}
+
+/// Lightning's `deterministic`: libtorch's deterministic algorithms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deterministic {
+    /// Left as they are (the default).
+    Off,
+    /// On: an op without a deterministic implementation fails.
+    On,
+    /// On, warn only (`"warn"`): such an op warns and runs.
+    Warn,
 }
 
 /// How gradients are clipped (`gradient_clip_algorithm`).
@@ -133,7 +148,13 @@ pub struct TrainerOptions {
     /// Train and validate on the same few batches (off when `Count(0)`).
     pub overfit_batches: BatchLimit,
     /// Ask libtorch for deterministic algorithms.
-    pub deterministic: bool,
+    pub deterministic: Deterministic,
+    /// `torch.backends.cudnn.benchmark` during the run (`None`: off when
+    /// deterministic, else left as it is).
+    pub benchmark: Option<bool>,
+    /// Lightning's barebones mode: checkpointing, loggers, progress bar,
+    /// model summary and sanity check off, and refused when turned on.
+    pub barebones: bool,
     /// Optimizer steps between writes of step metrics to the loggers.
     pub log_every_n_steps: i64,
     /// Seed everything at the start of fit / validate / test / predict.
@@ -214,7 +235,9 @@ impl Default for TrainerOptions {
             profiler: ProfilerKind::Off,
             fast_dev_run: 0,
             overfit_batches: BatchLimit::Count(0),
-            deterministic: false,
+            deterministic: Deterministic::Off,
+            benchmark: None,
+            barebones: false,
             log_every_n_steps: 50,
             seed: None,
             default_root_dir: PathBuf::from("."),
@@ -240,6 +263,12 @@ impl Default for TrainerOptions {
             strategy: crate::strategies::lookup("auto").expect("auto is registered"),
         }
     }
+}
+
+/// Lightning's error for `Trainer(barebones=True, <arg>)`; `why` is the
+/// reason up to "so it is disabled in barebones mode".
+pub(crate) fn barebones_refusal(arg: &str, why: &str) -> Error {
+    Error::invalid(format!("`Trainer(barebones=True, {arg})` was passed. {why} so it is disabled in barebones mode."))
 }
 
 impl TrainerOptions {
@@ -305,7 +334,60 @@ impl TrainerOptions {
         if self.fast_dev_run < 0 {
             return Err(Error::invalid(format!("fast_dev_run must be >= 0, got {}", self.fast_dev_run)));
         }
-        Ok(())
+        self.check_barebones()
+    }
+
+    /// Lightning's refusals of `Trainer(barebones=True, ...)` with a
+    /// feature that can impact raw speed turned on.
+    fn check_barebones(&self) -> Result<()> {
+        if !self.barebones {
+            return Ok(());
+        }
+        let refused = if self.enable_checkpointing {
+            Some(("enable_checkpointing=True".to_string(), "Checkpointing can impact raw speed"))
+        } else if self.logger.csv || self.logger.tensorboard {
+            let logger = match (self.logger.csv, self.logger.tensorboard) {
+                (true, true) => "True",
+                (true, false) => "'csv'",
+                _ => "'tensorboard'",
+            };
+            Some((format!("logger={logger}"), "Logging can impact raw speed"))
+        } else if self.enable_progress_bar {
+            Some(("enable_progress_bar=True".to_string(), "The progress bar can impact raw speed"))
+        } else if self.enable_model_summary {
+            Some(("enable_model_summary=True".to_string(), "Model summary can impact raw speed"))
+        } else if self.num_sanity_val_steps != 0 {
+            Some((
+                format!("num_sanity_val_steps={}", self.num_sanity_val_steps),
+                "Sanity checking can impact raw speed",
+            ))
+        } else if self.fast_dev_run != 0 {
+            Some((
+                format!("fast_dev_run={}", self.fast_dev_run),
+                "Development run is not meant for raw speed evaluation",
+            ))
+        } else if self.detect_anomaly {
+            Some(("detect_anomaly=True".to_string(), "Anomaly detection can impact raw speed"))
+        } else if self.profiler != ProfilerKind::Off {
+            let name = if self.profiler == ProfilerKind::Simple { "simple" } else { "pytorch" };
+            Some((format!("profiler='{name}'"), "Profiling can impact raw speed"))
+        } else {
+            None
+        };
+        match refused {
+            Some((arg, why)) => Err(barebones_refusal(&arg, why)),
+            None => Ok(()),
+        }
+    }
+
+    /// The `val_check_interval` in effect: a fast_dev_run validates at the
+    /// end of its epoch whatever the option says (Lightning sets 1.0).
+    pub fn effective_val_check_interval(&self) -> ValCheckInterval {
+        if self.fast_dev_run > 0 {
+            ValCheckInterval::Fraction(1.0)
+        } else {
+            self.val_check_interval
+        }
     }
 
     /// The epoch limit in effect (`None` = unlimited).

@@ -56,6 +56,9 @@ pub(crate) struct Run<'a> {
     pub requeue: Option<super::slurm::Requeue>,
     /// The module's optimization hooks, when it overrides any.
     pub opt_hooks: Option<std::rc::Rc<dyn super::optimization::OptimizationHooks>>,
+    /// When training started or the last validation ended (a wall-time
+    /// `val_check_interval` counts from it).
+    pub last_validation: std::time::Instant,
 }
 
 /// Calls one callback's hook, timed when profiling, naming it in errors.
@@ -119,6 +122,7 @@ impl<'a> Run<'a> {
             checkpoints,
             requeue: None,
             opt_hooks,
+            last_validation: std::time::Instant::now(),
         })
     }
 }

@@ -8,15 +8,23 @@ use super::{LightningModule, Trainer};
 use crate::error::{Result, ResultExt};
 
 impl Trainer {
-    /// Applies the run's settings (callback timeout, anomaly detection,
-    /// deterministic algorithms, signal watch: restored when the returned
-    /// guard drops), seeds the generators, resolves the strategy (joining
+    /// Refuses a logger added to a barebones trainer, applies the run's
+    /// settings (callback timeout, anomaly detection, deterministic
+    /// algorithms, cuDNN benchmark, barebones, signal watch: restored when
+    /// the returned guard drops), seeds the generators, resolves the strategy (joining
     /// a DDP job) and sets the model up on its device.
     pub(crate) fn start_run(
         &mut self,
         module: &mut dyn LightningModule,
         fitting: bool,
     ) -> Result<(RunSettings, RunStrategy)> {
+        if self.opts.barebones && !self.extra_loggers.is_empty() {
+            let names: Vec<&str> = self.extra_loggers.iter().map(|l| l.name()).collect();
+            return Err(super::options::barebones_refusal(
+                &format!("logger={names:?}"),
+                "Logging can impact raw speed",
+            ));
+        }
         self.attach(&*module, fitting);
         self.attach_module_callbacks(module)?;
         let settings = RunSettings::enter(&self.opts)?;

@@ -181,9 +181,29 @@ fn cpp_default_calls(o: &TrainerOption) -> Vec<String> {
         OptionKind::Duration => vec![format!("std::chrono::seconds({d})")],
         OptionKind::OptionalDuration => vec!["std::chrono::milliseconds(90000)".into(), "std::nullopt".into()],
         OptionKind::Text => vec![format!("\"{d}\"")],
-        OptionKind::BoolOrText => vec!["\"csv\"".into(), d.into()],
+        OptionKind::BoolOrText => vec![format!("\"{}\"", text_sample(o)), bool_or_text(d)],
     };
     values.into_iter().map(|v| format!("o.{k}({v});")).collect()
+}
+
+/// A text value the text setter of a bool-or-text option takes, for the
+/// generated tests.
+fn text_sample(o: &TrainerOption) -> &'static str {
+    match o.key {
+        "logger" => "csv",
+        "deterministic" => "warn",
+        _ => "true",
+    }
+}
+
+/// A bool-or-text default as a C++ / Go argument: a bool literal, or a
+/// quoted string.
+fn bool_or_text(d: &str) -> String {
+    if d == "true" || d == "false" {
+        d.into()
+    } else {
+        format!("\"{d}\"")
+    }
 }
 
 fn cpp_test() -> String {
@@ -302,7 +322,12 @@ fn go_default_calls(o: &TrainerOption) -> Vec<String> {
     match o.kind {
         OptionKind::Bool | OptionKind::Int => vec![format!("o.{name}({d})")],
         OptionKind::Text => vec![format!("o.{name}(\"{d}\")")],
-        OptionKind::BoolOrText => vec![format!("o.{name}Text(\"csv\")"), format!("o.{name}({d})")],
+        OptionKind::BoolOrText if d == "true" || d == "false" => {
+            vec![format!("o.{name}Text(\"{}\")", text_sample(o)), format!("o.{name}({d})")]
+        }
+        OptionKind::BoolOrText => {
+            vec![format!("o.{name}Text(\"{}\")", text_sample(o)), format!("o.{name}Text(\"{d}\")")]
+        }
         OptionKind::OptionalInt | OptionKind::OptionalNumber if d == "none" => {
             vec![format!("o.{name}(1)"), format!("o.Set(\"{}\", \"none\")", o.key)]
         }

@@ -1,4 +1,5 @@
-//! Process-wide settings: version, seeding, thread count.
+//! Process-wide settings: version, seeding, thread count, libtorch's
+//! deterministic / cuDNN benchmark switches.
 use crate::error::Error;
 use crate::ffi::base::error::{fulmen_error, guard, guard_value};
 use std::ffi::c_char;
@@ -74,6 +75,26 @@ pub extern "C" fn fulmen_set_num_threads(n: i32) -> *mut fulmen_error {
 #[no_mangle]
 pub extern "C" fn fulmen_get_num_threads() -> i32 {
     guard_value(0, tch::get_num_threads)
+}
+
+/// libtorch's process-wide switches a trainer sets during its runs
+/// (`deterministic`, `benchmark`): whether deterministic algorithms are
+/// on, whether they only warn, and `torch.backends.cudnn.benchmark`. Each
+/// NULL pointer is skipped.
+///
+/// Threads: any.
+#[no_mangle]
+pub extern "C" fn fulmen_torch_flags(deterministic: *mut bool, warn_only: *mut bool, cudnn_benchmark: *mut bool) {
+    let (on, warn, bench) = guard_value((false, false, false), || {
+        let (on, warn) = crate::tensor::runtime::deterministic_mode();
+        (on, warn, crate::tensor::runtime::cudnn_benchmark())
+    });
+    for (out, value) in [(deterministic, on), (warn_only, warn), (cudnn_benchmark, bench)] {
+        if !out.is_null() {
+            // SAFETY: the caller passes NULL or a writable bool.
+            unsafe { *out = value };
+        }
+    }
 }
 
 /// Number of live fulmen handles of every type in this process (tensors,

@@ -98,6 +98,20 @@ inline void set_num_threads(int32_t n) { check(fulmen_set_num_threads(n)); }
 /// libtorch's intra-op thread count.
 inline int32_t num_threads() { return fulmen_get_num_threads(); }
 
+/// libtorch's process-wide switches a trainer sets during its runs.
+struct TorchFlags {
+    bool deterministic = false;    ///< deterministic algorithms on
+    bool warn_only = false;        ///< they only warn
+    bool cudnn_benchmark = false;  ///< torch.backends.cudnn.benchmark
+};
+
+/// The current libtorch switches (fulmen_torch_flags).
+inline TorchFlags torch_flags() {
+    TorchFlags f;
+    fulmen_torch_flags(&f.deterministic, &f.warn_only, &f.cudnn_benchmark);
+    return f;
+}
+
 /// Number of live fulmen handles of every type (a leak check).
 inline size_t live_handles() { return fulmen_live_handles(); }
 
