@@ -172,16 +172,23 @@ func (o *TrainerOptions) SetOverfitBatchesFraction(f float64) error {
 
 // SetValCheckInterval sets `val_check_interval` (batch count, or fraction
 // written with '.'; default 1.0): validate after this fraction of an epoch,
-// or after every this many training batches. This one sets a count of
-// batches.
+// or after every this many training batches; or, given as "DD:HH:MM:SS", once
+// that much wall time passed since training started or the last validation
+// ended, checked after each training batch (the epoch's end then validates
+// only when the time is up; with check_val_every_n_epoch n, only in every
+// n-th epoch; ignored by fast_dev_run). This one sets a count of batches.
 func (o *TrainerOptions) SetValCheckInterval(count int64) error {
 	return o.SetInt("val_check_interval", count)
 }
 
 // SetValCheckIntervalFraction sets `val_check_interval` (batch count, or
 // fraction written with '.'; default 1.0): validate after this fraction of an
-// epoch, or after every this many training batches. This one sets a fraction
-// of the batches, in [0, 1].
+// epoch, or after every this many training batches; or, given as
+// "DD:HH:MM:SS", once that much wall time passed since training started or
+// the last validation ended, checked after each training batch (the epoch's
+// end then validates only when the time is up; with check_val_every_n_epoch
+// n, only in every n-th epoch; ignored by fast_dev_run). This one sets a
+// fraction of the batches, in [0, 1].
 func (o *TrainerOptions) SetValCheckIntervalFraction(f float64) error {
 	return o.SetFloat("val_check_interval", f)
 }
@@ -200,7 +207,8 @@ func (o *TrainerOptions) SetNumSanityValSteps(v int64) error {
 }
 
 // SetLogEveryNSteps sets `log_every_n_steps` (integer; default 50): optimizer
-// steps between writes of step metrics to the loggers.
+// steps between writes of step metrics to the loggers; with barebones only 0
+// is accepted.
 func (o *TrainerOptions) SetLogEveryNSteps(v int64) error {
 	return o.SetInt("log_every_n_steps", v)
 }
@@ -287,10 +295,44 @@ func (o *TrainerOptions) SetProfiler(v string) error {
 	return o.Set("profiler", v)
 }
 
-// SetDeterministic sets `deterministic` (bool; default false): ask libtorch
-// for deterministic algorithms during the run (process-wide, restored after).
-func (o *TrainerOptions) SetDeterministic(v bool) error {
-	return o.SetBool("deterministic", v)
+// SetDeterministic sets `deterministic` (bool or text; default false): true:
+// libtorch's deterministic algorithms during the run, an op without a
+// deterministic implementation fails; "warn": the same, but such an op warns
+// and runs (torch.use_deterministic_algorithms(True, warn_only=True)); false
+// leaves the setting as it is (process-wide, restored after the run).
+func (o *TrainerOptions) SetDeterministic(on bool) error {
+	return o.SetBool("deterministic", on)
+}
+
+// SetDeterministicText sets `deterministic` (bool or text; default false):
+// true: libtorch's deterministic algorithms during the run, an op without a
+// deterministic implementation fails; "warn": the same, but such an op warns
+// and runs (torch.use_deterministic_algorithms(True, warn_only=True)); false
+// leaves the setting as it is (process-wide, restored after the run). This
+// one sets the text form.
+func (o *TrainerOptions) SetDeterministicText(v string) error {
+	return o.Set("deterministic", v)
+}
+
+// SetBenchmark sets `benchmark` (bool or text; default none):
+// torch.backends.cudnn.benchmark during the run (process-wide, restored
+// after): cuDNN times its convolution algorithms per input shape and keeps
+// the fastest; "none" leaves it as it is, or off when deterministic is on
+// (with deterministic and true, a warning says PyTorch then ignores
+// determinism for cuDNN); no effect on the CPU or without cuDNN.
+func (o *TrainerOptions) SetBenchmark(on bool) error {
+	return o.SetBool("benchmark", on)
+}
+
+// SetBenchmarkText sets `benchmark` (bool or text; default none):
+// torch.backends.cudnn.benchmark during the run (process-wide, restored
+// after): cuDNN times its convolution algorithms per input shape and keeps
+// the fastest; "none" leaves it as it is, or off when deterministic is on
+// (with deterministic and true, a warning says PyTorch then ignores
+// determinism for cuDNN); no effect on the CPU or without cuDNN. This one
+// sets the text form.
+func (o *TrainerOptions) SetBenchmarkText(v string) error {
+	return o.Set("benchmark", v)
 }
 
 // SetInferenceMode sets `inference_mode` (bool; default true): evaluate
@@ -304,6 +346,18 @@ func (o *TrainerOptions) SetInferenceMode(v bool) error {
 // operation.
 func (o *TrainerOptions) SetDetectAnomaly(v bool) error {
 	return o.SetBool("detect_anomaly", v)
+}
+
+// SetBarebones sets `barebones` (bool; default false): Lightning's barebones
+// mode, to measure the trainer's own overhead: turns off checkpointing, the
+// loggers, the progress bar, the model summary and the sanity check, drops
+// the module's log calls (with one warning per run); while on, turning any of
+// those on, setting log_every_n_steps other than 0, fast_dev_run,
+// detect_anomaly or a profiler, or adding a logger, fails with Lightning's
+// error (options set before it are turned off, not refused; turning it off
+// keeps them off).
+func (o *TrainerOptions) SetBarebones(v bool) error {
+	return o.SetBool("barebones", v)
 }
 
 // SetDefaultRootDir sets `default_root_dir` (text; default .): folder for

@@ -127,8 +127,9 @@
  *   fulmen_live_handles, fulmen_version, the registries (accelerators,
  *   strategies) and the handle checks themselves (one lock).
  * - Process-wide, last call wins: fulmen_manual_seed, fulmen_set_num_threads,
- *   a trainer's `deterministic` and `detect_anomaly` (libtorch's own global
- *   settings), and the distributed job (one per process).
+ *   a trainer's `deterministic`, `benchmark` and `detect_anomaly` (libtorch's
+ *   own global settings, read with fulmen_torch_flags), and the distributed
+ *   job (one per process).
  * - Callbacks run on the thread that made the call that invokes them; a
  *   custom accelerator's callbacks are serialised by fulmen.
  * - fulmen cannot interrupt host code: a trainer's `callback_timeout`
@@ -475,6 +476,16 @@ struct fulmen_error *fulmen_set_num_threads(int32_t n);
  * The number of threads libtorch uses for intra-op parallelism.
  */
 int32_t fulmen_get_num_threads(void);
+
+/**
+ * libtorch's process-wide switches a trainer sets during its runs
+ * (`deterministic`, `benchmark`): whether deterministic algorithms are
+ * on, whether they only warn, and `torch.backends.cudnn.benchmark`. Each
+ * NULL pointer is skipped.
+ *
+ * Threads: any.
+ */
+void fulmen_torch_flags(bool *deterministic, bool *warn_only, bool *cudnn_benchmark);
 
 /**
  * Number of live fulmen handles of every type in this process (tensors,

@@ -687,13 +687,18 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  *   batches; 0 = off.
  * - `val_check_interval` (batch count, or fraction written with '.';
  *   default 1.0): validate after this fraction of an epoch, or after every
- *   this many training batches.
+ *   this many training batches; or, given as "DD:HH:MM:SS", once that much
+ *   wall time passed since training started or the last validation ended,
+ *   checked after each training batch (the epoch's end then validates only
+ *   when the time is up; with check_val_every_n_epoch n, only in every
+ *   n-th epoch; ignored by fast_dev_run).
  * - `check_val_every_n_epoch` (integer or "none"; default 1): validate
  *   every n epochs; none counts val_check_interval batches across epochs.
  * - `num_sanity_val_steps` (integer; default 2): validation batches run
  *   before training as a sanity check; -1 = all.
  * - `log_every_n_steps` (integer; default 50): optimizer steps between
- *   writes of step metrics to the loggers.
+ *   writes of step metrics to the loggers; with barebones only 0 is
+ *   accepted.
  * - `enable_checkpointing` (bool; default true): add a ModelCheckpoint
  *   saving the latest epoch when none is given.
  * - `checkpoint_format` (text; default lightning): file format of the
@@ -730,11 +735,29 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  *   dir>/<stage>.pt.trace.json (<stage>-rank<N> under DDP) with the hooks
  *   as named scopes, and whose longest operators the report lists
  *   (Lightning's PyTorchProfiler).
- * - `deterministic` (bool; default false): ask libtorch for deterministic
- *   algorithms during the run (process-wide, restored after).
+ * - `deterministic` (bool or text; default false): true: libtorch's
+ *   deterministic algorithms during the run, an op without a deterministic
+ *   implementation fails; "warn": the same, but such an op warns and runs
+ *   (torch.use_deterministic_algorithms(True, warn_only=True)); false
+ *   leaves the setting as it is (process-wide, restored after the run).
+ * - `benchmark` (bool or text; default none):
+ *   torch.backends.cudnn.benchmark during the run (process-wide, restored
+ *   after): cuDNN times its convolution algorithms per input shape and
+ *   keeps the fastest; "none" leaves it as it is, or off when
+ *   deterministic is on (with deterministic and true, a warning says
+ *   PyTorch then ignores determinism for cuDNN); no effect on the CPU or
+ *   without cuDNN.
  * - `inference_mode` (bool; default true): evaluate without autograd.
  * - `detect_anomaly` (bool; default false): autograd's anomaly mode during
  *   the run: a NaN gradient fails backward, naming the operation.
+ * - `barebones` (bool; default false): Lightning's barebones mode, to
+ *   measure the trainer's own overhead: turns off checkpointing, the
+ *   loggers, the progress bar, the model summary and the sanity check,
+ *   drops the module's log calls (with one warning per run); while on,
+ *   turning any of those on, setting log_every_n_steps other than 0,
+ *   fast_dev_run, detect_anomaly or a profiler, or adding a logger, fails
+ *   with Lightning's error (options set before it are turned off, not
+ *   refused; turning it off keeps them off).
  * - `default_root_dir` (text; default .): folder for logs and checkpoints.
  * - `seed` (integer or "none"; default none): seed everything at the start
  *   of each fit / validate / test / predict (a non-negative integer).

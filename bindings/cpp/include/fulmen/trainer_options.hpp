@@ -146,7 +146,10 @@ public:
     Self&& overfit_batches(N v) && { return std::move(put("overfit_batches", v)); }
 
     /// `val_check_interval` (batch count, or fraction written with '.'; default 1.0): validate
-    /// after this fraction of an epoch, or after every this many training batches.
+    /// after this fraction of an epoch, or after every this many training batches; or, given as
+    /// "DD:HH:MM:SS", once that much wall time passed since training started or the last validation
+    /// ended, checked after each training batch (the epoch's end then validates only when the time
+    /// is up; with check_val_every_n_epoch n, only in every n-th epoch; ignored by fast_dev_run).
     template <class N, std::enable_if_t<std::is_arithmetic_v<N> && !std::is_same_v<N, bool>, int> = 0>
     Self& val_check_interval(N v) & { return put("val_check_interval", v); }
     /// Sets `val_check_interval` on a temporary and passes it on.
@@ -166,7 +169,7 @@ public:
     Self&& num_sanity_val_steps(int64_t v) && { return std::move(put("num_sanity_val_steps", v)); }
 
     /// `log_every_n_steps` (integer; default 50): optimizer steps between writes of step metrics to
-    /// the loggers.
+    /// the loggers; with barebones only 0 is accepted.
     Self& log_every_n_steps(int64_t v) & { return put("log_every_n_steps", v); }
     /// Sets `log_every_n_steps` on a temporary and passes it on.
     Self&& log_every_n_steps(int64_t v) && { return std::move(put("log_every_n_steps", v)); }
@@ -244,11 +247,34 @@ public:
     /// Sets `profiler` on a temporary and passes it on.
     Self&& profiler(std::string_view v) && { return std::move(put("profiler", v)); }
 
-    /// `deterministic` (bool; default false): ask libtorch for deterministic algorithms during the
-    /// run (process-wide, restored after).
-    Self& deterministic(bool v) & { return put("deterministic", v); }
+    /// `deterministic` (bool or text; default false): true: libtorch's deterministic algorithms
+    /// during the run, an op without a deterministic implementation fails; "warn": the same, but
+    /// such an op warns and runs (torch.use_deterministic_algorithms(True, warn_only=True)); false
+    /// leaves the setting as it is (process-wide, restored after the run).
+    template <class B, std::enable_if_t<std::is_same_v<B, bool>, int> = 0>
+    Self& deterministic(B v) & { return put("deterministic", v); }
     /// Sets `deterministic` on a temporary and passes it on.
-    Self&& deterministic(bool v) && { return std::move(put("deterministic", v)); }
+    template <class B, std::enable_if_t<std::is_same_v<B, bool>, int> = 0>
+    Self&& deterministic(B v) && { return std::move(put("deterministic", v)); }
+    /// Sets `deterministic` from text.
+    Self& deterministic(std::string_view v) & { return put("deterministic", v); }
+    /// Sets `deterministic` from text on a temporary and passes it on.
+    Self&& deterministic(std::string_view v) && { return std::move(put("deterministic", v)); }
+
+    /// `benchmark` (bool or text; default none): torch.backends.cudnn.benchmark during the run
+    /// (process-wide, restored after): cuDNN times its convolution algorithms per input shape and
+    /// keeps the fastest; "none" leaves it as it is, or off when deterministic is on (with
+    /// deterministic and true, a warning says PyTorch then ignores determinism for cuDNN); no
+    /// effect on the CPU or without cuDNN.
+    template <class B, std::enable_if_t<std::is_same_v<B, bool>, int> = 0>
+    Self& benchmark(B v) & { return put("benchmark", v); }
+    /// Sets `benchmark` on a temporary and passes it on.
+    template <class B, std::enable_if_t<std::is_same_v<B, bool>, int> = 0>
+    Self&& benchmark(B v) && { return std::move(put("benchmark", v)); }
+    /// Sets `benchmark` from text.
+    Self& benchmark(std::string_view v) & { return put("benchmark", v); }
+    /// Sets `benchmark` from text on a temporary and passes it on.
+    Self&& benchmark(std::string_view v) && { return std::move(put("benchmark", v)); }
 
     /// `inference_mode` (bool; default true): evaluate without autograd.
     Self& inference_mode(bool v) & { return put("inference_mode", v); }
@@ -260,6 +286,16 @@ public:
     Self& detect_anomaly(bool v) & { return put("detect_anomaly", v); }
     /// Sets `detect_anomaly` on a temporary and passes it on.
     Self&& detect_anomaly(bool v) && { return std::move(put("detect_anomaly", v)); }
+
+    /// `barebones` (bool; default false): Lightning's barebones mode, to measure the trainer's own
+    /// overhead: turns off checkpointing, the loggers, the progress bar, the model summary and the
+    /// sanity check, drops the module's log calls (with one warning per run); while on, turning any
+    /// of those on, setting log_every_n_steps other than 0, fast_dev_run, detect_anomaly or a
+    /// profiler, or adding a logger, fails with Lightning's error (options set before it are turned
+    /// off, not refused; turning it off keeps them off).
+    Self& barebones(bool v) & { return put("barebones", v); }
+    /// Sets `barebones` on a temporary and passes it on.
+    Self&& barebones(bool v) && { return std::move(put("barebones", v)); }
 
     /// `default_root_dir` (text; default .): folder for logs and checkpoints.
     Self& default_root_dir(std::string_view v) & { return put("default_root_dir", v); }
