@@ -130,10 +130,10 @@ test-go: lib $(MNIST) $(LEE) $(ELNINO) $(VENV_STAMP)
 # they run two at a time, the longest first, each one's output kept
 # together (--output-sync); `make interop-<name>` runs one after
 # `make test-interop` built what it needs.
-INTEROP_BINARIES := ddp_rank hook_order_parity lightning_parity datamodule_parity logger_parity swa_parity \
+INTEROP_BINARIES := ddp_rank hook_order_parity lightning_parity datamodule_parity logger_parity hook_log_parity swa_parity \
   pruning_parity checkpoint_names_parity batch_size_finder script_parity export_parity torch_save_interop
 INTEROP_CHECKS := lightning-parity export-parity compiled-step charlm-twin gan-twin mnist-lightning ddp-mixed \
-  forecast-twin finetune script-parity swa-parity logger-parity pruning-parity hook-order-parity \
+  forecast-twin finetune script-parity swa-parity logger-parity hook-log-parity pruning-parity hook-order-parity \
   datamodule-parity checkpoint-names batch-size torch-save
 .PHONY: $(INTEROP_CHECKS:%=interop-%)
 
@@ -178,6 +178,9 @@ interop-swa-parity:
 interop-logger-parity:
 	@rm -rf $(W)/logger-parity
 	$(PY) tests/interop/logger_parity.py --binary $(W)/logger_parity --work $(W)/logger-parity
+interop-hook-log-parity:
+	@rm -rf $(W)/hook-log-parity
+	$(PY) tests/interop/hook_log_parity.py --binary $(W)/hook_log_parity --work $(W)/hook-log-parity
 interop-pruning-parity:
 	@rm -rf $(W)/pruning-parity
 	$(PY) tests/interop/pruning_parity.py --binary $(W)/pruning_parity --work $(W)/pruning-parity

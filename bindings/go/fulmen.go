@@ -338,9 +338,10 @@ const (
 	ScalingStandardize Scaling = C.FULMEN_SCALING_STANDARDIZE
 )
 
-// LogFlags combine LogOnStep, LogOnEpoch, LogProgBar, LogSyncDist,
-// LogNoLogger, LogRankZeroOnly and at most one of LogReduceSum /
-// LogReduceMax / LogReduceMin (StepContext.Log, StepContext.LogDict).
+// LogFlags combine LogOnStep, LogOnEpoch (or LogDefaultStep /
+// LogDefaultEpoch), LogProgBar, LogSyncDist, LogNoLogger, LogRankZeroOnly,
+// LogNoDataloaderIdx and at most one of LogReduceSum / LogReduceMax /
+// LogReduceMin (StepContext.Log, StepContext.LogDict, HookContext.Log).
 type LogFlags uint32
 
 // Log flags.
@@ -366,6 +367,18 @@ const (
 	LogReduceMax LogFlags = C.FULMEN_LOG_REDUCE_MAX
 	// LogReduceMin makes the epoch value the smallest value.
 	LogReduceMin LogFlags = C.FULMEN_LOG_REDUCE_MIN
+	// LogDefaultStep leaves on_step to the step function's or hook's
+	// default (Lightning's on_step=None); not with LogOnStep.
+	LogDefaultStep LogFlags = C.FULMEN_LOG_DEFAULT_STEP
+	// LogDefaultEpoch leaves on_epoch to the default; not with LogOnEpoch.
+	LogDefaultEpoch LogFlags = C.FULMEN_LOG_DEFAULT_EPOCH
+	// LogDefault leaves both levels to the defaults (as flags naming
+	// neither LogOnStep nor LogOnEpoch).
+	LogDefault LogFlags = C.FULMEN_LOG_DEFAULT
+	// LogNoDataloaderIdx keeps the name as given with several evaluation
+	// loaders (Lightning's add_dataloader_idx=False); two loaders then
+	// cannot log the same name.
+	LogNoDataloaderIdx LogFlags = C.FULMEN_LOG_NO_DATALOADER_IDX
 )
 
 // Version is the library version, "MAJOR.MINOR.PATCH".

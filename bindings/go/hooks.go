@@ -207,11 +207,16 @@ func (c *HookContext) Metric(name string) (float64, error) {
 	return float64(v), err
 }
 
-// Log logs an epoch-level metric from HookTrainEpochEnd,
-// HookValidationEpochEnd or HookTestEpochEnd (Lightning's self.log there):
-// ModelCheckpoint and EarlyStopping can monitor it. flags combines
-// LogProgBar, LogSyncDist with one of LogReduceSum / Max / Min,
-// LogNoLogger and LogRankZeroOnly; LogOnStep is refused.
+// Log logs a metric from a hook (Lightning's self.log there), with the
+// hook's on_step / on_epoch defaults and allowed values: the training
+// batch hooks (HookTrainBatchStart / End, HookBeforeBackward,
+// HookAfterBackward, HookBeforeOptimizerStep, HookBeforeZeroGrad) log on
+// step by default, the validation / test batch hooks on epoch, the start
+// and epoch hooks (HookTrainEpochEnd, HookValidationStart, ...) on epoch
+// only; other hooks are refused with ErrInvalidState, a level the hook
+// does not allow with ErrInvalidArgument. flags are StepContext.Log's
+// (LogDefault / 0: the hook's defaults). What an epoch-end hook logs,
+// ModelCheckpoint and EarlyStopping can monitor.
 func (c *HookContext) Log(name string, value float64, flags LogFlags) error {
 	n := cString(name)
 	defer freeCString(n)

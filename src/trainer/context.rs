@@ -1,5 +1,5 @@
 //! The step context handed to every step function.
-use super::metrics::{LogFlags, MetricStore};
+use super::metrics::{FxLogOptions, LogFlags, LogSite, MetricStore, EVAL_BATCH_LOGGING, TRAIN_BATCH_LOGGING};
 use crate::error::{Error, Result};
 
 /// Which loop is running.
@@ -22,6 +22,26 @@ impl Stage {
         match self {
             Stage::Train => LogFlags { on_step: true, ..LogFlags::default() },
             _ => LogFlags { on_epoch: true, ..LogFlags::default() },
+        }
+    }
+
+    /// Lightning's `_FxValidator` entry of the stage's step function;
+    /// `None` for predict_step, which cannot log.
+    pub fn log_options(self) -> Option<FxLogOptions> {
+        match self {
+            Stage::Train => Some(TRAIN_BATCH_LOGGING),
+            Stage::Validate | Stage::Test => Some(EVAL_BATCH_LOGGING),
+            Stage::Predict => None,
+        }
+    }
+
+    /// Lightning's name of the stage's step function.
+    pub fn fx_name(self) -> &'static str {
+        match self {
+            Stage::Train => "training_step",
+            Stage::Validate => "validation_step",
+            Stage::Test => "test_step",
+            Stage::Predict => "predict_step",
         }
     }
 
@@ -103,9 +123,7 @@ impl StepContext<'_> {
         }
         let flags = flags.unwrap_or_else(|| self.stage.default_flags());
         let bs = if batch_size > 0 { batch_size } else { self.batch_size.max(1) };
-        match self.dataloader_idx {
-            Some(i) => self.metrics.log(&format!("{name}/dataloader_idx_{i}"), value, flags, bs as f64),
-            None => self.metrics.log(name, value, flags, bs as f64),
-        }
+        let site = LogSite { fx: self.stage.fx_name(), dataloader_idx: self.dataloader_idx };
+        self.metrics.log_from(site, name, value, flags, bs as f64).map(|_| ())
     }
 }

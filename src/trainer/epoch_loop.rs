@@ -137,13 +137,14 @@ fn step_plateau_schedulers(run: &mut Run, interval: Interval, count: i64) -> Res
 /// ranks' stop decision.
 fn end_epoch(run: &mut Run, mut store: MetricStore, manual: bool) -> Result<()> {
     run.state.log_step = run.state.batches_stepped;
+    run.drain_batch_hook_logs(&mut store, None, 1, true)?;
     let mut train_epoch_metrics = store.end_epoch_synced(&|v, op| run.strategy.reduce(v, op))?;
     run.state.callback_metrics.extend(store.callback_metrics);
     run.state.progress_metrics.extend(store.progress_metrics);
     run.progress.epoch.increment_processed();
     run.hook(Hook::TrainEpochEnd, HookData { batch_idx: -1, ..Default::default() })?;
     run.state.skip_backward = false;
-    train_epoch_metrics.extend(std::mem::take(&mut run.state.hook_metrics));
+    train_epoch_metrics.extend(std::mem::take(&mut run.state.train_hook_metrics));
     run.state.logged_metrics.extend(train_epoch_metrics.iter().map(|(k, v)| (k.clone(), *v)));
     if !train_epoch_metrics.is_empty() {
         run.log_metrics(&train_epoch_metrics, (run.state.batches_stepped - 1).max(0))?;
@@ -200,6 +201,8 @@ pub(super) fn train_epoch(
     };
     let val_this_epoch = !vals.is_empty() && validates_in(opts, epoch);
     let mut store = MetricStore::default();
+    // Logs of batch hooks outside this loop (a failed run's) do not count.
+    run.state.batch_hook_logs.clear();
     let (mut loss_sum, mut loss_count) = (0.0, 0usize);
     let manual = !run.module.automatic_optimization();
     let mut toggled = Vec::new();
@@ -235,6 +238,8 @@ pub(super) fn train_epoch(
         run.progress.batch.is_last_batch = is_last;
         run.progress.batch.progress.increment_ready();
         run.hook(Hook::TrainBatchStart, data())?;
+        let batch_size = super::batch_size_of(&batch);
+        run.drain_batch_hook_logs(&mut store, None, batch_size, true)?;
         if std::mem::take(&mut run.state.skip_rest_of_epoch) {
             skip_rest_of_epoch(run, manual, i)?;
             // Fetched, so the next epoch still runs (Lightning's total
@@ -279,18 +284,23 @@ pub(super) fn train_epoch(
             out.map(|(loss, _)| loss)
         };
         ran += 1;
+        // What on_before_backward ... on_before_zero_grad logged.
+        run.drain_batch_hook_logs(&mut store, None, batch_size, true)?;
         run.progress.batch.progress.increment_processed();
         run.state.callback_metrics.extend(store.callback_metrics.iter().map(|(k, v)| (k.clone(), *v)));
         run.state.progress_metrics.extend(store.progress_metrics.iter().map(|(k, v)| (k.clone(), *v)));
         if !manual {
             step_batch_schedulers(run, stepped, is_last, (i + 1) as i64)?;
         }
-        let step_values = store.take_step_values();
-        run.state.logged_metrics.extend(step_values.iter().map(|(k, v)| (k.clone(), *v)));
         run.hook(
             Hook::TrainBatchEnd,
             HookData { batch_idx: i as i64, batch: Some(&batch), output: loss.as_ref(), ..Default::default() },
         )?;
+        // As Lightning's `update_train_step_metrics` after
+        // on_train_batch_end: what that hook logged is in this step's logs.
+        run.drain_batch_hook_logs(&mut store, None, batch_size, true)?;
+        let step_values = store.take_step_values();
+        run.state.logged_metrics.extend(step_values.iter().map(|(k, v)| (k.clone(), *v)));
         run.progress.batch.progress.increment_completed();
         run.profile_stop("run_training_batch", batch_started, Default::default());
         if stepped && (log_index + 1) % opts.log_every_n_steps == 0 && !step_values.is_empty() {

@@ -100,6 +100,7 @@ pub(super) fn evaluate_keeping(
         run.progress.val_batch.reset_on_run();
     }
     run.model_eval(stage)?;
+    run.state.batch_hook_logs.clear();
     run.simple(h.start)?;
     run.simple(h.epoch_start)?;
     let mut store = MetricStore::default();
@@ -183,6 +184,8 @@ fn run_source(
             run.progress.val_batch.progress.increment_ready();
         }
         run.hook(h.batch_start, data())?;
+        let batch_size = batch_size_of(&batch);
+        run.drain_batch_hook_logs(store, dataloader_idx, batch_size, false)?;
         if counted {
             run.progress.val_batch.progress.increment_started();
         }
@@ -226,6 +229,7 @@ fn run_source(
             run.progress.val_batch.progress.increment_processed();
         }
         run.hook(h.batch_end, HookData { output: out.as_ref(), ..data() })?;
+        run.drain_batch_hook_logs(store, dataloader_idx, batch_size, false)?;
         if counted {
             run.progress.val_batch.progress.increment_completed();
         }

@@ -240,6 +240,36 @@ impl Hook {
         self as i32 >= Hook::ValidationModelEval as i32
     }
 
+    /// Lightning's `_FxValidator` entry of the hook: the on_step /
+    /// on_epoch values `self.log` allows there and its defaults; `None`
+    /// where Lightning refuses `self.log` (setup, on_fit_start, the end
+    /// hooks, predict's, checkpoint and batch-transfer hooks, ...).
+    pub fn log_options(self) -> Option<super::metrics::FxLogOptions> {
+        use super::metrics::{EPOCH_LOGGING, EVAL_BATCH_LOGGING, TRAIN_BATCH_LOGGING};
+        use Hook::*;
+        match self {
+            TrainBatchStart | TrainBatchEnd | BeforeBackward | AfterBackward | BeforeOptimizerStep | BeforeZeroGrad => {
+                Some(TRAIN_BATCH_LOGGING)
+            }
+            ValidationBatchStart | ValidationBatchEnd | TestBatchStart | TestBatchEnd => Some(EVAL_BATCH_LOGGING),
+            TrainStart | TrainEpochStart | TrainEpochEnd | ValidationStart | ValidationEpochStart
+            | ValidationEpochEnd | TestStart | TestEpochStart | TestEpochEnd => Some(EPOCH_LOGGING),
+            _ => None,
+        }
+    }
+
+    /// Whether the hook runs once per batch and may log per step: its logs
+    /// join the epoch's step metrics ([`TrainerState::batch_hook_logs`]).
+    pub fn logs_per_batch(self) -> bool {
+        self.log_options().is_some_and(|o| o.allowed_on_step.contains(&true))
+    }
+
+    /// Whether the hook belongs to the training loop (its epoch-level logs
+    /// go out with the training epoch's metrics).
+    pub fn is_training(self) -> bool {
+        matches!(self, Hook::TrainStart | Hook::TrainEpochStart | Hook::TrainEpochEnd)
+    }
+
     /// Whether the hook may replace the batch ([`HookContext::set_batch`]).
     pub fn sets_batch(self) -> bool {
         matches!(self, Hook::BeforeBatchTransfer | Hook::TransferBatchToDevice | Hook::AfterBatchTransfer)
@@ -408,25 +438,37 @@ pub struct TrainerState {
     /// The run's accelerator and device when that is not the CPU: timing
     /// callbacks synchronize it before reading a clock.
     pub device_sync: Option<DeviceSync>,
-    /// Metrics logged by an epoch-end hook, applied when its module hook
-    /// returns (before the monitoring callbacks run).
+    /// Metrics logged by a start or epoch hook, applied when its module
+    /// hook returns (before the monitoring callbacks run).
     pub hook_logs: Vec<HookLog>,
-    /// Epoch metrics logged by hooks since the stage's loggers were last
-    /// written, as they go to the loggers.
+    /// Metrics logged by a batch hook (on_train_batch_end,
+    /// on_before_optimizer_step, on_validation_batch_end, ...), recorded
+    /// with the epoch's step metrics by the loop after the hook.
+    pub batch_hook_logs: Vec<HookLog>,
+    /// Epoch metrics logged by evaluation hooks since the stage's loggers
+    /// were last written, as they go to the loggers.
     pub hook_metrics: BTreeMap<String, f64>,
+    /// The same for the training hooks (on_train_start,
+    /// on_train_epoch_start / end): written with the training epoch's
+    /// metrics.
+    pub train_hook_metrics: BTreeMap<String, f64>,
 }
 
-/// A metric logged from a hook (Lightning's `self.log` in
-/// `on_train_epoch_end` and the other epoch-end hooks).
+/// A metric logged from a hook (Lightning's `self.log` in a hook).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HookLog {
+    /// The hook that logged it.
+    pub hook: Hook,
     /// The metric's name.
     pub name: String,
     /// Its value.
     pub value: f64,
-    /// How it was logged (progress bar, sync over ranks with which
-    /// reduction, to the loggers or not); on_step / on_epoch are unused.
+    /// How it was logged, on_step / on_epoch resolved with the hook's
+    /// defaults (the start and epoch hooks: on_epoch only).
     pub flags: super::metrics::LogFlags,
+    /// The size of the hook's batch (weights an epoch mean); `None`: the
+    /// loop's current batch.
+    pub batch_size: Option<i64>,
 }
 
 /// What one hook call sees: the hook, the trainer state, and the batch data
@@ -535,27 +577,47 @@ impl<'a> HookContext<'a> {
         Ok(())
     }
 
-    /// Logs an epoch-level metric from on_train_epoch_end,
-    /// on_validation_epoch_end or on_test_epoch_end (Lightning's
-    /// `self.log(name, value, on_epoch=True)` there): it reaches
-    /// callback_metrics as soon as the module's hook returns, so
-    /// ModelCheckpoint and EarlyStopping can monitor it, and the loggers
-    /// (unless `flags.logger` is off) with the epoch's other metrics. With
-    /// `sync_dist` the value goes through `reduce_fx` over the ranks. In
-    /// barebones mode the value is dropped (a warning, once per run).
-    pub fn log(&mut self, name: &str, value: f64, flags: super::metrics::LogFlags) -> Result<()> {
+    /// Logs a metric, as Lightning's `self.log(name, value, on_step=...,
+    /// on_epoch=...)` in this hook: `on_step` / `on_epoch` `None` take the
+    /// hook's defaults ([`Hook::log_options`]); a hook where Lightning
+    /// refuses logging is `InvalidState`, a level it does not allow
+    /// `InvalidArgument`. A start or epoch hook's value reaches
+    /// callback_metrics as soon as the module's hook returns (so
+    /// ModelCheckpoint and EarlyStopping can monitor what
+    /// on_train_epoch_end logs) and the loggers with the epoch's metrics; a
+    /// batch hook's joins the epoch's step and epoch metrics as a step's
+    /// would. With `sync_dist` the value goes through `reduce_fx` over the
+    /// ranks. In barebones mode the value is dropped (a warning, once
+    /// per run).
+    pub fn log(
+        &mut self,
+        name: &str,
+        value: f64,
+        on_step: Option<bool>,
+        on_epoch: Option<bool>,
+        flags: super::metrics::LogFlags,
+    ) -> Result<()> {
+        let hook = self.hook;
+        let options = hook.log_options().ok_or_else(|| {
+            Error::state(format!(
+                "You can't `self.log()` inside `{}`. HINT: You can still log directly to the logger by using \
+                 `self.logger.experiment`.",
+                hook.name()
+            ))
+        })?;
         super::context::check_metric_name(name)?;
-        if !matches!(self.hook, Hook::TrainEpochEnd | Hook::ValidationEpochEnd | Hook::TestEpochEnd) {
-            return Err(Error::state(format!(
-                "a hook logs only in on_train_epoch_end, on_validation_epoch_end and on_test_epoch_end, not in {}; \
-                 log per-step values from the step functions",
-                self.hook.name()
-            )));
-        }
+        let (on_step, on_epoch) = options.resolve(hook.name(), on_step, on_epoch)?;
+        let flags = super::metrics::LogFlags { on_step, on_epoch, ..flags };
+        let batch_size = self.batch.map(super::batch_size_of);
+        let log = HookLog { hook, name: name.to_string(), value, flags, batch_size };
         if super::run_settings::barebones_drops_log() {
             return Ok(());
         }
-        self.state.hook_logs.push(HookLog { name: name.to_string(), value, flags });
+        if hook.logs_per_batch() {
+            self.state.batch_hook_logs.push(log);
+        } else {
+            self.state.hook_logs.push(log);
+        }
         Ok(())
     }
 

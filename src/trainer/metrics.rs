@@ -61,6 +61,9 @@ pub struct LogFlags {
     pub rank_zero_only: bool,
     /// How the epoch's values combine (and the sync collective).
     pub reduce_fx: ReduceFx,
+    /// With several evaluation loaders, name the metric
+    /// `name/dataloader_idx_N` (Lightning's `add_dataloader_idx`).
+    pub add_dataloader_idx: bool,
 }
 
 impl Default for LogFlags {
@@ -75,6 +78,7 @@ impl Default for LogFlags {
             logger: true,
             rank_zero_only: false,
             reduce_fx: ReduceFx::Mean,
+            add_dataloader_idx: true,
         }
     }
 }
@@ -84,14 +88,16 @@ impl LogFlags {
     pub fn describe(&self) -> String {
         let b = |v: bool| if v { "True" } else { "False" };
         format!(
-            "on_step={}, on_epoch={}, prog_bar={}, sync_dist={}, logger={}, rank_zero_only={}, reduce_fx={:?}",
+            "on_step={}, on_epoch={}, prog_bar={}, sync_dist={}, logger={}, rank_zero_only={}, reduce_fx={:?}, \
+             add_dataloader_idx={}",
             b(self.on_step),
             b(self.on_epoch),
             b(self.prog_bar),
             b(self.sync_dist),
             b(self.logger),
             b(self.rank_zero_only),
-            self.reduce_fx.name()
+            self.reduce_fx.name(),
+            b(self.add_dataloader_idx)
         )
     }
 
@@ -99,6 +105,97 @@ impl LogFlags {
     pub(crate) fn sync_op(&self) -> Option<ReduceFx> {
         (self.sync_dist && !self.rank_zero_only).then_some(self.reduce_fx)
     }
+}
+
+/// Lightning's `_FxValidator` entry of a function that may log: the
+/// on_step / on_epoch values it allows and what an unset one resolves to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FxLogOptions {
+    /// The on_step values allowed.
+    pub allowed_on_step: &'static [bool],
+    /// The on_epoch values allowed.
+    pub allowed_on_epoch: &'static [bool],
+    /// on_step when the call leaves it unset (Lightning's `None`).
+    pub default_on_step: bool,
+    /// on_epoch when the call leaves it unset.
+    pub default_on_epoch: bool,
+}
+
+const BOTH: &[bool] = &[false, true];
+
+/// training_step and the training batch hooks (on_train_batch_start / end,
+/// on_before / after_backward, on_before_optimizer_step,
+/// on_before_zero_grad): either level, on_step by default.
+pub(crate) const TRAIN_BATCH_LOGGING: FxLogOptions =
+    FxLogOptions { allowed_on_step: BOTH, allowed_on_epoch: BOTH, default_on_step: true, default_on_epoch: false };
+
+/// validation_step / test_step and their batch hooks: either level,
+/// on_epoch by default.
+pub(crate) const EVAL_BATCH_LOGGING: FxLogOptions =
+    FxLogOptions { allowed_on_step: BOTH, allowed_on_epoch: BOTH, default_on_step: false, default_on_epoch: true };
+
+/// The start and epoch hooks that may log (on_train_start,
+/// on_train_epoch_start / end, on_validation_start, ...): on_epoch only.
+pub(crate) const EPOCH_LOGGING: FxLogOptions = FxLogOptions {
+    allowed_on_step: &[false],
+    allowed_on_epoch: &[true],
+    default_on_step: false,
+    default_on_epoch: true,
+};
+
+/// Python's spelling of a bool.
+fn py_bool(v: bool) -> &'static str {
+    if v {
+        "True"
+    } else {
+        "False"
+    }
+}
+
+/// Python's spelling of a tuple of bools: `(False,)`, `(False, True)`.
+fn py_tuple(values: &[bool]) -> String {
+    match values {
+        [one] => format!("({},)", py_bool(*one)),
+        _ => format!("({})", values.iter().map(|v| py_bool(*v)).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+impl FxLogOptions {
+    /// Lightning's `check_logging_and_get_default_levels` for `fx`: the
+    /// unset levels take their defaults, then both must be allowed and
+    /// not both false (`InvalidArgument` with Lightning's message).
+    pub fn resolve(&self, fx: &str, on_step: Option<bool>, on_epoch: Option<bool>) -> Result<(bool, bool)> {
+        let on_step = on_step.unwrap_or(self.default_on_step);
+        let on_epoch = on_epoch.unwrap_or(self.default_on_epoch);
+        for (what, value, allowed) in
+            [("on_step", on_step, self.allowed_on_step), ("on_epoch", on_epoch, self.allowed_on_epoch)]
+        {
+            if !allowed.contains(&value) {
+                return Err(Error::invalid(format!(
+                    "You can't `self.log({what}={})` inside `{fx}`, must be one of {}.",
+                    py_bool(value),
+                    py_tuple(allowed)
+                )));
+            }
+        }
+        if !on_step && !on_epoch {
+            return Err(Error::invalid(format!(
+                "`self.log(on_step=False, on_epoch=False)` is not useful (in `{fx}`)."
+            )));
+        }
+        Ok((on_step, on_epoch))
+    }
+}
+
+/// Where a value is logged from: the step function or hook (Lightning's
+/// `fx`) and the evaluation loader, when the run has several.
+#[derive(Debug, Clone, Copy)]
+pub struct LogSite<'a> {
+    /// Lightning's name of the function ("validation_step",
+    /// "on_train_batch_end").
+    pub fx: &'a str,
+    /// The loader of the batch (`None` with one loader and in training).
+    pub dataloader_idx: Option<usize>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -133,6 +230,12 @@ pub struct MetricStore {
     /// sum (or running reduction), the weight and the number of values
     /// logged for it.
     split: Option<BTreeMap<String, (f64, f64, usize)>>,
+    /// Names logged with add_dataloader_idx off, by the loader that first
+    /// logged them.
+    loaders: BTreeMap<String, usize>,
+    /// Step keys whose value was already reduced over ranks (logged from a
+    /// hook): the next [`MetricStore::sync_step`] leaves them.
+    presynced: BTreeSet<String>,
 }
 
 /// A name without its `_step` / `_epoch` suffix.
@@ -208,6 +311,59 @@ impl MetricStore {
         Ok(())
     }
 
+    /// Records a value logged from `site`: with several loaders the name
+    /// gets `/dataloader_idx_N` unless `flags.add_dataloader_idx` is off,
+    /// in which case two loaders may not log the same name (Lightning's
+    /// "twice ... with different arguments"). Returns the name recorded.
+    pub fn log_from(
+        &mut self,
+        site: LogSite,
+        name: &str,
+        value: f64,
+        flags: LogFlags,
+        batch_size: f64,
+    ) -> Result<String> {
+        if flags.add_dataloader_idx && name.contains("/dataloader_idx_") {
+            return Err(Error::invalid(format!(
+                "You called `self.log` with the key `{name}` but it should not contain information about \
+                 `dataloader_idx` when `add_dataloader_idx=True` (FULMEN_LOG_NO_DATALOADER_IDX unset)"
+            )));
+        }
+        let key = match site.dataloader_idx {
+            Some(i) if flags.add_dataloader_idx => format!("{name}/dataloader_idx_{i}"),
+            Some(i) => {
+                let first = *self.loaders.entry(name.to_string()).or_insert(i);
+                if first != i {
+                    return Err(Error::invalid(format!(
+                        "You called `self.log({name}, ...)` twice in `{}` with different arguments (from \
+                         dataloader_idx {first} and {i} with add_dataloader_idx=False). This is not allowed",
+                        site.fx
+                    )));
+                }
+                name.to_string()
+            }
+            None => name.to_string(),
+        };
+        self.log(&key, value, flags, batch_size)?;
+        Ok(key)
+    }
+
+    /// Replaces the step value just logged under `name` with `flags` by
+    /// `value`, already reduced over ranks: [`MetricStore::sync_step`]
+    /// then leaves it.
+    pub fn set_synced_step(&mut self, name: &str, flags: LogFlags, value: f64) {
+        if !flags.on_step {
+            return;
+        }
+        let key = if flags.on_epoch { format!("{name}_step") } else { name.to_string() };
+        self.step.insert(key.clone(), value);
+        self.callback_metrics.insert(key.clone(), value);
+        if flags.prog_bar {
+            self.progress_metrics.insert(key.clone(), value);
+        }
+        self.presynced.insert(key);
+    }
+
     /// Starts a batch split over DP replicas: until [`MetricStore::end_split`]
     /// a step value logged by several chunks is their mean weighted by the
     /// chunks' batch sizes, or their sum / max / min (epoch reductions
@@ -224,7 +380,12 @@ impl MetricStore {
     /// Reduces the step values logged with sync_dist over ranks with
     /// `reduce` (one collective per operation in use) and records them.
     pub fn sync_step(&mut self, reduce: Reducer) -> Result<()> {
-        let keys: Vec<String> = self.step.keys().filter(|k| self.sync.contains_key(base_name(k))).cloned().collect();
+        let keys: Vec<String> = self
+            .step
+            .keys()
+            .filter(|k| self.sync.contains_key(base_name(k)) && !self.presynced.contains(*k))
+            .cloned()
+            .collect();
         let mut values: Vec<f64> = keys.iter().map(|k| self.step[k]).collect();
         reduce_by_op(&mut values, |i| self.sync.get(base_name(&keys[i])).copied(), reduce)?;
         for (k, v) in keys.into_iter().zip(values) {
@@ -240,6 +401,7 @@ impl MetricStore {
     /// Takes the step values logged since the last call for the loggers
     /// (not those logged with logger=False).
     pub fn take_step_values(&mut self) -> BTreeMap<String, f64> {
+        self.presynced.clear();
         let mut step = std::mem::take(&mut self.step);
         step.retain(|k, _| !self.unlogged.contains(base_name(k)));
         step
@@ -395,6 +557,58 @@ mod tests {
         assert_eq!((m.callback_metrics["low_epoch"], m.callback_metrics["low"]), (-1.0, -1.0));
         let err = m.log("peak", 1.0, LogFlags { reduce_fx: ReduceFx::Sum, ..max }, 1.0).unwrap_err();
         assert!(err.message.contains("reduce_fx=\"max\""), "{}", err.message);
+    }
+
+    #[test]
+    fn fx_options_resolve_as_lightnings_validator() {
+        assert_eq!(TRAIN_BATCH_LOGGING.resolve("on_train_batch_end", None, None).unwrap(), (true, false));
+        assert_eq!(EVAL_BATCH_LOGGING.resolve("on_validation_batch_end", None, None).unwrap(), (false, true));
+        assert_eq!(EVAL_BATCH_LOGGING.resolve("validation_step", Some(true), None).unwrap(), (true, true));
+        assert_eq!(EPOCH_LOGGING.resolve("on_train_epoch_end", None, Some(true)).unwrap(), (false, true));
+        let e = EPOCH_LOGGING.resolve("on_train_epoch_end", Some(true), None).unwrap_err();
+        assert_eq!(
+            e.message,
+            "You can't `self.log(on_step=True)` inside `on_train_epoch_end`, must be one of (False,)."
+        );
+        let e = EPOCH_LOGGING.resolve("on_train_start", None, Some(false)).unwrap_err();
+        assert!(e.message.contains("self.log(on_epoch=False)` inside `on_train_start`, must be one of (True,)"));
+        let e = TRAIN_BATCH_LOGGING.resolve("on_after_backward", Some(false), None).unwrap_err();
+        assert!(e.message.contains("`self.log(on_step=False, on_epoch=False)` is not useful"), "{}", e.message);
+    }
+
+    #[test]
+    fn dataloader_suffix_and_add_dataloader_idx_off() {
+        let mut m = MetricStore::default();
+        let f = LogFlags { on_epoch: true, ..Default::default() };
+        let site = |i| LogSite { fx: "validation_step", dataloader_idx: Some(i) };
+        assert_eq!(m.log_from(site(1), "loss", 1.0, f, 1.0).unwrap(), "loss/dataloader_idx_1");
+        let bare = LogFlags { add_dataloader_idx: false, ..f };
+        assert_eq!(m.log_from(site(0), "acc", 1.0, bare, 1.0).unwrap(), "acc");
+        m.log_from(site(0), "acc", 3.0, bare, 1.0).unwrap();
+        let e = m.log_from(site(1), "acc", 1.0, bare, 1.0).unwrap_err();
+        assert!(e.message.contains("twice in `validation_step`"), "{}", e.message);
+        let e = m.log_from(site(0), "x/dataloader_idx_0", 1.0, f, 1.0).unwrap_err();
+        assert!(e.message.contains("add_dataloader_idx=True"), "{}", e.message);
+        assert_eq!(m.end_epoch()["acc"], 2.0);
+    }
+
+    #[test]
+    fn a_presynced_step_value_is_not_reduced_again() {
+        let mut m = MetricStore::default();
+        let f = LogFlags { on_step: true, sync_dist: true, reduce_fx: ReduceFx::Sum, ..Default::default() };
+        let doubled = |v: &mut [f64], _: ReduceFx| {
+            v.iter_mut().for_each(|x| *x *= 2.0);
+            Ok(())
+        };
+        m.log("hook", 3.0, f, 1.0).unwrap();
+        m.set_synced_step("hook", f, 6.0);
+        m.log("step", 1.0, f, 1.0).unwrap();
+        m.sync_step(&doubled).unwrap();
+        let s = m.take_step_values();
+        assert_eq!((s["hook"], s["step"]), (6.0, 2.0));
+        m.log("hook", 3.0, f, 1.0).unwrap();
+        m.sync_step(&doubled).unwrap();
+        assert_eq!(m.take_step_values()["hook"], 6.0);
     }
 
     #[test]

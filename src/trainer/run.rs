@@ -330,9 +330,48 @@ impl Run<'_> {
                 self.state.progress_metrics.insert(l.name.clone(), value);
             }
             if l.flags.logger {
-                self.state.hook_metrics.insert(l.name, value);
+                let bucket = if l.hook.is_training() {
+                    &mut self.state.train_hook_metrics
+                } else {
+                    &mut self.state.hook_metrics
+                };
+                bucket.insert(l.name, value);
             }
         }
+        Ok(())
+    }
+
+    /// Records the metrics batch hooks logged since the last call into the
+    /// epoch's `store`, as a step's logs: named for `dataloader_idx` when
+    /// the evaluation has several loaders, weighted by the hook's batch
+    /// size or else `batch_size`. With `sync_steps` (training) the step
+    /// values logged with sync_dist are reduced over the ranks here (every
+    /// rank logs the same names); epoch values are reduced at the epoch's
+    /// end as any. The callback and progress metrics follow.
+    pub fn drain_batch_hook_logs(
+        &mut self,
+        store: &mut super::metrics::MetricStore,
+        dataloader_idx: Option<usize>,
+        batch_size: i64,
+        sync_steps: bool,
+    ) -> Result<()> {
+        let logs = std::mem::take(&mut self.state.batch_hook_logs);
+        if logs.is_empty() {
+            return Ok(());
+        }
+        let synced = |i: usize| if sync_steps && logs[i].flags.on_step { logs[i].flags.sync_op() } else { None };
+        let mut step_values: Vec<f64> = logs.iter().map(|l| l.value).collect();
+        super::metrics::reduce_by_op(&mut step_values, &synced, &|v, op| self.strategy.reduce(v, op))?;
+        for (i, (l, step)) in logs.iter().zip(step_values).enumerate() {
+            let site = super::metrics::LogSite { fx: l.hook.name(), dataloader_idx };
+            let bs = l.batch_size.unwrap_or(batch_size).max(1) as f64;
+            let key = store.log_from(site, &l.name, l.value, l.flags, bs).ctx(l.hook.name())?;
+            if synced(i).is_some() {
+                store.set_synced_step(&key, l.flags, step);
+            }
+        }
+        self.state.callback_metrics.extend(store.callback_metrics.iter().map(|(k, v)| (k.clone(), *v)));
+        self.state.progress_metrics.extend(store.progress_metrics.iter().map(|(k, v)| (k.clone(), *v)));
         Ok(())
     }
 

@@ -621,7 +621,8 @@ static void test_host_saves_checkpoints(fulmen_loader *tl, fulmen_loader *vl) {
 /* Epoch-level metrics logged from epoch-end hooks drive ModelCheckpoint
  * and EarlyStopping (Lightning's self.log in on_train_epoch_end), reach
  * the CSV log, and validate returns what on_validation_epoch_end logs;
- * other hooks and per-step flags are refused. */
+ * on_fit_start, per-step flags in epoch hooks and both levels off are
+ * refused. */
 static const double epoch_scores[4] = {0.5, 0.9, 0.7, 0.8};
 static int hook_log_refusals;
 
@@ -638,6 +639,12 @@ static fulmen_error *scoring_hook(void *ud, int32_t hook, fulmen_hook_context *c
     }
     if (hook == FULMEN_HOOK_VALIDATION_EPOCH_END) return fulmen_hook_context_log(ctx, "val_auc", 0.75, 0);
     if (hook == FULMEN_HOOK_TRAIN_BATCH_END) {
+        /* on_step off, on_epoch its default here (off): not useful, refused */
+        fulmen_error *bad = fulmen_hook_context_log(ctx, "score", 1.0, FULMEN_LOG_DEFAULT_EPOCH);
+        hook_log_refusals += bad != NULL && fulmen_error_code(bad) == FULMEN_CODE_INVALID_ARGUMENT;
+        fulmen_error_free(bad);
+    }
+    if (hook == FULMEN_HOOK_FIT_START) {
         fulmen_error *bad = fulmen_hook_context_log(ctx, "score", 1.0, 0);
         hook_log_refusals += bad != NULL && fulmen_error_code(bad) == FULMEN_CODE_INVALID_STATE;
         fulmen_error_free(bad);

@@ -43,6 +43,22 @@ pub const FULMEN_LOG_REDUCE_MAX: u32 = 128;
 /// Log flag: the epoch value is the smallest value (`reduce_fx="min"`).
 pub const FULMEN_LOG_REDUCE_MIN: u32 = 256;
 
+/// Log flag: on_step is the default of the step function or hook
+/// (Lightning's `on_step=None`; training_step and the training batch hooks:
+/// on; validation / test and their batch hooks, the epoch hooks: off).
+/// Not with FULMEN_LOG_ON_STEP.
+pub const FULMEN_LOG_DEFAULT_STEP: u32 = 512;
+/// Log flag: on_epoch is the default of the step function or hook
+/// (Lightning's `on_epoch=None`). Not with FULMEN_LOG_ON_EPOCH.
+pub const FULMEN_LOG_DEFAULT_EPOCH: u32 = 1024;
+/// Log flags: both levels the defaults, as flags without FULMEN_LOG_ON_STEP
+/// and FULMEN_LOG_ON_EPOCH (Lightning's `self.log(name, value)`).
+pub const FULMEN_LOG_DEFAULT: u32 = 1536;
+/// Log flag: with several evaluation loaders, keep the name as given rather
+/// than add `/dataloader_idx_N` (Lightning's `add_dataloader_idx=False`);
+/// two loaders then cannot log the same name.
+pub const FULMEN_LOG_NO_DATALOADER_IDX: u32 = 2048;
+
 /// Every log flag.
 const ALL_LOG_FLAGS: u32 = FULMEN_LOG_ON_STEP
     | FULMEN_LOG_ON_EPOCH
@@ -52,7 +68,9 @@ const ALL_LOG_FLAGS: u32 = FULMEN_LOG_ON_STEP
     | FULMEN_LOG_RANK_ZERO_ONLY
     | FULMEN_LOG_REDUCE_SUM
     | FULMEN_LOG_REDUCE_MAX
-    | FULMEN_LOG_REDUCE_MIN;
+    | FULMEN_LOG_REDUCE_MIN
+    | FULMEN_LOG_DEFAULT
+    | FULMEN_LOG_NO_DATALOADER_IDX;
 
 /// Reads the step context (shared pin).
 pub(crate) unsafe fn ctx_ref<'a>(
@@ -68,9 +86,23 @@ pub(crate) unsafe fn ctx_mut<'a>(
     Ok(handle::borrow_mut(p, "ctx")?.map(|h| unsafe { &mut *h.ctx }))
 }
 
-/// The flags of a log call: without ON_STEP and ON_EPOCH the stage's
-/// defaults (training: on step; validation / test: on epoch).
-pub(crate) fn log_flags(stage: Stage, flags: u32) -> crate::error::Result<LogFlags> {
+/// One level of a log call: `Some` when the flags set it, `None` for the
+/// function's default (its DEFAULT flag, or flags naming no level at all).
+fn log_level(flags: u32, on: u32, default: u32, legacy_default: bool) -> crate::error::Result<Option<bool>> {
+    if flags & on != 0 && flags & default != 0 {
+        return Err(Error::invalid(format!(
+            "log flags {flags:#x} set a level both on and to its default (FULMEN_LOG_ON_STEP with \
+             FULMEN_LOG_DEFAULT_STEP, or FULMEN_LOG_ON_EPOCH with FULMEN_LOG_DEFAULT_EPOCH)"
+        )));
+    }
+    Ok((!legacy_default && flags & default == 0).then_some(flags & on != 0))
+}
+
+/// Reads log flags: on_step and on_epoch as Lightning's tri-states
+/// (`None`: the default), and the other arguments. Flags naming none of
+/// ON_STEP, ON_EPOCH, DEFAULT_STEP, DEFAULT_EPOCH leave both to the
+/// defaults; otherwise a level neither ON nor DEFAULT is off.
+pub(crate) fn parse_log_flags(flags: u32) -> crate::error::Result<(Option<bool>, Option<bool>, LogFlags)> {
     if flags & !ALL_LOG_FLAGS != 0 {
         return Err(Error::invalid(format!("unknown log flags {flags:#x}")));
     }
@@ -82,35 +114,52 @@ pub(crate) fn log_flags(stage: Stage, flags: u32) -> crate::error::Result<LogFla
         FULMEN_LOG_REDUCE_MIN => ReduceFx::Min,
         _ => return Err(Error::invalid(format!("log flags {flags:#x} name more than one reduction"))),
     };
-    let (on_step, on_epoch) = if flags & (FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH) == 0 {
-        let d = stage.default_flags();
-        (d.on_step, d.on_epoch)
-    } else {
-        (flags & FULMEN_LOG_ON_STEP != 0, flags & FULMEN_LOG_ON_EPOCH != 0)
-    };
-    Ok(LogFlags {
-        on_step,
-        on_epoch,
+    let legacy_default = flags & (FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH | FULMEN_LOG_DEFAULT) == 0;
+    let on_step = log_level(flags, FULMEN_LOG_ON_STEP, FULMEN_LOG_DEFAULT_STEP, legacy_default)?;
+    let on_epoch = log_level(flags, FULMEN_LOG_ON_EPOCH, FULMEN_LOG_DEFAULT_EPOCH, legacy_default)?;
+    let rest = LogFlags {
+        on_step: false,
+        on_epoch: false,
         prog_bar: flags & FULMEN_LOG_PROG_BAR != 0,
         sync_dist: flags & FULMEN_LOG_SYNC_DIST != 0,
         logger: flags & FULMEN_LOG_NO_LOGGER == 0,
         rank_zero_only: flags & FULMEN_LOG_RANK_ZERO_ONLY != 0,
         reduce_fx,
-    })
+        add_dataloader_idx: flags & FULMEN_LOG_NO_DATALOADER_IDX == 0,
+    };
+    Ok((on_step, on_epoch, rest))
+}
+
+/// The flags of a step function's log call, the levels resolved with the
+/// stage's defaults and allowed values (Lightning's `_FxValidator`:
+/// training on step, validation / test on epoch). In predict_step the
+/// levels stay off and the log call refuses.
+pub(crate) fn log_flags(stage: Stage, flags: u32) -> crate::error::Result<LogFlags> {
+    let (on_step, on_epoch, rest) = parse_log_flags(flags)?;
+    let Some(options) = stage.log_options() else { return Ok(rest) };
+    let (on_step, on_epoch) = options.resolve(stage.fx_name(), on_step, on_epoch)?;
+    Ok(LogFlags { on_step, on_epoch, ..rest })
 }
 
 /// Logs a metric, as Lightning's `self.log(name, value, ...)`. `flags`
-/// combines the FULMEN_LOG_* flags: ON_STEP / ON_EPOCH (neither: the
-/// stage's defaults, training on step, validation / test on epoch),
-/// PROG_BAR, SYNC_DIST, NO_LOGGER (`logger=False`), RANK_ZERO_ONLY, and at
-/// most one of REDUCE_SUM / REDUCE_MAX / REDUCE_MIN (`reduce_fx`; default
-/// the mean weighted by batch size). `batch_size` weights the epoch mean;
-/// 0 uses the batch's first dimension. Logged with both ON_STEP and
-/// ON_EPOCH, `name` appears as `name_step` and `name_epoch`.
+/// combines the FULMEN_LOG_* flags: ON_STEP / ON_EPOCH (neither, nor a
+/// DEFAULT flag: the stage's defaults, training on step, validation / test
+/// on epoch), DEFAULT_STEP / DEFAULT_EPOCH (that level's default, as
+/// Lightning's `None`; a level neither ON nor DEFAULT is off), PROG_BAR,
+/// SYNC_DIST, NO_LOGGER (`logger=False`), RANK_ZERO_ONLY,
+/// NO_DATALOADER_IDX (`add_dataloader_idx=False`), and at most one of
+/// REDUCE_SUM / REDUCE_MAX / REDUCE_MIN (`reduce_fx`; default the mean
+/// weighted by batch size). `batch_size` weights the epoch mean; 0 uses
+/// the batch's first dimension. Logged with both ON_STEP and ON_EPOCH,
+/// `name` appears as `name_step` and `name_epoch`. With several evaluation
+/// loaders the name gets `/dataloader_idx_N` unless NO_DATALOADER_IDX.
 ///
-/// Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown flags or two reductions;
-/// a name that is empty, not UTF-8, or holds a comma, quote or newline; a
-/// negative `batch_size`; a name logged before with other flags),
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown flags, two reductions, ON
+/// and DEFAULT for one level, both levels off; a name that is empty, not
+/// UTF-8, or holds a comma, quote or newline, or holds
+/// `/dataloader_idx_` without NO_DATALOADER_IDX; a negative `batch_size`;
+/// a name logged before with other flags, or with NO_DATALOADER_IDX from
+/// another loader),
 /// FULMEN_CODE_INVALID_STATE (also from predict_step, where nothing can be
 /// logged).
 #[no_mangle]

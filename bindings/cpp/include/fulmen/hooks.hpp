@@ -114,11 +114,13 @@ public:
         return v;
     }
 
-    /// Logs an epoch-level metric from Hook::TrainEpochEnd,
-    /// ValidationEpochEnd or TestEpochEnd (Lightning's `self.log` there):
-    /// ModelCheckpoint and EarlyStopping can monitor it. `flags` combines
-    /// Log::prog_bar, Log::sync_dist with Log::reduce_sum / max / min,
-    /// Log::no_logger and Log::rank_zero_only.
+    /// Logs a metric from a hook (Lightning's `self.log` there), with the
+    /// hook's on_step / on_epoch defaults and allowed values: training
+    /// batch hooks on step by default, validation / test batch hooks on
+    /// epoch, start and epoch hooks on epoch only; other hooks throw
+    /// (FULMEN_CODE_INVALID_STATE). `flags` are StepContext::log's
+    /// (Log::defaults / 0: the hook's defaults). What an epoch-end hook
+    /// logs, ModelCheckpoint and EarlyStopping can monitor.
     void log(const std::string& name, double value, uint32_t flags = 0) {
         check(fulmen_hook_context_log(ctx_, name.c_str(), value, flags));
     }

@@ -301,6 +301,14 @@ struct Log {
     static constexpr uint32_t reduce_sum = FULMEN_LOG_REDUCE_SUM;  ///< reduce_fx="sum".
     static constexpr uint32_t reduce_max = FULMEN_LOG_REDUCE_MAX;  ///< reduce_fx="max".
     static constexpr uint32_t reduce_min = FULMEN_LOG_REDUCE_MIN;  ///< reduce_fx="min".
+    /// on_step left to the step function's or hook's default (on_step=None).
+    static constexpr uint32_t default_step = FULMEN_LOG_DEFAULT_STEP;
+    /// on_epoch left to the default (on_epoch=None).
+    static constexpr uint32_t default_epoch = FULMEN_LOG_DEFAULT_EPOCH;
+    /// Both levels left to the defaults (as flags naming neither level).
+    static constexpr uint32_t defaults = FULMEN_LOG_DEFAULT;
+    /// No `/dataloader_idx_N` suffix with several loaders (add_dataloader_idx=False).
+    static constexpr uint32_t no_dataloader_idx = FULMEN_LOG_NO_DATALOADER_IDX;
 };
 
 /// The batch a step callback receives (borrowed: valid during the call).
