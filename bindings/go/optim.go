@@ -106,16 +106,18 @@ func (o *Optimizer) AddParamGroup(model *Model, params []*Tensor, lr float64) er
 	return err
 }
 
-// Step updates every parameter that has a gradient (optimizer.step()).
+// Step updates every parameter that has a gradient (optimizer.step()); a
+// HostOptimizer's Step runs while this goroutine waits.
 func (o *Optimizer) Step() error {
-	err := check(C.fulmen_optimizer_step(o.ptr()))
+	err := withCallbacks(nil, func() *C.fulmen_error { return C.fulmen_optimizer_step(o.ptr()) })
 	runtime.KeepAlive(o)
 	return err
 }
 
-// ZeroGrad clears the gradients of every parameter.
+// ZeroGrad clears the gradients of every parameter (a
+// HostOptimizerZeroGrad's ZeroGrad(true) when it has one).
 func (o *Optimizer) ZeroGrad() error {
-	err := check(C.fulmen_optimizer_zero_grad(o.ptr()))
+	err := withCallbacks(nil, func() *C.fulmen_error { return C.fulmen_optimizer_zero_grad(o.ptr()) })
 	runtime.KeepAlive(o)
 	return err
 }

@@ -437,6 +437,41 @@ fulmen_error *fulmen_go_add_prediction_writer(fulmen_trainer *trainer, const cha
                                                 on_epoch ? write_epoch : NULL, (void *)handle, free_handle);
 }
 
+static fulmen_error *hopt_step(void *ud, const fulmen_optimizer_step_context *ctx) {
+    return fulmenGoHostOptimizerStep((uintptr_t)ud, (fulmen_optimizer_step_context *)ctx);
+}
+
+static fulmen_error *hopt_zero_grad(void *ud, bool set_to_none) {
+    return fulmenGoHostOptimizerZeroGrad((uintptr_t)ud, set_to_none ? 1 : 0);
+}
+
+static fulmen_error *hopt_state_dict(void *ud, const uint8_t **data, size_t *len) {
+    return fulmenGoHostOptimizerStateDict((uintptr_t)ud, (uint8_t **)data, len);
+}
+
+static fulmen_error *hopt_load_state_dict(void *ud, const uint8_t *data, size_t len) {
+    return fulmenGoHostOptimizerLoadStateDict((uintptr_t)ud, (uint8_t *)data, len);
+}
+
+static void hopt_free(void *ud) { fulmenGoHostOptimizerFree((uintptr_t)ud); }
+
+fulmen_error *fulmen_go_host_optimizer_new(uintptr_t handle, unsigned slots, const fulmen_model *model,
+                                           const fulmen_tensor *const *params, size_t n_params, double lr,
+                                           fulmen_optimizer **out) {
+    fulmen_optimizer_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = (void *)handle;
+    vt.userdata_free = hopt_free;
+    vt.step = hopt_step;
+    if (slots & FULMEN_GO_OPT_ZERO_GRAD) vt.zero_grad = hopt_zero_grad;
+    if (slots & FULMEN_GO_OPT_STATE) {
+        vt.state_dict = hopt_state_dict;
+        vt.load_state_dict = hopt_load_state_dict;
+    }
+    return fulmen_optimizer_host_new(&vt, model, params, n_params, lr, out);
+}
+
 static fulmen_error *step_closure(void *ud, double *loss) { return fulmenGoClosure((uintptr_t)ud, loss); }
 
 fulmen_error *fulmen_go_step_closure(fulmen_optimizer *optimizer, uintptr_t handle, double *loss) {

@@ -56,6 +56,17 @@ fulmen_error *fulmen_go_accelerator_register(const char *name, const char *descr
 
 fulmen_error *fulmen_go_host_module_new(uintptr_t handle, size_t num_outputs, fulmen_model **out);
 
+/* Which host optimizer slots the Go optimizer implements (step always). */
+enum {
+    FULMEN_GO_OPT_ZERO_GRAD = 1,
+    FULMEN_GO_OPT_STATE = 2
+};
+
+/* fulmen_optimizer_host_new over a Go HostOptimizer. */
+fulmen_error *fulmen_go_host_optimizer_new(uintptr_t handle, unsigned slots, const fulmen_model *model,
+                                           const fulmen_tensor *const *params, size_t n_params, double lr,
+                                           fulmen_optimizer **out);
+
 /* LambdaLR (multiplicative false) or MultiplicativeLR over a Go factor. */
 fulmen_error *fulmen_go_lambda_scheduler_new(fulmen_optimizer *optimizer, uintptr_t handle, bool multiplicative,
                                              fulmen_scheduler **out);

@@ -65,6 +65,7 @@ mod foreach;
 mod foreach_adam_variants;
 mod fused;
 pub mod group_hyper;
+mod host;
 mod lbfgs;
 mod lbfgs_search;
 mod lbfgs_state;
@@ -75,10 +76,13 @@ mod rmsprop;
 pub mod scheduler;
 mod sgd;
 mod state;
+pub mod state_file;
 
 pub use adagrad::{Adagrad, AdagradOptions};
 pub use adam::{Adam, AdamOptions, AdamW};
 pub use adamax::{Adamax, AdamaxOptions};
+pub use host::{HostOptimizer, HostRule};
+pub(crate) use host::{HOST_STATE_KEY, MAX_OPTIMIZER_STATE};
 pub(crate) use lbfgs::MAX_HISTORY;
 pub use lbfgs::{Lbfgs, LbfgsOptions};
 pub use nadam::{NAdam, NAdamOptions};
@@ -116,11 +120,11 @@ mod group_tests;
 mod lbfgs_tests;
 
 /// torch's key for the momentum in an optimizer kind's param groups:
-/// `"momentum"` (SGD, RMSprop), `"betas.0"` (beta1 of the Adam family), or
+/// `"momentum"` (SGD, RMSprop, a host optimizer), `"betas.0"` (beta1 of the Adam family), or
 /// none (Adagrad).
 pub fn momentum_key(kind: &str) -> Option<&'static str> {
     match kind {
-        "sgd" | "rmsprop" => Some("momentum"),
+        "sgd" | "rmsprop" | "host" => Some("momentum"),
         "adam" | "adamw" | "adamax" | "nadam" | "radam" => Some("betas.0"),
         _ => None,
     }
@@ -174,7 +178,7 @@ impl ParamGroup {
 /// An optimizer over groups of parameters, with torch.optim semantics.
 pub trait Optimizer: Send {
     /// Short name: `"sgd"`, `"adam"`, `"adamw"`, `"rmsprop"`, `"adagrad"`,
-    /// `"adamax"`, `"nadam"`, `"radam"` or `"lbfgs"`.
+    /// `"adamax"`, `"nadam"`, `"radam"`, `"lbfgs"` or `"host"`.
     fn name(&self) -> &'static str;
 
     /// Performs one update of every parameter that has a gradient. An
@@ -197,6 +201,13 @@ pub trait Optimizer: Send {
         let loss = tch::with_grad(closure)?;
         self.step()?;
         Ok(loss)
+    }
+
+    /// An error the optimizer kept from a call that cannot return one (a
+    /// host optimizer's `zero_grad`), taken once; `None` for the built-in
+    /// kinds.
+    fn take_error(&mut self) -> Option<Error> {
+        None
     }
 
     /// Resets the gradients of all parameters to undefined, torch's default

@@ -173,13 +173,25 @@ impl Core {
     /// checked as `defaults.of_group(group).validate()`; on error nothing
     /// changes.
     pub fn load<O: GroupOptions>(&mut self, spec: &Spec, dict: &[(String, Tensor)], defaults: &O) -> Result<()> {
+        let parsed = self.parse_checked(spec, dict, defaults)?;
+        self.commit(parsed);
+        Ok(())
+    }
+
+    /// What `load` would apply, read and checked without changing anything
+    /// (apply it with `commit`).
+    pub(crate) fn parse_checked<O: GroupOptions>(
+        &self,
+        spec: &Spec,
+        dict: &[(String, Tensor)],
+        defaults: &O,
+    ) -> Result<Parsed> {
         let parsed = self.parse(spec, dict, O::EXTRAS)?;
         for (g, group) in parsed.groups.iter().enumerate() {
             check_extras(defaults, group)
                 .map_err(|e| Error::format(format!("{} state dict: group {g}: {}", spec.kind, e.message)))?;
         }
-        self.commit(parsed);
-        Ok(())
+        Ok(parsed)
     }
 
     /// Resets every parameter's gradient to undefined.
@@ -480,7 +492,7 @@ impl Core {
     }
 
     /// Applies what `parse` read.
-    fn commit(&mut self, parsed: Parsed) {
+    pub(crate) fn commit(&mut self, parsed: Parsed) {
         for (group, read) in self.groups.iter_mut().zip(parsed.groups) {
             group.lr = read.lr;
             group.weight_decay = read.weight_decay;

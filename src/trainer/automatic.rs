@@ -91,6 +91,10 @@ fn plain_step(
     let zero_grad = &mut |run: &mut Run| -> Result<()> {
         for cfg in run.optimizers.iter_mut() {
             cfg.optimizer.zero_grad();
+            // A host optimizer's own zero_grad may have failed.
+            if let Some(e) = cfg.optimizer.take_error() {
+                return Err(e);
+            }
         }
         Ok(())
     };

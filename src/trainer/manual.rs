@@ -175,8 +175,9 @@ impl ManualControl for ManualOptimization<'_, '_> {
     }
 
     fn zero_grad(&mut self, index: usize) -> Result<()> {
-        self.config(index)?.optimizer.zero_grad();
-        Ok(())
+        let opt = &mut self.config(index)?.optimizer;
+        opt.zero_grad();
+        opt.take_error().map_or(Ok(()), Err)
     }
 
     fn toggle(&mut self, index: usize) -> Result<()> {

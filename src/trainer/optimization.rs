@@ -254,7 +254,7 @@ impl OptimizationContext<'_, '_> {
         let cfg = self.config()?;
         if set_to_none {
             cfg.optimizer.zero_grad();
-            return Ok(());
+            return cfg.optimizer.take_error().map_or(Ok(()), Err);
         }
         for p in cfg.optimizer.param_groups().iter().flat_map(|g| g.params.iter()) {
             let mut g = p.grad();
@@ -366,6 +366,9 @@ pub(super) fn zero_grad_hook(run: &mut Run, optimizer: usize, batch_idx: i64) ->
     let Some(hooks) = run.opt_hooks.clone() else {
         for cfg in run.optimizers.iter_mut() {
             cfg.optimizer.zero_grad();
+            if let Some(e) = cfg.optimizer.take_error() {
+                return Err(e);
+            }
         }
         return Ok(());
     };

@@ -125,9 +125,13 @@ pub fn to_torch(kind: &str, flat: &[(String, Tensor)]) -> Result<Value> {
     let mut betas: BTreeMap<usize, [f64; 2]> = BTreeMap::new();
     let mut params: BTreeMap<usize, Value> = BTreeMap::new();
     let mut state: BTreeMap<i64, Vec<(Value, Value)>> = BTreeMap::new();
+    let mut host_state = None;
     for (name, t) in flat {
         let bad = || Error::format(format!("optimizer state: unexpected entry {name:?}"));
-        if let Some(rest) = name.strip_prefix("param_groups.") {
+        if name == crate::optim::HOST_STATE_KEY {
+            // A host optimizer's own bytes: a `bytes` entry beside torch's two.
+            host_state = Some(Value::Bytes(Vec::<u8>::try_from(t.f_flatten(0, -1)?.f_to_kind(Kind::Uint8)?)?));
+        } else if let Some(rest) = name.strip_prefix("param_groups.") {
             let (g, key) = rest.split_once('.').ok_or_else(bad)?;
             let g: usize = g.parse().map_err(|_| bad())?;
             let group = groups.entry(g).or_default();
@@ -189,7 +193,26 @@ pub fn to_torch(kind: &str, flat: &[(String, Tensor)]) -> Result<Value> {
         out_groups.push(Value::Dict(group));
     }
     let state = state.into_iter().map(|(i, entries)| (Value::Int(i), Value::Dict(entries))).collect();
-    Ok(Value::Dict(vec![(text("state"), Value::Dict(state)), (text("param_groups"), Value::List(out_groups))]))
+    let mut top = vec![(text("state"), Value::Dict(state)), (text("param_groups"), Value::List(out_groups))];
+    if let Some(bytes) = host_state {
+        top.push((text(crate::optim::HOST_STATE_KEY), bytes));
+    }
+    Ok(Value::Dict(top))
+}
+
+/// A host optimizer's bytes (`host_state`) from torch's form of its state,
+/// as the flat entry: a `bytes` value of at most
+/// `FULMEN_MAX_OPTIMIZER_STATE` bytes.
+fn host_state_from_torch(v: &Value, what: &str) -> Result<Option<(String, Tensor)>> {
+    let key = crate::optim::HOST_STATE_KEY;
+    match v.get(key) {
+        None => Ok(None),
+        Some(Value::Bytes(b)) => {
+            check_len(b.len(), crate::optim::MAX_OPTIMIZER_STATE, &format!("{what}.{key}"))?;
+            Ok(Some((key.to_string(), Tensor::f_from_slice(b)?)))
+        }
+        Some(_) => Err(Error::format(format!("{what}.{key} is not a bytes object"))),
+    }
 }
 
 /// Adds `extra` (entries a scheduler keeps in the param groups: one value
@@ -244,6 +267,7 @@ pub fn from_torch(v: &Value, what: &str) -> Result<Vec<(String, Tensor)>> {
         return super::lbfgs::from_torch(v, what);
     }
     let mut out = Vec::new();
+    out.extend(host_state_from_torch(v, what)?);
     let f64_scalar = |x: f64| -> Result<Tensor> { Ok(Tensor::f_from_slice(&[x])?.f_reshape([0i64; 0])?) };
     let groups = items(field(v, "param_groups", what)?, &format!("{what}.param_groups"))?;
     check_len(groups.len(), MAX_GROUPS, &format!("{what}.param_groups"))?;

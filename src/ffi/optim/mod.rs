@@ -6,4 +6,5 @@ pub mod fused;
 #[rustfmt::skip]
 pub mod gen_options;
 pub mod groups;
+pub mod host;
 pub mod optimizers;

@@ -180,12 +180,13 @@ pub unsafe extern "C" fn fulmen_optimizer_step(optimizer: *mut fulmen_optimizer)
 
 /// Clears the gradients of every parameter (`zero_grad(set_to_none=True)`).
 ///
-/// Errors: the common ones only.
+/// Errors: a host optimizer's `zero_grad` error (with its code).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_optimizer_zero_grad(optimizer: *mut fulmen_optimizer) -> *mut fulmen_error {
     guard!(|| {
-        handle::borrow_mut(optimizer, "optimizer")?.inner.zero_grad();
-        Ok(())
+        let mut o = handle::borrow_mut(optimizer, "optimizer")?;
+        o.inner.zero_grad();
+        o.inner.take_error().map_or(Ok(()), Err)
     })
 }
 

@@ -13,6 +13,7 @@ use crate::optim::{
     ExponentialLr, LinearLr, LrScheduler, MultiStepLr, OneCycleLr, OneCycleOptions, PlateauOptions, PolynomialLr,
     ReduceLrOnPlateau, SequentialLr, StepLr, SwaLr,
 };
+use std::ffi::c_char;
 
 /// A learning-rate scheduler bound to the optimizer it was created for.
 /// Free with `fulmen_scheduler_free` unless handed to the trainer.
@@ -437,6 +438,44 @@ pub unsafe extern "C" fn fulmen_scheduler_step(
         }
         let m = if metric.is_nan() { None } else { Some(metric) };
         s.inner.step(o.inner.as_mut(), m)
+    })
+}
+
+/// Saves the scheduler's state (`scheduler.state_dict()`: its step count,
+/// base and last lrs and its kind's own numbers) at `path` without a
+/// trainer: a safetensors file as fulmen's checkpoints are, written
+/// atomically. A LambdaLR's function is not saved (as in torch).
+///
+/// Errors: FULMEN_CODE_IO (the file cannot be written).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_save_state(
+    scheduler: *const fulmen_scheduler,
+    path: *const c_char,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let path = crate::ffi::base::error::str_arg(path, "path")?;
+        let s = handle::borrow(scheduler, "scheduler")?;
+        crate::optim::state_file::save_scheduler(s.inner.as_ref(), std::path::Path::new(path))
+    })
+}
+
+/// Loads into the scheduler the state `fulmen_scheduler_save_state` wrote
+/// for a scheduler of the same kind. The optimizer's lrs are left as they
+/// are (as torch's `load_state_dict`): the scheduler's next step writes
+/// them. On error the scheduler is unchanged.
+///
+/// Errors: FULMEN_CODE_IO (the file cannot be read; not a regular file),
+/// FULMEN_CODE_FORMAT (not a scheduler state, another kind's, a missing
+/// or invalid entry).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_scheduler_load_state(
+    scheduler: *mut fulmen_scheduler,
+    path: *const c_char,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let path = crate::ffi::base::error::str_arg(path, "path")?;
+        let mut s = handle::borrow_mut(scheduler, "scheduler")?;
+        crate::optim::state_file::load_scheduler(s.inner.as_mut(), std::path::Path::new(path))
     })
 }
 

@@ -5,7 +5,9 @@
 
 #include <functional>
 #include <limits>
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -133,6 +135,98 @@ struct ClosureCall {
 };
 }  // namespace detail
 
+/// The parameter groups a HostOptimizer's step reads (borrowed: valid
+/// during that step only).
+class OptimizerStepContext {
+public:
+    /// Wraps the C context of one step.
+    explicit OptimizerStepContext(const fulmen_optimizer_step_context* ctx) noexcept : ctx_(ctx) {}
+
+    /// The number of parameter groups.
+    size_t group_count() const {
+        return detail::read<size_t>([&](size_t* o) { return fulmen_optimizer_step_context_group_count(ctx_, o); });
+    }
+    /// The number of parameters of group `group`.
+    size_t param_count(size_t group) const {
+        return detail::read<size_t>(
+            [&](size_t* o) { return fulmen_optimizer_step_context_param_count(ctx_, group, o); });
+    }
+    /// Parameter `index` of group `group`: shares storage and gradient with
+    /// the model's parameter; update it in place (`add_`, `copy_`, ...).
+    Tensor param(size_t group, size_t index) const {
+        return Tensor::adopt(detail::make<fulmen_tensor>(
+            [&](fulmen_tensor** o) { return fulmen_optimizer_step_context_param(ctx_, group, index, o); }));
+    }
+    /// Group `group`'s "lr" (as the schedulers set it), "weight_decay",
+    /// "momentum" or "initial_lr".
+    double get(size_t group, const std::string& name) const {
+        return detail::read<double>(
+            [&](double* o) { return fulmen_optimizer_step_context_get(ctx_, group, name.c_str(), o); });
+    }
+    /// Group `group`'s learning rate.
+    double lr(size_t group) const { return get(group, "lr"); }
+
+private:
+    const fulmen_optimizer_step_context* ctx_;
+};
+
+/// An optimizer written in C++ (torch's `Optimizer` subclass with its own
+/// `step`): derive, override `step`, and make a fulmen optimizer of it with
+/// `Optimizer::host`, usable wherever a built-in one is (configure
+/// optimizers, schedulers, checkpoints, resume). `step` runs under no_grad;
+/// an exception it (or another override) throws fails the call that ran
+/// it and is rethrown there.
+class HostOptimizer {
+public:
+    virtual ~HostOptimizer() = default;
+
+    /// `optimizer.step()`: updates the parameters from their gradients.
+    virtual void step(OptimizerStepContext& ctx) = 0;
+    /// Whether `zero_grad` is overridden (otherwise fulmen sets every
+    /// gradient to none itself).
+    virtual bool has_zero_grad() const { return false; }
+    /// `optimizer.zero_grad(set_to_none)`, when `has_zero_grad`.
+    virtual void zero_grad(bool /*set_to_none*/) {}
+    /// The state saved with the param groups, as bytes (empty: none; at
+    /// most FULMEN_MAX_OPTIMIZER_STATE).
+    virtual std::vector<uint8_t> state_dict() { return {}; }
+    /// Restores what `state_dict` gave (empty when nothing was saved).
+    virtual void load_state_dict(const std::vector<uint8_t>& /*state*/) {}
+
+private:
+    friend class Optimizer;
+    std::vector<uint8_t> state_;  // what state_dict last gave, read by fulmen
+};
+
+namespace detail {
+/// Calls a HostOptimizer from fulmen (the userdata: a heap shared_ptr).
+struct HostOptimizerCalls {
+    static HostOptimizer& self(void* ud) { return **static_cast<std::shared_ptr<HostOptimizer>*>(ud); }
+    static fulmen_error* step(void* ud, const fulmen_optimizer_step_context* ctx) noexcept {
+        return guard_callback([&] {
+            OptimizerStepContext c(ctx);
+            self(ud).step(c);
+        });
+    }
+    static fulmen_error* zero_grad(void* ud, bool set_to_none) noexcept {
+        return guard_callback([&] { self(ud).zero_grad(set_to_none); });
+    }
+    static fulmen_error* state_dict(void* ud, const uint8_t** data, size_t* len, std::vector<uint8_t>& keep) noexcept {
+        return guard_callback([&] {
+            keep = self(ud).state_dict();
+            *data = keep.data();
+            *len = keep.size();
+        });
+    }
+    static fulmen_error* load_state_dict(void* ud, const uint8_t* data, size_t len) noexcept {
+        return guard_callback([&] {
+            self(ud).load_state_dict(len == 0 ? std::vector<uint8_t>() : std::vector<uint8_t>(data, data + len));
+        });
+    }
+    static void free(void* ud) noexcept { delete static_cast<std::shared_ptr<HostOptimizer>*>(ud); }
+};
+}  // namespace detail
+
 /// ReduceLROnPlateau options, default-constructed with torch's defaults.
 struct PlateauOptions : fulmen_plateau_options {
     /// torch's ReduceLROnPlateau defaults.
@@ -225,6 +319,27 @@ public:
         return create(fulmen_optimizer_lbfgs_new, nullptr, params, o);
     }
 
+    /// An optimizer whose step is `impl`'s (shared: fulmen keeps it alive
+    /// as long as the optimizer) over `model`'s parameters (and `extra`
+    /// tensors), one param group with learning rate `lr`.
+    static Optimizer host(std::shared_ptr<HostOptimizer> impl, const Model& model, double lr,
+                          const TensorList& extra = {}) {
+        return make_host(std::move(impl), model.get(), extra, lr);
+    }
+    /// A host optimizer over the tensors `params`.
+    static Optimizer host(std::shared_ptr<HostOptimizer> impl, const TensorList& params, double lr) {
+        return make_host(std::move(impl), nullptr, params, lr);
+    }
+
+    /// Saves the state (`state_dict()`) at `path`, without a trainer.
+    void save_state(const std::string& path) const { check(fulmen_optimizer_save_state(get(), path.c_str())); }
+    /// Loads a state `save_state` wrote for an optimizer of this kind and
+    /// groups; on error nothing changes.
+    void load_state(const std::string& path) {
+        detail::clear_pending_exception();
+        check(fulmen_optimizer_load_state(get(), path.c_str()));
+    }
+
     /// Adds a parameter group of `model`'s parameters; `lr` < 0 keeps the default.
     Optimizer& add_param_group(const Model& model, double lr = -1) { return add_group(model.get(), {}, lr); }
     /// Adds a parameter group of tensors; `lr` < 0 keeps the default.
@@ -303,6 +418,28 @@ private:
         std::vector<const fulmen_tensor*> h = detail::handles(params);
         return Optimizer(detail::make<fulmen_optimizer>(
             [&](fulmen_optimizer** out) { return fn(model, h.data(), h.size(), &o, out); }));
+    }
+    static Optimizer make_host(std::shared_ptr<HostOptimizer> impl, const fulmen_model* model,
+                               const TensorList& params, double lr) {
+        if (!impl) throw Error(FULMEN_CODE_NULL_ARGUMENT, "Optimizer::host: impl is null");
+        std::vector<const fulmen_tensor*> h = detail::handles(params);
+        auto box = std::make_unique<std::shared_ptr<HostOptimizer>>(std::move(impl));
+        fulmen_optimizer_vtable vt{};
+        vt.struct_size = sizeof vt;
+        vt.userdata = box.get();
+        vt.userdata_free = &detail::HostOptimizerCalls::free;
+        vt.step = &detail::HostOptimizerCalls::step;
+        if ((*box)->has_zero_grad()) vt.zero_grad = &detail::HostOptimizerCalls::zero_grad;
+        vt.state_dict = &state_dict_cb;
+        vt.load_state_dict = &detail::HostOptimizerCalls::load_state_dict;
+        Optimizer out(detail::make<fulmen_optimizer>(
+            [&](fulmen_optimizer** o) { return fulmen_optimizer_host_new(&vt, model, h.data(), h.size(), lr, o); }));
+        box.release();  // fulmen owns it now and calls userdata_free once
+        return out;
+    }
+    static fulmen_error* state_dict_cb(void* ud, const uint8_t** data, size_t* len) noexcept {
+        HostOptimizer& self = detail::HostOptimizerCalls::self(ud);
+        return detail::HostOptimizerCalls::state_dict(ud, data, len, self.state_);
     }
     Optimizer& add_group(const fulmen_model* model, const TensorList& params, double lr) {
         std::vector<const fulmen_tensor*> h = detail::handles(params);
@@ -442,6 +579,12 @@ public:
             return fulmen_scheduler_reduce_on_plateau_min_lrs_new(opt.get(), &options, min_lrs.data(), min_lrs.size(), o);
         });
     }
+
+    /// Saves the state (`state_dict()`) at `path`, without a trainer.
+    void save_state(const std::string& path) const { check(fulmen_scheduler_save_state(get(), path.c_str())); }
+    /// Loads a state `save_state` wrote for a scheduler of this kind; the
+    /// optimizer's lr changes at the next step. On error nothing changes.
+    void load_state(const std::string& path) { check(fulmen_scheduler_load_state(get(), path.c_str())); }
 
     /// Advances one step, setting the new lr in `opt` (the one it was made
     /// for); `metric` feeds ReduceLROnPlateau and is ignored otherwise.
