@@ -205,6 +205,8 @@ struct fulmen_optimization_context;
 struct fulmen_optimizer;
 struct fulmen_optimizer_closure;
 struct fulmen_optimizer_config;
+struct fulmen_optimizer_step_context;
+struct fulmen_optimizer_vtable;
 struct fulmen_plateau_options;
 struct fulmen_precision;
 struct fulmen_radam_options;

@@ -765,22 +765,43 @@ struct fulmen_error *fulmen_hook_context_request_stop(struct fulmen_hook_context
 struct fulmen_error *fulmen_hook_context_skip_rest_of_epoch(struct fulmen_hook_context *ctx);
 
 /**
- * Logs an epoch-level metric from on_train_epoch_end,
- * on_validation_epoch_end or on_test_epoch_end, as Lightning's
- * `self.log(name, value)` there: an F1 or AUROC computed over the epoch.
- * It reaches the trainer's callback metrics when the module's hook
- * returns, before ModelCheckpoint and EarlyStopping look (they can
- * monitor it), and the loggers with the epoch's other metrics; validate
- * and test return it. `flags` combines FULMEN_LOG_ON_EPOCH (implied),
- * FULMEN_LOG_PROG_BAR, FULMEN_LOG_SYNC_DIST (reduced over ranks, the mean
- * unless one of FULMEN_LOG_REDUCE_SUM / MAX / MIN says otherwise: every
- * rank must log the same synced names in the same order),
- * FULMEN_LOG_NO_LOGGER (callback metrics only) and
- * FULMEN_LOG_RANK_ZERO_ONLY (never synced).
+ * Logs a metric from a hook, as Lightning's `self.log(name, value, ...)`
+ * there (from the LightningModule's hooks and the callbacks' alike).
+ * `flags` are those of `fulmen_step_context_log`; the levels follow
+ * Lightning's table for the hook, and without FULMEN_LOG_ON_STEP /
+ * FULMEN_LOG_ON_EPOCH (or with the DEFAULT flags) take its defaults:
  *
- * Errors: FULMEN_CODE_INVALID_STATE (another hook), FULMEN_CODE_INVALID_ARGUMENT
- * (FULMEN_LOG_ON_STEP, unknown flags or two reductions; a name empty, not
- * UTF-8 or holding a comma, quote or newline).
+ * - on_train_batch_start / end, on_before_backward, on_after_backward,
+ *   on_before_optimizer_step, on_before_zero_grad: on_step and / or
+ *   on_epoch, default on_step. The value joins the step's logs (written
+ *   with the step, after on_train_batch_end) and the epoch's reduction,
+ *   weighted by the batch's size.
+ * - on_validation_batch_start / end, on_test_batch_start / end: either,
+ *   default on_epoch; with several loaders the name gets
+ *   `/dataloader_idx_N` unless FULMEN_LOG_NO_DATALOADER_IDX.
+ * - on_train_start, on_train_epoch_start / end, on_validation_start,
+ *   on_validation_epoch_start / end, on_test_start, on_test_epoch_start /
+ *   end: on_epoch only. The value reaches the callback metrics when the
+ *   module's hook returns, before ModelCheckpoint and EarlyStopping look
+ *   (they can monitor it), and the loggers with the epoch's metrics;
+ *   validate and test return it.
+ * - every other hook (setup, teardown, on_fit_start / end, the sanity
+ *   check's, on_train_end, on_validation_end, on_test_end, predict's,
+ *   checkpoint, exception and batch-transfer hooks, the model eval /
+ *   train / zero_grad hooks): refused, as in Lightning.
+ *
+ * FULMEN_LOG_SYNC_DIST reduces the value over ranks (every rank must log
+ * the same synced names in the same order); FULMEN_LOG_RANK_ZERO_ONLY
+ * never syncs.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (a hook where Lightning refuses
+ * `self.log`, with Lightning's message naming it),
+ * FULMEN_CODE_INVALID_ARGUMENT (a level the hook does not allow, with
+ * Lightning's message, or both levels off; unknown flags, two reductions,
+ * ON and DEFAULT for one level; a name empty, not UTF-8 or holding a
+ * comma, quote or newline). A name logged again with other flags, or
+ * from two loaders with FULMEN_LOG_NO_DATALOADER_IDX, fails the run with
+ * FULMEN_CODE_INVALID_ARGUMENT after the hook.
  */
 struct fulmen_error *fulmen_hook_context_log(struct fulmen_hook_context *ctx,
                                              const char *name,

@@ -63,6 +63,33 @@
 #define FULMEN_LOG_REDUCE_MIN 256
 
 /**
+ * Log flag: on_step is the default of the step function or hook
+ * (Lightning's `on_step=None`; training_step and the training batch hooks:
+ * on; validation / test and their batch hooks, the epoch hooks: off).
+ * Not with FULMEN_LOG_ON_STEP.
+ */
+#define FULMEN_LOG_DEFAULT_STEP 512
+
+/**
+ * Log flag: on_epoch is the default of the step function or hook
+ * (Lightning's `on_epoch=None`). Not with FULMEN_LOG_ON_EPOCH.
+ */
+#define FULMEN_LOG_DEFAULT_EPOCH 1024
+
+/**
+ * Log flags: both levels the defaults, as flags without FULMEN_LOG_ON_STEP
+ * and FULMEN_LOG_ON_EPOCH (Lightning's `self.log(name, value)`).
+ */
+#define FULMEN_LOG_DEFAULT 1536
+
+/**
+ * Log flag: with several evaluation loaders, keep the name as given rather
+ * than add `/dataloader_idx_N` (Lightning's `add_dataloader_idx=False`);
+ * two loaders then cannot log the same name.
+ */
+#define FULMEN_LOG_NO_DATALOADER_IDX 2048
+
+/**
  * The longest name a datamodule may have, in bytes.
  */
 #define FULMEN_DATAMODULE_NAME_MAX 256
@@ -506,17 +533,24 @@ extern "C" {
 
 /**
  * Logs a metric, as Lightning's `self.log(name, value, ...)`. `flags`
- * combines the FULMEN_LOG_* flags: ON_STEP / ON_EPOCH (neither: the
- * stage's defaults, training on step, validation / test on epoch),
- * PROG_BAR, SYNC_DIST, NO_LOGGER (`logger=False`), RANK_ZERO_ONLY, and at
- * most one of REDUCE_SUM / REDUCE_MAX / REDUCE_MIN (`reduce_fx`; default
- * the mean weighted by batch size). `batch_size` weights the epoch mean;
- * 0 uses the batch's first dimension. Logged with both ON_STEP and
- * ON_EPOCH, `name` appears as `name_step` and `name_epoch`.
+ * combines the FULMEN_LOG_* flags: ON_STEP / ON_EPOCH (neither, nor a
+ * DEFAULT flag: the stage's defaults, training on step, validation / test
+ * on epoch), DEFAULT_STEP / DEFAULT_EPOCH (that level's default, as
+ * Lightning's `None`; a level neither ON nor DEFAULT is off), PROG_BAR,
+ * SYNC_DIST, NO_LOGGER (`logger=False`), RANK_ZERO_ONLY,
+ * NO_DATALOADER_IDX (`add_dataloader_idx=False`), and at most one of
+ * REDUCE_SUM / REDUCE_MAX / REDUCE_MIN (`reduce_fx`; default the mean
+ * weighted by batch size). `batch_size` weights the epoch mean; 0 uses
+ * the batch's first dimension. Logged with both ON_STEP and ON_EPOCH,
+ * `name` appears as `name_step` and `name_epoch`. With several evaluation
+ * loaders the name gets `/dataloader_idx_N` unless NO_DATALOADER_IDX.
  *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown flags or two reductions;
- * a name that is empty, not UTF-8, or holds a comma, quote or newline; a
- * negative `batch_size`; a name logged before with other flags),
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (unknown flags, two reductions, ON
+ * and DEFAULT for one level, both levels off; a name that is empty, not
+ * UTF-8, or holds a comma, quote or newline, or holds
+ * `/dataloader_idx_` without NO_DATALOADER_IDX; a negative `batch_size`;
+ * a name logged before with other flags, or with NO_DATALOADER_IDX from
+ * another loader),
  * FULMEN_CODE_INVALID_STATE (also from predict_step, where nothing can be
  * logged).
  */

@@ -13,6 +13,12 @@
 #include "base.h"
 
 /**
+ * The most bytes a host optimizer's `state_dict` may write, and a
+ * checkpoint may hold for it (1 GiB).
+ */
+#define FULMEN_MAX_OPTIMIZER_STATE (1 << 30)
+
+/**
  * torch's `foreach` argument (in C, `fulmen_foreach`).
  */
 typedef enum fulmen_foreach {
@@ -36,6 +42,14 @@ typedef enum fulmen_foreach {
  * unless it was handed to `fulmen_optimizer_config_add`.
  */
 typedef struct fulmen_optimizer fulmen_optimizer;
+
+/**
+ * The context of one call of `fulmen_optimizer_vtable.step`: the
+ * optimizer's parameter groups, read with
+ * `fulmen_optimizer_step_context_*`. Borrowed: valid only during that
+ * call.
+ */
+typedef struct fulmen_optimizer_step_context fulmen_optimizer_step_context;
 
 /**
  * Adagrad options; defaults from `fulmen_adagrad_options_default`.
@@ -315,6 +329,63 @@ typedef struct fulmen_rmsprop_options {
   bool maximize;
 } fulmen_rmsprop_options;
 
+/**
+ * The host's optimizer (torch's `Optimizer` subclass with its own `step`).
+ * Set `struct_size` to `sizeof(fulmen_optimizer_vtable)`. Every callback
+ * runs on the thread that steps the optimizer (the trainer's, or the
+ * host's loop); tensors a callback creates are released when it returns,
+ * except those kept with `fulmen_tensor_keep`.
+ */
+typedef struct fulmen_optimizer_vtable {
+  /**
+   * `sizeof(fulmen_optimizer_vtable)`.
+   */
+  size_t struct_size;
+  /**
+   * Passed to every callback.
+   */
+  void *userdata;
+  /**
+   * Called once when the optimizer is freed; may be NULL.
+   */
+  void (*userdata_free)(void*);
+  /**
+   * `optimizer.step()` (required): updates the parameters in place from
+   * their gradients, reading them and each group's hyperparameters
+   * (`lr` as the schedulers set it) through `ctx`. Runs under no_grad.
+   * An error ends the step (and a fit) with its code.
+   */
+  struct fulmen_error *(*step)(void *userdata, const struct fulmen_optimizer_step_context *ctx);
+  /**
+   * `optimizer.zero_grad(set_to_none)`: clears the gradients (the
+   * trainer and `fulmen_optimizer_zero_grad` pass `set_to_none` true,
+   * torch's default). NULL: fulmen sets every gradient to none itself.
+   * An error ends the call that cleared the gradients (a fit, a manual
+   * step's `zero_grad`, `fulmen_optimizer_zero_grad`), or else the
+   * optimizer's next step.
+   */
+  struct fulmen_error *(*zero_grad)(void *userdata, bool set_to_none);
+  /**
+   * `optimizer.state_dict()`'s own part: writes to `*data` and `*len`
+   * the bytes of the host's state (at most FULMEN_MAX_OPTIMIZER_STATE),
+   * which must stay valid until the call returns (fulmen copies them
+   * then); `*len` 0 saves nothing. Saved with the param groups in every
+   * checkpoint (a `host_state` entry: uint8 tensor in fulmen's format, a
+   * `bytes` entry of the optimizer's state under `optimizer_states` in
+   * Lightning's) and by `fulmen_optimizer_save_state`. May be NULL.
+   */
+  struct fulmen_error *(*state_dict)(void *userdata, const uint8_t **data, size_t *len);
+  /**
+   * `optimizer.load_state_dict()`'s own part: the bytes `state_dict`
+   * saved (`len` 0 when none were), `data` valid during the call only.
+   * Called on resume and by `fulmen_optimizer_load_state`, after the
+   * param groups were read and before they are kept: an error leaves
+   * them as they were. May be NULL (then a state holding bytes is
+   * refused).
+   */
+  struct fulmen_error *(*load_state_dict)(void *userdata, const uint8_t *data, size_t len);
+} fulmen_optimizer_vtable;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -587,6 +658,105 @@ struct fulmen_error *fulmen_optimizer_param_group_set(struct fulmen_optimizer *o
                                                       double value);
 
 /**
+ * Creates an optimizer whose step is the host's `vtable` (copied) over
+ * `model`'s parameters (if not NULL) and `params[0..n_params]`, in one
+ * parameter group with learning rate `lr` (weight_decay and momentum 0;
+ * change them, or add groups, as for any optimizer). It is a
+ * `fulmen_optimizer` like the built-in ones: for
+ * `fulmen_optimizer_config_add` with schedulers (which set the `lr` the
+ * step reads), manual optimization, host loops (`fulmen_optimizer_step`,
+ * `fulmen_optimizer_zero_grad`), checkpoints and resuming, and
+ * `fulmen_optimizer_save_state`. Its param groups are saved as
+ * torch's (`lr`, `weight_decay`, `momentum`, `params`), its kind as
+ * "host". On failure `userdata_free` is not called.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`vtable` or `out` NULL),
+ * FULMEN_CODE_INVALID_ARGUMENT (`struct_size` smaller than the first
+ * vtable, `step` NULL, `lr` negative or not finite, no parameters, a
+ * tensor in `params` that does not require grad, a parameter listed
+ * twice), FULMEN_CODE_DTYPE_MISMATCH (a complex parameter).
+ */
+struct fulmen_error *fulmen_optimizer_host_new(const struct fulmen_optimizer_vtable *vtable,
+                                               const struct fulmen_model *model,
+                                               const struct fulmen_tensor *const *params,
+                                               size_t n_params,
+                                               double lr,
+                                               struct fulmen_optimizer **out);
+
+/**
+ * Writes the number of parameter groups of the stepping optimizer.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_optimizer_step_context_group_count(const struct fulmen_optimizer_step_context *ctx,
+                                                               size_t *out);
+
+/**
+ * Writes the number of parameters of group `group`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`group` >= the group count).
+ */
+struct fulmen_error *fulmen_optimizer_step_context_param_count(const struct fulmen_optimizer_step_context *ctx,
+                                                               size_t group,
+                                                               size_t *out);
+
+/**
+ * Writes to `*out` parameter `index` of group `group`: a tensor handle
+ * sharing storage and gradient (`fulmen_tensor_grad`) with the model's
+ * parameter, released when the step returns. Update it in place
+ * (`fulmen_tensor_add_`, `fulmen_tensor_copy_`, ...); its gradient is
+ * NULL for a parameter that got none (torch skips those).
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`group` or `index` beyond the counts).
+ */
+struct fulmen_error *fulmen_optimizer_step_context_param(const struct fulmen_optimizer_step_context *ctx,
+                                                         size_t group,
+                                                         size_t index,
+                                                         struct fulmen_tensor **out);
+
+/**
+ * Writes the hyperparameter `name` of group `group`: `"lr"` (as the
+ * schedulers set it), `"weight_decay"`, `"momentum"` (what a cycling
+ * scheduler cycles), or `"initial_lr"` (the lr a scheduler recorded when
+ * attached; FULMEN_CODE_INVALID_STATE before any was).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (another name),
+ * FULMEN_CODE_OUT_OF_RANGE (`group` >= the group count),
+ * FULMEN_CODE_INVALID_STATE (`"initial_lr"` unset).
+ */
+struct fulmen_error *fulmen_optimizer_step_context_get(const struct fulmen_optimizer_step_context *ctx,
+                                                       size_t group,
+                                                       const char *name,
+                                                       double *out);
+
+/**
+ * Saves the optimizer's state (`optimizer.state_dict()`: param groups,
+ * per-parameter buffers, a host optimizer's bytes) at `path` without a
+ * trainer: a safetensors file laid out as fulmen's checkpoints, written
+ * atomically.
+ *
+ * Errors: FULMEN_CODE_IO (the file cannot be written), a host
+ * optimizer's `state_dict` error, FULMEN_CODE_OUT_OF_RANGE (it wrote more
+ * than FULMEN_MAX_OPTIMIZER_STATE bytes).
+ */
+struct fulmen_error *fulmen_optimizer_save_state(const struct fulmen_optimizer *optimizer,
+                                                 const char *path);
+
+/**
+ * Loads into the optimizer the state `fulmen_optimizer_save_state` wrote
+ * for an optimizer of the same kind and parameter groups. On error the
+ * optimizer is unchanged.
+ *
+ * Errors: FULMEN_CODE_IO (the file cannot be read; not a regular file),
+ * FULMEN_CODE_FORMAT (not an optimizer state, another kind's, other
+ * groups, a malformed entry), FULMEN_CODE_SHAPE_MISMATCH (a buffer whose
+ * shape is not its parameter's), a host optimizer's `load_state_dict`
+ * error.
+ */
+struct fulmen_error *fulmen_optimizer_load_state(struct fulmen_optimizer *optimizer,
+                                                 const char *path);
+
+/**
  * Creates an SGD optimizer over `model`'s parameters (if not NULL) and
  * `params[0..n_params]`.
  *
@@ -665,7 +835,7 @@ struct fulmen_error *fulmen_optimizer_step(struct fulmen_optimizer *optimizer);
 /**
  * Clears the gradients of every parameter (`zero_grad(set_to_none=True)`).
  *
- * Errors: the common ones only.
+ * Errors: a host optimizer's `zero_grad` error (with its code).
  */
 struct fulmen_error *fulmen_optimizer_zero_grad(struct fulmen_optimizer *optimizer);
 

@@ -511,6 +511,30 @@ struct fulmen_error *fulmen_scheduler_step(struct fulmen_scheduler *scheduler,
                                            double metric);
 
 /**
+ * Saves the scheduler's state (`scheduler.state_dict()`: its step count,
+ * base and last lrs and its kind's own numbers) at `path` without a
+ * trainer: a safetensors file as fulmen's checkpoints are, written
+ * atomically. A LambdaLR's function is not saved (as in torch).
+ *
+ * Errors: FULMEN_CODE_IO (the file cannot be written).
+ */
+struct fulmen_error *fulmen_scheduler_save_state(const struct fulmen_scheduler *scheduler,
+                                                 const char *path);
+
+/**
+ * Loads into the scheduler the state `fulmen_scheduler_save_state` wrote
+ * for a scheduler of the same kind. The optimizer's lrs are left as they
+ * are (as torch's `load_state_dict`): the scheduler's next step writes
+ * them. On error the scheduler is unchanged.
+ *
+ * Errors: FULMEN_CODE_IO (the file cannot be read; not a regular file),
+ * FULMEN_CODE_FORMAT (not a scheduler state, another kind's, a missing
+ * or invalid entry).
+ */
+struct fulmen_error *fulmen_scheduler_load_state(struct fulmen_scheduler *scheduler,
+                                                 const char *path);
+
+/**
  * Frees a scheduler. NULL or an already freed handle is a no-op.
  */
 void fulmen_scheduler_free(struct fulmen_scheduler *scheduler);
