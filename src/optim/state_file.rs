@@ -107,10 +107,11 @@ mod tests {
     use crate::optim::test_util::Model;
     use crate::optim::{Adam, AdamOptions, ReduceLrOnPlateau, Sgd, SgdOptions, StepLr};
 
-    fn temp(tag: &str) -> std::path::PathBuf {
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        std::env::temp_dir().join(format!("fulmen-state-file-{}-{tag}-{n}.safetensors", std::process::id()))
+    /// A fresh folder of the test's own and the state file's path in it.
+    fn temp(tag: &str) -> (crate::test_dirs::TempDir, std::path::PathBuf) {
+        let dir = crate::test_dirs::TempDir::new(&format!("state-file-{tag}"));
+        let path = dir.join("state.safetensors");
+        (dir, path)
     }
 
     #[test]
@@ -119,7 +120,7 @@ mod tests {
         let mut opt_a = Adam::new(a.params(), AdamOptions { lr: 0.05, ..Default::default() }).unwrap();
         a.run(&mut opt_a, 3);
         b.w.detach().copy_(&a.w);
-        let path = temp("adam");
+        let (_dir, path) = temp("adam");
         save_optimizer(&opt_a, &path).unwrap();
         let mut opt_b = Adam::new(b.params(), AdamOptions { lr: 0.9, ..Default::default() }).unwrap();
         load_optimizer(&mut opt_b, &path).unwrap();
@@ -143,7 +144,7 @@ mod tests {
         let m = Model::new(tch::Kind::Float);
         let mut opt = Sgd::new(m.params(), SgdOptions { lr: 1.0, ..Default::default() }).unwrap();
         let mut s = ReduceLrOnPlateau::new(&mut opt, Default::default()).unwrap();
-        let path = temp("plateau");
+        let (_dir, path) = temp("plateau");
         // Fresh: `best` is +inf, which the file keeps exactly.
         save_scheduler(&s, &path).unwrap();
         let fresh = s.state_dict();

@@ -361,7 +361,7 @@ impl Run<'_> {
         }
         let synced = |i: usize| if sync_steps && logs[i].flags.on_step { logs[i].flags.sync_op() } else { None };
         let mut step_values: Vec<f64> = logs.iter().map(|l| l.value).collect();
-        super::metrics::reduce_by_op(&mut step_values, &synced, &|v, op| self.strategy.reduce(v, op))?;
+        super::metrics::reduce_by_op(&mut step_values, synced, &|v, op| self.strategy.reduce(v, op))?;
         for (i, (l, step)) in logs.iter().zip(step_values).enumerate() {
             let site = super::metrics::LogSite { fx: l.hook.name(), dataloader_idx };
             let bs = l.batch_size.unwrap_or(batch_size).max(1) as f64;
