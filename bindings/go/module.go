@@ -423,6 +423,39 @@ func (c *OptimizerConfig) AddScheduler(optimizerIndex int, sched *Scheduler, int
 	return nil
 }
 
+// SetSchedulerName names the schedulerIndex-th scheduler of the
+// optimizerIndex-th optimizer (Lightning's lr_scheduler "name"):
+// LearningRateMonitor logs name instead of lr-<Optimizer>; "" clears it.
+func (c *OptimizerConfig) SetSchedulerName(optimizerIndex, schedulerIndex int, name string) error {
+	if optimizerIndex < 0 || schedulerIndex < 0 {
+		return &Error{Code: CodeInvalidArgument, Message: "SetSchedulerName: negative index"}
+	}
+	var h *C.fulmen_optimizer_config
+	if c != nil {
+		h = c.h
+	}
+	var n *C.char
+	if name != "" {
+		n = cString(name)
+		defer freeCString(n)
+	}
+	return check(C.fulmen_optimizer_config_set_scheduler_name(h, C.size_t(optimizerIndex), C.size_t(schedulerIndex), n))
+}
+
+// SetSchedulerStrict sets Lightning's lr_scheduler "strict": false makes a
+// ReduceLROnPlateau whose metric was not logged warn and skip its step
+// instead of failing the run.
+func (c *OptimizerConfig) SetSchedulerStrict(optimizerIndex, schedulerIndex int, strict bool) error {
+	if optimizerIndex < 0 || schedulerIndex < 0 {
+		return &Error{Code: CodeInvalidArgument, Message: "SetSchedulerStrict: negative index"}
+	}
+	var h *C.fulmen_optimizer_config
+	if c != nil {
+		h = c.h
+	}
+	return check(C.fulmen_optimizer_config_set_scheduler_strict(h, C.size_t(optimizerIndex), C.size_t(schedulerIndex), C.bool(strict)))
+}
+
 // AddWithScheduler hands opt and sched (created for opt; may be nil) to the
 // trainer: the scheduler steps every frequency intervals, and monitor names
 // the logged metric fed to ReduceLROnPlateau ("" otherwise). On success

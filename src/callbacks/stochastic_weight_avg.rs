@@ -233,7 +233,14 @@ impl StochasticWeightAveraging {
             self.opts.annealing_strategy,
             last_epoch,
         )?;
-        let swa = SchedulerConfig { scheduler: Box::new(swa), interval: Interval::Epoch, frequency: 1, monitor: None };
+        let swa = SchedulerConfig {
+            scheduler: Box::new(swa),
+            interval: Interval::Epoch,
+            frequency: 1,
+            monitor: None,
+            name: None,
+            strict: true,
+        };
         match cfg.schedulers.first_mut() {
             Some(old) => {
                 if old.interval != Interval::Epoch || old.frequency != 1 {

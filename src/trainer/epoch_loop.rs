@@ -41,6 +41,12 @@ fn scheduler_metric(s: &SchedulerConfig, metrics: &BTreeMap<String, f64>) -> Res
     }
 }
 
+/// Whether a due ReduceLROnPlateau with `strict` off must skip its step
+/// because its monitored metric was not logged (Lightning warns and skips).
+fn skips_missing_monitor(s: &SchedulerConfig, metrics: &BTreeMap<String, f64>) -> bool {
+    !s.strict && s.scheduler.reduce_on_plateau() && s.monitor.as_ref().is_some_and(|m| !metrics.contains_key(m))
+}
+
 /// Steps the schedulers of `interval` and `kind` whose frequency divides
 /// `count` (Lightning's `current_idx`: the batch index in the epoch + 1 for
 /// step schedulers, the epoch + 1 for epoch ones), each through the
@@ -55,6 +61,15 @@ pub(super) fn step_schedulers(run: &mut Run, interval: Interval, kind: Kind, cou
             let s = &run.optimizers[i].schedulers[j];
             let plateau = s.scheduler.reduce_on_plateau();
             if s.interval != interval || (kind == Kind::Plateau) != plateau || count % s.frequency.max(1) != 0 {
+                continue;
+            }
+            if skips_missing_monitor(s, &run.state.callback_metrics) {
+                let message = format!(
+                    "ReduceLROnPlateau conditioned on metric {} which is not available but strict is set to \
+                     `False`. Skipping learning rate update.",
+                    s.monitor.as_deref().unwrap_or_default()
+                );
+                run.warn_once("scheduler_monitor_missing", &message);
                 continue;
             }
             let metric = scheduler_metric(s, &run.state.callback_metrics)?;

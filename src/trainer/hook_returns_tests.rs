@@ -101,8 +101,14 @@ impl LightningModule for Returns {
         let params = self.model.lock().unwrap_or_else(|p| p.into_inner()).parameters();
         let mut sgd = Sgd::new(params, SgdOptions { lr: 0.1, ..Default::default() })?;
         let step = StepLr::new(&mut sgd, 1, 0.5)?;
-        let scheduler =
-            SchedulerConfig { scheduler: Box::new(step), interval: Interval::Step, frequency: 1, monitor: None };
+        let scheduler = SchedulerConfig {
+            scheduler: Box::new(step),
+            interval: Interval::Step,
+            frequency: 1,
+            monitor: None,
+            name: None,
+            strict: true,
+        };
         Ok(vec![OptimizerConfig::new(Box::new(sgd), Some(scheduler))])
     }
 

@@ -33,6 +33,12 @@ pub struct SchedulerConfig {
     pub frequency: i64,
     /// Metric fed to ReduceLROnPlateau (a logged name such as "val_loss").
     pub monitor: Option<String>,
+    /// Lightning's `name`: LearningRateMonitor logs `<name>` instead of
+    /// `lr-<Optimizer>`.
+    pub name: Option<String>,
+    /// Lightning's `strict`: a ReduceLROnPlateau whose monitored metric was
+    /// not logged fails the run when true, warns and skips its step when false.
+    pub strict: bool,
 }
 
 /// What `configure_optimizers` may want to know about the run.

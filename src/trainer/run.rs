@@ -511,19 +511,29 @@ impl Run<'_> {
     }
 
     /// Every group's rates as LearningRateMonitor names them: one entry per
-    /// scheduler first (an optimizer with two is named twice), then the
+    /// scheduler first (an optimizer with two is named twice; a scheduler's
+    /// `name` replaces `lr-<Optimizer>`), then the
     /// optimizers without one (so a repeated class is numbered `lr-SGD`,
     /// `lr-SGD-1` in that order, as Lightning does).
     pub fn refresh_learning_rates(&mut self) {
         let mut rates = Vec::new();
         let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
-        let scheduled = self.optimizers.iter().flat_map(|c| c.schedulers.iter().map(move |s| (c, Some(s.interval))));
-        let unscheduled = self.optimizers.iter().filter(|c| c.schedulers.is_empty()).map(|c| (c, None));
-        for (cfg, interval) in scheduled.chain(unscheduled) {
-            let name = class_name(cfg.optimizer.name());
-            let n = seen.entry(name).or_insert(0);
-            let base = if *n == 0 { format!("lr-{name}") } else { format!("lr-{name}-{n}") };
-            *n += 1;
+        let scheduled = self
+            .optimizers
+            .iter()
+            .flat_map(|c| c.schedulers.iter().map(move |s| (c, Some(s.interval), s.name.as_deref())));
+        let unscheduled = self.optimizers.iter().filter(|c| c.schedulers.is_empty()).map(|c| (c, None, None));
+        for (cfg, interval, given) in scheduled.chain(unscheduled) {
+            let class = class_name(cfg.optimizer.name());
+            // As Lightning's _check_duplicates_and_update_name: only unnamed
+            // schedulers count their optimizer class, and the count so far
+            // numbers the name either way.
+            let count = seen.entry(class).or_insert(0);
+            if given.is_none() {
+                *count += 1;
+            }
+            let name = given.map_or_else(|| format!("lr-{class}"), str::to_string);
+            let base = if *count > 1 { format!("{name}-{}", *count - 1) } else { name };
             let groups = cfg.optimizer.param_groups();
             for (j, g) in groups.iter().enumerate() {
                 rates.push(GroupRates {

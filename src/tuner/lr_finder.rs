@@ -219,6 +219,8 @@ impl LightningModule for FinderModule<'_> {
             interval: Interval::Step,
             frequency: 1,
             monitor: None,
+            name: None,
+            strict: true,
         }];
         Ok(configs)
     }

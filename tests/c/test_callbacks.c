@@ -50,6 +50,9 @@ typedef struct {
     int sanity_val_batches, val_batches, train_calls, steps_hooked;
     bool in_sanity;
     bool step_scheduler;    /* StepLR(1, 0.5) stepping every epoch */
+    const char *sched_name; /* the scheduler's lr_scheduler "name", if any */
+    const char *plateau_on; /* a ReduceLROnPlateau on this metric instead, if any */
+    bool plateau_lenient;   /* its strict=False */
     double momentum, weight_decay; /* of the SGD */
     float first_x[8];       /* first input value of batch 0, per epoch */
     /* gradient clipping probe (first optimizer step) */
@@ -107,11 +110,15 @@ static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *con
     fulmen_scheduler *s = NULL;
     fulmen_error *e = fulmen_optimizer_sgd_new(f->model, NULL, 0, &o, &opt);
     if (e == NULL && f->step_scheduler) e = fulmen_scheduler_step_lr_new(opt, 1, 0.5, &s);
-    if (e == NULL) e = fulmen_optimizer_config_add(config, opt, s, FULMEN_INTERVAL_EPOCH, 1, NULL);
+    if (e == NULL && f->plateau_on != NULL) e = fulmen_scheduler_reduce_on_plateau_new(opt, NULL, &s);
+    if (e == NULL) e = fulmen_optimizer_config_add(config, opt, s, FULMEN_INTERVAL_EPOCH, 1, f->plateau_on);
     if (e != NULL) {
         fulmen_scheduler_free(s);
         fulmen_optimizer_free(opt);
+        return e;
     }
+    if (s != NULL && f->sched_name != NULL) e = fulmen_optimizer_config_set_scheduler_name(config, 0, 0, f->sched_name);
+    if (e == NULL && s != NULL && f->plateau_lenient) e = fulmen_optimizer_config_set_scheduler_strict(config, 0, 0, false);
     return e;
 }
 
@@ -367,6 +374,92 @@ static void test_lr_monitor(void) {
     CHECK_OK(fulmen_trainer_fit(t, m, TL, NULL, NULL));
     CHECK(log.n == 3 && log.step[0] == 0 && log.step[1] == 1 && log.step[2] == 3);
     CHECK_ERR(fulmen_trainer_add_lr_monitor(t, "hourly"), FULMEN_CODE_INVALID_ARGUMENT, "logging_interval");
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(f.model);
+}
+
+/* ---- a scheduler's "name" and "strict" (Lightning's lr_scheduler config) ---- */
+
+typedef struct {
+    int named, unnamed;
+    double last;
+} name_log;
+
+static fulmen_error *name_metrics(void *ud, const char *const *names, const double *values, size_t n, int64_t epoch,
+                                  int64_t step) {
+    name_log *l = ud;
+    (void)epoch;
+    (void)step;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(names[i], "warmup") == 0) {
+            l->named++;
+            l->last = values[i];
+        }
+        if (strncmp(names[i], "lr-", 3) == 0) l->unnamed++;
+    }
+    return NULL;
+}
+
+static fulmen_error *bad_index_config(void *ud, fulmen_optimizer_config *config) {
+    fulmen_error *e = configure_optimizers(ud, config);
+    if (e != NULL) return e;
+    /* out-of-range indices and an empty name are refused */
+    CHECK_ERR(fulmen_optimizer_config_set_scheduler_name(config, 0, 1, "x"), FULMEN_CODE_INVALID_ARGUMENT,
+              "scheduler_index 1");
+    CHECK_ERR(fulmen_optimizer_config_set_scheduler_strict(config, 1, 0, false), FULMEN_CODE_INVALID_ARGUMENT,
+              "optimizer_index 1");
+    CHECK_ERR(fulmen_optimizer_config_set_scheduler_name(config, 0, 0, ""), FULMEN_CODE_INVALID_ARGUMENT, "empty");
+    return NULL;
+}
+
+static void test_scheduler_name_and_strict(void) {
+    static name_log log;
+    fulmen_logger_vtable v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    v.userdata = &log;
+    v.log_metrics = name_metrics;
+    fixture f = {.model = mlp(false), .step_scheduler = true, .sched_name = "warmup"};
+    fulmen_lightning_module *m = module_for(&f);
+    fulmen_trainer *t = trainer_with(2, NULL);
+    CHECK_OK(fulmen_trainer_add_lr_monitor(t, "epoch"));
+    CHECK_OK(fulmen_trainer_add_logger(t, &v));
+    CHECK_OK(fulmen_trainer_fit(t, m, TL, NULL, NULL));
+    /* LearningRateMonitor logs "warmup", never lr-SGD */
+    CHECK(log.named == 2 && log.unnamed == 0);
+    CHECK_NEAR(log.last, 0.05, 1e-12);
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+
+    /* bad indices, checked inside configure_optimizers */
+    fulmen_module_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = &f;
+    vt.training_step = training_step;
+    vt.configure_optimizers = bad_index_config;
+    CHECK_OK(fulmen_lightning_module_new(&vt, f.model, &m));
+    t = trainer_with(1, NULL);
+    CHECK_OK(fulmen_trainer_fit(t, m, TL, NULL, NULL));
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+
+    /* ReduceLROnPlateau on a metric never logged: strict (default) fails the
+     * fit, strict=False skips its steps and keeps the lr */
+    f.step_scheduler = false;
+    f.sched_name = NULL;
+    f.plateau_on = "never_logged";
+    m = module_for(&f);
+    t = trainer_with(2, NULL);
+    CHECK_ERR(fulmen_trainer_fit(t, m, TL, NULL, NULL), FULMEN_CODE_INVALID_STATE, "never_logged");
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    f.plateau_lenient = true;
+    m = module_for(&f);
+    t = trainer_with(2, NULL);
+    CHECK_OK(fulmen_trainer_fit(t, m, TL, NULL, NULL));
+    CHECK(global_step(t) > 0);
     fulmen_trainer_free(t);
     fulmen_lightning_module_free(m);
     fulmen_model_free(f.model);
@@ -889,6 +982,7 @@ int main(void) {
     VL3 = loader(val3, 16, false);
     test_early_stopping();
     test_lr_monitor();
+    test_scheduler_name_and_strict();
     test_lr_monitor_stats();
     test_device_stats();
     test_throughput();

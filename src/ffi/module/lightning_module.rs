@@ -2,7 +2,7 @@
 //! the optimizer configuration its `configure_optimizers` fills.
 use crate::error::{Error, ErrorCode, Result};
 use crate::ffi::base::callback::{host_result, read_vtable, HostCallTimer, Userdata};
-use crate::ffi::base::error::{fulmen_error, guard, str_arg};
+use crate::ffi::base::error::{fulmen_error, guard, opt_str, str_arg};
 use crate::ffi::base::handle::{self, check_out, Handle};
 use crate::ffi::callbacks::hooks::{call_host_hook, fulmen_callback_list, fulmen_hook_context, fulmen_hook_fn};
 use crate::ffi::data::batch::{fulmen_batch, with_temp_handle};
@@ -781,7 +781,14 @@ pub unsafe extern "C" fn fulmen_optimizer_config_add(
         // Both handles are moved, or neither (a handle in use is refused).
         let sched_arg = (!scheduler.is_null()).then_some((scheduler, "scheduler"));
         let (opt, sched) = handle::take_owned_pair(optimizer, "optimizer", sched_arg)?;
-        let scheduler = sched.map(|s| SchedulerConfig { scheduler: s.inner, interval, frequency, monitor });
+        let scheduler = sched.map(|s| SchedulerConfig {
+            scheduler: s.inner,
+            interval,
+            frequency,
+            monitor,
+            name: None,
+            strict: true,
+        });
         cfg.configs.push(OptimizerConfig::new(opt.inner, scheduler));
         cfg.optimizer_ids.push(id);
         Ok(())
@@ -831,6 +838,80 @@ pub unsafe extern "C" fn fulmen_optimizer_config_add_scheduler(
         let s = handle::take_owned(scheduler, "scheduler", |s| {
             entry.check_added(s.inner.as_ref()).map_err(|e| e.context(format!("optimizer {optimizer_index}")))
         })?;
-        cfg.configs[optimizer_index].add_scheduler(SchedulerConfig { scheduler: s.inner, interval, frequency, monitor })
+        cfg.configs[optimizer_index].add_scheduler(SchedulerConfig {
+            scheduler: s.inner,
+            interval,
+            frequency,
+            monitor,
+            name: None,
+            strict: true,
+        })
+    })
+}
+
+/// The `scheduler_index`-th scheduler (from 0, in the order added) of the
+/// optimizer added `optimizer_index`-th to `config`.
+fn scheduler_at(
+    cfg: &mut fulmen_optimizer_config,
+    optimizer_index: usize,
+    scheduler_index: usize,
+) -> Result<&mut SchedulerConfig> {
+    let n = cfg.configs.len();
+    let entry = cfg.configs.get_mut(optimizer_index).ok_or_else(|| {
+        Error::invalid(format!("optimizer_index {optimizer_index} is out of range: {n} optimizers added"))
+    })?;
+    let m = entry.schedulers.len();
+    entry.schedulers.get_mut(scheduler_index).ok_or_else(|| {
+        Error::invalid(format!(
+            "scheduler_index {scheduler_index} is out of range: optimizer {optimizer_index} has {m} schedulers"
+        ))
+    })
+}
+
+/// Names a scheduler, as Lightning's lr_scheduler config `"name"`:
+/// LearningRateMonitor then logs `<name>` (with `/pgN` per param group when
+/// there are several) instead of `lr-<Optimizer>`. NULL clears the name.
+/// The scheduler is the `scheduler_index`-th (from 0, in the order added)
+/// of the optimizer added `optimizer_index`-th.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an index out of range, `name`
+/// empty or not UTF-8).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_optimizer_config_set_scheduler_name(
+    config: *mut fulmen_optimizer_config,
+    optimizer_index: usize,
+    scheduler_index: usize,
+    name: *const c_char,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let name = opt_str(name, "name")?;
+        if name.as_deref() == Some("") {
+            return Err(Error::invalid("argument `name` is empty"));
+        }
+        let mut cfg = handle::borrow_mut(config, "config")?;
+        scheduler_at(&mut cfg, optimizer_index, scheduler_index)?.name = name;
+        Ok(())
+    })
+}
+
+/// Sets a scheduler's `strict`, as Lightning's lr_scheduler config
+/// `"strict"` (default true): when its ReduceLROnPlateau's monitored
+/// metric was not logged, a strict scheduler fails the run with
+/// FULMEN_CODE_INVALID_STATE, a non-strict one prints a warning and skips
+/// that step. Other schedulers ignore it. The indices are as for
+/// `fulmen_optimizer_config_set_scheduler_name`.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (an index out of range).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_optimizer_config_set_scheduler_strict(
+    config: *mut fulmen_optimizer_config,
+    optimizer_index: usize,
+    scheduler_index: usize,
+    strict: bool,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let mut cfg = handle::borrow_mut(config, "config")?;
+        scheduler_at(&mut cfg, optimizer_index, scheduler_index)?.strict = strict;
+        Ok(())
     })
 }

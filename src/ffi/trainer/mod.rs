@@ -4,6 +4,7 @@
 pub mod after_run;
 pub mod checkpoint_io;
 pub mod datamodule_runs;
+pub mod fabric;
 #[rustfmt::skip]
 pub mod gen_options;
 pub mod loaders;

@@ -64,6 +64,7 @@
 #include "datamodule.hpp"
 #include "distributed.hpp"
 #include "error.hpp"
+#include "fabric.hpp"
 #include "handle.hpp"
 #include "hooks.hpp"
 #include "host_module.hpp"

@@ -502,6 +502,21 @@ public:
         return *this;
     }
 
+    /// Names a scheduler (Lightning's lr_scheduler "name"): LearningRateMonitor
+    /// logs `name` instead of `lr-<Optimizer>`; empty clears the name.
+    OptimizerConfig& set_scheduler_name(size_t optimizer_index, size_t scheduler_index, const std::string& name) {
+        check(fulmen_optimizer_config_set_scheduler_name(config_, optimizer_index, scheduler_index,
+                                                         detail::c_str_or_null(name)));
+        return *this;
+    }
+
+    /// Lightning's lr_scheduler "strict": false makes a ReduceLROnPlateau whose
+    /// metric was not logged warn and skip instead of failing the run.
+    OptimizerConfig& set_scheduler_strict(size_t optimizer_index, size_t scheduler_index, bool strict) {
+        check(fulmen_optimizer_config_set_scheduler_strict(config_, optimizer_index, scheduler_index, strict));
+        return *this;
+    }
+
     /// The C config.
     fulmen_optimizer_config* get() const noexcept { return config_; }
 
