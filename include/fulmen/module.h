@@ -774,6 +774,36 @@ struct fulmen_error *fulmen_optimizer_config_add_scheduler(struct fulmen_optimiz
                                                            const char *monitor);
 
 /**
+ * Names a scheduler, as Lightning's lr_scheduler config `"name"`:
+ * LearningRateMonitor then logs `<name>` (with `/pgN` per param group when
+ * there are several) instead of `lr-<Optimizer>`. NULL clears the name.
+ * The scheduler is the `scheduler_index`-th (from 0, in the order added)
+ * of the optimizer added `optimizer_index`-th.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an index out of range, `name`
+ * empty or not UTF-8).
+ */
+struct fulmen_error *fulmen_optimizer_config_set_scheduler_name(struct fulmen_optimizer_config *config,
+                                                                size_t optimizer_index,
+                                                                size_t scheduler_index,
+                                                                const char *name);
+
+/**
+ * Sets a scheduler's `strict`, as Lightning's lr_scheduler config
+ * `"strict"` (default true): when its ReduceLROnPlateau's monitored
+ * metric was not logged, a strict scheduler fails the run with
+ * FULMEN_CODE_INVALID_STATE, a non-strict one prints a warning and skips
+ * that step. Other schedulers ignore it. The indices are as for
+ * `fulmen_optimizer_config_set_scheduler_name`.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an index out of range).
+ */
+struct fulmen_error *fulmen_optimizer_config_set_scheduler_strict(struct fulmen_optimizer_config *config,
+                                                                  size_t optimizer_index,
+                                                                  size_t scheduler_index,
+                                                                  bool strict);
+
+/**
  * Writes the number of optimizers `configure_optimizers` added
  * (Lightning's `len(self.optimizers())`); they are numbered from 0 in
  * that order in the calls below.

@@ -74,6 +74,18 @@ typedef enum fulmen_lr_find_mode {
 } fulmen_lr_find_mode;
 
 /**
+ * An open autocast region of one thread. Close it with
+ * `fulmen_autocast_exit` on the thread that opened it.
+ */
+typedef struct fulmen_autocast_scope fulmen_autocast_scope;
+
+/**
+ * A dynamic loss scaler (`torch.amp.GradScaler`), the one `16-mixed`
+ * training uses. Free with `fulmen_grad_scaler_free`.
+ */
+typedef struct fulmen_grad_scaler fulmen_grad_scaler;
+
+/**
  * The learning rates a range test tried and the smoothed losses after
  * them. Free with `fulmen_lr_find_result_free`.
  */
@@ -456,6 +468,130 @@ struct fulmen_error *fulmen_trainer_predict_datamodule(struct fulmen_trainer *tr
                                                        struct fulmen_tensor **outs,
                                                        size_t capacity,
                                                        size_t *n);
+
+/**
+ * Opens an autocast region on this thread, as `torch.autocast(device_type,
+ * dtype)`'s `__enter__`: eligible ops (matmul, linear, conv) on
+ * `device_type` run in `dtype` (FULMEN_DTYPE_F16 or FULMEN_DTYPE_BF16)
+ * until `fulmen_autocast_exit`, which restores the previous autocast
+ * state. Scopes nest; they must be exited innermost first.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (not a fulmen_device_type),
+ * FULMEN_CODE_DTYPE_MISMATCH (not a fulmen_dtype, or not f16/bf16),
+ * FULMEN_CODE_UNSUPPORTED (no autocast for that device type in this
+ * libtorch). Thread rules: the scope belongs to the calling thread.
+ */
+struct fulmen_error *fulmen_autocast_enter(int32_t device_type,
+                                           int32_t dtype,
+                                           struct fulmen_autocast_scope **out_scope);
+
+/**
+ * Closes an autocast region (`torch.autocast.__exit__`): the autocast
+ * state before `fulmen_autocast_enter` comes back and `scope` is freed.
+ * On error the scope stays open and valid.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (another thread, or an inner scope is
+ * still open), FULMEN_CODE_INVALID_HANDLE.
+ */
+struct fulmen_error *fulmen_autocast_exit(struct fulmen_autocast_scope *scope);
+
+/**
+ * Creates a loss scaler, as `GradScaler(init_scale, growth_factor,
+ * backoff_factor, growth_interval)` (torch's defaults: 65536, 2.0, 0.5,
+ * 2000).
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a scale that is not a positive
+ * finite float32, growth_factor <= 1, backoff_factor outside (0, 1),
+ * growth_interval < 1).
+ */
+struct fulmen_error *fulmen_grad_scaler_new(double init_scale,
+                                            double growth_factor,
+                                            double backoff_factor,
+                                            int64_t growth_interval,
+                                            struct fulmen_grad_scaler **out);
+
+/**
+ * Writes `loss * scale` (`scaler.scale(loss)`) to `*out` (a new tensor).
+ *
+ * Errors: FULMEN_CODE_TORCH (libtorch fails multiplying).
+ */
+struct fulmen_error *fulmen_grad_scaler_scale(const struct fulmen_grad_scaler *scaler,
+                                              const struct fulmen_tensor *loss,
+                                              struct fulmen_tensor **out);
+
+/**
+ * Divides `optimizer`'s gradients by the scale in place
+ * (`scaler.unscale_(optimizer)`, before gradient clipping) and writes
+ * whether any was inf or NaN to `*found_inf_out` if it is not NULL.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (already unscaled or stepped since the
+ * last `fulmen_grad_scaler_update`), FULMEN_CODE_DTYPE_MISMATCH (fp16
+ * gradients), FULMEN_CODE_TORCH.
+ */
+struct fulmen_error *fulmen_grad_scaler_unscale(struct fulmen_grad_scaler *scaler,
+                                                struct fulmen_optimizer *optimizer,
+                                                bool *found_inf_out);
+
+/**
+ * `scaler.step(optimizer)`: unscales the gradients if
+ * `fulmen_grad_scaler_unscale` was not called, then steps `optimizer`
+ * unless a gradient was inf or NaN; writes whether the step was skipped
+ * to `*skipped_out` if it is not NULL.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (already stepped since the last
+ * update), FULMEN_CODE_UNSUPPORTED (an optimizer that needs a closure),
+ * the optimizer's step errors.
+ */
+struct fulmen_error *fulmen_grad_scaler_step(struct fulmen_grad_scaler *scaler,
+                                             struct fulmen_optimizer *optimizer,
+                                             bool *skipped_out);
+
+/**
+ * `scaler.update()`: halves the scale (backoff_factor) after an inf/NaN
+ * gradient in this iteration, or grows it (growth_factor) after
+ * growth_interval clean iterations.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (no optimizer was unscaled or stepped
+ * since the last update).
+ */
+struct fulmen_error *fulmen_grad_scaler_update(struct fulmen_grad_scaler *scaler);
+
+/**
+ * Writes the current scale (`scaler.get_scale()`).
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_grad_scaler_get_scale(const struct fulmen_grad_scaler *scaler,
+                                                  double *out);
+
+/**
+ * Copies the scaler's `state_dict()` (`scale`, `growth_factor`,
+ * `backoff_factor`, `growth_interval`, `_growth_tracker`) as a JSON object
+ * into `buf` as for `fulmen_model_state_dict_name`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`buf` too small; `*len_out` is still
+ * written).
+ */
+struct fulmen_error *fulmen_grad_scaler_state_save(const struct fulmen_grad_scaler *scaler,
+                                                   char *buf,
+                                                   size_t capacity,
+                                                   size_t *len_out);
+
+/**
+ * Restores a state written by `fulmen_grad_scaler_state_save`
+ * (`scaler.load_state_dict`); every key is required. Nothing changes on
+ * error.
+ *
+ * Errors: FULMEN_CODE_FORMAT (not a JSON object of numbers, a missing key,
+ * a value the scaler refuses, longer than 4096 bytes).
+ */
+struct fulmen_error *fulmen_grad_scaler_state_load(struct fulmen_grad_scaler *scaler,
+                                                   const char *state);
+
+/**
+ * Frees a loss scaler. NULL or an already freed handle is a no-op.
+ */
+void fulmen_grad_scaler_free(struct fulmen_grad_scaler *scaler);
 
 /**
  * Lightning's defaults: 1e-8 to 1 over 100 steps, exponentially, stopping

@@ -140,7 +140,7 @@ pub unsafe extern "C" fn fulmen_grad_scaler_scale(
 ) -> *mut fulmen_error {
     guard!(|| {
         check_out(out, "out")?;
-        let scaled = handle::borrow(scaler, "scaler")?.inner.scale(&tensor_arg(loss, "loss")?)?;
+        let scaled = handle::borrow(scaler, "scaler")?.inner.scale(&*tensor_arg(loss, "loss")?)?;
         emit(out, scaled)
     })
 }
