@@ -139,6 +139,24 @@ pub fn safetensors_bytes(
     write_safetensors_to(Vec::new(), what, tensors, metadata)
 }
 
+/// The length and header of a file with no tensor, only `metadata`: the
+/// `safetensors` crate lays that header out as `{},"__metadata__":...}`,
+/// which no reader (itself included) accepts. Padded with spaces to a
+/// multiple of 8 bytes, as the crate pads.
+fn empty_head(metadata: &Option<HashMap<String, String>>, what: &str) -> Result<Vec<u8>> {
+    let mut header = serde_json::Map::new();
+    if let Some(m) = metadata {
+        let m = m.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
+        header.insert("__metadata__".to_string(), serde_json::Value::Object(m));
+    }
+    let mut text = serde_json::to_vec(&serde_json::Value::Object(header))
+        .map_err(|e| Error::format(format!("serialising {what}: {e}")))?;
+    text.resize(text.len().div_ceil(8) * 8, b' ');
+    let mut head = (text.len() as u64).to_le_bytes().to_vec();
+    head.extend_from_slice(&text);
+    Ok(head)
+}
+
 /// Writes named tensors as safetensors to `out`, one tensor's bytes at a
 /// time; `what` names the destination in errors.
 fn write_safetensors_to<W: Write>(
@@ -157,8 +175,12 @@ fn write_safetensors_to<W: Write>(
     }
     // The crate lays out the header (its order and padding); the views
     // give no bytes, so this is the 8-byte length and the header alone.
-    let head = safetensors::tensor::serialize(views.iter().map(|(n, v)| (*n, v)), &metadata)
-        .map_err(|e| Error::format(format!("serialising {what}: {e:?}")))?;
+    let head = if views.is_empty() {
+        empty_head(&metadata, what)?
+    } else {
+        safetensors::tensor::serialize(views.iter().map(|(n, v)| (*n, v)), &metadata)
+            .map_err(|e| Error::format(format!("serialising {what}: {e:?}")))?
+    };
     let header = head.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
     if header > MAX_HEADER_BYTES as u64 {
         return Err(Error::invalid(format!(
