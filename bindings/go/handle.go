@@ -16,7 +16,8 @@ type cHandle interface {
 		*C.fulmen_dataset | *C.fulmen_loader | *C.fulmen_lightning_module |
 		*C.fulmen_trainer | *C.fulmen_trainer_options | *C.fulmen_accelerator |
 		*C.fulmen_strategy | *C.fulmen_precision | *C.fulmen_ddp | *C.fulmen_metric |
-		*C.fulmen_lr_find_result | *C.fulmen_scaler | *C.fulmen_model_pruning | *C.fulmen_logger
+		*C.fulmen_lr_find_result | *C.fulmen_scaler | *C.fulmen_model_pruning | *C.fulmen_logger |
+		*C.fulmen_grad_scaler | *C.fulmen_datamodule
 }
 
 // cObject stands for the C object a handle points to (C memory, which the
