@@ -785,7 +785,8 @@ func TestHookSavesCheckpoints(t *testing.T) {
 }
 
 // An epoch-end hook logs a metric ModelCheckpoint monitors (Lightning's
-// self.log in on_train_epoch_end); other hooks are refused.
+// self.log in on_train_epoch_end); hooks where Lightning forbids logging
+// (on_fit_start) are refused.
 func TestHookLogDrivesModelCheckpoint(t *testing.T) {
 	noLeaks(t)
 	train, _ := loaders(t, 32, 16, 8)
@@ -805,7 +806,7 @@ func TestHookLogDrivesModelCheckpoint(t *testing.T) {
 				return err
 			}
 			return ctx.Log("f1", scores[epoch], 0)
-		case fulmen.HookTrainBatchEnd:
+		case fulmen.HookFitStart:
 			if err := ctx.Log("f1", 1, 0); errors.Is(err, fulmen.ErrInvalidState) {
 				refused++
 			}
@@ -821,7 +822,7 @@ func TestHookLogDrivesModelCheckpoint(t *testing.T) {
 		t.Fatalf("best f1 %v, want 0.6", best)
 	}
 	if last := must(tr.CallbackMetric("f1")); last != 0.4 || refused == 0 {
-		t.Fatalf("last f1 %v (want 0.4), refusals in on_train_batch_end %d", last, refused)
+		t.Fatalf("last f1 %v (want 0.4), refusals in on_fit_start %d", last, refused)
 	}
 }
 
