@@ -217,7 +217,11 @@ fn run_source(
                 Stage::Predict => module.predict_step(&mut ctx, chunk).map_err(|e| e.context(at("predict_step"))),
                 _ => module.validation_step_output(&mut ctx, chunk).map_err(|e| e.context(at("validation_step"))),
             };
-            added.push(std::mem::take(&mut ctx.extra_outputs));
+            // Only predictions carry added tensors (validation and test
+            // batches would gather nothing, once per batch).
+            if stage == Stage::Predict {
+                added.push(std::mem::take(&mut ctx.extra_outputs));
+            }
             out
         });
         store.end_split();
