@@ -67,6 +67,7 @@ fn build_cxx_shims(lib: &Path) {
         "csrc/compiled_step.cpp",
         "csrc/devices.cpp",
         "csrc/fake_device.cpp",
+        "csrc/fsdp.cpp",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }
@@ -108,7 +109,8 @@ fn build_cxx_shims(lib: &Path) {
         .file("csrc/profiler.cpp")
         .file("csrc/script.cpp")
         .file("csrc/devices.cpp")
-        .file("csrc/fake_device.cpp");
+        .file("csrc/fake_device.cpp")
+        .file("csrc/fsdp.cpp");
     match gloo_include_dir(&root) {
         Some(gloo) => {
             build

@@ -11,9 +11,11 @@ pub mod layers;
 mod module;
 mod safetensors_io;
 mod script_value;
+mod shard_hook;
 mod state_dict;
 mod torchscript;
 mod weights_io;
+pub(crate) use shard_hook::{ShardHook, ShardLink};
 pub(crate) use weights_io::without_module_prefix;
 
 #[cfg(test)]
@@ -28,7 +30,7 @@ pub use layers::rnn::{RnnConfig, RnnKind};
 pub use layers::transformer::TransformerConfig;
 pub use layers::Activation;
 pub use module::Module;
-pub(crate) use module::{copy_state_tied, param_identity, repeated_entries};
+pub(crate) use module::{copy_state_tied, param_identity, repeated_entries, ParamId, Slot};
 pub use safetensors_io::{
     read_safetensors, read_safetensors_bytes, safetensors_bytes, write_safetensors, MAX_HEADER_BYTES,
 };

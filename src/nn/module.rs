@@ -36,6 +36,9 @@ pub struct Module {
     pub(crate) host: Option<Arc<dyn HostForward>>,
     /// Compiled training steps added to this model.
     pub(crate) compiled: Vec<Arc<super::compiled_step::CompiledStep>>,
+    /// The sharding unit its parameters belong to (FSDP), while a run
+    /// shards the model.
+    pub(crate) shard: Option<super::shard_hook::ShardLink>,
 }
 
 #[derive(Debug)]
@@ -56,7 +59,7 @@ pub(crate) enum Slot {
 
 impl Module {
     fn of(node: Node) -> Module {
-        Module { node, training: true, own: Vec::new(), host: None, compiled: Vec::new() }
+        Module { node, training: true, own: Vec::new(), host: None, compiled: Vec::new(), shard: None }
     }
 
     fn leaf(layer: impl Layer + 'static) -> Module {
@@ -381,6 +384,11 @@ impl Module {
     /// Runs the module. A `Sequential` runs its children in order; a named
     /// container has no forward of its own (use `forward_child`).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.sharded(|y: &Tensor| vec![y.shallow_clone()], || self.forward_inner(x))
+    }
+
+    /// [`Module::forward`] without the sharding unit's hooks.
+    fn forward_inner(&self, x: &Tensor) -> Result<Tensor> {
         match &self.node {
             Node::Layer(l) => l.forward(x, self.training),
             Node::Script(s) => s.forward(x),
@@ -396,7 +404,7 @@ impl Module {
                 Ok(y)
             }
             Node::Named(_) if self.host.is_some() => {
-                let mut out = self.forward_multi(&[Some(x)])?;
+                let mut out = self.forward_multi_inner(&[Some(x)])?;
                 if out.len() != 1 {
                     return Err(Error::invalid(format!(
                         "forward: this host module returns {} tensors; use forward_multi",
@@ -425,6 +433,14 @@ impl Module {
     /// tensor along) take exactly one input. A TorchScript module's forward
     /// takes the inputs as its arguments; a tuple it returns is split.
     pub fn forward_multi(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        self.sharded(
+            |ys: &Vec<Tensor>| ys.iter().map(Tensor::shallow_clone).collect(),
+            || self.forward_multi_inner(inputs),
+        )
+    }
+
+    /// [`Module::forward_multi`] without the sharding unit's hooks.
+    fn forward_multi_inner(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         if let Some(host) = &self.host {
             let out = host.forward(self, inputs)?;
             if out.len() != host.num_outputs() {
@@ -454,7 +470,7 @@ impl Module {
                 }
             }
             _ => match inputs {
-                [Some(x)] => Ok(vec![self.forward(x)?]),
+                [Some(x)] => Ok(vec![self.forward_inner(x)?]),
                 _ => Err(Error::invalid(format!(
                     "forward_multi: a {} takes exactly one input, got {} (left-out inputs included)",
                     self.type_name(),
@@ -638,7 +654,7 @@ impl Module {
         };
         let own = self.own.iter().map(|(n, t, slot)| Ok((n.clone(), map(t)?, *slot))).collect::<Result<Vec<_>>>()?;
         // Compiled steps are bound to this module's device: replicas get none.
-        Ok(Module { node, training: self.training, own, host: self.host.clone(), compiled: Vec::new() })
+        Ok(Module { node, training: self.training, own, host: self.host.clone(), compiled: Vec::new(), shard: None })
     }
 
     /// Casts floating-point parameters and buffers to the floating `kind`

@@ -29,6 +29,20 @@ impl DdpStrategy {
     /// launcher did) and sets this rank's device up: `list[LOCAL_RANK]`,
     /// or the CPU for every rank of a CPU job.
     pub(crate) fn connect(acc: Arc<dyn Accelerator>, list: &[Device], opts: &TrainerOptions) -> Result<Self> {
+        let (placement, ctx) = join_job(acc, list, opts)?;
+        Ok(DdpStrategy { placement, ctx, options: opts.strategy.ddp.clone(), ddp: None })
+    }
+}
+
+/// Joins the distributed job (starting the other local ranks when no
+/// launcher did) and sets this rank's device up: `list[LOCAL_RANK]`, or the
+/// CPU for every rank of a CPU job. DDP's and FSDP's start.
+pub(crate) fn join_job(
+    acc: Arc<dyn Accelerator>,
+    list: &[Device],
+    opts: &TrainerOptions,
+) -> Result<(Placement, Arc<DistContext>)> {
+    {
         let s = &opts.strategy;
         let ctx = distributed::join(&JoinOptions {
             devices_per_node: list.len(),
@@ -52,8 +66,19 @@ impl DdpStrategy {
             }
         };
         let placement = Placement::on(acc, device, &opts.precision, opts.grad_scaler)?;
-        Ok(DdpStrategy { placement, ctx, options: s.ddp.clone(), ddp: None })
+        Ok((placement, ctx))
     }
+}
+
+/// Reduces `values` over the job's ranks with `op` (sync_dist).
+pub(crate) fn reduce_with(ctx: &DistContext, values: &mut [f64], op: ReduceFx) -> Result<()> {
+    let op = match op {
+        ReduceFx::Mean => ReduceOp::Mean,
+        ReduceFx::Sum => ReduceOp::Sum,
+        ReduceFx::Max => ReduceOp::Max,
+        ReduceFx::Min => ReduceOp::Min,
+    };
+    ctx.group.reduce_values(values, op).map_err(|e| ctx.explain(e))
 }
 
 /// What the job's group reduces on `list`'s devices besides the CPU and
@@ -159,13 +184,7 @@ impl Strategy for DdpStrategy {
     }
 
     fn reduce(&self, values: &mut [f64], op: ReduceFx) -> Result<()> {
-        let op = match op {
-            ReduceFx::Mean => ReduceOp::Mean,
-            ReduceFx::Sum => ReduceOp::Sum,
-            ReduceFx::Max => ReduceOp::Max,
-            ReduceFx::Min => ReduceOp::Min,
-        };
-        self.ctx.group.reduce_values(values, op).map_err(|e| self.ctx.explain(e))
+        reduce_with(&self.ctx, values, op)
     }
 
     fn any(&self, decision: bool) -> Result<bool> {

@@ -5,6 +5,7 @@
 mod data_parallel;
 mod ddp;
 mod dp;
+pub mod fsdp;
 mod registry;
 mod single_device;
 mod strategy;
@@ -12,6 +13,7 @@ pub(crate) mod xla;
 
 pub(crate) use ddp::DdpStrategy;
 pub(crate) use dp::DpStrategy;
+pub(crate) use fsdp::FsdpStrategy;
 pub use registry::{list, lookup, StrategyInfo, StrategyKind, StrategySpec};
 pub(crate) use single_device::SingleDeviceStrategy;
 pub(crate) use strategy::{Sharded, Strategy};

@@ -23,6 +23,9 @@ pub enum StrategyKind {
     /// One process per XLA device (Lightning's `XLAStrategy`), started as
     /// for DDP; needs the xla accelerator.
     Xla,
+    /// Fully sharded data parallel: one process per device as for DDP,
+    /// parameters, gradients and optimizer state sharded across the ranks.
+    Fsdp,
 }
 
 /// A registry entry.
@@ -88,6 +91,13 @@ const ENTRIES: &[Entry] = &[
         find_unused: false,
     },
     Entry {
+        name: "fsdp",
+        description: "one process per device as for ddp, parameters, gradients and optimizer state sharded across \
+                      the ranks in units chosen by the wrap policy (torch's FSDP2 layout)",
+        kind: StrategyKind::Fsdp,
+        find_unused: false,
+    },
+    Entry {
         name: "xla",
         description: "one process per XLA device (TPU), started as for ddp; needs the xla accelerator",
         kind: StrategyKind::Xla,
@@ -116,6 +126,8 @@ pub struct StrategySpec {
     pub timeout: Duration,
     /// Number of nodes (machines).
     pub num_nodes: usize,
+    /// FSDP's settings (sharding strategy, wrap policy).
+    pub fsdp: super::fsdp::FsdpOptions,
 }
 
 /// The strategy registered as `name` with default settings.
@@ -124,7 +136,7 @@ pub fn lookup(name: &str) -> Result<StrategySpec> {
     let entry = ENTRIES.iter().find(|e| e.name == key).ok_or_else(|| {
         let known: Vec<&str> = ENTRIES.iter().map(|e| e.name).collect();
         let hint = match key.as_str() {
-            "fsdp" | "deepspeed" => format!(" ({key} is not available in this build)"),
+            "deepspeed" => format!(" ({key} is not available in this build)"),
             _ => String::new(),
         };
         Error::invalid(format!("unknown strategy {name:?}{hint}; registered: {}", known.join(", ")))
@@ -136,6 +148,7 @@ pub fn lookup(name: &str) -> Result<StrategySpec> {
         process_group_backend: None,
         timeout: DEFAULT_TIMEOUT,
         num_nodes: 1,
+        fsdp: Default::default(),
     })
 }
 
@@ -194,10 +207,12 @@ impl StrategySpec {
                     .filter(|n| *n >= 1)
                     .ok_or_else(|| Error::invalid(format!("strategy option {key}: {v:?} is not an integer >= 1")))?
             }
+            _ if self.fsdp.set(key, v).map_err(|e| e.context(format!("strategy option {key}")))? => {}
             _ => {
                 return Err(Error::invalid(format!(
                     "unknown strategy option {key:?}; known: find_unused_parameters, broadcast_buffers, \
-                     process_group_backend, timeout, bucket_cap_mb, num_nodes"
+                     process_group_backend, timeout, bucket_cap_mb, num_nodes, {}",
+                    super::fsdp::KEYS
                 )))
             }
         }
@@ -218,7 +233,8 @@ mod tests {
         assert_eq!(lookup("auto").unwrap().kind, StrategyKind::Auto);
         assert_eq!(lookup("dp").unwrap().kind, StrategyKind::Dp);
         assert_eq!(lookup("xla").unwrap().kind, StrategyKind::Xla);
-        let e = lookup("fsdp").unwrap_err();
+        assert_eq!(lookup("fsdp").unwrap().kind, StrategyKind::Fsdp);
+        let e = lookup("deepspeed").unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidArgument);
         assert!(e.message.contains("not available"), "{e}");
         let mut s = lookup("ddp").unwrap();

@@ -191,6 +191,30 @@ pub(crate) trait Strategy {
         self.is_global_zero()
     }
 
+    /// Whether this process writes the checkpoint files the run gathers
+    /// (rank 0; under FSDP every rank gathers, rank 0 writes).
+    fn writes_checkpoints(&self) -> bool {
+        self.is_global_zero()
+    }
+
+    /// Before a checkpoint is gathered or restored: every parameter holds
+    /// its full value (FSDP gathers its shards, a collective on every rank).
+    fn unshard_params(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// After it: the parameters sharded again; with `restored`, from the
+    /// values just loaded into them, and the optimizers' states with them.
+    fn reshard_params(&mut self, _configs: &mut [OptimizerConfig], _restored: bool) -> Result<()> {
+        Ok(())
+    }
+
+    /// An optimizer's state as a checkpoint holds it (FSDP gathers the
+    /// shards' states into the full shapes).
+    fn optimizer_state_for_checkpoint(&self, optimizer: &dyn Optimizer) -> Result<Vec<(String, Tensor)>> {
+        optimizer.state_dict()
+    }
+
     /// The precision plugin (its state goes into checkpoints).
     fn precision(&self) -> &PrecisionPlugin {
         &self.placement().precision

@@ -128,6 +128,8 @@ impl Trainer {
             loop_info: info,
             format: self.opts.checkpoint_format,
             prefix: &self.opts.checkpoint_prefix,
+            optimizer_state: &|o| o.state_dict(),
+            write: true,
         };
         // Whether asynchronous or not, the save is done when this returns.
         let mut writer =

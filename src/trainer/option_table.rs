@@ -669,6 +669,39 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         apply: strategy_setting!("process_group_backend"),
     },
     TrainerOption {
+        key: "fsdp_sharding_strategy",
+        kind: OptionKind::Text,
+        default: "FULL_SHARD",
+        doc: "strategy \"fsdp\": FULL_SHARD (parameters freed after each unit's forward and gathered again for its \
+              backward), SHARD_GRAD_OP (gathered parameters kept until the backward ends) or NO_SHARD (nothing \
+              sharded, gradients averaged); HYBRID_SHARD is not in fulmen yet",
+        apply: strategy_setting!("sharding_strategy"),
+    },
+    TrainerOption {
+        key: "fsdp_auto_wrap_policy",
+        kind: OptionKind::Text,
+        default: "none",
+        doc: "strategy \"fsdp\": comma-separated module class names (\"TransformerEncoderLayer\", \"Sequential\", \
+              \"HostModule\", ...) whose every instance is a sharding unit; the root module owns the rest",
+        apply: strategy_setting!("auto_wrap_policy"),
+    },
+    TrainerOption {
+        key: "fsdp_min_num_params",
+        kind: OptionKind::Text,
+        default: "none",
+        doc: "strategy \"fsdp\": a module whose parameters not yet in a unit number at least this many becomes a \
+              unit (torch's size_based_auto_wrap_policy); \"none\" = the class list alone",
+        apply: strategy_setting!("min_num_params"),
+    },
+    TrainerOption {
+        key: "fsdp_state_dict_type",
+        kind: OptionKind::Text,
+        default: "full",
+        doc: "strategy \"fsdp\": \"full\" = checkpoints hold the whole state, gathered from every rank and \
+              written by rank 0; \"sharded\" (torch.distributed.checkpoint directories) is not in fulmen yet",
+        apply: strategy_setting!("state_dict_type"),
+    },
+    TrainerOption {
         key: "ddp_timeout",
         kind: OptionKind::Duration,
         default: "1800",

@@ -560,8 +560,17 @@ impl Run<'_> {
         n > 0
     }
 
-    /// Gathers the full training state into a checkpoint and writes it.
+    /// Gathers the full training state into a checkpoint and writes it
+    /// (under FSDP every rank gathers the shards, rank 0 writes).
     pub fn save_checkpoint(&mut self, path: &std::path::Path, weights_only: bool) -> Result<()> {
+        self.strategy.unshard_params().ctx("gathering the parameters for a checkpoint")?;
+        let saved = self.save_unsharded(path, weights_only);
+        let back = self.strategy.reshard_params(&mut self.optimizers, false);
+        saved.and(back)
+    }
+
+    /// [`Run::save_checkpoint`] once the parameters hold their full values.
+    fn save_unsharded(&mut self, path: &std::path::Path, weights_only: bool) -> Result<()> {
         let strategy = &self.strategy;
         let device = || -> Result<super::save::DeviceState> {
             Ok(super::save::DeviceState {
@@ -580,6 +589,8 @@ impl Run<'_> {
             progress: &self.progress,
             format: self.checkpoint_format,
             prefix: &self.checkpoint_prefix,
+            optimizer_state: &|o| strategy.optimizer_state_for_checkpoint(o),
+            write: strategy.writes_checkpoints(),
         };
         super::save::write_checkpoint(parts, device, path, weights_only, &mut self.checkpoints)
     }
@@ -591,6 +602,14 @@ impl Run<'_> {
     /// checked against the run first, and the weights are put back if a
     /// later part fails.
     pub fn restore(&mut self, ck: &Checkpoint, path: &std::path::Path) -> Result<()> {
+        self.strategy.unshard_params().ctx("gathering the parameters to resume")?;
+        let restored = self.restore_unsharded(ck, path);
+        let back = self.strategy.reshard_params(&mut self.optimizers, true);
+        restored.and(back)
+    }
+
+    /// [`Run::restore`] once the parameters hold their full values.
+    fn restore_unsharded(&mut self, ck: &Checkpoint, path: &std::path::Path) -> Result<()> {
         let model =
             self.module.model().ok_or_else(|| Error::state("cannot resume: the LightningModule has no model"))?;
         // Host copies (accelerator memory is not doubled), and the callbacks'

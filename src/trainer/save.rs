@@ -27,6 +27,9 @@ pub(crate) struct DeviceState {
     pub precision: Vec<(String, f64)>,
 }
 
+/// An optimizer's state as a checkpoint holds it (the strategy's view).
+pub(crate) type OptimizerStateFn<'a> = dyn Fn(&dyn crate::optim::Optimizer) -> Result<Vec<(String, Tensor)>> + 'a;
+
 /// Everything a checkpoint is gathered from.
 pub(crate) struct CheckpointParts<'s, 'c> {
     /// The stage the save hooks see ("fit", ...).
@@ -47,6 +50,11 @@ pub(crate) struct CheckpointParts<'s, 'c> {
     pub format: CheckpointFormat,
     /// The `checkpoint_prefix` option.
     pub prefix: &'s str,
+    /// An optimizer's state as the checkpoint holds it (the strategy's).
+    pub optimizer_state: &'s OptimizerStateFn<'s>,
+    /// Whether this process writes the file (every rank gathers under FSDP;
+    /// rank 0 writes).
+    pub write: bool,
 }
 
 /// How the fit described by `state` counts batches.
@@ -79,7 +87,19 @@ pub(crate) fn write_checkpoint(
     weights_only: bool,
     writer: &mut crate::checkpoint::io::CheckpointWriter,
 ) -> Result<()> {
-    let CheckpointParts { stage, state, callbacks, module, optimizers, progress: p, loop_info, format, prefix } = parts;
+    let CheckpointParts {
+        stage,
+        state,
+        callbacks,
+        module,
+        optimizers,
+        progress: p,
+        loop_info,
+        format,
+        prefix,
+        optimizer_state,
+        write,
+    } = parts;
     let model = module.model().ok_or_else(|| {
         Error::state(
             "cannot save a checkpoint: the LightningModule has no model (pass one to fulmen_lightning_module_new)",
@@ -109,7 +129,7 @@ pub(crate) fn write_checkpoint(
         ck.datamodule_states.insert(name, bytes);
     }
     if !weights_only {
-        add_training_state(&mut ck, stage, state, callbacks, module, optimizers)?;
+        add_training_state(&mut ck, stage, state, callbacks, module, optimizers, optimizer_state)?;
         ck.rng_state = Some(crate::tensor::runtime::cpu_rng_state()?);
         // The device's generator: CUDA's where Lightning keeps it, any
         // other device type's beside it.
@@ -119,6 +139,9 @@ pub(crate) fn write_checkpoint(
             _ => ck.device_rng_state = d.rng,
         }
         ck.precision_state = d.precision;
+    }
+    if !write {
+        return Ok(());
     }
     writer.save(&ck, path, format, prefix).ctx("saving a checkpoint")
 }
@@ -133,10 +156,11 @@ fn add_training_state(
     callbacks: &mut [&mut Box<dyn Callback>],
     module: &mut dyn LightningModule,
     optimizers: &[OptimizerConfig],
+    optimizer_state: &OptimizerStateFn<'_>,
 ) -> Result<()> {
     for (i, cfg) in optimizers.iter().enumerate() {
         ck.optimizer_kinds.push(cfg.optimizer.name().to_string());
-        ck.optimizer_states.push(cfg.optimizer.state_dict()?);
+        ck.optimizer_states.push(optimizer_state(cfg.optimizer.as_ref())?);
         for s in &cfg.schedulers {
             ck.scheduler_states.push(s.scheduler.state_dict());
             ck.scheduler_owners.push(i);

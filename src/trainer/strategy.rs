@@ -11,7 +11,9 @@ use super::source::BatchSource;
 use crate::accelerators::{registry, Accelerator, DevicesSpec};
 use crate::distributed::ClusterEnv;
 use crate::error::{Error, Result, ResultExt};
-use crate::strategies::{xla, DdpStrategy, DpStrategy, Sharded, SingleDeviceStrategy, Strategy, StrategyKind};
+use crate::strategies::{
+    xla, DdpStrategy, DpStrategy, FsdpStrategy, Sharded, SingleDeviceStrategy, Strategy, StrategyKind,
+};
 use crate::tensor::device::Device;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
@@ -67,6 +69,7 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
     let strategy: Box<dyn Strategy> = match kind {
         StrategyKind::Dp => Box::new(DpStrategy::connect(acc, list, opts)?),
         StrategyKind::Ddp => Box::new(DdpStrategy::connect(acc, &list, opts)?),
+        StrategyKind::Fsdp => Box::new(FsdpStrategy::connect(acc, &list, opts)?),
         StrategyKind::Xla => Box::new(xla::connect(acc, &list, opts)?),
         _ => Box::new(SingleDeviceStrategy::connect(acc, &list, opts)?),
     };

@@ -188,6 +188,23 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 /// - `process_group_backend` (text; default none): "gloo", "nccl", a custom
 ///   accelerator's collectives hook, or "none" = by device (gloo on CPU,
 ///   nccl on CUDA, the accelerator's hook when it has one).
+/// - `fsdp_sharding_strategy` (text; default FULL_SHARD): strategy "fsdp":
+///   FULL_SHARD (parameters freed after each unit's forward and gathered
+///   again for its backward), SHARD_GRAD_OP (gathered parameters kept until
+///   the backward ends) or NO_SHARD (nothing sharded, gradients averaged);
+///   HYBRID_SHARD is not in fulmen yet.
+/// - `fsdp_auto_wrap_policy` (text; default none): strategy "fsdp":
+///   comma-separated module class names ("TransformerEncoderLayer",
+///   "Sequential", "HostModule", ...) whose every instance is a sharding
+///   unit; the root module owns the rest.
+/// - `fsdp_min_num_params` (text; default none): strategy "fsdp": a module
+///   whose parameters not yet in a unit number at least this many becomes a
+///   unit (torch's size_based_auto_wrap_policy); "none" = the class list
+///   alone.
+/// - `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" =
+///   checkpoints hold the whole state, gathered from every rank and written
+///   by rank 0; "sharded" (torch.distributed.checkpoint directories) is not
+///   in fulmen yet.
 /// - `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800): limit on the
 ///   rendezvous and on every collective of a distributed job.
 // Generated: end

@@ -357,6 +357,35 @@ public:
     /// Sets `process_group_backend` on a temporary and passes it on.
     Self&& process_group_backend(std::string_view v) && { return std::move(put("process_group_backend", v)); }
 
+    /// `fsdp_sharding_strategy` (text; default FULL_SHARD): strategy "fsdp": FULL_SHARD (parameters
+    /// freed after each unit's forward and gathered again for its backward), SHARD_GRAD_OP
+    /// (gathered parameters kept until the backward ends) or NO_SHARD (nothing sharded, gradients
+    /// averaged); HYBRID_SHARD is not in fulmen yet.
+    Self& fsdp_sharding_strategy(std::string_view v) & { return put("fsdp_sharding_strategy", v); }
+    /// Sets `fsdp_sharding_strategy` on a temporary and passes it on.
+    Self&& fsdp_sharding_strategy(std::string_view v) && { return std::move(put("fsdp_sharding_strategy", v)); }
+
+    /// `fsdp_auto_wrap_policy` (text; default none): strategy "fsdp": comma-separated module class
+    /// names ("TransformerEncoderLayer", "Sequential", "HostModule", ...) whose every instance is a
+    /// sharding unit; the root module owns the rest.
+    Self& fsdp_auto_wrap_policy(std::string_view v) & { return put("fsdp_auto_wrap_policy", v); }
+    /// Sets `fsdp_auto_wrap_policy` on a temporary and passes it on.
+    Self&& fsdp_auto_wrap_policy(std::string_view v) && { return std::move(put("fsdp_auto_wrap_policy", v)); }
+
+    /// `fsdp_min_num_params` (text; default none): strategy "fsdp": a module whose parameters not
+    /// yet in a unit number at least this many becomes a unit (torch's
+    /// size_based_auto_wrap_policy); "none" = the class list alone.
+    Self& fsdp_min_num_params(std::string_view v) & { return put("fsdp_min_num_params", v); }
+    /// Sets `fsdp_min_num_params` on a temporary and passes it on.
+    Self&& fsdp_min_num_params(std::string_view v) && { return std::move(put("fsdp_min_num_params", v)); }
+
+    /// `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" = checkpoints hold the
+    /// whole state, gathered from every rank and written by rank 0; "sharded"
+    /// (torch.distributed.checkpoint directories) is not in fulmen yet.
+    Self& fsdp_state_dict_type(std::string_view v) & { return put("fsdp_state_dict_type", v); }
+    /// Sets `fsdp_state_dict_type` on a temporary and passes it on.
+    Self&& fsdp_state_dict_type(std::string_view v) && { return std::move(put("fsdp_state_dict_type", v)); }
+
     /// `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800): limit on the rendezvous and on every
     /// collective of a distributed job.
     template <class Rep, class Period>

@@ -1,0 +1,65 @@
+//! What a sharding strategy attaches to the modules of a model (FSDP's
+//! units, `src/strategies/fsdp/`): the module's forward first makes sure
+//! the parameters it reads are gathered, and the module a unit is made of
+//! hands the unit its outputs afterwards.
+use super::module::{Module, Node};
+use crate::error::Result;
+use std::sync::Arc;
+use tch::Tensor;
+
+/// The unit a module's parameters belong to.
+pub(crate) trait ShardHook: Send + Sync + std::fmt::Debug {
+    /// Before the module's forward: the unit's parameters hold their full
+    /// values (nothing when they already do).
+    fn before_forward(&self) -> Result<()>;
+
+    /// After the forward of the unit's own module, with its outputs.
+    fn after_forward(&self, outputs: &[Tensor]) -> Result<()>;
+}
+
+/// A module's link to its unit.
+#[derive(Debug, Clone)]
+pub(crate) struct ShardLink {
+    /// The unit.
+    pub hook: Arc<dyn ShardHook>,
+    /// Whether this module is the unit's own (not a descendant of it).
+    pub owns: bool,
+}
+
+impl Module {
+    /// Runs `forward` between the unit's hooks when the module has one.
+    pub(crate) fn sharded<R>(
+        &self,
+        outputs: impl Fn(&R) -> Vec<Tensor>,
+        forward: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        let Some(link) = &self.shard else { return forward() };
+        link.hook.before_forward()?;
+        let out = forward()?;
+        if link.owns {
+            link.hook.after_forward(&outputs(&out))?;
+        }
+        Ok(out)
+    }
+
+    /// The direct children with their names (none for a leaf).
+    pub(crate) fn child_modules(&self) -> &[(String, Module)] {
+        match &self.node {
+            Node::Sequential(c) | Node::Named(c) => c,
+            _ => &[],
+        }
+    }
+
+    /// The direct children, to change.
+    pub(crate) fn child_modules_mut(&mut self) -> &mut [(String, Module)] {
+        match &mut self.node {
+            Node::Sequential(c) | Node::Named(c) => c,
+            _ => &mut [],
+        }
+    }
+
+    /// Links this module to a unit (`None` removes the link).
+    pub(crate) fn set_shard_link(&mut self, link: Option<ShardLink>) {
+        self.shard = link;
+    }
+}

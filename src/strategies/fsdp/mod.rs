@@ -1,0 +1,348 @@
+//! Fully sharded data parallel (Lightning's `FSDPStrategy`, torch's FSDP2
+//! `fully_shard`): one process per device as for DDP, every parameter
+//! sharded on dimension 0 across the ranks within units chosen by the wrap
+//! policy (`wrap.rs`), gathered around each unit's forward and backward
+//! (`unit.rs`), gradients averaged into the shards before the optimizers
+//! step on them, gradient clipping by the norm over all shards, and
+//! checkpoints with the full state gathered (`state.rs`).
+mod settings;
+mod state;
+mod unit;
+mod wrap;
+
+pub(crate) use settings::KEYS;
+pub use settings::{FsdpOptions, ShardingStrategy};
+
+use super::ddp::{join_job, reduce_with};
+use super::strategy::{Sharded, Strategy};
+use crate::accelerators::Accelerator;
+use crate::distributed::{self, DistContext};
+use crate::error::{Error, ErrorCode, Result};
+use crate::optim::Optimizer;
+use crate::tensor::device::Device;
+use crate::trainer::device::Placement;
+use crate::trainer::metrics::ReduceFx;
+use crate::trainer::{BatchSource, ClipAlgorithm, LightningModule, OptimizerConfig, SharedModel, TrainerOptions};
+use std::sync::{Arc, Mutex};
+use tch::Tensor;
+use unit::FsdpUnit;
+
+/// A model as the strategy shards it.
+struct Wrapped {
+    model: SharedModel,
+    /// The units, innermost first, the root last (empty under NO_SHARD).
+    units: Vec<Arc<FsdpUnit>>,
+    /// NO_SHARD: the parameters, replicated on every rank.
+    replicated: Vec<Tensor>,
+}
+
+/// FSDP state of a run.
+pub(crate) struct FsdpStrategy {
+    placement: Placement,
+    ctx: Arc<DistContext>,
+    options: FsdpOptions,
+    wrapped: Mutex<Option<Wrapped>>,
+    /// A training forward ran since the gradients were last averaged.
+    pending: bool,
+}
+
+/// Locks `m`, taking the value of a poisoned lock.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl FsdpStrategy {
+    /// Joins the distributed job as DDP does.
+    pub(crate) fn connect(acc: Arc<dyn Accelerator>, list: &[Device], opts: &TrainerOptions) -> Result<Self> {
+        let (placement, ctx) = join_job(acc, list, opts)?;
+        if placement.precision.has_scaler() {
+            return Err(Error::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "strategy \"fsdp\" with precision {:?}: a GradScaler over shards (torch's ShardedGradScaler) is \
+                     not in fulmen yet; bf16-mixed needs none",
+                    opts.precision
+                ),
+            ));
+        }
+        Ok(FsdpStrategy {
+            placement,
+            ctx,
+            options: opts.strategy.fsdp.clone(),
+            wrapped: Mutex::new(None),
+            pending: false,
+        })
+    }
+
+    /// Averages the gradients of a step into the shards, once after the
+    /// backward passes of a step; the error of a backward hook first.
+    fn finish_backward(&mut self) -> Result<()> {
+        let guard = lock(&self.wrapped);
+        let Some(w) = guard.as_ref() else { return Ok(()) };
+        for u in &w.units {
+            if let Some(e) = u.take_hook_error() {
+                return Err(self.ctx.explain(e));
+            }
+        }
+        if !std::mem::take(&mut self.pending) {
+            return Ok(());
+        }
+        let reduced = if w.units.is_empty() {
+            unit::reduce_replicated(&self.ctx.group, &w.replicated)
+        } else {
+            w.units.iter().try_for_each(|u| u.reduce_gradients())
+        };
+        reduced.map_err(|e| self.ctx.explain(e.context("averaging the gradients over the FSDP shards")))
+    }
+
+    /// Every unit sharded (between steps and batches).
+    fn reshard_all(&self) -> Result<()> {
+        if let Some(w) = lock(&self.wrapped).as_ref() {
+            for u in &w.units {
+                u.reshard()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives the model its full parameters back and unlinks it.
+    fn unwrap(&self) -> Result<()> {
+        let Some(w) = lock(&self.wrapped).take() else { return Ok(()) };
+        let mut first = None;
+        for u in &w.units {
+            if let Err(e) = u.unshard_for_good() {
+                first.get_or_insert(e);
+            }
+        }
+        wrap::unlink(&mut lock(&w.model));
+        first.map_or(Ok(()), |e| Err(self.ctx.explain(e)))
+    }
+
+    /// Shards the module's model into units (or, NO_SHARD, keeps it whole).
+    fn wrap(&mut self, model: SharedModel) -> Result<()> {
+        let mut m = lock(&model);
+        let params = m.parameters();
+        let buffers: Vec<Tensor> = m.named_buffers().into_iter().map(|(_, t)| t).collect();
+        // Every rank starts from rank 0's state (torch's sync_module_states).
+        self.ctx.group.verify_params(&params)?;
+        let state: Vec<Tensor> = params.iter().chain(&buffers).map(Tensor::shallow_clone).collect();
+        self.ctx.group.broadcast_coalesced(&state, 0)?;
+        if self.options.sharding_strategy == ShardingStrategy::NoShard {
+            drop(m);
+            *lock(&self.wrapped) = Some(Wrapped { model, units: Vec::new(), replicated: params });
+            return Ok(());
+        }
+        let reshard = self.options.sharding_strategy == ShardingStrategy::FullShard;
+        let mut units = Vec::new();
+        for planned in wrap::plan(&m, &self.options) {
+            let after_forward = reshard && !planned.path.is_empty();
+            let u = FsdpUnit::new(planned.path, planned.params, Arc::clone(&self.ctx.group), after_forward)?;
+            units.push(Arc::new(u));
+        }
+        wrap::link(&mut m, &units);
+        drop(m);
+        *lock(&self.wrapped) = Some(Wrapped { model, units, replicated: Vec::new() });
+        Ok(())
+    }
+
+    /// The units, for checkpoints.
+    fn units(&self) -> Vec<Arc<FsdpUnit>> {
+        lock(&self.wrapped).as_ref().map(|w| w.units.clone()).unwrap_or_default()
+    }
+}
+
+impl Strategy for FsdpStrategy {
+    fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    fn placement_mut(&mut self) -> &mut Placement {
+        &mut self.placement
+    }
+
+    fn is_global_zero(&self) -> bool {
+        self.ctx.is_global_zero()
+    }
+
+    fn global_rank(&self) -> usize {
+        self.ctx.rank()
+    }
+
+    fn world_size(&self) -> usize {
+        self.ctx.world_size()
+    }
+
+    fn node_rank(&self) -> usize {
+        self.ctx.env.node_rank
+    }
+
+    fn local_rank(&self) -> usize {
+        self.ctx.env.local_rank
+    }
+
+    /// Shards the model for every run (Lightning wraps for evaluation
+    /// too); a model already sharded (configure_model) is gathered and
+    /// sharded again with what it holds now.
+    fn wrap_model(&mut self, module: &dyn LightningModule, _training: bool) -> Result<()> {
+        let Some(model) = module.model() else {
+            return Err(Error::state(
+                "fsdp needs a LightningModule with a model (pass one to fulmen_lightning_module_new)",
+            ));
+        };
+        self.unwrap()?;
+        self.wrap(model).map_err(|e| self.ctx.explain(e.context("sharding the model (fsdp)")))
+    }
+
+    fn shard<'a>(&self, source: &'a dyn BatchSource, use_sampler: bool) -> Sharded<'a> {
+        if !use_sampler || self.ctx.world_size() <= 1 {
+            return Sharded::Borrowed(source);
+        }
+        match source.shard(self.ctx.rank(), self.ctx.world_size()) {
+            Some(owned) => Sharded::Owned(owned),
+            None => Sharded::Borrowed(source),
+        }
+    }
+
+    /// Before each batch every unit is sharded again (the root unit and
+    /// units an evaluation forward left gathered).
+    fn batch_to_device(&self, batch: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        self.reshard_all()?;
+        self.placement.prepare_batch(batch)
+    }
+
+    fn post_forward(&mut self, _loss: &Tensor) -> Result<()> {
+        self.pending = true;
+        Ok(())
+    }
+
+    fn prepare_manual_backward(&mut self, _loss: &Tensor) -> Result<()> {
+        self.pending = true;
+        Ok(())
+    }
+
+    fn backward(&mut self, loss: &Tensor) -> Result<()> {
+        self.pending = true;
+        self.placement.precision.backward(loss)?;
+        for u in self.units() {
+            if let Some(e) = u.take_hook_error() {
+                return Err(self.ctx.explain(e));
+            }
+        }
+        Ok(())
+    }
+
+    fn unscale_gradients(&mut self, configs: &mut [OptimizerConfig]) -> Result<()> {
+        self.finish_backward()?;
+        let opts: Vec<&mut dyn Optimizer> = configs.iter_mut().map(|c| c.optimizer.as_mut() as _).collect();
+        self.placement.precision.unscale_gradients(&opts)
+    }
+
+    fn unscale_gradients_once(&mut self, configs: &mut [OptimizerConfig]) -> Result<()> {
+        self.finish_backward()?;
+        let opts: Vec<&mut dyn Optimizer> = configs.iter_mut().map(|c| c.optimizer.as_mut() as _).collect();
+        self.placement.precision.unscale_gradients_once(&opts)
+    }
+
+    /// By value: each shard's entries; by norm: the norm over every rank's
+    /// shards, as torch's FSDP `clip_grad_norm_`.
+    fn clip_gradients(&mut self, configs: &mut [OptimizerConfig], value: f64, algorithm: ClipAlgorithm) -> Result<()> {
+        self.finish_backward()?;
+        let params: Vec<Tensor> = configs
+            .iter()
+            .flat_map(|c| c.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)))
+            .collect();
+        self.clip_params(&params, value, algorithm)
+    }
+
+    fn clip_params(&self, params: &[Tensor], value: f64, algorithm: ClipAlgorithm) -> Result<()> {
+        match algorithm {
+            ClipAlgorithm::Value => self.placement.precision.clip_params(params, value, algorithm),
+            ClipAlgorithm::Norm => {
+                state::clip_norm_over_ranks(&self.ctx.group, params, value).map_err(|e| self.ctx.explain(e))
+            }
+        }
+    }
+
+    fn optimizer_step(&mut self, configs: &mut [OptimizerConfig]) -> Result<Vec<bool>> {
+        self.finish_backward()?;
+        for c in configs.iter() {
+            if c.optimizer.needs_closure() {
+                return Err(Error::new(
+                    ErrorCode::Unsupported,
+                    format!(
+                        "strategy \"fsdp\" with {}: an optimizer that re-evaluates the loss on the full parameters \
+                         is not supported over shards",
+                        c.optimizer.name()
+                    ),
+                ));
+            }
+        }
+        let mut opts: Vec<&mut dyn Optimizer> = configs.iter_mut().map(|c| c.optimizer.as_mut() as _).collect();
+        self.placement.precision.optimizer_step(&mut opts)
+    }
+
+    fn reduce(&self, values: &mut [f64], op: ReduceFx) -> Result<()> {
+        reduce_with(&self.ctx, values, op)
+    }
+
+    fn any(&self, decision: bool) -> Result<bool> {
+        self.ctx.group.reduce_decision(decision, false).map_err(|e| self.ctx.explain(e))
+    }
+
+    fn barrier(&self) -> Result<()> {
+        self.ctx.group.barrier().map_err(|e| self.ctx.explain(e))
+    }
+
+    /// Every rank takes part in gathering a checkpoint; rank 0 writes it.
+    fn saves_checkpoints(&self) -> bool {
+        true
+    }
+
+    fn writes_checkpoints(&self) -> bool {
+        self.ctx.is_global_zero()
+    }
+
+    fn unshard_params(&mut self) -> Result<()> {
+        self.reshard_all()?;
+        for u in self.units() {
+            u.gather().map_err(|e| self.ctx.explain(e))?;
+        }
+        Ok(())
+    }
+
+    fn reshard_params(&mut self, configs: &mut [OptimizerConfig], restored: bool) -> Result<()> {
+        let units = self.units();
+        if restored {
+            for u in &units {
+                u.reshard_from_params()?;
+            }
+            for c in configs.iter_mut() {
+                state::shard_optimizer_state(&units, c.optimizer.as_mut())?;
+            }
+        }
+        self.reshard_all()
+    }
+
+    fn optimizer_state_for_checkpoint(&self, optimizer: &dyn Optimizer) -> Result<Vec<(String, Tensor)>> {
+        state::full_optimizer_state(&self.units(), optimizer).map_err(|e| self.ctx.explain(e))
+    }
+
+    fn teardown(&self, module: &dyn LightningModule) -> Result<()> {
+        let unwrapped = self.unwrap();
+        let torn = self.placement.teardown(module);
+        unwrapped.and(torn)
+    }
+
+    fn fail(&mut self, e: Error) -> Error {
+        if matches!(e.code, ErrorCode::Torch | ErrorCode::Distributed) {
+            let _ = self.ctx.await_child_failure(std::time::Duration::from_secs(1));
+        }
+        let e = self.ctx.explain(e);
+        // The group is broken: the model is unlinked without gathering.
+        if let Some(w) = lock(&self.wrapped).take() {
+            wrap::unlink(&mut lock(&w.model));
+        }
+        distributed::abort();
+        e
+    }
+}

@@ -1,0 +1,145 @@
+//! FSDP's settings (Lightning's `FSDPStrategy(...)` arguments that fulmen
+//! has): how parameters are sharded, which modules become sharding units,
+//! and what a checkpoint holds.
+use crate::error::{Error, ErrorCode, Result};
+
+/// What is sharded across the ranks (torch's `ShardingStrategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShardingStrategy {
+    /// Parameters, gradients and optimizer state sharded; a unit's
+    /// parameters are gathered for its forward, freed after it and
+    /// gathered again for its backward.
+    #[default]
+    FullShard,
+    /// Gradients and optimizer state sharded; parameters gathered for the
+    /// forward stay until the backward ends (no second gather).
+    ShardGradOp,
+    /// Nothing sharded: every rank holds everything and gradients are
+    /// averaged (DDP's numbers, FSDP's code path).
+    NoShard,
+}
+
+impl ShardingStrategy {
+    /// Parses torch's names ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"),
+    /// any case.
+    pub fn parse(text: &str) -> Result<ShardingStrategy> {
+        match text.trim().to_ascii_uppercase().as_str() {
+            "FULL_SHARD" => Ok(ShardingStrategy::FullShard),
+            "SHARD_GRAD_OP" => Ok(ShardingStrategy::ShardGradOp),
+            "NO_SHARD" => Ok(ShardingStrategy::NoShard),
+            "HYBRID_SHARD" | "_HYBRID_SHARD_ZERO2" => Err(Error::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "sharding_strategy {text:?} (sharding within a node, replicas across nodes) is not in fulmen yet"
+                ),
+            )),
+            _ => Err(Error::invalid(format!(
+                "sharding_strategy {text:?}: expected FULL_SHARD, SHARD_GRAD_OP or NO_SHARD"
+            ))),
+        }
+    }
+
+    /// torch's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShardingStrategy::FullShard => "FULL_SHARD",
+            ShardingStrategy::ShardGradOp => "SHARD_GRAD_OP",
+            ShardingStrategy::NoShard => "NO_SHARD",
+        }
+    }
+}
+
+/// The settings of the `fsdp` strategy.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FsdpOptions {
+    /// What is sharded.
+    pub sharding_strategy: ShardingStrategy,
+    /// Module class names whose every instance is a sharding unit
+    /// (Lightning's `auto_wrap_policy={Block}`), as `Module::type_name`
+    /// gives them ("Sequential", "TransformerEncoderLayer", "HostModule",
+    /// ...).
+    pub wrap_classes: Vec<String>,
+    /// A module whose parameters not yet in a unit number at least this
+    /// many becomes a unit (torch's `size_based_auto_wrap_policy`).
+    pub min_num_params: Option<u64>,
+}
+
+impl FsdpOptions {
+    /// Sets one setting from text; `Ok(false)` when `key` is not FSDP's.
+    pub fn set(&mut self, key: &str, v: &str) -> Result<bool> {
+        match key {
+            "sharding_strategy" => self.sharding_strategy = ShardingStrategy::parse(v)?,
+            "auto_wrap_policy" => self.wrap_classes = parse_class_list(v)?,
+            "min_num_params" => {
+                self.min_num_params = match v {
+                    "" | "none" | "None" => None,
+                    _ => Some(v.parse::<u64>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                        Error::invalid(format!("strategy option {key}: {v:?} is not an integer >= 1 or \"none\""))
+                    })?),
+                }
+            }
+            "state_dict_type" => match v {
+                "full" => {}
+                "sharded" => {
+                    return Err(Error::new(
+                        ErrorCode::Unsupported,
+                        "state_dict_type \"sharded\" (torch.distributed.checkpoint directories) is not in fulmen \
+                         yet; \"full\" gathers the whole state into one checkpoint on rank 0",
+                    ))
+                }
+                _ => {
+                    return Err(Error::invalid(format!("strategy option {key}: {v:?} is not \"full\" or \"sharded\"")))
+                }
+            },
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// The keys [`FsdpOptions::set`] knows, for error messages.
+pub const KEYS: &str = "sharding_strategy, auto_wrap_policy, min_num_params, state_dict_type";
+
+/// A comma-separated list of class names ("none" or "" for none).
+fn parse_class_list(v: &str) -> Result<Vec<String>> {
+    if v.is_empty() || v.eq_ignore_ascii_case("none") {
+        return Ok(Vec::new());
+    }
+    let names: Vec<String> = v.split(',').map(|n| n.trim().to_owned()).collect();
+    if names.len() > 64 {
+        return Err(Error::invalid("auto_wrap_policy: more than 64 class names"));
+    }
+    for n in &names {
+        let ok = (1..=128).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !ok {
+            return Err(Error::invalid(format!(
+                "auto_wrap_policy: {n:?} is not a class name (1 to 128 letters, digits or _)"
+            )));
+        }
+    }
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_parse_and_refuse() {
+        let mut o = FsdpOptions::default();
+        assert_eq!(o.sharding_strategy, ShardingStrategy::FullShard);
+        assert!(o.set("sharding_strategy", "shard_grad_op").unwrap());
+        assert_eq!(o.sharding_strategy.name(), "SHARD_GRAD_OP");
+        assert_eq!(o.set("sharding_strategy", "HYBRID_SHARD").unwrap_err().code, ErrorCode::Unsupported);
+        assert!(o.set("sharding_strategy", "half").is_err());
+        assert!(o.set("auto_wrap_policy", "Sequential, TransformerEncoderLayer").unwrap());
+        assert_eq!(o.wrap_classes, ["Sequential", "TransformerEncoderLayer"]);
+        assert!(o.set("auto_wrap_policy", "a.b").is_err());
+        assert!(o.set("min_num_params", "100").unwrap());
+        assert_eq!(o.min_num_params, Some(100));
+        assert!(o.set("min_num_params", "0").is_err());
+        assert!(o.set("state_dict_type", "full").unwrap());
+        assert_eq!(o.set("state_dict_type", "sharded").unwrap_err().code, ErrorCode::Unsupported);
+        assert!(!o.set("bucket_cap_mb", "4").unwrap());
+    }
+}

@@ -1,0 +1,449 @@
+//! A sharding unit: the parameters one module owns (those of its subtree
+//! not owned by a nested unit), each sharded on dimension 0 across the
+//! ranks as torch's FSDP2 does: dimension 0 padded to a multiple of the
+//! world size, rank r holding rows `r * rows .. (r + 1) * rows`.
+//!
+//! Life cycle (docs/ARCHITECTURE.md): sharded (every parameter holds this
+//! rank's rows, which the optimizer steps) -> gathered before the unit's
+//! forward (one all-gather of the unit's shards into full buffers the
+//! parameters view) -> freed after it under FULL_SHARD (the buffers'
+//! storage released in place, hooks left on the outputs) -> gathered again
+//! when the first output's gradient arrives -> gradients averaged and
+//! scattered to the shards before the optimizer step -> sharded.
+use crate::distributed::{ProcessGroup, ReduceOp};
+use crate::error::{Error, Result};
+use crate::nn::ShardHook;
+use crate::shim;
+use libc::c_void;
+use std::sync::{Arc, Mutex};
+use tch::{Kind, Tensor};
+
+/// One parameter of a unit.
+#[derive(Debug)]
+pub(crate) struct ShardedParam {
+    /// The module's parameter: a shallow clone, so the same leaf tensor the
+    /// model, the host's handles and the optimizers hold.
+    pub param: Tensor,
+    /// Its full shape.
+    pub shape: Vec<i64>,
+    /// Its dimension 0 (1 for a 0-dim parameter).
+    dim0: i64,
+    /// Rows of the padded dimension 0 each rank holds.
+    pub rows: i64,
+    /// The padded full parameter, `[world * rows, shape[1..]]`; its storage
+    /// holds no memory while the unit is sharded.
+    full: Tensor,
+    /// Size of `full`'s storage when gathered.
+    full_bytes: usize,
+    /// This rank's rows, `[rows, shape[1..]]`: the parameter's data while
+    /// sharded, the tensor the optimizer updates.
+    pub shard: Tensor,
+}
+
+impl ShardedParam {
+    /// Elements of one rank's shard.
+    fn shard_numel(&self) -> i64 {
+        self.shard.numel() as i64
+    }
+
+    /// Shape of `[rows, shape[1..]]` stacked `n` times on dimension 0.
+    fn rows_shape(&self, n: i64) -> Vec<i64> {
+        let mut s = vec![n * self.rows];
+        s.extend(self.shape.iter().skip(1));
+        s
+    }
+
+    /// `t` (this parameter's full shape) padded and cut into this rank's
+    /// rows: what rank `rank` of `world` holds of it.
+    pub fn rows_of(&self, t: &Tensor, rank: usize, world: usize) -> Result<Tensor> {
+        Ok(self.rows_of_all(t, world)?.f_narrow(0, rank as i64 * self.rows, self.rows)?.f_contiguous()?.copy())
+    }
+
+    /// `t` (the full shape) padded to `[world * rows, ...]`.
+    fn rows_of_all(&self, t: &Tensor, world: usize) -> Result<Tensor> {
+        let padded = Tensor::f_zeros(self.rows_shape(world as i64), (t.kind(), t.device()))?;
+        padded.f_narrow(0, 0, self.dim0)?.f_copy_(&t.f_reshape(self.real_shape())?)?;
+        Ok(padded)
+    }
+
+    /// The full shape with dimension 0 explicit (`[1]` for a 0-dim one).
+    fn real_shape(&self) -> Vec<i64> {
+        let mut real = vec![self.dim0];
+        real.extend(self.shape.iter().skip(1));
+        real
+    }
+}
+
+/// A unit's parameters, locked ([`FsdpUnit::lock_params`]).
+pub(crate) struct ParamsGuard<'a>(std::sync::MutexGuard<'a, UnitState>);
+
+impl ParamsGuard<'_> {
+    /// The parameters.
+    pub fn iter(&self) -> std::slice::Iter<'_, ShardedParam> {
+        self.0.params.iter()
+    }
+}
+
+/// A unit's shared state.
+#[derive(Debug)]
+struct UnitState {
+    params: Vec<ShardedParam>,
+    gathered: bool,
+}
+
+/// A sharding unit (see the module comment).
+pub(crate) struct FsdpUnit {
+    /// The module's dotted path ("" for the root).
+    pub path: String,
+    state: Mutex<UnitState>,
+    group: Arc<ProcessGroup>,
+    rank: usize,
+    world: usize,
+    /// Free the gathered parameters after the forward (FULL_SHARD, not the
+    /// root unit).
+    reshard_after_forward: bool,
+    /// The first error of a hook that ran inside autograd's backward.
+    hook_error: Mutex<Option<Error>>,
+}
+
+/// Locks `m`, taking the value of a poisoned lock.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Resizes the storage under `t` in place.
+fn resize_storage(t: &Tensor, nbytes: usize) -> Result<()> {
+    // SAFETY: `t` is a live tensor; the shim only swaps its storage's memory.
+    shim::call("resizing a sharded parameter's storage", |err, len| unsafe {
+        shim::fulmen_cxx_storage_resize(t.as_ptr() as *const c_void, nbytes, err, len)
+    })
+}
+
+/// The size of the storage under `t`.
+fn storage_bytes(t: &Tensor) -> Result<usize> {
+    let mut n = 0usize;
+    // SAFETY: `t` is a live tensor; `n` outlives the call.
+    shim::call("reading a storage's size", |err, len| unsafe {
+        shim::fulmen_cxx_storage_nbytes(t.as_ptr() as *const c_void, &mut n, err, len)
+    })?;
+    Ok(n)
+}
+
+/// Makes `param` (the same leaf, whoever holds it) hold `data`: torch's
+/// `param.data = data`.
+fn point(param: &Tensor, data: &Tensor) -> Result<()> {
+    Ok(param.shallow_clone().f_set_data(data)?)
+}
+
+/// Sets (or with `None` clears) the `.grad` of `param`.
+pub(crate) fn set_grad(param: &Tensor, grad: Option<&Tensor>) -> Result<()> {
+    let g = grad.map_or(std::ptr::null(), |g| g.as_ptr() as *const c_void);
+    // SAFETY: both tensors are live for the call.
+    shim::call("setting a parameter's gradient", |err, len| unsafe {
+        shim::fulmen_cxx_set_grad(param.as_ptr() as *const c_void, g, err, len)
+    })
+}
+
+impl FsdpUnit {
+    /// Shards `params` (already equal on every rank) across `group`: each
+    /// parameter keeps this rank's rows and the full buffers are freed.
+    pub fn new(
+        path: String,
+        params: Vec<Tensor>,
+        group: Arc<ProcessGroup>,
+        reshard_after_forward: bool,
+    ) -> Result<Self> {
+        let (rank, world) = (group.rank(), group.world_size());
+        let mut sharded = Vec::with_capacity(params.len());
+        tch::no_grad(|| -> Result<()> {
+            for param in params {
+                let shape = param.size();
+                let dim0 = shape.first().copied().unwrap_or(1);
+                let rows = (dim0 + world as i64 - 1) / world as i64;
+                let mut full_shape = vec![rows * world as i64];
+                full_shape.extend(shape.iter().skip(1));
+                let full = Tensor::f_zeros(&full_shape, (param.kind(), param.device()))?;
+                let mut sp = ShardedParam { param, shape, dim0, rows, full, full_bytes: 0, shard: Tensor::new() };
+                sp.full.f_narrow(0, 0, dim0)?.f_copy_(&sp.param.f_reshape(sp.real_shape())?)?;
+                sp.shard = sp.full.f_narrow(0, rank as i64 * rows, rows)?.f_contiguous()?.copy();
+                sp.full_bytes = storage_bytes(&sp.full)?;
+                point(&sp.param, &sp.shard)?;
+                resize_storage(&sp.full, 0)?;
+                sharded.push(sp);
+            }
+            Ok(())
+        })?;
+        Ok(FsdpUnit {
+            path,
+            state: Mutex::new(UnitState { params: sharded, gathered: false }),
+            group,
+            rank,
+            world,
+            reshard_after_forward,
+            hook_error: Mutex::new(None),
+        })
+    }
+
+    /// The unit's parameters, locked.
+    pub fn lock_params(&self) -> ParamsGuard<'_> {
+        ParamsGuard(lock(&self.state))
+    }
+
+    /// The unit's process group.
+    pub fn group(&self) -> &ProcessGroup {
+        &self.group
+    }
+
+    /// Gathers the full parameters from every rank's shards (nothing when
+    /// they are gathered already): one all-gather for the unit.
+    pub fn gather(&self) -> Result<()> {
+        let mut st = lock(&self.state);
+        if st.gathered || st.params.is_empty() {
+            st.gathered = true;
+            return Ok(());
+        }
+        tch::no_grad(|| -> Result<()> {
+            let flats: Vec<Tensor> = st.params.iter().map(|p| p.shard.view([-1])).collect();
+            let local = Tensor::f_cat(&flats, 0)?;
+            let all = if self.world == 1 { local.view([1, -1]) } else { self.group.all_gather(&local)? };
+            let mut offset = 0;
+            for p in st.params.iter() {
+                let n = p.shard_numel();
+                resize_storage(&p.full, p.full_bytes)?;
+                p.full.view([self.world as i64, n]).f_copy_(&all.f_narrow(1, offset, n)?)?;
+                offset += n;
+                point(&p.param, &p.full.f_narrow(0, 0, p.dim0)?.f_reshape(&p.shape)?)?;
+            }
+            Ok(())
+        })?;
+        st.gathered = true;
+        Ok(())
+    }
+
+    /// Gives every parameter back its shard and frees the full buffers.
+    pub fn reshard(&self) -> Result<()> {
+        let mut st = lock(&self.state);
+        if !st.gathered {
+            return Ok(());
+        }
+        for p in st.params.iter() {
+            point(&p.param, &p.shard)?;
+            resize_storage(&p.full, 0)?;
+        }
+        st.gathered = false;
+        Ok(())
+    }
+
+    /// After the unit's own module ran forward: under FULL_SHARD the
+    /// parameters are freed, and a hook on each output that needs a
+    /// gradient gathers them again before the unit's backward; outputs
+    /// without one (evaluation) free them under every strategy.
+    pub fn after_forward(self: &Arc<Self>, outputs: &[Tensor]) -> Result<()> {
+        let needs_grad: Vec<&Tensor> = outputs.iter().filter(|t| t.defined() && t.requires_grad()).collect();
+        if needs_grad.is_empty() {
+            return if self.path.is_empty() { Ok(()) } else { self.reshard() };
+        }
+        if !self.reshard_after_forward {
+            return Ok(());
+        }
+        for t in needs_grad {
+            register_pre_backward(t, Arc::clone(self))?;
+        }
+        self.reshard()
+    }
+
+    /// The pre-backward hook: gathers; a failure is kept for the strategy
+    /// to report after the backward, and the buffers are allocated (zeros)
+    /// so the backward reads valid memory.
+    fn pre_backward(&self) {
+        if let Err(e) = self.gather() {
+            let mut st = lock(&self.state);
+            for p in st.params.iter() {
+                let _ = resize_storage(&p.full, p.full_bytes);
+                let _ = tch::no_grad(|| p.full.shallow_clone().f_zero_());
+                let _ = point(&p.param, &p.full.narrow(0, 0, p.dim0).reshape(&p.shape));
+            }
+            st.gathered = true;
+            lock(&self.hook_error)
+                .get_or_insert(e.context(format!("gathering FSDP unit {:?} for backward", self.path)));
+        }
+    }
+
+    /// The first error a backward hook met, taken.
+    pub fn take_hook_error(&self) -> Option<Error> {
+        lock(&self.hook_error).take()
+    }
+
+    /// Averages the gradients of the unit's parameters over the ranks and
+    /// leaves each parameter sharded with its shard of the average as
+    /// `.grad` (one all-reduce; a parameter no rank has a gradient for
+    /// keeps none, as on one device).
+    pub fn reduce_gradients(&self) -> Result<()> {
+        let mut st = lock(&self.state);
+        if st.params.is_empty() {
+            return Ok(());
+        }
+        let world = self.world as i64;
+        let count = st.params.len() as i64;
+        tch::no_grad(|| -> Result<()> {
+            let total: i64 = st.params.iter().map(|p| p.shard_numel()).sum();
+            let first = &st.params[0].shard;
+            let buf = Tensor::f_zeros([world, total + count], (first.kind(), first.device()))?;
+            let mut offset = 0;
+            for (i, p) in st.params.iter().enumerate() {
+                let n = p.shard_numel();
+                let g = p.param.grad();
+                if g.defined() {
+                    let padded = p.rows_of_all(&g, self.world)?;
+                    buf.f_narrow(1, offset, n)?.f_copy_(&padded.view([world, n]))?;
+                    let _ = buf.f_narrow(1, total + i as i64, 1)?.f_fill_(1.0)?;
+                }
+                offset += n;
+            }
+            if self.world > 1 {
+                self.group.all_reduce(&[buf.shallow_clone()], ReduceOp::Sum)?;
+            }
+            let mine = buf.f_select(0, self.rank as i64)?;
+            let flags = host_values(&mine.f_narrow(0, total, count)?)?;
+            let mut offset = 0;
+            for (p, flag) in st.params.iter().zip(flags) {
+                let n = p.shard_numel();
+                point(&p.param, &p.shard)?;
+                if flag > 0.0 {
+                    // Its own storage: optimizers detach and zero gradients in place.
+                    let g = mine.f_narrow(0, offset, n)?.f_reshape(p.shard.size())?.f_div_scalar(world as f64)?;
+                    set_grad(&p.param, Some(&g))?;
+                } else {
+                    set_grad(&p.param, None)?;
+                }
+                resize_storage(&p.full, 0)?;
+                offset += n;
+            }
+            Ok(())
+        })?;
+        st.gathered = false;
+        Ok(())
+    }
+
+    /// Gathers the full parameters and hands them to the module for good
+    /// (the end of a run): each parameter holds a copy of its full value,
+    /// without a gradient.
+    pub fn unshard_for_good(&self) -> Result<()> {
+        self.gather()?;
+        let mut st = lock(&self.state);
+        tch::no_grad(|| -> Result<()> {
+            for p in st.params.iter() {
+                let full = p.param.f_detach()?.f_contiguous()?.copy();
+                point(&p.param, &full)?;
+                set_grad(&p.param, None)?;
+                resize_storage(&p.full, 0)?;
+            }
+            Ok(())
+        })?;
+        st.params.clear();
+        st.gathered = false;
+        Ok(())
+    }
+
+    /// After a checkpoint was loaded into the gathered parameters: each
+    /// rank's shard takes its rows of the loaded values, then the unit is
+    /// sharded again.
+    pub fn reshard_from_params(&self) -> Result<()> {
+        let st = lock(&self.state);
+        tch::no_grad(|| -> Result<()> {
+            for p in st.params.iter() {
+                let rows = p.rows_of(&p.param.f_detach()?, self.rank, self.world)?;
+                p.shard.shallow_clone().f_copy_(&rows)?;
+            }
+            Ok(())
+        })?;
+        drop(st);
+        self.reshard()
+    }
+}
+
+impl std::fmt::Debug for FsdpUnit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FsdpUnit").field("path", &self.path).field("world", &self.world).finish()
+    }
+}
+
+/// A unit as the modules see it ([`ShardHook`]).
+#[derive(Debug)]
+pub(crate) struct UnitHook(pub Arc<FsdpUnit>);
+
+impl ShardHook for UnitHook {
+    fn before_forward(&self) -> Result<()> {
+        self.0.gather().map_err(|e| e.context(format!("gathering FSDP unit {:?} for its forward", self.0.path)))
+    }
+
+    fn after_forward(&self, outputs: &[Tensor]) -> Result<()> {
+        self.0.after_forward(outputs)
+    }
+}
+
+/// Registers the pre-backward hook of `unit` on `output`.
+fn register_pre_backward(output: &Tensor, unit: Arc<FsdpUnit>) -> Result<()> {
+    extern "C" fn fire(ctx: *mut c_void) {
+        // SAFETY: `ctx` is the Box made below, alive until `drop` runs.
+        let unit = unsafe { &*(ctx as *const Arc<FsdpUnit>) };
+        // A panic must not unwind into autograd's engine.
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unit.pre_backward())).is_err() {
+            lock(&unit.hook_error).get_or_insert(Error::state("the FSDP pre-backward hook panicked"));
+        }
+    }
+    extern "C" fn release(ctx: *mut c_void) {
+        // SAFETY: made by Box::into_raw below; the shim calls this once.
+        drop(unsafe { Box::from_raw(ctx as *mut Arc<FsdpUnit>) });
+    }
+    let ctx = Box::into_raw(Box::new(unit)) as *mut c_void;
+    // SAFETY: the shim owns `ctx` from here and calls `release` exactly once.
+    shim::call("registering the FSDP pre-backward hook", |err, len| unsafe {
+        shim::fulmen_cxx_register_grad_hook(output.as_ptr() as *const c_void, fire, ctx, release, err, len)
+    })
+}
+
+/// Averages the gradients of replicated `params` over `group` (NO_SHARD):
+/// one all-reduce of their flattened gradients; a parameter no rank has a
+/// gradient for keeps none.
+pub(crate) fn reduce_replicated(group: &ProcessGroup, params: &[Tensor]) -> Result<()> {
+    let Some(first) = params.first() else { return Ok(()) };
+    let world = group.world_size();
+    tch::no_grad(|| -> Result<()> {
+        let total: i64 = params.iter().map(|p| p.numel() as i64).sum();
+        let count = params.len() as i64;
+        let buf = Tensor::f_zeros([total + count], (first.kind(), first.device()))?;
+        let mut offset = 0;
+        for (i, p) in params.iter().enumerate() {
+            let n = p.numel() as i64;
+            let g = p.grad();
+            if g.defined() {
+                buf.f_narrow(0, offset, n)?.f_copy_(&g.view([-1]))?;
+                let _ = buf.f_narrow(0, total + i as i64, 1)?.f_fill_(1.0)?;
+            }
+            offset += n;
+        }
+        if world > 1 {
+            group.all_reduce(&[buf.shallow_clone()], ReduceOp::Sum)?;
+        }
+        let flags = host_values(&buf.f_narrow(0, total, count)?)?;
+        let mut offset = 0;
+        for (p, flag) in params.iter().zip(flags) {
+            let n = p.numel() as i64;
+            if flag > 0.0 {
+                // Its own storage: optimizers detach and zero gradients in place.
+                let g = buf.f_narrow(0, offset, n)?.f_reshape(p.size())?.f_div_scalar(world as f64)?;
+                set_grad(p, Some(&g))?;
+            } else {
+                set_grad(p, None)?;
+            }
+            offset += n;
+        }
+        Ok(())
+    })
+}
+
+/// The values of a 1-D tensor, on the host.
+fn host_values(t: &Tensor) -> Result<Vec<f64>> {
+    Ok(Vec::<f64>::try_from(&t.f_to_kind(Kind::Double)?.f_to_device(tch::Device::Cpu)?)?)
+}

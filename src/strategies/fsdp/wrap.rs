@@ -1,0 +1,119 @@
+//! Choosing a model's sharding units (Lightning's `auto_wrap_policy`) and
+//! linking every module to the unit that owns the parameters it reads.
+use super::settings::FsdpOptions;
+use super::unit::{FsdpUnit, UnitHook};
+use crate::nn::{param_identity, Module, ParamId, ShardHook, ShardLink, Slot};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tch::Tensor;
+
+/// A unit to make: the module's path and the parameters it owns.
+pub(crate) struct PlannedUnit {
+    /// Dotted path of the module ("" for the root).
+    pub path: String,
+    /// Its parameters, in `named_parameters` order.
+    pub params: Vec<Tensor>,
+}
+
+/// The units of `model` under `opts`, innermost first, the root last:
+/// every module whose class is in the wrap policy, or (size policy) whose
+/// parameters not yet in a unit number at least `min_num_params`, is a
+/// unit; the root owns the rest. A parameter reached under several names
+/// (tied weights) belongs to the root, which stays gathered through a step.
+pub(crate) fn plan(model: &Module, opts: &FsdpOptions) -> Vec<PlannedUnit> {
+    let mut seen: HashMap<_, usize> = HashMap::new();
+    model.visit("", &mut |_, t, slot| {
+        if slot == Slot::Param {
+            if let Some(id) = param_identity(t) {
+                *seen.entry(id).or_default() += 1;
+            }
+        }
+    });
+    let tied = |t: &Tensor| param_identity(t).is_some_and(|id| seen.get(&id).copied().unwrap_or(0) > 1);
+    let mut units = Vec::new();
+    let mut taken = std::collections::HashSet::new();
+    let rest = walk(model, "", true, opts, &tied, &mut taken, &mut units);
+    let mut root: Vec<Tensor> = Vec::new();
+    let mut root_seen = std::collections::HashSet::new();
+    model.visit("", &mut |_, t, slot| {
+        if slot == Slot::Param && tied(t) {
+            if let Some(id) = param_identity(t) {
+                if root_seen.insert(id) {
+                    root.push(t.shallow_clone());
+                }
+            }
+        }
+    });
+    root.extend(rest);
+    units.push(PlannedUnit { path: String::new(), params: root });
+    units
+}
+
+/// Plans the units below `m` (at `path`) and returns its parameters that
+/// no unit took.
+fn walk(
+    m: &Module,
+    path: &str,
+    is_root: bool,
+    opts: &FsdpOptions,
+    tied: &dyn Fn(&Tensor) -> bool,
+    taken: &mut std::collections::HashSet<ParamId>,
+    units: &mut Vec<PlannedUnit>,
+) -> Vec<Tensor> {
+    let mut own: Vec<Tensor> = Vec::new();
+    m.visit_direct(&mut |_, t, slot| {
+        if slot == Slot::Param && t.requires_grad() && !tied(t) {
+            if let Some(id) = param_identity(t) {
+                if taken.insert(id) {
+                    own.push(t.shallow_clone());
+                }
+            }
+        }
+    });
+    for (name, child) in m.child_modules() {
+        let child_path = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
+        own.extend(walk(child, &child_path, false, opts, tied, taken, units));
+    }
+    let by_class = opts.wrap_classes.iter().any(|c| c == m.type_name());
+    let by_size = opts.min_num_params.is_some_and(|n| own.iter().map(|t| t.numel() as u64).sum::<u64>() >= n);
+    if !is_root && !own.is_empty() && (by_class || by_size) {
+        units.push(PlannedUnit { path: path.to_owned(), params: own });
+        return Vec::new();
+    }
+    own
+}
+
+/// Links every module of `model` to its unit: the modules under a unit's
+/// own module (down to nested units) read that unit's parameters; the
+/// others the root's.
+pub(crate) fn link(model: &mut Module, units: &[Arc<FsdpUnit>]) {
+    let by_path: HashMap<&str, Arc<dyn ShardHook>> =
+        units.iter().map(|u| (u.path.as_str(), Arc::new(UnitHook(Arc::clone(u))) as Arc<dyn ShardHook>)).collect();
+    let root = by_path.get("").cloned();
+    link_below(model, "", root, &by_path);
+}
+
+fn link_below(
+    m: &mut Module,
+    path: &str,
+    inherited: Option<Arc<dyn ShardHook>>,
+    by_path: &HashMap<&str, Arc<dyn ShardHook>>,
+) {
+    let (hook, owns) = match by_path.get(path) {
+        Some(u) => (Some(Arc::clone(u)), !path.is_empty()),
+        None => (inherited, false),
+    };
+    m.set_shard_link(hook.clone().map(|hook| ShardLink { hook, owns }));
+    for (name, child) in m.child_modules_mut() {
+        let child_path = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
+        link_below(child, &child_path, hook.clone(), by_path);
+    }
+}
+
+/// Removes every module's link.
+pub(crate) fn unlink(model: &mut Module) {
+    model.set_shard_link(None);
+    for (_, child) in model.child_modules_mut() {
+        unlink(child);
+    }
+}

@@ -1,0 +1,318 @@
+//! Fully sharded data parallel across real processes on loopback (gloo):
+//! this test binary re-executes itself (the ignored `fsdp_rank_main` test)
+//! once per rank with torchrun's environment, and compares what the ranks
+//! saw with one process training the same global batches.
+use fulmen::data::{DataLoader, DataLoaderOptions, TensorDataset};
+use fulmen::nn::{Activation, Module};
+use fulmen::optim::{AdamOptions, AdamW};
+use fulmen::trainer::{
+    LightningModule, OptimizerConfig, OptimizerSetup, SharedModel, StepContext, Trainer, TrainerOptions,
+};
+use fulmen::Result;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use tch::{Kind, Tensor};
+
+const SAMPLES: i64 = 48;
+const RANK_BATCH: i64 = 4;
+const FEATURES: i64 = 6;
+
+/// A small MLP of residual-free blocks: `Sequential(Linear, LayerNorm,
+/// Sequential(Linear, Tanh) x 3, Linear)`; with the wrap policy
+/// "Sequential" each inner block is a unit and the root owns the rest.
+fn model(batch_norm: bool) -> Module {
+    tch::manual_seed(7);
+    let mut root = Module::sequential();
+    root.push(Module::linear(FEATURES, 10, true).unwrap()).unwrap();
+    if batch_norm {
+        root.push(Module::batch_norm(10, 1e-5, 0.1, true, true).unwrap()).unwrap();
+    } else {
+        root.push(Module::layer_norm(&[10], 1e-5, true).unwrap()).unwrap();
+    }
+    for _ in 0..3 {
+        let mut block = Module::sequential();
+        block.push(Module::linear(10, 10, true).unwrap()).unwrap();
+        block.push(Module::activation(Activation::Tanh)).unwrap();
+        root.push(block).unwrap();
+    }
+    root.push(Module::linear(10, 1, true).unwrap()).unwrap();
+    root
+}
+
+/// The regression, recording every training step's loss.
+struct Regression {
+    model: SharedModel,
+    losses: Vec<f64>,
+    /// Rows of the first block's weight as the step found it, before its
+    /// forward (10 on one device; its shard's under FSDP).
+    block_rows: Vec<i64>,
+}
+
+impl LightningModule for Regression {
+    fn model(&self) -> Option<SharedModel> {
+        Some(Arc::clone(&self.model))
+    }
+
+    fn training_step(&mut self, _ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
+        let m = self.model.lock().unwrap();
+        let block = m.named_parameters().into_iter().find(|(k, _)| k == "2.0.weight").unwrap().1;
+        self.block_rows.push(block.size()[0]);
+        drop(m);
+        let out = self.model.lock().unwrap().forward(&batch[0])?;
+        let loss = (out - &batch[1]).square().mean(Kind::Float);
+        self.losses.push(loss.double_value(&[]));
+        Ok(Some(loss))
+    }
+
+    fn predict_step(&mut self, _ctx: &mut StepContext, _batch: &[Tensor]) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
+
+    fn configure_optimizers(&mut self, _setup: &OptimizerSetup) -> Result<Vec<OptimizerConfig>> {
+        let params = self.model.lock().unwrap().parameters();
+        let opts = AdamOptions { lr: 0.01, weight_decay: 0.01, ..Default::default() };
+        Ok(vec![OptimizerConfig::new(Box::new(AdamW::new(params, opts)?), None)])
+    }
+}
+
+/// The same samples in every process.
+fn loader(batch: i64) -> DataLoader {
+    tch::manual_seed(11);
+    let opts = (Kind::Float, tch::Device::Cpu);
+    let x = Tensor::randn([SAMPLES, FEATURES], opts);
+    let y = Tensor::randn([SAMPLES, 1], opts);
+    let ds = TensorDataset::new(vec![x, y]).unwrap();
+    DataLoader::new(Arc::new(ds), DataLoaderOptions { batch_size: batch as usize, ..Default::default() }).unwrap()
+}
+
+/// A scenario: its name gives the strategy settings and the trainer options.
+struct Scenario {
+    settings: Vec<(&'static str, &'static str)>,
+    batch_norm: bool,
+}
+
+fn scenario(name: &str) -> Scenario {
+    let full = ("fsdp_sharding_strategy", "FULL_SHARD");
+    let wrap = ("fsdp_auto_wrap_policy", "Sequential");
+    let (settings, batch_norm) = match name {
+        "full" => (vec![full, wrap], false),
+        "grad_op" => (vec![("fsdp_sharding_strategy", "SHARD_GRAD_OP"), wrap], false),
+        "no_shard" => (vec![("fsdp_sharding_strategy", "NO_SHARD")], false),
+        "size" => (vec![full, ("fsdp_min_num_params", "100")], false),
+        "clip_accumulate" => (vec![full, wrap, ("gradient_clip_val", "0.3"), ("accumulate_grad_batches", "2")], false),
+        _ => panic!("unknown scenario {name}"),
+    };
+    Scenario { settings, batch_norm }
+}
+
+/// Trains `epochs` epochs with `strategy` and the scenario's options;
+/// returns the per-step losses and the final weights.
+fn train(
+    name: &str,
+    strategy: &str,
+    batch: i64,
+    epochs: i64,
+    root: &Path,
+    resume: Option<&str>,
+) -> (Vec<f64>, Vec<(String, Tensor)>) {
+    let sc = scenario(name);
+    let mut o = TrainerOptions::default();
+    let epochs = epochs.to_string();
+    let root = root.to_string_lossy().to_string();
+    let checkpointing = if strategy == "fsdp" { "true" } else { "false" };
+    for (k, v) in [
+        ("max_epochs", epochs.as_str()),
+        ("accelerator", "cpu"),
+        ("strategy", strategy),
+        ("logger", "false"),
+        ("enable_checkpointing", checkpointing),
+        ("enable_progress_bar", "false"),
+        ("enable_model_summary", "false"),
+        ("handle_signals", "false"),
+        ("default_root_dir", root.as_str()),
+    ] {
+        o.set(k, v).unwrap();
+    }
+    for (k, v) in &sc.settings {
+        if strategy == "fsdp" || !k.starts_with("fsdp_") {
+            o.set(k, v).unwrap();
+        }
+    }
+    let mut t = Trainer::new(o).unwrap();
+    let mut m =
+        Regression { model: Arc::new(Mutex::new(model(sc.batch_norm))), losses: Vec::new(), block_rows: Vec::new() };
+    t.fit(&mut m, &loader(batch), None, resume).unwrap();
+    let weights = m.model.lock().unwrap().state_dict();
+    if strategy == "fsdp" {
+        // Between steps a unit's parameters hold this rank's rows only.
+        let world: i64 = std::env::var("WORLD_SIZE").unwrap().parse().unwrap();
+        let sharded = sc.settings.iter().all(|(_, v)| *v != "NO_SHARD");
+        let want = if sharded { (10 + world - 1) / world } else { 10 };
+        assert!(m.block_rows.iter().all(|r| *r == want), "{name}: block rows {:?}, want {want}", m.block_rows);
+    }
+    (m.losses, weights)
+}
+
+fn rank_dir(work: &Path, rank: usize) -> PathBuf {
+    work.join(format!("rank{rank}"))
+}
+
+/// Starts `world` ranks of `name` (each trains `epochs` epochs, resuming
+/// from `resume` when given) and waits for them.
+fn run_ranks(world: usize, name: &str, work: &Path, epochs: i64, resume: Option<&Path>) {
+    let port = fulmen::distributed::launcher::free_port().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..world)
+        .map(|rank| {
+            let mut c = Command::new(&exe);
+            c.args(["--ignored", "--exact", "fsdp_rank_main", "--nocapture", "--test-threads=1"])
+                .env("FULMEN_TEST_SCENARIO", name)
+                .env("FULMEN_TEST_WORK", work)
+                .env("FULMEN_TEST_EPOCHS", epochs.to_string())
+                .env("RANK", rank.to_string())
+                .env("LOCAL_RANK", rank.to_string())
+                .env("WORLD_SIZE", world.to_string())
+                .env("LOCAL_WORLD_SIZE", world.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            if let Some(r) = resume {
+                c.env("FULMEN_TEST_RESUME", r);
+            }
+            c.spawn().unwrap()
+        })
+        .collect();
+    for (rank, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && text.contains("RANK-OK"), "{name}: rank {rank} failed:\n{text}");
+    }
+}
+
+/// One rank: trains and leaves its losses and weights in its folder.
+#[test]
+#[ignore]
+fn fsdp_rank_main() {
+    let (Ok(name), Ok(work)) = (std::env::var("FULMEN_TEST_SCENARIO"), std::env::var("FULMEN_TEST_WORK")) else {
+        return;
+    };
+    let rank: usize = std::env::var("RANK").unwrap().parse().unwrap();
+    let epochs: i64 = std::env::var("FULMEN_TEST_EPOCHS").unwrap().parse().unwrap();
+    let resume = std::env::var("FULMEN_TEST_RESUME").ok();
+    let dir = rank_dir(Path::new(&work), rank);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (losses, weights) = train(&name, "fsdp", RANK_BATCH, epochs, Path::new(&work), resume.as_deref());
+    let text: Vec<String> = losses.iter().map(|l| format!("{l:.17e}")).collect();
+    std::fs::write(dir.join("losses.txt"), text.join("\n")).unwrap();
+    Tensor::write_npz(&weights, dir.join("weights.npz")).unwrap();
+    println!("RANK-OK");
+}
+
+fn read_losses(dir: &Path) -> Vec<f64> {
+    std::fs::read_to_string(dir.join("losses.txt")).unwrap().lines().map(|l| l.parse().unwrap()).collect()
+}
+
+fn read_weights(dir: &Path) -> Vec<(String, Tensor)> {
+    Tensor::read_npz(dir.join("weights.npz")).unwrap()
+}
+
+fn assert_close(what: &str, a: f64, b: f64, rel: f64) {
+    assert!((a - b).abs() <= rel * a.abs().max(b.abs()).max(1e-3), "{what}: {a} vs {b}");
+}
+
+/// The ranks' mean loss per step equals one process's loss on the global
+/// batch, and every rank ends with the weights of that process.
+fn check_against_one_process(name: &str, world: usize) {
+    let work = tempdir(&format!("fsdp-{name}-{world}"));
+    let epochs = 2;
+    run_ranks(world, name, &work, epochs, None);
+    let global = RANK_BATCH * world as i64;
+    let reference_dir = work.join("reference");
+    let (ref_losses, ref_weights) = train(name, "auto", global, epochs, &reference_dir, None);
+    let ranks: Vec<Vec<f64>> = (0..world).map(|r| read_losses(&rank_dir(&work, r))).collect();
+    assert_eq!(ranks[0].len(), ref_losses.len(), "{name}: steps");
+    for (step, want) in ref_losses.iter().enumerate() {
+        let mean = ranks.iter().map(|l| l[step]).sum::<f64>() / world as f64;
+        assert_close(&format!("{name} world {world} step {step} loss"), mean, *want, 1e-6);
+    }
+    for r in 0..world {
+        let weights = read_weights(&rank_dir(&work, r));
+        assert_eq!(weights.len(), ref_weights.len());
+        for ((k, w), (rk, rw)) in weights.iter().zip(&ref_weights) {
+            assert_eq!(k, rk);
+            assert_eq!(w.size(), rw.size(), "{name}: {k} shape");
+            let diff = (w - rw).abs().max().double_value(&[]);
+            assert!(diff < 1e-5, "{name} world {world} rank {r}: {k} differs by {diff}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let base = std::env::var_os("CARGO_TARGET_TMPDIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn full_shard_on_two_ranks_equals_one_process() {
+    check_against_one_process("full", 2);
+}
+
+#[test]
+fn full_shard_on_four_ranks_equals_one_process() {
+    check_against_one_process("full", 4);
+}
+
+#[test]
+fn shard_grad_op_and_no_shard_equal_one_process() {
+    check_against_one_process("grad_op", 2);
+    check_against_one_process("no_shard", 2);
+}
+
+#[test]
+fn the_size_policy_equals_one_process() {
+    check_against_one_process("size", 3);
+}
+
+#[test]
+fn clipping_and_accumulation_equal_one_process() {
+    check_against_one_process("clip_accumulate", 2);
+}
+
+/// The checkpoint files under `dir`.
+fn checkpoints(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(checkpoints(&p));
+        } else if p.extension().is_some_and(|x| x == "ckpt") {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_resume_from_a_gathered_checkpoint_equals_the_uninterrupted_run() {
+    let work = tempdir("fsdp-resume");
+    let (whole, first, resumed) = (work.join("whole"), work.join("first"), work.join("resumed"));
+    run_ranks(2, "full", &whole, 2, None);
+    run_ranks(2, "full", &first, 1, None);
+    let ckpt = checkpoints(&first);
+    assert_eq!(ckpt.len(), 1, "{ckpt:?}");
+    run_ranks(2, "full", &resumed, 2, Some(&ckpt[0]));
+    for r in 0..2 {
+        let (a, b) = (read_weights(&rank_dir(&whole, r)), read_weights(&rank_dir(&resumed, r)));
+        for ((k, x), (_, y)) in a.iter().zip(&b) {
+            let diff = (x - y).abs().max().double_value(&[]);
+            assert!(diff == 0.0, "rank {r}: {k} differs by {diff} after the resume");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
