@@ -23,6 +23,9 @@
  *   slurm           SLURM says 2 tasks per node, devices=1: an error
  *   manual          launcher with 2 ranks, manual optimization (the step's
  *                   own zero_grad, manual_backward and optimizer step)
+ *   fsdp            launcher with 2 ranks, strategy "fsdp" (every Linear a
+ *                   sharding unit): the weights of the 16-sample reference
+ *   fsdp_manual     the same under manual optimization
  *   unsharded       launcher with 2 ranks, use_distributed_sampler false:
  *                   each rank reads the whole loader (so the weights are
  *                   those of one process with the per-rank batch)
@@ -186,6 +189,7 @@ static fulmen_error *train(const char *root, const char *strategy, const char *d
         CHECK_OK(fulmen_trainer_options_set(o, "max_time", max_time));
     }
     if (unsharded) CHECK_OK(fulmen_trainer_options_set_bool(o, "use_distributed_sampler", false));
+    if (strcmp(strategy, "fsdp") == 0) CHECK_OK(fulmen_trainer_options_set(o, "fsdp_auto_wrap_policy", "Linear"));
     fulmen_trainer *t = NULL;
     CHECK_OK(fulmen_trainer_new(o, &t));
     fulmen_trainer_options_free(o);
@@ -274,12 +278,12 @@ static int scenario_launcher(const char *dir) {
 
 /* Two launched ranks of scenario `name` train; each saves its weights as
  * <name>-rank<N>.safetensors and must have taken `steps` optimizer steps. */
-static int two_launched_ranks(const char *dir, const char *name, int64_t steps) {
+static int two_launched_ranks(const char *dir, const char *name, const char *strategy, int64_t steps) {
     char root[512], weights[512], final[512], what[64];
     snprintf(root, sizeof root, "%s/%s", dir, name);
     snprintf(weights, sizeof weights, "%s/%s-tmp-%d.safetensors", dir, name, (int)getpid());
     fulmen_trainer *t = NULL;
-    CHECK_OK(train(root, "ddp", "2", RANK_BATCH, HIDDEN, -1, false, weights, &t));
+    CHECK_OK(train(root, strategy, "2", RANK_BATCH, HIDDEN, -1, false, weights, &t));
     size_t rank = my_rank();
     snprintf(final, sizeof final, "%s/%s-rank%zu.safetensors", dir, name, rank);
     CHECK(rename(weights, final) == 0);
@@ -294,13 +298,22 @@ static int two_launched_ranks(const char *dir, const char *name, int64_t steps) 
 
 static int scenario_manual(const char *dir) {
     manual_mode = true;
-    return two_launched_ranks(dir, "manual", EPOCHS * (SAMPLES / 2 / RANK_BATCH));
+    return two_launched_ranks(dir, "manual", "ddp", EPOCHS * (SAMPLES / 2 / RANK_BATCH));
+}
+
+static int scenario_fsdp(const char *dir) {
+    return two_launched_ranks(dir, "fsdp", "fsdp", EPOCHS * (SAMPLES / 2 / RANK_BATCH));
+}
+
+static int scenario_fsdp_manual(const char *dir) {
+    manual_mode = true;
+    return two_launched_ranks(dir, "fsdp_manual", "fsdp", EPOCHS * (SAMPLES / 2 / RANK_BATCH));
 }
 
 /* Every batch of the loader on each rank. */
 static int scenario_unsharded(const char *dir) {
     unsharded = true;
-    return two_launched_ranks(dir, "unsharded", EPOCHS * (SAMPLES / RANK_BATCH));
+    return two_launched_ranks(dir, "unsharded", "ddp", EPOCHS * (SAMPLES / RANK_BATCH));
 }
 
 static int scenario_external(const char *dir) {
@@ -675,6 +688,8 @@ int main(int argc, char **argv) {
         if (strcmp(s, "slurm") == 0) return scenario_slurm(dir);
         if (strcmp(s, "manual") == 0) return scenario_manual(dir);
         if (strcmp(s, "unsharded") == 0) return scenario_unsharded(dir);
+        if (strcmp(s, "fsdp") == 0) return scenario_fsdp(dir);
+        if (strcmp(s, "fsdp_manual") == 0) return scenario_fsdp_manual(dir);
         fprintf(stderr, "unknown scenario %s\n", s);
         return 2;
     }
@@ -709,6 +724,15 @@ int main(int argc, char **argv) {
 
     /* use_distributed_sampler false: both ranks read every batch; their
      * averaged gradients are one process's with the per-rank batch. */
+    /* FSDP: every rank ends with the weights one process reaches on the
+     * global batch (the model is whole again after the run). */
+    CHECK(run("fsdp", dir, NULL) == 0);
+    expect_same(dir, "reference-16.safetensors", "fsdp-rank0.safetensors");
+    expect_same(dir, "fsdp-rank0.safetensors", "fsdp-rank1.safetensors");
+    CHECK(run("fsdp_manual", dir, NULL) == 0);
+    expect_same(dir, "manual-rank0.safetensors", "fsdp_manual-rank0.safetensors");
+    expect_same(dir, "fsdp_manual-rank0.safetensors", "fsdp_manual-rank1.safetensors");
+
     CHECK(run("unsharded", dir, NULL) == 0);
     expect_same(dir, "reference-8.safetensors", "unsharded-rank0.safetensors");
     expect_same(dir, "unsharded-rank0.safetensors", "unsharded-rank1.safetensors");
