@@ -390,6 +390,35 @@ int fulmen_cxx_pg_allgather(void* group, const void* input, void* const* outputs
   FULMEN_CXX_CATCH(err, err_len)
 }
 
+// Gathers every rank's `input` into `output` (world_size times its
+// elements, rank-major), one flat collective (torch's all_gather_into_tensor).
+int fulmen_cxx_pg_allgather_flat(void* group, const void* input, void* output, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto* g = static_cast<Group*>(group);
+  at::Tensor in = *static_cast<const at::Tensor*>(input);
+  at::Tensor out = *static_cast<const at::Tensor*>(output);
+  c10d::AllgatherOptions opts;
+  opts.timeout = g->timeout;
+  wait(g->pg->_allgather_base(out, in, opts), g->timeout);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Reduces `input` (world_size times `output`'s elements, rank-major) over
+// the ranks with `op` and leaves this rank's part in `output` (torch's
+// reduce_scatter_tensor).
+int fulmen_cxx_pg_reduce_scatter_flat(void* group, const void* input, void* output, int op, char* err,
+                                      size_t err_len) {
+  FULMEN_CXX_TRY
+  auto* g = static_cast<Group*>(group);
+  at::Tensor in = *static_cast<const at::Tensor*>(input);
+  at::Tensor out = *static_cast<const at::Tensor*>(output);
+  c10d::ReduceScatterOptions opts;
+  opts.reduceOp = reduce_op(op);
+  opts.timeout = g->timeout;
+  wait(g->pg->_reduce_scatter_base(out, in, opts), g->timeout);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
 // Waits until every rank reaches the barrier (or the timeout passes).
 int fulmen_cxx_pg_barrier(void* group, char* err, size_t err_len) {
   FULMEN_CXX_TRY
@@ -520,6 +549,12 @@ int fulmen_cxx_pg_broadcast_coalesced(void*, void* const*, size_t, int, char* er
   return no_distributed(err, err_len);
 }
 int fulmen_cxx_pg_allgather(void*, const void*, void* const*, size_t, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
+int fulmen_cxx_pg_allgather_flat(void*, const void*, void*, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
+int fulmen_cxx_pg_reduce_scatter_flat(void*, const void*, void*, int, char* err, size_t err_len) {
   return no_distributed(err, err_len);
 }
 int fulmen_cxx_pg_barrier(void*, char* err, size_t err_len) { return no_distributed(err, err_len); }

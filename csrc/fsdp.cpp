@@ -8,7 +8,11 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/StorageImpl.h>
+
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <memory>
 
@@ -24,6 +28,13 @@ struct HookContext {
   void (*fire)(void*);
   void* ctx;
   void (*drop)(void*);
+};
+
+// A Rust hook run after a gradient is accumulated into a leaf's `.grad`.
+struct PostAccumulate : torch::autograd::PostAccumulateGradHook {
+  explicit PostAccumulate(std::shared_ptr<HookContext> context) : hook(std::move(context)) {}
+  void operator()(const torch::autograd::Variable&) override { hook->fire(hook->ctx); }
+  std::shared_ptr<HookContext> hook;
 };
 
 }  // namespace
@@ -48,6 +59,8 @@ int fulmen_cxx_storage_resize(const void* t, size_t nbytes, char* err, size_t er
   } else {
     c10::Allocator* alloc = impl->allocator();
     TORCH_CHECK(alloc != nullptr, "storage_resize: the storage has no allocator");
+    // The caching allocators allocate on the current device.
+    c10::DeviceGuard guard(impl->device());
     impl->set_data_ptr_noswap(alloc->allocate(nbytes));
   }
   impl->set_nbytes(nbytes);
@@ -68,11 +81,47 @@ int fulmen_cxx_storage_nbytes(const void* t, size_t* out, char* err, size_t err_
 // graph, or before this returns an error. `t` must require grad.
 int fulmen_cxx_register_grad_hook(const void* t, void (*fire)(void*), void* ctx, void (*drop)(void*), char* err,
                                   size_t err_len) {
-  auto hook = std::make_shared<HookContext>(fire, ctx, drop);
+  std::shared_ptr<HookContext> hook;
+  try {
+    hook = std::make_shared<HookContext>(fire, ctx, drop);
+  } catch (...) {
+    drop(ctx);
+    fulmen_cxx::write_message("register_grad_hook: out of memory", err, err_len);
+    return FULMEN_CXX_ERROR;
+  }
   FULMEN_CXX_TRY
   const at::Tensor& tensor = *static_cast<const at::Tensor*>(t);
   TORCH_CHECK(tensor.requires_grad(), "register_grad_hook: the tensor does not require grad");
   tensor.register_hook([hook](const at::Tensor&) { hook->fire(hook->ctx); });
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Calls `fire(ctx)` after each backward pass accumulated a gradient into
+// the `.grad` of the leaf `t` (torch's register_post_accumulate_grad_hook;
+// `t` has one such hook, which replaces any earlier). `drop(ctx)` runs
+// exactly once: when the hook is replaced or cleared, or before this
+// returns an error. `fire` NULL clears the hook (`ctx` and `drop` unused).
+// A leaf that does not require grad yet keeps the hook for when it does.
+int fulmen_cxx_set_post_accumulate_hook(const void* t, void (*fire)(void*), void* ctx, void (*drop)(void*), char* err,
+                                        size_t err_len) {
+  std::shared_ptr<HookContext> hook;
+  if (fire != nullptr) {
+    try {
+      hook = std::make_shared<HookContext>(fire, ctx, drop);
+    } catch (...) {
+      drop(ctx);
+      fulmen_cxx::write_message("set_post_accumulate_hook: out of memory", err, err_len);
+      return FULMEN_CXX_ERROR;
+    }
+  }
+  FULMEN_CXX_TRY
+  const at::Tensor& tensor = *static_cast<const at::Tensor*>(t);
+  if (hook == nullptr) {
+    torch::autograd::impl::set_post_acc_grad_hooks(tensor, nullptr);
+    return FULMEN_CXX_OK;
+  }
+  TORCH_CHECK(tensor.is_leaf(), "set_post_accumulate_hook: the tensor is not a leaf");
+  torch::autograd::impl::set_post_acc_grad_hooks(tensor, std::make_unique<PostAccumulate>(std::move(hook)));
   FULMEN_CXX_CATCH(err, err_len)
 }
 

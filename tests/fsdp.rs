@@ -4,7 +4,7 @@
 //! saw with one process training the same global batches.
 use fulmen::data::{DataLoader, DataLoaderOptions, TensorDataset};
 use fulmen::nn::{Activation, Module};
-use fulmen::optim::{AdamOptions, AdamW};
+use fulmen::optim::{AdamOptions, AdamW, Lbfgs, LbfgsOptions};
 use fulmen::trainer::{
     LightningModule, OptimizerConfig, OptimizerSetup, SharedModel, StepContext, Trainer, TrainerOptions,
 };
@@ -47,6 +47,8 @@ struct Regression {
     /// Rows of the first block's weight as the step found it, before its
     /// forward (10 on one device; its shard's under FSDP).
     block_rows: Vec<i64>,
+    /// Configure LBFGS (which re-evaluates the loss) instead of AdamW.
+    lbfgs: bool,
 }
 
 impl LightningModule for Regression {
@@ -71,6 +73,10 @@ impl LightningModule for Regression {
 
     fn configure_optimizers(&mut self, _setup: &OptimizerSetup) -> Result<Vec<OptimizerConfig>> {
         let params = self.model.lock().unwrap().parameters();
+        if self.lbfgs {
+            let lbfgs = Lbfgs::new(params, LbfgsOptions::default())?;
+            return Ok(vec![OptimizerConfig::new(Box::new(lbfgs), None)]);
+        }
         let opts = AdamOptions { lr: 0.01, weight_decay: 0.01, ..Default::default() };
         Ok(vec![OptimizerConfig::new(Box::new(AdamW::new(params, opts)?), None)])
     }
@@ -101,10 +107,15 @@ fn scenario(name: &str) -> Scenario {
         "no_shard" => (vec![("fsdp_sharding_strategy", "NO_SHARD")], false),
         "size" => (vec![full, ("fsdp_min_num_params", "100")], false),
         "clip_accumulate" => (vec![full, wrap, ("gradient_clip_val", "0.3"), ("accumulate_grad_batches", "2")], false),
+        "no_shard_clip" => (vec![("fsdp_sharding_strategy", "NO_SHARD"), ("gradient_clip_val", "0.3")], false),
+        "lbfgs" => (vec![full, wrap], false),
         _ => panic!("unknown scenario {name}"),
     };
     Scenario { settings, batch_norm }
 }
+
+/// A run's per-step losses and final weights.
+type Trained = (Vec<f64>, Vec<(String, Tensor)>);
 
 /// Trains `epochs` epochs with `strategy` and the scenario's options;
 /// returns the per-step losses and the final weights.
@@ -115,7 +126,21 @@ fn train(
     epochs: i64,
     root: &Path,
     resume: Option<&str>,
-) -> (Vec<f64>, Vec<(String, Tensor)>) {
+) -> Trained {
+    train_with(name, strategy, batch, epochs, root, resume, None).unwrap()
+}
+
+/// [`train`], also saving a checkpoint after the run to `save_after`
+/// (rank 0), and returning fit's error instead of panicking.
+fn train_with(
+    name: &str,
+    strategy: &str,
+    batch: i64,
+    epochs: i64,
+    root: &Path,
+    resume: Option<&str>,
+    save_after: Option<&Path>,
+) -> Result<Trained> {
     let sc = scenario(name);
     let mut o = TrainerOptions::default();
     let epochs = epochs.to_string();
@@ -140,9 +165,18 @@ fn train(
         }
     }
     let mut t = Trainer::new(o).unwrap();
-    let mut m =
-        Regression { model: Arc::new(Mutex::new(model(sc.batch_norm))), losses: Vec::new(), block_rows: Vec::new() };
-    t.fit(&mut m, &loader(batch), None, resume).unwrap();
+    let mut m = Regression {
+        model: Arc::new(Mutex::new(model(sc.batch_norm))),
+        losses: Vec::new(),
+        block_rows: Vec::new(),
+        lbfgs: name == "lbfgs",
+    };
+    t.fit(&mut m, &loader(batch), None, resume)?;
+    if let Some(path) = save_after {
+        if std::env::var("RANK").as_deref() == Ok("0") {
+            t.save_checkpoint(&mut m, path, false)?;
+        }
+    }
     let weights = m.model.lock().unwrap().state_dict();
     if strategy == "fsdp" {
         // Between steps a unit's parameters hold this rank's rows only.
@@ -151,7 +185,7 @@ fn train(
         let want = if sharded { (10 + world - 1) / world } else { 10 };
         assert!(m.block_rows.iter().all(|r| *r == want), "{name}: block rows {:?}, want {want}", m.block_rows);
     }
-    (m.losses, weights)
+    Ok((m.losses, weights))
 }
 
 fn rank_dir(work: &Path, rank: usize) -> PathBuf {
@@ -203,7 +237,16 @@ fn fsdp_rank_main() {
     let resume = std::env::var("FULMEN_TEST_RESUME").ok();
     let dir = rank_dir(Path::new(&work), rank);
     std::fs::create_dir_all(&dir).unwrap();
-    let (losses, weights) = train(&name, "fsdp", RANK_BATCH, epochs, Path::new(&work), resume.as_deref());
+    let after = Path::new(&work).join("after-run.ckpt");
+    let trained = train_with(&name, "fsdp", RANK_BATCH, epochs, Path::new(&work), resume.as_deref(), Some(&after));
+    if name == "lbfgs" {
+        let e = trained.expect_err("LBFGS trained under fsdp");
+        assert_eq!(e.code, fulmen::ErrorCode::Unsupported, "{e}");
+        assert!(e.message.contains("fsdp"), "{e}");
+        println!("RANK-OK");
+        return;
+    }
+    let (losses, weights) = trained.unwrap();
     let text: Vec<String> = losses.iter().map(|l| format!("{l:.17e}")).collect();
     std::fs::write(dir.join("losses.txt"), text.join("\n")).unwrap();
     Tensor::write_npz(&weights, dir.join("weights.npz")).unwrap();
@@ -304,15 +347,34 @@ fn a_resume_from_a_gathered_checkpoint_equals_the_uninterrupted_run() {
     let (whole, first, resumed) = (work.join("whole"), work.join("first"), work.join("resumed"));
     run_ranks(2, "full", &whole, 2, None);
     run_ranks(2, "full", &first, 1, None);
-    let ckpt = checkpoints(&first);
+    let ckpt = checkpoints(&first.join("checkpoints"));
     assert_eq!(ckpt.len(), 1, "{ckpt:?}");
     run_ranks(2, "full", &resumed, 2, Some(&ckpt[0]));
+    // The checkpoint rank 0 saved after the run (the model whole again,
+    // the optimizer's state gathered at teardown) resumes the same way.
+    let after_run = work.join("after");
+    run_ranks(2, "full", &after_run, 2, Some(&first.join("after-run.ckpt")));
     for r in 0..2 {
-        let (a, b) = (read_weights(&rank_dir(&whole, r)), read_weights(&rank_dir(&resumed, r)));
-        for ((k, x), (_, y)) in a.iter().zip(&b) {
-            let diff = (x - y).abs().max().double_value(&[]);
-            assert!(diff == 0.0, "rank {r}: {k} differs by {diff} after the resume");
+        let a = read_weights(&rank_dir(&whole, r));
+        for run in [&resumed, &after_run] {
+            let b = read_weights(&rank_dir(run, r));
+            for ((k, x), (_, y)) in a.iter().zip(&b) {
+                let diff = (x - y).abs().max().double_value(&[]);
+                assert!(diff == 0.0, "rank {r}: {k} differs by {diff} after the resume from {}", run.display());
+            }
         }
     }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn no_shard_clips_by_the_replicated_norm() {
+    check_against_one_process("no_shard_clip", 2);
+}
+
+#[test]
+fn an_optimizer_that_re_evaluates_the_loss_is_refused() {
+    let work = tempdir("fsdp-lbfgs");
+    run_ranks(2, "lbfgs", &work, 1, None);
     let _ = std::fs::remove_dir_all(&work);
 }

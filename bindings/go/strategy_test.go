@@ -29,8 +29,16 @@ func TestStrategyNameAndUnknownNames(t *testing.T) {
 	if !errors.Is(err, fulmen.ErrInvalidArgument) || !strings.Contains(err.Error(), "ddp") {
 		t.Errorf("an unknown strategy: %v", err)
 	}
-	if _, err := fulmen.NewStrategy("fsdp"); !errors.Is(err, fulmen.ErrInvalidArgument) || !strings.Contains(err.Error(), "not available") {
-		t.Errorf("dp: %v", err)
+	if _, err := fulmen.NewStrategy("deepspeed"); !errors.Is(err, fulmen.ErrInvalidArgument) || !strings.Contains(err.Error(), "not available") {
+		t.Errorf("deepspeed: %v", err)
+	}
+	// FSDP and its settings; what is not in fulmen yet says so.
+	fsdp := must(fulmen.NewStrategy("fsdp"))
+	defer fsdp.Close()
+	ok(t, fsdp.Set("sharding_strategy", "SHARD_GRAD_OP"))
+	ok(t, fsdp.Set("auto_wrap_policy", "Linear"))
+	if err := fsdp.Set("sharding_strategy", "HYBRID_SHARD"); !errors.Is(err, fulmen.ErrUnsupported) {
+		t.Errorf("HYBRID_SHARD: %v", err)
 	}
 }
 
@@ -104,9 +112,11 @@ func TestTrainerOptionsSetStrategy(t *testing.T) {
 	defer o.Close()
 	ok(t, o.SetStrategy(s))
 	ok(t, o.Set("strategy", "ddp_spawn"))
-	if err := o.Set("strategy", "fsdp"); !errors.Is(err, fulmen.ErrInvalidArgument) {
-		t.Errorf("strategy=dp: %v", err)
+	if err := o.Set("strategy", "deepspeed"); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Errorf("strategy=deepspeed: %v", err)
 	}
+	ok(t, o.Set("strategy", "fsdp"))
+	ok(t, o.Set("fsdp_sharding_strategy", "NO_SHARD"))
 	if err := o.Set("strategy", "nope"); !errors.Is(err, fulmen.ErrInvalidArgument) {
 		t.Errorf("strategy=nope: %v", err)
 	}

@@ -1233,11 +1233,15 @@ struct fulmen_error *fulmen_strategy_new(const char *name,
  * on CPU, nccl on CUDA, the accelerator's collectives hook when it has
  * one; or the name of that hook), `timeout` (seconds or "DD:HH:MM:SS": rendezvous and every
  * collective; default 1800), `bucket_cap_mb` (MiB; default "none":
- * torch's 25 with a first bucket of 1), `num_nodes` (default 1). A bad key
- * or value is FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
+ * torch's 25 with a first bucket of 1), `num_nodes` (default 1); for
+ * "fsdp": `sharding_strategy` (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD),
+ * `auto_wrap_policy` (comma-separated module class names),
+ * `min_num_params` (a count or "none"), `state_dict_type` ("full"). A bad
+ * key or value is FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown key, a bad value, a
- * string not UTF-8).
+ * string not UTF-8), FULMEN_CODE_UNSUPPORTED (a value fulmen does not
+ * have yet: HYBRID_SHARD, state_dict_type "sharded").
  */
 struct fulmen_error *fulmen_strategy_set(struct fulmen_strategy *strategy,
                                          const char *key,

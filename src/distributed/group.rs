@@ -435,6 +435,60 @@ impl ProcessGroup {
         Ok(Tensor::f_stack(&outputs, 0)?)
     }
 
+    /// Every rank's `input` (contiguous, the same shape everywhere) into a
+    /// new `[world_size, numel]` tensor, rank-major: one flat collective
+    /// (torch's `all_gather_into_tensor`), for FSDP's unit gathers.
+    pub fn all_gather_flat(&self, input: &Tensor) -> Result<Tensor> {
+        let input = input.f_contiguous()?;
+        let n = input.numel() as i64;
+        // gloo splits a flat output into one chunk per rank.
+        let output = Tensor::f_empty([self.world_size as i64 * n], (input.kind(), input.device()))?;
+        // SAFETY: input and output outlive the call; output is written in place.
+        call("all_gather_into_tensor", |err, len| unsafe {
+            shim::fulmen_cxx_pg_allgather_flat(
+                self.raw,
+                input.as_ptr() as *const c_void,
+                output.as_ptr() as *mut c_void,
+                err,
+                len,
+            )
+        })
+        .map_err(classify)?;
+        Ok(output.f_view([self.world_size as i64, n])?)
+    }
+
+    /// Reduces `input` (`[world_size, n]`, contiguous) over the ranks with
+    /// `op` (sum, product, min or max) and returns this rank's row: one
+    /// flat collective (torch's `reduce_scatter_tensor`).
+    pub fn reduce_scatter_flat(&self, input: &Tensor, op: ReduceOp) -> Result<Tensor> {
+        let input = input.f_contiguous()?;
+        let size = input.size();
+        if size.len() != 2 || size[0] != self.world_size as i64 {
+            return Err(Error::invalid(format!(
+                "reduce_scatter: input of shape {size:?} is not [world_size = {}, n]",
+                self.world_size
+            )));
+        }
+        let output = Tensor::f_empty([size[1]], (input.kind(), input.device()))?;
+        let flat = input.f_view([-1])?;
+        // SAFETY: input and output outlive the call; output is written in place.
+        call("reduce_scatter_tensor", |err, len| unsafe {
+            shim::fulmen_cxx_pg_reduce_scatter_flat(
+                self.raw,
+                flat.as_ptr() as *const c_void,
+                output.as_ptr() as *mut c_void,
+                op.code(),
+                err,
+                len,
+            )
+        })
+        .map_err(classify)?;
+        if op == ReduceOp::Mean {
+            let _ = output.shallow_clone().f_div_scalar_(self.world_size as f64)?;
+        }
+        Ok(output)
+    }
+
     /// Waits for every rank.
     pub fn barrier(&self) -> Result<()> {
         // SAFETY: plain call on a live group.

@@ -13,8 +13,9 @@ pub(crate) trait ShardHook: Send + Sync + std::fmt::Debug {
     /// values (nothing when they already do).
     fn before_forward(&self) -> Result<()>;
 
-    /// After the forward of the unit's own module, with its outputs.
-    fn after_forward(&self, outputs: &[Tensor]) -> Result<()>;
+    /// After the module's forward, with its outputs; `owns` when the
+    /// module is the unit's own (not a descendant of it).
+    fn after_forward(&self, outputs: &[Tensor], owns: bool) -> Result<()>;
 }
 
 /// A module's link to its unit.
@@ -36,9 +37,7 @@ impl Module {
         let Some(link) = &self.shard else { return forward() };
         link.hook.before_forward()?;
         let out = forward()?;
-        if link.owns {
-            link.hook.after_forward(&outputs(&out))?;
-        }
+        link.hook.after_forward(&outputs(&out), link.owns)?;
         Ok(out)
     }
 

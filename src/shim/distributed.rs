@@ -128,6 +128,21 @@ extern "C" {
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;
+    pub(crate) fn fulmen_cxx_pg_allgather_flat(
+        group: *mut c_void,
+        input: *const c_void,
+        output: *mut c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_pg_reduce_scatter_flat(
+        group: *mut c_void,
+        input: *const c_void,
+        output: *mut c_void,
+        op: c_int,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
     pub(crate) fn fulmen_cxx_pg_barrier(group: *mut c_void, err: *mut c_char, err_len: size_t) -> c_int;
     pub(crate) fn fulmen_cxx_pg_verify_params(
         group: *mut c_void,

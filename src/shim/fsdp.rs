@@ -23,6 +23,14 @@ extern "C" {
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;
+    pub(crate) fn fulmen_cxx_set_post_accumulate_hook(
+        t: *const c_void,
+        fire: Option<extern "C" fn(*mut c_void)>,
+        ctx: *mut c_void,
+        drop: Option<extern "C" fn(*mut c_void)>,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
     pub(crate) fn fulmen_cxx_set_grad(
         t: *const c_void,
         grad: *const c_void,

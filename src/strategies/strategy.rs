@@ -46,6 +46,12 @@ pub(crate) trait Strategy {
         0
     }
 
+    /// Why an optimizer that re-evaluates the loss in its step (LBFGS)
+    /// cannot run under this strategy; `None` when it can.
+    fn closure_refusal(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Whether the run is DataParallel (replicas in one process).
     fn is_data_parallel(&self) -> bool {
         false
@@ -137,6 +143,13 @@ pub(crate) trait Strategy {
         self.placement().precision.backward(loss)
     }
 
+    /// An optimizer's `zero_grad` over `params` just ran (`set_to_none`, or
+    /// zeros in place): FSDP drops (or zeros) the shard gradients it set
+    /// aside while the parameters were gathered.
+    fn on_zero_grad(&mut self, _params: &[Tensor], _set_to_none: bool) -> Result<()> {
+        Ok(())
+    }
+
     /// Before the `on_before_optimizer_step` hook: unscales the gradients
     /// (`16-mixed`), so the hook and clipping see their true values.
     fn unscale_gradients(&mut self, configs: &mut [OptimizerConfig]) -> Result<()> {
@@ -197,6 +210,12 @@ pub(crate) trait Strategy {
         self.is_global_zero()
     }
 
+    /// Whether every rank takes part in gathering a checkpoint (FSDP), so
+    /// the ranks must agree on each save.
+    fn gathers_checkpoints(&self) -> bool {
+        false
+    }
+
     /// Before a checkpoint is gathered or restored: every parameter holds
     /// its full value (FSDP gathers its shards, a collective on every rank).
     fn unshard_params(&mut self) -> Result<()> {
@@ -206,6 +225,13 @@ pub(crate) trait Strategy {
     /// After it: the parameters sharded again; with `restored`, from the
     /// values just loaded into them, and the optimizers' states with them.
     fn reshard_params(&mut self, _configs: &mut [OptimizerConfig], _restored: bool) -> Result<()> {
+        Ok(())
+    }
+
+    /// At the end of a fit, before [`Strategy::teardown`]: the optimizers'
+    /// states as they will be after it (FSDP gathers the shards' states,
+    /// since the model becomes whole again).
+    fn teardown_optimizers(&mut self, _configs: &mut [OptimizerConfig]) -> Result<()> {
         Ok(())
     }
 

@@ -88,16 +88,7 @@ fn plain_step(
     stepped: bool,
 ) -> Result<Option<(Tensor, f64)>> {
     let at = batch.at;
-    let zero_grad = &mut |run: &mut Run| -> Result<()> {
-        for cfg in run.optimizers.iter_mut() {
-            cfg.optimizer.zero_grad();
-            // A host optimizer's own zero_grad may have failed.
-            if let Some(e) = cfg.optimizer.take_error() {
-                return Err(e);
-            }
-        }
-        Ok(())
-    };
+    let zero_grad = &mut |run: &mut Run| -> Result<()> { optimization::zero_all(run) };
     let out = forward_backward(run, opts, store, batch, stepped, zero_grad)?;
     if stepped {
         // Lightning's precision.optimizer_step: unscale, the hook and
@@ -397,6 +388,9 @@ pub(super) fn check_closure_optimizers(run: &Run) -> Result<()> {
             ErrorCode::Unsupported,
             format!("{name} does not run under strategy \"dp\": use ddp or one device"),
         ));
+    }
+    if let Some(why) = run.strategy.closure_refusal() {
+        return Err(Error::new(ErrorCode::Unsupported, format!("{name}: {why}")));
     }
     Ok(())
 }

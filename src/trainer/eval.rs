@@ -237,12 +237,17 @@ fn eval_run(
     if let Some(path) = weights {
         let ck = run.checkpoints.load_weights(path)?;
         let model = run.module.model().ok_or_else(|| Error::state("ckpt_path needs a LightningModule with a model"))?;
-        {
+        // Under FSDP the weights load into the gathered parameters, and each
+        // rank then keeps its rows.
+        run.strategy.unshard_params().ctx("gathering the parameters to load a checkpoint")?;
+        let loaded = {
             let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
             let names = m.state_dict().into_iter().map(|(k, _)| k).collect();
             m.load_state_dict(&ck.weights_for(&names, &run.checkpoint_prefix), true)
-                .ctx(format!("loading {}", path.display()))?;
-        }
+                .ctx(format!("loading {}", path.display()))
+        };
+        let back = run.strategy.reshard_params(&mut [], loaded.is_ok());
+        loaded.and(back)?;
         super::datamodule::restore(&mut *run.module, &ck).ctx(format!("loading {}", path.display()))?;
     }
     // Without loaders, the module's dataloader hook gives them now, after

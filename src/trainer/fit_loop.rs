@@ -415,6 +415,7 @@ fn fit_run(
     run.simple(Hook::FitEnd)?;
     super::datamodule::teardown(run)?;
     run.simple(Hook::Teardown)?;
+    run.strategy.teardown_optimizers(&mut run.optimizers)?;
     run.strategy.teardown(&*run.module)?;
     run.save_logs()
 }

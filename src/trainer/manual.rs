@@ -177,7 +177,10 @@ impl ManualControl for ManualOptimization<'_, '_> {
     fn zero_grad(&mut self, index: usize) -> Result<()> {
         let opt = &mut self.config(index)?.optimizer;
         opt.zero_grad();
-        opt.take_error().map_or(Ok(()), Err)
+        opt.take_error().map_or(Ok(()), Err)?;
+        let params: Vec<Tensor> =
+            opt.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect();
+        self.strategy.on_zero_grad(&params, true)
     }
 
     fn toggle(&mut self, index: usize) -> Result<()> {
@@ -255,7 +258,11 @@ impl ManualControl for ManualOptimization<'_, '_> {
             )));
         }
         let scaled = self.strategy.precision().has_scaler();
+        let refusal = self.strategy.closure_refusal();
         let cfg = self.config(index)?;
+        if let Some(why) = refusal {
+            return Err(Error::new(crate::error::ErrorCode::Unsupported, format!("{}: {why}", cfg.optimizer.name())));
+        }
         if scaled {
             return Err(Error::invalid(format!(
                 "precision \"16-mixed\" scales the loss, and {} re-evaluates it during its step: they are not \

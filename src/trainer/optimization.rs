@@ -252,18 +252,21 @@ impl OptimizationContext<'_, '_> {
     /// optimizer's parameters become none, or zeros.
     pub fn zero_grad(&mut self, set_to_none: bool) -> Result<()> {
         let cfg = self.config()?;
+        let params: Vec<Tensor> =
+            cfg.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect();
         if set_to_none {
             cfg.optimizer.zero_grad();
-            return cfg.optimizer.take_error().map_or(Ok(()), Err);
-        }
-        for p in cfg.optimizer.param_groups().iter().flat_map(|g| g.params.iter()) {
-            let mut g = p.grad();
-            if g.defined() {
-                let _ = g.f_detach_()?;
-                let _ = g.f_zero_()?;
+            cfg.optimizer.take_error().map_or(Ok(()), Err)?;
+        } else {
+            for p in &params {
+                let mut g = p.grad();
+                if g.defined() {
+                    let _ = g.f_detach_()?;
+                    let _ = g.f_zero_()?;
+                }
             }
         }
-        Ok(())
+        self.run.strategy.on_zero_grad(&params, set_to_none)
     }
 
     /// Lightning's `clip_gradients(optimizer, value, algorithm)` on
@@ -360,18 +363,28 @@ pub(super) fn configure_clipping(run: &mut Run, opts: &TrainerOptions, optimizer
     done
 }
 
+/// Every optimizer's `zero_grad` (gradients set to none), and the
+/// strategy told.
+pub(super) fn zero_all(run: &mut Run) -> Result<()> {
+    for cfg in run.optimizers.iter_mut() {
+        cfg.optimizer.zero_grad();
+        // A host optimizer's own zero_grad may have failed.
+        if let Some(e) = cfg.optimizer.take_error() {
+            return Err(e);
+        }
+    }
+    let params: Vec<Tensor> = run
+        .optimizers
+        .iter()
+        .flat_map(|c| c.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)))
+        .collect();
+    run.strategy.on_zero_grad(&params, true)
+}
+
 /// The module's `optimizer_zero_grad` for optimizer `optimizer` at batch
 /// `batch_idx`.
 pub(super) fn zero_grad_hook(run: &mut Run, optimizer: usize, batch_idx: i64) -> Result<()> {
-    let Some(hooks) = run.opt_hooks.clone() else {
-        for cfg in run.optimizers.iter_mut() {
-            cfg.optimizer.zero_grad();
-            if let Some(e) = cfg.optimizer.take_error() {
-                return Err(e);
-            }
-        }
-        return Ok(());
-    };
+    let Some(hooks) = run.opt_hooks.clone() else { return zero_all(run) };
     let epoch = run.state.epoch;
     let mut ctx = OptimizationContext::new(run, OptimizationSlot::OptimizerZeroGrad, optimizer, 0);
     let done = hooks.optimizer_zero_grad(&mut ctx, epoch, batch_idx, optimizer);

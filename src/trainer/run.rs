@@ -297,7 +297,7 @@ impl Run<'_> {
             helper.add_parameters(p, 0)?;
         }
         helper.zero_grad()?;
-        Ok(())
+        self.strategy.on_zero_grad(&params, true)
     }
 
     /// Lightning's `configure_model`, after the setup hook: when the module

@@ -202,7 +202,15 @@ impl Run<'_> {
     /// FULMEN_CODE_INTERRUPTED; nothing when no signal came.
     pub(super) fn requeue_if_signalled(&mut self) -> Result<()> {
         let Some(settings) = &self.requeue else { return Ok(()) };
-        if self.stage != "fit" || !take_signal() {
+        if self.stage != "fit" {
+            return Ok(());
+        }
+        let mut signalled = take_signal();
+        if self.strategy.gathers_checkpoints() {
+            // Every rank takes part in the save: they decide together.
+            signalled = self.strategy.any(signalled)?;
+        }
+        if !signalled {
             return Ok(());
         }
         let (path, job) = (save_path(&settings.root), settings.job.clone());

@@ -75,8 +75,13 @@ TEST_F(StrategyTest, NameRoundTripsAndUnknownNamesAreErrors) {
     EXPECT_EQ(error_code([] { Strategy("nope"); }), FULMEN_CODE_INVALID_ARGUMENT);
     std::string message = error_message([] { Strategy("nope"); });
     EXPECT_NE(message.find("ddp"), std::string::npos) << message;  // lists the registered names
-    EXPECT_EQ(error_code([] { Strategy("fsdp"); }), FULMEN_CODE_INVALID_ARGUMENT);
-    EXPECT_NE(error_message([] { Strategy("fsdp"); }).find("not available"), std::string::npos);
+    EXPECT_EQ(error_code([] { Strategy("deepspeed"); }), FULMEN_CODE_INVALID_ARGUMENT);
+    EXPECT_NE(error_message([] { Strategy("deepspeed"); }).find("not available"), std::string::npos);
+    // FSDP and its settings; what is not in fulmen yet says so.
+    Strategy fsdp = Strategy("fsdp").set("sharding_strategy", "SHARD_GRAD_OP").set("auto_wrap_policy", "Linear");
+    EXPECT_EQ(fsdp.name(), "fsdp");
+    EXPECT_EQ(error_code([] { Strategy("fsdp").set("sharding_strategy", "HYBRID_SHARD"); }), FULMEN_CODE_UNSUPPORTED);
+    EXPECT_EQ(error_code([] { Strategy("fsdp").set("auto_wrap_policy", "a.b"); }), FULMEN_CODE_INVALID_ARGUMENT);
 }
 
 TEST_F(StrategyTest, SettingsAcceptGoodValuesAndRefuseBadOnes) {
@@ -132,7 +137,8 @@ TEST_F(StrategyTest, TrainerOptionsTakeAStrategy) {
     TrainerOptions options;
     options.set_strategy(ddp).set("strategy", "ddp_spawn");
     TrainerOptions chained = TrainerOptions().set_strategy(Strategy("single_device")).set("max_epochs", 1);
-    EXPECT_EQ(error_code([] { TrainerOptions().set("strategy", "fsdp"); }), FULMEN_CODE_INVALID_ARGUMENT);
+    EXPECT_EQ(error_code([] { TrainerOptions().set("strategy", "deepspeed"); }), FULMEN_CODE_INVALID_ARGUMENT);
+    TrainerOptions().set("strategy", "fsdp").set("fsdp_sharding_strategy", "NO_SHARD");
     EXPECT_EQ(error_code([] { TrainerOptions().set("strategy", "nope"); }), FULMEN_CODE_INVALID_ARGUMENT);
     Strategy empty;
     EXPECT_EQ(error_code([&] { options.set_strategy(empty); }), FULMEN_CODE_NULL_ARGUMENT);

@@ -23,6 +23,7 @@ use crate::tensor::device::Device;
 use crate::trainer::device::Placement;
 use crate::trainer::metrics::ReduceFx;
 use crate::trainer::{BatchSource, ClipAlgorithm, LightningModule, OptimizerConfig, SharedModel, TrainerOptions};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tch::Tensor;
 use unit::FsdpUnit;
@@ -32,7 +33,8 @@ struct Wrapped {
     model: SharedModel,
     /// The units, innermost first, the root last (empty under NO_SHARD).
     units: Vec<Arc<FsdpUnit>>,
-    /// NO_SHARD: the parameters, replicated on every rank.
+    /// Parameters every rank holds whole, their gradients averaged at the
+    /// step: all of them under NO_SHARD, else the 0-dim ones.
     replicated: Vec<Tensor>,
 }
 
@@ -44,6 +46,10 @@ pub(crate) struct FsdpStrategy {
     wrapped: Mutex<Option<Wrapped>>,
     /// A training forward ran since the gradients were last averaged.
     pending: bool,
+    /// Whether the current step's backward averages the gradients.
+    sync: Arc<AtomicBool>,
+    /// The run failed: the group is gone, nothing may be gathered.
+    failed: bool,
 }
 
 /// Locks `m`, taking the value of a poisoned lock.
@@ -71,6 +77,8 @@ impl FsdpStrategy {
             options: opts.strategy.fsdp.clone(),
             wrapped: Mutex::new(None),
             pending: false,
+            sync: Arc::new(AtomicBool::new(true)),
+            failed: false,
         })
     }
 
@@ -87,11 +95,11 @@ impl FsdpStrategy {
         if !std::mem::take(&mut self.pending) {
             return Ok(());
         }
-        let reduced = if w.units.is_empty() {
-            unit::reduce_replicated(&self.ctx.group, &w.replicated)
-        } else {
-            w.units.iter().try_for_each(|u| u.reduce_gradients())
-        };
+        let reduced = w
+            .units
+            .iter()
+            .try_for_each(|u| u.reduce_if_dirty())
+            .and_then(|()| unit::reduce_replicated(&self.ctx.group, &w.replicated));
         reduced.map_err(|e| self.ctx.explain(e.context("averaging the gradients over the FSDP shards")))
     }
 
@@ -107,6 +115,9 @@ impl FsdpStrategy {
 
     /// Gives the model its full parameters back and unlinks it.
     fn unwrap(&self) -> Result<()> {
+        if self.failed {
+            return Ok(());
+        }
         let Some(w) = lock(&self.wrapped).take() else { return Ok(()) };
         let mut first = None;
         for u in &w.units {
@@ -134,20 +145,40 @@ impl FsdpStrategy {
         }
         let reshard = self.options.sharding_strategy == ShardingStrategy::FullShard;
         let mut units = Vec::new();
-        for planned in wrap::plan(&m, &self.options) {
+        let (planned_units, replicated) = wrap::plan(&m, &self.options);
+        for planned in planned_units {
             let after_forward = reshard && !planned.path.is_empty();
-            let u = FsdpUnit::new(planned.path, planned.params, Arc::clone(&self.ctx.group), after_forward)?;
-            units.push(Arc::new(u));
+            let group = Arc::clone(&self.ctx.group);
+            units.push(FsdpUnit::new(planned.path, planned.params, group, after_forward, Arc::clone(&self.sync))?);
         }
         wrap::link(&mut m, &units);
         drop(m);
-        *lock(&self.wrapped) = Some(Wrapped { model, units, replicated: Vec::new() });
+        *lock(&self.wrapped) = Some(Wrapped { model, units, replicated });
         Ok(())
     }
 
     /// The units, for checkpoints.
     fn units(&self) -> Vec<Arc<FsdpUnit>> {
         lock(&self.wrapped).as_ref().map(|w| w.units.clone()).unwrap_or_default()
+    }
+
+    /// The parameters every rank holds whole.
+    fn replicated(&self) -> Vec<Tensor> {
+        lock(&self.wrapped)
+            .as_ref()
+            .map(|w| w.replicated.iter().map(Tensor::shallow_clone).collect())
+            .unwrap_or_default()
+    }
+
+    /// Refuses to gather after the run failed.
+    fn check_alive(&self) -> Result<()> {
+        if self.failed {
+            return Err(Error::state(
+                "the FSDP run failed and its process group is gone: the model holds this rank's shards and cannot \
+                 be gathered into a checkpoint",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -210,6 +241,16 @@ impl Strategy for FsdpStrategy {
         self.placement.prepare_batch(batch)
     }
 
+    /// `sync` false: the backward keeps the full-sized gradients
+    /// (accumulation without communication until the stepping micro-batch).
+    fn pre_forward(&mut self, sync: bool) -> Result<()> {
+        self.sync.store(sync, Ordering::SeqCst);
+        for u in self.units() {
+            u.start_backward_count();
+        }
+        Ok(())
+    }
+
     fn post_forward(&mut self, _loss: &Tensor) -> Result<()> {
         self.pending = true;
         Ok(())
@@ -227,6 +268,14 @@ impl Strategy for FsdpStrategy {
             if let Some(e) = u.take_hook_error() {
                 return Err(self.ctx.explain(e));
             }
+        }
+        Ok(())
+    }
+
+    fn on_zero_grad(&mut self, params: &[Tensor], set_to_none: bool) -> Result<()> {
+        let ptrs: std::collections::HashSet<usize> = params.iter().map(|p| p.data_ptr() as usize).collect();
+        for u in self.units() {
+            u.zero_parked(&ptrs, set_to_none)?;
         }
         Ok(())
     }
@@ -255,28 +304,26 @@ impl Strategy for FsdpStrategy {
     }
 
     fn clip_params(&self, params: &[Tensor], value: f64, algorithm: ClipAlgorithm) -> Result<()> {
+        let whole = self.options.sharding_strategy == ShardingStrategy::NoShard;
         match algorithm {
-            ClipAlgorithm::Value => self.placement.precision.clip_params(params, value, algorithm),
-            ClipAlgorithm::Norm => {
-                state::clip_norm_over_ranks(&self.ctx.group, params, value).map_err(|e| self.ctx.explain(e))
+            ClipAlgorithm::Norm if !whole => {
+                let replicated = self.replicated();
+                state::clip_norm_over_ranks(&self.ctx.group, params, &replicated, value)
+                    .map_err(|e| self.ctx.explain(e))
             }
+            _ => self.placement.precision.clip_params(params, value, algorithm),
         }
+    }
+
+    fn closure_refusal(&self) -> Option<&'static str> {
+        Some(
+            "an optimizer that re-evaluates the loss in its step does not run under strategy \"fsdp\" (each rank \
+             holds a shard of the parameters between steps): use ddp or one device",
+        )
     }
 
     fn optimizer_step(&mut self, configs: &mut [OptimizerConfig]) -> Result<Vec<bool>> {
         self.finish_backward()?;
-        for c in configs.iter() {
-            if c.optimizer.needs_closure() {
-                return Err(Error::new(
-                    ErrorCode::Unsupported,
-                    format!(
-                        "strategy \"fsdp\" with {}: an optimizer that re-evaluates the loss on the full parameters \
-                         is not supported over shards",
-                        c.optimizer.name()
-                    ),
-                ));
-            }
-        }
         let mut opts: Vec<&mut dyn Optimizer> = configs.iter_mut().map(|c| c.optimizer.as_mut() as _).collect();
         self.placement.precision.optimizer_step(&mut opts)
     }
@@ -298,11 +345,16 @@ impl Strategy for FsdpStrategy {
         true
     }
 
+    fn gathers_checkpoints(&self) -> bool {
+        true
+    }
+
     fn writes_checkpoints(&self) -> bool {
         self.ctx.is_global_zero()
     }
 
     fn unshard_params(&mut self) -> Result<()> {
+        self.check_alive()?;
         self.reshard_all()?;
         for u in self.units() {
             u.gather().map_err(|e| self.ctx.explain(e))?;
@@ -327,6 +379,23 @@ impl Strategy for FsdpStrategy {
         state::full_optimizer_state(&self.units(), optimizer).map_err(|e| self.ctx.explain(e))
     }
 
+    /// Each optimizer's state gathered into the full shapes and loaded back
+    /// once the model is whole ([`Strategy::teardown`] follows).
+    fn teardown_optimizers(&mut self, configs: &mut [OptimizerConfig]) -> Result<()> {
+        self.check_alive()?;
+        let units = self.units();
+        let full: Vec<Vec<(String, Tensor)>> = configs
+            .iter()
+            .map(|c| state::full_optimizer_state(&units, c.optimizer.as_ref()))
+            .collect::<Result<_>>()
+            .map_err(|e| self.ctx.explain(e))?;
+        self.unwrap()?;
+        for (c, state) in configs.iter_mut().zip(full) {
+            c.optimizer.load_state_dict(&state).map_err(|e| e.context("the optimizer state after FSDP"))?;
+        }
+        Ok(())
+    }
+
     fn teardown(&self, module: &dyn LightningModule) -> Result<()> {
         let unwrapped = self.unwrap();
         let torn = self.placement.teardown(module);
@@ -338,8 +407,12 @@ impl Strategy for FsdpStrategy {
             let _ = self.ctx.await_child_failure(std::time::Duration::from_secs(1));
         }
         let e = self.ctx.explain(e);
+        self.failed = true;
         // The group is broken: the model is unlinked without gathering.
         if let Some(w) = lock(&self.wrapped).take() {
+            for u in &w.units {
+                u.detach_hooks();
+            }
             wrap::unlink(&mut lock(&w.model));
         }
         distributed::abort();

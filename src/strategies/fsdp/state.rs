@@ -8,11 +8,18 @@ use crate::optim::Optimizer;
 use std::sync::Arc;
 use tch::Tensor;
 
-/// Clips the gradients of `params` (shards) by their norm over every
-/// rank's shards, torch's `clip_grad_norm_` on the full gradients: the
-/// per-parameter norms (from summed squared shard norms) and their norm,
-/// `clip_coef = max_norm / (total + 1e-6)` clamped to 1.
-pub(crate) fn clip_norm_over_ranks(group: &ProcessGroup, params: &[Tensor], max_norm: f64) -> Result<()> {
+/// Clips the gradients of `params` (shards, and the `replicated`
+/// parameters every rank holds whole) by their norm over every rank's
+/// shards, torch's `clip_grad_norm_` on the full gradients: the
+/// per-parameter norms (from summed squared shard norms; a replicated
+/// one's counted once) and their norm, `clip_coef = max_norm / (total +
+/// 1e-6)` clamped to 1.
+pub(crate) fn clip_norm_over_ranks(
+    group: &ProcessGroup,
+    params: &[Tensor],
+    replicated: &[Tensor],
+    max_norm: f64,
+) -> Result<()> {
     if max_norm.is_nan() || max_norm < 0.0 {
         return Err(Error::invalid(format!("clip_grad_norm: max_norm {max_norm} must be >= 0")));
     }
@@ -21,22 +28,27 @@ pub(crate) fn clip_norm_over_ranks(group: &ProcessGroup, params: &[Tensor], max_
     // Every rank must take part with the same list: a parameter without a
     // gradient here counts 0.
     let Some(any) = grads.iter().find(|g| g.defined()) else {
-        let zeros = Tensor::f_zeros([params.len() as i64], (tch::Kind::Float, tch::Device::Cpu))?;
+        let zeros = match params.first() {
+            Some(p) => Tensor::f_zeros([params.len() as i64], (p.kind(), p.device()))?,
+            None => return Ok(()),
+        };
         return group.all_reduce(&[zeros], ReduceOp::Sum);
     };
+    let world = group.world_size() as f64;
     let squares: Vec<Tensor> = grads
         .iter()
-        .map(|g| {
-            if g.defined() {
-                g.f_to_kind(any.kind())?
-                    .f_flatten(0, -1)?
-                    .f_norm_scalaropt_dim(2.0, [0i64].as_slice(), false)?
-                    .f_square()
-            } else {
-                Tensor::f_zeros([], (any.kind(), any.device()))
+        .zip(params)
+        .map(|(g, p)| -> Result<Tensor> {
+            if !g.defined() {
+                return Ok(Tensor::f_zeros([], (any.kind(), any.device()))?);
             }
+            let norm =
+                g.f_to_kind(any.kind())?.f_flatten(0, -1)?.f_norm_scalaropt_dim(2.0, [0i64].as_slice(), false)?;
+            let square = norm.f_square()?;
+            let whole = replicated.iter().any(|r| r.data_ptr() == p.data_ptr() && r.size() == p.size());
+            Ok(if whole { square.f_div_scalar(world)? } else { square })
         })
-        .collect::<std::result::Result<_, _>>()?;
+        .collect::<Result<_>>()?;
     let stacked = Tensor::f_stack(&squares, 0)?;
     group.all_reduce(&[stacked.shallow_clone()], ReduceOp::Sum)?;
     let total = stacked.f_sqrt()?.f_norm_scalaropt_dim(2.0, [0i64].as_slice(), false)?;
@@ -114,7 +126,7 @@ pub(crate) fn shard_optimizer_state(units: &[Arc<FsdpUnit>], optimizer: &mut dyn
     let mut changed = false;
     for_sharded(units, optimizer, &mut |i, sp| {
         for (key, t) in state.iter_mut() {
-            if index_of(key) == Some(i) && t.size() == sp.shape && t.dim() > 0 {
+            if index_of(key) == Some(i) && t.size() == sp.shape {
                 *t = sp.rows_of(t, rank, world)?;
                 changed = true;
             }

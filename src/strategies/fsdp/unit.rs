@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::nn::ShardHook;
 use crate::shim;
 use libc::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tch::{Kind, Tensor};
 
@@ -89,6 +90,20 @@ impl ParamsGuard<'_> {
 struct UnitState {
     params: Vec<ShardedParam>,
     gathered: bool,
+    /// Shard-shaped gradients parked while the parameters are gathered
+    /// (a gradient accumulated over earlier steps, or zeroed in place),
+    /// added to the next averaged shard gradient.
+    parked: Vec<Option<Tensor>>,
+    /// The shard gradients the last averaging set (told apart from a
+    /// full-sized gradient of the same shape by identity).
+    reduced: Vec<Option<Tensor>>,
+    /// Parameters whose gradient arrived in the current backward.
+    arrived: usize,
+    /// Parameters that require grad at the start of the current step's
+    /// forward: the count that completes a backward.
+    expected: usize,
+    /// A gradient arrived since the unit's gradients were last averaged.
+    dirty: bool,
 }
 
 /// A sharding unit (see the module comment).
@@ -104,6 +119,10 @@ pub(crate) struct FsdpUnit {
     reshard_after_forward: bool,
     /// The first error of a hook that ran inside autograd's backward.
     hook_error: Mutex<Option<Error>>,
+    /// Whether this step's backward averages the gradients (false on the
+    /// micro-batches of gradient accumulation that do not step), shared
+    /// by the strategy's units.
+    sync: Arc<AtomicBool>,
 }
 
 /// Locks `m`, taking the value of a poisoned lock.
@@ -152,7 +171,8 @@ impl FsdpUnit {
         params: Vec<Tensor>,
         group: Arc<ProcessGroup>,
         reshard_after_forward: bool,
-    ) -> Result<Self> {
+        sync: Arc<AtomicBool>,
+    ) -> Result<Arc<Self>> {
         let (rank, world) = (group.rank(), group.world_size());
         let mut sharded = Vec::with_capacity(params.len());
         tch::no_grad(|| -> Result<()> {
@@ -173,15 +193,30 @@ impl FsdpUnit {
             }
             Ok(())
         })?;
-        Ok(FsdpUnit {
+        let parked = sharded.iter().map(|_| None).collect();
+        let reduced = sharded.iter().map(|_| None).collect();
+        let unit = Arc::new(FsdpUnit {
             path,
-            state: Mutex::new(UnitState { params: sharded, gathered: false }),
+            state: Mutex::new(UnitState {
+                params: sharded,
+                gathered: false,
+                parked,
+                reduced,
+                arrived: 0,
+                expected: 0,
+                dirty: false,
+            }),
             group,
             rank,
             world,
             reshard_after_forward,
             hook_error: Mutex::new(None),
-        })
+            sync,
+        });
+        for p in lock(&unit.state).params.iter() {
+            set_post_accumulate(&p.param, Some(Arc::downgrade(&unit)))?;
+        }
+        Ok(unit)
     }
 
     /// The unit's parameters, locked.
@@ -202,10 +237,19 @@ impl FsdpUnit {
             st.gathered = true;
             return Ok(());
         }
+        let st = &mut *st;
         tch::no_grad(|| -> Result<()> {
+            for ((p, parked), reduced) in st.params.iter().zip(st.parked.iter_mut()).zip(st.reduced.iter()) {
+                let g = p.param.grad();
+                let is_shard = reduced.as_ref().is_some_and(|r| g.defined() && r.data_ptr() == g.data_ptr());
+                if is_shard {
+                    *parked = Some(g);
+                    set_grad(&p.param, None)?;
+                }
+            }
             let flats: Vec<Tensor> = st.params.iter().map(|p| p.shard.view([-1])).collect();
             let local = Tensor::f_cat(&flats, 0)?;
-            let all = if self.world == 1 { local.view([1, -1]) } else { self.group.all_gather(&local)? };
+            let all = if self.world == 1 { local.view([1, -1]) } else { self.group.all_gather_flat(&local)? };
             let mut offset = 0;
             for p in st.params.iter() {
                 let n = p.shard_numel();
@@ -226,11 +270,82 @@ impl FsdpUnit {
         if !st.gathered {
             return Ok(());
         }
-        for p in st.params.iter() {
+        let st = &mut *st;
+        for (p, parked) in st.params.iter().zip(st.parked.iter_mut()) {
             point(&p.param, &p.shard)?;
             resize_storage(&p.full, 0)?;
+            if !p.param.grad().defined() {
+                if let Some(g) = parked.take() {
+                    set_grad(&p.param, Some(&g))?;
+                }
+            }
         }
         st.gathered = false;
+        Ok(())
+    }
+
+    /// The post-accumulate hook of each parameter: once every parameter's
+    /// gradient of this backward arrived, and the step synchronizes, the
+    /// unit's gradients are averaged into the shards at once (freeing the
+    /// full-sized ones while the backward goes on). A failure is kept for
+    /// the strategy.
+    fn gradient_arrived(&self) {
+        let mut st = lock(&self.state);
+        st.dirty = true;
+        st.arrived += 1;
+        if st.arrived < st.expected {
+            return;
+        }
+        st.arrived = 0;
+        drop(st);
+        if !self.sync.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Err(e) = self.reduce_gradients() {
+            lock(&self.hook_error).get_or_insert(e.context(format!("averaging FSDP unit {:?}'s gradients", self.path)));
+        }
+    }
+
+    /// An optimizer's zero_grad ran over the parameters at `ptrs` (their
+    /// data pointers now): their set-aside shard gradients are dropped, or
+    /// zeroed in place.
+    pub fn zero_parked(&self, ptrs: &std::collections::HashSet<usize>, set_to_none: bool) -> Result<()> {
+        let mut st = lock(&self.state);
+        let st = &mut *st;
+        for (p, parked) in st.params.iter().zip(st.parked.iter_mut()) {
+            if parked.is_none() || !ptrs.contains(&(p.param.data_ptr() as usize)) {
+                continue;
+            }
+            if set_to_none {
+                *parked = None;
+            } else if let Some(g) = parked.as_ref() {
+                let _ = tch::no_grad(|| g.shallow_clone().f_zero_())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A training forward begins: the count of arrived gradients restarts
+    /// (a backward's gradients complete the unit when every parameter that
+    /// requires grad now has one).
+    pub fn start_backward_count(&self) {
+        let mut st = lock(&self.state);
+        st.arrived = 0;
+        st.expected = st.params.iter().filter(|p| p.param.requires_grad()).count();
+    }
+
+    /// Averages the unit's gradients unless they were since the last
+    /// backward (the strategy's end of a step: parameters without a
+    /// gradient in this backward left the count short).
+    pub fn reduce_if_dirty(&self) -> Result<()> {
+        let dirty = {
+            let mut st = lock(&self.state);
+            st.arrived = 0;
+            st.dirty
+        };
+        if dirty {
+            self.reduce_gradients()?;
+        }
         Ok(())
     }
 
@@ -238,18 +353,23 @@ impl FsdpUnit {
     /// parameters are freed, and a hook on each output that needs a
     /// gradient gathers them again before the unit's backward; outputs
     /// without one (evaluation) free them under every strategy.
-    pub fn after_forward(self: &Arc<Self>, outputs: &[Tensor]) -> Result<()> {
+    ///
+    /// Every module linked to the unit (`owns` false for the ones below its
+    /// own module) leaves the hook on its outputs, so a backward that
+    /// reaches them after a reshard gathers the unit again, whoever freed
+    /// it.
+    pub fn after_forward(self: &Arc<Self>, outputs: &[Tensor], owns: bool) -> Result<()> {
         let needs_grad: Vec<&Tensor> = outputs.iter().filter(|t| t.defined() && t.requires_grad()).collect();
-        if needs_grad.is_empty() {
-            return if self.path.is_empty() { Ok(()) } else { self.reshard() };
-        }
-        if !self.reshard_after_forward {
-            return Ok(());
-        }
-        for t in needs_grad {
+        for t in &needs_grad {
             register_pre_backward(t, Arc::clone(self))?;
         }
-        self.reshard()
+        if !owns {
+            return Ok(());
+        }
+        if needs_grad.is_empty() || self.reshard_after_forward {
+            return self.reshard();
+        }
+        Ok(())
     }
 
     /// The pre-backward hook: gathers; a failure is kept for the strategy
@@ -280,6 +400,7 @@ impl FsdpUnit {
     /// keeps none, as on one device).
     pub fn reduce_gradients(&self) -> Result<()> {
         let mut st = lock(&self.state);
+        let st = &mut *st;
         if st.params.is_empty() {
             return Ok(());
         }
@@ -300,49 +421,68 @@ impl FsdpUnit {
                 }
                 offset += n;
             }
-            if self.world > 1 {
-                self.group.all_reduce(&[buf.shallow_clone()], ReduceOp::Sum)?;
-            }
-            let mine = buf.f_select(0, self.rank as i64)?;
+            let mine =
+                if self.world > 1 { self.group.reduce_scatter_flat(&buf, ReduceOp::Sum)? } else { buf.f_select(0, 0)? };
+            drop(buf);
             let flags = host_values(&mine.f_narrow(0, total, count)?)?;
             let mut offset = 0;
-            for (p, flag) in st.params.iter().zip(flags) {
+            for (((p, flag), parked), reduced) in
+                st.params.iter().zip(flags).zip(st.parked.iter_mut()).zip(st.reduced.iter_mut())
+            {
                 let n = p.shard_numel();
                 point(&p.param, &p.shard)?;
-                if flag > 0.0 {
+                let grad = if flag > 0.0 {
                     // Its own storage: optimizers detach and zero gradients in place.
                     let g = mine.f_narrow(0, offset, n)?.f_reshape(p.shard.size())?.f_div_scalar(world as f64)?;
-                    set_grad(&p.param, Some(&g))?;
+                    match parked.take() {
+                        Some(earlier) => {
+                            let _ = earlier.shallow_clone().f_add_(&g)?;
+                            Some(earlier)
+                        }
+                        None => Some(g),
+                    }
                 } else {
-                    set_grad(&p.param, None)?;
-                }
+                    parked.take()
+                };
+                set_grad(&p.param, grad.as_ref())?;
+                *reduced = grad.as_ref().map(Tensor::shallow_clone);
                 resize_storage(&p.full, 0)?;
                 offset += n;
             }
             Ok(())
         })?;
         st.gathered = false;
+        st.dirty = false;
+        st.arrived = 0;
         Ok(())
     }
 
     /// Gathers the full parameters and hands them to the module for good
-    /// (the end of a run): each parameter holds a copy of its full value,
+    /// (the end of a run): each parameter keeps viewing its full buffer
+    /// (never freed again, so a graph still alive reads valid memory),
     /// without a gradient.
     pub fn unshard_for_good(&self) -> Result<()> {
         self.gather()?;
         let mut st = lock(&self.state);
         tch::no_grad(|| -> Result<()> {
             for p in st.params.iter() {
-                let full = p.param.f_detach()?.f_contiguous()?.copy();
-                point(&p.param, &full)?;
                 set_grad(&p.param, None)?;
-                resize_storage(&p.full, 0)?;
+                set_post_accumulate(&p.param, None)?;
             }
             Ok(())
         })?;
         st.params.clear();
+        st.parked.clear();
         st.gathered = false;
         Ok(())
+    }
+
+    /// Removes the unit's hooks from its parameters, leaving them as they
+    /// are (a failed run: no collective may run).
+    pub fn detach_hooks(&self) {
+        for p in lock(&self.state).params.iter() {
+            let _ = set_post_accumulate(&p.param, None);
+        }
     }
 
     /// After a checkpoint was loaded into the gathered parameters: each
@@ -377,8 +517,8 @@ impl ShardHook for UnitHook {
         self.0.gather().map_err(|e| e.context(format!("gathering FSDP unit {:?} for its forward", self.0.path)))
     }
 
-    fn after_forward(&self, outputs: &[Tensor]) -> Result<()> {
-        self.0.after_forward(outputs)
+    fn after_forward(&self, outputs: &[Tensor], owns: bool) -> Result<()> {
+        self.0.after_forward(outputs, owns)
     }
 }
 
@@ -400,6 +540,38 @@ fn register_pre_backward(output: &Tensor, unit: Arc<FsdpUnit>) -> Result<()> {
     // SAFETY: the shim owns `ctx` from here and calls `release` exactly once.
     shim::call("registering the FSDP pre-backward hook", |err, len| unsafe {
         shim::fulmen_cxx_register_grad_hook(output.as_ptr() as *const c_void, fire, ctx, release, err, len)
+    })
+}
+
+/// Sets (`Some`) or clears the post-accumulate hook of `param` that tells
+/// `unit` a gradient arrived; the hook holds the unit weakly (the unit
+/// holds the parameter).
+fn set_post_accumulate(param: &Tensor, unit: Option<std::sync::Weak<FsdpUnit>>) -> Result<()> {
+    extern "C" fn fire(ctx: *mut c_void) {
+        // SAFETY: `ctx` is the Box made below, alive until `release` runs.
+        let unit = unsafe { &*(ctx as *const std::sync::Weak<FsdpUnit>) };
+        if let Some(unit) = unit.upgrade() {
+            // A panic must not unwind into autograd's engine.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unit.gradient_arrived())).is_err() {
+                lock(&unit.hook_error).get_or_insert(Error::state("the FSDP post-accumulate hook panicked"));
+            }
+        }
+    }
+    extern "C" fn release(ctx: *mut c_void) {
+        // SAFETY: made by Box::into_raw below; the shim calls this once.
+        drop(unsafe { Box::from_raw(ctx as *mut std::sync::Weak<FsdpUnit>) });
+    }
+    let (f, ctx, r) = match unit {
+        Some(u) => (
+            Some(fire as extern "C" fn(*mut c_void)),
+            Box::into_raw(Box::new(u)) as *mut c_void,
+            Some(release as extern "C" fn(*mut c_void)),
+        ),
+        None => (None, std::ptr::null_mut(), None),
+    };
+    // SAFETY: the shim owns `ctx` from here and calls `release` exactly once.
+    shim::call("setting the FSDP post-accumulate hook", |err, len| unsafe {
+        shim::fulmen_cxx_set_post_accumulate_hook(param.as_ptr() as *const c_void, f, ctx, r, err, len)
     })
 }
 

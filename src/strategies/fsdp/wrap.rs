@@ -20,7 +20,10 @@ pub(crate) struct PlannedUnit {
 /// parameters not yet in a unit number at least `min_num_params`, is a
 /// unit; the root owns the rest. A parameter reached under several names
 /// (tied weights) belongs to the root, which stays gathered through a step.
-pub(crate) fn plan(model: &Module, opts: &FsdpOptions) -> Vec<PlannedUnit> {
+/// Frozen parameters are sharded too (a finetuning callback may unfreeze
+/// them); 0-dim ones are not sharded but returned second, to stay
+/// replicated with their gradients averaged.
+pub(crate) fn plan(model: &Module, opts: &FsdpOptions) -> (Vec<PlannedUnit>, Vec<Tensor>) {
     let mut seen: HashMap<_, usize> = HashMap::new();
     model.visit("", &mut |_, t, slot| {
         if slot == Slot::Param {
@@ -46,7 +49,13 @@ pub(crate) fn plan(model: &Module, opts: &FsdpOptions) -> Vec<PlannedUnit> {
     });
     root.extend(rest);
     units.push(PlannedUnit { path: String::new(), params: root });
-    units
+    let mut replicated = Vec::new();
+    for u in units.iter_mut() {
+        let (scalars, sharded): (Vec<Tensor>, Vec<Tensor>) = u.params.drain(..).partition(|t| t.dim() == 0);
+        u.params = sharded;
+        replicated.extend(scalars);
+    }
+    (units, replicated)
 }
 
 /// Plans the units below `m` (at `path`) and returns its parameters that
@@ -62,7 +71,7 @@ fn walk(
 ) -> Vec<Tensor> {
     let mut own: Vec<Tensor> = Vec::new();
     m.visit_direct(&mut |_, t, slot| {
-        if slot == Slot::Param && t.requires_grad() && !tied(t) {
+        if slot == Slot::Param && !tied(t) {
             if let Some(id) = param_identity(t) {
                 if taken.insert(id) {
                     own.push(t.shallow_clone());

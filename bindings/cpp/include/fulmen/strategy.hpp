@@ -52,8 +52,11 @@ public:
     /// `process_group_backend` ("gloo", "nccl", "none" = gloo on CPU, nccl
     /// on CUDA), `timeout` (seconds: rendezvous and every collective;
     /// default 1800), `bucket_cap_mb` (default 25), `num_nodes` (default
-    /// 1). A bad key or value throws Error (FULMEN_CODE_INVALID_ARGUMENT)
-    /// and changes nothing.
+    /// 1); for "fsdp": `sharding_strategy` (FULL_SHARD, SHARD_GRAD_OP,
+    /// NO_SHARD), `auto_wrap_policy` (comma-separated class names),
+    /// `min_num_params`, `state_dict_type` ("full"). A bad key or value
+    /// throws Error (FULMEN_CODE_INVALID_ARGUMENT; FULMEN_CODE_UNSUPPORTED
+    /// for a value fulmen does not have yet) and changes nothing.
     template <class V>
     Strategy& set(const std::string& key, const V& value) & {
         apply(key, value);
