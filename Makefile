@@ -130,10 +130,10 @@ test-go: lib $(MNIST) $(LEE) $(ELNINO) $(VENV_STAMP)
 # they run two at a time, the longest first, each one's output kept
 # together (--output-sync); `make interop-<name>` runs one after
 # `make test-interop` built what it needs.
-INTEROP_BINARIES := ddp_rank hook_order_parity lightning_parity datamodule_parity logger_parity hook_log_parity swa_parity \
+INTEROP_BINARIES := ddp_rank fsdp_rank hook_order_parity lightning_parity datamodule_parity logger_parity hook_log_parity swa_parity \
   pruning_parity checkpoint_names_parity batch_size_finder script_parity export_parity torch_save_interop
 INTEROP_CHECKS := lightning-parity export-parity compiled-step charlm-twin gan-twin mnist-lightning ddp-mixed \
-  forecast-twin finetune script-parity swa-parity logger-parity hook-log-parity pruning-parity hook-order-parity \
+  fsdp2-parity forecast-twin finetune script-parity swa-parity logger-parity hook-log-parity pruning-parity hook-order-parity \
   datamodule-parity checkpoint-names batch-size torch-save
 .PHONY: $(INTEROP_CHECKS:%=interop-%)
 
@@ -163,6 +163,9 @@ interop-mnist-lightning:
 interop-ddp-mixed:
 	@rm -rf $(W)/ddp-mixed
 	$(PY) tests/interop/ddp_mixed.py --rank-binary $(W)/ddp_rank --work $(W)/ddp-mixed
+interop-fsdp2-parity:
+	@rm -rf $(W)/fsdp2-parity
+	$(PY) tests/interop/fsdp2_parity.py --binary $(W)/fsdp_rank --work $(W)/fsdp2-parity
 interop-forecast-twin:
 	@rm -rf $(W)/forecast-twin
 	$(PY) tests/interop/forecast_twin.py --binary $(BUILD)/examples/forecast --data $(ELNINO) --work $(W)/forecast-twin

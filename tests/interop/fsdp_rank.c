@@ -1,0 +1,223 @@
+/* One fulmen rank of an FSDP job checked against PyTorch's FSDP2
+ * (torch.distributed.fsdp.fully_shard) by tests/interop/fsdp2_parity.py,
+ * which starts it with torchrun's environment (RANK, LOCAL_RANK,
+ * WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT).
+ *
+ *   fsdp_rank SHARDING INIT DATA_X DATA_Y SAMPLES EPOCHS BATCH LOSSES OUT
+ *
+ * The model, with PyTorch's state_dict names:
+ *   Sequential(Linear(10, 16), LayerNorm(16), Sequential(Linear(16, 16),
+ *   Tanh()), Sequential(Linear(16, 16), Tanh()), Linear(16, 3))
+ * starts from INIT (safetensors). fulmen's Trainer fits it with strategy
+ * "fsdp" on the CPU (devices "auto": the launcher's environment gives the
+ * world), every inner Sequential a sharding unit (fsdp_auto_wrap_policy
+ * "Sequential"; the root owns the rest), fsdp_sharding_strategy SHARDING
+ * (FULL_SHARD or SHARD_GRAD_OP), AdamW (lr 1e-2, weight decay 1e-2),
+ * cross-entropy, EPOCHS epochs of batches of BATCH samples per rank, no
+ * shuffling, gloo, one thread. DATA_X / DATA_Y: SAMPLES rows of 10 float32
+ * / int64 raw values; fulmen's distributed sampler gives this rank rows
+ * rank, rank + world, ... LOSSES: every training step's loss on this
+ * rank's batch, one a line (%.17g, the float32 value exactly). OUT: the
+ * final weights (safetensors), whole again after the fit. A failed call
+ * prints its error code and message and exits 1. */
+#include <fulmen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FEATURES 10
+#define HIDDEN 16
+#define CLASSES 3
+/* More rows than the check ever writes; refused before anything is read. */
+#define MAX_SAMPLES 65536
+
+#define TRY(call)                                                                                   \
+    do {                                                                                            \
+        fulmen_error *e_ = (call);                                                                  \
+        if (e_) {                                                                                   \
+            fprintf(stderr, "fsdp_rank: %s: code %d: %s\n", #call, (int)fulmen_error_code(e_),     \
+                    fulmen_error_message(e_));                                                      \
+            fulmen_error_free(e_);                                                                  \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+/* LOSSES, open while training. */
+static FILE *loss_file;
+
+static fulmen_model *linear(int64_t in, int64_t out) {
+    fulmen_model *m;
+    TRY(fulmen_model_linear_new(in, out, true, &m));
+    return m;
+}
+
+/* Sequential(Linear(HIDDEN, HIDDEN), Tanh()): one sharding unit. */
+static fulmen_model *block(void) {
+    fulmen_model *m, *tanh_layer;
+    TRY(fulmen_model_sequential_new(&m));
+    TRY(fulmen_model_push(m, linear(HIDDEN, HIDDEN)));
+    TRY(fulmen_model_activation_new(FULMEN_ACTIVATION_TANH, 0.0, &tanh_layer));
+    TRY(fulmen_model_push(m, tanh_layer));
+    return m;
+}
+
+/* The model of fsdp2_parity.py's build(), with the same names. */
+static fulmen_model *build(void) {
+    fulmen_model *m, *norm;
+    int64_t shape[1] = {HIDDEN};
+    TRY(fulmen_model_sequential_new(&m));
+    TRY(fulmen_model_push(m, linear(FEATURES, HIDDEN)));
+    TRY(fulmen_model_layer_norm_new(shape, 1, 1e-5, &norm));
+    TRY(fulmen_model_push(m, norm));
+    TRY(fulmen_model_push(m, block()));
+    TRY(fulmen_model_push(m, block()));
+    TRY(fulmen_model_push(m, linear(HIDDEN, CLASSES)));
+    return m;
+}
+
+/* Cross-entropy of the batch (x, y), its value appended to LOSSES. */
+static fulmen_error *training_step(void *model, fulmen_step_context *ctx, const fulmen_batch *batch,
+                                   fulmen_tensor **loss) {
+    (void)ctx;
+    fulmen_tensor *x = NULL, *y = NULL, *logits = NULL;
+    double v = 0;
+    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
+    if (!e) e = fulmen_batch_get(batch, 1, &y);
+    if (!e) e = fulmen_model_forward(model, x, &logits);
+    if (!e) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, loss);
+    fulmen_tensor_free(logits);
+    if (!e) e = fulmen_tensor_item(*loss, &v);
+    if (!e) fprintf(loss_file, "%.17g\n", v);
+    return e;
+}
+
+/* AdamW over the model's parameters (its shards: the Trainer configures
+ * the optimizers after sharding). */
+static fulmen_error *configure_optimizers(void *model, fulmen_optimizer_config *config) {
+    fulmen_optimizer *opt;
+    fulmen_adam_options o = fulmen_adamw_options_default();
+    o.lr = 1e-2;
+    o.weight_decay = 1e-2;
+    fulmen_error *e = fulmen_optimizer_adamw_new(model, NULL, 0, &o, &opt);
+    return e ? e : fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_EPOCH, 1, NULL);
+}
+
+/* Exactly `nbytes` bytes of the file at `path` (no more, no fewer). */
+static void *read_exact(const char *path, size_t nbytes) {
+    FILE *f = fopen(path, "rb");
+    void *buf = malloc(nbytes);
+    if (!f || !buf || fread(buf, 1, nbytes, f) != nbytes || fgetc(f) != EOF) {
+        fprintf(stderr, "fsdp_rank: %s does not hold exactly %zu bytes\n", path, nbytes);
+        exit(1);
+    }
+    fclose(f);
+    return buf;
+}
+
+/* A positive count from the command line, at most `max`. */
+static size_t count_arg(const char *name, const char *text, size_t max) {
+    char *end = NULL;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (!end || *end != '\0' || v == 0 || v > max) {
+        fprintf(stderr, "fsdp_rank: %s %s is not a count from 1 to %zu\n", name, text, max);
+        exit(2);
+    }
+    return (size_t)v;
+}
+
+static void set(fulmen_trainer_options *opts, const char *key, const char *value) {
+    TRY(fulmen_trainer_options_set(opts, key, value));
+}
+
+/* fulmen's Trainer with strategy "fsdp" on the whole data set: it takes
+ * this rank's shard. */
+static void fit(fulmen_model *model, const char *sharding, const fulmen_tensor *x, const fulmen_tensor *y,
+                const char *epochs, size_t batch) {
+    const fulmen_tensor *columns[2] = {x, y};
+    fulmen_dataset *data;
+    fulmen_loader *loader;
+    fulmen_loader_options lo = fulmen_loader_options_default();
+    lo.batch_size = batch;
+    lo.shuffle = false;
+    TRY(fulmen_dataset_from_tensors(columns, 2, &data));
+    TRY(fulmen_loader_new(data, &lo, &loader));
+    fulmen_module_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = model;
+    vt.training_step = training_step;
+    vt.configure_optimizers = configure_optimizers;
+    fulmen_lightning_module *module;
+    fulmen_trainer_options *opts;
+    fulmen_trainer *trainer;
+    TRY(fulmen_lightning_module_new(&vt, model, &module));
+    TRY(fulmen_trainer_options_new(&opts));
+    /* The strategy first: the FSDP settings below belong to it. */
+    set(opts, "strategy", "fsdp");
+    set(opts, "accelerator", "cpu");
+    set(opts, "devices", "auto");
+    set(opts, "process_group_backend", "gloo");
+    set(opts, "ddp_timeout", "120");
+    set(opts, "fsdp_auto_wrap_policy", "Sequential");
+    set(opts, "fsdp_sharding_strategy", sharding);
+    set(opts, "max_epochs", epochs);
+    set(opts, "enable_progress_bar", "false");
+    set(opts, "enable_model_summary", "false");
+    set(opts, "enable_checkpointing", "false");
+    set(opts, "logger", "false");
+    set(opts, "handle_signals", "false");
+    TRY(fulmen_trainer_new(opts, &trainer));
+    TRY(fulmen_trainer_fit(trainer, module, loader, NULL, NULL));
+    fulmen_trainer_free(trainer);
+    fulmen_trainer_options_free(opts);
+    fulmen_lightning_module_free(module);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(data);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 10) {
+        fprintf(stderr, "usage: fsdp_rank SHARDING INIT DATA_X DATA_Y SAMPLES EPOCHS BATCH LOSSES OUT\n");
+        return 2;
+    }
+    const char *sharding = argv[1];
+    if (strcmp(sharding, "FULL_SHARD") != 0 && strcmp(sharding, "SHARD_GRAD_OP") != 0) {
+        fprintf(stderr, "fsdp_rank: SHARDING %s is not FULL_SHARD or SHARD_GRAD_OP\n", sharding);
+        return 2;
+    }
+    size_t samples = count_arg("SAMPLES", argv[5], MAX_SAMPLES);
+    (void)count_arg("EPOCHS", argv[6], 1000); /* checked; the Trainer reads the text */
+    size_t batch = count_arg("BATCH", argv[7], samples);
+    TRY(fulmen_set_num_threads(1));
+
+    fulmen_model *model = build();
+    TRY(fulmen_model_load(model, argv[2], true));
+    loss_file = fopen(argv[8], "w");
+    if (!loss_file) {
+        perror(argv[8]);
+        return 1;
+    }
+    float *xs = read_exact(argv[3], samples * FEATURES * sizeof(float));
+    int64_t *ys = read_exact(argv[4], samples * sizeof(int64_t));
+    fulmen_tensor *x, *y;
+    int64_t xshape[2] = {(int64_t)samples, FEATURES}, yshape[1] = {(int64_t)samples};
+    TRY(fulmen_tensor_from_data(xs, samples * FEATURES * sizeof(float), FULMEN_DTYPE_F32, xshape, 2, &x));
+    TRY(fulmen_tensor_from_data(ys, samples * sizeof(int64_t), FULMEN_DTYPE_I64, yshape, 1, &y));
+    free(xs);
+    free(ys);
+    fit(model, sharding, x, y, argv[6], batch);
+    if (fclose(loss_file) != 0) {
+        perror(argv[8]);
+        return 1;
+    }
+    TRY(fulmen_model_save(model, argv[9]));
+    TRY(fulmen_distributed_shutdown(60.0));
+    fulmen_tensor_free(x);
+    fulmen_tensor_free(y);
+    fulmen_model_free(model);
+    if (fulmen_live_handles() != 0) {
+        fprintf(stderr, "fsdp_rank: %zu handles still live\n", fulmen_live_handles());
+        return 1;
+    }
+    return 0;
+}
