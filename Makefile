@@ -50,7 +50,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_e
 
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all deps lib header bench test test-conformance lib-torch-2.11 test-torch-2.11 test-c-torch-2.11 gpu-kit test-gpu-kit test-rust test-c test-pkgconfig test-cpp test-go test-interop test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example example-exported lint fmt dist test-dist install clean
+.PHONY: all deps lib header bench bench-fsdp test test-conformance lib-torch-2.11 test-torch-2.11 test-c-torch-2.11 gpu-kit test-gpu-kit test-rust test-c test-pkgconfig test-cpp test-go test-interop test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example example-exported lint fmt dist test-dist install clean
 
 all: lib
 
@@ -452,6 +452,14 @@ bench: deps lib $(BUILD)/bench/fulmen_bench $(BUILD)/bench/fulmen_micro $(BUILD)
 	$(VENV)/bin/python bench/save.py --binary $(BUILD)/bench/save_bench
 	$(VENV)/bin/python bench/optim_step.py --binary $(BUILD)/bench/optim_bench --write
 	$(VENV)/bin/python bench/exported.py --binary $(BUILD)/bench/exported_step --python $(VENV)/bin/python
+
+# FSDP against DDP (not part of test or bench): 4 CPU ranks of fulmen's
+# launcher train a ~100M-parameter transformer under ddp, fsdp FULL_SHARD
+# and fsdp SHARD_GRAD_OP, one job after another; per-rank peak RSS,
+# analytic state and step time go to bench/RESULTS-fsdp.md. Under ddp each
+# rank holds the model, its gradients and AdamW's state (1.5 GiB) and more.
+bench-fsdp: deps lib $(BUILD)/bench/fsdp_memory $(VENV_STAMP)
+	$(VENV)/bin/python bench/fsdp_memory.py --binary $(BUILD)/bench/fsdp_memory
 
 $(BUILD)/bench/%: bench/c/%.c $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
