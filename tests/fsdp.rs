@@ -119,14 +119,7 @@ type Trained = (Vec<f64>, Vec<(String, Tensor)>);
 
 /// Trains `epochs` epochs with `strategy` and the scenario's options;
 /// returns the per-step losses and the final weights.
-fn train(
-    name: &str,
-    strategy: &str,
-    batch: i64,
-    epochs: i64,
-    root: &Path,
-    resume: Option<&str>,
-) -> Trained {
+fn train(name: &str, strategy: &str, batch: i64, epochs: i64, root: &Path, resume: Option<&str>) -> Trained {
     train_with(name, strategy, batch, epochs, root, resume, None).unwrap()
 }
 
