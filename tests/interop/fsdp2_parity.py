@@ -2,9 +2,10 @@
 
     python fsdp2_parity.py --binary build/interop/fsdp_rank [--work DIR]
 
-For FULL_SHARD and SHARD_GRAD_OP, two jobs of two ranks on gloo, one
-thread per rank, train the same model from the same initial weights on the
-same rows:
+For each case of CASES (FULL_SHARD and SHARD_GRAD_OP in float32,
+FULL_SHARD under bf16-mixed autocast, FULL_SHARD with gradient clipping by
+norm), two jobs of two ranks on gloo, one thread per rank, train the same
+model from the same initial weights on the same rows:
 
   Sequential(Linear(10, 16), LayerNorm(16), Sequential(Linear(16, 16), Tanh()),
              Sequential(Linear(16, 16), Tanh()), Linear(16, 3))
@@ -28,7 +29,7 @@ the fit; torch: each DTensor's full_tensor()).
 
 Checked for every rank and step: |loss_fulmen - loss_torch| <= 1e-6 *
 max(1, |loss_torch|); and for every rank's final weights: max |w_fulmen -
-w_torch| <= 1e-5. A summary line per sharding strategy; the exit code is
+w_torch| <= 1e-5. A summary line per case; the exit code is
 non-zero on any mismatch.
 """
 import argparse
@@ -61,7 +62,16 @@ WEIGHT_DECAY = 1e-2
 LOSS_RTOL = 1e-6
 WEIGHT_ATOL = 1e-5
 TIMEOUT_S = 60
-SHARDINGS = ("FULL_SHARD", "SHARD_GRAD_OP")
+# The cases: (name, sharding strategy, precision, gradient_clip_val by norm
+# or 0). bf16-mixed runs the forward under CPU autocast on both sides
+# (Lightning's "bf16-mixed"); clipping is torch's clip_grad_norm_ over the
+# sharded parameters (the norm over every rank's shards).
+CASES = (
+    ("FULL_SHARD", "FULL_SHARD", "32-true", 0.0),
+    ("SHARD_GRAD_OP", "SHARD_GRAD_OP", "32-true", 0.0),
+    ("FULL_SHARD-bf16", "FULL_SHARD", "bf16-mixed", 0.0),
+    ("FULL_SHARD-clip", "FULL_SHARD", "32-true", 0.05),
+)
 
 
 def build():
@@ -145,7 +155,7 @@ def full_state(model):
 def python_rank(argv):
     """One rank of torch's FSDP2 job."""
     p = argparse.ArgumentParser()
-    for name in ("sharding", "init", "x", "y", "losses", "out"):
+    for name in ("sharding", "precision", "clip", "init", "x", "y", "losses", "out"):
         p.add_argument(name)
     a = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -167,11 +177,15 @@ def python_rank(argv):
         for start in range(0, len(x), BATCH):
             xb, yb = x[start : start + BATCH], y[start : start + BATCH]
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(xb), yb)
+            bf16 = a.precision == "bf16-mixed"
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = F.cross_entropy(model(xb), yb)
             if not losses:
                 check_after_forward(model, a.sharding)
             losses.append(loss.item())
             loss.backward()
+            if float(a.clip) > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), float(a.clip))
             opt.step()
     save_file(full_state(model), a.out)
     with open(a.losses, "w") as f:
@@ -195,10 +209,11 @@ def read_losses(path):
         return [float(line) for line in f if line.strip()]
 
 
-def run_job(work, binary, sharding, retried=False):
+def run_job(work, binary, case, retried=False):
     """Runs one job of WORLD ranks: fulmen's (binary) or torch's (None).
     Returns each rank's final weights and its losses."""
     side = "torch" if binary is None else "fulmen"
+    name, sharding, precision, clip = case
     port = free_port()
     x, y, init = (os.path.join(work, n) for n in ("x.f32", "y.i64", "init.safetensors"))
     procs, outs = [], []
@@ -206,12 +221,14 @@ def run_job(work, binary, sharding, retried=False):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                    WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(WORLD),
                    GROUP_RANK="0", OMP_NUM_THREADS="1")
-        out = os.path.join(work, f"{side}-{sharding}-{rank}.safetensors")
+        out = os.path.join(work, f"{side}-{name}-{rank}.safetensors")
         losses = out + ".losses"
         if binary is None:
-            cmd = [sys.executable, os.path.abspath(__file__), "rank", sharding, init, x, y, losses, out]
+            cmd = [sys.executable, os.path.abspath(__file__), "rank", sharding, precision, str(clip), init, x, y,
+                   losses, out]
         else:
-            cmd = [binary, sharding, init, x, y, str(SAMPLES), str(EPOCHS), str(BATCH), losses, out]
+            cmd = [binary, sharding, init, x, y, str(SAMPLES), str(EPOCHS), str(BATCH), losses, out, precision,
+                   str(clip)]
         procs.append(subprocess.Popen(cmd, env=env))
         outs.append(out)
     codes = []
@@ -229,15 +246,15 @@ def run_job(work, binary, sharding, retried=False):
     # finished and written its results (SIGABRT): such a job runs once
     # more, and must then pass in full.
     if any(c != 0 for c in codes) and all(c in (0, -6) for c in codes) and written and not retried:
-        print(f"{side} {sharding}: a rank aborted at exit after writing its results (exit codes {codes}); "
+        print(f"{side} {name}: a rank aborted at exit after writing its results (exit codes {codes}); "
               "running the job once more", flush=True)
         for o in outs:
             for path in (o, o + ".losses"):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(path)
-        return run_job(work, binary, sharding, retried=True)
+        return run_job(work, binary, case, retried=True)
     if any(c != 0 for c in codes):
-        raise SystemExit(f"{side} {sharding}: exit codes {codes}")
+        raise SystemExit(f"{side} {name}: exit codes {codes}")
     return [load_file(o) for o in outs], [read_losses(o + ".losses") for o in outs]
 
 
@@ -309,11 +326,11 @@ def main():
     init = {k: v.detach().clone().contiguous() for k, v in start.state_dict().items()}
     save_file(init, os.path.join(work, "init.safetensors"))
     failed = 0
-    for sharding in SHARDINGS:
-        torch_job = run_job(work, None, sharding)
-        fulmen = run_job(work, a.binary, sharding)
-        failed += not compare(sharding, fulmen, torch_job, init)
-    print(f"fsdp2_parity: {len(SHARDINGS) - failed} passed, {failed} failed")
+    for case in CASES:
+        torch_job = run_job(work, None, case)
+        fulmen = run_job(work, a.binary, case)
+        failed += not compare(case[0], fulmen, torch_job, init)
+    print(f"fsdp2_parity: {len(CASES) - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 

@@ -4,6 +4,7 @@
  * WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT).
  *
  *   fsdp_rank SHARDING INIT DATA_X DATA_Y SAMPLES EPOCHS BATCH LOSSES OUT
+ *             PRECISION CLIP
  *
  * The model, with PyTorch's state_dict names:
  *   Sequential(Linear(10, 16), LayerNorm(16), Sequential(Linear(16, 16),
@@ -18,7 +19,9 @@
  * / int64 raw values; fulmen's distributed sampler gives this rank rows
  * rank, rank + world, ... LOSSES: every training step's loss on this
  * rank's batch, one a line (%.17g, the float32 value exactly). OUT: the
- * final weights (safetensors), whole again after the fit. A failed call
+ * final weights (safetensors), whole again after the fit. PRECISION: the
+ * trainer's precision ("32-true", "bf16-mixed"); CLIP: gradient_clip_val
+ * by norm (0: none). A failed call
  * prints its error code and message and exits 1. */
 #include <fulmen.h>
 #include <stdio.h>
@@ -131,8 +134,8 @@ static void set(fulmen_trainer_options *opts, const char *key, const char *value
 
 /* fulmen's Trainer with strategy "fsdp" on the whole data set: it takes
  * this rank's shard. */
-static void fit(fulmen_model *model, const char *sharding, const fulmen_tensor *x, const fulmen_tensor *y,
-                const char *epochs, size_t batch) {
+static void fit(fulmen_model *model, const char *sharding, const char *precision, const char *clip,
+                const fulmen_tensor *x, const fulmen_tensor *y, const char *epochs, size_t batch) {
     const fulmen_tensor *columns[2] = {x, y};
     fulmen_dataset *data;
     fulmen_loader *loader;
@@ -160,6 +163,8 @@ static void fit(fulmen_model *model, const char *sharding, const fulmen_tensor *
     set(opts, "ddp_timeout", "120");
     set(opts, "fsdp_auto_wrap_policy", "Sequential");
     set(opts, "fsdp_sharding_strategy", sharding);
+    set(opts, "precision", precision);
+    if (strtod(clip, NULL) > 0) set(opts, "gradient_clip_val", clip);
     set(opts, "max_epochs", epochs);
     set(opts, "enable_progress_bar", "false");
     set(opts, "enable_model_summary", "false");
@@ -176,8 +181,9 @@ static void fit(fulmen_model *model, const char *sharding, const fulmen_tensor *
 }
 
 int main(int argc, char **argv) {
-    if (argc != 10) {
-        fprintf(stderr, "usage: fsdp_rank SHARDING INIT DATA_X DATA_Y SAMPLES EPOCHS BATCH LOSSES OUT\n");
+    if (argc != 12) {
+        fprintf(stderr,
+                "usage: fsdp_rank SHARDING INIT DATA_X DATA_Y SAMPLES EPOCHS BATCH LOSSES OUT PRECISION CLIP\n");
         return 2;
     }
     const char *sharding = argv[1];
@@ -205,7 +211,7 @@ int main(int argc, char **argv) {
     TRY(fulmen_tensor_from_data(ys, samples * sizeof(int64_t), FULMEN_DTYPE_I64, yshape, 1, &y));
     free(xs);
     free(ys);
-    fit(model, sharding, x, y, argv[6], batch);
+    fit(model, sharding, argv[10], argv[11], x, y, argv[6], batch);
     if (fclose(loss_file) != 0) {
         perror(argv[8]);
         return 1;
