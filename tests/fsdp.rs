@@ -3,8 +3,8 @@
 //! once per rank with torchrun's environment, and compares what the ranks
 //! saw with one process training the same global batches.
 use fulmen::data::{DataLoader, DataLoaderOptions, TensorDataset};
-use fulmen::nn::{Activation, Module};
-use fulmen::optim::{AdamOptions, AdamW, Lbfgs, LbfgsOptions};
+use fulmen::nn::{Activation, Module, TransformerConfig};
+use fulmen::optim::{AdamOptions, AdamW, Lbfgs, LbfgsOptions, Sgd, SgdOptions};
 use fulmen::trainer::{
     LightningModule, OptimizerConfig, OptimizerSetup, SharedModel, StepContext, Trainer, TrainerOptions,
 };
@@ -18,14 +18,29 @@ const SAMPLES: i64 = 48;
 const RANK_BATCH: i64 = 4;
 const FEATURES: i64 = 6;
 
-/// A small MLP of residual-free blocks: `Sequential(Linear, LayerNorm,
-/// Sequential(Linear, Tanh) x 3, Linear)`; with the wrap policy
-/// "Sequential" each inner block is a unit and the root owns the rest.
-fn model(batch_norm: bool) -> Module {
+/// The models the scenarios train.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind2 {
+    /// `Sequential(Linear, LayerNorm, Sequential(Linear, Tanh) x 3, Linear)`.
+    Mlp,
+    /// The same with BatchNorm1d in place of the LayerNorm.
+    BatchNorm,
+    /// `Sequential(Unflatten(1, [3, 2]), Linear(2, 8),
+    /// TransformerEncoderLayer(8, 2, 16) x 2, Flatten, Linear(24, 1))`.
+    Transformer,
+}
+
+/// The scenario's model, seeded. With the wrap policy "Sequential" each
+/// inner block of the MLPs is a unit (the root owns the rest); with
+/// "TransformerEncoderLayer" each encoder layer.
+fn model(kind: Kind2) -> Module {
     tch::manual_seed(7);
+    if kind == Kind2::Transformer {
+        return transformer();
+    }
     let mut root = Module::sequential();
     root.push(Module::linear(FEATURES, 10, true).unwrap()).unwrap();
-    if batch_norm {
+    if kind == Kind2::BatchNorm {
         root.push(Module::batch_norm(10, 1e-5, 0.1, true, true).unwrap()).unwrap();
     } else {
         root.push(Module::layer_norm(&[10], 1e-5, true).unwrap()).unwrap();
@@ -40,6 +55,38 @@ fn model(batch_norm: bool) -> Module {
     root
 }
 
+/// Two encoder layers over the 6 features read as 3 tokens of 2.
+fn transformer() -> Module {
+    let mut root = Module::sequential();
+    root.push(Module::unflatten(1, &[3, 2]).unwrap()).unwrap();
+    root.push(Module::linear(2, 8, true).unwrap()).unwrap();
+    for _ in 0..2 {
+        let cfg = TransformerConfig {
+            d_model: 8,
+            nhead: 2,
+            dim_feedforward: 16,
+            dropout: 0.0,
+            activation: Activation::Relu,
+            layer_norm_eps: 1e-5,
+            batch_first: true,
+            norm_first: false,
+            bias: true,
+        };
+        root.push(Module::transformer_encoder_layer(cfg).unwrap()).unwrap();
+    }
+    root.push(Module::flatten(1, -1)).unwrap();
+    root.push(Module::linear(24, 1, true).unwrap()).unwrap();
+    root
+}
+
+/// The parameter whose rows the steps record, and its full rows.
+fn probe(kind: Kind2) -> (&'static str, i64) {
+    match kind {
+        Kind2::Transformer => ("2.linear1.weight", 16),
+        _ => ("2.0.weight", 10),
+    }
+}
+
 /// The regression, recording every training step's loss.
 struct Regression {
     model: SharedModel,
@@ -49,6 +96,12 @@ struct Regression {
     block_rows: Vec<i64>,
     /// Configure LBFGS (which re-evaluates the loss) instead of AdamW.
     lbfgs: bool,
+    /// The parameter whose rows are recorded.
+    probe: &'static str,
+    /// SGD with momentum instead of AdamW: attention's key bias has a zero
+    /// gradient up to rounding, which AdamW's normalisation would blow up
+    /// into different weights from rounding alone.
+    sgd: bool,
 }
 
 impl LightningModule for Regression {
@@ -58,7 +111,7 @@ impl LightningModule for Regression {
 
     fn training_step(&mut self, _ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
         let m = self.model.lock().unwrap();
-        let block = m.named_parameters().into_iter().find(|(k, _)| k == "2.0.weight").unwrap().1;
+        let block = m.named_parameters().into_iter().find(|(k, _)| k == self.probe).unwrap().1;
         self.block_rows.push(block.size()[0]);
         drop(m);
         let out = self.model.lock().unwrap().forward(&batch[0])?;
@@ -77,6 +130,10 @@ impl LightningModule for Regression {
             let lbfgs = Lbfgs::new(params, LbfgsOptions::default())?;
             return Ok(vec![OptimizerConfig::new(Box::new(lbfgs), None)]);
         }
+        if self.sgd {
+            let sgd = Sgd::new(params, SgdOptions { lr: 0.05, momentum: 0.9, ..Default::default() })?;
+            return Ok(vec![OptimizerConfig::new(Box::new(sgd), None)]);
+        }
         let opts = AdamOptions { lr: 0.01, weight_decay: 0.01, ..Default::default() };
         Ok(vec![OptimizerConfig::new(Box::new(AdamW::new(params, opts)?), None)])
     }
@@ -92,26 +149,49 @@ fn loader(batch: i64) -> DataLoader {
     DataLoader::new(Arc::new(ds), DataLoaderOptions { batch_size: batch as usize, ..Default::default() }).unwrap()
 }
 
+/// The same samples reordered so that batches of `batch` follow the
+/// distributed sampler's ranks in turn: step k's batch of rank 0, then of
+/// rank 1, ... (rank r reads rows r, r + world, ...).
+fn interleaved_loader(batch: i64, world: i64) -> DataLoader {
+    tch::manual_seed(11);
+    let opts = (Kind::Float, tch::Device::Cpu);
+    let x = Tensor::randn([SAMPLES, FEATURES], opts);
+    let y = Tensor::randn([SAMPLES, 1], opts);
+    let mut order = Vec::new();
+    for k in 0..SAMPLES / (batch * world) {
+        for r in 0..world {
+            order.extend((0..batch).map(|j| k * batch * world + r + world * j));
+        }
+    }
+    let idx = Tensor::from_slice(&order);
+    let ds = TensorDataset::new(vec![x.index_select(0, &idx), y.index_select(0, &idx)]).unwrap();
+    DataLoader::new(Arc::new(ds), DataLoaderOptions { batch_size: batch as usize, ..Default::default() }).unwrap()
+}
+
 /// A scenario: its name gives the strategy settings and the trainer options.
 struct Scenario {
     settings: Vec<(&'static str, &'static str)>,
-    batch_norm: bool,
+    kind: Kind2,
 }
 
 fn scenario(name: &str) -> Scenario {
     let full = ("fsdp_sharding_strategy", "FULL_SHARD");
     let wrap = ("fsdp_auto_wrap_policy", "Sequential");
-    let (settings, batch_norm) = match name {
-        "full" => (vec![full, wrap], false),
-        "grad_op" => (vec![("fsdp_sharding_strategy", "SHARD_GRAD_OP"), wrap], false),
-        "no_shard" => (vec![("fsdp_sharding_strategy", "NO_SHARD")], false),
-        "size" => (vec![full, ("fsdp_min_num_params", "100")], false),
-        "clip_accumulate" => (vec![full, wrap, ("gradient_clip_val", "0.3"), ("accumulate_grad_batches", "2")], false),
-        "no_shard_clip" => (vec![("fsdp_sharding_strategy", "NO_SHARD"), ("gradient_clip_val", "0.3")], false),
-        "lbfgs" => (vec![full, wrap], false),
+    let layers = ("fsdp_auto_wrap_policy", "TransformerEncoderLayer");
+    let mlp = Kind2::Mlp;
+    let (settings, kind) = match name {
+        "full" => (vec![full, wrap], mlp),
+        "grad_op" => (vec![("fsdp_sharding_strategy", "SHARD_GRAD_OP"), wrap], mlp),
+        "no_shard" => (vec![("fsdp_sharding_strategy", "NO_SHARD")], mlp),
+        "size" => (vec![full, ("fsdp_min_num_params", "100")], mlp),
+        "clip_accumulate" => (vec![full, wrap, ("gradient_clip_val", "0.3"), ("accumulate_grad_batches", "2")], mlp),
+        "no_shard_clip" => (vec![("fsdp_sharding_strategy", "NO_SHARD"), ("gradient_clip_val", "0.3")], mlp),
+        "lbfgs" => (vec![full, wrap], mlp),
+        "transformer" => (vec![full, layers, ("gradient_clip_val", "0.5")], Kind2::Transformer),
+        "batch_norm" => (vec![full, wrap], Kind2::BatchNorm),
         _ => panic!("unknown scenario {name}"),
     };
-    Scenario { settings, batch_norm }
+    Scenario { settings, kind }
 }
 
 /// A run's per-step losses and final weights.
@@ -120,11 +200,14 @@ type Trained = (Vec<f64>, Vec<(String, Tensor)>);
 /// Trains `epochs` epochs with `strategy` and the scenario's options;
 /// returns the per-step losses and the final weights.
 fn train(name: &str, strategy: &str, batch: i64, epochs: i64, root: &Path, resume: Option<&str>) -> Trained {
-    train_with(name, strategy, batch, epochs, root, resume, None).unwrap()
+    train_with(name, strategy, batch, epochs, root, resume, None, None).unwrap()
 }
 
 /// [`train`], also saving a checkpoint after the run to `save_after`
-/// (rank 0), and returning fit's error instead of panicking.
+/// (rank 0), and returning fit's error instead of panicking. With
+/// `micro_batches_of` = world, one process trains the ranks' batches of a
+/// step as micro-batches of gradient accumulation, in rank order (the
+/// reference of a model whose forward depends on its batch: BatchNorm).
 fn train_with(
     name: &str,
     strategy: &str,
@@ -133,6 +216,7 @@ fn train_with(
     root: &Path,
     resume: Option<&str>,
     save_after: Option<&Path>,
+    micro_batches_of: Option<i64>,
 ) -> Result<Trained> {
     let sc = scenario(name);
     let mut o = TrainerOptions::default();
@@ -157,14 +241,24 @@ fn train_with(
             o.set(k, v).unwrap();
         }
     }
+    if let Some(world) = micro_batches_of {
+        o.set("accumulate_grad_batches", &world.to_string()).unwrap();
+    }
     let mut t = Trainer::new(o).unwrap();
     let mut m = Regression {
-        model: Arc::new(Mutex::new(model(sc.batch_norm))),
+        model: Arc::new(Mutex::new(model(sc.kind))),
         losses: Vec::new(),
         block_rows: Vec::new(),
         lbfgs: name == "lbfgs",
+        probe: probe(sc.kind).0,
+        sgd: sc.kind == Kind2::Transformer,
     };
-    t.fit(&mut m, &loader(batch), None, resume)?;
+    match micro_batches_of {
+        Some(world) => {
+            t.fit(&mut m, &interleaved_loader(batch, world), None, resume)?;
+        }
+        None => t.fit(&mut m, &loader(batch), None, resume)?,
+    }
     if let Some(path) = save_after {
         if std::env::var("RANK").as_deref() == Ok("0") {
             t.save_checkpoint(&mut m, path, false)?;
@@ -175,7 +269,8 @@ fn train_with(
         // Between steps a unit's parameters hold this rank's rows only.
         let world: i64 = std::env::var("WORLD_SIZE").unwrap().parse().unwrap();
         let sharded = sc.settings.iter().all(|(_, v)| *v != "NO_SHARD");
-        let want = if sharded { (10 + world - 1) / world } else { 10 };
+        let rows = probe(sc.kind).1;
+        let want = if sharded { (rows + world - 1) / world } else { rows };
         assert!(m.block_rows.iter().all(|r| *r == want), "{name}: block rows {:?}, want {want}", m.block_rows);
     }
     Ok((m.losses, weights))
@@ -231,7 +326,8 @@ fn fsdp_rank_main() {
     let dir = rank_dir(Path::new(&work), rank);
     std::fs::create_dir_all(&dir).unwrap();
     let after = Path::new(&work).join("after-run.ckpt");
-    let trained = train_with(&name, "fsdp", RANK_BATCH, epochs, Path::new(&work), resume.as_deref(), Some(&after));
+    let trained =
+        train_with(&name, "fsdp", RANK_BATCH, epochs, Path::new(&work), resume.as_deref(), Some(&after), None);
     if name == "lbfgs" {
         let e = trained.expect_err("LBFGS trained under fsdp");
         assert_eq!(e.code, fulmen::ErrorCode::Unsupported, "{e}");
@@ -369,5 +465,40 @@ fn no_shard_clips_by_the_replicated_norm() {
 fn an_optimizer_that_re_evaluates_the_loss_is_refused() {
     let work = tempdir("fsdp-lbfgs");
     run_ranks(2, "lbfgs", &work, 1, None);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn an_encoder_stack_on_two_ranks_equals_one_process() {
+    check_against_one_process("transformer", 2);
+}
+
+/// BatchNorm normalises each rank's batch: one process training the ranks'
+/// batches as micro-batches gives every rank's losses and the same weights.
+#[test]
+fn batch_norm_on_two_ranks_equals_micro_batches_of_one_process() {
+    let world = 2;
+    let work = tempdir("fsdp-batch-norm");
+    run_ranks(world, "batch_norm", &work, 2, None);
+    let reference = work.join("reference");
+    let (losses, ref_weights) =
+        train_with("batch_norm", "auto", RANK_BATCH, 2, &reference, None, None, Some(world as i64)).unwrap();
+    for r in 0..world {
+        let got = read_losses(&rank_dir(&work, r));
+        let want: Vec<f64> = losses.iter().skip(r).step_by(world).copied().collect();
+        assert_eq!(got.len(), want.len());
+        for (step, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert_close(&format!("batch_norm rank {r} step {step} loss"), *a, *b, 1e-6);
+        }
+        // The parameters (each rank keeps its own running statistics).
+        let weights = read_weights(&rank_dir(&work, r));
+        for ((k, w), (_, rw)) in weights.iter().zip(&ref_weights) {
+            if k.contains("running_") || k.contains("num_batches") {
+                continue;
+            }
+            let diff = (w - rw).abs().max().double_value(&[]);
+            assert!(diff < 1e-5, "batch_norm rank {r}: {k} differs by {diff}");
+        }
+    }
     let _ = std::fs::remove_dir_all(&work);
 }
