@@ -208,6 +208,7 @@ fn train(name: &str, strategy: &str, batch: i64, epochs: i64, root: &Path, resum
 /// `micro_batches_of` = world, one process trains the ranks' batches of a
 /// step as micro-batches of gradient accumulation, in rank order (the
 /// reference of a model whose forward depends on its batch: BatchNorm).
+#[allow(clippy::too_many_arguments)]
 fn train_with(
     name: &str,
     strategy: &str,
