@@ -3,14 +3,14 @@
 //! DistributedDataParallel for fitting, DataLoaders sharded per rank,
 //! metrics and decisions reduced over the ranks, rank 0 alone writing
 //! checkpoints, and the job ended when the run fails.
-use super::strategy::{Sharded, Strategy};
+use super::strategy::Strategy;
 use crate::accelerators::Accelerator;
 use crate::distributed::{self, Ddp, DdpOptions, DeviceBackend, DistContext, JoinOptions, ReduceOp};
 use crate::error::{Error, ErrorCode, Result};
 use crate::tensor::device::{Device, DeviceType};
 use crate::trainer::device::Placement;
 use crate::trainer::metrics::ReduceFx;
-use crate::trainer::{BatchSource, LightningModule, TrainerOptions};
+use crate::trainer::{LightningModule, TrainerOptions};
 use std::sync::Arc;
 use tch::Tensor;
 
@@ -103,34 +103,71 @@ fn device_backend(acc: &dyn Accelerator, list: &[Device], strategy: &str) -> Res
     }
 }
 
+/// The `Strategy` methods every strategy of one process per device shares
+/// (DDP, FSDP): the placement, the ranks from the job's context `ctx`, the
+/// rank's shard of a DataLoader (padded to equal length, reshuffled per
+/// epoch), and the job's reductions and barrier.
+macro_rules! job_methods {
+    () => {
+        fn placement(&self) -> &Placement {
+            &self.placement
+        }
+
+        fn placement_mut(&mut self) -> &mut Placement {
+            &mut self.placement
+        }
+
+        fn is_global_zero(&self) -> bool {
+            self.ctx.is_global_zero()
+        }
+
+        fn global_rank(&self) -> usize {
+            self.ctx.rank()
+        }
+
+        fn world_size(&self) -> usize {
+            self.ctx.world_size()
+        }
+
+        fn node_rank(&self) -> usize {
+            self.ctx.env.node_rank
+        }
+
+        fn local_rank(&self) -> usize {
+            self.ctx.env.local_rank
+        }
+
+        fn shard<'a>(
+            &self,
+            source: &'a dyn crate::trainer::BatchSource,
+            use_sampler: bool,
+        ) -> crate::strategies::Sharded<'a> {
+            if !use_sampler || self.ctx.world_size() <= 1 {
+                return crate::strategies::Sharded::Borrowed(source);
+            }
+            match source.shard(self.ctx.rank(), self.ctx.world_size()) {
+                Some(owned) => crate::strategies::Sharded::Owned(owned),
+                None => crate::strategies::Sharded::Borrowed(source),
+            }
+        }
+
+        fn reduce(&self, values: &mut [f64], op: crate::trainer::metrics::ReduceFx) -> crate::error::Result<()> {
+            crate::strategies::ddp::reduce_with(&self.ctx, values, op)
+        }
+
+        fn any(&self, decision: bool) -> crate::error::Result<bool> {
+            self.ctx.group.reduce_decision(decision, false).map_err(|e| self.ctx.explain(e))
+        }
+
+        fn barrier(&self) -> crate::error::Result<()> {
+            self.ctx.group.barrier().map_err(|e| self.ctx.explain(e))
+        }
+    };
+}
+pub(crate) use job_methods;
+
 impl Strategy for DdpStrategy {
-    fn placement(&self) -> &Placement {
-        &self.placement
-    }
-
-    fn placement_mut(&mut self) -> &mut Placement {
-        &mut self.placement
-    }
-
-    fn is_global_zero(&self) -> bool {
-        self.ctx.is_global_zero()
-    }
-
-    fn global_rank(&self) -> usize {
-        self.ctx.rank()
-    }
-
-    fn world_size(&self) -> usize {
-        self.ctx.world_size()
-    }
-
-    fn node_rank(&self) -> usize {
-        self.ctx.env.node_rank
-    }
-
-    fn local_rank(&self) -> usize {
-        self.ctx.env.local_rank
-    }
+    job_methods!();
 
     /// For fitting, wraps the model as torch's DistributedDataParallel;
     /// evaluation runs leave it unwrapped, as Lightning does.
@@ -147,17 +184,6 @@ impl Strategy for DdpStrategy {
         self.ddp =
             Some(Ddp::new(Arc::clone(&self.ctx.group), &m, self.options.clone()).map_err(|e| self.ctx.explain(e))?);
         Ok(())
-    }
-
-    /// The rank's shard (padded to equal length, reshuffled per epoch).
-    fn shard<'a>(&self, source: &'a dyn BatchSource, use_sampler: bool) -> Sharded<'a> {
-        if !use_sampler || self.ctx.world_size() <= 1 {
-            return Sharded::Borrowed(source);
-        }
-        match source.shard(self.ctx.rank(), self.ctx.world_size()) {
-            Some(owned) => Sharded::Owned(owned),
-            None => Sharded::Borrowed(source),
-        }
     }
 
     fn pre_forward(&mut self, sync: bool) -> Result<()> {
@@ -181,18 +207,6 @@ impl Strategy for DdpStrategy {
         let DdpStrategy { ctx, ddp: Some(ddp), .. } = self else { return Ok(()) };
         ddp.pre_forward(false).map_err(|e| ctx.explain(e))?;
         ddp.post_forward(&[], false).map_err(|e| ctx.explain(e))
-    }
-
-    fn reduce(&self, values: &mut [f64], op: ReduceFx) -> Result<()> {
-        reduce_with(&self.ctx, values, op)
-    }
-
-    fn any(&self, decision: bool) -> Result<bool> {
-        self.ctx.group.reduce_decision(decision, false).map_err(|e| self.ctx.explain(e))
-    }
-
-    fn barrier(&self) -> Result<()> {
-        self.ctx.group.barrier().map_err(|e| self.ctx.explain(e))
     }
 
     fn fail(&mut self, e: Error) -> Error {

@@ -13,16 +13,15 @@ mod wrap;
 pub(crate) use settings::KEYS;
 pub use settings::{FsdpOptions, ShardingStrategy};
 
-use super::ddp::{join_job, reduce_with};
-use super::strategy::{Sharded, Strategy};
+use super::ddp::{job_methods, join_job};
+use super::strategy::Strategy;
 use crate::accelerators::Accelerator;
 use crate::distributed::{self, DistContext};
 use crate::error::{Error, ErrorCode, Result};
 use crate::optim::Optimizer;
 use crate::tensor::device::Device;
 use crate::trainer::device::Placement;
-use crate::trainer::metrics::ReduceFx;
-use crate::trainer::{BatchSource, ClipAlgorithm, LightningModule, OptimizerConfig, SharedModel, TrainerOptions};
+use crate::trainer::{ClipAlgorithm, LightningModule, OptimizerConfig, SharedModel, TrainerOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tch::Tensor;
@@ -183,33 +182,7 @@ impl FsdpStrategy {
 }
 
 impl Strategy for FsdpStrategy {
-    fn placement(&self) -> &Placement {
-        &self.placement
-    }
-
-    fn placement_mut(&mut self) -> &mut Placement {
-        &mut self.placement
-    }
-
-    fn is_global_zero(&self) -> bool {
-        self.ctx.is_global_zero()
-    }
-
-    fn global_rank(&self) -> usize {
-        self.ctx.rank()
-    }
-
-    fn world_size(&self) -> usize {
-        self.ctx.world_size()
-    }
-
-    fn node_rank(&self) -> usize {
-        self.ctx.env.node_rank
-    }
-
-    fn local_rank(&self) -> usize {
-        self.ctx.env.local_rank
-    }
+    job_methods!();
 
     /// Shards the model for every run (Lightning wraps for evaluation
     /// too); a model already sharded (configure_model) is gathered and
@@ -222,16 +195,6 @@ impl Strategy for FsdpStrategy {
         };
         self.unwrap()?;
         self.wrap(model).map_err(|e| self.ctx.explain(e.context("sharding the model (fsdp)")))
-    }
-
-    fn shard<'a>(&self, source: &'a dyn BatchSource, use_sampler: bool) -> Sharded<'a> {
-        if !use_sampler || self.ctx.world_size() <= 1 {
-            return Sharded::Borrowed(source);
-        }
-        match source.shard(self.ctx.rank(), self.ctx.world_size()) {
-            Some(owned) => Sharded::Owned(owned),
-            None => Sharded::Borrowed(source),
-        }
     }
 
     /// Before each batch every unit is sharded again (the root unit and
@@ -326,18 +289,6 @@ impl Strategy for FsdpStrategy {
         self.finish_backward()?;
         let mut opts: Vec<&mut dyn Optimizer> = configs.iter_mut().map(|c| c.optimizer.as_mut() as _).collect();
         self.placement.precision.optimizer_step(&mut opts)
-    }
-
-    fn reduce(&self, values: &mut [f64], op: ReduceFx) -> Result<()> {
-        reduce_with(&self.ctx, values, op)
-    }
-
-    fn any(&self, decision: bool) -> Result<bool> {
-        self.ctx.group.reduce_decision(decision, false).map_err(|e| self.ctx.explain(e))
-    }
-
-    fn barrier(&self) -> Result<()> {
-        self.ctx.group.barrier().map_err(|e| self.ctx.explain(e))
     }
 
     /// Every rank takes part in gathering a checkpoint; rank 0 writes it.
