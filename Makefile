@@ -459,7 +459,7 @@ bench: deps lib $(BUILD)/bench/fulmen_bench $(BUILD)/bench/fulmen_micro $(BUILD)
 # analytic state and step time go to bench/RESULTS-fsdp.md. Under ddp each
 # rank holds the model, its gradients and AdamW's state (1.5 GiB) and more.
 bench-fsdp: deps lib $(BUILD)/bench/fsdp_memory $(VENV_STAMP)
-	$(VENV)/bin/python bench/fsdp_memory.py --binary $(BUILD)/bench/fsdp_memory
+	$(VENV)/bin/python bench/fsdp_memory.py --binary $(BUILD)/bench/fsdp_memory --steps 4 --mmap-threshold 1048576
 
 $(BUILD)/bench/%: bench/c/%.c $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
