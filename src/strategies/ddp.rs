@@ -42,32 +42,30 @@ pub(crate) fn join_job(
     list: &[Device],
     opts: &TrainerOptions,
 ) -> Result<(Placement, Arc<DistContext>)> {
-    {
-        let s = &opts.strategy;
-        let ctx = distributed::join(&JoinOptions {
-            devices_per_node: list.len(),
-            num_nodes: s.num_nodes,
-            backend: s.process_group_backend.clone(),
-            cuda: list[0].is_cuda(),
-            devices: device_backend(acc.as_ref(), list, &s.name)?,
-            timeout: s.timeout,
-        })?;
-        let local = ctx.env.local_rank;
-        let device = match list.get(local) {
-            Some(d) => *d,
-            None if list[0] == Device::Cpu => Device::Cpu,
-            None => {
-                return Err(Error::invalid(format!(
-                    "local rank {local} has no device: devices={:?} selects {} of {:?}",
-                    opts.devices,
-                    list.len(),
-                    acc.name()
-                )))
-            }
-        };
-        let placement = Placement::on(acc, device, &opts.precision, opts.grad_scaler)?;
-        Ok((placement, ctx))
-    }
+    let s = &opts.strategy;
+    let ctx = distributed::join(&JoinOptions {
+        devices_per_node: list.len(),
+        num_nodes: s.num_nodes,
+        backend: s.process_group_backend.clone(),
+        cuda: list[0].is_cuda(),
+        devices: device_backend(acc.as_ref(), list, &s.name)?,
+        timeout: s.timeout,
+    })?;
+    let local = ctx.env.local_rank;
+    let device = match list.get(local) {
+        Some(d) => *d,
+        None if list[0] == Device::Cpu => Device::Cpu,
+        None => {
+            return Err(Error::invalid(format!(
+                "local rank {local} has no device: devices={:?} selects {} of {:?}",
+                opts.devices,
+                list.len(),
+                acc.name()
+            )))
+        }
+    };
+    let placement = Placement::on(acc, device, &opts.precision, opts.grad_scaler)?;
+    Ok((placement, ctx))
 }
 
 /// Reduces `values` over the job's ranks with `op` (sync_dist).

@@ -143,10 +143,10 @@ pub(crate) trait Strategy {
         self.placement().precision.backward(loss)
     }
 
-    /// An optimizer's `zero_grad` over `params` just ran (`set_to_none`, or
-    /// zeros in place): FSDP drops (or zeros) the shard gradients it set
-    /// aside while the parameters were gathered.
-    fn on_zero_grad(&mut self, _params: &[Tensor], _set_to_none: bool) -> Result<()> {
+    /// `optimizer`'s `zero_grad` just ran (`set_to_none`, or zeros in
+    /// place): FSDP drops (or zeros) the shard gradients of its parameters
+    /// it set aside while they were gathered.
+    fn on_zero_grad(&mut self, _optimizer: &dyn Optimizer, _set_to_none: bool) -> Result<()> {
         Ok(())
     }
 

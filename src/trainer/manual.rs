@@ -178,9 +178,8 @@ impl ManualControl for ManualOptimization<'_, '_> {
         let opt = &mut self.config(index)?.optimizer;
         opt.zero_grad();
         opt.take_error().map_or(Ok(()), Err)?;
-        let params: Vec<Tensor> =
-            opt.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect();
-        self.strategy.on_zero_grad(&params, true)
+        let opt = self.optimizers[index].optimizer.as_ref();
+        self.strategy.on_zero_grad(opt, true)
     }
 
     fn toggle(&mut self, index: usize) -> Result<()> {

@@ -252,13 +252,11 @@ impl OptimizationContext<'_, '_> {
     /// optimizer's parameters become none, or zeros.
     pub fn zero_grad(&mut self, set_to_none: bool) -> Result<()> {
         let cfg = self.config()?;
-        let params: Vec<Tensor> =
-            cfg.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect();
         if set_to_none {
             cfg.optimizer.zero_grad();
             cfg.optimizer.take_error().map_or(Ok(()), Err)?;
         } else {
-            for p in &params {
+            for p in cfg.optimizer.param_groups().iter().flat_map(|g| g.params.iter()) {
                 let mut g = p.grad();
                 if g.defined() {
                     let _ = g.f_detach_()?;
@@ -266,7 +264,8 @@ impl OptimizationContext<'_, '_> {
                 }
             }
         }
-        self.run.strategy.on_zero_grad(&params, set_to_none)
+        let run = &mut *self.run;
+        run.strategy.on_zero_grad(run.optimizers[self.optimizer].optimizer.as_ref(), set_to_none)
     }
 
     /// Lightning's `clip_gradients(optimizer, value, algorithm)` on
@@ -373,12 +372,10 @@ pub(super) fn zero_all(run: &mut Run) -> Result<()> {
             return Err(e);
         }
     }
-    let params: Vec<Tensor> = run
-        .optimizers
-        .iter()
-        .flat_map(|c| c.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)))
-        .collect();
-    run.strategy.on_zero_grad(&params, true)
+    for cfg in run.optimizers.iter() {
+        run.strategy.on_zero_grad(cfg.optimizer.as_ref(), true)?;
+    }
+    Ok(())
 }
 
 /// The module's `optimizer_zero_grad` for optimizer `optimizer` at batch

@@ -297,7 +297,10 @@ impl Run<'_> {
             helper.add_parameters(p, 0)?;
         }
         helper.zero_grad()?;
-        self.strategy.on_zero_grad(&params, true)
+        for cfg in self.optimizers.iter() {
+            self.strategy.on_zero_grad(cfg.optimizer.as_ref(), true)?;
+        }
+        Ok(())
     }
 
     /// Lightning's `configure_model`, after the setup hook: when the module

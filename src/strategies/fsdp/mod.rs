@@ -235,8 +235,9 @@ impl Strategy for FsdpStrategy {
         Ok(())
     }
 
-    fn on_zero_grad(&mut self, params: &[Tensor], set_to_none: bool) -> Result<()> {
-        let ptrs: std::collections::HashSet<usize> = params.iter().map(|p| p.data_ptr() as usize).collect();
+    fn on_zero_grad(&mut self, optimizer: &dyn Optimizer, set_to_none: bool) -> Result<()> {
+        let params = optimizer.param_groups().iter().flat_map(|g| g.params.iter());
+        let ptrs: std::collections::HashSet<usize> = params.map(|p| p.data_ptr() as usize).collect();
         for u in self.units() {
             u.zero_parked(&ptrs, set_to_none)?;
         }
