@@ -133,7 +133,7 @@ test-go: lib $(MNIST) $(LEE) $(ELNINO) $(VENV_STAMP)
 INTEROP_BINARIES := ddp_rank fsdp_rank hook_order_parity lightning_parity datamodule_parity logger_parity hook_log_parity swa_parity \
   pruning_parity checkpoint_names_parity batch_size_finder script_parity export_parity torch_save_interop
 INTEROP_CHECKS := lightning-parity export-parity compiled-step charlm-twin gan-twin mnist-lightning ddp-mixed \
-  fsdp2-parity forecast-twin finetune script-parity swa-parity logger-parity hook-log-parity pruning-parity hook-order-parity \
+  fsdp2-parity fsdp-sharded-checkpoint forecast-twin finetune script-parity swa-parity logger-parity hook-log-parity pruning-parity hook-order-parity \
   datamodule-parity checkpoint-names batch-size torch-save
 .PHONY: $(INTEROP_CHECKS:%=interop-%)
 
@@ -166,6 +166,9 @@ interop-ddp-mixed:
 interop-fsdp2-parity:
 	@rm -rf $(W)/fsdp2-parity
 	$(PY) tests/interop/fsdp2_parity.py --binary $(W)/fsdp_rank --work $(W)/fsdp2-parity
+interop-fsdp-sharded-checkpoint:
+	@rm -rf $(W)/fsdp-sharded-checkpoint
+	$(PY) tests/interop/fsdp_sharded_checkpoint.py --binary $(W)/fsdp_rank --work $(W)/fsdp-sharded-checkpoint
 interop-forecast-twin:
 	@rm -rf $(W)/forecast-twin
 	$(PY) tests/interop/forecast_twin.py --binary $(BUILD)/examples/forecast --data $(ELNINO) --work $(W)/forecast-twin

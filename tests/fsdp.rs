@@ -189,6 +189,7 @@ fn scenario(name: &str) -> Scenario {
         "lbfgs" => (vec![full, wrap], mlp),
         "transformer" => (vec![full, layers, ("gradient_clip_val", "0.5")], Kind2::Transformer),
         "batch_norm" => (vec![full, wrap], Kind2::BatchNorm),
+        "sharded" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded")], mlp),
         _ => panic!("unknown scenario {name}"),
     };
     Scenario { settings, kind }
@@ -284,6 +285,11 @@ fn rank_dir(work: &Path, rank: usize) -> PathBuf {
 /// Starts `world` ranks of `name` (each trains `epochs` epochs, resuming
 /// from `resume` when given) and waits for them.
 fn run_ranks(world: usize, name: &str, work: &Path, epochs: i64, resume: Option<&Path>) {
+    run_ranks_with(world, RANK_BATCH, name, work, epochs, resume)
+}
+
+/// [`run_ranks`] with `batch` samples per rank and step.
+fn run_ranks_with(world: usize, batch: i64, name: &str, work: &Path, epochs: i64, resume: Option<&Path>) {
     let port = fulmen::distributed::launcher::free_port().unwrap();
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..world)
@@ -293,6 +299,7 @@ fn run_ranks(world: usize, name: &str, work: &Path, epochs: i64, resume: Option<
                 .env("FULMEN_TEST_SCENARIO", name)
                 .env("FULMEN_TEST_WORK", work)
                 .env("FULMEN_TEST_EPOCHS", epochs.to_string())
+                .env("FULMEN_TEST_BATCH", batch.to_string())
                 .env("RANK", rank.to_string())
                 .env("LOCAL_RANK", rank.to_string())
                 .env("WORLD_SIZE", world.to_string())
@@ -307,11 +314,17 @@ fn run_ranks(world: usize, name: &str, work: &Path, epochs: i64, resume: Option<
             c.spawn().unwrap()
         })
         .collect();
+    // Every rank's output, then every failure (a rank that failed first
+    // makes the others fail too).
+    let mut failed = String::new();
     for (rank, child) in children.into_iter().enumerate() {
         let out = child.wait_with_output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success() && text.contains("RANK-OK"), "{name}: rank {rank} failed:\n{text}");
+        if !(out.status.success() && text.contains("RANK-OK")) {
+            failed += &format!("rank {rank} failed:\n{text}\n");
+        }
     }
+    assert!(failed.is_empty(), "{name}: {failed}");
 }
 
 /// One rank: trains and leaves its losses and weights in its folder.
@@ -323,12 +336,12 @@ fn fsdp_rank_main() {
     };
     let rank: usize = std::env::var("RANK").unwrap().parse().unwrap();
     let epochs: i64 = std::env::var("FULMEN_TEST_EPOCHS").unwrap().parse().unwrap();
+    let batch: i64 = std::env::var("FULMEN_TEST_BATCH").unwrap().parse().unwrap();
     let resume = std::env::var("FULMEN_TEST_RESUME").ok();
     let dir = rank_dir(Path::new(&work), rank);
     std::fs::create_dir_all(&dir).unwrap();
     let after = Path::new(&work).join("after-run.ckpt");
-    let trained =
-        train_with(&name, "fsdp", RANK_BATCH, epochs, Path::new(&work), resume.as_deref(), Some(&after), None);
+    let trained = train_with(&name, "fsdp", batch, epochs, Path::new(&work), resume.as_deref(), Some(&after), None);
     if name == "lbfgs" {
         let e = trained.expect_err("LBFGS trained under fsdp");
         assert_eq!(e.code, fulmen::ErrorCode::Unsupported, "{e}");
@@ -417,12 +430,14 @@ fn clipping_and_accumulation_equal_one_process() {
     check_against_one_process("clip_accumulate", 2);
 }
 
-/// The checkpoint files under `dir`.
+/// The checkpoints under `dir`: files, and sharded checkpoint directories.
 fn checkpoints(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         let p = e.path();
-        if p.is_dir() {
+        if p.join(".metadata").is_file() {
+            out.push(p);
+        } else if p.is_dir() {
             out.extend(checkpoints(&p));
         } else if p.extension().is_some_and(|x| x == "ckpt") {
             out.push(p);
@@ -452,6 +467,43 @@ fn a_resume_from_a_gathered_checkpoint_equals_the_uninterrupted_run() {
                 let diff = (x - y).abs().max().double_value(&[]);
                 assert!(diff == 0.0, "rank {r}: {k} differs by {diff} after the resume from {}", run.display());
             }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// A sharded checkpoint (each rank writes its shards, torch's
+/// distributed checkpoint layout) resumes the run exactly on the same
+/// ranks, and on two ranks when four wrote it (the same global batches:
+/// four ranks of 2 samples, two of 4).
+#[test]
+fn a_sharded_checkpoint_resumes_exactly_and_on_another_world_size() {
+    let work = tempdir("fsdp-sharded");
+    let (whole, first, resumed) = (work.join("whole"), work.join("first"), work.join("resumed"));
+    run_ranks(2, "sharded", &whole, 2, None);
+    run_ranks(2, "sharded", &first, 1, None);
+    let ckpt = checkpoints(&first.join("checkpoints"));
+    assert_eq!(ckpt.len(), 1, "{ckpt:?}");
+    let files: Vec<String> =
+        std::fs::read_dir(&ckpt[0]).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into()).collect();
+    for f in [".metadata", "meta.pt", "__0_0.distcp", "__1_0.distcp"] {
+        assert!(files.iter().any(|x| x == f), "{f} missing from {files:?}");
+    }
+    run_ranks(2, "sharded", &resumed, 2, Some(&ckpt[0]));
+    let (four, from_four) = (work.join("four"), work.join("from-four"));
+    run_ranks_with(4, RANK_BATCH / 2, "sharded", &four, 1, None);
+    let ckpt4 = checkpoints(&four.join("checkpoints"));
+    assert_eq!(ckpt4.len(), 1, "{ckpt4:?}");
+    run_ranks(2, "sharded", &from_four, 2, Some(&ckpt4[0]));
+    for r in 0..2 {
+        let a = read_weights(&rank_dir(&whole, r));
+        let same = read_weights(&rank_dir(&resumed, r));
+        let other = read_weights(&rank_dir(&from_four, r));
+        for (((k, x), (_, y)), (_, z)) in a.iter().zip(&same).zip(&other) {
+            let diff = (x - y).abs().max().double_value(&[]);
+            assert!(diff == 0.0, "rank {r}: {k} differs by {diff} after the resume on the same ranks");
+            let diff = (x - z).abs().max().double_value(&[]);
+            assert!(diff < 1e-5, "rank {r}: {k} differs by {diff} after the resume of four ranks' checkpoint");
         }
     }
     let _ = std::fs::remove_dir_all(&work);

@@ -37,6 +37,10 @@ func TestStrategyNameAndUnknownNames(t *testing.T) {
 	defer fsdp.Close()
 	ok(t, fsdp.Set("sharding_strategy", "SHARD_GRAD_OP"))
 	ok(t, fsdp.Set("auto_wrap_policy", "Linear"))
+	ok(t, fsdp.Set("state_dict_type", "sharded"))
+	if err := fsdp.Set("state_dict_type", "local"); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Errorf("state_dict_type local: %v", err)
+	}
 	if err := fsdp.Set("sharding_strategy", "HYBRID_SHARD"); !errors.Is(err, fulmen.ErrUnsupported) {
 		t.Errorf("HYBRID_SHARD: %v", err)
 	}

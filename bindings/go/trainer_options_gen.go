@@ -447,8 +447,10 @@ func (o *TrainerOptions) SetFsdpMinNumParams(v string) error {
 
 // SetFsdpStateDictType sets `fsdp_state_dict_type` (text; default full):
 // strategy "fsdp": "full" = checkpoints hold the whole state, gathered from
-// every rank and written by rank 0; "sharded" (torch.distributed.checkpoint
-// directories) is not in fulmen yet.
+// every rank and written by rank 0; "sharded" = each checkpoint is a
+// torch.distributed.checkpoint directory (every rank writes its shards, rank
+// 0 .metadata and meta.pt), as Lightning's FSDP strategies write; it resumes
+// on any number of ranks.
 func (o *TrainerOptions) SetFsdpStateDictType(v string) error {
 	return o.Set("fsdp_state_dict_type", v)
 }

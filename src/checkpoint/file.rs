@@ -327,6 +327,9 @@ impl Checkpoint {
     /// optimizer, scheduler and loop entries are not interpreted, so a run
     /// that needs the weights alone (validate, test, predict) reads any.
     pub fn load_weights(path: &Path) -> Result<Checkpoint> {
+        if super::dcp::is_sharded_dir(path) {
+            return Checkpoint::weights_of(&super::dcp::load(path, true)?, path);
+        }
         if super::torch_save::sniff(path)? != Some(super::torch_save::TorchFile::Archive) {
             return Checkpoint::load(path);
         }
@@ -358,6 +361,13 @@ impl Checkpoint {
     /// Reads a checkpoint. A truncated or corrupted file, or one that is
     /// not a fulmen checkpoint, is a `Format` error naming the file.
     pub fn load(path: &Path) -> Result<Checkpoint> {
+        if super::dcp::is_sharded_dir(path) {
+            let value = super::dcp::load(path, false)?;
+            if !super::lightning::is_lightning(&value) {
+                return Err(not_lightning(path));
+            }
+            return super::lightning::from_lightning(&value, &path.display().to_string());
+        }
         let bytes = crate::fs_safe::read_regular(path)?;
         Checkpoint::from_bytes(&bytes, path)
     }

@@ -45,6 +45,9 @@ impl CheckpointIo for LocalFiles {
     }
 
     fn remove(&self, path: &Path) -> Result<()> {
+        if super::dcp::is_sharded_dir(path) && !path.is_symlink() {
+            return super::dcp::remove(path);
+        }
         match std::fs::remove_file(path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -82,6 +85,11 @@ impl CheckpointWriter {
     /// background when `asynchronous`.
     pub fn new(io: Option<Arc<dyn CheckpointIo>>, asynchronous: bool) -> Self {
         CheckpointWriter { io, asynchronous, pending: None }
+    }
+
+    /// Whether a checkpoint IO plugin stores the checkpoints.
+    pub fn has_plugin(&self) -> bool {
+        self.io.is_some()
     }
 
     /// The store saves go to.

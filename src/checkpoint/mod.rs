@@ -4,7 +4,10 @@
 //! atomically so a crash never leaves a corrupt file where a good one was;
 //! `torch.save` archives (`torch_save`), read and written without Python;
 //! and Lightning's checkpoints (`lightning`), read and written as fulmen's;
-//! where they are stored: local files or a checkpoint IO plugin (`io`).
+//! where they are stored: local files or a checkpoint IO plugin (`io`);
+//! and sharded checkpoint directories in `torch.distributed.checkpoint`'s
+//! format (`dcp`).
+pub(crate) mod dcp;
 mod file;
 pub mod file_kind;
 pub mod io;

@@ -69,6 +69,53 @@ enum Global {
     /// `set(list)` (protocol 2). `torch.load(weights_only=True)` refuses
     /// `frozenset` and `bytes` as globals, and so does fulmen.
     Set,
+    /// A dataclass of `torch.distributed.checkpoint`'s metadata, made by
+    /// NEWOBJ and filled by BUILD (read as a dict with a `__class__` entry);
+    /// only in a `.metadata` file.
+    DcpClass(&'static str),
+    /// `torch.serialization._get_layout("torch.strided")` (read as the string).
+    Layout,
+    /// `_MEM_FORMAT_ENCODING(n)` (read as the number).
+    MemFormat,
+    /// `pathlib.PosixPath(parts...)` (read as the path's text).
+    PathLike,
+}
+
+/// What a pickle may hold beyond plain values and tensors.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Profile {
+    /// What `torch.load(weights_only=True)` accepts.
+    Weights,
+    /// That, plus the dataclasses of a `torch.distributed.checkpoint`
+    /// `.metadata` file (which `torch.load` never reads).
+    DcpMetadata,
+}
+
+/// The dataclasses a `.metadata` file is made of, by module.
+const DCP_CLASSES: &[(&str, &str)] = &[
+    ("torch.distributed.checkpoint.metadata", "Metadata"),
+    ("torch.distributed.checkpoint.metadata", "TensorStorageMetadata"),
+    ("torch.distributed.checkpoint.metadata", "BytesStorageMetadata"),
+    ("torch.distributed.checkpoint.metadata", "TensorProperties"),
+    ("torch.distributed.checkpoint.metadata", "ChunkStorageMetadata"),
+    ("torch.distributed.checkpoint.metadata", "MetadataIndex"),
+    ("torch.distributed.checkpoint.metadata", "StorageMeta"),
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+];
+
+/// The globals a `.metadata` file may name beyond the weights subset.
+fn dcp_global(module: &str, name: &str) -> Option<Global> {
+    if let Some((_, class)) = DCP_CLASSES.iter().find(|(m, c)| *m == module && *c == name) {
+        return Some(Global::DcpClass(class));
+    }
+    match (module, name) {
+        ("torch.serialization", "_get_layout") => Some(Global::Layout),
+        ("torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING") => Some(Global::MemFormat),
+        ("pathlib", "PosixPath" | "PurePosixPath" | "Path" | "WindowsPath" | "PureWindowsPath") => {
+            Some(Global::PathLike)
+        }
+        _ => None,
+    }
 }
 
 /// The dtype names `torch.load(weights_only=True)` accepts as globals.
@@ -100,7 +147,12 @@ const DTYPES: &[&str] = &[
     "float8_e5m2",
 ];
 
-fn global(module: &str, name: &str) -> Result<Global> {
+fn global(module: &str, name: &str, profile: Profile) -> Result<Global> {
+    if profile == Profile::DcpMetadata {
+        if let Some(g) = dcp_global(module, name) {
+            return Ok(g);
+        }
+    }
     let storage = |k| Ok(Global::Storage(k));
     if let Some(dtype) = DTYPES.iter().find(|d| module == "torch" && **d == name) {
         return Ok(Global::Dtype(dtype));
@@ -197,10 +249,32 @@ struct Reader<'a, S: Storages> {
     budget: u64,
     storages: &'a mut S,
     what: &'a str,
+    profile: Profile,
 }
 
 /// Unpickles `data` (the `data.pkl` record) into a [`Value`].
 pub(super) fn read<S: Storages>(data: &[u8], storages: &mut S, what: &str) -> Result<Value> {
+    read_as(data, storages, what, Profile::Weights)
+}
+
+/// A storage reference where none belongs (a `.metadata` file's pickle).
+struct NoStorages;
+
+impl Storages for NoStorages {
+    fn storage(&mut self, s: &StorageRef) -> Result<Rc<Tensor>> {
+        Err(Error::format(format!("storage {} in a pickle that holds no tensors", s.key)))
+    }
+}
+
+/// Unpickles a `torch.distributed.checkpoint` `.metadata` file: the
+/// weights subset plus its dataclasses, each read as a dict of its fields
+/// with a `"__class__"` entry naming it (and `"__state__"` holding a tuple
+/// state, as `TensorProperties` pickles itself).
+pub(super) fn read_dcp_metadata(data: &[u8], what: &str) -> Result<Value> {
+    read_as(data, &mut NoStorages, what, Profile::DcpMetadata)
+}
+
+fn read_as<S: Storages>(data: &[u8], storages: &mut S, what: &str, profile: Profile) -> Result<Value> {
     let mut r = Reader {
         data,
         at: 0,
@@ -214,6 +288,7 @@ pub(super) fn read<S: Storages>(data: &[u8], storages: &mut S, what: &str) -> Re
         budget: value_budget(data.len()),
         storages,
         what,
+        profile,
     };
     let top = r.run()?;
     to_value(top)
@@ -486,6 +561,20 @@ impl<S: Storages> Reader<'_, S> {
                 }
                 _ => return Err(self.bad("_codecs.encode takes a string and \"latin1\"")),
             },
+            Item::Global(Global::Layout) => match args.as_slice() {
+                [Item::Str(name)] => Item::Str(Rc::clone(name)),
+                _ => return Err(self.bad("_get_layout takes a name")),
+            },
+            Item::Global(Global::MemFormat) => match args.as_slice() {
+                [Item::Int(n)] => Item::Int(*n),
+                _ => return Err(self.bad("_MEM_FORMAT_ENCODING takes a number")),
+            },
+            Item::Global(Global::PathLike) => {
+                let parts: Option<Vec<&str>> =
+                    args.iter().map(|a| if let Item::Str(s) = a { Some(&**s) } else { None }).collect();
+                let parts = parts.ok_or_else(|| self.bad("a path made of something other than strings"))?;
+                Item::Str(Rc::from(parts.join("/")))
+            }
             Item::Global(Global::Set) => {
                 let items: Vec<Item> = match args.as_slice() {
                     [] => Vec::new(),
@@ -502,6 +591,47 @@ impl<S: Storages> Reader<'_, S> {
             other => return Err(self.bad(format!("calling {other:?} is outside the safe subset"))),
         };
         self.push(item)
+    }
+
+    /// NEWOBJ of a `.metadata` dataclass with no arguments: a dict holding
+    /// only its `__class__`, which BUILD fills.
+    fn new_object(&mut self) -> Result<()> {
+        let args = self.pop()?;
+        let class = self.pop()?;
+        match (class, args) {
+            (Item::Global(Global::DcpClass(name)), Item::Tuple(a, _)) if a.is_empty() => {
+                let entry = (Item::Str(Rc::from(CLASS_KEY)), Item::Str(Rc::from(name)));
+                self.push(Item::Dict(vec![entry], Shape { values: 3, depth: 1 }))
+            }
+            (other, _) => Err(self.bad(format!("NEWOBJ of {other:?} is outside the safe subset"))),
+        }
+    }
+
+    /// BUILD: a `.metadata` dataclass takes its fields (a dict state) or
+    /// its tuple state (`__state__`); an OrderedDict's attributes (a
+    /// state_dict's `_metadata`) are accepted and dropped, as nothing
+    /// reads them. Anything else is refused.
+    fn build(&mut self) -> Result<()> {
+        let state = self.pop()?;
+        let bad = self.bad("BUILD of something other than a dict's attributes or a checkpoint dataclass");
+        let target = self.top()?;
+        let object = matches!(target, Item::Dict(v, _) if v.first().is_some_and(|(k, _)| matches!(k, Item::Str(s) if &**s == CLASS_KEY)));
+        match (&mut *target, unshared(&state)) {
+            (Item::Dict(v, s), Item::Dict(fields, _)) if object => {
+                for (k, x) in fields {
+                    *s = grow(grow(*s, k.shape()), x.shape());
+                    v.push((k.clone(), x.clone()));
+                }
+            }
+            (Item::Dict(v, s), Item::Tuple(..)) if object => {
+                *s = grow(*s, state.shape());
+                v.push((Item::Str(Rc::from(STATE_KEY)), state.clone()));
+            }
+            (Item::Dict(..), Item::Dict(..)) => return Ok(()),
+            _ => return Err(bad),
+        }
+        let s = target.shape();
+        check_shape(s).map_err(|w| self.bad(w))
     }
 
     /// `_rebuild_tensor_v2(storage, offset, size, stride, requires_grad,
@@ -704,7 +834,7 @@ impl<S: Storages> Reader<'_, S> {
                 b'c' => {
                     let module = self.line()?;
                     let name = self.line()?;
-                    let g = global(&module, &name).map_err(|e| self.bad(e.message))?;
+                    let g = global(&module, &name, self.profile).map_err(|e| self.bad(e.message))?;
                     self.push(Item::Global(g))?
                 }
                 0x93 => {
@@ -713,19 +843,12 @@ impl<S: Storages> Reader<'_, S> {
                     let (Item::Str(m), Item::Str(n)) = (module, name) else {
                         return Err(self.bad("STACK_GLOBAL needs two strings"));
                     };
-                    let g = global(&m, &n).map_err(|e| self.bad(e.message))?;
+                    let g = global(&m, &n, self.profile).map_err(|e| self.bad(e.message))?;
                     self.push(Item::Global(g))?
                 }
                 b'R' => self.reduce()?,
-                b'b' => {
-                    // An OrderedDict's attributes (a state_dict's
-                    // `_metadata`): accepted and dropped, as nothing reads them.
-                    let state = self.pop()?;
-                    let target = self.top()?;
-                    if !matches!((unshared(target), unshared(&state)), (Item::Dict(..), Item::Dict(..))) {
-                        return Err(self.bad("BUILD of something other than a dict's attributes"));
-                    }
-                }
+                0x81 if self.profile == Profile::DcpMetadata => self.new_object()?,
+                b'b' => self.build()?,
                 b'Q' => self.persistent_load()?,
                 b'q' => {
                     let k = self.byte()?;
@@ -752,6 +875,11 @@ impl<S: Storages> Reader<'_, S> {
         }
     }
 }
+
+/// The entry naming the dataclass a `.metadata` dict was read from.
+pub(super) const CLASS_KEY: &str = "__class__";
+/// The entry holding a dataclass's tuple state.
+pub(super) const STATE_KEY: &str = "__state__";
 
 /// The list or dict a shared item holds (any other item as it is).
 fn unshared(item: &Item) -> &Item {

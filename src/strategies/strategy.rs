@@ -235,6 +235,14 @@ pub(crate) trait Strategy {
         Ok(())
     }
 
+    /// Under FSDP's `state_dict_type="sharded"`: the parameters in their
+    /// sharded state, and what a sharded checkpoint directory needs to
+    /// know of them (each rank then writes its own shards); `None` where
+    /// checkpoints are gathered whole (every other strategy).
+    fn sharded_checkpoint(&mut self) -> Result<Option<crate::checkpoint::dcp::Sharding>> {
+        Ok(None)
+    }
+
     /// An optimizer's state as a checkpoint holds it (FSDP gathers the
     /// shards' states into the full shapes).
     fn optimizer_state_for_checkpoint(&self, optimizer: &dyn Optimizer) -> Result<Vec<(String, Tensor)>> {

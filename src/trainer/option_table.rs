@@ -698,7 +698,9 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         kind: OptionKind::Text,
         default: "full",
         doc: "strategy \"fsdp\": \"full\" = checkpoints hold the whole state, gathered from every rank and \
-              written by rank 0; \"sharded\" (torch.distributed.checkpoint directories) is not in fulmen yet",
+              written by rank 0; \"sharded\" = each checkpoint is a torch.distributed.checkpoint directory \
+              (every rank writes its shards, rank 0 .metadata and meta.pt), as Lightning's FSDP strategies write; \
+              it resumes on any number of ranks",
         apply: strategy_setting!("state_dict_type"),
     },
     TrainerOption {

@@ -45,7 +45,8 @@ impl Trainer {
 
     /// The file `ckpt_path` names: "best" (this trainer's best checkpoint),
     /// "last" (the newest local `last*.ckpt`, else the newest checkpoint),
-    /// or a path (checked here unless a checkpoint IO plugin stores them).
+    /// or a path (a file or a sharded checkpoint directory; checked here
+    /// unless a checkpoint IO plugin stores them).
     pub(crate) fn resolve_ckpt_path(&self, ckpt_path: &str) -> Result<PathBuf> {
         match ckpt_path {
             "best" => {
@@ -76,6 +77,9 @@ impl Trainer {
             path if self.checkpoint_io.is_some() => Ok(PathBuf::from(path)),
             path => {
                 let p = PathBuf::from(path);
+                if crate::checkpoint::dcp::is_sharded_dir(&p) {
+                    return Ok(p);
+                }
                 match crate::fs_safe::regular_metadata(&p) {
                     Ok(_) => Ok(p),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

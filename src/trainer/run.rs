@@ -566,10 +566,63 @@ impl Run<'_> {
     /// Gathers the full training state into a checkpoint and writes it
     /// (under FSDP every rank gathers the shards, rank 0 writes).
     pub fn save_checkpoint(&mut self, path: &std::path::Path, weights_only: bool) -> Result<()> {
+        if let Some(sharding) = self.strategy.sharded_checkpoint().ctx("sharding the parameters for a checkpoint")? {
+            return self.save_sharded(path, weights_only, &sharding);
+        }
         self.strategy.unshard_params().ctx("gathering the parameters for a checkpoint")?;
         let saved = self.save_unsharded(path, weights_only);
         let back = self.strategy.reshard_params(&mut self.optimizers, false);
         saved.and(back)
+    }
+
+    /// Writes the sharded checkpoint directory `path` (FSDP's
+    /// `state_dict_type="sharded"`): every rank its own shards, no tensor
+    /// gathered; every rank takes part.
+    fn save_sharded(
+        &mut self,
+        path: &std::path::Path,
+        weights_only: bool,
+        sharding: &crate::checkpoint::dcp::Sharding,
+    ) -> Result<()> {
+        if self.checkpoints.has_plugin() {
+            return Err(Error::unsupported(
+                "state_dict_type=\"sharded\" writes its directories itself; a checkpoint_io plugin cannot store \
+                 them (Lightning's FSDP strategies refuse storage options likewise)",
+            ));
+        }
+        self.checkpoints.wait()?;
+        let strategy = &self.strategy;
+        let device = || -> Result<super::save::DeviceState> {
+            Ok(super::save::DeviceState {
+                device: strategy.root_device(),
+                rng: strategy.device_rng_state().ctx("the device's random state")?,
+                precision: strategy.precision().state_dict(),
+            })
+        };
+        let parts = super::save::CheckpointParts {
+            stage: self.stage,
+            loop_info: super::save::loop_info(&*self.state),
+            state: &mut *self.state,
+            callbacks: self.callbacks.as_mut_slice(),
+            module: &mut *self.module,
+            optimizers: &self.optimizers,
+            progress: &self.progress,
+            format: self.checkpoint_format,
+            prefix: &self.checkpoint_prefix,
+            // Each rank's own shards of the states.
+            optimizer_state: &|o| o.state_dict(),
+            write: false,
+        };
+        let ck = super::save::build_checkpoint(parts, device, weights_only)?;
+        let params: Vec<Vec<Tensor>> = self
+            .optimizers
+            .iter()
+            .map(|c| {
+                c.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect()
+            })
+            .collect();
+        crate::checkpoint::dcp::save(&ck, &self.checkpoint_prefix, &params, sharding, path)
+            .ctx(format!("saving the sharded checkpoint {}", path.display()))
     }
 
     /// [`Run::save_checkpoint`] once the parameters hold their full values.

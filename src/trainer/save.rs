@@ -87,6 +87,20 @@ pub(crate) fn write_checkpoint(
     weights_only: bool,
     writer: &mut crate::checkpoint::io::CheckpointWriter,
 ) -> Result<()> {
+    let (write, format, prefix) = (parts.write, parts.format, parts.prefix);
+    let ck = build_checkpoint(parts, device, weights_only)?;
+    if !write {
+        return Ok(());
+    }
+    writer.save(&ck, path, format, prefix).ctx("saving a checkpoint")
+}
+
+/// The checkpoint [`write_checkpoint`] writes, gathered but not written.
+pub(crate) fn build_checkpoint(
+    parts: CheckpointParts<'_, '_>,
+    device: impl FnOnce() -> Result<DeviceState>,
+    weights_only: bool,
+) -> Result<Checkpoint> {
     let CheckpointParts {
         stage,
         state,
@@ -95,10 +109,10 @@ pub(crate) fn write_checkpoint(
         optimizers,
         progress: p,
         loop_info,
-        format,
-        prefix,
+        format: _,
+        prefix: _,
         optimizer_state,
-        write,
+        write: _,
     } = parts;
     let model = module.model().ok_or_else(|| {
         Error::state(
@@ -140,10 +154,7 @@ pub(crate) fn write_checkpoint(
         }
         ck.precision_state = d.precision;
     }
-    if !write {
-        return Ok(());
-    }
-    writer.save(&ck, path, format, prefix).ctx("saving a checkpoint")
+    Ok(ck)
 }
 
 /// Adds the optimizer and scheduler states, the callbacks' states and the

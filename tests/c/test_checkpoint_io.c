@@ -38,7 +38,10 @@ typedef struct {
     int saves, removes, loads, size_queries, frees;
     int fail_at;  /* this save (1-based) fails; 0: none */
     int hostile;  /* load: 1 reports SIZE_MAX, 2 the limit + 1, 3 writes a byte less than it reported */
-    long save_delay_ms;
+    /* The first save waits (up to a minute) until a training step runs
+     * meanwhile: it ends at once when saves run in the background, and
+     * only a save that blocks the steps waits the whole minute. */
+    bool wait_for_a_step;
     pthread_t main;
     int off_main_saves;
     int overlapped; /* saves during which training steps ran */
@@ -75,9 +78,9 @@ static fulmen_error *io_save(void *ud, const uint8_t *bytes, size_t len, const c
     s->saves++;
     if (!pthread_equal(pthread_self(), s->main)) s->off_main_saves++;
     int before = s->steps != NULL ? atomic_load(s->steps) : 0;
-    if (s->save_delay_ms > 0) {
-        struct timespec ts = {s->save_delay_ms / 1000, (s->save_delay_ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
+    if (s->wait_for_a_step && s->saves == 1 && s->steps != NULL) {
+        struct timespec ts = {0, 10 * 1000000L};
+        for (int i = 0; i < 6000 && atomic_load(s->steps) == before; i++) nanosleep(&ts, NULL);
     }
     if (s->steps != NULL && atomic_load(s->steps) > before) s->overlapped++;
     if (s->saves == s->fail_at) return fulmen_error_new(FULMEN_CODE_IO, "the store is full");
@@ -242,7 +245,7 @@ static void async_saves_overlap_and_report_errors(fulmen_loader *l) {
     world w = {.model = fixture_mlp(8, 0)};
     atomic_init(&w.steps, 0);
     fulmen_lightning_module *m = fixture_module(w.model, &w, step, NULL);
-    store s = {.main = pthread_self(), .save_delay_ms = 300, .steps = &w.steps};
+    store s = {.main = pthread_self(), .wait_for_a_step = true, .steps = &w.steps};
     char dir[256];
     snprintf(dir, sizeof dir, "%s/async/checkpoints", g_root);
     fulmen_model_checkpoint_options o = fulmen_model_checkpoint_options_default();

@@ -305,15 +305,9 @@ def compare(sharding, fulmen, torch_job, init):
     return ok
 
 
-def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "rank":
-        return python_rank(sys.argv[2:])
-    p = argparse.ArgumentParser()
-    p.add_argument("--binary", required=True, help="build/interop/fsdp_rank")
-    p.add_argument("--work")
-    a = p.parse_args()
-    work = a.work or tempfile.mkdtemp(prefix="fulmen-fsdp2-parity.")
-    os.makedirs(work, exist_ok=True)
+def write_inputs(work):
+    """Writes the rows (x.f32, y.i64) and the initial weights
+    (init.safetensors) into `work`; returns the weights."""
     gen = torch.Generator().manual_seed(5)
     torch.randn(SAMPLES, FEATURES, generator=gen).numpy().tofile(os.path.join(work, "x.f32"))
     torch.randint(0, CLASSES, (SAMPLES,), generator=gen).numpy().tofile(os.path.join(work, "y.i64"))
@@ -325,6 +319,19 @@ def main():
         start[1].bias.normal_(0.0, 0.1)
     init = {k: v.detach().clone().contiguous() for k, v in start.state_dict().items()}
     save_file(init, os.path.join(work, "init.safetensors"))
+    return init
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "rank":
+        return python_rank(sys.argv[2:])
+    p = argparse.ArgumentParser()
+    p.add_argument("--binary", required=True, help="build/interop/fsdp_rank")
+    p.add_argument("--work")
+    a = p.parse_args()
+    work = a.work or tempfile.mkdtemp(prefix="fulmen-fsdp2-parity.")
+    os.makedirs(work, exist_ok=True)
+    init = write_inputs(work)
     failed = 0
     for case in CASES:
         torch_job = run_job(work, None, case)

@@ -22,7 +22,13 @@
  * final weights (safetensors), whole again after the fit. PRECISION: the
  * trainer's precision ("32-true", "bf16-mixed"); CLIP: gradient_clip_val
  * by norm (0: none). A failed call
- * prints its error code and message and exits 1. */
+ * prints its error code and message and exits 1.
+ *
+ * Checkpoints (tests/interop/fsdp_sharded_checkpoint.py): with
+ * FSDP_CHECKPOINT_DIR set, ModelCheckpoint saves every epoch into
+ * $FSDP_CHECKPOINT_DIR/checkpoints with fsdp_state_dict_type
+ * $FSDP_STATE_DICT_TYPE ("full" when unset); with FSDP_RESUME set, the fit
+ * resumes from that checkpoint (a file or a sharded directory). */
 #include <fulmen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,11 +174,15 @@ static void fit(fulmen_model *model, const char *sharding, const char *precision
     set(opts, "max_epochs", epochs);
     set(opts, "enable_progress_bar", "false");
     set(opts, "enable_model_summary", "false");
-    set(opts, "enable_checkpointing", "false");
+    const char *checkpoints = getenv("FSDP_CHECKPOINT_DIR");
+    const char *state_dict_type = getenv("FSDP_STATE_DICT_TYPE");
+    set(opts, "enable_checkpointing", checkpoints ? "true" : "false");
+    if (checkpoints) set(opts, "default_root_dir", checkpoints);
+    if (state_dict_type) set(opts, "fsdp_state_dict_type", state_dict_type);
     set(opts, "logger", "false");
     set(opts, "handle_signals", "false");
     TRY(fulmen_trainer_new(opts, &trainer));
-    TRY(fulmen_trainer_fit(trainer, module, loader, NULL, NULL));
+    TRY(fulmen_trainer_fit(trainer, module, loader, NULL, getenv("FSDP_RESUME")));
     fulmen_trainer_free(trainer);
     fulmen_trainer_options_free(opts);
     fulmen_lightning_module_free(module);

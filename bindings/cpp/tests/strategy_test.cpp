@@ -78,10 +78,14 @@ TEST_F(StrategyTest, NameRoundTripsAndUnknownNamesAreErrors) {
     EXPECT_EQ(error_code([] { Strategy("deepspeed"); }), FULMEN_CODE_INVALID_ARGUMENT);
     EXPECT_NE(error_message([] { Strategy("deepspeed"); }).find("not available"), std::string::npos);
     // FSDP and its settings; what is not in fulmen yet says so.
-    Strategy fsdp = Strategy("fsdp").set("sharding_strategy", "SHARD_GRAD_OP").set("auto_wrap_policy", "Linear");
+    Strategy fsdp = Strategy("fsdp")
+                        .set("sharding_strategy", "SHARD_GRAD_OP")
+                        .set("auto_wrap_policy", "Linear")
+                        .set("state_dict_type", "sharded");
     EXPECT_EQ(fsdp.name(), "fsdp");
     EXPECT_EQ(error_code([] { Strategy("fsdp").set("sharding_strategy", "HYBRID_SHARD"); }), FULMEN_CODE_UNSUPPORTED);
     EXPECT_EQ(error_code([] { Strategy("fsdp").set("auto_wrap_policy", "a.b"); }), FULMEN_CODE_INVALID_ARGUMENT);
+    EXPECT_EQ(error_code([] { Strategy("fsdp").set("state_dict_type", "local"); }), FULMEN_CODE_INVALID_ARGUMENT);
 }
 
 TEST_F(StrategyTest, SettingsAcceptGoodValuesAndRefuseBadOnes) {

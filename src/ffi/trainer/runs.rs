@@ -203,8 +203,10 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 ///   alone.
 /// - `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" =
 ///   checkpoints hold the whole state, gathered from every rank and written
-///   by rank 0; "sharded" (torch.distributed.checkpoint directories) is not
-///   in fulmen yet.
+///   by rank 0; "sharded" = each checkpoint is a
+///   torch.distributed.checkpoint directory (every rank writes its shards,
+///   rank 0 .metadata and meta.pt), as Lightning's FSDP strategies write;
+///   it resumes on any number of ranks.
 /// - `ddp_timeout` (seconds or "DD:HH:MM:SS"; default 1800): limit on the
 ///   rendezvous and on every collective of a distributed job.
 // Generated: end
@@ -354,7 +356,10 @@ pub(crate) unsafe fn ckpt<'a>(p: *const c_char) -> Result<Option<&'a str>> {
 /// passed here are never reloaded.
 /// `ckpt_path` (may be NULL) resumes from a checkpoint: a file path (a
 /// fulmen checkpoint or a Lightning `.ckpt`, told apart by content; see the
-/// `checkpoint_format` and `checkpoint_prefix` options), "last" (the newest
+/// `checkpoint_format` and `checkpoint_prefix` options), a sharded
+/// checkpoint directory (`torch.distributed.checkpoint`'s, holding
+/// `.metadata` and Lightning's `meta.pt`; see `fsdp_state_dict_type`, it
+/// resumes under any strategy and world size), "last" (the newest
 /// last/any checkpoint of this root dir) or "best" (the best checkpoint of
 /// this trainer's previous fit). Callbacks run on the
 /// calling thread. A failing callback stops training with an error naming
@@ -368,7 +373,7 @@ pub(crate) unsafe fn ckpt<'a>(p: *const c_char) -> Result<Option<&'a str>> {
 /// FULMEN_CODE_UNAVAILABLE (accelerator or devices not available here);
 /// FULMEN_CODE_UNSUPPORTED (a precision or backend the device lacks, a
 /// scheduler whose state Lightning's format cannot carry yet);
-/// FULMEN_CODE_IO (ckpt_path names no file or not a regular file, a log or
+/// FULMEN_CODE_IO (ckpt_path names no file, nor a regular file or a sharded checkpoint directory, a log or
 /// checkpoint cannot be written); FULMEN_CODE_FORMAT (a corrupt checkpoint, or one that does not
 /// match the run); FULMEN_CODE_SHAPE_MISMATCH, FULMEN_CODE_DTYPE_MISMATCH (a
 /// loss that is not a floating scalar, checkpoint weights that do not fit);

@@ -327,6 +327,27 @@ impl Strategy for FsdpStrategy {
         self.reshard_all()
     }
 
+    fn sharded_checkpoint(&mut self) -> Result<Option<crate::checkpoint::dcp::Sharding>> {
+        // After a fit the model is whole again (teardown): a checkpoint
+        // saved then is written whole, as with "full".
+        if !self.options.sharded_checkpoints || lock(&self.wrapped).is_none() {
+            return Ok(None);
+        }
+        self.check_alive()?;
+        self.reshard_all()?;
+        let mut params = Vec::new();
+        for u in self.units() {
+            for sp in u.lock_params().iter() {
+                params.push(crate::checkpoint::dcp::ShardedParam {
+                    param: sp.param.shallow_clone(),
+                    shape: sp.shape.clone(),
+                    rows: sp.rows,
+                });
+            }
+        }
+        Ok(Some(crate::checkpoint::dcp::Sharding { group: Arc::clone(&self.ctx.group), params }))
+    }
+
     fn optimizer_state_for_checkpoint(&self, optimizer: &dyn Optimizer) -> Result<Vec<(String, Tensor)>> {
         state::full_optimizer_state(&self.units(), optimizer).map_err(|e| self.ctx.explain(e))
     }

@@ -62,6 +62,10 @@ pub struct FsdpOptions {
     /// A module whose parameters not yet in a unit number at least this
     /// many becomes a unit (torch's `size_based_auto_wrap_policy`).
     pub min_num_params: Option<u64>,
+    /// `state_dict_type="sharded"`: checkpoints are directories in
+    /// `torch.distributed.checkpoint`'s format, each rank writing its
+    /// shards; otherwise ("full") rank 0 writes one gathered `.ckpt`.
+    pub sharded_checkpoints: bool,
 }
 
 impl FsdpOptions {
@@ -79,14 +83,8 @@ impl FsdpOptions {
                 }
             }
             "state_dict_type" => match v {
-                "full" => {}
-                "sharded" => {
-                    return Err(Error::new(
-                        ErrorCode::Unsupported,
-                        "state_dict_type \"sharded\" (torch.distributed.checkpoint directories) is not in fulmen \
-                         yet; \"full\" gathers the whole state into one checkpoint on rank 0",
-                    ))
-                }
+                "full" => self.sharded_checkpoints = false,
+                "sharded" => self.sharded_checkpoints = true,
                 _ => {
                     return Err(Error::invalid(format!("strategy option {key}: {v:?} is not \"full\" or \"sharded\"")))
                 }
@@ -139,7 +137,9 @@ mod tests {
         assert_eq!(o.min_num_params, Some(100));
         assert!(o.set("min_num_params", "0").is_err());
         assert!(o.set("state_dict_type", "full").unwrap());
-        assert_eq!(o.set("state_dict_type", "sharded").unwrap_err().code, ErrorCode::Unsupported);
+        assert!(o.set("state_dict_type", "sharded").unwrap());
+        assert!(o.sharded_checkpoints);
+        assert!(o.set("state_dict_type", "shards").is_err());
         assert!(!o.set("bucket_cap_mb", "4").unwrap());
     }
 }

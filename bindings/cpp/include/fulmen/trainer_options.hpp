@@ -380,8 +380,9 @@ public:
     Self&& fsdp_min_num_params(std::string_view v) && { return std::move(put("fsdp_min_num_params", v)); }
 
     /// `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" = checkpoints hold the
-    /// whole state, gathered from every rank and written by rank 0; "sharded"
-    /// (torch.distributed.checkpoint directories) is not in fulmen yet.
+    /// whole state, gathered from every rank and written by rank 0; "sharded" = each checkpoint is
+    /// a torch.distributed.checkpoint directory (every rank writes its shards, rank 0 .metadata and
+    /// meta.pt), as Lightning's FSDP strategies write; it resumes on any number of ranks.
     Self& fsdp_state_dict_type(std::string_view v) & { return put("fsdp_state_dict_type", v); }
     /// Sets `fsdp_state_dict_type` on a temporary and passes it on.
     Self&& fsdp_state_dict_type(std::string_view v) && { return std::move(put("fsdp_state_dict_type", v)); }

@@ -1,0 +1,165 @@
+//! The data files of a sharded checkpoint directory: each rank's
+//! `__<rank>_0.distcp`, a run of `torch.save` archives (one per tensor
+//! chunk or pickled value) whose offsets and lengths the `.metadata` file
+//! records; read back piece by piece, never more than the file holds.
+use super::metadata::{Chunk, Location};
+use crate::checkpoint::torch_save::{self, Value};
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use tch::{Kind, Tensor};
+
+/// The data file rank `rank` writes.
+pub(crate) fn rank_file(rank: usize) -> String {
+    format!("__{rank}_0.distcp")
+}
+
+/// Whether `name` is a data file of a sharded checkpoint (`__<n>_<m>.distcp`).
+pub(crate) fn is_data_file(name: &str) -> bool {
+    let Some(stem) = name.strip_prefix("__").and_then(|s| s.strip_suffix(".distcp")) else { return false };
+    let mut parts = stem.split('_');
+    let digits = |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    digits(parts.next()) && digits(parts.next()) && parts.next().is_none()
+}
+
+/// Writes `pieces` (each a value to `torch.save`) one after another into
+/// `path`, atomically; returns each piece's offset and length.
+pub(crate) fn write_pieces(path: &Path, pieces: &[&Value]) -> Result<Vec<(u64, u64)>> {
+    let mut places = Vec::with_capacity(pieces.len());
+    crate::fs_safe::write_atomic_with(path, |file| {
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+        let mut at = 0u64;
+        for piece in pieces {
+            let bytes = torch_save::to_bytes(piece)?;
+            out.write_all(&bytes).map_err(|e| Error::io(format!("writing {}: {e}", path.display())))?;
+            places.push((at, bytes.len() as u64));
+            at += bytes.len() as u64;
+        }
+        out.flush().map_err(|e| Error::io(format!("writing {}: {e}", path.display())))?;
+        Ok(())
+    })?;
+    Ok(places)
+}
+
+/// The data files of one checkpoint directory, opened as they are needed.
+pub(crate) struct DataFiles {
+    dir: PathBuf,
+    open: HashMap<String, crate::fs_safe::RegularFile>,
+}
+
+impl DataFiles {
+    /// The files of `dir`.
+    pub(crate) fn new(dir: &Path) -> Self {
+        DataFiles { dir: dir.to_path_buf(), open: HashMap::new() }
+    }
+
+    fn file(&mut self, name: &str) -> Result<&crate::fs_safe::RegularFile> {
+        if !self.open.contains_key(name) {
+            let path = self.dir.join(name);
+            let f = crate::fs_safe::open_regular(&path)
+                .map_err(|e| Error::io(format!("opening {}: {e}", path.display())))?;
+            self.open.insert(name.to_string(), f);
+        }
+        Ok(&self.open[name])
+    }
+
+    /// Checks that `at` lies inside its file.
+    pub(crate) fn check(&mut self, at: &Location) -> Result<()> {
+        let dir = self.dir.display().to_string();
+        let f = self.file(&at.file)?;
+        match at.offset.checked_add(at.length) {
+            Some(end) if end <= f.size() => Ok(()),
+            _ => Err(Error::format(format!(
+                "{dir}: an item at {} + {} bytes lies past the end of {} ({} bytes)",
+                at.offset,
+                at.length,
+                at.file,
+                f.size()
+            ))),
+        }
+    }
+
+    /// The `torch.save` archive at `at`, read.
+    pub(crate) fn value(&mut self, at: &Location) -> Result<Value> {
+        self.check(at)?;
+        let what = format!("{}/{} at byte {}", self.dir.display(), at.file, at.offset);
+        let len = usize::try_from(at.length).map_err(|_| Error::format(format!("{what}: item too large")))?;
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(len).map_err(|_| {
+            Error::new(crate::error::ErrorCode::OutOfMemory, format!("{what}: {len} bytes cannot be allocated"))
+        })?;
+        buf.resize(len, 0);
+        let f = self.file(&at.file)?;
+        f.file().read_exact_at(&mut buf, at.offset).map_err(|e| Error::io(format!("reading {what}: {e}")))?;
+        torch_save::read_bytes(&buf, &what)
+    }
+
+    /// The full tensor `fqn` of `kind` and `size`, put together from its
+    /// chunks. The chunks must lie inside the tensor, not overlap, cover it
+    /// exactly, and their stored bytes (checked against the files first)
+    /// must be at least the tensor's: nothing is allocated for a size the
+    /// files do not hold.
+    pub(crate) fn tensor(&mut self, fqn: &str, kind: Kind, size: &[i64], chunks: &[Chunk]) -> Result<Tensor> {
+        let what = format!("{}: tensor {fqn:?}", self.dir.display());
+        let bad = |why: String| Error::format(format!("{what}: {why}"));
+        let volume = |s: &[i64]| s.iter().try_fold(1u64, |n, d| n.checked_mul(u64::try_from(*d).ok()?));
+        let numel = volume(size).ok_or_else(|| bad(format!("size {size:?} overflows")))?;
+        if chunks.len() > MAX_CHUNKS {
+            return Err(bad(format!("more than {MAX_CHUNKS} chunks")));
+        }
+        let mut covered = 0u64;
+        let mut stored = 0u64;
+        for c in chunks {
+            if c.offsets.len() != size.len() || c.sizes.len() != size.len() {
+                return Err(bad(format!("a chunk at {:?} of {:?} does not match its rank", c.offsets, c.sizes)));
+            }
+            let inside =
+                c.offsets.iter().zip(&c.sizes).zip(size).all(|((o, s), d)| o.checked_add(*s).is_some_and(|e| e <= *d));
+            if !inside {
+                return Err(bad(format!("a chunk at {:?} of {:?} lies outside {size:?}", c.offsets, c.sizes)));
+            }
+            covered = covered.saturating_add(volume(&c.sizes).unwrap_or(u64::MAX));
+            self.check(&c.at)?;
+            stored = stored.saturating_add(c.at.length);
+        }
+        for (i, a) in chunks.iter().enumerate() {
+            for b in &chunks[i + 1..] {
+                let overlap = (0..size.len())
+                    .all(|d| a.offsets[d] < b.offsets[d] + b.sizes[d] && b.offsets[d] < a.offsets[d] + a.sizes[d]);
+                if overlap && volume(&a.sizes) != Some(0) && volume(&b.sizes) != Some(0) {
+                    return Err(bad(format!("chunks at {:?} and {:?} overlap", a.offsets, b.offsets)));
+                }
+            }
+        }
+        if covered != numel {
+            return Err(bad(format!("its chunks hold {covered} of its {numel} elements")));
+        }
+        let bytes = numel.saturating_mul(kind.elt_size_in_bytes() as u64);
+        if bytes > stored {
+            return Err(bad(format!("{bytes} bytes of tensor, but its chunks store only {stored}")));
+        }
+        let full = Tensor::f_zeros(size, (kind, tch::Device::Cpu))?;
+        for c in chunks {
+            if volume(&c.sizes) == Some(0) {
+                continue;
+            }
+            let Value::Tensor(t) = self.value(&c.at)? else {
+                return Err(bad(format!("the chunk at {:?} is not a tensor", c.offsets)));
+            };
+            if t.size() != c.sizes {
+                return Err(bad(format!("the chunk at {:?} holds {:?}, not {:?}", c.offsets, t.size(), c.sizes)));
+            }
+            let mut view = full.shallow_clone();
+            for (d, (o, s)) in c.offsets.iter().zip(&c.sizes).enumerate() {
+                view = view.f_narrow(d as i64, *o, *s)?;
+            }
+            tch::no_grad(|| view.f_copy_(&t.f_to_kind(kind)?))?;
+        }
+        Ok(full)
+    }
+}
+
+/// The most chunks one tensor may be stored as (one per rank in practice).
+const MAX_CHUNKS: usize = 1 << 14;

@@ -1,0 +1,189 @@
+use super::metadata::{self, Chunk, Entry, Location, Metadata};
+use super::store::{self, DataFiles};
+use super::tree::{self, PathItem};
+use super::*;
+use tch::Kind;
+
+fn key(k: &str) -> PathItem {
+    PathItem::Key(k.into())
+}
+
+#[test]
+fn metadata_reads_back_what_it_writes() {
+    let at = |file: &str, offset, length| Location { file: file.into(), offset, length };
+    let meta = Metadata {
+        entries: vec![
+            (
+                "model.w".into(),
+                Entry::Tensor {
+                    kind: Kind::Float,
+                    size: vec![5, 3],
+                    chunks: vec![
+                        Chunk { offsets: vec![0, 0], sizes: vec![3, 3], at: at("__0_0.distcp", 0, 100) },
+                        Chunk { offsets: vec![3, 0], sizes: vec![2, 3], at: at("__1_0.distcp", 0, 90) },
+                    ],
+                },
+                vec![key("model"), key("w")],
+            ),
+            (
+                "optimizer_0.param_groups.0.lr".into(),
+                Entry::Bytes(at("__0_0.distcp", 100, 40)),
+                vec![key("optimizer_0"), key("param_groups"), PathItem::Index(0), key("lr")],
+            ),
+            (
+                "model.step".into(),
+                Entry::Tensor {
+                    kind: Kind::BFloat16,
+                    size: vec![],
+                    chunks: vec![Chunk { offsets: vec![], sizes: vec![], at: at("__0_0.distcp", 140, 7) }],
+                },
+                vec![key("model"), key("step")],
+            ),
+        ],
+    };
+    let bytes = metadata::write(&meta, "id").unwrap();
+    assert_eq!(metadata::read(&bytes, "test").unwrap(), meta);
+}
+
+#[test]
+fn metadata_refuses_what_it_does_not_know() {
+    // A global outside the dataclasses, and a storage path leaving the folder.
+    let mut evil = vec![0x80, 2];
+    evil.extend_from_slice(b"cos\nsystem\n)\x81.");
+    assert!(metadata::read(&evil, "evil").unwrap_err().message.contains("outside the safe subset"));
+    let meta = Metadata {
+        entries: vec![(
+            "x".into(),
+            Entry::Bytes(Location { file: "../escape".into(), offset: 0, length: 1 }),
+            vec![key("x")],
+        )],
+    };
+    let bytes = metadata::write(&meta, "id").unwrap();
+    assert!(metadata::read(&bytes, "test").unwrap_err().message.contains("not a plain file name"));
+}
+
+#[test]
+fn flatten_and_unflatten_follow_torch() {
+    let t = || Value::Tensor(Tensor::from_slice(&[1.0f32, 2.0]));
+    let state = Value::Dict(vec![
+        (Value::Str("model".into()), Value::Dict(vec![(Value::Str("a.weight".into()), t())])),
+        (
+            Value::Str("optimizer_0".into()),
+            Value::Dict(vec![
+                (
+                    Value::Str("state".into()),
+                    Value::Dict(vec![(Value::Int(0), Value::Dict(vec![(Value::Str("m".into()), t())]))]),
+                ),
+                (
+                    Value::Str("param_groups".into()),
+                    Value::List(vec![Value::Dict(vec![
+                        (Value::Str("lr".into()), Value::Float(0.1)),
+                        (Value::Str("params".into()), Value::List(vec![Value::Int(0)])),
+                        (Value::Str("betas".into()), Value::Tuple(vec![Value::Float(0.9), Value::Float(0.99)])),
+                    ])]),
+                ),
+            ]),
+        ),
+        (Value::Str("empty".into()), Value::Dict(vec![])),
+    ]);
+    let leaves = tree::flatten(&state).unwrap();
+    let names: Vec<&str> = leaves.iter().map(|l| l.fqn.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "model.a.weight",
+            "optimizer_0.state.0.m",
+            "optimizer_0.param_groups.0.lr",
+            "optimizer_0.param_groups.0.params",
+            "optimizer_0.param_groups.0.betas"
+        ]
+    );
+    assert_eq!(leaves[0].path, [key("model"), key("a.weight")]);
+    let back =
+        tree::unflatten(leaves.iter().rev().map(|l| (l.path.clone(), Value::Str(l.fqn.clone()))).collect()).unwrap();
+    let groups = back.get("optimizer_0").and_then(|o| o.get("param_groups"));
+    assert!(matches!(groups, Some(Value::List(g)) if g.len() == 1));
+    // A gap among a list's indices, and a leaf used as a container.
+    let gap = vec![(vec![key("l"), PathItem::Index(1)], Value::Int(1))];
+    assert!(tree::unflatten(gap).is_err());
+    let clash = vec![(vec![key("a")], Value::Int(1)), (vec![key("a"), key("b")], Value::Int(2))];
+    assert!(tree::unflatten(clash).is_err());
+}
+
+#[test]
+fn optimizer_states_are_named_and_numbered_back() {
+    let state = Value::Dict(vec![
+        (Value::Str("state".into()), Value::Dict(vec![(Value::Int(1), Value::Int(7))])),
+        (
+            Value::Str("param_groups".into()),
+            Value::List(vec![Value::Dict(vec![(
+                Value::Str("params".into()),
+                Value::List(vec![Value::Int(0), Value::Int(1)]),
+            )])]),
+        ),
+    ]);
+    let named = by_name(state, &["a".into(), "b".into()]).unwrap();
+    assert!(matches!(named.get("state"), Some(Value::Dict(e)) if matches!(&e[0].0, Value::Str(s) if s == "b")));
+    let numbered = by_number(named, "test").unwrap();
+    assert!(matches!(numbered.get("state"), Some(Value::Dict(e)) if matches!(e[0].0, Value::Int(1))));
+    let unknown = Value::Dict(vec![(Value::Str("state".into()), Value::Dict(vec![(Value::Int(5), Value::Int(7))]))]);
+    assert!(by_name(unknown, &["a".into()]).is_err());
+}
+
+#[test]
+fn chunks_are_put_together_and_checked() {
+    let dir = crate::test_dirs::TempDir::new("dcp-chunks");
+    let full = Tensor::arange(15, (Kind::Float, tch::Device::Cpu)).reshape([5, 3]);
+    let top = Value::Tensor(full.narrow(0, 0, 3).contiguous());
+    let bottom = Value::Tensor(full.narrow(0, 3, 2).contiguous());
+    let places = store::write_pieces(&dir.join("__0_0.distcp"), &[&top, &bottom]).unwrap();
+    let at = |i: usize| Location { file: "__0_0.distcp".into(), offset: places[i].0, length: places[i].1 };
+    let chunk = |o: i64, n: i64, i: usize| Chunk { offsets: vec![o, 0], sizes: vec![n, 3], at: at(i) };
+    let mut files = DataFiles::new(&dir);
+    let got = files.tensor("w", Kind::Float, &[5, 3], &[chunk(0, 3, 0), chunk(3, 2, 1)]).unwrap();
+    assert!(got.equal(&full));
+    let mut err = |chunks: &[Chunk], size: &[i64]| files.tensor("w", Kind::Float, size, chunks).unwrap_err().message;
+    assert!(err(&[chunk(0, 3, 0)], &[5, 3]).contains("hold 9 of its 15"));
+    assert!(err(&[chunk(0, 3, 0), chunk(2, 3, 0)], &[5, 3]).contains("overlap"));
+    assert!(err(&[chunk(0, 3, 0), chunk(4, 2, 1)], &[5, 3]).contains("outside"));
+    // A size the files cannot hold is refused before it is allocated.
+    assert!(err(&[chunk(0, 3, 0), chunk(3, 2, 1)], &[1 << 40, 3]).contains("elements"));
+    let past = Chunk {
+        offsets: vec![0, 0],
+        sizes: vec![5, 3],
+        at: Location { offset: places[1].0, length: 1 << 30, ..at(1) },
+    };
+    assert!(err(&[past], &[5, 3]).contains("past the end"));
+}
+
+#[test]
+fn data_file_names() {
+    assert!(store::is_data_file("__0_0.distcp"));
+    assert!(store::is_data_file("__12_3.distcp"));
+    assert!(!store::is_data_file("__a_0.distcp"));
+    assert!(!store::is_data_file("__0.distcp"));
+    assert!(!store::is_data_file("meta.pt"));
+}
+
+/// A directory PyTorch's `dcp.save` wrote (scripts/make_dcp_fixture.py).
+#[test]
+fn reads_what_torch_wrote() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dcp_torch");
+    assert!(is_sharded_dir(&dir));
+    let top = load(&dir, false).unwrap();
+    assert!(matches!(top.get("epoch"), Some(Value::Int(3))));
+    let Some(Value::Tensor(w)) = top.get("state_dict").and_then(|s| s.get("net.w")) else { panic!("no net.w") };
+    assert!(w.equal(&Tensor::arange(6, (Kind::Float, tch::Device::Cpu)).reshape([2, 3])));
+    let opt = match top.get("optimizer_states") {
+        Some(Value::List(o)) if o.len() == 1 => &o[0],
+        other => panic!("optimizer_states: {other:?}"),
+    };
+    // Numbered again in the order the group lists them.
+    let Some(Value::Dict(state)) = opt.get("state") else { panic!("no state") };
+    assert!(matches!(state[0].0, Value::Int(0)));
+    let Some(Value::List(groups)) = opt.get("param_groups") else { panic!("no groups") };
+    assert!(matches!(groups[0].get("params"), Some(Value::List(p)) if matches!(p[..], [Value::Int(0), Value::Int(1)])));
+    assert!(matches!(groups[0].get("betas"), Some(Value::Tuple(b)) if b.len() == 2));
+    let weights = load(&dir, true).unwrap();
+    assert!(weights.get("optimizer_states").is_none());
+}
