@@ -104,6 +104,22 @@ struct Regression {
     sgd: bool,
 }
 
+/// Sleeps 300 ms in rank 1's on_train_start, before the callbacks after
+/// it start their clocks: rank 1's clocks run 300 ms behind rank 0's.
+struct LateRankOne;
+
+impl fulmen::trainer::Callback for LateRankOne {
+    fn name(&self) -> String {
+        "LateRankOne".into()
+    }
+    fn on_hook(&mut self, ctx: &mut fulmen::trainer::HookContext) -> Result<()> {
+        if ctx.hook == fulmen::trainer::Hook::TrainStart && std::env::var("RANK").as_deref() == Ok("1") {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        Ok(())
+    }
+}
+
 impl LightningModule for Regression {
     fn model(&self) -> Option<SharedModel> {
         Some(Arc::clone(&self.model))
@@ -190,6 +206,10 @@ fn scenario(name: &str) -> Scenario {
         "transformer" => (vec![full, layers, ("gradient_clip_val", "0.5")], Kind2::Transformer),
         "batch_norm" => (vec![full, wrap], Kind2::BatchNorm),
         "sharded" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded")], mlp),
+        // A ModelCheckpoint on a 50 ms clock (added in train_with) and rank
+        // 1 starting 300 ms late: the ranks' clocks disagree at the first
+        // batch; rank 0's decides for both.
+        "timed" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded"), ("ddp_timeout", "60")], mlp),
         _ => panic!("unknown scenario {name}"),
     };
     Scenario { settings, kind }
@@ -247,6 +267,16 @@ fn train_with(
         o.set("accumulate_grad_batches", &world.to_string()).unwrap();
     }
     let mut t = Trainer::new(o).unwrap();
+    if name == "timed" && strategy == "fsdp" {
+        let opts = fulmen::callbacks::ModelCheckpointOptions {
+            dirpath: Some(Path::new(&root).join("timed")),
+            train_time_interval: Some(0.05),
+            save_top_k: -1,
+            ..Default::default()
+        };
+        t.add_callback(Box::new(LateRankOne));
+        t.add_callback(Box::new(fulmen::callbacks::ModelCheckpoint::new(opts).unwrap()));
+    }
     let mut m = Regression {
         model: Arc::new(Mutex::new(model(sc.kind))),
         losses: Vec::new(),
@@ -504,6 +534,26 @@ fn a_sharded_checkpoint_resumes_exactly_and_on_another_world_size() {
             assert!(diff == 0.0, "rank {r}: {k} differs by {diff} after the resume on the same ranks");
             let diff = (x - z).abs().max().double_value(&[]);
             assert!(diff < 1e-5, "rank {r}: {k} differs by {diff} after the resume of four ranks' checkpoint");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// A ModelCheckpoint's time trigger fires on rank 0's clock on every rank
+/// (Lightning broadcasts it): every save gathers on all ranks, so a rank
+/// deciding alone would leave the others waiting.
+#[test]
+fn a_time_triggered_checkpoint_is_decided_by_rank_zero() {
+    let work = tempdir("fsdp-timed");
+    let (timed, plain) = (work.join("timed-run"), work.join("plain"));
+    run_ranks(2, "timed", &timed, 2, None);
+    assert!(!checkpoints(&timed.join("timed")).is_empty());
+    // Saving changed nothing in the training.
+    run_ranks(2, "sharded", &plain, 2, None);
+    for r in 0..2 {
+        for ((k, x), (_, y)) in read_weights(&rank_dir(&timed, r)).iter().zip(&read_weights(&rank_dir(&plain, r))) {
+            let diff = (x - y).abs().max().double_value(&[]);
+            assert!(diff == 0.0, "rank {r}: {k} differs by {diff} from the run without time-triggered saves");
         }
     }
     let _ = std::fs::remove_dir_all(&work);

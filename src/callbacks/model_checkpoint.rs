@@ -240,15 +240,22 @@ impl ModelCheckpoint {
         self.save_last(ctx)
     }
 
-    /// Whether the time trigger fires now (moving its clock on when it does).
-    fn time_due(&mut self) -> bool {
-        let Some(interval) = self.opts.train_time_interval else { return false };
+    /// Whether the time trigger fires now (moving its clock on when it
+    /// does). Under DDP rank 0's clock decides for every rank (Lightning
+    /// broadcasts it), so the ranks save together: FSDP gathers on every
+    /// rank for each save.
+    fn time_due(&mut self, ctx: &HookContext) -> Result<bool> {
+        let Some(interval) = self.opts.train_time_interval else { return Ok(false) };
         let now = Instant::now();
-        let due = self.last_time_checked.is_some_and(|t| now.duration_since(t).as_secs_f64() >= interval);
+        let here = self.last_time_checked.is_some_and(|t| now.duration_since(t).as_secs_f64() >= interval);
+        let due = match ctx.rank_zero_decides {
+            Some(decide) => decide(here).map_err(|e| e.context("ModelCheckpoint's train_time_interval decision"))?,
+            None => here,
+        };
         if due {
             self.last_time_checked = Some(now);
         }
-        due
+        Ok(due)
     }
 
     /// Lightning's `_should_remove_checkpoint`, stricter: the previous file
@@ -379,7 +386,7 @@ impl Callback for ModelCheckpoint {
                 let step_due = n > 0 && ctx.state.global_step > 0 && ctx.state.global_step % n == 0;
                 // As Lightning, the time trigger's clock moves on even when
                 // the save is then skipped.
-                let time_due = self.time_due();
+                let time_due = self.time_due(ctx)?;
                 if (step_due || time_due) && !self.skip(ctx) {
                     self.save(ctx)?;
                 }

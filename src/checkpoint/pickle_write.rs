@@ -78,13 +78,18 @@ fn storage_name(kind: Kind) -> Result<&'static str> {
     })
 }
 
+/// GLOBAL `module.name` (protocol 2's text form).
+pub(super) fn put_global(out: &mut Vec<u8>, module: &str, name: &str) {
+    out.push(b'c');
+    out.extend_from_slice(module.as_bytes());
+    out.push(b'\n');
+    out.extend_from_slice(name.as_bytes());
+    out.push(b'\n');
+}
+
 impl Writer {
     fn global(&mut self, module: &str, name: &str) {
-        self.out.push(b'c');
-        self.out.extend_from_slice(module.as_bytes());
-        self.out.push(b'\n');
-        self.out.extend_from_slice(name.as_bytes());
-        self.out.push(b'\n');
+        put_global(&mut self.out, module, name);
     }
 
     fn str(&mut self, s: &str) -> Result<()> {

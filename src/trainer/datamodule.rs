@@ -9,7 +9,7 @@ use super::run::Run;
 use super::source::BatchSource;
 use super::Trainer;
 use crate::checkpoint::Checkpoint;
-use crate::error::{Error, Result, ResultExt};
+use crate::error::{Error, ErrorCode, Result, ResultExt};
 use std::collections::BTreeMap;
 use tch::Tensor;
 
@@ -218,12 +218,20 @@ pub(super) fn prepare_and_setup(run: &mut Run) -> Result<()> {
     let local_zero = run.strategy.local_rank() == 0;
     let distributed = run.strategy.world_size() > 1;
     let Some(dm) = run.module.datamodule() else { return Ok(()) };
-    if local_zero {
-        dm.prepare_data().ctx("LightningDataModule.prepare_data")?;
-    }
+    let prepared = if local_zero { dm.prepare_data().ctx("LightningDataModule.prepare_data") } else { Ok(()) };
     if distributed {
-        run.strategy.barrier().ctx("waiting for LightningDataModule.prepare_data on local rank 0")?;
+        // The other ranks wait for it and learn whether it failed anywhere,
+        // so a failure never leaves them waiting until the job's timeout.
+        let failed =
+            run.strategy.any(prepared.is_err()).ctx("waiting for LightningDataModule.prepare_data on local rank 0")?;
+        if prepared.is_ok() && failed {
+            return Err(Error::new(
+                ErrorCode::Callback,
+                "LightningDataModule.prepare_data failed on another rank (its error is in that rank's output)",
+            ));
+        }
     }
+    prepared?;
     let Some(dm) = run.module.datamodule() else { return Ok(()) };
     dm.setup(stage).ctx(format!("LightningDataModule.setup({stage})"))
 }

@@ -518,6 +518,10 @@ pub struct HookContext<'a> {
     pub optimizer_idx: Option<usize>,
     /// The batch a batch-transfer hook set ([`HookContext::set_batch`]).
     pub replaced_batch: Option<Vec<Tensor>>,
+    /// Lightning's `strategy.broadcast` of a decision: rank 0's value on
+    /// every rank (a collective every rank must call at the same point;
+    /// the value itself without DDP). `None` outside the run's hooks.
+    pub rank_zero_decides: Option<&'a dyn Fn(bool) -> Result<bool>>,
 }
 
 impl<'a> HookContext<'a> {
@@ -540,6 +544,7 @@ impl<'a> HookContext<'a> {
             device: None,
             optimizer_idx: None,
             replaced_batch: None,
+            rank_zero_decides: None,
         }
     }
 

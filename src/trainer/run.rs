@@ -135,6 +135,12 @@ impl Run<'_> {
         if hook != Hook::Exception {
             super::interrupt::check()?;
         }
+        let strategy = &self.strategy;
+        let rank_zero_decides = |decision: bool| -> Result<bool> {
+            let mut v = [if decision && strategy.is_global_zero() { 1.0 } else { 0.0 }];
+            strategy.reduce(&mut v, crate::trainer::metrics::ReduceFx::Sum)?;
+            Ok(v[0] > 0.0)
+        };
         let mut ctx = HookContext {
             hook,
             stage: self.stage,
@@ -152,6 +158,7 @@ impl Run<'_> {
             device: Some(self.strategy.root_device()),
             optimizer_idx: data.optimizer_idx,
             replaced_batch: None,
+            rank_zero_decides: Some(&rank_zero_decides),
         };
         // Lightning's on_train_epoch_end: callbacks, the module, then the
         // callbacks that monitor metrics, so they see what it logged.
@@ -591,29 +598,7 @@ impl Run<'_> {
             ));
         }
         self.checkpoints.wait()?;
-        let strategy = &self.strategy;
-        let device = || -> Result<super::save::DeviceState> {
-            Ok(super::save::DeviceState {
-                device: strategy.root_device(),
-                rng: strategy.device_rng_state().ctx("the device's random state")?,
-                precision: strategy.precision().state_dict(),
-            })
-        };
-        let parts = super::save::CheckpointParts {
-            stage: self.stage,
-            loop_info: super::save::loop_info(&*self.state),
-            state: &mut *self.state,
-            callbacks: self.callbacks.as_mut_slice(),
-            module: &mut *self.module,
-            optimizers: &self.optimizers,
-            progress: &self.progress,
-            format: self.checkpoint_format,
-            prefix: &self.checkpoint_prefix,
-            // Each rank's own shards of the states.
-            optimizer_state: &|o| o.state_dict(),
-            write: false,
-        };
-        let ck = super::save::build_checkpoint(parts, device, weights_only)?;
+        let ck = self.build_checkpoint(weights_only, true)?;
         let params: Vec<Vec<Tensor>> = self
             .optimizers
             .iter()
@@ -627,6 +612,17 @@ impl Run<'_> {
 
     /// [`Run::save_checkpoint`] once the parameters hold their full values.
     fn save_unsharded(&mut self, path: &std::path::Path, weights_only: bool) -> Result<()> {
+        let ck = self.build_checkpoint(weights_only, false)?;
+        if !self.strategy.writes_checkpoints() {
+            return Ok(());
+        }
+        self.checkpoints.save(&ck, path, self.checkpoint_format, &self.checkpoint_prefix).ctx("saving a checkpoint")
+    }
+
+    /// The training state gathered into a checkpoint (not written); with
+    /// `own_shards` each optimizer's state as this rank holds it (a sharded
+    /// save), else as the strategy puts it into a checkpoint.
+    fn build_checkpoint(&mut self, weights_only: bool, own_shards: bool) -> Result<Checkpoint> {
         let strategy = &self.strategy;
         let device = || -> Result<super::save::DeviceState> {
             Ok(super::save::DeviceState {
@@ -635,6 +631,8 @@ impl Run<'_> {
                 precision: strategy.precision().state_dict(),
             })
         };
+        let own = |o: &dyn crate::optim::Optimizer| o.state_dict();
+        let via_strategy = |o: &dyn crate::optim::Optimizer| strategy.optimizer_state_for_checkpoint(o);
         let parts = super::save::CheckpointParts {
             stage: self.stage,
             loop_info: super::save::loop_info(&*self.state),
@@ -645,10 +643,10 @@ impl Run<'_> {
             progress: &self.progress,
             format: self.checkpoint_format,
             prefix: &self.checkpoint_prefix,
-            optimizer_state: &|o| strategy.optimizer_state_for_checkpoint(o),
-            write: strategy.writes_checkpoints(),
+            optimizer_state: if own_shards { &own } else { &via_strategy },
+            write: false,
         };
-        super::save::write_checkpoint(parts, device, path, weights_only, &mut self.checkpoints)
+        super::save::build_checkpoint(parts, device, weights_only)
     }
 
     /// Restores the full training state from a checkpoint (model, optimizers,

@@ -12,6 +12,8 @@
  *   killed          launcher with 2 ranks; rank 1 dies by SIGKILL at step 3:
  *                   rank 0's fit fails with FULMEN_CODE_DISTRIBUTED in time
  *   mismatch        2 external ranks whose models differ: both fail clearly
+ *   prepare_fails   2 external ranks, a datamodule whose prepare_data fails on
+ *                   local rank 0: both fits end at once with clear errors
  *   timer           max_time with 2 ranks whose clocks disagree: same last step
  *   hostloop        2 external ranks, a host-owned loop with fulmen_ddp,
  *                   a sharded loader and the collectives
@@ -381,6 +383,54 @@ static int scenario_mismatch(const char *dir) {
     return check_finish("mismatch rank");
 }
 
+/* A datamodule whose prepare_data (run on local rank 0 only) fails: every
+ * rank's fit ends at once with an error, never waiting for the job's
+ * timeout; rank 0 reports its own error, rank 1 that another rank failed. */
+static fulmen_error *failing_prepare_data(void *ud) {
+    (void)ud;
+    return fulmen_error_new(FULMEN_CODE_IO, "the data server is down");
+}
+
+static fulmen_error *blobs_loader(void *ud, int64_t epoch, fulmen_loader **out) {
+    (void)epoch;
+    *out = fixture_loader(ud, RANK_BATCH, false, 0);
+    return NULL;
+}
+
+static int scenario_prepare_fails(const char *dir) {
+    size_t rank = (size_t)atoi(getenv("RANK"));
+    char root[512];
+    snprintf(root, sizeof root, "%s/prepare_fails", dir);
+    fulmen_dataset *ds = fixture_blobs(SAMPLES, 5, 1.0f);
+    fulmen_datamodule_vtable dv;
+    memset(&dv, 0, sizeof dv);
+    dv.struct_size = sizeof dv;
+    dv.userdata = ds;
+    dv.prepare_data = failing_prepare_data;
+    dv.train_dataloader = blobs_loader;
+    fulmen_datamodule *dm = NULL;
+    CHECK_OK(fulmen_datamodule_new(&dv, "Blobs", &dm));
+    module_state st = {seeded_mlp(HIDDEN), -1, false};
+    fulmen_lightning_module *m = module_for(&st);
+    fulmen_trainer_options *o = options(root, "ddp", "auto", false);
+    CHECK_OK(fulmen_trainer_options_set(o, "ddp_timeout", "600"));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_trainer_options_free(o);
+    time_t start = time(NULL);
+    fulmen_error *e = fulmen_trainer_fit_datamodule(t, m, NULL, NULL, dm, NULL);
+    if (e != NULL) printf("prepare_fails rank %zu: %s\n", rank, fulmen_error_message(e));
+    if (rank == 0) CHECK_ERR(e, FULMEN_CODE_IO, "the data server is down");
+    else CHECK_ERR(e, FULMEN_CODE_CALLBACK, "failed on another rank");
+    CHECK(difftime(time(NULL), start) < 60);
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(st.model);
+    fulmen_datamodule_free(dm);
+    fulmen_dataset_free(ds);
+    return check_finish("prepare_fails rank");
+}
+
 /* A host-owned loop: sharded loader, fulmen_ddp, and the collectives. */
 static int scenario_hostloop(const char *dir) {
     size_t rank = (size_t)atoi(getenv("RANK"));
@@ -680,6 +730,7 @@ int main(int argc, char **argv) {
         if (strcmp(s, "external") == 0) return scenario_external(dir);
         if (strcmp(s, "killed") == 0) return scenario_killed(dir);
         if (strcmp(s, "mismatch") == 0) return scenario_mismatch(dir);
+        if (strcmp(s, "prepare_fails") == 0) return scenario_prepare_fails(dir);
         if (strcmp(s, "timer") == 0) return scenario_timer(dir);
         if (strcmp(s, "hostloop") == 0) return scenario_hostloop(dir);
         if (strcmp(s, "early_exit") == 0 && argc == 4) return scenario_early_exit(dir, atoi(argv[3]));
@@ -756,6 +807,8 @@ int main(int argc, char **argv) {
     /* Faults: a killed rank and mismatched models end with clear errors. */
     CHECK(run("killed", dir, NULL) == 0);
     run_external("mismatch", dir, 2, free_port(), codes);
+    CHECK(codes[0] == 0 && codes[1] == 0);
+    run_external("prepare_fails", dir, 2, free_port(), codes);
     CHECK(codes[0] == 0 && codes[1] == 0);
 
     /* Start-up faults end at once, not after the timeout. */

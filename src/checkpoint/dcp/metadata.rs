@@ -264,12 +264,9 @@ const BATCH: usize = 1000;
 
 impl Pickler {
     fn global(&mut self, module: &str, name: &str) {
-        self.out.push(b'c');
-        self.out.extend_from_slice(module.as_bytes());
-        self.out.push(b'\n');
-        self.out.extend_from_slice(name.as_bytes());
-        self.out.push(b'\n');
+        crate::checkpoint::pickle_write::put_global(&mut self.out, module, name);
     }
+    /// A string ([`write`] checked every name fits BINUNICODE's 4 GiB).
     fn str(&mut self, s: &str) {
         self.out.push(b'X');
         self.out.extend_from_slice(&(s.len() as u32).to_le_bytes());
@@ -368,9 +365,18 @@ fn write_location(p: &mut Pickler, at: &Location) {
 /// The `.metadata` bytes of `meta`; `save_id` tells this save from others.
 pub(crate) fn write(meta: &Metadata, save_id: &str) -> Result<Vec<u8>> {
     let mut p = Pickler { out: vec![0x80, 2] };
-    for (_, e, _) in &meta.entries {
-        if let Entry::Tensor { kind, .. } = e {
-            dtype_name(*kind)?;
+    let too_long = |s: &str| u32::try_from(s.len()).is_err();
+    for (fqn, e, path) in &meta.entries {
+        let file_too_long = match e {
+            Entry::Tensor { kind, chunks, .. } => {
+                dtype_name(*kind)?;
+                chunks.iter().any(|c| too_long(&c.at.file))
+            }
+            Entry::Bytes(at) => too_long(&at.file),
+        };
+        let key_too_long = path.iter().any(|i| matches!(i, PathItem::Key(k) if too_long(k)));
+        if too_long(fqn) || file_too_long || key_too_long {
+            return Err(Error::invalid("a sharded checkpoint's name above 4 GiB"));
         }
     }
     p.new_object(META_MODULE, "Metadata");
