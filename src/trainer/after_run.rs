@@ -4,7 +4,7 @@
 use super::loop_progress::FitProgress;
 use super::module::{LightningModule, OptimizerConfig, SharedModel};
 use super::run::Run;
-use super::save::{loop_info, write_checkpoint, CheckpointParts, DeviceState};
+use super::save::{build_checkpoint, loop_info, CheckpointParts, DeviceState};
 use super::Trainer;
 use crate::checkpoint::LoopInfo;
 use crate::error::{Error, Result, ResultExt};
@@ -126,16 +126,14 @@ impl Trainer {
             optimizers: fit.map_or(no_optimizers, |f| f.optimizers.as_slice()),
             progress,
             loop_info: info,
-            format: self.opts.checkpoint_format,
-            prefix: &self.opts.checkpoint_prefix,
             optimizer_state: &|o| o.state_dict(),
-            write: true,
         };
         // Whether asynchronous or not, the save is done when this returns.
         let mut writer =
             crate::checkpoint::io::CheckpointWriter::new(self.checkpoint_io.clone(), self.opts.async_checkpoint_io);
-        let result =
-            write_checkpoint(parts, move || device_state_after(sync, precision), path, weights_only, &mut writer);
+        let (format, prefix) = (self.opts.checkpoint_format, &self.opts.checkpoint_prefix);
+        let result = build_checkpoint(parts, move || device_state_after(sync, precision), weights_only)
+            .and_then(|ck| writer.save(&ck, path, format, prefix).ctx("saving a checkpoint"));
         writer.finish(result)
     }
 

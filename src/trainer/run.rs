@@ -641,10 +641,7 @@ impl Run<'_> {
             module: &mut *self.module,
             optimizers: &self.optimizers,
             progress: &self.progress,
-            format: self.checkpoint_format,
-            prefix: &self.checkpoint_prefix,
             optimizer_state: if own_shards { &own } else { &via_strategy },
-            write: false,
         };
         super::save::build_checkpoint(parts, device, weights_only)
     }

@@ -7,11 +7,10 @@ use super::hooks::{Callback, Hook, HookContext, TrainerState};
 use super::loop_progress::{FitProgress, SavedAt};
 use super::module::{LightningModule, OptimizerConfig};
 use super::run::{unique_name, MODULE_KEY};
-use crate::checkpoint::{Checkpoint, CheckpointFormat, LoopInfo};
-use crate::error::{Error, Result, ResultExt};
+use crate::checkpoint::{Checkpoint, LoopInfo};
+use crate::error::{Error, Result};
 use crate::tensor::device::Device;
 use std::collections::BTreeMap;
-use std::path::Path;
 use tch::Tensor;
 
 /// The strategy's part of a full checkpoint: the root device's generator
@@ -46,15 +45,8 @@ pub(crate) struct CheckpointParts<'s, 'c> {
     pub progress: &'s FitProgress,
     /// How the fit counts batches.
     pub loop_info: LoopInfo,
-    /// The file format.
-    pub format: CheckpointFormat,
-    /// The `checkpoint_prefix` option.
-    pub prefix: &'s str,
     /// An optimizer's state as the checkpoint holds it (the strategy's).
     pub optimizer_state: &'s OptimizerStateFn<'s>,
-    /// Whether this process writes the file (every rank gathers under FSDP;
-    /// rank 0 writes).
-    pub write: bool,
 }
 
 /// How the fit described by `state` counts batches.
@@ -75,45 +67,16 @@ pub(crate) fn between_epochs(progress: &FitProgress, epoch: i64) -> bool {
 }
 
 /// Gathers the training state into a checkpoint (the weights and the loop
-/// progress alone when `weights_only`) and writes it at `path`, creating
-/// its folder; `device` gives the strategy's part of a full one, read after
-/// the callbacks' and the module's `on_save_checkpoint` hooks; `writer`
-/// stores it (local files or the checkpoint IO plugin, maybe in the
-/// background).
-pub(crate) fn write_checkpoint(
-    parts: CheckpointParts<'_, '_>,
-    device: impl FnOnce() -> Result<DeviceState>,
-    path: &Path,
-    weights_only: bool,
-    writer: &mut crate::checkpoint::io::CheckpointWriter,
-) -> Result<()> {
-    let (write, format, prefix) = (parts.write, parts.format, parts.prefix);
-    let ck = build_checkpoint(parts, device, weights_only)?;
-    if !write {
-        return Ok(());
-    }
-    writer.save(&ck, path, format, prefix).ctx("saving a checkpoint")
-}
-
-/// The checkpoint [`write_checkpoint`] writes, gathered but not written.
+/// progress alone when `weights_only`), not written; `device` gives the
+/// strategy's part of a full one, read after the callbacks' and the
+/// module's `on_save_checkpoint` hooks.
 pub(crate) fn build_checkpoint(
     parts: CheckpointParts<'_, '_>,
     device: impl FnOnce() -> Result<DeviceState>,
     weights_only: bool,
 ) -> Result<Checkpoint> {
-    let CheckpointParts {
-        stage,
-        state,
-        callbacks,
-        module,
-        optimizers,
-        progress: p,
-        loop_info,
-        format: _,
-        prefix: _,
-        optimizer_state,
-        write: _,
-    } = parts;
+    let CheckpointParts { stage, state, callbacks, module, optimizers, progress: p, loop_info, optimizer_state } =
+        parts;
     let model = module.model().ok_or_else(|| {
         Error::state(
             "cannot save a checkpoint: the LightningModule has no model (pass one to fulmen_lightning_module_new)",

@@ -55,6 +55,9 @@ pub fn is_sharded_dir(path: &Path) -> bool {
 /// value is whole on every rank; rank 0 writes it).
 type Placement = Option<(Vec<i64>, i64)>;
 
+/// Each sharded parameter's full shape and rows per rank, by its name.
+type Shapes = HashMap<String, (Vec<i64>, i64)>;
+
 /// Saves `ck` as the sharded checkpoint directory `dir`; every rank of
 /// `sharding.group` calls it together. `prefix` prefixes the model's names
 /// (as in a `.ckpt`), `optimizer_params` lists each optimizer's parameters
@@ -82,8 +85,10 @@ pub(crate) fn save(
         _ => Ok(()),
     };
     let ready = planned.and_then(|p| prepared.map(|()| p));
-    let (meta, converted, placements) = agree(group, ready, "preparing the sharded checkpoint")?;
+    let (meta, converted, shapes) = agree(group, ready, "preparing the sharded checkpoint")?;
+    // The same tree on every rank: an error here is every rank's.
     let leaves = tree::flatten(&converted)?;
+    let placements: Vec<Placement> = leaves.iter().map(|leaf| placement(leaf, &shapes)).collect();
     // This rank's pieces: the rows it holds of each sharded tensor, and on
     // rank 0 every whole value.
     let mut owned: Vec<(usize, Vec<i64>, Value)> = Vec::new();
@@ -128,14 +133,14 @@ pub(crate) fn save(
 }
 
 /// The checkpoint's parts: what `meta.pt` holds, the model and optimizer
-/// states by name (`{"model": ..., "optimizer_0": ...}`), and where each
-/// of their leaves goes.
+/// states by name (`{"model": ..., "optimizer_0": ...}`), and each sharded
+/// parameter's full shape and rows per rank, by name.
 fn plan(
     ck: &Checkpoint,
     prefix: &str,
     optimizer_params: &[Vec<Tensor>],
     sharding: &Sharding,
-) -> Result<(Value, Value, Vec<Placement>)> {
+) -> Result<(Value, Value, Shapes)> {
     if ck.current_model_state.is_some() || !ck.callback_tensors.is_empty() {
         return Err(Error::unsupported(
             "a sharded checkpoint cannot hold weight averaging's or a callback's tensors; use state_dict_type=\"full\"",
@@ -174,18 +179,17 @@ fn plan(
         converted.push((Value::Str(format!("optimizer_{i}")), by_name(state, &named)?));
     }
     let converted = Value::Dict(converted);
-    let shapes: HashMap<String, (Vec<i64>, i64)> = sharding
+    let shapes: Shapes = sharding
         .params
         .iter()
         .filter_map(|sp| names.get(&key(&sp.param)).map(|n| (n.clone(), (sp.shape.clone(), sp.rows))))
         .collect();
-    let placements = tree::flatten(&converted)?.iter().map(|leaf| placement(leaf, &shapes)).collect();
-    Ok((Value::Dict(meta), converted, placements))
+    Ok((Value::Dict(meta), converted, shapes))
 }
 
 /// A leaf's placement: a model parameter that is sharded, or an
 /// optimizer state of one shaped as its shard.
-fn placement(leaf: &tree::Leaf<'_>, shapes: &HashMap<String, (Vec<i64>, i64)>) -> Placement {
+fn placement(leaf: &tree::Leaf<'_>, shapes: &Shapes) -> Placement {
     let Value::Tensor(t) = leaf.value else { return None };
     let param = match leaf.path.as_slice() {
         [PathItem::Key(m), PathItem::Key(fqn)] if m == "model" => fqn,
