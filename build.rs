@@ -68,6 +68,8 @@ fn build_cxx_shims(lib: &Path) {
         "csrc/devices.cpp",
         "csrc/fake_device.cpp",
         "csrc/fsdp.cpp",
+        "csrc/checkpoint.cpp",
+        "csrc/sync_reduce.cpp",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }
@@ -110,7 +112,9 @@ fn build_cxx_shims(lib: &Path) {
         .file("csrc/script.cpp")
         .file("csrc/devices.cpp")
         .file("csrc/fake_device.cpp")
-        .file("csrc/fsdp.cpp");
+        .file("csrc/fsdp.cpp")
+        .file("csrc/checkpoint.cpp")
+        .file("csrc/sync_reduce.cpp");
     match gloo_include_dir(&root) {
         Some(gloo) => {
             build

@@ -27,11 +27,12 @@ import tempfile
 import time
 
 WORLD = 4
-STRATEGIES = ["ddp", "fsdp_full", "fsdp_grad_op"]
+STRATEGIES = ["ddp", "fsdp_full", "fsdp_grad_op", "fsdp_full_checkpointed"]
 LABELS = {
     "ddp": "ddp",
     "fsdp_full": "fsdp, FULL_SHARD",
     "fsdp_grad_op": "fsdp, SHARD_GRAD_OP",
+    "fsdp_full_checkpointed": "fsdp, FULL_SHARD, activations checkpointed",
 }
 # Variables of a job the runner's own environment might carry (an outer
 # launcher, SLURM): the ranks must see none of them.
@@ -188,7 +189,9 @@ def write_results(path, results, cmdline, steps, mmap_threshold):
         f"tokens (sequences of 64, batch 2 per rank, next-token cross-entropy) with AdamW for {steps}",
         "steps, on 4 ranks of fulmen's launcher (gloo on loopback, one intra-op thread per rank),",
         "under `ddp` and under `fsdp` with every TransformerEncoderLayer a unit (the root unit holds",
-        "the embedding, the final norm and the head).",
+        "the embedding, the final norm and the head); the last row also checkpoints every",
+        "TransformerEncoderLayer's forward (`fsdp_activation_checkpointing_policy`): its",
+        "activations are not kept, and backward runs the layer again.",
         "",
         "- state: parameters, gradients and AdamW's two moments a rank holds between steps,",
         "  4 x 4 bytes per parameter element it holds (all of them under ddp, its shards under fsdp,",

@@ -1,7 +1,8 @@
 //! Fully sharded data parallel across real processes on loopback (gloo):
 //! this test binary re-executes itself (the ignored `fsdp_rank_main` test)
 //! once per rank with torchrun's environment, and compares what the ranks
-//! saw with one process training the same global batches.
+//! saw with one process training the same global batches; DDP's
+//! SyncBatchNorm runs on the same harness.
 use fulmen::data::{DataLoader, DataLoaderOptions, TensorDataset};
 use fulmen::nn::{Activation, Module, TransformerConfig};
 use fulmen::optim::{AdamOptions, AdamW, Lbfgs, LbfgsOptions, Sgd, SgdOptions};
@@ -25,6 +26,8 @@ enum Kind2 {
     Mlp,
     /// The same with BatchNorm1d in place of the LayerNorm.
     BatchNorm,
+    /// The MLP with `Dropout(0.2)` in every block, after its Linear.
+    Dropout,
     /// `Sequential(Unflatten(1, [3, 2]), Linear(2, 8),
     /// TransformerEncoderLayer(8, 2, 16) x 2, Flatten, Linear(24, 1))`.
     Transformer,
@@ -48,6 +51,9 @@ fn model(kind: Kind2) -> Module {
     for _ in 0..3 {
         let mut block = Module::sequential();
         block.push(Module::linear(10, 10, true).unwrap()).unwrap();
+        if kind == Kind2::Dropout {
+            block.push(Module::dropout(0.2).unwrap()).unwrap();
+        }
         block.push(Module::activation(Activation::Tanh)).unwrap();
         root.push(block).unwrap();
     }
@@ -98,9 +104,10 @@ struct Regression {
     lbfgs: bool,
     /// The parameter whose rows are recorded.
     probe: &'static str,
-    /// SGD with momentum instead of AdamW: attention's key bias has a zero
-    /// gradient up to rounding, which AdamW's normalisation would blow up
-    /// into different weights from rounding alone.
+    /// SGD with momentum instead of AdamW: attention's key bias (and a bias
+    /// before a BatchNorm) has a zero gradient up to rounding, which
+    /// AdamW's normalisation would blow up into different weights from
+    /// rounding alone.
     sgd: bool,
 }
 
@@ -188,12 +195,15 @@ fn interleaved_loader(batch: i64, world: i64) -> DataLoader {
 struct Scenario {
     settings: Vec<(&'static str, &'static str)>,
     kind: Kind2,
+    /// The ranks' strategy: "fsdp", or "ddp" for what the two share.
+    strategy: &'static str,
 }
 
 fn scenario(name: &str) -> Scenario {
     let full = ("fsdp_sharding_strategy", "FULL_SHARD");
     let wrap = ("fsdp_auto_wrap_policy", "Sequential");
     let layers = ("fsdp_auto_wrap_policy", "TransformerEncoderLayer");
+    let layers_checkpointed = ("fsdp_activation_checkpointing_policy", "TransformerEncoderLayer");
     let mlp = Kind2::Mlp;
     let (settings, kind) = match name {
         "full" => (vec![full, wrap], mlp),
@@ -205,6 +215,16 @@ fn scenario(name: &str) -> Scenario {
         "lbfgs" => (vec![full, wrap], mlp),
         "transformer" => (vec![full, layers, ("gradient_clip_val", "0.5")], Kind2::Transformer),
         "batch_norm" => (vec![full, wrap], Kind2::BatchNorm),
+        // Every encoder layer's forward run again in backward.
+        "checkpointed" => (vec![full, layers, layers_checkpointed, ("gradient_clip_val", "0.5")], Kind2::Transformer),
+        "dropout" => (vec![full, wrap], Kind2::Dropout),
+        "dropout_checkpointed" => {
+            (vec![full, wrap, ("fsdp_activation_checkpointing_policy", "Sequential")], Kind2::Dropout)
+        }
+        // DDP with SyncBatchNorm (Lightning's sync_batchnorm).
+        "sync_batch_norm" => {
+            return Scenario { settings: vec![("sync_batchnorm", "true")], kind: Kind2::BatchNorm, strategy: "ddp" }
+        }
         "sharded" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded")], mlp),
         // A ModelCheckpoint on a 50 ms clock (added in train_with) and rank
         // 1 starting 300 ms late: the ranks' clocks disagree at the first
@@ -212,7 +232,7 @@ fn scenario(name: &str) -> Scenario {
         "timed" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded"), ("ddp_timeout", "60")], mlp),
         _ => panic!("unknown scenario {name}"),
     };
-    Scenario { settings, kind }
+    Scenario { settings, kind, strategy: "fsdp" }
 }
 
 /// A run's per-step losses and final weights.
@@ -283,7 +303,9 @@ fn train_with(
         block_rows: Vec::new(),
         lbfgs: name == "lbfgs",
         probe: probe(sc.kind).0,
-        sgd: sc.kind == Kind2::Transformer,
+        // The bias before a BatchNorm has a zero gradient up to rounding,
+        // which differs between one process and synchronized ranks.
+        sgd: sc.kind == Kind2::Transformer || name == "sync_batch_norm",
     };
     match micro_batches_of {
         Some(world) => {
@@ -371,7 +393,8 @@ fn fsdp_rank_main() {
     let dir = rank_dir(Path::new(&work), rank);
     std::fs::create_dir_all(&dir).unwrap();
     let after = Path::new(&work).join("after-run.ckpt");
-    let trained = train_with(&name, "fsdp", batch, epochs, Path::new(&work), resume.as_deref(), Some(&after), None);
+    let strategy = scenario(&name).strategy;
+    let trained = train_with(&name, strategy, batch, epochs, Path::new(&work), resume.as_deref(), Some(&after), None);
     if name == "lbfgs" {
         let e = trained.expect_err("LBFGS trained under fsdp");
         assert_eq!(e.code, fulmen::ErrorCode::Unsupported, "{e}");
@@ -574,6 +597,43 @@ fn an_optimizer_that_re_evaluates_the_loss_is_refused() {
 #[test]
 fn an_encoder_stack_on_two_ranks_equals_one_process() {
     check_against_one_process("transformer", 2);
+}
+
+/// SyncBatchNorm: two DDP ranks normalise over their joint batch, so their
+/// losses, weights and running statistics are those of one process on the
+/// global batch.
+#[test]
+fn sync_batch_norm_on_two_ranks_equals_one_process() {
+    check_against_one_process("sync_batch_norm", 2);
+}
+
+#[test]
+fn checkpointed_encoder_layers_on_two_ranks_equal_one_process() {
+    check_against_one_process("checkpointed", 2);
+}
+
+/// The blocks' forwards run again in backward draw the dropout masks of
+/// their first run: every rank's losses and weights equal those of the
+/// same job without checkpointing, bit for bit.
+#[test]
+fn checkpointed_blocks_with_dropout_equal_the_plain_run_exactly() {
+    let work = tempdir("fsdp-dropout");
+    let (plain, checkpointed) = (work.join("plain"), work.join("checkpointed"));
+    run_ranks(2, "dropout", &plain, 2, None);
+    run_ranks(2, "dropout_checkpointed", &checkpointed, 2, None);
+    for r in 0..2 {
+        let (a, b) = (read_losses(&rank_dir(&plain, r)), read_losses(&rank_dir(&checkpointed, r)));
+        assert!(!a.is_empty() && a.len() == b.len(), "rank {r}: {} and {} steps", a.len(), b.len());
+        for (step, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert_eq!(x.to_bits(), y.to_bits(), "rank {r} step {step}: loss {x} plain, {y} checkpointed");
+        }
+        for ((k, w), (_, v)) in
+            read_weights(&rank_dir(&plain, r)).iter().zip(&read_weights(&rank_dir(&checkpointed, r)))
+        {
+            assert!(w.equal(v), "rank {r}: {k} differs");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
 }
 
 /// BatchNorm normalises each rank's batch: one process training the ranks'

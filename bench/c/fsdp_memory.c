@@ -6,9 +6,12 @@
  *
  *   fsdp_memory STRATEGY STEPS
  *
- * STRATEGY: ddp, fsdp_full (fsdp, FULL_SHARD) or fsdp_grad_op (fsdp,
- * SHARD_GRAD_OP); fsdp's units are the TransformerEncoderLayer blocks
- * (the root holds the embedding, the final norm and the head). STEPS: 2
+ * STRATEGY: ddp, fsdp_full (fsdp, FULL_SHARD), fsdp_grad_op (fsdp,
+ * SHARD_GRAD_OP) or fsdp_full_checkpointed (FULL_SHARD with every
+ * TransformerEncoderLayer's forward checkpointed:
+ * fsdp_activation_checkpointing_policy); fsdp's units are the
+ * TransformerEncoderLayer blocks (the root holds the embedding, the final
+ * norm and the head). STEPS: 2
  * to 1000 optimizer steps.
  *
  * Model: Embedding(8192, 768) -> 12 x TransformerEncoderLayer(768, 12
@@ -68,12 +71,14 @@ typedef struct {
     const char *name;     /* the command line's */
     const char *strategy; /* the trainer's "strategy" */
     const char *sharding; /* fsdp_sharding_strategy, NULL for ddp */
+    bool checkpointed;    /* the blocks' activations recomputed in backward */
 } choice;
 
 static const choice CHOICES[] = {
-    {"ddp", "ddp", NULL},
-    {"fsdp_full", "fsdp", "FULL_SHARD"},
-    {"fsdp_grad_op", "fsdp", "SHARD_GRAD_OP"},
+    {"ddp", "ddp", NULL, false},
+    {"fsdp_full", "fsdp", "FULL_SHARD", false},
+    {"fsdp_grad_op", "fsdp", "SHARD_GRAD_OP", false},
+    {"fsdp_full_checkpointed", "fsdp", "FULL_SHARD", true},
 };
 
 /* What the callbacks read and record. */
@@ -328,6 +333,10 @@ static fulmen_trainer *make_trainer(const choice *c, int64_t steps) {
         check(fulmen_trainer_options_set(o, "fsdp_auto_wrap_policy", "TransformerEncoderLayer"),
               "fsdp_auto_wrap_policy");
     }
+    if (c->checkpointed) {
+        check(fulmen_trainer_options_set(o, "fsdp_activation_checkpointing_policy", "TransformerEncoderLayer"),
+              "fsdp_activation_checkpointing_policy");
+    }
     check(fulmen_trainer_options_set(o, "devices", "4"), "devices");
     check(fulmen_trainer_options_set_int(o, "max_epochs", 1), "max_epochs");
     check(fulmen_trainer_options_set_int(o, "max_steps", steps), "max_steps");
@@ -365,7 +374,7 @@ int main(int argc, char **argv) {
     char *end = NULL;
     long steps = argc == 3 ? strtol(argv[2], &end, 10) : 0;
     if (c == NULL || end == NULL || *end != '\0' || steps < 2 || steps > MAX_STEPS) {
-        fprintf(stderr, "usage: fsdp_memory ddp|fsdp_full|fsdp_grad_op STEPS   (STEPS 2..%d)\n", MAX_STEPS);
+        fprintf(stderr, "usage: fsdp_memory ddp|fsdp_full|fsdp_grad_op|fsdp_full_checkpointed STEPS   (STEPS 2..%d)\n", MAX_STEPS);
         return 2;
     }
     /* One intra-op thread here and in the ranks the launcher starts

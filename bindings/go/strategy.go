@@ -67,8 +67,10 @@ func (s *Strategy) Close() error {
 // CUDA), timeout (seconds: rendezvous and every collective; default
 // 1800), bucket_cap_mb (default 25), num_nodes (default 1); for "fsdp":
 // sharding_strategy (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD), auto_wrap_policy
-// (comma-separated module class names), min_num_params, state_dict_type
-// ("full"). A bad key or value is ErrInvalidArgument (ErrUnsupported for a
+// (comma-separated module class names), min_num_params,
+// activation_checkpointing_policy (comma-separated module class names whose
+// forwards are checkpointed), state_dict_type ("full" or "sharded"). A bad
+// key or value is ErrInvalidArgument (ErrUnsupported for a
 // value fulmen does not have yet) and changes nothing.
 func (s *Strategy) Set(key, value string) error {
 	k := cString(key)

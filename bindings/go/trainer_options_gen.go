@@ -420,6 +420,15 @@ func (o *TrainerOptions) SetProcessGroupBackend(v string) error {
 	return o.Set("process_group_backend", v)
 }
 
+// SetSyncBatchnorm sets `sync_batchnorm` (bool; default false): strategy
+// "ddp" (and ddp_spawn): every BatchNorm normalises over the whole job's
+// batch while fitting, its statistics and their gradients summed over the
+// ranks (torch's SyncBatchNorm); the model's BatchNorms are plain again after
+// the fit; other strategies ignore it, as Lightning does.
+func (o *TrainerOptions) SetSyncBatchnorm(v bool) error {
+	return o.SetBool("sync_batchnorm", v)
+}
+
 // SetFsdpShardingStrategy sets `fsdp_sharding_strategy` (text; default
 // FULL_SHARD): strategy "fsdp": FULL_SHARD (parameters freed after each
 // unit's forward and gathered again for its backward), SHARD_GRAD_OP
@@ -443,6 +452,17 @@ func (o *TrainerOptions) SetFsdpAutoWrapPolicy(v string) error {
 // "none" = the class list alone.
 func (o *TrainerOptions) SetFsdpMinNumParams(v string) error {
 	return o.Set("fsdp_min_num_params", v)
+}
+
+// SetFsdpActivationCheckpointingPolicy sets
+// `fsdp_activation_checkpointing_policy` (text; default none): strategy
+// "fsdp": comma-separated module class names whose every instance below the
+// root runs its forward as a checkpoint (Lightning's
+// activation_checkpointing_policy): its activations are not kept, and
+// backward runs the forward again (the same dropout masks and autocast) to
+// get them; a class that names no module is refused.
+func (o *TrainerOptions) SetFsdpActivationCheckpointingPolicy(v string) error {
+	return o.Set("fsdp_activation_checkpointing_policy", v)
 }
 
 // SetFsdpStateDictType sets `fsdp_state_dict_type` (text; default full):

@@ -82,9 +82,11 @@ func TestEveryTrainerOptionSetter(t *testing.T) {
 		{"o.SetAsyncCheckpointIo(false)", o.SetAsyncCheckpointIo(false)},
 		{"o.SetSlurmAutoRequeue(false)", o.SetSlurmAutoRequeue(false)},
 		{"o.SetProcessGroupBackend(\"none\")", o.SetProcessGroupBackend("none")},
+		{"o.SetSyncBatchnorm(false)", o.SetSyncBatchnorm(false)},
 		{"o.SetFsdpShardingStrategy(\"FULL_SHARD\")", o.SetFsdpShardingStrategy("FULL_SHARD")},
 		{"o.SetFsdpAutoWrapPolicy(\"none\")", o.SetFsdpAutoWrapPolicy("none")},
 		{"o.SetFsdpMinNumParams(\"none\")", o.SetFsdpMinNumParams("none")},
+		{"o.SetFsdpActivationCheckpointingPolicy(\"none\")", o.SetFsdpActivationCheckpointingPolicy("none")},
 		{"o.SetFsdpStateDictType(\"full\")", o.SetFsdpStateDictType("full")},
 		{"o.SetDDPTimeout(1800 * time.Second)", o.SetDDPTimeout(1800 * time.Second)},
 	}

@@ -920,6 +920,11 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  * - `process_group_backend` (text; default none): "gloo", "nccl", a custom
  *   accelerator's collectives hook, or "none" = by device (gloo on CPU,
  *   nccl on CUDA, the accelerator's hook when it has one).
+ * - `sync_batchnorm` (bool; default false): strategy "ddp" (and
+ *   ddp_spawn): every BatchNorm normalises over the whole job's batch
+ *   while fitting, its statistics and their gradients summed over the
+ *   ranks (torch's SyncBatchNorm); the model's BatchNorms are plain again
+ *   after the fit; other strategies ignore it, as Lightning does.
  * - `fsdp_sharding_strategy` (text; default FULL_SHARD): strategy "fsdp":
  *   FULL_SHARD (parameters freed after each unit's forward and gathered
  *   again for its backward), SHARD_GRAD_OP (gathered parameters kept until
@@ -933,6 +938,12 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  *   whose parameters not yet in a unit number at least this many becomes a
  *   unit (torch's size_based_auto_wrap_policy); "none" = the class list
  *   alone.
+ * - `fsdp_activation_checkpointing_policy` (text; default none): strategy
+ *   "fsdp": comma-separated module class names whose every instance below
+ *   the root runs its forward as a checkpoint (Lightning's
+ *   activation_checkpointing_policy): its activations are not kept, and
+ *   backward runs the forward again (the same dropout masks and autocast)
+ *   to get them; a class that names no module is refused.
  * - `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" =
  *   checkpoints hold the whole state, gathered from every rank and written
  *   by rank 0; "sharded" = each checkpoint is a
@@ -1241,12 +1252,14 @@ struct fulmen_error *fulmen_strategy_new(const char *name,
  * torch's 25 with a first bucket of 1), `num_nodes` (default 1); for
  * "fsdp": `sharding_strategy` (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD),
  * `auto_wrap_policy` (comma-separated module class names),
- * `min_num_params` (a count or "none"), `state_dict_type` ("full"). A bad
- * key or value is FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
+ * `min_num_params` (a count or "none"), `activation_checkpointing_policy`
+ * (comma-separated module class names whose forwards are checkpointed),
+ * `state_dict_type` ("full" or "sharded"). A bad key or value is
+ * FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown key, a bad value, a
  * string not UTF-8), FULMEN_CODE_UNSUPPORTED (a value fulmen does not
- * have yet: HYBRID_SHARD, state_dict_type "sharded").
+ * have yet: HYBRID_SHARD).
  */
 struct fulmen_error *fulmen_strategy_set(struct fulmen_strategy *strategy,
                                          const char *key,

@@ -225,12 +225,7 @@ unsafe fn bridged(
     match r {
         Ok(()) => 0,
         Err(e) => {
-            if !err.is_null() && err_len > 0 {
-                let bytes = e.message.as_bytes();
-                let n = bytes.len().min(err_len - 1);
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), err.cast::<u8>(), n);
-                *err.add(n) = 0;
-            }
+            crate::shim::write_error(err, err_len, &e.message);
             1
         }
     }

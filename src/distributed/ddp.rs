@@ -34,11 +34,19 @@ pub struct DdpOptions {
     /// `broadcast_buffers`: rank 0's buffers (BatchNorm statistics) are
     /// copied to every rank at construction and before forwards.
     pub broadcast_buffers: bool,
+    /// Lightning's `sync_batchnorm`: every BatchNorm normalises over the
+    /// whole job's batch while fitting (torch's SyncBatchNorm).
+    pub sync_batchnorm: bool,
 }
 
 impl Default for DdpOptions {
     fn default() -> Self {
-        DdpOptions { find_unused_parameters: false, bucket_cap_mb: None, broadcast_buffers: true }
+        DdpOptions {
+            find_unused_parameters: false,
+            bucket_cap_mb: None,
+            broadcast_buffers: true,
+            sync_batchnorm: false,
+        }
     }
 }
 

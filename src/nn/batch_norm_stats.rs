@@ -1,11 +1,28 @@
 //! Recomputing BatchNorm statistics, as torch's `swa_utils.update_bn` and
 //! Lightning's StochasticWeightAveraging do after averaging weights: the
 //! running statistics start over as a cumulative average of the batches
-//! that follow, then the momenta come back.
+//! that follow, then the momenta come back; and BatchNorms made
+//! SyncBatchNorms for a distributed fit.
+use super::layers::sync_batch_norm::RankSum;
 use super::module::{Module, Node};
 use crate::error::Result;
+use std::sync::Arc;
 
 impl Module {
+    /// Makes every BatchNorm of the tree a SyncBatchNorm over the ranks
+    /// `sum` adds over (`None`: plain BatchNorms again); returns how many
+    /// there are.
+    pub(crate) fn set_batch_norm_sync(&mut self, sum: Option<Arc<dyn RankSum>>) -> usize {
+        let mut n = 0;
+        let _ = self.walk_flat_mut("", &mut |_, m| {
+            if let Node::Layer(l) = &mut m.node {
+                n += usize::from(l.set_rank_sum(sum.clone()));
+            }
+            Ok(())
+        });
+        n
+    }
+
     /// Whether any module of the tree is one of torch's `_BatchNorm`s.
     pub(crate) fn has_batch_norm(&mut self) -> Result<bool> {
         let mut found = false;

@@ -1,5 +1,8 @@
 //! Neural-network modules: a tree of layers named as in `torch.nn`, state
 //! dicts, safetensors I/O and TorchScript loading.
+mod activation_checkpoint;
+#[cfg(test)]
+mod activation_checkpoint_tests;
 mod batch_norm_stats;
 mod compiled_step;
 mod exported;

@@ -39,6 +39,9 @@ pub struct Module {
     /// The sharding unit its parameters belong to (FSDP), while a run
     /// shards the model.
     pub(crate) shard: Option<super::shard_hook::ShardLink>,
+    /// Whether its forward is checkpointed (`activation_checkpoint.rs`):
+    /// activations not kept, the forward run again in backward.
+    pub(crate) checkpointed: bool,
 }
 
 #[derive(Debug)]
@@ -59,7 +62,15 @@ pub(crate) enum Slot {
 
 impl Module {
     fn of(node: Node) -> Module {
-        Module { node, training: true, own: Vec::new(), host: None, compiled: Vec::new(), shard: None }
+        Module {
+            node,
+            training: true,
+            own: Vec::new(),
+            host: None,
+            compiled: Vec::new(),
+            shard: None,
+            checkpointed: false,
+        }
     }
 
     fn leaf(layer: impl Layer + 'static) -> Module {
@@ -384,7 +395,30 @@ impl Module {
     /// Runs the module. A `Sequential` runs its children in order; a named
     /// container has no forward of its own (use `forward_child`).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.sharded(|y: &Tensor| vec![y.shallow_clone()], || self.forward_inner(x))
+        self.sharded(
+            |y: &Tensor| vec![y.shallow_clone()],
+            || {
+                if !self.checkpointed {
+                    return self.forward_inner(x);
+                }
+                let mut out = super::activation_checkpoint::run(self, &[Some(x)], true)?;
+                match out.len() {
+                    1 => Ok(out.remove(0)),
+                    n => Err(Error::state(format!("a checkpointed forward returned {n} tensors, expected 1"))),
+                }
+            },
+        )
+    }
+
+    /// The forward of a checkpoint's copy: the module's own sharding and
+    /// checkpoint left out (its descendants' kept).
+    pub(crate) fn forward_unhooked(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_inner(x)
+    }
+
+    /// [`Module::forward_unhooked`] for several inputs.
+    pub(crate) fn forward_multi_unhooked(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        self.forward_multi_inner(inputs)
     }
 
     /// [`Module::forward`] without the sharding unit's hooks.
@@ -435,7 +469,10 @@ impl Module {
     pub fn forward_multi(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         self.sharded(
             |ys: &Vec<Tensor>| ys.iter().map(Tensor::shallow_clone).collect(),
-            || self.forward_multi_inner(inputs),
+            || match self.checkpointed {
+                true => super::activation_checkpoint::run(self, inputs, false),
+                false => self.forward_multi_inner(inputs),
+            },
         )
     }
 
@@ -642,9 +679,38 @@ impl Module {
     }
 
     fn replicate_with(&self, map: &mut TensorMap<'_>) -> Result<Module> {
+        self.copy_with(map, false)
+    }
+
+    /// What a checkpoint runs again in backward: this module's structure
+    /// and mode over the same tensors, its descendants keeping their
+    /// sharding units and checkpoints. TorchScript and exported modules
+    /// are refused (their copies are deep).
+    pub(crate) fn checkpoint_copy(&self) -> Result<Module> {
+        self.copy_with(&mut |t: &Tensor| Ok(t.shallow_clone()), true)
+    }
+
+    /// A copy with every tensor mapped by `map`; `links` keeps the
+    /// descendants' sharding units and checkpoints.
+    fn copy_with(&self, map: &mut TensorMap<'_>, links: bool) -> Result<Module> {
         let children = |c: &[(String, Module)], map: &mut TensorMap<'_>| -> Result<Vec<(String, Module)>> {
-            c.iter().map(|(n, m)| Ok((n.clone(), m.replicate_with(map)?))).collect()
+            c.iter()
+                .map(|(n, m)| {
+                    let mut copy = m.copy_with(map, links)?;
+                    if links {
+                        copy.shard = m.shard.clone();
+                        copy.checkpointed = m.checkpointed;
+                    }
+                    Ok((n.clone(), copy))
+                })
+                .collect()
         };
+        if links && matches!(self.node, Node::Script(_) | Node::Exported(_)) {
+            return Err(Error::new(
+                ErrorCode::Unsupported,
+                format!("activation checkpointing of a module holding a {} module", self.type_name()),
+            ));
+        }
         let node = match &self.node {
             Node::Layer(l) => Node::Layer(l.replicate(map)?),
             Node::Sequential(c) => Node::Sequential(children(c, map)?),
@@ -654,7 +720,15 @@ impl Module {
         };
         let own = self.own.iter().map(|(n, t, slot)| Ok((n.clone(), map(t)?, *slot))).collect::<Result<Vec<_>>>()?;
         // Compiled steps are bound to this module's device: replicas get none.
-        Ok(Module { node, training: self.training, own, host: self.host.clone(), compiled: Vec::new(), shard: None })
+        Ok(Module {
+            node,
+            training: self.training,
+            own,
+            host: self.host.clone(),
+            compiled: Vec::new(),
+            shard: None,
+            checkpointed: false,
+        })
     }
 
     /// Casts floating-point parameters and buffers to the floating `kind`

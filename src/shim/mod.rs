@@ -7,6 +7,7 @@ use libc::{c_char, c_int, size_t};
 
 mod accelerators;
 mod autocast;
+mod checkpoint;
 mod compiled_step;
 mod devices;
 mod distributed;
@@ -19,9 +20,11 @@ mod pinned;
 mod profiler;
 mod runtime;
 mod script;
+mod sync_reduce;
 
 pub(crate) use accelerators::*;
 pub(crate) use autocast::*;
+pub(crate) use checkpoint::*;
 pub(crate) use compiled_step::*;
 pub(crate) use devices::*;
 pub(crate) use distributed::*;
@@ -34,6 +37,7 @@ pub(crate) use pinned::*;
 pub(crate) use profiler::*;
 pub(crate) use runtime::*;
 pub(crate) use script::*;
+pub(crate) use sync_reduce::*;
 
 /// Success status of a shim call.
 const OK: c_int = 0;
@@ -41,6 +45,21 @@ const OK: c_int = 0;
 const UNSUPPORTED: c_int = 2;
 /// Size of the error-message buffer handed to the shims.
 const ERR_LEN: usize = 1024;
+
+/// Copies `message` into a shim's error buffer: at most `err_len - 1`
+/// bytes, then a NUL.
+///
+/// # Safety
+/// `err` is NULL or points to `err_len` writable bytes.
+pub(crate) unsafe fn write_error(err: *mut c_char, err_len: size_t, message: &str) {
+    if err.is_null() || err_len == 0 {
+        return;
+    }
+    let bytes = message.as_bytes();
+    let n = bytes.len().min(err_len - 1);
+    std::ptr::copy_nonoverlapping(bytes.as_ptr(), err.cast::<u8>(), n);
+    *err.add(n) = 0;
+}
 
 /// Runs a shim call that takes an error buffer `(err, err_len)` and turns a
 /// non-zero status into an [`Error`] prefixed with `what`.

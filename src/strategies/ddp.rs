@@ -2,17 +2,34 @@
 //! device in the process's distributed job, the model wrapped as torch's
 //! DistributedDataParallel for fitting, DataLoaders sharded per rank,
 //! metrics and decisions reduced over the ranks, rank 0 alone writing
-//! checkpoints, and the job ended when the run fails.
+//! checkpoints, BatchNorms synchronized over the ranks while fitting
+//! (`sync_batchnorm`), and the job ended when the run fails.
 use super::strategy::Strategy;
 use crate::accelerators::Accelerator;
-use crate::distributed::{self, Ddp, DdpOptions, DeviceBackend, DistContext, JoinOptions, ReduceOp};
+use crate::distributed::{self, Ddp, DdpOptions, DeviceBackend, DistContext, JoinOptions, ProcessGroup, ReduceOp};
 use crate::error::{Error, ErrorCode, Result};
+use crate::nn::layers::sync_batch_norm::RankSum;
 use crate::tensor::device::{Device, DeviceType};
 use crate::trainer::device::Placement;
 use crate::trainer::metrics::ReduceFx;
 use crate::trainer::{LightningModule, TrainerOptions};
 use std::sync::Arc;
 use tch::Tensor;
+
+/// SyncBatchNorm's sums over the job's process group.
+struct GroupSum(Arc<ProcessGroup>);
+
+impl std::fmt::Debug for GroupSum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GroupSum")
+    }
+}
+
+impl RankSum for GroupSum {
+    fn sum_in_place(&self, t: &Tensor) -> Result<()> {
+        self.0.all_reduce(&[t.shallow_clone()], ReduceOp::Sum)
+    }
+}
 
 /// DDP state of a run.
 pub(crate) struct DdpStrategy {
@@ -164,6 +181,15 @@ macro_rules! job_methods {
 }
 pub(crate) use job_methods;
 
+impl DdpStrategy {
+    /// Gives the model's BatchNorms back their plain forward.
+    fn unsync_batch_norms(&self, module: &dyn LightningModule) {
+        if let (true, Some(model)) = (self.options.sync_batchnorm, module.model()) {
+            model.lock().unwrap_or_else(|p| p.into_inner()).set_batch_norm_sync(None);
+        }
+    }
+}
+
 impl Strategy for DdpStrategy {
     job_methods!();
 
@@ -178,10 +204,25 @@ impl Strategy for DdpStrategy {
                 "ddp needs a LightningModule with a model (pass one to fulmen_lightning_module_new)",
             ));
         };
-        let m = model.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
+        if self.options.sync_batchnorm && self.ctx.world_size() > 1 {
+            m.set_batch_norm_sync(Some(Arc::new(GroupSum(Arc::clone(&self.ctx.group)))));
+        }
         self.ddp =
             Some(Ddp::new(Arc::clone(&self.ctx.group), &m, self.options.clone()).map_err(|e| self.ctx.explain(e))?);
         Ok(())
+    }
+
+    /// The model's BatchNorms plain again (`sync_batchnorm` lasts a fit),
+    /// then Lightning's teardown.
+    fn teardown(&self, module: &dyn LightningModule) -> Result<()> {
+        self.unsync_batch_norms(module);
+        self.placement.teardown(module)
+    }
+
+    fn teardown_after(&self, module: &dyn LightningModule, err: Error) -> Error {
+        self.unsync_batch_norms(module);
+        self.placement.teardown_after(module, err)
     }
 
     fn pre_forward(&mut self, sync: bool) -> Result<()> {

@@ -168,6 +168,7 @@ impl StrategySpec {
         match key {
             "find_unused_parameters" => self.ddp.find_unused_parameters = parse_bool(key, v)?,
             "broadcast_buffers" => self.ddp.broadcast_buffers = parse_bool(key, v)?,
+            "sync_batchnorm" => self.ddp.sync_batchnorm = parse_bool(key, v)?,
             "process_group_backend" => {
                 // A name of an accelerator's collectives hook is checked when
                 // the job forms.
@@ -211,7 +212,7 @@ impl StrategySpec {
             _ => {
                 return Err(Error::invalid(format!(
                     "unknown strategy option {key:?}; known: find_unused_parameters, broadcast_buffers, \
-                     process_group_backend, timeout, bucket_cap_mb, num_nodes, {}",
+                     sync_batchnorm, process_group_backend, timeout, bucket_cap_mb, num_nodes, {}",
                     super::fsdp::KEYS
                 )))
             }

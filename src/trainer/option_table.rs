@@ -669,6 +669,15 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         apply: strategy_setting!("process_group_backend"),
     },
     TrainerOption {
+        key: "sync_batchnorm",
+        kind: OptionKind::Bool,
+        default: "false",
+        doc: "strategy \"ddp\" (and ddp_spawn): every BatchNorm normalises over the whole job's batch while \
+              fitting, its statistics and their gradients summed over the ranks (torch's SyncBatchNorm); the \
+              model's BatchNorms are plain again after the fit; other strategies ignore it, as Lightning does",
+        apply: strategy_setting!("sync_batchnorm"),
+    },
+    TrainerOption {
         key: "fsdp_sharding_strategy",
         kind: OptionKind::Text,
         default: "FULL_SHARD",
@@ -692,6 +701,16 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         doc: "strategy \"fsdp\": a module whose parameters not yet in a unit number at least this many becomes a \
               unit (torch's size_based_auto_wrap_policy); \"none\" = the class list alone",
         apply: strategy_setting!("min_num_params"),
+    },
+    TrainerOption {
+        key: "fsdp_activation_checkpointing_policy",
+        kind: OptionKind::Text,
+        default: "none",
+        doc: "strategy \"fsdp\": comma-separated module class names whose every instance below the root runs \
+              its forward as a checkpoint (Lightning's activation_checkpointing_policy): its activations are not \
+              kept, and backward runs the forward again (the same dropout masks and autocast) to get them; a \
+              class that names no module is refused",
+        apply: strategy_setting!("activation_checkpointing_policy"),
     },
     TrainerOption {
         key: "fsdp_state_dict_type",

@@ -4,7 +4,8 @@
 
 For each case of CASES (FULL_SHARD and SHARD_GRAD_OP in float32,
 FULL_SHARD under bf16-mixed autocast, FULL_SHARD with gradient clipping by
-norm), two jobs of two ranks on gloo, one thread per rank, train the same
+norm, FULL_SHARD under bf16-mixed with the inner blocks' activations
+checkpointed), two jobs of two ranks on gloo, one thread per rank, train the same
 model from the same initial weights on the same rows:
 
   Sequential(Linear(10, 16), LayerNorm(16), Sequential(Linear(16, 16), Tanh()),
@@ -13,12 +14,17 @@ model from the same initial weights on the same rows:
 - fulmen: two processes of fsdp_rank (tests/interop/fsdp_rank.c) started
   with torchrun's environment; fulmen's Trainer with strategy "fsdp",
   fsdp_auto_wrap_policy "Sequential" (each inner block a unit, the root
-  the rest) and the sharding strategy under test.
+  the rest) and the sharding strategy under test;
+  fsdp_activation_checkpointing_policy "Sequential" where the case
+  checkpoints (every inner block, not the root).
 - torch: two processes of this script (`rank` as the first argument); each
   inner block is fully_shard-ed, then the root, on init_device_mesh("cpu",
   (2,)), reshard_after_forward True for FULL_SHARD and False for
   SHARD_GRAD_OP (the root keeps its parameters from forward to backward in
-  both, as FSDP2 does by default and as fulmen's root unit does).
+  both, as FSDP2 does by default and as fulmen's root unit does); where the
+  case checkpoints, torch.distributed._composable.checkpoint is applied to
+  each inner block first (torch's non-reentrant checkpoint, FSDP2's
+  companion).
 
 Both use AdamW (lr 1e-2, weight decay 1e-2, built after sharding) and the
 mean cross-entropy of the rank's batch; rank r trains on rows r, r + 2, ...
@@ -63,14 +69,15 @@ LOSS_RTOL = 1e-6
 WEIGHT_ATOL = 1e-5
 TIMEOUT_S = 60
 # The cases: (name, sharding strategy, precision, gradient_clip_val by norm
-# or 0). bf16-mixed runs the forward under CPU autocast on both sides
+# or 0, inner blocks checkpointed). bf16-mixed runs the forward under CPU autocast on both sides
 # (Lightning's "bf16-mixed"); clipping is torch's clip_grad_norm_ over the
 # sharded parameters (the norm over every rank's shards).
 CASES = (
-    ("FULL_SHARD", "FULL_SHARD", "32-true", 0.0),
-    ("SHARD_GRAD_OP", "SHARD_GRAD_OP", "32-true", 0.0),
-    ("FULL_SHARD-bf16", "FULL_SHARD", "bf16-mixed", 0.0),
-    ("FULL_SHARD-clip", "FULL_SHARD", "32-true", 0.05),
+    ("FULL_SHARD", "FULL_SHARD", "32-true", 0.0, False),
+    ("SHARD_GRAD_OP", "SHARD_GRAD_OP", "32-true", 0.0, False),
+    ("FULL_SHARD-bf16", "FULL_SHARD", "bf16-mixed", 0.0, False),
+    ("FULL_SHARD-clip", "FULL_SHARD", "32-true", 0.05, False),
+    ("FULL_SHARD-ckpt-bf16", "FULL_SHARD", "bf16-mixed", 0.0, True),
 )
 
 
@@ -98,10 +105,12 @@ def gloo_reduce_scatter_averages(world):
     return torch.equal(out, mean)
 
 
-def shard_with_fsdp2(model, sharding, world):
-    """fully_shard on each inner block, then the root; the gradients are
-    averaged over the ranks (reduce-scatter, AVG or SUM then / world).
-    Returns how they are averaged."""
+def shard_with_fsdp2(model, sharding, world, checkpointed):
+    """fully_shard on each inner block (checkpointed first when asked),
+    then the root; the gradients are averaged over the ranks
+    (reduce-scatter, AVG or SUM then / world). Returns how they are
+    averaged."""
+    from torch.distributed._composable import checkpoint
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -109,6 +118,8 @@ def shard_with_fsdp2(model, sharding, world):
     reshard = sharding == "FULL_SHARD"
     units = [model[2], model[3]]
     for block in units:
+        if checkpointed:
+            checkpoint(block)
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
     fully_shard(model, mesh=mesh, reshard_after_forward=False)
     units.append(model)
@@ -155,7 +166,7 @@ def full_state(model):
 def python_rank(argv):
     """One rank of torch's FSDP2 job."""
     p = argparse.ArgumentParser()
-    for name in ("sharding", "precision", "clip", "init", "x", "y", "losses", "out"):
+    for name in ("sharding", "precision", "clip", "checkpointed", "init", "x", "y", "losses", "out"):
         p.add_argument(name)
     a = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -163,7 +174,7 @@ def python_rank(argv):
     rank, world = dist.get_rank(), dist.get_world_size()
     model = build()
     model.load_state_dict(load_file(a.init))
-    averaging = shard_with_fsdp2(model, a.sharding, world)
+    averaging = shard_with_fsdp2(model, a.sharding, world, a.checkpointed == "1")
     if rank == 0:
         print(f"torch FSDP2 {a.sharding}: gradients averaged by {averaging}", flush=True)
     check_sharded(model, world)
@@ -213,7 +224,7 @@ def run_job(work, binary, case, retried=False):
     """Runs one job of WORLD ranks: fulmen's (binary) or torch's (None).
     Returns each rank's final weights and its losses."""
     side = "torch" if binary is None else "fulmen"
-    name, sharding, precision, clip = case
+    name, sharding, precision, clip, checkpointed = case
     port = free_port()
     x, y, init = (os.path.join(work, n) for n in ("x.f32", "y.i64", "init.safetensors"))
     procs, outs = [], []
@@ -221,11 +232,13 @@ def run_job(work, binary, case, retried=False):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                    WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(WORLD),
                    GROUP_RANK="0", OMP_NUM_THREADS="1")
+        if checkpointed:
+            env["FSDP_ACTIVATION_CHECKPOINTING"] = "Sequential"
         out = os.path.join(work, f"{side}-{name}-{rank}.safetensors")
         losses = out + ".losses"
         if binary is None:
-            cmd = [sys.executable, os.path.abspath(__file__), "rank", sharding, precision, str(clip), init, x, y,
-                   losses, out]
+            cmd = [sys.executable, os.path.abspath(__file__), "rank", sharding, precision, str(clip),
+                   "1" if checkpointed else "0", init, x, y, losses, out]
         else:
             cmd = [binary, sharding, init, x, y, str(SAMPLES), str(EPOCHS), str(BATCH), losses, out, precision,
                    str(clip)]

@@ -28,7 +28,10 @@
  * FSDP_CHECKPOINT_DIR set, ModelCheckpoint saves every epoch into
  * $FSDP_CHECKPOINT_DIR/checkpoints with fsdp_state_dict_type
  * $FSDP_STATE_DICT_TYPE ("full" when unset); with FSDP_RESUME set, the fit
- * resumes from that checkpoint (a file or a sharded directory). */
+ * resumes from that checkpoint (a file or a sharded directory).
+ *
+ * With FSDP_ACTIVATION_CHECKPOINTING set (class names), the forwards of
+ * those modules are checkpointed (fsdp_activation_checkpointing_policy). */
 #include <fulmen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,6 +182,8 @@ static void fit(fulmen_model *model, const char *sharding, const char *precision
     set(opts, "enable_checkpointing", checkpoints ? "true" : "false");
     if (checkpoints) set(opts, "default_root_dir", checkpoints);
     if (state_dict_type) set(opts, "fsdp_state_dict_type", state_dict_type);
+    const char *checkpointing = getenv("FSDP_ACTIVATION_CHECKPOINTING");
+    if (checkpointing) set(opts, "fsdp_activation_checkpointing_policy", checkpointing);
     set(opts, "logger", "false");
     set(opts, "handle_signals", "false");
     TRY(fulmen_trainer_new(opts, &trainer));

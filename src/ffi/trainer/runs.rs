@@ -188,6 +188,11 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 /// - `process_group_backend` (text; default none): "gloo", "nccl", a custom
 ///   accelerator's collectives hook, or "none" = by device (gloo on CPU,
 ///   nccl on CUDA, the accelerator's hook when it has one).
+/// - `sync_batchnorm` (bool; default false): strategy "ddp" (and
+///   ddp_spawn): every BatchNorm normalises over the whole job's batch
+///   while fitting, its statistics and their gradients summed over the
+///   ranks (torch's SyncBatchNorm); the model's BatchNorms are plain again
+///   after the fit; other strategies ignore it, as Lightning does.
 /// - `fsdp_sharding_strategy` (text; default FULL_SHARD): strategy "fsdp":
 ///   FULL_SHARD (parameters freed after each unit's forward and gathered
 ///   again for its backward), SHARD_GRAD_OP (gathered parameters kept until
@@ -201,6 +206,12 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 ///   whose parameters not yet in a unit number at least this many becomes a
 ///   unit (torch's size_based_auto_wrap_policy); "none" = the class list
 ///   alone.
+/// - `fsdp_activation_checkpointing_policy` (text; default none): strategy
+///   "fsdp": comma-separated module class names whose every instance below
+///   the root runs its forward as a checkpoint (Lightning's
+///   activation_checkpointing_policy): its activations are not kept, and
+///   backward runs the forward again (the same dropout masks and autocast)
+///   to get them; a class that names no module is refused.
 /// - `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" =
 ///   checkpoints hold the whole state, gathered from every rank and written
 ///   by rank 0; "sharded" = each checkpoint is a

@@ -48,12 +48,14 @@ pub unsafe extern "C" fn fulmen_strategy_new(name: *const c_char, out: *mut *mut
 /// torch's 25 with a first bucket of 1), `num_nodes` (default 1); for
 /// "fsdp": `sharding_strategy` (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD),
 /// `auto_wrap_policy` (comma-separated module class names),
-/// `min_num_params` (a count or "none"), `state_dict_type` ("full"). A bad
-/// key or value is FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
+/// `min_num_params` (a count or "none"), `activation_checkpointing_policy`
+/// (comma-separated module class names whose forwards are checkpointed),
+/// `state_dict_type` ("full" or "sharded"). A bad key or value is
+/// FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown key, a bad value, a
 /// string not UTF-8), FULMEN_CODE_UNSUPPORTED (a value fulmen does not
-/// have yet: HYBRID_SHARD, state_dict_type "sharded").
+/// have yet: HYBRID_SHARD).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_strategy_set(
     strategy: *mut fulmen_strategy,

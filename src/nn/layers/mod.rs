@@ -17,6 +17,7 @@ pub mod norm;
 pub mod pool;
 pub mod prelu;
 pub mod rnn;
+pub(crate) mod sync_batch_norm;
 pub mod transformer;
 pub mod upsample;
 
@@ -65,6 +66,12 @@ pub(crate) trait Layer: Send + std::fmt::Debug {
     /// Sets PyTorch's `track_running_stats` on a `_BatchNorm` and returns
     /// true; other layers return false.
     fn set_track_running_stats(&mut self, _on: bool) -> bool {
+        false
+    }
+    /// Makes a `_BatchNorm` a SyncBatchNorm over the ranks `sum` adds
+    /// over (`None`: a plain BatchNorm again) and returns true; other
+    /// layers return false.
+    fn set_rank_sum(&mut self, _sum: Option<std::sync::Arc<dyn sync_batch_norm::RankSum>>) -> bool {
         false
     }
     /// Sets a `_BatchNorm`'s momentum (`None`: torch's cumulative

@@ -1,7 +1,9 @@
 //! `BatchNorm` (1-D and 2-D in one) and `LayerNorm`.
+use super::sync_batch_norm::{self, RankSum, SyncNorm};
 use super::{shape_of, Layer};
 use crate::error::{Error, Result};
 use crate::nn::init;
+use std::sync::Arc;
 use tch::{Device, Kind, Tensor};
 
 /// Batch normalisation over dimension 1 of `(N, C)`, `(N, C, L)`,
@@ -20,6 +22,9 @@ pub(crate) struct BatchNorm {
     /// buffers but off, training normalises with the batch's statistics
     /// and leaves the buffers alone (BaseFinetuning freezes a BatchNorm so).
     tracking: bool,
+    /// SyncBatchNorm: training normalises over the job's whole batch,
+    /// summed over the ranks by this (`sync_batch_norm.rs`).
+    sync: Option<Arc<dyn RankSum>>,
 }
 
 /// The running statistics of a batch or instance norm (its buffers).
@@ -92,6 +97,7 @@ impl BatchNorm {
             bias,
             running,
             tracking: track_running_stats,
+            sync: None,
         })
     }
 }
@@ -107,6 +113,7 @@ impl Layer for BatchNorm {
             bias: super::map_opt(map, &self.bias)?,
             running,
             tracking: self.tracking,
+            sync: self.sync.clone(),
         }))
     }
 
@@ -121,6 +128,11 @@ impl Layer for BatchNorm {
 
     fn swap_momentum(&mut self, momentum: Option<f64>) -> Option<Option<f64>> {
         Some(std::mem::replace(&mut self.momentum, momentum))
+    }
+
+    fn set_rank_sum(&mut self, sum: Option<Arc<dyn RankSum>>) -> bool {
+        self.sync = sum;
+        true
     }
 
     fn forward(&self, x: &Tensor, training: bool) -> Result<Tensor> {
@@ -157,6 +169,12 @@ impl Layer for BatchNorm {
             }
             None => (None, None),
         };
+        if let (true, Some(sum)) = (training, &self.sync) {
+            let running = if self.tracking { self.running.as_ref() } else { None };
+            let norm =
+                SyncNorm { weight: self.weight.as_ref(), bias: self.bias.as_ref(), running, factor, eps: self.eps };
+            return sync_batch_norm::forward(x, &norm, sum);
+        }
         let use_batch_stats = training || self.running.is_none();
         Ok(x.f_batch_norm(
             self.weight.as_ref(),

@@ -137,6 +137,7 @@ impl FsdpStrategy {
         self.ctx.group.verify_params(&params)?;
         let state: Vec<Tensor> = params.iter().chain(&buffers).map(Tensor::shallow_clone).collect();
         self.ctx.group.broadcast_coalesced(&state, 0)?;
+        wrap::mark_checkpointed(&mut m, &self.options.checkpoint_classes)?;
         if self.options.sharding_strategy == ShardingStrategy::NoShard {
             drop(m);
             *lock(&self.wrapped) = Some(Wrapped { model, units: Vec::new(), replicated: params });

@@ -62,6 +62,11 @@ pub struct FsdpOptions {
     /// A module whose parameters not yet in a unit number at least this
     /// many becomes a unit (torch's `size_based_auto_wrap_policy`).
     pub min_num_params: Option<u64>,
+    /// Module class names whose every instance below the root runs its
+    /// forward as a checkpoint (Lightning's
+    /// `activation_checkpointing_policy={Block}`): its activations are not
+    /// kept, and backward runs the forward again.
+    pub checkpoint_classes: Vec<String>,
     /// `state_dict_type="sharded"`: checkpoints are directories in
     /// `torch.distributed.checkpoint`'s format, each rank writing its
     /// shards; otherwise ("full") rank 0 writes one gathered `.ckpt`.
@@ -73,7 +78,8 @@ impl FsdpOptions {
     pub fn set(&mut self, key: &str, v: &str) -> Result<bool> {
         match key {
             "sharding_strategy" => self.sharding_strategy = ShardingStrategy::parse(v)?,
-            "auto_wrap_policy" => self.wrap_classes = parse_class_list(v)?,
+            "auto_wrap_policy" => self.wrap_classes = parse_class_list(key, v)?,
+            "activation_checkpointing_policy" => self.checkpoint_classes = parse_class_list(key, v)?,
             "min_num_params" => {
                 self.min_num_params = match v {
                     "" | "none" | "None" => None,
@@ -96,23 +102,22 @@ impl FsdpOptions {
 }
 
 /// The keys [`FsdpOptions::set`] knows, for error messages.
-pub const KEYS: &str = "sharding_strategy, auto_wrap_policy, min_num_params, state_dict_type";
+pub const KEYS: &str =
+    "sharding_strategy, auto_wrap_policy, min_num_params, activation_checkpointing_policy, state_dict_type";
 
 /// A comma-separated list of class names ("none" or "" for none).
-fn parse_class_list(v: &str) -> Result<Vec<String>> {
+fn parse_class_list(key: &str, v: &str) -> Result<Vec<String>> {
     if v.is_empty() || v.eq_ignore_ascii_case("none") {
         return Ok(Vec::new());
     }
     let names: Vec<String> = v.split(',').map(|n| n.trim().to_owned()).collect();
     if names.len() > 64 {
-        return Err(Error::invalid("auto_wrap_policy: more than 64 class names"));
+        return Err(Error::invalid(format!("{key}: more than 64 class names")));
     }
     for n in &names {
         let ok = (1..=128).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
         if !ok {
-            return Err(Error::invalid(format!(
-                "auto_wrap_policy: {n:?} is not a class name (1 to 128 letters, digits or _)"
-            )));
+            return Err(Error::invalid(format!("{key}: {n:?} is not a class name (1 to 128 letters, digits or _)")));
         }
     }
     Ok(names)
@@ -133,6 +138,10 @@ mod tests {
         assert!(o.set("auto_wrap_policy", "Sequential, TransformerEncoderLayer").unwrap());
         assert_eq!(o.wrap_classes, ["Sequential", "TransformerEncoderLayer"]);
         assert!(o.set("auto_wrap_policy", "a.b").is_err());
+        assert!(o.set("activation_checkpointing_policy", "TransformerEncoderLayer").unwrap());
+        assert_eq!(o.checkpoint_classes, ["TransformerEncoderLayer"]);
+        let e = o.set("activation_checkpointing_policy", "a b").unwrap_err();
+        assert!(e.message.contains("activation_checkpointing_policy"), "{e}");
         assert!(o.set("min_num_params", "100").unwrap());
         assert_eq!(o.min_num_params, Some(100));
         assert!(o.set("min_num_params", "0").is_err());

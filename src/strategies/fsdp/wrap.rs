@@ -2,6 +2,7 @@
 //! linking every module to the unit that owns the parameters it reads.
 use super::settings::FsdpOptions;
 use super::unit::{FsdpUnit, UnitHook};
+use crate::error::{Error, ErrorCode, Result};
 use crate::nn::{param_identity, Module, ParamId, ShardHook, ShardLink, Slot};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -119,10 +120,96 @@ fn link_below(
     }
 }
 
-/// Removes every module's link.
+/// Removes every module's link and checkpoint.
 pub(crate) fn unlink(model: &mut Module) {
     model.set_shard_link(None);
+    model.checkpointed = false;
     for (_, child) in model.child_modules_mut() {
         unlink(child);
+    }
+}
+
+/// Checkpoints every module below the root whose class is in `classes`
+/// (Lightning's `activation_checkpointing_policy`). A class that names no
+/// module, or a match holding a TorchScript or exported module (whose
+/// copies for the second forward would be deep), is refused before
+/// anything is marked.
+pub(crate) fn mark_checkpointed(model: &mut Module, classes: &[String]) -> Result<()> {
+    if classes.is_empty() {
+        return Ok(());
+    }
+    let mut found = vec![0usize; classes.len()];
+    let mut refused = None;
+    survey(model, "", classes, &mut found, &mut refused);
+    if let Some(path) = refused {
+        return Err(Error::new(
+            ErrorCode::Unsupported,
+            format!(
+                "activation_checkpointing_policy: the module at {path:?} holds a TorchScript or exported module,                  which fulmen cannot run again in backward"
+            ),
+        ));
+    }
+    if let Some(i) = found.iter().position(|n| *n == 0) {
+        return Err(Error::invalid(format!(
+            "activation_checkpointing_policy: no module below the root is a {:?}",
+            classes[i]
+        )));
+    }
+    for (_, child) in model.child_modules_mut() {
+        mark_below(child, classes);
+    }
+    Ok(())
+}
+
+/// Counts the matches of each class below `m` and notes the first match
+/// that holds a TorchScript or exported module.
+fn survey(m: &Module, path: &str, classes: &[String], found: &mut [usize], refused: &mut Option<String>) {
+    for (name, child) in m.child_modules() {
+        let child_path = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
+        if let Some(i) = classes.iter().position(|c| c == child.type_name()) {
+            found[i] += 1;
+            if refused.is_none() && holds_script(child) {
+                *refused = Some(child_path.clone());
+            }
+        }
+        survey(child, &child_path, classes, found, refused);
+    }
+}
+
+fn holds_script(m: &Module) -> bool {
+    matches!(m.type_name(), "ScriptModule" | "ExportedProgram")
+        || m.child_modules().iter().any(|(_, c)| holds_script(c))
+}
+
+fn mark_below(m: &mut Module, classes: &[String]) {
+    m.checkpointed = classes.iter().any(|c| c == m.type_name());
+    for (_, child) in m.child_modules_mut() {
+        mark_below(child, classes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::Activation;
+
+    #[test]
+    fn a_checkpointing_policy_marks_below_the_root_or_is_refused() {
+        let mut m = Module::sequential();
+        m.push(Module::linear(3, 4, true).unwrap()).unwrap();
+        let mut block = Module::sequential();
+        block.push(Module::linear(4, 4, true).unwrap()).unwrap();
+        block.push(Module::activation(Activation::Tanh)).unwrap();
+        m.push(block).unwrap();
+        mark_checkpointed(&mut m, &["Sequential".to_owned()]).unwrap();
+        assert!(!m.checkpointed, "the root is never checkpointed");
+        assert!(m.child("1").unwrap().checkpointed);
+        assert!(!m.child("0").unwrap().checkpointed);
+        unlink(&mut m);
+        assert!(!m.child("1").unwrap().checkpointed);
+        let e = mark_checkpointed(&mut m, &["Linear".to_owned(), "Conv2d".to_owned()]).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        assert!(e.message.contains("Conv2d"), "{e}");
+        assert!(!m.child("0").unwrap().checkpointed, "a refused policy marks nothing");
     }
 }

@@ -54,7 +54,9 @@ public:
     /// default 1800), `bucket_cap_mb` (default 25), `num_nodes` (default
     /// 1); for "fsdp": `sharding_strategy` (FULL_SHARD, SHARD_GRAD_OP,
     /// NO_SHARD), `auto_wrap_policy` (comma-separated class names),
-    /// `min_num_params`, `state_dict_type` ("full"). A bad key or value
+    /// `min_num_params`, `activation_checkpointing_policy` (comma-separated
+    /// class names whose forwards are checkpointed), `state_dict_type`
+    /// ("full" or "sharded"). A bad key or value
     /// throws Error (FULMEN_CODE_INVALID_ARGUMENT; FULMEN_CODE_UNSUPPORTED
     /// for a value fulmen does not have yet) and changes nothing.
     template <class V>

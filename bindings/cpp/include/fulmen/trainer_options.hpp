@@ -357,6 +357,14 @@ public:
     /// Sets `process_group_backend` on a temporary and passes it on.
     Self&& process_group_backend(std::string_view v) && { return std::move(put("process_group_backend", v)); }
 
+    /// `sync_batchnorm` (bool; default false): strategy "ddp" (and ddp_spawn): every BatchNorm
+    /// normalises over the whole job's batch while fitting, its statistics and their gradients
+    /// summed over the ranks (torch's SyncBatchNorm); the model's BatchNorms are plain again after
+    /// the fit; other strategies ignore it, as Lightning does.
+    Self& sync_batchnorm(bool v) & { return put("sync_batchnorm", v); }
+    /// Sets `sync_batchnorm` on a temporary and passes it on.
+    Self&& sync_batchnorm(bool v) && { return std::move(put("sync_batchnorm", v)); }
+
     /// `fsdp_sharding_strategy` (text; default FULL_SHARD): strategy "fsdp": FULL_SHARD (parameters
     /// freed after each unit's forward and gathered again for its backward), SHARD_GRAD_OP
     /// (gathered parameters kept until the backward ends) or NO_SHARD (nothing sharded, gradients
@@ -378,6 +386,15 @@ public:
     Self& fsdp_min_num_params(std::string_view v) & { return put("fsdp_min_num_params", v); }
     /// Sets `fsdp_min_num_params` on a temporary and passes it on.
     Self&& fsdp_min_num_params(std::string_view v) && { return std::move(put("fsdp_min_num_params", v)); }
+
+    /// `fsdp_activation_checkpointing_policy` (text; default none): strategy "fsdp":
+    /// comma-separated module class names whose every instance below the root runs its forward as a
+    /// checkpoint (Lightning's activation_checkpointing_policy): its activations are not kept, and
+    /// backward runs the forward again (the same dropout masks and autocast) to get them; a class
+    /// that names no module is refused.
+    Self& fsdp_activation_checkpointing_policy(std::string_view v) & { return put("fsdp_activation_checkpointing_policy", v); }
+    /// Sets `fsdp_activation_checkpointing_policy` on a temporary and passes it on.
+    Self&& fsdp_activation_checkpointing_policy(std::string_view v) && { return std::move(put("fsdp_activation_checkpointing_policy", v)); }
 
     /// `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" = checkpoints hold the
     /// whole state, gathered from every rank and written by rank 0; "sharded" = each checkpoint is
