@@ -225,6 +225,7 @@ fn scenario(name: &str) -> Scenario {
         "sync_batch_norm" => {
             return Scenario { settings: vec![("sync_batchnorm", "true")], kind: Kind2::BatchNorm, strategy: "ddp" }
         }
+        "sync_batch_norm_fsdp" => (vec![full, wrap, ("sync_batchnorm", "true")], Kind2::BatchNorm),
         "sharded" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded")], mlp),
         // A ModelCheckpoint on a 50 ms clock (added in train_with) and rank
         // 1 starting 300 ms late: the ranks' clocks disagree at the first
@@ -305,7 +306,7 @@ fn train_with(
         probe: probe(sc.kind).0,
         // The bias before a BatchNorm has a zero gradient up to rounding,
         // which differs between one process and synchronized ranks.
-        sgd: sc.kind == Kind2::Transformer || name == "sync_batch_norm",
+        sgd: sc.kind == Kind2::Transformer || name.starts_with("sync_batch_norm"),
     };
     match micro_batches_of {
         Some(world) => {
@@ -599,12 +600,14 @@ fn an_encoder_stack_on_two_ranks_equals_one_process() {
     check_against_one_process("transformer", 2);
 }
 
-/// SyncBatchNorm: two DDP ranks normalise over their joint batch, so their
+/// SyncBatchNorm: two DDP (then FSDP) ranks normalise over their joint
+/// batch, so their
 /// losses, weights and running statistics are those of one process on the
 /// global batch.
 #[test]
 fn sync_batch_norm_on_two_ranks_equals_one_process() {
     check_against_one_process("sync_batch_norm", 2);
+    check_against_one_process("sync_batch_norm_fsdp", 2);
 }
 
 #[test]

@@ -420,11 +420,11 @@ func (o *TrainerOptions) SetProcessGroupBackend(v string) error {
 	return o.Set("process_group_backend", v)
 }
 
-// SetSyncBatchnorm sets `sync_batchnorm` (bool; default false): strategy
-// "ddp" (and ddp_spawn): every BatchNorm normalises over the whole job's
-// batch while fitting, its statistics and their gradients summed over the
-// ranks (torch's SyncBatchNorm); the model's BatchNorms are plain again after
-// the fit; other strategies ignore it, as Lightning does.
+// SetSyncBatchnorm sets `sync_batchnorm` (bool; default false): strategies
+// "ddp", "ddp_spawn" and "fsdp": every BatchNorm normalises over the whole
+// job's batch while fitting, its statistics and their gradients summed over
+// the ranks (torch's SyncBatchNorm); the model's BatchNorms are plain again
+// after the fit; one-process strategies ignore it, as Lightning does.
 func (o *TrainerOptions) SetSyncBatchnorm(v bool) error {
 	return o.SetBool("sync_batchnorm", v)
 }

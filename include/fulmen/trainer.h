@@ -920,11 +920,11 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  * - `process_group_backend` (text; default none): "gloo", "nccl", a custom
  *   accelerator's collectives hook, or "none" = by device (gloo on CPU,
  *   nccl on CUDA, the accelerator's hook when it has one).
- * - `sync_batchnorm` (bool; default false): strategy "ddp" (and
- *   ddp_spawn): every BatchNorm normalises over the whole job's batch
+ * - `sync_batchnorm` (bool; default false): strategies "ddp", "ddp_spawn"
+ *   and "fsdp": every BatchNorm normalises over the whole job's batch
  *   while fitting, its statistics and their gradients summed over the
  *   ranks (torch's SyncBatchNorm); the model's BatchNorms are plain again
- *   after the fit; other strategies ignore it, as Lightning does.
+ *   after the fit; one-process strategies ignore it, as Lightning does.
  * - `fsdp_sharding_strategy` (text; default FULL_SHARD): strategy "fsdp":
  *   FULL_SHARD (parameters freed after each unit's forward and gathered
  *   again for its backward), SHARD_GRAD_OP (gathered parameters kept until

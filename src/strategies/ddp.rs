@@ -16,8 +16,8 @@ use crate::trainer::{LightningModule, TrainerOptions};
 use std::sync::Arc;
 use tch::Tensor;
 
-/// SyncBatchNorm's sums over the job's process group.
-struct GroupSum(Arc<ProcessGroup>);
+/// SyncBatchNorm's sums over the job's process group (DDP's and FSDP's).
+pub(crate) struct GroupSum(pub Arc<ProcessGroup>);
 
 impl std::fmt::Debug for GroupSum {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -672,9 +672,10 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         key: "sync_batchnorm",
         kind: OptionKind::Bool,
         default: "false",
-        doc: "strategy \"ddp\" (and ddp_spawn): every BatchNorm normalises over the whole job's batch while \
-              fitting, its statistics and their gradients summed over the ranks (torch's SyncBatchNorm); the \
-              model's BatchNorms are plain again after the fit; other strategies ignore it, as Lightning does",
+        doc: "strategies \"ddp\", \"ddp_spawn\" and \"fsdp\": every BatchNorm normalises over the whole job's \
+              batch while fitting, its statistics and their gradients summed over the ranks (torch's \
+              SyncBatchNorm); the model's BatchNorms are plain again after the fit; one-process strategies ignore \
+              it, as Lightning does",
         apply: strategy_setting!("sync_batchnorm"),
     },
     TrainerOption {

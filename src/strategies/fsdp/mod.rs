@@ -49,6 +49,9 @@ pub(crate) struct FsdpStrategy {
     sync: Arc<AtomicBool>,
     /// The run failed: the group is gone, nothing may be gathered.
     failed: bool,
+    /// Lightning's `sync_batchnorm`: the model's BatchNorms are
+    /// SyncBatchNorms while it is sharded.
+    sync_batchnorm: bool,
 }
 
 /// Locks `m`, taking the value of a poisoned lock.
@@ -78,6 +81,7 @@ impl FsdpStrategy {
             pending: false,
             sync: Arc::new(AtomicBool::new(true)),
             failed: false,
+            sync_batchnorm: opts.strategy.ddp.sync_batchnorm,
         })
     }
 
@@ -124,7 +128,10 @@ impl FsdpStrategy {
                 first.get_or_insert(e);
             }
         }
-        wrap::unlink(&mut lock(&w.model));
+        let mut m = lock(&w.model);
+        wrap::unlink(&mut m);
+        m.set_batch_norm_sync(None);
+        drop(m);
         first.map_or(Ok(()), |e| Err(self.ctx.explain(e)))
     }
 
@@ -138,6 +145,9 @@ impl FsdpStrategy {
         let state: Vec<Tensor> = params.iter().chain(&buffers).map(Tensor::shallow_clone).collect();
         self.ctx.group.broadcast_coalesced(&state, 0)?;
         wrap::mark_checkpointed(&mut m, &self.options.checkpoint_classes)?;
+        if self.sync_batchnorm && self.ctx.world_size() > 1 {
+            m.set_batch_norm_sync(Some(Arc::new(crate::strategies::ddp::GroupSum(Arc::clone(&self.ctx.group)))));
+        }
         if self.options.sharding_strategy == ShardingStrategy::NoShard {
             drop(m);
             *lock(&self.wrapped) = Some(Wrapped { model, units: Vec::new(), replicated: params });
@@ -387,7 +397,9 @@ impl Strategy for FsdpStrategy {
             for u in &w.units {
                 u.detach_hooks();
             }
-            wrap::unlink(&mut lock(&w.model));
+            let mut m = lock(&w.model);
+            wrap::unlink(&mut m);
+            m.set_batch_norm_sync(None);
         }
         distributed::abort();
         e

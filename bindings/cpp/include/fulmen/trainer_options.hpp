@@ -357,10 +357,10 @@ public:
     /// Sets `process_group_backend` on a temporary and passes it on.
     Self&& process_group_backend(std::string_view v) && { return std::move(put("process_group_backend", v)); }
 
-    /// `sync_batchnorm` (bool; default false): strategy "ddp" (and ddp_spawn): every BatchNorm
-    /// normalises over the whole job's batch while fitting, its statistics and their gradients
-    /// summed over the ranks (torch's SyncBatchNorm); the model's BatchNorms are plain again after
-    /// the fit; other strategies ignore it, as Lightning does.
+    /// `sync_batchnorm` (bool; default false): strategies "ddp", "ddp_spawn" and "fsdp": every
+    /// BatchNorm normalises over the whole job's batch while fitting, its statistics and their
+    /// gradients summed over the ranks (torch's SyncBatchNorm); the model's BatchNorms are plain
+    /// again after the fit; one-process strategies ignore it, as Lightning does.
     Self& sync_batchnorm(bool v) & { return put("sync_batchnorm", v); }
     /// Sets `sync_batchnorm` on a temporary and passes it on.
     Self&& sync_batchnorm(bool v) && { return std::move(put("sync_batchnorm", v)); }
