@@ -297,6 +297,20 @@ func (m *Model) SetTraining(training bool) error {
 	return err
 }
 
+// SetActivationCheckpointing checkpoints the forward of the module at path
+// ("" for the model itself), or stops (torch.utils.checkpoint): its
+// activations are not kept, and backward runs it again with the first
+// run's dropout masks and autocast, so the gradients are the plain
+// forward's. ErrUnsupported for a module holding a TorchScript or exported
+// module.
+func (m *Model) SetActivationCheckpointing(path string, enabled bool) error {
+	p := cString(path)
+	defer freeCString(p)
+	err := check(C.fulmen_model_set_activation_checkpointing(m.ptr(), p, C.bool(enabled)))
+	runtime.KeepAlive(m)
+	return err
+}
+
 // IsTraining reports whether the model is in training mode.
 func (m *Model) IsTraining() (bool, error) {
 	var v C.bool

@@ -37,6 +37,12 @@ func TestModelLayers(t *testing.T) {
 	if sh := must(y.Shape()); !reflect.DeepEqual(sh, []int64{2, 3}) {
 		t.Fatalf("cnn output %v", sh)
 	}
+	// Activation checkpointing by path: the outputs are the plain ones.
+	ok(t, cnn.SetActivationCheckpointing("0", true))
+	if err := cnn.SetActivationCheckpointing("99", true); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("checkpointing a missing child: %v", err)
+	}
+	ok(t, cnn.SetActivationCheckpointing("0", false))
 	ok(t, cnn.SetTraining(false))
 	if must(cnn.IsTraining()) {
 		t.Fatal("still training")

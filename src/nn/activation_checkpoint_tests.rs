@@ -30,7 +30,7 @@ fn model(checkpointed: &[&str]) -> Module {
     m.push(block()).unwrap();
     m.push(Module::linear(4, 1, true).unwrap()).unwrap();
     for path in checkpointed {
-        m.child_mut(path).unwrap().checkpointed = true;
+        m.set_activation_checkpointing(path, true).unwrap();
     }
     m
 }
@@ -61,6 +61,7 @@ fn input() -> Tensor {
 
 #[test]
 fn checkpointed_blocks_give_the_plain_gradients_with_dropout() {
+    let _rng = crate::nn::init::test_rng_lock();
     let x = input();
     let plain = step(&model(&[]), &x);
     assert_same("blocks", &step(&model(&["1", "2"]), &x), &plain);
@@ -73,6 +74,7 @@ fn checkpointed_blocks_give_the_plain_gradients_with_dropout() {
 
 #[test]
 fn checkpointed_blocks_run_again_under_the_first_runs_autocast() {
+    let _rng = crate::nn::init::test_rng_lock();
     let x = input();
     let under_bf16 = |m: &Module| {
         let guard = AutocastGuard::enter(DeviceType::Cpu, Kind::BFloat16).unwrap();
@@ -90,6 +92,7 @@ fn checkpointed_blocks_run_again_under_the_first_runs_autocast() {
 
 #[test]
 fn without_gradients_a_checkpointed_forward_runs_once_plainly() {
+    let _rng = crate::nn::init::test_rng_lock();
     let x = input();
     let mut m = model(&["1", "2"]);
     m.set_training(false).unwrap();
@@ -127,12 +130,13 @@ fn scaled(fail_from: usize) -> (Module, Arc<Scale>) {
     h.register_parameter("w", &Tensor::from_slice(&[2.0f32, 3.0, 4.0])).unwrap();
     let mut m = Module::sequential();
     m.push(h).unwrap();
-    m.child_mut("0").unwrap().checkpointed = true;
+    m.set_activation_checkpointing("0", true).unwrap();
     (m, host)
 }
 
 #[test]
 fn a_failing_second_forward_fails_backward_with_its_message() {
+    let _rng = crate::nn::init::test_rng_lock();
     let (m, host) = scaled(2);
     let loss = m.forward(&input()).unwrap().sum(Kind::Float);
     let e = loss.f_backward().unwrap_err().to_string();
@@ -146,6 +150,7 @@ fn a_failing_second_forward_fails_backward_with_its_message() {
 
 #[test]
 fn an_input_changed_after_the_forward_fails_backward() {
+    let _rng = crate::nn::init::test_rng_lock();
     let (m, host) = scaled(usize::MAX);
     let mut x = input();
     let loss = m.forward(&x).unwrap().sum(Kind::Float);

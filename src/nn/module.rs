@@ -40,8 +40,12 @@ pub struct Module {
     /// shards the model.
     pub(crate) shard: Option<super::shard_hook::ShardLink>,
     /// Whether its forward is checkpointed (`activation_checkpoint.rs`):
-    /// activations not kept, the forward run again in backward.
+    /// activations not kept, the forward run again in backward. Set by the
+    /// host ([`Module::set_activation_checkpointing`]).
     pub(crate) checkpointed: bool,
+    /// The same, set by a strategy's policy for a run (FSDP's
+    /// `activation_checkpointing_policy`) and cleared after it.
+    pub(crate) checkpointed_by_strategy: bool,
 }
 
 #[derive(Debug)]
@@ -70,6 +74,7 @@ impl Module {
             compiled: Vec::new(),
             shard: None,
             checkpointed: false,
+            checkpointed_by_strategy: false,
         }
     }
 
@@ -410,6 +415,38 @@ impl Module {
         )
     }
 
+    /// Checkpoints the forward of the module at `path` ("" for this one),
+    /// or stops (torch's `torch.utils.checkpoint` around that module): its
+    /// activations are not kept, and backward runs its forward again under
+    /// the first run's generator states and autocast, so the gradients are
+    /// those of the plain forward. Refused (`Unsupported`) for a module
+    /// holding a TorchScript or exported module.
+    pub fn set_activation_checkpointing(&mut self, path: &str, on: bool) -> Result<()> {
+        let m = self.child_mut(path)?;
+        if on && m.holds_script() {
+            return Err(Error::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "activation checkpointing of {path:?}: it holds a TorchScript or exported module, which fulmen \
+                     cannot run again in backward"
+                ),
+            ));
+        }
+        m.checkpointed = on;
+        Ok(())
+    }
+
+    /// Whether its forward is checkpointed, by the host or a strategy.
+    pub(crate) fn is_checkpointed(&self) -> bool {
+        self.checkpointed || self.checkpointed_by_strategy
+    }
+
+    /// Whether the subtree holds a TorchScript or exported module.
+    pub(crate) fn holds_script(&self) -> bool {
+        matches!(self.node, Node::Script(_) | Node::Exported(_))
+            || self.children().iter().any(|(_, c)| c.holds_script())
+    }
+
     /// The forward of a checkpoint's copy: the module's own sharding and
     /// checkpoint left out (its descendants' kept).
     pub(crate) fn forward_unhooked(&self, x: &Tensor) -> Result<Tensor> {
@@ -469,7 +506,7 @@ impl Module {
     pub fn forward_multi(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         self.sharded(
             |ys: &Vec<Tensor>| ys.iter().map(Tensor::shallow_clone).collect(),
-            || match self.checkpointed {
+            || match self.is_checkpointed() {
                 true => super::activation_checkpoint::run(self, inputs, false),
                 false => self.forward_multi_inner(inputs),
             },
@@ -700,6 +737,7 @@ impl Module {
                     if links {
                         copy.shard = m.shard.clone();
                         copy.checkpointed = m.checkpointed;
+                        copy.checkpointed_by_strategy = m.checkpointed_by_strategy;
                     }
                     Ok((n.clone(), copy))
                 })
@@ -728,6 +766,7 @@ impl Module {
             compiled: Vec::new(),
             shard: None,
             checkpointed: false,
+            checkpointed_by_strategy: false,
         })
     }
 

@@ -721,6 +721,79 @@ static void test_sequential(void) {
     fulmen_tensor_free(x);
 }
 
+/* Linear(3, 4) -> Sequential(Linear(4, 8), Dropout(0.3), Tanh, Linear(8, 1)),
+ * from seed 7. */
+static fulmen_model *dropout_net(void) {
+    fulmen_model *m = NULL, *block = NULL, *drop = NULL;
+    must(fulmen_manual_seed(7));
+    must(fulmen_model_sequential_new(&m));
+    must(fulmen_model_push(m, linear(3, 4)));
+    must(fulmen_model_sequential_new(&block));
+    must(fulmen_model_push(block, linear(4, 8)));
+    must(fulmen_model_dropout_new(0.3, &drop));
+    must(fulmen_model_push(block, drop));
+    must(fulmen_model_push(block, activation(FULMEN_ACTIVATION_TANH, 0)));
+    must(fulmen_model_push(block, linear(8, 1)));
+    must(fulmen_model_push(m, block));
+    return m;
+}
+
+#define NET_PARAMS 6
+
+/* One forward and backward of `m` on `x` from seed 3: writes the loss and
+ * every parameter's gradient (new handles). */
+static void loss_and_grads(fulmen_model *m, const fulmen_tensor *x, fulmen_tensor **loss,
+                           fulmen_tensor *grads[NET_PARAMS]) {
+    CHECK_OK(fulmen_manual_seed(3));
+    fulmen_tensor *y = forward(m, x);
+    CHECK_OK(fulmen_tensor_mean(y, loss));
+    CHECK_OK(fulmen_tensor_backward(*loss));
+    fulmen_tensor *params[NET_PARAMS] = {NULL};
+    size_t n = 0;
+    CHECK_OK(fulmen_model_parameters(m, false, params, NET_PARAMS, &n));
+    CHECK(n == NET_PARAMS);
+    for (size_t i = 0; i < n; i++) {
+        grads[i] = NULL;
+        CHECK_OK(fulmen_tensor_grad(params[i], &grads[i]));
+        CHECK(grads[i] != NULL);
+        fulmen_tensor_free(params[i]);
+    }
+    fulmen_tensor_free(y);
+}
+
+/* Activation checkpointing: a checkpointed block with dropout gives the
+ * loss and gradients of the plain forward exactly; bad paths are refused
+ * and change nothing. */
+static void test_activation_checkpointing(void) {
+    fulmen_model *plain = dropout_net(), *checkpointed = dropout_net();
+    CHECK_OK(fulmen_model_set_activation_checkpointing(checkpointed, "1", true));
+    CHECK_OK(fulmen_model_set_activation_checkpointing(checkpointed, "1.0", true)); /* nested */
+    CHECK_ERR(fulmen_model_set_activation_checkpointing(checkpointed, "9", true), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_model_set_activation_checkpointing(NULL, "1", true), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_model_set_activation_checkpointing(WRONG, "1", true), FULMEN_CODE_INVALID_HANDLE, NULL);
+    const int64_t xd[2] = {6, 3};
+    fulmen_tensor *x = NULL;
+    CHECK_OK(fulmen_tensor_randn(xd, 2, FULMEN_DTYPE_F32, &x));
+    fulmen_tensor *la = NULL, *lb = NULL, *ga[NET_PARAMS], *gb[NET_PARAMS];
+    loss_and_grads(plain, x, &la, ga);
+    loss_and_grads(checkpointed, x, &lb, gb);
+    CHECK(same_values(la, lb));
+    for (size_t i = 0; i < NET_PARAMS; i++) {
+        CHECK(same_values(ga[i], gb[i]));
+        fulmen_tensor_free(ga[i]);
+        fulmen_tensor_free(gb[i]);
+    }
+    /* Off again (and the model itself, a path of NULL, on and off). */
+    CHECK_OK(fulmen_model_set_activation_checkpointing(checkpointed, "1", false));
+    CHECK_OK(fulmen_model_set_activation_checkpointing(checkpointed, NULL, true));
+    CHECK_OK(fulmen_model_set_activation_checkpointing(checkpointed, "", false));
+    fulmen_tensor_free(la);
+    fulmen_tensor_free(lb);
+    fulmen_tensor_free(x);
+    fulmen_model_free(plain);
+    fulmen_model_free(checkpointed);
+}
+
 /* Named containers: add under names, nested names in the state_dict,
  * forward_child by path, no forward of their own; bad names and paths. */
 static void test_named(void) {
@@ -1257,6 +1330,7 @@ int main(void) {
     test_flatten();
     test_activations();
     test_sequential();
+    test_activation_checkpointing();
     test_named();
     test_training_mode();
     test_state_dict();

@@ -54,6 +54,16 @@ TEST_F(ModelTest, SequentialForwardAndState) {
     EXPECT_TRUE(m.train().is_training());
 }
 
+TEST_F(ModelTest, ActivationCheckpointingKeepsTheOutputs) {
+    Model m = fulmen_test::mlp();
+    Tensor x = Tensor::randn({3, 2});
+    Tensor plain = m.forward(x);
+    m.set_activation_checkpointing("0").set_activation_checkpointing("2");
+    EXPECT_EQ(m.forward(x).to_vector<float>(), plain.to_vector<float>());
+    EXPECT_THROW(m.set_activation_checkpointing("7"), fulmen::Error);
+    m.set_activation_checkpointing("0", false).set_activation_checkpointing("2", false);
+}
+
 TEST_F(ModelTest, PushConsumesOnlyOnSuccess) {
     Model seq = Model::sequential();
     Model layer = Model::linear(3, 4);

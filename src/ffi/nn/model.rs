@@ -718,6 +718,34 @@ pub unsafe extern "C" fn fulmen_model_set_training(model: *mut fulmen_model, tra
     guard!(|| lock(&*model_arg(model, "model")?)?.set_training(training))
 }
 
+/// Checkpoints the forward of the module at `path` (NULL or "" for the
+/// model itself) when `enabled`, or stops (torch's `torch.utils.checkpoint`
+/// around that module's forward): its activations are not kept, and
+/// backward runs its forward again, with the first run's generator states
+/// (dropout's masks) and autocast, to get them. The gradients are those of
+/// the plain forward; the memory of the module's activations is traded for
+/// a second forward. Nested checkpoints work; a module inside a unit of
+/// strategy "fsdp" may be checkpointed this way too
+/// (`fsdp_activation_checkpointing_policy` does it by class). The setting
+/// stays with the model (checkpoint files do not hold it).
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`path` names no module or is not
+/// UTF-8), FULMEN_CODE_UNSUPPORTED (the module holds a TorchScript or
+/// exported module, whose copies for the second forward would be deep).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_set_activation_checkpointing(
+    model: *mut fulmen_model,
+    path: *const c_char,
+    enabled: bool,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let m = model_arg(model, "model")?;
+        let path = if path.is_null() { "" } else { str_arg(path, "path")? };
+        let mut guard = lock(&m)?;
+        guard.set_activation_checkpointing(path, enabled)
+    })
+}
+
 /// Writes whether the model is in training mode.
 ///
 /// Errors: the common ones only.

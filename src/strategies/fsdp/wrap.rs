@@ -123,7 +123,7 @@ fn link_below(
 /// Removes every module's link and checkpoint.
 pub(crate) fn unlink(model: &mut Module) {
     model.set_shard_link(None);
-    model.checkpointed = false;
+    model.checkpointed_by_strategy = false;
     for (_, child) in model.child_modules_mut() {
         unlink(child);
     }
@@ -168,7 +168,7 @@ fn survey(m: &Module, path: &str, classes: &[String], found: &mut [usize], refus
         let child_path = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
         if let Some(i) = classes.iter().position(|c| c == child.type_name()) {
             found[i] += 1;
-            if refused.is_none() && holds_script(child) {
+            if refused.is_none() && child.holds_script() {
                 *refused = Some(child_path.clone());
             }
         }
@@ -176,13 +176,8 @@ fn survey(m: &Module, path: &str, classes: &[String], found: &mut [usize], refus
     }
 }
 
-fn holds_script(m: &Module) -> bool {
-    matches!(m.type_name(), "ScriptModule" | "ExportedProgram")
-        || m.child_modules().iter().any(|(_, c)| holds_script(c))
-}
-
 fn mark_below(m: &mut Module, classes: &[String]) {
-    m.checkpointed = classes.iter().any(|c| c == m.type_name());
+    m.checkpointed_by_strategy = classes.iter().any(|c| c == m.type_name());
     for (_, child) in m.child_modules_mut() {
         mark_below(child, classes);
     }
@@ -195,6 +190,7 @@ mod tests {
 
     #[test]
     fn a_checkpointing_policy_marks_below_the_root_or_is_refused() {
+        let _rng = crate::nn::init::test_rng_lock();
         let mut m = Module::sequential();
         m.push(Module::linear(3, 4, true).unwrap()).unwrap();
         let mut block = Module::sequential();
@@ -202,14 +198,18 @@ mod tests {
         block.push(Module::activation(Activation::Tanh)).unwrap();
         m.push(block).unwrap();
         mark_checkpointed(&mut m, &["Sequential".to_owned()]).unwrap();
-        assert!(!m.checkpointed, "the root is never checkpointed");
-        assert!(m.child("1").unwrap().checkpointed);
-        assert!(!m.child("0").unwrap().checkpointed);
+        assert!(!m.is_checkpointed(), "the root is never checkpointed");
+        assert!(m.child("1").unwrap().is_checkpointed());
+        assert!(!m.child("0").unwrap().is_checkpointed());
+        // The host's own checkpoint outlives the strategy's.
+        m.set_activation_checkpointing("0", true).unwrap();
         unlink(&mut m);
-        assert!(!m.child("1").unwrap().checkpointed);
+        assert!(!m.child("1").unwrap().is_checkpointed());
+        assert!(m.child("0").unwrap().is_checkpointed());
+        m.set_activation_checkpointing("0", false).unwrap();
         let e = mark_checkpointed(&mut m, &["Linear".to_owned(), "Conv2d".to_owned()]).unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidArgument);
         assert!(e.message.contains("Conv2d"), "{e}");
-        assert!(!m.child("0").unwrap().checkpointed, "a refused policy marks nothing");
+        assert!(!m.child("0").unwrap().is_checkpointed(), "a refused policy marks nothing");
     }
 }

@@ -412,6 +412,14 @@ public:
     }
     /// Evaluation mode (model.eval()).
     Model& eval() { return train(false); }
+    /// Checkpoints the forward of the module at `path` ("" for the model
+    /// itself), or stops (torch.utils.checkpoint): its activations are not
+    /// kept, and backward runs it again with the first run's dropout masks
+    /// and autocast, so the gradients are the plain forward's.
+    Model& set_activation_checkpointing(const std::string& path, bool on = true) {
+        check(fulmen_model_set_activation_checkpointing(get(), path.c_str(), on));
+        return *this;
+    }
     /// Whether the model is in training mode.
     bool is_training() const { return query<bool>(fulmen_model_is_training); }
 
