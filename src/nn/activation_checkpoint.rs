@@ -26,20 +26,20 @@ struct Recompute {
 
 impl Recompute {
     fn run(&self, tensors: &[Tensor]) -> Result<Vec<Tensor>> {
-        let mut it = tensors.iter();
-        let inputs: Vec<Option<&Tensor>> = self.given.iter().map(|g| if *g { it.next() } else { None }).collect();
-        if it.next().is_some() || inputs.iter().filter(|t| t.is_some()).count() != tensors.len() {
+        if tensors.len() != self.given.iter().filter(|g| **g).count() {
             return Err(Error::state("a checkpointed forward got another number of inputs than it was made for"));
         }
+        let mut it = tensors.iter();
+        let inputs: Vec<Option<&Tensor>> = self.given.iter().map(|g| if *g { it.next() } else { None }).collect();
         if self.single {
             let x = inputs
                 .first()
                 .copied()
                 .flatten()
                 .ok_or_else(|| Error::state("a checkpointed forward lost its input"))?;
-            return Ok(vec![self.module.forward_unhooked(x)?]);
+            return Ok(vec![self.module.forward_inner(x)?]);
         }
-        self.module.forward_multi_unhooked(&inputs)
+        self.module.forward_multi_inner(&inputs)
     }
 }
 

@@ -148,6 +148,22 @@ fn a_failing_second_forward_fails_backward_with_its_message() {
     assert_eq!(y.size(), [6, 3]);
 }
 
+/// A strategy's mark checkpoints `forward` and `forward_multi` alike: the
+/// host forward runs again in backward.
+#[test]
+fn a_strategy_mark_checkpoints_both_forwards() {
+    let _rng = crate::nn::init::test_rng_lock();
+    let (mut m, host) = scaled(usize::MAX);
+    m.set_activation_checkpointing("0", false).unwrap();
+    m.child_mut("0").unwrap().checkpointed_by_strategy = true;
+    m.forward(&input()).unwrap().sum(Kind::Float).f_backward().unwrap();
+    assert_eq!(host.calls.load(Ordering::SeqCst), 2, "forward");
+    let x = input();
+    let out = m.forward_multi(&[Some(&x)]).unwrap();
+    out[0].sum(Kind::Float).f_backward().unwrap();
+    assert_eq!(host.calls.load(Ordering::SeqCst), 4, "forward_multi");
+}
+
 #[test]
 fn an_input_changed_after_the_forward_fails_backward() {
     let _rng = crate::nn::init::test_rng_lock();

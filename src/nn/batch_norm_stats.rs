@@ -10,17 +10,14 @@ use std::sync::Arc;
 
 impl Module {
     /// Makes every BatchNorm of the tree a SyncBatchNorm over the ranks
-    /// `sum` adds over (`None`: plain BatchNorms again); returns how many
-    /// there are.
-    pub(crate) fn set_batch_norm_sync(&mut self, sum: Option<Arc<dyn RankSum>>) -> usize {
-        let mut n = 0;
+    /// `sum` adds over (`None`: plain BatchNorms again).
+    pub(crate) fn set_batch_norm_sync(&mut self, sum: Option<Arc<dyn RankSum>>) {
         let _ = self.walk_flat_mut("", &mut |_, m| {
             if let Node::Layer(l) = &mut m.node {
-                n += usize::from(l.set_rank_sum(sum.clone()));
+                l.set_rank_sum(sum.clone());
             }
             Ok(())
         });
-        n
     }
 
     /// Whether any module of the tree is one of torch's `_BatchNorm`s.

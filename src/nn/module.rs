@@ -403,7 +403,7 @@ impl Module {
         self.sharded(
             |y: &Tensor| vec![y.shallow_clone()],
             || {
-                if !self.checkpointed {
+                if !self.is_checkpointed() {
                     return self.forward_inner(x);
                 }
                 let mut out = super::activation_checkpoint::run(self, &[Some(x)], true)?;
@@ -447,19 +447,9 @@ impl Module {
             || self.children().iter().any(|(_, c)| c.holds_script())
     }
 
-    /// The forward of a checkpoint's copy: the module's own sharding and
-    /// checkpoint left out (its descendants' kept).
-    pub(crate) fn forward_unhooked(&self, x: &Tensor) -> Result<Tensor> {
-        self.forward_inner(x)
-    }
-
-    /// [`Module::forward_unhooked`] for several inputs.
-    pub(crate) fn forward_multi_unhooked(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        self.forward_multi_inner(inputs)
-    }
-
-    /// [`Module::forward`] without the sharding unit's hooks.
-    fn forward_inner(&self, x: &Tensor) -> Result<Tensor> {
+    /// [`Module::forward`] without the module's own sharding unit hooks and
+    /// checkpoint (its descendants' kept): also what a checkpoint runs.
+    pub(crate) fn forward_inner(&self, x: &Tensor) -> Result<Tensor> {
         match &self.node {
             Node::Layer(l) => l.forward(x, self.training),
             Node::Script(s) => s.forward(x),
@@ -513,8 +503,9 @@ impl Module {
         )
     }
 
-    /// [`Module::forward_multi`] without the sharding unit's hooks.
-    fn forward_multi_inner(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+    /// [`Module::forward_multi`] without the module's own sharding unit
+    /// hooks and checkpoint.
+    pub(crate) fn forward_multi_inner(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         if let Some(host) = &self.host {
             let out = host.forward(self, inputs)?;
             if out.len() != host.num_outputs() {
