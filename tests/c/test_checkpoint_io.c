@@ -39,9 +39,12 @@ typedef struct {
     int fail_at;  /* this save (1-based) fails; 0: none */
     int hostile;  /* load: 1 reports SIZE_MAX, 2 the limit + 1, 3 writes a byte less than it reported */
     /* The first save waits (up to a minute) until a training step runs
-     * meanwhile: it ends at once when saves run in the background, and
-     * only a save that blocks the steps waits the whole minute. */
+     * after it was requested (requested_at: the step count when the
+     * trainer built it, on its thread): it ends at once when saves run in
+     * the background, however late the background thread starts, and only
+     * a save that blocks the steps waits the whole minute. */
     bool wait_for_a_step;
+    atomic_int requested_at; /* -1 until the first save is requested */
     pthread_t main;
     int off_main_saves;
     int overlapped; /* saves during which training steps ran */
@@ -79,6 +82,8 @@ static fulmen_error *io_save(void *ud, const uint8_t *bytes, size_t len, const c
     if (!pthread_equal(pthread_self(), s->main)) s->off_main_saves++;
     int before = s->steps != NULL ? atomic_load(s->steps) : 0;
     if (s->wait_for_a_step && s->saves == 1 && s->steps != NULL) {
+        int requested = atomic_load(&s->requested_at);
+        if (requested >= 0) before = requested;
         struct timespec ts = {0, 10 * 1000000L};
         for (int i = 0; i < 6000 && atomic_load(s->steps) == before; i++) nanosleep(&ts, NULL);
     }
@@ -238,6 +243,16 @@ static void a_failing_save_fails_the_fit(fulmen_loader *l) {
     fulmen_model_free(w.model);
 }
 
+/* on_save_checkpoint, on the trainer's thread as it builds a checkpoint:
+ * the step count when the first save was requested. */
+static fulmen_error *note_request(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+    (void)ctx;
+    store *s = ud;
+    int unset = -1;
+    if (hook == FULMEN_HOOK_SAVE_CHECKPOINT) atomic_compare_exchange_strong(&s->requested_at, &unset, atomic_load(s->steps));
+    return NULL;
+}
+
 /* async_checkpoint_io: saves run on another thread while the next steps
  * train; the fit returns once the last one is stored; a failed background
  * save is reported at the next save, or at the end of the fit. */
@@ -246,6 +261,7 @@ static void async_saves_overlap_and_report_errors(fulmen_loader *l) {
     atomic_init(&w.steps, 0);
     fulmen_lightning_module *m = fixture_module(w.model, &w, step, NULL);
     store s = {.main = pthread_self(), .wait_for_a_step = true, .steps = &w.steps};
+    atomic_init(&s.requested_at, -1);
     char dir[256];
     snprintf(dir, sizeof dir, "%s/async/checkpoints", g_root);
     fulmen_model_checkpoint_options o = fulmen_model_checkpoint_options_default();
@@ -253,6 +269,12 @@ static void async_saves_overlap_and_report_errors(fulmen_loader *l) {
     o.save_top_k = -1; /* every epoch's file stays */
     fulmen_trainer *t = trainer_for(&s, 3, true, NULL, NULL);
     CHECK_OK(fulmen_trainer_add_model_checkpoint(t, &o));
+    fulmen_callback_vtable cb;
+    memset(&cb, 0, sizeof cb);
+    cb.struct_size = sizeof cb;
+    cb.userdata = &s;
+    cb.on_hook = note_request;
+    CHECK_OK(fulmen_trainer_add_callback(t, "note_request", &cb));
     CHECK_OK(fulmen_trainer_fit(t, m, l, NULL, NULL));
     CHECK(s.saves == 3 && s.off_main_saves == 3 && count_files(&s) == 3);
     CHECK(s.overlapped >= 1); /* the next epoch trained during a save */
