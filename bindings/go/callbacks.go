@@ -335,6 +335,41 @@ func fulmenGoEvalStep(ud C.uintptr_t, stage C.int, ctx *C.fulmen_step_context, b
 	})
 }
 
+//export fulmenGoEvalStepOutput
+func fulmenGoEvalStepOutput(ud C.uintptr_t, stage C.int, ctx *C.fulmen_step_context, batch *C.fulmen_batch, out **C.fulmen_tensor) *C.fulmen_error {
+	return runCallback(func() error {
+		sc, b := &StepContext{h: ctx}, &Batch{h: batch}
+		defer sc.end()
+		defer b.end()
+		m := moduleOf(ud)
+		step := m.funcs.ValidationStepOutput
+		if Stage(stage) == StageTest {
+			step = m.funcs.TestStepOutput
+		}
+		y, err := step(sc, b)
+		if err != nil {
+			return err
+		}
+		return lend(y, out)
+	})
+}
+
+//export fulmenGoConfigureModel
+func fulmenGoConfigureModel(ud C.uintptr_t, deviceType C.int32_t, deviceIndex C.int64_t) *C.fulmen_error {
+	return runCallback(func() error {
+		return moduleOf(ud).funcs.ConfigureModel(Device{Type: DeviceType(deviceType), Index: int64(deviceIndex)})
+	})
+}
+
+//export fulmenGoConfigureCallbacks
+func fulmenGoConfigureCallbacks(ud C.uintptr_t, list *C.fulmen_callback_list) *C.fulmen_error {
+	return runCallback(func() error {
+		l := &CallbackList{h: list}
+		defer func() { l.h = nil }()
+		return moduleOf(ud).funcs.ConfigureCallbacks(l)
+	})
+}
+
 //export fulmenGoPredictStep
 func fulmenGoPredictStep(ud C.uintptr_t, ctx *C.fulmen_step_context, batch *C.fulmen_batch, out **C.fulmen_tensor) *C.fulmen_error {
 	return runCallback(func() error {

@@ -17,7 +17,7 @@ import (
 
 // DataModule is Lightning's LightningDataModule: the data of a run apart
 // from the module. The trainer calls, in Lightning's order, PrepareData
-// (once per node, on local rank 0), Setup(stage) before the module's setup
+// (once per node, on local rank 0; see DataModulePerNode), Setup(stage) before the module's setup
 // hook, the dataloaders it implements when the loops want them (the
 // optional DataModuleTrain, DataModuleVal, DataModuleTest and
 // DataModulePredict; the module's own ModuleFuncs dataloaders serve what
@@ -61,6 +61,14 @@ type DataModulePredict interface {
 type DataModuleState interface {
 	StateDict() ([]byte, error)
 	LoadStateDict(state []byte) error
+}
+
+// DataModulePerNode is a DataModule with Lightning's
+// prepare_data_per_node: false calls PrepareData on global rank 0 only
+// (data on storage every node shares); true, or a DataModule without the
+// method, on local rank 0 of every node.
+type DataModulePerNode interface {
+	PrepareDataPerNode() bool
 }
 
 // DataModuleNamer names a DataModule's state in checkpoints.
@@ -124,6 +132,12 @@ func (t *Trainer) withDataModule(ctx context.Context, module *LightningModule, d
 	if err := check(C.fulmen_go_datamodule_new(C.uintptr_t(h), slots, name, &d)); err != nil {
 		h.Delete() // the library does not call userdata_free on failure
 		return err
+	}
+	if p, ok := dm.(DataModulePerNode); ok {
+		if err := check(C.fulmen_datamodule_set_prepare_data_per_node(d, C.bool(p.PrepareDataPerNode()))); err != nil {
+			C.fulmen_datamodule_free(d)
+			return err
+		}
 	}
 	ckpt := ckptArg(opts)
 	defer freeCString(ckpt)

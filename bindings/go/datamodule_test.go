@@ -160,3 +160,88 @@ func TestDataModuleStateAndFailures(t *testing.T) {
 		t.Fatalf("calls %v", broken.calls)
 	}
 }
+
+// prepareOnlyData brings prepare_data (on global rank 0 only) and the
+// stages; the module's loaders serve the run.
+type prepareOnlyData struct{ calls *[]string }
+
+func (d prepareOnlyData) PrepareData() error {
+	*d.calls = append(*d.calls, "dm.prepare_data")
+	return nil
+}
+func (d prepareOnlyData) Setup(string) error       { return nil }
+func (d prepareOnlyData) Teardown(string) error    { return nil }
+func (d prepareOnlyData) PrepareDataPerNode() bool { return false }
+
+// The module's prepare_data (after the datamodule's), ConfigureModel,
+// ConfigureCallbacks and a validation step's outputs, beside a
+// datamodule.
+func TestModuleSlotsBesideDataModule(t *testing.T) {
+	noLeaks(t)
+	model := mlp(t)
+	defer model.Close()
+	var calls []string
+	outputs := 0
+	loaders := func(epoch int64) ([]*fulmen.Loader, error) {
+		return (&blobData{t: t}).loaders("", epoch)
+	}
+	m := must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) (*fulmen.Tensor, error) {
+			_, loss, err := lossOf(model, b)
+			return loss, err
+		},
+		ValidationStepOutput: func(ctx *fulmen.StepContext, b *fulmen.Batch) (*fulmen.Tensor, error) {
+			_, loss, err := lossOf(model, b)
+			return loss, err
+		},
+		ConfigureOptimizers: sgd(model, 0.1),
+		TrainDataloader: func(epoch int64) (*fulmen.Loader, error) {
+			l, err := loaders(epoch)
+			return l[0], err
+		},
+		ValDataloader: loaders,
+		ConfigureModel: func(device fulmen.Device) error {
+			if device != (fulmen.Device{Type: fulmen.CPU}) {
+				t.Errorf("configure_model on %v", device)
+			}
+			calls = append(calls, "configure_model")
+			return nil
+		},
+		ConfigureCallbacks: func(list *fulmen.CallbackList) error {
+			return list.Add("Noting", fulmen.CallbackFunc(func(hook fulmen.Hook, ctx *fulmen.HookContext) error {
+				if hook == fulmen.HookFitStart {
+					calls = append(calls, "cb.on_fit_start")
+				}
+				return nil
+			}))
+		},
+		OnHook: func(hook fulmen.Hook, ctx *fulmen.HookContext) error {
+			switch hook {
+			case fulmen.HookPrepareData:
+				calls = append(calls, "prepare_data")
+			case fulmen.HookValidationBatchEnd:
+				out, err := ctx.Output()
+				if err != nil {
+					return err
+				}
+				if out != nil {
+					outputs++
+				}
+			}
+			return nil
+		},
+	}))
+	defer m.Close()
+	ok(t, m.OverrideHook(fulmen.HookPrepareData, true))
+	ok(t, m.SetPrepareDataPerNode(false))
+	tr := quietTrainer(t, 1, "logger", "false", "enable_checkpointing", "false", "num_sanity_val_steps", "0")
+	defer tr.Close()
+	ok(t, tr.FitDataModule(context.Background(), m, prepareOnlyData{&calls}))
+	want := []string{"dm.prepare_data", "prepare_data", "configure_model", "cb.on_fit_start"}
+	if !reflect.DeepEqual(calls, want) {
+		t.Fatalf("calls %v\nwant  %v", calls, want)
+	}
+	if outputs != 3 {
+		t.Fatalf("%d validation batch ends saw the step's outputs, want 3", outputs)
+	}
+}

@@ -118,6 +118,9 @@ const (
 	HookTransferBatchToDevice Hook = C.FULMEN_HOOK_TRANSFER_BATCH_TO_DEVICE
 	// HookAfterBatchTransfer is on_after_batch_transfer (SetBatch).
 	HookAfterBatchTransfer Hook = C.FULMEN_HOOK_AFTER_BATCH_TRANSFER
+	// HookPrepareData is prepare_data, at the start of every run on
+	// local rank 0 (SetPrepareDataPerNode).
+	HookPrepareData Hook = C.FULMEN_HOOK_PREPARE_DATA
 )
 
 // String returns Lightning's name of the hook ("on_train_epoch_end",

@@ -47,7 +47,7 @@ func (c *HookContext) OptimizerIndex() (int64, error) {
 
 // OverrideHook declares that the module's OnHook implements (overridden
 // true) or no longer implements a LightningModule-only hook
-// (HookValidationModelEval .. HookAfterBatchTransfer) in place of
+// (HookValidationModelEval .. HookPrepareData) in place of
 // fulmen's default.
 func (m *LightningModule) OverrideHook(hook Hook, overridden bool) error {
 	err := check(C.fulmen_lightning_module_override_hook(m.ptr(), C.int32_t(hook), C.bool(overridden)))

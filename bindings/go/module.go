@@ -88,6 +88,22 @@ type ModuleFuncs struct {
 	// on unscaled gradients: ctx.ClipGradients, or nothing. nil: clip with
 	// the trainer's settings.
 	ConfigureGradientClipping func(ctx *OptimizationContext, optimizerIdx int, clipVal float64, algorithm ClipAlgorithm) error
+	// ValidationStepOutput is ValidationStep returning what
+	// HookValidationBatchEnd receives as the step's outputs
+	// (HookContext.Output), or nil; used in place of ValidationStep when
+	// set.
+	ValidationStepOutput func(ctx *StepContext, batch *Batch) (*Tensor, error)
+	// TestStepOutput is TestStep returning what HookTestBatchEnd receives,
+	// as ValidationStepOutput.
+	TestStepOutput func(ctx *StepContext, batch *Batch) (*Tensor, error)
+	// ConfigureModel is Lightning's configure_model: builds or changes the
+	// model on the run's device, after the setup hook and before
+	// ConfigureOptimizers, in every run.
+	ConfigureModel func(device Device) error
+	// ConfigureCallbacks is Lightning's configure_callbacks: callbacks the
+	// module adds to every run when it starts (a trainer callback of the
+	// same name is replaced).
+	ConfigureCallbacks func(list *CallbackList) error
 }
 
 // moduleState is what the userdata handle of a module refers to.
@@ -151,6 +167,18 @@ func NewLightningModule(model *Model, funcs ModuleFuncs) (*LightningModule, erro
 	if funcs.ConfigureGradientClipping != nil {
 		slots |= C.FULMEN_GO_CONFIGURE_GRADIENT_CLIPPING
 	}
+	if funcs.ValidationStepOutput != nil {
+		slots |= C.FULMEN_GO_VALIDATION_STEP_OUTPUT
+	}
+	if funcs.TestStepOutput != nil {
+		slots |= C.FULMEN_GO_TEST_STEP_OUTPUT
+	}
+	if funcs.ConfigureModel != nil {
+		slots |= C.FULMEN_GO_CONFIGURE_MODEL
+	}
+	if funcs.ConfigureCallbacks != nil {
+		slots |= C.FULMEN_GO_CONFIGURE_CALLBACKS
+	}
 	h := cgo.NewHandle(&moduleState{funcs: funcs})
 	var out *C.fulmen_lightning_module
 	err := check(C.fulmen_go_module_new(C.uintptr_t(h), slots, model.ptr(), &out))
@@ -203,6 +231,16 @@ func (m *LightningModule) SetHparam(key, value string) error {
 	defer freeCString(k)
 	defer freeCString(v)
 	err := check(C.fulmen_lightning_module_set_hparam(m.ptr(), k, v))
+	runtime.KeepAlive(m)
+	return err
+}
+
+// SetPrepareDataPerNode sets Lightning's prepare_data_per_node (default
+// true) for the module's prepare_data (HookPrepareData, once overridden
+// with OverrideHook): true calls it on local rank 0 of every node, false
+// on global rank 0 only.
+func (m *LightningModule) SetPrepareDataPerNode(perNode bool) error {
+	err := check(C.fulmen_lightning_module_set_prepare_data_per_node(m.ptr(), C.bool(perNode)))
 	runtime.KeepAlive(m)
 	return err
 }

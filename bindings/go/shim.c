@@ -74,6 +74,24 @@ static fulmen_error *configure_gradient_clipping(void *ud, fulmen_optimization_c
     return fulmenGoConfigureGradientClipping((uintptr_t)ud, ctx, optimizer_idx, clip_val, algorithm);
 }
 
+static fulmen_error *validation_step_output(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch,
+                                            fulmen_tensor **out) {
+    return fulmenGoEvalStepOutput((uintptr_t)ud, FULMEN_STAGE_VALIDATE, ctx, (fulmen_batch *)batch, out);
+}
+
+static fulmen_error *test_step_output(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch,
+                                      fulmen_tensor **out) {
+    return fulmenGoEvalStepOutput((uintptr_t)ud, FULMEN_STAGE_TEST, ctx, (fulmen_batch *)batch, out);
+}
+
+static fulmen_error *configure_model(void *ud, int32_t device_type, int64_t device_index) {
+    return fulmenGoConfigureModel((uintptr_t)ud, device_type, device_index);
+}
+
+static fulmen_error *configure_callbacks(void *ud, fulmen_callback_list *list) {
+    return fulmenGoConfigureCallbacks((uintptr_t)ud, list);
+}
+
 fulmen_error *fulmen_go_module_new(uintptr_t handle, unsigned slots, const fulmen_model *model,
                                    fulmen_lightning_module **out) {
     fulmen_module_vtable vt;
@@ -96,6 +114,10 @@ fulmen_error *fulmen_go_module_new(uintptr_t handle, unsigned slots, const fulme
     if (slots & FULMEN_GO_LR_SCHEDULER_STEP) vt.lr_scheduler_step = lr_scheduler_step;
     if (slots & FULMEN_GO_BACKWARD) vt.backward = module_backward;
     if (slots & FULMEN_GO_CONFIGURE_GRADIENT_CLIPPING) vt.configure_gradient_clipping = configure_gradient_clipping;
+    if (slots & FULMEN_GO_VALIDATION_STEP_OUTPUT) vt.validation_step_output = validation_step_output;
+    if (slots & FULMEN_GO_TEST_STEP_OUTPUT) vt.test_step_output = test_step_output;
+    if (slots & FULMEN_GO_CONFIGURE_MODEL) vt.configure_model = configure_model;
+    if (slots & FULMEN_GO_CONFIGURE_CALLBACKS) vt.configure_callbacks = configure_callbacks;
     return fulmen_lightning_module_new(&vt, model, out);
 }
 
@@ -195,13 +217,24 @@ static fulmen_error *callback_hook(void *ud, int32_t hook, fulmen_hook_context *
     return fulmenGoCallbackHook((uintptr_t)ud, hook, ctx);
 }
 
-fulmen_error *fulmen_go_trainer_add_callback(fulmen_trainer *trainer, const char *name, uintptr_t handle) {
+/* The vtable of the Go Callback behind `handle`. */
+static fulmen_callback_vtable callback_vtable(uintptr_t handle) {
     fulmen_callback_vtable vt;
     memset(&vt, 0, sizeof vt);
     vt.struct_size = sizeof vt;
     vt.userdata = (void *)handle;
     vt.userdata_free = free_handle;
     vt.on_hook = callback_hook;
+    return vt;
+}
+
+fulmen_error *fulmen_go_callback_list_add(fulmen_callback_list *list, const char *name, uintptr_t handle) {
+    fulmen_callback_vtable vt = callback_vtable(handle);
+    return fulmen_callback_list_add(list, name, &vt);
+}
+
+fulmen_error *fulmen_go_trainer_add_callback(fulmen_trainer *trainer, const char *name, uintptr_t handle) {
+    fulmen_callback_vtable vt = callback_vtable(handle);
     return fulmen_trainer_add_callback(trainer, name, &vt);
 }
 

@@ -23,7 +23,11 @@ enum {
     FULMEN_GO_OPTIMIZER_ZERO_GRAD = 2048,
     FULMEN_GO_LR_SCHEDULER_STEP = 4096,
     FULMEN_GO_BACKWARD = 8192,
-    FULMEN_GO_CONFIGURE_GRADIENT_CLIPPING = 16384
+    FULMEN_GO_CONFIGURE_GRADIENT_CLIPPING = 16384,
+    FULMEN_GO_VALIDATION_STEP_OUTPUT = 32768,
+    FULMEN_GO_TEST_STEP_OUTPUT = 65536,
+    FULMEN_GO_CONFIGURE_MODEL = 131072,
+    FULMEN_GO_CONFIGURE_CALLBACKS = 262144
 };
 
 /* Which datamodule slots the Go datamodule implements (prepare_data,
@@ -45,6 +49,7 @@ fulmen_error *fulmen_go_dataset_from_source(uintptr_t handle, bool any_thread, f
 fulmen_error *fulmen_go_loader_from_iterator(uintptr_t handle, bool has_reset, int64_t num_batches,
                                              fulmen_loader **out);
 fulmen_error *fulmen_go_trainer_add_callback(fulmen_trainer *trainer, const char *name, uintptr_t handle);
+fulmen_error *fulmen_go_callback_list_add(fulmen_callback_list *list, const char *name, uintptr_t handle);
 fulmen_error *fulmen_go_trainer_add_logger(fulmen_trainer *trainer, uintptr_t handle);
 /* fulmen_trainer_set_checkpoint_io over a Go CheckpointIO. */
 fulmen_error *fulmen_go_trainer_set_checkpoint_io(fulmen_trainer *trainer, uintptr_t handle);

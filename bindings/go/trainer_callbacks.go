@@ -32,6 +32,31 @@ func (t *Trainer) AddCallback(name string, cb Callback) error {
 	return err
 }
 
+// CallbackList holds the callbacks a module's ConfigureCallbacks adds to
+// a run; valid during that call only.
+type CallbackList struct {
+	h *C.fulmen_callback_list
+}
+
+// Add adds cb under name (non-empty; a trainer callback of that name is
+// replaced for the run). The run holds cb until the trainer is closed.
+func (l *CallbackList) Add(name string, cb Callback) error {
+	if cb == nil {
+		return &Error{Code: CodeNullArgument, Message: "CallbackList.Add: nil Callback"}
+	}
+	if l == nil || l.h == nil {
+		return &Error{Code: CodeInvalidState, Message: "CallbackList.Add: the list is used after ConfigureCallbacks returned"}
+	}
+	n := cString(name)
+	defer freeCString(n)
+	h := cgo.NewHandle(cb)
+	err := check(C.fulmen_go_callback_list_add(l.h, n, C.uintptr_t(h)))
+	if err != nil {
+		h.Delete() // the library does not call userdata_free on failure
+	}
+	return err
+}
+
 // AddLogger adds a Go logger to the trainer, next to its file loggers
 // (the "logger" option). The trainer holds l until it is closed.
 func (t *Trainer) AddLogger(l Logger) error {

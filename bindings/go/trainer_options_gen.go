@@ -465,6 +465,24 @@ func (o *TrainerOptions) SetFsdpActivationCheckpointingPolicy(v string) error {
 	return o.Set("fsdp_activation_checkpointing_policy", v)
 }
 
+// SetFsdpParamDtype sets `fsdp_param_dtype` (text; default none): strategy
+// "fsdp": torch's MixedPrecisionPolicy.param_dtype ("bf16", "fp16", "fp32" or
+// "none"): each unit's parameters are gathered in it and its forward and
+// backward compute in it (its floating inputs cast to it), while the shards
+// the optimizers step stay in the parameters' own dtype; refused under
+// NO_SHARD.
+func (o *TrainerOptions) SetFsdpParamDtype(v string) error {
+	return o.Set("fsdp_param_dtype", v)
+}
+
+// SetFsdpReduceDtype sets `fsdp_reduce_dtype` (text; default none): strategy
+// "fsdp": torch's MixedPrecisionPolicy.reduce_dtype: the dtype gradients are
+// reduce-scattered in before they land in the shards ("none" =
+// fsdp_param_dtype's).
+func (o *TrainerOptions) SetFsdpReduceDtype(v string) error {
+	return o.Set("fsdp_reduce_dtype", v)
+}
+
 // SetFsdpStateDictType sets `fsdp_state_dict_type` (text; default full):
 // strategy "fsdp": "full" = checkpoints hold the whole state, gathered from
 // every rank and written by rank 0; "sharded" = each checkpoint is a

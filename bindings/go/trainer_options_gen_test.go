@@ -87,6 +87,8 @@ func TestEveryTrainerOptionSetter(t *testing.T) {
 		{"o.SetFsdpAutoWrapPolicy(\"none\")", o.SetFsdpAutoWrapPolicy("none")},
 		{"o.SetFsdpMinNumParams(\"none\")", o.SetFsdpMinNumParams("none")},
 		{"o.SetFsdpActivationCheckpointingPolicy(\"none\")", o.SetFsdpActivationCheckpointingPolicy("none")},
+		{"o.SetFsdpParamDtype(\"none\")", o.SetFsdpParamDtype("none")},
+		{"o.SetFsdpReduceDtype(\"none\")", o.SetFsdpReduceDtype("none")},
 		{"o.SetFsdpStateDictType(\"full\")", o.SetFsdpStateDictType("full")},
 		{"o.SetDDPTimeout(1800 * time.Second)", o.SetDDPTimeout(1800 * time.Second)},
 	}

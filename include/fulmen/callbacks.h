@@ -238,6 +238,13 @@ typedef enum fulmen_hook {
    * the device, before the step; the hook may replace it.
    */
   FULMEN_HOOK_AFTER_BATCH_TRANSFER = 45,
+  /**
+   * `prepare_data`, the LightningModule's only: at the start of every
+   * run, after the datamodule's, on local rank 0 of each node (global
+   * rank 0 only with `prepare_data_per_node` false); the other ranks
+   * wait for it. Called only when the module overrides it.
+   */
+  FULMEN_HOOK_PREPARE_DATA = 46,
 } fulmen_hook;
 
 /**

@@ -206,9 +206,10 @@ typedef struct fulmen_datamodule_vtable {
    */
   void (*userdata_free)(void*);
   /**
-   * Lightning's `prepare_data` (`prepare_data_per_node=True`): called at
-   * the start of every run on local rank 0 of each node only; under DDP
-   * the other ranks wait for it. May be NULL.
+   * Lightning's `prepare_data`: called at the start of every run on
+   * local rank 0 of each node only (global rank 0 only after
+   * `fulmen_datamodule_set_prepare_data_per_node(dm, false)`); under
+   * DDP the other ranks wait for it. May be NULL.
    */
   struct fulmen_error *(*prepare_data)(void *userdata);
   /**
@@ -635,6 +636,17 @@ struct fulmen_error *fulmen_datamodule_new(const struct fulmen_datamodule_vtable
                                            struct fulmen_datamodule **out);
 
 /**
+ * Sets Lightning's `prepare_data_per_node` (default true): true calls
+ * `prepare_data` on local rank 0 of every node, false on global rank 0
+ * only (data on storage every node shares). Not while a run uses the
+ * datamodule.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_datamodule_set_prepare_data_per_node(struct fulmen_datamodule *datamodule,
+                                                                 bool per_node);
+
+/**
  * Frees a LightningDataModule and calls its `userdata_free`. NULL or an
  * already freed handle is a no-op. Freeing one a run is using returns at
  * once; it goes when that run returns, on its thread.
@@ -694,16 +706,28 @@ struct fulmen_error *fulmen_lightning_module_set_automatic_optimization(struct f
                                                                         bool enabled);
 
 /**
+ * Sets Lightning's `prepare_data_per_node` (default true) for the
+ * module's `prepare_data` (FULMEN_HOOK_PREPARE_DATA, when the module
+ * overrides it): true calls it on local rank 0 of every node, false on
+ * global rank 0 only. Not while a run uses the module.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_lightning_module_set_prepare_data_per_node(struct fulmen_lightning_module *module,
+                                                                       bool per_node);
+
+/**
  * Declares that the module's `on_hook` implements (`overridden` true) or
  * no longer implements a LightningModule-only hook (Lightning's
  * overriding a method): FULMEN_HOOK_VALIDATION_MODEL_EVAL,
  * _VALIDATION_MODEL_TRAIN, _TEST_MODEL_EVAL, _TEST_MODEL_TRAIN,
  * _PREDICT_MODEL_EVAL, _VALIDATION_MODEL_ZERO_GRAD,
  * _BEFORE_BATCH_TRANSFER, _TRANSFER_BATCH_TO_DEVICE,
- * _AFTER_BATCH_TRANSFER. Only the module receives these hooks, and only
- * when it overrides them: it then does what fulmen's default did (the
- * model's eval / train mode, its gradients set to none, the batch moved
- * to the device with `fulmen_hook_context_set_batch`). A module that does
+ * _AFTER_BATCH_TRANSFER, _PREPARE_DATA. Only the module receives these
+ * hooks, and only when it overrides them: it then does what fulmen's
+ * default did (the model's eval / train mode, its gradients set to none,
+ * the batch moved to the device with `fulmen_hook_context_set_batch`;
+ * nothing for prepare_data). A module that does
  * not override them keeps fulmen's defaults, and its `on_hook` never
  * sees them. Not while a run uses the module.
  *

@@ -400,6 +400,8 @@ impl Module {
     /// Runs the module. A `Sequential` runs its children in order; a named
     /// container has no forward of its own (use `forward_child`).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let cast = self.unit_input(x)?;
+        let x = cast.as_ref().unwrap_or(x);
         self.sharded(
             |y: &Tensor| vec![y.shallow_clone()],
             || {
@@ -494,6 +496,9 @@ impl Module {
     /// tensor along) take exactly one input. A TorchScript module's forward
     /// takes the inputs as its arguments; a tuple it returns is split.
     pub fn forward_multi(&self, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        let cast = inputs.iter().map(|i| i.map_or(Ok(None), |t| self.unit_input(t))).collect::<Result<Vec<_>>>()?;
+        let inputs: Vec<Option<&Tensor>> = inputs.iter().zip(&cast).map(|(i, c)| c.as_ref().or(*i)).collect();
+        let inputs = inputs.as_slice();
         self.sharded(
             |ys: &Vec<Tensor>| ys.iter().map(Tensor::shallow_clone).collect(),
             || match self.is_checkpointed() {
@@ -874,10 +879,7 @@ pub(crate) fn copy_state_tied(
     Ok(out)
 }
 
-/// Whether `kind` is a real floating-point kind.
-pub(crate) fn is_floating(kind: Kind) -> bool {
-    matches!(kind, Kind::Half | Kind::Float | Kind::Double | Kind::BFloat16)
-}
+pub(crate) use crate::tensor::dtype::is_floating;
 
 /// Converts `t` in place (`set_data`), keeping it the same (leaf) tensor;
 /// its gradient, if any, follows. Non-floating tensors keep their kind.

@@ -16,6 +16,13 @@ pub(crate) trait ShardHook: Send + Sync + std::fmt::Debug {
     /// After the module's forward, with its outputs; `owns` when the
     /// module is the unit's own (not a descendant of it).
     fn after_forward(&self, outputs: &[Tensor], owns: bool) -> Result<()>;
+
+    /// The dtype the unit computes in, to which its own module's floating
+    /// inputs are cast (FSDP2's `cast_forward_inputs`); `None`: as they
+    /// come.
+    fn input_kind(&self) -> Option<tch::Kind> {
+        None
+    }
 }
 
 /// A module's link to its unit.
@@ -23,8 +30,12 @@ pub(crate) trait ShardHook: Send + Sync + std::fmt::Debug {
 pub(crate) struct ShardLink {
     /// The unit.
     pub hook: Arc<dyn ShardHook>,
-    /// Whether this module is the unit's own (not a descendant of it).
+    /// Whether this module is the unit's own (not a descendant of it),
+    /// the root unit's excepted (its parameters stay gathered).
     pub owns: bool,
+    /// Whether this module is the one the unit was made of, the root's
+    /// included: its inputs are cast to the unit's compute dtype.
+    pub unit_module: bool,
 }
 
 impl Module {
@@ -39,6 +50,19 @@ impl Module {
         let out = forward()?;
         link.hook.after_forward(&outputs(&out), link.owns)?;
         Ok(out)
+    }
+
+    /// `x` cast to the compute dtype of the unit this module is the own
+    /// module of, when it is a floating tensor of another dtype; `None`
+    /// when it runs as it comes.
+    pub(crate) fn unit_input(&self, x: &Tensor) -> Result<Option<Tensor>> {
+        let Some(kind) = self.shard.as_ref().filter(|l| l.unit_module).and_then(|l| l.hook.input_kind()) else {
+            return Ok(None);
+        };
+        if !x.defined() || !crate::tensor::dtype::is_floating(x.kind()) || x.kind() == kind {
+            return Ok(None);
+        }
+        Ok(Some(x.f_to_kind(kind)?))
     }
 
     /// The direct children with their names (none for a leaf).

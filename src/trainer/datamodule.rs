@@ -5,12 +5,16 @@
 use super::context::StepContext;
 use super::hooks::HookContext;
 use super::module::{LightningModule, OptimizerConfig, OptimizerSetup, SharedModel};
+use super::optimization::OptimizationHooks;
 use super::run::Run;
 use super::source::BatchSource;
 use super::Trainer;
+use super::{Callback, Hook};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, ErrorCode, Result, ResultExt};
+use crate::tensor::device::Device;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 use tch::Tensor;
 
 /// Evaluation loaders a hook gives.
@@ -22,9 +26,14 @@ pub trait DataModule {
     /// The key of its state in checkpoints (Lightning's
     /// `datamodule.__class__.__qualname__`).
     fn name(&self) -> &str;
-    /// Downloads or writes what every process then reads; called once per
-    /// node, on local rank 0 (Lightning's `prepare_data_per_node=True`).
+    /// Downloads or writes what every process then reads; called on
+    /// local rank 0 of each node, or on global rank 0 only when
+    /// [`DataModule::prepare_data_per_node`] is false.
     fn prepare_data(&mut self) -> Result<()>;
+    /// Lightning's `prepare_data_per_node` (default true).
+    fn prepare_data_per_node(&self) -> bool {
+        true
+    }
     /// Lightning's `setup(stage)`: "fit", "validate", "test" or "predict".
     fn setup(&mut self, stage: &'static str) -> Result<()>;
     /// Lightning's `teardown(stage)`.
@@ -64,6 +73,9 @@ impl DataModule for Tracked<'_> {
     }
     fn prepare_data(&mut self) -> Result<()> {
         self.dm.prepare_data()
+    }
+    fn prepare_data_per_node(&self) -> bool {
+        self.dm.prepare_data_per_node()
     }
     fn setup(&mut self, stage: &'static str) -> Result<()> {
         self.dm.setup(stage)?;
@@ -145,17 +157,26 @@ impl LightningModule for WithDataModule<'_> {
     fn automatic_optimization(&self) -> bool {
         self.module.automatic_optimization()
     }
+    fn optimization_hooks(&self) -> Option<Rc<dyn OptimizationHooks>> {
+        self.module.optimization_hooks()
+    }
     fn has_validation_step(&self) -> bool {
         self.module.has_validation_step()
     }
     fn validation_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<()> {
         self.module.validation_step(ctx, batch)
     }
+    fn validation_step_output(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
+        self.module.validation_step_output(ctx, batch)
+    }
     fn has_test_step(&self) -> bool {
         self.module.has_test_step()
     }
     fn test_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<()> {
         self.module.test_step(ctx, batch)
+    }
+    fn test_step_output(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
+        self.module.test_step_output(ctx, batch)
     }
     fn predict_step(&mut self, ctx: &mut StepContext, batch: &[Tensor]) -> Result<Option<Tensor>> {
         self.module.predict_step(ctx, batch)
@@ -165,6 +186,21 @@ impl LightningModule for WithDataModule<'_> {
     }
     fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()> {
         self.module.on_hook(ctx)
+    }
+    fn overrides(&self, hook: Hook) -> bool {
+        self.module.overrides(hook)
+    }
+    fn has_configure_model(&self) -> bool {
+        self.module.has_configure_model()
+    }
+    fn configure_model(&mut self, device: Device) -> Result<()> {
+        self.module.configure_model(device)
+    }
+    fn configure_callbacks(&mut self) -> Result<Vec<Box<dyn Callback>>> {
+        self.module.configure_callbacks()
+    }
+    fn prepare_data_per_node(&self) -> bool {
+        self.module.prepare_data_per_node()
     }
     fn hparams(&self) -> BTreeMap<String, String> {
         self.module.hparams()
@@ -210,24 +246,32 @@ impl LightningModule for WithDataModule<'_> {
     }
 }
 
-/// Lightning's `prepare_data` (on local rank 0; the other ranks wait for
-/// it) and the datamodule's `setup(stage)`, before the callbacks' and the
-/// module's setup hooks. Nothing without a datamodule.
+/// Lightning's `prepare_data` (the datamodule's, then the module's where
+/// it overrides it: each on local rank 0 of every node, or on global rank
+/// 0 where its `prepare_data_per_node` is false; the other ranks wait for
+/// them) and the datamodule's `setup(stage)`, before the callbacks' and
+/// the module's setup hooks.
 pub(super) fn prepare_and_setup(run: &mut Run) -> Result<()> {
     let stage = run.stage;
     let local_zero = run.strategy.local_rank() == 0;
+    let global_zero = local_zero && run.strategy.node_rank() == 0;
     let distributed = run.strategy.world_size() > 1;
-    let Some(dm) = run.module.datamodule() else { return Ok(()) };
-    let prepared = if local_zero { dm.prepare_data().ctx("LightningDataModule.prepare_data") } else { Ok(()) };
+    let prepares = |per_node: bool| if per_node { local_zero } else { global_zero };
+    let mut prepared = match run.module.datamodule() {
+        Some(dm) if prepares(dm.prepare_data_per_node()) => dm.prepare_data().ctx("LightningDataModule.prepare_data"),
+        _ => Ok(()),
+    };
+    if prepared.is_ok() && run.module.overrides(Hook::PrepareData) && prepares(run.module.prepare_data_per_node()) {
+        prepared = run.module_prepare_data();
+    }
     if distributed {
         // The other ranks wait for it and learn whether it failed anywhere,
         // so a failure never leaves them waiting until the job's timeout.
-        let failed =
-            run.strategy.any(prepared.is_err()).ctx("waiting for LightningDataModule.prepare_data on local rank 0")?;
+        let failed = run.strategy.any(prepared.is_err()).ctx("waiting for prepare_data on another rank")?;
         if prepared.is_ok() && failed {
             return Err(Error::new(
                 ErrorCode::Callback,
-                "LightningDataModule.prepare_data failed on another rank (its error is in that rank's output)",
+                "prepare_data failed on another rank (its error is in that rank's output)",
             ));
         }
     }

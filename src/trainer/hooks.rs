@@ -118,10 +118,15 @@ pub enum Hook {
     /// `on_after_batch_transfer`, the LightningModule's only: the batch on
     /// the device, before the step; the hook may replace it.
     AfterBatchTransfer = 45,
+    /// `prepare_data`, the LightningModule's only: at the start of every
+    /// run, after the datamodule's, on local rank 0 of each node (global
+    /// rank 0 only with `prepare_data_per_node` false); the other ranks
+    /// wait for it. Called only when the module overrides it.
+    PrepareData = 46,
 }
 
 /// Every hook, in `fulmen_hook` order.
-pub(crate) const ALL_HOOKS: [Hook; 46] = {
+pub(crate) const ALL_HOOKS: [Hook; 47] = {
     use Hook::*;
     [
         Setup,
@@ -170,6 +175,7 @@ pub(crate) const ALL_HOOKS: [Hook; 46] = {
         BeforeBatchTransfer,
         TransferBatchToDevice,
         AfterBatchTransfer,
+        PrepareData,
     ]
 };
 
@@ -224,6 +230,7 @@ impl Hook {
             BeforeBatchTransfer => "on_before_batch_transfer",
             TransferBatchToDevice => "transfer_batch_to_device",
             AfterBatchTransfer => "on_after_batch_transfer",
+            PrepareData => "prepare_data",
         }
     }
 

@@ -216,6 +216,12 @@ pub trait LightningModule {
     fn configure_callbacks(&mut self) -> Result<Vec<Box<dyn super::Callback>>> {
         Ok(Vec::new())
     }
+    /// Lightning's `prepare_data_per_node`: true (the default) runs the
+    /// module's `prepare_data` ([`super::Hook::PrepareData`]) on local
+    /// rank 0 of every node, false on global rank 0 only.
+    fn prepare_data_per_node(&self) -> bool {
+        true
+    }
     /// Hyperparameters saved in checkpoints and given to the loggers
     /// (Lightning's `save_hyperparameters`).
     fn hparams(&self) -> BTreeMap<String, String> {

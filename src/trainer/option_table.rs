@@ -714,6 +714,24 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         apply: strategy_setting!("activation_checkpointing_policy"),
     },
     TrainerOption {
+        key: "fsdp_param_dtype",
+        kind: OptionKind::Text,
+        default: "none",
+        doc: "strategy \"fsdp\": torch's MixedPrecisionPolicy.param_dtype (\"bf16\", \"fp16\", \"fp32\" or \"none\"): \
+              each unit's parameters are gathered in it and its forward and backward compute in it (its floating \
+              inputs cast to it), while the shards the optimizers step stay in the parameters' own dtype; refused \
+              under NO_SHARD",
+        apply: strategy_setting!("param_dtype"),
+    },
+    TrainerOption {
+        key: "fsdp_reduce_dtype",
+        kind: OptionKind::Text,
+        default: "none",
+        doc: "strategy \"fsdp\": torch's MixedPrecisionPolicy.reduce_dtype: the dtype gradients are \
+              reduce-scattered in before they land in the shards (\"none\" = fsdp_param_dtype's)",
+        apply: strategy_setting!("reduce_dtype"),
+    },
+    TrainerOption {
         key: "fsdp_state_dict_type",
         kind: OptionKind::Text,
         default: "full",

@@ -195,6 +195,18 @@ impl Run<'_> {
     /// the batch the hook set, if any. Only called when the module
     /// overrides the hook.
     fn module_hook(&mut self, hook: Hook, data: HookData) -> Result<Option<Vec<Tensor>>> {
+        self.module_hook_on_rank(hook, data, true)
+    }
+
+    /// The module's `prepare_data` ([`Hook::PrepareData`]), which runs on
+    /// some ranks only: the others do not meet it at a barrier.
+    pub fn module_prepare_data(&mut self) -> Result<()> {
+        self.module_hook_on_rank(Hook::PrepareData, HookData { batch_idx: -1, ..Default::default() }, false).map(|_| ())
+    }
+
+    /// [`Run::module_hook`]; `every_rank`: whether every rank calls it (and
+    /// so may wait at a barrier for rank 0's checkpoint writes).
+    fn module_hook_on_rank(&mut self, hook: Hook, data: HookData, every_rank: bool) -> Result<Option<Vec<Tensor>>> {
         super::interrupt::check()?;
         let mut ctx = HookContext::new(hook, self.stage, self.state);
         ctx.batch_idx = data.batch_idx;
@@ -207,7 +219,7 @@ impl Run<'_> {
         timed(&mut self.profiler, || format!("[LightningModule].{}", hook.name()), || module.on_hook(&mut ctx))
             .map_err(|e| e.context(format!("LightningModule.{}", hook.name())))?;
         let replaced = ctx.replaced_batch.take();
-        self.process_requests(true)?;
+        self.process_requests(every_rank)?;
         Ok(replaced)
     }
 

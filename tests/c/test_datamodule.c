@@ -323,6 +323,94 @@ static void test_precedence(void) {
     fulmen_model_free(s.model);
 }
 
+/* ------------------------- the module's own slots beside a datamodule */
+
+static int validation_outputs; /* validation steps that returned outputs */
+
+static fulmen_error *slots_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+    module_hook(ud, hook, ctx);
+    if (hook == FULMEN_HOOK_PREPARE_DATA) note(ud, "M.prepare_data", -1);
+    if (hook == FULMEN_HOOK_VALIDATION_MODEL_EVAL) note(ud, "M.model_eval", -1);
+    return NULL;
+}
+
+static fulmen_error *slots_configure_model(void *ud, int32_t device_type, int64_t device_index) {
+    (void)device_type;
+    (void)device_index;
+    note(ud, "M.configure_model", -1);
+    return NULL;
+}
+
+static fulmen_error *noting_callback_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+    (void)ctx;
+    if (hook == FULMEN_HOOK_FIT_START) note(ud, "cb.on_fit_start", -1);
+    return NULL;
+}
+
+static fulmen_error *slots_configure_callbacks(void *ud, fulmen_callback_list *list) {
+    fulmen_callback_vtable cb;
+    memset(&cb, 0, sizeof cb);
+    cb.struct_size = sizeof cb;
+    cb.userdata = ud;
+    cb.on_hook = noting_callback_hook;
+    return fulmen_callback_list_add(list, "Noting", &cb);
+}
+
+static fulmen_error *slots_optimizer_step(void *ud, fulmen_optimization_context *ctx, int64_t epoch,
+                                          int64_t batch_idx, size_t optimizer_idx, fulmen_optimizer_closure *closure) {
+    (void)epoch;
+    (void)optimizer_idx;
+    if (batch_idx == 0) note(ud, "M.optimizer_step", -1);
+    bool made = false;
+    return fulmen_optimization_context_step(ctx, closure, &made);
+}
+
+static fulmen_error *slots_validation_output(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch,
+                                             fulmen_tensor **out) {
+    state *s = ud;
+    (void)ctx;
+    validation_outputs++;
+    return fixture_cross_entropy(s->model, batch, out);
+}
+
+/* Every slot of the module works as well when a datamodule brings the
+ * data: its prepare_data (after the datamodule's) and other overridden
+ * hooks, configure_model, configure_callbacks, custom optimization and
+ * the steps that return outputs. */
+static void test_module_slots_with_datamodule(void) {
+    state s = {0};
+    s.model = fixture_mlp(8, 0);
+    fulmen_module_vtable mvt = module_vtable(&s);
+    mvt.on_hook = slots_hook;
+    mvt.configure_model = slots_configure_model;
+    mvt.configure_callbacks = slots_configure_callbacks;
+    mvt.optimizer_step = slots_optimizer_step;
+    mvt.validation_step = NULL;
+    mvt.validation_step_output = slots_validation_output;
+    mvt.train_dataloader = module_train;
+    mvt.val_dataloader = module_val;
+    fulmen_lightning_module *m = NULL;
+    CHECK_OK(fulmen_lightning_module_new(&mvt, s.model, &m));
+    CHECK_OK(fulmen_lightning_module_override_hook(m, FULMEN_HOOK_PREPARE_DATA, true));
+    CHECK_OK(fulmen_lightning_module_override_hook(m, FULMEN_HOOK_VALIDATION_MODEL_EVAL, true));
+    /* The datamodule brings only prepare_data, setup and teardown. */
+    fulmen_datamodule_vtable vt = full_vtable(&s);
+    vt.train_dataloader = NULL;
+    vt.val_dataloader = NULL;
+    fulmen_datamodule *dm = NULL;
+    CHECK_OK(fulmen_datamodule_new(&vt, NULL, &dm));
+    fulmen_trainer *t = trainer_for(NULL, 1, NULL);
+    CHECK_OK(fulmen_trainer_fit_datamodule(t, m, NULL, NULL, dm, NULL));
+    expect_log(&s,
+               "prepare_data,M.prepare_data,setup(fit),M.setup,M.configure_model,M.train:0,cb.on_fit_start,"
+               "M.val:0,M.model_eval,M.optimizer_step,M.model_eval,teardown(fit),M.teardown");
+    CHECK(validation_outputs == 3 + 1); /* the epoch's validation and the sanity check's batch */
+    fulmen_trainer_free(t);
+    fulmen_datamodule_free(dm);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(s.model);
+}
+
 /* A run that fails after setup still tears the datamodule down (its
  * error stays the one reported); one whose setup failed does not. */
 static void test_teardown_on_failure(void) {
@@ -476,6 +564,7 @@ static void test_errors(void) {
 int main(void) {
     test_call_order();
     test_precedence();
+    test_module_slots_with_datamodule();
     test_teardown_on_failure();
     test_state_round_trip();
     test_state_too_big();

@@ -14,6 +14,9 @@
  *   mismatch        2 external ranks whose models differ: both fail clearly
  *   prepare_fails   2 external ranks, a datamodule whose prepare_data fails on
  *                   local rank 0: both fits end at once with clear errors
+ *   prepare_nodes   2 external ranks on 2 nodes: the datamodule's and the
+ *                   module's prepare_data on each node's local rank 0, then
+ *                   with prepare_data_per_node false on global rank 0 only
  *   timer           max_time with 2 ranks whose clocks disagree: same last step
  *   hostloop        2 external ranks, a host-owned loop with fulmen_ddp,
  *                   a sharded loader and the collectives
@@ -118,8 +121,11 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
 
 /* Epoch-end hook logs with sync_dist: the max and the sum of the ranks,
  * and the mean (the default). */
+static int module_prepare_calls; /* the module's prepare_data, when overridden */
+
 static fulmen_error *on_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
     (void)ud;
+    if (hook == FULMEN_HOOK_PREPARE_DATA) module_prepare_calls++;
     if (hook != FULMEN_HOOK_TRAIN_EPOCH_END) return NULL;
     double rank = (double)my_rank();
     fulmen_error *e = fulmen_hook_context_log(ctx, "hook_max", rank, FULMEN_LOG_SYNC_DIST | FULMEN_LOG_REDUCE_MAX);
@@ -431,6 +437,64 @@ static int scenario_prepare_fails(const char *dir) {
     return check_finish("prepare_fails rank");
 }
 
+/* prepare_data on a job of two nodes with one rank each (node rank =
+ * rank): per node (Lightning's default) both ranks prepare, the
+ * datamodule's before the module's; with prepare_data_per_node false only
+ * global rank 0 does, and the other rank waits for it. */
+static int datamodule_prepare_calls;
+
+static fulmen_error *counting_prepare_data(void *ud) {
+    (void)ud;
+    /* The datamodule's comes first. */
+    if (module_prepare_calls != datamodule_prepare_calls) {
+        return fulmen_error_new(FULMEN_CODE_INVALID_STATE, "the module prepared before the datamodule");
+    }
+    datamodule_prepare_calls++;
+    return NULL;
+}
+
+static int scenario_prepare_nodes(const char *dir) {
+    size_t rank = (size_t)atoi(getenv("RANK"));
+    char root[512];
+    snprintf(root, sizeof root, "%s/prepare_nodes", dir);
+    fulmen_dataset *ds = fixture_blobs(SAMPLES, 5, 1.0f);
+    fulmen_datamodule_vtable dv;
+    memset(&dv, 0, sizeof dv);
+    dv.struct_size = sizeof dv;
+    dv.userdata = ds;
+    dv.prepare_data = counting_prepare_data;
+    dv.train_dataloader = blobs_loader;
+    fulmen_datamodule *dm = NULL;
+    CHECK_OK(fulmen_datamodule_new(&dv, "Blobs", &dm));
+    module_state st = {seeded_mlp(HIDDEN), -1, false};
+    fulmen_lightning_module *m = module_for(&st);
+    CHECK_OK(fulmen_lightning_module_override_hook(m, FULMEN_HOOK_PREPARE_DATA, true));
+    fulmen_trainer_options *o = options(root, "ddp", "1", false);
+    CHECK_OK(fulmen_trainer_options_set_int(o, "num_nodes", 2));
+    CHECK_OK(fulmen_trainer_options_set_int(o, "max_epochs", 1));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_trainer_options_free(o);
+
+    CHECK_OK(fulmen_trainer_fit_datamodule(t, m, NULL, NULL, dm, NULL));
+    CHECK(datamodule_prepare_calls == 1 && module_prepare_calls == 1);
+
+    CHECK_OK(fulmen_datamodule_set_prepare_data_per_node(dm, false));
+    CHECK_OK(fulmen_lightning_module_set_prepare_data_per_node(m, false));
+    CHECK_OK(fulmen_trainer_fit_datamodule(t, m, NULL, NULL, dm, NULL));
+    int expected = rank == 0 ? 2 : 1;
+    CHECK(datamodule_prepare_calls == expected && module_prepare_calls == expected);
+    printf("prepare_nodes rank %zu: datamodule %d, module %d prepare_data calls\n", rank, datamodule_prepare_calls,
+           module_prepare_calls);
+
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(st.model);
+    fulmen_datamodule_free(dm);
+    fulmen_dataset_free(ds);
+    return check_finish("prepare_nodes rank");
+}
+
 /* A host-owned loop: sharded loader, fulmen_ddp, and the collectives. */
 static int scenario_hostloop(const char *dir) {
     size_t rank = (size_t)atoi(getenv("RANK"));
@@ -629,22 +693,28 @@ static int run(const char *scenario, const char *dir, const char *arg) {
     return finish(start(scenario, dir, arg, NULL), 300);
 }
 
-/* Runs `world` ranks of `scenario` with torchrun's variables. */
-static void run_external(const char *scenario, const char *dir, int world, int port, int *codes) {
+/* Runs `world` ranks of `scenario` with torchrun's variables, on one node
+ * or (`node_per_rank`) each on a node of its own. */
+static void run_ranks(const char *scenario, const char *dir, int world, int port, int *codes, bool node_per_rank) {
     pid_t pids[4];
     static char vars[4][6][64];
     for (int r = 0; r < world; r++) {
         snprintf(vars[r][0], 64, "RANK=%d", r);
-        snprintf(vars[r][1], 64, "LOCAL_RANK=%d", r);
+        snprintf(vars[r][1], 64, "LOCAL_RANK=%d", node_per_rank ? 0 : r);
         snprintf(vars[r][2], 64, "WORLD_SIZE=%d", world);
-        snprintf(vars[r][3], 64, "LOCAL_WORLD_SIZE=%d", world);
+        snprintf(vars[r][3], 64, "LOCAL_WORLD_SIZE=%d", node_per_rank ? 1 : world);
         snprintf(vars[r][4], 64, "MASTER_PORT=%d", port);
-        snprintf(vars[r][5], 64, "GROUP_RANK=0");
+        snprintf(vars[r][5], 64, "GROUP_RANK=%d", node_per_rank ? r : 0);
         char *env[] = {vars[r][0], vars[r][1], vars[r][2], vars[r][3], vars[r][4], vars[r][5], "MASTER_ADDR=127.0.0.1",
                        "OMP_NUM_THREADS=1", NULL};
         pids[r] = start(scenario, dir, NULL, env);
     }
     for (int r = 0; r < world; r++) codes[r] = finish(pids[r], 300);
+}
+
+/* Runs `world` ranks of `scenario` on one node with torchrun's variables. */
+static void run_external(const char *scenario, const char *dir, int world, int port, int *codes) {
+    run_ranks(scenario, dir, world, port, codes, false);
 }
 
 /* Runs `world` ranks of `scenario` with torch's env:// variables only. */
@@ -731,6 +801,7 @@ int main(int argc, char **argv) {
         if (strcmp(s, "killed") == 0) return scenario_killed(dir);
         if (strcmp(s, "mismatch") == 0) return scenario_mismatch(dir);
         if (strcmp(s, "prepare_fails") == 0) return scenario_prepare_fails(dir);
+        if (strcmp(s, "prepare_nodes") == 0) return scenario_prepare_nodes(dir);
         if (strcmp(s, "timer") == 0) return scenario_timer(dir);
         if (strcmp(s, "hostloop") == 0) return scenario_hostloop(dir);
         if (strcmp(s, "early_exit") == 0 && argc == 4) return scenario_early_exit(dir, atoi(argv[3]));
@@ -809,6 +880,8 @@ int main(int argc, char **argv) {
     run_external("mismatch", dir, 2, free_port(), codes);
     CHECK(codes[0] == 0 && codes[1] == 0);
     run_external("prepare_fails", dir, 2, free_port(), codes);
+    CHECK(codes[0] == 0 && codes[1] == 0);
+    run_ranks("prepare_nodes", dir, 2, free_port(), codes, true);
     CHECK(codes[0] == 0 && codes[1] == 0);
 
     /* Start-up faults end at once, not after the timeout. */

@@ -356,14 +356,14 @@ static void test_hook_names(void) {
         "on_before_optimizer_step", "on_before_zero_grad", "on_save_checkpoint", "on_load_checkpoint", "on_exception",
         "on_validation_model_eval", "on_validation_model_train", "on_test_model_eval", "on_test_model_train",
         "on_predict_model_eval", "on_validation_model_zero_grad", "on_before_batch_transfer",
-        "transfer_batch_to_device", "on_after_batch_transfer"};
-    CHECK(sizeof names / sizeof names[0] == FULMEN_HOOK_AFTER_BATCH_TRANSFER + 1);
-    for (int i = 0; i <= FULMEN_HOOK_AFTER_BATCH_TRANSFER; i++) {
+        "transfer_batch_to_device", "on_after_batch_transfer", "prepare_data"};
+    CHECK(sizeof names / sizeof names[0] == FULMEN_HOOK_PREPARE_DATA + 1);
+    for (int i = 0; i <= FULMEN_HOOK_PREPARE_DATA; i++) {
         const char *got = fulmen_hook_name(i);
         CHECK(got != NULL && strcmp(got, names[i]) == 0);
     }
     CHECK(strcmp(fulmen_hook_name(-1), "") == 0);
-    CHECK(strcmp(fulmen_hook_name(FULMEN_HOOK_AFTER_BATCH_TRANSFER + 1), "") == 0);
+    CHECK(strcmp(fulmen_hook_name(FULMEN_HOOK_PREPARE_DATA + 1), "") == 0);
     CHECK(strcmp(fulmen_hook_name(1000000), "") == 0);
 }
 

@@ -5,7 +5,9 @@
 For each case of CASES (FULL_SHARD and SHARD_GRAD_OP in float32,
 FULL_SHARD under bf16-mixed autocast, FULL_SHARD with gradient clipping by
 norm, FULL_SHARD under bf16-mixed with the inner blocks' activations
-checkpointed), two jobs of two ranks on gloo, one thread per rank, train the same
+checkpointed, FULL_SHARD and SHARD_GRAD_OP with FSDP2's mixed precision:
+parameters gathered and computed in bfloat16, gradients reduced in
+float32 or in bfloat16), two jobs of two ranks on gloo, one thread per rank, train the same
 model from the same initial weights on the same rows:
 
   Sequential(Linear(10, 16), LayerNorm(16), Sequential(Linear(16, 16), Tanh()),
@@ -24,7 +26,9 @@ model from the same initial weights on the same rows:
   both, as FSDP2 does by default and as fulmen's root unit does); where the
   case checkpoints, torch.distributed._composable.checkpoint is applied to
   each inner block first (torch's non-reentrant checkpoint, FSDP2's
-  companion).
+  companion); where it has a mixed precision, every fully_shard gets
+  MixedPrecisionPolicy(param_dtype, reduce_dtype) and fulmen
+  fsdp_param_dtype / fsdp_reduce_dtype.
 
 Both use AdamW (lr 1e-2, weight decay 1e-2, built after sharding) and the
 mean cross-entropy of the rank's batch; rank r trains on rows r, r + 2, ...
@@ -69,16 +73,21 @@ LOSS_RTOL = 1e-6
 WEIGHT_ATOL = 1e-5
 TIMEOUT_S = 60
 # The cases: (name, sharding strategy, precision, gradient_clip_val by norm
-# or 0, inner blocks checkpointed). bf16-mixed runs the forward under CPU autocast on both sides
-# (Lightning's "bf16-mixed"); clipping is torch's clip_grad_norm_ over the
-# sharded parameters (the norm over every rank's shards).
+# or 0, inner blocks checkpointed, FSDP mixed precision (param_dtype,
+# reduce_dtype) or None). bf16-mixed runs the forward under CPU autocast on
+# both sides (Lightning's "bf16-mixed"); clipping is torch's
+# clip_grad_norm_ over the sharded parameters (the norm over every rank's
+# shards).
 CASES = (
-    ("FULL_SHARD", "FULL_SHARD", "32-true", 0.0, False),
-    ("SHARD_GRAD_OP", "SHARD_GRAD_OP", "32-true", 0.0, False),
-    ("FULL_SHARD-bf16", "FULL_SHARD", "bf16-mixed", 0.0, False),
-    ("FULL_SHARD-clip", "FULL_SHARD", "32-true", 0.05, False),
-    ("FULL_SHARD-ckpt-bf16", "FULL_SHARD", "bf16-mixed", 0.0, True),
+    ("FULL_SHARD", "FULL_SHARD", "32-true", 0.0, False, None),
+    ("SHARD_GRAD_OP", "SHARD_GRAD_OP", "32-true", 0.0, False, None),
+    ("FULL_SHARD-bf16", "FULL_SHARD", "bf16-mixed", 0.0, False, None),
+    ("FULL_SHARD-clip", "FULL_SHARD", "32-true", 0.05, False, None),
+    ("FULL_SHARD-ckpt-bf16", "FULL_SHARD", "bf16-mixed", 0.0, True, None),
+    ("FULL_SHARD-mp-bf16-fp32", "FULL_SHARD", "32-true", 0.0, False, ("bf16", "fp32")),
+    ("SHARD_GRAD_OP-mp-bf16", "SHARD_GRAD_OP", "32-true", 0.0, False, ("bf16", "bf16")),
 )
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def build():
@@ -105,23 +114,24 @@ def gloo_reduce_scatter_averages(world):
     return torch.equal(out, mean)
 
 
-def shard_with_fsdp2(model, sharding, world, checkpointed):
+def shard_with_fsdp2(model, sharding, world, checkpointed, mp):
     """fully_shard on each inner block (checkpointed first when asked),
-    then the root; the gradients are averaged over the ranks
-    (reduce-scatter, AVG or SUM then / world). Returns how they are
-    averaged."""
+    then the root, with MixedPrecisionPolicy(*mp) where given; the
+    gradients are averaged over the ranks (reduce-scatter, AVG or SUM then
+    / world). Returns how they are averaged."""
     from torch.distributed._composable import checkpoint
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh("cpu", (world,))
     reshard = sharding == "FULL_SHARD"
+    policy = MixedPrecisionPolicy(param_dtype=DTYPES[mp[0]], reduce_dtype=DTYPES[mp[1]]) if mp else MixedPrecisionPolicy()
     units = [model[2], model[3]]
     for block in units:
         if checkpointed:
             checkpoint(block)
-        fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
-    fully_shard(model, mesh=mesh, reshard_after_forward=False)
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
+    fully_shard(model, mesh=mesh, reshard_after_forward=False, mp_policy=policy)
     units.append(model)
     if gloo_reduce_scatter_averages(world):
         return "reduce-scatter AVG"
@@ -166,7 +176,7 @@ def full_state(model):
 def python_rank(argv):
     """One rank of torch's FSDP2 job."""
     p = argparse.ArgumentParser()
-    for name in ("sharding", "precision", "clip", "checkpointed", "init", "x", "y", "losses", "out"):
+    for name in ("sharding", "precision", "clip", "checkpointed", "mp", "init", "x", "y", "losses", "out"):
         p.add_argument(name)
     a = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -174,7 +184,8 @@ def python_rank(argv):
     rank, world = dist.get_rank(), dist.get_world_size()
     model = build()
     model.load_state_dict(load_file(a.init))
-    averaging = shard_with_fsdp2(model, a.sharding, world, a.checkpointed == "1")
+    mp = tuple(a.mp.split(",")) if a.mp != "none" else None
+    averaging = shard_with_fsdp2(model, a.sharding, world, a.checkpointed == "1", mp)
     if rank == 0:
         print(f"torch FSDP2 {a.sharding}: gradients averaged by {averaging}", flush=True)
     check_sharded(model, world)
@@ -224,7 +235,7 @@ def run_job(work, binary, case, retried=False):
     """Runs one job of WORLD ranks: fulmen's (binary) or torch's (None).
     Returns each rank's final weights and its losses."""
     side = "torch" if binary is None else "fulmen"
-    name, sharding, precision, clip, checkpointed = case
+    name, sharding, precision, clip, checkpointed, mp = case
     port = free_port()
     x, y, init = (os.path.join(work, n) for n in ("x.f32", "y.i64", "init.safetensors"))
     procs, outs = [], []
@@ -234,11 +245,13 @@ def run_job(work, binary, case, retried=False):
                    GROUP_RANK="0", OMP_NUM_THREADS="1")
         if checkpointed:
             env["FSDP_ACTIVATION_CHECKPOINTING"] = "Sequential"
+        if mp:
+            env["FSDP_PARAM_DTYPE"], env["FSDP_REDUCE_DTYPE"] = mp
         out = os.path.join(work, f"{side}-{name}-{rank}.safetensors")
         losses = out + ".losses"
         if binary is None:
             cmd = [sys.executable, os.path.abspath(__file__), "rank", sharding, precision, str(clip),
-                   "1" if checkpointed else "0", init, x, y, losses, out]
+                   "1" if checkpointed else "0", ",".join(mp) if mp else "none", init, x, y, losses, out]
         else:
             cmd = [binary, sharding, init, x, y, str(SAMPLES), str(EPOCHS), str(BATCH), losses, out, precision,
                    str(clip)]

@@ -31,7 +31,9 @@
  * resumes from that checkpoint (a file or a sharded directory).
  *
  * With FSDP_ACTIVATION_CHECKPOINTING set (class names), the forwards of
- * those modules are checkpointed (fsdp_activation_checkpointing_policy). */
+ * those modules are checkpointed (fsdp_activation_checkpointing_policy);
+ * FSDP_PARAM_DTYPE and FSDP_REDUCE_DTYPE set fsdp_param_dtype and
+ * fsdp_reduce_dtype (torch's MixedPrecisionPolicy). */
 #include <fulmen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,6 +186,9 @@ static void fit(fulmen_model *model, const char *sharding, const char *precision
     if (state_dict_type) set(opts, "fsdp_state_dict_type", state_dict_type);
     const char *checkpointing = getenv("FSDP_ACTIVATION_CHECKPOINTING");
     if (checkpointing) set(opts, "fsdp_activation_checkpointing_policy", checkpointing);
+    const char *param_dtype = getenv("FSDP_PARAM_DTYPE"), *reduce_dtype = getenv("FSDP_REDUCE_DTYPE");
+    if (param_dtype) set(opts, "fsdp_param_dtype", param_dtype);
+    if (reduce_dtype) set(opts, "fsdp_reduce_dtype", reduce_dtype);
     set(opts, "logger", "false");
     set(opts, "handle_signals", "false");
     TRY(fulmen_trainer_new(opts, &trainer));

@@ -189,7 +189,7 @@ int main(void) {
     vt.configure_callbacks = configure_callbacks;
     fulmen_lightning_module *m = NULL;
     ok(fulmen_lightning_module_new(&vt, s.model, &m), "module");
-    for (int32_t h = FULMEN_HOOK_VALIDATION_MODEL_EVAL; h <= FULMEN_HOOK_AFTER_BATCH_TRANSFER; h++) {
+    for (int32_t h = FULMEN_HOOK_VALIDATION_MODEL_EVAL; h <= FULMEN_HOOK_PREPARE_DATA; h++) {
         ok(fulmen_lightning_module_override_hook(m, h, true), "override_hook");
     }
 

@@ -153,3 +153,68 @@ TEST_F(FulmenTest, DataModuleExceptions) {
     EXPECT_THROW(trainer.fit(module, broken), std::runtime_error);
     EXPECT_EQ(broken.calls, (Calls{"prepare_data", "setup(fit)"}));
 }
+
+namespace {
+
+/// Brings only prepare_data (on global rank 0 only) and the stages: the
+/// module's loaders serve the run.
+class PrepareOnlyData : public fulmen::DataModule {
+public:
+    explicit PrepareOnlyData(Calls* calls) : calls_(calls) {}
+    void prepare_data() override { calls_->push_back("dm.prepare_data"); }
+    bool prepare_data_per_node() const override { return false; }
+
+private:
+    Calls* calls_;
+};
+
+}  // namespace
+
+// The module's prepare_data (after the datamodule's), configure_model,
+// configure_callbacks and a validation step's outputs, beside a datamodule.
+TEST_F(FulmenTest, ModuleSlotsBesideDataModule) {
+    Model model = fulmen_test::mlp();
+    Dataset data = fulmen_test::blobs(48, 7);
+    Calls calls;
+    int outputs = 0;
+    LightningModule module =
+        LightningModule::builder(model)
+            .training_step([&model](StepContext&, const Batch& batch) {
+                return fulmen::loss::cross_entropy(model.forward(batch[0]), batch[1]);
+            })
+            .validation_step_output([&model](StepContext&, const Batch& batch) -> std::optional<Tensor> {
+                return fulmen::loss::cross_entropy(model.forward(batch[0]), batch[1]);
+            })
+            .configure_optimizers([&model](OptimizerConfig& config) {
+                config.add(Optimizer::sgd(model, fulmen::SgdOptions(0.1)));
+            })
+            .train_dataloader([&data](int64_t) { return Loader(data, 16); })
+            .val_dataloader([&data](int64_t) {
+                std::vector<Loader> v;
+                v.emplace_back(data, 16);
+                return v;
+            })
+            .configure_model([&calls](fulmen::Device device) {
+                EXPECT_EQ(device, fulmen::Device::cpu());
+                calls.push_back("configure_model");
+            })
+            .configure_callbacks([&calls](fulmen::CallbackList& list) {
+                list.add("Noting", [&calls](fulmen::Hook hook, fulmen::HookContext&) {
+                    if (hook == fulmen::Hook::FitStart) calls.push_back("cb.on_fit_start");
+                });
+            })
+            .on_hook([&calls, &outputs](fulmen::Hook hook, fulmen::HookContext& ctx) {
+                if (hook == fulmen::Hook::PrepareData) calls.push_back("prepare_data");
+                if (hook == fulmen::Hook::ValidationBatchEnd && ctx.output().has_value()) outputs++;
+            })
+            .build();
+    module.override_hook(fulmen::Hook::PrepareData).set_prepare_data_per_node(false);
+    PrepareOnlyData dm(&calls);
+    Trainer trainer(fulmen_test::quiet_options(1)
+                        .set("num_sanity_val_steps", int64_t{0})
+                        .set("enable_checkpointing", false)
+                        .set("logger", false));
+    trainer.fit(module, dm);
+    EXPECT_EQ(calls, (Calls{"dm.prepare_data", "prepare_data", "configure_model", "cb.on_fit_start"}));
+    EXPECT_EQ(outputs, 3);
+}

@@ -70,6 +70,8 @@ fulmen::TrainerOptions o;
     o.fsdp_auto_wrap_policy("none");
     o.fsdp_min_num_params("none");
     o.fsdp_activation_checkpointing_policy("none");
+    o.fsdp_param_dtype("none");
+    o.fsdp_reduce_dtype("none");
     o.fsdp_state_dict_type("full");
     o.ddp_timeout(std::chrono::seconds(1800));
     fulmen::Trainer trainer(o);

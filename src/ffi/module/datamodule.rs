@@ -33,9 +33,10 @@ pub struct fulmen_datamodule_vtable {
     pub userdata: *mut c_void,
     /// Called once when the datamodule is freed; may be NULL.
     pub userdata_free: Option<unsafe extern "C" fn(*mut c_void)>,
-    /// Lightning's `prepare_data` (`prepare_data_per_node=True`): called at
-    /// the start of every run on local rank 0 of each node only; under DDP
-    /// the other ranks wait for it. May be NULL.
+    /// Lightning's `prepare_data`: called at the start of every run on
+    /// local rank 0 of each node only (global rank 0 only after
+    /// `fulmen_datamodule_set_prepare_data_per_node(dm, false)`); under
+    /// DDP the other ranks wait for it. May be NULL.
     pub prepare_data: Option<unsafe extern "C" fn(userdata: *mut c_void) -> *mut fulmen_error>,
     /// Lightning's `setup(stage)`; `stage` is "fit", "validate", "test" or
     /// "predict" (as `fulmen_hook_context_stage`), a static string. May be
@@ -119,6 +120,7 @@ pub struct HostDataModule {
     predict_dataloader: Option<fulmen_val_dataloader_fn>,
     state_dict: Option<unsafe extern "C" fn(*mut c_void, *mut *const u8, *mut usize) -> *mut fulmen_error>,
     load_state_dict: Option<unsafe extern "C" fn(*mut c_void, *const u8, usize) -> *mut fulmen_error>,
+    prepare_data_per_node: bool,
 }
 
 /// Runs a host callback in a tensor scope under the trainer's
@@ -163,6 +165,10 @@ impl DataModule for HostDataModule {
         let ud = self.userdata.ptr();
         // SAFETY: the host's function with its own userdata, on this thread.
         call_host("prepare_data", || unsafe { f(ud) })
+    }
+
+    fn prepare_data_per_node(&self) -> bool {
+        self.prepare_data_per_node
     }
 
     fn setup(&mut self, stage: &'static str) -> Result<()> {
@@ -296,8 +302,26 @@ pub unsafe extern "C" fn fulmen_datamodule_new(
             predict_dataloader: v.predict_dataloader,
             state_dict: v.state_dict,
             load_state_dict: v.load_state_dict,
+            prepare_data_per_node: true,
         };
         out.write(handle::into_raw(fulmen_datamodule { inner }));
+        Ok(())
+    })
+}
+
+/// Sets Lightning's `prepare_data_per_node` (default true): true calls
+/// `prepare_data` on local rank 0 of every node, false on global rank 0
+/// only (data on storage every node shares). Not while a run uses the
+/// datamodule.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_datamodule_set_prepare_data_per_node(
+    datamodule: *mut fulmen_datamodule,
+    per_node: bool,
+) -> *mut fulmen_error {
+    guard!(|| {
+        handle::borrow_mut(datamodule, "datamodule")?.inner.prepare_data_per_node = per_node;
         Ok(())
     })
 }

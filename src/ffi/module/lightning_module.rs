@@ -351,6 +351,7 @@ pub struct HostModule {
     model: Option<SharedModel>,
     hparams: BTreeMap<String, String>,
     automatic_optimization: bool,
+    prepare_data_per_node: bool,
     optimization: OptimizationSlots,
 }
 
@@ -439,6 +440,10 @@ impl LightningModule for HostModule {
 
     fn has_configure_model(&self) -> bool {
         self.configure_model.is_some()
+    }
+
+    fn prepare_data_per_node(&self) -> bool {
+        self.prepare_data_per_node
     }
 
     fn configure_model(&mut self, device: crate::tensor::device::Device) -> Result<()> {
@@ -582,6 +587,7 @@ pub unsafe extern "C" fn fulmen_lightning_module_new(
             model,
             hparams: BTreeMap::new(),
             automatic_optimization: true,
+            prepare_data_per_node: true,
             optimization: OptimizationSlots {
                 optimizer_step: v.optimizer_step,
                 optimizer_zero_grad: v.optimizer_zero_grad,
@@ -650,16 +656,34 @@ pub unsafe extern "C" fn fulmen_lightning_module_set_automatic_optimization(
     })
 }
 
+/// Sets Lightning's `prepare_data_per_node` (default true) for the
+/// module's `prepare_data` (FULMEN_HOOK_PREPARE_DATA, when the module
+/// overrides it): true calls it on local rank 0 of every node, false on
+/// global rank 0 only. Not while a run uses the module.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_lightning_module_set_prepare_data_per_node(
+    module: *mut fulmen_lightning_module,
+    per_node: bool,
+) -> *mut fulmen_error {
+    guard!(|| {
+        handle::borrow_mut(module, "module")?.inner.prepare_data_per_node = per_node;
+        Ok(())
+    })
+}
+
 /// Declares that the module's `on_hook` implements (`overridden` true) or
 /// no longer implements a LightningModule-only hook (Lightning's
 /// overriding a method): FULMEN_HOOK_VALIDATION_MODEL_EVAL,
 /// _VALIDATION_MODEL_TRAIN, _TEST_MODEL_EVAL, _TEST_MODEL_TRAIN,
 /// _PREDICT_MODEL_EVAL, _VALIDATION_MODEL_ZERO_GRAD,
 /// _BEFORE_BATCH_TRANSFER, _TRANSFER_BATCH_TO_DEVICE,
-/// _AFTER_BATCH_TRANSFER. Only the module receives these hooks, and only
-/// when it overrides them: it then does what fulmen's default did (the
-/// model's eval / train mode, its gradients set to none, the batch moved
-/// to the device with `fulmen_hook_context_set_batch`). A module that does
+/// _AFTER_BATCH_TRANSFER, _PREPARE_DATA. Only the module receives these
+/// hooks, and only when it overrides them: it then does what fulmen's
+/// default did (the model's eval / train mode, its gradients set to none,
+/// the batch moved to the device with `fulmen_hook_context_set_batch`;
+/// nothing for prepare_data). A module that does
 /// not override them keeps fulmen's defaults, and its `on_hook` never
 /// sees them. Not while a run uses the module.
 ///
@@ -675,7 +699,7 @@ pub unsafe extern "C" fn fulmen_lightning_module_override_hook(
         let h = Hook::from_i32(hook).filter(|h| h.module_only()).ok_or_else(|| {
             Error::invalid(format!(
                 "{hook} is not a LightningModule-only fulmen_hook (FULMEN_HOOK_VALIDATION_MODEL_EVAL .. \
-                 FULMEN_HOOK_AFTER_BATCH_TRANSFER)"
+                 FULMEN_HOOK_PREPARE_DATA)"
             ))
         })?;
         let mut m = handle::borrow_mut(module, "module")?;

@@ -212,6 +212,16 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 ///   activation_checkpointing_policy): its activations are not kept, and
 ///   backward runs the forward again (the same dropout masks and autocast)
 ///   to get them; a class that names no module is refused.
+/// - `fsdp_param_dtype` (text; default none): strategy "fsdp": torch's
+///   MixedPrecisionPolicy.param_dtype ("bf16", "fp16", "fp32" or "none"):
+///   each unit's parameters are gathered in it and its forward and backward
+///   compute in it (its floating inputs cast to it), while the shards the
+///   optimizers step stay in the parameters' own dtype; refused under
+///   NO_SHARD.
+/// - `fsdp_reduce_dtype` (text; default none): strategy "fsdp": torch's
+///   MixedPrecisionPolicy.reduce_dtype: the dtype gradients are
+///   reduce-scattered in before they land in the shards ("none" =
+///   fsdp_param_dtype's).
 /// - `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" =
 ///   checkpoints hold the whole state, gathered from every rank and written
 ///   by rank 0; "sharded" = each checkpoint is a

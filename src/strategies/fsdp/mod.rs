@@ -25,7 +25,7 @@ use crate::trainer::{ClipAlgorithm, LightningModule, OptimizerConfig, SharedMode
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tch::Tensor;
-use unit::FsdpUnit;
+use unit::{FsdpUnit, MixedPrecision};
 
 /// A model as the strategy shards it.
 struct Wrapped {
@@ -73,6 +73,7 @@ impl FsdpStrategy {
                 ),
             ));
         }
+        opts.strategy.fsdp.validate()?;
         Ok(FsdpStrategy {
             placement,
             ctx,
@@ -159,7 +160,8 @@ impl FsdpStrategy {
         for planned in planned_units {
             let after_forward = reshard && !planned.path.is_empty();
             let group = Arc::clone(&self.ctx.group);
-            units.push(FsdpUnit::new(planned.path, planned.params, group, after_forward, Arc::clone(&self.sync))?);
+            let mp = MixedPrecision { param: self.options.param_dtype, reduce: self.options.reduce_dtype };
+            units.push(FsdpUnit::new(planned.path, planned.params, group, after_forward, mp, Arc::clone(&self.sync))?);
         }
         wrap::link(&mut m, &units);
         drop(m);
@@ -320,7 +322,7 @@ impl Strategy for FsdpStrategy {
         self.check_alive()?;
         self.reshard_all()?;
         for u in self.units() {
-            u.gather().map_err(|e| self.ctx.explain(e))?;
+            u.gather_master().map_err(|e| self.ctx.explain(e))?;
         }
         Ok(())
     }

@@ -2,6 +2,7 @@
 //! has): how parameters are sharded, which modules become sharding units,
 //! and what a checkpoint holds.
 use crate::error::{Error, ErrorCode, Result};
+use tch::Kind;
 
 /// What is sharded across the ranks (torch's `ShardingStrategy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -71,6 +72,30 @@ pub struct FsdpOptions {
     /// `torch.distributed.checkpoint`'s format, each rank writing its
     /// shards; otherwise ("full") rank 0 writes one gathered `.ckpt`.
     pub sharded_checkpoints: bool,
+    /// torch's `MixedPrecisionPolicy.param_dtype`: the dtype parameters
+    /// are gathered in and the forward and backward compute in (each
+    /// unit's floating inputs cast to it), the shards staying in theirs
+    /// for the optimizers; `None`: the parameters' own.
+    pub param_dtype: Option<Kind>,
+    /// torch's `MixedPrecisionPolicy.reduce_dtype`: the dtype gradients
+    /// are reduce-scattered in; `None`: `param_dtype`'s.
+    pub reduce_dtype: Option<Kind>,
+}
+
+/// A floating dtype by torch's or Lightning's name ("bf16", "bfloat16",
+/// "16", "fp16", "float16", "half", "32", "fp32", "float32"), or `None`
+/// for "none".
+fn parse_dtype(key: &str, v: &str) -> Result<Option<Kind>> {
+    let name = v.trim().trim_start_matches("torch.").to_ascii_lowercase();
+    match name.as_str() {
+        "" | "none" => Ok(None),
+        "bf16" | "bfloat16" => Ok(Some(Kind::BFloat16)),
+        "16" | "fp16" | "float16" | "half" => Ok(Some(Kind::Half)),
+        "32" | "fp32" | "float32" | "float" => Ok(Some(Kind::Float)),
+        _ => Err(Error::invalid(format!(
+            "strategy option {key}: {v:?} is not a floating dtype (bf16, fp16, fp32 or none)"
+        ))),
+    }
 }
 
 impl FsdpOptions {
@@ -88,6 +113,8 @@ impl FsdpOptions {
                     })?),
                 }
             }
+            "param_dtype" => self.param_dtype = parse_dtype(key, v)?,
+            "reduce_dtype" => self.reduce_dtype = parse_dtype(key, v)?,
             "state_dict_type" => match v {
                 "full" => self.sharded_checkpoints = false,
                 "sharded" => self.sharded_checkpoints = true,
@@ -99,11 +126,24 @@ impl FsdpOptions {
         }
         Ok(true)
     }
+
+    /// Refuses settings that do not go together: a `param_dtype` under
+    /// NO_SHARD, where nothing is gathered to cast.
+    pub fn validate(&self) -> Result<()> {
+        if self.sharding_strategy == ShardingStrategy::NoShard && self.param_dtype.is_some() {
+            return Err(Error::new(
+                ErrorCode::Unsupported,
+                "strategy \"fsdp\": fsdp_param_dtype with NO_SHARD (nothing is gathered to cast); use a precision \
+                 such as bf16-mixed, or FULL_SHARD / SHARD_GRAD_OP",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The keys [`FsdpOptions::set`] knows, for error messages.
-pub const KEYS: &str =
-    "sharding_strategy, auto_wrap_policy, min_num_params, activation_checkpointing_policy, state_dict_type";
+pub const KEYS: &str = "sharding_strategy, auto_wrap_policy, min_num_params, activation_checkpointing_policy, \
+                        state_dict_type, param_dtype, reduce_dtype";
 
 /// A comma-separated list of class names ("none" or "" for none).
 fn parse_class_list(key: &str, v: &str) -> Result<Vec<String>> {
@@ -149,6 +189,16 @@ mod tests {
         assert!(o.set("state_dict_type", "sharded").unwrap());
         assert!(o.sharded_checkpoints);
         assert!(o.set("state_dict_type", "shards").is_err());
+        assert!(o.set("param_dtype", "torch.bfloat16").unwrap());
+        assert!(o.set("reduce_dtype", "fp32").unwrap());
+        assert_eq!((o.param_dtype, o.reduce_dtype), (Some(Kind::BFloat16), Some(Kind::Float)));
+        assert!(o.validate().is_ok());
+        assert!(o.set("sharding_strategy", "NO_SHARD").unwrap());
+        assert_eq!(o.validate().unwrap_err().code, ErrorCode::Unsupported);
+        assert!(o.set("param_dtype", "none").unwrap());
+        assert_eq!(o.param_dtype, None);
+        assert!(o.validate().is_ok());
+        assert!(o.set("reduce_dtype", "int8").unwrap_err().message.contains("reduce_dtype"));
         assert!(!o.set("bucket_cap_mb", "4").unwrap());
     }
 }

@@ -10,14 +10,50 @@
 //! storage released in place, hooks left on the outputs) -> gathered again
 //! when the first output's gradient arrives -> gradients averaged and
 //! scattered to the shards before the optimizer step -> sharded.
+//!
+//! With a `param_dtype` (torch's `MixedPrecisionPolicy`) the shards keep
+//! the parameters' own dtype for the optimizers, while the gathered
+//! parameters, and so the forward and backward, are in `param_dtype`;
+//! gradients are reduce-scattered in `reduce_dtype` and land in the
+//! shards in their dtype. Gathering for a checkpoint or for the end of a
+//! run ([`FsdpUnit::gather_master`]) gives the shards' own values.
 use crate::distributed::{ProcessGroup, ReduceOp};
 use crate::error::{Error, Result};
 use crate::nn::ShardHook;
 use crate::shim;
+use crate::tensor::dtype::is_floating;
 use libc::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tch::{Kind, Tensor};
+
+/// FSDP's mixed precision (torch's `MixedPrecisionPolicy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct MixedPrecision {
+    /// The dtype of the gathered parameters and of the compute; `None`:
+    /// the parameters' own.
+    pub param: Option<Kind>,
+    /// The dtype gradients are reduced in; `None`: `param`'s.
+    pub reduce: Option<Kind>,
+}
+
+impl MixedPrecision {
+    /// The dtype a parameter or input of dtype `own` computes in.
+    pub fn compute(&self, own: Kind) -> Kind {
+        match self.param {
+            Some(k) if is_floating(own) => k,
+            _ => own,
+        }
+    }
+
+    /// The dtype gradients of parameters of dtype `own` are reduced in.
+    fn reduction(&self, own: Kind) -> Kind {
+        match self.reduce {
+            Some(k) if is_floating(own) => k,
+            _ => self.compute(own),
+        }
+    }
+}
 
 /// One parameter of a unit.
 #[derive(Debug)]
@@ -31,8 +67,9 @@ pub(crate) struct ShardedParam {
     dim0: i64,
     /// Rows of the padded dimension 0 each rank holds.
     pub rows: i64,
-    /// The padded full parameter, `[world * rows, shape[1..]]`; its storage
-    /// holds no memory while the unit is sharded.
+    /// The padded full parameter, `[world * rows, shape[1..]]`, in the
+    /// compute dtype; its storage holds no memory while the unit is
+    /// sharded.
     full: Tensor,
     /// Size of `full`'s storage when gathered.
     full_bytes: usize,
@@ -90,6 +127,9 @@ impl ParamsGuard<'_> {
 struct UnitState {
     params: Vec<ShardedParam>,
     gathered: bool,
+    /// Gathered in the shards' own dtype ([`FsdpUnit::gather_master`]), not
+    /// the compute dtype (only ever true with a `param_dtype`).
+    gathered_master: bool,
     /// Shard-shaped gradients parked while the parameters are gathered
     /// (a gradient accumulated over earlier steps, or zeroed in place),
     /// added to the next averaged shard gradient.
@@ -117,6 +157,8 @@ pub(crate) struct FsdpUnit {
     /// Free the gathered parameters after the forward (FULL_SHARD, not the
     /// root unit).
     reshard_after_forward: bool,
+    /// The dtypes of gathering and reducing.
+    mp: MixedPrecision,
     /// The first error of a hook that ran inside autograd's backward.
     hook_error: Mutex<Option<Error>>,
     /// Whether this step's backward averages the gradients (false on the
@@ -171,6 +213,7 @@ impl FsdpUnit {
         params: Vec<Tensor>,
         group: Arc<ProcessGroup>,
         reshard_after_forward: bool,
+        mp: MixedPrecision,
         sync: Arc<AtomicBool>,
     ) -> Result<Arc<Self>> {
         let (rank, world) = (group.rank(), group.world_size());
@@ -182,10 +225,9 @@ impl FsdpUnit {
                 let rows = (dim0 + world as i64 - 1) / world as i64;
                 let mut full_shape = vec![rows * world as i64];
                 full_shape.extend(shape.iter().skip(1));
-                let full = Tensor::f_zeros(&full_shape, (param.kind(), param.device()))?;
+                let full = Tensor::f_zeros(&full_shape, (mp.compute(param.kind()), param.device()))?;
                 let mut sp = ShardedParam { param, shape, dim0, rows, full, full_bytes: 0, shard: Tensor::new() };
-                sp.full.f_narrow(0, 0, dim0)?.f_copy_(&sp.param.f_reshape(sp.real_shape())?)?;
-                sp.shard = sp.full.f_narrow(0, rank as i64 * rows, rows)?.f_contiguous()?.copy();
+                sp.shard = sp.rows_of(&sp.param.f_detach()?, rank, world)?;
                 sp.full_bytes = storage_bytes(&sp.full)?;
                 point(&sp.param, &sp.shard)?;
                 resize_storage(&sp.full, 0)?;
@@ -200,6 +242,7 @@ impl FsdpUnit {
             state: Mutex::new(UnitState {
                 params: sharded,
                 gathered: false,
+                gathered_master: false,
                 parked,
                 reduced,
                 arrived: 0,
@@ -210,6 +253,7 @@ impl FsdpUnit {
             rank,
             world,
             reshard_after_forward,
+            mp,
             hook_error: Mutex::new(None),
             sync,
         });
@@ -229,12 +273,31 @@ impl FsdpUnit {
         &self.group
     }
 
-    /// Gathers the full parameters from every rank's shards (nothing when
-    /// they are gathered already): one all-gather for the unit.
+    /// Gathers the full parameters from every rank's shards in the compute
+    /// dtype (nothing when they are gathered already): one all-gather for
+    /// the unit.
     pub fn gather(&self) -> Result<()> {
+        self.gather_as(false)
+    }
+
+    /// Gathers the full parameters in the shards' own dtype: what
+    /// checkpoints hold and the model keeps after the run.
+    pub fn gather_master(&self) -> Result<()> {
+        self.gather_as(self.mp.param.is_some())
+    }
+
+    /// [`FsdpUnit::gather`] (`master` false) or
+    /// [`FsdpUnit::gather_master`].
+    fn gather_as(&self, master: bool) -> Result<()> {
         let mut st = lock(&self.state);
+        if st.gathered && st.gathered_master != master {
+            drop(st);
+            self.reshard()?;
+            st = lock(&self.state);
+        }
         if st.gathered || st.params.is_empty() {
             st.gathered = true;
+            st.gathered_master = master;
             return Ok(());
         }
         let st = &mut *st;
@@ -247,20 +310,36 @@ impl FsdpUnit {
                     set_grad(&p.param, None)?;
                 }
             }
-            let flats: Vec<Tensor> = st.params.iter().map(|p| p.shard.view([-1])).collect();
+            let flats = st
+                .params
+                .iter()
+                .map(|p| {
+                    let kind = if master { p.shard.kind() } else { self.mp.compute(p.shard.kind()) };
+                    Ok(p.shard.view([-1]).f_to_kind(kind)?)
+                })
+                .collect::<Result<Vec<Tensor>>>()?;
             let local = Tensor::f_cat(&flats, 0)?;
+            drop(flats);
             let all = if self.world == 1 { local.view([1, -1]) } else { self.group.all_gather_flat(&local)? };
             let mut offset = 0;
             for p in st.params.iter() {
                 let n = p.shard_numel();
-                resize_storage(&p.full, p.full_bytes)?;
-                p.full.view([self.world as i64, n]).f_copy_(&all.f_narrow(1, offset, n)?)?;
+                let full = if master {
+                    // Its own buffer, in the shard's dtype, dropped when the
+                    // parameter holds its shard again.
+                    Tensor::f_empty(p.rows_shape(self.world as i64), (p.shard.kind(), p.shard.device()))?
+                } else {
+                    resize_storage(&p.full, p.full_bytes)?;
+                    p.full.shallow_clone()
+                };
+                full.view([self.world as i64, n]).f_copy_(&all.f_narrow(1, offset, n)?)?;
                 offset += n;
-                point(&p.param, &p.full.f_narrow(0, 0, p.dim0)?.f_reshape(&p.shape)?)?;
+                point(&p.param, &full.f_narrow(0, 0, p.dim0)?.f_reshape(&p.shape)?)?;
             }
             Ok(())
         })?;
         st.gathered = true;
+        st.gathered_master = master;
         Ok(())
     }
 
@@ -281,6 +360,7 @@ impl FsdpUnit {
             }
         }
         st.gathered = false;
+        st.gathered_master = false;
         Ok(())
     }
 
@@ -384,6 +464,7 @@ impl FsdpUnit {
                 let _ = point(&p.param, &p.full.narrow(0, 0, p.dim0).reshape(&p.shape));
             }
             st.gathered = true;
+            st.gathered_master = false;
             lock(&self.hook_error)
                 .get_or_insert(e.context(format!("gathering FSDP unit {:?} for backward", self.path)));
         }
@@ -409,7 +490,7 @@ impl FsdpUnit {
         tch::no_grad(|| -> Result<()> {
             let total: i64 = st.params.iter().map(|p| p.shard_numel()).sum();
             let first = &st.params[0].shard;
-            let buf = Tensor::f_zeros([world, total + count], (first.kind(), first.device()))?;
+            let buf = Tensor::f_zeros([world, total + count], (self.mp.reduction(first.kind()), first.device()))?;
             let mut offset = 0;
             for (i, p) in st.params.iter().enumerate() {
                 let n = p.shard_numel();
@@ -434,6 +515,7 @@ impl FsdpUnit {
                 let grad = if flag > 0.0 {
                     // Its own storage: optimizers detach and zero gradients in place.
                     let g = mine.f_narrow(0, offset, n)?.f_reshape(p.shard.size())?.f_div_scalar(world as f64)?;
+                    let g = if g.kind() == p.shard.kind() { g } else { g.f_to_kind(p.shard.kind())? };
                     match parked.take() {
                         Some(earlier) => {
                             let _ = earlier.shallow_clone().f_add_(&g)?;
@@ -452,6 +534,7 @@ impl FsdpUnit {
             Ok(())
         })?;
         st.gathered = false;
+        st.gathered_master = false;
         st.dirty = false;
         st.arrived = 0;
         Ok(())
@@ -462,7 +545,7 @@ impl FsdpUnit {
     /// (never freed again, so a graph still alive reads valid memory),
     /// without a gradient.
     pub fn unshard_for_good(&self) -> Result<()> {
-        self.gather()?;
+        self.gather_master()?;
         let mut st = lock(&self.state);
         tch::no_grad(|| -> Result<()> {
             for p in st.params.iter() {
@@ -474,6 +557,7 @@ impl FsdpUnit {
         st.params.clear();
         st.parked.clear();
         st.gathered = false;
+        st.gathered_master = false;
         Ok(())
     }
 
@@ -519,6 +603,10 @@ impl ShardHook for UnitHook {
 
     fn after_forward(&self, outputs: &[Tensor], owns: bool) -> Result<()> {
         self.0.after_forward(outputs, owns)
+    }
+
+    fn input_kind(&self) -> Option<Kind> {
+        self.0.mp.param
     }
 }
 

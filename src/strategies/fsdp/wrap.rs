@@ -109,11 +109,12 @@ fn link_below(
     inherited: Option<Arc<dyn ShardHook>>,
     by_path: &HashMap<&str, Arc<dyn ShardHook>>,
 ) {
+    let unit_module = by_path.contains_key(path);
     let (hook, owns) = match by_path.get(path) {
         Some(u) => (Some(Arc::clone(u)), !path.is_empty()),
         None => (inherited, false),
     };
-    m.set_shard_link(hook.clone().map(|hook| ShardLink { hook, owns }));
+    m.set_shard_link(hook.clone().map(|hook| ShardLink { hook, owns, unit_module }));
     for (name, child) in m.child_modules_mut() {
         let child_path = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
         link_below(child, &child_path, hook.clone(), by_path);

@@ -16,7 +16,7 @@ namespace fulmen {
 
 /// The data of a run apart from the module: derive from it and override
 /// what the data needs. Lightning's order: prepare_data (once per node, on
-/// local rank 0), setup(stage) before the module's setup hook, the
+/// local rank 0; see prepare_data_per_node), setup(stage) before the module's setup hook, the
 /// dataloaders when the loops want them, teardown(stage) at the end (also
 /// after a failed run). A dataloader counts only when its has_* says so;
 /// the module's own is used otherwise. Exceptions thrown here fail the run
@@ -33,6 +33,10 @@ public:
 
     /// Lightning's prepare_data (downloads, files every process reads).
     virtual void prepare_data() {}
+    /// Lightning's prepare_data_per_node: true (the default) calls
+    /// prepare_data on local rank 0 of every node, false on global rank 0
+    /// only (data on storage every node shares).
+    virtual bool prepare_data_per_node() const { return true; }
     /// Lightning's setup(stage): "fit", "validate", "test" or "predict".
     virtual void setup(const std::string& /*stage*/) {}
     /// Lightning's teardown(stage).
@@ -70,6 +74,7 @@ public:
             fulmen_datamodule_vtable vt = vtable();
             handle_ = detail::make<fulmen_datamodule>(
                 [&](fulmen_datamodule** o) { return fulmen_datamodule_new(&vt, name_.c_str(), o); });
+            check(fulmen_datamodule_set_prepare_data_per_node(handle_, prepare_data_per_node()));
         }
         return handle_;
     }

@@ -68,6 +68,7 @@ enum class Hook : int32_t {
     BeforeBatchTransfer = FULMEN_HOOK_BEFORE_BATCH_TRANSFER,         ///< on_before_batch_transfer (set_batch)
     TransferBatchToDevice = FULMEN_HOOK_TRANSFER_BATCH_TO_DEVICE,    ///< transfer_batch_to_device (device, set_batch)
     AfterBatchTransfer = FULMEN_HOOK_AFTER_BATCH_TRANSFER,           ///< on_after_batch_transfer (set_batch)
+    PrepareData = FULMEN_HOOK_PREPARE_DATA,                          ///< prepare_data (local rank 0 of each node)
 };
 
 /// Lightning's name of `hook` ("on_train_epoch_end"); "" for a value that

@@ -595,6 +595,30 @@ private:
 };
 
 /// The step functions of a LightningModule (empty members are "not implemented").
+/// The callbacks a module's configure_callbacks adds to a run (a borrowed
+/// fulmen_callback_list, valid during that call only).
+class CallbackList {
+public:
+    /// Wraps the list fulmen passes to configure_callbacks.
+    explicit CallbackList(fulmen_callback_list* list) noexcept : list_(list) {}
+    /// Adds `callback` under `name` (a trainer callback of that name is
+    /// replaced for the run); fulmen owns it from then on.
+    CallbackList& add(const std::string& name, std::unique_ptr<Callback> callback) {
+        if (!callback) throw Error(FULMEN_CODE_NULL_ARGUMENT, "CallbackList::add: the callback is null");
+        fulmen_callback_vtable vt = detail::CallbackTrampolines::vtable(callback.get());
+        check(fulmen_callback_list_add(list_, name.c_str(), &vt));
+        callback.release();  // fulmen owns it now and calls userdata_free once
+        return *this;
+    }
+    /// Adds a callback calling `fn(hook, ctx)` for every hook.
+    CallbackList& add(const std::string& name, HookFn fn) {
+        return add(name, std::make_unique<Callback>(std::move(fn)));
+    }
+
+private:
+    fulmen_callback_list* list_;
+};
+
 struct Steps {
     /// Returns the loss of a training batch (required for fit).
     std::function<Tensor(StepContext&, const Batch&)> training_step;
@@ -602,6 +626,21 @@ struct Steps {
     std::function<void(StepContext&, const Batch&)> validation_step;
     /// Evaluates a test batch.
     std::function<void(StepContext&, const Batch&)> test_step;
+    /// validation_step returning what on_validation_batch_end receives as
+    /// the step's outputs (HookContext::output), or nullopt; used in
+    /// place of validation_step when set.
+    std::function<std::optional<Tensor>(StepContext&, const Batch&)> validation_step_output;
+    /// test_step returning what on_test_batch_end receives, as
+    /// validation_step_output.
+    std::function<std::optional<Tensor>(StepContext&, const Batch&)> test_step_output;
+    /// Lightning's configure_model: builds or changes the model on the
+    /// run's device, after the setup hook and before configure_optimizers,
+    /// in every run.
+    std::function<void(Device)> configure_model;
+    /// Lightning's configure_callbacks: callbacks the module adds to every
+    /// run when it starts (a trainer callback of the same name is
+    /// replaced).
+    std::function<void(CallbackList&)> configure_callbacks;
     /// Returns the prediction of a batch, or nullopt.
     std::function<std::optional<Tensor>(StepContext&, const Batch&)> predict_step;
     /// Adds the optimizers (and schedulers) (required for fit).
@@ -683,6 +722,36 @@ struct ModuleTrampolines {
             StepContext ctx(c);
             std::optional<Tensor> y = static_cast<Steps*>(ud)->predict_step(ctx, Batch(b));
             if (y) hand_out(*y, out);
+        });
+    }
+    /// Calls Steps::validation_step_output.
+    static fulmen_error* validation_step_output(void* ud, fulmen_step_context* c, const fulmen_batch* b,
+                                                fulmen_tensor** out) {
+        return guard_callback([&] {
+            StepContext ctx(c);
+            std::optional<Tensor> y = static_cast<Steps*>(ud)->validation_step_output(ctx, Batch(b));
+            if (y) hand_out(*y, out);
+        });
+    }
+    /// Calls Steps::test_step_output.
+    static fulmen_error* test_step_output(void* ud, fulmen_step_context* c, const fulmen_batch* b,
+                                          fulmen_tensor** out) {
+        return guard_callback([&] {
+            StepContext ctx(c);
+            std::optional<Tensor> y = static_cast<Steps*>(ud)->test_step_output(ctx, Batch(b));
+            if (y) hand_out(*y, out);
+        });
+    }
+    /// Calls Steps::configure_model with the run's device.
+    static fulmen_error* configure_model(void* ud, int32_t device_type, int64_t device_index) {
+        return guard_callback(
+            [&] { static_cast<Steps*>(ud)->configure_model(Device{static_cast<DeviceType>(device_type), device_index}); });
+    }
+    /// Calls Steps::configure_callbacks.
+    static fulmen_error* configure_callbacks(void* ud, fulmen_callback_list* list) {
+        return guard_callback([&] {
+            CallbackList callbacks(list);
+            static_cast<Steps*>(ud)->configure_callbacks(callbacks);
         });
     }
     /// Calls Steps::configure_optimizers.
@@ -797,6 +866,10 @@ struct ModuleTrampolines {
         if (steps->lr_scheduler_step) vt.lr_scheduler_step = &lr_scheduler_step;
         if (steps->backward) vt.backward = &backward;
         if (steps->configure_gradient_clipping) vt.configure_gradient_clipping = &configure_gradient_clipping;
+        if (steps->validation_step_output) vt.validation_step_output = &validation_step_output;
+        if (steps->test_step_output) vt.test_step_output = &test_step_output;
+        if (steps->configure_model) vt.configure_model = &configure_model;
+        if (steps->configure_callbacks) vt.configure_callbacks = &configure_callbacks;
         return vt;
     }
 };
@@ -841,9 +914,16 @@ public:
         check(fulmen_lightning_module_set_automatic_optimization(get(), enabled));
         return *this;
     }
+    /// Lightning's prepare_data_per_node (default true) for the module's
+    /// prepare_data (Hook::PrepareData, once overridden): true calls it on
+    /// local rank 0 of every node, false on global rank 0 only.
+    LightningModule& set_prepare_data_per_node(bool per_node) {
+        check(fulmen_lightning_module_set_prepare_data_per_node(get(), per_node));
+        return *this;
+    }
     /// Declares that the module's on_hook implements (or no longer
     /// implements) a LightningModule-only hook (Hook::ValidationModelEval
-    /// .. Hook::AfterBatchTransfer) in place of fulmen's default.
+    /// .. Hook::PrepareData) in place of fulmen's default.
     LightningModule& override_hook(Hook hook, bool overridden = true) {
         check(fulmen_lightning_module_override_hook(get(), static_cast<int32_t>(hook), overridden));
         return *this;
@@ -898,6 +978,20 @@ public:
     /// Sets predict_step: (StepContext&, const Batch&) -> std::optional<Tensor>.
     template <class F>
     Builder& predict_step(F&& f) { steps_.predict_step = std::forward<F>(f); return *this; }
+    /// Sets validation_step_output: (StepContext&, const Batch&) ->
+    /// std::optional<Tensor>, the outputs on_validation_batch_end receives.
+    template <class F>
+    Builder& validation_step_output(F&& f) { steps_.validation_step_output = std::forward<F>(f); return *this; }
+    /// Sets test_step_output: (StepContext&, const Batch&) ->
+    /// std::optional<Tensor>, the outputs on_test_batch_end receives.
+    template <class F>
+    Builder& test_step_output(F&& f) { steps_.test_step_output = std::forward<F>(f); return *this; }
+    /// Sets configure_model: (Device) -> void.
+    template <class F>
+    Builder& configure_model(F&& f) { steps_.configure_model = std::forward<F>(f); return *this; }
+    /// Sets configure_callbacks: (CallbackList&) -> void.
+    template <class F>
+    Builder& configure_callbacks(F&& f) { steps_.configure_callbacks = std::forward<F>(f); return *this; }
     /// Sets configure_optimizers: (OptimizerConfig&) -> void.
     template <class F>
     Builder& configure_optimizers(F&& f) { steps_.configure_optimizers = std::forward<F>(f); return *this; }

@@ -396,6 +396,22 @@ public:
     /// Sets `fsdp_activation_checkpointing_policy` on a temporary and passes it on.
     Self&& fsdp_activation_checkpointing_policy(std::string_view v) && { return std::move(put("fsdp_activation_checkpointing_policy", v)); }
 
+    /// `fsdp_param_dtype` (text; default none): strategy "fsdp": torch's
+    /// MixedPrecisionPolicy.param_dtype ("bf16", "fp16", "fp32" or "none"): each unit's parameters
+    /// are gathered in it and its forward and backward compute in it (its floating inputs cast to
+    /// it), while the shards the optimizers step stay in the parameters' own dtype; refused under
+    /// NO_SHARD.
+    Self& fsdp_param_dtype(std::string_view v) & { return put("fsdp_param_dtype", v); }
+    /// Sets `fsdp_param_dtype` on a temporary and passes it on.
+    Self&& fsdp_param_dtype(std::string_view v) && { return std::move(put("fsdp_param_dtype", v)); }
+
+    /// `fsdp_reduce_dtype` (text; default none): strategy "fsdp": torch's
+    /// MixedPrecisionPolicy.reduce_dtype: the dtype gradients are reduce-scattered in before they
+    /// land in the shards ("none" = fsdp_param_dtype's).
+    Self& fsdp_reduce_dtype(std::string_view v) & { return put("fsdp_reduce_dtype", v); }
+    /// Sets `fsdp_reduce_dtype` on a temporary and passes it on.
+    Self&& fsdp_reduce_dtype(std::string_view v) && { return std::move(put("fsdp_reduce_dtype", v)); }
+
     /// `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" = checkpoints hold the
     /// whole state, gathered from every rank and written by rank 0; "sharded" = each checkpoint is
     /// a torch.distributed.checkpoint directory (every rank writes its shards, rank 0 .metadata and
