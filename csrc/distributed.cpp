@@ -34,11 +34,13 @@
 
 namespace {
 
-// A process group with the store it rendezvoused through.
+// A process group with the store it rendezvoused through (and the master
+// address its gloo device was chosen for, which its subgroups reuse).
 struct Group {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   std::chrono::milliseconds timeout;
+  std::string master;
 };
 
 // A Reducer over a model's parameters, bound to one group.
@@ -325,7 +327,55 @@ int fulmen_cxx_pg_new(void* store, int rank, int world, int64_t timeout_ms, cons
                                 "\" (expected gloo, nccl, or the name of an accelerator's collectives hook)");
   }
   pg->setGroupName("0");
-  *out = new Group{tcp, pg, timeout};
+  *out = new Group{tcp, pg, timeout, master};
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Creates the subgroup `name` of `parent`'s job (Python's new_group): its
+// `world` members meet in the parent's store under "default_pg/<name>/",
+// as Python's groups do, this process being member `rank`, with `backend`
+// ("gloo" or "nccl"; a collectives hook's groups have none). Only the
+// members call it, every one with the same name. On success *out owns the
+// subgroup (free with fulmen_cxx_pg_free).
+int fulmen_cxx_pg_subgroup(void* parent, const char* name, int rank, int world, const char* backend, void** out,
+                           char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto* p = static_cast<Group*>(parent);
+  std::string kind(backend);
+  std::string group_name(name);
+  auto base = c10::make_intrusive<c10d::PrefixStore>("default_pg", p->store);
+  auto group = c10::make_intrusive<c10d::PrefixStore>(group_name + "/", base);
+  auto pg = c10::make_intrusive<c10d::ProcessGroup>(group, rank, world);
+  if (kind == "gloo") {
+    auto cpu = c10::make_intrusive<c10d::PrefixStore>("cpu/", group);
+    auto opts = c10d::ProcessGroupGloo::Options::create(p->timeout);
+    opts->devices.push_back(gloo_device(p->master));
+    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(cpu, rank, world, opts);
+    gloo->setSequenceNumberForGroup();
+    pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+    pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+  } else if (kind == "nccl") {
+#ifdef FULMEN_WITH_NCCL
+    auto cuda = c10::make_intrusive<c10d::PrefixStore>("cuda/", group);
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = p->timeout;
+    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(cuda, rank, world, opts);
+    nccl->setSequenceNumberForGroup();
+    pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+    pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+#else
+    fulmen_cxx::write_message("the nccl backend needs a libtorch with CUDA and the NCCL headers at build time",
+                              err, err_len);
+    return FULMEN_CXX_UNSUPPORTED;
+#endif
+  } else {
+    fulmen_cxx::write_message("subgroups are made with the gloo or nccl backend, not with \"" + kind +
+                                  "\" (an accelerator's collectives hook)",
+                              err, err_len);
+    return FULMEN_CXX_UNSUPPORTED;
+  }
+  pg->setGroupName(group_name);
+  *out = new Group{p->store, pg, p->timeout, p->master};
   FULMEN_CXX_CATCH(err, err_len)
 }
 
@@ -539,6 +589,9 @@ int fulmen_cxx_pg_new(void*, int, int, int64_t, const char*, const char*, int, i
   return no_distributed(err, err_len);
 }
 void fulmen_cxx_pg_free(void*) {}
+int fulmen_cxx_pg_subgroup(void*, const char*, int, int, const char*, void**, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
 int fulmen_cxx_pg_allreduce(void*, void* const*, size_t, int, char* err, size_t err_len) {
   return no_distributed(err, err_len);
 }

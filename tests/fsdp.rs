@@ -227,6 +227,15 @@ fn scenario(name: &str) -> Scenario {
         }
         "sync_batch_norm_fsdp" => (vec![full, wrap, ("sync_batchnorm", "true")], Kind2::BatchNorm),
         "sharded" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded")], mlp),
+        // Two nodes of two ranks ([`nodes_of`]): sharded within a node,
+        // replicated across; clipping by the norm over one node's shards.
+        "hybrid" => (
+            vec![("fsdp_sharding_strategy", "HYBRID_SHARD"), wrap, ("num_nodes", "2"), ("gradient_clip_val", "0.3")],
+            mlp,
+        ),
+        "hybrid_zero2" => {
+            (vec![("fsdp_sharding_strategy", "_HYBRID_SHARD_ZERO2"), layers, ("num_nodes", "2")], Kind2::Transformer)
+        }
         // A ModelCheckpoint on a 50 ms clock (added in train_with) and rank
         // 1 starting 300 ms late: the ranks' clocks disagree at the first
         // batch; rank 0's decides for both.
@@ -280,7 +289,7 @@ fn train_with(
         o.set(k, v).unwrap();
     }
     for (k, v) in &sc.settings {
-        if strategy == "fsdp" || !k.starts_with("fsdp_") {
+        if strategy == "fsdp" || !(k.starts_with("fsdp_") || *k == "num_nodes") {
             o.set(k, v).unwrap();
         }
     }
@@ -323,6 +332,8 @@ fn train_with(
     if strategy == "fsdp" {
         // Between steps a unit's parameters hold this rank's rows only.
         let world: i64 = std::env::var("WORLD_SIZE").unwrap().parse().unwrap();
+        // Under a hybrid sharding a unit is sharded across one node's ranks.
+        let world = world / nodes_of(name) as i64;
         let sharded = sc.settings.iter().all(|(_, v)| *v != "NO_SHARD");
         let rows = probe(sc.kind).1;
         let want = if sharded { (rows + world - 1) / world } else { rows };
@@ -341,10 +352,16 @@ fn run_ranks(world: usize, name: &str, work: &Path, epochs: i64, resume: Option<
     run_ranks_with(world, RANK_BATCH, name, work, epochs, resume)
 }
 
+/// The nodes a scenario's ranks are spread over (its `num_nodes`).
+fn nodes_of(name: &str) -> usize {
+    scenario(name).settings.iter().find(|(k, _)| *k == "num_nodes").map_or(1, |(_, v)| v.parse().unwrap())
+}
+
 /// [`run_ranks`] with `batch` samples per rank and step.
 fn run_ranks_with(world: usize, batch: i64, name: &str, work: &Path, epochs: i64, resume: Option<&Path>) {
     let port = fulmen::distributed::launcher::free_port().unwrap();
     let exe = std::env::current_exe().unwrap();
+    let per_node = world / nodes_of(name);
     let children: Vec<_> = (0..world)
         .map(|rank| {
             let mut c = Command::new(&exe);
@@ -354,9 +371,10 @@ fn run_ranks_with(world: usize, batch: i64, name: &str, work: &Path, epochs: i64
                 .env("FULMEN_TEST_EPOCHS", epochs.to_string())
                 .env("FULMEN_TEST_BATCH", batch.to_string())
                 .env("RANK", rank.to_string())
-                .env("LOCAL_RANK", rank.to_string())
+                .env("LOCAL_RANK", (rank % per_node).to_string())
+                .env("GROUP_RANK", (rank / per_node).to_string())
                 .env("WORLD_SIZE", world.to_string())
-                .env("LOCAL_WORLD_SIZE", world.to_string())
+                .env("LOCAL_WORLD_SIZE", per_node.to_string())
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", port.to_string())
                 .stdout(std::process::Stdio::piped())
@@ -578,6 +596,31 @@ fn a_time_triggered_checkpoint_is_decided_by_rank_zero() {
         for ((k, x), (_, y)) in read_weights(&rank_dir(&timed, r)).iter().zip(&read_weights(&rank_dir(&plain, r))) {
             let diff = (x - y).abs().max().double_value(&[]);
             assert!(diff == 0.0, "rank {r}: {k} differs by {diff} from the run without time-triggered saves");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn hybrid_shard_on_two_nodes_equals_one_process() {
+    check_against_one_process("hybrid", 4);
+    check_against_one_process("hybrid_zero2", 4);
+}
+
+#[test]
+fn a_hybrid_run_resumes_from_its_gathered_checkpoint_exactly() {
+    let work = tempdir("fsdp-hybrid-resume");
+    let (whole, first, resumed) = (work.join("whole"), work.join("first"), work.join("resumed"));
+    run_ranks(4, "hybrid", &whole, 2, None);
+    run_ranks(4, "hybrid", &first, 1, None);
+    let ckpt = checkpoints(&first.join("checkpoints"));
+    assert_eq!(ckpt.len(), 1, "{ckpt:?}");
+    run_ranks(4, "hybrid", &resumed, 2, Some(&ckpt[0]));
+    for r in 0..4 {
+        let (a, b) = (read_weights(&rank_dir(&whole, r)), read_weights(&rank_dir(&resumed, r)));
+        for ((k, x), (_, y)) in a.iter().zip(&b) {
+            let diff = (x - y).abs().max().double_value(&[]);
+            assert!(diff == 0.0, "rank {r}: {k} differs by {diff} after the resume");
         }
     }
     let _ = std::fs::remove_dir_all(&work);

@@ -928,8 +928,10 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  * - `fsdp_sharding_strategy` (text; default FULL_SHARD): strategy "fsdp":
  *   FULL_SHARD (parameters freed after each unit's forward and gathered
  *   again for its backward), SHARD_GRAD_OP (gathered parameters kept until
- *   the backward ends) or NO_SHARD (nothing sharded, gradients averaged);
- *   HYBRID_SHARD is not in fulmen yet.
+ *   the backward ends), NO_SHARD (nothing sharded, gradients averaged),
+ *   HYBRID_SHARD (FULL_SHARD among the ranks of each of num_nodes nodes,
+ *   the nodes replicas whose gradient shards are averaged) or
+ *   _HYBRID_SHARD_ZERO2 (the same with SHARD_GRAD_OP within the node).
  * - `fsdp_auto_wrap_policy` (text; default none): strategy "fsdp":
  *   comma-separated module class names ("TransformerEncoderLayer",
  *   "Sequential", "HostModule", ...) whose every instance is a sharding

@@ -211,6 +211,10 @@ pub struct ProcessGroup {
     device_type: DeviceType,
     /// Which collectives hook reduces them (its address; 0 for none).
     hook_id: usize,
+    /// The groups named so far in the job through this group (Python's
+    /// `group_count`: the default group is "0"); `None` for a subgroup,
+    /// which is not split further.
+    groups_named: Option<std::sync::atomic::AtomicUsize>,
 }
 
 // SAFETY: c10d process groups are used from any thread in PyTorch; fulmen
@@ -315,12 +319,88 @@ impl ProcessGroup {
             device,
             device_type,
             hook_id: hook_id(devices),
+            groups_named: Some(std::sync::atomic::AtomicUsize::new(1)),
         })
     }
 
     /// This process's rank.
     pub fn rank(&self) -> usize {
         self.rank
+    }
+
+    /// Splits the job into groups (torch's `new_group(ranks)` for each
+    /// part of `partition` in order, named "1", "2", ... in the job's
+    /// store as Python numbers them): every rank calls it with the same
+    /// partition, and gets the group it is a member of (its rank there in
+    /// the order of its part), or `None` when no part holds it. Groups of
+    /// an accelerator's collectives hook have no subgroups
+    /// (`Unsupported`).
+    pub fn new_groups(&self, partition: &[Vec<usize>]) -> Result<Option<ProcessGroup>> {
+        use std::sync::atomic::Ordering;
+        let Some(named) = &self.groups_named else {
+            return Err(Error::new(ErrorCode::Unsupported, "a subgroup is not split into groups of its own"));
+        };
+        let first = named.fetch_add(partition.len(), Ordering::SeqCst);
+        let mut mine = None;
+        for (i, ranks) in partition.iter().enumerate() {
+            if let Some(g) = self.join_subgroup(&(first + i).to_string(), ranks)? {
+                mine = Some(g);
+            }
+        }
+        Ok(mine)
+    }
+
+    /// The group of `ranks` (ranks of this group, distinct) named `name`:
+    /// this process's membership, or `None` when it is not one of them.
+    /// Only the members meet, each calling it with the same name and ranks.
+    fn join_subgroup(&self, name: &str, ranks: &[usize]) -> Result<Option<ProcessGroup>> {
+        let mut seen = std::collections::HashSet::new();
+        if let Some(r) = ranks.iter().find(|r| **r >= self.world_size || !seen.insert(**r)) {
+            return Err(Error::invalid(format!(
+                "subgroup {name:?}: rank {r} is repeated or outside the world of {}",
+                self.world_size
+            )));
+        }
+        let Some(rank) = ranks.iter().position(|r| *r == self.rank) else { return Ok(None) };
+        if self.hook_id != 0 {
+            return Err(Error::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "subgroup {name:?}: the job's collectives come from an accelerator's hook, which has no subgroups"
+                ),
+            ));
+        }
+        let world = c_int::try_from(ranks.len()).map_err(|_| Error::invalid("subgroup: too many ranks"))?;
+        let c_name = CString::new(name).map_err(|_| Error::invalid("subgroup: the name contains a NUL byte"))?;
+        let backend =
+            CString::new(self.backend.as_str()).map_err(|_| Error::invalid("subgroup: backend contains a NUL byte"))?;
+        let what = format!("joining subgroup {name:?} as rank {rank} of {}", ranks.len());
+        let mut raw: *mut c_void = std::ptr::null_mut();
+        // SAFETY: the parent group and the strings live through the call;
+        // `raw` receives an owned group.
+        call(&what, |err, len| unsafe {
+            shim::fulmen_cxx_pg_subgroup(
+                self.raw,
+                c_name.as_ptr(),
+                rank as c_int,
+                world,
+                backend.as_ptr(),
+                &mut raw,
+                err,
+                len,
+            )
+        })
+        .map_err(classify)?;
+        Ok(Some(ProcessGroup {
+            raw,
+            rank,
+            world_size: ranks.len(),
+            backend: self.backend.clone(),
+            device: self.device,
+            device_type: self.device_type,
+            hook_id: 0,
+            groups_named: None,
+        }))
     }
 
     /// Number of processes.

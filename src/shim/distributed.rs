@@ -96,6 +96,16 @@ extern "C" {
         err_len: size_t,
     ) -> c_int;
     pub(crate) fn fulmen_cxx_pg_free(group: *mut c_void);
+    pub(crate) fn fulmen_cxx_pg_subgroup(
+        parent: *mut c_void,
+        name: *const c_char,
+        rank: c_int,
+        world: c_int,
+        backend: *const c_char,
+        out: *mut *mut c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
     pub(crate) fn fulmen_cxx_pg_allreduce(
         group: *mut c_void,
         tensors: *const *mut c_void,

@@ -683,8 +683,10 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         kind: OptionKind::Text,
         default: "FULL_SHARD",
         doc: "strategy \"fsdp\": FULL_SHARD (parameters freed after each unit's forward and gathered again for its \
-              backward), SHARD_GRAD_OP (gathered parameters kept until the backward ends) or NO_SHARD (nothing \
-              sharded, gradients averaged); HYBRID_SHARD is not in fulmen yet",
+              backward), SHARD_GRAD_OP (gathered parameters kept until the backward ends), NO_SHARD (nothing \
+              sharded, gradients averaged), HYBRID_SHARD (FULL_SHARD among the ranks of each of num_nodes nodes, \
+              the nodes replicas whose gradient shards are averaged) or _HYBRID_SHARD_ZERO2 (the same with \
+              SHARD_GRAD_OP within the node)",
         apply: strategy_setting!("sharding_strategy"),
     },
     TrainerOption {

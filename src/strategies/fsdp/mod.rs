@@ -25,7 +25,7 @@ use crate::trainer::{ClipAlgorithm, LightningModule, OptimizerConfig, SharedMode
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tch::Tensor;
-use unit::{FsdpUnit, MixedPrecision};
+use unit::{FsdpUnit, MixedPrecision, UnitGroups};
 
 /// A model as the strategy shards it.
 struct Wrapped {
@@ -52,6 +52,12 @@ pub(crate) struct FsdpStrategy {
     /// Lightning's `sync_batchnorm`: the model's BatchNorms are
     /// SyncBatchNorms while it is sharded.
     sync_batchnorm: bool,
+    /// The ranks a unit is sharded across: the job, or under a hybrid
+    /// sharding the ranks of this node.
+    shard_group: Arc<distributed::ProcessGroup>,
+    /// Under a hybrid sharding across several nodes, the ranks of the other
+    /// nodes holding the same shards (the same local rank on every node).
+    replicas: Option<Arc<distributed::ProcessGroup>>,
 }
 
 /// Locks `m`, taking the value of a poisoned lock.
@@ -74,6 +80,11 @@ impl FsdpStrategy {
             ));
         }
         opts.strategy.fsdp.validate()?;
+        let (shard_group, replicas) = if opts.strategy.fsdp.sharding_strategy.is_hybrid() {
+            hybrid_groups(&ctx, opts.strategy.num_nodes).map_err(|e| ctx.explain(e))?
+        } else {
+            (Arc::clone(&ctx.group), None)
+        };
         Ok(FsdpStrategy {
             placement,
             ctx,
@@ -83,6 +94,8 @@ impl FsdpStrategy {
             sync: Arc::new(AtomicBool::new(true)),
             failed: false,
             sync_batchnorm: opts.strategy.ddp.sync_batchnorm,
+            shard_group,
+            replicas,
         })
     }
 
@@ -154,14 +167,14 @@ impl FsdpStrategy {
             *lock(&self.wrapped) = Some(Wrapped { model, units: Vec::new(), replicated: params });
             return Ok(());
         }
-        let reshard = self.options.sharding_strategy == ShardingStrategy::FullShard;
+        let reshard = self.options.sharding_strategy.reshards_after_forward();
         let mut units = Vec::new();
         let (planned_units, replicated) = wrap::plan(&m, &self.options);
         for planned in planned_units {
-            let after_forward = reshard && !planned.path.is_empty();
-            let group = Arc::clone(&self.ctx.group);
+            let groups = UnitGroups { shard: Arc::clone(&self.shard_group), replicas: self.replicas.clone() };
             let mp = MixedPrecision { param: self.options.param_dtype, reduce: self.options.reduce_dtype };
-            units.push(FsdpUnit::new(planned.path, planned.params, group, after_forward, mp, Arc::clone(&self.sync))?);
+            let after_forward = reshard && !planned.path.is_empty();
+            units.push(FsdpUnit::new(planned.path, planned.params, groups, after_forward, mp, Arc::clone(&self.sync))?);
         }
         wrap::link(&mut m, &units);
         drop(m);
@@ -192,6 +205,33 @@ impl FsdpStrategy {
         }
         Ok(())
     }
+}
+
+/// The groups of a hybrid sharding over `nodes` nodes of equal size (torch's
+/// `_init_intra_and_inter_node_groups`): this node's ranks, where a unit is
+/// sharded, and this local rank's replicas on the other nodes (none with
+/// one node). Every rank makes every group's name, in torch's order.
+fn hybrid_groups(
+    ctx: &DistContext,
+    nodes: usize,
+) -> Result<(Arc<distributed::ProcessGroup>, Option<Arc<distributed::ProcessGroup>>)> {
+    let world = ctx.world_size();
+    if nodes == 0 || world % nodes != 0 {
+        return Err(Error::invalid(format!(
+            "HYBRID_SHARD: the job's {world} ranks do not split into num_nodes={nodes} nodes of equal size"
+        )));
+    }
+    if nodes == 1 {
+        return Ok((Arc::clone(&ctx.group), None));
+    }
+    let per_node = world / nodes;
+    let nodes_ranks: Vec<Vec<usize>> = (0..nodes).map(|n| (n * per_node..(n + 1) * per_node).collect()).collect();
+    let replica_ranks: Vec<Vec<usize>> =
+        (0..per_node).map(|l| (0..nodes).map(|n| n * per_node + l).collect()).collect();
+    let missing = || Error::state("HYBRID_SHARD: this rank is in none of the groups");
+    let shard = ctx.group.new_groups(&nodes_ranks)?.ok_or_else(missing)?;
+    let replicas = ctx.group.new_groups(&replica_ranks)?.ok_or_else(missing)?;
+    Ok((Arc::new(shard), Some(Arc::new(replicas))))
 }
 
 impl Strategy for FsdpStrategy {
@@ -285,7 +325,7 @@ impl Strategy for FsdpStrategy {
         match algorithm {
             ClipAlgorithm::Norm if !whole => {
                 let replicated = self.replicated();
-                state::clip_norm_over_ranks(&self.ctx.group, params, &replicated, value)
+                state::clip_norm_over_ranks(&self.shard_group, params, &replicated, value)
                     .map_err(|e| self.ctx.explain(e))
             }
             _ => self.placement.precision.clip_params(params, value, algorithm),

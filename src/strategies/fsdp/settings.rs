@@ -18,6 +18,13 @@ pub enum ShardingStrategy {
     /// Nothing sharded: every rank holds everything and gradients are
     /// averaged (DDP's numbers, FSDP's code path).
     NoShard,
+    /// FULL_SHARD among the ranks of a node, each node a replica: the
+    /// gathers and reduce-scatters stay within the node, and the gradient
+    /// shards are averaged across the nodes.
+    HybridShard,
+    /// HYBRID_SHARD with SHARD_GRAD_OP within the node (torch's
+    /// `_HYBRID_SHARD_ZERO2`).
+    HybridShardZero2,
 }
 
 impl ShardingStrategy {
@@ -28,14 +35,11 @@ impl ShardingStrategy {
             "FULL_SHARD" => Ok(ShardingStrategy::FullShard),
             "SHARD_GRAD_OP" => Ok(ShardingStrategy::ShardGradOp),
             "NO_SHARD" => Ok(ShardingStrategy::NoShard),
-            "HYBRID_SHARD" | "_HYBRID_SHARD_ZERO2" => Err(Error::new(
-                ErrorCode::Unsupported,
-                format!(
-                    "sharding_strategy {text:?} (sharding within a node, replicas across nodes) is not in fulmen yet"
-                ),
-            )),
+            "HYBRID_SHARD" => Ok(ShardingStrategy::HybridShard),
+            "_HYBRID_SHARD_ZERO2" | "HYBRID_SHARD_ZERO2" => Ok(ShardingStrategy::HybridShardZero2),
             _ => Err(Error::invalid(format!(
-                "sharding_strategy {text:?}: expected FULL_SHARD, SHARD_GRAD_OP or NO_SHARD"
+                "sharding_strategy {text:?}: expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD or \
+                 _HYBRID_SHARD_ZERO2"
             ))),
         }
     }
@@ -46,7 +50,19 @@ impl ShardingStrategy {
             ShardingStrategy::FullShard => "FULL_SHARD",
             ShardingStrategy::ShardGradOp => "SHARD_GRAD_OP",
             ShardingStrategy::NoShard => "NO_SHARD",
+            ShardingStrategy::HybridShard => "HYBRID_SHARD",
+            ShardingStrategy::HybridShardZero2 => "_HYBRID_SHARD_ZERO2",
         }
+    }
+
+    /// Whether a unit's gathered parameters are freed after its forward.
+    pub fn reshards_after_forward(self) -> bool {
+        matches!(self, ShardingStrategy::FullShard | ShardingStrategy::HybridShard)
+    }
+
+    /// Whether it shards within a node and replicates across nodes.
+    pub fn is_hybrid(self) -> bool {
+        matches!(self, ShardingStrategy::HybridShard | ShardingStrategy::HybridShardZero2)
     }
 }
 
@@ -128,8 +144,19 @@ impl FsdpOptions {
     }
 
     /// Refuses settings that do not go together: a `param_dtype` under
-    /// NO_SHARD, where nothing is gathered to cast.
+    /// NO_SHARD, where nothing is gathered to cast; sharded checkpoints of
+    /// a hybrid sharding (not in fulmen yet).
     pub fn validate(&self) -> Result<()> {
+        if self.sharding_strategy.is_hybrid() && self.sharded_checkpoints {
+            return Err(Error::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "strategy \"fsdp\": state_dict_type \"sharded\" with {} is not in fulmen yet (every node \
+                     holds the same shards); use state_dict_type \"full\"",
+                    self.sharding_strategy.name()
+                ),
+            ));
+        }
         if self.sharding_strategy == ShardingStrategy::NoShard && self.param_dtype.is_some() {
             return Err(Error::new(
                 ErrorCode::Unsupported,
@@ -173,7 +200,14 @@ mod tests {
         assert_eq!(o.sharding_strategy, ShardingStrategy::FullShard);
         assert!(o.set("sharding_strategy", "shard_grad_op").unwrap());
         assert_eq!(o.sharding_strategy.name(), "SHARD_GRAD_OP");
-        assert_eq!(o.set("sharding_strategy", "HYBRID_SHARD").unwrap_err().code, ErrorCode::Unsupported);
+        assert!(o.set("sharding_strategy", "HYBRID_SHARD").unwrap());
+        assert!(o.sharding_strategy.is_hybrid() && o.sharding_strategy.reshards_after_forward());
+        assert!(o.set("sharding_strategy", "_hybrid_shard_zero2").unwrap());
+        assert!(o.sharding_strategy.is_hybrid() && !o.sharding_strategy.reshards_after_forward());
+        assert!(o.set("state_dict_type", "sharded").unwrap());
+        assert_eq!(o.validate().unwrap_err().code, ErrorCode::Unsupported);
+        assert!(o.set("state_dict_type", "full").unwrap());
+        assert!(o.set("sharding_strategy", "FULL_SHARD").unwrap());
         assert!(o.set("sharding_strategy", "half").is_err());
         assert!(o.set("auto_wrap_policy", "Sequential, TransformerEncoderLayer").unwrap());
         assert_eq!(o.wrap_classes, ["Sequential", "TransformerEncoderLayer"]);

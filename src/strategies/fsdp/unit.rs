@@ -55,6 +55,15 @@ impl MixedPrecision {
     }
 }
 
+/// The groups a unit communicates in.
+pub(crate) struct UnitGroups {
+    /// The ranks its parameters are sharded across.
+    pub shard: Arc<ProcessGroup>,
+    /// Under a hybrid sharding, the ranks holding the same shards on the
+    /// other nodes: its gradient shards are averaged across them too.
+    pub replicas: Option<Arc<ProcessGroup>>,
+}
+
 /// One parameter of a unit.
 #[derive(Debug)]
 pub(crate) struct ShardedParam {
@@ -152,6 +161,8 @@ pub(crate) struct FsdpUnit {
     pub path: String,
     state: Mutex<UnitState>,
     group: Arc<ProcessGroup>,
+    /// The other nodes' ranks with the same shards (hybrid sharding).
+    replicas: Option<Arc<ProcessGroup>>,
     rank: usize,
     world: usize,
     /// Free the gathered parameters after the forward (FULL_SHARD, not the
@@ -206,16 +217,18 @@ pub(crate) fn set_grad(param: &Tensor, grad: Option<&Tensor>) -> Result<()> {
 }
 
 impl FsdpUnit {
-    /// Shards `params` (already equal on every rank) across `group`: each
-    /// parameter keeps this rank's rows and the full buffers are freed.
+    /// Shards `params` (already equal on every rank) across the shard
+    /// group: each parameter keeps this rank's rows and the full buffers
+    /// are freed.
     pub fn new(
         path: String,
         params: Vec<Tensor>,
-        group: Arc<ProcessGroup>,
+        groups: UnitGroups,
         reshard_after_forward: bool,
         mp: MixedPrecision,
         sync: Arc<AtomicBool>,
     ) -> Result<Arc<Self>> {
+        let UnitGroups { shard: group, replicas } = groups;
         let (rank, world) = (group.rank(), group.world_size());
         let mut sharded = Vec::with_capacity(params.len());
         tch::no_grad(|| -> Result<()> {
@@ -250,6 +263,7 @@ impl FsdpUnit {
                 dirty: false,
             }),
             group,
+            replicas,
             rank,
             world,
             reshard_after_forward,
@@ -477,8 +491,9 @@ impl FsdpUnit {
 
     /// Averages the gradients of the unit's parameters over the ranks and
     /// leaves each parameter sharded with its shard of the average as
-    /// `.grad` (one all-reduce; a parameter no rank has a gradient for
-    /// keeps none, as on one device).
+    /// `.grad` (one reduce-scatter, and under a hybrid sharding one
+    /// all-reduce of the shards across the nodes; a parameter no rank has
+    /// a gradient for keeps none, as on one device).
     pub fn reduce_gradients(&self) -> Result<()> {
         let mut st = lock(&self.state);
         let st = &mut *st;
@@ -505,6 +520,11 @@ impl FsdpUnit {
             let mine =
                 if self.world > 1 { self.group.reduce_scatter_flat(&buf, ReduceOp::Sum)? } else { buf.f_select(0, 0)? };
             drop(buf);
+            let mut ranks = world;
+            if let Some(replicas) = &self.replicas {
+                replicas.all_reduce(&[mine.shallow_clone()], ReduceOp::Sum)?;
+                ranks *= replicas.world_size() as i64;
+            }
             let flags = host_values(&mine.f_narrow(0, total, count)?)?;
             let mut offset = 0;
             for (((p, flag), parked), reduced) in
@@ -514,7 +534,7 @@ impl FsdpUnit {
                 point(&p.param, &p.shard)?;
                 let grad = if flag > 0.0 {
                     // Its own storage: optimizers detach and zero gradients in place.
-                    let g = mine.f_narrow(0, offset, n)?.f_reshape(p.shard.size())?.f_div_scalar(world as f64)?;
+                    let g = mine.f_narrow(0, offset, n)?.f_reshape(p.shard.size())?.f_div_scalar(ranks as f64)?;
                     let g = if g.kind() == p.shard.kind() { g } else { g.f_to_kind(p.shard.kind())? };
                     match parked.take() {
                         Some(earlier) => {

@@ -367,8 +367,10 @@ public:
 
     /// `fsdp_sharding_strategy` (text; default FULL_SHARD): strategy "fsdp": FULL_SHARD (parameters
     /// freed after each unit's forward and gathered again for its backward), SHARD_GRAD_OP
-    /// (gathered parameters kept until the backward ends) or NO_SHARD (nothing sharded, gradients
-    /// averaged); HYBRID_SHARD is not in fulmen yet.
+    /// (gathered parameters kept until the backward ends), NO_SHARD (nothing sharded, gradients
+    /// averaged), HYBRID_SHARD (FULL_SHARD among the ranks of each of num_nodes nodes, the nodes
+    /// replicas whose gradient shards are averaged) or _HYBRID_SHARD_ZERO2 (the same with
+    /// SHARD_GRAD_OP within the node).
     Self& fsdp_sharding_strategy(std::string_view v) & { return put("fsdp_sharding_strategy", v); }
     /// Sets `fsdp_sharding_strategy` on a temporary and passes it on.
     Self&& fsdp_sharding_strategy(std::string_view v) && { return std::move(put("fsdp_sharding_strategy", v)); }
