@@ -28,6 +28,18 @@ struct OptimizerState {
     found_inf: bool,
 }
 
+/// Combines this rank's inf/NaN finding with the other ranks' (under a
+/// sharded strategy each rank checks its shards only, and every rank must
+/// skip the same steps: torch's `ShardedGradScaler`).
+#[derive(Clone)]
+pub struct FoundInfSync(pub std::sync::Arc<dyn Fn(bool) -> Result<bool> + Send + Sync>);
+
+impl std::fmt::Debug for FoundInfSync {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FoundInfSync")
+    }
+}
+
 /// Dynamic loss scaler (torch's `GradScaler`).
 #[derive(Debug, Clone)]
 pub struct GradScaler {
@@ -38,6 +50,8 @@ pub struct GradScaler {
     growth_tracker: i64,
     /// Keyed by optimizer index; cleared by `update()`.
     optimizers: BTreeMap<usize, OptimizerState>,
+    /// Set by a sharded strategy: every unscale's finding is the job's.
+    found_inf_sync: Option<FoundInfSync>,
 }
 
 impl Default for GradScaler {
@@ -49,6 +63,7 @@ impl Default for GradScaler {
             growth_interval: Self::GROWTH_INTERVAL,
             growth_tracker: 0,
             optimizers: BTreeMap::new(),
+            found_inf_sync: None,
         }
     }
 }
@@ -126,7 +141,14 @@ impl GradScaler {
             growth_interval: settings.growth_interval,
             growth_tracker: 0,
             optimizers: BTreeMap::new(),
+            found_inf_sync: None,
         })
+    }
+
+    /// Makes every unscale's inf/NaN finding go through `sync` (a sharded
+    /// strategy's: any rank's finding is every rank's), or no more.
+    pub fn set_found_inf_sync(&mut self, sync: Option<FoundInfSync>) {
+        self.found_inf_sync = sync;
     }
 
     /// The current scale.
@@ -163,7 +185,10 @@ impl GradScaler {
             }
             None => {}
         }
-        let found_inf = unscale_grads(params, self.scale)?;
+        let mut found_inf = unscale_grads(params, self.scale)?;
+        if let Some(sync) = &self.found_inf_sync {
+            found_inf = (sync.0)(found_inf)?;
+        }
         self.optimizers.insert(optimizer, OptimizerState { stage: Stage::Unscaled, found_inf });
         Ok(found_inf)
     }
@@ -358,6 +383,27 @@ mod tests {
         s.update().unwrap();
         assert_eq!((s.get_scale(), s.growth_tracker()), (65536.0, 1));
         assert!(s.update().unwrap_err().message.contains("no inf checks were recorded"));
+    }
+
+    #[test]
+    fn another_ranks_inf_skips_this_ranks_step() {
+        let mut s = GradScaler::new();
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = std::sync::Arc::clone(&calls);
+        // The job's finding: another rank's shard overflowed.
+        s.set_found_inf_sync(Some(FoundInfSync(std::sync::Arc::new(move |mine: bool| {
+            assert!(!mine);
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(true)
+        }))));
+        let finite = param_with_grad(&s, &[1.0, 2.0]);
+        assert!(s.should_skip_step(0, &[finite.shallow_clone()]).unwrap());
+        s.update().unwrap();
+        assert_eq!((s.get_scale(), calls.load(std::sync::atomic::Ordering::SeqCst)), (32768.0, 1));
+        // A failing exchange is the unscale's error.
+        s.set_found_inf_sync(Some(FoundInfSync(std::sync::Arc::new(|_| Err(Error::distributed("rank 1 is gone"))))));
+        let e = s.unscale(0, &[param_with_grad(&s, &[1.0])]).unwrap_err();
+        assert!(e.message.contains("rank 1 is gone"), "{e}");
     }
 
     #[test]

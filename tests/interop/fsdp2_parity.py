@@ -7,8 +7,9 @@ FULL_SHARD under bf16-mixed autocast, FULL_SHARD with gradient clipping by
 norm, FULL_SHARD under bf16-mixed with the inner blocks' activations
 checkpointed, FULL_SHARD and SHARD_GRAD_OP with FSDP2's mixed precision:
 parameters gathered and computed in bfloat16, gradients reduced in
-float32 or in bfloat16), two jobs of two ranks on gloo, one thread per rank, train the same
-model from the same initial weights on the same rows:
+float32 or in bfloat16; FULL_SHARD under 16-mixed with torch's
+GradScaler and clipping), two jobs of two ranks on gloo, one thread per
+rank, train the same model from the same initial weights on the same rows:
 
   Sequential(Linear(10, 16), LayerNorm(16), Sequential(Linear(16, 16), Tanh()),
              Sequential(Linear(16, 16), Tanh()), Linear(16, 3))
@@ -75,9 +76,12 @@ TIMEOUT_S = 60
 # The cases: (name, sharding strategy, precision, gradient_clip_val by norm
 # or 0, inner blocks checkpointed, FSDP mixed precision (param_dtype,
 # reduce_dtype) or None). bf16-mixed runs the forward under CPU autocast on
-# both sides (Lightning's "bf16-mixed"); clipping is torch's
-# clip_grad_norm_ over the sharded parameters (the norm over every rank's
-# shards).
+# both sides (Lightning's "bf16-mixed"); 16-mixed under float16 autocast
+# with torch's GradScaler (a scale of 2^24, so the first steps overflow
+# and are skipped on every rank, growing every 4 clean steps), unscaled
+# before clipping;
+# clipping is torch's clip_grad_norm_ over the sharded parameters (the
+# norm over every rank's shards).
 CASES = (
     ("FULL_SHARD", "FULL_SHARD", "32-true", 0.0, False, None),
     ("SHARD_GRAD_OP", "SHARD_GRAD_OP", "32-true", 0.0, False, None),
@@ -86,8 +90,10 @@ CASES = (
     ("FULL_SHARD-ckpt-bf16", "FULL_SHARD", "bf16-mixed", 0.0, True, None),
     ("FULL_SHARD-mp-bf16-fp32", "FULL_SHARD", "32-true", 0.0, False, ("bf16", "fp32")),
     ("SHARD_GRAD_OP-mp-bf16", "SHARD_GRAD_OP", "32-true", 0.0, False, ("bf16", "bf16")),
+    ("FULL_SHARD-16-clip", "FULL_SHARD", "16-mixed", 0.5, False, None),
 )
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+INIT_SCALE, GROWTH_INTERVAL = "16777216", "4"
 
 
 def build():
@@ -193,22 +199,34 @@ def python_rank(argv):
     # This rank's rows, contiguous as the batches fulmen's loader makes.
     x = torch.from_numpy(np.fromfile(a.x, dtype=np.float32).reshape(-1, FEATURES))[rank::world].contiguous()
     y = torch.from_numpy(np.fromfile(a.y, dtype=np.int64))[rank::world].contiguous()
+    scaler = None
+    if a.precision == "16-mixed":
+        scaler = torch.amp.GradScaler("cpu", init_scale=float(os.environ["FSDP_INIT_SCALE"]),
+                                      growth_interval=int(os.environ["FSDP_GROWTH_INTERVAL"]))
     model.train()
     losses = []
     for _ in range(EPOCHS):
         for start in range(0, len(x), BATCH):
             xb, yb = x[start : start + BATCH], y[start : start + BATCH]
             opt.zero_grad(set_to_none=True)
-            bf16 = a.precision == "bf16-mixed"
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            autocast = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(a.precision)
+            with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
                 loss = F.cross_entropy(model(xb), yb)
             if not losses:
                 check_after_forward(model, a.sharding)
             losses.append(loss.item())
-            loss.backward()
+            (scaler.scale(loss) if scaler else loss).backward()
+            if scaler:
+                scaler.unscale_(opt)
             if float(a.clip) > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), float(a.clip))
-            opt.step()
+            if scaler:
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
+    if scaler and rank == 0:
+        print(f"torch GradScaler: scale {scaler.get_scale():g} after {len(losses)} steps", flush=True)
     save_file(full_state(model), a.out)
     with open(a.losses, "w") as f:
         f.write("".join(f"{v!r}\n" for v in losses))
@@ -247,6 +265,8 @@ def run_job(work, binary, case, retried=False):
             env["FSDP_ACTIVATION_CHECKPOINTING"] = "Sequential"
         if mp:
             env["FSDP_PARAM_DTYPE"], env["FSDP_REDUCE_DTYPE"] = mp
+        if precision == "16-mixed":
+            env["FSDP_INIT_SCALE"], env["FSDP_GROWTH_INTERVAL"] = INIT_SCALE, GROWTH_INTERVAL
         out = os.path.join(work, f"{side}-{name}-{rank}.safetensors")
         losses = out + ".losses"
         if binary is None:

@@ -20,7 +20,7 @@
  * rank, rank + world, ... LOSSES: every training step's loss on this
  * rank's batch, one a line (%.17g, the float32 value exactly). OUT: the
  * final weights (safetensors), whole again after the fit. PRECISION: the
- * trainer's precision ("32-true", "bf16-mixed"); CLIP: gradient_clip_val
+ * trainer's precision ("32-true", "bf16-mixed", "16-mixed"); CLIP: gradient_clip_val
  * by norm (0: none). A failed call
  * prints its error code and message and exits 1.
  *
@@ -33,7 +33,8 @@
  * With FSDP_ACTIVATION_CHECKPOINTING set (class names), the forwards of
  * those modules are checkpointed (fsdp_activation_checkpointing_policy);
  * FSDP_PARAM_DTYPE and FSDP_REDUCE_DTYPE set fsdp_param_dtype and
- * fsdp_reduce_dtype (torch's MixedPrecisionPolicy). */
+ * fsdp_reduce_dtype (torch's MixedPrecisionPolicy); FSDP_INIT_SCALE and
+ * FSDP_GROWTH_INTERVAL, the 16-mixed GradScaler's. */
 #include <fulmen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,6 +176,14 @@ static void fit(fulmen_model *model, const char *sharding, const char *precision
     set(opts, "fsdp_auto_wrap_policy", "Sequential");
     set(opts, "fsdp_sharding_strategy", sharding);
     set(opts, "precision", precision);
+    const char *init_scale = getenv("FSDP_INIT_SCALE"), *growth_interval = getenv("FSDP_GROWTH_INTERVAL");
+    if (init_scale && growth_interval) {
+        fulmen_precision *p;
+        TRY(fulmen_precision_new(precision, &p));
+        TRY(fulmen_precision_set_grad_scaler(p, strtod(init_scale, NULL), 2.0, 0.5, strtoll(growth_interval, NULL, 10)));
+        TRY(fulmen_trainer_options_set_precision(opts, p));
+        fulmen_precision_free(p);
+    }
     if (strtod(clip, NULL) > 0) set(opts, "gradient_clip_val", clip);
     set(opts, "max_epochs", epochs);
     set(opts, "enable_progress_bar", "false");

@@ -68,16 +68,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl FsdpStrategy {
     /// Joins the distributed job as DDP does.
     pub(crate) fn connect(acc: Arc<dyn Accelerator>, list: &[Device], opts: &TrainerOptions) -> Result<Self> {
-        let (placement, ctx) = join_job(acc, list, opts)?;
-        if placement.precision.has_scaler() {
-            return Err(Error::new(
-                ErrorCode::Unsupported,
-                format!(
-                    "strategy \"fsdp\" with precision {:?}: a GradScaler over shards (torch's ShardedGradScaler) is \
-                     not in fulmen yet; bf16-mixed needs none",
-                    opts.precision
-                ),
-            ));
+        let (mut placement, ctx) = join_job(acc, list, opts)?;
+        if let Some(scaler) = placement.precision.scaler_mut() {
+            // 16-mixed: each rank checks its shards; any rank's inf or NaN
+            // skips the step on every rank (torch's ShardedGradScaler).
+            let group = Arc::clone(&ctx.group);
+            let sync = move |found_inf: bool| group.reduce_decision(found_inf, false);
+            scaler.set_found_inf_sync(Some(crate::precision::grad_scaler::FoundInfSync(Arc::new(sync))));
         }
         opts.strategy.fsdp.validate()?;
         let (shard_group, replicas) = if opts.strategy.fsdp.sharding_strategy.is_hybrid() {
