@@ -32,17 +32,20 @@ func TestStrategyNameAndUnknownNames(t *testing.T) {
 	if _, err := fulmen.NewStrategy("deepspeed"); !errors.Is(err, fulmen.ErrInvalidArgument) || !strings.Contains(err.Error(), "not available") {
 		t.Errorf("deepspeed: %v", err)
 	}
-	// FSDP and its settings; what is not in fulmen yet says so.
+	// FSDP and its settings.
 	fsdp := must(fulmen.NewStrategy("fsdp"))
 	defer fsdp.Close()
 	ok(t, fsdp.Set("sharding_strategy", "SHARD_GRAD_OP"))
 	ok(t, fsdp.Set("auto_wrap_policy", "Linear"))
 	ok(t, fsdp.Set("state_dict_type", "sharded"))
+	ok(t, fsdp.Set("sharding_strategy", "HYBRID_SHARD"))
+	ok(t, fsdp.Set("param_dtype", "bf16"))
+	ok(t, fsdp.Set("reduce_dtype", "fp32"))
 	if err := fsdp.Set("state_dict_type", "local"); !errors.Is(err, fulmen.ErrInvalidArgument) {
 		t.Errorf("state_dict_type local: %v", err)
 	}
-	if err := fsdp.Set("sharding_strategy", "HYBRID_SHARD"); !errors.Is(err, fulmen.ErrUnsupported) {
-		t.Errorf("HYBRID_SHARD: %v", err)
+	if err := fsdp.Set("sharding_strategy", "SHARD_ALL"); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Errorf("SHARD_ALL: %v", err)
 	}
 }
 

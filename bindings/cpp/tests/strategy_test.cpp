@@ -77,13 +77,17 @@ TEST_F(StrategyTest, NameRoundTripsAndUnknownNamesAreErrors) {
     EXPECT_NE(message.find("ddp"), std::string::npos) << message;  // lists the registered names
     EXPECT_EQ(error_code([] { Strategy("deepspeed"); }), FULMEN_CODE_INVALID_ARGUMENT);
     EXPECT_NE(error_message([] { Strategy("deepspeed"); }).find("not available"), std::string::npos);
-    // FSDP and its settings; what is not in fulmen yet says so.
+    // FSDP and its settings.
     Strategy fsdp = Strategy("fsdp")
                         .set("sharding_strategy", "SHARD_GRAD_OP")
                         .set("auto_wrap_policy", "Linear")
-                        .set("state_dict_type", "sharded");
+                        .set("state_dict_type", "sharded")
+                        .set("sharding_strategy", "HYBRID_SHARD")
+                        .set("param_dtype", "bf16")
+                        .set("reduce_dtype", "fp32");
     EXPECT_EQ(fsdp.name(), "fsdp");
-    EXPECT_EQ(error_code([] { Strategy("fsdp").set("sharding_strategy", "HYBRID_SHARD"); }), FULMEN_CODE_UNSUPPORTED);
+    EXPECT_EQ(error_code([] { Strategy("fsdp").set("sharding_strategy", "SHARD_ALL"); }), FULMEN_CODE_INVALID_ARGUMENT);
+    EXPECT_EQ(error_code([] { Strategy("fsdp").set("param_dtype", "int8"); }), FULMEN_CODE_INVALID_ARGUMENT);
     EXPECT_EQ(error_code([] { Strategy("fsdp").set("auto_wrap_policy", "a.b"); }), FULMEN_CODE_INVALID_ARGUMENT);
     EXPECT_EQ(error_code([] { Strategy("fsdp").set("state_dict_type", "local"); }), FULMEN_CODE_INVALID_ARGUMENT);
 }
