@@ -403,19 +403,25 @@ static fulmen_error *blobs_loader(void *ud, int64_t epoch, fulmen_loader **out) 
     return NULL;
 }
 
+/* A datamodule over `ds` (its train loader) with `prepare_data`. */
+static fulmen_datamodule *blobs_datamodule(fulmen_dataset *ds, fulmen_error *(*prepare_data)(void *)) {
+    fulmen_datamodule_vtable dv;
+    memset(&dv, 0, sizeof dv);
+    dv.struct_size = sizeof dv;
+    dv.userdata = ds;
+    dv.prepare_data = prepare_data;
+    dv.train_dataloader = blobs_loader;
+    fulmen_datamodule *dm = NULL;
+    CHECK_OK(fulmen_datamodule_new(&dv, "Blobs", &dm));
+    return dm;
+}
+
 static int scenario_prepare_fails(const char *dir) {
     size_t rank = (size_t)atoi(getenv("RANK"));
     char root[512];
     snprintf(root, sizeof root, "%s/prepare_fails", dir);
     fulmen_dataset *ds = fixture_blobs(SAMPLES, 5, 1.0f);
-    fulmen_datamodule_vtable dv;
-    memset(&dv, 0, sizeof dv);
-    dv.struct_size = sizeof dv;
-    dv.userdata = ds;
-    dv.prepare_data = failing_prepare_data;
-    dv.train_dataloader = blobs_loader;
-    fulmen_datamodule *dm = NULL;
-    CHECK_OK(fulmen_datamodule_new(&dv, "Blobs", &dm));
+    fulmen_datamodule *dm = blobs_datamodule(ds, failing_prepare_data);
     module_state st = {seeded_mlp(HIDDEN), -1, false};
     fulmen_lightning_module *m = module_for(&st);
     fulmen_trainer_options *o = options(root, "ddp", "auto", false);
@@ -458,14 +464,7 @@ static int scenario_prepare_nodes(const char *dir) {
     char root[512];
     snprintf(root, sizeof root, "%s/prepare_nodes", dir);
     fulmen_dataset *ds = fixture_blobs(SAMPLES, 5, 1.0f);
-    fulmen_datamodule_vtable dv;
-    memset(&dv, 0, sizeof dv);
-    dv.struct_size = sizeof dv;
-    dv.userdata = ds;
-    dv.prepare_data = counting_prepare_data;
-    dv.train_dataloader = blobs_loader;
-    fulmen_datamodule *dm = NULL;
-    CHECK_OK(fulmen_datamodule_new(&dv, "Blobs", &dm));
+    fulmen_datamodule *dm = blobs_datamodule(ds, counting_prepare_data);
     module_state st = {seeded_mlp(HIDDEN), -1, false};
     fulmen_lightning_module *m = module_for(&st);
     CHECK_OK(fulmen_lightning_module_override_hook(m, FULMEN_HOOK_PREPARE_DATA, true));
