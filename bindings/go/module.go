@@ -90,11 +90,11 @@ type ModuleFuncs struct {
 	ConfigureGradientClipping func(ctx *OptimizationContext, optimizerIdx int, clipVal float64, algorithm ClipAlgorithm) error
 	// ValidationStepOutput is ValidationStep returning what
 	// HookValidationBatchEnd receives as the step's outputs
-	// (HookContext.Output), or nil; used in place of ValidationStep when
-	// set.
+	// (HookContext.Output), or nil. Set it or ValidationStep, not both
+	// (NewLightningModule refuses both).
 	ValidationStepOutput func(ctx *StepContext, batch *Batch) (*Tensor, error)
 	// TestStepOutput is TestStep returning what HookTestBatchEnd receives,
-	// as ValidationStepOutput.
+	// as ValidationStepOutput (not both with TestStep).
 	TestStepOutput func(ctx *StepContext, batch *Batch) (*Tensor, error)
 	// ConfigureModel is Lightning's configure_model: builds or changes the
 	// model on the run's device, after the setup hook and before

@@ -378,8 +378,9 @@ typedef struct fulmen_module_vtable {
    * returns (Lightning's return value, the `outputs` of
    * on_validation_batch_end, readable there with
    * `fulmen_hook_context_output`) to `*out`, or leaves it NULL; read as
-   * `training_step`'s `*out`. Used in place of `validation_step` when
-   * set. May be NULL. Added in 0.3; older, smaller vtables are accepted.
+   * `training_step`'s `*out`. Set it or `validation_step`, not both
+   * (FULMEN_CODE_INVALID_ARGUMENT from `fulmen_lightning_module_new`).
+   * May be NULL. Added in 0.3; older, smaller vtables are accepted.
    */
   struct fulmen_error *(*validation_step_output)(void *userdata,
                                                  struct fulmen_step_context *ctx,

@@ -255,7 +255,10 @@ pub(super) fn prepare_and_setup(run: &mut Run) -> Result<()> {
     let stage = run.stage;
     let local_zero = run.strategy.local_rank() == 0;
     let global_zero = local_zero && run.strategy.node_rank() == 0;
-    let distributed = run.strategy.world_size() > 1;
+    // Every rank knows alike whether anything prepares: only then do they
+    // meet.
+    let anything = run.module.datamodule().is_some() || run.module.overrides(Hook::PrepareData);
+    let distributed = run.strategy.world_size() > 1 && anything;
     let prepares = |per_node: bool| if per_node { local_zero } else { global_zero };
     let mut prepared = match run.module.datamodule() {
         Some(dm) if prepares(dm.prepare_data_per_node()) => dm.prepare_data().ctx("LightningDataModule.prepare_data"),

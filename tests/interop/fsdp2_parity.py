@@ -7,7 +7,9 @@ FULL_SHARD under bf16-mixed autocast, FULL_SHARD with gradient clipping by
 norm, FULL_SHARD under bf16-mixed with the inner blocks' activations
 checkpointed, FULL_SHARD and SHARD_GRAD_OP with FSDP2's mixed precision:
 parameters gathered and computed in bfloat16, gradients reduced in
-float32 or in bfloat16; FULL_SHARD under 16-mixed with torch's
+float32 or in bfloat16, also with gradient accumulation, and all in
+float16, its gradients divided before and after the reduction; FULL_SHARD
+under 16-mixed with torch's
 GradScaler and clipping), two jobs of two ranks on gloo, one thread per
 rank, train the same model from the same initial weights on the same rows:
 
@@ -91,8 +93,20 @@ CASES = (
     ("FULL_SHARD-mp-bf16-fp32", "FULL_SHARD", "32-true", 0.0, False, ("bf16", "fp32")),
     ("SHARD_GRAD_OP-mp-bf16", "SHARD_GRAD_OP", "32-true", 0.0, False, ("bf16", "bf16")),
     ("FULL_SHARD-16-clip", "FULL_SHARD", "16-mixed", 0.5, False, None),
+    ("FULL_SHARD-mp-bf16-fp32-accumulate", "FULL_SHARD", "32-true", 0.0, False, ("bf16", "fp32")),
+    ("FULL_SHARD-mp-fp16", "FULL_SHARD", "32-true", 0.0, False, ("fp16", "fp16")),
 )
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+# Cases whose name ends so accumulate gradients over 2 micro-batches
+# (fulmen's accumulate_grad_batches; torch: set_requires_gradient_sync
+# off but on the window's last micro-batch, the loss divided by 2 as
+# Lightning divides it): with a reduce dtype above the compute dtype the
+# unreduced gradients accumulate in the reduce dtype.
+ACCUMULATE = 2
+
+
+def accumulates(name):
+    return name.endswith("-accumulate")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 INIT_SCALE, GROWTH_INTERVAL = "16777216", "4"
 
 
@@ -182,7 +196,8 @@ def full_state(model):
 def python_rank(argv):
     """One rank of torch's FSDP2 job."""
     p = argparse.ArgumentParser()
-    for name in ("sharding", "precision", "clip", "checkpointed", "mp", "init", "x", "y", "losses", "out"):
+    for name in ("sharding", "precision", "clip", "checkpointed", "mp", "accumulate", "init", "x", "y", "losses",
+                 "out"):
         p.add_argument(name)
     a = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -205,17 +220,27 @@ def python_rank(argv):
                                       growth_interval=int(os.environ["FSDP_GROWTH_INTERVAL"]))
     model.train()
     losses = []
+    accumulate = int(a.accumulate)
+    starts = range(0, len(x), BATCH)
     for _ in range(EPOCHS):
-        for start in range(0, len(x), BATCH):
+        for i, start in enumerate(starts):
             xb, yb = x[start : start + BATCH], y[start : start + BATCH]
-            opt.zero_grad(set_to_none=True)
+            window_end = (i + 1) % accumulate == 0 or i == len(starts) - 1
+            if accumulate > 1:
+                model.set_requires_gradient_sync(window_end)
+            if i % accumulate == 0:
+                opt.zero_grad(set_to_none=True)
             autocast = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(a.precision)
             with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
                 loss = F.cross_entropy(model(xb), yb)
             if not losses:
                 check_after_forward(model, a.sharding)
             losses.append(loss.item())
+            if accumulate > 1:
+                loss = loss / accumulate
             (scaler.scale(loss) if scaler else loss).backward()
+            if not window_end:
+                continue
             if scaler:
                 scaler.unscale_(opt)
             if float(a.clip) > 0:
@@ -267,11 +292,15 @@ def run_job(work, binary, case, retried=False):
             env["FSDP_PARAM_DTYPE"], env["FSDP_REDUCE_DTYPE"] = mp
         if precision == "16-mixed":
             env["FSDP_INIT_SCALE"], env["FSDP_GROWTH_INTERVAL"] = INIT_SCALE, GROWTH_INTERVAL
+        accumulate = ACCUMULATE if accumulates(name) else 1
+        if accumulate > 1:
+            env["FSDP_ACCUMULATE"] = str(accumulate)
         out = os.path.join(work, f"{side}-{name}-{rank}.safetensors")
         losses = out + ".losses"
         if binary is None:
             cmd = [sys.executable, os.path.abspath(__file__), "rank", sharding, precision, str(clip),
-                   "1" if checkpointed else "0", ",".join(mp) if mp else "none", init, x, y, losses, out]
+                   "1" if checkpointed else "0", ",".join(mp) if mp else "none", str(accumulate), init, x, y,
+                   losses, out]
         else:
             cmd = [binary, sharding, init, x, y, str(SAMPLES), str(EPOCHS), str(BATCH), losses, out, precision,
                    str(clip)]

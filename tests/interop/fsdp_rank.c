@@ -34,7 +34,8 @@
  * those modules are checkpointed (fsdp_activation_checkpointing_policy);
  * FSDP_PARAM_DTYPE and FSDP_REDUCE_DTYPE set fsdp_param_dtype and
  * fsdp_reduce_dtype (torch's MixedPrecisionPolicy); FSDP_INIT_SCALE and
- * FSDP_GROWTH_INTERVAL, the 16-mixed GradScaler's. */
+ * FSDP_GROWTH_INTERVAL, the 16-mixed GradScaler's; FSDP_ACCUMULATE,
+ * accumulate_grad_batches. */
 #include <fulmen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,6 +199,8 @@ static void fit(fulmen_model *model, const char *sharding, const char *precision
     const char *param_dtype = getenv("FSDP_PARAM_DTYPE"), *reduce_dtype = getenv("FSDP_REDUCE_DTYPE");
     if (param_dtype) set(opts, "fsdp_param_dtype", param_dtype);
     if (reduce_dtype) set(opts, "fsdp_reduce_dtype", reduce_dtype);
+    const char *accumulate = getenv("FSDP_ACCUMULATE");
+    if (accumulate) set(opts, "accumulate_grad_batches", accumulate);
     set(opts, "logger", "false");
     set(opts, "handle_signals", "false");
     TRY(fulmen_trainer_new(opts, &trainer));

@@ -143,8 +143,9 @@ impl FsdpOptions {
         Ok(true)
     }
 
-    /// Refuses settings that do not go together: a `param_dtype` under
-    /// NO_SHARD, where nothing is gathered to cast; sharded checkpoints of
+    /// Refuses settings that do not go together: a `param_dtype` or
+    /// `reduce_dtype` under NO_SHARD, where nothing is gathered or
+    /// reduce-scattered to cast; sharded checkpoints of
     /// a hybrid sharding (not in fulmen yet).
     pub fn validate(&self) -> Result<()> {
         if self.sharding_strategy.is_hybrid() && self.sharded_checkpoints {
@@ -157,11 +158,13 @@ impl FsdpOptions {
                 ),
             ));
         }
-        if self.sharding_strategy == ShardingStrategy::NoShard && self.param_dtype.is_some() {
+        if self.sharding_strategy == ShardingStrategy::NoShard
+            && (self.param_dtype.is_some() || self.reduce_dtype.is_some())
+        {
             return Err(Error::new(
                 ErrorCode::Unsupported,
-                "strategy \"fsdp\": fsdp_param_dtype with NO_SHARD (nothing is gathered to cast); use a precision \
-                 such as bf16-mixed, or FULL_SHARD / SHARD_GRAD_OP",
+                "strategy \"fsdp\": fsdp_param_dtype / fsdp_reduce_dtype with NO_SHARD (nothing is gathered or \
+                 reduce-scattered to cast); use a precision such as bf16-mixed, or FULL_SHARD / SHARD_GRAD_OP",
             ));
         }
         Ok(())
@@ -231,6 +234,8 @@ mod tests {
         assert_eq!(o.validate().unwrap_err().code, ErrorCode::Unsupported);
         assert!(o.set("param_dtype", "none").unwrap());
         assert_eq!(o.param_dtype, None);
+        assert_eq!(o.validate().unwrap_err().code, ErrorCode::Unsupported);
+        assert!(o.set("reduce_dtype", "none").unwrap());
         assert!(o.validate().is_ok());
         assert!(o.set("reduce_dtype", "int8").unwrap_err().message.contains("reduce_dtype"));
         assert!(!o.set("bucket_cap_mb", "4").unwrap());

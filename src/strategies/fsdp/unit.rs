@@ -364,9 +364,18 @@ impl FsdpUnit {
             return Ok(());
         }
         let st = &mut *st;
-        for (p, parked) in st.params.iter().zip(st.parked.iter_mut()) {
+        for ((p, parked), reduced) in st.params.iter().zip(st.parked.iter_mut()).zip(st.reduced.iter()) {
             point(&p.param, &p.shard)?;
             resize_storage(&p.full, 0)?;
+            // A full-sized gradient kept for accumulation goes on in the
+            // reduction's dtype (FSDP2's accumulated gradient), not in the
+            // compute dtype.
+            let g = p.param.grad();
+            let red = self.mp.reduction(p.shard.kind());
+            let is_shard = reduced.as_ref().is_some_and(|r| g.defined() && r.data_ptr() == g.data_ptr());
+            if g.defined() && !is_shard && g.kind() != red {
+                set_grad(&p.param, Some(&tch::no_grad(|| g.f_to_kind(red))?))?;
+            }
             if !p.param.grad().defined() {
                 if let Some(g) = parked.take() {
                     set_grad(&p.param, Some(&g))?;
@@ -517,13 +526,16 @@ impl FsdpUnit {
                 }
                 offset += n;
             }
+            let ranks = world * self.replicas.as_ref().map_or(1, |r| r.world_size() as i64);
+            let (pre, post) = divide_factors(ranks, buf.kind());
+            if pre != 1.0 {
+                let _ = buf.f_narrow(1, 0, total)?.f_div_scalar_(pre)?;
+            }
             let mine =
                 if self.world > 1 { self.group.reduce_scatter_flat(&buf, ReduceOp::Sum)? } else { buf.f_select(0, 0)? };
             drop(buf);
-            let mut ranks = world;
             if let Some(replicas) = &self.replicas {
                 replicas.all_reduce(&[mine.shallow_clone()], ReduceOp::Sum)?;
-                ranks *= replicas.world_size() as i64;
             }
             let flags = host_values(&mine.f_narrow(0, total, count)?)?;
             let mut offset = 0;
@@ -534,7 +546,7 @@ impl FsdpUnit {
                 point(&p.param, &p.shard)?;
                 let grad = if flag > 0.0 {
                     // Its own storage: optimizers detach and zero gradients in place.
-                    let g = mine.f_narrow(0, offset, n)?.f_reshape(p.shard.size())?.f_div_scalar(ranks as f64)?;
+                    let g = mine.f_narrow(0, offset, n)?.f_reshape(p.shard.size())?.f_div_scalar(post)?;
                     let g = if g.kind() == p.shard.kind() { g } else { g.f_to_kind(p.shard.kind())? };
                     match parked.take() {
                         Some(earlier) => {
@@ -721,6 +733,23 @@ pub(crate) fn reduce_replicated(group: &ProcessGroup, params: &[Tensor]) -> Resu
         }
         Ok(())
     })
+}
+
+/// How the gradient sum over `ranks` ranks is divided: by `pre` before the
+/// reduction and `post` after. Half precision divides by about the square
+/// root of `ranks` before, so the sum cannot overflow, as torch's
+/// `_get_gradient_divide_factors` does (the same factors); float32 and
+/// bfloat16 divide once, after.
+fn divide_factors(ranks: i64, kind: Kind) -> (f64, f64) {
+    let factor = ranks as f64;
+    if !matches!(kind, Kind::Half | Kind::Double) {
+        return (1.0, factor);
+    }
+    let mut pre = 1.0;
+    while factor % pre == 0.0 && factor / pre > pre {
+        pre *= 2.0;
+    }
+    (pre, factor / pre)
 }
 
 /// The values of a 1-D tensor, on the host.

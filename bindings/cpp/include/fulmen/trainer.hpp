@@ -594,7 +594,6 @@ private:
     fulmen_optimization_context* ctx_;
 };
 
-/// The step functions of a LightningModule (empty members are "not implemented").
 /// The callbacks a module's configure_callbacks adds to a run (a borrowed
 /// fulmen_callback_list, valid during that call only).
 class CallbackList {
@@ -619,6 +618,7 @@ private:
     fulmen_callback_list* list_;
 };
 
+/// The step functions of a LightningModule (empty members are "not implemented").
 struct Steps {
     /// Returns the loss of a training batch (required for fit).
     std::function<Tensor(StepContext&, const Batch&)> training_step;
@@ -626,21 +626,6 @@ struct Steps {
     std::function<void(StepContext&, const Batch&)> validation_step;
     /// Evaluates a test batch.
     std::function<void(StepContext&, const Batch&)> test_step;
-    /// validation_step returning what on_validation_batch_end receives as
-    /// the step's outputs (HookContext::output), or nullopt; used in
-    /// place of validation_step when set.
-    std::function<std::optional<Tensor>(StepContext&, const Batch&)> validation_step_output;
-    /// test_step returning what on_test_batch_end receives, as
-    /// validation_step_output.
-    std::function<std::optional<Tensor>(StepContext&, const Batch&)> test_step_output;
-    /// Lightning's configure_model: builds or changes the model on the
-    /// run's device, after the setup hook and before configure_optimizers,
-    /// in every run.
-    std::function<void(Device)> configure_model;
-    /// Lightning's configure_callbacks: callbacks the module adds to every
-    /// run when it starts (a trainer callback of the same name is
-    /// replaced).
-    std::function<void(CallbackList&)> configure_callbacks;
     /// Returns the prediction of a batch, or nullopt.
     std::function<std::optional<Tensor>(StepContext&, const Batch&)> predict_step;
     /// Adds the optimizers (and schedulers) (required for fit).
@@ -676,6 +661,21 @@ struct Steps {
     /// clip with them.
     std::function<void(OptimizationContext&, size_t optimizer_idx, double clip_val, ClipAlgorithm algorithm)>
         configure_gradient_clipping;
+    /// validation_step returning what on_validation_batch_end receives as
+    /// the step's outputs (HookContext::output), or nullopt. Set it or
+    /// validation_step, not both (the module is refused).
+    std::function<std::optional<Tensor>(StepContext&, const Batch&)> validation_step_output;
+    /// test_step returning what on_test_batch_end receives, as
+    /// validation_step_output (not both with test_step).
+    std::function<std::optional<Tensor>(StepContext&, const Batch&)> test_step_output;
+    /// Lightning's configure_model: builds or changes the model on the
+    /// run's device, after the setup hook and before configure_optimizers,
+    /// in every run.
+    std::function<void(Device)> configure_model;
+    /// Lightning's configure_callbacks: callbacks the module adds to every
+    /// run when it starts (a trainer callback of the same name is
+    /// replaced).
+    std::function<void(CallbackList&)> configure_callbacks;
 };
 
 namespace detail {
