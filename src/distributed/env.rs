@@ -143,9 +143,21 @@ pub fn detect_with(
             Some(v) if external => parse_num("WORLD_SIZE", &v)?,
             _ => devices_per_node * num_nodes,
         };
+        let rank = node_rank * devices_per_node + local_rank;
+        // A RANK that disagrees would have two processes take one rank and
+        // wait for the missing one until the job's timeout.
+        if let Some(given) = get("RANK") {
+            if parse_num::<usize>("RANK", &given)? != rank {
+                return Err(Error::invalid(format!(
+                    "RANK={given}, but NODE_RANK {node_rank} x {devices_per_node} devices per node + LOCAL_RANK \
+                     {local_rank} gives rank {rank}: set devices to the processes per node (or GROUP_RANK and \
+                     LOCAL_WORLD_SIZE, as torchrun does)"
+                )));
+            }
+        }
         ClusterEnv {
             kind: EnvKind::Lightning,
-            rank: node_rank * devices_per_node + local_rank,
+            rank,
             local_rank,
             node_rank,
             world_size,
@@ -342,6 +354,11 @@ mod tests {
         assert_eq!((e.rank, e.local_rank, e.external, e.master_port), (2, 2, true, 4000));
         let e = env(&[("LOCAL_RANK", "1"), ("NODE_RANK", "1")], 2, 2).unwrap();
         assert_eq!((e.rank, e.world_size), (3, 4));
+        // A RANK that agrees is fine; one that does not is refused at once.
+        let e = env(&[("RANK", "3"), ("LOCAL_RANK", "1"), ("NODE_RANK", "1"), ("WORLD_SIZE", "4")], 2, 2).unwrap();
+        assert_eq!(e.rank, 3);
+        let e = env(&[("RANK", "3"), ("LOCAL_RANK", "1"), ("NODE_RANK", "1"), ("WORLD_SIZE", "4")], 1, 2).unwrap_err();
+        assert!(e.message.contains("RANK=3") && e.message.contains("gives rank 2"), "{e}");
     }
 
     #[test]
