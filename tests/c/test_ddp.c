@@ -16,7 +16,9 @@
  *                   local rank 0: both fits end at once with clear errors
  *   prepare_nodes   2 external ranks on 2 nodes: the datamodule's and the
  *                   module's prepare_data on each node's local rank 0, then
- *                   with prepare_data_per_node false on global rank 0 only
+ *                   with prepare_data_per_node false on global rank 0 only;
+ *                   then the module's prepare_data fails on rank 0: both
+ *                   fits end at once, rank 1 saying another rank failed
  *   timer           max_time with 2 ranks whose clocks disagree: same last step
  *   hostloop        2 external ranks, a host-owned loop with fulmen_ddp,
  *                   a sharded loader and the collectives
@@ -121,11 +123,15 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
 
 /* Epoch-end hook logs with sync_dist: the max and the sum of the ranks,
  * and the mean (the default). */
-static int module_prepare_calls; /* the module's prepare_data, when overridden */
+static int module_prepare_calls;  /* the module's prepare_data, when overridden */
+static bool module_prepare_fails; /* ... and whether it fails */
 
 static fulmen_error *on_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
     (void)ud;
-    if (hook == FULMEN_HOOK_PREPARE_DATA) module_prepare_calls++;
+    if (hook == FULMEN_HOOK_PREPARE_DATA) {
+        module_prepare_calls++;
+        if (module_prepare_fails) return fulmen_error_new(FULMEN_CODE_IO, "the module's data is gone");
+    }
     if (hook != FULMEN_HOOK_TRAIN_EPOCH_END) return NULL;
     double rank = (double)my_rank();
     fulmen_error *e = fulmen_hook_context_log(ctx, "hook_max", rank, FULMEN_LOG_SYNC_DIST | FULMEN_LOG_REDUCE_MAX);
@@ -485,6 +491,16 @@ static int scenario_prepare_nodes(const char *dir) {
     CHECK(datamodule_prepare_calls == expected && module_prepare_calls == expected);
     printf("prepare_nodes rank %zu: datamodule %d, module %d prepare_data calls\n", rank, datamodule_prepare_calls,
            module_prepare_calls);
+
+    /* The module's own prepare_data fails (on rank 0, where it runs). */
+    module_prepare_fails = true;
+    time_t start = time(NULL);
+    fulmen_error *e = fulmen_trainer_fit_datamodule(t, m, NULL, NULL, dm, NULL);
+    if (e != NULL) printf("prepare_nodes rank %zu: %s\n", rank, fulmen_error_message(e));
+    if (rank == 0) CHECK_ERR(e, FULMEN_CODE_IO, "the module's data is gone");
+    else CHECK_ERR(e, FULMEN_CODE_CALLBACK, "failed on another rank");
+    CHECK(difftime(time(NULL), start) < 60);
+    module_prepare_fails = false;
 
     fulmen_trainer_free(t);
     fulmen_lightning_module_free(m);
