@@ -83,6 +83,46 @@ void wait(const c10::intrusive_ptr<c10d::Work>& work, std::chrono::milliseconds 
   }
 }
 
+// The keys of the group `name` in the job's store, as Python's groups have
+// them: "default_pg/<name>/".
+c10::intrusive_ptr<c10d::Store> group_store(const c10::intrusive_ptr<c10d::Store>& tcp, const std::string& name) {
+  auto base = c10::make_intrusive<c10d::PrefixStore>("default_pg", tcp);
+  return c10::make_intrusive<c10d::PrefixStore>(name + "/", base);
+}
+
+// Gives `pg` a gloo backend for CPU tensors (its default), meeting under
+// the group's "cpu/" keys.
+c10::intrusive_ptr<c10d::ProcessGroupGloo> attach_gloo(const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                                                       const c10::intrusive_ptr<c10d::Store>& group, int rank,
+                                                       int world, std::chrono::milliseconds timeout,
+                                                       const std::string& master) {
+  auto cpu = c10::make_intrusive<c10d::PrefixStore>("cpu/", group);
+  auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+  opts->devices.push_back(gloo_device(master));
+  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(cpu, rank, world, opts);
+  gloo->setSequenceNumberForGroup();
+  pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+  pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+  return gloo;
+}
+
+#ifdef FULMEN_WITH_NCCL
+// Gives `pg` an NCCL backend for CUDA tensors (its default), meeting under
+// the group's "cuda/" keys.
+void attach_nccl(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const c10::intrusive_ptr<c10d::Store>& group,
+                 int rank, int world, std::chrono::milliseconds timeout) {
+  auto cuda = c10::make_intrusive<c10d::PrefixStore>("cuda/", group);
+  auto opts = c10d::ProcessGroupNCCL::Options::create();
+  opts->timeout = timeout;
+  auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(cuda, rank, world, opts);
+  nccl->setSequenceNumberForGroup();
+  pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+  pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+}
+#endif
+
+const char* const kNoNccl = "the nccl backend needs a libtorch with CUDA and the NCCL headers at build time";
+
 c10d::ReduceOp reduce_op(int op) {
   switch (op) {
     case 0:
@@ -278,19 +318,9 @@ int fulmen_cxx_pg_new(void* store, int rank, int world, int64_t timeout_ms, cons
   c10::intrusive_ptr<c10d::Store> tcp = *static_cast<c10::intrusive_ptr<c10d::Store>*>(store);
   // The key namespace of Python's init_process_group, so Python ranks of
   // the same torch version can share the group.
-  auto base = c10::make_intrusive<c10d::PrefixStore>("default_pg", tcp);
-  auto group = c10::make_intrusive<c10d::PrefixStore>("0/", base);
+  auto group = group_store(tcp, "0");
   auto pg = c10::make_intrusive<c10d::ProcessGroup>(group, rank, world);
-  auto add_gloo = [&]() {
-    auto cpu = c10::make_intrusive<c10d::PrefixStore>("cpu/", group);
-    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-    opts->devices.push_back(gloo_device(master));
-    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(cpu, rank, world, opts);
-    gloo->setSequenceNumberForGroup();
-    pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
-    pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
-    return gloo;
-  };
+  auto add_gloo = [&]() { return attach_gloo(pg, group, rank, world, timeout, master); };
   bool other_device = type != c10::DeviceType::CPU && type != c10::DeviceType::CUDA;
   if (host) {
     if (type == c10::DeviceType::CPU) {
@@ -307,19 +337,11 @@ int fulmen_cxx_pg_new(void* store, int rank, int world, int64_t timeout_ms, cons
                      fulmen_cxx::staged_backend(rank, world, gloo, timeout));
     }
   } else if (name == "nccl") {
+    (void)device_index;
 #ifdef FULMEN_WITH_NCCL
-    auto cuda = c10::make_intrusive<c10d::PrefixStore>("cuda/", group);
-    auto opts = c10d::ProcessGroupNCCL::Options::create();
-    opts->timeout = timeout;
-    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(cuda, rank, world, opts);
-    nccl->setSequenceNumberForGroup();
-    pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
-    pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
-    (void)device_index;
+    attach_nccl(pg, group, rank, world, timeout);
 #else
-    (void)device_index;
-    fulmen_cxx::write_message("the nccl backend needs a libtorch with CUDA and the NCCL headers at build time",
-                              err, err_len);
+    fulmen_cxx::write_message(kNoNccl, err, err_len);
     return FULMEN_CXX_UNSUPPORTED;
 #endif
   } else {
@@ -343,29 +365,15 @@ int fulmen_cxx_pg_subgroup(void* parent, const char* name, int rank, int world, 
   auto* p = static_cast<Group*>(parent);
   std::string kind(backend);
   std::string group_name(name);
-  auto base = c10::make_intrusive<c10d::PrefixStore>("default_pg", p->store);
-  auto group = c10::make_intrusive<c10d::PrefixStore>(group_name + "/", base);
+  auto group = group_store(p->store, group_name);
   auto pg = c10::make_intrusive<c10d::ProcessGroup>(group, rank, world);
   if (kind == "gloo") {
-    auto cpu = c10::make_intrusive<c10d::PrefixStore>("cpu/", group);
-    auto opts = c10d::ProcessGroupGloo::Options::create(p->timeout);
-    opts->devices.push_back(gloo_device(p->master));
-    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(cpu, rank, world, opts);
-    gloo->setSequenceNumberForGroup();
-    pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
-    pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+    attach_gloo(pg, group, rank, world, p->timeout, p->master);
   } else if (kind == "nccl") {
 #ifdef FULMEN_WITH_NCCL
-    auto cuda = c10::make_intrusive<c10d::PrefixStore>("cuda/", group);
-    auto opts = c10d::ProcessGroupNCCL::Options::create();
-    opts->timeout = p->timeout;
-    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(cuda, rank, world, opts);
-    nccl->setSequenceNumberForGroup();
-    pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
-    pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+    attach_nccl(pg, group, rank, world, p->timeout);
 #else
-    fulmen_cxx::write_message("the nccl backend needs a libtorch with CUDA and the NCCL headers at build time",
-                              err, err_len);
+    fulmen_cxx::write_message(kNoNccl, err, err_len);
     return FULMEN_CXX_UNSUPPORTED;
 #endif
   } else {

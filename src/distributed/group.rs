@@ -340,6 +340,12 @@ impl ProcessGroup {
         let Some(named) = &self.groups_named else {
             return Err(Error::new(ErrorCode::Unsupported, "a subgroup is not split into groups of its own"));
         };
+        if self.hook_id != 0 {
+            return Err(Error::new(
+                ErrorCode::Unsupported,
+                "the job's collectives come from an accelerator's hook, which has no subgroups",
+            ));
+        }
         let first = named.fetch_add(partition.len(), Ordering::SeqCst);
         let mut mine = None;
         for (i, ranks) in partition.iter().enumerate() {
@@ -362,14 +368,6 @@ impl ProcessGroup {
             )));
         }
         let Some(rank) = ranks.iter().position(|r| *r == self.rank) else { return Ok(None) };
-        if self.hook_id != 0 {
-            return Err(Error::new(
-                ErrorCode::Unsupported,
-                format!(
-                    "subgroup {name:?}: the job's collectives come from an accelerator's hook, which has no subgroups"
-                ),
-            ));
-        }
         let world = c_int::try_from(ranks.len()).map_err(|_| Error::invalid("subgroup: too many ranks"))?;
         let c_name = CString::new(name).map_err(|_| Error::invalid("subgroup: the name contains a NUL byte"))?;
         let backend =

@@ -718,27 +718,24 @@ struct ModuleTrampolines {
     }
     /// Calls Steps::predict_step and hands its output (if any) to fulmen.
     static fulmen_error* predict_step(void* ud, fulmen_step_context* c, const fulmen_batch* b, fulmen_tensor** out) {
-        return guard_callback([&] {
-            StepContext ctx(c);
-            std::optional<Tensor> y = static_cast<Steps*>(ud)->predict_step(ctx, Batch(b));
-            if (y) hand_out(*y, out);
-        });
+        return output_step(&Steps::predict_step, ud, c, b, out);
     }
     /// Calls Steps::validation_step_output.
     static fulmen_error* validation_step_output(void* ud, fulmen_step_context* c, const fulmen_batch* b,
                                                 fulmen_tensor** out) {
-        return guard_callback([&] {
-            StepContext ctx(c);
-            std::optional<Tensor> y = static_cast<Steps*>(ud)->validation_step_output(ctx, Batch(b));
-            if (y) hand_out(*y, out);
-        });
+        return output_step(&Steps::validation_step_output, ud, c, b, out);
     }
     /// Calls Steps::test_step_output.
     static fulmen_error* test_step_output(void* ud, fulmen_step_context* c, const fulmen_batch* b,
                                           fulmen_tensor** out) {
+        return output_step(&Steps::test_step_output, ud, c, b, out);
+    }
+    /// Calls a step of `ud`'s Steps that may return a tensor, handing it out.
+    static fulmen_error* output_step(std::function<std::optional<Tensor>(StepContext&, const Batch&)> Steps::*step,
+                                     void* ud, fulmen_step_context* c, const fulmen_batch* b, fulmen_tensor** out) {
         return guard_callback([&] {
             StepContext ctx(c);
-            std::optional<Tensor> y = static_cast<Steps*>(ud)->test_step_output(ctx, Batch(b));
+            std::optional<Tensor> y = (static_cast<Steps*>(ud)->*step)(ctx, Batch(b));
             if (y) hand_out(*y, out);
         });
     }
