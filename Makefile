@@ -17,6 +17,10 @@ FAIR := $(DEPS)/data/fair.csv
 # that scripts/setup-venv.sh writes, so an older venv gets the layers it lacks.
 VENV := $(DEPS)/venv
 VENV_STAMP := $(VENV)/.fulmen-venv-models-ready
+# MLflow's tracking server and client (tests/interop/mlflow_logger.py), in
+# a venv of their own.
+MLFLOW_VENV := $(DEPS)/mlflow-venv
+MLFLOW_STAMP := $(MLFLOW_VENV)/.fulmen-mlflow-ready
 PREFIX ?= /usr/local
 
 ifeq ($(origin LIBTORCH),undefined)
@@ -79,6 +83,9 @@ $(FAIR):
 $(VENV_STAMP): scripts/setup-venv.sh | $(LIBTORCH_STAMP)
 	bash scripts/setup-venv.sh $(VENV)
 
+$(MLFLOW_STAMP): scripts/setup-mlflow-venv.sh scripts/mlflow-requirements.txt
+	bash scripts/setup-mlflow-venv.sh $(MLFLOW_VENV)
+
 lib: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	$(CARGO) build $(CARGO_FLAGS) --lib
 	@mkdir -p $(BUILD)
@@ -131,13 +138,13 @@ test-go: lib $(MNIST) $(LEE) $(ELNINO) $(VENV_STAMP)
 # together (--output-sync); `make interop-<name>` runs one after
 # `make test-interop` built what it needs.
 INTEROP_BINARIES := ddp_rank fsdp_rank hook_order_parity lightning_parity datamodule_parity logger_parity hook_log_parity swa_parity \
-  pruning_parity checkpoint_names_parity batch_size_finder script_parity export_parity torch_save_interop
+  pruning_parity checkpoint_names_parity batch_size_finder script_parity export_parity torch_save_interop mlflow_logger
 INTEROP_CHECKS := lightning-parity export-parity compiled-step charlm-twin gan-twin mnist-lightning ddp-mixed \
   fsdp2-parity fsdp-sharded-checkpoint forecast-twin finetune script-parity swa-parity logger-parity hook-log-parity pruning-parity hook-order-parity \
-  datamodule-parity checkpoint-names batch-size torch-save
+  datamodule-parity checkpoint-names batch-size torch-save mlflow-logger
 .PHONY: $(INTEROP_CHECKS:%=interop-%)
 
-test-interop: $(INTEROP_BINARIES:%=$(BUILD)/interop/%) $(BUILD)/examples/mnist $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP)
+test-interop: $(INTEROP_BINARIES:%=$(BUILD)/interop/%) $(BUILD)/examples/mnist $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP) $(MLFLOW_STAMP)
 	$(MAKE) --no-print-directory -j2 --output-sync=target $(INTEROP_CHECKS:%=interop-%)
 	@echo "interop: $(words $(INTEROP_CHECKS)) checks passed"
 
@@ -204,6 +211,10 @@ interop-batch-size:
 interop-torch-save:
 	@rm -rf $(W)/torch-save
 	$(PY) tests/interop/torch_save_check.py --binary $(W)/torch_save_interop --work $(W)/torch-save
+interop-mlflow-logger:
+	@rm -rf $(W)/mlflow-logger
+	$(MLFLOW_VENV)/bin/python tests/interop/mlflow_logger.py --binary $(W)/mlflow_logger --mlflow-venv $(MLFLOW_VENV) \
+	  --work $(W)/mlflow-logger
 
 $(BUILD)/interop/%: tests/interop/%.c $(C_HEADERS) lib
 	@mkdir -p $(dir $@)

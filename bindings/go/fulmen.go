@@ -340,9 +340,17 @@ const (
 
 // LogFlags combine LogOnStep, LogOnEpoch (or LogDefaultStep /
 // LogDefaultEpoch), LogProgBar, LogSyncDist, LogNoLogger, LogRankZeroOnly,
-// LogNoDataloaderIdx and at most one of LogReduceSum / LogReduceMax /
-// LogReduceMin (StepContext.Log, StepContext.LogDict, HookContext.Log).
+// LogNoDataloaderIdx, at most one of LogReduceSum / LogReduceMax /
+// LogReduceMin, and LogGroup (StepContext.Log, StepContext.LogDict,
+// HookContext.Log).
 type LogFlags uint32
+
+// LogGroup is the flag bits naming the group LogSyncDist reduces over
+// (Lightning's sync_dist_group), groupID from HookContext.NewGroup:
+// LogSyncDist|LogGroup(id).
+func LogGroup(groupID uint32) LogFlags {
+	return LogFlags((groupID << C.FULMEN_LOG_GROUP_SHIFT) & C.FULMEN_LOG_GROUP_MASK)
+}
 
 // Log flags.
 const (

@@ -226,6 +226,30 @@ func (c *HookContext) Log(name string, value float64, flags LogFlags) error {
 	return check(C.fulmen_hook_context_log(c.ptr(), n, C.double(value), C.uint32_t(flags)))
 }
 
+// NewGroup makes a group of the job's ranks for LogSyncDist values (torch's
+// new_group, Lightning's sync_dist_group) and returns its id, for
+// LogGroup(id). Every rank calls it in the same hook with the same ranks,
+// in the same order; a rank outside the group keeps its own synced values.
+// ErrInvalidState in prepare_data and on_exception, ErrInvalidArgument for
+// ranks outside the job.
+func (c *HookContext) NewGroup(ranks []int) (uint32, error) {
+	var id C.uint32_t
+	if len(ranks) == 0 {
+		return 0, check(C.fulmen_hook_context_new_group(c.ptr(), nil, 0, &id))
+	}
+	cr := make([]C.size_t, len(ranks))
+	for i, r := range ranks {
+		if r < 0 {
+			return 0, &Error{Code: CodeInvalidArgument, Message: "NewGroup: rank " + strconv.Itoa(r) + " is negative"}
+		}
+		cr[i] = C.size_t(r)
+	}
+	if err := check(C.fulmen_hook_context_new_group(c.ptr(), &cr[0], C.size_t(len(cr)), &id)); err != nil {
+		return 0, err
+	}
+	return uint32(id), nil
+}
+
 // RequestStop asks the trainer to stop after the current step (Lightning's
 // trainer.should_stop = True; min_epochs / min_steps still apply).
 func (c *HookContext) RequestStop() error {

@@ -248,6 +248,116 @@ func (t *Trainer) AddFileLogger(l *FileLogger) error {
 	return err
 }
 
+// LogModel says which checkpoints an MlflowLogger uploads (Lightning's
+// log_model).
+type LogModel int32
+
+// LogModel values.
+const (
+	// LogModelOff uploads none (log_model=False).
+	LogModelOff LogModel = C.FULMEN_MLFLOW_LOG_MODEL_OFF
+	// LogModelAtEnd uploads those on disk at Finalize (log_model=True).
+	LogModelAtEnd LogModel = C.FULMEN_MLFLOW_LOG_MODEL_AT_END
+	// LogModelAll uploads each when saved (log_model="all").
+	LogModelAll LogModel = C.FULMEN_MLFLOW_LOG_MODEL_ALL
+)
+
+// MlflowLogger is Lightning's MLFlowLogger on an `mlflow server`
+// (http://host:port): the experiment found or made by name and a run
+// started on first use; the Set methods apply before that. LogMetrics,
+// LogHyperparams, Finalize and Close are FileLogger's (its file settings
+// fail with ErrInvalidArgument); add it with Trainer.AddFileLogger(&l.FileLogger)
+// or Trainer.AddMlflowLogger.
+type MlflowLogger struct {
+	FileLogger
+}
+
+// NewMlflowLogger makes a logger of experiment ("" for "lightning_logs") at
+// trackingURI ("" for MLFLOW_TRACKING_URI). https:// is ErrUnsupported.
+func NewMlflowLogger(trackingURI, experiment string) (*MlflowLogger, error) {
+	u, e := cString(trackingURI), cString(experiment)
+	defer freeCString(u)
+	defer freeCString(e)
+	var out *C.fulmen_logger
+	if err := check(C.fulmen_logger_mlflow_new(u, e, &out)); err != nil {
+		return nil, err
+	}
+	l := &MlflowLogger{}
+	l.h.store(out)
+	runtime.SetFinalizer(l, func(m *MlflowLogger) { m.Close() })
+	return l, nil
+}
+
+// SetRunName names the run (the mlflow.runName tag).
+func (l *MlflowLogger) SetRunName(name string) error {
+	return l.setText(name, func(p *C.fulmen_logger, s *C.char) cErr { return C.fulmen_logger_mlflow_set_run_name(p, s) })
+}
+
+// SetTag sets a tag of the run (Lightning's tags).
+func (l *MlflowLogger) SetTag(key, value string) error {
+	k, v := cString(key), cString(value)
+	defer freeCString(k)
+	defer freeCString(v)
+	err := check(C.fulmen_logger_mlflow_set_tag(l.ptr(), k, v))
+	runtime.KeepAlive(l)
+	return err
+}
+
+// SetLogModel says which checkpoints become artifacts (Lightning's log_model).
+func (l *MlflowLogger) SetLogModel(mode LogModel) error {
+	err := check(C.fulmen_logger_mlflow_set_log_model(l.ptr(), C.int32_t(mode)))
+	runtime.KeepAlive(l)
+	return err
+}
+
+// SetArtifactLocation is where a new experiment keeps its artifacts.
+func (l *MlflowLogger) SetArtifactLocation(location string) error {
+	return l.setText(location, func(p *C.fulmen_logger, s *C.char) cErr {
+		return C.fulmen_logger_mlflow_set_artifact_location(p, s)
+	})
+}
+
+// SetRunID logs into this existing run (Lightning's run_id).
+func (l *MlflowLogger) SetRunID(id string) error {
+	return l.setText(id, func(p *C.fulmen_logger, s *C.char) cErr { return C.fulmen_logger_mlflow_set_run_id(p, s) })
+}
+
+// RunID is the run's id (Lightning's version), starting the run if needed.
+func (l *MlflowLogger) RunID() (string, error) {
+	p := l.ptr()
+	s, err := readString(func(b *C.char, n C.size_t, out *C.size_t) cErr { return C.fulmen_logger_mlflow_run_id(p, b, n, out) })
+	runtime.KeepAlive(l)
+	return s, err
+}
+
+// ExperimentID is the experiment's id (Lightning's name), starting the run if needed.
+func (l *MlflowLogger) ExperimentID() (string, error) {
+	p := l.ptr()
+	s, err := readString(func(b *C.char, n C.size_t, out *C.size_t) cErr {
+		return C.fulmen_logger_mlflow_experiment_id(p, b, n, out)
+	})
+	runtime.KeepAlive(l)
+	return s, err
+}
+
+// LogArtifact uploads the file at path into the run's artifact folder
+// artifactPath ("" for the root).
+func (l *MlflowLogger) LogArtifact(path, artifactPath string) error {
+	p, a := cString(path), cString(artifactPath)
+	defer freeCString(p)
+	defer freeCString(a)
+	err := check(C.fulmen_logger_mlflow_log_artifact(l.ptr(), p, a))
+	runtime.KeepAlive(l)
+	return err
+}
+
+// AddMlflowLogger adds an MLflow logger to the trainer, as AddFileLogger.
+func (t *Trainer) AddMlflowLogger(l *MlflowLogger) error {
+	err := t.AddFileLogger(&l.FileLogger)
+	runtime.KeepAlive(l)
+	return err
+}
+
 // cDataformats is dataformats as a C string, "CHW" when empty.
 func cDataformats(dataformats string) *C.char {
 	if dataformats == "" {

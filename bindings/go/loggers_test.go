@@ -230,3 +230,48 @@ func TestTrainerFileLoggers(t *testing.T) {
 		t.Fatalf("media without TensorBoard: %v", mediaErr)
 	}
 }
+
+// The MLflow logger's settings and errors without a server (the real
+// server's round trip is tests/interop/mlflow_logger.py).
+func TestMlflowLoggerSettingsAndErrors(t *testing.T) {
+	noLeaks(t)
+	if _, err := fulmen.NewMlflowLogger("https://example.com", "e"); !errors.Is(err, fulmen.ErrUnsupported) {
+		t.Fatalf("https: %v", err)
+	}
+	if _, err := fulmen.NewMlflowLogger("file:./mlruns", "e"); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("file: %v", err)
+	}
+	// Port 1 on the loopback: nothing listens, so the first use fails.
+	l := must(fulmen.NewMlflowLogger("http://127.0.0.1:1", "exp"))
+	defer l.Close()
+	ok(t, l.SetRunName("r"))
+	ok(t, l.SetTag("team", "fulmen"))
+	ok(t, l.SetLogModel(fulmen.LogModelAll))
+	ok(t, l.SetArtifactLocation("/nonexistent/artifacts"))
+	ok(t, l.SetRunID(""))
+	ok(t, l.SetPrefix("p"))
+	if err := l.SetLogModel(7); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("log_model 7: %v", err)
+	}
+	if err := l.SetVersion(3); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("a file setting: %v", err)
+	}
+	if err := l.LogMetrics(map[string]float64{"loss": 1}, 0); !errors.Is(err, fulmen.ErrIO) {
+		t.Fatalf("no server: %v", err)
+	}
+	if _, err := l.RunID(); !errors.Is(err, fulmen.ErrIO) {
+		t.Fatalf("run id without a server: %v", err)
+	}
+	if _, err := l.ExperimentID(); !errors.Is(err, fulmen.ErrIO) {
+		t.Fatalf("experiment id without a server: %v", err)
+	}
+	if err := l.LogArtifact("/nonexistent", "../x"); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("artifact path ..: %v", err)
+	}
+	ok(t, l.Finalize("success")) // never reached the server: nothing to end
+	o := must(fulmen.NewTrainerOptions())
+	defer o.Close()
+	tr := must(fulmen.NewTrainer(o))
+	defer tr.Close()
+	ok(t, tr.AddMlflowLogger(l))
+}

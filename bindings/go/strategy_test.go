@@ -139,6 +139,7 @@ func TestTrainerOptionsSetStrategy(t *testing.T) {
 
 func TestFitWithSingleDeviceStrategyAndSyncDist(t *testing.T) {
 	noLeaks(t)
+	var group uint32
 	if fulmen.LogSyncDist != 8 {
 		t.Fatalf("LogSyncDist = %d", fulmen.LogSyncDist)
 	}
@@ -158,7 +159,22 @@ func TestFitWithSingleDeviceStrategyAndSyncDist(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return loss, ctx.Log("loss", v, fulmen.LogOnEpoch|fulmen.LogSyncDist, 0)
+			if err := ctx.Log("loss", v, fulmen.LogOnEpoch|fulmen.LogSyncDist, 0); err != nil {
+				return nil, err
+			}
+			return loss, ctx.Log("in_group", 3, fulmen.LogOnEpoch|fulmen.LogSyncDist|fulmen.LogReduceSum|fulmen.LogGroup(group), 0)
+		},
+		OnHook: func(h fulmen.Hook, ctx *fulmen.HookContext) error {
+			if h != fulmen.HookSetup {
+				return nil
+			}
+			// One process: rank 0 is the only rank a group can hold.
+			if _, err := ctx.NewGroup([]int{1}); !errors.Is(err, fulmen.ErrInvalidArgument) {
+				t.Errorf("NewGroup([1]) in one process: %v", err)
+			}
+			var err error
+			group, err = ctx.NewGroup([]int{0})
+			return err
 		},
 		ConfigureOptimizers: sgd(model, 0.1),
 	}))
@@ -180,6 +196,13 @@ func TestFitWithSingleDeviceStrategyAndSyncDist(t *testing.T) {
 	}
 	if v := must(tr.CallbackMetric("loss")); math.IsNaN(v) || math.IsInf(v, 0) {
 		t.Errorf("loss %v", v)
+	}
+	// 4 steps of 3, summed; the group of one reduces nothing.
+	if v := must(tr.CallbackMetric("in_group")); group != 1 || v != 12 {
+		t.Errorf("group %d, in_group %v", group, v)
+	}
+	if fulmen.LogGroup(3) != 3<<16 {
+		t.Errorf("LogGroup(3) = %d", fulmen.LogGroup(3))
 	}
 }
 

@@ -816,6 +816,34 @@ struct fulmen_error *fulmen_hook_context_log(struct fulmen_hook_context *ctx,
                                              uint32_t flags);
 
 /**
+ * Makes a group of the job's ranks for FULMEN_LOG_SYNC_DIST logs, as
+ * torch's `new_group(ranks)` for Lightning's `sync_dist_group`, and writes
+ * its id to `*out` (1 for the run's first group, 2 for the next ...; pass
+ * `(uint32_t)id << FULMEN_LOG_GROUP_SHIFT` in the log flags). Every rank of
+ * the job calls it in the same hook with the same `ranks` (`n` distinct
+ * global ranks), in the same order as its other groups, as torch requires
+ * of `new_group`; the members meet through the job's store (a rank not in
+ * `ranks` gets the id too, and its synced values in that group stay its
+ * own). The group lasts until the run ends. In a run of one process the
+ * only rank is 0 and the group reduces nothing.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`ranks` NULL with `n` > 0, `out`
+ * NULL), FULMEN_CODE_INVALID_ARGUMENT (no rank, a rank repeated or outside
+ * the job, more than 65535 groups in a run), FULMEN_CODE_INVALID_STATE
+ * (where the call cannot meet the other ranks: prepare_data and
+ * on_exception, which not every rank runs, the checkpoint hooks, a
+ * monitoring callback's on_train_epoch_end and the optimizer hooks under
+ * manual optimization; make groups in setup),
+ * FULMEN_CODE_UNSUPPORTED (collectives from an accelerator's hook, which
+ * has no subgroups), FULMEN_CODE_DISTRIBUTED (a member did not come within
+ * the job's timeout). Thread: the hook's.
+ */
+struct fulmen_error *fulmen_hook_context_new_group(const struct fulmen_hook_context *ctx,
+                                                   const size_t *ranks,
+                                                   size_t n,
+                                                   uint32_t *out);
+
+/**
  * Saves a checkpoint of the running fit to `path`, as Lightning's
  * `trainer.save_checkpoint(path, weights_only)` from a hook: the same
  * file a ModelCheckpoint writes (weights, and unless `weights_only` the

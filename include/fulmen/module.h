@@ -90,6 +90,21 @@
 #define FULMEN_LOG_NO_DATALOADER_IDX 2048
 
 /**
+ * Log flags: where the group a FULMEN_LOG_SYNC_DIST value is reduced over
+ * starts (Lightning's `sync_dist_group`): flags carry
+ * `(uint32_t)group << FULMEN_LOG_GROUP_SHIFT`, `group` an id from
+ * `fulmen_hook_context_new_group`. No group bits: the whole job. A rank
+ * outside the group keeps its own value; without FULMEN_LOG_SYNC_DIST the
+ * group is ignored, as Lightning ignores `sync_dist_group` then.
+ */
+#define FULMEN_LOG_GROUP_SHIFT 16
+
+/**
+ * Log flags: the bits holding the group (FULMEN_LOG_GROUP_SHIFT).
+ */
+#define FULMEN_LOG_GROUP_MASK 4294901760
+
+/**
  * The longest name a datamodule may have, in bytes.
  */
 #define FULMEN_DATAMODULE_NAME_MAX 256
@@ -539,7 +554,10 @@ extern "C" {
  * DEFAULT flag: the stage's defaults, training on step, validation / test
  * on epoch), DEFAULT_STEP / DEFAULT_EPOCH (that level's default, as
  * Lightning's `None`; a level neither ON nor DEFAULT is off), PROG_BAR,
- * SYNC_DIST, NO_LOGGER (`logger=False`), RANK_ZERO_ONLY,
+ * SYNC_DIST (over the whole job, or over a group of
+ * `fulmen_hook_context_new_group` in the bits of FULMEN_LOG_GROUP_SHIFT;
+ * an id the run did not make fails the run with
+ * FULMEN_CODE_INVALID_ARGUMENT where the value is reduced), NO_LOGGER (`logger=False`), RANK_ZERO_ONLY,
  * NO_DATALOADER_IDX (`add_dataloader_idx=False`), and at most one of
  * REDUCE_SUM / REDUCE_MAX / REDUCE_MIN (`reduce_fx`; default the mean
  * weighted by batch size). `batch_size` weights the epoch mean; 0 uses

@@ -40,6 +40,11 @@ pub trait Logger {
     fn after_save_checkpoint(&mut self, _path: &Path) -> Result<()> {
         Ok(())
     }
+    /// Whether [`Logger::after_save_checkpoint`] reads the file, so a save
+    /// on a background thread must be complete before it is called.
+    fn reads_checkpoints(&self) -> bool {
+        false
+    }
 }
 
 /// The next free `version_N` folder under `<root>/lightning_logs` (as

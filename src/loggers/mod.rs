@@ -1,14 +1,16 @@
 //! Experiment loggers: CSV and TensorBoard files in Lightning's layout
-//! (created by the trainer, or as handles a host loop logs to), and host
-//! loggers (through the C API).
+//! (created by the trainer, or as handles a host loop logs to), MLflow
+//! runs on a tracking server, and host loggers (through the C API).
 pub mod csv;
 pub mod file_logger;
 pub mod layout;
 pub mod logger;
+pub mod mlflow;
 pub mod tensorboard;
 pub mod yaml;
 pub use csv::CsvLogger;
 pub use file_logger::{FileLogger, FileLoggerKind, SharedFileLogger};
 pub use layout::{Layout, Version};
 pub use logger::{next_version_dir, Logger};
+pub use mlflow::{LogModel, MlflowLogger, SharedMlflowLogger};
 pub use tensorboard::{Media, TensorBoardLogger};

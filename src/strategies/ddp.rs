@@ -87,13 +87,7 @@ pub(crate) fn join_job(
 
 /// Reduces `values` over the job's ranks with `op` (sync_dist).
 pub(crate) fn reduce_with(ctx: &DistContext, values: &mut [f64], op: ReduceFx) -> Result<()> {
-    let op = match op {
-        ReduceFx::Mean => ReduceOp::Mean,
-        ReduceFx::Sum => ReduceOp::Sum,
-        ReduceFx::Max => ReduceOp::Max,
-        ReduceFx::Min => ReduceOp::Min,
-    };
-    ctx.group.reduce_values(values, op).map_err(|e| ctx.explain(e))
+    ctx.group.reduce_values(values, crate::strategies::strategy::reduce_op(op)).map_err(|e| ctx.explain(e))
 }
 
 /// What the job's group reduces on `list`'s devices besides the CPU and
@@ -168,6 +162,20 @@ macro_rules! job_methods {
 
         fn reduce(&self, values: &mut [f64], op: crate::trainer::metrics::ReduceFx) -> crate::error::Result<()> {
             crate::strategies::ddp::reduce_with(&self.ctx, values, op)
+        }
+
+        fn new_group(&self, ranks: &[usize]) -> crate::error::Result<Option<crate::distributed::ProcessGroup>> {
+            crate::strategies::strategy::check_group_ranks(ranks, self.ctx.world_size())?;
+            self.ctx.group.new_groups(&[ranks.to_vec()]).map_err(|e| self.ctx.explain(e))
+        }
+
+        fn reduce_over(
+            &self,
+            group: &crate::distributed::ProcessGroup,
+            values: &mut [f64],
+            op: crate::trainer::metrics::ReduceFx,
+        ) -> crate::error::Result<()> {
+            group.reduce_values(values, crate::strategies::strategy::reduce_op(op)).map_err(|e| self.ctx.explain(e))
         }
 
         fn any(&self, decision: bool) -> crate::error::Result<bool> {

@@ -186,6 +186,21 @@ pub(crate) trait Strategy {
         Ok(())
     }
 
+    /// torch's `new_group(ranks)` over the job (every rank calls it with
+    /// the same ranks, in the same order as its other groups): this
+    /// process's membership, `None` when it is not one of `ranks` or the
+    /// job has one process (a group of one reduces nothing).
+    fn new_group(&self, ranks: &[usize]) -> Result<Option<crate::distributed::ProcessGroup>> {
+        check_group_ranks(ranks, self.world_size())?;
+        Ok(None)
+    }
+
+    /// Reduces `values` over `group` (one [`Strategy::new_group`] made)
+    /// in place with `op`: one collective among its members.
+    fn reduce_over(&self, group: &crate::distributed::ProcessGroup, values: &mut [f64], op: ReduceFx) -> Result<()> {
+        group.reduce_values(values, reduce_op(op))
+    }
+
     /// Lightning's `reduce_boolean_decision(all=False)`: true when any rank
     /// says true.
     fn any(&self, decision: bool) -> Result<bool> {
@@ -323,5 +338,31 @@ impl Sharded<'_> {
             Sharded::Owned(b) => b.as_ref(),
             Sharded::Borrowed(b) => *b,
         }
+    }
+}
+
+/// The collective of a `reduce_fx`.
+pub(crate) fn reduce_op(op: ReduceFx) -> crate::distributed::ReduceOp {
+    use crate::distributed::ReduceOp;
+    match op {
+        ReduceFx::Mean => ReduceOp::Mean,
+        ReduceFx::Sum => ReduceOp::Sum,
+        ReduceFx::Max => ReduceOp::Max,
+        ReduceFx::Min => ReduceOp::Min,
+    }
+}
+
+/// Checks the ranks of a new group: at least one, distinct, each in the
+/// world of `world_size`.
+pub(crate) fn check_group_ranks(ranks: &[usize], world_size: usize) -> Result<()> {
+    if ranks.is_empty() {
+        return Err(Error::invalid("new_group: a group needs at least one rank"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    match ranks.iter().find(|r| **r >= world_size || !seen.insert(**r)) {
+        Some(r) => {
+            Err(Error::invalid(format!("new_group: rank {r} is repeated or outside the job's {world_size} rank(s)")))
+        }
+        None => Ok(()),
     }
 }

@@ -227,7 +227,7 @@ fn forward_backward(
     drop(autocast);
     run.profile_stop("[Strategy].training_step", started, Default::default());
     let loss = batch_loss(run, losses?, at)?;
-    store.sync_step(&|v, op| run.strategy.reduce(v, op))?;
+    store.sync_step(&|v, op, g| run.strategy.reduce_in(v, op, g))?;
     let Some(loss) = loss else {
         run.warn_once(
             "no loss",

@@ -153,7 +153,7 @@ fn step_plateau_schedulers(run: &mut Run, interval: Interval, count: i64) -> Res
 fn end_epoch(run: &mut Run, mut store: MetricStore, manual: bool) -> Result<()> {
     run.state.log_step = run.state.batches_stepped;
     run.drain_batch_hook_logs(&mut store, None, 1, true)?;
-    let mut train_epoch_metrics = store.end_epoch_synced(&|v, op| run.strategy.reduce(v, op))?;
+    let mut train_epoch_metrics = store.end_epoch_synced(&|v, op, g| run.strategy.reduce_in(v, op, g))?;
     run.state.callback_metrics.extend(store.callback_metrics);
     run.state.progress_metrics.extend(store.progress_metrics);
     run.progress.epoch.increment_processed();

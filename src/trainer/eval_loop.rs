@@ -118,7 +118,7 @@ pub(super) fn evaluate_keeping(
         // at the validation's end).
         run.progress.val_batch.is_last_batch = run.progress.val_batch.progress.current.ready > 0;
     }
-    let mut metrics = store.end_epoch_synced(&|v, op| run.strategy.reduce(v, op))?;
+    let mut metrics = store.end_epoch_synced(&|v, op, g| run.strategy.reduce_in(v, op, g))?;
     run.state.callback_metrics.extend(store.callback_metrics);
     run.state.progress_metrics.extend(store.progress_metrics);
     run.simple(h.epoch_end)?;

@@ -180,8 +180,13 @@ impl Trainer {
         let estimated = data.train().ok().map(|t| estimated_stepping_batches(&opts, t));
         let (report, traced) = run.finish_profile();
         self.profiler_report = report;
-        let result = match result.and(traced) {
-            Ok(()) => {
+        let failed = result.and(traced).inspect_err(|e| run.exception(e));
+        // The last background checkpoint save (on_exception's too) is done
+        // before the loggers end (MLflow uploads the files at the end) and
+        // before the run returns; its error is the run's when it had none.
+        let result = run.checkpoints.finish(failed.as_ref().map(|_| ()).map_err(Clone::clone));
+        let result = match (failed, result) {
+            (Ok(()), Ok(())) => {
                 // Every logger is finalized; the first failure is reported.
                 let mut first = Ok(());
                 for l in run.loggers.iter_mut() {
@@ -190,14 +195,14 @@ impl Trainer {
                 }
                 first
             }
-            Err(e) => {
-                run.exception(&e);
-                Err(e)
+            (Ok(()), Err(save)) => {
+                for l in run.loggers.iter_mut() {
+                    let _ = l.finalize("failed");
+                }
+                Err(save)
             }
+            (Err(_), result) => result,
         };
-        // The last background checkpoint save (on_exception's too) is done
-        // before the run returns; its error is the run's when it had none.
-        let result = run.checkpoints.finish(result);
         // Lightning tears the accelerator down on failure too (done
         // already after a fit that ended); the run's error stays the one
         // reported, a failing teardown's attached.

@@ -478,6 +478,10 @@ pub struct HookLog {
     pub batch_size: Option<i64>,
 }
 
+/// Makes a process group of the given ranks and returns its id (torch's
+/// `new_group`, for `sync_dist_group`).
+pub type GroupMaker<'a> = dyn Fn(&[usize]) -> Result<u32> + 'a;
+
 /// What one hook call sees: the hook, the trainer state, and the batch data
 /// involved (when the hook has them).
 pub struct HookContext<'a> {
@@ -529,6 +533,10 @@ pub struct HookContext<'a> {
     /// every rank (a collective every rank must call at the same point;
     /// the value itself without DDP). `None` outside the run's hooks.
     pub rank_zero_decides: Option<&'a dyn Fn(bool) -> Result<bool>>,
+    /// torch's `new_group(ranks)` over the run's job (a collective of the
+    /// members, numbered alike on every rank); `None` in hooks not every
+    /// rank calls, and outside the run's hooks.
+    pub group_maker: Option<&'a GroupMaker<'a>>,
 }
 
 impl<'a> HookContext<'a> {
@@ -552,6 +560,26 @@ impl<'a> HookContext<'a> {
             optimizer_idx: None,
             replaced_batch: None,
             rank_zero_decides: None,
+            group_maker: None,
+        }
+    }
+
+    /// torch's `new_group(ranks)` from a hook, for Lightning's
+    /// `sync_dist_group`: every rank of the job calls it with the same
+    /// ranks, in the same order; the members meet. Returns the group's id
+    /// (1 for the run's first group, 2 for the next...), the same on every
+    /// rank. In a run of one process the group reduces nothing.
+    /// `InvalidState` where the context has no way to meet the other ranks
+    /// (prepare_data and on_exception, which not every rank runs, the
+    /// checkpoint hooks, monitoring callbacks' on_train_epoch_end, manual
+    /// optimization's optimizer hooks) and outside a run.
+    pub fn new_group(&self, ranks: &[usize]) -> Result<u32> {
+        match self.group_maker {
+            Some(make) => make(ranks),
+            None => Err(Error::state(format!(
+                "a process group can be made only in a hook every rank runs, not in {}",
+                self.hook.name()
+            ))),
         }
     }
 

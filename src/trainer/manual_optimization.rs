@@ -67,7 +67,7 @@ pub(super) fn manual_training_step(
         run.refresh_learning_rates();
     }
     let out = out?;
-    store.sync_step(&|v, op| run.strategy.reduce(v, op))?;
+    store.sync_step(&|v, op, g| run.strategy.reduce_in(v, op, g))?;
     Ok(out)
 }
 

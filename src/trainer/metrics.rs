@@ -39,9 +39,14 @@ impl ReduceFx {
     }
 }
 
-/// Reduces values over ranks in place with an operation (one collective
-/// per call).
-pub type Reducer<'a> = &'a dyn Fn(&mut [f64], ReduceFx) -> Result<()>;
+/// How a value logged with sync_dist is reduced: the collective, and the
+/// group of ranks it runs over (0: the whole job; `n`: the `n`-th group
+/// made with `new_group` in the run, Lightning's `sync_dist_group`).
+pub type SyncOp = (ReduceFx, u32);
+
+/// Reduces values over ranks in place with an operation over a group (one
+/// collective per call; a rank outside the group leaves them).
+pub type Reducer<'a> = &'a dyn Fn(&mut [f64], ReduceFx, u32) -> Result<()>;
 
 /// Where a metric is aggregated and shown (Lightning's `self.log`
 /// arguments).
@@ -64,6 +69,10 @@ pub struct LogFlags {
     /// With several evaluation loaders, name the metric
     /// `name/dataloader_idx_N` (Lightning's `add_dataloader_idx`).
     pub add_dataloader_idx: bool,
+    /// The group a synced value is reduced over (Lightning's
+    /// `sync_dist_group`): 0 for the whole job, `n` for the `n`-th group
+    /// the run made with `new_group`.
+    pub sync_dist_group: u32,
 }
 
 impl Default for LogFlags {
@@ -79,6 +88,7 @@ impl Default for LogFlags {
             rank_zero_only: false,
             reduce_fx: ReduceFx::Mean,
             add_dataloader_idx: true,
+            sync_dist_group: 0,
         }
     }
 }
@@ -89,7 +99,7 @@ impl LogFlags {
         let b = |v: bool| if v { "True" } else { "False" };
         format!(
             "on_step={}, on_epoch={}, prog_bar={}, sync_dist={}, logger={}, rank_zero_only={}, reduce_fx={:?}, \
-             add_dataloader_idx={}",
+             add_dataloader_idx={}, sync_dist_group={}",
             b(self.on_step),
             b(self.on_epoch),
             b(self.prog_bar),
@@ -97,13 +107,15 @@ impl LogFlags {
             b(self.logger),
             b(self.rank_zero_only),
             self.reduce_fx.name(),
-            b(self.add_dataloader_idx)
+            b(self.add_dataloader_idx),
+            self.sync_dist_group
         )
     }
 
-    /// The collective a synced value goes through; None when not synced.
-    pub(crate) fn sync_op(&self) -> Option<ReduceFx> {
-        (self.sync_dist && !self.rank_zero_only).then_some(self.reduce_fx)
+    /// The collective a synced value goes through, and its group; None
+    /// when not synced.
+    pub(crate) fn sync_op(&self) -> Option<SyncOp> {
+        (self.sync_dist && !self.rank_zero_only).then_some((self.reduce_fx, self.sync_dist_group))
     }
 }
 
@@ -220,8 +232,8 @@ pub struct MetricStore {
     pub callback_metrics: BTreeMap<String, f64>,
     /// Metrics shown in the progress output.
     pub progress_metrics: BTreeMap<String, f64>,
-    /// Names logged with sync_dist, with their collective.
-    sync: BTreeMap<String, ReduceFx>,
+    /// Names logged with sync_dist, with their collective and group.
+    sync: BTreeMap<String, SyncOp>,
     /// Names logged with logger=False.
     unlogged: BTreeSet<String>,
     /// The flags each name was first logged with in this epoch.
@@ -411,7 +423,7 @@ impl MetricStore {
     /// metrics and returns those for the loggers (named `x_epoch` when `x`
     /// was also logged per step).
     pub fn end_epoch(&mut self) -> BTreeMap<String, f64> {
-        self.end_epoch_synced(&|_, _| Ok(())).unwrap_or_default()
+        self.end_epoch_synced(&|_, _, _| Ok(())).unwrap_or_default()
     }
 
     /// [`MetricStore::end_epoch`], with the epoch values of sync_dist
@@ -423,12 +435,13 @@ impl MetricStore {
             .into_iter()
             .filter(|(_, a)| a.count > 0 && (a.reduce != ReduceFx::Mean || a.weight > 0.0))
             .collect();
-        let synced = |name: &str| self.sync.contains_key(name);
-        let means: Vec<usize> =
-            (0..done.len()).filter(|i| done[*i].1.reduce == ReduceFx::Mean && synced(&done[*i].0)).collect();
+        let group_of = |name: &str| self.sync.get(name).map(|s| s.1);
+        let means: Vec<usize> = (0..done.len())
+            .filter(|i| done[*i].1.reduce == ReduceFx::Mean && group_of(&done[*i].0).is_some())
+            .collect();
         if !means.is_empty() {
             let mut sums: Vec<f64> = means.iter().flat_map(|i| [done[*i].1.value, done[*i].1.weight]).collect();
-            reduce(&mut sums, ReduceFx::Sum)?;
+            reduce_by_op(&mut sums, |j| group_of(&done[means[j / 2]].0).map(|g| (ReduceFx::Sum, g)), reduce)?;
             for (k, i) in means.iter().enumerate() {
                 done[*i].1.value = sums[2 * k];
                 done[*i].1.weight = sums[2 * k + 1];
@@ -437,7 +450,7 @@ impl MetricStore {
         let mut values: Vec<f64> = done.iter().map(|(_, a)| a.value).collect();
         let op_of = |i: usize| {
             let (name, a) = &done[i];
-            (a.reduce != ReduceFx::Mean && synced(name)).then_some(a.reduce)
+            group_of(name).filter(|_| a.reduce != ReduceFx::Mean).map(|g| (a.reduce, g))
         };
         reduce_by_op(&mut values, op_of, reduce)?;
         for ((_, a), v) in done.iter_mut().zip(values) {
@@ -461,22 +474,22 @@ impl MetricStore {
 }
 
 /// Reduces over ranks each entry of `values` whose `op_of(i)` names an
-/// operation, with `reduce`: one collective per operation in use, in a
-/// fixed order (mean, sum, max, min) so every rank makes the same calls.
-pub(crate) fn reduce_by_op(
-    values: &mut [f64],
-    op_of: impl Fn(usize) -> Option<ReduceFx>,
-    reduce: Reducer,
-) -> Result<()> {
-    for op in [ReduceFx::Mean, ReduceFx::Sum, ReduceFx::Max, ReduceFx::Min] {
-        let picked: Vec<usize> = (0..values.len()).filter(|i| op_of(*i) == Some(op)).collect();
-        if picked.is_empty() {
-            continue;
-        }
-        let mut chosen: Vec<f64> = picked.iter().map(|i| values[*i]).collect();
-        reduce(&mut chosen, op)?;
-        for (i, v) in picked.into_iter().zip(chosen) {
-            values[i] = v;
+/// operation and group, with `reduce`: one collective per group and
+/// operation in use, in a fixed order (groups ascending; mean, sum, max,
+/// min) so every rank makes the same calls.
+pub(crate) fn reduce_by_op(values: &mut [f64], op_of: impl Fn(usize) -> Option<SyncOp>, reduce: Reducer) -> Result<()> {
+    let groups: BTreeSet<u32> = (0..values.len()).filter_map(|i| op_of(i).map(|s| s.1)).collect();
+    for group in groups {
+        for op in [ReduceFx::Mean, ReduceFx::Sum, ReduceFx::Max, ReduceFx::Min] {
+            let picked: Vec<usize> = (0..values.len()).filter(|i| op_of(*i) == Some((op, group))).collect();
+            if picked.is_empty() {
+                continue;
+            }
+            let mut chosen: Vec<f64> = picked.iter().map(|i| values[*i]).collect();
+            reduce(&mut chosen, op, group)?;
+            for (i, v) in picked.into_iter().zip(chosen) {
+                values[i] = v;
+            }
         }
     }
     Ok(())
@@ -518,7 +531,7 @@ mod tests {
         let local = LogFlags { on_step: true, on_epoch: true, ..Default::default() };
         let zero_only = LogFlags { rank_zero_only: true, reduce_fx: ReduceFx::Sum, ..synced };
         // Two ranks that log the same values: sums double, means stay.
-        let two_ranks = |v: &mut [f64], op: ReduceFx| {
+        let two_ranks = |v: &mut [f64], op: ReduceFx, _group: u32| {
             if op == ReduceFx::Sum {
                 v.iter_mut().for_each(|x| *x *= 2.0);
             }
@@ -538,6 +551,45 @@ mod tests {
         let e = m.end_epoch_synced(&two_ranks).unwrap();
         // (2*1 + 4*3) / 4 on both ranks; (3 + 5) * 2; rank 0's own sum.
         assert_eq!((e["loss_epoch"], e["count_epoch"], e["acc_epoch"], e["mine_epoch"]), (3.5, 16.0, 0.5, 8.0));
+    }
+
+    #[test]
+    fn each_group_reduces_its_own_values_in_a_fixed_order() {
+        let mut m = MetricStore::default();
+        let job = LogFlags { on_step: true, on_epoch: true, sync_dist: true, ..Default::default() };
+        let pair = LogFlags { sync_dist_group: 2, ..job };
+        let pair_max = LogFlags { reduce_fx: ReduceFx::Max, ..pair };
+        let other = LogFlags { sync_dist_group: 1, reduce_fx: ReduceFx::Sum, ..job };
+        // Group 2 doubles its sums, group 1 triples them, the job adds 100.
+        let calls = std::cell::RefCell::new(Vec::new());
+        let reduce = |v: &mut [f64], op: ReduceFx, group: u32| {
+            calls.borrow_mut().push((group, op, v.len()));
+            let f = |x: f64| match (group, op) {
+                (2, ReduceFx::Sum) => x * 2.0,
+                (1, _) => x * 3.0,
+                (0, _) => x + 100.0,
+                _ => x,
+            };
+            v.iter_mut().for_each(|x| *x = f(*x));
+            Ok(())
+        };
+        m.log("a", 1.0, job, 1.0).unwrap();
+        m.log("b", 2.0, pair, 1.0).unwrap();
+        m.log("c", 3.0, pair_max, 1.0).unwrap();
+        m.log("d", 4.0, other, 1.0).unwrap();
+        m.sync_step(&reduce).unwrap();
+        let step = m.take_step_values();
+        assert_eq!((step["a_step"], step["b_step"], step["c_step"], step["d_step"]), (101.0, 2.0, 3.0, 12.0));
+        let step_calls =
+            vec![(0, ReduceFx::Mean, 1), (1, ReduceFx::Sum, 1), (2, ReduceFx::Mean, 1), (2, ReduceFx::Max, 1)];
+        assert_eq!(*calls.borrow(), step_calls);
+        calls.borrow_mut().clear();
+        let e = m.end_epoch_synced(&reduce).unwrap();
+        // Means as sums of (value x weight, weight) in their own group.
+        assert_eq!((e["a_epoch"], e["b_epoch"], e["c_epoch"], e["d_epoch"]), (101.0 / 101.0, 2.0, 3.0, 12.0));
+        let epoch_calls =
+            vec![(0, ReduceFx::Sum, 2), (2, ReduceFx::Sum, 2), (1, ReduceFx::Sum, 1), (2, ReduceFx::Max, 1)];
+        assert_eq!(*calls.borrow(), epoch_calls);
     }
 
     #[test]
@@ -596,7 +648,7 @@ mod tests {
     fn a_presynced_step_value_is_not_reduced_again() {
         let mut m = MetricStore::default();
         let f = LogFlags { on_step: true, sync_dist: true, reduce_fx: ReduceFx::Sum, ..Default::default() };
-        let doubled = |v: &mut [f64], _: ReduceFx| {
+        let doubled = |v: &mut [f64], _: ReduceFx, _: u32| {
             v.iter_mut().for_each(|x| *x *= 2.0);
             Ok(())
         };

@@ -141,6 +141,7 @@ impl Run<'_> {
             strategy.reduce(&mut v, crate::trainer::metrics::ReduceFx::Sum)?;
             Ok(v[0] > 0.0)
         };
+        let group_maker = |ranks: &[usize]| strategy.new_group(ranks);
         let mut ctx = HookContext {
             hook,
             stage: self.stage,
@@ -159,6 +160,7 @@ impl Run<'_> {
             optimizer_idx: data.optimizer_idx,
             replaced_batch: None,
             rank_zero_decides: Some(&rank_zero_decides),
+            group_maker: (hook != Hook::Exception).then_some(&group_maker),
         };
         // Lightning's on_train_epoch_end: callbacks, the module, then the
         // callbacks that monitor metrics, so they see what it logged.
@@ -215,6 +217,11 @@ impl Run<'_> {
         ctx.model = self.module.model();
         ctx.module = true;
         ctx.device = Some(self.strategy.root_device());
+        let strategy = &self.strategy;
+        let group_maker = |ranks: &[usize]| strategy.new_group(ranks);
+        if every_rank {
+            ctx.group_maker = Some(&group_maker);
+        }
         let module = &mut self.module;
         timed(&mut self.profiler, || format!("[LightningModule].{}", hook.name()), || module.on_hook(&mut ctx))
             .map_err(|e| e.context(format!("LightningModule.{}", hook.name())))?;
@@ -345,7 +352,9 @@ impl Run<'_> {
             return Ok(());
         }
         let mut values: Vec<f64> = logs.iter().map(|l| l.value).collect();
-        super::metrics::reduce_by_op(&mut values, |i| logs[i].flags.sync_op(), &|v, op| self.strategy.reduce(v, op))?;
+        super::metrics::reduce_by_op(&mut values, |i| logs[i].flags.sync_op(), &|v, op, g| {
+            self.strategy.reduce_in(v, op, g)
+        })?;
         for (l, value) in logs.into_iter().zip(values) {
             self.state.callback_metrics.insert(l.name.clone(), value);
             if l.flags.prog_bar {
@@ -383,7 +392,7 @@ impl Run<'_> {
         }
         let synced = |i: usize| if sync_steps && logs[i].flags.on_step { logs[i].flags.sync_op() } else { None };
         let mut step_values: Vec<f64> = logs.iter().map(|l| l.value).collect();
-        super::metrics::reduce_by_op(&mut step_values, synced, &|v, op| self.strategy.reduce(v, op))?;
+        super::metrics::reduce_by_op(&mut step_values, synced, &|v, op, g| self.strategy.reduce_in(v, op, g))?;
         for (i, (l, step)) in logs.iter().zip(step_values).enumerate() {
             let site = super::metrics::LogSite { fx: l.hook.name(), dataloader_idx };
             let bs = l.batch_size.unwrap_or(batch_size).max(1) as f64;
@@ -491,7 +500,13 @@ impl Run<'_> {
         for path in removes.into_iter().filter(|p| global_zero && resumed.as_deref() != Some(p.as_path())) {
             self.checkpoints.remove(&path)?;
         }
-        for path in std::mem::take(&mut self.state.checkpoint_notices) {
+        let notices = std::mem::take(&mut self.state.checkpoint_notices);
+        if !notices.is_empty() && self.loggers.iter().any(|l| l.reads_checkpoints()) {
+            // A logger about to read the file gets it whole, not while a
+            // background save still writes it.
+            self.checkpoints.wait()?;
+        }
+        for path in notices {
             for l in self.loggers.iter_mut() {
                 l.after_save_checkpoint(&path).ctx(format!("{} logger's after_save_checkpoint", l.name()))?;
             }

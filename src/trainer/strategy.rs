@@ -9,12 +9,13 @@ use super::hooks::DeviceSync;
 use super::options::TrainerOptions;
 use super::source::BatchSource;
 use crate::accelerators::{registry, Accelerator, DevicesSpec};
-use crate::distributed::ClusterEnv;
+use crate::distributed::{ClusterEnv, ProcessGroup};
 use crate::error::{Error, Result, ResultExt};
 use crate::strategies::{
     xla, DdpStrategy, DpStrategy, FsdpStrategy, Sharded, SingleDeviceStrategy, Strategy, StrategyKind,
 };
 use crate::tensor::device::Device;
+use crate::trainer::metrics::ReduceFx;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use tch::Tensor;
@@ -26,6 +27,9 @@ pub(crate) struct RunStrategy {
     strategy: Box<dyn Strategy>,
     /// Devices the run uses on this node (Lightning's `num_devices`).
     num_devices: usize,
+    /// The groups the run made with `new_group`, in order (group `n` at
+    /// `n - 1`): this process's membership, `None` outside them.
+    groups: std::sync::Mutex<Vec<Option<ProcessGroup>>>,
 }
 
 /// The accelerator `opts` names and the devices a run with them uses on
@@ -73,8 +77,12 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
         StrategyKind::Xla => Box::new(xla::connect(acc, &list, opts)?),
         _ => Box::new(SingleDeviceStrategy::connect(acc, &list, opts)?),
     };
-    Ok(RunStrategy { strategy, num_devices })
+    Ok(RunStrategy { strategy, num_devices, groups: Default::default() })
 }
+
+/// Most groups a run makes with `new_group` (group ids fit 16 bits of the
+/// C API's log flags).
+const MAX_GROUPS: usize = 0xFFFF;
 
 impl Deref for RunStrategy {
     type Target = dyn Strategy;
@@ -91,6 +99,38 @@ impl DerefMut for RunStrategy {
 }
 
 impl RunStrategy {
+    /// torch's `new_group(ranks)`: makes a group of the job's `ranks`
+    /// (every rank calls it with the same ranks, in the same order) and
+    /// returns its id for `sync_dist_group`, the same on every rank: 1 for
+    /// the first group of the run, 2 for the next...
+    pub fn new_group(&self, ranks: &[usize]) -> Result<u32> {
+        let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        if groups.len() >= MAX_GROUPS {
+            return Err(Error::invalid(format!("new_group: a run makes at most {} groups", MAX_GROUPS)));
+        }
+        groups.push(self.strategy.new_group(ranks)?);
+        Ok(groups.len() as u32)
+    }
+
+    /// Reduces `values` in place with `op` over `group`: 0 for the whole
+    /// job, otherwise a group of [`RunStrategy::new_group`], among its
+    /// members (a rank outside it keeps its values, as torch's collectives
+    /// on a group without the rank).
+    pub fn reduce_in(&self, values: &mut [f64], op: ReduceFx, group: u32) -> Result<()> {
+        if group == 0 {
+            return self.strategy.reduce(values, op);
+        }
+        let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        match groups.get(group as usize - 1) {
+            Some(Some(g)) => self.strategy.reduce_over(g, values, op),
+            Some(None) => Ok(()),
+            None => Err(Error::invalid(format!(
+                "sync_dist_group {group}: the run made {} group(s) with new_group",
+                groups.len()
+            ))),
+        }
+    }
+
     /// Devices the run uses on this node (Lightning's `num_devices`).
     pub fn num_devices(&self) -> usize {
         self.num_devices

@@ -91,6 +91,12 @@ typedef struct {
     bool slow_rank1;     /* rank 1 sleeps 3 ms per step (its clock runs ahead) */
 } module_state;
 
+/* The group of ranks 0 and 1 the module's setup makes (rank 0 alone in a
+ * world of one): sync_dist_group. */
+static uint32_t pair_group;
+
+static uint32_t in_pair(void) { return (pair_group << FULMEN_LOG_GROUP_SHIFT) & FULMEN_LOG_GROUP_MASK; }
+
 static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
     module_state *s = ud;
     int64_t step = 0;
@@ -118,6 +124,12 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
         e = fulmen_step_context_log(ctx, "rank_max", (double)rank, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_SYNC_DIST | FULMEN_LOG_REDUCE_MAX, 0);
     if (e == NULL)
         e = fulmen_step_context_log(ctx, "rank_sum", (double)rank, FULMEN_LOG_ON_STEP | FULMEN_LOG_SYNC_DIST | FULMEN_LOG_REDUCE_SUM, 0);
+    /* The same over ranks 0 and 1 only: a third rank keeps its own. */
+    if (e == NULL)
+        e = fulmen_step_context_log(ctx, "pair_mean", (double)rank, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_SYNC_DIST | in_pair(), 0);
+    if (e == NULL)
+        e = fulmen_step_context_log(ctx, "pair_sum", (double)rank,
+                                    FULMEN_LOG_ON_STEP | FULMEN_LOG_SYNC_DIST | FULMEN_LOG_REDUCE_SUM | in_pair(), 0);
     return e;
 }
 
@@ -132,12 +144,20 @@ static fulmen_error *on_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
         module_prepare_calls++;
         if (module_prepare_fails) return fulmen_error_new(FULMEN_CODE_IO, "the module's data is gone");
     }
+    if (hook == FULMEN_HOOK_SETUP) {
+        size_t world = 1, pair[2] = {0, 1};
+        fulmen_error *e = fulmen_distributed_ranks(NULL, NULL, &world);
+        if (e == NULL) e = fulmen_hook_context_new_group(ctx, pair, world > 1 ? 2 : 1, &pair_group);
+        return e;
+    }
     if (hook != FULMEN_HOOK_TRAIN_EPOCH_END) return NULL;
     double rank = (double)my_rank();
     fulmen_error *e = fulmen_hook_context_log(ctx, "hook_max", rank, FULMEN_LOG_SYNC_DIST | FULMEN_LOG_REDUCE_MAX);
     if (e == NULL) e = fulmen_hook_context_log(ctx, "hook_sum", rank + 1, FULMEN_LOG_SYNC_DIST | FULMEN_LOG_REDUCE_SUM);
     if (e == NULL) e = fulmen_hook_context_log(ctx, "hook_mean", rank, FULMEN_LOG_SYNC_DIST);
     if (e == NULL) e = fulmen_hook_context_log(ctx, "hook_mine", rank, FULMEN_LOG_SYNC_DIST | FULMEN_LOG_RANK_ZERO_ONLY);
+    if (e == NULL)
+        e = fulmen_hook_context_log(ctx, "hook_pair_max", rank * 10 + 1, FULMEN_LOG_SYNC_DIST | FULMEN_LOG_REDUCE_MAX | in_pair());
     return e;
 }
 
@@ -269,6 +289,8 @@ static int scenario_launcher(const char *dir) {
     CHECK(metric(t, "rank_max") == 1.0 && metric(t, "rank_sum") == 1.0);
     CHECK(metric(t, "hook_max") == 1.0 && metric(t, "hook_sum") == 3.0 && metric(t, "hook_mean") == 0.5);
     CHECK(metric(t, "hook_mine") == (double)my_rank());
+    /* The group of both ranks: as the job's. */
+    CHECK(metric(t, "pair_mean") == 0.5 && metric(t, "pair_sum") == 1.0 && metric(t, "hook_pair_max") == 11.0);
     int64_t step = 0;
     CHECK_OK(fulmen_trainer_global_step(t, &step));
     CHECK(step == EPOCHS * (SAMPLES / 2 / RANK_BATCH));
@@ -340,6 +362,11 @@ static int scenario_external(const char *dir) {
     CHECK(my_rank() == rank);
     CHECK(fabs(metric(t, "rank_synced") - 1.0) < 1e-12);
     CHECK(metric(t, "rank_max") == 2.0 && metric(t, "rank_sum") == 3.0);
+    /* sync_dist_group of ranks 0 and 1: rank 2 keeps its own values. */
+    if (rank < 2)
+        CHECK(metric(t, "pair_mean") == 0.5 && metric(t, "pair_sum") == 1.0 && metric(t, "hook_pair_max") == 11.0);
+    else
+        CHECK(metric(t, "pair_mean") == 2.0 && metric(t, "pair_sum") == 2.0 && metric(t, "hook_pair_max") == 21.0);
     fulmen_trainer_free(t);
     CHECK_OK(fulmen_distributed_shutdown(60));
     return check_finish("external rank");

@@ -12,6 +12,8 @@
 typedef struct {
     fulmen_model *model; /* first: fixture_configure_sgd reads it */
     int refused;         /* the bad calls gave the expected codes */
+    uint32_t group;      /* the group setup made (sync_dist_group) */
+    uint32_t log_group;  /* the group the epoch-end hook logs to */
 } state;
 
 static int code_of(fulmen_error *e) {
@@ -38,7 +40,7 @@ static fulmen_error *step(void *ud, fulmen_step_context *ctx, const fulmen_batch
         const char *bad[2] = {"dict_c", "bad,name"};
         s->refused &= code_of(fulmen_step_context_log(ctx, "x", 1, FULMEN_LOG_REDUCE_SUM | FULMEN_LOG_REDUCE_MAX, 0)) ==
                       FULMEN_CODE_INVALID_ARGUMENT;
-        s->refused &= code_of(fulmen_step_context_log(ctx, "x", 1, 1u << 20, 0)) == FULMEN_CODE_INVALID_ARGUMENT;
+        s->refused &= code_of(fulmen_step_context_log(ctx, "x", 1, 1u << 13, 0)) == FULMEN_CODE_INVALID_ARGUMENT;
         s->refused &= code_of(fulmen_step_context_log_dict(ctx, bad, values, 2, 0, 0)) == FULMEN_CODE_INVALID_ARGUMENT;
         s->refused &= code_of(fulmen_step_context_log_dict(ctx, NULL, values, 2, 0, 0)) == FULMEN_CODE_NULL_ARGUMENT;
         s->refused &= code_of(fulmen_step_context_log_dict(ctx, NULL, NULL, 0, 0, 0)) == 0;
@@ -53,12 +55,29 @@ static fulmen_error *step(void *ud, fulmen_step_context *ctx, const fulmen_batch
 /* The same flags from an epoch-end hook. */
 static fulmen_error *on_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
     state *s = ud;
+    if (hook == FULMEN_HOOK_SETUP) {
+        /* torch's new_group in a run of one process: rank 0 only. */
+        size_t zero[1] = {0}, one[1] = {1}, twice[2] = {0, 0};
+        uint32_t g = 0;
+        s->refused &= code_of(fulmen_hook_context_new_group(ctx, one, 1, &g)) == FULMEN_CODE_INVALID_ARGUMENT;
+        s->refused &= code_of(fulmen_hook_context_new_group(ctx, twice, 2, &g)) == FULMEN_CODE_INVALID_ARGUMENT;
+        s->refused &= code_of(fulmen_hook_context_new_group(ctx, NULL, 0, &g)) == FULMEN_CODE_INVALID_ARGUMENT;
+        s->refused &= code_of(fulmen_hook_context_new_group(ctx, NULL, 1, &g)) == FULMEN_CODE_NULL_ARGUMENT;
+        s->refused &= code_of(fulmen_hook_context_new_group(ctx, zero, 1, NULL)) == FULMEN_CODE_NULL_ARGUMENT;
+        fulmen_error *e = fulmen_hook_context_new_group(ctx, zero, 1, &s->group);
+        if (e == NULL) e = fulmen_hook_context_new_group(ctx, zero, 1, &g);
+        s->refused &= s->group == 1 && g == 2;
+        return e;
+    }
     if (hook != FULMEN_HOOK_TRAIN_EPOCH_END) return NULL;
     s->refused &= code_of(fulmen_hook_context_log(ctx, "x", 1, FULMEN_LOG_REDUCE_SUM | FULMEN_LOG_REDUCE_MIN)) ==
                   FULMEN_CODE_INVALID_ARGUMENT;
     fulmen_error *e = fulmen_hook_context_log(ctx, "hook_hidden", 7, FULMEN_LOG_NO_LOGGER);
     if (e == NULL) e = fulmen_hook_context_log(ctx, "hook_sum", 5, FULMEN_LOG_SYNC_DIST | FULMEN_LOG_REDUCE_SUM);
     if (e == NULL) e = fulmen_hook_context_log(ctx, "hook_mine", 6, FULMEN_LOG_RANK_ZERO_ONLY | FULMEN_LOG_PROG_BAR);
+    /* sync_dist_group: the group of rank 0 alone reduces nothing */
+    uint32_t group = (s->log_group << FULMEN_LOG_GROUP_SHIFT) & FULMEN_LOG_GROUP_MASK;
+    if (e == NULL) e = fulmen_hook_context_log(ctx, "group_sum", 9, FULMEN_LOG_SYNC_DIST | FULMEN_LOG_REDUCE_SUM | group);
     return e;
 }
 
@@ -71,7 +90,7 @@ static double metric(const fulmen_trainer *t, const char *name) {
 int main(void) {
     char root[] = "/tmp/fulmen-log-options-XXXXXX";
     CHECK(mkdtemp(root) != NULL);
-    state s = {fixture_mlp(4, 0), 1};
+    state s = {fixture_mlp(4, 0), 1, 0, 1};
     fulmen_dataset *ds = fixture_blobs(64, 3, 1.0f);
     fulmen_loader *loader = fixture_loader(ds, 16, false, 0);
     fulmen_lightning_module *m = fixture_module(s.model, &s, step, on_hook);
@@ -106,6 +125,14 @@ int main(void) {
     CHECK(strstr(header, "hidden") == NULL && strstr(header, "count") != NULL && strstr(header, "low_step") != NULL);
     CHECK(strstr(header, "hook_sum") != NULL && strstr(header, "hook_mine") != NULL);
     CHECK(metric(t, "hook_hidden") == 7.0 && metric(t, "hook_sum") == 5.0 && metric(t, "hook_mine") == 6.0);
+    CHECK(metric(t, "group_sum") == 9.0);
+
+    /* A group id the run did not make fails the run where it is reduced. */
+    s.log_group = 9;
+    fulmen_trainer *bad = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &bad));
+    CHECK_ERR(fulmen_trainer_fit(bad, m, loader, NULL, NULL), FULMEN_CODE_INVALID_ARGUMENT, "sync_dist_group 9");
+    fulmen_trainer_free(bad);
 
     fulmen_trainer_free(t);
     fulmen_trainer_options_free(o);

@@ -44,7 +44,10 @@ pub const AREAS: &[Area] = &[
         title: "The Trainer: options, precision, strategies, fit / validate / test / predict, tuning.",
     },
     Area { name: "callbacks", title: "Hooks and callbacks: built-in callbacks and host callbacks." },
-    Area { name: "loggers", title: "Loggers: CSV and TensorBoard loggers (handles), host loggers, media from hooks." },
+    Area {
+        name: "loggers",
+        title: "Loggers: CSV, TensorBoard and MLflow loggers (handles), host loggers, media from hooks.",
+    },
 ];
 
 /// The area of each core source (under `src/`) that defines a constant or

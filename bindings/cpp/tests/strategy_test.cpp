@@ -155,11 +155,21 @@ TEST_F(StrategyTest, TrainerOptionsTakeAStrategy) {
     Model model = fulmen_test::mlp();
     Dataset ds = fulmen_test::blobs(32, 4);
     Loader train(ds, 8);
+    uint32_t group = 0;
     LightningModule module = LightningModule::builder(model)
                                  .training_step([&](StepContext& ctx, const Batch& batch) {
                                      Tensor loss = fulmen::loss::cross_entropy(model.forward(batch[0]), batch[1]);
                                      ctx.log("loss", loss.item(), fulmen::Log::on_epoch | fulmen::Log::sync_dist);
+                                     ctx.log("in_group", 3.0,
+                                             fulmen::Log::on_epoch | fulmen::Log::sync_dist | fulmen::Log::reduce_sum |
+                                                 fulmen::Log::group(group));
                                      return loss;
+                                 })
+                                 .on_hook([&](fulmen::Hook h, fulmen::HookContext& ctx) {
+                                     if (h != fulmen::Hook::Setup) return;
+                                     // One process: rank 0 is the only rank a group can hold.
+                                     EXPECT_EQ(error_code([&] { ctx.new_group({1}); }), FULMEN_CODE_INVALID_ARGUMENT);
+                                     group = ctx.new_group({0});
                                  })
                                  .configure_optimizers([&](OptimizerConfig& config) {
                                      config.add(Optimizer::sgd(model, fulmen::SgdOptions(0.1)));
@@ -169,11 +179,14 @@ TEST_F(StrategyTest, TrainerOptionsTakeAStrategy) {
     trainer.fit(module, train);
     EXPECT_EQ(trainer.global_step(), 4);
     EXPECT_TRUE(std::isfinite(trainer.callback_metric("loss")));
+    EXPECT_EQ(group, 1u);
+    EXPECT_EQ(trainer.callback_metric("in_group"), 12.0);  // 4 steps of 3, summed; the group of one reduces nothing
 }
 
 TEST_F(StrategyTest, LogFlagsIncludeSyncDist) {
     EXPECT_EQ(fulmen::Log::sync_dist, 8u);
     EXPECT_EQ(fulmen::Log::on_step | fulmen::Log::on_epoch | fulmen::Log::prog_bar | fulmen::Log::sync_dist, 15u);
+    EXPECT_EQ(fulmen::Log::group(3), 3u << 16);
 }
 
 class DistributedTest : public FulmenTest {};

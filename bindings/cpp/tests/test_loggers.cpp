@@ -159,3 +159,23 @@ TEST_F(LoggerTest, TrainerLogsToAddedLoggersAndMediaFromHooks) {
     csv_only.fit(module, train);
     EXPECT_EQ(code, FULMEN_CODE_INVALID_STATE);
 }
+
+// The MLflow logger's settings and errors without a server (the real
+// server's round trip is tests/interop/mlflow_logger.py).
+TEST_F(LoggerTest, MlflowLoggerSettingsAndErrors) {
+    using fulmen::LogModel;
+    using fulmen::MlflowLogger;
+    EXPECT_EQ(fulmen_test::error_code([] { MlflowLogger("https://example.com", "e"); }), FULMEN_CODE_UNSUPPORTED);
+    EXPECT_EQ(fulmen_test::error_code([] { MlflowLogger("file:./mlruns", "e"); }), FULMEN_CODE_INVALID_ARGUMENT);
+    // Port 1 on the loopback: nothing listens, so the first use fails.
+    MlflowLogger l = MlflowLogger("http://127.0.0.1:1", "exp").run_name("r").tag("team", "fulmen").log_model(LogModel::All);
+    l.artifact_location("/nonexistent/artifacts").prefix("p");
+    EXPECT_EQ(fulmen_test::error_code([&] { l.version(3); }), FULMEN_CODE_INVALID_ARGUMENT);
+    EXPECT_EQ(fulmen_test::error_code([&] { l.log_metrics({{"loss", 1.0}}, 0); }), FULMEN_CODE_IO);
+    EXPECT_EQ(fulmen_test::error_code([&] { (void)l.run_id(); }), FULMEN_CODE_IO);
+    EXPECT_EQ(fulmen_test::error_code([&] { l.finalize("bogus"); }), FULMEN_CODE_INVALID_ARGUMENT);
+    l.finalize();  // never reached the server: nothing to end
+    fulmen::FileLogger csv = fulmen::FileLogger::csv(fulmen_test::fresh_dir("mlflow-csv"));
+    EXPECT_EQ(fulmen_test::error_code([&] { fulmen::check(fulmen_logger_mlflow_set_run_id(csv.get(), "x")); }),
+              FULMEN_CODE_INVALID_ARGUMENT);
+}

@@ -1,6 +1,7 @@
-//! `fulmen_logger`: Lightning's `CSVLogger` and `TensorBoardLogger` as
-//! handles, for a host loop without a trainer and as loggers added to a
-//! trainer (`fulmen_trainer_add_file_logger`).
+//! `fulmen_logger`: Lightning's `CSVLogger`, `TensorBoardLogger` and
+//! `MLFlowLogger` (made in `mlflow.rs`) as handles, for a host loop
+//! without a trainer and as loggers added to a trainer
+//! (`fulmen_trainer_add_file_logger`).
 use crate::error::{Error, Result};
 use crate::ffi::base::error::{fulmen_error, guard, str_arg};
 use crate::ffi::base::handle::{self, check_out, write_out, Handle};
@@ -8,19 +9,36 @@ use crate::ffi::loggers::media_args::{histogram_args, image_args, text_args};
 use crate::ffi::nn::model::copy_str;
 use crate::ffi::tensor::handle::{fulmen_tensor, slice_arg};
 use crate::ffi::trainer::runs::fulmen_trainer;
-use crate::loggers::{FileLogger, FileLoggerKind, Logger, SharedFileLogger, Version};
+use crate::loggers::{FileLogger, FileLoggerKind, Logger, MlflowLogger, SharedFileLogger, SharedMlflowLogger, Version};
 use std::collections::BTreeMap;
 use std::ffi::c_char;
 
-/// A CSV or TensorBoard logger (Lightning's `CSVLogger` /
-/// `TensorBoardLogger`). Its folder, `save_dir/name/version_N`, is made
-/// on first use (the version resolved then, as Lightning's next free
-/// number); the `fulmen_logger_set_*` settings apply before that. Calls on
-/// one handle run one at a time (another call meanwhile fails with
-/// FULMEN_CODE_INVALID_STATE), from any thread. Free with
+/// A CSV, TensorBoard or MLflow logger (Lightning's `CSVLogger` /
+/// `TensorBoardLogger` / `MLFlowLogger`). A file logger's folder,
+/// `save_dir/name/version_N`, is made on first use (the version resolved
+/// then, as Lightning's next free number); an MLflow logger reaches its
+/// server on first use. The `fulmen_logger_set_*` settings apply before
+/// that. Calls on one handle run one at a time (another call meanwhile
+/// fails with FULMEN_CODE_INVALID_STATE), from any thread. Free with
 /// `fulmen_logger_free`; a trainer it was added to keeps logging to it.
+/// A call or setting of the file loggers on an MLflow logger (name,
+/// version, log_dir, media...) and `fulmen_logger_mlflow_*` on a file
+/// logger fail with FULMEN_CODE_INVALID_ARGUMENT. An MLflow logger's first
+/// use (any logging call, `fulmen_logger_mlflow_run_id`) may also fail with
+/// FULMEN_CODE_INVALID_ARGUMENT (no tracking URI given or in
+/// MLFLOW_TRACKING_URI; credentials holding a line break) or
+/// FULMEN_CODE_INVALID_STATE (the experiment is deleted).
 pub struct fulmen_logger {
-    pub(crate) inner: SharedFileLogger,
+    pub(crate) inner: LoggerKind,
+}
+
+/// The logger behind a `fulmen_logger`.
+#[derive(Clone)]
+pub(crate) enum LoggerKind {
+    /// CSV or TensorBoard files.
+    File(SharedFileLogger),
+    /// An MLflow run.
+    Mlflow(SharedMlflowLogger),
 }
 
 impl Handle for fulmen_logger {
@@ -32,15 +50,60 @@ unsafe fn new_logger(kind: FileLoggerKind, save_dir: *const c_char, out: *mut *m
     check_out(out, "out")?;
     let dir = str_arg(save_dir, "save_dir")?;
     let logger = FileLogger::new(kind, dir)?;
-    out.write(handle::into_raw(fulmen_logger { inner: SharedFileLogger::new(logger) }));
+    out.write(handle::into_raw(fulmen_logger { inner: LoggerKind::File(SharedFileLogger::new(logger)) }));
     Ok(())
 }
 
-/// Runs `f` on the logger behind `logger` (pinned for the call, locked).
+/// Runs `f` on the CSV or TensorBoard logger behind `logger` (pinned for
+/// the call, locked); an MLflow logger is `InvalidArgument`.
 unsafe fn with_logger<T>(logger: *mut fulmen_logger, f: impl FnOnce(&mut FileLogger) -> Result<T>) -> Result<T> {
     let l = handle::borrow_mut(logger, "logger")?;
-    let mut inner = l.inner.lock();
-    f(&mut inner)
+    match &l.inner {
+        LoggerKind::File(shared) => f(&mut shared.lock()),
+        LoggerKind::Mlflow(_) => Err(Error::invalid(
+            "this is a setting or call of the CSV and TensorBoard loggers; the logger is an MLflow logger",
+        )),
+    }
+}
+
+/// Runs `f` on the MLflow logger behind `logger`; a file logger is
+/// `InvalidArgument`.
+pub(crate) unsafe fn with_mlflow<T>(
+    logger: *mut fulmen_logger,
+    f: impl FnOnce(&mut MlflowLogger) -> Result<T>,
+) -> Result<T> {
+    let l = handle::borrow_mut(logger, "logger")?;
+    match &l.inner {
+        LoggerKind::Mlflow(shared) => f(&mut shared.lock()),
+        LoggerKind::File(shared) => Err(Error::invalid(format!(
+            "this is a setting or call of the MLflow logger; the logger is a {} logger",
+            shared.name()
+        ))),
+    }
+}
+
+/// Runs `f` on whichever logger is behind `logger`.
+unsafe fn with_any<T>(logger: *mut fulmen_logger, f: impl FnOnce(Either<'_>) -> Result<T>) -> Result<T> {
+    let l = handle::borrow_mut(logger, "logger")?;
+    match &l.inner {
+        LoggerKind::File(shared) => f(Either::File(&mut shared.lock())),
+        LoggerKind::Mlflow(shared) => f(Either::Mlflow(&mut shared.lock())),
+    }
+}
+
+/// A locked logger of either kind.
+enum Either<'a> {
+    File(&'a mut FileLogger),
+    Mlflow(&'a mut MlflowLogger),
+}
+
+impl Either<'_> {
+    fn logger(&mut self) -> &mut dyn Logger {
+        match self {
+            Either::File(l) => *l,
+            Either::Mlflow(l) => *l,
+        }
+    }
 }
 
 /// Reads `n` names and `n` values (NULL arrays allowed when `n` is 0).
@@ -139,11 +202,12 @@ pub unsafe extern "C" fn fulmen_logger_set_version_name(
 
 /// Sets the prefix put before every metric name with '-' (Lightning's
 /// `prefix`; "" for none): `prefix-loss`. CSV's `step` column and
-/// TensorBoard's images, histograms and texts are not prefixed. Before the
-/// logger's first use only.
+/// TensorBoard's images, histograms and texts are not prefixed. Any kind
+/// of logger; before its first use only.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (not UTF-8),
-/// FULMEN_CODE_INVALID_STATE (the folder exists).
+/// FULMEN_CODE_INVALID_STATE (the folder exists, or the MLflow run
+/// started).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_logger_set_prefix(
     logger: *mut fulmen_logger,
@@ -151,7 +215,10 @@ pub unsafe extern "C" fn fulmen_logger_set_prefix(
 ) -> *mut fulmen_error {
     guard!(|| {
         let p = str_arg(prefix, "prefix")?.to_string();
-        with_logger(logger, |l| l.set_prefix(&p))
+        with_any(logger, |l| match l {
+            Either::File(l) => l.set_prefix(&p),
+            Either::Mlflow(l) => l.set_prefix(&p),
+        })
     })
 }
 
@@ -229,14 +296,17 @@ pub unsafe extern "C" fn fulmen_logger_version(logger: *mut fulmen_logger, out: 
 /// (kept in memory, written when `(step + 1)` is a multiple of
 /// flush_logs_every_n_steps, at save, finalize and free), every column
 /// sorted as Lightning sorts them, floats as Python writes them;
-/// TensorBoard, one scalar per name at `step`. Names get the prefix. No
-/// `epoch` is added (the trainer adds it to what it logs). `n` may be 0
-/// (CSV: a row with only the step). The arrays are read during the call
-/// only.
+/// TensorBoard, one scalar per name at `step`; MLflow, one `log-batch`
+/// request (names without the characters Lightning strips: all but
+/// letters, digits, `_ / . -` and space; NaN and infinities as MLflow's
+/// client sends them). Names get the prefix. No `epoch` is added (the
+/// trainer adds it to what it logs). `n` may be 0 (CSV: a row with only
+/// the step). The arrays are read during the call only.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (a name empty, not UTF-8 or
 /// holding a line break), FULMEN_CODE_IO (the folder or file cannot be
-/// written).
+/// written; the MLflow server cannot be reached, or refuses, with its
+/// answer).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_logger_log_metrics(
     logger: *mut fulmen_logger,
@@ -247,7 +317,10 @@ pub unsafe extern "C" fn fulmen_logger_log_metrics(
 ) -> *mut fulmen_error {
     guard!(|| {
         let metrics = metrics_arg(names, values, n)?;
-        with_logger(logger, |l| l.log_metrics_at(&metrics, step))
+        with_any(logger, |l| match l {
+            Either::File(l) => l.log_metrics_at(&metrics, step),
+            Either::Mlflow(l) => l.log_metrics_at(&metrics, step),
+        })
     })
 }
 
@@ -257,11 +330,14 @@ pub unsafe extern "C" fn fulmen_logger_log_metrics(
 /// false plain, other text quoted); TensorBoard writes the hparams plugin's
 /// summaries (numbers, booleans and strings typed as torch types them) with
 /// `hp_metric` = -1 unless default_hp_metric is off, and keeps them for the
-/// `hparams.yaml` it writes when it saves. The arrays are read during the
-/// call only.
+/// `hparams.yaml` it writes when it saves; MLflow logs them as the run's
+/// params, each value cut to 250 characters as Lightning cuts them (MLflow
+/// refuses a param changed to another value). The arrays are read during
+/// the call only.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (a key or value not UTF-8),
-/// FULMEN_CODE_IO (the folder or file cannot be written).
+/// FULMEN_CODE_IO (the folder or file cannot be written; the MLflow
+/// server's refusal).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_logger_log_hyperparams(
     logger: *mut fulmen_logger,
@@ -279,7 +355,7 @@ pub unsafe extern "C" fn fulmen_logger_log_hyperparams(
                 str_arg(*v, &format!("values[{i}]"))?.to_string(),
             );
         }
-        with_logger(logger, |l| l.log_hyperparams(&params))
+        with_any(logger, |mut l| l.logger().log_hyperparams(&params))
     })
 }
 
@@ -353,21 +429,26 @@ pub unsafe extern "C" fn fulmen_logger_add_text(
 /// Makes what was logged durable (Lightning's `logger.save()`): CSV writes
 /// the rows kept in memory; TensorBoard flushes its event file and writes
 /// `hparams.yaml` if the folder has none. Makes the folder if the logger
-/// was not used yet, as Lightning.
+/// was not used yet, as Lightning. MLflow: nothing (every call is sent at
+/// once).
 ///
 /// Errors: FULMEN_CODE_IO.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_logger_save(logger: *mut fulmen_logger) -> *mut fulmen_error {
-    guard!(|| with_logger(logger, |l| l.save()))
+    guard!(|| with_any(logger, |mut l| l.logger().save()))
 }
 
 /// Ends the run (Lightning's `logger.finalize(status)`, `status` such as
 /// "success" or "failed"): CSV saves (a logger never used does nothing);
 /// TensorBoard closes its event file (logging later opens a new one, as
-/// torch's SummaryWriter) and on "success" saves.
+/// torch's SummaryWriter) and on "success" saves; MLflow uploads the
+/// checkpoints kept for the end (`FULMEN_MLFLOW_LOG_MODEL_AT_END`), then
+/// ends the run: "success" and "finished" FINISHED, "failed" FAILED,
+/// "killed" KILLED (a logger never used does nothing; logging later goes
+/// on in the same run, as Lightning's).
 ///
-/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`status` not UTF-8),
-/// FULMEN_CODE_IO.
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`status` not UTF-8; for MLflow
+/// not one of those four), FULMEN_CODE_IO.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_logger_finalize(
     logger: *mut fulmen_logger,
@@ -375,16 +456,17 @@ pub unsafe extern "C" fn fulmen_logger_finalize(
 ) -> *mut fulmen_error {
     guard!(|| {
         let s = str_arg(status, "status")?.to_string();
-        with_logger(logger, |l| l.finalize(&s))
+        with_any(logger, |mut l| l.logger().finalize(&s))
     })
 }
 
 /// Adds `logger` to the trainer's loggers (Lightning's
-/// `Trainer(logger=[CSVLogger(...), TensorBoardLogger(...)])`), next to
+/// `Trainer(logger=[CSVLogger(...), MLFlowLogger(...)])`), next to
 /// the file loggers of the `logger` option (set it to "false" to use only
 /// yours) and host loggers: on rank 0 it gets every metric with `epoch`,
 /// the module's hyperparameters, the images, histograms and texts of
-/// `fulmen_hook_context_add_*` (TensorBoard), saves at epoch ends and
+/// `fulmen_hook_context_add_*` (TensorBoard), each checkpoint
+/// ModelCheckpoint saves (MLflow's `log_model`), saves at epoch ends and
 /// finalize at the end of each run. Without a file logger of the `logger`
 /// option, the first added logger's folder is the run's log folder
 /// (`fulmen_trainer_log_dir`; the default ModelCheckpoint writes under
@@ -400,7 +482,10 @@ pub unsafe extern "C" fn fulmen_trainer_add_file_logger(
     guard!(|| {
         let mut t = handle::borrow_mut(trainer, "trainer")?;
         let shared = handle::borrow(logger, "logger")?.inner.clone();
-        t.inner.add_logger(Box::new(shared));
+        match shared {
+            LoggerKind::File(l) => t.inner.add_logger(Box::new(l)),
+            LoggerKind::Mlflow(l) => t.inner.add_logger(Box::new(l)),
+        }
         Ok(())
     })
 }

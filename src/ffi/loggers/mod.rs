@@ -5,6 +5,7 @@
 pub mod file_logger;
 pub mod hook_media;
 mod media_args;
+pub mod mlflow;
 
 use crate::error::Result;
 use crate::ffi::base::callback::{call_host, read_vtable, Userdata};
@@ -111,6 +112,11 @@ impl Logger for HostLogger {
         let Some(f) = self.finalize else { return Ok(()) };
         let s = CString::new(status).unwrap_or_default();
         call_host("finalize", || unsafe { f(self.userdata.ptr(), s.as_ptr()) })
+    }
+
+    /// A host's slot may read the file.
+    fn reads_checkpoints(&self) -> bool {
+        self.after_save_checkpoint.is_some()
     }
 
     fn after_save_checkpoint(&mut self, path: &Path) -> Result<()> {

@@ -59,6 +59,16 @@ pub const FULMEN_LOG_DEFAULT: u32 = 1536;
 /// two loaders then cannot log the same name.
 pub const FULMEN_LOG_NO_DATALOADER_IDX: u32 = 2048;
 
+/// Log flags: where the group a FULMEN_LOG_SYNC_DIST value is reduced over
+/// starts (Lightning's `sync_dist_group`): flags carry
+/// `(uint32_t)group << FULMEN_LOG_GROUP_SHIFT`, `group` an id from
+/// `fulmen_hook_context_new_group`. No group bits: the whole job. A rank
+/// outside the group keeps its own value; without FULMEN_LOG_SYNC_DIST the
+/// group is ignored, as Lightning ignores `sync_dist_group` then.
+pub const FULMEN_LOG_GROUP_SHIFT: u32 = 16;
+/// Log flags: the bits holding the group (FULMEN_LOG_GROUP_SHIFT).
+pub const FULMEN_LOG_GROUP_MASK: u32 = 0xFFFF_0000;
+
 /// Every log flag.
 const ALL_LOG_FLAGS: u32 = FULMEN_LOG_ON_STEP
     | FULMEN_LOG_ON_EPOCH
@@ -70,7 +80,8 @@ const ALL_LOG_FLAGS: u32 = FULMEN_LOG_ON_STEP
     | FULMEN_LOG_REDUCE_MAX
     | FULMEN_LOG_REDUCE_MIN
     | FULMEN_LOG_DEFAULT
-    | FULMEN_LOG_NO_DATALOADER_IDX;
+    | FULMEN_LOG_NO_DATALOADER_IDX
+    | FULMEN_LOG_GROUP_MASK;
 
 /// Reads the step context (shared pin).
 pub(crate) unsafe fn ctx_ref<'a>(
@@ -126,6 +137,7 @@ pub(crate) fn parse_log_flags(flags: u32) -> crate::error::Result<(Option<bool>,
         rank_zero_only: flags & FULMEN_LOG_RANK_ZERO_ONLY != 0,
         reduce_fx,
         add_dataloader_idx: flags & FULMEN_LOG_NO_DATALOADER_IDX == 0,
+        sync_dist_group: (flags & FULMEN_LOG_GROUP_MASK) >> FULMEN_LOG_GROUP_SHIFT,
     };
     Ok((on_step, on_epoch, rest))
 }
@@ -146,7 +158,10 @@ pub(crate) fn log_flags(stage: Stage, flags: u32) -> crate::error::Result<LogFla
 /// DEFAULT flag: the stage's defaults, training on step, validation / test
 /// on epoch), DEFAULT_STEP / DEFAULT_EPOCH (that level's default, as
 /// Lightning's `None`; a level neither ON nor DEFAULT is off), PROG_BAR,
-/// SYNC_DIST, NO_LOGGER (`logger=False`), RANK_ZERO_ONLY,
+/// SYNC_DIST (over the whole job, or over a group of
+/// `fulmen_hook_context_new_group` in the bits of FULMEN_LOG_GROUP_SHIFT;
+/// an id the run did not make fails the run with
+/// FULMEN_CODE_INVALID_ARGUMENT where the value is reduced), NO_LOGGER (`logger=False`), RANK_ZERO_ONLY,
 /// NO_DATALOADER_IDX (`add_dataloader_idx=False`), and at most one of
 /// REDUCE_SUM / REDUCE_MAX / REDUCE_MIN (`reduce_fx`; default the mean
 /// weighted by batch size). `batch_size` weights the epoch mean; 0 uses

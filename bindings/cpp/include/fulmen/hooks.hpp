@@ -126,6 +126,18 @@ public:
         check(fulmen_hook_context_log(ctx_, name.c_str(), value, flags));
     }
 
+    /// Makes a group of the job's `ranks` for sync_dist logs (torch's
+    /// `new_group`, Lightning's sync_dist_group) and returns its id, for
+    /// `Log::group(id)`. Every rank calls it in the same hook with the same
+    /// ranks, in the same order; a rank outside the group keeps its own
+    /// synced values. Throws in prepare_data and on_exception
+    /// (FULMEN_CODE_INVALID_STATE) and for ranks outside the job.
+    uint32_t new_group(const std::vector<size_t>& ranks) {
+        uint32_t id = 0;
+        check(fulmen_hook_context_new_group(ctx_, ranks.data(), ranks.size(), &id));
+        return id;
+    }
+
     /// Asks the trainer to stop after the current step (Lightning's
     /// `trainer.should_stop = True`; min_epochs / min_steps still apply).
     void request_stop() { check(fulmen_hook_context_request_stop(ctx_)); }

@@ -1,6 +1,6 @@
-// fulmen C++ binding: Lightning's CSVLogger and TensorBoardLogger as
-// FileLogger handles, for a loop of one's own or added to a Trainer
-// (Trainer::add_file_logger).
+// fulmen C++ binding: Lightning's CSVLogger, TensorBoardLogger (FileLogger)
+// and MLFlowLogger (MlflowLogger) as handles, for a loop of one's own or
+// added to a Trainer (Trainer::add_file_logger).
 #pragma once
 
 #include "error.hpp"
@@ -127,8 +127,85 @@ public:
     /// Ends the run (Lightning's finalize(status)).
     void finalize(const std::string& status = "success") { check(fulmen_logger_finalize(get(), status.c_str())); }
 
-private:
+protected:
+    /// Adopts an owned handle.
     explicit FileLogger(fulmen_logger* owned) noexcept : Handle(owned) {}
+};
+
+/// How many checkpoints an MlflowLogger uploads (Lightning's log_model).
+enum class LogModel : int32_t {
+    Off = FULMEN_MLFLOW_LOG_MODEL_OFF,        ///< None (log_model=False).
+    AtEnd = FULMEN_MLFLOW_LOG_MODEL_AT_END,  ///< Those on disk at finalize (log_model=True).
+    All = FULMEN_MLFLOW_LOG_MODEL_ALL,        ///< Each when saved (log_model="all").
+};
+
+/// Lightning's MLFlowLogger on an `mlflow server` (http://host:port): the
+/// experiment found or made by name and a run started on first use; the
+/// settings apply before that and chain:
+/// `MlflowLogger("http://127.0.0.1:5000", "exp").run_name("r").log_model(LogModel::All)`.
+/// log_metrics, log_hyperparams, finalize and Trainer::add_file_logger
+/// are FileLogger's; its file settings throw (FULMEN_CODE_INVALID_ARGUMENT).
+class MlflowLogger : public FileLogger {
+public:
+    /// An empty logger object (no handle).
+    MlflowLogger() = default;
+    /// A logger of `experiment` ("" for "lightning_logs") at `tracking_uri`
+    /// ("" for MLFLOW_TRACKING_URI).
+    MlflowLogger(const std::string& tracking_uri, const std::string& experiment)
+        : FileLogger(detail::make<fulmen_logger>([&](fulmen_logger** o) {
+              return fulmen_logger_mlflow_new(tracking_uri.c_str(), experiment.c_str(), o);
+          })) {}
+
+    /// The run's name (the mlflow.runName tag).
+    MlflowLogger& run_name(const std::string& name) & {
+        check(fulmen_logger_mlflow_set_run_name(get(), name.c_str()));
+        return *this;
+    }
+    /// Sets the run name on a temporary and passes it on.
+    MlflowLogger&& run_name(const std::string& name) && { return std::move(run_name(name)); }
+    /// A tag of the run (Lightning's tags).
+    MlflowLogger& tag(const std::string& key, const std::string& value) & {
+        check(fulmen_logger_mlflow_set_tag(get(), key.c_str(), value.c_str()));
+        return *this;
+    }
+    /// Sets a tag on a temporary and passes it on.
+    MlflowLogger&& tag(const std::string& key, const std::string& value) && { return std::move(tag(key, value)); }
+    /// Which checkpoints become artifacts (Lightning's log_model).
+    MlflowLogger& log_model(LogModel mode) & {
+        check(fulmen_logger_mlflow_set_log_model(get(), static_cast<int32_t>(mode)));
+        return *this;
+    }
+    /// Sets log_model on a temporary and passes it on.
+    MlflowLogger&& log_model(LogModel mode) && { return std::move(log_model(mode)); }
+    /// Where a new experiment keeps its artifacts (artifact_location).
+    MlflowLogger& artifact_location(const std::string& location) & {
+        check(fulmen_logger_mlflow_set_artifact_location(get(), location.c_str()));
+        return *this;
+    }
+    /// Sets artifact_location on a temporary and passes it on.
+    MlflowLogger&& artifact_location(const std::string& l) && { return std::move(artifact_location(l)); }
+    /// Logs into this existing run (Lightning's run_id).
+    MlflowLogger& run_id(const std::string& id) & {
+        check(fulmen_logger_mlflow_set_run_id(get(), id.c_str()));
+        return *this;
+    }
+    /// Sets run_id on a temporary and passes it on.
+    MlflowLogger&& run_id(const std::string& id) && { return std::move(run_id(id)); }
+
+    /// The run's id (Lightning's version), starting the run if needed.
+    std::string run_id() {
+        return detail::read_string(
+            [&](char* buf, size_t cap, size_t* len) { return fulmen_logger_mlflow_run_id(get(), buf, cap, len); });
+    }
+    /// The experiment's id (Lightning's name), starting the run if needed.
+    std::string experiment_id() {
+        return detail::read_string(
+            [&](char* buf, size_t cap, size_t* len) { return fulmen_logger_mlflow_experiment_id(get(), buf, cap, len); });
+    }
+    /// Uploads the file at `path` into the run's artifact folder `artifact_path`.
+    void log_artifact(const std::string& path, const std::string& artifact_path = "") {
+        check(fulmen_logger_mlflow_log_artifact(get(), path.c_str(), artifact_path.c_str()));
+    }
 };
 
 }  // namespace fulmen

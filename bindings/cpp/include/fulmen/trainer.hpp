@@ -309,6 +309,12 @@ struct Log {
     static constexpr uint32_t defaults = FULMEN_LOG_DEFAULT;
     /// No `/dataloader_idx_N` suffix with several loaders (add_dataloader_idx=False).
     static constexpr uint32_t no_dataloader_idx = FULMEN_LOG_NO_DATALOADER_IDX;
+    /// The flag bits naming the group sync_dist reduces over (Lightning's
+    /// sync_dist_group), `group` an id from HookContext::new_group:
+    /// `Log::sync_dist | Log::group(g)`.
+    static constexpr uint32_t group(uint32_t group_id) {
+        return (group_id << FULMEN_LOG_GROUP_SHIFT) & FULMEN_LOG_GROUP_MASK;
+    }
 };
 
 /// The batch a step callback receives (borrowed: valid during the call).
