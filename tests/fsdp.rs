@@ -233,6 +233,18 @@ fn scenario(name: &str) -> Scenario {
             vec![("fsdp_sharding_strategy", "HYBRID_SHARD"), wrap, ("num_nodes", "2"), ("gradient_clip_val", "0.3")],
             mlp,
         ),
+        // The same, saving sharded checkpoints: the first node's ranks
+        // write the rows, every node holding the same ones.
+        "hybrid_sharded" => (
+            vec![
+                ("fsdp_sharding_strategy", "HYBRID_SHARD"),
+                wrap,
+                ("num_nodes", "2"),
+                ("gradient_clip_val", "0.3"),
+                ("fsdp_state_dict_type", "sharded"),
+            ],
+            mlp,
+        ),
         "hybrid_zero2" => {
             (vec![("fsdp_sharding_strategy", "_HYBRID_SHARD_ZERO2"), layers, ("num_nodes", "2")], Kind2::Transformer)
         }
@@ -616,6 +628,34 @@ fn a_hybrid_run_resumes_from_its_gathered_checkpoint_exactly() {
     let ckpt = checkpoints(&first.join("checkpoints"));
     assert_eq!(ckpt.len(), 1, "{ckpt:?}");
     run_ranks(4, "hybrid", &resumed, 2, Some(&ckpt[0]));
+    for r in 0..4 {
+        let (a, b) = (read_weights(&rank_dir(&whole, r)), read_weights(&rank_dir(&resumed, r)));
+        for ((k, x), (_, y)) in a.iter().zip(&b) {
+            let diff = (x - y).abs().max().double_value(&[]);
+            assert!(diff == 0.0, "rank {r}: {k} differs by {diff} after the resume");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// Under HYBRID_SHARD a sharded checkpoint holds each row once (written
+/// by the first node's ranks; the second node's files hold none) and
+/// resumes the hybrid run exactly.
+#[test]
+fn a_hybrid_run_resumes_from_its_sharded_checkpoint_exactly() {
+    let work = tempdir("fsdp-hybrid-sharded");
+    let (whole, first, resumed) = (work.join("whole"), work.join("first"), work.join("resumed"));
+    run_ranks(4, "hybrid_sharded", &whole, 2, None);
+    run_ranks(4, "hybrid_sharded", &first, 1, None);
+    let ckpt = checkpoints(&first.join("checkpoints"));
+    assert_eq!(ckpt.len(), 1, "{ckpt:?}");
+    let size = |r: usize| std::fs::metadata(ckpt[0].join(format!("__{r}_0.distcp"))).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        size(1) > 0 && size(2) < size(1) / 4 && size(3) < size(1) / 4,
+        "{:?}",
+        (0..4).map(size).collect::<Vec<_>>()
+    );
+    run_ranks(4, "hybrid_sharded", &resumed, 2, Some(&ckpt[0]));
     for r in 0..4 {
         let (a, b) = (read_weights(&rank_dir(&whole, r)), read_weights(&rank_dir(&resumed, r)));
         for ((k, x), (_, y)) in a.iter().zip(&b) {

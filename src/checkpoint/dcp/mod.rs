@@ -5,8 +5,9 @@
 //! lies) and `meta.pt` (the rest of the checkpoint: loops, callbacks,
 //! schedulers, as a `torch.save` file).
 //!
-//! Saving writes no gathered tensor: each rank writes the rows it holds,
-//! rank 0 the values every rank holds whole, then the metadata. Reading
+//! Saving writes no gathered tensor: each rank writes the rows it holds
+//! (under a hybrid sharding, the first node's ranks only), rank 0 the
+//! values every rank holds whole, then the metadata. Reading
 //! puts each tensor together whole from whatever chunks the directory has,
 //! so a checkpoint saved by any number of ranks loads on any other (and
 //! without a process group), and PyTorch's `dcp.load` reads fulmen's.
@@ -39,11 +40,19 @@ pub(crate) struct ShardedParam {
     pub rows: i64,
 }
 
-/// What a sharded save needs from the strategy: the group, and the
-/// parameters that are sharded (every other tensor is whole on each rank).
+/// What a sharded save needs from the strategy: the job's group, the
+/// parameters that are sharded (every other tensor is whole on each rank),
+/// and where this rank's rows lie.
 pub(crate) struct Sharding {
     pub group: Arc<ProcessGroup>,
     pub params: Vec<ShardedParam>,
+    /// This rank's index among the ranks a parameter is sharded across
+    /// (the job's rank, or under a hybrid sharding its rank in its node).
+    pub shard_rank: usize,
+    /// Whether this rank writes its rows: under a hybrid sharding every
+    /// node holds the same rows, and only the first node's ranks write them
+    /// (as torch's planner keeps one copy of replicated shards).
+    pub writes_shards: bool,
 }
 
 /// Whether `path` is a sharded checkpoint directory (holds `.metadata`).
@@ -95,11 +104,13 @@ pub(crate) fn save(
     let mut whole: Vec<usize> = Vec::new();
     for (i, leaf) in leaves.iter().enumerate() {
         match (leaf.value, &placements[i]) {
+            (Value::Tensor(_), Some(_)) if !sharding.writes_shards => {}
             (Value::Tensor(t), Some((full, rows))) => {
-                let real = (full[0] - rank as i64 * rows).clamp(0, *rows);
+                let first = sharding.shard_rank as i64 * rows;
+                let real = (full[0] - first).clamp(0, *rows);
                 if real > 0 {
                     let mut offsets = vec![0i64; full.len()];
-                    offsets[0] = rank as i64 * rows;
+                    offsets[0] = first;
                     let piece = tch::no_grad(|| t.f_narrow(0, 0, real)?.f_contiguous())?;
                     owned.push((i, offsets, Value::Tensor(piece)));
                 }

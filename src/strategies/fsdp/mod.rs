@@ -395,7 +395,12 @@ impl Strategy for FsdpStrategy {
                 });
             }
         }
-        Ok(Some(crate::checkpoint::dcp::Sharding { group: Arc::clone(&self.ctx.group), params }))
+        Ok(Some(crate::checkpoint::dcp::Sharding {
+            group: Arc::clone(&self.ctx.group),
+            params,
+            shard_rank: self.shard_group.rank(),
+            writes_shards: self.replicas.as_ref().is_none_or(|r| r.rank() == 0),
+        }))
     }
 
     fn optimizer_state_for_checkpoint(&self, optimizer: &dyn Optimizer) -> Result<Vec<(String, Tensor)>> {

@@ -145,19 +145,8 @@ impl FsdpOptions {
 
     /// Refuses settings that do not go together: a `param_dtype` or
     /// `reduce_dtype` under NO_SHARD, where nothing is gathered or
-    /// reduce-scattered to cast; sharded checkpoints of
-    /// a hybrid sharding (not in fulmen yet).
+    /// reduce-scattered to cast.
     pub fn validate(&self) -> Result<()> {
-        if self.sharding_strategy.is_hybrid() && self.sharded_checkpoints {
-            return Err(Error::new(
-                ErrorCode::Unsupported,
-                format!(
-                    "strategy \"fsdp\": state_dict_type \"sharded\" with {} is not in fulmen yet (every node \
-                     holds the same shards); use state_dict_type \"full\"",
-                    self.sharding_strategy.name()
-                ),
-            ));
-        }
         if self.sharding_strategy == ShardingStrategy::NoShard
             && (self.param_dtype.is_some() || self.reduce_dtype.is_some())
         {
