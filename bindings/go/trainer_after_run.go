@@ -122,12 +122,13 @@ func (t *Trainer) NumTrainingBatches() (n int64, ok bool, err error) {
 	return int64(v), v >= 0, nil
 }
 
-// NumValBatches is Lightning's trainer.num_val_batches: per validation
-// loader of the last fit's validation or Validate run, its batches after
-// limit_val_batches; -1 for a loader of unknown length (Lightning's inf).
-func (t *Trainer) NumValBatches() ([]int64, error) {
+// countsReader is one of the C calls that write an array of counts.
+type countsReader func(t *C.fulmen_trainer, out *C.int64_t, capacity C.size_t, count *C.size_t) cErr
+
+// readCounts reads the array f writes, sized by a first call.
+func (t *Trainer) readCounts(f countsReader) ([]int64, error) {
 	var n C.size_t
-	err := check(C.fulmen_trainer_num_val_batches(t.ptr(), nil, 0, &n))
+	err := check(f(t.ptr(), nil, 0, &n))
 	runtime.KeepAlive(t)
 	if err == nil {
 		return []int64{}, nil
@@ -136,7 +137,7 @@ func (t *Trainer) NumValBatches() ([]int64, error) {
 		return nil, err
 	}
 	counts := make([]C.int64_t, int(n))
-	err = check(C.fulmen_trainer_num_val_batches(t.ptr(), &counts[0], n, &n))
+	err = check(f(t.ptr(), &counts[0], n, &n))
 	runtime.KeepAlive(t)
 	if err != nil {
 		return nil, err
@@ -146,6 +147,77 @@ func (t *Trainer) NumValBatches() ([]int64, error) {
 		out[i] = int64(counts[i])
 	}
 	return out, nil
+}
+
+// NumValBatches is Lightning's trainer.num_val_batches: per validation
+// loader of the last fit's validation or Validate run, its batches after
+// limit_val_batches; -1 for a loader of unknown length (Lightning's inf).
+func (t *Trainer) NumValBatches() ([]int64, error) {
+	return t.readCounts(func(p *C.fulmen_trainer, o *C.int64_t, c C.size_t, n *C.size_t) cErr {
+		return C.fulmen_trainer_num_val_batches(p, o, c, n)
+	})
+}
+
+// NumTestBatches is Lightning's trainer.num_test_batches, as NumValBatches
+// for the last Test run.
+func (t *Trainer) NumTestBatches() ([]int64, error) {
+	return t.readCounts(func(p *C.fulmen_trainer, o *C.int64_t, c C.size_t, n *C.size_t) cErr {
+		return C.fulmen_trainer_num_test_batches(p, o, c, n)
+	})
+}
+
+// NumPredictBatches is Lightning's trainer.num_predict_batches, as
+// NumValBatches for the last Predict run.
+func (t *Trainer) NumPredictBatches() ([]int64, error) {
+	return t.readCounts(func(p *C.fulmen_trainer, o *C.int64_t, c C.size_t, n *C.size_t) cErr {
+		return C.fulmen_trainer_num_predict_batches(p, o, c, n)
+	})
+}
+
+// NumSanityValBatches is Lightning's trainer.num_sanity_val_batches: the
+// batches of each validation loader the last fit's sanity check ran.
+func (t *Trainer) NumSanityValBatches() ([]int64, error) {
+	return t.readCounts(func(p *C.fulmen_trainer, o *C.int64_t, c C.size_t, n *C.size_t) cErr {
+		return C.fulmen_trainer_num_sanity_val_batches(p, o, c, n)
+	})
+}
+
+// DeviceIDs is Lightning's trainer.device_ids: the index of each device a
+// run uses on this node (-1 for a CPU device).
+func (t *Trainer) DeviceIDs() ([]int64, error) {
+	return t.readCounts(func(p *C.fulmen_trainer, o *C.int64_t, c C.size_t, n *C.size_t) cErr {
+		return C.fulmen_trainer_device_ids(p, o, c, n)
+	})
+}
+
+// EarlyStoppingState is the state of a trainer's EarlyStopping callback.
+type EarlyStoppingState struct {
+	// WaitCount counts the evaluations without improvement since the best.
+	WaitCount int64
+	// StoppedEpoch is the epoch it stopped the fit in (0: it did not).
+	StoppedEpoch int64
+	// BestScore is the best monitored value (+-Inf before one).
+	BestScore float64
+}
+
+// EarlyStoppingState is the state of the trainer's first EarlyStopping
+// (Lightning's wait_count, stopped_epoch, best_score); ErrInvalidState
+// without one.
+func (t *Trainer) EarlyStoppingState() (EarlyStoppingState, error) {
+	var w, e C.int64_t
+	var b C.double
+	err := check(C.fulmen_trainer_early_stopping_state(t.ptr(), &w, &e, &b))
+	runtime.KeepAlive(t)
+	return EarlyStoppingState{WaitCount: int64(w), StoppedEpoch: int64(e), BestScore: float64(b)}, err
+}
+
+// GradScale is the GradScaler's loss scale at the end of the last fit
+// (16-mixed); ErrInvalidState without one.
+func (t *Trainer) GradScale() (float64, error) {
+	var v C.double
+	err := check(C.fulmen_trainer_grad_scale(t.ptr(), &v))
+	runtime.KeepAlive(t)
+	return float64(v), err
 }
 
 // IsLastBatch is Lightning's trainer.is_last_batch after the last fit:

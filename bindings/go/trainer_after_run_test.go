@@ -70,6 +70,24 @@ func TestSaveCheckpointAfterFit(t *testing.T) {
 	if r := must(tr.NodeRank()); r != 0 {
 		t.Fatalf("node_rank %d", r)
 	}
+	if v := must(tr.NumSanityValBatches()); len(v) != 1 || v[0] != 2 {
+		t.Fatalf("num_sanity_val_batches %v", v)
+	}
+	if v := must(tr.NumTestBatches()); len(v) != 0 {
+		t.Fatalf("num_test_batches before a test %v", v)
+	}
+	if v := must(tr.NumPredictBatches()); len(v) != 0 {
+		t.Fatalf("num_predict_batches before a predict %v", v)
+	}
+	if ids := must(tr.DeviceIDs()); len(ids) != 1 || ids[0] != -1 {
+		t.Fatalf("device_ids %v", ids)
+	}
+	if _, err := tr.GradScale(); !errors.Is(err, fulmen.ErrInvalidState) {
+		t.Fatalf("grad scale under 32-true: %v", err)
+	}
+	if _, err := tr.EarlyStoppingState(); !errors.Is(err, fulmen.ErrInvalidState) {
+		t.Fatalf("early stopping state without one: %v", err)
+	}
 	cm := must(tr.CallbackMetrics())
 	if cm["val_acc"] != must(tr.CallbackMetric("val_acc")) {
 		t.Fatalf("callback metrics %v", cm)

@@ -348,6 +348,83 @@ struct fulmen_error *fulmen_trainer_num_val_batches(const struct fulmen_trainer 
                                                     size_t *count_out);
 
 /**
+ * Writes Lightning's `trainer.num_test_batches` as
+ * `fulmen_trainer_num_val_batches` writes its counts: one per loader of the
+ * last test run after `limit_test_batches` (none before one).
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small).
+ */
+struct fulmen_error *fulmen_trainer_num_test_batches(const struct fulmen_trainer *trainer,
+                                                     int64_t *counts,
+                                                     size_t capacity,
+                                                     size_t *count_out);
+
+/**
+ * Writes Lightning's `trainer.num_predict_batches` as
+ * `fulmen_trainer_num_val_batches` writes its counts: one per loader of the
+ * last predict run after `limit_predict_batches` (none before one).
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small).
+ */
+struct fulmen_error *fulmen_trainer_num_predict_batches(const struct fulmen_trainer *trainer,
+                                                        int64_t *counts,
+                                                        size_t capacity,
+                                                        size_t *count_out);
+
+/**
+ * Writes Lightning's `trainer.num_sanity_val_batches` as
+ * `fulmen_trainer_num_val_batches` writes its counts: the batches of each
+ * validation loader the last fit's sanity check ran (`num_sanity_val_steps`
+ * per loader, at most the loader's; none when no sanity check ran).
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small).
+ */
+struct fulmen_error *fulmen_trainer_num_sanity_val_batches(const struct fulmen_trainer *trainer,
+                                                           int64_t *counts,
+                                                           size_t capacity,
+                                                           size_t *count_out);
+
+/**
+ * Writes Lightning's `trainer.device_ids`: the index of each device a run
+ * of this trainer uses on this node (-1 for a CPU device, as torch's
+ * `_get_device_index(allow_cpu=True)`), as the `accelerator` and
+ * `devices` options resolve, as `fulmen_trainer_num_val_batches` writes
+ * its counts.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small),
+ * FULMEN_CODE_UNAVAILABLE, FULMEN_CODE_INVALID_ARGUMENT (an accelerator
+ * not available here, devices it cannot give).
+ */
+struct fulmen_error *fulmen_trainer_device_ids(const struct fulmen_trainer *trainer,
+                                               int64_t *ids,
+                                               size_t capacity,
+                                               size_t *count_out);
+
+/**
+ * Writes the state of the trainer's first EarlyStopping callback
+ * (Lightning's `wait_count`, `stopped_epoch` and `best_score`: the
+ * evaluations without improvement since the best, the epoch it stopped
+ * the fit in (0 when it did not), the best monitored value (+inf / -inf
+ * before one for mode min / max)). Any out-pointer may be NULL.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (the trainer has no EarlyStopping).
+ */
+struct fulmen_error *fulmen_trainer_early_stopping_state(const struct fulmen_trainer *trainer,
+                                                         int64_t *wait_count,
+                                                         int64_t *stopped_epoch,
+                                                         double *best_score);
+
+/**
+ * Writes the GradScaler's loss scale at the end of the last fit
+ * (Lightning's `trainer.precision_plugin.scaler.get_scale()`, under
+ * `16-mixed`).
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (no fit yet, or a precision without a
+ * GradScaler).
+ */
+struct fulmen_error *fulmen_trainer_grad_scale(const struct fulmen_trainer *trainer, double *out);
+
+/**
  * Writes Lightning's `trainer.is_last_batch` after the last fit: whether
  * the last batch it trained on was its epoch's last (false before a fit).
  *

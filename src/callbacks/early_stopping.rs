@@ -153,6 +153,10 @@ impl EarlyStopping {
 }
 
 impl Callback for EarlyStopping {
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn name(&self) -> String {
         format!("EarlyStopping{{monitor={:?}, mode={:?}}}", self.opts.monitor, self.opts.mode.as_str())
     }

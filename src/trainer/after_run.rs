@@ -208,6 +208,46 @@ impl Trainer {
         &self.state.val_loader_batches
     }
 
+    /// Batches of each test loader in the last test run, after
+    /// `limit_test_batches` (Lightning's `trainer.num_test_batches`).
+    pub fn num_test_batches(&self) -> &[Option<usize>] {
+        &self.state.test_loader_batches
+    }
+
+    /// Batches of each predict loader in the last predict run, after
+    /// `limit_predict_batches` (Lightning's `trainer.num_predict_batches`).
+    pub fn num_predict_batches(&self) -> &[Option<usize>] {
+        &self.state.predict_loader_batches
+    }
+
+    /// Batches of each validation loader the last fit's sanity check ran
+    /// (Lightning's `trainer.num_sanity_val_batches`); empty without one.
+    pub fn num_sanity_val_batches(&self) -> &[Option<usize>] {
+        &self.state.sanity_loader_batches
+    }
+
+    /// The index of each device a run uses on this node (Lightning's
+    /// `trainer.device_ids`: -1 for a CPU device), as the options resolve
+    /// them.
+    pub fn device_ids(&self) -> Result<Vec<i64>> {
+        let (_, devices) = super::strategy::parallel_devices(&self.opts)?;
+        let id = |d: &Device| if *d == Device::Cpu { -1 } else { d.index() as i64 };
+        Ok(devices.iter().map(id).collect())
+    }
+
+    /// The first EarlyStopping callback of the trainer and its state
+    /// (Lightning's `wait_count`, `stopped_epoch`, `best_score`).
+    pub fn early_stopping(&self) -> Option<&crate::callbacks::EarlyStopping> {
+        self.callbacks.iter().find_map(|c| c.as_any().and_then(|a| a.downcast_ref::<crate::callbacks::EarlyStopping>()))
+    }
+
+    /// The GradScaler's scale at the end of the last fit (Lightning's
+    /// `trainer.precision_plugin.scaler.get_scale()`); `None` without a fit
+    /// or without a scaler (any precision but 16-mixed).
+    pub fn grad_scale(&self) -> Option<f64> {
+        self.last_fit.as_ref()?.precision.iter().find(|(k, _)| k == "scale").map(|(_, v)| *v)
+    }
+
     /// Devices a run uses on this node (Lightning's `trainer.num_devices`):
     /// the last run's, or before any run the options' (`accelerator`,
     /// `devices`) resolved as a run resolves them.

@@ -173,8 +173,14 @@ impl Trainer {
         let (epoch, step, log_dir) = (self.state.epoch, self.state.global_step, self.state.log_dir.take());
         let batches_stepped = self.state.batches_stepped;
         let val_loader_batches = std::mem::take(&mut self.state.val_loader_batches);
+        let test_loader_batches = std::mem::take(&mut self.state.test_loader_batches);
+        let predict_loader_batches = std::mem::take(&mut self.state.predict_loader_batches);
+        let sanity_loader_batches = std::mem::take(&mut self.state.sanity_loader_batches);
         self.begin_state();
         self.state.val_loader_batches = val_loader_batches;
+        self.state.test_loader_batches = test_loader_batches;
+        self.state.predict_loader_batches = predict_loader_batches;
+        self.state.sanity_loader_batches = sanity_loader_batches;
         self.state.num_devices = strategy.num_devices();
         self.state.node_rank = strategy.node_rank();
         self.state.epoch = epoch;
@@ -267,8 +273,10 @@ fn eval_run(
         _ => opts.effective_limit(opts.limit_val_batches),
     };
     let limits: Vec<Option<usize>> = sources.iter().map(|s| limit.apply(s.num_batches())).collect();
-    if stage == Stage::Validate {
-        run.state.val_loader_batches = limits.clone();
+    match stage {
+        Stage::Test => run.state.test_loader_batches = limits.clone(),
+        Stage::Predict => run.state.predict_loader_batches = limits.clone(),
+        _ => run.state.val_loader_batches = limits.clone(),
     }
     let step = run.state.batches_stepped;
     let result = super::eval_loop::evaluate_keeping(run, stage, sources, &limits, Some(step), keep)?;

@@ -466,9 +466,19 @@ fn sanity_check(
     if vals.is_empty() {
         return Ok(());
     }
+    let limit = if sanity < 0 { None } else { Some(sanity as usize) };
+    run.state.sanity_loader_batches = run
+        .state
+        .val_loader_batches
+        .iter()
+        .map(|b| match (*b, limit) {
+            (Some(n), Some(l)) => Some(n.min(l)),
+            (None, l) => l,
+            (b, None) => b,
+        })
+        .collect();
     run.state.sanity_checking = true;
     run.simple(Hook::SanityCheckStart)?;
-    let limit = if sanity < 0 { None } else { Some(sanity as usize) };
     let saved = run.state.callback_metrics.clone();
     run_validation(run, opts, &vals, limit)?;
     run.state.callback_metrics = saved;

@@ -397,6 +397,15 @@ pub struct TrainerState {
     /// length) in the last fit's validation or validate run, after
     /// `limit_val_batches` (Lightning's `num_val_batches`).
     pub val_loader_batches: Vec<Option<usize>>,
+    /// The same for the last test run's loaders (Lightning's
+    /// `num_test_batches`).
+    pub test_loader_batches: Vec<Option<usize>>,
+    /// The same for the last predict run's loaders (Lightning's
+    /// `num_predict_batches`).
+    pub predict_loader_batches: Vec<Option<usize>>,
+    /// Batches of each validation loader the last fit's sanity check ran
+    /// (Lightning's `num_sanity_val_batches`); empty without one.
+    pub sanity_loader_batches: Vec<Option<usize>>,
     /// Whether this is a fast_dev_run (callbacks that write files skip).
     pub fast_dev_run: bool,
     /// Write step metrics every this many steps.

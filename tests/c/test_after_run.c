@@ -5,8 +5,9 @@
  * after validate; the errors before any run, without a fit, for another
  * module), the metric dicts (callback, logged, progress bar metrics) and
  * the read-only queries (estimated_stepping_batches, should_stop,
- * num_training_batches, num_val_batches, is_last_batch, num_devices,
- * node_rank).
+ * num_training_batches, num_val_batches, num_test_batches,
+ * num_predict_batches, num_sanity_val_batches, is_last_batch, num_devices,
+ * device_ids, node_rank, the EarlyStopping state, the GradScaler's scale).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
@@ -45,6 +46,15 @@ static fulmen_error *validation_step(void *ud, fulmen_step_context *ctx, const f
     return e;
 }
 
+static fulmen_error *predict_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    (void)ctx;
+    fixture *f = ud;
+    fulmen_tensor *x = NULL;
+    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
+    if (e == NULL) e = fulmen_model_forward(f->model, x, out);
+    return e;
+}
+
 static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *config) {
     fixture *f = ud;
     return fixture_add_sgd(config, f->model, 0.05, 0.9);
@@ -74,6 +84,8 @@ static fulmen_lightning_module *module_for(fixture *f) {
     vt.userdata = f;
     vt.training_step = training_step;
     vt.validation_step = validation_step;
+    vt.test_step = validation_step;
+    vt.predict_step = predict_step;
     vt.configure_optimizers = configure_optimizers;
     vt.on_hook = on_hook;
     fulmen_lightning_module *m = NULL;
@@ -169,6 +181,19 @@ static void test_before_any_run(void) {
     CHECK_OK(fulmen_trainer_node_rank(t, &node));
     CHECK(node == 0);
     CHECK_ERR(fulmen_trainer_num_devices(t, NULL), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    count = 99;
+    CHECK_OK(fulmen_trainer_num_test_batches(t, NULL, 0, &count));
+    CHECK(count == 0);
+    CHECK_OK(fulmen_trainer_num_predict_batches(t, NULL, 0, &count));
+    CHECK(count == 0);
+    CHECK_OK(fulmen_trainer_num_sanity_val_batches(t, NULL, 0, &count));
+    CHECK(count == 0);
+    int64_t ids[2] = {7, 7};
+    CHECK_OK(fulmen_trainer_device_ids(t, ids, 2, &count));
+    CHECK(count == 1 && ids[0] == -1); /* a CPU device, as torch's _get_device_index(cpu, allow_cpu=True) */
+    double scale = 0;
+    CHECK_ERR(fulmen_trainer_grad_scale(t, &scale), FULMEN_CODE_INVALID_STATE, "no GradScaler");
+    CHECK_ERR(fulmen_trainer_early_stopping_state(t, NULL, NULL, NULL), FULMEN_CODE_INVALID_STATE, "EarlyStopping");
 
     fulmen_value *d = NULL;
     CHECK_OK(fulmen_trainer_callback_metrics(t, &d));
@@ -307,6 +332,14 @@ static void test_queries_after_fit(fulmen_loader *tl, fulmen_loader *vl, fulmen_
     fixture f = {.model = fixture_mlp(8, 0), .stop_at_epoch_end = true};
     fulmen_lightning_module *m = module_for(&f);
     fulmen_trainer *t = trainer_with(3, NULL);
+    fulmen_early_stopping_options es = fulmen_early_stopping_options_default();
+    es.monitor = "val_loss/dataloader_idx_0";
+    es.patience = 5;
+    CHECK_OK(fulmen_trainer_add_early_stopping(t, &es));
+    int64_t wait = -1, stopped = -1;
+    double best = 0;
+    CHECK_OK(fulmen_trainer_early_stopping_state(t, &wait, &stopped, &best));
+    CHECK(wait == 0 && stopped == 0 && best == INFINITY); /* mode min, nothing seen yet */
     const fulmen_loader *vals[2] = {vl, vl_small};
     CHECK_OK(fulmen_trainer_fit_loaders(t, m, tl, vals, 2, NULL));
 
@@ -333,6 +366,11 @@ static void test_queries_after_fit(fulmen_loader *tl, fulmen_loader *vl, fulmen_
     CHECK(devices == 1);
     CHECK_OK(fulmen_trainer_node_rank(t, &node));
     CHECK(node == 0);
+    /* the sanity check ran num_sanity_val_steps (2) of each loader's batches, at most its own */
+    CHECK_OK(fulmen_trainer_num_sanity_val_batches(t, counts, 2, &count));
+    CHECK(count == 2 && counts[0] == 2 && counts[1] == 1);
+    double scale = 0;
+    CHECK_ERR(fulmen_trainer_grad_scale(t, &scale), FULMEN_CODE_INVALID_STATE, NULL); /* 32-true: no scaler */
 
     fulmen_value *cb = NULL, *logged = NULL, *bar = NULL;
     CHECK_OK(fulmen_trainer_callback_metrics(t, &cb));
@@ -346,6 +384,9 @@ static void test_queries_after_fit(fulmen_loader *tl, fulmen_loader *vl, fulmen_
     CHECK_OK(fulmen_trainer_callback_metric(t, "train_loss_epoch", &one));
     CHECK(one == get(cb, "train_loss_epoch"));
     CHECK(get(cb, "hidden") == 1.0);
+    /* EarlyStopping saw the one epoch's validation: its best is that loss */
+    CHECK_OK(fulmen_trainer_early_stopping_state(t, &wait, &stopped, &best));
+    CHECK(wait == 0 && stopped == 0 && best == get(cb, "val_loss/dataloader_idx_0"));
     /* logged metrics: what the loggers get, so not `hidden` (logger=False) */
     CHECK(has(logged, "train_loss_step") && has(logged, "train_loss_epoch") && !has(logged, "hidden"));
     CHECK(has(logged, "val_loss/dataloader_idx_0") && has(logged, "val_loss/dataloader_idx_1"));
@@ -368,6 +409,20 @@ static void test_queries_after_fit(fulmen_loader *tl, fulmen_loader *vl, fulmen_
     CHECK(b);
     CHECK_OK(fulmen_trainer_save_checkpoint(t, m, path, false));
     CHECK(exists(path) && f.saves == 1);
+
+    /* test and predict count their own loaders; validation's stay */
+    CHECK_OK(fulmen_trainer_test(t, m, vl, NULL));
+    CHECK_OK(fulmen_trainer_num_test_batches(t, counts, 2, &count));
+    CHECK(count == 1 && counts[0] == 2);
+    fulmen_tensor *pred = NULL;
+    CHECK_OK(fulmen_trainer_predict(t, m, vl_small, NULL, &pred));
+    fulmen_tensor_free(pred);
+    CHECK_OK(fulmen_trainer_num_predict_batches(t, counts, 2, &count));
+    CHECK(count == 1 && counts[0] == 1);
+    CHECK_OK(fulmen_trainer_num_test_batches(t, counts, 2, &count));
+    CHECK(count == 1 && counts[0] == 2);
+    CHECK_OK(fulmen_trainer_num_val_batches(t, counts, 2, &count));
+    CHECK(count == 1 && counts[0] == 1);
 
     fulmen_trainer_free(t);
     fulmen_lightning_module_free(m);

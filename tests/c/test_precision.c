@@ -382,6 +382,10 @@ static void test_grad_scaler_skips(void) {
     int64_t gs = 0;
     CHECK_OK(fulmen_trainer_global_step(t, &gs));
     CHECK(gs == steps);
+    /* the trainer's GradScaler backed off once from 2^16 (growth every 2000 steps) */
+    double scale = 0;
+    CHECK_OK(fulmen_trainer_grad_scale(t, &scale));
+    CHECK(scale == 32768.0);
     CHECK(f.hook_errors == 0);
     CHECK(f.logits_dtype == FULMEN_DTYPE_F16);
     CHECK(f.weight_dtype == FULMEN_DTYPE_F32);

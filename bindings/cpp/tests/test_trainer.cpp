@@ -354,6 +354,14 @@ TEST_F(TrainerTest, SaveCheckpointAfterFitAndWhatTheTrainerKnows) {
     ASSERT_EQ(val_batches.size(), 1u);
     EXPECT_EQ(val_batches[0].value_or(-1), 2);
     EXPECT_EQ(trainer.node_rank(), 0u);
+    std::vector<std::optional<int64_t>> sanity = trainer.num_sanity_val_batches();
+    ASSERT_EQ(sanity.size(), 1u);
+    EXPECT_EQ(sanity[0].value_or(-1), 2);  // num_sanity_val_steps 2, the loader's 2
+    EXPECT_TRUE(trainer.num_test_batches().empty());
+    EXPECT_TRUE(trainer.num_predict_batches().empty());
+    EXPECT_EQ(trainer.device_ids(), std::vector<int64_t>{-1});
+    EXPECT_EQ(fulmen_test::error_code([&] { (void)trainer.grad_scale(); }), FULMEN_CODE_INVALID_STATE);
+    EXPECT_EQ(fulmen_test::error_code([&] { (void)trainer.early_stopping_state(); }), FULMEN_CODE_INVALID_STATE);
     std::map<std::string, double> cb = trainer.callback_metrics();
     EXPECT_EQ(cb.at("val_acc"), trainer.callback_metric("val_acc"));
     EXPECT_EQ(cb.count("train_loss_step"), 1u);

@@ -164,6 +164,29 @@ pub unsafe extern "C" fn fulmen_trainer_num_training_batches(
     })
 }
 
+/// Writes `n` into `out[0..capacity]` and its length to `*count_out`;
+/// OUT_OF_RANGE (after writing `*count_out`) when `capacity` is smaller.
+unsafe fn write_counts(n: &[i64], out: *mut i64, capacity: usize, count_out: *mut usize, what: &str) -> Result<()> {
+    check_out(count_out, "count_out")?;
+    count_out.write(n.len());
+    if n.len() > capacity {
+        return Err(Error::new(
+            ErrorCode::OutOfRange,
+            format!("the trainer has {} {what}, the array holds {capacity}", n.len()),
+        ));
+    }
+    if !n.is_empty() {
+        check_out(out, "out")?;
+        std::ptr::copy_nonoverlapping(n.as_ptr(), out, n.len());
+    }
+    Ok(())
+}
+
+/// Per-loader batch counts as C writes them (-1: unknown length).
+fn counts(batches: &[Option<usize>]) -> Vec<i64> {
+    batches.iter().map(|b| b.map_or(-1, |b| b as i64)).collect()
+}
+
 /// Writes Lightning's `trainer.num_val_batches`, one count per validation
 /// loader of the last fit's validation or validate run after
 /// `limit_val_batches` (-1 for a loader of unknown length, Lightning's
@@ -181,21 +204,134 @@ pub unsafe extern "C" fn fulmen_trainer_num_val_batches(
     count_out: *mut usize,
 ) -> *mut fulmen_error {
     guard!(|| {
+        let n = self::counts(handle::borrow(trainer, "trainer")?.inner.num_val_batches());
+        write_counts(&n, counts, capacity, count_out, "validation loaders")
+    })
+}
+
+/// Writes Lightning's `trainer.num_test_batches` as
+/// `fulmen_trainer_num_val_batches` writes its counts: one per loader of the
+/// last test run after `limit_test_batches` (none before one).
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_num_test_batches(
+    trainer: *const fulmen_trainer,
+    counts: *mut i64,
+    capacity: usize,
+    count_out: *mut usize,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let n = self::counts(handle::borrow(trainer, "trainer")?.inner.num_test_batches());
+        write_counts(&n, counts, capacity, count_out, "test loaders")
+    })
+}
+
+/// Writes Lightning's `trainer.num_predict_batches` as
+/// `fulmen_trainer_num_val_batches` writes its counts: one per loader of the
+/// last predict run after `limit_predict_batches` (none before one).
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_num_predict_batches(
+    trainer: *const fulmen_trainer,
+    counts: *mut i64,
+    capacity: usize,
+    count_out: *mut usize,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let n = self::counts(handle::borrow(trainer, "trainer")?.inner.num_predict_batches());
+        write_counts(&n, counts, capacity, count_out, "predict loaders")
+    })
+}
+
+/// Writes Lightning's `trainer.num_sanity_val_batches` as
+/// `fulmen_trainer_num_val_batches` writes its counts: the batches of each
+/// validation loader the last fit's sanity check ran (`num_sanity_val_steps`
+/// per loader, at most the loader's; none when no sanity check ran).
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_num_sanity_val_batches(
+    trainer: *const fulmen_trainer,
+    counts: *mut i64,
+    capacity: usize,
+    count_out: *mut usize,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let n = self::counts(handle::borrow(trainer, "trainer")?.inner.num_sanity_val_batches());
+        write_counts(&n, counts, capacity, count_out, "sanity-checked validation loaders")
+    })
+}
+
+/// Writes Lightning's `trainer.device_ids`: the index of each device a run
+/// of this trainer uses on this node (-1 for a CPU device, as torch's
+/// `_get_device_index(allow_cpu=True)`), as the `accelerator` and
+/// `devices` options resolve, as `fulmen_trainer_num_val_batches` writes
+/// its counts.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small),
+/// FULMEN_CODE_UNAVAILABLE, FULMEN_CODE_INVALID_ARGUMENT (an accelerator
+/// not available here, devices it cannot give).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_device_ids(
+    trainer: *const fulmen_trainer,
+    ids: *mut i64,
+    capacity: usize,
+    count_out: *mut usize,
+) -> *mut fulmen_error {
+    guard!(|| {
         check_out(count_out, "count_out")?;
+        let n = handle::borrow(trainer, "trainer")?.inner.device_ids()?;
+        write_counts(&n, ids, capacity, count_out, "devices")
+    })
+}
+
+/// Writes the state of the trainer's first EarlyStopping callback
+/// (Lightning's `wait_count`, `stopped_epoch` and `best_score`: the
+/// evaluations without improvement since the best, the epoch it stopped
+/// the fit in (0 when it did not), the best monitored value (+inf / -inf
+/// before one for mode min / max)). Any out-pointer may be NULL.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (the trainer has no EarlyStopping).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_early_stopping_state(
+    trainer: *const fulmen_trainer,
+    wait_count: *mut i64,
+    stopped_epoch: *mut i64,
+    best_score: *mut f64,
+) -> *mut fulmen_error {
+    guard!(|| {
         let t = handle::borrow(trainer, "trainer")?;
-        let n: Vec<i64> = t.inner.num_val_batches().iter().map(|b| b.map_or(-1, |b| b as i64)).collect();
-        count_out.write(n.len());
-        if n.len() > capacity {
-            return Err(Error::new(
-                ErrorCode::OutOfRange,
-                format!("the trainer has {} validation loaders, `counts` holds {capacity}", n.len()),
-            ));
+        let es = t.inner.early_stopping().ok_or_else(|| Error::state("the trainer has no EarlyStopping callback"))?;
+        if !wait_count.is_null() {
+            wait_count.write(es.wait_count);
         }
-        if !n.is_empty() {
-            check_out(counts, "counts")?;
-            std::ptr::copy_nonoverlapping(n.as_ptr(), counts, n.len());
+        if !stopped_epoch.is_null() {
+            stopped_epoch.write(es.stopped_epoch);
+        }
+        if !best_score.is_null() {
+            best_score.write(es.best_score);
         }
         Ok(())
+    })
+}
+
+/// Writes the GradScaler's loss scale at the end of the last fit
+/// (Lightning's `trainer.precision_plugin.scaler.get_scale()`, under
+/// `16-mixed`).
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (no fit yet, or a precision without a
+/// GradScaler).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_grad_scale(trainer: *const fulmen_trainer, out: *mut f64) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let scale = handle::borrow(trainer, "trainer")?
+            .inner
+            .grad_scale()
+            .ok_or_else(|| Error::state("no GradScaler: no fit yet, or a precision other than 16-mixed"))?;
+        write_out(out, "out", scale)
     })
 }
 

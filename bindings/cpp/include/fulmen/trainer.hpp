@@ -13,6 +13,7 @@
 #include "trainer_options.hpp"
 #include "value.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 #include <map>
@@ -1630,24 +1631,41 @@ public:
     /// last fit's validation or validate run, its batches (nullopt: a
     /// loader of unknown length).
     std::vector<std::optional<int64_t>> num_val_batches() const {
-        size_t n = 0;
-        std::vector<int64_t> counts;
-        fulmen_error* err = fulmen_trainer_num_val_batches(get(), nullptr, 0, &n);
-        if (err != nullptr && fulmen_error_code(err) == FULMEN_CODE_OUT_OF_RANGE) {
-            fulmen_error_free(err);
-            counts.resize(n);
-            err = fulmen_trainer_num_val_batches(get(), counts.data(), counts.size(), &n);
-        }
-        check(err);
-        std::vector<std::optional<int64_t>> out;
-        for (size_t i = 0; i < n && i < counts.size(); i++) {
-            if (counts[i] < 0) {
-                out.emplace_back(std::nullopt);
-            } else {
-                out.emplace_back(counts[i]);
-            }
-        }
-        return out;
+        return optional_counts(read_counts(fulmen_trainer_num_val_batches));
+    }
+    /// Lightning's `trainer.num_test_batches`, as num_val_batches for the last test run.
+    std::vector<std::optional<int64_t>> num_test_batches() const {
+        return optional_counts(read_counts(fulmen_trainer_num_test_batches));
+    }
+    /// Lightning's `trainer.num_predict_batches`, for the last predict run.
+    std::vector<std::optional<int64_t>> num_predict_batches() const {
+        return optional_counts(read_counts(fulmen_trainer_num_predict_batches));
+    }
+    /// Lightning's `trainer.num_sanity_val_batches`: the batches of each
+    /// validation loader the last fit's sanity check ran.
+    std::vector<std::optional<int64_t>> num_sanity_val_batches() const {
+        return optional_counts(read_counts(fulmen_trainer_num_sanity_val_batches));
+    }
+    /// Lightning's `trainer.device_ids`: each device's index (-1 for a CPU).
+    std::vector<int64_t> device_ids() const { return read_counts(fulmen_trainer_device_ids); }
+    /// The state of the trainer's first EarlyStopping (Lightning's
+    /// wait_count, stopped_epoch, best_score); throws
+    /// FULMEN_CODE_INVALID_STATE without one.
+    struct EarlyStoppingState {
+        int64_t wait_count = 0;     ///< Evaluations without improvement since the best.
+        int64_t stopped_epoch = 0;  ///< The epoch it stopped the fit in (0: it did not).
+        double best_score = 0;      ///< The best monitored value (+-inf before one).
+    };
+    /// The state of the trainer's first EarlyStopping.
+    EarlyStoppingState early_stopping_state() const {
+        EarlyStoppingState s;
+        check(fulmen_trainer_early_stopping_state(get(), &s.wait_count, &s.stopped_epoch, &s.best_score));
+        return s;
+    }
+    /// The GradScaler's loss scale at the end of the last fit (16-mixed);
+    /// throws FULMEN_CODE_INVALID_STATE without one.
+    double grad_scale() const {
+        return detail::read<double>([&](double* o) { return fulmen_trainer_grad_scale(get(), o); });
     }
     /// Lightning's `trainer.is_last_batch` after the last fit.
     bool is_last_batch() const {
@@ -1663,6 +1681,34 @@ public:
     }
 
 private:
+    /// Reads an array of counts the C call writes (sized by a first call).
+    template <class F>
+    std::vector<int64_t> read_counts(F f) const {
+        size_t n = 0;
+        std::vector<int64_t> counts;
+        fulmen_error* err = f(get(), nullptr, 0, &n);
+        if (err != nullptr && fulmen_error_code(err) == FULMEN_CODE_OUT_OF_RANGE) {
+            fulmen_error_free(err);
+            counts.resize(n);
+            err = f(get(), counts.data(), counts.size(), &n);
+        }
+        check(err);
+        counts.resize(std::min(n, counts.size()));
+        return counts;
+    }
+    /// Counts with -1 (unknown length) as nullopt.
+    static std::vector<std::optional<int64_t>> optional_counts(const std::vector<int64_t>& counts) {
+        std::vector<std::optional<int64_t>> out;
+        for (int64_t c : counts) {
+            if (c < 0) {
+                out.emplace_back(std::nullopt);
+            } else {
+                out.emplace_back(c);
+            }
+        }
+        return out;
+    }
+
     explicit Trainer(fulmen_trainer* owned) noexcept : Handle(owned) {}
 
     /// Reads one of the trainer's metric dicts (name -> value) through
