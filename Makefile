@@ -216,7 +216,7 @@ interop-mlflow-logger:
 	$(MLFLOW_VENV)/bin/python tests/interop/mlflow_logger.py --binary $(W)/mlflow_logger --mlflow-venv $(MLFLOW_VENV) \
 	  --work $(W)/mlflow-logger
 
-$(BUILD)/interop/%: tests/interop/%.c $(C_HEADERS) lib
+$(BUILD)/interop/%: tests/interop/%.c tests/interop/blob_fit.h $(C_HEADERS) lib
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) $< -o $@ $(C_LINK)
 

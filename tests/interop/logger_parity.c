@@ -171,47 +171,7 @@ static void tb_part(void) {
 
 /* ---- a fit logging to CSV and TensorBoard at once ---- */
 
-typedef struct {
-    fulmen_model *model;
-} job;
-
-static fulmen_error *loss_of(job *j, const fulmen_batch *batch, fulmen_tensor **loss) {
-    fulmen_tensor *x = NULL, *y = NULL, *logits = NULL;
-    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
-    if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
-    if (e == NULL) e = fulmen_model_forward(j->model, x, &logits);
-    if (e == NULL) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, loss);
-    return e;
-}
-
-static double item(const fulmen_tensor *t) {
-    double v = NAN;
-    TRY(fulmen_tensor_item(t, &v));
-    return v;
-}
-
-static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
-    fulmen_error *e = loss_of(ud, batch, out);
-    if (e == NULL) e = fulmen_step_context_log(ctx, "train_loss", item(*out), FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH, 0);
-    return e;
-}
-
-static fulmen_error *validation_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch) {
-    fulmen_tensor *loss = NULL;
-    fulmen_error *e = loss_of(ud, batch, &loss);
-    if (e == NULL) e = fulmen_step_context_log(ctx, "val_loss", item(loss), 0, 0);
-    return e;
-}
-
-static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *config) {
-    job *j = ud;
-    fulmen_sgd_options o = fulmen_sgd_options_default();
-    o.lr = 0.1;
-    fulmen_optimizer *opt = NULL;
-    fulmen_error *e = fulmen_optimizer_sgd_new(j->model, NULL, 0, &o, &opt);
-    if (e == NULL) e = fulmen_optimizer_config_add(config, opt, NULL, FULMEN_INTERVAL_EPOCH, 1, NULL);
-    return e;
-}
+#include "blob_fit.h"
 
 /* on_train_epoch_end: an image, a histogram and a text at the global step. */
 static fulmen_error *on_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
@@ -233,53 +193,14 @@ static fulmen_error *on_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
     return e;
 }
 
-static fulmen_loader *blobs(void) {
-    float x[32][2];
-    int64_t y[32];
-    for (int i = 0; i < 32; i++) {
-        y[i] = i % 2;
-        x[i][0] = (float)((y[i] ? 1.5 : -1.5) + sin(i * 1.7));
-        x[i][1] = (float)((y[i] ? 1.5 : -1.5) + cos(i * 2.3));
-    }
-    int64_t xs[2] = {32, 2}, ys[1] = {32};
-    fulmen_tensor *tx = tensor(x, sizeof x, FULMEN_DTYPE_F32, xs, 2), *ty = tensor(y, sizeof y, FULMEN_DTYPE_I64, ys, 1);
-    const fulmen_tensor *parts[2] = {tx, ty};
-    fulmen_dataset *ds = NULL;
-    TRY(fulmen_dataset_from_tensors(parts, 2, &ds));
-    fulmen_loader_options lo = fulmen_loader_options_default();
-    lo.batch_size = 8;
-    fulmen_loader *l = NULL;
-    TRY(fulmen_loader_new(ds, &lo, &l));
-    fulmen_dataset_free(ds);
-    fulmen_tensor_free(tx);
-    fulmen_tensor_free(ty);
-    return l;
-}
-
 /* A 2-epoch fit under OUT/<name>: with `handles`, the `logger` option off
  * and a CSV and a TensorBoard handle added; else the option's pair. */
 static void fit(const char *name, bool handles, fulmen_loader *loader) {
     char root[900];
     snprintf(root, sizeof root, "%s/%s", out_dir, name);
     job j = {NULL};
-    fulmen_model *layer = NULL;
-    TRY(fulmen_model_sequential_new(&j.model));
-    TRY(fulmen_model_linear_new(2, 8, true, &layer));
-    TRY(fulmen_model_push(j.model, layer));
-    TRY(fulmen_model_activation_new(FULMEN_ACTIVATION_TANH, 0, &layer));
-    TRY(fulmen_model_push(j.model, layer));
-    TRY(fulmen_model_linear_new(8, 2, true, &layer));
-    TRY(fulmen_model_push(j.model, layer));
-    fulmen_module_vtable vt;
-    memset(&vt, 0, sizeof vt);
-    vt.struct_size = sizeof vt;
-    vt.userdata = &j;
-    vt.training_step = training_step;
-    vt.validation_step = validation_step;
-    vt.configure_optimizers = configure_optimizers;
-    vt.on_hook = on_hook;
-    fulmen_lightning_module *m = NULL;
-    TRY(fulmen_lightning_module_new(&vt, j.model, &m));
+    blob_mlp(&j);
+    fulmen_lightning_module *m = blob_module(&j, on_hook);
     TRY(fulmen_lightning_module_set_hparam(m, "lr", "0.1"));
     TRY(fulmen_lightning_module_set_hparam(m, "hidden", "8"));
     TRY(fulmen_lightning_module_set_hparam(m, "activation", "tanh"));
