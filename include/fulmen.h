@@ -25,6 +25,7 @@
 #include "fulmen/devices.h"
 #include "fulmen/distributed.h"
 #include "fulmen/trainer.h"
+#include "fulmen/after_run.h"
 #include "fulmen/callbacks.h"
 #include "fulmen/loggers.h"
 

@@ -159,17 +159,17 @@ func (t *Trainer) FitDataModule(ctx context.Context, module *LightningModule, dm
 }
 
 // ValidateDataModule is Lightning's trainer.validate(model, datamodule=dm).
-func (t *Trainer) ValidateDataModule(ctx context.Context, module *LightningModule, dm DataModule, opts ...RunOption) error {
-	return t.withDataModule(ctx, module, dm, opts, func(d *C.fulmen_datamodule, ckpt *C.char) *C.fulmen_error {
+func (t *Trainer) ValidateDataModule(ctx context.Context, module *LightningModule, dm DataModule, opts ...RunOption) ([]map[string]float64, error) {
+	return t.evalResultsAfter(t.withDataModule(ctx, module, dm, opts, func(d *C.fulmen_datamodule, ckpt *C.char) *C.fulmen_error {
 		return C.fulmen_trainer_validate_datamodule(t.ptr(), module.ptr(), nil, d, ckpt)
-	})
+	}))
 }
 
 // TestDataModule is Lightning's trainer.test(model, datamodule=dm).
-func (t *Trainer) TestDataModule(ctx context.Context, module *LightningModule, dm DataModule, opts ...RunOption) error {
-	return t.withDataModule(ctx, module, dm, opts, func(d *C.fulmen_datamodule, ckpt *C.char) *C.fulmen_error {
+func (t *Trainer) TestDataModule(ctx context.Context, module *LightningModule, dm DataModule, opts ...RunOption) ([]map[string]float64, error) {
+	return t.evalResultsAfter(t.withDataModule(ctx, module, dm, opts, func(d *C.fulmen_datamodule, ckpt *C.char) *C.fulmen_error {
 		return C.fulmen_trainer_test_datamodule(t.ptr(), module.ptr(), nil, d, ckpt)
-	})
+	}))
 }
 
 // PredictDataModule is Lightning's trainer.predict(model, datamodule=dm):

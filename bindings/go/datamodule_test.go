@@ -97,8 +97,8 @@ func TestDataModuleCallOrder(t *testing.T) {
 	d := &blobData{t: t}
 	ctx := context.Background()
 	ok(t, tr.FitDataModule(ctx, m, d))
-	ok(t, tr.ValidateDataModule(ctx, m, d))
-	ok(t, tr.TestDataModule(ctx, m, d))
+	must(tr.ValidateDataModule(ctx, m, d))
+	must(tr.TestDataModule(ctx, m, d))
 	outs := must(tr.PredictDataModule(ctx, m, d))
 	want := []string{"prepare_data", "setup(fit)", "train:0", "val:0", "train:1", "val:1", "teardown(fit)",
 		"prepare_data", "setup(validate)", "val:2", "teardown(validate)",

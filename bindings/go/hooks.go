@@ -360,7 +360,10 @@ func (c *HookContext) Exception() (string, error) {
 // like an error naming the method: see "Callbacks and runtime.Goexit" in
 // the package documentation.
 type Logger interface {
-	// LogMetrics receives metrics logged at step in epoch.
+	// LogMetrics receives metrics logged at step in epoch; epoch is -1
+	// for the values Lightning logs without one (a validation or test
+	// batch's step values, at the loader's batch count; LearningRateMonitor,
+	// ThroughputMonitor and DeviceStatsMonitor).
 	LogMetrics(metrics map[string]float64, epoch, step int64) error
 	// LogHyperparams receives the module's hyperparameters
 	// (LightningModule.SetHparam) when a fit starts.

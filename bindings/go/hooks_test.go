@@ -409,8 +409,8 @@ func TestModelCheckpointResume(t *testing.T) {
 	// Keep a copy: the next fit replaces the best checkpoint (save_top_k 1).
 	saved := filepath.Join(root, "saved.ckpt")
 	ok(t, os.WriteFile(saved, must(os.ReadFile(best)), 0o644))
-	ok(t, tr.Validate(context.Background(), m, val, fulmen.CkptPath("best")))
-	ok(t, tr.Test(context.Background(), m, val, fulmen.CkptPath(best)))
+	must(tr.Validate(context.Background(), m, val, fulmen.CkptPath("best")))
+	must(tr.Test(context.Background(), m, val, fulmen.CkptPath(best)))
 	pred := must(tr.Predict(context.Background(), m, val, fulmen.CkptPath(last)))
 	if sh := must(pred.Shape()); sh[0] != 16 {
 		t.Fatalf("predictions %v", sh)
@@ -608,7 +608,7 @@ func TestLogger(t *testing.T) {
 		t.Fatalf("no TensorBoard events in %s", dir)
 	}
 	n := len(r.metrics)
-	ok(t, tr.Test(context.Background(), m, val))
+	must(tr.Test(context.Background(), m, val))
 	if len(r.metrics) == n {
 		t.Fatal("test metrics did not reach the logger")
 	}

@@ -205,8 +205,10 @@ func (t *Trainer) Fit(ctx context.Context, module *LightningModule, train, val *
 }
 
 // Validate runs the validation loop over loader once (with CkptPath, on
-// the weights of that checkpoint).
-func (t *Trainer) Validate(ctx context.Context, module *LightningModule, loader *Loader, opts ...RunOption) error {
+// the weights of that checkpoint) and returns what Lightning's
+// trainer.validate returns: one dict of epoch metrics per loader (see
+// EvalResults).
+func (t *Trainer) Validate(ctx context.Context, module *LightningModule, loader *Loader, opts ...RunOption) ([]map[string]float64, error) {
 	ckpt := ckptArg(opts)
 	defer freeCString(ckpt)
 	err := withCallbacks(ctx, func() *C.fulmen_error {
@@ -215,12 +217,12 @@ func (t *Trainer) Validate(ctx context.Context, module *LightningModule, loader 
 	runtime.KeepAlive(t)
 	runtime.KeepAlive(module)
 	runtime.KeepAlive(loader)
-	return err
+	return t.evalResultsAfter(err)
 }
 
 // Test runs the test loop over loader once (with CkptPath, on the weights
-// of that checkpoint).
-func (t *Trainer) Test(ctx context.Context, module *LightningModule, loader *Loader, opts ...RunOption) error {
+// of that checkpoint) and returns its metric dicts, as Validate.
+func (t *Trainer) Test(ctx context.Context, module *LightningModule, loader *Loader, opts ...RunOption) ([]map[string]float64, error) {
 	ckpt := ckptArg(opts)
 	defer freeCString(ckpt)
 	err := withCallbacks(ctx, func() *C.fulmen_error {
@@ -229,7 +231,7 @@ func (t *Trainer) Test(ctx context.Context, module *LightningModule, loader *Loa
 	runtime.KeepAlive(t)
 	runtime.KeepAlive(module)
 	runtime.KeepAlive(loader)
-	return err
+	return t.evalResultsAfter(err)
 }
 
 // Predict runs PredictStep over loader (with CkptPath, on the weights of

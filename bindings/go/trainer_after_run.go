@@ -34,18 +34,28 @@ func (t *Trainer) SaveCheckpoint(ctx context.Context, module *LightningModule, p
 	return err
 }
 
-// metrics reads one of the trainer's metric dicts (name -> value).
-func (t *Trainer) metrics(get func(*C.fulmen_trainer, **C.fulmen_value) cErr) (map[string]float64, error) {
+// value reads one of the trainer's values, converted to Go.
+func (t *Trainer) value(get func(*C.fulmen_trainer, **C.fulmen_value) cErr) (any, error) {
 	var out *C.fulmen_value
 	err := check(get(t.ptr(), &out))
 	runtime.KeepAlive(t)
 	if err != nil {
 		return nil, err
 	}
-	v, err := goValue(out)
+	return goValue(out)
+}
+
+// metrics reads one of the trainer's metric dicts (name -> value).
+func (t *Trainer) metrics(get func(*C.fulmen_trainer, **C.fulmen_value) cErr) (map[string]float64, error) {
+	v, err := t.value(get)
 	if err != nil {
 		return nil, err
 	}
+	return metricsOf(v)
+}
+
+// metricsOf reads a converted dict of metrics (name -> value).
+func metricsOf(v any) (map[string]float64, error) {
 	d, ok := v.(Dict)
 	if !ok {
 		return nil, &Error{Code: CodeUnsupported, Message: fmt.Sprintf("the trainer's metrics are a %T, not a dict", v)}
@@ -60,6 +70,42 @@ func (t *Trainer) metrics(get func(*C.fulmen_trainer, **C.fulmen_value) cErr) (m
 		m[k] = x
 	}
 	return m, nil
+}
+
+// EvalResults is what the last Validate or Test returned (Lightning's
+// return value of trainer.validate / trainer.test): per loader, the epoch
+// values logged for the loggers (each loader's own with several, names
+// ending in /dataloader_idx_N) and those of the stage's start and epoch
+// hooks. Empty after Fit or Predict and when every loader's limit was 0
+// (the run was skipped, hooks and all).
+func (t *Trainer) EvalResults() ([]map[string]float64, error) {
+	v, err := t.value(func(h *C.fulmen_trainer, o **C.fulmen_value) cErr {
+		return C.fulmen_trainer_eval_results(h, o)
+	})
+	if err != nil {
+		return nil, err
+	}
+	items, ok := v.([]any)
+	if !ok {
+		return nil, &Error{Code: CodeUnsupported, Message: fmt.Sprintf("the evaluation results are a %T, not a list", v)}
+	}
+	results := make([]map[string]float64, 0, len(items))
+	for _, item := range items {
+		m, err := metricsOf(item)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, m)
+	}
+	return results, nil
+}
+
+// evalResultsAfter is run's error, or the results of the run it made.
+func (t *Trainer) evalResultsAfter(err error) ([]map[string]float64, error) {
+	if err != nil {
+		return nil, err
+	}
+	return t.EvalResults()
 }
 
 // CallbackMetrics is Lightning's trainer.callback_metrics of the last run:

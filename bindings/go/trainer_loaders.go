@@ -51,18 +51,19 @@ func (t *Trainer) FitLoaders(ctx context.Context, module *LightningModule, train
 	return err
 }
 
-// ValidateLoaders is Validate over each of loaders in turn.
-func (t *Trainer) ValidateLoaders(ctx context.Context, module *LightningModule, loaders []*Loader, opts ...RunOption) error {
-	return t.withLoaders(ctx, module, loaders, opts, func(first **C.fulmen_loader, n C.size_t, ckpt *C.char) *C.fulmen_error {
+// ValidateLoaders is Validate over each of loaders in turn: one dict per
+// loader.
+func (t *Trainer) ValidateLoaders(ctx context.Context, module *LightningModule, loaders []*Loader, opts ...RunOption) ([]map[string]float64, error) {
+	return t.evalResultsAfter(t.withLoaders(ctx, module, loaders, opts, func(first **C.fulmen_loader, n C.size_t, ckpt *C.char) *C.fulmen_error {
 		return C.fulmen_trainer_validate_loaders(t.ptr(), module.ptr(), first, n, ckpt)
-	})
+	}))
 }
 
 // TestLoaders is Test over each of loaders in turn.
-func (t *Trainer) TestLoaders(ctx context.Context, module *LightningModule, loaders []*Loader, opts ...RunOption) error {
-	return t.withLoaders(ctx, module, loaders, opts, func(first **C.fulmen_loader, n C.size_t, ckpt *C.char) *C.fulmen_error {
+func (t *Trainer) TestLoaders(ctx context.Context, module *LightningModule, loaders []*Loader, opts ...RunOption) ([]map[string]float64, error) {
+	return t.evalResultsAfter(t.withLoaders(ctx, module, loaders, opts, func(first **C.fulmen_loader, n C.size_t, ckpt *C.char) *C.fulmen_error {
 		return C.fulmen_trainer_test_loaders(t.ptr(), module.ptr(), first, n, ckpt)
-	})
+	}))
 }
 
 // PredictLoaders is Predict over each of loaders in turn: one output per

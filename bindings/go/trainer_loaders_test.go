@@ -57,25 +57,38 @@ func TestSeveralLoaders(t *testing.T) {
 		t.Fatalf("validation steps per loader %v", steps)
 	}
 	onB := must(tr.CallbackMetric("val_loss/dataloader_idx_1"))
-	ok(t, tr.Validate(bg, m, bl))
+	one := must(tr.Validate(bg, m, bl))
 	if v := must(tr.CallbackMetric("val_loss")); v != onB {
 		t.Fatalf("loader 1 alone %v, in the list %v", v, onB)
 	}
-	ok(t, tr.ValidateLoaders(bg, m, []*fulmen.Loader{bl, bl}))
+	if len(one) != 1 || len(one[0]) != 1 || one[0]["val_loss"] != onB {
+		t.Fatalf("validate returned %v, want [{val_loss: %v}]", one, onB)
+	}
+	// Lightning's list of dicts: each loader's own values.
+	two := must(tr.ValidateLoaders(bg, m, []*fulmen.Loader{bl, bl}))
 	if must(tr.CallbackMetric("val_loss/dataloader_idx_0")) != onB {
 		t.Fatal("the same loader twice gave another value")
 	}
+	if len(two) != 2 || len(two[0]) != 1 || two[0]["val_loss/dataloader_idx_0"] != onB || two[1]["val_loss/dataloader_idx_1"] != onB {
+		t.Fatalf("validate over two loaders returned %v", two)
+	}
+	if again := must(tr.EvalResults()); len(again) != 2 || again[1]["val_loss/dataloader_idx_1"] != onB {
+		t.Fatalf("EvalResults after validate: %v", again)
+	}
 	preds := must(tr.PredictLoaders(bg, m, []*fulmen.Loader{al, bl}))
+	if r := must(tr.EvalResults()); len(r) != 0 {
+		t.Fatalf("EvalResults after predict: %v", r)
+	}
 	if len(preds) != 2 || must(preds[0].Shape())[0] != 48 || must(preds[1].Shape())[0] != 16 {
 		t.Fatalf("predictions %v", preds)
 	}
 	for _, p := range preds {
 		ok(t, p.Close())
 	}
-	if err := tr.TestLoaders(bg, m, nil); !errors.Is(err, fulmen.ErrInvalidArgument) {
+	if _, err := tr.TestLoaders(bg, m, nil); !errors.Is(err, fulmen.ErrInvalidArgument) {
 		t.Fatalf("no loader: %v", err)
 	}
-	if err := tr.ValidateLoaders(bg, m, []*fulmen.Loader{al, nil}); !errors.Is(err, fulmen.ErrNullArgument) {
+	if _, err := tr.ValidateLoaders(bg, m, []*fulmen.Loader{al, nil}); !errors.Is(err, fulmen.ErrNullArgument) {
 		t.Fatalf("a nil loader: %v", err)
 	}
 	ok(t, tr.FitLoaders(bg, m, tl, nil))

@@ -194,8 +194,8 @@ func TestFitValidateTestPredict(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ok(t, tr.Validate(context.Background(), m, vl))
-	ok(t, tr.Test(context.Background(), m, vl))
+	must(tr.Validate(context.Background(), m, vl))
+	must(tr.Test(context.Background(), m, vl))
 	if l := must(tr.CallbackMetric("test_loss")); l > 0.5 {
 		t.Fatalf("test_loss %v", l)
 	}
@@ -433,7 +433,7 @@ func TestFitStepErrors(t *testing.T) {
 	if err := tr.Fit(ctx, empty, l, nil); !errors.Is(err, fulmen.ErrInvalidState) {
 		t.Fatalf("fit without steps: %v", err)
 	}
-	if err := tr.Validate(ctx, empty, l); !errors.Is(err, fulmen.ErrInvalidState) {
+	if _, err := tr.Validate(ctx, empty, l); !errors.Is(err, fulmen.ErrInvalidState) {
 		t.Fatalf("validate without a validation step: %v", err)
 	}
 	if err := tr.Fit(ctx, m, nil, nil); !errors.Is(err, fulmen.ErrNullArgument) {

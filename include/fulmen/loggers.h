@@ -68,7 +68,10 @@ typedef struct fulmen_logger_vtable {
    */
   void (*userdata_free)(void*);
   /**
-   * `n` metrics (`names[i]` = `values[i]`) at `step` in `epoch`.
+   * `n` metrics (`names[i]` = `values[i]`) at `step` in `epoch`; `epoch` is -1
+   * for the values Lightning logs without one: a validation or test
+   * batch's step values (at the loader's batch count), and
+   * LearningRateMonitor's, ThroughputMonitor's and DeviceStatsMonitor's.
    */
   struct fulmen_error *(*log_metrics)(void *userdata,
                                       const char *const *names,

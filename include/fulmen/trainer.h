@@ -232,228 +232,6 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * Lightning's `trainer.save_checkpoint(path, weights_only)` after fit,
- * validate, test or predict returned. Writes at `path` (its folder made
- * if missing; a file there is replaced through a temporary file renamed
- * onto it), in the trainer's `checkpoint_format`, the weights of
- * `module` (the module of the trainer's last run) and, unless
- * `weights_only`, what the last fit left on the trainer: the optimizer
- * and scheduler states, the loop progress (epoch, global step), the
- * callbacks' states and `on_save_checkpoint` entries, the random
- * generators' states as they are now and the 16-mixed scaler's. A fit
- * given the file as `ckpt_path` continues where that fit ended (a fit
- * that ended after its last epoch resumes at the next one). The trainer
- * keeps that state, whether the fit ended or failed, until its next fit
- * or a run on another model. Weights alone need any run (Lightning needs
- * a model attached); a full checkpoint needs a fit. The callbacks' and
- * the module's `on_save_checkpoint` hooks run on the calling thread.
- * Under DDP rank 0 writes and the other ranks return at once.
- *
- * Errors: FULMEN_CODE_INVALID_STATE (no run yet; a full checkpoint when no
- * fit configured optimizers on this trainer; a module without a model);
- * FULMEN_CODE_INVALID_ARGUMENT (`path` empty or not UTF-8; `module` whose
- * model is not the last run's; `on_save_checkpoint` entries too large for
- * a checkpoint); FULMEN_CODE_IO (the folder or file cannot be written);
- * FULMEN_CODE_UNSUPPORTED (a scheduler whose state Lightning's format
- * cannot carry yet); FULMEN_CODE_CALLBACK or the code a host callback
- * returned (an `on_save_checkpoint` hook failed); FULMEN_CODE_TORCH
- * (libtorch failed).
- */
-struct fulmen_error *fulmen_trainer_save_checkpoint(struct fulmen_trainer *trainer,
-                                                    struct fulmen_lightning_module *module,
-                                                    const char *path,
-                                                    bool weights_only);
-
-/**
- * Writes Lightning's `trainer.callback_metrics` of the last run as a new
- * dict value {name: float} in name order (empty before any run): the
- * latest value of every logged metric, what ModelCheckpoint and
- * EarlyStopping monitor. Read its entries with `fulmen_value_len`,
- * `fulmen_value_dict_entry` or `fulmen_value_dict_get`; the caller frees
- * it with `fulmen_value_free`. `fulmen_trainer_callback_metric` reads one.
- *
- * Errors: the common ones only.
- */
-struct fulmen_error *fulmen_trainer_callback_metrics(const struct fulmen_trainer *trainer,
-                                                     struct fulmen_value **out);
-
-/**
- * Writes Lightning's `trainer.logged_metrics` of the last run as a new
- * dict value, as `fulmen_trainer_callback_metrics`: the latest value of
- * every metric logged for the loggers (`logger` true; per step at each
- * training batch, per epoch at each training epoch and validation / test
- * end, names ending in `_step` / `_epoch` when logged both ways), whether
- * or not a logger is active; the sanity check's are not.
- *
- * Errors: the common ones only.
- */
-struct fulmen_error *fulmen_trainer_logged_metrics(const struct fulmen_trainer *trainer,
-                                                   struct fulmen_value **out);
-
-/**
- * Writes Lightning's `trainer.progress_bar_metrics` of the last run (the
- * metrics logged with FULMEN_LOG_PROG_BAR) as a new dict value, as
- * `fulmen_trainer_callback_metrics`.
- *
- * Errors: the common ones only.
- */
-struct fulmen_error *fulmen_trainer_progress_bar_metrics(const struct fulmen_trainer *trainer,
-                                                         struct fulmen_value **out);
-
-/**
- * Writes Lightning's `trainer.estimated_stepping_batches` for the last
- * fit's training data and this trainer's options: `ceil(batches per epoch
- * / accumulate_grad_batches) * max_epochs`, at most max_steps (this
- * rank's shard under DDP); -1 when the run is unbounded (Lightning's
- * `inf`: no max_steps, and max_epochs -1 or a source of unknown length).
- *
- * Errors: FULMEN_CODE_INVALID_STATE (no fit has loaded its training data
- * on this trainer yet).
- */
-struct fulmen_error *fulmen_trainer_estimated_stepping_batches(const struct fulmen_trainer *trainer,
-                                                               int64_t *out);
-
-/**
- * Writes Lightning's `trainer.should_stop` after the last fit: whether a
- * hook, EarlyStopping or a Timer asked it to stop (false before a fit).
- *
- * Errors: the common ones only.
- */
-struct fulmen_error *fulmen_trainer_should_stop(const struct fulmen_trainer *trainer, bool *out);
-
-/**
- * Writes Lightning's `trainer.num_training_batches`: the training batches
- * per epoch of the last fit after `limit_train_batches`; -1 before a fit
- * or for a source of unknown length (Lightning's `inf`).
- *
- * Errors: the common ones only.
- */
-struct fulmen_error *fulmen_trainer_num_training_batches(const struct fulmen_trainer *trainer,
-                                                         int64_t *out);
-
-/**
- * Writes Lightning's `trainer.num_val_batches`, one count per validation
- * loader of the last fit's validation or validate run after
- * `limit_val_batches` (-1 for a loader of unknown length, Lightning's
- * `inf`), into `counts[0..capacity]`, and their number (0 before one) to
- * `*count_out`. Fails with FULMEN_CODE_OUT_OF_RANGE (and writes
- * `*count_out` only) when `capacity` is smaller than that number;
- * `counts` may be NULL when `capacity` is 0.
- *
- * Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small, see above).
- */
-struct fulmen_error *fulmen_trainer_num_val_batches(const struct fulmen_trainer *trainer,
-                                                    int64_t *counts,
-                                                    size_t capacity,
-                                                    size_t *count_out);
-
-/**
- * Writes Lightning's `trainer.num_test_batches` as
- * `fulmen_trainer_num_val_batches` writes its counts: one per loader of the
- * last test run after `limit_test_batches` (none before one).
- *
- * Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small).
- */
-struct fulmen_error *fulmen_trainer_num_test_batches(const struct fulmen_trainer *trainer,
-                                                     int64_t *counts,
-                                                     size_t capacity,
-                                                     size_t *count_out);
-
-/**
- * Writes Lightning's `trainer.num_predict_batches` as
- * `fulmen_trainer_num_val_batches` writes its counts: one per loader of the
- * last predict run after `limit_predict_batches` (none before one).
- *
- * Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small).
- */
-struct fulmen_error *fulmen_trainer_num_predict_batches(const struct fulmen_trainer *trainer,
-                                                        int64_t *counts,
-                                                        size_t capacity,
-                                                        size_t *count_out);
-
-/**
- * Writes Lightning's `trainer.num_sanity_val_batches` as
- * `fulmen_trainer_num_val_batches` writes its counts: the batches of each
- * validation loader the last fit's sanity check ran (`num_sanity_val_steps`
- * per loader, at most the loader's; none when no sanity check ran).
- *
- * Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small).
- */
-struct fulmen_error *fulmen_trainer_num_sanity_val_batches(const struct fulmen_trainer *trainer,
-                                                           int64_t *counts,
-                                                           size_t capacity,
-                                                           size_t *count_out);
-
-/**
- * Writes Lightning's `trainer.device_ids`: the index of each device a run
- * of this trainer uses on this node (-1 for a CPU device, as torch's
- * `_get_device_index(allow_cpu=True)`), as the `accelerator` and
- * `devices` options resolve, as `fulmen_trainer_num_val_batches` writes
- * its counts.
- *
- * Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small),
- * FULMEN_CODE_UNAVAILABLE, FULMEN_CODE_INVALID_ARGUMENT (an accelerator
- * not available here, devices it cannot give).
- */
-struct fulmen_error *fulmen_trainer_device_ids(const struct fulmen_trainer *trainer,
-                                               int64_t *ids,
-                                               size_t capacity,
-                                               size_t *count_out);
-
-/**
- * Writes the state of the trainer's first EarlyStopping callback
- * (Lightning's `wait_count`, `stopped_epoch` and `best_score`: the
- * evaluations without improvement since the best, the epoch it stopped
- * the fit in (0 when it did not), the best monitored value (+inf / -inf
- * before one for mode min / max)). Any out-pointer may be NULL.
- *
- * Errors: FULMEN_CODE_INVALID_STATE (the trainer has no EarlyStopping).
- */
-struct fulmen_error *fulmen_trainer_early_stopping_state(const struct fulmen_trainer *trainer,
-                                                         int64_t *wait_count,
-                                                         int64_t *stopped_epoch,
-                                                         double *best_score);
-
-/**
- * Writes the GradScaler's loss scale at the end of the last fit
- * (Lightning's `trainer.precision_plugin.scaler.get_scale()`, under
- * `16-mixed`).
- *
- * Errors: FULMEN_CODE_INVALID_STATE (no fit yet, or a precision without a
- * GradScaler).
- */
-struct fulmen_error *fulmen_trainer_grad_scale(const struct fulmen_trainer *trainer, double *out);
-
-/**
- * Writes Lightning's `trainer.is_last_batch` after the last fit: whether
- * the last batch it trained on was its epoch's last (false before a fit).
- *
- * Errors: the common ones only.
- */
-struct fulmen_error *fulmen_trainer_is_last_batch(const struct fulmen_trainer *trainer, bool *out);
-
-/**
- * Writes Lightning's `trainer.num_devices`: the devices a run uses on
- * this node, the last run's, or before any run the `accelerator` and
- * `devices` options resolved as a run resolves them.
- *
- * Errors: FULMEN_CODE_UNAVAILABLE, FULMEN_CODE_INVALID_ARGUMENT (before
- * any run: an accelerator not available here, devices it cannot give).
- */
-struct fulmen_error *fulmen_trainer_num_devices(const struct fulmen_trainer *trainer, size_t *out);
-
-/**
- * Writes Lightning's `trainer.node_rank`: this node's index in a
- * distributed job, the last run's (0 but under DDP), or before any run
- * the environment's (torchrun, SLURM, `NODE_RANK`; 0 outside a job).
- *
- * Errors: FULMEN_CODE_UNAVAILABLE, FULMEN_CODE_INVALID_ARGUMENT (before
- * any run: as `fulmen_trainer_num_devices`, or launcher variables that
- * are not numbers or do not fit `devices` and `num_nodes`).
- */
-struct fulmen_error *fulmen_trainer_node_rank(const struct fulmen_trainer *trainer, size_t *out);
-
-/**
  * Sends every checkpoint the trainer saves, loads (`ckpt_path`) or
  * removes through the host's store, replacing any plugin set before;
  * `vtable` NULL goes back to local files. `vtable` is copied; on failure
@@ -1145,6 +923,9 @@ struct fulmen_error *fulmen_trainer_fit(struct fulmen_trainer *trainer,
  * first loads the weights of a checkpoint ("best", "last" or a path).
  * `loader` NULL takes the loaders of the module's `val_dataloader`
  * (Lightning's `trainer.validate(model)`), called after the setup hooks.
+ * What Lightning returns, the epoch metrics per loader, is read after it
+ * with `fulmen_trainer_eval_results`. A limit_val_batches of 0 skips the
+ * loop and its hooks.
  *
  * Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
  * hook, callback, logger or data source failed, or ran past callback_timeout);
@@ -1169,6 +950,7 @@ struct fulmen_error *fulmen_trainer_validate(struct fulmen_trainer *trainer,
 /**
  * Runs the test loop over `loader` once; `ckpt_path` as for validate.
  * `loader` NULL takes the loaders of the module's `test_dataloader`.
+ * Its results are read with `fulmen_trainer_eval_results`.
  *
  * Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
  * hook, callback, logger or data source failed, or ran past callback_timeout);

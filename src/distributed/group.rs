@@ -346,6 +346,11 @@ impl ProcessGroup {
                 "the job's collectives come from an accelerator's hook, which has no subgroups",
             ));
         }
+        // Checked before the numbering moves, so a refused group leaves
+        // the next one the number every rank expects.
+        for ranks in partition {
+            check_group_ranks(ranks, self.world_size)?;
+        }
         let first = named.fetch_add(partition.len(), Ordering::SeqCst);
         let mut mine = None;
         for (i, ranks) in partition.iter().enumerate() {
@@ -356,17 +361,11 @@ impl ProcessGroup {
         Ok(mine)
     }
 
-    /// The group of `ranks` (ranks of this group, distinct) named `name`:
-    /// this process's membership, or `None` when it is not one of them.
-    /// Only the members meet, each calling it with the same name and ranks.
+    /// The group of `ranks` (ranks of this group, distinct: see
+    /// [`check_group_ranks`]) named `name`: this process's membership, or
+    /// `None` when it is not one of them. Only the members meet, each
+    /// calling it with the same name and ranks.
     fn join_subgroup(&self, name: &str, ranks: &[usize]) -> Result<Option<ProcessGroup>> {
-        let mut seen = std::collections::HashSet::new();
-        if let Some(r) = ranks.iter().find(|r| **r >= self.world_size || !seen.insert(**r)) {
-            return Err(Error::invalid(format!(
-                "subgroup {name:?}: rank {r} is repeated or outside the world of {}",
-                self.world_size
-            )));
-        }
         let Some(rank) = ranks.iter().position(|r| *r == self.rank) else { return Ok(None) };
         let world = c_int::try_from(ranks.len()).map_err(|_| Error::invalid("subgroup: too many ranks"))?;
         let c_name = CString::new(name).map_err(|_| Error::invalid("subgroup: the name contains a NUL byte"))?;
@@ -604,4 +603,19 @@ pub(super) fn classify(e: Error) -> Error {
         return e;
     }
     Error::new(ErrorCode::Distributed, e.message)
+}
+
+/// Checks the ranks of a new group: at least one, distinct, each in the
+/// world of `world_size` (`InvalidArgument` otherwise).
+pub(crate) fn check_group_ranks(ranks: &[usize], world_size: usize) -> Result<()> {
+    if ranks.is_empty() {
+        return Err(Error::invalid("new_group: a group needs at least one rank"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    match ranks.iter().find(|r| **r >= world_size || !seen.insert(**r)) {
+        Some(r) => {
+            Err(Error::invalid(format!("new_group: rank {r} is repeated or outside the job's {world_size} rank(s)")))
+        }
+        None => Ok(()),
+    }
 }

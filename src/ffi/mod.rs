@@ -6,6 +6,7 @@
 //! `options_table` declares the option structs (`fulmen_*_options`) that
 //! each area's `gen_options.rs` is generated from.
 #![allow(non_camel_case_types)]
+pub mod after_run;
 pub mod base;
 pub mod callbacks;
 pub mod data;

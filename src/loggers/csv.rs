@@ -223,12 +223,14 @@ impl Logger for CsvLogger {
 
     /// The trainer's call: the metrics plus `epoch` (unless a metric has
     /// that name), prefixed, at `step`; nothing when `metrics` is empty.
-    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: i64, step: i64) -> Result<()> {
+    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: Option<i64>, step: i64) -> Result<()> {
         if metrics.is_empty() {
             return Ok(());
         }
         let mut cells: BTreeMap<String, String> = metrics.iter().map(|(k, v)| (k.clone(), python_float(*v))).collect();
-        cells.entry("epoch".into()).or_insert_with(|| epoch.to_string());
+        if let Some(epoch) = epoch {
+            cells.entry("epoch".into()).or_insert_with(|| epoch.to_string());
+        }
         let row = cells.into_iter().map(|(k, v)| (prefixed(&self.prefix, &k), v)).collect();
         self.push(row, step)
     }
@@ -310,9 +312,9 @@ mod tests {
     fn trainer_rows_sort_every_column_as_lightning() {
         let dir = TempDir::new("csv-logger");
         let mut l = CsvLogger::create(&dir).unwrap();
-        l.log_metrics(&m(&[("loss", 0.5)]), 0, 9).unwrap();
-        l.log_metrics(&m(&[("val_acc", 0.9)]), 0, 9).unwrap();
-        l.log_metrics(&m(&[("epoch", 3.0)]), 0, 10).unwrap();
+        l.log_metrics(&m(&[("loss", 0.5)]), Some(0), 9).unwrap();
+        l.log_metrics(&m(&[("val_acc", 0.9)]), Some(0), 9).unwrap();
+        l.log_metrics(&m(&[("epoch", 3.0)]), Some(0), 10).unwrap();
         l.log_hyperparams(&BTreeMap::from([("lr".to_string(), "0.1".to_string())])).unwrap();
         l.log_hyperparams(&BTreeMap::from([("name".to_string(), "mlp".to_string())])).unwrap();
         l.finalize("success").unwrap();
@@ -345,12 +347,12 @@ mod tests {
         let dir = TempDir::new("csv-logger-append");
         let mut l = CsvLogger::create(&dir).unwrap();
         for step in 0..250 {
-            l.log_metrics(&m(&[("loss", 1.0 / (1 + step) as f64)]), 0, step).unwrap();
+            l.log_metrics(&m(&[("loss", 1.0 / (1 + step) as f64)]), Some(0), step).unwrap();
             assert!(l.pending.len() < DEFAULT_FLUSH_EVERY as usize);
         }
         // Steps 99 and 199 wrote the rows so far.
         assert_eq!(l.pending.len(), 50);
-        l.log_metrics(&m(&[("a,b", 2.0)]), 1, 250).unwrap();
+        l.log_metrics(&m(&[("a,b", 2.0)]), Some(1), 250).unwrap();
         l.finalize("success").unwrap();
         let text = fs::read_to_string(dir.join("metrics.csv")).unwrap();
         let lines: Vec<&str> = text.split_terminator("\r\n").collect();

@@ -220,7 +220,7 @@ impl Logger for FileLogger {
         self.opened.as_ref().map(|(_, d, _)| d.as_path())
     }
 
-    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: i64, step: i64) -> Result<()> {
+    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: Option<i64>, step: i64) -> Result<()> {
         self.open()?.logger().log_metrics(metrics, epoch, step)
     }
 
@@ -296,7 +296,7 @@ impl Logger for SharedFileLogger {
         None
     }
 
-    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: i64, step: i64) -> Result<()> {
+    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: Option<i64>, step: i64) -> Result<()> {
         self.lock().log_metrics(metrics, epoch, step)
     }
 
@@ -391,7 +391,7 @@ mod tests {
         assert!(shared.accepts_media());
         let mut other = shared.clone();
         assert_eq!(other.resolve_log_dir().unwrap(), Some(d.join("lightning_logs/version_4")));
-        shared.log_metrics(&m(&[("a", 1.0)]), 0, 1).unwrap();
+        shared.log_metrics(&m(&[("a", 1.0)]), Some(0), 1).unwrap();
         shared.add_media("t", &super::super::tensorboard::media::text("x"), 1).unwrap();
         shared.finalize("success").unwrap();
         assert!(d.join("lightning_logs/version_4/hparams.yaml").exists());

@@ -10,8 +10,10 @@ pub trait Logger {
     fn name(&self) -> &str;
     /// The folder this logger writes to, if any.
     fn log_dir(&self) -> Option<&Path>;
-    /// Records metrics at an optimizer step (`epoch` is recorded too).
-    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: i64, step: i64) -> Result<()>;
+    /// Records metrics at `step`, with `epoch` as one more metric when
+    /// given (Lightning adds it unless the trainer names the step: an
+    /// evaluation batch's values go without it).
+    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: Option<i64>, step: i64) -> Result<()>;
     /// Records the run's hyperparameters (text values, as given).
     fn log_hyperparams(&mut self, params: &BTreeMap<String, String>) -> Result<()>;
     /// Makes everything logged so far durable (called at epoch ends).

@@ -87,7 +87,18 @@ pub(crate) fn join_job(
 
 /// Reduces `values` over the job's ranks with `op` (sync_dist).
 pub(crate) fn reduce_with(ctx: &DistContext, values: &mut [f64], op: ReduceFx) -> Result<()> {
-    ctx.group.reduce_values(values, crate::strategies::strategy::reduce_op(op)).map_err(|e| ctx.explain(e))
+    reduce_in_group(ctx, &ctx.group, values, op)
+}
+
+/// Reduces `values` over `group` (the job's or one made with
+/// `new_group`) with `op`, a failure explained with the job's context.
+pub(crate) fn reduce_in_group(
+    ctx: &DistContext,
+    group: &crate::distributed::ProcessGroup,
+    values: &mut [f64],
+    op: ReduceFx,
+) -> Result<()> {
+    group.reduce_values(values, crate::strategies::strategy::reduce_op(op)).map_err(|e| ctx.explain(e))
 }
 
 /// What the job's group reduces on `list`'s devices besides the CPU and
@@ -165,7 +176,6 @@ macro_rules! job_methods {
         }
 
         fn new_group(&self, ranks: &[usize]) -> crate::error::Result<Option<crate::distributed::ProcessGroup>> {
-            crate::strategies::strategy::check_group_ranks(ranks, self.ctx.world_size())?;
             self.ctx.group.new_groups(&[ranks.to_vec()]).map_err(|e| self.ctx.explain(e))
         }
 
@@ -175,7 +185,7 @@ macro_rules! job_methods {
             values: &mut [f64],
             op: crate::trainer::metrics::ReduceFx,
         ) -> crate::error::Result<()> {
-            group.reduce_values(values, crate::strategies::strategy::reduce_op(op)).map_err(|e| self.ctx.explain(e))
+            crate::strategies::ddp::reduce_in_group(&self.ctx, group, values, op)
         }
 
         fn any(&self, decision: bool) -> crate::error::Result<bool> {

@@ -191,7 +191,7 @@ pub(crate) trait Strategy {
     /// process's membership, `None` when it is not one of `ranks` or the
     /// job has one process (a group of one reduces nothing).
     fn new_group(&self, ranks: &[usize]) -> Result<Option<crate::distributed::ProcessGroup>> {
-        check_group_ranks(ranks, self.world_size())?;
+        crate::distributed::group::check_group_ranks(ranks, self.world_size())?;
         Ok(None)
     }
 
@@ -349,20 +349,5 @@ pub(crate) fn reduce_op(op: ReduceFx) -> crate::distributed::ReduceOp {
         ReduceFx::Sum => ReduceOp::Sum,
         ReduceFx::Max => ReduceOp::Max,
         ReduceFx::Min => ReduceOp::Min,
-    }
-}
-
-/// Checks the ranks of a new group: at least one, distinct, each in the
-/// world of `world_size`.
-pub(crate) fn check_group_ranks(ranks: &[usize], world_size: usize) -> Result<()> {
-    if ranks.is_empty() {
-        return Err(Error::invalid("new_group: a group needs at least one rank"));
-    }
-    let mut seen = std::collections::HashSet::new();
-    match ranks.iter().find(|r| **r >= world_size || !seen.insert(**r)) {
-        Some(r) => {
-            Err(Error::invalid(format!("new_group: rank {r} is repeated or outside the job's {world_size} rank(s)")))
-        }
-        None => Ok(()),
     }
 }

@@ -165,6 +165,13 @@ impl Trainer {
         &self.state.logged_metrics
     }
 
+    /// What the last validate or test run returned (Lightning's return
+    /// value: one dict per loader); empty after fit and predict, and when
+    /// every loader's limit was 0.
+    pub fn eval_results(&self) -> &[BTreeMap<String, f64>] {
+        &self.state.eval_results
+    }
+
     /// Latest value of every metric logged with `prog_bar` in the last run
     /// (Lightning's `trainer.progress_bar_metrics`).
     pub fn progress_bar_metrics(&self) -> &BTreeMap<String, f64> {

@@ -342,7 +342,7 @@ impl Trainer {
         module: &mut dyn LightningModule,
         dm: &mut dyn DataModule,
         ckpt_path: Option<&str>,
-    ) -> Result<BTreeMap<String, f64>> {
+    ) -> Result<super::eval::EvalResults> {
         let mut both = WithDataModule::new(module, dm);
         let result = self.validate_from_module(&mut both, ckpt_path);
         both.finish(result)
@@ -354,7 +354,7 @@ impl Trainer {
         module: &mut dyn LightningModule,
         dm: &mut dyn DataModule,
         ckpt_path: Option<&str>,
-    ) -> Result<BTreeMap<String, f64>> {
+    ) -> Result<super::eval::EvalResults> {
         let mut both = WithDataModule::new(module, dm);
         let result = self.test_from_module(&mut both, ckpt_path);
         both.finish(result)

@@ -11,6 +11,13 @@ use crate::loggers::Logger;
 use std::collections::BTreeMap;
 use tch::Tensor;
 
+/// What validate and test return, as Lightning's `trainer.validate` /
+/// `trainer.test`: one dict per loader of the epoch values logged for the
+/// loggers (with several loaders, each loader's own, names ending in
+/// `/dataloader_idx_N`) and those the stage's start and epoch hooks logged;
+/// empty when every loader's limit is 0.
+pub type EvalResults = Vec<BTreeMap<String, f64>>;
+
 impl Trainer {
     /// Runs the validation loop once (Lightning's `trainer.validate`);
     /// `ckpt_path` first loads the weights of a checkpoint ("best", "last"
@@ -20,7 +27,7 @@ impl Trainer {
         module: &mut dyn LightningModule,
         source: &dyn BatchSource,
         ckpt_path: Option<&str>,
-    ) -> Result<BTreeMap<String, f64>> {
+    ) -> Result<EvalResults> {
         self.validate_loaders(module, &[source], ckpt_path)
     }
 
@@ -31,11 +38,11 @@ impl Trainer {
         module: &mut dyn LightningModule,
         sources: &[&dyn BatchSource],
         ckpt_path: Option<&str>,
-    ) -> Result<BTreeMap<String, f64>> {
+    ) -> Result<EvalResults> {
         if !module.has_validation_step() {
             return Err(Error::state("validate: the module has no validation_step"));
         }
-        self.evaluate(Stage::Validate, module, Some(sources), ckpt_path, false).map(|(m, _)| m)
+        self.evaluate(Stage::Validate, module, Some(sources), ckpt_path, false).map(|e| e.results)
     }
 
     /// Runs the test loop once (Lightning's `trainer.test`).
@@ -44,7 +51,7 @@ impl Trainer {
         module: &mut dyn LightningModule,
         source: &dyn BatchSource,
         ckpt_path: Option<&str>,
-    ) -> Result<BTreeMap<String, f64>> {
+    ) -> Result<EvalResults> {
         self.test_loaders(module, &[source], ckpt_path)
     }
 
@@ -55,11 +62,11 @@ impl Trainer {
         module: &mut dyn LightningModule,
         sources: &[&dyn BatchSource],
         ckpt_path: Option<&str>,
-    ) -> Result<BTreeMap<String, f64>> {
+    ) -> Result<EvalResults> {
         if !module.has_test_step() {
             return Err(Error::state("test: the module has no test_step"));
         }
-        self.evaluate(Stage::Test, module, Some(sources), ckpt_path, false).map(|(m, _)| m)
+        self.evaluate(Stage::Test, module, Some(sources), ckpt_path, false).map(|e| e.results)
     }
 
     /// Runs `predict_step` over every batch and concatenates the outputs
@@ -81,8 +88,8 @@ impl Trainer {
         sources: &[&dyn BatchSource],
         ckpt_path: Option<&str>,
     ) -> Result<Vec<Option<Tensor>>> {
-        let (_, per_source) = self.evaluate(Stage::Predict, module, Some(sources), ckpt_path, true)?;
-        concat_predictions(per_source)
+        let evaluated = self.evaluate(Stage::Predict, module, Some(sources), ckpt_path, true)?;
+        concat_predictions(evaluated.predictions)
     }
 
     /// Lightning's `trainer.predict`: each source's batch predictions in
@@ -95,8 +102,8 @@ impl Trainer {
         ckpt_path: Option<&str>,
         return_predictions: bool,
     ) -> Result<Option<Vec<Vec<Prediction>>>> {
-        let (_, per_source) = self.evaluate(Stage::Predict, module, Some(sources), ckpt_path, return_predictions)?;
-        Ok(return_predictions.then_some(per_source))
+        let evaluated = self.evaluate(Stage::Predict, module, Some(sources), ckpt_path, return_predictions)?;
+        Ok(return_predictions.then_some(evaluated.predictions))
     }
 
     /// [`Trainer::validate_loaders`] over the loaders of the module's
@@ -106,14 +113,14 @@ impl Trainer {
         &mut self,
         module: &mut dyn LightningModule,
         ckpt_path: Option<&str>,
-    ) -> Result<BTreeMap<String, f64>> {
+    ) -> Result<EvalResults> {
         if !module.has_validation_step() {
             return Err(Error::state("validate: the module has no validation_step"));
         }
         if !module.has_val_dataloader() {
             return Err(Error::state("validate has no data: pass a loader or give the module a val_dataloader"));
         }
-        self.evaluate(Stage::Validate, module, None, ckpt_path, false).map(|(m, _)| m)
+        self.evaluate(Stage::Validate, module, None, ckpt_path, false).map(|e| e.results)
     }
 
     /// [`Trainer::test_loaders`] over the loaders of the module's
@@ -122,14 +129,14 @@ impl Trainer {
         &mut self,
         module: &mut dyn LightningModule,
         ckpt_path: Option<&str>,
-    ) -> Result<BTreeMap<String, f64>> {
+    ) -> Result<EvalResults> {
         if !module.has_test_step() {
             return Err(Error::state("test: the module has no test_step"));
         }
         if !module.has_test_dataloader() {
             return Err(Error::state("test has no data: pass a loader or give the module a test_dataloader"));
         }
-        self.evaluate(Stage::Test, module, None, ckpt_path, false).map(|(m, _)| m)
+        self.evaluate(Stage::Test, module, None, ckpt_path, false).map(|e| e.results)
     }
 
     /// [`Trainer::predict_loaders`] over the loaders of the module's
@@ -142,8 +149,8 @@ impl Trainer {
         if !module.has_predict_dataloader() {
             return Err(Error::state("predict has no data: pass a loader or give the module a predict_dataloader"));
         }
-        let (_, per_source) = self.evaluate(Stage::Predict, module, None, ckpt_path, true)?;
-        concat_predictions(per_source)
+        let evaluated = self.evaluate(Stage::Predict, module, None, ckpt_path, true)?;
+        concat_predictions(evaluated.predictions)
     }
 
     fn evaluate(
@@ -154,6 +161,8 @@ impl Trainer {
         ckpt_path: Option<&str>,
         keep: bool,
     ) -> Result<Evaluated> {
+        // A run that fails leaves no results of an earlier one.
+        self.state.eval_results.clear();
         if sources.is_some_and(|s| s.is_empty()) {
             return Err(Error::invalid(format!("{}: no loader", stage.name())));
         }
@@ -191,7 +200,17 @@ impl Trainer {
         self.state.global_rank = strategy.global_rank();
         self.state.world_size = strategy.world_size();
         self.state.device_sync = strategy.device_sync();
-        self.state.media_loggers = self.extra_loggers.iter().any(|l| l.accepts_media());
+        // The `logger` option's loggers of the last run, or new ones.
+        let choice = self.opts.logger;
+        if self.file_loggers.is_empty()
+            && (choice.csv || choice.tensorboard)
+            && global_zero
+            && self.opts.fast_dev_run == 0
+        {
+            self.file_loggers = self.new_file_loggers(global_zero)?;
+        }
+        self.logger_folder_and_media(global_zero)?;
+        self.state.has_loggers = !self.file_loggers.is_empty() || !self.extra_loggers.is_empty();
         let kept: Vec<Box<dyn Callback>> = std::mem::take(&mut self.defaults)
             .into_iter()
             .filter(|c| super::fit_loop::is_checkpoint(c.as_ref()))
@@ -201,8 +220,11 @@ impl Trainer {
         let opts = self.opts.clone();
         let callbacks: Vec<&mut Box<dyn Callback>> =
             self.defaults.iter_mut().chain(self.callbacks.iter_mut()).collect();
-        let loggers: Vec<&mut Box<dyn Logger>> =
-            if global_zero { self.extra_loggers.iter_mut().collect() } else { Vec::new() };
+        let loggers: Vec<&mut Box<dyn Logger>> = if global_zero && opts.fast_dev_run == 0 {
+            self.file_loggers.iter_mut().chain(self.extra_loggers.iter_mut()).collect()
+        } else {
+            Vec::new()
+        };
         let name = match stage {
             Stage::Test => "test",
             Stage::Predict => "predict",
@@ -215,13 +237,14 @@ impl Trainer {
         self.profiler_report = report;
         let result = result.and_then(|r| traced.map(|()| r));
         match &result {
-            Ok((metrics, _)) => {
+            Ok(evaluated) => {
                 if opts.enable_progress_bar && stage != Stage::Predict && global_zero {
-                    progress::eval_line(name, metrics);
+                    progress::eval_line(name, &evaluated.metrics);
                 }
                 for l in run.loggers.iter_mut() {
                     l.finalize("success").ctx(format!("{} logger", l.name()))?;
                 }
+                run.state.eval_results = evaluated.results.clone();
             }
             Err(e) => run.exception(e),
         }
@@ -258,19 +281,22 @@ fn eval_run(
     }
     // Without loaders, the module's dataloader hook gives them now, after
     // the setup hooks (Lightning's evaluation loop `setup_data`).
+    let limit = match stage {
+        Stage::Test => opts.effective_limit(opts.limit_test_batches),
+        Stage::Predict => opts.effective_limit(opts.limit_predict_batches),
+        _ => opts.effective_limit(opts.limit_val_batches),
+    };
+    // A limit of 0 skips the loop before any loader is asked for
+    // (Lightning's `setup_data`).
     let owned = match sources {
         Some(_) => Vec::new(),
+        None if limit.is_zero() => Vec::new(),
         None => hook_sources(run, opts, stage)?,
     };
     let hooked: Vec<&dyn BatchSource> = owned.iter().map(|b| &**b as &dyn BatchSource).collect();
     let sources: &[&dyn BatchSource] = match sources {
         Some(s) => s,
         None => &hooked,
-    };
-    let limit = match stage {
-        Stage::Test => opts.effective_limit(opts.limit_test_batches),
-        Stage::Predict => opts.effective_limit(opts.limit_predict_batches),
-        _ => opts.effective_limit(opts.limit_val_batches),
     };
     let limits: Vec<Option<usize>> = sources.iter().map(|s| limit.apply(s.num_batches())).collect();
     match stage {

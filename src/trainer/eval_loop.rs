@@ -12,9 +12,26 @@ use crate::error::{Result, ResultExt};
 use std::collections::BTreeMap;
 use tch::Tensor;
 
-/// The epoch metrics of an evaluation run and, for predict, the steps'
-/// outputs per source (each batch's, when the run keeps them).
-pub(super) type Evaluated = (BTreeMap<String, f64>, Vec<Vec<Prediction>>);
+/// What an evaluation run gives back.
+pub(super) struct Evaluated {
+    /// The epoch metrics sent to the loggers: every loader's and the
+    /// stage's hooks'.
+    pub metrics: BTreeMap<String, f64>,
+    /// Lightning's return value of validate / test: per loader, the epoch
+    /// values it logged for the loggers, with those the stage's start and
+    /// epoch hooks logged (empty when the run was skipped).
+    pub results: Vec<BTreeMap<String, f64>>,
+    /// For predict, the steps' outputs per source (each batch's, when the
+    /// run keeps them).
+    pub predictions: Vec<Vec<Prediction>>,
+}
+
+/// Whether an evaluation over loaders limited to `limits` batches is
+/// skipped (Lightning's `skip`: every loader limited to none, or no
+/// loader, as when a limit of 0 asked for none).
+fn skipped(limits: &[Option<usize>]) -> bool {
+    limits.iter().all(|l| *l == Some(0))
+}
 
 /// One predict batch's output: the tensor predict_step returned, and the
 /// tensors it added ([`StepContext::add_prediction`]), which make the
@@ -70,10 +87,12 @@ fn hooks_of(stage: Stage) -> StageHooks {
 /// Runs `stage` (validate, test or predict) over each of `sources` in turn
 /// (Lightning's sequential mode for several loaders), at most `limits[i]`
 /// batches of source i. With several sources the steps see their
-/// `dataloader_idx` and their logged names end in `/dataloader_idx_N`. The
-/// epoch metrics go to the loggers at `log_step` (none when `None`, as in
-/// the sanity check). Returns the epoch metrics and, for predict, the
-/// steps' outputs per source.
+/// `dataloader_idx` and their logged names end in `/dataloader_idx_N`. Each
+/// batch's step values go to the loggers at the loader's count of batches,
+/// the epoch metrics at `log_step` (none when `None`, as in the sanity
+/// check). When every loader is limited to no batch nothing runs, no hook
+/// either (Lightning's skip). Returns the metrics, the per-loader results
+/// and, for predict, the steps' outputs per source.
 pub(super) fn evaluate(
     run: &mut Run,
     stage: Stage,
@@ -94,6 +113,14 @@ pub(super) fn evaluate_keeping(
     log_step: Option<i64>,
     keep: bool,
 ) -> Result<Evaluated> {
+    // Every rank skips or none does (a rank with no batch still meets the
+    // others' collectives).
+    let skip = skipped(limits);
+    let skip = if run.state.world_size > 1 { !run.strategy.any(!skip)? } else { skip };
+    if skip {
+        let predictions = sources.iter().map(|_| Vec::new()).collect();
+        return Ok(Evaluated { metrics: BTreeMap::new(), results: Vec::new(), predictions });
+    }
     let h = hooks_of(stage);
     let counted = run.counts_validation(stage);
     if counted {
@@ -103,14 +130,23 @@ pub(super) fn evaluate_keeping(
     run.state.batch_hook_logs.clear();
     run.simple(h.start)?;
     run.simple(h.epoch_start)?;
-    let mut store = MetricStore::default();
+    let mut store = MetricStore::evaluation();
     let mut outputs = Vec::new();
+    let mut ran = Vec::new();
+    if run.eval_batches_logged.len() < sources.len() {
+        run.eval_batches_logged.resize(sources.len(), 0);
+    }
     {
         let _no_grad = tch::no_grad_guard();
         for (d, source) in sources.iter().enumerate() {
             let idx = (sources.len() > 1).then_some(d);
             let limit = limits.get(d).copied().flatten();
-            outputs.push(run_source(run, stage, &h, *source, limit, idx, &mut store, keep)?);
+            let how = SourceRun { limit, dataloader_idx: idx, keep, log_steps: log_step.is_some() };
+            let (predictions, batches) = run_source(run, stage, &h, *source, how, &mut store)?;
+            outputs.push(predictions);
+            if batches > 0 {
+                ran.push(d);
+            }
         }
     }
     if counted {
@@ -119,32 +155,85 @@ pub(super) fn evaluate_keeping(
         run.progress.val_batch.is_last_batch = run.progress.val_batch.progress.current.ready > 0;
     }
     let mut metrics = store.end_epoch_synced(&|v, op, g| run.strategy.reduce_in(v, op, g))?;
-    run.state.callback_metrics.extend(store.callback_metrics);
-    run.state.progress_metrics.extend(store.progress_metrics);
+    // Lightning's return value: a dict at each change of loader and one
+    // at the end, so one per loader that gave batches, after a dict of the
+    // hooks' values alone when the first of them is not loader 0. Predict
+    // logs nothing and returns predictions instead.
+    let mut dicts: Vec<Option<usize>> = Vec::new();
+    if stage != Stage::Predict {
+        if ran.first() != Some(&0) {
+            dicts.push(None);
+        }
+        dicts.extend(ran.iter().map(|d| Some(*d)));
+    }
+    let mut results: Vec<BTreeMap<String, f64>> = dicts
+        .iter()
+        .map(|d| {
+            let ours = |k: &String| store.loader_of(k).is_none_or(|from| Some(from) == *d);
+            metrics.iter().filter(|(k, _)| ours(k)).map(|(k, v)| (k.clone(), *v)).collect()
+        })
+        .collect();
+    run.state.callback_metrics.extend(std::mem::take(&mut store.callback_metrics));
+    run.state.progress_metrics.extend(std::mem::take(&mut store.progress_metrics));
     run.simple(h.epoch_end)?;
-    metrics.extend(std::mem::take(&mut run.state.hook_metrics));
+    // What the start and epoch hooks logged joins every loader's results
+    // (Lightning logs them with no dataloader_idx).
+    let hooked = std::mem::take(&mut run.state.hook_metrics);
+    for r in results.iter_mut() {
+        r.extend(hooked.iter().map(|(k, v)| (k.clone(), *v)));
+    }
+    metrics.extend(hooked);
     if let (Some(step), false) = (log_step, metrics.is_empty()) {
         run.state.logged_metrics.extend(metrics.iter().map(|(k, v)| (k.clone(), *v)));
         run.log_metrics(&metrics, step)?;
     }
     run.simple(h.end)?;
     run.model_train(stage)?;
-    Ok((metrics, outputs))
+    Ok(Evaluated { metrics, results, predictions: outputs })
+}
+
+/// How one source runs: its batch limit, its `dataloader_idx` (with
+/// several loaders), whether predict outputs are kept, and whether step
+/// values go to the loggers (not in the sanity check).
+struct SourceRun {
+    limit: Option<usize>,
+    dataloader_idx: Option<usize>,
+    keep: bool,
+    log_steps: bool,
+}
+
+/// Lightning's `update_eval_step_metrics` after a batch of loader `d`: its
+/// step values (reduced over ranks where logged with sync_dist) go to the
+/// logged metrics and, without an epoch, to the loggers at the loader's
+/// count of batches so far; with `logging` off (the sanity check) they are
+/// dropped.
+fn log_batch_values(run: &mut Run, store: &mut MetricStore, d: usize, logging: bool) -> Result<()> {
+    if !logging {
+        store.take_step_values();
+        return Ok(());
+    }
+    store.sync_step(&|v, op, g| run.strategy.reduce_in(v, op, g))?;
+    let values = store.take_step_values();
+    let step = run.eval_batches_logged[d];
+    run.eval_batches_logged[d] += 1;
+    if values.is_empty() {
+        return Ok(());
+    }
+    run.state.logged_metrics.extend(values.iter().map(|(k, v)| (k.clone(), *v)));
+    run.log_metrics_with(&values, None, step)
 }
 
 /// The batches of one source: its steps and batch hooks; returns the
-/// predict outputs (none unless `keep`).
-#[allow(clippy::too_many_arguments)]
+/// predict outputs (none unless `how.keep`) and the number of batches run.
 fn run_source(
     run: &mut Run,
     stage: Stage,
     h: &StageHooks,
     source: &dyn BatchSource,
-    limit: Option<usize>,
-    dataloader_idx: Option<usize>,
+    how: SourceRun,
     store: &mut MetricStore,
-    keep: bool,
-) -> Result<Vec<Prediction>> {
+) -> Result<(Vec<Prediction>, usize)> {
+    let SourceRun { limit, dataloader_idx, keep, log_steps } = how;
     let epoch = run.state.epoch;
     let d = dataloader_idx.unwrap_or(0);
     let mut outputs = Vec::new();
@@ -159,6 +248,7 @@ fn run_source(
     let wanted = stage == Stage::Predict && run.callbacks.iter().any(|c| c.wants_batch_indices());
     let index_of = if wanted { source.sample_indices(epoch as u64) } else { None };
     let mut batches = source.batches(epoch as u64)?.enumerate();
+    let mut count = 0;
     loop {
         let fetch = run.profile_start();
         let Some((i, batch)) = batches.next() else { break };
@@ -166,6 +256,7 @@ fn run_source(
         if limit.is_some_and(|n| i >= n) {
             break;
         }
+        count += 1;
         let what = match dataloader_idx {
             Some(d) => format!("loading {} batch {i} of loader {d}", stage.name()),
             None => format!("loading {} batch {i}", stage.name()),
@@ -237,12 +328,15 @@ fn run_source(
         if counted {
             run.progress.val_batch.progress.increment_completed();
         }
+        if stage != Stage::Predict {
+            log_batch_values(run, store, d, log_steps)?;
+        }
         // Validation and test outputs go to their batch-end hooks only.
         if keep && stage == Stage::Predict {
             outputs.push(Prediction { output: out, added });
         }
     }
-    Ok(outputs)
+    Ok((outputs, count))
 }
 
 /// The tensors each chunk's predict step added, gathered position by

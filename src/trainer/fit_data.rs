@@ -107,11 +107,13 @@ impl<'a> FitData<'a> {
         Ok(true)
     }
 
-    /// Calls the module's `val_dataloader` for `epoch` when the run
-    /// validates and it has not been called yet or a reload is due;
-    /// returns whether it was called. `record` false (a sanity check in an
-    /// epoch that does not validate) leaves the reload epoch unrecorded,
-    /// as Lightning's evaluation loop does.
+    /// Loads the validation loaders for `epoch` when the run validates
+    /// and they were not loaded yet or a reload is due (Lightning's
+    /// evaluation `setup_data`): the module's `val_dataloader` is called
+    /// again, loaders given to fit are kept as they are. Returns whether
+    /// they were (re)loaded. `record` false (a sanity check in an epoch that
+    /// does not validate) leaves the reload epoch unrecorded, as
+    /// Lightning's evaluation loop does.
     pub fn prepare_vals(
         &mut self,
         module: &mut dyn LightningModule,
@@ -120,8 +122,15 @@ impl<'a> FitData<'a> {
         record: bool,
     ) -> Result<bool> {
         let due = !self.vals_loaded || self.due(self.vals_loaded_at, epoch);
-        if !self.vals_from_module || !self.validating || !due {
+        if !self.validating || !due {
             return Ok(false);
+        }
+        if !self.vals_from_module {
+            self.vals_loaded = true;
+            if record {
+                self.vals_loaded_at = Some(epoch);
+            }
+            return Ok(true);
         }
         let sources = module.val_dataloader(epoch).ctx(format!("val_dataloader (epoch {epoch})"))?;
         if sources.len() > LOADERS_MAX {

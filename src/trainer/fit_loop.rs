@@ -44,7 +44,7 @@ impl Trainer {
 
     /// Creates this run's file loggers in a new `version_N` folder (on
     /// rank 0 only: other ranks log nothing, as Lightning's loggers).
-    fn file_loggers(&mut self, global_zero: bool) -> Result<Vec<Box<dyn Logger>>> {
+    pub(super) fn new_file_loggers(&mut self, global_zero: bool) -> Result<Vec<Box<dyn Logger>>> {
         let mut out: Vec<Box<dyn Logger>> = Vec::new();
         let choice = self.opts.logger;
         if self.opts.fast_dev_run > 0 || !(choice.csv || choice.tensorboard) || !global_zero {
@@ -136,6 +136,7 @@ impl Trainer {
         vals: Option<&[&dyn BatchSource]>,
         ckpt_path: Option<&str>,
     ) -> Result<()> {
+        self.state.eval_results.clear();
         if train.is_none() && !module.has_train_dataloader() {
             return Err(Error::state(
                 "fit has no training data: pass a train loader or give the module a train_dataloader",
@@ -160,7 +161,7 @@ impl Trainer {
         self.state.world_size = strategy.world_size();
         self.state.device_sync = strategy.device_sync();
         self.defaults = self.default_callbacks(true, global_zero)?;
-        let mut file_loggers = self.file_loggers(global_zero)?;
+        self.file_loggers = self.new_file_loggers(global_zero)?;
         self.logger_folder_and_media(global_zero)?;
         self.state.num_devices = strategy.num_devices();
         self.state.node_rank = strategy.node_rank();
@@ -169,7 +170,7 @@ impl Trainer {
         let opts = self.opts.clone();
         let ordered = fit_order(&mut self.defaults, &mut self.callbacks);
         self.state.has_loggers = opts.logger.csv || opts.logger.tensorboard || !self.extra_loggers.is_empty();
-        let mut loggers: Vec<&mut Box<dyn Logger>> = file_loggers.iter_mut().collect();
+        let mut loggers: Vec<&mut Box<dyn Logger>> = self.file_loggers.iter_mut().collect();
         if opts.fast_dev_run == 0 && global_zero {
             loggers.extend(self.extra_loggers.iter_mut());
         }
@@ -401,6 +402,8 @@ fn fit_run(
         }
         if validates_in(opts, epoch) && data.prepare_vals(&mut *run.module, &run.strategy, epoch, true)? {
             set_val_batches(run.state, opts, &data.vals());
+            // Reloaded loaders count their logged batches from 0 again.
+            run.eval_batches_logged.clear();
         }
         let vals = data.vals();
         let started = run.profile_start();

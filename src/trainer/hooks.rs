@@ -335,10 +335,13 @@ pub struct TrainerState {
     /// Latest value of every logged metric.
     pub callback_metrics: BTreeMap<String, f64>,
     /// Latest value of every metric logged for the loggers (Lightning's
-    /// `logged_metrics`: the `logger=True` values of each training batch,
-    /// training epoch and validation / test end, whether or not a logger
-    /// is active; not the sanity check's).
+    /// `logged_metrics`: the `logger=True` values of each training,
+    /// validation and test batch, training epoch and validation / test
+    /// end, whether or not a logger is active; not the sanity check's).
     pub logged_metrics: BTreeMap<String, f64>,
+    /// What the last validate or test run returned (empty after fit and
+    /// predict).
+    pub eval_results: Vec<BTreeMap<String, f64>>,
     /// Set by a hook to stop training after the current step / epoch
     /// (Lightning's `trainer.should_stop = True`).
     pub should_stop: bool,

@@ -221,6 +221,11 @@ struct EpochAccumulator {
     reduce: ReduceFx,
     prog_bar: bool,
     on_step: bool,
+    /// The evaluation loader that logged it (`None`: training, or one
+    /// loader).
+    loader: Option<usize>,
+    /// Where the name forks (before the loader suffix fulmen added).
+    base_len: usize,
 }
 
 /// Metrics of one run (fit, validate, test).
@@ -248,18 +253,58 @@ pub struct MetricStore {
     /// Step keys whose value was already reduced over ranks (logged from a
     /// hook): the next [`MetricStore::sync_step`] leaves them.
     presynced: BTreeSet<String>,
+    /// An evaluation's store: step values stay out of the callback
+    /// metrics (Lightning: "callback metrics don't take `_step` forked
+    /// metrics" outside training).
+    evaluating: bool,
+    /// The loader of each value the last epoch end returned, for those
+    /// logged with one.
+    ended_loaders: BTreeMap<String, usize>,
+    /// The step key of each name logged per step (`x_step` when forked).
+    step_keys: BTreeMap<String, String>,
+    /// The name of each step key (the reverse of `step_keys`).
+    step_names: BTreeMap<String, String>,
 }
 
-/// A name without its `_step` / `_epoch` suffix.
-fn base_name(key: &str) -> &str {
-    key.strip_suffix("_step").or_else(|| key.strip_suffix("_epoch")).unwrap_or(key)
+/// The name a value logged both per step and per epoch gets for one of
+/// them (`which`: "step" or "epoch"): the fork goes after the first
+/// `base_len` bytes of `name`, before the loader suffix fulmen added, as
+/// Lightning forks it (`loss_step`, `loss_epoch/dataloader_idx_1`).
+fn forked(name: &str, base_len: usize, which: &str) -> String {
+    let (base, suffix) = name.split_at(base_len.min(name.len()));
+    format!("{base}_{which}{suffix}")
 }
 
 impl MetricStore {
+    /// The store of a validation, test or sanity-check run: its step
+    /// values go to the loggers and the logged and progress metrics, never
+    /// to the callback metrics.
+    pub fn evaluation() -> Self {
+        MetricStore { evaluating: true, ..Default::default() }
+    }
+
+    /// The evaluation loader the value `key` of the last epoch end came
+    /// from (`None` when logged without one: training, one loader).
+    pub fn loader_of(&self, key: &str) -> Option<usize> {
+        self.ended_loaders.get(key).copied()
+    }
+
     /// Records one logged value. A name keeps the flags it was first
     /// logged with in the epoch: logging it again with other flags is an
     /// error, as in Lightning ("twice ... with different arguments").
     pub fn log(&mut self, name: &str, value: f64, flags: LogFlags, batch_size: f64) -> Result<()> {
+        self.record(name, name.len(), value, flags, batch_size)
+    }
+
+    /// The name a step key was logged under (the key itself when the name
+    /// was not forked).
+    fn name_of_step<'k>(&'k self, key: &'k str) -> &'k str {
+        self.step_names.get(key).map_or(key, String::as_str)
+    }
+
+    /// [`MetricStore::log`] of `name`, whose first `base_len` bytes are the
+    /// name the user gave (the rest, a loader suffix fulmen added).
+    fn record(&mut self, name: &str, base_len: usize, value: f64, flags: LogFlags, batch_size: f64) -> Result<()> {
         match self.flags.get(name) {
             Some(first) if *first != flags => {
                 return Err(Error::invalid(format!(
@@ -282,7 +327,11 @@ impl MetricStore {
             self.unlogged.insert(name.to_string());
         }
         if flags.on_step {
-            let key = if both { format!("{name}_step") } else { name.to_string() };
+            let key = if both { forked(name, base_len, "step") } else { name.to_string() };
+            if !self.step_keys.contains_key(name) {
+                self.step_keys.insert(name.to_string(), key.clone());
+                self.step_names.insert(key.clone(), name.to_string());
+            }
             let value = match self.split.as_mut() {
                 Some(split) => {
                     let e = split.entry(key.clone()).or_insert((0.0, 0.0, 0));
@@ -300,13 +349,18 @@ impl MetricStore {
                 None => value,
             };
             self.step.insert(key.clone(), value);
-            self.callback_metrics.insert(key.clone(), value);
+            if !self.evaluating {
+                self.callback_metrics.insert(key.clone(), value);
+            }
             if flags.prog_bar {
                 self.progress_metrics.insert(key, value);
             }
         }
         if flags.on_epoch {
-            let acc = self.epoch.entry(name.to_string()).or_default();
+            let acc = self
+                .epoch
+                .entry(name.to_string())
+                .or_insert_with(|| EpochAccumulator { base_len, ..Default::default() });
             acc.reduce = flags.reduce_fx;
             match flags.reduce_fx {
                 ReduceFx::Mean => {
@@ -342,7 +396,14 @@ impl MetricStore {
             )));
         }
         let key = match site.dataloader_idx {
-            Some(i) if flags.add_dataloader_idx => format!("{name}/dataloader_idx_{i}"),
+            Some(i) if flags.add_dataloader_idx => {
+                let key = format!("{name}/dataloader_idx_{i}");
+                self.record(&key, name.len(), value, flags, batch_size)?;
+                if let Some(acc) = self.epoch.get_mut(&key) {
+                    acc.loader = Some(i);
+                }
+                return Ok(key);
+            }
             Some(i) => {
                 let first = *self.loaders.entry(name.to_string()).or_insert(i);
                 if first != i {
@@ -357,6 +418,9 @@ impl MetricStore {
             None => name.to_string(),
         };
         self.log(&key, value, flags, batch_size)?;
+        if let (Some(acc), Some(_)) = (self.epoch.get_mut(&key), site.dataloader_idx) {
+            acc.loader = site.dataloader_idx;
+        }
         Ok(key)
     }
 
@@ -367,9 +431,11 @@ impl MetricStore {
         if !flags.on_step {
             return;
         }
-        let key = if flags.on_epoch { format!("{name}_step") } else { name.to_string() };
+        let Some(key) = self.step_keys.get(name).cloned() else { return };
         self.step.insert(key.clone(), value);
-        self.callback_metrics.insert(key.clone(), value);
+        if !self.evaluating {
+            self.callback_metrics.insert(key.clone(), value);
+        }
         if flags.prog_bar {
             self.progress_metrics.insert(key.clone(), value);
         }
@@ -395,17 +461,19 @@ impl MetricStore {
         let keys: Vec<String> = self
             .step
             .keys()
-            .filter(|k| self.sync.contains_key(base_name(k)) && !self.presynced.contains(*k))
+            .filter(|k| self.sync.contains_key(self.name_of_step(k)) && !self.presynced.contains(*k))
             .cloned()
             .collect();
         let mut values: Vec<f64> = keys.iter().map(|k| self.step[k]).collect();
-        reduce_by_op(&mut values, |i| self.sync.get(base_name(&keys[i])).copied(), reduce)?;
+        reduce_by_op(&mut values, |i| self.sync.get(self.name_of_step(&keys[i])).copied(), reduce)?;
         for (k, v) in keys.into_iter().zip(values) {
             self.step.insert(k.clone(), v);
             if let Some(p) = self.progress_metrics.get_mut(&k) {
                 *p = v;
             }
-            self.callback_metrics.insert(k, v);
+            if !self.evaluating {
+                self.callback_metrics.insert(k, v);
+            }
         }
         Ok(())
     }
@@ -415,7 +483,7 @@ impl MetricStore {
     pub fn take_step_values(&mut self) -> BTreeMap<String, f64> {
         self.presynced.clear();
         let mut step = std::mem::take(&mut self.step);
-        step.retain(|k, _| !self.unlogged.contains(base_name(k)));
+        step.retain(|k, _| !self.unlogged.contains(self.name_of_step(k)));
         step
     }
 
@@ -457,15 +525,19 @@ impl MetricStore {
             a.value = v;
         }
         let mut out = BTreeMap::new();
+        self.ended_loaders.clear();
         for (name, acc) in done {
             let value = if acc.reduce == ReduceFx::Mean { acc.value / acc.weight } else { acc.value };
-            let key = if acc.on_step { format!("{name}_epoch") } else { name.clone() };
+            let key = if acc.on_step { forked(&name, acc.base_len, "epoch") } else { name.clone() };
             self.callback_metrics.insert(key.clone(), value);
             self.callback_metrics.insert(name.clone(), value);
             if acc.prog_bar {
                 self.progress_metrics.insert(key.clone(), value);
             }
             if !self.unlogged.contains(&name) {
+                if let Some(d) = acc.loader {
+                    self.ended_loaders.insert(key.clone(), d);
+                }
                 out.insert(key, value);
             }
         }
@@ -642,6 +714,41 @@ mod tests {
         let e = m.log_from(site(0), "x/dataloader_idx_0", 1.0, f, 1.0).unwrap_err();
         assert!(e.message.contains("add_dataloader_idx=True"), "{}", e.message);
         assert_eq!(m.end_epoch()["acc"], 2.0);
+    }
+
+    #[test]
+    fn an_evaluation_forks_names_before_the_loader_suffix_and_keeps_steps_out_of_callbacks() {
+        let mut m = MetricStore::evaluation();
+        let both = LogFlags { on_step: true, on_epoch: true, prog_bar: true, ..Default::default() };
+        let site = |i| LogSite { fx: "validation_step", dataloader_idx: Some(i) };
+        m.log_from(site(0), "loss", 1.0, both, 2.0).unwrap();
+        m.log_from(site(1), "loss", 3.0, both, 1.0).unwrap();
+        m.log_from(site(1), "plain", 5.0, LogFlags { on_epoch: true, ..Default::default() }, 1.0).unwrap();
+        let steps = m.take_step_values();
+        assert_eq!((steps["loss_step/dataloader_idx_0"], steps["loss_step/dataloader_idx_1"]), (1.0, 3.0));
+        assert!(m.callback_metrics.is_empty());
+        assert_eq!(m.progress_metrics["loss_step/dataloader_idx_1"], 3.0);
+        let e = m.end_epoch();
+        assert_eq!(
+            e.keys().collect::<Vec<_>>(),
+            ["loss_epoch/dataloader_idx_0", "loss_epoch/dataloader_idx_1", "plain/dataloader_idx_1"]
+        );
+        assert_eq!(
+            (m.loader_of("loss_epoch/dataloader_idx_0"), m.loader_of("plain/dataloader_idx_1")),
+            (Some(0), Some(1))
+        );
+        assert_eq!(m.callback_metrics["loss/dataloader_idx_1"], 3.0);
+        assert!(m.callback_metrics.keys().all(|k| !k.contains("_step")));
+        // A name the user gave with a loader's suffix forks at its end, as
+        // in Lightning; a name ending in `_step` that is not forked keeps
+        // its flags (logger=False).
+        let own = LogFlags { add_dataloader_idx: false, ..both };
+        assert_eq!(m.log_from(site(3), "x/dataloader_idx_3", 1.0, own, 1.0).unwrap(), "x/dataloader_idx_3");
+        let quiet = LogFlags { on_step: true, logger: false, ..Default::default() };
+        m.log("acc_step", 2.0, quiet, 1.0).unwrap();
+        m.log("acc", 3.0, LogFlags { on_step: true, ..Default::default() }, 1.0).unwrap();
+        let steps = m.take_step_values();
+        assert_eq!(steps.keys().collect::<Vec<_>>(), ["acc", "x/dataloader_idx_3_step"]);
     }
 
     #[test]

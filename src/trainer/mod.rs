@@ -35,6 +35,7 @@ pub mod torch_profiler;
 
 pub use context::{Stage, StepContext};
 pub use datamodule::DataModule;
+pub use eval::EvalResults;
 pub use eval_loop::Prediction;
 pub(crate) use fit_data::LOADERS_MAX;
 pub use hooks::{Callback, Hook, HookContext, TrainerState};
@@ -62,6 +63,11 @@ pub struct Trainer {
     defaults: Vec<Box<dyn Callback>>,
     /// Loggers added by the user (host loggers), kept across runs.
     extra_loggers: Vec<Box<dyn Logger>>,
+    /// The `logger` option's CSV / TensorBoard loggers: each fit makes
+    /// them in a new `version_N` folder, and the validate, test and
+    /// predict runs after it log there too (made on first use when no fit
+    /// came first), as Lightning's trainer keeps its loggers.
+    file_loggers: Vec<Box<dyn Logger>>,
     /// State of the last run.
     pub state: TrainerState,
     /// The simple profiler's report of the last run, when profiling.
@@ -86,6 +92,7 @@ impl Trainer {
             callbacks: Vec::new(),
             defaults: Vec::new(),
             extra_loggers: Vec::new(),
+            file_loggers: Vec::new(),
             state: TrainerState::default(),
             profiler_report: None,
             attached: None,

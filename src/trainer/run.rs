@@ -59,6 +59,11 @@ pub(crate) struct Run<'a> {
     /// When training started or the last validation ended (a wall-time
     /// `val_check_interval` counts from it).
     pub last_validation: std::time::Instant,
+    /// Per evaluation loader, the batches whose step values went to the
+    /// loggers so far: the step they are logged at (Lightning's
+    /// `_seen_batches_per_dataloader`, kept across a fit's validations
+    /// until the loaders are reloaded).
+    pub eval_batches_logged: Vec<i64>,
 }
 
 /// Calls one callback's hook, timed when profiling, naming it in errors.
@@ -123,6 +128,7 @@ impl<'a> Run<'a> {
             requeue: None,
             opt_hooks,
             last_validation: std::time::Instant::now(),
+            eval_batches_logged: Vec::new(),
         })
     }
 }
@@ -511,8 +517,10 @@ impl Run<'_> {
                 l.after_save_checkpoint(&path).ctx(format!("{} logger's after_save_checkpoint", l.name()))?;
             }
         }
+        // LearningRateMonitor's and ThroughputMonitor's values, which
+        // Lightning's callbacks give the loggers without an epoch.
         for (step, values) in std::mem::take(&mut self.state.log_requests) {
-            self.log_metrics(&values.into_iter().collect(), step)?;
+            self.log_metrics_with(&values.into_iter().collect(), None, step)?;
         }
         for (tag, media, step) in std::mem::take(&mut self.state.media_requests) {
             // Images, histograms and texts go to the loggers that keep them
@@ -525,7 +533,7 @@ impl Run<'_> {
             let stats = self.strategy.device_stats(cpu_stats)?;
             let m: BTreeMap<String, f64> = stats.into_iter().map(|(k, v)| (format!("{prefix}/{k}"), v)).collect();
             if !m.is_empty() {
-                self.log_metrics(&m, step)?;
+                self.log_metrics_with(&m, None, step)?;
             }
         }
         Ok(())
@@ -533,8 +541,15 @@ impl Run<'_> {
 
     /// Sends metrics to every logger.
     pub fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, step: i64) -> Result<()> {
+        self.log_metrics_with(metrics, Some(self.state.epoch), step)
+    }
+
+    /// Sends `metrics` to every logger at `step`, with `epoch` as one more
+    /// value when given (Lightning's trainer adds it; its callbacks that
+    /// call the loggers themselves, and the evaluation batches, do not).
+    pub fn log_metrics_with(&mut self, metrics: &BTreeMap<String, f64>, epoch: Option<i64>, step: i64) -> Result<()> {
         for l in self.loggers.iter_mut() {
-            l.log_metrics(metrics, self.state.epoch, step).ctx(format!("{} logger", l.name()))?;
+            l.log_metrics(metrics, epoch, step).ctx(format!("{} logger", l.name()))?;
         }
         Ok(())
     }

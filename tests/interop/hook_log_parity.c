@@ -11,8 +11,15 @@
  * * epoch) and "tbe2" (the same, on_step and on_epoch),
  * on_before_optimizer_step "bos" (global step), on_validation_batch_end
  * "vbe" (batch_idx), on_train_epoch_start "tes" (10 * epoch), training_step
- * "ts" (batch_idx). Prints "logged NAME VALUE" and "callback NAME VALUE"
- * per metric and "log_dir DIR". A failed call prints its error and exits 1. */
+ * "ts" (batch_idx), validation_step and test_step "vs" (batch_idx + 10 *
+ * dataloader_idx, on_step and on_epoch), "vn" (1, summed) and "vq" (batch_idx,
+ * logger=False), on_validation_epoch_end "vee" (3). Prints "logged NAME
+ * VALUE" and "callback NAME VALUE" per metric. Then, on the same trainer,
+ * validate over two loaders (the 40 samples in batches of 16 and of 10)
+ * and test over the first: after each, "<label>_result<i> NAME VALUE" per
+ * entry of the returned dicts and "<label>_logged" / "<label>_callback"
+ * lines ("validate", "test"). Last "log_dir DIR". A failed call prints its
+ * error and exits 1. */
 #include <fulmen.h>
 #include <math.h>
 #include <stdio.h>
@@ -47,9 +54,16 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
 
 static fulmen_error *validation_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch) {
     (void)ud;
-    (void)ctx;
     (void)batch;
-    return NULL;
+    int64_t i = 0;
+    size_t d = 0;
+    fulmen_error *e = fulmen_step_context_batch_idx(ctx, &i);
+    if (e == NULL) e = fulmen_step_context_dataloader_idx(ctx, &d);
+    double v = (double)i + 10.0 * (double)d;
+    if (e == NULL) e = fulmen_step_context_log(ctx, "vs", v, FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH, 0);
+    if (e == NULL) e = fulmen_step_context_log(ctx, "vn", 1.0, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_REDUCE_SUM, 0);
+    if (e == NULL) e = fulmen_step_context_log(ctx, "vq", (double)i, FULMEN_LOG_NO_LOGGER, 0);
+    return e;
 }
 
 static fulmen_error *configure_optimizers(void *ud, fulmen_optimizer_config *config) {
@@ -81,12 +95,14 @@ static fulmen_error *on_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
         return fulmen_hook_context_log(ctx, "vbe", (double)i, FULMEN_LOG_DEFAULT);
     case FULMEN_HOOK_TRAIN_EPOCH_START:
         return fulmen_hook_context_log(ctx, "tes", (double)(10 * epoch), FULMEN_LOG_DEFAULT);
+    case FULMEN_HOOK_VALIDATION_EPOCH_END:
+        return fulmen_hook_context_log(ctx, "vee", 3.0, FULMEN_LOG_DEFAULT);
     default:
         return NULL;
     }
 }
 
-static fulmen_loader *blobs(void) {
+static fulmen_loader *blobs(size_t batch_size) {
     float x[40][2];
     int64_t y[40];
     for (int i = 0; i < 40; i++) {
@@ -102,7 +118,7 @@ static fulmen_loader *blobs(void) {
     fulmen_dataset *ds = NULL;
     TRY(fulmen_dataset_from_tensors(parts, 2, &ds));
     fulmen_loader_options lo = fulmen_loader_options_default();
-    lo.batch_size = 16;
+    lo.batch_size = batch_size;
     fulmen_loader *l = NULL;
     TRY(fulmen_loader_new(ds, &lo, &l));
     fulmen_dataset_free(ds);
@@ -129,6 +145,32 @@ static void print_metrics(const char *label, const fulmen_value *d) {
     }
 }
 
+/* Prints the trainer's logged and callback metrics after a run and the
+ * dicts its validate / test returned, each line's label after `prefix`. */
+static void print_run(const fulmen_trainer *t, const char *prefix) {
+    char label[64];
+    fulmen_value *logged = NULL, *cb = NULL, *results = NULL;
+    TRY(fulmen_trainer_logged_metrics(t, &logged));
+    TRY(fulmen_trainer_callback_metrics(t, &cb));
+    TRY(fulmen_trainer_eval_results(t, &results));
+    snprintf(label, sizeof label, "%slogged", prefix);
+    print_metrics(label, logged);
+    snprintf(label, sizeof label, "%scallback", prefix);
+    print_metrics(label, cb);
+    size_t n = 0;
+    TRY(fulmen_value_len(results, &n));
+    for (size_t i = 0; i < n; i++) {
+        fulmen_value *d = NULL;
+        TRY(fulmen_value_item(results, i, &d));
+        snprintf(label, sizeof label, "%sresult%zu", prefix, i);
+        print_metrics(label, d);
+        fulmen_value_free(d);
+    }
+    fulmen_value_free(logged);
+    fulmen_value_free(cb);
+    fulmen_value_free(results);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: hook_log_parity OUT\n");
@@ -144,6 +186,7 @@ int main(int argc, char **argv) {
     vt.struct_size = sizeof vt;
     vt.training_step = training_step;
     vt.validation_step = validation_step;
+    vt.test_step = validation_step;
     vt.configure_optimizers = configure_optimizers;
     vt.on_hook = on_hook;
     fulmen_lightning_module *m = NULL;
@@ -161,20 +204,20 @@ int main(int argc, char **argv) {
     fulmen_trainer *t = NULL;
     TRY(fulmen_trainer_new(o, &t));
     fulmen_trainer_options_free(o);
-    fulmen_loader *loader = blobs();
+    fulmen_loader *loader = blobs(16), *tens = blobs(10);
     TRY(fulmen_trainer_fit(t, m, loader, loader, NULL));
-    fulmen_value *logged = NULL, *cb = NULL;
-    TRY(fulmen_trainer_logged_metrics(t, &logged));
-    TRY(fulmen_trainer_callback_metrics(t, &cb));
-    print_metrics("logged", logged);
-    print_metrics("callback", cb);
+    print_run(t, "");
+    const fulmen_loader *both[2] = {loader, tens};
+    TRY(fulmen_trainer_validate_loaders(t, m, both, 2, NULL));
+    print_run(t, "validate_");
+    TRY(fulmen_trainer_test(t, m, loader, NULL));
+    print_run(t, "test_");
     char dir[1024];
     size_t len = 0;
     TRY(fulmen_trainer_log_dir(t, dir, sizeof dir, &len));
     printf("log_dir %s\n", dir);
-    fulmen_value_free(logged);
-    fulmen_value_free(cb);
     fulmen_loader_free(loader);
+    fulmen_loader_free(tens);
     fulmen_trainer_free(t);
     fulmen_lightning_module_free(m);
     fulmen_model_free(model);

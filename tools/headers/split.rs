@@ -43,6 +43,10 @@ pub const AREAS: &[Area] = &[
         name: "trainer",
         title: "The Trainer: options, precision, strategies, fit / validate / test / predict, tuning.",
     },
+    Area {
+        name: "after_run",
+        title: "After a run: save_checkpoint, the metric dicts, validate / test results, what the trainer knows.",
+    },
     Area { name: "callbacks", title: "Hooks and callbacks: built-in callbacks and host callbacks." },
     Area {
         name: "loggers",

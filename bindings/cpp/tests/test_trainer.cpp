@@ -136,16 +136,27 @@ TEST_F(TrainerTest, SeveralEvaluationLoaders) {
     EXPECT_EQ(steps, (std::vector<int>{3, 1}));
     double on_a = trainer.callback_metric("val_loss/dataloader_idx_0");
     double on_b = trainer.callback_metric("val_loss/dataloader_idx_1");
-    trainer.validate(module, b);
+    fulmen::EvalResults one = trainer.validate(module, b);
     EXPECT_DOUBLE_EQ(trainer.callback_metric("val_loss"), on_b);
-    trainer.validate(module, {&b, &a});
+    ASSERT_EQ(one.size(), 1u);
+    EXPECT_EQ(one[0], (std::map<std::string, double>{{"val_loss", on_b}}));
+    // Lightning's list of dicts: each loader's own values.
+    fulmen::EvalResults two = trainer.validate(module, {&b, &a});
     EXPECT_DOUBLE_EQ(trainer.callback_metric("val_loss/dataloader_idx_1"), on_a);
-    trainer.test(module, {&a, &b});
+    ASSERT_EQ(two.size(), 2u);
+    EXPECT_EQ(two[0], (std::map<std::string, double>{{"val_loss/dataloader_idx_0", on_b}}));
+    EXPECT_EQ(two[1], (std::map<std::string, double>{{"val_loss/dataloader_idx_1", on_a}}));
+    EXPECT_EQ(trainer.eval_results(), two);
+    fulmen::EvalResults tested = trainer.test(module, {&a, &b});
     EXPECT_GE(trainer.callback_metric("test_acc/dataloader_idx_1"), 0.0);
+    ASSERT_EQ(tested.size(), 2u);
+    EXPECT_EQ(tested[1].at("test_acc/dataloader_idx_1"), trainer.callback_metric("test_acc/dataloader_idx_1"));
+    EXPECT_EQ(tested[0].count("test_acc/dataloader_idx_1"), 0u);
     std::vector<std::optional<Tensor>> preds = trainer.predict(module, {&a, &b});
     ASSERT_EQ(preds.size(), 2u);
     EXPECT_EQ(preds[0]->shape(), (fulmen::Shape{48, 2}));
     EXPECT_EQ(preds[1]->shape(), (fulmen::Shape{16, 2}));
+    EXPECT_TRUE(trainer.eval_results().empty());  // predict returns no metrics
     EXPECT_THROW(trainer.validate(module, std::vector<const Loader*>{}), fulmen::Error);
     EXPECT_THROW(trainer.test(module, {&a, nullptr}), fulmen::Error);
 }

@@ -29,7 +29,10 @@ pub struct fulmen_logger_vtable {
     pub userdata: *mut c_void,
     /// Called once when the trainer is freed; may be NULL.
     pub userdata_free: Option<unsafe extern "C" fn(*mut c_void)>,
-    /// `n` metrics (`names[i]` = `values[i]`) at `step` in `epoch`.
+    /// `n` metrics (`names[i]` = `values[i]`) at `step` in `epoch`; `epoch` is -1
+    /// for the values Lightning logs without one: a validation or test
+    /// batch's step values (at the loader's batch count), and
+    /// LearningRateMonitor's, ThroughputMonitor's and DeviceStatsMonitor's.
     pub log_metrics: Option<
         unsafe extern "C" fn(
             userdata: *mut c_void,
@@ -85,13 +88,14 @@ impl Logger for HostLogger {
         None
     }
 
-    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: i64, step: i64) -> Result<()> {
+    /// `epoch` -1 when the metrics carry none (an evaluation batch's).
+    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: Option<i64>, step: i64) -> Result<()> {
         let Some(f) = self.log_metrics else { return Ok(()) };
         let names = c_strings(metrics.keys());
         let ptrs: Vec<*const c_char> = names.iter().map(|s| s.as_ptr()).collect();
         let values: Vec<f64> = metrics.values().copied().collect();
         call_host("log_metrics", || unsafe {
-            f(self.userdata.ptr(), ptrs.as_ptr(), values.as_ptr(), values.len(), epoch, step)
+            f(self.userdata.ptr(), ptrs.as_ptr(), values.as_ptr(), values.len(), epoch.unwrap_or(-1), step)
         })
     }
 

@@ -47,7 +47,7 @@ type EvalRun = fn(
     &mut dyn crate::trainer::LightningModule,
     &[&dyn BatchSource],
     Option<&str>,
-) -> Result<std::collections::BTreeMap<String, f64>>;
+) -> Result<crate::trainer::EvalResults>;
 
 unsafe fn run_eval(
     trainer: *mut fulmen_trainer,

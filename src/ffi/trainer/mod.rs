@@ -1,7 +1,6 @@
 //! The Trainer: options, precision plugins, strategies, runs, tuning
 //! (`fulmen/trainer.h`). `gen_options` is generated from
 //! `src/ffi/options_table.rs`.
-pub mod after_run;
 pub mod checkpoint_io;
 pub mod datamodule_runs;
 pub mod fabric;

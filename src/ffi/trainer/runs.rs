@@ -429,6 +429,9 @@ pub unsafe extern "C" fn fulmen_trainer_fit(
 /// first loads the weights of a checkpoint ("best", "last" or a path).
 /// `loader` NULL takes the loaders of the module's `val_dataloader`
 /// (Lightning's `trainer.validate(model)`), called after the setup hooks.
+/// What Lightning returns, the epoch metrics per loader, is read after it
+/// with `fulmen_trainer_eval_results`. A limit_val_batches of 0 skips the
+/// loop and its hooks.
 ///
 /// Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
 /// hook, callback, logger or data source failed, or ran past callback_timeout);
@@ -463,6 +466,7 @@ pub unsafe extern "C" fn fulmen_trainer_validate(
 
 /// Runs the test loop over `loader` once; `ckpt_path` as for validate.
 /// `loader` NULL takes the loaders of the module's `test_dataloader`.
+/// Its results are read with `fulmen_trainer_eval_results`.
 ///
 /// Errors: FULMEN_CODE_CALLBACK or the code a host callback returned (a step,
 /// hook, callback, logger or data source failed, or ran past callback_timeout);

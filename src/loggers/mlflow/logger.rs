@@ -279,9 +279,11 @@ impl Logger for MlflowLogger {
         None
     }
 
-    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: i64, step: i64) -> Result<()> {
+    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: Option<i64>, step: i64) -> Result<()> {
         let mut all = metrics.clone();
-        all.entry("epoch".to_string()).or_insert(epoch as f64);
+        if let Some(epoch) = epoch {
+            all.entry("epoch".to_string()).or_insert(epoch as f64);
+        }
         self.log_metrics_at(&all, step)
     }
 
@@ -357,7 +359,7 @@ impl Logger for SharedMlflowLogger {
         None
     }
 
-    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: i64, step: i64) -> Result<()> {
+    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: Option<i64>, step: i64) -> Result<()> {
         self.lock().log_metrics(metrics, epoch, step)
     }
 

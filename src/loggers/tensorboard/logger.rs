@@ -99,12 +99,14 @@ impl Logger for TensorBoardLogger {
 
     /// The trainer's call: the metrics plus `epoch` (unless a metric has
     /// that name) at `step`, in one event.
-    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: i64, step: i64) -> Result<()> {
+    fn log_metrics(&mut self, metrics: &BTreeMap<String, f64>, epoch: Option<i64>, step: i64) -> Result<()> {
         if metrics.is_empty() {
             return Ok(());
         }
         let mut all = metrics.clone();
-        all.entry("epoch".into()).or_insert(epoch as f64);
+        if let Some(epoch) = epoch {
+            all.entry("epoch".into()).or_insert(epoch as f64);
+        }
         self.log_scalars(&all, step)
     }
 

@@ -152,10 +152,10 @@ fn write_run(root: &Path) -> TensorBoardLogger {
     logger.log_hyperparams(&params()).unwrap();
     for step in 0..5i64 {
         let metrics: BTreeMap<String, f64> = [("train_loss".to_string(), 1.0 / (step + 1) as f64)].into();
-        logger.log_metrics(&metrics, step / 2, step).unwrap();
+        logger.log_metrics(&metrics, Some(step / 2), step).unwrap();
     }
     let val: BTreeMap<String, f64> = [("val_loss".to_string(), 0.25), ("val_acc".to_string(), 0.0)].into();
-    logger.log_metrics(&val, 1, 4).unwrap();
+    logger.log_metrics(&val, Some(1), 4).unwrap();
     logger.save().unwrap();
     logger.finalize("success").unwrap();
     logger
@@ -272,7 +272,7 @@ fn no_hparams_summaries_when_hp_metric_is_off() {
     let root = TempDir::new("tb-nohp");
     let mut logger = TensorBoardLogger::create(&root).unwrap().with_default_hp_metric(false);
     logger.log_hyperparams(&params()).unwrap();
-    logger.log_metrics(&BTreeMap::new(), 0, 0).unwrap();
+    logger.log_metrics(&BTreeMap::new(), Some(0), 0).unwrap();
     logger.finalize("success").unwrap();
     let events = read_events(logger.event_file());
     assert_eq!(events.len(), 1);
@@ -291,7 +291,7 @@ fn no_hparams_summaries_when_hp_metric_is_off() {
 fn prefix_and_writes_after_close() {
     let root = TempDir::new("tb-prefix");
     let mut logger = TensorBoardLogger::create(&root).unwrap().with_prefix("train");
-    logger.log_metrics(&[("loss".to_string(), 0.5)].into(), 2, 7).unwrap();
+    logger.log_metrics(&[("loss".to_string(), 0.5)].into(), Some(2), 7).unwrap();
     logger.log_hyperparams(&params()).unwrap();
     let first = logger.event_file().to_path_buf();
     logger.finalize("failed").unwrap();

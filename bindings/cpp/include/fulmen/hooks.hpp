@@ -383,7 +383,9 @@ enum class CheckpointPath : int32_t {
 /// calls it on the thread running fit / validate / test, and owns it once
 /// added (Trainer::add_logger).
 struct Logger {
-    /// Metrics (name -> value) at `step` in `epoch`.
+    /// Metrics (name -> value) at `step` in `epoch` (-1 for the values
+    /// Lightning logs without one: a validation or test batch's step values,
+    /// LearningRateMonitor's, ThroughputMonitor's, DeviceStatsMonitor's).
     std::function<void(const std::map<std::string, double>& metrics, int64_t epoch, int64_t step)> log_metrics;
     /// Hyperparameters as text (LightningModule::set_hparam).
     std::function<void(const std::map<std::string, std::string>& hparams)> log_hyperparams;

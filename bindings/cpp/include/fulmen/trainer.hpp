@@ -1151,6 +1151,10 @@ private:
 /// A checkpoint to start from: "last", "best" or a file path; nullopt = none.
 using CkptPath = std::optional<std::string>;
 
+/// What validate and test return: one dict {name: value} per loader
+/// (Lightning's list of dicts).
+using EvalResults = std::vector<std::map<std::string, double>>;
+
 /// The trainer: runs fit / validate / test / predict over loaders.
 class Trainer : public detail::Handle<fulmen_trainer, fulmen_trainer_free> {
 public:
@@ -1213,13 +1217,17 @@ public:
         return found;
     }
     /// Runs the validation loop once; `ckpt_path` ("best", "last" or a
-    /// path) first loads a checkpoint's weights.
-    void validate(LightningModule& module, const Loader& loader, const CkptPath& ckpt_path = std::nullopt) {
+    /// path) first loads a checkpoint's weights. Returns what Lightning's
+    /// `trainer.validate` returns (eval_results()), as every validate and
+    /// test overload does.
+    EvalResults validate(LightningModule& module, const Loader& loader, const CkptPath& ckpt_path = std::nullopt) {
         run([&] { return fulmen_trainer_validate(get(), module.get(), loader.get(), c_path(ckpt_path)); });
+        return eval_results();
     }
     /// Runs the test loop once; `ckpt_path` as for validate.
-    void test(LightningModule& module, const Loader& loader, const CkptPath& ckpt_path = std::nullopt) {
+    EvalResults test(LightningModule& module, const Loader& loader, const CkptPath& ckpt_path = std::nullopt) {
         run([&] { return fulmen_trainer_test(get(), module.get(), loader.get(), c_path(ckpt_path)); });
+        return eval_results();
     }
     /// Runs predict_step over `loader`: the outputs concatenated along
     /// dimension 0, or nullopt when no step produced one; `ckpt_path` as
@@ -1231,10 +1239,17 @@ public:
         return Tensor::adopt(out);
     }
 
+    /// Lightning's `trainer.validate(model)`: the validation loop over the
+    /// loaders of the module's val_dataloader.
+    EvalResults validate(LightningModule& module, const CkptPath& ckpt_path = std::nullopt) {
+        run([&] { return fulmen_trainer_validate(get(), module.get(), nullptr, c_path(ckpt_path)); });
+        return eval_results();
+    }
     /// Lightning's `trainer.test(model)`: the test loop over the loaders of
     /// the module's test_dataloader.
-    void test(LightningModule& module, const CkptPath& ckpt_path = std::nullopt) {
+    EvalResults test(LightningModule& module, const CkptPath& ckpt_path = std::nullopt) {
         run([&] { return fulmen_trainer_test(get(), module.get(), nullptr, c_path(ckpt_path)); });
+        return eval_results();
     }
 
     // ---- a LightningDataModule (prepare_data, setup, its loaders) ------
@@ -1246,12 +1261,14 @@ public:
         });
     }
     /// Lightning's `trainer.validate(model, datamodule=data)`.
-    void validate(LightningModule& module, DataModule& data, const CkptPath& ckpt_path = std::nullopt) {
+    EvalResults validate(LightningModule& module, DataModule& data, const CkptPath& ckpt_path = std::nullopt) {
         run([&] { return fulmen_trainer_validate_datamodule(get(), module.get(), nullptr, data.get(), c_path(ckpt_path)); });
+        return eval_results();
     }
     /// Lightning's `trainer.test(model, datamodule=data)`.
-    void test(LightningModule& module, DataModule& data, const CkptPath& ckpt_path = std::nullopt) {
+    EvalResults test(LightningModule& module, DataModule& data, const CkptPath& ckpt_path = std::nullopt) {
         run([&] { return fulmen_trainer_test_datamodule(get(), module.get(), nullptr, data.get(), c_path(ckpt_path)); });
+        return eval_results();
     }
     /// Lightning's `trainer.predict(model, datamodule=data)`: each loader's
     /// outputs concatenated along dimension 0 (nullopt: none).
@@ -1286,16 +1303,18 @@ public:
         });
     }
     /// Validates on each of `loaders` in turn.
-    void validate(LightningModule& module, const std::vector<const Loader*>& loaders,
+    EvalResults validate(LightningModule& module, const std::vector<const Loader*>& loaders,
                   const CkptPath& ckpt_path = std::nullopt) {
         std::vector<const fulmen_loader*> h = loader_handles(loaders);
         run([&] { return fulmen_trainer_validate_loaders(get(), module.get(), h.data(), h.size(), c_path(ckpt_path)); });
+        return eval_results();
     }
     /// Tests on each of `loaders` in turn.
-    void test(LightningModule& module, const std::vector<const Loader*>& loaders,
+    EvalResults test(LightningModule& module, const std::vector<const Loader*>& loaders,
               const CkptPath& ckpt_path = std::nullopt) {
         std::vector<const fulmen_loader*> h = loader_handles(loaders);
         run([&] { return fulmen_trainer_test_loaders(get(), module.get(), h.data(), h.size(), c_path(ckpt_path)); });
+        return eval_results();
     }
     /// Lightning's trainer.predict: each batch's prediction in order (a
     /// Tensor, None, or a tuple when predict_step added tensors) in a
@@ -1591,6 +1610,18 @@ public:
     void save_checkpoint(LightningModule& module, const std::string& path, bool weights_only = false) {
         run([&] { return fulmen_trainer_save_checkpoint(get(), module.get(), path.c_str(), weights_only); });
     }
+    /// What the last validate or test returned (Lightning's return value
+    /// of `trainer.validate` / `trainer.test`): per loader, the epoch
+    /// values logged for the loggers (each loader's own with several) and
+    /// those of the stage's start and epoch hooks; empty after fit or
+    /// predict and when every loader's limit was 0.
+    EvalResults eval_results() const {
+        Value list = Value::adopt(
+            detail::make<fulmen_value>([&](fulmen_value** o) { return fulmen_trainer_eval_results(get(), o); }));
+        EvalResults out;
+        for (size_t i = 0, n = list.size(); i < n; i++) out.push_back(to_metrics(list[i]));
+        return out;
+    }
     /// Lightning's `trainer.callback_metrics` of the last run: every logged
     /// metric's latest value.
     std::map<std::string, double> callback_metrics() const {
@@ -1715,7 +1746,11 @@ private:
     /// `fn(trainer, &out)`.
     template <class Fn>
     std::map<std::string, double> metrics(Fn fn) const {
-        Value dict = Value::adopt(detail::make<fulmen_value>([&](fulmen_value** o) { return fn(get(), o); }));
+        return to_metrics(Value::adopt(detail::make<fulmen_value>([&](fulmen_value** o) { return fn(get(), o); })));
+    }
+
+    /// A dict value {name: float} as a map.
+    static std::map<std::string, double> to_metrics(const Value& dict) {
         std::map<std::string, double> out;
         for (size_t i = 0, n = dict.size(); i < n; i++) {
             std::pair<Value, Value> e = dict.entry(i);

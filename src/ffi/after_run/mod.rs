@@ -56,16 +56,21 @@ pub unsafe extern "C" fn fulmen_trainer_save_checkpoint(
     })
 }
 
+/// `metrics` as a dict value {name: float} in name order.
+fn metrics_value(metrics: &BTreeMap<String, f64>) -> Value {
+    Value::Dict(metrics.iter().map(|(k, v)| (Value::Str(k.clone()), Value::Double(*v))).collect())
+}
+
 /// Writes `metrics` as a new dict value {name: float} in name order.
 unsafe fn emit_metrics(out: *mut *mut fulmen_value, metrics: &BTreeMap<String, f64>) -> Result<()> {
-    let entries = metrics.iter().map(|(k, v)| (Value::Str(k.clone()), Value::Double(*v))).collect();
-    emit_value(out, Value::Dict(entries))
+    emit_value(out, metrics_value(metrics))
 }
 
 /// Writes Lightning's `trainer.callback_metrics` of the last run as a new
 /// dict value {name: float} in name order (empty before any run): the
-/// latest value of every logged metric, what ModelCheckpoint and
-/// EarlyStopping monitor. Read its entries with `fulmen_value_len`,
+/// latest value of every logged metric (of what validation and test
+/// batches log, the epoch values only, as Lightning), what
+/// ModelCheckpoint and EarlyStopping monitor. Read its entries with `fulmen_value_len`,
 /// `fulmen_value_dict_entry` or `fulmen_value_dict_get`; the caller frees
 /// it with `fulmen_value_free`. `fulmen_trainer_callback_metric` reads one.
 ///
@@ -84,9 +89,10 @@ pub unsafe extern "C" fn fulmen_trainer_callback_metrics(
 /// Writes Lightning's `trainer.logged_metrics` of the last run as a new
 /// dict value, as `fulmen_trainer_callback_metrics`: the latest value of
 /// every metric logged for the loggers (`logger` true; per step at each
-/// training batch, per epoch at each training epoch and validation / test
-/// end, names ending in `_step` / `_epoch` when logged both ways), whether
-/// or not a logger is active; the sanity check's are not.
+/// training, validation and test batch, per epoch at each training epoch
+/// and validation / test end, names ending in `_step` / `_epoch` when
+/// logged both ways), whether or not a logger is active; the sanity
+/// check's are not.
 ///
 /// Errors: the common ones only.
 #[no_mangle]
@@ -97,6 +103,35 @@ pub unsafe extern "C" fn fulmen_trainer_logged_metrics(
     guard!(|| {
         check_out(out, "out")?;
         emit_metrics(out, handle::borrow(trainer, "trainer")?.inner.logged_metrics())
+    })
+}
+
+/// Writes what the last `fulmen_trainer_validate` / `fulmen_trainer_test`
+/// run returned (Lightning's return value of `trainer.validate` /
+/// `trainer.test`) as a new list value with one dict {name: float} per
+/// loader, in loader order: the epoch values logged for the loggers
+/// (`logger` true; `x_epoch` when `x` was logged per step too, never the
+/// `_step` values), each loader's own when there are several (names
+/// ending in `/dataloader_idx_N` unless logged with
+/// FULMEN_LOG_NO_DATALOADER_IDX), and in every dict those the stage's
+/// start and epoch hooks logged. Under DDP the values are reduced over
+/// ranks where logged with FULMEN_LOG_SYNC_DIST. An empty list before any
+/// validate or test, after fit or predict, and when every loader's limit
+/// was 0 (the run was skipped, no hook called). Read it with
+/// `fulmen_value_len` and `fulmen_value_item`, each dict as for
+/// `fulmen_trainer_callback_metrics`; the caller frees it with
+/// `fulmen_value_free`.
+///
+/// Errors: the common ones only.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_trainer_eval_results(
+    trainer: *const fulmen_trainer,
+    out: *mut *mut fulmen_value,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        let t = handle::borrow(trainer, "trainer")?;
+        emit_value(out, Value::List(t.inner.eval_results().iter().map(metrics_value).collect()))
     })
 }
 
