@@ -5,7 +5,10 @@ package fulmen
 */
 import "C"
 
-import "strconv"
+import (
+	"strconv"
+	"unsafe"
+)
 
 // Hook is one of Lightning's hooks (the C enum fulmen_hook). Callbacks
 // receive them in Lightning's order: every Callback first (in the order
@@ -191,6 +194,35 @@ func (c *HookContext) GlobalStep() (int64, error) {
 	var v C.int64_t
 	err := check(C.fulmen_hook_context_global_step(c.ptr(), &v))
 	return int64(v), err
+}
+
+// TrainerView is the trainer as a hook sees it during a run (Lightning's
+// trainer properties of the same names; -1 counts are unknown: see
+// fulmen_trainer_view in fulmen/after_run.h).
+type TrainerView struct {
+	CurrentEpoch, GlobalStep, MaxEpochs                  int64
+	NumTrainingBatches, NumValBatches                    int64
+	LogEveryNSteps, AccumulateGradBatches                int64
+	GlobalRank, WorldSize, NodeRank, NumDevices          int64
+	ShouldStop, SanityChecking, IsGlobalZero, FastDevRun bool
+}
+
+// Trainer is what the trainer knows now (Lightning's self.trainer.<property>
+// read from a hook, where the Trainer itself is busy with the run).
+func (c *HookContext) Trainer() (TrainerView, error) {
+	var v C.fulmen_trainer_view
+	v.struct_size = C.size_t(unsafe.Sizeof(v))
+	if err := check(C.fulmen_hook_context_trainer(c.ptr(), &v)); err != nil {
+		return TrainerView{}, err
+	}
+	return TrainerView{
+		CurrentEpoch: int64(v.current_epoch), GlobalStep: int64(v.global_step), MaxEpochs: int64(v.max_epochs),
+		NumTrainingBatches: int64(v.num_training_batches), NumValBatches: int64(v.num_val_batches),
+		LogEveryNSteps: int64(v.log_every_n_steps), AccumulateGradBatches: int64(v.accumulate_grad_batches),
+		GlobalRank: int64(v.global_rank), WorldSize: int64(v.world_size), NodeRank: int64(v.node_rank),
+		NumDevices: int64(v.num_devices), ShouldStop: bool(v.should_stop), SanityChecking: bool(v.sanity_checking),
+		IsGlobalZero: bool(v.is_global_zero), FastDevRun: bool(v.fast_dev_run),
+	}, nil
 }
 
 // BatchIdx is the batch index for batch hooks, -1 for the others.

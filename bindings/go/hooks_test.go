@@ -127,6 +127,9 @@ func TestHookOrder(t *testing.T) {
 			v := must(ctx.Metric("train_loss_epoch"))
 			check(v > 0, "train_loss_epoch %v", v)
 			check(must(ctx.GlobalStep()) == 2 && must(ctx.Epoch()) == 0, "step %d epoch %d", must(ctx.GlobalStep()), must(ctx.Epoch()))
+			tv := must(ctx.Trainer())
+			check(tv.GlobalStep == 2 && tv.CurrentEpoch == 0 && tv.MaxEpochs == 1 && tv.WorldSize == 1 && tv.IsGlobalZero &&
+				!tv.SanityChecking && !tv.ShouldStop && tv.NumTrainingBatches > 0, "the trainer from a hook: %+v", tv)
 		}
 		if h == fulmen.HookFitStart {
 			if _, err := ctx.Metric("val_acc"); !errors.Is(err, fulmen.ErrInvalidState) {

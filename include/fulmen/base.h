@@ -224,6 +224,7 @@ struct fulmen_strategy;
 struct fulmen_tensor;
 struct fulmen_trainer;
 struct fulmen_trainer_options;
+struct fulmen_trainer_view;
 struct fulmen_transformer_options;
 struct fulmen_value;
 struct fulmen_weight_averaging_options;

@@ -45,7 +45,7 @@ pub const AREAS: &[Area] = &[
     },
     Area {
         name: "after_run",
-        title: "After a run: save_checkpoint, the metric dicts, validate / test results, what the trainer knows.",
+        title: "What the trainer knows: after a run (save_checkpoint, metrics, validate / test results), from hooks.",
     },
     Area { name: "callbacks", title: "Hooks and callbacks: built-in callbacks and host callbacks." },
     Area {

@@ -123,9 +123,16 @@ TEST_F(HookTest, LambdaCallbackSeesHooksInLightningOrder) {
                 EXPECT_THROW(ctx.batch(0), fulmen::Error);
                 EXPECT_EQ(ctx.epoch(), 0);
                 break;
-            case Hook::TrainEnd:
+            case Hook::TrainEnd: {
                 steps_at_train_end = ctx.global_step();
+                fulmen::TrainerView v = ctx.trainer();
+                EXPECT_EQ(v.global_step, steps_at_train_end);
+                EXPECT_GT(v.num_training_batches, 0);
+                EXPECT_EQ(v.world_size, 1);
+                EXPECT_TRUE(v.is_global_zero);
+                EXPECT_FALSE(v.sanity_checking);
                 break;
+            }
             case Hook::FitStart:
                 try {
                     ctx.checkpoint_set("k", "v");

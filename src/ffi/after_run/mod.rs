@@ -9,6 +9,8 @@ use crate::ffi::module::lightning_module::fulmen_lightning_module;
 use crate::ffi::trainer::runs::fulmen_trainer;
 use crate::ffi::value::{emit_value, fulmen_value};
 use crate::nn::Value;
+
+pub mod trainer_view;
 use std::collections::BTreeMap;
 use std::ffi::c_char;
 

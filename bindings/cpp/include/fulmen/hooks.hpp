@@ -77,6 +77,9 @@ inline std::string_view hook_name(Hook hook) { return fulmen_hook_name(static_ca
 
 /// What a hook sees: trainer state and the hook's data (borrowed: valid
 /// only during the hook call).
+/// The trainer as a hook sees it during a run (HookContext::trainer()).
+using TrainerView = fulmen_trainer_view;
+
 class HookContext {
 public:
     /// Wraps the borrowed C context of a call of `hook`.
@@ -92,6 +95,15 @@ public:
     int64_t epoch() const { return query<int64_t>(fulmen_hook_context_epoch); }
     /// Optimizer steps taken so far.
     int64_t global_step() const { return query<int64_t>(fulmen_hook_context_global_step); }
+    /// What the trainer knows now (Lightning's `self.trainer.<property>`
+    /// from a hook: num_training_batches, num_val_batches, max_epochs,
+    /// should_stop, sanity_checking, world_size, ...).
+    TrainerView trainer() const {
+        TrainerView v{};
+        v.struct_size = sizeof v;
+        check(fulmen_hook_context_trainer(ctx_, &v));
+        return v;
+    }
     /// The batch index for batch hooks, -1 for the others.
     int64_t batch_idx() const { return query<int64_t>(fulmen_hook_context_batch_idx); }
     /// The evaluation loader of the batch in a validation / test / predict
