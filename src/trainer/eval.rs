@@ -200,17 +200,7 @@ impl Trainer {
         self.state.global_rank = strategy.global_rank();
         self.state.world_size = strategy.world_size();
         self.state.device_sync = strategy.device_sync();
-        // The `logger` option's loggers of the last run, or new ones.
-        let choice = self.opts.logger;
-        if self.file_loggers.is_empty()
-            && (choice.csv || choice.tensorboard)
-            && global_zero
-            && self.opts.fast_dev_run == 0
-        {
-            self.file_loggers = self.new_file_loggers(global_zero)?;
-        }
-        self.logger_folder_and_media(global_zero)?;
-        self.state.has_loggers = !self.file_loggers.is_empty() || !self.extra_loggers.is_empty();
+        self.prepare_loggers(global_zero, false)?;
         let kept: Vec<Box<dyn Callback>> = std::mem::take(&mut self.defaults)
             .into_iter()
             .filter(|c| super::fit_loop::is_checkpoint(c.as_ref()))

@@ -44,7 +44,7 @@ impl Trainer {
 
     /// Creates this run's file loggers in a new `version_N` folder (on
     /// rank 0 only: other ranks log nothing, as Lightning's loggers).
-    pub(super) fn new_file_loggers(&mut self, global_zero: bool) -> Result<Vec<Box<dyn Logger>>> {
+    fn new_file_loggers(&mut self, global_zero: bool) -> Result<Vec<Box<dyn Logger>>> {
         let mut out: Vec<Box<dyn Logger>> = Vec::new();
         let choice = self.opts.logger;
         if self.opts.fast_dev_run > 0 || !(choice.csv || choice.tensorboard) || !global_zero {
@@ -60,6 +60,20 @@ impl Trainer {
         }
         self.state.log_dir = Some(dir);
         Ok(out)
+    }
+
+    /// The loggers of a run: the `logger` option's file loggers, new ones
+    /// for a fit (`fresh`) and otherwise those the last run left (new ones
+    /// on first use); then the run's log folder, whether a logger takes
+    /// media, and whether the run has loggers at all.
+    pub(super) fn prepare_loggers(&mut self, global_zero: bool, fresh: bool) -> Result<()> {
+        if fresh || self.file_loggers.is_empty() {
+            self.file_loggers = self.new_file_loggers(global_zero)?;
+        }
+        self.logger_folder_and_media(global_zero)?;
+        let choice = self.opts.logger;
+        self.state.has_loggers = choice.csv || choice.tensorboard || !self.extra_loggers.is_empty();
+        Ok(())
     }
 
     /// Without a file logger of the `logger` option, the run's log folder
@@ -161,15 +175,13 @@ impl Trainer {
         self.state.world_size = strategy.world_size();
         self.state.device_sync = strategy.device_sync();
         self.defaults = self.default_callbacks(true, global_zero)?;
-        self.file_loggers = self.new_file_loggers(global_zero)?;
-        self.logger_folder_and_media(global_zero)?;
+        self.prepare_loggers(global_zero, true)?;
         self.state.num_devices = strategy.num_devices();
         self.state.node_rank = strategy.node_rank();
         set_val_batches(&mut self.state, &self.opts, &data.vals());
         self.state.num_train_batches = data.train().ok().and_then(|t| count_train_batches(&self.opts, t));
         let opts = self.opts.clone();
         let ordered = fit_order(&mut self.defaults, &mut self.callbacks);
-        self.state.has_loggers = opts.logger.csv || opts.logger.tensorboard || !self.extra_loggers.is_empty();
         let mut loggers: Vec<&mut Box<dyn Logger>> = self.file_loggers.iter_mut().collect();
         if opts.fast_dev_run == 0 && global_zero {
             loggers.extend(self.extra_loggers.iter_mut());

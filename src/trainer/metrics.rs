@@ -396,14 +396,7 @@ impl MetricStore {
             )));
         }
         let key = match site.dataloader_idx {
-            Some(i) if flags.add_dataloader_idx => {
-                let key = format!("{name}/dataloader_idx_{i}");
-                self.record(&key, name.len(), value, flags, batch_size)?;
-                if let Some(acc) = self.epoch.get_mut(&key) {
-                    acc.loader = Some(i);
-                }
-                return Ok(key);
-            }
+            Some(i) if flags.add_dataloader_idx => format!("{name}/dataloader_idx_{i}"),
             Some(i) => {
                 let first = *self.loaders.entry(name.to_string()).or_insert(i);
                 if first != i {
@@ -417,7 +410,8 @@ impl MetricStore {
             }
             None => name.to_string(),
         };
-        self.log(&key, value, flags, batch_size)?;
+        // The fork goes before the suffix added here, not one in the name.
+        self.record(&key, name.len(), value, flags, batch_size)?;
         if let (Some(acc), Some(_)) = (self.epoch.get_mut(&key), site.dataloader_idx) {
             acc.loader = site.dataloader_idx;
         }

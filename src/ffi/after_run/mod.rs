@@ -197,8 +197,13 @@ pub unsafe extern "C" fn fulmen_trainer_num_training_batches(
 ) -> *mut fulmen_error {
     guard!(|| {
         let n = handle::borrow(trainer, "trainer")?.inner.num_training_batches();
-        write_out(out, "out", n.map_or(-1, |n| n as i64))
+        write_out(out, "out", count(n))
     })
+}
+
+/// A batch count as C reads it (-1: unknown length, Lightning's `inf`).
+fn count(n: Option<usize>) -> i64 {
+    n.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX))
 }
 
 /// Writes `n` into `out[0..capacity]` and its length to `*count_out`;
@@ -221,7 +226,7 @@ unsafe fn write_counts(n: &[i64], out: *mut i64, capacity: usize, count_out: *mu
 
 /// Per-loader batch counts as C writes them (-1: unknown length).
 fn counts(batches: &[Option<usize>]) -> Vec<i64> {
-    batches.iter().map(|b| b.map_or(-1, |b| b as i64)).collect()
+    batches.iter().map(|b| count(*b)).collect()
 }
 
 /// Writes Lightning's `trainer.num_val_batches`, one count per validation

@@ -1,6 +1,7 @@
 //! What a hook reads of the trainer during a run: Lightning's
 //! `self.trainer.<property>` from inside a hook, where the trainer handle
 //! itself is in use by the run.
+use super::count;
 use crate::error::Error;
 use crate::ffi::base::error::{fulmen_error, guard};
 use crate::ffi::base::handle::check_out;
@@ -50,11 +51,6 @@ pub struct fulmen_trainer_view {
     pub is_global_zero: bool,
     /// `fast_dev_run` is on.
     pub fast_dev_run: bool,
-}
-
-/// `n` batches as the view writes a count (-1 for unknown).
-fn count(n: Option<usize>) -> i64 {
-    n.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX))
 }
 
 /// The view of the run behind `ctx`, its `struct_size` from `size`.
