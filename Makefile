@@ -54,7 +54,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_e
 
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all deps lib header bench bench-fsdp test test-conformance lib-torch-2.11 test-torch-2.11 test-c-torch-2.11 gpu-kit test-gpu-kit test-rust test-c test-pkgconfig test-cpp test-go test-interop test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example example-exported lint fmt dist test-dist install clean
+.PHONY: all deps lib header bench bench-fsdp test test-conformance lib-torch-2.11 test-torch-2.11 test-c-torch-2.11 lib-xla test-xla gpu-kit test-gpu-kit test-rust test-c test-pkgconfig test-cpp test-go test-interop test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example example-exported lint fmt dist test-dist install clean
 
 all: lib
 
@@ -433,6 +433,55 @@ test-torch-2.11: lib-torch-2.11
 
 test-c-torch-2.11: lib-torch-2.11
 	FULMEN_EXPECT_LIBTORCH=2.11.0 $(MAKE) --no-print-directory LIBDIR=$(LIBDIR_2_11) BUILD=$(TORCH_2_11)/c test-c
+
+# XLA on PJRT's CPU device (not in `make test`: it downloads about 1 GB of
+# wheels and builds fulmen once more). torch_xla 2.9's `_XLAC` needs torch
+# 2.9's libraries, so fulmen is built against the libtorch 2.9 that
+# scripts/fetch-xla.sh assembles with `_XLAC` beside it (tch 0.22,
+# scripts/torch-variant.sh), and starts the backend itself when PJRT_DEVICE
+# is set (src/accelerators/xla_runtime.rs). `test-xla` runs
+# tests/xla/test_xla.c (xla:0 against the CPU step by step, checkpoints
+# across the two, dp over two XLA devices, the xla strategy over two
+# processes) and the MNIST examples of C, C++ and Go on `accelerator=xla`.
+TORCH_XLA := $(BUILD)/torch-2.9
+LIBTORCH_XLA ?= $(DEPS)/libtorch-2.9-xla
+XLA_PROFILE ?= variant-check
+LIBDIR_XLA := $(TORCH_XLA)/target/$(XLA_PROFILE)
+# Outside $(TORCH_XLA), whose tests/ and examples/ link to the sources.
+XLA_OUT := $(BUILD)/xla
+XLA_ENV := PJRT_DEVICE=CPU CPU_NUM_DEVICES=2
+XLA_LINK := -L$(LIBDIR_XLA) -Wl,-rpath,$(LIBDIR_XLA) -lfulmen -lm
+
+$(LIBTORCH_XLA)/build-version:
+	bash scripts/fetch-xla.sh $(LIBTORCH_XLA)
+
+lib-xla: $(LIBTORCH_XLA)/build-version $(GLOO_STAMP)
+	bash scripts/torch-variant.sh 2.9 $(TORCH_XLA)
+	LIBTORCH=$(LIBTORCH_XLA) FULMEN_GLOO_INCLUDE=$(or $(FULMEN_GLOO_INCLUDE),$(DEPS)/gloo/include) \
+	  CARGO_TARGET_DIR=$(TORCH_XLA)/target $(CARGO) build --profile $(XLA_PROFILE) --lib --manifest-path $(TORCH_XLA)/Cargo.toml
+	@sed -e 's|@PREFIX@|$(ROOT)|; s|@LIBDIR@|$(LIBDIR_XLA)|; s|@INCLUDEDIR@|$(ROOT)/include|' fulmen.pc.in > $(TORCH_XLA)/fulmen.pc
+
+test-xla: lib-xla $(MNIST)
+	@mkdir -p $(XLA_OUT)/tests $(XLA_OUT)/examples
+	$(CC) $(CFLAGS_STRICT) $(C_INC) tests/xla/test_xla.c -o $(XLA_OUT)/tests/test_xla $(XLA_LINK)
+	cd $(ROOT) && $(XLA_ENV) FULMEN_MNIST=$(MNIST) $(XLA_OUT)/tests/test_xla
+	$(CC) $(CFLAGS_STRICT) -O2 $(C_INC) examples/c/mnist.c -o $(XLA_OUT)/examples/mnist $(XLA_LINK)
+	$(CXX) $(CXXFLAGS_EXAMPLE) $(C_INC) -I$(ROOT)/bindings/cpp/include examples/cpp/mnist.cpp \
+	  -o $(XLA_OUT)/examples/mnist_cpp $(XLA_LINK)
+	cd $(ROOT)/examples/go && $(GO_ENV) PKG_CONFIG_PATH=$(TORCH_XLA) go build -o $(XLA_OUT)/examples/mnist_go ./mnist
+	@rm -rf $(XLA_OUT)/runs && mkdir -p $(XLA_OUT)/runs
+	@set -e; for ex in mnist mnist_cpp; do \
+	  $(XLA_ENV) $(XLA_OUT)/examples/$$ex --data $(MNIST) --epochs 3 --accelerator xla --devices 1 \
+	    --out $(XLA_OUT)/runs/$$ex | tee $(XLA_OUT)/runs/$$ex.log; done
+	$(XLA_ENV) $(XLA_OUT)/examples/mnist_go -data $(MNIST) -epochs 3 -accelerator xla -devices 1 \
+	  -out $(XLA_OUT)/runs/mnist_go | tee $(XLA_OUT)/runs/mnist_go.log
+	$(XLA_OUT)/examples/mnist --data $(MNIST) --epochs 3 --accelerator cpu --out $(XLA_OUT)/runs/cpu \
+	  | tee $(XLA_OUT)/runs/cpu.log
+	@cpu=$$(grep "final validation accuracy" $(XLA_OUT)/runs/cpu.log); \
+	  for ex in mnist mnist_cpp mnist_go; do \
+	    got=$$(grep "final validation accuracy" $(XLA_OUT)/runs/$$ex.log); \
+	    [ -n "$$got" ] && [ "$$got" = "$$cpu" ] || { echo "$$ex on xla: '$$got', the CPU: '$$cpu'"; exit 1; }; \
+	  done; echo "the C, C++ and Go MNIST examples on xla reach the CPU's $$cpu"
 
 # The GPU kit (not in `make test`: it downloads about 1.5 GB), for a GPU
 # machine whose PyTorch is 2.11 with CUDA 13: see docs/GPU.md.

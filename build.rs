@@ -49,6 +49,7 @@ fn soname() -> String {
 fn build_cxx_shims(lib: &Path) {
     for file in [
         "csrc/fulmen_cxx.h",
+        "csrc/torch_version.hpp",
         "csrc/autocast.cpp",
         "csrc/accelerators.cpp",
         "csrc/runtime.cpp",
@@ -70,6 +71,7 @@ fn build_cxx_shims(lib: &Path) {
         "csrc/fsdp.cpp",
         "csrc/checkpoint.cpp",
         "csrc/sync_reduce.cpp",
+        "csrc/xla_runtime.cpp",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }
@@ -114,7 +116,8 @@ fn build_cxx_shims(lib: &Path) {
         .file("csrc/fake_device.cpp")
         .file("csrc/fsdp.cpp")
         .file("csrc/checkpoint.cpp")
-        .file("csrc/sync_reduce.cpp");
+        .file("csrc/sync_reduce.cpp")
+        .file("csrc/xla_runtime.cpp");
     match gloo_include_dir(&root) {
         Some(gloo) => {
             build
@@ -128,7 +131,9 @@ fn build_cxx_shims(lib: &Path) {
              this build has no distributed strategies"
         ),
     }
-    if lib.join("libtorch_cuda.so").exists() {
+    // An XLA libtorch (scripts/fetch-xla.sh) keeps an abort-if-called
+    // stand-in for libtorch_cuda.so, which its libtorch.so needs: no CUDA.
+    if lib.join("libtorch_cuda.so").exists() && !lib.join("CUDA-STAND-INS").exists() {
         match cuda_include_dir() {
             Some(cuda) => {
                 build.include(&cuda).define("FULMEN_WITH_CUDA", None);

@@ -1,6 +1,6 @@
 // Device queries of fulmen's accelerators (src/accelerators/cxx.rs) that tch
-// does not expose: CUDA device selection and caching-allocator statistics,
-// and whether an XLA backend is registered in libtorch.
+// does not expose: CUDA device selection and caching-allocator statistics
+// (torch_xla's backend is csrc/xla_runtime.cpp's).
 //
 // The CUDA part is compiled only when build.rs defines FULMEN_WITH_CUDA (it
 // does so when <libtorch>/lib/libtorch_cuda.so exists and the CUDA runtime
@@ -177,19 +177,6 @@ int fulmen_cxx_cuda_memory_stats(int64_t index, char* buf, size_t buf_len, size_
   }
   return not_compiled_with_cuda(err, err_len);
 #endif
-}
-
-// *out = the number of XLA devices of the backend registered in libtorch
-// (torch_xla registers a DeviceGuardImpl for c10::DeviceType::XLA); 0 when
-// none is registered.
-int fulmen_cxx_xla_device_count(int64_t* out, char* err, size_t err_len) {
-  FULMEN_CXX_TRY
-  TORCH_CHECK(out != nullptr, "xla_device_count: out is NULL");
-  *out = 0;
-  if (c10::impl::hasDeviceGuardImpl(c10::DeviceType::XLA)) {
-    *out = static_cast<int64_t>(c10::impl::getDeviceGuardImpl(c10::DeviceType::XLA)->deviceCount());
-  }
-  FULMEN_CXX_CATCH(err, err_len)
 }
 
 }  // extern "C"

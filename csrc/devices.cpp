@@ -38,6 +38,42 @@ int fulmen_cxx_tensor_to_device(const void* t, int type, int64_t index, int non_
   FULMEN_CXX_CATCH(err, err_len)
 }
 
+// *out = what makes `t` one tensor among its handles: the address of its
+// first element, or, for a tensor without storage (torch_xla's lazy
+// tensors), the address of its TensorImpl; 0 for an undefined tensor.
+// With `by_impl`, always the TensorImpl's address (the handles of one
+// tensor, not the views of one storage).
+int fulmen_cxx_tensor_identity(const void* t, int by_impl, uintptr_t* out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  const auto& x = *static_cast<const at::Tensor*>(t);
+  *out = 0;
+  if (x.defined()) {
+    auto* impl = x.unsafeGetTensorImpl();
+    *out = impl->has_storage() && by_impl == 0 ? reinterpret_cast<uintptr_t>(x.data_ptr())
+                                               : reinterpret_cast<uintptr_t>(impl);
+  }
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Makes the handle `dst` hold `src` (its TensorImpl replaced: PyTorch's
+// `module._parameters[name] = Parameter(...)` where `param.data = ...`
+// cannot change the tensor's type, as between the CPU and XLA).
+int fulmen_cxx_tensor_assign(void* dst, const void* src, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  *static_cast<at::Tensor*>(dst) = *static_cast<const at::Tensor*>(src);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Whether `param.data = data` can keep the tensor (libtorch's
+// `_has_compatible_shallow_copy_type`).
+int fulmen_cxx_tensor_set_data_compatible(const void* t, const void* data, int* out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  const auto& a = *static_cast<const at::Tensor*>(t);
+  const auto& b = *static_cast<const at::Tensor*>(data);
+  *out = a.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(b.key_set()) ? 1 : 0;
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
 // The device `t` is on (its c10 type code and index; -1 for none).
 int fulmen_cxx_tensor_device(const void* t, int* type, int64_t* index, char* err, size_t err_len) {
   FULMEN_CXX_TRY

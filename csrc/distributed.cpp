@@ -12,6 +12,7 @@
 
 #ifdef FULMEN_WITH_GLOO
 #include "collectives.hpp"
+#include "torch_version.hpp"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/GradMode.h>
@@ -517,9 +518,14 @@ int fulmen_cxx_reducer_new(void* group, void* const* params, size_t n, int find_
   auto reducer = std::make_shared<c10d::Reducer>(
       list, buckets, g->pg, std::vector<bool>(list.size(), false), bucket_cap_bytes, find_unused != 0,
       /*gradient_as_bucket_view=*/false, std::unordered_map<size_t, std::string>{}, first_bucket_bytes,
-      /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
-      // batched_grad_copy (2.13) keeps its default, false; 2.11 lacks it.
-      /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
+      /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false
+#if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 10
+      // batched_grad_copy (2.13) keeps its default, false; 2.11 lacks it;
+      // 2.9 lacks bucket_bytes_cap_list too.
+      ,
+      /*bucket_bytes_cap_list=*/std::vector<int64_t>{}
+#endif
+  );
   *out = new DdpReducer{reducer, list};
   FULMEN_CXX_CATCH(err, err_len)
 }

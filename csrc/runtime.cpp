@@ -13,7 +13,7 @@
 #include <c10/core/GradMode.h>
 #include <ATen/ops/empty.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
-#include <torch/headeronly/version.h>
+#include "torch_version.hpp"
 
 extern "C" {
 

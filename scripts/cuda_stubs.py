@@ -11,6 +11,10 @@ the driver libcuda.so.1 is never stood in for (only the lazily loaded NVRTC
 helper needs it).
 
 Usage: python cuda_stubs.py SITE_PACKAGES   (needs gcc, ldd, nm)
+       python cuda_stubs.py --libdir DIR     (stand-ins for what the
+         libraries in DIR need and lack, written into DIR; for the XLA
+         libtorch of scripts/fetch-xla.sh, whose libtorch_cuda.so itself
+         is stood in for)
 """
 import glob
 import os
@@ -50,10 +54,26 @@ def needed(path):
     return re.findall(r"\(NEEDED\).*\[(.+)\]", out)
 
 
+# Stand-ins that cannot abort because libtorch_python calls them while it
+# loads: c10d's GIL checker slot is a reference to a function pointer.
+SPECIAL = {
+    "_ZN4c10d15get_gil_checkerEv":
+        "static void *gil_checker;\n"
+        'void **fulmen_gil_checker(void) __asm__("_ZN4c10d15get_gil_checkerEv");\n'
+        "void **fulmen_gil_checker(void) { return &gil_checker; }\n",
+}
+
+
 def main(site):
     torch_dir = os.path.join(site, "torch")
     libs = sorted(glob.glob(os.path.join(torch_dir, "lib", "*.so*"))
                   + glob.glob(os.path.join(torch_dir, "_C*.so")))
+    write_stubs(libs, os.path.join(site, "nvidia", "cu13", "lib"))
+
+
+def write_stubs(libs, out_dir):
+    """Writes into out_dir a stand-in for each library `libs` need and the
+    loader cannot find, defining the symbols they take from it."""
     missing, present = set(), set(libs)
     for lib in libs:
         for soname, path in ldd(lib).items():
@@ -70,10 +90,11 @@ def main(site):
         for name, version in dynsyms(lib, True):
             if name in defined:
                 continue
+            if version and version not in missing:
+                continue  # a versioned symbol of a library that is there (glibc's)
             targets = [version] if version in missing else direct
             for soname in targets:
                 stubs[soname].add(name)
-    out_dir = os.path.join(site, "nvidia", "cu13", "lib")
     os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for soname, names in sorted(stubs.items()):
@@ -84,6 +105,9 @@ def main(site):
                         f'  fprintf(stderr, "CUDA stand-in {soname}: %s called on a CPU-only torch\\n", s);\n'
                         "  abort();\n}\n")
                 for i, name in enumerate(sorted(names)):
+                    if name in SPECIAL:
+                        f.write(SPECIAL[name])
+                        continue
                     f.write(f'void s{i}(void) __asm__("{name}");\n'
                             f'void s{i}(void) {{ die("{name}"); }}\n')
             subprocess.run(["gcc", "-shared", "-fPIC", "-O0", "-w", f"-Wl,-soname,{soname}",
@@ -92,4 +116,9 @@ def main(site):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1:2] == ["--libdir"]:
+        lib_dir = sys.argv[2]
+        os.environ["LD_LIBRARY_PATH"] = lib_dir + os.pathsep + os.environ.get("LD_LIBRARY_PATH", "")
+        write_stubs(sorted(glob.glob(os.path.join(lib_dir, "*.so*"))), lib_dir)
+    else:
+        main(sys.argv[1])

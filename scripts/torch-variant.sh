@@ -13,6 +13,7 @@ version=${1:?usage: torch-variant.sh LIBTORCH_VERSION DIR}
 dest=${2:?usage: torch-variant.sh LIBTORCH_VERSION DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
 case "$version" in
+    2.9 | 2.9.*) tch=0.22 ;;
     2.11 | 2.11.*) tch=0.24 ;;
     2.13 | 2.13.*) tch=0.26 ;;
     *) echo "torch-variant.sh: no tch release known for libtorch $version (known: 2.11, 2.13)" >&2; exit 1 ;;

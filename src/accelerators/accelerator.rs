@@ -70,6 +70,19 @@ pub trait Accelerator: Send + Sync {
         Ok(())
     }
 
+    /// Refuses a precision (by its name, "bf16-mixed") this accelerator's
+    /// runs cannot use. Default: every precision.
+    fn check_precision(&self, _precision: &str) -> Result<()> {
+        Ok(())
+    }
+
+    /// Ends the step traced so far on `device`, before each batch is moved
+    /// there (a lazy backend's graph cut: torch_xla's `mark_step`).
+    /// Default: nothing.
+    fn mark_step(&self, _device: Device) -> Result<()> {
+        Ok(())
+    }
+
     /// The state of `device`'s random generator, for checkpoints; `None`
     /// on the CPU (whose generator checkpoints hold anyway). Default:
     /// libtorch's default generator for the device; `None`, with a warning

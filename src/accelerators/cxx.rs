@@ -1,5 +1,5 @@
 //! The accelerator queries of `csrc/accelerators.cpp` (CUDA devices and
-//! memory, XLA device count).
+//! memory).
 use crate::error::{Error, Result};
 use crate::shim::{self, call};
 use libc::size_t;
@@ -90,14 +90,6 @@ fn parse_stat_lines(text: &str) -> Result<Vec<(String, f64)>> {
         .collect()
 }
 
-/// Number of devices of the XLA backend registered in libtorch (0 if none).
-pub(crate) fn xla_device_count() -> Result<usize> {
-    let mut count: i64 = 0;
-    // SAFETY: `count` and the error buffer are valid.
-    call("xla device_count", |err, len| unsafe { shim::fulmen_cxx_xla_device_count(&mut count, err, len) })?;
-    Ok(usize::try_from(count).unwrap_or(0))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,10 +112,5 @@ mod tests {
         assert!(err.message.contains("not compiled with CUDA"), "{}", err.message);
         assert!(cuda_memory_stats(0).unwrap_err().message.contains("not compiled with CUDA"));
         assert!(cuda_empty_cache().is_err());
-    }
-
-    #[test]
-    fn no_xla_backend_here() {
-        assert_eq!(xla_device_count().unwrap(), 0);
     }
 }

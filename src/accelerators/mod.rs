@@ -10,6 +10,7 @@ pub mod mps;
 pub mod proc_stats;
 pub mod registry;
 pub mod xla;
+pub mod xla_runtime;
 
 pub use accelerator::Accelerator;
 pub use cpu::CpuAccelerator;

@@ -1,9 +1,9 @@
 //! The XLA accelerator (Lightning's `XLAAccelerator`, alias `tpu`).
 use super::accelerator::Accelerator;
-use super::cxx;
 use super::devices::{DevicesSpec, ParsedDevices};
+use super::xla_runtime;
 use crate::error::{Error, ErrorCode, Result};
-use crate::tensor::device::Device;
+use crate::tensor::device::{Device, DeviceType};
 
 /// TPUs and other PJRT devices through an XLA backend registered in
 /// libtorch (as torch_xla registers one). Available only when a PJRT
@@ -18,19 +18,22 @@ impl XlaAccelerator {
         XlaAccelerator
     }
 
-    /// Why XLA cannot be used here, or `None` when it can.
+    /// Why XLA cannot be used here, or `None` when it can. With
+    /// `PJRT_DEVICE` set, the first call starts torch_xla's backend
+    /// ([`xla_runtime::start`]).
     pub fn unavailable_reason() -> Option<String> {
         let pjrt = std::env::var("PJRT_DEVICE").ok().filter(|v| !v.trim().is_empty());
-        let backend = match cxx::xla_device_count() {
-            Ok(0) => Some("no XLA backend is registered in this libtorch (it is built without torch_xla)".to_string()),
+        if pjrt.is_none() {
+            let why = "no PJRT runtime is configured: PJRT_DEVICE is not set (CPU, TPU, CUDA)".to_string();
+            return Some(match xla_runtime::missing_reason() {
+                Some(missing) => format!("{why}, and {missing}"),
+                None => why,
+            });
+        }
+        match xla_runtime::start() {
+            Ok(0) => Some("torch_xla's PJRT client has no devices".to_string()),
             Ok(_) => None,
-            Err(e) => Some(format!("querying the XLA backend failed: {}", e.message)),
-        };
-        match (pjrt, backend) {
-            (Some(_), None) => None,
-            (None, None) => Some("no PJRT runtime is configured: PJRT_DEVICE is not set".to_string()),
-            (Some(_), Some(why)) => Some(why),
-            (None, Some(why)) => Some(format!("PJRT_DEVICE is not set and {why}")),
+            Err(e) => Some(e.message),
         }
     }
 
@@ -51,7 +54,7 @@ impl Accelerator for XlaAccelerator {
 
     fn auto_device_count(&self) -> usize {
         if self.is_available() {
-            cxx::xla_device_count().unwrap_or(0)
+            xla_runtime::start().unwrap_or(0)
         } else {
             0
         }
@@ -76,26 +79,73 @@ impl Accelerator for XlaAccelerator {
         }
     }
 
-    fn get_parallel_devices(&self, _parsed: &ParsedDevices) -> Result<Vec<Device>> {
+    /// `xla:0` .. `xla:N-1` (the count), or the one device asked for.
+    fn get_parallel_devices(&self, parsed: &ParsedDevices) -> Result<Vec<Device>> {
         if !self.is_available() {
             return Err(Self::unavailable("get_parallel_devices"));
         }
-        Err(Error::new(ErrorCode::Unsupported, "xla get_parallel_devices: tch 0.26 has no XLA device type"))
+        let ids: Vec<usize> = match parsed {
+            ParsedDevices::Count(n) => (0..*n).collect(),
+            ParsedDevices::Indices(ids) => ids.clone(),
+        };
+        Ok(ids.into_iter().map(|i| Device::new(DeviceType::Xla, i)).collect())
     }
 
-    fn setup_device(&self, _device: Device) -> Result<()> {
+    fn setup_device(&self, device: Device) -> Result<()> {
         if !self.is_available() {
             return Err(Self::unavailable("setup_device"));
         }
-        Err(Error::new(ErrorCode::Unsupported, "xla setup_device: tch 0.26 has no XLA device type"))
+        if device.kind() != DeviceType::Xla {
+            return Err(Error::invalid(format!("the xla accelerator cannot set up {device:?}")));
+        }
+        Ok(())
+    }
+
+    /// Lightning's XLAPrecision: "32-true", "16-true" and "bf16-true";
+    /// autocast's mixed precisions are refused, as Lightning refuses them.
+    fn check_precision(&self, precision: &str) -> Result<()> {
+        if precision.ends_with("-mixed") {
+            return Err(Error::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "precision {precision:?} is not supported on the xla accelerator (Lightning's XLAPrecision): use \
+                     \"32-true\", \"16-true\" or \"bf16-true\""
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Waits for the device's pending work: its graph is cut and run.
+    fn synchronize(&self, device: Device) -> Result<()> {
+        xla_runtime::step_marker(device.index(), true)
+    }
+
+    /// torch_xla's step marker, before each batch as torch_xla's
+    /// `MpDeviceLoader` marks steps for Lightning's XLAStrategy.
+    fn mark_step(&self, device: Device) -> Result<()> {
+        if device.kind() != DeviceType::Xla {
+            return Ok(());
+        }
+        xla_runtime::step_marker(device.index(), false)
     }
 
     fn teardown(&self) -> Result<()> {
         Ok(())
     }
 
+    /// None: torch_xla keeps its generator as a seed in its own runtime,
+    /// which Lightning's checkpoints do not hold either.
+    fn rng_state(&self, _device: Device) -> Result<Option<tch::Tensor>> {
+        Ok(None)
+    }
+
+    /// None, as Lightning's `XLAAccelerator.get_device_stats`.
     fn get_device_stats(&self, _device: Device) -> Result<Vec<(String, f64)>> {
-        Err(Self::unavailable("get_device_stats"))
+        if !self.is_available() {
+            return Err(Self::unavailable("get_device_stats"));
+        }
+        Ok(Vec::new())
     }
 }
 
@@ -109,7 +159,8 @@ mod tests {
         assert!(!xla.is_available());
         assert_eq!(xla.auto_device_count(), 0);
         let why = XlaAccelerator::unavailable_reason().unwrap();
-        assert!(why.contains("no XLA backend is registered in this libtorch"), "{why}");
+        assert!(why.contains("PJRT_DEVICE is not set"), "{why}");
+        assert!(why.contains("_XLAC extension is not in"), "{why}");
         let err = xla.parse_devices(&DevicesSpec::Auto).unwrap_err();
         assert_eq!(err.code, ErrorCode::Unavailable);
         assert!(err.message.contains("XLA cannot be used"), "{}", err.message);

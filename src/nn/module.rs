@@ -780,9 +780,10 @@ impl Module {
     fn convert(&mut self, device: Option<Device>, kind: Option<Kind>) -> Result<()> {
         let mut result = Ok(());
         let mut changed = false;
+        let mut replaced = std::collections::HashMap::new();
         self.visit("", &mut |_, t, _| {
             if result.is_ok() {
-                match convert_tensor(t, device, kind) {
+                match convert_tensor(t, device, kind, &mut replaced) {
                     Ok(c) => changed |= c,
                     Err(e) => result = Err(e),
                 }
@@ -832,7 +833,7 @@ pub(crate) fn param_identity(t: &Tensor) -> Option<ParamId> {
     if t.is_sparse() || t.is_mkldnn() || t.numel() == 0 {
         return None;
     }
-    let ptr = t.data_ptr() as usize;
+    let ptr = devices::identity(t).ok()?;
     (ptr != 0).then(|| ParamId { ptr, size: t.size(), stride: t.stride(), kind: t.kind(), device: t.device() })
 }
 
@@ -883,8 +884,22 @@ pub(crate) use crate::tensor::dtype::is_floating;
 
 /// Converts `t` in place (`set_data`), keeping it the same (leaf) tensor;
 /// its gradient, if any, follows. Non-floating tensors keep their kind.
+/// Where libtorch cannot set the data of another tensor type (the CPU and
+/// XLA), the handle is given a new leaf tensor instead, as PyTorch's
+/// `Module._apply` gives a new Parameter; `replaced` maps each old tensor
+/// (its TensorImpl) to its new one, so tied names stay one tensor.
 /// Returns whether anything changed.
-fn convert_tensor(t: &Tensor, device: Option<Device>, kind: Option<Kind>) -> Result<bool> {
+fn convert_tensor(
+    t: &Tensor,
+    device: Option<Device>,
+    kind: Option<Kind>,
+    replaced: &mut std::collections::HashMap<usize, Tensor>,
+) -> Result<bool> {
+    let key = devices::impl_identity(t)?;
+    if let Some(new) = replaced.get(&key) {
+        devices::assign(t, new)?;
+        return Ok(true);
+    }
     let cur_kind = t.f_kind()?;
     let cur_dev = Device::of(t)?;
     let new_kind = match kind {
@@ -905,12 +920,21 @@ fn convert_tensor(t: &Tensor, device: Option<Device>, kind: Option<Kind>) -> Res
     };
     tch::no_grad(|| -> Result<bool> {
         let data = convert(t)?;
-        t.shallow_clone().f_set_data(&data)?;
         let grad = t.f_grad()?;
-        if grad.defined() {
-            let g = convert(&grad)?;
-            grad.shallow_clone().f_set_data(&g)?;
+        let grad = if grad.defined() { Some(convert(&grad)?) } else { None };
+        if devices::set_data_compatible(t, &data)? {
+            t.shallow_clone().f_set_data(&data)?;
+            if let Some(g) = grad {
+                t.f_grad()?.shallow_clone().f_set_data(&g)?;
+            }
+            return Ok(true);
         }
+        let new = data.f_detach()?.f_set_requires_grad(t.requires_grad())?;
+        if let Some(g) = grad {
+            crate::strategies::fsdp::set_grad(&new, Some(&g))?;
+        }
+        devices::assign(t, &new)?;
+        replaced.insert(key, new);
         Ok(true)
     })
 }

@@ -689,3 +689,25 @@ fn registering_an_alias_of_another_kind_is_refused() {
     m.register_parameter("q2", &q.detach_copy()).unwrap();
     assert_eq!(names(&m.named_parameters()), ["q", "q2"]);
 }
+
+#[test]
+fn a_move_set_data_cannot_make_gives_new_tensors_and_keeps_ties() {
+    // Meta tensors, like XLA's, cannot take a CPU tensor's data in place
+    // (`set_data`): the model's handles get new leaf tensors instead, one
+    // per tensor, so a tied parameter stays one.
+    use crate::tensor::device::{impl_identity, Device, DeviceType};
+    let _rng = super::init::test_rng_lock();
+    let p = Tensor::from_slice(&[1.0f32, 2.0, 3.0]);
+    let mut m = tied_model(&p);
+    let meta = Device::new(DeviceType::Meta, 0);
+    m.to_device(meta).unwrap();
+    for (name, t) in m.state_dict() {
+        assert_eq!(Device::of(&t).unwrap(), meta, "{name}");
+        assert!(t.requires_grad(), "{name}");
+    }
+    assert_eq!(impl_identity(&state(&m, "a")).unwrap(), impl_identity(&state(&m, "b")).unwrap());
+    assert_ne!(impl_identity(&state(&m, "a")).unwrap(), impl_identity(&p).unwrap());
+    // Other handles of the old tensor keep it.
+    assert_eq!(Device::of(&p).unwrap(), Device::Cpu);
+    assert_eq!(Vec::<f32>::try_from(&p).unwrap(), [1.0, 2.0, 3.0]);
+}

@@ -1,4 +1,4 @@
-//! Declarations of `csrc/accelerators.cpp`: CUDA and XLA queries.
+//! Declarations of `csrc/accelerators.cpp`: CUDA queries.
 use libc::{c_char, c_int, c_void, size_t};
 
 extern "C" {
@@ -25,5 +25,4 @@ extern "C" {
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;
-    pub(crate) fn fulmen_cxx_xla_device_count(out: *mut i64, err: *mut c_char, err_len: size_t) -> c_int;
 }

@@ -12,6 +12,26 @@ extern "C" {
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;
+    pub(crate) fn fulmen_cxx_tensor_identity(
+        t: *const c_void,
+        by_impl: c_int,
+        out: *mut usize,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_tensor_assign(
+        dst: *mut c_void,
+        src: *const c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_tensor_set_data_compatible(
+        t: *const c_void,
+        data: *const c_void,
+        out: *mut c_int,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
     pub(crate) fn fulmen_cxx_tensor_device(
         t: *const c_void,
         device_type: *mut c_int,

@@ -21,6 +21,7 @@ mod profiler;
 mod runtime;
 mod script;
 mod sync_reduce;
+mod xla;
 
 pub(crate) use accelerators::*;
 pub(crate) use autocast::*;
@@ -38,6 +39,7 @@ pub(crate) use profiler::*;
 pub(crate) use runtime::*;
 pub(crate) use script::*;
 pub(crate) use sync_reduce::*;
+pub(crate) use xla::*;
 
 /// Success status of a shim call.
 const OK: c_int = 0;

@@ -46,18 +46,21 @@ impl DdpStrategy {
     /// launcher did) and sets this rank's device up: `list[LOCAL_RANK]`,
     /// or the CPU for every rank of a CPU job.
     pub(crate) fn connect(acc: Arc<dyn Accelerator>, list: &[Device], opts: &TrainerOptions) -> Result<Self> {
-        let (placement, ctx) = join_job(acc, list, opts)?;
+        let (placement, ctx) = join_job(acc, list, opts, false)?;
         Ok(DdpStrategy { placement, ctx, options: opts.strategy.ddp.clone(), ddp: None })
     }
 }
 
 /// Joins the distributed job (starting the other local ranks when no
 /// launcher did) and sets this rank's device up: `list[LOCAL_RANK]`, or the
-/// CPU for every rank of a CPU job. DDP's and FSDP's start.
+/// CPU for every rank of a CPU job. DDP's, FSDP's and XLA's start; with
+/// `host_collectives` the job's group reduces CPU tensors only (the XLA
+/// strategy copies what it reduces to the host).
 pub(crate) fn join_job(
     acc: Arc<dyn Accelerator>,
     list: &[Device],
     opts: &TrainerOptions,
+    host_collectives: bool,
 ) -> Result<(Placement, Arc<DistContext>)> {
     let s = &opts.strategy;
     let ctx = distributed::join(&JoinOptions {
@@ -65,7 +68,7 @@ pub(crate) fn join_job(
         num_nodes: s.num_nodes,
         backend: s.process_group_backend.clone(),
         cuda: list[0].is_cuda(),
-        devices: device_backend(acc.as_ref(), list, &s.name)?,
+        devices: if host_collectives { None } else { device_backend(acc.as_ref(), list, &s.name)? },
         timeout: s.timeout,
     })?;
     let local = ctx.env.local_rank;

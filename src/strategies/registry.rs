@@ -99,8 +99,15 @@ const ENTRIES: &[Entry] = &[
     },
     Entry {
         name: "xla",
-        description: "one process per XLA device (TPU), started as for ddp; needs the xla accelerator",
+        description: "one process per XLA device (TPU), started as for ddp, gradients averaged after backward; \
+                      needs the xla accelerator",
         kind: StrategyKind::Xla,
+        find_unused: false,
+    },
+    Entry {
+        name: "single_xla",
+        description: "one process on one XLA device (Lightning's SingleDeviceXLAStrategy); needs the xla accelerator",
+        kind: StrategyKind::SingleDevice,
         find_unused: false,
     },
 ];

@@ -319,7 +319,7 @@ pub(crate) trait Strategy {
 }
 
 /// The optimizers of a run's configurations, for the precision plugin.
-fn optimizers_of(configs: &mut [OptimizerConfig]) -> Vec<&mut dyn Optimizer> {
+pub(crate) fn optimizers_of(configs: &mut [OptimizerConfig]) -> Vec<&mut dyn Optimizer> {
     configs.iter_mut().map(|c| c.optimizer.as_mut() as &mut dyn Optimizer).collect()
 }
 

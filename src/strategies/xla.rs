@@ -1,26 +1,183 @@
-//! XLA (Lightning's `XLAStrategy`, a DDP strategy for TPUs): one process
-//! per XLA device, joined and launched as for DDP and run by
-//! [`DdpStrategy`]; only the xla accelerator runs it.
-use super::ddp::DdpStrategy;
+//! XLA (Lightning's `XLAStrategy`): one process per XLA device, joined and
+//! launched as for DDP. As Lightning's, the model is not wrapped: rank 0's
+//! parameters and buffers are copied to every rank when a fit starts, and
+//! the gradients are averaged over the ranks after backward, before
+//! `on_before_optimizer_step` and clipping see them (torch_xla's
+//! `xm.reduce_gradients` in Lightning's `XLAPrecision`).
+//!
+//! The reductions go through the job's gloo group on host copies, one
+//! flat buffer per dtype: torch_xla's collectives do not cross processes on
+//! PJRT's CPU device, and c10d cannot reduce XLA tensors.
+use super::ddp::{job_methods, join_job};
+use super::strategy::Strategy;
 use crate::accelerators::Accelerator;
-use crate::error::{Error, Result};
-use crate::tensor::device::Device;
-use crate::trainer::TrainerOptions;
+use crate::distributed::{self, DistContext, ReduceOp};
+use crate::error::{Error, ErrorCode, Result};
+use crate::tensor::device::{self as devices, Device};
+use crate::trainer::device::Placement;
+use crate::trainer::{LightningModule, OptimizerConfig, TrainerOptions};
 use std::sync::Arc;
+use tch::{Kind, Tensor};
 
-/// Refuses `strategy="xla"` on an accelerator other than xla (checked
-/// before `devices` picks a strategy).
-pub(crate) fn check_accelerator(acc: &dyn Accelerator) -> Result<()> {
+/// Refuses `strategy="xla"` (or `"single_xla"`, named `strategy`) on an
+/// accelerator other than xla (checked before `devices` picks a strategy).
+pub(crate) fn check_accelerator(acc: &dyn Accelerator, strategy: &str) -> Result<()> {
     if acc.name() != "xla" {
         return Err(Error::invalid(format!(
-            "strategy \"xla\" runs on the xla accelerator, not {:?}: set accelerator=\"xla\" (or \"tpu\")",
+            "strategy {strategy:?} runs on the xla accelerator, not {:?}: set accelerator=\"xla\" (or \"tpu\")",
             acc.name()
         )));
     }
     Ok(())
 }
 
-/// The XLA strategy over `list`: DDP's, one rank per device.
-pub(crate) fn connect(acc: Arc<dyn Accelerator>, list: &[Device], opts: &TrainerOptions) -> Result<DdpStrategy> {
-    DdpStrategy::connect(acc, list, opts)
+/// The XLA strategy's state: the job and whether this step's gradients
+/// were averaged already.
+pub(crate) struct XlaStrategy {
+    placement: Placement,
+    ctx: Arc<DistContext>,
+    reduced: bool,
+}
+
+/// The XLA strategy over `list`: one rank per device, `list[LOCAL_RANK]`.
+pub(crate) fn connect(acc: Arc<dyn Accelerator>, list: &[Device], opts: &TrainerOptions) -> Result<XlaStrategy> {
+    let (placement, ctx) = join_job(acc, list, opts, true)?;
+    Ok(XlaStrategy { placement, ctx, reduced: false })
+}
+
+/// The parameters of `configs`, each once (a parameter in two optimizers
+/// or groups is averaged once).
+fn distinct_params(configs: &[OptimizerConfig]) -> Result<Vec<Tensor>> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for c in configs {
+        for g in c.optimizer.param_groups() {
+            for p in &g.params {
+                if seen.insert(devices::impl_identity(p)?) {
+                    out.push(p.shallow_clone());
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl XlaStrategy {
+    /// Applies `op` to `tensors` (on this rank's device) through host
+    /// copies: one flat buffer per dtype, moved to the CPU, reduced or
+    /// broadcast there, and copied back into each tensor.
+    fn through_host(&self, tensors: &[Tensor], op: &dyn Fn(&Tensor) -> Result<()>) -> Result<()> {
+        let mut kinds: Vec<Kind> = Vec::new();
+        for t in tensors {
+            let k = t.f_kind()?;
+            if !kinds.contains(&k) {
+                kinds.push(k);
+            }
+        }
+        tch::no_grad(|| {
+            for kind in kinds {
+                let group: Vec<&Tensor> = tensors.iter().filter(|t| t.kind() == kind).collect();
+                let flat = Tensor::f_cat(&group.iter().map(|t| t.reshape([-1])).collect::<Vec<_>>(), 0)?;
+                let host = devices::to_device(&flat, Device::Cpu, false)?;
+                op(&host)?;
+                let back = devices::to_device(&host, self.placement.device, false)?;
+                let mut at = 0i64;
+                for t in group {
+                    let n = t.numel() as i64;
+                    t.shallow_clone().f_copy_(&back.f_narrow(0, at, n)?.f_view_as(t)?)?;
+                    at += n;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Averages the gradients of `configs`' parameters over the ranks, once
+    /// per optimizer step. A parameter without a gradient here but with one
+    /// on another rank gets zeros first, as DDP's reducer gives it.
+    fn reduce_gradients(&mut self, configs: &[OptimizerConfig]) -> Result<()> {
+        if self.reduced || self.ctx.world_size() <= 1 {
+            return Ok(());
+        }
+        let params = distinct_params(configs)?;
+        let defined: Vec<f64> = params.iter().map(|p| f64::from(u8::from(p.grad().defined()))).collect();
+        let mut anywhere = defined.clone();
+        self.ctx.group.reduce_values(&mut anywhere, ReduceOp::Max).map_err(|e| self.ctx.explain(e))?;
+        let mut grads = Vec::new();
+        for (p, (&here, &somewhere)) in params.iter().zip(defined.iter().zip(&anywhere)) {
+            if somewhere == 0.0 {
+                continue;
+            }
+            if here == 0.0 {
+                let zeros = p.f_zeros_like()?;
+                crate::strategies::fsdp::set_grad(p, Some(&zeros))?;
+            }
+            grads.push(p.grad());
+        }
+        let group = Arc::clone(&self.ctx.group);
+        self.through_host(&grads, &|host| group.all_reduce(&[host.shallow_clone()], ReduceOp::Mean))
+            .map_err(|e| self.ctx.explain(e))?;
+        self.reduced = true;
+        Ok(())
+    }
+}
+
+impl Strategy for XlaStrategy {
+    job_methods!();
+
+    fn closure_refusal(&self) -> Option<&'static str> {
+        Some("the xla strategy averages gradients once per step, before the optimizer steps")
+    }
+
+    /// For fitting, every rank starts from rank 0's parameters and buffers
+    /// (torch_xla's `broadcast_master_param`).
+    fn wrap_model(&mut self, module: &dyn LightningModule, training: bool) -> Result<()> {
+        self.reduced = false;
+        if !training || self.ctx.world_size() <= 1 {
+            return Ok(());
+        }
+        let Some(model) = module.model() else {
+            return Err(Error::state(
+                "xla needs a LightningModule with a model (pass one to fulmen_lightning_module_new)",
+            ));
+        };
+        let state: Vec<Tensor> = {
+            let m = model.lock().unwrap_or_else(|p| p.into_inner());
+            let mut seen = std::collections::HashSet::new();
+            let mut out = Vec::new();
+            for (_, t) in m.state_dict() {
+                if seen.insert(devices::impl_identity(&t)?) {
+                    out.push(t);
+                }
+            }
+            out
+        };
+        let group = Arc::clone(&self.ctx.group);
+        self.through_host(&state, &|host| group.broadcast(&[host.shallow_clone()], 0)).map_err(|e| self.ctx.explain(e))
+    }
+
+    fn unscale_gradients(&mut self, configs: &mut [OptimizerConfig]) -> Result<()> {
+        self.reduce_gradients(configs)?;
+        self.placement.precision.unscale_gradients(&super::strategy::optimizers_of(configs))
+    }
+
+    fn unscale_gradients_once(&mut self, configs: &mut [OptimizerConfig]) -> Result<()> {
+        self.reduce_gradients(configs)?;
+        self.placement.precision.unscale_gradients_once(&super::strategy::optimizers_of(configs))
+    }
+
+    fn optimizer_step(&mut self, configs: &mut [OptimizerConfig]) -> Result<Vec<bool>> {
+        self.reduce_gradients(configs)?;
+        self.reduced = false;
+        self.placement.precision.optimizer_step(&mut super::strategy::optimizers_of(configs))
+    }
+
+    fn fail(&mut self, e: Error) -> Error {
+        if matches!(e.code, ErrorCode::Torch | ErrorCode::Distributed) {
+            let _ = self.ctx.await_child_failure(std::time::Duration::from_secs(1));
+        }
+        let e = self.ctx.explain(e);
+        distributed::abort();
+        e
+    }
 }

@@ -228,10 +228,9 @@ impl Device {
     pub fn check_available(self) -> Result<()> {
         let kind = self.kind();
         if kind == DeviceType::Xla {
-            return Err(Error::new(
-                ErrorCode::Unavailable,
-                "XLA devices are not available: no PJRT runtime is registered in this libtorch",
-            ));
+            // torch_xla's kernels exist only once its backend is started.
+            crate::accelerators::xla_runtime::start()
+                .map_err(|e| Error::new(e.code, format!("XLA devices are not available: {}", e.message)))?;
         }
         let count = kind.device_count()?;
         if self.index() < count || matches!(self, Device::Cpu | Device::Other(DeviceType::Meta, _)) {
@@ -343,6 +342,51 @@ pub fn to_device(t: &Tensor, device: Device, non_blocking: bool) -> Result<Tenso
     .map_err(|e| Error::new(e.code, format!("to {}: {}", device.name(), e.message)))?;
     // SAFETY: the shim returned a new tensor.
     Ok(unsafe { Tensor::from_ptr(out.cast()) })
+}
+
+/// What makes `t` one tensor among its handles: the address of its first
+/// element, or of its TensorImpl for a tensor without storage (torch_xla's
+/// lazy tensors, whose data pointer cannot be read); 0 when undefined.
+pub fn identity(t: &Tensor) -> Result<usize> {
+    tensor_identity(t, false)
+}
+
+/// The address of `t`'s TensorImpl, shared by its handles (shallow
+/// clones, a tied parameter's names) and by no other tensor; 0 when
+/// undefined.
+pub fn impl_identity(t: &Tensor) -> Result<usize> {
+    tensor_identity(t, true)
+}
+
+fn tensor_identity(t: &Tensor, by_impl: bool) -> Result<usize> {
+    let mut out: usize = 0;
+    // SAFETY: `as_ptr` is the `at::Tensor*` tch holds, alive through the call.
+    call("tensor identity", |err, len| unsafe {
+        shim::fulmen_cxx_tensor_identity(t.as_ptr().cast(), c_int::from(by_impl), &mut out, err, len)
+    })?;
+    Ok(out)
+}
+
+/// Whether `t.set_data(data)` keeps `t` (libtorch refuses it between
+/// tensor types, as between the CPU and XLA).
+pub fn set_data_compatible(t: &Tensor, data: &Tensor) -> Result<bool> {
+    let mut out: c_int = 0;
+    // SAFETY: both pointers are `at::Tensor*` tch holds, alive through the call.
+    call("set_data check", |err, len| unsafe {
+        shim::fulmen_cxx_tensor_set_data_compatible(t.as_ptr().cast(), data.as_ptr().cast(), &mut out, err, len)
+    })?;
+    Ok(out != 0)
+}
+
+/// Makes the handle `dst` hold `src`'s tensor: `dst` and every place that
+/// reads it see the new tensor; other handles of the old one keep it.
+pub fn assign(dst: &Tensor, src: &Tensor) -> Result<()> {
+    // SAFETY: both pointers are `at::Tensor*` tch holds, alive through the
+    // call; the shim assigns the C++ object, which tch only reads through
+    // this pointer.
+    call("tensor assign", |err, len| unsafe {
+        shim::fulmen_cxx_tensor_assign(dst.as_ptr().cast_mut().cast(), src.as_ptr().cast(), err, len)
+    })
 }
 
 /// `t` on the device of `like` (`t` itself, shallow, when it is there).

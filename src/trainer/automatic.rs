@@ -8,6 +8,7 @@ use super::metrics::MetricStore;
 use super::optimization::{self, ClosureArgs, OptimizationContext};
 use super::run::{HookData, Run};
 use crate::error::{Error, ErrorCode, Result};
+use crate::tensor::device::Device;
 use tch::Tensor;
 
 /// Checks the value a training_step returned before it is used.
@@ -363,6 +364,34 @@ fn closure_step(
 /// evaluation re-runs training_step), scale the loss (Lightning: "AMP and
 /// the LBFGS optimizer are not compatible"), or split batches over `dp`
 /// replicas.
+/// Refuses optimizers holding parameters on another device type than the
+/// model's: built before the trainer moved the model to a device whose
+/// tensors are new ones (XLA), they would step tensors the model no longer
+/// uses.
+pub(super) fn check_optimizer_devices(run: &Run) -> Result<()> {
+    let device = run.strategy.placement().device;
+    if device == Device::Cpu {
+        return Ok(());
+    }
+    for (i, cfg) in run.optimizers.iter().enumerate() {
+        for group in cfg.optimizer.param_groups() {
+            for p in &group.params {
+                let on = Device::of(p)?;
+                if on.kind() != device.kind() {
+                    return Err(Error::invalid(format!(
+                        "optimizer {i} ({}) holds a parameter on {} while the model is on {}: create optimizers in \
+                         configure_optimizers, after the trainer has moved the model",
+                        cfg.optimizer.name(),
+                        on.name(),
+                        device.name()
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn check_closure_optimizers(run: &Run) -> Result<()> {
     let Some(cfg) = run.optimizers.iter().find(|c| c.optimizer.needs_closure()) else { return Ok(()) };
     let name = cfg.optimizer.name();

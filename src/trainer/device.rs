@@ -27,6 +27,7 @@ pub struct Placement {
 /// needs none (unless the options configured one).
 fn capable(acc: &dyn Accelerator, precision: PrecisionPlugin, scaler_configured: bool) -> Result<PrecisionPlugin> {
     let p = precision.precision();
+    acc.check_precision(&p.to_string())?;
     let kinds = [Some(p.param_kind()), p.autocast_kind()];
     for kind in kinds.into_iter().flatten() {
         if !acc.supports_dtype(kind)? {
@@ -99,6 +100,7 @@ impl Placement {
 
     /// The batch on the device, floating inputs cast for `*-true`.
     pub fn prepare_batch(&self, batch: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        self.accelerator.mark_step(self.device)?;
         let casts = self.precision.precision().casts_model();
         if self.device == Device::Cpu && !casts {
             return Ok(batch);
@@ -156,6 +158,8 @@ impl Placement {
         if self.device == Device::Cpu {
             return Ok(());
         }
+        // The last step's graph runs before its results are copied.
+        self.accelerator.mark_step(self.device)?;
         if let Some(m) = module.model() {
             m.lock().unwrap_or_else(|p| p.into_inner()).to_device(Device::Cpu)?;
         }

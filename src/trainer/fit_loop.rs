@@ -357,6 +357,7 @@ fn fit_run(
         );
     }
     check_closure_optimizers(run)?;
+    super::automatic::check_optimizer_devices(run)?;
     super::optimization::check_optimization_hooks(run)?;
     if run.checkpoint_format == crate::checkpoint::CheckpointFormat::Lightning {
         // Refused now rather than at the first checkpoint.

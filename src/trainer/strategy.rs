@@ -62,10 +62,12 @@ pub(crate) fn setup(opts: &TrainerOptions) -> Result<RunStrategy> {
         }
         Ok(ClusterEnv::detect(list.len(), s.num_nodes)?.world_size > 1)
     };
-    if s.kind == StrategyKind::Xla {
-        xla::check_accelerator(acc.as_ref())?;
+    if s.kind == StrategyKind::Xla || s.name == "single_xla" {
+        xla::check_accelerator(acc.as_ref(), &s.name)?;
     }
     let kind = match s.kind {
+        // Lightning's choice for several XLA devices: its XLAStrategy.
+        StrategyKind::Auto if list.len() > 1 && acc.name() == "xla" => StrategyKind::Xla,
         StrategyKind::Auto if list.len() > 1 || s.num_nodes > 1 || external_world()? => StrategyKind::Ddp,
         StrategyKind::Auto => StrategyKind::SingleDevice,
         k => k,

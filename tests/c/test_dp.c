@@ -283,6 +283,10 @@ static void refusals(void) {
     CHECK_ERR(fulmen_trainer_fit(t, m, loader, NULL, NULL), FULMEN_CODE_INVALID_ARGUMENT,
               "runs on the xla accelerator");
     fulmen_trainer_free(t);
+    t = trainer_for("cpu", "single_xla", "1");
+    CHECK_ERR(fulmen_trainer_fit(t, m, loader, NULL, NULL), FULMEN_CODE_INVALID_ARGUMENT,
+              "strategy \"single_xla\" runs on the xla accelerator");
+    fulmen_trainer_free(t);
     t = trainer_for("xla", "xla", "auto");
     CHECK_ERR(fulmen_trainer_fit(t, m, loader, NULL, NULL), FULMEN_CODE_UNAVAILABLE, "\"xla\" is not available");
     fulmen_trainer_free(t);

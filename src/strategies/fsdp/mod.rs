@@ -12,6 +12,7 @@ mod wrap;
 
 pub(crate) use settings::KEYS;
 pub use settings::{FsdpOptions, ShardingStrategy};
+pub(crate) use unit::set_grad;
 
 use super::ddp::{job_methods, join_job};
 use super::strategy::Strategy;
@@ -68,7 +69,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl FsdpStrategy {
     /// Joins the distributed job as DDP does.
     pub(crate) fn connect(acc: Arc<dyn Accelerator>, list: &[Device], opts: &TrainerOptions) -> Result<Self> {
-        let (mut placement, ctx) = join_job(acc, list, opts)?;
+        let (mut placement, ctx) = join_job(acc, list, opts, false)?;
         if let Some(scaler) = placement.precision.scaler_mut() {
             // 16-mixed: each rank checks its shards; any rank's inf or NaN
             // skips the step on every rank (torch's ShardedGradScaler).

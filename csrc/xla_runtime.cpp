@@ -1,0 +1,281 @@
+// Loads torch_xla's backend into a process without Python code of its own
+// (src/accelerators/xla_runtime.rs).
+//
+// torch_xla ships its kernels in one Python extension, _XLAC, which links
+// libpython, libtorch_python and libtorch, and registers the XLA backend
+// only when its module is initialised: loading the library alone leaves a
+// device guard without kernels. So the backend starts here as Python would
+// start it: libpython and libtorch_python are opened with RTLD_GLOBAL, the
+// interpreter is initialised (without signal handlers: the host keeps its
+// own), `import _XLAC` runs with _XLAC's directory on sys.path, the lazy
+// backend and the PJRT client start, and the GIL is released. Nothing is
+// linked against Python: every Python function is looked up with dlsym,
+// so this file builds and loads where no Python exists, and starting
+// fails there with the loader's message.
+//
+// Once started, plain ATen runs on c10::Device(kXLA, i). Each step's lazy
+// graph ends with torch_xla's step marker (Lightning's `xm.mark_step()`),
+// called through the interpreter under the GIL, from any thread.
+#include <ATen/Context.h>
+#include <c10/util/Exception.h>
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "fulmen_cxx.h"
+
+namespace {
+
+struct PyObj;  // PyObject, opaque here.
+
+// The few CPython functions used, looked up in the libpython opened.
+struct Python {
+  int (*is_initialized)() = nullptr;
+  void (*initialize_ex)(int) = nullptr;
+  void* (*save_thread)() = nullptr;
+  int (*gil_ensure)() = nullptr;
+  void (*gil_release)(int) = nullptr;
+  PyObj* (*run_string)(const char*, int, PyObj*, PyObj*) = nullptr;
+  PyObj* (*compile_string)(const char*, const char*, int) = nullptr;
+  PyObj* (*eval_code)(PyObj*, PyObj*, PyObj*) = nullptr;
+  PyObj* (*dict_new)() = nullptr;
+  int (*dict_set_item_string)(PyObj*, const char*, PyObj*) = nullptr;
+  PyObj* (*dict_get_item_string)(PyObj*, const char*) = nullptr;
+  PyObj* (*eval_get_builtins)() = nullptr;
+  PyObj* (*long_from_long_long)(long long) = nullptr;
+  long long (*long_as_long_long)(PyObj*) = nullptr;
+  void (*err_fetch)(PyObj**, PyObj**, PyObj**) = nullptr;
+  void (*err_clear)() = nullptr;
+  PyObj* (*object_str)(PyObj*) = nullptr;
+  const char* (*unicode_as_utf8)(PyObj*) = nullptr;
+  void (*dec_ref)(PyObj*) = nullptr;
+};
+
+constexpr int kPyFileInput = 257;  // Py_file_input
+
+// The backend's state: started once per process; a failed start is kept
+// and reported again (a second attempt cannot undo the first's loading).
+struct Backend {
+  std::mutex mu;
+  bool tried = false;
+  std::string failure;
+  Python py;
+  PyObj* globals = nullptr;  // holds _XLAC and the marker's argument
+  PyObj* marker = nullptr;   // compiled `_XLAC._xla_step_marker(...)`
+  int64_t devices = 0;
+};
+
+Backend& backend() {
+  static Backend* b = new Backend();  // never destroyed: Python outlives static destructors
+  return *b;
+}
+
+template <typename F>
+void lookup(void* lib, const char* name, F& slot) {
+  slot = reinterpret_cast<F>(dlsym(lib, name));
+  TORCH_CHECK(slot != nullptr, "xla: libpython has no ", name, " (", dlerror(), ")");
+}
+
+void load_python(Python& py, void* lib) {
+  lookup(lib, "Py_IsInitialized", py.is_initialized);
+  lookup(lib, "Py_InitializeEx", py.initialize_ex);
+  lookup(lib, "PyEval_SaveThread", py.save_thread);
+  lookup(lib, "PyGILState_Ensure", py.gil_ensure);
+  lookup(lib, "PyGILState_Release", py.gil_release);
+  lookup(lib, "PyRun_String", py.run_string);
+  lookup(lib, "Py_CompileString", py.compile_string);
+  lookup(lib, "PyEval_EvalCode", py.eval_code);
+  lookup(lib, "PyDict_New", py.dict_new);
+  lookup(lib, "PyDict_SetItemString", py.dict_set_item_string);
+  lookup(lib, "PyDict_GetItemString", py.dict_get_item_string);
+  lookup(lib, "PyEval_GetBuiltins", py.eval_get_builtins);
+  lookup(lib, "PyLong_FromLongLong", py.long_from_long_long);
+  lookup(lib, "PyLong_AsLongLong", py.long_as_long_long);
+  lookup(lib, "PyErr_Fetch", py.err_fetch);
+  lookup(lib, "PyErr_Clear", py.err_clear);
+  lookup(lib, "PyObject_Str", py.object_str);
+  lookup(lib, "PyUnicode_AsUTF8", py.unicode_as_utf8);
+  lookup(lib, "Py_DecRef", py.dec_ref);
+}
+
+// The pending Python exception as text (cleared); holds the GIL.
+std::string python_error(const Python& py) {
+  PyObj *type = nullptr, *value = nullptr, *trace = nullptr;
+  py.err_fetch(&type, &value, &trace);
+  std::string text = "unknown Python error";
+  PyObj* shown = value != nullptr ? value : type;
+  if (shown != nullptr) {
+    PyObj* s = py.object_str(shown);
+    if (s != nullptr) {
+      const char* utf8 = py.unicode_as_utf8(s);
+      if (utf8 != nullptr) {
+        text = utf8;
+      }
+      py.dec_ref(s);
+    }
+    py.err_clear();
+  }
+  for (PyObj* o : {type, value, trace}) {
+    if (o != nullptr) {
+      py.dec_ref(o);
+    }
+  }
+  return text;
+}
+
+// Runs `code` in the backend's globals under the GIL the caller holds.
+void run(Backend& b, const std::string& code, const char* what) {
+  PyObj* r = b.py.run_string(code.c_str(), kPyFileInput, b.globals, b.globals);
+  TORCH_CHECK(r != nullptr, "xla: ", what, " failed: ", python_error(b.py));
+  b.py.dec_ref(r);
+}
+
+// A Python string literal of `s` (a path), escaped.
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\\' || c == '\'') {
+      out += '\\';
+    }
+    TORCH_CHECK(c != '\n' && c != '\r' && c != '\0', "xla: the library directory's name holds a line break");
+    out += c;
+  }
+  return out + "'";
+}
+
+// Holds the GIL for a scope (any thread, once the interpreter runs).
+class Gil {
+ public:
+  explicit Gil(const Python& py) : py_(py), state_(py.gil_ensure()) {}
+  ~Gil() { py_.gil_release(state_); }
+  Gil(const Gil&) = delete;
+  Gil& operator=(const Gil&) = delete;
+
+ private:
+  const Python& py_;
+  int state_;
+};
+
+void start_module(Backend& b, const std::string& lib_dir);
+
+void start(Backend& b, const std::string& lib_dir, const std::string& libpython) {
+  void* py_lib = dlopen(libpython.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  TORCH_CHECK(py_lib != nullptr, "xla: cannot load ", libpython,
+              " (torch_xla's _XLAC needs CPython 3.11's shared library; install libpython3.11 or set "
+              "FULMEN_XLA_LIBPYTHON to its path): ",
+              dlerror());
+  load_python(b.py, py_lib);
+  const std::string torch_python = lib_dir + "/libtorch_python.so";
+  TORCH_CHECK(dlopen(torch_python.c_str(), RTLD_NOW | RTLD_GLOBAL) != nullptr, "xla: cannot load ", torch_python,
+              ": ", dlerror());
+  bool own_interpreter = b.py.is_initialized() == 0;
+  if (own_interpreter) {
+    b.py.initialize_ex(0);  // 0: no signal handlers, the host keeps SIGINT
+  }
+  {
+    Gil gil(b.py);
+    start_module(b, lib_dir);
+  }
+  if (own_interpreter) {
+    // Release the GIL the interpreter's start took: every later call
+    // (from any thread) takes it with PyGILState_Ensure.
+    b.py.save_thread();
+  }
+}
+
+// Imports _XLAC from `lib_dir` and starts its backend; holds the GIL.
+void start_module(Backend& b, const std::string& lib_dir) {
+  b.globals = b.py.dict_new();
+  TORCH_CHECK(b.globals != nullptr, "xla: PyDict_New failed");
+  TORCH_CHECK(b.py.dict_set_item_string(b.globals, "__builtins__", b.py.eval_get_builtins()) == 0,
+              "xla: setting __builtins__ failed");
+  run(b,
+      "import sys\n"
+      "sys.path.insert(0, " +
+          quoted(lib_dir) +
+          ")\n"
+          "import _XLAC\n"
+          "_XLAC._init_xla_lazy_backend()\n"
+          "_fulmen_devices = len(_XLAC._xla_get_all_devices())\n",
+      "starting torch_xla's backend (import _XLAC)");
+  PyObj* n = b.py.dict_get_item_string(b.globals, "_fulmen_devices");  // borrowed
+  TORCH_CHECK(n != nullptr, "xla: the backend reported no device list");
+  b.devices = b.py.long_as_long_long(n);
+  b.marker = b.py.compile_string("_XLAC._xla_step_marker('xla:%d' % _fulmen_index, [], _fulmen_wait)\n",
+                                 "<fulmen xla step marker>", kPyFileInput);
+  TORCH_CHECK(b.marker != nullptr, "xla: compiling the step marker failed: ", python_error(b.py));
+}
+
+}  // namespace
+
+extern "C" {
+
+// Starts the XLA backend once per process from `lib_dir` (holding
+// _XLAC.cpython-311-*.so and libtorch_python.so) and `libpython` (a path
+// or soname); *devices = the PJRT client's device count. A later call
+// returns the first call's result without loading anything again.
+int fulmen_cxx_xla_start(const char* lib_dir, const char* libpython, int64_t* devices, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  TORCH_CHECK(lib_dir != nullptr && libpython != nullptr && devices != nullptr, "xla_start: NULL argument");
+  Backend& b = backend();
+  std::lock_guard<std::mutex> lock(b.mu);
+  if (!b.tried) {
+    b.tried = true;
+    try {
+      start(b, lib_dir, libpython);
+    } catch (const c10::Error& e) {
+      b.failure = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      b.failure = e.what();
+    }
+  }
+  TORCH_CHECK(b.failure.empty(), b.failure);
+  *devices = b.devices;
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Ends device `index`'s pending lazy graph and starts running it
+// (torch_xla's step marker; `wait` blocks until it has run). Needs a
+// started backend.
+int fulmen_cxx_xla_step_marker(int64_t index, int wait, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  Backend& b = backend();
+  {
+    std::lock_guard<std::mutex> lock(b.mu);
+    TORCH_CHECK(b.tried && b.failure.empty() && b.marker != nullptr, "xla step marker: the XLA backend is not started");
+  }
+  TORCH_CHECK(index >= 0 && index < b.devices, "xla step marker: device ", index, " of ", b.devices);
+  Gil gil(b.py);
+  PyObj* i = b.py.long_from_long_long(index);
+  PyObj* w = b.py.long_from_long_long(wait != 0 ? 1 : 0);
+  TORCH_CHECK(i != nullptr && w != nullptr, "xla step marker: ", python_error(b.py));
+  b.py.dict_set_item_string(b.globals, "_fulmen_index", i);
+  b.py.dict_set_item_string(b.globals, "_fulmen_wait", w);
+  b.py.dec_ref(i);
+  b.py.dec_ref(w);
+  PyObj* r = b.py.eval_code(b.marker, b.globals, b.globals);
+  TORCH_CHECK(r != nullptr, "xla step marker: ", python_error(b.py));
+  b.py.dec_ref(r);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Writes the directory of the libtorch_cpu.so this process runs (where a
+// torch_xla build keeps _XLAC), NUL-terminated, into `buf`.
+int fulmen_cxx_libtorch_dir(char* buf, size_t buf_len, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  TORCH_CHECK(buf != nullptr && buf_len > 0, "libtorch_dir: no buffer");
+  Dl_info info{};
+  TORCH_CHECK(dladdr(reinterpret_cast<void*>(&at::globalContext), &info) != 0 && info.dli_fname != nullptr,
+              "libtorch_dir: dladdr found no library for libtorch_cpu");
+  std::string path = info.dli_fname;
+  auto slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  TORCH_CHECK(dir.size() < buf_len, "libtorch_dir: the path is longer than ", buf_len - 1, " bytes");
+  dir.copy(buf, dir.size());
+  buf[dir.size()] = '\0';
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+}  // extern "C"
