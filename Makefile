@@ -470,13 +470,14 @@ test-xla: lib-xla $(MNIST)
 	  -o $(XLA_OUT)/examples/mnist_cpp $(XLA_LINK)
 	cd $(ROOT)/examples/go && $(GO_ENV) PKG_CONFIG_PATH=$(TORCH_XLA) go build -o $(XLA_OUT)/examples/mnist_go ./mnist
 	@rm -rf $(XLA_OUT)/runs && mkdir -p $(XLA_OUT)/runs
-	@set -e; for ex in mnist mnist_cpp; do \
-	  $(XLA_ENV) $(XLA_OUT)/examples/$$ex --data $(MNIST) --epochs 3 --accelerator xla --devices 1 \
-	    --out $(XLA_OUT)/runs/$$ex | tee $(XLA_OUT)/runs/$$ex.log; done
-	$(XLA_ENV) $(XLA_OUT)/examples/mnist_go -data $(MNIST) -epochs 3 -accelerator xla -devices 1 \
-	  -out $(XLA_OUT)/runs/mnist_go | tee $(XLA_OUT)/runs/mnist_go.log
-	$(XLA_OUT)/examples/mnist --data $(MNIST) --epochs 3 --accelerator cpu --out $(XLA_OUT)/runs/cpu \
-	  | tee $(XLA_OUT)/runs/cpu.log
+	@set -e; run() { log=$$1; shift; "$$@" > $$log 2>&1 || { cat $$log; echo "failed: $$*"; exit 1; }; cat $$log; }; \
+	  for ex in mnist mnist_cpp; do \
+	    run $(XLA_OUT)/runs/$$ex.log env $(XLA_ENV) $(XLA_OUT)/examples/$$ex --data $(MNIST) --epochs 3 \
+	      --accelerator xla --devices 1 --out $(XLA_OUT)/runs/$$ex; done; \
+	  run $(XLA_OUT)/runs/mnist_go.log env $(XLA_ENV) $(XLA_OUT)/examples/mnist_go -data $(MNIST) -epochs 3 \
+	    -accelerator xla -devices 1 -out $(XLA_OUT)/runs/mnist_go; \
+	  run $(XLA_OUT)/runs/cpu.log $(XLA_OUT)/examples/mnist --data $(MNIST) --epochs 3 --accelerator cpu \
+	    --out $(XLA_OUT)/runs/cpu
 	@cpu=$$(grep "final validation accuracy" $(XLA_OUT)/runs/cpu.log); \
 	  for ex in mnist mnist_cpp mnist_go; do \
 	    got=$$(grep "final validation accuracy" $(XLA_OUT)/runs/$$ex.log); \

@@ -39,18 +39,30 @@ int fulmen_cxx_tensor_to_device(const void* t, int type, int64_t index, int non_
 }
 
 // *out = what makes `t` one tensor among its handles: the address of its
-// first element, or, for a tensor without storage (torch_xla's lazy
-// tensors), the address of its TensorImpl; 0 for an undefined tensor.
-// With `by_impl`, always the TensorImpl's address (the handles of one
-// tensor, not the views of one storage).
-int fulmen_cxx_tensor_identity(const void* t, int by_impl, uintptr_t* out, char* err, size_t err_len) {
+// first element (*is_data = 1), or, where that cannot be read (no storage,
+// a null data pointer as on the meta device, or a data pointer libtorch
+// refuses to give, as for torch_xla's functionalized tensors), the address
+// of its TensorImpl (*is_data = 0); 0 for an undefined tensor. With
+// `by_impl`, always the TensorImpl's address (the handles of one tensor,
+// not the views of one storage).
+int fulmen_cxx_tensor_identity(const void* t, int by_impl, uintptr_t* out, int* is_data, char* err,
+                               size_t err_len) {
   FULMEN_CXX_TRY
   const auto& x = *static_cast<const at::Tensor*>(t);
   *out = 0;
+  *is_data = 0;
   if (x.defined()) {
     auto* impl = x.unsafeGetTensorImpl();
-    *out = impl->has_storage() && by_impl == 0 ? reinterpret_cast<uintptr_t>(x.data_ptr())
-                                               : reinterpret_cast<uintptr_t>(impl);
+    uintptr_t data = 0;
+    if (by_impl == 0 && impl->has_storage() && x.device().type() != c10::DeviceType::XLA) {
+      try {
+        data = reinterpret_cast<uintptr_t>(x.data_ptr());
+      } catch (const c10::Error&) {
+        data = 0;
+      }
+    }
+    *is_data = data != 0 ? 1 : 0;
+    *out = data != 0 ? data : reinterpret_cast<uintptr_t>(impl);
   }
   FULMEN_CXX_CATCH(err, err_len)
 }

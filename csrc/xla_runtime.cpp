@@ -20,9 +20,13 @@
 #include <c10/util/Exception.h>
 #include <dlfcn.h>
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "fulmen_cxx.h"
 
@@ -34,6 +38,11 @@ struct PyObj;  // PyObject, opaque here.
 struct Python {
   int (*is_initialized)() = nullptr;
   void (*initialize_ex)(int) = nullptr;
+  void (*set_python_home)(const wchar_t*) = nullptr;
+  wchar_t* (*decode_locale)(const char*, size_t*) = nullptr;
+  int* no_site_flag = nullptr;
+  int* ignore_environment_flag = nullptr;
+  int* no_user_site_flag = nullptr;
   void* (*save_thread)() = nullptr;
   int (*gil_ensure)() = nullptr;
   void (*gil_release)(int) = nullptr;
@@ -81,6 +90,11 @@ void lookup(void* lib, const char* name, F& slot) {
 void load_python(Python& py, void* lib) {
   lookup(lib, "Py_IsInitialized", py.is_initialized);
   lookup(lib, "Py_InitializeEx", py.initialize_ex);
+  lookup(lib, "Py_SetPythonHome", py.set_python_home);
+  lookup(lib, "Py_DecodeLocale", py.decode_locale);
+  lookup(lib, "Py_NoSiteFlag", py.no_site_flag);
+  lookup(lib, "Py_IgnoreEnvironmentFlag", py.ignore_environment_flag);
+  lookup(lib, "Py_NoUserSiteDirectory", py.no_user_site_flag);
   lookup(lib, "PyEval_SaveThread", py.save_thread);
   lookup(lib, "PyGILState_Ensure", py.gil_ensure);
   lookup(lib, "PyGILState_Release", py.gil_release);
@@ -160,6 +174,38 @@ class Gil {
 
 void start_module(Backend& b, const std::string& lib_dir);
 
+// The interpreter's home (sys.prefix): PYTHONHOME when set, else the
+// prefix of the libpython loaded (`<prefix>/lib/libpython3.11.so.1.0`, or
+// Debian's `<prefix>/lib/<multiarch>/...`). Checked to hold the standard
+// library, without which Py_InitializeEx would abort the process.
+std::string python_home(const Python& py) {
+  const char* env = std::getenv("PYTHONHOME");
+  std::string home;
+  if (env != nullptr && env[0] != '\0') {
+    home = env;
+    auto colon = home.find(':');
+    if (colon != std::string::npos) {
+      home = home.substr(0, colon);
+    }
+  } else {
+    Dl_info info{};
+    TORCH_CHECK(dladdr(reinterpret_cast<void*>(py.initialize_ex), &info) != 0 && info.dli_fname != nullptr,
+                "xla: dladdr found no file for libpython");
+    std::string path = info.dli_fname;
+    auto lib = path.rfind("/lib/");
+    TORCH_CHECK(lib != std::string::npos, "xla: cannot tell Python's prefix from ", path, ": set PYTHONHOME");
+    // Debian keeps libpython in <prefix>/lib/<multiarch>/.
+    home = path.substr(0, lib);
+    if (home.empty()) {
+      home = "/";
+    }
+  }
+  const std::string landmark = home + "/lib/python3.11/os.py";
+  TORCH_CHECK(access(landmark.c_str(), R_OK) == 0, "xla: CPython 3.11's standard library is not under ", home,
+              " (no ", landmark, "); install it (Debian: libpython3.11-stdlib) or set PYTHONHOME");
+  return home;
+}
+
 void start(Backend& b, const std::string& lib_dir, const std::string& libpython) {
   void* py_lib = dlopen(libpython.c_str(), RTLD_NOW | RTLD_GLOBAL);
   TORCH_CHECK(py_lib != nullptr, "xla: cannot load ", libpython,
@@ -172,17 +218,38 @@ void start(Backend& b, const std::string& lib_dir, const std::string& libpython)
               ": ", dlerror());
   bool own_interpreter = b.py.is_initialized() == 0;
   if (own_interpreter) {
-    b.py.initialize_ex(0);  // 0: no signal handlers, the host keeps SIGINT
+    // An interpreter of its own, isolated from the host's environment: its
+    // home checked (a missing standard library would abort), no site
+    // module (no .pth files run), no PYTHONPATH, no signal handlers (the
+    // host keeps SIGINT).
+    static std::string home;
+    home = python_home(b.py);
+    static wchar_t* wide_home = nullptr;
+    wide_home = b.py.decode_locale(home.c_str(), nullptr);
+    TORCH_CHECK(wide_home != nullptr, "xla: cannot decode Python's home ", home);
+    b.py.set_python_home(wide_home);
+    *b.py.no_site_flag = 1;
+    *b.py.ignore_environment_flag = 1;
+    *b.py.no_user_site_flag = 1;
+    b.py.initialize_ex(0);
   }
+  std::string failure;
   {
     Gil gil(b.py);
-    start_module(b, lib_dir);
+    try {
+      start_module(b, lib_dir);
+    } catch (const c10::Error& e) {
+      failure = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
   }
   if (own_interpreter) {
-    // Release the GIL the interpreter's start took: every later call
-    // (from any thread) takes it with PyGILState_Ensure.
+    // Release the GIL the interpreter's start took, also after a failure:
+    // every later call (from any thread) takes it with PyGILState_Ensure.
     b.py.save_thread();
   }
+  TORCH_CHECK(failure.empty(), failure);
 }
 
 // Imports _XLAC from `lib_dir` and starts its backend; holds the GIL.
@@ -248,14 +315,21 @@ int fulmen_cxx_xla_step_marker(int64_t index, int wait, char* err, size_t err_le
   }
   TORCH_CHECK(index >= 0 && index < b.devices, "xla step marker: device ", index, " of ", b.devices);
   Gil gil(b.py);
-  PyObj* i = b.py.long_from_long_long(index);
-  PyObj* w = b.py.long_from_long_long(wait != 0 ? 1 : 0);
-  TORCH_CHECK(i != nullptr && w != nullptr, "xla step marker: ", python_error(b.py));
-  b.py.dict_set_item_string(b.globals, "_fulmen_index", i);
-  b.py.dict_set_item_string(b.globals, "_fulmen_wait", w);
-  b.py.dec_ref(i);
-  b.py.dec_ref(w);
-  PyObj* r = b.py.eval_code(b.marker, b.globals, b.globals);
+  // The arguments in locals of this call's own: threads marking steps at
+  // once do not see each other's.
+  PyObj* locals = b.py.dict_new();
+  TORCH_CHECK(locals != nullptr, "xla step marker: ", python_error(b.py));
+  bool set = true;
+  for (auto [key, value] : {std::pair<const char*, long long>{"_fulmen_index", index},
+                            std::pair<const char*, long long>{"_fulmen_wait", wait != 0 ? 1 : 0}}) {
+    PyObj* v = b.py.long_from_long_long(value);
+    set = set && v != nullptr && b.py.dict_set_item_string(locals, key, v) == 0;
+    if (v != nullptr) {
+      b.py.dec_ref(v);
+    }
+  }
+  PyObj* r = set ? b.py.eval_code(b.marker, b.globals, locals) : nullptr;
+  b.py.dec_ref(locals);
   TORCH_CHECK(r != nullptr, "xla step marker: ", python_error(b.py));
   b.py.dec_ref(r);
   FULMEN_CXX_CATCH(err, err_len)

@@ -71,13 +71,23 @@ def main(site):
     write_stubs(libs, os.path.join(site, "nvidia", "cu13", "lib"))
 
 
-def write_stubs(libs, out_dir):
+# What --libdir stands in for: CUDA's and NVIDIA's libraries, and torch's
+# own CUDA parts. Any other missing library (libpython) is an error there.
+CUDA_SONAME = re.compile(r"lib(cu|nv|torch_cuda|c10_cuda|caffe2_nvrtc)")
+
+
+def write_stubs(libs, out_dir, only_cuda=False):
     """Writes into out_dir a stand-in for each library `libs` need and the
-    loader cannot find, defining the symbols they take from it."""
+    loader cannot find, defining the symbols they take from it; with
+    `only_cuda`, for CUDA's libraries only, and any other missing library
+    is an error."""
     missing, present = set(), set(libs)
     for lib in libs:
         for soname, path in ldd(lib).items():
             if path is None and soname != "libcuda.so.1":  # the driver: never shadow it
+                if only_cuda and not CUDA_SONAME.match(soname):
+                    sys.exit(f"cuda_stubs.py: {os.path.basename(lib)} needs {soname}, which is not installed "
+                             "(and is not a CUDA library to stand in for)")
                 missing.add(soname)
             elif path is not None:
                 present.add(path)
@@ -119,6 +129,6 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--libdir"]:
         lib_dir = sys.argv[2]
         os.environ["LD_LIBRARY_PATH"] = lib_dir + os.pathsep + os.environ.get("LD_LIBRARY_PATH", "")
-        write_stubs(sorted(glob.glob(os.path.join(lib_dir, "*.so*"))), lib_dir)
+        write_stubs(sorted(glob.glob(os.path.join(lib_dir, "*.so*"))), lib_dir, only_cuda=True)
     else:
         main(sys.argv[1])

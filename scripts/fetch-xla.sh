@@ -12,13 +12,19 @@
 # it when PJRT_DEVICE is set (src/accelerators/xla_runtime.rs).
 #
 # `_XLAC` links CPython 3.11's shared library: the system's libpython3.11
-# (Debian: `apt-get install libpython3.11`) is checked for, not fetched.
+# (Debian: `apt-get install libpython3.11`) is checked for first, not
+# fetched.
 # The wheels stay in $FULMEN_XLA_WHEELS (default: xla-wheels/ beside $1);
 # pip verifies their hashes. Nothing is done when $1 is complete.
 set -euo pipefail
 dest=${1:-.deps/libtorch-2.9-xla}
 [ -f "$dest/build-version" ] && exit 0
 root=$(cd "$(dirname "$0")/.." && pwd)
+if ! python3 -c 'import ctypes; ctypes.CDLL("libpython3.11.so.1.0")' 2>/dev/null; then
+  echo "fetch-xla.sh: libpython3.11.so.1.0 is not installed; torch_xla's _XLAC links it" \
+       "(Debian: apt-get install libpython3.11)" >&2
+  exit 1
+fi
 wheels=${FULMEN_XLA_WHEELS:-$(dirname "$dest")/xla-wheels}
 work=$(mktemp -d "${TMPDIR:-/tmp}/fulmen-xla.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -71,8 +77,4 @@ echo "2.9.0" > "$stage/build-version"
 mkdir -p "$(dirname "$dest")"
 rm -rf "$dest"
 mv "$stage" "$dest"
-if ! python3 -c 'import ctypes; ctypes.CDLL("libpython3.11.so.1.0")' 2>/dev/null; then
-  echo "fetch-xla.sh: warning: libpython3.11.so.1.0 is not installed; torch_xla's _XLAC needs it" \
-       "(Debian: apt-get install libpython3.11, or set FULMEN_XLA_LIBPYTHON)" >&2
-fi
 echo "XLA libtorch ready in $dest" >&2

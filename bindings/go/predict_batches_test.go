@@ -66,6 +66,66 @@ func TestPredictBatches(t *testing.T) {
 	}
 }
 
+// A predict_step that names its predictions gives a Dict per batch; a
+// tuple and a dict do not mix.
+func TestPredictBatchesNamed(t *testing.T) {
+	noLeaks(t)
+	ds := blobDataset(t, 10, 4)
+	defer ds.Close()
+	l := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 4}))
+	defer l.Close()
+	model := mlp(t)
+	defer model.Close()
+	var mixed error
+	m := must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
+			_, loss, err := lossOf(model, bt)
+			return loss, err
+		},
+		PredictStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
+			x := must(bt.Get(0))
+			y, err := model.Forward(x)
+			if err != nil {
+				return nil, err
+			}
+			defer y.Close()
+			if err := ctx.AddNamedPrediction("logits", y); err != nil {
+				return nil, err
+			}
+			if err := ctx.AddNamedPrediction("input", x); err != nil {
+				return nil, err
+			}
+			mixed = ctx.AddPrediction(x)
+			return nil, nil
+		},
+		ConfigureOptimizers: sgd(model, 0.1),
+	}))
+	defer m.Close()
+	tr := quietTrainer(t, 1, "logger", "false")
+	defer tr.Close()
+	out := must(tr.PredictBatches(context.Background(), m, []*fulmen.Loader{l}, true))
+	batches, isList := out.([]any)
+	if !isList || len(batches) != 3 {
+		t.Fatalf("predictions %#v", out)
+	}
+	if !errors.Is(mixed, fulmen.ErrInvalidState) {
+		t.Fatalf("a tuple entry after named ones: %v", mixed)
+	}
+	for i, b := range batches {
+		d, isDict := b.(fulmen.Dict)
+		if !isDict || len(d) != 2 || d[0].Key != "logits" || d[1].Key != "input" {
+			t.Fatalf("batch %d: %#v", i, b)
+		}
+		for _, e := range d {
+			tensor := e.Value.(*fulmen.Tensor)
+			if rows, want := must(tensor.Shape())[0], []int64{4, 4, 2}[i]; rows != want {
+				t.Fatalf("batch %d %v: %d rows, want %d", i, e.Key, rows, want)
+			}
+			ok(t, tensor.Close())
+		}
+	}
+}
+
 // SaveLastLink makes last.ckpt a symlink to the newest checkpoint;
 // EnableVersionCounter false overwrites a name that exists; a
 // TrainTimeInterval with EveryNTrainSteps is refused.

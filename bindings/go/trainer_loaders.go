@@ -89,8 +89,9 @@ func (t *Trainer) PredictLoaders(ctx context.Context, module *LightningModule, l
 }
 
 // PredictBatches is Lightning's trainer.predict: each batch's prediction
-// in order (a *Tensor, nil when the step returned none, or a Tuple when
-// predict_step added tensors with StepContext.AddPrediction) in a []any;
+// in order (a *Tensor, nil when the step returned none, a Tuple when
+// predict_step added tensors with StepContext.AddPrediction, or a Dict when
+// it named them with StepContext.AddNamedPrediction) in a []any;
 // with several loaders, a []any holding one such []any per loader. With
 // returnPredictions false nothing is kept and the result is nil.
 func (t *Trainer) PredictBatches(ctx context.Context, module *LightningModule, loaders []*Loader, returnPredictions bool, opts ...RunOption) (any, error) {
@@ -109,6 +110,18 @@ func (t *Trainer) PredictBatches(ctx context.Context, module *LightningModule, l
 // Lightning's predict_step returning a tuple; see PredictBatches.
 func (c *StepContext) AddPrediction(tensor *Tensor) error {
 	err := check(C.fulmen_step_context_add_prediction(c.ptr(), tensor.ptr()))
+	runtime.KeepAlive(tensor)
+	return err
+}
+
+// AddNamedPrediction, in predict_step, adds tensor under name to the
+// batch's prediction, which becomes a Dict of the named tensors in the
+// order added, as Lightning's predict_step returning a dict; a step that
+// names its predictions names them all and returns no tensor (nil).
+func (c *StepContext) AddNamedPrediction(name string, tensor *Tensor) error {
+	n := cString(name)
+	defer freeCString(n)
+	err := check(C.fulmen_step_context_add_named_prediction(c.ptr(), n, tensor.ptr()))
 	runtime.KeepAlive(tensor)
 	return err
 }

@@ -260,9 +260,9 @@ struct fulmen_error *fulmen_accelerator_parse_devices(const struct fulmen_accele
  *
  * Errors: those of `fulmen_accelerator_parse_devices`
  * (FULMEN_CODE_INVALID_ARGUMENT, FULMEN_CODE_UNAVAILABLE,
- * FULMEN_CODE_OUT_OF_RANGE for `capacity`), FULMEN_CODE_UNSUPPORTED (xla: this
- * build has no XLA device type); for a custom accelerator also the code a host
- * callback returned, or FULMEN_CODE_CALLBACK (it wrote an invalid device).
+ * FULMEN_CODE_OUT_OF_RANGE for `capacity`); for a custom accelerator also
+ * the code a host callback returned, or FULMEN_CODE_CALLBACK (it wrote an
+ * invalid device).
  */
 struct fulmen_error *fulmen_accelerator_get_parallel_devices(const struct fulmen_accelerator *acc,
                                                              const char *devices,
@@ -275,8 +275,7 @@ struct fulmen_error *fulmen_accelerator_get_parallel_devices(const struct fulmen
  * device on CUDA).
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (`device` is not a valid fulmen_device,
- * or not of this accelerator's kind), FULMEN_CODE_UNSUPPORTED (an XLA device,
- * or the xla accelerator), FULMEN_CODE_UNAVAILABLE (no such CUDA device; MPS
+ * or not of this accelerator's kind), FULMEN_CODE_UNAVAILABLE (no such CUDA device; MPS
  * or XLA not available), FULMEN_CODE_TORCH (CUDA refused the device), the code
  * a host callback returned (custom accelerators).
  */
@@ -299,7 +298,7 @@ struct fulmen_error *fulmen_accelerator_teardown(const struct fulmen_accelerator
  * their number to `*n_out` (written even when `capacity` is too small).
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (`device` is not a valid fulmen_device,
- * or not a CUDA device for cuda), FULMEN_CODE_UNSUPPORTED (an XLA device),
+ * or not a CUDA device for cuda),
  * FULMEN_CODE_UNAVAILABLE (no such CUDA device; MPS or XLA not available),
  * FULMEN_CODE_IO and FULMEN_CODE_FORMAT (cpu: /proc unreadable or unexpected;
  * cuda: malformed statistics), FULMEN_CODE_TORCH (CUDA's statistics failed),

@@ -633,10 +633,29 @@ struct fulmen_error *fulmen_step_context_batch_idx(const struct fulmen_step_cont
  * `fulmen_trainer_predict_batches` returns such tuples; the predict calls
  * that concatenate use only the tensors written to `*out`.
  *
- * Errors: FULMEN_CODE_INVALID_STATE (outside predict_step).
+ * Errors: FULMEN_CODE_INVALID_STATE (outside predict_step, or after
+ * `fulmen_step_context_add_named_prediction` in the same step).
  */
 struct fulmen_error *fulmen_step_context_add_prediction(struct fulmen_step_context *ctx,
                                                         const struct fulmen_tensor *tensor);
+
+/**
+ * Adds `tensor` under `name` to the prediction of the running
+ * predict_step, which is then a dict of the named tensors in the order
+ * added (Lightning's `predict_step` returning a dict):
+ * `fulmen_trainer_predict_batches` returns it as a `FULMEN_VALUE_KIND_DICT`
+ * with string keys. A step that names its predictions names them all and
+ * writes no tensor to `*out`. The prediction shares the tensor's
+ * storage; the handle and `name` stay the caller's.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (outside predict_step, or after
+ * `fulmen_step_context_add_prediction` in the same step; the step then
+ * writing `*out` fails the run), FULMEN_CODE_INVALID_ARGUMENT (`name`
+ * empty, not UTF-8, or added already in this step).
+ */
+struct fulmen_error *fulmen_step_context_add_named_prediction(struct fulmen_step_context *ctx,
+                                                              const char *name,
+                                                              const struct fulmen_tensor *tensor);
 
 /**
  * Creates a LightningDataModule from the host's `vtable` (copied).

@@ -159,7 +159,11 @@ struct fulmen_error *fulmen_model_save_torchscript(const struct fulmen_model *mo
  * Moves every parameter and buffer of the model to the device
  * `device_type` (a `fulmen_device_type`) / `device_index`, in place: the
  * parameters stay the same tensors (handles to them, and optimizers
- * built on them, follow). The trainer does this itself.
+ * built on them, follow), except where libtorch cannot change a tensor's
+ * type in place (the CPU and XLA): the model then holds new tensors, as
+ * PyTorch's `module.to` makes new Parameters, and optimizers must be
+ * built after the move (the trainer's `configure_optimizers` is). The
+ * trainer moves the model itself.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (a bad device),
  * FULMEN_CODE_UNAVAILABLE (no such device here), FULMEN_CODE_TORCH (a

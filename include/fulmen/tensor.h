@@ -639,7 +639,8 @@ struct fulmen_error *fulmen_tensor_to_dtype(const struct fulmen_tensor *tensor,
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (`device_type` is not a
  * fulmen_device_type, or `device_index` is negative), FULMEN_CODE_UNAVAILABLE
- * (no such CUDA device, no MPS, an XLA device, no backend of that type in
+ * (no such CUDA device, no MPS, XLA not started (see the README's XLA
+ * section: PJRT_DEVICE, torch_xla's _XLAC), no backend of that type in
  * this process, or an index past its count), FULMEN_CODE_TORCH (the copy
  * failed) or FULMEN_CODE_OUT_OF_MEMORY.
  */

@@ -530,9 +530,10 @@ struct fulmen_error *fulmen_trainer_predict_loaders(struct fulmen_trainer *train
  * Lightning's `trainer.predict`: runs predict_step over each of the `n`
  * loaders (1 to FULMEN_LOADERS_MAX) in turn and writes to `*out` the
  * batches' predictions, one value per batch in order: the tensor the step
- * wrote to `*out`, None when it wrote none, or a tuple when it added
+ * wrote to `*out`, None when it wrote none, a tuple when it added
  * tensors with `fulmen_step_context_add_prediction` (the written tensor,
- * if any, first). With one loader `*out` is a list of these; with several,
+ * if any, first), or a dict of string keys when it named them with
+ * `fulmen_step_context_add_named_prediction`. With one loader `*out` is a list of these; with several,
  * a list of one such list per loader. With `return_predictions` false
  * nothing is kept and `*out` is NULL (Lightning's `return_predictions`).
  * The caller owns the value (`fulmen_value_free`); on failure `*out` is
@@ -541,7 +542,9 @@ struct fulmen_error *fulmen_trainer_predict_loaders(struct fulmen_trainer *train
  * Errors: as `fulmen_trainer_predict` (less the concatenation's), and
  * FULMEN_CODE_INVALID_ARGUMENT (`n` 0 or above FULMEN_LOADERS_MAX),
  * FULMEN_CODE_SHAPE_MISMATCH (under a strategy that splits batches, the
- * steps of one batch added different numbers of tensors),
+ * steps of one batch added different numbers of tensors or other names),
+ * FULMEN_CODE_INVALID_STATE (a step named its predictions and wrote
+ * `*out` too),
  * FULMEN_CODE_OUT_OF_RANGE (the predictions hold more than
  * FULMEN_MAX_VALUE_NODES values; nothing is returned).
  */

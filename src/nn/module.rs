@@ -694,7 +694,10 @@ impl Module {
     }
 
     /// Moves every parameter and buffer to `device`, in place (`param.data =
-    /// ...` as PyTorch does), so parameters stay the same leaf tensors.
+    /// ...` as PyTorch does), so parameters stay the same leaf tensors;
+    /// where libtorch cannot change a tensor's type so (the CPU and XLA),
+    /// the module's handles get new leaf tensors, as PyTorch's `_apply`
+    /// makes new Parameters (tied names stay one tensor).
     pub fn to_device(&mut self, device: Device) -> Result<()> {
         device.check_available()?;
         self.convert(Some(device), None).ctx(format!("to_device({device:?})"))
@@ -794,7 +797,21 @@ impl Module {
         if changed {
             self.after_convert();
         }
-        result
+        result?;
+        if !replaced.is_empty() {
+            self.write_scripts_back()?;
+        }
+        Ok(())
+    }
+
+    /// TorchScript modules hold their tensors in their own slots too: after
+    /// a move gave the handles new tensors, the slots get them.
+    fn write_scripts_back(&self) -> Result<()> {
+        match &self.node {
+            Node::Script(s) => s.write_state_back(),
+            Node::Sequential(c) | Node::Named(c) => c.iter().try_for_each(|(_, m)| m.write_scripts_back()),
+            Node::Layer(_) | Node::Exported(_) => Ok(()),
+        }
     }
 
     fn after_convert(&self) {
@@ -819,22 +836,25 @@ fn no_child(path: &str, part: &str, parent: &Module) -> Error {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct ParamId {
     ptr: usize,
+    /// Whether `ptr` is the data's address (else the TensorImpl's, for a
+    /// tensor whose data address cannot be read, as torch_xla's).
+    data: bool,
     size: Vec<i64>,
     stride: Vec<i64>,
     kind: Kind,
     device: tch::Device,
 }
 
-/// A parameter's identity (`ParamId`). `None` for a tensor without plain
-/// storage, without elements or without data (sparse, oneDNN, empty, meta),
-/// which is never the same as another. Shallow clones of one tensor, and
-/// the names of a tied parameter, share it.
+/// A parameter's identity (`ParamId`). `None` for a sparse, oneDNN or
+/// empty tensor, which is never the same as another. A tensor whose data
+/// address cannot be read (meta, XLA) is known by its TensorImpl. Shallow
+/// clones of one tensor, and the names of a tied parameter, share it.
 pub(crate) fn param_identity(t: &Tensor) -> Option<ParamId> {
     if t.is_sparse() || t.is_mkldnn() || t.numel() == 0 {
         return None;
     }
-    let ptr = devices::identity(t).ok()?;
-    (ptr != 0).then(|| ParamId { ptr, size: t.size(), stride: t.stride(), kind: t.kind(), device: t.device() })
+    let (ptr, data) = devices::data_identity(t).ok()?;
+    (ptr != 0).then(|| ParamId { ptr, data, size: t.size(), stride: t.stride(), kind: t.kind(), device: t.device() })
 }
 
 /// Whether the memory of `a` and `b` overlaps (the bytes from each one's
@@ -844,7 +864,7 @@ pub(crate) fn memory_overlaps(a: &ParamId, b: &ParamId) -> bool {
         let last: i64 = id.size.iter().zip(&id.stride).map(|(n, s)| (n - 1) * s.abs()).sum();
         id.ptr.saturating_add((last as usize + 1).saturating_mul(id.kind.elt_size_in_bytes()))
     };
-    a.device == b.device && a.ptr < end(b) && b.ptr < end(a)
+    a.data && b.data && a.device == b.device && a.ptr < end(b) && b.ptr < end(a)
 }
 
 /// For each entry of a state_dict, whether an earlier entry holds the same

@@ -711,3 +711,21 @@ fn a_move_set_data_cannot_make_gives_new_tensors_and_keeps_ties() {
     assert_eq!(Device::of(&p).unwrap(), Device::Cpu);
     assert_eq!(Vec::<f32>::try_from(&p).unwrap(), [1.0, 2.0, 3.0]);
 }
+
+#[test]
+fn a_torchscript_module_moved_by_new_tensors_holds_them_in_its_slots() {
+    // The script's own slots, which its methods read, get the new tensors
+    // too, not only fulmen's handles.
+    use crate::tensor::device::{impl_identity, Device, DeviceType};
+    let _rng = super::init::test_rng_lock();
+    let mut m = Module::load_torchscript(&fixture("mlp_scripted.pt"), tch::Device::Cpu).unwrap();
+    let meta = Device::new(DeviceType::Meta, 0);
+    m.to_device(meta).unwrap();
+    let slots = m.script().unwrap().slots().unwrap();
+    assert_eq!(slots.len(), 4);
+    for ((name, slot, _), (n, t)) in slots.iter().zip(m.named_parameters()) {
+        assert_eq!(name, &n);
+        assert_eq!(Device::of(slot).unwrap(), meta, "{n}");
+        assert_eq!(impl_identity(slot).unwrap(), impl_identity(&t).unwrap(), "{n}");
+    }
+}

@@ -80,14 +80,20 @@ fn c_name(name: &str) -> Result<CString> {
 
 impl ScriptModule {
     fn refresh(&mut self) -> Result<()> {
+        self.state = self.slots()?;
+        Ok(())
+    }
+
+    /// The tensors in the script's own slots, with their names and "is a
+    /// buffer", in state_dict order.
+    pub(crate) fn slots(&self) -> Result<Vec<(String, Tensor, bool)>> {
         let mut state: Vec<(String, Tensor, bool)> = Vec::new();
         let ctx = &mut state as *mut _ as *mut c_void;
         // SAFETY: a live module; the callback pushes into `state`.
         call("reading the TorchScript module's tensors", |err, len| unsafe {
             shim::fulmen_cxx_script_state(self.raw.0, on_state_tensor, ctx, err, len)
         })?;
-        self.state = state;
-        Ok(())
+        Ok(state)
     }
 
     /// Parameters and buffers with a flag "is a buffer", in state_dict order.
@@ -223,6 +229,20 @@ impl ScriptModule {
         Ok(replica)
     }
 
+    /// Sets the script's own slots to the tensors its state handles hold
+    /// (after a move gave those handles new tensors, which libtorch's
+    /// `set_data` could not do in place).
+    pub(crate) fn write_state_back(&self) -> Result<()> {
+        for (name, t, _) in &self.state {
+            let cname = c_name(name)?;
+            // SAFETY: a live module, a NUL-terminated name, a live tensor.
+            call("updating a TorchScript tensor", |err, len| unsafe {
+                shim::fulmen_cxx_script_set_tensor(self.raw.0, cname.as_ptr(), t.as_ptr() as *const c_void, err, len)
+            })?;
+        }
+        Ok(())
+    }
+
     /// The module serialised as `torch.jit.save` writes it.
     pub(crate) fn to_bytes(&self) -> Result<Vec<u8>> {
         let mut bytes: *mut c_char = std::ptr::null_mut();
@@ -326,7 +346,7 @@ impl Module {
         Ok(Some(rows))
     }
 
-    fn script(&self) -> Result<&ScriptModule> {
+    pub(crate) fn script(&self) -> Result<&ScriptModule> {
         match &self.node {
             super::module::Node::Script(s) => Ok(s),
             _ => Err(Error::new(

@@ -9,6 +9,7 @@ use super::sgd::SgdOptions;
 use super::state::{Core, DeviceStep, GroupOptions, ParamState};
 use crate::error::{Error, ErrorCode, Result};
 use crate::shim::{self, call};
+use crate::tensor::device::DeviceType;
 use libc::c_void;
 use tch::{Device, Kind, Tensor};
 
@@ -150,14 +151,16 @@ pub(super) fn keep_device_steps(state: &mut [Option<ParamState>], ids: &[usize],
 pub(crate) fn check_fusable(kind: &str, params: &[Tensor]) -> Result<()> {
     for p in params {
         let floating = matches!(p.kind(), Kind::Half | Kind::BFloat16 | Kind::Float | Kind::Double);
-        let device = matches!(p.device(), Device::Cpu | Device::Cuda(_) | Device::Mps);
+        // tch reads devices it does not name (XLA's) as MPS: ask libtorch.
+        let on = crate::tensor::device::Device::of(p)?;
+        let device = matches!(on.kind(), DeviceType::Cpu | DeviceType::Cuda | DeviceType::Mps);
         if !floating || !device {
             return Err(Error::new(
                 ErrorCode::Unsupported,
                 format!(
-                    "{kind} with fused updates needs floating parameters on the CPU, CUDA or MPS, got {:?} on {:?}",
+                    "{kind} with fused updates needs floating parameters on the CPU, CUDA or MPS, got {:?} on {}",
                     p.kind(),
-                    p.device()
+                    on.name()
                 ),
             ));
         }

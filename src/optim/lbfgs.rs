@@ -225,7 +225,7 @@ impl Lbfgs {
         for p in self.params() {
             let g = p.grad();
             views.push(if !g.defined() {
-                p.f_new_zeros([p.numel() as i64], (p.kind(), p.device()))?
+                p.f_zeros_like()?.f_reshape([-1i64])?
             } else if g.is_sparse() {
                 g.f_to_dense(None, false)?.f_reshape([-1i64])?
             } else {

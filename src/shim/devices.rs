@@ -16,6 +16,7 @@ extern "C" {
         t: *const c_void,
         by_impl: c_int,
         out: *mut usize,
+        is_data: *mut c_int,
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;

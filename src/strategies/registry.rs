@@ -99,8 +99,8 @@ const ENTRIES: &[Entry] = &[
     },
     Entry {
         name: "xla",
-        description: "one process per XLA device (TPU), started as for ddp, gradients averaged after backward; \
-                      needs the xla accelerator",
+        description: "one process per XLA device, started as for ddp, gradients averaged after backward (through \
+                      gloo on host copies); needs the xla accelerator",
         kind: StrategyKind::Xla,
         find_unused: false,
     },

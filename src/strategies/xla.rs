@@ -31,18 +31,18 @@ pub(crate) fn check_accelerator(acc: &dyn Accelerator, strategy: &str) -> Result
     Ok(())
 }
 
-/// The XLA strategy's state: the job and whether this step's gradients
-/// were averaged already.
+/// The XLA strategy's state: the job, and the parameters (their
+/// TensorImpls) whose gradients were averaged since the last backward.
 pub(crate) struct XlaStrategy {
     placement: Placement,
     ctx: Arc<DistContext>,
-    reduced: bool,
+    reduced: std::collections::HashSet<usize>,
 }
 
 /// The XLA strategy over `list`: one rank per device, `list[LOCAL_RANK]`.
 pub(crate) fn connect(acc: Arc<dyn Accelerator>, list: &[Device], opts: &TrainerOptions) -> Result<XlaStrategy> {
     let (placement, ctx) = join_job(acc, list, opts, true)?;
-    Ok(XlaStrategy { placement, ctx, reduced: false })
+    Ok(XlaStrategy { placement, ctx, reduced: Default::default() })
 }
 
 /// The parameters of `configs`, each once (a parameter in two optimizers
@@ -92,14 +92,25 @@ impl XlaStrategy {
         })
     }
 
-    /// Averages the gradients of `configs`' parameters over the ranks, once
-    /// per optimizer step. A parameter without a gradient here but with one
-    /// on another rank gets zeros first, as DDP's reducer gives it.
+    /// Averages the gradients of `configs`' parameters over the ranks,
+    /// each once after a backward (the first of unscaling, clipping and
+    /// stepping does it; a later backward makes them due again). A
+    /// parameter without a gradient here but with one on another rank gets
+    /// zeros first, as DDP's reducer gives it. Every rank makes the same
+    /// calls in the same order, so the collectives match.
     fn reduce_gradients(&mut self, configs: &[OptimizerConfig]) -> Result<()> {
-        if self.reduced || self.ctx.world_size() <= 1 {
+        if self.ctx.world_size() <= 1 {
             return Ok(());
         }
-        let params = distinct_params(configs)?;
+        let mut params = Vec::new();
+        for p in distinct_params(configs)? {
+            if self.reduced.insert(devices::impl_identity(&p)?) {
+                params.push(p);
+            }
+        }
+        if params.is_empty() {
+            return Ok(());
+        }
         let defined: Vec<f64> = params.iter().map(|p| f64::from(u8::from(p.grad().defined()))).collect();
         let mut anywhere = defined.clone();
         self.ctx.group.reduce_values(&mut anywhere, ReduceOp::Max).map_err(|e| self.ctx.explain(e))?;
@@ -116,9 +127,7 @@ impl XlaStrategy {
         }
         let group = Arc::clone(&self.ctx.group);
         self.through_host(&grads, &|host| group.all_reduce(&[host.shallow_clone()], ReduceOp::Mean))
-            .map_err(|e| self.ctx.explain(e))?;
-        self.reduced = true;
-        Ok(())
+            .map_err(|e| self.ctx.explain(e))
     }
 }
 
@@ -132,7 +141,7 @@ impl Strategy for XlaStrategy {
     /// For fitting, every rank starts from rank 0's parameters and buffers
     /// (torch_xla's `broadcast_master_param`).
     fn wrap_model(&mut self, module: &dyn LightningModule, training: bool) -> Result<()> {
-        self.reduced = false;
+        self.reduced.clear();
         if !training || self.ctx.world_size() <= 1 {
             return Ok(());
         }
@@ -168,8 +177,24 @@ impl Strategy for XlaStrategy {
 
     fn optimizer_step(&mut self, configs: &mut [OptimizerConfig]) -> Result<Vec<bool>> {
         self.reduce_gradients(configs)?;
-        self.reduced = false;
         self.placement.precision.optimizer_step(&mut super::strategy::optimizers_of(configs))
+    }
+
+    /// A batch's forward: its backward makes every gradient due again.
+    fn pre_forward(&mut self, _sync: bool) -> Result<()> {
+        self.reduced.clear();
+        Ok(())
+    }
+
+    /// A manual backward changes the gradients: they are due again.
+    fn prepare_manual_backward(&mut self, _loss: &Tensor) -> Result<()> {
+        self.reduced.clear();
+        Ok(())
+    }
+
+    fn backward(&mut self, loss: &Tensor) -> Result<()> {
+        self.reduced.clear();
+        self.placement.precision.backward(loss)
     }
 
     fn fail(&mut self, e: Error) -> Error {

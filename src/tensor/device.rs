@@ -345,9 +345,15 @@ pub fn to_device(t: &Tensor, device: Device, non_blocking: bool) -> Result<Tenso
 }
 
 /// What makes `t` one tensor among its handles: the address of its first
-/// element, or of its TensorImpl for a tensor without storage (torch_xla's
-/// lazy tensors, whose data pointer cannot be read); 0 when undefined.
+/// element, or of its TensorImpl where that cannot be read (no storage, a
+/// null data pointer, torch_xla's tensors); 0 when undefined.
 pub fn identity(t: &Tensor) -> Result<usize> {
+    Ok(tensor_identity(t, false)?.0)
+}
+
+/// [`identity`], and whether it is the address of the tensor's data
+/// (false: of its TensorImpl, which says nothing of overlapping memory).
+pub fn data_identity(t: &Tensor) -> Result<(usize, bool)> {
     tensor_identity(t, false)
 }
 
@@ -355,16 +361,17 @@ pub fn identity(t: &Tensor) -> Result<usize> {
 /// clones, a tied parameter's names) and by no other tensor; 0 when
 /// undefined.
 pub fn impl_identity(t: &Tensor) -> Result<usize> {
-    tensor_identity(t, true)
+    Ok(tensor_identity(t, true)?.0)
 }
 
-fn tensor_identity(t: &Tensor, by_impl: bool) -> Result<usize> {
+fn tensor_identity(t: &Tensor, by_impl: bool) -> Result<(usize, bool)> {
     let mut out: usize = 0;
+    let mut is_data: c_int = 0;
     // SAFETY: `as_ptr` is the `at::Tensor*` tch holds, alive through the call.
     call("tensor identity", |err, len| unsafe {
-        shim::fulmen_cxx_tensor_identity(t.as_ptr().cast(), c_int::from(by_impl), &mut out, err, len)
+        shim::fulmen_cxx_tensor_identity(t.as_ptr().cast(), c_int::from(by_impl), &mut out, &mut is_data, err, len)
     })?;
-    Ok(out)
+    Ok((out, is_data != 0))
 }
 
 /// Whether `t.set_data(data)` keeps `t` (libtorch refuses it between

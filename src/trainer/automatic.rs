@@ -220,7 +220,7 @@ fn forward_backward(
             dataloader_idx: None,
             metrics: &mut *store,
             manual: None,
-            extra_outputs: Vec::new(),
+            extra_outputs: Default::default(),
         };
         module.training_step(&mut ctx, chunk).map_err(|e| e.context(at()))
     });
@@ -359,11 +359,6 @@ fn closure_step(
     last.ok_or_else(|| Error::state(format!("{}: the optimizer stepped without evaluating the loss", at())))
 }
 
-/// Refuses what an optimizer that re-evaluates the loss (LBFGS) cannot do
-/// under automatic optimization: step beside other optimizers (each
-/// evaluation re-runs training_step), scale the loss (Lightning: "AMP and
-/// the LBFGS optimizer are not compatible"), or split batches over `dp`
-/// replicas.
 /// Refuses optimizers holding parameters on another device type than the
 /// model's: built before the trainer moved the model to a device whose
 /// tensors are new ones (XLA), they would step tensors the model no longer
@@ -392,6 +387,11 @@ pub(super) fn check_optimizer_devices(run: &Run) -> Result<()> {
     Ok(())
 }
 
+/// Refuses what an optimizer that re-evaluates the loss (LBFGS) cannot do
+/// under automatic optimization: step beside other optimizers (each
+/// evaluation re-runs training_step), scale the loss (Lightning: "AMP and
+/// the LBFGS optimizer are not compatible"), or split batches over `dp`
+/// replicas.
 pub(super) fn check_closure_optimizers(run: &Run) -> Result<()> {
     let Some(cfg) = run.optimizers.iter().find(|c| c.optimizer.needs_closure()) else { return Ok(()) };
     let name = cfg.optimizer.name();

@@ -77,8 +77,18 @@ pub struct StepContext<'a> {
     /// The run's optimizers in a manual-optimization training step.
     pub(crate) manual: Option<&'a mut (dyn super::manual::ManualControl + 'a)>,
     /// Tensors a predict step added to its prediction, which then is a
-    /// tuple: what it returned first, then these.
-    pub(crate) extra_outputs: Vec<tch::Tensor>,
+    /// tuple (what it returned first, then these) or, named, a dict.
+    pub(crate) extra_outputs: AddedPredictions,
+}
+
+/// What a predict step added to its prediction: tensors, and their names
+/// when it named them (a dict; empty for a tuple).
+#[derive(Debug, Default)]
+pub struct AddedPredictions {
+    /// The tensors, in the order added.
+    pub tensors: Vec<tch::Tensor>,
+    /// Their names, one per tensor, or none.
+    pub names: Vec<String>,
 }
 
 /// Checks a metric name: non-empty, no comma, quote or newline (it becomes
@@ -97,13 +107,46 @@ impl StepContext<'_> {
     /// tuple: the tensor the step returns (if any), then the added ones in
     /// order. Only in predict_step (`InvalidState` elsewhere).
     pub fn add_prediction(&mut self, tensor: tch::Tensor) -> Result<()> {
+        self.check_predicting()?;
+        if !self.extra_outputs.names.is_empty() {
+            return Err(Error::state("this predict_step named its predictions (a dict): add this one with a name too"));
+        }
+        self.extra_outputs.tensors.push(tensor);
+        Ok(())
+    }
+
+    /// Adds `tensor` to this predict step's prediction under `name`: the
+    /// prediction is then a dict of the named tensors, in the order added
+    /// (Lightning's `predict_step` returning a dict). A step that names its
+    /// predictions adds them all so and writes no output of its own. Only
+    /// in predict_step (`InvalidState` elsewhere); `name` non-empty and not
+    /// added before (`InvalidArgument`).
+    pub fn add_named_prediction(&mut self, name: &str, tensor: tch::Tensor) -> Result<()> {
+        self.check_predicting()?;
+        let added = &mut self.extra_outputs;
+        if added.names.len() != added.tensors.len() {
+            return Err(Error::state(
+                "this predict_step added unnamed predictions (a tuple): a prediction is a tuple or a dict, not both",
+            ));
+        }
+        if name.is_empty() {
+            return Err(Error::invalid("a prediction's name must not be empty"));
+        }
+        if added.names.iter().any(|n| n == name) {
+            return Err(Error::invalid(format!("this predict_step added a prediction named {name:?} already")));
+        }
+        added.names.push(name.to_string());
+        added.tensors.push(tensor);
+        Ok(())
+    }
+
+    fn check_predicting(&self) -> Result<()> {
         if self.stage != Stage::Predict {
             return Err(Error::state(format!(
                 "predictions can be added only in predict_step, not in {}",
                 self.stage.name()
             )));
         }
-        self.extra_outputs.push(tensor);
         Ok(())
     }
 

@@ -3,12 +3,12 @@
 //! validate / test / predict runs. Eval mode, no grad, the stage's hooks,
 //! epoch metrics into the callback metrics and the loggers.
 use super::batch_size_of;
-use super::context::{Stage, StepContext};
+use super::context::{AddedPredictions, Stage, StepContext};
 use super::hooks::Hook;
 use super::metrics::MetricStore;
 use super::run::{HookData, Run};
 use super::source::BatchSource;
-use crate::error::{Result, ResultExt};
+use crate::error::{Error, Result, ResultExt};
 use std::collections::BTreeMap;
 use tch::Tensor;
 
@@ -35,13 +35,16 @@ fn skipped(limits: &[Option<usize>]) -> bool {
 
 /// One predict batch's output: the tensor predict_step returned, and the
 /// tensors it added ([`StepContext::add_prediction`]), which make the
-/// prediction a tuple.
+/// prediction a tuple, or named ([`StepContext::add_named_prediction`]) a
+/// dict.
 #[derive(Debug)]
 pub struct Prediction {
-    /// What the step returned (`None`: nothing).
+    /// What the step returned (`None`: nothing; always for a dict).
     pub output: Option<Tensor>,
     /// The tensors it added, in order.
     pub added: Vec<Tensor>,
+    /// Their names when the prediction is a dict (else empty).
+    pub names: Vec<String>,
 }
 
 /// Hooks of one evaluation stage.
@@ -290,7 +293,7 @@ fn run_source(
             None => format!("{name} (epoch {epoch}, global step {global_step}, batch {i})"),
         };
         store.begin_split();
-        let mut added: Vec<Vec<Tensor>> = Vec::new();
+        let mut added: Vec<AddedPredictions> = Vec::new();
         let outs = run.strategy.split(&batch, &mut |chunk| {
             let mut ctx = StepContext {
                 stage,
@@ -301,7 +304,7 @@ fn run_source(
                 dataloader_idx,
                 metrics: &mut *store,
                 manual: None,
-                extra_outputs: Vec::new(),
+                extra_outputs: Default::default(),
             };
             let out = match stage {
                 Stage::Test => module.test_step_output(&mut ctx, chunk).map_err(|e| e.context(at("test_step"))),
@@ -320,6 +323,12 @@ fn run_source(
         run.profile_stop(step, started, Default::default());
         let out = run.strategy.gather_output(outs?)?;
         let added = gather_added(run, added)?;
+        if out.is_some() && !added.names.is_empty() {
+            return Err(Error::state(format!(
+                "{}: it named its predictions (a dict) and returned a tensor too: name that one as well",
+                at("predict_step")
+            )));
+        }
         if counted {
             run.progress.val_batch.progress.increment_processed();
         }
@@ -333,7 +342,7 @@ fn run_source(
         }
         // Validation and test outputs go to their batch-end hooks only.
         if keep && stage == Stage::Predict {
-            outputs.push(Prediction { output: out, added });
+            outputs.push(Prediction { output: out, added: added.tensors, names: added.names });
         }
     }
     Ok((outputs, count))
@@ -341,24 +350,26 @@ fn run_source(
 
 /// The tensors each chunk's predict step added, gathered position by
 /// position as the returned ones are (one chunk: as they are). Chunks that
-/// added different numbers are a `ShapeMismatch` error.
-fn gather_added(run: &Run, mut per_chunk: Vec<Vec<Tensor>>) -> Result<Vec<Tensor>> {
+/// added different numbers, or other names, are a `ShapeMismatch` error.
+fn gather_added(run: &Run, mut per_chunk: Vec<AddedPredictions>) -> Result<AddedPredictions> {
     if per_chunk.len() <= 1 {
         return Ok(per_chunk.pop().unwrap_or_default());
     }
-    let n = per_chunk[0].len();
-    if per_chunk.iter().any(|c| c.len() != n) {
-        let counts: Vec<usize> = per_chunk.iter().map(Vec::len).collect();
-        return Err(crate::error::Error::shape(format!(
-            "predict_step added a different number of predictions on each device: {counts:?}"
+    let n = per_chunk[0].tensors.len();
+    if per_chunk.iter().any(|c| c.tensors.len() != n || c.names != per_chunk[0].names) {
+        let counts: Vec<usize> = per_chunk.iter().map(|c| c.tensors.len()).collect();
+        return Err(Error::shape(format!(
+            "predict_step added different predictions on each device: {counts:?} tensors, names {:?}",
+            per_chunk.iter().map(|c| c.names.clone()).collect::<Vec<_>>()
         )));
     }
     let mut gathered = Vec::with_capacity(n);
     for j in 0..n {
-        let parts = per_chunk.iter().map(|c| Some(c[j].shallow_clone())).collect();
+        let parts = per_chunk.iter().map(|c| Some(c.tensors[j].shallow_clone())).collect();
         if let Some(t) = run.strategy.gather_output(parts)? {
             gathered.push(t);
         }
     }
-    Ok(gathered)
+    let names = std::mem::take(&mut per_chunk[0].names);
+    Ok(AddedPredictions { tensors: gathered, names })
 }

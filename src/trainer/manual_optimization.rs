@@ -57,7 +57,7 @@ pub(super) fn manual_training_step(
         dataloader_idx: None,
         metrics: &mut *store,
         manual: Some(&mut manual),
-        extra_outputs: Vec::new(),
+        extra_outputs: Default::default(),
     };
     let out = run.module.training_step(&mut ctx, batch).map_err(|e| e.context(at()));
     let lr_changed = manual.lr_changed;

@@ -33,7 +33,7 @@ mod start;
 mod strategy;
 pub mod torch_profiler;
 
-pub use context::{Stage, StepContext};
+pub use context::{AddedPredictions, Stage, StepContext};
 pub use datamodule::DataModule;
 pub use eval::EvalResults;
 pub use eval_loop::Prediction;

@@ -1,8 +1,8 @@
 /*
  * fulmen_trainer_predict_batches: each batch's prediction as Lightning's
  * trainer.predict returns it (a list per loader; None for a batch that
- * returned nothing; a tuple when predict_step added tensors), and
- * return_predictions=false keeping nothing.
+ * returned nothing; a tuple when predict_step added tensors; a dict when
+ * it named them), and return_predictions=false keeping nothing.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
@@ -11,13 +11,15 @@
 #include <stdbool.h>
 #include <string.h>
 
-enum { RETURN_ONE = 0, RETURN_TUPLE = 1, SKIP_ODD = 2 };
+enum { RETURN_ONE = 0, RETURN_TUPLE = 1, SKIP_ODD = 2, RETURN_DICT = 3, DICT_AND_OUT = 4 };
 
 typedef struct {
     fulmen_model *model;
     int mode;
     int predict_calls;
     int add_in_training; /* code fulmen_step_context_add_prediction gave in training_step */
+    int named_in_training; /* ... and fulmen_step_context_add_named_prediction */
+    int mixed_codes[3];    /* a tuple then a name, a name then a tuple, a name twice */
 } fixture;
 
 static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
@@ -25,6 +27,7 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
     fulmen_tensor *x = NULL;
     fulmen_error *e = fulmen_batch_get(batch, 0, &x);
     if (e == NULL) f->add_in_training = fixture_code(fulmen_step_context_add_prediction(ctx, x));
+    if (e == NULL) f->named_in_training = fixture_code(fulmen_step_context_add_named_prediction(ctx, "x", x));
     if (e == NULL) e = fixture_cross_entropy(f->model, batch, out);
     return e;
 }
@@ -37,8 +40,22 @@ static fulmen_error *predict_step(void *ud, fulmen_step_context *ctx, const fulm
     fulmen_error *e = fulmen_step_context_batch_idx(ctx, &i);
     if (e == NULL && f->mode == SKIP_ODD && i % 2 == 1) return NULL;
     if (e == NULL) e = fulmen_batch_get(batch, 0, &x);
+    if (e == NULL && (f->mode == RETURN_DICT || f->mode == DICT_AND_OUT)) {
+        /* A dict: {"logits": ..., "input": ...}; the mixes are refused. */
+        fulmen_tensor *logits = NULL;
+        e = fulmen_model_forward(f->model, x, &logits);
+        if (e == NULL) e = fulmen_step_context_add_named_prediction(ctx, "logits", logits);
+        if (e == NULL) e = fulmen_step_context_add_named_prediction(ctx, "input", x);
+        if (e == NULL) f->mixed_codes[1] = fixture_code(fulmen_step_context_add_prediction(ctx, x));
+        if (e == NULL) f->mixed_codes[2] = fixture_code(fulmen_step_context_add_named_prediction(ctx, "input", x));
+        if (e == NULL && f->mode == DICT_AND_OUT) *out = logits;
+        return e;
+    }
     if (e == NULL) e = fulmen_model_forward(f->model, x, out);
-    if (e == NULL && f->mode == RETURN_TUPLE) e = fulmen_step_context_add_prediction(ctx, x);
+    if (e == NULL && f->mode == RETURN_TUPLE) {
+        e = fulmen_step_context_add_prediction(ctx, x);
+        if (e == NULL) f->mixed_codes[0] = fixture_code(fulmen_step_context_add_named_prediction(ctx, "x", x));
+    }
     return e;
 }
 
@@ -154,6 +171,44 @@ static void test_none_and_loaders(fixture *f, fulmen_trainer *t, fulmen_lightnin
     fulmen_value_free(out);
 }
 
+/* A step that names what it adds makes its batch's prediction a dict of
+ * string keys, in the order added; a tuple and a dict do not mix, a name
+ * comes once, and a dict step that writes *out too fails the run. */
+static void test_dicts(fixture *f, fulmen_trainer *t, fulmen_lightning_module *m, const fulmen_loader *l) {
+    f->mode = RETURN_DICT;
+    fulmen_value *out = NULL;
+    CHECK_OK(fulmen_trainer_predict_batches(t, m, &l, 1, NULL, true, &out));
+    CHECK(out != NULL && len_of(out) == 3);
+    for (size_t i = 0; out != NULL && i < 3; i++) {
+        fulmen_value *b = item(out, i);
+        CHECK(kind_of(b) == FULMEN_VALUE_KIND_DICT && len_of(b) == 2);
+        const char *keys[2] = {"logits", "input"};
+        const int64_t cols[2] = {2, 2};
+        for (size_t k = 0; k < 2 && kind_of(b) == FULMEN_VALUE_KIND_DICT; k++) {
+            fulmen_value *key = NULL, *val = NULL;
+            CHECK_OK(fulmen_value_dict_entry(b, k, &key, &val));
+            char name[32] = {0};
+            size_t len = 0;
+            CHECK_OK(fulmen_value_get_string(key, name, sizeof name, &len));
+            CHECK(strcmp(name, keys[k]) == 0);
+            int64_t shape[2];
+            shape_of(val, shape);
+            CHECK(shape[0] == (i < 2 ? 4 : 2) && shape[1] == cols[k]);
+            fulmen_value_free(key);
+            fulmen_value_free(val);
+        }
+        fulmen_value_free(b);
+    }
+    fulmen_value_free(out);
+    CHECK(f->mixed_codes[0] == FULMEN_CODE_INVALID_STATE); /* from the tuple test */
+    CHECK(f->mixed_codes[1] == FULMEN_CODE_INVALID_STATE);
+    CHECK(f->mixed_codes[2] == FULMEN_CODE_INVALID_ARGUMENT);
+    f->mode = DICT_AND_OUT;
+    CHECK_ERR(fulmen_trainer_predict_batches(t, m, &l, 1, NULL, true, &out), FULMEN_CODE_INVALID_STATE,
+              "named its predictions (a dict) and returned a tensor too");
+    CHECK(out == NULL);
+}
+
 /* return_predictions false: the steps run, nothing comes back. */
 static void test_no_return(fixture *f, fulmen_trainer *t, fulmen_lightning_module *m, const fulmen_loader *l) {
     f->mode = RETURN_ONE;
@@ -174,18 +229,20 @@ static void test_add_outside_predict(fixture *f, fulmen_lightning_module *m, con
     fulmen_trainer *t = fixture_trainer(NULL, 1);
     CHECK_OK(fulmen_trainer_fit(t, m, l, NULL, NULL));
     CHECK(f->add_in_training == FULMEN_CODE_INVALID_STATE);
+    CHECK(f->named_in_training == FULMEN_CODE_INVALID_STATE);
     fulmen_trainer_free(t);
 }
 
 int main(void) {
     CHECK_OK(fulmen_manual_seed(5));
-    fixture f = {fixture_mlp(8, 0.0), RETURN_ONE, 0, 0};
+    fixture f = {fixture_mlp(8, 0.0), RETURN_ONE, 0, 0, 0, {0, 0, 0}};
     fulmen_dataset *ds = fixture_blobs(10, 1, 1.0f), *ds2 = fixture_blobs(18, 2, 1.0f);
     fulmen_loader *l = fixture_loader(ds, 4, false, 0), *l2 = fixture_loader(ds2, 4, false, 0);
     fulmen_lightning_module *m = module_for(&f);
     fulmen_trainer *t = fixture_trainer(NULL, 1);
     test_one_tensor_per_batch(&f, t, m, l);
     test_tuples(&f, t, m, l);
+    test_dicts(&f, t, m, l);
     test_none_and_loaders(&f, t, m, l, l2);
     test_no_return(&f, t, m, l);
     test_add_outside_predict(&f, m, l);

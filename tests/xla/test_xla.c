@@ -162,6 +162,29 @@ static int scenario_refusals(void) {
     return bad == 0 ? 0 : 1;
 }
 
+/* With `var` set to `value` (a broken installation), XLA is unavailable
+ * with an error holding `needle`, twice (the first start's result is
+ * kept), and the process lives on. */
+static int scenario_broken(const char *var, const char *value, const char *needle) {
+    if (setenv(var, value, 1) != 0) return 1;
+    int bad = 0;
+    for (int i = 0; i < 2; i++) {
+        fulmen_tensor *x = NULL, *y = NULL;
+        int64_t shape[1] = {3};
+        ok(fulmen_tensor_zeros(shape, 1, FULMEN_DTYPE_F32, &x), "zeros");
+        fulmen_error *e = fulmen_tensor_to_device(x, FULMEN_DEVICE_TYPE_XLA, 0, &y);
+        const char *msg = e != NULL ? fulmen_error_message(e) : "(no error)";
+        if (e == NULL || fulmen_error_code(e) != FULMEN_CODE_UNAVAILABLE || strstr(msg, needle) == NULL) {
+            fprintf(stderr, "test_xla: %s=%s: %s\n", var, value, msg);
+            bad++;
+        }
+        fulmen_error_free(e);
+        fulmen_tensor_free(y);
+        fulmen_tensor_free(x);
+    }
+    return bad == 0 ? 0 : 1;
+}
+
 static int scenario_fit(const char *dir, const char *name, const char *accelerator, const char *devices,
                         const char *strategy, long batch, long epochs, const char *resume) {
     const char *data = getenv("FULMEN_MNIST");
@@ -235,12 +258,13 @@ static int scenario_fit(const char *dir, const char *name, const char *accelerat
 
 static const char *self_path;
 
-/* Runs `scenario` (no arguments) as a child; its exit status. */
-static int run_plain(const char *scenario) {
+/* Runs `scenario` (with up to 3 arguments, NULL-ended) as a child; its
+ * exit status. */
+static int run_plain(const char *scenario, const char *a, const char *b, const char *c) {
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
-        execl(self_path, self_path, scenario, (char *)NULL);
+        execl(self_path, self_path, scenario, a, b, c, (char *)NULL);
         _exit(127);
     }
     int status = 0;
@@ -344,6 +368,7 @@ int main(int argc, char **argv) {
                             argc > 9 ? argv[9] : NULL);
     }
     if (argc == 2 && strcmp(argv[1], "refusals") == 0) return scenario_refusals();
+    if (argc == 5 && strcmp(argv[1], "broken") == 0) return scenario_broken(argv[2], argv[3], argv[4]);
     if (getenv("PJRT_DEVICE") == NULL) {
         fprintf(stderr, "test_xla: set PJRT_DEVICE=CPU (and CPU_NUM_DEVICES=2)\n");
         return 1;
@@ -381,7 +406,14 @@ int main(int argc, char **argv) {
     run(dir, "xla_ranks", "xla", "2", "xla", "16", "2", NULL);
     same_losses(dir, "cpu", "xla_ranks", 0, 2, 1);
 
-    if (run_plain("refusals") == 0) printf("mixed precisions and a missing device refused on xla\n");
+    if (run_plain("refusals", NULL, NULL, NULL) == 0) printf("mixed precisions and a missing device refused on xla\n");
+
+    /* A broken installation: a clear error, not a crash. */
+    if (run_plain("broken", "PYTHONHOME", "/nonexistent", "standard library is not under /nonexistent") == 0 &&
+        run_plain("broken", "FULMEN_XLA_LIBPYTHON", "/nonexistent/libpython3.11.so.1.0", "cannot load") == 0 &&
+        run_plain("broken", "FULMEN_XLA_LIB_DIR", "/nonexistent", "_XLAC extension is not in /nonexistent") == 0 &&
+        run_plain("broken", "PJRT_DEVICE", "", "PJRT_DEVICE is not set") == 0)
+        printf("a missing standard library, libpython, _XLAC or PJRT_DEVICE: clear errors\n");
     same_weights(dir, "cpu", "xla_ranks", 1e-5);
 
     if (failed == 0) {

@@ -982,6 +982,29 @@ TEST_F(TrainerTest, PredictBatchesAsLightningsList) {
     EXPECT_FALSE(static_cast<bool>(none));
 }
 
+TEST_F(TrainerTest, PredictBatchesNamedAreDicts) {
+    Dataset ds = fulmen_test::blobs(10, 2);
+    Loader loader(ds, 4);
+    Model model = fulmen_test::mlp();
+    LightningModule module = full_module(model)
+                                 .predict_step([&model](StepContext& ctx, const Batch& batch) -> std::optional<Tensor> {
+                                     ctx.add_prediction("logits", model.forward(batch[0]));
+                                     ctx.add_prediction("input", batch[0]);
+                                     EXPECT_THROW(ctx.add_prediction(batch[0]), fulmen::Error);
+                                     EXPECT_THROW(ctx.add_prediction("input", batch[0]), fulmen::Error);
+                                     return std::nullopt;
+                                 })
+                                 .build();
+    Trainer trainer(fulmen_test::quiet_options(1).set("logger", false));
+    fulmen::Value out = trainer.predict_batches(module, {&loader});
+    ASSERT_EQ(out.size(), 3u);
+    fulmen::Value last = out[2];
+    ASSERT_EQ(last.kind(), fulmen::ValueKind::Dict);
+    ASSERT_EQ(last.size(), 2u);
+    EXPECT_EQ(last.entry(0).first.to_string(), "logits");
+    EXPECT_EQ(last.at("input").to_tensor().shape(), (fulmen::Shape{2, 2}));
+}
+
 TEST_F(TrainerTest, ThroughputMonitorWithFlops) {
     Trainer trainer(fulmen_test::quiet_options(1));
     trainer.add_throughput_monitor_flops(1e9, fulmen::available_flops("NVIDIA A100-SXM4-40GB", "bfloat16"));

@@ -166,9 +166,9 @@ pub unsafe extern "C" fn fulmen_accelerator_parse_devices(
 ///
 /// Errors: those of `fulmen_accelerator_parse_devices`
 /// (FULMEN_CODE_INVALID_ARGUMENT, FULMEN_CODE_UNAVAILABLE,
-/// FULMEN_CODE_OUT_OF_RANGE for `capacity`), FULMEN_CODE_UNSUPPORTED (xla: this
-/// build has no XLA device type); for a custom accelerator also the code a host
-/// callback returned, or FULMEN_CODE_CALLBACK (it wrote an invalid device).
+/// FULMEN_CODE_OUT_OF_RANGE for `capacity`); for a custom accelerator also
+/// the code a host callback returned, or FULMEN_CODE_CALLBACK (it wrote an
+/// invalid device).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_accelerator_get_parallel_devices(
     acc: *const fulmen_accelerator,
@@ -198,8 +198,7 @@ pub unsafe extern "C" fn fulmen_accelerator_get_parallel_devices(
 /// device on CUDA).
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (`device` is not a valid fulmen_device,
-/// or not of this accelerator's kind), FULMEN_CODE_UNSUPPORTED (an XLA device,
-/// or the xla accelerator), FULMEN_CODE_UNAVAILABLE (no such CUDA device; MPS
+/// or not of this accelerator's kind), FULMEN_CODE_UNAVAILABLE (no such CUDA device; MPS
 /// or XLA not available), FULMEN_CODE_TORCH (CUDA refused the device), the code
 /// a host callback returned (custom accelerators).
 #[no_mangle]
@@ -226,7 +225,7 @@ pub unsafe extern "C" fn fulmen_accelerator_teardown(acc: *const fulmen_accelera
 /// their number to `*n_out` (written even when `capacity` is too small).
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (`device` is not a valid fulmen_device,
-/// or not a CUDA device for cuda), FULMEN_CODE_UNSUPPORTED (an XLA device),
+/// or not a CUDA device for cuda),
 /// FULMEN_CODE_UNAVAILABLE (no such CUDA device; MPS or XLA not available),
 /// FULMEN_CODE_IO and FULMEN_CODE_FORMAT (cpu: /proc unreadable or unexpected;
 /// cuda: malformed statistics), FULMEN_CODE_TORCH (CUDA's statistics failed),

@@ -280,7 +280,8 @@ pub unsafe extern "C" fn fulmen_step_context_batch_idx(
 /// `fulmen_trainer_predict_batches` returns such tuples; the predict calls
 /// that concatenate use only the tensors written to `*out`.
 ///
-/// Errors: FULMEN_CODE_INVALID_STATE (outside predict_step).
+/// Errors: FULMEN_CODE_INVALID_STATE (outside predict_step, or after
+/// `fulmen_step_context_add_named_prediction` in the same step).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_step_context_add_prediction(
     ctx: *mut fulmen_step_context,
@@ -289,5 +290,30 @@ pub unsafe extern "C" fn fulmen_step_context_add_prediction(
     guard!(|| {
         let t = tensor_arg(tensor, "tensor")?.shallow_clone();
         ctx_mut(ctx)?.add_prediction(t)
+    })
+}
+
+/// Adds `tensor` under `name` to the prediction of the running
+/// predict_step, which is then a dict of the named tensors in the order
+/// added (Lightning's `predict_step` returning a dict):
+/// `fulmen_trainer_predict_batches` returns it as a `FULMEN_VALUE_KIND_DICT`
+/// with string keys. A step that names its predictions names them all and
+/// writes no tensor to `*out`. The prediction shares the tensor's
+/// storage; the handle and `name` stay the caller's.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (outside predict_step, or after
+/// `fulmen_step_context_add_prediction` in the same step; the step then
+/// writing `*out` fails the run), FULMEN_CODE_INVALID_ARGUMENT (`name`
+/// empty, not UTF-8, or added already in this step).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_step_context_add_named_prediction(
+    ctx: *mut fulmen_step_context,
+    name: *const c_char,
+    tensor: *const fulmen_tensor,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let name = str_arg(name, "name")?;
+        let t = tensor_arg(tensor, "tensor")?.shallow_clone();
+        ctx_mut(ctx)?.add_named_prediction(name, t)
     })
 }

@@ -265,7 +265,8 @@ pub unsafe extern "C" fn fulmen_tensor_to_dtype(
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (`device_type` is not a
 /// fulmen_device_type, or `device_index` is negative), FULMEN_CODE_UNAVAILABLE
-/// (no such CUDA device, no MPS, an XLA device, no backend of that type in
+/// (no such CUDA device, no MPS, XLA not started (see the README's XLA
+/// section: PJRT_DEVICE, torch_xla's _XLAC), no backend of that type in
 /// this process, or an index past its count), FULMEN_CODE_TORCH (the copy
 /// failed) or FULMEN_CODE_OUT_OF_MEMORY.
 #[no_mangle]

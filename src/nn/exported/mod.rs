@@ -167,9 +167,13 @@ impl ExportedModule {
         self.index.get(name).map(|k| &self.state[*k].1)
     }
 
-    /// The device the model's tensors are on (the CPU when it has none).
-    fn device(&self) -> Device {
-        self.state.first().map_or(Device::Cpu, |(_, t, _)| t.device())
+    /// The device the model's tensors are on (the CPU when it has none),
+    /// asked of libtorch: tch reads the devices it does not name as MPS.
+    fn device(&self) -> Result<crate::tensor::device::Device> {
+        match self.state.first() {
+            Some((_, t, _)) => crate::tensor::device::Device::of(t),
+            None => Ok(crate::tensor::device::Device::Cpu),
+        }
     }
 
     /// Runs the program `method` on positional `args`: mutated buffers are
@@ -180,7 +184,7 @@ impl ExportedModule {
         }
         let p = self.program(method)?;
         let user = p.user_inputs(args)?;
-        let device = self.device();
+        let device = self.device()?;
         let mut inputs = Vec::with_capacity(p.inputs.len());
         let mut user_order = Vec::new();
         for role in &p.inputs {
@@ -204,7 +208,13 @@ impl ExportedModule {
                 Error::format(format!("{}: the program reads {role:?}, which the archive does not hold", p.name))
             })?);
         }
-        let outputs = p.run(&inputs, super::torchscript::device_code(device))?;
+        let code = device.tch().map(super::torchscript::device_code).ok_or_else(|| {
+            Error::new(
+                ErrorCode::Unsupported,
+                format!("exported programs run on the CPU, CUDA or MPS, not on {}", device.name()),
+            )
+        })?;
+        let outputs = p.run(&inputs, code)?;
         let mut results = Vec::new();
         for (v, role) in outputs {
             match role {
@@ -232,12 +242,14 @@ impl ExportedModule {
         p.nest(results)
     }
 
-    fn constant(&self, name: &str, device: Device) -> Result<Option<Tensor>> {
+    fn constant(&self, name: &str, device: crate::tensor::device::Device) -> Result<Option<Tensor>> {
         let Some(t) = self.constants.get(name) else { return Ok(None) };
-        if t.device() == device {
+        if crate::tensor::device::Device::of(t)? == device {
             return Ok(Some(t.shallow_clone()));
         }
-        t.f_to_device(device).map(Some).map_err(|e| Error::new(ErrorCode::Torch, format!("moving {name}: {e}")))
+        crate::tensor::device::to_device(t, device, false)
+            .map(Some)
+            .map_err(|e| Error::new(e.code, format!("moving {name}: {}", e.message)))
     }
 
     /// How many values `method` returns at its top level.

@@ -325,13 +325,18 @@ impl Layer for Rnn {
         let Some(first) = self.weights.first() else { return };
         let (device, kind) = (first.device(), first.kind());
         // As PyTorch: not when two weights share memory (tied weights).
-        let mut ptrs: Vec<usize> = self.weights.iter().map(|w| w.data_ptr() as usize).collect();
-        ptrs.sort_unstable();
-        ptrs.dedup();
+        // Data pointers are read on CUDA only (other devices, XLA's,
+        // may refuse to give one).
+        let distinct = || {
+            let mut ptrs: Vec<usize> = self.weights.iter().map(|w| w.data_ptr() as usize).collect();
+            ptrs.sort_unstable();
+            ptrs.dedup();
+            ptrs.len() == self.weights.len()
+        };
         let acceptable = device.is_cuda()
             && matches!(kind, Kind::Half | Kind::Float | Kind::Double)
-            && ptrs.len() == self.weights.len()
-            && self.weights.iter().all(|w| w.device() == device && w.kind() == kind);
+            && self.weights.iter().all(|w| w.device() == device && w.kind() == kind)
+            && distinct();
         if !acceptable {
             return;
         }

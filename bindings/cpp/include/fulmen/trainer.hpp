@@ -378,6 +378,13 @@ public:
     /// a tuple (the returned tensor, if any, first), as Lightning's
     /// predict_step returning a tuple; see Trainer::predict_batches.
     void add_prediction(const Tensor& t) { check(fulmen_step_context_add_prediction(ctx_, t.get())); }
+    /// In predict_step, adds `t` under `name`: the batch's prediction is
+    /// then a dict of the named tensors in the order added (Lightning's
+    /// `predict_step` returning a dict); such a step names them all and
+    /// returns no tensor.
+    void add_prediction(const std::string& name, const Tensor& t) {
+        check(fulmen_step_context_add_named_prediction(ctx_, name.c_str(), t.get()));
+    }
 
     // ---- manual optimization (LightningModule::set_automatic_optimization(false)) ----
 
