@@ -54,7 +54,8 @@ int fulmen_cxx_tensor_identity(const void* t, int by_impl, uintptr_t* out, int* 
   if (x.defined()) {
     auto* impl = x.unsafeGetTensorImpl();
     uintptr_t data = 0;
-    if (by_impl == 0 && impl->has_storage() && x.device().type() != c10::DeviceType::XLA) {
+    // Meta tensors: a null data pointer plus the offset, not an address.
+    if (by_impl == 0 && impl->has_storage() && !x.is_meta() && x.device().type() != c10::DeviceType::XLA) {
       try {
         data = reinterpret_cast<uintptr_t>(x.data_ptr());
       } catch (const c10::Error&) {

@@ -174,44 +174,69 @@ class Gil {
 
 void start_module(Backend& b, const std::string& lib_dir);
 
-// The interpreter's home (sys.prefix): PYTHONHOME when set, else the
-// prefix of the libpython loaded (`<prefix>/lib/libpython3.11.so.1.0`, or
-// Debian's `<prefix>/lib/<multiarch>/...`). Checked to hold the standard
-// library, without which Py_InitializeEx would abort the process.
+// Whether `<prefix>/lib/python3.11` or `<prefix>/lib64/python3.11` (Fedora's)
+// holds the standard library.
+bool has_stdlib(const std::string& prefix) {
+  for (const char* lib : {"/lib/python3.11/os.py", "/lib64/python3.11/os.py"}) {
+    if (access((prefix + lib).c_str(), R_OK) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The interpreter's home (Py_SetPythonHome's string): PYTHONHOME when set
+// (`prefix[:exec_prefix]`, passed whole), else the prefix of the libpython
+// loaded (`<prefix>/lib/libpython3.11.so.1.0`, Debian's
+// `<prefix>/lib/<multiarch>/...`, or `<prefix>/lib64/...`). Its prefix is
+// checked to hold the standard library, without which Py_InitializeEx
+// would abort the process.
 std::string python_home(const Python& py) {
   const char* env = std::getenv("PYTHONHOME");
-  std::string home;
+  std::string home, prefix;
   if (env != nullptr && env[0] != '\0') {
     home = env;
-    auto colon = home.find(':');
-    if (colon != std::string::npos) {
-      home = home.substr(0, colon);
-    }
+    prefix = home.substr(0, home.find(':'));
   } else {
     Dl_info info{};
     TORCH_CHECK(dladdr(reinterpret_cast<void*>(py.initialize_ex), &info) != 0 && info.dli_fname != nullptr,
                 "xla: dladdr found no file for libpython");
     std::string path = info.dli_fname;
     auto lib = path.rfind("/lib/");
-    TORCH_CHECK(lib != std::string::npos, "xla: cannot tell Python's prefix from ", path, ": set PYTHONHOME");
-    // Debian keeps libpython in <prefix>/lib/<multiarch>/.
-    home = path.substr(0, lib);
-    if (home.empty()) {
-      home = "/";
+    auto lib64 = path.rfind("/lib64/");
+    if (lib == std::string::npos || (lib64 != std::string::npos && lib64 > lib)) {
+      lib = lib64;
     }
+    TORCH_CHECK(lib != std::string::npos, "xla: cannot tell Python's prefix from ", path, ": set PYTHONHOME");
+    prefix = lib == 0 ? "/" : path.substr(0, lib);
+    home = prefix;
   }
-  const std::string landmark = home + "/lib/python3.11/os.py";
-  TORCH_CHECK(access(landmark.c_str(), R_OK) == 0, "xla: CPython 3.11's standard library is not under ", home,
-              " (no ", landmark, "); install it (Debian: libpython3.11-stdlib) or set PYTHONHOME");
+  TORCH_CHECK(has_stdlib(prefix), "xla: CPython 3.11's standard library is not under ", prefix,
+              " (no lib/python3.11/os.py); install it (Debian: libpython3.11-stdlib) or set PYTHONHOME");
   return home;
 }
 
+// The CPython functions of an interpreter the process already runs (a
+// Python host, even one whose executable holds Python itself), or NULL.
+void* running_python() {
+  auto is_initialized = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "Py_IsInitialized"));
+  return is_initialized != nullptr && is_initialized() != 0 ? RTLD_DEFAULT : nullptr;
+}
+
 void start(Backend& b, const std::string& lib_dir, const std::string& libpython) {
-  void* py_lib = dlopen(libpython.c_str(), RTLD_NOW | RTLD_GLOBAL);
-  TORCH_CHECK(py_lib != nullptr, "xla: cannot load ", libpython,
-              " (torch_xla's _XLAC needs CPython 3.11's shared library; install libpython3.11 or set "
-              "FULMEN_XLA_LIBPYTHON to its path): ",
-              dlerror());
+  void* py_lib = running_python();
+  if (py_lib != nullptr) {
+    auto version = reinterpret_cast<const char* (*)()>(dlsym(RTLD_DEFAULT, "Py_GetVersion"));
+    std::string v = version != nullptr ? version() : "unknown";
+    TORCH_CHECK(v.rfind("3.11.", 0) == 0, "xla: this process runs Python ", v.substr(0, v.find(' ')),
+                "; torch_xla 2.9's _XLAC needs CPython 3.11");
+  } else {
+    py_lib = dlopen(libpython.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    TORCH_CHECK(py_lib != nullptr, "xla: cannot load ", libpython,
+                " (torch_xla's _XLAC needs CPython 3.11's shared library; install libpython3.11 or set "
+                "FULMEN_XLA_LIBPYTHON to its path): ",
+                dlerror());
+  }
   load_python(b.py, py_lib);
   const std::string torch_python = lib_dir + "/libtorch_python.so";
   TORCH_CHECK(dlopen(torch_python.c_str(), RTLD_NOW | RTLD_GLOBAL) != nullptr, "xla: cannot load ", torch_python,
@@ -275,6 +300,31 @@ void start_module(Backend& b, const std::string& lib_dir) {
   TORCH_CHECK(b.marker != nullptr, "xla: compiling the step marker failed: ", python_error(b.py));
 }
 
+// Releases the GIL for a scope when the calling thread holds it (a Python
+// host calling in), and takes it back after.
+class HostGilReleased {
+ public:
+  HostGilReleased() {
+    auto check = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "PyGILState_Check"));
+    auto save = reinterpret_cast<void* (*)()>(dlsym(RTLD_DEFAULT, "PyEval_SaveThread"));
+    restore_ = reinterpret_cast<void (*)(void*)>(dlsym(RTLD_DEFAULT, "PyEval_RestoreThread"));
+    if (running_python() != nullptr && check != nullptr && save != nullptr && restore_ != nullptr && check() != 0) {
+      state_ = save();
+    }
+  }
+  ~HostGilReleased() {
+    if (state_ != nullptr) {
+      restore_(state_);
+    }
+  }
+  HostGilReleased(const HostGilReleased&) = delete;
+  HostGilReleased& operator=(const HostGilReleased&) = delete;
+
+ private:
+  void (*restore_)(void*) = nullptr;
+  void* state_ = nullptr;
+};
+
 }  // namespace
 
 extern "C" {
@@ -286,6 +336,9 @@ extern "C" {
 int fulmen_cxx_xla_start(const char* lib_dir, const char* libpython, int64_t* devices, char* err, size_t err_len) {
   FULMEN_CXX_TRY
   TORCH_CHECK(lib_dir != nullptr && libpython != nullptr && devices != nullptr, "xla_start: NULL argument");
+  // A host thread holding the GIL of its own interpreter lets it go while
+  // it waits for the start (another thread may be starting and need it).
+  HostGilReleased host_gil;
   Backend& b = backend();
   std::lock_guard<std::mutex> lock(b.mu);
   if (!b.tried) {

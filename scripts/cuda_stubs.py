@@ -93,15 +93,19 @@ def write_stubs(libs, out_dir, only_cuda=False):
                 present.add(path)
     if not missing:
         return
-    defined = {name for path in present for name, _ in dynsyms(path, False)}
+    defined_syms = [sym for path in present for sym in dynsyms(path, False)]
+    defined = {name for name, _ in defined_syms}
+    # Version tags of libraries that are there (and glibc's, whose loader
+    # ldd does not list): their symbols are never stood in for.
+    present_versions = {version for _, version in defined_syms if version}
     stubs = {soname: set() for soname in missing}
     for lib in libs:
         direct = [n for n in needed(lib) if n in missing]
         for name, version in dynsyms(lib, True):
             if name in defined:
                 continue
-            if version and version not in missing:
-                continue  # a versioned symbol of a library that is there (glibc's)
+            if version and version not in missing and (version in present_versions or version.startswith("GLIBC_")):
+                continue
             targets = [version] if version in missing else direct
             for soname in targets:
                 stubs[soname].add(name)
@@ -128,7 +132,7 @@ def write_stubs(libs, out_dir, only_cuda=False):
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--libdir"]:
         lib_dir = sys.argv[2]
-        os.environ["LD_LIBRARY_PATH"] = lib_dir + os.pathsep + os.environ.get("LD_LIBRARY_PATH", "")
+        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in [lib_dir, os.environ.get("LD_LIBRARY_PATH")] if p)
         write_stubs(sorted(glob.glob(os.path.join(lib_dir, "*.so*"))), lib_dir, only_cuda=True)
     else:
         main(sys.argv[1])

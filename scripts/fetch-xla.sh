@@ -12,19 +12,24 @@
 # it when PJRT_DEVICE is set (src/accelerators/xla_runtime.rs).
 #
 # `_XLAC` links CPython 3.11's shared library: the system's libpython3.11
-# (Debian: `apt-get install libpython3.11`) is checked for first, not
-# fetched.
+# (Debian: `apt-get install libpython3.11`), or the one FULMEN_XLA_LIBPYTHON
+# names, is checked for first, not fetched.
 # The wheels stay in $FULMEN_XLA_WHEELS (default: xla-wheels/ beside $1);
 # pip verifies their hashes. Nothing is done when $1 is complete.
 set -euo pipefail
 dest=${1:-.deps/libtorch-2.9-xla}
 [ -f "$dest/build-version" ] && exit 0
 root=$(cd "$(dirname "$0")/.." && pwd)
-if ! python3 -c 'import ctypes; ctypes.CDLL("libpython3.11.so.1.0")' 2>/dev/null; then
-  echo "fetch-xla.sh: libpython3.11.so.1.0 is not installed; torch_xla's _XLAC links it" \
-       "(Debian: apt-get install libpython3.11)" >&2
+libpython=${FULMEN_XLA_LIBPYTHON:-libpython3.11.so.1.0}
+if ! python3 -c 'import ctypes, sys; ctypes.CDLL(sys.argv[1])' "$libpython" 2>/dev/null; then
+  echo "fetch-xla.sh: $libpython cannot be loaded; torch_xla's _XLAC links CPython 3.11's library" \
+       "(Debian: apt-get install libpython3.11; or set FULMEN_XLA_LIBPYTHON to its path)" >&2
   exit 1
 fi
+# The linker's checks below find a libpython named by path in its directory.
+case "$libpython" in
+  */*) export LD_LIBRARY_PATH="$(dirname "$libpython")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;;
+esac
 wheels=${FULMEN_XLA_WHEELS:-$(dirname "$dest")/xla-wheels}
 work=$(mktemp -d "${TMPDIR:-/tmp}/fulmen-xla.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -66,7 +71,7 @@ for f in glob.glob(os.path.join(stage, "lib", "*")):
 PY
 ln -sf libgomp.so.1 "$stage/lib/libgomp.so"
 python3 "$root/scripts/cuda_stubs.py" --libdir "$stage/lib"
-missing=$(LD_LIBRARY_PATH="$stage/lib" ldd "$stage"/lib/*.so* | grep "not found" | sort -u || true)
+missing=$(LD_LIBRARY_PATH="$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$stage"/lib/*.so* | grep "not found" | sort -u || true)
 if [ -n "$missing" ]; then
   echo "fetch-xla.sh: libraries still missing after the stand-ins:" >&2
   echo "$missing" >&2

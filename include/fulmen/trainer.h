@@ -986,14 +986,17 @@ struct fulmen_error *fulmen_trainer_test(struct fulmen_trainer *trainer,
  * FULMEN_CODE_INVALID_ARGUMENT (ckpt_path not UTF-8, devices or strategy that
  * do not fit the machine); FULMEN_CODE_UNAVAILABLE (accelerator or devices not
  * available here); FULMEN_CODE_UNSUPPORTED (a precision or backend the device
- * lacks); FULMEN_CODE_IO (ckpt_path names no file, or it cannot be read);
+ * lacks, or a predict_step that named its predictions: a dict is not
+ * concatenated, `fulmen_trainer_predict_batches` returns it);
+ * FULMEN_CODE_IO (ckpt_path names no file, or it cannot be read);
  * FULMEN_CODE_FORMAT (a corrupt checkpoint, or one whose names do not match
  * the model); FULMEN_CODE_SHAPE_MISMATCH (checkpoint weights that do not fit,
  * outputs that cannot be concatenated), FULMEN_CODE_DTYPE_MISMATCH (checkpoint
  * weights of another dtype); FULMEN_CODE_DISTRIBUTED (a collective or another
  * rank failed); FULMEN_CODE_INTERRUPTED (SIGINT / SIGTERM); FULMEN_CODE_TORCH
  * (libtorch failed); FULMEN_CODE_INVALID_STATE also when the module has no
- * predict_step, or ckpt_path "best" / "last" finds no checkpoint;
+ * predict_step, when a step named its predictions and wrote `*out` too, or
+ * when ckpt_path "best" / "last" finds no checkpoint;
  * FULMEN_CODE_NULL_ARGUMENT also when `loader` is NULL and the module has
  * no predict_dataloader; FULMEN_CODE_INVALID_ARGUMENT when its
  * predict_dataloader gives more than one loader.

@@ -797,11 +797,9 @@ impl Module {
         if changed {
             self.after_convert();
         }
-        result?;
-        if !replaced.is_empty() {
-            self.write_scripts_back()?;
-        }
-        Ok(())
+        // Also after a failure part-way: the handles changed so far.
+        let written = if replaced.is_empty() { Ok(()) } else { self.write_scripts_back() };
+        result.and(written)
     }
 
     /// TorchScript modules hold their tensors in their own slots too: after

@@ -325,12 +325,20 @@ fn hook_sources(run: &mut Run, opts: &super::TrainerOptions, stage: Stage) -> Re
 }
 
 /// Each source's batch predictions concatenated along dimension 0 (the
-/// batches that returned nothing left out).
+/// batches that returned nothing left out). A dict prediction has no
+/// tensor to concatenate: refused, naming the call that returns it.
 fn concat_predictions(per_source: Vec<Vec<Prediction>>) -> Result<Vec<Option<Tensor>>> {
     per_source
         .into_iter()
         .enumerate()
         .map(|(d, batches)| {
+            if batches.iter().any(|p| !p.names.is_empty()) {
+                return Err(crate::error::Error::new(
+                    crate::error::ErrorCode::Unsupported,
+                    "predict_step named its predictions (a dict), which predict cannot concatenate: take them \
+                     per batch with predict_batches",
+                ));
+            }
             let outputs: Vec<Tensor> = batches.into_iter().filter_map(|p| p.output).collect();
             concat_outputs(d, &outputs)
         })

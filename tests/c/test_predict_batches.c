@@ -203,6 +203,9 @@ static void test_dicts(fixture *f, fulmen_trainer *t, fulmen_lightning_module *m
     CHECK(f->mixed_codes[0] == FULMEN_CODE_INVALID_STATE); /* from the tuple test */
     CHECK(f->mixed_codes[1] == FULMEN_CODE_INVALID_STATE);
     CHECK(f->mixed_codes[2] == FULMEN_CODE_INVALID_ARGUMENT);
+    fulmen_tensor *cat = NULL;
+    CHECK_ERR(fulmen_trainer_predict(t, m, l, NULL, &cat), FULMEN_CODE_UNSUPPORTED, "predict_batches");
+    CHECK(cat == NULL);
     f->mode = DICT_AND_OUT;
     CHECK_ERR(fulmen_trainer_predict_batches(t, m, &l, 1, NULL, true, &out), FULMEN_CODE_INVALID_STATE,
               "named its predictions (a dict) and returned a tensor too");

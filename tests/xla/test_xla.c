@@ -106,6 +106,18 @@ static fulmen_model *mlp(void) {
     return m;
 }
 
+/* The LightningModule of `t` (its training step and Adam). */
+static fulmen_lightning_module *module_for(task *t) {
+    fulmen_module_vtable vt = {0};
+    vt.struct_size = sizeof vt;
+    vt.userdata = t;
+    vt.training_step = training_step;
+    vt.configure_optimizers = configure_optimizers;
+    fulmen_lightning_module *module = NULL;
+    ok(fulmen_lightning_module_new(&vt, t->model, &module), "module");
+    return module;
+}
+
 /* Trains and writes DIR/NAME.losses (one per line, this process's steps)
  * and, on rank 0, DIR/NAME.safetensors and DIR/NAME/last.ckpt. */
 static int scenario_fit(const char *dir, const char *name, const char *accelerator, const char *devices,
@@ -115,13 +127,7 @@ static int scenario_fit(const char *dir, const char *name, const char *accelerat
  * XLAPrecision refuses it; an XLA device that does not exist too. */
 static int scenario_refusals(void) {
     task t = {mlp(), FULMEN_DEVICE_TYPE_XLA, {0}, 0};
-    fulmen_module_vtable vt = {0};
-    vt.struct_size = sizeof vt;
-    vt.userdata = &t;
-    vt.training_step = training_step;
-    vt.configure_optimizers = configure_optimizers;
-    fulmen_lightning_module *module = NULL;
-    ok(fulmen_lightning_module_new(&vt, t.model, &module), "module");
+    fulmen_lightning_module *module = module_for(&t);
     fulmen_tensor *x = NULL;
     int64_t shape[2] = {4, 784};
     ok(fulmen_tensor_zeros(shape, 2, FULMEN_DTYPE_F32, &x), "zeros");
@@ -207,13 +213,7 @@ static int scenario_fit(const char *dir, const char *name, const char *accelerat
 
     bool on_xla = strcmp(accelerator, "xla") == 0;
     task t = {mlp(), on_xla ? FULMEN_DEVICE_TYPE_XLA : FULMEN_DEVICE_TYPE_CPU, {0}, 0};
-    fulmen_module_vtable vt = {0};
-    vt.struct_size = sizeof vt;
-    vt.userdata = &t;
-    vt.training_step = training_step;
-    vt.configure_optimizers = configure_optimizers;
-    fulmen_lightning_module *module = NULL;
-    ok(fulmen_lightning_module_new(&vt, t.model, &module), "module");
+    fulmen_lightning_module *module = module_for(&t);
 
     char root[4096];
     snprintf(root, sizeof root, "%s/%s", dir, name);

@@ -299,7 +299,10 @@ pub unsafe extern "C" fn fulmen_step_context_add_prediction(
 /// `fulmen_trainer_predict_batches` returns it as a `FULMEN_VALUE_KIND_DICT`
 /// with string keys. A step that names its predictions names them all and
 /// writes no tensor to `*out`. The prediction shares the tensor's
-/// storage; the handle and `name` stay the caller's.
+/// storage; the handle and `name` stay the caller's. Only
+/// `fulmen_trainer_predict_batches` returns dicts: the predict calls that
+/// concatenate refuse them, and `on_predict_batch_end` and prediction
+/// writers see no tensor for such a batch.
 ///
 /// Errors: FULMEN_CODE_INVALID_STATE (outside predict_step, or after
 /// `fulmen_step_context_add_prediction` in the same step; the step then
