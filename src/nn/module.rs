@@ -949,7 +949,7 @@ fn convert_tensor(
         }
         let new = data.f_detach()?.f_set_requires_grad(t.requires_grad())?;
         if let Some(g) = grad {
-            crate::strategies::fsdp::set_grad(&new, Some(&g))?;
+            crate::tensor::grad::set_grad(&new, Some(&g))?;
         }
         devices::assign(t, &new)?;
         replaced.insert(key, new);

@@ -45,18 +45,14 @@ pub(crate) fn connect(acc: Arc<dyn Accelerator>, list: &[Device], opts: &Trainer
     Ok(XlaStrategy { placement, ctx, reduced: Default::default() })
 }
 
-/// The parameters of `configs`, each once (a parameter in two optimizers
-/// or groups is averaged once).
-fn distinct_params(configs: &[OptimizerConfig]) -> Result<Vec<Tensor>> {
+/// `tensors`, each tensor once (by TensorImpl: a parameter in two
+/// optimizers or groups, a tied parameter's names).
+fn distinct<'a>(tensors: impl Iterator<Item = &'a Tensor>) -> Result<Vec<Tensor>> {
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
-    for c in configs {
-        for g in c.optimizer.param_groups() {
-            for p in &g.params {
-                if seen.insert(devices::impl_identity(p)?) {
-                    out.push(p.shallow_clone());
-                }
-            }
+    for t in tensors {
+        if seen.insert(devices::impl_identity(t)?) {
+            out.push(t.shallow_clone());
         }
     }
     Ok(out)
@@ -103,7 +99,8 @@ impl XlaStrategy {
             return Ok(());
         }
         let mut params = Vec::new();
-        for p in distinct_params(configs)? {
+        let all = configs.iter().flat_map(|c| c.optimizer.param_groups()).flat_map(|g| g.params.iter());
+        for p in distinct(all)? {
             if self.reduced.insert(devices::impl_identity(&p)?) {
                 params.push(p);
             }
@@ -121,7 +118,7 @@ impl XlaStrategy {
             }
             if here == 0.0 {
                 let zeros = p.f_zeros_like()?;
-                crate::strategies::fsdp::set_grad(p, Some(&zeros))?;
+                crate::tensor::grad::set_grad(p, Some(&zeros))?;
             }
             grads.push(p.grad());
         }
@@ -150,17 +147,7 @@ impl Strategy for XlaStrategy {
                 "xla needs a LightningModule with a model (pass one to fulmen_lightning_module_new)",
             ));
         };
-        let state: Vec<Tensor> = {
-            let m = model.lock().unwrap_or_else(|p| p.into_inner());
-            let mut seen = std::collections::HashSet::new();
-            let mut out = Vec::new();
-            for (_, t) in m.state_dict() {
-                if seen.insert(devices::impl_identity(&t)?) {
-                    out.push(t);
-                }
-            }
-            out
-        };
+        let state = distinct(model.lock().unwrap_or_else(|p| p.into_inner()).state_dict().iter().map(|(_, t)| t))?;
         let group = Arc::clone(&self.ctx.group);
         self.through_host(&state, &|host| group.broadcast(&[host.shallow_clone()], 0)).map_err(|e| self.ctx.explain(e))
     }

@@ -346,13 +346,9 @@ pub fn to_device(t: &Tensor, device: Device, non_blocking: bool) -> Result<Tenso
 
 /// What makes `t` one tensor among its handles: the address of its first
 /// element, or of its TensorImpl where that cannot be read (no storage, a
-/// null data pointer, torch_xla's tensors); 0 when undefined.
-pub fn identity(t: &Tensor) -> Result<usize> {
-    Ok(tensor_identity(t, false)?.0)
-}
-
-/// [`identity`], and whether it is the address of the tensor's data
-/// (false: of its TensorImpl, which says nothing of overlapping memory).
+/// null data pointer, torch_xla's tensors); 0 when undefined. With it,
+/// whether it is the data's address (false: the TensorImpl's, which says
+/// nothing of overlapping memory).
 pub fn data_identity(t: &Tensor) -> Result<(usize, bool)> {
     tensor_identity(t, false)
 }

@@ -1,6 +1,18 @@
-//! Gradient clipping, as `torch.nn.utils.clip_grad_norm_` / `_value_`.
+//! Gradient clipping, as `torch.nn.utils.clip_grad_norm_` / `_value_`,
+//! and setting a parameter's `.grad`.
 use crate::error::{Error, Result};
+use crate::shim;
+use libc::c_void;
 use tch::Tensor;
+
+/// Sets (or with `None` clears) the `.grad` of `param`.
+pub(crate) fn set_grad(param: &Tensor, grad: Option<&Tensor>) -> Result<()> {
+    let g = grad.map_or(std::ptr::null(), |g| g.as_ptr() as *const c_void);
+    // SAFETY: both tensors are live for the call.
+    shim::call("setting a parameter's gradient", |err, len| unsafe {
+        shim::fulmen_cxx_set_grad(param.as_ptr() as *const c_void, g, err, len)
+    })
+}
 
 /// Scales the gradients of `params` in place so that their joint
 /// `norm_type`-norm is at most `max_norm`; returns the norm before

@@ -714,8 +714,8 @@ impl Run<'_> {
                     .into_iter()
                     .map(|(k, t)| {
                         let host = t.to_device(tch::Device::Cpu);
-                        let same =
-                            crate::tensor::device::identity(&host).ok() == crate::tensor::device::identity(&t).ok();
+                        let same = crate::tensor::device::data_identity(&host).ok()
+                            == crate::tensor::device::data_identity(&t).ok();
                         (k, if same { host.copy() } else { host })
                     })
                     .collect()

@@ -12,7 +12,6 @@ mod wrap;
 
 pub(crate) use settings::KEYS;
 pub use settings::{FsdpOptions, ShardingStrategy};
-pub(crate) use unit::set_grad;
 
 use super::ddp::{job_methods, join_job};
 use super::strategy::Strategy;

@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::nn::ShardHook;
 use crate::shim;
 use crate::tensor::dtype::is_floating;
+use crate::tensor::grad::set_grad;
 use libc::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -205,15 +206,6 @@ fn storage_bytes(t: &Tensor) -> Result<usize> {
 /// `param.data = data`.
 fn point(param: &Tensor, data: &Tensor) -> Result<()> {
     Ok(param.shallow_clone().f_set_data(data)?)
-}
-
-/// Sets (or with `None` clears) the `.grad` of `param`.
-pub(crate) fn set_grad(param: &Tensor, grad: Option<&Tensor>) -> Result<()> {
-    let g = grad.map_or(std::ptr::null(), |g| g.as_ptr() as *const c_void);
-    // SAFETY: both tensors are live for the call.
-    shim::call("setting a parameter's gradient", |err, len| unsafe {
-        shim::fulmen_cxx_set_grad(param.as_ptr() as *const c_void, g, err, len)
-    })
 }
 
 impl FsdpUnit {
