@@ -4,8 +4,10 @@
 //! saw with one process training the same global batches; DDP's
 //! SyncBatchNorm runs on the same harness.
 use fulmen::data::{DataLoader, DataLoaderOptions, TensorDataset};
+use fulmen::distributed::JoinOptions;
 use fulmen::nn::{Activation, Module, TransformerConfig};
-use fulmen::optim::{AdamOptions, AdamW, Lbfgs, LbfgsOptions, Sgd, SgdOptions};
+use fulmen::optim::{AdamOptions, AdamW, Lbfgs, LbfgsOptions, Optimizer, Sgd, SgdOptions};
+use fulmen::strategies::fsdp::FsdpHostLoop;
 use fulmen::trainer::{
     LightningModule, OptimizerConfig, OptimizerSetup, SharedModel, StepContext, Trainer, TrainerOptions,
 };
@@ -210,10 +212,12 @@ fn scenario(name: &str) -> Scenario {
         "grad_op" => (vec![("fsdp_sharding_strategy", "SHARD_GRAD_OP"), wrap], mlp),
         "no_shard" => (vec![("fsdp_sharding_strategy", "NO_SHARD")], mlp),
         "size" => (vec![full, ("fsdp_min_num_params", "100")], mlp),
-        "clip_accumulate" => (vec![full, wrap, ("gradient_clip_val", "0.3"), ("accumulate_grad_batches", "2")], mlp),
+        "clip_accumulate" | "host_clip_accumulate" => {
+            (vec![full, wrap, ("gradient_clip_val", "0.3"), ("accumulate_grad_batches", "2")], mlp)
+        }
         "no_shard_clip" => (vec![("fsdp_sharding_strategy", "NO_SHARD"), ("gradient_clip_val", "0.3")], mlp),
         "lbfgs" => (vec![full, wrap], mlp),
-        "transformer" => (vec![full, layers, ("gradient_clip_val", "0.5")], Kind2::Transformer),
+        "transformer" | "host_transformer" => (vec![full, layers, ("gradient_clip_val", "0.5")], Kind2::Transformer),
         "batch_norm" => (vec![full, wrap], Kind2::BatchNorm),
         // Every encoder layer's forward run again in backward.
         "checkpointed" => (vec![full, layers, layers_checkpointed, ("gradient_clip_val", "0.5")], Kind2::Transformer),
@@ -425,7 +429,11 @@ fn fsdp_rank_main() {
     std::fs::create_dir_all(&dir).unwrap();
     let after = Path::new(&work).join("after-run.ckpt");
     let strategy = scenario(&name).strategy;
-    let trained = train_with(&name, strategy, batch, epochs, Path::new(&work), resume.as_deref(), Some(&after), None);
+    let trained = if name.starts_with("host_") {
+        host_loop(&name, batch, epochs)
+    } else {
+        train_with(&name, strategy, batch, epochs, Path::new(&work), resume.as_deref(), Some(&after), None)
+    };
     if name == "lbfgs" {
         let e = trained.expect_err("LBFGS trained under fsdp");
         assert_eq!(e.code, fulmen::ErrorCode::Unsupported, "{e}");
@@ -438,6 +446,67 @@ fn fsdp_rank_main() {
     std::fs::write(dir.join("losses.txt"), text.join("\n")).unwrap();
     Tensor::write_npz(&weights, dir.join("weights.npz")).unwrap();
     println!("RANK-OK");
+}
+
+/// The scenario's training as a host-owned loop on [`FsdpHostLoop`]
+/// (`fulmen_fsdp`): the trainer's model, batches, optimizer, gradient
+/// accumulation (`set_sync(false)` on the micro-batches that do not step)
+/// and clipping, driven by hand.
+fn host_loop(name: &str, batch: i64, epochs: i64) -> Result<Trained> {
+    let sc = scenario(name);
+    let setting = |k: &str| sc.settings.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
+    let mut spec = fulmen::strategies::lookup("fsdp")?;
+    for (k, v) in &sc.settings {
+        if let Some(key) = k.strip_prefix("fsdp_") {
+            spec.set(key, v)?;
+        }
+    }
+    let rank: usize = std::env::var("RANK").unwrap().parse().unwrap();
+    let world: usize = std::env::var("WORLD_SIZE").unwrap().parse().unwrap();
+    let join = JoinOptions { devices_per_node: world, ..Default::default() };
+    let ctx = fulmen::distributed::join(&join)?;
+    let model: SharedModel = Arc::new(Mutex::new(model(sc.kind)));
+    let mut fsdp = FsdpHostLoop::new(ctx, Arc::clone(&model), &spec)?;
+    let params = model.lock().unwrap().parameters();
+    let mut opt: Box<dyn Optimizer> = if sc.kind == Kind2::Transformer {
+        Box::new(Sgd::new(params, SgdOptions { lr: 0.05, momentum: 0.9, ..Default::default() })?)
+    } else {
+        Box::new(AdamW::new(params, AdamOptions { lr: 0.01, weight_decay: 0.01, ..Default::default() })?)
+    };
+    let accumulate: usize = setting("accumulate_grad_batches").map_or(1, |v| v.parse().unwrap());
+    let clip: Option<f64> = setting("gradient_clip_val").map(|v| v.parse().unwrap());
+    let (probe_name, rows) = probe(sc.kind);
+    let shard_rows = (rows + world as i64 - 1) / world as i64;
+    let data = loader(batch).sharded(rank, world)?;
+    let mut losses = Vec::new();
+    for epoch in 0..epochs as u64 {
+        for i in 0..data.len() {
+            let b = data.get(epoch, i)?;
+            let steps = (i + 1) % accumulate == 0 || i + 1 == data.len();
+            fsdp.set_sync(steps)?;
+            fsdp.prepare_forward(true)?;
+            let m = model.lock().unwrap();
+            let probe_rows = m.named_parameters().into_iter().find(|(k, _)| k == probe_name).unwrap().1.size()[0];
+            assert_eq!(probe_rows, shard_rows, "{name}: the probe holds this rank's rows between steps");
+            let out = m.forward(&b[0])?;
+            drop(m);
+            let loss = (out - &b[1]).square().mean(Kind::Float);
+            losses.push(loss.double_value(&[]));
+            (loss / accumulate as f64).backward();
+            fsdp.finish_backward()?;
+            if steps {
+                if let Some(max_norm) = clip {
+                    fsdp.clip_grad_norm(max_norm)?;
+                }
+                opt.step()?;
+                fsdp.zero_grad(true)?;
+            }
+        }
+    }
+    fsdp.unshard(&mut [opt.as_mut()])?;
+    drop(fsdp);
+    let weights = model.lock().unwrap().state_dict();
+    Ok((losses, weights))
 }
 
 fn read_losses(dir: &Path) -> Vec<f64> {
@@ -512,6 +581,15 @@ fn the_size_policy_equals_one_process() {
 #[test]
 fn clipping_and_accumulation_equal_one_process() {
     check_against_one_process("clip_accumulate", 2);
+}
+
+/// A host-owned loop on `fulmen_fsdp`'s core trains as the trainer's
+/// one process does: accumulation without communication, clipping by the
+/// norm over the shards, the model whole after unshard.
+#[test]
+fn a_host_loop_equals_one_process() {
+    check_against_one_process("host_clip_accumulate", 2);
+    check_against_one_process("host_transformer", 3);
 }
 
 /// The checkpoints under `dir`: files, and sharded checkpoint directories.

@@ -196,3 +196,143 @@ func (d *DDP) PrepareBackward(loss *Tensor) error {
 	runtime.KeepAlive(loss)
 	return err
 }
+
+// FSDP is FSDP for a Go-owned training loop (torch's fully_shard): the
+// model's parameters, gradients and optimizer states sharded across the
+// joined job's ranks. Build the optimizers over the model after NewFSDP;
+// each training step, on every rank: zero the gradients (the optimizer's
+// ZeroGrad before PrepareForward, or ZeroGrad here at any point),
+// PrepareForward, the forward, loss.Backward, FinishBackward, optionally
+// ClipGradNorm, then the optimizers' Step. Between steps the parameters
+// hold this rank's rows: Unshard gathers them (and the optimizers'
+// states) to save or read, Reshard goes back to training. Closing it
+// without Unshard leaves the model with this rank's shards.
+type FSDP struct {
+	h handle[*C.fulmen_fsdp]
+}
+
+// NewFSDP shards model with s's FSDP settings (sharding_strategy,
+// auto_wrap_policy, min_num_params, activation_checkpointing_policy,
+// param_dtype, reduce_dtype) after copying rank 0's parameters and buffers
+// to every rank. Before DistributedJoin, or for a model already sharded,
+// it is ErrInvalidState.
+func NewFSDP(model *Model, s *Strategy) (*FSDP, error) {
+	var out *C.fulmen_fsdp
+	err := check(C.fulmen_fsdp_new(model.ptr(), s.ptr(), &out))
+	runtime.KeepAlive(model)
+	runtime.KeepAlive(s)
+	if err != nil {
+		return nil, err
+	}
+	f := &FSDP{}
+	f.h.store(out)
+	runtime.SetFinalizer(f, (*FSDP).Close)
+	return f, nil
+}
+
+func (f *FSDP) ptr() *C.fulmen_fsdp {
+	if f == nil {
+		gcStress()
+		return nil
+	}
+	h := f.h.load()
+	gcStress() // after the last use of the wrapper: only KeepAlive keeps it alive
+	return h
+}
+
+// Close frees the FSDP wrapper without a collective: the model keeps its
+// full parameters after Unshard, else this rank's shards; idempotent. The
+// error is always nil.
+func (f *FSDP) Close() error {
+	if f == nil {
+		return nil
+	}
+	h := f.h.take()
+	if h == nil {
+		return nil
+	}
+	C.fulmen_fsdp_free(h)
+	runtime.SetFinalizer(f, nil)
+	return nil
+}
+
+// SetSync is torch's no_sync(): while sync is false, backward passes
+// accumulate full-sized gradients without communication; the next step
+// with sync true averages the sum into the shards.
+func (f *FSDP) SetSync(sync bool) error {
+	err := check(C.fulmen_fsdp_set_sync(f.ptr(), C.bool(sync)))
+	runtime.KeepAlive(f)
+	return err
+}
+
+// PrepareForward is called before every forward pass of the model
+// (evaluation ones too). It is ErrInvalidState when the last backward's
+// gradients were not averaged (FinishBackward was not called) or the model
+// is unsharded.
+func (f *FSDP) PrepareForward() error {
+	err := check(C.fulmen_fsdp_prepare_forward(f.ptr()))
+	runtime.KeepAlive(f)
+	return err
+}
+
+// FinishBackward is called after backward, before clipping and the
+// optimizers' Step: the gradients are averaged into the shards.
+func (f *FSDP) FinishBackward() error {
+	err := check(C.fulmen_fsdp_finish_backward(f.ptr()))
+	runtime.KeepAlive(f)
+	return err
+}
+
+// ClipGradNorm clips the gradients by their 2-norm over every rank's
+// shards and returns the norm before clipping.
+func (f *FSDP) ClipGradNorm(maxNorm float64) (float64, error) {
+	var total C.double
+	err := check(C.fulmen_fsdp_clip_grad_norm(f.ptr(), C.double(maxNorm), &total))
+	runtime.KeepAlive(f)
+	return float64(total), err
+}
+
+// ZeroGrad is model.zero_grad(), right at any point of a step: every
+// gradient dropped (setToNone) or zeroed.
+func (f *FSDP) ZeroGrad(setToNone bool) error {
+	err := check(C.fulmen_fsdp_zero_grad(f.ptr(), C.bool(setToNone)))
+	runtime.KeepAlive(f)
+	return err
+}
+
+// withOptimizers calls call with f's handle and the C handles of
+// optimizers (NULL and 0 for none).
+func (f *FSDP) withOptimizers(optimizers []*Optimizer,
+	call func(*C.fulmen_fsdp, **C.fulmen_optimizer, C.size_t) *C.fulmen_error) error {
+	var handles []*C.fulmen_optimizer
+	var first **C.fulmen_optimizer
+	if len(optimizers) > 0 {
+		handles = make([]*C.fulmen_optimizer, len(optimizers))
+		for i, o := range optimizers {
+			handles[i] = o.ptr()
+		}
+		first = &handles[0]
+	}
+	err := check(call(f.ptr(), first, C.size_t(len(handles))))
+	runtime.KeepAlive(f)
+	runtime.KeepAlive(optimizers)
+	return err
+}
+
+// Unshard gathers the full parameters into the model and the optimizers'
+// states into their full shapes, on every rank (a collective): they can
+// then be saved, read or loaded as unsharded ones until Reshard.
+func (f *FSDP) Unshard(optimizers ...*Optimizer) error {
+	return f.withOptimizers(optimizers, func(h *C.fulmen_fsdp, o **C.fulmen_optimizer, n C.size_t) *C.fulmen_error {
+		return C.fulmen_fsdp_unshard(h, o, n)
+	})
+}
+
+// Reshard follows Unshard: every rank keeps its rows of the parameters'
+// and the optimizers' current values (loaded ones included), and training
+// can go on.
+func (f *FSDP) Reshard(optimizers ...*Optimizer) error {
+	return f.withOptimizers(optimizers, func(h *C.fulmen_fsdp, o **C.fulmen_optimizer, n C.size_t) *C.fulmen_error {
+		return C.fulmen_fsdp_reshard(h, o, n)
+	})
+}

@@ -3,7 +3,10 @@ package fulmen_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"os"
+	"os/exec"
 	"reflect"
 	"sort"
 	"strings"
@@ -13,8 +16,9 @@ import (
 	fulmen "github.com/fulmen-ml/fulmen/bindings/go"
 )
 
-// Everything here runs in this one process: nothing joins a distributed
-// job or starts another rank.
+// Nothing here joins a distributed job in this process or starts another
+// rank: the one test that joins (a world of one) runs in a fresh run of
+// this test binary.
 
 func TestStrategyNameAndUnknownNames(t *testing.T) {
 	noLeaks(t)
@@ -288,6 +292,143 @@ func TestDDPNeedsAJoinedJob(t *testing.T) {
 		t.Errorf("PrepareBackward on nil: %v", err)
 	}
 	ok(t, none.Close())
+}
+
+func TestFSDPNeedsAJoinedJob(t *testing.T) {
+	noLeaks(t)
+	model := mlp(t)
+	defer model.Close()
+	s := must(fulmen.NewStrategy("fsdp"))
+	defer s.Close()
+	f, err := fulmen.NewFSDP(model, s)
+	if !errors.Is(err, fulmen.ErrInvalidState) || f != nil {
+		t.Fatalf("NewFSDP before joining: %v, %v", f, err)
+	}
+	var none *fulmen.FSDP
+	if err := none.PrepareForward(); !errors.Is(err, fulmen.ErrNullArgument) {
+		t.Errorf("PrepareForward on nil: %v", err)
+	}
+	if err := none.Unshard(); !errors.Is(err, fulmen.ErrNullArgument) {
+		t.Errorf("Unshard on nil: %v", err)
+	}
+	ok(t, none.Close())
+}
+
+// fsdpChildVariable marks the run of this test binary that joins a world
+// of one (a job stays joined for the life of a process, and the other
+// tests check a process that never joined).
+const fsdpChildVariable = "FULMEN_GO_TEST_FSDP_CHILD"
+
+// maxParamDiff is the largest difference between two models' parameters.
+func maxParamDiff(a, b *fulmen.Model) (float64, error) {
+	pa, err := a.Parameters(false)
+	if err != nil {
+		return 0, err
+	}
+	pb, err := b.Parameters(false)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		for _, p := range append(pa, pb...) {
+			p.Close()
+		}
+	}()
+	if len(pa) != len(pb) {
+		return 0, fmt.Errorf("%d parameters against %d", len(pa), len(pb))
+	}
+	worst := 0.0
+	for i := range pa {
+		d := must(pa[i].Sub(pb[i]))
+		a := must(d.Abs())
+		m := must(a.Max())
+		v, err := m.Item()
+		d.Close()
+		a.Close()
+		m.Close()
+		if err != nil {
+			return 0, err
+		}
+		worst = math.Max(worst, v)
+	}
+	return worst, nil
+}
+
+// fsdpWorldOfOne trains the same steps with and without FSDP in a world of
+// one and compares the clip norms and the weights.
+func fsdpWorldOfOne(t *testing.T) {
+	s := must(fulmen.NewStrategy("fsdp"))
+	defer s.Close()
+	ok(t, s.Set("auto_wrap_policy", "Linear"))
+	ok(t, fulmen.DistributedJoin(s, 1, false))
+	ok(t, fulmen.ManualSeed(3))
+	model := mlp(t)
+	defer model.Close()
+	ok(t, fulmen.ManualSeed(3))
+	plain := mlp(t)
+	defer plain.Close()
+	f := must(fulmen.NewFSDP(model, s))
+	so := fulmen.DefaultSGDOptions()
+	so.LR = 0.1
+	so.Momentum = 0.9
+	opt := must(fulmen.NewSGD(model, nil, so))
+	defer opt.Close()
+	plainOpt := must(fulmen.NewSGD(plain, nil, so))
+	defer plainOpt.Close()
+	ds := blobDataset(t, 32, 1)
+	defer ds.Close()
+	loader := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 8}))
+	defer loader.Close()
+	step := func(m *fulmen.Model, b []*fulmen.Tensor) {
+		logits := must(m.Forward(b[0]))
+		loss := must(fulmen.CrossEntropy(logits, b[1], fulmen.ReductionMean))
+		ok(t, loss.Backward())
+		logits.Close()
+		loss.Close()
+	}
+	for i := 0; i < must(loader.Len()); i++ {
+		b := must(loader.Batch(0, i))
+		ok(t, f.ZeroGrad(true))
+		ok(t, f.PrepareForward())
+		step(model, b)
+		ok(t, f.FinishBackward())
+		norm := must(f.ClipGradNorm(0.5))
+		ok(t, opt.Step())
+		ok(t, plainOpt.ZeroGrad())
+		step(plain, b)
+		plainNorm := must(fulmen.ClipGradNorm(plain, 0.5, 2))
+		ok(t, plainOpt.Step())
+		for _, x := range b {
+			x.Close()
+		}
+		if math.Abs(norm-plainNorm) > 1e-5*plainNorm {
+			t.Fatalf("step %d: clip norm %v, without FSDP %v", i, norm, plainNorm)
+		}
+	}
+	ok(t, f.Unshard(opt))
+	if d := must(maxParamDiff(model, plain)); d > 1e-6 {
+		t.Fatalf("unsharded weights differ by %v", d)
+	}
+	ok(t, f.Reshard(opt))
+	ok(t, f.Unshard(opt))
+	ok(t, f.Close()) // after Unshard: the model stays whole
+	if d := must(maxParamDiff(model, plain)); d > 1e-6 {
+		t.Fatalf("weights after Close differ by %v", d)
+	}
+	ok(t, fulmen.DistributedShutdown(10*time.Second))
+}
+
+func TestFSDPTrainsAsTheSameLoopWithoutIt(t *testing.T) {
+	if os.Getenv(fsdpChildVariable) == "1" {
+		fsdpWorldOfOne(t)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFSDPTrainsAsTheSameLoopWithoutIt$", "-test.count=1")
+	cmd.Env = append(os.Environ(), fsdpChildVariable+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "PASS") {
+		t.Fatalf("the world-of-one run failed: %v\n%s", err, out)
+	}
 }
 
 // idsOf is the sample indices in a batch of a dataset whose only tensor

@@ -55,6 +55,14 @@ typedef struct fulmen_ddp fulmen_ddp;
 typedef struct fulmen_dist_store fulmen_dist_store;
 
 /**
+ * FSDP for a host-owned loop: a model whose parameters, gradients and
+ * optimizer states are sharded across the job's ranks, as torch's
+ * `fully_shard` does (the same core as the trainer's fsdp strategy).
+ * Free with `fulmen_fsdp_free`.
+ */
+typedef struct fulmen_fsdp fulmen_fsdp;
+
+/**
  * A custom accelerator's collectives: DDP on its devices through the
  * vendor's communication library instead of gloo. Point the accelerator
  * vtable's `collectives` at one; it is copied at registration. Set
@@ -224,6 +232,141 @@ struct fulmen_error *fulmen_dist_store_add(const struct fulmen_dist_store *store
 struct fulmen_error *fulmen_dist_store_delete(const struct fulmen_dist_store *store,
                                               const char *key,
                                               bool *deleted);
+
+/**
+ * Shards `model` (already on this rank's device) across the joined job as
+ * torch's `fully_shard` does, with `strategy`'s FSDP settings
+ * (`sharding_strategy`, `auto_wrap_policy`, `min_num_params`,
+ * `activation_checkpointing_policy`, `param_dtype`, `reduce_dtype`; and
+ * its `sync_batchnorm` and `num_nodes`): checks that every rank has the
+ * same parameters, copies rank 0's parameters and buffers to all ranks,
+ * and keeps each rank's rows of every unit's parameters. Build the
+ * optimizers over `fulmen_model_parameters(model)` after this call: they
+ * then step this rank's shards.
+ *
+ * Each training step, on every rank: zero the gradients (the optimizer's
+ * zero_grad before `fulmen_fsdp_prepare_forward`, or
+ * `fulmen_fsdp_zero_grad` at any point), `fulmen_fsdp_prepare_forward`,
+ * the forward, backward, `fulmen_fsdp_finish_backward`, optionally
+ * `fulmen_fsdp_clip_grad_norm`, then the optimizers' step. The model's
+ * parameters hold this rank's shards between steps: gather them with
+ * `fulmen_fsdp_unshard` to save or read them.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (not joined; the model is already
+ * sharded by another wrapper or a running fit; called from inside a
+ * collectives slot), FULMEN_CODE_INVALID_ARGUMENT (settings that do not
+ * fit: an activation checkpointing class that names no module, a hybrid
+ * sharding whose ranks do not split into `num_nodes`),
+ * FULMEN_CODE_DISTRIBUTED (ranks disagree on the parameters, a rank failed,
+ * timeout). On error the model is as it was.
+ */
+struct fulmen_error *fulmen_fsdp_new(struct fulmen_model *model,
+                                     const struct fulmen_strategy *strategy,
+                                     struct fulmen_fsdp **out);
+
+/**
+ * torch's `no_sync()`: while `sync` is false, backward passes keep
+ * full-sized gradients and accumulate them without communication; the
+ * next step with `sync` true averages the sum into the shards. Set it
+ * before `fulmen_fsdp_prepare_forward`.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_fsdp_set_sync(struct fulmen_fsdp *fsdp, bool sync);
+
+/**
+ * Call before every forward pass of the model (evaluation ones too):
+ * every unit is sharded again, and under autograd's grad mode the coming
+ * backward is prepared (each unit's gradients are averaged into its
+ * shards as soon as its backward ends).
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (the last backward's gradients were
+ * not averaged: `fulmen_fsdp_finish_backward` was not called; the model is
+ * unsharded; called from inside a collectives slot),
+ * FULMEN_CODE_DISTRIBUTED.
+ */
+struct fulmen_error *fulmen_fsdp_prepare_forward(struct fulmen_fsdp *fsdp);
+
+/**
+ * Call after the backward passes of a step, before clipping and the
+ * optimizers' step: the gradients the units' hooks did not average yet
+ * (parameters without a gradient on some rank, the parameters every rank
+ * keeps whole) are averaged into the shards. While `sync` is false
+ * (accumulating) it only reports a backward hook's error.
+ *
+ * Errors: FULMEN_CODE_DISTRIBUTED (a rank failed, timeout; a gathering or
+ * averaging hook failed inside backward), FULMEN_CODE_INVALID_STATE
+ * (called from inside a collectives slot).
+ */
+struct fulmen_error *fulmen_fsdp_finish_backward(struct fulmen_fsdp *fsdp);
+
+/**
+ * torch's FSDP `clip_grad_norm_(max_norm)`: every parameter's gradient
+ * scaled so that their 2-norm over every rank's shards is at most
+ * `max_norm`. Writes the total norm before clipping to `*total_norm`
+ * (may be NULL). Call after `fulmen_fsdp_finish_backward`, on every rank.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`max_norm` negative or NaN),
+ * FULMEN_CODE_INVALID_STATE (the backward's gradients were not averaged
+ * yet; the model is unsharded; inside a collectives slot),
+ * FULMEN_CODE_DISTRIBUTED.
+ */
+struct fulmen_error *fulmen_fsdp_clip_grad_norm(struct fulmen_fsdp *fsdp,
+                                                double max_norm,
+                                                double *total_norm);
+
+/**
+ * `model.zero_grad()`: every parameter's gradient dropped (`set_to_none`)
+ * or zeroed, including those FSDP sets aside while a unit is gathered, so
+ * it is right at any point of a step (an optimizer's zero_grad is right
+ * only between the step and `fulmen_fsdp_prepare_forward`). Local: no
+ * collective.
+ *
+ * Errors: the common ones only.
+ */
+struct fulmen_error *fulmen_fsdp_zero_grad(struct fulmen_fsdp *fsdp, bool set_to_none);
+
+/**
+ * Gathers the full parameters (in the shards' dtype) into the model and
+ * the states of `optimizers` (`count` handles, built over the model's
+ * parameters; NULL with 0) into their full shapes, on every rank (a
+ * collective). The model and optimizers can then be saved, read or loaded
+ * as unsharded ones (`fulmen_model_save` on rank 0,
+ * `fulmen_optimizer_load_state`, ...), until `fulmen_fsdp_reshard`. A
+ * model already unsharded: nothing happens.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`optimizers` NULL with `count` > 0),
+ * FULMEN_CODE_INVALID_ARGUMENT (an optimizer listed twice),
+ * FULMEN_CODE_INVALID_STATE (a backward's gradients wait for
+ * `fulmen_fsdp_finish_backward`; an optimizer handle in use; inside a
+ * collectives slot), FULMEN_CODE_DISTRIBUTED.
+ */
+struct fulmen_error *fulmen_fsdp_unshard(struct fulmen_fsdp *fsdp,
+                                         struct fulmen_optimizer *const *optimizers,
+                                         size_t count);
+
+/**
+ * After `fulmen_fsdp_unshard`: every rank keeps its rows of the model's
+ * current parameter values (those loaded since included) and of the
+ * states of `optimizers` (pass the ones given to unshard), and the model
+ * is sharded again for training. Local: no collective.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (the model is not unsharded; an
+ * optimizer handle in use), FULMEN_CODE_NULL_ARGUMENT,
+ * FULMEN_CODE_INVALID_ARGUMENT (as for unshard), FULMEN_CODE_TORCH (a
+ * parameter was given another shape).
+ */
+struct fulmen_error *fulmen_fsdp_reshard(struct fulmen_fsdp *fsdp,
+                                         struct fulmen_optimizer *const *optimizers,
+                                         size_t count);
+
+/**
+ * Frees the wrapper without a collective. The model keeps what its
+ * parameters hold: their full values after `fulmen_fsdp_unshard` (the
+ * usual end of a run: unshard, then free), otherwise this rank's shards.
+ * NULL or freed: no-op.
+ */
+void fulmen_fsdp_free(struct fulmen_fsdp *fsdp);
 
 /**
  * Joins the distributed job with `strategy`'s settings (backend, timeout,

@@ -81,6 +81,11 @@ impl Module {
         }
     }
 
+    /// Whether this module or one below it is linked to a sharding unit.
+    pub(crate) fn is_linked_to_shards(&self) -> bool {
+        self.shard.is_some() || self.child_modules().iter().any(|(_, c)| c.is_linked_to_shards())
+    }
+
     /// Links this module to a unit (`None` removes the link).
     pub(crate) fn set_shard_link(&mut self, link: Option<ShardLink>) {
         self.shard = link;

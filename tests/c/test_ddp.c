@@ -22,6 +22,8 @@
  *   timer           max_time with 2 ranks whose clocks disagree: same last step
  *   hostloop        2 external ranks, a host-owned loop with fulmen_ddp,
  *                   a sharded loader and the collectives
+ *   fsdp_hostloop   2 external ranks, a host-owned loop with fulmen_fsdp
+ *                   (every Linear a unit), gathered and saved midway
  *   early_exit N    launcher with 2 ranks; rank 1 exits with status N before
  *                   joining: rank 0's fit fails at once naming it
  *   orphan          a launched rank whose launcher is gone gives up at once
@@ -651,6 +653,113 @@ static int scenario_hostloop(const char *dir) {
     return check_finish("hostloop rank");
 }
 
+/* One step of the FSDP host loop on `model`: zero_grad, forward, backward,
+ * the gradients averaged into the shards, a clip that never binds, step. */
+static void fsdp_step(fulmen_fsdp *fsdp, fulmen_model *model, fulmen_optimizer *opt, fulmen_loader *loader,
+                      uint64_t epoch, size_t i) {
+    fulmen_tensor *xy[2] = {NULL, NULL}, *logits = NULL, *loss = NULL;
+    size_t count = 0;
+    CHECK_OK(fulmen_loader_batch(loader, epoch, i, xy, 2, &count));
+    CHECK_OK(fulmen_optimizer_zero_grad(opt));
+    CHECK_OK(fulmen_fsdp_prepare_forward(fsdp));
+    CHECK_OK(fulmen_model_forward(model, xy[0], &logits));
+    CHECK_OK(fulmen_loss_cross_entropy(logits, xy[1], FULMEN_REDUCTION_MEAN, &loss));
+    CHECK_OK(fulmen_tensor_backward(loss));
+    if (epoch == 0 && i == 1) { /* forgetting finish_backward is caught */
+        CHECK_ERR(fulmen_fsdp_prepare_forward(fsdp), FULMEN_CODE_INVALID_STATE, "fulmen_fsdp_finish_backward");
+        CHECK_ERR(fulmen_fsdp_clip_grad_norm(fsdp, 1.0, NULL), FULMEN_CODE_INVALID_STATE, "finish_backward");
+    }
+    CHECK_OK(fulmen_fsdp_finish_backward(fsdp));
+    double norm = -1;
+    CHECK_OK(fulmen_fsdp_clip_grad_norm(fsdp, 1e6, &norm));
+    CHECK(norm > 0 && norm < 1e6);
+    /* every rank sees the norm of the whole job's gradients */
+    int64_t one = 1;
+    float mine = (float)norm;
+    fulmen_tensor *n = NULL;
+    CHECK_OK(fulmen_tensor_from_data(&mine, sizeof mine, FULMEN_DTYPE_F32, &one, 1, &n));
+    CHECK_OK(fulmen_distributed_all_reduce(n, "max"));
+    CHECK(fabs(element(n, 0) - mine) <= 1e-6 * mine);
+    fulmen_tensor_free(n);
+    CHECK_OK(fulmen_optimizer_step(opt));
+    fulmen_tensor_free(xy[0]);
+    fulmen_tensor_free(xy[1]);
+    fulmen_tensor_free(logits);
+    fulmen_tensor_free(loss);
+}
+
+/* A host-owned loop on fulmen_fsdp: every Linear a sharding unit, SGD with
+ * momentum on the shards; after the first epoch the model and the
+ * optimizer are gathered, saved, loaded back and sharded again. The
+ * weights are the 16-sample reference's. */
+static int scenario_fsdp_hostloop(const char *dir) {
+    size_t rank = (size_t)atoi(getenv("RANK"));
+    fulmen_strategy *strategy = NULL;
+    CHECK_OK(fulmen_strategy_new("fsdp", &strategy));
+    CHECK_OK(fulmen_strategy_set(strategy, "timeout", "30"));
+    CHECK_OK(fulmen_strategy_set(strategy, "auto_wrap_policy", "Linear"));
+    fulmen_model *model = seeded_mlp(HIDDEN);
+    fulmen_fsdp *fsdp = NULL;
+    CHECK_ERR(fulmen_fsdp_new(model, strategy, &fsdp), FULMEN_CODE_INVALID_STATE, "not joined");
+    CHECK_OK(fulmen_distributed_join(strategy, 1, false));
+    fulmen_dataset *ds = fixture_blobs(SAMPLES, 5, 1.0f);
+    fulmen_loader *full = fixture_loader(ds, RANK_BATCH, false, 0), *mine = NULL;
+    CHECK_OK(fulmen_loader_shard(full, rank, 2, &mine));
+
+    int64_t whole = 0, sharded = 0, again = 0;
+    CHECK_OK(fulmen_model_num_parameters(model, &whole));
+    CHECK_OK(fulmen_fsdp_new(model, strategy, &fsdp));
+    CHECK_OK(fulmen_model_num_parameters(model, &sharded));
+    CHECK(sharded < whole); /* each rank holds its rows only */
+    fulmen_fsdp *twice = NULL;
+    CHECK_ERR(fulmen_fsdp_new(model, strategy, &twice), FULMEN_CODE_INVALID_STATE, "already sharded");
+    CHECK_ERR(fulmen_fsdp_reshard(fsdp, NULL, 0), FULMEN_CODE_INVALID_STATE, "sharded already");
+
+    fulmen_sgd_options so = fulmen_sgd_options_default();
+    so.lr = 0.2;
+    so.momentum = 0.9;
+    fulmen_optimizer *opt = NULL;
+    CHECK_OK(fulmen_optimizer_sgd_new(model, NULL, 0, &so, &opt));
+    fulmen_optimizer *opts[2] = {opt, opt};
+    size_t batches = 0;
+    CHECK_OK(fulmen_loader_len(mine, &batches));
+    char weights[512], state[512];
+    snprintf(weights, sizeof weights, "%s/fsdp_hostloop-mid-rank%zu.safetensors", dir, rank);
+    snprintf(state, sizeof state, "%s/fsdp_hostloop-opt-rank%zu.safetensors", dir, rank);
+    for (int epoch = 0; epoch < EPOCHS; epoch++) {
+        for (size_t i = 0; i < batches; i++) fsdp_step(fsdp, model, opt, mine, (uint64_t)epoch, i);
+        if (epoch != 0) continue;
+        /* A checkpoint in the middle: whole parameters and momentum buffers. */
+        CHECK_ERR(fulmen_fsdp_unshard(fsdp, opts, 2), FULMEN_CODE_INVALID_ARGUMENT, "repeats");
+        CHECK_OK(fulmen_fsdp_unshard(fsdp, opts, 1));
+        CHECK_OK(fulmen_model_num_parameters(model, &again));
+        CHECK(again == whole);
+        CHECK_ERR(fulmen_fsdp_prepare_forward(fsdp), FULMEN_CODE_INVALID_STATE, "unsharded");
+        CHECK_OK(fulmen_model_save(model, weights));
+        CHECK_OK(fulmen_optimizer_save_state(opt, state));
+        CHECK_OK(fulmen_model_load(model, weights, true));
+        CHECK_OK(fulmen_optimizer_load_state(opt, state));
+        CHECK_OK(fulmen_fsdp_reshard(fsdp, opts, 1));
+        CHECK_OK(fulmen_model_num_parameters(model, &again));
+        CHECK(again == sharded);
+    }
+    /* The end of the run: gathered, then let go whole. */
+    CHECK_OK(fulmen_fsdp_unshard(fsdp, opts, 1));
+    fulmen_fsdp_free(fsdp);
+    CHECK_OK(fulmen_model_num_parameters(model, &again));
+    CHECK(again == whole);
+    snprintf(weights, sizeof weights, "%s/fsdp_hostloop-rank%zu.safetensors", dir, rank);
+    CHECK_OK(fulmen_model_save(model, weights));
+    fulmen_optimizer_free(opt);
+    fulmen_model_free(model);
+    fulmen_loader_free(mine);
+    fulmen_loader_free(full);
+    fulmen_dataset_free(ds);
+    fulmen_strategy_free(strategy);
+    CHECK_OK(fulmen_distributed_shutdown(60));
+    return check_finish("fsdp hostloop rank");
+}
+
 /* Rank 1 (started by fulmen's launcher) exits before it joins. */
 static int scenario_early_exit(const char *dir, int status) {
     const char *local = getenv("LOCAL_RANK");
@@ -846,6 +955,7 @@ int main(int argc, char **argv) {
         if (strcmp(s, "prepare_nodes") == 0) return scenario_prepare_nodes(dir);
         if (strcmp(s, "timer") == 0) return scenario_timer(dir);
         if (strcmp(s, "hostloop") == 0) return scenario_hostloop(dir);
+        if (strcmp(s, "fsdp_hostloop") == 0) return scenario_fsdp_hostloop(dir);
         if (strcmp(s, "early_exit") == 0 && argc == 4) return scenario_early_exit(dir, atoi(argv[3]));
         if (strcmp(s, "orphan") == 0) return scenario_orphan(dir);
         if (strcmp(s, "envrank") == 0) return scenario_envrank(dir);
@@ -913,6 +1023,10 @@ int main(int argc, char **argv) {
     CHECK(codes[0] == 0 && codes[1] == 0);
     expect_same(dir, "reference-16.safetensors", "hostloop-rank0.safetensors");
     expect_same(dir, "hostloop-rank0.safetensors", "hostloop-rank1.safetensors");
+    run_external("fsdp_hostloop", dir, 2, free_port(), codes);
+    CHECK(codes[0] == 0 && codes[1] == 0);
+    expect_same(dir, "reference-16.safetensors", "fsdp_hostloop-rank0.safetensors");
+    expect_same(dir, "fsdp_hostloop-rank0.safetensors", "fsdp_hostloop-rank1.safetensors");
 
     /* A Timer that fires at different moments on each rank stops both together. */
     CHECK(run("timer", dir, NULL) == 0);

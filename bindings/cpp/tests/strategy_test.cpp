@@ -1,6 +1,7 @@
 // Strategies (the registry, settings, TrainerOptions), the distributed
-// functions before a job is joined, Ddp, and Loader::shard / Loader::batch. Everything here
-// runs in this one process: nothing joins a job or starts another rank.
+// functions before a job is joined, Ddp, Fsdp, and Loader::shard /
+// Loader::batch. Nothing here joins a job in this process: the one test
+// that joins (a world of one) runs in a fresh run of this binary.
 #include "common.hpp"
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 using fulmen::Batch;
 using fulmen::Dataset;
 using fulmen::Ddp;
+using fulmen::Fsdp;
 using fulmen::LightningModule;
 using fulmen::Loader;
 using fulmen::Model;
@@ -228,6 +230,70 @@ TEST_F(DistributedTest, DdpNeedsAJoinedJob) {
     EXPECT_FALSE(static_cast<bool>(none));
     EXPECT_EQ(error_code([&] { none.prepare_forward(); }), FULMEN_CODE_NULL_ARGUMENT);
     EXPECT_EQ(error_code([&] { none.prepare_backward(Tensor::full({1}, 1.0)); }), FULMEN_CODE_NULL_ARGUMENT);
+}
+
+TEST_F(DistributedTest, FsdpNeedsAJoinedJob) {
+    Model model = fulmen_test::mlp();
+    Strategy fsdp("fsdp");
+    EXPECT_EQ(error_code([&] { Fsdp f(model, fsdp); }), FULMEN_CODE_INVALID_STATE);
+    Fsdp none;
+    EXPECT_FALSE(static_cast<bool>(none));
+    EXPECT_EQ(error_code([&] { none.prepare_forward(); }), FULMEN_CODE_NULL_ARGUMENT);
+    EXPECT_EQ(error_code([&] { none.unshard(); }), FULMEN_CODE_NULL_ARGUMENT);
+}
+
+// The largest difference between two models' parameters.
+static double max_param_diff(const Model& a, const Model& b) {
+    std::vector<Tensor> pa = a.parameters(), pb = b.parameters();
+    double worst = pa.size() == pb.size() ? 0.0 : 1e9;
+    for (size_t i = 0; i < pa.size() && i < pb.size(); i++) worst = std::max(worst, (pa[i] - pb[i]).abs().max().item());
+    return worst;
+}
+
+// In a world of one (joined in a process of its own: gtest's threadsafe
+// death-test style runs the body in a fresh run of this binary), a loop on
+// Fsdp makes the updates of the same loop without it.
+static int fsdp_world_of_one() {
+    Strategy s("fsdp");
+    s.set("auto_wrap_policy", "Linear");
+    fulmen::distributed::join(s, 1);
+    fulmen::manual_seed(3);
+    Model model = fulmen_test::mlp();
+    fulmen::manual_seed(3);
+    Model plain = fulmen_test::mlp();
+    Fsdp fsdp(model, s);
+    fulmen::SgdOptions so;
+    so.lr = 0.1;
+    so.momentum = 0.9;
+    Optimizer opt = Optimizer::sgd(model, so), plain_opt = Optimizer::sgd(plain, so);
+    Loader loader(fulmen_test::blobs(32, 1), 8);
+    for (size_t i = 0; i < loader.len(); i++) {
+        std::vector<Tensor> b = loader.batch(0, i);
+        fsdp.zero_grad();
+        fsdp.prepare_forward();
+        fulmen::loss::cross_entropy(model(b[0]), b[1]).backward();
+        fsdp.finish_backward();
+        double norm = fsdp.clip_grad_norm(0.5);
+        plain_opt.zero_grad();
+        fulmen::loss::cross_entropy(plain(b[0]), b[1]).backward();
+        double plain_norm = fulmen::clip_grad_norm(plain, 0.5);
+        opt.step();
+        plain_opt.step();
+        if (std::abs(norm - plain_norm) > 1e-5 * plain_norm) return 10;
+    }
+    fsdp.unshard({opt});
+    if (max_param_diff(model, plain) > 1e-6) return 11;
+    fsdp.reshard({opt});
+    fsdp.unshard({opt});
+    fsdp = Fsdp();  // freed after unshard: the model stays whole
+    if (max_param_diff(model, plain) > 1e-6) return 12;
+    fulmen::distributed::shutdown(10);
+    return 0;
+}
+
+TEST_F(DistributedTest, FsdpTrainsAsTheSameLoopWithoutIt) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(std::_Exit(fsdp_world_of_one()), ::testing::ExitedWithCode(0), "");
 }
 
 class ShardTest : public FulmenTest {};

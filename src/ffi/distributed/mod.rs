@@ -1,4 +1,5 @@
 //! Distributed jobs: joining, collectives, DDP, vendors' collectives
 //! (`fulmen/distributed.h`).
 pub mod collectives;
+pub mod fsdp;
 pub mod job;

@@ -13,13 +13,14 @@ use tch::Tensor;
 /// shards, torch's `clip_grad_norm_` on the full gradients: the
 /// per-parameter norms (from summed squared shard norms; a replicated
 /// one's counted once) and their norm, `clip_coef = max_norm / (total +
-/// 1e-6)` clamped to 1.
+/// 1e-6)` clamped to 1. Returns the total norm before clipping (a 0-dim
+/// tensor on the gradients' device: reading it waits for the device).
 pub(crate) fn clip_norm_over_ranks(
     group: &ProcessGroup,
     params: &[Tensor],
     replicated: &[Tensor],
     max_norm: f64,
-) -> Result<()> {
+) -> Result<Tensor> {
     if max_norm.is_nan() || max_norm < 0.0 {
         return Err(Error::invalid(format!("clip_grad_norm: max_norm {max_norm} must be >= 0")));
     }
@@ -30,9 +31,10 @@ pub(crate) fn clip_norm_over_ranks(
     let Some(any) = grads.iter().find(|g| g.defined()) else {
         let zeros = match params.first() {
             Some(p) => Tensor::f_zeros([params.len() as i64], (p.kind(), p.device()))?,
-            None => return Ok(()),
+            None => return Ok(Tensor::f_zeros([], (tch::Kind::Float, tch::Device::Cpu))?),
         };
-        return group.all_reduce(&[zeros], ReduceOp::Sum);
+        group.all_reduce(&[zeros.shallow_clone()], ReduceOp::Sum)?;
+        return Ok(zeros.f_sum(zeros.kind())?);
     };
     let world = group.world_size() as f64;
     let squares: Vec<Tensor> = grads
@@ -56,7 +58,7 @@ pub(crate) fn clip_norm_over_ranks(
     for g in grads.iter().filter(|g| g.defined()) {
         let _ = g.shallow_clone().f_mul_(&coef.f_to_device(g.device())?)?;
     }
-    Ok(())
+    Ok(total)
 }
 
 /// The sharded parameter an optimizer's parameter is (the same leaf).

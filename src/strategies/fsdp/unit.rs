@@ -154,6 +154,8 @@ struct UnitState {
     expected: usize,
     /// A gradient arrived since the unit's gradients were last averaged.
     dirty: bool,
+    /// A gradient arrived since the current forward began.
+    seen: bool,
 }
 
 /// A sharding unit (see the module comment).
@@ -253,6 +255,7 @@ impl FsdpUnit {
                 arrived: 0,
                 expected: 0,
                 dirty: false,
+                seen: false,
             }),
             group,
             replicas,
@@ -387,6 +390,7 @@ impl FsdpUnit {
     fn gradient_arrived(&self) {
         let mut st = lock(&self.state);
         st.dirty = true;
+        st.seen = true;
         st.arrived += 1;
         if st.arrived < st.expected {
             return;
@@ -426,7 +430,13 @@ impl FsdpUnit {
     pub fn start_backward_count(&self) {
         let mut st = lock(&self.state);
         st.arrived = 0;
+        st.seen = false;
         st.expected = st.params.iter().filter(|p| p.param.requires_grad()).count();
+    }
+
+    /// Whether a gradient arrived since the current forward began.
+    pub fn gradients_arrived(&self) -> bool {
+        lock(&self.state).seen
     }
 
     /// Averages the unit's gradients unless they were since the last

@@ -1,18 +1,21 @@
 // fulmen C++ binding: distributed training for host-owned loops: joining
 // the job, the collectives of Lightning's strategy (all_reduce, broadcast,
-// all_gather, barrier, reduce_boolean_decision), and DDP gradient
-// averaging for a model (Ddp). Trainer::fit with strategy "ddp" does all
-// of this itself.
+// all_gather, barrier, reduce_boolean_decision), DDP gradient averaging
+// for a model (Ddp), and a model sharded across the ranks (Fsdp).
+// Trainer::fit with strategy "ddp" or "fsdp" does all of this itself.
 #pragma once
 
 #include "error.hpp"
 #include "handle.hpp"
 #include "model.hpp"
+#include "optim.hpp"
 #include "strategy.hpp"
 #include "tensor.hpp"
 
 #include <cstddef>
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace fulmen {
 
@@ -124,6 +127,85 @@ public:
 
 private:
     explicit Ddp(fulmen_ddp* owned) noexcept : Handle(owned) {}
+};
+
+/// FSDP for a host-owned loop (torch's `fully_shard`): the model's
+/// parameters, gradients and optimizer states sharded across the joined
+/// job's ranks. Build the optimizers over the model after constructing it;
+/// each training step, on every rank: zero the gradients (the optimizer's
+/// zero_grad before prepare_forward, or zero_grad() here at any point),
+/// prepare_forward(), the forward, loss.backward(), finish_backward(),
+/// optionally clip_grad_norm(), then the optimizers' step. Between steps
+/// the parameters hold this rank's rows: unshard() gathers them (and the
+/// optimizers' states) to save or read, reshard() goes back to training.
+/// Move-only; freeing it without unshard() leaves the model with this
+/// rank's shards.
+class Fsdp : public detail::Handle<fulmen_fsdp, fulmen_fsdp_free> {
+public:
+    /// An empty FSDP object (no handle).
+    Fsdp() = default;
+
+    /// Shards `model` with `strategy`'s FSDP settings (sharding_strategy,
+    /// auto_wrap_policy, min_num_params, activation_checkpointing_policy,
+    /// param_dtype, reduce_dtype), after copying rank 0's parameters and
+    /// buffers to every rank. Throws Error (FULMEN_CODE_INVALID_STATE)
+    /// before distributed::join or for a model already sharded.
+    Fsdp(Model& model, const Strategy& strategy)
+        : Handle(detail::make<fulmen_fsdp>([&](fulmen_fsdp** out) {
+              return fulmen_fsdp_new(model.get(), strategy.get(), out);
+          })) {}
+
+    /// Takes ownership of a `fulmen_fsdp` handle.
+    static Fsdp adopt(fulmen_fsdp* handle) noexcept { return Fsdp(handle); }
+
+    /// torch's `no_sync()`: while `sync` is false, backward passes
+    /// accumulate full-sized gradients without communication; the next
+    /// step with `sync` true averages the sum into the shards.
+    void set_sync(bool sync) { check(fulmen_fsdp_set_sync(get(), sync)); }
+
+    /// Call before every forward pass of the model (evaluation ones too).
+    void prepare_forward() { check(fulmen_fsdp_prepare_forward(get())); }
+
+    /// Call after backward, before clipping and the optimizers' step: the
+    /// gradients averaged into the shards.
+    void finish_backward() { check(fulmen_fsdp_finish_backward(get())); }
+
+    /// Clips the gradients by their 2-norm over every rank's shards;
+    /// returns the norm before clipping.
+    double clip_grad_norm(double max_norm) {
+        double total = 0;
+        check(fulmen_fsdp_clip_grad_norm(get(), max_norm, &total));
+        return total;
+    }
+
+    /// `model.zero_grad()`, right at any point of a step.
+    void zero_grad(bool set_to_none = true) { check(fulmen_fsdp_zero_grad(get(), set_to_none)); }
+
+    /// Gathers the full parameters into the model and the optimizers'
+    /// states into their full shapes, on every rank (a collective).
+    void unshard(const std::vector<std::reference_wrapper<Optimizer>>& optimizers = {}) {
+        auto handles = handles_of(optimizers);
+        detail::clear_pending_exception();
+        check(fulmen_fsdp_unshard(get(), handles.data(), handles.size()));
+    }
+
+    /// After unshard(): every rank keeps its rows of the parameters' and
+    /// the optimizers' current values, and training can go on.
+    void reshard(const std::vector<std::reference_wrapper<Optimizer>>& optimizers = {}) {
+        auto handles = handles_of(optimizers);
+        detail::clear_pending_exception();
+        check(fulmen_fsdp_reshard(get(), handles.data(), handles.size()));
+    }
+
+private:
+    explicit Fsdp(fulmen_fsdp* owned) noexcept : Handle(owned) {}
+
+    static std::vector<fulmen_optimizer*> handles_of(const std::vector<std::reference_wrapper<Optimizer>>& list) {
+        std::vector<fulmen_optimizer*> out;
+        out.reserve(list.size());
+        for (Optimizer& o : list) out.push_back(o.get());
+        return out;
+    }
 };
 
 }  // namespace fulmen

@@ -1,0 +1,337 @@
+//! A model sharded for FSDP, once, for the trainer's `fsdp` strategy and
+//! for host-owned loops (`fulmen_fsdp`): its units and the parameters every
+//! rank keeps whole, and what a step does with them (gradients averaged
+//! into the shards, clipping by the norm over every shard, the full
+//! parameters and optimizer states gathered for checkpoints and cut into
+//! shards again, the model whole again at the end).
+use super::settings::{FsdpOptions, ShardingStrategy};
+use super::state;
+use super::unit::{self, FsdpUnit, MixedPrecision, UnitGroups};
+use super::wrap;
+use crate::distributed::{DistContext, ProcessGroup};
+use crate::error::{Error, Result};
+use crate::optim::Optimizer;
+use crate::trainer::SharedModel;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tch::Tensor;
+
+/// Locks `m`, taking the value of a poisoned lock.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The process groups a sharded model communicates in.
+#[derive(Clone)]
+pub(crate) struct FsdpGroups {
+    /// The whole job: rank 0's state is broadcast in it, replicated
+    /// parameters' gradients averaged over it.
+    pub job: Arc<ProcessGroup>,
+    /// The ranks a unit is sharded across: the job, or under a hybrid
+    /// sharding the ranks of this node.
+    pub shard: Arc<ProcessGroup>,
+    /// Under a hybrid sharding across several nodes, the ranks of the other
+    /// nodes holding the same shards (the same local rank on every node).
+    pub replicas: Option<Arc<ProcessGroup>>,
+}
+
+impl FsdpGroups {
+    /// The groups of `options`' sharding in the job of `ctx` over
+    /// `num_nodes` nodes (a hybrid sharding makes the subgroups).
+    pub fn new(ctx: &DistContext, options: &FsdpOptions, num_nodes: usize) -> Result<Self> {
+        let job = Arc::clone(&ctx.group);
+        if !options.sharding_strategy.is_hybrid() {
+            return Ok(FsdpGroups { shard: Arc::clone(&job), job, replicas: None });
+        }
+        let (shard, replicas) = hybrid_groups(ctx, num_nodes)?;
+        Ok(FsdpGroups { job, shard, replicas })
+    }
+}
+
+/// The groups of a hybrid sharding over `nodes` nodes of equal size (torch's
+/// `_init_intra_and_inter_node_groups`): this node's ranks, where a unit is
+/// sharded, and this local rank's replicas on the other nodes (none with
+/// one node). Every rank makes every group's name, in torch's order.
+fn hybrid_groups(ctx: &DistContext, nodes: usize) -> Result<(Arc<ProcessGroup>, Option<Arc<ProcessGroup>>)> {
+    let world = ctx.world_size();
+    if nodes == 0 || world % nodes != 0 {
+        return Err(Error::invalid(format!(
+            "HYBRID_SHARD: the job's {world} ranks do not split into num_nodes={nodes} nodes of equal size"
+        )));
+    }
+    if nodes == 1 {
+        return Ok((Arc::clone(&ctx.group), None));
+    }
+    let per_node = world / nodes;
+    let nodes_ranks: Vec<Vec<usize>> = (0..nodes).map(|n| (n * per_node..(n + 1) * per_node).collect()).collect();
+    let replica_ranks: Vec<Vec<usize>> =
+        (0..per_node).map(|l| (0..nodes).map(|n| n * per_node + l).collect()).collect();
+    let missing = || Error::state("HYBRID_SHARD: this rank is in none of the groups");
+    let shard = ctx.group.new_groups(&nodes_ranks)?.ok_or_else(missing)?;
+    let replicas = ctx.group.new_groups(&replica_ranks)?.ok_or_else(missing)?;
+    Ok((Arc::new(shard), Some(Arc::new(replicas))))
+}
+
+/// A model as FSDP shards it.
+pub(crate) struct ShardedModel {
+    model: SharedModel,
+    /// The units, innermost first, the root last (empty under NO_SHARD).
+    units: Vec<Arc<FsdpUnit>>,
+    /// Parameters every rank holds whole, their gradients averaged at the
+    /// step: all of them under NO_SHARD, else the 0-dim ones.
+    replicated: Vec<Tensor>,
+    groups: FsdpGroups,
+    /// Nothing is sharded (NO_SHARD): clipping is local.
+    whole: bool,
+    /// Whether the current step's backward averages the gradients, shared
+    /// with the units' hooks.
+    sync: Arc<AtomicBool>,
+    /// A training forward ran since the gradients were last averaged.
+    pending: bool,
+}
+
+impl ShardedModel {
+    /// Shards `model` (on this rank's device) as `options` says: checks that
+    /// every rank has the same parameters, copies rank 0's parameters and
+    /// buffers to every rank (torch's `sync_module_states`), marks the
+    /// checkpointed modules, and makes the units (none under NO_SHARD).
+    /// With `sync_batchnorm` and several ranks, the BatchNorms normalise
+    /// over the job's batch while the model is sharded. A model another
+    /// FSDP wrapper still shards is refused.
+    pub fn wrap(model: SharedModel, groups: &FsdpGroups, options: &FsdpOptions, sync_batchnorm: bool) -> Result<Self> {
+        let mut m = lock(&model);
+        if m.is_linked_to_shards() {
+            return Err(Error::state(
+                "the model is already sharded by FSDP (a fulmen_fsdp wrapper or a running fit holds it): unwrap it \
+                 first",
+            ));
+        }
+        let params = m.parameters();
+        let buffers: Vec<Tensor> = m.named_buffers().into_iter().map(|(_, t)| t).collect();
+        groups.job.verify_params(&params)?;
+        let state: Vec<Tensor> = params.iter().chain(&buffers).map(Tensor::shallow_clone).collect();
+        groups.job.broadcast_coalesced(&state, 0)?;
+        wrap::mark_checkpointed(&mut m, &options.checkpoint_classes)?;
+        if sync_batchnorm && groups.job.world_size() > 1 {
+            m.set_batch_norm_sync(Some(Arc::new(crate::strategies::ddp::GroupSum(Arc::clone(&groups.job)))));
+        }
+        let sync = Arc::new(AtomicBool::new(true));
+        let whole = options.sharding_strategy == ShardingStrategy::NoShard;
+        if whole {
+            drop(m);
+            return Ok(ShardedModel {
+                model,
+                units: Vec::new(),
+                replicated: params,
+                groups: groups.clone(),
+                whole,
+                sync,
+                pending: false,
+            });
+        }
+        let reshard = options.sharding_strategy.reshards_after_forward();
+        let (planned_units, replicated) = wrap::plan(&m, options);
+        let mut units = Vec::with_capacity(planned_units.len());
+        for planned in planned_units {
+            let unit_groups = UnitGroups { shard: Arc::clone(&groups.shard), replicas: groups.replicas.clone() };
+            let mp = MixedPrecision { param: options.param_dtype, reduce: options.reduce_dtype };
+            let after_forward = reshard && !planned.path.is_empty();
+            units.push(FsdpUnit::new(planned.path, planned.params, unit_groups, after_forward, mp, Arc::clone(&sync))?);
+        }
+        wrap::link(&mut m, &units);
+        drop(m);
+        Ok(ShardedModel { model, units, replicated, groups: groups.clone(), whole, sync, pending: false })
+    }
+
+    /// The units, innermost first.
+    pub fn units(&self) -> &[Arc<FsdpUnit>] {
+        &self.units
+    }
+
+    /// Whether the coming backward averages the gradients (false while
+    /// accumulating them without communication).
+    pub fn set_sync(&self, sync: bool) {
+        self.sync.store(sync, Ordering::SeqCst);
+    }
+
+    /// Whether the current step's backward averages the gradients.
+    pub fn syncs(&self) -> bool {
+        self.sync.load(Ordering::SeqCst)
+    }
+
+    /// A training forward begins: each unit counts its gradients afresh.
+    pub fn start_forward(&self) {
+        for u in &self.units {
+            u.start_backward_count();
+        }
+    }
+
+    /// A training forward ran: the gradients it leads to are averaged at
+    /// [`ShardedModel::finish_backward`].
+    pub fn mark_pending(&mut self) {
+        self.pending = true;
+    }
+
+    /// Whether a gradient arrived in a unit since the last forward began.
+    pub fn gradients_arrived(&self) -> bool {
+        self.units.iter().any(|u| u.gradients_arrived())
+    }
+
+    /// The first error a backward hook met, taken.
+    pub fn take_hook_error(&self) -> Result<()> {
+        for u in &self.units {
+            if let Some(e) = u.take_hook_error() {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Averages the gradients of a step into the shards (the units whose
+    /// backward did not complete its count, and the replicated
+    /// parameters), once after the backward passes of a step; the error of
+    /// a backward hook first.
+    pub fn finish_backward(&mut self) -> Result<()> {
+        self.take_hook_error()?;
+        if !std::mem::take(&mut self.pending) {
+            return Ok(());
+        }
+        self.units
+            .iter()
+            .try_for_each(|u| u.reduce_if_dirty())
+            .and_then(|()| unit::reduce_replicated(&self.groups.job, &self.replicated))
+            .map_err(|e| e.context("averaging the gradients over the FSDP shards"))
+    }
+
+    /// Every unit sharded (between steps and batches).
+    pub fn reshard_all(&self) -> Result<()> {
+        for u in &self.units {
+            u.reshard()?;
+        }
+        Ok(())
+    }
+
+    /// An optimizer's zero_grad ran over the parameters at `ptrs`: the
+    /// shard gradients set aside while their units are gathered are
+    /// dropped, or zeroed.
+    pub fn zero_parked(&self, ptrs: &std::collections::HashSet<usize>, set_to_none: bool) -> Result<()> {
+        for u in &self.units {
+            u.zero_parked(ptrs, set_to_none)?;
+        }
+        Ok(())
+    }
+
+    /// Every parameter's gradient, and the ones set aside, dropped (or
+    /// zeroed): `model.zero_grad()` at any point of a step.
+    pub fn zero_grad(&self, set_to_none: bool) -> Result<()> {
+        let params = lock(&self.model).parameters();
+        for p in &params {
+            let g = p.grad();
+            if !g.defined() {
+                continue;
+            }
+            if set_to_none {
+                crate::tensor::grad::set_grad(p, None)?;
+            } else {
+                let _ = tch::no_grad(|| g.shallow_clone().f_zero_())?;
+            }
+        }
+        let ptrs = params.iter().map(|p| p.data_ptr() as usize).collect();
+        self.zero_parked(&ptrs, set_to_none)
+    }
+
+    /// Clips the gradients of `params` (shards, replicated ones) by their
+    /// norm over every rank's shards, as torch's FSDP `clip_grad_norm_`;
+    /// returns the total norm before clipping (0-dim, on the gradients'
+    /// device). Under NO_SHARD every rank holds the same averaged
+    /// gradients and the norm is local.
+    pub fn clip_norm(&self, params: &[Tensor], max_norm: f64) -> Result<Tensor> {
+        if self.whole {
+            let total = crate::tensor::grad::clip_grad_norm(params, max_norm, 2.0)?;
+            return Ok(Tensor::from(total));
+        }
+        state::clip_norm_over_ranks(&self.groups.shard, params, &self.replicated, max_norm)
+    }
+
+    /// Every parameter of the model, as the optimizers hold them.
+    pub fn parameters(&self) -> Vec<Tensor> {
+        lock(&self.model).parameters()
+    }
+
+    /// Gathers every unit's full parameters in the shards' own dtype (a
+    /// collective): what checkpoints hold.
+    pub fn gather_master(&self) -> Result<()> {
+        self.reshard_all()?;
+        for u in &self.units {
+            u.gather_master()?;
+        }
+        Ok(())
+    }
+
+    /// After the gathered parameters (and the optimizers' full states)
+    /// were given new values, every rank's shards take their rows of them
+    /// and the optimizers' states theirs; the units are sharded again.
+    pub fn reshard_from_params(&self, optimizers: &mut [&mut dyn Optimizer]) -> Result<()> {
+        for u in &self.units {
+            u.reshard_from_params()?;
+        }
+        for o in optimizers.iter_mut() {
+            state::shard_optimizer_state(&self.units, &mut **o)?;
+        }
+        Ok(())
+    }
+
+    /// `optimizer`'s state with the sharded parameters' entries gathered
+    /// into their full shapes (a collective).
+    pub fn full_optimizer_state(&self, optimizer: &dyn Optimizer) -> Result<Vec<(String, Tensor)>> {
+        state::full_optimizer_state(&self.units, optimizer)
+    }
+
+    /// The units' full parameters gathered into their own buffers and the
+    /// optimizers' states loaded back in their full shapes (a collective),
+    /// then [`ShardedModel::unwrap`].
+    pub fn unwrap_with(self, optimizers: &mut [&mut dyn Optimizer]) -> Result<()> {
+        let full: Vec<Vec<(String, Tensor)>> =
+            optimizers.iter().map(|o| self.full_optimizer_state(&**o)).collect::<Result<_>>()?;
+        self.unwrap()?;
+        for (o, state) in optimizers.iter_mut().zip(full) {
+            o.load_state_dict(&state).map_err(|e| e.context("the optimizer state after FSDP"))?;
+        }
+        Ok(())
+    }
+
+    /// Gives the model its full parameters back for good and unlinks it
+    /// (a collective).
+    pub fn unwrap(self) -> Result<()> {
+        let mut first = None;
+        for u in &self.units {
+            if let Err(e) = u.unshard_for_good() {
+                first.get_or_insert(e);
+            }
+        }
+        let mut m = lock(&self.model);
+        wrap::unlink(&mut m);
+        m.set_batch_norm_sync(None);
+        drop(m);
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Unlinks the model without a collective (the group is broken, or the
+    /// host lets go): each parameter keeps what it holds now (this rank's
+    /// shard, or its full value while gathered), without the units' hooks
+    /// and without a gradient of another shape.
+    pub fn abandon(self) {
+        for u in &self.units {
+            u.detach_hooks();
+        }
+        let mut m = lock(&self.model);
+        for p in m.parameters() {
+            let g = p.grad();
+            if g.defined() && g.size() != p.size() {
+                let _ = crate::tensor::grad::set_grad(&p, None);
+            }
+        }
+        wrap::unlink(&mut m);
+        m.set_batch_norm_sync(None);
+    }
+}
