@@ -3,6 +3,7 @@ package fulmen_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -123,6 +124,91 @@ func TestPredictBatchesNamed(t *testing.T) {
 			}
 			ok(t, tensor.Close())
 		}
+	}
+}
+
+// OnPredictBatchEnd (HookContext.Prediction) and a value prediction
+// writer get each batch's dict as PredictBatches returns it.
+func TestNamedPredictionsReachTheHookAndTheValueWriter(t *testing.T) {
+	noLeaks(t)
+	ds := blobDataset(t, 10, 4)
+	defer ds.Close()
+	l := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 4}))
+	defer l.Close()
+	model := mlp(t)
+	defer model.Close()
+	m := must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
+			_, loss, err := lossOf(model, bt)
+			return loss, err
+		},
+		PredictStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
+			x := must(bt.Get(0))
+			y, err := model.Forward(x)
+			if err != nil {
+				return nil, err
+			}
+			defer y.Close()
+			if err := ctx.AddNamedPrediction("logits", y); err != nil {
+				return nil, err
+			}
+			return nil, ctx.AddNamedPrediction("input", x)
+		},
+		ConfigureOptimizers: sgd(model, 0.1),
+	}))
+	defer m.Close()
+	tr := quietTrainer(t, 1, "logger", "false")
+	defer tr.Close()
+	rowsOf := func(v any, key string) int64 {
+		d, isDict := v.(fulmen.Dict)
+		if !isDict || len(d) != 2 {
+			t.Fatalf("not the dict: %#v", v)
+		}
+		x, found := d.Get(key)
+		if !found {
+			t.Fatalf("no %q in %#v", key, d)
+		}
+		return must(x.(*fulmen.Tensor).Shape())[0]
+	}
+	var hookRows, writerRows []int64
+	var startErr error
+	epochBatches := 0
+	ok(t, tr.AddCallback("Seeing", fulmen.CallbackFunc(func(hook fulmen.Hook, ctx *fulmen.HookContext) error {
+		if hook == fulmen.HookPredictBatchStart {
+			_, startErr = ctx.Prediction()
+		}
+		if hook != fulmen.HookPredictBatchEnd {
+			return nil
+		}
+		p, err := ctx.Prediction()
+		if err == nil {
+			hookRows = append(hookRows, rowsOf(p, "logits"))
+		}
+		return err
+	})))
+	ok(t, tr.AddPredictionValueWriter("batch_and_epoch", fulmen.PredictionValueWriter{
+		WriteOnBatchEnd: func(p fulmen.BatchPredictionValue) error {
+			writerRows = append(writerRows, rowsOf(p.Prediction, "input"))
+			if len(p.BatchIndices) != int(writerRows[len(writerRows)-1]) {
+				t.Errorf("batch %d: %d indices", p.BatchIdx, len(p.BatchIndices))
+			}
+			return nil
+		},
+		WriteOnEpochEnd: func(e fulmen.EpochPredictionValues) error {
+			epochBatches = len(e.Predictions)
+			for _, v := range e.Predictions {
+				rowsOf(v, "logits")
+			}
+			return nil
+		},
+	}))
+	must(tr.PredictBatches(context.Background(), m, []*fulmen.Loader{l}, false))
+	if !errors.Is(startErr, fulmen.ErrInvalidState) {
+		t.Errorf("Prediction in on_predict_batch_start: %v", startErr)
+	}
+	want := []int64{4, 4, 2}
+	if fmt.Sprint(hookRows) != fmt.Sprint(want) || fmt.Sprint(writerRows) != fmt.Sprint(want) || epochBatches != 3 {
+		t.Fatalf("hook rows %v, writer rows %v, epoch batches %d", hookRows, writerRows, epochBatches)
 	}
 }
 

@@ -470,6 +470,26 @@ fulmen_error *fulmen_go_add_prediction_writer(fulmen_trainer *trainer, const cha
                                                 on_epoch ? write_epoch : NULL, (void *)handle, free_handle);
 }
 
+static fulmen_error *write_value_batch(void *ud, const fulmen_value *prediction, const int64_t *indices,
+                                       size_t n_indices, const fulmen_tensor *const *batch, size_t batch_len,
+                                       int64_t batch_idx, size_t dataloader_idx) {
+    return fulmenGoWriteValueBatch((uintptr_t)ud, (fulmen_value *)prediction, (int64_t *)indices, n_indices,
+                                   (fulmen_tensor **)batch, batch_len, batch_idx, dataloader_idx);
+}
+
+static fulmen_error *write_value_epoch(void *ud, size_t dataloader_idx, const fulmen_value *predictions,
+                                       size_t n_batches, const int64_t *indices, const size_t *counts) {
+    return fulmenGoWriteValueEpoch((uintptr_t)ud, dataloader_idx, (fulmen_value *)predictions, n_batches,
+                                   (int64_t *)indices, (size_t *)counts);
+}
+
+fulmen_error *fulmen_go_add_prediction_value_writer(fulmen_trainer *trainer, const char *write_interval,
+                                                    bool on_batch, bool on_epoch, uintptr_t handle) {
+    return fulmen_trainer_add_prediction_value_writer(trainer, write_interval, on_batch ? write_value_batch : NULL,
+                                                      on_epoch ? write_value_epoch : NULL, (void *)handle,
+                                                      free_handle);
+}
+
 static fulmen_error *hopt_step(void *ud, const fulmen_optimizer_step_context *ctx) {
     return fulmenGoHostOptimizerStep((uintptr_t)ud, (fulmen_optimizer_step_context *)ctx);
 }

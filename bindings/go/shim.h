@@ -86,6 +86,11 @@ fulmen_error *fulmen_go_add_backbone_finetuning_lambda(fulmen_trainer *trainer,
 fulmen_error *fulmen_go_add_prediction_writer(fulmen_trainer *trainer, const char *write_interval, bool on_batch,
                                               bool on_epoch, uintptr_t handle);
 
+/* fulmen_trainer_add_prediction_value_writer over a Go
+ * PredictionValueWriter (each function only when the Go writer has it). */
+fulmen_error *fulmen_go_add_prediction_value_writer(fulmen_trainer *trainer, const char *write_interval,
+                                                    bool on_batch, bool on_epoch, uintptr_t handle);
+
 /* fulmen_optimizer_step_closure over a Go closure. */
 fulmen_error *fulmen_go_step_closure(fulmen_optimizer *optimizer, uintptr_t handle, double *loss);
 fulmen_error *fulmen_go_step_context_closure(fulmen_step_context *ctx, size_t optimizer, uintptr_t handle, double *loss,

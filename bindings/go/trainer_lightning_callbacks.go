@@ -277,18 +277,42 @@ func int64s(p *C.int64_t, n int) []int64 {
 	return out
 }
 
+// batchTensors wraps a writer's n borrowed batch tensors.
+func batchTensors(batch **C.fulmen_tensor, n C.size_t) []*Tensor {
+	var out []*Tensor
+	if n > 0 {
+		for _, h := range unsafe.Slice(batch, int(n)) {
+			out = append(out, newTensor(h))
+		}
+	}
+	return out
+}
+
+// splitIndices splits an epoch's dataset indices into its n batches',
+// counts[i] for batch i.
+func splitIndices(indices *C.int64_t, counts *C.size_t, n int) [][]int64 {
+	out := [][]int64{}
+	at := 0
+	for i := 0; i < n; i++ {
+		k := int(unsafe.Slice(counts, n)[i])
+		mine := []int64{}
+		if indices != nil && k > 0 {
+			mine = int64s((*C.int64_t)(unsafe.Add(unsafe.Pointer(indices), at*8)), k)
+		}
+		at += k
+		out = append(out, mine)
+	}
+	return out
+}
+
 //export fulmenGoWriteBatch
 func fulmenGoWriteBatch(ud C.uintptr_t, prediction *C.fulmen_tensor, indices *C.int64_t, nIndices C.size_t,
 	batch **C.fulmen_tensor, batchLen C.size_t, batchIdx C.int64_t, dataloaderIdx C.size_t) *C.fulmen_error {
 	return runCallback(func() error {
 		w := cgo.Handle(ud).Value().(PredictionWriter)
 		p := BatchPrediction{Prediction: newTensor(prediction), BatchIdx: int64(batchIdx),
-			DataloaderIdx: int(dataloaderIdx), BatchIndices: int64s(indices, int(nIndices))}
-		if batchLen > 0 {
-			for _, h := range unsafe.Slice(batch, int(batchLen)) {
-				p.Batch = append(p.Batch, newTensor(h))
-			}
-		}
+			DataloaderIdx: int(dataloaderIdx), BatchIndices: int64s(indices, int(nIndices)),
+			Batch: batchTensors(batch, batchLen)}
 		return w.WriteOnBatchEnd(p)
 	})
 }
@@ -300,17 +324,10 @@ func fulmenGoWriteEpoch(ud C.uintptr_t, dataloaderIdx C.size_t, predictions **C.
 		w := cgo.Handle(ud).Value().(PredictionWriter)
 		e := EpochPredictions{DataloaderIdx: int(dataloaderIdx), Predictions: []*Tensor{}, BatchIndices: [][]int64{}}
 		if n := int(nBatches); n > 0 {
-			at := 0
-			for i, h := range unsafe.Slice(predictions, n) {
+			for _, h := range unsafe.Slice(predictions, n) {
 				e.Predictions = append(e.Predictions, newTensor(h))
-				k := int(unsafe.Slice(counts, n)[i])
-				mine := []int64{}
-				if indices != nil && k > 0 {
-					mine = int64s((*C.int64_t)(unsafe.Add(unsafe.Pointer(indices), at*8)), k)
-				}
-				at += k
-				e.BatchIndices = append(e.BatchIndices, mine)
 			}
+			e.BatchIndices = splitIndices(indices, counts, n)
 		}
 		return w.WriteOnEpochEnd(e)
 	})

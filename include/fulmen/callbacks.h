@@ -590,6 +590,39 @@ typedef struct fulmen_error *(*fulmen_prediction_epoch_fn)(void *userdata,
                                                            const int64_t *batch_indices,
                                                            const size_t *batch_index_counts);
 
+/**
+ * `write_on_batch_end` with the whole prediction, as Lightning's writer
+ * gets it: `prediction` is a value (`fulmen/value.h`): None (the step
+ * predicted nothing), a tensor, a tuple of tensors
+ * (`fulmen_step_context_add_prediction`) or a dict of named tensors
+ * (`fulmen_step_context_add_named_prediction`); the other arguments as
+ * for `fulmen_prediction_batch_fn`. The value is borrowed, released when
+ * it returns (`fulmen_value_keep` keeps it). Return NULL, or an error to
+ * fail predict.
+ */
+typedef struct fulmen_error *(*fulmen_prediction_value_batch_fn)(void *userdata,
+                                                                 const struct fulmen_value *prediction,
+                                                                 const int64_t *batch_indices,
+                                                                 size_t n_batch_indices,
+                                                                 const struct fulmen_tensor *const *batch,
+                                                                 size_t batch_len,
+                                                                 int64_t batch_idx,
+                                                                 size_t dataloader_idx);
+
+/**
+ * `write_on_epoch_end` with the whole predictions: `predictions` is a
+ * list value of the loader's `n_batches` batches' predictions in order
+ * (each as for `fulmen_prediction_value_batch_fn`); `batch_indices` and
+ * `batch_index_counts` as for `fulmen_prediction_epoch_fn`. Borrowed as
+ * for the batch function. Return NULL, or an error to fail predict.
+ */
+typedef struct fulmen_error *(*fulmen_prediction_value_epoch_fn)(void *userdata,
+                                                                 size_t dataloader_idx,
+                                                                 const struct fulmen_value *predictions,
+                                                                 size_t n_batches,
+                                                                 const int64_t *batch_indices,
+                                                                 const size_t *batch_index_counts);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -881,6 +914,20 @@ struct fulmen_error *fulmen_hook_context_batch_get(const struct fulmen_hook_cont
                                                    struct fulmen_tensor **out);
 
 /**
+ * In `on_predict_batch_end`: writes the batch's whole prediction as a
+ * value, as Lightning's hook gets `outputs`: None (the step predicted
+ * nothing), its tensor, the tuple of tensors it made
+ * (`fulmen_step_context_add_prediction`) or the dict of named tensors
+ * (`fulmen_step_context_add_named_prediction`). The tensors are shared;
+ * the value is released when the hook returns unless kept
+ * (`fulmen_value_keep`).
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (not `on_predict_batch_end`).
+ */
+struct fulmen_error *fulmen_hook_context_prediction(const struct fulmen_hook_context *ctx,
+                                                    struct fulmen_value **out);
+
+/**
  * Writes a handle to the hook's output: the loss (training batch end,
  * before / after backward), the prediction (predict batch end) or the
  * tensor a validation / test step wrote (their batch end, with the
@@ -1018,6 +1065,25 @@ struct fulmen_error *fulmen_trainer_add_prediction_writer(struct fulmen_trainer 
                                                           fulmen_prediction_epoch_fn write_on_epoch_end,
                                                           void *userdata,
                                                           void (*userdata_free)(void*));
+
+/**
+ * `fulmen_trainer_add_prediction_writer` with the whole predictions, as
+ * Lightning's `BasePredictionWriter` gets them: a batch's prediction is a
+ * value, None, its tensor, or the tuple or dict of tensors predict_step
+ * made, and the epoch's a list of them (`fulmen_prediction_value_batch_fn`,
+ * `fulmen_prediction_value_epoch_fn`). Everything else (intervals,
+ * indices, threads, errors, `userdata_free`) as there.
+ *
+ * Errors: as `fulmen_trainer_add_prediction_writer`; at predict,
+ * FULMEN_CODE_OUT_OF_RANGE when an epoch's predictions hold more than
+ * FULMEN_MAX_VALUE_NODES values.
+ */
+struct fulmen_error *fulmen_trainer_add_prediction_value_writer(struct fulmen_trainer *trainer,
+                                                                const char *write_interval,
+                                                                fulmen_prediction_value_batch_fn write_on_batch_end,
+                                                                fulmen_prediction_value_epoch_fn write_on_epoch_end,
+                                                                void *userdata,
+                                                                void (*userdata_free)(void*));
 
 /**
  * New ModelPruning arguments with Lightning's defaults:

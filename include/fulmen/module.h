@@ -630,8 +630,10 @@ struct fulmen_error *fulmen_step_context_batch_idx(const struct fulmen_step_cont
  * then a tuple (Lightning's `predict_step` returning one): the tensor the
  * step writes to `*out`, if any, then the added ones in order. The
  * prediction shares the tensor's storage; the handle stays the caller's.
- * `fulmen_trainer_predict_batches` returns such tuples; the predict calls
- * that concatenate use only the tensors written to `*out`.
+ * `fulmen_trainer_predict_batches`, `fulmen_hook_context_prediction` (in
+ * `on_predict_batch_end`) and `fulmen_trainer_add_prediction_value_writer`'s
+ * writers get such tuples; the predict calls that concatenate use only
+ * the tensors written to `*out`.
  *
  * Errors: FULMEN_CODE_INVALID_STATE (outside predict_step, or after
  * `fulmen_step_context_add_named_prediction` in the same step).
@@ -646,10 +648,12 @@ struct fulmen_error *fulmen_step_context_add_prediction(struct fulmen_step_conte
  * `fulmen_trainer_predict_batches` returns it as a `FULMEN_VALUE_KIND_DICT`
  * with string keys. A step that names its predictions names them all and
  * writes no tensor to `*out`. The prediction shares the tensor's
- * storage; the handle and `name` stay the caller's. Only
- * `fulmen_trainer_predict_batches` returns dicts: the predict calls that
- * concatenate refuse them, and `on_predict_batch_end` and prediction
- * writers see no tensor for such a batch.
+ * storage; the handle and `name` stay the caller's.
+ * `fulmen_hook_context_prediction` (in `on_predict_batch_end`) and
+ * `fulmen_trainer_add_prediction_value_writer`'s writers get the dict
+ * too; the predict calls that concatenate refuse dicts, and the tensor
+ * readers (`fulmen_hook_context_output`, `fulmen_trainer_add_prediction_writer`)
+ * see no tensor for such a batch.
  *
  * Errors: FULMEN_CODE_INVALID_STATE (outside predict_step, or after
  * `fulmen_step_context_add_prediction` in the same step; the step then

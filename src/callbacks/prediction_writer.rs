@@ -7,6 +7,7 @@
 //! closures.
 use crate::error::{Error, ErrorCode, Result};
 use crate::trainer::hooks::{Callback, Hook, HookContext};
+use crate::trainer::Prediction;
 use tch::Tensor;
 
 /// When predictions are written (Lightning's `WriteInterval`).
@@ -63,8 +64,10 @@ impl WriteInterval {
 
 /// One batch's prediction, as the batch writer gets it.
 pub struct BatchPrediction<'a> {
-    /// What predict_step returned (`None`: nothing).
+    /// The tensor predict_step returned (`None`: nothing, or a dict).
     pub prediction: Option<&'a Tensor>,
+    /// The whole prediction: the tensor, or the tuple or dict it made.
+    pub value: &'a Prediction,
     /// The dataset indices of the batch's samples (empty when unknown).
     pub batch_indices: &'a [i64],
     /// The batch.
@@ -79,8 +82,9 @@ pub struct BatchPrediction<'a> {
 pub struct EpochPredictions<'a> {
     /// The loader's index.
     pub dataloader_idx: usize,
-    /// Each batch's prediction, in order.
-    pub predictions: &'a [Option<Tensor>],
+    /// Each batch's prediction, in order ([`Prediction::output`] is the
+    /// tensor predict_step returned).
+    pub predictions: &'a [Prediction],
     /// Each batch's samples' dataset indices (empty when unknown).
     pub batch_indices: &'a [Vec<i64>],
 }
@@ -91,7 +95,7 @@ pub type WriteBatchFn = Box<dyn FnMut(&BatchPrediction<'_>) -> Result<()>>;
 pub type WriteEpochFn = Box<dyn FnMut(&EpochPredictions<'_>) -> Result<()>>;
 
 /// A loader's predictions and batch indices so far in the epoch.
-type Collected = (Vec<Option<Tensor>>, Vec<Vec<i64>>);
+type Collected = (Vec<Prediction>, Vec<Vec<i64>>);
 
 /// The prediction writer callback.
 pub struct PredictionWriter {
@@ -113,10 +117,16 @@ impl PredictionWriter {
 
     fn on_batch_end(&mut self, ctx: &HookContext) -> Result<()> {
         let indices = ctx.batch_indices.unwrap_or(&[]);
+        // Without the step's whole prediction (a context made elsewhere),
+        // the tensor it returned.
+        let returned =
+            Prediction { output: ctx.output.map(Tensor::shallow_clone), added: Vec::new(), names: Vec::new() };
+        let value = ctx.prediction.unwrap_or(&returned);
         if self.interval.on_batch() {
             if let Some(write) = self.on_batch.as_mut() {
                 write(&BatchPrediction {
                     prediction: ctx.output,
+                    value,
                     batch_indices: indices,
                     batch: ctx.batch.unwrap_or(&[]),
                     batch_idx: ctx.batch_idx,
@@ -129,7 +139,7 @@ impl PredictionWriter {
             if self.epoch.len() <= d {
                 self.epoch.resize_with(d + 1, Default::default);
             }
-            self.epoch[d].0.push(ctx.output.map(Tensor::shallow_clone));
+            self.epoch[d].0.push(value.share());
             self.epoch[d].1.push(indices.to_vec());
         }
         Ok(())
@@ -192,7 +202,8 @@ mod tests {
             Ok(())
         });
         let on_epoch: WriteEpochFn = Box::new(move |p: &EpochPredictions<'_>| {
-            let v: Vec<Option<f64>> = p.predictions.iter().map(|t| t.as_ref().map(|t| t.double_value(&[0]))).collect();
+            let v: Vec<Option<f64>> =
+                p.predictions.iter().map(|t| t.output.as_ref().map(|t| t.double_value(&[0]))).collect();
             e.borrow_mut().push(format!("epoch of {}: {v:?} {:?}", p.dataloader_idx, p.batch_indices));
             Ok(())
         });

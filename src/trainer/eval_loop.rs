@@ -47,6 +47,33 @@ pub struct Prediction {
     pub names: Vec<String>,
 }
 
+impl Prediction {
+    /// The same prediction, sharing the tensors.
+    pub fn share(&self) -> Prediction {
+        Prediction {
+            output: self.output.as_ref().map(Tensor::shallow_clone),
+            added: self.added.iter().map(Tensor::shallow_clone).collect(),
+            names: self.names.clone(),
+        }
+    }
+
+    /// As Lightning's predict_step returned it: None, the tensor, a tuple
+    /// (the tensor then the added ones) or a dict of the named ones; the
+    /// tensors shared.
+    pub fn to_value(&self) -> crate::nn::Value {
+        use crate::nn::Value;
+        let tensor = |t: &Tensor| Value::Tensor(t.shallow_clone());
+        match (&self.output, self.added.is_empty()) {
+            (Some(t), true) => tensor(t),
+            (None, true) => Value::None,
+            (None, false) if !self.names.is_empty() => Value::Dict(
+                self.names.iter().map(|n| Value::Str(n.clone())).zip(self.added.iter().map(tensor)).collect(),
+            ),
+            (output, false) => Value::Tuple(output.iter().chain(&self.added).map(tensor).collect()),
+        }
+    }
+}
+
 /// Hooks of one evaluation stage.
 struct StageHooks {
     start: Hook,
@@ -332,7 +359,11 @@ fn run_source(
         if counted {
             run.progress.val_batch.progress.increment_processed();
         }
-        run.hook(h.batch_end, HookData { output: out.as_ref(), ..data() })?;
+        let prediction = Prediction { output: out, added: added.tensors, names: added.names };
+        let is_prediction = stage == Stage::Predict;
+        let data_end =
+            HookData { output: prediction.output.as_ref(), prediction: is_prediction.then_some(&prediction), ..data() };
+        run.hook(h.batch_end, data_end)?;
         run.drain_batch_hook_logs(store, dataloader_idx, batch_size, false)?;
         if counted {
             run.progress.val_batch.progress.increment_completed();
@@ -342,7 +373,7 @@ fn run_source(
         }
         // Validation and test outputs go to their batch-end hooks only.
         if keep && stage == Stage::Predict {
-            outputs.push(Prediction { output: out, added: added.tensors, names: added.names });
+            outputs.push(prediction);
         }
     }
     Ok((outputs, count))

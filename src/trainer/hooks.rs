@@ -518,6 +518,9 @@ pub struct HookContext<'a> {
     /// prediction (predict batch end) or what a validation / test step
     /// returned (their batch end).
     pub output: Option<&'a Tensor>,
+    /// The predict step's whole prediction (predict batch end): its
+    /// tensor, or the tuple or dict it made.
+    pub prediction: Option<&'a super::Prediction>,
     /// Checkpoint entries (save / load hooks): name -> text value.
     pub checkpoint: Option<&'a mut BTreeMap<String, String>>,
     /// The failure, for `on_exception`.
@@ -563,6 +566,7 @@ impl<'a> HookContext<'a> {
             batch: None,
             batch_indices: None,
             output: None,
+            prediction: None,
             checkpoint: None,
             exception: None,
             model: None,

@@ -18,6 +18,8 @@ pub(crate) struct HookData<'a> {
     pub batch: Option<&'a [Tensor]>,
     pub batch_indices: Option<&'a [i64]>,
     pub output: Option<&'a Tensor>,
+    /// The predict step's whole prediction (predict batch end).
+    pub prediction: Option<&'a super::Prediction>,
     pub exception: Option<&'a Error>,
     pub optimizer_idx: Option<usize>,
 }
@@ -157,6 +159,7 @@ impl Run<'_> {
             batch: data.batch,
             batch_indices: data.batch_indices,
             output: data.output,
+            prediction: data.prediction,
             checkpoint: None,
             exception: data.exception,
             model: self.module.model(),

@@ -2,7 +2,8 @@
  * fulmen_trainer_predict_batches: each batch's prediction as Lightning's
  * trainer.predict returns it (a list per loader; None for a batch that
  * returned nothing; a tuple when predict_step added tensors; a dict when
- * it named them), and return_predictions=false keeping nothing.
+ * it named them), and return_predictions=false keeping nothing; the same
+ * values in on_predict_batch_end and a value prediction writer.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
@@ -212,6 +213,117 @@ static void test_dicts(fixture *f, fulmen_trainer *t, fulmen_lightning_module *m
     CHECK(out == NULL);
 }
 
+/* What the hook and the value writer saw. */
+typedef struct {
+    int hook_kinds[8];    /* kind of each on_predict_batch_end prediction */
+    int n_hook;
+    int start_code;       /* fulmen_hook_context_prediction in on_predict_batch_start */
+    int batch_kinds[8];   /* kind of each prediction the batch writer got */
+    int n_batch;
+    int64_t batch_rows[8]; /* rows of its first tensor ("logits" in a dict) */
+    size_t epoch_len;     /* batches in the epoch writer's list */
+    int epoch_kind;       /* the list's kind */
+    int epoch_item_kinds[8];
+    int kept_kind;        /* a value kept past the hook */
+    fulmen_value *kept;
+} seen_t;
+
+/* The rows of the first tensor of prediction `v` (a tensor, a tuple's
+ * first, a dict's "logits"); -1 for None. */
+static int64_t first_rows(const fulmen_value *v) {
+    int32_t k = kind_of(v);
+    if (k == FULMEN_VALUE_KIND_NONE) return -1;
+    fulmen_value *first = NULL;
+    if (k == FULMEN_VALUE_KIND_TUPLE) CHECK_OK(fulmen_value_item(v, 0, &first));
+    if (k == FULMEN_VALUE_KIND_DICT) CHECK_OK(fulmen_value_dict_get(v, "logits", &first));
+    int64_t shape[2] = {-1, -1};
+    shape_of(first != NULL ? first : v, shape);
+    fulmen_value_free(first);
+    return shape[0];
+}
+
+static fulmen_error *seeing_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+    seen_t *s = ud;
+    fulmen_value *v = NULL;
+    if (hook == FULMEN_HOOK_PREDICT_BATCH_START) {
+        s->start_code = fixture_code(fulmen_hook_context_prediction(ctx, &v));
+        return NULL;
+    }
+    if (hook != FULMEN_HOOK_PREDICT_BATCH_END) return NULL;
+    fulmen_error *e = fulmen_hook_context_prediction(ctx, &v);
+    if (e != NULL) return e;
+    if (s->n_hook < 8) s->hook_kinds[s->n_hook++] = kind_of(v);
+    if (s->kept == NULL) { /* the first one outlives the hook */
+        e = fulmen_value_keep(v);
+        s->kept = v;
+    }
+    return e;
+}
+
+static fulmen_error *value_batch(void *ud, const fulmen_value *prediction, const int64_t *indices, size_t n_indices,
+                                 const fulmen_tensor *const *batch, size_t batch_len, int64_t batch_idx,
+                                 size_t dataloader_idx) {
+    seen_t *s = ud;
+    (void)indices;
+    (void)batch;
+    (void)dataloader_idx;
+    CHECK(n_indices == (batch_idx < 2 ? 4u : 2u) && batch_len == 2);
+    if (s->n_batch < 8) {
+        s->batch_kinds[s->n_batch] = kind_of(prediction);
+        s->batch_rows[s->n_batch++] = first_rows(prediction);
+    }
+    return NULL;
+}
+
+static fulmen_error *value_epoch(void *ud, size_t dataloader_idx, const fulmen_value *predictions, size_t n_batches,
+                                 const int64_t *indices, const size_t *counts) {
+    seen_t *s = ud;
+    (void)indices;
+    CHECK(dataloader_idx == 0 && counts != NULL);
+    s->epoch_kind = kind_of(predictions);
+    s->epoch_len = len_of(predictions);
+    CHECK(s->epoch_len == n_batches);
+    for (size_t i = 0; i < n_batches && i < 8; i++) {
+        fulmen_value *b = item(predictions, i);
+        s->epoch_item_kinds[i] = kind_of(b);
+        fulmen_value_free(b);
+    }
+    return NULL;
+}
+
+/* on_predict_batch_end and a value writer get each batch's whole
+ * prediction: a dict, a tuple, None; the tensor writer still takes
+ * tensors only. */
+static void test_hook_and_writer_values(fixture *f, fulmen_lightning_module *m, const fulmen_loader *l) {
+    const int modes[3] = {RETURN_DICT, RETURN_TUPLE, SKIP_ODD};
+    const int want[3] = {FULMEN_VALUE_KIND_DICT, FULMEN_VALUE_KIND_TUPLE, FULMEN_VALUE_KIND_TENSOR};
+    for (int r = 0; r < 3; r++) {
+        seen_t s;
+        memset(&s, 0, sizeof s);
+        s.start_code = -1;
+        fulmen_trainer *t = fixture_trainer(NULL, 1);
+        fulmen_callback_vtable vt = {sizeof vt, &s, NULL, seeing_hook};
+        CHECK_OK(fulmen_trainer_add_callback(t, "Seeing", &vt));
+        CHECK_ERR(fulmen_trainer_add_prediction_value_writer(t, "epoch", value_batch, NULL, &s, NULL),
+                  FULMEN_CODE_NULL_ARGUMENT, "epoch writer");
+        CHECK_OK(fulmen_trainer_add_prediction_value_writer(t, "batch_and_epoch", value_batch, value_epoch, &s, NULL));
+        f->mode = modes[r];
+        fulmen_value *none = NULL;
+        CHECK_OK(fulmen_trainer_predict_batches(t, m, &l, 1, NULL, false, &none));
+        CHECK(none == NULL);
+        CHECK(s.start_code == FULMEN_CODE_INVALID_STATE);
+        CHECK(s.n_hook == 3 && s.n_batch == 3 && s.epoch_len == 3 && s.epoch_kind == FULMEN_VALUE_KIND_LIST);
+        for (int i = 0; i < 3; i++) {
+            int k = (modes[r] == SKIP_ODD && i == 1) ? FULMEN_VALUE_KIND_NONE : want[r];
+            CHECK(s.hook_kinds[i] == k && s.batch_kinds[i] == k && s.epoch_item_kinds[i] == k);
+            CHECK(s.batch_rows[i] == (k == FULMEN_VALUE_KIND_NONE ? -1 : (i < 2 ? 4 : 2)));
+        }
+        CHECK(s.kept != NULL && kind_of(s.kept) == want[r]); /* kept: still readable */
+        fulmen_value_free(s.kept);
+        fulmen_trainer_free(t);
+    }
+}
+
 /* return_predictions false: the steps run, nothing comes back. */
 static void test_no_return(fixture *f, fulmen_trainer *t, fulmen_lightning_module *m, const fulmen_loader *l) {
     f->mode = RETURN_ONE;
@@ -248,6 +360,7 @@ int main(void) {
     test_dicts(&f, t, m, l);
     test_none_and_loaders(&f, t, m, l, l2);
     test_no_return(&f, t, m, l);
+    test_hook_and_writer_values(&f, m, l);
     test_add_outside_predict(&f, m, l);
     fulmen_trainer_free(t);
     fulmen_lightning_module_free(m);

@@ -1005,6 +1005,49 @@ TEST_F(TrainerTest, PredictBatchesNamedAreDicts) {
     EXPECT_EQ(last.at("input").to_tensor().shape(), (fulmen::Shape{2, 2}));
 }
 
+TEST_F(TrainerTest, NamedPredictionsReachTheHookAndTheValueWriter) {
+    Dataset ds = fulmen_test::blobs(10, 2);
+    Loader loader(ds, 4);
+    Model model = fulmen_test::mlp();
+    LightningModule module = full_module(model)
+                                 .predict_step([&model](StepContext& ctx, const Batch& batch) -> std::optional<Tensor> {
+                                     ctx.add_prediction("logits", model.forward(batch[0]));
+                                     ctx.add_prediction("input", batch[0]);
+                                     return std::nullopt;
+                                 })
+                                 .build();
+    Trainer trainer(fulmen_test::quiet_options(1).set("logger", false));
+    std::vector<int64_t> hook_rows, writer_rows;
+    size_t epoch_batches = 0;
+    trainer.add_callback("Seeing", [&](fulmen::Hook hook, fulmen::HookContext& ctx) {
+        if (hook == fulmen::Hook::PredictBatchStart) {
+            EXPECT_THROW(ctx.prediction(), fulmen::Error);
+        }
+        if (hook != fulmen::Hook::PredictBatchEnd) return;
+        fulmen::Value p = ctx.prediction();
+        ASSERT_EQ(p.kind(), fulmen::ValueKind::Dict);
+        hook_rows.push_back(p.at("logits").to_tensor().shape()[0]);
+        EXPECT_FALSE(ctx.output().has_value());  // a dict has no one tensor
+    });
+    trainer.add_prediction_value_writer(
+        "batch_and_epoch",
+        [&](const fulmen::BatchPredictionValue& p) {
+            ASSERT_EQ(p.prediction.kind(), fulmen::ValueKind::Dict);
+            EXPECT_EQ(p.prediction.entry(1).first.to_string(), "input");
+            writer_rows.push_back(p.prediction.at("input").to_tensor().shape()[0]);
+            EXPECT_EQ(p.batch_indices.size(), static_cast<size_t>(writer_rows.back()));
+        },
+        [&](const fulmen::EpochPredictionValues& e) {
+            epoch_batches = e.predictions.size();
+            for (const fulmen::Value& v : e.predictions) EXPECT_EQ(v.kind(), fulmen::ValueKind::Dict);
+            EXPECT_EQ(e.batch_indices.size(), e.predictions.size());
+        });
+    trainer.predict_batches(module, {&loader}, false);
+    EXPECT_EQ(hook_rows, (std::vector<int64_t>{4, 4, 2}));
+    EXPECT_EQ(writer_rows, (std::vector<int64_t>{4, 4, 2}));
+    EXPECT_EQ(epoch_batches, 3u);
+}
+
 TEST_F(TrainerTest, ThroughputMonitorWithFlops) {
     Trainer trainer(fulmen_test::quiet_options(1));
     trainer.add_throughput_monitor_flops(1e9, fulmen::available_flops("NVIDIA A100-SXM4-40GB", "bfloat16"));

@@ -326,6 +326,31 @@ pub unsafe extern "C" fn fulmen_hook_context_batch_get(
     })
 }
 
+/// In `on_predict_batch_end`: writes the batch's whole prediction as a
+/// value, as Lightning's hook gets `outputs`: None (the step predicted
+/// nothing), its tensor, the tuple of tensors it made
+/// (`fulmen_step_context_add_prediction`) or the dict of named tensors
+/// (`fulmen_step_context_add_named_prediction`). The tensors are shared;
+/// the value is released when the hook returns unless kept
+/// (`fulmen_value_keep`).
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (not `on_predict_batch_end`).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_prediction(
+    ctx: *const fulmen_hook_context,
+    out: *mut *mut crate::ffi::value::fulmen_value,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        out.write(std::ptr::null_mut());
+        let c = ctx_ref(ctx)?;
+        let p = c.prediction.ok_or_else(|| {
+            Error::state(format!("{} carries no prediction (only on_predict_batch_end does)", c.hook.name()))
+        })?;
+        crate::ffi::value::emit_value(out, p.to_value())
+    })
+}
+
 /// Writes a handle to the hook's output: the loss (training batch end,
 /// before / after backward), the prediction (predict batch end) or the
 /// tensor a validation / test step wrote (their batch end, with the

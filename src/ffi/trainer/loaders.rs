@@ -220,14 +220,7 @@ pub unsafe extern "C" fn fulmen_trainer_predict_batches(
 /// The value `fulmen_trainer_predict_batches` returns: a list of each
 /// batch's prediction, or of such lists with several loaders.
 fn predictions_value(per_loader: Vec<Vec<Prediction>>) -> Result<Value> {
-    let one = |p: Prediction| match (p.output, p.added.is_empty()) {
-        (Some(t), true) => Value::Tensor(t),
-        (None, true) => Value::None,
-        (None, false) if !p.names.is_empty() => {
-            Value::Dict(p.names.into_iter().map(Value::Str).zip(p.added.into_iter().map(Value::Tensor)).collect())
-        }
-        (output, false) => Value::Tuple(output.into_iter().chain(p.added).map(Value::Tensor).collect()),
-    };
+    let one = |p: Prediction| p.to_value();
     let mut lists: Vec<Value> =
         per_loader.into_iter().map(|batches| Value::List(batches.into_iter().map(one).collect())).collect();
     let value = if lists.len() == 1 { lists.pop().unwrap_or(Value::None) } else { Value::List(lists) };

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "tensor.hpp"
+#include "value.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -192,6 +193,16 @@ public:
         Tensor t = Tensor::make([&](fulmen_tensor** o) { return fulmen_hook_context_output(ctx_, o); });
         if (!t) return std::nullopt;
         return t;
+    }
+
+    /// In on_predict_batch_end: the batch's whole prediction, as Lightning's
+    /// hook gets `outputs`: None, its tensor, or the tuple or dict of
+    /// tensors predict_step made. Throws Error (FULMEN_CODE_INVALID_STATE)
+    /// in other hooks.
+    Value prediction() const {
+        return Value::adopt(detail::make<fulmen_value>([&](fulmen_value** o) {
+            return fulmen_hook_context_prediction(ctx_, o);
+        }));
     }
 
     /// Saves a checkpoint of the running fit to `path` when the hook

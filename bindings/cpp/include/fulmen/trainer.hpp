@@ -177,7 +177,88 @@ using WriteOnBatchEnd = std::function<void(const BatchPrediction&)>;
 /// predict (and is rethrown there).
 using WriteOnEpochEnd = std::function<void(const EpochPredictions&)>;
 
+/// One predict batch with its whole prediction, as a value prediction
+/// writer's batch function gets it.
+struct BatchPredictionValue {
+    /// The prediction: None, a tensor, or the tuple or dict of tensors
+    /// predict_step made.
+    Value prediction;
+    /// The dataset indices of the batch's samples (empty when unknown).
+    std::vector<int64_t> batch_indices;
+    /// The batch.
+    std::vector<Tensor> batch;
+    /// The batch's index in its loader.
+    int64_t batch_idx = 0;
+    /// The loader's index.
+    size_t dataloader_idx = 0;
+};
+
+/// One loader's whole predictions of a predict epoch, as a value
+/// prediction writer's epoch function gets them.
+struct EpochPredictionValues {
+    /// The loader's index.
+    size_t dataloader_idx = 0;
+    /// Each batch's prediction in order (as BatchPredictionValue's).
+    std::vector<Value> predictions;
+    /// Each batch's samples' dataset indices (empty when unknown).
+    std::vector<std::vector<int64_t>> batch_indices;
+};
+
+/// `write_on_batch_end` with the whole prediction; an exception fails
+/// predict (and is rethrown there).
+using WriteValueOnBatchEnd = std::function<void(const BatchPredictionValue&)>;
+/// `write_on_epoch_end` with the whole predictions, once per loader.
+using WriteValuesOnEpochEnd = std::function<void(const EpochPredictionValues&)>;
+
 namespace detail {
+/// Splits the dataset indices of an epoch's batches, `counts[i]` each.
+inline std::vector<std::vector<int64_t>> split_indices(const int64_t* indices, const size_t* counts, size_t n) {
+    std::vector<std::vector<int64_t>> out;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        std::vector<int64_t> mine;
+        if (indices != nullptr) mine.assign(indices + at, indices + at + counts[i]);
+        at += counts[i];
+        out.push_back(std::move(mine));
+    }
+    return out;
+}
+
+/// Calls a C++ value prediction writer from fulmen.
+struct PredictionValueWriterBox {
+    WriteValueOnBatchEnd on_batch;
+    WriteValuesOnEpochEnd on_epoch;
+
+    static fulmen_error* batch(void* ud, const fulmen_value* prediction, const int64_t* indices, size_t n_indices,
+                               const fulmen_tensor* const* batch, size_t batch_len, int64_t batch_idx,
+                               size_t dataloader_idx) noexcept {
+        return guard_callback([&] {
+            BatchPredictionValue p;
+            // Lent for the call: kept, so the C++ object owns it.
+            p.prediction = Value::adopt(const_cast<fulmen_value*>(prediction));
+            if (indices != nullptr) p.batch_indices.assign(indices, indices + n_indices);
+            for (size_t i = 0; i < batch_len; i++) {
+                p.batch.push_back(Tensor::make([&](fulmen_tensor** o) { return fulmen_tensor_share(batch[i], o); }));
+            }
+            p.batch_idx = batch_idx;
+            p.dataloader_idx = dataloader_idx;
+            static_cast<PredictionValueWriterBox*>(ud)->on_batch(p);
+        });
+    }
+    static fulmen_error* epoch(void* ud, size_t dataloader_idx, const fulmen_value* predictions, size_t n_batches,
+                               const int64_t* indices, const size_t* counts) noexcept {
+        return guard_callback([&] {
+            EpochPredictionValues e;
+            e.dataloader_idx = dataloader_idx;
+            Value list = Value::adopt(const_cast<fulmen_value*>(predictions));
+            for (size_t i = 0; i < n_batches; i++) e.predictions.push_back(list[i]);
+            e.batch_indices = split_indices(indices, counts, n_batches);
+            static_cast<PredictionValueWriterBox*>(ud)->on_epoch(e);
+        });
+    }
+    static void free(void* ud) noexcept { delete static_cast<PredictionValueWriterBox*>(ud); }
+};
+
 /// Calls a C++ prediction writer from fulmen.
 struct PredictionWriterBox {
     WriteOnBatchEnd on_batch;
@@ -204,18 +285,14 @@ struct PredictionWriterBox {
         return guard_callback([&] {
             EpochPredictions e;
             e.dataloader_idx = dataloader_idx;
-            size_t at = 0;
             for (size_t i = 0; i < n_batches; i++) {
                 if (predictions[i] != nullptr) {
                     e.predictions.emplace_back(share(predictions[i]));
                 } else {
                     e.predictions.emplace_back(std::nullopt);
                 }
-                std::vector<int64_t> mine;
-                if (indices != nullptr) mine.assign(indices + at, indices + at + counts[i]);
-                at += counts[i];
-                e.batch_indices.push_back(std::move(mine));
             }
+            e.batch_indices = split_indices(indices, counts, n_batches);
             static_cast<PredictionWriterBox*>(ud)->on_epoch(e);
         });
     }
@@ -1513,6 +1590,22 @@ public:
         if (box->on_epoch) on_epoch = &detail::PredictionWriterBox::epoch;
         check(fulmen_trainer_add_prediction_writer(get(), write_interval.c_str(), on_batch, on_epoch, box.get(),
                                                    &detail::PredictionWriterBox::free));
+        box.release();  // the trainer owns it now and calls userdata_free once
+        return *this;
+    }
+    /// add_prediction_writer with the whole predictions, as Lightning's
+    /// BasePredictionWriter gets them: each batch's a Value (None, its
+    /// tensor, or the tuple or dict of tensors predict_step made).
+    Trainer& add_prediction_value_writer(const std::string& write_interval, WriteValueOnBatchEnd write_on_batch_end,
+                                         WriteValuesOnEpochEnd write_on_epoch_end = {}) {
+        auto box = std::make_unique<detail::PredictionValueWriterBox>(
+            detail::PredictionValueWriterBox{std::move(write_on_batch_end), std::move(write_on_epoch_end)});
+        fulmen_prediction_value_batch_fn on_batch = nullptr;
+        fulmen_prediction_value_epoch_fn on_epoch = nullptr;
+        if (box->on_batch) on_batch = &detail::PredictionValueWriterBox::batch;
+        if (box->on_epoch) on_epoch = &detail::PredictionValueWriterBox::epoch;
+        check(fulmen_trainer_add_prediction_value_writer(get(), write_interval.c_str(), on_batch, on_epoch,
+                                                         box.get(), &detail::PredictionValueWriterBox::free));
         box.release();  // the trainer owns it now and calls userdata_free once
         return *this;
     }
