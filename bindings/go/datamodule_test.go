@@ -245,3 +245,53 @@ func TestModuleSlotsBesideDataModule(t *testing.T) {
 		t.Fatalf("%d validation batch ends saw the step's outputs, want 3", outputs)
 	}
 }
+
+// The built-in callbacks ConfigureCallbacks adds replace the trainer's of
+// their types: the module's EarlyStopping (no patience, a metric that never
+// improves) stops the fit at epoch 1, where the trainer's, on a metric never
+// logged, would fail it.
+func TestConfigureCallbacksReplacesTheTrainersByType(t *testing.T) {
+	noLeaks(t)
+	ds := blobDataset(t, 32, 1)
+	defer ds.Close()
+	l := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 8}))
+	defer l.Close()
+	model := mlp(t)
+	defer model.Close()
+	m := must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
+			_, loss, err := lossOf(model, bt)
+			if err != nil {
+				return nil, err
+			}
+			return loss, ctx.Log("flat", 1, fulmen.LogOnEpoch, 0)
+		},
+		ConfigureOptimizers: sgd(model, 0.1),
+		ConfigureCallbacks: func(list *fulmen.CallbackList) error {
+			es := fulmen.DefaultEarlyStoppingOptions("flat")
+			es.Patience = 0
+			es.CheckOnTrainEpochEnd = fulmen.CheckOnTrainEpochEnd
+			if err := list.AddEarlyStopping(es); err != nil {
+				return err
+			}
+			mc := fulmen.DefaultModelCheckpointOptions()
+			mc.SaveTopK = -1
+			if err := list.AddModelCheckpoint(mc); err != nil {
+				return err
+			}
+			return list.AddLRMonitorWith("epoch", false, false)
+		},
+	}))
+	defer m.Close()
+	tr := quietTrainer(t, 5, "logger", "csv")
+	defer tr.Close()
+	ok(t, tr.AddEarlyStopping(fulmen.DefaultEarlyStoppingOptions("never_logged")))
+	ok(t, tr.Fit(context.Background(), m, l, nil))
+	s := must(tr.EarlyStoppingState())
+	if s.StoppedEpoch != 1 || s.WaitCount != 1 {
+		t.Fatalf("early stopping state %+v", s)
+	}
+	if _, found := must(tr.CallbackMetrics())["lr-SGD"]; !found {
+		t.Fatal("the module's LearningRateMonitor logged nothing")
+	}
+}

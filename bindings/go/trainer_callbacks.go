@@ -45,7 +45,7 @@ func (l *CallbackList) Add(name string, cb Callback) error {
 		return &Error{Code: CodeNullArgument, Message: "CallbackList.Add: nil Callback"}
 	}
 	if l == nil || l.h == nil {
-		return &Error{Code: CodeInvalidState, Message: "CallbackList.Add: the list is used after ConfigureCallbacks returned"}
+		return listGone("Add")
 	}
 	n := cString(name)
 	defer freeCString(n)
@@ -109,6 +109,16 @@ func optCString(s string) *C.char {
 // (enable_checkpointing) is then not added. BestModelPath, LastModelPath
 // and BestModelScore read the first one added.
 func (t *Trainer) AddModelCheckpoint(o ModelCheckpointOptions) error {
+	err := withModelCheckpointOptions(o, func(c *C.fulmen_model_checkpoint_options) cErr {
+		return C.fulmen_trainer_add_model_checkpoint(t.ptr(), c)
+	})
+	runtime.KeepAlive(t)
+	return err
+}
+
+// withModelCheckpointOptions calls f with o as C options (its strings
+// valid during the call).
+func withModelCheckpointOptions(o ModelCheckpointOptions, f func(*C.fulmen_model_checkpoint_options) cErr) error {
 	c := o.c()
 	c.dirpath = optCString(o.Dirpath)
 	c.filename = optCString(o.Filename)
@@ -116,9 +126,54 @@ func (t *Trainer) AddModelCheckpoint(o ModelCheckpointOptions) error {
 	defer freeCString(c.dirpath)
 	defer freeCString(c.filename)
 	defer freeCString(c.monitor)
-	err := check(C.fulmen_trainer_add_model_checkpoint(t.ptr(), &c))
-	runtime.KeepAlive(t)
-	return err
+	return check(f(&c))
+}
+
+// withEarlyStoppingOptions calls f with o as C options (its monitor valid
+// during the call).
+func withEarlyStoppingOptions(o EarlyStoppingOptions, f func(*C.fulmen_early_stopping_options) cErr) error {
+	c := o.c()
+	c.monitor = optCString(o.Monitor)
+	defer freeCString(c.monitor)
+	return check(f(&c))
+}
+
+// AddModelCheckpoint adds a ModelCheckpoint that replaces the trainer's
+// ModelCheckpoints (Lightning replaces callbacks of the returned types).
+func (l *CallbackList) AddModelCheckpoint(o ModelCheckpointOptions) error {
+	if l == nil || l.h == nil {
+		return listGone("AddModelCheckpoint")
+	}
+	return withModelCheckpointOptions(o, func(c *C.fulmen_model_checkpoint_options) cErr {
+		return C.fulmen_callback_list_add_model_checkpoint(l.h, c)
+	})
+}
+
+// AddEarlyStopping adds an EarlyStopping that replaces the trainer's.
+func (l *CallbackList) AddEarlyStopping(o EarlyStoppingOptions) error {
+	if l == nil || l.h == nil {
+		return listGone("AddEarlyStopping")
+	}
+	return withEarlyStoppingOptions(o, func(c *C.fulmen_early_stopping_options) cErr {
+		return C.fulmen_callback_list_add_early_stopping(l.h, c)
+	})
+}
+
+// AddLRMonitorWith adds a LearningRateMonitor (as Trainer.AddLRMonitorWith)
+// that replaces the trainer's.
+func (l *CallbackList) AddLRMonitorWith(interval string, logMomentum, logWeightDecay bool) error {
+	if l == nil || l.h == nil {
+		return listGone("AddLRMonitorWith")
+	}
+	i := optCString(interval)
+	defer freeCString(i)
+	return check(C.fulmen_callback_list_add_lr_monitor(l.h, i, C.bool(logMomentum), C.bool(logWeightDecay)))
+}
+
+// listGone is the error of a CallbackList used after ConfigureCallbacks
+// returned.
+func listGone(call string) error {
+	return &Error{Code: CodeInvalidState, Message: "CallbackList." + call + ": the list is used after ConfigureCallbacks returned"}
 }
 
 // DefaultEarlyStoppingOptions are Lightning's EarlyStopping defaults
@@ -131,10 +186,9 @@ func DefaultEarlyStoppingOptions(monitor string) EarlyStoppingOptions {
 
 // AddEarlyStopping adds an EarlyStopping callback.
 func (t *Trainer) AddEarlyStopping(o EarlyStoppingOptions) error {
-	c := o.c()
-	c.monitor = optCString(o.Monitor)
-	defer freeCString(c.monitor)
-	err := check(C.fulmen_trainer_add_early_stopping(t.ptr(), &c))
+	err := withEarlyStoppingOptions(o, func(c *C.fulmen_early_stopping_options) cErr {
+		return C.fulmen_trainer_add_early_stopping(t.ptr(), c)
+	})
 	runtime.KeepAlive(t)
 	return err
 }

@@ -1334,6 +1334,39 @@ struct fulmen_error *fulmen_trainer_add_lr_monitor_with(struct fulmen_trainer *t
                                                         bool log_weight_decay);
 
 /**
+ * In `configure_callbacks`: adds a ModelCheckpoint (`options` as for
+ * `fulmen_trainer_add_model_checkpoint`; NULL for the defaults). As
+ * Lightning does with the callbacks a module returns, it replaces the
+ * trainer's ModelCheckpoints (the default one included) for the run and
+ * the ones after it; ModelCheckpoints still run last.
+ *
+ * Errors: as `fulmen_trainer_add_model_checkpoint`.
+ */
+struct fulmen_error *fulmen_callback_list_add_model_checkpoint(struct fulmen_callback_list *list,
+                                                               const struct fulmen_model_checkpoint_options *options);
+
+/**
+ * In `configure_callbacks`: adds an EarlyStopping (`options` as for
+ * `fulmen_trainer_add_early_stopping`), replacing the trainer's
+ * EarlyStopping callbacks as Lightning does.
+ *
+ * Errors: as `fulmen_trainer_add_early_stopping`.
+ */
+struct fulmen_error *fulmen_callback_list_add_early_stopping(struct fulmen_callback_list *list,
+                                                             const struct fulmen_early_stopping_options *options);
+
+/**
+ * In `configure_callbacks`: adds a LearningRateMonitor (arguments as for
+ * `fulmen_trainer_add_lr_monitor_with`), replacing the trainer's.
+ *
+ * Errors: as `fulmen_trainer_add_lr_monitor_with`.
+ */
+struct fulmen_error *fulmen_callback_list_add_lr_monitor(struct fulmen_callback_list *list,
+                                                         const char *logging_interval,
+                                                         bool log_momentum,
+                                                         bool log_weight_decay);
+
+/**
  * Adds a DeviceStatsMonitor (Lightning's): when the loggers are due
  * (every `log_every_n_steps`), the accelerator's device statistics (on the
  * CPU: `cpu_percent`, `cpu_vm_percent`, `cpu_swap_percent`,

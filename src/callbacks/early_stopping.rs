@@ -161,6 +161,10 @@ impl Callback for EarlyStopping {
         format!("EarlyStopping{{monitor={:?}, mode={:?}}}", self.opts.monitor, self.opts.mode.as_str())
     }
 
+    fn kind(&self) -> String {
+        "EarlyStopping".into()
+    }
+
     fn monitors(&self) -> bool {
         true
     }

@@ -357,6 +357,10 @@ impl Callback for ModelCheckpoint {
         format!("ModelCheckpoint{{monitor={:?}}}", self.opts.monitor.as_deref().unwrap_or(""))
     }
 
+    fn kind(&self) -> String {
+        "ModelCheckpoint".into()
+    }
+
     fn monitors(&self) -> bool {
         true
     }

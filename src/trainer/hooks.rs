@@ -713,6 +713,12 @@ impl<'a> HookContext<'a> {
 pub trait Callback {
     /// A short name, unique per kind ("ModelCheckpoint", "EarlyStopping").
     fn name(&self) -> String;
+    /// The callback's type, as Lightning's `type(callback)`: a callback a
+    /// module's `configure_callbacks` returns replaces the trainer's of the
+    /// same kind. Default: the name.
+    fn kind(&self) -> String {
+        self.name()
+    }
     /// Handles one hook; the default ignores it.
     fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()>;
     /// State saved in checkpoints (text values).

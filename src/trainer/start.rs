@@ -39,14 +39,14 @@ impl Trainer {
     /// Lightning's `_attach_model_callbacks`: the callbacks the module's
     /// `configure_callbacks` returns join the trainer's for this run and
     /// the ones after it, each replacing the trainer's callbacks of its
-    /// name (its kind); ModelCheckpoints still run last in fit.
+    /// kind (Lightning's type); ModelCheckpoints still run last in fit.
     fn attach_module_callbacks(&mut self, module: &mut dyn LightningModule) -> Result<()> {
         let added = module.configure_callbacks().ctx("configure_callbacks")?;
         if added.is_empty() {
             return Ok(());
         }
-        let names: Vec<String> = added.iter().map(|c| c.name()).collect();
-        self.callbacks.retain(|c| !names.contains(&c.name()));
+        let kinds: Vec<String> = added.iter().map(|c| c.kind()).collect();
+        self.callbacks.retain(|c| !kinds.contains(&c.kind()));
         self.callbacks.extend(added);
         Ok(())
     }

@@ -163,3 +163,38 @@ TEST_F(LightningCallbacksTest, PredictionWriterGetsEachBatchAndTheEpoch) {
     EXPECT_EQ(error_code([&] { failing.add_prediction_writer("step", [](const fulmen::BatchPrediction&) {}); }),
               FULMEN_CODE_INVALID_ARGUMENT);
 }
+
+TEST_F(LightningCallbacksTest, ConfigureCallbacksReplacesTheTrainersByType) {
+    Dataset ds = fulmen_test::blobs(32, 1);
+    Loader train(ds, 8);
+    Model model = fulmen_test::mlp();
+    // "flat" never improves: the module's EarlyStopping (no patience) stops
+    // the fit at epoch 1; the trainer's, on a metric never logged, would
+    // fail it, so it must be gone.
+    LightningModule module =
+        LightningModule::builder(model)
+            .training_step([&model](StepContext& ctx, const Batch& batch) {
+                ctx.log("flat", 1.0, fulmen::Log::on_epoch);
+                return fulmen::loss::cross_entropy(model.forward(batch[0]), batch[1]);
+            })
+            .configure_optimizers([&model](OptimizerConfig& config) {
+                config.add(Optimizer::sgd(model, fulmen::SgdOptions(0.1)));
+            })
+            .configure_callbacks([](fulmen::CallbackList& list) {
+                fulmen::EarlyStoppingOptions es("flat");
+                es.patience = 0;
+                es.check_on_train_epoch_end = true;
+                list.add_early_stopping(es).add_lr_monitor("epoch");
+                fulmen::ModelCheckpointOptions mc;
+                mc.save_top_k = -1;
+                list.add_model_checkpoint(mc);
+            })
+            .build();
+    Trainer trainer(fulmen_test::quiet_options(5).set("logger", "csv"));
+    trainer.add_early_stopping(fulmen::EarlyStoppingOptions("never_logged"));
+    trainer.fit(module, train);
+    Trainer::EarlyStoppingState s = trainer.early_stopping_state();
+    EXPECT_EQ(s.stopped_epoch, 1);
+    EXPECT_EQ(s.wait_count, 1);
+    EXPECT_GT(trainer.callback_metrics().count("lr-SGD"), 0u);
+}

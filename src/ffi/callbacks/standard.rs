@@ -7,7 +7,7 @@ use crate::ffi::base::handle;
 use crate::ffi::callbacks::gen_options::{
     fulmen_early_stopping_options, fulmen_model_checkpoint_options, fulmen_model_checkpoint_options_default,
 };
-use crate::ffi::callbacks::hooks::{fulmen_callback_vtable, host_callback};
+use crate::ffi::callbacks::hooks::{fulmen_callback_list, fulmen_callback_vtable, host_callback};
 use crate::ffi::trainer::runs::fulmen_trainer;
 use std::ffi::c_char;
 use std::path::PathBuf;
@@ -63,15 +63,28 @@ pub unsafe extern "C" fn fulmen_trainer_add_model_checkpoint(
 ) -> *mut fulmen_error {
     guard!(|| {
         let mut t = handle::borrow_mut(trainer, "trainer")?;
-        let o = options.as_ref().copied().unwrap_or_else(|| fulmen_model_checkpoint_options_default());
-        let opts = o.to_core(
-            opt_str(o.dirpath, "dirpath")?.map(PathBuf::from),
-            opt_str(o.filename, "filename")?,
-            opt_str(o.monitor, "monitor")?,
-        )?;
-        t.inner.add_callback(Box::new(ModelCheckpoint::new(opts)?));
+        t.inner.add_callback(Box::new(model_checkpoint(options)?));
         Ok(())
     })
+}
+
+/// The ModelCheckpoint `options` describe (NULL: the defaults).
+unsafe fn model_checkpoint(options: *const fulmen_model_checkpoint_options) -> Result<ModelCheckpoint> {
+    let o = options.as_ref().copied().unwrap_or_else(|| fulmen_model_checkpoint_options_default());
+    let opts = o.to_core(
+        opt_str(o.dirpath, "dirpath")?.map(PathBuf::from),
+        opt_str(o.filename, "filename")?,
+        opt_str(o.monitor, "monitor")?,
+    )?;
+    ModelCheckpoint::new(opts)
+}
+
+/// The EarlyStopping `options` describe.
+unsafe fn early_stopping(options: *const fulmen_early_stopping_options) -> Result<EarlyStopping> {
+    let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
+    let monitor =
+        opt_str(o.monitor, "monitor")?.ok_or_else(|| Error::new(ErrorCode::NullArgument, "options.monitor is NULL"))?;
+    EarlyStopping::new(o.to_core(monitor)?)
 }
 
 /// Adds an EarlyStopping callback.
@@ -85,11 +98,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_early_stopping(
 ) -> *mut fulmen_error {
     guard!(|| {
         let mut t = handle::borrow_mut(trainer, "trainer")?;
-        let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
-        let monitor = opt_str(o.monitor, "monitor")?
-            .ok_or_else(|| Error::new(ErrorCode::NullArgument, "options.monitor is NULL"))?;
-        let opts = o.to_core(monitor)?;
-        t.inner.add_callback(Box::new(EarlyStopping::new(opts)?));
+        t.inner.add_callback(Box::new(early_stopping(options)?));
         Ok(())
     })
 }
@@ -140,9 +149,72 @@ unsafe fn add_lr_monitor(
     log_weight_decay: bool,
 ) -> Result<()> {
     let mut t = handle::borrow_mut(trainer, "trainer")?;
-    let interval = opt_str(logging_interval, "logging_interval")?.unwrap_or_default();
-    t.inner.add_callback(Box::new(LearningRateMonitor::with_options(&interval, log_momentum, log_weight_decay)?));
+    t.inner.add_callback(Box::new(lr_monitor(logging_interval, log_momentum, log_weight_decay)?));
     Ok(())
+}
+
+/// The LearningRateMonitor the arguments describe.
+unsafe fn lr_monitor(
+    logging_interval: *const c_char,
+    log_momentum: bool,
+    log_weight_decay: bool,
+) -> Result<LearningRateMonitor> {
+    let interval = opt_str(logging_interval, "logging_interval")?.unwrap_or_default();
+    LearningRateMonitor::with_options(&interval, log_momentum, log_weight_decay)
+}
+
+/// In `configure_callbacks`: adds a ModelCheckpoint (`options` as for
+/// `fulmen_trainer_add_model_checkpoint`; NULL for the defaults). As
+/// Lightning does with the callbacks a module returns, it replaces the
+/// trainer's ModelCheckpoints (the default one included) for the run and
+/// the ones after it; ModelCheckpoints still run last.
+///
+/// Errors: as `fulmen_trainer_add_model_checkpoint`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_callback_list_add_model_checkpoint(
+    list: *mut fulmen_callback_list,
+    options: *const fulmen_model_checkpoint_options,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let cb = model_checkpoint(options)?;
+        handle::borrow_mut(list, "list")?.callbacks.push(Box::new(cb));
+        Ok(())
+    })
+}
+
+/// In `configure_callbacks`: adds an EarlyStopping (`options` as for
+/// `fulmen_trainer_add_early_stopping`), replacing the trainer's
+/// EarlyStopping callbacks as Lightning does.
+///
+/// Errors: as `fulmen_trainer_add_early_stopping`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_callback_list_add_early_stopping(
+    list: *mut fulmen_callback_list,
+    options: *const fulmen_early_stopping_options,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let cb = early_stopping(options)?;
+        handle::borrow_mut(list, "list")?.callbacks.push(Box::new(cb));
+        Ok(())
+    })
+}
+
+/// In `configure_callbacks`: adds a LearningRateMonitor (arguments as for
+/// `fulmen_trainer_add_lr_monitor_with`), replacing the trainer's.
+///
+/// Errors: as `fulmen_trainer_add_lr_monitor_with`.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_callback_list_add_lr_monitor(
+    list: *mut fulmen_callback_list,
+    logging_interval: *const c_char,
+    log_momentum: bool,
+    log_weight_decay: bool,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let cb = lr_monitor(logging_interval, log_momentum, log_weight_decay)?;
+        handle::borrow_mut(list, "list")?.callbacks.push(Box::new(cb));
+        Ok(())
+    })
 }
 
 /// Adds a DeviceStatsMonitor (Lightning's): when the loggers are due

@@ -704,6 +704,27 @@ public:
     CallbackList& add(const std::string& name, HookFn fn) {
         return add(name, std::make_unique<Callback>(std::move(fn)));
     }
+    /// Adds a ModelCheckpoint, replacing the trainer's ModelCheckpoints
+    /// (Lightning replaces callbacks of the returned types).
+    CallbackList& add_model_checkpoint(const ModelCheckpointOptions& options = ModelCheckpointOptions()) {
+        fulmen_model_checkpoint_options o = options.c_options();
+        check(fulmen_callback_list_add_model_checkpoint(list_, &o));
+        return *this;
+    }
+    /// Adds an EarlyStopping, replacing the trainer's.
+    CallbackList& add_early_stopping(const EarlyStoppingOptions& options) {
+        fulmen_early_stopping_options o = options.c_options();
+        check(fulmen_callback_list_add_early_stopping(list_, &o));
+        return *this;
+    }
+    /// Adds a LearningRateMonitor (as Trainer::add_lr_monitor), replacing
+    /// the trainer's.
+    CallbackList& add_lr_monitor(const std::optional<std::string>& logging_interval = std::nullopt,
+                                 bool log_momentum = false, bool log_weight_decay = false) {
+        const char* interval = logging_interval ? logging_interval->c_str() : nullptr;
+        check(fulmen_callback_list_add_lr_monitor(list_, interval, log_momentum, log_weight_decay));
+        return *this;
+    }
 
 private:
     fulmen_callback_list* list_;

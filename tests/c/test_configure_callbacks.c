@@ -1,0 +1,131 @@
+/*
+ * Built-in callbacks from a LightningModule's configure_callbacks: a
+ * ModelCheckpoint, an EarlyStopping and a LearningRateMonitor the module
+ * adds replace the trainer's callbacks of those types (Lightning replaces
+ * by type, whatever the monitor), and an invalid one fails the run.
+ */
+#define _XOPEN_SOURCE 700 /* mkdtemp */
+#include "check.h"
+#include "fixture.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct {
+    fulmen_model *model;
+    const char *module_dir; /* where the module's ModelCheckpoint writes */
+    bool bad_monitor;       /* add an LR monitor with an invalid interval */
+} fixture;
+
+/* The loss, and "flat" = 1 every epoch: it never improves. */
+static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    fixture *f = ud;
+    fulmen_error *e = fixture_cross_entropy(f->model, batch, out);
+    if (e == NULL) e = fulmen_step_context_log(ctx, "flat", 1.0, FULMEN_LOG_ON_EPOCH, 0);
+    return e;
+}
+
+static fulmen_error *configure_callbacks(void *ud, fulmen_callback_list *list) {
+    fixture *f = ud;
+    fulmen_early_stopping_options es = fulmen_early_stopping_options_default();
+    es.monitor = "flat";
+    es.patience = 0;
+    es.check_on_train_epoch_end = 1;
+    fulmen_model_checkpoint_options mc = fulmen_model_checkpoint_options_default();
+    mc.dirpath = f->module_dir;
+    mc.filename = "m-{epoch}";
+    mc.save_top_k = -1;
+    fulmen_error *e = fulmen_callback_list_add_early_stopping(list, &es);
+    if (e == NULL) e = fulmen_callback_list_add_model_checkpoint(list, &mc);
+    if (e == NULL) e = fulmen_callback_list_add_lr_monitor(list, f->bad_monitor ? "hourly" : "epoch", false, false);
+    return e;
+}
+
+static fulmen_lightning_module *module_for(fixture *f) {
+    fulmen_module_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = f;
+    vt.training_step = training_step;
+    vt.configure_optimizers = fixture_configure_sgd;
+    vt.configure_callbacks = configure_callbacks;
+    fulmen_lightning_module *m = NULL;
+    CHECK_OK(fulmen_lightning_module_new(&vt, f->model, &m));
+    return m;
+}
+
+static bool exists(const char *dir, const char *name) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int main(void) {
+    char dir[] = "/tmp/fulmen-configure-callbacks-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char module_dir[300], trainer_dir[300], root[300];
+    snprintf(module_dir, sizeof module_dir, "%s/module", dir);
+    snprintf(trainer_dir, sizeof trainer_dir, "%s/trainer", dir);
+    snprintf(root, sizeof root, "%s/root", dir);
+
+    CHECK_OK(fulmen_manual_seed(3));
+    fixture f = {fixture_mlp(8, 0.0), module_dir, false};
+    fulmen_dataset *ds = fixture_blobs(32, 1, 1.0f);
+    fulmen_loader *l = fixture_loader(ds, 8, false, 0);
+    fulmen_lightning_module *m = module_for(&f);
+
+    /* The trainer's own EarlyStopping (patient) and ModelCheckpoint (its
+     * folder) on other monitors: both replaced by the module's. */
+    fulmen_trainer_options *o = fixture_options(root, 6);
+    CHECK_OK(fulmen_trainer_options_set(o, "logger", "csv"));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_trainer_options_free(o);
+    fulmen_early_stopping_options es = fulmen_early_stopping_options_default();
+    es.monitor = "never_logged";
+    es.patience = 100;
+    CHECK_OK(fulmen_trainer_add_early_stopping(t, &es));
+    fulmen_model_checkpoint_options mc = fulmen_model_checkpoint_options_default();
+    mc.dirpath = trainer_dir;
+    CHECK_OK(fulmen_trainer_add_model_checkpoint(t, &mc));
+
+    CHECK_OK(fulmen_trainer_fit(t, m, l, NULL, NULL));
+    /* The module's EarlyStopping stopped at epoch 1 (no improvement, no
+     * patience); the trainer's would have failed on its missing metric. */
+    int64_t wait = -1, stopped = -1;
+    double best = 0;
+    CHECK_OK(fulmen_trainer_early_stopping_state(t, &wait, &stopped, &best));
+    CHECK(stopped == 1 && wait == 1 && best == 1.0);
+    /* The module's ModelCheckpoint wrote every epoch; the trainer's none. */
+    CHECK(exists(module_dir, "m-epoch=0.ckpt") && exists(module_dir, "m-epoch=1.ckpt"));
+    CHECK(!exists(module_dir, "m-epoch=2.ckpt") && !exists(trainer_dir, ""));
+    /* The module's LearningRateMonitor logged. */
+    fulmen_value *metrics = NULL, *lr = NULL;
+    CHECK_OK(fulmen_trainer_callback_metrics(t, &metrics));
+    CHECK_OK(fulmen_value_dict_get(metrics, "lr-SGD", &lr));
+    double v = 0;
+    CHECK_OK(fulmen_value_get_double(lr, &v));
+    CHECK(v > 0);
+    fulmen_value_free(lr);
+    fulmen_value_free(metrics);
+    fulmen_trainer_free(t);
+
+    /* An invalid callback fails the run with its error. */
+    f.bad_monitor = true;
+    t = fixture_trainer(NULL, 1);
+    CHECK_ERR(fulmen_trainer_fit(t, m, l, NULL, NULL), FULMEN_CODE_INVALID_ARGUMENT, "hourly");
+    fulmen_trainer_free(t);
+
+    fulmen_lightning_module_free(m);
+    fulmen_loader_free(l);
+    fulmen_dataset_free(ds);
+    fulmen_model_free(f.model);
+    CHECK(fulmen_live_handles() == 0);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (check_failed == 0) CHECK(system(cmd) == 0);
+    return check_finish("test_configure_callbacks");
+}
