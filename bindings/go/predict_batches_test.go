@@ -78,29 +78,7 @@ func TestPredictBatchesNamed(t *testing.T) {
 	model := mlp(t)
 	defer model.Close()
 	var mixed error
-	m := must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
-		TrainingStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
-			_, loss, err := lossOf(model, bt)
-			return loss, err
-		},
-		PredictStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
-			x := must(bt.Get(0))
-			y, err := model.Forward(x)
-			if err != nil {
-				return nil, err
-			}
-			defer y.Close()
-			if err := ctx.AddNamedPrediction("logits", y); err != nil {
-				return nil, err
-			}
-			if err := ctx.AddNamedPrediction("input", x); err != nil {
-				return nil, err
-			}
-			mixed = ctx.AddPrediction(x)
-			return nil, nil
-		},
-		ConfigureOptimizers: sgd(model, 0.1),
-	}))
+	m := namedPredictions(model, &mixed)
 	defer m.Close()
 	tr := quietTrainer(t, 1, "logger", "false")
 	defer tr.Close()
@@ -137,25 +115,7 @@ func TestNamedPredictionsReachTheHookAndTheValueWriter(t *testing.T) {
 	defer l.Close()
 	model := mlp(t)
 	defer model.Close()
-	m := must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
-		TrainingStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
-			_, loss, err := lossOf(model, bt)
-			return loss, err
-		},
-		PredictStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
-			x := must(bt.Get(0))
-			y, err := model.Forward(x)
-			if err != nil {
-				return nil, err
-			}
-			defer y.Close()
-			if err := ctx.AddNamedPrediction("logits", y); err != nil {
-				return nil, err
-			}
-			return nil, ctx.AddNamedPrediction("input", x)
-		},
-		ConfigureOptimizers: sgd(model, 0.1),
-	}))
+	m := namedPredictions(model, nil)
 	defer m.Close()
 	tr := quietTrainer(t, 1, "logger", "false")
 	defer tr.Close()
@@ -278,4 +238,35 @@ func TestThroughputMonitorFlops(t *testing.T) {
 	if err := tr.AddThroughputMonitorFlops(10, "", -1, 0); !errors.Is(err, fulmen.ErrInvalidArgument) {
 		t.Fatalf("negative FLOPs: %v", err)
 	}
+}
+
+// namedPredictions is a module over model whose prediction is the dict
+// {"logits": model(x), "input": x}; with mixed, it also records what
+// adding an unnamed prediction after them gives.
+func namedPredictions(model *fulmen.Model, mixed *error) *fulmen.LightningModule {
+	return must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
+			_, loss, err := lossOf(model, bt)
+			return loss, err
+		},
+		PredictStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
+			x := must(bt.Get(0))
+			y, err := model.Forward(x)
+			if err != nil {
+				return nil, err
+			}
+			defer y.Close()
+			if err := ctx.AddNamedPrediction("logits", y); err != nil {
+				return nil, err
+			}
+			if err := ctx.AddNamedPrediction("input", x); err != nil {
+				return nil, err
+			}
+			if mixed != nil {
+				*mixed = ctx.AddPrediction(x)
+			}
+			return nil, nil
+		},
+		ConfigureOptimizers: sgd(model, 0.1),
+	}))
 }

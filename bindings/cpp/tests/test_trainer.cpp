@@ -982,19 +982,25 @@ TEST_F(TrainerTest, PredictBatchesAsLightningsList) {
     EXPECT_FALSE(static_cast<bool>(none));
 }
 
+// A module whose prediction is the dict {"logits": model(x), "input": x}
+// (adding an unnamed one, or a name twice, throws).
+static LightningModule named_predictions(Model& model) {
+    return full_module(model)
+        .predict_step([&model](StepContext& ctx, const Batch& batch) -> std::optional<Tensor> {
+            ctx.add_prediction("logits", model.forward(batch[0]));
+            ctx.add_prediction("input", batch[0]);
+            EXPECT_THROW(ctx.add_prediction(batch[0]), fulmen::Error);
+            EXPECT_THROW(ctx.add_prediction("input", batch[0]), fulmen::Error);
+            return std::nullopt;
+        })
+        .build();
+}
+
 TEST_F(TrainerTest, PredictBatchesNamedAreDicts) {
     Dataset ds = fulmen_test::blobs(10, 2);
     Loader loader(ds, 4);
     Model model = fulmen_test::mlp();
-    LightningModule module = full_module(model)
-                                 .predict_step([&model](StepContext& ctx, const Batch& batch) -> std::optional<Tensor> {
-                                     ctx.add_prediction("logits", model.forward(batch[0]));
-                                     ctx.add_prediction("input", batch[0]);
-                                     EXPECT_THROW(ctx.add_prediction(batch[0]), fulmen::Error);
-                                     EXPECT_THROW(ctx.add_prediction("input", batch[0]), fulmen::Error);
-                                     return std::nullopt;
-                                 })
-                                 .build();
+    LightningModule module = named_predictions(model);
     Trainer trainer(fulmen_test::quiet_options(1).set("logger", false));
     fulmen::Value out = trainer.predict_batches(module, {&loader});
     ASSERT_EQ(out.size(), 3u);
@@ -1009,13 +1015,7 @@ TEST_F(TrainerTest, NamedPredictionsReachTheHookAndTheValueWriter) {
     Dataset ds = fulmen_test::blobs(10, 2);
     Loader loader(ds, 4);
     Model model = fulmen_test::mlp();
-    LightningModule module = full_module(model)
-                                 .predict_step([&model](StepContext& ctx, const Batch& batch) -> std::optional<Tensor> {
-                                     ctx.add_prediction("logits", model.forward(batch[0]));
-                                     ctx.add_prediction("input", batch[0]);
-                                     return std::nullopt;
-                                 })
-                                 .build();
+    LightningModule module = named_predictions(model);
     Trainer trainer(fulmen_test::quiet_options(1).set("logger", false));
     std::vector<int64_t> hook_rows, writer_rows;
     size_t epoch_batches = 0;
