@@ -210,7 +210,7 @@ fn scenario(name: &str) -> Scenario {
     let (settings, kind) = match name {
         "full" => (vec![full, wrap], mlp),
         "grad_op" => (vec![("fsdp_sharding_strategy", "SHARD_GRAD_OP"), wrap], mlp),
-        "no_shard" => (vec![("fsdp_sharding_strategy", "NO_SHARD")], mlp),
+        "no_shard" | "host_no_shard" => (vec![("fsdp_sharding_strategy", "NO_SHARD")], mlp),
         "size" => (vec![full, ("fsdp_min_num_params", "100")], mlp),
         "clip_accumulate" | "host_clip_accumulate" => {
             (vec![full, wrap, ("gradient_clip_val", "0.3"), ("accumulate_grad_batches", "2")], mlp)
@@ -476,7 +476,8 @@ fn host_loop(name: &str, batch: i64, epochs: i64) -> Result<Trained> {
     let accumulate: usize = setting("accumulate_grad_batches").map_or(1, |v| v.parse().unwrap());
     let clip: Option<f64> = setting("gradient_clip_val").map(|v| v.parse().unwrap());
     let (probe_name, rows) = probe(sc.kind);
-    let shard_rows = (rows + world as i64 - 1) / world as i64;
+    let sharded = sc.settings.iter().all(|(_, v)| *v != "NO_SHARD");
+    let shard_rows = if sharded { (rows + world as i64 - 1) / world as i64 } else { rows };
     let data = loader(batch).sharded(rank, world)?;
     let mut losses = Vec::new();
     for epoch in 0..epochs as u64 {
@@ -493,6 +494,11 @@ fn host_loop(name: &str, batch: i64, epochs: i64) -> Result<Trained> {
             let loss = (out - &b[1]).square().mean(Kind::Float);
             losses.push(loss.double_value(&[]));
             (loss / accumulate as f64).backward();
+            if steps && epoch == 0 && i + 1 == accumulate {
+                // A forgotten finish_backward is refused, under every sharding.
+                let e = fsdp.prepare_forward(true).expect_err("a step began before the gradients were averaged");
+                assert_eq!(e.code, fulmen::ErrorCode::InvalidState, "{e}");
+            }
             fsdp.finish_backward()?;
             if steps {
                 if let Some(max_norm) = clip {
@@ -590,6 +596,7 @@ fn clipping_and_accumulation_equal_one_process() {
 fn a_host_loop_equals_one_process() {
     check_against_one_process("host_clip_accumulate", 2);
     check_against_one_process("host_transformer", 3);
+    check_against_one_process("host_no_shard", 2);
 }
 
 /// The checkpoints under `dir`: files, and sharded checkpoint directories.

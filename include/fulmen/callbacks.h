@@ -554,75 +554,6 @@ typedef struct fulmen_callback_vtable {
   struct fulmen_error *(*on_hook)(void *userdata, int32_t hook, struct fulmen_hook_context *ctx);
 } fulmen_callback_vtable;
 
-/**
- * Lightning's `write_on_batch_end`: writes one predict batch's
- * `prediction` (NULL when predict_step returned none), given the dataset
- * indices of its samples (`batch_indices[0..n_batch_indices]`; NULL and 0
- * when the loader cannot tell, a host iterator), the batch
- * (`batch[0..batch_len]`), its index in its loader and the loader's
- * index. The tensors are borrowed, released when it returns
- * (`fulmen_tensor_share` keeps one); the arrays are valid during the call.
- * Return NULL, or an error to fail predict.
- */
-typedef struct fulmen_error *(*fulmen_prediction_batch_fn)(void *userdata,
-                                                           const struct fulmen_tensor *prediction,
-                                                           const int64_t *batch_indices,
-                                                           size_t n_batch_indices,
-                                                           const struct fulmen_tensor *const *batch,
-                                                           size_t batch_len,
-                                                           int64_t batch_idx,
-                                                           size_t dataloader_idx);
-
-/**
- * Lightning's `write_on_epoch_end`, once per loader at the end of the
- * predict epoch: `predictions[0..n_batches]` are the loader's batches'
- * predictions in order (NULL for a batch that returned none), and
- * `batch_indices` the dataset indices of all their samples, batch after
- * batch, `batch_index_counts[i]` of them for batch i (NULL arrays when
- * `n_batches` is 0; `batch_indices` also NULL when the loader cannot tell,
- * its counts then 0). Borrowed as for `fulmen_prediction_batch_fn`.
- * Return NULL, or an error to fail predict.
- */
-typedef struct fulmen_error *(*fulmen_prediction_epoch_fn)(void *userdata,
-                                                           size_t dataloader_idx,
-                                                           const struct fulmen_tensor *const *predictions,
-                                                           size_t n_batches,
-                                                           const int64_t *batch_indices,
-                                                           const size_t *batch_index_counts);
-
-/**
- * `write_on_batch_end` with the whole prediction, as Lightning's writer
- * gets it: `prediction` is a value (`fulmen/value.h`): None (the step
- * predicted nothing), a tensor, a tuple of tensors
- * (`fulmen_step_context_add_prediction`) or a dict of named tensors
- * (`fulmen_step_context_add_named_prediction`); the other arguments as
- * for `fulmen_prediction_batch_fn`. The value is borrowed, released when
- * it returns (`fulmen_value_keep` keeps it). Return NULL, or an error to
- * fail predict.
- */
-typedef struct fulmen_error *(*fulmen_prediction_value_batch_fn)(void *userdata,
-                                                                 const struct fulmen_value *prediction,
-                                                                 const int64_t *batch_indices,
-                                                                 size_t n_batch_indices,
-                                                                 const struct fulmen_tensor *const *batch,
-                                                                 size_t batch_len,
-                                                                 int64_t batch_idx,
-                                                                 size_t dataloader_idx);
-
-/**
- * `write_on_epoch_end` with the whole predictions: `predictions` is a
- * list value of the loader's `n_batches` batches' predictions in order
- * (each as for `fulmen_prediction_value_batch_fn`); `batch_indices` and
- * `batch_index_counts` as for `fulmen_prediction_epoch_fn`. Borrowed as
- * for the batch function. Return NULL, or an error to fail predict.
- */
-typedef struct fulmen_error *(*fulmen_prediction_value_epoch_fn)(void *userdata,
-                                                                 size_t dataloader_idx,
-                                                                 const struct fulmen_value *predictions,
-                                                                 size_t n_batches,
-                                                                 const int64_t *batch_indices,
-                                                                 const size_t *batch_index_counts);
-
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -1032,58 +963,6 @@ struct fulmen_error *fulmen_hook_context_exception(const struct fulmen_hook_cont
 struct fulmen_error *fulmen_callback_list_add(struct fulmen_callback_list *list,
                                               const char *name,
                                               const struct fulmen_callback_vtable *vtable);
-
-/**
- * Adds Lightning's `BasePredictionWriter` with host functions: during
- * `fulmen_trainer_predict` (and `_predict_loaders`), `write_on_batch_end`
- * gets each batch's prediction as it is made when `write_interval` is
- * "batch" (NULL: the default, Lightning's) or "batch_and_epoch", and
- * `write_on_epoch_end` gets each loader's predictions of the epoch at its
- * end when it is "epoch" or "batch_and_epoch" (once per loader in order,
- * where Lightning calls it once with all loaders' lists; a predict over
- * no batch calls it once for loader 0 with none). With a DataLoader the
- * samples' dataset indices come too (shuffled, and under DDP each rank's
- * share, as Lightning's `batch_indices`). A function the interval does
- * not use may be NULL. Both run on the thread that runs predict, one call
- * at a time, under the trainer's `callback_timeout`; a call into the
- * running trainer from inside them fails with FULMEN_CODE_INVALID_STATE
- * (the trainer is in use); their error (code kept; FULMEN_CODE_CALLBACK
- * for an invalid handle) fails predict; in C++ and Go an exception or
- * panic comes back as the error, never across fulmen. `userdata_free`
- * (may be NULL) runs once when the trainer is freed, not when this call
- * fails. The epoch writer's predictions are held (not copied) until the
- * epoch ends.
- *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (`write_interval` not "batch",
- * "epoch" or "batch_and_epoch", or not UTF-8), FULMEN_CODE_NULL_ARGUMENT
- * (a function the interval uses is NULL). At predict: the functions' own
- * errors.
- */
-struct fulmen_error *fulmen_trainer_add_prediction_writer(struct fulmen_trainer *trainer,
-                                                          const char *write_interval,
-                                                          fulmen_prediction_batch_fn write_on_batch_end,
-                                                          fulmen_prediction_epoch_fn write_on_epoch_end,
-                                                          void *userdata,
-                                                          void (*userdata_free)(void*));
-
-/**
- * `fulmen_trainer_add_prediction_writer` with the whole predictions, as
- * Lightning's `BasePredictionWriter` gets them: a batch's prediction is a
- * value, None, its tensor, or the tuple or dict of tensors predict_step
- * made, and the epoch's a list of them (`fulmen_prediction_value_batch_fn`,
- * `fulmen_prediction_value_epoch_fn`). Everything else (intervals,
- * indices, threads, errors, `userdata_free`) as there.
- *
- * Errors: as `fulmen_trainer_add_prediction_writer`; at predict,
- * FULMEN_CODE_OUT_OF_RANGE when an epoch's predictions hold more than
- * FULMEN_MAX_VALUE_NODES values.
- */
-struct fulmen_error *fulmen_trainer_add_prediction_value_writer(struct fulmen_trainer *trainer,
-                                                                const char *write_interval,
-                                                                fulmen_prediction_value_batch_fn write_on_batch_end,
-                                                                fulmen_prediction_value_epoch_fn write_on_epoch_end,
-                                                                void *userdata,
-                                                                void (*userdata_free)(void*));
 
 /**
  * New ModelPruning arguments with Lightning's defaults:

@@ -258,7 +258,10 @@ struct fulmen_error *fulmen_dist_store_delete(const struct fulmen_dist_store *st
  * fit: an activation checkpointing class that names no module, a hybrid
  * sharding whose ranks do not split into `num_nodes`),
  * FULMEN_CODE_DISTRIBUTED (ranks disagree on the parameters, a rank failed,
- * timeout). On error the model is as it was.
+ * timeout), FULMEN_CODE_TORCH (out of memory while sharding). On error
+ * the model is not sharded, but it may hold rank 0's values (the copy
+ * ran), and after a failure while sharding (the error says so) some of
+ * its parameters hold this rank's rows only.
  */
 struct fulmen_error *fulmen_fsdp_new(struct fulmen_model *model,
                                      const struct fulmen_strategy *strategy,
@@ -332,8 +335,9 @@ struct fulmen_error *fulmen_fsdp_zero_grad(struct fulmen_fsdp *fsdp, bool set_to
  * parameters; NULL with 0) into their full shapes, on every rank (a
  * collective). The model and optimizers can then be saved, read or loaded
  * as unsharded ones (`fulmen_model_save` on rank 0,
- * `fulmen_optimizer_load_state`, ...), until `fulmen_fsdp_reshard`. A
- * model already unsharded: nothing happens.
+ * `fulmen_optimizer_load_state`, ...) and the model run forward on any
+ * rank (it stays whole), until `fulmen_fsdp_reshard`. A model already
+ * unsharded: nothing happens.
  *
  * Errors: FULMEN_CODE_NULL_ARGUMENT (`optimizers` NULL with `count` > 0),
  * FULMEN_CODE_INVALID_ARGUMENT (an optimizer listed twice),
@@ -353,8 +357,10 @@ struct fulmen_error *fulmen_fsdp_unshard(struct fulmen_fsdp *fsdp,
  *
  * Errors: FULMEN_CODE_INVALID_STATE (the model is not unsharded; an
  * optimizer handle in use), FULMEN_CODE_NULL_ARGUMENT,
- * FULMEN_CODE_INVALID_ARGUMENT (as for unshard), FULMEN_CODE_TORCH (a
- * parameter was given another shape).
+ * FULMEN_CODE_INVALID_ARGUMENT (an optimizer listed twice; not the
+ * optimizers given to unshard), FULMEN_CODE_TORCH (a parameter was
+ * given another shape; the model stays unsharded, so reshard can be
+ * called again).
  */
 struct fulmen_error *fulmen_fsdp_reshard(struct fulmen_fsdp *fsdp,
                                          struct fulmen_optimizer *const *optimizers,

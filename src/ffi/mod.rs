@@ -19,6 +19,7 @@ pub mod module;
 pub mod nn;
 pub mod optim;
 pub mod options_table;
+pub mod prediction;
 pub mod schedulers;
 pub mod script;
 pub mod tensor;

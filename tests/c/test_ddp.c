@@ -735,10 +735,23 @@ static int scenario_fsdp_hostloop(const char *dir) {
         CHECK_OK(fulmen_model_num_parameters(model, &again));
         CHECK(again == whole);
         CHECK_ERR(fulmen_fsdp_prepare_forward(fsdp), FULMEN_CODE_INVALID_STATE, "unsharded");
+        /* A forward of the whole model (on one rank only) leaves it whole. */
+        if (rank == 0) {
+            fulmen_tensor *xy[2] = {NULL, NULL}, *out = NULL;
+            size_t count = 0;
+            CHECK_OK(fulmen_loader_batch(mine, 0, 0, xy, 2, &count));
+            CHECK_OK(fulmen_model_forward(model, xy[0], &out));
+            fulmen_tensor_free(xy[0]);
+            fulmen_tensor_free(xy[1]);
+            fulmen_tensor_free(out);
+        }
+        CHECK_OK(fulmen_model_num_parameters(model, &again));
+        CHECK(again == whole);
         CHECK_OK(fulmen_model_save(model, weights));
         CHECK_OK(fulmen_optimizer_save_state(opt, state));
         CHECK_OK(fulmen_model_load(model, weights, true));
         CHECK_OK(fulmen_optimizer_load_state(opt, state));
+        CHECK_ERR(fulmen_fsdp_reshard(fsdp, NULL, 0), FULMEN_CODE_INVALID_ARGUMENT, "given to fulmen_fsdp_unshard");
         CHECK_OK(fulmen_fsdp_reshard(fsdp, opts, 1));
         CHECK_OK(fulmen_model_num_parameters(model, &again));
         CHECK(again == sharded);

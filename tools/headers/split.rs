@@ -49,6 +49,10 @@ pub const AREAS: &[Area] = &[
     },
     Area { name: "callbacks", title: "Hooks and callbacks: built-in callbacks and host callbacks." },
     Area {
+        name: "prediction",
+        title: "Prediction writers (Lightning's BasePredictionWriter): tensors, or whole predictions as values.",
+    },
+    Area {
         name: "loggers",
         title: "Loggers: CSV, TensorBoard and MLflow loggers (handles), host loggers, media from hooks.",
     },

@@ -6,7 +6,6 @@ pub mod finetuning;
 #[rustfmt::skip]
 pub mod gen_options;
 pub mod hooks;
-pub mod prediction;
 pub mod pruning;
 pub mod spike;
 pub mod standard;

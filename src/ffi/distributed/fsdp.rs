@@ -81,7 +81,10 @@ fn with_optimizers<R>(
 /// fit: an activation checkpointing class that names no module, a hybrid
 /// sharding whose ranks do not split into `num_nodes`),
 /// FULMEN_CODE_DISTRIBUTED (ranks disagree on the parameters, a rank failed,
-/// timeout). On error the model is as it was.
+/// timeout), FULMEN_CODE_TORCH (out of memory while sharding). On error
+/// the model is not sharded, but it may hold rank 0's values (the copy
+/// ran), and after a failure while sharding (the error says so) some of
+/// its parameters hold this rank's rows only.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_fsdp_new(
     model: *mut fulmen_model,
@@ -189,8 +192,9 @@ pub unsafe extern "C" fn fulmen_fsdp_zero_grad(fsdp: *mut fulmen_fsdp, set_to_no
 /// parameters; NULL with 0) into their full shapes, on every rank (a
 /// collective). The model and optimizers can then be saved, read or loaded
 /// as unsharded ones (`fulmen_model_save` on rank 0,
-/// `fulmen_optimizer_load_state`, ...), until `fulmen_fsdp_reshard`. A
-/// model already unsharded: nothing happens.
+/// `fulmen_optimizer_load_state`, ...) and the model run forward on any
+/// rank (it stays whole), until `fulmen_fsdp_reshard`. A model already
+/// unsharded: nothing happens.
 ///
 /// Errors: FULMEN_CODE_NULL_ARGUMENT (`optimizers` NULL with `count` > 0),
 /// FULMEN_CODE_INVALID_ARGUMENT (an optimizer listed twice),
@@ -218,8 +222,10 @@ pub unsafe extern "C" fn fulmen_fsdp_unshard(
 ///
 /// Errors: FULMEN_CODE_INVALID_STATE (the model is not unsharded; an
 /// optimizer handle in use), FULMEN_CODE_NULL_ARGUMENT,
-/// FULMEN_CODE_INVALID_ARGUMENT (as for unshard), FULMEN_CODE_TORCH (a
-/// parameter was given another shape).
+/// FULMEN_CODE_INVALID_ARGUMENT (an optimizer listed twice; not the
+/// optimizers given to unshard), FULMEN_CODE_TORCH (a parameter was
+/// given another shape; the model stays unsharded, so reshard can be
+/// called again).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_fsdp_reshard(
     fsdp: *mut fulmen_fsdp,

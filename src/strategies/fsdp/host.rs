@@ -20,6 +20,17 @@ pub struct FsdpHostLoop {
     step_open: bool,
     /// The parameters hold their full values ([`FsdpHostLoop::unshard`]).
     unsharded: bool,
+    /// The gradients of the parameters every rank keeps whole as the last
+    /// forward found them: a backward since changes them.
+    replicated_marks: Vec<(bool, usize)>,
+    /// The optimizers whose states [`FsdpHostLoop::unshard`] gathered
+    /// (their addresses), which [`FsdpHostLoop::reshard`] must cut again.
+    unsharded_optimizers: Vec<usize>,
+}
+
+/// An optimizer's address, naming it while it lives.
+fn address_of(o: &dyn Optimizer) -> usize {
+    o as *const dyn Optimizer as *const () as usize
 }
 
 impl FsdpHostLoop {
@@ -31,7 +42,14 @@ impl FsdpHostLoop {
         let groups = FsdpGroups::new(&ctx, &spec.fsdp, spec.num_nodes).map_err(|e| ctx.explain(e))?;
         let sharded = ShardedModel::wrap(model, &groups, &spec.fsdp, spec.ddp.sync_batchnorm)
             .map_err(|e| ctx.explain(e.context("sharding the model (fsdp)")))?;
-        Ok(FsdpHostLoop { sharded: Some(sharded), ctx, step_open: false, unsharded: false })
+        Ok(FsdpHostLoop {
+            sharded: Some(sharded),
+            ctx,
+            step_open: false,
+            unsharded: false,
+            replicated_marks: Vec::new(),
+            unsharded_optimizers: Vec::new(),
+        })
     }
 
     /// The sharded model, or the error of a loop that let it go.
@@ -52,7 +70,8 @@ impl FsdpHostLoop {
     /// Refuses to begin something new while a backward's gradients wait to
     /// be averaged.
     fn check_step_finished(&self, what: &str) -> Result<()> {
-        if self.step_open && self.sharded()?.gradients_arrived() {
+        let s = self.sharded()?;
+        if self.step_open && (s.gradients_arrived() || s.replicated_grad_marks() != self.replicated_marks) {
             return Err(Error::state(format!(
                 "{what}: the last backward's gradients were not averaged (call fulmen_fsdp_finish_backward after \
                  backward, before the optimizer step)"
@@ -80,6 +99,7 @@ impl FsdpHostLoop {
             s.start_forward();
             s.mark_pending();
             self.step_open = s.syncs();
+            self.replicated_marks = s.replicated_grad_marks();
         }
         Ok(())
     }
@@ -126,17 +146,20 @@ impl FsdpHostLoop {
         }
         self.check_step_finished("fulmen_fsdp_unshard")?;
         let s = self.sharded()?;
-        let gathered = (|| -> Result<()> {
-            let full: Vec<Vec<(String, tch::Tensor)>> =
-                optimizers.iter().map(|o| s.full_optimizer_state(&**o)).collect::<Result<_>>()?;
-            s.gather_master()?;
-            for (o, state) in optimizers.iter_mut().zip(full) {
-                o.load_state_dict(&state).map_err(|e| e.context("the optimizer's state in full shapes"))?;
-            }
-            Ok(())
-        })();
-        gathered.map_err(|e| self.ctx.explain(e))?;
+        let full: Vec<Vec<(String, tch::Tensor)>> = optimizers
+            .iter()
+            .map(|o| s.full_optimizer_state(&**o))
+            .collect::<Result<_>>()
+            .map_err(|e| self.ctx.explain(e))?;
+        s.gather_master().map_err(|e| self.ctx.explain(e))?;
+        // Whole from here: forwards leave the units alone until reshard,
+        // which cuts every optimizer given here.
+        s.set_pinned(true);
         self.unsharded = true;
+        self.unsharded_optimizers = optimizers.iter().map(|o| address_of(&**o)).collect();
+        for (o, state) in optimizers.iter_mut().zip(full) {
+            o.load_state_dict(&state).map_err(|e| e.context("the optimizer's state in full shapes"))?;
+        }
         Ok(())
     }
 
@@ -149,9 +172,26 @@ impl FsdpHostLoop {
                 "fulmen_fsdp_reshard: the model is sharded already (it follows fulmen_fsdp_unshard)",
             ));
         }
+        let mut given: Vec<usize> = optimizers.iter().map(|o| address_of(&**o)).collect();
+        let mut gathered = self.unsharded_optimizers.clone();
+        given.sort_unstable();
+        gathered.sort_unstable();
+        if given != gathered {
+            return Err(Error::invalid(format!(
+                "fulmen_fsdp_reshard: pass the optimizers given to fulmen_fsdp_unshard ({} of them), whose states \
+                 are whole now",
+                gathered.len()
+            )));
+        }
         let s = self.sharded()?;
-        s.reshard_from_params(optimizers).map_err(|e| self.ctx.explain(e))?;
+        s.set_pinned(false);
+        let cut = s.reshard_from_params(optimizers);
+        if cut.is_err() {
+            s.set_pinned(true);
+        }
+        cut.map_err(|e| self.ctx.explain(e))?;
         self.unsharded = false;
+        self.unsharded_optimizers.clear();
         Ok(())
     }
 

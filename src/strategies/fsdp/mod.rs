@@ -211,7 +211,9 @@ impl Strategy for FsdpStrategy {
     fn clip_params(&self, params: &[Tensor], value: f64, algorithm: ClipAlgorithm) -> Result<()> {
         let whole = self.options.sharding_strategy == ShardingStrategy::NoShard;
         match algorithm {
-            ClipAlgorithm::Norm if !whole => self.with_sharded(|s| s.clip_norm(params, value).map(drop)),
+            ClipAlgorithm::Norm if !whole && self.sharded().is_some() => {
+                self.with_sharded(|s| s.clip_norm(params, value).map(drop))
+            }
             _ => self.placement.precision.clip_params(params, value, algorithm),
         }
     }

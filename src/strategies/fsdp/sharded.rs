@@ -88,6 +88,9 @@ pub(crate) struct ShardedModel {
     sync: Arc<AtomicBool>,
     /// A training forward ran since the gradients were last averaged.
     pending: bool,
+    /// Unlinked already ([`ShardedModel::unwrap`] or
+    /// [`ShardedModel::abandon`]): dropping it does nothing more.
+    released: bool,
 }
 
 impl ShardedModel {
@@ -117,30 +120,43 @@ impl ShardedModel {
         }
         let sync = Arc::new(AtomicBool::new(true));
         let whole = options.sharding_strategy == ShardingStrategy::NoShard;
+        let mut made = ShardedModel {
+            model: Arc::clone(&model),
+            units: Vec::new(),
+            replicated: Vec::new(),
+            groups: groups.clone(),
+            whole,
+            sync,
+            pending: false,
+            released: false,
+        };
         if whole {
-            drop(m);
-            return Ok(ShardedModel {
-                model,
-                units: Vec::new(),
-                replicated: params,
-                groups: groups.clone(),
-                whole,
-                sync,
-                pending: false,
-            });
+            made.replicated = params;
+            return Ok(made);
         }
         let reshard = options.sharding_strategy.reshards_after_forward();
         let (planned_units, replicated) = wrap::plan(&m, options);
-        let mut units = Vec::with_capacity(planned_units.len());
+        made.replicated = replicated;
+        let mp = MixedPrecision { param: options.param_dtype, reduce: options.reduce_dtype };
         for planned in planned_units {
             let unit_groups = UnitGroups { shard: Arc::clone(&groups.shard), replicas: groups.replicas.clone() };
-            let mp = MixedPrecision { param: options.param_dtype, reduce: options.reduce_dtype };
             let after_forward = reshard && !planned.path.is_empty();
-            units.push(FsdpUnit::new(planned.path, planned.params, unit_groups, after_forward, mp, Arc::clone(&sync))?);
+            match FsdpUnit::new(planned.path, planned.params, unit_groups, after_forward, mp, Arc::clone(&made.sync)) {
+                Ok(unit) => made.units.push(unit),
+                Err(e) => {
+                    // `made` then drops, unlinking the model (its lock
+                    // released first): the units made so far keep their
+                    // parameters' shards.
+                    drop(m);
+                    return Err(e.context(
+                        "sharding failed part way: the parameters of the units made so far hold this rank's rows",
+                    ));
+                }
+            }
         }
-        wrap::link(&mut m, &units);
+        wrap::link(&mut m, &made.units);
         drop(m);
-        Ok(ShardedModel { model, units, replicated, groups: groups.clone(), whole, sync, pending: false })
+        Ok(made)
     }
 
     /// The units, innermost first.
@@ -302,7 +318,7 @@ impl ShardedModel {
 
     /// Gives the model its full parameters back for good and unlinks it
     /// (a collective).
-    pub fn unwrap(self) -> Result<()> {
+    pub fn unwrap(mut self) -> Result<()> {
         let mut first = None;
         for u in &self.units {
             if let Err(e) = u.unshard_for_good() {
@@ -313,14 +329,23 @@ impl ShardedModel {
         wrap::unlink(&mut m);
         m.set_batch_norm_sync(None);
         drop(m);
+        self.released = true;
         first.map_or(Ok(()), Err)
     }
 
     /// Unlinks the model without a collective (the group is broken, or the
     /// host lets go): each parameter keeps what it holds now (this rank's
     /// shard, or its full value while gathered), without the units' hooks
-    /// and without a gradient of another shape.
-    pub fn abandon(self) {
+    /// and without a gradient of another shape. Dropping a sharded model
+    /// does the same.
+    pub fn abandon(mut self) {
+        self.detach();
+    }
+
+    fn detach(&mut self) {
+        if std::mem::replace(&mut self.released, true) {
+            return;
+        }
         for u in &self.units {
             u.detach_hooks();
         }
@@ -333,5 +358,36 @@ impl ShardedModel {
         }
         wrap::unlink(&mut m);
         m.set_batch_norm_sync(None);
+    }
+
+    /// Holds every unit as it is (`true`, after
+    /// [`ShardedModel::gather_master`]: forwards leave the full parameters
+    /// alone) or lets the step's hooks run again.
+    pub fn set_pinned(&self, pinned: bool) {
+        for u in &self.units {
+            u.set_pinned(pinned);
+        }
+    }
+
+    /// A mark per parameter kept whole: whether it has a gradient and
+    /// where that gradient lives (a backward makes or replaces it).
+    pub fn replicated_grad_marks(&self) -> Vec<(bool, usize)> {
+        self.replicated
+            .iter()
+            .map(|p| {
+                let g = p.grad();
+                if g.defined() {
+                    (true, g.data_ptr() as usize)
+                } else {
+                    (false, 0)
+                }
+            })
+            .collect()
+    }
+}
+
+impl Drop for ShardedModel {
+    fn drop(&mut self) {
+        self.detach();
     }
 }

@@ -34,7 +34,7 @@ pub(crate) fn clip_norm_over_ranks(
             None => return Ok(Tensor::f_zeros([], (tch::Kind::Float, tch::Device::Cpu))?),
         };
         group.all_reduce(&[zeros.shallow_clone()], ReduceOp::Sum)?;
-        return Ok(zeros.f_sum(zeros.kind())?);
+        return Ok(zeros.f_sum(zeros.kind())?.f_sqrt()?);
     };
     let world = group.world_size() as f64;
     let squares: Vec<Tensor> = grads

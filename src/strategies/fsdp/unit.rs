@@ -179,6 +179,9 @@ pub(crate) struct FsdpUnit {
     /// micro-batches of gradient accumulation that do not step), shared
     /// by the strategy's units.
     sync: Arc<AtomicBool>,
+    /// Held gathered for the host (`fulmen_fsdp_unshard`): forwards and
+    /// backwards leave the parameters as they are.
+    pinned: AtomicBool,
 }
 
 /// Locks `m`, taking the value of a poisoned lock.
@@ -265,11 +268,22 @@ impl FsdpUnit {
             mp,
             hook_error: Mutex::new(None),
             sync,
+            pinned: AtomicBool::new(false),
         });
         for p in lock(&unit.state).params.iter() {
             set_post_accumulate(&p.param, Some(Arc::downgrade(&unit)))?;
         }
         Ok(unit)
+    }
+
+    /// Holds the unit as it is (`true`: forwards and backwards neither
+    /// gather, free nor average it) or lets the step's hooks run again.
+    pub fn set_pinned(&self, pinned: bool) {
+        self.pinned.store(pinned, Ordering::SeqCst);
+    }
+
+    fn is_pinned(&self) -> bool {
+        self.pinned.load(Ordering::SeqCst)
     }
 
     /// The unit's parameters, locked.
@@ -388,6 +402,9 @@ impl FsdpUnit {
     /// full-sized ones while the backward goes on). A failure is kept for
     /// the strategy.
     fn gradient_arrived(&self) {
+        if self.is_pinned() {
+            return;
+        }
         let mut st = lock(&self.state);
         st.dirty = true;
         st.seen = true;
@@ -464,6 +481,9 @@ impl FsdpUnit {
     /// reaches them after a reshard gathers the unit again, whoever freed
     /// it.
     pub fn after_forward(self: &Arc<Self>, outputs: &[Tensor], owns: bool) -> Result<()> {
+        if self.is_pinned() {
+            return Ok(());
+        }
         let needs_grad: Vec<&Tensor> = outputs.iter().filter(|t| t.defined() && t.requires_grad()).collect();
         for t in &needs_grad {
             register_pre_backward(t, Arc::clone(self))?;
@@ -481,6 +501,9 @@ impl FsdpUnit {
     /// to report after the backward, and the buffers are allocated (zeros)
     /// so the backward reads valid memory.
     fn pre_backward(&self) {
+        if self.is_pinned() {
+            return;
+        }
         if let Err(e) = self.gather() {
             let mut st = lock(&self.state);
             for p in st.params.iter() {
@@ -608,6 +631,10 @@ impl FsdpUnit {
     /// sharded again.
     pub fn reshard_from_params(&self) -> Result<()> {
         let st = lock(&self.state);
+        if !st.gathered {
+            // The parameters hold the shards already (nothing to cut).
+            return Ok(());
+        }
         tch::no_grad(|| -> Result<()> {
             for p in st.params.iter() {
                 let rows = p.rows_of(&p.param.f_detach()?, self.rank, self.world)?;
@@ -632,6 +659,9 @@ pub(crate) struct UnitHook(pub Arc<FsdpUnit>);
 
 impl ShardHook for UnitHook {
     fn before_forward(&self) -> Result<()> {
+        if self.0.is_pinned() {
+            return Ok(());
+        }
         self.0.gather().map_err(|e| e.context(format!("gathering FSDP unit {:?} for its forward", self.0.path)))
     }
 
@@ -640,6 +670,9 @@ impl ShardHook for UnitHook {
     }
 
     fn input_kind(&self) -> Option<Kind> {
+        if self.0.is_pinned() {
+            return None;
+        }
         self.0.mp.param
     }
 }

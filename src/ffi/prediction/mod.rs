@@ -1,5 +1,6 @@
-//! Built-in callbacks: Lightning's `BasePredictionWriter`, the writing done
-//! by host functions.
+//! Lightning's `BasePredictionWriter` with host functions
+//! (`fulmen/prediction.h`): each batch's prediction, or each loader's of
+//! the epoch, as tensors or as whole values.
 use crate::callbacks::prediction_writer::{
     BatchPrediction, EpochPredictions, PredictionWriter, WriteBatchFn, WriteEpochFn, WriteInterval,
 };
