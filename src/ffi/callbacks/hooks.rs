@@ -606,9 +606,13 @@ pub unsafe extern "C" fn fulmen_callback_list_add(
     vtable: *const fulmen_callback_vtable,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let mut l = handle::borrow_mut(list, "list")?;
         let cb = host_callback(str_arg(name, "name")?, vtable)?;
-        l.callbacks.push(Box::new(cb));
-        Ok(())
+        add_to_list(list, Box::new(cb))
     })
+}
+
+/// Adds `callback` to the list `configure_callbacks` fills.
+pub(crate) unsafe fn add_to_list(list: *mut fulmen_callback_list, callback: Box<dyn Callback>) -> Result<()> {
+    handle::borrow_mut(list, "list")?.callbacks.push(callback);
+    Ok(())
 }

@@ -7,7 +7,7 @@ use crate::ffi::base::handle;
 use crate::ffi::callbacks::gen_options::{
     fulmen_early_stopping_options, fulmen_model_checkpoint_options, fulmen_model_checkpoint_options_default,
 };
-use crate::ffi::callbacks::hooks::{fulmen_callback_list, fulmen_callback_vtable, host_callback};
+use crate::ffi::callbacks::hooks::{add_to_list, fulmen_callback_list, fulmen_callback_vtable, host_callback};
 use crate::ffi::trainer::runs::fulmen_trainer;
 use std::ffi::c_char;
 use std::path::PathBuf;
@@ -175,11 +175,7 @@ pub unsafe extern "C" fn fulmen_callback_list_add_model_checkpoint(
     list: *mut fulmen_callback_list,
     options: *const fulmen_model_checkpoint_options,
 ) -> *mut fulmen_error {
-    guard!(|| {
-        let cb = model_checkpoint(options)?;
-        handle::borrow_mut(list, "list")?.callbacks.push(Box::new(cb));
-        Ok(())
-    })
+    guard!(|| { add_to_list(list, Box::new(model_checkpoint(options)?)) })
 }
 
 /// In `configure_callbacks`: adds an EarlyStopping (`options` as for
@@ -192,11 +188,7 @@ pub unsafe extern "C" fn fulmen_callback_list_add_early_stopping(
     list: *mut fulmen_callback_list,
     options: *const fulmen_early_stopping_options,
 ) -> *mut fulmen_error {
-    guard!(|| {
-        let cb = early_stopping(options)?;
-        handle::borrow_mut(list, "list")?.callbacks.push(Box::new(cb));
-        Ok(())
-    })
+    guard!(|| { add_to_list(list, Box::new(early_stopping(options)?)) })
 }
 
 /// In `configure_callbacks`: adds a LearningRateMonitor (arguments as for
@@ -210,11 +202,7 @@ pub unsafe extern "C" fn fulmen_callback_list_add_lr_monitor(
     log_momentum: bool,
     log_weight_decay: bool,
 ) -> *mut fulmen_error {
-    guard!(|| {
-        let cb = lr_monitor(logging_interval, log_momentum, log_weight_decay)?;
-        handle::borrow_mut(list, "list")?.callbacks.push(Box::new(cb));
-        Ok(())
-    })
+    guard!(|| { add_to_list(list, Box::new(lr_monitor(logging_interval, log_momentum, log_weight_decay)?)) })
 }
 
 /// Adds a DeviceStatsMonitor (Lightning's): when the loggers are due

@@ -1,11 +1,11 @@
 //! FSDP for host-owned loops (`fulmen_fsdp`): a model sharded across the
 //! joined job's ranks, the host driving forward, backward and its
 //! optimizers.
-use crate::distributed;
 use crate::error::{Error, Result};
 use crate::ffi::base::error::{fulmen_error, guard};
 use crate::ffi::base::handle::{self, check_out, write_out, Handle};
 use crate::ffi::distributed::collectives::refuse_in_slot;
+use crate::ffi::distributed::job::joined;
 use crate::ffi::nn::model::fulmen_model;
 use crate::ffi::optim::optimizers::fulmen_optimizer;
 use crate::ffi::trainer::strategy::fulmen_strategy;
@@ -96,9 +96,7 @@ pub unsafe extern "C" fn fulmen_fsdp_new(
         refuse_in_slot(crate::ffi::base::error::function_name!())?;
         let m = Arc::clone(&handle::borrow_mut(model, "model")?.inner);
         let s = handle::borrow(strategy, "strategy")?;
-        let ctx = distributed::current().ok_or_else(|| {
-            Error::state("this process has not joined a distributed job (call fulmen_distributed_join first)")
-        })?;
+        let ctx = joined()?;
         let inner = FsdpHostLoop::new(ctx, m, &s.spec)?;
         out.write(handle::into_raw(fulmen_fsdp { inner }));
         Ok(())

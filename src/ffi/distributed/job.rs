@@ -15,7 +15,8 @@ use std::ffi::c_char;
 use std::sync::Arc;
 use std::time::Duration;
 
-fn joined() -> Result<Arc<DistContext>> {
+/// The joined job, or the error of a call that needs one.
+pub(crate) fn joined() -> Result<Arc<DistContext>> {
     distributed::current().ok_or_else(|| {
         Error::state("this process has not joined a distributed job (call fulmen_distributed_join or fit with ddp)")
     })

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 /// A model sharded for a host loop, and where its step is.
 pub struct FsdpHostLoop {
-    /// `None` once dropped by [`FsdpHostLoop::release`].
-    sharded: Option<ShardedModel>,
+    /// Unlinks the model when dropped (with the wrapper).
+    sharded: ShardedModel,
     ctx: Arc<DistContext>,
     /// A training forward was prepared and its gradients not yet averaged
     /// by [`FsdpHostLoop::finish_backward`].
@@ -43,18 +43,13 @@ impl FsdpHostLoop {
         let sharded = ShardedModel::wrap(model, &groups, &spec.fsdp, spec.ddp.sync_batchnorm)
             .map_err(|e| ctx.explain(e.context("sharding the model (fsdp)")))?;
         Ok(FsdpHostLoop {
-            sharded: Some(sharded),
+            sharded,
             ctx,
             step_open: false,
             unsharded: false,
             replicated_marks: Vec::new(),
             unsharded_optimizers: Vec::new(),
         })
-    }
-
-    /// The sharded model, or the error of a loop that let it go.
-    fn sharded(&self) -> Result<&ShardedModel> {
-        self.sharded.as_ref().ok_or_else(|| Error::state("the FSDP wrapper no longer holds its model"))
     }
 
     /// Refuses a step's work while the parameters are whole.
@@ -70,7 +65,7 @@ impl FsdpHostLoop {
     /// Refuses to begin something new while a backward's gradients wait to
     /// be averaged.
     fn check_step_finished(&self, what: &str) -> Result<()> {
-        let s = self.sharded()?;
+        let s = &self.sharded;
         if self.step_open && (s.gradients_arrived() || s.replicated_grad_marks() != self.replicated_marks) {
             return Err(Error::state(format!(
                 "{what}: the last backward's gradients were not averaged (call fulmen_fsdp_finish_backward after \
@@ -84,7 +79,7 @@ impl FsdpHostLoop {
     /// full-sized gradients and accumulate them without communication;
     /// the next synchronized backward averages the sum into the shards.
     pub fn set_sync(&self, sync: bool) -> Result<()> {
-        self.sharded()?.set_sync(sync);
+        self.sharded.set_sync(sync);
         Ok(())
     }
 
@@ -93,7 +88,7 @@ impl FsdpHostLoop {
     pub fn prepare_forward(&mut self, grad_enabled: bool) -> Result<()> {
         self.check_sharded("fulmen_fsdp_prepare_forward")?;
         self.check_step_finished("fulmen_fsdp_prepare_forward")?;
-        let s = self.sharded.as_mut().ok_or_else(|| Error::state("the FSDP wrapper no longer holds its model"))?;
+        let s = &mut self.sharded;
         s.reshard_all().map_err(|e| self.ctx.explain(e))?;
         if grad_enabled {
             s.start_forward();
@@ -109,13 +104,11 @@ impl FsdpHostLoop {
     /// not complete, and the parameters every rank holds whole); while
     /// accumulating only a backward hook's error is reported.
     pub fn finish_backward(&mut self) -> Result<()> {
-        let ctx = Arc::clone(&self.ctx);
-        let s = self.sharded.as_mut().ok_or_else(|| Error::state("the FSDP wrapper no longer holds its model"))?;
-        if !s.syncs() {
-            return s.take_hook_error().map_err(|e| ctx.explain(e));
+        if !self.sharded.syncs() {
+            return self.sharded.take_hook_error().map_err(|e| self.ctx.explain(e));
         }
         self.step_open = false;
-        s.finish_backward().map_err(|e| ctx.explain(e))
+        self.sharded.finish_backward().map_err(|e| self.ctx.explain(e))
     }
 
     /// Clips every parameter's gradient by the norm over every rank's
@@ -124,7 +117,7 @@ impl FsdpHostLoop {
     pub fn clip_grad_norm(&self, max_norm: f64) -> Result<f64> {
         self.check_sharded("fulmen_fsdp_clip_grad_norm")?;
         self.check_step_finished("fulmen_fsdp_clip_grad_norm")?;
-        let s = self.sharded()?;
+        let s = &self.sharded;
         let params = s.parameters();
         let total = s.clip_norm(&params, max_norm).map_err(|e| self.ctx.explain(e))?;
         Ok(total.f_double_value(&[])?)
@@ -133,7 +126,7 @@ impl FsdpHostLoop {
     /// Every gradient dropped (`set_to_none`) or zeroed, those set aside
     /// while a unit is gathered included: `model.zero_grad()`.
     pub fn zero_grad(&self, set_to_none: bool) -> Result<()> {
-        self.sharded()?.zero_grad(set_to_none)
+        self.sharded.zero_grad(set_to_none)
     }
 
     /// Gathers every parameter's full value (in the shards' dtype) and the
@@ -145,7 +138,7 @@ impl FsdpHostLoop {
             return Ok(());
         }
         self.check_step_finished("fulmen_fsdp_unshard")?;
-        let s = self.sharded()?;
+        let s = &self.sharded;
         let full: Vec<Vec<(String, tch::Tensor)>> = optimizers
             .iter()
             .map(|o| s.full_optimizer_state(&**o))
@@ -183,7 +176,7 @@ impl FsdpHostLoop {
                 gathered.len()
             )));
         }
-        let s = self.sharded()?;
+        let s = &self.sharded;
         s.set_pinned(false);
         let cut = s.reshard_from_params(optimizers);
         if cut.is_err() {
@@ -194,21 +187,15 @@ impl FsdpHostLoop {
         self.unsharded_optimizers.clear();
         Ok(())
     }
-
-    /// Lets the model go without a collective: it keeps their full values
-    /// after [`FsdpHostLoop::unshard`], else this rank's shards.
-    pub fn release(&mut self) {
-        if let Some(s) = self.sharded.take() {
-            if !self.unsharded {
-                let _ = s.reshard_all();
-            }
-            s.abandon();
-        }
-    }
 }
 
 impl Drop for FsdpHostLoop {
+    /// Lets the model go without a collective: it keeps its full values
+    /// after [`FsdpHostLoop::unshard`], else this rank's shards (the
+    /// [`ShardedModel`] unlinks it as it drops).
     fn drop(&mut self) {
-        self.release();
+        if !self.unsharded {
+            let _ = self.sharded.reshard_all();
+        }
     }
 }
