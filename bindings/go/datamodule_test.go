@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 
@@ -256,6 +257,9 @@ func TestConfigureCallbacksReplacesTheTrainersByType(t *testing.T) {
 	defer ds.Close()
 	l := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 8}))
 	defer l.Close()
+	var atEnd fulmen.EarlyStoppingState
+	var bestAtStart []float64
+	var valLoaders []int64
 	model := mlp(t)
 	defer model.Close()
 	m := must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
@@ -281,6 +285,22 @@ func TestConfigureCallbacksReplacesTheTrainersByType(t *testing.T) {
 			}
 			return list.AddLRMonitorWith("epoch", false, false)
 		},
+		// From hooks: the module's EarlyStopping as it goes, and the
+		// per-loader counts (no validation loader here).
+		OnHook: func(h fulmen.Hook, ctx *fulmen.HookContext) error {
+			var err error
+			switch h {
+			case fulmen.HookTrainStart:
+				valLoaders, err = ctx.NumValBatches()
+			case fulmen.HookTrainEpochStart:
+				var s fulmen.EarlyStoppingState
+				s, err = ctx.EarlyStoppingState()
+				bestAtStart = append(bestAtStart, s.BestScore)
+			case fulmen.HookTrainEnd:
+				atEnd, err = ctx.EarlyStoppingState()
+			}
+			return err
+		},
 	}))
 	defer m.Close()
 	tr := quietTrainer(t, 5, "logger", "csv")
@@ -288,10 +308,53 @@ func TestConfigureCallbacksReplacesTheTrainersByType(t *testing.T) {
 	ok(t, tr.AddEarlyStopping(fulmen.DefaultEarlyStoppingOptions("never_logged")))
 	ok(t, tr.Fit(context.Background(), m, l, nil))
 	s := must(tr.EarlyStoppingState())
-	if s.StoppedEpoch != 1 || s.WaitCount != 1 {
-		t.Fatalf("early stopping state %+v", s)
+	if s.StoppedEpoch != 1 || s.WaitCount != 1 || atEnd != s {
+		t.Fatalf("early stopping state %+v, from on_train_end %+v", s, atEnd)
+	}
+	if len(bestAtStart) != 2 || !math.IsInf(bestAtStart[0], 1) || bestAtStart[1] != 1 || len(valLoaders) != 0 {
+		t.Fatalf("best scores %v at the epochs' starts, validation loaders %v", bestAtStart, valLoaders)
 	}
 	if _, found := must(tr.CallbackMetrics())["lr-SGD"]; !found {
 		t.Fatal("the module's LearningRateMonitor logged nothing")
+	}
+}
+
+// TestConfigureCallbacksAddsTheOtherBuiltIns: the module's
+// GradientAccumulationScheduler (2 batches a step) replaces the trainer's
+// (4), and a second StochasticWeightAveraging in the list is refused.
+func TestConfigureCallbacksAddsTheOtherBuiltIns(t *testing.T) {
+	noLeaks(t)
+	ds := blobDataset(t, 32, 1)
+	defer ds.Close()
+	l := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 8}))
+	defer l.Close()
+	model := mlp(t)
+	defer model.Close()
+	var swaErr error
+	m := must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
+			_, loss, err := lossOf(model, bt)
+			return loss, err
+		},
+		ConfigureOptimizers: sgd(model, 0.1),
+		ConfigureCallbacks: func(list *fulmen.CallbackList) error {
+			swa := fulmen.DefaultStochasticWeightAveragingOptions(0.05)
+			ok(t, list.AddStochasticWeightAveraging(swa))
+			swaErr = list.AddStochasticWeightAveraging(swa)
+			// The first SWA joins the run; it changes the lr, not the
+			// step count.
+			return list.AddGradientAccumulationScheduler(map[int64]int64{0: 2})
+		},
+	}))
+	defer m.Close()
+	tr := quietTrainer(t, 1, "logger", "false", "enable_checkpointing", "false")
+	defer tr.Close()
+	ok(t, tr.AddGradientAccumulationScheduler(map[int64]int64{0: 4}))
+	ok(t, tr.Fit(context.Background(), m, l, nil))
+	if !errors.Is(swaErr, fulmen.ErrInvalidArgument) {
+		t.Errorf("a second StochasticWeightAveraging: %v", swaErr)
+	}
+	if s := must(tr.GlobalStep()); s != 2 {
+		t.Errorf("global step %d after 4 batches, want 2 (the module's accumulation of 2)", s)
 	}
 }

@@ -18,6 +18,7 @@ func TestOverriddenModuleHooks(t *testing.T) {
 	defer model.Close()
 	replaced, transfers, evals := 0, 0, 0
 	var optimizerIndices []int64
+	var learningRates []float64
 	m := trainModule(t, model, func(h fulmen.Hook, ctx *fulmen.HookContext) error {
 		switch h {
 		case fulmen.HookBeforeBatchTransfer:
@@ -51,9 +52,24 @@ func TestOverriddenModuleHooks(t *testing.T) {
 		if h == fulmen.HookBeforeOptimizerStep || h == fulmen.HookBeforeZeroGrad {
 			optimizerIndices = append(optimizerIndices, must(ctx.OptimizerIndex()))
 		}
-		return nil
+		if h != fulmen.HookBeforeOptimizerStep || len(learningRates) > 1 {
+			return nil
+		}
+		// The optimizer itself: its lr read, then halved for the next step.
+		if n, g := must(ctx.OptimizerCount()), must(ctx.ParamGroupCount(0)); n != 1 || g != 1 {
+			t.Errorf("%d optimizers with %d groups, want 1 and 1", n, g)
+		}
+		lr := must(ctx.ParamGroup(0, 0, "lr"))
+		learningRates = append(learningRates, lr)
+		if _, err := ctx.ParamGroup(1, 0, "lr"); !errors.Is(err, fulmen.ErrOutOfRange) {
+			t.Errorf("optimizer 1 of 1: %v", err)
+		}
+		return ctx.SetParamGroup(0, 0, "lr", lr/2)
 	})))
 	ok(t, tr.Fit(context.Background(), m, train, val))
+	if len(learningRates) != 2 || learningRates[1] != learningRates[0]/2 {
+		t.Errorf("learning rates %v in on_before_optimizer_step, want the second half the first", learningRates)
+	}
 	if transfers != 0 || evals != 0 || replaced != 0 {
 		t.Errorf("not overridden, yet the module saw %d transfers, %d evals, %d replaced batches", transfers, evals, replaced)
 	}

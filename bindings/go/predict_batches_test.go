@@ -270,3 +270,76 @@ func namedPredictions(model *fulmen.Model, mixed *error) *fulmen.LightningModule
 		ConfigureOptimizers: sgd(model, 0.1),
 	}))
 }
+
+// TestPredictBatchesNestedValues: a prediction set whole, nested
+// ({"logits": model(x), "meta": (x, "tag")}), comes back in its shape.
+func TestPredictBatchesNestedValues(t *testing.T) {
+	noLeaks(t)
+	ds := blobDataset(t, 10, 2)
+	defer ds.Close()
+	l := must(fulmen.NewLoader(ds, fulmen.LoaderOptions{BatchSize: 4}))
+	defer l.Close()
+	model := mlp(t)
+	defer model.Close()
+	var mixed error
+	m := must(fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
+		TrainingStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
+			_, loss, err := lossOf(model, bt)
+			return loss, err
+		},
+		PredictStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
+			x := must(bt.Get(0))
+			y, err := model.Forward(x)
+			if err != nil {
+				return nil, err
+			}
+			defer y.Close()
+			whole := fulmen.Dict{{Key: "logits", Value: y}, {Key: "meta", Value: fulmen.Tuple{x, "tag"}}}
+			if err := ctx.SetPrediction(whole); err != nil {
+				return nil, err
+			}
+			mixed = ctx.AddPrediction(x)
+			return nil, nil
+		},
+		ConfigureOptimizers: sgd(model, 0.1),
+	}))
+	defer m.Close()
+	tr := quietTrainer(t, 1, "logger", "false", "enable_checkpointing", "false")
+	defer tr.Close()
+	out := must(tr.PredictBatches(context.Background(), m, []*fulmen.Loader{l}, true))
+	batches, isList := out.([]any)
+	if !isList || len(batches) != 3 {
+		t.Fatalf("predictions %#v", out)
+	}
+	last, ok1 := batches[2].(fulmen.Dict)
+	meta, ok2 := last.Get("meta")
+	tuple, ok3 := meta.(fulmen.Tuple)
+	if !ok1 || !ok2 || !ok3 || len(tuple) != 2 || tuple[1] != "tag" {
+		t.Fatalf("the last batch's prediction %#v", batches[2])
+	}
+	if shape := must(tuple[0].(*fulmen.Tensor).Shape()); len(shape) != 2 || shape[0] != 2 {
+		t.Errorf("meta's input of shape %v, want [2 2]", shape)
+	}
+	if !errors.Is(mixed, fulmen.ErrInvalidState) {
+		t.Errorf("adding a tensor after SetPrediction: %v", mixed)
+	}
+	closeTensorsIn(batches)
+}
+
+// closeTensorsIn closes every tensor in a value PredictBatches returned.
+func closeTensorsIn(v any) {
+	switch x := v.(type) {
+	case *fulmen.Tensor:
+		x.Close()
+	case []any:
+		for _, e := range x {
+			closeTensorsIn(e)
+		}
+	case fulmen.Tuple:
+		closeTensorsIn([]any(x))
+	case fulmen.Dict:
+		for _, e := range x {
+			closeTensorsIn(e.Value)
+		}
+	}
+}

@@ -173,9 +173,15 @@ type countsReader func(t *C.fulmen_trainer, out *C.int64_t, capacity C.size_t, c
 
 // readCounts reads the array f writes, sized by a first call.
 func (t *Trainer) readCounts(f countsReader) ([]int64, error) {
+	defer runtime.KeepAlive(t)
+	return readCountArray(func(o *C.int64_t, c C.size_t, n *C.size_t) cErr { return f(t.ptr(), o, c, n) })
+}
+
+// readCountArray reads the array of counts f writes: a first call with no
+// room gives the count (ErrOutOfRange), a second fills it.
+func readCountArray(f func(out *C.int64_t, capacity C.size_t, count *C.size_t) cErr) ([]int64, error) {
 	var n C.size_t
-	err := check(f(t.ptr(), nil, 0, &n))
-	runtime.KeepAlive(t)
+	err := check(f(nil, 0, &n))
 	if err == nil {
 		return []int64{}, nil
 	}
@@ -183,9 +189,7 @@ func (t *Trainer) readCounts(f countsReader) ([]int64, error) {
 		return nil, err
 	}
 	counts := make([]C.int64_t, int(n))
-	err = check(f(t.ptr(), &counts[0], n, &n))
-	runtime.KeepAlive(t)
-	if err != nil {
+	if err := check(f(&counts[0], n, &n)); err != nil {
 		return nil, err
 	}
 	out := make([]int64, int(n))

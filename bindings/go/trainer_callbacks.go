@@ -262,6 +262,15 @@ func (t *Trainer) BestModelScore() (float64, error) {
 // from each epoch of scheduling on, that many batches add up before an
 // optimizer step (epoch 0 accumulates 1 unless listed).
 func (t *Trainer) AddGradientAccumulationScheduler(scheduling map[int64]int64) error {
+	defer runtime.KeepAlive(t)
+	return withSchedule(scheduling, func(ep, fp *C.int64_t, n C.size_t) cErr {
+		return C.fulmen_trainer_add_gradient_accumulation_scheduler(t.ptr(), ep, fp, n)
+	})
+}
+
+// withSchedule calls f with scheduling as the C arrays of epochs and
+// factors.
+func withSchedule(scheduling map[int64]int64, f func(ep, fp *C.int64_t, n C.size_t) cErr) error {
 	epochs := make([]int64, 0, len(scheduling))
 	factors := make([]int64, 0, len(scheduling))
 	for e, f := range scheduling {
@@ -272,8 +281,7 @@ func (t *Trainer) AddGradientAccumulationScheduler(scheduling map[int64]int64) e
 	if len(epochs) > 0 {
 		ep, fp = (*C.int64_t)(unsafe.Pointer(&epochs[0])), (*C.int64_t)(unsafe.Pointer(&factors[0]))
 	}
-	err := check(C.fulmen_trainer_add_gradient_accumulation_scheduler(t.ptr(), ep, fp, C.size_t(len(epochs))))
-	runtime.KeepAlive(t)
+	err := check(f(ep, fp, C.size_t(len(epochs))))
 	runtime.KeepAlive(epochs)
 	runtime.KeepAlive(factors)
 	return err
@@ -363,6 +371,14 @@ func fulmenGoBackboneLambda(ud C.uintptr_t, epoch C.int64_t, out *C.double) *C.f
 // the end (and, with BatchNorms, one forward-only epoch more for their
 // statistics).
 func (t *Trainer) AddStochasticWeightAveraging(opts StochasticWeightAveragingOptions) error {
+	defer runtime.KeepAlive(t)
+	return opts.with(func(c *C.fulmen_stochastic_weight_averaging_options) cErr {
+		return C.fulmen_trainer_add_stochastic_weight_averaging(t.ptr(), c)
+	})
+}
+
+// with calls f with opts as C options.
+func (opts StochasticWeightAveragingOptions) with(f func(*C.fulmen_stochastic_weight_averaging_options) cErr) error {
 	c := opts.c()
 	if n := len(opts.SWALRs); n > 0 {
 		// C memory: the options struct may not point into Go's.
@@ -373,9 +389,7 @@ func (t *Trainer) AddStochasticWeightAveraging(opts StochasticWeightAveragingOpt
 		}
 		c.swa_lrs, c.n_swa_lrs = &lrs[0], C.size_t(n)
 	}
-	err := check(C.fulmen_trainer_add_stochastic_weight_averaging(t.ptr(), &c))
-	runtime.KeepAlive(t)
-	return err
+	return check(f(&c))
 }
 
 // AddOnExceptionCheckpoint adds an OnExceptionCheckpoint: a failed fit
@@ -394,16 +408,20 @@ func (t *Trainer) AddOnExceptionCheckpoint(dirpath, filename string) error {
 // Lightning's: nil the device's own, true adds the CPU's, false logs
 // nothing on a CPU.
 func (t *Trainer) AddDeviceStatsMonitor(cpuStats *bool) error {
-	v := C.int32_t(-1)
-	if cpuStats != nil {
-		v = 0
-		if *cpuStats {
-			v = 1
-		}
-	}
-	err := check(C.fulmen_trainer_add_device_stats_monitor(t.ptr(), v))
+	err := check(C.fulmen_trainer_add_device_stats_monitor(t.ptr(), cpuStatsArg(cpuStats)))
 	runtime.KeepAlive(t)
 	return err
+}
+
+// cpuStatsArg is cpuStats as C takes it: -1 for nil, else 0 or 1.
+func cpuStatsArg(cpuStats *bool) C.int32_t {
+	switch {
+	case cpuStats == nil:
+		return -1
+	case *cpuStats:
+		return 1
+	}
+	return 0
 }
 
 // AddThroughputMonitor adds a ThroughputMonitor: batches and samples per

@@ -90,8 +90,9 @@ func (t *Trainer) PredictLoaders(ctx context.Context, module *LightningModule, l
 
 // PredictBatches is Lightning's trainer.predict: each batch's prediction
 // in order (a *Tensor, nil when the step returned none, a Tuple when
-// predict_step added tensors with StepContext.AddPrediction, or a Dict when
-// it named them with StepContext.AddNamedPrediction) in a []any;
+// predict_step added tensors with StepContext.AddPrediction, a Dict when
+// it named them with StepContext.AddNamedPrediction, or the value it set
+// with StepContext.SetPrediction) in a []any;
 // with several loaders, a []any holding one such []any per loader. With
 // returnPredictions false nothing is kept and the result is nil.
 func (t *Trainer) PredictBatches(ctx context.Context, module *LightningModule, loaders []*Loader, returnPredictions bool, opts ...RunOption) (any, error) {
@@ -124,6 +125,23 @@ func (c *StepContext) AddNamedPrediction(name string, tensor *Tensor) error {
 	err := check(C.fulmen_step_context_add_named_prediction(c.ptr(), n, tensor.ptr()))
 	runtime.KeepAlive(tensor)
 	return err
+}
+
+// SetPrediction sets the whole prediction of the running PredictStep to
+// v, of any shape the TorchScript values take (nil, bool, ints, floats,
+// strings, *Tensor, Tuple, slices, Dict, map[string]any, nested): Lightning's
+// predict_step returning nested tuples and dicts. The step then adds no
+// tensors and returns none; PredictBatches, HookContext.Prediction and the
+// value writers get v back in the same shape (a map as a Dict, keys
+// sorted); Predict cannot concatenate it.
+func (c *StepContext) SetPrediction(v any) error {
+	var b valueBuilder
+	defer b.free()
+	h, err := b.value(v, 0)
+	if err != nil {
+		return err
+	}
+	return check(C.fulmen_step_context_set_prediction(c.ptr(), h))
 }
 
 // DataloaderIdx is the evaluation loader of the running step when a run

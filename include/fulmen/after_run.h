@@ -340,6 +340,69 @@ struct fulmen_error *fulmen_trainer_num_devices(const struct fulmen_trainer *tra
 struct fulmen_error *fulmen_trainer_node_rank(const struct fulmen_trainer *trainer, size_t *out);
 
 /**
+ * Writes the number of the run's optimizers (Lightning's
+ * `len(trainer.optimizers)`): those configure_optimizers added, numbered
+ * from 0 in its order as in `fulmen_hook_context_optimizer_index`; 0 in
+ * the hooks of validate, test and predict, and in a fit with none.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (a hook without them: the
+ * datamodule's hooks, on_save_checkpoint, and the built-in monitors'
+ * pass of on_train_epoch_end).
+ */
+struct fulmen_error *fulmen_hook_context_optimizer_count(const struct fulmen_hook_context *ctx,
+                                                         size_t *out);
+
+/**
+ * Writes the number of parameter groups of the run's optimizer
+ * `optimizer_idx`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`optimizer_idx` >= the optimizer
+ * count), FULMEN_CODE_INVALID_STATE (as for
+ * `fulmen_hook_context_optimizer_count`).
+ */
+struct fulmen_error *fulmen_hook_context_param_group_count(const struct fulmen_hook_context *ctx,
+                                                           size_t optimizer_idx,
+                                                           size_t *out);
+
+/**
+ * Reads the hyperparameter `name` of parameter group `group` of the run's
+ * optimizer `optimizer_idx`, by torch's key as
+ * `fulmen_optimizer_param_group_get` reads it (`"lr"`, `"weight_decay"`,
+ * `"momentum"`, `"betas.0"`...): Lightning's
+ * `optimizer.param_groups[group][name]` in on_before_optimizer_step.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a name this optimizer's groups do
+ * not have, `name` not UTF-8), FULMEN_CODE_OUT_OF_RANGE (an index past
+ * the optimizers or the groups), FULMEN_CODE_INVALID_STATE (as for
+ * `fulmen_hook_context_optimizer_count`).
+ */
+struct fulmen_error *fulmen_hook_context_param_group_get(const struct fulmen_hook_context *ctx,
+                                                         size_t optimizer_idx,
+                                                         size_t group,
+                                                         const char *name,
+                                                         double *out);
+
+/**
+ * Sets the hyperparameter `name` of parameter group `group` of the run's
+ * optimizer `optimizer_idx`, checked as `fulmen_optimizer_param_group_set`
+ * checks it; the next step uses it (a scheduler's next step recomputes
+ * `"lr"`), and checkpoints keep it. An optimizer stepping with a closure
+ * (LBFGS, whose closure's hooks run inside its step) can be read, not
+ * changed.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown name, a value out of
+ * its range), FULMEN_CODE_OUT_OF_RANGE (an index past the optimizers or
+ * the groups), FULMEN_CODE_INVALID_STATE (the optimizer is stepping with
+ * a closure; a context outside a run's hooks; another call is using
+ * `ctx`).
+ */
+struct fulmen_error *fulmen_hook_context_param_group_set(struct fulmen_hook_context *ctx,
+                                                         size_t optimizer_idx,
+                                                         size_t group,
+                                                         const char *name,
+                                                         double value);
+
+/**
  * Writes what the trainer knows now into `*out` (Lightning's
  * `self.trainer.current_epoch`, `num_training_batches`, `should_stop`,
  * `world_size`, ... read from a hook, where `fulmen_trainer_*` cannot run
@@ -351,6 +414,69 @@ struct fulmen_error *fulmen_trainer_node_rank(const struct fulmen_trainer *train
  */
 struct fulmen_error *fulmen_hook_context_trainer(const struct fulmen_hook_context *ctx,
                                                  struct fulmen_trainer_view *out);
+
+/**
+ * From a hook, Lightning's `trainer.num_val_batches` as
+ * `fulmen_trainer_num_val_batches` writes it: one count per validation
+ * loader of the run's validation (a fit's, once its loaders are loaded)
+ * or validate run after `limit_val_batches`, -1 for a loader of unknown
+ * length; the previous run's before that.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small; `*count_out`
+ * is written).
+ */
+struct fulmen_error *fulmen_hook_context_num_val_batches(const struct fulmen_hook_context *ctx,
+                                                         int64_t *counts,
+                                                         size_t capacity,
+                                                         size_t *count_out);
+
+/**
+ * From a hook, Lightning's `trainer.num_test_batches`: one count per
+ * loader of the test run, as `fulmen_hook_context_num_val_batches`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small).
+ */
+struct fulmen_error *fulmen_hook_context_num_test_batches(const struct fulmen_hook_context *ctx,
+                                                          int64_t *counts,
+                                                          size_t capacity,
+                                                          size_t *count_out);
+
+/**
+ * From a hook, Lightning's `trainer.num_predict_batches`: one count per
+ * loader of the predict run, as `fulmen_hook_context_num_val_batches`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small).
+ */
+struct fulmen_error *fulmen_hook_context_num_predict_batches(const struct fulmen_hook_context *ctx,
+                                                             int64_t *counts,
+                                                             size_t capacity,
+                                                             size_t *count_out);
+
+/**
+ * From a hook, Lightning's `trainer.num_sanity_val_batches`: the batches
+ * of each validation loader the fit's sanity check runs (from
+ * on_sanity_check_start on), as `fulmen_hook_context_num_val_batches`.
+ *
+ * Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small).
+ */
+struct fulmen_error *fulmen_hook_context_num_sanity_val_batches(const struct fulmen_hook_context *ctx,
+                                                                int64_t *counts,
+                                                                size_t capacity,
+                                                                size_t *count_out);
+
+/**
+ * From a hook, the state of the run's first EarlyStopping as
+ * `fulmen_trainer_early_stopping_state` writes the trainer's, as of the
+ * hook being called: the callbacks' hooks see it as it was before the
+ * hook, the module's after the callbacks' (in on_train_epoch_end
+ * EarlyStopping checks after the module, as Lightning's does). Any out-pointer may be NULL.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (the run has no EarlyStopping).
+ */
+struct fulmen_error *fulmen_hook_context_early_stopping_state(const struct fulmen_hook_context *ctx,
+                                                              int64_t *wait_count,
+                                                              int64_t *stopped_epoch,
+                                                              double *best_score);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -262,12 +262,6 @@ typedef enum fulmen_mode {
 } fulmen_mode;
 
 /**
- * The callbacks a LightningModule's `configure_callbacks` adds (see
- * `fulmen_module_vtable`). Borrowed: valid only during that callback.
- */
-typedef struct fulmen_callback_list fulmen_callback_list;
-
-/**
  * What a hook call sees: the hook's trainer state and data. Borrowed:
  * valid only during the hook callback.
  */
@@ -282,95 +276,30 @@ typedef struct fulmen_hook_context fulmen_hook_context;
 typedef struct fulmen_model_pruning fulmen_model_pruning;
 
 /**
- * Weight averaging options; defaults (Lightning's `EMAWeightAveraging`)
- * from `fulmen_weight_averaging_options_default`.
+ * A host callback: receives every hook (`fulmen_hook`) through `on_hook`
+ * on the thread running the trainer. Set `struct_size` to
+ * `sizeof(fulmen_callback_vtable)`.
  */
-typedef struct fulmen_weight_averaging_options {
+typedef struct fulmen_callback_vtable {
   /**
-   * An exponential moving average with `decay` (default true); false
-   * averages every update equally (stochastic weight averaging,
-   * Lightning's `WeightAveraging`).
+   * `sizeof(fulmen_callback_vtable)`.
    */
-  bool ema;
+  size_t struct_size;
   /**
-   * The EMA decay in [0, 1] (default 0.999).
+   * Passed to `on_hook`.
    */
-  double decay;
+  void *userdata;
   /**
-   * Average the buffers too (BatchNorm statistics; default true);
-   * otherwise they are copied from the model at each update.
+   * Called once when the trainer that holds the callback is freed; may
+   * be NULL.
    */
-  bool use_buffers;
+  void (*userdata_free)(void*);
   /**
-   * Update after every n-th optimizer step (default 1; 0: not per
-   * step).
+   * Called for every hook; return NULL, or an error to stop the run.
+   * Required.
    */
-  int64_t update_every_n_steps;
-  /**
-   * Update per step from this step index on; -1 (the default) from the
-   * first.
-   */
-  int64_t update_starting_at_step;
-  /**
-   * Also update at each epoch end from this epoch on; -1 (the default)
-   * never.
-   */
-  int64_t update_starting_at_epoch;
-} fulmen_weight_averaging_options;
-
-/**
- * BackboneFinetuning options; Lightning's defaults from
- * `fulmen_backbone_finetuning_options_default`.
- */
-typedef struct fulmen_backbone_finetuning_options {
-  /**
-   * The backbone's dotted path in the model, NUL-terminated (default
-   * "backbone"; "0" is a Sequential's first child). Read during the
-   * call only.
-   */
-  const char *backbone;
-  /**
-   * The epoch whose start unfreezes the backbone (default 10).
-   */
-  int64_t unfreeze_backbone_at_epoch;
-  /**
-   * Each later epoch multiplies the backbone's lr by this (default 2,
-   * Lightning's `multiplicative` lambda_func).
-   */
-  double lambda_factor;
-  /**
-   * The backbone's first lr as a fraction of the first group's lr
-   * (default 0.1).
-   */
-  double backbone_initial_ratio_lr;
-  /**
-   * The backbone's first lr; < 0 (the default) uses the ratio.
-   */
-  double backbone_initial_lr;
-  /**
-   * Keep the backbone's lr at most the first group's (default true).
-   */
-  bool should_align;
-  /**
-   * Train the backbone's BatchNorms all along (default true).
-   */
-  bool train_bn;
-  /**
-   * Print both learning rates at each change on stderr (default false).
-   */
-  bool verbose;
-  /**
-   * Decimals printed (default 12).
-   */
-  int32_t rounding;
-} fulmen_backbone_finetuning_options;
-
-/**
- * Lightning's `lambda_func` of BackboneFinetuning: writes to `*out` the
- * factor of the backbone's lr for `epoch` (the start of epoch `e` asks for
- * `e + 1`, as Lightning does); return NULL or an error.
- */
-typedef struct fulmen_error *(*fulmen_backbone_lambda_fn)(void *userdata, int64_t epoch, double *out);
+  struct fulmen_error *(*on_hook)(void *userdata, int32_t hook, struct fulmen_hook_context *ctx);
+} fulmen_callback_vtable;
 
 /**
  * Options of `fulmen_trainer_add_model_checkpoint`; defaults (Lightning's)
@@ -486,6 +415,53 @@ typedef struct fulmen_early_stopping_options {
 } fulmen_early_stopping_options;
 
 /**
+ * BackboneFinetuning options; Lightning's defaults from
+ * `fulmen_backbone_finetuning_options_default`.
+ */
+typedef struct fulmen_backbone_finetuning_options {
+  /**
+   * The backbone's dotted path in the model, NUL-terminated (default
+   * "backbone"; "0" is a Sequential's first child). Read during the
+   * call only.
+   */
+  const char *backbone;
+  /**
+   * The epoch whose start unfreezes the backbone (default 10).
+   */
+  int64_t unfreeze_backbone_at_epoch;
+  /**
+   * Each later epoch multiplies the backbone's lr by this (default 2,
+   * Lightning's `multiplicative` lambda_func).
+   */
+  double lambda_factor;
+  /**
+   * The backbone's first lr as a fraction of the first group's lr
+   * (default 0.1).
+   */
+  double backbone_initial_ratio_lr;
+  /**
+   * The backbone's first lr; < 0 (the default) uses the ratio.
+   */
+  double backbone_initial_lr;
+  /**
+   * Keep the backbone's lr at most the first group's (default true).
+   */
+  bool should_align;
+  /**
+   * Train the backbone's BatchNorms all along (default true).
+   */
+  bool train_bn;
+  /**
+   * Print both learning rates at each change on stderr (default false).
+   */
+  bool verbose;
+  /**
+   * Decimals printed (default 12).
+   */
+  int32_t rounding;
+} fulmen_backbone_finetuning_options;
+
+/**
  * StochasticWeightAveraging options; Lightning's defaults from
  * `fulmen_stochastic_weight_averaging_options_default`.
  */
@@ -529,30 +505,48 @@ typedef struct fulmen_stochastic_weight_averaging_options {
 } fulmen_stochastic_weight_averaging_options;
 
 /**
- * A host callback: receives every hook (`fulmen_hook`) through `on_hook`
- * on the thread running the trainer. Set `struct_size` to
- * `sizeof(fulmen_callback_vtable)`.
+ * Weight averaging options; defaults (Lightning's `EMAWeightAveraging`)
+ * from `fulmen_weight_averaging_options_default`.
  */
-typedef struct fulmen_callback_vtable {
+typedef struct fulmen_weight_averaging_options {
   /**
-   * `sizeof(fulmen_callback_vtable)`.
+   * An exponential moving average with `decay` (default true); false
+   * averages every update equally (stochastic weight averaging,
+   * Lightning's `WeightAveraging`).
    */
-  size_t struct_size;
+  bool ema;
   /**
-   * Passed to `on_hook`.
+   * The EMA decay in [0, 1] (default 0.999).
    */
-  void *userdata;
+  double decay;
   /**
-   * Called once when the trainer that holds the callback is freed; may
-   * be NULL.
+   * Average the buffers too (BatchNorm statistics; default true);
+   * otherwise they are copied from the model at each update.
    */
-  void (*userdata_free)(void*);
+  bool use_buffers;
   /**
-   * Called for every hook; return NULL, or an error to stop the run.
-   * Required.
+   * Update after every n-th optimizer step (default 1; 0: not per
+   * step).
    */
-  struct fulmen_error *(*on_hook)(void *userdata, int32_t hook, struct fulmen_hook_context *ctx);
-} fulmen_callback_vtable;
+  int64_t update_every_n_steps;
+  /**
+   * Update per step from this step index on; -1 (the default) from the
+   * first.
+   */
+  int64_t update_starting_at_step;
+  /**
+   * Also update at each epoch end from this epoch on; -1 (the default)
+   * never.
+   */
+  int64_t update_starting_at_epoch;
+} fulmen_weight_averaging_options;
+
+/**
+ * Lightning's `lambda_func` of BackboneFinetuning: writes to `*out` the
+ * factor of the backbone's lr for `epoch` (the start of epoch `e` asks for
+ * `e + 1`, as Lightning does); return NULL or an error.
+ */
+typedef struct fulmen_error *(*fulmen_backbone_lambda_fn)(void *userdata, int64_t epoch, double *out);
 
 #ifdef __cplusplus
 extern "C" {
@@ -950,21 +944,6 @@ struct fulmen_error *fulmen_hook_context_exception(const struct fulmen_hook_cont
                                                    size_t *len_out);
 
 /**
- * Adds a host callback named `name` (its kind: a trainer callback of the
- * same name is replaced for the run, as Lightning replaces callbacks of
- * the module's callbacks' types), read from `vtable` as for
- * `fulmen_trainer_add_callback`. On success the callback owns
- * `userdata` (its `userdata_free` runs when the trainer is freed or the
- * callback replaced); on failure nothing is taken.
- *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (`name` empty or not UTF-8,
- * `on_hook` NULL, `struct_size` too small).
- */
-struct fulmen_error *fulmen_callback_list_add(struct fulmen_callback_list *list,
-                                              const char *name,
-                                              const struct fulmen_callback_vtable *vtable);
-
-/**
  * New ModelPruning arguments with Lightning's defaults:
  * `pruning_fn` "l1_unstructured" or "random_unstructured" (torch.nn.utils.prune's,
  * any case) and `amount` the fraction in [0, 1] of the entries not pruned
@@ -1211,39 +1190,6 @@ struct fulmen_error *fulmen_trainer_add_lr_monitor_with(struct fulmen_trainer *t
                                                         const char *logging_interval,
                                                         bool log_momentum,
                                                         bool log_weight_decay);
-
-/**
- * In `configure_callbacks`: adds a ModelCheckpoint (`options` as for
- * `fulmen_trainer_add_model_checkpoint`; NULL for the defaults). As
- * Lightning does with the callbacks a module returns, it replaces the
- * trainer's ModelCheckpoints (the default one included) for the run and
- * the ones after it; ModelCheckpoints still run last.
- *
- * Errors: as `fulmen_trainer_add_model_checkpoint`.
- */
-struct fulmen_error *fulmen_callback_list_add_model_checkpoint(struct fulmen_callback_list *list,
-                                                               const struct fulmen_model_checkpoint_options *options);
-
-/**
- * In `configure_callbacks`: adds an EarlyStopping (`options` as for
- * `fulmen_trainer_add_early_stopping`), replacing the trainer's
- * EarlyStopping callbacks as Lightning does.
- *
- * Errors: as `fulmen_trainer_add_early_stopping`.
- */
-struct fulmen_error *fulmen_callback_list_add_early_stopping(struct fulmen_callback_list *list,
-                                                             const struct fulmen_early_stopping_options *options);
-
-/**
- * In `configure_callbacks`: adds a LearningRateMonitor (arguments as for
- * `fulmen_trainer_add_lr_monitor_with`), replacing the trainer's.
- *
- * Errors: as `fulmen_trainer_add_lr_monitor_with`.
- */
-struct fulmen_error *fulmen_callback_list_add_lr_monitor(struct fulmen_callback_list *list,
-                                                         const char *logging_interval,
-                                                         bool log_momentum,
-                                                         bool log_weight_decay);
 
 /**
  * Adds a DeviceStatsMonitor (Lightning's): when the loggers are due

@@ -636,7 +636,8 @@ struct fulmen_error *fulmen_step_context_batch_idx(const struct fulmen_step_cont
  * the tensors written to `*out`.
  *
  * Errors: FULMEN_CODE_INVALID_STATE (outside predict_step, or after
- * `fulmen_step_context_add_named_prediction` in the same step).
+ * `fulmen_step_context_add_named_prediction` or
+ * `fulmen_step_context_set_prediction` in the same step).
  */
 struct fulmen_error *fulmen_step_context_add_prediction(struct fulmen_step_context *ctx,
                                                         const struct fulmen_tensor *tensor);
@@ -656,13 +657,33 @@ struct fulmen_error *fulmen_step_context_add_prediction(struct fulmen_step_conte
  * see no tensor for such a batch.
  *
  * Errors: FULMEN_CODE_INVALID_STATE (outside predict_step, or after
- * `fulmen_step_context_add_prediction` in the same step; the step then
+ * `fulmen_step_context_add_prediction` or
+ * `fulmen_step_context_set_prediction` in the same step; the step then
  * writing `*out` fails the run), FULMEN_CODE_INVALID_ARGUMENT (`name`
  * empty, not UTF-8, or added already in this step).
  */
 struct fulmen_error *fulmen_step_context_add_named_prediction(struct fulmen_step_context *ctx,
                                                               const char *name,
                                                               const struct fulmen_tensor *tensor);
+
+/**
+ * Sets the whole prediction of the running predict_step to `value`, of
+ * any shape: Lightning's `predict_step` returning nested tuples, lists
+ * and dicts of tensors, numbers and strings (`{"logits": t, "meta": (ids,
+ * 3)}`). The step then adds no tensors and writes none to `*out`. The
+ * prediction shares `value`'s tensors; the handle stays the caller's.
+ * `fulmen_trainer_predict_batches`, `fulmen_hook_context_prediction` and
+ * `fulmen_trainer_add_prediction_value_writer`'s writers get the value
+ * as it was set; the predict calls that concatenate refuse it, the tensor
+ * readers see no tensor, and strategy `dp` (whose devices' chunks would
+ * need gathering) fails the run with FULMEN_CODE_UNSUPPORTED.
+ *
+ * Errors: FULMEN_CODE_INVALID_STATE (outside predict_step; after a tensor
+ * was added or a value set in the same step; the step then writing
+ * `*out` fails the run).
+ */
+struct fulmen_error *fulmen_step_context_set_prediction(struct fulmen_step_context *ctx,
+                                                        const struct fulmen_value *value);
 
 /**
  * Creates a LightningDataModule from the host's `vtable` (copied).

@@ -60,7 +60,38 @@ pub struct EarlyStopping {
     pub reason: Option<String>,
 }
 
+/// What EarlyStopping has seen (Lightning's `wait_count`, `stopped_epoch`,
+/// `best_score`), as hooks read it during a run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EarlyStoppingState {
+    /// Checks in a row without improvement.
+    pub wait_count: i64,
+    /// Epoch at which it stopped training (0 if it did not).
+    pub stopped_epoch: i64,
+    /// Best score seen (+inf / -inf before one, for min / max).
+    pub best_score: f64,
+}
+
 impl EarlyStopping {
+    /// Its state now.
+    pub fn state(&self) -> EarlyStoppingState {
+        EarlyStoppingState {
+            wait_count: self.wait_count,
+            stopped_epoch: self.stopped_epoch,
+            best_score: self.best_score,
+        }
+    }
+
+    /// The state of the first EarlyStopping among `callbacks`, if any
+    /// (Lightning's `trainer.early_stopping_callback`).
+    pub fn first_state<'c>(
+        callbacks: impl IntoIterator<Item = &'c Box<dyn crate::trainer::Callback>>,
+    ) -> Option<EarlyStoppingState> {
+        callbacks
+            .into_iter()
+            .find_map(|c| c.as_any().and_then(|a| a.downcast_ref::<EarlyStopping>()).map(EarlyStopping::state))
+    }
+
     /// Creates the callback after checking the options.
     pub fn new(opts: EarlyStoppingOptions) -> Result<Self> {
         if opts.monitor.is_empty() {

@@ -30,7 +30,7 @@ pub mod weight_averaging;
 
 pub use backbone_finetuning::{BackboneFinetuning, BackboneFinetuningOptions, BackboneLambda};
 pub use device_stats::DeviceStatsMonitor;
-pub use early_stopping::{EarlyStopping, EarlyStoppingOptions};
+pub use early_stopping::{EarlyStopping, EarlyStoppingOptions, EarlyStoppingState};
 pub use grad_accumulation::GradientAccumulationScheduler;
 pub use lr_monitor::LearningRateMonitor;
 pub use model_checkpoint::{ModelCheckpoint, ModelCheckpointOptions};

@@ -119,8 +119,12 @@ impl PredictionWriter {
         let indices = ctx.batch_indices.unwrap_or(&[]);
         // Without the step's whole prediction (a context made elsewhere),
         // the tensor it returned.
-        let returned =
-            Prediction { output: ctx.output.map(Tensor::shallow_clone), added: Vec::new(), names: Vec::new() };
+        let returned = Prediction {
+            output: ctx.output.map(Tensor::shallow_clone),
+            added: Vec::new(),
+            names: Vec::new(),
+            value: None,
+        };
         let value = ctx.prediction.unwrap_or(&returned);
         if self.interval.on_batch() {
             if let Some(write) = self.on_batch.as_mut() {

@@ -8,6 +8,7 @@
 #![allow(non_camel_case_types)]
 pub mod after_run;
 pub mod base;
+pub mod callback_list;
 pub mod callbacks;
 pub mod data;
 pub mod devices;

@@ -112,7 +112,12 @@ pub fn set(opt: &mut dyn Optimizer, group: usize, name: &str, value: f64) -> Res
             None => return Err(Error::state(format!("{kind} param group {group} lacks its {name}"))),
         },
     }
-    opt.check_group(&probe).map_err(|e| bad(&format!("is refused: {}", e.message)))?;
+    // A value out of range is the caller's; an optimizer that cannot be
+    // changed now (one stepping with a closure) says so as it is.
+    opt.check_group(&probe).map_err(|e| match e.code {
+        crate::error::ErrorCode::InvalidState => e,
+        _ => bad(&format!("is refused: {}", e.message)),
+    })?;
     if hyper != Hyper::Momentum {
         probe.momentum = written_momentum;
     }

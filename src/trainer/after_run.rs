@@ -244,8 +244,8 @@ impl Trainer {
 
     /// The first EarlyStopping callback of the trainer and its state
     /// (Lightning's `wait_count`, `stopped_epoch`, `best_score`).
-    pub fn early_stopping(&self) -> Option<&crate::callbacks::EarlyStopping> {
-        self.callbacks.iter().find_map(|c| c.as_any().and_then(|a| a.downcast_ref::<crate::callbacks::EarlyStopping>()))
+    pub fn early_stopping(&self) -> Option<crate::callbacks::EarlyStoppingState> {
+        crate::callbacks::EarlyStopping::first_state(self.callbacks.iter())
     }
 
     /// The GradScaler's scale at the end of the last fit (Lightning's

@@ -306,6 +306,16 @@ fn closure_step(
     // The optimizer steps outside the run, whose steps and hooks the
     // closure runs; gradients are reset through the same parameters.
     let mut configs = std::mem::take(&mut run.optimizers);
+    // The hooks inside the closure see stand-ins with the same param
+    // groups (Lightning's `optimizer` argument), which refuse changes.
+    run.optimizers = configs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let stand_in = super::manual_closure::Stepping::of(i, c.optimizer.as_ref());
+            super::module::OptimizerConfig::new(Box::new(stand_in), None)
+        })
+        .collect();
     let name = configs.first().map_or("the optimizer", |c| c.optimizer.name());
     let params: Vec<Tensor> = configs
         .iter()

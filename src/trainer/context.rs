@@ -89,6 +89,9 @@ pub struct AddedPredictions {
     pub tensors: Vec<tch::Tensor>,
     /// Their names, one per tensor, or none.
     pub names: Vec<String>,
+    /// The whole prediction as a value ([`StepContext::set_prediction`]),
+    /// in place of tensors.
+    pub value: Option<crate::nn::Value>,
 }
 
 /// Checks a metric name: non-empty, no comma, quote or newline (it becomes
@@ -108,6 +111,7 @@ impl StepContext<'_> {
     /// order. Only in predict_step (`InvalidState` elsewhere).
     pub fn add_prediction(&mut self, tensor: tch::Tensor) -> Result<()> {
         self.check_predicting()?;
+        self.check_no_value()?;
         if !self.extra_outputs.names.is_empty() {
             return Err(Error::state("this predict_step named its predictions (a dict): add this one with a name too"));
         }
@@ -123,6 +127,7 @@ impl StepContext<'_> {
     /// added before (`InvalidArgument`).
     pub fn add_named_prediction(&mut self, name: &str, tensor: tch::Tensor) -> Result<()> {
         self.check_predicting()?;
+        self.check_no_value()?;
         let added = &mut self.extra_outputs;
         if added.names.len() != added.tensors.len() {
             return Err(Error::state(
@@ -137,6 +142,28 @@ impl StepContext<'_> {
         }
         added.names.push(name.to_string());
         added.tensors.push(tensor);
+        Ok(())
+    }
+
+    /// Sets this predict step's whole prediction to `value`, of any shape
+    /// (Lightning's `predict_step` returning nested tuples, lists, dicts,
+    /// tensors, numbers and strings). The step then adds no tensors and
+    /// writes no output. Only in predict_step (`InvalidState` elsewhere,
+    /// and after a tensor was added or a value set).
+    pub fn set_prediction(&mut self, value: crate::nn::Value) -> Result<()> {
+        self.check_predicting()?;
+        self.check_no_value()?;
+        if !self.extra_outputs.tensors.is_empty() {
+            return Err(Error::state("this predict_step added tensors to its prediction: it cannot also set it whole"));
+        }
+        self.extra_outputs.value = Some(value);
+        Ok(())
+    }
+
+    fn check_no_value(&self) -> Result<()> {
+        if self.extra_outputs.value.is_some() {
+            return Err(Error::state("this predict_step set its whole prediction already"));
+        }
         Ok(())
     }
 

@@ -332,11 +332,11 @@ fn concat_predictions(per_source: Vec<Vec<Prediction>>) -> Result<Vec<Option<Ten
         .into_iter()
         .enumerate()
         .map(|(d, batches)| {
-            if batches.iter().any(|p| !p.names.is_empty()) {
+            if batches.iter().any(|p| !p.names.is_empty() || p.value.is_some()) {
                 return Err(crate::error::Error::new(
                     crate::error::ErrorCode::Unsupported,
-                    "predict_step named its predictions (a dict), which predict cannot concatenate: take them \
-                     per batch with predict_batches",
+                    "predict_step named its predictions (a dict) or set them as a value, which predict cannot \
+                     concatenate: take them per batch with predict_batches",
                 ));
             }
             let outputs: Vec<Tensor> = batches.into_iter().filter_map(|p| p.output).collect();

@@ -36,7 +36,7 @@ fn skipped(limits: &[Option<usize>]) -> bool {
 /// One predict batch's output: the tensor predict_step returned, and the
 /// tensors it added ([`StepContext::add_prediction`]), which make the
 /// prediction a tuple, or named ([`StepContext::add_named_prediction`]) a
-/// dict.
+/// dict; or the whole value it set ([`StepContext::set_prediction`]).
 #[derive(Debug)]
 pub struct Prediction {
     /// What the step returned (`None`: nothing; always for a dict).
@@ -45,6 +45,8 @@ pub struct Prediction {
     pub added: Vec<Tensor>,
     /// Their names when the prediction is a dict (else empty).
     pub names: Vec<String>,
+    /// The whole prediction, when the step set it as a value.
+    pub value: Option<crate::nn::Value>,
 }
 
 impl Prediction {
@@ -54,6 +56,7 @@ impl Prediction {
             output: self.output.as_ref().map(Tensor::shallow_clone),
             added: self.added.iter().map(Tensor::shallow_clone).collect(),
             names: self.names.clone(),
+            value: self.value.as_ref().map(crate::nn::Value::shallow_clone),
         }
     }
 
@@ -63,6 +66,9 @@ impl Prediction {
     pub fn to_value(&self) -> crate::nn::Value {
         use crate::nn::Value;
         let tensor = |t: &Tensor| Value::Tensor(t.shallow_clone());
+        if let Some(v) = &self.value {
+            return v.shallow_clone();
+        }
         match (&self.output, self.added.is_empty()) {
             (Some(t), true) => tensor(t),
             (None, true) => Value::None,
@@ -356,10 +362,16 @@ fn run_source(
                 at("predict_step")
             )));
         }
+        if out.is_some() && added.value.is_some() {
+            return Err(Error::state(format!(
+                "{}: it set its whole prediction and returned a tensor too: put that one in the value",
+                at("predict_step")
+            )));
+        }
         if counted {
             run.progress.val_batch.progress.increment_processed();
         }
-        let prediction = Prediction { output: out, added: added.tensors, names: added.names };
+        let prediction = Prediction { output: out, added: added.tensors, names: added.names, value: added.value };
         let is_prediction = stage == Stage::Predict;
         let data_end =
             HookData { output: prediction.output.as_ref(), prediction: is_prediction.then_some(&prediction), ..data() };
@@ -386,6 +398,13 @@ fn gather_added(run: &Run, mut per_chunk: Vec<AddedPredictions>) -> Result<Added
     if per_chunk.len() <= 1 {
         return Ok(per_chunk.pop().unwrap_or_default());
     }
+    if per_chunk.iter().any(|c| c.value.is_some()) {
+        return Err(Error::new(
+            crate::error::ErrorCode::Unsupported,
+            "predict_step set its whole prediction as a value, which the devices' chunks cannot be gathered from \
+             (strategy dp): add tensors instead",
+        ));
+    }
     let n = per_chunk[0].tensors.len();
     if per_chunk.iter().any(|c| c.tensors.len() != n || c.names != per_chunk[0].names) {
         let counts: Vec<usize> = per_chunk.iter().map(|c| c.tensors.len()).collect();
@@ -402,5 +421,5 @@ fn gather_added(run: &Run, mut per_chunk: Vec<AddedPredictions>) -> Result<Added
         }
     }
     let names = std::mem::take(&mut per_chunk[0].names);
-    Ok(AddedPredictions { tensors: gathered, names })
+    Ok(AddedPredictions { tensors: gathered, names, value: None })
 }

@@ -467,6 +467,10 @@ pub struct TrainerState {
     /// Epoch metrics logged by evaluation hooks since the stage's loggers
     /// were last written, as they go to the loggers.
     pub hook_metrics: BTreeMap<String, f64>,
+    /// The state of the run's first EarlyStopping, as of the hook being
+    /// called (refreshed before the callbacks' hooks and again before the
+    /// module's); `None` without one.
+    pub early_stopping: Option<crate::callbacks::EarlyStoppingState>,
     /// The same for the training hooks (on_train_start,
     /// on_train_epoch_start / end): written with the training epoch's
     /// metrics.
@@ -554,6 +558,11 @@ pub struct HookContext<'a> {
     pub group_maker: Option<&'a GroupMaker<'a>>,
 }
 
+/// The error for optimizer `index` of `n`.
+fn out_of_range(index: usize, n: usize) -> Error {
+    Error::new(crate::error::ErrorCode::OutOfRange, format!("optimizer {index} is out of range: the run has {n}"))
+}
+
 impl<'a> HookContext<'a> {
     /// A context with no batch data.
     pub fn new(hook: Hook, stage: &'static str, state: &'a mut TrainerState) -> Self {
@@ -578,6 +587,36 @@ impl<'a> HookContext<'a> {
             rank_zero_decides: None,
             group_maker: None,
         }
+    }
+
+    /// The run's optimizers (Lightning's `trainer.optimizers`): those
+    /// configure_optimizers added in a fit, none in validate / test /
+    /// predict. `InvalidState` outside a run's hooks.
+    pub fn optimizers(&self) -> Result<&[super::module::OptimizerConfig]> {
+        self.optimizers.as_deref().ok_or_else(|| self.no_optimizers())
+    }
+
+    /// Optimizer `index` of the run, to change (its param groups).
+    /// `OutOfRange` past the run's optimizers, `InvalidState` outside a
+    /// run's hooks.
+    pub fn optimizer_mut(&mut self, index: usize) -> Result<&mut dyn crate::optim::Optimizer> {
+        let err = self.no_optimizers();
+        let all = self.optimizers.as_deref_mut().ok_or(err)?;
+        let n = all.len();
+        let cfg = all.get_mut(index).ok_or_else(|| out_of_range(index, n))?;
+        Ok(cfg.optimizer.as_mut())
+    }
+
+    /// Optimizer `index` of the run, to read; errors as
+    /// [`HookContext::optimizer_mut`].
+    pub fn optimizer(&self, index: usize) -> Result<&dyn crate::optim::Optimizer> {
+        let all = self.optimizers()?;
+        let cfg = all.get(index).ok_or_else(|| out_of_range(index, all.len()))?;
+        Ok(cfg.optimizer.as_ref())
+    }
+
+    fn no_optimizers(&self) -> Error {
+        Error::state(format!("{} has no optimizers: only a run's hooks reach them", self.hook.name()))
     }
 
     /// torch's `new_group(ranks)` from a hook, for Lightning's

@@ -133,6 +133,7 @@ impl ManualOptimization<'_, '_> {
         ctx.batch_idx = self.batch_idx;
         ctx.output = output;
         ctx.optimizer_idx = optimizer_idx;
+        ctx.optimizers = Some(&mut self.optimizers[..]);
         for cb in self.callbacks.iter_mut() {
             cb.on_hook(&mut ctx).map_err(|e| e.context(format!("callback {} in {}", cb.name(), hook.name())))?;
         }

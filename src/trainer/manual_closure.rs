@@ -20,6 +20,8 @@ pub(crate) struct Stepping {
     index: usize,
     name: &'static str,
     groups: Vec<ParamGroup>,
+    /// The stepping optimizer's per-group keys, so its groups still read.
+    extras: &'static [&'static str],
     reset: GradReset,
 }
 
@@ -32,7 +34,8 @@ impl Stepping {
             .iter()
             .map(|g| ParamGroup { params: g.params.iter().map(Tensor::shallow_clone).collect(), ..g.hypers() })
             .collect();
-        Stepping { index, name: optimizer.name(), groups, reset: GradReset::default() }
+        let extras = optimizer.group_extras();
+        Stepping { index, name: optimizer.name(), groups, extras, reset: GradReset::default() }
     }
 
     fn busy(&self, what: &str) -> Error {
@@ -63,7 +66,7 @@ impl Optimizer for Stepping {
         Err(self.busy("add a param group to"))
     }
     fn group_extras(&self) -> &'static [&'static str] {
-        &[]
+        self.extras
     }
     fn check_group(&self, _: &ParamGroup) -> Result<()> {
         Err(self.busy("change a param group of"))

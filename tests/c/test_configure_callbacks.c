@@ -2,7 +2,9 @@
  * Built-in callbacks from a LightningModule's configure_callbacks: a
  * ModelCheckpoint, an EarlyStopping and a LearningRateMonitor the module
  * adds replace the trainer's callbacks of those types (Lightning replaces
- * by type, whatever the monitor), and an invalid one fails the run.
+ * by type, whatever the monitor), and an invalid one fails the run; the
+ * other built-ins (a GradientAccumulationScheduler, a Timer) replace the
+ * trainer's too, and a second StochasticWeightAveraging is refused.
  */
 #define _XOPEN_SOURCE 700 /* mkdtemp */
 #include "check.h"
@@ -17,6 +19,7 @@ typedef struct {
     fulmen_model *model;
     const char *module_dir; /* where the module's ModelCheckpoint writes */
     bool bad_monitor;       /* add an LR monitor with an invalid interval */
+    int others;             /* 1: accumulation by 2; 2: a Timer of 0 s; 3: two SWAs */
 } fixture;
 
 /* The loss, and "flat" = 1 every epoch: it never improves. */
@@ -29,6 +32,17 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
 
 static fulmen_error *configure_callbacks(void *ud, fulmen_callback_list *list) {
     fixture *f = ud;
+    if (f->others == 1) {
+        int64_t epochs[1] = {0}, factors[1] = {2};
+        return fulmen_callback_list_add_gradient_accumulation_scheduler(list, epochs, factors, 1);
+    }
+    if (f->others == 2) return fulmen_callback_list_add_timer(list, "0", "step");
+    if (f->others == 3) {
+        fulmen_stochastic_weight_averaging_options swa = fulmen_stochastic_weight_averaging_options_default(0.05);
+        fulmen_error *e = fulmen_callback_list_add_stochastic_weight_averaging(list, &swa);
+        if (e == NULL) e = fulmen_callback_list_add_stochastic_weight_averaging(list, &swa);
+        return e;
+    }
     fulmen_early_stopping_options es = fulmen_early_stopping_options_default();
     es.monitor = "flat";
     es.patience = 0;
@@ -72,7 +86,7 @@ int main(void) {
     snprintf(root, sizeof root, "%s/root", dir);
 
     CHECK_OK(fulmen_manual_seed(3));
-    fixture f = {fixture_mlp(8, 0.0), module_dir, false};
+    fixture f = {fixture_mlp(8, 0.0), module_dir, false, 0};
     fulmen_dataset *ds = fixture_blobs(32, 1, 1.0f);
     fulmen_loader *l = fixture_loader(ds, 8, false, 0);
     fulmen_lightning_module *m = module_for(&f);
@@ -112,6 +126,33 @@ int main(void) {
     fulmen_value_free(lr);
     fulmen_value_free(metrics);
     fulmen_trainer_free(t);
+
+    /* The module's GradientAccumulationScheduler (2 batches a step)
+     * replaces the trainer's (4): one epoch of 4 batches takes 2 steps. */
+    f.others = 1;
+    t = fixture_trainer(NULL, 1);
+    int64_t epochs[1] = {0}, fours[1] = {4};
+    CHECK_OK(fulmen_trainer_add_gradient_accumulation_scheduler(t, epochs, fours, 1));
+    CHECK_OK(fulmen_trainer_fit(t, m, l, NULL, NULL));
+    int64_t steps = -1;
+    CHECK_OK(fulmen_trainer_global_step(t, &steps));
+    CHECK(steps == 2);
+    fulmen_trainer_free(t);
+
+    /* The module's Timer of 0 seconds stops the fit after its first step. */
+    f.others = 2;
+    t = fixture_trainer(NULL, 3);
+    CHECK_OK(fulmen_trainer_fit(t, m, l, NULL, NULL));
+    CHECK_OK(fulmen_trainer_global_step(t, &steps));
+    CHECK(steps == 1);
+    fulmen_trainer_free(t);
+
+    /* A second StochasticWeightAveraging in the list fails the run. */
+    f.others = 3;
+    t = fixture_trainer(NULL, 1);
+    CHECK_ERR(fulmen_trainer_fit(t, m, l, NULL, NULL), FULMEN_CODE_INVALID_ARGUMENT, "StochasticWeightAveraging");
+    fulmen_trainer_free(t);
+    f.others = 0;
 
     /* An invalid callback fails the run with its error. */
     f.bad_monitor = true;

@@ -29,6 +29,7 @@ typedef struct {
     int32_t algorithm;
     int64_t scheduler_calls;
     double lr_seen[16];   /* lr read in optimizer_step, by call */
+    int64_t before_steps; /* on_before_optimizer_step calls told optimizer 0 */
     fulmen_optimization_context *outer;
     fulmen_optimizer_closure *outer_closure;
 } state;
@@ -192,6 +193,19 @@ static fulmen_error *scheduler_step(void *ud, fulmen_optimization_context *ctx, 
 /* Fits `s->model` for `epochs` epochs of 4 batches of 16, with the hooks
  * when `hooks`; `clip` (0: none) is the trainer's gradient_clip_val (by
  * value). Returns the fit's error; *global_step gets the steps taken. */
+/* on_before_optimizer_step inside the module's optimizer_step: the
+ * optimizer's index, and the optimizer itself through the context. */
+static fulmen_error *on_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+    state *s = ud;
+    if (hook != FULMEN_HOOK_BEFORE_OPTIMIZER_STEP) return NULL;
+    int64_t idx = -1;
+    double lr = 0;
+    fulmen_error *e = fulmen_hook_context_optimizer_index(ctx, &idx);
+    if (e == NULL) e = fulmen_hook_context_param_group_get(ctx, 0, 0, "lr", &lr);
+    if (e == NULL && idx == 0 && lr > 0) s->before_steps++;
+    return e;
+}
+
 static fulmen_error *fit(state *s, bool hooks, int64_t epochs, double clip, int64_t *global_step) {
     fulmen_dataset *ds = fixture_blobs(64, 7, 1.5f);
     fulmen_loader *loader = fixture_loader(ds, 16, false, 0);
@@ -207,6 +221,7 @@ static fulmen_error *fit(state *s, bool hooks, int64_t epochs, double clip, int6
         vt.backward = backward;
         vt.configure_gradient_clipping = clipping;
         vt.lr_scheduler_step = scheduler_step;
+        vt.on_hook = on_hook;
     }
     fulmen_lightning_module *m = NULL;
     CHECK_OK(fulmen_lightning_module_new(&vt, s->model, &m));
@@ -248,6 +263,7 @@ static void test_defaults_in_order(void) {
     CHECK(gh == 8);
     CHECK(h.bad_args == 0);
     CHECK(h.step_calls == 8);
+    CHECK(h.before_steps == 8);
     /* epoch 0: four batches, then the epoch's scheduler call */
     CHECK(strncmp(h.events, "STZBCESTZBCESTZBCESTZBCEL", 25) == 0);
     CHECK(h.clip_val == 0.05 && h.algorithm == FULMEN_CLIP_VALUE);

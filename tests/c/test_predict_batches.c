@@ -2,8 +2,9 @@
  * fulmen_trainer_predict_batches: each batch's prediction as Lightning's
  * trainer.predict returns it (a list per loader; None for a batch that
  * returned nothing; a tuple when predict_step added tensors; a dict when
- * it named them), and return_predictions=false keeping nothing; the same
- * values in on_predict_batch_end and a value prediction writer.
+ * it named them; any nested value the step set whole), and
+ * return_predictions=false keeping nothing; the same values in
+ * on_predict_batch_end and a value prediction writer.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "check.h"
@@ -12,7 +13,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-enum { RETURN_ONE = 0, RETURN_TUPLE = 1, SKIP_ODD = 2, RETURN_DICT = 3, DICT_AND_OUT = 4 };
+enum { RETURN_ONE = 0, RETURN_TUPLE = 1, SKIP_ODD = 2, RETURN_DICT = 3, DICT_AND_OUT = 4, NESTED = 5, NESTED_AND_OUT = 6 };
 
 typedef struct {
     fulmen_model *model;
@@ -21,7 +22,35 @@ typedef struct {
     int add_in_training; /* code fulmen_step_context_add_prediction gave in training_step */
     int named_in_training; /* ... and fulmen_step_context_add_named_prediction */
     int mixed_codes[3];    /* a tuple then a name, a name then a tuple, a name twice */
+    int nested_codes[3];   /* after a whole value: add, add named, set again */
 } fixture;
+
+/* {"logits": <logits>, "meta": (<input>, <batch_idx>, "tag")}: a nested
+ * prediction set whole. */
+static fulmen_error *set_nested(fixture *f, fulmen_step_context *ctx, fulmen_tensor *x, int64_t i,
+                                fulmen_tensor **logits) {
+    fulmen_value *vx = NULL, *vi = NULL, *vs = NULL, *meta = NULL, *vl = NULL, *k1 = NULL, *k2 = NULL, *d = NULL;
+    fulmen_error *e = fulmen_model_forward(f->model, x, logits);
+    if (e == NULL) e = fulmen_value_tensor(x, &vx);
+    if (e == NULL) e = fulmen_value_int(i, &vi);
+    if (e == NULL) e = fulmen_value_string("tag", &vs);
+    const fulmen_value *items[3] = {vx, vi, vs};
+    if (e == NULL) e = fulmen_value_tuple(items, 3, &meta);
+    if (e == NULL) e = fulmen_value_tensor(*logits, &vl);
+    if (e == NULL) e = fulmen_value_string("logits", &k1);
+    if (e == NULL) e = fulmen_value_string("meta", &k2);
+    const fulmen_value *keys[2] = {k1, k2}, *vals[2] = {vl, meta};
+    if (e == NULL) e = fulmen_value_dict(keys, vals, 2, &d);
+    if (e == NULL) e = fulmen_step_context_set_prediction(ctx, d);
+    if (e == NULL) {
+        f->nested_codes[0] = fixture_code(fulmen_step_context_add_prediction(ctx, x));
+        f->nested_codes[1] = fixture_code(fulmen_step_context_add_named_prediction(ctx, "x", x));
+        f->nested_codes[2] = fixture_code(fulmen_step_context_set_prediction(ctx, d));
+    }
+    fulmen_value *all[8] = {vx, vi, vs, meta, vl, k1, k2, d};
+    for (int k = 0; k < 8; k++) fulmen_value_free(all[k]);
+    return e;
+}
 
 static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
     fixture *f = ud;
@@ -41,6 +70,16 @@ static fulmen_error *predict_step(void *ud, fulmen_step_context *ctx, const fulm
     fulmen_error *e = fulmen_step_context_batch_idx(ctx, &i);
     if (e == NULL && f->mode == SKIP_ODD && i % 2 == 1) return NULL;
     if (e == NULL) e = fulmen_batch_get(batch, 0, &x);
+    if (e == NULL && (f->mode == NESTED || f->mode == NESTED_AND_OUT)) {
+        fulmen_tensor *logits = NULL;
+        e = set_nested(f, ctx, x, i, &logits);
+        if (f->mode == NESTED_AND_OUT) {
+            *out = logits;
+        } else {
+            fulmen_tensor_free(logits);
+        }
+        return e;
+    }
     if (e == NULL && (f->mode == RETURN_DICT || f->mode == DICT_AND_OUT)) {
         /* A dict: {"logits": ..., "input": ...}; the mixes are refused. */
         fulmen_tensor *logits = NULL;
@@ -213,6 +252,47 @@ static void test_dicts(fixture *f, fulmen_trainer *t, fulmen_lightning_module *m
     CHECK(out == NULL);
 }
 
+/* A prediction set whole comes back as it was set, in each batch's
+ * place; mixing it with added tensors or an output is refused, and predict
+ * cannot concatenate it. */
+static void test_nested(fixture *f, fulmen_trainer *t, fulmen_lightning_module *m, const fulmen_loader *l) {
+    f->mode = NESTED;
+    fulmen_value *out = NULL;
+    CHECK_OK(fulmen_trainer_predict_batches(t, m, &l, 1, NULL, true, &out));
+    CHECK(out != NULL && len_of(out) == 3);
+    for (size_t i = 0; out != NULL && i < 3; i++) {
+        fulmen_value *b = item(out, i), *logits = NULL, *meta = NULL;
+        CHECK(kind_of(b) == FULMEN_VALUE_KIND_DICT && len_of(b) == 2);
+        CHECK_OK(fulmen_value_dict_get(b, "logits", &logits));
+        CHECK_OK(fulmen_value_dict_get(b, "meta", &meta));
+        int64_t shape[2];
+        shape_of(logits, shape);
+        CHECK(shape[0] == (i < 2 ? 4 : 2) && shape[1] == 2);
+        CHECK(kind_of(meta) == FULMEN_VALUE_KIND_TUPLE && len_of(meta) == 3);
+        fulmen_value *idx = item(meta, 1), *tag = item(meta, 2);
+        int64_t got = -1;
+        CHECK_OK(fulmen_value_get_int(idx, &got));
+        CHECK(got == (int64_t)i);
+        char name[8] = {0};
+        size_t len = 0;
+        CHECK_OK(fulmen_value_get_string(tag, name, sizeof name, &len));
+        CHECK(strcmp(name, "tag") == 0);
+        fulmen_value *all[5] = {b, logits, meta, idx, tag};
+        for (int k = 0; k < 5; k++) fulmen_value_free(all[k]);
+    }
+    fulmen_value_free(out);
+    CHECK(f->nested_codes[0] == FULMEN_CODE_INVALID_STATE);
+    CHECK(f->nested_codes[1] == FULMEN_CODE_INVALID_STATE);
+    CHECK(f->nested_codes[2] == FULMEN_CODE_INVALID_STATE);
+    fulmen_tensor *cat = NULL;
+    CHECK_ERR(fulmen_trainer_predict(t, m, l, NULL, &cat), FULMEN_CODE_UNSUPPORTED, "predict_batches");
+    CHECK(cat == NULL);
+    f->mode = NESTED_AND_OUT;
+    CHECK_ERR(fulmen_trainer_predict_batches(t, m, &l, 1, NULL, true, &out), FULMEN_CODE_INVALID_STATE,
+              "set its whole prediction and returned a tensor too");
+    CHECK(out == NULL);
+}
+
 /* What the hook and the value writer saw. */
 typedef struct {
     int hook_kinds[8];    /* kind of each on_predict_batch_end prediction */
@@ -350,7 +430,7 @@ static void test_add_outside_predict(fixture *f, fulmen_lightning_module *m, con
 
 int main(void) {
     CHECK_OK(fulmen_manual_seed(5));
-    fixture f = {fixture_mlp(8, 0.0), RETURN_ONE, 0, 0, 0, {0, 0, 0}};
+    fixture f = {fixture_mlp(8, 0.0), RETURN_ONE, 0, 0, 0, {0, 0, 0}, {0, 0, 0}};
     fulmen_dataset *ds = fixture_blobs(10, 1, 1.0f), *ds2 = fixture_blobs(18, 2, 1.0f);
     fulmen_loader *l = fixture_loader(ds, 4, false, 0), *l2 = fixture_loader(ds2, 4, false, 0);
     fulmen_lightning_module *m = module_for(&f);
@@ -358,6 +438,7 @@ int main(void) {
     test_one_tensor_per_batch(&f, t, m, l);
     test_tuples(&f, t, m, l);
     test_dicts(&f, t, m, l);
+    test_nested(&f, t, m, l);
     test_none_and_loaders(&f, t, m, l, l2);
     test_no_return(&f, t, m, l);
     test_hook_and_writer_values(&f, m, l);

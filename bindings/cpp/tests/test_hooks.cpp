@@ -714,6 +714,7 @@ TEST_F(HookTest, OverriddenModuleHooksAndOptimizerIndex) {
     Loader train(ds, 8);  // 2 batches
     std::vector<std::string> module_hooks;
     std::vector<int64_t> optimizer_indices;
+    std::vector<double> learning_rates;
     size_t replaced = 0;
     LightningModule module = LightningModule::builder(model)
                                  .training_step([&](StepContext&, const Batch& batch) {
@@ -740,8 +741,17 @@ TEST_F(HookTest, OverriddenModuleHooksAndOptimizerIndex) {
     Trainer trainer(bare_options(1).set("num_sanity_val_steps", int64_t{0}));
     trainer.add_callback("optimizers", [&](Hook h, HookContext& ctx) {
         if (h == Hook::BeforeOptimizerStep || h == Hook::BeforeZeroGrad) optimizer_indices.push_back(ctx.optimizer_index());
+        if (h != Hook::BeforeOptimizerStep) return;
+        // The optimizer itself: its lr read, then halved for the next step.
+        EXPECT_EQ(ctx.optimizer_count(), 1u);
+        EXPECT_EQ(ctx.param_group_count(0), 1u);
+        double lr = ctx.param_group(0, 0, "lr");
+        learning_rates.push_back(lr);
+        ctx.set_param_group(0, 0, "lr", lr / 2);
+        EXPECT_EQ(fulmen_test::error_code([&] { ctx.param_group(1, 0, "lr"); }), FULMEN_CODE_OUT_OF_RANGE);
     });
     trainer.fit(module, train, train);
+    EXPECT_EQ(learning_rates, std::vector<double>({0.1, 0.05}));
     // Not overridden: the module sees none of them.
     EXPECT_EQ(std::count(module_hooks.begin(), module_hooks.end(), "on_before_batch_transfer"), 0);
     EXPECT_EQ(replaced, 0u);

@@ -171,6 +171,9 @@ TEST_F(LightningCallbacksTest, ConfigureCallbacksReplacesTheTrainersByType) {
     // "flat" never improves: the module's EarlyStopping (no patience) stops
     // the fit at epoch 1; the trainer's, on a metric never logged, would
     // fail it, so it must be gone.
+    fulmen::EarlyStoppingState at_end;
+    std::vector<double> best_at_start;
+    size_t val_loaders = 99;
     LightningModule module =
         LightningModule::builder(model)
             .training_step([&model](StepContext& ctx, const Batch& batch) {
@@ -189,6 +192,13 @@ TEST_F(LightningCallbacksTest, ConfigureCallbacksReplacesTheTrainersByType) {
                 mc.save_top_k = -1;
                 list.add_model_checkpoint(mc);
             })
+            // From hooks: the module's EarlyStopping as it goes, and the
+            // per-loader counts (no validation loader here).
+            .on_hook([&](Hook h, HookContext& ctx) {
+                if (h == Hook::TrainEpochStart) best_at_start.push_back(ctx.early_stopping_state().best_score);
+                if (h == Hook::TrainEnd) at_end = ctx.early_stopping_state();
+                if (h == Hook::TrainStart) val_loaders = ctx.num_val_batches().size();
+            })
             .build();
     Trainer trainer(fulmen_test::quiet_options(5).set("logger", "csv"));
     trainer.add_early_stopping(fulmen::EarlyStoppingOptions("never_logged"));
@@ -196,5 +206,39 @@ TEST_F(LightningCallbacksTest, ConfigureCallbacksReplacesTheTrainersByType) {
     Trainer::EarlyStoppingState s = trainer.early_stopping_state();
     EXPECT_EQ(s.stopped_epoch, 1);
     EXPECT_EQ(s.wait_count, 1);
+    EXPECT_EQ(at_end.stopped_epoch, 1);
+    EXPECT_EQ(at_end.wait_count, 1);
+    EXPECT_EQ(best_at_start, std::vector<double>({std::numeric_limits<double>::infinity(), 1.0}));
+    EXPECT_EQ(val_loaders, 0u);
     EXPECT_GT(trainer.callback_metrics().count("lr-SGD"), 0u);
+}
+
+// The other built-ins from configure_callbacks: the module's
+// GradientAccumulationScheduler (2 batches a step) replaces the trainer's
+// (4), and a second StochasticWeightAveraging in the list is refused.
+TEST_F(LightningCallbacksTest, ConfigureCallbacksAddsTheOtherBuiltIns) {
+    Dataset ds = fulmen_test::blobs(32, 1);
+    Loader train(ds, 8);
+    Model model = fulmen_test::mlp();
+    int second_swa = 0;
+    LightningModule module =
+        LightningModule::builder(model)
+            .training_step([&model](StepContext&, const Batch& batch) {
+                return fulmen::loss::cross_entropy(model.forward(batch[0]), batch[1]);
+            })
+            .configure_optimizers([&model](OptimizerConfig& config) {
+                config.add(Optimizer::sgd(model, fulmen::SgdOptions(0.1)));
+            })
+            .configure_callbacks([&](fulmen::CallbackList& list) {
+                fulmen::StochasticWeightAveragingOptions swa(0.05);
+                list.add_stochastic_weight_averaging(swa);
+                second_swa = error_code([&] { list.add_stochastic_weight_averaging(swa); });
+                list.add_gradient_accumulation_scheduler({{0, 2}});
+            })
+            .build();
+    Trainer trainer(fulmen_test::quiet_options(1));
+    trainer.add_gradient_accumulation_scheduler({{0, 4}});
+    trainer.fit(module, train);
+    EXPECT_EQ(second_swa, FULMEN_CODE_INVALID_ARGUMENT);
+    EXPECT_EQ(trainer.global_step(), 2);
 }

@@ -1011,6 +1011,34 @@ TEST_F(TrainerTest, PredictBatchesNamedAreDicts) {
     EXPECT_EQ(last.at("input").to_tensor().shape(), (fulmen::Shape{2, 2}));
 }
 
+// A prediction set whole, nested: {"logits": model(x), "meta": (x, "tag")}
+// comes back as it was set.
+TEST_F(TrainerTest, PredictBatchesNestedValues) {
+    Dataset ds = fulmen_test::blobs(10, 2);
+    Loader loader(ds, 4);
+    Model model = fulmen_test::mlp();
+    LightningModule module =
+        full_module(model)
+            .predict_step([&model](StepContext& ctx, const Batch& batch) -> std::optional<Tensor> {
+                fulmen::Value x = fulmen::Value::of_tensor(batch[0]), tag = fulmen::Value::of_string("tag");
+                fulmen::Value meta = fulmen::Value::tuple({&x, &tag});
+                fulmen::Value logits = fulmen::Value::of_tensor(model.forward(batch[0]));
+                fulmen::Value whole = fulmen::Value::dict({{"logits", &logits}, {"meta", &meta}});
+                ctx.set_prediction(whole);
+                EXPECT_THROW(ctx.add_prediction(batch[0]), fulmen::Error);
+                return std::nullopt;
+            })
+            .build();
+    Trainer trainer(fulmen_test::quiet_options(1).set("logger", false));
+    fulmen::Value out = trainer.predict_batches(module, {&loader});
+    ASSERT_EQ(out.size(), 3u);
+    fulmen::Value meta = out[2].at("meta");
+    ASSERT_EQ(meta.kind(), fulmen::ValueKind::Tuple);
+    EXPECT_EQ(meta[0].to_tensor().shape(), (fulmen::Shape{2, 2}));
+    EXPECT_EQ(meta[1].to_string(), "tag");
+    EXPECT_EQ(out[0].at("logits").to_tensor().shape(), (fulmen::Shape{4, 2}));
+}
+
 TEST_F(TrainerTest, NamedPredictionsReachTheHookAndTheValueWriter) {
     Dataset ds = fulmen_test::blobs(10, 2);
     Loader loader(ds, 4);

@@ -10,6 +10,7 @@ use crate::ffi::trainer::runs::fulmen_trainer;
 use crate::ffi::value::{emit_value, fulmen_value};
 use crate::nn::Value;
 
+pub mod hook_optimizers;
 pub mod trainer_view;
 use std::collections::BTreeMap;
 use std::ffi::c_char;
@@ -208,7 +209,13 @@ fn count(n: Option<usize>) -> i64 {
 
 /// Writes `n` into `out[0..capacity]` and its length to `*count_out`;
 /// OUT_OF_RANGE (after writing `*count_out`) when `capacity` is smaller.
-unsafe fn write_counts(n: &[i64], out: *mut i64, capacity: usize, count_out: *mut usize, what: &str) -> Result<()> {
+pub(super) unsafe fn write_counts(
+    n: &[i64],
+    out: *mut i64,
+    capacity: usize,
+    count_out: *mut usize,
+    what: &str,
+) -> Result<()> {
     check_out(count_out, "count_out")?;
     count_out.write(n.len());
     if n.len() > capacity {
@@ -225,7 +232,7 @@ unsafe fn write_counts(n: &[i64], out: *mut i64, capacity: usize, count_out: *mu
 }
 
 /// Per-loader batch counts as C writes them (-1: unknown length).
-fn counts(batches: &[Option<usize>]) -> Vec<i64> {
+pub(super) fn counts(batches: &[Option<usize>]) -> Vec<i64> {
     batches.iter().map(|b| count(*b)).collect()
 }
 
@@ -346,17 +353,27 @@ pub unsafe extern "C" fn fulmen_trainer_early_stopping_state(
     guard!(|| {
         let t = handle::borrow(trainer, "trainer")?;
         let es = t.inner.early_stopping().ok_or_else(|| Error::state("the trainer has no EarlyStopping callback"))?;
-        if !wait_count.is_null() {
-            wait_count.write(es.wait_count);
-        }
-        if !stopped_epoch.is_null() {
-            stopped_epoch.write(es.stopped_epoch);
-        }
-        if !best_score.is_null() {
-            best_score.write(es.best_score);
-        }
+        write_early_stopping(es, wait_count, stopped_epoch, best_score);
         Ok(())
     })
+}
+
+/// Writes `es` to the out-pointers that are not NULL.
+pub(super) unsafe fn write_early_stopping(
+    es: crate::callbacks::EarlyStoppingState,
+    wait_count: *mut i64,
+    stopped_epoch: *mut i64,
+    best_score: *mut f64,
+) {
+    if !wait_count.is_null() {
+        wait_count.write(es.wait_count);
+    }
+    if !stopped_epoch.is_null() {
+        stopped_epoch.write(es.stopped_epoch);
+    }
+    if !best_score.is_null() {
+        best_score.write(es.best_score);
+    }
 }
 
 /// Writes the GradScaler's loss scale at the end of the last fit

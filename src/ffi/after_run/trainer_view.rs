@@ -105,3 +105,104 @@ pub unsafe extern "C" fn fulmen_hook_context_trainer(
         Ok(())
     })
 }
+
+/// Writes a per-loader count of the run, as `fulmen_trainer_num_val_batches`
+/// writes the trainer's.
+unsafe fn hook_counts(
+    ctx: *const fulmen_hook_context,
+    pick: fn(&crate::trainer::TrainerState) -> &[Option<usize>],
+    counts: *mut i64,
+    capacity: usize,
+    count_out: *mut usize,
+    what: &str,
+) -> crate::error::Result<()> {
+    check_out(count_out, "count_out")?;
+    let n = super::counts(pick(ctx_ref(ctx)?.state));
+    super::write_counts(&n, counts, capacity, count_out, what)
+}
+
+/// From a hook, Lightning's `trainer.num_val_batches` as
+/// `fulmen_trainer_num_val_batches` writes it: one count per validation
+/// loader of the run's validation (a fit's, once its loaders are loaded)
+/// or validate run after `limit_val_batches`, -1 for a loader of unknown
+/// length; the previous run's before that.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small; `*count_out`
+/// is written).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_num_val_batches(
+    ctx: *const fulmen_hook_context,
+    counts: *mut i64,
+    capacity: usize,
+    count_out: *mut usize,
+) -> *mut fulmen_error {
+    guard!(|| hook_counts(ctx, |s| &s.val_loader_batches, counts, capacity, count_out, "validation loaders"))
+}
+
+/// From a hook, Lightning's `trainer.num_test_batches`: one count per
+/// loader of the test run, as `fulmen_hook_context_num_val_batches`.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_num_test_batches(
+    ctx: *const fulmen_hook_context,
+    counts: *mut i64,
+    capacity: usize,
+    count_out: *mut usize,
+) -> *mut fulmen_error {
+    guard!(|| hook_counts(ctx, |s| &s.test_loader_batches, counts, capacity, count_out, "test loaders"))
+}
+
+/// From a hook, Lightning's `trainer.num_predict_batches`: one count per
+/// loader of the predict run, as `fulmen_hook_context_num_val_batches`.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_num_predict_batches(
+    ctx: *const fulmen_hook_context,
+    counts: *mut i64,
+    capacity: usize,
+    count_out: *mut usize,
+) -> *mut fulmen_error {
+    guard!(|| hook_counts(ctx, |s| &s.predict_loader_batches, counts, capacity, count_out, "predict loaders"))
+}
+
+/// From a hook, Lightning's `trainer.num_sanity_val_batches`: the batches
+/// of each validation loader the fit's sanity check runs (from
+/// on_sanity_check_start on), as `fulmen_hook_context_num_val_batches`.
+///
+/// Errors: FULMEN_CODE_OUT_OF_RANGE (`capacity` too small).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_num_sanity_val_batches(
+    ctx: *const fulmen_hook_context,
+    counts: *mut i64,
+    capacity: usize,
+    count_out: *mut usize,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let what = "sanity-checked validation loaders";
+        hook_counts(ctx, |s| &s.sanity_loader_batches, counts, capacity, count_out, what)
+    })
+}
+
+/// From a hook, the state of the run's first EarlyStopping as
+/// `fulmen_trainer_early_stopping_state` writes the trainer's, as of the
+/// hook being called: the callbacks' hooks see it as it was before the
+/// hook, the module's after the callbacks' (in on_train_epoch_end
+/// EarlyStopping checks after the module, as Lightning's does). Any out-pointer may be NULL.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (the run has no EarlyStopping).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_hook_context_early_stopping_state(
+    ctx: *const fulmen_hook_context,
+    wait_count: *mut i64,
+    stopped_epoch: *mut i64,
+    best_score: *mut f64,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let es =
+            ctx_ref(ctx)?.state.early_stopping.ok_or_else(|| Error::state("the run has no EarlyStopping callback"))?;
+        super::write_early_stopping(es, wait_count, stopped_epoch, best_score);
+        Ok(())
+    })
+}

@@ -37,10 +37,14 @@ pub unsafe extern "C" fn fulmen_trainer_add_weight_averaging(
     options: *const fulmen_weight_averaging_options,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
-        let opts = WeightAveragingOptions::try_from(*o)?;
-        let callback = WeightAveraging::new(opts)?;
+        let callback = weight_averaging(options)?;
         handle::borrow_mut(trainer, "trainer")?.inner.add_callback(Box::new(callback));
         Ok(())
     })
+}
+
+/// The WeightAveraging `options` describe.
+pub(crate) unsafe fn weight_averaging(options: *const fulmen_weight_averaging_options) -> Result<WeightAveraging> {
+    let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
+    WeightAveraging::new(WeightAveragingOptions::try_from(*o)?)
 }

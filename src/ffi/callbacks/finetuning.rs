@@ -49,7 +49,9 @@ pub unsafe extern "C" fn fulmen_trainer_add_backbone_finetuning(
 }
 
 /// The core's options from the C struct (required).
-unsafe fn core_options(options: *const fulmen_backbone_finetuning_options) -> Result<BackboneFinetuningOptions> {
+pub(crate) unsafe fn core_options(
+    options: *const fulmen_backbone_finetuning_options,
+) -> Result<BackboneFinetuningOptions> {
     let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
     let opts = o.to_core(str_arg(o.backbone, "options.backbone")?.to_string());
     opts.validate()?;

@@ -271,9 +271,13 @@ pub unsafe extern "C" fn fulmen_trainer_add_model_pruning(
     pruning: *const fulmen_model_pruning,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let opts = handle::borrow(pruning, "pruning")?.opts.clone();
-        let callback = ModelPruning::new(opts)?;
+        let callback = model_pruning(pruning)?;
         handle::borrow_mut(trainer, "trainer")?.inner.add_callback(Box::new(callback));
         Ok(())
     })
+}
+
+/// The ModelPruning `pruning` describes (its options copied).
+pub(crate) unsafe fn model_pruning(pruning: *const fulmen_model_pruning) -> Result<ModelPruning> {
+    ModelPruning::new(handle::borrow(pruning, "pruning")?.opts.clone())
 }

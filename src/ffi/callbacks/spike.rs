@@ -50,17 +50,32 @@ pub unsafe extern "C" fn fulmen_trainer_add_spike_detection(
     finite_only: bool,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let opts = SpikeDetectionOptions {
-            mode: parse_mode(mode)?,
-            window,
-            warmup,
-            atol: (!atol.is_nan()).then_some(atol),
-            rtol: (!rtol.is_nan()).then_some(rtol),
-            exclude_batches_path: opt_str(exclude_batches_path, "exclude_batches_path")?.map(PathBuf::from),
-            finite_only,
-        };
-        let callback = SpikeDetection::new(opts)?;
-        handle::borrow_mut(trainer, "trainer")?.inner.add_callback(Box::new(callback));
+        let callback = spike_detection(mode, window, warmup, atol, rtol, exclude_batches_path, finite_only)?;
+        handle::borrow_mut(trainer, "trainer")?.inner.add_callback(callback);
         Ok(())
     })
+}
+
+/// The SpikeDetection the arguments of `fulmen_trainer_add_spike_detection`
+/// describe.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn spike_detection(
+    mode: i32,
+    window: usize,
+    warmup: i64,
+    atol: f64,
+    rtol: f64,
+    exclude_batches_path: *const c_char,
+    finite_only: bool,
+) -> crate::error::Result<Box<dyn crate::trainer::Callback>> {
+    let opts = SpikeDetectionOptions {
+        mode: parse_mode(mode)?,
+        window,
+        warmup,
+        atol: (!atol.is_nan()).then_some(atol),
+        rtol: (!rtol.is_nan()).then_some(rtol),
+        exclude_batches_path: opt_str(exclude_batches_path, "exclude_batches_path")?.map(PathBuf::from),
+        finite_only,
+    };
+    Ok(Box::new(SpikeDetection::new(opts)?))
 }

@@ -7,7 +7,7 @@ use crate::ffi::base::handle;
 use crate::ffi::callbacks::gen_options::{
     fulmen_early_stopping_options, fulmen_model_checkpoint_options, fulmen_model_checkpoint_options_default,
 };
-use crate::ffi::callbacks::hooks::{add_to_list, fulmen_callback_list, fulmen_callback_vtable, host_callback};
+use crate::ffi::callbacks::hooks::{fulmen_callback_vtable, host_callback};
 use crate::ffi::trainer::runs::fulmen_trainer;
 use std::ffi::c_char;
 use std::path::PathBuf;
@@ -69,7 +69,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_model_checkpoint(
 }
 
 /// The ModelCheckpoint `options` describe (NULL: the defaults).
-unsafe fn model_checkpoint(options: *const fulmen_model_checkpoint_options) -> Result<ModelCheckpoint> {
+pub(crate) unsafe fn model_checkpoint(options: *const fulmen_model_checkpoint_options) -> Result<ModelCheckpoint> {
     let o = options.as_ref().copied().unwrap_or_else(|| fulmen_model_checkpoint_options_default());
     let opts = o.to_core(
         opt_str(o.dirpath, "dirpath")?.map(PathBuf::from),
@@ -80,7 +80,7 @@ unsafe fn model_checkpoint(options: *const fulmen_model_checkpoint_options) -> R
 }
 
 /// The EarlyStopping `options` describe.
-unsafe fn early_stopping(options: *const fulmen_early_stopping_options) -> Result<EarlyStopping> {
+pub(crate) unsafe fn early_stopping(options: *const fulmen_early_stopping_options) -> Result<EarlyStopping> {
     let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
     let monitor =
         opt_str(o.monitor, "monitor")?.ok_or_else(|| Error::new(ErrorCode::NullArgument, "options.monitor is NULL"))?;
@@ -154,55 +154,13 @@ unsafe fn add_lr_monitor(
 }
 
 /// The LearningRateMonitor the arguments describe.
-unsafe fn lr_monitor(
+pub(crate) unsafe fn lr_monitor(
     logging_interval: *const c_char,
     log_momentum: bool,
     log_weight_decay: bool,
 ) -> Result<LearningRateMonitor> {
     let interval = opt_str(logging_interval, "logging_interval")?.unwrap_or_default();
     LearningRateMonitor::with_options(&interval, log_momentum, log_weight_decay)
-}
-
-/// In `configure_callbacks`: adds a ModelCheckpoint (`options` as for
-/// `fulmen_trainer_add_model_checkpoint`; NULL for the defaults). As
-/// Lightning does with the callbacks a module returns, it replaces the
-/// trainer's ModelCheckpoints (the default one included) for the run and
-/// the ones after it; ModelCheckpoints still run last.
-///
-/// Errors: as `fulmen_trainer_add_model_checkpoint`.
-#[no_mangle]
-pub unsafe extern "C" fn fulmen_callback_list_add_model_checkpoint(
-    list: *mut fulmen_callback_list,
-    options: *const fulmen_model_checkpoint_options,
-) -> *mut fulmen_error {
-    guard!(|| { add_to_list(list, Box::new(model_checkpoint(options)?)) })
-}
-
-/// In `configure_callbacks`: adds an EarlyStopping (`options` as for
-/// `fulmen_trainer_add_early_stopping`), replacing the trainer's
-/// EarlyStopping callbacks as Lightning does.
-///
-/// Errors: as `fulmen_trainer_add_early_stopping`.
-#[no_mangle]
-pub unsafe extern "C" fn fulmen_callback_list_add_early_stopping(
-    list: *mut fulmen_callback_list,
-    options: *const fulmen_early_stopping_options,
-) -> *mut fulmen_error {
-    guard!(|| { add_to_list(list, Box::new(early_stopping(options)?)) })
-}
-
-/// In `configure_callbacks`: adds a LearningRateMonitor (arguments as for
-/// `fulmen_trainer_add_lr_monitor_with`), replacing the trainer's.
-///
-/// Errors: as `fulmen_trainer_add_lr_monitor_with`.
-#[no_mangle]
-pub unsafe extern "C" fn fulmen_callback_list_add_lr_monitor(
-    list: *mut fulmen_callback_list,
-    logging_interval: *const c_char,
-    log_momentum: bool,
-    log_weight_decay: bool,
-) -> *mut fulmen_error {
-    guard!(|| { add_to_list(list, Box::new(lr_monitor(logging_interval, log_momentum, log_weight_decay)?)) })
 }
 
 /// Adds a DeviceStatsMonitor (Lightning's): when the loggers are due
@@ -224,8 +182,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_device_stats_monitor(
 ) -> *mut fulmen_error {
     guard!(|| {
         let mut t = handle::borrow_mut(trainer, "trainer")?;
-        let cpu = tristate(cpu_stats, "cpu_stats")?;
-        t.inner.add_callback(Box::new(DeviceStatsMonitor::new(cpu)));
+        t.inner.add_callback(Box::new(DeviceStatsMonitor::new(tristate(cpu_stats, "cpu_stats")?)));
         Ok(())
     })
 }
@@ -244,12 +201,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_timer(
 ) -> *mut fulmen_error {
     guard!(|| {
         let mut t = handle::borrow_mut(trainer, "trainer")?;
-        let d = match opt_str(duration, "duration")? {
-            Some(s) => Some(timer::parse_duration(&s)?),
-            None => None,
-        };
-        let interval = opt_str(interval, "interval")?.unwrap_or_else(|| "step".into());
-        t.inner.add_callback(Box::new(Timer::new(d, &interval)?));
+        t.inner.add_callback(Box::new(timer_callback(duration, interval)?));
         Ok(())
     })
 }
@@ -273,4 +225,15 @@ pub unsafe extern "C" fn fulmen_trainer_add_callback(
         t.inner.add_callback(Box::new(cb));
         Ok(())
     })
+}
+
+/// The Timer of `duration` (NULL: none) checked every `interval` (NULL:
+/// "step").
+pub(crate) unsafe fn timer_callback(duration: *const c_char, interval: *const c_char) -> Result<Timer> {
+    let d = match opt_str(duration, "duration")? {
+        Some(s) => Some(timer::parse_duration(&s)?),
+        None => None,
+    };
+    let interval = opt_str(interval, "interval")?.unwrap_or_else(|| "step".into());
+    Timer::new(d, &interval)
 }

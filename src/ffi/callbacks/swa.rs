@@ -50,16 +50,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_stochastic_weight_averaging(
     options: *const fulmen_stochastic_weight_averaging_options,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
-        if o.n_swa_lrs > MAX_SWA_LRS {
-            return Err(Error::invalid(format!("n_swa_lrs {} is more than {MAX_SWA_LRS}", o.n_swa_lrs)));
-        }
-        let swa_lrs = match o.n_swa_lrs {
-            0 => vec![o.swa_lr],
-            n => crate::ffi::tensor::handle::slice_arg(o.swa_lrs, n, "options.swa_lrs")?.to_vec(),
-        };
-        let opts = o.to_core(swa_lrs)?;
-        let callback = StochasticWeightAveraging::new(opts)?;
+        let callback = stochastic_weight_averaging(options)?;
         let mut t = handle::borrow_mut(trainer, "trainer")?;
         if t.inner.has_callback(&callback.name()) {
             return Err(Error::invalid("the trainer has a StochasticWeightAveraging already (one drives the lr)"));
@@ -67,4 +58,19 @@ pub unsafe extern "C" fn fulmen_trainer_add_stochastic_weight_averaging(
         t.inner.add_callback(Box::new(callback));
         Ok(())
     })
+}
+
+/// The StochasticWeightAveraging `options` describe.
+pub(crate) unsafe fn stochastic_weight_averaging(
+    options: *const fulmen_stochastic_weight_averaging_options,
+) -> Result<StochasticWeightAveraging> {
+    let o = options.as_ref().ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `options` is NULL"))?;
+    if o.n_swa_lrs > MAX_SWA_LRS {
+        return Err(Error::invalid(format!("n_swa_lrs {} is more than {MAX_SWA_LRS}", o.n_swa_lrs)));
+    }
+    let swa_lrs = match o.n_swa_lrs {
+        0 => vec![o.swa_lr],
+        n => crate::ffi::tensor::handle::slice_arg(o.swa_lrs, n, "options.swa_lrs")?.to_vec(),
+    };
+    StochasticWeightAveraging::new(o.to_core(swa_lrs)?)
 }

@@ -30,16 +30,8 @@ pub unsafe extern "C" fn fulmen_trainer_add_gradient_accumulation_scheduler(
     n: usize,
 ) -> *mut fulmen_error {
     guard!(|| {
-        if n > FULMEN_ACCUMULATION_SCHEDULE_MAX {
-            return Err(Error::invalid(format!(
-                "a schedule of {n} entries; at most {FULMEN_ACCUMULATION_SCHEDULE_MAX}"
-            )));
-        }
         let mut t = handle::borrow_mut(trainer, "trainer")?;
-        let e = i64_list(epochs, n, "epochs")?;
-        let f = i64_list(factors, n, "factors")?;
-        let pairs: Vec<(i64, i64)> = e.iter().copied().zip(f.iter().copied()).collect();
-        t.inner.add_callback(Box::new(GradientAccumulationScheduler::new(&pairs)?));
+        t.inner.add_callback(Box::new(accumulation_scheduler(epochs, factors, n)?));
         Ok(())
     })
 }
@@ -61,9 +53,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_on_exception_checkpoint(
 ) -> *mut fulmen_error {
     guard!(|| {
         let mut t = handle::borrow_mut(trainer, "trainer")?;
-        let dir = PathBuf::from(str_arg(dirpath, "dirpath")?);
-        let name = if filename.is_null() { None } else { Some(str_arg(filename, "filename")?) };
-        t.inner.add_callback(Box::new(OnExceptionCheckpoint::new(dir, name)?));
+        t.inner.add_callback(Box::new(on_exception_checkpoint(dirpath, filename)?));
         Ok(())
     })
 }
@@ -88,8 +78,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_throughput_monitor(
 ) -> *mut fulmen_error {
     guard!(|| {
         let mut t = handle::borrow_mut(trainer, "trainer")?;
-        let sep = if separator.is_null() { "/" } else { str_arg(separator, "separator")? };
-        t.inner.add_callback(Box::new(crate::callbacks::ThroughputMonitor::new(window_size, sep)?));
+        t.inner.add_callback(Box::new(throughput_monitor(window_size, separator, 0.0, 0.0)?));
         Ok(())
     })
 }
@@ -118,11 +107,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_throughput_monitor_flops(
 ) -> *mut fulmen_error {
     guard!(|| {
         let mut t = handle::borrow_mut(trainer, "trainer")?;
-        let sep = if separator.is_null() { "/" } else { str_arg(separator, "separator")? };
-        let given = |v: f64| (v != 0.0).then_some(v);
-        let flops = crate::callbacks::throughput::Flops::new(given(flops_per_batch), given(available_flops))?;
-        let monitor = crate::callbacks::ThroughputMonitor::new(window_size, sep)?.with_flops(flops);
-        t.inner.add_callback(Box::new(monitor));
+        t.inner.add_callback(Box::new(throughput_monitor(window_size, separator, flops_per_batch, available_flops)?));
         Ok(())
     })
 }
@@ -146,4 +131,47 @@ pub unsafe extern "C" fn fulmen_available_flops(
         let flops = crate::callbacks::flops_table::available_flops(name, dtype).unwrap_or(0.0);
         crate::ffi::base::handle::write_out(out, "out", flops)
     })
+}
+
+/// The GradientAccumulationScheduler of `n` (epoch, factor) pairs.
+pub(crate) unsafe fn accumulation_scheduler(
+    epochs: *const i64,
+    factors: *const i64,
+    n: usize,
+) -> crate::error::Result<GradientAccumulationScheduler> {
+    if n > FULMEN_ACCUMULATION_SCHEDULE_MAX {
+        return Err(Error::invalid(format!("a schedule of {n} entries; at most {FULMEN_ACCUMULATION_SCHEDULE_MAX}")));
+    }
+    let e = i64_list(epochs, n, "epochs")?;
+    let f = i64_list(factors, n, "factors")?;
+    let pairs: Vec<(i64, i64)> = e.iter().copied().zip(f.iter().copied()).collect();
+    GradientAccumulationScheduler::new(&pairs)
+}
+
+/// The OnExceptionCheckpoint writing `filename` (NULL: Lightning's
+/// "on_exception") in `dirpath`.
+pub(crate) unsafe fn on_exception_checkpoint(
+    dirpath: *const c_char,
+    filename: *const c_char,
+) -> crate::error::Result<OnExceptionCheckpoint> {
+    let dir = PathBuf::from(str_arg(dirpath, "dirpath")?);
+    let name = if filename.is_null() { None } else { Some(str_arg(filename, "filename")?) };
+    OnExceptionCheckpoint::new(dir, name)
+}
+
+/// The ThroughputMonitor of the arguments; FLOPs counted when either
+/// figure is not 0.
+pub(crate) unsafe fn throughput_monitor(
+    window_size: usize,
+    separator: *const c_char,
+    flops_per_batch: f64,
+    available_flops: f64,
+) -> crate::error::Result<crate::callbacks::ThroughputMonitor> {
+    let sep = if separator.is_null() { "/" } else { str_arg(separator, "separator")? };
+    let monitor = crate::callbacks::ThroughputMonitor::new(window_size, sep)?;
+    if flops_per_batch == 0.0 && available_flops == 0.0 {
+        return Ok(monitor);
+    }
+    let given = |v: f64| (v != 0.0).then_some(v);
+    Ok(monitor.with_flops(crate::callbacks::throughput::Flops::new(given(flops_per_batch), given(available_flops))?))
 }

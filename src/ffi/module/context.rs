@@ -283,7 +283,8 @@ pub unsafe extern "C" fn fulmen_step_context_batch_idx(
 /// the tensors written to `*out`.
 ///
 /// Errors: FULMEN_CODE_INVALID_STATE (outside predict_step, or after
-/// `fulmen_step_context_add_named_prediction` in the same step).
+/// `fulmen_step_context_add_named_prediction` or
+/// `fulmen_step_context_set_prediction` in the same step).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_step_context_add_prediction(
     ctx: *mut fulmen_step_context,
@@ -309,7 +310,8 @@ pub unsafe extern "C" fn fulmen_step_context_add_prediction(
 /// see no tensor for such a batch.
 ///
 /// Errors: FULMEN_CODE_INVALID_STATE (outside predict_step, or after
-/// `fulmen_step_context_add_prediction` in the same step; the step then
+/// `fulmen_step_context_add_prediction` or
+/// `fulmen_step_context_set_prediction` in the same step; the step then
 /// writing `*out` fails the run), FULMEN_CODE_INVALID_ARGUMENT (`name`
 /// empty, not UTF-8, or added already in this step).
 #[no_mangle]
@@ -322,5 +324,30 @@ pub unsafe extern "C" fn fulmen_step_context_add_named_prediction(
         let name = str_arg(name, "name")?;
         let t = tensor_arg(tensor, "tensor")?.shallow_clone();
         ctx_mut(ctx)?.add_named_prediction(name, t)
+    })
+}
+
+/// Sets the whole prediction of the running predict_step to `value`, of
+/// any shape: Lightning's `predict_step` returning nested tuples, lists
+/// and dicts of tensors, numbers and strings (`{"logits": t, "meta": (ids,
+/// 3)}`). The step then adds no tensors and writes none to `*out`. The
+/// prediction shares `value`'s tensors; the handle stays the caller's.
+/// `fulmen_trainer_predict_batches`, `fulmen_hook_context_prediction` and
+/// `fulmen_trainer_add_prediction_value_writer`'s writers get the value
+/// as it was set; the predict calls that concatenate refuse it, the tensor
+/// readers see no tensor, and strategy `dp` (whose devices' chunks would
+/// need gathering) fails the run with FULMEN_CODE_UNSUPPORTED.
+///
+/// Errors: FULMEN_CODE_INVALID_STATE (outside predict_step; after a tensor
+/// was added or a value set in the same step; the step then writing
+/// `*out` fails the run).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_step_context_set_prediction(
+    ctx: *mut fulmen_step_context,
+    value: *const crate::ffi::value::fulmen_value,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let v = crate::ffi::value::value_arg(value, "value")?.shallow_clone();
+        ctx_mut(ctx)?.set_prediction(v)
     })
 }

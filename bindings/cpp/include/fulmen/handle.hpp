@@ -3,7 +3,10 @@
 
 #include "error.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +55,37 @@ template <class V, class Fn>
 V read(Fn&& fn) {
     V out{};
     check(fn(&out));
+    return out;
+}
+
+/// Reads an array of counts through the C pattern `fn(out, capacity,
+/// &count)` that fails with FULMEN_CODE_OUT_OF_RANGE (writing only the
+/// count) when the array is too small.
+template <class Fn>
+std::vector<int64_t> read_counts(Fn&& fn) {
+    size_t n = 0;
+    std::vector<int64_t> counts;
+    fulmen_error* err = fn(nullptr, 0, &n);
+    if (err != nullptr && fulmen_error_code(err) == FULMEN_CODE_OUT_OF_RANGE) {
+        fulmen_error_free(err);
+        counts.resize(n);
+        err = fn(counts.data(), counts.size(), &n);
+    }
+    check(err);
+    counts.resize(std::min(n, counts.size()));
+    return counts;
+}
+
+/// Batch counts with -1 (a loader of unknown length) as nullopt.
+inline std::vector<std::optional<int64_t>> optional_counts(const std::vector<int64_t>& counts) {
+    std::vector<std::optional<int64_t>> out;
+    for (int64_t c : counts) {
+        if (c < 0) {
+            out.emplace_back(std::nullopt);
+        } else {
+            out.emplace_back(c);
+        }
+    }
     return out;
 }
 

@@ -81,6 +81,15 @@ inline std::string_view hook_name(Hook hook) { return fulmen_hook_name(static_ca
 /// The trainer as a hook sees it during a run (HookContext::trainer()).
 using TrainerView = fulmen_trainer_view;
 
+/// EarlyStopping's state (Lightning's `wait_count`, `stopped_epoch`,
+/// `best_score`): Trainer::early_stopping_state after a run,
+/// HookContext::early_stopping_state during one.
+struct EarlyStoppingState {
+    int64_t wait_count = 0;     ///< Evaluations without improvement since the best.
+    int64_t stopped_epoch = 0;  ///< The epoch it stopped the fit in (0: it did not).
+    double best_score = 0;      ///< The best monitored value (+-inf before one).
+};
+
 class HookContext {
 public:
     /// Wraps the borrowed C context of a call of `hook`.
@@ -185,6 +194,47 @@ public:
     /// The optimizer's index in Hook::BeforeOptimizerStep and
     /// BeforeZeroGrad (configure_optimizers' order), -1 elsewhere.
     int64_t optimizer_index() const { return query<int64_t>(fulmen_hook_context_optimizer_index); }
+    /// Lightning's `trainer.num_val_batches` from a hook: per validation
+    /// loader of the run, its batches (nullopt: unknown length).
+    std::vector<std::optional<int64_t>> num_val_batches() const { return counts(fulmen_hook_context_num_val_batches); }
+    /// Lightning's `trainer.num_test_batches` from a hook.
+    std::vector<std::optional<int64_t>> num_test_batches() const { return counts(fulmen_hook_context_num_test_batches); }
+    /// Lightning's `trainer.num_predict_batches` from a hook.
+    std::vector<std::optional<int64_t>> num_predict_batches() const {
+        return counts(fulmen_hook_context_num_predict_batches);
+    }
+    /// Lightning's `trainer.num_sanity_val_batches` from a hook.
+    std::vector<std::optional<int64_t>> num_sanity_val_batches() const {
+        return counts(fulmen_hook_context_num_sanity_val_batches);
+    }
+    /// The run's first EarlyStopping as of this hook; throws
+    /// FULMEN_CODE_INVALID_STATE without one.
+    EarlyStoppingState early_stopping_state() const {
+        EarlyStoppingState s;
+        check(fulmen_hook_context_early_stopping_state(ctx_, &s.wait_count, &s.stopped_epoch, &s.best_score));
+        return s;
+    }
+    /// The run's optimizers (Lightning's `len(trainer.optimizers)`): those
+    /// configure_optimizers added, 0 in validate / test / predict.
+    size_t optimizer_count() const { return query<size_t>(fulmen_hook_context_optimizer_count); }
+    /// The parameter groups of the run's optimizer `optimizer`.
+    size_t param_group_count(size_t optimizer) const {
+        return detail::read<size_t>(
+            [&](size_t* o) { return fulmen_hook_context_param_group_count(ctx_, optimizer, o); });
+    }
+    /// Hyperparameter `name` ("lr", "momentum", "betas.0"...) of group
+    /// `group` of the run's optimizer `optimizer`: Lightning's
+    /// `optimizer.param_groups[group][name]`.
+    double param_group(size_t optimizer, size_t group, const std::string& name) const {
+        return detail::read<double>([&](double* o) {
+            return fulmen_hook_context_param_group_get(ctx_, optimizer, group, name.c_str(), o);
+        });
+    }
+    /// Sets hyperparameter `name` of group `group` of the run's optimizer
+    /// `optimizer` for the next steps (checked as Optimizer::set_param_group).
+    void set_param_group(size_t optimizer, size_t group, const std::string& name, double value) {
+        check(fulmen_hook_context_param_group_set(ctx_, optimizer, group, name.c_str(), value));
+    }
 
     /// The hook's output: the loss (train batch end, before / after
     /// backward), the prediction (predict batch end) or what a validation /
@@ -250,6 +300,11 @@ public:
     fulmen_hook_context* get() const noexcept { return ctx_; }
 
 private:
+    template <class Fn>
+    std::vector<std::optional<int64_t>> counts(Fn fn) const {
+        return detail::optional_counts(
+            detail::read_counts([&](int64_t* out, size_t cap, size_t* n) { return fn(ctx_, out, cap, n); }));
+    }
     template <class V, class Fn>
     V query(Fn fn) const {
         return detail::read<V>([&](V* out) { return fn(ctx_, out); });

@@ -462,6 +462,11 @@ public:
     void add_prediction(const std::string& name, const Tensor& t) {
         check(fulmen_step_context_add_named_prediction(ctx_, name.c_str(), t.get()));
     }
+    /// Sets this predict step's whole prediction to `value`, of any shape
+    /// (Lightning's `predict_step` returning nested tuples, lists and dicts
+    /// of tensors, numbers and strings); such a step adds no tensors and
+    /// returns none. Trainer::predict_batches gives it back as it was set.
+    void set_prediction(const Value& value) { check(fulmen_step_context_set_prediction(ctx_, value.get())); }
 
     // ---- manual optimization (LightningModule::set_automatic_optimization(false)) ----
 
@@ -723,6 +728,81 @@ public:
                                  bool log_momentum = false, bool log_weight_decay = false) {
         const char* interval = logging_interval ? logging_interval->c_str() : nullptr;
         check(fulmen_callback_list_add_lr_monitor(list_, interval, log_momentum, log_weight_decay));
+        return *this;
+    }
+    /// Adds BackboneFinetuning of the module at `backbone` (as
+    /// Trainer::add_backbone_finetuning), replacing the trainer's.
+    CallbackList& add_backbone_finetuning(const std::string& backbone, BackboneFinetuningOptions options = {}) {
+        options.backbone = backbone.c_str();
+        check(fulmen_callback_list_add_backbone_finetuning(list_, &options));
+        return *this;
+    }
+    /// Adds StochasticWeightAveraging (as
+    /// Trainer::add_stochastic_weight_averaging), replacing the trainer's.
+    CallbackList& add_stochastic_weight_averaging(StochasticWeightAveragingOptions options,
+                                                  const std::vector<double>& swa_lrs = {}) {
+        options.swa_lrs = swa_lrs.empty() ? nullptr : swa_lrs.data();
+        options.n_swa_lrs = swa_lrs.size();
+        check(fulmen_callback_list_add_stochastic_weight_averaging(list_, &options));
+        return *this;
+    }
+    /// Adds weight averaging (as Trainer::add_weight_averaging).
+    CallbackList& add_weight_averaging(const WeightAveragingOptions& options = {}) {
+        check(fulmen_callback_list_add_weight_averaging(list_, &options));
+        return *this;
+    }
+    /// Adds a GradientAccumulationScheduler (as
+    /// Trainer::add_gradient_accumulation_scheduler).
+    CallbackList& add_gradient_accumulation_scheduler(const std::map<int64_t, int64_t>& scheduling) {
+        std::vector<int64_t> epochs, factors;
+        for (const auto& [epoch, factor] : scheduling) {
+            epochs.push_back(epoch);
+            factors.push_back(factor);
+        }
+        check(fulmen_callback_list_add_gradient_accumulation_scheduler(list_, epochs.data(), factors.data(),
+                                                                        epochs.size()));
+        return *this;
+    }
+    /// Adds ModelPruning with a copy of `pruning`'s arguments.
+    CallbackList& add_model_pruning(const ModelPruning& pruning) {
+        check(fulmen_callback_list_add_model_pruning(list_, pruning.get()));
+        return *this;
+    }
+    /// Adds a Timer (as Trainer::add_timer).
+    CallbackList& add_timer(const std::optional<std::string>& duration, const std::string& interval = "step") {
+        check(fulmen_callback_list_add_timer(list_, duration ? duration->c_str() : nullptr, interval.c_str()));
+        return *this;
+    }
+    /// Adds a ThroughputMonitor (as Trainer::add_throughput_monitor_flops;
+    /// 0 FLOPs: none).
+    CallbackList& add_throughput_monitor(size_t window_size = 100,
+                                         const std::optional<std::string>& separator = std::nullopt,
+                                         double flops_per_batch = 0.0, double available_flops = 0.0) {
+        check(fulmen_callback_list_add_throughput_monitor(list_, window_size, separator ? separator->c_str() : nullptr,
+                                                           flops_per_batch, available_flops));
+        return *this;
+    }
+    /// Adds a DeviceStatsMonitor (as Trainer::add_device_stats_monitor).
+    CallbackList& add_device_stats_monitor(std::optional<bool> cpu_stats = std::nullopt) {
+        check(fulmen_callback_list_add_device_stats_monitor(list_, cpu_stats ? (*cpu_stats ? 1 : 0) : -1));
+        return *this;
+    }
+    /// Adds a SpikeDetection (as Trainer::add_spike_detection).
+    CallbackList& add_spike_detection(Mode mode = Mode::Min, size_t window = 10, int64_t warmup = 1,
+                                      std::optional<double> atol = std::nullopt, std::optional<double> rtol = 2.0,
+                                      const std::optional<std::string>& exclude_batches_path = std::nullopt,
+                                      bool finite_only = true) {
+        const double none = std::numeric_limits<double>::quiet_NaN();
+        check(fulmen_callback_list_add_spike_detection(
+            list_, static_cast<int32_t>(mode), window, warmup, atol ? *atol : none, rtol ? *rtol : none,
+            exclude_batches_path ? exclude_batches_path->c_str() : nullptr, finite_only));
+        return *this;
+    }
+    /// Adds an OnExceptionCheckpoint (as Trainer::add_on_exception_checkpoint).
+    CallbackList& add_on_exception_checkpoint(const std::string& dirpath,
+                                              const std::optional<std::string>& filename = std::nullopt) {
+        check(fulmen_callback_list_add_on_exception_checkpoint(list_, dirpath.c_str(),
+                                                                filename ? filename->c_str() : nullptr));
         return *this;
     }
 
@@ -1803,11 +1883,7 @@ public:
     /// The state of the trainer's first EarlyStopping (Lightning's
     /// wait_count, stopped_epoch, best_score); throws
     /// FULMEN_CODE_INVALID_STATE without one.
-    struct EarlyStoppingState {
-        int64_t wait_count = 0;     ///< Evaluations without improvement since the best.
-        int64_t stopped_epoch = 0;  ///< The epoch it stopped the fit in (0: it did not).
-        double best_score = 0;      ///< The best monitored value (+-inf before one).
-    };
+    using EarlyStoppingState = fulmen::EarlyStoppingState;
     /// The state of the trainer's first EarlyStopping.
     EarlyStoppingState early_stopping_state() const {
         EarlyStoppingState s;
@@ -1833,32 +1909,13 @@ public:
     }
 
 private:
-    /// Reads an array of counts the C call writes (sized by a first call).
+    /// Reads an array of counts a C call on the trainer writes.
     template <class F>
     std::vector<int64_t> read_counts(F f) const {
-        size_t n = 0;
-        std::vector<int64_t> counts;
-        fulmen_error* err = f(get(), nullptr, 0, &n);
-        if (err != nullptr && fulmen_error_code(err) == FULMEN_CODE_OUT_OF_RANGE) {
-            fulmen_error_free(err);
-            counts.resize(n);
-            err = f(get(), counts.data(), counts.size(), &n);
-        }
-        check(err);
-        counts.resize(std::min(n, counts.size()));
-        return counts;
+        return detail::read_counts([&](int64_t* out, size_t cap, size_t* n) { return f(get(), out, cap, n); });
     }
-    /// Counts with -1 (unknown length) as nullopt.
     static std::vector<std::optional<int64_t>> optional_counts(const std::vector<int64_t>& counts) {
-        std::vector<std::optional<int64_t>> out;
-        for (int64_t c : counts) {
-            if (c < 0) {
-                out.emplace_back(std::nullopt);
-            } else {
-                out.emplace_back(c);
-            }
-        }
-        return out;
+        return detail::optional_counts(counts);
     }
 
     explicit Trainer(fulmen_trainer* owned) noexcept : Handle(owned) {}
