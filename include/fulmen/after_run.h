@@ -466,10 +466,10 @@ struct fulmen_error *fulmen_hook_context_num_sanity_val_batches(const struct ful
 
 /**
  * From a hook, the state of the run's first EarlyStopping as
- * `fulmen_trainer_early_stopping_state` writes the trainer's, as of the
- * hook being called: the callbacks' hooks see it as it was before the
- * hook, the module's after the callbacks' (in on_train_epoch_end
- * EarlyStopping checks after the module, as Lightning's does). Any out-pointer may be NULL.
+ * `fulmen_trainer_early_stopping_state` writes the trainer's, as that
+ * EarlyStopping last left it (from its first hook, the run's setup, on;
+ * in on_train_epoch_end it checks after the module, as Lightning's
+ * does). Any out-pointer may be NULL.
  *
  * Errors: FULMEN_CODE_INVALID_STATE (the run has no EarlyStopping).
  */

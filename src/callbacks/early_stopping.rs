@@ -201,11 +201,19 @@ impl Callback for EarlyStopping {
     }
 
     fn on_hook(&mut self, ctx: &mut HookContext) -> Result<()> {
-        match ctx.hook {
+        let checked = match ctx.hook {
             Hook::TrainEpochEnd if self.check_on_train_epoch_end(ctx) => self.check(ctx),
             Hook::ValidationEnd if ctx.stage == "fit" && !self.check_on_train_epoch_end(ctx) => self.check(ctx),
             _ => Ok(()),
+        };
+        // What hooks read of the run's first EarlyStopping: the first one
+        // to get a hook claims the slot (the run calls its callbacks in
+        // order), and keeps it current.
+        let me = std::ptr::from_ref(self) as usize;
+        if ctx.state.early_stopping.is_none_or(|(owner, _)| owner == me) {
+            ctx.state.early_stopping = Some((me, self.state()));
         }
+        checked
     }
 
     fn lightning_state_key(&self) -> Option<String> {

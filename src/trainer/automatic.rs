@@ -261,7 +261,7 @@ fn forward_backward(
 
 /// A hook about optimizer `optimizer_idx` (on_before_optimizer_step,
 /// on_before_zero_grad: Lightning's `optimizer` argument).
-fn optimizer_hook(run: &mut Run, hook: Hook, optimizer_idx: Option<usize>) -> Result<()> {
+pub(super) fn optimizer_hook(run: &mut Run, hook: Hook, optimizer_idx: Option<usize>) -> Result<()> {
     run.hook(hook, HookData { batch_idx: -1, optimizer_idx, ..Default::default() })
 }
 

@@ -467,10 +467,11 @@ pub struct TrainerState {
     /// Epoch metrics logged by evaluation hooks since the stage's loggers
     /// were last written, as they go to the loggers.
     pub hook_metrics: BTreeMap<String, f64>,
-    /// The state of the run's first EarlyStopping, as of the hook being
-    /// called (refreshed before the callbacks' hooks and again before the
-    /// module's); `None` without one.
-    pub early_stopping: Option<crate::callbacks::EarlyStoppingState>,
+    /// The state of the run's first EarlyStopping as it last left it, with
+    /// the address that identifies it: the first one in the run's order
+    /// claims it at its first hook and publishes every change there;
+    /// `None` without one.
+    pub early_stopping: Option<(usize, crate::callbacks::EarlyStoppingState)>,
     /// The same for the training hooks (on_train_start,
     /// on_train_epoch_start / end): written with the training epoch's
     /// metrics.
@@ -558,6 +559,11 @@ pub struct HookContext<'a> {
     pub group_maker: Option<&'a GroupMaker<'a>>,
 }
 
+/// The error of a hook whose context holds no optimizers.
+fn no_optimizers(hook: Hook) -> Error {
+    Error::state(format!("{} has no optimizers: only a run's hooks reach them", hook.name()))
+}
+
 /// The error for optimizer `index` of `n`.
 fn out_of_range(index: usize, n: usize) -> Error {
     Error::new(crate::error::ErrorCode::OutOfRange, format!("optimizer {index} is out of range: the run has {n}"))
@@ -593,15 +599,15 @@ impl<'a> HookContext<'a> {
     /// configure_optimizers added in a fit, none in validate / test /
     /// predict. `InvalidState` outside a run's hooks.
     pub fn optimizers(&self) -> Result<&[super::module::OptimizerConfig]> {
-        self.optimizers.as_deref().ok_or_else(|| self.no_optimizers())
+        self.optimizers.as_deref().ok_or_else(|| no_optimizers(self.hook))
     }
 
     /// Optimizer `index` of the run, to change (its param groups).
     /// `OutOfRange` past the run's optimizers, `InvalidState` outside a
     /// run's hooks.
     pub fn optimizer_mut(&mut self, index: usize) -> Result<&mut dyn crate::optim::Optimizer> {
-        let err = self.no_optimizers();
-        let all = self.optimizers.as_deref_mut().ok_or(err)?;
+        let hook = self.hook;
+        let all = self.optimizers.as_deref_mut().ok_or_else(|| no_optimizers(hook))?;
         let n = all.len();
         let cfg = all.get_mut(index).ok_or_else(|| out_of_range(index, n))?;
         Ok(cfg.optimizer.as_mut())
@@ -613,10 +619,6 @@ impl<'a> HookContext<'a> {
         let all = self.optimizers()?;
         let cfg = all.get(index).ok_or_else(|| out_of_range(index, all.len()))?;
         Ok(cfg.optimizer.as_ref())
-    }
-
-    fn no_optimizers(&self) -> Error {
-        Error::state(format!("{} has no optimizers: only a run's hooks reach them", self.hook.name()))
     }
 
     /// torch's `new_group(ranks)` from a hook, for Lightning's

@@ -237,8 +237,7 @@ impl OptimizationContext<'_, '_> {
         if !scaled_without_loss {
             run.strategy.unscale_gradients(&mut run.optimizers[i..=i])?;
         }
-        let data = super::run::HookData { batch_idx: -1, optimizer_idx: Some(i), ..Default::default() };
-        run.hook(Hook::BeforeOptimizerStep, data)?;
+        super::automatic::optimizer_hook(run, Hook::BeforeOptimizerStep, Some(i))?;
         configure_clipping(run, opts, i)?;
         self.stepped = true;
         let mut made = false;

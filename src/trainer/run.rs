@@ -143,7 +143,6 @@ impl Run<'_> {
         if hook != Hook::Exception {
             super::interrupt::check()?;
         }
-        self.state.early_stopping = crate::callbacks::EarlyStopping::first_state(self.callbacks.iter().map(|c| &**c));
         let strategy = &self.strategy;
         let rank_zero_decides = |decision: bool| -> Result<bool> {
             let mut v = [if decision && strategy.is_global_zero() { 1.0 } else { 0.0 }];
@@ -181,7 +180,6 @@ impl Run<'_> {
         }
         let module = &mut self.module;
         ctx.module = true;
-        ctx.state.early_stopping = crate::callbacks::EarlyStopping::first_state(self.callbacks.iter().map(|c| &**c));
         timed(profiler, || format!("[LightningModule].{}", hook.name()), || module.on_hook(&mut ctx))
             .map_err(|e| e.context(format!("LightningModule.{}", hook.name())))?;
         self.apply_hook_logs()?;
@@ -221,7 +219,6 @@ impl Run<'_> {
     /// so may wait at a barrier for rank 0's checkpoint writes).
     fn module_hook_on_rank(&mut self, hook: Hook, data: HookData, every_rank: bool) -> Result<Option<Vec<Tensor>>> {
         super::interrupt::check()?;
-        self.state.early_stopping = crate::callbacks::EarlyStopping::first_state(self.callbacks.iter().map(|c| &**c));
         let mut ctx = HookContext::new(hook, self.stage, self.state);
         ctx.batch_idx = data.batch_idx;
         ctx.dataloader_idx = data.dataloader_idx;

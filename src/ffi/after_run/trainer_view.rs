@@ -116,7 +116,6 @@ unsafe fn hook_counts(
     count_out: *mut usize,
     what: &str,
 ) -> crate::error::Result<()> {
-    check_out(count_out, "count_out")?;
     let n = super::counts(pick(ctx_ref(ctx)?.state));
     super::write_counts(&n, counts, capacity, count_out, what)
 }
@@ -186,10 +185,10 @@ pub unsafe extern "C" fn fulmen_hook_context_num_sanity_val_batches(
 }
 
 /// From a hook, the state of the run's first EarlyStopping as
-/// `fulmen_trainer_early_stopping_state` writes the trainer's, as of the
-/// hook being called: the callbacks' hooks see it as it was before the
-/// hook, the module's after the callbacks' (in on_train_epoch_end
-/// EarlyStopping checks after the module, as Lightning's does). Any out-pointer may be NULL.
+/// `fulmen_trainer_early_stopping_state` writes the trainer's, as that
+/// EarlyStopping last left it (from its first hook, the run's setup, on;
+/// in on_train_epoch_end it checks after the module, as Lightning's
+/// does). Any out-pointer may be NULL.
 ///
 /// Errors: FULMEN_CODE_INVALID_STATE (the run has no EarlyStopping).
 #[no_mangle]
@@ -200,8 +199,8 @@ pub unsafe extern "C" fn fulmen_hook_context_early_stopping_state(
     best_score: *mut f64,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let es =
-            ctx_ref(ctx)?.state.early_stopping.ok_or_else(|| Error::state("the run has no EarlyStopping callback"))?;
+        let c = ctx_ref(ctx)?;
+        let (_, es) = c.state.early_stopping.ok_or_else(|| Error::state("the run has no EarlyStopping callback"))?;
         super::write_early_stopping(es, wait_count, stopped_epoch, best_score);
         Ok(())
     })

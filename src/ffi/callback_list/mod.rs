@@ -232,7 +232,7 @@ pub unsafe extern "C" fn fulmen_callback_list_add_spike_detection(
 ) -> *mut fulmen_error {
     guard!(|| {
         let callback = spike::spike_detection(mode, window, warmup, atol, rtol, exclude_batches_path, finite_only)?;
-        add_to_list(list, callback)
+        add_to_list(list, Box::new(callback))
     })
 }
 

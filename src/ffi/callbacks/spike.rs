@@ -51,7 +51,7 @@ pub unsafe extern "C" fn fulmen_trainer_add_spike_detection(
 ) -> *mut fulmen_error {
     guard!(|| {
         let callback = spike_detection(mode, window, warmup, atol, rtol, exclude_batches_path, finite_only)?;
-        handle::borrow_mut(trainer, "trainer")?.inner.add_callback(callback);
+        handle::borrow_mut(trainer, "trainer")?.inner.add_callback(Box::new(callback));
         Ok(())
     })
 }
@@ -67,7 +67,7 @@ pub(crate) unsafe fn spike_detection(
     rtol: f64,
     exclude_batches_path: *const c_char,
     finite_only: bool,
-) -> crate::error::Result<Box<dyn crate::trainer::Callback>> {
+) -> crate::error::Result<SpikeDetection> {
     let opts = SpikeDetectionOptions {
         mode: parse_mode(mode)?,
         window,
@@ -77,5 +77,5 @@ pub(crate) unsafe fn spike_detection(
         exclude_batches_path: opt_str(exclude_batches_path, "exclude_batches_path")?.map(PathBuf::from),
         finite_only,
     };
-    Ok(Box::new(SpikeDetection::new(opts)?))
+    SpikeDetection::new(opts)
 }
