@@ -123,6 +123,11 @@ pub struct Checkpoint {
     /// Whether `scheduler_states` lists the schedulers in order (a
     /// Lightning checkpoint) instead of one entry per optimizer.
     pub schedulers_listed: bool,
+    /// Whether the tensors of a sharded model's parameters, and of the
+    /// optimizer states shaped as one, hold only this rank's rows (a
+    /// rank-local read of a sharded checkpoint directory): they load into
+    /// the model as it is sharded, never gathered whole.
+    pub local_rows: bool,
     /// Per optimizer of a Lightning checkpoint: the entries a scheduler
     /// keeps in its param groups (OneCycleLR's `max_lr`, `min_lr`, momentum
     /// range), each with its per-group values.
@@ -327,8 +332,16 @@ impl Checkpoint {
     /// optimizer, scheduler and loop entries are not interpreted, so a run
     /// that needs the weights alone (validate, test, predict) reads any.
     pub fn load_weights(path: &Path) -> Result<Checkpoint> {
+        Checkpoint::load_weights_local(path, None)
+    }
+
+    /// [`Checkpoint::load_weights`]; a sharded checkpoint directory read
+    /// rank-locally with `local` (see [`Checkpoint::load_local`]).
+    pub(crate) fn load_weights_local(path: &Path, local: Option<&super::dcp::LocalRows>) -> Result<Checkpoint> {
         if super::dcp::is_sharded_dir(path) {
-            return Checkpoint::weights_of(&super::dcp::load(path, true)?, path);
+            let mut ck = Checkpoint::weights_of(&super::dcp::load(path, true, local)?, path)?;
+            ck.local_rows = local.is_some();
+            return Ok(ck);
         }
         if super::torch_save::sniff(path)? != Some(super::torch_save::TorchFile::Archive) {
             return Checkpoint::load(path);
@@ -361,12 +374,22 @@ impl Checkpoint {
     /// Reads a checkpoint. A truncated or corrupted file, or one that is
     /// not a fulmen checkpoint, is a `Format` error naming the file.
     pub fn load(path: &Path) -> Result<Checkpoint> {
+        Checkpoint::load_local(path, None)
+    }
+
+    /// [`Checkpoint::load`]; a sharded checkpoint directory read
+    /// rank-locally with `local`: the tensors of the sharded parameters, and
+    /// the optimizer states shaped as one, hold this rank's rows only
+    /// (`local_rows` says so). Other files are read whole.
+    pub(crate) fn load_local(path: &Path, local: Option<&super::dcp::LocalRows>) -> Result<Checkpoint> {
         if super::dcp::is_sharded_dir(path) {
-            let value = super::dcp::load(path, false)?;
+            let value = super::dcp::load(path, false, local)?;
             if !super::lightning::is_lightning(&value) {
                 return Err(not_lightning(path));
             }
-            return super::lightning::from_lightning(&value, &path.display().to_string());
+            let mut ck = super::lightning::from_lightning(&value, &path.display().to_string())?;
+            ck.local_rows = local.is_some();
+            return Ok(ck);
         }
         let bytes = crate::fs_safe::read_regular(path)?;
         Checkpoint::from_bytes(&bytes, path)

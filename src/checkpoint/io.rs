@@ -157,9 +157,16 @@ impl CheckpointWriter {
 
     /// Reads the checkpoint `path` (whole training state) through the store.
     pub fn load(&mut self, path: &Path) -> Result<Checkpoint> {
+        self.load_local(path, None)
+    }
+
+    /// [`CheckpointWriter::load`]; a sharded checkpoint directory is read
+    /// rank-locally with `local` ([`Checkpoint::load_local`]). A plugin's
+    /// bytes are read whole.
+    pub(crate) fn load_local(&mut self, path: &Path, local: Option<&super::dcp::LocalRows>) -> Result<Checkpoint> {
         self.wait()?;
         match &self.io {
-            None => Checkpoint::load(path),
+            None => Checkpoint::load_local(path, local),
             Some(io) => {
                 let bytes =
                     io.load(path).map_err(|e| e.context(format!("checkpoint_io load of {}", path.display())))?;
@@ -170,9 +177,19 @@ impl CheckpointWriter {
 
     /// Reads only the weights of the checkpoint `path` through the store.
     pub fn load_weights(&mut self, path: &Path) -> Result<Checkpoint> {
+        self.load_weights_local(path, None)
+    }
+
+    /// [`CheckpointWriter::load_weights`], read rank-locally with `local`
+    /// as [`CheckpointWriter::load_local`] reads.
+    pub(crate) fn load_weights_local(
+        &mut self,
+        path: &Path,
+        local: Option<&super::dcp::LocalRows>,
+    ) -> Result<Checkpoint> {
         self.wait()?;
         match &self.io {
-            None => Checkpoint::load_weights(path),
+            None => Checkpoint::load_weights_local(path, local),
             Some(io) => {
                 let bytes =
                     io.load(path).map_err(|e| e.context(format!("checkpoint_io load of {}", path.display())))?;

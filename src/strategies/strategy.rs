@@ -258,6 +258,13 @@ pub(crate) trait Strategy {
         Ok(None)
     }
 
+    /// The parameters in their sharded state and where this rank's rows
+    /// lie, whatever the checkpoints' type: what a rank-local read of a
+    /// sharded checkpoint needs. `None` where no parameter is sharded.
+    fn local_shards(&mut self) -> Result<Option<crate::checkpoint::dcp::Sharding>> {
+        Ok(None)
+    }
+
     /// An optimizer's state as a checkpoint holds it (FSDP gathers the
     /// shards' states into the full shapes).
     fn optimizer_state_for_checkpoint(&self, optimizer: &dyn Optimizer) -> Result<Vec<(String, Tensor)>> {

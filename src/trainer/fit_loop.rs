@@ -330,7 +330,7 @@ fn fit_run(
     // called for its epoch (Lightning's `current_epoch` when a resumed fit
     // loads its data: the epoch the checkpoint ended or stopped in).
     let ck = match resume {
-        Some(path) => Some(run.checkpoints.load(path)?),
+        Some(path) => Some(run.read_checkpoint(path, false)?),
         None => None,
     };
     let (start_epoch, mut skip_batches) = match &ck {

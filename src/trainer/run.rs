@@ -699,10 +699,54 @@ impl Run<'_> {
     /// checked against the run first, and the weights are put back if a
     /// later part fails.
     pub fn restore(&mut self, ck: &Checkpoint, path: &std::path::Path) -> Result<()> {
-        self.strategy.unshard_params().ctx("gathering the parameters to resume")?;
+        if ck.local_rows {
+            // The checkpoint holds this rank's rows: they load into the
+            // shards the parameters hold, nothing gathered.
+            self.strategy.reshard_params(&mut [], false).ctx("sharding the parameters to resume")?;
+        } else {
+            self.strategy.unshard_params().ctx("gathering the parameters to resume")?;
+        }
         let restored = self.restore_unsharded(ck, path);
         let back = self.strategy.reshard_params(&mut self.optimizers, true);
         restored.and(back)
+    }
+
+    /// Reads the checkpoint `path` (with `weights_only`, its weights
+    /// alone). A sharded checkpoint directory is read rank-locally when the
+    /// model is sharded: each rank reads only the rows it holds of the
+    /// sharded parameters and their optimizer states, so a model that fits
+    /// the devices only sharded resumes too.
+    pub fn read_checkpoint(&mut self, path: &std::path::Path, weights_only: bool) -> Result<Checkpoint> {
+        let local = if crate::checkpoint::dcp::is_sharded_dir(path) { self.local_rows()? } else { None };
+        if weights_only {
+            self.checkpoints.load_weights_local(path, local.as_ref())
+        } else {
+            self.checkpoints.load_local(path, local.as_ref())
+        }
+    }
+
+    /// The rows this rank holds of the model's sharded parameters, named
+    /// as the model names them (`None`: no parameter is sharded).
+    fn local_rows(&mut self) -> Result<Option<crate::checkpoint::dcp::LocalRows>> {
+        let Some(sharding) = self.strategy.local_shards().ctx("the sharded parameters")? else { return Ok(None) };
+        let Some(model) = self.module.model() else { return Ok(None) };
+        let key = |t: &Tensor| (t.data_ptr() as usize, t.size());
+        let names: std::collections::HashMap<(usize, Vec<i64>), String> = model
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .state_dict()
+            .into_iter()
+            .map(|(n, t)| (key(&t), n))
+            .collect();
+        let mut params = Vec::with_capacity(sharding.params.len());
+        for sp in &sharding.params {
+            let Some(name) = names.get(&key(&sp.param)) else {
+                // A sharded parameter the model does not name: read whole.
+                return Ok(None);
+            };
+            params.push((name.clone(), sp.shape.clone(), sp.rows));
+        }
+        Ok(Some(crate::checkpoint::dcp::LocalRows::new(params, sharding.shard_rank, &self.checkpoint_prefix)))
     }
 
     /// [`Run::restore`] once the parameters hold their full values.

@@ -11,6 +11,7 @@
 //! puts each tensor together whole from whatever chunks the directory has,
 //! so a checkpoint saved by any number of ranks loads on any other (and
 //! without a process group), and PyTorch's `dcp.load` reads fulmen's.
+mod local;
 mod metadata;
 mod store;
 mod tree;
@@ -25,6 +26,8 @@ use std::path::Path;
 use std::sync::Arc;
 use tch::Tensor;
 use tree::PathItem;
+
+pub(crate) use local::LocalRows;
 
 /// The file holding everything but the model and optimizer states
 /// (Lightning's `_METADATA_FILENAME`).
@@ -457,7 +460,10 @@ fn save_id() -> String {
 /// put together whole from the chunks); with `weights_only`, the model's
 /// entries alone are read. The model's states may be under `model`
 /// (Lightning's FSDPStrategy) or `state_dict` (its ModelParallelStrategy).
-pub(crate) fn load(dir: &Path, weights_only: bool) -> Result<Value> {
+/// With `local`, the tensors of the model's sharded parameters (and the
+/// optimizer states shaped as one) hold only this rank's rows, read from
+/// the chunks that overlap them.
+pub(crate) fn load(dir: &Path, weights_only: bool, local: Option<&LocalRows>) -> Result<Value> {
     let what = dir.display().to_string();
     let meta_path = dir.join(METADATA_FILE);
     let md = metadata::read(&crate::fs_safe::read_regular(&meta_path)?, &meta_path.display().to_string())?;
@@ -483,7 +489,10 @@ pub(crate) fn load(dir: &Path, weights_only: bool) -> Result<Value> {
             continue;
         }
         let value = match entry {
-            Entry::Tensor { kind, size, chunks } => Value::Tensor(files.tensor(&fqn, kind, &size, &chunks)?),
+            Entry::Tensor { kind, size, chunks } => match local.and_then(|l| l.rows_of(&path, &size)) {
+                Some(r) => Value::Tensor(files.rows(&fqn, kind, &size, &chunks, r.first, r.rows)?),
+                None => Value::Tensor(files.tensor(&fqn, kind, &size, &chunks)?),
+            },
             Entry::Bytes(at) => files.value(&at)?,
         };
         leaves.push((path, value));

@@ -96,15 +96,12 @@ impl DataFiles {
         torch_save::read_bytes(&buf, &what)
     }
 
-    /// The full tensor `fqn` of `kind` and `size`, put together from its
-    /// chunks. The chunks must lie inside the tensor, not overlap, cover it
-    /// exactly, and their stored bytes (checked against the files first)
-    /// must be at least the tensor's: nothing is allocated for a size the
-    /// files do not hold.
-    pub(crate) fn tensor(&mut self, fqn: &str, kind: Kind, size: &[i64], chunks: &[Chunk]) -> Result<Tensor> {
-        let what = format!("{}: tensor {fqn:?}", self.dir.display());
+    /// Checks the chunks of the tensor `fqn` of `kind` and `size`: they
+    /// must lie inside the tensor, not overlap, cover it exactly, and their
+    /// stored bytes (checked against the files) must be at least the
+    /// tensor's, so nothing is allocated for a size the files do not hold.
+    fn check_chunks(&mut self, what: &str, kind: Kind, size: &[i64], chunks: &[Chunk]) -> Result<()> {
         let bad = |why: String| Error::format(format!("{what}: {why}"));
-        let volume = |s: &[i64]| s.iter().try_fold(1u64, |n, d| n.checked_mul(u64::try_from(*d).ok()?));
         let numel = volume(size).ok_or_else(|| bad(format!("size {size:?} overflows")))?;
         if chunks.len() > MAX_CHUNKS {
             return Err(bad(format!("more than {MAX_CHUNKS} chunks")));
@@ -140,17 +137,36 @@ impl DataFiles {
         if bytes > stored {
             return Err(bad(format!("{bytes} bytes of tensor, but its chunks store only {stored}")));
         }
+        Ok(())
+    }
+
+    /// The chunk `c` of a tensor read: a tensor of its sizes.
+    fn chunk(&mut self, what: &str, c: &Chunk) -> Result<Tensor> {
+        let Value::Tensor(t) = self.value(&c.at)? else {
+            return Err(Error::format(format!("{what}: the chunk at {:?} is not a tensor", c.offsets)));
+        };
+        if t.size() != c.sizes {
+            return Err(Error::format(format!(
+                "{what}: the chunk at {:?} holds {:?}, not {:?}",
+                c.offsets,
+                t.size(),
+                c.sizes
+            )));
+        }
+        Ok(t)
+    }
+
+    /// The full tensor `fqn` of `kind` and `size`, put together from its
+    /// chunks (checked first, see [`DataFiles::check_chunks`]).
+    pub(crate) fn tensor(&mut self, fqn: &str, kind: Kind, size: &[i64], chunks: &[Chunk]) -> Result<Tensor> {
+        let what = format!("{}: tensor {fqn:?}", self.dir.display());
+        self.check_chunks(&what, kind, size, chunks)?;
         let full = Tensor::f_zeros(size, (kind, tch::Device::Cpu))?;
         for c in chunks {
             if volume(&c.sizes) == Some(0) {
                 continue;
             }
-            let Value::Tensor(t) = self.value(&c.at)? else {
-                return Err(bad(format!("the chunk at {:?} is not a tensor", c.offsets)));
-            };
-            if t.size() != c.sizes {
-                return Err(bad(format!("the chunk at {:?} holds {:?}, not {:?}", c.offsets, t.size(), c.sizes)));
-            }
+            let t = self.chunk(&what, c)?;
             let mut view = full.shallow_clone();
             for (d, (o, s)) in c.offsets.iter().zip(&c.sizes).enumerate() {
                 view = view.f_narrow(d as i64, *o, *s)?;
@@ -159,6 +175,55 @@ impl DataFiles {
         }
         Ok(full)
     }
+
+    /// Rows `first .. first + rows` of dimension 0 of the tensor `fqn` of
+    /// `kind` and `size` (a 0-dim tensor counts as one row), zero past its
+    /// end: `[rows, size[1..]]`, what one rank of a sharded model holds of
+    /// it. Only the chunks that overlap those rows are read, one at a time.
+    pub(crate) fn rows(
+        &mut self,
+        fqn: &str,
+        kind: Kind,
+        size: &[i64],
+        chunks: &[Chunk],
+        first: i64,
+        rows: i64,
+    ) -> Result<Tensor> {
+        let what = format!("{}: tensor {fqn:?}", self.dir.display());
+        self.check_chunks(&what, kind, size, chunks)?;
+        if first < 0 || rows < 0 {
+            return Err(Error::invalid(format!("{what}: rows {first} + {rows}")));
+        }
+        let mut shape = vec![rows];
+        shape.extend(size.iter().skip(1));
+        let out = Tensor::f_zeros(&shape, (kind, tch::Device::Cpu))?;
+        let end = first.saturating_add(rows);
+        for c in chunks {
+            if volume(&c.sizes) == Some(0) {
+                continue;
+            }
+            // A 0-dim tensor's one chunk is row 0.
+            let (c0, n0) = (c.offsets.first().copied().unwrap_or(0), c.sizes.first().copied().unwrap_or(1));
+            let (lo, hi) = (c0.max(first), (c0 + n0).min(end));
+            if lo >= hi {
+                continue;
+            }
+            let t = self.chunk(&what, c)?;
+            let t = if size.is_empty() { t.f_reshape([1])? } else { t };
+            let mut view = out.f_narrow(0, lo - first, hi - lo)?;
+            for (d, (o, s)) in c.offsets.iter().zip(&c.sizes).enumerate().skip(1) {
+                view = view.f_narrow(d as i64, *o, *s)?;
+            }
+            let piece = t.f_narrow(0, lo - c0, hi - lo)?;
+            tch::no_grad(|| view.f_copy_(&piece.f_to_kind(kind)?))?;
+        }
+        Ok(out)
+    }
+}
+
+/// The elements of a tensor of `size` (`None` when it overflows).
+fn volume(size: &[i64]) -> Option<u64> {
+    size.iter().try_fold(1u64, |n, d| n.checked_mul(u64::try_from(*d).ok()?))
 }
 
 /// The most chunks one tensor may be stored as (one per rank in practice).

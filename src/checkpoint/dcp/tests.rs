@@ -170,7 +170,7 @@ fn data_file_names() {
 fn reads_what_torch_wrote() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dcp_torch");
     assert!(is_sharded_dir(&dir));
-    let top = load(&dir, false).unwrap();
+    let top = load(&dir, false, None).unwrap();
     assert!(matches!(top.get("epoch"), Some(Value::Int(3))));
     let Some(Value::Tensor(w)) = top.get("state_dict").and_then(|s| s.get("net.w")) else { panic!("no net.w") };
     assert!(w.equal(&Tensor::arange(6, (Kind::Float, tch::Device::Cpu)).reshape([2, 3])));
@@ -184,6 +184,71 @@ fn reads_what_torch_wrote() {
     let Some(Value::List(groups)) = opt.get("param_groups") else { panic!("no groups") };
     assert!(matches!(groups[0].get("params"), Some(Value::List(p)) if matches!(p[..], [Value::Int(0), Value::Int(1)])));
     assert!(matches!(groups[0].get("betas"), Some(Value::Tuple(b)) if b.len() == 2));
-    let weights = load(&dir, true).unwrap();
+    let weights = load(&dir, true, None).unwrap();
     assert!(weights.get("optimizer_states").is_none());
+}
+
+/// A rank-local read takes its rows from the chunks that overlap them
+/// only: a chunk elsewhere is never read (its bytes may be anything).
+#[test]
+fn a_rank_reads_only_the_chunks_of_its_rows() {
+    let dir = crate::test_dirs::TempDir::new("dcp-rows");
+    let full = Tensor::arange(15, (Kind::Float, tch::Device::Cpu)).reshape([5, 3]);
+    // Saved by three ranks of 2 rows each (the last holding 1 real row).
+    let pieces: Vec<Value> =
+        [(0, 2), (2, 2), (4, 1)].iter().map(|(o, n)| Value::Tensor(full.narrow(0, *o, *n).contiguous())).collect();
+    let refs: Vec<&Value> = pieces.iter().collect();
+    let places = store::write_pieces(&dir.join("__0_0.distcp"), &refs).unwrap();
+    let at = |i: usize| Location { file: "__0_0.distcp".into(), offset: places[i].0, length: places[i].1 };
+    let chunks = vec![
+        Chunk { offsets: vec![0, 0], sizes: vec![2, 3], at: at(0) },
+        Chunk { offsets: vec![2, 0], sizes: vec![2, 3], at: at(1) },
+        Chunk { offsets: vec![4, 0], sizes: vec![1, 3], at: at(2) },
+    ];
+    let mut files = DataFiles::new(&dir);
+    // Two ranks of 3 rows: rank 1 holds rows 3, 4 and a zero row.
+    let rank1 = files.rows("w", Kind::Float, &[5, 3], &chunks, 3, 3).unwrap();
+    let want = Tensor::cat(&[full.narrow(0, 3, 2), Tensor::zeros([1, 3], (Kind::Float, tch::Device::Cpu))], 0);
+    assert!(rank1.equal(&want));
+    let rank0 = files.rows("w", Kind::Float, &[5, 3], &chunks, 0, 3).unwrap();
+    assert!(rank0.equal(&full.narrow(0, 0, 3)));
+    // The first chunk's bytes spoiled: rank 1 never reads them, a whole read does.
+    drop(files);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(dir.join("__0_0.distcp")).unwrap();
+        f.write_all_at(&vec![0xAB; places[0].1 as usize], places[0].0).unwrap();
+    }
+    let mut files = DataFiles::new(&dir);
+    assert!(files.rows("w", Kind::Float, &[5, 3], &chunks, 3, 3).unwrap().equal(&want));
+    assert!(files.tensor("w", Kind::Float, &[5, 3], &chunks).is_err());
+    // A 0-dim tensor is one row: rank 0 holds it, rank 1 a zero.
+    let scalar = Value::Tensor(Tensor::from(7.0f32));
+    let places = store::write_pieces(&dir.join("__1_0.distcp"), &[&scalar]).unwrap();
+    let one = vec![Chunk {
+        offsets: vec![],
+        sizes: vec![],
+        at: Location { file: "__1_0.distcp".into(), offset: places[0].0, length: places[0].1 },
+    }];
+    assert_eq!(Vec::<f32>::try_from(files.rows("s", Kind::Float, &[], &one, 0, 1).unwrap()).unwrap(), [7.0]);
+    assert_eq!(Vec::<f32>::try_from(files.rows("s", Kind::Float, &[], &one, 1, 1).unwrap()).unwrap(), [0.0]);
+}
+
+/// Which tensors a rank reads in part: its sharded parameters under the
+/// run's prefix (or another one), and their optimizer states of the full
+/// shape; everything else whole.
+#[test]
+fn local_rows_select_sharded_parameters_and_their_states() {
+    let local = LocalRows::new(vec![("layer.weight".into(), vec![5, 3], 3)], 1, "model.");
+    let model = |k: &str| vec![key("model"), key(k)];
+    assert_eq!(local.rows_of(&model("model.layer.weight"), &[5, 3]), Some(local::RowRange { first: 3, rows: 3 }));
+    assert_eq!(local.rows_of(&model("net.layer.weight"), &[5, 3]).map(|r| r.first), Some(3));
+    assert_eq!(local.rows_of(&[key("state_dict"), key("layer.weight")], &[5, 3]).map(|r| r.rows), Some(3));
+    // Another shape (a checkpoint of another model) is read whole.
+    assert_eq!(local.rows_of(&model("model.layer.weight"), &[4, 3]), None);
+    assert_eq!(local.rows_of(&model("model.layer.bias"), &[5]), None);
+    let state = |k: &str| vec![key("optimizer_0"), key("state"), key("model.layer.weight"), key(k)];
+    assert!(local.rows_of(&state("exp_avg"), &[5, 3]).is_some());
+    assert_eq!(local.rows_of(&state("step"), &[]), None);
+    assert_eq!(local.rows_of(&[key("callbacks"), key("model.layer.weight")], &[5, 3]), None);
 }

@@ -125,6 +125,34 @@ impl FsdpStrategy {
     fn with_sharded(&self, f: impl FnOnce(&ShardedModel) -> Result<()>) -> Result<()> {
         self.sharded().as_ref().map_or(Ok(()), f).map_err(|e| self.ctx.explain(e))
     }
+
+    /// Every unit sharded, the sharded parameters and where this rank's
+    /// rows lie (`None` while the model is not sharded).
+    fn shards(&self) -> Result<Option<crate::checkpoint::dcp::Sharding>> {
+        if self.sharded().is_none() {
+            return Ok(None);
+        }
+        self.check_alive()?;
+        self.reshard_all()?;
+        let mut params = Vec::new();
+        let sharded = self.sharded();
+        for u in sharded.iter().flat_map(|s| s.units()) {
+            for sp in u.lock_params().iter() {
+                params.push(crate::checkpoint::dcp::ShardedParam {
+                    param: sp.param.shallow_clone(),
+                    shape: sp.shape.clone(),
+                    rows: sp.rows,
+                });
+            }
+        }
+        drop(sharded);
+        Ok(Some(crate::checkpoint::dcp::Sharding {
+            group: Arc::clone(&self.ctx.group),
+            params,
+            shard_rank: self.groups.shard.rank(),
+            writes_shards: self.groups.replicas.as_ref().is_none_or(|r| r.rank() == 0),
+        }))
+    }
 }
 
 impl Strategy for FsdpStrategy {
@@ -258,31 +286,16 @@ impl Strategy for FsdpStrategy {
     }
 
     fn sharded_checkpoint(&mut self) -> Result<Option<crate::checkpoint::dcp::Sharding>> {
-        // After a fit the model is whole again (teardown): a checkpoint
-        // saved then is written whole, as with "full".
-        if !self.options.sharded_checkpoints || self.sharded().is_none() {
+        if !self.options.sharded_checkpoints {
             return Ok(None);
         }
-        self.check_alive()?;
-        self.reshard_all()?;
-        let mut params = Vec::new();
-        let sharded = self.sharded();
-        for u in sharded.iter().flat_map(|s| s.units()) {
-            for sp in u.lock_params().iter() {
-                params.push(crate::checkpoint::dcp::ShardedParam {
-                    param: sp.param.shallow_clone(),
-                    shape: sp.shape.clone(),
-                    rows: sp.rows,
-                });
-            }
-        }
-        drop(sharded);
-        Ok(Some(crate::checkpoint::dcp::Sharding {
-            group: Arc::clone(&self.ctx.group),
-            params,
-            shard_rank: self.groups.shard.rank(),
-            writes_shards: self.groups.replicas.as_ref().is_none_or(|r| r.rank() == 0),
-        }))
+        // After a fit the model is whole again (teardown): a checkpoint
+        // saved then is written whole, as with "full".
+        self.shards()
+    }
+
+    fn local_shards(&mut self) -> Result<Option<crate::checkpoint::dcp::Sharding>> {
+        Ok(self.shards()?.filter(|s| !s.params.is_empty()))
     }
 
     fn optimizer_state_for_checkpoint(&self, optimizer: &dyn Optimizer) -> Result<Vec<(String, Tensor)>> {
