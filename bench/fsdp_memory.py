@@ -27,10 +27,13 @@ import tempfile
 import time
 
 WORLD = 4
-STRATEGIES = ["ddp", "fsdp_full", "fsdp_grad_op", "fsdp_full_checkpointed"]
+STRATEGIES = ["ddp", "fsdp_full", "fsdp_full_no_prefetch", "fsdp_full_forward_prefetch", "fsdp_grad_op",
+              "fsdp_full_checkpointed"]
 LABELS = {
     "ddp": "ddp",
     "fsdp_full": "fsdp, FULL_SHARD",
+    "fsdp_full_no_prefetch": "fsdp, FULL_SHARD, no prefetch",
+    "fsdp_full_forward_prefetch": "fsdp, FULL_SHARD, forward prefetch too",
     "fsdp_grad_op": "fsdp, SHARD_GRAD_OP",
     "fsdp_full_checkpointed": "fsdp, FULL_SHARD, activations checkpointed",
 }
@@ -189,8 +192,11 @@ def write_results(path, results, cmdline, steps, mmap_threshold):
         f"tokens (sequences of 64, batch 2 per rank, next-token cross-entropy) with AdamW for {steps}",
         "steps, on 4 ranks of fulmen's launcher (gloo on loopback, one intra-op thread per rank),",
         "under `ddp` and under `fsdp` with every TransformerEncoderLayer a unit (the root unit holds",
-        "the embedding, the final norm and the head); the last row also checkpoints every",
-        "TransformerEncoderLayer's forward (`fsdp_activation_checkpointing_policy`): its",
+        "the embedding, the final norm and the head). Under FULL_SHARD each unit's backward",
+        "starts gathering the unit whose backward comes next (`fsdp_backward_prefetch`, on by",
+        "default as in torch); the rows \"no prefetch\" and \"forward prefetch too\" turn it off, or",
+        "gather ahead in the forward as well (`fsdp_forward_prefetch`). The last row checkpoints",
+        "every TransformerEncoderLayer's forward (`fsdp_activation_checkpointing_policy`): its",
         "activations are not kept, and backward runs the layer again.",
         "",
         "- state: parameters, gradients and AdamW's two moments a rank holds between steps,",

@@ -462,6 +462,39 @@ int fulmen_cxx_pg_allgather_flat(void* group, const void* input, void* output, c
   FULMEN_CXX_CATCH(err, err_len)
 }
 
+// A collective started and not yet waited for, with the group's timeout.
+struct PendingWork {
+  c10::intrusive_ptr<c10d::Work> work;
+  std::chrono::milliseconds timeout;
+};
+
+// fulmen_cxx_pg_allgather_flat started without waiting (FSDP's prefetch of
+// the next unit): on success *out owns the work (fulmen_cxx_work_wait, then
+// fulmen_cxx_work_free); `input` and `output` must live until it is waited.
+int fulmen_cxx_pg_allgather_flat_start(void* group, const void* input, void* output, void** out, char* err,
+                                       size_t err_len) {
+  FULMEN_CXX_TRY
+  auto* g = static_cast<Group*>(group);
+  at::Tensor in = *static_cast<const at::Tensor*>(input);
+  at::Tensor o = *static_cast<const at::Tensor*>(output);
+  c10d::AllgatherOptions opts;
+  opts.timeout = g->timeout;
+  auto work = g->pg->_allgather_base(o, in, opts);
+  *out = new PendingWork{std::move(work), g->timeout};
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Waits for a started collective (or its timeout); its error if it failed.
+int fulmen_cxx_work_wait(void* work, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  auto* w = static_cast<PendingWork*>(work);
+  wait(w->work, w->timeout);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Frees a started collective's handle (waited for first by the caller).
+void fulmen_cxx_work_free(void* work) { delete static_cast<PendingWork*>(work); }
+
 // Reduces `input` (world_size times `output`'s elements, rank-major) over
 // the ranks with `op` and leaves this rank's part in `output` (torch's
 // reduce_scatter_tensor).
@@ -621,6 +654,11 @@ int fulmen_cxx_pg_allgather(void*, const void*, void* const*, size_t, char* err,
 int fulmen_cxx_pg_allgather_flat(void*, const void*, void*, char* err, size_t err_len) {
   return no_distributed(err, err_len);
 }
+int fulmen_cxx_pg_allgather_flat_start(void*, const void*, void*, void**, char* err, size_t err_len) {
+  return no_distributed(err, err_len);
+}
+int fulmen_cxx_work_wait(void*, char* err, size_t err_len) { return no_distributed(err, err_len); }
+void fulmen_cxx_work_free(void*) {}
 int fulmen_cxx_pg_reduce_scatter_flat(void*, const void*, void*, int, char* err, size_t err_len) {
   return no_distributed(err, err_len);
 }

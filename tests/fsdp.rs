@@ -106,11 +106,11 @@ struct Regression {
     lbfgs: bool,
     /// The parameter whose rows are recorded.
     probe: &'static str,
-    /// SGD with momentum instead of AdamW: attention's key bias (and a bias
-    /// before a BatchNorm) has a zero gradient up to rounding, which
+    /// SGD with this momentum instead of AdamW: attention's key bias (and
+    /// a bias before a BatchNorm) has a zero gradient up to rounding, which
     /// AdamW's normalisation would blow up into different weights from
-    /// rounding alone.
-    sgd: bool,
+    /// rounding alone. Momentum 0 keeps no per-parameter state.
+    sgd: Option<f64>,
 }
 
 /// Sleeps 300 ms in rank 1's on_train_start, before the callbacks after
@@ -155,8 +155,8 @@ impl LightningModule for Regression {
             let lbfgs = Lbfgs::new(params, LbfgsOptions::default())?;
             return Ok(vec![OptimizerConfig::new(Box::new(lbfgs), None)]);
         }
-        if self.sgd {
-            let sgd = Sgd::new(params, SgdOptions { lr: 0.05, momentum: 0.9, ..Default::default() })?;
+        if let Some(momentum) = self.sgd {
+            let sgd = Sgd::new(params, SgdOptions { lr: 0.05, momentum, ..Default::default() })?;
             return Ok(vec![OptimizerConfig::new(Box::new(sgd), None)]);
         }
         let opts = AdamOptions { lr: 0.01, weight_decay: 0.01, ..Default::default() };
@@ -221,6 +221,28 @@ fn scenario(name: &str) -> Scenario {
         "batch_norm" => (vec![full, wrap], Kind2::BatchNorm),
         // Every encoder layer's forward run again in backward.
         "checkpointed" => (vec![full, layers, layers_checkpointed, ("gradient_clip_val", "0.5")], Kind2::Transformer),
+        // Every unit's gather started ahead in forward and backward, and
+        // none: the numbers are the same bit for bit.
+        "prefetch" => (
+            vec![
+                full,
+                layers,
+                layers_checkpointed,
+                ("fsdp_forward_prefetch", "true"),
+                ("accumulate_grad_batches", "2"),
+            ],
+            Kind2::Transformer,
+        ),
+        "no_prefetch" => (
+            vec![
+                full,
+                layers,
+                layers_checkpointed,
+                ("fsdp_backward_prefetch", "none"),
+                ("accumulate_grad_batches", "2"),
+            ],
+            Kind2::Transformer,
+        ),
         "dropout" => (vec![full, wrap], Kind2::Dropout),
         "dropout_checkpointed" => {
             (vec![full, wrap, ("fsdp_activation_checkpointing_policy", "Sequential")], Kind2::Dropout)
@@ -231,6 +253,8 @@ fn scenario(name: &str) -> Scenario {
         }
         "sync_batch_norm_fsdp" => (vec![full, wrap, ("sync_batchnorm", "true")], Kind2::BatchNorm),
         "sharded" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded")], mlp),
+        // SGD without momentum: an optimizer state with no per-parameter entry.
+        "sharded_sgd" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded")], mlp),
         // Two nodes of two ranks ([`nodes_of`]): sharded within a node,
         // replicated across; clipping by the norm over one node's shards.
         "hybrid" => (
@@ -331,7 +355,11 @@ fn train_with(
         probe: probe(sc.kind).0,
         // The bias before a BatchNorm has a zero gradient up to rounding,
         // which differs between one process and synchronized ranks.
-        sgd: sc.kind == Kind2::Transformer || name.starts_with("sync_batch_norm"),
+        sgd: if name == "sharded_sgd" {
+            Some(0.0)
+        } else {
+            (sc.kind == Kind2::Transformer || name.starts_with("sync_batch_norm")).then_some(0.9)
+        },
     };
     match micro_batches_of {
         Some(world) => {
@@ -781,6 +809,49 @@ fn sync_batch_norm_on_two_ranks_equals_one_process() {
 #[test]
 fn checkpointed_encoder_layers_on_two_ranks_equal_one_process() {
     check_against_one_process("checkpointed", 2);
+}
+
+/// Gathering the next unit ahead (forward and backward, with recomputed
+/// checkpointed layers and accumulation) changes no number: every rank's
+/// losses and weights equal those of the run that gathers each unit when
+/// it runs, bit for bit.
+#[test]
+fn prefetching_changes_no_number() {
+    let work = tempdir("fsdp-prefetch");
+    let (ahead, plain) = (work.join("ahead"), work.join("plain"));
+    run_ranks(2, "prefetch", &ahead, 2, None);
+    run_ranks(2, "no_prefetch", &plain, 2, None);
+    for r in 0..2 {
+        let (a, b) = (read_losses(&rank_dir(&ahead, r)), read_losses(&rank_dir(&plain, r)));
+        assert!(!a.is_empty() && a.len() == b.len(), "rank {r}: {} and {} steps", a.len(), b.len());
+        for (step, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert_eq!(x.to_bits(), y.to_bits(), "rank {r} step {step}: loss {x} with prefetch, {y} without");
+        }
+        for ((k, w), (_, v)) in read_weights(&rank_dir(&ahead, r)).iter().zip(&read_weights(&rank_dir(&plain, r))) {
+            assert!(w.equal(v), "rank {r}: {k} differs");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// An optimizer without per-parameter state (SGD without momentum) saves
+/// its param groups alone in a sharded checkpoint (torch keeps no leaf of
+/// an empty dict), and the run resumes from it exactly.
+#[test]
+fn a_sharded_checkpoint_of_an_optimizer_without_state_resumes_exactly() {
+    let work = tempdir("fsdp-sharded-sgd");
+    let (whole, first, resumed) = (work.join("whole"), work.join("first"), work.join("resumed"));
+    run_ranks(2, "sharded_sgd", &whole, 2, None);
+    run_ranks(2, "sharded_sgd", &first, 1, None);
+    let ckpt = checkpoints(&first.join("checkpoints"));
+    assert_eq!(ckpt.len(), 1, "{ckpt:?}");
+    run_ranks(2, "sharded_sgd", &resumed, 2, Some(&ckpt[0]));
+    for r in 0..2 {
+        for ((k, x), (_, y)) in read_weights(&rank_dir(&whole, r)).iter().zip(&read_weights(&rank_dir(&resumed, r))) {
+            assert!(x.equal(y), "rank {r}: {k} differs after the resume");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
 }
 
 /// The blocks' forwards run again in backward draw the dropout masks of

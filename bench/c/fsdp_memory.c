@@ -6,7 +6,10 @@
  *
  *   fsdp_memory STRATEGY STEPS
  *
- * STRATEGY: ddp, fsdp_full (fsdp, FULL_SHARD), fsdp_grad_op (fsdp,
+ * STRATEGY: ddp, fsdp_full (fsdp, FULL_SHARD; each unit's backward gathers
+ * the next unit ahead, the default), fsdp_full_no_prefetch (no gather
+ * ahead: fsdp_backward_prefetch none), fsdp_full_forward_prefetch (forwards
+ * gather ahead too: fsdp_forward_prefetch), fsdp_grad_op (fsdp,
  * SHARD_GRAD_OP) or fsdp_full_checkpointed (FULL_SHARD with every
  * TransformerEncoderLayer's forward checkpointed:
  * fsdp_activation_checkpointing_policy); fsdp's units are the
@@ -72,13 +75,17 @@ typedef struct {
     const char *strategy; /* the trainer's "strategy" */
     const char *sharding; /* fsdp_sharding_strategy, NULL for ddp */
     bool checkpointed;    /* the blocks' activations recomputed in backward */
+    const char *backward_prefetch; /* fsdp_backward_prefetch */
+    bool forward_prefetch;         /* fsdp_forward_prefetch */
 } choice;
 
 static const choice CHOICES[] = {
-    {"ddp", "ddp", NULL, false},
-    {"fsdp_full", "fsdp", "FULL_SHARD", false},
-    {"fsdp_grad_op", "fsdp", "SHARD_GRAD_OP", false},
-    {"fsdp_full_checkpointed", "fsdp", "FULL_SHARD", true},
+    {"ddp", "ddp", NULL, false, "BACKWARD_PRE", false},
+    {"fsdp_full", "fsdp", "FULL_SHARD", false, "BACKWARD_PRE", false},
+    {"fsdp_full_no_prefetch", "fsdp", "FULL_SHARD", false, "none", false},
+    {"fsdp_full_forward_prefetch", "fsdp", "FULL_SHARD", false, "BACKWARD_PRE", true},
+    {"fsdp_grad_op", "fsdp", "SHARD_GRAD_OP", false, "BACKWARD_PRE", false},
+    {"fsdp_full_checkpointed", "fsdp", "FULL_SHARD", true, "BACKWARD_PRE", false},
 };
 
 /* What the callbacks read and record. */
@@ -332,6 +339,10 @@ static fulmen_trainer *make_trainer(const choice *c, int64_t steps) {
         check(fulmen_trainer_options_set(o, "fsdp_sharding_strategy", c->sharding), "fsdp_sharding_strategy");
         check(fulmen_trainer_options_set(o, "fsdp_auto_wrap_policy", "TransformerEncoderLayer"),
               "fsdp_auto_wrap_policy");
+        check(fulmen_trainer_options_set(o, "fsdp_backward_prefetch", c->backward_prefetch),
+              "fsdp_backward_prefetch");
+        check(fulmen_trainer_options_set_bool(o, "fsdp_forward_prefetch", c->forward_prefetch),
+              "fsdp_forward_prefetch");
     }
     if (c->checkpointed) {
         check(fulmen_trainer_options_set(o, "fsdp_activation_checkpointing_policy", "TransformerEncoderLayer"),
@@ -374,7 +385,10 @@ int main(int argc, char **argv) {
     char *end = NULL;
     long steps = argc == 3 ? strtol(argv[2], &end, 10) : 0;
     if (c == NULL || end == NULL || *end != '\0' || steps < 2 || steps > MAX_STEPS) {
-        fprintf(stderr, "usage: fsdp_memory ddp|fsdp_full|fsdp_grad_op|fsdp_full_checkpointed STEPS   (STEPS 2..%d)\n", MAX_STEPS);
+        fprintf(stderr,
+                "usage: fsdp_memory ddp|fsdp_full|fsdp_full_no_prefetch|fsdp_full_forward_prefetch|fsdp_grad_op|"
+                "fsdp_full_checkpointed STEPS   (STEPS 2..%d)\n",
+                MAX_STEPS);
         return 2;
     }
     /* One intra-op thread here and in the ranks the launcher starts

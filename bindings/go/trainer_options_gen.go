@@ -486,6 +486,23 @@ func (o *TrainerOptions) SetFsdpReduceDtype(v string) error {
 	return o.Set("fsdp_reduce_dtype", v)
 }
 
+// SetFsdpForwardPrefetch sets `fsdp_forward_prefetch` (bool; default false):
+// strategy "fsdp": torch FSDP's forward_prefetch: each unit's forward starts
+// gathering the unit that ran after it in the last forward, so the gather
+// overlaps the computation (one more unit's parameters held at a time).
+func (o *TrainerOptions) SetFsdpForwardPrefetch(v bool) error {
+	return o.SetBool("fsdp_forward_prefetch", v)
+}
+
+// SetFsdpBackwardPrefetch sets `fsdp_backward_prefetch` (text; default
+// BACKWARD_PRE): strategy "fsdp": torch FSDP's backward_prefetch:
+// "BACKWARD_PRE" = each unit's backward starts gathering the unit whose
+// backward comes next (as FSDP2 does), so the gather overlaps the
+// computation; "none" = each unit is gathered when its backward begins.
+func (o *TrainerOptions) SetFsdpBackwardPrefetch(v string) error {
+	return o.Set("fsdp_backward_prefetch", v)
+}
+
 // SetFsdpStateDictType sets `fsdp_state_dict_type` (text; default full):
 // strategy "fsdp": "full" = checkpoints hold the whole state, gathered from
 // every rank and written by rank 0; "sharded" = each checkpoint is a

@@ -89,6 +89,8 @@ func TestEveryTrainerOptionSetter(t *testing.T) {
 		{"o.SetFsdpActivationCheckpointingPolicy(\"none\")", o.SetFsdpActivationCheckpointingPolicy("none")},
 		{"o.SetFsdpParamDtype(\"none\")", o.SetFsdpParamDtype("none")},
 		{"o.SetFsdpReduceDtype(\"none\")", o.SetFsdpReduceDtype("none")},
+		{"o.SetFsdpForwardPrefetch(false)", o.SetFsdpForwardPrefetch(false)},
+		{"o.SetFsdpBackwardPrefetch(\"BACKWARD_PRE\")", o.SetFsdpBackwardPrefetch("BACKWARD_PRE")},
 		{"o.SetFsdpStateDictType(\"full\")", o.SetFsdpStateDictType("full")},
 		{"o.SetDDPTimeout(1800 * time.Second)", o.SetDDPTimeout(1800 * time.Second)},
 	}

@@ -814,6 +814,15 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  *   MixedPrecisionPolicy.reduce_dtype: the dtype gradients are
  *   reduce-scattered in before they land in the shards ("none" =
  *   fsdp_param_dtype's).
+ * - `fsdp_forward_prefetch` (bool; default false): strategy "fsdp": torch
+ *   FSDP's forward_prefetch: each unit's forward starts gathering the unit
+ *   that ran after it in the last forward, so the gather overlaps the
+ *   computation (one more unit's parameters held at a time).
+ * - `fsdp_backward_prefetch` (text; default BACKWARD_PRE): strategy
+ *   "fsdp": torch FSDP's backward_prefetch: "BACKWARD_PRE" = each unit's
+ *   backward starts gathering the unit whose backward comes next (as FSDP2
+ *   does), so the gather overlaps the computation; "none" = each unit is
+ *   gathered when its backward begins.
  * - `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" =
  *   checkpoints hold the whole state, gathered from every rank and written
  *   by rank 0; "sharded" = each checkpoint is a

@@ -534,6 +534,30 @@ impl ProcessGroup {
         Ok(output.f_view([self.world_size as i64, n])?)
     }
 
+    /// [`ProcessGroup::all_gather_flat`] started without waiting for it:
+    /// the collective runs in the backend's own threads while the caller
+    /// computes, and [`PendingGather::wait`] gives its result.
+    pub(crate) fn start_all_gather_flat(&self, input: &Tensor) -> Result<PendingGather> {
+        let input = input.f_contiguous()?;
+        let n = input.numel() as i64;
+        let output = Tensor::f_empty([self.world_size as i64 * n], (input.kind(), input.device()))?;
+        let mut work: *mut c_void = std::ptr::null_mut();
+        // SAFETY: input and output are kept by the returned PendingGather
+        // until the collective was waited for; `work` outlives the call.
+        call("all_gather_into_tensor", |err, len| unsafe {
+            shim::fulmen_cxx_pg_allgather_flat_start(
+                self.raw,
+                input.as_ptr() as *const c_void,
+                output.as_ptr() as *mut c_void,
+                &mut work,
+                err,
+                len,
+            )
+        })
+        .map_err(classify)?;
+        Ok(PendingGather { work, output, _input: input, world: self.world_size as i64 })
+    }
+
     /// Reduces `input` (`[world_size, n]`, contiguous) over the ranks with
     /// `op` (sum, product, min or max) and returns this rank's row: one
     /// flat collective (torch's `reduce_scatter_tensor`).
@@ -593,6 +617,54 @@ impl Drop for ProcessGroup {
     fn drop(&mut self) {
         // SAFETY: `raw` came from fulmen_cxx_pg_new and is freed once.
         unsafe { shim::fulmen_cxx_pg_free(self.raw) }
+    }
+}
+
+/// An all-gather in flight ([`ProcessGroup::start_all_gather_flat`]).
+/// Dropped before [`PendingGather::wait`], it waits anyway (errors
+/// ignored): its buffers live until the collective every rank issued is
+/// done with them.
+pub(crate) struct PendingGather {
+    work: *mut c_void,
+    output: Tensor,
+    _input: Tensor,
+    world: i64,
+}
+
+impl std::fmt::Debug for PendingGather {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingGather").field("output", &self.output.size()).finish()
+    }
+}
+
+// SAFETY: a c10d Work may be waited for and released from any thread, as
+// Python's `Work.wait` is; the tensors are tch's (Send).
+unsafe impl Send for PendingGather {}
+
+impl PendingGather {
+    /// Waits for the collective; every rank's input as `[world_size, numel]`.
+    pub(crate) fn wait(mut self) -> Result<Tensor> {
+        let work = std::mem::replace(&mut self.work, std::ptr::null_mut());
+        // SAFETY: `work` came from fulmen_cxx_pg_allgather_flat_start and is
+        // freed once, here.
+        let waited = call("all_gather_into_tensor", |err, len| unsafe { shim::fulmen_cxx_work_wait(work, err, len) });
+        // SAFETY: as above; not used after.
+        unsafe { shim::fulmen_cxx_work_free(work) };
+        waited.map_err(classify)?;
+        Ok(self.output.f_view([self.world, -1])?)
+    }
+}
+
+impl Drop for PendingGather {
+    fn drop(&mut self) {
+        if self.work.is_null() {
+            return;
+        }
+        // SAFETY: the work is live until freed here, once.
+        unsafe {
+            let _ = call("all_gather_into_tensor", |err, len| shim::fulmen_cxx_work_wait(self.work, err, len));
+            shim::fulmen_cxx_work_free(self.work);
+        }
     }
 }
 

@@ -734,6 +734,24 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         apply: strategy_setting!("reduce_dtype"),
     },
     TrainerOption {
+        key: "fsdp_forward_prefetch",
+        kind: OptionKind::Bool,
+        default: "false",
+        doc: "strategy \"fsdp\": torch FSDP's forward_prefetch: each unit's forward starts gathering the unit \
+              that ran after it in the last forward, so the gather overlaps the computation (one more unit's \
+              parameters held at a time)",
+        apply: strategy_setting!("forward_prefetch"),
+    },
+    TrainerOption {
+        key: "fsdp_backward_prefetch",
+        kind: OptionKind::Text,
+        default: "BACKWARD_PRE",
+        doc: "strategy \"fsdp\": torch FSDP's backward_prefetch: \"BACKWARD_PRE\" = each unit's backward \
+              starts gathering the unit whose backward comes next (as FSDP2 does), so the gather overlaps the \
+              computation; \"none\" = each unit is gathered when its backward begins",
+        apply: strategy_setting!("backward_prefetch"),
+    },
+    TrainerOption {
         key: "fsdp_state_dict_type",
         kind: OptionKind::Text,
         default: "full",

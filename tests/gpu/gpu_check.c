@@ -9,6 +9,8 @@
  * 16-mixed, bf16-mixed and bf16-true, the GradScaler skipping the step of a
  * real float16 overflow, batches from pinned memory (pin_memory), read
  * ahead by loader workers, DDP in a world of one with NCCL and with gloo,
+ * FSDP in a world of one over NCCL against the same FSDP fit on the CPU
+ * (full and sharded checkpoints, a resume from the sharded one),
  * an exact resume from a checkpoint on the GPU with dropout (the CUDA
  * generator's state travels in the checkpoint), the sequence layers on the
  * GPU (cuDNN's LSTM with packed lengths, the transformer encoder layer with
@@ -221,11 +223,14 @@ static void test_devices(void) {
     fulmen_accelerator_free(acc);
 }
 
-/* Fits the blobs MLP (with `dropout`) on cuda:0 with `precision` and
- * `strategy` (backend: NULL for the default) for `epochs`; returns the last
- * epoch's train_loss, or -1 when fit failed. */
-static double fit_on_gpu(const char *precision, const char *strategy, const char *backend, int64_t epochs,
-                         double dropout, const char *root, const char *ckpt, fulmen_model **model_out) {
+/* FSDP's checkpoints in fit_on: "full" or "sharded" (NULL: the default). */
+static const char *fsdp_state_dict_type = NULL;
+
+/* Fits the blobs MLP (with `dropout`) on `accelerator` ("cuda": cuda:0)
+ * with `precision` and `strategy` (backend: NULL for the default) for
+ * `epochs`; returns the last epoch's train_loss, or -1 when fit failed. */
+static double fit_on(const char *accelerator, const char *precision, const char *strategy, const char *backend,
+                     int64_t epochs, double dropout, const char *root, const char *ckpt, fulmen_model **model_out) {
     fulmen_dataset *ds = fixture_blobs(512, 7, 2.0f);
     fulmen_loader *loader = gpu_loader(ds);
     CHECK_OK(fulmen_manual_seed(11));
@@ -233,12 +238,13 @@ static double fit_on_gpu(const char *precision, const char *strategy, const char
     step_ud ud = {model};
     fulmen_lightning_module *module = fixture_module(model, &ud, logged_step, NULL);
     fulmen_trainer_options *o = fixture_options(root, epochs);
-    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "cuda"));
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", accelerator));
     CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
     CHECK_OK(fulmen_trainer_options_set(o, "precision", precision));
     CHECK_OK(fulmen_trainer_options_set(o, "strategy", strategy));
     CHECK_OK(fulmen_trainer_options_set_bool(o, "deterministic", true));
     if (backend != NULL) CHECK_OK(fulmen_trainer_options_set(o, "process_group_backend", backend));
+    if (fsdp_state_dict_type != NULL) CHECK_OK(fulmen_trainer_options_set(o, "fsdp_state_dict_type", fsdp_state_dict_type));
     if (checkpoint_format != NULL) {
         /* Without a logger the checkpoints go to default_root_dir/checkpoints. */
         CHECK_OK(fulmen_trainer_options_set(o, "checkpoint_format", checkpoint_format));
@@ -275,6 +281,12 @@ static double fit_on_gpu(const char *precision, const char *strategy, const char
         fulmen_model_free(model);
     }
     return loss;
+}
+
+/* fit_on on cuda:0. */
+static double fit_on_gpu(const char *precision, const char *strategy, const char *backend, int64_t epochs,
+                         double dropout, const char *root, const char *ckpt, fulmen_model **model_out) {
+    return fit_on("cuda", precision, strategy, backend, epochs, dropout, root, ckpt, model_out);
 }
 
 static void test_precisions(void) {
@@ -511,6 +523,38 @@ static void test_ddp_world_of_one(void) {
     }
 }
 
+/* FSDP over NCCL in a world of one (the MLP's root a unit, its parameters
+ * "sharded" into one rank's rows) trains as the same FSDP fit on the CPU
+ * over gloo, and ends whole on the CPU; with sharded checkpoints, 2 epochs
+ * then a resume from the sharded directory for 2 more equal 4 in one go
+ * on the GPU. */
+static void test_fsdp_world_of_one(void) {
+    fulmen_model *gpu = NULL, *cpu = NULL, *whole = NULL, *resumed = NULL;
+    double on_gpu = fit_on("cuda", "32-true", "fsdp", "nccl", 2, 0, NULL, NULL, &gpu);
+    double on_cpu = fit_on("cpu", "32-true", "fsdp", "gloo", 2, 0, NULL, NULL, &cpu);
+    double diff = fixture_max_diff(gpu, cpu);
+    printf("fsdp (nccl, world of 1) train_loss after 2 epochs: %.6f (cpu, gloo: %.6f); max |w_gpu - w_cpu| = %g\n",
+           on_gpu, on_cpu, diff);
+    CHECK(on_gpu >= 0 && on_gpu < 0.3);
+    CHECK_NEAR(on_gpu, on_cpu, 1e-4);
+    CHECK(diff < 1e-4);
+    char one[640], split[640];
+    snprintf(one, sizeof one, "%s/fsdp-whole", work);
+    snprintf(split, sizeof split, "%s/fsdp-split", work);
+    fsdp_state_dict_type = "sharded";
+    fit_on("cuda", "32-true", "fsdp", "nccl", 4, 0.3, one, NULL, &whole);
+    fit_on("cuda", "32-true", "fsdp", "nccl", 2, 0.3, split, NULL, NULL);
+    fit_on("cuda", "32-true", "fsdp", "nccl", 4, 0.3, split, "last", &resumed);
+    fsdp_state_dict_type = NULL;
+    double resume_diff = fixture_max_diff(whole, resumed);
+    printf("fsdp (nccl) resume from a sharded checkpoint: max |whole - resumed| = %g\n", resume_diff);
+    CHECK(resume_diff == 0);
+    fulmen_model_free(gpu);
+    fulmen_model_free(cpu);
+    fulmen_model_free(whole);
+    fulmen_model_free(resumed);
+}
+
 /* 4 epochs in one go equal 2 epochs, then a resume from last.ckpt for 2
  * more, weight for weight, with dropout drawn from the CUDA generator: the
  * resumed run (in this process, reseeded) draws the same masks only if the
@@ -553,6 +597,7 @@ int main(int argc, char **argv) {
     test_fp16_overflow();
     test_pinned_batches();
     test_ddp_world_of_one();
+    test_fsdp_world_of_one();
     test_exact_resume();
     test_workers_on_gpu();
     test_sequence_on_gpu();

@@ -72,6 +72,8 @@ fulmen::TrainerOptions o;
     o.fsdp_activation_checkpointing_policy("none");
     o.fsdp_param_dtype("none");
     o.fsdp_reduce_dtype("none");
+    o.fsdp_forward_prefetch(false);
+    o.fsdp_backward_prefetch("BACKWARD_PRE");
     o.fsdp_state_dict_type("full");
     o.ddp_timeout(std::chrono::seconds(1800));
     fulmen::Trainer trainer(o);

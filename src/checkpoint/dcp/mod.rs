@@ -266,6 +266,22 @@ fn by_number(state: Value, what: &str) -> Result<Value> {
     rename(state, &number)
 }
 
+/// An optimizer's state with its `state` entry, empty when the directory
+/// holds none: torch's flattening keeps no leaf of an empty dict, so an
+/// optimizer without per-parameter state (SGD without momentum) is saved
+/// with its `param_groups` alone.
+fn with_state(optimizer: Value) -> Value {
+    match optimizer {
+        Value::Dict(mut entries) => {
+            if !entries.iter().any(|(k, _)| matches!(k, Value::Str(s) if s == "state")) {
+                entries.insert(0, (Value::Str("state".into()), Value::Dict(Vec::new())));
+            }
+            Value::Dict(entries)
+        }
+        other => other,
+    }
+}
+
 /// `state` with its `state` keys and each group's `params` mapped by `f`.
 fn rename(state: Value, f: &dyn Fn(&Value) -> Result<Value>) -> Result<Value> {
     let Value::Dict(entries) = state else { return Err(Error::format("an optimizer state that is not a dict")) };
@@ -507,7 +523,7 @@ pub(crate) fn load(dir: &Path, weights_only: bool, local: Option<&LocalRows>) ->
         if k == "model" || k == "state_dict" {
             model = Some(v);
         } else if let Some(i) = k.strip_prefix("optimizer_").and_then(|i| i.parse::<usize>().ok()) {
-            optimizers.insert(i, by_number(v, &format!("{what}: {k}"))?);
+            optimizers.insert(i, by_number(with_state(v), &format!("{what}: {k}"))?);
         }
     }
     if optimizers.keys().enumerate().any(|(n, i)| n != *i) {

@@ -252,3 +252,23 @@ fn local_rows_select_sharded_parameters_and_their_states() {
     assert_eq!(local.rows_of(&state("step"), &[]), None);
     assert_eq!(local.rows_of(&[key("callbacks"), key("model.layer.weight")], &[5, 3]), None);
 }
+
+/// An optimizer saved without per-parameter state (SGD without momentum:
+/// torch's flattening keeps no leaf of its empty `state`) reads back with
+/// an empty `state`, as a Lightning checkpoint must hold one.
+#[test]
+fn an_optimizer_without_state_reads_back_with_an_empty_one() {
+    let groups = Value::List(vec![Value::Dict(vec![
+        (Value::Str("lr".into()), Value::Float(0.1)),
+        (Value::Str("params".into()), Value::List(vec![Value::Str("w".into())])),
+    ])]);
+    let saved = Value::Dict(vec![(Value::Str("param_groups".into()), groups)]);
+    let read = by_number(with_state(saved), "test").unwrap();
+    assert!(matches!(read.get("state"), Some(Value::Dict(e)) if e.is_empty()));
+    let Some(Value::List(g)) = read.get("param_groups") else { panic!("no param_groups") };
+    assert!(matches!(g[0].get("params"), Some(Value::List(p)) if matches!(p[..], [Value::Int(0)])));
+    // One that has a state keeps it.
+    let kept =
+        with_state(Value::Dict(vec![(Value::Str("state".into()), Value::Dict(vec![(Value::Int(0), Value::Int(1))]))]));
+    assert!(matches!(kept.get("state"), Some(Value::Dict(e)) if e.len() == 1));
+}

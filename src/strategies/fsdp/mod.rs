@@ -2,10 +2,12 @@
 //! `fully_shard`): one process per device as for DDP, every parameter
 //! sharded on dimension 0 across the ranks within units chosen by the wrap
 //! policy (`wrap.rs`), gathered around each unit's forward and backward
-//! (`unit.rs`), gradients averaged into the shards before the optimizers
+//! (`unit.rs`; the next unit's gather started ahead, `prefetch.rs`),
+//! gradients averaged into the shards before the optimizers
 //! step on them, gradient clipping by the norm over all shards, and
 //! checkpoints with the full state gathered (`state.rs`).
 mod host;
+mod prefetch;
 mod settings;
 mod sharded;
 mod state;

@@ -67,7 +67,7 @@ impl ShardingStrategy {
 }
 
 /// The settings of the `fsdp` strategy.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct FsdpOptions {
     /// What is sharded.
     pub sharding_strategy: ShardingStrategy,
@@ -96,6 +96,30 @@ pub struct FsdpOptions {
     /// torch's `MixedPrecisionPolicy.reduce_dtype`: the dtype gradients
     /// are reduce-scattered in; `None`: `param_dtype`'s.
     pub reduce_dtype: Option<Kind>,
+    /// torch FSDP's `forward_prefetch`: a unit's forward starts gathering
+    /// the unit that ran after it in the last forward (off by default, as
+    /// in torch).
+    pub forward_prefetch: bool,
+    /// torch FSDP's `backward_prefetch=BACKWARD_PRE`: a unit's backward
+    /// starts gathering the unit whose backward comes next (on by default,
+    /// as in torch).
+    pub backward_prefetch: bool,
+}
+
+impl Default for FsdpOptions {
+    fn default() -> Self {
+        FsdpOptions {
+            sharding_strategy: ShardingStrategy::default(),
+            wrap_classes: Vec::new(),
+            min_num_params: None,
+            checkpoint_classes: Vec::new(),
+            sharded_checkpoints: false,
+            param_dtype: None,
+            reduce_dtype: None,
+            forward_prefetch: false,
+            backward_prefetch: true,
+        }
+    }
 }
 
 /// A floating dtype by torch's or Lightning's name ("bf16", "bfloat16",
@@ -130,6 +154,25 @@ impl FsdpOptions {
                 }
             }
             "param_dtype" => self.param_dtype = parse_dtype(key, v)?,
+            "forward_prefetch" => self.forward_prefetch = crate::parse::parse_bool(key, v)?,
+            "backward_prefetch" => {
+                self.backward_prefetch = match v.trim().to_ascii_uppercase().as_str() {
+                    "BACKWARD_PRE" | "TRUE" | "1" => true,
+                    "NONE" | "FALSE" | "0" | "" => false,
+                    "BACKWARD_POST" => {
+                        return Err(Error::new(
+                            ErrorCode::Unsupported,
+                            "strategy option backward_prefetch: BACKWARD_POST is not supported (a unit's gather \
+                             starts in the pre-backward hook of the unit before it: BACKWARD_PRE, as FSDP2 does)",
+                        ))
+                    }
+                    _ => {
+                        return Err(Error::invalid(format!(
+                            "strategy option {key}: {v:?} is not \"BACKWARD_PRE\" or \"none\""
+                        )))
+                    }
+                }
+            }
             "reduce_dtype" => self.reduce_dtype = parse_dtype(key, v)?,
             "state_dict_type" => match v {
                 "full" => self.sharded_checkpoints = false,
@@ -162,7 +205,7 @@ impl FsdpOptions {
 
 /// The keys [`FsdpOptions::set`] knows, for error messages.
 pub const KEYS: &str = "sharding_strategy, auto_wrap_policy, min_num_params, activation_checkpointing_policy, \
-                        state_dict_type, param_dtype, reduce_dtype";
+                        state_dict_type, param_dtype, reduce_dtype, forward_prefetch, backward_prefetch";
 
 /// A comma-separated list of class names ("none" or "" for none).
 fn parse_class_list(key: &str, v: &str) -> Result<Vec<String>> {
@@ -229,5 +272,14 @@ mod tests {
         assert!(o.validate().is_ok());
         assert!(o.set("reduce_dtype", "int8").unwrap_err().message.contains("reduce_dtype"));
         assert!(!o.set("bucket_cap_mb", "4").unwrap());
+        // Prefetching: backward on and forward off by default, as in torch.
+        let mut o = FsdpOptions::default();
+        assert!(o.backward_prefetch && !o.forward_prefetch);
+        assert!(o.set("forward_prefetch", "true").unwrap() && o.forward_prefetch);
+        assert!(o.set("backward_prefetch", "none").unwrap() && !o.backward_prefetch);
+        assert!(o.set("backward_prefetch", "BACKWARD_PRE").unwrap() && o.backward_prefetch);
+        assert_eq!(o.set("backward_prefetch", "BACKWARD_POST").unwrap_err().code, ErrorCode::Unsupported);
+        assert!(o.set("backward_prefetch", "sometimes").is_err());
+        assert!(o.set("forward_prefetch", "sometimes").is_err());
     }
 }

@@ -4,9 +4,10 @@
 //! into the shards, clipping by the norm over every shard, the full
 //! parameters and optimizer states gathered for checkpoints and cut into
 //! shards again, the model whole again at the end).
+use super::prefetch::UnitOrder;
 use super::settings::{FsdpOptions, ShardingStrategy};
 use super::state;
-use super::unit::{self, FsdpUnit, MixedPrecision, UnitGroups};
+use super::unit::{self, FsdpUnit, MixedPrecision, UnitGroups, UnitLinks};
 use super::wrap;
 use crate::distributed::{DistContext, ProcessGroup};
 use crate::error::{Error, Result};
@@ -91,6 +92,8 @@ pub(crate) struct ShardedModel {
     /// Unlinked already ([`ShardedModel::unwrap`] or
     /// [`ShardedModel::abandon`]): dropping it does nothing more.
     released: bool,
+    /// The order the units run in, for prefetching.
+    order: Arc<UnitOrder>,
 }
 
 impl ShardedModel {
@@ -129,6 +132,7 @@ impl ShardedModel {
             sync,
             pending: false,
             released: false,
+            order: UnitOrder::new(options.forward_prefetch, options.backward_prefetch),
         };
         if whole {
             made.replicated = params;
@@ -141,7 +145,9 @@ impl ShardedModel {
         for planned in planned_units {
             let unit_groups = UnitGroups { shard: Arc::clone(&groups.shard), replicas: groups.replicas.clone() };
             let after_forward = reshard && !planned.path.is_empty();
-            match FsdpUnit::new(planned.path, planned.params, unit_groups, after_forward, mp, Arc::clone(&made.sync)) {
+            let links =
+                UnitLinks { sync: Arc::clone(&made.sync), order: Arc::clone(&made.order), index: made.units.len() };
+            match FsdpUnit::new(planned.path, planned.params, unit_groups, after_forward, mp, links) {
                 Ok(unit) => made.units.push(unit),
                 Err(e) => {
                     // `made` then drops, unlinking the model (its lock
@@ -154,6 +160,7 @@ impl ShardedModel {
                 }
             }
         }
+        made.order.set_units(&made.units);
         wrap::link(&mut m, &made.units);
         drop(m);
         Ok(made)
@@ -175,10 +182,21 @@ impl ShardedModel {
         self.sync.load(Ordering::SeqCst)
     }
 
-    /// A training forward begins: each unit counts its gradients afresh.
+    /// A training forward begins: each unit counts its gradients afresh,
+    /// and the units' order is recorded anew.
     pub fn start_forward(&self) {
+        self.order.begin_pass();
         for u in &self.units {
             u.start_backward_count();
+        }
+    }
+
+    /// Drops the gathers started ahead and not taken (once finished).
+    fn cancel_prefetches(&self) {
+        if self.order.prefetches() {
+            for u in &self.units {
+                u.cancel_prefetch();
+            }
         }
     }
 
@@ -208,6 +226,8 @@ impl ShardedModel {
     /// parameters), once after the backward passes of a step; the error of
     /// a backward hook first.
     pub fn finish_backward(&mut self) -> Result<()> {
+        // The optimizers step next: nothing gathered ahead outlives that.
+        self.cancel_prefetches();
         self.take_hook_error()?;
         if !std::mem::take(&mut self.pending) {
             return Ok(());
@@ -219,8 +239,11 @@ impl ShardedModel {
             .map_err(|e| e.context("averaging the gradients over the FSDP shards"))
     }
 
-    /// Every unit sharded (between steps and batches).
+    /// Every unit sharded (between steps and batches), nothing gathered
+    /// ahead; a new pass of the units begins.
     pub fn reshard_all(&self) -> Result<()> {
+        self.cancel_prefetches();
+        self.order.begin_pass();
         for u in &self.units {
             u.reshard()?;
         }
@@ -339,15 +362,22 @@ impl ShardedModel {
     /// and without a gradient of another shape. Dropping a sharded model
     /// does the same.
     pub fn abandon(mut self) {
-        self.detach();
+        self.detach(true);
     }
 
-    fn detach(&mut self) {
+    /// Unlinks the model; a gather started ahead is waited for, or with
+    /// `broken` (no collective may be waited for) left to the backend.
+    fn detach(&mut self, broken: bool) {
         if std::mem::replace(&mut self.released, true) {
             return;
         }
         for u in &self.units {
             u.detach_hooks();
+            if broken {
+                u.forget_prefetch();
+            } else {
+                u.cancel_prefetch();
+            }
         }
         let mut m = lock(&self.model);
         for p in m.parameters() {
@@ -388,6 +418,6 @@ impl ShardedModel {
 
 impl Drop for ShardedModel {
     fn drop(&mut self) {
-        self.detach();
+        self.detach(false);
     }
 }

@@ -9,7 +9,9 @@
 //! parameters view) -> freed after it under FULL_SHARD (the buffers'
 //! storage released in place, hooks left on the outputs) -> gathered again
 //! when the first output's gradient arrives -> gradients averaged and
-//! scattered to the shards before the optimizer step -> sharded.
+//! scattered to the shards before the optimizer step -> sharded. A gather
+//! may have been started ahead by the unit that ran before it
+//! (`prefetch.rs`); the gather then takes its result.
 //!
 //! With a `param_dtype` (torch's `MixedPrecisionPolicy`) the shards keep
 //! the parameters' own dtype for the optimizers, while the gathered
@@ -17,6 +19,8 @@
 //! gradients are reduce-scattered in `reduce_dtype` and land in the
 //! shards in their dtype. Gathering for a checkpoint or for the end of a
 //! run ([`FsdpUnit::gather_master`]) gives the shards' own values.
+use super::prefetch::UnitOrder;
+use crate::distributed::group::PendingGather;
 use crate::distributed::{ProcessGroup, ReduceOp};
 use crate::error::{Error, Result};
 use crate::nn::ShardHook;
@@ -156,6 +160,33 @@ struct UnitState {
     dirty: bool,
     /// A gradient arrived since the current forward began.
     seen: bool,
+    /// The gather started ahead ([`FsdpUnit::prefetch`]), taken by the
+    /// next gather in the compute dtype.
+    prefetched: Option<Prefetched>,
+}
+
+/// A gather started ahead, with the versions of the shards it read (a
+/// shard changed since, by an optimizer step or a load, makes it stale).
+#[derive(Debug)]
+struct Prefetched {
+    gather: PendingGather,
+    versions: Vec<i64>,
+}
+
+/// The versions of the shards' values (in-place changes through the
+/// parameter or the shard count).
+fn shard_versions(params: &[ShardedParam]) -> Result<Vec<i64>> {
+    params.iter().map(|p| Ok(p.param.f_internal_version()? + p.shard.f_internal_version()?)).collect()
+}
+
+/// What a unit shares with the model's other units.
+pub(crate) struct UnitLinks {
+    /// Whether this step's backward averages the gradients.
+    pub sync: Arc<AtomicBool>,
+    /// The order the units run in, for prefetching.
+    pub order: Arc<UnitOrder>,
+    /// This unit's index in `order`.
+    pub index: usize,
 }
 
 /// A sharding unit (see the module comment).
@@ -182,6 +213,9 @@ pub(crate) struct FsdpUnit {
     /// Held gathered for the host (`fulmen_fsdp_unshard`): forwards and
     /// backwards leave the parameters as they are.
     pinned: AtomicBool,
+    /// The units' order, and this unit's index in it.
+    order: Arc<UnitOrder>,
+    index: usize,
 }
 
 /// Locks `m`, taking the value of a poisoned lock.
@@ -223,8 +257,9 @@ impl FsdpUnit {
         groups: UnitGroups,
         reshard_after_forward: bool,
         mp: MixedPrecision,
-        sync: Arc<AtomicBool>,
+        links: UnitLinks,
     ) -> Result<Arc<Self>> {
+        let UnitLinks { sync, order, index } = links;
         let UnitGroups { shard: group, replicas } = groups;
         let (rank, world) = (group.rank(), group.world_size());
         let mut sharded = Vec::with_capacity(params.len());
@@ -259,6 +294,7 @@ impl FsdpUnit {
                 expected: 0,
                 dirty: false,
                 seen: false,
+                prefetched: None,
             }),
             group,
             replicas,
@@ -269,6 +305,8 @@ impl FsdpUnit {
             hook_error: Mutex::new(None),
             sync,
             pinned: AtomicBool::new(false),
+            order,
+            index,
         });
         for p in lock(&unit.state).params.iter() {
             set_post_accumulate(&p.param, Some(Arc::downgrade(&unit)))?;
@@ -324,6 +362,12 @@ impl FsdpUnit {
             return Ok(());
         }
         let st = &mut *st;
+        // A gather started ahead, in the compute dtype, of the shards as
+        // they are now (the same decision on every rank).
+        let ahead = match st.prefetched.take() {
+            Some(p) if !master && p.versions == shard_versions(&st.params)? => Some(p.gather),
+            _ => None,
+        };
         tch::no_grad(|| -> Result<()> {
             for ((p, parked), reduced) in st.params.iter().zip(st.parked.iter_mut()).zip(st.reduced.iter()) {
                 let g = p.param.grad();
@@ -333,17 +377,17 @@ impl FsdpUnit {
                     set_grad(&p.param, None)?;
                 }
             }
-            let flats = st
-                .params
-                .iter()
-                .map(|p| {
-                    let kind = if master { p.shard.kind() } else { self.mp.compute(p.shard.kind()) };
-                    Ok(p.shard.view([-1]).f_to_kind(kind)?)
-                })
-                .collect::<Result<Vec<Tensor>>>()?;
-            let local = Tensor::f_cat(&flats, 0)?;
-            drop(flats);
-            let all = if self.world == 1 { local.view([1, -1]) } else { self.group.all_gather_flat(&local)? };
+            let all = match ahead {
+                Some(gather) => gather.wait()?,
+                None => {
+                    let local = self.flat_shards(&st.params, master)?;
+                    if self.world == 1 {
+                        local.view([1, -1])
+                    } else {
+                        self.group.all_gather_flat(&local)?
+                    }
+                }
+            };
             let mut offset = 0;
             for p in st.params.iter() {
                 let n = p.shard_numel();
@@ -364,6 +408,61 @@ impl FsdpUnit {
         st.gathered = true;
         st.gathered_master = master;
         Ok(())
+    }
+
+    /// This rank's shards flattened into one tensor, in the shards' own
+    /// dtype (`master`) or the compute dtype: what a gather sends.
+    fn flat_shards(&self, params: &[ShardedParam], master: bool) -> Result<Tensor> {
+        let flats = params
+            .iter()
+            .map(|p| {
+                let kind = if master { p.shard.kind() } else { self.mp.compute(p.shard.kind()) };
+                Ok(p.shard.view([-1]).f_to_kind(kind)?)
+            })
+            .collect::<Result<Vec<Tensor>>>()?;
+        Ok(Tensor::f_cat(&flats, 0)?)
+    }
+
+    /// Starts gathering the parameters in the compute dtype without
+    /// waiting (the unit runs next): the next gather takes the result.
+    /// Nothing when the unit is gathered, held, already started or alone.
+    pub fn prefetch(&self) -> Result<()> {
+        if self.world == 1 || self.is_pinned() {
+            return Ok(());
+        }
+        let mut st = lock(&self.state);
+        if st.gathered || st.prefetched.is_some() || st.params.is_empty() {
+            return Ok(());
+        }
+        let versions = shard_versions(&st.params)?;
+        let local = tch::no_grad(|| self.flat_shards(&st.params, false))?;
+        let gather = self.group.start_all_gather_flat(&local)?;
+        st.prefetched = Some(Prefetched { gather, versions });
+        Ok(())
+    }
+
+    /// Drops a gather started ahead and not taken, once it finished.
+    pub fn cancel_prefetch(&self) {
+        let prefetched = lock(&self.state).prefetched.take();
+        drop(prefetched);
+    }
+
+    /// Leaves a gather started ahead to the backend without waiting (the
+    /// group is broken): its buffers are never freed.
+    pub fn forget_prefetch(&self) {
+        if let Some(p) = lock(&self.state).prefetched.take() {
+            std::mem::forget(p);
+        }
+    }
+
+    /// Starts the gather of the unit `order` says runs after this one in a
+    /// forward (`backward` false) or a backward.
+    fn prefetch_next(&self, backward: bool) -> Result<()> {
+        let next = if backward { self.order.backward_began(self.index) } else { self.order.forward_began(self.index) };
+        match next.and_then(|i| self.order.unit(i)) {
+            Some(unit) => unit.prefetch().map_err(|e| e.context(format!("prefetching FSDP unit {:?}", unit.path))),
+            None => Ok(()),
+        }
     }
 
     /// Gives every parameter back its shard and frees the full buffers.
@@ -497,25 +596,29 @@ impl FsdpUnit {
         Ok(())
     }
 
-    /// The pre-backward hook: gathers; a failure is kept for the strategy
-    /// to report after the backward, and the buffers are allocated (zeros)
-    /// so the backward reads valid memory.
+    /// The pre-backward hook: gathers, and starts the gather of the unit
+    /// whose backward comes next; a failure is kept for the strategy to
+    /// report after the backward, and when the gather failed the buffers
+    /// are allocated (zeros) so the backward reads valid memory.
     fn pre_backward(&self) {
         if self.is_pinned() {
             return;
         }
-        if let Err(e) = self.gather() {
-            let mut st = lock(&self.state);
-            for p in st.params.iter() {
-                let _ = resize_storage(&p.full, p.full_bytes);
-                let _ = tch::no_grad(|| p.full.shallow_clone().f_zero_());
-                let _ = point(&p.param, &p.full.narrow(0, 0, p.dim0).reshape(&p.shape));
+        let Err(e) = self.gather() else {
+            if let Err(e) = self.prefetch_next(true) {
+                lock(&self.hook_error).get_or_insert(e);
             }
-            st.gathered = true;
-            st.gathered_master = false;
-            lock(&self.hook_error)
-                .get_or_insert(e.context(format!("gathering FSDP unit {:?} for backward", self.path)));
+            return;
+        };
+        let mut st = lock(&self.state);
+        for p in st.params.iter() {
+            let _ = resize_storage(&p.full, p.full_bytes);
+            let _ = tch::no_grad(|| p.full.shallow_clone().f_zero_());
+            let _ = point(&p.param, &p.full.narrow(0, 0, p.dim0).reshape(&p.shape));
         }
+        st.gathered = true;
+        st.gathered_master = false;
+        lock(&self.hook_error).get_or_insert(e.context(format!("gathering FSDP unit {:?} for backward", self.path)));
     }
 
     /// The first error a backward hook met, taken.
@@ -662,7 +765,8 @@ impl ShardHook for UnitHook {
         if self.0.is_pinned() {
             return Ok(());
         }
-        self.0.gather().map_err(|e| e.context(format!("gathering FSDP unit {:?} for its forward", self.0.path)))
+        self.0.gather().map_err(|e| e.context(format!("gathering FSDP unit {:?} for its forward", self.0.path)))?;
+        self.0.prefetch_next(false)
     }
 
     fn after_forward(&self, outputs: &[Tensor], owns: bool) -> Result<()> {

@@ -414,6 +414,22 @@ public:
     /// Sets `fsdp_reduce_dtype` on a temporary and passes it on.
     Self&& fsdp_reduce_dtype(std::string_view v) && { return std::move(put("fsdp_reduce_dtype", v)); }
 
+    /// `fsdp_forward_prefetch` (bool; default false): strategy "fsdp": torch FSDP's
+    /// forward_prefetch: each unit's forward starts gathering the unit that ran after it in the
+    /// last forward, so the gather overlaps the computation (one more unit's parameters held at a
+    /// time).
+    Self& fsdp_forward_prefetch(bool v) & { return put("fsdp_forward_prefetch", v); }
+    /// Sets `fsdp_forward_prefetch` on a temporary and passes it on.
+    Self&& fsdp_forward_prefetch(bool v) && { return std::move(put("fsdp_forward_prefetch", v)); }
+
+    /// `fsdp_backward_prefetch` (text; default BACKWARD_PRE): strategy "fsdp": torch FSDP's
+    /// backward_prefetch: "BACKWARD_PRE" = each unit's backward starts gathering the unit whose
+    /// backward comes next (as FSDP2 does), so the gather overlaps the computation; "none" = each
+    /// unit is gathered when its backward begins.
+    Self& fsdp_backward_prefetch(std::string_view v) & { return put("fsdp_backward_prefetch", v); }
+    /// Sets `fsdp_backward_prefetch` on a temporary and passes it on.
+    Self&& fsdp_backward_prefetch(std::string_view v) && { return std::move(put("fsdp_backward_prefetch", v)); }
+
     /// `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" = checkpoints hold the
     /// whole state, gathered from every rank and written by rank 0; "sharded" = each checkpoint is
     /// a torch.distributed.checkpoint directory (every rank writes its shards, rank 0 .metadata and
