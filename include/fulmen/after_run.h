@@ -343,11 +343,13 @@ struct fulmen_error *fulmen_trainer_node_rank(const struct fulmen_trainer *train
  * Writes the number of the run's optimizers (Lightning's
  * `len(trainer.optimizers)`): those configure_optimizers added, numbered
  * from 0 in its order as in `fulmen_hook_context_optimizer_index`; 0 in
- * the hooks of validate, test and predict, and in a fit with none.
+ * the hooks of validate, test and predict, and in a fit with none. The
+ * `on_save_checkpoint` hooks reach them too, in a fit and in
+ * `fulmen_trainer_save_checkpoint` after it (the last fit's).
  *
  * Errors: FULMEN_CODE_INVALID_STATE (a hook without them: the
- * datamodule's hooks, on_save_checkpoint, and the built-in monitors'
- * pass of on_train_epoch_end).
+ * datamodule's hooks and the built-in monitors' pass of
+ * on_train_epoch_end).
  */
 struct fulmen_error *fulmen_hook_context_optimizer_count(const struct fulmen_hook_context *ctx,
                                                          size_t *out);

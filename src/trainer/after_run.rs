@@ -104,18 +104,18 @@ impl Trainer {
         if self.state.global_rank != 0 {
             return Ok(());
         }
-        let fit = self.last_fit.as_ref();
-        if !weights_only && fit.is_none_or(|f| f.optimizers.is_empty()) {
+        let fit = self.last_fit.as_mut();
+        if !weights_only && fit.as_ref().is_none_or(|f| f.optimizers.is_empty()) {
             return Err(Error::state(
                 "cannot save a full checkpoint: no fit has configured optimizers on this trainer; fit first, or save \
                  with weights_only",
             ));
         }
         let start = FitProgress::default();
-        let no_optimizers: &[OptimizerConfig] = &[];
-        let progress = fit.map_or(&start, |f| &f.progress);
-        let info = fit.map_or_else(|| loop_info(&self.state), |f| f.loop_info);
-        let precision = fit.map(|f| f.precision.clone()).unwrap_or_default();
+        let (progress, info, precision, optimizers) = match fit {
+            Some(f) => (&f.progress, f.loop_info, f.precision.clone(), f.optimizers.as_mut_slice()),
+            None => (&start, loop_info(&self.state), Vec::new(), &mut [][..]),
+        };
         let sync = self.state.device_sync.clone();
         let mut callbacks = super::fit_loop::fit_order(&mut self.defaults, &mut self.callbacks);
         let parts = CheckpointParts {
@@ -123,7 +123,7 @@ impl Trainer {
             state: &mut self.state,
             callbacks: callbacks.as_mut_slice(),
             module,
-            optimizers: fit.map_or(no_optimizers, |f| f.optimizers.as_slice()),
+            optimizers,
             progress,
             loop_info: info,
             optimizer_state: &|o| o.state_dict(),

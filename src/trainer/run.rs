@@ -685,7 +685,7 @@ impl Run<'_> {
             state: &mut *self.state,
             callbacks: self.callbacks.as_mut_slice(),
             module: &mut *self.module,
-            optimizers: &self.optimizers,
+            optimizers: &mut self.optimizers,
             progress: &self.progress,
             optimizer_state: if own_shards { &own } else { &via_strategy },
         };

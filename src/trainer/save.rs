@@ -39,8 +39,9 @@ pub(crate) struct CheckpointParts<'s, 'c> {
     pub callbacks: &'s mut [&'c mut Box<dyn Callback>],
     /// The module (weights, hparams, its save hook).
     pub module: &'s mut dyn LightningModule,
-    /// The optimizers with their schedulers.
-    pub optimizers: &'s [OptimizerConfig],
+    /// The optimizers with their schedulers (the save hooks reach them,
+    /// Lightning's `trainer.optimizers`).
+    pub optimizers: &'s mut [OptimizerConfig],
     /// The fit loop's progress.
     pub progress: &'s FitProgress,
     /// How the fit counts batches.
@@ -129,7 +130,7 @@ fn add_training_state(
     state: &mut TrainerState,
     callbacks: &mut [&mut Box<dyn Callback>],
     module: &mut dyn LightningModule,
-    optimizers: &[OptimizerConfig],
+    optimizers: &mut [OptimizerConfig],
     optimizer_state: &OptimizerStateFn<'_>,
 ) -> Result<()> {
     for (i, cfg) in optimizers.iter().enumerate() {
@@ -155,6 +156,7 @@ fn add_training_state(
         let mut entries = BTreeMap::new();
         let mut ctx = HookContext::new(Hook::SaveCheckpoint, stage, &mut *state);
         ctx.checkpoint = Some(&mut entries);
+        ctx.optimizers = Some(&mut *optimizers);
         cb.on_hook(&mut ctx).map_err(|e| e.context(format!("callback {key} in on_save_checkpoint")))?;
         if !entries.is_empty() {
             ck.extra.insert(key, entries);
@@ -163,6 +165,7 @@ fn add_training_state(
     let mut entries = BTreeMap::new();
     let mut ctx = HookContext::new(Hook::SaveCheckpoint, stage, &mut *state);
     ctx.checkpoint = Some(&mut entries);
+    ctx.optimizers = Some(&mut *optimizers);
     module.on_hook(&mut ctx).map_err(|e| e.context("LightningModule.on_save_checkpoint"))?;
     if !entries.is_empty() {
         ck.extra.insert(MODULE_KEY.to_string(), entries);

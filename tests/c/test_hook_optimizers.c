@@ -5,7 +5,8 @@
  * step, so the fit ends with the weights of a fit of two steps; a
  * callback of a manual-optimization module reads the stepping optimizer
  * by its index; an LBFGS stepping with its closure can be read, not
- * changed; validate's hooks see no optimizer.
+ * changed; validate's hooks see no optimizer; on_save_checkpoint, in a
+ * fit and in save_checkpoint after it, reads them.
  */
 #define _XOPEN_SOURCE 700
 #include "check.h"
@@ -22,6 +23,7 @@ typedef struct {
     int before_steps;      /* on_before_optimizer_step calls that checked out */
     int bad;               /* checks that failed inside hooks */
     int validation_starts; /* validate's on_validation_start with no optimizer */
+    int save_reads;        /* on_save_checkpoint calls that read lr 0.1 */
 } fixture;
 
 static int code_of(fulmen_error *e) {
@@ -118,6 +120,17 @@ static fulmen_error *on_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
         return NULL;
     }
     if (hook == FULMEN_HOOK_BEFORE_OPTIMIZER_STEP) before_step(f, ctx);
+    if (hook == FULMEN_HOOK_SAVE_CHECKPOINT) {
+        size_t n = 0;
+        double lr = -1;
+        CHECK_OK(fulmen_hook_context_optimizer_count(ctx, &n));
+        if (n == 1) CHECK_OK(fulmen_hook_context_param_group_get(ctx, 0, 0, "lr", &lr));
+        if (n == 1 && lr == 0.1) {
+            f->save_reads++;
+        } else {
+            f->bad++;
+        }
+    }
     if (hook == FULMEN_HOOK_VALIDATION_START) {
         size_t n = 99;
         CHECK_OK(fulmen_hook_context_optimizer_count(ctx, &n));
@@ -169,39 +182,68 @@ static fulmen_lightning_module *fit(fixture *f, fulmen_loader *l, int64_t max_st
     return m;
 }
 
+/* A fit writing its checkpoint, then save_checkpoint after it: both
+ * on_save_checkpoint hooks read the fit's optimizer. */
+static void save_hooks_read_optimizers(fulmen_loader *l) {
+    char root[] = "/tmp/fulmen-hook-optimizers.XXXXXX";
+    CHECK(mkdtemp(root) != NULL);
+    CHECK_OK(fulmen_manual_seed(5));
+    fixture f = {fixture_mlp(8, 0.0), false, false, false, 0, 0, 0, 0};
+    fulmen_lightning_module *m = module_for(&f);
+    fulmen_trainer_options *o = fixture_options(root, 1);
+    CHECK_OK(fulmen_trainer_options_set(o, "logger", "false"));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_trainer_options_free(o);
+    CHECK_OK(fulmen_trainer_fit(t, m, l, NULL, NULL));
+    CHECK(f.save_reads == 1 && f.bad == 0);
+    char path[600];
+    snprintf(path, sizeof path, "%s/after.ckpt", root);
+    CHECK_OK(fulmen_trainer_save_checkpoint(t, m, path, false));
+    CHECK(f.save_reads == 2 && f.bad == 0);
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(f.model);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void) {
     fulmen_dataset *ds = fixture_blobs(32, 1, 1.0f);
     fulmen_loader *l = fixture_loader(ds, 8, false, 0);
 
     /* Four steps with lr 0 from the third on: the weights of two steps. */
     CHECK_OK(fulmen_manual_seed(5));
-    fixture frozen = {fixture_mlp(8, 0.0), true, false, false, 0, 0, 0};
+    fixture frozen = {fixture_mlp(8, 0.0), true, false, false, 0, 0, 0, 0};
     fulmen_lightning_module *m1 = fit(&frozen, l, 0);
     CHECK(frozen.before_steps == 4 && frozen.bad == 0 && frozen.validation_starts == 1);
 
     CHECK_OK(fulmen_manual_seed(5));
-    fixture two = {fixture_mlp(8, 0.0), false, false, false, 0, 0, 0};
+    fixture two = {fixture_mlp(8, 0.0), false, false, false, 0, 0, 0, 0};
     fulmen_lightning_module *m2 = fit(&two, l, 2);
     CHECK(two.before_steps == 2 && two.bad == 0);
     CHECK(fixture_max_diff(frozen.model, two.model) == 0.0);
 
     /* Without the change, four steps move the weights further. */
     CHECK_OK(fulmen_manual_seed(5));
-    fixture four = {fixture_mlp(8, 0.0), false, false, false, 0, 0, 0};
+    fixture four = {fixture_mlp(8, 0.0), false, false, false, 0, 0, 0, 0};
     fulmen_lightning_module *m3 = fit(&four, l, 0);
     CHECK(four.before_steps == 4 && fixture_max_diff(four.model, two.model) > 1e-4);
 
     /* Manual optimization: a callback reads optimizer 1, the one stepping. */
-    fixture manual = {fixture_mlp(8, 0.0), false, true, false, 0, 0, 0};
+    fixture manual = {fixture_mlp(8, 0.0), false, true, false, 0, 0, 0, 0};
     fulmen_lightning_module *m4 = fit(&manual, l, 0);
     CHECK(manual.before_steps == 4 && manual.bad == 0);
 
     /* LBFGS stepping with its closure: read at each evaluation, not changed. */
-    fixture lbfgs = {fixture_mlp(8, 0.0), false, false, true, 0, 0, 0};
+    fixture lbfgs = {fixture_mlp(8, 0.0), false, false, true, 0, 0, 0, 0};
     fulmen_lightning_module *m5 = fit(&lbfgs, l, 1);
     CHECK(lbfgs.before_steps >= 1 && lbfgs.bad == 0);
     fulmen_lightning_module_free(m5);
     fulmen_model_free(lbfgs.model);
+
+    save_hooks_read_optimizers(l);
 
     /* Outside a run's hooks there is no context to ask. */
     size_t n = 0;

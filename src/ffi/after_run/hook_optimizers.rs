@@ -12,11 +12,13 @@ use std::ffi::c_char;
 /// Writes the number of the run's optimizers (Lightning's
 /// `len(trainer.optimizers)`): those configure_optimizers added, numbered
 /// from 0 in its order as in `fulmen_hook_context_optimizer_index`; 0 in
-/// the hooks of validate, test and predict, and in a fit with none.
+/// the hooks of validate, test and predict, and in a fit with none. The
+/// `on_save_checkpoint` hooks reach them too, in a fit and in
+/// `fulmen_trainer_save_checkpoint` after it (the last fit's).
 ///
 /// Errors: FULMEN_CODE_INVALID_STATE (a hook without them: the
-/// datamodule's hooks, on_save_checkpoint, and the built-in monitors'
-/// pass of on_train_epoch_end).
+/// datamodule's hooks and the built-in monitors' pass of
+/// on_train_epoch_end).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_hook_context_optimizer_count(
     ctx: *const fulmen_hook_context,
