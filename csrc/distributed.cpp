@@ -492,8 +492,21 @@ int fulmen_cxx_work_wait(void* work, char* err, size_t err_len) {
   FULMEN_CXX_CATCH(err, err_len)
 }
 
+// Whether a started collective finished (successfully or not) without
+// waiting for it.
+int fulmen_cxx_work_is_completed(void* work, int* done, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  *done = static_cast<PendingWork*>(work)->work->isCompleted() ? 1 : 0;
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
 // Frees a started collective's handle (waited for first by the caller).
-void fulmen_cxx_work_free(void* work) { delete static_cast<PendingWork*>(work); }
+void fulmen_cxx_work_free(void* work) {
+  try {
+    delete static_cast<PendingWork*>(work);
+  } catch (...) {
+  }
+}
 
 // Reduces `input` (world_size times `output`'s elements, rank-major) over
 // the ranks with `op` and leaves this rank's part in `output` (torch's
@@ -658,6 +671,7 @@ int fulmen_cxx_pg_allgather_flat_start(void*, const void*, void*, void**, char* 
   return no_distributed(err, err_len);
 }
 int fulmen_cxx_work_wait(void*, char* err, size_t err_len) { return no_distributed(err, err_len); }
+int fulmen_cxx_work_is_completed(void*, int*, char* err, size_t err_len) { return no_distributed(err, err_len); }
 void fulmen_cxx_work_free(void*) {}
 int fulmen_cxx_pg_reduce_scatter_flat(void*, const void*, void*, int, char* err, size_t err_len) {
   return no_distributed(err, err_len);

@@ -253,6 +253,9 @@ fn scenario(name: &str) -> Scenario {
         }
         "sync_batch_norm_fsdp" => (vec![full, wrap, ("sync_batchnorm", "true")], Kind2::BatchNorm),
         "sharded" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded")], mlp),
+        // Block 2's weight under a second name (one tensor, as a tied
+        // embedding): the root unit shards it.
+        "sharded_tied" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded")], mlp),
         // SGD without momentum: an optimizer state with no per-parameter entry.
         "sharded_sgd" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded")], mlp),
         // Two nodes of two ranks ([`nodes_of`]): sharded within a node,
@@ -347,8 +350,13 @@ fn train_with(
         t.add_callback(Box::new(LateRankOne));
         t.add_callback(Box::new(fulmen::callbacks::ModelCheckpoint::new(opts).unwrap()));
     }
+    let mut net = model(sc.kind);
+    if name == "sharded_tied" {
+        let w = net.state_dict().into_iter().find(|(n, _)| n == "2.0.weight").unwrap().1;
+        net.register_parameter_at("4", "tied_weight", &w).unwrap();
+    }
     let mut m = Regression {
-        model: Arc::new(Mutex::new(model(sc.kind))),
+        model: Arc::new(Mutex::new(net)),
         losses: Vec::new(),
         block_rows: Vec::new(),
         lbfgs: name == "lbfgs",
@@ -829,6 +837,33 @@ fn prefetching_changes_no_number() {
         }
         for ((k, w), (_, v)) in read_weights(&rank_dir(&ahead, r)).iter().zip(&read_weights(&rank_dir(&plain, r))) {
             assert!(w.equal(v), "rank {r}: {k} differs");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// A parameter under two names (tied) is sharded under both in a sharded
+/// checkpoint, and a checkpoint of four ranks resumes on two, each rank
+/// reading its own rows under either name.
+#[test]
+fn a_sharded_checkpoint_of_a_tied_parameter_resumes_on_another_world_size() {
+    let work = tempdir("fsdp-sharded-tied");
+    let (whole, four, from_four) = (work.join("whole"), work.join("four"), work.join("from-four"));
+    run_ranks(2, "sharded_tied", &whole, 2, None);
+    run_ranks_with(4, RANK_BATCH / 2, "sharded_tied", &four, 1, None);
+    let ckpt = checkpoints(&four.join("checkpoints"));
+    assert_eq!(ckpt.len(), 1, "{ckpt:?}");
+    run_ranks(2, "sharded_tied", &from_four, 2, Some(&ckpt[0]));
+    for r in 0..2 {
+        let (a, b) = (read_weights(&rank_dir(&whole, r)), read_weights(&rank_dir(&from_four, r)));
+        assert!(
+            a.iter().any(|(k, _)| k == "4.tied_weight"),
+            "no tied name in {:?}",
+            a.iter().map(|x| &x.0).collect::<Vec<_>>()
+        );
+        for ((k, x), (_, y)) in a.iter().zip(&b) {
+            let diff = (x - y).abs().max().double_value(&[]);
+            assert!(diff < 1e-5, "rank {r}: {k} differs by {diff} after the resume of four ranks' checkpoint");
         }
     }
     let _ = std::fs::remove_dir_all(&work);

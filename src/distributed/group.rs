@@ -555,7 +555,7 @@ impl ProcessGroup {
             )
         })
         .map_err(classify)?;
-        Ok(PendingGather { work, output, _input: input, world: self.world_size as i64 })
+        Ok(PendingGather { work, output, _input: input, world: self.world_size as i64, numel: n })
     }
 
     /// Reduces `input` (`[world_size, n]`, contiguous) over the ranks with
@@ -629,6 +629,8 @@ pub(crate) struct PendingGather {
     output: Tensor,
     _input: Tensor,
     world: i64,
+    /// Elements of each rank's input.
+    numel: i64,
 }
 
 impl std::fmt::Debug for PendingGather {
@@ -651,7 +653,23 @@ impl PendingGather {
         // SAFETY: as above; not used after.
         unsafe { shim::fulmen_cxx_work_free(work) };
         waited.map_err(classify)?;
-        Ok(self.output.f_view([self.world, -1])?)
+        Ok(self.output.f_view([self.world, self.numel])?)
+    }
+
+    /// Lets go without waiting (the group may be broken): dropped when the
+    /// collective is done, else left to the backend with its buffers,
+    /// which are never freed.
+    pub(crate) fn abandon(self) {
+        let mut done: c_int = 0;
+        // SAFETY: the work is live until freed, once, by drop.
+        let asked = call("all_gather_into_tensor", |err, len| unsafe {
+            shim::fulmen_cxx_work_is_completed(self.work, &mut done, err, len)
+        });
+        if asked.is_ok() && done != 0 {
+            drop(self);
+        } else {
+            std::mem::forget(self);
+        }
     }
 }
 

@@ -154,6 +154,12 @@ extern "C" {
         err_len: size_t,
     ) -> c_int;
     pub(crate) fn fulmen_cxx_work_wait(work: *mut c_void, err: *mut c_char, err_len: size_t) -> c_int;
+    pub(crate) fn fulmen_cxx_work_is_completed(
+        work: *mut c_void,
+        done: *mut c_int,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
     pub(crate) fn fulmen_cxx_work_free(work: *mut c_void);
     pub(crate) fn fulmen_cxx_pg_reduce_scatter_flat(
         group: *mut c_void,

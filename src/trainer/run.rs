@@ -731,20 +731,18 @@ impl Run<'_> {
         let Some(sharding) = self.strategy.local_shards().ctx("the sharded parameters")? else { return Ok(None) };
         let Some(model) = self.module.model() else { return Ok(None) };
         let key = |t: &Tensor| (t.data_ptr() as usize, t.size());
-        let names: std::collections::HashMap<(usize, Vec<i64>), String> = model
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .state_dict()
-            .into_iter()
-            .map(|(n, t)| (key(&t), n))
-            .collect();
+        // Every name of a tied parameter.
+        let mut names: std::collections::HashMap<(usize, Vec<i64>), Vec<String>> = Default::default();
+        for (n, t) in model.lock().unwrap_or_else(|p| p.into_inner()).state_dict() {
+            names.entry(key(&t)).or_default().push(n);
+        }
         let mut params = Vec::with_capacity(sharding.params.len());
         for sp in &sharding.params {
-            let Some(name) = names.get(&key(&sp.param)) else {
+            let Some(named) = names.get(&key(&sp.param)) else {
                 // A sharded parameter the model does not name: read whole.
                 return Ok(None);
             };
-            params.push((name.clone(), sp.shape.clone(), sp.rows));
+            params.extend(named.iter().map(|n| (n.clone(), sp.shape.clone(), sp.rows)));
         }
         Ok(Some(crate::checkpoint::dcp::LocalRows::new(params, sharding.shard_rank, &self.checkpoint_prefix)))
     }

@@ -3,12 +3,14 @@
 //! optimizer states shaped as one, so a model bigger than one device
 //! resumes without ever being whole on one.
 use super::tree::PathItem;
+use crate::error::{Error, Result};
 use std::collections::HashMap;
 
 /// What one rank holds of the model's sharded parameters.
 pub(crate) struct LocalRows {
     /// Each sharded parameter's full shape and the rows of its padded
-    /// dimension 0 each rank holds, by the model's name for it.
+    /// dimension 0 each rank holds, by each of the model's names for it (a
+    /// tied parameter has several).
     params: HashMap<String, (Vec<i64>, i64)>,
     /// This rank's index among the ranks the parameters are sharded across.
     shard_rank: usize,
@@ -25,7 +27,8 @@ pub(crate) struct RowRange {
 
 impl LocalRows {
     /// The rows `shard_rank` holds of `params` (name, full shape, rows per
-    /// rank); checkpoints name them with `prefix`.
+    /// rank; a tied parameter once per name); checkpoints name them with
+    /// `prefix`.
     pub(crate) fn new(params: Vec<(String, Vec<i64>, i64)>, shard_rank: usize, prefix: &str) -> Self {
         LocalRows {
             params: params.into_iter().map(|(n, shape, rows)| (n, (shape, rows))).collect(),
@@ -36,35 +39,42 @@ impl LocalRows {
 
     /// The sharded parameter a checkpoint names `key`: the run's prefix
     /// taken off, else the name as it is, else (a checkpoint written under
-    /// another prefix) the name without its first dotted components.
+    /// another prefix, as `weights_for` reads one) the name without its
+    /// first dotted component.
     fn param(&self, key: &str) -> Option<&(Vec<i64>, i64)> {
-        if let Some(p) = key.strip_prefix(&self.prefix).and_then(|k| self.params.get(k)) {
-            return Some(p);
-        }
-        let mut rest = key;
-        loop {
-            if let Some(p) = self.params.get(rest) {
-                return Some(p);
-            }
-            rest = rest.split_once('.')?.1;
-        }
+        let stripped = key.strip_prefix(&self.prefix).filter(|_| !self.prefix.is_empty());
+        let first_off = key.split_once('.').map(|(_, rest)| rest);
+        [stripped, Some(key), first_off].into_iter().flatten().find_map(|k| self.params.get(k))
     }
 
     /// The rows this rank reads of the tensor at `path` of full `size`: a
     /// model entry (`model` / `state_dict`) that is a sharded parameter,
     /// or an optimizer's per-parameter state of one, of the parameter's
-    /// full shape. `None`: the tensor is read whole.
-    pub(crate) fn rows_of(&self, path: &[PathItem], size: &[i64]) -> Option<RowRange> {
-        let key = match path {
-            [PathItem::Key(m), PathItem::Key(fqn)] if m == "model" || m == "state_dict" => fqn,
+    /// full shape. `None`: the tensor is read whole. A model entry named
+    /// as a sharded parameter but of another shape is refused (another
+    /// model's checkpoint), before anything is read.
+    pub(crate) fn rows_of(&self, path: &[PathItem], size: &[i64]) -> Result<Option<RowRange>> {
+        let (key, model) = match path {
+            [PathItem::Key(m), PathItem::Key(fqn)] if m == "model" || m == "state_dict" => (fqn, true),
             [PathItem::Key(o), PathItem::Key(s), PathItem::Key(fqn), PathItem::Key(_)]
                 if o.starts_with("optimizer_") && s == "state" =>
             {
-                fqn
+                (fqn, false)
             }
-            _ => return None,
+            _ => return Ok(None),
         };
-        let (shape, rows) = self.param(key)?;
-        (shape.as_slice() == size).then(|| RowRange { first: self.shard_rank as i64 * rows, rows: *rows })
+        let Some((shape, rows)) = self.param(key) else { return Ok(None) };
+        if shape.is_empty() {
+            return Ok(None);
+        }
+        if shape.as_slice() != size {
+            if model {
+                return Err(Error::format(format!(
+                    "the checkpoint's {key:?} has shape {size:?}, the model's parameter has {shape:?}"
+                )));
+            }
+            return Ok(None);
+        }
+        Ok(Some(RowRange { first: self.shard_rank as i64 * rows, rows: *rows }))
     }
 }

@@ -164,8 +164,14 @@ fn plan(
         return Err(Error::state("a Lightning checkpoint that is not a dict"));
     };
     let key = |t: &Tensor| (t.data_ptr() as usize, t.size());
-    let names: HashMap<(usize, Vec<i64>), String> =
-        ck.state_dict.iter().map(|(n, t)| (key(t), format!("{prefix}{n}"))).collect();
+    // A tied parameter's names, in the state dict's order: the optimizer
+    // states go by the first (as torch's named_parameters), the placement
+    // of its model entries by every one.
+    let mut all_names: HashMap<(usize, Vec<i64>), Vec<String>> = HashMap::new();
+    for (n, t) in &ck.state_dict {
+        all_names.entry(key(t)).or_default().push(format!("{prefix}{n}"));
+    }
+    let names: HashMap<(usize, Vec<i64>), String> = all_names.iter().map(|(k, v)| (k.clone(), v[0].clone())).collect();
     let mut model = None;
     let mut optimizers = Vec::new();
     let mut meta = Vec::new();
@@ -196,7 +202,10 @@ fn plan(
     let shapes: Shapes = sharding
         .params
         .iter()
-        .filter_map(|sp| names.get(&key(&sp.param)).map(|n| (n.clone(), (sp.shape.clone(), sp.rows))))
+        .flat_map(|sp| {
+            let named = all_names.get(&key(&sp.param)).map(Vec::as_slice).unwrap_or_default();
+            named.iter().map(|n| (n.clone(), (sp.shape.clone(), sp.rows)))
+        })
         .collect();
     Ok((Value::Dict(meta), converted, shapes))
 }
@@ -505,7 +514,8 @@ pub(crate) fn load(dir: &Path, weights_only: bool, local: Option<&LocalRows>) ->
             continue;
         }
         let value = match entry {
-            Entry::Tensor { kind, size, chunks } => match local.and_then(|l| l.rows_of(&path, &size)) {
+            Entry::Tensor { kind, size, chunks } => match local.map(|l| l.rows_of(&path, &size)).transpose()?.flatten()
+            {
                 Some(r) => Value::Tensor(files.rows(&fqn, kind, &size, &chunks, r.first, r.rows)?),
                 None => Value::Tensor(files.tensor(&fqn, kind, &size, &chunks)?),
             },

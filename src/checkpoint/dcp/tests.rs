@@ -239,18 +239,31 @@ fn a_rank_reads_only_the_chunks_of_its_rows() {
 /// shape; everything else whole.
 #[test]
 fn local_rows_select_sharded_parameters_and_their_states() {
-    let local = LocalRows::new(vec![("layer.weight".into(), vec![5, 3], 3)], 1, "model.");
+    let local = LocalRows::new(
+        vec![("layer.weight".into(), vec![5, 3], 3), ("tied.weight".into(), vec![5, 3], 3), ("s".into(), vec![], 1)],
+        1,
+        "model.",
+    );
     let model = |k: &str| vec![key("model"), key(k)];
-    assert_eq!(local.rows_of(&model("model.layer.weight"), &[5, 3]), Some(local::RowRange { first: 3, rows: 3 }));
-    assert_eq!(local.rows_of(&model("net.layer.weight"), &[5, 3]).map(|r| r.first), Some(3));
-    assert_eq!(local.rows_of(&[key("state_dict"), key("layer.weight")], &[5, 3]).map(|r| r.rows), Some(3));
-    // Another shape (a checkpoint of another model) is read whole.
-    assert_eq!(local.rows_of(&model("model.layer.weight"), &[4, 3]), None);
-    assert_eq!(local.rows_of(&model("model.layer.bias"), &[5]), None);
+    let rows = |path: &[PathItem], size: &[i64]| local.rows_of(path, size).unwrap();
+    assert_eq!(rows(&model("model.layer.weight"), &[5, 3]), Some(local::RowRange { first: 3, rows: 3 }));
+    assert_eq!(rows(&model("net.layer.weight"), &[5, 3]).map(|r| r.first), Some(3));
+    assert_eq!(rows(&[key("state_dict"), key("layer.weight")], &[5, 3]).map(|r| r.rows), Some(3));
+    // Every name of a tied parameter.
+    assert!(rows(&model("model.tied.weight"), &[5, 3]).is_some());
+    // Only one dotted component is taken off an unknown prefix.
+    assert_eq!(rows(&model("a.b.layer.weight"), &[5, 3]), None);
+    // A model entry of another shape is another model's: refused.
+    let e = local.rows_of(&model("model.layer.weight"), &[4, 3]).unwrap_err();
+    assert!(e.message.contains("[4, 3]") && e.message.contains("[5, 3]"), "{e}");
+    assert_eq!(rows(&model("model.layer.bias"), &[5]), None);
     let state = |k: &str| vec![key("optimizer_0"), key("state"), key("model.layer.weight"), key(k)];
-    assert!(local.rows_of(&state("exp_avg"), &[5, 3]).is_some());
-    assert_eq!(local.rows_of(&state("step"), &[]), None);
-    assert_eq!(local.rows_of(&[key("callbacks"), key("model.layer.weight")], &[5, 3]), None);
+    assert!(rows(&state("exp_avg"), &[5, 3]).is_some());
+    // An optimizer state of another shape (a step count) is read whole.
+    assert_eq!(rows(&state("step"), &[]), None);
+    // 0-dim parameters are never read as rows.
+    assert_eq!(rows(&model("model.s"), &[]), None);
+    assert_eq!(rows(&[key("callbacks"), key("model.layer.weight")], &[5, 3]), None);
 }
 
 /// An optimizer saved without per-parameter state (SGD without momentum:

@@ -194,6 +194,8 @@ impl Drop for FsdpHostLoop {
     /// after [`FsdpHostLoop::unshard`], else this rank's shards (the
     /// [`ShardedModel`] unlinks it as it drops).
     fn drop(&mut self) {
+        // No collective is waited for here: a peer may be gone.
+        self.sharded.forget_prefetches();
         if !self.unsharded {
             let _ = self.sharded.reshard_all();
         }

@@ -362,22 +362,25 @@ impl ShardedModel {
     /// and without a gradient of another shape. Dropping a sharded model
     /// does the same.
     pub fn abandon(mut self) {
-        self.detach(true);
+        self.detach();
     }
 
-    /// Unlinks the model; a gather started ahead is waited for, or with
-    /// `broken` (no collective may be waited for) left to the backend.
-    fn detach(&mut self, broken: bool) {
+    /// Lets go of the gathers started ahead without waiting for them
+    /// (the model is let go; the group may be broken).
+    pub fn forget_prefetches(&self) {
+        for u in &self.units {
+            u.forget_prefetch();
+        }
+    }
+
+    /// Unlinks the model, without waiting for a gather started ahead.
+    fn detach(&mut self) {
         if std::mem::replace(&mut self.released, true) {
             return;
         }
+        self.forget_prefetches();
         for u in &self.units {
             u.detach_hooks();
-            if broken {
-                u.forget_prefetch();
-            } else {
-                u.cancel_prefetch();
-            }
         }
         let mut m = lock(&self.model);
         for p in m.parameters() {
@@ -418,6 +421,6 @@ impl ShardedModel {
 
 impl Drop for ShardedModel {
     fn drop(&mut self) {
-        self.detach(false);
+        self.detach();
     }
 }

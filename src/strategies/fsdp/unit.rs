@@ -447,11 +447,11 @@ impl FsdpUnit {
         drop(prefetched);
     }
 
-    /// Leaves a gather started ahead to the backend without waiting (the
-    /// group is broken): its buffers are never freed.
+    /// Lets go of a gather started ahead without waiting (the group may be
+    /// broken): dropped if it finished, else left to the backend.
     pub fn forget_prefetch(&self) {
         if let Some(p) = lock(&self.state).prefetched.take() {
-            std::mem::forget(p);
+            p.gather.abandon();
         }
     }
 
