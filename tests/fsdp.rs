@@ -253,6 +253,8 @@ fn scenario(name: &str) -> Scenario {
         }
         "sync_batch_norm_fsdp" => (vec![full, wrap, ("sync_batchnorm", "true")], Kind2::BatchNorm),
         "sharded" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded")], mlp),
+        // predict with ckpt_path instead of fit.
+        "sharded_predict" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded")], mlp),
         // Block 2's weight under a second name (one tensor, as a tied
         // embedding): the root unit shards it.
         "sharded_tied" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded")], mlp),
@@ -370,12 +372,15 @@ fn train_with(
         },
     };
     match micro_batches_of {
+        _ if name == "sharded_predict" => {
+            t.predict(&mut m, &loader(batch), resume)?;
+        }
         Some(world) => {
             t.fit(&mut m, &interleaved_loader(batch, world), None, resume)?;
         }
         None => t.fit(&mut m, &loader(batch), None, resume)?,
     }
-    if let Some(path) = save_after {
+    if let Some(path) = save_after.filter(|_| name != "sharded_predict") {
         if std::env::var("RANK").as_deref() == Ok("0") {
             t.save_checkpoint(&mut m, path, false)?;
         }
@@ -858,6 +863,23 @@ fn only_checkpoint(dir: &Path) -> PathBuf {
     let ckpt = checkpoints(dir);
     assert_eq!(ckpt.len(), 1, "{ckpt:?}");
     ckpt.into_iter().next().unwrap()
+}
+
+/// `predict` with a sharded checkpoint as `ckpt_path` under fsdp reads it
+/// rank-locally into the shards: the model ends with the checkpoint's
+/// weights, from a checkpoint of as many ranks and of four.
+#[test]
+fn predict_loads_a_sharded_checkpoint_rank_locally() {
+    let work = tempdir("fsdp-sharded-predict");
+    let (two, four) = (work.join("two"), work.join("four"));
+    run_ranks(2, "sharded", &two, 1, None);
+    run_ranks_with(4, RANK_BATCH / 2, "sharded", &four, 1, None);
+    for (trained, what) in [(&two, "two ranks'"), (&four, "four ranks'")] {
+        let predicted = work.join(format!("predicted-{}", trained.file_name().unwrap().to_string_lossy()));
+        run_ranks(2, "sharded_predict", &predicted, 1, Some(&only_checkpoint(&trained.join("checkpoints"))));
+        assert_same_weights(trained, &predicted, 2, 0.0, &format!("predict from {what} checkpoint"));
+    }
+    let _ = std::fs::remove_dir_all(&work);
 }
 
 /// A parameter under two names (tied) is sharded under both in a sharded
