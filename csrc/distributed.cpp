@@ -449,27 +449,15 @@ int fulmen_cxx_pg_allgather(void* group, const void* input, void* const* outputs
   FULMEN_CXX_CATCH(err, err_len)
 }
 
-// Gathers every rank's `input` into `output` (world_size times its
-// elements, rank-major), one flat collective (torch's all_gather_into_tensor).
-int fulmen_cxx_pg_allgather_flat(void* group, const void* input, void* output, char* err, size_t err_len) {
-  FULMEN_CXX_TRY
-  auto* g = static_cast<Group*>(group);
-  at::Tensor in = *static_cast<const at::Tensor*>(input);
-  at::Tensor out = *static_cast<const at::Tensor*>(output);
-  c10d::AllgatherOptions opts;
-  opts.timeout = g->timeout;
-  wait(g->pg->_allgather_base(out, in, opts), g->timeout);
-  FULMEN_CXX_CATCH(err, err_len)
-}
-
 // A collective started and not yet waited for, with the group's timeout.
 struct PendingWork {
   c10::intrusive_ptr<c10d::Work> work;
   std::chrono::milliseconds timeout;
 };
 
-// fulmen_cxx_pg_allgather_flat started without waiting (FSDP's prefetch of
-// the next unit): on success *out owns the work (fulmen_cxx_work_wait, then
+// Starts gathering every rank's `input` into `output` (world_size times its
+// elements, rank-major), one flat collective (torch's all_gather_into_tensor),
+// without waiting: on success *out owns the work (fulmen_cxx_work_wait, then
 // fulmen_cxx_work_free); `input` and `output` must live until it is waited.
 int fulmen_cxx_pg_allgather_flat_start(void* group, const void* input, void* output, void** out, char* err,
                                        size_t err_len) {
@@ -662,9 +650,6 @@ int fulmen_cxx_pg_broadcast_coalesced(void*, void* const*, size_t, int, char* er
   return no_distributed(err, err_len);
 }
 int fulmen_cxx_pg_allgather(void*, const void*, void* const*, size_t, char* err, size_t err_len) {
-  return no_distributed(err, err_len);
-}
-int fulmen_cxx_pg_allgather_flat(void*, const void*, void*, char* err, size_t err_len) {
   return no_distributed(err, err_len);
 }
 int fulmen_cxx_pg_allgather_flat_start(void*, const void*, void*, void**, char* err, size_t err_len) {

@@ -516,22 +516,7 @@ impl ProcessGroup {
     /// new `[world_size, numel]` tensor, rank-major: one flat collective
     /// (torch's `all_gather_into_tensor`), for FSDP's unit gathers.
     pub fn all_gather_flat(&self, input: &Tensor) -> Result<Tensor> {
-        let input = input.f_contiguous()?;
-        let n = input.numel() as i64;
-        // gloo splits a flat output into one chunk per rank.
-        let output = Tensor::f_empty([self.world_size as i64 * n], (input.kind(), input.device()))?;
-        // SAFETY: input and output outlive the call; output is written in place.
-        call("all_gather_into_tensor", |err, len| unsafe {
-            shim::fulmen_cxx_pg_allgather_flat(
-                self.raw,
-                input.as_ptr() as *const c_void,
-                output.as_ptr() as *mut c_void,
-                err,
-                len,
-            )
-        })
-        .map_err(classify)?;
-        Ok(output.f_view([self.world_size as i64, n])?)
+        self.start_all_gather_flat(input)?.wait()
     }
 
     /// [`ProcessGroup::all_gather_flat`] started without waiting for it:
@@ -540,6 +525,7 @@ impl ProcessGroup {
     pub(crate) fn start_all_gather_flat(&self, input: &Tensor) -> Result<PendingGather> {
         let input = input.f_contiguous()?;
         let n = input.numel() as i64;
+        // gloo splits a flat output into one chunk per rank.
         let output = Tensor::f_empty([self.world_size as i64 * n], (input.kind(), input.device()))?;
         let mut work: *mut c_void = std::ptr::null_mut();
         // SAFETY: input and output are kept by the returned PendingGather
@@ -646,14 +632,23 @@ unsafe impl Send for PendingGather {}
 impl PendingGather {
     /// Waits for the collective; every rank's input as `[world_size, numel]`.
     pub(crate) fn wait(mut self) -> Result<Tensor> {
+        self.finish()?;
+        Ok(self.output.f_view([self.world, self.numel])?)
+    }
+
+    /// Waits for the collective and frees its handle (once: the handle is
+    /// null after).
+    fn finish(&mut self) -> Result<()> {
         let work = std::mem::replace(&mut self.work, std::ptr::null_mut());
-        // SAFETY: `work` came from fulmen_cxx_pg_allgather_flat_start and is
-        // freed once, here.
+        if work.is_null() {
+            return Ok(());
+        }
+        // SAFETY: `work` came from fulmen_cxx_pg_allgather_flat_start and
+        // is taken out of `self`, so it is waited for and freed once, here.
         let waited = call("all_gather_into_tensor", |err, len| unsafe { shim::fulmen_cxx_work_wait(work, err, len) });
         // SAFETY: as above; not used after.
         unsafe { shim::fulmen_cxx_work_free(work) };
-        waited.map_err(classify)?;
-        Ok(self.output.f_view([self.world, self.numel])?)
+        waited.map_err(classify)
     }
 
     /// Lets go without waiting (the group may be broken): dropped when the
@@ -675,14 +670,7 @@ impl PendingGather {
 
 impl Drop for PendingGather {
     fn drop(&mut self) {
-        if self.work.is_null() {
-            return;
-        }
-        // SAFETY: the work is live until freed here, once.
-        unsafe {
-            let _ = call("all_gather_into_tensor", |err, len| shim::fulmen_cxx_work_wait(self.work, err, len));
-            shim::fulmen_cxx_work_free(self.work);
-        }
+        let _ = self.finish();
     }
 }
 

@@ -138,13 +138,6 @@ extern "C" {
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;
-    pub(crate) fn fulmen_cxx_pg_allgather_flat(
-        group: *mut c_void,
-        input: *const c_void,
-        output: *mut c_void,
-        err: *mut c_char,
-        err_len: size_t,
-    ) -> c_int;
     pub(crate) fn fulmen_cxx_pg_allgather_flat_start(
         group: *mut c_void,
         input: *const c_void,

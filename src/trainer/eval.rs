@@ -256,14 +256,7 @@ fn eval_run(
     if let Some(path) = weights {
         let ck = run.read_checkpoint(path, true)?;
         let model = run.module.model().ok_or_else(|| Error::state("ckpt_path needs a LightningModule with a model"))?;
-        // Under FSDP the weights load into the gathered parameters, and each
-        // rank then keeps its rows; a sharded checkpoint's rows load into
-        // the shards as they are.
-        if ck.local_rows {
-            run.strategy.reshard_params(&mut [], false).ctx("sharding the parameters to load a checkpoint")?;
-        } else {
-            run.strategy.unshard_params().ctx("gathering the parameters to load a checkpoint")?;
-        }
+        run.ready_params_for(&ck).ctx("preparing the parameters to load a checkpoint")?;
         let loaded = {
             let mut m = model.lock().unwrap_or_else(|p| p.into_inner());
             let names = m.state_dict().into_iter().map(|(k, _)| k).collect();

@@ -699,16 +699,22 @@ impl Run<'_> {
     /// checked against the run first, and the weights are put back if a
     /// later part fails.
     pub fn restore(&mut self, ck: &Checkpoint, path: &std::path::Path) -> Result<()> {
-        if ck.local_rows {
-            // The checkpoint holds this rank's rows: they load into the
-            // shards the parameters hold, nothing gathered.
-            self.strategy.reshard_params(&mut [], false).ctx("sharding the parameters to resume")?;
-        } else {
-            self.strategy.unshard_params().ctx("gathering the parameters to resume")?;
-        }
+        self.ready_params_for(ck).ctx("preparing the parameters to resume")?;
         let restored = self.restore_unsharded(ck, path);
         let back = self.strategy.reshard_params(&mut self.optimizers, true);
         restored.and(back)
+    }
+
+    /// Readies the parameters for `ck`'s weights: under FSDP gathered whole,
+    /// or, when `ck` holds this rank's rows ([`Checkpoint::local_rows`]),
+    /// left holding their shards, which the rows load into (nothing
+    /// gathered). The strategy's `reshard_params` follows the load.
+    pub fn ready_params_for(&mut self, ck: &Checkpoint) -> Result<()> {
+        if ck.local_rows {
+            self.strategy.reshard_params(&mut [], false)
+        } else {
+            self.strategy.unshard_params()
+        }
     }
 
     /// Reads the checkpoint `path` (with `weights_only`, its weights
@@ -730,20 +736,9 @@ impl Run<'_> {
     fn local_rows(&mut self) -> Result<Option<crate::checkpoint::dcp::LocalRows>> {
         let Some(sharding) = self.strategy.local_shards().ctx("the sharded parameters")? else { return Ok(None) };
         let Some(model) = self.module.model() else { return Ok(None) };
-        let key = |t: &Tensor| (t.data_ptr() as usize, t.size());
-        // Every name of a tied parameter.
-        let mut names: std::collections::HashMap<(usize, Vec<i64>), Vec<String>> = Default::default();
-        for (n, t) in model.lock().unwrap_or_else(|p| p.into_inner()).state_dict() {
-            names.entry(key(&t)).or_default().push(n);
-        }
-        let mut params = Vec::with_capacity(sharding.params.len());
-        for sp in &sharding.params {
-            let Some(named) = names.get(&key(&sp.param)) else {
-                // A sharded parameter the model does not name: read whole.
-                return Ok(None);
-            };
-            params.extend(named.iter().map(|n| (n.clone(), sp.shape.clone(), sp.rows)));
-        }
+        let state_dict = model.lock().unwrap_or_else(|p| p.into_inner()).state_dict();
+        let names = crate::checkpoint::dcp::names_by_tensor(&state_dict, "");
+        let params = crate::checkpoint::dcp::sharded_names(&sharding, &names);
         Ok(Some(crate::checkpoint::dcp::LocalRows::new(params, sharding.shard_rank, &self.checkpoint_prefix)))
     }
 

@@ -43,6 +43,37 @@ pub(crate) struct ShardedParam {
     pub rows: i64,
 }
 
+/// A tensor's identity in a state dict: where its data lies and its
+/// shape (a tied parameter, listed under several names, is one).
+pub(crate) type TensorKey = (usize, Vec<i64>);
+
+fn tensor_key(t: &Tensor) -> TensorKey {
+    (t.data_ptr() as usize, t.size())
+}
+
+/// Every name of each tensor of `state_dict`, in the state dict's order
+/// (a tied parameter has several), each prefixed with `prefix`.
+pub(crate) fn names_by_tensor<'a>(
+    state_dict: impl IntoIterator<Item = &'a (String, Tensor)>,
+    prefix: &str,
+) -> HashMap<TensorKey, Vec<String>> {
+    let mut names: HashMap<TensorKey, Vec<String>> = HashMap::new();
+    for (n, t) in state_dict {
+        names.entry(tensor_key(t)).or_default().push(format!("{prefix}{n}"));
+    }
+    names
+}
+
+/// Each sharded parameter of `sharding` under each of its `names`
+/// ([`names_by_tensor`]): (name, full shape, rows per rank).
+pub(crate) fn sharded_names(
+    sharding: &Sharding,
+    names: &HashMap<TensorKey, Vec<String>>,
+) -> Vec<(String, Vec<i64>, i64)> {
+    let named = |sp: &ShardedParam| names.get(&tensor_key(&sp.param)).map(Vec::as_slice).unwrap_or_default();
+    sharding.params.iter().flat_map(|sp| named(sp).iter().map(|n| (n.clone(), sp.shape.clone(), sp.rows))).collect()
+}
+
 /// What a sharded save needs from the strategy: the job's group, the
 /// parameters that are sharded (every other tensor is whole on each rank),
 /// and where this rank's rows lie.
@@ -163,15 +194,11 @@ fn plan(
     let Value::Dict(top) = super::lightning::to_lightning(ck, prefix)? else {
         return Err(Error::state("a Lightning checkpoint that is not a dict"));
     };
-    let key = |t: &Tensor| (t.data_ptr() as usize, t.size());
-    // A tied parameter's names, in the state dict's order: the optimizer
-    // states go by the first (as torch's named_parameters), the placement
-    // of its model entries by every one.
-    let mut all_names: HashMap<(usize, Vec<i64>), Vec<String>> = HashMap::new();
-    for (n, t) in &ck.state_dict {
-        all_names.entry(key(t)).or_default().push(format!("{prefix}{n}"));
-    }
-    let names: HashMap<(usize, Vec<i64>), String> = all_names.iter().map(|(k, v)| (k.clone(), v[0].clone())).collect();
+    // A tied parameter's names: the optimizer states go by the first (as
+    // torch's named_parameters), the placement of its model entries by
+    // every one.
+    let all_names = names_by_tensor(&ck.state_dict, prefix);
+    let names: HashMap<&TensorKey, &String> = all_names.iter().map(|(k, v)| (k, &v[0])).collect();
     let mut model = None;
     let mut optimizers = Vec::new();
     let mut meta = Vec::new();
@@ -188,7 +215,7 @@ fn plan(
         let named = params
             .iter()
             .map(|p| {
-                names.get(&key(p)).cloned().ok_or_else(|| {
+                names.get(&tensor_key(p)).map(|n| (*n).clone()).ok_or_else(|| {
                     Error::unsupported(format!(
                         "optimizer {i} steps a tensor that is not one of the model's parameters; a sharded \
                          checkpoint names optimizer states by parameter"
@@ -199,14 +226,8 @@ fn plan(
         converted.push((Value::Str(format!("optimizer_{i}")), by_name(state, &named)?));
     }
     let converted = Value::Dict(converted);
-    let shapes: Shapes = sharding
-        .params
-        .iter()
-        .flat_map(|sp| {
-            let named = all_names.get(&key(&sp.param)).map(Vec::as_slice).unwrap_or_default();
-            named.iter().map(|n| (n.clone(), (sp.shape.clone(), sp.rows)))
-        })
-        .collect();
+    let shapes: Shapes =
+        sharded_names(sharding, &all_names).into_iter().map(|(n, shape, rows)| (n, (shape, rows))).collect();
     Ok((Value::Dict(meta), converted, shapes))
 }
 

@@ -78,35 +78,31 @@ impl UnitOrder {
     /// Unit `index` gathered for its forward: records it, and returns the
     /// unit to gather ahead (the one after it in the last pass).
     pub(crate) fn forward_began(&self, index: usize) -> Option<usize> {
-        {
-            let mut st = self.state();
-            if !st.in_forward {
-                return None;
-            }
-            if !st.current.contains(&index) {
-                st.current.push(index);
-            }
-            if !self.forward {
-                return None;
-            }
-            let at = st.previous.iter().position(|i| *i == index)?;
-            st.previous.get(at + 1).copied()
+        let mut st = self.state();
+        if !st.in_forward {
+            return None;
         }
+        if !st.current.contains(&index) {
+            st.current.push(index);
+        }
+        if !self.forward {
+            return None;
+        }
+        let at = st.previous.iter().position(|i| *i == index)?;
+        st.previous.get(at + 1).copied()
     }
 
     /// Unit `index` gathered for its backward: returns the unit to gather
     /// ahead (the one before it in this pass's forward).
     pub(crate) fn backward_began(&self, index: usize) -> Option<usize> {
-        {
-            let mut st = self.state();
-            st.in_forward = false;
-            if !self.backward {
-                return None;
-            }
-            let order = if st.current.is_empty() { &st.previous } else { &st.current };
-            let at = order.iter().position(|i| *i == index)?;
-            order.get(at.checked_sub(1)?).copied()
+        let mut st = self.state();
+        st.in_forward = false;
+        if !self.backward {
+            return None;
         }
+        let order = if st.current.is_empty() { &st.previous } else { &st.current };
+        let at = order.iter().position(|i| *i == index)?;
+        order.get(at.checked_sub(1)?).copied()
     }
 }
 

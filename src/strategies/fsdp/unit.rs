@@ -458,6 +458,10 @@ impl FsdpUnit {
     /// Starts the gather of the unit `order` says runs after this one in a
     /// forward (`backward` false) or a backward.
     fn prefetch_next(&self, backward: bool) -> Result<()> {
+        if !self.order.prefetches() {
+            // Nothing to record the order for.
+            return Ok(());
+        }
         let next = if backward { self.order.backward_began(self.index) } else { self.order.forward_began(self.index) };
         match next.and_then(|i| self.order.unit(i)) {
             Some(unit) => unit.prefetch().map_err(|e| e.context(format!("prefetching FSDP unit {:?}", unit.path))),
