@@ -140,7 +140,7 @@ test-go: lib $(MNIST) $(LEE) $(ELNINO) $(VENV_STAMP)
 INTEROP_BINARIES := ddp_rank fsdp_rank hook_order_parity lightning_parity datamodule_parity logger_parity hook_log_parity swa_parity \
   pruning_parity checkpoint_names_parity batch_size_finder script_parity export_parity torch_save_interop mlflow_logger
 INTEROP_CHECKS := lightning-parity export-parity compiled-step charlm-twin gan-twin mnist-lightning ddp-mixed \
-  fsdp2-parity fsdp-sharded-checkpoint forecast-twin finetune script-parity swa-parity logger-parity hook-log-parity pruning-parity hook-order-parity \
+  fsdp2-parity fsdp2-mixed fsdp-sharded-checkpoint forecast-twin finetune script-parity swa-parity logger-parity hook-log-parity pruning-parity hook-order-parity \
   datamodule-parity checkpoint-names batch-size torch-save mlflow-logger
 .PHONY: $(INTEROP_CHECKS:%=interop-%)
 
@@ -173,6 +173,9 @@ interop-ddp-mixed:
 interop-fsdp2-parity:
 	@rm -rf $(W)/fsdp2-parity
 	$(PY) tests/interop/fsdp2_parity.py --binary $(W)/fsdp_rank --work $(W)/fsdp2-parity
+interop-fsdp2-mixed:
+	@rm -rf $(W)/fsdp2-mixed
+	$(PY) tests/interop/fsdp2_mixed.py --binary $(W)/fsdp_rank --work $(W)/fsdp2-mixed
 interop-fsdp-sharded-checkpoint:
 	@rm -rf $(W)/fsdp-sharded-checkpoint
 	$(PY) tests/interop/fsdp_sharded_checkpoint.py --binary $(W)/fsdp_rank --work $(W)/fsdp-sharded-checkpoint

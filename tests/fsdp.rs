@@ -285,6 +285,23 @@ fn scenario(name: &str) -> Scenario {
         // 1 starting 300 ms late: the ranks' clocks disagree at the first
         // batch; rank 0's decides for both.
         "timed" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded"), ("ddp_timeout", "60")], mlp),
+        // FSDP2's wire ([`wire_rank`]): no synchronisation before
+        // sharding; unused parameters given zeros, or (the default) none.
+        "wire_zeros" => {
+            (vec![("fsdp_sync_module_states", "false"), ("fsdp_reduce_scatter_unused_params", "true")], mlp)
+        }
+        "wire_flags" => (vec![("fsdp_sync_module_states", "false")], mlp),
+        // The host loop of the MLP on FSDP2's wire.
+        "host_wire" => (
+            vec![
+                full,
+                wrap,
+                ("fsdp_sync_module_states", "false"),
+                ("fsdp_reduce_scatter_unused_params", "true"),
+                ("accumulate_grad_batches", "2"),
+            ],
+            mlp,
+        ),
         _ => panic!("unknown scenario {name}"),
     };
     Scenario { settings, kind, strategy: "fsdp" }
@@ -470,6 +487,11 @@ fn fsdp_rank_main() {
     std::fs::create_dir_all(&dir).unwrap();
     let after = Path::new(&work).join("after-run.ckpt");
     let strategy = scenario(&name).strategy;
+    if name.starts_with("wire_") {
+        wire_rank(&name).unwrap();
+        println!("RANK-OK");
+        return;
+    }
     let trained = if name.starts_with("host_") {
         host_loop(&name, batch, epochs)
     } else {
@@ -556,6 +578,67 @@ fn host_loop(name: &str, batch: i64, epochs: i64) -> Result<Trained> {
     Ok((losses, weights))
 }
 
+/// One rank of the `wire_*` scenarios: a model `{net: Linear(6, 4),
+/// unused: Linear(6, 4)}` seeded per rank, one unit (the root), sharded
+/// with `fsdp_sync_module_states` false, then one step through `net`
+/// only. Each rank keeps the rows of its own initial weights (nothing was
+/// copied from rank 0); `net`'s gradients are the average over the ranks;
+/// `unused`'s are zeros with `fsdp_reduce_scatter_unused_params` and
+/// none without; a frozen parameter gets none either way.
+fn wire_rank(name: &str) -> Result<()> {
+    let zeros = name == "wire_zeros";
+    let mut spec = fulmen::strategies::lookup("fsdp")?;
+    for (k, v) in &scenario(name).settings {
+        spec.set(k.strip_prefix("fsdp_").unwrap(), v)?;
+    }
+    let rank: usize = std::env::var("RANK").unwrap().parse().unwrap();
+    let world: usize = std::env::var("WORLD_SIZE").unwrap().parse().unwrap();
+    let ctx = fulmen::distributed::join(&JoinOptions { devices_per_node: world, ..Default::default() })?;
+    tch::manual_seed(100 + rank as i64);
+    let mut root = Module::named();
+    root.add("net", Module::linear(FEATURES, 4, true)?)?;
+    root.add("unused", Module::linear(FEATURES, 4, true)?)?;
+    let initial: Vec<(String, Tensor)> = root.named_parameters().into_iter().map(|(k, t)| (k, t.copy())).collect();
+    let frozen = root.named_parameters().into_iter().find(|(k, _)| k == "unused.bias").unwrap().1;
+    let _ = frozen.shallow_clone().set_requires_grad(false);
+    let model: SharedModel = Arc::new(Mutex::new(root));
+    let mut fsdp = FsdpHostLoop::new(ctx, Arc::clone(&model), &spec)?;
+    // Each rank's shards are the rows of its own initial values.
+    for ((k, shard), (_, start)) in model.lock().unwrap().named_parameters().iter().zip(&initial) {
+        let rows = shard.size()[0];
+        let first = rank as i64 * rows;
+        let real = (start.size()[0] - first).clamp(0, rows);
+        let want = start.narrow(0, first.min(start.size()[0]), real);
+        assert!(shard.narrow(0, 0, real).equal(&want), "{name} rank {rank}: {k} is not this rank's own rows");
+    }
+    let x = Tensor::ones([2, FEATURES], (Kind::Float, tch::Device::Cpu)) * (rank as f64 + 1.0);
+    fsdp.prepare_forward(true)?;
+    let out = model.lock().unwrap().forward_child("net", &x)?;
+    out.sum(Kind::Float).backward();
+    fsdp.finish_backward()?;
+    let grads: Vec<(String, Tensor)> =
+        model.lock().unwrap().named_parameters().into_iter().map(|(k, p)| (k, p.grad())).collect();
+    for (k, g) in &grads {
+        match k.as_str() {
+            // d(sum(x W^T + b))/dW = the column sums of x: 2 (rank + 1) per
+            // rank, averaged over the ranks; db = 2.
+            "net.weight" | "net.bias" => {
+                let want = if k == "net.bias" { 2.0 } else { 2.0 * (1..=world).sum::<usize>() as f64 / world as f64 };
+                assert!(g.defined(), "{name}: {k} has no gradient");
+                let diff = (g - want).abs().max().double_value(&[]);
+                assert!(diff < 1e-6, "{name} rank {rank}: {k} gradient off by {diff}");
+            }
+            "unused.weight" if zeros => {
+                assert!(g.defined(), "{name}: {k} got no gradient");
+                assert_eq!(g.abs().max().double_value(&[]), 0.0, "{name}: {k}");
+            }
+            _ => assert!(!g.defined(), "{name}: {k} got a gradient"),
+        }
+    }
+    drop(fsdp);
+    Ok(())
+}
+
 fn read_losses(dir: &Path) -> Vec<f64> {
     std::fs::read_to_string(dir.join("losses.txt")).unwrap().lines().map(|l| l.parse().unwrap()).collect()
 }
@@ -638,6 +721,20 @@ fn a_host_loop_equals_one_process() {
     check_against_one_process("host_clip_accumulate", 2);
     check_against_one_process("host_transformer", 3);
     check_against_one_process("host_no_shard", 2);
+}
+
+/// FSDP2's wire settings: without the synchronisation each rank keeps
+/// its own initial values; an unused parameter gets a zero gradient with
+/// `reduce_scatter_unused_params` and none without (a frozen one none
+/// either way); the MLP's host loop on that wire equals one process.
+#[test]
+fn fsdp2_wire_settings_do_what_they_say() {
+    for name in ["wire_zeros", "wire_flags"] {
+        let work = tempdir(&format!("fsdp-{name}"));
+        run_ranks(2, name, &work, 1, None);
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    check_against_one_process("host_wire", 2);
 }
 
 /// The checkpoints under `dir`: files, and sharded checkpoint directories.

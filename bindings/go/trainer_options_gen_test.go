@@ -91,6 +91,8 @@ func TestEveryTrainerOptionSetter(t *testing.T) {
 		{"o.SetFsdpReduceDtype(\"none\")", o.SetFsdpReduceDtype("none")},
 		{"o.SetFsdpForwardPrefetch(false)", o.SetFsdpForwardPrefetch(false)},
 		{"o.SetFsdpBackwardPrefetch(\"BACKWARD_PRE\")", o.SetFsdpBackwardPrefetch("BACKWARD_PRE")},
+		{"o.SetFsdpSyncModuleStates(true)", o.SetFsdpSyncModuleStates(true)},
+		{"o.SetFsdpReduceScatterUnusedParams(false)", o.SetFsdpReduceScatterUnusedParams(false)},
 		{"o.SetFsdpStateDictType(\"full\")", o.SetFsdpStateDictType("full")},
 		{"o.SetDDPTimeout(1800 * time.Second)", o.SetDDPTimeout(1800 * time.Second)},
 	}

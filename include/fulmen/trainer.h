@@ -823,6 +823,20 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  *   backward starts gathering the unit whose backward comes next (as FSDP2
  *   does), so the gather overlaps the computation; "none" = each unit is
  *   gathered when its backward begins.
+ * - `fsdp_sync_module_states` (bool; default true): strategy "fsdp": torch
+ *   FSDP's sync_module_states: before sharding, the ranks check that they
+ *   hold the same parameters and take rank 0's parameters and buffers;
+ *   false = no collective before the first gather and every rank must
+ *   start from the same values (as FSDP2's fully_shard, which a job shared
+ *   with PyTorch FSDP2 ranks needs).
+ * - `fsdp_reduce_scatter_unused_params` (bool; default false): strategy
+ *   "fsdp": FSDP2's set_reduce_scatter_unused_params(True): a unit's
+ *   reduce-scatter carries exactly its parameters' gradients (zeros for
+ *   one a rank lacks, a frozen parameter without one left out) and each
+ *   parameter that requires grad gets one, zeros where no rank had one, as
+ *   FSDP2 sends them (a job shared with PyTorch FSDP2 ranks needs it);
+ *   false = one more element per parameter says whether any rank had a
+ *   gradient, and a parameter no rank had one for keeps none.
  * - `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" =
  *   checkpoints hold the whole state, gathered from every rank and written
  *   by rank 0; "sharded" = each checkpoint is a
@@ -1136,16 +1150,25 @@ struct fulmen_error *fulmen_strategy_new(const char *name,
  * one; or the name of that hook), `timeout` (seconds or "DD:HH:MM:SS": rendezvous and every
  * collective; default 1800), `bucket_cap_mb` (MiB; default "none":
  * torch's 25 with a first bucket of 1), `num_nodes` (default 1); for
- * "fsdp": `sharding_strategy` (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD),
- * `auto_wrap_policy` (comma-separated module class names),
- * `min_num_params` (a count or "none"), `activation_checkpointing_policy`
- * (comma-separated module class names whose forwards are checkpointed),
- * `state_dict_type` ("full" or "sharded"). A bad key or value is
- * FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
+ * "fsdp" the trainer options of the same names without their `fsdp_`
+ * prefix (see `fulmen_trainer_options_set`): `sharding_strategy`
+ * (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD,
+ * _HYBRID_SHARD_ZERO2), `auto_wrap_policy` (comma-separated module class
+ * names), `min_num_params` (a count or "none"),
+ * `activation_checkpointing_policy` (comma-separated module class names
+ * whose forwards are checkpointed), `state_dict_type` ("full" or
+ * "sharded"), `param_dtype` and `reduce_dtype` ("bf16", "fp16", "fp32"
+ * or "none"), `forward_prefetch` (boolean, default false),
+ * `backward_prefetch` ("BACKWARD_PRE", the default, or "none"),
+ * `sync_module_states` (boolean, default true) and
+ * `reduce_scatter_unused_params` (boolean, default false; with
+ * `sync_module_states` false, what a job shared with PyTorch FSDP2 ranks
+ * needs). A bad key or value is FULMEN_CODE_INVALID_ARGUMENT and changes
+ * nothing.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown key, a bad value, a
  * string not UTF-8), FULMEN_CODE_UNSUPPORTED (a value fulmen does not
- * have yet: HYBRID_SHARD).
+ * have: `backward_prefetch` BACKWARD_POST).
  */
 struct fulmen_error *fulmen_strategy_set(struct fulmen_strategy *strategy,
                                          const char *key,

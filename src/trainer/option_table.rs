@@ -752,6 +752,28 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         apply: strategy_setting!("backward_prefetch"),
     },
     TrainerOption {
+        key: "fsdp_sync_module_states",
+        kind: OptionKind::Bool,
+        default: "true",
+        doc: "strategy \"fsdp\": torch FSDP's sync_module_states: before sharding, the ranks check that they \
+              hold the same parameters and take rank 0's parameters and buffers; false = no collective before \
+              the first gather and every rank must start from the same values (as FSDP2's fully_shard, which a \
+              job shared with PyTorch FSDP2 ranks needs)",
+        apply: strategy_setting!("sync_module_states"),
+    },
+    TrainerOption {
+        key: "fsdp_reduce_scatter_unused_params",
+        kind: OptionKind::Bool,
+        default: "false",
+        doc: "strategy \"fsdp\": FSDP2's set_reduce_scatter_unused_params(True): a unit's reduce-scatter \
+              carries exactly its parameters' gradients (zeros for one a rank lacks, a frozen parameter \
+              without one left out) and each parameter that requires grad gets one, zeros where no rank had \
+              one, as FSDP2 sends them (a job shared with PyTorch FSDP2 ranks needs it); false = one more \
+              element per parameter says whether any rank had a gradient, and a parameter no rank had one for \
+              keeps none",
+        apply: strategy_setting!("reduce_scatter_unused_params"),
+    },
+    TrainerOption {
         key: "fsdp_state_dict_type",
         kind: OptionKind::Text,
         default: "full",

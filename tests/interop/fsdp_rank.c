@@ -35,8 +35,22 @@
  * FSDP_PARAM_DTYPE and FSDP_REDUCE_DTYPE set fsdp_param_dtype and
  * fsdp_reduce_dtype (torch's MixedPrecisionPolicy); FSDP_INIT_SCALE and
  * FSDP_GROWTH_INTERVAL, the 16-mixed GradScaler's; FSDP_ACCUMULATE,
- * accumulate_grad_batches. */
+ * accumulate_grad_batches.
+ *
+ * With FSDP_HOST_LOOP set (tests/interop/fsdp2_mixed.py, where the other
+ * rank is a PyTorch FSDP2 process), a host-owned loop on fulmen_fsdp
+ * trains instead of the Trainer, as that Python rank's loop does on
+ * fully_shard: the strategy's sync_module_states false and
+ * reduce_scatter_unused_params true (FSDP2's collectives), this rank's
+ * rows rank, rank + world, ... in batches of BATCH (the last of an epoch
+ * shorter), FSDP_ACCUMULATE micro-batches per optimizer step (the others
+ * under fulmen_fsdp_set_sync(false), each loss divided by it), the
+ * optimizer's zero_grad at each window's start, FSDP_FREEZE (a parameter's
+ * name) frozen before sharding. OUT then holds this
+ * rank's shards (the parameters as the model holds them after the last
+ * step, nothing gathered), and PRECISION must be 32-true and CLIP 0. */
 #include <fulmen.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,6 +226,117 @@ static void fit(fulmen_model *model, const char *sharding, const char *precision
     fulmen_dataset_free(data);
 }
 
+/* A count from the environment, or `fallback` when unset. */
+static size_t env_count(const char *name, size_t fallback, size_t max) {
+    const char *v = getenv(name);
+    return v ? count_arg(name, v, max) : fallback;
+}
+
+/* RANK from the environment (0 when unset). */
+static size_t env_rank(void) {
+    const char *v = getenv("RANK");
+    char *end = NULL;
+    unsigned long long r = v ? strtoull(v, &end, 10) : 0;
+    if (v && (!end || end == v || *end != '\0' || r >= 1024)) {
+        fprintf(stderr, "fsdp_rank: RANK %s is not a rank from 0 to 1023\n", v);
+        exit(2);
+    }
+    return (size_t)r;
+}
+
+/* This rank's rows of the SAMPLES rows (rank, rank + world, ...): the
+ * tensors `*x` and `*y`. */
+static void rank_rows(const float *xs, const int64_t *ys, size_t samples, fulmen_tensor **x, fulmen_tensor **y) {
+    size_t rank = env_rank(), world = env_count("WORLD_SIZE", 1, 1024);
+    if (rank >= world) {
+        fprintf(stderr, "fsdp_rank: RANK %zu is not below WORLD_SIZE %zu\n", rank, world);
+        exit(2);
+    }
+    size_t rows = (samples - rank + world - 1) / world;
+    float *xr = malloc(rows * FEATURES * sizeof(float) + 1);
+    int64_t *yr = malloc(rows * sizeof(int64_t) + 1);
+    if (!xr || !yr) exit(1);
+    for (size_t i = 0; i < rows; i++) {
+        memcpy(xr + i * FEATURES, xs + (rank + i * world) * FEATURES, FEATURES * sizeof(float));
+        yr[i] = ys[rank + i * world];
+    }
+    int64_t xshape[2] = {(int64_t)rows, FEATURES}, yshape[1] = {(int64_t)rows};
+    TRY(fulmen_tensor_from_data(xr, rows * FEATURES * sizeof(float), FULMEN_DTYPE_F32, xshape, 2, x));
+    TRY(fulmen_tensor_from_data(yr, rows * sizeof(int64_t), FULMEN_DTYPE_I64, yshape, 1, y));
+    free(xr);
+    free(yr);
+}
+
+/* One step's micro-batch: forward, the loss recorded, backward of the
+ * loss divided by `accumulate`. */
+static void micro_batch(fulmen_model *model, const fulmen_tensor *x, const fulmen_tensor *y, size_t start,
+                        size_t rows, size_t accumulate) {
+    fulmen_tensor *xb, *yb, *logits, *loss, *part;
+    double v = 0;
+    TRY(fulmen_tensor_narrow(x, 0, (int64_t)start, (int64_t)rows, &xb));
+    TRY(fulmen_tensor_narrow(y, 0, (int64_t)start, (int64_t)rows, &yb));
+    TRY(fulmen_model_forward(model, xb, &logits));
+    TRY(fulmen_loss_cross_entropy(logits, yb, FULMEN_REDUCTION_MEAN, &loss));
+    TRY(fulmen_tensor_item(loss, &v));
+    fprintf(loss_file, "%.17g\n", v);
+    TRY(fulmen_tensor_mul_scalar(loss, 1.0 / (double)accumulate, &part));
+    TRY(fulmen_tensor_backward(part));
+    fulmen_tensor *done[] = {xb, yb, logits, loss, part};
+    for (size_t i = 0; i < 5; i++) fulmen_tensor_free(done[i]);
+}
+
+/* FSDP_HOST_LOOP: the loop of a PyTorch FSDP2 rank, on fulmen_fsdp. */
+static void host_loop(fulmen_model *model, const char *sharding, const fulmen_tensor *x, const fulmen_tensor *y,
+                      size_t epochs, size_t batch) {
+    fulmen_strategy *strategy;
+    TRY(fulmen_strategy_new("fsdp", &strategy));
+    TRY(fulmen_strategy_set(strategy, "process_group_backend", "gloo"));
+    TRY(fulmen_strategy_set(strategy, "timeout", "120"));
+    TRY(fulmen_strategy_set(strategy, "auto_wrap_policy", "Sequential"));
+    TRY(fulmen_strategy_set(strategy, "sharding_strategy", sharding));
+    TRY(fulmen_strategy_set(strategy, "sync_module_states", "false"));
+    TRY(fulmen_strategy_set(strategy, "reduce_scatter_unused_params", "true"));
+    const char *param_dtype = getenv("FSDP_PARAM_DTYPE"), *reduce_dtype = getenv("FSDP_REDUCE_DTYPE");
+    if (param_dtype) TRY(fulmen_strategy_set(strategy, "param_dtype", param_dtype));
+    if (reduce_dtype) TRY(fulmen_strategy_set(strategy, "reduce_dtype", reduce_dtype));
+    TRY(fulmen_distributed_join(strategy, env_count("LOCAL_WORLD_SIZE", 1, 1024), false));
+    const char *freeze = getenv("FSDP_FREEZE");
+    if (freeze) {
+        fulmen_tensor *w;
+        TRY(fulmen_model_state_dict_get(model, freeze, &w));
+        TRY(fulmen_tensor_set_requires_grad(w, false));
+        fulmen_tensor_free(w);
+    }
+    fulmen_fsdp *fsdp;
+    TRY(fulmen_fsdp_new(model, strategy, &fsdp));
+    fulmen_optimizer *opt;
+    fulmen_adam_options o = fulmen_adamw_options_default();
+    o.lr = 1e-2;
+    o.weight_decay = 1e-2;
+    TRY(fulmen_optimizer_adamw_new(model, NULL, 0, &o, &opt));
+    TRY(fulmen_model_set_training(model, true));
+    size_t accumulate = env_count("FSDP_ACCUMULATE", 1, 64), ndim = 0;
+    int64_t shape[2] = {0, 0};
+    TRY(fulmen_tensor_shape(x, shape, 2, &ndim));
+    size_t rows = (size_t)shape[0];
+    size_t batches = (rows + batch - 1) / batch;
+    for (size_t epoch = 0; epoch < epochs; epoch++) {
+        for (size_t i = 0; i < batches; i++) {
+            bool window_end = (i + 1) % accumulate == 0 || i + 1 == batches;
+            if (i % accumulate == 0) TRY(fulmen_optimizer_zero_grad(opt));
+            TRY(fulmen_fsdp_set_sync(fsdp, window_end));
+            TRY(fulmen_fsdp_prepare_forward(fsdp));
+            size_t start = i * batch, n = rows - start < batch ? rows - start : batch;
+            micro_batch(model, x, y, start, n, accumulate);
+            TRY(fulmen_fsdp_finish_backward(fsdp));
+            if (window_end) TRY(fulmen_optimizer_step(opt));
+        }
+    }
+    fulmen_optimizer_free(opt);
+    fulmen_fsdp_free(fsdp);
+    fulmen_strategy_free(strategy);
+}
+
 int main(int argc, char **argv) {
     if (argc != 12) {
         fprintf(stderr,
@@ -238,12 +363,24 @@ int main(int argc, char **argv) {
     float *xs = read_exact(argv[3], samples * FEATURES * sizeof(float));
     int64_t *ys = read_exact(argv[4], samples * sizeof(int64_t));
     fulmen_tensor *x, *y;
-    int64_t xshape[2] = {(int64_t)samples, FEATURES}, yshape[1] = {(int64_t)samples};
-    TRY(fulmen_tensor_from_data(xs, samples * FEATURES * sizeof(float), FULMEN_DTYPE_F32, xshape, 2, &x));
-    TRY(fulmen_tensor_from_data(ys, samples * sizeof(int64_t), FULMEN_DTYPE_I64, yshape, 1, &y));
+    bool host = getenv("FSDP_HOST_LOOP") != NULL;
+    if (host) {
+        if (strcmp(argv[10], "32-true") != 0 || strtod(argv[11], NULL) != 0) {
+            fprintf(stderr, "fsdp_rank: FSDP_HOST_LOOP takes PRECISION 32-true and CLIP 0\n");
+            return 2;
+        }
+        rank_rows(xs, ys, samples, &x, &y);
+    } else {
+        int64_t xshape[2] = {(int64_t)samples, FEATURES}, yshape[1] = {(int64_t)samples};
+        TRY(fulmen_tensor_from_data(xs, samples * FEATURES * sizeof(float), FULMEN_DTYPE_F32, xshape, 2, &x));
+        TRY(fulmen_tensor_from_data(ys, samples * sizeof(int64_t), FULMEN_DTYPE_I64, yshape, 1, &y));
+    }
     free(xs);
     free(ys);
-    fit(model, sharding, argv[10], argv[11], x, y, argv[6], batch);
+    if (host)
+        host_loop(model, sharding, x, y, count_arg("EPOCHS", argv[6], 1000), batch);
+    else
+        fit(model, sharding, argv[10], argv[11], x, y, argv[6], batch);
     if (fclose(loss_file) != 0) {
         perror(argv[8]);
         return 1;

@@ -60,12 +60,19 @@ fn with_optimizers<R>(
 /// Shards `model` (already on this rank's device) across the joined job as
 /// torch's `fully_shard` does, with `strategy`'s FSDP settings
 /// (`sharding_strategy`, `auto_wrap_policy`, `min_num_params`,
-/// `activation_checkpointing_policy`, `param_dtype`, `reduce_dtype`; and
-/// its `sync_batchnorm` and `num_nodes`): checks that every rank has the
-/// same parameters, copies rank 0's parameters and buffers to all ranks,
-/// and keeps each rank's rows of every unit's parameters. Build the
-/// optimizers over `fulmen_model_parameters(model)` after this call: they
-/// then step this rank's shards.
+/// `activation_checkpointing_policy`, `param_dtype`, `reduce_dtype`,
+/// `forward_prefetch`, `backward_prefetch`, `sync_module_states`,
+/// `reduce_scatter_unused_params`; and its `sync_batchnorm` and
+/// `num_nodes`): checks that every rank has the same parameters, copies
+/// rank 0's parameters and buffers to all ranks (neither with
+/// `sync_module_states` false: every rank must then start from the same
+/// values), and keeps each rank's rows of every unit's parameters. Build
+/// the optimizers over `fulmen_model_parameters(model)` after this call:
+/// they then step this rank's shards. With `sync_module_states` false and
+/// `reduce_scatter_unused_params` true the collectives are PyTorch
+/// FSDP2's, so this rank can share a job with Python ranks running
+/// `fully_shard` (with `set_force_sum_reduction_for_comms(True)`; see
+/// docs/ARCHITECTURE.md for what must match).
 ///
 /// Each training step, on every rank: zero the gradients (the optimizer's
 /// zero_grad before `fulmen_fsdp_prepare_forward`, or

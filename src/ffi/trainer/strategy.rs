@@ -46,16 +46,25 @@ pub unsafe extern "C" fn fulmen_strategy_new(name: *const c_char, out: *mut *mut
 /// one; or the name of that hook), `timeout` (seconds or "DD:HH:MM:SS": rendezvous and every
 /// collective; default 1800), `bucket_cap_mb` (MiB; default "none":
 /// torch's 25 with a first bucket of 1), `num_nodes` (default 1); for
-/// "fsdp": `sharding_strategy` (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD),
-/// `auto_wrap_policy` (comma-separated module class names),
-/// `min_num_params` (a count or "none"), `activation_checkpointing_policy`
-/// (comma-separated module class names whose forwards are checkpointed),
-/// `state_dict_type` ("full" or "sharded"). A bad key or value is
-/// FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
+/// "fsdp" the trainer options of the same names without their `fsdp_`
+/// prefix (see `fulmen_trainer_options_set`): `sharding_strategy`
+/// (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD,
+/// _HYBRID_SHARD_ZERO2), `auto_wrap_policy` (comma-separated module class
+/// names), `min_num_params` (a count or "none"),
+/// `activation_checkpointing_policy` (comma-separated module class names
+/// whose forwards are checkpointed), `state_dict_type` ("full" or
+/// "sharded"), `param_dtype` and `reduce_dtype` ("bf16", "fp16", "fp32"
+/// or "none"), `forward_prefetch` (boolean, default false),
+/// `backward_prefetch` ("BACKWARD_PRE", the default, or "none"),
+/// `sync_module_states` (boolean, default true) and
+/// `reduce_scatter_unused_params` (boolean, default false; with
+/// `sync_module_states` false, what a job shared with PyTorch FSDP2 ranks
+/// needs). A bad key or value is FULMEN_CODE_INVALID_ARGUMENT and changes
+/// nothing.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown key, a bad value, a
 /// string not UTF-8), FULMEN_CODE_UNSUPPORTED (a value fulmen does not
-/// have yet: HYBRID_SHARD).
+/// have: `backward_prefetch` BACKWARD_POST).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_strategy_set(
     strategy: *mut fulmen_strategy,

@@ -104,6 +104,20 @@ pub struct FsdpOptions {
     /// starts gathering the unit whose backward comes next (on by default,
     /// as in torch).
     pub backward_prefetch: bool,
+    /// FSDP1's `sync_module_states` (on by default, unlike torch): before
+    /// sharding, the ranks check that they hold the same parameters and
+    /// take rank 0's parameters and buffers. Off: no collective before
+    /// the first gather, each rank must start from the same values (as
+    /// FSDP2's `fully_shard`, which a mixed job with Python ranks needs).
+    pub sync_module_states: bool,
+    /// FSDP2's `set_reduce_scatter_unused_params(True)`: a unit's
+    /// reduce-scatter carries exactly its parameters' gradients, zeros for
+    /// a parameter without one, and every parameter of the unit gets a
+    /// gradient (zeros where no rank had one), which is FSDP2's
+    /// reduce-scatter on the wire. Off (the default): one more element per
+    /// parameter says whether any rank had a gradient, so a parameter no
+    /// rank had one for keeps none, as on one device.
+    pub reduce_scatter_unused_params: bool,
 }
 
 impl Default for FsdpOptions {
@@ -118,6 +132,8 @@ impl Default for FsdpOptions {
             reduce_dtype: None,
             forward_prefetch: false,
             backward_prefetch: true,
+            sync_module_states: true,
+            reduce_scatter_unused_params: false,
         }
     }
 }
@@ -155,6 +171,8 @@ impl FsdpOptions {
             }
             "param_dtype" => self.param_dtype = parse_dtype(key, v)?,
             "forward_prefetch" => self.forward_prefetch = crate::parse::parse_bool(key, v)?,
+            "sync_module_states" => self.sync_module_states = crate::parse::parse_bool(key, v)?,
+            "reduce_scatter_unused_params" => self.reduce_scatter_unused_params = crate::parse::parse_bool(key, v)?,
             "backward_prefetch" => {
                 self.backward_prefetch = match v.trim().to_ascii_uppercase().as_str() {
                     "BACKWARD_PRE" | "TRUE" | "1" => true,
@@ -205,7 +223,8 @@ impl FsdpOptions {
 
 /// The keys [`FsdpOptions::set`] knows, for error messages.
 pub const KEYS: &str = "sharding_strategy, auto_wrap_policy, min_num_params, activation_checkpointing_policy, \
-                        state_dict_type, param_dtype, reduce_dtype, forward_prefetch, backward_prefetch";
+                        state_dict_type, param_dtype, reduce_dtype, forward_prefetch, backward_prefetch, \
+                        sync_module_states, reduce_scatter_unused_params";
 
 /// A comma-separated list of class names ("none" or "" for none).
 fn parse_class_list(key: &str, v: &str) -> Result<Vec<String>> {
@@ -281,5 +300,11 @@ mod tests {
         assert_eq!(o.set("backward_prefetch", "BACKWARD_POST").unwrap_err().code, ErrorCode::Unsupported);
         assert!(o.set("backward_prefetch", "sometimes").is_err());
         assert!(o.set("forward_prefetch", "sometimes").is_err());
+        // FSDP2's wire: no synchronisation before sharding, no flags in
+        // the reduce-scatter; off and on by default.
+        assert!(o.sync_module_states && !o.reduce_scatter_unused_params);
+        assert!(o.set("sync_module_states", "false").unwrap() && !o.sync_module_states);
+        assert!(o.set("reduce_scatter_unused_params", "true").unwrap() && o.reduce_scatter_unused_params);
+        assert!(o.set("sync_module_states", "maybe").unwrap_err().message.contains("sync_module_states"));
     }
 }

@@ -7,7 +7,7 @@
 use super::prefetch::UnitOrder;
 use super::settings::{FsdpOptions, ShardingStrategy};
 use super::state;
-use super::unit::{self, FsdpUnit, MixedPrecision, UnitGroups, UnitLinks};
+use super::unit::{self, FsdpUnit, MixedPrecision, UnitGroups, UnitLinks, UnitSettings};
 use super::wrap;
 use crate::distributed::{DistContext, ProcessGroup};
 use crate::error::{Error, Result};
@@ -113,10 +113,12 @@ impl ShardedModel {
             ));
         }
         let params = m.parameters();
-        let buffers: Vec<Tensor> = m.named_buffers().into_iter().map(|(_, t)| t).collect();
-        groups.job.verify_params(&params)?;
-        let state: Vec<Tensor> = params.iter().chain(&buffers).map(Tensor::shallow_clone).collect();
-        groups.job.broadcast_coalesced(&state, 0)?;
+        if options.sync_module_states {
+            let buffers: Vec<Tensor> = m.named_buffers().into_iter().map(|(_, t)| t).collect();
+            groups.job.verify_params(&params)?;
+            let state: Vec<Tensor> = params.iter().chain(&buffers).map(Tensor::shallow_clone).collect();
+            groups.job.broadcast_coalesced(&state, 0)?;
+        }
         wrap::mark_checkpointed(&mut m, &options.checkpoint_classes)?;
         if sync_batchnorm && groups.job.world_size() > 1 {
             m.set_batch_norm_sync(Some(Arc::new(crate::strategies::ddp::GroupSum(Arc::clone(&groups.job)))));
@@ -147,7 +149,12 @@ impl ShardedModel {
             let after_forward = reshard && !planned.path.is_empty();
             let links =
                 UnitLinks { sync: Arc::clone(&made.sync), order: Arc::clone(&made.order), index: made.units.len() };
-            match FsdpUnit::new(planned.path, planned.params, unit_groups, after_forward, mp, links) {
+            let settings = UnitSettings {
+                reshard_after_forward: after_forward,
+                mp,
+                reduce_scatter_unused_params: options.reduce_scatter_unused_params,
+            };
+            match FsdpUnit::new(planned.path, planned.params, unit_groups, settings, links) {
                 Ok(unit) => made.units.push(unit),
                 Err(e) => {
                     // `made` then drops, unlinking the model (its lock

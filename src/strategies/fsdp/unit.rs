@@ -179,6 +179,18 @@ fn shard_versions(params: &[ShardedParam]) -> Result<Vec<i64>> {
     params.iter().map(|p| Ok(p.param.f_internal_version()? + p.shard.f_internal_version()?)).collect()
 }
 
+/// How a unit gathers, frees and reduces.
+pub(crate) struct UnitSettings {
+    /// Free the gathered parameters after the forward (FULL_SHARD, not the
+    /// root unit).
+    pub reshard_after_forward: bool,
+    /// The dtypes of gathering and reducing.
+    pub mp: MixedPrecision,
+    /// FSDP2's `reduce_scatter_unused_params`: no flags in the
+    /// reduce-scatter, every parameter given a gradient.
+    pub reduce_scatter_unused_params: bool,
+}
+
 /// What a unit shares with the model's other units.
 pub(crate) struct UnitLinks {
     /// Whether this step's backward averages the gradients.
@@ -204,6 +216,9 @@ pub(crate) struct FsdpUnit {
     reshard_after_forward: bool,
     /// The dtypes of gathering and reducing.
     mp: MixedPrecision,
+    /// The reduce-scatter carries no flags: every parameter gets a
+    /// gradient, zeros where no rank had one (FSDP2's wire).
+    reduce_scatter_unused_params: bool,
     /// The first error of a hook that ran inside autograd's backward.
     hook_error: Mutex<Option<Error>>,
     /// Whether this step's backward averages the gradients (false on the
@@ -255,10 +270,10 @@ impl FsdpUnit {
         path: String,
         params: Vec<Tensor>,
         groups: UnitGroups,
-        reshard_after_forward: bool,
-        mp: MixedPrecision,
+        settings: UnitSettings,
         links: UnitLinks,
     ) -> Result<Arc<Self>> {
+        let UnitSettings { reshard_after_forward, mp, reduce_scatter_unused_params } = settings;
         let UnitLinks { sync, order, index } = links;
         let UnitGroups { shard: group, replicas } = groups;
         let (rank, world) = (group.rank(), group.world_size());
@@ -302,6 +317,7 @@ impl FsdpUnit {
             world,
             reshard_after_forward,
             mp,
+            reduce_scatter_unused_params,
             hook_error: Mutex::new(None),
             sync,
             pinned: AtomicBool::new(false),
@@ -634,7 +650,8 @@ impl FsdpUnit {
     /// leaves each parameter sharded with its shard of the average as
     /// `.grad` (one reduce-scatter, and under a hybrid sharding one
     /// all-reduce of the shards across the nodes; a parameter no rank has
-    /// a gradient for keeps none, as on one device).
+    /// a gradient for keeps none, as on one device, unless
+    /// `reduce_scatter_unused_params`, when it gets zeros).
     pub fn reduce_gradients(&self) -> Result<()> {
         let mut st = lock(&self.state);
         let st = &mut *st;
@@ -642,19 +659,27 @@ impl FsdpUnit {
             return Ok(());
         }
         let world = self.world as i64;
-        let count = st.params.len() as i64;
+        let unused_as_zeros = self.reduce_scatter_unused_params;
+        // Each parameter's place in the reduce-scatter: all of them, then
+        // one flag each (whether any rank had a gradient); or, as FSDP2
+        // does, those with a gradient or requiring one, without flags.
+        let carried: Vec<bool> =
+            st.params.iter().map(|p| !unused_as_zeros || p.param.grad().defined() || p.param.requires_grad()).collect();
+        let count = if unused_as_zeros { 0 } else { st.params.len() as i64 };
         tch::no_grad(|| -> Result<()> {
-            let total: i64 = st.params.iter().map(|p| p.shard_numel()).sum();
+            let total: i64 = st.params.iter().zip(&carried).filter(|(_, c)| **c).map(|(p, _)| p.shard_numel()).sum();
             let first = &st.params[0].shard;
             let buf = Tensor::f_zeros([world, total + count], (self.mp.reduction(first.kind()), first.device()))?;
             let mut offset = 0;
-            for (i, p) in st.params.iter().enumerate() {
+            for (i, p) in st.params.iter().enumerate().filter(|(i, _)| carried[*i]) {
                 let n = p.shard_numel();
                 let g = p.param.grad();
                 if g.defined() {
                     let padded = p.rows_of_all(&g, self.world)?;
                     buf.f_narrow(1, offset, n)?.f_copy_(&padded.view([world, n]))?;
-                    let _ = buf.f_narrow(1, total + i as i64, 1)?.f_fill_(1.0)?;
+                    if count > 0 {
+                        let _ = buf.f_narrow(1, total + i as i64, 1)?.f_fill_(1.0)?;
+                    }
                 }
                 offset += n;
             }
@@ -663,16 +688,26 @@ impl FsdpUnit {
             if pre != 1.0 {
                 let _ = buf.f_narrow(1, 0, total)?.f_div_scalar_(pre)?;
             }
-            let mine =
-                if self.world > 1 { self.group.reduce_scatter_flat(&buf, ReduceOp::Sum)? } else { buf.f_select(0, 0)? };
+            // FSDP2 issues no reduce-scatter for a unit with nothing to carry.
+            let mine = if self.world > 1 && total + count > 0 {
+                self.group.reduce_scatter_flat(&buf, ReduceOp::Sum)?
+            } else {
+                buf.f_select(0, 0)?
+            };
             drop(buf);
             if let Some(replicas) = &self.replicas {
-                replicas.all_reduce(&[mine.shallow_clone()], ReduceOp::Sum)?;
+                if total + count > 0 {
+                    replicas.all_reduce(&[mine.shallow_clone()], ReduceOp::Sum)?;
+                }
             }
-            let flags = host_values(&mine.f_narrow(0, total, count)?)?;
+            let flags = if count > 0 {
+                host_values(&mine.f_narrow(0, total, count)?)?
+            } else {
+                carried.iter().map(|c| if *c { 1.0 } else { 0.0 }).collect()
+            };
             let mut offset = 0;
-            for (((p, flag), parked), reduced) in
-                st.params.iter().zip(flags).zip(st.parked.iter_mut()).zip(st.reduced.iter_mut())
+            for ((((p, flag), parked), reduced), carried) in
+                st.params.iter().zip(flags).zip(st.parked.iter_mut()).zip(st.reduced.iter_mut()).zip(&carried)
             {
                 let n = p.shard_numel();
                 point(&p.param, &p.shard)?;
@@ -693,7 +728,9 @@ impl FsdpUnit {
                 set_grad(&p.param, grad.as_ref())?;
                 *reduced = grad.as_ref().map(Tensor::shallow_clone);
                 resize_storage(&p.full, 0)?;
-                offset += n;
+                if *carried {
+                    offset += n;
+                }
             }
             Ok(())
         })?;

@@ -430,6 +430,26 @@ public:
     /// Sets `fsdp_backward_prefetch` on a temporary and passes it on.
     Self&& fsdp_backward_prefetch(std::string_view v) && { return std::move(put("fsdp_backward_prefetch", v)); }
 
+    /// `fsdp_sync_module_states` (bool; default true): strategy "fsdp": torch FSDP's
+    /// sync_module_states: before sharding, the ranks check that they hold the same parameters and
+    /// take rank 0's parameters and buffers; false = no collective before the first gather and
+    /// every rank must start from the same values (as FSDP2's fully_shard, which a job shared with
+    /// PyTorch FSDP2 ranks needs).
+    Self& fsdp_sync_module_states(bool v) & { return put("fsdp_sync_module_states", v); }
+    /// Sets `fsdp_sync_module_states` on a temporary and passes it on.
+    Self&& fsdp_sync_module_states(bool v) && { return std::move(put("fsdp_sync_module_states", v)); }
+
+    /// `fsdp_reduce_scatter_unused_params` (bool; default false): strategy "fsdp": FSDP2's
+    /// set_reduce_scatter_unused_params(True): a unit's reduce-scatter carries exactly its
+    /// parameters' gradients (zeros for one a rank lacks, a frozen parameter without one left out)
+    /// and each parameter that requires grad gets one, zeros where no rank had one, as FSDP2 sends
+    /// them (a job shared with PyTorch FSDP2 ranks needs it); false = one more element per
+    /// parameter says whether any rank had a gradient, and a parameter no rank had one for keeps
+    /// none.
+    Self& fsdp_reduce_scatter_unused_params(bool v) & { return put("fsdp_reduce_scatter_unused_params", v); }
+    /// Sets `fsdp_reduce_scatter_unused_params` on a temporary and passes it on.
+    Self&& fsdp_reduce_scatter_unused_params(bool v) && { return std::move(put("fsdp_reduce_scatter_unused_params", v)); }
+
     /// `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" = checkpoints hold the
     /// whole state, gathered from every rank and written by rank 0; "sharded" = each checkpoint is
     /// a torch.distributed.checkpoint directory (every rank writes its shards, rank 0 .metadata and
