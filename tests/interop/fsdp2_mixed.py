@@ -41,7 +41,6 @@ non-zero on any mismatch.
 Run with `rank` as the first argument, it is one Python rank of a job.
 """
 import argparse
-import contextlib
 import os
 import subprocess
 import sys
@@ -52,11 +51,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fsdp2_parity import BATCH, DTYPES, EPOCHS, FEATURES, LR, SAMPLES, STEPS, WEIGHT_DECAY, WORLD  # noqa: E402
-from fsdp2_parity import build, free_port, read_losses, write_inputs  # noqa: E402
+from fsdp2_parity import build, finish_job, free_port, leave_rank, read_losses, write_inputs  # noqa: E402
 
 TIMEOUT_S = 60
 # (name, sharding strategy, FSDP mixed precision (param_dtype, reduce_dtype)
@@ -122,15 +121,7 @@ def python_rank(argv):
     for k, v in model.state_dict().items():
         v = v.to_local() if isinstance(v, DTensor) else v
         shards[k] = v.detach().clone().contiguous()
-    save_file(shards, a.out)
-    with open(a.out + ".losses", "w") as f:
-        f.write("".join(f"{v!r}\n" for v in losses))
-    dist.destroy_process_group()
-    # Leave without the interpreter's teardown, where gloo's threads now and
-    # then abort the process (std::terminate) after the work is done.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_rank(shards, a.out, a.out + ".losses", losses)
 
 
 def run_job(work, binary, job, fulmen_rank, retried=False):
@@ -161,30 +152,8 @@ def run_job(work, binary, job, fulmen_rank, retried=False):
                    str(accumulate), freeze or "none", init, x, y, out]
         procs.append(subprocess.Popen(cmd, env=env))
         outs.append(out)
-    codes = []
-    for p in procs:
-        try:
-            p.wait(timeout=3 * TIMEOUT_S)
-            codes.append(p.returncode)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-                q.wait()
-            codes.append("timeout")
-    written = all(os.path.exists(o) and os.path.exists(o + ".losses") for o in outs)
-    # gloo's teardown at process exit now and then aborts a rank that has
-    # finished and written its results (SIGABRT): such a job runs once
-    # more, and must then pass in full.
-    if any(c != 0 for c in codes) and all(c in (0, -6) for c in codes) and written and not retried:
-        print(f"{name} {tag}: a rank aborted at exit after writing its results (exit codes {codes}); "
-              "running the job once more", flush=True)
-        for o in outs:
-            for path in (o, o + ".losses"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(path)
+    if finish_job(procs, outs, f"{name} {tag}", retried):
         return run_job(work, binary, job, fulmen_rank, retried=True)
-    if any(c != 0 for c in codes):
-        raise SystemExit(f"{name} {tag}: exit codes {codes}")
     return [load_file(o) for o in outs], [read_losses(o + ".losses") for o in outs]
 
 

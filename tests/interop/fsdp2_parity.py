@@ -252,12 +252,18 @@ def python_rank(argv):
                 opt.step()
     if scaler and rank == 0:
         print(f"torch GradScaler: scale {scaler.get_scale():g} after {len(losses)} steps", flush=True)
-    save_file(full_state(model), a.out)
-    with open(a.losses, "w") as f:
+    leave_rank(full_state(model), a.out, a.losses, losses)
+
+
+def leave_rank(state, out, losses_path, losses):
+    """Writes a Python rank's weights to `out` and its losses, one a line,
+    to `losses_path`, leaves the group and exits at once: without the
+    interpreter's teardown, where gloo's threads now and then abort the
+    process (std::terminate) after the work is done."""
+    save_file(state, out)
+    with open(losses_path, "w") as f:
         f.write("".join(f"{v!r}\n" for v in losses))
     dist.destroy_process_group()
-    # Leave without the interpreter's teardown, where gloo's threads now and
-    # then abort the process (std::terminate) after the work is done.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
@@ -272,6 +278,38 @@ def free_port():
 def read_losses(path):
     with open(path) as f:
         return [float(line) for line in f if line.strip()]
+
+
+def finish_job(procs, outs, label, retried):
+    """Waits for a job's ranks (all killed when one outlives 3 * TIMEOUT_S),
+    each of which writes `out` and `out.losses` for its entry of `outs`.
+    Returns True when the job is to run once more: gloo's teardown at
+    process exit now and then aborts a rank that has finished and written
+    its results (SIGABRT), and such a job (not `retried` yet) runs again
+    with its files removed, and must then pass in full. Any other failure
+    is a SystemExit naming `label`."""
+    codes = []
+    for p in procs:
+        try:
+            p.wait(timeout=3 * TIMEOUT_S)
+            codes.append(p.returncode)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+                q.wait()
+            codes.append("timeout")
+    written = all(os.path.exists(o) and os.path.exists(o + ".losses") for o in outs)
+    if any(c != 0 for c in codes) and all(c in (0, -6) for c in codes) and written and not retried:
+        print(f"{label}: a rank aborted at exit after writing its results (exit codes {codes}); "
+              "running the job once more", flush=True)
+        for o in outs:
+            for path in (o, o + ".losses"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
+        return True
+    if any(c != 0 for c in codes):
+        raise SystemExit(f"{label}: exit codes {codes}")
+    return False
 
 
 def run_job(work, binary, case, retried=False):
@@ -306,30 +344,8 @@ def run_job(work, binary, case, retried=False):
                    str(clip)]
         procs.append(subprocess.Popen(cmd, env=env))
         outs.append(out)
-    codes = []
-    for p in procs:
-        try:
-            p.wait(timeout=3 * TIMEOUT_S)
-            codes.append(p.returncode)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-                q.wait()
-            codes.append("timeout")
-    written = all(os.path.exists(o) and os.path.exists(o + ".losses") for o in outs)
-    # gloo's teardown at process exit now and then aborts a rank that has
-    # finished and written its results (SIGABRT): such a job runs once
-    # more, and must then pass in full.
-    if any(c != 0 for c in codes) and all(c in (0, -6) for c in codes) and written and not retried:
-        print(f"{side} {name}: a rank aborted at exit after writing its results (exit codes {codes}); "
-              "running the job once more", flush=True)
-        for o in outs:
-            for path in (o, o + ".losses"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(path)
+    if finish_job(procs, outs, f"{side} {name}", retried):
         return run_job(work, binary, case, retried=True)
-    if any(c != 0 for c in codes):
-        raise SystemExit(f"{side} {name}: exit codes {codes}")
     return [load_file(o) for o in outs], [read_losses(o + ".losses") for o in outs]
 
 
