@@ -136,6 +136,22 @@ class HostBackend final : public c10d::Backend {
     return done({output});
   }
 
+  // reduce_scatter_tensor (FSDP's gradients) through the hook's all_reduce:
+  // the whole input reduced on every rank, this rank's block kept.
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override {
+    TORCH_CHECK(output.is_contiguous() && input.numel() == output.numel() * getSize(),
+                "reduce_scatter: the input holds ", input.numel(), " elements, not ", getSize(), " x ",
+                output.numel());
+    std::vector<at::Tensor> whole{input.contiguous().clone()};
+    c10d::AllreduceOptions reduce;
+    reduce.reduceOp = opts.reduceOp;
+    allreduce(whole, reduce);
+    c10::NoGradGuard no_grad;
+    output.copy_(whole[0].view(-1).narrow(0, getRank() * output.numel(), output.numel()).view(output.sizes()));
+    return done({output});
+  }
+
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& /*opts*/) override {
     call("barrier", [&](char* err, size_t len) { return hooks_.barrier(hooks_.ctx, err, len); });
     return done({});
@@ -231,6 +247,16 @@ class StagedBackend final : public c10d::Backend {
     auto host_in = on_cpu(input);
     auto host_out = on_cpu(output);
     finish(cpu_->_allgather_base(host_out, host_in, opts));
+    std::vector<at::Tensor> dev{output};
+    copy_back(dev, {host_out});
+    return done({output});
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override {
+    auto host_in = on_cpu(input);
+    auto host_out = on_cpu(output);
+    finish(cpu_->_reduce_scatter_base(host_out, host_in, opts));
     std::vector<at::Tensor> dev{output};
     copy_back(dev, {host_out});
     return done({output});

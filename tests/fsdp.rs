@@ -582,9 +582,9 @@ fn host_loop(name: &str, batch: i64, epochs: i64) -> Result<Trained> {
 /// unused: Linear(6, 4)}` seeded per rank, one unit (the root), sharded
 /// with `fsdp_sync_module_states` false, then one step through `net`
 /// only. Each rank keeps the rows of its own initial weights (nothing was
-/// copied from rank 0); `net`'s gradients are the average over the ranks;
-/// `unused`'s are zeros with `fsdp_reduce_scatter_unused_params` and
-/// none without; a frozen parameter gets none either way.
+/// copied from rank 0); `net.weight`'s gradient is the average over the
+/// ranks; `unused`'s are zeros with `fsdp_reduce_scatter_unused_params`
+/// and none without; the frozen `net.bias` gets none either way.
 fn wire_rank(name: &str) -> Result<()> {
     let zeros = name == "wire_zeros";
     let mut spec = fulmen::strategies::lookup("fsdp")?;
@@ -599,7 +599,9 @@ fn wire_rank(name: &str) -> Result<()> {
     root.add("net", Module::linear(FEATURES, 4, true)?)?;
     root.add("unused", Module::linear(FEATURES, 4, true)?)?;
     let initial: Vec<(String, Tensor)> = root.named_parameters().into_iter().map(|(k, t)| (k, t.copy())).collect();
-    let frozen = root.named_parameters().into_iter().find(|(k, _)| k == "unused.bias").unwrap().1;
+    // Frozen in the middle: the parameters after it are carried at the
+    // right offsets.
+    let frozen = root.named_parameters().into_iter().find(|(k, _)| k == "net.bias").unwrap().1;
     let _ = frozen.shallow_clone().set_requires_grad(false);
     let model: SharedModel = Arc::new(Mutex::new(root));
     let mut fsdp = FsdpHostLoop::new(ctx, Arc::clone(&model), &spec)?;
@@ -621,14 +623,14 @@ fn wire_rank(name: &str) -> Result<()> {
     for (k, g) in &grads {
         match k.as_str() {
             // d(sum(x W^T + b))/dW = the column sums of x: 2 (rank + 1) per
-            // rank, averaged over the ranks; db = 2.
-            "net.weight" | "net.bias" => {
-                let want = if k == "net.bias" { 2.0 } else { 2.0 * (1..=world).sum::<usize>() as f64 / world as f64 };
+            // rank, averaged over the ranks.
+            "net.weight" => {
+                let want = 2.0 * (1..=world).sum::<usize>() as f64 / world as f64;
                 assert!(g.defined(), "{name}: {k} has no gradient");
                 let diff = (g - want).abs().max().double_value(&[]);
                 assert!(diff < 1e-6, "{name} rank {rank}: {k} gradient off by {diff}");
             }
-            "unused.weight" if zeros => {
+            "unused.weight" | "unused.bias" if zeros => {
                 assert!(g.defined(), "{name}: {k} got no gradient");
                 assert_eq!(g.abs().max().double_value(&[]), 0.0, "{name}: {k}");
             }

@@ -63,16 +63,18 @@ typedef struct fulmen_dist_store fulmen_dist_store;
 typedef struct fulmen_fsdp fulmen_fsdp;
 
 /**
- * A custom accelerator's collectives: DDP on its devices through the
- * vendor's communication library instead of gloo. Point the accelerator
+ * A custom accelerator's collectives: DDP and FSDP on its devices through
+ * the vendor's communication library instead of gloo (FSDP's gathers go
+ * through `all_gather`, its reduce-scatters through `all_reduce` of the
+ * whole gradient buffer, this rank's block kept). Point the accelerator
  * vtable's `collectives` at one; it is copied at registration. Set
  * `struct_size` to `sizeof(fulmen_collectives)`.
  *
- * The trainer uses it for DDP when the accelerator's devices are
- * PrivateUse1 devices (or the CPU) and `process_group_backend` is unset
- * or names the hook. With `process_group_backend` "gloo", or with no
- * hook, DDP on PrivateUse1 devices stages their tensors through the CPU
- * for gloo. On PrivateUse1 devices, metrics and stop decisions are still
+ * The trainer uses it for DDP and FSDP when the accelerator's devices
+ * are PrivateUse1 devices (or the CPU) and `process_group_backend` is
+ * unset or names the hook. With `process_group_backend` "gloo", or with
+ * no hook, DDP and FSDP on PrivateUse1 devices stage their tensors
+ * through the CPU for gloo. On PrivateUse1 devices, metrics and stop decisions are still
  * reduced by gloo on the CPU; on CPU devices the hook reduces everything.
  *
  * Every slot gets the accelerator's `userdata` and the group `group_new`
@@ -248,8 +250,10 @@ struct fulmen_error *fulmen_dist_store_delete(const struct fulmen_dist_store *st
  * they then step this rank's shards. With `sync_module_states` false and
  * `reduce_scatter_unused_params` true the collectives are PyTorch
  * FSDP2's, so this rank can share a job with Python ranks running
- * `fully_shard` (with `set_force_sum_reduction_for_comms(True)`; see
- * docs/ARCHITECTURE.md for what must match).
+ * `fully_shard` with `set_force_sum_reduction_for_comms(True)` and
+ * `set_reduce_scatter_unused_params(True)`, the same units and the
+ * default backward prefetch, and no clipping (docs/ARCHITECTURE.md says
+ * what else must match).
  *
  * Each training step, on every rank: zero the gradients (the optimizer's
  * zero_grad before `fulmen_fsdp_prepare_forward`, or

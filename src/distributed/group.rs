@@ -5,7 +5,7 @@
 use super::collectives::{into_cxx, DeviceBackend, KeyStore};
 use crate::error::{Error, ErrorCode, Result};
 use crate::shim::{self, call};
-use crate::tensor::device::{Device, DeviceType};
+use crate::tensor::device::{empty_on_device_of, Device, DeviceType};
 use libc::{c_int, c_void};
 use std::ffi::CString;
 use std::sync::Arc;
@@ -526,7 +526,7 @@ impl ProcessGroup {
         let input = input.f_contiguous()?;
         let n = input.numel() as i64;
         // gloo splits a flat output into one chunk per rank.
-        let output = Tensor::f_empty([self.world_size as i64 * n], (input.kind(), input.device()))?;
+        let output = empty_on_device_of(&[self.world_size as i64 * n], input.kind(), &input)?;
         let mut work: *mut c_void = std::ptr::null_mut();
         // SAFETY: input and output are kept by the returned PendingGather
         // until the collective was waited for; `work` outlives the call.
@@ -556,7 +556,7 @@ impl ProcessGroup {
                 self.world_size
             )));
         }
-        let output = Tensor::f_empty([size[1]], (input.kind(), input.device()))?;
+        let output = empty_on_device_of(&[size[1]], input.kind(), &input)?;
         let flat = input.f_view([-1])?;
         // SAFETY: input and output outlive the call; output is written in place.
         call("reduce_scatter_tensor", |err, len| unsafe {

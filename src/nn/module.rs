@@ -402,6 +402,7 @@ impl Module {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let cast = self.unit_input(x)?;
         let x = cast.as_ref().unwrap_or(x);
+        self.note_unit_inputs([x]);
         self.sharded(
             |y: &Tensor| vec![y.shallow_clone()],
             || {
@@ -499,6 +500,7 @@ impl Module {
         let cast = inputs.iter().map(|i| i.map_or(Ok(None), |t| self.unit_input(t))).collect::<Result<Vec<_>>>()?;
         let inputs: Vec<Option<&Tensor>> = inputs.iter().zip(&cast).map(|(i, c)| c.as_ref().or(*i)).collect();
         let inputs = inputs.as_slice();
+        self.note_unit_inputs(inputs.iter().flatten().copied());
         self.sharded(
             |ys: &Vec<Tensor>| ys.iter().map(Tensor::shallow_clone).collect(),
             || match self.is_checkpointed() {

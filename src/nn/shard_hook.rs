@@ -23,6 +23,10 @@ pub(crate) trait ShardHook: Send + Sync + std::fmt::Debug {
     fn input_kind(&self) -> Option<tch::Kind> {
         None
     }
+
+    /// The unit's own module is about to run forward on inputs of which
+    /// some (`requires_grad`) or none require a gradient.
+    fn note_inputs(&self, _requires_grad: bool) {}
 }
 
 /// A module's link to its unit.
@@ -63,6 +67,15 @@ impl Module {
             return Ok(None);
         }
         Ok(Some(x.f_to_kind(kind)?))
+    }
+
+    /// Tells the unit this module is the own module of whether any of
+    /// `inputs` requires a gradient (FSDP2 reduces a unit in backward only
+    /// then).
+    pub(crate) fn note_unit_inputs<'a>(&self, inputs: impl IntoIterator<Item = &'a Tensor>) {
+        if let Some(link) = self.shard.as_ref().filter(|l| l.unit_module) {
+            link.hook.note_inputs(inputs.into_iter().any(|t| t.defined() && t.requires_grad()));
+        }
     }
 
     /// The direct children with their names (none for a leaf).

@@ -422,6 +422,16 @@ pub fn zeros_on_device_of(shape: &[i64], kind: tch::Kind, like: &Tensor) -> Resu
     }
 }
 
+/// An uninitialised tensor of `shape` and `kind` on the device of `like`
+/// (made there directly where tch names the device, else moved there).
+pub fn empty_on_device_of(shape: &[i64], kind: tch::Kind, like: &Tensor) -> Result<Tensor> {
+    let d = Device::of(like)?;
+    match d.tch() {
+        Some(td) => Ok(Tensor::f_empty(shape, (kind, td))?),
+        None => to_device(&Tensor::f_empty(shape, (kind, tch::Device::Cpu))?, d, false),
+    }
+}
+
 /// Whether the fake device is registered under `name` (a repeated
 /// registration is answered by the shim).
 fn fake_device_registered(name: &str) -> bool {

@@ -766,11 +766,11 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         kind: OptionKind::Bool,
         default: "false",
         doc: "strategy \"fsdp\": FSDP2's set_reduce_scatter_unused_params(True): a unit's reduce-scatter \
-              carries exactly its parameters' gradients (zeros for one a rank lacks, a frozen parameter \
-              without one left out) and each parameter that requires grad gets one, zeros where no rank had \
-              one, as FSDP2 sends them (a job shared with PyTorch FSDP2 ranks needs it); false = one more \
-              element per parameter says whether any rank had a gradient, and a parameter no rank had one for \
-              keeps none",
+              carries exactly the gradients of its parameters that have or require one (zeros for one a rank \
+              lacks, a frozen parameter without one left out), each of which then gets one, zeros where no rank \
+              had one, as FSDP2 sends them (a job shared with PyTorch FSDP2 ranks needs it; every rank must \
+              agree on which parameters require grad); false = one more element per parameter says whether any \
+              rank had a gradient, and a parameter no rank had one for keeps none",
         apply: strategy_setting!("reduce_scatter_unused_params"),
     },
     TrainerOption {

@@ -11,6 +11,10 @@
  *   hook        strategy "ddp", devices=2 on the npu, reduced by the hook
  *               (fulmen re-executes this program for rank 1)
  *   staged      the same with an accelerator without a hook (gloo)
+ *   fsdp_hook   strategy "fsdp" (every Linear a unit) on the npu: the
+ *               hook's all_gather gathers the shards, its all_reduce
+ *               serves reduce_scatter
+ *   fsdp_staged the same through gloo on the CPU
  *   failing     a world of one whose hook's all_reduce fails: fit fails
  *               with the hook's message
  *   group_new   a world of one whose hook's group_new fails: fit fails
@@ -86,6 +90,7 @@ static fulmen_error *train(const char *accelerator, const char *strategy, const 
     CHECK_OK(fulmen_strategy_new(strategy, &st));
     CHECK_OK(fulmen_strategy_set(st, "timeout", "60"));
     if (named_backend != NULL) CHECK_OK(fulmen_strategy_set(st, "process_group_backend", named_backend));
+    if (strcmp(strategy, "fsdp") == 0) CHECK_OK(fulmen_strategy_set(st, "auto_wrap_policy", "Linear"));
     CHECK_OK(fulmen_trainer_options_set_strategy(o, st));
     fulmen_strategy_free(st);
     fulmen_trainer *t = NULL;
@@ -117,15 +122,16 @@ static int scenario_reference(const char *dir) {
     return check_finish("reference");
 }
 
-/* Two launched ranks on npu:0 and npu:1; each saves <name>-rank<N>. */
-static int two_ranks(const char *dir, const char *name, bool with_hook) {
+/* Two launched ranks of `strategy` on npu:0 and npu:1; each saves
+ * <name>-rank<N>. */
+static int two_ranks(const char *dir, const char *name, const char *strategy, bool with_hook) {
     store_collectives_counts counts = {0};
     fulmen_collectives hook = store_collectives_table();
     register_npu(with_hook ? &hook : NULL, &counts);
     char weights[512], final[512], what[64];
     snprintf(weights, sizeof weights, "%s/%s-tmp-%d.safetensors", dir, name, (int)getpid());
     double synced = -1;
-    CHECK_OK(train("npu", "ddp", "2", RANK_BATCH, weights, &synced));
+    CHECK_OK(train("npu", strategy, "2", RANK_BATCH, weights, &synced));
     size_t rank = my_rank();
     snprintf(final, sizeof final, "%s/%s-rank%zu.safetensors", dir, name, rank);
     CHECK(rename(weights, final) == 0);
@@ -133,7 +139,8 @@ static int two_ranks(const char *dir, const char *name, bool with_hook) {
     int64_t steps = EPOCHS * (SAMPLES / 2 / RANK_BATCH);
     if (with_hook) {
         /* One group; the module state broadcast, every step's gradient
-         * buckets and the parameter check went through the hook. */
+         * buckets (FSDP: reduce-scatters) and the parameter check (FSDP:
+         * and the gathers) went through the hook. */
         CHECK(counts.group_new == 1);
         CHECK(counts.broadcast >= 1);
         CHECK(counts.all_gather >= 1);
@@ -403,8 +410,10 @@ int main(int argc, char **argv) {
     if (argc == 3) {
         const char *s = argv[1], *dir = argv[2];
         if (strcmp(s, "reference") == 0) return scenario_reference(dir);
-        if (strcmp(s, "hook") == 0) return two_ranks(dir, "hook", true);
-        if (strcmp(s, "staged") == 0) return two_ranks(dir, "staged", false);
+        if (strcmp(s, "hook") == 0) return two_ranks(dir, "hook", "ddp", true);
+        if (strcmp(s, "staged") == 0) return two_ranks(dir, "staged", "ddp", false);
+        if (strcmp(s, "fsdp_hook") == 0) return two_ranks(dir, "fsdp_hook", "fsdp", true);
+        if (strcmp(s, "fsdp_staged") == 0) return two_ranks(dir, "fsdp_staged", "fsdp", false);
         if (strcmp(s, "failing") == 0) return scenario_failing(dir);
         if (strcmp(s, "group_new") == 0) return scenario_group_new(dir);
         if (strcmp(s, "named") == 0) return scenario_named(dir);
@@ -425,6 +434,12 @@ int main(int argc, char **argv) {
     CHECK(run("staged", dir) == 0);
     expect_same(dir, "reference.safetensors", "staged-rank0.safetensors");
     expect_same(dir, "staged-rank0.safetensors", "staged-rank1.safetensors");
+    CHECK(run("fsdp_hook", dir) == 0);
+    expect_same(dir, "reference.safetensors", "fsdp_hook-rank0.safetensors");
+    expect_same(dir, "fsdp_hook-rank0.safetensors", "fsdp_hook-rank1.safetensors");
+    CHECK(run("fsdp_staged", dir) == 0);
+    expect_same(dir, "reference.safetensors", "fsdp_staged-rank0.safetensors");
+    expect_same(dir, "fsdp_staged-rank0.safetensors", "fsdp_staged-rank1.safetensors");
     CHECK(run("failing", dir) == 0);
     CHECK(run("group_new", dir) == 0);
     CHECK(run("named", dir) == 0);

@@ -12,11 +12,14 @@ AdamW (lr 1e-2, weight decay 1e-2, built after sharding) and the mean
 cross-entropy; rank r trains on rows r, r + 2, ... in batches of 16, the
 last of an epoch shorter, two epochs.
 
-- Python ranks (this script with `rank` first): fully_shard on each block,
-  then the root, on init_device_mesh("cpu", (2,)), reshard_after_forward
-  as the case's sharding strategy asks (the root keeps its parameters from
-  forward to backward), set_force_sum_reduction_for_comms(True)
-  (reduce-scatter SUM, then / world), MixedPrecisionPolicy where the case
+- Python ranks (this script with `rank` first): fully_shard on each block
+  (in the data-fed jobs on each Linear instead, so the first unit is fed
+  the data and the root holds the LayerNorm only), then the root, on
+  init_device_mesh("cpu", (2,)), reshard_after_forward as the case's
+  sharding strategy asks (the root keeps its parameters from forward to
+  backward), set_force_sum_reduction_for_comms(True) (reduce-scatter SUM,
+  then / world) and set_reduce_scatter_unused_params(True) (zeros for a
+  parameter without a gradient), MixedPrecisionPolicy where the case
   has one, set_requires_gradient_sync(False) on the micro-batches that do
   not step where it accumulates, the first block's weight frozen
   (requires_grad False) in the frozen job.
@@ -26,7 +29,9 @@ last of an epoch shorter, two epochs.
   the wire: nothing before the first forward, one all_gather_into_tensor
   per unit of its padded dimension-0 shards (forward, then backward with
   the next unit's gather started ahead, as FSDP2's pre-backward prefetch),
-  one reduce_scatter_tensor per unit of exactly its gradients.
+  one reduce_scatter_tensor per unit of exactly its gradients, in
+  backward for a unit whose inputs require a gradient and at the end of
+  the backward, root first, for the others.
 
 Every rank writes every step's loss and, at the end, its own shards (no
 collective: FSDP2's to_local(), fulmen's parameters as sharded; a shard's
@@ -67,7 +72,13 @@ JOBS = (
     ("FULL_SHARD-mp-bf16-fp32", "FULL_SHARD", ("bf16", "fp32"), 1, 0),
     ("FULL_SHARD-accumulate", "FULL_SHARD", None, 2, 1),
     ("FULL_SHARD-frozen", "FULL_SHARD", None, 1, 0),
+    ("FULL_SHARD-data-fed", "FULL_SHARD", None, 1, 1),
+    ("SHARD_GRAD_OP-data-fed", "SHARD_GRAD_OP", None, 1, 0),
 )
+# Jobs whose name ends so make every Linear a unit (fulmen's wrap policy
+# "Linear") and the root the LayerNorm: the first Linear, fed the data,
+# and the root reduce at the end of the backward (FSDP2's final callback,
+# the root first), the others as their inputs' gradients are computed.
 # Jobs whose name ends so freeze this parameter before sharding (gathered
 # with its unit, left out of its reduce-scatter).
 FROZEN = "2.0.weight"
@@ -80,7 +91,7 @@ def python_rank(argv):
     from torch.distributed.tensor import DTensor
 
     p = argparse.ArgumentParser()
-    for name in ("sharding", "mp", "accumulate", "freeze", "init", "x", "y", "out"):
+    for name in ("sharding", "mp", "accumulate", "freeze", "wrap", "init", "x", "y", "out"):
         p.add_argument(name)
     a = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -93,12 +104,13 @@ def python_rank(argv):
     mesh = init_device_mesh("cpu", (world,))
     mp = a.mp.split(",") if a.mp != "none" else None
     policy = MixedPrecisionPolicy(param_dtype=DTYPES[mp[0]], reduce_dtype=DTYPES[mp[1]]) if mp else MixedPrecisionPolicy()
-    units = [model[2], model[3]]
-    for block in units:
-        fully_shard(block, mesh=mesh, reshard_after_forward=a.sharding == "FULL_SHARD", mp_policy=policy)
+    units = [model[0], model[2][0], model[3][0], model[4]] if a.wrap == "Linear" else [model[2], model[3]]
+    for unit in units:
+        fully_shard(unit, mesh=mesh, reshard_after_forward=a.sharding == "FULL_SHARD", mp_policy=policy)
     fully_shard(model, mesh=mesh, reshard_after_forward=False, mp_policy=policy)
     for unit in units + [model]:
         unit.set_force_sum_reduction_for_comms(True)
+        unit.set_reduce_scatter_unused_params(True, recurse=False)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
     x = torch.from_numpy(np.fromfile(a.x, dtype=np.float32).reshape(-1, FEATURES))[rank::world].contiguous()
     y = torch.from_numpy(np.fromfile(a.y, dtype=np.int64))[rank::world].contiguous()
@@ -138,8 +150,10 @@ def run_job(work, binary, job, fulmen_rank, retried=False):
                    GROUP_RANK="0", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
         out = os.path.join(work, f"{name}-{tag}-{rank}.safetensors")
         freeze = FROZEN if name.endswith("-frozen") else None
+        wrap = "Linear" if name.endswith("-data-fed") else "Sequential"
         if rank == fulmen_rank:
             env["FSDP_HOST_LOOP"] = "1"
+            env["FSDP_WRAP"] = wrap
             if freeze:
                 env["FSDP_FREEZE"] = freeze
             env["FSDP_ACCUMULATE"] = str(accumulate)
@@ -149,7 +163,7 @@ def run_job(work, binary, job, fulmen_rank, retried=False):
                    "32-true", "0"]
         else:
             cmd = [sys.executable, os.path.abspath(__file__), "rank", sharding, ",".join(mp) if mp else "none",
-                   str(accumulate), freeze or "none", init, x, y, out]
+                   str(accumulate), freeze or "none", wrap, init, x, y, out]
         procs.append(subprocess.Popen(cmd, env=env))
         outs.append(out)
     if finish_job(procs, outs, f"{name} {tag}", retried):
@@ -158,8 +172,9 @@ def run_job(work, binary, job, fulmen_rank, retried=False):
 
 
 def shard_diff(got, ref):
-    """The largest difference between two ranks' shards (rows past the
-    shorter one, padding, not compared); inf when names differ."""
+    """The largest difference between a fulmen rank's shards and the
+    all-Python rank's (fulmen's padding rows not compared); inf when names
+    or shapes differ."""
     if got.keys() != ref.keys():
         print(f"  shard names differ: {sorted(got)} vs {sorted(ref)}", flush=True)
         return float("inf")
@@ -169,9 +184,13 @@ def shard_diff(got, ref):
         if g.shape[1:] != r.shape[1:] or g.dtype != r.dtype:
             print(f"  {k}: shard {tuple(g.shape)} {g.dtype} vs {tuple(r.shape)} {r.dtype}", flush=True)
             return float("inf")
-        rows = min(g.shape[0], r.shape[0]) if g.dim() else None
-        if rows is not None:
-            g, r = g[:rows], r[:rows]
+        if g.dim():
+            # FSDP2's to_local() leaves out the padding rows fulmen's shard
+            # keeps: at most world - 1 of them.
+            if not r.shape[0] <= g.shape[0] < r.shape[0] + WORLD:
+                print(f"  {k}: {g.shape[0]} rows, the all-Python shard {r.shape[0]}", flush=True)
+                return float("inf")
+            g = g[: r.shape[0]]
         if g.numel():
             worst = max(worst, (g.double() - r.double()).abs().max().item())
     return worst

@@ -46,7 +46,8 @@
  * shorter), FSDP_ACCUMULATE micro-batches per optimizer step (the others
  * under fulmen_fsdp_set_sync(false), each loss divided by it), the
  * optimizer's zero_grad at each window's start, FSDP_FREEZE (a parameter's
- * name) frozen before sharding. OUT then holds this
+ * name) frozen before sharding, FSDP_WRAP the wrap policy's classes
+ * ("Sequential" when unset). OUT then holds this
  * rank's shards (the parameters as the model holds them after the last
  * step, nothing gathered), and PRECISION must be 32-true and CLIP 0. */
 #include <fulmen.h>
@@ -252,6 +253,10 @@ static void rank_rows(const float *xs, const int64_t *ys, size_t samples, fulmen
         fprintf(stderr, "fsdp_rank: RANK %zu is not below WORLD_SIZE %zu\n", rank, world);
         exit(2);
     }
+    if (samples <= rank) {
+        fprintf(stderr, "fsdp_rank: SAMPLES %zu leave rank %zu no rows\n", samples, rank);
+        exit(2);
+    }
     size_t rows = (samples - rank + world - 1) / world;
     float *xr = malloc(rows * FEATURES * sizeof(float) + 1);
     int64_t *yr = malloc(rows * sizeof(int64_t) + 1);
@@ -292,7 +297,8 @@ static void host_loop(fulmen_model *model, const char *sharding, const fulmen_te
     TRY(fulmen_strategy_new("fsdp", &strategy));
     TRY(fulmen_strategy_set(strategy, "process_group_backend", "gloo"));
     TRY(fulmen_strategy_set(strategy, "timeout", "120"));
-    TRY(fulmen_strategy_set(strategy, "auto_wrap_policy", "Sequential"));
+    const char *wrap = getenv("FSDP_WRAP");
+    TRY(fulmen_strategy_set(strategy, "auto_wrap_policy", wrap ? wrap : "Sequential"));
     TRY(fulmen_strategy_set(strategy, "sharding_strategy", sharding));
     TRY(fulmen_strategy_set(strategy, "sync_module_states", "false"));
     TRY(fulmen_strategy_set(strategy, "reduce_scatter_unused_params", "true"));

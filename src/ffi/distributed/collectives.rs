@@ -175,16 +175,18 @@ pub unsafe extern "C" fn fulmen_dist_store_delete(
     })
 }
 
-/// A custom accelerator's collectives: DDP on its devices through the
-/// vendor's communication library instead of gloo. Point the accelerator
+/// A custom accelerator's collectives: DDP and FSDP on its devices through
+/// the vendor's communication library instead of gloo (FSDP's gathers go
+/// through `all_gather`, its reduce-scatters through `all_reduce` of the
+/// whole gradient buffer, this rank's block kept). Point the accelerator
 /// vtable's `collectives` at one; it is copied at registration. Set
 /// `struct_size` to `sizeof(fulmen_collectives)`.
 ///
-/// The trainer uses it for DDP when the accelerator's devices are
-/// PrivateUse1 devices (or the CPU) and `process_group_backend` is unset
-/// or names the hook. With `process_group_backend` "gloo", or with no
-/// hook, DDP on PrivateUse1 devices stages their tensors through the CPU
-/// for gloo. On PrivateUse1 devices, metrics and stop decisions are still
+/// The trainer uses it for DDP and FSDP when the accelerator's devices
+/// are PrivateUse1 devices (or the CPU) and `process_group_backend` is
+/// unset or names the hook. With `process_group_backend` "gloo", or with
+/// no hook, DDP and FSDP on PrivateUse1 devices stage their tensors
+/// through the CPU for gloo. On PrivateUse1 devices, metrics and stop decisions are still
 /// reduced by gloo on the CPU; on CPU devices the hook reduces everything.
 ///
 /// Every slot gets the accelerator's `userdata` and the group `group_new`

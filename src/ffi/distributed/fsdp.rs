@@ -71,8 +71,10 @@ fn with_optimizers<R>(
 /// they then step this rank's shards. With `sync_module_states` false and
 /// `reduce_scatter_unused_params` true the collectives are PyTorch
 /// FSDP2's, so this rank can share a job with Python ranks running
-/// `fully_shard` (with `set_force_sum_reduction_for_comms(True)`; see
-/// docs/ARCHITECTURE.md for what must match).
+/// `fully_shard` with `set_force_sum_reduction_for_comms(True)` and
+/// `set_reduce_scatter_unused_params(True)`, the same units and the
+/// default backward prefetch, and no clipping (docs/ARCHITECTURE.md says
+/// what else must match).
 ///
 /// Each training step, on every rank: zero the gradients (the optimizer's
 /// zero_grad before `fulmen_fsdp_prepare_forward`, or

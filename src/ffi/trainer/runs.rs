@@ -241,12 +241,13 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 ///   with PyTorch FSDP2 ranks needs).
 /// - `fsdp_reduce_scatter_unused_params` (bool; default false): strategy
 ///   "fsdp": FSDP2's set_reduce_scatter_unused_params(True): a unit's
-///   reduce-scatter carries exactly its parameters' gradients (zeros for
-///   one a rank lacks, a frozen parameter without one left out) and each
-///   parameter that requires grad gets one, zeros where no rank had one, as
-///   FSDP2 sends them (a job shared with PyTorch FSDP2 ranks needs it);
-///   false = one more element per parameter says whether any rank had a
-///   gradient, and a parameter no rank had one for keeps none.
+///   reduce-scatter carries exactly the gradients of its parameters that
+///   have or require one (zeros for one a rank lacks, a frozen parameter
+///   without one left out), each of which then gets one, zeros where no
+///   rank had one, as FSDP2 sends them (a job shared with PyTorch FSDP2
+///   ranks needs it; every rank must agree on which parameters require
+///   grad); false = one more element per parameter says whether any rank
+///   had a gradient, and a parameter no rank had one for keeps none.
 /// - `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" =
 ///   checkpoints hold the whole state, gathered from every rank and written
 ///   by rank 0; "sharded" = each checkpoint is a

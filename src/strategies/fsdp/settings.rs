@@ -111,12 +111,14 @@ pub struct FsdpOptions {
     /// FSDP2's `fully_shard`, which a mixed job with Python ranks needs).
     pub sync_module_states: bool,
     /// FSDP2's `set_reduce_scatter_unused_params(True)`: a unit's
-    /// reduce-scatter carries exactly its parameters' gradients, zeros for
-    /// a parameter without one, and every parameter of the unit gets a
-    /// gradient (zeros where no rank had one), which is FSDP2's
-    /// reduce-scatter on the wire. Off (the default): one more element per
-    /// parameter says whether any rank had a gradient, so a parameter no
-    /// rank had one for keeps none, as on one device.
+    /// reduce-scatter carries exactly the gradients of its parameters that
+    /// have or require one (zeros where a rank has none; a frozen one
+    /// without a gradient left out), so each of those gets a gradient,
+    /// zeros where no rank had one, and a unit left gathered at the end of
+    /// a backward without any gradient is reduced too: FSDP2's
+    /// reduce-scatters on the wire. Off (the default): one more element
+    /// per parameter says whether any rank had a gradient, so a parameter
+    /// no rank had one for keeps none, as on one device.
     pub reduce_scatter_unused_params: bool,
 }
 

@@ -94,12 +94,15 @@ pub(crate) struct ShardedModel {
     released: bool,
     /// The order the units run in, for prefetching.
     order: Arc<UnitOrder>,
+    /// The order the end of a backward reduces the units in (indices
+    /// into `units`: the root first, then pre-order, as FSDP2).
+    end_order: Vec<usize>,
 }
 
 impl ShardedModel {
     /// Shards `model` (on this rank's device) as `options` says: checks that
     /// every rank has the same parameters, copies rank 0's parameters and
-    /// buffers to every rank (torch's `sync_module_states`), marks the
+    /// buffers to every rank (torch's `sync_module_states`, unless off), marks the
     /// checkpointed modules, and makes the units (none under NO_SHARD).
     /// With `sync_batchnorm` and several ranks, the BatchNorms normalise
     /// over the job's batch while the model is sharded. A model another
@@ -135,6 +138,7 @@ impl ShardedModel {
             pending: false,
             released: false,
             order: UnitOrder::new(options.forward_prefetch, options.backward_prefetch),
+            end_order: Vec::new(),
         };
         if whole {
             made.replicated = params;
@@ -168,6 +172,7 @@ impl ShardedModel {
             }
         }
         made.order.set_units(&made.units);
+        made.end_order = wrap::pre_order(&m, &made.units);
         wrap::link(&mut m, &made.units);
         drop(m);
         Ok(made)
@@ -239,9 +244,10 @@ impl ShardedModel {
         if !std::mem::take(&mut self.pending) {
             return Ok(());
         }
-        self.units
+        // FSDP2's final callback's order: the root first, then pre-order.
+        self.end_order
             .iter()
-            .try_for_each(|u| u.reduce_if_dirty())
+            .try_for_each(|i| self.units[*i].reduce_if_dirty())
             .and_then(|()| unit::reduce_replicated(&self.groups.job, &self.replicated))
             .map_err(|e| e.context("averaging the gradients over the FSDP shards"))
     }

@@ -5,6 +5,7 @@ use super::unit::{FsdpUnit, ShardedParam};
 use crate::distributed::{ProcessGroup, ReduceOp};
 use crate::error::{Error, Result};
 use crate::optim::Optimizer;
+use crate::tensor::device::{to_device_of, zeros_on_device_of};
 use std::sync::Arc;
 use tch::Tensor;
 
@@ -30,7 +31,7 @@ pub(crate) fn clip_norm_over_ranks(
     // gradient here counts 0.
     let Some(any) = grads.iter().find(|g| g.defined()) else {
         let zeros = match params.first() {
-            Some(p) => Tensor::f_zeros([params.len() as i64], (p.kind(), p.device()))?,
+            Some(p) => zeros_on_device_of(&[params.len() as i64], p.kind(), p)?,
             None => return Ok(Tensor::f_zeros([], (tch::Kind::Float, tch::Device::Cpu))?),
         };
         group.all_reduce(&[zeros.shallow_clone()], ReduceOp::Sum)?;
@@ -42,7 +43,7 @@ pub(crate) fn clip_norm_over_ranks(
         .zip(params)
         .map(|(g, p)| -> Result<Tensor> {
             if !g.defined() {
-                return Ok(Tensor::f_zeros([], (any.kind(), any.device()))?);
+                return zeros_on_device_of(&[], any.kind(), any);
             }
             let norm =
                 g.f_to_kind(any.kind())?.f_flatten(0, -1)?.f_norm_scalaropt_dim(2.0, [0i64].as_slice(), false)?;
@@ -56,7 +57,7 @@ pub(crate) fn clip_norm_over_ranks(
     let total = stacked.f_sqrt()?.f_norm_scalaropt_dim(2.0, [0i64].as_slice(), false)?;
     let coef = total.f_add_scalar(1e-6)?.f_reciprocal()?.f_mul_scalar(max_norm)?.f_clamp_max(1.0)?;
     for g in grads.iter().filter(|g| g.defined()) {
-        let _ = g.shallow_clone().f_mul_(&coef.f_to_device(g.device())?)?;
+        let _ = g.shallow_clone().f_mul_(&to_device_of(&coef, g)?)?;
     }
     Ok(total)
 }

@@ -25,6 +25,7 @@ use crate::distributed::{ProcessGroup, ReduceOp};
 use crate::error::{Error, Result};
 use crate::nn::ShardHook;
 use crate::shim;
+use crate::tensor::device::{empty_on_device_of, zeros_on_device_of};
 use crate::tensor::dtype::is_floating;
 use crate::tensor::grad::set_grad;
 use libc::c_void;
@@ -113,7 +114,7 @@ impl ShardedParam {
 
     /// `t` (the full shape) padded to `[world * rows, ...]`.
     fn rows_of_all(&self, t: &Tensor, world: usize) -> Result<Tensor> {
-        let padded = Tensor::f_zeros(self.rows_shape(world as i64), (t.kind(), t.device()))?;
+        let padded = zeros_on_device_of(&self.rows_shape(world as i64), t.kind(), t)?;
         padded.f_narrow(0, 0, self.dim0)?.f_copy_(&t.f_reshape(self.real_shape())?)?;
         Ok(padded)
     }
@@ -228,6 +229,13 @@ pub(crate) struct FsdpUnit {
     /// Held gathered for the host (`fulmen_fsdp_unshard`): forwards and
     /// backwards leave the parameters as they are.
     pinned: AtomicBool,
+    /// An input of the unit's own module required a gradient in this
+    /// training forward: its gradients are averaged in backward, as soon
+    /// as they are all there (FSDP2's post-backward hook on the inputs);
+    /// otherwise (the root, a unit fed the data) at the end of the
+    /// backward, in `ShardedModel::finish_backward`'s order (FSDP2's
+    /// final callback).
+    inputs_need_grad: AtomicBool,
     /// The units' order, and this unit's index in it.
     order: Arc<UnitOrder>,
     index: usize,
@@ -285,7 +293,7 @@ impl FsdpUnit {
                 let rows = (dim0 + world as i64 - 1) / world as i64;
                 let mut full_shape = vec![rows * world as i64];
                 full_shape.extend(shape.iter().skip(1));
-                let full = Tensor::f_zeros(&full_shape, (mp.compute(param.kind()), param.device()))?;
+                let full = zeros_on_device_of(&full_shape, mp.compute(param.kind()), &param)?;
                 let mut sp = ShardedParam { param, shape, dim0, rows, full, full_bytes: 0, shard: Tensor::new() };
                 sp.shard = sp.rows_of(&sp.param.f_detach()?, rank, world)?;
                 sp.full_bytes = storage_bytes(&sp.full)?;
@@ -321,6 +329,7 @@ impl FsdpUnit {
             hook_error: Mutex::new(None),
             sync,
             pinned: AtomicBool::new(false),
+            inputs_need_grad: AtomicBool::new(false),
             order,
             index,
         });
@@ -410,7 +419,7 @@ impl FsdpUnit {
                 let full = if master {
                     // Its own buffer, in the shard's dtype, dropped when the
                     // parameter holds its shard again.
-                    Tensor::f_empty(p.rows_shape(self.world as i64), (p.shard.kind(), p.shard.device()))?
+                    empty_on_device_of(&p.rows_shape(self.world as i64), p.shard.kind(), &p.shard)?
                 } else {
                     resize_storage(&p.full, p.full_bytes)?;
                     p.full.shallow_clone()
@@ -533,7 +542,8 @@ impl FsdpUnit {
         }
         st.arrived = 0;
         drop(st);
-        if !self.sync.load(Ordering::SeqCst) {
+        if !self.sync.load(Ordering::SeqCst) || !self.inputs_need_grad.load(Ordering::SeqCst) {
+            // Accumulating; or reduced at the end of the backward (dirty).
             return;
         }
         if let Err(e) = self.reduce_gradients() {
@@ -564,6 +574,7 @@ impl FsdpUnit {
     /// (a backward's gradients complete the unit when every parameter that
     /// requires grad now has one).
     pub fn start_backward_count(&self) {
+        self.inputs_need_grad.store(false, Ordering::SeqCst);
         let mut st = lock(&self.state);
         st.arrived = 0;
         st.seen = false;
@@ -575,16 +586,19 @@ impl FsdpUnit {
         lock(&self.state).seen
     }
 
-    /// Averages the unit's gradients unless they were since the last
-    /// backward (the strategy's end of a step: parameters without a
-    /// gradient in this backward left the count short).
+    /// The strategy's end of a step: averages the unit's gradients unless
+    /// they were since the last backward (units reduced at the end, and
+    /// parameters without a gradient in this backward that left the count
+    /// short); with `reduce_scatter_unused_params` also a unit still
+    /// gathered without any gradient (zeros for all, as FSDP2's final
+    /// callback reduces every unit left unsharded).
     pub fn reduce_if_dirty(&self) -> Result<()> {
-        let dirty = {
+        let due = {
             let mut st = lock(&self.state);
             st.arrived = 0;
-            st.dirty
+            st.dirty || (self.reduce_scatter_unused_params && st.gathered && !self.is_pinned())
         };
-        if dirty {
+        if due {
             self.reduce_gradients()?;
         }
         Ok(())
@@ -669,7 +683,7 @@ impl FsdpUnit {
         tch::no_grad(|| -> Result<()> {
             let total: i64 = st.params.iter().zip(&carried).filter(|(_, c)| **c).map(|(p, _)| p.shard_numel()).sum();
             let first = &st.params[0].shard;
-            let buf = Tensor::f_zeros([world, total + count], (self.mp.reduction(first.kind()), first.device()))?;
+            let buf = zeros_on_device_of(&[world, total + count], self.mp.reduction(first.kind()), first)?;
             let mut offset = 0;
             for (i, p) in st.params.iter().enumerate().filter(|(i, _)| carried[*i]) {
                 let n = p.shard_numel();
@@ -820,6 +834,12 @@ impl ShardHook for UnitHook {
         }
         self.0.mp.param
     }
+
+    fn note_inputs(&self, requires_grad: bool) {
+        if requires_grad {
+            self.0.inputs_need_grad.store(true, Ordering::SeqCst);
+        }
+    }
 }
 
 /// Registers the pre-backward hook of `unit` on `output`.
@@ -884,7 +904,7 @@ pub(crate) fn reduce_replicated(group: &ProcessGroup, params: &[Tensor]) -> Resu
     tch::no_grad(|| -> Result<()> {
         let total: i64 = params.iter().map(|p| p.numel() as i64).sum();
         let count = params.len() as i64;
-        let buf = Tensor::f_zeros([total + count], (first.kind(), first.device()))?;
+        let buf = zeros_on_device_of(&[total + count], first.kind(), first)?;
         let mut offset = 0;
         for (i, p) in params.iter().enumerate() {
             let n = p.numel() as i64;

@@ -93,6 +93,24 @@ fn walk(
     own
 }
 
+/// The indices into `units` in the order of their modules in a pre-order
+/// walk of `model` (the root first, then each child before its own
+/// children): the order FSDP2 keeps its states in, and so the order its
+/// final callback reduces the units left gathered in.
+pub(crate) fn pre_order(model: &Module, units: &[Arc<FsdpUnit>]) -> Vec<usize> {
+    fn walk(m: &Module, path: &str, out: &mut Vec<String>) {
+        out.push(path.to_owned());
+        for (name, child) in m.child_modules() {
+            walk(child, &if path.is_empty() { name.clone() } else { format!("{path}.{name}") }, out);
+        }
+    }
+    let mut paths = Vec::new();
+    walk(model, "", &mut paths);
+    let mut order: Vec<usize> = (0..units.len()).collect();
+    order.sort_by_key(|i| paths.iter().position(|p| *p == units[*i].path).unwrap_or(usize::MAX));
+    order
+}
+
 /// Links every module of `model` to its unit: the modules under a unit's
 /// own module (down to nested units) read that unit's parameters; the
 /// others the root's.
