@@ -244,22 +244,12 @@ class StagedBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override {
-    auto host_in = on_cpu(input);
-    auto host_out = on_cpu(output);
-    finish(cpu_->_allgather_base(host_out, host_in, opts));
-    std::vector<at::Tensor> dev{output};
-    copy_back(dev, {host_out});
-    return done({output});
+    return flat(output, input, [&](at::Tensor& o, at::Tensor& i) { return cpu_->_allgather_base(o, i, opts); });
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override {
-    auto host_in = on_cpu(input);
-    auto host_out = on_cpu(output);
-    finish(cpu_->_reduce_scatter_base(host_out, host_in, opts));
-    std::vector<at::Tensor> dev{output};
-    copy_back(dev, {host_out});
-    return done({output});
+    return flat(output, input, [&](at::Tensor& o, at::Tensor& i) { return cpu_->_reduce_scatter_base(o, i, opts); });
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
@@ -272,6 +262,18 @@ class StagedBackend final : public c10d::Backend {
     if (!work->wait(timeout_)) {
       throw std::runtime_error("collective did not finish within the timeout");
     }
+  }
+
+  // A collective from one flat input into one flat output (`run` on the
+  // CPU copies), the result copied back to the device.
+  template <typename F>
+  c10::intrusive_ptr<c10d::Work> flat(at::Tensor& output, at::Tensor& input, F run) {
+    auto host_in = on_cpu(input);
+    auto host_out = on_cpu(output);
+    finish(run(host_out, host_in));
+    std::vector<at::Tensor> dev{output};
+    copy_back(dev, {host_out});
+    return done({output});
   }
 
   c10::intrusive_ptr<c10d::Backend> cpu_;
