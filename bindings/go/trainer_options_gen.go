@@ -518,11 +518,12 @@ func (o *TrainerOptions) SetFsdpSyncModuleStates(v bool) error {
 // set_reduce_scatter_unused_params(True): a unit's reduce-scatter carries
 // exactly the gradients of its parameters that have or require one (zeros for
 // one a rank lacks, a frozen parameter without one left out), each of which
-// then gets one, zeros where no rank had one, as FSDP2 sends them (a job
-// shared with PyTorch FSDP2 ranks needs it; every rank must agree on which
-// parameters require grad); false = one more element per parameter says
-// whether any rank had a gradient, and a parameter no rank had one for keeps
-// none.
+// then gets one, zeros where no rank had one, and the root and units fed the
+// data reduce at the end of each backward, as FSDP2 sends and orders them (a
+// job shared with PyTorch FSDP2 ranks needs it; every rank must agree on
+// which parameters require grad); false = one more element per parameter says
+// whether any rank had a gradient, a parameter no rank had one for keeps
+// none, and every unit reduces as soon as its gradients are there.
 func (o *TrainerOptions) SetFsdpReduceScatterUnusedParams(v bool) error {
 	return o.SetBool("fsdp_reduce_scatter_unused_params", v)
 }

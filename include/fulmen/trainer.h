@@ -834,10 +834,12 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  *   reduce-scatter carries exactly the gradients of its parameters that
  *   have or require one (zeros for one a rank lacks, a frozen parameter
  *   without one left out), each of which then gets one, zeros where no
- *   rank had one, as FSDP2 sends them (a job shared with PyTorch FSDP2
- *   ranks needs it; every rank must agree on which parameters require
- *   grad); false = one more element per parameter says whether any rank
- *   had a gradient, and a parameter no rank had one for keeps none.
+ *   rank had one, and the root and units fed the data reduce at the end of
+ *   each backward, as FSDP2 sends and orders them (a job shared with
+ *   PyTorch FSDP2 ranks needs it; every rank must agree on which
+ *   parameters require grad); false = one more element per parameter says
+ *   whether any rank had a gradient, a parameter no rank had one for keeps
+ *   none, and every unit reduces as soon as its gradients are there.
  * - `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" =
  *   checkpoints hold the whole state, gathered from every rank and written
  *   by rank 0; "sharded" = each checkpoint is a

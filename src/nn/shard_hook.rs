@@ -70,9 +70,12 @@ impl Module {
     }
 
     /// Tells the unit this module is the own module of whether any of
-    /// `inputs` requires a gradient (FSDP2 reduces a unit in backward only
-    /// then).
+    /// `inputs` requires a gradient under grad mode (FSDP2 reduces a unit
+    /// in backward only then).
     pub(crate) fn note_unit_inputs<'a>(&self, inputs: impl IntoIterator<Item = &'a Tensor>) {
+        if !crate::tensor::runtime::grad_enabled() {
+            return;
+        }
         if let Some(link) = self.shard.as_ref().filter(|l| l.unit_module) {
             link.hook.note_inputs(inputs.into_iter().any(|t| t.defined() && t.requires_grad()));
         }

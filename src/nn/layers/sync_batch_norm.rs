@@ -75,7 +75,10 @@ pub(crate) fn forward(x: &Tensor, norm: &SyncNorm<'_>, sum: &Arc<dyn RankSum>) -
     let kind = xf.kind();
     let local = (size[0] * size[2..].iter().product::<i64>()) as f64;
     let sums = xf.f_sum_dim_intlist(Some(dims.as_slice()), false, kind)?;
-    let counted = Tensor::f_cat(&[sums, Tensor::f_full([1], local, (kind, xf.device()))?], 0)?;
+    // On the input's device (made there through the CPU for device types
+    // tch cannot name).
+    let count_here = crate::tensor::device::zeros_on_device_of(&[1], kind, &xf)?.f_fill_(local)?;
+    let counted = Tensor::f_cat(&[sums, count_here], 0)?;
     let totals = sum_over_ranks(sum, &counted)?;
     let count = totals.f_narrow(0, channels, 1)?.f_double_value(&[0])?;
     if count <= 1.0 {

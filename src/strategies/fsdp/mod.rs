@@ -203,10 +203,12 @@ impl Strategy for FsdpStrategy {
         Ok(())
     }
 
+    /// The backward, then (FSDP2's wire) the units it left to its end.
     fn backward(&mut self, loss: &Tensor) -> Result<()> {
         self.mark_pending();
         self.placement.precision.backward(loss)?;
-        self.with_sharded(ShardedModel::take_hook_error)
+        self.with_sharded(ShardedModel::take_hook_error)?;
+        self.with_sharded(ShardedModel::end_backward)
     }
 
     fn on_zero_grad(&mut self, optimizer: &dyn Optimizer, set_to_none: bool) -> Result<()> {

@@ -110,15 +110,18 @@ pub struct FsdpOptions {
     /// the first gather, each rank must start from the same values (as
     /// FSDP2's `fully_shard`, which a mixed job with Python ranks needs).
     pub sync_module_states: bool,
-    /// FSDP2's `set_reduce_scatter_unused_params(True)`: a unit's
-    /// reduce-scatter carries exactly the gradients of its parameters that
-    /// have or require one (zeros where a rank has none; a frozen one
-    /// without a gradient left out), so each of those gets a gradient,
-    /// zeros where no rank had one, and a unit left gathered at the end of
-    /// a backward without any gradient is reduced too: FSDP2's
-    /// reduce-scatters on the wire. Off (the default): one more element
-    /// per parameter says whether any rank had a gradient, so a parameter
-    /// no rank had one for keeps none, as on one device.
+    /// FSDP2's `set_reduce_scatter_unused_params(True)`, and FSDP2's
+    /// reduce-scatters on the wire: a unit's reduce-scatter carries exactly
+    /// the gradients of its parameters that have or require one (zeros
+    /// where a rank has none; a frozen one without a gradient left out),
+    /// so each of those gets a gradient, zeros where no rank had one; a
+    /// unit reduces in backward only when its inputs required a gradient,
+    /// the others (the root, units fed the data, units gathered before and
+    /// without gradients now) at the end of the backward, as FSDP2's final
+    /// callback. Off (the default): one more element per parameter says
+    /// whether any rank had a gradient, so a parameter no rank had one for
+    /// keeps none, as on one device, and every unit reduces as soon as its
+    /// gradients are there.
     pub reduce_scatter_unused_params: bool,
 }
 

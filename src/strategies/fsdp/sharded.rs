@@ -244,12 +244,30 @@ impl ShardedModel {
         if !std::mem::take(&mut self.pending) {
             return Ok(());
         }
-        // FSDP2's final callback's order: the root first, then pre-order.
-        self.end_order
+        self.end_backward()?;
+        self.units
             .iter()
-            .try_for_each(|i| self.units[*i].reduce_if_dirty())
+            .try_for_each(|u| u.reduce_if_dirty())
             .and_then(|()| unit::reduce_replicated(&self.groups.job, &self.replicated))
             .map_err(|e| e.context("averaging the gradients over the FSDP shards"))
+    }
+
+    /// The end of a synchronising backward under
+    /// `reduce_scatter_unused_params`: the units not reduced in it (the
+    /// root, units fed the data, units without gradients, with zeros), in
+    /// FSDP2's final-callback order (the root first, then pre-order).
+    /// Nothing in the default mode or while accumulating.
+    pub fn end_backward(&self) -> Result<()> {
+        if !self.syncs() {
+            return Ok(());
+        }
+        self.end_order
+            .iter()
+            .try_for_each(|i| self.units[*i].reduce_at_end_of_backward())
+            .map_err(|e| e.context("averaging the gradients over the FSDP shards at the end of the backward"))?;
+        // The next backward reduces every unit again.
+        self.units.iter().for_each(|u| u.begin_backward_pass());
+        Ok(())
     }
 
     /// Every unit sharded (between steps and batches), nothing gathered

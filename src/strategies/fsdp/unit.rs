@@ -230,12 +230,19 @@ pub(crate) struct FsdpUnit {
     /// backwards leave the parameters as they are.
     pinned: AtomicBool,
     /// An input of the unit's own module required a gradient in this
-    /// training forward: its gradients are averaged in backward, as soon
-    /// as they are all there (FSDP2's post-backward hook on the inputs);
-    /// otherwise (the root, a unit fed the data) at the end of the
-    /// backward, in `ShardedModel::finish_backward`'s order (FSDP2's
+    /// training forward. With `reduce_scatter_unused_params` (FSDP2's
+    /// wire) only such a unit's gradients are averaged in backward, as
+    /// soon as they are all there (FSDP2's post-backward hook on the
+    /// inputs); the others (the root, a unit fed the data) at the end of
+    /// the backward, in `ShardedModel::end_backward`'s order (FSDP2's
     /// final callback).
     inputs_need_grad: AtomicBool,
+    /// The unit's gradients were averaged since this training forward
+    /// began.
+    reduced_this_pass: AtomicBool,
+    /// The unit was gathered for a forward or backward since it was made
+    /// (FSDP2 reduces a unit only once it has its unsharded parameters).
+    ever_gathered: AtomicBool,
     /// The units' order, and this unit's index in it.
     order: Arc<UnitOrder>,
     index: usize,
@@ -252,6 +259,21 @@ fn resize_storage(t: &Tensor, nbytes: usize) -> Result<()> {
     shim::call("resizing a sharded parameter's storage", |err, len| unsafe {
         shim::fulmen_cxx_storage_resize(t.as_ptr() as *const c_void, nbytes, err, len)
     })
+}
+
+/// Sets aside the shard gradients the last averaging gave the parameters
+/// (told apart from full-sized ones by identity), so that what comes next
+/// adds to them.
+fn park_shard_grads(st: &mut UnitState) -> Result<()> {
+    for ((p, parked), reduced) in st.params.iter().zip(st.parked.iter_mut()).zip(st.reduced.iter()) {
+        let g = p.param.grad();
+        let is_shard = reduced.as_ref().is_some_and(|r| g.defined() && r.data_ptr() == g.data_ptr());
+        if is_shard {
+            *parked = Some(g);
+            set_grad(&p.param, None)?;
+        }
+    }
+    Ok(())
 }
 
 /// The size of the storage under `t`.
@@ -330,6 +352,8 @@ impl FsdpUnit {
             sync,
             pinned: AtomicBool::new(false),
             inputs_need_grad: AtomicBool::new(false),
+            reduced_this_pass: AtomicBool::new(false),
+            ever_gathered: AtomicBool::new(false),
             order,
             index,
         });
@@ -363,7 +387,9 @@ impl FsdpUnit {
     /// dtype (nothing when they are gathered already): one all-gather for
     /// the unit.
     pub fn gather(&self) -> Result<()> {
-        self.gather_as(false)
+        self.gather_as(false)?;
+        self.ever_gathered.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Gathers the full parameters in the shards' own dtype: what
@@ -394,14 +420,7 @@ impl FsdpUnit {
             _ => None,
         };
         tch::no_grad(|| -> Result<()> {
-            for ((p, parked), reduced) in st.params.iter().zip(st.parked.iter_mut()).zip(st.reduced.iter()) {
-                let g = p.param.grad();
-                let is_shard = reduced.as_ref().is_some_and(|r| g.defined() && r.data_ptr() == g.data_ptr());
-                if is_shard {
-                    *parked = Some(g);
-                    set_grad(&p.param, None)?;
-                }
-            }
+            park_shard_grads(st)?;
             let all = match ahead {
                 Some(gather) => gather.wait()?,
                 None => {
@@ -542,7 +561,8 @@ impl FsdpUnit {
         }
         st.arrived = 0;
         drop(st);
-        if !self.sync.load(Ordering::SeqCst) || !self.inputs_need_grad.load(Ordering::SeqCst) {
+        let at_end = self.reduce_scatter_unused_params && !self.inputs_need_grad.load(Ordering::SeqCst);
+        if !self.sync.load(Ordering::SeqCst) || at_end {
             // Accumulating; or reduced at the end of the backward (dirty).
             return;
         }
@@ -575,6 +595,7 @@ impl FsdpUnit {
     /// requires grad now has one).
     pub fn start_backward_count(&self) {
         self.inputs_need_grad.store(false, Ordering::SeqCst);
+        self.reduced_this_pass.store(false, Ordering::SeqCst);
         let mut st = lock(&self.state);
         st.arrived = 0;
         st.seen = false;
@@ -587,21 +608,49 @@ impl FsdpUnit {
     }
 
     /// The strategy's end of a step: averages the unit's gradients unless
-    /// they were since the last backward (units reduced at the end, and
-    /// parameters without a gradient in this backward that left the count
-    /// short); with `reduce_scatter_unused_params` also a unit still
-    /// gathered without any gradient (zeros for all, as FSDP2's final
-    /// callback reduces every unit left unsharded).
+    /// they were since the last backward (parameters without a gradient in
+    /// this backward left the count short).
     pub fn reduce_if_dirty(&self) -> Result<()> {
-        let due = {
+        let dirty = {
             let mut st = lock(&self.state);
             st.arrived = 0;
-            st.dirty || (self.reduce_scatter_unused_params && st.gathered && !self.is_pinned())
+            st.dirty
         };
-        if due {
+        if dirty {
             self.reduce_gradients()?;
         }
         Ok(())
+    }
+
+    /// A backward ended: the next one reduces the unit again.
+    pub fn begin_backward_pass(&self) {
+        self.reduced_this_pass.store(false, Ordering::SeqCst);
+    }
+
+    /// The end of a synchronising backward under
+    /// `reduce_scatter_unused_params` (FSDP2's final callback): averages
+    /// the unit's gradients unless they were in this pass, zeros for a
+    /// unit without any, once the unit was ever gathered (FSDP2's
+    /// `post_backward` for every group not reduced yet). Nothing in the
+    /// default mode, where a unit reduces as its gradients arrive.
+    pub fn reduce_at_end_of_backward(&self) -> Result<()> {
+        if !self.reduce_scatter_unused_params
+            || self.is_pinned()
+            || self.reduced_this_pass.load(Ordering::SeqCst)
+            || !self.ever_gathered.load(Ordering::SeqCst)
+        {
+            return Ok(());
+        }
+        {
+            let mut st = lock(&self.state);
+            st.arrived = 0;
+            if !st.gathered {
+                // A sharded unit: its shard gradients from an earlier
+                // step are added to, as FSDP2 adds to its sharded grads.
+                tch::no_grad(|| park_shard_grads(&mut st))?;
+            }
+        }
+        self.reduce_gradients()
     }
 
     /// After the unit's own module ran forward: under FULL_SHARD the
@@ -752,6 +801,7 @@ impl FsdpUnit {
         st.gathered_master = false;
         st.dirty = false;
         st.arrived = 0;
+        self.reduced_this_pass.store(true, Ordering::SeqCst);
         Ok(())
     }
 
