@@ -73,10 +73,10 @@ impl Module {
     /// `inputs` requires a gradient under grad mode (FSDP2 reduces a unit
     /// in backward only then).
     pub(crate) fn note_unit_inputs<'a>(&self, inputs: impl IntoIterator<Item = &'a Tensor>) {
-        if !crate::tensor::runtime::grad_enabled() {
-            return;
-        }
-        if let Some(link) = self.shard.as_ref().filter(|l| l.unit_module) {
+        // The link first: every module's forward passes here, and only a
+        // unit's own module asks libtorch for the grad mode.
+        let Some(link) = self.shard.as_ref().filter(|l| l.unit_module) else { return };
+        if crate::tensor::runtime::grad_enabled() {
             link.hook.note_inputs(inputs.into_iter().any(|t| t.defined() && t.requires_grad()));
         }
     }

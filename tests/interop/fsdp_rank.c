@@ -107,19 +107,27 @@ static fulmen_model *build(void) {
 }
 
 /* Cross-entropy of the batch (x, y), its value appended to LOSSES. */
-static fulmen_error *training_step(void *model, fulmen_step_context *ctx, const fulmen_batch *batch,
-                                   fulmen_tensor **loss) {
-    (void)ctx;
-    fulmen_tensor *x = NULL, *y = NULL, *logits = NULL;
+/* Cross-entropy of the model's logits on (x, y) into `*loss`, its value
+ * appended to LOSSES. */
+static fulmen_error *recorded_loss(void *model, const fulmen_tensor *x, const fulmen_tensor *y, fulmen_tensor **loss) {
+    fulmen_tensor *logits = NULL;
     double v = 0;
-    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
-    if (!e) e = fulmen_batch_get(batch, 1, &y);
-    if (!e) e = fulmen_model_forward(model, x, &logits);
+    fulmen_error *e = fulmen_model_forward(model, x, &logits);
     if (!e) e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, loss);
     fulmen_tensor_free(logits);
     if (!e) e = fulmen_tensor_item(*loss, &v);
     if (!e) fprintf(loss_file, "%.17g\n", v);
     return e;
+}
+
+/* Cross-entropy of the batch (x, y), its value appended to LOSSES. */
+static fulmen_error *training_step(void *model, fulmen_step_context *ctx, const fulmen_batch *batch,
+                                   fulmen_tensor **loss) {
+    (void)ctx;
+    fulmen_tensor *x = NULL, *y = NULL;
+    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
+    if (!e) e = fulmen_batch_get(batch, 1, &y);
+    return e ? e : recorded_loss(model, x, y, loss);
 }
 
 /* AdamW over the model's parameters (its shards: the Trainer configures
@@ -276,18 +284,14 @@ static void rank_rows(const float *xs, const int64_t *ys, size_t samples, fulmen
  * loss divided by `accumulate`. */
 static void micro_batch(fulmen_model *model, const fulmen_tensor *x, const fulmen_tensor *y, size_t start,
                         size_t rows, size_t accumulate) {
-    fulmen_tensor *xb, *yb, *logits, *loss, *part;
-    double v = 0;
+    fulmen_tensor *xb, *yb, *loss, *part;
     TRY(fulmen_tensor_narrow(x, 0, (int64_t)start, (int64_t)rows, &xb));
     TRY(fulmen_tensor_narrow(y, 0, (int64_t)start, (int64_t)rows, &yb));
-    TRY(fulmen_model_forward(model, xb, &logits));
-    TRY(fulmen_loss_cross_entropy(logits, yb, FULMEN_REDUCTION_MEAN, &loss));
-    TRY(fulmen_tensor_item(loss, &v));
-    fprintf(loss_file, "%.17g\n", v);
+    TRY(recorded_loss(model, xb, yb, &loss));
     TRY(fulmen_tensor_mul_scalar(loss, 1.0 / (double)accumulate, &part));
     TRY(fulmen_tensor_backward(part));
-    fulmen_tensor *done[] = {xb, yb, logits, loss, part};
-    for (size_t i = 0; i < 5; i++) fulmen_tensor_free(done[i]);
+    fulmen_tensor *done[] = {xb, yb, loss, part};
+    for (size_t i = 0; i < 4; i++) fulmen_tensor_free(done[i]);
 }
 
 /* FSDP_HOST_LOOP: the loop of a PyTorch FSDP2 rank, on fulmen_fsdp. */
