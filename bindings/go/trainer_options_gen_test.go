@@ -93,6 +93,7 @@ func TestEveryTrainerOptionSetter(t *testing.T) {
 		{"o.SetFsdpBackwardPrefetch(\"BACKWARD_PRE\")", o.SetFsdpBackwardPrefetch("BACKWARD_PRE")},
 		{"o.SetFsdpSyncModuleStates(true)", o.SetFsdpSyncModuleStates(true)},
 		{"o.SetFsdpReduceScatterUnusedParams(false)", o.SetFsdpReduceScatterUnusedParams(false)},
+		{"o.SetFsdpCpuOffload(false)", o.SetFsdpCpuOffload(false)},
 		{"o.SetFsdpStateDictType(\"full\")", o.SetFsdpStateDictType("full")},
 		{"o.SetDDPTimeout(1800 * time.Second)", o.SetDDPTimeout(1800 * time.Second)},
 	}

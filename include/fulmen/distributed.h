@@ -241,13 +241,15 @@ struct fulmen_error *fulmen_dist_store_delete(const struct fulmen_dist_store *st
  * (`sharding_strategy`, `auto_wrap_policy`, `min_num_params`,
  * `activation_checkpointing_policy`, `param_dtype`, `reduce_dtype`,
  * `forward_prefetch`, `backward_prefetch`, `sync_module_states`,
- * `reduce_scatter_unused_params`; and its `sync_batchnorm` and
- * `num_nodes`): checks that every rank has the same parameters, copies
- * rank 0's parameters and buffers to all ranks (neither with
+ * `reduce_scatter_unused_params`, `cpu_offload`; and its `sync_batchnorm`
+ * and `num_nodes`): checks that every rank has the same parameters,
+ * copies rank 0's parameters and buffers to all ranks (neither with
  * `sync_module_states` false: every rank must then start from the same
- * values), and keeps each rank's rows of every unit's parameters. Build
- * the optimizers over `fulmen_model_parameters(model)` after this call:
- * they then step this rank's shards. With `sync_module_states` false and
+ * values), and keeps each rank's rows of every unit's parameters (in the
+ * host's memory with `cpu_offload`: the parameters are then CPU tensors
+ * between steps and the optimizers step there). Build the optimizers over
+ * `fulmen_model_parameters(model)` after this call: they then step this
+ * rank's shards. With `sync_module_states` false and
  * `reduce_scatter_unused_params` true the collectives are PyTorch
  * FSDP2's, so this rank can share a job with Python ranks running
  * `fully_shard` with `set_force_sum_reduction_for_comms(True)` and
@@ -268,7 +270,8 @@ struct fulmen_error *fulmen_dist_store_delete(const struct fulmen_dist_store *st
  * collectives slot), FULMEN_CODE_INVALID_ARGUMENT (settings that do not
  * fit: an activation checkpointing class that names no module, a hybrid
  * sharding whose ranks do not split into `num_nodes`),
- * FULMEN_CODE_DISTRIBUTED (ranks disagree on the parameters, a rank failed,
+ * FULMEN_CODE_UNSUPPORTED (`param_dtype`, `reduce_dtype` or `cpu_offload`
+ * with NO_SHARD), FULMEN_CODE_DISTRIBUTED (ranks disagree on the parameters, a rank failed,
  * timeout), FULMEN_CODE_TORCH (out of memory while sharding). On error
  * the model is not sharded, but it may hold rank 0's values (the copy
  * ran), and after a failure while sharding (the error says so) some of

@@ -840,6 +840,13 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  *   parameters require grad); false = one more element per parameter says
  *   whether any rank had a gradient, a parameter no rank had one for keeps
  *   none, and every unit reduces as soon as its gradients are there.
+ * - `fsdp_cpu_offload` (bool; default false): strategy "fsdp": Lightning's
+ *   cpu_offload (torch's CPUOffloadPolicy): the parameter shards, their
+ *   gradients and the optimizer states live in the host's memory (pinned
+ *   under CUDA) and the optimizers step there; each gather copies a unit's
+ *   shards to the device and each reduce-scatter's result comes back, so
+ *   the device holds only gathered units, activations and buffers (refused
+ *   with NO_SHARD).
  * - `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" =
  *   checkpoints hold the whole state, gathered from every rank and written
  *   by rank 0; "sharded" = each checkpoint is a
@@ -1163,11 +1170,12 @@ struct fulmen_error *fulmen_strategy_new(const char *name,
  * "sharded"), `param_dtype` and `reduce_dtype` ("bf16", "fp16", "fp32"
  * or "none"), `forward_prefetch` (boolean, default false),
  * `backward_prefetch` ("BACKWARD_PRE", the default, or "none"),
- * `sync_module_states` (boolean, default true) and
+ * `sync_module_states` (boolean, default true),
  * `reduce_scatter_unused_params` (boolean, default false; with
  * `sync_module_states` false, what a job shared with PyTorch FSDP2 ranks
- * needs). A bad key or value is FULMEN_CODE_INVALID_ARGUMENT and changes
- * nothing.
+ * needs) and `cpu_offload` (boolean, default false: shards, gradients and
+ * optimizer states in the host's memory). A bad key or value is
+ * FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown key, a bad value, a
  * string not UTF-8), FULMEN_CODE_UNSUPPORTED (a value fulmen does not

@@ -437,6 +437,17 @@ impl ProcessGroup {
         Ok(t.f_int64_value(&[0])? > 0)
     }
 
+    /// `t` where this group can reduce it: a CPU tensor moves to the
+    /// group's device when its backend has none for the CPU (NCCL), as
+    /// the host-memory shards of FSDP's CPU offload need; anything else is
+    /// `t` itself (shallow).
+    pub fn reducible(&self, t: &Tensor) -> Result<Tensor> {
+        if self.device != tch::Device::Cpu && Device::of(t)? == Device::Cpu {
+            return Ok(t.f_to_device(self.device)?);
+        }
+        Ok(t.shallow_clone())
+    }
+
     /// Averages `values` over the ranks in place.
     pub fn mean_values(&self, values: &mut [f64]) -> Result<()> {
         self.reduce_values(values, ReduceOp::Mean)

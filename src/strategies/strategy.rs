@@ -46,6 +46,12 @@ pub(crate) trait Strategy {
         0
     }
 
+    /// Whether the parameters the optimizers step live in the host's
+    /// memory while the model computes on the device (FSDP's CPU offload).
+    fn offloads_parameters(&self) -> bool {
+        false
+    }
+
     /// Why an optimizer that re-evaluates the loss in its step (LBFGS)
     /// cannot run under this strategy; `None` when it can.
     fn closure_refusal(&self) -> Option<&'static str> {

@@ -372,10 +372,11 @@ fn closure_step(
 /// Refuses optimizers holding parameters on another device type than the
 /// model's: built before the trainer moved the model to a device whose
 /// tensors are new ones (XLA), they would step tensors the model no longer
-/// uses.
+/// uses. Under FSDP's CPU offload the parameters the optimizers step are
+/// in the host's memory.
 pub(super) fn check_optimizer_devices(run: &Run) -> Result<()> {
     let device = run.strategy.placement().device;
-    if device == Device::Cpu {
+    if device == Device::Cpu || run.strategy.offloads_parameters() {
         return Ok(());
     }
     for (i, cfg) in run.optimizers.iter().enumerate() {

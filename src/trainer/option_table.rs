@@ -776,6 +776,17 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         apply: strategy_setting!("reduce_scatter_unused_params"),
     },
     TrainerOption {
+        key: "fsdp_cpu_offload",
+        kind: OptionKind::Bool,
+        default: "false",
+        doc: "strategy \"fsdp\": Lightning's cpu_offload (torch's CPUOffloadPolicy): the parameter shards, \
+              their gradients and the optimizer states live in the host's memory (pinned under CUDA) and the \
+              optimizers step there; each gather copies a unit's shards to the device and each reduce-scatter's \
+              result comes back, so the device holds only gathered units, activations and buffers (refused with \
+              NO_SHARD)",
+        apply: strategy_setting!("cpu_offload"),
+    },
+    TrainerOption {
         key: "fsdp_state_dict_type",
         kind: OptionKind::Text,
         default: "full",

@@ -145,23 +145,32 @@ static inline fulmen_error *fixture_configure_sgd(void *ud, fulmen_optimizer_con
     return fixture_add_sgd(config, *(fulmen_model **)ud, 0.1, 0.0);
 }
 
-/* A LightningModule over `model` with `step` (and `on_hook`, may be NULL);
- * `ud` (first member: the model) goes to both and to
- * fixture_configure_sgd. */
-static inline fulmen_lightning_module *fixture_module(
+/* A LightningModule over `model` with `step`, `on_hook` (may be NULL)
+ * and `configure` (configure_optimizers); `ud` (first member: the model)
+ * goes to all three. */
+static inline fulmen_lightning_module *fixture_module_with(
     fulmen_model *model, void *ud,
     fulmen_error *(*step)(void *, fulmen_step_context *, const fulmen_batch *, fulmen_tensor **),
-    fulmen_error *(*on_hook)(void *, int32_t, fulmen_hook_context *)) {
+    fulmen_error *(*on_hook)(void *, int32_t, fulmen_hook_context *),
+    fulmen_error *(*configure)(void *, fulmen_optimizer_config *)) {
     fulmen_module_vtable vt;
     memset(&vt, 0, sizeof vt);
     vt.struct_size = sizeof vt;
     vt.userdata = ud;
     vt.training_step = step;
-    vt.configure_optimizers = fixture_configure_sgd;
+    vt.configure_optimizers = configure;
     vt.on_hook = on_hook;
     fulmen_lightning_module *m = NULL;
     CHECK_OK(fulmen_lightning_module_new(&vt, model, &m));
     return m;
+}
+
+/* fixture_module_with plain SGD (fixture_configure_sgd). */
+static inline fulmen_lightning_module *fixture_module(
+    fulmen_model *model, void *ud,
+    fulmen_error *(*step)(void *, fulmen_step_context *, const fulmen_batch *, fulmen_tensor **),
+    fulmen_error *(*on_hook)(void *, int32_t, fulmen_hook_context *)) {
+    return fixture_module_with(model, ud, step, on_hook, fixture_configure_sgd);
 }
 
 /* Pushes a batch of `n` random 2-D points with label 0 into `b` (a host

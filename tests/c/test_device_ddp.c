@@ -15,6 +15,16 @@
  *               hook's all_gather gathers the shards, its all_reduce
  *               serves reduce_scatter
  *   fsdp_staged the same through gloo on the CPU
+ *   reference_clipped  reference with Adam and gradient clipping by norm
+ *   fsdp_offload       fsdp_hook with fsdp_cpu_offload, Adam and clipping:
+ *               the parameters are CPU tensors between steps (npu ones
+ *               without offload, checked in fsdp_hook), and the weights
+ *               equal reference_clipped's
+ *   fsdp_offload_half, fsdp_offload_resumed  its first epoch with a
+ *               full checkpoint, then a resume from it for the second:
+ *               the weights equal fsdp_offload's
+ *   fsdp_offload_half_sharded, fsdp_offload_resumed_sharded  the same
+ *               with a sharded checkpoint (fsdp_state_dict_type=sharded)
  *   failing     a world of one whose hook's all_reduce fails: fit fails
  *               with the hook's message
  *   group_new   a world of one whose hook's group_new fails: fit fails
@@ -45,13 +55,47 @@
 
 static const char *self_path;
 
+/* What train() does besides its arguments (set by a scenario, each in a
+ * process of its own). */
+static struct {
+    const char *clip;      /* gradient_clip_val (NULL: none) */
+    bool adam;             /* Adam (lr 0.01) rather than plain SGD */
+    bool cpu_offload;      /* fsdp_cpu_offload */
+    bool sharded;          /* fsdp_state_dict_type=sharded */
+    const char *root;      /* default_root_dir (NULL: no checkpoints) */
+    const char *ckpt;      /* fit's ckpt_path */
+    int64_t epochs;        /* max_epochs (0: EPOCHS) */
+    int32_t param_device;  /* the device type "0.weight" has at each step's start (-1: unchecked) */
+    int param_checks;      /* steps whose parameter device was checked */
+} extra = {NULL, false, false, false, NULL, NULL, 0, -1, 0};
+
 typedef struct {
     fulmen_model *model; /* first: fixture_configure_sgd reads it */
 } module_state;
 
+static fulmen_error *configure_adam(void *ud, fulmen_optimizer_config *config) {
+    return fixture_add_adam(config, *(fulmen_model **)ud, 0.01);
+}
+
+/* Where the first layer's weight is at the start of a step: under FSDP
+ * it holds this rank's shard there, wherever the shards live. */
+static void check_param_device(const fulmen_model *model) {
+    if (extra.param_device < 0) return;
+    fulmen_tensor *w = NULL;
+    int32_t type = -1;
+    int64_t index = -1;
+    CHECK_OK(fulmen_model_state_dict_get(model, "0.weight", &w));
+    CHECK_OK(fulmen_tensor_device(w, &type, &index));
+    if (type != extra.param_device) fprintf(stderr, "0.weight on device type %d, expected %d\n", type, extra.param_device);
+    CHECK(type == extra.param_device);
+    extra.param_checks++;
+    fulmen_tensor_free(w);
+}
+
 static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
     module_state *s = ud;
     size_t rank = 0;
+    check_param_device(s->model);
     fulmen_error *e = fulmen_distributed_ranks(&rank, NULL, NULL);
     if (e == NULL) e = fixture_cross_entropy(s->model, batch, out);
     /* Logged metrics are reduced by gloo on the CPU, beside the hook. */
@@ -82,8 +126,10 @@ static fulmen_error *train(const char *accelerator, const char *strategy, const 
     fulmen_loader *loader = fixture_loader(ds, batch, false, 0);
     CHECK_OK(fulmen_manual_seed(11));
     module_state s = {fixture_mlp(HIDDEN, 0)};
-    fulmen_lightning_module *m = fixture_module(s.model, &s, training_step, NULL);
-    fulmen_trainer_options *o = fixture_options(NULL, EPOCHS);
+    fulmen_lightning_module *m =
+        fixture_module_with(s.model, &s, training_step, NULL, extra.adam ? configure_adam : fixture_configure_sgd);
+    fulmen_trainer_options *o = fixture_options(extra.root, extra.epochs > 0 ? extra.epochs : EPOCHS);
+    if (extra.clip != NULL) CHECK_OK(fulmen_trainer_options_set(o, "gradient_clip_val", extra.clip));
     CHECK_OK(fulmen_trainer_options_set(o, "accelerator", accelerator));
     CHECK_OK(fulmen_trainer_options_set(o, "devices", devices));
     fulmen_strategy *st = NULL;
@@ -91,12 +137,14 @@ static fulmen_error *train(const char *accelerator, const char *strategy, const 
     CHECK_OK(fulmen_strategy_set(st, "timeout", "60"));
     if (named_backend != NULL) CHECK_OK(fulmen_strategy_set(st, "process_group_backend", named_backend));
     if (strcmp(strategy, "fsdp") == 0) CHECK_OK(fulmen_strategy_set(st, "auto_wrap_policy", "Linear"));
+    if (extra.cpu_offload) CHECK_OK(fulmen_strategy_set(st, "cpu_offload", "true"));
+    if (extra.sharded) CHECK_OK(fulmen_strategy_set(st, "state_dict_type", "sharded"));
     CHECK_OK(fulmen_trainer_options_set_strategy(o, st));
     fulmen_strategy_free(st);
     fulmen_trainer *t = NULL;
     CHECK_OK(fulmen_trainer_new(o, &t));
     fulmen_trainer_options_free(o);
-    fulmen_error *err = fulmen_trainer_fit(t, m, loader, NULL, NULL);
+    fulmen_error *err = fulmen_trainer_fit(t, m, loader, NULL, extra.ckpt);
     if (err == NULL && weights != NULL) CHECK_OK(fulmen_model_save(s.model, weights));
     if (err == NULL && synced != NULL) CHECK_OK(fulmen_trainer_callback_metric(t, "rank_synced", synced));
     fulmen_trainer_free(t);
@@ -122,6 +170,20 @@ static int scenario_reference(const char *dir) {
     return check_finish("reference");
 }
 
+/* Adam and clipping by norm: what the offloaded optimizers step and clip. */
+static void with_adam_and_clipping(void) {
+    extra.adam = true;
+    extra.clip = "0.3";
+}
+
+static int scenario_reference_clipped(const char *dir) {
+    char weights[512];
+    snprintf(weights, sizeof weights, "%s/reference_clipped.safetensors", dir);
+    with_adam_and_clipping();
+    CHECK_OK(train("cpu", "single_device", "1", 2 * RANK_BATCH, weights, NULL));
+    return check_finish("reference_clipped");
+}
+
 /* Two launched ranks of `strategy` on npu:0 and npu:1; each saves
  * <name>-rank<N>. */
 static int two_ranks(const char *dir, const char *name, const char *strategy, bool with_hook) {
@@ -136,7 +198,10 @@ static int two_ranks(const char *dir, const char *name, const char *strategy, bo
     snprintf(final, sizeof final, "%s/%s-rank%zu.safetensors", dir, name, rank);
     CHECK(rename(weights, final) == 0);
     CHECK(fabs(synced - 0.5) < 1e-12);
-    int64_t steps = EPOCHS * (SAMPLES / 2 / RANK_BATCH);
+    /* A resume here continues from the first of two epochs. */
+    int64_t epochs = extra.ckpt != NULL ? 1 : (extra.epochs > 0 ? extra.epochs : EPOCHS);
+    int64_t steps = epochs * (SAMPLES / 2 / RANK_BATCH);
+    if (extra.param_device >= 0) CHECK(extra.param_checks == steps);
     if (with_hook) {
         /* One group; the module state broadcast, every step's gradient
          * buckets (FSDP: reduce-scatters) and the parameter check (FSDP:
@@ -412,7 +477,30 @@ int main(int argc, char **argv) {
         if (strcmp(s, "reference") == 0) return scenario_reference(dir);
         if (strcmp(s, "hook") == 0) return two_ranks(dir, "hook", "ddp", true);
         if (strcmp(s, "staged") == 0) return two_ranks(dir, "staged", "ddp", false);
-        if (strcmp(s, "fsdp_hook") == 0) return two_ranks(dir, "fsdp_hook", "fsdp", true);
+        if (strcmp(s, "fsdp_hook") == 0) {
+            extra.param_device = FULMEN_DEVICE_TYPE_PRIVATE_USE1;
+            return two_ranks(dir, "fsdp_hook", "fsdp", true);
+        }
+        if (strcmp(s, "reference_clipped") == 0) return scenario_reference_clipped(dir);
+        if (strncmp(s, "fsdp_offload", 12) == 0) {
+            char root[512];
+            extra.sharded = strstr(s, "_sharded") != NULL;
+            snprintf(root, sizeof root, "%s/offload_root%s", dir, extra.sharded ? "_sharded" : "");
+            with_adam_and_clipping();
+            extra.cpu_offload = true;
+            extra.param_device = FULMEN_DEVICE_TYPE_CPU;
+            if (strncmp(s, "fsdp_offload_half", 17) == 0) {
+                extra.root = root;
+                extra.epochs = 1;
+            } else if (strncmp(s, "fsdp_offload_resumed", 20) == 0) {
+                extra.root = root;
+                extra.ckpt = "last";
+            } else if (strcmp(s, "fsdp_offload") != 0) {
+                fprintf(stderr, "unknown scenario %s\n", s);
+                return 2;
+            }
+            return two_ranks(dir, s, "fsdp", true);
+        }
         if (strcmp(s, "fsdp_staged") == 0) return two_ranks(dir, "fsdp_staged", "fsdp", false);
         if (strcmp(s, "failing") == 0) return scenario_failing(dir);
         if (strcmp(s, "group_new") == 0) return scenario_group_new(dir);
@@ -440,6 +528,17 @@ int main(int argc, char **argv) {
     CHECK(run("fsdp_staged", dir) == 0);
     expect_same(dir, "reference.safetensors", "fsdp_staged-rank0.safetensors");
     expect_same(dir, "fsdp_staged-rank0.safetensors", "fsdp_staged-rank1.safetensors");
+    CHECK(run("reference_clipped", dir) == 0);
+    CHECK(run("fsdp_offload", dir) == 0);
+    expect_same(dir, "reference_clipped.safetensors", "fsdp_offload-rank0.safetensors");
+    expect_same(dir, "fsdp_offload-rank0.safetensors", "fsdp_offload-rank1.safetensors");
+    CHECK(run("fsdp_offload_half", dir) == 0);
+    CHECK(run("fsdp_offload_resumed", dir) == 0);
+    expect_same(dir, "fsdp_offload-rank0.safetensors", "fsdp_offload_resumed-rank0.safetensors");
+    CHECK(run("fsdp_offload_half_sharded", dir) == 0);
+    CHECK(run("fsdp_offload_resumed_sharded", dir) == 0);
+    expect_same(dir, "fsdp_offload-rank0.safetensors", "fsdp_offload_resumed_sharded-rank0.safetensors");
+    expect_same(dir, "fsdp_offload_resumed_sharded-rank0.safetensors", "fsdp_offload_resumed_sharded-rank1.safetensors");
     CHECK(run("failing", dir) == 0);
     CHECK(run("group_new", dir) == 0);
     CHECK(run("named", dir) == 0);

@@ -10,7 +10,9 @@
  * real float16 overflow, batches from pinned memory (pin_memory), read
  * ahead by loader workers, DDP in a world of one with NCCL and with gloo,
  * FSDP in a world of one over NCCL against the same FSDP fit on the CPU
- * (full and sharded checkpoints, a resume from the sharded one),
+ * (full and sharded checkpoints, a resume from the sharded one), FSDP's
+ * CPU offload against the same fit without it (clipped; a resume from
+ * its sharded checkpoint),
  * an exact resume from a checkpoint on the GPU with dropout (the CUDA
  * generator's state travels in the checkpoint), the sequence layers on the
  * GPU (cuDNN's LSTM with packed lengths, the transformer encoder layer with
@@ -225,6 +227,9 @@ static void test_devices(void) {
 
 /* FSDP's checkpoints in fit_on: "full" or "sharded" (NULL: the default). */
 static const char *fsdp_state_dict_type = NULL;
+/* fit_on with FSDP's CPU offload, and with gradient_clip_val (NULL: none). */
+static bool fsdp_cpu_offload = false;
+static const char *fit_clip = NULL;
 
 /* Fits the blobs MLP (with `dropout`) on `accelerator` ("cuda": cuda:0)
  * with `precision` and `strategy` (backend: NULL for the default) for
@@ -245,6 +250,8 @@ static double fit_on(const char *accelerator, const char *precision, const char 
     CHECK_OK(fulmen_trainer_options_set_bool(o, "deterministic", true));
     if (backend != NULL) CHECK_OK(fulmen_trainer_options_set(o, "process_group_backend", backend));
     if (fsdp_state_dict_type != NULL) CHECK_OK(fulmen_trainer_options_set(o, "fsdp_state_dict_type", fsdp_state_dict_type));
+    if (fsdp_cpu_offload) CHECK_OK(fulmen_trainer_options_set_bool(o, "fsdp_cpu_offload", true));
+    if (fit_clip != NULL) CHECK_OK(fulmen_trainer_options_set(o, "gradient_clip_val", fit_clip));
     if (checkpoint_format != NULL) {
         /* Without a logger the checkpoints go to default_root_dir/checkpoints. */
         CHECK_OK(fulmen_trainer_options_set(o, "checkpoint_format", checkpoint_format));
@@ -555,6 +562,41 @@ static void test_fsdp_world_of_one(void) {
     fulmen_model_free(resumed);
 }
 
+/* FSDP's CPU offload over NCCL (shards, gradients and SGD in pinned host
+ * memory, clipping's norms reduced on the GPU) trains as the same fit
+ * without offload, and resumes exactly from its sharded checkpoint. */
+static void test_fsdp_cpu_offload(void) {
+    fulmen_model *kept = NULL, *offloaded = NULL, *whole = NULL, *resumed = NULL;
+    fit_clip = "0.3";
+    double on_gpu = fit_on("cuda", "32-true", "fsdp", "nccl", 2, 0, NULL, NULL, &kept);
+    fsdp_cpu_offload = true;
+    double off = fit_on("cuda", "32-true", "fsdp", "nccl", 2, 0, NULL, NULL, &offloaded);
+    double diff = fixture_max_diff(kept, offloaded);
+    printf("fsdp cpu_offload (nccl, world of 1) train_loss after 2 epochs: %.6f (on the GPU: %.6f); max |w - w_gpu| = "
+           "%g\n",
+           off, on_gpu, diff);
+    CHECK(off >= 0 && off < 0.3);
+    CHECK_NEAR(off, on_gpu, 1e-5);
+    CHECK(diff < 1e-5);
+    char one[640], split[640];
+    snprintf(one, sizeof one, "%s/fsdp-offload-whole", work);
+    snprintf(split, sizeof split, "%s/fsdp-offload-split", work);
+    fsdp_state_dict_type = "sharded";
+    fit_on("cuda", "32-true", "fsdp", "nccl", 4, 0.3, one, NULL, &whole);
+    fit_on("cuda", "32-true", "fsdp", "nccl", 2, 0.3, split, NULL, NULL);
+    fit_on("cuda", "32-true", "fsdp", "nccl", 4, 0.3, split, "last", &resumed);
+    fsdp_state_dict_type = NULL;
+    fsdp_cpu_offload = false;
+    fit_clip = NULL;
+    double resume_diff = fixture_max_diff(whole, resumed);
+    printf("fsdp cpu_offload (nccl) resume from a sharded checkpoint: max |whole - resumed| = %g\n", resume_diff);
+    CHECK(resume_diff == 0);
+    fulmen_model_free(kept);
+    fulmen_model_free(offloaded);
+    fulmen_model_free(whole);
+    fulmen_model_free(resumed);
+}
+
 /* 4 epochs in one go equal 2 epochs, then a resume from last.ckpt for 2
  * more, weight for weight, with dropout drawn from the CUDA generator: the
  * resumed run (in this process, reseeded) draws the same masks only if the
@@ -598,6 +640,7 @@ int main(int argc, char **argv) {
     test_pinned_batches();
     test_ddp_world_of_one();
     test_fsdp_world_of_one();
+    test_fsdp_cpu_offload();
     test_exact_resume();
     test_workers_on_gpu();
     test_sequence_on_gpu();

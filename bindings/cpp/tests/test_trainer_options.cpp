@@ -76,6 +76,7 @@ fulmen::TrainerOptions o;
     o.fsdp_backward_prefetch("BACKWARD_PRE");
     o.fsdp_sync_module_states(true);
     o.fsdp_reduce_scatter_unused_params(false);
+    o.fsdp_cpu_offload(false);
     o.fsdp_state_dict_type("full");
     o.ddp_timeout(std::chrono::seconds(1800));
     fulmen::Trainer trainer(o);

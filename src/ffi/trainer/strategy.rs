@@ -56,11 +56,12 @@ pub unsafe extern "C" fn fulmen_strategy_new(name: *const c_char, out: *mut *mut
 /// "sharded"), `param_dtype` and `reduce_dtype` ("bf16", "fp16", "fp32"
 /// or "none"), `forward_prefetch` (boolean, default false),
 /// `backward_prefetch` ("BACKWARD_PRE", the default, or "none"),
-/// `sync_module_states` (boolean, default true) and
+/// `sync_module_states` (boolean, default true),
 /// `reduce_scatter_unused_params` (boolean, default false; with
 /// `sync_module_states` false, what a job shared with PyTorch FSDP2 ranks
-/// needs). A bad key or value is FULMEN_CODE_INVALID_ARGUMENT and changes
-/// nothing.
+/// needs) and `cpu_offload` (boolean, default false: shards, gradients and
+/// optimizer states in the host's memory). A bad key or value is
+/// FULMEN_CODE_INVALID_ARGUMENT and changes nothing.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (an unknown key, a bad value, a
 /// string not UTF-8), FULMEN_CODE_UNSUPPORTED (a value fulmen does not

@@ -250,6 +250,10 @@ impl Strategy for FsdpStrategy {
         }
     }
 
+    fn offloads_parameters(&self) -> bool {
+        self.options.cpu_offload
+    }
+
     fn closure_refusal(&self) -> Option<&'static str> {
         Some(
             "an optimizer that re-evaluates the loss in its step does not run under strategy \"fsdp\" (each rank \

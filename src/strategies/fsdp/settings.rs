@@ -123,6 +123,13 @@ pub struct FsdpOptions {
     /// keeps none, as on one device, and every unit reduces as soon as its
     /// gradients are there.
     pub reduce_scatter_unused_params: bool,
+    /// Lightning's `cpu_offload` (torch's `CPUOffloadPolicy`): the shards,
+    /// their gradients and so the optimizer states live in the host's
+    /// memory (pinned under CUDA), the optimizers step there; each gather
+    /// copies a unit's shards to the device, each reduce-scatter's result
+    /// is copied back. Only the gathered parameters, the activations and
+    /// the buffers take device memory.
+    pub cpu_offload: bool,
 }
 
 impl Default for FsdpOptions {
@@ -139,6 +146,7 @@ impl Default for FsdpOptions {
             backward_prefetch: true,
             sync_module_states: true,
             reduce_scatter_unused_params: false,
+            cpu_offload: false,
         }
     }
 }
@@ -178,6 +186,7 @@ impl FsdpOptions {
             "forward_prefetch" => self.forward_prefetch = crate::parse::parse_bool(key, v)?,
             "sync_module_states" => self.sync_module_states = crate::parse::parse_bool(key, v)?,
             "reduce_scatter_unused_params" => self.reduce_scatter_unused_params = crate::parse::parse_bool(key, v)?,
+            "cpu_offload" => self.cpu_offload = crate::parse::parse_bool(key, v)?,
             "backward_prefetch" => {
                 self.backward_prefetch = match v.trim().to_ascii_uppercase().as_str() {
                     "BACKWARD_PRE" | "TRUE" | "1" => true,
@@ -209,10 +218,17 @@ impl FsdpOptions {
         Ok(true)
     }
 
-    /// Refuses settings that do not go together: a `param_dtype` or
-    /// `reduce_dtype` under NO_SHARD, where nothing is gathered or
-    /// reduce-scattered to cast.
+    /// Refuses settings that do not go together: a `param_dtype`,
+    /// `reduce_dtype` or `cpu_offload` under NO_SHARD, where nothing is
+    /// gathered or reduce-scattered to cast or to copy to the device.
     pub fn validate(&self) -> Result<()> {
+        if self.sharding_strategy == ShardingStrategy::NoShard && self.cpu_offload {
+            return Err(Error::new(
+                ErrorCode::Unsupported,
+                "strategy \"fsdp\": fsdp_cpu_offload with NO_SHARD (every rank computes on its whole parameters, \
+                 nothing is gathered onto the device); use FULL_SHARD, SHARD_GRAD_OP or a hybrid sharding",
+            ));
+        }
         if self.sharding_strategy == ShardingStrategy::NoShard
             && (self.param_dtype.is_some() || self.reduce_dtype.is_some())
         {
@@ -229,7 +245,7 @@ impl FsdpOptions {
 /// The keys [`FsdpOptions::set`] knows, for error messages.
 pub const KEYS: &str = "sharding_strategy, auto_wrap_policy, min_num_params, activation_checkpointing_policy, \
                         state_dict_type, param_dtype, reduce_dtype, forward_prefetch, backward_prefetch, \
-                        sync_module_states, reduce_scatter_unused_params";
+                        sync_module_states, reduce_scatter_unused_params, cpu_offload";
 
 /// A comma-separated list of class names ("none" or "" for none).
 fn parse_class_list(key: &str, v: &str) -> Result<Vec<String>> {
@@ -311,5 +327,13 @@ mod tests {
         assert!(o.set("sync_module_states", "false").unwrap() && !o.sync_module_states);
         assert!(o.set("reduce_scatter_unused_params", "true").unwrap() && o.reduce_scatter_unused_params);
         assert!(o.set("sync_module_states", "maybe").unwrap_err().message.contains("sync_module_states"));
+        // CPU offload: off by default; nothing to offload under NO_SHARD.
+        assert!(!o.cpu_offload);
+        assert!(o.set("cpu_offload", "true").unwrap() && o.cpu_offload);
+        o.validate().unwrap();
+        assert!(o.set("sharding_strategy", "NO_SHARD").unwrap());
+        let e = o.validate().unwrap_err();
+        assert!(e.code == ErrorCode::Unsupported && e.message.contains("cpu_offload"), "{e}");
+        assert!(o.set("cpu_offload", "often").unwrap_err().message.contains("cpu_offload"));
     }
 }

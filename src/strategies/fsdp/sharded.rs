@@ -157,6 +157,7 @@ impl ShardedModel {
                 reshard_after_forward: after_forward,
                 mp,
                 reduce_scatter_unused_params: options.reduce_scatter_unused_params,
+                cpu_offload: options.cpu_offload,
             };
             match FsdpUnit::new(planned.path, planned.params, unit_groups, settings, links) {
                 Ok(unit) => made.units.push(unit),

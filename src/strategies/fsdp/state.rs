@@ -5,7 +5,7 @@ use super::unit::{FsdpUnit, ShardedParam};
 use crate::distributed::{ProcessGroup, ReduceOp};
 use crate::error::{Error, Result};
 use crate::optim::Optimizer;
-use crate::tensor::device::{to_device_of, zeros_on_device_of};
+use crate::tensor::device::{to_device_of, zeros_on_device_of, Device};
 use std::sync::Arc;
 use tch::Tensor;
 
@@ -15,7 +15,10 @@ use tch::Tensor;
 /// per-parameter norms (from summed squared shard norms; a replicated
 /// one's counted once) and their norm, `clip_coef = max_norm / (total +
 /// 1e-6)` clamped to 1. Returns the total norm before clipping (a 0-dim
-/// tensor on the gradients' device: reading it waits for the device).
+/// tensor on the device the norms met on: the first gradient's off the
+/// CPU, else the CPU's unless the group reduces only on its device;
+/// reading it waits for the device). With CPU offload the shards'
+/// gradients are in the host's memory, the replicated ones on the device.
 pub(crate) fn clip_norm_over_ranks(
     group: &ProcessGroup,
     params: &[Tensor],
@@ -31,12 +34,15 @@ pub(crate) fn clip_norm_over_ranks(
     // gradient here counts 0.
     let Some(any) = grads.iter().find(|g| g.defined()) else {
         let zeros = match params.first() {
-            Some(p) => zeros_on_device_of(&[params.len() as i64], p.kind(), p)?,
+            Some(p) => group.reducible(&zeros_on_device_of(&[params.len() as i64], p.kind(), p)?)?,
             None => return Ok(Tensor::f_zeros([], (tch::Kind::Float, tch::Device::Cpu))?),
         };
         group.all_reduce(&[zeros.shallow_clone()], ReduceOp::Sum)?;
         return Ok(zeros.f_sum(zeros.kind())?.f_sqrt()?);
     };
+    // Where the norms meet: a gradient's off the CPU when there is one.
+    let meet =
+        grads.iter().filter(|g| g.defined()).find(|g| Device::of(g).is_ok_and(|d| d != Device::Cpu)).unwrap_or(any);
     let world = group.world_size() as f64;
     let squares: Vec<Tensor> = grads
         .iter()
@@ -49,10 +55,10 @@ pub(crate) fn clip_norm_over_ranks(
                 g.f_to_kind(any.kind())?.f_flatten(0, -1)?.f_norm_scalaropt_dim(2.0, [0i64].as_slice(), false)?;
             let square = norm.f_square()?;
             let whole = replicated.iter().any(|r| r.data_ptr() == p.data_ptr() && r.size() == p.size());
-            Ok(if whole { square.f_div_scalar(world)? } else { square })
+            to_device_of(&if whole { square.f_div_scalar(world)? } else { square }, meet)
         })
         .collect::<Result<_>>()?;
-    let stacked = Tensor::f_stack(&squares, 0)?;
+    let stacked = group.reducible(&Tensor::f_stack(&squares, 0)?)?;
     group.all_reduce(&[stacked.shallow_clone()], ReduceOp::Sum)?;
     let total = stacked.f_sqrt()?.f_norm_scalaropt_dim(2.0, [0i64].as_slice(), false)?;
     let coef = total.f_add_scalar(1e-6)?.f_reciprocal()?.f_mul_scalar(max_norm)?.f_clamp_max(1.0)?;
@@ -110,7 +116,9 @@ pub(crate) fn full_optimizer_state(
         if t.size() != *shard_shape {
             continue;
         }
-        let all = group.all_gather(t)?;
+        // Through the device when the state is in the host's memory (CPU
+        // offload) and the group reduces only there; kept where it was.
+        let all = to_device_of(&group.all_gather(&group.reducible(t)?)?, t)?;
         let dim0 = shape.first().copied().unwrap_or(1);
         let mut stacked = vec![rows * group.world_size() as i64];
         stacked.extend(shape.iter().skip(1));

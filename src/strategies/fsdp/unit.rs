@@ -19,13 +19,19 @@
 //! gradients are reduce-scattered in `reduce_dtype` and land in the
 //! shards in their dtype. Gathering for a checkpoint or for the end of a
 //! run ([`FsdpUnit::gather_master`]) gives the shards' own values.
+//!
+//! With CPU offload (torch's `CPUOffloadPolicy`) the shards live in the
+//! host's memory (pinned under CUDA), so the optimizers step there: each
+//! gather copies the unit's shards to the device first, and each
+//! reduce-scatter's result is copied back into the host's gradients. The
+//! full buffers, and so the forward and backward, stay on the device.
 use super::prefetch::UnitOrder;
 use crate::distributed::group::PendingGather;
 use crate::distributed::{ProcessGroup, ReduceOp};
 use crate::error::{Error, Result};
 use crate::nn::ShardHook;
 use crate::shim;
-use crate::tensor::device::{empty_on_device_of, zeros_on_device_of};
+use crate::tensor::device::{empty_on_device_of, to_device_of, zeros_on_device_of, Device};
 use crate::tensor::dtype::is_floating;
 use crate::tensor::grad::set_grad;
 use libc::c_void;
@@ -83,13 +89,14 @@ pub(crate) struct ShardedParam {
     /// Rows of the padded dimension 0 each rank holds.
     pub rows: i64,
     /// The padded full parameter, `[world * rows, shape[1..]]`, in the
-    /// compute dtype; its storage holds no memory while the unit is
-    /// sharded.
+    /// compute dtype, on the device the unit computes and communicates
+    /// on; its storage holds no memory while the unit is sharded.
     full: Tensor,
     /// Size of `full`'s storage when gathered.
     full_bytes: usize,
     /// This rank's rows, `[rows, shape[1..]]`: the parameter's data while
-    /// sharded, the tensor the optimizer updates.
+    /// sharded, the tensor the optimizer updates (in the host's memory
+    /// with CPU offload).
     pub shard: Tensor,
 }
 
@@ -190,6 +197,8 @@ pub(crate) struct UnitSettings {
     /// FSDP2's `reduce_scatter_unused_params`: no flags in the
     /// reduce-scatter, every parameter given a gradient.
     pub reduce_scatter_unused_params: bool,
+    /// The shards and their gradients live in the host's memory.
+    pub cpu_offload: bool,
 }
 
 /// What a unit shares with the model's other units.
@@ -286,6 +295,17 @@ fn storage_bytes(t: &Tensor) -> Result<usize> {
     Ok(n)
 }
 
+/// `t` copied into the host's memory for CPU offload, pinned when it
+/// comes from a CUDA device (copies between pinned memory and the device
+/// run at the bus's speed; torch's `CPUOffloadPolicy(pin_memory=True)`).
+fn offloaded(t: &Tensor) -> Result<Tensor> {
+    let host = t.f_to_device(tch::Device::Cpu)?;
+    match Device::of(t)? {
+        Device::Cuda(i) => Ok(host.f_pin_memory(tch::Device::Cuda(i))?),
+        _ => Ok(host),
+    }
+}
+
 /// Makes `param` (the same leaf, whoever holds it) hold `data`: torch's
 /// `param.data = data`.
 fn point(param: &Tensor, data: &Tensor) -> Result<()> {
@@ -303,7 +323,7 @@ impl FsdpUnit {
         settings: UnitSettings,
         links: UnitLinks,
     ) -> Result<Arc<Self>> {
-        let UnitSettings { reshard_after_forward, mp, reduce_scatter_unused_params } = settings;
+        let UnitSettings { reshard_after_forward, mp, reduce_scatter_unused_params, cpu_offload } = settings;
         let UnitLinks { sync, order, index } = links;
         let UnitGroups { shard: group, replicas } = groups;
         let (rank, world) = (group.rank(), group.world_size());
@@ -317,7 +337,8 @@ impl FsdpUnit {
                 full_shape.extend(shape.iter().skip(1));
                 let full = zeros_on_device_of(&full_shape, mp.compute(param.kind()), &param)?;
                 let mut sp = ShardedParam { param, shape, dim0, rows, full, full_bytes: 0, shard: Tensor::new() };
-                sp.shard = sp.rows_of(&sp.param.f_detach()?, rank, world)?;
+                let rows = sp.rows_of(&sp.param.f_detach()?, rank, world)?;
+                sp.shard = if cpu_offload { offloaded(&rows)? } else { rows };
                 sp.full_bytes = storage_bytes(&sp.full)?;
                 point(&sp.param, &sp.shard)?;
                 resize_storage(&sp.full, 0)?;
@@ -438,7 +459,7 @@ impl FsdpUnit {
                 let full = if master {
                     // Its own buffer, in the shard's dtype, dropped when the
                     // parameter holds its shard again.
-                    empty_on_device_of(&p.rows_shape(self.world as i64), p.shard.kind(), &p.shard)?
+                    empty_on_device_of(&p.rows_shape(self.world as i64), p.shard.kind(), &p.full)?
                 } else {
                     resize_storage(&p.full, p.full_bytes)?;
                     p.full.shallow_clone()
@@ -454,14 +475,16 @@ impl FsdpUnit {
         Ok(())
     }
 
-    /// This rank's shards flattened into one tensor, in the shards' own
-    /// dtype (`master`) or the compute dtype: what a gather sends.
+    /// This rank's shards flattened into one tensor on the device the
+    /// unit communicates on (copied there from the host's memory under
+    /// CPU offload), in the shards' own dtype (`master`) or the compute
+    /// dtype: what a gather sends.
     fn flat_shards(&self, params: &[ShardedParam], master: bool) -> Result<Tensor> {
         let flats = params
             .iter()
             .map(|p| {
                 let kind = if master { p.shard.kind() } else { self.mp.compute(p.shard.kind()) };
-                Ok(p.shard.view([-1]).f_to_kind(kind)?)
+                to_device_of(&p.shard.view([-1]).f_to_kind(kind)?, &p.full)
             })
             .collect::<Result<Vec<Tensor>>>()?;
         Ok(Tensor::f_cat(&flats, 0)?)
@@ -731,8 +754,8 @@ impl FsdpUnit {
         let count = if unused_as_zeros { 0 } else { st.params.len() as i64 };
         tch::no_grad(|| -> Result<()> {
             let total: i64 = st.params.iter().zip(&carried).filter(|(_, c)| **c).map(|(p, _)| p.shard_numel()).sum();
-            let first = &st.params[0].shard;
-            let buf = zeros_on_device_of(&[world, total + count], self.mp.reduction(first.kind()), first)?;
+            let first = &st.params[0];
+            let buf = zeros_on_device_of(&[world, total + count], self.mp.reduction(first.shard.kind()), &first.full)?;
             let mut offset = 0;
             for (i, p) in st.params.iter().enumerate().filter(|(i, _)| carried[*i]) {
                 let n = p.shard_numel();
@@ -778,6 +801,8 @@ impl FsdpUnit {
                     // Its own storage: optimizers detach and zero gradients in place.
                     let g = mine.f_narrow(0, offset, n)?.f_reshape(p.shard.size())?.f_div_scalar(post)?;
                     let g = if g.kind() == p.shard.kind() { g } else { g.f_to_kind(p.shard.kind())? };
+                    // Beside its shard (the host's memory under CPU offload).
+                    let g = to_device_of(&g, &p.shard)?;
                     match parked.take() {
                         Some(earlier) => {
                             let _ = earlier.shallow_clone().f_add_(&g)?;

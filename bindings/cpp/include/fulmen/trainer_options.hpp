@@ -452,6 +452,15 @@ public:
     /// Sets `fsdp_reduce_scatter_unused_params` on a temporary and passes it on.
     Self&& fsdp_reduce_scatter_unused_params(bool v) && { return std::move(put("fsdp_reduce_scatter_unused_params", v)); }
 
+    /// `fsdp_cpu_offload` (bool; default false): strategy "fsdp": Lightning's cpu_offload (torch's
+    /// CPUOffloadPolicy): the parameter shards, their gradients and the optimizer states live in
+    /// the host's memory (pinned under CUDA) and the optimizers step there; each gather copies a
+    /// unit's shards to the device and each reduce-scatter's result comes back, so the device holds
+    /// only gathered units, activations and buffers (refused with NO_SHARD).
+    Self& fsdp_cpu_offload(bool v) & { return put("fsdp_cpu_offload", v); }
+    /// Sets `fsdp_cpu_offload` on a temporary and passes it on.
+    Self&& fsdp_cpu_offload(bool v) && { return std::move(put("fsdp_cpu_offload", v)); }
+
     /// `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" = checkpoints hold the
     /// whole state, gathered from every rank and written by rank 0; "sharded" = each checkpoint is
     /// a torch.distributed.checkpoint directory (every rank writes its shards, rank 0 .metadata and
