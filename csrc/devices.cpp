@@ -7,6 +7,8 @@
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/Device.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -35,6 +37,22 @@ int fulmen_cxx_tensor_to_device(const void* t, int type, int64_t index, int non_
   FULMEN_CXX_TRY
   const auto& src = *static_cast<const at::Tensor*>(t);
   *out = new at::Tensor(src.to(device_from(type, index), non_blocking != 0));
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// *out = a new tensor of `shape` (`ndim` sizes, each >= 0) on the device
+// of `device_like` with the dtype of `dtype_like`, made there directly (no
+// copy through the CPU): uninitialised, or zeros with `zeroed`. A new heap
+// at::Tensor*.
+int fulmen_cxx_tensor_new_on_device_of(const void* device_like, const void* dtype_like, const int64_t* shape,
+                                       size_t ndim, int zeroed, void** out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  const auto& d = *static_cast<const at::Tensor*>(device_like);
+  const auto& k = *static_cast<const at::Tensor*>(dtype_like);
+  TORCH_CHECK(ndim <= 64 && (ndim == 0 || shape != nullptr), "a shape of ", ndim, " dimensions");
+  at::IntArrayRef sizes(shape, ndim);
+  auto options = at::TensorOptions().device(d.device()).dtype(k.scalar_type());
+  *out = new at::Tensor(zeroed != 0 ? at::zeros(sizes, options) : at::empty(sizes, options));
   FULMEN_CXX_CATCH(err, err_len)
 }
 

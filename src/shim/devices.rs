@@ -12,6 +12,16 @@ extern "C" {
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;
+    pub(crate) fn fulmen_cxx_tensor_new_on_device_of(
+        device_like: *const c_void,
+        dtype_like: *const c_void,
+        shape: *const i64,
+        ndim: size_t,
+        zeroed: c_int,
+        out: *mut *mut c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
     pub(crate) fn fulmen_cxx_tensor_identity(
         t: *const c_void,
         by_impl: c_int,

@@ -412,24 +412,47 @@ pub fn note_backward() {
     BACKWARD_RAN.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Zeros of `shape` and `kind` on the device of `like` (made there
-/// directly where tch names the device).
+/// Zeros of `shape` and `kind` on the device of `like`, made there
+/// directly.
 pub fn zeros_on_device_of(shape: &[i64], kind: tch::Kind, like: &Tensor) -> Result<Tensor> {
-    let d = Device::of(like)?;
-    match d.tch() {
+    match Device::of(like)?.tch() {
         Some(td) => Ok(Tensor::f_zeros(shape, (kind, td))?),
-        None => to_device(&Tensor::f_zeros(shape, (kind, tch::Device::Cpu))?, d, false),
+        None => new_on_device_of(shape, kind, like, true),
     }
 }
 
-/// An uninitialised tensor of `shape` and `kind` on the device of `like`
-/// (made there directly where tch names the device, else moved there).
+/// An uninitialised tensor of `shape` and `kind` on the device of `like`,
+/// made there directly.
 pub fn empty_on_device_of(shape: &[i64], kind: tch::Kind, like: &Tensor) -> Result<Tensor> {
-    let d = Device::of(like)?;
-    match d.tch() {
+    match Device::of(like)?.tch() {
         Some(td) => Ok(Tensor::f_empty(shape, (kind, td))?),
-        None => to_device(&Tensor::f_empty(shape, (kind, tch::Device::Cpu))?, d, false),
+        None => new_on_device_of(shape, kind, like, false),
     }
+}
+
+/// A tensor on a device tch cannot name (a vendor's), made there through
+/// the shim rather than on the CPU and copied.
+fn new_on_device_of(shape: &[i64], kind: tch::Kind, like: &Tensor, zeroed: bool) -> Result<Tensor> {
+    // The dtype crosses as an empty CPU tensor of it (tch keeps its
+    // ScalarType codes to itself).
+    let dtype = Tensor::f_empty([0], (kind, tch::Device::Cpu))?;
+    let mut out: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: both tensors and `shape` outlive the call; `out` receives a
+    // heap `at::Tensor*`, which `from_ptr` owns.
+    call("make a tensor on a device", |err, len| unsafe {
+        shim::fulmen_cxx_tensor_new_on_device_of(
+            like.as_ptr().cast(),
+            dtype.as_ptr().cast(),
+            shape.as_ptr(),
+            shape.len(),
+            c_int::from(zeroed),
+            &mut out,
+            err,
+            len,
+        )
+    })?;
+    // SAFETY: the shim returned a new tensor.
+    Ok(unsafe { Tensor::from_ptr(out.cast()) })
 }
 
 /// Whether the fake device is registered under `name` (a repeated
