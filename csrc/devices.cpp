@@ -7,6 +7,7 @@
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/_has_compatible_shallow_copy_type.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/Device.h>
@@ -101,7 +102,9 @@ int fulmen_cxx_tensor_set_data_compatible(const void* t, const void* data, int* 
   FULMEN_CXX_TRY
   const auto& a = *static_cast<const at::Tensor*>(t);
   const auto& b = *static_cast<const at::Tensor*>(data);
-  *out = a.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(b.key_set()) ? 1 : 0;
+  // The dispatched op set_data itself asks, which a backend may override
+  // (TensorImpl's own answer knows no PrivateUse1).
+  *out = at::_has_compatible_shallow_copy_type(a, b) ? 1 : 0;
   FULMEN_CXX_CATCH(err, err_len)
 }
 

@@ -33,7 +33,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <cstdlib>
 #include <mutex>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace fake_device {
@@ -80,10 +82,38 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
 };
 
 // ---- 2. allocator: host memory tagged as npu:<current> ----------------------
-void npu_free(void* p) { c10::free_cpu(p); }
+// The bytes this process's fake devices hold, and the most they may hold
+// (FULMEN_FAKE_DEVICE_MEMORY_LIMIT, read at registration; 0: no limit), so
+// a test can show that a run fits a device smaller than its model.
+std::atomic<size_t> g_live_bytes{0};
+std::atomic<size_t> g_limit_bytes{0};
+std::mutex& g_sizes_mu = *new std::mutex();
+std::unordered_map<void*, size_t>& g_sizes = *new std::unordered_map<void*, size_t>();
+
+void npu_free(void* p) {
+  {
+    std::lock_guard<std::mutex> l(g_sizes_mu);
+    auto it = g_sizes.find(p);
+    if (it != g_sizes.end()) {
+      g_live_bytes -= it->second;
+      g_sizes.erase(it);
+    }
+  }
+  c10::free_cpu(p);
+}
 struct NpuAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
+    size_t limit = g_limit_bytes.load();
+    size_t live = g_live_bytes.load();
+    TORCH_CHECK_WITH(OutOfMemoryError, limit == 0 || live + n <= limit, "fake device out of memory: ", n,
+                     " bytes asked while ", live, " of its ", limit,
+                     " bytes (FULMEN_FAKE_DEVICE_MEMORY_LIMIT) are in use");
     void* p = c10::alloc_cpu(n);
+    if (p != nullptr) {
+      std::lock_guard<std::mutex> l(g_sizes_mu);
+      g_sizes[p] = n;
+      g_live_bytes += n;
+    }
     return {p, p, &npu_free, c10::Device(kPU1, t_current)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &npu_free; }
@@ -326,6 +356,9 @@ void register_everything(const char* name) {
   c10::register_privateuse1_backend(name);
   static c10::impl::DeviceGuardImplRegistrar guard_registrar(kPU1, new GuardImpl());
   c10::SetAllocator(kPU1, &g_alloc);
+  if (const char* limit = std::getenv("FULMEN_FAKE_DEVICE_MEMORY_LIMIT")) {
+    g_limit_bytes = static_cast<size_t>(std::strtoull(limit, nullptr, 10));
+  }
   at::RegisterPrivateUse1HooksInterface(new Hooks());
   register_kernels(library(0, "aten", c10::DispatchKey::PrivateUse1));
   register_fallback(library(1, "_", c10::DispatchKey::PrivateUse1));

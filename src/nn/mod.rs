@@ -33,7 +33,7 @@ pub use layers::rnn::{RnnConfig, RnnKind};
 pub use layers::transformer::TransformerConfig;
 pub use layers::Activation;
 pub use module::Module;
-pub(crate) use module::{copy_state_tied, param_identity, repeated_entries, ParamId, Slot};
+pub(crate) use module::{copy_state_tied, move_in_place, param_identity, repeated_entries, ParamId, Slot};
 pub use safetensors_io::{
     read_safetensors, read_safetensors_bytes, safetensors_bytes, write_safetensors, MAX_HEADER_BYTES,
 };

@@ -705,6 +705,46 @@ impl Module {
         self.convert(Some(device), None).ctx(format!("to_device({device:?})"))
     }
 
+    /// Whether every parameter and buffer can move to `device` in place
+    /// (`param.data = ...`), so that each may move on its own
+    /// ([`move_in_place`]); false where libtorch refuses that between the
+    /// tensor types (the CPU and XLA).
+    pub(crate) fn moves_in_place(&self, device: Device) -> Result<bool> {
+        let mut probe: Option<Tensor> = None;
+        let mut result = Ok(true);
+        self.visit("", &mut |_, t, _| {
+            if !matches!(result, Ok(true)) {
+                return;
+            }
+            result = (|| -> Result<bool> {
+                let target = match &probe {
+                    Some(p) => p.shallow_clone(),
+                    None => devices::to_device(&Tensor::f_empty([0], (Kind::Float, tch::Device::Cpu))?, device, false)?,
+                };
+                let compatible = devices::set_data_compatible(t, &target.f_to_kind(t.f_kind()?)?)?;
+                probe = Some(target);
+                Ok(compatible)
+            })();
+        });
+        result
+    }
+
+    /// Moves to `device`, in place, every parameter and buffer that `held`
+    /// does not hold back, as [`Module::to_device`] does but without the
+    /// layers' settling (cuDNN's flat RNN weights): FSDP moves the
+    /// parameters it holds back unit by unit as it shards them. Needs
+    /// [`Module::moves_in_place`].
+    pub(crate) fn move_to_device_except(&self, device: Device, held: &dyn Fn(&Tensor) -> bool) -> Result<()> {
+        device.check_available()?;
+        let mut result = Ok(());
+        self.visit("", &mut |_, t, _| {
+            if result.is_ok() && !held(t) {
+                result = move_in_place(t, device).map(drop);
+            }
+        });
+        result.ctx(format!("to_device({device:?})"))
+    }
+
     /// A replica of the module on `device` (DataParallel's `replicate`):
     /// the same structure and mode, every parameter and buffer
     /// `tensor.to(device)`, so the gradients of the replica's parameters
@@ -909,6 +949,22 @@ pub(crate) use crate::tensor::dtype::is_floating;
 /// `Module._apply` gives a new Parameter; `replaced` maps each old tensor
 /// (its TensorImpl) to its new one, so tied names stay one tensor.
 /// Returns whether anything changed.
+/// Moves the parameter or buffer `t` (and its gradient) to `device` in
+/// place (`t.data = t.data.to(device)`): every handle of it sees the
+/// move; whether it moved. Refused where libtorch cannot change the
+/// tensor's type so ([`Module::moves_in_place`]).
+pub(crate) fn move_in_place(t: &Tensor, device: Device) -> Result<bool> {
+    let mut replaced = std::collections::HashMap::new();
+    let moved = convert_tensor(t, Some(device), None, &mut replaced)?;
+    if !replaced.is_empty() {
+        return Err(Error::new(
+            ErrorCode::Unsupported,
+            format!("a tensor cannot move to {} in place (libtorch keeps it a new tensor)", device.name()),
+        ));
+    }
+    Ok(moved)
+}
+
 fn convert_tensor(
     t: &Tensor,
     device: Option<Device>,

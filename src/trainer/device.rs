@@ -89,10 +89,22 @@ impl Placement {
 
     fn move_model(&self, module: &dyn LightningModule) -> Result<()> {
         if let Some(m) = module.model() {
-            let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
-            g.to_device(self.device)?;
+            m.lock().unwrap_or_else(|p| p.into_inner()).to_device(self.device)?;
+        }
+        self.cast(module)
+    }
+
+    /// Casts the module's model for `*-true` precisions where it is (FSDP
+    /// then moves it to the device unit by unit as it shards it); on
+    /// failure the device is torn down again.
+    pub fn cast_model(&self, module: &dyn LightningModule) -> Result<()> {
+        self.cast(module).map_err(|e| self.teardown_after(module, e))
+    }
+
+    fn cast(&self, module: &dyn LightningModule) -> Result<()> {
+        if let Some(m) = module.model() {
             if self.precision.precision().casts_model() {
-                g.to_kind(self.precision.param_kind())?;
+                m.lock().unwrap_or_else(|p| p.into_inner()).to_kind(self.precision.param_kind())?;
             }
         }
         Ok(())

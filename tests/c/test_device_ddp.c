@@ -25,6 +25,12 @@
  *               the weights equal fsdp_offload's
  *   fsdp_offload_half_sharded, fsdp_offload_resumed_sharded  the same
  *               with a sharded checkpoint (fsdp_state_dict_type=sharded)
+ *   reference_deep  a deep MLP (5.3 MB of weights), SGD clipped by norm,
+ *               one epoch
+ *   fsdp_deep   reference_deep offloaded (fsdp_cpu_offload) on devices of 2.6 MB each
+ *               (FULMEN_FAKE_DEVICE_MEMORY_LIMIT): the model reaches the
+ *               device unit by unit as it is sharded and comes back the
+ *               same way; the weights equal reference_deep's
  *   failing     a world of one whose hook's all_reduce fails: fit fails
  *               with the hook's message
  *   group_new   a world of one whose hook's group_new fails: fit fails
@@ -62,12 +68,39 @@ static struct {
     bool adam;             /* Adam (lr 0.01) rather than plain SGD */
     bool cpu_offload;      /* fsdp_cpu_offload */
     bool sharded;          /* fsdp_state_dict_type=sharded */
+    bool deep;             /* deep_mlp() rather than fixture_mlp(HIDDEN, 0) */
     const char *root;      /* default_root_dir (NULL: no checkpoints) */
     const char *ckpt;      /* fit's ckpt_path */
     int64_t epochs;        /* max_epochs (0: EPOCHS) */
     int32_t param_device;  /* the device type "0.weight" has at each step's start (-1: unchecked) */
     int param_checks;      /* steps whose parameter device was checked */
-} extra = {NULL, false, false, false, NULL, NULL, 0, -1, 0};
+} extra = {NULL, false, false, false, false, NULL, NULL, 0, -1, 0};
+
+#define DEEP_LAYERS 20
+#define DEEP_WIDTH 256
+
+/* 2 -> 256, 20 x (256 -> 256), 256 -> 2, tanh between: 5.3 MB of float32
+ * weights, each hidden Linear 263 kB. */
+static fulmen_model *deep_mlp(void) {
+    fulmen_model *m = NULL, *l = NULL;
+    CHECK_OK(fulmen_model_sequential_new(&m));
+    CHECK_OK(fulmen_model_linear_new(2, DEEP_WIDTH, true, &l));
+    CHECK_OK(fulmen_model_push(m, l));
+    for (int i = 0; i < DEEP_LAYERS; i++) {
+        CHECK_OK(fulmen_model_activation_new(FULMEN_ACTIVATION_TANH, 0, &l));
+        CHECK_OK(fulmen_model_push(m, l));
+        CHECK_OK(fulmen_model_linear_new(DEEP_WIDTH, DEEP_WIDTH, true, &l));
+        CHECK_OK(fulmen_model_push(m, l));
+    }
+    CHECK_OK(fulmen_model_activation_new(FULMEN_ACTIVATION_TANH, 0, &l));
+    CHECK_OK(fulmen_model_push(m, l));
+    CHECK_OK(fulmen_model_linear_new(DEEP_WIDTH, 2, true, &l));
+    CHECK_OK(fulmen_model_push(m, l));
+    return m;
+}
+
+/* The model train() fits. */
+static fulmen_model *the_model(void) { return extra.deep ? deep_mlp() : fixture_mlp(HIDDEN, 0); }
 
 typedef struct {
     fulmen_model *model; /* first: fixture_configure_sgd reads it */
@@ -125,7 +158,7 @@ static fulmen_error *train(const char *accelerator, const char *strategy, const 
     fulmen_dataset *ds = fixture_blobs(SAMPLES, 5, 1.0f);
     fulmen_loader *loader = fixture_loader(ds, batch, false, 0);
     CHECK_OK(fulmen_manual_seed(11));
-    module_state s = {fixture_mlp(HIDDEN, 0)};
+    module_state s = {the_model()};
     fulmen_lightning_module *m =
         fixture_module_with(s.model, &s, training_step, NULL, extra.adam ? configure_adam : fixture_configure_sgd);
     fulmen_trainer_options *o = fixture_options(extra.root, extra.epochs > 0 ? extra.epochs : EPOCHS);
@@ -182,6 +215,33 @@ static int scenario_reference_clipped(const char *dir) {
     with_adam_and_clipping();
     CHECK_OK(train("cpu", "single_device", "1", 2 * RANK_BATCH, weights, NULL));
     return check_finish("reference_clipped");
+}
+
+static int two_ranks(const char *dir, const char *name, const char *strategy, bool with_hook);
+
+static int scenario_reference_deep(const char *dir) {
+    char weights[512];
+    snprintf(weights, sizeof weights, "%s/reference_deep.safetensors", dir);
+    extra.clip = "0.3"; /* SGD: Adam would magnify the summation order's last bits of the deep net's tiny gradients */
+    extra.deep = true;
+    extra.epochs = 1;
+    CHECK_OK(train("cpu", "single_device", "1", 2 * RANK_BATCH, weights, NULL));
+    return check_finish("reference_deep");
+}
+
+/* The deep MLP on devices smaller than half of it (its shards offloaded
+ * to the host; a step holds a few units' parameters, gradients and
+ * collective buffers at a time): it fits only when it reaches the device
+ * and comes back unit by unit. */
+static int scenario_fsdp_deep(const char *dir) {
+    /* Before the device registers (rank 1 inherits it). */
+    CHECK(setenv("FULMEN_FAKE_DEVICE_MEMORY_LIMIT", "2600000", 1) == 0);
+    extra.clip = "0.3"; /* SGD: Adam would magnify the summation order's last bits of the deep net's tiny gradients */
+    extra.deep = true;
+    extra.epochs = 1;
+    extra.cpu_offload = true;
+    extra.param_device = FULMEN_DEVICE_TYPE_CPU;
+    return two_ranks(dir, "fsdp_deep", "fsdp", true);
 }
 
 /* Two launched ranks of `strategy` on npu:0 and npu:1; each saves
@@ -460,7 +520,7 @@ static void expect_same(const char *dir, const char *a, const char *b) {
     snprintf(pa, sizeof pa, "%s/%s", dir, a);
     snprintf(pb, sizeof pb, "%s/%s", dir, b);
     CHECK_OK(fulmen_manual_seed(11));
-    fulmen_model *ma = fixture_mlp(HIDDEN, 0), *mb = fixture_mlp(HIDDEN, 0);
+    fulmen_model *ma = the_model(), *mb = the_model();
     double d = INFINITY;
     if (fixture_code(fulmen_model_load(ma, pa, true)) == 0 && fixture_code(fulmen_model_load(mb, pb, true)) == 0)
         d = fixture_max_diff(ma, mb);
@@ -482,6 +542,8 @@ int main(int argc, char **argv) {
             return two_ranks(dir, "fsdp_hook", "fsdp", true);
         }
         if (strcmp(s, "reference_clipped") == 0) return scenario_reference_clipped(dir);
+        if (strcmp(s, "reference_deep") == 0) return scenario_reference_deep(dir);
+        if (strcmp(s, "fsdp_deep") == 0) return scenario_fsdp_deep(dir);
         if (strncmp(s, "fsdp_offload", 12) == 0) {
             char root[512];
             extra.sharded = strstr(s, "_sharded") != NULL;
@@ -539,6 +601,12 @@ int main(int argc, char **argv) {
     CHECK(run("fsdp_offload_resumed_sharded", dir) == 0);
     expect_same(dir, "fsdp_offload-rank0.safetensors", "fsdp_offload_resumed_sharded-rank0.safetensors");
     expect_same(dir, "fsdp_offload_resumed_sharded-rank0.safetensors", "fsdp_offload_resumed_sharded-rank1.safetensors");
+    CHECK(run("reference_deep", dir) == 0);
+    CHECK(run("fsdp_deep", dir) == 0);
+    extra.deep = true;
+    expect_same(dir, "reference_deep.safetensors", "fsdp_deep-rank0.safetensors");
+    expect_same(dir, "fsdp_deep-rank0.safetensors", "fsdp_deep-rank1.safetensors");
+    extra.deep = false;
     CHECK(run("failing", dir) == 0);
     CHECK(run("group_new", dir) == 0);
     CHECK(run("named", dir) == 0);

@@ -40,7 +40,7 @@ impl FsdpHostLoop {
     pub fn new(ctx: Arc<DistContext>, model: SharedModel, spec: &StrategySpec) -> Result<Self> {
         spec.fsdp.validate()?;
         let groups = FsdpGroups::new(&ctx, &spec.fsdp, spec.num_nodes).map_err(|e| ctx.explain(e))?;
-        let sharded = ShardedModel::wrap(model, &groups, &spec.fsdp, spec.ddp.sync_batchnorm)
+        let sharded = ShardedModel::wrap(model, &groups, &spec.fsdp, spec.ddp.sync_batchnorm, None)
             .map_err(|e| ctx.explain(e.context("sharding the model (fsdp)")))?;
         Ok(FsdpHostLoop {
             sharded,
@@ -141,7 +141,7 @@ impl FsdpHostLoop {
         let s = &self.sharded;
         let full: Vec<Vec<(String, tch::Tensor)>> = optimizers
             .iter()
-            .map(|o| s.full_optimizer_state(&**o))
+            .map(|o| s.full_optimizer_state(&**o, false))
             .collect::<Result<_>>()
             .map_err(|e| self.ctx.explain(e))?;
         s.gather_master().map_err(|e| self.ctx.explain(e))?;

@@ -102,7 +102,14 @@ impl FsdpStrategy {
             return Ok(());
         }
         let Some(s) = self.sharded().take() else { return Ok(()) };
-        s.unwrap().map_err(|e| self.ctx.explain(e))
+        s.unwrap(self.unwraps_to_host()).map_err(|e| self.ctx.explain(e))
+    }
+
+    /// Whether the model comes back whole in the host's memory, unit by
+    /// unit (where it goes at the end of a run anyway: Lightning's
+    /// teardown), rather than on the device, which may not hold it whole.
+    fn unwraps_to_host(&self) -> bool {
+        self.placement.device != Device::Cpu
     }
 
     /// Refuses to gather after the run failed.
@@ -160,9 +167,23 @@ impl FsdpStrategy {
 impl Strategy for FsdpStrategy {
     job_methods!();
 
+    /// Lightning's `strategy.setup` for FSDP: the model cast for `*-true`
+    /// precisions where it is, then sharded on its way to the device unit
+    /// by unit ([`Strategy::wrap_model`]), so the device never holds it
+    /// whole. On failure the device is torn down and the run failed.
+    fn setup_model(&mut self, module: &dyn LightningModule, training: bool) -> Result<()> {
+        self.placement.cast_model(module)?;
+        if let Err(e) = self.wrap_model(module, training) {
+            let e = self.placement.teardown_after(module, e);
+            return Err(self.fail(e));
+        }
+        Ok(())
+    }
+
     /// Shards the model for every run (Lightning wraps for evaluation
-    /// too); a model already sharded (configure_model) is gathered and
-    /// sharded again with what it holds now.
+    /// too), moving it to the device unit by unit; a model already sharded
+    /// (configure_model) is gathered and sharded again with what it holds
+    /// now.
     fn wrap_model(&mut self, module: &dyn LightningModule, _training: bool) -> Result<()> {
         let Some(model) = module.model() else {
             return Err(Error::state(
@@ -170,7 +191,8 @@ impl Strategy for FsdpStrategy {
             ));
         };
         self.unwrap()?;
-        let sharded = ShardedModel::wrap(model, &self.groups, &self.options, self.sync_batchnorm)
+        let device = Some(self.placement.device);
+        let sharded = ShardedModel::wrap(model, &self.groups, &self.options, self.sync_batchnorm, device)
             .map_err(|e| self.ctx.explain(e.context("sharding the model (fsdp)")))?;
         *self.sharded() = Some(sharded);
         Ok(())
@@ -308,7 +330,7 @@ impl Strategy for FsdpStrategy {
 
     fn optimizer_state_for_checkpoint(&self, optimizer: &dyn Optimizer) -> Result<Vec<(String, Tensor)>> {
         match self.sharded().as_ref() {
-            Some(s) => s.full_optimizer_state(optimizer).map_err(|e| self.ctx.explain(e)),
+            Some(s) => s.full_optimizer_state(optimizer, true).map_err(|e| self.ctx.explain(e)),
             None => optimizer.state_dict(),
         }
     }
@@ -319,7 +341,7 @@ impl Strategy for FsdpStrategy {
         self.check_alive()?;
         let Some(s) = self.sharded().take() else { return Ok(()) };
         let mut opts: Vec<&mut dyn Optimizer> = configs.iter_mut().map(|c| c.optimizer.as_mut() as _).collect();
-        s.unwrap_with(&mut opts).map_err(|e| self.ctx.explain(e))
+        s.unwrap_with(&mut opts, self.unwraps_to_host()).map_err(|e| self.ctx.explain(e))
     }
 
     fn teardown(&self, module: &dyn LightningModule) -> Result<()> {

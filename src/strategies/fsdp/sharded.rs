@@ -11,8 +11,11 @@ use super::unit::{self, FsdpUnit, MixedPrecision, UnitGroups, UnitLinks, UnitSet
 use super::wrap;
 use crate::distributed::{DistContext, ProcessGroup};
 use crate::error::{Error, Result};
+use crate::nn::move_in_place;
 use crate::optim::Optimizer;
+use crate::tensor::device::{impl_identity, zeros_on_device_of, Device};
 use crate::trainer::SharedModel;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tch::Tensor;
@@ -100,14 +103,25 @@ pub(crate) struct ShardedModel {
 }
 
 impl ShardedModel {
-    /// Shards `model` (on this rank's device) as `options` says: checks that
-    /// every rank has the same parameters, copies rank 0's parameters and
-    /// buffers to every rank (torch's `sync_module_states`, unless off), marks the
+    /// Shards `model` as `options` says: checks that every rank has the
+    /// same parameters, copies rank 0's parameters and buffers to every
+    /// rank (torch's `sync_module_states`, unless off), marks the
     /// checkpointed modules, and makes the units (none under NO_SHARD).
-    /// With `sync_batchnorm` and several ranks, the BatchNorms normalise
-    /// over the job's batch while the model is sharded. A model another
-    /// FSDP wrapper still shards is refused.
-    pub fn wrap(model: SharedModel, groups: &FsdpGroups, options: &FsdpOptions, sync_batchnorm: bool) -> Result<Self> {
+    /// With `place_on`, a model not there yet moves to that device on the
+    /// way, unit by unit (the buffers and the parameters kept whole first,
+    /// then each unit's parameters just before it is sharded), so the
+    /// device never holds the whole model; without it the model is on
+    /// this rank's device already. With `sync_batchnorm` and several
+    /// ranks, the BatchNorms normalise over the job's batch while the
+    /// model is sharded. A model another FSDP wrapper still shards is
+    /// refused.
+    pub fn wrap(
+        model: SharedModel,
+        groups: &FsdpGroups,
+        options: &FsdpOptions,
+        sync_batchnorm: bool,
+        place_on: Option<Device>,
+    ) -> Result<Self> {
         let mut m = lock(&model);
         if m.is_linked_to_shards() {
             return Err(Error::state(
@@ -115,23 +129,55 @@ impl ShardedModel {
                  first",
             ));
         }
-        let params = m.parameters();
+        let place_on = match place_on {
+            Some(d) if !everything_on(&m, d)? => Some(d),
+            _ => None,
+        };
+        let place_on = match place_on {
+            // Where tensors cannot move one by one (XLA), the whole model first.
+            Some(d) if !m.moves_in_place(d)? => {
+                m.to_device(d)?;
+                None
+            }
+            other => other,
+        };
+        // Planned once the tensors are those the model keeps.
+        let whole = options.sharding_strategy == ShardingStrategy::NoShard;
+        let (planned_units, replicated) = if whole { (Vec::new(), m.parameters()) } else { wrap::plan(&m, options) };
+        if let Some(d) = place_on {
+            let held: HashSet<usize> =
+                planned_units.iter().flat_map(|u| &u.params).map(impl_identity).collect::<Result<_>>()?;
+            m.move_to_device_except(d, &|t| impl_identity(t).is_ok_and(|id| held.contains(&id)))
+                .map_err(|e| e.context("moving the buffers and the parameters kept whole to the device"))?;
+        }
         if options.sync_module_states {
+            let params = m.parameters();
             let buffers: Vec<Tensor> = m.named_buffers().into_iter().map(|(_, t)| t).collect();
-            groups.job.verify_params(&params)?;
-            let state: Vec<Tensor> = params.iter().chain(&buffers).map(Tensor::shallow_clone).collect();
-            groups.job.broadcast_coalesced(&state, 0)?;
+            match place_on {
+                None => {
+                    groups.job.verify_params(&params)?;
+                    let state: Vec<Tensor> = params.iter().chain(&buffers).map(Tensor::shallow_clone).collect();
+                    groups.job.broadcast_coalesced(&state, 0)?;
+                }
+                Some(d) => {
+                    // The shapes from stand-ins on the device (the
+                    // parameters are still on the host); the values unit by
+                    // unit below, once each is on the device.
+                    groups.job.verify_params(&stand_ins(&params, d)?)?;
+                    let state: Vec<Tensor> = replicated.iter().chain(&buffers).map(Tensor::shallow_clone).collect();
+                    groups.job.broadcast_coalesced(&state, 0)?;
+                }
+            }
         }
         wrap::mark_checkpointed(&mut m, &options.checkpoint_classes)?;
         if sync_batchnorm && groups.job.world_size() > 1 {
             m.set_batch_norm_sync(Some(Arc::new(crate::strategies::ddp::GroupSum(Arc::clone(&groups.job)))));
         }
         let sync = Arc::new(AtomicBool::new(true));
-        let whole = options.sharding_strategy == ShardingStrategy::NoShard;
         let mut made = ShardedModel {
             model: Arc::clone(&model),
             units: Vec::new(),
-            replicated: Vec::new(),
+            replicated,
             groups: groups.clone(),
             whole,
             sync,
@@ -141,13 +187,11 @@ impl ShardedModel {
             end_order: Vec::new(),
         };
         if whole {
-            made.replicated = params;
             return Ok(made);
         }
         let reshard = options.sharding_strategy.reshards_after_forward();
-        let (planned_units, replicated) = wrap::plan(&m, options);
-        made.replicated = replicated;
         let mp = MixedPrecision { param: options.param_dtype, reduce: options.reduce_dtype };
+        let sync_values = options.sync_module_states.then_some(&*groups.job);
         for planned in planned_units {
             let unit_groups = UnitGroups { shard: Arc::clone(&groups.shard), replicas: groups.replicas.clone() };
             let after_forward = reshard && !planned.path.is_empty();
@@ -159,16 +203,20 @@ impl ShardedModel {
                 reduce_scatter_unused_params: options.reduce_scatter_unused_params,
                 cpu_offload: options.cpu_offload,
             };
-            match FsdpUnit::new(planned.path, planned.params, unit_groups, settings, links) {
+            let path = planned.path.clone();
+            let unit = place_unit(&planned.params, place_on, sync_values)
+                .and_then(|()| FsdpUnit::new(planned.path, planned.params, unit_groups, settings, links));
+            match unit {
                 Ok(unit) => made.units.push(unit),
                 Err(e) => {
                     // `made` then drops, unlinking the model (its lock
                     // released first): the units made so far keep their
                     // parameters' shards.
                     drop(m);
-                    return Err(e.context(
-                        "sharding failed part way: the parameters of the units made so far hold this rank's rows",
-                    ));
+                    return Err(e.context(format!(
+                        "sharding FSDP unit {path:?} failed part way: the parameters of the units made so far hold \
+                         this rank's rows"
+                    )));
                 }
             }
         }
@@ -353,18 +401,21 @@ impl ShardedModel {
     }
 
     /// `optimizer`'s state with the sharded parameters' entries gathered
-    /// into their full shapes (a collective).
-    pub fn full_optimizer_state(&self, optimizer: &dyn Optimizer) -> Result<Vec<(String, Tensor)>> {
-        state::full_optimizer_state(&self.units, optimizer)
+    /// into their full shapes (a collective), each in the host's memory
+    /// with `to_host`, else where the shard's state is.
+    pub fn full_optimizer_state(&self, optimizer: &dyn Optimizer, to_host: bool) -> Result<Vec<(String, Tensor)>> {
+        state::full_optimizer_state(&self.units, optimizer, to_host)
     }
 
     /// The units' full parameters gathered into their own buffers and the
     /// optimizers' states loaded back in their full shapes (a collective),
     /// then [`ShardedModel::unwrap`].
-    pub fn unwrap_with(self, optimizers: &mut [&mut dyn Optimizer]) -> Result<()> {
+    /// With `to_host` the parameters and states come back in the host's
+    /// memory (see [`ShardedModel::unwrap`]).
+    pub fn unwrap_with(self, optimizers: &mut [&mut dyn Optimizer], to_host: bool) -> Result<()> {
         let full: Vec<Vec<(String, Tensor)>> =
-            optimizers.iter().map(|o| self.full_optimizer_state(&**o)).collect::<Result<_>>()?;
-        self.unwrap()?;
+            optimizers.iter().map(|o| self.full_optimizer_state(&**o, to_host)).collect::<Result<_>>()?;
+        self.unwrap(to_host)?;
         for (o, state) in optimizers.iter_mut().zip(full) {
             o.load_state_dict(&state).map_err(|e| e.context("the optimizer state after FSDP"))?;
         }
@@ -372,11 +423,13 @@ impl ShardedModel {
     }
 
     /// Gives the model its full parameters back for good and unlinks it
-    /// (a collective).
-    pub fn unwrap(mut self) -> Result<()> {
+    /// (a collective); with `to_host` each unit's parameters go to the
+    /// host's memory once gathered (the end of a run, where the model goes
+    /// there anyway), so the device never holds the whole model.
+    pub fn unwrap(mut self, to_host: bool) -> Result<()> {
         let mut first = None;
         for u in &self.units {
-            if let Err(e) = u.unshard_for_good() {
+            if let Err(e) = u.unshard_for_good(to_host) {
                 first.get_or_insert(e);
             }
         }
@@ -448,6 +501,39 @@ impl ShardedModel {
                 }
             })
             .collect()
+    }
+}
+
+/// Whether every parameter and buffer of `m` is on `device`.
+fn everything_on(m: &crate::nn::Module, device: Device) -> Result<bool> {
+    let mut all = Ok(true);
+    m.visit("", &mut |_, t, _| {
+        if matches!(all, Ok(true)) {
+            all = Device::of(t).map(|d| d == device);
+        }
+    });
+    all
+}
+
+/// Tensors of the shapes and dtypes of `params` on `device` that hold one
+/// element each (expanded views): what `verify_params` compares.
+fn stand_ins(params: &[Tensor], device: Device) -> Result<Vec<Tensor>> {
+    let cpu = Tensor::f_zeros([], (tch::Kind::Float, tch::Device::Cpu))?;
+    let probe = crate::tensor::device::to_device(&cpu, device, false)?;
+    params.iter().map(|p| Ok(zeros_on_device_of(&[], p.f_kind()?, &probe)?.f_expand(p.size(), false)?)).collect()
+}
+
+/// A unit's parameters moved to `place_on` (when it is given) just before
+/// the unit shards them, and rank 0's values copied to every rank then
+/// (`sync`: the job's group, with `sync_module_states`).
+fn place_unit(params: &[Tensor], place_on: Option<Device>, sync: Option<&ProcessGroup>) -> Result<()> {
+    let Some(device) = place_on else { return Ok(()) };
+    for p in params {
+        move_in_place(p, device)?;
+    }
+    match sync {
+        Some(group) => group.broadcast_coalesced(params, 0),
+        None => Ok(()),
     }
 }
 

@@ -93,10 +93,13 @@ fn for_sharded(
 
 /// The optimizer's state with every per-parameter tensor shaped as its
 /// sharded parameter's shard gathered into the full shape (a collective
-/// on every rank, in the state dict's order).
+/// on every rank, in the state dict's order), each in the host's memory
+/// with `to_host` (one full state at a time on the device), else where
+/// the shard's was.
 pub(crate) fn full_optimizer_state(
     units: &[Arc<FsdpUnit>],
     optimizer: &dyn Optimizer,
+    to_host: bool,
 ) -> Result<Vec<(String, Tensor)>> {
     let mut state = optimizer.state_dict()?;
     let mut shards: Vec<(usize, Vec<i64>, i64, Vec<i64>)> = Vec::new();
@@ -118,7 +121,8 @@ pub(crate) fn full_optimizer_state(
         }
         // Through the device when the state is in the host's memory (CPU
         // offload) and the group reduces only there; kept where it was.
-        let all = to_device_of(&group.all_gather(&group.reducible(t)?)?, t)?;
+        let all = group.all_gather(&group.reducible(t)?)?;
+        let all = if to_host { all.f_to_device(tch::Device::Cpu)? } else { to_device_of(&all, t)? };
         let dim0 = shape.first().copied().unwrap_or(1);
         let mut stacked = vec![rows * group.world_size() as i64];
         stacked.extend(shape.iter().skip(1));

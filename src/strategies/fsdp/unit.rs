@@ -831,16 +831,21 @@ impl FsdpUnit {
     }
 
     /// Gathers the full parameters and hands them to the module for good
-    /// (the end of a run): each parameter keeps viewing its full buffer
-    /// (never freed again, so a graph still alive reads valid memory),
-    /// without a gradient.
-    pub fn unshard_for_good(&self) -> Result<()> {
+    /// (the end of a run), without a gradient: each parameter keeps
+    /// viewing its full buffer (never freed again, so a graph still alive
+    /// reads valid memory), or with `to_host` holds a copy in the host's
+    /// memory, so that the device holds one unit at a time while a model
+    /// bigger than it comes back whole.
+    pub fn unshard_for_good(&self, to_host: bool) -> Result<()> {
         self.gather_master()?;
         let mut st = lock(&self.state);
         tch::no_grad(|| -> Result<()> {
             for p in st.params.iter() {
                 set_grad(&p.param, None)?;
                 set_post_accumulate(&p.param, None)?;
+                if to_host {
+                    point(&p.param, &p.param.f_detach()?.f_to_device(tch::Device::Cpu)?)?;
+                }
             }
             Ok(())
         })?;
