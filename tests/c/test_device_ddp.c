@@ -29,8 +29,11 @@
  *               one epoch
  *   fsdp_deep   reference_deep offloaded (fsdp_cpu_offload) on devices of 2.6 MB each
  *               (FULMEN_FAKE_DEVICE_MEMORY_LIMIT): the model reaches the
- *               device unit by unit as it is sharded and comes back the
- *               same way; the weights equal reference_deep's
+ *               device unit by unit as it is sharded, is gathered unit by
+ *               unit into the host's memory for its full checkpoint, and
+ *               comes back the same way; the weights equal reference_deep's
+ *   fsdp_deep_resumed  a second epoch resumed from that checkpoint on the
+ *               same devices (every rank's weights equal)
  *   failing     a world of one whose hook's all_reduce fails: fit fails
  *               with the hook's message
  *   group_new   a world of one whose hook's group_new fails: fit fails
@@ -231,17 +234,22 @@ static int scenario_reference_deep(const char *dir) {
 
 /* The deep MLP on devices smaller than half of it (its shards offloaded
  * to the host; a step holds a few units' parameters, gradients and
- * collective buffers at a time): it fits only when it reaches the device
- * and comes back unit by unit. */
-static int scenario_fsdp_deep(const char *dir) {
+ * collective buffers at a time): it fits only when it reaches the device,
+ * goes into a checkpoint and comes back unit by unit. `resumed`: a second
+ * epoch from that checkpoint. */
+static int scenario_fsdp_deep(const char *dir, bool resumed) {
+    char root[512];
+    snprintf(root, sizeof root, "%s/deep_root", dir);
+    extra.root = root;
+    if (resumed) extra.ckpt = "last";
     /* Before the device registers (rank 1 inherits it). */
     CHECK(setenv("FULMEN_FAKE_DEVICE_MEMORY_LIMIT", "2600000", 1) == 0);
     extra.clip = "0.3"; /* SGD: Adam would magnify the summation order's last bits of the deep net's tiny gradients */
     extra.deep = true;
-    extra.epochs = 1;
+    extra.epochs = resumed ? 2 : 1;
     extra.cpu_offload = true;
     extra.param_device = FULMEN_DEVICE_TYPE_CPU;
-    return two_ranks(dir, "fsdp_deep", "fsdp", true);
+    return two_ranks(dir, resumed ? "fsdp_deep_resumed" : "fsdp_deep", "fsdp", true);
 }
 
 /* Two launched ranks of `strategy` on npu:0 and npu:1; each saves
@@ -543,7 +551,8 @@ int main(int argc, char **argv) {
         }
         if (strcmp(s, "reference_clipped") == 0) return scenario_reference_clipped(dir);
         if (strcmp(s, "reference_deep") == 0) return scenario_reference_deep(dir);
-        if (strcmp(s, "fsdp_deep") == 0) return scenario_fsdp_deep(dir);
+        if (strcmp(s, "fsdp_deep") == 0) return scenario_fsdp_deep(dir, false);
+        if (strcmp(s, "fsdp_deep_resumed") == 0) return scenario_fsdp_deep(dir, true);
         if (strncmp(s, "fsdp_offload", 12) == 0) {
             char root[512];
             extra.sharded = strstr(s, "_sharded") != NULL;
@@ -606,6 +615,8 @@ int main(int argc, char **argv) {
     extra.deep = true;
     expect_same(dir, "reference_deep.safetensors", "fsdp_deep-rank0.safetensors");
     expect_same(dir, "fsdp_deep-rank0.safetensors", "fsdp_deep-rank1.safetensors");
+    CHECK(run("fsdp_deep_resumed", dir) == 0);
+    expect_same(dir, "fsdp_deep_resumed-rank0.safetensors", "fsdp_deep_resumed-rank1.safetensors");
     extra.deep = false;
     CHECK(run("failing", dir) == 0);
     CHECK(run("group_new", dir) == 0);

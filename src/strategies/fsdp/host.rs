@@ -144,7 +144,7 @@ impl FsdpHostLoop {
             .map(|o| s.full_optimizer_state(&**o, false))
             .collect::<Result<_>>()
             .map_err(|e| self.ctx.explain(e))?;
-        s.gather_master().map_err(|e| self.ctx.explain(e))?;
+        s.gather_master(false).map_err(|e| self.ctx.explain(e))?;
         // Whole from here: forwards leave the units alone until reshard,
         // which cuts every optimizer given here.
         s.set_pinned(true);

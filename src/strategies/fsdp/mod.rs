@@ -304,7 +304,10 @@ impl Strategy for FsdpStrategy {
 
     fn unshard_params(&mut self) -> Result<()> {
         self.check_alive()?;
-        self.with_sharded(ShardedModel::gather_master)
+        // Unit by unit into the host's memory on a device (Lightning's full
+        // state dict with offload_to_cpu): the device never holds it whole.
+        let to_host = self.unwraps_to_host();
+        self.with_sharded(|s| s.gather_master(to_host))
     }
 
     fn reshard_params(&mut self, configs: &mut [OptimizerConfig], restored: bool) -> Result<()> {

@@ -378,11 +378,17 @@ impl ShardedModel {
     }
 
     /// Gathers every unit's full parameters in the shards' own dtype (a
-    /// collective): what checkpoints hold.
-    pub fn gather_master(&self) -> Result<()> {
+    /// collective): what checkpoints hold. With `to_host` each unit's
+    /// values go to the host's memory before the next is gathered, so the
+    /// device never holds the whole model.
+    pub fn gather_master(&self, to_host: bool) -> Result<()> {
         self.reshard_all()?;
         for u in &self.units {
-            u.gather_master()?;
+            if to_host {
+                u.gather_master_to_host()?;
+            } else {
+                u.gather_master()?;
+            }
         }
         Ok(())
     }

@@ -152,6 +152,10 @@ struct UnitState {
     /// Gathered in the shards' own dtype ([`FsdpUnit::gather_master`]), not
     /// the compute dtype (only ever true with a `param_dtype`).
     gathered_master: bool,
+    /// The gathered values are copies in the host's memory
+    /// ([`FsdpUnit::gather_master_to_host`]): a gather for the device
+    /// gathers again.
+    on_host: bool,
     /// Shard-shaped gradients parked while the parameters are gathered
     /// (a gradient accumulated over earlier steps, or zeroed in place),
     /// added to the next averaged shard gradient.
@@ -354,6 +358,7 @@ impl FsdpUnit {
                 params: sharded,
                 gathered: false,
                 gathered_master: false,
+                on_host: false,
                 parked,
                 reduced,
                 arrived: 0,
@@ -419,17 +424,40 @@ impl FsdpUnit {
         self.gather_as(self.mp.param.is_some())
     }
 
+    /// [`FsdpUnit::gather_master`], then the values copied to the host's
+    /// memory and the device's buffers released, so that a checkpoint
+    /// holds one unit at a time on the device (Lightning's full state dict
+    /// with `offload_to_cpu`). The parameters hold the copies until
+    /// [`FsdpUnit::reshard`] or [`FsdpUnit::reshard_from_params`].
+    pub fn gather_master_to_host(&self) -> Result<()> {
+        self.gather_master()?;
+        let mut st = lock(&self.state);
+        if !st.gathered {
+            return Ok(());
+        }
+        tch::no_grad(|| -> Result<()> {
+            for p in st.params.iter() {
+                point(&p.param, &p.param.f_detach()?.f_to_device(tch::Device::Cpu)?)?;
+                resize_storage(&p.full, 0)?;
+            }
+            Ok(())
+        })?;
+        st.on_host = true;
+        Ok(())
+    }
+
     /// [`FsdpUnit::gather`] (`master` false) or
     /// [`FsdpUnit::gather_master`].
     fn gather_as(&self, master: bool) -> Result<()> {
         let mut st = lock(&self.state);
-        if st.gathered && st.gathered_master != master {
+        if st.gathered && (st.gathered_master != master || st.on_host) {
             drop(st);
             self.reshard()?;
             st = lock(&self.state);
         }
         if st.gathered || st.params.is_empty() {
             st.gathered = true;
+            st.on_host = false;
             st.gathered_master = master;
             return Ok(());
         }
@@ -471,6 +499,7 @@ impl FsdpUnit {
             Ok(())
         })?;
         st.gathered = true;
+        st.on_host = false;
         st.gathered_master = master;
         Ok(())
     }
@@ -562,6 +591,7 @@ impl FsdpUnit {
             }
         }
         st.gathered = false;
+        st.on_host = false;
         st.gathered_master = false;
         Ok(())
     }
@@ -723,6 +753,7 @@ impl FsdpUnit {
             let _ = point(&p.param, &p.full.narrow(0, 0, p.dim0).reshape(&p.shape));
         }
         st.gathered = true;
+        st.on_host = false;
         st.gathered_master = false;
         lock(&self.hook_error).get_or_insert(e.context(format!("gathering FSDP unit {:?} for backward", self.path)));
     }
@@ -823,6 +854,7 @@ impl FsdpUnit {
             Ok(())
         })?;
         st.gathered = false;
+        st.on_host = false;
         st.gathered_master = false;
         st.dirty = false;
         st.arrived = 0;
@@ -852,6 +884,7 @@ impl FsdpUnit {
         st.params.clear();
         st.parked.clear();
         st.gathered = false;
+        st.on_host = false;
         st.gathered_master = false;
         Ok(())
     }
