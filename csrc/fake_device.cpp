@@ -103,16 +103,27 @@ void npu_free(void* p) {
 }
 struct NpuAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
+    // Counted before the check, so threads allocating at once cannot
+    // pass the limit together.
     size_t limit = g_limit_bytes.load();
-    size_t live = g_live_bytes.load();
-    TORCH_CHECK_WITH(OutOfMemoryError, limit == 0 || live + n <= limit, "fake device out of memory: ", n,
-                     " bytes asked while ", live, " of its ", limit,
-                     " bytes (FULMEN_FAKE_DEVICE_MEMORY_LIMIT) are in use");
-    void* p = c10::alloc_cpu(n);
-    if (p != nullptr) {
+    size_t live = g_live_bytes.fetch_add(n);
+    if (limit != 0 && live + n > limit) {
+      g_live_bytes -= n;
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "fake device out of memory: ", n, " bytes asked while ", live,
+                       " of its ", limit, " bytes (FULMEN_FAKE_DEVICE_MEMORY_LIMIT) are in use");
+    }
+    void* p = nullptr;
+    try {
+      p = c10::alloc_cpu(n);
+    } catch (...) {
+      g_live_bytes -= n;
+      throw;
+    }
+    if (p == nullptr) {
+      g_live_bytes -= n;
+    } else {
       std::lock_guard<std::mutex> l(g_sizes_mu);
       g_sizes[p] = n;
-      g_live_bytes += n;
     }
     return {p, p, &npu_free, c10::Device(kPU1, t_current)};
   }

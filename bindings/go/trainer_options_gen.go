@@ -531,10 +531,10 @@ func (o *TrainerOptions) SetFsdpReduceScatterUnusedParams(v bool) error {
 // SetFsdpCpuOffload sets `fsdp_cpu_offload` (bool; default false): strategy
 // "fsdp": Lightning's cpu_offload (torch's CPUOffloadPolicy): the parameter
 // shards, their gradients and the optimizer states live in the host's memory
-// (pinned under CUDA) and the optimizers step there; each gather copies a
-// unit's shards to the device and each reduce-scatter's result comes back, so
-// the device holds only gathered units, activations and buffers (refused with
-// NO_SHARD).
+// (the shards pinned under CUDA) and the optimizers step there; each gather
+// copies a unit's shards to the device and each reduce-scatter's result comes
+// back, so the device holds only gathered units, activations and buffers
+// (refused with NO_SHARD).
 func (o *TrainerOptions) SetFsdpCpuOffload(v bool) error {
 	return o.SetBool("fsdp_cpu_offload", v)
 }

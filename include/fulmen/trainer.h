@@ -842,11 +842,11 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  *   none, and every unit reduces as soon as its gradients are there.
  * - `fsdp_cpu_offload` (bool; default false): strategy "fsdp": Lightning's
  *   cpu_offload (torch's CPUOffloadPolicy): the parameter shards, their
- *   gradients and the optimizer states live in the host's memory (pinned
- *   under CUDA) and the optimizers step there; each gather copies a unit's
- *   shards to the device and each reduce-scatter's result comes back, so
- *   the device holds only gathered units, activations and buffers (refused
- *   with NO_SHARD).
+ *   gradients and the optimizer states live in the host's memory (the
+ *   shards pinned under CUDA) and the optimizers step there; each gather
+ *   copies a unit's shards to the device and each reduce-scatter's result
+ *   comes back, so the device holds only gathered units, activations and
+ *   buffers (refused with NO_SHARD).
  * - `fsdp_state_dict_type` (text; default full): strategy "fsdp": "full" =
  *   checkpoints hold the whole state, gathered from every rank and written
  *   by rank 0; "sharded" = each checkpoint is a

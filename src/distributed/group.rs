@@ -594,7 +594,8 @@ impl ProcessGroup {
     }
 
     /// Checks that every rank's parameters match rank 0's in count, shape
-    /// and dtype.
+    /// and strides (c10d's `verify_params_across_processes`; dtypes and
+    /// values are not compared).
     pub fn verify_params(&self, params: &[Tensor]) -> Result<()> {
         let raw = raw_list(params);
         // SAFETY: the tensors outlive the call.

@@ -942,17 +942,11 @@ pub(crate) fn copy_state_tied(
 
 pub(crate) use crate::tensor::dtype::is_floating;
 
-/// Converts `t` in place (`set_data`), keeping it the same (leaf) tensor;
-/// its gradient, if any, follows. Non-floating tensors keep their kind.
-/// Where libtorch cannot set the data of another tensor type (the CPU and
-/// XLA), the handle is given a new leaf tensor instead, as PyTorch's
-/// `Module._apply` gives a new Parameter; `replaced` maps each old tensor
-/// (its TensorImpl) to its new one, so tied names stay one tensor.
-/// Returns whether anything changed.
 /// Moves the parameter or buffer `t` (and its gradient) to `device` in
 /// place (`t.data = t.data.to(device)`): every handle of it sees the
-/// move; whether it moved. Refused where libtorch cannot change the
-/// tensor's type so ([`Module::moves_in_place`]).
+/// move; whether it moved. Where libtorch cannot change the tensor's type
+/// so ([`Module::moves_in_place`]) it fails, and `t`'s own handle holds a
+/// new tensor (the module's other handles do not): check first.
 pub(crate) fn move_in_place(t: &Tensor, device: Device) -> Result<bool> {
     let mut replaced = std::collections::HashMap::new();
     let moved = convert_tensor(t, Some(device), None, &mut replaced)?;
@@ -965,6 +959,13 @@ pub(crate) fn move_in_place(t: &Tensor, device: Device) -> Result<bool> {
     Ok(moved)
 }
 
+/// Converts `t` in place (`set_data`), keeping it the same (leaf) tensor;
+/// its gradient, if any, follows. Non-floating tensors keep their kind.
+/// Where libtorch cannot set the data of another tensor type (the CPU and
+/// XLA), the handle is given a new leaf tensor instead, as PyTorch's
+/// `Module._apply` gives a new Parameter; `replaced` maps each old tensor
+/// (its TensorImpl) to its new one, so tied names stay one tensor.
+/// Returns whether anything changed.
 fn convert_tensor(
     t: &Tensor,
     device: Option<Device>,

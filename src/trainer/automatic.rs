@@ -376,14 +376,15 @@ fn closure_step(
 /// in the host's memory.
 pub(super) fn check_optimizer_devices(run: &Run) -> Result<()> {
     let device = run.strategy.placement().device;
-    if device == Device::Cpu || run.strategy.offloads_parameters() {
+    if device == Device::Cpu {
         return Ok(());
     }
+    let offloaded = run.strategy.offloads_parameters();
     for (i, cfg) in run.optimizers.iter().enumerate() {
         for group in cfg.optimizer.param_groups() {
             for p in &group.params {
                 let on = Device::of(p)?;
-                if on.kind() != device.kind() {
+                if on.kind() != device.kind() && !(offloaded && on == Device::Cpu) {
                     return Err(Error::invalid(format!(
                         "optimizer {i} ({}) holds a parameter on {} while the model is on {}: create optimizers in \
                          configure_optimizers, after the trainer has moved the model",

@@ -780,8 +780,8 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         kind: OptionKind::Bool,
         default: "false",
         doc: "strategy \"fsdp\": Lightning's cpu_offload (torch's CPUOffloadPolicy): the parameter shards, \
-              their gradients and the optimizer states live in the host's memory (pinned under CUDA) and the \
-              optimizers step there; each gather copies a unit's shards to the device and each reduce-scatter's \
+              their gradients and the optimizer states live in the host's memory (the shards pinned under CUDA) \
+              and the optimizers step there; each gather copies a unit's shards to the device and each reduce-scatter's \
               result comes back, so the device holds only gathered units, activations and buffers (refused with \
               NO_SHARD)",
         apply: strategy_setting!("cpu_offload"),

@@ -125,7 +125,7 @@ pub struct FsdpOptions {
     pub reduce_scatter_unused_params: bool,
     /// Lightning's `cpu_offload` (torch's `CPUOffloadPolicy`): the shards,
     /// their gradients and so the optimizer states live in the host's
-    /// memory (pinned under CUDA), the optimizers step there; each gather
+    /// memory (the shards pinned under CUDA), the optimizers step there; each gather
     /// copies a unit's shards to the device, each reduce-scatter's result
     /// is copied back. Only the gathered parameters, the activations and
     /// the buffers take device memory.

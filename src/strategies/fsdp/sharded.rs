@@ -100,6 +100,10 @@ pub(crate) struct ShardedModel {
     /// The order the end of a backward reduces the units in (indices
     /// into `units`: the root first, then pre-order, as FSDP2).
     end_order: Vec<usize>,
+    /// The parameters can hold host memory in place (`set_data` between
+    /// their device's tensors and the CPU's): gathering to the host is
+    /// possible (not for XLA's tensors, for one).
+    host_moves: bool,
 }
 
 impl ShardedModel {
@@ -129,10 +133,19 @@ impl ShardedModel {
                  first",
             ));
         }
-        let place_on = match place_on {
-            Some(d) if !everything_on(&m, d)? => Some(d),
-            _ => None,
+        let off_device = match place_on {
+            Some(d) => !everything_on(&m, d)?,
+            None => false,
         };
+        // The placement's collectives differ from the whole model's under
+        // sync_module_states: the ranks agree (one rank's model off the
+        // device makes every rank place unit by unit).
+        let off_device = if options.sync_module_states && groups.job.world_size() > 1 {
+            groups.job.reduce_decision(off_device, false)?
+        } else {
+            off_device
+        };
+        let place_on = place_on.filter(|_| off_device);
         let place_on = match place_on {
             // Where tensors cannot move one by one (XLA), the whole model first.
             Some(d) if !m.moves_in_place(d)? => {
@@ -141,6 +154,14 @@ impl ShardedModel {
             }
             other => other,
         };
+        let host_moves = moves_to_host_in_place(&m)?;
+        if options.cpu_offload && !host_moves {
+            return Err(Error::new(
+                crate::error::ErrorCode::Unsupported,
+                "fsdp_cpu_offload: this device's parameters cannot hold host memory in place (libtorch's set_data \
+                 refuses it between the two tensor types, as for XLA)",
+            ));
+        }
         // Planned once the tensors are those the model keeps.
         let whole = options.sharding_strategy == ShardingStrategy::NoShard;
         let (planned_units, replicated) = if whole { (Vec::new(), m.parameters()) } else { wrap::plan(&m, options) };
@@ -185,6 +206,7 @@ impl ShardedModel {
             released: false,
             order: UnitOrder::new(options.forward_prefetch, options.backward_prefetch),
             end_order: Vec::new(),
+            host_moves,
         };
         if whole {
             return Ok(made);
@@ -213,9 +235,10 @@ impl ShardedModel {
                     // released first): the units made so far keep their
                     // parameters' shards.
                     drop(m);
+                    let unit = if path.is_empty() { "the root unit".to_string() } else { format!("unit {path:?}") };
                     return Err(e.context(format!(
-                        "sharding FSDP unit {path:?} failed part way: the parameters of the units made so far hold \
-                         this rank's rows"
+                        "sharding FSDP {unit} failed part way: the parameters of the units made so far hold this \
+                         rank's rows"
                     )));
                 }
             }
@@ -384,7 +407,7 @@ impl ShardedModel {
     pub fn gather_master(&self, to_host: bool) -> Result<()> {
         self.reshard_all()?;
         for u in &self.units {
-            if to_host {
+            if to_host && self.host_moves {
                 u.gather_master_to_host()?;
             } else {
                 u.gather_master()?;
@@ -435,7 +458,7 @@ impl ShardedModel {
     pub fn unwrap(mut self, to_host: bool) -> Result<()> {
         let mut first = None;
         for u in &self.units {
-            if let Err(e) = u.unshard_for_good(to_host) {
+            if let Err(e) = u.unshard_for_good(to_host && self.host_moves) {
                 first.get_or_insert(e);
             }
         }
@@ -507,6 +530,18 @@ impl ShardedModel {
                 }
             })
             .collect()
+    }
+}
+
+/// Whether `m`'s parameters can hold host memory in place (`set_data`
+/// from their tensor type to the CPU's); true without parameters.
+fn moves_to_host_in_place(m: &crate::nn::Module) -> Result<bool> {
+    match m.parameters().first() {
+        Some(p) => {
+            let host = Tensor::f_empty([0], (p.f_kind()?, tch::Device::Cpu))?;
+            crate::tensor::device::set_data_compatible(p, &host)
+        }
+        None => Ok(true),
     }
 }
 

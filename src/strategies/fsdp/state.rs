@@ -62,8 +62,20 @@ pub(crate) fn clip_norm_over_ranks(
     group.all_reduce(&[stacked.shallow_clone()], ReduceOp::Sum)?;
     let total = stacked.f_sqrt()?.f_norm_scalaropt_dim(2.0, [0i64].as_slice(), false)?;
     let coef = total.f_add_scalar(1e-6)?.f_reciprocal()?.f_mul_scalar(max_norm)?.f_clamp_max(1.0)?;
+    // The coefficient once per device the gradients are on (the host's and
+    // the device's under CPU offload).
+    let mut placed: Vec<(Device, Tensor)> = Vec::new();
     for g in grads.iter().filter(|g| g.defined()) {
-        let _ = g.shallow_clone().f_mul_(&to_device_of(&coef, g)?)?;
+        let on = Device::of(g)?;
+        let c = match placed.iter().find(|(d, _)| *d == on) {
+            Some((_, c)) => c.shallow_clone(),
+            None => {
+                let c = to_device_of(&coef, g)?;
+                placed.push((on, c.shallow_clone()));
+                c
+            }
+        };
+        let _ = g.shallow_clone().f_mul_(&c)?;
     }
     Ok(total)
 }

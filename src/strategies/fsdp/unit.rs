@@ -21,7 +21,7 @@
 //! run ([`FsdpUnit::gather_master`]) gives the shards' own values.
 //!
 //! With CPU offload (torch's `CPUOffloadPolicy`) the shards live in the
-//! host's memory (pinned under CUDA), so the optimizers step there: each
+//! host's memory (pinned under CUDA; their gradients are not), so the optimizers step there: each
 //! gather copies the unit's shards to the device first, and each
 //! reduce-scatter's result is copied back into the host's gradients. The
 //! full buffers, and so the forward and backward, stay on the device.
@@ -513,10 +513,15 @@ impl FsdpUnit {
             .iter()
             .map(|p| {
                 let kind = if master { p.shard.kind() } else { self.mp.compute(p.shard.kind()) };
-                to_device_of(&p.shard.view([-1]).f_to_kind(kind)?, &p.full)
+                Ok(p.shard.view([-1]).f_to_kind(kind)?)
             })
             .collect::<Result<Vec<Tensor>>>()?;
-        Ok(Tensor::f_cat(&flats, 0)?)
+        let flat = Tensor::f_cat(&flats, 0)?;
+        match params.first() {
+            // One copy of the unit's shards where they are offloaded.
+            Some(p) => to_device_of(&flat, &p.full),
+            None => Ok(flat),
+        }
     }
 
     /// Starts gathering the parameters in the compute dtype without

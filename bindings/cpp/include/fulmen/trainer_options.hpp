@@ -454,9 +454,9 @@ public:
 
     /// `fsdp_cpu_offload` (bool; default false): strategy "fsdp": Lightning's cpu_offload (torch's
     /// CPUOffloadPolicy): the parameter shards, their gradients and the optimizer states live in
-    /// the host's memory (pinned under CUDA) and the optimizers step there; each gather copies a
-    /// unit's shards to the device and each reduce-scatter's result comes back, so the device holds
-    /// only gathered units, activations and buffers (refused with NO_SHARD).
+    /// the host's memory (the shards pinned under CUDA) and the optimizers step there; each gather
+    /// copies a unit's shards to the device and each reduce-scatter's result comes back, so the
+    /// device holds only gathered units, activations and buffers (refused with NO_SHARD).
     Self& fsdp_cpu_offload(bool v) & { return put("fsdp_cpu_offload", v); }
     /// Sets `fsdp_cpu_offload` on a temporary and passes it on.
     Self&& fsdp_cpu_offload(bool v) && { return std::move(put("fsdp_cpu_offload", v)); }
