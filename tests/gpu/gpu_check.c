@@ -530,13 +530,33 @@ static void test_ddp_world_of_one(void) {
     }
 }
 
+/* FSDP over NCCL with sharded checkpoints (and the FSDP settings set
+ * now): 4 epochs in one go equal 2, then a resume from the sharded
+ * directory for 2 more, weight for weight; `name` names the runs' folders. */
+static void check_sharded_resume(const char *name) {
+    fulmen_model *whole = NULL, *resumed = NULL;
+    char one[640], split[640];
+    snprintf(one, sizeof one, "%s/%s-whole", work, name);
+    snprintf(split, sizeof split, "%s/%s-split", work, name);
+    fsdp_state_dict_type = "sharded";
+    fit_on("cuda", "32-true", "fsdp", "nccl", 4, 0.3, one, NULL, &whole);
+    fit_on("cuda", "32-true", "fsdp", "nccl", 2, 0.3, split, NULL, NULL);
+    fit_on("cuda", "32-true", "fsdp", "nccl", 4, 0.3, split, "last", &resumed);
+    fsdp_state_dict_type = NULL;
+    double resume_diff = fixture_max_diff(whole, resumed);
+    printf("%s (nccl) resume from a sharded checkpoint: max |whole - resumed| = %g\n", name, resume_diff);
+    CHECK(resume_diff == 0);
+    fulmen_model_free(whole);
+    fulmen_model_free(resumed);
+}
+
 /* FSDP over NCCL in a world of one (the MLP's root a unit, its parameters
  * "sharded" into one rank's rows) trains as the same FSDP fit on the CPU
  * over gloo, and ends whole on the CPU; with sharded checkpoints, 2 epochs
  * then a resume from the sharded directory for 2 more equal 4 in one go
  * on the GPU. */
 static void test_fsdp_world_of_one(void) {
-    fulmen_model *gpu = NULL, *cpu = NULL, *whole = NULL, *resumed = NULL;
+    fulmen_model *gpu = NULL, *cpu = NULL;
     double on_gpu = fit_on("cuda", "32-true", "fsdp", "nccl", 2, 0, NULL, NULL, &gpu);
     double on_cpu = fit_on("cpu", "32-true", "fsdp", "gloo", 2, 0, NULL, NULL, &cpu);
     double diff = fixture_max_diff(gpu, cpu);
@@ -545,28 +565,16 @@ static void test_fsdp_world_of_one(void) {
     CHECK(on_gpu >= 0 && on_gpu < 0.3);
     CHECK_NEAR(on_gpu, on_cpu, 1e-4);
     CHECK(diff < 1e-4);
-    char one[640], split[640];
-    snprintf(one, sizeof one, "%s/fsdp-whole", work);
-    snprintf(split, sizeof split, "%s/fsdp-split", work);
-    fsdp_state_dict_type = "sharded";
-    fit_on("cuda", "32-true", "fsdp", "nccl", 4, 0.3, one, NULL, &whole);
-    fit_on("cuda", "32-true", "fsdp", "nccl", 2, 0.3, split, NULL, NULL);
-    fit_on("cuda", "32-true", "fsdp", "nccl", 4, 0.3, split, "last", &resumed);
-    fsdp_state_dict_type = NULL;
-    double resume_diff = fixture_max_diff(whole, resumed);
-    printf("fsdp (nccl) resume from a sharded checkpoint: max |whole - resumed| = %g\n", resume_diff);
-    CHECK(resume_diff == 0);
     fulmen_model_free(gpu);
     fulmen_model_free(cpu);
-    fulmen_model_free(whole);
-    fulmen_model_free(resumed);
+    check_sharded_resume("fsdp");
 }
 
 /* FSDP's CPU offload over NCCL (shards, gradients and SGD in pinned host
  * memory, clipping's norms reduced on the GPU) trains as the same fit
  * without offload, and resumes exactly from its sharded checkpoint. */
 static void test_fsdp_cpu_offload(void) {
-    fulmen_model *kept = NULL, *offloaded = NULL, *whole = NULL, *resumed = NULL;
+    fulmen_model *kept = NULL, *offloaded = NULL;
     fit_clip = "0.3";
     double on_gpu = fit_on("cuda", "32-true", "fsdp", "nccl", 2, 0, NULL, NULL, &kept);
     fsdp_cpu_offload = true;
@@ -578,23 +586,11 @@ static void test_fsdp_cpu_offload(void) {
     CHECK(off >= 0 && off < 0.3);
     CHECK_NEAR(off, on_gpu, 1e-5);
     CHECK(diff < 1e-5);
-    char one[640], split[640];
-    snprintf(one, sizeof one, "%s/fsdp-offload-whole", work);
-    snprintf(split, sizeof split, "%s/fsdp-offload-split", work);
-    fsdp_state_dict_type = "sharded";
-    fit_on("cuda", "32-true", "fsdp", "nccl", 4, 0.3, one, NULL, &whole);
-    fit_on("cuda", "32-true", "fsdp", "nccl", 2, 0.3, split, NULL, NULL);
-    fit_on("cuda", "32-true", "fsdp", "nccl", 4, 0.3, split, "last", &resumed);
-    fsdp_state_dict_type = NULL;
-    fsdp_cpu_offload = false;
-    fit_clip = NULL;
-    double resume_diff = fixture_max_diff(whole, resumed);
-    printf("fsdp cpu_offload (nccl) resume from a sharded checkpoint: max |whole - resumed| = %g\n", resume_diff);
-    CHECK(resume_diff == 0);
     fulmen_model_free(kept);
     fulmen_model_free(offloaded);
-    fulmen_model_free(whole);
-    fulmen_model_free(resumed);
+    check_sharded_resume("fsdp-offload");
+    fsdp_cpu_offload = false;
+    fit_clip = NULL;
 }
 
 /* 4 epochs in one go equal 2 epochs, then a resume from last.ckpt for 2
