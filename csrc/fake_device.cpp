@@ -109,8 +109,10 @@ struct NpuAllocator final : c10::Allocator {
     size_t live = g_live_bytes.fetch_add(n);
     if (limit != 0 && live + n > limit) {
       g_live_bytes -= n;
-      TORCH_CHECK_WITH(OutOfMemoryError, false, "fake device out of memory: ", n, " bytes asked while ", live,
-                       " of its ", limit, " bytes (FULMEN_FAKE_DEVICE_MEMORY_LIMIT) are in use");
+      // Named as a vendor's backend names its device ("NPU out of memory").
+      TORCH_CHECK_WITH(OutOfMemoryError, false, c10::get_privateuse1_backend(), " out of memory (the fake device): ", n,
+                       " bytes asked while ", live, " of its ", limit,
+                       " bytes (FULMEN_FAKE_DEVICE_MEMORY_LIMIT) are in use");
     }
     void* p = nullptr;
     try {

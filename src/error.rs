@@ -147,10 +147,29 @@ impl From<tch::TchError> for Error {
 
 /// Whether a libtorch message reports an allocation failure (as
 /// Lightning's `is_oom_error`: a device "out of memory", or the CPU
-/// allocator's "can't allocate memory").
-fn is_out_of_memory_message(msg: &str) -> bool {
-    msg.contains("DefaultCPUAllocator: can't allocate memory")
-        || (msg.contains("out of memory") && ["CUDA", "HIP", "MPS", "XPU"].iter().any(|d| msg.contains(d)))
+/// allocator's "can't allocate memory"), a vendor's PrivateUse1 backend
+/// naming itself ("NPU out of memory") included.
+pub(crate) fn is_out_of_memory_message(msg: &str) -> bool {
+    if msg.contains("DefaultCPUAllocator: can't allocate memory") {
+        return true;
+    }
+    if !msg.contains("out of memory") {
+        return false;
+    }
+    if ["CUDA", "HIP", "MPS", "XPU"].iter().any(|d| msg.contains(d)) {
+        return true;
+    }
+    thread_local! {
+        // Asking the backend's name goes through the shim, whose failure
+        // is classified here again: asked once at a time.
+        static ASKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if ASKING.with(|a| a.replace(true)) {
+        return false;
+    }
+    let vendor = crate::tensor::device::DeviceType::PrivateUse1.name().to_lowercase();
+    ASKING.with(|a| a.set(false));
+    vendor != "privateuseone" && msg.to_lowercase().contains(&format!("{vendor} out of memory"))
 }
 
 /// The fulmen code of a libtorch error message: dtype, shape and range

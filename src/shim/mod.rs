@@ -74,6 +74,13 @@ pub(crate) fn call(what: &str, f: impl FnOnce(*mut c_char, size_t) -> c_int) -> 
     // SAFETY: the shims always NUL-terminate what they write, and the buffer
     // starts zeroed, so it holds a NUL within ERR_LEN bytes.
     let text = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) }.to_string_lossy().into_owned();
-    let code = if status == UNSUPPORTED { ErrorCode::Unsupported } else { ErrorCode::Torch };
+    let code = if status == UNSUPPORTED {
+        ErrorCode::Unsupported
+    } else if crate::error::is_out_of_memory_message(&text) {
+        // A device's allocation failure keeps its code through the shim.
+        ErrorCode::OutOfMemory
+    } else {
+        ErrorCode::Torch
+    };
     Err(Error::new(code, format!("{what}: {text}")))
 }

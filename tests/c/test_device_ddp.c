@@ -34,6 +34,8 @@
  *               comes back the same way; the weights equal reference_deep's
  *   fsdp_deep_resumed  a second epoch resumed from that checkpoint on the
  *               same devices (every rank's weights equal)
+ *   oom         the deep MLP on one such device without FSDP: the fit
+ *               fails with FULMEN_CODE_OUT_OF_MEMORY naming the device
  *   failing     a world of one whose hook's all_reduce fails: fit fails
  *               with the hook's message
  *   group_new   a world of one whose hook's group_new fails: fit fails
@@ -221,6 +223,7 @@ static int scenario_reference_clipped(const char *dir) {
 }
 
 static int two_ranks(const char *dir, const char *name, const char *strategy, bool with_hook);
+static void register_npu(const fulmen_collectives *hook, void *userdata);
 
 static int scenario_reference_deep(const char *dir) {
     char weights[512];
@@ -250,6 +253,21 @@ static int scenario_fsdp_deep(const char *dir, bool resumed) {
     extra.cpu_offload = true;
     extra.param_device = FULMEN_DEVICE_TYPE_CPU;
     return two_ranks(dir, resumed ? "fsdp_deep_resumed" : "fsdp_deep", "fsdp", true);
+}
+
+/* Without FSDP the deep MLP does not fit a capped device: the fit fails
+ * with a device's out-of-memory code (what the batch size finder reads),
+ * its message naming the device, as a vendor's backend names its own. */
+static int scenario_oom(const char *dir) {
+    (void)dir;
+    CHECK(setenv("FULMEN_FAKE_DEVICE_MEMORY_LIMIT", "2600000", 1) == 0);
+    register_npu(NULL, NULL);
+    extra.deep = true;
+    extra.epochs = 1;
+    fulmen_error *e = train("npu", "single_device", "1", RANK_BATCH, NULL, NULL);
+    CHECK_ERR(e, FULMEN_CODE_OUT_OF_MEMORY, "npu out of memory");
+    CHECK_OK(fulmen_accelerator_unregister("npu"));
+    return check_finish("oom");
 }
 
 /* Two launched ranks of `strategy` on npu:0 and npu:1; each saves
@@ -567,6 +585,7 @@ int main(int argc, char **argv) {
         if (strcmp(s, "reference_deep") == 0) return scenario_reference_deep(dir);
         if (strcmp(s, "fsdp_deep") == 0) return scenario_fsdp_deep(dir, false);
         if (strcmp(s, "fsdp_deep_resumed") == 0) return scenario_fsdp_deep(dir, true);
+        if (strcmp(s, "oom") == 0) return scenario_oom(dir);
         if (strncmp(s, "fsdp_offload", 12) == 0) {
             char root[512];
             extra.sharded = strstr(s, "_sharded") != NULL;
@@ -626,6 +645,7 @@ int main(int argc, char **argv) {
     expect_same(dir, "fsdp_deep-rank0.safetensors", "fsdp_deep-rank1.safetensors");
     CHECK(run("fsdp_deep_resumed", dir) == 0);
     expect_same(dir, "fsdp_deep_resumed-rank0.safetensors", "fsdp_deep_resumed-rank1.safetensors");
+    CHECK(run("oom", dir) == 0);
     extra.deep = false;
     CHECK(run("failing", dir) == 0);
     CHECK(run("group_new", dir) == 0);

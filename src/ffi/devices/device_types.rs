@@ -160,8 +160,9 @@ pub unsafe extern "C" fn fulmen_device_set_rng_state(
 /// with the same name and count does nothing. When the environment
 /// variable FULMEN_FAKE_DEVICE_MEMORY_LIMIT holds a number of bytes at
 /// that call, the devices of this process hold at most that many: an
-/// allocation past it fails as an out-of-memory error (FULMEN_CODE_TORCH),
-/// so a test can run a model bigger than its device.
+/// allocation past it fails as a device's out-of-memory error
+/// (FULMEN_CODE_OUT_OF_MEMORY), so a test can run a model bigger than its
+/// device.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (a bad or built-in name, `count`
 /// outside 1..=FULMEN_MAX_FAKE_DEVICES), FULMEN_CODE_INVALID_STATE (a
