@@ -710,21 +710,13 @@ impl Module {
     /// ([`move_in_place`]); false where libtorch refuses that between the
     /// tensor types (the CPU and XLA).
     pub(crate) fn moves_in_place(&self, device: Device) -> Result<bool> {
-        let mut probe: Option<Tensor> = None;
+        let probe = devices::to_device(&Tensor::f_empty([0], (Kind::Float, tch::Device::Cpu))?, device, false)?;
         let mut result = Ok(true);
         self.visit("", &mut |_, t, _| {
-            if !matches!(result, Ok(true)) {
-                return;
+            if matches!(result, Ok(true)) {
+                result =
+                    t.f_kind().map_err(Into::into).and_then(|k| devices::set_data_compatible(t, &probe.f_to_kind(k)?));
             }
-            result = (|| -> Result<bool> {
-                let target = match &probe {
-                    Some(p) => p.shallow_clone(),
-                    None => devices::to_device(&Tensor::f_empty([0], (Kind::Float, tch::Device::Cpu))?, device, false)?,
-                };
-                let compatible = devices::set_data_compatible(t, &target.f_to_kind(t.f_kind()?)?)?;
-                probe = Some(target);
-                Ok(compatible)
-            })();
         });
         result
     }

@@ -570,8 +570,8 @@ static void test_fsdp_world_of_one(void) {
     check_sharded_resume("fsdp");
 }
 
-/* FSDP's CPU offload over NCCL (shards, gradients and SGD in pinned host
- * memory, clipping's norms reduced on the GPU) trains as the same fit
+/* FSDP's CPU offload over NCCL (shards in pinned host memory, their
+ * gradients and SGD in host memory, clipping's norms reduced on the GPU) trains as the same fit
  * without offload, and resumes exactly from its sharded checkpoint. */
 static void test_fsdp_cpu_offload(void) {
     fulmen_model *kept = NULL, *offloaded = NULL;

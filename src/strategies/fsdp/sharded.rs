@@ -154,7 +154,7 @@ impl ShardedModel {
             }
             other => other,
         };
-        let host_moves = moves_to_host_in_place(&m)?;
+        let host_moves = m.moves_in_place(Device::Cpu)?;
         if options.cpu_offload && !host_moves {
             return Err(Error::new(
                 crate::error::ErrorCode::Unsupported,
@@ -530,18 +530,6 @@ impl ShardedModel {
                 }
             })
             .collect()
-    }
-}
-
-/// Whether `m`'s parameters can hold host memory in place (`set_data`
-/// from their tensor type to the CPU's); true without parameters.
-fn moves_to_host_in_place(m: &crate::nn::Module) -> Result<bool> {
-    match m.parameters().first() {
-        Some(p) => {
-            let host = Tensor::f_empty([0], (p.f_kind()?, tch::Device::Cpu))?;
-            crate::tensor::device::set_data_compatible(p, &host)
-        }
-        None => Ok(true),
     }
 }
 

@@ -21,17 +21,18 @@
 //! run ([`FsdpUnit::gather_master`]) gives the shards' own values.
 //!
 //! With CPU offload (torch's `CPUOffloadPolicy`) the shards live in the
-//! host's memory (pinned under CUDA; their gradients are not), so the optimizers step there: each
-//! gather copies the unit's shards to the device first, and each
-//! reduce-scatter's result is copied back into the host's gradients. The
-//! full buffers, and so the forward and backward, stay on the device.
+//! host's memory (pinned under CUDA; their gradients are not), so the
+//! optimizers step there: each gather copies the unit's shards to the
+//! device first, and each reduce-scatter's result is copied back into the
+//! host's gradients. The full buffers, and so the forward and backward,
+//! stay on the device.
 use super::prefetch::UnitOrder;
 use crate::distributed::group::PendingGather;
 use crate::distributed::{ProcessGroup, ReduceOp};
 use crate::error::{Error, Result};
 use crate::nn::ShardHook;
 use crate::shim;
-use crate::tensor::device::{empty_on_device_of, to_device_of, zeros_on_device_of, Device};
+use crate::tensor::device::{empty_on_device_of, to_device, to_device_of, zeros_on_device_of, Device};
 use crate::tensor::dtype::is_floating;
 use crate::tensor::grad::set_grad;
 use libc::c_void;
@@ -792,6 +793,10 @@ impl FsdpUnit {
             let total: i64 = st.params.iter().zip(&carried).filter(|(_, c)| **c).map(|(p, _)| p.shard_numel()).sum();
             let first = &st.params[0];
             let buf = zeros_on_device_of(&[world, total + count], self.mp.reduction(first.shard.kind()), &first.full)?;
+            // Where the unit's shards live, when not beside the buffers:
+            // the host's memory under CPU offload (asked once a reduction).
+            let shard_device = Device::of(&first.shard)?;
+            let offloaded_to = (shard_device != Device::of(&buf)?).then_some(shard_device);
             let mut offset = 0;
             for (i, p) in st.params.iter().enumerate().filter(|(i, _)| carried[*i]) {
                 let n = p.shard_numel();
@@ -837,8 +842,10 @@ impl FsdpUnit {
                     // Its own storage: optimizers detach and zero gradients in place.
                     let g = mine.f_narrow(0, offset, n)?.f_reshape(p.shard.size())?.f_div_scalar(post)?;
                     let g = if g.kind() == p.shard.kind() { g } else { g.f_to_kind(p.shard.kind())? };
-                    // Beside its shard (the host's memory under CPU offload).
-                    let g = to_device_of(&g, &p.shard)?;
+                    let g = match offloaded_to {
+                        Some(host) => to_device(&g, host, false)?,
+                        None => g,
+                    };
                     match parked.take() {
                         Some(earlier) => {
                             let _ = earlier.shallow_clone().f_add_(&g)?;
