@@ -595,8 +595,16 @@ impl ProcessGroup {
 
     /// Checks that every rank's parameters match rank 0's in count, shape
     /// and strides (c10d's `verify_params_across_processes`; dtypes and
-    /// values are not compared).
+    /// values are not compared). A model without parameters is refused
+    /// (INVALID_ARGUMENT) before anything is sent: c10d's check reads the
+    /// first parameter's device.
     pub fn verify_params(&self, params: &[Tensor]) -> Result<()> {
+        if params.is_empty() {
+            return Err(Error::invalid(
+                "the model has no parameters: there is nothing to check across the ranks, to synchronize or to \
+                 shard (DDP and FSDP need a model with parameters)",
+            ));
+        }
         let raw = raw_list(params);
         // SAFETY: the tensors outlive the call.
         call("checking that every rank has the same model", |err, len| unsafe {

@@ -296,6 +296,22 @@ TEST_F(DistributedTest, FsdpTrainsAsTheSameLoopWithoutIt) {
     EXPECT_EXIT(std::_Exit(fsdp_world_of_one()), ::testing::ExitedWithCode(0), "");
 }
 
+// A model without parameters is refused with a clear error, not a crash
+// (c10d's check of the ranks' parameters reads the first one).
+static int fsdp_without_parameters() {
+    Strategy s("fsdp");
+    fulmen::distributed::join(s, 1);
+    Model relu = Model::activation(fulmen::Activation::Relu);
+    if (error_code([&] { Fsdp f(relu, s); }) != FULMEN_CODE_INVALID_ARGUMENT) return 10;
+    fulmen::distributed::shutdown(10);
+    return 0;
+}
+
+TEST_F(DistributedTest, FsdpRefusesAModelWithoutParameters) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(std::_Exit(fsdp_without_parameters()), ::testing::ExitedWithCode(0), "");
+}
+
 class ShardTest : public FulmenTest {};
 
 TEST_F(ShardTest, ReadsOneRanksShareLikeDistributedSampler) {
