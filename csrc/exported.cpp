@@ -39,6 +39,17 @@ struct fulmen_cxx_ep_arg {
   const double* floats;
   size_t n;
 };
+
+// A call of the run's hook before one instruction (src/shim/exported.rs
+// `EpEvent`): the slots whose tensors it is handed.
+struct fulmen_cxx_ep_event {
+  int64_t before;
+  const int64_t* slots;
+  size_t n_slots;
+};
+
+// The run's hook: event index, the tensors (owned by the hook), their count.
+typedef int (*fulmen_cxx_ep_hook)(void* ctx, size_t event, void** tensors, size_t n);
 }
 
 namespace {
@@ -604,14 +615,36 @@ int fulmen_cxx_ep_outputs(void* prog, const int64_t* slots, size_t n, char* err,
 // graph's input order) on the device (type, index) of
 // src/nn/torchscript.rs `device_code`; writes one new `c10::IValue*` per
 // output into `outputs` (the caller frees them with fulmen_cxx_value_free).
+// `events[0..n_events]` (sorted by `before`, each at most the number of
+// instructions) call `hook(hook_ctx, k, tensors, n)` before instruction
+// `before` of event k (after the last one for the number of
+// instructions), with a new `at::Tensor*` for each of its slots holding a
+// tensor (NULL for the others), which the hook owns; a hook returning
+// non-zero fails the run (the hook keeps its own error).
 int fulmen_cxx_ep_run(const void* prog, const void* const* inputs, size_t n_inputs, int device_type,
-                      int device_index, void** outputs, size_t n_outputs, char* err, size_t err_len) {
+                      int device_index, const fulmen_cxx_ep_event* events, size_t n_events, fulmen_cxx_ep_hook hook,
+                      void* hook_ctx, void** outputs, size_t n_outputs, char* err, size_t err_len) {
   std::vector<std::unique_ptr<c10::IValue>> made;
   FULMEN_CXX_TRY
   const Program& p = cprogram(prog);
   if (n_inputs != p.n_inputs || n_outputs != p.outputs.size()) {
     throw std::invalid_argument("the program takes " + std::to_string(p.n_inputs) + " inputs and returns " +
                                 std::to_string(p.outputs.size()) + " values");
+  }
+  if (n_events > 0 && hook == nullptr) {
+    throw std::invalid_argument("events without a hook");
+  }
+  for (size_t k = 0; k < n_events; ++k) {
+    const fulmen_cxx_ep_event& e = events[k];
+    if (e.before < 0 || static_cast<size_t>(e.before) > p.instrs.size() ||
+        (k > 0 && e.before < events[k - 1].before) || (e.n_slots > 0 && e.slots == nullptr)) {
+      throw std::invalid_argument("event " + std::to_string(k) + " is out of order or out of range");
+    }
+    for (size_t j = 0; j < e.n_slots; ++j) {
+      if (e.slots[j] < 0 || e.slots[j] >= p.n_slots) {
+        throw std::invalid_argument("event " + std::to_string(k) + " names a slot out of range");
+      }
+    }
   }
   c10::Device device(c10::DeviceType::CPU);
   switch (device_type) {
@@ -629,8 +662,30 @@ int fulmen_cxx_ep_run(const void* prog, const void* const* inputs, size_t n_inpu
   for (size_t k = 0; k < n_inputs; ++k) {
     slots[k] = *static_cast<const at::Tensor*>(inputs[k]);
   }
+  size_t next_event = 0;
+  // Fires the events due before instruction `at`.
+  auto fire_events = [&](size_t at) {
+    for (; next_event < n_events && static_cast<size_t>(events[next_event].before) == at; ++next_event) {
+      const fulmen_cxx_ep_event& e = events[next_event];
+      std::vector<std::unique_ptr<at::Tensor>> held;
+      held.reserve(e.n_slots);
+      for (size_t j = 0; j < e.n_slots; ++j) {
+        const c10::IValue& v = slots[static_cast<size_t>(e.slots[j])];
+        held.push_back(v.isTensor() ? std::make_unique<at::Tensor>(v.toTensor()) : nullptr);
+      }
+      std::vector<void*> handed(held.size());
+      for (size_t j = 0; j < held.size(); ++j) {
+        handed[j] = held[j].release();
+      }
+      if (hook(hook_ctx, next_event, handed.data(), handed.size()) != 0) {
+        throw std::runtime_error("a sharding hook failed");
+      }
+    }
+  };
   torch::jit::Stack stack;
-  for (const Instr& in : p.instrs) {
+  for (size_t at = 0; at < p.instrs.size(); ++at) {
+    fire_events(at);
+    const Instr& in = p.instrs[at];
     stack.clear();
     try {
       for (const Arg& a : in.args) {
@@ -664,6 +719,7 @@ int fulmen_cxx_ep_run(const void* prog, const void* const* inputs, size_t n_inpu
       slots[static_cast<size_t>(s)] = c10::IValue();
     }
   }
+  fire_events(p.instrs.size());
   for (size_t k = 0; k < n_outputs; ++k) {
     made.push_back(std::make_unique<c10::IValue>(slots[static_cast<size_t>(p.outputs[k])]));
   }

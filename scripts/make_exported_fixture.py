@@ -10,6 +10,10 @@ Writes into tests/fixtures/:
                         to its output head, positions from aten.arange
   exported_nograd.pt2    one program with a torch.no_grad() block
                         (wrap_with_set_grad_enabled): returns (loss, z)
+  exported_blocks.pt2   torch.export.save of one program: Linear(6, 8), three
+                        residual Blocks (LayerNorm, Linear, tanh) in a
+                        ModuleList, Linear(8, 1); a dynamic batch size (the
+                        FSDP tests shard it with each Block a unit)
   exported_reference.json  inputs and PyTorch's results: state_dict names,
                         the loss, logits and new running statistics of one
                         training_step, the forward of the eval program, the
@@ -74,6 +78,38 @@ class NoGrad(nn.Module):
         return (self.l(x) * z).sum(), z
 
 
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(8)
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return x + torch.tanh(self.fc(self.ln(x)))
+
+
+class Blocks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(6, 8)
+        self.blocks = nn.ModuleList([Block() for _ in range(3)])
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for b in self.blocks:
+            h = b(h)
+        return self.head(h)
+
+
+def blocks(out):
+    torch.manual_seed(3)
+    model = Blocks()
+    x = torch.randn(4, 6)
+    ep = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch", min=2)},))
+    torch.export.save(ep, os.path.join(out, "exported_blocks.pt2"))
+
+
 def rows(t):
     return t.detach().double().reshape(-1).tolist()
 
@@ -106,6 +142,8 @@ def main(out):
     torch.export.save(ep_tied, os.path.join(out, "exported_tied.pt2"))
     with torch.no_grad():
         tied_out = tied(tokens)
+
+    blocks(out)
 
     torch.manual_seed(2)
     nograd = NoGrad()

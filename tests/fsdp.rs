@@ -33,6 +33,9 @@ enum Kind2 {
     /// `Sequential(Unflatten(1, [3, 2]), Linear(2, 8),
     /// TransformerEncoderLayer(8, 2, 16) x 2, Flatten, Linear(24, 1))`.
     Transformer,
+    /// tests/fixtures/exported_blocks.pt2 (a torch.export program): Linear(6,
+    /// 8), three residual Blocks (LayerNorm, Linear, tanh), Linear(8, 1).
+    Exported,
 }
 
 /// The scenario's model, seeded. With the wrap policy "Sequential" each
@@ -42,6 +45,10 @@ fn model(kind: Kind2) -> Module {
     tch::manual_seed(7);
     if kind == Kind2::Transformer {
         return transformer();
+    }
+    if kind == Kind2::Exported {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/exported_blocks.pt2");
+        return Module::load_exported(&path, tch::Device::Cpu).unwrap();
     }
     let mut root = Module::sequential();
     root.push(Module::linear(FEATURES, 10, true).unwrap()).unwrap();
@@ -91,6 +98,7 @@ fn transformer() -> Module {
 fn probe(kind: Kind2) -> (&'static str, i64) {
     match kind {
         Kind2::Transformer => ("2.linear1.weight", 16),
+        Kind2::Exported => ("blocks.0.fc.weight", 8),
         _ => ("2.0.weight", 10),
     }
 }
@@ -102,6 +110,9 @@ struct Regression {
     /// Rows of the first block's weight as the step found it, before its
     /// forward (10 on one device; its shard's under FSDP).
     block_rows: Vec<i64>,
+    /// The same after the forward (FULL_SHARD frees a unit after its
+    /// forward: its rows again).
+    rows_after_forward: Vec<i64>,
     /// Configure LBFGS (which re-evaluates the loss) instead of AdamW.
     lbfgs: bool,
     /// The parameter whose rows are recorded.
@@ -139,7 +150,11 @@ impl LightningModule for Regression {
         let block = m.named_parameters().into_iter().find(|(k, _)| k == self.probe).unwrap().1;
         self.block_rows.push(block.size()[0]);
         drop(m);
-        let out = self.model.lock().unwrap().forward(&batch[0])?;
+        let m = self.model.lock().unwrap();
+        let out = m.forward(&batch[0])?;
+        let block = m.named_parameters().into_iter().find(|(k, _)| k == self.probe).unwrap().1;
+        self.rows_after_forward.push(block.size()[0]);
+        drop(m);
         let loss = (out - &batch[1]).square().mean(Kind::Float);
         self.losses.push(loss.double_value(&[]));
         Ok(Some(loss))
@@ -201,8 +216,13 @@ struct Scenario {
     strategy: &'static str,
 }
 
+/// The FULL_SHARD setting.
+fn full_shard() -> (&'static str, &'static str) {
+    ("fsdp_sharding_strategy", "FULL_SHARD")
+}
+
 fn scenario(name: &str) -> Scenario {
-    let full = ("fsdp_sharding_strategy", "FULL_SHARD");
+    let full = full_shard();
     let wrap = ("fsdp_auto_wrap_policy", "Sequential");
     let layers = ("fsdp_auto_wrap_policy", "TransformerEncoderLayer");
     let layers_checkpointed = ("fsdp_activation_checkpointing_policy", "TransformerEncoderLayer");
@@ -302,6 +322,21 @@ fn scenario(name: &str) -> Scenario {
             ],
             mlp,
         ),
+        // Units inside a torch.export program: each Block (a ModuleList's
+        // items), by class and by size.
+        "exported" => (vec![full, ("fsdp_auto_wrap_policy", "Block"), ("gradient_clip_val", "0.3")], Kind2::Exported),
+        "exported_sharded" => {
+            (vec![full, ("fsdp_auto_wrap_policy", "Block"), ("fsdp_state_dict_type", "sharded")], Kind2::Exported)
+        }
+        "exported_size" => (vec![full, ("fsdp_min_num_params", "80")], Kind2::Exported),
+        "exported_grad_op" => (
+            vec![
+                ("fsdp_sharding_strategy", "SHARD_GRAD_OP"),
+                ("fsdp_auto_wrap_policy", "Block"),
+                ("accumulate_grad_batches", "2"),
+            ],
+            Kind2::Exported,
+        ),
         _ => panic!("unknown scenario {name}"),
     };
     Scenario { settings, kind, strategy: "fsdp" }
@@ -378,6 +413,7 @@ fn train_with(
         model: Arc::new(Mutex::new(net)),
         losses: Vec::new(),
         block_rows: Vec::new(),
+        rows_after_forward: Vec::new(),
         lbfgs: name == "lbfgs",
         probe: probe(sc.kind).0,
         // The bias before a BatchNorm has a zero gradient up to rounding,
@@ -412,6 +448,16 @@ fn train_with(
         let rows = probe(sc.kind).1;
         let want = if sharded { (rows + world - 1) / world } else { rows };
         assert!(m.block_rows.iter().all(|r| *r == want), "{name}: block rows {:?}, want {want}", m.block_rows);
+        if sc.kind == Kind2::Exported {
+            // A unit inside the program: freed after its forward under
+            // FULL_SHARD, kept gathered for backward under SHARD_GRAD_OP.
+            let after = if sc.settings.contains(&full_shard()) { want } else { rows };
+            assert!(
+                m.rows_after_forward.iter().all(|r| *r == after),
+                "{name}: rows after the forward {:?}, want {after}",
+                m.rows_after_forward
+            );
+        }
     }
     Ok((m.losses, weights))
 }
@@ -695,6 +741,13 @@ fn full_shard_on_two_ranks_equals_one_process() {
 }
 
 #[test]
+fn units_inside_an_exported_program_equal_one_process() {
+    check_against_one_process("exported", 2);
+    check_against_one_process("exported_size", 2);
+    check_against_one_process("exported_grad_op", 2);
+}
+
+#[test]
 fn full_shard_on_four_ranks_equals_one_process() {
     check_against_one_process("full", 4);
 }
@@ -813,6 +866,34 @@ fn a_sharded_checkpoint_resumes_exactly_and_on_another_world_size() {
             assert!(diff == 0.0, "rank {r}: {k} differs by {diff} after the resume on the same ranks");
             let diff = (x - z).abs().max().double_value(&[]);
             assert!(diff < 1e-5, "rank {r}: {k} differs by {diff} after the resume of four ranks' checkpoint");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// Units inside an exported program resume exactly from the run's sharded
+/// checkpoint and from the full one saved after it.
+#[test]
+fn units_inside_an_exported_program_resume_exactly() {
+    let work = tempdir("fsdp-exported-resume");
+    let (whole, first, resumed) = (work.join("whole"), work.join("first"), work.join("resumed"));
+    run_ranks(2, "exported_sharded", &whole, 2, None);
+    run_ranks(2, "exported_sharded", &first, 1, None);
+    let ckpt = checkpoints(&first.join("checkpoints"));
+    assert_eq!(ckpt.len(), 1, "{ckpt:?}");
+    assert!(ckpt[0].join(".metadata").is_file(), "{ckpt:?} is not a sharded checkpoint");
+    run_ranks(2, "exported_sharded", &resumed, 2, Some(&ckpt[0]));
+    let after_run = work.join("after");
+    run_ranks(2, "exported_sharded", &after_run, 2, Some(&first.join("after-run.ckpt")));
+    for r in 0..2 {
+        let a = read_weights(&rank_dir(&whole, r));
+        for run in [&resumed, &after_run] {
+            let b = read_weights(&rank_dir(run, r));
+            assert_eq!(a.len(), b.len());
+            for ((k, x), (_, y)) in a.iter().zip(&b) {
+                let diff = (x - y).abs().max().double_value(&[]);
+                assert!(diff == 0.0, "rank {r}: {k} differs by {diff} after the resume from {}", run.display());
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&work);

@@ -18,6 +18,7 @@ mod shard_hook;
 mod state_dict;
 mod torchscript;
 mod weights_io;
+pub(crate) use exported::{exported_parent, InnerUnit, ModuleTree};
 pub(crate) use shard_hook::{ShardHook, ShardLink};
 pub(crate) use weights_io::without_module_prefix;
 

@@ -2,6 +2,7 @@
 //! units, `src/strategies/fsdp/`): the module's forward first makes sure
 //! the parameters it reads are gathered, and the module a unit is made of
 //! hands the unit its outputs afterwards.
+use super::exported::{InnerUnit, ModuleTree};
 use super::module::{Module, Node};
 use crate::error::Result;
 use std::sync::Arc;
@@ -105,5 +106,31 @@ impl Module {
     /// Links this module to a unit (`None` removes the link).
     pub(crate) fn set_shard_link(&mut self, link: Option<ShardLink>) {
         self.shard = link;
+    }
+
+    /// The module tree inside an exported program (`None` for other
+    /// modules), which units may be made of.
+    pub(crate) fn inner_modules(&self) -> Option<ModuleTree> {
+        match &self.node {
+            Node::Exported(e) => Some(e.module_tree()),
+            _ => None,
+        }
+    }
+
+    /// The exported program's state (name, tensor, is a buffer); empty for
+    /// other modules.
+    pub(crate) fn inner_state(&self) -> Vec<(String, Tensor, bool)> {
+        match &self.node {
+            Node::Exported(e) => e.state().map(|(n, t, b)| (n.to_owned(), t.shallow_clone(), b)).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Makes `units` the sharding units inside an exported program (none
+    /// removes them); other modules have no inside.
+    pub(crate) fn set_inner_units(&mut self, units: Vec<InnerUnit>) {
+        if let Node::Exported(e) = &mut self.node {
+            e.set_inner_units(units);
+        }
     }
 }

@@ -16,6 +16,20 @@ pub(crate) struct EpArg {
     pub n: size_t,
 }
 
+/// A call of a run's hook before one instruction (`fulmen_cxx_ep_event`):
+/// the slots whose tensors it is handed.
+#[repr(C)]
+pub(crate) struct EpEvent {
+    pub before: i64,
+    pub slots: *const i64,
+    pub n_slots: size_t,
+}
+
+/// A run's hook (`fulmen_cxx_ep_hook`): context, event index, the tensors
+/// (new `at::Tensor*` the hook owns, NULL for slots holding no tensor),
+/// their count; non-zero fails the run.
+pub(crate) type EpHook = extern "C" fn(*mut c_void, size_t, *mut *mut c_void, size_t) -> c_int;
+
 /// The argument kinds of `csrc/exported.cpp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(i32)]
@@ -96,6 +110,10 @@ extern "C" {
         n_inputs: size_t,
         device_type: c_int,
         device_index: c_int,
+        events: *const EpEvent,
+        n_events: size_t,
+        hook: Option<EpHook>,
+        hook_ctx: *mut c_void,
         outputs: *mut *mut c_void,
         n_outputs: size_t,
         err: *mut c_char,

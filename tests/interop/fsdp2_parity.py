@@ -10,7 +10,9 @@ parameters gathered and computed in bfloat16, gradients reduced in
 float32 or in bfloat16, also with gradient accumulation, and all in
 float16, its gradients divided before and after the reduction; FULL_SHARD
 under 16-mixed with torch's
-GradScaler and clipping), two jobs of two ranks on gloo, one thread per
+GradScaler and clipping; and, with the model exported by torch.export on
+fulmen's side, FULL_SHARD with clipping and SHARD_GRAD_OP with bfloat16
+parameters), two jobs of two ranks on gloo, one thread per
 rank, train the same model from the same initial weights on the same rows:
 
   Sequential(Linear(10, 16), LayerNorm(16), Sequential(Linear(16, 16), Tanh()),
@@ -95,6 +97,8 @@ CASES = (
     ("FULL_SHARD-16-clip", "FULL_SHARD", "16-mixed", 0.5, False, None),
     ("FULL_SHARD-mp-bf16-fp32-accumulate", "FULL_SHARD", "32-true", 0.0, False, ("bf16", "fp32")),
     ("FULL_SHARD-mp-fp16", "FULL_SHARD", "32-true", 0.0, False, ("fp16", "fp16")),
+    ("FULL_SHARD-clip-exported", "FULL_SHARD", "32-true", 0.05, False, None),
+    ("SHARD_GRAD_OP-mp-bf16-fp32-exported", "SHARD_GRAD_OP", "32-true", 0.0, False, ("bf16", "fp32")),
 )
 # Cases whose name ends so accumulate gradients over 2 micro-batches
 # (fulmen's accumulate_grad_batches; torch: set_requires_gradient_sync
@@ -106,6 +110,13 @@ ACCUMULATE = 2
 
 def accumulates(name):
     return name.endswith("-accumulate")
+
+
+# Cases whose name ends so train, on fulmen's side, the model exported with
+# torch.export (model.pt2, from the same initial weights): its inner blocks
+# are units inside the program.
+def exported(name):
+    return name.endswith("-exported")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 INIT_SCALE, GROWTH_INTERVAL = "16777216", "4"
 
@@ -333,6 +344,8 @@ def run_job(work, binary, case, retried=False):
         accumulate = ACCUMULATE if accumulates(name) else 1
         if accumulate > 1:
             env["FSDP_ACCUMULATE"] = str(accumulate)
+        if exported(name):
+            env["FSDP_EXPORTED"] = os.path.join(work, "model.pt2")
         out = os.path.join(work, f"{side}-{name}-{rank}.safetensors")
         losses = out + ".losses"
         if binary is None:
@@ -410,6 +423,9 @@ def write_inputs(work):
         start[1].bias.normal_(0.0, 0.1)
     init = {k: v.detach().clone().contiguous() for k, v in start.state_dict().items()}
     save_file(init, os.path.join(work, "init.safetensors"))
+    example = torch.randn(4, FEATURES)
+    program = torch.export.export(start, (example,), dynamic_shapes=({0: torch.export.Dim("batch", min=2)},))
+    torch.export.save(program, os.path.join(work, "model.pt2"))
     return init
 
 

@@ -35,7 +35,8 @@
  * FSDP_PARAM_DTYPE and FSDP_REDUCE_DTYPE set fsdp_param_dtype and
  * fsdp_reduce_dtype (torch's MixedPrecisionPolicy); FSDP_INIT_SCALE and
  * FSDP_GROWTH_INTERVAL, the 16-mixed GradScaler's; FSDP_ACCUMULATE,
- * accumulate_grad_batches.
+ * accumulate_grad_batches; FSDP_EXPORTED, a torch.export archive of the same
+ * model to train instead (its inner Sequentials units inside the program).
  *
  * With FSDP_HOST_LOOP set (tests/interop/fsdp2_mixed.py, where the other
  * rank is a PyTorch FSDP2 process), a host-owned loop on fulmen_fsdp
@@ -363,7 +364,12 @@ int main(int argc, char **argv) {
     size_t batch = count_arg("BATCH", argv[7], samples);
     TRY(fulmen_set_num_threads(1));
 
-    fulmen_model *model = build();
+    const char *exported = getenv("FSDP_EXPORTED");
+    fulmen_model *model = NULL;
+    if (exported)
+        TRY(fulmen_model_load_exported(exported, &model));
+    else
+        model = build();
     TRY(fulmen_model_load(model, argv[2], true));
     loss_file = fopen(argv[8], "w");
     if (!loss_file) {

@@ -112,6 +112,9 @@ pub(crate) struct Node {
     /// (keyword name, argument); the name is `None` for positional ones.
     pub(crate) args: Vec<(Option<String>, Arg)>,
     pub(crate) outputs: Vec<Output>,
+    /// The modules whose forward the node ran in (its `nn_module_stack`):
+    /// (dotted path, class), outermost first, the root ("") left out.
+    pub(crate) modules: Vec<(String, String)>,
 }
 
 /// The role of one graph input.
@@ -359,7 +362,40 @@ fn node(v: &Json) -> Result<Node> {
         .map(output)
         .collect::<Result<Vec<_>>>()
         .map_err(|e| e.context(format!("node {name}")))?;
-    Ok(Node { target, name, args, outputs })
+    Ok(Node { target, name, args, outputs, modules: module_stack(v) })
+}
+
+/// A node's `nn_module_stack` (torch/_export/serde/serialize.py writes
+/// "key,path,class" items joined by ";"), as (path, class) from the
+/// outermost module in, the root left out. Dynamo's paths (`L['self'].a[0]`)
+/// become state_dict paths (`a.0`). A node without it ran in the root.
+fn module_stack(v: &Json) -> Vec<(String, String)> {
+    let Some(text) = v.get("metadata").and_then(|m| m.get("nn_module_stack")).and_then(Json::as_str) else {
+        return Vec::new();
+    };
+    text.split(';')
+        .filter_map(|item| {
+            let (_, rest) = item.split_once(',')?;
+            let (path, class) = rest.rsplit_once(',')?;
+            Some((state_dict_path(path), class.to_owned()))
+        })
+        .filter(|(path, _)| !path.is_empty())
+        .collect()
+}
+
+/// A module path as state_dict names it: `L['self'].blocks[0]` and
+/// `L__self__.blocks.0` become `blocks.0`.
+fn state_dict_path(path: &str) -> String {
+    let path = ["L['self']", "L__self__"].iter().find_map(|p| path.strip_prefix(p)).unwrap_or(path);
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        match c {
+            '[' => out.push('.'),
+            ']' | '\'' | '"' => {}
+            c => out.push(c),
+        }
+    }
+    out.trim_start_matches('.').to_owned()
 }
 
 fn sub_graph(v: &Json) -> Result<SubGraph> {
@@ -392,12 +428,13 @@ fn renamed_output(o: &Output, f: &dyn Fn(&str) -> String) -> Output {
     }
 }
 
-fn builtin(code: i32, name: &str, args: Vec<Arg>, outputs: Vec<Output>) -> Node {
+fn builtin(code: i32, name: &str, args: Vec<Arg>, outputs: Vec<Output>, modules: &[(String, String)]) -> Node {
     Node {
         target: Target::Builtin(code),
         name: name.to_owned(),
         args: args.into_iter().map(|a| (None, a)).collect(),
         outputs,
+        modules: modules.to_vec(),
     }
 }
 
@@ -434,9 +471,9 @@ pub(crate) fn inline_subgraphs(nodes: Vec<Node>, fresh: &mut usize) -> Result<Ve
             let [name] = param.reads()[..] else {
                 return Err(Error::format(format!("{what}: a subgraph input is not one named value")));
             };
-            out.push(builtin(IDENTITY, &what, vec![given], vec![Output::One(inner(name))]));
+            out.push(builtin(IDENTITY, &what, vec![given], vec![Output::One(inner(name))], &n.modules));
         }
-        out.push(builtin(SET_GRAD, &what, vec![Arg::Bool(enabled)], Vec::new()));
+        out.push(builtin(SET_GRAD, &what, vec![Arg::Bool(enabled)], Vec::new(), &n.modules));
         for node in inline_subgraphs(sub.nodes, fresh)? {
             out.push(Node {
                 args: node.args.iter().map(|(k, a)| (k.clone(), renamed_arg(a, &inner))).collect(),
@@ -444,7 +481,7 @@ pub(crate) fn inline_subgraphs(nodes: Vec<Node>, fresh: &mut usize) -> Result<Ve
                 ..node
             });
         }
-        out.push(builtin(RESTORE_GRAD, &what, Vec::new(), Vec::new()));
+        out.push(builtin(RESTORE_GRAD, &what, Vec::new(), Vec::new(), &n.modules));
         let results: Vec<Option<String>> = n
             .outputs
             .iter()
@@ -463,7 +500,13 @@ pub(crate) fn inline_subgraphs(nodes: Vec<Node>, fresh: &mut usize) -> Result<Ve
         }
         for (name, value) in results.into_iter().zip(&sub.outputs) {
             if let Some(name) = name {
-                out.push(builtin(IDENTITY, &what, vec![renamed_arg(value, &inner)], vec![Output::One(name)]));
+                out.push(builtin(
+                    IDENTITY,
+                    &what,
+                    vec![renamed_arg(value, &inner)],
+                    vec![Output::One(name)],
+                    &n.modules,
+                ));
             }
         }
     }
@@ -552,6 +595,20 @@ mod tests {
             target("torch.ops.aten._unsafe_index.Tensor").unwrap(),
             Target::Op("aten::index".into(), "Tensor".into())
         );
+    }
+
+    #[test]
+    fn module_stacks_read_as_state_dict_paths() {
+        let node = |stack: &str| serde_json::json!({"metadata": {"nn_module_stack": stack}});
+        let s = module_stack(&node(
+            "L__self__,,m.Net;L__self__blocks.0,blocks.0,m.Block;L__self___b,L['self'].b[1]['x'],torch.nn.Linear",
+        ));
+        assert_eq!(
+            s,
+            [("blocks.0".to_owned(), "m.Block".to_owned()), ("b.1.x".to_owned(), "torch.nn.Linear".to_owned())]
+        );
+        assert!(module_stack(&serde_json::json!({})).is_empty(), "no metadata: the root");
+        assert!(module_stack(&node("garbage;;,")).is_empty());
     }
 
     #[test]

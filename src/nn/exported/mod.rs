@@ -7,6 +7,7 @@ mod graph;
 mod json;
 mod program;
 mod pytree;
+mod units;
 
 use super::module::Module;
 use super::Value;
@@ -17,6 +18,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tch::{Device, Tensor};
+pub(crate) use units::{parent as exported_parent, InnerUnit, ModuleTree};
+use units::{parent, UnitEvents};
 
 /// A loaded `.pt2`: its programs and the state they share.
 pub(crate) struct ExportedModule {
@@ -28,17 +31,16 @@ pub(crate) struct ExportedModule {
     /// Lifted constants and non-persistent buffers, by name.
     constants: HashMap<String, Tensor>,
     source: PathBuf,
+    /// Sharding units whose modules are inside the programs (FSDP), and
+    /// when each program's runs call their hooks (one per program).
+    inner: Vec<InnerUnit>,
+    inner_events: Vec<UnitEvents>,
 }
 
 impl std::fmt::Debug for ExportedModule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExportedModule").field("source", &self.source).field("tensors", &self.state.len()).finish()
     }
-}
-
-/// The module path of a dotted tensor name ("" for a top-level one).
-fn parent(name: &str) -> &str {
-    name.rsplit_once('.').map_or("", |(p, _)| p)
 }
 
 /// One module's (parameters, buffers) by name.
@@ -140,7 +142,32 @@ impl ExportedModule {
         }
         let state = state_dict_order(params, buffers, &modules);
         let index = state.iter().enumerate().map(|(k, (n, _, _))| (n.clone(), k)).collect();
-        Ok(ExportedModule { programs: Arc::new(programs), state, index, constants, source: source.to_path_buf() })
+        Ok(ExportedModule {
+            programs: Arc::new(programs),
+            state,
+            index,
+            constants,
+            source: source.to_path_buf(),
+            inner: Vec::new(),
+            inner_events: Vec::new(),
+        })
+    }
+
+    /// The modules the programs ran in and those holding parameters.
+    pub(crate) fn module_tree(&self) -> ModuleTree {
+        let classes: Vec<(String, String)> =
+            self.programs.iter().flat_map(|p| p.layout.classes.iter().cloned()).collect();
+        ModuleTree::new(&classes, self.state.iter().filter(|(_, _, b)| !b).map(|(n, _, _)| n.as_str()))
+    }
+
+    /// Makes `units` the sharding units inside the programs (none: runs
+    /// call no hook).
+    pub(crate) fn set_inner_units(&mut self, units: Vec<InnerUnit>) {
+        self.inner_events = match units.is_empty() {
+            true => Vec::new(),
+            false => self.programs.iter().map(|p| UnitEvents::plan(p, &units)).collect(),
+        };
+        self.inner = units;
     }
 
     /// Parameters and buffers with a flag "is a buffer", in state_dict order.
@@ -183,6 +210,7 @@ impl ExportedModule {
             return Err(Error::invalid(format!("{} arguments, at most {}", args.len(), super::MAX_METHOD_ARGS)));
         }
         let p = self.program(method)?;
+        let events = self.programs.iter().position(|q| std::ptr::eq(q, p)).and_then(|k| self.inner_events.get(k));
         let user = p.user_inputs(args)?;
         let device = self.device()?;
         let mut inputs = Vec::with_capacity(p.inputs.len());
@@ -214,7 +242,10 @@ impl ExportedModule {
                 format!("exported programs run on the CPU, CUDA or MPS, not on {}", device.name()),
             )
         })?;
-        let outputs = p.run(&inputs, code)?;
+        let outputs = match events {
+            Some(events) => events.run(p, &inputs, code, &self.inner)?,
+            None => p.run(&inputs, code, None)?,
+        };
         let mut results = Vec::new();
         for (v, role) in outputs {
             match role {
@@ -266,6 +297,8 @@ impl ExportedModule {
             index: self.index.clone(),
             constants: self.constants.iter().map(|(n, t)| (n.clone(), t.shallow_clone())).collect(),
             source: self.source.clone(),
+            inner: Vec::new(),
+            inner_events: Vec::new(),
         })
     }
 }

@@ -71,6 +71,25 @@ pub(crate) struct Program {
     /// Which user inputs (in leaf order) are tensors the program reads.
     user_leaves: Vec<Option<String>>,
     out_spec: TreeSpec,
+    /// Which instruction reads and defines which slot, and in which module
+    /// it runs: what FSDP units inside the program are planned from.
+    pub(crate) layout: Layout,
+}
+
+/// The data flow of a compiled program, instruction by instruction.
+#[derive(Debug, Default)]
+pub(crate) struct Layout {
+    /// The slots each instruction reads.
+    pub(crate) reads: Vec<Vec<i64>>,
+    /// The slots each instruction defines.
+    pub(crate) defines: Vec<Vec<i64>>,
+    /// The innermost module each instruction ran in ("" for the root).
+    pub(crate) module: Vec<String>,
+    /// The slots the program returns.
+    pub(crate) results: Vec<i64>,
+    /// Every module the program ran in: (dotted path, class), in order of
+    /// first appearance.
+    pub(crate) classes: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for Program {
@@ -265,6 +284,19 @@ impl Program {
             let what = format!("{name}: node {i} ({})", node.name);
             Self::add_node(&raw, node, &node_outs[i], &drops[i], &slots, &what)?;
         }
+        let mut layout = Layout::default();
+        let mut seen_modules = std::collections::HashSet::new();
+        for (node, outs) in graph.nodes.iter().zip(&node_outs) {
+            let reads = node.args.iter().flat_map(|(_, a)| a.reads()).filter_map(|n| slots.of.get(n).copied());
+            layout.reads.push(reads.collect());
+            layout.defines.push(outs.iter().flat_map(|(_, v)| v.iter().copied()).filter(|s| *s >= 0).collect());
+            layout.module.push(node.modules.last().map(|(p, _)| p.clone()).unwrap_or_default());
+            for (path, class) in &node.modules {
+                if seen_modules.insert(path.clone()) {
+                    layout.classes.push((path.clone(), class.clone()));
+                }
+            }
+        }
         let mut raw_outputs = Vec::new();
         let mut outputs = Vec::new();
         for (a, role) in &graph.outputs {
@@ -281,6 +313,7 @@ impl Program {
             };
             outputs.push((source, role.clone()));
         }
+        layout.results = raw_outputs.clone();
         // SAFETY: a live program and a slice of slots.
         call("naming the program's outputs", |err, len| unsafe {
             shim::fulmen_cxx_ep_outputs(raw.0, raw_outputs.as_ptr(), raw_outputs.len(), err, len)
@@ -317,6 +350,7 @@ impl Program {
             args_spec,
             user_leaves,
             out_spec: graph.out_spec,
+            layout,
         })
     }
 
@@ -401,8 +435,18 @@ impl Program {
     }
 
     /// Runs the program on `inputs` (one tensor per entry of
-    /// [`Program::inputs`]) on `device`; returns the outputs with their roles.
-    pub(crate) fn run(&self, inputs: &[Tensor], device: (i32, i32)) -> Result<Vec<(Value, OutputRole)>> {
+    /// [`Program::inputs`]) on `device`, calling `hooks`' function at its
+    /// events; returns the outputs with their roles.
+    pub(crate) fn run(
+        &self,
+        inputs: &[Tensor],
+        device: (i32, i32),
+        hooks: Option<(&[shim::EpEvent], shim::EpHook, *mut c_void)>,
+    ) -> Result<Vec<(Value, OutputRole)>> {
+        let (events, hook, ctx): (&[shim::EpEvent], _, _) = match hooks {
+            Some((e, h, c)) => (e, Some(h), c),
+            None => (&[], None, std::ptr::null_mut()),
+        };
         let ptrs: Vec<*const c_void> = inputs.iter().map(|t| t.as_ptr() as *const c_void).collect();
         let mut raw_out: Vec<*mut c_void> = vec![std::ptr::null_mut(); self.n_raw_outputs];
         // SAFETY: a live program, live input tensors and room for each output.
@@ -413,6 +457,10 @@ impl Program {
                 ptrs.len(),
                 device.0,
                 device.1,
+                events.as_ptr(),
+                events.len(),
+                hook,
+                ctx,
                 raw_out.as_mut_ptr(),
                 raw_out.len(),
                 err,

@@ -245,7 +245,10 @@ impl ShardedModel {
         }
         made.order.set_units(&made.units);
         made.end_order = wrap::pre_order(&m, &made.units);
-        wrap::link(&mut m, &made.units);
+        if let Err(e) = wrap::link(&mut m, &made.units) {
+            drop(m);
+            return Err(e.context("linking the modules to their FSDP units"));
+        }
         drop(m);
         Ok(made)
     }

@@ -3,7 +3,8 @@
 use super::settings::FsdpOptions;
 use super::unit::{FsdpUnit, UnitHook};
 use crate::error::{Error, ErrorCode, Result};
-use crate::nn::{param_identity, Module, ParamId, ShardHook, ShardLink, Slot};
+use crate::nn::{param_identity, InnerUnit, Module, ModuleTree, ParamId, ShardHook, ShardLink, Slot};
+use crate::tensor::device::impl_identity;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tch::Tensor;
@@ -71,6 +72,12 @@ fn walk(
     units: &mut Vec<PlannedUnit>,
 ) -> Vec<Tensor> {
     let mut own: Vec<Tensor> = Vec::new();
+    if let Some(tree) = m.inner_modules() {
+        let params: Vec<(String, Tensor)> =
+            m.inner_state().into_iter().filter(|(_, _, buffer)| !buffer).map(|(n, t, _)| (n, t)).collect();
+        let inner = Inner { tree: &tree, params: &params, path };
+        own.extend(inner.walk("", opts, tied, taken, units));
+    }
     m.visit_direct(&mut |_, t, slot| {
         if slot == Slot::Param && !tied(t) {
             if let Some(id) = param_identity(t) {
@@ -93,6 +100,63 @@ fn walk(
     own
 }
 
+/// The modules inside an exported program, for planning units there.
+struct Inner<'a> {
+    tree: &'a ModuleTree,
+    /// The program's parameters by name.
+    params: &'a [(String, Tensor)],
+    /// The exported module's own path in the model.
+    path: &'a str,
+}
+
+impl Inner<'_> {
+    /// [`walk`] for the module at `inner` inside the program: a module of
+    /// a class in the wrap policy, or holding enough parameters not yet in
+    /// a unit, is a unit (the program's root is the exported module's own
+    /// business).
+    fn walk(
+        &self,
+        inner: &str,
+        opts: &FsdpOptions,
+        tied: &dyn Fn(&Tensor) -> bool,
+        taken: &mut std::collections::HashSet<ParamId>,
+        units: &mut Vec<PlannedUnit>,
+    ) -> Vec<Tensor> {
+        let mut own: Vec<Tensor> = Vec::new();
+        for (name, t) in self.params {
+            if crate::nn::exported_parent(name) == inner && !tied(t) {
+                if let Some(id) = param_identity(t) {
+                    if taken.insert(id) {
+                        own.push(t.shallow_clone());
+                    }
+                }
+            }
+        }
+        for child in self.tree.children(inner) {
+            own.extend(self.walk(child, opts, tied, taken, units));
+        }
+        if inner.is_empty() || own.is_empty() {
+            return own;
+        }
+        let by_class = opts.wrap_classes.iter().any(|c| self.tree.is_a(inner, c));
+        let by_size = opts.min_num_params.is_some_and(|n| own.iter().map(|t| t.numel() as u64).sum::<u64>() >= n);
+        if by_class || by_size {
+            units.push(PlannedUnit { path: join(self.path, inner), params: own });
+            return Vec::new();
+        }
+        own
+    }
+}
+
+/// `path.name`, or `name` below the root.
+fn join(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
 /// The indices into `units` in the order of their modules in a pre-order
 /// walk of `model` (the root first, then each child before its own
 /// children): the order FSDP2 keeps its states in, and so the order its
@@ -100,6 +164,9 @@ fn walk(
 pub(crate) fn pre_order(model: &Module, units: &[Arc<FsdpUnit>]) -> Vec<usize> {
     fn walk(m: &Module, path: &str, out: &mut Vec<String>) {
         out.push(path.to_owned());
+        if let Some(tree) = m.inner_modules() {
+            out.extend(tree.pre_order().iter().map(|p| join(path, p)));
+        }
         for (name, child) in m.child_modules() {
             walk(child, &if path.is_empty() { name.clone() } else { format!("{path}.{name}") }, out);
         }
@@ -114,11 +181,11 @@ pub(crate) fn pre_order(model: &Module, units: &[Arc<FsdpUnit>]) -> Vec<usize> {
 /// Links every module of `model` to its unit: the modules under a unit's
 /// own module (down to nested units) read that unit's parameters; the
 /// others the root's.
-pub(crate) fn link(model: &mut Module, units: &[Arc<FsdpUnit>]) {
+pub(crate) fn link(model: &mut Module, units: &[Arc<FsdpUnit>]) -> Result<()> {
     let by_path: HashMap<&str, Arc<dyn ShardHook>> =
         units.iter().map(|u| (u.path.as_str(), Arc::new(UnitHook(Arc::clone(u))) as Arc<dyn ShardHook>)).collect();
     let root = by_path.get("").cloned();
-    link_below(model, "", root, &by_path);
+    link_below(model, "", root, &by_path, units)
 }
 
 fn link_below(
@@ -126,22 +193,56 @@ fn link_below(
     path: &str,
     inherited: Option<Arc<dyn ShardHook>>,
     by_path: &HashMap<&str, Arc<dyn ShardHook>>,
-) {
+    units: &[Arc<FsdpUnit>],
+) -> Result<()> {
     let unit_module = by_path.contains_key(path);
     let (hook, owns) = match by_path.get(path) {
         Some(u) => (Some(Arc::clone(u)), !path.is_empty()),
         None => (inherited, false),
     };
     m.set_shard_link(hook.clone().map(|hook| ShardLink { hook, owns, unit_module }));
-    for (name, child) in m.child_modules_mut() {
-        let child_path = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
-        link_below(child, &child_path, hook.clone(), by_path);
+    if m.inner_modules().is_some() {
+        let inner = inner_units(m, path, units)?;
+        m.set_inner_units(inner);
     }
+    for (name, child) in m.child_modules_mut() {
+        link_below(child, &join(path, name), hook.clone(), by_path, units)?;
+    }
+    Ok(())
+}
+
+/// The units whose modules are inside the exported program at `path`, with
+/// the names of their parameters there.
+fn inner_units(m: &Module, path: &str, units: &[Arc<FsdpUnit>]) -> Result<Vec<InnerUnit>> {
+    let mut names: HashMap<usize, String> = HashMap::new();
+    for (n, t, buffer) in m.inner_state() {
+        if !buffer {
+            names.entry(impl_identity(&t)?).or_insert(n);
+        }
+    }
+    let mut out = Vec::new();
+    for u in units {
+        let inner = match path.is_empty() {
+            true => Some(u.path.as_str()).filter(|p| !p.is_empty()),
+            false => u.path.strip_prefix(path).and_then(|p| p.strip_prefix('.')),
+        };
+        let Some(inner) = inner else { continue };
+        let mut params = std::collections::HashSet::new();
+        for p in u.lock_params().iter() {
+            if let Some(n) = names.get(&impl_identity(&p.param)?) {
+                params.insert(n.clone());
+            }
+        }
+        let hook: Arc<dyn ShardHook> = Arc::new(UnitHook(Arc::clone(u)));
+        out.push(InnerUnit { path: inner.to_owned(), hook, params });
+    }
+    Ok(out)
 }
 
 /// Removes every module's link and checkpoint.
 pub(crate) fn unlink(model: &mut Module) {
     model.set_shard_link(None);
+    model.set_inner_units(Vec::new());
     model.checkpointed_by_strategy = false;
     for (_, child) in model.child_modules_mut() {
         unlink(child);
@@ -164,7 +265,8 @@ pub(crate) fn mark_checkpointed(model: &mut Module, classes: &[String]) -> Resul
         return Err(Error::new(
             ErrorCode::Unsupported,
             format!(
-                "activation_checkpointing_policy: the module at {path:?} holds a TorchScript or exported module,                  which fulmen cannot run again in backward"
+                "activation_checkpointing_policy: the module at {path:?} runs inside or holds a TorchScript or \
+                 exported program, which fulmen cannot run again in backward"
             ),
         ));
     }
@@ -183,6 +285,14 @@ pub(crate) fn mark_checkpointed(model: &mut Module, classes: &[String]) -> Resul
 /// Counts the matches of each class below `m` and notes the first match
 /// that holds a TorchScript or exported module.
 fn survey(m: &Module, path: &str, classes: &[String], found: &mut [usize], refused: &mut Option<String>) {
+    if let Some(tree) = m.inner_modules() {
+        for inner in tree.pre_order() {
+            if let Some(i) = classes.iter().position(|c| tree.is_a(&inner, c)) {
+                found[i] += 1;
+                refused.get_or_insert_with(|| join(path, &inner));
+            }
+        }
+    }
     for (name, child) in m.child_modules() {
         let child_path = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
         if let Some(i) = classes.iter().position(|c| c == child.type_name()) {
@@ -230,5 +340,40 @@ mod tests {
         assert_eq!(e.code, ErrorCode::InvalidArgument);
         assert!(e.message.contains("Conv2d"), "{e}");
         assert!(!m.child("0").unwrap().is_checkpointed(), "a refused policy marks nothing");
+    }
+
+    fn exported_blocks() -> Module {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/exported_blocks.pt2");
+        Module::load_exported(&path, tch::Device::Cpu).unwrap()
+    }
+
+    fn planned_paths(m: &Module, opts: &FsdpOptions) -> Vec<(String, usize)> {
+        plan(m, opts).0.into_iter().map(|u| (u.path, u.params.len())).collect()
+    }
+
+    #[test]
+    fn units_are_planned_inside_an_exported_program() {
+        let mut m = exported_blocks();
+        let by_class = FsdpOptions { wrap_classes: vec!["Block".to_owned()], ..Default::default() };
+        let blocks = |root: usize| {
+            let mut v: Vec<(String, usize)> = (0..3).map(|k| (format!("blocks.{k}"), 4)).collect();
+            v.push((String::new(), root));
+            v
+        };
+        // Each Block's LayerNorm and Linear; the root keeps inp and head.
+        assert_eq!(planned_paths(&m, &by_class), blocks(4));
+        let qualified =
+            FsdpOptions { wrap_classes: vec!["make_exported_fixture.Block".to_owned()], ..by_class.clone() };
+        assert_eq!(planned_paths(&m, &qualified), blocks(4), "the qualified class name");
+        let by_size = FsdpOptions { min_num_params: Some(80), ..Default::default() };
+        assert_eq!(planned_paths(&m, &by_size), blocks(4));
+        // Inside a Sequential, the units' paths go on from the program's.
+        let mut seq = Module::sequential();
+        seq.push(exported_blocks()).unwrap();
+        let paths: Vec<String> = planned_paths(&seq, &by_class).into_iter().map(|(p, _)| p).collect();
+        assert_eq!(paths, ["0.blocks.0", "0.blocks.1", "0.blocks.2", ""]);
+        let e = mark_checkpointed(&mut m, &["Block".to_owned()]).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
+        assert!(e.message.contains("\"blocks.0\""), "{e}");
     }
 }
