@@ -136,14 +136,26 @@ class HostBackend final : public c10d::Backend {
     return done({output});
   }
 
-  // reduce_scatter_tensor (FSDP's gradients) through the hook's all_reduce:
-  // the whole input reduced on every rank, this rank's block kept.
+  // reduce_scatter_tensor (FSDP's gradients) through the hook's
+  // reduce_scatter; without one, through its all_reduce: the whole input
+  // reduced on every rank, this rank's block kept.
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override {
     TORCH_CHECK(output.is_contiguous() && input.numel() == output.numel() * getSize(),
                 "reduce_scatter: the input holds ", input.numel(), " elements, not ", getSize(), " x ",
                 output.numel());
-    std::vector<at::Tensor> whole{input.contiguous().clone()};
+    TORCH_CHECK(input.scalar_type() == output.scalar_type(), "reduce_scatter: the input is ", input.scalar_type(),
+                ", the output ", output.scalar_type());
+    int op = host_op(opts.reduceOp);
+    at::Tensor flat = input.contiguous();
+    int handled = 0;
+    call("reduce_scatter", [&](char* err, size_t len) {
+      return hooks_.reduce_scatter(hooks_.ctx, &flat, &output, op, &handled, err, len);
+    });
+    if (handled != 0) {
+      return done({output});
+    }
+    std::vector<at::Tensor> whole{flat.clone()};
     c10d::AllreduceOptions reduce;
     reduce.reduceOp = opts.reduceOp;
     allreduce(whole, reduce);

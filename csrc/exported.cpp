@@ -729,6 +729,32 @@ int fulmen_cxx_ep_run(const void* prog, const void* const* inputs, size_t n_inpu
   FULMEN_CXX_CATCH(err, err_len)
 }
 
+// Whether instruction `index` may return a value sharing memory with an
+// argument: an operator whose schema marks a result as an alias (views,
+// `t`, `detach`; also `_unsafe_view`, a view its schema does not mark),
+// or the identity step of an inlined subgraph. 1 or 0; -1 for an index
+// past the program.
+int fulmen_cxx_ep_aliases(const void* prog, size_t index) noexcept {
+  const Program& p = cprogram(prog);
+  if (index >= p.instrs.size()) {
+    return -1;
+  }
+  const Instr& in = p.instrs[index];
+  if (!in.op) {
+    return in.builtin == kIdentity ? 1 : 0;
+  }
+  const c10::FunctionSchema& schema = in.op->schema();
+  if (schema.name() == "aten::_unsafe_view") {
+    return 1;
+  }
+  for (const c10::Argument& r : schema.returns()) {
+    if (r.alias_info() != nullptr) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
 // A view of `t` that shares its storage but not its version counter nor
 // autograd history (`variable_data`): a buffer handed to a program whose
 // new value is copied in after the call, while autograd may still hold it.

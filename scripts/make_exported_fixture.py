@@ -12,8 +12,10 @@ Writes into tests/fixtures/:
                         (wrap_with_set_grad_enabled): returns (loss, z)
   exported_blocks.pt2   torch.export.save of one program: Linear(6, 8), three
                         residual Blocks (LayerNorm, Linear, tanh) in a
-                        ModuleList, Linear(8, 1); a dynamic batch size (the
-                        FSDP tests shard it with each Block a unit)
+                        ModuleList, Linear(8, 1) plus a term the root
+                        computes from a view of the first Block's weight; a
+                        dynamic batch size (the FSDP tests shard it with
+                        each Block a unit)
   exported_reference.json  inputs and PyTorch's results: state_dict names,
                         the loss, logits and new running statistics of one
                         training_step, the forward of the eval program, the
@@ -99,7 +101,9 @@ class Blocks(nn.Module):
         h = self.inp(x)
         for b in self.blocks:
             h = b(h)
-        return self.head(h)
+        # The root reads a view of the first Block's weight after every
+        # Block ran: FSDP must keep that unit gathered until then.
+        return self.head(h) + 0.1 * (h @ self.blocks[0].fc.weight.t()).sum(-1, keepdim=True)
 
 
 def blocks(out):

@@ -110,6 +110,18 @@ type CollectiveGroup interface {
 	Close()
 }
 
+// ReduceScatterer is what a CollectiveGroup implements when its library
+// reduce-scatters: input (world size x output's elements; rank r's block
+// the r-th run of them) reduced over the ranks with op, this rank's block
+// written to output. FSDP reduces its gradients with it. A group without
+// it (or whose ReduceScatter returns an error with CodeUnsupported, after
+// which it is not asked again) gets an AllReduce of the whole input
+// instead, world size times the data. Every rank's group must make the
+// same choice.
+type ReduceScatterer interface {
+	ReduceScatter(input, output *Tensor, op ReduceOp) error
+}
+
 // Collectives is the optional collectives hook of a CustomAccelerator:
 // DDP on its PrivateUse1 (or CPU) devices through the vendor's own
 // communication library instead of gloo (see fulmen_collectives).
@@ -188,6 +200,17 @@ func fulmenGoCollAllGather(g C.uintptr_t, input *C.fulmen_tensor, outputs **C.fu
 //export fulmenGoCollBarrier
 func fulmenGoCollBarrier(g C.uintptr_t) *C.fulmen_error {
 	return runCallback(func() error { return groupOf(g).Barrier() })
+}
+
+//export fulmenGoCollReduceScatter
+func fulmenGoCollReduceScatter(g C.uintptr_t, input, output *C.fulmen_tensor, op C.int32_t) *C.fulmen_error {
+	return runCallback(func() error {
+		rs, ok := groupOf(g).(ReduceScatterer)
+		if !ok {
+			return &Error{Code: CodeUnsupported, Message: "the CollectiveGroup has no ReduceScatter"}
+		}
+		return rs.ReduceScatter(newTensor(input), newTensor(output), ReduceOp(op))
+	})
 }
 
 // DataPtr is the address of the first element of a contiguous tensor:

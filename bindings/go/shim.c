@@ -360,6 +360,12 @@ static fulmen_error *coll_barrier(void *ud, void *group) {
     return fulmenGoCollBarrier((uintptr_t)group);
 }
 
+static fulmen_error *coll_reduce_scatter(void *ud, void *group, const fulmen_tensor *input, fulmen_tensor *output,
+                                         int32_t op) {
+    (void)ud;
+    return fulmenGoCollReduceScatter((uintptr_t)group, (fulmen_tensor *)input, output, op);
+}
+
 static fulmen_error *acc_synchronize(void *ud, fulmen_device device) {
     return fulmenGoAccSynchronize((uintptr_t)ud, device.device_type, device.index);
 }
@@ -407,6 +413,7 @@ fulmen_error *fulmen_go_accelerator_register(const char *name, const char *descr
         coll.broadcast = coll_broadcast;
         coll.all_gather = coll_all_gather;
         coll.barrier = coll_barrier;
+        coll.reduce_scatter = coll_reduce_scatter;
         vt.collectives = &coll;
     }
     return fulmen_accelerator_register(name, description, &vt, override_existing);

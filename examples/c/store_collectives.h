@@ -25,7 +25,7 @@
 
 /* How many times each slot ran (for tests). */
 typedef struct {
-    int group_new, group_free, all_reduce, broadcast, all_gather, barrier;
+    int group_new, group_free, all_reduce, broadcast, all_gather, barrier, reduce_scatter;
 } store_collectives_counts;
 
 /* One rank's group: the store, where it stands, and the round counter
@@ -199,6 +199,69 @@ static fulmen_error *sc_all_gather(void *ud, void *group, const fulmen_tensor *i
     return e;
 }
 
+/* Reduce-scatter: every rank publishes block d of its input for rank d
+ * only, and reads the blocks the others published for it, so each rank
+ * moves 1/world of what an all_reduce would. The blocks are reduced in
+ * rank order, as sc_all_reduce reduces. */
+static fulmen_error *sc_reduce_scatter(void *ud, void *group, const fulmen_tensor *input, fulmen_tensor *output,
+                                       int32_t op) {
+    (void)ud;
+    store_group *g = group;
+    if (g->counts != NULL) g->counts->reduce_scatter++;
+    if (op != FULMEN_REDUCE_OP_SUM && op != FULMEN_REDUCE_OP_PRODUCT && op != FULMEN_REDUCE_OP_MIN &&
+        op != FULMEN_REDUCE_OP_MAX)
+        return fulmen_error_new(FULMEN_CODE_INVALID_ARGUMENT, "store collectives: unknown reduce op");
+    double *mine = NULL;
+    size_t len = 0, block = 0;
+    fulmen_error *e = sc_read(input, &mine, &len);
+    if (e != NULL) return e;
+    e = fulmen_tensor_numel(output, &block);
+    if (e == NULL && block * (size_t)g->world != len)
+        e = fulmen_error_new(FULMEN_CODE_INVALID_ARGUMENT, "store collectives: reduce_scatter sizes disagree");
+    /* blocks[r * block ...]: rank r's block for this rank */
+    double *blocks = e == NULL ? sc_doubles(block, (size_t)g->world) : NULL;
+    if (e == NULL && blocks == NULL) e = sc_oom();
+    char key[112];
+    uint64_t round = g->round++;
+    for (int32_t d = 0; e == NULL && d < g->world; d++) {
+        if (d == g->rank) continue;
+        snprintf(key, sizeof key, "round/%llu/%d/%d", (unsigned long long)round, (int)g->rank, (int)d);
+        e = fulmen_dist_store_set(g->store, key, mine + (size_t)d * block, block * sizeof(double));
+    }
+    for (int32_t r = 0; e == NULL && r < g->world; r++) {
+        double *dst = blocks + (size_t)r * block;
+        if (r == g->rank) {
+            memcpy(dst, mine + (size_t)r * block, block * sizeof(double));
+            continue;
+        }
+        size_t got = 0;
+        snprintf(key, sizeof key, "round/%llu/%d/%d", (unsigned long long)round, (int)r, (int)g->rank);
+        e = fulmen_dist_store_get(g->store, key, dst, block * sizeof(double), &got);
+        if (e == NULL && got != block * sizeof(double))
+            e = fulmen_error_new(FULMEN_CODE_DISTRIBUTED, "store collectives: a rank sent a different size");
+        /* Read once, by this rank only: removed at once. */
+        if (e == NULL) e = fulmen_dist_store_delete(g->store, key, NULL);
+    }
+    for (size_t k = 0; e == NULL && k < block; k++) {
+        double v = blocks[k];
+        for (int32_t r = 1; r < g->world; r++) {
+            double x = blocks[(size_t)r * block + k];
+            switch (op) {
+                case FULMEN_REDUCE_OP_SUM: v += x; break;
+                case FULMEN_REDUCE_OP_PRODUCT: v *= x; break;
+                case FULMEN_REDUCE_OP_MIN: v = x < v ? x : v; break;
+                case FULMEN_REDUCE_OP_MAX: v = x > v ? x : v; break;
+                default: break;
+            }
+        }
+        blocks[k] = v;
+    }
+    if (e == NULL) e = fulmen_tensor_copy_from_host(output, blocks, block * sizeof(double), FULMEN_DTYPE_F64);
+    free(blocks);
+    free(mine);
+    return e;
+}
+
 static fulmen_error *sc_barrier(void *ud, void *group) {
     (void)ud;
     store_group *g = group;
@@ -224,6 +287,7 @@ static inline fulmen_collectives store_collectives_table(void) {
     c.broadcast = sc_broadcast;
     c.all_gather = sc_all_gather;
     c.barrier = sc_barrier;
+    c.reduce_scatter = sc_reduce_scatter;
     return c;
 }
 

@@ -65,10 +65,11 @@ typedef struct fulmen_fsdp fulmen_fsdp;
 /**
  * A custom accelerator's collectives: DDP and FSDP on its devices through
  * the vendor's communication library instead of gloo (FSDP's gathers go
- * through `all_gather`, its reduce-scatters through `all_reduce` of the
- * whole gradient buffer, this rank's block kept). Point the accelerator
- * vtable's `collectives` at one; it is copied at registration. Set
- * `struct_size` to `sizeof(fulmen_collectives)`.
+ * through `all_gather`, its gradients through `reduce_scatter`). Point
+ * the accelerator vtable's `collectives` at one; it is copied at
+ * registration. Set `struct_size` to `sizeof(fulmen_collectives)`; a
+ * struct from before `reduce_scatter` was appended (its `struct_size`
+ * ending before it) is taken without that slot.
  *
  * The trainer uses it for DDP and FSDP when the accelerator's devices
  * are PrivateUse1 devices (or the CPU) and `process_group_backend` is
@@ -170,6 +171,22 @@ typedef struct fulmen_collectives {
    * Returns when every rank has called it. Required.
    */
   struct fulmen_error *(*barrier)(void *userdata, void *group);
+  /**
+   * Reduces `input` over the ranks with `op` and writes this rank's
+   * block of the result to `output` (torch's `reduce_scatter_tensor`:
+   * `input` holds world size x `output`'s elements, rank r's block the
+   * r-th run of them; both contiguous, of one dtype). FSDP reduces its
+   * gradients with it. NULL (or a struct from before this slot, or the
+   * slot returning FULMEN_CODE_UNSUPPORTED, after which the group is
+   * not asked again): `all_reduce` of the whole input, this rank's
+   * block kept, which moves world size times the data. Every rank's
+   * group must make the same choice.
+   */
+  struct fulmen_error *(*reduce_scatter)(void *userdata,
+                                         void *group,
+                                         const struct fulmen_tensor *input,
+                                         struct fulmen_tensor *output,
+                                         int32_t op);
 } fulmen_collectives;
 
 #ifdef __cplusplus

@@ -168,6 +168,13 @@ pub trait CommGroup: Send {
     fn all_gather(&self, input: &Tensor, outputs: &[Tensor]) -> Result<()>;
     /// Returns when every rank has called it.
     fn barrier(&self) -> Result<()>;
+    /// Reduces `input` (world size x `output`'s elements) over the ranks
+    /// with `op` (never `Mean`) into this rank's block, `output`; `false`
+    /// when the library has no such collective (the caller then reduces
+    /// the whole input with `all_reduce`).
+    fn reduce_scatter(&self, _input: &Tensor, _output: &Tensor, _op: ReduceOp) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 /// Which collectives a job's group runs for its devices besides the CPU.
@@ -270,6 +277,24 @@ unsafe extern "C" fn bridge_all_gather(
     })
 }
 
+unsafe extern "C" fn bridge_reduce_scatter(
+    ctx: *mut c_void,
+    input: *const c_void,
+    output: *mut c_void,
+    op: c_int,
+    handled: *mut c_int,
+    err: *mut c_char,
+    err_len: size_t,
+) -> c_int {
+    bridged(ctx, err, err_len, |g| {
+        let input = Tensor::clone_from_ptr(input as *mut _);
+        let output = Tensor::clone_from_ptr(output.cast());
+        let done = g.reduce_scatter(&input, &output, ops_from(op)?)?;
+        *handled = c_int::from(done);
+        Ok(())
+    })
+}
+
 unsafe extern "C" fn bridge_barrier(ctx: *mut c_void, err: *mut c_char, err_len: size_t) -> c_int {
     bridged(ctx, err, err_len, |g| g.barrier())
 }
@@ -289,6 +314,7 @@ pub(crate) fn into_cxx(group: Box<dyn CommGroup>) -> CxxCollectives {
         broadcast: bridge_broadcast,
         all_gather: bridge_all_gather,
         barrier: bridge_barrier,
+        reduce_scatter: bridge_reduce_scatter,
         release: bridge_release,
     }
 }

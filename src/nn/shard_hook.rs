@@ -30,6 +30,14 @@ pub(crate) trait ShardHook: Send + Sync + std::fmt::Debug {
     fn note_inputs(&self, _requires_grad: bool) {}
 }
 
+/// Tells `hook` whether any of `inputs` requires a gradient, under grad
+/// mode only (FSDP2 reduces a unit in backward only then).
+pub(crate) fn note_inputs<'a>(hook: &dyn ShardHook, inputs: impl IntoIterator<Item = &'a Tensor>) {
+    if crate::tensor::runtime::grad_enabled() {
+        hook.note_inputs(inputs.into_iter().any(|t| t.defined() && t.requires_grad()));
+    }
+}
+
 /// A module's link to its unit.
 #[derive(Debug, Clone)]
 pub(crate) struct ShardLink {
@@ -77,9 +85,7 @@ impl Module {
         // The link first: every module's forward passes here, and only a
         // unit's own module asks libtorch for the grad mode.
         let Some(link) = self.shard.as_ref().filter(|l| l.unit_module) else { return };
-        if crate::tensor::runtime::grad_enabled() {
-            link.hook.note_inputs(inputs.into_iter().any(|t| t.defined() && t.requires_grad()));
-        }
+        note_inputs(link.hook.as_ref(), inputs);
     }
 
     /// The direct children with their names (none for a leaf).
@@ -126,11 +132,17 @@ impl Module {
         }
     }
 
-    /// Makes `units` the sharding units inside an exported program (none
-    /// removes them); other modules have no inside.
-    pub(crate) fn set_inner_units(&mut self, units: Vec<InnerUnit>) {
+    /// Makes `units` the sharding units inside an exported program,
+    /// computing on `device` (none removes them); other modules have no
+    /// inside.
+    pub(crate) fn set_inner_units(&mut self, units: Vec<InnerUnit>, device: Option<crate::tensor::device::Device>) {
         if let Node::Exported(e) = &mut self.node {
-            e.set_inner_units(units);
+            e.set_inner_units(units, device);
         }
+    }
+
+    /// Whether this module is an exported program.
+    pub(crate) fn is_exported(&self) -> bool {
+        matches!(self.node, Node::Exported(_))
     }
 }

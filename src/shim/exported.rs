@@ -20,8 +20,12 @@ pub(crate) struct EpArg {
 /// the slots whose tensors it is handed.
 #[repr(C)]
 pub(crate) struct EpEvent {
+    /// The instruction the hook runs before (the number of instructions:
+    /// after the last).
     pub before: i64,
+    /// The slots whose tensors the hook is handed.
     pub slots: *const i64,
+    /// How many.
     pub n_slots: size_t,
 }
 
@@ -120,4 +124,5 @@ extern "C" {
         err_len: size_t,
     ) -> c_int;
     pub(crate) fn fulmen_cxx_ep_alias(t: *const c_void) -> *mut c_void;
+    pub(crate) fn fulmen_cxx_ep_aliases(p: *const c_void, index: size_t) -> c_int;
 }

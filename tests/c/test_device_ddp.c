@@ -12,8 +12,11 @@
  *               (fulmen re-executes this program for rank 1)
  *   staged      the same with an accelerator without a hook (gloo)
  *   fsdp_hook   strategy "fsdp" (every Linear a unit) on the npu: the
- *               hook's all_gather gathers the shards, its all_reduce
- *               serves reduce_scatter
+ *               hook's all_gather gathers the shards, its reduce_scatter
+ *               reduces the gradients
+ *   fsdp_old_hook  the same with a hook from before reduce_scatter
+ *               (struct_size ending before it): its all_reduce serves
+ *               the reduce-scatters, the weights the same
  *   fsdp_staged the same through gloo on the CPU
  *   reference_clipped  reference with Adam and gradient clipping by norm
  *   fsdp_offload       fsdp_hook with fsdp_cpu_offload, Adam and clipping:
@@ -53,6 +56,7 @@
 #include "../../examples/c/store_collectives.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -79,7 +83,8 @@ static struct {
     int64_t epochs;        /* max_epochs (0: EPOCHS) */
     int32_t param_device;  /* the device type "0.weight" has at each step's start (-1: unchecked) */
     int param_checks;      /* steps whose parameter device was checked */
-} extra = {NULL, false, false, false, false, NULL, NULL, 0, -1, 0};
+    bool old_hook;         /* the hook's struct_size ends before reduce_scatter */
+} extra = {NULL, false, false, false, false, NULL, NULL, 0, -1, 0, false};
 
 #define DEEP_LAYERS 20
 #define DEEP_WIDTH 256
@@ -275,6 +280,7 @@ static int scenario_oom(const char *dir) {
 static int two_ranks(const char *dir, const char *name, const char *strategy, bool with_hook) {
     store_collectives_counts counts = {0};
     fulmen_collectives hook = store_collectives_table();
+    if (extra.old_hook) hook.struct_size = offsetof(fulmen_collectives, reduce_scatter);
     register_npu(with_hook ? &hook : NULL, &counts);
     char weights[512], final[512], what[64];
     snprintf(weights, sizeof weights, "%s/%s-tmp-%d.safetensors", dir, name, (int)getpid());
@@ -290,14 +296,17 @@ static int two_ranks(const char *dir, const char *name, const char *strategy, bo
     if (extra.param_device >= 0) CHECK(extra.param_checks == steps);
     if (with_hook) {
         /* One group; the module state broadcast, every step's gradient
-         * buckets (FSDP: reduce-scatters) and the parameter check (FSDP:
-         * and the gathers) went through the hook. */
+         * buckets (FSDP: reduce-scatters, through all_reduce for a hook
+         * without reduce_scatter) and the parameter check (FSDP: and the
+         * gathers) went through the hook. */
+        bool scatters = strcmp(strategy, "fsdp") == 0 && !extra.old_hook;
         CHECK(counts.group_new == 1);
         CHECK(counts.broadcast >= 1);
         CHECK(counts.all_gather >= 1);
-        CHECK(counts.all_reduce >= steps);
-        printf("%s rank %zu: hook calls: %d all_reduce, %d broadcast, %d all_gather\n", name, rank, counts.all_reduce,
-               counts.broadcast, counts.all_gather);
+        CHECK(scatters ? counts.reduce_scatter >= steps : counts.all_reduce >= steps);
+        if (!scatters) CHECK(counts.reduce_scatter == 0);
+        printf("%s rank %zu: hook calls: %d all_reduce, %d reduce_scatter, %d broadcast, %d all_gather\n", name, rank,
+               counts.all_reduce, counts.reduce_scatter, counts.broadcast, counts.all_gather);
     } else {
         CHECK(counts.group_new == 0 && counts.all_reduce == 0);
     }
@@ -478,7 +487,7 @@ static void check_registration(void) {
     hook.barrier = NULL;
     expect_refused(&hook, "no barrier");
     hook = store_collectives_table();
-    hook.struct_size = sizeof hook - 1;
+    hook.struct_size = offsetof(fulmen_collectives, reduce_scatter) - 1;
     expect_refused(&hook, "struct_size too small");
     /* Backends fulmen does not build are refused by name. */
     fulmen_strategy *mpi = NULL;
@@ -581,6 +590,10 @@ int main(int argc, char **argv) {
             extra.param_device = FULMEN_DEVICE_TYPE_PRIVATE_USE1;
             return two_ranks(dir, "fsdp_hook", "fsdp", true);
         }
+        if (strcmp(s, "fsdp_old_hook") == 0) {
+            extra.old_hook = true;
+            return two_ranks(dir, "fsdp_old_hook", "fsdp", true);
+        }
         if (strcmp(s, "reference_clipped") == 0) return scenario_reference_clipped(dir);
         if (strcmp(s, "reference_deep") == 0) return scenario_reference_deep(dir);
         if (strcmp(s, "fsdp_deep") == 0) return scenario_fsdp_deep(dir, false);
@@ -629,6 +642,9 @@ int main(int argc, char **argv) {
     CHECK(run("fsdp_hook", dir) == 0);
     expect_same(dir, "reference.safetensors", "fsdp_hook-rank0.safetensors");
     expect_same(dir, "fsdp_hook-rank0.safetensors", "fsdp_hook-rank1.safetensors");
+    CHECK(run("fsdp_old_hook", dir) == 0);
+    expect_same(dir, "fsdp_hook-rank0.safetensors", "fsdp_old_hook-rank0.safetensors");
+    expect_same(dir, "fsdp_old_hook-rank0.safetensors", "fsdp_old_hook-rank1.safetensors");
     CHECK(run("fsdp_staged", dir) == 0);
     expect_same(dir, "reference.safetensors", "fsdp_staged-rank0.safetensors");
     expect_same(dir, "fsdp_staged-rank0.safetensors", "fsdp_staged-rank1.safetensors");

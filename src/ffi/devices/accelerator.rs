@@ -692,9 +692,9 @@ pub unsafe extern "C" fn fulmen_accelerator_register(
         // accelerator, so a refused registration leaves userdata to the host.
         let name = n.trim().to_lowercase();
         let userdata = Arc::new(HostLock::new(Userdata::new(v.userdata, None)));
-        let collectives = match v.collectives.as_ref() {
-            Some(c) => Some(Arc::new(HostCollectives::copy(c, &name, Arc::clone(&userdata))?)),
-            None => None,
+        let collectives = match v.collectives.is_null() {
+            false => Some(Arc::new(HostCollectives::copy(v.collectives, &name, Arc::clone(&userdata))?)),
+            true => None,
         };
         let acc = Arc::new(HostAccelerator { name, userdata, v: copy, collectives });
         registry::register(n, d, acc.clone(), override_existing)?;

@@ -3,7 +3,7 @@
 //! key-value store (`fulmen_dist_store`) its ranks meet through.
 use crate::distributed::{CommGroup, DeviceCollectives, KeyStore, ReduceOp};
 use crate::error::{Error, ErrorCode, Result};
-use crate::ffi::base::callback::{call_host_untimed, check_struct_size, HostLock, Userdata};
+use crate::ffi::base::callback::{call_host_untimed, read_vtable, HostLock, Userdata};
 use crate::ffi::base::error::{fulmen_error, guard, str_arg};
 use crate::ffi::base::handle::{self, check_out, write_out, Handle};
 use crate::ffi::devices::accelerator::fulmen_device;
@@ -177,10 +177,11 @@ pub unsafe extern "C" fn fulmen_dist_store_delete(
 
 /// A custom accelerator's collectives: DDP and FSDP on its devices through
 /// the vendor's communication library instead of gloo (FSDP's gathers go
-/// through `all_gather`, its reduce-scatters through `all_reduce` of the
-/// whole gradient buffer, this rank's block kept). Point the accelerator
-/// vtable's `collectives` at one; it is copied at registration. Set
-/// `struct_size` to `sizeof(fulmen_collectives)`.
+/// through `all_gather`, its gradients through `reduce_scatter`). Point
+/// the accelerator vtable's `collectives` at one; it is copied at
+/// registration. Set `struct_size` to `sizeof(fulmen_collectives)`; a
+/// struct from before `reduce_scatter` was appended (its `struct_size`
+/// ending before it) is taken without that slot.
 ///
 /// The trainer uses it for DDP and FSDP when the accelerator's devices
 /// are PrivateUse1 devices (or the CPU) and `process_group_backend` is
@@ -282,6 +283,24 @@ pub struct fulmen_collectives {
     >,
     /// Returns when every rank has called it. Required.
     pub barrier: Option<unsafe extern "C" fn(userdata: *mut c_void, group: *mut c_void) -> *mut fulmen_error>,
+    /// Reduces `input` over the ranks with `op` and writes this rank's
+    /// block of the result to `output` (torch's `reduce_scatter_tensor`:
+    /// `input` holds world size x `output`'s elements, rank r's block the
+    /// r-th run of them; both contiguous, of one dtype). FSDP reduces its
+    /// gradients with it. NULL (or a struct from before this slot, or the
+    /// slot returning FULMEN_CODE_UNSUPPORTED, after which the group is
+    /// not asked again): `all_reduce` of the whole input, this rank's
+    /// block kept, which moves world size times the data. Every rank's
+    /// group must make the same choice.
+    pub reduce_scatter: Option<
+        unsafe extern "C" fn(
+            userdata: *mut c_void,
+            group: *mut c_void,
+            input: *const fulmen_tensor,
+            output: *mut fulmen_tensor,
+            op: i32,
+        ) -> *mut fulmen_error,
+    >,
 }
 
 type AllReduceFn =
@@ -293,6 +312,8 @@ type AllGatherFn = unsafe extern "C" fn(
     *const *mut fulmen_tensor,
     usize,
 ) -> *mut fulmen_error;
+type ReduceScatterFn =
+    unsafe extern "C" fn(*mut c_void, *mut c_void, *const fulmen_tensor, *mut fulmen_tensor, i32) -> *mut fulmen_error;
 type GroupNewFn = unsafe extern "C" fn(
     *mut c_void,
     *const fulmen_dist_store,
@@ -311,6 +332,7 @@ struct Slots {
     broadcast: AllReduceFn,
     all_gather: AllGatherFn,
     barrier: unsafe extern "C" fn(*mut c_void, *mut c_void) -> *mut fulmen_error,
+    reduce_scatter: Option<ReduceScatterFn>,
 }
 
 /// Names c10d or fulmen use for their own backends.
@@ -325,14 +347,19 @@ pub(crate) struct HostCollectives {
 }
 
 impl HostCollectives {
-    /// Checks and copies `c` for the accelerator `accelerator`, whose
-    /// callbacks share `userdata`'s lock.
+    /// Checks and copies the host's `c` (not NULL) for the accelerator
+    /// `accelerator`, whose callbacks share `userdata`'s lock. A struct
+    /// from before `reduce_scatter` was appended has none.
+    ///
+    /// # Safety
+    /// `c` points to at least its `struct_size` readable bytes.
     pub(crate) unsafe fn copy(
-        c: &fulmen_collectives,
+        c: *const fulmen_collectives,
         accelerator: &str,
         userdata: Arc<HostLock<Userdata>>,
     ) -> Result<HostCollectives> {
-        check_struct_size(c.struct_size, std::mem::size_of::<fulmen_collectives>(), "fulmen_collectives")?;
+        let appended = std::mem::offset_of!(fulmen_collectives, reduce_scatter);
+        let c = &read_vtable(c, appended, "fulmen_collectives")?;
         if c.name.is_null() {
             return Err(Error::new(ErrorCode::NullArgument, "fulmen_collectives.name is NULL"));
         }
@@ -374,6 +401,7 @@ impl HostCollectives {
                 broadcast,
                 all_gather,
                 barrier,
+                reduce_scatter: c.reduce_scatter,
             },
         })
     }
@@ -473,6 +501,7 @@ impl DeviceCollectives for HostCollectives {
             group,
             store,
             opened: opened.is_ok(),
+            no_reduce_scatter: std::sync::atomic::AtomicBool::new(self.slots.reduce_scatter.is_none()),
         };
         opened?;
         Ok(Box::new(host))
@@ -491,6 +520,8 @@ struct HostGroup {
     store: *mut fulmen_dist_store,
     /// Whether `group_new` succeeded (and `group_free` is owed).
     opened: bool,
+    /// The host has no `reduce_scatter`, or its slot said UNSUPPORTED.
+    no_reduce_scatter: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the host's group is used by one collective at a time (the c10d
@@ -537,6 +568,24 @@ impl CommGroup for HostGroup {
     fn barrier(&self) -> Result<()> {
         let f = self.slots.barrier;
         self.call("barrier", |u| unsafe { f(u, self.group) })
+    }
+
+    fn reduce_scatter(&self, input: &Tensor, output: &Tensor, op: ReduceOp) -> Result<bool> {
+        use std::sync::atomic::Ordering;
+        let Some(f) = self.slots.reduce_scatter.filter(|_| !self.no_reduce_scatter.load(Ordering::SeqCst)) else {
+            return Ok(false);
+        };
+        let op = ReduceOpCode::of(op)? as i32;
+        let _scope = TensorScope::enter();
+        let (input, output) = (new_handle(input.shallow_clone()), new_handle(output.shallow_clone()));
+        match self.call("reduce_scatter", |u| unsafe { f(u, self.group, input, output, op) }) {
+            Ok(()) => Ok(true),
+            Err(e) if e.code == ErrorCode::Unsupported => {
+                self.no_reduce_scatter.store(true, Ordering::SeqCst);
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -113,8 +113,9 @@ pub(crate) struct Node {
     pub(crate) args: Vec<(Option<String>, Arg)>,
     pub(crate) outputs: Vec<Output>,
     /// The modules whose forward the node ran in (its `nn_module_stack`):
-    /// (dotted path, class), outermost first, the root ("") left out.
-    pub(crate) modules: Vec<(String, String)>,
+    /// (dotted path, class), outermost first, the root ("") left out;
+    /// shared with the steps an inlined subgraph adds.
+    pub(crate) modules: std::sync::Arc<[(String, String)]>,
 }
 
 /// The role of one graph input.
@@ -362,7 +363,7 @@ fn node(v: &Json) -> Result<Node> {
         .map(output)
         .collect::<Result<Vec<_>>>()
         .map_err(|e| e.context(format!("node {name}")))?;
-    Ok(Node { target, name, args, outputs, modules: module_stack(v) })
+    Ok(Node { target, name, args, outputs, modules: module_stack(v).into() })
 }
 
 /// A node's `nn_module_stack` (torch/_export/serde/serialize.py writes
@@ -379,7 +380,7 @@ fn module_stack(v: &Json) -> Vec<(String, String)> {
             let (path, class) = rest.rsplit_once(',')?;
             Some((state_dict_path(path), class.to_owned()))
         })
-        .filter(|(path, _)| !path.is_empty())
+        .filter(|(path, _)| super::units::is_module_path(path))
         .collect()
 }
 
@@ -428,13 +429,19 @@ fn renamed_output(o: &Output, f: &dyn Fn(&str) -> String) -> Output {
     }
 }
 
-fn builtin(code: i32, name: &str, args: Vec<Arg>, outputs: Vec<Output>, modules: &[(String, String)]) -> Node {
+fn builtin(
+    code: i32,
+    name: &str,
+    args: Vec<Arg>,
+    outputs: Vec<Output>,
+    modules: &std::sync::Arc<[(String, String)]>,
+) -> Node {
     Node {
         target: Target::Builtin(code),
         name: name.to_owned(),
         args: args.into_iter().map(|a| (None, a)).collect(),
         outputs,
-        modules: modules.to_vec(),
+        modules: std::sync::Arc::clone(modules),
     }
 }
 

@@ -35,6 +35,9 @@ pub(crate) struct ExportedModule {
     /// when each program's runs call their hooks (one per program).
     inner: Vec<InnerUnit>,
     inner_events: Vec<UnitEvents>,
+    /// Where the inner units compute: the programs run there (the state's
+    /// first tensor may be a shard in host memory).
+    compute_device: Option<crate::tensor::device::Device>,
 }
 
 impl std::fmt::Debug for ExportedModule {
@@ -150,6 +153,7 @@ impl ExportedModule {
             source: source.to_path_buf(),
             inner: Vec::new(),
             inner_events: Vec::new(),
+            compute_device: None,
         })
     }
 
@@ -160,13 +164,14 @@ impl ExportedModule {
         ModuleTree::new(&classes, self.state.iter().filter(|(_, _, b)| !b).map(|(n, _, _)| n.as_str()))
     }
 
-    /// Makes `units` the sharding units inside the programs (none: runs
-    /// call no hook).
-    pub(crate) fn set_inner_units(&mut self, units: Vec<InnerUnit>) {
+    /// Makes `units` the sharding units inside the programs, computing on
+    /// `device` (none: runs call no hook, on the state's device).
+    pub(crate) fn set_inner_units(&mut self, units: Vec<InnerUnit>, device: Option<crate::tensor::device::Device>) {
         self.inner_events = match units.is_empty() {
             true => Vec::new(),
             false => self.programs.iter().map(|p| UnitEvents::plan(p, &units)).collect(),
         };
+        self.compute_device = device.filter(|_| !units.is_empty());
         self.inner = units;
     }
 
@@ -197,6 +202,9 @@ impl ExportedModule {
     /// The device the model's tensors are on (the CPU when it has none),
     /// asked of libtorch: tch reads the devices it does not name as MPS.
     fn device(&self) -> Result<crate::tensor::device::Device> {
+        if let Some(d) = self.compute_device {
+            return Ok(d);
+        }
         match self.state.first() {
             Some((_, t, _)) => crate::tensor::device::Device::of(t),
             None => Ok(crate::tensor::device::Device::Cpu),
@@ -299,6 +307,7 @@ impl ExportedModule {
             source: self.source.clone(),
             inner: Vec::new(),
             inner_events: Vec::new(),
+            compute_device: None,
         })
     }
 }

@@ -85,6 +85,9 @@ pub(crate) struct Layout {
     pub(crate) defines: Vec<Vec<i64>>,
     /// The innermost module each instruction ran in ("" for the root).
     pub(crate) module: Vec<String>,
+    /// Whether each instruction may return a value sharing memory with
+    /// an argument (a view, an identity).
+    pub(crate) aliases: Vec<bool>,
     /// The slots the program returns.
     pub(crate) results: Vec<i64>,
     /// Every module the program ran in: (dotted path, class), in order of
@@ -286,12 +289,14 @@ impl Program {
         }
         let mut layout = Layout::default();
         let mut seen_modules = std::collections::HashSet::new();
-        for (node, outs) in graph.nodes.iter().zip(&node_outs) {
+        for (i, (node, outs)) in graph.nodes.iter().zip(&node_outs).enumerate() {
+            // SAFETY: a live program; `i` is one of its instructions.
+            layout.aliases.push(unsafe { shim::fulmen_cxx_ep_aliases(raw.0, i) } != 0);
             let reads = node.args.iter().flat_map(|(_, a)| a.reads()).filter_map(|n| slots.of.get(n).copied());
             layout.reads.push(reads.collect());
             layout.defines.push(outs.iter().flat_map(|(_, v)| v.iter().copied()).filter(|s| *s >= 0).collect());
             layout.module.push(node.modules.last().map(|(p, _)| p.clone()).unwrap_or_default());
-            for (path, class) in &node.modules {
+            for (path, class) in node.modules.iter() {
                 if seen_modules.insert(path.clone()) {
                     layout.classes.push((path.clone(), class.clone()));
                 }

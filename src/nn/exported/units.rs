@@ -19,6 +19,24 @@ pub(crate) fn parent(name: &str) -> &str {
     name.rsplit_once('.').map_or("", |(p, _)| p)
 }
 
+/// The deepest module path taken from an archive: deeper ones (and their
+/// tensors) are left out of the module tree.
+const MAX_MODULE_DEPTH: usize = 32;
+
+/// The longest module path taken from an archive.
+const MAX_MODULE_PATH: usize = 1024;
+
+/// Whether `path` is a module path the tree takes: 1 to
+/// [`MAX_MODULE_DEPTH`] non-empty parts, at most [`MAX_MODULE_PATH`]
+/// bytes. Names from an archive are not trusted: an empty part would
+/// make a module its own child.
+pub(crate) fn is_module_path(path: &str) -> bool {
+    !path.is_empty()
+        && path.len() <= MAX_MODULE_PATH
+        && path.split('.').count() <= MAX_MODULE_DEPTH
+        && path.split('.').all(|part| !part.is_empty())
+}
+
 /// The modules of an exported model: every module a program ran in and
 /// every module holding a parameter, with their ancestors.
 #[derive(Debug, Default)]
@@ -31,11 +49,15 @@ pub(crate) struct ModuleTree {
 }
 
 impl ModuleTree {
-    /// The tree of `classes` (path, class) and the modules of `names`.
+    /// The tree of `classes` (path, class) and the modules of `names`;
+    /// paths that are not [`is_module_path`] are left out.
     pub(crate) fn new<'a>(classes: &[(String, String)], names: impl Iterator<Item = &'a str>) -> ModuleTree {
         let mut tree = ModuleTree::default();
         let mut known: HashSet<String> = HashSet::new();
         let mut add = |path: &str, tree: &mut ModuleTree| {
+            if !is_module_path(path) {
+                return false;
+            }
             let mut end = 0;
             for (k, part) in path.split('.').enumerate() {
                 end += part.len() + usize::from(k > 0);
@@ -44,16 +66,15 @@ impl ModuleTree {
                     tree.children.entry(parent(here).to_owned()).or_default().push(here.to_owned());
                 }
             }
+            true
         };
         for (path, class) in classes {
-            add(path, &mut tree);
-            tree.class.entry(path.clone()).or_insert_with(|| class.clone());
+            if add(path, &mut tree) {
+                tree.class.entry(path.clone()).or_insert_with(|| class.clone());
+            }
         }
         for name in names {
-            let p = parent(name);
-            if !p.is_empty() {
-                add(p, &mut tree);
-            }
+            add(parent(name), &mut tree);
         }
         tree
     }
@@ -120,39 +141,61 @@ pub(crate) struct UnitEvents {
 impl UnitEvents {
     /// The events of `units` in `program`. A unit's instructions are those
     /// run in its module or below (down to a unit nested in it), and those
-    /// reading its parameters.
+    /// reading its parameters or a value that may share their memory (a
+    /// view of one, made by an instruction reading it: `t(weight)` read by
+    /// a matrix product in the root), so the unit is not freed while
+    /// anything is still to read it.
     pub(crate) fn plan(program: &Program, units: &[InnerUnit]) -> UnitEvents {
         let layout = &program.layout;
         let n = layout.reads.len();
+        let by_path: HashMap<&str, usize> = units.iter().enumerate().map(|(k, u)| (u.path.as_str(), k)).collect();
+        // The unit of a module: its own, or its nearest ancestor's.
         let unit_of_module = |m: &str| {
-            units
-                .iter()
-                .enumerate()
-                .filter(|(_, u)| m == u.path || (m.starts_with(u.path.as_str()) && m[u.path.len()..].starts_with('.')))
-                .max_by_key(|(_, u)| u.path.len())
-                .map(|(k, _)| k)
+            let mut path = m;
+            loop {
+                if let Some(k) = by_path.get(path) {
+                    return Some(*k);
+                }
+                path = path.rsplit_once('.')?.0;
+            }
         };
-        let mut param_slots: HashMap<i64, Option<usize>> = HashMap::new();
+        let mut params: HashSet<i64> = HashSet::new();
+        // The units whose parameters' memory each slot may hold.
+        let mut holds: HashMap<i64, Vec<usize>> = HashMap::new();
         for (k, role) in program.inputs.iter().enumerate() {
             if let InputRole::Parameter(name) = role {
-                param_slots.insert(k as i64, units.iter().position(|u| u.params.contains(name)));
+                params.insert(k as i64);
+                if let Some(u) = units.iter().position(|u| u.params.contains(name)) {
+                    holds.insert(k as i64, vec![u]);
+                }
             }
         }
         let mut nodes_of: Vec<Vec<usize>> = vec![Vec::new(); units.len()];
         let mut definer: HashMap<i64, usize> = HashMap::new();
         let mut readers: HashMap<i64, Vec<usize>> = HashMap::new();
         for i in 0..n {
-            let mut mine: Vec<usize> = unit_of_module(&layout.module[i]).into_iter().collect();
+            let mut via_memory: Vec<usize> = Vec::new();
             for s in &layout.reads[i] {
                 readers.entry(*s).or_default().push(i);
-                if let Some(Some(u)) = param_slots.get(s) {
-                    if !mine.contains(u) {
-                        mine.push(*u);
+                for u in holds.get(s).into_iter().flatten() {
+                    if !via_memory.contains(u) {
+                        via_memory.push(*u);
                     }
+                }
+            }
+            if layout.aliases[i] && !via_memory.is_empty() {
+                for s in &layout.defines[i] {
+                    holds.insert(*s, via_memory.clone());
                 }
             }
             for s in &layout.defines[i] {
                 definer.insert(*s, i);
+            }
+            let mut mine = via_memory;
+            if let Some(u) = unit_of_module(&layout.module[i]) {
+                if !mine.contains(&u) {
+                    mine.push(u);
+                }
             }
             for u in mine {
                 nodes_of[u].push(i);
@@ -168,7 +211,8 @@ impl UnitEvents {
             for &i in nodes {
                 for s in &layout.reads[i] {
                     let made_inside = definer.get(s).is_some_and(|d| inside.contains(d));
-                    if !made_inside && !param_slots.contains_key(s) && seen.insert(*s) {
+                    let memory = params.contains(s) || holds.contains_key(s);
+                    if !made_inside && !memory && seen.insert(*s) {
                         inbound.push(*s);
                     }
                 }
@@ -242,9 +286,7 @@ impl RunState<'_> {
         let unit = self.units.get(*u).ok_or_else(|| Error::state("an event of an unknown unit"))?;
         match action {
             Action::Gather => {
-                if crate::tensor::runtime::grad_enabled() {
-                    unit.hook.note_inputs(tensors.iter().any(|t| t.defined() && t.requires_grad()));
-                }
+                crate::nn::shard_hook::note_inputs(unit.hook.as_ref(), &tensors);
                 unit.hook.before_forward().map_err(|e| e.context(format!("the unit at {:?}", unit.path)))
             }
             Action::Keep => {
@@ -285,5 +327,29 @@ extern "C" fn on_event(ctx: *mut c_void, event: size_t, tensors: *mut *mut c_voi
             state.error.get_or_insert(Error::state("an FSDP hook of an exported program panicked"));
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_module_paths_are_left_out_of_the_tree() {
+        let deep = vec!["m"; MAX_MODULE_DEPTH + 1].join(".");
+        let deep_name = format!("{deep}.w");
+        let classes: Vec<(String, String)> =
+            [("blocks.0", "x.Block"), (".a", "C"), ("a..b", "C"), (deep.as_str(), "C")]
+                .iter()
+                .map(|(p, c)| (p.to_string(), c.to_string()))
+                .collect();
+        let names = [".a.w", "blocks.0.fc.weight", "x..y.w", "head.bias", "top", deep_name.as_str()];
+        let tree = ModuleTree::new(&classes, names.iter().copied());
+        // An empty part would make a module its own child: the walks
+        // below would never end.
+        assert_eq!(tree.pre_order(), ["blocks", "blocks.0", "blocks.0.fc", "head"]);
+        assert!(tree.is_a("blocks.0", "Block") && tree.is_a("blocks.0", "x.Block"));
+        assert!(!tree.is_a("blocks", "Block") && !tree.is_a("blocks.0", "Bloc"));
+        assert!(!is_module_path(&"x".repeat(MAX_MODULE_PATH + 1)));
     }
 }

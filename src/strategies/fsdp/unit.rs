@@ -764,6 +764,12 @@ impl FsdpUnit {
         lock(&self.hook_error).get_or_insert(e.context(format!("gathering FSDP unit {:?} for backward", self.path)));
     }
 
+    /// The device the unit gathers and computes on (`None` for a unit
+    /// without parameters).
+    pub fn compute_device(&self) -> Result<Option<crate::tensor::device::Device>> {
+        lock(&self.state).params.first().map(|p| crate::tensor::device::Device::of(&p.full)).transpose()
+    }
+
     /// The first error a backward hook met, taken.
     pub fn take_hook_error(&self) -> Option<Error> {
         lock(&self.hook_error).take()

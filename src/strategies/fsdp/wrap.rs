@@ -4,7 +4,7 @@ use super::settings::FsdpOptions;
 use super::unit::{FsdpUnit, UnitHook};
 use crate::error::{Error, ErrorCode, Result};
 use crate::nn::{param_identity, InnerUnit, Module, ModuleTree, ParamId, ShardHook, ShardLink, Slot};
-use crate::tensor::device::impl_identity;
+use crate::tensor::device::{impl_identity, Device};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tch::Tensor;
@@ -73,8 +73,12 @@ fn walk(
 ) -> Vec<Tensor> {
     let mut own: Vec<Tensor> = Vec::new();
     if let Some(tree) = m.inner_modules() {
-        let params: Vec<(String, Tensor)> =
-            m.inner_state().into_iter().filter(|(_, _, buffer)| !buffer).map(|(n, t, _)| (n, t)).collect();
+        let mut params: HashMap<String, Vec<Tensor>> = HashMap::new();
+        for (name, t, buffer) in m.inner_state() {
+            if !buffer {
+                params.entry(crate::nn::exported_parent(&name).to_owned()).or_default().push(t);
+            }
+        }
         let inner = Inner { tree: &tree, params: &params, path };
         own.extend(inner.walk("", opts, tied, taken, units));
     }
@@ -88,8 +92,7 @@ fn walk(
         }
     });
     for (name, child) in m.child_modules() {
-        let child_path = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
-        own.extend(walk(child, &child_path, false, opts, tied, taken, units));
+        own.extend(walk(child, &join(path, name), false, opts, tied, taken, units));
     }
     let by_class = opts.wrap_classes.iter().any(|c| c == m.type_name());
     let by_size = opts.min_num_params.is_some_and(|n| own.iter().map(|t| t.numel() as u64).sum::<u64>() >= n);
@@ -102,9 +105,10 @@ fn walk(
 
 /// The modules inside an exported program, for planning units there.
 struct Inner<'a> {
+    /// The program's modules.
     tree: &'a ModuleTree,
-    /// The program's parameters by name.
-    params: &'a [(String, Tensor)],
+    /// The program's parameters by the path of the module holding them.
+    params: &'a HashMap<String, Vec<Tensor>>,
     /// The exported module's own path in the model.
     path: &'a str,
 }
@@ -123,8 +127,8 @@ impl Inner<'_> {
         units: &mut Vec<PlannedUnit>,
     ) -> Vec<Tensor> {
         let mut own: Vec<Tensor> = Vec::new();
-        for (name, t) in self.params {
-            if crate::nn::exported_parent(name) == inner && !tied(t) {
+        for t in self.params.get(inner).into_iter().flatten() {
+            if !tied(t) {
                 if let Some(id) = param_identity(t) {
                     if taken.insert(id) {
                         own.push(t.shallow_clone());
@@ -168,7 +172,7 @@ pub(crate) fn pre_order(model: &Module, units: &[Arc<FsdpUnit>]) -> Vec<usize> {
             out.extend(tree.pre_order().iter().map(|p| join(path, p)));
         }
         for (name, child) in m.child_modules() {
-            walk(child, &if path.is_empty() { name.clone() } else { format!("{path}.{name}") }, out);
+            walk(child, &join(path, name), out);
         }
     }
     let mut paths = Vec::new();
@@ -180,7 +184,9 @@ pub(crate) fn pre_order(model: &Module, units: &[Arc<FsdpUnit>]) -> Vec<usize> {
 
 /// Links every module of `model` to its unit: the modules under a unit's
 /// own module (down to nested units) read that unit's parameters; the
-/// others the root's.
+/// others the root's. An exported program also gets the units planned
+/// inside it, whose hooks its runs call (fails when a unit's parameters
+/// cannot be told apart).
 pub(crate) fn link(model: &mut Module, units: &[Arc<FsdpUnit>]) -> Result<()> {
     let by_path: HashMap<&str, Arc<dyn ShardHook>> =
         units.iter().map(|u| (u.path.as_str(), Arc::new(UnitHook(Arc::clone(u))) as Arc<dyn ShardHook>)).collect();
@@ -201,9 +207,9 @@ fn link_below(
         None => (inherited, false),
     };
     m.set_shard_link(hook.clone().map(|hook| ShardLink { hook, owns, unit_module }));
-    if m.inner_modules().is_some() {
-        let inner = inner_units(m, path, units)?;
-        m.set_inner_units(inner);
+    if m.is_exported() {
+        let (inner, device) = inner_units(m, path, units)?;
+        m.set_inner_units(inner, device);
     }
     for (name, child) in m.child_modules_mut() {
         link_below(child, &join(path, name), hook.clone(), by_path, units)?;
@@ -212,15 +218,15 @@ fn link_below(
 }
 
 /// The units whose modules are inside the exported program at `path`, with
-/// the names of their parameters there.
-fn inner_units(m: &Module, path: &str, units: &[Arc<FsdpUnit>]) -> Result<Vec<InnerUnit>> {
+/// the names of their parameters there, and the device they compute on.
+fn inner_units(m: &Module, path: &str, units: &[Arc<FsdpUnit>]) -> Result<(Vec<InnerUnit>, Option<Device>)> {
     let mut names: HashMap<usize, String> = HashMap::new();
     for (n, t, buffer) in m.inner_state() {
         if !buffer {
             names.entry(impl_identity(&t)?).or_insert(n);
         }
     }
-    let mut out = Vec::new();
+    let (mut out, mut device) = (Vec::new(), None);
     for u in units {
         let inner = match path.is_empty() {
             true => Some(u.path.as_str()).filter(|p| !p.is_empty()),
@@ -233,16 +239,19 @@ fn inner_units(m: &Module, path: &str, units: &[Arc<FsdpUnit>]) -> Result<Vec<In
                 params.insert(n.clone());
             }
         }
+        if device.is_none() {
+            device = u.compute_device()?;
+        }
         let hook: Arc<dyn ShardHook> = Arc::new(UnitHook(Arc::clone(u)));
         out.push(InnerUnit { path: inner.to_owned(), hook, params });
     }
-    Ok(out)
+    Ok((out, device))
 }
 
 /// Removes every module's link and checkpoint.
 pub(crate) fn unlink(model: &mut Module) {
     model.set_shard_link(None);
-    model.set_inner_units(Vec::new());
+    model.set_inner_units(Vec::new(), None);
     model.checkpointed_by_strategy = false;
     for (_, child) in model.child_modules_mut() {
         unlink(child);
@@ -252,8 +261,8 @@ pub(crate) fn unlink(model: &mut Module) {
 /// Checkpoints every module below the root whose class is in `classes`
 /// (Lightning's `activation_checkpointing_policy`). A class that names no
 /// module, or a match holding a TorchScript or exported module (whose
-/// copies for the second forward would be deep), is refused before
-/// anything is marked.
+/// copies for the second forward would be deep) or inside an exported
+/// program (which runs as a whole), is refused before anything is marked.
 pub(crate) fn mark_checkpointed(model: &mut Module, classes: &[String]) -> Result<()> {
     if classes.is_empty() {
         return Ok(());
@@ -282,8 +291,9 @@ pub(crate) fn mark_checkpointed(model: &mut Module, classes: &[String]) -> Resul
     Ok(())
 }
 
-/// Counts the matches of each class below `m` and notes the first match
-/// that holds a TorchScript or exported module.
+/// Counts the matches of each class below `m`, modules inside exported
+/// programs included, and notes the first match that holds a TorchScript
+/// or exported module or is inside an exported program.
 fn survey(m: &Module, path: &str, classes: &[String], found: &mut [usize], refused: &mut Option<String>) {
     if let Some(tree) = m.inner_modules() {
         for inner in tree.pre_order() {
@@ -294,7 +304,7 @@ fn survey(m: &Module, path: &str, classes: &[String], found: &mut [usize], refus
         }
     }
     for (name, child) in m.child_modules() {
-        let child_path = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
+        let child_path = join(path, name);
         if let Some(i) = classes.iter().position(|c| c == child.type_name()) {
             found[i] += 1;
             if refused.is_none() && child.holds_script() {

@@ -444,6 +444,14 @@ struct AcceleratorTrampolines {
     static fulmen_error* barrier(void* /*ud*/, void* g) noexcept {
         return guard_callback([&] { group(g).barrier(); });
     }
+    static fulmen_error* reduce_scatter(void* /*ud*/, void* g, const fulmen_tensor* input, fulmen_tensor* output,
+                                        int32_t op) noexcept {
+        return guard_callback([&] {
+            fulmen_tensor* in = const_cast<fulmen_tensor*>(input);
+            std::vector<Tensor> ins = shared(&in, 1), outs = shared(&output, 1);
+            group(g).reduce_scatter(ins[0], outs[0], static_cast<ReduceOp>(op));
+        });
+    }
     /// The collectives slots under `name` (which must outlive the registration call).
     static fulmen_collectives collectives(const std::string& name) noexcept {
         fulmen_collectives c{};
@@ -455,6 +463,7 @@ struct AcceleratorTrampolines {
         c.broadcast = &broadcast;
         c.all_gather = &all_gather;
         c.barrier = &barrier;
+        c.reduce_scatter = &reduce_scatter;
         return c;
     }
     static fulmen_accelerator_vtable vtable(CustomAccelerator* acc, bool custom_parse, bool custom_sync,

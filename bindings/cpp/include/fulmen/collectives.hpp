@@ -93,6 +93,16 @@ public:
     virtual void all_gather(const Tensor& input, std::vector<Tensor>& outputs) = 0;
     /// Returns when every rank has called it.
     virtual void barrier() = 0;
+    /// Reduces `input` over the ranks with `op` and writes this rank's
+    /// block of the result to `output` (`input` holds world size x
+    /// `output`'s elements; rank r's block is the r-th run). FSDP reduces
+    /// its gradients with it. The default throws FULMEN_CODE_UNSUPPORTED:
+    /// fulmen then all-reduces the whole input instead (world size times
+    /// the data) and does not ask this group again. Override it on every
+    /// rank or on none.
+    virtual void reduce_scatter(const Tensor& /*input*/, Tensor& /*output*/, ReduceOp /*op*/) {
+        throw Error(FULMEN_CODE_UNSUPPORTED, "CollectiveGroup::reduce_scatter is not overridden");
+    }
 };
 
 }  // namespace fulmen
