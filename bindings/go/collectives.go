@@ -111,16 +111,19 @@ type CollectiveGroup interface {
 }
 
 // ReduceScatterer is what a CollectiveGroup implements when its library
-// reduce-scatters: input (world size x output's elements; rank r's block
-// the r-th run of them) reduced over the ranks with op, this rank's block
-// written to output. FSDP reduces its gradients with it. A group without
-// it (or whose ReduceScatter returns an error with CodeUnsupported, after
-// which it is not asked again) gets an AllReduce of the whole input
-// instead, world size times the data. Every rank's group must make the
-// same choice.
+// reduce-scatters. FSDP reduces its gradients with it; a group without it
+// gets an AllReduce of the whole input instead (world size times the
+// data). Every rank's group must make the same choice.
 type ReduceScatterer interface {
+	// ReduceScatter reduces input (world size x output's elements; rank
+	// r's block the r-th run of them) over the ranks with op and writes
+	// this rank's block to output.
 	ReduceScatter(input, output *Tensor, op ReduceOp) error
 }
+
+// errNoReduceScatter is what a group without ReduceScatterer answers (not
+// a failure: nothing records it as a cause).
+var errNoReduceScatter = &Error{Code: CodeUnsupported, Message: "the CollectiveGroup has no ReduceScatter"}
 
 // Collectives is the optional collectives hook of a CustomAccelerator:
 // DDP on its PrivateUse1 (or CPU) devices through the vendor's own
@@ -204,13 +207,11 @@ func fulmenGoCollBarrier(g C.uintptr_t) *C.fulmen_error {
 
 //export fulmenGoCollReduceScatter
 func fulmenGoCollReduceScatter(g C.uintptr_t, input, output *C.fulmen_tensor, op C.int32_t) *C.fulmen_error {
-	return runCallback(func() error {
-		rs, ok := groupOf(g).(ReduceScatterer)
-		if !ok {
-			return &Error{Code: CodeUnsupported, Message: "the CollectiveGroup has no ReduceScatter"}
-		}
-		return rs.ReduceScatter(newTensor(input), newTensor(output), ReduceOp(op))
-	})
+	rs, ok := groupOf(g).(ReduceScatterer)
+	if !ok {
+		return cCallbackError(nil, errNoReduceScatter, false)
+	}
+	return runCallback(func() error { return rs.ReduceScatter(newTensor(input), newTensor(output), ReduceOp(op)) })
 }
 
 // DataPtr is the address of the first element of a contiguous tensor:

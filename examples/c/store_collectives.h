@@ -119,13 +119,31 @@ static void sc_group_free(void *ud, void *group) {
     free(g);
 }
 
+/* NULL for a reduce op the slots know, else the error to return. */
+static fulmen_error *sc_check_op(int32_t op) {
+    if (op == FULMEN_REDUCE_OP_SUM || op == FULMEN_REDUCE_OP_PRODUCT || op == FULMEN_REDUCE_OP_MIN ||
+        op == FULMEN_REDUCE_OP_MAX)
+        return NULL;
+    return fulmen_error_new(FULMEN_CODE_INVALID_ARGUMENT, "store collectives: unknown reduce op");
+}
+
+/* `v` reduced with `x` by `op`. */
+static double sc_combine(int32_t op, double v, double x) {
+    switch (op) {
+        case FULMEN_REDUCE_OP_SUM: return v + x;
+        case FULMEN_REDUCE_OP_PRODUCT: return v * x;
+        case FULMEN_REDUCE_OP_MIN: return x < v ? x : v;
+        case FULMEN_REDUCE_OP_MAX: return x > v ? x : v;
+        default: return v;
+    }
+}
+
 static fulmen_error *sc_all_reduce(void *ud, void *group, fulmen_tensor *const *tensors, size_t n, int32_t op) {
     (void)ud;
     store_group *g = group;
     if (g->counts != NULL) g->counts->all_reduce++;
-    if (op != FULMEN_REDUCE_OP_SUM && op != FULMEN_REDUCE_OP_PRODUCT && op != FULMEN_REDUCE_OP_MIN &&
-        op != FULMEN_REDUCE_OP_MAX)
-        return fulmen_error_new(FULMEN_CODE_INVALID_ARGUMENT, "store collectives: unknown reduce op");
+    fulmen_error *bad_op = sc_check_op(op);
+    if (bad_op != NULL) return bad_op;
     fulmen_error *e = NULL;
     for (size_t i = 0; e == NULL && i < n; i++) {
         double *mine = NULL, *all = NULL;
@@ -137,16 +155,7 @@ static fulmen_error *sc_all_reduce(void *ud, void *group, fulmen_tensor *const *
         if (e == NULL) e = sc_round(g, mine, len, all, 0, g->world);
         for (size_t k = 0; e == NULL && k < len; k++) {
             double v = all[k];
-            for (int32_t r = 1; r < g->world; r++) {
-                double x = all[(size_t)r * len + k];
-                switch (op) {
-                    case FULMEN_REDUCE_OP_SUM: v += x; break;
-                    case FULMEN_REDUCE_OP_PRODUCT: v *= x; break;
-                    case FULMEN_REDUCE_OP_MIN: v = x < v ? x : v; break;
-                    case FULMEN_REDUCE_OP_MAX: v = x > v ? x : v; break;
-                    default: break;
-                }
-            }
+            for (int32_t r = 1; r < g->world; r++) v = sc_combine(op, v, all[(size_t)r * len + k]);
             mine[k] = v;
         }
         if (e == NULL) e = fulmen_tensor_copy_from_host(tensors[i], mine, len * sizeof(double), FULMEN_DTYPE_F64);
@@ -200,20 +209,21 @@ static fulmen_error *sc_all_gather(void *ud, void *group, const fulmen_tensor *i
 }
 
 /* Reduce-scatter: every rank publishes block d of its input for rank d
- * only, and reads the blocks the others published for it, so each rank
- * moves 1/world of what an all_reduce would. The blocks are reduced in
- * rank order, as sc_all_reduce reduces. */
+ * only ("round/N/<from>/<to>"), and reads the blocks the others published
+ * for it, so each rank moves 1/world of what an all_reduce would. The
+ * blocks are reduced in rank order, as sc_all_reduce reduces. As in
+ * sc_round, every rank counts itself done, failing or not, and the last
+ * one removes the round's keys. */
 static fulmen_error *sc_reduce_scatter(void *ud, void *group, const fulmen_tensor *input, fulmen_tensor *output,
                                        int32_t op) {
     (void)ud;
     store_group *g = group;
     if (g->counts != NULL) g->counts->reduce_scatter++;
-    if (op != FULMEN_REDUCE_OP_SUM && op != FULMEN_REDUCE_OP_PRODUCT && op != FULMEN_REDUCE_OP_MIN &&
-        op != FULMEN_REDUCE_OP_MAX)
-        return fulmen_error_new(FULMEN_CODE_INVALID_ARGUMENT, "store collectives: unknown reduce op");
+    fulmen_error *e = sc_check_op(op);
+    if (e != NULL) return e;
     double *mine = NULL;
     size_t len = 0, block = 0;
-    fulmen_error *e = sc_read(input, &mine, &len);
+    e = sc_read(input, &mine, &len);
     if (e != NULL) return e;
     e = fulmen_tensor_numel(output, &block);
     if (e == NULL && block * (size_t)g->world != len)
@@ -239,26 +249,29 @@ static fulmen_error *sc_reduce_scatter(void *ud, void *group, const fulmen_tenso
         e = fulmen_dist_store_get(g->store, key, dst, block * sizeof(double), &got);
         if (e == NULL && got != block * sizeof(double))
             e = fulmen_error_new(FULMEN_CODE_DISTRIBUTED, "store collectives: a rank sent a different size");
-        /* Read once, by this rank only: removed at once. */
-        if (e == NULL) e = fulmen_dist_store_delete(g->store, key, NULL);
     }
     for (size_t k = 0; e == NULL && k < block; k++) {
         double v = blocks[k];
-        for (int32_t r = 1; r < g->world; r++) {
-            double x = blocks[(size_t)r * block + k];
-            switch (op) {
-                case FULMEN_REDUCE_OP_SUM: v += x; break;
-                case FULMEN_REDUCE_OP_PRODUCT: v *= x; break;
-                case FULMEN_REDUCE_OP_MIN: v = x < v ? x : v; break;
-                case FULMEN_REDUCE_OP_MAX: v = x > v ? x : v; break;
-                default: break;
-            }
-        }
+        for (int32_t r = 1; r < g->world; r++) v = sc_combine(op, v, blocks[(size_t)r * block + k]);
         blocks[k] = v;
     }
     if (e == NULL) e = fulmen_tensor_copy_from_host(output, blocks, block * sizeof(double), FULMEN_DTYPE_F64);
+    int64_t done = 0;
+    snprintf(key, sizeof key, "round/%llu/done", (unsigned long long)round);
+    fulmen_error *counted = fulmen_dist_store_add(g->store, key, 1, &done);
+    for (int32_t from = 0; counted == NULL && done == g->world && from < g->world; from++) {
+        for (int32_t to = 0; counted == NULL && to < g->world; to++) {
+            char data_key[112];
+            snprintf(data_key, sizeof data_key, "round/%llu/%d/%d", (unsigned long long)round, (int)from, (int)to);
+            if (from != to) counted = fulmen_dist_store_delete(g->store, data_key, NULL);
+        }
+    }
+    if (counted == NULL && done == g->world) counted = fulmen_dist_store_delete(g->store, key, NULL);
     free(blocks);
     free(mine);
+    /* The first failure is the one to report. */
+    if (e == NULL) return counted;
+    fulmen_error_free(counted);
     return e;
 }
 

@@ -176,11 +176,13 @@ typedef struct fulmen_collectives {
    * block of the result to `output` (torch's `reduce_scatter_tensor`:
    * `input` holds world size x `output`'s elements, rank r's block the
    * r-th run of them; both contiguous, of one dtype). FSDP reduces its
-   * gradients with it. NULL (or a struct from before this slot, or the
-   * slot returning FULMEN_CODE_UNSUPPORTED, after which the group is
-   * not asked again): `all_reduce` of the whole input, this rank's
-   * block kept, which moves world size times the data. Every rank's
-   * group must make the same choice.
+   * gradients with it. NULL, a struct from before this slot, or a slot
+   * whose first call answers FULMEN_CODE_UNSUPPORTED (a group without
+   * the collective: answer before communicating, on every rank alike;
+   * the group is not asked again): `all_reduce` of the whole input,
+   * this rank's block kept, which moves world size times the data. Any
+   * other error, and UNSUPPORTED after a first call that worked, fails
+   * the collective as any slot's error does.
    */
   struct fulmen_error *(*reduce_scatter)(void *userdata,
                                          void *group,

@@ -287,11 +287,13 @@ pub struct fulmen_collectives {
     /// block of the result to `output` (torch's `reduce_scatter_tensor`:
     /// `input` holds world size x `output`'s elements, rank r's block the
     /// r-th run of them; both contiguous, of one dtype). FSDP reduces its
-    /// gradients with it. NULL (or a struct from before this slot, or the
-    /// slot returning FULMEN_CODE_UNSUPPORTED, after which the group is
-    /// not asked again): `all_reduce` of the whole input, this rank's
-    /// block kept, which moves world size times the data. Every rank's
-    /// group must make the same choice.
+    /// gradients with it. NULL, a struct from before this slot, or a slot
+    /// whose first call answers FULMEN_CODE_UNSUPPORTED (a group without
+    /// the collective: answer before communicating, on every rank alike;
+    /// the group is not asked again): `all_reduce` of the whole input,
+    /// this rank's block kept, which moves world size times the data. Any
+    /// other error, and UNSUPPORTED after a first call that worked, fails
+    /// the collective as any slot's error does.
     pub reduce_scatter: Option<
         unsafe extern "C" fn(
             userdata: *mut c_void,
@@ -502,6 +504,7 @@ impl DeviceCollectives for HostCollectives {
             store,
             opened: opened.is_ok(),
             no_reduce_scatter: std::sync::atomic::AtomicBool::new(self.slots.reduce_scatter.is_none()),
+            reduce_scattered: std::sync::atomic::AtomicBool::new(false),
         };
         opened?;
         Ok(Box::new(host))
@@ -520,8 +523,10 @@ struct HostGroup {
     store: *mut fulmen_dist_store,
     /// Whether `group_new` succeeded (and `group_free` is owed).
     opened: bool,
-    /// The host has no `reduce_scatter`, or its slot said UNSUPPORTED.
+    /// The host has no `reduce_scatter`, or its first call said UNSUPPORTED.
     no_reduce_scatter: std::sync::atomic::AtomicBool,
+    /// A `reduce_scatter` call worked: UNSUPPORTED is an error from then on.
+    reduce_scattered: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the host's group is used by one collective at a time (the c10d
@@ -579,8 +584,11 @@ impl CommGroup for HostGroup {
         let _scope = TensorScope::enter();
         let (input, output) = (new_handle(input.shallow_clone()), new_handle(output.shallow_clone()));
         match self.call("reduce_scatter", |u| unsafe { f(u, self.group, input, output, op) }) {
-            Ok(()) => Ok(true),
-            Err(e) if e.code == ErrorCode::Unsupported => {
+            Ok(()) => {
+                self.reduce_scattered.store(true, Ordering::SeqCst);
+                Ok(true)
+            }
+            Err(e) if e.code == ErrorCode::Unsupported && !self.reduce_scattered.load(Ordering::SeqCst) => {
                 self.no_reduce_scatter.store(true, Ordering::SeqCst);
                 Ok(false)
             }

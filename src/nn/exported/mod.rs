@@ -199,8 +199,10 @@ impl ExportedModule {
         self.index.get(name).map(|k| &self.state[*k].1)
     }
 
-    /// The device the model's tensors are on (the CPU when it has none),
-    /// asked of libtorch: tch reads the devices it does not name as MPS.
+    /// The device the programs run on: the inner units' compute device
+    /// when units sit inside, else the one the model's tensors are on (the
+    /// CPU when it has none), asked of libtorch: tch reads the devices it
+    /// does not name as MPS.
     fn device(&self) -> Result<crate::tensor::device::Device> {
         if let Some(d) = self.compute_device {
             return Ok(d);

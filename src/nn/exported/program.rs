@@ -88,6 +88,9 @@ pub(crate) struct Layout {
     /// Whether each instruction may return a value sharing memory with
     /// an argument (a view, an identity).
     pub(crate) aliases: Vec<bool>,
+    /// The slots each instruction's first argument reads: the one a view,
+    /// an in-place operator or an identity shares memory with.
+    pub(crate) first_reads: Vec<Vec<i64>>,
     /// The slots the program returns.
     pub(crate) results: Vec<i64>,
     /// Every module the program ran in: (dotted path, class), in order of
@@ -291,7 +294,9 @@ impl Program {
         let mut seen_modules = std::collections::HashSet::new();
         for (i, (node, outs)) in graph.nodes.iter().zip(&node_outs).enumerate() {
             // SAFETY: a live program; `i` is one of its instructions.
-            layout.aliases.push(unsafe { shim::fulmen_cxx_ep_aliases(raw.0, i) } != 0);
+            layout.aliases.push(unsafe { shim::fulmen_cxx_ep_aliases(raw.0, i) } == 1);
+            let first = node.args.first().map(|(_, a)| a.reads()).unwrap_or_default();
+            layout.first_reads.push(first.into_iter().filter_map(|n| slots.of.get(n).copied()).collect());
             let reads = node.args.iter().flat_map(|(_, a)| a.reads()).filter_map(|n| slots.of.get(n).copied());
             layout.reads.push(reads.collect());
             layout.defines.push(outs.iter().flat_map(|(_, v)| v.iter().copied()).filter(|s| *s >= 0).collect());

@@ -126,8 +126,9 @@ enum Action {
     /// kept for the unit's pre-backward hooks.
     Keep,
     /// After the unit's last instruction: the hooks go on the kept
-    /// outputs, and the unit reshards.
-    Release,
+    /// outputs, and the unit reshards (`false`: a result of the program
+    /// shares its parameters' memory, so it stays gathered).
+    Release(bool),
 }
 
 /// When a run of one program calls its inner units' hooks.
@@ -141,10 +142,11 @@ pub(crate) struct UnitEvents {
 impl UnitEvents {
     /// The events of `units` in `program`. A unit's instructions are those
     /// run in its module or below (down to a unit nested in it), and those
-    /// reading its parameters or a value that may share their memory (a
-    /// view of one, made by an instruction reading it: `t(weight)` read by
-    /// a matrix product in the root), so the unit is not freed while
-    /// anything is still to read it.
+    /// reading its parameters or a value that may share their memory (the
+    /// result of an aliasing instruction whose first argument does: a
+    /// view, `t(weight)` read by a matrix product in the root), so the unit
+    /// is not freed while anything in the run is still to read it; a unit
+    /// whose memory a result of the program shares is not freed in it.
     pub(crate) fn plan(program: &Program, units: &[InnerUnit]) -> UnitEvents {
         let layout = &program.layout;
         let n = layout.reads.len();
@@ -183,9 +185,13 @@ impl UnitEvents {
                     }
                 }
             }
-            if layout.aliases[i] && !via_memory.is_empty() {
-                for s in &layout.defines[i] {
-                    holds.insert(*s, via_memory.clone());
+            if layout.aliases[i] {
+                let shared: Vec<usize> =
+                    layout.first_reads[i].iter().flat_map(|s| holds.get(s)).flatten().copied().collect();
+                if !shared.is_empty() {
+                    for s in &layout.defines[i] {
+                        holds.insert(*s, shared.clone());
+                    }
                 }
             }
             for s in &layout.defines[i] {
@@ -211,7 +217,7 @@ impl UnitEvents {
             for &i in nodes {
                 for s in &layout.reads[i] {
                     let made_inside = definer.get(s).is_some_and(|d| inside.contains(d));
-                    let memory = params.contains(s) || holds.contains_key(s);
+                    let memory = params.contains(s) || holds.get(s).is_some_and(|us| us.contains(&u));
                     if !made_inside && !memory && seen.insert(*s) {
                         inbound.push(*s);
                     }
@@ -230,11 +236,12 @@ impl UnitEvents {
                     events.push((i as i64 + 1, u, Action::Keep, out));
                 }
             }
-            events.push((last as i64 + 1, u, Action::Release, Vec::new()));
+            let returned = results.iter().any(|s| holds.get(s).is_some_and(|us| us.contains(&u)));
+            events.push((last as i64 + 1, u, Action::Release(!returned), Vec::new()));
         }
         let rank = |a: Action| match a {
             Action::Keep => 0,
-            Action::Release => 1,
+            Action::Release(_) => 1,
             Action::Gather => 2,
         };
         events.sort_by_key(|(before, _, action, _)| (*before, rank(*action)));
@@ -293,9 +300,9 @@ impl RunState<'_> {
                 self.kept[*u].extend(tensors);
                 Ok(())
             }
-            Action::Release => {
+            Action::Release(reshard) => {
                 let kept = std::mem::take(&mut self.kept[*u]);
-                unit.hook.after_forward(&kept, true).map_err(|e| e.context(format!("the unit at {:?}", unit.path)))
+                unit.hook.after_forward(&kept, *reshard).map_err(|e| e.context(format!("the unit at {:?}", unit.path)))
             }
         }
     }

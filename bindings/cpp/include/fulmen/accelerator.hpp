@@ -444,13 +444,18 @@ struct AcceleratorTrampolines {
     static fulmen_error* barrier(void* /*ud*/, void* g) noexcept {
         return guard_callback([&] { group(g).barrier(); });
     }
+    // A group without reduce_scatter answers UNSUPPORTED (not an exception
+    // of the host's: nothing is kept as a failure's cause).
     static fulmen_error* reduce_scatter(void* /*ud*/, void* g, const fulmen_tensor* input, fulmen_tensor* output,
                                         int32_t op) noexcept {
-        return guard_callback([&] {
+        bool done = false;
+        fulmen_error* e = guard_callback([&] {
             fulmen_tensor* in = const_cast<fulmen_tensor*>(input);
             std::vector<Tensor> ins = shared(&in, 1), outs = shared(&output, 1);
-            group(g).reduce_scatter(ins[0], outs[0], static_cast<ReduceOp>(op));
+            done = group(g).reduce_scatter(ins[0], outs[0], static_cast<ReduceOp>(op));
         });
+        if (e != nullptr || done) return e;
+        return fulmen_error_new(FULMEN_CODE_UNSUPPORTED, "the CollectiveGroup has no reduce_scatter");
     }
     /// The collectives slots under `name` (which must outlive the registration call).
     static fulmen_collectives collectives(const std::string& name) noexcept {

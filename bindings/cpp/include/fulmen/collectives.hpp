@@ -95,14 +95,12 @@ public:
     virtual void barrier() = 0;
     /// Reduces `input` over the ranks with `op` and writes this rank's
     /// block of the result to `output` (`input` holds world size x
-    /// `output`'s elements; rank r's block is the r-th run). FSDP reduces
-    /// its gradients with it. The default throws FULMEN_CODE_UNSUPPORTED:
-    /// fulmen then all-reduces the whole input instead (world size times
-    /// the data) and does not ask this group again. Override it on every
-    /// rank or on none.
-    virtual void reduce_scatter(const Tensor& /*input*/, Tensor& /*output*/, ReduceOp /*op*/) {
-        throw Error(FULMEN_CODE_UNSUPPORTED, "CollectiveGroup::reduce_scatter is not overridden");
-    }
+    /// `output`'s elements; rank r's block is the r-th run), returning
+    /// true. FSDP reduces its gradients with it. The default returns false
+    /// at once: the library has none, and fulmen all-reduces the whole
+    /// input instead (world size times the data) and does not ask this
+    /// group again. Every rank's group must answer alike.
+    virtual bool reduce_scatter(const Tensor& /*input*/, Tensor& /*output*/, ReduceOp /*op*/) { return false; }
 };
 
 }  // namespace fulmen
