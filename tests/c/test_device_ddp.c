@@ -584,6 +584,17 @@ static void expect_same(const char *dir, const char *a, const char *b) {
     fulmen_model_free(mb);
 }
 
+/* Runs the two-rank `scenario`: both ranks end with the weights of
+ * `reference` (a file in `dir`). */
+static void expect_ranks_equal(const char *dir, const char *scenario, const char *reference) {
+    char rank0[128], rank1[128];
+    snprintf(rank0, sizeof rank0, "%s-rank0.safetensors", scenario);
+    snprintf(rank1, sizeof rank1, "%s-rank1.safetensors", scenario);
+    CHECK(run(scenario, dir) == 0);
+    expect_same(dir, reference, rank0);
+    expect_same(dir, rank0, rank1);
+}
+
 /* fsdp_offload_half<suffix> then fsdp_offload_resumed<suffix>: the
  * resumed weights equal the uninterrupted fsdp_offload's, on both ranks. */
 static void expect_offload_resume(const char *dir, const char *suffix) {
@@ -656,35 +667,19 @@ int main(int argc, char **argv) {
     unsetenv("RANK");
 
     CHECK(run("reference", dir) == 0);
-    CHECK(run("hook", dir) == 0);
-    expect_same(dir, "reference.safetensors", "hook-rank0.safetensors");
-    expect_same(dir, "hook-rank0.safetensors", "hook-rank1.safetensors");
-    CHECK(run("staged", dir) == 0);
-    expect_same(dir, "reference.safetensors", "staged-rank0.safetensors");
-    expect_same(dir, "staged-rank0.safetensors", "staged-rank1.safetensors");
-    CHECK(run("fsdp_hook", dir) == 0);
-    expect_same(dir, "reference.safetensors", "fsdp_hook-rank0.safetensors");
-    expect_same(dir, "fsdp_hook-rank0.safetensors", "fsdp_hook-rank1.safetensors");
-    CHECK(run("fsdp_old_hook", dir) == 0);
-    expect_same(dir, "fsdp_hook-rank0.safetensors", "fsdp_old_hook-rank0.safetensors");
-    expect_same(dir, "fsdp_old_hook-rank0.safetensors", "fsdp_old_hook-rank1.safetensors");
-    CHECK(run("fsdp_declining_hook", dir) == 0);
-    expect_same(dir, "fsdp_hook-rank0.safetensors", "fsdp_declining_hook-rank0.safetensors");
-    expect_same(dir, "fsdp_declining_hook-rank0.safetensors", "fsdp_declining_hook-rank1.safetensors");
-    CHECK(run("fsdp_staged", dir) == 0);
-    expect_same(dir, "reference.safetensors", "fsdp_staged-rank0.safetensors");
-    expect_same(dir, "fsdp_staged-rank0.safetensors", "fsdp_staged-rank1.safetensors");
+    expect_ranks_equal(dir, "hook", "reference.safetensors");
+    expect_ranks_equal(dir, "staged", "reference.safetensors");
+    expect_ranks_equal(dir, "fsdp_hook", "reference.safetensors");
+    expect_ranks_equal(dir, "fsdp_old_hook", "fsdp_hook-rank0.safetensors");
+    expect_ranks_equal(dir, "fsdp_declining_hook", "fsdp_hook-rank0.safetensors");
+    expect_ranks_equal(dir, "fsdp_staged", "reference.safetensors");
     CHECK(run("reference_clipped", dir) == 0);
-    CHECK(run("fsdp_offload", dir) == 0);
-    expect_same(dir, "reference_clipped.safetensors", "fsdp_offload-rank0.safetensors");
-    expect_same(dir, "fsdp_offload-rank0.safetensors", "fsdp_offload-rank1.safetensors");
+    expect_ranks_equal(dir, "fsdp_offload", "reference_clipped.safetensors");
     expect_offload_resume(dir, "");
     expect_offload_resume(dir, "_sharded");
     CHECK(run("reference_deep", dir) == 0);
-    CHECK(run("fsdp_deep", dir) == 0);
-    extra.deep = true;
-    expect_same(dir, "reference_deep.safetensors", "fsdp_deep-rank0.safetensors");
-    expect_same(dir, "fsdp_deep-rank0.safetensors", "fsdp_deep-rank1.safetensors");
+    extra.deep = true; /* the_model() of the deep scenarios */
+    expect_ranks_equal(dir, "fsdp_deep", "reference_deep.safetensors");
     CHECK(run("fsdp_deep_resumed", dir) == 0);
     expect_same(dir, "fsdp_deep_resumed-rank0.safetensors", "fsdp_deep_resumed-rank1.safetensors");
     CHECK(run("oom", dir) == 0);

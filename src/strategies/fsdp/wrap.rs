@@ -83,24 +83,42 @@ fn walk(
         own.extend(inner.walk("", opts, tied, taken, units));
     }
     m.visit_direct(&mut |_, t, slot| {
-        if slot == Slot::Param && !tied(t) {
-            if let Some(id) = param_identity(t) {
-                if taken.insert(id) {
-                    own.push(t.shallow_clone());
-                }
-            }
+        if slot == Slot::Param {
+            take(t, tied, taken, &mut own);
         }
     });
     for (name, child) in m.child_modules() {
         own.extend(walk(child, &join(path, name), false, opts, tied, taken, units));
     }
     let by_class = opts.wrap_classes.iter().any(|c| c == m.type_name());
-    let by_size = opts.min_num_params.is_some_and(|n| own.iter().map(|t| t.numel() as u64).sum::<u64>() >= n);
-    if !is_root && !own.is_empty() && (by_class || by_size) {
+    if !is_root && !own.is_empty() && (by_class || big_enough(&own, opts)) {
         units.push(PlannedUnit { path: path.to_owned(), params: own });
         return Vec::new();
     }
     own
+}
+
+/// Adds the parameter `t` to `own` unless it is tied (the root's) or a
+/// unit took it already.
+fn take(
+    t: &Tensor,
+    tied: &dyn Fn(&Tensor) -> bool,
+    taken: &mut std::collections::HashSet<ParamId>,
+    own: &mut Vec<Tensor>,
+) {
+    if tied(t) {
+        return;
+    }
+    if let Some(id) = param_identity(t) {
+        if taken.insert(id) {
+            own.push(t.shallow_clone());
+        }
+    }
+}
+
+/// Whether `own` holds at least the size policy's parameter count.
+fn big_enough(own: &[Tensor], opts: &FsdpOptions) -> bool {
+    opts.min_num_params.is_some_and(|n| own.iter().map(|t| t.numel() as u64).sum::<u64>() >= n)
 }
 
 /// The modules inside an exported program, for planning units there.
@@ -128,13 +146,7 @@ impl Inner<'_> {
     ) -> Vec<Tensor> {
         let mut own: Vec<Tensor> = Vec::new();
         for t in self.params.get(inner).into_iter().flatten() {
-            if !tied(t) {
-                if let Some(id) = param_identity(t) {
-                    if taken.insert(id) {
-                        own.push(t.shallow_clone());
-                    }
-                }
-            }
+            take(t, tied, taken, &mut own);
         }
         for child in self.tree.children(inner) {
             own.extend(self.walk(child, opts, tied, taken, units));
@@ -143,8 +155,7 @@ impl Inner<'_> {
             return own;
         }
         let by_class = opts.wrap_classes.iter().any(|c| self.tree.is_a(inner, c));
-        let by_size = opts.min_num_params.is_some_and(|n| own.iter().map(|t| t.numel() as u64).sum::<u64>() >= n);
-        if by_class || by_size {
+        if by_class || big_enough(&own, opts) {
             units.push(PlannedUnit { path: join(self.path, inner), params: own });
             return Vec::new();
         }
