@@ -148,11 +148,10 @@ class HostBackend final : public c10d::Backend {
                 ", the output ", output.scalar_type());
     int op = host_op(opts.reduceOp);
     at::Tensor flat = input.contiguous();
-    int handled = 0;
-    call("reduce_scatter", [&](char* err, size_t len) {
-      return hooks_.reduce_scatter(hooks_.ctx, &flat, &output, op, &handled, err, len);
-    });
-    if (handled != 0) {
+    bool scattered = call("reduce_scatter", [&](char* err, size_t len) {
+      return hooks_.reduce_scatter(hooks_.ctx, &flat, &output, op, err, len);
+    }, true);
+    if (scattered) {
       return done({output});
     }
     std::vector<at::Tensor> whole{flat.clone()};
@@ -180,15 +179,22 @@ class HostBackend final : public c10d::Backend {
     });
   }
 
-  // Runs one hook call and turns its failure into an exception. The Rust
-  // side serialises the calls under the accelerator's lock, which also
-  // refuses a slot's re-entrant collective instead of deadlocking.
+  // Runs one hook call and turns its failure into an exception; with
+  // `optional`, FULMEN_CXX_UNSUPPORTED (the library has no such
+  // collective) returns false instead. The Rust side serialises the calls
+  // under the accelerator's lock, which also refuses a slot's re-entrant
+  // collective instead of deadlocking.
   template <typename F>
-  void call(const char* what, F f) {
+  bool call(const char* what, F f, bool optional = false) {
     char err[1024] = {0};
-    if (f(err, sizeof err) != FULMEN_CXX_OK) {
+    int status = f(err, sizeof err);
+    if (optional && status == FULMEN_CXX_UNSUPPORTED) {
+      return false;
+    }
+    if (status != FULMEN_CXX_OK) {
       throw std::runtime_error("c10d backend \"" + name_ + "\" " + what + ": " + err);
     }
+    return true;
   }
 
   fulmen_cxx_collectives hooks_;

@@ -29,10 +29,8 @@ struct fulmen_cxx_collectives {
   int (*broadcast)(void* ctx, void* const* tensors, size_t n, int root, char* err, size_t err_len);
   int (*all_gather)(void* ctx, const void* input, void* const* outputs, size_t n, char* err, size_t err_len);
   int (*barrier)(void* ctx, char* err, size_t err_len);
-  // Writes 1 to `*handled` when the library reduce-scattered `input` into
-  // `output`, 0 when it has no such collective.
-  int (*reduce_scatter)(void* ctx, const void* input, void* output, int op, int* handled, char* err,
-                        size_t err_len);
+  // FULMEN_CXX_UNSUPPORTED when the library has no reduce-scatter.
+  int (*reduce_scatter)(void* ctx, const void* input, void* output, int op, char* err, size_t err_len);
   void (*release)(void* ctx);
 };
 }

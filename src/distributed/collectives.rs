@@ -282,17 +282,20 @@ unsafe extern "C" fn bridge_reduce_scatter(
     input: *const c_void,
     output: *mut c_void,
     op: c_int,
-    handled: *mut c_int,
     err: *mut c_char,
     err_len: size_t,
 ) -> c_int {
-    bridged(ctx, err, err_len, |g| {
+    let mut done = true;
+    let status = bridged(ctx, err, err_len, |g| {
         let input = Tensor::clone_from_ptr(input as *mut _);
         let output = Tensor::clone_from_ptr(output.cast());
-        let done = g.reduce_scatter(&input, &output, ops_from(op)?)?;
-        *handled = c_int::from(done);
+        done = g.reduce_scatter(&input, &output, ops_from(op)?)?;
         Ok(())
-    })
+    });
+    if status == 0 && !done {
+        return crate::shim::UNSUPPORTED;
+    }
+    status
 }
 
 unsafe extern "C" fn bridge_barrier(ctx: *mut c_void, err: *mut c_char, err_len: size_t) -> c_int {

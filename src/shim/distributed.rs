@@ -11,10 +11,9 @@ pub(crate) struct CxxCollectives {
     pub all_gather:
         unsafe extern "C" fn(*mut c_void, *const c_void, *const *mut c_void, size_t, *mut c_char, size_t) -> c_int,
     pub barrier: unsafe extern "C" fn(*mut c_void, *mut c_char, size_t) -> c_int,
-    /// Writes 1 to its `handled` when the library reduce-scattered, 0
-    /// when it has no such collective.
+    /// The shim's UNSUPPORTED status when the library has no reduce-scatter.
     pub reduce_scatter:
-        unsafe extern "C" fn(*mut c_void, *const c_void, *mut c_void, c_int, *mut c_int, *mut c_char, size_t) -> c_int,
+        unsafe extern "C" fn(*mut c_void, *const c_void, *mut c_void, c_int, *mut c_char, size_t) -> c_int,
     pub release: unsafe extern "C" fn(*mut c_void),
 }
 

@@ -44,7 +44,7 @@ pub(crate) use xla::*;
 /// Success status of a shim call.
 const OK: c_int = 0;
 /// Status of a shim call that needs a part of libtorch this build lacks.
-const UNSUPPORTED: c_int = 2;
+pub(crate) const UNSUPPORTED: c_int = 2;
 /// Size of the error-message buffer handed to the shims.
 const ERR_LEN: usize = 1024;
 

@@ -186,7 +186,12 @@ impl ExportedModule {
     }
 
     fn program(&self, name: &str) -> Result<&Program> {
-        self.programs.iter().find(|p| p.name == name).ok_or_else(|| {
+        Ok(&self.programs[self.program_index(name)?])
+    }
+
+    /// The index of the program `name` in `programs`.
+    fn program_index(&self, name: &str) -> Result<usize> {
+        self.programs.iter().position(|p| p.name == name).ok_or_else(|| {
             Error::invalid(format!(
                 "the exported model ({}) has no program {name:?}; it has {:?}",
                 self.source.display(),
@@ -219,8 +224,8 @@ impl ExportedModule {
         if args.len() > super::MAX_METHOD_ARGS {
             return Err(Error::invalid(format!("{} arguments, at most {}", args.len(), super::MAX_METHOD_ARGS)));
         }
-        let p = self.program(method)?;
-        let events = self.programs.iter().position(|q| std::ptr::eq(q, p)).and_then(|k| self.inner_events.get(k));
+        let k = self.program_index(method)?;
+        let (p, events) = (&self.programs[k], self.inner_events.get(k));
         let user = p.user_inputs(args)?;
         let device = self.device()?;
         let mut inputs = Vec::with_capacity(p.inputs.len());

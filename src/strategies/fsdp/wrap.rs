@@ -35,9 +35,9 @@ pub(crate) fn plan(model: &Module, opts: &FsdpOptions) -> (Vec<PlannedUnit>, Vec
         }
     });
     let tied = |t: &Tensor| param_identity(t).is_some_and(|id| seen.get(&id).copied().unwrap_or(0) > 1);
-    let mut units = Vec::new();
-    let mut taken = std::collections::HashSet::new();
-    let rest = walk(model, "", true, opts, &tied, &mut taken, &mut units);
+    let mut planner = Planner { opts, tied: &tied, taken: Default::default(), units: Vec::new() };
+    let rest = planner.walk(model, "", true);
+    let mut units = planner.units;
     let mut root: Vec<Tensor> = Vec::new();
     let mut root_seen = std::collections::HashSet::new();
     model.visit("", &mut |_, t, slot| {
@@ -60,65 +60,82 @@ pub(crate) fn plan(model: &Module, opts: &FsdpOptions) -> (Vec<PlannedUnit>, Vec
     (units, replicated)
 }
 
-/// Plans the units below `m` (at `path`) and returns its parameters that
-/// no unit took.
-fn walk(
-    m: &Module,
-    path: &str,
-    is_root: bool,
-    opts: &FsdpOptions,
-    tied: &dyn Fn(&Tensor) -> bool,
-    taken: &mut std::collections::HashSet<ParamId>,
-    units: &mut Vec<PlannedUnit>,
-) -> Vec<Tensor> {
-    let mut own: Vec<Tensor> = Vec::new();
-    if let Some(tree) = m.inner_modules() {
-        let mut params: HashMap<String, Vec<Tensor>> = HashMap::new();
-        for (name, t, buffer) in m.inner_state() {
-            if !buffer {
-                params.entry(crate::nn::exported_parent(&name).to_owned()).or_default().push(t);
+/// The state of one planning walk: the policy, which parameters are tied
+/// (the root's), those a unit took already, and the units planned so far.
+struct Planner<'a> {
+    opts: &'a FsdpOptions,
+    tied: &'a dyn Fn(&Tensor) -> bool,
+    taken: std::collections::HashSet<ParamId>,
+    units: Vec<PlannedUnit>,
+}
+
+impl Planner<'_> {
+    /// Plans the units below `m` (at `path`) and returns its parameters
+    /// that no unit took.
+    fn walk(&mut self, m: &Module, path: &str, is_root: bool) -> Vec<Tensor> {
+        let mut own: Vec<Tensor> = Vec::new();
+        if let Some(tree) = m.inner_modules() {
+            let mut params: HashMap<String, Vec<Tensor>> = HashMap::new();
+            for (name, t, buffer) in m.inner_state() {
+                if !buffer {
+                    params.entry(crate::nn::exported_parent(&name).to_owned()).or_default().push(t);
+                }
+            }
+            let inner = Inner { tree: &tree, params: &params, path };
+            own.extend(self.walk_inner(&inner, ""));
+        }
+        m.visit_direct(&mut |_, t, slot| {
+            if slot == Slot::Param {
+                self.take(t, &mut own);
+            }
+        });
+        for (name, child) in m.child_modules() {
+            own.extend(self.walk(child, &join(path, name), false));
+        }
+        let by_class = self.opts.wrap_classes.iter().any(|c| c == m.type_name());
+        self.unit_or_rest(path, own, by_class, !is_root)
+    }
+
+    /// [`Planner::walk`] for the module at `at` inside an exported
+    /// program (the program's root, "", is the exported module's own
+    /// business).
+    fn walk_inner(&mut self, inner: &Inner<'_>, at: &str) -> Vec<Tensor> {
+        let mut own: Vec<Tensor> = Vec::new();
+        for t in inner.params.get(at).into_iter().flatten() {
+            self.take(t, &mut own);
+        }
+        for child in inner.tree.children(at) {
+            own.extend(self.walk_inner(inner, child));
+        }
+        let by_class = self.opts.wrap_classes.iter().any(|c| inner.tree.is_a(at, c));
+        self.unit_or_rest(&join(inner.path, at), own, by_class, !at.is_empty())
+    }
+
+    /// Adds the parameter `t` to `own` unless it is tied or a unit took it
+    /// already.
+    fn take(&mut self, t: &Tensor, own: &mut Vec<Tensor>) {
+        if (self.tied)(t) {
+            return;
+        }
+        if let Some(id) = param_identity(t) {
+            if self.taken.insert(id) {
+                own.push(t.shallow_clone());
             }
         }
-        let inner = Inner { tree: &tree, params: &params, path };
-        own.extend(inner.walk("", opts, tied, taken, units));
     }
-    m.visit_direct(&mut |_, t, slot| {
-        if slot == Slot::Param {
-            take(t, tied, taken, &mut own);
-        }
-    });
-    for (name, child) in m.child_modules() {
-        own.extend(walk(child, &join(path, name), false, opts, tied, taken, units));
-    }
-    let by_class = opts.wrap_classes.iter().any(|c| c == m.type_name());
-    if !is_root && !own.is_empty() && (by_class || big_enough(&own, opts)) {
-        units.push(PlannedUnit { path: path.to_owned(), params: own });
-        return Vec::new();
-    }
-    own
-}
 
-/// Adds the parameter `t` to `own` unless it is tied (the root's) or a
-/// unit took it already.
-fn take(
-    t: &Tensor,
-    tied: &dyn Fn(&Tensor) -> bool,
-    taken: &mut std::collections::HashSet<ParamId>,
-    own: &mut Vec<Tensor>,
-) {
-    if tied(t) {
-        return;
-    }
-    if let Some(id) = param_identity(t) {
-        if taken.insert(id) {
-            own.push(t.shallow_clone());
+    /// Makes `own` the unit at `path` when the module may be one and its
+    /// class (`by_class`) or the size policy says so (nothing is left);
+    /// else gives `own` back to the module above.
+    fn unit_or_rest(&mut self, path: &str, own: Vec<Tensor>, by_class: bool, may_be_unit: bool) -> Vec<Tensor> {
+        let big_enough =
+            || self.opts.min_num_params.is_some_and(|n| own.iter().map(|t| t.numel() as u64).sum::<u64>() >= n);
+        if may_be_unit && !own.is_empty() && (by_class || big_enough()) {
+            self.units.push(PlannedUnit { path: path.to_owned(), params: own });
+            return Vec::new();
         }
+        own
     }
-}
-
-/// Whether `own` holds at least the size policy's parameter count.
-fn big_enough(own: &[Tensor], opts: &FsdpOptions) -> bool {
-    opts.min_num_params.is_some_and(|n| own.iter().map(|t| t.numel() as u64).sum::<u64>() >= n)
 }
 
 /// The modules inside an exported program, for planning units there.
@@ -129,38 +146,6 @@ struct Inner<'a> {
     params: &'a HashMap<String, Vec<Tensor>>,
     /// The exported module's own path in the model.
     path: &'a str,
-}
-
-impl Inner<'_> {
-    /// [`walk`] for the module at `inner` inside the program: a module of
-    /// a class in the wrap policy, or holding enough parameters not yet in
-    /// a unit, is a unit (the program's root is the exported module's own
-    /// business).
-    fn walk(
-        &self,
-        inner: &str,
-        opts: &FsdpOptions,
-        tied: &dyn Fn(&Tensor) -> bool,
-        taken: &mut std::collections::HashSet<ParamId>,
-        units: &mut Vec<PlannedUnit>,
-    ) -> Vec<Tensor> {
-        let mut own: Vec<Tensor> = Vec::new();
-        for t in self.params.get(inner).into_iter().flatten() {
-            take(t, tied, taken, &mut own);
-        }
-        for child in self.tree.children(inner) {
-            own.extend(self.walk(child, opts, tied, taken, units));
-        }
-        if inner.is_empty() || own.is_empty() {
-            return own;
-        }
-        let by_class = opts.wrap_classes.iter().any(|c| self.tree.is_a(inner, c));
-        if by_class || big_enough(&own, opts) {
-            units.push(PlannedUnit { path: join(self.path, inner), params: own });
-            return Vec::new();
-        }
-        own
-    }
 }
 
 /// `path.name`, or `name` below the root.
