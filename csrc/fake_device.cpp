@@ -42,6 +42,13 @@ namespace fake_device {
 namespace {
 
 std::atomic<c10::DeviceIndex> g_device_count{1};
+// Times the host waited for a fake device's data: scalar reads (`.item()`)
+// and blocking copies into host memory. A CUDA device syncs the host at
+// each; fulmen's tests count them to show a step makes none.
+std::atomic<uint64_t> g_host_reads{0};
+// Set while an op runs through the CPU fallback: its copies to the host are
+// how this fake device computes, not reads a real device would make.
+thread_local int t_in_fallback = 0;
 thread_local c10::DeviceIndex t_current = 0;
 constexpr auto kPU1 = c10::DeviceType::PrivateUse1;
 
@@ -219,6 +226,11 @@ at::Tensor as_cpu(const at::Tensor& t) {
 at::Tensor npu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   TORCH_CHECK(self.is_cpu() || self.is_privateuseone(), "fake device: cannot copy from ", self.device());
   TORCH_CHECK(dst.is_cpu() || dst.is_privateuseone(), "fake device: cannot copy to ", dst.device());
+  // Into pinned host memory, a non-blocking copy does not wait (CUDA's
+  // rule); any other copy out of the device does.
+  if (t_in_fallback == 0 && self.is_privateuseone() && dst.is_cpu() && !(non_blocking && dst.is_pinned())) {
+    g_host_reads++;
+  }
   at::Tensor d = as_cpu(dst);
   at::native::copy_(d, as_cpu(self), non_blocking);
   return dst;
@@ -239,7 +251,10 @@ at::Tensor npu_reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10:
 const at::Tensor& npu_resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> fmt) {
   return at::native::resize_(self, size, fmt);  // reallocates with the storage's allocator
 }
-at::Scalar npu_local_scalar_dense(const at::Tensor& self) { return at::native::_local_scalar_dense_cpu(self); }
+at::Scalar npu_local_scalar_dense(const at::Tensor& self) {
+  g_host_reads++;
+  return at::native::_local_scalar_dense_cpu(self);
+}
 at::Tensor& npu_set_source_Storage(at::Tensor& self, c10::Storage src) { return at::native::set_(self, src); }
 at::Tensor& npu_set_source_Storage_offset(at::Tensor& self, c10::Storage src, int64_t off, c10::IntArrayRef size,
                                       c10::IntArrayRef stride) {
@@ -276,6 +291,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_native_batch_norm(
 }
 
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  ++t_in_fallback;
+  struct Leave {
+    ~Leave() { --t_in_fallback; }
+  } leave;
   at::native::cpu_fallback(op, stack);
 }
 
@@ -415,6 +434,15 @@ int fulmen_cxx_fake_device_register(const char* name, int64_t count, char* err, 
     throw;
   }
   g_registered = true;
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// *out = how many times the host waited for the fake devices' data since
+// the process started (see g_host_reads).
+int fulmen_cxx_fake_device_host_reads(uint64_t* out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  TORCH_CHECK(out != nullptr, "host_reads: out is NULL");
+  *out = fake_device::g_host_reads.load();
   FULMEN_CXX_CATCH(err, err_len)
 }
 

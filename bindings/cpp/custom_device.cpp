@@ -159,6 +159,10 @@ int main() {
         Tensor t = Tensor::ones({2, 3}).to(Device::private_use1(1));
         expect(t.device() == Device::private_use1(1), "the tensor is not on npu:1");
         expect((t + t).sum().to(Device::cpu()).item() == 12.0, "npu arithmetic");
+        // Reading a value back waits for the device: counted once.
+        const uint64_t reads = fake_device_host_reads();
+        expect(t.sum().item() == 6.0, "npu sum");
+        expect(fake_device_host_reads() == reads + 1, "a read counted other than once");
 
         std::vector<Device> setups;
         register_accelerator("npu", "the fake PrivateUse1 device", std::make_unique<NpuAccelerator>(&setups));

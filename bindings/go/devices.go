@@ -36,3 +36,17 @@ func RegisterFakeDevice(name string, count int) error {
 	defer freeCString(cs)
 	return check(C.fulmen_fake_device_register(cs, C.size_t(count)))
 }
+
+// FakeDeviceHostReads returns how many times the host has waited for the
+// fake device's data in this process: scalar reads and copies into host
+// memory, except non-blocking copies into pinned memory (each would
+// synchronize the host with a CUDA device). A count that does not grow
+// from one training step to the next shows steps that never wait for
+// their device (see fulmen_fake_device_host_reads).
+func FakeDeviceHostReads() (uint64, error) {
+	var n C.uint64_t
+	if err := check(C.fulmen_fake_device_host_reads(&n)); err != nil {
+		return 0, err
+	}
+	return uint64(n), nil
+}

@@ -148,11 +148,22 @@ func customDevice(t *testing.T) {
 		t.Fatalf("a negative count: %v", err)
 	}
 
-	// A tensor on npu:1 and back.
+	// A tensor on npu:1 and back; reading a value waits for the device.
 	x := must(fulmen.FromSlice([]float32{1, -2, 3}))
 	defer x.Close()
 	on := must(x.ToDevice(fulmen.Device{Type: fulmen.PrivateUse1, Index: 1}))
 	defer on.Close()
+	four := must(fulmen.FromSlice([]float32{4}))
+	defer four.Close()
+	one := must(four.ToDevice(fulmen.Device{Type: fulmen.PrivateUse1, Index: 1}))
+	defer one.Close()
+	reads := must(fulmen.FakeDeviceHostReads())
+	if v := must(one.Item()); v != 4 {
+		t.Fatalf("read %v from npu:1", v)
+	}
+	if now := must(fulmen.FakeDeviceHostReads()); now != reads+1 {
+		t.Fatalf("one read counted as %d", now-reads)
+	}
 	if d := must(on.Device()); d != (fulmen.Device{Type: fulmen.PrivateUse1, Index: 1}) {
 		t.Fatalf("tensor on %v", d)
 	}

@@ -478,6 +478,20 @@ struct fulmen_error *fulmen_device_set_rng_state(int32_t device_type,
  */
 struct fulmen_error *fulmen_fake_device_register(const char *name, size_t count);
 
+/**
+ * Writes to `*out` how many times the host has waited for the fake
+ * device's data in this process: scalar reads (`fulmen_tensor_item` and
+ * the like) and copies into host memory, except non-blocking copies into
+ * pinned memory. On a CUDA device each of these synchronizes the host
+ * with the device; a count that does not grow from one training step to
+ * the next shows steps that never wait for their device. 0 before the
+ * fake device is registered.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT.
+ * Thread rules: any thread; the count covers every thread.
+ */
+struct fulmen_error *fulmen_fake_device_host_reads(uint64_t *out);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -199,7 +199,7 @@ impl PrecisionPlugin {
     pub fn clip_params(&self, params: &[Tensor], value: f64, algorithm: ClipAlgorithm) -> Result<()> {
         match algorithm {
             ClipAlgorithm::Norm => {
-                crate::tensor::grad::clip_grad_norm(params, value, 2.0)?;
+                crate::tensor::grad::clip_grad_norm_on_device(params, value, 2.0)?;
             }
             ClipAlgorithm::Value => crate::tensor::grad::clip_grad_value(params, value)?,
         }

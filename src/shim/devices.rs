@@ -95,4 +95,5 @@ extern "C" {
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;
+    pub(crate) fn fulmen_cxx_fake_device_host_reads(out: *mut u64, err: *mut c_char, err_len: size_t) -> c_int;
 }

@@ -515,6 +515,20 @@ pub fn register_fake_device(name: &str, count: usize) -> Result<()> {
     })
 }
 
+/// How many times the host has waited for the fake device's data in this
+/// process: scalar reads (`.item()`) and copies into host memory that are
+/// not non-blocking copies into pinned memory. Each would synchronize the
+/// host with a CUDA device, so a count that does not grow over steps shows
+/// a step that never waits for its device.
+pub fn fake_device_host_reads() -> Result<u64> {
+    let mut out = 0u64;
+    // SAFETY: `out` is a valid u64; the error buffer is valid.
+    call("count the fake device's host reads", |err, len| unsafe {
+        shim::fulmen_cxx_fake_device_host_reads(&mut out, err, len)
+    })?;
+    Ok(out)
+}
+
 /// A device in the C API's form: type plus index (the index is ignored for
 /// the CPU).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,8 +17,19 @@ pub(crate) fn set_grad(param: &Tensor, grad: Option<&Tensor>) -> Result<()> {
 /// Scales the gradients of `params` in place so that their joint
 /// `norm_type`-norm is at most `max_norm`; returns the norm before
 /// clipping. `norm_type` may be `f64::INFINITY`. Parameters without a
-/// gradient are ignored.
+/// gradient are ignored. Reading the norm waits for the device; the
+/// trainer clips with [`clip_grad_norm_on_device`].
 pub fn clip_grad_norm(params: &[Tensor], max_norm: f64, norm_type: f64) -> Result<f64> {
+    match clip_grad_norm_on_device(params, max_norm, norm_type)? {
+        Some(total) => Ok(total.f_double_value(&[])?),
+        None => Ok(0.0),
+    }
+}
+
+/// [`clip_grad_norm`] without reading the norm back: the norm before
+/// clipping as a 0-dim tensor on the gradients' device (`None` when no
+/// parameter has a gradient), so the host never waits for the device.
+pub fn clip_grad_norm_on_device(params: &[Tensor], max_norm: f64, norm_type: f64) -> Result<Option<Tensor>> {
     if max_norm.is_nan() || max_norm < 0.0 || norm_type.is_nan() || norm_type <= 0.0 {
         return Err(Error::invalid(format!(
             "clip_grad_norm: max_norm {max_norm} must be >= 0 and norm_type {norm_type} > 0"
@@ -26,7 +37,7 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64, norm_type: f64) -> Resul
     }
     let grads: Vec<Tensor> = params.iter().map(|p| p.grad()).filter(|g| g.defined()).collect();
     if grads.is_empty() {
-        return Ok(0.0);
+        return Ok(None);
     }
     let _guard = tch::no_grad_guard();
     // torch: the per-gradient norms and their norm in the gradients' dtype,
@@ -54,8 +65,7 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64, norm_type: f64) -> Resul
         let mut g = g.shallow_clone();
         let _ = g.f_mul_(&crate::tensor::device::to_device_of(&coef, &g)?)?;
     }
-    let total_norm = total.f_double_value(&[])?;
-    Ok(total_norm)
+    Ok(Some(total))
 }
 
 /// Clamps every gradient element of `params` into `[-clip_value, clip_value]`.

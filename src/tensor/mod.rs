@@ -1,4 +1,5 @@
 //! Tensor helpers of the core: dtypes and devices as fulmen names them.
+pub mod deferred;
 pub mod device;
 pub mod dtype;
 pub mod functional;

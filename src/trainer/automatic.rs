@@ -8,11 +8,28 @@ use super::metrics::MetricStore;
 use super::optimization::{self, ClosureArgs, OptimizationContext};
 use super::run::{HookData, Run};
 use crate::error::{Error, ErrorCode, Result};
+use crate::tensor::deferred::{defer, deferring, CheckKind};
 use crate::tensor::device::Device;
 use tch::Tensor;
 
-/// Checks the value a training_step returned before it is used.
-fn check_loss(loss: &Tensor, detect_nonfinite: bool, at: &dyn Fn() -> String) -> Result<f64> {
+/// A loss found not finite in a training loop on an accelerator.
+const NONFINITE_LOSS: CheckKind = CheckKind {
+    code: ErrorCode::NonFinite,
+    what: "the loss was not finite (detect_nonfinite_loss; on an accelerator it is checked without waiting for the \
+           device, so updates were made)",
+};
+
+/// The value of a one-element loss (the host waits for its device).
+pub(super) fn loss_value(loss: &Tensor) -> Result<f64> {
+    Ok(loss.f_double_value(&vec![0; loss.dim()])?)
+}
+
+/// Checks the value a training_step returned before it is used. With
+/// `detect_nonfinite` a loss on the CPU is read and refused before any
+/// update; on an accelerator reading it would make every step wait for the
+/// device, so it is checked there and read with the trainer's other values
+/// ([`crate::tensor::deferred`]).
+fn check_loss(loss: &Tensor, detect_nonfinite: bool, at: &dyn Fn() -> String) -> Result<()> {
     if loss.numel() != 1 {
         return Err(Error::shape(format!("{}: the loss must have one element, got shape {:?}", at(), loss.size())));
     }
@@ -25,11 +42,18 @@ fn check_loss(loss: &Tensor, detect_nonfinite: bool, at: &dyn Fn() -> String) ->
             at()
         )));
     }
-    let value = loss.f_double_value(&vec![0; loss.dim()])?;
-    if detect_nonfinite && !value.is_finite() {
+    if !detect_nonfinite {
+        return Ok(());
+    }
+    if deferring(loss) {
+        let _guard = tch::no_grad_guard();
+        return defer(NONFINITE_LOSS, &loss.f_isfinite()?.f_logical_not()?);
+    }
+    let value = loss_value(loss)?;
+    if !value.is_finite() {
         return Err(Error::new(ErrorCode::NonFinite, format!("{}: the loss is {value}; no update was made", at())));
     }
-    Ok(value)
+    Ok(())
 }
 
 /// The training batch an optimization step works on, and where it is.
@@ -57,7 +81,7 @@ pub(super) fn automatic_step(
     store: &mut MetricStore,
     batch: &TrainBatch,
     stepped: bool,
-) -> Result<Option<(Tensor, f64)>> {
+) -> Result<Option<Tensor>> {
     if stepped {
         run.progress.optimizer.step.increment_ready();
     }
@@ -87,7 +111,7 @@ fn plain_step(
     store: &mut MetricStore,
     batch: &TrainBatch,
     stepped: bool,
-) -> Result<Option<(Tensor, f64)>> {
+) -> Result<Option<Tensor>> {
     let at = batch.at;
     let zero_grad = &mut |run: &mut Run| -> Result<()> { optimization::zero_all(run) };
     let out = forward_backward(run, opts, store, batch, stepped, zero_grad)?;
@@ -123,7 +147,7 @@ fn custom_step(
     store: &mut MetricStore,
     batch: &TrainBatch,
     stepped: bool,
-) -> Result<Option<(Tensor, f64)>> {
+) -> Result<Option<Tensor>> {
     let at = batch.at;
     let hooks = run.opt_hooks.clone().ok_or_else(|| Error::state("the module has no optimization hooks"))?;
     let (epoch, i) = (run.state.epoch, batch.index as i64);
@@ -153,7 +177,7 @@ pub(super) fn custom_closure(
     store: &mut MetricStore,
     batch: &TrainBatch,
     stepped: bool,
-) -> Result<Option<(Tensor, f64)>> {
+) -> Result<Option<Tensor>> {
     let i = batch.index as i64;
     let zero_grad = &mut |run: &mut Run| -> Result<()> { optimization::zero_grad_hook(run, 0, i) };
     forward_backward(run, opts, store, batch, stepped, zero_grad)
@@ -201,7 +225,7 @@ fn forward_backward(
     train: &TrainBatch,
     stepped: bool,
     zero_grad: &mut dyn FnMut(&mut Run) -> Result<()>,
-) -> Result<Option<(Tensor, f64)>> {
+) -> Result<Option<Tensor>> {
     let (batch, i, at) = (train.tensors, train.index, train.at);
     let acc = run.state.accumulate_grad_batches.max(1);
     let (epoch, step_now) = (run.state.epoch, run.state.global_step);
@@ -240,11 +264,11 @@ fn forward_backward(
         }
         return Ok(None);
     };
-    let value = check_loss(&loss, opts.detect_nonfinite_loss, at)?;
+    check_loss(&loss, opts.detect_nonfinite_loss, at)?;
     if run.state.skip_backward {
         // DDP learns that this forward has no backward to sync.
         run.strategy.post_forward(&loss)?;
-        return Ok(Some((loss, value)));
+        return Ok(Some(loss));
     }
     if train.first_of_window {
         zero_grad_window(run, i, acc, zero_grad)?;
@@ -256,7 +280,7 @@ fn forward_backward(
     optimization::backward(run, &scaled).map_err(|e| e.context(format!("{}: backward", at())))?;
     run.profile_stop("[Strategy].backward", started, Default::default());
     run.hook(Hook::AfterBackward, HookData { batch_idx: i as i64, output: Some(&loss), ..Default::default() })?;
-    Ok(Some((loss, value)))
+    Ok(Some(loss))
 }
 
 /// A hook about optimizer `optimizer_idx` (on_before_optimizer_step,
@@ -301,7 +325,7 @@ fn closure_step(
     opts: &super::TrainerOptions,
     store: &mut MetricStore,
     batch: &TrainBatch,
-) -> Result<(Tensor, f64)> {
+) -> Result<Tensor> {
     let at = batch.at;
     // The optimizer steps outside the run, whose steps and hooks the
     // closure runs; gradients are reset through the same parameters.
@@ -334,7 +358,7 @@ fn closure_step(
             };
             // torch's LBFGS needs a number from every evaluation
             // (Lightning fails in `float(None)`).
-            let (loss, value) = forward_backward(run, opts, store, batch, true, zero_grad)?.ok_or_else(|| {
+            let loss = forward_backward(run, opts, store, batch, true, zero_grad)?.ok_or_else(|| {
                 Error::new(
                     ErrorCode::Callback,
                     format!(
@@ -352,10 +376,10 @@ fn closure_step(
             // Every rank decides from the same loss (the gradients are
             // averaged already), so the ranks evaluate alike and their
             // collectives pair up.
-            let mut decided = [value];
+            let mut decided = [loss_value(&loss)?];
             run.strategy.reduce(&mut decided, super::metrics::ReduceFx::Mean)?;
             let decided = decided[0];
-            last = Some((loss, value));
+            last = Some(loss);
             Ok(decided)
         }),
         None => Err(Error::state("no optimizer to step")),

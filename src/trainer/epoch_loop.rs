@@ -4,7 +4,7 @@
 use super::automatic::{automatic_step, TrainBatch};
 use super::fit_loop::{run_validation, validates_in};
 use super::hooks::Hook;
-use super::manual_optimization::{manual_training_step, returned_value};
+use super::manual_optimization::{check_returned, manual_training_step};
 use super::metrics::MetricStore;
 use super::module::{Interval, SchedulerConfig};
 use super::optimization::lr_scheduler_hook;
@@ -92,7 +92,7 @@ fn begin_epoch(run: &mut Run, skip: usize, manual: bool) -> Result<usize> {
     if !resumed {
         run.progress.epoch.increment_ready();
     }
-    run.state.running_loss = None;
+    run.state.running_loss.clear();
     run.state.log_step = run.state.batches_stepped;
     run.simple(Hook::TrainEpochStart)?;
     if !resumed {
@@ -151,6 +151,7 @@ fn step_plateau_schedulers(run: &mut Run, interval: Interval, count: i64) -> Res
 /// ran to its end (`_num_ready_batches_reached`), the logs, and the
 /// ranks' stop decision.
 fn end_epoch(run: &mut Run, mut store: MetricStore, manual: bool) -> Result<()> {
+    run.verify_deferred()?;
     run.state.log_step = run.state.batches_stepped;
     run.drain_batch_hook_logs(&mut store, None, 1, true)?;
     let mut train_epoch_metrics = store.end_epoch_synced(&|v, op, g| run.strategy.reduce_in(v, op, g))?;
@@ -218,7 +219,6 @@ pub(super) fn train_epoch(
     let mut store = MetricStore::default();
     // Logs of batch hooks outside this loop (a failed run's) do not count.
     run.state.batch_hook_logs.clear();
-    let (mut loss_sum, mut loss_count) = (0.0, 0usize);
     let manual = !run.module.automatic_optimization();
     let mut toggled = Vec::new();
     let acc = begin_epoch(run, skip, manual)?;
@@ -275,9 +275,8 @@ pub(super) fn train_epoch(
             run.progress.manual_step.increment_by(run.state.global_step - step_now);
             run.state.batches_stepped += 1;
             if let Some(l) = &loss {
-                loss_sum += returned_value(l, &at)?;
-                loss_count += 1;
-                run.state.running_loss = Some(loss_sum / loss_count as f64);
+                check_returned(l, &at)?;
+                run.state.running_loss.add(l)?;
             }
             loss
         } else {
@@ -287,16 +286,14 @@ pub(super) fn train_epoch(
             // step when it steps (Lightning calls the step, which finds no
             // gradients of this batch).
             let out = automatic_step(run, opts, &mut store, &train, stepped)?;
-            if let Some((_, value)) = &out {
-                loss_sum += value;
-                loss_count += 1;
-                run.state.running_loss = Some(loss_sum / loss_count as f64);
+            if let Some(loss) = &out {
+                run.state.running_loss.add(loss)?;
             }
             if stepped {
                 run.state.global_step += 1;
                 run.state.batches_stepped += 1;
             }
-            out.map(|(loss, _)| loss)
+            out
         };
         ran += 1;
         // What on_before_backward ... on_before_zero_grad logged.
@@ -318,8 +315,12 @@ pub(super) fn train_epoch(
         run.state.logged_metrics.extend(step_values.iter().map(|(k, v)| (k.clone(), *v)));
         run.progress.batch.progress.increment_completed();
         run.profile_stop("run_training_batch", batch_started, Default::default());
-        if stepped && (log_index + 1) % opts.log_every_n_steps == 0 && !step_values.is_empty() {
-            run.log_metrics(&step_values, log_index)?;
+        if stepped && (log_index + 1) % opts.log_every_n_steps == 0 {
+            // The steps' device checks are read where values are logged.
+            run.verify_deferred()?;
+            if !step_values.is_empty() {
+                run.log_metrics(&step_values, log_index)?;
+            }
         }
         *total_batches += 1;
         if val_this_epoch {

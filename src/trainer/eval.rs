@@ -293,7 +293,9 @@ fn eval_run(
         _ => run.state.val_loader_batches = limits.clone(),
     }
     let step = run.state.batches_stepped;
+    let deferred = crate::tensor::deferred::DeferredScope::enter(run.state.global_step);
     let result = super::eval_loop::evaluate_keeping(run, stage, sources, &limits, Some(step), keep)?;
+    drop(deferred);
     super::datamodule::teardown(run)?;
     run.simple(Hook::Teardown)?;
     run.strategy.teardown(&*run.module)?;

@@ -185,6 +185,7 @@ pub(super) fn evaluate_keeping(
             }
         }
     }
+    run.verify_deferred()?;
     if counted {
         // The last batch was fetched (written as Lightning's fetcher has it
         // at the validation's end).

@@ -384,6 +384,9 @@ fn fit_run(
             eprint!("{}", s.render());
         }
     }
+    // From here on, checks of device values wait to be read with the
+    // run's other values (crate::tensor::deferred).
+    let _deferred = crate::tensor::deferred::DeferredScope::enter(run.state.global_step);
     run.simple(Hook::FitStart)?;
     let sanity = if opts.fast_dev_run > 0 { 0 } else { opts.num_sanity_val_steps };
     if data.validating() && sanity != 0 {
@@ -431,6 +434,7 @@ fn fit_run(
         }
     }
     run.state.epoch = epoch;
+    run.verify_deferred()?;
     run.simple(Hook::TrainEnd)?;
     set_mode(run.module, true)?;
     run.simple(Hook::FitEnd)?;

@@ -427,8 +427,9 @@ pub struct TrainerState {
     pub checkpoint_notices: Vec<PathBuf>,
     /// Metrics shown in the progress output (`prog_bar=True`).
     pub progress_metrics: BTreeMap<String, f64>,
-    /// Mean training loss of the epoch so far.
-    pub running_loss: Option<f64>,
+    /// Mean training loss of the epoch so far, kept on the device until
+    /// read.
+    pub running_loss: super::running_loss::RunningLoss,
     /// Training batches per epoch, when known.
     pub num_train_batches: Option<usize>,
     /// The epoch limit, when there is one. Fit reads it before each

@@ -26,6 +26,7 @@ pub mod progress;
 mod resume;
 mod run;
 pub mod run_settings;
+pub mod running_loss;
 mod save;
 mod slurm;
 pub mod source;

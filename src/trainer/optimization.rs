@@ -131,7 +131,7 @@ pub struct OptimizationContext<'r, 'a> {
     /// How often the closure ran.
     evaluations: usize,
     /// The last evaluation's loss (`None` inside: no loss returned).
-    result: Option<Option<(Tensor, f64)>>,
+    result: Option<Option<Tensor>>,
     stepped: bool,
     lr_changed: bool,
 }
@@ -164,7 +164,7 @@ impl<'r, 'a> OptimizationContext<'r, 'a> {
     /// refreshed if they changed; returns the closure's last evaluation
     /// (`None` when it did not run or returned no loss) and how often it
     /// ran.
-    pub(super) fn finish(mut self) -> (Option<(Tensor, f64)>, usize) {
+    pub(super) fn finish(mut self) -> (Option<Tensor>, usize) {
         if self.lr_changed {
             self.run.refresh_learning_rates();
         }
@@ -203,8 +203,9 @@ impl OptimizationContext<'_, '_> {
 
     /// Lightning's `optimizer_closure()` on its own: the training step,
     /// `zero_grad` at the start of an accumulation window and backward,
-    /// with their hooks, no step. Returns the loss, `None` when
-    /// training_step returned none. Only in `optimizer_step`.
+    /// with their hooks, no step. Returns the loss's value (read from the
+    /// device: the host asked for a number), `None` when training_step
+    /// returned none. Only in `optimizer_step`.
     pub fn run_closure(&mut self) -> Result<Option<f64>> {
         self.only_in(OptimizationSlot::OptimizerStep, "running the closure")?;
         let Some(args) = self.closure.as_mut() else {
@@ -212,7 +213,7 @@ impl OptimizationContext<'_, '_> {
         };
         let out = automatic::custom_closure(&mut *self.run, args.opts, &mut *args.store, args.batch, args.stepped)?;
         self.evaluations += 1;
-        let value = out.as_ref().map(|(_, v)| *v);
+        let value = out.as_ref().map(automatic::loss_value).transpose()?;
         self.result = Some(out);
         Ok(value)
     }

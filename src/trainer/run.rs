@@ -558,6 +558,12 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// Reads the device checks deferred since the last reading and fails
+    /// with the first that failed ([`crate::tensor::deferred::verify`]).
+    pub fn verify_deferred(&self) -> Result<()> {
+        crate::tensor::deferred::verify(self.state.global_step)
+    }
+
     /// Makes the loggers' files durable.
     pub fn save_logs(&mut self) -> Result<()> {
         for l in self.loggers.iter_mut() {
@@ -619,6 +625,8 @@ impl Run<'_> {
     /// Gathers the full training state into a checkpoint and writes it
     /// (under FSDP every rank gathers the shards, rank 0 writes).
     pub fn save_checkpoint(&mut self, path: &std::path::Path, weights_only: bool) -> Result<()> {
+        // A checkpoint never holds what a failed device check let through.
+        self.verify_deferred()?;
         if let Some(sharding) = self.strategy.sharded_checkpoint().ctx("sharding the parameters for a checkpoint")? {
             return self.save_sharded(path, weights_only, &sharding);
         }

@@ -21,6 +21,7 @@
 #include "fixture.h"
 #include "npu.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -518,6 +519,140 @@ static void test_vendor_generator(void) {
     CHECK_OK(fulmen_accelerator_unregister("npu_rng"));
 }
 
+/* A training step that reads nothing back: the loss stays on the device. */
+static fulmen_error *quiet_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    (void)ctx;
+    return fixture_cross_entropy(((step_ud *)ud)->model, batch, out);
+}
+
+/* How many times the host waited for the device in a one-epoch fit of
+ * `batches` batches on npu:0 with `option` set to `value` (when not NULL). */
+static uint64_t host_reads_of_fit(size_t batches, const char *option, const char *value) {
+    fulmen_dataset *ds = fixture_blobs(32 * batches, 7, 2.0f);
+    fulmen_loader *loader = fixture_loader(ds, 32, true, 3);
+    CHECK_OK(fulmen_manual_seed(11));
+    fulmen_model *model = fixture_mlp(16, 0.1);
+    step_ud ud = {model};
+    fulmen_lightning_module *module = fixture_module(model, &ud, quiet_step, NULL);
+    fulmen_trainer_options *o = fixture_options(NULL, 1);
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "npu"));
+    CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
+    CHECK_OK(fulmen_trainer_options_set_int(o, "log_every_n_steps", 1000));
+    if (option != NULL) CHECK_OK(fulmen_trainer_options_set(o, option, value));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    uint64_t before = 0, after = 0;
+    CHECK_OK(fulmen_fake_device_host_reads(&before));
+    CHECK_OK(fulmen_trainer_fit(t, module, loader, NULL, NULL));
+    CHECK_OK(fulmen_fake_device_host_reads(&after));
+    fulmen_trainer_free(t);
+    fulmen_trainer_options_free(o);
+    fulmen_lightning_module_free(module);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
+    fulmen_model_free(model);
+    return after - before;
+}
+
+/* A training step makes the host wait for nothing: a fit's count of host
+ * reads does not grow with its number of steps, except under 16-mixed,
+ * whose loss scaler reads its inf check once per step (as torch's
+ * GradScaler.step does for every optimizer but the fused ones). */
+static void test_steps_do_not_wait(void) {
+    const char *cases[][2] = {{NULL, NULL},
+                              {"gradient_clip_val", "0.5"},
+                              {"precision", "bf16-mixed"},
+                              {"detect_nonfinite_loss", "false"},
+                              {"precision", "16-mixed"}};
+    size_t n = sizeof cases / sizeof cases[0];
+    for (size_t i = 0; i < n; i++) {
+        uint64_t few = host_reads_of_fit(3, cases[i][0], cases[i][1]);
+        uint64_t many = host_reads_of_fit(9, cases[i][0], cases[i][1]);
+        uint64_t per_step = i + 1 == n ? 1 : 0;
+        if (many - few != 6 * per_step) {
+            fprintf(stderr, "%s=%s: %llu host reads in 3 steps, %llu in 9\n", cases[i][0] ? cases[i][0] : "-",
+                    cases[i][1] ? cases[i][1] : "-", (unsigned long long)few, (unsigned long long)many);
+            CHECK(0);
+        } else {
+            CHECK(1);
+        }
+    }
+}
+
+typedef struct {
+    fulmen_model *model;
+    int64_t bad_batch; /* the batch whose step goes wrong */
+    bool nan_loss;     /* a NaN loss there (else a class target out of range) */
+    int64_t steps;     /* steps run */
+} bad_step_ud;
+
+/* Cross-entropy whose loss is NaN, or whose targets lie past the classes,
+ * at one batch. */
+static fulmen_error *bad_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    bad_step_ud *b = ud;
+    int64_t idx = -1;
+    fulmen_error *e = fulmen_step_context_batch_idx(ctx, &idx);
+    if (e != NULL) return e;
+    b->steps++;
+    if (idx != b->bad_batch) return fixture_cross_entropy(b->model, batch, out);
+    fulmen_tensor *x = NULL, *y = NULL, *logits = NULL, *shifted = NULL, *labels = NULL;
+    e = fulmen_batch_get(batch, 0, &x);
+    if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
+    if (e == NULL) e = fulmen_model_forward(b->model, x, &logits);
+    if (e == NULL && b->nan_loss) {
+        fulmen_tensor *loss = NULL;
+        e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, &loss);
+        if (e == NULL) e = fulmen_tensor_mul_scalar(loss, NAN, out);
+        fulmen_tensor_free(loss);
+    } else if (e == NULL) {
+        e = fulmen_tensor_add_scalar(y, 100, &shifted);
+        if (e == NULL) e = fulmen_tensor_to_dtype(shifted, FULMEN_DTYPE_I64, &labels);
+        if (e == NULL) e = fulmen_loss_cross_entropy(logits, labels, FULMEN_REDUCTION_MEAN, out);
+    }
+    fulmen_tensor *all[5] = {x, y, logits, shifted, labels};
+    for (int i = 0; i < 5; i++) fulmen_tensor_free(all[i]);
+    return e;
+}
+
+/* Fits 8 batches on `accelerator` with a bad step at batch 2 and
+ * log_every_n_steps 4; expects `code` with `text`, after `steps` steps. */
+static void expect_bad_fit(const char *accelerator, bool nan_loss, int32_t code, const char *text, int64_t steps) {
+    fulmen_dataset *ds = fixture_blobs(32 * 8, 7, 2.0f);
+    fulmen_loader *loader = fixture_loader(ds, 32, false, 3);
+    fulmen_model *model = fixture_mlp(16, 0);
+    bad_step_ud ud = {model, 2, nan_loss, 0};
+    fulmen_lightning_module *module = fixture_module(model, &ud, bad_step, NULL);
+    fulmen_trainer_options *o = fixture_options(NULL, 1);
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", accelerator));
+    CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
+    CHECK_OK(fulmen_trainer_options_set_int(o, "log_every_n_steps", 4));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    CHECK_ERR(fulmen_trainer_fit(t, module, loader, NULL, NULL), code, text);
+    if (ud.steps != steps) {
+        fprintf(stderr, "%s: %lld steps ran, expected %lld\n", accelerator, (long long)ud.steps, (long long)steps);
+        CHECK(0);
+    }
+    fulmen_trainer_free(t);
+    fulmen_trainer_options_free(o);
+    fulmen_lightning_module_free(module);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
+    fulmen_model_free(model);
+}
+
+/* A NaN loss and an out-of-range class target: on the CPU refused at
+ * their step, on a device checked there and reported where the trainer
+ * reads its values (after step 4 of log_every_n_steps 4), naming the
+ * steps, with no device fault in between. */
+static void test_deferred_checks(void) {
+    expect_bad_fit("cpu", true, FULMEN_CODE_NON_FINITE, "no update was made", 3);
+    expect_bad_fit("npu", true, FULMEN_CODE_NON_FINITE, "not finite (detect_nonfinite_loss", 4);
+    expect_bad_fit("npu", true, FULMEN_CODE_NON_FINITE, "between global steps 0 and 4", 4);
+    expect_bad_fit("cpu", false, FULMEN_CODE_OUT_OF_RANGE, NULL, 3);
+    expect_bad_fit("npu", false, FULMEN_CODE_OUT_OF_RANGE, "class target lay outside", 4);
+}
+
 int main(void) {
     snprintf(work, sizeof work, "/tmp/fulmen-custom-device.XXXXXX");
     if (mkdtemp(work) == NULL) {
@@ -532,6 +667,12 @@ int main(void) {
     test_fit_on_device();
     test_capabilities();
     test_vendor_generator();
+    npu_state npu;
+    memset(&npu, 0, sizeof npu);
+    register_npu_accelerator(&npu);
+    test_steps_do_not_wait();
+    test_deferred_checks();
+    CHECK_OK(fulmen_accelerator_unregister("npu"));
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", work);

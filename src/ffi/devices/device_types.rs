@@ -182,3 +182,22 @@ pub unsafe extern "C" fn fulmen_fake_device_register(name: *const c_char, count:
         register_fake_device(name, count)
     })
 }
+
+/// Writes to `*out` how many times the host has waited for the fake
+/// device's data in this process: scalar reads (`fulmen_tensor_item` and
+/// the like) and copies into host memory, except non-blocking copies into
+/// pinned memory. On a CUDA device each of these synchronizes the host
+/// with the device; a count that does not grow from one training step to
+/// the next shows steps that never wait for their device. 0 before the
+/// fake device is registered.
+///
+/// Errors: FULMEN_CODE_NULL_ARGUMENT.
+/// Thread rules: any thread; the count covers every thread.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_fake_device_host_reads(out: *mut u64) -> *mut fulmen_error {
+    guard!(|| {
+        check_out(out, "out")?;
+        out.write(crate::tensor::device::fake_device_host_reads()?);
+        Ok(())
+    })
+}

@@ -2,7 +2,12 @@
 use super::{shape_of, Layer};
 use crate::error::{Error, ErrorCode, Result};
 use crate::nn::init;
+use crate::tensor::deferred::{defer, deferring, CheckKind};
 use tch::{Kind, Tensor};
+
+/// An embedding index outside the table, found in a training loop.
+const INDEX_OUT_OF_RANGE: CheckKind =
+    CheckKind { code: ErrorCode::OutOfRange, what: "embedding: an index lay outside the table" };
 
 /// An embedding table, weight drawn from `N(0, 1)` like PyTorch's.
 #[derive(Debug)]
@@ -57,6 +62,14 @@ impl Layer for Embedding {
         let kind = x.f_kind()?;
         if kind != Kind::Int64 && kind != Kind::Int {
             return Err(Error::dtype(format!("embedding: indices must be int64 or int32, got {kind:?}")));
+        }
+        if x.numel() > 0 && deferring(x) {
+            // Read later by the trainer; meanwhile a bad index reads row 0,
+            // so the kernel cannot assert.
+            let bad = x.f_lt(0)?.f_logical_or(&x.f_ge(self.num_embeddings)?)?;
+            defer(INDEX_OUT_OF_RANGE, &bad)?;
+            let safe = x.f_masked_fill(&bad, 0)?;
+            return Ok(Tensor::f_embedding(&self.weight, &safe, self.padding_idx.unwrap_or(-1), false, false)?);
         }
         if x.numel() > 0 {
             // An out-of-range index would be a device-side assert on CUDA.

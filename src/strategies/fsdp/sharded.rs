@@ -392,8 +392,8 @@ impl ShardedModel {
     /// gradients and the norm is local.
     pub fn clip_norm(&self, params: &[Tensor], max_norm: f64) -> Result<Tensor> {
         if self.whole {
-            let total = crate::tensor::grad::clip_grad_norm(params, max_norm, 2.0)?;
-            return Ok(Tensor::from(total));
+            let total = crate::tensor::grad::clip_grad_norm_on_device(params, max_norm, 2.0)?;
+            return Ok(total.unwrap_or_else(|| Tensor::from(0.0)));
         }
         state::clip_norm_over_ranks(&self.groups.shard, params, &self.replicated, max_norm)
     }

@@ -4,6 +4,7 @@
 //! smooth L1, KL divergence, cosine embedding, margin ranking, CTC.
 use super::checks::{broadcast_shapes, check_floating};
 use crate::error::{Error, ErrorCode, Result};
+use crate::tensor::deferred::{defer, deferring, CheckKind};
 use tch::{Device, Kind, Reduction, Tensor};
 
 /// How a loss reduces over the batch (`fulmen_reduction`).
@@ -74,6 +75,10 @@ fn class_count(logits: &Tensor) -> i64 {
     }
 }
 
+/// A class target outside the logits' classes, found in a training loop.
+const TARGET_OUT_OF_RANGE: CheckKind =
+    CheckKind { code: ErrorCode::OutOfRange, what: "a loss's class target lay outside its logits' classes" };
+
 /// Checks class-index targets for (N, C, ...) logits: integers, shape
 /// (N, ...), values in [0, C) except `ignore_index`.
 fn class_targets(logits: &Tensor, target: &Tensor, what: &str, ignore_index: i64) -> Result<Tensor> {
@@ -103,6 +108,12 @@ fn class_targets(logits: &Tensor, target: &Tensor, what: &str, ignore_index: i64
         let classes = class_count(logits);
         let valid = t.f_ne(ignore_index)?;
         let bad = t.f_lt(0)?.f_logical_or(&t.f_ge(classes)?)?.f_logical_and(&valid)?;
+        if deferring(&t) {
+            // Read later by the trainer; meanwhile a bad target is ignored,
+            // so the kernel cannot assert.
+            defer(TARGET_OUT_OF_RANGE, &bad)?;
+            return Ok(t.f_masked_fill(&bad, ignore_index)?);
+        }
         if bad.f_any()?.f_int64_value(&[])? != 0 {
             return Err(Error::new(ErrorCode::OutOfRange, format!("{what}: a target is outside [0, {classes})")));
         }

@@ -65,6 +65,17 @@ inline void register_fake_device(const std::string& name, size_t count) {
     check(fulmen_fake_device_register(name.c_str(), count));
 }
 
+/// How many times the host has waited for the fake device's data in this
+/// process: scalar reads and copies into host memory, except non-blocking
+/// copies into pinned memory (see `fulmen_fake_device_host_reads`). A count
+/// that does not grow over training steps shows steps that never wait for
+/// their device.
+inline uint64_t fake_device_host_reads() {
+    uint64_t n = 0;
+    check(fulmen_fake_device_host_reads(&n));
+    return n;
+}
+
 namespace detail {
 
 inline fulmen_device to_c_device(Device d) noexcept { return fulmen_device{static_cast<int32_t>(d.type), d.index}; }
