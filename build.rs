@@ -62,6 +62,7 @@ fn build_cxx_shims(lib: &Path) {
         "csrc/foreach_adam_variants.cpp",
         "csrc/optim_lists.hpp",
         "csrc/pinned.cpp",
+        "csrc/streams.cpp",
         "csrc/profiler.cpp",
         "csrc/script.cpp",
         "csrc/exported.cpp",
@@ -110,6 +111,7 @@ fn build_cxx_shims(lib: &Path) {
         .file("csrc/foreach.cpp")
         .file("csrc/foreach_adam_variants.cpp")
         .file("csrc/pinned.cpp")
+        .file("csrc/streams.cpp")
         .file("csrc/profiler.cpp")
         .file("csrc/script.cpp")
         .file("csrc/devices.cpp")

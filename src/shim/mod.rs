@@ -20,6 +20,7 @@ mod pinned;
 mod profiler;
 mod runtime;
 mod script;
+mod streams;
 mod sync_reduce;
 mod xla;
 
@@ -38,6 +39,7 @@ pub(crate) use pinned::*;
 pub(crate) use profiler::*;
 pub(crate) use runtime::*;
 pub(crate) use script::*;
+pub(crate) use streams::*;
 pub(crate) use sync_reduce::*;
 pub(crate) use xla::*;
 

@@ -9,6 +9,7 @@ use super::metrics::MetricStore;
 use super::module::{Interval, SchedulerConfig};
 use super::optimization::lr_scheduler_hook;
 use super::options::ValCheckInterval;
+use super::prefetch::Prefetched;
 use super::run::{HookData, Run};
 use super::set_mode;
 use super::source::BatchSource;
@@ -225,9 +226,18 @@ pub(super) fn train_epoch(
     let has_timer = run.callbacks.iter().any(|c| c.as_any().is_some_and(|a| a.is::<Timer>()));
     let mut batches = train.batches(if overfit { 0 } else { epoch as u64 })?.enumerate().skip(skip).peekable();
     let mut ran = 0usize;
+    let prefetching = run.prefetches_batches();
+    // The next batch, already on its way to the device (super::prefetch).
+    let mut ahead: Option<(usize, Result<Prefetched>)> = None;
     loop {
         let fetch = run.profile_start();
-        let Some((i, batch)) = batches.next() else { break };
+        let (i, batch) = match ahead.take() {
+            Some((i, on_device)) => (i, on_device.and_then(Prefetched::take)),
+            None => {
+                let Some(next) = batches.next() else { break };
+                next
+            }
+        };
         let fetched = fetch.map(|t| t.elapsed()).unwrap_or_default();
         if limit.is_some_and(|n| i >= n) || (opts.step_limit() >= 0 && run.state.global_step >= opts.step_limit()) {
             break;
@@ -296,6 +306,11 @@ pub(super) fn train_epoch(
             out
         };
         ran += 1;
+        // The step is queued: the next batch goes to the device while it
+        // runs.
+        if prefetching && !is_last {
+            ahead = batches.next().map(|(j, next)| (j, next.and_then(|b| run.strategy.copy_ahead(b))));
+        }
         // What on_before_backward ... on_before_zero_grad logged.
         run.drain_batch_hook_logs(&mut store, None, batch_size, true)?;
         run.progress.batch.progress.increment_processed();

@@ -21,6 +21,7 @@ pub mod module;
 pub mod optimization;
 pub mod option_table;
 pub mod options;
+mod prefetch;
 pub mod profiler;
 pub mod progress;
 mod resume;

@@ -261,6 +261,17 @@ impl Run<'_> {
         self.batch_hook(Hook::AfterBatchTransfer, batch, batch_idx, dataloader_idx)
     }
 
+    /// Whether training batches go to the device ahead of their step
+    /// ([`super::prefetch`]): off the CPU and XLA, and only when the module
+    /// leaves every batch-transfer hook to the trainer, so that no hook
+    /// runs out of Lightning's order.
+    pub fn prefetches_batches(&self) -> bool {
+        super::prefetch::device_prefetches(self.strategy.device())
+            && ![Hook::BeforeBatchTransfer, Hook::TransferBatchToDevice, Hook::AfterBatchTransfer]
+                .iter()
+                .any(|h| self.module.overrides(*h))
+    }
+
     /// One of the batch hooks that may replace the batch, when the module
     /// overrides it; the batch it set, or `batch` unchanged.
     fn batch_hook(

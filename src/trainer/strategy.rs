@@ -159,6 +159,17 @@ impl RunStrategy {
         shard.unwrap_or(source)
     }
 
+    /// Starts copying a training batch to this rank's device ahead of its
+    /// step ([`super::prefetch`]).
+    pub(super) fn copy_ahead(&self, batch: Vec<Tensor>) -> Result<super::prefetch::Prefetched> {
+        super::prefetch::copy_ahead(self.strategy.placement(), batch)
+    }
+
+    /// This rank's device.
+    pub fn device(&self) -> Device {
+        self.strategy.placement().device
+    }
+
     /// The root device to synchronize before timing code reads a clock
     /// (the accelerator's `synchronize`); `None` on the CPU.
     pub fn device_sync(&self) -> Option<DeviceSync> {

@@ -579,6 +579,52 @@ static void test_steps_do_not_wait(void) {
     }
 }
 
+/* Fits 2 epochs of 8 batches on `accelerator` with the `n` option pairs
+ * `opts`; returns the model. */
+static fulmen_model *fit_with(const char *accelerator, const char *const (*opts)[2], size_t n) {
+    fulmen_dataset *ds = fixture_blobs(32 * 8, 7, 2.0f);
+    fulmen_loader *loader = fixture_loader(ds, 32, true, 3);
+    CHECK_OK(fulmen_manual_seed(13));
+    fulmen_model *model = fixture_mlp(16, 0.2);
+    step_ud ud = {model};
+    fulmen_lightning_module *module = fixture_module(model, &ud, quiet_step, NULL);
+    fulmen_trainer_options *o = fixture_options(NULL, 2);
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", accelerator));
+    CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
+    for (size_t i = 0; i < n; i++) CHECK_OK(fulmen_trainer_options_set(o, opts[i][0], opts[i][1]));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    CHECK_OK(fulmen_trainer_fit(t, module, loader, NULL, NULL));
+    fulmen_trainer_free(t);
+    fulmen_trainer_options_free(o);
+    fulmen_lightning_module_free(module);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
+    return model;
+}
+
+/* On npu the next batch goes to the device while a step runs: the same
+ * weights as the CPU's fits, which copy nothing ahead, where the loop
+ * stops early or accumulates. */
+static void test_batches_ahead(void) {
+    const char *const stops[][2] = {{"max_steps", "7"}, {"accumulate_grad_batches", "3"}};
+    const char *const limited[][2] = {{"limit_train_batches", "5"}, {"gradient_clip_val", "0.1"}};
+    const char *const precise[][2] = {{"precision", "64-true"}};
+    struct {
+        const char *const (*opts)[2];
+        size_t n;
+    } cases[] = {{stops, 2}, {limited, 2}, {precise, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fulmen_model *cpu = fit_with("cpu", cases[i].opts, cases[i].n);
+        fulmen_model *npu = fit_with("npu", cases[i].opts, cases[i].n);
+        double diff = fixture_max_diff(cpu, npu);
+        if (diff != 0) fprintf(stderr, "batches ahead, case %zu: max |npu - cpu| weight %g\n", i, diff);
+        CHECK(diff == 0);
+        fulmen_model_free(cpu);
+        fulmen_model_free(npu);
+    }
+}
+
 typedef struct {
     fulmen_model *model;
     int64_t bad_batch; /* the batch whose step goes wrong */
@@ -672,6 +718,7 @@ int main(void) {
     register_npu_accelerator(&npu);
     test_steps_do_not_wait();
     test_deferred_checks();
+    test_batches_ahead();
     CHECK_OK(fulmen_accelerator_unregister("npu"));
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
