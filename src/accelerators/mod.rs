@@ -9,6 +9,7 @@ pub mod devices;
 pub mod mps;
 pub mod proc_stats;
 pub mod registry;
+pub mod tpu_topology;
 pub mod xla;
 pub mod xla_runtime;
 

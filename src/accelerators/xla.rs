@@ -30,6 +30,15 @@ impl XlaAccelerator {
                 None => why,
             });
         }
+        if xla_runtime::pjrt_is_tpu() && !xla_runtime::started() {
+            // Counted without starting the client here: each process of a
+            // TPU job starts its own on its own chip.
+            if let Some(missing) = xla_runtime::missing_reason() {
+                return Some(missing);
+            }
+            return (xla_runtime::tpu_local_processes() == 0)
+                .then(|| "PJRT_DEVICE is TPU but no TPU chip is attached to this host (PCI)".to_string());
+        }
         match xla_runtime::start() {
             Ok(0) => Some("torch_xla's PJRT client has no devices".to_string()),
             Ok(_) => None,
@@ -52,8 +61,12 @@ impl Accelerator for XlaAccelerator {
         Self::unavailable_reason().is_none()
     }
 
+    /// The PJRT client's devices; on TPUs before the client starts, the
+    /// host's chips (one process each, as torch_xla's `xmp.spawn`).
     fn auto_device_count(&self) -> usize {
-        if self.is_available() {
+        if xla_runtime::pjrt_is_tpu() && !xla_runtime::started() {
+            xla_runtime::tpu_local_processes()
+        } else if self.is_available() {
             xla_runtime::start().unwrap_or(0)
         } else {
             0

@@ -8,6 +8,7 @@
 //! in `FULMEN_XLA_LIB_DIR`, else beside the libtorch this process runs (as
 //! `make lib-xla` lays it out); libpython is `FULMEN_XLA_LIBPYTHON`, else
 //! the system's `libpython3.11.so.1.0`.
+use super::tpu_topology;
 use crate::error::{Error, ErrorCode, Result};
 use crate::shim::{self, call};
 use libc::c_char;
@@ -68,12 +69,19 @@ pub fn missing_reason() -> Option<String> {
     ))
 }
 
+/// The result of this process's one start of the backend.
+static STARTED: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
+
+/// Whether a start of the backend was tried in this process.
+pub fn started() -> bool {
+    STARTED.get().is_some()
+}
+
 /// Starts the backend once per process; the PJRT client's device count.
 /// Every later call returns the first one's result.
 /// Until a start is tried, a missing `PJRT_DEVICE` or `_XLAC` fails
 /// without loading anything (and may be set right later).
 pub fn start() -> Result<usize> {
-    static STARTED: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
     if STARTED.get().is_none() {
         if std::env::var("PJRT_DEVICE").ok().filter(|v| !v.trim().is_empty()).is_none() {
             return Err(Error::new(
@@ -91,7 +99,75 @@ pub fn start() -> Result<usize> {
         .map_err(|why| Error::new(ErrorCode::Unavailable, why))
 }
 
+/// Whether `PJRT_DEVICE` names TPUs.
+pub fn pjrt_is_tpu() -> bool {
+    std::env::var("PJRT_DEVICE").is_ok_and(|v| v.trim().eq_ignore_ascii_case("TPU"))
+}
+
+/// Where the host's PCI functions are listed.
+const PCI_DEVICES: &str = "/sys/bus/pci/devices";
+
+/// The processes a TPU host runs, one per chip, counted from PCI without
+/// starting the PJRT client (torch_xla's `num_local_processes`): the
+/// chips, at most `TPU_PROCESS_BOUNDS`'s size when it is set.
+pub fn tpu_local_processes() -> usize {
+    let chips = tpu_topology::num_available_chips(std::path::Path::new(PCI_DEVICES));
+    let bounds = std::env::var("TPU_PROCESS_BOUNDS").ok().and_then(|b| tpu_topology::MeshShape::parse(&b).ok());
+    match bounds {
+        Some(b) => chips.min(usize::try_from(b.0.iter().product::<u64>()).unwrap_or(usize::MAX)),
+        None => chips,
+    }
+}
+
+/// The local processes of a TPU job on this host, as the xla strategy
+/// plans them before the backend starts (1 until then).
+static TPU_LOCAL_WORLD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+/// The TPU variables this process set itself (not the user), which its
+/// children must not inherit.
+static TPU_VARS_SET: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+
+/// Records that `local_world` processes share this host's TPU chips (the
+/// xla strategy, before its processes start their backends).
+pub fn plan_tpu_processes(local_world: usize) {
+    TPU_LOCAL_WORLD.store(local_world.max(1), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The TPU variables this process set (for the launcher to keep from its
+/// children, which set their own).
+pub fn tpu_vars_set_here() -> Vec<&'static str> {
+    TPU_VARS_SET.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Before the backend starts on TPUs: the topology variables of this
+/// process (`LOCAL_RANK`, else 0, of the planned local processes), as
+/// torch_xla's `xmp.spawn` sets them; a variable already set is kept.
+fn configure_tpu_process() -> Result<()> {
+    let local_world = TPU_LOCAL_WORLD.load(std::sync::atomic::Ordering::Relaxed);
+    let vars = if local_world <= 1 {
+        tpu_topology::one_chip_vars()
+    } else {
+        let local_rank = match std::env::var("LOCAL_RANK") {
+            Ok(r) => r.trim().parse().map_err(|_| Error::invalid(format!("LOCAL_RANK {r:?} is not a number")))?,
+            Err(_) => 0,
+        };
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let env = tpu_topology::tpu_env(&var, &tpu_topology::MetadataServer::default())?;
+        tpu_topology::topology_vars(&env, local_rank, local_world)?
+    };
+    let mut set = TPU_VARS_SET.lock().unwrap_or_else(|p| p.into_inner());
+    for (key, value) in vars {
+        if std::env::var_os(key).is_none() {
+            std::env::set_var(key, value);
+            set.push(key);
+        }
+    }
+    Ok(())
+}
+
 fn start_once() -> Result<usize> {
+    if pjrt_is_tpu() {
+        configure_tpu_process().map_err(|e| e.context("configuring this process's TPU chip"))?;
+    }
     let dir = lib_dir()?;
     let dir = CString::new(dir.to_string_lossy().into_owned())
         .map_err(|_| Error::invalid(format!("{LIB_DIR_VAR} holds a NUL byte")))?;

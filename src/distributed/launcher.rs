@@ -97,6 +97,10 @@ impl Children {
             if let Some(t) = plan.threads {
                 cmd.env("OMP_NUM_THREADS", t.to_string());
             }
+            // A TPU chip this process took is not the child's: it sets its own.
+            for var in crate::accelerators::xla_runtime::tpu_vars_set_here() {
+                cmd.env_remove(var);
+            }
             match cmd.spawn() {
                 Ok(child) => procs.push((local, child)),
                 Err(e) => {

@@ -41,6 +41,16 @@ pub(crate) struct XlaStrategy {
 
 /// The XLA strategy over `list`: one rank per device, `list[LOCAL_RANK]`.
 pub(crate) fn connect(acc: Arc<dyn Accelerator>, list: &[Device], opts: &TrainerOptions) -> Result<XlaStrategy> {
+    // On TPUs each process sees only its own chip, as xla:0 (the
+    // topology variables the backend's start sets, torch_xla's xmp.spawn's).
+    let per_process: Vec<Device>;
+    let list = if crate::accelerators::xla_runtime::pjrt_is_tpu() && list.len() > 1 {
+        crate::accelerators::xla_runtime::plan_tpu_processes(list.len());
+        per_process = vec![Device::new(devices::DeviceType::Xla, 0); list.len()];
+        &per_process
+    } else {
+        list
+    };
     let (placement, ctx) = join_job(acc, list, opts, true)?;
     Ok(XlaStrategy { placement, ctx, reduced: Default::default() })
 }
