@@ -73,6 +73,20 @@ int fulmen_cxx_cuda_compiled(void) {
 #endif
 }
 
+// torch.cuda.set_sync_debug_mode: at each operation that makes the host
+// wait for a CUDA device, 0 nothing, 1 a warning, 2 an error. Process-wide.
+int fulmen_cxx_cuda_set_sync_debug_mode(int mode, char* err, size_t err_len) {
+#ifdef FULMEN_WITH_CUDA
+  FULMEN_CXX_TRY
+  TORCH_CHECK(mode >= 0 && mode <= 2, "sync debug mode ", mode, " is not 0, 1 or 2");
+  c10::cuda::warning_state().set_sync_debug_mode(static_cast<c10::cuda::SyncDebugMode>(mode));
+  FULMEN_CXX_CATCH(err, err_len)
+#else
+  (void)mode;
+  return not_compiled_with_cuda(err, err_len);
+#endif
+}
+
 // Makes CUDA device `index` current on the calling thread (torch.cuda.set_device).
 int fulmen_cxx_cuda_set_device(int64_t index, char* err, size_t err_len) {
 #ifdef FULMEN_WITH_CUDA

@@ -15,6 +15,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -41,9 +43,24 @@ struct CopyDone {
 
 extern "C" {
 
-// Makes a pool stream of CUDA device `index` this thread's current stream
-// there; *out = a handle for fulmen_cxx_side_stream_leave, or NULL (and
-// nothing changed) when the device type is not CUDA or has no backend.
+// The side stream of each CUDA device, taken from the pool once per
+// process: the caching allocator keeps a block for the stream it was
+// allocated on, so one stream (not the pool's 32 in turn) keeps the
+// batches' cached memory to a few batches.
+static std::mutex& side_streams_mutex() {
+  static std::mutex* m = new std::mutex();
+  return *m;
+}
+static std::unordered_map<c10::DeviceIndex, c10::Stream>& side_streams() {
+  static auto* streams = new std::unordered_map<c10::DeviceIndex, c10::Stream>();
+  return *streams;
+}
+
+// Makes this device's side stream (CUDA device `index`) this thread's
+// current stream there; *out = a handle for fulmen_cxx_side_stream_leave,
+// or NULL (and nothing changed) when the device type is not CUDA or has
+// no backend. The copies queued on it must read host memory only: the
+// side stream does not wait for the current one.
 int fulmen_cxx_side_stream_enter(int device_type, int64_t index, void** out, char* err, size_t err_len) {
   FULMEN_CXX_TRY
   TORCH_CHECK(out != nullptr, "side stream: out is NULL");
@@ -55,9 +72,17 @@ int fulmen_cxx_side_stream_enter(int device_type, int64_t index, void** out, cha
   TORCH_CHECK(index >= 0 && index <= INT8_MAX, "side stream: device index ", index, " is out of range");
   const c10::Device device(type, static_cast<c10::DeviceIndex>(index));
   const auto* impl = c10::impl::getDeviceGuardImpl(type);
-  const c10::Stream side = impl->getStreamFromGlobalPool(device, /*isHighPriority=*/false);
-  const c10::Stream previous = impl->exchangeStream(side);
-  *out = new SideStream{previous, side};
+  c10::Stream side = [&] {
+    std::lock_guard<std::mutex> lock(side_streams_mutex());
+    auto found = side_streams().find(device.index());
+    if (found != side_streams().end()) return found->second;
+    const c10::Stream made = impl->getStreamFromGlobalPool(device, /*isHighPriority=*/false);
+    side_streams().emplace(device.index(), made);
+    return made;
+  }();
+  auto handle = std::make_unique<SideStream>(SideStream{impl->getStream(device), side});
+  impl->exchangeStream(side);
+  *out = handle.release();
   FULMEN_CXX_CATCH(err, err_len)
 }
 

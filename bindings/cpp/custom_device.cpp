@@ -163,6 +163,12 @@ int main() {
         const uint64_t reads = fake_device_host_reads();
         expect(t.sum().item() == 6.0, "npu sum");
         expect(fake_device_host_reads() == reads + 1, "a read counted other than once");
+        try {
+            set_sync_debug_mode(DeviceType::PrivateUse1, 2);
+            expect(false, "a sync debug mode for npu was accepted");
+        } catch (const Error& e) {
+            expect(e.code() == FULMEN_CODE_UNSUPPORTED, std::string("sync debug mode for npu: ") + e.what());
+        }
 
         std::vector<Device> setups;
         register_accelerator("npu", "the fake PrivateUse1 device", std::make_unique<NpuAccelerator>(&setups));

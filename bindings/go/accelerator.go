@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"runtime/cgo"
 	"unsafe"
@@ -348,6 +349,17 @@ const MaxRNGState = C.FULMEN_MAX_RNG_STATE
 // (torch.cuda.synchronize and its kin).
 func DeviceSynchronize(device Device) error {
 	return check(C.fulmen_device_synchronize(C.int32_t(device.Type), C.int64_t(device.Index)))
+}
+
+// SetSyncDebugMode makes every operation that has the host wait for a
+// device of type t warn (mode 1), fail (2) or neither (0), as
+// torch.cuda.set_sync_debug_mode (CUDA only; process-wide; see
+// fulmen_device_set_sync_debug_mode).
+func SetSyncDebugMode(t DeviceType, mode int) error {
+	if mode < 0 || mode > 2 {
+		return &Error{Code: CodeInvalidArgument, Message: fmt.Sprintf("SetSyncDebugMode: mode %d is not 0, 1 or 2", mode)}
+	}
+	return check(C.fulmen_device_set_sync_debug_mode(C.int32_t(t), C.int32_t(mode)))
 }
 
 // DeviceRNGState is the state of libtorch's default random generator for

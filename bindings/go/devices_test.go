@@ -164,6 +164,9 @@ func customDevice(t *testing.T) {
 	if now := must(fulmen.FakeDeviceHostReads()); now != reads+1 {
 		t.Fatalf("one read counted as %d", now-reads)
 	}
+	if err := fulmen.SetSyncDebugMode(fulmen.PrivateUse1, 2); !errors.Is(err, fulmen.ErrUnsupported) {
+		t.Fatalf("a sync debug mode for npu: %v", err)
+	}
 	if d := must(on.Device()); d != (fulmen.Device{Type: fulmen.PrivateUse1, Index: 1}) {
 		t.Fatalf("tensor on %v", d)
 	}

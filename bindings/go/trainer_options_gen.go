@@ -374,7 +374,12 @@ func (o *TrainerOptions) SetSeed(v int64) error {
 }
 
 // SetDetectNonfiniteLoss sets `detect_nonfinite_loss` (bool; default true):
-// end the run with an error when a training loss is NaN or infinite.
+// end the run with an error when a training loss is NaN or infinite: on the
+// CPU before that step's update; on an accelerator the check stays on the
+// device and is read with the trainer's other values (every log_every_n_steps
+// steps, epoch ends, checkpoints, the run's end), so steps never wait for the
+// device; the error then names the steps it happened between, whose updates
+// were made.
 func (o *TrainerOptions) SetDetectNonfiniteLoss(v bool) error {
 	return o.SetBool("detect_nonfinite_loss", v)
 }

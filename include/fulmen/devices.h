@@ -24,6 +24,12 @@
 #define FULMEN_MAX_DEVICES (1 << 16)
 
 /**
+ * The first port of the local processes' TPU clients (torch_xla's
+ * `base_port`).
+ */
+#define BASE_PORT 8476
+
+/**
  * The most devices the fake device offers.
  */
 #define FULMEN_MAX_FAKE_DEVICES 64
@@ -409,6 +415,21 @@ struct fulmen_error *fulmen_device_count(int32_t device_type, size_t *out);
 struct fulmen_error *fulmen_device_synchronize(int32_t device_type, int64_t index);
 
 /**
+ * Makes every operation that has the host wait for a device of
+ * `device_type` warn (`mode` 1) or fail (2), or neither (0), as
+ * `torch.cuda.set_sync_debug_mode`: a way to check that training steps
+ * never wait for their device (the GPU kit's `gpu_check` fails any
+ * synchronization between `on_train_batch_start` and
+ * `on_train_batch_end`). Only CUDA has it. Process-wide; off by default.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (not a fulmen_device_type, or a
+ * mode other than 0, 1 and 2), FULMEN_CODE_UNSUPPORTED (a device type
+ * other than CUDA, or fulmen built without CUDA).
+ * Thread rules: any thread; the mode holds for every thread.
+ */
+struct fulmen_error *fulmen_device_set_sync_debug_mode(int32_t device_type, int32_t mode);
+
+/**
  * Copies the state of libtorch's default random generator for device
  * (`device_type`, `index`) into `buf[0..capacity]` and writes its length
  * to `*len_out` (`torch.get_rng_state`, `torch.cuda.get_rng_state` and
@@ -484,10 +505,11 @@ struct fulmen_error *fulmen_fake_device_register(const char *name, size_t count)
  * the like) and copies into host memory, except non-blocking copies into
  * pinned memory. On a CUDA device each of these synchronizes the host
  * with the device; a count that does not grow from one training step to
- * the next shows steps that never wait for their device. 0 before the
- * fake device is registered.
+ * the next shows steps that never wait for their device. The copies its
+ * CPU fallback makes to compute an op are not counted. 0 before the fake
+ * device is registered; never reset.
  *
- * Errors: FULMEN_CODE_NULL_ARGUMENT.
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`*out` is left as it was).
  * Thread rules: any thread; the count covers every thread.
  */
 struct fulmen_error *fulmen_fake_device_host_reads(uint64_t *out);

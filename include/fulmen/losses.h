@@ -49,8 +49,10 @@ extern "C" {
  * or is BATCH_MEAN), FULMEN_CODE_DTYPE_MISMATCH (`logits` not floating, or
  * class targets not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s
  * shape does not fit `logits`), FULMEN_CODE_OUT_OF_RANGE (a class target
- * outside [0, C)), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on
- * different devices).
+ * outside [0, C); inside a Trainer's run on an accelerator the call succeeds,
+ * ignoring such a target, and the run fails at its next reading of values, see
+ * `detect_nonfinite_loss`), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors
+ * on different devices).
  */
 struct fulmen_error *fulmen_loss_cross_entropy(const struct fulmen_tensor *logits,
                                                const struct fulmen_tensor *target,
@@ -69,8 +71,10 @@ struct fulmen_error *fulmen_loss_cross_entropy(const struct fulmen_tensor *logit
  * FULMEN_CODE_DTYPE_MISMATCH (logits or weight not floating, or class targets
  * not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s shape does not
  * fit the logits, or `weight` is not of shape [C]), FULMEN_CODE_OUT_OF_RANGE
- * (a class target outside [0, C) other than `ignore_index`), FULMEN_CODE_TORCH
- * (libtorch failed, e.g. tensors on different devices).
+ * (a class target outside [0, C) other than `ignore_index`; inside a Trainer's
+ * run on an accelerator the call succeeds, ignoring such a target, and the run
+ * fails at its next reading of values, see `detect_nonfinite_loss`),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
  */
 struct fulmen_error *fulmen_loss_cross_entropy_with_options(const struct fulmen_tensor *logits,
                                                             const struct fulmen_tensor *target,
@@ -88,8 +92,10 @@ struct fulmen_error *fulmen_loss_cross_entropy_with_options(const struct fulmen_
  * or is BATCH_MEAN), FULMEN_CODE_DTYPE_MISMATCH (`logits` not floating, or
  * class targets not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s
  * shape does not fit `logits`), FULMEN_CODE_OUT_OF_RANGE (a class target
- * outside [0, C)), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on
- * different devices).
+ * outside [0, C); inside a Trainer's run on an accelerator the call succeeds,
+ * ignoring such a target, and the run fails at its next reading of values, see
+ * `detect_nonfinite_loss`), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors
+ * on different devices).
  */
 struct fulmen_error *fulmen_loss_nll(const struct fulmen_tensor *log_probs,
                                      const struct fulmen_tensor *target,
@@ -107,8 +113,10 @@ struct fulmen_error *fulmen_loss_nll(const struct fulmen_tensor *log_probs,
  * FULMEN_CODE_DTYPE_MISMATCH (logits or weight not floating, or class targets
  * not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s shape does not
  * fit the logits, or `weight` is not of shape [C]), FULMEN_CODE_OUT_OF_RANGE
- * (a class target outside [0, C) other than `ignore_index`), FULMEN_CODE_TORCH
- * (libtorch failed, e.g. tensors on different devices).
+ * (a class target outside [0, C) other than `ignore_index`; inside a Trainer's
+ * run on an accelerator the call succeeds, ignoring such a target, and the run
+ * fails at its next reading of values, see `detect_nonfinite_loss`),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
  */
 struct fulmen_error *fulmen_loss_nll_with_options(const struct fulmen_tensor *log_probs,
                                                   const struct fulmen_tensor *target,

@@ -818,7 +818,9 @@ struct fulmen_error *fulmen_model_add(struct fulmen_model *model,
  * Errors: FULMEN_CODE_SHAPE_MISMATCH (the input's shape does not fit a layer),
  * FULMEN_CODE_DTYPE_MISMATCH (a dtype a layer does not take, e.g. float ids
  * for an Embedding), FULMEN_CODE_OUT_OF_RANGE (an Embedding id outside the
- * table, a Softmax dimension out of range), FULMEN_CODE_UNSUPPORTED (a named
+ * table: inside a Trainer's run on an accelerator the call succeeds, reading
+ * row 0 for it, and the run fails at its next reading of values; a Softmax
+ * dimension out of range), FULMEN_CODE_UNSUPPORTED (a named
  * container, which has no forward), FULMEN_CODE_TORCH (another libtorch error,
  * e.g. in a TorchScript forward).
  */
@@ -833,7 +835,9 @@ struct fulmen_error *fulmen_model_forward(const struct fulmen_model *model,
  * FULMEN_CODE_SHAPE_MISMATCH (the input's shape does not fit a layer),
  * FULMEN_CODE_DTYPE_MISMATCH (a dtype a layer does not take, e.g. float ids
  * for an Embedding), FULMEN_CODE_OUT_OF_RANGE (an Embedding id outside the
- * table, a Softmax dimension out of range), FULMEN_CODE_UNSUPPORTED (a named
+ * table: inside a Trainer's run on an accelerator the call succeeds, reading
+ * row 0 for it, and the run fails at its next reading of values; a Softmax
+ * dimension out of range), FULMEN_CODE_UNSUPPORTED (a named
  * container, which has no forward), FULMEN_CODE_TORCH (another libtorch error,
  * e.g. in a TorchScript forward).
  */

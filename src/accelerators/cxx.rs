@@ -22,6 +22,13 @@ pub(crate) fn cuda_set_device(index: usize) -> Result<()> {
     call("cuda set_device", |err, len| unsafe { shim::fulmen_cxx_cuda_set_device(index, err, len) })
 }
 
+/// `torch.cuda.set_sync_debug_mode(mode)`: 0 off, 1 warn, 2 error at each
+/// operation that makes the host wait for a CUDA device.
+pub(crate) fn cuda_set_sync_debug_mode(mode: i32) -> Result<()> {
+    // SAFETY: the error buffer is valid for its length.
+    call("cuda set_sync_debug_mode", |err, len| unsafe { shim::fulmen_cxx_cuda_set_sync_debug_mode(mode, err, len) })
+}
+
 /// `torch.cuda.empty_cache()`.
 pub(crate) fn cuda_empty_cache() -> Result<()> {
     // SAFETY: the error buffer is valid for its length.

@@ -7,7 +7,10 @@
 //! own chip: `TPU_VISIBLE_CHIPS`, `TPU_PROCESS_BOUNDS`,
 //! `TPU_CHIPS_PER_PROCESS_BOUNDS`, `TPU_PROCESS_PORT`,
 //! `TPU_PROCESS_ADDRESSES` and `CLOUD_TPU_TASK_ID`. Like torch_xla's
-//! `os.environ.setdefault`, a variable the user set is kept.
+//! `os.environ.setdefault`, a variable the user set is kept. As torch_xla's
+//! `xmp.spawn`, one process per chip: on TPU v2 and v3, whose chips hold
+//! two XLA devices each, a process trains on its chip's first device only
+//! (torch_xla runs a thread per device there).
 use crate::error::{Error, Result};
 use std::path::Path;
 use std::time::Duration;
@@ -200,10 +203,9 @@ pub fn tpu_env(var: &dyn Fn(&str) -> Option<String>, metadata: &dyn Metadata) ->
         )
     };
     let accelerator_type = accelerator_type.ok_or_else(|| Error::invalid("the TPU's accelerator type is unknown"))?;
-    let worker_id = match worker {
-        Some(w) => w.trim().parse().map_err(|_| Error::invalid(format!("TPU worker id {w:?} is not a number")))?,
-        None => 0,
-    };
+    let worker = worker.ok_or_else(|| Error::invalid("the TPU's worker id is unknown (WORKER_ID, TPU_WORKER_ID)"))?;
+    let worker_id =
+        worker.trim().parse().map_err(|_| Error::invalid(format!("TPU worker id {worker:?} is not a number")))?;
     let mut worker_hosts: Vec<String> = hosts.unwrap_or_default().into_iter().filter(|h| !h.is_empty()).collect();
     if worker_hosts.len() <= 1 {
         worker_hosts = vec!["localhost".into()];
@@ -246,16 +248,6 @@ pub fn topology_vars(env: &TpuEnv, local_rank: usize, local_world: usize) -> Res
         ("TPU_VISIBLE_CHIPS", local_rank.to_string()),
         ("TPU_PROCESS_PORT", ports[local_rank].to_string()),
     ])
-}
-
-/// The variables of a single process on one chip (torch_xla's
-/// `configure_one_chip_topology`).
-pub fn one_chip_vars() -> Vec<(&'static str, String)> {
-    vec![
-        ("TPU_VISIBLE_CHIPS", "0".into()),
-        ("TPU_CHIPS_PER_PROCESS_BOUNDS", "1,1,1".into()),
-        ("TPU_PROCESS_BOUNDS", "1,1,1".into()),
-    ]
 }
 
 #[cfg(test)]

@@ -96,11 +96,11 @@ fn a_multi_host_slice_from_variables() {
 
 #[test]
 fn a_v3_slice_takes_its_bounds_from_the_table() {
-    let v = vars(&[("TPU_SKIP_MDS_QUERY", "1"), ("TPU_ACCELERATOR_TYPE", "v3-32")]);
+    let v = vars(&[("TPU_SKIP_MDS_QUERY", "1"), ("TPU_ACCELERATOR_TYPE", "v3-32"), ("TPU_WORKER_ID", "0")]);
     let env = tpu_env(&v, &no_metadata()).unwrap();
     let got: HashMap<_, _> = topology_vars(&env, 0, 4).unwrap().into_iter().collect();
     assert_eq!(got["TPU_PROCESS_BOUNDS"], "4,4,1");
-    let v = vars(&[("TPU_SKIP_MDS_QUERY", "1"), ("TPU_ACCELERATOR_TYPE", "v3-4096")]);
+    let v = vars(&[("TPU_SKIP_MDS_QUERY", "1"), ("TPU_ACCELERATOR_TYPE", "v3-4096"), ("TPU_WORKER_ID", "0")]);
     assert!(topology_vars(&tpu_env(&v, &no_metadata()).unwrap(), 0, 1).is_err());
 }
 
@@ -112,6 +112,8 @@ fn missing_or_bad_metadata_is_a_clear_error() {
     let v = vars(&[("TPU_SKIP_MDS_QUERY", "1"), ("TPU_ACCELERATOR_TYPE", "v4-8"), ("TPU_WORKER_ID", "x")]);
     assert!(tpu_env(&v, &no_metadata()).is_err());
     let v = vars(&[("TPU_SKIP_MDS_QUERY", "1"), ("TPU_ACCELERATOR_TYPE", "v4-8")]);
+    assert!(tpu_env(&v, &no_metadata()).unwrap_err().message.contains("worker id"));
+    let v = vars(&[("TPU_SKIP_MDS_QUERY", "1"), ("TPU_ACCELERATOR_TYPE", "v4-8"), ("CLOUD_TPU_TASK_ID", "0")]);
     let e = topology_vars(&tpu_env(&v, &no_metadata()).unwrap(), 0, 1).unwrap_err();
     assert!(e.message.contains("TPU_PROCESS_BOUNDS"), "{e}");
     let meta = Fixed(HashMap::from([("tpu-env", "ACCELERATOR_TYPE: 'v4-8'"), ("worker-network-endpoints", "a:b")]));

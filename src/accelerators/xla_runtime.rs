@@ -119,17 +119,18 @@ pub fn tpu_local_processes() -> usize {
     }
 }
 
-/// The local processes of a TPU job on this host, as the xla strategy
-/// plans them before the backend starts (1 until then).
-static TPU_LOCAL_WORLD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+/// The processes of a TPU job on each host and its hosts, as the xla
+/// strategy plans them before the backend starts (none until then).
+static TPU_PLAN: std::sync::Mutex<Option<(usize, usize)>> = std::sync::Mutex::new(None);
 /// The TPU variables this process set itself (not the user), which its
 /// children must not inherit.
 static TPU_VARS_SET: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
 
-/// Records that `local_world` processes share this host's TPU chips (the
-/// xla strategy, before its processes start their backends).
-pub fn plan_tpu_processes(local_world: usize) {
-    TPU_LOCAL_WORLD.store(local_world.max(1), std::sync::atomic::Ordering::Relaxed);
+/// Records that `local_world` processes share each host's TPU chips, on
+/// `num_nodes` hosts (the xla strategy, before its processes start their
+/// backends).
+pub fn plan_tpu_processes(local_world: usize, num_nodes: usize) {
+    *TPU_PLAN.lock().unwrap_or_else(|p| p.into_inner()) = Some((local_world, num_nodes.max(1)));
 }
 
 /// The TPU variables this process set (for the launcher to keep from its
@@ -138,22 +139,18 @@ pub fn tpu_vars_set_here() -> Vec<&'static str> {
     TPU_VARS_SET.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-/// Before the backend starts on TPUs: the topology variables of this
-/// process (`LOCAL_RANK`, else 0, of the planned local processes), as
-/// torch_xla's `xmp.spawn` sets them; a variable already set is kept.
+/// Before the backend starts on TPUs, in a process of a planned job of
+/// several processes per host: its topology variables, as torch_xla's
+/// `xmp.spawn` sets them (its local rank from the launch environment:
+/// fulmen's launcher, torchrun, SLURM); a variable already set is kept.
+/// Without a plan nothing is set, and the process sees every chip.
 fn configure_tpu_process() -> Result<()> {
-    let local_world = TPU_LOCAL_WORLD.load(std::sync::atomic::Ordering::Relaxed);
-    let vars = if local_world <= 1 {
-        tpu_topology::one_chip_vars()
-    } else {
-        let local_rank = match std::env::var("LOCAL_RANK") {
-            Ok(r) => r.trim().parse().map_err(|_| Error::invalid(format!("LOCAL_RANK {r:?} is not a number")))?,
-            Err(_) => 0,
-        };
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let env = tpu_topology::tpu_env(&var, &tpu_topology::MetadataServer::default())?;
-        tpu_topology::topology_vars(&env, local_rank, local_world)?
-    };
+    let plan = *TPU_PLAN.lock().unwrap_or_else(|p| p.into_inner());
+    let Some((local_world, num_nodes)) = plan.filter(|(local, _)| *local > 1) else { return Ok(()) };
+    let local_rank = crate::distributed::ClusterEnv::detect(local_world, num_nodes)?.local_rank;
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let env = tpu_topology::tpu_env(&var, &tpu_topology::MetadataServer::default())?;
+    let vars = tpu_topology::topology_vars(&env, local_rank, local_world)?;
     let mut set = TPU_VARS_SET.lock().unwrap_or_else(|p| p.into_inner());
     for (key, value) in vars {
         if std::env::var_os(key).is_none() {

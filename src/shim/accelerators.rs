@@ -5,6 +5,7 @@ extern "C" {
     pub(crate) fn fulmen_cxx_cuda_compiled() -> c_int;
     pub(crate) fn fulmen_cxx_cuda_set_device(index: i64, err: *mut c_char, err_len: size_t) -> c_int;
     pub(crate) fn fulmen_cxx_cuda_empty_cache(err: *mut c_char, err_len: size_t) -> c_int;
+    pub(crate) fn fulmen_cxx_cuda_set_sync_debug_mode(mode: c_int, err: *mut c_char, err_len: size_t) -> c_int;
     pub(crate) fn fulmen_cxx_cuda_memory_stats(
         index: i64,
         buf: *mut c_char,

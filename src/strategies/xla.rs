@@ -45,7 +45,7 @@ pub(crate) fn connect(acc: Arc<dyn Accelerator>, list: &[Device], opts: &Trainer
     // topology variables the backend's start sets, torch_xla's xmp.spawn's).
     let per_process: Vec<Device>;
     let list = if crate::accelerators::xla_runtime::pjrt_is_tpu() && list.len() > 1 {
-        crate::accelerators::xla_runtime::plan_tpu_processes(list.len());
+        crate::accelerators::xla_runtime::plan_tpu_processes(list.len(), opts.strategy.num_nodes);
         per_process = vec![Device::new(devices::DeviceType::Xla, 0); list.len()];
         &per_process
     } else {

@@ -43,14 +43,44 @@ thread_local! {
 /// lost then: call [`verify`] first).
 pub struct DeferredScope {
     previous: Option<Pending>,
+    /// A scope is its thread's: it may not be dropped on another.
+    _thread: std::marker::PhantomData<*const ()>,
 }
 
 impl DeferredScope {
     /// Defers checks on this thread from global step `step` on.
     pub fn enter(step: i64) -> DeferredScope {
         let previous = SCOPE.with(|s| s.replace(Some(Pending { entries: Vec::new(), since_step: step })));
-        DeferredScope { previous }
+        DeferredScope { previous, _thread: std::marker::PhantomData }
     }
+
+    /// Ends the scope once `result` (what ran under it) is known: the flags
+    /// still unread are read (`step`: the global step now). A failed check
+    /// is the error, with `result`'s own error after it, since it happened
+    /// first and may explain it; when the reading itself fails, an error
+    /// `result` holds is kept.
+    pub fn finish<T>(self, step: i64, result: Result<T>) -> Result<T> {
+        let checked = read_flags(step);
+        drop(self);
+        match (result, checked) {
+            (result, Ok(None)) => result,
+            (Ok(_), Ok(Some(failed)) | Err(failed)) => Err(failed),
+            (Err(e), Ok(Some(failed))) => {
+                Err(Error::new(failed.code, format!("{}; then: {}", failed.message, e.message)))
+            }
+            (Err(e), Err(_)) => Err(e),
+        }
+    }
+}
+
+/// Counts the steps since `step` in the next reading's error (a scope
+/// entered before the run's global step was restored).
+pub fn restart(step: i64) {
+    SCOPE.with(|s| {
+        if let Some(p) = s.borrow_mut().as_mut() {
+            p.since_step = step;
+        }
+    });
 }
 
 impl Drop for DeferredScope {
@@ -85,32 +115,40 @@ pub fn defer(kind: CheckKind, failed: &Tensor) -> Result<()> {
 }
 
 /// Reads every deferred flag of this thread's scope (one wait for the
-/// device) and fails with the first failed
-/// check's error, naming the steps since the last reading; `step` is the
-/// global step now. Clears the flags. Nothing to do without a scope.
+/// device) and fails with the first failed check's error, naming the steps
+/// since the last reading; `step` is the global step now. Clears the
+/// flags. Nothing to do without a scope.
 pub fn verify(step: i64) -> Result<()> {
+    match read_flags(step)? {
+        Some(failed) => Err(failed),
+        None => Ok(()),
+    }
+}
+
+/// [`verify`]'s reading: the first failed check's error, if any; `Err`
+/// when the flags could not be read.
+fn read_flags(step: i64) -> Result<Option<Error>> {
     let taken = SCOPE.with(|s| {
         s.borrow_mut().as_mut().map(|p| (std::mem::take(&mut p.entries), std::mem::replace(&mut p.since_step, step)))
     });
-    let Some((entries, since)) = taken else { return Ok(()) };
+    let Some((entries, since)) = taken else { return Ok(None) };
     if entries.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     // Gathered on the first flag's device, then read in one copy.
     let first = &entries[0].1;
     let flags = entries.iter().map(|(_, f)| to_device_of(&f.f_reshape([1i64])?, first)).collect::<Result<Vec<_>>>()?;
     let flags = Vec::<bool>::try_from(&to_device(&Tensor::f_cat(&flags, 0)?, Device::Cpu, false)?)?;
-    match entries.iter().zip(flags).find(|(_, failed)| *failed) {
-        Some(((kind, _), _)) => Err(Error::new(
+    Ok(entries.iter().zip(flags).find(|(_, failed)| *failed).map(|((kind, _), _)| {
+        Error::new(
             kind.code,
             format!(
                 "{} in a step between global steps {since} and {step} (checked on the device, read every \
                  log_every_n_steps steps and at epoch ends)",
                 kind.what
             ),
-        )),
-        None => Ok(()),
-    }
+        )
+    }))
 }
 
 #[cfg(test)]
@@ -143,6 +181,25 @@ mod tests {
         verify(10).unwrap();
         drop(scope);
         verify(11).unwrap();
+    }
+
+    #[test]
+    fn finishing_reads_what_is_left_and_puts_it_first() {
+        let scope = DeferredScope::enter(0);
+        defer(KIND, &Tensor::from(true)).unwrap();
+        let e = scope.finish(4, Err::<(), _>(Error::state("a hook failed"))).unwrap_err();
+        assert_eq!(e.code, ErrorCode::OutOfRange);
+        assert!(
+            e.message.contains("between global steps 0 and 4") && e.message.ends_with("; then: a hook failed"),
+            "{e}"
+        );
+        let scope = DeferredScope::enter(2);
+        restart(7);
+        defer(OTHER, &Tensor::from(true)).unwrap();
+        let e = scope.finish(9, Ok(())).unwrap_err();
+        assert!(e.message.contains("between global steps 7 and 9"), "{e}");
+        assert_eq!(DeferredScope::enter(0).finish(1, Ok(5)).unwrap(), 5);
+        verify(3).unwrap();
     }
 
     #[test]

@@ -376,7 +376,16 @@ fn closure_step(
             // Every rank decides from the same loss (the gradients are
             // averaged already), so the ranks evaluate alike and their
             // collectives pair up.
-            let mut decided = [loss_value(&loss)?];
+            // The value is read here anyway: a non-finite one is refused
+            // before the optimizer uses it, on any device.
+            let value = loss_value(&loss)?;
+            if opts.detect_nonfinite_loss && !value.is_finite() {
+                return Err(Error::new(
+                    ErrorCode::NonFinite,
+                    format!("{}: the loss is {value}; no update was made", at()),
+                ));
+            }
+            let mut decided = [value];
             run.strategy.reduce(&mut decided, super::metrics::ReduceFx::Mean)?;
             let decided = decided[0];
             last = Some(loss);

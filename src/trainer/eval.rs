@@ -293,9 +293,11 @@ fn eval_run(
         _ => run.state.val_loader_batches = limits.clone(),
     }
     let step = run.state.batches_stepped;
+    // Checks of device values are read with the run's values and at its
+    // end, failed or not (crate::tensor::deferred).
     let deferred = crate::tensor::deferred::DeferredScope::enter(run.state.global_step);
-    let result = super::eval_loop::evaluate_keeping(run, stage, sources, &limits, Some(step), keep)?;
-    drop(deferred);
+    let result = super::eval_loop::evaluate_keeping(run, stage, sources, &limits, Some(step), keep);
+    let result = deferred.finish(run.state.global_step, result)?;
     super::datamodule::teardown(run)?;
     run.simple(Hook::Teardown)?;
     run.strategy.teardown(&*run.module)?;

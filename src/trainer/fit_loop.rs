@@ -189,7 +189,12 @@ impl Trainer {
         let mut run = Run::new("fit", &mut self.state, ordered, module, loggers, &opts, strategy, writer)?;
         run.requeue = super::slurm::Requeue::when(opts.slurm_auto_requeue, &opts.default_root_dir);
         let _sigusr1 = super::slurm::SignalGuard::install(run.requeue.is_some());
-        let result = fit_run(&mut run, &opts, &mut data, resume.as_deref()).map_err(|e| run.strategy.fail(e));
+        // Checks of device values wait to be read with the run's other
+        // values (crate::tensor::deferred); what is left is read at the end,
+        // failed or not.
+        let deferred = crate::tensor::deferred::DeferredScope::enter(run.state.global_step);
+        let result = fit_run(&mut run, &opts, &mut data, resume.as_deref());
+        let result = deferred.finish(run.state.global_step, result).map_err(|e| run.strategy.fail(e));
         let estimated = data.train().ok().map(|t| estimated_stepping_batches(&opts, t));
         let (report, traced) = run.finish_profile();
         self.profiler_report = report;
@@ -384,9 +389,8 @@ fn fit_run(
             eprint!("{}", s.render());
         }
     }
-    // From here on, checks of device values wait to be read with the
-    // run's other values (crate::tensor::deferred).
-    let _deferred = crate::tensor::deferred::DeferredScope::enter(run.state.global_step);
+    // The steps since the restored one count in the device checks' errors.
+    crate::tensor::deferred::restart(run.state.global_step);
     run.simple(Hook::FitStart)?;
     let sanity = if opts.fast_dev_run > 0 { 0 } else { opts.num_sanity_val_steps };
     if data.validating() && sanity != 0 {

@@ -183,7 +183,9 @@ pub struct TrainerOptions {
     pub inference_mode: bool,
     /// Which file loggers run.
     pub logger: LoggerChoice,
-    /// End the run with an error when a training loss is NaN or infinite.
+    /// End the run with an error when a training loss is NaN or infinite
+    /// (on an accelerator, read with the trainer's other values:
+    /// [`crate::tensor::deferred`]).
     pub detect_nonfinite_loss: bool,
     /// Autograd's anomaly mode during the run (Lightning's `detect_anomaly`):
     /// a NaN gradient fails backward, naming the operation that made it.

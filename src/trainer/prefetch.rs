@@ -103,9 +103,13 @@ pub(super) fn device_prefetches(device: Device) -> bool {
 }
 
 /// Starts copying `batch` to the placement's device (and casting it), on a
-/// side stream where the device has one.
+/// side stream where the device has one and the batch is in host memory.
 pub(super) fn copy_ahead(placement: &Placement, batch: Vec<Tensor>) -> Result<Prefetched> {
-    let side = SideStream::enter(placement.device)?;
+    // The side stream does not wait for the current one, so it only takes
+    // copies from host memory (a batch already on the device is cast where
+    // it was made).
+    let from_host = batch.iter().all(|t| Device::of(t).is_ok_and(|d| d == Device::Cpu));
+    let side = if from_host { SideStream::enter(placement.device)? } else { None };
     let tensors = placement.prepare_batch(batch)?;
     let done = side.map(SideStream::leave).transpose()?;
     Ok(Prefetched { tensors, done })

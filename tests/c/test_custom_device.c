@@ -486,6 +486,19 @@ static void test_vendor_generator(void) {
     CHECK_OK(fulmen_device_synchronize(FULMEN_DEVICE_TYPE_PRIVATE_USE1, 1));
     CHECK_OK(fulmen_device_synchronize(FULMEN_DEVICE_TYPE_CPU, 0));
     CHECK_ERR(fulmen_device_synchronize(FULMEN_DEVICE_TYPE_PRIVATE_USE1, 2), FULMEN_CODE_UNAVAILABLE, NULL);
+    /* The sync debug mode is CUDA's; without CUDA in this build it is refused. */
+    CHECK_ERR(fulmen_device_set_sync_debug_mode(FULMEN_DEVICE_TYPE_PRIVATE_USE1, 2), FULMEN_CODE_UNSUPPORTED,
+              "only CUDA");
+    CHECK_ERR(fulmen_device_set_sync_debug_mode(FULMEN_DEVICE_TYPE_CUDA, 3), FULMEN_CODE_INVALID_ARGUMENT, "0 (off)");
+    CHECK_ERR(fulmen_device_set_sync_debug_mode(99, 0), FULMEN_CODE_INVALID_ARGUMENT, NULL);
+    fulmen_error *debug = fulmen_device_set_sync_debug_mode(FULMEN_DEVICE_TYPE_CUDA, 2);
+    if (debug != NULL) {
+        CHECK(fulmen_error_code(debug) == FULMEN_CODE_UNSUPPORTED &&
+              strstr(fulmen_error_message(debug), "not compiled with CUDA") != NULL);
+        fulmen_error_free(debug);
+    } else {
+        CHECK_OK(fulmen_device_set_sync_debug_mode(FULMEN_DEVICE_TYPE_CUDA, 0));
+    }
     free(state);
 
     vendor_state s = {1234, 0, 0, 0};

@@ -614,6 +614,82 @@ static void test_exact_resume(void) {
     fulmen_model_free(c);
 }
 
+typedef struct {
+    fulmen_model *model;
+    int64_t steps_checked;
+} strict_ud;
+
+/* Cross-entropy that reads nothing back. */
+static fulmen_error *quiet_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    (void)ctx;
+    return fixture_cross_entropy(((strict_ud *)ud)->model, batch, out);
+}
+
+/* Every operation that would make the host wait for the GPU fails between
+ * on_train_batch_start and on_train_batch_end: the step (forward,
+ * backward, clipping, the optimizer and the next batch's copy). */
+static fulmen_error *strict_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+    (void)ctx;
+    if (hook == FULMEN_HOOK_TRAIN_BATCH_START) return fulmen_device_set_sync_debug_mode(FULMEN_DEVICE_TYPE_CUDA, 2);
+    if (hook == FULMEN_HOOK_TRAIN_BATCH_END) {
+        ((strict_ud *)ud)->steps_checked++;
+        return fulmen_device_set_sync_debug_mode(FULMEN_DEVICE_TYPE_CUDA, 0);
+    }
+    return NULL;
+}
+
+/* A fit on cuda:0 whose steps may not synchronize; NULL when it ran. */
+static fulmen_error *strict_fit(const char *precision, int64_t *steps) {
+    fulmen_dataset *ds = fixture_blobs(256, 7, 2.0f);
+    fulmen_loader *loader = gpu_loader(ds);
+    CHECK_OK(fulmen_manual_seed(11));
+    fulmen_model *model = fixture_mlp(16, 0.1);
+    strict_ud ud = {model, 0};
+    fulmen_lightning_module *module = fixture_module(model, &ud, quiet_step, strict_hook);
+    fulmen_trainer_options *o = fixture_options(NULL, 2);
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "cuda"));
+    CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
+    CHECK_OK(fulmen_trainer_options_set(o, "precision", precision));
+    CHECK_OK(fulmen_trainer_options_set(o, "gradient_clip_val", "0.5"));
+    CHECK_OK(fulmen_trainer_options_set_int(o, "log_every_n_steps", 1000));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_error *e = fulmen_trainer_fit(t, module, loader, NULL, NULL);
+    CHECK_OK(fulmen_device_set_sync_debug_mode(FULMEN_DEVICE_TYPE_CUDA, 0));
+    *steps = ud.steps_checked;
+    fulmen_trainer_free(t);
+    fulmen_trainer_options_free(o);
+    fulmen_lightning_module_free(module);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
+    fulmen_model_free(model);
+    return e;
+}
+
+/* The trainer's steps make no host synchronization in 32-true and
+ * bf16-mixed (pinned batches, clipping by norm): CUDA's sync debug mode
+ * fails any. 16-mixed makes one, its loss scaler's inf check, and so
+ * fails. */
+static void test_steps_do_not_sync(void) {
+    bool pinned = pin_batches;
+    pin_batches = true;
+    const char *free_of_syncs[] = {"32-true", "bf16-mixed"};
+    for (size_t i = 0; i < 2; i++) {
+        int64_t steps = 0;
+        fulmen_error *e = strict_fit(free_of_syncs[i], &steps);
+        printf("%s on cuda:0: %lld steps without a host synchronization%s%s\n", free_of_syncs[i], (long long)steps,
+               e == NULL ? "" : "; failed: ", e == NULL ? "" : fulmen_error_message(e));
+        CHECK(e == NULL && steps == 16);
+        fulmen_error_free(e);
+    }
+    int64_t steps = 0;
+    fulmen_error *e = strict_fit("16-mixed", &steps);
+    printf("16-mixed on cuda:0: %s\n", e == NULL ? "no synchronization (expected one per step)" : fulmen_error_message(e));
+    CHECK(e != NULL && steps == 0);
+    fulmen_error_free(e);
+    pin_batches = pinned;
+}
+
 int main(int argc, char **argv) {
     snprintf(work, sizeof work, "%s/fulmen-gpu-check.XXXXXX", argc > 1 ? argv[1] : "/tmp");
     if (mkdtemp(work) == NULL) {
@@ -634,6 +710,7 @@ int main(int argc, char **argv) {
     test_precisions();
     test_fp16_overflow();
     test_pinned_batches();
+    test_steps_do_not_sync();
     test_ddp_world_of_one();
     test_fsdp_world_of_one();
     test_fsdp_cpu_offload();

@@ -62,6 +62,31 @@ pub unsafe extern "C" fn fulmen_device_synchronize(device_type: i32, index: i64)
     guard!(|| device_arg(device_type, index)?.synchronize())
 }
 
+/// Makes every operation that has the host wait for a device of
+/// `device_type` warn (`mode` 1) or fail (2), or neither (0), as
+/// `torch.cuda.set_sync_debug_mode`: a way to check that training steps
+/// never wait for their device (the GPU kit's `gpu_check` fails any
+/// synchronization between `on_train_batch_start` and
+/// `on_train_batch_end`). Only CUDA has it. Process-wide; off by default.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (not a fulmen_device_type, or a
+/// mode other than 0, 1 and 2), FULMEN_CODE_UNSUPPORTED (a device type
+/// other than CUDA, or fulmen built without CUDA).
+/// Thread rules: any thread; the mode holds for every thread.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_device_set_sync_debug_mode(device_type: i32, mode: i32) -> *mut fulmen_error {
+    guard!(|| {
+        let kind = DeviceType::from_c(device_type)?;
+        if !(0..=2).contains(&mode) {
+            return Err(Error::invalid(format!("sync debug mode {mode} is not 0 (off), 1 (warn) or 2 (error)")));
+        }
+        if kind != DeviceType::Cuda {
+            return Err(Error::unsupported(format!("{} has no sync debug mode: only CUDA has one", kind.name())));
+        }
+        crate::accelerators::cxx::cuda_set_sync_debug_mode(mode)
+    })
+}
+
 /// Copies the state of libtorch's default random generator for device
 /// (`device_type`, `index`) into `buf[0..capacity]` and writes its length
 /// to `*len_out` (`torch.get_rng_state`, `torch.cuda.get_rng_state` and
@@ -188,10 +213,11 @@ pub unsafe extern "C" fn fulmen_fake_device_register(name: *const c_char, count:
 /// the like) and copies into host memory, except non-blocking copies into
 /// pinned memory. On a CUDA device each of these synchronizes the host
 /// with the device; a count that does not grow from one training step to
-/// the next shows steps that never wait for their device. 0 before the
-/// fake device is registered.
+/// the next shows steps that never wait for their device. The copies its
+/// CPU fallback makes to compute an op are not counted. 0 before the fake
+/// device is registered; never reset.
 ///
-/// Errors: FULMEN_CODE_NULL_ARGUMENT.
+/// Errors: FULMEN_CODE_NULL_ARGUMENT (`*out` is left as it was).
 /// Thread rules: any thread; the count covers every thread.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_fake_device_host_reads(out: *mut u64) -> *mut fulmen_error {

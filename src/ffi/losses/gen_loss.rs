@@ -16,8 +16,10 @@ use crate::tensor::ops::LossReduction;
 /// or is BATCH_MEAN), FULMEN_CODE_DTYPE_MISMATCH (`logits` not floating, or
 /// class targets not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s
 /// shape does not fit `logits`), FULMEN_CODE_OUT_OF_RANGE (a class target
-/// outside [0, C)), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on
-/// different devices).
+/// outside [0, C); inside a Trainer's run on an accelerator the call succeeds,
+/// ignoring such a target, and the run fails at its next reading of values, see
+/// `detect_nonfinite_loss`), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors
+/// on different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_loss_cross_entropy(
     logits: *const fulmen_tensor,
@@ -45,8 +47,10 @@ pub unsafe extern "C" fn fulmen_loss_cross_entropy(
 /// FULMEN_CODE_DTYPE_MISMATCH (logits or weight not floating, or class targets
 /// not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s shape does not
 /// fit the logits, or `weight` is not of shape [C]), FULMEN_CODE_OUT_OF_RANGE
-/// (a class target outside [0, C) other than `ignore_index`), FULMEN_CODE_TORCH
-/// (libtorch failed, e.g. tensors on different devices).
+/// (a class target outside [0, C) other than `ignore_index`; inside a Trainer's
+/// run on an accelerator the call succeeds, ignoring such a target, and the run
+/// fails at its next reading of values, see `detect_nonfinite_loss`),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_loss_cross_entropy_with_options(
     logits: *const fulmen_tensor,
@@ -74,8 +78,10 @@ pub unsafe extern "C" fn fulmen_loss_cross_entropy_with_options(
 /// or is BATCH_MEAN), FULMEN_CODE_DTYPE_MISMATCH (`logits` not floating, or
 /// class targets not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s
 /// shape does not fit `logits`), FULMEN_CODE_OUT_OF_RANGE (a class target
-/// outside [0, C)), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on
-/// different devices).
+/// outside [0, C); inside a Trainer's run on an accelerator the call succeeds,
+/// ignoring such a target, and the run fails at its next reading of values, see
+/// `detect_nonfinite_loss`), FULMEN_CODE_TORCH (libtorch failed, e.g. tensors
+/// on different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_loss_nll(
     log_probs: *const fulmen_tensor,
@@ -102,8 +108,10 @@ pub unsafe extern "C" fn fulmen_loss_nll(
 /// FULMEN_CODE_DTYPE_MISMATCH (logits or weight not floating, or class targets
 /// not i64, i32 or u8), FULMEN_CODE_SHAPE_MISMATCH (`target`'s shape does not
 /// fit the logits, or `weight` is not of shape [C]), FULMEN_CODE_OUT_OF_RANGE
-/// (a class target outside [0, C) other than `ignore_index`), FULMEN_CODE_TORCH
-/// (libtorch failed, e.g. tensors on different devices).
+/// (a class target outside [0, C) other than `ignore_index`; inside a Trainer's
+/// run on an accelerator the call succeeds, ignoring such a target, and the run
+/// fails at its next reading of values, see `detect_nonfinite_loss`),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. tensors on different devices).
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_loss_nll_with_options(
     log_probs: *const fulmen_tensor,

@@ -166,7 +166,12 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 /// - `seed` (integer or "none"; default none): seed everything at the start
 ///   of each fit / validate / test / predict (a non-negative integer).
 /// - `detect_nonfinite_loss` (bool; default true): end the run with an
-///   error when a training loss is NaN or infinite.
+///   error when a training loss is NaN or infinite: on the CPU before that
+///   step's update; on an accelerator the check stays on the device and is
+///   read with the trainer's other values (every log_every_n_steps steps,
+///   epoch ends, checkpoints, the run's end), so steps never wait for the
+///   device; the error then names the steps it happened between, whose
+///   updates were made.
 /// - `callback_timeout` (seconds, "DD:HH:MM:SS" or "none"; default none): a
 ///   host callback that runs longer fails the run with FULMEN_CODE_CALLBACK
 ///   when it returns, since fulmen cannot interrupt host code; "none" or 0

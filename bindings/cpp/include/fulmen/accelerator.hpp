@@ -43,6 +43,13 @@ inline void device_synchronize(Device device) {
     check(fulmen_device_synchronize(static_cast<int32_t>(device.type), device.index));
 }
 
+/// Makes every operation that has the host wait for a device of `type`
+/// warn (`mode` 1), fail (2) or neither (0), as torch.cuda.set_sync_debug_mode
+/// (CUDA only; process-wide; see `fulmen_device_set_sync_debug_mode`).
+inline void set_sync_debug_mode(DeviceType type, int32_t mode) {
+    check(fulmen_device_set_sync_debug_mode(static_cast<int32_t>(type), mode));
+}
+
 /// The state of libtorch's default random generator for `device`.
 inline std::vector<uint8_t> device_rng_state(Device device) {
     std::vector<uint8_t> state(FULMEN_MAX_RNG_STATE);

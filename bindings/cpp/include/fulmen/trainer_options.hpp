@@ -309,7 +309,10 @@ public:
     Self&& seed(std::optional<int64_t> v) && { return std::move(put("seed", v)); }
 
     /// `detect_nonfinite_loss` (bool; default true): end the run with an error when a training loss
-    /// is NaN or infinite.
+    /// is NaN or infinite: on the CPU before that step's update; on an accelerator the check stays
+    /// on the device and is read with the trainer's other values (every log_every_n_steps steps,
+    /// epoch ends, checkpoints, the run's end), so steps never wait for the device; the error then
+    /// names the steps it happened between, whose updates were made.
     Self& detect_nonfinite_loss(bool v) & { return put("detect_nonfinite_loss", v); }
     /// Sets `detect_nonfinite_loss` on a temporary and passes it on.
     Self&& detect_nonfinite_loss(bool v) && { return std::move(put("detect_nonfinite_loss", v)); }
