@@ -24,12 +24,6 @@
 #define FULMEN_MAX_DEVICES (1 << 16)
 
 /**
- * The first port of the local processes' TPU clients (torch_xla's
- * `base_port`).
- */
-#define BASE_PORT 8476
-
-/**
  * The most devices the fake device offers.
  */
 #define FULMEN_MAX_FAKE_DEVICES 64

@@ -22,7 +22,7 @@ const GOOGLE_PCI_VENDOR_ID: &str = "0x1ae0";
 const TPU_PCI_DEVICE_IDS: &[&str] = &["0x0027", "0x005e", "0x0063", "0x006f", "0x0056", "0x0062"];
 /// The first port of the local processes' TPU clients (torch_xla's
 /// `base_port`).
-pub const BASE_PORT: u16 = 8476;
+const BASE_PORT: u16 = 8476;
 /// PCI functions read at most (a host has a few hundred).
 const MAX_PCI_DEVICES: usize = 4096;
 

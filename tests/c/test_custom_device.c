@@ -538,33 +538,44 @@ static fulmen_error *quiet_step(void *ud, fulmen_step_context *ctx, const fulmen
     return fixture_cross_entropy(((step_ud *)ud)->model, batch, out);
 }
 
-/* How many times the host waited for the device in a one-epoch fit of
- * `batches` batches on npu:0 with `option` set to `value` (when not NULL). */
-static uint64_t host_reads_of_fit(size_t batches, const char *option, const char *value) {
+/* Fits `epochs` epochs of `batches` batches with quiet_step on
+ * `accelerator` (devices "1", log_every_n_steps 1000) with the `n` option
+ * pairs `opts`; returns the model, and in *reads (when not NULL) how many
+ * times the host waited for the fake device during the fit. */
+static fulmen_model *quiet_fit(const char *accelerator, size_t batches, int64_t epochs, const char *const (*opts)[2],
+                               size_t n, uint64_t *reads) {
     fulmen_dataset *ds = fixture_blobs(32 * batches, 7, 2.0f);
     fulmen_loader *loader = fixture_loader(ds, 32, true, 3);
-    CHECK_OK(fulmen_manual_seed(11));
-    fulmen_model *model = fixture_mlp(16, 0.1);
+    CHECK_OK(fulmen_manual_seed(13));
+    fulmen_model *model = fixture_mlp(16, 0.2);
     step_ud ud = {model};
     fulmen_lightning_module *module = fixture_module(model, &ud, quiet_step, NULL);
-    fulmen_trainer_options *o = fixture_options(NULL, 1);
-    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "npu"));
+    fulmen_trainer_options *o = fixture_options(NULL, epochs);
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", accelerator));
     CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
     CHECK_OK(fulmen_trainer_options_set_int(o, "log_every_n_steps", 1000));
-    if (option != NULL) CHECK_OK(fulmen_trainer_options_set(o, option, value));
+    for (size_t i = 0; i < n; i++) CHECK_OK(fulmen_trainer_options_set(o, opts[i][0], opts[i][1]));
     fulmen_trainer *t = NULL;
     CHECK_OK(fulmen_trainer_new(o, &t));
     uint64_t before = 0, after = 0;
     CHECK_OK(fulmen_fake_device_host_reads(&before));
     CHECK_OK(fulmen_trainer_fit(t, module, loader, NULL, NULL));
     CHECK_OK(fulmen_fake_device_host_reads(&after));
+    if (reads != NULL) *reads = after - before;
     fulmen_trainer_free(t);
     fulmen_trainer_options_free(o);
     fulmen_lightning_module_free(module);
     fulmen_loader_free(loader);
     fulmen_dataset_free(ds);
-    fulmen_model_free(model);
-    return after - before;
+    return model;
+}
+
+/* How many times the host waited for the device in a one-epoch fit of
+ * `batches` batches on npu:0 with the option pair `opt`. */
+static uint64_t host_reads_of_fit(size_t batches, const char *const (*opt)[2]) {
+    uint64_t reads = 0;
+    fulmen_model_free(quiet_fit("npu", batches, 1, opt, opt[0][0] != NULL, &reads));
+    return reads;
 }
 
 /* A training step makes the host wait for nothing: a fit's count of host
@@ -572,15 +583,15 @@ static uint64_t host_reads_of_fit(size_t batches, const char *option, const char
  * whose loss scaler reads its inf check once per step (as torch's
  * GradScaler.step does for every optimizer but the fused ones). */
 static void test_steps_do_not_wait(void) {
-    const char *cases[][2] = {{NULL, NULL},
+    const char *const cases[][2] = {{NULL, NULL},
                               {"gradient_clip_val", "0.5"},
                               {"precision", "bf16-mixed"},
                               {"detect_nonfinite_loss", "false"},
                               {"precision", "16-mixed"}};
     size_t n = sizeof cases / sizeof cases[0];
     for (size_t i = 0; i < n; i++) {
-        uint64_t few = host_reads_of_fit(3, cases[i][0], cases[i][1]);
-        uint64_t many = host_reads_of_fit(9, cases[i][0], cases[i][1]);
+        uint64_t few = host_reads_of_fit(3, &cases[i]);
+        uint64_t many = host_reads_of_fit(9, &cases[i]);
         uint64_t per_step = i + 1 == n ? 1 : 0;
         if (many - few != 6 * per_step) {
             fprintf(stderr, "%s=%s: %llu host reads in 3 steps, %llu in 9\n", cases[i][0] ? cases[i][0] : "-",
@@ -590,30 +601,6 @@ static void test_steps_do_not_wait(void) {
             CHECK(1);
         }
     }
-}
-
-/* Fits 2 epochs of 8 batches on `accelerator` with the `n` option pairs
- * `opts`; returns the model. */
-static fulmen_model *fit_with(const char *accelerator, const char *const (*opts)[2], size_t n) {
-    fulmen_dataset *ds = fixture_blobs(32 * 8, 7, 2.0f);
-    fulmen_loader *loader = fixture_loader(ds, 32, true, 3);
-    CHECK_OK(fulmen_manual_seed(13));
-    fulmen_model *model = fixture_mlp(16, 0.2);
-    step_ud ud = {model};
-    fulmen_lightning_module *module = fixture_module(model, &ud, quiet_step, NULL);
-    fulmen_trainer_options *o = fixture_options(NULL, 2);
-    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", accelerator));
-    CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
-    for (size_t i = 0; i < n; i++) CHECK_OK(fulmen_trainer_options_set(o, opts[i][0], opts[i][1]));
-    fulmen_trainer *t = NULL;
-    CHECK_OK(fulmen_trainer_new(o, &t));
-    CHECK_OK(fulmen_trainer_fit(t, module, loader, NULL, NULL));
-    fulmen_trainer_free(t);
-    fulmen_trainer_options_free(o);
-    fulmen_lightning_module_free(module);
-    fulmen_loader_free(loader);
-    fulmen_dataset_free(ds);
-    return model;
 }
 
 /* On npu the next batch goes to the device while a step runs: the same
@@ -628,8 +615,8 @@ static void test_batches_ahead(void) {
         size_t n;
     } cases[] = {{stops, 2}, {limited, 2}, {precise, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        fulmen_model *cpu = fit_with("cpu", cases[i].opts, cases[i].n);
-        fulmen_model *npu = fit_with("npu", cases[i].opts, cases[i].n);
+        fulmen_model *cpu = quiet_fit("cpu", 8, 2, cases[i].opts, cases[i].n, NULL);
+        fulmen_model *npu = quiet_fit("npu", 8, 2, cases[i].opts, cases[i].n, NULL);
         double diff = fixture_max_diff(cpu, npu);
         if (diff != 0) fprintf(stderr, "batches ahead, case %zu: max |npu - cpu| weight %g\n", i, diff);
         CHECK(diff == 0);
