@@ -68,6 +68,11 @@ impl MeshShape {
         Ok(MeshShape(dims))
     }
 
+    /// The number of places in the mesh.
+    pub fn size(self) -> u64 {
+        self.0.iter().product()
+    }
+
     /// The shapes multiplied dimension by dimension.
     fn times(self, other: MeshShape) -> MeshShape {
         MeshShape([self.0[0] * other.0[0], self.0[1] * other.0[1], self.0[2] * other.0[2]])

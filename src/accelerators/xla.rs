@@ -30,7 +30,7 @@ impl XlaAccelerator {
                 None => why,
             });
         }
-        if xla_runtime::pjrt_is_tpu() && !xla_runtime::started() {
+        if xla_runtime::tpu_before_start() {
             // Counted without starting the client here: each process of a
             // TPU job starts its own on its own chip.
             if let Some(missing) = xla_runtime::missing_reason() {
@@ -64,7 +64,7 @@ impl Accelerator for XlaAccelerator {
     /// The PJRT client's devices; on TPUs before the client starts, the
     /// host's chips (one process each, as torch_xla's `xmp.spawn`).
     fn auto_device_count(&self) -> usize {
-        if xla_runtime::pjrt_is_tpu() && !xla_runtime::started() {
+        if xla_runtime::tpu_before_start() {
             xla_runtime::tpu_local_processes()
         } else if self.is_available() {
             xla_runtime::start().unwrap_or(0)

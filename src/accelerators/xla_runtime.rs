@@ -104,6 +104,12 @@ pub fn pjrt_is_tpu() -> bool {
     std::env::var("PJRT_DEVICE").is_ok_and(|v| v.trim().eq_ignore_ascii_case("TPU"))
 }
 
+/// Whether this process runs on TPUs and has not started the backend:
+/// then its devices are counted from PCI, not by the PJRT client.
+pub fn tpu_before_start() -> bool {
+    pjrt_is_tpu() && !started()
+}
+
 /// Where the host's PCI functions are listed.
 const PCI_DEVICES: &str = "/sys/bus/pci/devices";
 
@@ -114,7 +120,7 @@ pub fn tpu_local_processes() -> usize {
     let chips = tpu_topology::num_available_chips(std::path::Path::new(PCI_DEVICES));
     let bounds = std::env::var("TPU_PROCESS_BOUNDS").ok().and_then(|b| tpu_topology::MeshShape::parse(&b).ok());
     match bounds {
-        Some(b) => chips.min(usize::try_from(b.0.iter().product::<u64>()).unwrap_or(usize::MAX)),
+        Some(b) => chips.min(usize::try_from(b.size()).unwrap_or(usize::MAX)),
         None => chips,
     }
 }

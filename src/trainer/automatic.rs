@@ -49,7 +49,11 @@ fn check_loss(loss: &Tensor, detect_nonfinite: bool, at: &dyn Fn() -> String) ->
         let _guard = tch::no_grad_guard();
         return defer(NONFINITE_LOSS, &loss.f_isfinite()?.f_logical_not()?);
     }
-    let value = loss_value(loss)?;
+    refuse_nonfinite(loss_value(loss)?, at)
+}
+
+/// Refuses a loss value that is NaN or infinite, before any update.
+fn refuse_nonfinite(value: f64, at: &dyn Fn() -> String) -> Result<()> {
     if !value.is_finite() {
         return Err(Error::new(ErrorCode::NonFinite, format!("{}: the loss is {value}; no update was made", at())));
     }
@@ -379,11 +383,8 @@ fn closure_step(
             // The value is read here anyway: a non-finite one is refused
             // before the optimizer uses it, on any device.
             let value = loss_value(&loss)?;
-            if opts.detect_nonfinite_loss && !value.is_finite() {
-                return Err(Error::new(
-                    ErrorCode::NonFinite,
-                    format!("{}: the loss is {value}; no update was made", at()),
-                ));
+            if opts.detect_nonfinite_loss {
+                refuse_nonfinite(value, at)?;
             }
             let mut decided = [value];
             run.strategy.reduce(&mut decided, super::metrics::ReduceFx::Mean)?;

@@ -3,7 +3,6 @@
 //! step never waits for its device to report a number.
 use crate::error::Result;
 use crate::tensor::device::Device;
-use std::cell::Cell;
 use tch::{Kind, Tensor};
 
 /// The sum and count of an epoch's training losses.
@@ -14,35 +13,27 @@ pub struct RunningLoss {
     /// the losses' values.
     sum: Option<Tensor>,
     count: usize,
-    /// The mean once read, until the next loss.
-    read: Cell<Option<f64>>,
 }
 
 impl RunningLoss {
     /// Adds a step's loss (a one-element tensor) without reading it.
     pub fn add(&mut self, loss: &Tensor) -> Result<()> {
         let _guard = tch::no_grad_guard();
-        let kind = if Device::of(loss)? == Device::Mps { Kind::Float } else { Kind::Double };
-        let value = loss.f_detach()?.f_reshape([] as [i64; 0])?.f_to_kind(kind)?;
+        let value = loss.f_detach()?.f_reshape([] as [i64; 0])?;
         self.sum = Some(match self.sum.take() {
-            Some(sum) => sum.f_add(&value)?,
-            None => value,
+            Some(sum) => sum.f_add(&value.f_to_kind(sum.kind())?)?,
+            None if Device::of(loss)? == Device::Mps => value.f_to_kind(Kind::Float)?,
+            None => value.f_to_kind(Kind::Double)?,
         });
         self.count += 1;
-        self.read.set(None);
         Ok(())
     }
 
     /// The mean so far (`None` before the first loss); reading it waits
-    /// for the device once per new loss.
+    /// for the device.
     pub fn mean(&self) -> Result<Option<f64>> {
-        if let Some(mean) = self.read.get() {
-            return Ok(Some(mean));
-        }
         let Some(sum) = &self.sum else { return Ok(None) };
-        let mean = sum.f_double_value(&[])? / self.count as f64;
-        self.read.set(Some(mean));
-        Ok(Some(mean))
+        Ok(Some(sum.f_double_value(&[])? / self.count as f64))
     }
 
     /// Forgets every loss (a new epoch).

@@ -63,15 +63,14 @@ impl Layer for Embedding {
         if kind != Kind::Int64 && kind != Kind::Int {
             return Err(Error::dtype(format!("embedding: indices must be int64 or int32, got {kind:?}")));
         }
+        let mut ids = x.shallow_clone();
         if x.numel() > 0 && deferring(x) {
             // Read later by the trainer; meanwhile a bad index reads row 0,
             // so the kernel cannot assert.
             let bad = x.f_lt(0)?.f_logical_or(&x.f_ge(self.num_embeddings)?)?;
             defer(INDEX_OUT_OF_RANGE, &bad)?;
-            let safe = x.f_masked_fill(&bad, 0)?;
-            return Ok(Tensor::f_embedding(&self.weight, &safe, self.padding_idx.unwrap_or(-1), false, false)?);
-        }
-        if x.numel() > 0 {
+            ids = x.f_masked_fill(&bad, 0)?;
+        } else if x.numel() > 0 {
             // An out-of-range index would be a device-side assert on CUDA.
             let lo = x.f_min()?.f_int64_value(&[])?;
             let hi = x.f_max()?.f_int64_value(&[])?;
@@ -86,7 +85,7 @@ impl Layer for Embedding {
                 ));
             }
         }
-        Ok(Tensor::f_embedding(&self.weight, x, self.padding_idx.unwrap_or(-1), false, false)?)
+        Ok(Tensor::f_embedding(&self.weight, &ids, self.padding_idx.unwrap_or(-1), false, false)?)
     }
 
     fn params(&self) -> Vec<(&str, &Tensor)> {
