@@ -274,10 +274,10 @@ example-exported: $(BUILD)/examples/train_exported_cpp $(BUILD)/examples/train_e
 # side by side with the MNIST example (one epoch of the real data set; the
 # tests' own MNIST runs, FULMEN_MNIST, are left to the ASan suite). A
 # definite leak or an invalid access fails the suite.
-# test_custom_device runs in a process of its own: the fake device it
-# registers must come before any backward pass, and stays registered.
-VG_TESTS := $(filter-out test_ddp test_device_ddp test_crash test_files test_hostile_files test_signals test_custom_device,$(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))) snippet
-VG_ALONE := test_custom_device
+# test_custom_device and test_graphed_steps run in a process of their own: the fake device they
+# register must come before any backward pass, and stays registered.
+VG_TESTS := $(filter-out test_ddp test_device_ddp test_crash test_files test_hostile_files test_signals test_custom_device test_graphed_steps,$(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))) snippet
+VG_ALONE := test_custom_device test_graphed_steps
 # oneDNN's AVX JIT kernels (its RNN ones above all) exhaust valgrind's
 # translation storage, so under valgrind oneDNN runs its SSE4.1 kernels.
 VALGRIND := ONEDNN_MAX_CPU_ISA=SSE41 valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite

@@ -63,6 +63,7 @@ fn build_cxx_shims(lib: &Path) {
         "csrc/optim_lists.hpp",
         "csrc/pinned.cpp",
         "csrc/streams.cpp",
+        "csrc/graphs.cpp",
         "csrc/profiler.cpp",
         "csrc/script.cpp",
         "csrc/exported.cpp",
@@ -112,6 +113,7 @@ fn build_cxx_shims(lib: &Path) {
         .file("csrc/foreach_adam_variants.cpp")
         .file("csrc/pinned.cpp")
         .file("csrc/streams.cpp")
+        .file("csrc/graphs.cpp")
         .file("csrc/profiler.cpp")
         .file("csrc/script.cpp")
         .file("csrc/devices.cpp")

@@ -9,6 +9,9 @@
 // Nothing registers at load: fulmen_cxx_fake_device_register does it all,
 // once per process, and refuses when another PrivateUse1 backend is there.
 // Registering names PrivateUse1 for the whole process and cannot be undone.
+//
+// It also captures and replays work as a CUDA graph does (section 6), so
+// that the trainer's graphed steps are tested without a GPU.
 #include "fulmen_cxx.h"
 
 #include <ATen/EmptyTensor.h>
@@ -34,7 +37,10 @@
 #include <atomic>
 #include <cstring>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <mutex>
+#include <vector>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -51,6 +57,47 @@ std::atomic<uint64_t> g_host_reads{0};
 thread_local int t_in_fallback = 0;
 thread_local c10::DeviceIndex t_current = 0;
 constexpr auto kPU1 = c10::DeviceType::PrivateUse1;
+
+// ---- graph capture state (section 6 uses it; the kernels check it) ---------
+// While set, the device work of every thread is recorded, not done (as a
+// CUDA stream capture in its global mode): each recorded op replays later on
+// the same tensors.
+std::atomic<bool> g_capturing{false};
+std::mutex& g_record_mu = *new std::mutex();
+std::vector<std::function<void()>>* g_recording = nullptr;  // under g_record_mu
+// The allocations made during the capture (its temporaries and outputs),
+// which the capture may write: nothing outside it can have seen them.
+std::unordered_set<void*>& g_fresh = *new std::unordered_set<void*>();  // under g_record_mu
+
+// Whether this call is device work to record: a capture is running and the
+// call is not the fallback's own copying.
+bool recording() { return t_in_fallback == 0 && g_capturing.load(); }
+
+void record(std::function<void()> replay) {
+  std::lock_guard<std::mutex> l(g_record_mu);
+  TORCH_CHECK(g_recording != nullptr, "fake device: no capture is running");
+  g_recording->push_back(std::move(replay));
+}
+
+// Whether `t`'s memory was allocated during the running capture.
+bool fresh(const at::Tensor& t) {
+  if (!t.defined() || !t.is_privateuseone() || !t.has_storage()) return false;
+  std::lock_guard<std::mutex> l(g_record_mu);
+  return g_fresh.count(t.storage().data_ptr().get()) != 0;
+}
+
+// CUDA's refusal of a host wait inside a capture, in its words.
+[[noreturn]] void refuse_in_capture(const char* what) {
+  TORCH_CHECK(false, "operation not permitted when stream is capturing (the fake device's graph capture: ", what,
+              " waits for the device, which a captured graph cannot do)");
+}
+
+struct InFallback {
+  InFallback() { ++t_in_fallback; }
+  ~InFallback() { --t_in_fallback; }
+  InFallback(const InFallback&) = delete;
+  InFallback& operator=(const InFallback&) = delete;
+};
 
 void check_index(c10::DeviceIndex i) {
   TORCH_CHECK(i >= 0 && i < g_device_count.load(), "fake device: invalid device index ", int(i),
@@ -98,6 +145,10 @@ std::mutex& g_sizes_mu = *new std::mutex();
 std::unordered_map<void*, size_t>& g_sizes = *new std::unordered_map<void*, size_t>();
 
 void npu_free(void* p) {
+  if (g_capturing.load()) {
+    std::lock_guard<std::mutex> l(g_record_mu);
+    if (g_capturing.load()) g_fresh.erase(p);
+  }
   {
     std::lock_guard<std::mutex> l(g_sizes_mu);
     auto it = g_sizes.find(p);
@@ -133,6 +184,12 @@ struct NpuAllocator final : c10::Allocator {
     } else {
       std::lock_guard<std::mutex> l(g_sizes_mu);
       g_sizes[p] = n;
+    }
+    if (p != nullptr && g_capturing.load()) {
+      // Checked again under the lock: a capture ending meanwhile clears
+      // the set, which must not keep this address for the next capture.
+      std::lock_guard<std::mutex> l(g_record_mu);
+      if (g_capturing.load()) g_fresh.insert(p);
     }
     return {p, p, &npu_free, c10::Device(kPU1, t_current)};
   }
@@ -228,7 +285,22 @@ at::Tensor npu_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
   TORCH_CHECK(dst.is_cpu() || dst.is_privateuseone(), "fake device: cannot copy to ", dst.device());
   // Into pinned host memory, a non-blocking copy does not wait (CUDA's
   // rule); any other copy out of the device does.
-  if (t_in_fallback == 0 && self.is_privateuseone() && dst.is_cpu() && !(non_blocking && dst.is_pinned())) {
+  const bool waits = self.is_privateuseone() && dst.is_cpu() && !(non_blocking && dst.is_pinned());
+  if (recording()) {
+    if (waits) refuse_in_capture("a copy into host memory (other than a non-blocking one into pinned memory)");
+    if (self.is_cpu() && !self.is_pinned()) refuse_in_capture("a copy from pageable host memory");
+    auto copy = [self, dst, non_blocking] {
+      InFallback in;
+      at::Tensor d = as_cpu(dst);
+      at::native::copy_(d, as_cpu(self), non_blocking);
+    };
+    // Into the capture's own memory the copy is done now too, so that
+    // later ops of the capture see its values.
+    if (fresh(dst)) copy();
+    record(copy);
+    return dst;
+  }
+  if (t_in_fallback == 0 && waits) {
     g_host_reads++;
   }
   at::Tensor d = as_cpu(dst);
@@ -252,6 +324,7 @@ const at::Tensor& npu_resize_(const at::Tensor& self, c10::IntArrayRef size, std
   return at::native::resize_(self, size, fmt);  // reallocates with the storage's allocator
 }
 at::Scalar npu_local_scalar_dense(const at::Tensor& self) {
+  if (g_capturing.load()) refuse_in_capture("reading a value (.item())");
   g_host_reads++;
   return at::native::_local_scalar_dense_cpu(self);
 }
@@ -276,10 +349,11 @@ bool npu_has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tens
 // cpu_fallback would update CPU copies and drop them (BatchNorm's running
 // stats would stay at their initial values). The data is host memory, so run
 // the CPU kernel on CPU aliases instead: the update lands in the npu tensors.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_native_batch_norm(
+std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_on_host(
     const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
     const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, bool training,
     double momentum, double eps) {
+  InFallback in;
   auto opt = [](const std::optional<at::Tensor>& t) -> std::optional<at::Tensor> {
     if (t.has_value() && t->defined()) return as_cpu(*t);
     return std::nullopt;
@@ -290,11 +364,131 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_native_batch_norm(
   return {out.to(d), mean.to(d), invstd.to(d)};
 }
 
+// ---- capture helpers: a captured op runs on scratch copies of the device
+// tensors that existed before the capture, so that its outputs get their
+// shapes (and the capture's own tensors their values) while nothing that
+// existed before changes (a CUDA capture records work without doing it);
+// the replay then runs it on the real tensors.
+at::Tensor scratch_copy(const at::Tensor& t) {
+  if (!t.defined() || !t.is_privateuseone() || fresh(t)) return t;
+  InFallback in;
+  at::Tensor c = t.is_non_overlapping_and_dense() ? at::empty_strided(t.sizes(), t.strides(), t.options())
+                                                  : at::empty(t.sizes(), t.options());
+  as_cpu(c).copy_(as_cpu(t));
+  return c;
+}
+std::optional<at::Tensor> scratch_copy(const std::optional<at::Tensor>& t) {
+  if (!t.has_value()) return t;
+  return scratch_copy(*t);
+}
+c10::IValue scratch_copy(const c10::IValue& v) {
+  if (v.isTensor()) return scratch_copy(v.toTensor());
+  if (v.isList()) {
+    auto list = v.toList();
+    c10::impl::GenericList out(list.elementType());
+    out.reserve(list.size());
+    for (size_t i = 0; i < list.size(); ++i) out.push_back(scratch_copy(c10::IValue(list.get(i))));
+    return out;
+  }
+  return v;
+}
+// Copies a replay's fresh output into the tensor the capture handed out.
+void copy_into(const c10::IValue& recorded, const c10::IValue& fresh) {
+  if (recorded.isTensor() && fresh.isTensor()) {
+    const at::Tensor& r = recorded.toTensor();
+    const at::Tensor& f = fresh.toTensor();
+    if (!r.defined() || !f.defined()) return;
+    TORCH_CHECK(r.sizes() == f.sizes(), "fake device: a replayed op's output has shape ", f.sizes(),
+                " where its capture's had ", r.sizes());
+    InFallback in;
+    as_cpu(r).copy_(as_cpu(f));
+    return;
+  }
+  if (recorded.isList() && fresh.isList()) {
+    auto a = recorded.toList(), b = fresh.toList();
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) copy_into(c10::IValue(a.get(i)), c10::IValue(b.get(i)));
+  }
+}
+void copy_into(const at::Tensor& recorded, const at::Tensor& fresh) {
+  copy_into(c10::IValue(recorded), c10::IValue(fresh));
+}
+// The argument a return writes through (`Tensor(a!)`), or -1.
+int written_argument(const c10::FunctionSchema& s, size_t ret) {
+  const auto* r = s.returns()[ret].alias_info();
+  if (r == nullptr || !r->isWrite()) return -1;
+  for (size_t j = 0; j < s.arguments().size(); ++j) {
+    const auto* a = s.arguments()[j].alias_info();
+    if (a != nullptr && a->isWrite() && a->beforeSets() == r->beforeSets()) return static_cast<int>(j);
+  }
+  return -1;
+}
+
+// native_batch_norm's schema does not mark running_mean/var as mutated, so
+// cpu_fallback would update CPU copies and drop them (BatchNorm's running
+// stats would stay at their initial values). The data is host memory, so run
+// the CPU kernel on CPU aliases instead: the update lands in the npu tensors.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_native_batch_norm(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, bool training,
+    double momentum, double eps) {
+  if (!recording()) {
+    return batch_norm_on_host(input, weight, bias, running_mean, running_var, training, momentum, eps);
+  }
+  auto result = batch_norm_on_host(input, weight, bias, scratch_copy(running_mean), scratch_copy(running_var),
+                                   training, momentum, eps);
+  auto [out, mean, invstd] = result;
+  record([=] {
+    auto [o, m, i] = batch_norm_on_host(input, weight, bias, running_mean, running_var, training, momentum, eps);
+    copy_into(out, o);
+    copy_into(mean, m);
+    copy_into(invstd, i);
+  });
+  return result;
+}
+
+// An op through the fallback while a capture runs: done on scratch copies
+// for its outputs, recorded with its real arguments. A return that writes
+// through an argument is that argument (resized as the op resized its copy).
+void capture_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const size_t n = schema.arguments().size();
+  std::vector<c10::IValue> args(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
+  torch::jit::drop(*stack, n);
+  for (const auto& a : args) stack->push_back(scratch_copy(a));
+  {
+    InFallback in;
+    at::native::cpu_fallback(op, stack);
+  }
+  const size_t r = schema.returns().size();
+  const size_t first = stack->size() - r;
+  std::vector<c10::IValue> outs(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  for (size_t i = 0; i < r; ++i) {
+    const int j = written_argument(schema, i);
+    if (j < 0) continue;
+    if (args[j].isTensor() && outs[i].isTensor()) {
+      const at::Tensor& original = args[j].toTensor();
+      if (original.defined() && original.sizes() != outs[i].toTensor().sizes()) {
+        at::native::resize_(original, outs[i].toTensor().sizes(), std::nullopt);
+      }
+    }
+    (*stack)[first + i] = args[j];
+    outs[i] = c10::IValue();
+  }
+  c10::OperatorHandle handle = op;
+  record([handle, args, outs] {
+    InFallback in;
+    torch::jit::Stack replay(args.begin(), args.end());
+    at::native::cpu_fallback(handle, &replay);
+    for (size_t i = 0; i < outs.size() && i < replay.size(); ++i) copy_into(outs[i], replay[i]);
+  });
+}
+
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  ++t_in_fallback;
-  struct Leave {
-    ~Leave() { --t_in_fallback; }
-  } leave;
+  if (recording()) {
+    capture_boxed(op, stack);
+    return;
+  }
+  InFallback in;
   at::native::cpu_fallback(op, stack);
 }
 
@@ -436,6 +630,66 @@ int fulmen_cxx_fake_device_register(const char* name, int64_t count, char* err, 
   g_registered = true;
   FULMEN_CXX_CATCH(err, err_len)
 }
+
+// ---- 6. graph capture, as a CUDA graph: between begin and end every
+// thread's work on the fake devices is recorded instead of done (host waits
+// are refused as CUDA refuses them); a replay does the recorded work again
+// on the same tensors. A graph is a heap FakeGraph handed out as `void*`.
+struct FakeGraph {
+  std::vector<std::function<void()>> work;
+};
+
+// Starts a capture; one at a time per process.
+int fulmen_cxx_fake_graph_begin(char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  using namespace fake_device;
+  {
+    std::lock_guard<std::mutex> registered(g_register_mu);
+    TORCH_CHECK(g_registered, "the fake device is not registered: it has no graphs");
+  }
+  std::lock_guard<std::mutex> l(g_record_mu);
+  TORCH_CHECK(!g_capturing.load() && g_recording == nullptr, "fake device: a graph capture is already running");
+  g_recording = new std::vector<std::function<void()>>();
+  g_capturing = true;
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Ends the capture: *out = the graph, for fulmen_cxx_fake_graph_replay
+// and fulmen_cxx_fake_graph_free.
+int fulmen_cxx_fake_graph_end(void** out, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  using namespace fake_device;
+  TORCH_CHECK(out != nullptr, "fake graph: out is NULL");
+  std::lock_guard<std::mutex> l(g_record_mu);
+  TORCH_CHECK(g_capturing.load() && g_recording != nullptr, "fake device: no graph capture is running");
+  g_capturing = false;
+  std::unique_ptr<std::vector<std::function<void()>>> work(g_recording);
+  g_recording = nullptr;
+  g_fresh.clear();
+  *out = new FakeGraph{std::move(*work)};
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Ends a capture that failed, dropping what it recorded; nothing when none runs.
+void fulmen_cxx_fake_graph_abort() {
+  using namespace fake_device;
+  std::lock_guard<std::mutex> l(g_record_mu);
+  g_capturing = false;
+  delete g_recording;
+  g_recording = nullptr;
+  g_fresh.clear();
+}
+
+// Does a captured graph's work again, in its order.
+int fulmen_cxx_fake_graph_replay(void* graph, char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  TORCH_CHECK(graph != nullptr, "fake graph: NULL");
+  TORCH_CHECK(!fake_device::g_capturing.load(), "fake device: a graph cannot replay during a capture");
+  for (auto& work : static_cast<FakeGraph*>(graph)->work) work();
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+void fulmen_cxx_fake_graph_free(void* graph) { delete static_cast<FakeGraph*>(graph); }
 
 // *out = how many times the host waited for the fake devices' data since
 // the process started (see g_host_reads).

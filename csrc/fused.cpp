@@ -20,16 +20,25 @@ extern "C" {
 
 // torch._fused_adam_ (AdamW: torch._fused_adamw_ when `decoupled`); the
 // steps are float32 tensors on the parameters' device holding the steps
-// done, 1 added here first as torch adds it.
+// done, 1 added here first as torch adds it. `lr_tensor` (an `at::Tensor*`
+// on the parameters' device, or NULL for `lr`) is torch's tensor lr, read
+// by the kernel on the device, so a captured graph sees its changes.
 int fulmen_cxx_fused_adam(void* const* params, void* const* grads, void* const* exp_avgs, void* const* exp_avg_sqs,
-                          void* const* max_exp_avg_sqs, void* const* steps, size_t n, double lr, double beta1,
-                          double beta2, double weight_decay, double eps, bool amsgrad, bool maximize, bool decoupled,
-                          char* err, size_t err_len) {
+                          void* const* max_exp_avg_sqs, void* const* steps, size_t n, double lr,
+                          const void* lr_tensor, double beta1, double beta2, double weight_decay, double eps,
+                          bool amsgrad, bool maximize, bool decoupled, char* err, size_t err_len) {
   FULMEN_CXX_TRY
   auto p = list(params, n), g = list(grads, n), m = list(exp_avgs, n), v = list(exp_avg_sqs, n);
   auto vmax = list(max_exp_avg_sqs, n), s = list(steps, n);
   at::_foreach_add_(s, 1.0);
-  if (decoupled) {
+  if (lr_tensor != nullptr) {
+    const auto& lr_t = *static_cast<const at::Tensor*>(lr_tensor);
+    if (decoupled) {
+      at::_fused_adamw_(p, g, m, v, vmax, s, lr_t, beta1, beta2, weight_decay, eps, amsgrad, maximize);
+    } else {
+      at::_fused_adam_(p, g, m, v, vmax, s, lr_t, beta1, beta2, weight_decay, eps, amsgrad, maximize);
+    }
+  } else if (decoupled) {
     at::_fused_adamw_(p, g, m, v, vmax, s, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize);
   } else {
     at::_fused_adam_(p, g, m, v, vmax, s, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize);
@@ -37,13 +46,19 @@ int fulmen_cxx_fused_adam(void* const* params, void* const* grads, void* const* 
   FULMEN_CXX_CATCH(err, err_len)
 }
 
-// torch._fused_sgd_; `momentum_buffers` NULL without momentum.
+// torch._fused_sgd_; `momentum_buffers` NULL without momentum; `lr_tensor`
+// as fulmen_cxx_fused_adam's.
 int fulmen_cxx_fused_sgd(void* const* params, void* const* grads, void* const* momentum_buffers, size_t n,
-                         double weight_decay, double momentum, double lr, double dampening, bool nesterov,
-                         bool maximize, bool is_first_step, char* err, size_t err_len) {
+                         double weight_decay, double momentum, double lr, const void* lr_tensor, double dampening,
+                         bool nesterov, bool maximize, bool is_first_step, char* err, size_t err_len) {
   FULMEN_CXX_TRY
   auto p = list(params, n), g = list(grads, n), b = list(momentum_buffers, n);
-  at::_fused_sgd_(p, g, b, weight_decay, momentum, lr, dampening, nesterov, maximize, is_first_step);
+  if (lr_tensor != nullptr) {
+    const auto& lr_t = *static_cast<const at::Tensor*>(lr_tensor);
+    at::_fused_sgd_(p, g, b, weight_decay, momentum, lr_t, dampening, nesterov, maximize, is_first_step);
+  } else {
+    at::_fused_sgd_(p, g, b, weight_decay, momentum, lr, dampening, nesterov, maximize, is_first_step);
+  }
   FULMEN_CXX_CATCH(err, err_len)
 }
 

@@ -118,7 +118,7 @@ strip --strip-unneeded -o "$bundle/lib/$soname" "$lib"
 # so their symbols are left for the GPU machine's loader.
 cflags=(-std=c11 -Wall -Wextra -Werror -pedantic -O1 -I"$root/include")
 ldflags=(-L"$bundle/lib" -Wl,-rpath,'$ORIGIN/../lib' -Wl,--allow-shlib-undefined -l:"$soname" -lm)
-for src in "$root"/tests/c/test_*.c "$root"/tests/gpu/gpu_check.c "$root"/tests/gpu/gpu_optim_check.c \
+for src in "$root"/tests/c/test_*.c "$root"/tests/gpu/gpu_check.c "$root"/tests/gpu/gpu_optim_check.c "$root"/tests/gpu/gpu_graph_check.c \
     "$root"/examples/c/mnist.c; do
     exe=$bundle/bin/$(basename "${src%.c}")
     cc "${cflags[@]}" "$src" -o "$exe" "${ldflags[@]}" 2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)

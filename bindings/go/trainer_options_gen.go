@@ -341,6 +341,40 @@ func (o *TrainerOptions) SetInferenceMode(v bool) error {
 	return o.SetBool("inference_mode", v)
 }
 
+// SetCudaGraphs sets `cuda_graphs` (bool; default false): capture each kind
+// of training step (batch shapes and dtypes, accumulation) in a CUDA graph
+// after cuda_graphs_warmup_steps eager runs, and replay it: the batch is
+// copied into the graph's inputs and forward, backward, clipping and the
+// update run as one launch (at most 8 graphs). training_step and the hooks
+// between backward and the update run at the capture only, their device work
+// at every replay; the step's returned loss is the graph's output tensor,
+// overwritten by the next replay. Refused with FULMEN_CODE_UNSUPPORTED: other
+// devices than CUDA (and the tests' fake device), several devices, 16-mixed,
+// manual optimization, optimization hooks, detect_anomaly, optimizers other
+// than fused SGD, Adam and AdamW, and a step that logs or reads a value;
+// gradients stay allocated (zeroed in place), and changing hyperparameters
+// other than the learning rate, or the parameters, after a capture fails the
+// run.
+func (o *TrainerOptions) SetCudaGraphs(v bool) error {
+	return o.SetBool("cuda_graphs", v)
+}
+
+// SetCudaGraphsWarmupSteps sets `cuda_graphs_warmup_steps` (integer; default
+// 3): eager runs of each kind of step before cuda_graphs captures it (at
+// least 1: lazy state such as optimizer buffers must exist before a capture).
+func (o *TrainerOptions) SetCudaGraphsWarmupSteps(v int64) error {
+	return o.SetInt("cuda_graphs_warmup_steps", v)
+}
+
+// SetCudaGraphsFallback sets `cuda_graphs_fallback` (bool; default false):
+// with cuda_graphs, a kind of step that cannot be captured (its capture
+// failed, or 8 graphs exist) runs eagerly from then on, with one warning,
+// instead of failing the run; on CUDA a failed capture still fails it
+// (torch's CUDA generator stays marked as capturing after one).
+func (o *TrainerOptions) SetCudaGraphsFallback(v bool) error {
+	return o.SetBool("cuda_graphs_fallback", v)
+}
+
 // SetDetectAnomaly sets `detect_anomaly` (bool; default false): autograd's
 // anomaly mode during the run: a NaN gradient fails backward, naming the
 // operation.

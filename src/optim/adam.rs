@@ -271,6 +271,10 @@ macro_rules! impl_optimizer {
             fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
                 self.0.load_state_dict(state)
             }
+            fn graphed(&mut self) -> Option<Box<dyn super::graphed::GraphedUpdates + '_>> {
+                let kind = self.name();
+                Some(Box::new(super::graphed::CoreGraph { core: &mut self.0.core, kind }))
+            }
         }
     };
 }

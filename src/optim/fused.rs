@@ -131,9 +131,16 @@ pub(super) fn take_device_step(state: &mut [Option<ParamState>], i: usize, p: &T
         None => (0.0, None),
     };
     match kept {
-        Some(d) if d.count == count && d.tensor.device() == p.device() => Ok(d.tensor),
-        _ => Ok(Tensor::f_scalar_tensor(count, (Kind::Float, p.device()))?),
+        Some(d) if d.count == count && same_device(&d.tensor, p)? => Ok(d.tensor),
+        _ => crate::tensor::device::scalar_on_device_of(count, Kind::Float, p),
     }
+}
+
+/// Whether two tensors are on one device (tch cannot tell vendors' devices
+/// apart: libtorch is asked).
+fn same_device(a: &Tensor, b: &Tensor) -> Result<bool> {
+    use crate::tensor::device::Device as On;
+    Ok(On::of(a)? == On::of(b)?)
 }
 
 /// Keeps the step tensors of a successful fused call in the state of the
@@ -147,18 +154,30 @@ pub(super) fn keep_device_steps(state: &mut [Option<ParamState>], ids: &[usize],
 }
 
 /// What torch's `_device_dtype_check_for_fused` checks: floating
-/// parameters on a device with fused kernels (CPU, CUDA, MPS).
+/// parameters on a device of `_get_fused_kernels_supported_devices` (CPU,
+/// CUDA, MPS, XPU, HPU, MTIA and the PrivateUse1 backend, whose own
+/// kernels or fallback run the update).
 pub(crate) fn check_fusable(kind: &str, params: &[Tensor]) -> Result<()> {
     for p in params {
         let floating = matches!(p.kind(), Kind::Half | Kind::BFloat16 | Kind::Float | Kind::Double);
         // tch reads devices it does not name (XLA's) as MPS: ask libtorch.
         let on = crate::tensor::device::Device::of(p)?;
-        let device = matches!(on.kind(), DeviceType::Cpu | DeviceType::Cuda | DeviceType::Mps);
+        let device = matches!(
+            on.kind(),
+            DeviceType::Cpu
+                | DeviceType::Cuda
+                | DeviceType::Mps
+                | DeviceType::Xpu
+                | DeviceType::Hpu
+                | DeviceType::Mtia
+                | DeviceType::PrivateUse1
+        );
         if !floating || !device {
             return Err(Error::new(
                 ErrorCode::Unsupported,
                 format!(
-                    "{kind} with fused updates needs floating parameters on the CPU, CUDA or MPS, got {:?} on {}",
+                    "{kind} with fused updates needs floating parameters on the CPU, CUDA, MPS, XPU, HPU, MTIA or a \
+                     PrivateUse1 device, got {:?} on {}",
                     p.kind(),
                     on.name()
                 ),
@@ -220,8 +239,9 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
     let kind = if decoupled { "adamw" } else { "adam" };
     let _guard = tch::no_grad_guard();
     let groups = rows_with_grads(kind, core)?;
-    for (g, rows) in core.groups.iter().zip(groups) {
+    for (gi, (g, rows)) in core.groups.iter().zip(groups).enumerate() {
         let o = defaults.of_group(g);
+        let lr_tensor = super::graphed::lr_tensor_ptr(&core.device_lrs, gi);
         let mut buckets = Buckets::default();
         for (i, p, grad) in rows {
             let st = core.state[i].get_or_insert_with(ParamState::default);
@@ -248,6 +268,7 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
                     steps.as_ptr(),
                     n,
                     g.lr,
+                    lr_tensor,
                     g.momentum,
                     o.betas.1,
                     g.weight_decay,
@@ -270,8 +291,9 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
 pub(crate) fn sgd_step(core: &mut Core, defaults: &SgdOptions) -> Result<()> {
     let _guard = tch::no_grad_guard();
     let groups = rows_with_grads("sgd", core)?;
-    for (g, rows) in core.groups.iter().zip(groups) {
+    for (gi, (g, rows)) in core.groups.iter().zip(groups).enumerate() {
         let o = defaults.of_group(g);
+        let lr_tensor = super::graphed::lr_tensor_ptr(&core.device_lrs, gi);
         let with_momentum = g.momentum != 0.0;
         let has_buffer = |i: usize| core.state[i].as_ref().is_some_and(|st| st.buffers.contains_key("momentum_buffer"));
         // torch: the first step (no buffer yet) lets the kernel fill the buffers.
@@ -316,6 +338,7 @@ pub(crate) fn sgd_step(core: &mut Core, defaults: &SgdOptions) -> Result<()> {
                     g.weight_decay,
                     g.momentum,
                     g.lr,
+                    lr_tensor,
                     o.dampening,
                     o.nesterov,
                     o.maximize,

@@ -53,6 +53,9 @@ macro_rules! optimizer_via_core {
             fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
                 self.core.load(&SPEC, state, &self.opts)
             }
+            fn graphed(&mut self) -> Option<Box<dyn crate::optim::graphed::GraphedUpdates + '_>> {
+                Some(Box::new(crate::optim::graphed::CoreGraph { core: &mut self.core, kind: $name }))
+            }
         }
     };
 }
@@ -64,6 +67,7 @@ mod adamax;
 mod foreach;
 mod foreach_adam_variants;
 mod fused;
+pub mod graphed;
 pub mod group_hyper;
 mod host;
 mod lbfgs;
@@ -306,6 +310,12 @@ pub trait Optimizer: Send {
     /// optimizer kind, and `ShapeMismatch` when a buffer's shape differs from
     /// its parameter's; on error the optimizer is unchanged.
     fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()>;
+
+    /// Its steps inside device graphs (the trainer's `cuda_graphs`); `None`
+    /// for kinds whose state lives on the host (LBFGS, host optimizers).
+    fn graphed(&mut self) -> Option<Box<dyn graphed::GraphedUpdates + '_>> {
+        None
+    }
 }
 
 /// Sets gradients back to undefined (torch's `zero_grad(set_to_none=True)`).

@@ -118,6 +118,10 @@ pub(crate) struct Core {
     /// (`src/optim/foreach.rs`): `None` is torch's default (saved as
     /// nothing), a choice is saved as every group's `foreach` entry.
     pub foreach: Option<bool>,
+    /// Each group's learning rate on its parameters' device while the
+    /// optimizer steps inside device graphs (`src/optim/graphed.rs`); the
+    /// fused updates then read it there. Never saved.
+    pub(crate) device_lrs: Option<Vec<Option<super::graphed::DeviceLr>>>,
 }
 
 /// Whether optimizer `kind` has fused updates (`src/optim/fused.rs`).
@@ -142,8 +146,14 @@ impl Core {
         if params.is_empty() {
             return Err(Error::invalid("optimizer got an empty parameter list"));
         }
-        let mut core =
-            Core { groups: Vec::new(), state: Vec::new(), grad_reset: Default::default(), fused: false, foreach: None };
+        let mut core = Core {
+            groups: Vec::new(),
+            state: Vec::new(),
+            grad_reset: Default::default(),
+            fused: false,
+            foreach: None,
+            device_lrs: None,
+        };
         core.add_group(params, None, opts)?;
         Ok(core)
     }

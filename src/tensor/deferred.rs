@@ -90,6 +90,32 @@ impl Drop for DeferredScope {
     }
 }
 
+/// Runs `work` with the checks it defers kept apart, and returns them:
+/// each kind's flag as `work` computed it. A device graph captures a step
+/// this way; after each replay its flags are deferred again ([`defer`]),
+/// so that they accumulate in the scope's own flags. Without a scope,
+/// `work` runs as it is and nothing is kept apart.
+pub fn collect<T>(work: impl FnOnce() -> Result<T>) -> Result<(T, Vec<(CheckKind, Tensor)>)> {
+    if SCOPE.with(|s| s.borrow().is_none()) {
+        return Ok((work()?, Vec::new()));
+    }
+    /// Puts the scope's own flags back, even when `work` panics.
+    struct Restore(Option<Pending>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let outer = self.0.take();
+            SCOPE.with(|s| *s.borrow_mut() = outer);
+        }
+    }
+    let since_step = SCOPE.with(|s| s.borrow().as_ref().map_or(0, |p| p.since_step));
+    let outer = SCOPE.with(|s| s.replace(Some(Pending { entries: Vec::new(), since_step })));
+    let restore = Restore(outer);
+    let out = work();
+    let collected = SCOPE.with(|s| s.borrow_mut().take().map(|p| p.entries).unwrap_or_default());
+    drop(restore);
+    Ok((out?, collected))
+}
+
 /// Whether a check of `t` is deferred: under a scope, off the CPU.
 pub fn deferring(t: &Tensor) -> bool {
     SCOPE.with(|s| s.borrow().is_some()) && Device::of(t).is_ok_and(|d| d != Device::Cpu)
@@ -200,6 +226,31 @@ mod tests {
         assert!(e.message.contains("between global steps 7 and 9"), "{e}");
         assert_eq!(DeferredScope::enter(0).finish(1, Ok(5)).unwrap(), 5);
         verify(3).unwrap();
+    }
+
+    #[test]
+    fn collected_checks_stay_apart_until_deferred_again() {
+        let scope = DeferredScope::enter(0);
+        defer(OTHER, &Tensor::from(false)).unwrap();
+        let (value, kept) = collect(|| {
+            defer(KIND, &Tensor::from_slice(&[false, true]))?;
+            Ok(5)
+        })
+        .unwrap();
+        assert_eq!(value, 5);
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].0, KIND);
+        // The scope's own flags are back, without the collected one.
+        verify(1).unwrap();
+        defer(kept[0].0, &kept[0].1).unwrap();
+        assert_eq!(verify(2).unwrap_err().code, ErrorCode::OutOfRange);
+        // A failed `work` leaves the scope as it was.
+        defer(OTHER, &Tensor::from(true)).unwrap();
+        assert!(collect(|| -> Result<()> { Err(Error::state("no")) }).is_err());
+        assert_eq!(verify(3).unwrap_err().code, ErrorCode::NonFinite);
+        drop(scope);
+        // Outside a scope nothing is kept apart.
+        assert!(collect(|| Ok(())).unwrap().1.is_empty());
     }
 
     #[test]

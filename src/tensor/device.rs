@@ -430,6 +430,14 @@ pub fn empty_on_device_of(shape: &[i64], kind: tch::Kind, like: &Tensor) -> Resu
     }
 }
 
+/// A 0-dim tensor of `kind` holding `value` on the device of `like`, filled
+/// there (no copy from the host).
+pub fn scalar_on_device_of(value: f64, kind: tch::Kind, like: &Tensor) -> Result<Tensor> {
+    let mut t = empty_on_device_of(&[], kind, like)?;
+    let _ = t.f_fill_(value)?;
+    Ok(t)
+}
+
 /// A tensor on a device tch cannot name (a vendor's), made there through
 /// the shim rather than on the CPU and copied.
 fn new_on_device_of(shape: &[i64], kind: tch::Kind, like: &Tensor, zeroed: bool) -> Result<Tensor> {

@@ -14,6 +14,19 @@ pub(crate) fn set_grad(param: &Tensor, grad: Option<&Tensor>) -> Result<()> {
     })
 }
 
+/// torch's `zero_grad(set_to_none=False)`: each defined gradient of
+/// `params` is detached and zeroed in place (it keeps its memory).
+pub fn zero_in_place(params: &[Tensor]) -> Result<()> {
+    for p in params {
+        let mut g = p.grad();
+        if g.defined() {
+            let _ = g.f_detach_()?;
+            let _ = g.f_zero_()?;
+        }
+    }
+    Ok(())
+}
+
 /// Scales the gradients of `params` in place so that their joint
 /// `norm_type`-norm is at most `max_norm`; returns the norm before
 /// clipping. `norm_type` may be `f64::INFINITY`. Parameters without a

@@ -4,6 +4,7 @@ pub mod device;
 pub mod dtype;
 pub mod functional;
 pub mod grad;
+pub mod graph;
 pub mod inplace;
 pub mod ops;
 pub mod pinned;

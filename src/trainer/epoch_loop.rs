@@ -1,7 +1,7 @@
 //! The training epoch loop (Lightning's `_TrainingEpochLoop`): the batches
 //! of one epoch, their optimization, schedulers, validation at
 //! `val_check_interval`, the hooks and checkpoints between batches.
-use super::automatic::{automatic_step, TrainBatch};
+use super::automatic::TrainBatch;
 use super::fit_loop::{run_validation, validates_in};
 use super::hooks::Hook;
 use super::manual_optimization::{check_returned, manual_training_step};
@@ -295,7 +295,7 @@ pub(super) fn train_epoch(
             // A step that returned no loss still counts as an optimizer
             // step when it steps (Lightning calls the step, which finds no
             // gradients of this batch).
-            let out = automatic_step(run, opts, &mut store, &train, stepped)?;
+            let out = super::graphed_step::train_step(run, opts, &mut store, &train, stepped)?;
             if let Some(loss) = &out {
                 run.state.running_loss.add(loss)?;
             }

@@ -187,6 +187,8 @@ impl Trainer {
             loggers.extend(self.extra_loggers.iter_mut());
         }
         let mut run = Run::new("fit", &mut self.state, ordered, module, loggers, &opts, strategy, writer)?;
+        run.graphs = super::graphed_step::GraphedSteps::when(&opts);
+        run.grads_stay = run.graphs.is_some();
         run.requeue = super::slurm::Requeue::when(opts.slurm_auto_requeue, &opts.default_root_dir);
         let _sigusr1 = super::slurm::SignalGuard::install(run.requeue.is_some());
         // Checks of device values wait to be read with the run's other
@@ -194,6 +196,7 @@ impl Trainer {
         // failed or not.
         let deferred = crate::tensor::deferred::DeferredScope::enter(run.state.global_step);
         let result = fit_run(&mut run, &opts, &mut data, resume.as_deref());
+        super::graphed_step::end(&mut run);
         let result = deferred.finish(run.state.global_step, result).map_err(|e| run.strategy.fail(e));
         let estimated = data.train().ok().map(|t| estimated_stepping_batches(&opts, t));
         let (report, traced) = run.finish_profile();

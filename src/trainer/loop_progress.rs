@@ -149,7 +149,52 @@ impl Default for OptimizerProgress {
     }
 }
 
+impl Tracker {
+    fn minus(&self, other: &Tracker) -> Tracker {
+        Tracker {
+            ready: self.ready - other.ready,
+            started: self.started - other.started,
+            processed: self.processed - other.processed,
+            completed: self.completed - other.completed,
+        }
+    }
+
+    fn add(&mut self, by: &Tracker) {
+        self.ready += by.ready;
+        self.started += by.started;
+        self.processed += by.processed;
+        self.completed += by.completed;
+    }
+}
+
+impl Progress {
+    fn since(&self, before: &Progress) -> Progress {
+        Progress {
+            counts: self.counts,
+            total: self.total.minus(&before.total),
+            current: self.current.minus(&before.current),
+        }
+    }
+
+    fn advance(&mut self, by: &Progress) {
+        self.total.add(&by.total);
+        self.current.add(&by.current);
+    }
+}
+
 impl OptimizerProgress {
+    /// What was counted from `before` to this (a captured step's counts,
+    /// which each replay counts again).
+    pub fn since(&self, before: &OptimizerProgress) -> OptimizerProgress {
+        OptimizerProgress { step: self.step.since(&before.step), zero_grad: self.zero_grad.since(&before.zero_grad) }
+    }
+
+    /// Counts `by` (from [`OptimizerProgress::since`]) once more.
+    pub fn advance(&mut self, by: &OptimizerProgress) {
+        self.step.advance(&by.step);
+        self.zero_grad.advance(&by.zero_grad);
+    }
+
     fn reset_on_run(&mut self) {
         self.step.reset_on_run();
         self.zero_grad.reset_on_run();

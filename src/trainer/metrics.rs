@@ -264,6 +264,8 @@ pub struct MetricStore {
     step_keys: BTreeMap<String, String>,
     /// The name of each step key (the reverse of `step_keys`).
     step_names: BTreeMap<String, String>,
+    /// Values recorded so far (a captured step must record none).
+    records: u64,
 }
 
 /// The name a value logged both per step and per epoch gets for one of
@@ -289,6 +291,11 @@ impl MetricStore {
         self.ended_loaders.get(key).copied()
     }
 
+    /// How many values were recorded so far, in all.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
     /// Records one logged value. A name keeps the flags it was first
     /// logged with in the epoch: logging it again with other flags is an
     /// error, as in Lightning ("twice ... with different arguments").
@@ -305,6 +312,7 @@ impl MetricStore {
     /// [`MetricStore::log`] of `name`, whose first `base_len` bytes are the
     /// name the user gave (the rest, a loader suffix fulmen added).
     fn record(&mut self, name: &str, base_len: usize, value: f64, flags: LogFlags, batch_size: f64) -> Result<()> {
+        self.records += 1;
         match self.flags.get(name) {
             Some(first) if *first != flags => {
                 return Err(Error::invalid(format!(

@@ -10,6 +10,7 @@ mod eval;
 mod eval_loop;
 mod fit_data;
 mod fit_loop;
+mod graphed_step;
 pub mod hooks;
 pub mod interrupt;
 pub mod loop_progress;

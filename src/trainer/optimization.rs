@@ -257,13 +257,9 @@ impl OptimizationContext<'_, '_> {
             cfg.optimizer.zero_grad();
             cfg.optimizer.take_error().map_or(Ok(()), Err)?;
         } else {
-            for p in cfg.optimizer.param_groups().iter().flat_map(|g| g.params.iter()) {
-                let mut g = p.grad();
-                if g.defined() {
-                    let _ = g.f_detach_()?;
-                    let _ = g.f_zero_()?;
-                }
-            }
+            let params: Vec<Tensor> =
+                cfg.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect();
+            crate::tensor::grad::zero_in_place(&params)?;
         }
         let run = &mut *self.run;
         run.strategy.on_zero_grad(run.optimizers[self.optimizer].optimizer.as_ref(), set_to_none)
@@ -366,6 +362,19 @@ pub(super) fn configure_clipping(run: &mut Run, opts: &TrainerOptions, optimizer
 /// Every optimizer's `zero_grad` (gradients set to none), and the
 /// strategy told.
 pub(super) fn zero_all(run: &mut Run) -> Result<()> {
+    if run.grads_stay {
+        // Graphed steps write into the gradients they captured: zeroed in
+        // place, never released.
+        for cfg in run.optimizers.iter() {
+            let params: Vec<Tensor> =
+                cfg.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect();
+            crate::tensor::grad::zero_in_place(&params)?;
+        }
+        for cfg in run.optimizers.iter() {
+            run.strategy.on_zero_grad(cfg.optimizer.as_ref(), false)?;
+        }
+        return Ok(());
+    }
     for cfg in run.optimizers.iter_mut() {
         cfg.optimizer.zero_grad();
         // A host optimizer's own zero_grad may have failed.

@@ -252,6 +252,16 @@ fn fast_dev_run(key: &str, v: &str) -> Result<i64> {
     }
 }
 
+/// `cuda_graphs_warmup_steps`: 1 to 1000 (a capture needs the lazy state
+/// one eager step makes).
+fn warmup_steps(key: &str, v: &str) -> Result<i64> {
+    let n = parse_int(key, v)?;
+    if !(1..=1000).contains(&n) {
+        return Err(Error::invalid(format!("option {key}: must lie in 1..=1000, got {n}")));
+    }
+    Ok(n)
+}
+
 fn seed(key: &str, v: &str) -> Result<Option<u64>> {
     if is_none(v) {
         return Ok(None);
@@ -585,6 +595,39 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         default: "true",
         doc: "evaluate without autograd",
         apply: field!(inference_mode, parse_bool),
+    },
+    TrainerOption {
+        key: "cuda_graphs",
+        kind: OptionKind::Bool,
+        default: "false",
+        doc: "capture each kind of training step (batch shapes and dtypes, accumulation) in a CUDA graph after \
+              cuda_graphs_warmup_steps eager runs, and replay it: the batch is copied into the graph's inputs and \
+              forward, backward, clipping and the update run as one launch (at most 8 graphs). training_step and \
+              the hooks between backward and the update run at the capture only, their device work at every \
+              replay; the step's returned loss is the graph's output tensor, overwritten by the next replay. \
+              Refused with FULMEN_CODE_UNSUPPORTED: other devices than CUDA (and the tests' fake device), several \
+              devices, 16-mixed, manual optimization, optimization hooks, detect_anomaly, optimizers other than \
+              fused SGD, Adam and AdamW, and a step that logs or reads a value; gradients stay allocated (zeroed in \
+              place), and changing hyperparameters other than the learning rate, or the parameters, after a \
+              capture fails the run",
+        apply: field!(cuda_graphs, parse_bool),
+    },
+    TrainerOption {
+        key: "cuda_graphs_warmup_steps",
+        kind: OptionKind::Int,
+        default: "3",
+        doc: "eager runs of each kind of step before cuda_graphs captures it (at least 1: lazy state such as \
+              optimizer buffers must exist before a capture)",
+        apply: field!(cuda_graphs_warmup_steps, warmup_steps),
+    },
+    TrainerOption {
+        key: "cuda_graphs_fallback",
+        kind: OptionKind::Bool,
+        default: "false",
+        doc: "with cuda_graphs, a kind of step that cannot be captured (its capture failed, or 8 graphs exist) \
+              runs eagerly from then on, with one warning, instead of failing the run; on CUDA a failed capture \
+              still fails it (torch's CUDA generator stays marked as capturing after one)",
+        apply: field!(cuda_graphs_fallback, parse_bool),
     },
     TrainerOption {
         key: "detect_anomaly",

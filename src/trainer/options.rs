@@ -181,6 +181,14 @@ pub struct TrainerOptions {
     pub enable_model_summary: bool,
     /// Evaluate without autograd (libtorch's no-grad mode).
     pub inference_mode: bool,
+    /// Capture each kind of training step in a device graph and replay it
+    /// (`trainer::graphed_step`).
+    pub cuda_graphs: bool,
+    /// Eager runs of each kind of step before it is captured.
+    pub cuda_graphs_warmup_steps: i64,
+    /// A step that cannot be captured runs eagerly, with a warning, instead
+    /// of failing the run.
+    pub cuda_graphs_fallback: bool,
     /// Which file loggers run.
     pub logger: LoggerChoice,
     /// End the run with an error when a training loss is NaN or infinite
@@ -251,6 +259,9 @@ impl Default for TrainerOptions {
             checkpoint_prefix: String::new(),
             enable_model_summary: true,
             inference_mode: true,
+            cuda_graphs: false,
+            cuda_graphs_warmup_steps: 3,
+            cuda_graphs_fallback: false,
             logger: LoggerChoice { csv: true, tensorboard: true },
             detect_nonfinite_loss: true,
             detect_anomaly: false,

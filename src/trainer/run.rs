@@ -66,6 +66,11 @@ pub(crate) struct Run<'a> {
     /// `_seen_batches_per_dataloader`, kept across a fit's validations
     /// until the loaders are reloaded).
     pub eval_batches_logged: Vec<i64>,
+    /// The graphed training steps of a fit with `cuda_graphs` on.
+    pub graphs: Option<super::graphed_step::GraphedSteps>,
+    /// Gradients are zeroed in place, never released (graphed steps write
+    /// into the gradients they captured).
+    pub grads_stay: bool,
 }
 
 /// Calls one callback's hook, timed when profiling, naming it in errors.
@@ -131,6 +136,8 @@ impl<'a> Run<'a> {
             opt_hooks,
             last_validation: std::time::Instant::now(),
             eval_batches_logged: Vec::new(),
+            graphs: None,
+            grads_stay: false,
         })
     }
 }
@@ -337,6 +344,14 @@ impl Run<'_> {
         let Some(model) = self.module.model() else { return Ok(()) };
         let params = model.lock().unwrap_or_else(|p| p.into_inner()).parameters();
         if params.is_empty() {
+            return Ok(());
+        }
+        if self.grads_stay {
+            // Graphed steps write into the gradients they captured.
+            crate::tensor::grad::zero_in_place(&params)?;
+            for cfg in self.optimizers.iter() {
+                self.strategy.on_zero_grad(cfg.optimizer.as_ref(), false)?;
+            }
             return Ok(());
         }
         let mut helper = tch::COptimizer::sgd(0.0, 0.0, 0.0, 0.0, false)?;

@@ -22,8 +22,10 @@ impl RunningLoss {
         let value = loss.f_detach()?.f_reshape([] as [i64; 0])?;
         self.sum = Some(match self.sum.take() {
             Some(sum) => sum.f_add(&value.f_to_kind(sum.kind())?)?,
-            None if Device::of(loss)? == Device::Mps => value.f_to_kind(Kind::Float)?,
-            None => value.f_to_kind(Kind::Double)?,
+            // A copy even when the kind matches: the loss may be a graph's
+            // output, which the next replay overwrites.
+            None if Device::of(loss)? == Device::Mps => value.f_to_dtype(Kind::Float, false, true)?,
+            None => value.f_to_dtype(Kind::Double, false, true)?,
         });
         self.count += 1;
         Ok(())

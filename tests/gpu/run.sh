@@ -8,7 +8,8 @@
 # Environment: PYTHON (default python3); FULMEN_KIT_LIBDIR runs the
 # programs on another libfulmen.so (the kit's CPU subset uses the 2.11 CPU
 # build); FULMEN_KIT_TORCH_LIB gives torch's lib folder without Python;
-# FULMEN_KIT_ONLY lists the programs to run (default: all: gpu_check, then
+# FULMEN_KIT_ONLY lists the programs to run (default: all: gpu_check and
+# gpu_graph_check (graphed steps: cuda_graphs), then
 # with a GPU mnist-cuda (the example), lightning-cuda (its Lightning round
 # trip), conformance-cuda (the custom-accelerator conformance program on
 # the cuda accelerator) and bench (against PyTorch and Lightning), then the
@@ -95,9 +96,9 @@ else
     # The GPU's own checks first (with a GPU and the data: the example on
     # cuda, its Lightning round trip and the benchmark), then the C tests,
     # cpp_tests and go_tests, and the example on the CPU.
-    programs=gpu_check
+    programs="gpu_check gpu_graph_check"
     if $gpu && [ -f "$FULMEN_MNIST" ]; then programs="$programs mnist-cuda lightning-cuda conformance-cuda bench"; fi
-    programs="$programs $(cd "$here/bin" && ls | grep -v -e '^mnist$' -e '^gpu_check$' | tr '\n' ' ')"
+    programs="$programs $(cd "$here/bin" && ls | grep -v -e '^mnist$' -e '^gpu_check$' -e '^gpu_graph_check$' | tr '\n' ' ')"
     [ -f "$FULMEN_MNIST" ] && programs="$programs mnist-cpu"
 fi
 # Weights PyTorch saves from cuda:0, for gpu_check to read.
@@ -113,6 +114,7 @@ fi
 for p in $programs; do
     case $p in
         gpu_check) run_program gpu_check "$here/bin/gpu_check" "$work" ;;
+        gpu_graph_check) run_program gpu_graph_check "$here/bin/gpu_graph_check" "$work" ;;
         go_tests) run_program go_tests "$here/bin/go_tests" -test.count=1 -test.v ;;
         mnist-cuda | mnist-cpu)
             run_program "$p" "$here/bin/mnist" --data "$FULMEN_MNIST" --epochs 2 --accelerator "${p#mnist-}" \

@@ -1,0 +1,445 @@
+//! Graphed training steps (the trainer option `cuda_graphs`): each kind of
+//! step runs eagerly `cuda_graphs_warmup_steps` times (lazy state such as
+//! the optimizer's buffers is made then), is captured once in a device
+//! graph ([`crate::tensor::graph`]) with the batch copied into static input
+//! tensors, and is replayed from then on: the batch is copied into those
+//! tensors and the whole step (training_step's device work, backward,
+//! clipping, the optimizer's update) runs as one graph launch, with no host
+//! code between its kernels.
+//!
+//! A kind of step is told apart by the batch's shapes, dtypes and devices
+//! and by what the loop does with it (whether it steps, starts an
+//! accumulation window, the accumulation); each gets its own graph, up to
+//! [`MAX_GRAPHS`]. What the host does inside a step (training_step's own
+//! code, the hooks between backward and the update) runs at the capture
+//! only; its device work is what replays. So a step must leave everything
+//! that changes on the device: a log or a value read inside it is refused
+//! at the capture, as is anything a replay would not update (optimizers
+//! other than the fused ones, GradScaler's host check, several devices).
+//! Gradients stay allocated (zeroed in place), since the graph writes into
+//! them; the learning rate is read on the device
+//! ([`crate::optim::graphed`]); the other hyperparameters, the parameters
+//! and their gradients are checked before every replay to be those the
+//! capture saw.
+//!
+//! `cuda_graphs_fallback` turns a step that cannot be captured (a failed
+//! capture, a kind beyond [`MAX_GRAPHS`]) into an eager one, with a
+//! warning, instead of an error; on CUDA a failed capture still ends the
+//! run, since torch's CUDA generator stays marked as capturing after it.
+use super::automatic::{automatic_step, TrainBatch};
+use super::loop_progress::OptimizerProgress;
+use super::metrics::MetricStore;
+use super::run::Run;
+use crate::error::{Error, ErrorCode, Result};
+use crate::strategies::StrategyKind;
+use crate::tensor::deferred::{self, CheckKind};
+use crate::tensor::device::Device;
+use crate::tensor::graph::DeviceGraph;
+use tch::{Kind, Tensor};
+
+/// Most kinds of step a run captures (each graph keeps its own memory).
+const MAX_GRAPHS: usize = 8;
+
+/// What tells one captured step from another.
+#[derive(Debug, Clone, PartialEq)]
+struct StepKey {
+    /// Each batch tensor's shape, dtype and device.
+    tensors: Vec<(Vec<i64>, Kind, Device)>,
+    stepped: bool,
+    first_of_window: bool,
+    /// Whether its zero_grad counts in the loop's progress.
+    zero_grad_counted: bool,
+    /// The accumulation the loss is divided by.
+    accumulate: i64,
+    skip_backward: bool,
+}
+
+impl StepKey {
+    fn of(run: &Run, batch: &TrainBatch, stepped: bool) -> Result<StepKey> {
+        let tensors =
+            batch.tensors.iter().map(|t| Ok((t.size(), t.f_kind()?, Device::of(t)?))).collect::<Result<Vec<_>>>()?;
+        let accumulate = run.state.accumulate_grad_batches.max(1);
+        Ok(StepKey {
+            tensors,
+            stepped,
+            first_of_window: batch.first_of_window,
+            zero_grad_counted: batch.index % accumulate as usize == 0,
+            accumulate,
+            skip_backward: run.state.skip_backward,
+        })
+    }
+}
+
+/// A captured step and what its replays need.
+struct Captured {
+    graph: DeviceGraph,
+    /// The tensors the capture read the batch from.
+    inputs: Vec<Tensor>,
+    /// What the step returned (its values change with each replay).
+    loss: Option<Tensor>,
+    /// The deferred checks the step made, deferred again after each replay.
+    checks: Vec<(CheckKind, Tensor)>,
+    /// Per optimizer, the parameters whose step count the capture counted.
+    counted: Vec<Vec<usize>>,
+    /// What the capture added to the loop's optimizer progress.
+    progress: OptimizerProgress,
+}
+
+/// Where a kind of step stands.
+enum Slot {
+    /// Run eagerly this many times so far.
+    Warming(usize),
+    Captured(Box<Captured>),
+    /// Eager for good (`cuda_graphs_fallback` after a refusal).
+    Eager,
+}
+
+/// What a replay checks is as the capture saw it: each optimizer's
+/// parameters and gradients (by address) and its hyperparameters other
+/// than the learning rate.
+#[derive(Debug, PartialEq)]
+struct Captures {
+    tensors: Vec<Vec<(usize, usize)>>,
+    hypers: Vec<Vec<Vec<f64>>>,
+}
+
+impl Captures {
+    fn of(run: &Run) -> Captures {
+        Captures {
+            tensors: run.optimizers.iter().map(|cfg| tensor_addresses(cfg.optimizer.param_groups())).collect(),
+            hypers: run.optimizers.iter().map(|cfg| hypers_of(cfg.optimizer.param_groups())).collect(),
+        }
+    }
+}
+
+/// The address of each parameter and of its gradient (0: none).
+fn tensor_addresses(groups: &[crate::optim::ParamGroup]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    for p in groups.iter().flat_map(|g| g.params.iter()) {
+        let grad = p.grad();
+        out.push((p.data_ptr() as usize, if grad.defined() { grad.data_ptr() as usize } else { 0 }));
+    }
+    out
+}
+
+/// Each group's hyperparameters that a replay takes as captured (all
+/// but the learning rate).
+fn hypers_of(groups: &[crate::optim::ParamGroup]) -> Vec<Vec<f64>> {
+    groups.iter().map(|g| [g.weight_decay, g.momentum].into_iter().chain(g.extras.iter().copied()).collect()).collect()
+}
+
+/// The graphed steps of one fit.
+pub(crate) struct GraphedSteps {
+    warmup: usize,
+    fallback: bool,
+    slots: Vec<(StepKey, Slot)>,
+    checked: bool,
+    /// What the first capture saw (compared before each replay).
+    captures: Option<Captures>,
+}
+
+impl GraphedSteps {
+    /// The graphed steps `opts` ask for (`None` with `cuda_graphs` off).
+    pub fn when(opts: &super::TrainerOptions) -> Option<GraphedSteps> {
+        opts.cuda_graphs.then(|| GraphedSteps {
+            warmup: opts.cuda_graphs_warmup_steps.max(1) as usize,
+            fallback: opts.cuda_graphs_fallback,
+            slots: Vec::new(),
+            checked: false,
+            captures: None,
+        })
+    }
+
+    /// How many steps are captured.
+    fn captured(&self) -> usize {
+        self.slots.iter().filter(|(_, s)| matches!(s, Slot::Captured(_))).count()
+    }
+}
+
+/// A `cuda_graphs` refusal.
+fn refused(why: impl std::fmt::Display) -> Error {
+    Error::new(ErrorCode::Unsupported, format!("cuda_graphs: {why}"))
+}
+
+/// What a graphed run needs of the run, checked at its first step.
+fn check_capturable(run: &mut Run, opts: &super::TrainerOptions) -> Result<()> {
+    DeviceGraph::supported_on(run.strategy.root_device()).map_err(|e| refused(e.message))?;
+    let single = matches!(opts.strategy.kind, StrategyKind::Auto | StrategyKind::SingleDevice);
+    if !single || run.strategy.world_size() > 1 || run.strategy.num_devices() > 1 || run.strategy.is_data_parallel() {
+        return Err(refused(
+            "a graphed step runs on one device (the single_device strategy): DDP's gradient all-reduce, FSDP's \
+             shards and DP's replicas are not captured",
+        ));
+    }
+    if run.strategy.offloads_parameters() {
+        return Err(refused("parameters offloaded to the host are not captured"));
+    }
+    if run.strategy.precision().has_scaler() {
+        return Err(refused(
+            "16-mixed's GradScaler reads on the host at every step whether the gradients overflowed; use \
+             bf16-mixed or 32-true",
+        ));
+    }
+    if run.state.manual_optimization {
+        return Err(refused(
+            "manual optimization steps from the host's own code; graphs capture automatic optimization",
+        ));
+    }
+    if run.opt_hooks.is_some() {
+        return Err(refused(
+            "the module overrides optimization hooks (optimizer_step, backward, optimizer_zero_grad, \
+             configure_gradient_clipping), which run host code in every step",
+        ));
+    }
+    if opts.detect_anomaly {
+        return Err(refused("detect_anomaly reads every gradient on the host"));
+    }
+    for (i, cfg) in run.optimizers.iter_mut().enumerate() {
+        let name = cfg.optimizer.name();
+        if cfg.optimizer.needs_closure() {
+            return Err(refused(format!("optimizer {i} ({name}) re-evaluates the loss from the host")));
+        }
+        match cfg.optimizer.graphed() {
+            Some(g) => g.support().map_err(|e| refused(format!("optimizer {i}: {}", e.message)))?,
+            None => return Err(refused(format!("optimizer {i} ({name}) keeps its state on the host"))),
+        }
+    }
+    Ok(())
+}
+
+/// Before every step of a graphed run: learning rates changed on the host
+/// reach the device.
+fn prepare_optimizers(run: &mut Run) -> Result<()> {
+    for cfg in run.optimizers.iter_mut() {
+        if let Some(mut g) = cfg.optimizer.graphed() {
+            g.prepare()?;
+        }
+    }
+    Ok(())
+}
+
+fn step_counts(run: &mut Run) -> Vec<Vec<f64>> {
+    run.optimizers.iter_mut().map(|cfg| cfg.optimizer.graphed().map(|g| g.step_counts()).unwrap_or_default()).collect()
+}
+
+/// One training batch under automatic optimization, graphed when
+/// `cuda_graphs` is on (else [`automatic_step`] itself).
+pub(super) fn train_step(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    store: &mut MetricStore,
+    batch: &TrainBatch,
+    stepped: bool,
+) -> Result<Option<Tensor>> {
+    let Some(mut graphs) = run.graphs.take() else {
+        return automatic_step(run, opts, store, batch, stepped);
+    };
+    let out = graphs.step(run, opts, store, batch, stepped);
+    run.graphs = Some(graphs);
+    out
+}
+
+/// The end of a graphed fit: the graphs go, and the optimizers pass their
+/// learning rates by value again.
+pub(super) fn end(run: &mut Run) {
+    if run.graphs.take().is_some() {
+        for cfg in run.optimizers.iter_mut() {
+            if let Some(mut g) = cfg.optimizer.graphed() {
+                g.end();
+            }
+        }
+    }
+}
+
+impl GraphedSteps {
+    fn step(
+        &mut self,
+        run: &mut Run,
+        opts: &super::TrainerOptions,
+        store: &mut MetricStore,
+        batch: &TrainBatch,
+        stepped: bool,
+    ) -> Result<Option<Tensor>> {
+        if !self.checked {
+            check_capturable(run, opts)?;
+            self.checked = true;
+        }
+        prepare_optimizers(run)?;
+        let key = StepKey::of(run, batch, stepped)?;
+        let index = match self.slots.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                self.slots.push((key, Slot::Warming(0)));
+                self.slots.len() - 1
+            }
+        };
+        if matches!(self.slots[index].1, Slot::Captured(_)) {
+            self.check_unchanged(run, batch)?;
+        }
+        match &mut self.slots[index].1 {
+            Slot::Eager => return automatic_step(run, opts, store, batch, stepped),
+            Slot::Warming(n) if *n < self.warmup => {
+                *n += 1;
+                return automatic_step(run, opts, store, batch, stepped);
+            }
+            Slot::Captured(c) => return c.replay(run, batch, true),
+            Slot::Warming(_) => {}
+        }
+        if self.captured() >= MAX_GRAPHS {
+            let why = format!(
+                "{} at batch {} needs a new graph, and {MAX_GRAPHS} kinds of step (batch shapes, accumulation) are \
+                 captured already",
+                (batch.at)(),
+                batch.index
+            );
+            return self.fall_back(index, run, opts, store, batch, stepped, refused(why));
+        }
+        let before = run.progress;
+        let counts = step_counts(run);
+        match capture(run, opts, store, batch, stepped) {
+            Ok(c) => {
+                if self.captures.is_none() {
+                    self.captures = Some(Captures::of(run));
+                }
+                // The capture did the step's host work; its device work is
+                // this first replay.
+                let out = c.replay(run, batch, false);
+                self.slots[index].1 = Slot::Captured(Box::new(c));
+                out
+            }
+            Err(e) => {
+                // Nothing of the failed capture ran on the device: its host
+                // counts go back.
+                run.progress = before;
+                for (cfg, counts) in run.optimizers.iter_mut().zip(&counts) {
+                    if let Some(mut g) = cfg.optimizer.graphed() {
+                        g.restore_step_counts(counts);
+                    }
+                }
+                if matches!(run.strategy.root_device(), Device::Cuda(_)) {
+                    // torch's CUDA generator stays marked as capturing after
+                    // a capture CUDA invalidated: no eager step may follow.
+                    return Err(e);
+                }
+                self.fall_back(index, run, opts, store, batch, stepped, e)
+            }
+        }
+    }
+
+    /// A step that cannot be captured: eager from now on with
+    /// `cuda_graphs_fallback`, else the error.
+    #[allow(clippy::too_many_arguments)]
+    fn fall_back(
+        &mut self,
+        index: usize,
+        run: &mut Run,
+        opts: &super::TrainerOptions,
+        store: &mut MetricStore,
+        batch: &TrainBatch,
+        stepped: bool,
+        why: Error,
+    ) -> Result<Option<Tensor>> {
+        if !self.fallback {
+            return Err(why);
+        }
+        run.warn_once(
+            "cuda_graphs_fallback",
+            &format!("{}; this kind of step runs eagerly from now on (cuda_graphs_fallback)", why.message),
+        );
+        self.slots[index].1 = Slot::Eager;
+        automatic_step(run, opts, store, batch, stepped)
+    }
+
+    /// Refuses a replay when what it would read or write is no longer what
+    /// the capture saw.
+    fn check_unchanged(&self, run: &Run, batch: &TrainBatch) -> Result<()> {
+        let Some(seen) = &self.captures else { return Ok(()) };
+        let now = Captures::of(run);
+        if now.tensors != seen.tensors {
+            return Err(Error::state(format!(
+                "cuda_graphs: {}: a parameter or gradient of an optimizer was replaced, added or released (set to \
+                 none) since the step was captured; the graph would update the old tensors",
+                (batch.at)()
+            )));
+        }
+        if now.hypers != seen.hypers {
+            return Err(Error::state(format!(
+                "cuda_graphs: {}: an optimizer hyperparameter other than the learning rate (momentum, betas, \
+                 weight decay, ...) changed since the step was captured, and a replay uses the captured value; \
+                 schedulers may change the learning rate only (cycle_momentum off)",
+                (batch.at)()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Captures a step on a copy of `batch` (its static inputs). Refused when
+/// the step logged a value: the graph would not log it again.
+fn capture(
+    run: &mut Run,
+    opts: &super::TrainerOptions,
+    store: &mut MetricStore,
+    batch: &TrainBatch,
+    stepped: bool,
+) -> Result<Captured> {
+    let inputs = {
+        let _guard = tch::no_grad_guard();
+        let copy = |t: &Tensor| -> Result<Tensor> {
+            let mut input = t.f_empty_like()?;
+            input.f_copy_(t)?;
+            Ok(input)
+        };
+        batch.tensors.iter().map(copy).collect::<Result<Vec<_>>>()?
+    };
+    let records = store.records();
+    let hook_logs = run.state.batch_hook_logs.len();
+    let counts = step_counts(run);
+    let progress = run.progress.optimizer;
+    let device = run.strategy.root_device();
+    let train =
+        TrainBatch { tensors: &inputs, index: batch.index, first_of_window: batch.first_of_window, at: batch.at };
+    let (graph, (loss, checks)) =
+        DeviceGraph::capture(device, || deferred::collect(|| automatic_step(run, opts, store, &train, stepped)))
+            .map_err(|e| refused(format!("{}: the step could not be captured: {}", (batch.at)(), e.message)))?;
+    if store.records() != records || run.state.batch_hook_logs.len() != hook_logs {
+        return Err(refused(format!(
+            "{}: the step logged a value while it was captured; a replay would not log it again (log from \
+             on_train_batch_end, or leave cuda_graphs off)",
+            (batch.at)()
+        )));
+    }
+    let counted = step_counts(run)
+        .iter()
+        .zip(&counts)
+        .map(|(after, before)| {
+            after.iter().enumerate().filter(|(i, a)| before.get(*i).is_none_or(|b| *a != b)).map(|(i, _)| i).collect()
+        })
+        .collect();
+    Ok(Captured { graph, inputs, loss, checks, counted, progress: run.progress.optimizer.since(&progress) })
+}
+
+impl Captured {
+    /// Replays the step on `batch`; `count` does the host's part of a step
+    /// too (not for the first replay, whose host part was the capture).
+    fn replay(&self, run: &mut Run, batch: &TrainBatch, count: bool) -> Result<Option<Tensor>> {
+        let _guard = tch::no_grad_guard();
+        for (input, t) in self.inputs.iter().zip(batch.tensors) {
+            let mut input = input.shallow_clone();
+            input.f_copy_(t)?;
+        }
+        self.graph.replay().map_err(|e| e.context((batch.at)()))?;
+        for (kind, flag) in &self.checks {
+            deferred::defer(*kind, flag)?;
+        }
+        if count {
+            run.progress.optimizer.advance(&self.progress);
+            for (cfg, counted) in run.optimizers.iter_mut().zip(&self.counted) {
+                if let Some(mut g) = cfg.optimizer.graphed() {
+                    g.replayed(counted);
+                }
+            }
+        }
+        Ok(self.loss.as_ref().map(Tensor::shallow_clone))
+    }
+}

@@ -1,0 +1,330 @@
+/*
+ * Graphed training steps (the trainer option cuda_graphs) on the fake
+ * device, whose capture records device work and replays it as a CUDA graph
+ * does: a graphed fit trains as an eager one (per-step losses and weights
+ * within 1e-6), calls training_step only to warm up and capture each kind
+ * of step, waits for the device no more than an eager one, resumes exactly
+ * from its checkpoints, and refuses what a graph cannot replay.
+ */
+#define _XOPEN_SOURCE 700
+#include "check.h"
+#include "fixture.h"
+#include "npu.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char work[256];
+
+enum { STEP_PLAIN, STEP_READS, STEP_LOGS };
+enum { OPT_FUSED_ADAM, OPT_FUSED_SGD, OPT_ADAM };
+
+#define MAX_STEPS 64
+
+typedef struct {
+    fulmen_model *model;
+    int step_kind;
+    int optimizer;
+    bool scheduler;       /* a StepLR stepping every 3 steps */
+    bool record_losses;   /* read each step's loss in on_train_batch_end */
+    int64_t calls;        /* training_step calls */
+    double losses[MAX_STEPS];
+    size_t n_losses;
+} graph_ud;
+
+static fulmen_error *graph_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
+    graph_ud *g = ud;
+    g->calls++;
+    fulmen_error *e = fixture_cross_entropy(g->model, batch, out);
+    double v = 0;
+    if (e == NULL && g->step_kind == STEP_READS) e = fulmen_tensor_item(*out, &v);
+    if (e == NULL && g->step_kind == STEP_LOGS) e = fulmen_step_context_log(ctx, "one", 1.0, FULMEN_LOG_ON_STEP, 32);
+    return e;
+}
+
+static fulmen_error *graph_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+    graph_ud *g = ud;
+    if (hook != FULMEN_HOOK_TRAIN_BATCH_END || !g->record_losses || g->n_losses >= MAX_STEPS) return NULL;
+    fulmen_tensor *loss = NULL;
+    fulmen_error *e = fulmen_hook_context_output(ctx, &loss);
+    if (e == NULL) e = fulmen_tensor_item(loss, &g->losses[g->n_losses++]);
+    fulmen_tensor_free(loss);
+    return e;
+}
+
+static fulmen_error *graph_configure(void *ud, fulmen_optimizer_config *config) {
+    graph_ud *g = ud;
+    fulmen_optimizer *opt = NULL;
+    fulmen_error *e = NULL;
+    if (g->optimizer == OPT_FUSED_SGD) {
+        fulmen_sgd_options o = fulmen_sgd_options_default();
+        o.lr = 0.1;
+        o.momentum = 0.9;
+        e = fulmen_optimizer_sgd_new(g->model, NULL, 0, &o, &opt);
+    } else {
+        fulmen_adam_options o = fulmen_adam_options_default();
+        o.lr = 0.01;
+        e = fulmen_optimizer_adam_new(g->model, NULL, 0, &o, &opt);
+    }
+    if (e == NULL && g->optimizer != OPT_ADAM) e = fulmen_optimizer_set_fused(opt, true);
+    fulmen_scheduler *s = NULL;
+    if (e == NULL && g->scheduler) e = fulmen_scheduler_step_lr_new(opt, 3, 0.5, &s);
+    if (e == NULL) e = fulmen_optimizer_config_add(config, opt, s, FULMEN_INTERVAL_STEP, 1, NULL);
+    if (e != NULL) {
+        fulmen_scheduler_free(s);
+        fulmen_optimizer_free(opt);
+    }
+    return e;
+}
+
+/* What a fit does. */
+typedef struct {
+    const char *accelerator;
+    size_t batches;   /* full batches of 32 */
+    size_t tail;      /* rows of a last, smaller batch (0: none) */
+    int64_t epochs;
+    const char *const (*opts)[2];
+    size_t n_opts;
+    const char *save; /* checkpoint written after the fit (NULL: none) */
+    const char *resume;
+} fit_plan;
+
+/* Fits a new MLP (same initial weights every time) as `plan` says, with
+ * `g`'s step and optimizer; returns the model, the fit's error in *err,
+ * and in *reads how many times the host waited for the fake device. */
+static fulmen_model *graph_fit(graph_ud *g, const fit_plan *plan, fulmen_error **err, uint64_t *reads) {
+    fulmen_dataset *ds = fixture_blobs(32 * plan->batches + plan->tail, 7, 2.0f);
+    fulmen_loader *loader = fixture_loader(ds, 32, true, 3);
+    CHECK_OK(fulmen_manual_seed(13));
+    g->model = fixture_mlp(16, 0);
+    g->calls = 0;
+    g->n_losses = 0;
+    fulmen_lightning_module *module = fixture_module_with(g->model, g, graph_step, graph_hook, graph_configure);
+    fulmen_trainer_options *o = fixture_options(NULL, plan->epochs);
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", plan->accelerator));
+    CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
+    CHECK_OK(fulmen_trainer_options_set_int(o, "log_every_n_steps", 1000));
+    for (size_t i = 0; i < plan->n_opts; i++) CHECK_OK(fulmen_trainer_options_set(o, plan->opts[i][0], plan->opts[i][1]));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    uint64_t before = 0, after = 0;
+    CHECK_OK(fulmen_fake_device_host_reads(&before));
+    *err = fulmen_trainer_fit(t, module, loader, NULL, plan->resume);
+    CHECK_OK(fulmen_fake_device_host_reads(&after));
+    if (reads != NULL) *reads = after - before;
+    if (*err == NULL && plan->save != NULL) CHECK_OK(fulmen_trainer_save_checkpoint(t, module, plan->save, false));
+    fulmen_trainer_free(t);
+    fulmen_trainer_options_free(o);
+    fulmen_lightning_module_free(module);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
+    return g->model;
+}
+
+/* graph_fit that must succeed. */
+static fulmen_model *fit_ok(graph_ud *g, const fit_plan *plan) {
+    fulmen_error *e = NULL;
+    fulmen_model *m = graph_fit(g, plan, &e, NULL);
+    CHECK_OK(e);
+    return m;
+}
+
+static const char *const GRAPHS[][2] = {{"cuda_graphs", "true"}};
+
+/* Graphed and eager fits of one kind of run agree step by step; the
+ * graphed one calls training_step `calls` times. */
+static void expect_graphed_as_eager(const char *name, graph_ud proto, fit_plan plan, int64_t calls) {
+    graph_ud eager = proto, graphed = proto;
+    eager.record_losses = graphed.record_losses = true;
+    fulmen_model *a = fit_ok(&eager, &plan);
+    const char *opts[8][2];
+    for (size_t i = 0; i < plan.n_opts; i++) {
+        opts[i][0] = plan.opts[i][0];
+        opts[i][1] = plan.opts[i][1];
+    }
+    opts[plan.n_opts][0] = "cuda_graphs";
+    opts[plan.n_opts][1] = "true";
+    fit_plan with = plan;
+    with.opts = (const char *const (*)[2])opts;
+    with.n_opts = plan.n_opts + 1;
+    fulmen_model *b = fit_ok(&graphed, &with);
+    double worst = 0;
+    for (size_t i = 0; i < eager.n_losses && i < graphed.n_losses; i++) {
+        double d = fabs(eager.losses[i] - graphed.losses[i]);
+        if (!(d <= worst)) worst = d;
+    }
+    double weights = fixture_max_diff(a, b);
+    bool ok = eager.n_losses == graphed.n_losses && eager.n_losses > 0 && worst <= 1e-6 && weights <= 1e-6 &&
+              graphed.calls == calls;
+    if (!ok) {
+        fprintf(stderr, "%s: %zu / %zu steps, loss diff %g, weight diff %g, %lld training_step calls (expected %lld)\n",
+                name, eager.n_losses, graphed.n_losses, worst, weights, (long long)graphed.calls, (long long)calls);
+    }
+    CHECK(ok);
+    fulmen_model_free(a);
+    fulmen_model_free(b);
+}
+
+static void test_graphed_as_eager(void) {
+    graph_ud adam = {0};
+    adam.optimizer = OPT_FUSED_ADAM;
+    fit_plan plan = {"npu", 8, 0, 2, NULL, 0, NULL, NULL};
+    /* One kind of step: 3 warm-up calls and the capture; 12 replays. */
+    expect_graphed_as_eager("adam", adam, plan, 4);
+    /* The smaller last batch of each epoch is another kind, which never
+     * gets past its warm-up (two of them). */
+    fit_plan tail = plan;
+    tail.tail = 8;
+    expect_graphed_as_eager("smaller last batch", adam, tail, 6);
+    /* Accumulation: a window's first and second batches differ. */
+    const char *const acc[][2] = {{"accumulate_grad_batches", "2"}};
+    fit_plan accumulate = {"npu", 8, 0, 2, acc, 1, NULL, NULL};
+    expect_graphed_as_eager("accumulate_grad_batches 2", adam, accumulate, 8);
+    const char *const clip[][2] = {{"gradient_clip_val", "0.05"}};
+    fit_plan clipped = {"npu", 8, 0, 2, clip, 1, NULL, NULL};
+    expect_graphed_as_eager("gradient_clip_val", adam, clipped, 4);
+    const char *const bf16[][2] = {{"precision", "bf16-mixed"}};
+    fit_plan mixed = {"npu", 8, 0, 2, bf16, 1, NULL, NULL};
+    expect_graphed_as_eager("bf16-mixed", adam, mixed, 4);
+    /* A scheduler halves the learning rate every 3 steps: the replays
+     * read it on the device. */
+    graph_ud scheduled = adam;
+    scheduled.scheduler = true;
+    expect_graphed_as_eager("StepLR", scheduled, plan, 4);
+    graph_ud sgd = {0};
+    sgd.optimizer = OPT_FUSED_SGD;
+    expect_graphed_as_eager("sgd momentum", sgd, plan, 4);
+}
+
+/* Replays wait for the device no more than eager steps: the host reads of
+ * a 12-step fit are those of a 6-step one. */
+static void test_no_host_waits(void) {
+    graph_ud g = {0};
+    g.optimizer = OPT_FUSED_ADAM;
+    fulmen_error *e = NULL;
+    uint64_t few = 0, many = 0;
+    fit_plan six = {"npu", 6, 0, 1, GRAPHS, 1, NULL, NULL};
+    fulmen_model_free(graph_fit(&g, &six, &e, &few));
+    CHECK_OK(e);
+    fit_plan twelve = {"npu", 12, 0, 1, GRAPHS, 1, NULL, NULL};
+    fulmen_model_free(graph_fit(&g, &twelve, &e, &many));
+    CHECK_OK(e);
+    if (few != many) fprintf(stderr, "graphed: %llu host reads in 6 steps, %llu in 12\n", (unsigned long long)few,
+                             (unsigned long long)many);
+    CHECK(few == many);
+}
+
+/* A graphed fit stopped after one epoch and resumed from its checkpoint
+ * ends where an uninterrupted one does: the optimizer's step counts and
+ * the loop's progress were kept on the host for every replay. */
+static void test_resume_exact(void) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/one-epoch.ckpt", work);
+    graph_ud g = {0};
+    g.optimizer = OPT_FUSED_ADAM;
+    g.scheduler = true;
+    fit_plan whole = {"npu", 8, 0, 2, GRAPHS, 1, NULL, NULL};
+    fulmen_model *uninterrupted = fit_ok(&g, &whole);
+    fit_plan first = {"npu", 8, 0, 1, GRAPHS, 1, path, NULL};
+    fulmen_model_free(fit_ok(&g, &first));
+    fit_plan rest = {"npu", 8, 0, 2, GRAPHS, 1, NULL, path};
+    fulmen_model *resumed = fit_ok(&g, &rest);
+    double diff = fixture_max_diff(uninterrupted, resumed);
+    if (diff != 0) fprintf(stderr, "graphed resume: max weight diff %g\n", diff);
+    CHECK(diff == 0);
+    fulmen_model_free(uninterrupted);
+    fulmen_model_free(resumed);
+}
+
+/* A graphed fit of `g` with `opts` fails with `code` and `text`. */
+static void expect_refused(graph_ud g, const char *accelerator, const char *const (*opts)[2], size_t n, int32_t code,
+                           const char *text) {
+    fit_plan plan = {accelerator, 8, 0, 1, opts, n, NULL, NULL};
+    fulmen_error *e = NULL;
+    fulmen_model_free(graph_fit(&g, &plan, &e, NULL));
+    CHECK_ERR(e, code, text);
+}
+
+static void test_refusals(void) {
+    graph_ud adam = {0};
+    adam.optimizer = OPT_FUSED_ADAM;
+    graph_ud unfused = adam;
+    unfused.optimizer = OPT_ADAM;
+    expect_refused(unfused, "npu", GRAPHS, 1, FULMEN_CODE_UNSUPPORTED, "without fused updates");
+    expect_refused(adam, "cpu", GRAPHS, 1, FULMEN_CODE_UNSUPPORTED, "device graphs capture CUDA devices");
+    const char *const fp16[][2] = {{"cuda_graphs", "true"}, {"precision", "16-mixed"}};
+    expect_refused(adam, "npu", fp16, 2, FULMEN_CODE_UNSUPPORTED, "GradScaler");
+    const char *const anomaly[][2] = {{"cuda_graphs", "true"}, {"detect_anomaly", "true"}};
+    expect_refused(adam, "npu", anomaly, 2, FULMEN_CODE_UNSUPPORTED, "detect_anomaly");
+    /* A value read inside the step: CUDA's own refusal, at the capture. */
+    graph_ud reads = adam;
+    reads.step_kind = STEP_READS;
+    expect_refused(reads, "npu", GRAPHS, 1, FULMEN_CODE_UNSUPPORTED, "stream is capturing");
+    graph_ud logs = adam;
+    logs.step_kind = STEP_LOGS;
+    expect_refused(logs, "npu", GRAPHS, 1, FULMEN_CODE_UNSUPPORTED, "logged a value while it was captured");
+    const char *const steps[][2] = {{"cuda_graphs_warmup_steps", "0"}};
+    fulmen_trainer_options *o = NULL;
+    CHECK_OK(fulmen_trainer_options_new(&o));
+    CHECK_ERR(fulmen_trainer_options_set(o, steps[0][0], steps[0][1]), FULMEN_CODE_INVALID_ARGUMENT, "1..=1000");
+    fulmen_trainer_options_free(o);
+}
+
+/* With cuda_graphs_fallback a step that cannot be captured runs eagerly:
+ * the fit ends as an eager one, training_step called for every step plus
+ * the failed capture. A step that reads its loss fails inside the
+ * capture; one that logs is refused after its capture, whose optimizer
+ * step counts are put back (else Adam's bias correction would drift). */
+static void expect_fallback(int step_kind) {
+    graph_ud eager = {0};
+    eager.optimizer = OPT_FUSED_ADAM;
+    eager.step_kind = step_kind;
+    graph_ud graphed = eager;
+    fit_plan plain = {"npu", 8, 0, 2, NULL, 0, NULL, NULL};
+    fulmen_model *a = fit_ok(&eager, &plain);
+    const char *const opts[][2] = {{"cuda_graphs", "true"}, {"cuda_graphs_fallback", "true"}};
+    fit_plan fallback = {"npu", 8, 0, 2, opts, 2, NULL, NULL};
+    fulmen_model *b = fit_ok(&graphed, &fallback);
+    double diff = fixture_max_diff(a, b);
+    if (diff > 1e-6 || graphed.calls != 17) {
+        fprintf(stderr, "fallback %d: weight diff %g, %lld calls\n", step_kind, diff, (long long)graphed.calls);
+    }
+    CHECK(diff <= 1e-6);
+    CHECK(graphed.calls == 17);
+    fulmen_model_free(a);
+    fulmen_model_free(b);
+}
+
+static void test_fallback(void) {
+    expect_fallback(STEP_READS);
+    expect_fallback(STEP_LOGS);
+}
+
+int main(void) {
+    snprintf(work, sizeof work, "/tmp/fulmen-graphed.XXXXXX");
+    if (mkdtemp(work) == NULL) {
+        perror("mkdtemp");
+        return 2;
+    }
+    /* Before anything else touches the device: process-wide. */
+    CHECK_OK(fulmen_fake_device_register("npu", 2));
+    fulmen_accelerator_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.auto_device_count = npu_count;
+    vt.get_parallel_devices = npu_parallel;
+    CHECK_OK(fulmen_accelerator_register("npu", "the fake PrivateUse1 device", &vt, false));
+    test_graphed_as_eager();
+    test_no_host_waits();
+    test_resume_exact();
+    test_refusals();
+    test_fallback();
+    CHECK_OK(fulmen_accelerator_unregister("npu"));
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", work);
+    return check_finish("test_graphed_steps");
+}
