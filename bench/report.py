@@ -7,7 +7,12 @@ import subprocess
 
 RATIOS = (("fulmen-c", "tch-loop", "fulmen-c / tch-loop"),
           ("fulmen-c", "lightning", "fulmen-c / lightning"),
-          ("lightning", "fulmen-c", "lightning / fulmen-c (speedup)"))
+          ("lightning", "fulmen-c", "lightning / fulmen-c (speedup)"),
+          # On a GPU: graphed steps against eager ones and torch.compile's
+          # CUDA graphs (n/a where a contender did not run).
+          ("fulmen-c-graphs", "fulmen-c", "fulmen-c-graphs / fulmen-c"),
+          ("fulmen-c-graphs", "pytorch", "fulmen-c-graphs / pytorch"),
+          ("fulmen-c-graphs", "pytorch-compile-ro", "fulmen-c-graphs / pytorch-compile-ro"))
 
 
 def summarize(runs):
@@ -116,9 +121,11 @@ def markdown(meta, stats, contenders, workloads, ddp_contenders, micro, notes, i
         if rows:
             cols = head + (["instructions / step", "÷ tch-loop"] if counted else [])
             out += [f"## {w}", ""] + _table(cols, rows) + [""]
-    rows = [[w] + [_ratio(stats, a, b, w) for a, b, _ in RATIOS] for w in workloads]
-    if any(c != "n/a" for row in rows for c in row[1:]):
-        out += ["## Ratios", ""] + _table(["workload"] + [t for _, _, t in RATIOS], rows) + [""]
+    # Only the ratios some workload has both contenders of.
+    ratios = [r for r in RATIOS if any(_ratio(stats, r[0], r[1], w) != "n/a" for w in workloads)]
+    rows = [[w] + [_ratio(stats, a, b, w) for a, b, _ in ratios] for w in workloads]
+    if ratios:
+        out += ["## Ratios", ""] + _table(["workload"] + [t for _, _, t in ratios], rows) + [""]
     rows = []
     for c in ddp_contenders:
         base = stats.get((c, "mlp64", 1))

@@ -35,12 +35,18 @@ WORKLOADS = ("mlp64", "mlp1024", "cnn")
 # name -> (program relative to ROOT, extra arguments, python script?, supports --ranks)
 CONTENDERS = {
     "fulmen-c": ("build/bench/fulmen_bench", [], False, True),
+    "fulmen-c-graphs": ("build/bench/fulmen_bench", ["--cuda-graphs", "1"], False, False),
     "fulmen-go": ("build/bench/fulmen_bench_go", [], False, True),
     "tch-loop": ("target/release/examples/tch_loop", [], False, False),
     "pytorch": ("bench/python/pytorch_loop.py", [], True, True),
+    "pytorch-compile": ("bench/python/pytorch_loop.py", ["--compile", "default"], True, False),
+    "pytorch-compile-ro": ("bench/python/pytorch_loop.py", ["--compile", "reduce-overhead"], True, False),
     "lightning": ("bench/python/lightning_fit.py", [], True, True),
     "lightning-full": ("bench/python/lightning_fit.py", ["--full"], True, False),
 }
+# Contenders measured only on a GPU: graphed steps are refused on the CPU,
+# and torch.compile's CPU code (C++ compiled at start-up) is another race.
+CUDA_ONLY = ("fulmen-c-graphs", "pytorch-compile", "pytorch-compile-ro")
 MICRO = "build/bench/fulmen_micro"
 TAIL = 4000  # bytes of a failed run's stderr shown
 
@@ -51,7 +57,8 @@ class Failed(Exception):
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--contenders", default=",".join(CONTENDERS))
+    p.add_argument("--contenders", default=None,
+                   help="default: every contender (on the CPU, those not in CUDA_ONLY)")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
@@ -74,6 +81,8 @@ def parse_args():
     p.add_argument("--jsonl", default=os.path.join(ROOT, "bench", "results.jsonl"))
     a = p.parse_args()
     a.data = os.path.abspath(a.data)  # contenders run in ROOT
+    if a.contenders is None:
+        a.contenders = ",".join(c for c in CONTENDERS if a.accelerator == "cuda" or c not in CUDA_ONLY)
     a.contenders = [c for c in a.contenders.split(",") if c]
     a.workloads = [w for w in a.workloads.split(",") if w]
     a.callgrind_workloads = [w for w in a.callgrind_workloads.split(",") if w]
@@ -94,6 +103,8 @@ def python_has(python, *modules):
 def command(name, args):
     """The contender's argv without per-run arguments, or None (and why) if missing."""
     prog, extra, is_py, _ = CONTENDERS[name]
+    if name in CUDA_ONLY and args.accelerator != "cuda":
+        return None, f"{name}: measured with --accelerator cuda only"
     path = os.path.join(ROOT, prog)
     if is_py:
         mods = ("torch", "lightning") if "lightning" in name else ("torch",)

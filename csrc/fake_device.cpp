@@ -79,9 +79,12 @@ void record(std::function<void()> replay) {
   g_recording->push_back(std::move(replay));
 }
 
-// Whether `t`'s memory was allocated during the running capture.
+// Whether `t`'s memory was allocated during the running capture, or it
+// holds none (an op's empty `out=` tensor, which the op sizes and fills:
+// nothing existing before could be changed through it).
 bool fresh(const at::Tensor& t) {
   if (!t.defined() || !t.is_privateuseone() || !t.has_storage()) return false;
+  if (t.storage().nbytes() == 0) return true;
   std::lock_guard<std::mutex> l(g_record_mu);
   return g_fresh.count(t.storage().data_ptr().get()) != 0;
 }

@@ -37,14 +37,20 @@ pub trait GraphedUpdates {
     /// Each parameter's step count (0 before its first step), to find
     /// which ones a captured step counted.
     fn step_counts(&self) -> Vec<f64>;
+    /// The addresses of the device tensors a captured update reads and
+    /// writes besides the parameters and gradients (state buffers, step
+    /// counts, learning rates), in a fixed order: a replay after one was
+    /// replaced would write freed memory.
+    fn state_addresses(&self) -> Vec<usize>;
     /// The host's part of a replayed step: the step counts of the
     /// parameters at `counted` (those its capture counted) go up by one,
     /// as the device's copies did.
     fn replayed(&mut self, counted: &[usize]);
     /// Puts the step counts back to `counts` (from
     /// [`GraphedUpdates::step_counts`]) after a capture that failed: it
-    /// counted on the host what never ran on the device. A count put back
-    /// drops its device copy, made again from the host's count.
+    /// counted on the host what never ran on the device, whose copies of
+    /// the counts (kept, so that captured graphs still find them) hold the
+    /// counts of before.
     fn restore_step_counts(&mut self, counts: &[f64]);
     /// Back to learning rates passed by value (the graphs are gone).
     fn end(&mut self);
@@ -116,13 +122,27 @@ impl GraphedUpdates for CoreGraph<'_> {
         }
     }
 
+    fn state_addresses(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        for st in self.core.state.iter().flatten() {
+            out.extend(st.buffers.values().map(|t| t.data_ptr() as usize));
+            out.extend(st.device_step.iter().map(|d| d.tensor.data_ptr() as usize));
+        }
+        for lr in self.core.device_lrs.iter().flatten().flatten() {
+            out.push(lr.tensor.data_ptr() as usize);
+        }
+        out
+    }
+
     fn restore_step_counts(&mut self, counts: &[f64]) {
         for (i, st) in self.core.state.iter_mut().enumerate() {
             let Some(st) = st.as_mut() else { continue };
             let before = counts.get(i).copied().unwrap_or(0.0);
             if st.step != before {
                 st.step = before;
-                st.device_step = None;
+                if let Some(d) = st.device_step.as_mut() {
+                    d.count = before;
+                }
             }
         }
     }

@@ -100,13 +100,20 @@ enum Slot {
 #[derive(Debug, PartialEq)]
 struct Captures {
     tensors: Vec<Vec<(usize, usize)>>,
+    /// Per optimizer, its state tensors' addresses.
+    state: Vec<Vec<usize>>,
     hypers: Vec<Vec<Vec<f64>>>,
 }
 
 impl Captures {
-    fn of(run: &Run) -> Captures {
+    fn of(run: &mut Run) -> Captures {
         Captures {
             tensors: run.optimizers.iter().map(|cfg| tensor_addresses(cfg.optimizer.param_groups())).collect(),
+            state: run
+                .optimizers
+                .iter_mut()
+                .map(|cfg| cfg.optimizer.graphed().map(|g| g.state_addresses()).unwrap_or_default())
+                .collect(),
             hypers: run.optimizers.iter().map(|cfg| hypers_of(cfg.optimizer.param_groups())).collect(),
         }
     }
@@ -352,13 +359,14 @@ impl GraphedSteps {
 
     /// Refuses a replay when what it would read or write is no longer what
     /// the capture saw.
-    fn check_unchanged(&self, run: &Run, batch: &TrainBatch) -> Result<()> {
+    fn check_unchanged(&self, run: &mut Run, batch: &TrainBatch) -> Result<()> {
         let Some(seen) = &self.captures else { return Ok(()) };
         let now = Captures::of(run);
-        if now.tensors != seen.tensors {
+        if now.tensors != seen.tensors || now.state != seen.state {
             return Err(Error::state(format!(
-                "cuda_graphs: {}: a parameter or gradient of an optimizer was replaced, added or released (set to \
-                 none) since the step was captured; the graph would update the old tensors",
+                "cuda_graphs: {}: a parameter, gradient or state tensor of an optimizer was replaced, added or \
+                 released (set to none, a state loaded) since the step was captured; the graph would update the old \
+                 tensors",
                 (batch.at)()
             )));
         }

@@ -20,7 +20,8 @@
 # FULMEN_KIT_TIMEOUT bounds each program (default 300 s); FULMEN_KIT_DEADLINE
 # (seconds, default none) leaves the programs not yet started once passed;
 # FULMEN_KIT_BENCH_REPEATS / _EPOCHS / _CONTENDERS / _TIMEOUT (default 900 s)
-# size the benchmark.
+# size the benchmark (the torch.compile contenders pytorch-compile and
+# pytorch-compile-ro run only when _CONTENDERS names them).
 # Writes RESULTS_DIR/summary.txt (one line per program: name, exit code,
 # milliseconds) and RESULTS_DIR/<program>.log; exits non-zero when one failed
 # (77 = skipped is not a failure).
@@ -131,7 +132,7 @@ for p in $programs; do
         bench)
             limit=${FULMEN_KIT_BENCH_TIMEOUT:-900} run_program bench "$py" "$here/bench/run.py" --accelerator cuda \
                 --python "$py" --data "$FULMEN_MNIST" \
-                --contenders "${FULMEN_KIT_BENCH_CONTENDERS:-fulmen-c,pytorch,lightning,lightning-full}" \
+                --contenders "${FULMEN_KIT_BENCH_CONTENDERS:-fulmen-c,fulmen-c-graphs,pytorch,lightning,lightning-full}" \
                 --repeats "${FULMEN_KIT_BENCH_REPEATS:-1}" --epochs "${FULMEN_KIT_BENCH_EPOCHS:-3}" --timeout 120 \
                 --out "$results/bench.md" --jsonl "$results/bench.jsonl" ;;
         optim-bench)
