@@ -7,7 +7,6 @@
 //! device's part of a step; [`Core::graph_replayed`] does the host's.
 use super::state::Core;
 use crate::error::{Error, ErrorCode, Result};
-use crate::tensor::device::Device;
 use libc::c_void;
 use tch::{Kind, Tensor};
 
@@ -91,14 +90,16 @@ impl GraphedUpdates for CoreGraph<'_> {
                 *slot = None;
                 continue;
             };
+            // Made on the group's device once; parameters do not move during
+            // a fit (and a replay would refuse moved ones).
             match slot {
-                Some(d) if Device::of(&d.tensor)? == Device::of(p)? => {
+                Some(d) => {
                     if d.value != g.lr {
                         let _ = d.tensor.f_fill_(g.lr)?;
                         d.value = g.lr;
                     }
                 }
-                _ => {
+                None => {
                     let tensor = crate::tensor::device::scalar_on_device_of(g.lr, Kind::Float, p)?;
                     *slot = Some(DeviceLr { value: g.lr, tensor });
                 }

@@ -16,7 +16,7 @@ pub(crate) fn set_grad(param: &Tensor, grad: Option<&Tensor>) -> Result<()> {
 
 /// torch's `zero_grad(set_to_none=False)`: each defined gradient of
 /// `params` is detached and zeroed in place (it keeps its memory).
-pub fn zero_in_place(params: &[Tensor]) -> Result<()> {
+pub fn zero_in_place<'a>(params: impl IntoIterator<Item = &'a Tensor>) -> Result<()> {
     for p in params {
         let mut g = p.grad();
         if g.defined() {

@@ -303,7 +303,7 @@ impl GraphedSteps {
         }
         let before = run.progress;
         let counts = step_counts(run);
-        match capture(run, opts, store, batch, stepped) {
+        match capture(run, opts, store, batch, stepped, &counts) {
             Ok(c) => {
                 if self.captures.is_none() {
                     self.captures = Some(Captures::of(run));
@@ -382,14 +382,16 @@ impl GraphedSteps {
     }
 }
 
-/// Captures a step on a copy of `batch` (its static inputs). Refused when
-/// the step logged a value: the graph would not log it again.
+/// Captures a step on a copy of `batch` (its static inputs); `counts` are
+/// the optimizers' step counts before it. Refused when the step logged a
+/// value: the graph would not log it again.
 fn capture(
     run: &mut Run,
     opts: &super::TrainerOptions,
     store: &mut MetricStore,
     batch: &TrainBatch,
     stepped: bool,
+    counts: &[Vec<f64>],
 ) -> Result<Captured> {
     let inputs = {
         let _guard = tch::no_grad_guard();
@@ -402,7 +404,6 @@ fn capture(
     };
     let records = store.records();
     let hook_logs = run.state.batch_hook_logs.len();
-    let counts = step_counts(run);
     let progress = run.progress.optimizer;
     let device = run.strategy.root_device();
     let train =
@@ -419,7 +420,7 @@ fn capture(
     }
     let counted = step_counts(run)
         .iter()
-        .zip(&counts)
+        .zip(counts)
         .map(|(after, before)| {
             after.iter().enumerate().filter(|(i, a)| before.get(*i).is_none_or(|b| *a != b)).map(|(i, _)| i).collect()
         })

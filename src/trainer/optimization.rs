@@ -257,9 +257,7 @@ impl OptimizationContext<'_, '_> {
             cfg.optimizer.zero_grad();
             cfg.optimizer.take_error().map_or(Ok(()), Err)?;
         } else {
-            let params: Vec<Tensor> =
-                cfg.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect();
-            crate::tensor::grad::zero_in_place(&params)?;
+            crate::tensor::grad::zero_in_place(cfg.optimizer.param_groups().iter().flat_map(|g| &g.params))?;
         }
         let run = &mut *self.run;
         run.strategy.on_zero_grad(run.optimizers[self.optimizer].optimizer.as_ref(), set_to_none)
@@ -366,9 +364,7 @@ pub(super) fn zero_all(run: &mut Run) -> Result<()> {
         // Graphed steps write into the gradients they captured: zeroed in
         // place, never released.
         for cfg in run.optimizers.iter() {
-            let params: Vec<Tensor> =
-                cfg.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect();
-            crate::tensor::grad::zero_in_place(&params)?;
+            crate::tensor::grad::zero_in_place(cfg.optimizer.param_groups().iter().flat_map(|g| &g.params))?;
         }
         for cfg in run.optimizers.iter() {
             run.strategy.on_zero_grad(cfg.optimizer.as_ref(), false)?;
