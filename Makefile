@@ -141,10 +141,10 @@ INTEROP_BINARIES := ddp_rank fsdp_rank hook_order_parity lightning_parity datamo
   pruning_parity checkpoint_names_parity batch_size_finder script_parity export_parity torch_save_interop mlflow_logger
 INTEROP_CHECKS := lightning-parity export-parity compiled-step charlm-twin gan-twin mnist-lightning ddp-mixed \
   fsdp2-parity fsdp2-mixed fsdp-sharded-checkpoint forecast-twin finetune script-parity swa-parity logger-parity hook-log-parity pruning-parity hook-order-parity \
-  datamodule-parity checkpoint-names batch-size torch-save mlflow-logger
+  datamodule-parity checkpoint-names batch-size torch-save mlflow-logger bench-workloads
 .PHONY: $(INTEROP_CHECKS:%=interop-%)
 
-test-interop: $(INTEROP_BINARIES:%=$(BUILD)/interop/%) $(BUILD)/examples/mnist $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP) $(MLFLOW_STAMP)
+test-interop: $(INTEROP_BINARIES:%=$(BUILD)/interop/%) $(BUILD)/bench/workload_bench $(BUILD)/examples/mnist $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP) $(MLFLOW_STAMP)
 	$(MAKE) --no-print-directory -j2 --output-sync=target $(INTEROP_CHECKS:%=interop-%)
 	@echo "interop: $(words $(INTEROP_CHECKS)) checks passed"
 
@@ -158,6 +158,14 @@ interop-export-parity:
 	$(PY) tests/interop/export_parity.py --compiled --binary $(W)/export_parity --work $(W)/export-parity
 interop-compiled-step:
 	$(PY) tests/interop/compiled_step_check.py --threads 1 --steps 10 --models edge
+# bench/workloads.py end to end at its tiny size on the CPU (every
+# contender that runs here, and fulmen-c-graphs on the fake device), so the
+# GPU kit's benchmark of real workloads cannot rot unseen.
+interop-bench-workloads:
+	@rm -rf $(W)/bench-workloads && mkdir -p $(W)/bench-workloads
+	$(PY) bench/workloads.py --size tiny --repeats 1 --batches 2 --epochs 1 --check-graphs \
+	  --binary $(BUILD)/bench/workload_bench --out $(W)/bench-workloads/results.md
+	@grep -q "| lightning |" $(W)/bench-workloads/results.md
 interop-charlm-twin:
 	@rm -rf $(W)/charlm-twin
 	$(PY) tests/interop/charlm_twin.py --binary $(BUILD)/examples/charlm --data $(LEE) --work $(W)/charlm-twin

@@ -188,8 +188,14 @@ cc "${cflags[@]/-O1/-O2}" "$root/bench/c/exported_step.c" -o "$bundle/build/benc
     -L"$bundle/lib" -Wl,-rpath,'$ORIGIN/../../lib' -Wl,--allow-shlib-undefined -l:"$soname" -lm \
     2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
 strip "$bundle/build/bench/exported_step"
+# Training steps of real workloads (bench/workloads.py, run.sh's
+# bench-workloads): its C contender.
+cc "${cflags[@]/-O1/-O2}" "$root/bench/c/workload_bench.c" -o "$bundle/build/bench/workload_bench" \
+    -L"$bundle/lib" -Wl,-rpath,'$ORIGIN/../../lib' -Wl,--allow-shlib-undefined -l:"$soname" -lm \
+    2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
+strip "$bundle/build/bench/workload_bench"
 mkdir -p "$bundle/python" "$bundle/tests/interop"
-cp "$root/bench/exported.py" "$bundle/bench/"
+cp "$root/bench/exported.py" "$root/bench/workloads.py" "$bundle/bench/"
 cp "$root/python/fulmen_export.py" "$bundle/python/"
 cp "$root/tests/interop/export_parity.py" "$root/tests/interop/twin.py" "$bundle/tests/interop/"
 cp "$deps/data/mnist_5k.csv.gz" "$bundle/data/" 2>/dev/null || say "no MNIST data in .deps/data (make deps): the example will be skipped"

@@ -86,6 +86,7 @@ fn transformer() -> Module {
             batch_first: true,
             norm_first: false,
             bias: true,
+            causal: false,
         };
         root.push(Module::transformer_encoder_layer(cfg).unwrap()).unwrap();
     }

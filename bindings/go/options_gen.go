@@ -365,6 +365,10 @@ type TransformerOptions struct {
 	NormFirst bool
 	// Bias gives the linear layers and layer norms biases (default true).
 	Bias bool
+	// Causal makes self-attention causal (PyTorch's is_causal=True): no
+	// self-attention mask is then taken, and CUDA's flash kernels can run
+	// (default false).
+	Causal bool
 }
 
 // DefaultTransformerOptions are PyTorch's defaults.
@@ -382,6 +386,7 @@ func transformerOptionsFromC(c C.fulmen_transformer_options) (o TransformerOptio
 	o.BatchFirst = bool(c.batch_first)
 	o.NormFirst = bool(c.norm_first)
 	o.Bias = bool(c.bias)
+	o.Causal = bool(c.causal)
 	return o
 }
 
@@ -395,6 +400,7 @@ func (o TransformerOptions) c() (c C.fulmen_transformer_options) {
 	c.batch_first = C.bool(o.BatchFirst)
 	c.norm_first = C.bool(o.NormFirst)
 	c.bias = C.bool(o.Bias)
+	c.causal = C.bool(o.Causal)
 	return c
 }
 

@@ -301,6 +301,15 @@ typedef struct fulmen_transformer_options {
    * Biases in the linear layers and layer norms (default true).
    */
   bool bias;
+  /**
+   * Causal self-attention: each position attends to itself and the positions
+   * before it, as PyTorch's `is_causal=True` (its `src_is_causal` /
+   * `tgt_is_causal`). The layer then takes no self-attention mask (a key
+   * padding mask is allowed); without one, and without weights, attention
+   * runs through `scaled_dot_product_attention(is_causal=True)`, whose flash
+   * and memory-efficient kernels CUDA uses (default false).
+   */
+  bool causal;
 } fulmen_transformer_options;
 
 /**
@@ -366,7 +375,7 @@ struct fulmen_conv_transpose_options fulmen_conv_transpose_options_default(size_
 struct fulmen_rnn_options fulmen_rnn_options_default(void);
 
 /**
- * PyTorch's defaults: 2048, 0.1, ReLU, 1e-5, `(L, N, E)`, post-norm, biases.
+ * PyTorch's defaults: 2048, 0.1, ReLU, 1e-5, `(L, N, E)`, post-norm, biases, not causal.
  */
 struct fulmen_transformer_options fulmen_transformer_options_default(void);
 
@@ -1112,6 +1121,8 @@ struct fulmen_error *fulmen_model_multihead_attention_new(int64_t embed_dim,
  * `fulmen_model_forward` runs it without masks; `fulmen_model_forward_multi`
  * takes `src, src_mask, src_key_padding_mask` (a causal mask: a bool
  * `[L, L]` with true above the diagonal, e.g. from `fulmen_tensor_triu`).
+ * With `options.causal` the layer is causal without a mask, and a
+ * `src_mask` is refused (FULMEN_CODE_INVALID_ARGUMENT when it runs).
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (d_model not a positive multiple of
  * nhead, dim_feedforward not positive, dropout outside [0, 1], eps
@@ -1128,6 +1139,7 @@ struct fulmen_error *fulmen_model_transformer_encoder_layer_new(int64_t d_model,
  * `linear1.*`, `linear2.*`, `norm1.*` to `norm3.*`. It needs the memory:
  * run it with `fulmen_model_forward_multi` (`tgt, memory, tgt_mask,
  * memory_mask, tgt_key_padding_mask, memory_key_padding_mask`).
+ * `options.causal` makes its self-attention causal (no `tgt_mask` then).
  *
  * Errors: as `fulmen_model_transformer_encoder_layer_new`.
  */

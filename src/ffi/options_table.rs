@@ -496,14 +496,15 @@ pub const OPTION_STRUCTS: &[OptionStruct] = &[
             field("batch_first", Bool, &["Input and output are `(N, L, E)` rather than `(L, N, E)` (default false)."], "BatchFirst", &["BatchFirst takes and gives (N, L, E) rather than (L, N, E) (default false)."]),
             field("norm_first", Bool, &["Pre-norm: normalise before attention and feed-forward (default false)."], "NormFirst", &["NormFirst normalises before each block (default false: post-norm)."]),
             field("bias", Bool, &["Biases in the linear layers and layer norms (default true)."], "Bias", &["Bias gives the linear layers and layer norms biases (default true)."]),
+            field("causal", Bool, &["Causal self-attention: each position attends to itself and the positions", "before it, as PyTorch's `is_causal=True` (its `src_is_causal` /", "`tgt_is_causal`). The layer then takes no self-attention mask (a key", "padding mask is allowed); without one, and without weights, attention", "runs through `scaled_dot_product_attention(is_causal=True)`, whose flash", "and memory-efficient kernels CUDA uses (default false)."], "Causal", &["Causal makes self-attention causal (PyTorch's is_causal=True): no", "self-attention mask is then taken, and CUDA's flash kernels can run", "(default false)."]),
         ],
         defaults: &[
             DefaultFn {
                 name: "fulmen_transformer_options_default",
-                doc: &["PyTorch's defaults: 2048, 0.1, ReLU, 1e-5, `(L, N, E)`, post-norm, biases."],
+                doc: &["PyTorch's defaults: 2048, 0.1, ReLU, 1e-5, `(L, N, E)`, post-norm, biases, not causal."],
                 params: &[],
                 core: None,
-                set: &[("dim_feedforward", "2048"), ("dropout", "0.1"), ("activation", "0"), ("activation_param", "0.0"), ("layer_norm_eps", "1e-5"), ("batch_first", "false"), ("norm_first", "false"), ("bias", "true")],
+                set: &[("dim_feedforward", "2048"), ("dropout", "0.1"), ("activation", "0"), ("activation_param", "0.0"), ("layer_norm_eps", "1e-5"), ("batch_first", "false"), ("norm_first", "false"), ("bias", "true"), ("causal", "false")],
                 go: "DefaultTransformerOptions",
                 go_doc: &["DefaultTransformerOptions are PyTorch's defaults."],
             },

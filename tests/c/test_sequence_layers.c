@@ -261,6 +261,68 @@ static void test_transformer_layers(void) {
     fulmen_model_free(d);
 }
 
+/* options.causal: the layers of test_transformer_layers built causal give
+ * PyTorch's causal-mask results without a mask (SDPA's is_causal), with a
+ * key padding mask as the explicit mask does, and refuse a mask. */
+static void test_causal_transformer_layers(void) {
+    fulmen_model *e = NULL, *plain = NULL, *d = NULL;
+    fulmen_transformer_options o = fulmen_transformer_options_default();
+    CHECK(!o.causal);
+    o.dim_feedforward = 16;
+    o.dropout = 0;
+    o.activation = FULMEN_ACTIVATION_GELU;
+    o.batch_first = true;
+    o.causal = true;
+    CHECK_OK(fulmen_manual_seed(4));
+    CHECK_OK(fulmen_model_transformer_encoder_layer_new(8, 2, &o, &e));
+    o.causal = false;
+    CHECK_OK(fulmen_manual_seed(4));
+    CHECK_OK(fulmen_model_transformer_encoder_layer_new(8, 2, &o, &plain));
+    const int64_t d248[3] = {2, 4, 8}, d24[2] = {2, 4};
+    fulmen_tensor *x = wave(d248, 3, 1.0f), *mask = causal_mask(4), *y = NULL, *kpm = NULL;
+    CHECK_OK(fulmen_model_forward(e, x, &y));
+    EXPECT_WS(y, 0.03431957324210089);
+    const bool pad[8] = {false, false, false, true, false, false, false, false};
+    CHECK_OK(fulmen_tensor_from_data(pad, sizeof pad, FULMEN_DTYPE_BOOL, d24, 2, &kpm));
+    fulmen_tensor *outs[1] = {NULL}, *want[1] = {NULL};
+    size_t count = 0;
+    const fulmen_tensor *padded[3] = {x, NULL, kpm}, *explicit_mask[3] = {x, mask, kpm};
+    CHECK_OK(fulmen_model_forward_multi(e, NULL, padded, 3, outs, 1, &count));
+    CHECK_OK(fulmen_model_forward_multi(plain, NULL, explicit_mask, 3, want, 1, &count));
+    CHECK(fabs(weighted_sum(outs[0]) - weighted_sum(want[0])) < 1e-6);
+    free_all(outs, 1);
+    free_all(want, 1);
+    const fulmen_tensor *both[2] = {x, mask};
+    CHECK_ERR(fulmen_model_forward_multi(e, NULL, both, 2, outs, 1, &count), FULMEN_CODE_INVALID_ARGUMENT,
+              "src_mask");
+    CHECK(outs[0] == NULL);
+
+    fulmen_transformer_options od = fulmen_transformer_options_default();
+    od.dim_feedforward = 16;
+    od.dropout = 0;
+    od.norm_first = true;
+    od.causal = true;
+    CHECK_OK(fulmen_manual_seed(5));
+    CHECK_OK(fulmen_model_transformer_decoder_layer_new(8, 2, &od, &d));
+    const int64_t d428[3] = {4, 2, 8}, d328[3] = {3, 2, 8};
+    fulmen_tensor *tgt = wave(d428, 3, 1.0f), *mem = NULL;
+    float cv[48];
+    for (int i = 0; i < 48; i++) cv[i] = cosf((float)i * 0.1f);
+    mem = check_f32(cv, 48, d328, 3);
+    const fulmen_tensor *din[2] = {tgt, mem};
+    CHECK_OK(fulmen_model_forward_multi(d, NULL, din, 2, outs, 1, &count));
+    EXPECT_WS(outs[0], -13.226438738638535);
+    free_all(outs, 1);
+    const fulmen_tensor *dmask[3] = {tgt, mem, mask};
+    CHECK_ERR(fulmen_model_forward_multi(d, NULL, dmask, 3, outs, 1, &count), FULMEN_CODE_INVALID_ARGUMENT,
+              "tgt_mask");
+    fulmen_tensor *rest[] = {x, mask, y, kpm, tgt, mem};
+    free_all(rest, 6);
+    fulmen_model_free(e);
+    fulmen_model_free(plain);
+    fulmen_model_free(d);
+}
+
 /* An LSTM between two layers of a named model, run by path, trains:
  * gradients reach its weights through the packed path. */
 static void test_lstm_in_a_model_trains(void) {
@@ -293,6 +355,7 @@ int main(void) {
     test_gru_rnn();
     test_multihead_attention();
     test_transformer_layers();
+    test_causal_transformer_layers();
     test_lstm_in_a_model_trains();
     return check_finish("test_sequence_layers");
 }

@@ -371,6 +371,7 @@ static void op_sequence(vm *v) {
     to_opts.activation = (int32_t)small(v);
     to_opts.norm_first = byte(v) & 1;
     to_opts.batch_first = byte(v) & 1;
+    to_opts.causal = byte(v) & 1;
     const fulmen_rnn_options *rp = byte(v) == 0 ? NULL : &ro;
     switch (which) {
     case 0: check_error(fulmen_model_lstm_new(small(v), small(v), rp, &m)); break;

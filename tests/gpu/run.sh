@@ -15,13 +15,19 @@
 # the cuda accelerator) and bench (against PyTorch and Lightning), then the
 # C tests (optim-bench, the optimizer step's bench on cuda beside PyTorch,
 # and bench-exported, one training step of exported models on cuda four
-# ways, run only when named),
+# ways, and bench-workloads, the training steps of real workloads (MLP,
+# CNN, char GPT, GPT-2 small, ResNet-18) beside PyTorch, torch.compile and
+# Lightning, run only when named),
 # cpp_tests (the C++ binding's), go_tests (the Go package's) and mnist-cpu);
 # FULMEN_KIT_TIMEOUT bounds each program (default 300 s); FULMEN_KIT_DEADLINE
 # (seconds, default none) leaves the programs not yet started once passed;
 # FULMEN_KIT_BENCH_REPEATS / _EPOCHS / _CONTENDERS / _TIMEOUT (default 900 s)
 # size the benchmark (the torch.compile contenders pytorch-compile and
-# pytorch-compile-ro run only when _CONTENDERS names them).
+# pytorch-compile-ro run only when _CONTENDERS names them);
+# FULMEN_KIT_WORKLOADS (default all five), _WORKLOADS_CONTENDERS (default
+# all six), _WORKLOADS_REPEATS (1) and _WORKLOADS_TIMEOUT (default 1500 s)
+# size bench-workloads (graphs and the torch.compile contenders are
+# optional there: a failure is written in its table, not fatal).
 # Writes RESULTS_DIR/summary.txt (one line per program: name, exit code,
 # milliseconds) and RESULTS_DIR/<program>.log; exits non-zero when one failed
 # (77 = skipped is not a failure).
@@ -135,6 +141,14 @@ for p in $programs; do
                 --contenders "${FULMEN_KIT_BENCH_CONTENDERS:-fulmen-c,fulmen-c-graphs,pytorch,lightning,lightning-full}" \
                 --repeats "${FULMEN_KIT_BENCH_REPEATS:-1}" --epochs "${FULMEN_KIT_BENCH_EPOCHS:-3}" --timeout 120 \
                 --out "$results/bench.md" --jsonl "$results/bench.jsonl" ;;
+        bench-workloads)
+            limit=${FULMEN_KIT_WORKLOADS_TIMEOUT:-1500} run_program bench-workloads "$py" "$here/bench/workloads.py" \
+                --accelerator cuda --python "$py" --binary "$here/build/bench/workload_bench" \
+                --workloads "${FULMEN_KIT_WORKLOADS:-mlp,cnn,chargpt,gpt2,resnet18}" \
+                --contenders "${FULMEN_KIT_WORKLOADS_CONTENDERS:-fulmen-c,fulmen-c-graphs,pytorch,pytorch-compile,pytorch-compile-ro,lightning}" \
+                --optional fulmen-c-graphs,pytorch-compile,pytorch-compile-ro \
+                --repeats "${FULMEN_KIT_WORKLOADS_REPEATS:-1}" --timeout 300 \
+                --out "$results/bench-workloads.md" --jsonl "$results/bench-workloads.jsonl" ;;
         optim-bench)
             run_program optim-bench "$py" "$here/bench/optim_step.py" --binary "$here/build/bench/optim_bench" \
                 --device cuda --out "$results/optim-bench.md" ;;

@@ -159,9 +159,16 @@ pub struct fulmen_transformer_options {
     pub norm_first: bool,
     /// Biases in the linear layers and layer norms (default true).
     pub bias: bool,
+    /// Causal self-attention: each position attends to itself and the positions
+    /// before it, as PyTorch's `is_causal=True` (its `src_is_causal` /
+    /// `tgt_is_causal`). The layer then takes no self-attention mask (a key
+    /// padding mask is allowed); without one, and without weights, attention
+    /// runs through `scaled_dot_product_attention(is_causal=True)`, whose flash
+    /// and memory-efficient kernels CUDA uses (default false).
+    pub causal: bool,
 }
 
-/// PyTorch's defaults: 2048, 0.1, ReLU, 1e-5, `(L, N, E)`, post-norm, biases.
+/// PyTorch's defaults: 2048, 0.1, ReLU, 1e-5, `(L, N, E)`, post-norm, biases, not causal.
 #[no_mangle]
 pub extern "C" fn fulmen_transformer_options_default() -> fulmen_transformer_options {
     fulmen_transformer_options {
@@ -173,5 +180,6 @@ pub extern "C" fn fulmen_transformer_options_default() -> fulmen_transformer_opt
         batch_first: false,
         norm_first: false,
         bias: true,
+        causal: false,
     }
 }

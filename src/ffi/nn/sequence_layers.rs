@@ -136,6 +136,7 @@ unsafe fn new_transformer(
         batch_first: o.batch_first,
         norm_first: o.norm_first,
         bias: o.bias,
+        causal: o.causal,
     };
     let m = if decoder { Module::transformer_decoder_layer(cfg) } else { Module::transformer_encoder_layer(cfg) };
     emit_model(out, m)
@@ -147,6 +148,8 @@ unsafe fn new_transformer(
 /// `fulmen_model_forward` runs it without masks; `fulmen_model_forward_multi`
 /// takes `src, src_mask, src_key_padding_mask` (a causal mask: a bool
 /// `[L, L]` with true above the diagonal, e.g. from `fulmen_tensor_triu`).
+/// With `options.causal` the layer is causal without a mask, and a
+/// `src_mask` is refused (FULMEN_CODE_INVALID_ARGUMENT when it runs).
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (d_model not a positive multiple of
 /// nhead, dim_feedforward not positive, dropout outside [0, 1], eps
@@ -166,6 +169,7 @@ pub unsafe extern "C" fn fulmen_model_transformer_encoder_layer_new(
 /// `linear1.*`, `linear2.*`, `norm1.*` to `norm3.*`. It needs the memory:
 /// run it with `fulmen_model_forward_multi` (`tgt, memory, tgt_mask,
 /// memory_mask, tgt_key_padding_mask, memory_key_padding_mask`).
+/// `options.causal` makes its self-attention causal (no `tgt_mask` then).
 ///
 /// Errors: as `fulmen_model_transformer_encoder_layer_new`.
 #[no_mangle]

@@ -36,6 +36,9 @@ pub(crate) struct AttentionCall<'a> {
     pub need_weights: bool,
     /// Whether query, key and value are one tensor (one fused projection).
     pub self_attention: bool,
+    /// Causal attention: position `i` attends to keys `0..=i` (SDPA's
+    /// `is_causal`, aligned top-left); `attn_mask` must then be absent.
+    pub causal: bool,
 }
 
 impl MultiheadAttention {
@@ -111,6 +114,13 @@ impl MultiheadAttention {
         };
         let h = self.num_heads;
         let mut mask = None;
+        if c.causal && (c.key_padding_mask.is_some() || c.need_weights) {
+            // SDPA takes is_causal only without a mask, and the weights are
+            // computed here: the causal mask is made for them.
+            let mut m = crate::tensor::device::empty_on_device_of(&[l, s], kind, c.query)?;
+            let _ = m.f_fill_(f64::NEG_INFINITY)?;
+            mask = Some(m.f_triu(1)?);
+        }
         if let Some(m) = c.attn_mask {
             let size = m.size();
             let m = if size == [l, s] {
@@ -187,7 +197,10 @@ impl MultiheadAttention {
             }
             (w.f_matmul(&v)?, Some(w.f_mean_dim(1, false, None)?))
         } else {
-            (Tensor::f_scaled_dot_product_attention(&q, &k, &v, mask.as_ref(), p, false, None, false)?, None)
+            // SDPA's is_causal with no mask lets CUDA pick its flash kernels.
+            let is_causal = c.causal && mask.is_none();
+            let mask = if is_causal { None } else { mask };
+            (Tensor::f_scaled_dot_product_attention(&q, &k, &v, mask.as_ref(), p, is_causal, None, false)?, None)
         };
         let out = self.out_proj.forward(&out.f_transpose(1, 2)?.f_reshape([n, l, e])?, training)?;
         let out = match (batched, self.batch_first) {
@@ -226,6 +239,7 @@ impl Layer for MultiheadAttention {
             attn_mask: None,
             need_weights: false,
             self_attention: true,
+            causal: false,
         };
         Ok(self.attend(&call, training)?.0)
     }
@@ -251,6 +265,7 @@ impl Layer for MultiheadAttention {
             attn_mask: get(4),
             need_weights: true,
             self_attention: get(1).is_none() && get(2).is_none(),
+            causal: false,
         };
         let (out, weights) = self.attend(&call, training)?;
         Ok(std::iter::once(out).chain(weights).collect())

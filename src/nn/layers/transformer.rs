@@ -30,6 +30,9 @@ pub struct TransformerConfig {
     pub norm_first: bool,
     /// Whether the linear layers and layer norms have biases.
     pub bias: bool,
+    /// Causal self-attention (PyTorch's `is_causal=True`): no self-attention
+    /// mask is taken; attention runs through SDPA's `is_causal`.
+    pub causal: bool,
 }
 
 /// A transformer encoder layer, or with `cross_attn` a decoder layer.
@@ -113,6 +116,13 @@ impl TransformerLayer {
         masks: Masks<'_>,
         training: bool,
     ) -> Result<Tensor> {
+        let causal = self.cfg.causal && memory.is_none();
+        if causal && masks.attn.is_some() {
+            let mask = if self.cross_attn.is_some() { "tgt_mask" } else { "src_mask" };
+            return Err(Error::invalid(format!(
+                "the layer is causal (options.causal): it takes no {mask}; a key padding mask is allowed"
+            )));
+        }
         let kv = memory.unwrap_or(x);
         let call = AttentionCall {
             query: x,
@@ -122,6 +132,7 @@ impl TransformerLayer {
             attn_mask: masks.attn,
             need_weights: false,
             self_attention: memory.is_none(),
+            causal,
         };
         let (out, _) = attn.attend(&call, training)?;
         self.dropout(out, training)
