@@ -3,8 +3,9 @@
 // tensor data in host memory. A handful of kernels are its own (allocation,
 // copies, views, batch norm); every other op runs through libtorch's
 // at::native::cpu_fallback (arguments copied to the CPU, the CPU kernel run,
-// results copied back). Its random numbers come from the CPU generator,
-// which is therefore its default generator.
+// results copied back; convolutions run the CPU's on host aliases). Its
+// random numbers come from the CPU generator, which is therefore its default
+// generator.
 //
 // Nothing registers at load: fulmen_cxx_fake_device_register does it all,
 // once per process, and refuses when another PrivateUse1 backend is there.
@@ -449,6 +450,69 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_native_batch_norm(
   return result;
 }
 
+// Convolutions reach a backend other than the CPU's and CUDA's as
+// convolution_overrideable, whose CPU kernel only raises "not implemented":
+// run the CPU convolution on CPU aliases instead (nothing is written but
+// the fresh outputs, so a capture runs it on the real inputs and records it).
+at::Tensor on_device_of(const at::Tensor& cpu, const at::Tensor& like) {
+  return cpu.defined() ? cpu.to(like.device()) : cpu;
+}
+at::Tensor convolution_on_host(const at::Tensor& input, const at::Tensor& weight,
+                               const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                               c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                               c10::IntArrayRef output_padding, int64_t groups) {
+  InFallback in;
+  std::optional<at::Tensor> b;
+  if (bias.has_value() && bias->defined()) b = as_cpu(*bias);
+  return on_device_of(at::convolution(as_cpu(input), as_cpu(weight), b, stride, padding, dilation, transposed,
+                                      output_padding, groups),
+                      input);
+}
+at::Tensor npu_convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
+                                        const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                        c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                                        c10::IntArrayRef output_padding, int64_t groups) {
+  at::Tensor out = convolution_on_host(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                                       groups);
+  if (recording()) {
+    std::vector<int64_t> st(stride.begin(), stride.end()), pa(padding.begin(), padding.end()),
+        di(dilation.begin(), dilation.end()), op(output_padding.begin(), output_padding.end());
+    record([=] { copy_into(out, convolution_on_host(input, weight, bias, st, pa, di, transposed, op, groups)); });
+  }
+  return out;
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_on_host(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> output_mask) {
+  InFallback in;
+  std::vector<int64_t> bias_sizes{transposed ? weight.size(1) * groups : weight.size(0)};
+  auto [gi, gw, gb] = at::convolution_backward(as_cpu(grad_output), as_cpu(input), as_cpu(weight), bias_sizes,
+                                               stride, padding, dilation, transposed, output_padding, groups,
+                                               output_mask);
+  return {on_device_of(gi, input), on_device_of(gw, input), on_device_of(gb, input)};
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> npu_convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> output_mask) {
+  auto result = convolution_backward_on_host(grad_output, input, weight, stride, padding, dilation, transposed,
+                                             output_padding, groups, output_mask);
+  if (recording()) {
+    auto [gi, gw, gb] = result;
+    std::vector<int64_t> st(stride.begin(), stride.end()), pa(padding.begin(), padding.end()),
+        di(dilation.begin(), dilation.end()), op(output_padding.begin(), output_padding.end());
+    record([=] {
+      auto [i, w, b] = convolution_backward_on_host(grad_output, input, weight, st, pa, di, transposed, op, groups,
+                                                    output_mask);
+      copy_into(gi, i);
+      copy_into(gw, w);
+      copy_into(gb, b);
+    });
+  }
+  return result;
+}
+
 // An op through the fallback while a capture runs: done on scratch copies
 // for its outputs, recorded with its real arguments. A return that writes
 // through an argument is that argument (resized as the op resized its copy).
@@ -509,6 +573,8 @@ void register_kernels(torch::Library& m) {
   m.impl("set_.source_Storage", npu_set_source_Storage);
   m.impl("_has_compatible_shallow_copy_type", npu_has_compatible_shallow_copy_type);
   m.impl("native_batch_norm", npu_native_batch_norm);
+  m.impl("convolution_overrideable", npu_convolution_overrideable);
+  m.impl("convolution_backward_overrideable", npu_convolution_backward_overrideable);
   m.impl("set_.source_Storage_storage_offset", npu_set_source_Storage_offset);
   // Structured ops' functional forms otherwise reach npu through libtorch's
   // CompositeExplicitAutogradNonFunctional wrapper, which calls the .out op

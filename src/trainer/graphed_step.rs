@@ -402,22 +402,35 @@ fn capture(
         };
         batch.tensors.iter().map(copy).collect::<Result<Vec<_>>>()?
     };
-    let records = store.records();
+    // A refused capture takes back what its step logged, so that the eager
+    // run of the same step (cuda_graphs_fallback) logs it once.
+    let logged_before = store.clone();
     let hook_logs = run.state.batch_hook_logs.len();
     let progress = run.progress.optimizer;
     let device = run.strategy.root_device();
     let train =
         TrainBatch { tensors: &inputs, index: batch.index, first_of_window: batch.first_of_window, at: batch.at };
-    let (graph, (loss, checks)) =
+    let captured =
         DeviceGraph::capture(device, || deferred::collect(|| automatic_step(run, opts, store, &train, stepped)))
-            .map_err(|e| refused(format!("{}: the step could not be captured: {}", (batch.at)(), e.message)))?;
-    if store.records() != records || run.state.batch_hook_logs.len() != hook_logs {
-        return Err(refused(format!(
-            "{}: the step logged a value while it was captured; a replay would not log it again (log from \
-             on_train_batch_end, or leave cuda_graphs off)",
-            (batch.at)()
-        )));
-    }
+            .map_err(|e| refused(format!("{}: the step could not be captured: {}", (batch.at)(), e.message)))
+            .and_then(|captured| {
+                if store.records() != logged_before.records() || run.state.batch_hook_logs.len() != hook_logs {
+                    return Err(refused(format!(
+                        "{}: the step logged a value while it was captured; a replay would not log it again (log \
+                         from on_train_batch_end, or leave cuda_graphs off)",
+                        (batch.at)()
+                    )));
+                }
+                Ok(captured)
+            });
+    let (graph, (loss, checks)) = match captured {
+        Ok(c) => c,
+        Err(e) => {
+            *store = logged_before;
+            run.state.batch_hook_logs.truncate(hook_logs);
+            return Err(e);
+        }
+    };
     let counted = step_counts(run)
         .iter()
         .zip(counts)

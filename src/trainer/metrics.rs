@@ -229,7 +229,7 @@ struct EpochAccumulator {
 }
 
 /// Metrics of one run (fit, validate, test).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct MetricStore {
     step: BTreeMap<String, f64>,
     epoch: BTreeMap<String, EpochAccumulator>,

@@ -30,7 +30,9 @@ typedef struct {
     int optimizer;
     bool scheduler;       /* a StepLR stepping every 3 steps */
     bool record_losses;   /* read each step's loss in on_train_batch_end */
+    bool conv;            /* conv_bn_model rather than the MLP */
     int64_t calls;        /* training_step calls */
+    double logged;        /* the last epoch's count of steps that logged */
     double losses[MAX_STEPS];
     size_t n_losses;
 } graph_ud;
@@ -45,6 +47,8 @@ static fulmen_error *graph_step(void *ud, fulmen_step_context *ctx, const fulmen
     if (e == NULL && g->step_kind == STEP_LOGS_AT_8) e = fulmen_step_context_batch_idx(ctx, &idx);
     if (e == NULL && (g->step_kind == STEP_LOGS || idx == 8)) {
         e = fulmen_step_context_log(ctx, "one", 1.0, FULMEN_LOG_ON_STEP, 32);
+        /* Counts the steps that logged: a step logged twice shows. */
+        if (e == NULL) e = fulmen_step_context_log(ctx, "logged", 1.0, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_REDUCE_SUM, 32);
     }
     return e;
 }
@@ -84,6 +88,30 @@ static fulmen_error *graph_configure(void *ud, fulmen_optimizer_config *config) 
     return e;
 }
 
+/* Unflatten to (N, 1, 1, 2) -> Conv2d(1, 4, (1, 2)) -> BatchNorm2d(4) ->
+ * Tanh -> Flatten -> Linear(4, 2): a convolution (forward and backward) and
+ * BatchNorm's running statistics in the step. */
+static fulmen_model *conv_bn_model(void) {
+    fulmen_model *m = NULL, *l = NULL;
+    CHECK_OK(fulmen_model_sequential_new(&m));
+    const int64_t image[3] = {1, 1, 2};
+    CHECK_OK(fulmen_model_unflatten_new(1, image, 3, &l));
+    CHECK_OK(fulmen_model_push(m, l));
+    fulmen_conv2d_options c = fulmen_conv2d_options_default(1);
+    c.kernel[1] = 2;
+    CHECK_OK(fulmen_model_conv2d_new(1, 4, &c, &l));
+    CHECK_OK(fulmen_model_push(m, l));
+    CHECK_OK(fulmen_model_batch_norm_new(4, 1e-5, 0.1, &l));
+    CHECK_OK(fulmen_model_push(m, l));
+    CHECK_OK(fulmen_model_activation_new(FULMEN_ACTIVATION_TANH, 0, &l));
+    CHECK_OK(fulmen_model_push(m, l));
+    CHECK_OK(fulmen_model_flatten_new(1, -1, &l));
+    CHECK_OK(fulmen_model_push(m, l));
+    CHECK_OK(fulmen_model_linear_new(4, 2, true, &l));
+    CHECK_OK(fulmen_model_push(m, l));
+    return m;
+}
+
 /* What a fit does. */
 typedef struct {
     const char *accelerator;
@@ -103,7 +131,7 @@ static fulmen_model *graph_fit(graph_ud *g, const fit_plan *plan, fulmen_error *
     fulmen_dataset *ds = fixture_blobs(32 * plan->batches + plan->tail, 7, 2.0f);
     fulmen_loader *loader = fixture_loader(ds, 32, true, 3);
     CHECK_OK(fulmen_manual_seed(13));
-    g->model = fixture_mlp(16, 0);
+    g->model = g->conv ? conv_bn_model() : fixture_mlp(16, 0);
     g->calls = 0;
     g->n_losses = 0;
     fulmen_lightning_module *module = fixture_module_with(g->model, g, graph_step, graph_hook, graph_configure);
@@ -120,6 +148,9 @@ static fulmen_model *graph_fit(graph_ud *g, const fit_plan *plan, fulmen_error *
     CHECK_OK(fulmen_fake_device_host_reads(&after));
     if (reads != NULL) *reads = after - before;
     if (*err == NULL && plan->save != NULL) CHECK_OK(fulmen_trainer_save_checkpoint(t, module, plan->save, false));
+    g->logged = -1;
+    if (*err == NULL && g->step_kind != STEP_PLAIN && g->step_kind != STEP_READS)
+        CHECK_OK(fulmen_trainer_callback_metric(t, "logged", &g->logged));
     fulmen_trainer_free(t);
     fulmen_trainer_options_free(o);
     fulmen_lightning_module_free(module);
@@ -201,6 +232,19 @@ static void test_graphed_as_eager(void) {
     graph_ud sgd = {0};
     sgd.optimizer = OPT_FUSED_SGD;
     expect_graphed_as_eager("sgd momentum", sgd, plan, 4);
+    /* A convolution and BatchNorm (its running statistics compared too),
+     * in bf16-mixed; the fake device's eager fit is the CPU's. */
+    graph_ud conv = sgd;
+    conv.conv = true;
+    expect_graphed_as_eager("conv and batch norm", conv, plan, 4);
+    expect_graphed_as_eager("conv and batch norm, bf16-mixed", conv, mixed, 4);
+    graph_ud on_cpu = conv, on_npu = conv;
+    fit_plan cpu_plan = plan;
+    cpu_plan.accelerator = "cpu";
+    fulmen_model *a = fit_ok(&on_cpu, &cpu_plan), *b = fit_ok(&on_npu, &plan);
+    CHECK(fixture_max_diff(a, b) <= 1e-6);
+    fulmen_model_free(a);
+    fulmen_model_free(b);
 }
 
 /* Replays wait for the device no more than eager steps: the host reads of
@@ -311,6 +355,19 @@ static void expect_fallback(int step_kind) {
     }
     CHECK(diff <= 1e-6);
     CHECK(graphed.calls == 17);
+    CHECK(graphed.logged == eager.logged);
+    if (step_kind == STEP_LOGS) {
+        /* In one epoch the refused capture's logs were taken back: each
+         * of the 8 steps logged once, the captured one too. */
+        graph_ud once = eager, fell_back = eager;
+        fit_plan one = {"npu", 8, 0, 1, NULL, 0, NULL, NULL};
+        fulmen_model_free(fit_ok(&once, &one));
+        fit_plan one_fallback = {"npu", 8, 0, 1, opts, 2, NULL, NULL};
+        fulmen_model_free(fit_ok(&fell_back, &one_fallback));
+        if (once.logged != 8 || fell_back.logged != 8)
+            fprintf(stderr, "fallback: %g and %g steps logged, not 8\n", once.logged, fell_back.logged);
+        CHECK(once.logged == 8 && fell_back.logged == 8);
+    }
     fulmen_model *c = resume_eagerly(eager_ckpt), *d = resume_eagerly(graphed_ckpt);
     double resumed = fixture_max_diff(c, d);
     if (resumed > 1e-6) fprintf(stderr, "fallback %d: resumed weight diff %g\n", step_kind, resumed);
