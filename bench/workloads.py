@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Training steps of real workloads, fulmen beside PyTorch, torch.compile and
-Lightning: the MNIST-shaped MLP and CNN (host-bound), the char-level GPT of
-examples/c/charlm.c, a GPT-2-small-sized model (124M parameters, context
+Lightning: the MNIST-shaped MLP and CNN (host-bound), a char-level GPT of
+examples/c/charlm.c's shape (tied head, no dropout), a GPT-2-small-sized model (124M parameters, context
 1024, bf16-mixed, causal attention through SDPA) and a ResNet-18 on 32x32
 images in bf16-mixed (bench/python/workload_models.py; fulmen's side is
 bench/c/workload_bench.c, built from fulmen's own layers).
@@ -50,10 +50,11 @@ from run import TAIL, run_process, versions  # noqa: E402
 
 CONTENDERS = ("fulmen-c", "fulmen-c-graphs", "pytorch", "pytorch-compile", "pytorch-compile-ro", "lightning")
 CUDA_ONLY = ("fulmen-c-graphs", "pytorch-compile", "pytorch-compile-ro")
-# Dense bf16 tensor-core peaks (FLOP/s) from the vendors' data sheets, by a
-# part of the GPU's name.
-BF16_PEAKS = (("H200", 989.4e12), ("H100", 989.4e12), ("H800", 989.4e12), ("A100", 312e12),
-              ("A800", 312e12), ("L40S", 362.05e12), ("L4", 121e12), ("A10", 125e12))
+# Dense bf16 tensor-core peaks (FLOP/s) from NVIDIA's data sheets, by a
+# part of the GPU's name, the more specific names first.
+BF16_PEAKS = (("H100 PCIe", 756e12), ("H100 NVL", 835e12), ("H200", 989.4e12), ("H100", 989.4e12),
+              ("H800", 989.4e12), ("A100", 312e12), ("A800", 312e12), ("L40S", 362.05e12), ("L40", 181.05e12),
+              ("L4", 121e12))
 
 
 class Failed(Exception):
@@ -186,14 +187,16 @@ def markdown(a, runs, stats, peak_text, meta, failed):
              f"measured, {a.repeats} repeat(s) per contender, each its own process, round-robin; "
              f"{a.threads} intra-op thread(s)",
              f"- MFU: model FLOPs per step (bench/python/workload_models.py `step_flops`) over the step time "
-             f"and the peak: {peak_text}", ""]
+             f"and the GPU's dense bf16 peak, for every workload (the 32-true ones too, which cannot reach "
+             f"it): {peak_text}", ""]
     for w in a.workloads:
         params = wm.parameter_count(w, a.size)
         unit = "tokens/s" if w in ("chargpt", "gpt2") else "samples/s"
         lines += [f"## {w}", "",
                   f"{params / 1e6:.2f}M parameters, batch {wm.batch_size(w, a.size)}, {wm.precision(w)}, "
                   f"{wm.step_flops(w, a.size) / 1e9:.3g} GFLOP per step", "",
-                  f"| contender | µs/step (median) | min–max | {unit} | MFU | {mem} | speed-up over pytorch |",
+                  f"| contender | µs/step (median) | min–max | {unit} | MFU (of the bf16 peak) | {mem} | "
+                  "speed-up over pytorch |",
                   "|---|---|---|---|---|---|---|"]
         base = stats.get(("pytorch", w))
         for c in a.contenders:

@@ -5,8 +5,9 @@
  *
  *   mlp       Linear(784, 1024) -> ReLU -> Linear(1024, 10), batch 64
  *   cnn       bench/PROTOCOL.md's CNN on (N, 1, 28, 28), batch 64
- *   chargpt   examples/c/charlm.c's GPT (2 pre-norm blocks, d_model 64, 4
- *             heads, context 64, vocabulary 96), batch 32
+ *   chargpt   a GPT of examples/c/charlm.c's shape (2 pre-norm blocks,
+ *             d_model 64, 4 heads, context 64, vocabulary 96), built as
+ *             gpt2 is (tied head, no dropout), batch 32
  *   gpt2      GPT-2 small: 12 pre-norm blocks, d_model 768, 12 heads,
  *             context 1024, vocabulary 50304, the head tied to the token
  *             embedding (124M parameters), batch 8
@@ -71,6 +72,9 @@ typedef struct {
     const char *workload;
     shape s;
     fulmen_model *model;
+    /* The GPTs' token and position tables, taken once the model is on its
+     * device (on_train_start): the tied head and the positions use them. */
+    fulmen_tensor *wte, *wpe;
     bool on_gpu, graphs;
     long warmup;
     double started;
@@ -98,18 +102,16 @@ static uint32_t hash32(uint64_t i) {
 static float unit(uint64_t i) { return (float)(hash32(i) >> 8) / 16777216.0f - 0.5f; }
 
 static fulmen_error *forward_gpt(const bench *b, const fulmen_tensor *ids, fulmen_tensor **logits) {
-    fulmen_tensor *tok = NULL, *pos = NULL, *h = NULL, *blocks = NULL, *normed = NULL, *wte = NULL, *wte_t = NULL;
+    fulmen_tensor *tok = NULL, *h = NULL, *blocks = NULL, *normed = NULL, *wte_t = NULL;
     fulmen_error *e = fulmen_model_forward_child(b->model, "tok", ids, &tok);
     /* Every window is `context` long: the position table is added whole. */
-    if (e == NULL) e = fulmen_model_state_dict_get(b->model, "pos.weight", &pos);
-    if (e == NULL) e = fulmen_tensor_add(tok, pos, &h);
+    if (e == NULL) e = fulmen_tensor_add(tok, b->wpe, &h);
     if (e == NULL) e = fulmen_model_forward_child(b->model, "blocks", h, &blocks);
     if (e == NULL) e = fulmen_model_forward_child(b->model, "ln", blocks, &normed);
     /* The head is the token embedding, transposed (GPT-2's tied weights). */
-    if (e == NULL) e = fulmen_model_state_dict_get(b->model, "tok.weight", &wte);
-    if (e == NULL) e = fulmen_tensor_transpose(wte, 0, 1, &wte_t);
+    if (e == NULL) e = fulmen_tensor_transpose(b->wte, 0, 1, &wte_t);
     if (e == NULL) e = fulmen_tensor_matmul(normed, wte_t, logits);
-    fulmen_tensor *all[] = {tok, pos, h, blocks, normed, wte, wte_t};
+    fulmen_tensor *all[] = {tok, h, blocks, normed, wte_t};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) fulmen_tensor_free(all[i]);
     return e;
 }
@@ -238,6 +240,17 @@ static fulmen_error *on_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
     bench *b = ud;
     /* Counted here: a replayed graph does not call training_step. */
     if (hook == FULMEN_HOOK_TRAIN_BATCH_END) b->steps++;
+    if (hook == FULMEN_HOOK_TRAIN_START && (b->kind == CHARGPT || b->kind == GPT2)) {
+        fulmen_tensor_free(b->wte);
+        fulmen_tensor_free(b->wpe);
+        b->wte = b->wpe = NULL;
+        /* Made in a hook, so kept past its return (fulmen_tensor_keep). */
+        fulmen_error *e = fulmen_model_state_dict_get(b->model, "tok.weight", &b->wte);
+        if (e == NULL) e = fulmen_tensor_keep(b->wte);
+        if (e == NULL) e = fulmen_model_state_dict_get(b->model, "pos.weight", &b->wpe);
+        if (e == NULL) e = fulmen_tensor_keep(b->wpe);
+        return e;
+    }
     if (hook != FULMEN_HOOK_TRAIN_EPOCH_START && hook != FULMEN_HOOK_TRAIN_EPOCH_END) return NULL;
     fulmen_error *e = b->on_gpu ? fulmen_device_synchronize(FULMEN_DEVICE_TYPE_CUDA, 0) : NULL;
     if (e != NULL) return e;
@@ -475,22 +488,27 @@ static bool workload_of(const char *name, bool tiny, bench *b) {
 int main(int argc, char **argv) {
     const char *workload = "mlp", *accelerator = "cpu", *precision = "32-true", *size = "full";
     long epochs = 3, warmup = 1, threads = 1, seed = 0, graphs = 0, batches = 20;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const char *a = argv[i], *v = argv[i + 1];
-        if (strcmp(a, "--workload") == 0) workload = v;
-        else if (strcmp(a, "--epochs") == 0) epochs = atol(v);
-        else if (strcmp(a, "--warmup") == 0) warmup = atol(v);
-        else if (strcmp(a, "--batches") == 0) batches = atol(v);
-        else if (strcmp(a, "--threads") == 0) threads = atol(v);
-        else if (strcmp(a, "--seed") == 0) seed = atol(v);
-        else if (strcmp(a, "--accelerator") == 0) accelerator = v;
-        else if (strcmp(a, "--precision") == 0) precision = v;
-        else if (strcmp(a, "--size") == 0) size = v;
-        else if (strcmp(a, "--cuda-graphs") == 0) graphs = atol(v);
-        else {
-            fprintf(stderr, "workload_bench: unknown argument %s\n", a);
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long *number = strcmp(a, "--epochs") == 0    ? &epochs
+                       : strcmp(a, "--warmup") == 0  ? &warmup
+                       : strcmp(a, "--batches") == 0 ? &batches
+                       : strcmp(a, "--threads") == 0 ? &threads
+                       : strcmp(a, "--seed") == 0    ? &seed
+                       : strcmp(a, "--cuda-graphs") == 0 ? &graphs
+                                                         : NULL;
+        const char **text = strcmp(a, "--workload") == 0      ? &workload
+                            : strcmp(a, "--accelerator") == 0 ? &accelerator
+                            : strcmp(a, "--precision") == 0   ? &precision
+                            : strcmp(a, "--size") == 0        ? &size
+                                                              : NULL;
+        char *end = NULL;
+        if (v != NULL && number != NULL) *number = strtol(v, &end, 10);
+        if (v == NULL || (number == NULL && text == NULL) || (number != NULL && (*v == '\0' || *end != '\0'))) {
+            fprintf(stderr, "workload_bench: bad argument %s%s%s\n", a, v ? " " : "", v ? v : " (no value)");
             return 2;
         }
+        if (text != NULL) *text = v;
     }
     bench b = {0};
     if (!workload_of(workload, strcmp(size, "tiny") == 0, &b)) {
@@ -547,6 +565,8 @@ int main(int argc, char **argv) {
     fulmen_trainer_free(t);
     fulmen_trainer_options_free(o);
     fulmen_lightning_module_free(module);
+    fulmen_tensor_free(b.wte);
+    fulmen_tensor_free(b.wpe);
     fulmen_model_free(b.model);
     fulmen_loader_free(loader);
     fulmen_dataset_free(ds);

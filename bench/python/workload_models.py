@@ -4,8 +4,9 @@ the model FLOPs of one training step.
 
 - mlp:      Linear(784, 1024) -> ReLU -> Linear(1024, 10), batch 64, SGD 0.05
 - cnn:      bench/PROTOCOL.md's CNN on (N, 1, 28, 28), batch 64, SGD 0.05
-- chargpt:  examples/c/charlm.c's GPT (2 pre-norm blocks, d_model 64, 4 heads,
-            context 64, vocabulary 96), batch 32, AdamW 3e-3
+- chargpt:  a GPT of examples/c/charlm.c's shape (2 pre-norm blocks, d_model
+            64, 4 heads, context 64, vocabulary 96), built as gpt2 is (head
+            tied to the token embedding, no dropout), batch 32, AdamW 3e-3
 - gpt2:     GPT-2 small (12 pre-norm blocks, d_model 768, 12 heads, context
             1024, vocabulary 50304, head tied to the token embedding: 124M
             parameters), batch 8, AdamW 6e-4
@@ -44,11 +45,18 @@ def batch_size(workload, size):
     return 64
 
 
+def mul32(x, c):
+    """(x * c) mod 2^32 for x in [0, 2^32) without an int64 product past
+    2^48: c split in 16-bit halves."""
+    return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & 0xFFFFFFFF
+
+
 def hash32(i):
-    """workload_bench.c's counter hash, on an int64 tensor of counters."""
-    x = (i * 2654435761 + 12345) & 0xFFFFFFFF
+    """workload_bench.c's counter hash (uint32 arithmetic), on an int64
+    tensor of non-negative counters."""
+    x = (mul32(i & 0xFFFFFFFF, 2654435761) + 12345) & 0xFFFFFFFF
     x ^= x >> 15
-    x = (x * 2246822519) & 0xFFFFFFFF
+    x = mul32(x, 2246822519)
     x ^= x >> 13
     return x
 

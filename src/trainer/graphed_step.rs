@@ -403,11 +403,15 @@ fn capture(
         batch.tensors.iter().map(copy).collect::<Result<Vec<_>>>()?
     };
     // A refused capture takes back what its step logged, so that the eager
-    // run of the same step (cuda_graphs_fallback) logs it once.
+    // run of the same step (cuda_graphs_fallback) logs it once. (Its hooks
+    // and training_step have run, and run again in that eager step.)
     let logged_before = store.clone();
     let hook_logs = run.state.batch_hook_logs.len();
     let progress = run.progress.optimizer;
     let device = run.strategy.root_device();
+    // The generator too: the step ran during the capture (on the fake
+    // device for real), and its eager run must draw what it would have.
+    let rng = device.rng_state().ok();
     let train =
         TrainBatch { tensors: &inputs, index: batch.index, first_of_window: batch.first_of_window, at: batch.at };
     let captured =
@@ -428,6 +432,11 @@ fn capture(
         Err(e) => {
             *store = logged_before;
             run.state.batch_hook_logs.truncate(hook_logs);
+            // Best effort: the capture's own error is the one to report
+            // (after a failed CUDA capture the run ends anyway).
+            if let Some(state) = &rng {
+                let _ = device.set_rng_state(state);
+            }
             return Err(e);
         }
     };

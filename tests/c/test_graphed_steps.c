@@ -31,6 +31,7 @@ typedef struct {
     bool scheduler;       /* a StepLR stepping every 3 steps */
     bool record_losses;   /* read each step's loss in on_train_batch_end */
     bool conv;            /* conv_bn_model rather than the MLP */
+    double dropout;       /* the MLP's dropout */
     int64_t calls;        /* training_step calls */
     double logged;        /* the last epoch's count of steps that logged */
     double losses[MAX_STEPS];
@@ -131,7 +132,7 @@ static fulmen_model *graph_fit(graph_ud *g, const fit_plan *plan, fulmen_error *
     fulmen_dataset *ds = fixture_blobs(32 * plan->batches + plan->tail, 7, 2.0f);
     fulmen_loader *loader = fixture_loader(ds, 32, true, 3);
     CHECK_OK(fulmen_manual_seed(13));
-    g->model = g->conv ? conv_bn_model() : fixture_mlp(16, 0);
+    g->model = g->conv ? conv_bn_model() : fixture_mlp(16, g->dropout);
     g->calls = 0;
     g->n_losses = 0;
     fulmen_lightning_module *module = fixture_module_with(g->model, g, graph_step, graph_hook, graph_configure);
@@ -402,9 +403,31 @@ static void test_failed_capture_keeps_graphs(void) {
     fulmen_model_free(b);
 }
 
+/* With dropout: the refused capture drew masks (the fake device runs the
+ * step), and the generator is put back, so its eager run draws what an
+ * eager fit draws. */
+static void test_fallback_draws_as_eager(void) {
+    graph_ud eager = {0};
+    eager.optimizer = OPT_FUSED_ADAM;
+    eager.step_kind = STEP_LOGS;
+    eager.dropout = 0.5;
+    graph_ud graphed = eager;
+    fit_plan plain = {"npu", 8, 0, 1, NULL, 0, NULL, NULL};
+    fulmen_model *a = fit_ok(&eager, &plain);
+    const char *const opts[][2] = {{"cuda_graphs", "true"}, {"cuda_graphs_fallback", "true"}};
+    fit_plan fallback = {"npu", 8, 0, 1, opts, 2, NULL, NULL};
+    fulmen_model *b = fit_ok(&graphed, &fallback);
+    double diff = fixture_max_diff(a, b);
+    if (diff > 1e-6) fprintf(stderr, "fallback with dropout: weight diff %g\n", diff);
+    CHECK(diff <= 1e-6);
+    fulmen_model_free(a);
+    fulmen_model_free(b);
+}
+
 static void test_fallback(void) {
     expect_fallback(STEP_READS);
     expect_fallback(STEP_LOGS);
+    test_fallback_draws_as_eager();
     test_failed_capture_keeps_graphs();
 }
 

@@ -114,6 +114,9 @@ impl MultiheadAttention {
         };
         let h = self.num_heads;
         let mut mask = None;
+        if c.causal && c.attn_mask.is_some() {
+            return Err(Error::invalid("multihead_attention: a causal call takes no attn_mask"));
+        }
         if c.causal && (c.key_padding_mask.is_some() || c.need_weights) {
             // SDPA takes is_causal only without a mask, and the weights are
             // computed here: the causal mask is made for them.
