@@ -1,20 +1,44 @@
 // torch.optim's fused updates (`fused=True`): one libtorch kernel per
 // parameter group and device over all its parameters, as torch's
 // `_fused_adam` / `_fused_sgd` / `_fused_adagrad` call them. Each list is `n` `at::Tensor*`
-// of one device and dtype; an empty list is passed as NULL.
+// of one device and dtype; an empty list is passed as NULL. `found_inf`
+// (NULL, or an `at::Tensor*`: a float32 0-dim tensor) is torch's
+// GradScaler's finding for fused optimizers: when it holds 1 the kernel
+// leaves everything as it was, and the step counts added to first are
+// taken back on the device, so no host reads whether the step happened.
 #include "fulmen_cxx.h"
 #include "optim_lists.hpp"
 
+#include <optional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/_amp_foreach_non_finite_check_and_unscale.h>
 #include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_foreach_sub.h>
 #include <ATen/ops/_fused_adagrad.h>
 #include <ATen/ops/_fused_adam.h>
 #include <ATen/ops/_fused_adamw.h>
 #include <ATen/ops/_fused_sgd.h>
 
 using fulmen_optim::list;
+
+namespace {
+// The scaler's finding on the parameters' device (torch's
+// `found_inf.to(device)`), or none.
+std::optional<at::Tensor> found_inf_on(const void* found_inf, const std::vector<at::Tensor>& params) {
+  if (found_inf == nullptr || params.empty()) return std::nullopt;
+  return static_cast<const at::Tensor*>(found_inf)->to(params[0].device());
+}
+
+// torch's `_foreach_sub_(device_state_steps, [found_inf] * len)`: a skipped
+// step is not counted.
+void uncount_skipped(std::vector<at::Tensor>& steps, const std::optional<at::Tensor>& found_inf) {
+  if (found_inf.has_value() && !steps.empty()) {
+    at::_foreach_sub_(steps, std::vector<at::Tensor>(steps.size(), *found_inf));
+  }
+}
+}  // namespace
 
 extern "C" {
 
@@ -26,23 +50,26 @@ extern "C" {
 int fulmen_cxx_fused_adam(void* const* params, void* const* grads, void* const* exp_avgs, void* const* exp_avg_sqs,
                           void* const* max_exp_avg_sqs, void* const* steps, size_t n, double lr,
                           const void* lr_tensor, double beta1, double beta2, double weight_decay, double eps,
-                          bool amsgrad, bool maximize, bool decoupled, char* err, size_t err_len) {
+                          bool amsgrad, bool maximize, bool decoupled, const void* found_inf, char* err,
+                          size_t err_len) {
   FULMEN_CXX_TRY
   auto p = list(params, n), g = list(grads, n), m = list(exp_avgs, n), v = list(exp_avg_sqs, n);
   auto vmax = list(max_exp_avg_sqs, n), s = list(steps, n);
+  const auto fi = found_inf_on(found_inf, p);
   at::_foreach_add_(s, 1.0);
   if (lr_tensor != nullptr) {
     const auto& lr_t = *static_cast<const at::Tensor*>(lr_tensor);
     if (decoupled) {
-      at::_fused_adamw_(p, g, m, v, vmax, s, lr_t, beta1, beta2, weight_decay, eps, amsgrad, maximize);
+      at::_fused_adamw_(p, g, m, v, vmax, s, lr_t, beta1, beta2, weight_decay, eps, amsgrad, maximize, {}, fi);
     } else {
-      at::_fused_adam_(p, g, m, v, vmax, s, lr_t, beta1, beta2, weight_decay, eps, amsgrad, maximize);
+      at::_fused_adam_(p, g, m, v, vmax, s, lr_t, beta1, beta2, weight_decay, eps, amsgrad, maximize, {}, fi);
     }
   } else if (decoupled) {
-    at::_fused_adamw_(p, g, m, v, vmax, s, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize);
+    at::_fused_adamw_(p, g, m, v, vmax, s, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, {}, fi);
   } else {
-    at::_fused_adam_(p, g, m, v, vmax, s, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize);
+    at::_fused_adam_(p, g, m, v, vmax, s, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, {}, fi);
   }
+  uncount_skipped(s, fi);
   FULMEN_CXX_CATCH(err, err_len)
 }
 
@@ -50,14 +77,16 @@ int fulmen_cxx_fused_adam(void* const* params, void* const* grads, void* const* 
 // as fulmen_cxx_fused_adam's.
 int fulmen_cxx_fused_sgd(void* const* params, void* const* grads, void* const* momentum_buffers, size_t n,
                          double weight_decay, double momentum, double lr, const void* lr_tensor, double dampening,
-                         bool nesterov, bool maximize, bool is_first_step, char* err, size_t err_len) {
+                         bool nesterov, bool maximize, bool is_first_step, const void* found_inf, char* err,
+                         size_t err_len) {
   FULMEN_CXX_TRY
   auto p = list(params, n), g = list(grads, n), b = list(momentum_buffers, n);
+  const auto fi = found_inf_on(found_inf, p);
   if (lr_tensor != nullptr) {
     const auto& lr_t = *static_cast<const at::Tensor*>(lr_tensor);
-    at::_fused_sgd_(p, g, b, weight_decay, momentum, lr_t, dampening, nesterov, maximize, is_first_step);
+    at::_fused_sgd_(p, g, b, weight_decay, momentum, lr_t, dampening, nesterov, maximize, is_first_step, {}, fi);
   } else {
-    at::_fused_sgd_(p, g, b, weight_decay, momentum, lr, dampening, nesterov, maximize, is_first_step);
+    at::_fused_sgd_(p, g, b, weight_decay, momentum, lr, dampening, nesterov, maximize, is_first_step, {}, fi);
   }
   FULMEN_CXX_CATCH(err, err_len)
 }
@@ -66,11 +95,26 @@ int fulmen_cxx_fused_sgd(void* const* params, void* const* grads, void* const* m
 // device holding the steps done, 1 added here first as torch adds it.
 int fulmen_cxx_fused_adagrad(void* const* params, void* const* grads, void* const* state_sums, void* const* steps,
                              size_t n, double lr, double lr_decay, double weight_decay, double eps, bool maximize,
-                             char* err, size_t err_len) {
+                             const void* found_inf, char* err, size_t err_len) {
   FULMEN_CXX_TRY
   auto p = list(params, n), g = list(grads, n), s = list(state_sums, n), k = list(steps, n);
+  const auto fi = found_inf_on(found_inf, p);
   at::_foreach_add_(k, 1.0);
-  at::_fused_adagrad_(p, g, s, k, lr, lr_decay, weight_decay, eps, maximize);
+  at::_fused_adagrad_(p, g, s, k, lr, lr_decay, weight_decay, eps, maximize, {}, fi);
+  uncount_skipped(k, fi);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// torch's GradScaler unscale (`_amp_foreach_non_finite_check_and_unscale_`):
+// multiplies the `n` gradients (one device) by `inv_scale` in place and sets
+// `found_inf` (float32, 0-dim, that device) to 1 when one held an inf or
+// NaN, on the device: nothing is read on the host.
+int fulmen_cxx_amp_unscale(void* const* grads, size_t n, const void* found_inf, const void* inv_scale, char* err,
+                           size_t err_len) {
+  FULMEN_CXX_TRY
+  auto g = list(grads, n);
+  auto fi = *static_cast<const at::Tensor*>(found_inf);
+  at::_amp_foreach_non_finite_check_and_unscale_(g, fi, *static_cast<const at::Tensor*>(inv_scale));
   FULMEN_CXX_CATCH(err, err_len)
 }
 

@@ -99,9 +99,19 @@ impl Adagrad {
     /// torch's `_single_tensor_adagrad` (`_fused_adagrad` when fused,
     /// `_multi_tensor_adagrad` with foreach updates).
     fn update(&mut self) -> Result<()> {
+        self.update_scaled(None)
+    }
+
+    /// With `found_inf` (fused only): a loss scaler's device finding, as
+    /// [`Optimizer::step_scaled`].
+    fn update_scaled(&mut self, found_inf: Option<&Tensor>) -> Result<()> {
         if self.core.fused {
-            return super::fused::adagrad_step(&mut self.core, &self.opts);
+            return super::fused::adagrad_step(&mut self.core, &self.opts, found_inf);
         }
+        if found_inf.is_some() {
+            return Err(super::fused::unscaled_kind("adagrad"));
+        }
+        self.core.settle_steps()?;
         if super::foreach::uses_foreach(&self.core) {
             return super::foreach::adagrad_step(&mut self.core, &self.opts);
         }
@@ -124,6 +134,12 @@ impl Adagrad {
 }
 
 super::optimizer_via_core!(Adagrad, "adagrad";
+    fn supports_amp_scaling(&self) -> bool {
+        self.core.fused
+    }
+    fn step_scaled(&mut self, found_inf: &Tensor) -> Result<()> {
+        self.update_scaled(Some(found_inf))
+    }
     fn fused(&self) -> bool {
         self.core.fused
     }

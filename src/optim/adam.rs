@@ -119,11 +119,17 @@ impl AdamCore {
 
     /// torch's `_single_tensor_adam` (`_fused_adam` when fused,
     /// `_multi_tensor_adam` with foreach updates).
-    fn step(&mut self) -> Result<()> {
+    /// With `found_inf` (fused only): a loss scaler's device finding, as
+    /// [`Optimizer::step_scaled`].
+    fn step(&mut self, found_inf: Option<&Tensor>) -> Result<()> {
         let decoupled = self.decoupled;
         if self.core.fused {
-            return super::fused::adam_step(&mut self.core, &self.opts, decoupled);
+            return super::fused::adam_step(&mut self.core, &self.opts, decoupled, found_inf);
         }
+        if found_inf.is_some() {
+            return Err(super::fused::unscaled_kind(if decoupled { "adamw" } else { "adam" }));
+        }
+        self.core.settle_steps()?;
         if super::foreach::uses_foreach(&self.core) {
             return super::foreach::adam_step(&mut self.core, &self.opts, decoupled);
         }
@@ -231,7 +237,13 @@ macro_rules! impl_optimizer {
                 $name
             }
             fn step(&mut self) -> Result<()> {
-                self.0.step()
+                self.0.step(None)
+            }
+            fn supports_amp_scaling(&self) -> bool {
+                self.0.core.fused
+            }
+            fn step_scaled(&mut self, found_inf: &Tensor) -> Result<()> {
+                self.0.step(Some(found_inf))
             }
             fn zero_grad(&mut self) {
                 self.0.core.zero_grad();

@@ -124,14 +124,23 @@ pub(super) fn count_steps(state: &mut [Option<ParamState>], ids: &[usize]) {
 /// successful call ([`keep_device_steps`]) is taken out of the state and
 /// reused while it holds the state's count on the parameter's device (no
 /// new tensor nor host-to-device copy per parameter and step); a new one
-/// is made otherwise. A failed call drops what it took.
+/// is made otherwise. A failed call drops what it took, except a count the
+/// device alone knows ([`DeviceStep::exact`] false), which stays.
 pub(super) fn take_device_step(state: &mut [Option<ParamState>], i: usize, p: &Tensor) -> Result<Tensor> {
     let (count, kept) = match state[i].as_mut() {
-        Some(st) => (st.step, st.device_step.take()),
+        Some(st) => {
+            let kept = st.device_step.take();
+            if let Some(d) = kept.as_ref().filter(|d| !d.exact) {
+                st.device_step = Some(DeviceStep { tensor: d.tensor.shallow_clone(), count: d.count, exact: false });
+            }
+            (st.step, kept)
+        }
         None => (0.0, None),
     };
     match kept {
-        Some(d) if d.count == count && same_device(&d.tensor, p)? => Ok(d.tensor),
+        Some(d) if (d.count == count || !d.exact) && same_device(&d.tensor, p)? => Ok(d.tensor),
+        // A count known on the device only moves with its parameter.
+        Some(d) if !d.exact => Ok(crate::tensor::device::to_device_of(&d.tensor, p)?),
         _ => crate::tensor::device::scalar_on_device_of(count, Kind::Float, p),
     }
 }
@@ -144,13 +153,38 @@ fn same_device(a: &Tensor, b: &Tensor) -> Result<bool> {
 }
 
 /// Keeps the step tensors of a successful fused call in the state of the
-/// parameters at `ids`, with their counts (after [`count_steps`]).
-pub(super) fn keep_device_steps(state: &mut [Option<ParamState>], ids: &[usize], steps: &[Tensor]) {
+/// parameters at `ids`, with their counts (after [`count_steps`]); `exact`
+/// is false when a loss scaler's device finding may have skipped the step
+/// (the tensors hold the true counts).
+pub(super) fn keep_device_steps(state: &mut [Option<ParamState>], ids: &[usize], steps: &[Tensor], exact: bool) {
     for (&i, t) in ids.iter().zip(steps) {
         if let Some(st) = state[i].as_mut() {
-            st.device_step = Some(DeviceStep { tensor: t.shallow_clone(), count: st.step });
+            st.device_step = Some(DeviceStep { tensor: t.shallow_clone(), count: st.step, exact });
         }
     }
+}
+
+/// The refusal of a loss scaler's device finding by an optimizer whose
+/// fused updates are off.
+pub(crate) fn unscaled_kind(kind: &str) -> Error {
+    Error::new(
+        ErrorCode::Unsupported,
+        format!("{kind} without fused updates cannot take a loss scaler's finding on the device: turn them on (fused)"),
+    )
+}
+
+/// A step that counts on the host (no loss scaler's finding) first reads
+/// back the counts earlier scaled steps left on the device.
+fn settle_unless_scaled(core: &mut Core, found_inf: Option<&Tensor>) -> Result<()> {
+    if found_inf.is_none() {
+        core.settle_steps()?;
+    }
+    Ok(())
+}
+
+/// The `at::Tensor*` of a loss scaler's finding, or NULL.
+fn found_inf_ptr(found_inf: Option<&Tensor>) -> *const c_void {
+    found_inf.map_or(std::ptr::null(), |t| t.as_ptr() as *const c_void)
 }
 
 /// What torch's `_device_dtype_check_for_fused` checks: floating
@@ -234,8 +268,17 @@ pub(super) fn grad_rows(core: &mut Core) -> Vec<Vec<(usize, Tensor, Tensor)>> {
     out
 }
 
-/// torch's `_fused_adam` (`decoupled`: `_fused_adamw`) over every group.
-pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool) -> Result<()> {
+/// torch's `_fused_adam` (`decoupled`: `_fused_adamw`) over every group;
+/// with `found_inf` (a loss scaler's finding on the device, torch's
+/// `optimizer.found_inf`) the kernels skip the update on the device when it
+/// holds 1, and take back the step counts there.
+pub(crate) fn adam_step(
+    core: &mut Core,
+    defaults: &AdamOptions,
+    decoupled: bool,
+    found_inf: Option<&Tensor>,
+) -> Result<()> {
+    settle_unless_scaled(core, found_inf)?;
     let kind = if decoupled { "adamw" } else { "adam" };
     let _guard = tch::no_grad_guard();
     let groups = rows_with_grads(kind, core)?;
@@ -276,19 +319,24 @@ pub(crate) fn adam_step(core: &mut Core, defaults: &AdamOptions, decoupled: bool
                     o.amsgrad,
                     o.maximize,
                     decoupled,
+                    found_inf_ptr(found_inf),
                     err,
                     len,
                 )
             })?;
             count_steps(&mut core.state, ids);
-            keep_device_steps(&mut core.state, ids, &lists[4]);
+            keep_device_steps(&mut core.state, ids, &lists[4], found_inf.is_none());
+            core.unsettled_steps |= found_inf.is_some();
         }
     }
     Ok(())
 }
 
-/// torch's `_fused_sgd` over every group.
-pub(crate) fn sgd_step(core: &mut Core, defaults: &SgdOptions) -> Result<()> {
+/// torch's `_fused_sgd` over every group; `found_inf` as
+/// [`adam_step`]'s. A first step with momentum skipped by it leaves zeroed
+/// momentum buffers (torch's leaves them uninitialised).
+pub(crate) fn sgd_step(core: &mut Core, defaults: &SgdOptions, found_inf: Option<&Tensor>) -> Result<()> {
+    settle_unless_scaled(core, found_inf)?;
     let _guard = tch::no_grad_guard();
     let groups = rows_with_grads("sgd", core)?;
     for (gi, (g, rows)) in core.groups.iter().zip(groups).enumerate() {
@@ -314,7 +362,7 @@ pub(crate) fn sgd_step(core: &mut Core, defaults: &SgdOptions) -> Result<()> {
                 let buffer = match core.state[i].as_ref() {
                     Some(st) if !first => st.buffers["momentum_buffer"].shallow_clone(),
                     _ => {
-                        let b = row[1].f_empty_like()?;
+                        let b = if found_inf.is_some() { row[1].f_zeros_like()? } else { row[1].f_empty_like()? };
                         new_buffers.push((i, b.shallow_clone()));
                         b
                     }
@@ -343,6 +391,7 @@ pub(crate) fn sgd_step(core: &mut Core, defaults: &SgdOptions) -> Result<()> {
                     o.nesterov,
                     o.maximize,
                     first,
+                    found_inf_ptr(found_inf),
                     err,
                     len,
                 )
@@ -360,7 +409,9 @@ pub(crate) fn sgd_step(core: &mut Core, defaults: &SgdOptions) -> Result<()> {
 /// the for-loop update; each kernel call's parameters get their new sums
 /// and step counts once that call succeeded, so a failed call leaves the
 /// state of the parameters it did not update as it was.
-pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions) -> Result<()> {
+/// `found_inf` as [`adam_step`]'s.
+pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions, found_inf: Option<&Tensor>) -> Result<()> {
+    settle_unless_scaled(core, found_inf)?;
     let _guard = tch::no_grad_guard();
     let groups = rows_with_grads("adagrad", core)?;
     for (g, rows) in core.groups.iter().zip(groups) {
@@ -387,13 +438,15 @@ pub(crate) fn adagrad_step(core: &mut Core, defaults: &AdagradOptions) -> Result
                     g.weight_decay,
                     o.eps,
                     o.maximize,
+                    found_inf_ptr(found_inf),
                     err,
                     len,
                 )
             })?;
             keep_sums(&mut core.state, ids, &lists[2]);
             count_steps(&mut core.state, ids);
-            keep_device_steps(&mut core.state, ids, &lists[3]);
+            keep_device_steps(&mut core.state, ids, &lists[3], found_inf.is_none());
+            core.unsettled_steps |= found_inf.is_some();
         }
     }
     Ok(())

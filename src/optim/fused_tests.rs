@@ -181,3 +181,62 @@ fn the_kept_device_steps_follow_the_state() {
         assert!(kept.state_dict().unwrap().iter().all(|(k, _)| !k.contains("device")));
     }
 }
+
+/// A fused step handed a loss scaler's finding of 1 (`step_scaled`) is no
+/// step at all: the same weights and state, step counts included, as an
+/// optimizer that skipped it on the host; with 0 it is a plain step.
+#[test]
+fn a_step_skipped_on_the_device_is_no_step() {
+    type Make = fn(Vec<Tensor>) -> Box<dyn Optimizer>;
+    let makes: [Make; 4] = [
+        |p| Box::new(Adam::new(p, AdamOptions { lr: 0.1, amsgrad: true, ..Default::default() }).unwrap()),
+        |p| Box::new(AdamW::new(p, AdamOptions { lr: 0.1, weight_decay: 0.1, ..Default::default() }).unwrap()),
+        // A skipped first step leaves zeroed momentum buffers, so that the
+        // next one equals a first step (dampening 0).
+        |p| Box::new(Sgd::new(p, SgdOptions { lr: 0.1, momentum: 0.9, nesterov: true, ..Default::default() }).unwrap()),
+        |p| Box::new(Adagrad::new(p, AdagradOptions { lr: 0.1, lr_decay: 0.01, ..Default::default() }).unwrap()),
+    ];
+    let skips = [true, false, false, true, true, false];
+    let finding = |v: f64| Tensor::from(v as f32);
+    for make in makes {
+        let (a, b) = (Model::new(Kind::Float), Model::new(Kind::Float));
+        let (mut on_device, mut on_host) = (make(a.params()), make(b.params()));
+        on_device.set_fused(true).unwrap();
+        on_host.set_fused(true).unwrap();
+        assert!(on_device.supports_amp_scaling());
+        for &skip in &skips {
+            a.backward();
+            if skip {
+                let _ = a.w.grad().fill_(f64::INFINITY);
+            }
+            on_device.step_scaled(&finding(if skip { 1.0 } else { 0.0 })).unwrap();
+            on_device.zero_grad();
+            if !skip {
+                b.train_step(on_host.as_mut());
+            }
+        }
+        let name = on_device.name();
+        assert_eq!(values(&a.w), values(&b.w), "{name}");
+        let read = |o: &dyn Optimizer| -> Vec<(String, Vec<f64>)> {
+            o.state_dict().unwrap().into_iter().map(|(k, t)| (k, values(&t))).collect()
+        };
+        assert_eq!(read(on_device.as_ref()), read(on_host.as_ref()), "{name}");
+        // A step that counts on the host reads the device's counts first.
+        on_device.set_fused(false).unwrap();
+        on_host.set_fused(false).unwrap();
+        a.train_step(on_device.as_mut());
+        b.train_step(on_host.as_mut());
+        assert_eq!(values(&a.w), values(&b.w), "{name} after an unfused step");
+        a.assert_v_untouched();
+    }
+    // Without fused updates the finding is refused.
+    let m = Model::new(Kind::Float);
+    let mut adam = Adam::new(m.params(), AdamOptions::default()).unwrap();
+    assert!(!adam.supports_amp_scaling());
+    m.backward();
+    let e = adam.step_scaled(&finding(0.0)).unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unsupported);
+    assert!(e.message.contains("fused"), "{}", e.message);
+    let mut lbfgs = Lbfgs::new(m.params(), LbfgsOptions::default()).unwrap();
+    assert_eq!(lbfgs.step_scaled(&finding(0.0)).unwrap_err().code, ErrorCode::Unsupported);
+}

@@ -207,6 +207,33 @@ pub trait Optimizer: Send {
         Ok(loss)
     }
 
+    /// torch's `_step_supports_amp_scaling`: whether
+    /// [`Optimizer::step_scaled`] takes a loss scaler's finding on the
+    /// device (the fused SGD, Adam, AdamW and Adagrad updates).
+    fn supports_amp_scaling(&self) -> bool {
+        false
+    }
+
+    /// A step that a loss scaler's finding `found_inf` (a float32 0-dim
+    /// tensor on the device, 1 after an inf or NaN gradient) skips on the
+    /// device, as torch's fused updates do with `optimizer.found_inf`: the
+    /// host reads nothing, and the step counts a skipped step added are
+    /// taken back on the device (the host's copies are read back when they
+    /// are needed: a saved state, an update that counts on the host). The
+    /// gradients must be unscaled already. Kinds without it
+    /// ([`Optimizer::supports_amp_scaling`] false) refuse with
+    /// `Unsupported`.
+    fn step_scaled(&mut self, found_inf: &Tensor) -> Result<()> {
+        let _ = found_inf;
+        Err(Error::new(
+            crate::error::ErrorCode::Unsupported,
+            format!(
+                "{} cannot take a loss scaler's finding on the device (fused SGD, Adam, AdamW and Adagrad can)",
+                self.name()
+            ),
+        ))
+    }
+
     /// An error the optimizer kept from a call that cannot return one (a
     /// host optimizer's `zero_grad`), taken once; `None` for the built-in
     /// kinds.

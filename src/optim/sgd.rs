@@ -101,9 +101,19 @@ impl Sgd {
     }
 
     fn update(&mut self) -> Result<()> {
+        self.update_scaled(None)
+    }
+
+    /// With `found_inf` (fused only): a loss scaler's device finding, as
+    /// [`Optimizer::step_scaled`].
+    fn update_scaled(&mut self, found_inf: Option<&Tensor>) -> Result<()> {
         if self.core.fused {
-            return super::fused::sgd_step(&mut self.core, &self.opts);
+            return super::fused::sgd_step(&mut self.core, &self.opts, found_inf);
         }
+        if found_inf.is_some() {
+            return Err(super::fused::unscaled_kind("sgd"));
+        }
+        self.core.settle_steps()?;
         if super::foreach::uses_foreach(&self.core) {
             return super::foreach::sgd_step(&mut self.core, &self.opts);
         }
@@ -149,6 +159,12 @@ impl Sgd {
 }
 
 super::optimizer_via_core!(Sgd, "sgd";
+    fn supports_amp_scaling(&self) -> bool {
+        self.core.fused
+    }
+    fn step_scaled(&mut self, found_inf: &Tensor) -> Result<()> {
+        self.update_scaled(Some(found_inf))
+    }
     fn fused(&self) -> bool {
         self.core.fused
     }

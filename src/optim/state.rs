@@ -27,6 +27,23 @@ pub struct ParamState {
 pub(crate) struct DeviceStep {
     pub tensor: Tensor,
     pub count: f64,
+    /// `false` after a step a loss scaler's device finding may have skipped
+    /// (`fused::adam_step` with `found_inf`): the tensor holds the true
+    /// count, `count` and the state's `step` the count had it stepped, until
+    /// [`Core::settle_steps`] reads it.
+    pub exact: bool,
+}
+
+impl ParamState {
+    /// The steps taken: the state's count, or where a step a loss scaler
+    /// may have skipped left it on the device only, the device's (a read
+    /// that waits for the device).
+    pub(crate) fn step_count(&self) -> Result<f64> {
+        match &self.device_step {
+            Some(d) if !d.exact => crate::checkpoint::numbers::one_value(&d.tensor),
+            _ => Ok(self.step),
+        }
+    }
 }
 
 impl ParamState {
@@ -122,6 +139,9 @@ pub(crate) struct Core {
     /// optimizer steps inside device graphs (`src/optim/graphed.rs`); the
     /// fused updates then read it there. Never saved.
     pub(crate) device_lrs: Option<Vec<Option<super::graphed::DeviceLr>>>,
+    /// Set when a fused step took a loss scaler's device finding: some
+    /// step counts are known on the device only ([`Core::settle_steps`]).
+    pub(crate) unsettled_steps: bool,
 }
 
 /// Whether optimizer `kind` has fused updates (`src/optim/fused.rs`).
@@ -153,6 +173,7 @@ impl Core {
             fused: false,
             foreach: None,
             device_lrs: None,
+            unsettled_steps: false,
         };
         core.add_group(params, None, opts)?;
         Ok(core)
@@ -297,7 +318,7 @@ impl Core {
         for (i, st) in self.state.iter().enumerate() {
             let Some(st) = st else { continue };
             if spec.has_step {
-                out.push((format!("state.{i}.step"), scalar(st.step)?));
+                out.push((format!("state.{i}.step"), scalar(st.step_count()?)?));
             }
             for (name, t) in &st.buffers {
                 out.push((format!("state.{i}.{name}"), deep_copy(t)?));
@@ -513,6 +534,40 @@ impl Core {
         self.state = parsed.state;
         self.fused = parsed.fused;
         self.foreach = parsed.foreach;
+        self.unsettled_steps = false;
+    }
+
+    /// Reads back the step counts that fused steps under a loss scaler's
+    /// device finding left on the device (one wait for the device, only
+    /// when there are such counts), so that the host's counts are true
+    /// again: before an update that counts on the host, and before graphed
+    /// steps.
+    pub(crate) fn settle_steps(&mut self) -> Result<()> {
+        if !self.unsettled_steps {
+            return Ok(());
+        }
+        let mut pending = Vec::new();
+        for (i, st) in self.state.iter().enumerate() {
+            if let Some(d) = st.as_ref().and_then(|st| st.device_step.as_ref()).filter(|d| !d.exact) {
+                pending.push((i, d.tensor.f_to_kind(tch::Kind::Double)?.f_reshape([1])?));
+            }
+        }
+        if !pending.is_empty() {
+            let rows: Vec<&Tensor> = pending.iter().map(|(_, t)| t).collect();
+            let on_cpu = crate::tensor::device::to_device(&Tensor::f_cat(&rows, 0)?, Device::Cpu, false)?;
+            let counts = Vec::<f64>::try_from(&on_cpu)?;
+            for ((i, _), count) in pending.iter().zip(counts) {
+                if let Some(st) = self.state[*i].as_mut() {
+                    st.step = count;
+                    if let Some(d) = st.device_step.as_mut() {
+                        d.count = count;
+                        d.exact = true;
+                    }
+                }
+            }
+        }
+        self.unsettled_steps = false;
+        Ok(())
     }
 }
 

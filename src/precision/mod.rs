@@ -9,4 +9,4 @@ pub mod plugin;
 pub use autocast::AutocastGuard;
 pub use grad_scaler::{GradScaler, GradScalerSettings};
 pub use mode::{Precision, VALID_PRECISIONS};
-pub use plugin::PrecisionPlugin;
+pub use plugin::{PrecisionPlugin, StepMade};

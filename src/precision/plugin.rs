@@ -11,6 +11,28 @@ use crate::tensor::dtype::is_floating;
 use crate::trainer::ClipAlgorithm;
 use tch::{Kind, Tensor};
 
+/// Whether an optimizer's update was made: known on the host, or, for a
+/// fused step under `16-mixed`'s loss scaler, on the device until asked
+/// ([`StepMade::read`] waits for the device then).
+#[derive(Debug)]
+pub enum StepMade {
+    /// Known on the host.
+    Known(bool),
+    /// The loss scaler's finding (float32, 0-dim): the update was made when
+    /// it holds 0.
+    OnDevice(Tensor),
+}
+
+impl StepMade {
+    /// Whether the update was made (reading the device's finding).
+    pub fn read(&self) -> Result<bool> {
+        match self {
+            StepMade::Known(made) => Ok(*made),
+            StepMade::OnDevice(found_inf) => Ok(crate::checkpoint::numbers::one_value(found_inf)? == 0.0),
+        }
+    }
+}
+
 /// The optimizer index the single-optimizer methods use with the scaler.
 const DEFAULT_OPTIMIZER: usize = 0;
 
@@ -26,7 +48,7 @@ const DEFAULT_OPTIMIZER: usize = 0;
 /// gradients are finite and updates the scale. `unscale_and_check` /
 /// `should_skip_step` / `update` do the same for one optimizer, for Rust
 /// programs that own their loop.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct PrecisionPlugin {
     precision: Precision,
     scaler: Option<GradScaler>,
@@ -161,7 +183,7 @@ impl PrecisionPlugin {
     pub fn unscale_gradients(&mut self, optimizers: &[&mut dyn Optimizer]) -> Result<()> {
         let Some(scaler) = self.scaler.as_mut() else { return Ok(()) };
         for (j, opt) in optimizers.iter().enumerate() {
-            scaler.unscale(j, &params_of(&**opt))?;
+            scaler.unscale_on_device(j, &params_of(&**opt))?;
         }
         Ok(())
     }
@@ -173,8 +195,8 @@ impl PrecisionPlugin {
     pub fn unscale_gradients_once(&mut self, optimizers: &[&mut dyn Optimizer]) -> Result<()> {
         let Some(scaler) = self.scaler.as_mut() else { return Ok(()) };
         for (j, opt) in optimizers.iter().enumerate() {
-            if scaler.found_inf(j).is_none() {
-                scaler.unscale(j, &params_of(&**opt))?;
+            if !scaler.is_unscaled(j) {
+                scaler.unscale_on_device(j, &params_of(&**opt))?;
             }
         }
         Ok(())
@@ -214,21 +236,55 @@ impl PrecisionPlugin {
     /// Lightning's `Precision.optimizer_step` for every optimizer of a
     /// step: each one steps unless (`16-mixed`) its gradients hold an inf
     /// or NaN (unscaled first if [`PrecisionPlugin::unscale_gradients`] was
-    /// not called), then the scale is updated once. Returns which stepped.
-    pub fn optimizer_step(&mut self, optimizers: &mut [&mut dyn Optimizer]) -> Result<Vec<bool>> {
-        let mut stepped = Vec::with_capacity(optimizers.len());
+    /// not called), then the scale is updated once. As torch's
+    /// `GradScaler.step`, an optimizer whose fused updates take the finding
+    /// ([`Optimizer::supports_amp_scaling`]) gets it on the device, so that
+    /// nothing is read on the host; the others wait for the device to tell
+    /// the host whether to step. Returns whether each update was made.
+    pub fn optimizer_step(&mut self, optimizers: &mut [&mut dyn Optimizer]) -> Result<Vec<StepMade>> {
+        let mut made = Vec::with_capacity(optimizers.len());
         for (j, opt) in optimizers.iter_mut().enumerate() {
-            let skip = match self.scaler.as_mut() {
-                Some(scaler) => scaler.should_skip_step(j, &params_of(&**opt))?,
-                None => false,
-            };
-            if !skip {
-                opt.step().map_err(|e| e.context(format!("optimizer {} step", opt.name())))?;
-            }
-            stepped.push(!skip);
+            let name = opt.name();
+            let context = move |e: Error| e.context(format!("optimizer {name} step"));
+            made.push(match self.scaler.as_mut() {
+                Some(scaler) if opt.supports_amp_scaling() => {
+                    let found_inf = scaler.found_inf_for_step(j, &params_of(&**opt))?;
+                    opt.step_scaled(&found_inf).map_err(context)?;
+                    StepMade::OnDevice(found_inf)
+                }
+                Some(scaler) => {
+                    let skip = scaler.should_skip_step(j, &params_of(&**opt))?;
+                    if !skip {
+                        opt.step().map_err(context)?;
+                    }
+                    StepMade::Known(!skip)
+                }
+                None => {
+                    opt.step().map_err(context)?;
+                    StepMade::Known(true)
+                }
+            });
         }
         self.update()?;
-        Ok(stepped)
+        Ok(made)
+    }
+
+    /// Drops what the loss scaler recorded of the current iteration (which
+    /// optimizers were unscaled or stepped), as after an update: a step that
+    /// failed half-way (a refused capture) starts the next one afresh.
+    pub fn forget_iteration(&mut self) {
+        if let Some(scaler) = &mut self.scaler {
+            scaler.forget_iteration();
+        }
+    }
+
+    /// Keeps the loss scaler's numbers on `device` (the run's), so that a
+    /// step reads none on the host; other precisions: nothing.
+    pub fn place_on(&mut self, device: Device) -> Result<()> {
+        match &mut self.scaler {
+            Some(scaler) => scaler.place_on(device),
+            None => Ok(()),
+        }
     }
 
     /// `16-mixed`: divides the gradients of `params` by the scale (before
@@ -261,9 +317,10 @@ impl PrecisionPlugin {
     }
 
     /// The state to checkpoint: the scaler's for `16-mixed` (see
-    /// [`GradScaler::state_dict`]), empty otherwise.
-    pub fn state_dict(&self) -> Vec<(String, f64)> {
-        self.scaler.as_ref().map(GradScaler::state_dict).unwrap_or_default()
+    /// [`GradScaler::state_dict`]; a read that waits for the device), empty
+    /// otherwise.
+    pub fn state_dict(&self) -> Result<Vec<(String, f64)>> {
+        self.scaler.as_ref().map_or(Ok(Vec::new()), GradScaler::state_dict)
     }
 
     /// Restores a checkpointed state. An empty state is ignored (nothing was
@@ -302,7 +359,7 @@ mod tests {
         assert!(!plugin.unscale_and_check(&[w.shallow_clone()]).unwrap());
         assert!(!plugin.should_skip_step(&[w.shallow_clone()]).unwrap());
         plugin.update().unwrap();
-        assert!(plugin.state_dict().is_empty());
+        assert!(plugin.state_dict().unwrap().is_empty());
         assert!(plugin.load_state_dict(&[("scale".into(), 2.0)]).is_ok());
         assert!(plugin
             .forward_context(crate::tensor::device::Device::Other(DeviceType::Meta, 0))
@@ -328,7 +385,7 @@ mod tests {
                 y.to_kind(Kind::Float).sum(Kind::Float)
             };
             let scaled = plugin.scale_loss(&loss).unwrap();
-            assert_eq!(scaled.double_value(&[]), 3.0 * plugin.scaler().unwrap().get_scale());
+            assert_eq!(scaled.double_value(&[]), 3.0 * plugin.scaler().unwrap().get_scale().unwrap());
             scaled.backward();
             let found_inf = plugin.unscale_and_check(&[w.shallow_clone()]).unwrap();
             let skip = plugin.should_skip_step(&[w.shallow_clone()]).unwrap();
@@ -342,23 +399,23 @@ mod tests {
         // the scale halves each time, as torch's GradScaler does; at 16384
         // the gradients fit and come back unscaled.
         assert!(step(&mut plugin));
-        assert_eq!(plugin.scaler().unwrap().get_scale(), 32768.0);
+        assert_eq!(plugin.scaler().unwrap().get_scale().unwrap(), 32768.0);
         assert!(step(&mut plugin));
-        assert_eq!(plugin.scaler().unwrap().get_scale(), 16384.0);
+        assert_eq!(plugin.scaler().unwrap().get_scale().unwrap(), 16384.0);
         assert!(!step(&mut plugin));
         assert_eq!(Vec::<f32>::try_from(w.grad().reshape([-1])).unwrap(), vec![1.0, 2.0]);
-        assert_eq!(plugin.scaler().unwrap().growth_tracker(), 1);
+        assert_eq!(plugin.scaler().unwrap().growth_tracker().unwrap(), 1);
 
         let _ = w.grad().fill_(f64::NAN);
         assert!(plugin.should_skip_step(&[w.shallow_clone()]).unwrap());
         plugin.update().unwrap();
-        let state = plugin.state_dict();
+        let state = plugin.state_dict().unwrap();
         assert_eq!(state[0], ("scale".to_string(), 8192.0));
         let mut fresh = PrecisionPlugin::parse("16").unwrap();
         fresh.load_state_dict(&state).unwrap();
-        assert_eq!(fresh.state_dict(), state);
+        assert_eq!(fresh.state_dict().unwrap(), state);
         fresh.load_state_dict(&[]).unwrap();
-        assert_eq!(fresh.scaler().unwrap().get_scale(), 8192.0);
+        assert_eq!(fresh.scaler().unwrap().get_scale().unwrap(), 8192.0);
         assert!(fresh.scaler_mut().is_some());
     }
 
@@ -382,5 +439,45 @@ mod tests {
         assert!(PrecisionPlugin::with_scaler(Precision::Full, GradScaler::new()).is_err());
         assert!(PrecisionPlugin::with_scaler(Precision::Mixed16, GradScaler::new()).is_ok());
         assert!(PrecisionPlugin::parse("transformer-engine").is_err());
+    }
+
+    /// Under 16-mixed a fused optimizer gets the scaler's finding on the
+    /// device (torch's `found_inf`); an unfused one is told on the host.
+    /// Both skip the same steps and leave the same weights and scale.
+    #[test]
+    fn fused_optimizers_take_the_finding_on_the_device() {
+        use crate::optim::{Adam, AdamOptions};
+        let run = |fused: bool| {
+            let mut plugin = PrecisionPlugin::new(Precision::Mixed16);
+            plugin.place_on(crate::tensor::device::Device::Cpu).unwrap();
+            let w = Tensor::from_slice(&[1.0f32, -2.0]).set_requires_grad(true);
+            let mut adam = Adam::new(vec![w.shallow_clone()], AdamOptions { lr: 0.1, ..Default::default() }).unwrap();
+            adam.set_fused(fused).unwrap();
+            let mut made = Vec::new();
+            for step in 0..4 {
+                let loss = (&w * &w).sum(Kind::Float);
+                plugin.backward(&loss).unwrap();
+                if step == 1 {
+                    let _ = w.grad().get(0).fill_(f64::NAN);
+                }
+                plugin.unscale_gradients(&[&mut adam]).unwrap();
+                let outcome = plugin.optimizer_step(&mut [&mut adam]).unwrap();
+                assert_eq!(matches!(outcome[0], StepMade::OnDevice(_)), fused);
+                made.push(outcome[0].read().unwrap());
+                adam.zero_grad();
+            }
+            let scale = plugin.scaler().unwrap().get_scale().unwrap();
+            let steps = adam.state_dict().unwrap().into_iter().find(|(k, _)| k == "state.0.step").unwrap().1;
+            (made, Vec::<f32>::try_from(&w).unwrap(), scale, steps.double_value(&[]))
+        };
+        let (on_device, on_host) = (run(true), run(false));
+        assert_eq!(on_device.0, vec![true, false, true, true]);
+        assert_eq!(on_device.2, 32768.0);
+        assert_eq!(on_device.3, 3.0);
+        assert_eq!((on_device.0, on_device.2, on_device.3), (on_host.0, on_host.2, on_host.3));
+        // Fused and for-loop Adam differ in the last bits only.
+        for (a, b) in on_device.1.iter().zip(&on_host.1) {
+            assert!((a - b).abs() <= 1e-6, "{a} vs {b}");
+        }
     }
 }

@@ -19,6 +19,7 @@ extern "C" {
         amsgrad: bool,
         maximize: bool,
         decoupled: bool,
+        found_inf: *const c_void,
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;
@@ -35,6 +36,7 @@ extern "C" {
         nesterov: bool,
         maximize: bool,
         is_first_step: bool,
+        found_inf: *const c_void,
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;
@@ -49,6 +51,15 @@ extern "C" {
         weight_decay: f64,
         eps: f64,
         maximize: bool,
+        found_inf: *const c_void,
+        err: *mut c_char,
+        err_len: size_t,
+    ) -> c_int;
+    pub(crate) fn fulmen_cxx_amp_unscale(
+        grads: *const *mut c_void,
+        n: size_t,
+        found_inf: *const c_void,
+        inv_scale: *const c_void,
         err: *mut c_char,
         err_len: size_t,
     ) -> c_int;

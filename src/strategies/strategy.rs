@@ -182,7 +182,7 @@ pub(crate) trait Strategy {
     /// Lightning's `strategy.optimizer_step` -> `precision.optimizer_step`:
     /// every optimizer steps on its device unless (`16-mixed`) its
     /// gradients are inf/NaN; the loss scale is updated.
-    fn optimizer_step(&mut self, configs: &mut [OptimizerConfig]) -> Result<Vec<bool>> {
+    fn optimizer_step(&mut self, configs: &mut [OptimizerConfig]) -> Result<Vec<crate::precision::StepMade>> {
         self.placement_mut().precision.optimizer_step(&mut optimizers_of(configs))
     }
 

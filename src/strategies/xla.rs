@@ -172,7 +172,7 @@ impl Strategy for XlaStrategy {
         self.placement.precision.unscale_gradients_once(&super::strategy::optimizers_of(configs))
     }
 
-    fn optimizer_step(&mut self, configs: &mut [OptimizerConfig]) -> Result<Vec<bool>> {
+    fn optimizer_step(&mut self, configs: &mut [OptimizerConfig]) -> Result<Vec<crate::precision::StepMade>> {
         self.reduce_gradients(configs)?;
         self.placement.precision.optimizer_step(&mut super::strategy::optimizers_of(configs))
     }

@@ -30,8 +30,9 @@ pub(crate) struct FitRemains {
     pub num_training_batches: Option<usize>,
     /// Whether a stop was requested (a hook, EarlyStopping, a Timer).
     pub should_stop: bool,
-    /// The precision plugin's state at the fit's end.
-    pub precision: Vec<(String, f64)>,
+    /// The precision plugin's state at the fit's end (or why it could not
+    /// be read from the device).
+    pub precision: Result<Vec<(String, f64)>>,
     /// Lightning's `estimated_stepping_batches` for the fit's training data
     /// (`Some(None)`: unbounded; `None`: the data never loaded).
     pub estimated_stepping_batches: Option<Option<i64>>,
@@ -113,7 +114,7 @@ impl Trainer {
         }
         let start = FitProgress::default();
         let (progress, info, precision, optimizers) = match fit {
-            Some(f) => (&f.progress, f.loop_info, f.precision.clone(), f.optimizers.as_mut_slice()),
+            Some(f) => (&f.progress, f.loop_info, f.precision.clone()?, f.optimizers.as_mut_slice()),
             None => (&start, loop_info(&self.state), Vec::new(), &mut [][..]),
         };
         let sync = self.state.device_sync.clone();
@@ -252,7 +253,7 @@ impl Trainer {
     /// `trainer.precision_plugin.scaler.get_scale()`); `None` without a fit
     /// or without a scaler (any precision but 16-mixed).
     pub fn grad_scale(&self) -> Option<f64> {
-        self.last_fit.as_ref()?.precision.iter().find(|(k, _)| k == "scale").map(|(_, v)| *v)
+        self.last_fit.as_ref()?.precision.as_ref().ok()?.iter().find(|(k, _)| k == "scale").map(|(_, v)| *v)
     }
 
     /// Devices a run uses on this node (Lightning's `trainer.num_devices`):

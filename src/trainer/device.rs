@@ -76,8 +76,9 @@ impl Placement {
             device.check_available()?;
             device.set_current()?;
         }
-        let precision = capable(&*acc, precision, grad_scaler.is_some())?;
+        let mut precision = capable(&*acc, precision, grad_scaler.is_some())?;
         acc.setup_device(device)?;
+        precision.place_on(device)?;
         Ok(Placement { accelerator: acc, device, precision, torn_down: AtomicBool::new(false) })
     }
 

@@ -15,7 +15,9 @@
 //! only; its device work is what replays. So a step must leave everything
 //! that changes on the device: a log or a value read inside it is refused
 //! at the capture, as is anything a replay would not update (optimizers
-//! other than the fused ones, GradScaler's host check, several devices).
+//! other than the fused ones, several devices). Under 16-mixed the loss
+//! scaler's work is device work too (the fused updates take its inf check
+//! there), so it replays with the step.
 //! Gradients stay allocated (zeroed in place), since the graph writes into
 //! them; the learning rate is read on the device
 //! ([`crate::optim::graphed`]); the other hyperparameters, the parameters
@@ -181,12 +183,9 @@ fn check_capturable(run: &mut Run, opts: &super::TrainerOptions) -> Result<()> {
     if run.strategy.offloads_parameters() {
         return Err(refused("parameters offloaded to the host are not captured"));
     }
-    if run.strategy.precision().has_scaler() {
-        return Err(refused(
-            "16-mixed's GradScaler reads on the host at every step whether the gradients overflowed; use \
-             bf16-mixed or 32-true",
-        ));
-    }
+    // 16-mixed's loss scaler captures with the step: the optimizers
+    // (fused, checked below) take its inf check on the device, and the scale
+    // is updated there.
     if run.state.manual_optimization {
         return Err(refused(
             "manual optimization steps from the host's own code; graphs capture automatic optimization",
@@ -432,6 +431,9 @@ fn capture(
         Err(e) => {
             *store = logged_before;
             run.state.batch_hook_logs.truncate(hook_logs);
+            // A step that failed between its unscale and the scale update
+            // left the scaler mid-iteration.
+            run.strategy.precision_mut().forget_iteration();
             // Best effort: the capture's own error is the one to report
             // (after a failed CUDA capture the run ends anyway).
             if let Some(state) = &rng {

@@ -21,6 +21,7 @@ use super::strategy::RunStrategy;
 use crate::error::{Error, Result, ResultExt};
 use crate::optim::same_param;
 use crate::optim::Optimizer;
+use crate::precision::StepMade;
 use tch::Tensor;
 
 /// What a manual training step may do to the run.
@@ -48,7 +49,7 @@ pub(crate) trait ManualControl {
     fn backward(&mut self, loss: &Tensor) -> Result<()>;
     /// `optimizers()[index].step()`; true when the update was made (false:
     /// skipped by `16-mixed` for inf/NaN gradients).
-    fn step(&mut self, index: usize) -> Result<bool>;
+    fn step(&mut self, index: usize) -> Result<StepMade>;
     /// `optimizers()[index].zero_grad()` (gradients set to none).
     fn zero_grad(&mut self, index: usize) -> Result<()>;
     /// Lightning's `toggle_optimizer`: only this optimizer's parameters
@@ -160,7 +161,7 @@ impl ManualControl for ManualOptimization<'_, '_> {
         self.callback_hook(Hook::AfterBackward, Some(loss), None)
     }
 
-    fn step(&mut self, index: usize) -> Result<bool> {
+    fn step(&mut self, index: usize) -> Result<StepMade> {
         self.config(index)?;
         if self.stepping == Some(index) {
             return Err(Error::state(format!("optimizer {index} is stepping: its closure cannot step it")));
@@ -172,7 +173,7 @@ impl ManualControl for ManualOptimization<'_, '_> {
         let cfg = &mut self.optimizers[index..=index];
         let stepped = self.strategy.optimizer_step(cfg)?;
         self.state.global_step += 1;
-        Ok(stepped.first().copied().unwrap_or(false))
+        Ok(stepped.into_iter().next().unwrap_or(StepMade::Known(false)))
     }
 
     fn zero_grad(&mut self, index: usize) -> Result<()> {
@@ -345,8 +346,9 @@ impl StepContext<'_> {
     }
 
     /// Steps optimizer `index`; counts in `global_step`. Returns whether
-    /// the update was made (false: skipped for inf/NaN under 16-mixed).
-    pub fn optimizer_step(&mut self, index: usize) -> Result<bool> {
+    /// the update was made (false: skipped for inf/NaN under 16-mixed;
+    /// on the device for fused updates, see [`StepMade`]).
+    pub fn optimizer_step(&mut self, index: usize) -> Result<StepMade> {
         let made = self.manual()?.step(index)?;
         self.global_step += 1;
         Ok(made)

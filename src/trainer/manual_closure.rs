@@ -97,7 +97,11 @@ impl StepContext<'_> {
     /// every rank evaluates as often and the gradient averaging of
     /// `manual_backward` pairs up. A failed step leaves LBFGS's parameters
     /// and history as they were.
-    pub fn optimizer_step_closure(&mut self, index: usize, closure: &mut StepClosure<'_>) -> Result<(bool, f64)> {
+    pub fn optimizer_step_closure(
+        &mut self,
+        index: usize,
+        closure: &mut StepClosure<'_>,
+    ) -> Result<(crate::precision::StepMade, f64)> {
         if !self.manual()?.needs_closure(index)? {
             let loss = closure(self)?;
             let made = self.optimizer_step(index)?;
@@ -116,6 +120,6 @@ impl StepContext<'_> {
         let first = stepped.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
         self.manual()?.count_step();
         self.global_step += 1;
-        Ok((true, first))
+        Ok((crate::precision::StepMade::Known(true), first))
     }
 }

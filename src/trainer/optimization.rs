@@ -10,6 +10,7 @@ use super::options::ClipAlgorithm;
 use super::run::Run;
 use super::TrainerOptions;
 use crate::error::{Error, Result, ResultExt};
+use crate::precision::StepMade;
 use tch::Tensor;
 
 /// The hook an [`OptimizationContext`] is given to.
@@ -224,7 +225,7 @@ impl OptimizationContext<'_, '_> {
     /// `configure_gradient_clipping`, the step (skipped by `16-mixed` for
     /// inf/NaN gradients) and the scale update. Once per batch; returns
     /// whether the update was made. Only in `optimizer_step`.
-    pub fn step(&mut self) -> Result<bool> {
+    pub fn step(&mut self) -> Result<StepMade> {
         self.only_in(OptimizationSlot::OptimizerStep, "stepping the optimizer")?;
         if self.stepped {
             return Err(Error::state("the optimizer already stepped in this optimizer_step (once per batch)"));
@@ -241,9 +242,9 @@ impl OptimizationContext<'_, '_> {
         super::automatic::optimizer_hook(run, Hook::BeforeOptimizerStep, Some(i))?;
         configure_clipping(run, opts, i)?;
         self.stepped = true;
-        let mut made = false;
+        let mut made = StepMade::Known(false);
         if !scaled_without_loss {
-            made = run.strategy.optimizer_step(&mut run.optimizers[i..=i])?.first().copied().unwrap_or(false);
+            made = run.strategy.optimizer_step(&mut run.optimizers[i..=i])?.pop().unwrap_or(StepMade::Known(false));
         }
         run.profile_stop("[Strategy].optimizer_step", started, Default::default());
         Ok(made)

@@ -708,7 +708,7 @@ impl Run<'_> {
             Ok(super::save::DeviceState {
                 device: strategy.root_device(),
                 rng: strategy.device_rng_state().ctx("the device's random state")?,
-                precision: strategy.precision().state_dict(),
+                precision: strategy.precision().state_dict()?,
             })
         };
         let own = |o: &dyn crate::optim::Optimizer| o.state_dict();

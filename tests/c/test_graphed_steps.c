@@ -32,6 +32,8 @@ typedef struct {
     bool record_losses;   /* read each step's loss in on_train_batch_end */
     bool conv;            /* conv_bn_model rather than the MLP */
     double dropout;       /* the MLP's dropout */
+    double scaler_init;   /* > 0: 16-mixed, a loss scaler from this scale (growth every 2 steps) */
+    double scale;         /* the loss scale after the fit (16-mixed) */
     int64_t calls;        /* training_step calls */
     double logged;        /* the last epoch's count of steps that logged */
     double losses[MAX_STEPS];
@@ -141,6 +143,13 @@ static fulmen_model *graph_fit(graph_ud *g, const fit_plan *plan, fulmen_error *
     CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
     CHECK_OK(fulmen_trainer_options_set_int(o, "log_every_n_steps", 1000));
     for (size_t i = 0; i < plan->n_opts; i++) CHECK_OK(fulmen_trainer_options_set(o, plan->opts[i][0], plan->opts[i][1]));
+    if (g->scaler_init > 0) {
+        fulmen_precision *p = NULL;
+        CHECK_OK(fulmen_precision_new("16-mixed", &p));
+        CHECK_OK(fulmen_precision_set_grad_scaler(p, g->scaler_init, 2.0, 0.5, 2));
+        CHECK_OK(fulmen_trainer_options_set_precision(o, p));
+        fulmen_precision_free(p);
+    }
     fulmen_trainer *t = NULL;
     CHECK_OK(fulmen_trainer_new(o, &t));
     uint64_t before = 0, after = 0;
@@ -150,6 +159,8 @@ static fulmen_model *graph_fit(graph_ud *g, const fit_plan *plan, fulmen_error *
     if (reads != NULL) *reads = after - before;
     if (*err == NULL && plan->save != NULL) CHECK_OK(fulmen_trainer_save_checkpoint(t, module, plan->save, false));
     g->logged = -1;
+    g->scale = 0;
+    if (*err == NULL && g->scaler_init > 0) CHECK_OK(fulmen_trainer_grad_scale(t, &g->scale));
     if (*err == NULL && g->step_kind != STEP_PLAIN && g->step_kind != STEP_READS)
         CHECK_OK(fulmen_trainer_callback_metric(t, "logged", &g->logged));
     fulmen_trainer_free(t);
@@ -194,10 +205,13 @@ static void expect_graphed_as_eager(const char *name, graph_ud proto, fit_plan p
     }
     double weights = fixture_max_diff(a, b);
     bool ok = eager.n_losses == graphed.n_losses && eager.n_losses > 0 && worst <= 1e-6 && weights <= 1e-6 &&
-              graphed.calls == calls;
+              graphed.calls == calls && eager.scale == graphed.scale;
     if (!ok) {
-        fprintf(stderr, "%s: %zu / %zu steps, loss diff %g, weight diff %g, %lld training_step calls (expected %lld)\n",
-                name, eager.n_losses, graphed.n_losses, worst, weights, (long long)graphed.calls, (long long)calls);
+        fprintf(stderr,
+                "%s: %zu / %zu steps, loss diff %g, weight diff %g, %lld training_step calls (expected %lld), loss "
+                "scale %g / %g\n",
+                name, eager.n_losses, graphed.n_losses, worst, weights, (long long)graphed.calls, (long long)calls,
+                eager.scale, graphed.scale);
     }
     CHECK(ok);
     fulmen_model_free(a);
@@ -239,6 +253,20 @@ static void test_graphed_as_eager(void) {
     conv.conv = true;
     expect_graphed_as_eager("conv and batch norm", conv, plan, 4);
     expect_graphed_as_eager("conv and batch norm, bf16-mixed", conv, mixed, 4);
+    /* 16-mixed: the loss scaler starts at 2^24, so that the float16
+     * gradients overflow, and grows every 2 clean steps, so that they
+     * overflow again and again: steps skipped in the replays too, on the
+     * device (the fused updates take the scaler's inf check there). */
+    graph_ud fp16 = adam;
+    fp16.scaler_init = 16777216.0;
+    expect_graphed_as_eager("16-mixed, Adam", fp16, plan, 4);
+    fp16.optimizer = OPT_FUSED_SGD;
+    expect_graphed_as_eager("16-mixed, SGD momentum", fp16, plan, 4);
+    expect_graphed_as_eager("16-mixed, SGD momentum, clipped", fp16, clipped, 4);
+    graph_ud fp16_fit = fp16;
+    fulmen_model_free(fit_ok(&fp16_fit, &plan));
+    printf("16-mixed graphed from a scale of %g: %g after 16 steps\n", fp16.scaler_init, fp16_fit.scale);
+    CHECK(fp16_fit.scale > 0 && fp16_fit.scale < fp16.scaler_init);
     graph_ud on_cpu = conv, on_npu = conv;
     fit_plan cpu_plan = plan;
     cpu_plan.accelerator = "cpu";
@@ -249,43 +277,55 @@ static void test_graphed_as_eager(void) {
 }
 
 /* Replays wait for the device no more than eager steps: the host reads of
- * a 12-step fit are those of a 6-step one. */
+ * a 12-step fit are those of a 6-step one, in 32-true and in 16-mixed. */
 static void test_no_host_waits(void) {
-    graph_ud g = {0};
-    g.optimizer = OPT_FUSED_ADAM;
-    fulmen_error *e = NULL;
-    uint64_t few = 0, many = 0;
-    fit_plan six = {"npu", 6, 0, 1, GRAPHS, 1, NULL, NULL};
-    fulmen_model_free(graph_fit(&g, &six, &e, &few));
-    CHECK_OK(e);
-    fit_plan twelve = {"npu", 12, 0, 1, GRAPHS, 1, NULL, NULL};
-    fulmen_model_free(graph_fit(&g, &twelve, &e, &many));
-    CHECK_OK(e);
-    if (few != many) fprintf(stderr, "graphed: %llu host reads in 6 steps, %llu in 12\n", (unsigned long long)few,
-                             (unsigned long long)many);
-    CHECK(few == many);
+    for (int fp16 = 0; fp16 < 2; fp16++) {
+        graph_ud g = {0};
+        g.optimizer = OPT_FUSED_ADAM;
+        g.scaler_init = fp16 ? 16777216.0 : 0;
+        fulmen_error *e = NULL;
+        uint64_t few = 0, many = 0;
+        fit_plan six = {"npu", 6, 0, 1, GRAPHS, 1, NULL, NULL};
+        fulmen_model_free(graph_fit(&g, &six, &e, &few));
+        CHECK_OK(e);
+        fit_plan twelve = {"npu", 12, 0, 1, GRAPHS, 1, NULL, NULL};
+        fulmen_model_free(graph_fit(&g, &twelve, &e, &many));
+        CHECK_OK(e);
+        if (few != many)
+            fprintf(stderr, "graphed%s: %llu host reads in 6 steps, %llu in 12\n", fp16 ? " 16-mixed" : "",
+                    (unsigned long long)few, (unsigned long long)many);
+        CHECK(few == many);
+    }
 }
 
 /* A graphed fit stopped after one epoch and resumed from its checkpoint
  * ends where an uninterrupted one does: the optimizer's step counts and
  * the loop's progress were kept on the host for every replay. */
 static void test_resume_exact(void) {
-    char path[300];
-    snprintf(path, sizeof path, "%s/one-epoch.ckpt", work);
-    graph_ud g = {0};
-    g.optimizer = OPT_FUSED_ADAM;
-    g.scheduler = true;
-    fit_plan whole = {"npu", 8, 0, 2, GRAPHS, 1, NULL, NULL};
-    fulmen_model *uninterrupted = fit_ok(&g, &whole);
-    fit_plan first = {"npu", 8, 0, 1, GRAPHS, 1, path, NULL};
-    fulmen_model_free(fit_ok(&g, &first));
-    fit_plan rest = {"npu", 8, 0, 2, GRAPHS, 1, NULL, path};
-    fulmen_model *resumed = fit_ok(&g, &rest);
-    double diff = fixture_max_diff(uninterrupted, resumed);
-    if (diff != 0) fprintf(stderr, "graphed resume: max weight diff %g\n", diff);
-    CHECK(diff == 0);
-    fulmen_model_free(uninterrupted);
-    fulmen_model_free(resumed);
+    for (int fp16 = 0; fp16 < 2; fp16++) {
+        char path[300];
+        snprintf(path, sizeof path, "%s/one-epoch-%d.ckpt", work, fp16);
+        graph_ud g = {0};
+        g.optimizer = OPT_FUSED_ADAM;
+        g.scheduler = true;
+        /* 16-mixed: the loss scale and the step counts of steps skipped on
+         * the device are saved from the device. */
+        g.scaler_init = fp16 ? 16777216.0 : 0;
+        fit_plan whole = {"npu", 8, 0, 2, GRAPHS, 1, NULL, NULL};
+        fulmen_model *uninterrupted = fit_ok(&g, &whole);
+        double scale = g.scale;
+        fit_plan first = {"npu", 8, 0, 1, GRAPHS, 1, path, NULL};
+        fulmen_model_free(fit_ok(&g, &first));
+        fit_plan rest = {"npu", 8, 0, 2, GRAPHS, 1, NULL, path};
+        fulmen_model *resumed = fit_ok(&g, &rest);
+        double diff = fixture_max_diff(uninterrupted, resumed);
+        if (diff != 0 || g.scale != scale)
+            fprintf(stderr, "graphed resume%s: max weight diff %g, loss scale %g / %g\n", fp16 ? " 16-mixed" : "", diff,
+                    scale, g.scale);
+        CHECK(diff == 0 && g.scale == scale);
+        fulmen_model_free(uninterrupted);
+        fulmen_model_free(resumed);
+    }
 }
 
 /* A graphed fit of `g` with `opts` fails with `code` and `text`. */
@@ -304,8 +344,9 @@ static void test_refusals(void) {
     unfused.optimizer = OPT_ADAM;
     expect_refused(unfused, "npu", GRAPHS, 1, FULMEN_CODE_UNSUPPORTED, "without fused updates");
     expect_refused(adam, "cpu", GRAPHS, 1, FULMEN_CODE_UNSUPPORTED, "device graphs capture CUDA devices");
+    /* 16-mixed captures with fused updates only, as every graphed step. */
     const char *const fp16[][2] = {{"cuda_graphs", "true"}, {"precision", "16-mixed"}};
-    expect_refused(adam, "npu", fp16, 2, FULMEN_CODE_UNSUPPORTED, "GradScaler");
+    expect_refused(unfused, "npu", fp16, 2, FULMEN_CODE_UNSUPPORTED, "without fused updates");
     const char *const anomaly[][2] = {{"cuda_graphs", "true"}, {"detect_anomaly", "true"}};
     expect_refused(adam, "npu", anomaly, 2, FULMEN_CODE_UNSUPPORTED, "detect_anomaly");
     /* A value read inside the step: CUDA's own refusal, at the capture. */

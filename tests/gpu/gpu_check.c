@@ -638,14 +638,31 @@ static fulmen_error *strict_hook(void *ud, int32_t hook, fulmen_hook_context *ct
     return NULL;
 }
 
-/* A fit on cuda:0 whose steps may not synchronize; NULL when it ran. */
-static fulmen_error *strict_fit(const char *precision, int64_t *steps) {
+/* configure_optimizers' body: SGD (lr 0.1, momentum 0.9) with fused
+ * updates, which take 16-mixed's inf check on the device. */
+static fulmen_error *configure_fused_sgd(void *ud, fulmen_optimizer_config *config) {
+    fulmen_sgd_options so = fulmen_sgd_options_default();
+    so.lr = 0.1;
+    so.momentum = 0.9;
+    fulmen_optimizer *opt = NULL;
+    fulmen_error *e = fulmen_optimizer_sgd_new(*(fulmen_model **)ud, NULL, 0, &so, &opt);
+    if (e == NULL) {
+        e = fulmen_optimizer_set_fused(opt, true);
+        if (e != NULL) fulmen_optimizer_free(opt);
+    }
+    return fixture_add_optimizer(config, e, opt);
+}
+
+/* A fit on cuda:0 whose steps may not synchronize (SGD, fused when
+ * `fused`); NULL when it ran. */
+static fulmen_error *strict_fit(const char *precision, bool fused, int64_t *steps) {
     fulmen_dataset *ds = fixture_blobs(256, 7, 2.0f);
     fulmen_loader *loader = gpu_loader(ds);
     CHECK_OK(fulmen_manual_seed(11));
     fulmen_model *model = fixture_mlp(16, 0.1);
     strict_ud ud = {model, 0};
-    fulmen_lightning_module *module = fixture_module(model, &ud, quiet_step, strict_hook);
+    fulmen_lightning_module *module = fixture_module_with(model, &ud, quiet_step, strict_hook,
+                                                          fused ? configure_fused_sgd : fixture_configure_sgd);
     fulmen_trainer_options *o = fixture_options(NULL, 2);
     CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "cuda"));
     CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
@@ -666,25 +683,31 @@ static fulmen_error *strict_fit(const char *precision, int64_t *steps) {
     return e;
 }
 
-/* The trainer's steps make no host synchronization in 32-true and
- * bf16-mixed (pinned batches, clipping by norm): CUDA's sync debug mode
- * fails any. 16-mixed makes one, its loss scaler's inf check, and so
- * fails. */
+/* The trainer's steps make no host synchronization in 32-true,
+ * bf16-mixed, and 16-mixed with fused updates (pinned batches, clipping by
+ * norm): CUDA's sync debug mode fails any. 16-mixed with an optimizer
+ * whose updates are not fused makes one, its loss scaler's inf check
+ * deciding the step on the host, and so fails. */
 static void test_steps_do_not_sync(void) {
     bool pinned = pin_batches;
     pin_batches = true;
-    const char *free_of_syncs[] = {"32-true", "bf16-mixed"};
-    for (size_t i = 0; i < 2; i++) {
+    struct {
+        const char *precision;
+        bool fused;
+    } free_of_syncs[] = {{"32-true", false}, {"bf16-mixed", false}, {"32-true", true}, {"16-mixed", true}};
+    for (size_t i = 0; i < sizeof free_of_syncs / sizeof free_of_syncs[0]; i++) {
         int64_t steps = 0;
-        fulmen_error *e = strict_fit(free_of_syncs[i], &steps);
-        printf("%s on cuda:0: %lld steps without a host synchronization%s%s\n", free_of_syncs[i], (long long)steps,
-               e == NULL ? "" : "; failed: ", e == NULL ? "" : fulmen_error_message(e));
+        fulmen_error *e = strict_fit(free_of_syncs[i].precision, free_of_syncs[i].fused, &steps);
+        printf("%s%s on cuda:0: %lld steps without a host synchronization%s%s\n", free_of_syncs[i].precision,
+               free_of_syncs[i].fused ? " (fused SGD)" : "", (long long)steps, e == NULL ? "" : "; failed: ",
+               e == NULL ? "" : fulmen_error_message(e));
         CHECK(e == NULL && steps == 16);
         fulmen_error_free(e);
     }
     int64_t steps = 0;
-    fulmen_error *e = strict_fit("16-mixed", &steps);
-    printf("16-mixed on cuda:0: %s\n", e == NULL ? "no synchronization (expected one per step)" : fulmen_error_message(e));
+    fulmen_error *e = strict_fit("16-mixed", false, &steps);
+    printf("16-mixed (SGD, not fused) on cuda:0: %s\n",
+           e == NULL ? "no synchronization (expected one per step)" : fulmen_error_message(e));
     CHECK(e != NULL && steps == 0);
     fulmen_error_free(e);
     pin_batches = pinned;

@@ -1,7 +1,8 @@
 /*
  * The GPU kit's checks of graphed training steps (cuda_graphs) on cuda:0:
  * graphed fits train as eager ones (per-step losses and weights within
- * 1e-6) in 32-true and bf16-mixed with clipping and a scheduler, calling
+ * 1e-6) in 32-true, bf16-mixed and 16-mixed (the loss scaler's inf check
+ * and scale update on the device) with clipping and a scheduler, calling
  * training_step only to warm up and capture; replays make no host
  * synchronization (CUDA's sync debug mode set to error around each); a
  * graphed fit resumes exactly; a step that reads a value is refused at its
@@ -154,15 +155,18 @@ static void test_graphed_as_eager(const char *precision) {
 
 /* Replays under sync debug mode "error": any host synchronization fails. */
 static void test_replays_do_not_sync(void) {
-    static graph_ud g;
-    memset(&g, 0, sizeof g);
-    g.strict_after = true;
-    fulmen_error *e = NULL;
-    fulmen_model_free(gpu_fit(&g, 8, 2, "bf16-mixed", true, NULL, NULL, &e, NULL));
-    printf("graphed replays without a host synchronization: %lld steps%s%s\n", (long long)g.steps,
-           e == NULL ? "" : "; failed: ", e == NULL ? "" : fulmen_error_message(e));
-    CHECK(e == NULL && g.steps == 16);
-    fulmen_error_free(e);
+    const char *precisions[] = {"bf16-mixed", "16-mixed"};
+    for (size_t p = 0; p < 2; p++) {
+        static graph_ud g;
+        memset(&g, 0, sizeof g);
+        g.strict_after = true;
+        fulmen_error *e = NULL;
+        fulmen_model_free(gpu_fit(&g, 8, 2, precisions[p], true, NULL, NULL, &e, NULL));
+        printf("%s graphed replays without a host synchronization: %lld steps%s%s\n", precisions[p],
+               (long long)g.steps, e == NULL ? "" : "; failed: ", e == NULL ? "" : fulmen_error_message(e));
+        CHECK(e == NULL && g.steps == 16);
+        fulmen_error_free(e);
+    }
 }
 
 static void test_graphed_resume(void) {
@@ -231,6 +235,7 @@ int main(int argc, char **argv) {
     }
     test_graphed_as_eager("32-true");
     test_graphed_as_eager("bf16-mixed");
+    test_graphed_as_eager("16-mixed");
     test_replays_do_not_sync();
     test_graphed_resume();
     test_refusal();

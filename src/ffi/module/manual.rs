@@ -65,7 +65,7 @@ pub unsafe extern "C" fn fulmen_step_context_optimizer_step(
     guard!(|| {
         let done = ctx_mut(ctx)?.optimizer_step(optimizer)?;
         if !made.is_null() {
-            made.write(done);
+            made.write(done.read()?);
         }
         Ok(())
     })

@@ -74,7 +74,7 @@ pub unsafe extern "C" fn fulmen_step_context_optimizer_step_closure(
             loss.write(first);
         }
         if !made.is_null() {
-            made.write(done);
+            made.write(done.read()?);
         }
         Ok(())
     })

@@ -258,7 +258,7 @@ pub unsafe extern "C" fn fulmen_optimization_context_step(
         }
         let done = c.step()?;
         if !made.is_null() {
-            made.write(done);
+            made.write(done.read()?);
         }
         Ok(())
     })

@@ -46,7 +46,9 @@ impl ForeachChoice {
 /// from the default updates in the last bits. The choice is saved in the
 /// optimizer's state (every param group's `fused` entry, as torch), and a
 /// loaded state sets it, as in torch. Under "16-mixed" the gradients are
-/// unscaled before the fused step (torch hands the scale to the kernel).
+/// unscaled before the fused step, and the loss scaler's inf/NaN finding
+/// goes to the kernel on the device (torch's `found_inf`): a step with an
+/// inf or NaN gradient is skipped there, so the host waits for nothing.
 /// Not while a fit uses the optimizer.
 ///
 /// Errors: FULMEN_CODE_UNSUPPORTED (another kind of optimizer, or a

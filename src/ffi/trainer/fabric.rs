@@ -226,7 +226,7 @@ pub unsafe extern "C" fn fulmen_grad_scaler_get_scale(
     scaler: *const fulmen_grad_scaler,
     out: *mut f64,
 ) -> *mut fulmen_error {
-    guard!(|| write_out(out, "out", handle::borrow(scaler, "scaler")?.inner.get_scale()))
+    guard!(|| write_out(out, "out", handle::borrow(scaler, "scaler")?.inner.get_scale()?))
 }
 
 /// The most bytes a saved scaler state may have.
@@ -246,7 +246,7 @@ pub unsafe extern "C" fn fulmen_grad_scaler_state_save(
     len_out: *mut usize,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let state: BTreeMap<String, f64> = handle::borrow(scaler, "scaler")?.inner.state_dict().into_iter().collect();
+        let state: BTreeMap<String, f64> = handle::borrow(scaler, "scaler")?.inner.state_dict()?.into_iter().collect();
         let json = serde_json::to_string(&state).map_err(|e| Error::format(format!("GradScaler state: {e}")))?;
         copy_str(&json, buf, capacity, len_out)
     })

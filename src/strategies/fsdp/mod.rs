@@ -283,7 +283,7 @@ impl Strategy for FsdpStrategy {
         )
     }
 
-    fn optimizer_step(&mut self, configs: &mut [OptimizerConfig]) -> Result<Vec<bool>> {
+    fn optimizer_step(&mut self, configs: &mut [OptimizerConfig]) -> Result<Vec<crate::precision::StepMade>> {
         self.finish_backward()?;
         let mut opts: Vec<&mut dyn Optimizer> = configs.iter_mut().map(|c| c.optimizer.as_mut() as _).collect();
         self.placement.precision.optimizer_step(&mut opts)
