@@ -102,7 +102,12 @@ header: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test option_structs_drift
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test header_drift
 
-test: deps lib lint test-rust test-c test-conformance example example-exported test-valgrind test-fuzz test-soak test-cpp test-go test-interop test-torch-2.11 test-dist test-coverage
+# The phases of `make test`, run in this order, each timed
+# (scripts/run-phases.sh prints the time each took).
+TEST_PHASES := deps lib lint test-rust test-c test-conformance example example-exported test-valgrind test-fuzz \
+  test-soak test-cpp test-go test-interop test-torch-2.11 test-dist test-coverage
+test:
+	@bash scripts/run-phases.sh "$(MAKE)" $(TEST_PHASES)
 	@echo "all suites passed"
 
 test-coverage:

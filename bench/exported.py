@@ -54,7 +54,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import report  # noqa: E402
-from run import TAIL, run_process, versions  # noqa: E402
+from run import TAIL, json_records, run_process, versions  # noqa: E402
 
 MODELS = ("mlp", "cnn", "gpt")
 CONTENDERS = ("fulmen-exported", "fulmen-compiled", "pytorch", "torch-compile")
@@ -331,13 +331,7 @@ def run_one(args, contender, name, prepared, threads, epochs, warmup):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     out, tail, code, rss, _ = run_process(cmd, args.timeout, env)
     lines, done = [], None
-    for line in out.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(rec, dict) or rec.get("workload") != name or rec.get("contender") != contender:
-            continue
+    for rec in json_records(out, workload=name, contender=contender):
         if rec.get("done"):
             done = rec
         elif "seconds" in rec:

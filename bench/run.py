@@ -146,6 +146,18 @@ def run_process(argv, timeout, env=None):
     return out, tail, p.returncode, usage.ru_maxrss, wall
 
 
+def json_records(out, **match):
+    """The JSON objects among a contender's output lines whose entries
+    equal `match` (other lines, such as warnings, are skipped)."""
+    for line in out.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and all(rec.get(k) == v for k, v in match.items()):
+            yield rec
+
+
 def run_one(name, argv, workload, ranks, threads, args, repeat, env=None):
     cmd = argv + ["--workload", workload, "--data", args.data, "--epochs", str(args.epochs),
                   "--warmup", str(args.warmup), "--threads", str(threads), "--seed", str(args.seed),
@@ -154,13 +166,7 @@ def run_one(name, argv, workload, ranks, threads, args, repeat, env=None):
         cmd += ["--ranks", str(ranks)]
     out, tail, code, rss, wall = run_process(cmd, args.timeout, env)
     lines, epochs, done = [], [], False
-    for line in out.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(rec, dict) or rec.get("workload") != workload:
-            continue
+    for rec in json_records(out, workload=workload):
         rec.update(repeat=repeat, ranks=ranks, threads=threads)
         lines.append(rec)
         if rec.get("done"):

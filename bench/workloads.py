@@ -46,7 +46,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "python"))
 import report  # noqa: E402
 import workload_models as wm  # noqa: E402
-from run import TAIL, run_process, versions  # noqa: E402
+from run import TAIL, json_records, run_process, versions  # noqa: E402
 
 CONTENDERS = ("fulmen-c", "fulmen-c-graphs", "pytorch", "pytorch-compile", "pytorch-compile-ro", "lightning")
 CUDA_ONLY = ("fulmen-c-graphs", "pytorch-compile", "pytorch-compile-ro")
@@ -115,13 +115,7 @@ def run(a, contender, workload, repeat, argv=None, epochs=None):
     argv = argv or command(a, contender, workload)
     out, tail, code, rss, wall = run_process(argv, a.timeout)
     epochs_seen, done = [], None
-    for line in out.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(rec, dict) or rec.get("workload") != workload:
-            continue
+    for rec in json_records(out, workload=workload):
         if rec.get("done"):
             done = rec
         elif "seconds" in rec and rec.get("steps"):

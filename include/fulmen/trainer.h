@@ -377,7 +377,8 @@ struct fulmen_error *fulmen_grad_scaler_scale(const struct fulmen_grad_scaler *s
 /**
  * Divides `optimizer`'s gradients by the scale in place
  * (`scaler.unscale_(optimizer)`, before gradient clipping) and writes
- * whether any was inf or NaN to `*found_inf_out` if it is not NULL.
+ * whether any was inf or NaN to `*found_inf_out` if it is not NULL (a
+ * read that waits for the device; with NULL nothing is read).
  *
  * Errors: FULMEN_CODE_INVALID_STATE (already unscaled or stepped since the
  * last `fulmen_grad_scaler_update`), FULMEN_CODE_DTYPE_MISMATCH (fp16
@@ -391,7 +392,11 @@ struct fulmen_error *fulmen_grad_scaler_unscale(struct fulmen_grad_scaler *scale
  * `scaler.step(optimizer)`: unscales the gradients if
  * `fulmen_grad_scaler_unscale` was not called, then steps `optimizer`
  * unless a gradient was inf or NaN; writes whether the step was skipped
- * to `*skipped_out` if it is not NULL.
+ * to `*skipped_out` if it is not NULL. With fused updates
+ * (`fulmen_optimizer_set_fused`) the optimizer skips the step on the
+ * device, as torch's fused optimizers do, and the host reads nothing
+ * unless `skipped_out` asks; other optimizers are told on the host (one
+ * read that waits for the device, as torch's).
  *
  * Errors: FULMEN_CODE_INVALID_STATE (already stepped since the last
  * update), FULMEN_CODE_UNSUPPORTED (an optimizer that needs a closure),

@@ -51,6 +51,28 @@ impl std::fmt::Debug for FoundInfSync {
     }
 }
 
+/// Whether an optimizer's update was made: known on the host, or, for a
+/// fused step under `16-mixed`'s loss scaler, on the device until asked
+/// ([`StepMade::read`] waits for the device then).
+#[derive(Debug)]
+pub enum StepMade {
+    /// Known on the host.
+    Known(bool),
+    /// The loss scaler's finding (float32, 0-dim): the update was made when
+    /// it holds 0.
+    OnDevice(Tensor),
+}
+
+impl StepMade {
+    /// Whether the update was made (reading the device's finding).
+    pub fn read(&self) -> Result<bool> {
+        match self {
+            StepMade::Known(made) => Ok(*made),
+            StepMade::OnDevice(found_inf) => Ok(crate::checkpoint::numbers::one_value(found_inf)? == 0.0),
+        }
+    }
+}
+
 /// The scale and growth tracker on their device (torch's `_scale`,
 /// float32, and `_growth_tracker`, int32).
 #[derive(Debug)]
@@ -325,6 +347,27 @@ impl GradScaler {
             .ok_or_else(|| Error::state(format!("step: optimizer {optimizer} has no inf check")))?;
         state.stage = Stage::Stepped;
         Ok(state.found_inf.shallow_clone())
+    }
+
+    /// torch's `scaler.step(optimizer)` for the optimizer at index
+    /// `optimizer`: unscales its gradients if that was not done yet, then
+    /// either hands an optimizer whose fused updates take it
+    /// ([`crate::optim::Optimizer::supports_amp_scaling`]) the inf check on
+    /// the device, which skips an overflowing step there, or (any other)
+    /// steps it unless the check, read on the host, found an inf or NaN.
+    pub fn step(&mut self, optimizer: usize, opt: &mut dyn crate::optim::Optimizer) -> Result<StepMade> {
+        let params: Vec<Tensor> =
+            opt.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect();
+        if opt.supports_amp_scaling() {
+            let found_inf = self.found_inf_for_step(optimizer, &params)?;
+            opt.step_scaled(&found_inf)?;
+            return Ok(StepMade::OnDevice(found_inf));
+        }
+        let skip = self.should_skip_step(optimizer, &params)?;
+        if !skip {
+            opt.step()?;
+        }
+        Ok(StepMade::Known(!skip))
     }
 
     /// Drops the records of the current iteration (which optimizers were

@@ -7,6 +7,6 @@ pub mod mode;
 pub mod plugin;
 
 pub use autocast::AutocastGuard;
-pub use grad_scaler::{GradScaler, GradScalerSettings};
+pub use grad_scaler::{GradScaler, GradScalerSettings, StepMade};
 pub use mode::{Precision, VALID_PRECISIONS};
-pub use plugin::{PrecisionPlugin, StepMade};
+pub use plugin::PrecisionPlugin;

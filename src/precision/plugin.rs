@@ -1,7 +1,7 @@
 //! The precision plugin the trainer calls around a step (Lightning's
 //! `Precision` / `MixedPrecision` / `HalfPrecision` / `DoublePrecision`).
 use super::autocast::AutocastGuard;
-use super::grad_scaler::GradScaler;
+use super::grad_scaler::{GradScaler, StepMade};
 use super::mode::Precision;
 use crate::error::{Error, ErrorCode, Result};
 use crate::optim::Optimizer;
@@ -10,28 +10,6 @@ use crate::tensor::device::DeviceType;
 use crate::tensor::dtype::is_floating;
 use crate::trainer::ClipAlgorithm;
 use tch::{Kind, Tensor};
-
-/// Whether an optimizer's update was made: known on the host, or, for a
-/// fused step under `16-mixed`'s loss scaler, on the device until asked
-/// ([`StepMade::read`] waits for the device then).
-#[derive(Debug)]
-pub enum StepMade {
-    /// Known on the host.
-    Known(bool),
-    /// The loss scaler's finding (float32, 0-dim): the update was made when
-    /// it holds 0.
-    OnDevice(Tensor),
-}
-
-impl StepMade {
-    /// Whether the update was made (reading the device's finding).
-    pub fn read(&self) -> Result<bool> {
-        match self {
-            StepMade::Known(made) => Ok(*made),
-            StepMade::OnDevice(found_inf) => Ok(crate::checkpoint::numbers::one_value(found_inf)? == 0.0),
-        }
-    }
-}
 
 /// The optimizer index the single-optimizer methods use with the scaler.
 const DEFAULT_OPTIMIZER: usize = 0;
@@ -247,18 +225,7 @@ impl PrecisionPlugin {
             let name = opt.name();
             let context = move |e: Error| e.context(format!("optimizer {name} step"));
             made.push(match self.scaler.as_mut() {
-                Some(scaler) if opt.supports_amp_scaling() => {
-                    let found_inf = scaler.found_inf_for_step(j, &params_of(&**opt))?;
-                    opt.step_scaled(&found_inf).map_err(context)?;
-                    StepMade::OnDevice(found_inf)
-                }
-                Some(scaler) => {
-                    let skip = scaler.should_skip_step(j, &params_of(&**opt))?;
-                    if !skip {
-                        opt.step().map_err(context)?;
-                    }
-                    StepMade::Known(!skip)
-                }
+                Some(scaler) => scaler.step(j, &mut **opt).map_err(context)?,
                 None => {
                     opt.step().map_err(context)?;
                     StepMade::Known(true)

@@ -88,7 +88,9 @@ static double scale_of(const fulmen_grad_scaler *s) {
     return v;
 }
 
-static void test_grad_scaler(void) {
+/* The scaler's iteration with SGD; `fused`: fused updates, which take the
+ * inf check on the device (the step skipped there), as torch's. */
+static void test_grad_scaler(bool fused) {
     size_t live = fulmen_live_handles();
     fulmen_grad_scaler *s = NULL;
     CHECK_ERR(fulmen_grad_scaler_new(8.0, 1.0, 0.5, 2, &s), FULMEN_CODE_INVALID_ARGUMENT, "growth_factor");
@@ -99,6 +101,7 @@ static void test_grad_scaler(void) {
     o.lr = 0.1;
     fulmen_optimizer *opt = NULL;
     CHECK_OK(fulmen_optimizer_sgd_new(NULL, params, 1, &o, &opt));
+    if (fused) CHECK_OK(fulmen_optimizer_set_fused(opt, true));
     CHECK_ERR(fulmen_grad_scaler_update(s), FULMEN_CODE_INVALID_STATE, "no inf checks");
 
     /* clean step: the loss is scaled by 8, the gradient unscaled, p stepped */
@@ -168,6 +171,7 @@ static void test_grad_scaler(void) {
 
 int main(void) {
     test_autocast_scope();
-    test_grad_scaler();
+    test_grad_scaler(false);
+    test_grad_scaler(true);
     return check_finish("test_fabric_pieces");
 }

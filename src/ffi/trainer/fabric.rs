@@ -152,7 +152,8 @@ fn optimizer_params(optimizer: &fulmen_optimizer) -> Vec<Tensor> {
 
 /// Divides `optimizer`'s gradients by the scale in place
 /// (`scaler.unscale_(optimizer)`, before gradient clipping) and writes
-/// whether any was inf or NaN to `*found_inf_out` if it is not NULL.
+/// whether any was inf or NaN to `*found_inf_out` if it is not NULL (a
+/// read that waits for the device; with NULL nothing is read).
 ///
 /// Errors: FULMEN_CODE_INVALID_STATE (already unscaled or stepped since the
 /// last `fulmen_grad_scaler_update`), FULMEN_CODE_DTYPE_MISMATCH (fp16
@@ -165,9 +166,10 @@ pub unsafe extern "C" fn fulmen_grad_scaler_unscale(
 ) -> *mut fulmen_error {
     guard!(|| {
         let o = handle::borrow(optimizer, "optimizer")?;
-        let found = handle::borrow_mut(scaler, "scaler")?.inner.unscale(o.id as usize, &optimizer_params(&o))?;
+        let mut s = handle::borrow_mut(scaler, "scaler")?;
+        s.inner.unscale_on_device(o.id as usize, &optimizer_params(&o))?;
         if !found_inf_out.is_null() {
-            found_inf_out.write(found);
+            found_inf_out.write(s.inner.found_inf(o.id as usize).unwrap_or(Ok(false))?);
         }
         Ok(())
     })
@@ -176,7 +178,11 @@ pub unsafe extern "C" fn fulmen_grad_scaler_unscale(
 /// `scaler.step(optimizer)`: unscales the gradients if
 /// `fulmen_grad_scaler_unscale` was not called, then steps `optimizer`
 /// unless a gradient was inf or NaN; writes whether the step was skipped
-/// to `*skipped_out` if it is not NULL.
+/// to `*skipped_out` if it is not NULL. With fused updates
+/// (`fulmen_optimizer_set_fused`) the optimizer skips the step on the
+/// device, as torch's fused optimizers do, and the host reads nothing
+/// unless `skipped_out` asks; other optimizers are told on the host (one
+/// read that waits for the device, as torch's).
 ///
 /// Errors: FULMEN_CODE_INVALID_STATE (already stepped since the last
 /// update), FULMEN_CODE_UNSUPPORTED (an optimizer that needs a closure),
@@ -195,13 +201,9 @@ pub unsafe extern "C" fn fulmen_grad_scaler_step(
                 format!("GradScaler.step does not support {}, whose step needs a closure", o.inner.name()),
             ));
         }
-        let params = optimizer_params(&o);
-        let skip = handle::borrow_mut(scaler, "scaler")?.inner.should_skip_step(o.id as usize, &params)?;
-        if !skip {
-            o.inner.step()?;
-        }
+        let made = handle::borrow_mut(scaler, "scaler")?.inner.step(o.id as usize, &mut *o.inner)?;
         if !skipped_out.is_null() {
-            skipped_out.write(skip);
+            skipped_out.write(!made.read()?);
         }
         Ok(())
     })
