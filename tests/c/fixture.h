@@ -145,6 +145,22 @@ static inline fulmen_error *fixture_configure_sgd(void *ud, fulmen_optimizer_con
     return fixture_add_sgd(config, *(fulmen_model **)ud, 0.1, 0.0);
 }
 
+/* configure_optimizers' body: SGD (lr 0.1, momentum 0.9) with fused
+ * updates (which take 16-mixed's inf check on the device) on the model
+ * that `ud`'s first member points to. */
+static inline fulmen_error *fixture_configure_fused_sgd(void *ud, fulmen_optimizer_config *config) {
+    fulmen_sgd_options o = fulmen_sgd_options_default();
+    o.lr = 0.1;
+    o.momentum = 0.9;
+    fulmen_optimizer *opt = NULL;
+    fulmen_error *e = fulmen_optimizer_sgd_new(*(fulmen_model **)ud, NULL, 0, &o, &opt);
+    if (e == NULL) {
+        e = fulmen_optimizer_set_fused(opt, true);
+        if (e != NULL) fulmen_optimizer_free(opt);
+    }
+    return fixture_add_optimizer(config, e, opt);
+}
+
 /* A LightningModule over `model` with `step`, `on_hook` (may be NULL)
  * and `configure` (configure_optimizers); `ud` (first member: the model)
  * goes to all three. */

@@ -538,25 +538,10 @@ static fulmen_error *quiet_step(void *ud, fulmen_step_context *ctx, const fulmen
     return fixture_cross_entropy(((step_ud *)ud)->model, batch, out);
 }
 
-/* configure_optimizers' body: SGD (lr 0.1, momentum 0.9) with fused
- * updates. */
-static fulmen_error *configure_fused_sgd(void *ud, fulmen_optimizer_config *config) {
-    fulmen_sgd_options so = fulmen_sgd_options_default();
-    so.lr = 0.1;
-    so.momentum = 0.9;
-    fulmen_optimizer *opt = NULL;
-    fulmen_error *e = fulmen_optimizer_sgd_new(*(fulmen_model **)ud, NULL, 0, &so, &opt);
-    if (e == NULL) {
-        e = fulmen_optimizer_set_fused(opt, true);
-        if (e != NULL) fulmen_optimizer_free(opt);
-    }
-    return fixture_add_optimizer(config, e, opt);
-}
-
 /* Fits `epochs` epochs of `batches` batches with quiet_step on
  * `accelerator` (devices "1", log_every_n_steps 1000) with the `n` option
  * pairs `opts` (the pair {"optimizer", "fused-sgd"} is not a trainer
- * option: it picks configure_fused_sgd over plain SGD); returns the model,
+ * option: it picks fixture_configure_fused_sgd over plain SGD); returns the model,
  * and in *reads (when not NULL) how many times the host waited for the
  * fake device during the fit. */
 static fulmen_model *quiet_fit(const char *accelerator, size_t batches, int64_t epochs, const char *const (*opts)[2],
@@ -569,7 +554,7 @@ static fulmen_model *quiet_fit(const char *accelerator, size_t batches, int64_t 
     bool fused = false;
     for (size_t i = 0; i < n; i++) fused |= strcmp(opts[i][0], "optimizer") == 0;
     fulmen_lightning_module *module =
-        fixture_module_with(model, &ud, quiet_step, NULL, fused ? configure_fused_sgd : fixture_configure_sgd);
+        fixture_module_with(model, &ud, quiet_step, NULL, fused ? fixture_configure_fused_sgd : fixture_configure_sgd);
     fulmen_trainer_options *o = fixture_options(NULL, epochs);
     CHECK_OK(fulmen_trainer_options_set(o, "accelerator", accelerator));
     CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));

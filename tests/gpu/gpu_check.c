@@ -638,21 +638,6 @@ static fulmen_error *strict_hook(void *ud, int32_t hook, fulmen_hook_context *ct
     return NULL;
 }
 
-/* configure_optimizers' body: SGD (lr 0.1, momentum 0.9) with fused
- * updates, which take 16-mixed's inf check on the device. */
-static fulmen_error *configure_fused_sgd(void *ud, fulmen_optimizer_config *config) {
-    fulmen_sgd_options so = fulmen_sgd_options_default();
-    so.lr = 0.1;
-    so.momentum = 0.9;
-    fulmen_optimizer *opt = NULL;
-    fulmen_error *e = fulmen_optimizer_sgd_new(*(fulmen_model **)ud, NULL, 0, &so, &opt);
-    if (e == NULL) {
-        e = fulmen_optimizer_set_fused(opt, true);
-        if (e != NULL) fulmen_optimizer_free(opt);
-    }
-    return fixture_add_optimizer(config, e, opt);
-}
-
 /* A fit on cuda:0 whose steps may not synchronize (SGD, fused when
  * `fused`); NULL when it ran. */
 static fulmen_error *strict_fit(const char *precision, bool fused, int64_t *steps) {
@@ -662,7 +647,7 @@ static fulmen_error *strict_fit(const char *precision, bool fused, int64_t *step
     fulmen_model *model = fixture_mlp(16, 0.1);
     strict_ud ud = {model, 0};
     fulmen_lightning_module *module = fixture_module_with(model, &ud, quiet_step, strict_hook,
-                                                          fused ? configure_fused_sgd : fixture_configure_sgd);
+                                                          fused ? fixture_configure_fused_sgd : fixture_configure_sgd);
     fulmen_trainer_options *o = fixture_options(NULL, 2);
     CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "cuda"));
     CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
