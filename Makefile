@@ -26,8 +26,12 @@ PREFIX ?= /usr/local
 ifeq ($(origin LIBTORCH),undefined)
 ifeq ($(LIBTORCH_USE_PYTORCH),)
 LIBTORCH := $(DEPS)/libtorch
-LIBTORCH_STAMP := $(LIBTORCH)/build-version
 endif
+endif
+# The fetched libtorch, also when it comes through the environment (the
+# phases of `make test` are sub-makes, which inherit the export below).
+ifeq ($(LIBTORCH),$(DEPS)/libtorch)
+LIBTORCH_STAMP := $(LIBTORCH)/build-version
 endif
 ifneq ($(LIBTORCH),)
 export LIBTORCH
