@@ -38,6 +38,18 @@ void uncount_skipped(std::vector<at::Tensor>& steps, const std::optional<at::Ten
     at::_foreach_sub_(steps, std::vector<at::Tensor>(steps.size(), *found_inf));
   }
 }
+// Runs the update `kernel` after its step counts `steps` were counted (1
+// added); when it throws, the counts are taken back first, since a count
+// the device alone knows stays in the state after a failed call.
+template <typename Kernel>
+void counted_unless_thrown(std::vector<at::Tensor>& steps, Kernel kernel) {
+  try {
+    kernel();
+  } catch (...) {
+    if (!steps.empty()) at::_foreach_sub_(steps, 1.0);
+    throw;
+  }
+}
 }  // namespace
 
 extern "C" {
@@ -57,18 +69,20 @@ int fulmen_cxx_fused_adam(void* const* params, void* const* grads, void* const* 
   auto vmax = list(max_exp_avg_sqs, n), s = list(steps, n);
   const auto fi = found_inf_on(found_inf, p);
   at::_foreach_add_(s, 1.0);
-  if (lr_tensor != nullptr) {
-    const auto& lr_t = *static_cast<const at::Tensor*>(lr_tensor);
-    if (decoupled) {
-      at::_fused_adamw_(p, g, m, v, vmax, s, lr_t, beta1, beta2, weight_decay, eps, amsgrad, maximize, {}, fi);
+  counted_unless_thrown(s, [&] {
+    if (lr_tensor != nullptr) {
+      const auto& lr_t = *static_cast<const at::Tensor*>(lr_tensor);
+      if (decoupled) {
+        at::_fused_adamw_(p, g, m, v, vmax, s, lr_t, beta1, beta2, weight_decay, eps, amsgrad, maximize, {}, fi);
+      } else {
+        at::_fused_adam_(p, g, m, v, vmax, s, lr_t, beta1, beta2, weight_decay, eps, amsgrad, maximize, {}, fi);
+      }
+    } else if (decoupled) {
+      at::_fused_adamw_(p, g, m, v, vmax, s, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, {}, fi);
     } else {
-      at::_fused_adam_(p, g, m, v, vmax, s, lr_t, beta1, beta2, weight_decay, eps, amsgrad, maximize, {}, fi);
+      at::_fused_adam_(p, g, m, v, vmax, s, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, {}, fi);
     }
-  } else if (decoupled) {
-    at::_fused_adamw_(p, g, m, v, vmax, s, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, {}, fi);
-  } else {
-    at::_fused_adam_(p, g, m, v, vmax, s, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, {}, fi);
-  }
+  });
   uncount_skipped(s, fi);
   FULMEN_CXX_CATCH(err, err_len)
 }
@@ -100,7 +114,7 @@ int fulmen_cxx_fused_adagrad(void* const* params, void* const* grads, void* cons
   auto p = list(params, n), g = list(grads, n), s = list(state_sums, n), k = list(steps, n);
   const auto fi = found_inf_on(found_inf, p);
   at::_foreach_add_(k, 1.0);
-  at::_fused_adagrad_(p, g, s, k, lr, lr_decay, weight_decay, eps, maximize, {}, fi);
+  counted_unless_thrown(k, [&] { at::_fused_adagrad_(p, g, s, k, lr, lr_decay, weight_decay, eps, maximize, {}, fi); });
   uncount_skipped(k, fi);
   FULMEN_CXX_CATCH(err, err_len)
 }

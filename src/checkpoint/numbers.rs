@@ -41,10 +41,12 @@ pub fn parse(text: &str, infinity: Infinity, what: &str) -> Result<f64> {
     finite_or(v, infinity, what)
 }
 
-/// The value of a one-element tensor (any shape, any real dtype) as f64;
+/// The value of a one-element tensor (any shape, any real dtype, any
+/// device: copied to the CPU first, since some have no float64) as f64;
 /// callers check the element count and apply the rule above.
 pub fn one_value(t: &tch::Tensor) -> Result<f64> {
-    Ok(t.f_reshape([1i64])?.f_to_kind(tch::Kind::Double)?.f_double_value(&[0])?)
+    let on_cpu = t.f_reshape([1i64])?.f_to_device(tch::Device::Cpu)?;
+    Ok(on_cpu.f_to_kind(tch::Kind::Double)?.f_double_value(&[0])?)
 }
 
 /// Refuses a list of `len` entries where at most `max` belong, before any

@@ -540,8 +540,8 @@ impl Core {
     /// Reads back the step counts that fused steps under a loss scaler's
     /// device finding left on the device (one wait for the device, only
     /// when there are such counts), so that the host's counts are true
-    /// again: before an update that counts on the host, and before graphed
-    /// steps.
+    /// again: before an update that counts on the host (the first eager
+    /// warm-up step of a graphed fit is one).
     pub(crate) fn settle_steps(&mut self) -> Result<()> {
         if !self.unsettled_steps {
             return Ok(());
@@ -549,13 +549,15 @@ impl Core {
         let mut pending = Vec::new();
         for (i, st) in self.state.iter().enumerate() {
             if let Some(d) = st.as_ref().and_then(|st| st.device_step.as_ref()).filter(|d| !d.exact) {
-                pending.push((i, d.tensor.f_to_kind(tch::Kind::Double)?.f_reshape([1])?));
+                // To the CPU one by one: the counts may sit on several
+                // devices, some without float64.
+                let on_cpu = crate::tensor::device::to_device(&d.tensor.f_reshape([1])?, Device::Cpu, false)?;
+                pending.push((i, on_cpu.f_to_kind(tch::Kind::Double)?));
             }
         }
         if !pending.is_empty() {
             let rows: Vec<&Tensor> = pending.iter().map(|(_, t)| t).collect();
-            let on_cpu = crate::tensor::device::to_device(&Tensor::f_cat(&rows, 0)?, Device::Cpu, false)?;
-            let counts = Vec::<f64>::try_from(&on_cpu)?;
+            let counts = Vec::<f64>::try_from(&Tensor::f_cat(&rows, 0)?)?;
             for ((i, _), count) in pending.iter().zip(counts) {
                 if let Some(st) = self.state[*i].as_mut() {
                     st.step = count;

@@ -387,15 +387,24 @@ impl GradScaler {
             return Err(Error::state("update: no inf checks were recorded prior to update()"));
         }
         let findings = std::mem::take(&mut self.optimizers);
-        let first = &findings.values().next().expect("checked non-empty").found_inf;
-        if self.on_device.is_none() {
-            // Every optimizer was unscaled without a gradient: the scale
-            // goes where the findings are.
-            self.place_on(Device::of(first)?)?;
-        }
-        let d = self.on_device.as_mut().ok_or_else(|| Error::state("GradScaler: the scale has no device"))?;
-        let mut combined = crate::tensor::device::to_device_of(first, &d.scale)?;
-        for s in findings.values().skip(1) {
+        let Some(d) = self.on_device.as_mut() else {
+            // No gradient was unscaled yet, so no device holds the scale:
+            // the findings are the host's (none, or a sharded job's
+            // exchange), and so is the update; the scale goes to the device
+            // of the first gradients.
+            let mut found_inf = false;
+            for s in findings.values() {
+                found_inf |= crate::checkpoint::numbers::one_value(&s.found_inf)? != 0.0;
+            }
+            self.update_on_host(found_inf);
+            return Ok(());
+        };
+        let mut values = findings.values();
+        let Some(first) = values.next() else {
+            return Err(Error::state("update: no inf checks were recorded prior to update()"));
+        };
+        let mut combined = crate::tensor::device::to_device_of(&first.found_inf, &d.scale)?;
+        for s in values {
             combined = combined.f_add(&crate::tensor::device::to_device_of(&s.found_inf, &d.scale)?)?;
         }
         let _ = d.scale.f_internal_amp_update_scale_(
@@ -406,6 +415,22 @@ impl GradScaler {
             self.growth_interval,
         )?;
         Ok(())
+    }
+
+    /// `_amp_update_scale_` on the host's numbers.
+    fn update_on_host(&mut self, found_inf: bool) {
+        if found_inf {
+            self.scale = as_f32(self.scale * self.backoff_factor);
+            self.growth_tracker = 0;
+        } else if self.growth_tracker + 1 == self.growth_interval {
+            let grown = (self.scale * self.growth_factor) as f32;
+            if grown.is_finite() {
+                self.scale = f64::from(grown);
+            }
+            self.growth_tracker = 0;
+        } else {
+            self.growth_tracker += 1;
+        }
     }
 
     /// The state as torch names it: `scale`, `growth_factor`,
@@ -492,8 +517,13 @@ fn unscale_grads(grads: &[Tensor], scale: &Tensor) -> Result<Tensor> {
         )));
     }
     let _no_grad = tch::no_grad_guard();
-    // torch's `self._scale.double().reciprocal().float()`.
-    let inv_scale = scale.f_to_kind(Kind::Double)?.f_reciprocal()?.f_to_kind(Kind::Float)?;
+    // torch's `self._scale.double().reciprocal().float()`, in float32 on MPS
+    // (no float64 there), as torch's.
+    let inv_scale = if Device::of(scale)?.kind() == crate::tensor::device::DeviceType::Mps {
+        scale.f_reciprocal()?
+    } else {
+        scale.f_to_kind(Kind::Double)?.f_reciprocal()?.f_to_kind(Kind::Float)?
+    };
     let mut groups: Vec<((Device, Kind), Vec<Tensor>)> = Vec::new();
     for g in grads {
         let key = (Device::of(g)?, g.kind());
@@ -528,7 +558,8 @@ fn unscale_grads(grads: &[Tensor], scale: &Tensor) -> Result<Tensor> {
     for (_, found, _) in &per_device {
         let here = crate::tensor::device::to_device_of(found, scale)?;
         total = Some(match total {
-            Some(t) => t.f_add(&here)?,
+            // Held at 1: the fused kernels skip a step only on exactly 1.
+            Some(t) => t.f_add(&here)?.f_clamp_max(1.0)?,
             None => here,
         });
     }
@@ -751,5 +782,24 @@ mod tests {
         assert_eq!(s.found_inf_for_step(2, &[no_grad]).unwrap().double_value(&[]), 0.0);
         s.update().unwrap();
         assert_eq!(s.growth_tracker().unwrap(), 8);
+    }
+
+    /// Iterations without gradients leave the scale where no device holds
+    /// it (the first gradients' device gets it), updated on the host.
+    #[test]
+    fn without_gradients_the_scale_stays_unplaced() {
+        let mut s = GradScaler::with_settings(GradScalerSettings { growth_interval: 2, ..Default::default() }).unwrap();
+        let no_grad = Tensor::zeros([1], (Kind::Float, tch::Device::Cpu));
+        for _ in 0..2 {
+            s.unscale_on_device(0, &[no_grad.shallow_clone()]).unwrap();
+            s.update().unwrap();
+        }
+        assert!(s.on_device.is_none());
+        assert_eq!((s.get_scale().unwrap(), s.growth_tracker().unwrap()), (131072.0, 0));
+        let p = param_with_grad(&s, &[1.0]);
+        assert!(!s.unscale(0, &[p]).unwrap());
+        assert!(s.on_device.is_some());
+        s.update().unwrap();
+        assert_eq!((s.get_scale().unwrap(), s.growth_tracker().unwrap()), (131072.0, 1));
     }
 }
