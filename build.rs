@@ -14,7 +14,30 @@ fn main() {
     if let Ok(lib) = env::var("DEP_TCH_LIBTORCH_LIB") {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
         println!("cargo:rustc-env=FULMEN_LIBTORCH_LIB={lib}");
+        if under_clippy() {
+            // Clippy only checks: nothing links, so the shims' objects are
+            // not needed, and its build-script run has its own OUT_DIR.
+            return;
+        }
         build_cxx_shims(Path::new(&lib));
+    }
+}
+
+/// Whether this build-script run belongs to `cargo clippy`, which runs
+/// workspace members through `clippy-driver` (RUSTC_WORKSPACE_WRAPPER).
+fn under_clippy() -> bool {
+    env::var_os("RUSTC_WORKSPACE_WRAPPER")
+        .is_some_and(|wrapper| Path::new(&wrapper).file_stem().is_some_and(|stem| stem == "clippy-driver"))
+}
+
+/// The C++ debug level: line tables (`-g1`) when the profile has debug
+/// info, which is what stack traces under valgrind and ASan read. Full
+/// `-g` (what cargo's `DEBUG=true` would give) doubles the compile time of
+/// the libtorch headers.
+fn cxx_debug_flag() -> Option<&'static str> {
+    match env::var("DEBUG").as_deref() {
+        Ok("false" | "0" | "none" | "") | Err(_) => None,
+        Ok(_) => Some("-g1"),
     }
 }
 
@@ -91,6 +114,10 @@ fn build_cxx_shims(lib: &Path) {
         .unwrap_or_else(|_| lib.parent().map(Path::to_path_buf).unwrap_or_else(|| lib.to_path_buf()));
     let abi = env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".to_owned());
     let mut build = cc::Build::new();
+    build.debug(false);
+    if let Some(flag) = cxx_debug_flag() {
+        build.flag(flag);
+    }
     build
         .cpp(true)
         .pic(true)

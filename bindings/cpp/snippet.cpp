@@ -14,7 +14,7 @@ int main() {
     LightningModule module = LightningModule::builder(model)
         .training_step([&](StepContext& ctx, const Batch& batch) {
             Tensor loss = loss::mse(model(batch[0]), batch[1]);
-            ctx.log("train_loss", loss.item(), Log::on_epoch);
+            ctx.log("train_loss", loss, Log::on_epoch);  // read when the epoch ends
             return loss;  // any exception thrown here comes back from fit()
         })
         .configure_optimizers([&](OptimizerConfig& config) {

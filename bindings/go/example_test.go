@@ -31,7 +31,7 @@ func Example_train() {
 			if err != nil {
 				return nil, err
 			}
-			return loss, ctx.Log("train_loss", fulmen.Must(loss.Item()), fulmen.LogOnEpoch, 0)
+			return loss, ctx.LogTensor("train_loss", loss, fulmen.LogOnEpoch, 0) // read when the epoch ends
 		},
 		ConfigureOptimizers: func(cfg *fulmen.OptimizerConfig) error {
 			o := fulmen.DefaultSGDOptions()

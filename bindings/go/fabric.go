@@ -105,6 +105,25 @@ func (g *GradScaler) Unscale(opt *Optimizer) (bool, error) {
 	return bool(found), err
 }
 
+// UnscaleNoWait is Unscale without reading the finding back (torch's
+// unscale_, which returns nothing): the host does not wait for the device.
+func (g *GradScaler) UnscaleNoWait(opt *Optimizer) error {
+	err := check(C.fulmen_grad_scaler_unscale(g.ptr(), opt.ptr(), nil))
+	runtime.KeepAlive(g)
+	runtime.KeepAlive(opt)
+	return err
+}
+
+// StepNoWait is Step without asking whether it skipped (torch's
+// scaler.step): with fused updates the host then never waits for the
+// device; other optimizers read the finding once, as torch's do.
+func (g *GradScaler) StepNoWait(opt *Optimizer) error {
+	err := check(C.fulmen_grad_scaler_step(g.ptr(), opt.ptr(), nil))
+	runtime.KeepAlive(g)
+	runtime.KeepAlive(opt)
+	return err
+}
+
 // Step steps opt unless a gradient was inf or NaN; whether it skipped.
 func (g *GradScaler) Step(opt *Optimizer) (bool, error) {
 	var skipped C.bool

@@ -54,6 +54,17 @@ func (c *StepContext) OptimizerStep(index int) (made bool, err error) {
 	return bool(m), err
 }
 
+// OptimizerStepNoWait is OptimizerStep without asking whether the update
+// was made: under 16-mixed the answer waits for the device (the inf
+// check), which this call never does with fused updates.
+func (c *StepContext) OptimizerStepNoWait(index int) error {
+	i, err := optimizerIndex(index)
+	if err != nil {
+		return err
+	}
+	return check(C.fulmen_step_context_optimizer_step(c.ptr(), i, nil))
+}
+
 // OptimizerZeroGrad sets the gradients of optimizer index's parameters to
 // none.
 func (c *StepContext) OptimizerZeroGrad(index int) error {

@@ -272,6 +272,19 @@ func (c *StepContext) Log(name string, value float64, flags LogFlags, batchSize 
 	return check(C.fulmen_step_context_log(c.ptr(), n, C.double(value), C.uint32_t(flags), C.int64_t(batchSize)))
 }
 
+// LogTensor logs the one-element tensor value as a metric, as Log does
+// a number. A device tensor is not read in the step, so the step does not
+// wait for its device: it is read where the trainer reads values anyway
+// (the loggers every log_every_n_steps steps, a progress-bar refresh, a
+// metric read, the epoch's end).
+func (c *StepContext) LogTensor(name string, value *Tensor, flags LogFlags, batchSize int64) error {
+	n := cString(name)
+	defer freeCString(n)
+	err := check(C.fulmen_step_context_log_tensor(c.ptr(), n, value.ptr(), C.uint32_t(flags), C.int64_t(batchSize)))
+	runtime.KeepAlive(value)
+	return err
+}
+
 // LogDict logs every name and value of values with the same flags, as
 // Lightning's log_dict (in name order; every name is checked before any is
 // logged).

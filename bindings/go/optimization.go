@@ -75,6 +75,13 @@ func (c *OptimizationContext) Step(closure *OptimizerClosure) (made bool, err er
 	return bool(v), err
 }
 
+// StepNoWait is Step without asking whether the update was made: under
+// 16-mixed the answer waits for the device, which this call never does
+// with fused updates.
+func (c *OptimizationContext) StepNoWait(closure *OptimizerClosure) error {
+	return check(C.fulmen_optimization_context_step(c.ptr(), closure.ptr(), nil))
+}
+
 // ZeroGrad is optimizer.zero_grad(set_to_none) of the hook's optimizer.
 func (c *OptimizationContext) ZeroGrad(setToNone bool) error {
 	return check(C.fulmen_optimization_context_zero_grad(c.ptr(), C.bool(setToNone)))

@@ -56,6 +56,10 @@ func TestOptimizationHooks(t *testing.T) {
 			if g, err := ctx.GlobalStep(); err != nil || g != int64(len(batches)-1) {
 				t.Errorf("global step %d, %v", g, err)
 			}
+			if batchIdx%2 == 1 {
+				// Without asking whether the update was made.
+				return ctx.StepNoWait(closure)
+			}
 			made, err := ctx.Step(closure)
 			if err == nil && !made {
 				t.Errorf("the update was not made")

@@ -98,7 +98,7 @@ func (f *fixture) funcs(t *testing.T) fulmen.ModuleFuncs {
 			if err != nil {
 				return err
 			}
-			if err := ctx.Log("val_loss", must(loss.Item()), 0, 0); err != nil {
+			if err := ctx.LogTensor("val_loss", loss, 0, 0); err != nil {
 				return err
 			}
 			return ctx.Log("val_acc", acc, fulmen.LogProgBar, 0)
@@ -183,6 +183,9 @@ func TestFitValidateTestPredict(t *testing.T) {
 		t.Fatalf("train_loss_epoch %v", l)
 	}
 	must(tr.CallbackMetric("train_loss_step"))
+	if l := must(tr.CallbackMetric("val_loss")); !(l > 0 && l < 0.5) {
+		t.Fatalf("val_loss (logged as a tensor) %v", l)
+	}
 	if _, err := tr.CallbackMetric("nope"); !errors.Is(err, fulmen.ErrInvalidArgument) || !strings.Contains(err.Error(), "val_acc") {
 		t.Fatalf("missing metric: %v", err)
 	}

@@ -8,13 +8,12 @@
 static fulmen_error *training_step(void *model, fulmen_step_context *ctx, const fulmen_batch *batch,
                                    fulmen_tensor **loss) {
     fulmen_tensor *x, *y, *pred;  /* released when the step returns */
-    double value;
     fulmen_error *e = fulmen_batch_get(batch, 0, &x);
     if (!e) e = fulmen_batch_get(batch, 1, &y);
     if (!e) e = fulmen_model_forward(model, x, &pred);
     if (!e) e = fulmen_loss_mse(pred, y, FULMEN_REDUCTION_MEAN, loss);
-    if (!e) e = fulmen_tensor_item(*loss, &value);
-    if (!e) e = fulmen_step_context_log(ctx, "train_loss", value, FULMEN_LOG_ON_EPOCH, 0);
+    /* the epoch's mean, kept on the loss's device until the epoch ends */
+    if (!e) e = fulmen_step_context_log_tensor(ctx, "train_loss", *loss, FULMEN_LOG_ON_EPOCH, 0);
     return e;
 }
 

@@ -135,7 +135,8 @@ struct fulmen_error *fulmen_trainer_save_checkpoint(struct fulmen_trainer *train
  * `fulmen_value_dict_entry` or `fulmen_value_dict_get`; the caller frees
  * it with `fulmen_value_free`. `fulmen_trainer_callback_metric` reads one.
  *
- * Errors: the common ones only.
+ * Errors: the common ones; the device's error when a device value a
+ * run that failed mid-epoch left unread cannot be read.
  */
 struct fulmen_error *fulmen_trainer_callback_metrics(const struct fulmen_trainer *trainer,
                                                      struct fulmen_value **out);
@@ -149,7 +150,8 @@ struct fulmen_error *fulmen_trainer_callback_metrics(const struct fulmen_trainer
  * logged both ways), whether or not a logger is active; the sanity
  * check's are not.
  *
- * Errors: the common ones only.
+ * Errors: the common ones; the device's error when a device value a
+ * run that failed mid-epoch left unread cannot be read.
  */
 struct fulmen_error *fulmen_trainer_logged_metrics(const struct fulmen_trainer *trainer,
                                                    struct fulmen_value **out);
@@ -181,7 +183,8 @@ struct fulmen_error *fulmen_trainer_eval_results(const struct fulmen_trainer *tr
  * metrics logged with FULMEN_LOG_PROG_BAR) as a new dict value, as
  * `fulmen_trainer_callback_metrics`.
  *
- * Errors: the common ones only.
+ * Errors: the common ones; the device's error when a device value a
+ * run that failed mid-epoch left unread cannot be read.
  */
 struct fulmen_error *fulmen_trainer_progress_bar_metrics(const struct fulmen_trainer *trainer,
                                                          struct fulmen_value **out);

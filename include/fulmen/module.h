@@ -581,6 +581,31 @@ struct fulmen_error *fulmen_step_context_log(struct fulmen_step_context *ctx,
                                              int64_t batch_size);
 
 /**
+ * Logs a one-element tensor as a metric, as `fulmen_step_context_log`
+ * (the same flags and `batch_size`) with the value `value` holds; the
+ * handle stays the caller's, and the value is copied. A device tensor is
+ * not read in the step, so the step does not wait for its device: its
+ * epoch value is reduced on the device and read at the epoch's end, and
+ * its step value when the trainer reads values anyway (the loggers every
+ * `log_every_n_steps` steps, a progress-bar refresh, a callback or host
+ * reading the metric, the epoch's end), all pending values in one copy
+ * per device. A step value logged with SYNC_DIST is read at once (the
+ * ranks reduce it in its step). A CPU tensor is read at once. Integer
+ * tensors are taken as numbers.
+ *
+ * Errors: those of `fulmen_step_context_log`; FULMEN_CODE_NULL_ARGUMENT
+ * and the handle errors for `value`; FULMEN_CODE_SHAPE_MISMATCH (not one
+ * element), FULMEN_CODE_DTYPE_MISMATCH (a boolean or complex tensor);
+ * reading a per-step value from its device may fail with that device's
+ * error.
+ */
+struct fulmen_error *fulmen_step_context_log_tensor(struct fulmen_step_context *ctx,
+                                                    const char *name,
+                                                    const struct fulmen_tensor *value,
+                                                    uint32_t flags,
+                                                    int64_t batch_size);
+
+/**
  * Logs `n` metrics with the same `flags` and `batch_size`, as Lightning's
  * `self.log_dict`: `names[i]` gets `values[i]`. Every name is checked
  * before any is logged.

@@ -1075,10 +1075,11 @@ struct fulmen_error *fulmen_trainer_predict(struct fulmen_trainer *trainer,
 /**
  * Writes the latest value of a logged metric (Lightning's
  * `trainer.callback_metrics[name]`); FULMEN_CODE_INVALID_ARGUMENT names
- * the metrics that exist when `name` is not one of them.
+ * the metrics that exist when `name` is not one of them. A device value
+ * a run that failed mid-epoch left unread is read here.
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (name is not UTF-8 or not a logged
- * metric).
+ * metric), the device's error when reading such a value fails.
  */
 struct fulmen_error *fulmen_trainer_callback_metric(const struct fulmen_trainer *trainer,
                                                     const char *name,

@@ -156,13 +156,13 @@ impl EarlyStopping {
         if ctx.state.fast_dev_run || ctx.state.sanity_checking {
             return Ok(());
         }
-        let current = match ctx.state.callback_metrics.get(&self.opts.monitor) {
-            Some(v) => *v,
+        let current = match ctx.state.callback_metrics.read(&self.opts.monitor)? {
+            Some(v) => v,
             None if self.opts.strict => {
                 return Err(Error::state(format!(
                 "EarlyStopping could not find the monitored metric `{}`; available: {:?} (set strict=false to skip)",
                 self.opts.monitor,
-                ctx.state.callback_metrics.keys().collect::<Vec<_>>()
+                ctx.state.callback_metrics.names()
             )))
             }
             None => return Ok(()),

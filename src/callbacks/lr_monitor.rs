@@ -61,7 +61,7 @@ impl LearningRateMonitor {
                 stats.push((format!("{}-weight_decay", g.name), g.weight_decay));
             }
         }
-        ctx.state.callback_metrics.extend(stats.iter().cloned());
+        ctx.state.callback_metrics.extend_values(stats.iter().cloned());
         if !stats.is_empty() {
             ctx.state.log_requests.push((ctx.state.log_step, stats));
         }

@@ -163,16 +163,16 @@ impl ModelCheckpoint {
             || (self.last_global_step_saved == ctx.state.global_step && !ctx.state.skip_backward)
     }
 
-    fn metrics_for_name(ctx: &HookContext) -> BTreeMap<String, f64> {
-        let mut m = ctx.state.callback_metrics.clone();
+    fn metrics_for_name(ctx: &HookContext) -> Result<BTreeMap<String, f64>> {
+        let mut m = ctx.state.callback_metrics.snapshot()?;
         m.insert("epoch".into(), ctx.state.epoch as f64);
         m.insert("step".into(), ctx.state.global_step as f64);
-        m
+        Ok(m)
     }
 
     fn path_for(&self, ctx: &HookContext, template: &str) -> Result<PathBuf> {
         let dir = self.dirpath.as_ref().ok_or_else(|| Error::state("ModelCheckpoint has no folder yet"))?;
-        let name = format_name(template, &Self::metrics_for_name(ctx), self.opts.auto_insert_metric_name)?;
+        let name = format_name(template, &Self::metrics_for_name(ctx)?, self.opts.auto_insert_metric_name)?;
         let mut path = dir.join(format!("{name}{EXTENSION}"));
         let mut version = 1;
         while self.opts.enable_version_counter
@@ -233,7 +233,7 @@ impl ModelCheckpoint {
     fn save_on_exception(&mut self, ctx: &mut HookContext) -> Result<()> {
         let template = self.opts.filename.clone().unwrap_or_else(|| "{epoch}-{step}".to_string());
         let dir = self.dirpath.clone().ok_or_else(|| Error::state("ModelCheckpoint has no folder yet"))?;
-        let name = format_name(&template, &Self::metrics_for_name(ctx), self.opts.auto_insert_metric_name)?;
+        let name = format_name(&template, &Self::metrics_for_name(ctx)?, self.opts.auto_insert_metric_name)?;
         let path = dir.join(format!("{name}{EXTENSION}"));
         self.request_save(ctx, &path);
         self.last_global_step_saved = ctx.state.global_step;

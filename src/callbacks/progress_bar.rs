@@ -31,7 +31,7 @@ impl ProgressBar {
     /// The shown metrics; the running loss is read from the device here,
     /// at a refresh, not at every step.
     fn metrics_text(ctx: &HookContext) -> Result<String> {
-        let mut shown: BTreeMap<String, f64> = ctx.state.progress_metrics.clone();
+        let mut shown: BTreeMap<String, f64> = ctx.state.progress_metrics.snapshot()?;
         if let Some(l) = ctx.state.running_loss.mean()? {
             shown.insert("loss".into(), l);
         }

@@ -250,6 +250,11 @@ pub trait Optimizer: Send {
     /// The parameter groups.
     fn param_groups(&self) -> &[ParamGroup];
 
+    /// Every parameter of every group, in order (sharing their storage).
+    fn param_tensors(&self) -> Vec<Tensor> {
+        self.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect()
+    }
+
     /// The parameter groups, mutably (to change lr, weight_decay, momentum).
     fn param_groups_mut(&mut self) -> &mut [ParamGroup];
 

@@ -356,8 +356,7 @@ impl GradScaler {
     /// the device, which skips an overflowing step there, or (any other)
     /// steps it unless the check, read on the host, found an inf or NaN.
     pub fn step(&mut self, optimizer: usize, opt: &mut dyn crate::optim::Optimizer) -> Result<StepMade> {
-        let params: Vec<Tensor> =
-            opt.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect();
+        let params = opt.param_tensors();
         if opt.supports_amp_scaling() {
             let found_inf = self.found_inf_for_step(optimizer, &params)?;
             opt.step_scaled(&found_inf)?;
@@ -472,9 +471,14 @@ impl GradScaler {
         let (interval, tracker) = (integer("growth_interval")?, integer("_growth_tracker")?);
         check_settings(scale, growth, backoff, interval).map_err(|e| Error::format(e.message))?;
         if let Some(d) = self.on_device.as_mut() {
-            // Into the device's tensors (a captured update keeps reading them).
+            // Into the device's tensors (a captured update keeps reading
+            // them), both or neither.
+            let before = d.scale.f_detach_copy()?;
             let _ = d.scale.f_fill_(as_f32(scale))?;
-            let _ = d.growth_tracker.f_fill_(tracker)?;
+            if let Err(e) = d.growth_tracker.f_fill_(tracker) {
+                let _ = d.scale.f_copy_(&before);
+                return Err(e.into());
+            }
         }
         self.scale = as_f32(scale);
         self.growth_factor = growth;

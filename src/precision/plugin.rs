@@ -32,11 +32,6 @@ pub struct PrecisionPlugin {
     scaler: Option<GradScaler>,
 }
 
-/// The parameters of every group of an optimizer (shallow clones).
-fn params_of(opt: &dyn Optimizer) -> Vec<Tensor> {
-    opt.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect()
-}
-
 /// The autocast device type of a device: its own type, where libtorch has
 /// autocast for it.
 fn autocast_device(device: Device) -> Result<DeviceType> {
@@ -161,7 +156,7 @@ impl PrecisionPlugin {
     pub fn unscale_gradients(&mut self, optimizers: &[&mut dyn Optimizer]) -> Result<()> {
         let Some(scaler) = self.scaler.as_mut() else { return Ok(()) };
         for (j, opt) in optimizers.iter().enumerate() {
-            scaler.unscale_on_device(j, &params_of(&**opt))?;
+            scaler.unscale_on_device(j, &opt.param_tensors())?;
         }
         Ok(())
     }
@@ -174,7 +169,7 @@ impl PrecisionPlugin {
         let Some(scaler) = self.scaler.as_mut() else { return Ok(()) };
         for (j, opt) in optimizers.iter().enumerate() {
             if !scaler.is_unscaled(j) {
-                scaler.unscale_on_device(j, &params_of(&**opt))?;
+                scaler.unscale_on_device(j, &opt.param_tensors())?;
             }
         }
         Ok(())
@@ -189,7 +184,7 @@ impl PrecisionPlugin {
         algorithm: ClipAlgorithm,
     ) -> Result<()> {
         for opt in optimizers {
-            self.clip_params(&params_of(&**opt), value, algorithm)?;
+            self.clip_params(&opt.param_tensors(), value, algorithm)?;
         }
         Ok(())
     }

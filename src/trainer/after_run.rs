@@ -162,7 +162,7 @@ impl Trainer {
 
     /// Latest value of every metric logged for the loggers in the last run
     /// (Lightning's `trainer.logged_metrics`).
-    pub fn logged_metrics(&self) -> &BTreeMap<String, f64> {
+    pub fn logged_metrics(&self) -> &super::metric_map::MetricMap {
         &self.state.logged_metrics
     }
 
@@ -175,7 +175,7 @@ impl Trainer {
 
     /// Latest value of every metric logged with `prog_bar` in the last run
     /// (Lightning's `trainer.progress_bar_metrics`).
-    pub fn progress_bar_metrics(&self) -> &BTreeMap<String, f64> {
+    pub fn progress_bar_metrics(&self) -> &super::metric_map::MetricMap {
         &self.state.progress_metrics
     }
 

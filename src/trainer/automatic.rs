@@ -345,10 +345,7 @@ fn closure_step(
         })
         .collect();
     let name = configs.first().map_or("the optimizer", |c| c.optimizer.name());
-    let params: Vec<Tensor> = configs
-        .iter()
-        .flat_map(|c| c.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)))
-        .collect();
+    let params: Vec<Tensor> = configs.iter().flat_map(|c| c.optimizer.param_tensors()).collect();
     let groups = [crate::optim::ParamGroup::new(&params, 0.0, 0.0, 0.0)];
     let mut reset = crate::optim::GradReset::default();
     let mut last = None;

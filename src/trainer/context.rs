@@ -1,6 +1,7 @@
 //! The step context handed to every step function.
 use super::metrics::{FxLogOptions, LogFlags, LogSite, MetricStore, EVAL_BATCH_LOGGING, TRAIN_BATCH_LOGGING};
 use crate::error::{Error, Result};
+use tch::Tensor;
 
 /// Which loop is running.
 #[repr(C)]
@@ -181,6 +182,17 @@ impl StepContext<'_> {
     /// `None` uses the stage's defaults; `batch_size` 0 uses the batch's.
     /// In barebones mode the value is dropped (a warning, once per run).
     pub fn log(&mut self, name: &str, value: f64, flags: Option<LogFlags>, batch_size: i64) -> Result<()> {
+        self.log_value(name, LoggedValue::Number(value), flags, batch_size)
+    }
+
+    /// [`StepContext::log`] of a one-element tensor, which stays the
+    /// caller's. A device tensor is not read in the step
+    /// ([`MetricStore::log_tensor_from`]).
+    pub fn log_tensor(&mut self, name: &str, value: &Tensor, flags: Option<LogFlags>, batch_size: i64) -> Result<()> {
+        self.log_value(name, LoggedValue::Tensor(value), flags, batch_size)
+    }
+
+    fn log_value(&mut self, name: &str, value: LoggedValue, flags: Option<LogFlags>, batch_size: i64) -> Result<()> {
         check_metric_name(name)?;
         if batch_size < 0 {
             return Err(Error::invalid(format!("batch_size {batch_size} is negative")));
@@ -194,6 +206,17 @@ impl StepContext<'_> {
         let flags = flags.unwrap_or_else(|| self.stage.default_flags());
         let bs = if batch_size > 0 { batch_size } else { self.batch_size.max(1) };
         let site = LogSite { fx: self.stage.fx_name(), dataloader_idx: self.dataloader_idx };
-        self.metrics.log_from(site, name, value, flags, bs as f64).map(|_| ())
+        match value {
+            LoggedValue::Number(v) => self.metrics.log_from(site, name, v, flags, bs as f64),
+            LoggedValue::Tensor(t) => self.metrics.log_tensor_from(site, name, t, flags, bs as f64),
+        }
+        .map(|_| ())
     }
+}
+
+/// What a step logs: a number, or a one-element tensor.
+#[derive(Clone, Copy)]
+enum LoggedValue<'a> {
+    Number(f64),
+    Tensor(&'a Tensor),
 }

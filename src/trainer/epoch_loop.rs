@@ -5,6 +5,7 @@ use super::automatic::TrainBatch;
 use super::fit_loop::{run_validation, validates_in};
 use super::hooks::Hook;
 use super::manual_optimization::{check_returned, manual_training_step};
+use super::metric_map::MetricMap;
 use super::metrics::MetricStore;
 use super::module::{Interval, SchedulerConfig};
 use super::optimization::lr_scheduler_hook;
@@ -15,7 +16,6 @@ use super::set_mode;
 use super::source::BatchSource;
 use crate::callbacks::Timer;
 use crate::error::{Error, Result, ResultExt};
-use std::collections::BTreeMap;
 
 /// Which schedulers a call of `step_schedulers` steps: Lightning steps
 /// ReduceLROnPlateau apart, after validation, because it reads a metric.
@@ -29,13 +29,13 @@ pub(super) enum Kind {
 
 /// The monitored value a due scheduler steps on: its metric for a
 /// ReduceLROnPlateau, `None` for the others.
-fn scheduler_metric(s: &SchedulerConfig, metrics: &BTreeMap<String, f64>) -> Result<Option<f64>> {
+fn scheduler_metric(s: &SchedulerConfig, metrics: &MetricMap) -> Result<Option<f64>> {
     match (&s.monitor, s.scheduler.reduce_on_plateau()) {
-        (Some(name), true) => Ok(Some(*metrics.get(name).ok_or_else(|| {
+        (Some(name), true) => Ok(Some(metrics.read(name)?.ok_or_else(|| {
             Error::state(format!(
                 "scheduler {} monitors `{name}`, which was not logged; logged: {:?}",
                 s.scheduler.name(),
-                metrics.keys().collect::<Vec<_>>()
+                metrics.names()
             ))
         })?)),
         _ => Ok(None),
@@ -44,8 +44,8 @@ fn scheduler_metric(s: &SchedulerConfig, metrics: &BTreeMap<String, f64>) -> Res
 
 /// Whether a due ReduceLROnPlateau with `strict` off must skip its step
 /// because its monitored metric was not logged (Lightning warns and skips).
-fn skips_missing_monitor(s: &SchedulerConfig, metrics: &BTreeMap<String, f64>) -> bool {
-    !s.strict && s.scheduler.reduce_on_plateau() && s.monitor.as_ref().is_some_and(|m| !metrics.contains_key(m))
+fn skips_missing_monitor(s: &SchedulerConfig, metrics: &MetricMap) -> bool {
+    !s.strict && s.scheduler.reduce_on_plateau() && s.monitor.as_ref().is_some_and(|m| !metrics.has(m))
 }
 
 /// Steps the schedulers of `interval` and `kind` whose frequency divides
@@ -156,13 +156,14 @@ fn end_epoch(run: &mut Run, mut store: MetricStore, manual: bool) -> Result<()> 
     run.state.log_step = run.state.batches_stepped;
     run.drain_batch_hook_logs(&mut store, None, 1, true)?;
     let mut train_epoch_metrics = store.end_epoch_synced(&|v, op, g| run.strategy.reduce_in(v, op, g))?;
-    run.state.callback_metrics.extend(store.callback_metrics);
-    run.state.progress_metrics.extend(store.progress_metrics);
+    run.state.callback_metrics.extend_from(&store.callback_metrics);
+    run.state.progress_metrics.extend_from(&store.progress_metrics);
+    run.state.settle_metrics()?;
     run.progress.epoch.increment_processed();
     run.hook(Hook::TrainEpochEnd, HookData { batch_idx: -1, ..Default::default() })?;
     run.state.skip_backward = false;
     train_epoch_metrics.extend(std::mem::take(&mut run.state.train_hook_metrics));
-    run.state.logged_metrics.extend(train_epoch_metrics.iter().map(|(k, v)| (k.clone(), *v)));
+    run.state.logged_metrics.extend_values(train_epoch_metrics.iter().map(|(k, v)| (k.clone(), *v)));
     if !train_epoch_metrics.is_empty() {
         run.log_metrics(&train_epoch_metrics, (run.state.batches_stepped - 1).max(0))?;
     }
@@ -314,8 +315,8 @@ pub(super) fn train_epoch(
         // What on_before_backward ... on_before_zero_grad logged.
         run.drain_batch_hook_logs(&mut store, None, batch_size, true)?;
         run.progress.batch.progress.increment_processed();
-        run.state.callback_metrics.extend(store.callback_metrics.iter().map(|(k, v)| (k.clone(), *v)));
-        run.state.progress_metrics.extend(store.progress_metrics.iter().map(|(k, v)| (k.clone(), *v)));
+        run.state.callback_metrics.extend_from(&store.callback_metrics);
+        run.state.progress_metrics.extend_from(&store.progress_metrics);
         if !manual {
             step_batch_schedulers(run, stepped, is_last, (i + 1) as i64)?;
         }
@@ -326,13 +327,15 @@ pub(super) fn train_epoch(
         // As Lightning's `update_train_step_metrics` after
         // on_train_batch_end: what that hook logged is in this step's logs.
         run.drain_batch_hook_logs(&mut store, None, batch_size, true)?;
-        let step_values = store.take_step_values();
-        run.state.logged_metrics.extend(step_values.iter().map(|(k, v)| (k.clone(), *v)));
+        let mut step_values = store.take_step_values();
+        run.state.logged_metrics.extend_from(&step_values);
         run.progress.batch.progress.increment_completed();
         run.profile_stop("run_training_batch", batch_started, Default::default());
         if stepped && (log_index + 1) % opts.log_every_n_steps == 0 {
             // The steps' device checks are read where values are logged.
             run.verify_deferred()?;
+            // Device values logged per step are read here, with the checks.
+            step_values.settle()?;
             if !step_values.is_empty() {
                 run.log_metrics(&step_values, log_index)?;
             }

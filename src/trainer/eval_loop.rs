@@ -210,8 +210,9 @@ pub(super) fn evaluate_keeping(
             metrics.iter().filter(|(k, _)| ours(k)).map(|(k, v)| (k.clone(), *v)).collect()
         })
         .collect();
-    run.state.callback_metrics.extend(std::mem::take(&mut store.callback_metrics));
-    run.state.progress_metrics.extend(std::mem::take(&mut store.progress_metrics));
+    run.state.callback_metrics.extend_from(&std::mem::take(&mut store.callback_metrics));
+    run.state.progress_metrics.extend_from(&std::mem::take(&mut store.progress_metrics));
+    run.state.settle_metrics()?;
     run.simple(h.epoch_end)?;
     // What the start and epoch hooks logged joins every loader's results
     // (Lightning logs them with no dataloader_idx).
@@ -221,7 +222,7 @@ pub(super) fn evaluate_keeping(
     }
     metrics.extend(hooked);
     if let (Some(step), false) = (log_step, metrics.is_empty()) {
-        run.state.logged_metrics.extend(metrics.iter().map(|(k, v)| (k.clone(), *v)));
+        run.state.logged_metrics.extend_values(metrics.iter().map(|(k, v)| (k.clone(), *v)));
         run.log_metrics(&metrics, step)?;
     }
     run.simple(h.end)?;
@@ -250,13 +251,15 @@ fn log_batch_values(run: &mut Run, store: &mut MetricStore, d: usize, logging: b
         return Ok(());
     }
     store.sync_step(&|v, op, g| run.strategy.reduce_in(v, op, g))?;
-    let values = store.take_step_values();
+    let mut values = store.take_step_values();
     let step = run.eval_batches_logged[d];
     run.eval_batches_logged[d] += 1;
+    // The loggers take this batch's values now: device values are read.
+    values.settle()?;
     if values.is_empty() {
         return Ok(());
     }
-    run.state.logged_metrics.extend(values.iter().map(|(k, v)| (k.clone(), *v)));
+    run.state.logged_metrics.extend_from(&values);
     run.log_metrics_with(&values, None, step)
 }
 

@@ -332,13 +332,14 @@ pub struct TrainerState {
     /// training batch's hooks and the validation after it, the count
     /// before that batch's own step (fulmen counts the step at once).
     pub log_step: i64,
-    /// Latest value of every logged metric.
-    pub callback_metrics: BTreeMap<String, f64>,
+    /// Latest value of every logged metric (device values logged per step
+    /// stay pending until read: [`super::metric_map::MetricMap::settle`]).
+    pub callback_metrics: super::metric_map::MetricMap,
     /// Latest value of every metric logged for the loggers (Lightning's
     /// `logged_metrics`: the `logger=True` values of each training,
     /// validation and test batch, training epoch and validation / test
     /// end, whether or not a logger is active; not the sanity check's).
-    pub logged_metrics: BTreeMap<String, f64>,
+    pub logged_metrics: super::metric_map::MetricMap,
     /// What the last validate or test run returned (empty after fit and
     /// predict).
     pub eval_results: Vec<BTreeMap<String, f64>>,
@@ -426,7 +427,7 @@ pub struct TrainerState {
     /// `after_save_checkpoint` gets each.
     pub checkpoint_notices: Vec<PathBuf>,
     /// Metrics shown in the progress output (`prog_bar=True`).
-    pub progress_metrics: BTreeMap<String, f64>,
+    pub progress_metrics: super::metric_map::MetricMap,
     /// Mean training loss of the epoch so far, kept on the device until
     /// read.
     pub running_loss: super::running_loss::RunningLoss,
@@ -568,6 +569,16 @@ fn no_optimizers(hook: Hook) -> Error {
 /// The error for optimizer `index` of `n`.
 fn out_of_range(index: usize, n: usize) -> Error {
     Error::new(crate::error::ErrorCode::OutOfRange, format!("optimizer {index} is out of range: the run has {n}"))
+}
+
+impl TrainerState {
+    /// Reads the device values logged per step and not read yet into the
+    /// callback, logged and progress metrics (one copy per device and map).
+    pub fn settle_metrics(&mut self) -> Result<()> {
+        self.callback_metrics.settle()?;
+        self.logged_metrics.settle()?;
+        self.progress_metrics.settle()
+    }
 }
 
 impl<'a> HookContext<'a> {
@@ -741,11 +752,8 @@ impl<'a> HookContext<'a> {
 
     /// Reads a metric, or an error naming the metrics that exist.
     pub fn metric(&self, name: &str) -> Result<f64> {
-        self.state.callback_metrics.get(name).copied().ok_or_else(|| {
-            Error::state(format!(
-                "metric `{name}` was not logged; logged: {:?}",
-                self.state.callback_metrics.keys().collect::<Vec<_>>()
-            ))
+        self.state.callback_metrics.read(name)?.ok_or_else(|| {
+            Error::state(format!("metric `{name}` was not logged; logged: {:?}", self.state.callback_metrics.names()))
         })
     }
 }

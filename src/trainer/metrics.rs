@@ -1,7 +1,10 @@
 //! Logged metrics: per-step values, per-epoch means weighted by batch size,
 //! and the callback metrics readable after a run (Lightning's semantics).
+use super::device_metrics::{self, DeviceValue};
+use super::metric_map::MetricMap;
 use crate::error::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
+use tch::Tensor;
 
 /// How an epoch's values of a metric combine, and the collective a synced
 /// value goes through (Lightning's `reduce_fx`).
@@ -214,6 +217,9 @@ pub struct LogSite<'a> {
 struct EpochAccumulator {
     /// Mean: the weighted sum; otherwise the running reduction.
     value: f64,
+    /// The running value instead, on a device, once a device tensor was
+    /// logged under the name ([`super::device_metrics`]).
+    device: Option<DeviceValue>,
     /// Mean: the sum of batch sizes.
     weight: f64,
     /// Values seen.
@@ -231,12 +237,12 @@ struct EpochAccumulator {
 /// Metrics of one run (fit, validate, test).
 #[derive(Debug, Default, Clone)]
 pub struct MetricStore {
-    step: BTreeMap<String, f64>,
+    step: MetricMap,
     epoch: BTreeMap<String, EpochAccumulator>,
     /// Latest value of every metric: epoch reductions and step values.
-    pub callback_metrics: BTreeMap<String, f64>,
+    pub callback_metrics: MetricMap,
     /// Metrics shown in the progress output.
-    pub progress_metrics: BTreeMap<String, f64>,
+    pub progress_metrics: MetricMap,
     /// Names logged with sync_dist, with their collective and group.
     sync: BTreeMap<String, SyncOp>,
     /// Names logged with logger=False.
@@ -246,7 +252,7 @@ pub struct MetricStore {
     /// While a batch is split over DP replicas: per step key, the weighted
     /// sum (or running reduction), the weight and the number of values
     /// logged for it.
-    split: Option<BTreeMap<String, (f64, f64, usize)>>,
+    split: Option<BTreeMap<String, SplitValue>>,
     /// Names logged with add_dataloader_idx off, by the loader that first
     /// logged them.
     loaders: BTreeMap<String, usize>,
@@ -266,6 +272,100 @@ pub struct MetricStore {
     step_names: BTreeMap<String, String>,
     /// Values recorded so far (a captured step must record none).
     records: u64,
+}
+
+/// A value to record: a number, or a tensor from
+/// [`device_metrics::as_logged`].
+#[derive(Clone, Copy)]
+enum Logged<'a> {
+    Host(f64),
+    Device(&'a Tensor),
+}
+
+impl Logged<'_> {
+    /// The value, owning its tensor.
+    fn to_owned(self) -> StepValue {
+        match self {
+            Logged::Host(v) => StepValue::Host(v),
+            Logged::Device(t) => StepValue::Device(DeviceValue(t.shallow_clone())),
+        }
+    }
+}
+
+/// A step value to record.
+#[derive(Debug, Clone)]
+enum StepValue {
+    Host(f64),
+    Device(DeviceValue),
+}
+
+/// The values a step key got from the chunks of a batch split over DP
+/// replicas so far, with their batch sizes.
+type SplitValue = Vec<(StepValue, f64)>;
+
+impl StepValue {
+    /// The value, borrowing its tensor.
+    fn as_logged(&self) -> Logged<'_> {
+        match self {
+            StepValue::Host(v) => Logged::Host(*v),
+            StepValue::Device(t) => Logged::Device(&t.0),
+        }
+    }
+}
+
+/// The step value of a split batch's chunks so far: one chunk's own value,
+/// else the mean weighted by batch size (or the reduction) of all, as the
+/// host computes it, on the device when any came from one.
+fn split_value(chunks: &[(StepValue, f64)], reduce: ReduceFx) -> Result<StepValue> {
+    if let [(only, _)] = chunks {
+        return Ok(only.as_logged().to_owned());
+    }
+    let (mut value, mut device, mut weight) = (0.0, None, 0.0);
+    for (count, (v, bs)) in chunks.iter().enumerate() {
+        add_to_running(&mut value, &mut device, count, reduce, v.as_logged(), *bs)?;
+        weight += bs;
+    }
+    Ok(match (reduce, device) {
+        (ReduceFx::Mean, _) if weight <= 0.0 => chunks[chunks.len() - 1].0.as_logged().to_owned(),
+        (ReduceFx::Mean, Some(d)) => StepValue::Device(DeviceValue(device_metrics::divide(&d.0, weight)?)),
+        (ReduceFx::Mean, None) => StepValue::Host(value / weight),
+        (_, Some(d)) => StepValue::Device(d),
+        (_, None) => StepValue::Host(value),
+    })
+}
+
+/// Adds `logged` to a running reduction of `count` values so far, as the
+/// host adds a number (the weighted sum for a mean, else the reduction
+/// started by the first value): in `value`, or on the device in `device`
+/// once a device value joined it (a later number then joins it there).
+fn add_to_running(
+    value: &mut f64,
+    device: &mut Option<DeviceValue>,
+    count: usize,
+    reduce: ReduceFx,
+    logged: Logged,
+    batch_size: f64,
+) -> Result<()> {
+    match (logged, device.take()) {
+        (Logged::Host(v), None) => match reduce {
+            ReduceFx::Mean => *value += v * batch_size,
+            _ if count == 0 => *value = v,
+            r => *value = r.combine(*value, v),
+        },
+        (logged, current) => {
+            let current = current.map(|d| d.0);
+            let v = match logged {
+                Logged::Device(t) => t.shallow_clone(),
+                // A number joins device values on their device.
+                Logged::Host(v) => match &current {
+                    Some(c) => c.f_full_like(v)?,
+                    None => Tensor::from(v),
+                },
+            };
+            *device = Some(DeviceValue(device_metrics::accumulate(current, *value, count, reduce, &v, batch_size)?));
+        }
+    }
+    Ok(())
 }
 
 /// The name a value logged both per step and per epoch gets for one of
@@ -300,7 +400,7 @@ impl MetricStore {
     /// logged with in the epoch: logging it again with other flags is an
     /// error, as in Lightning ("twice ... with different arguments").
     pub fn log(&mut self, name: &str, value: f64, flags: LogFlags, batch_size: f64) -> Result<()> {
-        self.record(name, name.len(), value, flags, batch_size)
+        self.record(name, name.len(), Logged::Host(value), flags, batch_size)
     }
 
     /// The name a step key was logged under (the key itself when the name
@@ -311,7 +411,7 @@ impl MetricStore {
 
     /// [`MetricStore::log`] of `name`, whose first `base_len` bytes are the
     /// name the user gave (the rest, a loader suffix fulmen added).
-    fn record(&mut self, name: &str, base_len: usize, value: f64, flags: LogFlags, batch_size: f64) -> Result<()> {
+    fn record(&mut self, name: &str, base_len: usize, logged: Logged, flags: LogFlags, batch_size: f64) -> Result<()> {
         self.records += 1;
         match self.flags.get(name) {
             Some(first) if *first != flags => {
@@ -334,35 +434,20 @@ impl MetricStore {
         if !flags.logger {
             self.unlogged.insert(name.to_string());
         }
+        // A step value reduced over ranks is read now (the ranks reduce
+        // numbers); other device values stay pending in the step's maps
+        // until something reads them.
+        let logged = match logged {
+            Logged::Device(t) if flags.on_step && flags.sync_op().is_some() => Logged::Host(t.f_double_value(&[])?),
+            other => other,
+        };
         if flags.on_step {
             let key = if both { forked(name, base_len, "step") } else { name.to_string() };
             if !self.step_keys.contains_key(name) {
                 self.step_keys.insert(name.to_string(), key.clone());
                 self.step_names.insert(key.clone(), name.to_string());
             }
-            let value = match self.split.as_mut() {
-                Some(split) => {
-                    let e = split.entry(key.clone()).or_insert((0.0, 0.0, 0));
-                    match flags.reduce_fx {
-                        ReduceFx::Mean => *e = (e.0 + value * batch_size, e.1 + batch_size, e.2 + 1),
-                        _ if e.2 == 0 => *e = (value, 0.0, 1),
-                        r => *e = (r.combine(e.0, value), 0.0, e.2 + 1),
-                    }
-                    match flags.reduce_fx {
-                        ReduceFx::Mean if e.2 > 1 && e.1 > 0.0 => e.0 / e.1,
-                        ReduceFx::Mean => value,
-                        _ => e.0,
-                    }
-                }
-                None => value,
-            };
-            self.step.insert(key.clone(), value);
-            if !self.evaluating {
-                self.callback_metrics.insert(key.clone(), value);
-            }
-            if flags.prog_bar {
-                self.progress_metrics.insert(key, value);
-            }
+            self.record_step(key, logged, flags, batch_size)?;
         }
         if flags.on_epoch {
             let acc = self
@@ -370,17 +455,49 @@ impl MetricStore {
                 .entry(name.to_string())
                 .or_insert_with(|| EpochAccumulator { base_len, ..Default::default() });
             acc.reduce = flags.reduce_fx;
-            match flags.reduce_fx {
-                ReduceFx::Mean => {
-                    acc.value += value * batch_size;
-                    acc.weight += batch_size;
-                }
-                _ if acc.count == 0 => acc.value = value,
-                r => acc.value = r.combine(acc.value, value),
+            add_to_running(&mut acc.value, &mut acc.device, acc.count, flags.reduce_fx, logged, batch_size)?;
+            if flags.reduce_fx == ReduceFx::Mean {
+                acc.weight += batch_size;
             }
             acc.count += 1;
             acc.prog_bar |= flags.prog_bar;
             acc.on_step |= both;
+        }
+        Ok(())
+    }
+
+    /// Records the step value of `key`: a number or a device tensor left
+    /// pending, in a split batch the weighted mean (or the reduction) of
+    /// its chunks' values so far, on the host or on the device as they
+    /// came.
+    fn record_step(&mut self, key: String, logged: Logged, flags: LogFlags, batch_size: f64) -> Result<()> {
+        let value = match self.split.as_mut() {
+            Some(split) => {
+                let chunks = split.entry(key.clone()).or_default();
+                chunks.push((logged.to_owned(), batch_size));
+                split_value(chunks, flags.reduce_fx)?
+            }
+            None => logged.to_owned(),
+        };
+        match value {
+            StepValue::Device(DeviceValue(t)) => {
+                self.step.insert_pending(key.clone(), &t);
+                if !self.evaluating {
+                    self.callback_metrics.insert_pending(key.clone(), &t);
+                }
+                if flags.prog_bar {
+                    self.progress_metrics.insert_pending(key, &t);
+                }
+            }
+            StepValue::Host(value) => {
+                self.step.insert(key.clone(), value);
+                if !self.evaluating {
+                    self.callback_metrics.insert(key.clone(), value);
+                }
+                if flags.prog_bar {
+                    self.progress_metrics.insert(key, value);
+                }
+            }
         }
         Ok(())
     }
@@ -394,6 +511,41 @@ impl MetricStore {
         site: LogSite,
         name: &str,
         value: f64,
+        flags: LogFlags,
+        batch_size: f64,
+    ) -> Result<String> {
+        self.log_value_from(site, name, Logged::Host(value), flags, batch_size)
+    }
+
+    /// [`MetricStore::log_from`] of a one-element tensor. A device tensor
+    /// is not read now: its epoch value is reduced on its device and read
+    /// at the epoch's end with the others (one copy per device), and its
+    /// step value (a split batch's: reduced over its chunks on the device)
+    /// stays pending in the step, callback and progress metrics
+    /// ([`MetricMap`]) until read. A step value reduced over ranks now
+    /// (sync_dist) and a CPU tensor are read now.
+    pub fn log_tensor_from(
+        &mut self,
+        site: LogSite,
+        name: &str,
+        value: &Tensor,
+        flags: LogFlags,
+        batch_size: f64,
+    ) -> Result<String> {
+        let value = device_metrics::as_logged(value)?;
+        if value.device() == tch::Device::Cpu {
+            let v = value.f_double_value(&[])?;
+            return self.log_value_from(site, name, Logged::Host(v), flags, batch_size);
+        }
+        self.log_value_from(site, name, Logged::Device(&value), flags, batch_size)
+    }
+
+    /// [`MetricStore::log_from`] of a number or a tensor.
+    fn log_value_from(
+        &mut self,
+        site: LogSite,
+        name: &str,
+        value: Logged,
         flags: LogFlags,
         batch_size: f64,
     ) -> Result<String> {
@@ -470,8 +622,8 @@ impl MetricStore {
         reduce_by_op(&mut values, |i| self.sync.get(self.name_of_step(&keys[i])).copied(), reduce)?;
         for (k, v) in keys.into_iter().zip(values) {
             self.step.insert(k.clone(), v);
-            if let Some(p) = self.progress_metrics.get_mut(&k) {
-                *p = v;
+            if self.progress_metrics.contains_key(&k) {
+                self.progress_metrics.insert(k.clone(), v);
             }
             if !self.evaluating {
                 self.callback_metrics.insert(k, v);
@@ -482,18 +634,18 @@ impl MetricStore {
 
     /// Takes the step values logged since the last call for the loggers
     /// (not those logged with logger=False).
-    pub fn take_step_values(&mut self) -> BTreeMap<String, f64> {
+    pub fn take_step_values(&mut self) -> MetricMap {
         self.presynced.clear();
         let mut step = std::mem::take(&mut self.step);
-        step.retain(|k, _| !self.unlogged.contains(self.name_of_step(k)));
+        step.retain(|k| !self.unlogged.contains(self.name_of_step(k)));
         step
     }
 
     /// Ends an epoch: reduces the accumulators, records them as callback
     /// metrics and returns those for the loggers (named `x_epoch` when `x`
-    /// was also logged per step).
-    pub fn end_epoch(&mut self) -> BTreeMap<String, f64> {
-        self.end_epoch_synced(&|_, _, _| Ok(())).unwrap_or_default()
+    /// was also logged per step); fails when a device value cannot be read.
+    pub fn end_epoch(&mut self) -> Result<BTreeMap<String, f64>> {
+        self.end_epoch_synced(&|_, _, _| Ok(()))
     }
 
     /// [`MetricStore::end_epoch`], with the epoch values of sync_dist
@@ -505,6 +657,19 @@ impl MetricStore {
             .into_iter()
             .filter(|(_, a)| a.count > 0 && (a.reduce != ReduceFx::Mean || a.weight > 0.0))
             .collect();
+        // The values reduced on a device come back in one read per device.
+        let on_device: Vec<usize> = (0..done.len()).filter(|i| done[*i].1.device.is_some()).collect();
+        if !on_device.is_empty() {
+            let read = {
+                let tensors: Vec<&Tensor> =
+                    on_device.iter().filter_map(|i| done[*i].1.device.as_ref().map(|d| &d.0)).collect();
+                device_metrics::read_all(&tensors)?
+            };
+            for (i, v) in on_device.into_iter().zip(read) {
+                done[i].1.value = v;
+                done[i].1.device = None;
+            }
+        }
         let group_of = |name: &str| self.sync.get(name).map(|s| s.1);
         let means: Vec<usize> = (0..done.len())
             .filter(|i| done[*i].1.reduce == ReduceFx::Mean && group_of(&done[*i].0).is_some())
@@ -579,9 +744,36 @@ mod tests {
         let f = LogFlags { on_epoch: true, ..Default::default() };
         m.log("acc", 1.0, f, 30.0).unwrap();
         m.log("acc", 0.0, f, 10.0).unwrap();
-        let e = m.end_epoch();
+        let e = m.end_epoch().unwrap();
         assert_eq!(e["acc"], 0.75);
         assert_eq!(m.callback_metrics["acc"], 0.75);
+    }
+
+    #[test]
+    fn epoch_values_reduced_on_a_device_equal_the_hosts() {
+        // Values alternate between numbers and tensors (a CPU tensor stands
+        // in for a device's: the store keeps it as one), starting with
+        // either; the epoch values equal those of numbers alone, bit for bit.
+        let values = [(0.1f32, 3.0), (2.5e-3, 7.0), (-1.0 / 3.0, 2.0), (7.25, 5.0), (f32::NAN, 1.0)];
+        for reduce in [ReduceFx::Mean, ReduceFx::Sum, ReduceFx::Max, ReduceFx::Min] {
+            let f = LogFlags { on_epoch: true, reduce_fx: reduce, ..Default::default() };
+            // NaN poisons a mean and a sum: those stop before it.
+            let n = if matches!(reduce, ReduceFx::Max | ReduceFx::Min) { values.len() } else { values.len() - 1 };
+            let (mut host, mut mixed) = (MetricStore::default(), MetricStore::default());
+            for (i, (v, w)) in values[..n].iter().enumerate() {
+                host.log("a", f64::from(*v), f, *w).unwrap();
+                host.log("b", f64::from(*v), f, *w).unwrap();
+                let t = device_metrics::as_logged(&Tensor::from(*v)).unwrap();
+                let (first, second) = if i % 2 == 0 { ("a", "b") } else { ("b", "a") };
+                mixed.record(first, 1, Logged::Device(&t), f, *w).unwrap();
+                mixed.record(second, 1, Logged::Host(f64::from(*v)), f, *w).unwrap();
+            }
+            assert!(mixed.epoch["a"].device.is_some() && mixed.epoch["b"].device.is_some());
+            let (want, got) = (host.end_epoch().unwrap(), mixed.end_epoch().unwrap());
+            for name in ["a", "b"] {
+                assert_eq!(got[name].to_bits(), want[name].to_bits(), "{reduce:?} {name}");
+            }
+        }
     }
 
     #[test]
@@ -591,7 +783,7 @@ mod tests {
         m.log("loss", 2.0, f, 1.0).unwrap();
         m.log("loss", 4.0, f, 1.0).unwrap();
         assert_eq!(m.take_step_values()["loss_step"], 4.0);
-        let e = m.end_epoch();
+        let e = m.end_epoch().unwrap();
         assert_eq!(e["loss_epoch"], 3.0);
         assert_eq!(m.callback_metrics["loss"], 3.0);
         assert_eq!(m.progress_metrics["loss_epoch"], 3.0);
@@ -677,7 +869,7 @@ mod tests {
         }
         assert!(m.take_step_values().is_empty()); // low has logger=False
         assert_eq!(m.callback_metrics["low_step"], 2.0);
-        let e = m.end_epoch();
+        let e = m.end_epoch().unwrap();
         assert_eq!(e.len(), 1);
         assert_eq!(e["peak"], 8.0);
         assert_eq!((m.callback_metrics["low_epoch"], m.callback_metrics["low"]), (-1.0, -1.0));
@@ -715,7 +907,7 @@ mod tests {
         assert!(e.message.contains("twice in `validation_step`"), "{}", e.message);
         let e = m.log_from(site(0), "x/dataloader_idx_0", 1.0, f, 1.0).unwrap_err();
         assert!(e.message.contains("add_dataloader_idx=True"), "{}", e.message);
-        assert_eq!(m.end_epoch()["acc"], 2.0);
+        assert_eq!(m.end_epoch().unwrap()["acc"], 2.0);
     }
 
     #[test]
@@ -730,7 +922,7 @@ mod tests {
         assert_eq!((steps["loss_step/dataloader_idx_0"], steps["loss_step/dataloader_idx_1"]), (1.0, 3.0));
         assert!(m.callback_metrics.is_empty());
         assert_eq!(m.progress_metrics["loss_step/dataloader_idx_1"], 3.0);
-        let e = m.end_epoch();
+        let e = m.end_epoch().unwrap();
         assert_eq!(
             e.keys().collect::<Vec<_>>(),
             ["loss_epoch/dataloader_idx_0", "loss_epoch/dataloader_idx_1", "plain/dataloader_idx_1"]
@@ -783,12 +975,56 @@ mod tests {
         assert_eq!(m.take_step_values()["loss_step"], 1.5);
         m.log("loss", 7.0, f, 4.0).unwrap();
         assert_eq!(m.take_step_values()["loss_step"], 7.0);
-        assert_eq!(m.end_epoch()["loss_epoch"], (3.0 + 3.0 + 28.0) / 8.0);
+        assert_eq!(m.end_epoch().unwrap()["loss_epoch"], (3.0 + 3.0 + 28.0) / 8.0);
         let sum = LogFlags { on_step: true, reduce_fx: ReduceFx::Sum, ..Default::default() };
         m.begin_split();
         m.log("n", 3.0, sum, 3.0).unwrap();
         m.log("n", 1.0, sum, 1.0).unwrap();
         m.end_split();
         assert_eq!(m.take_step_values()["n"], 4.0);
+    }
+
+    #[test]
+    fn device_step_values_stay_pending_until_read_and_equal_the_hosts() {
+        // A CPU tensor recorded as a device value stands in for a device's.
+        let t = |v: f64| device_metrics::as_logged(&Tensor::from(v)).unwrap();
+        let shown = LogFlags { on_step: true, on_epoch: true, prog_bar: true, ..Default::default() };
+        let (mut host, mut lazy) = (MetricStore::default(), MetricStore::default());
+        for (v, bs) in [(0.1, 3.0), (2.5e-3, 7.0)] {
+            host.log("loss", v, shown, bs).unwrap();
+            lazy.record("loss", 4, Logged::Device(&t(v)), shown, bs).unwrap();
+        }
+        // Nothing read yet: the step, callback and progress values wait.
+        assert!(!lazy.callback_metrics.is_settled() && !lazy.progress_metrics.is_settled());
+        assert_eq!(lazy.callback_metrics.get("loss_step"), None);
+        assert_eq!(lazy.callback_metrics.read("loss_step").unwrap(), Some(2.5e-3));
+        let mut step = lazy.take_step_values();
+        assert!(!step.is_settled());
+        step.settle().unwrap();
+        assert_eq!(*step, *host.take_step_values());
+        lazy.callback_metrics.settle().unwrap();
+        lazy.progress_metrics.settle().unwrap();
+        let (want, got) = (host.end_epoch().unwrap(), lazy.end_epoch().unwrap());
+        assert_eq!(got["loss_epoch"].to_bits(), want["loss_epoch"].to_bits());
+        assert_eq!(*lazy.callback_metrics, *host.callback_metrics);
+        assert_eq!(*lazy.progress_metrics, *host.progress_metrics);
+
+        // A split batch: one chunk's own value, else the weighted mean (or
+        // the reduction) of numbers and tensors as they came, as the host's.
+        for reduce in [ReduceFx::Mean, ReduceFx::Sum, ReduceFx::Max] {
+            let f = LogFlags { on_step: true, reduce_fx: reduce, ..Default::default() };
+            let (mut host, mut lazy) = (MetricStore::default(), MetricStore::default());
+            host.begin_split();
+            lazy.begin_split();
+            for (i, (v, bs)) in [(0.1, 3.0), (1.0 / 3.0, 1.0), (-2.5, 5.0)].into_iter().enumerate() {
+                host.log("x", v, f, bs).unwrap();
+                let value = t(v);
+                let logged = if i == 1 { Logged::Host(v) } else { Logged::Device(&value) };
+                lazy.record("x", 1, logged, f, bs).unwrap();
+                let mut got = lazy.step.clone();
+                got.settle().unwrap();
+                assert_eq!(got["x"].to_bits(), host.step["x"].to_bits(), "{reduce:?} after {} chunks", i + 1);
+            }
+        }
     }
 }

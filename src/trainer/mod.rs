@@ -5,6 +5,7 @@ mod automatic;
 pub mod context;
 pub mod datamodule;
 pub mod device;
+pub(crate) mod device_metrics;
 mod epoch_loop;
 mod eval;
 mod eval_loop;
@@ -17,6 +18,7 @@ pub mod loop_progress;
 mod manual;
 mod manual_closure;
 mod manual_optimization;
+pub mod metric_map;
 pub mod metrics;
 pub mod module;
 pub mod optimization;
@@ -53,7 +55,6 @@ pub use source::{BatchIter, BatchSource};
 use crate::callbacks::ModelCheckpoint;
 use crate::error::Result;
 use crate::loggers::Logger;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Runs a [`LightningModule`] through training and evaluation loops.
@@ -155,7 +156,7 @@ impl Trainer {
     }
 
     /// Latest value of every logged metric (Lightning's `callback_metrics`).
-    pub fn callback_metrics(&self) -> &BTreeMap<String, f64> {
+    pub fn callback_metrics(&self) -> &metric_map::MetricMap {
         &self.state.callback_metrics
     }
 

@@ -437,8 +437,8 @@ impl Run<'_> {
                 store.set_synced_step(&key, l.flags, step);
             }
         }
-        self.state.callback_metrics.extend(store.callback_metrics.iter().map(|(k, v)| (k.clone(), *v)));
-        self.state.progress_metrics.extend(store.progress_metrics.iter().map(|(k, v)| (k.clone(), *v)));
+        self.state.callback_metrics.extend_from(&store.callback_metrics);
+        self.state.progress_metrics.extend_from(&store.progress_metrics);
         Ok(())
     }
 
@@ -679,13 +679,7 @@ impl Run<'_> {
         }
         self.checkpoints.wait()?;
         let ck = self.build_checkpoint(weights_only, true)?;
-        let params: Vec<Vec<Tensor>> = self
-            .optimizers
-            .iter()
-            .map(|c| {
-                c.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect()
-            })
-            .collect();
+        let params: Vec<Vec<Tensor>> = self.optimizers.iter().map(|c| c.optimizer.param_tensors()).collect();
         crate::checkpoint::dcp::save(&ck, &self.checkpoint_prefix, &params, sharding, path)
             .ctx(format!("saving the sharded checkpoint {}", path.display()))
     }

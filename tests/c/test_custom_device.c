@@ -171,8 +171,18 @@ static void register_npu_accelerator(npu_state *s) {
     CHECK_OK(fulmen_accelerator_register("npu", "the fake PrivateUse1 device", &vt, false));
 }
 
+/* How quiet_step logs its loss tensor (fulmen_step_context_log_tensor)
+ * as "loss" (mean) and "worst" (max), and those callback metrics after
+ * the fit. */
+typedef struct {
+    uint32_t flags;
+    bool numbers; /* log the values read back (fulmen_step_context_log) */
+    double loss, worst;
+} fit_logging;
+
 typedef struct {
     fulmen_model *model;
+    fit_logging *logging; /* NULL: quiet_step logs nothing */
 } step_ud;
 
 static fulmen_error *step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
@@ -193,7 +203,7 @@ static fulmen_model *fit(const char *accelerator, const char *devices, const cha
     fulmen_loader *loader = fixture_loader(ds, 32, true, 3);
     CHECK_OK(fulmen_manual_seed(11));
     fulmen_model *model = fixture_mlp(16, dropout);
-    step_ud ud = {model};
+    step_ud ud = {model, NULL};
     fulmen_lightning_module *module = fixture_module(model, &ud, step, NULL);
     fulmen_trainer_options *o = fixture_options(root, epochs);
     CHECK_OK(fulmen_trainer_options_set(o, "accelerator", accelerator));
@@ -278,7 +288,7 @@ static void test_fit_on_device(void) {
     fulmen_dataset *ds = fixture_blobs(64, 7, 2.0f);
     fulmen_loader *loader = fixture_loader(ds, 32, false, 0);
     fulmen_model *m = fixture_mlp(16, 0);
-    step_ud ud = {m};
+    step_ud ud = {m, NULL};
     fulmen_lightning_module *module = fixture_module(m, &ud, step, NULL);
     fulmen_trainer_options *o = fixture_options(NULL, 1);
     CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "xpuacc"));
@@ -398,7 +408,7 @@ static void test_capabilities(void) {
     fulmen_dataset *ds = fixture_blobs(64, 7, 2.0f);
     fulmen_loader *loader = fixture_loader(ds, 32, false, 0);
     m = fixture_mlp(16, 0);
-    step_ud ud = {m};
+    step_ud ud = {m, NULL};
     fulmen_lightning_module *module = fixture_module(m, &ud, step, NULL);
     const char *precisions[3] = {"bf16-mixed", "bf16-true", "32-true"};
     for (int i = 0; i < 3; i++) {
@@ -534,23 +544,35 @@ static void test_vendor_generator(void) {
 
 /* A training step that reads nothing back: the loss stays on the device. */
 static fulmen_error *quiet_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
-    (void)ctx;
-    return fixture_cross_entropy(((step_ud *)ud)->model, batch, out);
+    const step_ud *s = ud;
+    fulmen_error *e = fixture_cross_entropy(s->model, batch, out);
+    if (e == NULL && s->logging != NULL && s->logging->numbers) {
+        uint32_t flags = s->logging->flags;
+        double v = 0;
+        e = fulmen_tensor_item(*out, &v);
+        if (e == NULL) e = fulmen_step_context_log(ctx, "loss", v, flags, 0);
+        if (e == NULL) e = fulmen_step_context_log(ctx, "worst", v, flags | FULMEN_LOG_REDUCE_MAX, 0);
+    } else if (e == NULL && s->logging != NULL) {
+        uint32_t flags = s->logging->flags;
+        e = fulmen_step_context_log_tensor(ctx, "loss", *out, flags, 0);
+        if (e == NULL) e = fulmen_step_context_log_tensor(ctx, "worst", *out, flags | FULMEN_LOG_REDUCE_MAX, 0);
+    }
+    return e;
 }
 
 /* Fits `epochs` epochs of `batches` batches with quiet_step on
  * `accelerator` (devices "1", log_every_n_steps 1000) with the `n` option
  * pairs `opts` (the pair {"optimizer", "fused-sgd"} is not a trainer
- * option: it picks fixture_configure_fused_sgd over plain SGD); returns the model,
- * and in *reads (when not NULL) how many times the host waited for the
- * fake device during the fit. */
+ * option: it picks fixture_configure_fused_sgd over plain SGD), logging as
+ * `logging` says when not NULL; returns the model, and in *reads (when not
+ * NULL) how many times the host waited for the fake device during the fit. */
 static fulmen_model *quiet_fit(const char *accelerator, size_t batches, int64_t epochs, const char *const (*opts)[2],
-                               size_t n, uint64_t *reads) {
+                               size_t n, fit_logging *logging, uint64_t *reads) {
     fulmen_dataset *ds = fixture_blobs(32 * batches, 7, 2.0f);
     fulmen_loader *loader = fixture_loader(ds, 32, true, 3);
     CHECK_OK(fulmen_manual_seed(13));
     fulmen_model *model = fixture_mlp(16, 0.2);
-    step_ud ud = {model};
+    step_ud ud = {model, logging};
     bool fused = false;
     for (size_t i = 0; i < n; i++) fused |= strcmp(opts[i][0], "optimizer") == 0;
     fulmen_lightning_module *module =
@@ -569,6 +591,10 @@ static fulmen_model *quiet_fit(const char *accelerator, size_t batches, int64_t 
     CHECK_OK(fulmen_trainer_fit(t, module, loader, NULL, NULL));
     CHECK_OK(fulmen_fake_device_host_reads(&after));
     if (reads != NULL) *reads = after - before;
+    if (logging != NULL) {
+        CHECK_OK(fulmen_trainer_callback_metric(t, "loss", &logging->loss));
+        CHECK_OK(fulmen_trainer_callback_metric(t, "worst", &logging->worst));
+    }
     fulmen_trainer_free(t);
     fulmen_trainer_options_free(o);
     fulmen_lightning_module_free(module);
@@ -581,7 +607,7 @@ static fulmen_model *quiet_fit(const char *accelerator, size_t batches, int64_t 
  * `batches` batches on npu:0 with the `n` option pairs `opts`. */
 static uint64_t host_reads_of_fit(size_t batches, const char *const (*opts)[2], size_t n) {
     uint64_t reads = 0;
-    fulmen_model_free(quiet_fit("npu", batches, 1, opts, n, &reads));
+    fulmen_model_free(quiet_fit("npu", batches, 1, opts, n, NULL, &reads));
     return reads;
 }
 
@@ -616,6 +642,43 @@ static void test_steps_do_not_wait(void) {
     }
 }
 
+/* A loss tensor logged on the epoch only, or per step, stays on the device
+ * until the trainer reads values anyway (here only at the epoch's end:
+ * log_every_n_steps is 1000): the fit's host reads do not grow with its
+ * steps, and the values equal those of the CPU's fit, which reads each at
+ * once, bit for bit (the epoch's mean and max; the last step's value). */
+static void test_logged_tensors_wait_for_the_epoch_end(void) {
+    const char *const none[][2] = {{NULL, NULL}};
+    const uint32_t levels[] = {FULMEN_LOG_ON_EPOCH, FULMEN_LOG_ON_STEP};
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
+        fit_logging cpu = {levels[i], false, 0, 0}, npu = cpu, few = cpu;
+        uint64_t reads_few = 0, reads_many = 0;
+        fulmen_model_free(quiet_fit("cpu", 9, 1, none, 0, &cpu, NULL));
+        fulmen_model_free(quiet_fit("npu", 9, 1, none, 0, &npu, &reads_many));
+        fulmen_model_free(quiet_fit("npu", 3, 1, none, 0, &few, &reads_few));
+        if (reads_many != reads_few || npu.loss != cpu.loss || npu.worst != cpu.worst) {
+            fprintf(stderr, "logged tensors (flags %u): %llu host reads in 3 steps, %llu in 9; loss %.17g / %.17g, worst %.17g / %.17g\n",
+                    (unsigned)levels[i], (unsigned long long)reads_few, (unsigned long long)reads_many, npu.loss, cpu.loss,
+                    npu.worst, cpu.worst);
+        }
+        CHECK(reads_many == reads_few);
+        CHECK(npu.loss == cpu.loss && npu.worst == cpu.worst);
+        CHECK(levels[i] == FULMEN_LOG_ON_STEP || npu.worst > npu.loss);
+    }
+    /* DP over npu:0 and npu:1: each chunk's loss on its own device, the
+     * step and epoch values reduced on npu:0, equal to numbers logged. */
+    const char *const dp[][2] = {{"strategy", "dp"}, {"devices", "2"}};
+    fit_logging tensors = {FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH, false, 0, 0}, numbers = tensors;
+    numbers.numbers = true;
+    fulmen_model_free(quiet_fit("npu", 5, 1, dp, 2, &tensors, NULL));
+    fulmen_model_free(quiet_fit("npu", 5, 1, dp, 2, &numbers, NULL));
+    if (tensors.loss != numbers.loss || tensors.worst != numbers.worst) {
+        fprintf(stderr, "dp logged tensors: loss %.17g / %.17g, worst %.17g / %.17g\n", tensors.loss, numbers.loss,
+                tensors.worst, numbers.worst);
+    }
+    CHECK(tensors.loss == numbers.loss && tensors.worst == numbers.worst && tensors.worst > tensors.loss);
+}
+
 /* On npu the next batch goes to the device while a step runs: the same
  * weights as the CPU's fits, which copy nothing ahead, where the loop
  * stops early or accumulates. */
@@ -628,8 +691,8 @@ static void test_batches_ahead(void) {
         size_t n;
     } cases[] = {{stops, 2}, {limited, 2}, {precise, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        fulmen_model *cpu = quiet_fit("cpu", 8, 2, cases[i].opts, cases[i].n, NULL);
-        fulmen_model *npu = quiet_fit("npu", 8, 2, cases[i].opts, cases[i].n, NULL);
+        fulmen_model *cpu = quiet_fit("cpu", 8, 2, cases[i].opts, cases[i].n, NULL, NULL);
+        fulmen_model *npu = quiet_fit("npu", 8, 2, cases[i].opts, cases[i].n, NULL, NULL);
         double diff = fixture_max_diff(cpu, npu);
         if (diff != 0) fprintf(stderr, "batches ahead, case %zu: max |npu - cpu| weight %g\n", i, diff);
         CHECK(diff == 0);
@@ -730,6 +793,7 @@ int main(void) {
     memset(&npu, 0, sizeof npu);
     register_npu_accelerator(&npu);
     test_steps_do_not_wait();
+    test_logged_tensors_wait_for_the_epoch_end();
     test_deferred_checks();
     test_batches_ahead();
     CHECK_OK(fulmen_accelerator_unregister("npu"));

@@ -36,6 +36,22 @@ static fulmen_error *step(void *ud, fulmen_step_context *ctx, const fulmen_batch
     const char *names[2] = {"dict_a", "dict_b"};
     double values[2] = {v, -v};
     if (e == NULL) e = fulmen_step_context_log_dict(ctx, names, values, 2, FULMEN_LOG_ON_EPOCH, 0);
+    /* Tensors (made in the step: freed with it). */
+    fulmen_tensor *scalar = NULL, *pair = NULL, *flag = NULL;
+    int64_t two[1] = {2};
+    if (e == NULL) e = fulmen_tensor_scalar(v, FULMEN_DTYPE_F32, &scalar);
+    if (e == NULL) e = fulmen_step_context_log_tensor(ctx, "tensor_sum", scalar, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_REDUCE_SUM, 0);
+    if (e == NULL) e = fulmen_step_context_log_tensor(ctx, "tensor_step", scalar, FULMEN_LOG_ON_STEP, 0);
+    if (e == NULL) e = fulmen_tensor_zeros(two, 1, FULMEN_DTYPE_F32, &pair);
+    if (e == NULL) e = fulmen_tensor_scalar(1, FULMEN_DTYPE_BOOL, &flag);
+    if (e == NULL) {
+        s->refused &= code_of(fulmen_step_context_log_tensor(ctx, "t", NULL, 0, 0)) == FULMEN_CODE_NULL_ARGUMENT;
+        s->refused &= code_of(fulmen_step_context_log_tensor(ctx, "t", pair, 0, 0)) == FULMEN_CODE_SHAPE_MISMATCH;
+        s->refused &= code_of(fulmen_step_context_log_tensor(ctx, "t", flag, 0, 0)) == FULMEN_CODE_DTYPE_MISMATCH;
+        s->refused &= code_of(fulmen_step_context_log_tensor(ctx, "bad,name", scalar, 0, 0)) == FULMEN_CODE_INVALID_ARGUMENT;
+        s->refused &= code_of(fulmen_step_context_log_tensor(ctx, "tensor_sum", scalar, FULMEN_LOG_ON_EPOCH, 0)) ==
+                      FULMEN_CODE_INVALID_ARGUMENT;
+    }
     if (e == NULL) {
         const char *bad[2] = {"dict_c", "bad,name"};
         s->refused &= code_of(fulmen_step_context_log(ctx, "x", 1, FULMEN_LOG_REDUCE_SUM | FULMEN_LOG_REDUCE_MAX, 0)) ==
@@ -108,6 +124,7 @@ int main(void) {
     CHECK(metric(t, "hidden") == 3.0); /* logger=False still reaches callback_metrics */
     CHECK(metric(t, "mine") == 1.5);
     CHECK(metric(t, "dict_a") == 1.5 && metric(t, "dict_b") == -1.5);
+    CHECK(metric(t, "tensor_sum") == 6.0 && metric(t, "tensor_step") == 3.0);
     double unused = 0;
     CHECK_ERR(fulmen_trainer_callback_metric(t, "dict_c", &unused), FULMEN_CODE_INVALID_ARGUMENT, NULL);
 

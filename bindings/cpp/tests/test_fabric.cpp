@@ -59,9 +59,17 @@ TEST_F(FabricTest, GradScalerScalesStepsSkipsAndKeepsItsState) {
     scaler.update();
     EXPECT_EQ(scaler.get_scale(), 8.0);
 
+    // The calls that do not read the finding back: skipped again, backs off.
+    opt.zero_grad();
+    scaler.scale(fulmen::loss::cross_entropy(model(x), y) * std::numeric_limits<double>::infinity()).backward();
+    scaler.unscale_no_wait(opt);
+    scaler.step_no_wait(opt);
+    scaler.update();
+    EXPECT_EQ(scaler.get_scale(), 4.0);
+
     GradScaler other;
     other.load_state(scaler.state());
-    EXPECT_EQ(other.get_scale(), 8.0);
+    EXPECT_EQ(other.get_scale(), 4.0);
     EXPECT_EQ(fulmen_test::error_code([&] { other.load_state(R"({"scale": 2})"); }), FULMEN_CODE_FORMAT);
 }
 

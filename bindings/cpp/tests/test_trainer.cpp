@@ -51,7 +51,7 @@ LightningModule::Builder full_module(const Model& model, double lr = 0.1) {
             return loss;
         })
         .validation_step([&model](StepContext& ctx, const Batch& batch) {
-            ctx.log("val_loss", batch_loss(model, batch).item());
+            ctx.log("val_loss", batch_loss(model, batch));  // a tensor, read at the epoch's end
             ctx.log("val_acc", batch_accuracy(model, batch), fulmen::Log::prog_bar);
         })
         .test_step([&model](StepContext& ctx, const Batch& batch) { ctx.log("test_acc", batch_accuracy(model, batch)); })
@@ -99,6 +99,8 @@ TEST_F(TrainerTest, FitValidateTestPredictFromLambdas) {
     EXPECT_EQ(trainer.current_epoch(), 4);
     EXPECT_GT(trainer.callback_metric("val_acc"), 0.95);
     EXPECT_LT(trainer.callback_metric("train_loss_epoch"), 0.5);
+    EXPECT_GT(trainer.callback_metric("val_loss"), 0.0);
+    EXPECT_LT(trainer.callback_metric("val_loss"), 0.5);
     EXPECT_NE(trainer.log_dir().find("lightning_logs/version_"), std::string::npos);
     EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(trainer.log_dir()) / "metrics.csv"));
     try {
@@ -659,7 +661,11 @@ TEST_F(TrainerTest, ManualOptimizationFromTheStepContext) {
                 Tensor loss = batch_loss(manual_model, batch);
                 ctx.optimizer_zero_grad(0);
                 ctx.manual_backward(loss);
-                EXPECT_TRUE(ctx.optimizer_step(0));
+                if (rates.size() % 2 == 1) {
+                    ctx.optimizer_step_no_wait(0);  // not asking whether the update was made
+                } else {
+                    EXPECT_TRUE(ctx.optimizer_step(0));
+                }
                 ctx.untoggle_optimizer(0);
                 rates.push_back(ctx.learning_rate(0));
                 // By optimizer, or by place in lr_schedulers(): the same one here.
@@ -671,6 +677,7 @@ TEST_F(TrainerTest, ManualOptimizationFromTheStepContext) {
                 }
                 EXPECT_EQ(fulmen_test::error_code([&] { ctx.lr_scheduler_step(1); }), FULMEN_CODE_INVALID_ARGUMENT);
                 EXPECT_EQ(fulmen_test::error_code([&] { ctx.optimizer_step(1); }), FULMEN_CODE_INVALID_ARGUMENT);
+                EXPECT_EQ(fulmen_test::error_code([&] { ctx.optimizer_step_no_wait(1); }), FULMEN_CODE_INVALID_ARGUMENT);
                 return Tensor{};  // no loss to return
             })
             .configure_optimizers([&](OptimizerConfig& config) {

@@ -77,7 +77,8 @@ unsafe fn emit_metrics(out: *mut *mut fulmen_value, metrics: &BTreeMap<String, f
 /// `fulmen_value_dict_entry` or `fulmen_value_dict_get`; the caller frees
 /// it with `fulmen_value_free`. `fulmen_trainer_callback_metric` reads one.
 ///
-/// Errors: the common ones only.
+/// Errors: the common ones; the device's error when a device value a
+/// run that failed mid-epoch left unread cannot be read.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_callback_metrics(
     trainer: *const fulmen_trainer,
@@ -85,7 +86,7 @@ pub unsafe extern "C" fn fulmen_trainer_callback_metrics(
 ) -> *mut fulmen_error {
     guard!(|| {
         check_out(out, "out")?;
-        emit_metrics(out, handle::borrow(trainer, "trainer")?.inner.callback_metrics())
+        emit_metrics(out, &handle::borrow(trainer, "trainer")?.inner.callback_metrics().snapshot()?)
     })
 }
 
@@ -97,7 +98,8 @@ pub unsafe extern "C" fn fulmen_trainer_callback_metrics(
 /// logged both ways), whether or not a logger is active; the sanity
 /// check's are not.
 ///
-/// Errors: the common ones only.
+/// Errors: the common ones; the device's error when a device value a
+/// run that failed mid-epoch left unread cannot be read.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_logged_metrics(
     trainer: *const fulmen_trainer,
@@ -105,7 +107,7 @@ pub unsafe extern "C" fn fulmen_trainer_logged_metrics(
 ) -> *mut fulmen_error {
     guard!(|| {
         check_out(out, "out")?;
-        emit_metrics(out, handle::borrow(trainer, "trainer")?.inner.logged_metrics())
+        emit_metrics(out, &handle::borrow(trainer, "trainer")?.inner.logged_metrics().snapshot()?)
     })
 }
 
@@ -142,7 +144,8 @@ pub unsafe extern "C" fn fulmen_trainer_eval_results(
 /// metrics logged with FULMEN_LOG_PROG_BAR) as a new dict value, as
 /// `fulmen_trainer_callback_metrics`.
 ///
-/// Errors: the common ones only.
+/// Errors: the common ones; the device's error when a device value a
+/// run that failed mid-epoch left unread cannot be read.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_progress_bar_metrics(
     trainer: *const fulmen_trainer,
@@ -150,7 +153,7 @@ pub unsafe extern "C" fn fulmen_trainer_progress_bar_metrics(
 ) -> *mut fulmen_error {
     guard!(|| {
         check_out(out, "out")?;
-        emit_metrics(out, handle::borrow(trainer, "trainer")?.inner.progress_bar_metrics())
+        emit_metrics(out, &handle::borrow(trainer, "trainer")?.inner.progress_bar_metrics().snapshot()?)
     })
 }
 

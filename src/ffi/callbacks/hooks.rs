@@ -121,10 +121,13 @@ pub unsafe extern "C" fn fulmen_hook_context_batch_idx(
 }
 
 /// Writes the latest value of a logged metric;
-/// FULMEN_CODE_INVALID_STATE names the logged ones when it is missing.
+/// FULMEN_CODE_INVALID_STATE names the logged ones when it is missing. A
+/// device tensor logged with `fulmen_step_context_log_tensor` and not read
+/// yet is read here: the host waits for its device.
 ///
 /// Errors: FULMEN_CODE_INVALID_STATE (the metric was not logged, see above),
-/// FULMEN_CODE_INVALID_ARGUMENT (`name` is not UTF-8).
+/// FULMEN_CODE_INVALID_ARGUMENT (`name` is not UTF-8), the device's error
+/// when reading the value fails.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_hook_context_metric(
     ctx: *const fulmen_hook_context,

@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use std::ffi::c_char;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::ThreadId;
-use tch::Tensor;
 
 /// An open autocast region of one thread. Close it with
 /// `fulmen_autocast_exit` on the thread that opened it.
@@ -145,11 +144,6 @@ pub unsafe extern "C" fn fulmen_grad_scaler_scale(
     })
 }
 
-/// The parameters of every group of `optimizer`.
-fn optimizer_params(optimizer: &fulmen_optimizer) -> Vec<Tensor> {
-    optimizer.inner.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)).collect()
-}
-
 /// Divides `optimizer`'s gradients by the scale in place
 /// (`scaler.unscale_(optimizer)`, before gradient clipping) and writes
 /// whether any was inf or NaN to `*found_inf_out` if it is not NULL (a
@@ -167,7 +161,7 @@ pub unsafe extern "C" fn fulmen_grad_scaler_unscale(
     guard!(|| {
         let o = handle::borrow(optimizer, "optimizer")?;
         let mut s = handle::borrow_mut(scaler, "scaler")?;
-        s.inner.unscale_on_device(o.id as usize, &optimizer_params(&o))?;
+        s.inner.unscale_on_device(o.id as usize, &o.inner.param_tensors())?;
         if !found_inf_out.is_null() {
             found_inf_out.write(s.inner.found_inf(o.id as usize).unwrap_or(Ok(false))?);
         }

@@ -620,10 +620,11 @@ pub unsafe extern "C" fn fulmen_trainer_predict(
 
 /// Writes the latest value of a logged metric (Lightning's
 /// `trainer.callback_metrics[name]`); FULMEN_CODE_INVALID_ARGUMENT names
-/// the metrics that exist when `name` is not one of them.
+/// the metrics that exist when `name` is not one of them. A device value
+/// a run that failed mid-epoch left unread is read here.
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (name is not UTF-8 or not a logged
-/// metric).
+/// metric), the device's error when reading such a value fails.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_trainer_callback_metric(
     trainer: *const fulmen_trainer,
@@ -634,10 +635,7 @@ pub unsafe extern "C" fn fulmen_trainer_callback_metric(
         let t = handle::borrow(trainer, "trainer")?;
         let n = str_arg(name, "name")?;
         let m = t.inner.callback_metrics();
-        let v = m
-            .get(n)
-            .copied()
-            .ok_or_else(|| Error::invalid(format!("no metric {n:?}; logged: {:?}", m.keys().collect::<Vec<_>>())))?;
+        let v = m.read(n)?.ok_or_else(|| Error::invalid(format!("no metric {n:?}; logged: {:?}", m.names())))?;
         write_out(out, "out", v)
     })
 }

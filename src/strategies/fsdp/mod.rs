@@ -255,10 +255,7 @@ impl Strategy for FsdpStrategy {
     /// shards, as torch's FSDP `clip_grad_norm_`.
     fn clip_gradients(&mut self, configs: &mut [OptimizerConfig], value: f64, algorithm: ClipAlgorithm) -> Result<()> {
         self.finish_backward()?;
-        let params: Vec<Tensor> = configs
-            .iter()
-            .flat_map(|c| c.optimizer.param_groups().iter().flat_map(|g| g.params.iter().map(Tensor::shallow_clone)))
-            .collect();
+        let params: Vec<Tensor> = configs.iter().flat_map(|c| c.optimizer.param_tensors()).collect();
         self.clip_params(&params, value, algorithm)
     }
 

@@ -56,12 +56,20 @@ public:
         check(fulmen_grad_scaler_unscale(get(), optimizer.get(), &found_inf));
         return found_inf;
     }
+    /// unscale(optimizer) without reading the finding back (torch's
+    /// `unscale_`, which returns nothing): the host does not wait for the
+    /// device.
+    void unscale_no_wait(Optimizer& optimizer) { check(fulmen_grad_scaler_unscale(get(), optimizer.get(), nullptr)); }
     /// Steps the optimizer unless a gradient was inf/NaN; whether it skipped.
     bool step(Optimizer& optimizer) {
         bool skipped = false;
         check(fulmen_grad_scaler_step(get(), optimizer.get(), &skipped));
         return skipped;
     }
+    /// step(optimizer) without asking whether it skipped (torch's
+    /// `scaler.step`): with fused updates the host then never waits for
+    /// the device; other optimizers read the finding once, as torch's do.
+    void step_no_wait(Optimizer& optimizer) { check(fulmen_grad_scaler_step(get(), optimizer.get(), nullptr)); }
     /// Backs off or grows the scale.
     void update() { check(fulmen_grad_scaler_update(get())); }
     /// The current scale.

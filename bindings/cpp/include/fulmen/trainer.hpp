@@ -427,6 +427,14 @@ public:
     void log(const std::string& name, double value, uint32_t flags = 0, int64_t batch_size = 0) {
         check(fulmen_step_context_log(ctx_, name.c_str(), value, flags, batch_size));
     }
+    /// Logs the one-element tensor `value` as a metric (the handle stays
+    /// this Tensor's). A device tensor is not read in the step, so the
+    /// step does not wait for its device: it is read where the trainer
+    /// reads values anyway (the loggers every log_every_n_steps steps, a
+    /// progress-bar refresh, a metric read, the epoch's end).
+    void log(const std::string& name, const Tensor& value, uint32_t flags = 0, int64_t batch_size = 0) {
+        check(fulmen_step_context_log_tensor(ctx_, name.c_str(), value.get(), flags, batch_size));
+    }
     /// Logs every (name, value) of `values` with the same flags, as
     /// Lightning's log_dict (all names are checked before any is logged).
     void log_dict(const std::map<std::string, double>& values, uint32_t flags = 0, int64_t batch_size = 0) {
@@ -481,6 +489,10 @@ public:
         check(fulmen_step_context_optimizer_step(ctx_, index, &made));
         return made;
     }
+    /// optimizer_step(index) without asking whether the update was made:
+    /// under 16-mixed, answering that waits for the device (the inf
+    /// check), which this call never does with fused updates.
+    void optimizer_step_no_wait(size_t index) { check(fulmen_step_context_optimizer_step(ctx_, index, nullptr)); }
     /// Lightning's `opt.step(closure=closure)` for optimizer `index`:
     /// `closure(StepContext&)` zeroes the gradients, computes the loss,
     /// runs manual_backward through the context it is given (this one is
@@ -664,6 +676,10 @@ public:
         check(fulmen_optimization_context_step(ctx_, closure.get(), &made));
         return made;
     }
+    /// step(closure) without asking whether the update was made: under
+    /// 16-mixed the answer waits for the device, which this call never
+    /// does with fused updates.
+    void step_no_wait(OptimizerClosure& closure) { check(fulmen_optimization_context_step(ctx_, closure.get(), nullptr)); }
     /// optimizer.zero_grad(set_to_none) of the hook's optimizer.
     void zero_grad(bool set_to_none = true) { check(fulmen_optimization_context_zero_grad(ctx_, set_to_none)); }
     /// In configure_gradient_clipping: Lightning's clip_gradients.
