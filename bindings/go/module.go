@@ -275,8 +275,9 @@ func (c *StepContext) Log(name string, value float64, flags LogFlags, batchSize 
 // LogTensor logs the one-element tensor value as a metric, as Log does
 // a number. A device tensor is not read in the step, so the step does not
 // wait for its device: it is read where the trainer reads values anyway
-// (the loggers every log_every_n_steps steps, a progress-bar refresh, a
-// metric read, the epoch's end).
+// (the loggers every log_every_n_steps steps and after each evaluation
+// batch that logs one, a progress-bar refresh, a metric read, the epoch's
+// end).
 func (c *StepContext) LogTensor(name string, value *Tensor, flags LogFlags, batchSize int64) error {
 	n := cString(name)
 	defer freeCString(n)

@@ -161,7 +161,8 @@ impl Trainer {
     }
 
     /// Latest value of every metric logged for the loggers in the last run
-    /// (Lightning's `trainer.logged_metrics`).
+    /// (Lightning's `trainer.logged_metrics`); see
+    /// [`super::Trainer::callback_metrics`] for values still pending.
     pub fn logged_metrics(&self) -> &super::metric_map::MetricMap {
         &self.state.logged_metrics
     }
@@ -174,7 +175,8 @@ impl Trainer {
     }
 
     /// Latest value of every metric logged with `prog_bar` in the last run
-    /// (Lightning's `trainer.progress_bar_metrics`).
+    /// (Lightning's `trainer.progress_bar_metrics`); see
+    /// [`super::Trainer::callback_metrics`] for values still pending.
     pub fn progress_bar_metrics(&self) -> &super::metric_map::MetricMap {
         &self.state.progress_metrics
     }

@@ -200,6 +200,9 @@ impl StepContext<'_> {
         if self.stage == Stage::Predict {
             return Err(Error::state("metrics cannot be logged from predict_step"));
         }
+        if let LoggedValue::Tensor(t) = value {
+            super::device_metrics::check_loggable(t)?;
+        }
         if super::run_settings::barebones_drops_log() {
             return Ok(());
         }

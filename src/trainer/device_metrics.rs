@@ -28,8 +28,17 @@ impl std::fmt::Debug for DeviceValue {
 /// A logged tensor as the value the reductions take: one element,
 /// detached, 0-dim, float64 (float32 on MPS), always a copy (the tensor
 /// may be a captured graph's output, which the next replay overwrites).
-/// Booleans and complex numbers are refused.
+/// Booleans and complex numbers are refused ([`check_loggable`]).
 pub(crate) fn as_logged(value: &Tensor) -> Result<Tensor> {
+    check_loggable(value)?;
+    let _guard = tch::no_grad_guard();
+    let to = if Device::of(value)? == Device::Mps { Kind::Float } else { Kind::Double };
+    Ok(value.f_detach()?.f_reshape([] as [i64; 0])?.f_to_dtype(to, false, true)?)
+}
+
+/// Refuses a tensor that is not one real number: undefined, not one
+/// element, boolean or complex.
+pub(crate) fn check_loggable(value: &Tensor) -> Result<()> {
     if !value.defined() {
         return Err(Error::invalid("a logged tensor must be defined"));
     }
@@ -40,9 +49,7 @@ pub(crate) fn as_logged(value: &Tensor) -> Result<Tensor> {
     if matches!(kind, Kind::Bool | Kind::ComplexHalf | Kind::ComplexFloat | Kind::ComplexDouble) {
         return Err(Error::dtype(format!("a logged tensor must be a real number, got {kind:?}")));
     }
-    let _guard = tch::no_grad_guard();
-    let to = if Device::of(value)? == Device::Mps { Kind::Float } else { Kind::Double };
-    Ok(value.f_detach()?.f_reshape([] as [i64; 0])?.f_to_dtype(to, false, true)?)
+    Ok(())
 }
 
 /// Adds `value` (from [`as_logged`]) to a running reduction as the host

@@ -328,7 +328,6 @@ pub(super) fn train_epoch(
         // on_train_batch_end: what that hook logged is in this step's logs.
         run.drain_batch_hook_logs(&mut store, None, batch_size, true)?;
         let mut step_values = store.take_step_values();
-        run.state.logged_metrics.extend_from(&step_values);
         run.progress.batch.progress.increment_completed();
         run.profile_stop("run_training_batch", batch_started, Default::default());
         if stepped && (log_index + 1) % opts.log_every_n_steps == 0 {
@@ -340,6 +339,8 @@ pub(super) fn train_epoch(
                 run.log_metrics(&step_values, log_index)?;
             }
         }
+        // Read or still pending (not a logging step): read once either way.
+        run.state.logged_metrics.extend_from(&step_values);
         *total_batches += 1;
         if val_this_epoch {
             let due = match interval {

@@ -156,6 +156,8 @@ impl Trainer {
     }
 
     /// Latest value of every logged metric (Lightning's `callback_metrics`).
+    /// After a run that failed mid-epoch, device values may still be
+    /// pending: `snapshot` or `read` them (`Deref` shows numbers only).
     pub fn callback_metrics(&self) -> &metric_map::MetricMap {
         &self.state.callback_metrics
     }

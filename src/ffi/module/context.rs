@@ -199,9 +199,10 @@ pub unsafe extern "C" fn fulmen_step_context_log(
 /// not read in the step, so the step does not wait for its device: its
 /// epoch value is reduced on the device and read at the epoch's end, and
 /// its step value when the trainer reads values anyway (the loggers every
-/// `log_every_n_steps` steps, a progress-bar refresh, a callback or host
-/// reading the metric, the epoch's end), all pending values in one copy
-/// per device. A step value logged with SYNC_DIST is read at once (the
+/// `log_every_n_steps` steps, and after each validation or test batch
+/// that logs one, as Lightning's; a progress-bar refresh, a callback or
+/// host reading the metric, the epoch's end), all pending values in one
+/// copy per device. A step value logged with SYNC_DIST is read at once (the
 /// ranks reduce it in its step). A CPU tensor is read at once. Integer
 /// tensors are taken as numbers.
 ///

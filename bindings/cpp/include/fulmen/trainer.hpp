@@ -430,8 +430,9 @@ public:
     /// Logs the one-element tensor `value` as a metric (the handle stays
     /// this Tensor's). A device tensor is not read in the step, so the
     /// step does not wait for its device: it is read where the trainer
-    /// reads values anyway (the loggers every log_every_n_steps steps, a
-    /// progress-bar refresh, a metric read, the epoch's end).
+    /// reads values anyway (the loggers every log_every_n_steps steps and
+    /// after each evaluation batch that logs one, a progress-bar refresh,
+    /// a metric read, the epoch's end).
     void log(const std::string& name, const Tensor& value, uint32_t flags = 0, int64_t batch_size = 0) {
         check(fulmen_step_context_log_tensor(ctx_, name.c_str(), value.get(), flags, batch_size));
     }
