@@ -121,12 +121,9 @@ impl MetricMap {
     /// Every value as a number, the pending ones read (one copy per
     /// device) but not kept: for readers that cannot settle.
     pub fn snapshot(&self) -> Result<BTreeMap<String, f64>> {
-        let mut all = self.values.clone();
-        if !self.pending.is_empty() {
-            let tensors: Vec<&Tensor> = self.pending.values().map(|d| &d.0).collect();
-            all.extend(self.pending.keys().cloned().zip(device_metrics::read_all(&tensors)?));
-        }
-        Ok(all)
+        let mut copy = self.clone();
+        copy.settle()?;
+        Ok(copy.values)
     }
 
     /// Every name, read or not, in order.

@@ -346,25 +346,23 @@ fn add_to_running(
     logged: Logged,
     batch_size: f64,
 ) -> Result<()> {
-    match (logged, device.take()) {
-        (Logged::Host(v), None) => match reduce {
-            ReduceFx::Mean => *value += v * batch_size,
-            _ if count == 0 => *value = v,
-            r => *value = r.combine(*value, v),
-        },
-        (logged, current) => {
-            let current = current.map(|d| d.0);
-            let v = match logged {
-                Logged::Device(t) => t.shallow_clone(),
-                // A number joins device values on their device.
-                Logged::Host(v) => match &current {
-                    Some(c) => c.f_full_like(v)?,
-                    None => Tensor::from(v),
-                },
-            };
-            *device = Some(DeviceValue(device_metrics::accumulate(current, *value, count, reduce, &v, batch_size)?));
+    let (current, v) = match (logged, device.take()) {
+        (Logged::Host(v), None) => {
+            match reduce {
+                ReduceFx::Mean => *value += v * batch_size,
+                _ if count == 0 => *value = v,
+                r => *value = r.combine(*value, v),
+            }
+            return Ok(());
         }
-    }
+        // A number joins device values on their device.
+        (Logged::Host(v), Some(c)) => {
+            let v = c.0.f_full_like(v)?;
+            (Some(c.0), v)
+        }
+        (Logged::Device(t), current) => (current.map(|d| d.0), t.shallow_clone()),
+    };
+    *device = Some(DeviceValue(device_metrics::accumulate(current, *value, count, reduce, &v, batch_size)?));
     Ok(())
 }
 
@@ -479,24 +477,15 @@ impl MetricStore {
             }
             None => logged.to_owned(),
         };
-        match value {
-            StepValue::Device(DeviceValue(t)) => {
-                self.step.insert_pending(key.clone(), &t);
-                if !self.evaluating {
-                    self.callback_metrics.insert_pending(key.clone(), &t);
-                }
-                if flags.prog_bar {
-                    self.progress_metrics.insert_pending(key, &t);
-                }
-            }
-            StepValue::Host(value) => {
-                self.step.insert(key.clone(), value);
-                if !self.evaluating {
-                    self.callback_metrics.insert(key.clone(), value);
-                }
-                if flags.prog_bar {
-                    self.progress_metrics.insert(key, value);
-                }
+        let maps = [
+            Some(&mut self.step),
+            (!self.evaluating).then_some(&mut self.callback_metrics),
+            flags.prog_bar.then_some(&mut self.progress_metrics),
+        ];
+        for map in maps.into_iter().flatten() {
+            match &value {
+                StepValue::Host(v) => map.insert(key.clone(), *v),
+                StepValue::Device(d) => map.insert_pending(key.clone(), &d.0),
             }
         }
         Ok(())
@@ -532,11 +521,12 @@ impl MetricStore {
         flags: LogFlags,
         batch_size: f64,
     ) -> Result<String> {
-        let value = device_metrics::as_logged(value)?;
         if value.device() == tch::Device::Cpu {
-            let v = value.f_double_value(&[])?;
+            device_metrics::check_loggable(value)?;
+            let v = value.f_double_value(&vec![0; value.dim()])?;
             return self.log_value_from(site, name, Logged::Host(v), flags, batch_size);
         }
+        let value = device_metrics::as_logged(value)?;
         self.log_value_from(site, name, Logged::Device(&value), flags, batch_size)
     }
 
