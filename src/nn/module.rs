@@ -604,6 +604,17 @@ impl Module {
         }
     }
 
+    /// Calls `f` for every parameter and buffer in `visit`'s order, without
+    /// making their names (cheap enough to run every step).
+    pub(crate) fn visit_tensors(&self, f: &mut dyn FnMut(&Tensor)) {
+        self.visit_direct(&mut |_, t, _| f(t));
+        if let Node::Sequential(c) | Node::Named(c) = &self.node {
+            for (_, m) in c {
+                m.visit_tensors(f);
+            }
+        }
+    }
+
     /// This module's own parameters, then its own buffers (a layer's, then
     /// those the host registered), without children. A TorchScript
     /// module's come in its state_dict order (submodule by submodule).

@@ -324,41 +324,16 @@ fn run_source(
         run.strategy.eval_forward()?;
         let autocast = run.strategy.forward_context()?;
         let started = run.profile_start();
-        let (module, global_step) = (&mut *run.module, run.state.global_step);
-        let at = |name: &str| match dataloader_idx {
-            Some(d) => format!("{name} (epoch {epoch}, global step {global_step}, batch {i}, dataloader_idx {d})"),
-            None => format!("{name} (epoch {epoch}, global step {global_step}, batch {i})"),
+        let global_step = run.state.global_step;
+        let at = |name: &str| batch_at(name, epoch, global_step, i, dataloader_idx);
+        let stepped = match stage {
+            Stage::Predict => module_step(run, stage, store, &batch, i, dataloader_idx),
+            _ => super::graphed_eval::eval_step(run, stage, store, &batch, i, dataloader_idx),
         };
-        store.begin_split();
-        let mut added: Vec<AddedPredictions> = Vec::new();
-        let outs = run.strategy.split(&batch, &mut |chunk| {
-            let mut ctx = StepContext {
-                stage,
-                epoch,
-                global_step,
-                batch_idx: i as i64,
-                batch_size: batch_size_of(chunk),
-                dataloader_idx,
-                metrics: &mut *store,
-                manual: None,
-                extra_outputs: Default::default(),
-            };
-            let out = match stage {
-                Stage::Test => module.test_step_output(&mut ctx, chunk).map_err(|e| e.context(at("test_step"))),
-                Stage::Predict => module.predict_step(&mut ctx, chunk).map_err(|e| e.context(at("predict_step"))),
-                _ => module.validation_step_output(&mut ctx, chunk).map_err(|e| e.context(at("validation_step"))),
-            };
-            // Only predictions carry added tensors (validation and test
-            // batches would gather nothing, once per batch).
-            if stage == Stage::Predict {
-                added.push(std::mem::take(&mut ctx.extra_outputs));
-            }
-            out
-        });
-        store.end_split();
+        let (outs, added) = stepped?;
         drop(autocast);
         run.profile_stop(step, started, Default::default());
-        let out = run.strategy.gather_output(outs?)?;
+        let out = run.strategy.gather_output(outs)?;
         let added = gather_added(run, added)?;
         if out.is_some() && !added.names.is_empty() {
             return Err(Error::state(format!(
@@ -426,4 +401,58 @@ fn gather_added(run: &Run, mut per_chunk: Vec<AddedPredictions>) -> Result<Added
     }
     let names = std::mem::take(&mut per_chunk[0].names);
     Ok(AddedPredictions { tensors: gathered, names, value: None })
+}
+
+/// What a step of the module gave: each chunk's output and, for predict,
+/// the tensors each chunk added.
+pub(super) type StepOutputs = (Vec<Option<Tensor>>, Vec<AddedPredictions>);
+
+/// The module's step of `stage` on batch `i` (on each chunk under DP),
+/// logging into `store`.
+pub(super) fn module_step(
+    run: &mut Run,
+    stage: Stage,
+    store: &mut MetricStore,
+    batch: &[Tensor],
+    i: usize,
+    dataloader_idx: Option<usize>,
+) -> Result<StepOutputs> {
+    let (module, epoch, global_step) = (&mut *run.module, run.state.epoch, run.state.global_step);
+    let at = |name: &str| batch_at(name, epoch, global_step, i, dataloader_idx);
+    store.begin_split();
+    let mut added: Vec<AddedPredictions> = Vec::new();
+    let outs = run.strategy.split(batch, &mut |chunk| {
+        let mut ctx = StepContext {
+            stage,
+            epoch,
+            global_step,
+            batch_idx: i as i64,
+            batch_size: batch_size_of(chunk),
+            dataloader_idx,
+            metrics: &mut *store,
+            manual: None,
+            extra_outputs: Default::default(),
+        };
+        let out = match stage {
+            Stage::Test => module.test_step_output(&mut ctx, chunk).map_err(|e| e.context(at("test_step"))),
+            Stage::Predict => module.predict_step(&mut ctx, chunk).map_err(|e| e.context(at("predict_step"))),
+            _ => module.validation_step_output(&mut ctx, chunk).map_err(|e| e.context(at("validation_step"))),
+        };
+        // Only predictions carry added tensors (validation and test
+        // batches would gather nothing, once per batch).
+        if stage == Stage::Predict {
+            added.push(std::mem::take(&mut ctx.extra_outputs));
+        }
+        out
+    });
+    store.end_split();
+    Ok((outs?, added))
+}
+
+/// Where `name` (a step function) ran on batch `i`, for error messages.
+pub(super) fn batch_at(name: &str, epoch: i64, global_step: i64, i: usize, dataloader_idx: Option<usize>) -> String {
+    match dataloader_idx {
+        Some(d) => format!("{name} (epoch {epoch}, global step {global_step}, batch {i}, dataloader_idx {d})"),
+        None => format!("{name} (epoch {epoch}, global step {global_step}, batch {i})"),
+    }
 }

@@ -10,12 +10,13 @@
 //! A kind of step is told apart by the batch's shapes, dtypes and devices
 //! and by what the loop does with it (whether it steps, starts an
 //! accumulation window, the accumulation); each gets its own graph, up to
-//! [`MAX_GRAPHS`]. What the host does inside a step (training_step's own
+//! [`graph_capture::MAX_GRAPHS`]. What the host does inside a step (training_step's own
 //! code, the hooks between backward and the update) runs at the capture
 //! only; its device work is what replays. So a step must leave everything
 //! that changes on the device: a log or a value read inside it is refused
 //! at the capture, as is anything a replay would not update (optimizers
-//! other than the fused ones, several devices). Under 16-mixed the loss
+//! other than the fused ones, several devices), but a device tensor it
+//! logs is logged again after each replay ([`super::graph_capture`]). Under 16-mixed the loss
 //! scaler's work is device work too (the fused updates take its inf check
 //! there), so it replays with the step.
 //! Gradients stay allocated (zeroed in place), since the graph writes into
@@ -25,28 +26,24 @@
 //! capture saw.
 //!
 //! `cuda_graphs_fallback` turns a step that cannot be captured (a failed
-//! capture, a kind beyond [`MAX_GRAPHS`]) into an eager one, with a
+//! capture, a kind beyond [`graph_capture::MAX_GRAPHS`]) into an eager one, with a
 //! warning, instead of an error; on CUDA a failed capture still ends the
 //! run, since torch's CUDA generator stays marked as capturing after it.
 use super::automatic::{automatic_step, TrainBatch};
+use super::graph_capture::{self, model_addresses, refused, Replayable, Signature, Slots, StaticInputs, Turn};
 use super::loop_progress::OptimizerProgress;
 use super::metrics::MetricStore;
 use super::run::Run;
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, Result};
 use crate::strategies::StrategyKind;
-use crate::tensor::deferred::{self, CheckKind};
 use crate::tensor::device::Device;
 use crate::tensor::graph::DeviceGraph;
-use tch::{Kind, Tensor};
-
-/// Most kinds of step a run captures (each graph keeps its own memory).
-const MAX_GRAPHS: usize = 8;
+use tch::Tensor;
 
 /// What tells one captured step from another.
 #[derive(Debug, Clone, PartialEq)]
 struct StepKey {
-    /// Each batch tensor's shape, dtype and device.
-    tensors: Vec<(Vec<i64>, Kind, Device)>,
+    tensors: Signature,
     stepped: bool,
     first_of_window: bool,
     /// Whether its zero_grad counts in the loop's progress.
@@ -58,11 +55,9 @@ struct StepKey {
 
 impl StepKey {
     fn of(run: &Run, batch: &TrainBatch, stepped: bool) -> Result<StepKey> {
-        let tensors =
-            batch.tensors.iter().map(|t| Ok((t.size(), t.f_kind()?, Device::of(t)?))).collect::<Result<Vec<_>>>()?;
         let accumulate = run.state.accumulate_grad_batches.max(1);
         Ok(StepKey {
-            tensors,
+            tensors: graph_capture::signature(batch.tensors)?,
             stepped,
             first_of_window: batch.first_of_window,
             zero_grad_counted: batch.index % accumulate as usize == 0,
@@ -74,37 +69,26 @@ impl StepKey {
 
 /// A captured step and what its replays need.
 struct Captured {
-    graph: DeviceGraph,
-    /// The tensors the capture read the batch from.
-    inputs: Vec<Tensor>,
+    replayable: Replayable,
     /// What the step returned (its values change with each replay).
     loss: Option<Tensor>,
-    /// The deferred checks the step made, deferred again after each replay.
-    checks: Vec<(CheckKind, Tensor)>,
     /// Per optimizer, the parameters whose step count the capture counted.
     counted: Vec<Vec<usize>>,
     /// What the capture added to the loop's optimizer progress.
     progress: OptimizerProgress,
 }
 
-/// Where a kind of step stands.
-enum Slot {
-    /// Run eagerly this many times so far.
-    Warming(usize),
-    Captured(Box<Captured>),
-    /// Eager for good (`cuda_graphs_fallback` after a refusal).
-    Eager,
-}
-
 /// What a replay checks is as the capture saw it: each optimizer's
-/// parameters and gradients (by address) and its hyperparameters other
-/// than the learning rate.
+/// parameters and gradients (by address), its state tensors and its
+/// hyperparameters other than the learning rate, and the model's
+/// parameters and buffers.
 #[derive(Debug, PartialEq)]
 struct Captures {
     tensors: Vec<Vec<(usize, usize)>>,
     /// Per optimizer, its state tensors' addresses.
     state: Vec<Vec<usize>>,
     hypers: Vec<Vec<Vec<f64>>>,
+    model: Vec<usize>,
 }
 
 impl Captures {
@@ -117,6 +101,7 @@ impl Captures {
                 .map(|cfg| cfg.optimizer.graphed().map(|g| g.state_addresses()).unwrap_or_default())
                 .collect(),
             hypers: run.optimizers.iter().map(|cfg| hypers_of(cfg.optimizer.param_groups())).collect(),
+            model: model_addresses(run),
         }
     }
 }
@@ -139,9 +124,7 @@ fn hypers_of(groups: &[crate::optim::ParamGroup]) -> Vec<Vec<f64>> {
 
 /// The graphed steps of one fit.
 pub(crate) struct GraphedSteps {
-    warmup: usize,
-    fallback: bool,
-    slots: Vec<(StepKey, Slot)>,
+    slots: Slots<StepKey, Captured>,
     checked: bool,
     /// What the first capture saw (compared before each replay).
     captures: Option<Captures>,
@@ -151,29 +134,18 @@ impl GraphedSteps {
     /// The graphed steps `opts` ask for (`None` with `cuda_graphs` off).
     pub fn when(opts: &super::TrainerOptions) -> Option<GraphedSteps> {
         opts.cuda_graphs.then(|| GraphedSteps {
-            warmup: opts.cuda_graphs_warmup_steps.max(1) as usize,
-            fallback: opts.cuda_graphs_fallback,
-            slots: Vec::new(),
+            slots: Slots::new(opts.cuda_graphs_warmup_steps, opts.cuda_graphs_fallback),
             checked: false,
             captures: None,
         })
     }
-
-    /// How many steps are captured.
-    fn captured(&self) -> usize {
-        self.slots.iter().filter(|(_, s)| matches!(s, Slot::Captured(_))).count()
-    }
 }
 
-/// A `cuda_graphs` refusal.
-fn refused(why: impl std::fmt::Display) -> Error {
-    Error::new(ErrorCode::Unsupported, format!("cuda_graphs: {why}"))
-}
-
-/// What a graphed run needs of the run, checked at its first step.
-fn check_capturable(run: &mut Run, opts: &super::TrainerOptions) -> Result<()> {
+/// What any graphed step needs of the run (training or evaluation): one
+/// device that captures graphs, no replicas, shards or offloading.
+/// (`single`: the strategy asked for is one device's).
+pub(super) fn check_one_device(run: &Run, single: bool) -> Result<()> {
     DeviceGraph::supported_on(run.strategy.root_device()).map_err(|e| refused(e.message))?;
-    let single = matches!(opts.strategy.kind, StrategyKind::Auto | StrategyKind::SingleDevice);
     if !single || run.strategy.world_size() > 1 || run.strategy.num_devices() > 1 || run.strategy.is_data_parallel() {
         return Err(refused(
             "a graphed step runs on one device (the single_device strategy): DDP's gradient all-reduce, FSDP's \
@@ -183,6 +155,12 @@ fn check_capturable(run: &mut Run, opts: &super::TrainerOptions) -> Result<()> {
     if run.strategy.offloads_parameters() {
         return Err(refused("parameters offloaded to the host are not captured"));
     }
+    Ok(())
+}
+
+/// What a graphed training run needs of the run, checked at its first step.
+fn check_capturable(run: &mut Run, opts: &super::TrainerOptions) -> Result<()> {
+    check_one_device(run, matches!(opts.strategy.kind, StrategyKind::Auto | StrategyKind::SingleDevice))?;
     // 16-mixed's loss scaler captures with the step: the optimizers
     // (fused, checked below) take its inf check on the device, and the scale
     // is updated there.
@@ -248,6 +226,7 @@ pub(super) fn train_step(
 /// The end of a graphed fit: the graphs go, and the optimizers pass their
 /// learning rates by value again.
 pub(super) fn end(run: &mut Run) {
+    run.eval_graphs = None;
     if run.graphs.take().is_some() {
         for cfg in run.optimizers.iter_mut() {
             if let Some(mut g) = cfg.optimizer.graphed() {
@@ -271,35 +250,26 @@ impl GraphedSteps {
             self.checked = true;
         }
         prepare_optimizers(run)?;
-        let key = StepKey::of(run, batch, stepped)?;
-        let index = match self.slots.iter().position(|(k, _)| *k == key) {
-            Some(i) => i,
-            None => {
-                self.slots.push((key, Slot::Warming(0)));
-                self.slots.len() - 1
+        let index = match self.slots.turn(StepKey::of(run, batch, stepped)?) {
+            Turn::Eager => return automatic_step(run, opts, store, batch, stepped),
+            Turn::Replay(index) => {
+                self.check_unchanged(run, batch)?;
+                let captured = self.slots.graph(index).ok_or_else(|| Error::state("cuda_graphs: no graph here"))?;
+                return captured.replay(run, store, batch, true);
             }
-        };
-        if matches!(self.slots[index].1, Slot::Captured(_)) {
-            self.check_unchanged(run, batch)?;
-        }
-        match &mut self.slots[index].1 {
-            Slot::Eager => return automatic_step(run, opts, store, batch, stepped),
-            Slot::Warming(n) if *n < self.warmup => {
-                *n += 1;
+            Turn::Full(index) => {
+                let why = refused(format!(
+                    "{} at batch {} needs a new graph, and {} kinds of step (batch shapes, accumulation) are \
+                     captured already",
+                    (batch.at)(),
+                    batch.index,
+                    graph_capture::MAX_GRAPHS
+                ));
+                self.slots.give_up(index, run, why)?;
                 return automatic_step(run, opts, store, batch, stepped);
             }
-            Slot::Captured(c) => return c.replay(run, batch, true),
-            Slot::Warming(_) => {}
-        }
-        if self.captured() >= MAX_GRAPHS {
-            let why = format!(
-                "{} at batch {} needs a new graph, and {MAX_GRAPHS} kinds of step (batch shapes, accumulation) are \
-                 captured already",
-                (batch.at)(),
-                batch.index
-            );
-            return self.fall_back(index, run, opts, store, batch, stepped, refused(why));
-        }
+            Turn::Capture(index) => index,
+        };
         let before = run.progress;
         let counts = step_counts(run);
         match capture(run, opts, store, batch, stepped, &counts) {
@@ -309,8 +279,8 @@ impl GraphedSteps {
                 }
                 // The capture did the step's host work; its device work is
                 // this first replay.
-                let out = c.replay(run, batch, false);
-                self.slots[index].1 = Slot::Captured(Box::new(c));
+                let out = c.replay(run, store, batch, false);
+                self.slots.set_captured(index, c);
                 out
             }
             Err(e) => {
@@ -327,33 +297,10 @@ impl GraphedSteps {
                     // a capture CUDA invalidated: no eager step may follow.
                     return Err(e);
                 }
-                self.fall_back(index, run, opts, store, batch, stepped, e)
+                self.slots.give_up(index, run, e)?;
+                automatic_step(run, opts, store, batch, stepped)
             }
         }
-    }
-
-    /// A step that cannot be captured: eager from now on with
-    /// `cuda_graphs_fallback`, else the error.
-    #[allow(clippy::too_many_arguments)]
-    fn fall_back(
-        &mut self,
-        index: usize,
-        run: &mut Run,
-        opts: &super::TrainerOptions,
-        store: &mut MetricStore,
-        batch: &TrainBatch,
-        stepped: bool,
-        why: Error,
-    ) -> Result<Option<Tensor>> {
-        if !self.fallback {
-            return Err(why);
-        }
-        run.warn_once(
-            "cuda_graphs_fallback",
-            &format!("{}; this kind of step runs eagerly from now on (cuda_graphs_fallback)", why.message),
-        );
-        self.slots[index].1 = Slot::Eager;
-        automatic_step(run, opts, store, batch, stepped)
     }
 
     /// Refuses a replay when what it would read or write is no longer what
@@ -361,11 +308,11 @@ impl GraphedSteps {
     fn check_unchanged(&self, run: &mut Run, batch: &TrainBatch) -> Result<()> {
         let Some(seen) = &self.captures else { return Ok(()) };
         let now = Captures::of(run);
-        if now.tensors != seen.tensors || now.state != seen.state {
+        if now.tensors != seen.tensors || now.state != seen.state || now.model != seen.model {
             return Err(Error::state(format!(
-                "cuda_graphs: {}: a parameter, gradient or state tensor of an optimizer was replaced, added or \
-                 released (set to none, a state loaded) since the step was captured; the graph would update the old \
-                 tensors",
+                "cuda_graphs: {}: a parameter, gradient or buffer of the model or a state tensor of an optimizer \
+                 was replaced, added or released (set to none, a state loaded) since the step was captured; the \
+                 graph would use the old tensors",
                 (batch.at)()
             )));
         }
@@ -382,8 +329,8 @@ impl GraphedSteps {
 }
 
 /// Captures a step on a copy of `batch` (its static inputs); `counts` are
-/// the optimizers' step counts before it. Refused when the step logged a
-/// value: the graph would not log it again.
+/// the optimizers' step counts before it. Refused when the step or a hook
+/// inside it logged a number: the graph would not log it again.
 fn capture(
     run: &mut Run,
     opts: &super::TrainerOptions,
@@ -392,15 +339,7 @@ fn capture(
     stepped: bool,
     counts: &[Vec<f64>],
 ) -> Result<Captured> {
-    let inputs = {
-        let _guard = tch::no_grad_guard();
-        let copy = |t: &Tensor| -> Result<Tensor> {
-            let mut input = t.f_empty_like()?;
-            input.f_copy_(t)?;
-            Ok(input)
-        };
-        batch.tensors.iter().map(copy).collect::<Result<Vec<_>>>()?
-    };
+    let inputs = StaticInputs::copy_of(batch.tensors)?;
     // A refused capture takes back what its step logged, so that the eager
     // run of the same step (cuda_graphs_fallback) logs it once. (Its hooks
     // and training_step have run, and run again in that eager step.)
@@ -411,22 +350,21 @@ fn capture(
     // The generator too: the step ran during the capture (on the fake
     // device for real), and its eager run must draw what it would have.
     let rng = device.rng_state().ok();
-    let train =
-        TrainBatch { tensors: &inputs, index: batch.index, first_of_window: batch.first_of_window, at: batch.at };
-    let captured =
-        DeviceGraph::capture(device, || deferred::collect(|| automatic_step(run, opts, store, &train, stepped)))
-            .map_err(|e| refused(format!("{}: the step could not be captured: {}", (batch.at)(), e.message)))
-            .and_then(|captured| {
-                if store.records() != logged_before.records() || run.state.batch_hook_logs.len() != hook_logs {
-                    return Err(refused(format!(
-                        "{}: the step logged a value while it was captured; a replay would not log it again (log \
-                         from on_train_batch_end, or leave cuda_graphs off)",
-                        (batch.at)()
-                    )));
-                }
-                Ok(captured)
-            });
-    let (graph, (loss, checks)) = match captured {
+    let captured = graph_capture::capture(device, inputs, store, batch.at, |store, tensors| {
+        let train = TrainBatch { tensors, index: batch.index, first_of_window: batch.first_of_window, at: batch.at };
+        automatic_step(run, opts, store, &train, stepped)
+    })
+    .and_then(|captured| {
+        if run.state.batch_hook_logs.len() != hook_logs {
+            return Err(refused(format!(
+                "{}: a hook logged a number while the step was captured, which a replay would not log again (log \
+                 from on_train_batch_end, or leave cuda_graphs off)",
+                (batch.at)()
+            )));
+        }
+        Ok(captured)
+    });
+    let captured = match captured {
         Ok(c) => c,
         Err(e) => {
             *store = logged_before;
@@ -449,22 +387,25 @@ fn capture(
             after.iter().enumerate().filter(|(i, a)| before.get(*i).is_none_or(|b| *a != b)).map(|(i, _)| i).collect()
         })
         .collect();
-    Ok(Captured { graph, inputs, loss, checks, counted, progress: run.progress.optimizer.since(&progress) })
+    Ok(Captured {
+        replayable: captured.replayable,
+        loss: captured.out,
+        counted,
+        progress: run.progress.optimizer.since(&progress),
+    })
 }
 
 impl Captured {
     /// Replays the step on `batch`; `count` does the host's part of a step
     /// too (not for the first replay, whose host part was the capture).
-    fn replay(&self, run: &mut Run, batch: &TrainBatch, count: bool) -> Result<Option<Tensor>> {
-        let _guard = tch::no_grad_guard();
-        for (input, t) in self.inputs.iter().zip(batch.tensors) {
-            let mut input = input.shallow_clone();
-            input.f_copy_(t)?;
-        }
-        self.graph.replay().map_err(|e| e.context((batch.at)()))?;
-        for (kind, flag) in &self.checks {
-            deferred::defer(*kind, flag)?;
-        }
+    fn replay(
+        &self,
+        run: &mut Run,
+        store: &mut MetricStore,
+        batch: &TrainBatch,
+        count: bool,
+    ) -> Result<Option<Tensor>> {
+        self.replayable.replay(batch.tensors, store, batch.at)?;
         if count {
             run.progress.optimizer.advance(&self.progress);
             for (cfg, counted) in run.optimizers.iter_mut().zip(&self.counted) {

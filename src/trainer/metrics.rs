@@ -272,6 +272,35 @@ pub struct MetricStore {
     step_names: BTreeMap<String, String>,
     /// Values recorded so far (a captured step must record none).
     records: u64,
+    /// While a step is captured in a device graph: the device tensors it
+    /// logs, recorded after each replay instead ([`MetricStore::relog`]).
+    capturing: Option<Vec<CapturedLog>>,
+}
+
+/// A device tensor a captured step logged: the graph writes it at each
+/// replay, and [`MetricStore::relog`] records a copy of it then.
+pub(crate) struct CapturedLog {
+    /// The name recorded (with the loader suffix fulmen added).
+    key: String,
+    /// Where the name forks (before that suffix).
+    base_len: usize,
+    value: Tensor,
+    flags: LogFlags,
+    batch_size: f64,
+    loader: Option<usize>,
+}
+
+impl Clone for CapturedLog {
+    /// Shares the tensor.
+    fn clone(&self) -> Self {
+        CapturedLog { value: self.value.shallow_clone(), key: self.key.clone(), ..*self }
+    }
+}
+
+impl std::fmt::Debug for CapturedLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CapturedLog({:?} on {:?})", self.key, self.value.device())
+    }
 }
 
 /// A value to record: a number, or a tensor from
@@ -561,11 +590,56 @@ impl MetricStore {
             None => name.to_string(),
         };
         // The fork goes before the suffix added here, not one in the name.
-        self.record(&key, name.len(), value, flags, batch_size)?;
-        if let (Some(acc), Some(_)) = (self.epoch.get_mut(&key), site.dataloader_idx) {
-            acc.loader = site.dataloader_idx;
+        let base_len = name.len();
+        if let (Some(logs), Logged::Device(t)) = (self.capturing.as_mut(), value) {
+            let loader = site.dataloader_idx;
+            logs.push(CapturedLog { key: key.clone(), base_len, value: t.shallow_clone(), flags, batch_size, loader });
+            return Ok(key);
         }
+        self.record_from(&key, base_len, value, flags, batch_size, site.dataloader_idx)?;
         Ok(key)
+    }
+
+    /// [`MetricStore::record`] of a value logged from `loader`'s batch.
+    fn record_from(
+        &mut self,
+        key: &str,
+        base_len: usize,
+        value: Logged,
+        flags: LogFlags,
+        batch_size: f64,
+        loader: Option<usize>,
+    ) -> Result<()> {
+        self.record(key, base_len, value, flags, batch_size)?;
+        if let (Some(acc), Some(_)) = (self.epoch.get_mut(key), loader) {
+            acc.loader = loader;
+        }
+        Ok(())
+    }
+
+    /// Starts the capture of a step in a device graph: until
+    /// [`MetricStore::end_capture`] the device tensors it logs are kept
+    /// apart, to be recorded after each replay ([`MetricStore::relog`]);
+    /// numbers and CPU tensors are recorded as always (the graph would not
+    /// log them again: a capture refuses a step that recorded any).
+    pub(crate) fn begin_capture(&mut self) {
+        self.capturing = Some(Vec::new());
+    }
+
+    /// Ends a capture: the device tensors its step logged.
+    pub(crate) fn end_capture(&mut self) -> Vec<CapturedLog> {
+        self.capturing.take().unwrap_or_default()
+    }
+
+    /// Records what a captured step logged, after a replay wrote it: a copy
+    /// of each tensor (the next replay overwrites the graph's), as the
+    /// step's own log would have recorded it.
+    pub(crate) fn relog(&mut self, logs: &[CapturedLog]) -> Result<()> {
+        for log in logs {
+            let value = device_metrics::as_logged(&log.value)?;
+            self.record_from(&log.key, log.base_len, Logged::Device(&value), log.flags, log.batch_size, log.loader)?;
+        }
+        Ok(())
     }
 
     /// Replaces the step value just logged under `name` with `flags` by

@@ -11,6 +11,8 @@ mod eval;
 mod eval_loop;
 mod fit_data;
 mod fit_loop;
+mod graph_capture;
+mod graphed_eval;
 mod graphed_step;
 pub mod hooks;
 pub mod interrupt;

@@ -68,6 +68,9 @@ pub(crate) struct Run<'a> {
     pub eval_batches_logged: Vec<i64>,
     /// The graphed training steps of a fit with `cuda_graphs` on.
     pub graphs: Option<super::graphed_step::GraphedSteps>,
+    /// The graphed validation and test steps of a run with `cuda_graphs`
+    /// on.
+    pub eval_graphs: Option<super::graphed_eval::GraphedEval>,
     /// Gradients are zeroed in place, never released (graphed steps write
     /// into the gradients they captured).
     pub grads_stay: bool,
@@ -137,6 +140,7 @@ impl<'a> Run<'a> {
             last_validation: std::time::Instant::now(),
             eval_batches_logged: Vec::new(),
             graphs: None,
+            eval_graphs: super::graphed_eval::GraphedEval::when(opts),
             grads_stay: false,
         })
     }

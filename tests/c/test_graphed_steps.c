@@ -1,10 +1,11 @@
 /*
- * Graphed training steps (the trainer option cuda_graphs) on the fake
- * device, whose capture records device work and replays it as a CUDA graph
- * does: a graphed fit trains as an eager one (per-step losses and weights
- * within 1e-6), calls training_step only to warm up and capture each kind
- * of step, waits for the device no more than an eager one, resumes exactly
- * from its checkpoints, and refuses what a graph cannot replay.
+ * Graphed training, validation and test steps (the trainer option
+ * cuda_graphs) on the fake device, whose capture records device work and
+ * replays it as a CUDA graph does: a graphed fit trains as an eager one
+ * (per-step losses, logged tensors and weights within 1e-6), calls its
+ * steps only to warm up and capture each kind of step, waits for the
+ * device no more than an eager one, resumes exactly from its checkpoints,
+ * and refuses what a graph cannot replay.
  */
 #define _XOPEN_SOURCE 700
 #include "check.h"
@@ -19,7 +20,10 @@
 
 static char work[256];
 
-enum { STEP_PLAIN, STEP_READS, STEP_LOGS, STEP_LOGS_AT_8 };
+enum { STEP_PLAIN, STEP_READS, STEP_LOGS, STEP_LOGS_AT_8, STEP_LOGS_TENSOR };
+/* What validation_step and test_step log: nothing (no such steps), the
+ * loss as tensors, or a number too. */
+enum { EVAL_NONE, EVAL_TENSORS, EVAL_NUMBER };
 enum { OPT_FUSED_ADAM, OPT_FUSED_SGD, OPT_ADAM };
 
 #define MAX_STEPS 64
@@ -38,7 +42,16 @@ typedef struct {
     double logged;        /* the last epoch's count of steps that logged */
     double losses[MAX_STEPS];
     size_t n_losses;
+    int eval_kind;
+    int64_t eval_calls;   /* validation_step and test_step calls */
+    double eval_losses[MAX_STEPS]; /* each validation batch's output, read in on_validation_batch_end */
+    size_t n_eval_losses;
+    /* After the fit: loss_step, loss_epoch and loss_sum (STEP_LOGS_TENSOR);
+     * val_loss and val_sum; after the test run: test_loss. */
+    double metrics[6];
 } graph_ud;
+
+static const char *const METRICS[6] = {"loss_step", "loss_epoch", "loss_sum", "val_loss", "val_sum", "test_loss"};
 
 static fulmen_error *graph_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
     graph_ud *g = ud;
@@ -48,6 +61,12 @@ static fulmen_error *graph_step(void *ud, fulmen_step_context *ctx, const fulmen
     if (e == NULL && g->step_kind == STEP_READS) e = fulmen_tensor_item(*out, &v);
     int64_t idx = -1;
     if (e == NULL && g->step_kind == STEP_LOGS_AT_8) e = fulmen_step_context_batch_idx(ctx, &idx);
+    if (e == NULL && g->step_kind == STEP_LOGS_TENSOR) {
+        /* The loss as a device tensor: logged again after every replay. */
+        e = fulmen_step_context_log_tensor(ctx, "loss", *out, FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH, 0);
+        if (e == NULL)
+            e = fulmen_step_context_log_tensor(ctx, "loss_sum", *out, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_REDUCE_SUM, 0);
+    }
     if (e == NULL && (g->step_kind == STEP_LOGS || idx == 8)) {
         e = fulmen_step_context_log(ctx, "one", 1.0, FULMEN_LOG_ON_STEP, 32);
         /* Counts the steps that logged: a step logged twice shows. */
@@ -56,14 +75,39 @@ static fulmen_error *graph_step(void *ud, fulmen_step_context *ctx, const fulmen
     return e;
 }
 
-static fulmen_error *graph_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+/* validation_step and test_step: the loss, logged as tensors (the test's
+ * as test_loss), and the output. */
+static fulmen_error *graph_eval_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch,
+                                     fulmen_tensor **out) {
     graph_ud *g = ud;
-    if (hook != FULMEN_HOOK_TRAIN_BATCH_END || !g->record_losses || g->n_losses >= MAX_STEPS) return NULL;
+    g->eval_calls++;
+    int32_t stage = 0;
+    fulmen_error *e = fulmen_step_context_stage(ctx, &stage);
+    if (e == NULL) e = fixture_cross_entropy(g->model, batch, out);
+    if (e == NULL && g->eval_kind == EVAL_NUMBER) e = fulmen_step_context_log(ctx, "one", 1.0, FULMEN_LOG_ON_EPOCH, 0);
+    bool test = stage == FULMEN_STAGE_TEST;
+    if (e == NULL) e = fulmen_step_context_log_tensor(ctx, test ? "test_loss" : "val_loss", *out, FULMEN_LOG_ON_EPOCH, 0);
+    if (e == NULL && !test)
+        e = fulmen_step_context_log_tensor(ctx, "val_sum", *out, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_REDUCE_SUM, 0);
+    return e;
+}
+
+/* Reads the output of a batch-end hook into the next of `values`. */
+static fulmen_error *read_output(fulmen_hook_context *ctx, double *values, size_t *n) {
+    if (*n >= MAX_STEPS) return NULL;
     fulmen_tensor *loss = NULL;
     fulmen_error *e = fulmen_hook_context_output(ctx, &loss);
-    if (e == NULL) e = fulmen_tensor_item(loss, &g->losses[g->n_losses++]);
+    if (e == NULL) e = fulmen_tensor_item(loss, &values[(*n)++]);
     fulmen_tensor_free(loss);
     return e;
+}
+
+static fulmen_error *graph_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
+    graph_ud *g = ud;
+    if (!g->record_losses) return NULL;
+    if (hook == FULMEN_HOOK_TRAIN_BATCH_END) return read_output(ctx, g->losses, &g->n_losses);
+    if (hook == FULMEN_HOOK_VALIDATION_BATCH_END) return read_output(ctx, g->eval_losses, &g->n_eval_losses);
+    return NULL;
 }
 
 static fulmen_error *graph_configure(void *ud, fulmen_optimizer_config *config) {
@@ -125,6 +169,8 @@ typedef struct {
     size_t n_opts;
     const char *save; /* checkpoint written after the fit (NULL: none) */
     const char *resume;
+    size_t val_batches; /* batches of 32 to validate on each epoch (0: none) */
+    bool test;          /* a test run on those batches after the fit */
 } fit_plan;
 
 /* Fits a new MLP (same initial weights every time) as `plan` says, with
@@ -135,9 +181,20 @@ static fulmen_model *graph_fit(graph_ud *g, const fit_plan *plan, fulmen_error *
     fulmen_loader *loader = fixture_loader(ds, 32, true, 3);
     CHECK_OK(fulmen_manual_seed(13));
     g->model = g->conv ? conv_bn_model() : fixture_mlp(16, g->dropout);
-    g->calls = 0;
-    g->n_losses = 0;
-    fulmen_lightning_module *module = fixture_module_with(g->model, g, graph_step, graph_hook, graph_configure);
+    g->calls = g->eval_calls = 0;
+    g->n_losses = g->n_eval_losses = 0;
+    fulmen_module_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = g;
+    vt.training_step = graph_step;
+    vt.configure_optimizers = graph_configure;
+    vt.on_hook = graph_hook;
+    if (g->eval_kind != EVAL_NONE) vt.validation_step_output = vt.test_step_output = graph_eval_step;
+    fulmen_lightning_module *module = NULL;
+    CHECK_OK(fulmen_lightning_module_new(&vt, g->model, &module));
+    fulmen_dataset *val_ds = plan->val_batches > 0 ? fixture_blobs(32 * plan->val_batches, 8, 2.0f) : NULL;
+    fulmen_loader *val = val_ds != NULL ? fixture_loader(val_ds, 32, false, 0) : NULL;
     fulmen_trainer_options *o = fixture_options(NULL, plan->epochs);
     CHECK_OK(fulmen_trainer_options_set(o, "accelerator", plan->accelerator));
     CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
@@ -154,20 +211,30 @@ static fulmen_model *graph_fit(graph_ud *g, const fit_plan *plan, fulmen_error *
     CHECK_OK(fulmen_trainer_new(o, &t));
     uint64_t before = 0, after = 0;
     CHECK_OK(fulmen_fake_device_host_reads(&before));
-    *err = fulmen_trainer_fit(t, module, loader, NULL, plan->resume);
+    *err = fulmen_trainer_fit(t, module, loader, val, plan->resume);
+    for (size_t i = 0; i < 6; i++) g->metrics[i] = NAN;
+    /* The fit's values, then the test run's (which replaces them). */
+    for (size_t i = 0; i < 5; i++) {
+        bool wanted = i < 3 ? g->step_kind == STEP_LOGS_TENSOR : plan->val_batches > 0;
+        if (*err == NULL && wanted) CHECK_OK(fulmen_trainer_callback_metric(t, METRICS[i], &g->metrics[i]));
+    }
+    if (*err == NULL && plan->test) *err = fulmen_trainer_test(t, module, val, NULL);
+    if (*err == NULL && plan->test) CHECK_OK(fulmen_trainer_callback_metric(t, METRICS[5], &g->metrics[5]));
     CHECK_OK(fulmen_fake_device_host_reads(&after));
     if (reads != NULL) *reads = after - before;
     if (*err == NULL && plan->save != NULL) CHECK_OK(fulmen_trainer_save_checkpoint(t, module, plan->save, false));
     g->logged = -1;
     g->scale = 0;
     if (*err == NULL && g->scaler_init > 0) CHECK_OK(fulmen_trainer_grad_scale(t, &g->scale));
-    if (*err == NULL && g->step_kind != STEP_PLAIN && g->step_kind != STEP_READS)
+    if (*err == NULL && (g->step_kind == STEP_LOGS || g->step_kind == STEP_LOGS_AT_8))
         CHECK_OK(fulmen_trainer_callback_metric(t, "logged", &g->logged));
     fulmen_trainer_free(t);
     fulmen_trainer_options_free(o);
     fulmen_lightning_module_free(module);
     fulmen_loader_free(loader);
     fulmen_dataset_free(ds);
+    fulmen_loader_free(val);
+    fulmen_dataset_free(val_ds);
     return g->model;
 }
 
@@ -181,9 +248,24 @@ static fulmen_model *fit_ok(graph_ud *g, const fit_plan *plan) {
 
 static const char *const GRAPHS[][2] = {{"cuda_graphs", "true"}};
 
-/* Graphed and eager fits of one kind of run agree step by step; the
- * graphed one calls training_step `calls` times. */
-static void expect_graphed_as_eager(const char *name, graph_ud proto, fit_plan plan, int64_t calls) {
+/* The largest difference between `n` values of `a` and `b` (NaN when they
+ * differ in being NaN). */
+static double max_diff(const double *a, const double *b, size_t n) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) && isnan(b[i])) continue;
+        double d = fabs(a[i] - b[i]);
+        if (!(d <= worst)) worst = d;
+    }
+    return worst;
+}
+
+/* Graphed and eager fits of one kind of run agree step by step (losses,
+ * validation outputs, logged values, weights); the graphed one calls
+ * training_step `calls` times and the evaluation steps `eval_calls` times
+ * (-1: any). */
+static void expect_graphed_as_eager_eval(const char *name, graph_ud proto, fit_plan plan, int64_t calls,
+                                         int64_t eval_calls) {
     graph_ud eager = proto, graphed = proto;
     eager.record_losses = graphed.record_losses = true;
     fulmen_model *a = fit_ok(&eager, &plan);
@@ -198,16 +280,24 @@ static void expect_graphed_as_eager(const char *name, graph_ud proto, fit_plan p
     with.opts = (const char *const (*)[2])opts;
     with.n_opts = plan.n_opts + 1;
     fulmen_model *b = fit_ok(&graphed, &with);
-    double worst = 0;
-    for (size_t i = 0; i < eager.n_losses && i < graphed.n_losses; i++) {
-        double d = fabs(eager.losses[i] - graphed.losses[i]);
-        if (!(d <= worst)) worst = d;
-    }
+    size_t n = eager.n_losses < graphed.n_losses ? eager.n_losses : graphed.n_losses;
+    double worst = max_diff(eager.losses, graphed.losses, n);
+    size_t n_eval = eager.n_eval_losses < graphed.n_eval_losses ? eager.n_eval_losses : graphed.n_eval_losses;
+    double eval = max_diff(eager.eval_losses, graphed.eval_losses, n_eval);
+    double metrics = max_diff(eager.metrics, graphed.metrics, 6);
+    bool eval_ok = eager.n_eval_losses == graphed.n_eval_losses && eval <= 1e-6 && metrics <= 1e-6 &&
+                   (eval_calls < 0 || graphed.eval_calls == eval_calls);
     double weights = fixture_max_diff(a, b);
     /* 16-mixed: the same loss scale, after some steps were skipped. */
     bool scaled = proto.scaler_init == 0 || (eager.scale > 0 && eager.scale < proto.scaler_init);
     bool ok = eager.n_losses == graphed.n_losses && eager.n_losses > 0 && worst <= 1e-6 && weights <= 1e-6 &&
-              graphed.calls == calls && eager.scale == graphed.scale && scaled;
+              graphed.calls == calls && eager.scale == graphed.scale && scaled && eval_ok;
+    if (!eval_ok)
+        fprintf(stderr,
+                "%s: %zu / %zu validation outputs, diff %g, logged values diff %g, %lld evaluation step calls "
+                "(expected %lld)\n",
+                name, eager.n_eval_losses, graphed.n_eval_losses, eval, metrics, (long long)graphed.eval_calls,
+                (long long)eval_calls);
     if (!ok) {
         fprintf(stderr,
                 "%s: %zu / %zu steps, loss diff %g, weight diff %g, %lld training_step calls (expected %lld), loss "
@@ -220,10 +310,14 @@ static void expect_graphed_as_eager(const char *name, graph_ud proto, fit_plan p
     fulmen_model_free(b);
 }
 
+static void expect_graphed_as_eager(const char *name, graph_ud proto, fit_plan plan, int64_t calls) {
+    expect_graphed_as_eager_eval(name, proto, plan, calls, -1);
+}
+
 static void test_graphed_as_eager(void) {
     graph_ud adam = {0};
     adam.optimizer = OPT_FUSED_ADAM;
-    fit_plan plan = {"npu", 8, 0, 2, NULL, 0, NULL, NULL};
+    fit_plan plan = {"npu", 8, 0, 2, NULL, 0, NULL, NULL, 0, false};
     /* One kind of step: 3 warm-up calls and the capture; 12 replays. */
     expect_graphed_as_eager("adam", adam, plan, 4);
     /* The smaller last batch of each epoch is another kind, which never
@@ -233,13 +327,13 @@ static void test_graphed_as_eager(void) {
     expect_graphed_as_eager("smaller last batch", adam, tail, 6);
     /* Accumulation: a window's first and second batches differ. */
     const char *const acc[][2] = {{"accumulate_grad_batches", "2"}};
-    fit_plan accumulate = {"npu", 8, 0, 2, acc, 1, NULL, NULL};
+    fit_plan accumulate = {"npu", 8, 0, 2, acc, 1, NULL, NULL, 0, false};
     expect_graphed_as_eager("accumulate_grad_batches 2", adam, accumulate, 8);
     const char *const clip[][2] = {{"gradient_clip_val", "0.05"}};
-    fit_plan clipped = {"npu", 8, 0, 2, clip, 1, NULL, NULL};
+    fit_plan clipped = {"npu", 8, 0, 2, clip, 1, NULL, NULL, 0, false};
     expect_graphed_as_eager("gradient_clip_val", adam, clipped, 4);
     const char *const bf16[][2] = {{"precision", "bf16-mixed"}};
-    fit_plan mixed = {"npu", 8, 0, 2, bf16, 1, NULL, NULL};
+    fit_plan mixed = {"npu", 8, 0, 2, bf16, 1, NULL, NULL, 0, false};
     expect_graphed_as_eager("bf16-mixed", adam, mixed, 4);
     /* A scheduler halves the learning rate every 3 steps: the replays
      * read it on the device. */
@@ -273,6 +367,66 @@ static void test_graphed_as_eager(void) {
     fulmen_model_free(b);
 }
 
+/* A step that logs its loss as a device tensor is captured: each replay
+ * logs the graph's new value (the last step's, the epoch's mean and sum
+ * equal the eager fit's, each step logged once). Validation and test
+ * steps that log tensors are graphed too: forward-only graphs, in the
+ * fit's validations and in a test run, whose outputs and logged values
+ * are the eager ones. */
+static void test_graphed_logs_and_evaluation(void) {
+    graph_ud logs = {0};
+    logs.optimizer = OPT_FUSED_ADAM;
+    logs.step_kind = STEP_LOGS_TENSOR;
+    fit_plan plan = {"npu", 8, 0, 2, NULL, 0, NULL, NULL, 0, false};
+    expect_graphed_as_eager("logged tensors", logs, plan, 4);
+    const char *const bf16[][2] = {{"precision", "bf16-mixed"}};
+    fit_plan mixed = plan;
+    mixed.opts = bf16;
+    mixed.n_opts = 1;
+    expect_graphed_as_eager("logged tensors, bf16-mixed", logs, mixed, 4);
+    graph_ud eval = logs;
+    eval.eval_kind = EVAL_TENSORS;
+    /* 6 validation batches per epoch after the sanity check's 2, then a
+     * test run of 6: validation warms up in the sanity check and epoch 0's
+     * first batch and is captured at its second; the test run (a new run)
+     * warms up 3 times and captures the fourth batch. */
+    fit_plan validated = plan;
+    validated.val_batches = 6;
+    validated.test = true;
+    expect_graphed_as_eager_eval("validation and test", eval, validated, 4, 8);
+    fit_plan validated_mixed = mixed;
+    validated_mixed.val_batches = 6;
+    expect_graphed_as_eager_eval("validation, bf16-mixed", eval, validated_mixed, 4, 4);
+    /* BatchNorm in eval mode reads its running statistics, which the
+     * training graph updates in place. */
+    graph_ud conv = eval;
+    conv.conv = true;
+    conv.optimizer = OPT_FUSED_SGD;
+    expect_graphed_as_eager_eval("validation, conv and batch norm", conv, validated, 4, 8);
+}
+
+/* Graphed validation waits for the device no more than eager steps: the
+ * host reads of fits validating on 6 and 12 batches per epoch are the
+ * same (the epoch's values are read at its end). */
+static void test_no_host_waits_in_validation(void) {
+    graph_ud g = {0};
+    g.optimizer = OPT_FUSED_ADAM;
+    g.step_kind = STEP_LOGS_TENSOR;
+    g.eval_kind = EVAL_TENSORS;
+    fulmen_error *e = NULL;
+    uint64_t few = 0, many = 0;
+    fit_plan six = {"npu", 6, 0, 1, GRAPHS, 1, NULL, NULL, 6, false};
+    fulmen_model_free(graph_fit(&g, &six, &e, &few));
+    CHECK_OK(e);
+    fit_plan twelve = {"npu", 6, 0, 1, GRAPHS, 1, NULL, NULL, 12, false};
+    fulmen_model_free(graph_fit(&g, &twelve, &e, &many));
+    CHECK_OK(e);
+    if (few != many)
+        fprintf(stderr, "graphed validation: %llu host reads with 6 batches, %llu with 12\n",
+                (unsigned long long)few, (unsigned long long)many);
+    CHECK(few == many);
+}
+
 /* Replays wait for the device no more than eager steps: the host reads of
  * a 12-step fit are those of a 6-step one, in 32-true and in 16-mixed. */
 static void test_no_host_waits(void) {
@@ -282,10 +436,10 @@ static void test_no_host_waits(void) {
         g.scaler_init = fp16 ? 16777216.0 : 0;
         fulmen_error *e = NULL;
         uint64_t few = 0, many = 0;
-        fit_plan six = {"npu", 6, 0, 1, GRAPHS, 1, NULL, NULL};
+        fit_plan six = {"npu", 6, 0, 1, GRAPHS, 1, NULL, NULL, 0, false};
         fulmen_model_free(graph_fit(&g, &six, &e, &few));
         CHECK_OK(e);
-        fit_plan twelve = {"npu", 12, 0, 1, GRAPHS, 1, NULL, NULL};
+        fit_plan twelve = {"npu", 12, 0, 1, GRAPHS, 1, NULL, NULL, 0, false};
         fulmen_model_free(graph_fit(&g, &twelve, &e, &many));
         CHECK_OK(e);
         if (few != many)
@@ -308,12 +462,12 @@ static void test_resume_exact(void) {
         /* 16-mixed: the loss scale and the step counts of steps skipped on
          * the device are saved from the device. */
         g.scaler_init = fp16 ? 16777216.0 : 0;
-        fit_plan whole = {"npu", 8, 0, 2, GRAPHS, 1, NULL, NULL};
+        fit_plan whole = {"npu", 8, 0, 2, GRAPHS, 1, NULL, NULL, 0, false};
         fulmen_model *uninterrupted = fit_ok(&g, &whole);
         double scale = g.scale;
-        fit_plan first = {"npu", 8, 0, 1, GRAPHS, 1, path, NULL};
+        fit_plan first = {"npu", 8, 0, 1, GRAPHS, 1, path, NULL, 0, false};
         fulmen_model_free(fit_ok(&g, &first));
-        fit_plan rest = {"npu", 8, 0, 2, GRAPHS, 1, NULL, path};
+        fit_plan rest = {"npu", 8, 0, 2, GRAPHS, 1, NULL, path, 0, false};
         fulmen_model *resumed = fit_ok(&g, &rest);
         double diff = fixture_max_diff(uninterrupted, resumed);
         if (diff != 0 || g.scale != scale)
@@ -328,7 +482,7 @@ static void test_resume_exact(void) {
 /* A graphed fit of `g` with `opts` fails with `code` and `text`. */
 static void expect_refused(graph_ud g, const char *accelerator, const char *const (*opts)[2], size_t n, int32_t code,
                            const char *text) {
-    fit_plan plan = {accelerator, 8, 0, 1, opts, n, NULL, NULL};
+    fit_plan plan = {accelerator, 8, 0, 1, opts, n, NULL, NULL, 0, false};
     fulmen_error *e = NULL;
     fulmen_model_free(graph_fit(&g, &plan, &e, NULL));
     CHECK_ERR(e, code, text);
@@ -352,7 +506,14 @@ static void test_refusals(void) {
     expect_refused(reads, "npu", GRAPHS, 1, FULMEN_CODE_UNSUPPORTED, "stream is capturing");
     graph_ud logs = adam;
     logs.step_kind = STEP_LOGS;
-    expect_refused(logs, "npu", GRAPHS, 1, FULMEN_CODE_UNSUPPORTED, "logged a value while it was captured");
+    expect_refused(logs, "npu", GRAPHS, 1, FULMEN_CODE_UNSUPPORTED, "logged a number (or a CPU tensor) while");
+    /* A validation step that logs a number too. */
+    graph_ud eval = adam;
+    eval.eval_kind = EVAL_NUMBER;
+    fit_plan validated = {"npu", 8, 0, 1, GRAPHS, 1, NULL, NULL, 6, false};
+    fulmen_error *e = NULL;
+    fulmen_model_free(graph_fit(&eval, &validated, &e, NULL));
+    CHECK_ERR(e, FULMEN_CODE_UNSUPPORTED, "validation_step (epoch 0, global step 8, batch 1)");
     const char *const steps[][2] = {{"cuda_graphs_warmup_steps", "0"}};
     fulmen_trainer_options *o = NULL;
     CHECK_OK(fulmen_trainer_options_new(&o));
@@ -364,7 +525,7 @@ static void test_refusals(void) {
 static fulmen_model *resume_eagerly(const char *path) {
     graph_ud g = {0};
     g.optimizer = OPT_FUSED_ADAM;
-    fit_plan plan = {"npu", 8, 0, 3, NULL, 0, NULL, path};
+    fit_plan plan = {"npu", 8, 0, 3, NULL, 0, NULL, path, 0, false};
     return fit_ok(&g, &plan);
 }
 
@@ -383,10 +544,10 @@ static void expect_fallback(int step_kind) {
     eager.optimizer = OPT_FUSED_ADAM;
     eager.step_kind = step_kind;
     graph_ud graphed = eager;
-    fit_plan plain = {"npu", 8, 0, 2, NULL, 0, eager_ckpt, NULL};
+    fit_plan plain = {"npu", 8, 0, 2, NULL, 0, eager_ckpt, NULL, 0, false};
     fulmen_model *a = fit_ok(&eager, &plain);
     const char *const opts[][2] = {{"cuda_graphs", "true"}, {"cuda_graphs_fallback", "true"}};
-    fit_plan fallback = {"npu", 8, 0, 2, opts, 2, graphed_ckpt, NULL};
+    fit_plan fallback = {"npu", 8, 0, 2, opts, 2, graphed_ckpt, NULL, 0, false};
     fulmen_model *b = fit_ok(&graphed, &fallback);
     double diff = fixture_max_diff(a, b);
     if (diff > 1e-6 || graphed.calls != 17) {
@@ -399,9 +560,9 @@ static void expect_fallback(int step_kind) {
         /* In one epoch the refused capture's logs were taken back: each
          * of the 8 steps logged once, the captured one too. */
         graph_ud once = eager, fell_back = eager;
-        fit_plan one = {"npu", 8, 0, 1, NULL, 0, NULL, NULL};
+        fit_plan one = {"npu", 8, 0, 1, NULL, 0, NULL, NULL, 0, false};
         fulmen_model_free(fit_ok(&once, &one));
-        fit_plan one_fallback = {"npu", 8, 0, 1, opts, 2, NULL, NULL};
+        fit_plan one_fallback = {"npu", 8, 0, 1, opts, 2, NULL, NULL, 0, false};
         fulmen_model_free(fit_ok(&fell_back, &one_fallback));
         if (once.logged != 8 || fell_back.logged != 8)
             fprintf(stderr, "fallback: %g and %g steps logged, not 8\n", once.logged, fell_back.logged);
@@ -423,11 +584,11 @@ static void test_failed_capture_keeps_graphs(void) {
     eager.optimizer = OPT_FUSED_ADAM;
     eager.step_kind = STEP_LOGS_AT_8;
     graph_ud graphed = eager;
-    fit_plan plain = {"npu", 8, 8, 3, NULL, 0, NULL, NULL};
+    fit_plan plain = {"npu", 8, 8, 3, NULL, 0, NULL, NULL, 0, false};
     fulmen_model *a = fit_ok(&eager, &plain);
     const char *const opts[][2] = {
         {"cuda_graphs", "true"}, {"cuda_graphs_fallback", "true"}, {"cuda_graphs_warmup_steps", "1"}};
-    fit_plan fallback = {"npu", 8, 8, 3, opts, 3, NULL, NULL};
+    fit_plan fallback = {"npu", 8, 8, 3, opts, 3, NULL, NULL, 0, false};
     fulmen_model *b = fit_ok(&graphed, &fallback);
     double diff = fixture_max_diff(a, b);
     /* Full batches: 1 warm-up and the capture; the last batch: epoch 0
@@ -450,10 +611,10 @@ static void test_fallback_draws_as_eager(void) {
     eager.step_kind = STEP_LOGS;
     eager.dropout = 0.5;
     graph_ud graphed = eager;
-    fit_plan plain = {"npu", 8, 0, 1, NULL, 0, NULL, NULL};
+    fit_plan plain = {"npu", 8, 0, 1, NULL, 0, NULL, NULL, 0, false};
     fulmen_model *a = fit_ok(&eager, &plain);
     const char *const opts[][2] = {{"cuda_graphs", "true"}, {"cuda_graphs_fallback", "true"}};
-    fit_plan fallback = {"npu", 8, 0, 1, opts, 2, NULL, NULL};
+    fit_plan fallback = {"npu", 8, 0, 1, opts, 2, NULL, NULL, 0, false};
     fulmen_model *b = fit_ok(&graphed, &fallback);
     double diff = fixture_max_diff(a, b);
     if (diff > 1e-6) fprintf(stderr, "fallback with dropout: weight diff %g\n", diff);
@@ -462,7 +623,20 @@ static void test_fallback_draws_as_eager(void) {
     fulmen_model_free(b);
 }
 
+/* A validation step that logs a number falls back to eager steps: its
+ * logged values are the eager ones, the failed capture's taken back. */
+static void test_validation_fallback(void) {
+    graph_ud eval = {0};
+    eval.optimizer = OPT_FUSED_ADAM;
+    eval.eval_kind = EVAL_NUMBER;
+    const char *const fallback[][2] = {{"cuda_graphs_fallback", "true"}};
+    fit_plan plan = {"npu", 8, 0, 2, fallback, 1, NULL, NULL, 6, false};
+    /* The sanity check's 2 and 12 batches, and the failed capture. */
+    expect_graphed_as_eager_eval("validation fallback", eval, plan, 4, 15);
+}
+
 static void test_fallback(void) {
+    test_validation_fallback();
     expect_fallback(STEP_READS);
     expect_fallback(STEP_LOGS);
     test_fallback_draws_as_eager();
@@ -484,7 +658,9 @@ int main(void) {
     vt.get_parallel_devices = npu_parallel;
     CHECK_OK(fulmen_accelerator_register("npu", "the fake PrivateUse1 device", &vt, false));
     test_graphed_as_eager();
+    test_graphed_logs_and_evaluation();
     test_no_host_waits();
+    test_no_host_waits_in_validation();
     test_resume_exact();
     test_refusals();
     test_fallback();

@@ -6,7 +6,9 @@
  * training_step only to warm up and capture; replays make no host
  * synchronization (CUDA's sync debug mode set to error around each); a
  * graphed fit resumes exactly; a step that reads a value is refused at its
- * capture. It also prints the time per step of eager and graphed fits of
+ * capture; a fit that logs its loss as a tensor and validates (graphed
+ * forward-only steps that log theirs) logs what the eager fit logs, with
+ * validation replays that make no host synchronization either. It also prints the time per step of eager and graphed fits of
  * the same run (measured, not asserted).
  *
  *   gpu_graph_check [WORK_DIR]     exit 77 when CUDA is not available
@@ -33,6 +35,8 @@ typedef struct {
     bool reads;          /* the step reads its loss (refused at a capture) */
     bool record_losses;  /* on_train_batch_end reads each loss */
     bool strict_after;   /* replays run under sync debug mode "error" */
+    bool logs;           /* training_step logs its loss as a tensor; validation_step runs */
+    int64_t val_calls, val_steps;
     int64_t warmup;      /* steps before the first replay */
     int64_t calls, steps;
     double losses[MAX_STEPS];
@@ -46,11 +50,34 @@ static fulmen_error *graph_step(void *ud, fulmen_step_context *ctx, const fulmen
     fulmen_error *e = fixture_cross_entropy(g->model, batch, out);
     double v = 0;
     if (e == NULL && g->reads) e = fulmen_tensor_item(*out, &v);
+    if (e == NULL && g->logs)
+        e = fulmen_step_context_log_tensor(ctx, "loss", *out, FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH, 0);
+    return e;
+}
+
+/* validation_step: the loss, logged as a tensor (mean and sum), and output. */
+static fulmen_error *graph_val_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch,
+                                    fulmen_tensor **out) {
+    graph_ud *g = ud;
+    g->val_calls++;
+    fulmen_error *e = fixture_cross_entropy(g->model, batch, out);
+    if (e == NULL) e = fulmen_step_context_log_tensor(ctx, "val_loss", *out, FULMEN_LOG_ON_EPOCH, 0);
+    if (e == NULL)
+        e = fulmen_step_context_log_tensor(ctx, "val_sum", *out, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_REDUCE_SUM, 0);
     return e;
 }
 
 static fulmen_error *graph_hook(void *ud, int32_t hook, fulmen_hook_context *ctx) {
     graph_ud *g = ud;
+    /* Validation: the sanity check's 2 batches and the first epoch's first
+     * warm up, its second is captured; later batches replay. */
+    if (hook == FULMEN_HOOK_VALIDATION_BATCH_START && g->strict_after && g->val_steps > g->warmup) {
+        return fulmen_device_set_sync_debug_mode(FULMEN_DEVICE_TYPE_CUDA, 2);
+    }
+    if (hook == FULMEN_HOOK_VALIDATION_BATCH_END) {
+        g->val_steps++;
+        return g->strict_after ? fulmen_device_set_sync_debug_mode(FULMEN_DEVICE_TYPE_CUDA, 0) : NULL;
+    }
     if (hook == FULMEN_HOOK_TRAIN_BATCH_START && g->strict_after && g->steps > g->warmup) {
         return fulmen_device_set_sync_debug_mode(FULMEN_DEVICE_TYPE_CUDA, 2);
     }
@@ -84,8 +111,15 @@ static fulmen_error *graph_configure(void *ud, fulmen_optimizer_config *config) 
     return e;
 }
 
-/* A fit on cuda:0 of `batches` batches of 64 for `epochs` epochs; writes
- * the seconds it took to *seconds and the fit's error to *err. */
+/* The callback metrics a fit that logs leaves: loss_step, loss_epoch,
+ * val_loss, val_sum. */
+static const char *const LOGGED[4] = {"loss_step", "loss_epoch", "val_loss", "val_sum"};
+static double logged[4];
+
+/* A fit on cuda:0 of `batches` batches of 64 for `epochs` epochs (with
+ * `g->logs`, validating on 6 batches each epoch and reading LOGGED into
+ * `logged` after it); writes the seconds it took to *seconds and the fit's
+ * error to *err. */
 static fulmen_model *gpu_fit(graph_ud *g, size_t batches, int64_t epochs, const char *precision, bool graphs,
                              const char *save, const char *resume, fulmen_error **err, double *seconds) {
     fulmen_dataset *ds = fixture_blobs(64 * batches, 7, 2.0f);
@@ -98,10 +132,25 @@ static fulmen_model *gpu_fit(graph_ud *g, size_t batches, int64_t epochs, const 
     CHECK_OK(fulmen_loader_new(ds, &lo, &loader));
     CHECK_OK(fulmen_manual_seed(13));
     g->model = fixture_mlp(64, 0);
-    g->calls = g->steps = 0;
+    g->calls = g->steps = g->val_calls = g->val_steps = 0;
     g->n_losses = 0;
     g->warmup = 4; /* 3 eager steps and the capture's */
-    fulmen_lightning_module *module = fixture_module_with(g->model, g, graph_step, graph_hook, graph_configure);
+    fulmen_module_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = g;
+    vt.training_step = graph_step;
+    vt.configure_optimizers = graph_configure;
+    vt.on_hook = graph_hook;
+    if (g->logs) vt.validation_step_output = graph_val_step;
+    fulmen_lightning_module *module = NULL;
+    CHECK_OK(fulmen_lightning_module_new(&vt, g->model, &module));
+    fulmen_dataset *val_ds = g->logs ? fixture_blobs(64 * 6, 8, 2.0f) : NULL;
+    fulmen_loader *val = NULL;
+    if (val_ds != NULL) {
+        lo.shuffle = false;
+        CHECK_OK(fulmen_loader_new(val_ds, &lo, &val));
+    }
     fulmen_trainer_options *o = fixture_options(NULL, epochs);
     CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "cuda"));
     CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
@@ -113,18 +162,24 @@ static fulmen_model *gpu_fit(graph_ud *g, size_t batches, int64_t epochs, const 
     CHECK_OK(fulmen_trainer_new(o, &t));
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
-    *err = fulmen_trainer_fit(t, module, loader, NULL, resume);
+    *err = fulmen_trainer_fit(t, module, loader, val, resume);
     fulmen_error *synced = fulmen_device_synchronize(FULMEN_DEVICE_TYPE_CUDA, 0);
     clock_gettime(CLOCK_MONOTONIC, &b);
     CHECK_OK(synced);
     CHECK_OK(fulmen_device_set_sync_debug_mode(FULMEN_DEVICE_TYPE_CUDA, 0));
     if (seconds != NULL) *seconds = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
     if (*err == NULL && save != NULL) CHECK_OK(fulmen_trainer_save_checkpoint(t, module, save, false));
+    for (size_t i = 0; i < 4; i++) {
+        logged[i] = NAN;
+        if (*err == NULL && g->logs) CHECK_OK(fulmen_trainer_callback_metric(t, LOGGED[i], &logged[i]));
+    }
     fulmen_trainer_free(t);
     fulmen_trainer_options_free(o);
     fulmen_lightning_module_free(module);
     fulmen_loader_free(loader);
     fulmen_dataset_free(ds);
+    fulmen_loader_free(val);
+    fulmen_dataset_free(val_ds);
     return g->model;
 }
 
@@ -151,6 +206,40 @@ static void test_graphed_as_eager(const char *precision) {
     CHECK(graphed.calls == 4);
     fulmen_model_free(a);
     fulmen_model_free(b);
+}
+
+/* A fit that logs its loss as a tensor and validates, graphed and eager:
+ * the same logged values; the graphed validation_step runs for the warm-up
+ * and the capture only, and its replays (with the training replays) make
+ * no host synchronization. */
+static void test_graphed_logs_and_validation(const char *precision) {
+    static graph_ud eager, graphed;
+    memset(&eager, 0, sizeof eager);
+    memset(&graphed, 0, sizeof graphed);
+    eager.logs = graphed.logs = true;
+    graphed.strict_after = true;
+    fulmen_error *e1 = NULL, *e2 = NULL;
+    double a[4], b[4];
+    fulmen_model *ma = gpu_fit(&eager, 8, 2, precision, false, NULL, NULL, &e1, NULL);
+    memcpy(a, logged, sizeof a);
+    fulmen_model *mb = gpu_fit(&graphed, 8, 2, precision, true, NULL, NULL, &e2, NULL);
+    memcpy(b, logged, sizeof b);
+    CHECK_OK(e1);
+    CHECK_OK(e2);
+    double worst = 0;
+    for (size_t i = 0; i < 4; i++) {
+        double d = fabs(a[i] - b[i]);
+        if (!(d <= worst)) worst = d;
+    }
+    printf("%s graphed vs eager with logged tensors and validation on cuda:0: max logged diff %g (val_loss %g / "
+           "%g), %lld training_step and %lld validation_step calls (eager %lld)\n",
+           precision, worst, a[2], b[2], (long long)graphed.calls, (long long)graphed.val_calls,
+           (long long)eager.val_calls);
+    CHECK(worst <= 1e-6);
+    CHECK(graphed.calls == 4 && graphed.val_calls == 4 && eager.val_calls == 14);
+    CHECK(fixture_max_diff(ma, mb) <= 1e-6);
+    fulmen_model_free(ma);
+    fulmen_model_free(mb);
 }
 
 /* Replays under sync debug mode "error": any host synchronization fails. */
@@ -237,6 +326,8 @@ int main(int argc, char **argv) {
     test_graphed_as_eager("bf16-mixed");
     test_graphed_as_eager("16-mixed");
     test_replays_do_not_sync();
+    test_graphed_logs_and_validation("32-true");
+    test_graphed_logs_and_validation("bf16-mixed");
     test_graphed_resume();
     test_refusal();
     measure();

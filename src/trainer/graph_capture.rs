@@ -1,0 +1,259 @@
+//! What graphed training steps ([`super::graphed_step`]) and graphed
+//! evaluation steps ([`super::graphed_eval`]) share: the kinds of step a
+//! run captures and where each stands (warming up, captured, eager for
+//! good), the batch's static input tensors, and a capture that keeps the
+//! step's logged tensors and deferred checks to repeat after each replay.
+use super::metrics::{CapturedLog, MetricStore};
+use super::run::Run;
+use crate::error::{Error, ErrorCode, Result};
+use crate::tensor::deferred::{self, CheckKind};
+use crate::tensor::device::Device;
+use crate::tensor::graph::DeviceGraph;
+use tch::{Kind, Tensor};
+
+/// Most kinds of step a run captures, for training and for evaluation
+/// each (each graph keeps its own memory).
+pub(super) const MAX_GRAPHS: usize = 8;
+
+/// A `cuda_graphs` refusal.
+pub(super) fn refused(why: impl std::fmt::Display) -> Error {
+    Error::new(ErrorCode::Unsupported, format!("cuda_graphs: {why}"))
+}
+
+/// Each batch tensor's shape, dtype and device: what a graph's static
+/// inputs fix.
+pub(super) type Signature = Vec<(Vec<i64>, Kind, Device)>;
+
+/// The signature of `tensors`.
+pub(super) fn signature(tensors: &[Tensor]) -> Result<Signature> {
+    tensors.iter().map(|t| Ok((t.size(), t.f_kind()?, Device::of(t)?))).collect()
+}
+
+/// Where a kind of step stands.
+enum Slot<C> {
+    /// Run eagerly this many times so far.
+    Warming(usize),
+    Captured(Box<C>),
+    /// Eager for good (`cuda_graphs_fallback` after a refusal).
+    Eager,
+}
+
+/// What to do with a step, by its kind.
+pub(super) enum Turn {
+    /// Run it eagerly (warming up, or eager for good).
+    Eager,
+    /// Replay the graph captured at this slot.
+    Replay(usize),
+    /// Capture it at this slot.
+    Capture(usize),
+    /// It needs a new graph at this slot, and [`MAX_GRAPHS`] exist.
+    Full(usize),
+}
+
+/// The kinds of step a run met, each with its warm-up count or graph `C`.
+pub(super) struct Slots<K, C> {
+    warmup: usize,
+    fallback: bool,
+    slots: Vec<(K, Slot<C>)>,
+}
+
+impl<K: PartialEq, C> Slots<K, C> {
+    /// Slots that capture a kind after `warmup` eager runs (at least 1);
+    /// `fallback` turns a refused kind eager instead of failing.
+    pub fn new(warmup: i64, fallback: bool) -> Self {
+        Slots { warmup: warmup.max(1) as usize, fallback, slots: Vec::new() }
+    }
+
+    /// What to do with a step of kind `key` (a warm-up run is counted).
+    pub fn turn(&mut self, key: K) -> Turn {
+        let index = match self.slots.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                self.slots.push((key, Slot::Warming(0)));
+                self.slots.len() - 1
+            }
+        };
+        let captured = self.slots.iter().filter(|(_, s)| matches!(s, Slot::Captured(_))).count();
+        match &mut self.slots[index].1 {
+            Slot::Eager => Turn::Eager,
+            Slot::Warming(n) if *n < self.warmup => {
+                *n += 1;
+                Turn::Eager
+            }
+            Slot::Captured(_) => Turn::Replay(index),
+            Slot::Warming(_) if captured >= MAX_GRAPHS => Turn::Full(index),
+            Slot::Warming(_) => Turn::Capture(index),
+        }
+    }
+
+    /// The graph captured at `index` (from [`Turn::Replay`]).
+    pub fn graph(&self, index: usize) -> Option<&C> {
+        match &self.slots.get(index)?.1 {
+            Slot::Captured(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Keeps the graph captured at `index`.
+    pub fn set_captured(&mut self, index: usize, graph: C) {
+        self.slots[index].1 = Slot::Captured(Box::new(graph));
+    }
+
+    /// A step that cannot be captured: with `cuda_graphs_fallback` its kind
+    /// runs eagerly from now on, with a warning (once per run), and `Ok`;
+    /// else `why`.
+    pub fn give_up(&mut self, index: usize, run: &mut Run, why: Error) -> Result<()> {
+        if !self.fallback {
+            return Err(why);
+        }
+        run.warn_once(
+            "cuda_graphs_fallback",
+            &format!("{}; this kind of step runs eagerly from now on (cuda_graphs_fallback)", why.message),
+        );
+        self.slots[index].1 = Slot::Eager;
+        Ok(())
+    }
+}
+
+/// The tensors a graph reads its batch from.
+pub(super) struct StaticInputs(Vec<Tensor>);
+
+impl StaticInputs {
+    /// New tensors holding a copy of `batch`.
+    pub fn copy_of(batch: &[Tensor]) -> Result<StaticInputs> {
+        let _guard = tch::no_grad_guard();
+        let copy = |t: &Tensor| -> Result<Tensor> {
+            let mut input = t.f_empty_like()?;
+            input.f_copy_(t)?;
+            Ok(input)
+        };
+        Ok(StaticInputs(batch.iter().map(copy).collect::<Result<Vec<_>>>()?))
+    }
+
+    /// The tensors.
+    pub fn tensors(&self) -> &[Tensor] {
+        &self.0
+    }
+
+    /// Copies `batch` into the tensors (same signature), under no_grad.
+    fn load(&self, batch: &[Tensor]) -> Result<()> {
+        for (input, t) in self.0.iter().zip(batch) {
+            let mut input = input.shallow_clone();
+            input.f_copy_(t)?;
+        }
+        Ok(())
+    }
+}
+
+/// A captured step's graph, with what each replay repeats on the host:
+/// its deferred checks and its logged tensors.
+pub(super) struct Replayable {
+    graph: DeviceGraph,
+    inputs: StaticInputs,
+    /// The deferred checks the step made, deferred again after each replay.
+    checks: Vec<(CheckKind, Tensor)>,
+    /// The device tensors the step logged, logged again after each replay.
+    logs: Vec<CapturedLog>,
+}
+
+/// A capture's graph and what its step returned.
+pub(super) struct CaptureOut<T> {
+    pub replayable: Replayable,
+    pub out: T,
+}
+
+/// Captures `work` (a step on `inputs`, logging into `store`) on
+/// `device`. Its device tensors logged are kept to log after each replay;
+/// a number or CPU tensor logged is refused, since a replay would not log
+/// it again. On an error the caller puts back what the step changed on
+/// the host (`store` included).
+pub(super) fn capture<T>(
+    device: Device,
+    inputs: StaticInputs,
+    store: &mut MetricStore,
+    at: &dyn Fn() -> String,
+    work: impl FnOnce(&mut MetricStore, &[Tensor]) -> Result<T>,
+) -> Result<CaptureOut<T>> {
+    let records = store.records();
+    store.begin_capture();
+    let captured = DeviceGraph::capture(device, || deferred::collect(|| work(store, inputs.tensors())));
+    let logs = store.end_capture();
+    let (graph, (out, checks)) =
+        captured.map_err(|e| refused(format!("{}: the step could not be captured: {}", at(), e.message)))?;
+    if store.records() != records {
+        return Err(refused(format!(
+            "{}: the step logged a number (or a CPU tensor) while it was captured, which a replay would not log \
+             again: log a device tensor (fulmen_step_context_log_tensor), which each replay logs anew",
+            at()
+        )));
+    }
+    Ok(CaptureOut { replayable: Replayable { graph, inputs, checks, logs }, out })
+}
+
+impl Replayable {
+    /// Replays the step on `batch`: the batch is copied into the static
+    /// inputs, the graph launched (the host does not wait), its checks
+    /// deferred and its tensors logged into `store`.
+    pub fn replay(&self, batch: &[Tensor], store: &mut MetricStore, at: &dyn Fn() -> String) -> Result<()> {
+        // Without autograd: the fake device's replay dispatches its
+        // recorded operations again.
+        let _guard = tch::no_grad_guard();
+        self.inputs.load(batch)?;
+        self.graph.replay().map_err(|e| e.context(at()))?;
+        for (kind, flag) in &self.checks {
+            deferred::defer(*kind, flag)?;
+        }
+        store.relog(&self.logs).map_err(|e| e.context(at()))
+    }
+}
+
+/// The address of each tensor of the module's model (parameters and
+/// buffers; none for a module without one): a graph reads and writes the
+/// tensors it captured.
+pub(super) fn model_addresses(run: &Run) -> Vec<usize> {
+    let Some(model) = run.module.model() else { return Vec::new() };
+    let m = model.lock().unwrap_or_else(|p| p.into_inner());
+    let mut out = Vec::new();
+    m.visit_tensors(&mut |t| out.push(t.data_ptr() as usize));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kind_warms_up_then_is_captured_and_replayed() {
+        let mut slots: Slots<u32, ()> = Slots::new(2, false);
+        assert!(matches!(slots.turn(7), Turn::Eager));
+        assert!(matches!(slots.turn(7), Turn::Eager));
+        // Another kind counts its own warm-up.
+        assert!(matches!(slots.turn(8), Turn::Eager));
+        assert!(matches!(slots.turn(7), Turn::Capture(0)));
+        // Not captured yet (the capture failed, say): asked again.
+        assert!(matches!(slots.turn(7), Turn::Capture(0)));
+        slots.set_captured(0, ());
+        assert!(matches!(slots.turn(7), Turn::Replay(0)));
+        assert!(slots.graph(0).is_some() && slots.graph(1).is_none() && slots.graph(9).is_none());
+    }
+
+    #[test]
+    fn a_warmup_of_zero_still_runs_one_eager_step() {
+        let mut slots: Slots<u32, ()> = Slots::new(0, false);
+        assert!(matches!(slots.turn(1), Turn::Eager));
+        assert!(matches!(slots.turn(1), Turn::Capture(0)));
+    }
+
+    #[test]
+    fn kinds_beyond_the_most_graphs_are_full() {
+        let mut slots: Slots<usize, ()> = Slots::new(1, true);
+        for k in 0..MAX_GRAPHS {
+            assert!(matches!(slots.turn(k), Turn::Eager));
+            assert!(matches!(slots.turn(k), Turn::Capture(i) if i == k));
+            slots.set_captured(k, ());
+        }
+        assert!(matches!(slots.turn(MAX_GRAPHS), Turn::Eager));
+        assert!(matches!(slots.turn(MAX_GRAPHS), Turn::Full(i) if i == MAX_GRAPHS));
+        assert!(matches!(slots.turn(0), Turn::Replay(0)));
+    }
+}
