@@ -354,10 +354,11 @@ func (o *TrainerOptions) SetInferenceMode(v bool) error {
 // FULMEN_CODE_UNSUPPORTED: other devices than CUDA (and the tests' fake
 // device), several devices, manual optimization, optimization hooks,
 // detect_anomaly, optimizers other than fused SGD, Adam and AdamW, and a step
-// that reads a value or logs a number; gradients stay allocated (zeroed in
-// place), and changing hyperparameters other than the learning rate, or the
-// model's parameters and buffers, after a capture fails the run; predict_step
-// runs eagerly.
+// that reads a value or logs a number or a CPU tensor (a step value logged
+// with sync_dist is read after each replay); gradients stay allocated (zeroed
+// in place), and changing hyperparameters other than the learning rate, or
+// the model's parameters and buffers, after a capture fails the run;
+// predict_step runs eagerly.
 func (o *TrainerOptions) SetCudaGraphs(v bool) error {
 	return o.SetBool("cuda_graphs", v)
 }

@@ -330,9 +330,9 @@ fn run_source(
             Stage::Predict => module_step(run, stage, store, &batch, i, dataloader_idx),
             _ => super::graphed_eval::eval_step(run, stage, store, &batch, i, dataloader_idx),
         };
-        let (outs, added) = stepped?;
         drop(autocast);
         run.profile_stop(step, started, Default::default());
+        let (outs, added) = stepped?;
         let out = run.strategy.gather_output(outs)?;
         let added = gather_added(run, added)?;
         if out.is_some() && !added.names.is_empty() {

@@ -6,6 +6,7 @@
 use super::metrics::{CapturedLog, MetricStore};
 use super::run::Run;
 use crate::error::{Error, ErrorCode, Result};
+use crate::strategies::StrategyKind;
 use crate::tensor::deferred::{self, CheckKind};
 use crate::tensor::device::Device;
 use crate::tensor::graph::DeviceGraph;
@@ -54,14 +55,17 @@ pub(super) enum Turn {
 pub(super) struct Slots<K, C> {
     warmup: usize,
     fallback: bool,
+    /// The key of the fallback's warning (once per run).
+    warning: &'static str,
     slots: Vec<(K, Slot<C>)>,
 }
 
 impl<K: PartialEq, C> Slots<K, C> {
     /// Slots that capture a kind after `warmup` eager runs (at least 1);
-    /// `fallback` turns a refused kind eager instead of failing.
-    pub fn new(warmup: i64, fallback: bool) -> Self {
-        Slots { warmup: warmup.max(1) as usize, fallback, slots: Vec::new() }
+    /// `fallback` turns a refused kind eager instead of failing, with a
+    /// warning once per run and `warning` key.
+    pub fn new(warmup: i64, fallback: bool, warning: &'static str) -> Self {
+        Slots { warmup: warmup.max(1) as usize, fallback, warning, slots: Vec::new() }
     }
 
     /// What to do with a step of kind `key` (a warm-up run is counted).
@@ -107,11 +111,22 @@ impl<K: PartialEq, C> Slots<K, C> {
             return Err(why);
         }
         run.warn_once(
-            "cuda_graphs_fallback",
+            self.warning,
             &format!("{}; this kind of step runs eagerly from now on (cuda_graphs_fallback)", why.message),
         );
         self.slots[index].1 = Slot::Eager;
         Ok(())
+    }
+
+    /// [`Slots::give_up`] after a failed capture: an error of the step that
+    /// is not a refusal, or on CUDA one of the capture itself (torch's
+    /// generator stays marked as capturing), ends the run anyway.
+    pub fn give_up_after(&mut self, index: usize, run: &mut Run, failed: Failed) -> Result<()> {
+        let cuda = matches!(run.strategy.root_device(), Device::Cuda(_));
+        if failed.error.code != ErrorCode::Unsupported || (failed.in_capture && cuda) {
+            return Err(failed.error);
+        }
+        self.give_up(index, run, failed.error)
     }
 }
 
@@ -162,32 +177,68 @@ pub(super) struct CaptureOut<T> {
     pub out: T,
 }
 
-/// Captures `work` (a step on `inputs`, logging into `store`) on
-/// `device`. Its device tensors logged are kept to log after each replay;
-/// a number or CPU tensor logged is refused, since a replay would not log
-/// it again. On an error the caller puts back what the step changed on
-/// the host (`store` included).
+/// A step that was not captured.
+pub(super) struct Failed {
+    pub error: Error,
+    /// Whether the device's capture itself failed (on CUDA torch's
+    /// generator then stays marked as capturing: no eager step may follow).
+    pub in_capture: bool,
+}
+
+/// Captures `work` (a step on `inputs`, logging into `store`) on the run's
+/// device, then `check`s what the run did. Its device tensors logged are
+/// kept to log after each replay; a number or CPU tensor logged is
+/// refused, since a replay would not log it again. On a failure what the
+/// step logged is taken back (the store as it was) and the device's
+/// generator put back (on the fake device the step ran), so that an
+/// eager run of it logs once and draws what an eager step draws; the
+/// caller puts back the rest. An error the step itself returned that is
+/// not torch's (the host's own) is passed on as it is: an eager run would
+/// fail with it too.
 pub(super) fn capture<T>(
-    device: Device,
-    inputs: StaticInputs,
+    run: &mut Run,
     store: &mut MetricStore,
+    inputs: StaticInputs,
     at: &dyn Fn() -> String,
-    work: impl FnOnce(&mut MetricStore, &[Tensor]) -> Result<T>,
-) -> Result<CaptureOut<T>> {
+    work: impl FnOnce(&mut Run, &mut MetricStore, &[Tensor]) -> Result<T>,
+    check: impl FnOnce(&Run) -> Result<()>,
+) -> std::result::Result<CaptureOut<T>, Failed> {
+    let device = run.strategy.root_device();
+    let logged_before = store.clone();
+    let rng = device.rng_state().ok();
     let records = store.records();
     store.begin_capture();
-    let captured = DeviceGraph::capture(device, || deferred::collect(|| work(store, inputs.tensors())));
+    let captured = DeviceGraph::capture(device, || deferred::collect(|| work(run, store, inputs.tensors())));
     let logs = store.end_capture();
-    let (graph, (out, checks)) =
-        captured.map_err(|e| refused(format!("{}: the step could not be captured: {}", at(), e.message)))?;
-    if store.records() != records {
-        return Err(refused(format!(
-            "{}: the step logged a number (or a CPU tensor) while it was captured, which a replay would not log \
-             again: log a device tensor (fulmen_step_context_log_tensor), which each replay logs anew",
-            at()
-        )));
+    let result = match captured {
+        Err(e) if e.code != ErrorCode::Torch && e.code != ErrorCode::Unsupported => {
+            Err(Failed { error: e, in_capture: true })
+        }
+        Err(e) => {
+            let why = if e.message.starts_with(&at()) { e.message } else { format!("{}: {}", at(), e.message) };
+            Err(Failed { error: refused(format!("the step could not be captured: {why}")), in_capture: true })
+        }
+        Ok(_) if store.records() != records => Err(Failed {
+            error: refused(format!(
+                "{}: the step logged a number (or a CPU tensor) while it was captured, which a replay would not \
+                 log again: log a device tensor (fulmen_step_context_log_tensor), which each replay logs anew",
+                at()
+            )),
+            in_capture: false,
+        }),
+        Ok(c) => check(run).map(|()| c).map_err(|error| Failed { error, in_capture: false }),
+    };
+    match result {
+        Ok((graph, (out, checks))) => Ok(CaptureOut { replayable: Replayable { graph, inputs, checks, logs }, out }),
+        Err(failed) => {
+            *store = logged_before;
+            // Best effort: the capture's own error is the one to report.
+            if let Some(state) = &rng {
+                let _ = device.set_rng_state(state);
+            }
+            Err(failed)
+        }
     }
-    Ok(CaptureOut { replayable: Replayable { graph, inputs, checks, logs }, out })
 }
 
 impl Replayable {
@@ -207,6 +258,24 @@ impl Replayable {
     }
 }
 
+/// What any graphed step needs of the run (training or evaluation): one
+/// device that captures graphs, no replicas, shards or offloading
+/// (`strategy`: the strategy asked for).
+pub(super) fn check_one_device(run: &Run, strategy: StrategyKind) -> Result<()> {
+    DeviceGraph::supported_on(run.strategy.root_device()).map_err(|e| refused(e.message))?;
+    let single = matches!(strategy, StrategyKind::Auto | StrategyKind::SingleDevice);
+    if !single || run.strategy.world_size() > 1 || run.strategy.num_devices() > 1 || run.strategy.is_data_parallel() {
+        return Err(refused(
+            "a graphed step runs on one device (the single_device strategy): DDP's gradient all-reduce, FSDP's \
+             shards and DP's replicas are not captured",
+        ));
+    }
+    if run.strategy.offloads_parameters() {
+        return Err(refused("parameters offloaded to the host are not captured"));
+    }
+    Ok(())
+}
+
 /// The address of each tensor of the module's model (parameters and
 /// buffers; none for a module without one): a graph reads and writes the
 /// tensors it captured.
@@ -224,7 +293,7 @@ mod tests {
 
     #[test]
     fn a_kind_warms_up_then_is_captured_and_replayed() {
-        let mut slots: Slots<u32, ()> = Slots::new(2, false);
+        let mut slots: Slots<u32, ()> = Slots::new(2, false, "t");
         assert!(matches!(slots.turn(7), Turn::Eager));
         assert!(matches!(slots.turn(7), Turn::Eager));
         // Another kind counts its own warm-up.
@@ -239,14 +308,14 @@ mod tests {
 
     #[test]
     fn a_warmup_of_zero_still_runs_one_eager_step() {
-        let mut slots: Slots<u32, ()> = Slots::new(0, false);
+        let mut slots: Slots<u32, ()> = Slots::new(0, false, "t");
         assert!(matches!(slots.turn(1), Turn::Eager));
         assert!(matches!(slots.turn(1), Turn::Capture(0)));
     }
 
     #[test]
     fn kinds_beyond_the_most_graphs_are_full() {
-        let mut slots: Slots<usize, ()> = Slots::new(1, true);
+        let mut slots: Slots<usize, ()> = Slots::new(1, true, "t");
         for k in 0..MAX_GRAPHS {
             assert!(matches!(slots.turn(k), Turn::Eager));
             assert!(matches!(slots.turn(k), Turn::Capture(i) if i == k));

@@ -9,7 +9,8 @@
 //! replay, and a number logged or a value read inside it is refused. The
 //! step's output is the graph's, overwritten by the next replay. Before
 //! each replay the model's parameters and buffers are checked to be those
-//! the capture read. predict_step always runs eagerly.
+//! the run's first evaluation capture read (every graph reads the same
+//! model). predict_step always runs eagerly.
 use super::context::Stage;
 use super::eval_loop::{module_step, StepOutputs};
 use super::graph_capture::{self, model_addresses, refused, Replayable, Signature, Slots, StaticInputs, Turn};
@@ -17,7 +18,6 @@ use super::metrics::MetricStore;
 use super::run::Run;
 use crate::error::{Error, Result};
 use crate::strategies::StrategyKind;
-use crate::tensor::device::Device;
 use tch::Tensor;
 
 /// What tells one captured evaluation step from another.
@@ -38,9 +38,9 @@ struct Captured {
 /// The graphed evaluation steps of one run.
 pub(crate) struct GraphedEval {
     slots: Slots<EvalKey, Captured>,
-    /// Whether the strategy asked for is one device's (checked with the
-    /// run's devices at the first step).
-    single: bool,
+    /// The strategy asked for (checked with the run's devices at the first
+    /// step).
+    strategy: StrategyKind,
     checked: bool,
     /// The model's tensors the first capture read (compared before each
     /// replay).
@@ -52,8 +52,8 @@ impl GraphedEval {
     /// `cuda_graphs` off).
     pub fn when(opts: &super::TrainerOptions) -> Option<GraphedEval> {
         opts.cuda_graphs.then(|| GraphedEval {
-            slots: Slots::new(opts.cuda_graphs_warmup_steps, opts.cuda_graphs_fallback),
-            single: matches!(opts.strategy.kind, StrategyKind::Auto | StrategyKind::SingleDevice),
+            slots: Slots::new(opts.cuda_graphs_warmup_steps, opts.cuda_graphs_fallback, "cuda_graphs_fallback_eval"),
+            strategy: opts.strategy.kind,
             checked: false,
             model: None,
         })
@@ -89,7 +89,7 @@ impl GraphedEval {
         dataloader_idx: Option<usize>,
     ) -> Result<StepOutputs> {
         if !self.checked {
-            super::graphed_step::check_one_device(run, self.single)?;
+            graph_capture::check_one_device(run, self.strategy)?;
             self.checked = true;
         }
         let (epoch, global_step) = (run.state.epoch, run.state.global_step);
@@ -123,17 +123,11 @@ impl GraphedEval {
             Turn::Capture(index) => index,
         };
         let inputs = StaticInputs::copy_of(batch)?;
-        // A refused capture takes back what its step logged, and the
-        // generator what it drew (on the fake device it ran), so that an
-        // eager run of the same step (cuda_graphs_fallback) does both once.
-        let logged_before = store.clone();
-        let device = run.strategy.root_device();
-        let rng = device.rng_state().ok();
-        let captured = graph_capture::capture(device, inputs, store, &at, |store, tensors| {
+        let work = |run: &mut Run, store: &mut MetricStore, tensors: &[Tensor]| {
             let (mut outs, _) = module_step(run, stage, store, tensors, i, dataloader_idx)?;
             Ok(outs.pop().flatten())
-        });
-        match captured {
+        };
+        match graph_capture::capture(run, store, inputs, &at, work, |_| Ok(())) {
             Ok(c) => {
                 if self.model.is_none() {
                     self.model = Some(model_addresses(run));
@@ -145,17 +139,8 @@ impl GraphedEval {
                 self.slots.set_captured(index, Captured { replayable: c.replayable, output: c.out });
                 Ok((vec![output], Vec::new()))
             }
-            Err(e) => {
-                *store = logged_before;
-                if let Some(state) = &rng {
-                    let _ = device.set_rng_state(state);
-                }
-                if matches!(device, Device::Cuda(_)) {
-                    // torch's CUDA generator stays marked as capturing after
-                    // a capture CUDA invalidated: no eager step may follow.
-                    return Err(e);
-                }
-                self.slots.give_up(index, run, e)?;
+            Err(failed) => {
+                self.slots.give_up_after(index, run, failed)?;
                 module_step(run, stage, store, batch, i, dataloader_idx)
             }
         }

@@ -30,14 +30,11 @@
 //! warning, instead of an error; on CUDA a failed capture still ends the
 //! run, since torch's CUDA generator stays marked as capturing after it.
 use super::automatic::{automatic_step, TrainBatch};
-use super::graph_capture::{self, model_addresses, refused, Replayable, Signature, Slots, StaticInputs, Turn};
+use super::graph_capture::{self, model_addresses, refused, Failed, Replayable, Signature, Slots, StaticInputs, Turn};
 use super::loop_progress::OptimizerProgress;
 use super::metrics::MetricStore;
 use super::run::Run;
 use crate::error::{Error, Result};
-use crate::strategies::StrategyKind;
-use crate::tensor::device::Device;
-use crate::tensor::graph::DeviceGraph;
 use tch::Tensor;
 
 /// What tells one captured step from another.
@@ -134,33 +131,16 @@ impl GraphedSteps {
     /// The graphed steps `opts` ask for (`None` with `cuda_graphs` off).
     pub fn when(opts: &super::TrainerOptions) -> Option<GraphedSteps> {
         opts.cuda_graphs.then(|| GraphedSteps {
-            slots: Slots::new(opts.cuda_graphs_warmup_steps, opts.cuda_graphs_fallback),
+            slots: Slots::new(opts.cuda_graphs_warmup_steps, opts.cuda_graphs_fallback, "cuda_graphs_fallback"),
             checked: false,
             captures: None,
         })
     }
 }
 
-/// What any graphed step needs of the run (training or evaluation): one
-/// device that captures graphs, no replicas, shards or offloading.
-/// (`single`: the strategy asked for is one device's).
-pub(super) fn check_one_device(run: &Run, single: bool) -> Result<()> {
-    DeviceGraph::supported_on(run.strategy.root_device()).map_err(|e| refused(e.message))?;
-    if !single || run.strategy.world_size() > 1 || run.strategy.num_devices() > 1 || run.strategy.is_data_parallel() {
-        return Err(refused(
-            "a graphed step runs on one device (the single_device strategy): DDP's gradient all-reduce, FSDP's \
-             shards and DP's replicas are not captured",
-        ));
-    }
-    if run.strategy.offloads_parameters() {
-        return Err(refused("parameters offloaded to the host are not captured"));
-    }
-    Ok(())
-}
-
 /// What a graphed training run needs of the run, checked at its first step.
 fn check_capturable(run: &mut Run, opts: &super::TrainerOptions) -> Result<()> {
-    check_one_device(run, matches!(opts.strategy.kind, StrategyKind::Auto | StrategyKind::SingleDevice))?;
+    graph_capture::check_one_device(run, opts.strategy.kind)?;
     // 16-mixed's loss scaler captures with the step: the optimizers
     // (fused, checked below) take its inf check on the device, and the scale
     // is updated there.
@@ -283,7 +263,7 @@ impl GraphedSteps {
                 self.slots.set_captured(index, c);
                 out
             }
-            Err(e) => {
+            Err(failed) => {
                 // Nothing of the failed capture ran on the device: its host
                 // counts go back.
                 run.progress = before;
@@ -292,12 +272,7 @@ impl GraphedSteps {
                         g.restore_step_counts(counts);
                     }
                 }
-                if matches!(run.strategy.root_device(), Device::Cuda(_)) {
-                    // torch's CUDA generator stays marked as capturing after
-                    // a capture CUDA invalidated: no eager step may follow.
-                    return Err(e);
-                }
-                self.slots.give_up(index, run, e)?;
+                self.slots.give_up_after(index, run, failed)?;
                 automatic_step(run, opts, store, batch, stepped)
             }
         }
@@ -338,46 +313,33 @@ fn capture(
     batch: &TrainBatch,
     stepped: bool,
     counts: &[Vec<f64>],
-) -> Result<Captured> {
-    let inputs = StaticInputs::copy_of(batch.tensors)?;
-    // A refused capture takes back what its step logged, so that the eager
-    // run of the same step (cuda_graphs_fallback) logs it once. (Its hooks
-    // and training_step have run, and run again in that eager step.)
-    let logged_before = store.clone();
+) -> std::result::Result<Captured, Failed> {
+    let inputs = StaticInputs::copy_of(batch.tensors).map_err(|error| Failed { error, in_capture: false })?;
     let hook_logs = run.state.batch_hook_logs.len();
     let progress = run.progress.optimizer;
-    let device = run.strategy.root_device();
-    // The generator too: the step ran during the capture (on the fake
-    // device for real), and its eager run must draw what it would have.
-    let rng = device.rng_state().ok();
-    let captured = graph_capture::capture(device, inputs, store, batch.at, |store, tensors| {
+    let work = |run: &mut Run, store: &mut MetricStore, tensors: &[Tensor]| {
         let train = TrainBatch { tensors, index: batch.index, first_of_window: batch.first_of_window, at: batch.at };
         automatic_step(run, opts, store, &train, stepped)
-    })
-    .and_then(|captured| {
-        if run.state.batch_hook_logs.len() != hook_logs {
-            return Err(refused(format!(
-                "{}: a hook logged a number while the step was captured, which a replay would not log again (log \
-                 from on_train_batch_end, or leave cuda_graphs off)",
-                (batch.at)()
-            )));
+    };
+    let hooks_logged_nothing = |run: &Run| {
+        if run.state.batch_hook_logs.len() == hook_logs {
+            return Ok(());
         }
-        Ok(captured)
-    });
-    let captured = match captured {
+        Err(refused(format!(
+            "{}: a hook logged a number while the step was captured, which a replay would not log again (log from \
+             on_train_batch_end, or leave cuda_graphs off)",
+            (batch.at)()
+        )))
+    };
+    let captured = match graph_capture::capture(run, store, inputs, batch.at, work, hooks_logged_nothing) {
         Ok(c) => c,
-        Err(e) => {
-            *store = logged_before;
+        Err(failed) => {
+            // (The store and the generator are back already.)
             run.state.batch_hook_logs.truncate(hook_logs);
             // A step that failed between its unscale and the scale update
             // left the scaler mid-iteration.
             run.strategy.precision_mut().forget_iteration();
-            // Best effort: the capture's own error is the one to report
-            // (after a failed CUDA capture the run ends anyway).
-            if let Some(state) = &rng {
-                let _ = device.set_rng_state(state);
-            }
-            return Err(e);
+            return Err(failed);
         }
     };
     let counted = step_counts(run)

@@ -278,28 +278,28 @@ pub struct MetricStore {
 }
 
 /// A device tensor a captured step logged: the graph writes it at each
-/// replay, and [`MetricStore::relog`] records a copy of it then.
+/// replay, and [`MetricStore::relog`] logs a copy of it then, as the step
+/// logged it.
 pub(crate) struct CapturedLog {
-    /// The name recorded (with the loader suffix fulmen added).
-    key: String,
-    /// Where the name forks (before that suffix).
-    base_len: usize,
+    /// Where it was logged from.
+    fx: String,
+    loader: Option<usize>,
+    name: String,
     value: Tensor,
     flags: LogFlags,
     batch_size: f64,
-    loader: Option<usize>,
 }
 
 impl Clone for CapturedLog {
     /// Shares the tensor.
     fn clone(&self) -> Self {
-        CapturedLog { value: self.value.shallow_clone(), key: self.key.clone(), ..*self }
+        CapturedLog { fx: self.fx.clone(), name: self.name.clone(), value: self.value.shallow_clone(), ..*self }
     }
 }
 
 impl std::fmt::Debug for CapturedLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CapturedLog({:?} on {:?})", self.key, self.value.device())
+        write!(f, "CapturedLog({:?} on {:?})", self.name, self.value.device())
     }
 }
 
@@ -589,32 +589,23 @@ impl MetricStore {
             }
             None => name.to_string(),
         };
-        // The fork goes before the suffix added here, not one in the name.
-        let base_len = name.len();
         if let (Some(logs), Logged::Device(t)) = (self.capturing.as_mut(), value) {
-            let loader = site.dataloader_idx;
-            logs.push(CapturedLog { key: key.clone(), base_len, value: t.shallow_clone(), flags, batch_size, loader });
+            logs.push(CapturedLog {
+                fx: site.fx.to_string(),
+                loader: site.dataloader_idx,
+                name: name.to_string(),
+                value: t.shallow_clone(),
+                flags,
+                batch_size,
+            });
             return Ok(key);
         }
-        self.record_from(&key, base_len, value, flags, batch_size, site.dataloader_idx)?;
-        Ok(key)
-    }
-
-    /// [`MetricStore::record`] of a value logged from `loader`'s batch.
-    fn record_from(
-        &mut self,
-        key: &str,
-        base_len: usize,
-        value: Logged,
-        flags: LogFlags,
-        batch_size: f64,
-        loader: Option<usize>,
-    ) -> Result<()> {
-        self.record(key, base_len, value, flags, batch_size)?;
-        if let (Some(acc), Some(_)) = (self.epoch.get_mut(key), loader) {
-            acc.loader = loader;
+        // The fork goes before the suffix added here, not one in the name.
+        self.record(&key, name.len(), value, flags, batch_size)?;
+        if let (Some(acc), Some(_)) = (self.epoch.get_mut(&key), site.dataloader_idx) {
+            acc.loader = site.dataloader_idx;
         }
-        Ok(())
+        Ok(key)
     }
 
     /// Starts the capture of a step in a device graph: until
@@ -631,15 +622,19 @@ impl MetricStore {
         self.capturing.take().unwrap_or_default()
     }
 
-    /// Records what a captured step logged, after a replay wrote it: a copy
-    /// of each tensor (the next replay overwrites the graph's), as the
-    /// step's own log would have recorded it.
+    /// Logs what a captured step logged, after a replay wrote it: a copy of
+    /// each tensor (the next replay overwrites the graph's), as the step's
+    /// own logs would have, in its order and as one batch (a name logged
+    /// twice gets the values' weighted mean, as in [`MetricStore::begin_split`]).
     pub(crate) fn relog(&mut self, logs: &[CapturedLog]) -> Result<()> {
-        for log in logs {
+        self.begin_split();
+        let logged = logs.iter().try_for_each(|log| {
             let value = device_metrics::as_logged(&log.value)?;
-            self.record_from(&log.key, log.base_len, Logged::Device(&value), log.flags, log.batch_size, log.loader)?;
-        }
-        Ok(())
+            let site = LogSite { fx: &log.fx, dataloader_idx: log.loader };
+            self.log_value_from(site, &log.name, Logged::Device(&value), log.flags, log.batch_size).map(|_| ())
+        });
+        self.end_split();
+        logged
     }
 
     /// Replaces the step value just logged under `name` with `flags` by

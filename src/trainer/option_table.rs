@@ -609,7 +609,8 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
               returned tensor is the graph's output, overwritten by the next replay. Refused with \
               FULMEN_CODE_UNSUPPORTED: other devices than CUDA (and the tests' fake device), several devices, \
               manual optimization, optimization hooks, detect_anomaly, optimizers other than fused SGD, Adam and \
-              AdamW, and a step that reads a value or logs a number; gradients stay allocated (zeroed in place), \
+              AdamW, and a step that reads a value or logs a number or a CPU tensor (a step value logged \
+              with sync_dist is read after each replay); gradients stay allocated (zeroed in place), \
               and changing hyperparameters other than the learning rate, or the model's parameters and buffers, \
               after a capture fails the run; predict_step runs eagerly",
         apply: field!(cuda_graphs, parse_bool),

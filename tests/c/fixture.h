@@ -181,6 +181,27 @@ static inline fulmen_lightning_module *fixture_module_with(
     return m;
 }
 
+/* fixture_module_with `eval_step` as validation_step_output and
+ * test_step_output (NULL: neither). */
+static inline fulmen_lightning_module *fixture_module_with_eval(
+    fulmen_model *model, void *ud,
+    fulmen_error *(*step)(void *, fulmen_step_context *, const fulmen_batch *, fulmen_tensor **),
+    fulmen_error *(*eval_step)(void *, fulmen_step_context *, const fulmen_batch *, fulmen_tensor **),
+    fulmen_error *(*on_hook)(void *, int32_t, fulmen_hook_context *),
+    fulmen_error *(*configure)(void *, fulmen_optimizer_config *)) {
+    fulmen_module_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = ud;
+    vt.training_step = step;
+    vt.validation_step_output = vt.test_step_output = eval_step;
+    vt.configure_optimizers = configure;
+    vt.on_hook = on_hook;
+    fulmen_lightning_module *m = NULL;
+    CHECK_OK(fulmen_lightning_module_new(&vt, model, &m));
+    return m;
+}
+
 /* fixture_module_with plain SGD (fixture_configure_sgd). */
 static inline fulmen_lightning_module *fixture_module(
     fulmen_model *model, void *ud,

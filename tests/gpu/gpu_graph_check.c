@@ -71,14 +71,14 @@ static fulmen_error *graph_hook(void *ud, int32_t hook, fulmen_hook_context *ctx
     graph_ud *g = ud;
     /* Validation: the sanity check's 2 batches and the first epoch's first
      * warm up, its second is captured; later batches replay. */
-    if (hook == FULMEN_HOOK_VALIDATION_BATCH_START && g->strict_after && g->val_steps > g->warmup) {
+    if (hook == FULMEN_HOOK_VALIDATION_BATCH_START && g->strict_after && g->val_steps >= g->warmup) {
         return fulmen_device_set_sync_debug_mode(FULMEN_DEVICE_TYPE_CUDA, 2);
     }
     if (hook == FULMEN_HOOK_VALIDATION_BATCH_END) {
         g->val_steps++;
         return g->strict_after ? fulmen_device_set_sync_debug_mode(FULMEN_DEVICE_TYPE_CUDA, 0) : NULL;
     }
-    if (hook == FULMEN_HOOK_TRAIN_BATCH_START && g->strict_after && g->steps > g->warmup) {
+    if (hook == FULMEN_HOOK_TRAIN_BATCH_START && g->strict_after && g->steps >= g->warmup) {
         return fulmen_device_set_sync_debug_mode(FULMEN_DEVICE_TYPE_CUDA, 2);
     }
     if (hook != FULMEN_HOOK_TRAIN_BATCH_END) return NULL;
@@ -135,16 +135,8 @@ static fulmen_model *gpu_fit(graph_ud *g, size_t batches, int64_t epochs, const 
     g->calls = g->steps = g->val_calls = g->val_steps = 0;
     g->n_losses = 0;
     g->warmup = 4; /* 3 eager steps and the capture's */
-    fulmen_module_vtable vt;
-    memset(&vt, 0, sizeof vt);
-    vt.struct_size = sizeof vt;
-    vt.userdata = g;
-    vt.training_step = graph_step;
-    vt.configure_optimizers = graph_configure;
-    vt.on_hook = graph_hook;
-    if (g->logs) vt.validation_step_output = graph_val_step;
-    fulmen_lightning_module *module = NULL;
-    CHECK_OK(fulmen_lightning_module_new(&vt, g->model, &module));
+    fulmen_lightning_module *module = fixture_module_with_eval(g->model, g, graph_step, g->logs ? graph_val_step : NULL,
+                                                               graph_hook, graph_configure);
     fulmen_dataset *val_ds = g->logs ? fixture_blobs(64 * 6, 8, 2.0f) : NULL;
     fulmen_loader *val = NULL;
     if (val_ds != NULL) {
