@@ -655,7 +655,9 @@ struct fulmen_error *fulmen_step_context_batch_idx(const struct fulmen_step_cont
  * Adds `tensor` to the prediction of the running predict_step, which is
  * then a tuple (Lightning's `predict_step` returning one): the tensor the
  * step writes to `*out`, if any, then the added ones in order. The
- * prediction shares the tensor's storage; the handle stays the caller's.
+ * prediction shares the tensor's storage (with the trainer option
+ * `cuda_graphs`, a replayed batch's is a copy of the graph's); the handle
+ * stays the caller's.
  * `fulmen_trainer_predict_batches`, `fulmen_hook_context_prediction` (in
  * `on_predict_batch_end`) and `fulmen_trainer_add_prediction_value_writer`'s
  * writers get such tuples; the predict calls that concatenate use only
@@ -702,7 +704,9 @@ struct fulmen_error *fulmen_step_context_add_named_prediction(struct fulmen_step
  * `fulmen_trainer_add_prediction_value_writer`'s writers get the value
  * as it was set; the predict calls that concatenate refuse it, the tensor
  * readers see no tensor, and strategy `dp` (whose devices' chunks would
- * need gathering) fails the run with FULMEN_CODE_UNSUPPORTED.
+ * need gathering) and the trainer option `cuda_graphs` (whose replays
+ * could not make it again) fail the run with FULMEN_CODE_UNSUPPORTED
+ * (`cuda_graphs_fallback`: the step runs eagerly instead).
  *
  * Errors: FULMEN_CODE_INVALID_STATE (outside predict_step; after a tensor
  * was added or a value set in the same step; the step then writing

@@ -751,21 +751,23 @@ struct fulmen_error *fulmen_trainer_options_new(struct fulmen_trainer_options **
  *   step (batch shapes and dtypes, accumulation) in a CUDA graph after
  *   cuda_graphs_warmup_steps eager runs, and replay it: the batch is
  *   copied into the graph's inputs and forward, backward, clipping and the
- *   update run as one launch (at most 8 graphs); validation and test steps
- *   likewise in forward-only graphs (per stage, loader and batch shapes;
- *   at most 8 more). The steps and the hooks between backward and the
- *   update run at the capture only, their device work at every replay; the
- *   device tensors a step logs are logged again after each replay; a
- *   step's returned tensor is the graph's output, overwritten by the next
- *   replay. Refused with FULMEN_CODE_UNSUPPORTED: other devices than CUDA
- *   (and the tests' fake device), several devices, manual optimization,
+ *   update run as one launch (at most 8 graphs); validation, test and
+ *   predict steps likewise in forward-only graphs (per stage, loader and
+ *   batch shapes; at most 8 more). The steps and the hooks between
+ *   backward and the update run at the capture only, their device work at
+ *   every replay; the device tensors a step logs are logged again after
+ *   each replay; a step's returned tensor is the graph's output,
+ *   overwritten by the next replay (a predict step's tensors are copied).
+ *   Refused with FULMEN_CODE_UNSUPPORTED: other devices than CUDA (and the
+ *   tests' fake device), several devices, manual optimization,
  *   optimization hooks, detect_anomaly, optimizers other than fused SGD,
  *   Adam and AdamW, and a step that reads a value or logs a number or a
  *   CPU tensor (a step value logged with sync_dist is read after each
  *   replay); gradients stay allocated (zeroed in place), and changing
  *   hyperparameters other than the learning rate, or the model's
- *   parameters and buffers, after a capture fails the run; predict_step
- *   runs eagerly.
+ *   parameters and buffers, after a capture fails the run; a predict step
+ *   that sets its prediction as a value or returns host tensors is refused
+ *   (a blocking copy to the host fails the capture itself).
  * - `cuda_graphs_warmup_steps` (integer; default 3): eager runs of each
  *   kind of step before cuda_graphs captures it (at least 1: lazy state
  *   such as optimizer buffers must exist before a capture).

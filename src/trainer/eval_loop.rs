@@ -326,10 +326,7 @@ fn run_source(
         let started = run.profile_start();
         let global_step = run.state.global_step;
         let at = |name: &str| batch_at(name, epoch, global_step, i, dataloader_idx);
-        let stepped = match stage {
-            Stage::Predict => module_step(run, stage, store, &batch, i, dataloader_idx),
-            _ => super::graphed_eval::eval_step(run, stage, store, &batch, i, dataloader_idx),
-        };
+        let stepped = super::graphed_eval::eval_step(run, stage, store, &batch, i, dataloader_idx);
         drop(autocast);
         run.profile_stop(step, started, Default::default());
         let (outs, added) = stepped?;

@@ -130,19 +130,21 @@ impl<K: PartialEq, C> Slots<K, C> {
     }
 }
 
+/// A new tensor holding a copy of `t` (no autograd history).
+pub(super) fn copy_tensor(t: &Tensor) -> Result<Tensor> {
+    let _guard = tch::no_grad_guard();
+    let mut copy = t.f_empty_like()?;
+    copy.f_copy_(t)?;
+    Ok(copy)
+}
+
 /// The tensors a graph reads its batch from.
 pub(super) struct StaticInputs(Vec<Tensor>);
 
 impl StaticInputs {
     /// New tensors holding a copy of `batch`.
     pub fn copy_of(batch: &[Tensor]) -> Result<StaticInputs> {
-        let _guard = tch::no_grad_guard();
-        let copy = |t: &Tensor| -> Result<Tensor> {
-            let mut input = t.f_empty_like()?;
-            input.f_copy_(t)?;
-            Ok(input)
-        };
-        Ok(StaticInputs(batch.iter().map(copy).collect::<Result<Vec<_>>>()?))
+        Ok(StaticInputs(batch.iter().map(copy_tensor).collect::<Result<Vec<_>>>()?))
     }
 
     /// The tensors.
@@ -186,7 +188,7 @@ pub(super) struct Failed {
 }
 
 /// Captures `work` (a step on `inputs`, logging into `store`) on the run's
-/// device, then `check`s what the run did. Its device tensors logged are
+/// device, then `check`s what the run did and what the step returned. Its device tensors logged are
 /// kept to log after each replay; a number or CPU tensor logged is
 /// refused, since a replay would not log it again. On a failure what the
 /// step logged is taken back (the store as it was) and the device's
@@ -201,7 +203,7 @@ pub(super) fn capture<T>(
     inputs: StaticInputs,
     at: &dyn Fn() -> String,
     work: impl FnOnce(&mut Run, &mut MetricStore, &[Tensor]) -> Result<T>,
-    check: impl FnOnce(&Run) -> Result<()>,
+    check: impl FnOnce(&Run, &T) -> Result<()>,
 ) -> std::result::Result<CaptureOut<T>, Failed> {
     let device = run.strategy.root_device();
     let logged_before = store.clone();
@@ -226,7 +228,7 @@ pub(super) fn capture<T>(
             )),
             in_capture: false,
         }),
-        Ok(c) => check(run).map(|()| c).map_err(|error| Failed { error, in_capture: false }),
+        Ok(c) => check(run, &c.1 .0).map(|()| c).map_err(|error| Failed { error, in_capture: false }),
     };
     match result {
         Ok((graph, (out, checks))) => Ok(CaptureOut { replayable: Replayable { graph, inputs, checks, logs }, out }),

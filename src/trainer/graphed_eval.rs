@@ -1,23 +1,28 @@
 //! Graphed evaluation steps (the trainer option `cuda_graphs`): each kind
-//! of validation or test step (the stage, the loader, the batch's shapes,
-//! dtypes and devices) runs eagerly `cuda_graphs_warmup_steps` times, is
-//! captured once in a forward-only device graph with the batch copied into
-//! static input tensors, and is replayed from then on, in fit's
-//! validations and in validate and test runs alike. As in a graphed
-//! training step ([`super::graphed_step`]), the step's host code runs at
-//! the capture only: its device tensors logged are logged again after each
-//! replay, and a number logged or a value read inside it is refused. The
-//! step's output is the graph's, overwritten by the next replay. Before
-//! each replay the model's parameters and buffers are checked to be those
-//! the run's first evaluation capture read (every graph reads the same
-//! model). predict_step always runs eagerly.
-use super::context::Stage;
+//! of validation, test or predict step (the stage, the loader, the batch's
+//! shapes, dtypes and devices) runs eagerly `cuda_graphs_warmup_steps`
+//! times, is captured once in a forward-only device graph with the batch
+//! copied into static input tensors, and is replayed from then on, in
+//! fit's validations and in validate, test and predict runs alike. As in a
+//! graphed training step ([`super::graphed_step`]), the step's host code
+//! runs at the capture only: its device tensors logged are logged again
+//! after each replay, and a number logged or a value read inside it is
+//! refused. A validation or test step's output is the graph's, overwritten
+//! by the next replay (it goes to the batch-end hooks only); a predict
+//! step's tensors (returned and added) are copied after each replay, since
+//! predictions are kept; one that sets its prediction as a value or
+//! returns tensors on the host is refused (a blocking copy to the host
+//! inside the step fails the capture itself, which on CUDA ends the run). Before each replay the model's
+//! parameters and buffers are checked to be those the run's first
+//! evaluation capture read (every graph reads the same model).
+use super::context::{AddedPredictions, Stage};
 use super::eval_loop::{module_step, StepOutputs};
 use super::graph_capture::{self, model_addresses, refused, Replayable, Signature, Slots, StaticInputs, Turn};
 use super::metrics::MetricStore;
 use super::run::Run;
 use crate::error::{Error, Result};
 use crate::strategies::StrategyKind;
+use crate::tensor::device::Device;
 use tch::Tensor;
 
 /// What tells one captured evaluation step from another.
@@ -31,8 +36,26 @@ struct EvalKey {
 /// A captured evaluation step.
 struct Captured {
     replayable: Replayable,
+    stage: Stage,
     /// What the step returned (its values change with each replay).
     output: Option<Tensor>,
+    /// What a predict step added (the same).
+    added: AddedPredictions,
+}
+
+impl Captured {
+    /// What the last replay gave: a predict step's tensors copied, the
+    /// others as the graph holds them.
+    fn outputs(&self) -> Result<StepOutputs> {
+        let predict = self.stage == Stage::Predict;
+        let give = |t: &Tensor| if predict { graph_capture::copy_tensor(t) } else { Ok(t.shallow_clone()) };
+        let output = self.output.as_ref().map(give).transpose()?;
+        if !predict {
+            return Ok((vec![output], Vec::new()));
+        }
+        let tensors = self.added.tensors.iter().map(give).collect::<Result<Vec<_>>>()?;
+        Ok((vec![output], vec![AddedPredictions { tensors, names: self.added.names.clone(), value: None }]))
+    }
 }
 
 /// The graphed evaluation steps of one run.
@@ -60,8 +83,8 @@ impl GraphedEval {
     }
 }
 
-/// One validation or test batch `i`: the module's step ([`module_step`]),
-/// graphed when `cuda_graphs` is on.
+/// One validation, test or predict batch `i`: the module's step
+/// ([`module_step`]), graphed when `cuda_graphs` is on.
 pub(super) fn eval_step(
     run: &mut Run,
     stage: Stage,
@@ -93,7 +116,11 @@ impl GraphedEval {
             self.checked = true;
         }
         let (epoch, global_step) = (run.state.epoch, run.state.global_step);
-        let name = if stage == Stage::Test { "test_step" } else { "validation_step" };
+        let name = match stage {
+            Stage::Test => "test_step",
+            Stage::Predict => "predict_step",
+            _ => "validation_step",
+        };
         let at = || super::eval_loop::batch_at(name, epoch, global_step, i, dataloader_idx);
         let key = EvalKey { stage, dataloader_idx, tensors: graph_capture::signature(batch)? };
         let index = match self.slots.turn(key) {
@@ -108,7 +135,7 @@ impl GraphedEval {
                 }
                 let captured = self.slots.graph(index).ok_or_else(|| Error::state("cuda_graphs: no graph here"))?;
                 captured.replayable.replay(batch, store, &at)?;
-                return Ok((vec![captured.output.as_ref().map(Tensor::shallow_clone)], Vec::new()));
+                return captured.outputs();
             }
             Turn::Full(index) => {
                 let why = refused(format!(
@@ -124,10 +151,34 @@ impl GraphedEval {
         };
         let inputs = StaticInputs::copy_of(batch)?;
         let work = |run: &mut Run, store: &mut MetricStore, tensors: &[Tensor]| {
-            let (mut outs, _) = module_step(run, stage, store, tensors, i, dataloader_idx)?;
-            Ok(outs.pop().flatten())
+            let (mut outs, mut added) = module_step(run, stage, store, tensors, i, dataloader_idx)?;
+            Ok((outs.pop().flatten(), added.pop().unwrap_or_default()))
         };
-        match graph_capture::capture(run, store, inputs, &at, work, |_| Ok(())) {
+        // What a replay gives again must be the graph's work: device
+        // tensors, not a value the host built or tensors on the host.
+        let replayable = |run: &Run, (output, added): &(Option<Tensor>, AddedPredictions)| {
+            if added.value.is_some() {
+                return Err(refused(format!(
+                    "{}: predict_step set its whole prediction as a value, which a replay cannot make again (the \
+                     value is kept as the host built it): return or add tensors",
+                    at()
+                )));
+            }
+            let device = run.strategy.root_device();
+            for t in output.iter().chain(&added.tensors) {
+                if Device::of(t)? != device {
+                    return Err(refused(format!(
+                        "{}: the step's output lies on {}, not on the graph's device {}, and would not change in a \
+                         replay: return device tensors (the predictions stay on the device)",
+                        at(),
+                        Device::of(t)?.name(),
+                        device.name()
+                    )));
+                }
+            }
+            Ok(())
+        };
+        match graph_capture::capture(run, store, inputs, &at, work, replayable) {
             Ok(c) => {
                 if self.model.is_none() {
                     self.model = Some(model_addresses(run));
@@ -135,9 +186,11 @@ impl GraphedEval {
                 // The capture did the step's host work; its device work is
                 // this first replay.
                 c.replayable.replay(batch, store, &at)?;
-                let output = c.out.as_ref().map(Tensor::shallow_clone);
-                self.slots.set_captured(index, Captured { replayable: c.replayable, output: c.out });
-                Ok((vec![output], Vec::new()))
+                let (output, added) = c.out;
+                let captured = Captured { replayable: c.replayable, stage, output, added };
+                let outputs = captured.outputs();
+                self.slots.set_captured(index, captured);
+                outputs
             }
             Err(failed) => {
                 self.slots.give_up_after(index, run, failed)?;

@@ -321,7 +321,7 @@ fn capture(
         let train = TrainBatch { tensors, index: batch.index, first_of_window: batch.first_of_window, at: batch.at };
         automatic_step(run, opts, store, &train, stepped)
     };
-    let hooks_logged_nothing = |run: &Run| {
+    let hooks_logged_nothing = |run: &Run, _: &Option<Tensor>| {
         if run.state.batch_hook_logs.len() == hook_logs {
             return Ok(());
         }

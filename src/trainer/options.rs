@@ -181,8 +181,9 @@ pub struct TrainerOptions {
     pub enable_model_summary: bool,
     /// Evaluate without autograd (libtorch's no-grad mode).
     pub inference_mode: bool,
-    /// Capture each kind of training step in a device graph and replay it
-    /// (`trainer::graphed_step`).
+    /// Capture each kind of training, validation, test and predict step in
+    /// a device graph and replay it (`trainer::graphed_step`,
+    /// `trainer::graphed_eval`).
     pub cuda_graphs: bool,
     /// Eager runs of each kind of step before it is captured.
     pub cuda_graphs_warmup_steps: i64,

@@ -161,28 +161,10 @@ static inline fulmen_error *fixture_configure_fused_sgd(void *ud, fulmen_optimiz
     return fixture_add_optimizer(config, e, opt);
 }
 
-/* A LightningModule over `model` with `step`, `on_hook` (may be NULL)
- * and `configure` (configure_optimizers); `ud` (first member: the model)
- * goes to all three. */
-static inline fulmen_lightning_module *fixture_module_with(
-    fulmen_model *model, void *ud,
-    fulmen_error *(*step)(void *, fulmen_step_context *, const fulmen_batch *, fulmen_tensor **),
-    fulmen_error *(*on_hook)(void *, int32_t, fulmen_hook_context *),
-    fulmen_error *(*configure)(void *, fulmen_optimizer_config *)) {
-    fulmen_module_vtable vt;
-    memset(&vt, 0, sizeof vt);
-    vt.struct_size = sizeof vt;
-    vt.userdata = ud;
-    vt.training_step = step;
-    vt.configure_optimizers = configure;
-    vt.on_hook = on_hook;
-    fulmen_lightning_module *m = NULL;
-    CHECK_OK(fulmen_lightning_module_new(&vt, model, &m));
-    return m;
-}
-
-/* fixture_module_with `eval_step` as validation_step_output and
- * test_step_output (NULL: neither). */
+/* A LightningModule over `model` with `step`, `eval_step` (as
+ * validation_step_output and test_step_output; NULL: neither), `on_hook`
+ * (may be NULL) and `configure` (configure_optimizers); `ud` (first
+ * member: the model) goes to all of them. */
 static inline fulmen_lightning_module *fixture_module_with_eval(
     fulmen_model *model, void *ud,
     fulmen_error *(*step)(void *, fulmen_step_context *, const fulmen_batch *, fulmen_tensor **),
@@ -197,6 +179,30 @@ static inline fulmen_lightning_module *fixture_module_with_eval(
     vt.validation_step_output = vt.test_step_output = eval_step;
     vt.configure_optimizers = configure;
     vt.on_hook = on_hook;
+    fulmen_lightning_module *m = NULL;
+    CHECK_OK(fulmen_lightning_module_new(&vt, model, &m));
+    return m;
+}
+
+/* fixture_module_with_eval without evaluation steps. */
+static inline fulmen_lightning_module *fixture_module_with(
+    fulmen_model *model, void *ud,
+    fulmen_error *(*step)(void *, fulmen_step_context *, const fulmen_batch *, fulmen_tensor **),
+    fulmen_error *(*on_hook)(void *, int32_t, fulmen_hook_context *),
+    fulmen_error *(*configure)(void *, fulmen_optimizer_config *)) {
+    return fixture_module_with_eval(model, ud, step, NULL, on_hook, configure);
+}
+
+/* A LightningModule of `model` with only `predict` (predict_step), given
+ * `ud`. */
+static inline fulmen_lightning_module *fixture_module_predicting(
+    fulmen_model *model, void *ud,
+    fulmen_error *(*predict)(void *, fulmen_step_context *, const fulmen_batch *, fulmen_tensor **)) {
+    fulmen_module_vtable vt;
+    memset(&vt, 0, sizeof vt);
+    vt.struct_size = sizeof vt;
+    vt.userdata = ud;
+    vt.predict_step = predict;
     fulmen_lightning_module *m = NULL;
     CHECK_OK(fulmen_lightning_module_new(&vt, model, &m));
     return m;

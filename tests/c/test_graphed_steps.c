@@ -1,5 +1,5 @@
 /*
- * Graphed training, validation and test steps (the trainer option
+ * Graphed training, validation, test and predict steps (the trainer option
  * cuda_graphs) on the fake device, whose capture records device work and
  * replays it as a CUDA graph does: a graphed fit trains as an eager one
  * (per-step losses, logged tensors and weights within 1e-6), calls its
@@ -411,6 +411,20 @@ static void test_graphed_logs_and_evaluation(void) {
     expect_graphed_as_eager_eval("validation, conv and batch norm", conv, validated, 4, 8);
 }
 
+/* Fits of `g` as `few` and `many` say wait for the device as often. */
+static void expect_same_reads(const char *what, graph_ud g, fit_plan few, fit_plan many) {
+    fulmen_error *e = NULL;
+    uint64_t reads_few = 0, reads_many = 0;
+    fulmen_model_free(graph_fit(&g, &few, &e, &reads_few));
+    CHECK_OK(e);
+    fulmen_model_free(graph_fit(&g, &many, &e, &reads_many));
+    CHECK_OK(e);
+    if (reads_few != reads_many)
+        fprintf(stderr, "%s: %llu and %llu host reads\n", what, (unsigned long long)reads_few,
+                (unsigned long long)reads_many);
+    CHECK(reads_few == reads_many);
+}
+
 /* Graphed validation waits for the device no more than eager steps: the
  * host reads of fits validating on 6 and 12 batches per epoch are the
  * same (the epoch's values are read at its end). */
@@ -419,18 +433,145 @@ static void test_no_host_waits_in_validation(void) {
     g.optimizer = OPT_FUSED_ADAM;
     g.step_kind = STEP_LOGS_TENSOR;
     g.eval_kind = EVAL_TENSORS;
-    fulmen_error *e = NULL;
-    uint64_t few = 0, many = 0;
     fit_plan six = {"npu", 6, 0, 1, GRAPHS, 1, NULL, NULL, 6, false};
-    fulmen_model_free(graph_fit(&g, &six, &e, &few));
-    CHECK_OK(e);
     fit_plan twelve = {"npu", 6, 0, 1, GRAPHS, 1, NULL, NULL, 12, false};
-    fulmen_model_free(graph_fit(&g, &twelve, &e, &many));
+    expect_same_reads("graphed validation, 6 and 12 batches", g, six, twelve);
+}
+
+/* What predict_step does: returns the logits and adds their softmax (a
+ * tuple per batch), sets the prediction as a value, or returns zeros made
+ * on the host. */
+enum { PREDICT_TUPLE, PREDICT_VALUE, PREDICT_HOST };
+
+typedef struct {
+    fulmen_model *model;
+    int kind;
+    int64_t calls;
+} predict_ud;
+
+static fulmen_error *graph_predict_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch,
+                                        fulmen_tensor **out) {
+    predict_ud *p = ud;
+    p->calls++;
+    fulmen_tensor *x = NULL, *probs = NULL;
+    fulmen_value *v = NULL;
+    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
+    if (e == NULL) e = fulmen_model_forward(p->model, x, out);
+    if (e == NULL && p->kind == PREDICT_TUPLE) e = fulmen_tensor_softmax(*out, 1, &probs);
+    if (e == NULL && p->kind == PREDICT_TUPLE) e = fulmen_step_context_add_prediction(ctx, probs);
+    if (e == NULL && p->kind == PREDICT_VALUE) e = fulmen_value_tensor(*out, &v);
+    if (e == NULL && p->kind == PREDICT_VALUE) {
+        e = fulmen_step_context_set_prediction(ctx, v);
+        *out = NULL;
+    }
+    const int64_t shape[2] = {32, 2};
+    if (e == NULL && p->kind == PREDICT_HOST) e = fulmen_tensor_zeros(shape, 2, FULMEN_DTYPE_F32, out);
+    fulmen_value_free(v);
+    fulmen_tensor_free(probs);
+    return e;
+}
+
+/* Predicts 8 batches of 32 on the fake device with a new MLP (the same
+ * weights every time), with `opts`; the predictions (a list of one value
+ * per batch), the run's error in *err. */
+static fulmen_value *predict_all(predict_ud *p, const char *const (*opts)[2], size_t n, fulmen_error **err) {
+    fulmen_dataset *ds = fixture_blobs(32 * 8, 9, 2.0f);
+    fulmen_loader *loader = fixture_loader(ds, 32, false, 0);
+    CHECK_OK(fulmen_manual_seed(13));
+    p->model = fixture_mlp(16, 0);
+    p->calls = 0;
+    fulmen_lightning_module *module = fixture_module_predicting(p->model, p, graph_predict_step);
+    fulmen_trainer_options *o = fixture_options(NULL, 1);
+    CHECK_OK(fulmen_trainer_options_set(o, "accelerator", "npu"));
+    CHECK_OK(fulmen_trainer_options_set(o, "devices", "1"));
+    for (size_t i = 0; i < n; i++) CHECK_OK(fulmen_trainer_options_set(o, opts[i][0], opts[i][1]));
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_value *out = NULL;
+    const fulmen_loader *loaders[1] = {loader};
+    *err = fulmen_trainer_predict_batches(t, module, loaders, 1, NULL, true, &out);
+    fulmen_trainer_free(t);
+    fulmen_trainer_options_free(o);
+    fulmen_lightning_module_free(module);
+    fulmen_model_free(p->model);
+    fulmen_loader_free(loader);
+    fulmen_dataset_free(ds);
+    return out;
+}
+
+/* Element `i` of a tuple or list value as a CPU tensor (NULL when it is
+ * not one). */
+static fulmen_tensor *tensor_at(const fulmen_value *v, size_t i) {
+    fulmen_value *item = NULL;
+    fulmen_tensor *t = NULL, *cpu = NULL;
+    fulmen_error *e = fulmen_value_item(v, i, &item);
+    if (e == NULL) e = fulmen_value_get_tensor(item, &t);
+    if (e == NULL) e = fulmen_tensor_to_device(t, FULMEN_DEVICE_TYPE_CPU, 0, &cpu);
+    fulmen_error_free(e);
+    fulmen_tensor_free(t);
+    fulmen_value_free(item);
+    return cpu;
+}
+
+/* The largest difference between two lists of per-batch tuples (1e300
+ * when their shapes differ). */
+static double predictions_diff(const fulmen_value *a, const fulmen_value *b) {
+    size_t na = 0, nb = 0;
+    CHECK_OK(fulmen_value_len(a, &na));
+    CHECK_OK(fulmen_value_len(b, &nb));
+    if (na != nb || na == 0) return 1e300;
+    double worst = 0;
+    for (size_t i = 0; i < na; i++) {
+        fulmen_value *ta = NULL, *tb = NULL;
+        CHECK_OK(fulmen_value_item(a, i, &ta));
+        CHECK_OK(fulmen_value_item(b, i, &tb));
+        for (size_t j = 0; j < 2; j++) {
+            fulmen_tensor *x = tensor_at(ta, j), *y = tensor_at(tb, j);
+            double d = x != NULL && y != NULL ? fixture_tensor_diff(x, y) : 1e300;
+            if (!(d <= worst)) worst = d;
+            fulmen_tensor_free(x);
+            fulmen_tensor_free(y);
+        }
+        fulmen_value_free(ta);
+        fulmen_value_free(tb);
+    }
+    return worst;
+}
+
+/* Predict steps are graphed too: a predict run keeps every batch's
+ * prediction (returned and added tensors), each replay's copied, equal to
+ * the eager run's; predict_step runs for the warm-up and the capture. A
+ * prediction set as a value is refused (eager with cuda_graphs_fallback). */
+static void test_graphed_predict(void) {
+    predict_ud eager = {0}, graphed = {0};
+    fulmen_error *e1 = NULL, *e2 = NULL;
+    fulmen_value *a = predict_all(&eager, NULL, 0, &e1);
+    fulmen_value *b = predict_all(&graphed, GRAPHS, 1, &e2);
+    CHECK_OK(e1);
+    CHECK_OK(e2);
+    double diff = a != NULL && b != NULL ? predictions_diff(a, b) : 1e300;
+    if (diff > 1e-6 || graphed.calls != 4)
+        fprintf(stderr, "graphed predict: prediction diff %g, %lld predict_step calls\n", diff, (long long)graphed.calls);
+    CHECK(diff <= 1e-6 && eager.calls == 8 && graphed.calls == 4);
+    fulmen_value_free(a);
+    fulmen_value_free(b);
+    predict_ud value = {0};
+    value.kind = PREDICT_VALUE;
+    fulmen_error *e = NULL;
+    fulmen_value_free(predict_all(&value, GRAPHS, 1, &e));
+    CHECK_ERR(e, FULMEN_CODE_UNSUPPORTED, "set its whole prediction as a value");
+    predict_ud host = {0};
+    host.kind = PREDICT_HOST;
+    fulmen_value_free(predict_all(&host, GRAPHS, 1, &e));
+    CHECK_ERR(e, FULMEN_CODE_UNSUPPORTED, "lies on cpu, not on the graph's device");
+    const char *const fallback[][2] = {{"cuda_graphs", "true"}, {"cuda_graphs_fallback", "true"}};
+    fulmen_value *c = predict_all(&value, fallback, 2, &e);
     CHECK_OK(e);
-    if (few != many)
-        fprintf(stderr, "graphed validation: %llu host reads with 6 batches, %llu with 12\n",
-                (unsigned long long)few, (unsigned long long)many);
-    CHECK(few == many);
+    size_t n = 0;
+    if (c != NULL) CHECK_OK(fulmen_value_len(c, &n));
+    /* 3 warm-up calls, the refused capture, then 5 eager ones. */
+    CHECK(n == 8 && value.calls == 9);
+    fulmen_value_free(c);
 }
 
 /* Replays wait for the device no more than eager steps: the host reads of
@@ -440,18 +581,9 @@ static void test_no_host_waits(void) {
         graph_ud g = {0};
         g.optimizer = OPT_FUSED_ADAM;
         g.scaler_init = fp16 ? 16777216.0 : 0;
-        fulmen_error *e = NULL;
-        uint64_t few = 0, many = 0;
         fit_plan six = {"npu", 6, 0, 1, GRAPHS, 1, NULL, NULL, 0, false};
-        fulmen_model_free(graph_fit(&g, &six, &e, &few));
-        CHECK_OK(e);
         fit_plan twelve = {"npu", 12, 0, 1, GRAPHS, 1, NULL, NULL, 0, false};
-        fulmen_model_free(graph_fit(&g, &twelve, &e, &many));
-        CHECK_OK(e);
-        if (few != many)
-            fprintf(stderr, "graphed%s: %llu host reads in 6 steps, %llu in 12\n", fp16 ? " 16-mixed" : "",
-                    (unsigned long long)few, (unsigned long long)many);
-        CHECK(few == many);
+        expect_same_reads(fp16 ? "graphed 16-mixed, 6 and 12 steps" : "graphed, 6 and 12 steps", g, six, twelve);
     }
 }
 
@@ -675,6 +807,7 @@ int main(void) {
     test_graphed_logs_and_evaluation();
     test_no_host_waits();
     test_no_host_waits_in_validation();
+    test_graphed_predict();
     test_resume_exact();
     test_refusals();
     test_fallback();
