@@ -415,7 +415,7 @@ pub(super) fn module_step(
     dataloader_idx: Option<usize>,
 ) -> Result<StepOutputs> {
     let (module, epoch, global_step) = (&mut *run.module, run.state.epoch, run.state.global_step);
-    let at = |name: &str| batch_at(name, epoch, global_step, i, dataloader_idx);
+    let at = || batch_at(stage.fx_name(), epoch, global_step, i, dataloader_idx);
     store.begin_split();
     let mut added: Vec<AddedPredictions> = Vec::new();
     let outs = run.strategy.split(batch, &mut |chunk| {
@@ -431,10 +431,11 @@ pub(super) fn module_step(
             extra_outputs: Default::default(),
         };
         let out = match stage {
-            Stage::Test => module.test_step_output(&mut ctx, chunk).map_err(|e| e.context(at("test_step"))),
-            Stage::Predict => module.predict_step(&mut ctx, chunk).map_err(|e| e.context(at("predict_step"))),
-            _ => module.validation_step_output(&mut ctx, chunk).map_err(|e| e.context(at("validation_step"))),
-        };
+            Stage::Test => module.test_step_output(&mut ctx, chunk),
+            Stage::Predict => module.predict_step(&mut ctx, chunk),
+            _ => module.validation_step_output(&mut ctx, chunk),
+        }
+        .map_err(|e| e.context(at()));
         // Only predictions carry added tensors (validation and test
         // batches would gather nothing, once per batch).
         if stage == Stage::Predict {

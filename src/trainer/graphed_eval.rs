@@ -116,12 +116,7 @@ impl GraphedEval {
             self.checked = true;
         }
         let (epoch, global_step) = (run.state.epoch, run.state.global_step);
-        let name = match stage {
-            Stage::Test => "test_step",
-            Stage::Predict => "predict_step",
-            _ => "validation_step",
-        };
-        let at = || super::eval_loop::batch_at(name, epoch, global_step, i, dataloader_idx);
+        let at = || super::eval_loop::batch_at(stage.fx_name(), epoch, global_step, i, dataloader_idx);
         let key = EvalKey { stage, dataloader_idx, tensors: graph_capture::signature(batch)? };
         let index = match self.slots.turn(key) {
             Turn::Eager => return module_step(run, stage, store, batch, i, dataloader_idx),

@@ -250,9 +250,7 @@ impl GraphedSteps {
             }
             Turn::Capture(index) => index,
         };
-        let before = run.progress;
-        let counts = step_counts(run);
-        match capture(run, opts, store, batch, stepped, &counts) {
+        match capture(run, opts, store, batch, stepped) {
             Ok(c) => {
                 if self.captures.is_none() {
                     self.captures = Some(Captures::of(run));
@@ -264,14 +262,6 @@ impl GraphedSteps {
                 out
             }
             Err(failed) => {
-                // Nothing of the failed capture ran on the device: its host
-                // counts go back.
-                run.progress = before;
-                for (cfg, counts) in run.optimizers.iter_mut().zip(&counts) {
-                    if let Some(mut g) = cfg.optimizer.graphed() {
-                        g.restore_step_counts(counts);
-                    }
-                }
                 self.slots.give_up_after(index, run, failed)?;
                 automatic_step(run, opts, store, batch, stepped)
             }
@@ -303,20 +293,20 @@ impl GraphedSteps {
     }
 }
 
-/// Captures a step on a copy of `batch` (its static inputs); `counts` are
-/// the optimizers' step counts before it. Refused when the step or a hook
-/// inside it logged a number: the graph would not log it again.
+/// Captures a step on a copy of `batch` (its static inputs). Refused when
+/// the step or a hook inside it logged a number: the graph would not log it
+/// again. A failed capture puts back what its step changed on the host.
 fn capture(
     run: &mut Run,
     opts: &super::TrainerOptions,
     store: &mut MetricStore,
     batch: &TrainBatch,
     stepped: bool,
-    counts: &[Vec<f64>],
 ) -> std::result::Result<Captured, Failed> {
     let inputs = StaticInputs::copy_of(batch.tensors).map_err(|error| Failed { error, in_capture: false })?;
     let hook_logs = run.state.batch_hook_logs.len();
-    let progress = run.progress.optimizer;
+    let before = run.progress;
+    let counts = step_counts(run);
     let work = |run: &mut Run, store: &mut MetricStore, tensors: &[Tensor]| {
         let train = TrainBatch { tensors, index: batch.index, first_of_window: batch.first_of_window, at: batch.at };
         automatic_step(run, opts, store, &train, stepped)
@@ -334,7 +324,14 @@ fn capture(
     let captured = match graph_capture::capture(run, store, inputs, batch.at, work, hooks_logged_nothing) {
         Ok(c) => c,
         Err(failed) => {
-            // (The store and the generator are back already.)
+            // (The store and the generator are back already.) Nothing of
+            // the failed capture ran on the device: its host counts go back.
+            run.progress = before;
+            for (cfg, counts) in run.optimizers.iter_mut().zip(&counts) {
+                if let Some(mut g) = cfg.optimizer.graphed() {
+                    g.restore_step_counts(counts);
+                }
+            }
             run.state.batch_hook_logs.truncate(hook_logs);
             // A step that failed between its unscale and the scale update
             // left the scaler mid-iteration.
@@ -344,7 +341,7 @@ fn capture(
     };
     let counted = step_counts(run)
         .iter()
-        .zip(counts)
+        .zip(&counts)
         .map(|(after, before)| {
             after.iter().enumerate().filter(|(i, a)| before.get(*i).is_none_or(|b| *a != b)).map(|(i, _)| i).collect()
         })
@@ -353,7 +350,7 @@ fn capture(
         replayable: captured.replayable,
         loss: captured.out,
         counted,
-        progress: run.progress.optimizer.since(&progress),
+        progress: run.progress.optimizer.since(&before.optimizer),
     })
 }
 

@@ -555,7 +555,12 @@ impl MetricStore {
             let v = value.f_double_value(&vec![0; value.dim()])?;
             return self.log_value_from(site, name, Logged::Host(v), flags, batch_size);
         }
-        let value = device_metrics::as_logged(value)?;
+        // A captured step's tensor is kept as it is, and copied after each
+        // replay ([`MetricStore::relog`]), not inside the graph too.
+        let value = match self.capturing {
+            Some(_) => value.shallow_clone(),
+            None => device_metrics::as_logged(value)?,
+        };
         self.log_value_from(site, name, Logged::Device(&value), flags, batch_size)
     }
 
