@@ -97,6 +97,7 @@ fn build_cxx_shims(lib: &Path) {
         "csrc/checkpoint.cpp",
         "csrc/sync_reduce.cpp",
         "csrc/xla_runtime.cpp",
+        "csrc/xla_collectives.cpp",
     ] {
         println!("cargo:rerun-if-changed={file}");
     }
@@ -148,7 +149,8 @@ fn build_cxx_shims(lib: &Path) {
         .file("csrc/fsdp.cpp")
         .file("csrc/checkpoint.cpp")
         .file("csrc/sync_reduce.cpp")
-        .file("csrc/xla_runtime.cpp");
+        .file("csrc/xla_runtime.cpp")
+        .file("csrc/xla_collectives.cpp");
     match gloo_include_dir(&root) {
         Some(gloo) => {
             build

@@ -73,7 +73,8 @@ struct Backend {
   Python py;
   PyObj* globals = nullptr;  // holds _XLAC and the marker's argument
   PyObj* marker = nullptr;   // compiled `_XLAC._xla_step_marker(...)`
-  int64_t devices = 0;
+  int64_t devices = 0;         // this process's (addressable) devices
+  int64_t global_devices = 0;  // the devices of every process of the PJRT job
 };
 
 Backend& backend() {
@@ -290,11 +291,15 @@ void start_module(Backend& b, const std::string& lib_dir) {
           ")\n"
           "import _XLAC\n"
           "_XLAC._init_xla_lazy_backend()\n"
-          "_fulmen_devices = len(_XLAC._xla_get_all_devices())\n",
+          "_fulmen_devices = len(_XLAC._xla_get_devices())\n"
+          "_fulmen_global_devices = len(_XLAC._xla_get_all_devices())\n",
       "starting torch_xla's backend (import _XLAC)");
-  PyObj* n = b.py.dict_get_item_string(b.globals, "_fulmen_devices");  // borrowed
-  TORCH_CHECK(n != nullptr, "xla: the backend reported no device list");
-  b.devices = b.py.long_as_long_long(n);
+  for (auto [name, slot] : {std::pair<const char*, int64_t*>{"_fulmen_devices", &b.devices},
+                            std::pair<const char*, int64_t*>{"_fulmen_global_devices", &b.global_devices}}) {
+    PyObj* n = b.py.dict_get_item_string(b.globals, name);  // borrowed
+    TORCH_CHECK(n != nullptr, "xla: the backend reported no device list");
+    *slot = b.py.long_as_long_long(n);
+  }
   b.marker = b.py.compile_string("_XLAC._xla_step_marker('xla:%d' % _fulmen_index, [], _fulmen_wait)\n",
                                  "<fulmen xla step marker>", kPyFileInput);
   TORCH_CHECK(b.marker != nullptr, "xla: compiling the step marker failed: ", python_error(b.py));
@@ -331,11 +336,15 @@ extern "C" {
 
 // Starts the XLA backend once per process from `lib_dir` (holding
 // _XLAC.cpython-311-*.so and libtorch_python.so) and `libpython` (a path
-// or soname); *devices = the PJRT client's device count. A later call
-// returns the first call's result without loading anything again.
-int fulmen_cxx_xla_start(const char* lib_dir, const char* libpython, int64_t* devices, char* err, size_t err_len) {
+// or soname); *devices = the PJRT client's devices in this process (xla:0
+// ..), *global_devices = those of every process of its job (on TPUs, every
+// chip of the slice). A later call returns the first call's result without
+// loading anything again.
+int fulmen_cxx_xla_start(const char* lib_dir, const char* libpython, int64_t* devices, int64_t* global_devices,
+                         char* err, size_t err_len) {
   FULMEN_CXX_TRY
-  TORCH_CHECK(lib_dir != nullptr && libpython != nullptr && devices != nullptr, "xla_start: NULL argument");
+  TORCH_CHECK(lib_dir != nullptr && libpython != nullptr && devices != nullptr && global_devices != nullptr,
+              "xla_start: NULL argument");
   // A host thread holding the GIL of its own interpreter lets it go while
   // it waits for the start (another thread may be starting and need it).
   HostGilReleased host_gil;
@@ -353,6 +362,7 @@ int fulmen_cxx_xla_start(const char* lib_dir, const char* libpython, int64_t* de
   }
   TORCH_CHECK(b.failure.empty(), b.failure);
   *devices = b.devices;
+  *global_devices = b.global_devices;
   FULMEN_CXX_CATCH(err, err_len)
 }
 

@@ -73,6 +73,19 @@ func AllReduce(t *Tensor, op string) error {
 	return err
 }
 
+// XLAAllReduce reduces t (on an XLA device) in place over all ranks with op
+// inside the step's XLA graph (torch_xla's xm.all_reduce): every rank makes
+// the same calls in a step. It needs one XLA device per process and one per
+// rank in XLA's job (TPUs from v4 on); elsewhere it is ErrUnsupported, with
+// the reason.
+func XLAAllReduce(t *Tensor, op string) error {
+	o := cString(op)
+	defer freeCString(o)
+	err := check(C.fulmen_distributed_xla_all_reduce(t.ptr(), o))
+	runtime.KeepAlive(t)
+	return err
+}
+
 // Broadcast copies t from rank root into t on every rank.
 func Broadcast(t *Tensor, root int) error {
 	if root < 0 {

@@ -226,6 +226,13 @@ func TestDistributedBeforeJoining(t *testing.T) {
 	if err := fulmen.AllReduce(x, "median"); !errors.Is(err, fulmen.ErrInvalidArgument) {
 		t.Errorf("AllReduce with a bad op: %v", err)
 	}
+	if err := fulmen.XLAAllReduce(x, "sum"); !errors.Is(err, fulmen.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "not on cpu") {
+		t.Errorf("XLAAllReduce of a CPU tensor: %v", err)
+	}
+	if err := fulmen.XLAAllReduce(x, "median"); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Errorf("XLAAllReduce with a bad op: %v", err)
+	}
 	if err := fulmen.Broadcast(x, 0); !errors.Is(err, fulmen.ErrInvalidState) {
 		t.Errorf("Broadcast: %v", err)
 	}

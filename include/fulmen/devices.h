@@ -399,7 +399,8 @@ struct fulmen_error *fulmen_device_count(int32_t device_type, size_t *out);
 
 /**
  * Blocks until the work queued on device (`device_type`, `index`) is done
- * (`torch.cuda.synchronize` and its kin; nothing to wait for on the CPU).
+ * (`torch.cuda.synchronize` and its kin; nothing to wait for on the CPU;
+ * on XLA the pending graph is cut and run first, torch_xla's step marker).
  *
  * Errors: FULMEN_CODE_INVALID_ARGUMENT (not a fulmen_device_type, or a
  * negative index), FULMEN_CODE_UNAVAILABLE (no such device here),

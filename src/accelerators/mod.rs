@@ -11,6 +11,7 @@ pub mod proc_stats;
 pub mod registry;
 pub mod tpu_topology;
 pub mod xla;
+pub mod xla_collectives;
 pub mod xla_runtime;
 
 pub use accelerator::Accelerator;

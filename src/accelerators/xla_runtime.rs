@@ -69,19 +69,35 @@ pub fn missing_reason() -> Option<String> {
     ))
 }
 
+/// The PJRT client's devices, as its start counted them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceCounts {
+    /// This process's devices (`xla:0` ..).
+    pub local: usize,
+    /// The devices of every process of the PJRT job (on TPUs, every chip
+    /// of the slice; on PJRT's CPU device, this process's alone).
+    pub global: usize,
+}
+
 /// The result of this process's one start of the backend.
-static STARTED: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
+static STARTED: OnceLock<std::result::Result<DeviceCounts, String>> = OnceLock::new();
 
 /// Whether a start of the backend was tried in this process.
 pub fn started() -> bool {
     STARTED.get().is_some()
 }
 
-/// Starts the backend once per process; the PJRT client's device count.
+/// Starts the backend once per process; this process's device count.
 /// Every later call returns the first one's result.
 /// Until a start is tried, a missing `PJRT_DEVICE` or `_XLAC` fails
 /// without loading anything (and may be set right later).
 pub fn start() -> Result<usize> {
+    device_counts().map(|c| c.local)
+}
+
+/// Starts the backend once per process (as [`start`]); the PJRT client's
+/// device counts.
+pub fn device_counts() -> Result<DeviceCounts> {
     if STARTED.get().is_none() {
         if std::env::var("PJRT_DEVICE").ok().filter(|v| !v.trim().is_empty()).is_none() {
             return Err(Error::new(
@@ -167,7 +183,7 @@ fn configure_tpu_process() -> Result<()> {
     Ok(())
 }
 
-fn start_once() -> Result<usize> {
+fn start_once() -> Result<DeviceCounts> {
     if pjrt_is_tpu() {
         configure_tpu_process().map_err(|e| e.context("configuring this process's TPU chip"))?;
     }
@@ -177,13 +193,13 @@ fn start_once() -> Result<usize> {
     let libpython = std::env::var(LIBPYTHON_VAR).ok().filter(|v| !v.is_empty());
     let libpython = CString::new(libpython.unwrap_or_else(|| DEFAULT_LIBPYTHON.to_string()))
         .map_err(|_| Error::invalid(format!("{LIBPYTHON_VAR} holds a NUL byte")))?;
-    let mut devices: i64 = 0;
-    // SAFETY: the strings are NUL-terminated; `devices` and the error
+    let (mut local, mut global): (i64, i64) = (0, 0);
+    // SAFETY: the strings are NUL-terminated; the counts and the error
     // buffer are valid.
     call("xla start", |err, len| unsafe {
-        shim::fulmen_cxx_xla_start(dir.as_ptr(), libpython.as_ptr(), &mut devices, err, len)
+        shim::fulmen_cxx_xla_start(dir.as_ptr(), libpython.as_ptr(), &mut local, &mut global, err, len)
     })?;
-    Ok(usize::try_from(devices).unwrap_or(0))
+    Ok(DeviceCounts { local: usize::try_from(local).unwrap_or(0), global: usize::try_from(global).unwrap_or(0) })
 }
 
 /// torch_xla's step marker for device `index` (Lightning's

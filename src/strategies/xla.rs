@@ -5,12 +5,16 @@
 //! `on_before_optimizer_step` and clipping see them (torch_xla's
 //! `xm.reduce_gradients` in Lightning's `XLAPrecision`).
 //!
-//! The reductions go through the job's gloo group on host copies, one
-//! flat buffer per dtype: torch_xla's collectives do not cross processes on
-//! PJRT's CPU device, and c10d cannot reduce XLA tensors.
+//! The gradients are averaged one flat buffer per dtype. Where XLA's own
+//! collectives reach every rank (TPUs from v4 on: one chip per process),
+//! the average joins the step's graph, as `xm.reduce_gradients` does
+//! (`accelerators::xla_collectives`). Elsewhere (PJRT's CPU device, where
+//! every process is a PJRT job of its own; TPU v2 and v3) it goes through
+//! the job's gloo group on host copies, as does the one broadcast of the
+//! parameters: c10d cannot reduce XLA tensors.
 use super::ddp::{job_methods, join_job};
 use super::strategy::Strategy;
-use crate::accelerators::Accelerator;
+use crate::accelerators::{xla_collectives, Accelerator};
 use crate::distributed::{self, DistContext, ReduceOp};
 use crate::error::{Error, ErrorCode, Result};
 use crate::tensor::device::{self as devices, Device};
@@ -31,12 +35,14 @@ pub(crate) fn check_accelerator(acc: &dyn Accelerator, strategy: &str) -> Result
     Ok(())
 }
 
-/// The XLA strategy's state: the job, and the parameters (their
-/// TensorImpls) whose gradients were averaged since the last backward.
+/// The XLA strategy's state: the job, the parameters (their TensorImpls)
+/// whose gradients were averaged since the last backward, and whether
+/// gradients are averaged in XLA's graph (decided at the first average).
 pub(crate) struct XlaStrategy {
     placement: Placement,
     ctx: Arc<DistContext>,
     reduced: std::collections::HashSet<usize>,
+    in_graph: Option<bool>,
 }
 
 /// The XLA strategy over `list`: one rank per device, `list[LOCAL_RANK]`.
@@ -52,7 +58,7 @@ pub(crate) fn connect(acc: Arc<dyn Accelerator>, list: &[Device], opts: &Trainer
         list
     };
     let (placement, ctx) = join_job(acc, list, opts, true)?;
-    Ok(XlaStrategy { placement, ctx, reduced: Default::default() })
+    Ok(XlaStrategy { placement, ctx, reduced: Default::default(), in_graph: None })
 }
 
 /// `tensors`, each tensor once (by TensorImpl: a parameter in two
@@ -69,10 +75,10 @@ fn distinct<'a>(tensors: impl Iterator<Item = &'a Tensor>) -> Result<Vec<Tensor>
 }
 
 impl XlaStrategy {
-    /// Applies `op` to `tensors` (on this rank's device) through host
-    /// copies: one flat buffer per dtype, moved to the CPU, reduced or
-    /// broadcast there, and copied back into each tensor.
-    fn through_host(&self, tensors: &[Tensor], op: &dyn Fn(&Tensor) -> Result<()>) -> Result<()> {
+    /// Applies `op` to `tensors` (on this rank's device) one flat buffer
+    /// per dtype, copied back into each tensor after: on the device, or
+    /// `on_host` through a copy on the CPU.
+    fn by_flat_buffer(&self, tensors: &[Tensor], on_host: bool, op: &dyn Fn(&Tensor) -> Result<()>) -> Result<()> {
         let mut kinds: Vec<Kind> = Vec::new();
         for t in tensors {
             let k = t.f_kind()?;
@@ -84,9 +90,14 @@ impl XlaStrategy {
             for kind in kinds {
                 let group: Vec<&Tensor> = tensors.iter().filter(|t| t.kind() == kind).collect();
                 let flat = Tensor::f_cat(&group.iter().map(|t| t.reshape([-1])).collect::<Vec<_>>(), 0)?;
-                let host = devices::to_device(&flat, Device::Cpu, false)?;
-                op(&host)?;
-                let back = devices::to_device(&host, self.placement.device, false)?;
+                let back = if on_host {
+                    let host = devices::to_device(&flat, Device::Cpu, false)?;
+                    op(&host)?;
+                    devices::to_device(&host, self.placement.device, false)?
+                } else {
+                    op(&flat)?;
+                    flat
+                };
                 let mut at = 0i64;
                 for t in group {
                     let n = t.numel() as i64;
@@ -96,6 +107,24 @@ impl XlaStrategy {
             }
             Ok(())
         })
+    }
+
+    /// Whether gradients are averaged in XLA's graph: where XLA's
+    /// collectives reach every rank, on every rank (the ranks agree once,
+    /// through gloo, so that all of them take the same path).
+    fn averages_in_graph(&mut self) -> Result<bool> {
+        if let Some(decided) = self.in_graph {
+            return Ok(decided);
+        }
+        let world = self.ctx.world_size();
+        // A rank that cannot tell (its backend failed) votes for gloo
+        // rather than leave the others waiting in the vote.
+        let here = matches!(xla_collectives::unusable_reason(world), Ok(None));
+        let mut everywhere = [f64::from(u8::from(here))];
+        self.ctx.group.reduce_values(&mut everywhere, ReduceOp::Min).map_err(|e| self.ctx.explain(e))?;
+        let decided = everywhere[0] > 0.0;
+        self.in_graph = Some(decided);
+        Ok(decided)
     }
 
     /// Averages the gradients of `configs`' parameters over the ranks,
@@ -132,8 +161,13 @@ impl XlaStrategy {
             }
             grads.push(p.grad());
         }
+        if self.averages_in_graph()? {
+            let world = self.ctx.world_size();
+            return self
+                .by_flat_buffer(&grads, false, &|flat| xla_collectives::all_reduce(flat, ReduceOp::Mean, world));
+        }
         let group = Arc::clone(&self.ctx.group);
-        self.through_host(&grads, &|host| group.all_reduce(&[host.shallow_clone()], ReduceOp::Mean))
+        self.by_flat_buffer(&grads, true, &|host| group.all_reduce(&[host.shallow_clone()], ReduceOp::Mean))
             .map_err(|e| self.ctx.explain(e))
     }
 }
@@ -159,7 +193,8 @@ impl Strategy for XlaStrategy {
         };
         let state = distinct(model.lock().unwrap_or_else(|p| p.into_inner()).state_dict().iter().map(|(_, t)| t))?;
         let group = Arc::clone(&self.ctx.group);
-        self.through_host(&state, &|host| group.broadcast(&[host.shallow_clone()], 0)).map_err(|e| self.ctx.explain(e))
+        self.by_flat_buffer(&state, true, &|host| group.broadcast(&[host.shallow_clone()], 0))
+            .map_err(|e| self.ctx.explain(e))
     }
 
     fn unscale_gradients(&mut self, configs: &mut [OptimizerConfig]) -> Result<()> {

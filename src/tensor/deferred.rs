@@ -131,9 +131,8 @@ pub fn defer(kind: CheckKind, failed: &Tensor) -> Result<()> {
         let mut s = s.borrow_mut();
         let pending = s.as_mut().ok_or_else(|| Error::state(format!("{}: no deferred check is running", kind.what)))?;
         match pending.entries.iter_mut().find(|(k, _)| *k == kind) {
-            Some((_, flag)) => {
-                let _ = flag.f_logical_or_(&to_device_of(&any, flag)?)?;
-            }
+            // Out of place: `logical_or_` fails on torch_xla 2.9's tensors.
+            Some((_, flag)) => *flag = flag.f_logical_or(&to_device_of(&any, flag)?)?,
             None => pending.entries.push((kind, any)),
         }
         Ok(())

@@ -264,12 +264,20 @@ impl Device {
 
 impl Device {
     /// Blocks until the work queued on this device is done (nothing on the
-    /// CPU), through its backend's device guard.
+    /// CPU), through its backend's device guard; on XLA, whose guard cannot
+    /// wait, by running the pending graph and waiting for it.
     pub fn synchronize(self) -> Result<()> {
         if self == Device::Cpu {
             return Ok(());
         }
         let kind = self.kind();
+        if kind == DeviceType::Xla {
+            // torch_xla's device guard cannot wait: its step marker runs
+            // the pending graph and waits for it (`xm.wait_device_ops`).
+            self.check_available()?;
+            return crate::accelerators::xla_runtime::step_marker(self.index(), true)
+                .map_err(|e| Error::new(e.code, format!("synchronizing {}: {}", self.name(), e.message)));
+        }
         // SAFETY: the error buffer is valid.
         call("synchronize the device", |err, len| unsafe {
             shim::fulmen_cxx_device_synchronize(kind.c10(), shim_index(kind, self.index()), err, len)

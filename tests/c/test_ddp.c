@@ -559,6 +559,10 @@ static int scenario_hostloop(const char *dir) {
     CHECK_OK(fulmen_distributed_all_reduce(t, "mean"));
     CHECK(fabs(element(t, 0) - 3) < 1e-6);
     CHECK_ERR(fulmen_distributed_all_reduce(t, "median"), FULMEN_CODE_INVALID_ARGUMENT, "median");
+    /* XLA's in-graph all-reduce takes XLA tensors only; t is left as it was. */
+    CHECK_ERR(fulmen_distributed_xla_all_reduce(t, "sum"), FULMEN_CODE_INVALID_ARGUMENT, "XLA device");
+    CHECK_ERR(fulmen_distributed_xla_all_reduce(NULL, "sum"), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    CHECK(fabs(element(t, 0) - 3) < 1e-6);
     float mine[2] = {(float)rank, (float)rank};
     fulmen_tensor *b = check_f32(mine, 2, shape, 1);
     CHECK_OK(fulmen_distributed_broadcast(b, 1));

@@ -12,7 +12,11 @@
  *     the CPU resumes on xla:0, each as the uninterrupted run;
  *   - `dp` over xla:0 and xla:1 (one process) equals one device;
  *   - the xla strategy over 2 processes (fulmen's launcher), each with a
- *     batch of 16, ends with the weights of one process with a batch of 32.
+ *     batch of 16, ends with the weights of one process with a batch of 32
+ *     (averaging gradients through gloo: each process is a PJRT job of its
+ *     own here);
+ *   - XLA's own all-reduce runs in the device's graph, and is refused where
+ *     it would not reach the job's ranks.
  * Not run under ASan: the embedded interpreter and torch_xla live as long
  * as the process and are never freed.
  */
@@ -165,6 +169,78 @@ static int scenario_refusals(void) {
     fulmen_tensor_free(x);
     fulmen_lightning_module_free(module);
     fulmen_model_free(t.model);
+    return bad == 0 ? 0 : 1;
+}
+
+/* XLA's own all-reduce (fulmen_distributed_xla_all_reduce: torch_xla's
+ * kernel of c10d's functional all-reduce, through c10's dispatcher) with
+ * `devices` XLA devices in this process, outside a distributed job (a
+ * world of one). One device: every op runs in the device's graph (torch_xla
+ * dumps the graphs it runs into XLA_SAVE_TENSORS_FILE with the device's
+ * ordinal appended, which must hold an all-reduce per call at least) and leaves the values as they were (the reduction
+ * over one device); the tensor stays on XLA. Two: refused, since XLA would also wait for the
+ * device this process does not run, and the tensor is untouched. */
+static int scenario_reduce(const char *devices) {
+    if (setenv("CPU_NUM_DEVICES", devices, 1) != 0) return 1;
+    char dir[] = "/tmp/fulmen-xla-reduce-XXXXXX", graphs[4096];
+    if (mkdtemp(dir) == NULL) return 1;
+    snprintf(graphs, sizeof graphs, "%s/graphs.hlo", dir);
+    if (setenv("XLA_SAVE_TENSORS_FILE", graphs, 1) != 0 || setenv("XLA_SAVE_TENSORS_FMT", "hlo", 1) != 0) return 1;
+    const float values[3] = {1.5f, -2.0f, 3.25f};
+    int64_t shape[1] = {3};
+    fulmen_tensor *x = NULL, *y = NULL;
+    ok(fulmen_tensor_from_data(values, sizeof values, FULMEN_DTYPE_F32, shape, 1, &x), "data");
+    ok(fulmen_tensor_to_device(x, FULMEN_DEVICE_TYPE_XLA, 0, &y), "to xla");
+    int bad = 0;
+    const char *ops[5] = {"sum", "mean", "max", "min", "product"};
+    bool one = strcmp(devices, "1") == 0;
+    for (int i = 0; i < (one ? 5 : 1); i++) {
+        fulmen_error *e = fulmen_distributed_xla_all_reduce(y, ops[i]);
+        const char *msg = e != NULL ? fulmen_error_message(e) : "(no error)";
+        if (one ? e != NULL
+                : e == NULL || fulmen_error_code(e) != FULMEN_CODE_UNSUPPORTED ||
+                      strstr(msg, "this process has 2 XLA devices") == NULL) {
+            fprintf(stderr, "test_xla: xla all_reduce %s on %s device(s): %s\n", ops[i], devices, msg);
+            bad++;
+        }
+        fulmen_error_free(e);
+    }
+    fulmen_error *e = fulmen_distributed_xla_all_reduce(y, "median");
+    if (e == NULL || fulmen_error_code(e) != FULMEN_CODE_INVALID_ARGUMENT) bad++;
+    fulmen_error_free(e);
+    int32_t type = -1;
+    int64_t index = -1;
+    float got[3] = {0};
+    ok(fulmen_device_synchronize(FULMEN_DEVICE_TYPE_XLA, 0), "synchronize xla:0"); /* runs the graph */
+    ok(fulmen_tensor_device(y, &type, &index), "device");
+    ok(fulmen_tensor_copy_to(y, FULMEN_DTYPE_F32, got, sizeof got), "read back");
+    for (int i = 0; i < 3; i++) {
+        if (got[i] != values[i]) {
+            fprintf(stderr, "test_xla: element %d is %g after the all-reduce, not %g\n", i, got[i], values[i]);
+            bad++;
+        }
+    }
+    if (type != FULMEN_DEVICE_TYPE_XLA || index != 0) bad++;
+    /* The graphs torch_xla ran: an all-reduce per op with one device, none
+     * with two. */
+    int reductions = 0;
+    char dumped[4200];
+    snprintf(dumped, sizeof dumped, "%s.0", graphs);
+    FILE *f = fopen(dumped, "r");
+    if (f != NULL) {
+        char line[4096];
+        while (fgets(line, sizeof line, f) != NULL) reductions += strstr(line, " all-reduce(") != NULL;
+        fclose(f);
+    }
+    if (one ? reductions < 5 : reductions != 0) {
+        fprintf(stderr, "test_xla: %d all-reduce(s) in the graphs run with %s device(s)\n", reductions, devices);
+        bad++;
+    }
+    char rm[4200];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    if (system(rm) != 0) bad++;
+    fulmen_tensor_free(y);
+    fulmen_tensor_free(x);
     return bad == 0 ? 0 : 1;
 }
 
@@ -368,6 +444,7 @@ int main(int argc, char **argv) {
                             argc > 9 ? argv[9] : NULL);
     }
     if (argc == 2 && strcmp(argv[1], "refusals") == 0) return scenario_refusals();
+    if (argc == 3 && strcmp(argv[1], "reduce") == 0) return scenario_reduce(argv[2]);
     if (argc == 5 && strcmp(argv[1], "broken") == 0) return scenario_broken(argv[2], argv[3], argv[4]);
     if (getenv("PJRT_DEVICE") == NULL) {
         fprintf(stderr, "test_xla: set PJRT_DEVICE=CPU (and CPU_NUM_DEVICES=2)\n");
@@ -407,6 +484,8 @@ int main(int argc, char **argv) {
     same_losses(dir, "cpu", "xla_ranks", 0, 2, 1);
 
     if (run_plain("refusals", NULL, NULL, NULL) == 0) printf("mixed precisions and a missing device refused on xla\n");
+    if (run_plain("reduce", "1", NULL, NULL) == 0 && run_plain("reduce", "2", NULL, NULL) == 0)
+        printf("XLA's all-reduce runs in the graph on one device, and is refused with two in one process\n");
 
     /* A broken installation: a clear error, not a crash. */
     if (run_plain("broken", "PYTHONHOME", "/nonexistent", "standard library is not under /nonexistent") == 0 &&

@@ -204,6 +204,9 @@ TEST_F(DistributedTest, BeforeJoiningOnlyLocalQueriesWork) {
     Tensor t = Tensor::from_vector(std::vector<float>{1, 2, 3});
     EXPECT_EQ(error_code([&] { dist::all_reduce(t, "sum"); }), FULMEN_CODE_INVALID_STATE);
     EXPECT_EQ(error_code([&] { dist::all_reduce(t, "median"); }), FULMEN_CODE_INVALID_ARGUMENT);
+    // XLA's all-reduce takes XLA tensors only (none here).
+    EXPECT_EQ(error_code([&] { dist::xla_all_reduce(t, "sum"); }), FULMEN_CODE_INVALID_ARGUMENT);
+    EXPECT_EQ(error_code([&] { dist::xla_all_reduce(t, "median"); }), FULMEN_CODE_INVALID_ARGUMENT);
     EXPECT_EQ(error_code([&] { dist::broadcast(t, 0); }), FULMEN_CODE_INVALID_STATE);
     EXPECT_EQ(error_code([&] { dist::all_gather(t); }), FULMEN_CODE_INVALID_STATE);
     EXPECT_EQ(error_code([] { dist::barrier(); }), FULMEN_CODE_INVALID_STATE);

@@ -60,6 +60,14 @@ inline void all_reduce(Tensor& tensor, const std::string& op) {
     check(fulmen_distributed_all_reduce(tensor.get(), op.c_str()));
 }
 
+/// Reduces `tensor` (on an XLA device) in place over all ranks with `op`
+/// inside the step's XLA graph (torch_xla's `xm.all_reduce`): every rank
+/// makes the same calls in a step. Needs one XLA device per process and
+/// one per rank in XLA's job (TPUs from v4 on); throws Error otherwise.
+inline void xla_all_reduce(Tensor& tensor, const std::string& op) {
+    check(fulmen_distributed_xla_all_reduce(tensor.get(), op.c_str()));
+}
+
 /// Copies `tensor` from rank `root` into `tensor` on every rank.
 inline void broadcast(Tensor& tensor, size_t root = 0) { check(fulmen_distributed_broadcast(tensor.get(), root)); }
 
