@@ -457,6 +457,34 @@ struct fulmen_error *fulmen_distributed_ranks(size_t *rank, size_t *local_rank, 
 struct fulmen_error *fulmen_distributed_all_reduce(struct fulmen_tensor *tensor, const char *op);
 
 /**
+ * Reduces `tensor` (on an XLA device) in place over all ranks with `op`
+ * ("sum", "mean", "min", "max" or "product") with XLA's own all-reduce:
+ * the reduction joins the device's pending graph and is computed when the
+ * step's graph runs (torch_xla's `xm.all_reduce`), without a copy to the
+ * host. Every rank must make the same calls in the same order within a
+ * step, from the thread that runs the rank's steps, and read what depends
+ * on the result at the same points (a graph holding the reduction that
+ * runs on some ranks only waits for the others, with no timeout);
+ * autograd does not record the reduction. `tensor` is borrowed. Not
+ * joined, the job is this process alone.
+ *
+ * XLA's collectives span every device of the PJRT job, which are the
+ * job's ranks only with one XLA device per process and one per rank
+ * (TPUs from v4 on, under the xla strategy). On PJRT's CPU device every
+ * process is a PJRT job of its own: there, reduce a CPU copy with
+ * fulmen_distributed_all_reduce.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (not an XLA tensor; unknown or
+ * non-UTF-8 `op`; "mean" of an integer tensor), FULMEN_CODE_INVALID_STATE
+ * (called from inside a collectives slot), FULMEN_CODE_UNSUPPORTED (XLA's
+ * collectives do not reach the job's ranks from here: the message says
+ * why; torch_xla registers no all-reduce), FULMEN_CODE_TORCH (torch_xla
+ * refused the reduction).
+ */
+struct fulmen_error *fulmen_distributed_xla_all_reduce(struct fulmen_tensor *tensor,
+                                                       const char *op);
+
+/**
  * Copies `tensor` from rank `root` into `tensor` on every rank.
  *
  * Errors: FULMEN_CODE_INVALID_STATE (not joined; called from inside a
@@ -575,32 +603,6 @@ struct fulmen_error *fulmen_loader_shard(const struct fulmen_loader *loader,
                                          size_t rank,
                                          size_t world,
                                          struct fulmen_loader **out);
-
-/**
- * Reduces `tensor` (on an XLA device) in place over all ranks with `op`
- * ("sum", "mean", "min", "max" or "product") with XLA's own all-reduce:
- * the reduction joins the device's pending graph and is computed when the
- * step's graph runs (torch_xla's `xm.all_reduce`), without a copy to the
- * host. Every rank must make the same calls in the same order within a
- * step, from the thread that runs the rank's steps; autograd does not
- * record the reduction. `tensor` is borrowed. Not joined, the job is this
- * process alone.
- *
- * XLA's collectives span every device of the PJRT job, which are the
- * job's ranks only with one XLA device per process and one per rank
- * (TPUs from v4 on, under the xla strategy). On PJRT's CPU device every
- * process is a PJRT job of its own: there, fulmen_distributed_all_reduce
- * reduces through gloo.
- *
- * Errors: FULMEN_CODE_INVALID_ARGUMENT (not an XLA tensor; unknown or
- * non-UTF-8 `op`), FULMEN_CODE_INVALID_STATE (called from inside a
- * collectives slot), FULMEN_CODE_UNAVAILABLE (XLA cannot be started),
- * FULMEN_CODE_UNSUPPORTED (XLA's collectives do not reach the job's ranks
- * from here: the message says why; torch_xla registers no all-reduce),
- * FULMEN_CODE_TORCH (torch_xla refused the reduction).
- */
-struct fulmen_error *fulmen_distributed_xla_all_reduce(struct fulmen_tensor *tensor,
-                                                       const char *op);
 
 #ifdef __cplusplus
 }  // extern "C"

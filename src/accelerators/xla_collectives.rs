@@ -34,8 +34,8 @@ pub fn unusable_reason(world: usize) -> Result<Option<String>> {
     if counts.global != world {
         return Ok(Some(format!(
             "the PJRT job has {} XLA device(s) and the distributed job {world} rank(s), and XLA's collectives reduce \
-             over the PJRT job's devices (on PJRT's CPU device each process is a PJRT job of its own: reduce through \
-             gloo instead, with fulmen_distributed_all_reduce)",
+             over the PJRT job's devices (on PJRT's CPU device each process is a PJRT job of its own: reduce a CPU \
+             copy through gloo instead, with fulmen_distributed_all_reduce)",
             counts.global
         )));
     }
@@ -58,7 +58,8 @@ fn xla_op(op: ReduceOp, world: usize) -> (&'static str, f64) {
 /// the distributed job with `op`, inside the device's pending graph: the
 /// value is computed when the step's graph runs, on every rank at once.
 /// Every rank must make the same calls in the same order within a step.
-/// Not recorded by autograd.
+/// Not recorded by autograd. A mean of integers is refused (it would be
+/// truncated).
 pub fn all_reduce(tensor: &Tensor, op: ReduceOp, world: usize) -> Result<()> {
     let device = Device::of(tensor)?;
     if device.kind() != DeviceType::Xla {
@@ -66,6 +67,9 @@ pub fn all_reduce(tensor: &Tensor, op: ReduceOp, world: usize) -> Result<()> {
             "XLA's all_reduce takes a tensor on an XLA device, not on {}",
             device.name()
         )));
+    }
+    if op == ReduceOp::Mean && !tensor.is_floating_point() {
+        return Err(Error::invalid(format!("XLA's all_reduce: a mean of {:?} values; use \"sum\"", tensor.kind())));
     }
     if let Some(why) = unusable_reason(world)? {
         return Err(Error::new(ErrorCode::Unsupported, format!("XLA's collectives cannot reduce here: {why}")));

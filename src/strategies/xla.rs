@@ -74,41 +74,41 @@ fn distinct<'a>(tensors: impl Iterator<Item = &'a Tensor>) -> Result<Vec<Tensor>
     Ok(out)
 }
 
-impl XlaStrategy {
-    /// Applies `op` to `tensors` (on this rank's device) one flat buffer
-    /// per dtype, copied back into each tensor after: on the device, or
-    /// `on_host` through a copy on the CPU.
-    fn by_flat_buffer(&self, tensors: &[Tensor], on_host: bool, op: &dyn Fn(&Tensor) -> Result<()>) -> Result<()> {
-        let mut kinds: Vec<Kind> = Vec::new();
-        for t in tensors {
-            let k = t.f_kind()?;
-            if !kinds.contains(&k) {
-                kinds.push(k);
+/// Applies `op` to `tensors` (on `device`) one flat buffer per dtype,
+/// copied back into each tensor after: on the device, or `on_host` through
+/// a copy on the CPU.
+fn by_flat_buffer(tensors: &[Tensor], device: Device, on_host: bool, op: &dyn Fn(&Tensor) -> Result<()>) -> Result<()> {
+    let mut kinds: Vec<Kind> = Vec::new();
+    for t in tensors {
+        let k = t.f_kind()?;
+        if !kinds.contains(&k) {
+            kinds.push(k);
+        }
+    }
+    tch::no_grad(|| {
+        for kind in kinds {
+            let group: Vec<&Tensor> = tensors.iter().filter(|t| t.kind() == kind).collect();
+            let flat = Tensor::f_cat(&group.iter().map(|t| t.reshape([-1])).collect::<Vec<_>>(), 0)?;
+            let back = if on_host {
+                let host = devices::to_device(&flat, Device::Cpu, false)?;
+                op(&host)?;
+                devices::to_device(&host, device, false)?
+            } else {
+                op(&flat)?;
+                flat
+            };
+            let mut at = 0i64;
+            for t in group {
+                let n = t.numel() as i64;
+                t.shallow_clone().f_copy_(&back.f_narrow(0, at, n)?.f_view_as(t)?)?;
+                at += n;
             }
         }
-        tch::no_grad(|| {
-            for kind in kinds {
-                let group: Vec<&Tensor> = tensors.iter().filter(|t| t.kind() == kind).collect();
-                let flat = Tensor::f_cat(&group.iter().map(|t| t.reshape([-1])).collect::<Vec<_>>(), 0)?;
-                let back = if on_host {
-                    let host = devices::to_device(&flat, Device::Cpu, false)?;
-                    op(&host)?;
-                    devices::to_device(&host, self.placement.device, false)?
-                } else {
-                    op(&flat)?;
-                    flat
-                };
-                let mut at = 0i64;
-                for t in group {
-                    let n = t.numel() as i64;
-                    t.shallow_clone().f_copy_(&back.f_narrow(0, at, n)?.f_view_as(t)?)?;
-                    at += n;
-                }
-            }
-            Ok(())
-        })
-    }
+        Ok(())
+    })
+}
 
+impl XlaStrategy {
     /// Whether gradients are averaged in XLA's graph: where XLA's
     /// collectives reach every rank, on every rank (the ranks agree once,
     /// through gloo, so that all of them take the same path).
@@ -161,14 +161,15 @@ impl XlaStrategy {
             }
             grads.push(p.grad());
         }
-        if self.averages_in_graph()? {
+        let device = self.placement.device;
+        let done = if self.averages_in_graph()? {
             let world = self.ctx.world_size();
-            return self
-                .by_flat_buffer(&grads, false, &|flat| xla_collectives::all_reduce(flat, ReduceOp::Mean, world));
-        }
-        let group = Arc::clone(&self.ctx.group);
-        self.by_flat_buffer(&grads, true, &|host| group.all_reduce(&[host.shallow_clone()], ReduceOp::Mean))
-            .map_err(|e| self.ctx.explain(e))
+            by_flat_buffer(&grads, device, false, &|flat| xla_collectives::all_reduce(flat, ReduceOp::Mean, world))
+        } else {
+            let group = Arc::clone(&self.ctx.group);
+            by_flat_buffer(&grads, device, true, &|host| group.all_reduce(&[host.shallow_clone()], ReduceOp::Mean))
+        };
+        done.map_err(|e| self.ctx.explain(e))
     }
 }
 
@@ -193,7 +194,7 @@ impl Strategy for XlaStrategy {
         };
         let state = distinct(model.lock().unwrap_or_else(|p| p.into_inner()).state_dict().iter().map(|(_, t)| t))?;
         let group = Arc::clone(&self.ctx.group);
-        self.by_flat_buffer(&state, true, &|host| group.broadcast(&[host.shallow_clone()], 0))
+        by_flat_buffer(&state, self.placement.device, true, &|host| group.broadcast(&[host.shallow_clone()], 0))
             .map_err(|e| self.ctx.explain(e))
     }
 
@@ -236,5 +237,32 @@ impl Strategy for XlaStrategy {
         let e = self.ctx.explain(e);
         distributed::abort();
         e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flat_buffer_per_dtype_reaches_every_tensor_on_the_device_or_through_the_host() {
+        let a = Tensor::from_slice(&[1.0f32, 2.0]).reshape([2, 1]);
+        let b = Tensor::from_slice(&[3i64, 4, 5]);
+        let c = Tensor::from_slice(&[6.0f32]);
+        let seen = std::sync::Mutex::new(Vec::new());
+        for on_host in [false, true] {
+            seen.lock().unwrap().clear();
+            let double = |flat: &Tensor| -> Result<()> {
+                seen.lock().unwrap().push((flat.kind(), flat.size()));
+                let _ = flat.shallow_clone().f_mul_scalar_(2)?;
+                Ok(())
+            };
+            by_flat_buffer(&[a.shallow_clone(), b.shallow_clone(), c.shallow_clone()], Device::Cpu, on_host, &double)
+                .unwrap();
+            assert_eq!(*seen.lock().unwrap(), vec![(Kind::Float, vec![3]), (Kind::Int64, vec![3])]);
+        }
+        assert_eq!(Vec::<f32>::try_from(&a.reshape([-1])).unwrap(), [4.0, 8.0]);
+        assert_eq!(Vec::<i64>::try_from(&b).unwrap(), [12, 16, 20]);
+        assert_eq!(Vec::<f32>::try_from(&c).unwrap(), [24.0]);
     }
 }

@@ -111,6 +111,15 @@ impl Placement {
         Ok(())
     }
 
+    /// Ends the device's pending lazy graph and starts it (XLA's step
+    /// marker; nothing elsewhere). Every rank calls it before rank 0 alone
+    /// reads the model for a checkpoint: a graph holding XLA's collectives
+    /// must run on every rank, or the reading rank waits for the others
+    /// (Lightning's XLAStrategy marks a step before saving too).
+    pub fn cut_graph(&self) -> Result<()> {
+        self.accelerator.mark_step(self.device)
+    }
+
     /// The batch on the device, floating inputs cast for `*-true`.
     pub fn prepare_batch(&self, batch: Vec<Tensor>) -> Result<Vec<Tensor>> {
         self.accelerator.mark_step(self.device)?;

@@ -522,6 +522,10 @@ impl Run<'_> {
         let saves = std::mem::take(&mut self.state.save_requests);
         let removes = std::mem::take(&mut self.state.remove_requests);
         let global_zero = self.strategy.is_global_zero();
+        if !saves.is_empty() {
+            // On every rank, before rank 0 alone reads the model.
+            self.strategy.placement().cut_graph()?;
+        }
         if self.strategy.saves_checkpoints() {
             for (path, weights_only) in &saves {
                 self.save_checkpoint(path, *weights_only)?;

@@ -16,7 +16,8 @@
  *     (averaging gradients through gloo: each process is a PJRT job of its
  *     own here);
  *   - XLA's own all-reduce runs in the device's graph, and is refused where
- *     it would not reach the job's ranks.
+ *     it would not reach the job's ranks (two devices in a process; two
+ *     ranks of one device each, each a PJRT job of its own).
  * Not run under ASan: the embedded interpreter and torch_xla live as long
  * as the process and are never freed.
  */
@@ -176,19 +177,23 @@ static int scenario_refusals(void) {
  * kernel of c10d's functional all-reduce, through c10's dispatcher) with
  * `devices` XLA devices in this process, outside a distributed job (a
  * world of one). One device: every op runs in the device's graph (torch_xla
- * dumps the graphs it runs into XLA_SAVE_TENSORS_FILE with the device's
- * ordinal appended, which must hold an all-reduce per call at least) and leaves the values as they were (the reduction
- * over one device); the tensor stays on XLA. Two: refused, since XLA would also wait for the
- * device this process does not run, and the tensor is untouched. */
-static int scenario_reduce(const char *devices) {
-    if (setenv("CPU_NUM_DEVICES", devices, 1) != 0) return 1;
-    char dir[] = "/tmp/fulmen-xla-reduce-XXXXXX", graphs[4096];
-    if (mkdtemp(dir) == NULL) return 1;
-    snprintf(graphs, sizeof graphs, "%s/graphs.hlo", dir);
-    if (setenv("XLA_SAVE_TENSORS_FILE", graphs, 1) != 0 || setenv("XLA_SAVE_TENSORS_FMT", "hlo", 1) != 0) return 1;
+ * dumps the graphs it runs into XLA_SAVE_TENSORS_FILE, under `dir`, with
+ * the device's ordinal appended: an all-reduce per call at least) and
+ * leaves the values as they were (the reduction over one device); the
+ * tensor stays on XLA, and synchronizing the device runs its graph. Two:
+ * refused, since XLA would also wait for the device this process does not
+ * run, and the tensor is untouched. A mean of integers is refused. */
+static int scenario_reduce(const char *dir, const char *devices) {
+    char graphs[4096], dumped[4200];
+    snprintf(graphs, sizeof graphs, "%s/reduce-%s.hlo", dir, devices);
+    snprintf(dumped, sizeof dumped, "%s.0", graphs);
+    if (setenv("CPU_NUM_DEVICES", devices, 1) != 0 || setenv("XLA_SAVE_TENSORS_FILE", graphs, 1) != 0 ||
+        setenv("XLA_SAVE_TENSORS_FMT", "hlo", 1) != 0)
+        return 1;
     const float values[3] = {1.5f, -2.0f, 3.25f};
-    int64_t shape[1] = {3};
-    fulmen_tensor *x = NULL, *y = NULL;
+    const int64_t counts[2] = {3, 4};
+    int64_t shape[1] = {3}, pair[1] = {2};
+    fulmen_tensor *x = NULL, *y = NULL, *n = NULL, *nx = NULL;
     ok(fulmen_tensor_from_data(values, sizeof values, FULMEN_DTYPE_F32, shape, 1, &x), "data");
     ok(fulmen_tensor_to_device(x, FULMEN_DEVICE_TYPE_XLA, 0, &y), "to xla");
     int bad = 0;
@@ -208,10 +213,15 @@ static int scenario_reduce(const char *devices) {
     fulmen_error *e = fulmen_distributed_xla_all_reduce(y, "median");
     if (e == NULL || fulmen_error_code(e) != FULMEN_CODE_INVALID_ARGUMENT) bad++;
     fulmen_error_free(e);
+    ok(fulmen_tensor_from_data(counts, sizeof counts, FULMEN_DTYPE_I64, pair, 1, &n), "counts");
+    ok(fulmen_tensor_to_device(n, FULMEN_DEVICE_TYPE_XLA, 0, &nx), "counts to xla");
+    e = fulmen_distributed_xla_all_reduce(nx, "mean");
+    if (e == NULL || fulmen_error_code(e) != FULMEN_CODE_INVALID_ARGUMENT) bad++;
+    fulmen_error_free(e);
     int32_t type = -1;
     int64_t index = -1;
     float got[3] = {0};
-    ok(fulmen_device_synchronize(FULMEN_DEVICE_TYPE_XLA, 0), "synchronize xla:0"); /* runs the graph */
+    ok(fulmen_device_synchronize(FULMEN_DEVICE_TYPE_XLA, 0), "synchronize xla:0");
     ok(fulmen_tensor_device(y, &type, &index), "device");
     ok(fulmen_tensor_copy_to(y, FULMEN_DTYPE_F32, got, sizeof got), "read back");
     for (int i = 0; i < 3; i++) {
@@ -224,8 +234,6 @@ static int scenario_reduce(const char *devices) {
     /* The graphs torch_xla ran: an all-reduce per op with one device, none
      * with two. */
     int reductions = 0;
-    char dumped[4200];
-    snprintf(dumped, sizeof dumped, "%s.0", graphs);
     FILE *f = fopen(dumped, "r");
     if (f != NULL) {
         char line[4096];
@@ -236,12 +244,38 @@ static int scenario_reduce(const char *devices) {
         fprintf(stderr, "test_xla: %d all-reduce(s) in the graphs run with %s device(s)\n", reductions, devices);
         bad++;
     }
-    char rm[4200];
-    snprintf(rm, sizeof rm, "rm -rf %s", dir);
-    if (system(rm) != 0) bad++;
+    fulmen_tensor_free(nx);
+    fulmen_tensor_free(n);
     fulmen_tensor_free(y);
     fulmen_tensor_free(x);
     return bad == 0 ? 0 : 1;
+}
+
+/* Two ranks (fulmen's launcher), each with one XLA device: each is a PJRT
+ * job of its own here, so XLA's all-reduce would not reach the other rank
+ * and is refused on both, naming the counts. */
+static int scenario_reduce_ranks(void) {
+    if (setenv("CPU_NUM_DEVICES", "1", 1) != 0) return 1;
+    fulmen_strategy *strategy = NULL;
+    ok(fulmen_strategy_new("ddp", &strategy), "strategy");
+    ok(fulmen_strategy_set(strategy, "timeout", "60"), "timeout");
+    ok(fulmen_distributed_join(strategy, 2, false), "join");
+    const float values[2] = {1.0f, 2.0f};
+    int64_t shape[1] = {2};
+    fulmen_tensor *x = NULL, *y = NULL;
+    ok(fulmen_tensor_from_data(values, sizeof values, FULMEN_DTYPE_F32, shape, 1, &x), "data");
+    ok(fulmen_tensor_to_device(x, FULMEN_DEVICE_TYPE_XLA, 0, &y), "to xla");
+    fulmen_error *e = fulmen_distributed_xla_all_reduce(y, "sum");
+    const char *msg = e != NULL ? fulmen_error_message(e) : "(no error)";
+    int bad = e == NULL || fulmen_error_code(e) != FULMEN_CODE_UNSUPPORTED ||
+              strstr(msg, "the PJRT job has 1 XLA device(s) and the distributed job 2 rank(s)") == NULL;
+    if (bad) fprintf(stderr, "test_xla: xla all_reduce over 2 ranks of one device each: %s\n", msg);
+    fulmen_error_free(e);
+    fulmen_tensor_free(y);
+    fulmen_tensor_free(x);
+    fulmen_strategy_free(strategy);
+    ok(fulmen_distributed_shutdown(60), "shutdown");
+    return bad;
 }
 
 /* With `var` set to `value` (a broken installation), XLA is unavailable
@@ -444,7 +478,8 @@ int main(int argc, char **argv) {
                             argc > 9 ? argv[9] : NULL);
     }
     if (argc == 2 && strcmp(argv[1], "refusals") == 0) return scenario_refusals();
-    if (argc == 3 && strcmp(argv[1], "reduce") == 0) return scenario_reduce(argv[2]);
+    if (argc == 4 && strcmp(argv[1], "reduce") == 0) return scenario_reduce(argv[2], argv[3]);
+    if (argc == 2 && strcmp(argv[1], "reduce_ranks") == 0) return scenario_reduce_ranks();
     if (argc == 5 && strcmp(argv[1], "broken") == 0) return scenario_broken(argv[2], argv[3], argv[4]);
     if (getenv("PJRT_DEVICE") == NULL) {
         fprintf(stderr, "test_xla: set PJRT_DEVICE=CPU (and CPU_NUM_DEVICES=2)\n");
@@ -484,8 +519,10 @@ int main(int argc, char **argv) {
     same_losses(dir, "cpu", "xla_ranks", 0, 2, 1);
 
     if (run_plain("refusals", NULL, NULL, NULL) == 0) printf("mixed precisions and a missing device refused on xla\n");
-    if (run_plain("reduce", "1", NULL, NULL) == 0 && run_plain("reduce", "2", NULL, NULL) == 0)
-        printf("XLA's all-reduce runs in the graph on one device, and is refused with two in one process\n");
+    if (run_plain("reduce", dir, "1", NULL) == 0 && run_plain("reduce", dir, "2", NULL) == 0 &&
+        run_plain("reduce_ranks", NULL, NULL, NULL) == 0)
+        printf("XLA's all-reduce runs in the graph on one device; refused with two devices in a process, and over "
+               "ranks that are PJRT jobs of their own\n");
 
     /* A broken installation: a clear error, not a crash. */
     if (run_plain("broken", "PYTHONHOME", "/nonexistent", "standard library is not under /nonexistent") == 0 &&

@@ -2,10 +2,11 @@
 //! collectives of Lightning's strategy (all_reduce, broadcast, all_gather,
 //! barrier, reduce_boolean_decision), DDP gradient averaging for a model
 //! (`fulmen_ddp`), and a DataLoader's per-rank shard.
+use crate::accelerators::xla_collectives;
 use crate::distributed::{self, Ddp, DistContext, JoinOptions, ReduceOp};
 use crate::error::{Error, Result};
 use crate::ffi::base::error::{fulmen_error, guard, str_arg};
-use crate::ffi::base::handle::{self, check_out, write_out, Handle};
+use crate::ffi::base::handle::{self, check_out, write_out, Handle, Shared};
 use crate::ffi::data::datasets::fulmen_loader;
 use crate::ffi::distributed::collectives::refuse_in_slot;
 use crate::ffi::nn::model::fulmen_model;
@@ -14,6 +15,7 @@ use crate::ffi::trainer::strategy::fulmen_strategy;
 use std::ffi::c_char;
 use std::sync::Arc;
 use std::time::Duration;
+use tch::Tensor;
 
 /// The joined job, or the error of a call that needs one.
 pub(crate) fn joined() -> Result<Arc<DistContext>> {
@@ -107,12 +109,58 @@ pub unsafe extern "C" fn fulmen_distributed_all_reduce(
     op: *const c_char,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let t = tensor_arg(tensor, "tensor")?;
-        let op = ReduceOp::parse(str_arg(op, "op")?)?;
-        refuse_in_slot(crate::ffi::base::error::function_name!())?;
+        let (t, op) = reduce_args(tensor, op, crate::ffi::base::error::function_name!())?;
         let ctx = joined()?;
         ctx.group.all_reduce(&[t.shallow_clone()], op).map_err(|e| ctx.explain(e))
     })
+}
+
+/// Reduces `tensor` (on an XLA device) in place over all ranks with `op`
+/// ("sum", "mean", "min", "max" or "product") with XLA's own all-reduce:
+/// the reduction joins the device's pending graph and is computed when the
+/// step's graph runs (torch_xla's `xm.all_reduce`), without a copy to the
+/// host. Every rank must make the same calls in the same order within a
+/// step, from the thread that runs the rank's steps, and read what depends
+/// on the result at the same points (a graph holding the reduction that
+/// runs on some ranks only waits for the others, with no timeout);
+/// autograd does not record the reduction. `tensor` is borrowed. Not
+/// joined, the job is this process alone.
+///
+/// XLA's collectives span every device of the PJRT job, which are the
+/// job's ranks only with one XLA device per process and one per rank
+/// (TPUs from v4 on, under the xla strategy). On PJRT's CPU device every
+/// process is a PJRT job of its own: there, reduce a CPU copy with
+/// fulmen_distributed_all_reduce.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (not an XLA tensor; unknown or
+/// non-UTF-8 `op`; "mean" of an integer tensor), FULMEN_CODE_INVALID_STATE
+/// (called from inside a collectives slot), FULMEN_CODE_UNSUPPORTED (XLA's
+/// collectives do not reach the job's ranks from here: the message says
+/// why; torch_xla registers no all-reduce), FULMEN_CODE_TORCH (torch_xla
+/// refused the reduction).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_distributed_xla_all_reduce(
+    tensor: *mut fulmen_tensor,
+    op: *const c_char,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let (t, op) = reduce_args(tensor, op, crate::ffi::base::error::function_name!())?;
+        let world = distributed::current().map_or(1, |c| c.world_size());
+        xla_collectives::all_reduce(&t, op, world)
+    })
+}
+
+/// The tensor and the reduction of an all-reduce, outside a collectives
+/// slot (`function` names the call).
+unsafe fn reduce_args<'a>(
+    tensor: *mut fulmen_tensor,
+    op: *const c_char,
+    function: &str,
+) -> Result<(Shared<'a, Tensor>, ReduceOp)> {
+    let t = tensor_arg(tensor, "tensor")?;
+    let op = ReduceOp::parse(str_arg(op, "op")?)?;
+    refuse_in_slot(function)?;
+    Ok((t, op))
 }
 
 /// Copies `tensor` from rank `root` into `tensor` on every rank.

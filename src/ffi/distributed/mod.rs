@@ -3,4 +3,3 @@
 pub mod collectives;
 pub mod fsdp;
 pub mod job;
-pub mod xla;
