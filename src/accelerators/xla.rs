@@ -129,9 +129,10 @@ impl Accelerator for XlaAccelerator {
         Ok(())
     }
 
-    /// Waits for the device's pending work: its graph is cut and run.
+    /// Waits for the device's pending work: its graph is cut and run
+    /// ([`Device::synchronize`]); unlike the default, a failure is an error.
     fn synchronize(&self, device: Device) -> Result<()> {
-        xla_runtime::step_marker(device.index(), true)
+        device.synchronize()
     }
 
     /// torch_xla's step marker, before each batch as torch_xla's
