@@ -48,6 +48,38 @@ pub enum ErrorCode {
     OutOfMemory = 18,
 }
 
+impl ErrorCode {
+    /// Every code, in numeric order.
+    const ALL: [ErrorCode; 18] = {
+        use ErrorCode::*;
+        [
+            NullArgument,
+            InvalidArgument,
+            InvalidHandle,
+            ShapeMismatch,
+            DtypeMismatch,
+            Torch,
+            Io,
+            Callback,
+            Panic,
+            Unsupported,
+            Unavailable,
+            NonFinite,
+            Format,
+            OutOfRange,
+            InvalidState,
+            Distributed,
+            Interrupted,
+            OutOfMemory,
+        ]
+    };
+
+    /// The code numbered `code`; `None` for values no code has.
+    pub fn from_i32(code: i32) -> Option<ErrorCode> {
+        Self::ALL.into_iter().find(|c| *c as i32 == code)
+    }
+}
+
 /// An error from the fulmen core: a code plus a message that says which call,
 /// which callback, which step or which shapes were involved.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -419,7 +419,8 @@ func (o *TrainerOptions) SetSeed(v int64) error {
 // device and is read with the trainer's other values (every log_every_n_steps
 // steps, epoch ends, checkpoints, the run's end), so steps never wait for the
 // device; the error then names the steps it happened between, whose updates
-// were made.
+// were made (the ranks of a job agree at each reading: a NaN on one rank
+// stops every rank there).
 func (o *TrainerOptions) SetDetectNonfiniteLoss(v bool) error {
 	return o.SetBool("detect_nonfinite_loss", v)
 }

@@ -11,7 +11,7 @@
 //! harmless value by its caller, so the step itself cannot fault the
 //! device; the run then fails at the next verification, naming the steps
 //! where it happened.
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, ErrorCode, Result, ResultExt};
 use crate::tensor::device::{to_device, to_device_of, Device};
 use std::cell::RefCell;
 use tch::Tensor;
@@ -150,6 +150,51 @@ pub fn verify(step: i64) -> Result<()> {
     }
 }
 
+/// [`verify`] for one rank (`rank`) of several, where every rank reads at
+/// the same point: `max` reduces values over the ranks with a maximum (one
+/// collective). When a check failed on any rank, every rank fails, so that
+/// none goes on to wait in a collective for a rank that stopped: a rank
+/// whose own check failed with its error, the others naming the rank (and
+/// its error's code). Nothing to do, and no collective, without a scope.
+pub fn verify_across_ranks(step: i64, rank: usize, max: impl FnOnce(&mut [f64]) -> Result<()>) -> Result<()> {
+    let Some(since) = SCOPE.with(|s| s.borrow().as_ref().map(|p| p.since_step)) else { return Ok(()) };
+    // A rank that cannot read its flags fails too, and says so to the others.
+    let own = read_flags(step).unwrap_or_else(Some);
+    let mut verdict = [own.as_ref().map_or(0.0, |e| encode_failure(e.code, rank))];
+    let agreed = max(&mut verdict);
+    if let Some(e) = own {
+        return Err(e);
+    }
+    agreed.ctx("agreeing with the other ranks on the device checks")?;
+    match decode_failure(verdict[0]) {
+        None => Ok(()),
+        Some((code, failed)) => Err(Error::new(
+            code,
+            format!(
+                "a device check failed on rank {failed} in a step between global steps {since} and {step} (its \
+                 error is rank {failed}'s); every rank stops here"
+            ),
+        )),
+    }
+}
+
+/// The ranks' verdict values: 0 for no failure, else the error's code
+/// above 32 bits and the rank plus one below (exact in an f64), so that
+/// their maximum names one failed rank alike on every rank.
+const RANK_SPAN: f64 = 4_294_967_296.0;
+
+fn encode_failure(code: ErrorCode, rank: usize) -> f64 {
+    code as i32 as f64 * RANK_SPAN + (rank as f64 + 1.0)
+}
+
+fn decode_failure(verdict: f64) -> Option<(ErrorCode, usize)> {
+    if verdict <= 0.0 {
+        return None;
+    }
+    let code = ErrorCode::from_i32((verdict / RANK_SPAN).floor() as i32).unwrap_or(ErrorCode::Distributed);
+    Some((code, (verdict % RANK_SPAN) as usize - 1))
+}
+
 /// [`verify`]'s reading: the first failed check's error, if any; `Err`
 /// when the flags could not be read.
 fn read_flags(step: i64) -> Result<Option<Error>> {
@@ -250,6 +295,46 @@ mod tests {
         drop(scope);
         // Outside a scope nothing is kept apart.
         assert!(collect(|| Ok(())).unwrap().1.is_empty());
+    }
+
+    #[test]
+    fn ranks_agree_on_a_failed_check() {
+        // Without a scope: nothing read, no collective.
+        verify_across_ranks(1, 0, |_| panic!("no collective without a scope")).unwrap();
+        let _scope = DeferredScope::enter(2);
+        // Nothing failed anywhere: this rank says 0 and hears 0.
+        verify_across_ranks(3, 0, |v| {
+            assert_eq!(v, &[0.0]);
+            Ok(())
+        })
+        .unwrap();
+        // Another rank's check failed: this one stops too, naming it.
+        let e = verify_across_ranks(5, 0, |v| {
+            v[0] = encode_failure(ErrorCode::OutOfRange, 3);
+            Ok(())
+        })
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::OutOfRange);
+        assert!(e.message.contains("failed on rank 3 in a step between global steps 3 and 5"), "{e}");
+        // This rank's own check failed: its own error, whatever the others
+        // say, and even when agreeing fails.
+        defer(KIND, &Tensor::from(true)).unwrap();
+        let e = verify_across_ranks(7, 1, |v| {
+            assert_eq!(decode_failure(v[0]), Some((ErrorCode::OutOfRange, 1)));
+            Err(Error::new(ErrorCode::Distributed, "the job broke"))
+        })
+        .unwrap_err();
+        assert!(e.message.contains("test: a value was bad in a step between global steps 5 and 7"), "{e}");
+        let e = verify_across_ranks(8, 1, |_| Err(Error::new(ErrorCode::Distributed, "the job broke"))).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Distributed);
+        assert!(e.message.contains("agreeing with the other ranks") && e.message.contains("the job broke"), "{e}");
+        // The largest code, then the largest rank, wins alike everywhere.
+        let many = [encode_failure(ErrorCode::NonFinite, 7), encode_failure(ErrorCode::OutOfRange, 2)];
+        assert_eq!(decode_failure(many[0].max(many[1])), Some((ErrorCode::OutOfRange, 2)));
+        assert_eq!(
+            decode_failure(encode_failure(ErrorCode::OutOfMemory, 65_535)),
+            Some((ErrorCode::OutOfMemory, 65_535))
+        );
     }
 
     #[test]

@@ -671,7 +671,7 @@ pub const TRAINER_OPTIONS: &[TrainerOption] = &[
         key: "detect_nonfinite_loss",
         kind: OptionKind::Bool,
         default: "true",
-        doc: "end the run with an error when a training loss is NaN or infinite: on the CPU before that step's update; on an accelerator the check stays on the device and is read with the trainer's other values (every log_every_n_steps steps, epoch ends, checkpoints, the run's end), so steps never wait for the device; the error then names the steps it happened between, whose updates were made",
+        doc: "end the run with an error when a training loss is NaN or infinite: on the CPU before that step's update; on an accelerator the check stays on the device and is read with the trainer's other values (every log_every_n_steps steps, epoch ends, checkpoints, the run's end), so steps never wait for the device; the error then names the steps it happened between, whose updates were made (the ranks of a job agree at each reading: a NaN on one rank stops every rank there)",
         apply: field!(detect_nonfinite_loss, parse_bool),
     },
     TrainerOption {

@@ -523,8 +523,10 @@ impl Run<'_> {
         let removes = std::mem::take(&mut self.state.remove_requests);
         let global_zero = self.strategy.is_global_zero();
         if !saves.is_empty() {
-            // On every rank, before rank 0 alone reads the model.
+            // On every rank, before rank 0 alone reads the model: its
+            // graph cut and the ranks' device checks agreed.
             self.strategy.placement().cut_graph()?;
+            self.verify_deferred()?;
         }
         if self.strategy.saves_checkpoints() {
             for (path, weights_only) in &saves {
@@ -594,8 +596,18 @@ impl Run<'_> {
 
     /// Reads the device checks deferred since the last reading and fails
     /// with the first that failed ([`crate::tensor::deferred::verify`]).
+    /// The ranks of a job on devices agree (one collective, so every rank
+    /// calls it at the same point): a check failed on any rank fails every
+    /// rank, and none waits in its next collective for one that stopped.
     pub fn verify_deferred(&self) -> Result<()> {
-        crate::tensor::deferred::verify(self.state.global_step)
+        let step = self.state.global_step;
+        // On the CPU nothing is deferred: no collective to agree on nothing.
+        if self.strategy.world_size() < 2 || self.strategy.root_device() == crate::tensor::device::Device::Cpu {
+            return crate::tensor::deferred::verify(step);
+        }
+        crate::tensor::deferred::verify_across_ranks(step, self.strategy.global_rank(), |v| {
+            self.strategy.reduce(v, crate::trainer::metrics::ReduceFx::Max)
+        })
     }
 
     /// Makes the loggers' files durable.
@@ -659,8 +671,10 @@ impl Run<'_> {
     /// Gathers the full training state into a checkpoint and writes it
     /// (under FSDP every rank gathers the shards, rank 0 writes).
     pub fn save_checkpoint(&mut self, path: &std::path::Path, weights_only: bool) -> Result<()> {
-        // A checkpoint never holds what a failed device check let through.
-        self.verify_deferred()?;
+        // A checkpoint never holds what a failed device check let through
+        // (this rank's checks: the ranks agreed before it, in
+        // process_requests, where they all are).
+        crate::tensor::deferred::verify(self.state.global_step)?;
         if let Some(sharding) = self.strategy.sharded_checkpoint().ctx("sharding the parameters for a checkpoint")? {
             return self.save_sharded(path, weights_only, &sharding);
         }

@@ -46,6 +46,7 @@
 
 #include "check.h"
 #include "fixture.h"
+#include "ranks.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -831,53 +832,14 @@ static int scenario_slurm(const char *dir) {
 
 /* ---------------------------------------------------------- orchestrator */
 
-/* Starts `self_path scenario dir [arg]` with `env` (NAME=VALUE, NULL-ended). */
-static pid_t start(const char *scenario, const char *dir, const char *arg, char *const *env) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        for (char *const *kv = env; kv != NULL && *kv != NULL; kv++) putenv(*kv);
-        execl(self_path, self_path, scenario, dir, arg, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
-/* Waits for `pid` up to `seconds`; returns its exit status (-1 on timeout,
- * after killing it; 128 + signal when killed by one). */
-static int finish(pid_t pid, int seconds) {
-    for (int i = 0; i < seconds * 20; i++) {
-        int status = 0;
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    return -1;
-}
-
 static int run(const char *scenario, const char *dir, const char *arg) {
-    return finish(start(scenario, dir, arg, NULL), 300);
+    return ranks_finish(ranks_start(self_path, scenario, dir, arg, NULL), 300);
 }
 
 /* Runs `world` ranks of `scenario` with torchrun's variables, on one node
  * or (`node_per_rank`) each on a node of its own. */
 static void run_ranks(const char *scenario, const char *dir, int world, int port, int *codes, bool node_per_rank) {
-    pid_t pids[4];
-    static char vars[4][6][64];
-    for (int r = 0; r < world; r++) {
-        snprintf(vars[r][0], 64, "RANK=%d", r);
-        snprintf(vars[r][1], 64, "LOCAL_RANK=%d", node_per_rank ? 0 : r);
-        snprintf(vars[r][2], 64, "WORLD_SIZE=%d", world);
-        snprintf(vars[r][3], 64, "LOCAL_WORLD_SIZE=%d", node_per_rank ? 1 : world);
-        snprintf(vars[r][4], 64, "MASTER_PORT=%d", port);
-        snprintf(vars[r][5], 64, "GROUP_RANK=%d", node_per_rank ? r : 0);
-        char *env[] = {vars[r][0], vars[r][1], vars[r][2], vars[r][3], vars[r][4], vars[r][5], "MASTER_ADDR=127.0.0.1",
-                       "OMP_NUM_THREADS=1", NULL};
-        pids[r] = start(scenario, dir, NULL, env);
-    }
-    for (int r = 0; r < world; r++) codes[r] = finish(pids[r], 300);
+    ranks_run_torchrun(self_path, scenario, dir, world, port, codes, node_per_rank);
 }
 
 /* Runs `world` ranks of `scenario` on one node with torchrun's variables. */
@@ -894,9 +856,9 @@ static void run_env_only(const char *scenario, const char *dir, int world, int p
         snprintf(vars[r][1], 64, "WORLD_SIZE=%d", world);
         snprintf(vars[r][2], 64, "MASTER_PORT=%d", port);
         char *env[] = {vars[r][0], vars[r][1], vars[r][2], "MASTER_ADDR=127.0.0.1", "OMP_NUM_THREADS=1", NULL};
-        pids[r] = start(scenario, dir, NULL, env);
+        pids[r] = ranks_start(self_path, scenario, dir, NULL, env);
     }
-    for (int r = 0; r < world; r++) codes[r] = finish(pids[r], 300);
+    for (int r = 0; r < world; r++) codes[r] = ranks_finish(pids[r], 300);
 }
 
 /* The largest absolute difference between two saved models. */
@@ -935,27 +897,6 @@ static int count_entries(const char *path) {
     }
     closedir(d);
     return n;
-}
-
-/* A port no process listens on now, as the kernel picks one for a
- * listener on port 0 (the launcher's way): nothing else on the machine
- * (another run of this test, another suite) is handed the same one. */
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(fd >= 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    socklen_t len = sizeof a;
-    int port = 0;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0) {
-        port = ntohs(a.sin_port);
-    }
-    close(fd);
-    CHECK(port > 0);
-    return port;
 }
 
 int main(int argc, char **argv) {
@@ -1064,10 +1005,10 @@ int main(int argc, char **argv) {
     snprintf(port_var, sizeof port_var, "MASTER_PORT=%d", free_port());
     char *orphan_env[] = {"LOCAL_RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", port_var,
                           "FULMEN_LAUNCHER_PID=1", NULL};
-    CHECK(finish(start("orphan", dir, NULL, orphan_env), 120) == 0);
+    CHECK(ranks_finish(ranks_start(self_path, "orphan", dir, NULL, orphan_env), 120) == 0);
     char *slurm_env[] = {"SLURM_NTASKS=2", "SLURM_NTASKS_PER_NODE=2", "SLURM_NNODES=1", "SLURM_PROCID=0",
                          "SLURM_LOCALID=0", "SLURM_NODEID=0", "SLURM_JOB_ID=4242", "SLURM_JOB_NAME=train", NULL};
-    CHECK(finish(start("slurm", dir, NULL, slurm_env), 120) == 0);
+    CHECK(ranks_finish(ranks_start(self_path, "slurm", dir, NULL, slurm_env), 120) == 0);
 
     /* torch's env:// variables alone (no LOCAL_RANK) form the job. */
     run_env_only("envrank", dir, 2, free_port(), codes);

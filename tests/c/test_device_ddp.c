@@ -48,6 +48,12 @@
  *   named       a world of one with process_group_backend naming the hook
  *   reentrant   a hook on CPU devices whose slots call back into the job:
  *               refused with clear errors, no deadlock
+ *   bad_target_rank1  2 ranks started with torchrun's variables, strategy
+ *               "ddp" on the npu, rank 1's class targets out of range at
+ *               its third step: the ranks agree on the device's deferred
+ *               checks, and both fits fail where they are read (after
+ *               step 4), rank 0 naming rank 1, neither waiting for the
+ *               other
  * and checks the hook's registration rules in-process.
  */
 #define _XOPEN_SOURCE 700 /* fork, mkdtemp, nanosleep */
@@ -55,6 +61,7 @@
 #include "check.h"
 #include "fixture.h"
 #include "npu.h"
+#include "ranks.h"
 #include "../../examples/c/store_collectives.h"
 
 #include <stdbool.h>
@@ -87,7 +94,11 @@ static struct {
     int param_checks;      /* steps whose parameter device was checked */
     bool old_hook;         /* the hook's struct_size ends before reduce_scatter */
     bool declining_hook;   /* the hook's reduce_scatter answers UNSUPPORTED */
-} extra = {NULL, false, false, false, false, NULL, NULL, 0, -1, 0, false, false};
+    int bad_target_rank;   /* the rank whose class targets lie out of range at batch 2 (-1: none) */
+    int64_t log_every;     /* log_every_n_steps (0: the default) */
+    int64_t steps_run;     /* training steps this process ran */
+    size_t rank_seen;      /* this process's rank, as its steps saw it */
+} extra = {NULL, false, false, false, false, NULL, NULL, 0, -1, 0, false, false, -1, 0, 0, 0};
 
 /* A reduce_scatter slot of a library without the collective. */
 static fulmen_error *declining_reduce_scatter(void *ud, void *group, const fulmen_tensor *input, fulmen_tensor *output,
@@ -149,11 +160,30 @@ static void check_param_device(const fulmen_model *model) {
     fulmen_tensor_free(w);
 }
 
+/* Cross-entropy against class targets past the model's classes. */
+static fulmen_error *bad_target_loss(fulmen_model *model, const fulmen_batch *batch, fulmen_tensor **out) {
+    fulmen_tensor *x = NULL, *y = NULL, *logits = NULL, *shifted = NULL, *labels = NULL;
+    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
+    if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
+    if (e == NULL) e = fulmen_model_forward(model, x, &logits);
+    if (e == NULL) e = fulmen_tensor_add_scalar(y, 100, &shifted);
+    if (e == NULL) e = fulmen_tensor_to_dtype(shifted, FULMEN_DTYPE_I64, &labels);
+    if (e == NULL) e = fulmen_loss_cross_entropy(logits, labels, FULMEN_REDUCTION_MEAN, out);
+    fulmen_tensor *all[5] = {x, y, logits, shifted, labels};
+    for (int i = 0; i < 5; i++) fulmen_tensor_free(all[i]);
+    return e;
+}
+
 static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
     module_state *s = ud;
     size_t rank = 0;
     check_param_device(s->model);
     fulmen_error *e = fulmen_distributed_ranks(&rank, NULL, NULL);
+    extra.steps_run++;
+    extra.rank_seen = rank;
+    int64_t idx = -1;
+    if (e == NULL && (int)rank == extra.bad_target_rank) e = fulmen_step_context_batch_idx(ctx, &idx);
+    if (e == NULL && idx == 2) return bad_target_loss(s->model, batch, out);
     if (e == NULL) e = fixture_cross_entropy(s->model, batch, out);
     /* Logged metrics are reduced by gloo on the CPU, beside the hook. */
     if (e == NULL) e = fulmen_step_context_log(ctx, "rank_synced", (double)rank, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_SYNC_DIST, 0);
@@ -187,6 +217,7 @@ static fulmen_error *train(const char *accelerator, const char *strategy, const 
         fixture_module_with(s.model, &s, training_step, NULL, extra.adam ? configure_adam : fixture_configure_sgd);
     fulmen_trainer_options *o = fixture_options(extra.root, extra.epochs > 0 ? extra.epochs : EPOCHS);
     if (extra.clip != NULL) CHECK_OK(fulmen_trainer_options_set(o, "gradient_clip_val", extra.clip));
+    if (extra.log_every > 0) CHECK_OK(fulmen_trainer_options_set_int(o, "log_every_n_steps", extra.log_every));
     CHECK_OK(fulmen_trainer_options_set(o, "accelerator", accelerator));
     CHECK_OK(fulmen_trainer_options_set(o, "devices", devices));
     fulmen_strategy *st = NULL;
@@ -334,6 +365,37 @@ static int two_ranks(const char *dir, const char *name, const char *strategy, bo
     if (with_hook) CHECK(counts.group_free == 1);
     CHECK_OK(fulmen_accelerator_unregister("npu"));
     snprintf(what, sizeof what, "%s rank %zu", name, rank);
+    return check_finish(what);
+}
+
+/* Rank 1's class targets lie out of range at batch 2 and log_every_n_steps
+ * is 4: on a device that is found where the trainer reads its values,
+ * after step 4 (the step itself ran on harmless targets, so rank 0's
+ * gradients stay finite and its own checks pass). Each rank stops there,
+ * rank 1 with its own check's error, rank 0 naming rank 1, rather than
+ * rank 0 going on to wait in step 5's gradient all-reduce for a rank
+ * that stopped. */
+static int scenario_bad_target_rank1(const char *dir) {
+    (void)dir;
+    store_collectives_counts counts = {0};
+    fulmen_collectives hook = store_collectives_table();
+    register_npu(&hook, &counts);
+    extra.bad_target_rank = 1;
+    extra.log_every = 4;
+    extra.epochs = 1;
+    fulmen_error *e = train("npu", "ddp", "2", RANK_BATCH, NULL, NULL);
+    size_t rank = (size_t)atoi(getenv("RANK"));
+    CHECK(extra.rank_seen == rank);
+    if (rank == 1)
+        CHECK_ERR(e, FULMEN_CODE_OUT_OF_RANGE, "class target lay outside");
+    else
+        CHECK_ERR(e, FULMEN_CODE_OUT_OF_RANGE, "failed on rank 1 in a step between global steps 0 and 4");
+    if (extra.steps_run != 4) fprintf(stderr, "rank %zu ran %lld steps\n", rank, (long long)extra.steps_run);
+    CHECK(extra.steps_run == 4);
+    fulmen_error_free(fulmen_distributed_shutdown(60));
+    CHECK_OK(fulmen_accelerator_unregister("npu"));
+    char what[64];
+    snprintf(what, sizeof what, "bad_target_rank1 rank %zu", rank);
     return check_finish(what);
 }
 
@@ -553,20 +615,7 @@ static void check_registration(void) {
 /* ------------------------------------------------------------ orchestrator */
 
 static int run(const char *scenario, const char *dir) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl(self_path, self_path, scenario, dir, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 300 * 20; i++) {
-        int status = 0;
-        if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    return -1;
+    return ranks_finish(ranks_start(self_path, scenario, dir, NULL, NULL), 300);
 }
 
 static void expect_same(const char *dir, const char *a, const char *b) {
@@ -657,6 +706,7 @@ int main(int argc, char **argv) {
         if (strcmp(s, "group_new") == 0) return scenario_group_new(dir);
         if (strcmp(s, "named") == 0) return scenario_named(dir);
         if (strcmp(s, "reentrant") == 0) return scenario_reentrant(dir);
+        if (strcmp(s, "bad_target_rank1") == 0) return scenario_bad_target_rank1(dir);
         fprintf(stderr, "unknown scenario %s\n", s);
         return 2;
     }
@@ -688,6 +738,11 @@ int main(int argc, char **argv) {
     CHECK(run("group_new", dir) == 0);
     CHECK(run("named", dir) == 0);
     CHECK(run("reentrant", dir) == 0);
+    /* Started by this program, not fulmen's launcher (which ends the
+     * ranks it launched once its own fit fails): each rank's report. */
+    int codes[2] = {-1, -1};
+    ranks_run_torchrun(self_path, "bad_target_rank1", dir, 2, free_port(), codes, false);
+    CHECK(codes[0] == 0 && codes[1] == 0);
 
     check_registration();
 

@@ -164,7 +164,7 @@ pub unsafe extern "C" fn fulmen_error_new(code: i32, message: *const c_char) -> 
             CStr::from_ptr(message).to_string_lossy().into_owned()
         }
     });
-    error_into_raw(Error::new(code_from_i32(code).unwrap_or(ErrorCode::Callback), text))
+    error_into_raw(Error::new(ErrorCode::from_i32(code).unwrap_or(ErrorCode::Callback), text))
 }
 
 /// The error's stable code (a `fulmen_code` value); 0 for NULL or a
@@ -192,33 +192,6 @@ pub unsafe extern "C" fn fulmen_error_message(error: *const fulmen_error) -> *co
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_error_free(error: *mut fulmen_error) {
     handle::free(error);
-}
-
-/// Maps a C code back to the enum; `None` for values no code has.
-pub fn code_from_i32(code: i32) -> Option<ErrorCode> {
-    use ErrorCode::*;
-    [
-        NullArgument,
-        InvalidArgument,
-        InvalidHandle,
-        ShapeMismatch,
-        DtypeMismatch,
-        Torch,
-        Io,
-        Callback,
-        Panic,
-        Unsupported,
-        Unavailable,
-        NonFinite,
-        Format,
-        OutOfRange,
-        InvalidState,
-        Distributed,
-        Interrupted,
-        OutOfMemory,
-    ]
-    .into_iter()
-    .find(|c| *c as i32 == code)
 }
 
 #[cfg(test)]

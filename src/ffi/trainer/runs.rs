@@ -200,7 +200,8 @@ pub unsafe extern "C" fn fulmen_trainer_options_new(out: *mut *mut fulmen_traine
 ///   read with the trainer's other values (every log_every_n_steps steps,
 ///   epoch ends, checkpoints, the run's end), so steps never wait for the
 ///   device; the error then names the steps it happened between, whose
-///   updates were made.
+///   updates were made (the ranks of a job agree at each reading: a NaN on
+///   one rank stops every rank there).
 /// - `callback_timeout` (seconds, "DD:HH:MM:SS" or "none"; default none): a
 ///   host callback that runs longer fails the run with FULMEN_CODE_CALLBACK
 ///   when it returns, since fulmen cannot interrupt host code; "none" or 0

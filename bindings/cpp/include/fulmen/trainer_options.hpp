@@ -347,7 +347,8 @@ public:
     /// is NaN or infinite: on the CPU before that step's update; on an accelerator the check stays
     /// on the device and is read with the trainer's other values (every log_every_n_steps steps,
     /// epoch ends, checkpoints, the run's end), so steps never wait for the device; the error then
-    /// names the steps it happened between, whose updates were made.
+    /// names the steps it happened between, whose updates were made (the ranks of a job agree at
+    /// each reading: a NaN on one rank stops every rank there).
     Self& detect_nonfinite_loss(bool v) & { return put("detect_nonfinite_loss", v); }
     /// Sets `detect_nonfinite_loss` on a temporary and passes it on.
     Self&& detect_nonfinite_loss(bool v) && { return std::move(put("detect_nonfinite_loss", v)); }
