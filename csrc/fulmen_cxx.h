@@ -13,10 +13,17 @@
 
 #include <c10/util/Exception.h>
 
-// Status codes shared with src/accelerators/cxx.rs.
+// Status codes shared with src/shim/mod.rs. A c10 error of a typed kind
+// keeps its kind as a status; any other error is FULMEN_CXX_ERROR, its
+// message classified on the Rust side as tch's errors are.
 #define FULMEN_CXX_OK 0
 #define FULMEN_CXX_ERROR 1
-#define FULMEN_CXX_UNSUPPORTED 2
+#define FULMEN_CXX_UNSUPPORTED 2  // also c10::NotImplementedError
+#define FULMEN_CXX_OUT_OF_MEMORY 3  // c10::OutOfMemoryError
+#define FULMEN_CXX_OUT_OF_RANGE 4  // c10::IndexError
+#define FULMEN_CXX_INVALID_ARGUMENT 5  // c10::ValueError
+#define FULMEN_CXX_DTYPE_MISMATCH 6  // c10::TypeError
+#define FULMEN_CXX_DISTRIBUTED 7  // c10::DistError
 
 extern "C" {
 // A host collectives group, as src/distributed/collectives.rs hands it to
@@ -47,6 +54,17 @@ inline void write_message(const std::string& msg, char* err, size_t err_len) {
   err[n] = '\0';
 }
 
+// The status of a c10 error: its typed kind where it has one.
+inline int status_of(const c10::Error& e) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) return FULMEN_CXX_OUT_OF_MEMORY;
+  if (dynamic_cast<const c10::IndexError*>(&e) != nullptr) return FULMEN_CXX_OUT_OF_RANGE;
+  if (dynamic_cast<const c10::ValueError*>(&e) != nullptr) return FULMEN_CXX_INVALID_ARGUMENT;
+  if (dynamic_cast<const c10::TypeError*>(&e) != nullptr) return FULMEN_CXX_DTYPE_MISMATCH;
+  if (dynamic_cast<const c10::NotImplementedError*>(&e) != nullptr) return FULMEN_CXX_UNSUPPORTED;
+  if (dynamic_cast<const c10::DistError*>(&e) != nullptr) return FULMEN_CXX_DISTRIBUTED;
+  return FULMEN_CXX_ERROR;
+}
+
 // Keeps the first lines of a libtorch message, dropping the C++ backtrace.
 inline std::string short_message(const char* what) {
   std::string text(what == nullptr ? "unknown C++ exception" : what);
@@ -65,7 +83,7 @@ inline std::string short_message(const char* what) {
   }                                                                               \
   catch (const c10::Error& e) {                                                   \
     fulmen_cxx::write_message(fulmen_cxx::short_message(e.what_without_backtrace()), err, err_len); \
-    return FULMEN_CXX_ERROR;                                                      \
+    return fulmen_cxx::status_of(e);                                              \
   }                                                                               \
   catch (const std::exception& e) {                                               \
     fulmen_cxx::write_message(fulmen_cxx::short_message(e.what()), err, err_len); \

@@ -206,7 +206,7 @@ pub(crate) fn is_out_of_memory_message(msg: &str) -> bool {
 
 /// The fulmen code of a libtorch error message: dtype, shape and range
 /// problems keep their meaning; anything else is `Torch`.
-fn classify_torch_message(msg: &str) -> ErrorCode {
+pub(crate) fn classify_torch_message(msg: &str) -> ErrorCode {
     const DTYPE: [&str; 6] = [
         "expected scalar type",
         "Expected object of scalar type",

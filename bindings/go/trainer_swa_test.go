@@ -32,19 +32,7 @@ func TestStochasticWeightAveragingEndsOnTheAverage(t *testing.T) {
 			_, loss, err := lossOf(model, bt)
 			return loss, err
 		},
-		ConfigureOptimizers: func(cfg *fulmen.OptimizerConfig) error {
-			o := fulmen.DefaultSGDOptions()
-			o.LR = 0.1
-			opt, err := fulmen.NewSGD(model, nil, o)
-			if err != nil {
-				return err
-			}
-			if err := cfg.Add(opt); err != nil {
-				opt.Close()
-				return err
-			}
-			return nil
-		},
+		ConfigureOptimizers: sgd(model, 0.1),
 	}))
 	defer m.Close()
 	plain := quietTrainer(t, 2)

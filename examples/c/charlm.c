@@ -98,25 +98,30 @@ static fulmen_error *batch_loss(const task *t, const fulmen_batch *batch, fulmen
     return err; /* tensors made in a step are released when it returns */
 }
 
+/* The steps log tensors, not numbers read from them: on a GPU a read
+ * (fulmen_tensor_item) would make every step wait for the device, while
+ * a logged tensor is read only where the trainer reads values anyway. */
 static fulmen_error *training_step(void *userdata, fulmen_step_context *ctx, const fulmen_batch *batch,
                                    fulmen_tensor **loss_out) {
     task *t = userdata;
-    double value = 0;
     fulmen_error *err = batch_loss(t, batch, loss_out);
-    if (err == NULL) err = fulmen_tensor_item(*loss_out, &value);
-    if (err == NULL && t->loss_log != NULL) fprintf(t->loss_log, "%.9g\n", value);
-    if (err == NULL) err = fulmen_step_context_log(ctx, "train_loss", value, FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH, 0);
+    if (err == NULL && t->loss_log != NULL) {
+        /* --loss-log asks for every step's loss: read at each step. */
+        double value = 0;
+        err = fulmen_tensor_item(*loss_out, &value);
+        if (err == NULL) fprintf(t->loss_log, "%.9g\n", value);
+    }
+    if (err == NULL)
+        err = fulmen_step_context_log_tensor(ctx, "train_loss", *loss_out, FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH, 0);
     return err;
 }
 
 static fulmen_error *validation_step(void *userdata, fulmen_step_context *ctx, const fulmen_batch *batch) {
-    fulmen_tensor *loss = NULL;
-    double nats = 0;
+    fulmen_tensor *loss = NULL, *bits = NULL;
     fulmen_error *err = batch_loss(userdata, batch, &loss);
-    if (err == NULL) err = fulmen_tensor_item(loss, &nats);
-    if (err == NULL) err = fulmen_step_context_log(ctx, "val_loss", nats, FULMEN_LOG_ON_EPOCH, 0);
-    if (err == NULL)
-        err = fulmen_step_context_log(ctx, "val_bpc", nats / log(2.0), FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR, 0);
+    if (err == NULL) err = fulmen_tensor_mul_scalar(loss, 1.0 / log(2.0), &bits);
+    if (err == NULL) err = fulmen_step_context_log_tensor(ctx, "val_loss", loss, FULMEN_LOG_ON_EPOCH, 0);
+    if (err == NULL) err = fulmen_step_context_log_tensor(ctx, "val_bpc", bits, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR, 0);
     return err;
 }
 

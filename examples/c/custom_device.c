@@ -100,24 +100,22 @@ static fulmen_error *forward_loss(task *t, const fulmen_batch *batch, fulmen_ten
 static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch,
                                    fulmen_tensor **loss_out) {
     fulmen_tensor *logits = NULL, *labels = NULL;
-    double v = 0;
     fulmen_error *e = forward_loss(ud, batch, &logits, &labels, loss_out);
-    if (e == NULL) e = fulmen_tensor_item(*loss_out, &v);
-    if (e == NULL) e = fulmen_step_context_log(ctx, "train_loss", v, FULMEN_LOG_ON_EPOCH, 0);
+    /* A logged tensor, not a number read from it: a read would make every
+     * step wait for the device. */
+    if (e == NULL) e = fulmen_step_context_log_tensor(ctx, "train_loss", *loss_out, FULMEN_LOG_ON_EPOCH, 0);
     return e;
 }
 
 /* val_acc: the fraction of the batch predicted right. */
 static fulmen_error *validation_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch) {
     fulmen_tensor *logits = NULL, *labels = NULL, *loss = NULL, *pred = NULL, *hit = NULL, *hitf = NULL, *mean = NULL;
-    double acc = 0;
     fulmen_error *e = forward_loss(ud, batch, &logits, &labels, &loss);
     if (e == NULL) e = fulmen_tensor_argmax(logits, 1, false, &pred);
     if (e == NULL) e = fulmen_tensor_compare(pred, labels, FULMEN_COMPARE_EQ, &hit);
     if (e == NULL) e = fulmen_tensor_to_dtype(hit, FULMEN_DTYPE_F32, &hitf);
     if (e == NULL) e = fulmen_tensor_mean(hitf, &mean);
-    if (e == NULL) e = fulmen_tensor_item(mean, &acc);
-    if (e == NULL) e = fulmen_step_context_log(ctx, "val_acc", acc, FULMEN_LOG_ON_EPOCH, 0);
+    if (e == NULL) e = fulmen_step_context_log_tensor(ctx, "val_acc", mean, FULMEN_LOG_ON_EPOCH, 0);
     return e;
 }
 

@@ -159,7 +159,6 @@ static fulmen_error *model_step(const tuned_model *m, fulmen_step_context *ctx, 
     fulmen_value *args[2] = {NULL, NULL}, *out = NULL, *l = NULL, *a = NULL; /* released when the step returns */
     fulmen_tensor *acc = NULL;
     int64_t idx = 0;
-    double lv = 0, av = 0;
     char name[32];
     size_t n_args = m->exported ? 1 : 2;
     fulmen_error *err = fulmen_step_context_batch_idx(ctx, &idx);
@@ -171,13 +170,13 @@ static fulmen_error *model_step(const tuned_model *m, fulmen_step_context *ctx, 
     if (err == NULL) err = fulmen_value_get_tensor(l, loss);
     if (err == NULL) err = fulmen_value_dict_get(out, "acc", &a);
     if (err == NULL) err = fulmen_value_get_tensor(a, &acc);
-    if (err == NULL) err = fulmen_tensor_item(*loss, &lv);
-    if (err == NULL) err = fulmen_tensor_item(acc, &av);
+    /* Logged as tensors, not numbers read from them: a read would make
+     * every step wait for a GPU. */
     int32_t when = strcmp(prefix, "train") == 0 ? FULMEN_LOG_ON_EPOCH : FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR;
     snprintf(name, sizeof name, "%s_loss", prefix);
-    if (err == NULL) err = fulmen_step_context_log(ctx, name, lv, when, 0);
+    if (err == NULL) err = fulmen_step_context_log_tensor(ctx, name, *loss, when, 0);
     snprintf(name, sizeof name, "%s_acc", prefix);
-    if (err == NULL) err = fulmen_step_context_log(ctx, name, av, when, 0);
+    if (err == NULL) err = fulmen_step_context_log_tensor(ctx, name, acc, when, 0);
     return err;
 }
 

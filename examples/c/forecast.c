@@ -58,31 +58,37 @@ static fulmen_error *predict(const task *t, const fulmen_tensor *x, fulmen_tenso
     return err;
 }
 
+/* The steps log tensors, not numbers read from them: on a GPU a read
+ * (fulmen_tensor_item) would make every step wait for the device, while
+ * a logged tensor is read only where the trainer reads values anyway. */
 static fulmen_error *training_step(void *userdata, fulmen_step_context *ctx, const fulmen_batch *batch,
                                    fulmen_tensor **loss_out) {
     task *t = userdata;
     fulmen_tensor *x = NULL, *y = NULL, *pred = NULL;
-    double value = 0;
     fulmen_error *err = fulmen_batch_get(batch, 0, &x);
     if (err == NULL) err = fulmen_batch_get(batch, 1, &y);
     if (err == NULL) err = predict(t, x, &pred);
     if (err == NULL) err = fulmen_loss_mse(pred, y, FULMEN_REDUCTION_MEAN, loss_out);
-    if (err == NULL) err = fulmen_tensor_item(*loss_out, &value);
-    if (err == NULL && t->loss_log != NULL) fprintf(t->loss_log, "%.9g\n", value);
-    if (err == NULL) err = fulmen_step_context_log(ctx, "train_loss", value, FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH, 0);
+    if (err == NULL && t->loss_log != NULL) {
+        /* --loss-log asks for every step's loss: read at each step. */
+        double value = 0;
+        err = fulmen_tensor_item(*loss_out, &value);
+        if (err == NULL) fprintf(t->loss_log, "%.9g\n", value);
+    }
+    if (err == NULL)
+        err = fulmen_step_context_log_tensor(ctx, "train_loss", *loss_out, FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH, 0);
     return err;
 }
 
 static fulmen_error *validation_step(void *userdata, fulmen_step_context *ctx, const fulmen_batch *batch) {
     task *t = userdata;
-    fulmen_tensor *x = NULL, *y = NULL, *pred = NULL, *mae = NULL;
-    double value = 0;
+    fulmen_tensor *x = NULL, *y = NULL, *pred = NULL, *mae = NULL, *scaled = NULL;
     fulmen_error *err = fulmen_batch_get(batch, 0, &x);
     if (err == NULL) err = fulmen_batch_get(batch, 1, &y);
     if (err == NULL) err = predict(t, x, &pred);
     if (err == NULL) err = fulmen_loss_l1(pred, y, FULMEN_REDUCTION_MEAN, &mae);
-    if (err == NULL) err = fulmen_tensor_item(mae, &value);
-    if (err == NULL) err = fulmen_step_context_log(ctx, "val_mae", value * t->scale, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR, 0);
+    if (err == NULL) err = fulmen_tensor_mul_scalar(mae, t->scale, &scaled);
+    if (err == NULL) err = fulmen_step_context_log_tensor(ctx, "val_mae", scaled, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR, 0);
     return err;
 }
 

@@ -45,7 +45,6 @@ typedef struct {
     fulmen_model *model; /* children "generator" and "discriminator" */
     double lr;
     FILE *loss_log;
-    double real_hits, fake_hits, seen; /* discriminator accuracy this epoch */
 } task;
 
 /* `n` noise rows from libtorch's generator. */
@@ -60,15 +59,13 @@ static fulmen_error *labels(int64_t n, double value, fulmen_tensor **out) {
     return fulmen_tensor_full(shape, 2, value, FULMEN_DTYPE_F32, out);
 }
 
-/* Counts logits on the right side of 0 (> 0 means "real"). */
-static fulmen_error *count_right(const fulmen_tensor *logits, int real, double *out) {
-    fulmen_tensor *zero = NULL, *hit = NULL, *hitf = NULL, *sum = NULL;
-    int64_t shape[1] = {1};
-    fulmen_error *err = fulmen_tensor_full(shape, 1, 0.0, FULMEN_DTYPE_F32, &zero);
-    if (err == NULL) err = fulmen_tensor_compare(logits, zero, real ? FULMEN_COMPARE_GT : FULMEN_COMPARE_LE, &hit);
+/* The fraction of logits on the right side of 0 (> 0 means "real"), as a
+ * one-element tensor. */
+static fulmen_error *fraction_right(const fulmen_tensor *logits, int real, fulmen_tensor **out) {
+    fulmen_tensor *hit = NULL, *hitf = NULL;
+    fulmen_error *err = fulmen_tensor_compare_scalar(logits, 0.0, real ? FULMEN_COMPARE_GT : FULMEN_COMPARE_LE, &hit);
     if (err == NULL) err = fulmen_tensor_to_dtype(hit, FULMEN_DTYPE_F32, &hitf);
-    if (err == NULL) err = fulmen_tensor_sum(hitf, &sum);
-    if (err == NULL) err = fulmen_tensor_item(sum, out);
+    if (err == NULL) err = fulmen_tensor_mean(hitf, out);
     return err;
 }
 
@@ -81,8 +78,8 @@ static fulmen_error *training_step(void *userdata, fulmen_step_context *ctx, con
     fulmen_tensor *pixels = NULL, *scaled = NULL, *real = NULL, *z = NULL, *fake = NULL, *fake_det = NULL;
     fulmen_tensor *ones = NULL, *zeros = NULL, *judged = NULL, *g_loss = NULL;
     fulmen_tensor *on_real = NULL, *on_fake = NULL, *real_loss = NULL, *fake_loss = NULL, *sum = NULL, *d_loss = NULL;
+    fulmen_tensor *real_right = NULL, *fake_right = NULL;
     size_t n_rows = 0;
-    double g = 0, d = 0, real_hits = 0, fake_hits = 0;
     int64_t shape[2] = {0, 0};
     size_t ndim = 0;
     fulmen_error *err = fulmen_batch_get(batch, 0, &pixels);
@@ -119,37 +116,42 @@ static fulmen_error *training_step(void *userdata, fulmen_step_context *ctx, con
     if (err == NULL) err = fulmen_step_context_optimizer_zero_grad(ctx, OPT_D);
     if (err == NULL) err = fulmen_step_context_untoggle_optimizer(ctx, OPT_D);
 
-    if (err == NULL) err = fulmen_tensor_item(g_loss, &g);
-    if (err == NULL) err = fulmen_tensor_item(d_loss, &d);
-    if (err == NULL) err = count_right(on_real, 1, &real_hits);
-    if (err == NULL) err = count_right(on_fake, 0, &fake_hits);
-    if (err == NULL) err = fulmen_step_context_log(ctx, "g_loss", g, FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR, 0);
-    if (err == NULL) err = fulmen_step_context_log(ctx, "d_loss", d, FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR, 0);
-    if (err == NULL) {
-        t->real_hits += real_hits;
-        t->fake_hits += fake_hits;
-        t->seen += (double)n_rows;
-        if (t->loss_log != NULL) fprintf(t->loss_log, "%.9g\n%.9g\n", g, d);
+    /* Logged as tensors, not numbers read from them: a read would make
+     * every step wait for a GPU. */
+    const uint32_t losses = FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR;
+    if (err == NULL) err = fraction_right(on_real, 1, &real_right);
+    if (err == NULL) err = fraction_right(on_fake, 0, &fake_right);
+    if (err == NULL) err = fulmen_step_context_log_tensor(ctx, "g_loss", g_loss, losses, 0);
+    if (err == NULL) err = fulmen_step_context_log_tensor(ctx, "d_loss", d_loss, losses, 0);
+    if (err == NULL) err = fulmen_step_context_log_tensor(ctx, "d_acc_real", real_right, FULMEN_LOG_ON_EPOCH, 0);
+    if (err == NULL) err = fulmen_step_context_log_tensor(ctx, "d_acc_fake", fake_right, FULMEN_LOG_ON_EPOCH, 0);
+    if (err == NULL && t->loss_log != NULL) {
+        /* --loss-log asks for every step's losses: read at each step. */
+        double g = 0, d = 0;
+        err = fulmen_tensor_item(g_loss, &g);
+        if (err == NULL) err = fulmen_tensor_item(d_loss, &d);
+        if (err == NULL) fprintf(t->loss_log, "%.9g\n%.9g\n", g, d);
     }
     return err; /* tensors made here are released when the step returns */
 }
 
 /* Prints the epoch's mean losses and the discriminator's accuracy. */
 static fulmen_error *on_hook(void *userdata, int32_t hook, fulmen_hook_context *ctx) {
-    task *t = userdata;
+    (void)userdata;
     if (hook != FULMEN_HOOK_TRAIN_EPOCH_END) return NULL;
     int64_t epoch = 0;
-    double g = 0, d = 0;
+    double g = 0, d = 0, real = 0, fake = 0;
     fulmen_error *err = fulmen_hook_context_epoch(ctx, &epoch);
     if (err == NULL) err = fulmen_hook_context_metric(ctx, "g_loss_epoch", &g);
     if (err == NULL) err = fulmen_hook_context_metric(ctx, "d_loss_epoch", &d);
-    if (err == NULL && t->seen > 0) {
+    if (err == NULL) err = fulmen_hook_context_metric(ctx, "d_acc_real", &real);
+    if (err == NULL) err = fulmen_hook_context_metric(ctx, "d_acc_fake", &fake);
+    if (err == NULL) {
         printf("epoch %lld: generator loss %.4f, discriminator loss %.4f; the discriminator tells %.1f%% of real and "
                "%.1f%% of generated digits\n",
-               (long long)epoch, g, d, 100.0 * t->real_hits / t->seen, 100.0 * t->fake_hits / t->seen);
+               (long long)epoch, g, d, 100.0 * real, 100.0 * fake);
         fflush(stdout);
     }
-    t->real_hits = t->fake_hits = t->seen = 0;
     return err;
 }
 
@@ -284,7 +286,7 @@ int main(int argc, char **argv) {
     fulmen_loader *loader = NULL;
     check(fulmen_loader_new(digits, &lo, &loader), "loader");
 
-    task t = {NULL, lr, NULL, 0, 0, 0};
+    task t = {NULL, lr, NULL};
     fulmen_model *gen = mlp(NOISE, PIXELS, FULMEN_ACTIVATION_TANH), *disc = mlp(PIXELS, 1, -1);
     check(fulmen_model_named_new(&t.model), "creating the GAN");
     check(fulmen_model_add(t.model, "generator", gen), "adding the generator");

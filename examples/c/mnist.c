@@ -57,36 +57,35 @@ static fulmen_error *forward_loss(task *t, const fulmen_batch *batch, fulmen_ten
     return err; /* tensors made here are released when the step returns */
 }
 
+/* The steps log tensors, not numbers read from them: on a GPU a read
+ * (fulmen_tensor_item) would make every step wait for the device, while
+ * a logged tensor is read only where the trainer reads values anyway. */
 static fulmen_error *training_step(void *userdata, fulmen_step_context *ctx, const fulmen_batch *batch,
                                    fulmen_tensor **loss_out) {
     fulmen_tensor *logits = NULL, *labels = NULL;
     fulmen_error *err = forward_loss(userdata, batch, &logits, &labels, loss_out);
-    double value = 0;
-    if (err == NULL) err = fulmen_tensor_item(*loss_out, &value);
-    if (err == NULL) err = fulmen_step_context_log(ctx, "train_loss", value, FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH, 0);
+    if (err == NULL)
+        err = fulmen_step_context_log_tensor(ctx, "train_loss", *loss_out, FULMEN_LOG_ON_STEP | FULMEN_LOG_ON_EPOCH, 0);
     return err;
 }
 
-/* Fraction of correct predictions in a batch. */
-static fulmen_error *accuracy(const fulmen_tensor *logits, const fulmen_tensor *labels, double *out) {
-    fulmen_tensor *pred = NULL, *hit = NULL, *hitf = NULL, *mean = NULL;
+/* Fraction of correct predictions in a batch, as a one-element tensor. */
+static fulmen_error *accuracy(const fulmen_tensor *logits, const fulmen_tensor *labels, fulmen_tensor **out) {
+    fulmen_tensor *pred = NULL, *hit = NULL, *hitf = NULL;
     fulmen_error *err = fulmen_tensor_argmax(logits, 1, false, &pred);
     if (err == NULL) err = fulmen_tensor_compare(pred, labels, FULMEN_COMPARE_EQ, &hit);
     if (err == NULL) err = fulmen_tensor_to_dtype(hit, FULMEN_DTYPE_F32, &hitf);
-    if (err == NULL) err = fulmen_tensor_mean(hitf, &mean);
-    if (err == NULL) err = fulmen_tensor_item(mean, out);
+    if (err == NULL) err = fulmen_tensor_mean(hitf, out);
     return err;
 }
 
 static fulmen_error *validation_step(void *userdata, fulmen_step_context *ctx, const fulmen_batch *batch) {
-    fulmen_tensor *logits = NULL, *labels = NULL, *loss = NULL;
-    double l = 0, acc = 0;
+    fulmen_tensor *logits = NULL, *labels = NULL, *loss = NULL, *acc = NULL;
+    const uint32_t flags = FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR | FULMEN_LOG_SYNC_DIST;
     fulmen_error *err = forward_loss(userdata, batch, &logits, &labels, &loss);
-    if (err == NULL) err = fulmen_tensor_item(loss, &l);
     if (err == NULL) err = accuracy(logits, labels, &acc);
-    if (err == NULL) err = fulmen_step_context_log(ctx, "val_loss", l, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR | FULMEN_LOG_SYNC_DIST, 0);
-    if (err == NULL)
-        err = fulmen_step_context_log(ctx, "val_acc", acc, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_PROG_BAR | FULMEN_LOG_SYNC_DIST, 0);
+    if (err == NULL) err = fulmen_step_context_log_tensor(ctx, "val_loss", loss, flags, 0);
+    if (err == NULL) err = fulmen_step_context_log_tensor(ctx, "val_acc", acc, flags, 0);
     return err;
 }
 

@@ -119,19 +119,22 @@ Dataset load_mnist(const Args& args) {
     return args.cnn ? as_images(all) : std::move(all);
 }
 
-/// The LightningModule: cross-entropy training, loss and accuracy on validation.
+/// The LightningModule: cross-entropy training, loss and accuracy on
+/// validation. The steps log tensors, not numbers read from them: on a GPU
+/// a read (`item()`) would make every step wait for the device, while a
+/// logged tensor is read only where the trainer reads values anyway.
 LightningModule classifier(const Model& model, double lr) {
     return LightningModule::builder(model)
         .training_step([&model](StepContext& ctx, const Batch& batch) {
             Tensor loss = loss::cross_entropy(model(batch[0]), batch[1]);
-            ctx.log("train_loss", loss.item(), Log::on_step | Log::on_epoch);
+            ctx.log("train_loss", loss, Log::on_step | Log::on_epoch);
             return loss;
         })
         .validation_step([&model](StepContext& ctx, const Batch& batch) {
             Tensor logits = model(batch[0]);
             Tensor labels = batch[1];
-            double acc = logits.argmax(1).eq(labels).to(DType::F32).mean().item();
-            ctx.log("val_loss", loss::cross_entropy(logits, labels).item(), Log::on_epoch | Log::prog_bar | Log::sync_dist);
+            Tensor acc = logits.argmax(1).eq(labels).to(DType::F32).mean();
+            ctx.log("val_loss", loss::cross_entropy(logits, labels), Log::on_epoch | Log::prog_bar | Log::sync_dist);
             ctx.log("val_acc", acc, Log::on_epoch | Log::prog_bar | Log::sync_dist);
         })
         .configure_optimizers([&model, lr](OptimizerConfig& config) {

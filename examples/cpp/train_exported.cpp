@@ -83,29 +83,31 @@ Dataset load_mnist(const std::string& path) {
 /// What an exported step returns: {"loss": ..., "acc": ...}.
 struct StepResult {
     Tensor loss;
-    double acc;
+    Tensor acc;
 };
 
 /// Calls the exported program `program` on the batch.
 StepResult run_step(const Model& model, const std::string& program, const Batch& batch) {
     Value args = batch.to_value();  // (pixels, labels), as the program was exported
     Value out = model.call_method(program, {&args});
-    return {out.at("loss").to_tensor(), out.at("acc").to_tensor().item()};
+    return {out.at("loss").to_tensor(), out.at("acc").to_tensor()};
 }
 
 /// The LightningModule: the exported steps do the work, the host logs and
-/// optimizes.
+/// optimizes. The steps log tensors, not numbers read from them: on a GPU
+/// a read (`item()`) would make every step wait for the device, while a
+/// logged tensor is read only where the trainer reads values anyway.
 LightningModule module_for(const Model& model, double lr) {
     return LightningModule::builder(model)
         .training_step([&model](StepContext& ctx, const Batch& batch) {
             StepResult r = run_step(model, "training_step", batch);
-            ctx.log("train_loss", r.loss.item(), Log::on_step | Log::on_epoch);
+            ctx.log("train_loss", r.loss, Log::on_step | Log::on_epoch);
             ctx.log("train_acc", r.acc, Log::on_epoch);
             return std::move(r.loss);
         })
         .validation_step([&model](StepContext& ctx, const Batch& batch) {
             StepResult r = run_step(model, "validation_step", batch);
-            ctx.log("val_loss", r.loss.item(), Log::on_epoch | Log::prog_bar);
+            ctx.log("val_loss", r.loss, Log::on_epoch | Log::prog_bar);
             ctx.log("val_acc", r.acc, Log::on_epoch | Log::prog_bar);
         })
         .configure_optimizers([&model, lr](OptimizerConfig& config) {

@@ -359,7 +359,8 @@ struct fulmen_error *fulmen_tensor_zero_(const struct fulmen_tensor *tensor);
  * `other` broadcast (an EMA update is `mul_scalar_(decay)`, then `add_(param,
  * 1 - decay)`). `tensor` is changed in place; nothing new is made.
  *
- * Errors: FULMEN_CODE_TORCH (shapes or dtypes that do not fit).
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes that do not broadcast),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. dtypes that do not fit).
  * Thread rules: the caller keeps other threads off `tensor` meanwhile.
  */
 struct fulmen_error *fulmen_tensor_add_(const struct fulmen_tensor *tensor,
@@ -379,7 +380,8 @@ struct fulmen_error *fulmen_tensor_add_scalar_(const struct fulmen_tensor *tenso
  * `tensor.mul_(other)` under no_grad, `other` broadcast (a pruning mask).
  * `tensor` is changed in place; nothing new is made.
  *
- * Errors: FULMEN_CODE_TORCH (shapes or dtypes that do not fit).
+ * Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes that do not broadcast),
+ * FULMEN_CODE_TORCH (libtorch failed, e.g. dtypes that do not fit).
  * Thread rules: the caller keeps other threads off `tensor` meanwhile.
  */
 struct fulmen_error *fulmen_tensor_mul_(const struct fulmen_tensor *tensor,

@@ -47,8 +47,18 @@ pub(crate) use xla::*;
 
 /// Success status of a shim call.
 const OK: c_int = 0;
-/// Status of a shim call that needs a part of libtorch this build lacks.
+/// Status of a shim call that needs a part of libtorch this build lacks
+/// (or whose operation libtorch has not implemented there).
 pub(crate) const UNSUPPORTED: c_int = 2;
+/// Statuses of c10's typed errors (`csrc/fulmen_cxx.h`): out of memory,
+/// an index error, a value error, a type error, a c10d error.
+const TYPED: [(c_int, ErrorCode); 5] = [
+    (3, ErrorCode::OutOfMemory),
+    (4, ErrorCode::OutOfRange),
+    (5, ErrorCode::InvalidArgument),
+    (6, ErrorCode::DtypeMismatch),
+    (7, ErrorCode::Distributed),
+];
 /// Size of the error-message buffer handed to the shims.
 const ERR_LEN: usize = 1024;
 
@@ -78,13 +88,41 @@ pub(crate) fn call(what: &str, f: impl FnOnce(*mut c_char, size_t) -> c_int) -> 
     // SAFETY: the shims always NUL-terminate what they write, and the buffer
     // starts zeroed, so it holds a NUL within ERR_LEN bytes.
     let text = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) }.to_string_lossy().into_owned();
-    let code = if status == UNSUPPORTED {
-        ErrorCode::Unsupported
-    } else if crate::error::is_out_of_memory_message(&text) {
-        // A device's allocation failure keeps its code through the shim.
-        ErrorCode::OutOfMemory
-    } else {
-        ErrorCode::Torch
+    let code = match TYPED.iter().find(|(s, _)| *s == status) {
+        _ if status == UNSUPPORTED => ErrorCode::Unsupported,
+        Some((_, code)) => *code,
+        // As tch's errors: a device's allocation failure, dtype, shape and
+        // range problems keep their meaning.
+        None => crate::error::classify_torch_message(&text),
     };
     Err(Error::new(code, format!("{what}: {text}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_statuses_keep_their_codes_and_messages_are_classified() {
+        let status = |status: c_int, message: &'static str| {
+            call("probe", |err, len| {
+                // SAFETY: `call` hands a buffer of `len` bytes.
+                unsafe { write_error(err, len, message) };
+                status
+            })
+            .unwrap_err()
+        };
+        assert_eq!(status(4, "index 7 is out of bounds").code, ErrorCode::OutOfRange);
+        assert_eq!(status(3, "NPU ran dry").code, ErrorCode::OutOfMemory);
+        assert_eq!(status(5, "bad value").code, ErrorCode::InvalidArgument);
+        assert_eq!(status(6, "bad type").code, ErrorCode::DtypeMismatch);
+        assert_eq!(status(7, "the store is gone").code, ErrorCode::Distributed);
+        assert_eq!(status(UNSUPPORTED, "no kernel").code, ErrorCode::Unsupported);
+        let e = status(1, "mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)");
+        assert_eq!(e.code, ErrorCode::ShapeMismatch);
+        assert_eq!(e.message, "probe: mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)");
+        assert_eq!(status(1, "CUDA out of memory. Tried to allocate 2 GiB").code, ErrorCode::OutOfMemory);
+        assert_eq!(status(1, "something else broke").code, ErrorCode::Torch);
+        assert!(call("probe", |_, _| OK).is_ok());
+    }
 }

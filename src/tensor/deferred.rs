@@ -192,7 +192,7 @@ fn decode_failure(verdict: f64) -> Option<(ErrorCode, usize)> {
         return None;
     }
     let code = ErrorCode::from_i32((verdict / RANK_SPAN).floor() as i32).unwrap_or(ErrorCode::Distributed);
-    Some((code, (verdict % RANK_SPAN) as usize - 1))
+    Some((code, ((verdict % RANK_SPAN) as usize).saturating_sub(1)))
 }
 
 /// [`verify`]'s reading: the first failed check's error, if any; `Err`

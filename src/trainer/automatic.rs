@@ -378,14 +378,25 @@ fn closure_step(
             // averaged already), so the ranks evaluate alike and their
             // collectives pair up.
             // The value is read here anyway: a non-finite one is refused
-            // before the optimizer uses it, on any device.
+            // before the optimizer uses it, on any device, and on every
+            // rank alike (after the ranks' mean, which carries it, so that
+            // no rank waits in that collective for one that stopped).
             let value = loss_value(&loss)?;
-            if opts.detect_nonfinite_loss {
-                refuse_nonfinite(value, at)?;
-            }
             let mut decided = [value];
             run.strategy.reduce(&mut decided, super::metrics::ReduceFx::Mean)?;
             let decided = decided[0];
+            if opts.detect_nonfinite_loss {
+                refuse_nonfinite(value, at)?;
+                if !decided.is_finite() {
+                    return Err(Error::new(
+                        ErrorCode::NonFinite,
+                        format!(
+                            "{}: another rank's loss was not finite (the ranks' mean is {decided}); no update was made",
+                            at()
+                        ),
+                    ));
+                }
+            }
             last = Some(loss);
             Ok(decided)
         }),

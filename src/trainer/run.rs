@@ -524,9 +524,14 @@ impl Run<'_> {
         let global_zero = self.strategy.is_global_zero();
         if !saves.is_empty() {
             // On every rank, before rank 0 alone reads the model: its
-            // graph cut and the ranks' device checks agreed.
+            // graph cut and the ranks' device checks agreed (a hook that
+            // runs on some ranks only, `prepare_data`, reads its own).
             self.strategy.placement().cut_graph()?;
-            self.verify_deferred()?;
+            if barrier {
+                self.verify_deferred()?;
+            } else {
+                crate::tensor::deferred::verify(self.state.global_step)?;
+            }
         }
         if self.strategy.saves_checkpoints() {
             for (path, weights_only) in &saves {

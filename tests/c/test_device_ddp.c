@@ -54,6 +54,9 @@
  *               checks, and both fits fail where they are read (after
  *               step 4), rank 0 naming rank 1, neither waiting for the
  *               other
+ *   closure_nan 2 ranks as bad_target_rank1, LBFGS (its closure reads the
+ *               loss), rank 1's loss NaN at batch 2: both fits fail at
+ *               that evaluation, rank 0 naming another rank's loss
  * and checks the hook's registration rules in-process.
  */
 #define _XOPEN_SOURCE 700 /* fork, mkdtemp, nanosleep */
@@ -95,10 +98,12 @@ static struct {
     bool old_hook;         /* the hook's struct_size ends before reduce_scatter */
     bool declining_hook;   /* the hook's reduce_scatter answers UNSUPPORTED */
     int bad_target_rank;   /* the rank whose class targets lie out of range at batch 2 (-1: none) */
+    int nan_rank;          /* the rank whose loss is NaN at batch 2 (-1: none) */
+    bool lbfgs;            /* LBFGS (max_iter 3), whose closure reads the loss */
     int64_t log_every;     /* log_every_n_steps (0: the default) */
     int64_t steps_run;     /* training steps this process ran */
     size_t rank_seen;      /* this process's rank, as its steps saw it */
-} extra = {NULL, false, false, false, false, NULL, NULL, 0, -1, 0, false, false, -1, 0, 0, 0};
+} extra = {NULL, false, false, false, false, NULL, NULL, 0, -1, 0, false, false, -1, -1, false, 0, 0, 0};
 
 /* A reduce_scatter slot of a library without the collective. */
 static fulmen_error *declining_reduce_scatter(void *ud, void *group, const fulmen_tensor *input, fulmen_tensor *output,
@@ -145,6 +150,14 @@ static fulmen_error *configure_adam(void *ud, fulmen_optimizer_config *config) {
     return fixture_add_adam(config, *(fulmen_model **)ud, 0.01);
 }
 
+static fulmen_error *configure_lbfgs(void *ud, fulmen_optimizer_config *config) {
+    fulmen_lbfgs_options o = fulmen_lbfgs_options_default();
+    o.max_iter = 3;
+    fulmen_optimizer *opt = NULL;
+    fulmen_error *made = fulmen_optimizer_lbfgs_new(*(fulmen_model **)ud, NULL, 0, &o, &opt);
+    return fixture_add_optimizer(config, made, opt);
+}
+
 /* Where the first layer's weight is at the start of a step: under FSDP
  * it holds this rank's shard there, wherever the shards live. */
 static void check_param_device(const fulmen_model *model) {
@@ -182,9 +195,16 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
     extra.steps_run++;
     extra.rank_seen = rank;
     int64_t idx = -1;
-    if (e == NULL && (int)rank == extra.bad_target_rank) e = fulmen_step_context_batch_idx(ctx, &idx);
-    if (e == NULL && idx == 2) return bad_target_loss(s->model, batch, out);
+    if (e == NULL && ((int)rank == extra.bad_target_rank || (int)rank == extra.nan_rank))
+        e = fulmen_step_context_batch_idx(ctx, &idx);
+    if (e == NULL && idx == 2 && (int)rank == extra.bad_target_rank) return bad_target_loss(s->model, batch, out);
     if (e == NULL) e = fixture_cross_entropy(s->model, batch, out);
+    if (e == NULL && idx == 2 && (int)rank == extra.nan_rank) {
+        fulmen_tensor *nan = NULL;
+        e = fulmen_tensor_mul_scalar(*out, NAN, &nan);
+        fulmen_tensor_free(*out);
+        *out = nan;
+    }
     /* Logged metrics are reduced by gloo on the CPU, beside the hook. */
     if (e == NULL) e = fulmen_step_context_log(ctx, "rank_synced", (double)rank, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_SYNC_DIST, 0);
     return e;
@@ -214,7 +234,8 @@ static fulmen_error *train(const char *accelerator, const char *strategy, const 
     CHECK_OK(fulmen_manual_seed(11));
     module_state s = {the_model()};
     fulmen_lightning_module *m =
-        fixture_module_with(s.model, &s, training_step, NULL, extra.adam ? configure_adam : fixture_configure_sgd);
+        fixture_module_with(s.model, &s, training_step, NULL,
+                            extra.lbfgs ? configure_lbfgs : extra.adam ? configure_adam : fixture_configure_sgd);
     fulmen_trainer_options *o = fixture_options(extra.root, extra.epochs > 0 ? extra.epochs : EPOCHS);
     if (extra.clip != NULL) CHECK_OK(fulmen_trainer_options_set(o, "gradient_clip_val", extra.clip));
     if (extra.log_every > 0) CHECK_OK(fulmen_trainer_options_set_int(o, "log_every_n_steps", extra.log_every));
@@ -396,6 +417,34 @@ static int scenario_bad_target_rank1(const char *dir) {
     CHECK_OK(fulmen_accelerator_unregister("npu"));
     char what[64];
     snprintf(what, sizeof what, "bad_target_rank1 rank %zu", rank);
+    return check_finish(what);
+}
+
+/* LBFGS reads the loss in its closure (after backward) and the ranks take
+ * its mean there: rank 1's NaN at batch 2 is refused on both ranks at
+ * that evaluation, so neither waits in the mean for the other. */
+static int scenario_closure_nan(const char *dir) {
+    (void)dir;
+    store_collectives_counts counts = {0};
+    fulmen_collectives hook = store_collectives_table();
+    register_npu(&hook, &counts);
+    extra.nan_rank = 1;
+    extra.lbfgs = true;
+    extra.epochs = 1;
+    fulmen_error *e = train("npu", "ddp", "2", RANK_BATCH, NULL, NULL);
+    size_t rank = (size_t)atoi(getenv("RANK"));
+    if (rank == 1)
+        CHECK_ERR(e, FULMEN_CODE_NON_FINITE, "the loss is NaN; no update was made");
+    else
+        CHECK_ERR(e, FULMEN_CODE_NON_FINITE, "another rank's loss was not finite");
+    /* Batches 0 and 1 evaluated at most max_iter (+1) times each, batch 2
+     * once: the same count on both ranks. */
+    if (extra.steps_run < 3 || extra.steps_run > 9) fprintf(stderr, "rank %zu: %lld steps\n", rank, (long long)extra.steps_run);
+    CHECK(extra.steps_run >= 3 && extra.steps_run <= 9);
+    fulmen_error_free(fulmen_distributed_shutdown(60));
+    CHECK_OK(fulmen_accelerator_unregister("npu"));
+    char what[64];
+    snprintf(what, sizeof what, "closure_nan rank %zu", rank);
     return check_finish(what);
 }
 
@@ -707,6 +756,7 @@ int main(int argc, char **argv) {
         if (strcmp(s, "named") == 0) return scenario_named(dir);
         if (strcmp(s, "reentrant") == 0) return scenario_reentrant(dir);
         if (strcmp(s, "bad_target_rank1") == 0) return scenario_bad_target_rank1(dir);
+        if (strcmp(s, "closure_nan") == 0) return scenario_closure_nan(dir);
         fprintf(stderr, "unknown scenario %s\n", s);
         return 2;
     }
@@ -742,6 +792,9 @@ int main(int argc, char **argv) {
      * ranks it launched once its own fit fails): each rank's report. */
     int codes[2] = {-1, -1};
     ranks_run_torchrun(self_path, "bad_target_rank1", dir, 2, free_port(), codes, false);
+    CHECK(codes[0] == 0 && codes[1] == 0);
+    codes[0] = codes[1] = -1;
+    ranks_run_torchrun(self_path, "closure_nan", dir, 2, free_port(), codes, false);
     CHECK(codes[0] == 0 && codes[1] == 0);
 
     check_registration();

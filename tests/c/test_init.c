@@ -162,7 +162,8 @@ static void test_inplace_updates(void) {
     CHECK_ERR(fulmen_init_kaiming_uniform_(w, 0, 7, "relu"), FULMEN_CODE_INVALID_ARGUMENT, "fulmen_fan_mode");
     CHECK_ERR(fulmen_init_kaiming_uniform_(w, 0, FULMEN_FAN_MODE_FAN_IN, NULL), FULMEN_CODE_NULL_ARGUMENT, NULL);
     CHECK_ERR(fulmen_init_trunc_normal_(w, 0, 1, 3, 2), FULMEN_CODE_INVALID_ARGUMENT, "a < b");
-    CHECK_ERR(fulmen_tensor_add_(w, idx, 1), FULMEN_CODE_TORCH, NULL); /* [2] does not broadcast to [2, 3] */
+    /* [2] does not broadcast to [2, 3] */
+    CHECK_ERR(fulmen_tensor_add_(w, idx, 1), FULMEN_CODE_SHAPE_MISMATCH, "must match the size");
     CHECK_ERR(fulmen_tensor_fill_(NULL, 1), FULMEN_CODE_NULL_ARGUMENT, NULL);
     fulmen_tensor *all[] = {w, b, ema, mask, x, y, s, gw, idx};
     free_all(all, sizeof all / sizeof all[0]);

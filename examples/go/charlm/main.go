@@ -364,34 +364,38 @@ func main() {
 		check("loss log", err)
 	}
 
+	// The steps log tensors, not numbers read from them: on a GPU a read
+	// (Item) would make every step wait for the device, while a logged
+	// tensor is read only where the trainer reads values anyway.
 	module, err := fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
 		TrainingStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) (*fulmen.Tensor, error) {
 			loss, err := g.loss(b)
 			if err != nil {
 				return nil, err
 			}
-			v, err := loss.Item()
-			if err != nil {
-				return nil, err
-			}
 			if losses != nil {
+				// -loss-log asks for every step's loss: read at each step.
+				v, err := loss.Item()
+				if err != nil {
+					return nil, err
+				}
 				fmt.Fprintf(losses, "%.9g\n", v)
 			}
-			return loss, ctx.Log("train_loss", v, fulmen.LogOnStep|fulmen.LogOnEpoch, 0)
+			return loss, ctx.LogTensor("train_loss", loss, fulmen.LogOnStep|fulmen.LogOnEpoch, 0)
 		},
 		ValidationStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) error {
 			loss, err := g.loss(b)
 			if err != nil {
 				return err
 			}
-			nats, err := loss.Item()
+			bits, err := loss.MulScalar(1 / math.Ln2)
 			if err != nil {
 				return err
 			}
-			if err := ctx.Log("val_loss", nats, fulmen.LogOnEpoch, 0); err != nil {
+			if err := ctx.LogTensor("val_loss", loss, fulmen.LogOnEpoch, 0); err != nil {
 				return err
 			}
-			return ctx.Log("val_bpc", nats/math.Ln2, fulmen.LogOnEpoch|fulmen.LogProgBar, 0)
+			return ctx.LogTensor("val_bpc", bits, fulmen.LogOnEpoch|fulmen.LogProgBar, 0)
 		},
 		ConfigureOptimizers: func(cfg *fulmen.OptimizerConfig) error {
 			o := fulmen.DefaultAdamWOptions()

@@ -72,25 +72,22 @@ func forwardLoss(model *fulmen.Model, b *fulmen.Batch) (logits, labels, loss *fu
 	return logits, labels, loss, err
 }
 
-// accuracy is the fraction of the batch predicted right.
-func accuracy(logits, labels *fulmen.Tensor) (float64, error) {
+// accuracy is the fraction of the batch predicted right, as a one-element
+// tensor.
+func accuracy(logits, labels *fulmen.Tensor) (*fulmen.Tensor, error) {
 	pred, err := logits.Argmax(1, false)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	hit, err := pred.Compare(fulmen.Eq, labels)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	hitf, err := hit.ToDType(fulmen.Float32)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	mean, err := hitf.Mean()
-	if err != nil {
-		return 0, err
-	}
-	return mean.Item()
+	return hitf.Mean()
 }
 
 func main() {
@@ -146,11 +143,9 @@ func main() {
 			if err != nil {
 				return nil, err
 			}
-			v, err := loss.Item()
-			if err != nil {
-				return nil, err
-			}
-			return loss, ctx.Log("train_loss", v, fulmen.LogOnEpoch, 0)
+			// A logged tensor, not a number read from it: a read would
+			// make every step wait for the device.
+			return loss, ctx.LogTensor("train_loss", loss, fulmen.LogOnEpoch, 0)
 		},
 		ValidationStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) error {
 			logits, labels, _, err := forwardLoss(model, b)
@@ -161,7 +156,7 @@ func main() {
 			if err != nil {
 				return err
 			}
-			return ctx.Log("val_acc", acc, fulmen.LogOnEpoch, 0)
+			return ctx.LogTensor("val_acc", acc, fulmen.LogOnEpoch, 0)
 		},
 		ConfigureOptimizers: func(cfg *fulmen.OptimizerConfig) error {
 			o := fulmen.DefaultSGDOptions()

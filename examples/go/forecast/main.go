@@ -211,14 +211,17 @@ func main() {
 			if err != nil {
 				return nil, err
 			}
-			v, err := loss.Item()
-			if err != nil {
-				return nil, err
-			}
 			if losses != nil {
+				// -loss-log asks for every step's loss: read at each step.
+				v, err := loss.Item()
+				if err != nil {
+					return nil, err
+				}
 				fmt.Fprintf(losses, "%.9g\n", v)
 			}
-			return loss, ctx.Log("train_loss", v, fulmen.LogOnStep|fulmen.LogOnEpoch, 0)
+			// A logged tensor, not a number read from it: a read would
+			// make every step wait for a GPU.
+			return loss, ctx.LogTensor("train_loss", loss, fulmen.LogOnStep|fulmen.LogOnEpoch, 0)
 		},
 		ValidationStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) error {
 			pred, y, err := batch(b)
@@ -229,11 +232,11 @@ func main() {
 			if err != nil {
 				return err
 			}
-			v, err := mae.Item()
+			scaled, err := mae.MulScalar(std)
 			if err != nil {
 				return err
 			}
-			return ctx.Log("val_mae", v*std, fulmen.LogOnEpoch|fulmen.LogProgBar, 0)
+			return ctx.LogTensor("val_mae", scaled, fulmen.LogOnEpoch|fulmen.LogProgBar, 0)
 		},
 		ConfigureOptimizers: func(cfg *fulmen.OptimizerConfig) error {
 			o := fulmen.DefaultAdamOptions()

@@ -66,25 +66,22 @@ func forwardLoss(model *fulmen.Model, b *fulmen.Batch) (logits, labels, loss *fu
 	return logits, labels, loss, err
 }
 
-// accuracy is the fraction of correct predictions in a batch.
-func accuracy(logits, labels *fulmen.Tensor) (float64, error) {
+// accuracy is the fraction of correct predictions in a batch, as a
+// one-element tensor.
+func accuracy(logits, labels *fulmen.Tensor) (*fulmen.Tensor, error) {
 	pred, err := logits.Argmax(1, false)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	hit, err := pred.Compare(fulmen.Eq, labels)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	hitf, err := hit.ToDType(fulmen.Float32)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	mean, err := hitf.Mean()
-	if err != nil {
-		return 0, err
-	}
-	return mean.Item()
+	return hitf.Mean()
 }
 
 func buildMLP() (*fulmen.Model, error) {
@@ -209,24 +206,19 @@ func main() {
 	check("counting parameters", err)
 	fmt.Printf("%d parameters\n", nParams)
 
+	// The steps log tensors, not numbers read from them: on a GPU a read
+	// (Item) would make every step wait for the device, while a logged
+	// tensor is read only where the trainer reads values anyway.
 	module, err := fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
 		TrainingStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) (*fulmen.Tensor, error) {
 			_, _, loss, err := forwardLoss(model, b)
 			if err != nil {
 				return nil, err
 			}
-			v, err := loss.Item()
-			if err != nil {
-				return nil, err
-			}
-			return loss, ctx.Log("train_loss", v, fulmen.LogOnStep|fulmen.LogOnEpoch, 0)
+			return loss, ctx.LogTensor("train_loss", loss, fulmen.LogOnStep|fulmen.LogOnEpoch, 0)
 		},
 		ValidationStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) error {
 			logits, labels, loss, err := forwardLoss(model, b)
-			if err != nil {
-				return err
-			}
-			l, err := loss.Item()
 			if err != nil {
 				return err
 			}
@@ -234,10 +226,11 @@ func main() {
 			if err != nil {
 				return err
 			}
-			if err := ctx.Log("val_loss", l, fulmen.LogOnEpoch|fulmen.LogProgBar|fulmen.LogSyncDist, 0); err != nil {
+			flags := fulmen.LogOnEpoch | fulmen.LogProgBar | fulmen.LogSyncDist
+			if err := ctx.LogTensor("val_loss", loss, flags, 0); err != nil {
 				return err
 			}
-			return ctx.Log("val_acc", acc, fulmen.LogOnEpoch|fulmen.LogProgBar|fulmen.LogSyncDist, 0)
+			return ctx.LogTensor("val_acc", acc, flags, 0)
 		},
 		ConfigureOptimizers: func(cfg *fulmen.OptimizerConfig) error {
 			o := fulmen.DefaultSGDOptions()

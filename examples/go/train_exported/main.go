@@ -41,31 +41,27 @@ func check(what string, err error) {
 }
 
 // runStep calls the exported program on the batch, (pixels, labels) as it
-// was exported, and returns its "loss" tensor and "acc" value. The tensors
-// are scope-owned: released when the step returns.
-func runStep(model *fulmen.Model, program string, b *fulmen.Batch) (*fulmen.Tensor, float64, error) {
+// was exported, and returns its "loss" and "acc" tensors. The tensors are
+// scope-owned: released when the step returns.
+func runStep(model *fulmen.Model, program string, b *fulmen.Batch) (*fulmen.Tensor, *fulmen.Tensor, error) {
 	batch, err := b.Value()
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	out, err := model.CallMethod(program, batch)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	result, isDict := out.(fulmen.Dict)
 	if !isDict {
-		return nil, 0, fmt.Errorf("%s returned %T, not {\"loss\", \"acc\"}", program, out)
+		return nil, nil, fmt.Errorf("%s returned %T, not {\"loss\", \"acc\"}", program, out)
 	}
 	loss, err := tensorEntry(result, program, "loss")
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	acc, err := tensorEntry(result, program, "acc")
-	if err != nil {
-		return nil, 0, err
-	}
-	accuracy, err := acc.Item()
-	return loss, accuracy, err
+	return loss, acc, err
 }
 
 // tensorEntry is the tensor under key in a step's result.
@@ -154,34 +150,29 @@ func main() {
 	fmt.Printf("exported model %s: %d parameters; train %d samples, validation %d samples\n",
 		*modelPath, nParams, nTrain, nVal)
 
+	// The steps log tensors, not numbers read from them: on a GPU a read
+	// (Item) would make every step wait for the device, while a logged
+	// tensor is read only where the trainer reads values anyway.
 	module, err := fulmen.NewLightningModule(model, fulmen.ModuleFuncs{
 		TrainingStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) (*fulmen.Tensor, error) {
 			loss, acc, err := runStep(model, "training_step", b)
 			if err != nil {
 				return nil, err
 			}
-			l, err := loss.Item()
-			if err != nil {
+			if err := ctx.LogTensor("train_loss", loss, fulmen.LogOnStep|fulmen.LogOnEpoch, 0); err != nil {
 				return nil, err
 			}
-			if err := ctx.Log("train_loss", l, fulmen.LogOnStep|fulmen.LogOnEpoch, 0); err != nil {
-				return nil, err
-			}
-			return loss, ctx.Log("train_acc", acc, fulmen.LogOnEpoch, 0)
+			return loss, ctx.LogTensor("train_acc", acc, fulmen.LogOnEpoch, 0)
 		},
 		ValidationStep: func(ctx *fulmen.StepContext, b *fulmen.Batch) error {
 			loss, acc, err := runStep(model, "validation_step", b)
 			if err != nil {
 				return err
 			}
-			l, err := loss.Item()
-			if err != nil {
+			if err := ctx.LogTensor("val_loss", loss, fulmen.LogOnEpoch|fulmen.LogProgBar, 0); err != nil {
 				return err
 			}
-			if err := ctx.Log("val_loss", l, fulmen.LogOnEpoch|fulmen.LogProgBar, 0); err != nil {
-				return err
-			}
-			return ctx.Log("val_acc", acc, fulmen.LogOnEpoch|fulmen.LogProgBar, 0)
+			return ctx.LogTensor("val_acc", acc, fulmen.LogOnEpoch|fulmen.LogProgBar, 0)
 		},
 		ConfigureOptimizers: func(cfg *fulmen.OptimizerConfig) error {
 			o := fulmen.DefaultAdamOptions()

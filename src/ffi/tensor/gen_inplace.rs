@@ -87,7 +87,8 @@ pub unsafe extern "C" fn fulmen_tensor_zero_(
 /// `other` broadcast (an EMA update is `mul_scalar_(decay)`, then `add_(param,
 /// 1 - decay)`). `tensor` is changed in place; nothing new is made.
 ///
-/// Errors: FULMEN_CODE_TORCH (shapes or dtypes that do not fit).
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes that do not broadcast),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. dtypes that do not fit).
 /// Thread rules: the caller keeps other threads off `tensor` meanwhile.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_add_(
@@ -121,7 +122,8 @@ pub unsafe extern "C" fn fulmen_tensor_add_scalar_(
 /// `tensor.mul_(other)` under no_grad, `other` broadcast (a pruning mask).
 /// `tensor` is changed in place; nothing new is made.
 ///
-/// Errors: FULMEN_CODE_TORCH (shapes or dtypes that do not fit).
+/// Errors: FULMEN_CODE_SHAPE_MISMATCH (shapes that do not broadcast),
+/// FULMEN_CODE_TORCH (libtorch failed, e.g. dtypes that do not fit).
 /// Thread rules: the caller keeps other threads off `tensor` meanwhile.
 #[no_mangle]
 pub unsafe extern "C" fn fulmen_tensor_mul_(

@@ -185,7 +185,7 @@ const EXTREMUM_ERRORS: &str = "FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty),
 const ARG_EXTREMUM_ERRORS: &str = "FULMEN_CODE_SHAPE_MISMATCH (the tensor is empty), FULMEN_CODE_OUT_OF_RANGE (`dim` out of range), FULMEN_CODE_TORCH (libtorch failed, e.g. a bool tensor)";
 const DIM_ONLY: &str = "FULMEN_CODE_OUT_OF_RANGE (`dim` out of range)";
 const UNWRITABLE: &str = "FULMEN_CODE_TORCH (the tensor cannot be written)";
-const NOT_FITTING: &str = "FULMEN_CODE_TORCH (shapes or dtypes that do not fit)";
+const NOT_FITTING: &str = "FULMEN_CODE_SHAPE_MISMATCH (shapes that do not broadcast), FULMEN_CODE_TORCH (libtorch failed, e.g. dtypes that do not fit)";
 const SCATTER_ERRORS: &str = "FULMEN_CODE_OUT_OF_RANGE (`dim` out of range, or an index value outside [0, size of `dim`)), FULMEN_CODE_SHAPE_MISMATCH (ranks differ, or `index` is larger than `src`, or than `x` outside `dim`), FULMEN_CODE_DTYPE_MISMATCH (`index` is not i64 or i32), FULMEN_CODE_TORCH (libtorch failed, e.g. `src` of another dtype than `x`)";
 
 /// A tensor op; a method of its first parameter when that is a tensor.
