@@ -50,9 +50,12 @@ const OK: c_int = 0;
 /// Status of a shim call that needs a part of libtorch this build lacks
 /// (or whose operation libtorch has not implemented there).
 pub(crate) const UNSUPPORTED: c_int = 2;
-/// Statuses of c10's typed errors (`csrc/fulmen_cxx.h`): out of memory,
-/// an index error, a value error, a type error, a c10d error.
-const TYPED: [(c_int, ErrorCode); 5] = [
+/// The statuses that name their code (`csrc/fulmen_cxx.h`): a part
+/// libtorch lacks (or c10's NotImplementedError), then c10's typed errors:
+/// out of memory, an index error, a value error, a type error, a c10d
+/// error.
+const TYPED: [(c_int, ErrorCode); 6] = [
+    (UNSUPPORTED, ErrorCode::Unsupported),
     (3, ErrorCode::OutOfMemory),
     (4, ErrorCode::OutOfRange),
     (5, ErrorCode::InvalidArgument),
@@ -88,13 +91,12 @@ pub(crate) fn call(what: &str, f: impl FnOnce(*mut c_char, size_t) -> c_int) -> 
     // SAFETY: the shims always NUL-terminate what they write, and the buffer
     // starts zeroed, so it holds a NUL within ERR_LEN bytes.
     let text = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) }.to_string_lossy().into_owned();
-    let code = match TYPED.iter().find(|(s, _)| *s == status) {
-        _ if status == UNSUPPORTED => ErrorCode::Unsupported,
-        Some((_, code)) => *code,
-        // As tch's errors: a device's allocation failure, dtype, shape and
-        // range problems keep their meaning.
-        None => crate::error::classify_torch_message(&text),
-    };
+    // Any other status is classified as tch's errors are: a device's
+    // allocation failure, dtype, shape and range problems keep their meaning.
+    let code = TYPED
+        .iter()
+        .find(|(s, _)| *s == status)
+        .map_or_else(|| crate::error::classify_torch_message(&text), |(_, code)| *code);
     Err(Error::new(code, format!("{what}: {text}")))
 }
 

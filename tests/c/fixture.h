@@ -82,6 +82,31 @@ static inline fulmen_error *fixture_cross_entropy(const fulmen_model *model, con
     return e;
 }
 
+/* fixture_cross_entropy times NaN: a step whose loss is not finite. */
+static inline fulmen_error *fixture_nan_loss(const fulmen_model *model, const fulmen_batch *batch, fulmen_tensor **out) {
+    fulmen_tensor *loss = NULL;
+    fulmen_error *e = fixture_cross_entropy(model, batch, &loss);
+    if (e == NULL) e = fulmen_tensor_mul_scalar(loss, NAN, out);
+    fulmen_tensor_free(loss);
+    return e;
+}
+
+/* fixture_cross_entropy against the labels plus 100: class targets outside
+ * the model's classes. */
+static inline fulmen_error *fixture_bad_target_loss(const fulmen_model *model, const fulmen_batch *batch,
+                                                    fulmen_tensor **out) {
+    fulmen_tensor *x = NULL, *y = NULL, *logits = NULL, *shifted = NULL, *labels = NULL;
+    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
+    if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
+    if (e == NULL) e = fulmen_model_forward(model, x, &logits);
+    if (e == NULL) e = fulmen_tensor_add_scalar(y, 100, &shifted);
+    if (e == NULL) e = fulmen_tensor_to_dtype(shifted, FULMEN_DTYPE_I64, &labels);
+    if (e == NULL) e = fulmen_loss_cross_entropy(logits, labels, FULMEN_REDUCTION_MEAN, out);
+    fulmen_tensor *all[5] = {x, y, logits, shifted, labels};
+    for (int i = 0; i < 5; i++) fulmen_tensor_free(all[i]);
+    return e;
+}
+
 /* Adds to `config` an optimizer made by the caller (NULL: `made` failed);
  * frees it when adding fails. */
 static inline fulmen_error *fixture_add_optimizer(fulmen_optimizer_config *config, fulmen_error *made,

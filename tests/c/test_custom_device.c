@@ -717,23 +717,7 @@ static fulmen_error *bad_step(void *ud, fulmen_step_context *ctx, const fulmen_b
     if (e != NULL) return e;
     b->steps++;
     if (idx != b->bad_batch) return fixture_cross_entropy(b->model, batch, out);
-    fulmen_tensor *x = NULL, *y = NULL, *logits = NULL, *shifted = NULL, *labels = NULL;
-    e = fulmen_batch_get(batch, 0, &x);
-    if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
-    if (e == NULL) e = fulmen_model_forward(b->model, x, &logits);
-    if (e == NULL && b->nan_loss) {
-        fulmen_tensor *loss = NULL;
-        e = fulmen_loss_cross_entropy(logits, y, FULMEN_REDUCTION_MEAN, &loss);
-        if (e == NULL) e = fulmen_tensor_mul_scalar(loss, NAN, out);
-        fulmen_tensor_free(loss);
-    } else if (e == NULL) {
-        e = fulmen_tensor_add_scalar(y, 100, &shifted);
-        if (e == NULL) e = fulmen_tensor_to_dtype(shifted, FULMEN_DTYPE_I64, &labels);
-        if (e == NULL) e = fulmen_loss_cross_entropy(logits, labels, FULMEN_REDUCTION_MEAN, out);
-    }
-    fulmen_tensor *all[5] = {x, y, logits, shifted, labels};
-    for (int i = 0; i < 5; i++) fulmen_tensor_free(all[i]);
-    return e;
+    return b->nan_loss ? fixture_nan_loss(b->model, batch, out) : fixture_bad_target_loss(b->model, batch, out);
 }
 
 /* Fits 8 batches on `accelerator` with a bad step at batch 2 and

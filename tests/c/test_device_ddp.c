@@ -173,20 +173,6 @@ static void check_param_device(const fulmen_model *model) {
     fulmen_tensor_free(w);
 }
 
-/* Cross-entropy against class targets past the model's classes. */
-static fulmen_error *bad_target_loss(fulmen_model *model, const fulmen_batch *batch, fulmen_tensor **out) {
-    fulmen_tensor *x = NULL, *y = NULL, *logits = NULL, *shifted = NULL, *labels = NULL;
-    fulmen_error *e = fulmen_batch_get(batch, 0, &x);
-    if (e == NULL) e = fulmen_batch_get(batch, 1, &y);
-    if (e == NULL) e = fulmen_model_forward(model, x, &logits);
-    if (e == NULL) e = fulmen_tensor_add_scalar(y, 100, &shifted);
-    if (e == NULL) e = fulmen_tensor_to_dtype(shifted, FULMEN_DTYPE_I64, &labels);
-    if (e == NULL) e = fulmen_loss_cross_entropy(logits, labels, FULMEN_REDUCTION_MEAN, out);
-    fulmen_tensor *all[5] = {x, y, logits, shifted, labels};
-    for (int i = 0; i < 5; i++) fulmen_tensor_free(all[i]);
-    return e;
-}
-
 static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const fulmen_batch *batch, fulmen_tensor **out) {
     module_state *s = ud;
     size_t rank = 0;
@@ -197,14 +183,9 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
     int64_t idx = -1;
     if (e == NULL && ((int)rank == extra.bad_target_rank || (int)rank == extra.nan_rank))
         e = fulmen_step_context_batch_idx(ctx, &idx);
-    if (e == NULL && idx == 2 && (int)rank == extra.bad_target_rank) return bad_target_loss(s->model, batch, out);
+    if (e == NULL && idx == 2 && (int)rank == extra.bad_target_rank) return fixture_bad_target_loss(s->model, batch, out);
+    if (e == NULL && idx == 2 && (int)rank == extra.nan_rank) return fixture_nan_loss(s->model, batch, out);
     if (e == NULL) e = fixture_cross_entropy(s->model, batch, out);
-    if (e == NULL && idx == 2 && (int)rank == extra.nan_rank) {
-        fulmen_tensor *nan = NULL;
-        e = fulmen_tensor_mul_scalar(*out, NAN, &nan);
-        fulmen_tensor_free(*out);
-        *out = nan;
-    }
     /* Logged metrics are reduced by gloo on the CPU, beside the hook. */
     if (e == NULL) e = fulmen_step_context_log(ctx, "rank_synced", (double)rank, FULMEN_LOG_ON_EPOCH | FULMEN_LOG_SYNC_DIST, 0);
     return e;
@@ -389,6 +370,31 @@ static int two_ranks(const char *dir, const char *name, const char *strategy, bo
     return check_finish(what);
 }
 
+/* Runs fit on two ranks of "ddp" on the npu (started with torchrun's
+ * variables) in which rank 1's step 2 goes wrong, as `extra` says: each
+ * fit fails with `code`, rank 1 with `own` in its error, rank 0 with
+ * `other`, after between `min_steps` and `max_steps` training_step calls
+ * on each rank, and neither waits in a collective for the other. */
+static int one_rank_fails(const char *name, int32_t code, const char *own, const char *other, int64_t min_steps,
+                          int64_t max_steps) {
+    store_collectives_counts counts = {0};
+    fulmen_collectives hook = store_collectives_table();
+    register_npu(&hook, &counts);
+    extra.epochs = 1;
+    fulmen_error *e = train("npu", "ddp", "2", RANK_BATCH, NULL, NULL);
+    size_t rank = (size_t)atoi(getenv("RANK"));
+    CHECK(extra.rank_seen == rank);
+    CHECK_ERR(e, code, rank == 1 ? own : other);
+    if (extra.steps_run < min_steps || extra.steps_run > max_steps)
+        fprintf(stderr, "%s rank %zu: %lld steps\n", name, rank, (long long)extra.steps_run);
+    CHECK(extra.steps_run >= min_steps && extra.steps_run <= max_steps);
+    fulmen_error_free(fulmen_distributed_shutdown(60));
+    CHECK_OK(fulmen_accelerator_unregister("npu"));
+    char what[64];
+    snprintf(what, sizeof what, "%s rank %zu", name, rank);
+    return check_finish(what);
+}
+
 /* Rank 1's class targets lie out of range at batch 2 and log_every_n_steps
  * is 4: on a device that is found where the trainer reads its values,
  * after step 4 (the step itself ran on harmless targets, so rank 0's
@@ -396,56 +402,22 @@ static int two_ranks(const char *dir, const char *name, const char *strategy, bo
  * rank 1 with its own check's error, rank 0 naming rank 1, rather than
  * rank 0 going on to wait in step 5's gradient all-reduce for a rank
  * that stopped. */
-static int scenario_bad_target_rank1(const char *dir) {
-    (void)dir;
-    store_collectives_counts counts = {0};
-    fulmen_collectives hook = store_collectives_table();
-    register_npu(&hook, &counts);
+static int scenario_bad_target_rank1(void) {
     extra.bad_target_rank = 1;
     extra.log_every = 4;
-    extra.epochs = 1;
-    fulmen_error *e = train("npu", "ddp", "2", RANK_BATCH, NULL, NULL);
-    size_t rank = (size_t)atoi(getenv("RANK"));
-    CHECK(extra.rank_seen == rank);
-    if (rank == 1)
-        CHECK_ERR(e, FULMEN_CODE_OUT_OF_RANGE, "class target lay outside");
-    else
-        CHECK_ERR(e, FULMEN_CODE_OUT_OF_RANGE, "failed on rank 1 in a step between global steps 0 and 4");
-    if (extra.steps_run != 4) fprintf(stderr, "rank %zu ran %lld steps\n", rank, (long long)extra.steps_run);
-    CHECK(extra.steps_run == 4);
-    fulmen_error_free(fulmen_distributed_shutdown(60));
-    CHECK_OK(fulmen_accelerator_unregister("npu"));
-    char what[64];
-    snprintf(what, sizeof what, "bad_target_rank1 rank %zu", rank);
-    return check_finish(what);
+    return one_rank_fails("bad_target_rank1", FULMEN_CODE_OUT_OF_RANGE, "class target lay outside",
+                          "failed on rank 1 in a step between global steps 0 and 4", 4, 4);
 }
 
 /* LBFGS reads the loss in its closure (after backward) and the ranks take
  * its mean there: rank 1's NaN at batch 2 is refused on both ranks at
- * that evaluation, so neither waits in the mean for the other. */
-static int scenario_closure_nan(const char *dir) {
-    (void)dir;
-    store_collectives_counts counts = {0};
-    fulmen_collectives hook = store_collectives_table();
-    register_npu(&hook, &counts);
+ * that evaluation, so neither waits in the mean for the other. Batches 0
+ * and 1 are evaluated at most max_iter (+1) times each, batch 2 once. */
+static int scenario_closure_nan(void) {
     extra.nan_rank = 1;
     extra.lbfgs = true;
-    extra.epochs = 1;
-    fulmen_error *e = train("npu", "ddp", "2", RANK_BATCH, NULL, NULL);
-    size_t rank = (size_t)atoi(getenv("RANK"));
-    if (rank == 1)
-        CHECK_ERR(e, FULMEN_CODE_NON_FINITE, "the loss is NaN; no update was made");
-    else
-        CHECK_ERR(e, FULMEN_CODE_NON_FINITE, "another rank's loss was not finite");
-    /* Batches 0 and 1 evaluated at most max_iter (+1) times each, batch 2
-     * once: the same count on both ranks. */
-    if (extra.steps_run < 3 || extra.steps_run > 9) fprintf(stderr, "rank %zu: %lld steps\n", rank, (long long)extra.steps_run);
-    CHECK(extra.steps_run >= 3 && extra.steps_run <= 9);
-    fulmen_error_free(fulmen_distributed_shutdown(60));
-    CHECK_OK(fulmen_accelerator_unregister("npu"));
-    char what[64];
-    snprintf(what, sizeof what, "closure_nan rank %zu", rank);
-    return check_finish(what);
+    return one_rank_fails("closure_nan", FULMEN_CODE_NON_FINITE, "the loss is NaN; no update was made",
+                          "another rank's loss was not finite", 3, 9);
 }
 
 static store_collectives_counts failing_counts;
@@ -755,8 +727,8 @@ int main(int argc, char **argv) {
         if (strcmp(s, "group_new") == 0) return scenario_group_new(dir);
         if (strcmp(s, "named") == 0) return scenario_named(dir);
         if (strcmp(s, "reentrant") == 0) return scenario_reentrant(dir);
-        if (strcmp(s, "bad_target_rank1") == 0) return scenario_bad_target_rank1(dir);
-        if (strcmp(s, "closure_nan") == 0) return scenario_closure_nan(dir);
+        if (strcmp(s, "bad_target_rank1") == 0) return scenario_bad_target_rank1();
+        if (strcmp(s, "closure_nan") == 0) return scenario_closure_nan();
         fprintf(stderr, "unknown scenario %s\n", s);
         return 2;
     }
