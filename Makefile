@@ -42,6 +42,9 @@ GLOO_STAMP := $(DEPS)/gloo/include/gloo/config.h
 endif
 
 CARGO ?= cargo
+# How many programs `make test` builds, and how many of its C tests and
+# fuzz targets it runs, at a time (`make test TEST_JOBS=1`: one).
+TEST_JOBS ?= $(shell nproc)
 CARGO_FLAGS := --release
 LIBDIR := $(ROOT)/target/release
 BUILD := $(ROOT)/build
@@ -58,7 +61,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_e
 
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 
-.PHONY: all deps lib header bench bench-fsdp test test-conformance lib-torch-2.11 test-torch-2.11 test-c-torch-2.11 lib-xla test-xla gpu-kit test-gpu-kit test-rust test-c test-pkgconfig test-cpp test-go test-interop test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example example-exported lint fmt dist test-dist install clean
+.PHONY: all deps lib libs header bench bench-fsdp test test-conformance lib-torch-2.11 test-torch-2.11 test-c-torch-2.11 lib-xla test-xla gpu-kit test-gpu-kit test-rust test-c test-pkgconfig test-cpp test-go test-interop test-coverage test-valgrind test-fuzz test-soak fuzz fuzz-libfuzzer demo example example-exported lint fmt dist test-dist install clean
 
 all: lib
 
@@ -107,11 +110,18 @@ header: $(LIBTORCH_STAMP) $(GLOO_STAMP)
 	FULMEN_WRITE_HEADER=1 $(CARGO) test $(CARGO_FLAGS) --test header_drift
 
 # The phases of `make test`, run in this order, each timed
-# (scripts/run-phases.sh prints the time each took).
-TEST_PHASES := deps lib lint test-rust test-c test-conformance example example-exported test-valgrind test-fuzz \
+# (scripts/run-phases.sh prints the time each took and how busy it kept
+# the processors; each phase builds TEST_JOBS targets at a time).
+TEST_PHASES := deps libs lint test-rust test-c test-conformance example example-exported test-valgrind test-fuzz \
   test-soak test-cpp test-go test-interop test-torch-2.11 test-dist test-coverage
+# `make test`'s build phase: fulmen's library, the Python venvs and the
+# libtorch 2.11 build of test-torch-2.11, TEST_JOBS at a time (a venv
+# waits on the network and a C++ file of torch-sys holds one processor
+# for minutes, while the others use the rest).
+libs: lib $(VENV_STAMP) lib-torch-2.11 $(MLFLOW_STAMP)
+
 test:
-	@bash scripts/run-phases.sh "$(MAKE)" $(TEST_PHASES)
+	@bash scripts/run-phases.sh "$(MAKE)" $(TEST_JOBS) $(TEST_PHASES)
 	@echo "all suites passed"
 
 test-coverage:
@@ -125,8 +135,13 @@ $(BUILD)/tests/%: tests/c/%.c $(wildcard tests/c/*.h) examples/c/store_collectiv
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) $< -o $@ $(C_LINK)
 
+# The C tests run TEST_JOBS at a time (each keeps its own temporary
+# paths and picks free ports), the longest first so the others fill the
+# remaining slots; each one's output is printed together when it ends.
+C_TESTS_LONG := $(addprefix $(BUILD)/tests/,test_device_ddp test_crash test_ddp)
 test-c: $(C_TESTS) $(MNIST)
-	@set -e; for t in $(C_TESTS); do echo "== $$t"; (cd $(ROOT) && $(ASAN_ENV) FULMEN_MNIST=$(MNIST) FULMEN_FIXTURES=$(ROOT)/tests/fixtures $$t); done
+	@cd $(ROOT) && printf '%s\n' $(C_TESTS_LONG) $(filter-out $(C_TESTS_LONG),$(C_TESTS)) \
+	  | $(ASAN_ENV) FULMEN_MNIST=$(MNIST) FULMEN_FIXTURES=$(ROOT)/tests/fixtures bash scripts/run-parallel.sh $(TEST_JOBS)
 	@echo "C tests: $(words $(C_TESTS)) passed, 0 failed"
 	$(MAKE) --no-print-directory test-pkgconfig
 
@@ -154,7 +169,7 @@ INTEROP_CHECKS := lightning-parity export-parity compiled-step charlm-twin gan-t
 .PHONY: $(INTEROP_CHECKS:%=interop-%)
 
 test-interop: $(INTEROP_BINARIES:%=$(BUILD)/interop/%) $(BUILD)/bench/workload_bench $(BUILD)/examples/mnist $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP) $(MLFLOW_STAMP)
-	$(MAKE) --no-print-directory -j2 --output-sync=target $(INTEROP_CHECKS:%=interop-%)
+	$(MAKE) --no-print-directory $(if $(findstring jobserver,$(MAKEFLAGS)),,-j2) --output-sync=target $(INTEROP_CHECKS:%=interop-%)
 	@echo "interop: $(words $(INTEROP_CHECKS)) checks passed"
 
 PY := $(VENV)/bin/python
@@ -339,9 +354,9 @@ test-soak: $(BUILD)/tests/soak_memory
 # pickles, CSV files and torch.export archives, a hostile host (frees,
 # re-entrant and cross-thread calls from inside callbacks) and hostile sizes
 # (counts and lengths in files and vtables), under ASan; the API target also
-# per family. `make test` runs
-# each target for FUZZ_SECONDS after
-# replaying its regressions; `make fuzz FUZZ_SECONDS=600` runs longer.
+# per family. `make test` runs each target for FUZZ_SECONDS after
+# replaying its regressions, TEST_JOBS targets at a time; `make fuzz
+# FUZZ_SECONDS=600` runs longer.
 # With clang, `make fuzz-libfuzzer` builds coverage-guided libFuzzer targets.
 FUZZ_FAMILIES := tensor model data optim options trainer
 FUZZ_TARGETS := api $(FUZZ_FAMILIES) csv checkpoint pickle hostile sizes exported
@@ -359,9 +374,9 @@ $(FUZZ_FAMILIES:%=$(BUILD)/fuzz/fuzz_%): $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_a
 	$(CC) $(CFLAGS_STRICT) $(SAN) $(C_INC) -DFUZZ_FAMILY=$* $< -o $@ $(C_LINK)
 
 test-fuzz fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
-	@set -eo pipefail; for t in $(FUZZ_TARGETS); do \
-	  $(FUZZ_ENV) FULMEN_FUZZ_SECONDS=$(FUZZ_SECONDS) $(BUILD)/fuzz/fuzz_$$t tests/fuzz/regressions/$$t 2>&1 \
-	    | grep -v -e "failed to allocate" -e "^\[W.*Warning" ; done
+	@cd $(ROOT) && for t in $(FUZZ_TARGETS); do \
+	  echo "set -o pipefail; $(BUILD)/fuzz/fuzz_$$t tests/fuzz/regressions/$$t 2>&1 | { grep -v -e 'failed to allocate' -e '^\[W.*Warning' || true; }"; \
+	  done | $(FUZZ_ENV) FULMEN_FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/run-parallel.sh $(TEST_JOBS)
 
 fuzz-libfuzzer: lib
 	@mkdir -p $(BUILD)/libfuzzer

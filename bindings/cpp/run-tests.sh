@@ -31,20 +31,34 @@ SAN=(-g -fsanitize=address,undefined -fno-omit-frame-pointer)
 mkdir -p "$BUILD/obj"
 
 echo "== compiling the tests ($CXX, ASan + UBSan)"
+# With GCC, tests/common.hpp (the binding's headers and GoogleTest, about
+# 40% of each test's compile time) is precompiled once and included
+# first in every test; -Winvalid-pch makes a precompiled header GCC
+# cannot use an error instead of a silent slow path.
+PCH=()
+if ! "$CXX" -dM -E -x c++ /dev/null | grep -q __clang__; then
+    mkdir -p "$BUILD/pch"
+    echo "#include \"$HERE/tests/common.hpp\"" > "$BUILD/pch/tests_common.hpp"
+    "$CXX" "${STRICT[@]}" "${SAN[@]}" "${INCLUDES[@]}" -x c++-header "$BUILD/pch/tests_common.hpp" \
+        -o "$BUILD/pch/tests_common.hpp.gch"
+    PCH=(-Winvalid-pch -include "$BUILD/pch/tests_common.hpp")
+fi
 pids=()
 objs=()
 for src in "$HERE"/tests/*.cpp; do
     obj="$BUILD/obj/$(basename "${src%.cpp}").o"
     objs+=("$obj")
-    "$CXX" "${STRICT[@]}" "${SAN[@]}" "${INCLUDES[@]}" -c "$src" -o "$obj" &
+    "$CXX" "${STRICT[@]}" "${SAN[@]}" "${INCLUDES[@]}" "${PCH[@]}" -c "$src" -o "$obj" &
     pids+=($!)
 done
-for pid in "${pids[@]}"; do wait "$pid"; done
+# Beside them: the MNIST example, the README snippet and custom_device.cpp.
+echo "== compiling examples/cpp/mnist.cpp, bindings/cpp/snippet.cpp and bindings/cpp/custom_device.cpp"
+for src in "$REPO/examples/cpp/mnist.cpp" "$HERE/snippet.cpp" "$HERE/custom_device.cpp"; do
+    "$CXX" "${STRICT[@]}" -O2 "${INCLUDES[@]}" "$src" -o "$BUILD/$(basename "${src%.cpp}")" "${LINK[@]}" &
+    pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid" || { echo "a program failed to compile" >&2; exit 1; }; done
 "$CXX" "${SAN[@]}" "${objs[@]}" -o "$BUILD/fulmen_cpp_tests" "${LINK[@]}" -lgtest -lgtest_main -pthread
-
-echo "== compiling examples/cpp/mnist.cpp and bindings/cpp/snippet.cpp"
-"$CXX" "${STRICT[@]}" -O2 "${INCLUDES[@]}" "$REPO/examples/cpp/mnist.cpp" -o "$BUILD/mnist" "${LINK[@]}"
-"$CXX" "${STRICT[@]}" -O2 "${INCLUDES[@]}" "$HERE/snippet.cpp" -o "$BUILD/snippet" "${LINK[@]}"
 
 echo "== running the snippet"
 (cd "$BUILD" && ./snippet)
@@ -52,7 +66,6 @@ echo "== running the snippet"
 # A vendor's device type (the fake PrivateUse1 device) in a process of its
 # own: registering it changes libtorch for the whole process.
 echo "== a custom accelerator on the fake device (bindings/cpp/custom_device.cpp)"
-"$CXX" "${STRICT[@]}" -O2 "${INCLUDES[@]}" "$HERE/custom_device.cpp" -o "$BUILD/custom_device" "${LINK[@]}"
 "$BUILD/custom_device"
 
 # A program compiled with a header of another ABI series stops at start-up

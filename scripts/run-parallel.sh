@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs shell commands, one per line on stdin, at most JOBS at a time, in
+# the order given (so list the longest first). Each command's output
+# (stdout and stderr) is kept together and printed, under "== COMMAND",
+# when the command ends. After every command has ended, exits 1 naming
+# those that failed, else 0.
+#
+#   scripts/run-parallel.sh JOBS < commands
+#
+# The commands run with this script's environment and working folder,
+# each in `bash -c`; their outputs go to a temporary folder removed at
+# the end. A signal to this script ends the commands still running.
+set -u
+jobs=${1:?usage: run-parallel.sh JOBS < commands}
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "run-parallel.sh: JOBS must be a positive number, not '$jobs'" >&2; exit 2; }
+
+if ((BASH_VERSINFO[0] < 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] < 1))); then
+    echo "run-parallel.sh: needs bash 5.1 or newer (wait -p), this is $BASH_VERSION" >&2
+    exit 2
+fi
+
+logs=$(mktemp -d "${TMPDIR:-/tmp}/fulmen-parallel.XXXXXX")
+declare -A command_of=() start_of=() log_of=()
+failed=()
+count=0
+
+stop_all() {
+    for pid in "${!command_of[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+    wait
+    rm -rf "$logs"
+    exit 130
+}
+trap stop_all INT TERM HUP
+
+# Waits for one running command, prints its output, records a failure.
+reap_one() {
+    local pid status
+    wait -n -p pid
+    status=$?
+    [[ -n "${pid:-}" ]] || return
+    echo "== ${command_of[$pid]}"
+    cat "${log_of[$pid]}"
+    if [[ $status != 0 ]]; then
+        echo "== FAILED (exit $status) after $(($(date +%s) - start_of[$pid])) s: ${command_of[$pid]}"
+        failed+=("${command_of[$pid]}")
+    fi
+    unset "command_of[$pid]" "start_of[$pid]" "log_of[$pid]"
+}
+
+while IFS= read -r line; do
+    [[ -z "${line// /}" ]] && continue
+    while ((${#command_of[@]} >= jobs)); do reap_one; done
+    count=$((count + 1))
+    log="$logs/$count.log"
+    bash -c "$line" > "$log" 2>&1 < /dev/null &
+    command_of[$!]=$line
+    start_of[$!]=$(date +%s)
+    log_of[$!]=$log
+done
+while ((${#command_of[@]} > 0)); do reap_one; done
+rm -rf "$logs"
+
+if ((${#failed[@]} > 0)); then
+    echo "${#failed[@]} of $count failed:"
+    printf '  %s\n' "${failed[@]}"
+    exit 1
+fi
