@@ -312,9 +312,19 @@ impl ModelCheckpoint {
         if k == 0 {
             return Ok(());
         }
-        let worst = self.worst_kept();
-        let keep =
-            k == -1 || (self.best_k_models.len() as i64) < k || worst.is_some_and(|(_, w)| mode.better(current, w));
+        // Lightning's check_monitor_top_k: with k checkpoints kept, one
+        // better than the worst is saved when every rank says so (a
+        // metric logged without sync_dist differs between the ranks, which
+        // must still make the same saves: they meet in each one).
+        let keep = if k == -1 || (self.best_k_models.len() as i64) < k {
+            true
+        } else {
+            let better = self.worst_kept().is_some_and(|(_, w)| mode.better(current, w));
+            match ctx.all_ranks_decide {
+                Some(decide) => decide(better).map_err(|e| e.context("ModelCheckpoint's save_top_k decision"))?,
+                None => better,
+            }
+        };
         if !keep {
             return Ok(());
         }

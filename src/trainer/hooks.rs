@@ -555,6 +555,11 @@ pub struct HookContext<'a> {
     /// every rank (a collective every rank must call at the same point;
     /// the value itself without DDP). `None` outside the run's hooks.
     pub rank_zero_decides: Option<&'a dyn Fn(bool) -> Result<bool>>,
+    /// Lightning's `strategy.reduce_boolean_decision(all=True)`: true when
+    /// every rank's value is (a collective every rank must call at the
+    /// same point; the value itself without DDP). `None` outside the run's
+    /// hooks.
+    pub all_ranks_decide: Option<&'a dyn Fn(bool) -> Result<bool>>,
     /// torch's `new_group(ranks)` over the run's job (a collective of the
     /// members, numbered alike on every rank); `None` in hooks not every
     /// rank calls, and outside the run's hooks.
@@ -603,6 +608,7 @@ impl<'a> HookContext<'a> {
             optimizer_idx: None,
             replaced_batch: None,
             rank_zero_decides: None,
+            all_ranks_decide: None,
             group_maker: None,
         }
     }

@@ -24,6 +24,22 @@ pub(crate) struct HookData<'a> {
     pub optimizer_idx: Option<usize>,
 }
 
+/// Lightning's `strategy.broadcast` of a decision: rank 0's `decision` on
+/// every rank (one collective every rank calls).
+fn rank_zero_decision(strategy: &super::strategy::RunStrategy, decision: bool) -> Result<bool> {
+    let mut v = [if decision && strategy.is_global_zero() { 1.0 } else { 0.0 }];
+    strategy.reduce(&mut v, crate::trainer::metrics::ReduceFx::Sum)?;
+    Ok(v[0] > 0.0)
+}
+
+/// Lightning's `strategy.reduce_boolean_decision(all=True)`: true on every
+/// rank when every rank's `decision` is (one collective every rank calls).
+fn all_ranks_decision(strategy: &super::strategy::RunStrategy, decision: bool) -> Result<bool> {
+    let mut v = [if decision { 1.0 } else { 0.0 }];
+    strategy.reduce(&mut v, crate::trainer::metrics::ReduceFx::Sum)?;
+    Ok(v[0] >= strategy.world_size() as f64)
+}
+
 /// Everything one fit / validate / test / predict call works with.
 pub(crate) struct Run<'a> {
     pub stage: &'static str,
@@ -155,11 +171,8 @@ impl Run<'_> {
             super::interrupt::check()?;
         }
         let strategy = &self.strategy;
-        let rank_zero_decides = |decision: bool| -> Result<bool> {
-            let mut v = [if decision && strategy.is_global_zero() { 1.0 } else { 0.0 }];
-            strategy.reduce(&mut v, crate::trainer::metrics::ReduceFx::Sum)?;
-            Ok(v[0] > 0.0)
-        };
+        let rank_zero_decides = |decision: bool| rank_zero_decision(strategy, decision);
+        let all_ranks_decide = |decision: bool| all_ranks_decision(strategy, decision);
         let group_maker = |ranks: &[usize]| strategy.new_group(ranks);
         let mut ctx = HookContext {
             hook,
@@ -180,6 +193,7 @@ impl Run<'_> {
             optimizer_idx: data.optimizer_idx,
             replaced_batch: None,
             rank_zero_decides: Some(&rank_zero_decides),
+            all_ranks_decide: Some(&all_ranks_decide),
             group_maker: (hook != Hook::Exception).then_some(&group_maker),
         };
         // Lightning's on_train_epoch_end: callbacks, the module, then the
@@ -195,8 +209,17 @@ impl Run<'_> {
             .map_err(|e| e.context(format!("LightningModule.{}", hook.name())))?;
         self.apply_hook_logs()?;
         if split {
+            // The same collectives as the first callbacks had (a
+            // ModelCheckpoint's decisions).
+            let strategy = &self.strategy;
+            let rank_zero_decides = |decision: bool| rank_zero_decision(strategy, decision);
+            let all_ranks_decide = |decision: bool| all_ranks_decision(strategy, decision);
+            let group_maker = |ranks: &[usize]| strategy.new_group(ranks);
             let mut ctx = HookContext::new(hook, self.stage, self.state);
             ctx.batch_idx = data.batch_idx;
+            ctx.rank_zero_decides = Some(&rank_zero_decides);
+            ctx.all_ranks_decide = Some(&all_ranks_decide);
+            ctx.group_maker = Some(&group_maker);
             for cb in self.callbacks.iter_mut().filter(|c| c.monitors()) {
                 call_callback(&mut self.profiler, cb, &mut ctx)?;
             }

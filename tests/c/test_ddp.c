@@ -68,6 +68,7 @@
 #define HIDDEN 8
 
 static const char *self_path;
+static int count_entries(const char *path);
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -96,6 +97,7 @@ typedef struct {
 
 /* The group of ranks 0 and 1 the module's setup makes (rank 0 alone in a
  * world of one): sync_dist_group. */
+static bool log_trend; /* the training step logs rank_trend */
 static uint32_t pair_group;
 
 static uint32_t in_pair(void) { return (pair_group << FULMEN_LOG_GROUP_SHIFT) & FULMEN_LOG_GROUP_MASK; }
@@ -133,6 +135,9 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
     if (e == NULL)
         e = fulmen_step_context_log(ctx, "pair_sum", (double)rank,
                                     FULMEN_LOG_ON_STEP | FULMEN_LOG_SYNC_DIST | FULMEN_LOG_REDUCE_SUM | in_pair(), 0);
+    /* Without sync_dist: falls epoch by epoch on rank 0, rises on the others. */
+    if (e == NULL && log_trend)
+        e = fulmen_step_context_log(ctx, "rank_trend", rank == 0 ? -(double)step : (double)step, FULMEN_LOG_ON_EPOCH, 0);
     return e;
 }
 
@@ -209,6 +214,7 @@ static fulmen_trainer_options *options(const char *root, const char *strategy, c
 }
 
 static const char *max_time = NULL; /* the trainer's max_time, when set */
+static const fulmen_model_checkpoint_options *checkpoint_opts = NULL; /* a ModelCheckpoint, when set */
 static bool unsharded = false;      /* use_distributed_sampler false */
 
 /* Trains the MLP with `strategy` and per-process batch `batch`; saves the
@@ -230,6 +236,7 @@ static fulmen_error *train(const char *root, const char *strategy, const char *d
     fulmen_trainer *t = NULL;
     CHECK_OK(fulmen_trainer_new(o, &t));
     fulmen_trainer_options_free(o);
+    if (checkpoint_opts != NULL) CHECK_OK(fulmen_trainer_add_model_checkpoint(t, checkpoint_opts));
     fulmen_error *err = fulmen_trainer_fit(t, m, loader, NULL, NULL);
     if (err == NULL && weights != NULL) CHECK_OK(fulmen_model_save(s.model, weights));
     if (trainer_out != NULL) *trainer_out = t;
@@ -373,6 +380,36 @@ static int scenario_external(const char *dir) {
     fulmen_trainer_free(t);
     CHECK_OK(fulmen_distributed_shutdown(60));
     return check_finish("external rank");
+}
+
+/* ModelCheckpoint(monitor="rank_trend", save_top_k=1) on a metric logged
+ * without sync_dist, better every epoch on rank 0 and worse on rank 1:
+ * as Lightning's reduce_boolean_decision, a checkpoint replaces the kept
+ * one only when every rank finds it better, so the ranks make the same
+ * saves (and meet at each) and keep epoch 0's. */
+static int scenario_topk_ranks(const char *dir) {
+    char root[512], ckpts[600], expect[700], name[700];
+    snprintf(root, sizeof root, "%s/topk-ranks", dir);
+    snprintf(ckpts, sizeof ckpts, "%s/checkpoints", root);
+    fulmen_model_checkpoint_options o = fulmen_model_checkpoint_options_default();
+    o.dirpath = ckpts;
+    o.monitor = "rank_trend";
+    o.filename = "{epoch}";
+    checkpoint_opts = &o;
+    log_trend = true;
+    fulmen_trainer *t = NULL;
+    CHECK_OK(train(root, "ddp", "auto", RANK_BATCH, HIDDEN, -1, true, NULL, &t));
+    size_t len = 0;
+    CHECK_OK(fulmen_trainer_checkpoint_path(t, FULMEN_CHECKPOINT_PATH_BEST, name, sizeof name, &len));
+    snprintf(expect, sizeof expect, "%s/epoch=0.ckpt", ckpts);
+    CHECK(strcmp(name, expect) == 0);
+    fulmen_trainer_free(t);
+    CHECK_OK(fulmen_distributed_shutdown(60));
+    if (my_rank() == 0) {
+        CHECK(count_entries(ckpts) == 1);
+        CHECK(access(expect, F_OK) == 0);
+    }
+    return check_finish("topk_ranks rank");
 }
 
 static int scenario_killed(const char *dir) {
@@ -908,6 +945,7 @@ int main(int argc, char **argv) {
         if (strcmp(s, "single") == 0) return scenario_single(dir);
         if (strcmp(s, "external") == 0) return scenario_external(dir);
         if (strcmp(s, "killed") == 0) return scenario_killed(dir);
+        if (strcmp(s, "topk_ranks") == 0) return scenario_topk_ranks(dir);
         if (strcmp(s, "mismatch") == 0) return scenario_mismatch(dir);
         if (strcmp(s, "prepare_fails") == 0) return scenario_prepare_fails(dir);
         if (strcmp(s, "prepare_nodes") == 0) return scenario_prepare_nodes(dir);
@@ -985,6 +1023,10 @@ int main(int argc, char **argv) {
     CHECK(codes[0] == 0 && codes[1] == 0);
     expect_same(dir, "reference-16.safetensors", "fsdp_hostloop-rank0.safetensors");
     expect_same(dir, "fsdp_hostloop-rank0.safetensors", "fsdp_hostloop-rank1.safetensors");
+
+    /* save_top_k on a metric the ranks disagree on: they agree to keep one. */
+    run_external("topk_ranks", dir, 2, free_port(), codes);
+    CHECK(codes[0] == 0 && codes[1] == 0);
 
     /* A Timer that fires at different moments on each rank stops both together. */
     CHECK(run("timer", dir, NULL) == 0);
