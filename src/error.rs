@@ -205,13 +205,17 @@ pub(crate) fn is_out_of_memory_message(msg: &str) -> bool {
 }
 
 /// The fulmen code of a libtorch error message: dtype, shape and range
-/// problems keep their meaning; anything else is `Torch`.
+/// problems keep their meaning, an operator without a kernel for the
+/// tensors' backend is `Unsupported`; anything else is `Torch`.
 pub(crate) fn classify_torch_message(msg: &str) -> ErrorCode {
-    const DTYPE: [&str; 6] = [
+    const DTYPE: [&str; 7] = [
         "expected scalar type",
         "Expected object of scalar type",
         "must have the same dtype",
         "expected both inputs to have same dtype",
+        // A kernel's dtype dispatch: "\"addmm_impl_cpu_\" not implemented
+        // for 'Half'" (c10's NotImplementedError).
+        "\" not implemented for '",
         "not implemented for 'Long'",
         "not implemented for 'Int'",
     ];
@@ -225,6 +229,10 @@ pub(crate) fn classify_torch_message(msg: &str) -> ErrorCode {
     const ARGUMENT: [&str; 3] = ["without overflow", "invalid size, possible overflow", "must be finite"];
     if is_out_of_memory_message(msg) {
         ErrorCode::OutOfMemory
+    } else if msg.contains("Could not run '") && msg.contains("' backend") {
+        // The dispatcher's NotImplementedError: "Could not run 'aten::…'
+        // with arguments from the 'SparseCPU' backend."
+        ErrorCode::Unsupported
     } else if ARGUMENT.iter().any(|p| msg.contains(p)) {
         ErrorCode::InvalidArgument
     } else if DTYPE.iter().any(|p| msg.contains(p)) || (msg.contains("dtype") && msg.contains("expected")) {
@@ -253,5 +261,25 @@ pub trait ResultExt<T> {
 impl<T, E: Into<Error>> ResultExt<T> for std::result::Result<T, E> {
     fn ctx(self, ctx: impl fmt::Display) -> Result<T> {
         self.map_err(|e| e.into().context(ctx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::{Device, Kind, Tensor};
+
+    #[test]
+    fn libtorch_not_implemented_errors_are_dtype_or_unsupported() {
+        // "\"addmm_impl_cpu_\" not implemented for 'Bool'": a dtype problem.
+        let b = Tensor::zeros([2, 2], (Kind::Bool, Device::Cpu));
+        let e = Error::from(b.f_matmul(&b).unwrap_err());
+        assert_eq!(e.code, ErrorCode::DtypeMismatch, "{}", e.message);
+        // "Could not run 'aten::flip' with arguments from the 'SparseCPU'
+        // backend": no kernel there.
+        let sparse = Tensor::zeros([2, 2], (Kind::Float, Device::Cpu)).to_sparse_sparse_dim(2);
+        let e = Error::from(sparse.f_flip([0]).unwrap_err());
+        assert_eq!(e.code, ErrorCode::Unsupported, "{}", e.message);
+        assert_eq!(classify_torch_message("something else broke"), ErrorCode::Torch);
     }
 }

@@ -93,10 +93,15 @@ pub(crate) fn call(what: &str, f: impl FnOnce(*mut c_char, size_t) -> c_int) -> 
     let text = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) }.to_string_lossy().into_owned();
     // Any other status is classified as tch's errors are: a device's
     // allocation failure, dtype, shape and range problems keep their meaning.
-    let code = TYPED
-        .iter()
-        .find(|(s, _)| *s == status)
-        .map_or_else(|| crate::error::classify_torch_message(&text), |(_, code)| *code);
+    let classified = crate::error::classify_torch_message(&text);
+    let code = match TYPED.iter().find(|(s, _)| *s == status) {
+        // c10's NotImplementedError also reports a kernel missing for a
+        // dtype ("\"add\" not implemented for 'Bool'"): a dtype problem, as
+        // the same message is through tch.
+        Some((UNSUPPORTED, _)) if classified == ErrorCode::DtypeMismatch => classified,
+        Some((_, code)) => *code,
+        None => classified,
+    };
     Err(Error::new(code, format!("{what}: {text}")))
 }
 
@@ -120,6 +125,10 @@ mod tests {
         assert_eq!(status(6, "bad type").code, ErrorCode::DtypeMismatch);
         assert_eq!(status(7, "the store is gone").code, ErrorCode::Distributed);
         assert_eq!(status(UNSUPPORTED, "no kernel").code, ErrorCode::Unsupported);
+        let dtype_kernel = "\"addmm_impl_cpu_\" not implemented for 'Half'";
+        assert_eq!(status(UNSUPPORTED, dtype_kernel).code, ErrorCode::DtypeMismatch);
+        let backend = "Could not run 'aten::add.out' with arguments from the 'SparseCPU' backend.";
+        assert_eq!(status(1, backend).code, ErrorCode::Unsupported);
         let e = status(1, "mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)");
         assert_eq!(e.code, ErrorCode::ShapeMismatch);
         assert_eq!(e.message, "probe: mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)");
