@@ -67,38 +67,78 @@ fn soname() -> String {
     }
 }
 
-/// Compiles `csrc/*.cpp` against the libtorch headers torch-sys used, with
-/// the same C++ standard and `_GLIBCXX_USE_CXX11_ABI`.
-fn build_cxx_shims(lib: &Path) {
-    for file in [
-        "csrc/fulmen_cxx.h",
-        "csrc/torch_version.hpp",
+/// The C++ shims, in two groups compiled side by side, each as one unity
+/// source that `#include`s its files: the libtorch headers a file pulls in
+/// take most of its compile time, and a group reads them once instead of
+/// once per file (about a quarter of the CPU time of compiling the files
+/// one by one). The first group is the shims over TorchScript, autograd and
+/// devices; the second those over c10d and the optimizers' kernels.
+const CXX_GROUPS: [&[&str]; 2] = [
+    &[
+        "csrc/script.cpp",
+        "csrc/compiled_step.cpp",
+        "csrc/exported.cpp",
+        "csrc/checkpoint.cpp",
+        "csrc/sync_reduce.cpp",
+        "csrc/fake_device.cpp",
         "csrc/autocast.cpp",
-        "csrc/accelerators.cpp",
+        "csrc/profiler.cpp",
         "csrc/runtime.cpp",
+        "csrc/devices.cpp",
+        "csrc/accelerators.cpp",
+        "csrc/xla_runtime.cpp",
+    ],
+    &[
         "csrc/distributed.cpp",
-        "csrc/collectives.hpp",
         "csrc/collectives.cpp",
+        "csrc/xla_collectives.cpp",
+        "csrc/fsdp.cpp",
         "csrc/ops.cpp",
         "csrc/fused.cpp",
         "csrc/foreach.cpp",
         "csrc/foreach_adam_variants.cpp",
-        "csrc/optim_lists.hpp",
         "csrc/pinned.cpp",
         "csrc/streams.cpp",
         "csrc/graphs.cpp",
-        "csrc/profiler.cpp",
-        "csrc/script.cpp",
-        "csrc/exported.cpp",
-        "csrc/compiled_step.cpp",
-        "csrc/devices.cpp",
-        "csrc/fake_device.cpp",
-        "csrc/fsdp.cpp",
-        "csrc/checkpoint.cpp",
-        "csrc/sync_reduce.cpp",
-        "csrc/xla_runtime.cpp",
-        "csrc/xla_collectives.cpp",
-    ] {
+    ],
+];
+
+/// The headers the shims share.
+const CXX_HEADERS: [&str; 4] =
+    ["csrc/fulmen_cxx.h", "csrc/torch_version.hpp", "csrc/collectives.hpp", "csrc/optim_lists.hpp"];
+
+/// Writes the unity source of each of [`CXX_GROUPS`] into OUT_DIR (only
+/// when its text changed) and returns their paths. A file is included by
+/// its absolute path, so its own `#include "..."` lines resolve beside it
+/// and compiler messages name it.
+fn unity_sources() -> Vec<PathBuf> {
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets the manifest folder"));
+    let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    // A shim in no group would only show as undefined symbols at link time.
+    let listed = |name: &str| CXX_GROUPS.iter().flat_map(|g| g.iter()).any(|f| f.strip_prefix("csrc/") == Some(name));
+    for entry in std::fs::read_dir(manifest.join("csrc")).expect("csrc/ is readable").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        assert!(!name.ends_with(".cpp") || listed(&name), "csrc/{name} is in none of build.rs's CXX_GROUPS");
+    }
+    println!("cargo:rerun-if-changed=csrc");
+    CXX_GROUPS
+        .iter()
+        .enumerate()
+        .map(|(i, files)| {
+            let text: String = files.iter().map(|f| format!("#include \"{}\"\n", manifest.join(f).display())).collect();
+            let path = out.join(format!("fulmen_cxx_unity_{i}.cpp"));
+            if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                std::fs::write(&path, text).expect("OUT_DIR is writable");
+            }
+            path
+        })
+        .collect()
+}
+
+/// Compiles the shims of `csrc/` against the libtorch headers torch-sys
+/// used, with the same C++ standard and `_GLIBCXX_USE_CXX11_ABI`.
+fn build_cxx_shims(lib: &Path) {
+    for file in CXX_HEADERS.iter().chain(CXX_GROUPS.iter().flat_map(|g| g.iter())) {
         println!("cargo:rerun-if-changed={file}");
     }
     println!("cargo:rerun-if-env-changed=LIBTORCH_INCLUDE");
@@ -128,29 +168,7 @@ fn build_cxx_shims(lib: &Path) {
         .flag("-std=c++17")
         .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
         .flag("-DGLOG_USE_GLOG_EXPORT")
-        .file("csrc/autocast.cpp")
-        .file("csrc/accelerators.cpp")
-        .file("csrc/runtime.cpp")
-        .file("csrc/distributed.cpp")
-        .file("csrc/collectives.cpp")
-        .file("csrc/ops.cpp")
-        .file("csrc/exported.cpp")
-        .file("csrc/compiled_step.cpp")
-        .file("csrc/fused.cpp")
-        .file("csrc/foreach.cpp")
-        .file("csrc/foreach_adam_variants.cpp")
-        .file("csrc/pinned.cpp")
-        .file("csrc/streams.cpp")
-        .file("csrc/graphs.cpp")
-        .file("csrc/profiler.cpp")
-        .file("csrc/script.cpp")
-        .file("csrc/devices.cpp")
-        .file("csrc/fake_device.cpp")
-        .file("csrc/fsdp.cpp")
-        .file("csrc/checkpoint.cpp")
-        .file("csrc/sync_reduce.cpp")
-        .file("csrc/xla_runtime.cpp")
-        .file("csrc/xla_collectives.cpp");
+        .files(unity_sources());
     match gloo_include_dir(&root) {
         Some(gloo) => {
             build
