@@ -169,7 +169,7 @@ INTEROP_CHECKS := lightning-parity export-parity compiled-step charlm-twin gan-t
 .PHONY: $(INTEROP_CHECKS:%=interop-%)
 
 test-interop: $(INTEROP_BINARIES:%=$(BUILD)/interop/%) $(BUILD)/bench/workload_bench $(BUILD)/examples/mnist $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP) $(MLFLOW_STAMP)
-	$(MAKE) --no-print-directory $(if $(findstring jobserver,$(MAKEFLAGS)),,-j2) --output-sync=target $(INTEROP_CHECKS:%=interop-%)
+	$(MAKE) --no-print-directory $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(TEST_JOBS)) --output-sync=target $(INTEROP_CHECKS:%=interop-%)
 	@echo "interop: $(words $(INTEROP_CHECKS)) checks passed"
 
 PY := $(VENV)/bin/python

@@ -109,8 +109,8 @@ const CXX_HEADERS: [&str; 4] =
 
 /// Writes the unity source of each of [`CXX_GROUPS`] into OUT_DIR (only
 /// when its text changed) and returns their paths. A file is included by
-/// its absolute path, so its own `#include "..."` lines resolve beside it
-/// and compiler messages name it.
+/// its name, found in `csrc/` (on the include path), so its own
+/// `#include "..."` lines resolve beside it and compiler messages name it.
 fn unity_sources() -> Vec<PathBuf> {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets the manifest folder"));
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -125,7 +125,8 @@ fn unity_sources() -> Vec<PathBuf> {
         .iter()
         .enumerate()
         .map(|(i, files)| {
-            let text: String = files.iter().map(|f| format!("#include \"{}\"\n", manifest.join(f).display())).collect();
+            let text: String =
+                files.iter().map(|f| format!("#include \"{}\"\n", f.trim_start_matches("csrc/"))).collect();
             let path = out.join(format!("fulmen_cxx_unity_{i}.cpp"));
             if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
                 std::fs::write(&path, text).expect("OUT_DIR is writable");
@@ -165,6 +166,7 @@ fn build_cxx_shims(lib: &Path) {
         .warnings(false)
         .include(root.join("include"))
         .include(root.join("include/torch/csrc/api/include"))
+        .include(Path::new(&env::var("CARGO_MANIFEST_DIR").expect("cargo sets the manifest folder")).join("csrc"))
         .flag("-std=c++17")
         .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
         .flag("-DGLOG_USE_GLOG_EXPORT")

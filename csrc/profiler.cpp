@@ -14,17 +14,17 @@
 
 namespace {
 
-namespace impl = torch::profiler::impl;
+namespace profiler_impl = torch::profiler::impl;
 
-std::set<impl::ActivityType> activities(int cuda) {
-  std::set<impl::ActivityType> out{impl::ActivityType::CPU};
+std::set<profiler_impl::ActivityType> activities(int cuda) {
+  std::set<profiler_impl::ActivityType> out{profiler_impl::ActivityType::CPU};
   if (cuda) {
-    out.insert(impl::ActivityType::CUDA);
+    out.insert(profiler_impl::ActivityType::CUDA);
   }
   return out;
 }
 
-impl::ProfilerConfig config() { return impl::ProfilerConfig(impl::ProfilerState::KINETO); }
+profiler_impl::ProfilerConfig config() { return profiler_impl::ProfilerConfig(profiler_impl::ProfilerState::KINETO); }
 
 }  // namespace
 
@@ -34,7 +34,7 @@ extern "C" {
 // error when one is already running in this process.
 int fulmen_cxx_profiler_start(int cuda, char* err, size_t err_len) {
   FULMEN_CXX_TRY
-  if (impl::profilerEnabled()) {
+  if (profiler_impl::profilerEnabled()) {
     throw std::runtime_error("libtorch's profiler is already running in this process");
   }
   torch::autograd::profiler::prepareProfiler(config(), activities(cuda));

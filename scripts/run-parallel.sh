@@ -20,14 +20,17 @@ if ((BASH_VERSINFO[0] < 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] < 1))); 
 fi
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/fulmen-parallel.XXXXXX")
+trap 'rm -rf "$logs"' EXIT
 declare -A command_of=() start_of=() log_of=()
 failed=()
 count=0
+# Each command in its own process group, so that stopping it stops all it
+# started (a pipeline's programs, a test's child processes).
+set -m
 
 stop_all() {
-    for pid in "${!command_of[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+    for pid in "${!command_of[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done
     wait
-    rm -rf "$logs"
     exit 130
 }
 trap stop_all INT TERM HUP
@@ -37,7 +40,10 @@ reap_one() {
     local pid status
     wait -n -p pid
     status=$?
-    [[ -n "${pid:-}" ]] || return
+    if [[ -z "${pid:-}" ]]; then
+        echo "run-parallel.sh: waited for ${#command_of[@]} running commands and found none" >&2
+        exit 2
+    fi
     echo "== ${command_of[$pid]}"
     cat "${log_of[$pid]}"
     if [[ $status != 0 ]]; then
@@ -58,7 +64,6 @@ while IFS= read -r line; do
     log_of[$!]=$log
 done
 while ((${#command_of[@]} > 0)); do reap_one; done
-rm -rf "$logs"
 
 if ((${#failed[@]} > 0)); then
     echo "${#failed[@]} of $count failed:"

@@ -5,8 +5,9 @@
 # suite shows where its time goes and where it leaves processors idle.
 # Each phase's make builds up to JOBS targets at a time.
 set -u
-make_cmd=$1
-jobs=$2
+make_cmd=${1:?usage: run-phases.sh MAKE JOBS PHASE...}
+jobs=${2:-}
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "run-phases.sh: JOBS must be a positive number, not '$jobs'" >&2; exit 2; }
 shift 2
 
 # Busy and total jiffies of all processors so far (the "cpu" line of

@@ -204,6 +204,10 @@ pub(crate) fn is_out_of_memory_message(msg: &str) -> bool {
     vendor != "privateuseone" && msg.to_lowercase().contains(&format!("{vendor} out of memory"))
 }
 
+/// What a kernel's dtype dispatch says of a dtype it lacks: "\"addmm_impl_cpu_\"
+/// not implemented for 'Half'" (c10's NotImplementedError).
+pub(crate) const DTYPE_KERNEL_MISSING: &str = "\" not implemented for '";
+
 /// The fulmen code of a libtorch error message: dtype, shape and range
 /// problems keep their meaning, an operator without a kernel for the
 /// tensors' backend is `Unsupported`; anything else is `Torch`.
@@ -213,9 +217,7 @@ pub(crate) fn classify_torch_message(msg: &str) -> ErrorCode {
         "Expected object of scalar type",
         "must have the same dtype",
         "expected both inputs to have same dtype",
-        // A kernel's dtype dispatch: "\"addmm_impl_cpu_\" not implemented
-        // for 'Half'" (c10's NotImplementedError).
-        "\" not implemented for '",
+        DTYPE_KERNEL_MISSING,
         "not implemented for 'Long'",
         "not implemented for 'Int'",
     ];

@@ -36,7 +36,7 @@ echo "== compiling the tests ($CXX, ASan + UBSan)"
 # first in every test; -Winvalid-pch makes a precompiled header GCC
 # cannot use an error instead of a silent slow path.
 PCH=()
-if ! "$CXX" -dM -E -x c++ /dev/null | grep -q __clang__; then
+if [[ $("$CXX" -dM -E -x c++ /dev/null) != *__clang__* ]]; then
     mkdir -p "$BUILD/pch"
     echo "#include \"$HERE/tests/common.hpp\"" > "$BUILD/pch/tests_common.hpp"
     "$CXX" "${STRICT[@]}" "${SAN[@]}" "${INCLUDES[@]}" -x c++-header "$BUILD/pch/tests_common.hpp" \

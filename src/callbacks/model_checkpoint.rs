@@ -312,17 +312,21 @@ impl ModelCheckpoint {
         if k == 0 {
             return Ok(());
         }
-        // Lightning's check_monitor_top_k: with k checkpoints kept, one
-        // better than the worst is saved when every rank says so (a
-        // metric logged without sync_dist differs between the ranks, which
-        // must still make the same saves: they meet in each one).
-        let keep = if k == -1 || (self.best_k_models.len() as i64) < k {
+        // Lightning's check_monitor_top_k: while fewer than k are kept a
+        // checkpoint is saved; then one better than the worst kept is
+        // saved when every rank says so (a metric logged without sync_dist
+        // differs between the ranks, which must still make the same saves:
+        // they meet in each one). Every rank asks at every save, even
+        // while filling, so that ranks whose kept lists differ (a folder
+        // another node cannot see when resuming) still meet.
+        let keep = if k == -1 {
             true
         } else {
-            let better = self.worst_kept().is_some_and(|(_, w)| mode.better(current, w));
+            let wanted = (self.best_k_models.len() as i64) < k
+                || self.worst_kept().is_some_and(|(_, w)| mode.better(current, w));
             match ctx.all_ranks_decide {
-                Some(decide) => decide(better).map_err(|e| e.context("ModelCheckpoint's save_top_k decision"))?,
-                None => better,
+                Some(decide) => decide(wanted).map_err(|e| e.context("ModelCheckpoint's save_top_k decision"))?,
+                None => wanted,
             }
         };
         if !keep {

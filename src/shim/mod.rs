@@ -93,14 +93,13 @@ pub(crate) fn call(what: &str, f: impl FnOnce(*mut c_char, size_t) -> c_int) -> 
     let text = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) }.to_string_lossy().into_owned();
     // Any other status is classified as tch's errors are: a device's
     // allocation failure, dtype, shape and range problems keep their meaning.
-    let classified = crate::error::classify_torch_message(&text);
     let code = match TYPED.iter().find(|(s, _)| *s == status) {
         // c10's NotImplementedError also reports a kernel missing for a
         // dtype ("\"add\" not implemented for 'Bool'"): a dtype problem, as
         // the same message is through tch.
-        Some((UNSUPPORTED, _)) if classified == ErrorCode::DtypeMismatch => classified,
+        Some((UNSUPPORTED, _)) if text.contains(crate::error::DTYPE_KERNEL_MISSING) => ErrorCode::DtypeMismatch,
         Some((_, code)) => *code,
-        None => classified,
+        None => crate::error::classify_torch_message(&text),
     };
     Err(Error::new(code, format!("{what}: {text}")))
 }

@@ -192,8 +192,9 @@ impl Run<'_> {
             device: Some(self.strategy.root_device()),
             optimizer_idx: data.optimizer_idx,
             replaced_batch: None,
-            rank_zero_decides: Some(&rank_zero_decides),
-            all_ranks_decide: Some(&all_ranks_decide),
+            // Not every rank calls on_exception: no collectives there.
+            rank_zero_decides: (hook != Hook::Exception).then_some(&rank_zero_decides),
+            all_ranks_decide: (hook != Hook::Exception).then_some(&all_ranks_decide),
             group_maker: (hook != Hook::Exception).then_some(&group_maker),
         };
         // Lightning's on_train_epoch_end: callbacks, the module, then the
