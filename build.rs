@@ -67,66 +67,60 @@ fn soname() -> String {
     }
 }
 
-/// The C++ shims, in two groups compiled side by side, each as one unity
-/// source that `#include`s its files: the libtorch headers a file pulls in
-/// take most of its compile time, and a group reads them once instead of
-/// once per file (about a quarter of the CPU time of compiling the files
-/// one by one). The first group is the shims over TorchScript, autograd and
-/// devices; the second those over c10d and the optimizers' kernels.
+/// The C++ shims of `csrc/`, in two groups compiled side by side, each as
+/// one unity source that `#include`s its files: the libtorch headers a file
+/// pulls in take most of its compile time, and a group reads them once
+/// instead of once per file (about a quarter of the CPU time of compiling
+/// the files one by one). The first group is the shims over TorchScript,
+/// autograd and devices; the second those over c10d and the optimizers'
+/// kernels.
 const CXX_GROUPS: [&[&str]; 2] = [
     &[
-        "csrc/script.cpp",
-        "csrc/compiled_step.cpp",
-        "csrc/exported.cpp",
-        "csrc/checkpoint.cpp",
-        "csrc/sync_reduce.cpp",
-        "csrc/fake_device.cpp",
-        "csrc/autocast.cpp",
-        "csrc/profiler.cpp",
-        "csrc/runtime.cpp",
-        "csrc/devices.cpp",
-        "csrc/accelerators.cpp",
-        "csrc/xla_runtime.cpp",
+        "script.cpp",
+        "compiled_step.cpp",
+        "exported.cpp",
+        "checkpoint.cpp",
+        "sync_reduce.cpp",
+        "fake_device.cpp",
+        "autocast.cpp",
+        "profiler.cpp",
+        "runtime.cpp",
+        "devices.cpp",
+        "accelerators.cpp",
+        "xla_runtime.cpp",
     ],
     &[
-        "csrc/distributed.cpp",
-        "csrc/collectives.cpp",
-        "csrc/xla_collectives.cpp",
-        "csrc/fsdp.cpp",
-        "csrc/ops.cpp",
-        "csrc/fused.cpp",
-        "csrc/foreach.cpp",
-        "csrc/foreach_adam_variants.cpp",
-        "csrc/pinned.cpp",
-        "csrc/streams.cpp",
-        "csrc/graphs.cpp",
+        "distributed.cpp",
+        "collectives.cpp",
+        "xla_collectives.cpp",
+        "fsdp.cpp",
+        "ops.cpp",
+        "fused.cpp",
+        "foreach.cpp",
+        "foreach_adam_variants.cpp",
+        "pinned.cpp",
+        "streams.cpp",
+        "graphs.cpp",
     ],
 ];
 
-/// The headers the shims share.
-const CXX_HEADERS: [&str; 4] =
-    ["csrc/fulmen_cxx.h", "csrc/torch_version.hpp", "csrc/collectives.hpp", "csrc/optim_lists.hpp"];
-
 /// Writes the unity source of each of [`CXX_GROUPS`] into OUT_DIR (only
 /// when its text changed) and returns their paths. A file is included by
-/// its name, found in `csrc/` (on the include path), so its own
+/// its name, found in `csrc` (on the include path), so its own
 /// `#include "..."` lines resolve beside it and compiler messages name it.
-fn unity_sources() -> Vec<PathBuf> {
-    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets the manifest folder"));
+fn unity_sources(csrc: &Path) -> Vec<PathBuf> {
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     // A shim in no group would only show as undefined symbols at link time.
-    let listed = |name: &str| CXX_GROUPS.iter().flat_map(|g| g.iter()).any(|f| f.strip_prefix("csrc/") == Some(name));
-    for entry in std::fs::read_dir(manifest.join("csrc")).expect("csrc/ is readable").flatten() {
+    let listed = |name: &str| CXX_GROUPS.iter().any(|g| g.contains(&name));
+    for entry in std::fs::read_dir(csrc).expect("csrc/ is readable").flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         assert!(!name.ends_with(".cpp") || listed(&name), "csrc/{name} is in none of build.rs's CXX_GROUPS");
     }
-    println!("cargo:rerun-if-changed=csrc");
     CXX_GROUPS
         .iter()
         .enumerate()
         .map(|(i, files)| {
-            let text: String =
-                files.iter().map(|f| format!("#include \"{}\"\n", f.trim_start_matches("csrc/"))).collect();
+            let text: String = files.iter().map(|f| format!("#include \"{f}\"\n")).collect();
             let path = out.join(format!("fulmen_cxx_unity_{i}.cpp"));
             if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
                 std::fs::write(&path, text).expect("OUT_DIR is writable");
@@ -139,9 +133,9 @@ fn unity_sources() -> Vec<PathBuf> {
 /// Compiles the shims of `csrc/` against the libtorch headers torch-sys
 /// used, with the same C++ standard and `_GLIBCXX_USE_CXX11_ABI`.
 fn build_cxx_shims(lib: &Path) {
-    for file in CXX_HEADERS.iter().chain(CXX_GROUPS.iter().flat_map(|g| g.iter())) {
-        println!("cargo:rerun-if-changed={file}");
-    }
+    // Any file of csrc/ (cargo scans the folder): a shim or a shared header.
+    println!("cargo:rerun-if-changed=csrc");
+    let csrc = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets the manifest folder")).join("csrc");
     println!("cargo:rerun-if-env-changed=LIBTORCH_INCLUDE");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
@@ -166,11 +160,11 @@ fn build_cxx_shims(lib: &Path) {
         .warnings(false)
         .include(root.join("include"))
         .include(root.join("include/torch/csrc/api/include"))
-        .include(Path::new(&env::var("CARGO_MANIFEST_DIR").expect("cargo sets the manifest folder")).join("csrc"))
+        .include(&csrc)
         .flag("-std=c++17")
         .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
         .flag("-DGLOG_USE_GLOG_EXPORT")
-        .files(unity_sources());
+        .files(unity_sources(&csrc));
     match gloo_include_dir(&root) {
         Some(gloo) => {
             build

@@ -195,6 +195,10 @@ macro_rules! job_methods {
             self.ctx.group.reduce_decision(decision, false).map_err(|e| self.ctx.explain(e))
         }
 
+        fn all(&self, decision: bool) -> crate::error::Result<bool> {
+            self.ctx.group.reduce_decision(decision, true).map_err(|e| self.ctx.explain(e))
+        }
+
         fn barrier(&self) -> crate::error::Result<()> {
             self.ctx.group.barrier().map_err(|e| self.ctx.explain(e))
         }

@@ -213,6 +213,12 @@ pub(crate) trait Strategy {
         Ok(decision)
     }
 
+    /// Lightning's `reduce_boolean_decision(all=True)`: true when every
+    /// rank says true.
+    fn all(&self, decision: bool) -> Result<bool> {
+        Ok(decision)
+    }
+
     /// Waits for every rank.
     fn barrier(&self) -> Result<()> {
         Ok(())

@@ -32,14 +32,6 @@ fn rank_zero_decision(strategy: &super::strategy::RunStrategy, decision: bool) -
     Ok(v[0] > 0.0)
 }
 
-/// Lightning's `strategy.reduce_boolean_decision(all=True)`: true on every
-/// rank when every rank's `decision` is (one collective every rank calls).
-fn all_ranks_decision(strategy: &super::strategy::RunStrategy, decision: bool) -> Result<bool> {
-    let mut v = [if decision { 1.0 } else { 0.0 }];
-    strategy.reduce(&mut v, crate::trainer::metrics::ReduceFx::Sum)?;
-    Ok(v[0] >= strategy.world_size() as f64)
-}
-
 /// Everything one fit / validate / test / predict call works with.
 pub(crate) struct Run<'a> {
     pub stage: &'static str,
@@ -172,7 +164,7 @@ impl Run<'_> {
         }
         let strategy = &self.strategy;
         let rank_zero_decides = |decision: bool| rank_zero_decision(strategy, decision);
-        let all_ranks_decide = |decision: bool| all_ranks_decision(strategy, decision);
+        let all_ranks_decide = |decision: bool| strategy.all(decision);
         let group_maker = |ranks: &[usize]| strategy.new_group(ranks);
         let mut ctx = HookContext {
             hook,
@@ -214,7 +206,7 @@ impl Run<'_> {
             // ModelCheckpoint's decisions).
             let strategy = &self.strategy;
             let rank_zero_decides = |decision: bool| rank_zero_decision(strategy, decision);
-            let all_ranks_decide = |decision: bool| all_ranks_decision(strategy, decision);
+            let all_ranks_decide = |decision: bool| strategy.all(decision);
             let group_maker = |ranks: &[usize]| strategy.new_group(ranks);
             let mut ctx = HookContext::new(hook, self.stage, self.state);
             ctx.batch_idx = data.batch_idx;
