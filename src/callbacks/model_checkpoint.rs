@@ -170,20 +170,33 @@ impl ModelCheckpoint {
         Ok(m)
     }
 
+    /// The file the next save writes: the template's name, with a `-vN`
+    /// suffix while that name is taken by a file this callback did not
+    /// write. Under DDP rank 0's disk answers for every rank (Lightning's
+    /// `file_exists` broadcast), so the ranks choose the same name even
+    /// where their folders differ (a node that cannot see rank 0's files).
     fn path_for(&self, ctx: &HookContext, template: &str) -> Result<PathBuf> {
         let dir = self.dirpath.as_ref().ok_or_else(|| Error::state("ModelCheckpoint has no folder yet"))?;
         let name = format_name(template, &Self::metrics_for_name(ctx)?, self.opts.auto_insert_metric_name)?;
         let mut path = dir.join(format!("{name}{EXTENSION}"));
+        if !self.opts.enable_version_counter {
+            return Ok(path);
+        }
         let mut version = 1;
-        while self.opts.enable_version_counter
-            && path.exists()
-            && !self.best_k_models.contains_key(&path.to_string_lossy().to_string())
-            && path.to_string_lossy() != self.last_model_path
-        {
+        loop {
+            let key = path.to_string_lossy();
+            let taken_here =
+                path.exists() && !self.best_k_models.contains_key(key.as_ref()) && key != self.last_model_path;
+            let taken = match ctx.rank_zero_decides {
+                Some(decide) => decide(taken_here).map_err(|e| e.context("ModelCheckpoint's file name decision"))?,
+                None => taken_here,
+            };
+            if !taken {
+                return Ok(path);
+            }
             path = dir.join(format!("{name}-v{version}{EXTENSION}"));
             version += 1;
         }
-        Ok(path)
     }
 
     fn save(&mut self, ctx: &mut HookContext) -> Result<()> {

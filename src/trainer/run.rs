@@ -32,6 +32,30 @@ fn rank_zero_decision(strategy: &super::strategy::RunStrategy, decision: bool) -
     Ok(v[0] > 0.0)
 }
 
+/// Records the metrics the hook just called logged: averaged over
+/// ranks where asked, into callback_metrics (what ModelCheckpoint and
+/// EarlyStopping monitor), the progress output and, at the stage's
+/// next logger write, the loggers.
+fn apply_hook_logs(state: &mut TrainerState, strategy: &super::strategy::RunStrategy) -> Result<()> {
+    let logs = std::mem::take(&mut state.hook_logs);
+    if logs.is_empty() {
+        return Ok(());
+    }
+    let mut values: Vec<f64> = logs.iter().map(|l| l.value).collect();
+    super::metrics::reduce_by_op(&mut values, |i| logs[i].flags.sync_op(), &|v, op, g| strategy.reduce_in(v, op, g))?;
+    for (l, value) in logs.into_iter().zip(values) {
+        state.callback_metrics.insert(l.name.clone(), value);
+        if l.flags.prog_bar {
+            state.progress_metrics.insert(l.name.clone(), value);
+        }
+        if l.flags.logger {
+            let bucket = if l.hook.is_training() { &mut state.train_hook_metrics } else { &mut state.hook_metrics };
+            bucket.insert(l.name, value);
+        }
+    }
+    Ok(())
+}
+
 /// Everything one fit / validate / test / predict call works with.
 pub(crate) struct Run<'a> {
     pub stage: &'static str,
@@ -200,14 +224,10 @@ impl Run<'_> {
         ctx.module = true;
         timed(profiler, || format!("[LightningModule].{}", hook.name()), || module.on_hook(&mut ctx))
             .map_err(|e| e.context(format!("LightningModule.{}", hook.name())))?;
-        self.apply_hook_logs()?;
+        apply_hook_logs(self.state, strategy)?;
         if split {
             // The same collectives as the first callbacks had (a
             // ModelCheckpoint's decisions).
-            let strategy = &self.strategy;
-            let rank_zero_decides = |decision: bool| rank_zero_decision(strategy, decision);
-            let all_ranks_decide = |decision: bool| strategy.all(decision);
-            let group_maker = |ranks: &[usize]| strategy.new_group(ranks);
             let mut ctx = HookContext::new(hook, self.stage, self.state);
             ctx.batch_idx = data.batch_idx;
             ctx.rank_zero_decides = Some(&rank_zero_decides);
@@ -396,36 +416,6 @@ impl Run<'_> {
         let device = self.strategy.root_device();
         self.module.configure_model(device).ctx("configure_model")?;
         self.strategy.setup_model(&*self.module, fitting)
-    }
-
-    /// Records the metrics the hook just called logged: averaged over
-    /// ranks where asked, into callback_metrics (what ModelCheckpoint and
-    /// EarlyStopping monitor), the progress output and, at the stage's
-    /// next logger write, the loggers.
-    fn apply_hook_logs(&mut self) -> Result<()> {
-        let logs = std::mem::take(&mut self.state.hook_logs);
-        if logs.is_empty() {
-            return Ok(());
-        }
-        let mut values: Vec<f64> = logs.iter().map(|l| l.value).collect();
-        super::metrics::reduce_by_op(&mut values, |i| logs[i].flags.sync_op(), &|v, op, g| {
-            self.strategy.reduce_in(v, op, g)
-        })?;
-        for (l, value) in logs.into_iter().zip(values) {
-            self.state.callback_metrics.insert(l.name.clone(), value);
-            if l.flags.prog_bar {
-                self.state.progress_metrics.insert(l.name.clone(), value);
-            }
-            if l.flags.logger {
-                let bucket = if l.hook.is_training() {
-                    &mut self.state.train_hook_metrics
-                } else {
-                    &mut self.state.hook_metrics
-                };
-                bucket.insert(l.name, value);
-            }
-        }
-        Ok(())
     }
 
     /// Records the metrics batch hooks logged since the last call into the

@@ -50,6 +50,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -386,11 +387,24 @@ static int scenario_external(const char *dir) {
  * without sync_dist, better every epoch on rank 0 and worse on rank 1:
  * as Lightning's reduce_boolean_decision, a checkpoint replaces the kept
  * one only when every rank finds it better, so the ranks make the same
- * saves (and meet at each) and keep epoch 0's. */
+ * saves (and meet at each) and keep epoch 0's.
+ * Rank 1 looks at a folder of its own (a node that cannot see rank 0's
+ * disk) where a file already has the first checkpoint's name: rank 0's
+ * disk decides the name (Lightning's file_exists broadcast), so rank 1
+ * names it epoch=0.ckpt too, not epoch=0-v1.ckpt, and leaves that file
+ * alone. */
 static int scenario_topk_ranks(const char *dir) {
-    char root[512], ckpts[600], expect[700], name[700];
+    char root[512], ckpts[600], expect[700], name[700], planted[700];
+    size_t rank = (size_t)atoi(getenv("RANK")); /* before the job is joined */
     snprintf(root, sizeof root, "%s/topk-ranks", dir);
-    snprintf(ckpts, sizeof ckpts, "%s/checkpoints", root);
+    snprintf(ckpts, sizeof ckpts, "%s/%s", root, rank == 0 ? "checkpoints" : "rank1-checkpoints");
+    snprintf(planted, sizeof planted, "%s/epoch=0.ckpt", ckpts);
+    if (rank == 1) {
+        CHECK(mkdir(root, 0700) == 0 || errno == EEXIST);
+        CHECK(mkdir(ckpts, 0700) == 0);
+        FILE *f = fopen(planted, "w");
+        CHECK(f != NULL && fputs("not a checkpoint", f) >= 0 && fclose(f) == 0);
+    }
     fulmen_model_checkpoint_options o = fulmen_model_checkpoint_options_default();
     o.dirpath = ckpts;
     o.monitor = "rank_trend";
@@ -405,9 +419,13 @@ static int scenario_topk_ranks(const char *dir) {
     CHECK(strcmp(name, expect) == 0);
     fulmen_trainer_free(t);
     CHECK_OK(fulmen_distributed_shutdown(60));
-    if (my_rank() == 0) {
-        CHECK(count_entries(ckpts) == 1);
-        CHECK(access(expect, F_OK) == 0);
+    CHECK(count_entries(ckpts) == 1);
+    CHECK(access(expect, F_OK) == 0);
+    if (rank == 1) {
+        char text[64] = {0};
+        FILE *f = fopen(planted, "r");
+        CHECK(f != NULL && fgets(text, sizeof text, f) != NULL && fclose(f) == 0);
+        CHECK(strcmp(text, "not a checkpoint") == 0);
     }
     return check_finish("topk_ranks rank");
 }
