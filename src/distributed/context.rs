@@ -96,15 +96,33 @@ impl DistContext {
     }
 
     /// Turns an error of a collective into a `Distributed` error that names
-    /// a failed child rank when the launcher saw one.
+    /// a failed child rank when the launcher saw one, and the reason the
+    /// first failed rank recorded when one did ([`Self::fail`]).
     pub fn explain(&self, e: Error) -> Error {
-        match self.child_failure() {
-            Some(f) => Error::distributed(format!("{f}; on rank {}: {}", self.rank(), e.message)),
-            None if e.code == ErrorCode::Torch && from_collective(&e.message) => {
-                Error::new(ErrorCode::Distributed, e.message)
-            }
-            None => e,
+        let child = self.child_failure();
+        let collective = is_collective(&e);
+        let peer = if collective || child.is_some() { self.group.first_failure() } else { None }
+            .filter(|p| !e.message.contains(p.as_str()));
+        if child.is_none() && peer.is_none() {
+            return if collective { Error::new(ErrorCode::Distributed, e.message) } else { e };
         }
+        let why: Vec<String> = child.into_iter().chain(peer).collect();
+        Error::distributed(format!("{}; on rank {}: {}", why.join("; "), self.rank(), e.message))
+    }
+
+    /// This rank's run failed with `e`: a failure of its own (not a peer
+    /// lost by a collective) is recorded in the job's store for the ranks it leaves
+    /// waiting; a broken collective is explained by what failed elsewhere
+    /// (the launcher's watcher is given a moment to see a child rank end,
+    /// which a collective often notices first). Returns the error to report.
+    pub fn fail(&self, e: Error) -> Error {
+        if matches!(e.code, ErrorCode::Torch | ErrorCode::Distributed) {
+            let _ = self.await_child_failure(Duration::from_secs(1));
+        }
+        if !lost_peer(&e.message) {
+            self.group.report_failure(&e.message);
+        }
+        self.explain(e)
     }
 }
 
@@ -115,6 +133,20 @@ fn from_collective(message: &str) -> bool {
     // caused pair closure", naming neither gloo nor the connection.
     const MARKS: [&str; 9] =
         ["gloo", "Gloo", "c10d", "ProcessGroup", "Connection", "Timed out", "timed out", "timeout", "pair closure"];
+    MARKS.iter().any(|m| message.contains(m))
+}
+
+/// Whether `e` is a collective's failure (c10d's own, or libtorch's error
+/// from gloo's transport, the Reducer, a timeout).
+fn is_collective(e: &Error) -> bool {
+    e.code == ErrorCode::Distributed || (e.code == ErrorCode::Torch && from_collective(&e.message))
+}
+
+/// Whether a collective failed because a peer went away or stalled (its
+/// connection reset or closed, a timeout), rather than for a reason of
+/// this rank's own (a model that differs from the others', a kernel).
+fn lost_peer(message: &str) -> bool {
+    const MARKS: [&str; 6] = ["Connection", "connection", "Timed out", "timed out", "timeout", "pair closure"];
     MARKS.iter().any(|m| message.contains(m))
 }
 
@@ -310,7 +342,7 @@ pub fn abort() {
 
 #[cfg(test)]
 mod tests {
-    use super::from_collective;
+    use super::{from_collective, lost_peer};
 
     #[test]
     fn gloo_transport_failures_are_collective_and_kernel_errors_are_not() {
@@ -322,5 +354,18 @@ mod tests {
             assert!(from_collective(m), "{m}");
         }
         assert!(!from_collective("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)"));
+    }
+
+    #[test]
+    fn a_lost_peer_is_told_from_a_failure_of_this_rank() {
+        for m in [
+            "Internal torch error: Application timeout caused pair closure",
+            "[pair.cc:553] Connection closed by peer [127.0.0.1]:39105",
+            "ProcessGroupGloo::allreduce: Timed out waiting 5000ms",
+        ] {
+            assert!(lost_peer(m), "{m}");
+        }
+        assert!(!lost_peer("params[0] in this process with sizes [9, 2] appears not to match sizes of the same param"));
+        assert!(!lost_peer("training_step (epoch 0, global step 2, batch 2): the loss is NaN; no update was made"));
     }
 }

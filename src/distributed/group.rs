@@ -3,6 +3,7 @@
 //! through the CPU) reached through the C++ shim `csrc/distributed.cpp`,
 //! with its collectives.
 use super::collectives::{into_cxx, DeviceBackend, KeyStore};
+use super::failures::FailureBoard;
 use crate::error::{Error, ErrorCode, Result};
 use crate::shim::{self, call};
 use crate::tensor::device::{empty_on_device_of, Device, DeviceType};
@@ -215,6 +216,9 @@ pub struct ProcessGroup {
     /// `group_count`: the default group is "0"); `None` for a subgroup,
     /// which is not split further.
     groups_named: Option<std::sync::atomic::AtomicUsize>,
+    /// Where the job's ranks record why they failed (the default group
+    /// only; `None` for a subgroup or where the store refused it).
+    failures: Option<FailureBoard>,
 }
 
 // SAFETY: c10d process groups are used from any thread in PyTorch; fulmen
@@ -311,6 +315,7 @@ impl ProcessGroup {
         })
         .map_err(classify)?;
         let device = if backend == "nccl" { tch::Device::Cuda(device_index) } else { tch::Device::Cpu };
+        let failures = FailureBoard::open(store.0).ok();
         Ok(ProcessGroup {
             raw,
             rank: rv.rank,
@@ -320,6 +325,7 @@ impl ProcessGroup {
             device_type,
             hook_id: hook_id(devices),
             groups_named: Some(std::sync::atomic::AtomicUsize::new(1)),
+            failures,
         })
     }
 
@@ -397,6 +403,7 @@ impl ProcessGroup {
             device_type: self.device_type,
             hook_id: 0,
             groups_named: None,
+            failures: None,
         }))
     }
 
@@ -611,6 +618,19 @@ impl ProcessGroup {
             shim::fulmen_cxx_pg_verify_params(self.raw, raw.as_ptr(), raw.len(), err, len)
         })
         .map_err(classify)
+    }
+
+    /// Records in the job's store why this rank's run failed, for the
+    /// ranks left waiting in a collective ([`Self::first_failure`]).
+    pub fn report_failure(&self, reason: &str) {
+        if let Some(board) = &self.failures {
+            board.report(self.rank, reason);
+        }
+    }
+
+    /// The first failure another rank of the job recorded, if any.
+    pub fn first_failure(&self) -> Option<String> {
+        self.failures.as_ref().and_then(|board| board.first_of_others(self.rank))
     }
 
     /// The shim's handle, for the Reducer.

@@ -6,6 +6,7 @@ pub mod collectives;
 pub mod context;
 pub mod ddp;
 pub mod env;
+mod failures;
 pub mod group;
 pub mod launcher;
 pub mod reducer;

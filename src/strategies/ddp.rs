@@ -274,12 +274,7 @@ impl Strategy for DdpStrategy {
     }
 
     fn fail(&mut self, e: Error) -> Error {
-        // A dead child rank is usually noticed by a collective first; give
-        // the launcher's watcher a moment so the error can name it.
-        if matches!(e.code, ErrorCode::Torch | ErrorCode::Distributed) {
-            let _ = self.ctx.await_child_failure(std::time::Duration::from_secs(1));
-        }
-        let e = self.ctx.explain(e);
+        let e = self.ctx.fail(e);
         self.ddp = None;
         distributed::abort();
         e

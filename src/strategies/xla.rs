@@ -16,7 +16,7 @@ use super::ddp::{job_methods, join_job};
 use super::strategy::Strategy;
 use crate::accelerators::{xla_collectives, Accelerator};
 use crate::distributed::{self, DistContext, ReduceOp};
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, Result};
 use crate::tensor::device::{self as devices, Device};
 use crate::trainer::device::Placement;
 use crate::trainer::{LightningModule, OptimizerConfig, TrainerOptions};
@@ -231,10 +231,7 @@ impl Strategy for XlaStrategy {
     }
 
     fn fail(&mut self, e: Error) -> Error {
-        if matches!(e.code, ErrorCode::Torch | ErrorCode::Distributed) {
-            let _ = self.ctx.await_child_failure(std::time::Duration::from_secs(1));
-        }
-        let e = self.ctx.explain(e);
+        let e = self.ctx.fail(e);
         distributed::abort();
         e
     }

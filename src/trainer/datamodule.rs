@@ -269,12 +269,21 @@ pub(super) fn prepare_and_setup(run: &mut Run) -> Result<()> {
     }
     if distributed {
         // The other ranks wait for it and learn whether it failed anywhere,
-        // so a failure never leaves them waiting until the job's timeout.
+        // so a failure never leaves them waiting until the job's timeout;
+        // the failed rank's reason reaches them through the job's store.
+        let job = crate::distributed::current();
+        if let (Err(e), Some(job)) = (&prepared, &job) {
+            job.group.report_failure(&e.message);
+        }
         let failed = run.strategy.any(prepared.is_err()).ctx("waiting for prepare_data on another rank")?;
         if prepared.is_ok() && failed {
+            let why = job.and_then(|j| j.group.first_failure());
             return Err(Error::new(
                 ErrorCode::Callback,
-                "prepare_data failed on another rank (its error is in that rank's output)",
+                match why {
+                    Some(why) => format!("prepare_data failed on another rank: {why}"),
+                    None => "prepare_data failed on another rank (its error is in that rank's output)".into(),
+                },
             ));
         }
     }

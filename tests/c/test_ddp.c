@@ -12,13 +12,15 @@
  *   killed          launcher with 2 ranks; rank 1 dies by SIGKILL at step 3:
  *                   rank 0's fit fails with FULMEN_CODE_DISTRIBUTED in time
  *   mismatch        2 external ranks whose models differ: both fail clearly
+ *   nan_rank        2 external ranks; rank 1's loss is NaN at step 2: its fit
+ *                   fails with that, and rank 0's names rank 1 and the reason
  *   prepare_fails   2 external ranks, a datamodule whose prepare_data fails on
  *                   local rank 0: both fits end at once with clear errors
  *   prepare_nodes   2 external ranks on 2 nodes: the datamodule's and the
  *                   module's prepare_data on each node's local rank 0, then
  *                   with prepare_data_per_node false on global rank 0 only;
  *                   then the module's prepare_data fails on rank 0: both
- *                   fits end at once, rank 1 saying another rank failed
+ *                   fits end at once, rank 1 saying rank 0 failed and why
  *   timer           max_time with 2 ranks whose clocks disagree: same last step
  *   hostloop        2 external ranks, a host-owned loop with fulmen_ddp,
  *                   a sharded loader and the collectives
@@ -99,6 +101,7 @@ typedef struct {
 /* The group of ranks 0 and 1 the module's setup makes (rank 0 alone in a
  * world of one): sync_dist_group. */
 static bool log_trend; /* the training step logs rank_trend */
+static int64_t nan_at_step = -1; /* rank 1's loss is NaN at this global step (-1: never) */
 static uint32_t pair_group;
 
 static uint32_t in_pair(void) { return (pair_group << FULMEN_LOG_GROUP_SHIFT) & FULMEN_LOG_GROUP_MASK; }
@@ -116,6 +119,12 @@ static fulmen_error *training_step(void *ud, fulmen_step_context *ctx, const ful
         nanosleep(&ts, NULL);
     }
     e = fixture_cross_entropy(s->model, batch, out);
+    if (e == NULL && rank == 1 && step == nan_at_step) {
+        fulmen_tensor *nan_loss = NULL;
+        e = fulmen_tensor_mul_scalar(*out, NAN, &nan_loss);
+        fulmen_tensor_free(*out);
+        *out = nan_loss;
+    }
     if (e == NULL && manual_mode) { /* the same update, by hand; no loss returned */
         e = fulmen_step_context_optimizer_zero_grad(ctx, 0);
         if (e == NULL) e = fulmen_step_context_manual_backward(ctx, *out);
@@ -480,9 +489,32 @@ static int scenario_mismatch(const char *dir) {
     return check_finish("mismatch rank");
 }
 
+/* Rank 1's loss turns NaN at step 2 while rank 0 waits in the step's
+ * gradient all-reduce: rank 1's fit fails with its reason, and rank 0's,
+ * whose collective only sees the connection close, says why: rank 1
+ * recorded its reason in the job's store. No launcher (whose watcher
+ * would name the exit but not the reason). */
+static int scenario_nan_rank(const char *dir) {
+    size_t rank = (size_t)atoi(getenv("RANK"));
+    char root[512];
+    snprintf(root, sizeof root, "%s/nan-rank", dir);
+    nan_at_step = 2;
+    time_t start = time(NULL);
+    fulmen_error *e = train(root, "ddp", "auto", RANK_BATCH, HIDDEN, -1, false, NULL, NULL);
+    if (e != NULL) printf("nan_rank rank %zu: %s\n", rank, fulmen_error_message(e));
+    if (rank == 1) {
+        CHECK_ERR(e, FULMEN_CODE_NON_FINITE, "the loss is NaN");
+    } else {
+        CHECK(e != NULL && strstr(fulmen_error_message(e), "rank 1 failed: ") != NULL);
+        CHECK_ERR(e, FULMEN_CODE_DISTRIBUTED, "the loss is NaN");
+    }
+    CHECK(difftime(time(NULL), start) < 60);
+    return check_finish("nan_rank rank");
+}
+
 /* A datamodule whose prepare_data (run on local rank 0 only) fails: every
  * rank's fit ends at once with an error, never waiting for the job's
- * timeout; rank 0 reports its own error, rank 1 that another rank failed. */
+ * timeout; rank 0 reports its own error, rank 1 that rank 0 failed and why. */
 static fulmen_error *failing_prepare_data(void *ud) {
     (void)ud;
     return fulmen_error_new(FULMEN_CODE_IO, "the data server is down");
@@ -524,7 +556,8 @@ static int scenario_prepare_fails(const char *dir) {
     fulmen_error *e = fulmen_trainer_fit_datamodule(t, m, NULL, NULL, dm, NULL);
     if (e != NULL) printf("prepare_fails rank %zu: %s\n", rank, fulmen_error_message(e));
     if (rank == 0) CHECK_ERR(e, FULMEN_CODE_IO, "the data server is down");
-    else CHECK_ERR(e, FULMEN_CODE_CALLBACK, "failed on another rank");
+    else CHECK_ERR(e, FULMEN_CODE_CALLBACK, "failed on another rank: rank 0 failed: LightningDataModule.prepare_data: "
+                                            "prepare_data failed: the data server is down");
     CHECK(difftime(time(NULL), start) < 60);
     fulmen_trainer_free(t);
     fulmen_lightning_module_free(m);
@@ -583,7 +616,7 @@ static int scenario_prepare_nodes(const char *dir) {
     fulmen_error *e = fulmen_trainer_fit_datamodule(t, m, NULL, NULL, dm, NULL);
     if (e != NULL) printf("prepare_nodes rank %zu: %s\n", rank, fulmen_error_message(e));
     if (rank == 0) CHECK_ERR(e, FULMEN_CODE_IO, "the module's data is gone");
-    else CHECK_ERR(e, FULMEN_CODE_CALLBACK, "failed on another rank");
+    else CHECK_ERR(e, FULMEN_CODE_CALLBACK, "failed on another rank: rank 0 failed: LightningModule.prepare_data");
     CHECK(difftime(time(NULL), start) < 60);
     module_prepare_fails = false;
 
@@ -965,6 +998,7 @@ int main(int argc, char **argv) {
         if (strcmp(s, "killed") == 0) return scenario_killed(dir);
         if (strcmp(s, "topk_ranks") == 0) return scenario_topk_ranks(dir);
         if (strcmp(s, "mismatch") == 0) return scenario_mismatch(dir);
+        if (strcmp(s, "nan_rank") == 0) return scenario_nan_rank(dir);
         if (strcmp(s, "prepare_fails") == 0) return scenario_prepare_fails(dir);
         if (strcmp(s, "prepare_nodes") == 0) return scenario_prepare_nodes(dir);
         if (strcmp(s, "timer") == 0) return scenario_timer(dir);
@@ -1052,6 +1086,8 @@ int main(int argc, char **argv) {
     /* Faults: a killed rank and mismatched models end with clear errors. */
     CHECK(run("killed", dir, NULL) == 0);
     run_external("mismatch", dir, 2, free_port(), codes);
+    CHECK(codes[0] == 0 && codes[1] == 0);
+    run_external("nan_rank", dir, 2, free_port(), codes);
     CHECK(codes[0] == 0 && codes[1] == 0);
     run_external("prepare_fails", dir, 2, free_port(), codes);
     CHECK(codes[0] == 0 && codes[1] == 0);

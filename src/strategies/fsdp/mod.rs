@@ -23,7 +23,7 @@ use super::ddp::{job_methods, join_job};
 use super::strategy::Strategy;
 use crate::accelerators::Accelerator;
 use crate::distributed::{self, DistContext};
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, Result};
 use crate::optim::Optimizer;
 use crate::tensor::device::Device;
 use crate::trainer::device::Placement;
@@ -351,10 +351,7 @@ impl Strategy for FsdpStrategy {
     }
 
     fn fail(&mut self, e: Error) -> Error {
-        if matches!(e.code, ErrorCode::Torch | ErrorCode::Distributed) {
-            let _ = self.ctx.await_child_failure(std::time::Duration::from_secs(1));
-        }
-        let e = self.ctx.explain(e);
+        let e = self.ctx.fail(e);
         self.failed = true;
         // The group is broken: the model is unlinked without gathering.
         if let Some(s) = self.sharded().take() {
