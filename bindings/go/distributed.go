@@ -128,6 +128,18 @@ func DistributedShutdown(timeout time.Duration) error {
 	return check(C.fulmen_distributed_shutdown(C.double(timeout.Seconds())))
 }
 
+// DistributedAbort ends the job after a failure of this rank's own code:
+// reason is recorded in the job's store, the ranks fulmen's launcher
+// started from this process are killed, and this process leaves the job.
+// The other ranks' collectives then fail with ErrDistributed reading
+// "rank N failed: reason" (once this process exits or closes its last DDP
+// or FSDP). Without a job it does nothing.
+func DistributedAbort(reason string) error {
+	r := cString(reason)
+	defer freeCString(r)
+	return check(C.fulmen_distributed_abort(r))
+}
+
 // DDP is DDP for a Go-owned training loop (torch's
 // DistributedDataParallel): a model whose gradients are averaged over the
 // joined job's ranks during backward. Each training step calls

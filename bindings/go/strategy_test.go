@@ -269,7 +269,8 @@ func TestDistributedBeforeJoining(t *testing.T) {
 		t.Fatal("joined after refused joins")
 	}
 
-	ok(t, fulmen.DistributedShutdown(time.Second)) // without a job: nothing to do
+	ok(t, fulmen.DistributedAbort("no job to end")) // without a job: nothing to do
+	ok(t, fulmen.DistributedShutdown(time.Second))  // likewise
 	ok(t, fulmen.DistributedShutdown(0))
 	if err := fulmen.DistributedShutdown(-time.Second); !errors.Is(err, fulmen.ErrInvalidArgument) {
 		t.Errorf("a negative timeout: %v", err)

@@ -539,6 +539,26 @@ struct fulmen_error *fulmen_distributed_reduce_boolean_decision(bool decision, b
 struct fulmen_error *fulmen_distributed_shutdown(double timeout_s);
 
 /**
+ * Ends the job after a failure of this rank's own code (torch's
+ * `destroy_process_group` after an error, with torchelastic's error
+ * file): `reason` (UTF-8, NULL for "aborted by the host"; the first 2 KiB
+ * kept) is recorded in the job's store, the ranks fulmen's launcher
+ * started from this process are killed, and this process leaves the job.
+ * The other ranks' collectives fail (FULMEN_CODE_DISTRIBUTED) once this
+ * process's group is gone, that is when it exits or frees its last
+ * `fulmen_ddp` / `fulmen_fsdp` handle, their errors reading "rank N
+ * failed: <reason>; on rank M: ..." while rank 0's store is up. A later
+ * `fulmen_distributed_join` or DDP run joins afresh. Without a job it does
+ * nothing. Refused inside a collectives slot, as
+ * `fulmen_distributed_shutdown` is.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (`reason` not UTF-8),
+ * FULMEN_CODE_INVALID_STATE (called from inside a collectives slot; the
+ * job goes on).
+ */
+struct fulmen_error *fulmen_distributed_abort(const char *reason);
+
+/**
  * Wraps `model` for DDP in the joined job as
  * `DistributedDataParallel(model)` does, with `strategy`'s
  * find_unused_parameters, bucket_cap_mb and broadcast_buffers: checks that

@@ -340,6 +340,16 @@ pub fn abort() {
     }
 }
 
+/// Ends the job after a failure of this rank's host code: `reason` is
+/// recorded in the job's store for the ranks left waiting (their broken
+/// collectives then name it), then [`abort`]. Nothing without a job.
+pub fn abort_with_reason(reason: &str) {
+    if let Some(ctx) = current() {
+        ctx.group.report_failure(reason);
+    }
+    abort();
+}
+
 #[cfg(test)]
 mod tests {
     use super::{from_collective, lost_peer};

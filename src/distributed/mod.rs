@@ -12,7 +12,9 @@ pub mod launcher;
 pub mod reducer;
 
 pub use collectives::{AbortProbe, CommGroup, DeviceBackend, DeviceCollectives, KeyStore};
-pub use context::{abort, current, explain_backward, join, shutdown, DistContext, JoinOptions, DEFAULT_TIMEOUT};
+pub use context::{
+    abort, abort_with_reason, current, explain_backward, join, shutdown, DistContext, JoinOptions, DEFAULT_TIMEOUT,
+};
 pub use ddp::{Ddp, DdpOptions};
 pub use env::{ClusterEnv, EnvKind};
 pub use group::{gloo_available, nccl_available, ProcessGroup, ReduceOp, Rendezvous};

@@ -22,6 +22,9 @@
  *                   then the module's prepare_data fails on rank 0: both
  *                   fits end at once, rank 1 saying rank 0 failed and why
  *   timer           max_time with 2 ranks whose clocks disagree: same last step
+ *   host_abort      2 external ranks of a host loop; rank 1 calls
+ *                   fulmen_distributed_abort: rank 0's all-reduce fails
+ *                   at once with rank 1's reason
  *   hostloop        2 external ranks, a host-owned loop with fulmen_ddp,
  *                   a sharded loader and the collectives
  *   fsdp_hostloop   2 external ranks, a host-owned loop with fulmen_fsdp
@@ -628,6 +631,43 @@ static int scenario_prepare_nodes(const char *dir) {
     return check_finish("prepare_nodes rank");
 }
 
+/* A host loop's own failure on rank 1 (fulmen_distributed_abort): rank
+ * 1 leaves the job, and rank 0, waiting in an all-reduce, fails at once
+ * with rank 1's reason rather than gloo's closed connection alone. */
+static int scenario_host_abort(const char *dir) {
+    (void)dir;
+    size_t rank = (size_t)atoi(getenv("RANK"));
+    fulmen_strategy *strategy = NULL;
+    CHECK_OK(fulmen_strategy_new("ddp", &strategy));
+    CHECK_OK(fulmen_strategy_set(strategy, "timeout", "60"));
+    CHECK_OK(fulmen_distributed_join(strategy, 1, false));
+    fulmen_strategy_free(strategy);
+    int64_t shape[1] = {1};
+    float one = 1;
+    fulmen_tensor *t = check_f32(&one, 1, shape, 1);
+    CHECK_OK(fulmen_distributed_all_reduce(t, "sum")); /* the job works */
+    bool joined = false;
+    time_t start = time(NULL);
+    if (rank == 1) {
+        const char bad[] = {'\xff', 0};
+        CHECK_ERR(fulmen_distributed_abort(bad), FULMEN_CODE_INVALID_ARGUMENT, "UTF-8");
+        CHECK_OK(fulmen_distributed_is_joined(&joined));
+        CHECK(joined); /* a refused abort leaves the job as it was */
+        CHECK_OK(fulmen_distributed_abort("the simulator crashed"));
+    } else {
+        fulmen_error *e = fulmen_distributed_all_reduce(t, "sum");
+        if (e != NULL) printf("host_abort rank 0: %s\n", fulmen_error_message(e));
+        CHECK_ERR(e, FULMEN_CODE_DISTRIBUTED, "rank 1 failed: the simulator crashed; on rank 0: ");
+        CHECK(difftime(time(NULL), start) < 30);
+        CHECK_OK(fulmen_distributed_abort(NULL)); /* this rank leaves the broken job too */
+    }
+    CHECK_OK(fulmen_distributed_is_joined(&joined));
+    CHECK(!joined);
+    CHECK_OK(fulmen_distributed_abort("no job left")); /* nothing to end */
+    fulmen_tensor_free(t);
+    return check_finish("host_abort rank");
+}
+
 /* A host-owned loop: sharded loader, fulmen_ddp, and the collectives. */
 static int scenario_hostloop(const char *dir) {
     size_t rank = (size_t)atoi(getenv("RANK"));
@@ -1003,6 +1043,7 @@ int main(int argc, char **argv) {
         if (strcmp(s, "prepare_nodes") == 0) return scenario_prepare_nodes(dir);
         if (strcmp(s, "timer") == 0) return scenario_timer(dir);
         if (strcmp(s, "hostloop") == 0) return scenario_hostloop(dir);
+        if (strcmp(s, "host_abort") == 0) return scenario_host_abort(dir);
         if (strcmp(s, "fsdp_hostloop") == 0) return scenario_fsdp_hostloop(dir);
         if (strcmp(s, "early_exit") == 0 && argc == 4) return scenario_early_exit(dir, atoi(argv[3]));
         if (strcmp(s, "orphan") == 0) return scenario_orphan(dir);
@@ -1065,6 +1106,9 @@ int main(int argc, char **argv) {
     CHECK(codes[0] == 0 && codes[1] == 0 && codes[2] == 0);
     expect_same(dir, "reference-24.safetensors", "external-rank0.safetensors");
     expect_same(dir, "external-rank0.safetensors", "external-rank2.safetensors");
+
+    run_external("host_abort", dir, 2, free_port(), codes);
+    CHECK(codes[0] == 0 && codes[1] == 0);
 
     /* A host-owned loop reaches the trainer's weights. */
     run_external("hostloop", dir, 2, free_port(), codes);

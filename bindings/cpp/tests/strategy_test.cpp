@@ -219,7 +219,8 @@ TEST_F(DistributedTest, BeforeJoiningOnlyLocalQueriesWork) {
     EXPECT_EQ(error_code([] { dist::join(Strategy("ddp"), 0); }), FULMEN_CODE_INVALID_ARGUMENT);
     EXPECT_FALSE(dist::is_joined());
 
-    dist::shutdown(1.0);  // without a job: nothing to do
+    dist::abort("no job to end");  // without a job: nothing to do
+    dist::shutdown(1.0);           // likewise
     dist::shutdown(0.0);
     EXPECT_EQ(error_code([] { dist::shutdown(-1.0); }), FULMEN_CODE_INVALID_ARGUMENT);
     EXPECT_FALSE(dist::is_joined());

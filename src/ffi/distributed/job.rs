@@ -5,7 +5,7 @@
 use crate::accelerators::xla_collectives;
 use crate::distributed::{self, Ddp, DistContext, JoinOptions, ReduceOp};
 use crate::error::{Error, Result};
-use crate::ffi::base::error::{fulmen_error, guard, str_arg};
+use crate::ffi::base::error::{fulmen_error, guard, opt_str, str_arg};
 use crate::ffi::base::handle::{self, check_out, write_out, Handle, Shared};
 use crate::ffi::data::datasets::fulmen_loader;
 use crate::ffi::distributed::collectives::refuse_in_slot;
@@ -255,6 +255,32 @@ pub unsafe extern "C" fn fulmen_distributed_shutdown(timeout_s: f64) -> *mut ful
             .map_err(|_| Error::invalid(format!("timeout_s {timeout_s} is too long")))?;
         refuse_in_slot(crate::ffi::base::error::function_name!())?;
         distributed::shutdown(timeout)
+    })
+}
+
+/// Ends the job after a failure of this rank's own code (torch's
+/// `destroy_process_group` after an error, with torchelastic's error
+/// file): `reason` (UTF-8, NULL for "aborted by the host"; the first 2 KiB
+/// kept) is recorded in the job's store, the ranks fulmen's launcher
+/// started from this process are killed, and this process leaves the job.
+/// The other ranks' collectives fail (FULMEN_CODE_DISTRIBUTED) once this
+/// process's group is gone, that is when it exits or frees its last
+/// `fulmen_ddp` / `fulmen_fsdp` handle, their errors reading "rank N
+/// failed: <reason>; on rank M: ..." while rank 0's store is up. A later
+/// `fulmen_distributed_join` or DDP run joins afresh. Without a job it does
+/// nothing. Refused inside a collectives slot, as
+/// `fulmen_distributed_shutdown` is.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (`reason` not UTF-8),
+/// FULMEN_CODE_INVALID_STATE (called from inside a collectives slot; the
+/// job goes on).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_distributed_abort(reason: *const c_char) -> *mut fulmen_error {
+    guard!(|| {
+        let reason = opt_str(reason, "reason")?;
+        refuse_in_slot(crate::ffi::base::error::function_name!())?;
+        distributed::abort_with_reason(reason.as_deref().unwrap_or("aborted by the host"));
+        Ok(())
     })
 }
 

@@ -92,6 +92,14 @@ inline bool reduce_boolean_decision(bool decision, bool all = true) {
 /// Without a job it does nothing.
 inline void shutdown(double timeout_s) { check(fulmen_distributed_shutdown(timeout_s)); }
 
+/// Ends the job after a failure of this rank's own code: `reason` is
+/// recorded in the job's store, the ranks fulmen's launcher started from
+/// this process are killed, and this process leaves the job. The other
+/// ranks' collectives then throw Error (FULMEN_CODE_DISTRIBUTED) reading
+/// "rank N failed: <reason>" (once this process exits or frees its last
+/// Ddp / Fsdp). Without a job it does nothing.
+inline void abort(const std::string& reason) { check(fulmen_distributed_abort(reason.c_str())); }
+
 }  // namespace distributed
 
 /// DDP for a host-owned loop (torch's DistributedDataParallel): a model
