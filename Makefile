@@ -162,10 +162,10 @@ test-go: lib $(MNIST) $(LEE) $(ELNINO) $(VENV_STAMP)
 # together (--output-sync); `make interop-<name>` runs one after
 # `make test-interop` built what it needs.
 INTEROP_BINARIES := ddp_rank fsdp_rank hook_order_parity lightning_parity datamodule_parity logger_parity hook_log_parity swa_parity \
-  pruning_parity checkpoint_names_parity batch_size_finder script_parity export_parity torch_save_interop mlflow_logger
+  pruning_parity checkpoint_names_parity batch_size_finder script_parity export_parity torch_save_interop mlflow_logger flops_parity
 INTEROP_CHECKS := lightning-parity export-parity compiled-step charlm-twin gan-twin mnist-lightning ddp-mixed \
   fsdp2-parity fsdp2-mixed fsdp-sharded-checkpoint forecast-twin finetune script-parity swa-parity logger-parity hook-log-parity pruning-parity hook-order-parity \
-  datamodule-parity checkpoint-names batch-size torch-save mlflow-logger bench-workloads
+  datamodule-parity checkpoint-names batch-size torch-save mlflow-logger bench-workloads flops-parity
 .PHONY: $(INTEROP_CHECKS:%=interop-%)
 
 test-interop: $(INTEROP_BINARIES:%=$(BUILD)/interop/%) $(BUILD)/bench/workload_bench $(BUILD)/examples/mnist $(BUILD)/examples/charlm $(BUILD)/examples/forecast $(BUILD)/examples/finetune $(BUILD)/examples/gan $(LEE) $(ELNINO) $(FAIR) $(MNIST) $(VENV_STAMP) $(MLFLOW_STAMP)
@@ -217,6 +217,10 @@ interop-forecast-twin:
 interop-finetune:
 	@rm -rf $(W)/finetune
 	$(PY) tests/interop/finetune_check.py --binary $(BUILD)/examples/finetune --data $(FAIR) --work $(W)/finetune
+interop-flops-parity:
+	@rm -rf $(W)/flops-parity
+	$(PY) tests/interop/flops_parity.py --binary $(W)/flops_parity --work $(W)/flops-parity
+
 interop-script-parity:
 	@rm -rf $(W)/script-parity
 	$(PY) tests/interop/script_parity.py --binary $(W)/script_parity --work $(W)/script-parity

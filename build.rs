@@ -84,6 +84,7 @@ const CXX_GROUPS: [&[&str]; 2] = [
         "fake_device.cpp",
         "autocast.cpp",
         "profiler.cpp",
+        "flops.cpp",
         "runtime.cpp",
         "devices.cpp",
         "accelerators.cpp",
@@ -164,6 +165,9 @@ fn build_cxx_shims(lib: &Path) {
         .flag("-std=c++17")
         .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
         .flag("-DGLOG_USE_GLOG_EXPORT")
+        // As libtorch's release builds: its headers' debug-only checks read
+        // state only its debug builds keep (RecordFunction::inputs).
+        .define("NDEBUG", None)
         .files(unity_sources(&csrc));
     match gloo_include_dir(&root) {
         Some(gloo) => {

@@ -194,10 +194,17 @@ cc "${cflags[@]/-O1/-O2}" "$root/bench/c/workload_bench.c" -o "$bundle/build/ben
     -L"$bundle/lib" -Wl,-rpath,'$ORIGIN/../../lib' -Wl,--allow-shlib-undefined -l:"$soname" -lm \
     2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
 strip "$bundle/build/bench/workload_bench"
-mkdir -p "$bundle/python" "$bundle/tests/interop"
+mkdir -p "$bundle/python" "$bundle/tests/interop" "$bundle/build/interop"
 cp "$root/bench/exported.py" "$root/bench/workloads.py" "$bundle/bench/"
 cp "$root/python/fulmen_export.py" "$bundle/python/"
-cp "$root/tests/interop/export_parity.py" "$root/tests/interop/twin.py" "$bundle/tests/interop/"
+cp "$root/tests/interop/export_parity.py" "$root/tests/interop/twin.py" "$root/tests/interop/flops_parity.py" \
+    "$bundle/tests/interop/"
+# FLOP counts on cuda:0 beside PyTorch's FlopCounterMode (run.sh's
+# flops-cuda: CUDA's fused attention kernels).
+cc "${cflags[@]/-O1/-O2}" "$root/tests/interop/flops_parity.c" -o "$bundle/build/interop/flops_parity" \
+    -L"$bundle/lib" -Wl,-rpath,'$ORIGIN/../../lib' -Wl,--allow-shlib-undefined -l:"$soname" -lm \
+    2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
+strip "$bundle/build/interop/flops_parity"
 cp "$deps/data/mnist_5k.csv.gz" "$bundle/data/" 2>/dev/null || say "no MNIST data in .deps/data (make deps): the example will be skipped"
 cp "$root"/tests/fixtures/* "$bundle/fixtures/"
 cp "$root/tests/gpu/run.sh" "$bundle/run.sh"

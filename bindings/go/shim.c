@@ -532,6 +532,12 @@ fulmen_error *fulmen_go_host_optimizer_new(uintptr_t handle, unsigned slots, con
     return fulmen_optimizer_host_new(&vt, model, params, n_params, lr, out);
 }
 
+static fulmen_error *measured(void *ud) { return fulmenGoMeasured((uintptr_t)ud); }
+
+fulmen_error *fulmen_go_measure_flops(uintptr_t handle, uint64_t *flops) {
+    return fulmen_measure_flops(measured, (void *)handle, flops);
+}
+
 static fulmen_error *step_closure(void *ud, double *loss) { return fulmenGoClosure((uintptr_t)ud, loss); }
 
 fulmen_error *fulmen_go_step_closure(fulmen_optimizer *optimizer, uintptr_t handle, double *loss) {

@@ -91,6 +91,9 @@ fulmen_error *fulmen_go_add_prediction_writer(fulmen_trainer *trainer, const cha
 fulmen_error *fulmen_go_add_prediction_value_writer(fulmen_trainer *trainer, const char *write_interval,
                                                     bool on_batch, bool on_epoch, uintptr_t handle);
 
+/* fulmen_measure_flops over a Go function. */
+fulmen_error *fulmen_go_measure_flops(uintptr_t handle, uint64_t *flops);
+
 /* fulmen_optimizer_step_closure over a Go closure. */
 fulmen_error *fulmen_go_step_closure(fulmen_optimizer *optimizer, uintptr_t handle, double *loss);
 fulmen_error *fulmen_go_step_context_closure(fulmen_step_context *ctx, size_t optimizer, uintptr_t handle, double *loss,

@@ -1320,8 +1320,9 @@ struct fulmen_error *fulmen_trainer_add_throughput_monitor(struct fulmen_trainer
 /**
  * `fulmen_trainer_add_throughput_monitor` with FLOP metrics, as
  * Lightning's with a module's `flops_per_batch`: `flops_per_batch` is the
- * FLOPs of one batch on one device (0: none, then as without FLOPs), and
- * `available_flops` the device's peak FLOPs per second (0: none; see
+ * FLOPs of one batch on one device (0: none, then as without FLOPs;
+ * `fulmen_model_measure_flops` counts them), and `available_flops` the
+ * device's peak FLOPs per second (0: none; see
  * `fulmen_available_flops`). Once the window is full it also logs
  * `<stage><sep>device<sep>flops_per_sec` (the window's FLOPs but its
  * first update's, over its time, per device), with several ranks

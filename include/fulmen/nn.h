@@ -313,6 +313,14 @@ typedef struct fulmen_transformer_options {
 } fulmen_transformer_options;
 
 /**
+ * The code `fulmen_measure_flops` measures: runs what is to be counted
+ * (forwards, backwards, optimizer steps) through fulmen's functions on the
+ * calling thread and returns NULL, or an error, which ends the
+ * measurement with it.
+ */
+typedef struct fulmen_error *(*fulmen_measure_fn)(void *userdata);
+
+/**
  * A host module's forward pass. Set `struct_size` to
  * `sizeof(fulmen_host_module_vtable)`.
  */
@@ -378,6 +386,65 @@ struct fulmen_rnn_options fulmen_rnn_options_default(void);
  * PyTorch's defaults: 2048, 0.1, ReLU, 1e-5, `(L, N, E)`, post-norm, biases, not causal.
  */
 struct fulmen_transformer_options fulmen_transformer_options_default(void);
+
+/**
+ * Runs `measured(userdata)` on the calling thread and writes to `*flops` the
+ * floating-point operations of what it ran, counted as PyTorch's
+ * `torch.utils.flop_counter.FlopCounterMode` counts them around the same
+ * code (Lightning's `measure_flops`): matrix products (`mm`, `addmm`,
+ * `bmm`, `baddbmm`, `_scaled_mm`: 2 * m * n * k), convolutions and their
+ * backward, and the fused attention kernels of CUDA (flash, efficient,
+ * cuDNN) and their backward; every other operator counts 0 (elementwise
+ * work, norms, and the CPU's fused attention kernel, as in torch). The
+ * backward passes `measured` starts count too, on whatever thread
+ * autograd runs them. Tensors on the meta device count without computing anything,
+ * where libtorch has meta kernels for their operators (the matrix
+ * products, structured elementwise ones; not convolution, ReLU, embedding
+ * or batch norm, whose meta kernels PyTorch registers in Python).
+ *
+ * Ownership: `userdata` stays the host's. `*flops` is written on success
+ * only.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT (`measured` or `flops` NULL),
+ * FULMEN_CODE_INVALID_STATE (called inside a measurement on the same
+ * thread: measurements do not nest, as torch's mode),
+ * FULMEN_CODE_OUT_OF_RANGE (the count exceeds 2^64 - 1), or the error
+ * `measured` returned (its code kept, FULMEN_CODE_CALLBACK for an invalid
+ * one).
+ *
+ * Thread rules: any thread; threads measure apart, and operators other
+ * threads run meanwhile are not counted.
+ */
+struct fulmen_error *fulmen_measure_flops(fulmen_measure_fn measured,
+                                          void *userdata,
+                                          uint64_t *flops);
+
+/**
+ * Lightning's `measure_flops(model, lambda: model(input), lambda y:
+ * y.sum())`: writes to `*flops` the FLOPs of one forward of `model` on
+ * `input` and, when `backward`, of the backward of the output's sum to the
+ * model's trainable parameters, counted as `fulmen_measure_flops` counts.
+ * The model's state is left as it was: no gradient is written (the
+ * backward hands them back, as `torch.autograd.grad`), its buffers
+ * (BatchNorm statistics) and the CPU's random state are put back; a CUDA
+ * generator advances as after any forward with dropout. Divide by the
+ * batch's samples for FLOPs per sample, or pass the count
+ * to `fulmen_trainer_add_throughput_monitor_flops`.
+ *
+ * Ownership: borrows `model` and `input`. `*flops` is written on success
+ * only.
+ *
+ * Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_HANDLE,
+ * FULMEN_CODE_INVALID_STATE (inside a measurement on the same thread, or
+ * the model is in use), the forward's errors as `fulmen_model_forward`
+ * gives them, FULMEN_CODE_OUT_OF_RANGE (the count exceeds 2^64 - 1).
+ *
+ * Thread rules: any thread; the model is locked for the call.
+ */
+struct fulmen_error *fulmen_model_measure_flops(const struct fulmen_model *model,
+                                                const struct fulmen_tensor *input,
+                                                bool backward,
+                                                uint64_t *flops);
 
 /**
  * Creates a host module: a named container whose forward pass is the

@@ -6,6 +6,9 @@ mod activation_checkpoint_tests;
 mod batch_norm_stats;
 mod compiled_step;
 mod exported;
+mod flop_counter;
+#[cfg(test)]
+mod flop_counter_tests;
 mod freeze;
 mod host;
 pub mod init;
@@ -27,6 +30,7 @@ mod script_tests;
 #[cfg(test)]
 mod tests;
 
+pub use flop_counter::{measure_flops, measure_model_flops, FlopCounts};
 pub use host::HostForward;
 pub use layers::conv::ConvConfig;
 pub use layers::conv_transpose::ConvTransposeConfig;

@@ -209,6 +209,67 @@ static void test_linear(void) {
     fulmen_model_free(nb);
 }
 
+/* What test_measure_flops measures: a forward of the model `ud` on ones
+ * and the backward of its sum, as a host's step runs them. */
+static fulmen_error *measured_step(void *ud) {
+    const int64_t shape[2] = {4, 3};
+    fulmen_tensor *x = NULL, *y = NULL, *loss = NULL;
+    fulmen_error *e = fulmen_tensor_ones(shape, 2, FULMEN_DTYPE_F32, &x);
+    if (!e) e = fulmen_model_forward(ud, x, &y);
+    if (!e) e = fulmen_tensor_sum(y, &loss);
+    if (!e) e = fulmen_tensor_backward(loss);
+    fulmen_tensor_free(loss);
+    fulmen_tensor_free(y);
+    fulmen_tensor_free(x);
+    return e;
+}
+
+static fulmen_error *measured_failure(void *ud) {
+    (void)ud;
+    return fulmen_error_new(FULMEN_CODE_CALLBACK, "the simulator crashed");
+}
+
+static fulmen_error *measured_nested(void *ud) {
+    uint64_t n = 0;
+    return fulmen_measure_flops(measured_step, ud, &n);
+}
+
+/* FLOPs as PyTorch's FlopCounterMode counts them: 2 * m * n * k per
+ * matrix product, the backward's included; failures and nesting. */
+static void test_measure_flops(void) {
+    fulmen_model *m = NULL;
+    CHECK_OK(fulmen_model_linear_new(3, 2, true, &m));
+    const int64_t shape[2] = {4, 3};
+    fulmen_tensor *x = NULL, *w = NULL, *grad = NULL;
+    CHECK_OK(fulmen_tensor_ones(shape, 2, FULMEN_DTYPE_F32, &x));
+    uint64_t n = 0;
+    CHECK_OK(fulmen_model_measure_flops(m, x, false, &n));
+    CHECK(n == 2 * 4 * 3 * 2);
+    /* The input needs no gradient: the backward computes the weight's only,
+     * and hands it back without writing it. */
+    CHECK_OK(fulmen_model_measure_flops(m, x, true, &n));
+    CHECK(n == 2 * (2 * 4 * 3 * 2));
+    CHECK_OK(fulmen_model_state_dict_get(m, "weight", &w));
+    CHECK_OK(fulmen_tensor_grad(w, &grad));
+    CHECK(grad == NULL);
+    CHECK_OK(fulmen_measure_flops(measured_step, m, &n));
+    CHECK(n == 2 * (2 * 4 * 3 * 2));
+    n = 7;
+    CHECK_ERR(fulmen_measure_flops(measured_failure, NULL, &n), FULMEN_CODE_CALLBACK, "the simulator crashed");
+    CHECK(n == 7);
+    CHECK_ERR(fulmen_measure_flops(measured_nested, m, &n), FULMEN_CODE_INVALID_STATE, "do not nest");
+    CHECK_ERR(fulmen_measure_flops(NULL, NULL, &n), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_measure_flops(measured_step, m, NULL), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_model_measure_flops(m, x, true, NULL), FULMEN_CODE_NULL_ARGUMENT, NULL);
+    CHECK_ERR(fulmen_model_measure_flops(WRONG, x, true, &n), FULMEN_CODE_INVALID_HANDLE, NULL);
+    CHECK_OK(fulmen_measure_flops(measured_step, m, &n));
+    CHECK(n == 2 * (2 * 4 * 3 * 2));
+    fulmen_tensor_free(grad);
+    fulmen_tensor_free(w);
+    fulmen_tensor_free(x);
+    fulmen_model_free(m);
+}
+
 /* Conv2d: default options, output shapes with stride / padding, the value
  * of a 3x3 kernel over ones (sum of weights + bias), bad configurations. */
 static void test_conv2d(void) {
@@ -1338,6 +1399,7 @@ int main(void) {
     test_load_strictness();
     test_load_corrupt();
     test_torchscript();
+    test_measure_flops();
     test_free();
     fulmen_tensor_free(g_tensor);
     CHECK(rmdir(g_dir) == 0);

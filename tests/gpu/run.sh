@@ -12,7 +12,8 @@
 # gpu_graph_check (graphed steps: cuda_graphs), then
 # with a GPU mnist-cuda (the example), lightning-cuda (its Lightning round
 # trip), conformance-cuda (the custom-accelerator conformance program on
-# the cuda accelerator) and bench (against PyTorch and Lightning), then the
+# the cuda accelerator), bench (against PyTorch and Lightning) and
+# flops-cuda (FLOP counts beside PyTorch's FlopCounterMode), then the
 # C tests (optim-bench, the optimizer step's bench on cuda beside PyTorch,
 # and bench-exported, one training step of exported models on cuda four
 # ways, and bench-workloads, the training steps of real workloads (MLP,
@@ -105,6 +106,7 @@ else
     # cpp_tests and go_tests, and the example on the CPU.
     programs="gpu_check gpu_graph_check"
     if $gpu && [ -f "$FULMEN_MNIST" ]; then programs="$programs mnist-cuda lightning-cuda conformance-cuda bench"; fi
+    if $gpu; then programs="$programs flops-cuda"; fi
     programs="$programs $(cd "$here/bin" && ls | grep -v -e '^mnist$' -e '^gpu_check$' -e '^gpu_graph_check$' | tr '\n' ' ')"
     [ -f "$FULMEN_MNIST" ] && programs="$programs mnist-cpu"
 fi
@@ -132,6 +134,10 @@ for p in $programs; do
         # The custom-accelerator conformance program on the cuda accelerator.
         conformance-cuda)
             run_program conformance-cuda "$here/conformance/fulmen_conformance" --accelerator cuda ;;
+        # FLOP counts on cuda:0 (CUDA's fused attention) beside PyTorch's.
+        flops-cuda)
+            run_program flops-cuda "$py" "$here/tests/interop/flops_parity.py" --device cuda \
+                --binary "$here/build/interop/flops_parity" --work "$work/flops" ;;
         lightning-cuda)
             run_program lightning-cuda "$py" "$here/interop/mnist_lightning_check.py" --binary "$here/bin/mnist" \
                 --data "$FULMEN_MNIST" --accelerator cuda --work "$work/mnist-lightning" ;;

@@ -54,6 +54,19 @@ TEST_F(ModelTest, SequentialForwardAndState) {
     EXPECT_TRUE(m.train().is_training());
 }
 
+TEST_F(ModelTest, MeasureFlopsAsFlopCounterMode) {
+    Model m = fulmen_test::mlp();  // Linear(2, 16), Linear(16, 2)
+    Tensor x = Tensor::ones({5, 2});
+    const std::uint64_t forward = 2 * 5 * 2 * 16 + 2 * 5 * 16 * 2;
+    EXPECT_EQ(m.measure_flops(x, false), forward);
+    // Backward: the first weight's gradient; the second weight's and its input's.
+    EXPECT_EQ(m.measure_flops(x), forward + 3 * 2 * 5 * 2 * 16);
+    EXPECT_EQ(fulmen::measure_flops([&] { m.forward(x).sum().backward(); }), forward + 3 * 2 * 5 * 2 * 16);
+    EXPECT_THROW(fulmen::measure_flops([] { throw std::runtime_error("the host failed"); }), std::runtime_error);
+    EXPECT_THROW(fulmen::measure_flops([] { fulmen::measure_flops([] {}); }), fulmen::Error);
+    EXPECT_EQ(fulmen::measure_flops([] {}), 0u);
+}
+
 TEST_F(ModelTest, ActivationCheckpointingKeepsTheOutputs) {
     Model m = fulmen_test::mlp();
     Tensor x = Tensor::randn({3, 2});

@@ -6,6 +6,7 @@
 
 #include <string>
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <utility>
 #include <vector>
@@ -357,6 +358,15 @@ public:
     }
     /// The forward pass on `input` (same as forward).
     Tensor operator()(const Tensor& input) const { return forward(input); }
+    /// Lightning's `measure_flops(model, lambda: model(input), lambda y:
+    /// y.sum())` (fulmen_model_measure_flops): the FLOPs of one forward on
+    /// `input` and, with `backward`, of the backward of its output's sum,
+    /// as PyTorch's FlopCounterMode counts them. The model's gradients,
+    /// buffers and the CPU's random state are left as they were.
+    std::uint64_t measure_flops(const Tensor& input, bool backward = true) const {
+        return detail::read<std::uint64_t>(
+            [&](std::uint64_t* o) { return fulmen_model_measure_flops(get(), input.get(), backward, o); });
+    }
     /// Runs the child at `path` ("encoder" or "encoder.0") on `input`.
     Tensor forward_child(const std::string& path, const Tensor& input) const {
         return Tensor::make([&](fulmen_tensor** o) { return fulmen_model_forward_child(get(), path.c_str(), input.get(), o); });
@@ -478,5 +488,30 @@ private:
         return detail::read<V>([&](V* out) { return fn(get(), out); });
     }
 };
+
+namespace detail {
+/// Calls the code `measure_flops` measures from fulmen_measure_flops.
+template <class Fn>
+struct MeasuredCall {
+    Fn& fn;
+    static fulmen_error* call(void* ud) noexcept {
+        return guard_callback([&] { static_cast<MeasuredCall*>(ud)->fn(); });
+    }
+};
+}  // namespace detail
+
+/// PyTorch's FlopCounterMode around `code` (fulmen_measure_flops): runs it
+/// on this thread and returns the FLOPs of the matrix products,
+/// convolutions and attention kernels it ran, the backward passes it
+/// started included. An exception `code` throws ends the measurement and
+/// is rethrown here. Measurements do not nest on a thread.
+template <class Fn>
+std::uint64_t measure_flops(Fn&& code) {
+    detail::MeasuredCall<Fn> call{code};
+    std::uint64_t flops = 0;
+    detail::clear_pending_exception();
+    check(fulmen_measure_flops(&detail::MeasuredCall<Fn>::call, &call, &flops));
+    return flops;
+}
 
 }  // namespace fulmen

@@ -1,0 +1,384 @@
+// FLOP counting for src/nn/flop_counter.rs: the operators a thread runs
+// (and the backward passes it starts) are observed through RecordFunction
+// and counted with torch.utils.flop_counter's formulas, as its
+// FlopCounterMode (Lightning's measure_flops) counts them.
+//
+// FlopCounterMode is a TorchDispatchMode: it sees the operators that reach
+// the Python dispatch key (below autograd), decomposes those that have a
+// CompositeImplicitAutograd kernel and are not in its registry, and does not
+// see what an operator it runs calls inside. RecordFunction sees every
+// dispatcher call, nested ones too, so an operator is counted here only
+// when every operator open around it on its thread decomposes (has a
+// CompositeImplicitAutograd kernel and no formula): the operators torch's
+// mode sees.
+#include "fulmen_cxx.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+
+#include "torch_version.hpp"
+
+namespace {
+
+// Counts of one measurement, by operator ("aten::mm"). It travels with
+// the measuring thread's state (ThreadLocalDebugInfo) to the threads that
+// thread's work continues on (autograd's device threads), so measurements
+// on different threads stay apart.
+struct Session : c10::DebugInfoBase {
+  std::mutex mu;
+  std::map<std::string, uint64_t> by_op;
+  bool overflow = false;
+  std::unordered_map<std::string, bool> decomposes;  // by operator name with overload
+  at::CallbackHandle handle = 0;
+};
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
+constexpr std::string_view kSessionName = "FULMEN_FLOP_COUNTER";
+const c10::DebugInfoKind kSession(&kSessionName);
+#else
+// Before 2.13 the slots are a fixed set: the one PyTorch keeps for its tests.
+const c10::DebugInfoKind kSession = c10::DebugInfoKind::TEST_INFO_2;
+#endif
+
+Session* current_session() { return dynamic_cast<Session*>(c10::ThreadLocalDebugInfo::get(kSession)); }
+
+// The operators open on this thread: true for one whose inner calls torch's
+// mode would not see.
+thread_local std::vector<bool> t_open;
+
+using Shape = std::vector<int64_t>;
+
+// A product that remembers whether it left 64 bits.
+struct Count {
+  uint64_t value = 0;
+  bool overflow = false;
+  static Count of(uint64_t v) { return Count{v, false}; }
+  Count times(int64_t x) const {
+    Count out = *this;
+    uint64_t r = 0;
+    if (x < 0 || __builtin_mul_overflow(value, static_cast<uint64_t>(x), &r)) {
+      out.overflow = true;
+      out.value = 0;
+    } else {
+      out.value = r;
+    }
+    return out;
+  }
+  Count times(const Count& o) const {
+    Count out = o.overflow ? Count{0, true} : times(static_cast<int64_t>(o.value));
+    if (o.value > static_cast<uint64_t>(INT64_MAX)) out = Count{0, true};
+    out.overflow = out.overflow || overflow;
+    return out;
+  }
+  Count plus(const Count& o) const {
+    Count out{0, overflow || o.overflow};
+    if (__builtin_add_overflow(value, o.value, &out.value)) {
+      out.overflow = true;
+    }
+    return out;
+  }
+};
+
+Count prod(const Shape& s, size_t from) {
+  Count c = Count::of(1);
+  for (size_t i = from; i < s.size(); ++i) {
+    c = c.times(s[i]);
+  }
+  return c;
+}
+
+// The argument values an operator's formula reads, taken at its start
+// (RecordFunction's inputs are valid only then).
+struct OpContext : at::ObserverContext {
+  bool pushed = false;
+  bool counted = false;
+  std::string name;
+  std::vector<c10::IValue> inputs;
+};
+
+bool has_formula(const std::string& name) {
+  static const char* const NAMES[] = {
+      "aten::mm",
+      "aten::addmm",
+      "aten::bmm",
+      "aten::baddbmm",
+      "aten::_scaled_mm",
+      "aten::convolution",
+      "aten::_convolution",
+      "aten::cudnn_convolution",
+      "aten::convolution_overrideable",
+      "aten::_slow_conv2d_forward",
+      "aten::convolution_backward",
+      "aten::_scaled_dot_product_efficient_attention",
+      "aten::_scaled_dot_product_flash_attention",
+      "aten::_scaled_dot_product_cudnn_attention",
+      "aten::_scaled_dot_product_efficient_attention_backward",
+      "aten::_scaled_dot_product_flash_attention_backward",
+      "aten::_scaled_dot_product_cudnn_attention_backward",
+      "aten::_flash_attention_forward",
+      "aten::_efficient_attention_forward",
+      "aten::_flash_attention_backward",
+      "aten::_efficient_attention_backward",
+  };
+  for (const char* n : NAMES) {
+    if (name == n) return true;
+  }
+  return false;
+}
+
+Shape shape_of(const c10::IValue& v) {
+  if (v.isTensor() && v.toTensor().defined()) {
+    return v.toTensor().sizes().vec();
+  }
+  return {};
+}
+
+Shape arg(const std::vector<c10::IValue>& in, size_t i) { return i < in.size() ? shape_of(in[i]) : Shape{}; }
+
+bool flag(const std::vector<c10::IValue>& in, size_t i) { return i < in.size() && in[i].isBool() && in[i].toBool(); }
+
+// bmm_flop((b, m, k), (b, k, n)) = b * m * n * 2 * k.
+Count bmm(Count b, int64_t m, int64_t k, int64_t n) { return b.times(m).times(n).times(2).times(k); }
+
+Count mm_shapes(const Shape& a, const Shape& b) {
+  if (a.size() != 2 || b.size() != 2) return Count::of(0);
+  return bmm(Count::of(1), a[0], a[1], b[1]);
+}
+
+Count bmm_shapes(const Shape& a, const Shape& b) {
+  if (a.size() != 3 || b.size() != 3) return Count::of(0);
+  return bmm(Count::of(1).times(a[0]), a[1], a[2], b[2]);
+}
+
+// conv_flop_count(x_shape, w_shape, out_shape, transposed).
+Count conv_count(const Shape& x, const Shape& w, const Shape& out, bool transposed) {
+  const Shape& conv = transposed ? x : out;
+  if (x.empty() || w.size() < 2 || conv.size() < 2) return Count::of(0);
+  return prod(conv, 2).times(prod(w, 2)).times(x[0]).times(w[0]).times(w[1]).times(2);
+}
+
+Shape transpose01(const Shape& s) {
+  if (s.size() < 2) return s;
+  Shape t = s;
+  std::swap(t[0], t[1]);
+  return t;
+}
+
+// sdpa_flop_count(query, key, value): [b, h_q, s_q, d_q] x [b, h_kv, s_k, d] x [b, h_kv, s_k, d_v].
+Count sdpa_count(const Shape& q, const Shape& k, const Shape& v) {
+  if (q.size() != 4 || k.size() != 4 || v.size() != 4) return Count::of(0);
+  Count bh = Count::of(1).times(q[0]).times(q[1]);
+  return bmm(bh, q[2], q[3], k[2]).plus(bmm(bh, q[2], k[2], v[3]));
+}
+
+Count sdpa_backward_count(const Shape& g, const Shape& q, const Shape& k, const Shape& v) {
+  if (g.size() != 4 || q.size() != 4 || k.size() != 4 || v.size() != 4) return Count::of(0);
+  Count bh = Count::of(1).times(q[0]).times(q[1]);
+  int64_t s_q = q[2], d_q = q[3], s_k = k[2], d_v = v[3];
+  return bmm(bh, s_q, d_q, s_k)
+      .plus(bmm(bh, s_q, d_v, s_k))
+      .plus(bmm(bh, s_k, s_q, d_v))
+      .plus(bmm(bh, s_q, s_k, d_q))
+      .plus(bmm(bh, d_q, s_q, s_k));
+}
+
+// The lengths of a jagged batch's sequences from its offsets (each the
+// longest where the offsets hold no values: a meta tensor).
+std::vector<int64_t> lengths(const c10::IValue& offsets, const c10::IValue& max_len) {
+  const at::Tensor& o = offsets.toTensor();
+  std::vector<int64_t> out;
+  if (o.dim() != 1 || o.size(0) < 1) return out;
+  if (o.is_meta()) {
+    int64_t m = max_len.isInt() ? max_len.toInt() : 0;
+    out.assign(static_cast<size_t>(o.size(0) - 1), m);
+    return out;
+  }
+  at::Tensor d = o.diff().to(at::kCPU, at::kLong).contiguous();
+  const int64_t* p = d.data_ptr<int64_t>();
+  out.assign(p, p + d.numel());
+  return out;
+}
+
+// _flash_attention_* and _efficient_attention_*: one count per sequence of
+// a jagged batch (`cu` the offsets), else the shapes as they are.
+Count attention(const std::vector<c10::IValue>& in, size_t q, size_t cu_q, size_t cu_k, size_t max_q, size_t max_k,
+                bool four_dim, bool backward) {
+  Shape qs = arg(in, q), ks = arg(in, q + 1), vs = arg(in, q + 2);
+  Shape gs = backward ? arg(in, 0) : Shape{};
+  bool jagged = cu_q < in.size() && in[cu_q].isTensor() && cu_k < in.size() && in[cu_k].isTensor();
+  if (!jagged) {
+    return backward ? sdpa_backward_count(gs, qs, ks, vs) : sdpa_count(qs, ks, vs);
+  }
+  size_t need = four_dim ? 4 : 3;
+  if (qs.size() != need || ks.size() != need || vs.size() != need) return Count::of(0);
+  size_t h = need - 2, d = need - 1;
+  c10::IValue none;
+  auto lq = lengths(in[cu_q], max_q < in.size() ? in[max_q] : none);
+  auto lk = lengths(in[cu_k], max_k < in.size() ? in[max_k] : none);
+  Count total = Count::of(0);
+  for (size_t i = 0; i < lq.size() && i < lk.size(); ++i) {
+    Shape q1{1, qs[h], lq[i], qs[d]}, k1{1, ks[h], lk[i], ks[d]}, v1{1, vs[h], lk[i], vs[d]};
+    total = total.plus(backward ? sdpa_backward_count(q1, q1, k1, v1) : sdpa_count(q1, k1, v1));
+  }
+  return total;
+}
+
+// torch.utils.flop_counter's formula for operator `name`.
+Count formula(const std::string& name, const std::vector<c10::IValue>& in, const std::vector<c10::IValue>& out) {
+  if (name == "aten::mm" || name == "aten::_scaled_mm") return mm_shapes(arg(in, 0), arg(in, 1));
+  if (name == "aten::addmm") return mm_shapes(arg(in, 1), arg(in, 2));
+  if (name == "aten::bmm") return bmm_shapes(arg(in, 0), arg(in, 1));
+  if (name == "aten::baddbmm") return bmm_shapes(arg(in, 1), arg(in, 2));
+  if (name == "aten::convolution_backward") {
+    Shape g = arg(in, 0), x = arg(in, 1), w = arg(in, 2);
+    bool transposed = flag(in, 7);
+    std::vector<bool> mask;
+    if (in.size() > 10 && in[10].isBoolList()) {
+      for (bool b : in[10].toBoolList()) mask.push_back(b);
+    }
+    Count total = Count::of(0);
+    if (!mask.empty() && mask[0] && !out.empty()) {
+      total = total.plus(conv_count(g, w, shape_of(out[0]), !transposed));
+    }
+    if (mask.size() > 1 && mask[1] && out.size() > 1) {
+      Shape gw = transpose01(shape_of(out[1]));
+      total = total.plus(transposed ? conv_count(transpose01(g), transpose01(x), gw, false)
+                                     : conv_count(transpose01(x), transpose01(g), gw, false));
+    }
+    return total;
+  }
+  if (name.find("conv") != std::string::npos) {
+    return conv_count(arg(in, 0), arg(in, 1), out.empty() ? Shape{} : shape_of(out[0]), flag(in, 6));
+  }
+  if (name == "aten::_flash_attention_forward") return attention(in, 0, 3, 4, 5, 6, false, false);
+  if (name == "aten::_efficient_attention_forward") return attention(in, 0, 4, 5, 6, 7, true, false);
+  if (name == "aten::_flash_attention_backward") return attention(in, 1, 6, 7, 8, 9, false, true);
+  if (name == "aten::_efficient_attention_backward") return attention(in, 1, 6, 7, 8, 9, true, true);
+  if (name.size() > 9 && name.compare(name.size() - 9, 9, "_backward") == 0) {
+    return sdpa_backward_count(arg(in, 0), arg(in, 1), arg(in, 2), arg(in, 3));
+  }
+  return sdpa_count(arg(in, 0), arg(in, 1), arg(in, 2));
+}
+
+// Whether torch's mode would see the calls inside `fn`: it has a
+// CompositeImplicitAutograd kernel (decomposed before the mode, or by it).
+bool decomposes(Session& s, const at::RecordFunction& fn) {
+  auto op = fn.operator_name();
+  if (!op) return true;  // not an operator (a user scope)
+  std::string key = op->name + "." + op->overload_name;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.decomposes.find(key);
+    if (it != s.decomposes.end()) return it->second;
+  }
+  auto handle = c10::Dispatcher::singleton().findOp(*op);
+  bool d = handle && handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.decomposes.emplace(key, d);
+  return d;
+}
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  auto ctx = std::make_unique<OpContext>();
+  try {
+    Session* session = current_session();
+    if (session == nullptr) return ctx;
+    bool hidden = false;
+    for (bool opaque : t_open) hidden = hidden || opaque;
+    std::string name = fn.name();
+    bool counted = has_formula(name);
+    t_open.push_back(counted || !decomposes(*session, fn));
+    ctx->pushed = true;
+    if (counted && !hidden) {
+      ctx->counted = true;
+      ctx->name = std::move(name);
+      ctx->inputs.assign(fn.inputs().begin(), fn.inputs().end());
+    }
+  } catch (...) {
+    ctx->counted = false;
+  }
+  return ctx;
+}
+
+void on_end(const at::RecordFunction& fn, at::ObserverContext* c) {
+  auto* ctx = static_cast<OpContext*>(c);
+  if (ctx != nullptr && ctx->pushed && !t_open.empty()) t_open.pop_back();
+  // An operator that failed returns nothing and is not counted, as the
+  // mode counts only what ran.
+  if (ctx == nullptr || !ctx->counted || fn.outputs().empty()) return;
+  try {
+    Session* session = current_session();
+    if (session == nullptr) return;
+    Count n;
+    {
+      // The formula may read a jagged batch's offsets: not observed.
+      at::RecordFunctionGuard off(false);
+      n = formula(ctx->name, ctx->inputs, fn.outputs());
+    }
+    std::lock_guard<std::mutex> lock(session->mu);
+    uint64_t& slot = session->by_op[ctx->name];
+    if (n.overflow || __builtin_add_overflow(slot, n.value, &slot)) session->overflow = true;
+  } catch (...) {
+    // Counting never fails the operator.
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+// Starts counting the FLOPs of the operators this thread runs (and the
+// backward passes it starts); an error while this thread measures already.
+int fulmen_cxx_flops_begin(char* err, size_t err_len) {
+  FULMEN_CXX_TRY
+  if (current_session() != nullptr) {
+    throw std::runtime_error("FLOPs are being measured already on this thread (measurements do not nest)");
+  }
+  auto session = std::make_shared<Session>();
+  session->handle = at::addThreadLocalCallback(at::RecordFunctionCallback(on_start, on_end)
+                                                   .needsInputs(true)
+                                                   .needsOutputs(true)
+                                                   .scopes({at::RecordScope::FUNCTION}));
+  c10::ThreadLocalDebugInfo::_push(kSession, session);
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+// Ends the measurement fulmen_cxx_flops_begin started on this thread:
+// calls on_count(ctx, operator, flops) for every operator counted, and
+// sets *overflow when a count left 64 bits.
+int fulmen_cxx_flops_end(void (*on_count)(void*, const char*, uint64_t), void* ctx, int* overflow, char* err,
+                         size_t err_len) {
+  FULMEN_CXX_TRY
+  Session* open = current_session();
+  if (open == nullptr) {
+    throw std::runtime_error("no FLOP measurement is under way on this thread");
+  }
+  // Nothing more is counted, even when the pop below fails.
+  at::removeCallback(open->handle);
+  // Fails when the measured code left libtorch debug information of its
+  // own above the measurement's (a profiler started and not stopped).
+  auto session = std::dynamic_pointer_cast<Session>(c10::ThreadLocalDebugInfo::_pop(kSession));
+  if (!session) {
+    throw std::runtime_error("the FLOP measurement's state was replaced by the measured code");
+  }
+  std::lock_guard<std::mutex> lock(session->mu);
+  *overflow = session->overflow ? 1 : 0;
+  for (const auto& [name, n] : session->by_op) {
+    on_count(ctx, name.c_str(), n);
+  }
+  FULMEN_CXX_CATCH(err, err_len)
+}
+
+}  // extern "C"

@@ -1,0 +1,117 @@
+//! FLOP counting (`torch.utils.flop_counter.FlopCounterMode`, Lightning's
+//! `measure_flops`): around a host function, or one forward (and backward)
+//! of a model.
+use crate::error::{Error, ErrorCode, Result};
+use crate::ffi::base::callback::host_result;
+use crate::ffi::base::error::{fulmen_error, guard};
+use crate::ffi::nn::model::{fulmen_model, lock, model_arg};
+use crate::ffi::tensor::handle::{fulmen_tensor, tensor_arg, TensorScope};
+use libc::c_void;
+
+/// The code `fulmen_measure_flops` measures: runs what is to be counted
+/// (forwards, backwards, optimizer steps) through fulmen's functions on the
+/// calling thread and returns NULL, or an error, which ends the
+/// measurement with it.
+pub type fulmen_measure_fn = Option<unsafe extern "C" fn(userdata: *mut c_void) -> *mut fulmen_error>;
+
+/// Writes `value` through `out` when the run succeeded.
+///
+/// # Safety
+/// `out` is NULL-checked by the caller and writable.
+unsafe fn write_flops(out: *mut u64, value: Result<u64>) -> Result<()> {
+    let v = value?;
+    out.write(v);
+    Ok(())
+}
+
+/// Fails for a NULL `flops`.
+fn check_flops(flops: *mut u64) -> Result<()> {
+    if flops.is_null() {
+        return Err(Error::new(ErrorCode::NullArgument, "argument `flops` is NULL"));
+    }
+    Ok(())
+}
+
+/// Runs `measured(userdata)` on the calling thread and writes to `*flops` the
+/// floating-point operations of what it ran, counted as PyTorch's
+/// `torch.utils.flop_counter.FlopCounterMode` counts them around the same
+/// code (Lightning's `measure_flops`): matrix products (`mm`, `addmm`,
+/// `bmm`, `baddbmm`, `_scaled_mm`: 2 * m * n * k), convolutions and their
+/// backward, and the fused attention kernels of CUDA (flash, efficient,
+/// cuDNN) and their backward; every other operator counts 0 (elementwise
+/// work, norms, and the CPU's fused attention kernel, as in torch). The
+/// backward passes `measured` starts count too, on whatever thread
+/// autograd runs them. Tensors on the meta device count without computing anything,
+/// where libtorch has meta kernels for their operators (the matrix
+/// products, structured elementwise ones; not convolution, ReLU, embedding
+/// or batch norm, whose meta kernels PyTorch registers in Python).
+///
+/// Ownership: `userdata` stays the host's. `*flops` is written on success
+/// only.
+///
+/// Errors: FULMEN_CODE_NULL_ARGUMENT (`measured` or `flops` NULL),
+/// FULMEN_CODE_INVALID_STATE (called inside a measurement on the same
+/// thread: measurements do not nest, as torch's mode),
+/// FULMEN_CODE_OUT_OF_RANGE (the count exceeds 2^64 - 1), or the error
+/// `measured` returned (its code kept, FULMEN_CODE_CALLBACK for an invalid
+/// one).
+///
+/// Thread rules: any thread; threads measure apart, and operators other
+/// threads run meanwhile are not counted.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_measure_flops(
+    measured: fulmen_measure_fn,
+    userdata: *mut c_void,
+    flops: *mut u64,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let f = measured.ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `measured` is NULL"))?;
+        check_flops(flops)?;
+        let counted = crate::nn::measure_flops(|| {
+            let err = {
+                let _scope = TensorScope::enter();
+                // SAFETY: the host's function with its own userdata, on this thread.
+                unsafe { f(userdata) }
+            };
+            host_result(err, || "the measured function".to_string())
+        });
+        write_flops(flops, counted.map(|(_, c)| c.total))
+    })
+}
+
+/// Lightning's `measure_flops(model, lambda: model(input), lambda y:
+/// y.sum())`: writes to `*flops` the FLOPs of one forward of `model` on
+/// `input` and, when `backward`, of the backward of the output's sum to the
+/// model's trainable parameters, counted as `fulmen_measure_flops` counts.
+/// The model's state is left as it was: no gradient is written (the
+/// backward hands them back, as `torch.autograd.grad`), its buffers
+/// (BatchNorm statistics) and the CPU's random state are put back; a CUDA
+/// generator advances as after any forward with dropout. Divide by the
+/// batch's samples for FLOPs per sample, or pass the count
+/// to `fulmen_trainer_add_throughput_monitor_flops`.
+///
+/// Ownership: borrows `model` and `input`. `*flops` is written on success
+/// only.
+///
+/// Errors: FULMEN_CODE_NULL_ARGUMENT, FULMEN_CODE_INVALID_HANDLE,
+/// FULMEN_CODE_INVALID_STATE (inside a measurement on the same thread, or
+/// the model is in use), the forward's errors as `fulmen_model_forward`
+/// gives them, FULMEN_CODE_OUT_OF_RANGE (the count exceeds 2^64 - 1).
+///
+/// Thread rules: any thread; the model is locked for the call.
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_model_measure_flops(
+    model: *const fulmen_model,
+    input: *const fulmen_tensor,
+    backward: bool,
+    flops: *mut u64,
+) -> *mut fulmen_error {
+    guard!(|| {
+        check_flops(flops)?;
+        let m = model_arg(model, "model")?;
+        let x = tensor_arg(input, "input")?;
+        let guard = lock(&m)?;
+        let counted = crate::nn::measure_model_flops(&guard, &x, backward);
+        write_flops(flops, counted.map(|c| c.total))
+    })
+}

@@ -1,0 +1,95 @@
+/*
+ * The fulmen side of tests/interop/flops_parity.py: measures a model's
+ * FLOPs as Lightning's measure_flops(model, lambda: model(x), lambda y:
+ * y.sum()) does, forward only and with backward, and through
+ * fulmen_measure_flops around a host's forward and backward.
+ *
+ *   flops_parity [--cuda] MODEL (torchscript|exported) (float|long) DIM...
+ *
+ * Prints "forward N", "backward N" and "host N" lines. The input holds ones
+ * (FLOPs depend on shapes only). With --cuda the model and input are moved
+ * to cuda:0 first (the GPU kit's flops-cuda: CUDA's attention kernels).
+ */
+#include <fulmen.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TRY(call)                                                                         \
+    do {                                                                                  \
+        fulmen_error *e_ = (call);                                                        \
+        if (e_) {                                                                         \
+            fprintf(stderr, "flops_parity: %s: %s\n", #call, fulmen_error_message(e_)); \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+typedef struct {
+    fulmen_model *model;
+    const fulmen_tensor *input;
+} forward_call;
+
+/* What fulmen_measure_flops measures: one forward and its backward, as a
+ * host's own step would run them. */
+static fulmen_error *forward_backward(void *userdata) {
+    forward_call *c = userdata;
+    fulmen_tensor *y = NULL, *loss = NULL;
+    fulmen_error *e = fulmen_model_forward(c->model, c->input, &y);
+    if (!e) e = fulmen_tensor_sum(y, &loss);
+    if (!e) e = fulmen_tensor_backward(loss);
+    fulmen_tensor_free(loss);
+    fulmen_tensor_free(y);
+    return e;
+}
+
+static fulmen_model *load(const char *path, const char *kind) {
+    fulmen_model *m = NULL;
+    if (strcmp(kind, "torchscript") == 0) {
+        TRY(fulmen_model_load_torchscript(path, &m));
+    } else {
+        TRY(fulmen_model_load_exported(path, &m));
+    }
+    return m;
+}
+
+int main(int argc, char **argv) {
+    int cuda = argc > 1 && strcmp(argv[1], "--cuda") == 0;
+    if (cuda) {
+        argv++;
+        argc--;
+    }
+    if (argc < 5) {
+        fprintf(stderr, "usage: flops_parity [--cuda] MODEL (torchscript|exported) (float|long) DIM...\n");
+        return 2;
+    }
+    int64_t shape[8];
+    size_t ndim = 0;
+    for (int i = 4; i < argc && ndim < 8; i++) shape[ndim++] = strtoll(argv[i], NULL, 10);
+    int32_t dtype = strcmp(argv[3], "long") == 0 ? FULMEN_DTYPE_I64 : FULMEN_DTYPE_F32;
+
+    fulmen_tensor *x = NULL;
+    TRY(fulmen_tensor_ones(shape, ndim, dtype, &x));
+    if (cuda) {
+        fulmen_tensor *on_device = NULL;
+        TRY(fulmen_tensor_to_device(x, FULMEN_DEVICE_TYPE_CUDA, 0, &on_device));
+        fulmen_tensor_free(x);
+        x = on_device;
+    }
+    uint64_t n = 0;
+
+    fulmen_model *model = load(argv[1], argv[2]);
+    if (cuda) TRY(fulmen_model_to_device(model, FULMEN_DEVICE_TYPE_CUDA, 0));
+    TRY(fulmen_model_measure_flops(model, x, false, &n));
+    printf("forward %llu\n", (unsigned long long)n);
+    TRY(fulmen_model_measure_flops(model, x, true, &n));
+    printf("backward %llu\n", (unsigned long long)n);
+    forward_call call = {model, x};
+    TRY(fulmen_measure_flops(forward_backward, &call, &n));
+    printf("host %llu\n", (unsigned long long)n);
+
+    fulmen_model_free(model);
+
+    fulmen_tensor_free(x);
+    return 0;
+}

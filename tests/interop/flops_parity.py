@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""fulmen counts a model's FLOPs as PyTorch's FlopCounterMode does
+(Lightning's `measure_flops`).
+
+    python flops_parity.py --binary build/interop/flops_parity [--work DIR] [--device cuda]
+
+Each model (an MLP with BatchNorm, a CNN, a transposed convolution, a
+GPT block with scaled_dot_product_attention and one with attention as
+matrix products) is measured in PyTorch with
+`lightning.fabric.utilities.throughput.measure_flops`, forward only and
+with the backward of the output's sum. fulmen loads the same module as
+TorchScript and as a torch.export program and measures it through
+`fulmen_model_measure_flops`, and through
+`fulmen_measure_flops` around a host's forward and backward: every count
+must equal PyTorch's exactly. With --device cuda (the GPU kit's
+flops-cuda) both sides run on cuda:0, where attention takes CUDA's fused
+kernels and their formulas.
+"""
+import argparse
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from fulmen_export import export_for_fulmen  # noqa: E402
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(20, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, stride=2, groups=2), nn.ReLU())
+        self.head = nn.Linear(16 * 6 * 6, 10)
+
+    def forward(self, x):
+        return self.head(self.features(x).flatten(1))
+
+
+class Upsampler(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1)
+        self.conv = nn.Conv1d(2, 3, 5)
+
+    def forward(self, x):
+        y = self.up(x)
+        return self.conv(y.flatten(2))
+
+
+class Block(nn.Module):
+    """A GPT block: causal self-attention, through SDPA or as matrix products."""
+
+    def __init__(self, fused):
+        super().__init__()
+        self.fused = fused
+        self.embed = nn.Embedding(50, 32)
+        self.qkv = nn.Linear(32, 96)
+        self.proj = nn.Linear(32, 32)
+        self.mlp = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32))
+        self.norm = nn.LayerNorm(32)
+        self.head = nn.Linear(32, 50, bias=False)
+
+    def forward(self, idx):
+        x = self.embed(idx)
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.norm(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, 4, c // 4).transpose(1, 2) for z in (q, k, v))
+        if self.fused:
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(c // 4)
+            mask = torch.ones(t, t, dtype=torch.bool).tril()
+            a = scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, c))
+        x = x + self.mlp(self.norm(x))
+        return self.head(x)
+
+
+# (name, module, input dtype, input shape)
+MODELS = [
+    ("mlp", MLP, "float", [32, 20]),
+    ("cnn", CNN, "float", [16, 1, 28, 28]),
+    ("upsampler", Upsampler, "float", [2, 4, 8, 8]),
+    ("gpt_sdpa", lambda: Block(True), "long", [4, 16]),
+    ("gpt_matmul", lambda: Block(False), "long", [4, 16]),
+]
+
+
+def torch_counts(module, x):
+    from lightning.fabric.utilities.throughput import measure_flops
+
+    forward = measure_flops(module, lambda: module(x))
+    backward = measure_flops(module, lambda: module(x), lambda y: y.sum())
+    return forward, backward
+
+
+def fulmen_counts(binary, device, path, kind, dtype, shape):
+    cuda = ["--cuda"] if device == "cuda" else []
+    out = subprocess.run([binary, *cuda, path, kind, dtype, *map(str, shape)], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"flops_parity: {kind} {path} failed:\n{out.stderr}")
+    return {k: int(v) for k, v in (line.split() for line in out.stdout.split("\n") if line)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", required=True)
+    ap.add_argument("--work")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    args = ap.parse_args()
+    work = args.work or tempfile.mkdtemp(prefix="fulmen-flops-")
+    os.makedirs(work, exist_ok=True)
+    try:
+        for name, build, dtype, shape in MODELS:
+            torch.manual_seed(0)
+            module = build().train()
+            x = torch.ones(shape, dtype=torch.long if dtype == "long" else torch.float32)
+            forward, backward = torch_counts(module.to(args.device), x.to(args.device))
+            module.to("cpu")
+            if forward <= 0 or backward <= forward:
+                sys.exit(f"flops_parity: {name}: PyTorch counted {forward} / {backward}")
+            script = os.path.join(work, f"{name}.pt")
+            torch.jit.script(module).save(script)
+            exported = os.path.join(work, f"{name}.pt2")
+            export_for_fulmen(module, (x,), exported, programs=("forward",), forward_example=(x,))
+            want = {"forward": forward, "backward": backward, "host": backward}
+            for kind, path in (("torchscript", script), ("exported", exported)):
+                got = fulmen_counts(args.binary, args.device, path, kind, dtype, shape)
+                if got != want:
+                    sys.exit(f"flops_parity: {name} as {kind}: fulmen counted {got}, PyTorch {want}")
+            print(f"flops_parity: {name}: {forward} forward, {backward} with backward, equal in fulmen "
+                  f"(TorchScript and torch.export, {args.device})")
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    print("flops_parity: every count equals PyTorch's FlopCounterMode")
+
+
+if __name__ == "__main__":
+    main()
