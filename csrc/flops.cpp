@@ -13,6 +13,7 @@
 // mode sees.
 #include "fulmen_cxx.h"
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -42,6 +43,10 @@ struct Session : c10::DebugInfoBase {
   bool overflow = false;
   std::unordered_map<std::string, bool> decomposes;  // by operator name with overload
   at::CallbackHandle handle = 0;
+  // Ended, though still in the thread's debug information (its pop failed
+  // while other information lay above it): counts nothing, and the next
+  // measurement on the thread pops it first.
+  std::atomic<bool> closed{false};
 };
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
@@ -52,7 +57,11 @@ const c10::DebugInfoKind kSession(&kSessionName);
 const c10::DebugInfoKind kSession = c10::DebugInfoKind::TEST_INFO_2;
 #endif
 
-Session* current_session() { return dynamic_cast<Session*>(c10::ThreadLocalDebugInfo::get(kSession)); }
+// The measurement under way on this thread, if any.
+Session* current_session() {
+  auto* s = dynamic_cast<Session*>(c10::ThreadLocalDebugInfo::get(kSession));
+  return s != nullptr && !s->closed.load() ? s : nullptr;
+}
 
 // The operators open on this thread: true for one whose inner calls torch's
 // mode would not see.
@@ -147,6 +156,10 @@ Shape shape_of(const c10::IValue& v) {
 
 Shape arg(const std::vector<c10::IValue>& in, size_t i) { return i < in.size() ? shape_of(in[i]) : Shape{}; }
 
+bool has_tensor(const std::vector<c10::IValue>& in, size_t i) {
+  return i < in.size() && in[i].isTensor() && in[i].toTensor().defined();
+}
+
 bool flag(const std::vector<c10::IValue>& in, size_t i) { return i < in.size() && in[i].isBool() && in[i].toBool(); }
 
 // bmm_flop((b, m, k), (b, k, n)) = b * m * n * 2 * k.
@@ -217,7 +230,8 @@ Count attention(const std::vector<c10::IValue>& in, size_t q, size_t cu_q, size_
                 bool four_dim, bool backward) {
   Shape qs = arg(in, q), ks = arg(in, q + 1), vs = arg(in, q + 2);
   Shape gs = backward ? arg(in, 0) : Shape{};
-  bool jagged = cu_q < in.size() && in[cu_q].isTensor() && cu_k < in.size() && in[cu_k].isTensor();
+  // An undefined tensor (None in Python) boxes as a tensor too.
+  bool jagged = has_tensor(in, cu_q) && has_tensor(in, cu_k);
   if (!jagged) {
     return backward ? sdpa_backward_count(gs, qs, ks, vs) : sdpa_count(qs, ks, vs);
   }
@@ -346,12 +360,28 @@ int fulmen_cxx_flops_begin(char* err, size_t err_len) {
   if (current_session() != nullptr) {
     throw std::runtime_error("FLOPs are being measured already on this thread (measurements do not nest)");
   }
+  auto* stale = dynamic_cast<Session*>(c10::ThreadLocalDebugInfo::get(kSession));
+  if (stale != nullptr) {
+    // An earlier measurement whose pop failed (see fulmen_cxx_flops_end).
+    try {
+      c10::ThreadLocalDebugInfo::_pop(kSession);
+    } catch (const c10::Error&) {
+      throw std::runtime_error(
+          "an earlier FLOP measurement on this thread could not end: libtorch state the measured code left "
+          "(a profiler started and not stopped) still lies above it");
+    }
+  }
   auto session = std::make_shared<Session>();
-  session->handle = at::addThreadLocalCallback(at::RecordFunctionCallback(on_start, on_end)
-                                                   .needsInputs(true)
-                                                   .needsOutputs(true)
-                                                   .scopes({at::RecordScope::FUNCTION}));
   c10::ThreadLocalDebugInfo::_push(kSession, session);
+  try {
+    session->handle = at::addThreadLocalCallback(at::RecordFunctionCallback(on_start, on_end)
+                                                     .needsInputs(true)
+                                                     .needsOutputs(true)
+                                                     .scopes({at::RecordScope::FUNCTION}));
+  } catch (...) {
+    c10::ThreadLocalDebugInfo::_pop(kSession);
+    throw;
+  }
   FULMEN_CXX_CATCH(err, err_len)
 }
 
@@ -367,6 +397,7 @@ int fulmen_cxx_flops_end(void (*on_count)(void*, const char*, uint64_t), void* c
   }
   // Nothing more is counted, even when the pop below fails.
   at::removeCallback(open->handle);
+  open->closed.store(true);
   // Fails when the measured code left libtorch debug information of its
   // own above the measurement's (a profiler started and not stopped).
   auto session = std::dynamic_pointer_cast<Session>(c10::ThreadLocalDebugInfo::_pop(kSession));

@@ -423,7 +423,9 @@ struct fulmen_error *fulmen_measure_flops(fulmen_measure_fn measured,
  * Lightning's `measure_flops(model, lambda: model(input), lambda y:
  * y.sum())`: writes to `*flops` the FLOPs of one forward of `model` on
  * `input` and, when `backward`, of the backward of the output's sum to the
- * model's trainable parameters, counted as `fulmen_measure_flops` counts.
+ * model's trainable parameters (and to `input` when it requires a
+ * gradient, as `.backward()` reaches it), counted as
+ * `fulmen_measure_flops` counts.
  * The model's state is left as it was: no gradient is written (the
  * backward hands them back, as `torch.autograd.grad`), its buffers
  * (BatchNorm statistics) and the CPU's random state are put back; a CUDA

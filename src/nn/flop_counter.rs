@@ -96,35 +96,70 @@ pub fn measure_flops<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, FlopCounts)
 
 /// Lightning's `measure_flops(model, lambda: model(x), lambda y: y.sum())`:
 /// the FLOPs of one forward of `model` on `input`, and with `backward` of
-/// the backward of its output's sum to the trainable parameters. The
+/// the backward of its output's sum (to every leaf that needs a gradient:
+/// the trainable parameters, and the input when it needs one). The
 /// model's gradients are not touched (the backward returns them, as
 /// `torch.autograd.grad` does), and its buffers (BatchNorm statistics) and
 /// the CPU's random state are put back, so a measurement changes nothing
 /// a later step computes. A CUDA generator advances as after a forward with
 /// dropout.
 pub fn measure_model_flops(model: &Module, input: &Tensor, backward: bool) -> Result<FlopCounts> {
-    let buffers: Vec<(Tensor, Tensor)> =
-        model.named_buffers().into_iter().map(|(_, b)| (b.shallow_clone(), b.detach().copy())).collect();
-    let rng = crate::tensor::runtime::cpu_rng_state().ctx("the random state")?;
-    let measured = measure_flops(|| {
+    let state = Untouched::take(model)?;
+    let (_, counts) = measure_flops(|| {
         let y = model.forward(input)?;
         if backward {
-            let params: Vec<Tensor> = model.parameters().into_iter().filter(Tensor::requires_grad).collect();
+            // `.backward()` reaches every leaf that needs a gradient: the
+            // trainable parameters, and the input when it needs one.
+            let mut leaves: Vec<Tensor> = model.parameters().into_iter().filter(Tensor::requires_grad).collect();
+            if input.requires_grad() {
+                leaves.push(input.shallow_clone());
+            }
             let loss = y.f_sum(y.kind())?;
-            if !params.is_empty() && loss.requires_grad() {
-                Tensor::f_run_backward(&[loss], &params, false, false)?;
+            if !leaves.is_empty() && loss.requires_grad() {
+                Tensor::f_run_backward(&[loss], &leaves, false, false)?;
             }
         }
         Ok(())
-    });
-    let restored = tch::no_grad(|| -> Result<()> {
-        for (live, saved) in &buffers {
-            live.shallow_clone().f_copy_(saved)?;
-        }
-        Ok(())
-    })
-    .and_then(|()| crate::tensor::runtime::set_cpu_rng_state(&rng).ctx("restoring the random state"));
-    let (_, counts) = measured?;
-    restored?;
+    })?;
+    state.restore()?;
     Ok(counts)
+}
+
+/// A model's buffers and the CPU's random state, put back by `restore` or,
+/// on an early return or a panic, when dropped.
+struct Untouched {
+    buffers: Vec<(Tensor, Tensor)>,
+    rng: Tensor,
+    restored: bool,
+}
+
+impl Untouched {
+    fn take(model: &Module) -> Result<Untouched> {
+        let buffers = model.named_buffers().into_iter().map(|(_, b)| (b.shallow_clone(), b.detach().copy())).collect();
+        let rng = crate::tensor::runtime::cpu_rng_state().ctx("the random state")?;
+        Ok(Untouched { buffers, rng, restored: false })
+    }
+
+    fn put_back(&mut self) -> Result<()> {
+        self.restored = true;
+        tch::no_grad(|| -> Result<()> {
+            for (live, saved) in &self.buffers {
+                live.shallow_clone().f_copy_(saved)?;
+            }
+            Ok(())
+        })?;
+        crate::tensor::runtime::set_cpu_rng_state(&self.rng).ctx("restoring the random state")
+    }
+
+    fn restore(mut self) -> Result<()> {
+        self.put_back()
+    }
+}
+
+impl Drop for Untouched {
+    fn drop(&mut self) {
+        if !self.restored {
+            let _ = self.put_back();
+        }
+    }
 }

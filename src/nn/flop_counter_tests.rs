@@ -47,6 +47,16 @@ fn a_model_counts_its_forward_and_backward_without_touching_its_state() {
 }
 
 #[test]
+fn an_input_that_needs_a_gradient_gets_one_as_backward_gives_it() {
+    let m = mlp();
+    let x = Tensor::ones([32, 8], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+    let forward = 32 * 16 * 2 * 8 + 32 * 4 * 2 * 16;
+    let c = measure_model_flops(&m, &x, true).unwrap();
+    assert_eq!(c.total, 3 * forward);
+    assert!(!x.grad().defined(), "no gradient is written");
+}
+
+#[test]
 fn convolutions_count_by_output_positions() {
     let m = Module::conv2d(3, 4, [3, 3], [1, 1], [1, 1], [1, 1], 1, true).unwrap();
     let x = Tensor::ones([2, 3, 6, 6], (Kind::Float, Device::Cpu));

@@ -6,7 +6,9 @@
  *
  *   flops_parity [--cuda] MODEL (torchscript|exported) (float|long) DIM...
  *
- * Prints "forward N", "backward N" and "host N" lines. The input holds ones
+ * Prints "forward N", "backward N" and "host N" lines, and for a float
+ * input "backward_input N" (the input requiring a gradient, which the
+ * backward then computes too). The input holds ones
  * (FLOPs depend on shapes only). With --cuda the model and input are moved
  * to cuda:0 first (the GPU kit's flops-cuda: CUDA's attention kernels).
  */
@@ -87,6 +89,11 @@ int main(int argc, char **argv) {
     forward_call call = {model, x};
     TRY(fulmen_measure_flops(forward_backward, &call, &n));
     printf("host %llu\n", (unsigned long long)n);
+    if (dtype == FULMEN_DTYPE_F32) {
+        TRY(fulmen_tensor_set_requires_grad(x, true));
+        TRY(fulmen_model_measure_flops(model, x, true, &n));
+        printf("backward_input %llu\n", (unsigned long long)n);
+    }
 
     fulmen_model_free(model);
 

@@ -8,7 +8,8 @@ Each model (an MLP with BatchNorm, a CNN, a transposed convolution, a
 GPT block with scaled_dot_product_attention and one with attention as
 matrix products) is measured in PyTorch with
 `lightning.fabric.utilities.throughput.measure_flops`, forward only and
-with the backward of the output's sum. fulmen loads the same module as
+with the backward of the output's sum (and, for float inputs, with the
+input requiring a gradient too). fulmen loads the same module as
 TorchScript and as a torch.export program and measures it through
 `fulmen_model_measure_flops`, and through
 `fulmen_measure_flops` around a host's forward and backward: every count
@@ -104,11 +105,16 @@ MODELS = [
 
 
 def torch_counts(module, x):
+    """Forward only, with backward, and (float inputs) with backward to an
+    input that requires a gradient too."""
     from lightning.fabric.utilities.throughput import measure_flops
 
     forward = measure_flops(module, lambda: module(x))
     backward = measure_flops(module, lambda: module(x), lambda y: y.sum())
-    return forward, backward
+    if not x.is_floating_point():
+        return forward, backward, None
+    x_grad = x.clone().requires_grad_()
+    return forward, backward, measure_flops(module, lambda: module(x_grad), lambda y: y.sum())
 
 
 def fulmen_counts(binary, device, path, kind, dtype, shape):
@@ -132,7 +138,7 @@ def main():
             torch.manual_seed(0)
             module = build().train()
             x = torch.ones(shape, dtype=torch.long if dtype == "long" else torch.float32)
-            forward, backward = torch_counts(module.to(args.device), x.to(args.device))
+            forward, backward, backward_input = torch_counts(module.to(args.device), x.to(args.device))
             module.to("cpu")
             if forward <= 0 or backward <= forward:
                 sys.exit(f"flops_parity: {name}: PyTorch counted {forward} / {backward}")
@@ -141,6 +147,10 @@ def main():
             exported = os.path.join(work, f"{name}.pt2")
             export_for_fulmen(module, (x,), exported, programs=("forward",), forward_example=(x,))
             want = {"forward": forward, "backward": backward, "host": backward}
+            if backward_input is not None:
+                if backward_input <= backward:
+                    sys.exit(f"flops_parity: {name}: the input's gradient added nothing ({backward_input})")
+                want["backward_input"] = backward_input
             for kind, path in (("torchscript", script), ("exported", exported)):
                 got = fulmen_counts(args.binary, args.device, path, kind, dtype, shape)
                 if got != want:
