@@ -13,6 +13,7 @@
 // mode sees.
 #include "fulmen_cxx.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -22,6 +23,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -207,20 +209,21 @@ Count sdpa_backward_count(const Shape& g, const Shape& q, const Shape& k, const 
       .plus(bmm(bh, d_q, s_q, s_k));
 }
 
-// The lengths of a jagged batch's sequences from its offsets (each the
-// longest where the offsets hold no values: a meta tensor).
-std::vector<int64_t> lengths(const c10::IValue& offsets, const c10::IValue& max_len) {
+// The lengths of a jagged batch's sequences from its offsets, as (length,
+// how many sequences have it) runs: on a meta tensor, which holds no
+// values, every sequence has the longest length (one run, however many
+// sequences the tensor claims).
+std::vector<std::pair<int64_t, int64_t>> lengths(const c10::IValue& offsets, const c10::IValue& max_len) {
   const at::Tensor& o = offsets.toTensor();
-  std::vector<int64_t> out;
-  if (o.dim() != 1 || o.size(0) < 1) return out;
+  std::vector<std::pair<int64_t, int64_t>> out;
+  if (o.dim() != 1 || o.size(0) < 2) return out;
   if (o.is_meta()) {
-    int64_t m = max_len.isInt() ? max_len.toInt() : 0;
-    out.assign(static_cast<size_t>(o.size(0) - 1), m);
+    out.emplace_back(max_len.isInt() ? max_len.toInt() : 0, o.size(0) - 1);
     return out;
   }
   at::Tensor d = o.diff().to(at::kCPU, at::kLong).contiguous();
   const int64_t* p = d.data_ptr<int64_t>();
-  out.assign(p, p + d.numel());
+  for (int64_t i = 0; i < d.numel(); ++i) out.emplace_back(p[i], 1);
   return out;
 }
 
@@ -243,8 +246,10 @@ Count attention(const std::vector<c10::IValue>& in, size_t q, size_t cu_q, size_
   auto lk = lengths(in[cu_k], max_k < in.size() ? in[max_k] : none);
   Count total = Count::of(0);
   for (size_t i = 0; i < lq.size() && i < lk.size(); ++i) {
-    Shape q1{1, qs[h], lq[i], qs[d]}, k1{1, ks[h], lk[i], ks[d]}, v1{1, vs[h], lk[i], vs[d]};
-    total = total.plus(backward ? sdpa_backward_count(q1, q1, k1, v1) : sdpa_count(q1, k1, v1));
+    int64_t len_q = lq[i].first, len_k = lk[i].first;
+    Shape q1{1, qs[h], len_q, qs[d]}, k1{1, ks[h], len_k, ks[d]}, v1{1, vs[h], len_k, vs[d]};
+    Count one = backward ? sdpa_backward_count(q1, q1, k1, v1) : sdpa_count(q1, k1, v1);
+    total = total.plus(one.times(std::min(lq[i].second, lk[i].second)));
   }
   return total;
 }

@@ -1,9 +1,10 @@
 //! FLOP counting (`torch.utils.flop_counter.FlopCounterMode`, Lightning's
 //! `measure_flops`): around a host function, or one forward (and backward)
 //! of a model.
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, ErrorCode};
 use crate::ffi::base::callback::host_result;
 use crate::ffi::base::error::{fulmen_error, guard};
+use crate::ffi::base::handle::{check_out, write_out};
 use crate::ffi::nn::model::{fulmen_model, lock, model_arg};
 use crate::ffi::tensor::handle::{fulmen_tensor, tensor_arg, TensorScope};
 use libc::c_void;
@@ -13,24 +14,6 @@ use libc::c_void;
 /// calling thread and returns NULL, or an error, which ends the
 /// measurement with it.
 pub type fulmen_measure_fn = Option<unsafe extern "C" fn(userdata: *mut c_void) -> *mut fulmen_error>;
-
-/// Writes `value` through `out` when the run succeeded.
-///
-/// # Safety
-/// `out` is NULL-checked by the caller and writable.
-unsafe fn write_flops(out: *mut u64, value: Result<u64>) -> Result<()> {
-    let v = value?;
-    out.write(v);
-    Ok(())
-}
-
-/// Fails for a NULL `flops`.
-fn check_flops(flops: *mut u64) -> Result<()> {
-    if flops.is_null() {
-        return Err(Error::new(ErrorCode::NullArgument, "argument `flops` is NULL"));
-    }
-    Ok(())
-}
 
 /// Runs `measured(userdata)` on the calling thread and writes to `*flops` the
 /// floating-point operations of what it ran, counted as PyTorch's
@@ -66,16 +49,16 @@ pub unsafe extern "C" fn fulmen_measure_flops(
 ) -> *mut fulmen_error {
     guard!(|| {
         let f = measured.ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `measured` is NULL"))?;
-        check_flops(flops)?;
-        let counted = crate::nn::measure_flops(|| {
+        check_out(flops, "flops")?;
+        let (_, counts) = crate::nn::measure_flops(|| {
             let err = {
                 let _scope = TensorScope::enter();
                 // SAFETY: the host's function with its own userdata, on this thread.
                 unsafe { f(userdata) }
             };
             host_result(err, || "the measured function".to_string())
-        });
-        write_flops(flops, counted.map(|(_, c)| c.total))
+        })?;
+        write_out(flops, "flops", counts.total)
     })
 }
 
@@ -109,11 +92,11 @@ pub unsafe extern "C" fn fulmen_model_measure_flops(
     flops: *mut u64,
 ) -> *mut fulmen_error {
     guard!(|| {
-        check_flops(flops)?;
+        check_out(flops, "flops")?;
         let m = model_arg(model, "model")?;
         let x = tensor_arg(input, "input")?;
         let guard = lock(&m)?;
-        let counted = crate::nn::measure_model_flops(&guard, &x, backward);
-        write_flops(flops, counted.map(|c| c.total))
+        let counts = crate::nn::measure_model_flops(&guard, &x, backward)?;
+        write_out(flops, "flops", counts.total)
     })
 }
