@@ -26,8 +26,11 @@ PyTorch eager.
     python3 bench/workloads.py --accelerator cuda                 # the GPU kit
     .deps/venv/bin/python bench/workloads.py --size tiny --repeats 1 --out /tmp/w.md   # CPU check
 
-A contender that fails stops the benchmark with its command and stderr and
-nothing is written, unless --optional names it: its rows then say why.
+A contender that fails stops the benchmark with its command and stderr,
+unless --optional names it (its rows then say why); stopped so, or by
+SIGTERM or SIGINT (a time limit), it still writes the table of what it
+measured, with why it stopped, and exits with 1. --jsonl gets each run as
+it ends.
 `--check-graphs` runs fulmen-c-graphs on fulmen's fake device first (each
 workload; its capture records and replays as CUDA's) and fails unless it
 trains: the harness's own test on a machine without a GPU.
@@ -37,6 +40,7 @@ import datetime
 import json
 import os
 import shlex
+import signal
 import statistics
 import sys
 
@@ -206,15 +210,22 @@ def markdown(a, runs, stats, peak_text, meta, failed):
     return "\n".join(lines)
 
 
+def stop_on_signal(signum, _frame):
+    raise Failed(f"stopped by {signal.Signals(signum).name}")
+
+
 def main():
     a = parse_args()
     if not os.path.exists(a.binary) and any(c.startswith("fulmen") for c in a.contenders):
         print(f"workloads: {a.binary} is missing (make {os.path.relpath(a.binary, ROOT)})", file=sys.stderr)
         return 1
+    signal.signal(signal.SIGTERM, stop_on_signal)
+    signal.signal(signal.SIGINT, stop_on_signal)
+    runs, failed, stopped = [], {}, None
+    jsonl = open(a.jsonl, "w") if a.jsonl else None
     try:
         if a.check_graphs:
             check_graphs(a)
-        runs, failed = [], {}
         for repeat in range(a.repeats):
             for w in a.workloads:
                 for c in a.contenders:
@@ -222,6 +233,9 @@ def main():
                         continue
                     r = run(a, c, w, repeat)
                     runs.append(r)
+                    if jsonl:
+                        jsonl.write(json.dumps(r) + "\n")
+                        jsonl.flush()
                     print(f"{c} {w} repeat {repeat}: {'ok' if r['ok'] else 'FAILED'} ({r['wall']:.1f} s)",
                           file=sys.stderr)
                     if not r["ok"]:
@@ -229,21 +243,27 @@ def main():
                             raise Failed(f"{c} on {w} failed: {r['why']}")
                         failed[(c, w)] = r["why"].splitlines()[0]
     except Failed as e:
+        stopped = str(e)
         print(f"workloads: {e}", file=sys.stderr)
-        return 1
-    peak, peak_text = peak_flops(a)
-    stats = summarize(runs, a, peak)
-    meta = dict(when=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                command="python " + shlex.join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]]),
-                versions=versions(argparse.Namespace(python=a.python)))
-    with open(a.out, "w") as f:
-        f.write(markdown(a, runs, stats, peak_text, meta, failed))
-    if a.jsonl:
-        with open(a.jsonl, "w") as f:
-            for r in runs:
-                f.write(json.dumps(r) + "\n")
-    print(f"wrote {a.out}", file=sys.stderr)
-    return 0
+    finally:
+        if jsonl:
+            jsonl.close()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if a.out and (runs or not stopped):
+        peak, peak_text = peak_flops(a)
+        stats = summarize(runs, a, peak)
+        meta = dict(when=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                    command="python " + shlex.join([os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]]),
+                    versions=versions(argparse.Namespace(python=a.python)))
+        text = markdown(a, runs, stats, peak_text, meta, failed)
+        if stopped:
+            first = stopped.splitlines()[0]
+            text += f"\n**Incomplete**: the benchmark stopped ({first}); the rows without numbers were not run.\n"
+        with open(a.out, "w") as f:
+            f.write(text)
+        print(f"wrote {a.out}", file=sys.stderr)
+    return 1 if stopped else 0
 
 
 if __name__ == "__main__":

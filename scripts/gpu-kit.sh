@@ -206,9 +206,9 @@ cc "${cflags[@]/-O1/-O2}" "$root/tests/interop/flops_parity.c" -o "$bundle/build
     2> >(grep -v "not found (try using -rpath or -rpath-link)" >&2)
 strip "$bundle/build/interop/flops_parity"
 cp "$deps/data/mnist_5k.csv.gz" "$bundle/data/" 2>/dev/null || say "no MNIST data in .deps/data (make deps): the example will be skipped"
-cp "$root"/tests/fixtures/* "$bundle/fixtures/"
-cp "$root/tests/gpu/run.sh" "$bundle/run.sh"
-chmod +x "$bundle/run.sh"
+cp -r "$root"/tests/fixtures/. "$bundle/fixtures/"
+cp "$root/tests/gpu/run.sh" "$root/tests/gpu/lease.sh" "$bundle/"
+chmod +x "$bundle/run.sh" "$bundle/lease.sh"
 git -C "$root" rev-parse HEAD > "$bundle/commit" 2>/dev/null || echo unknown > "$bundle/commit"
 echo "$version" > "$bundle/torch-version"
 size=$(du -sb "$bundle" | cut -f1)
