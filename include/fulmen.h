@@ -27,8 +27,8 @@
 #include "fulmen/trainer.h"
 #include "fulmen/after_run.h"
 #include "fulmen/callbacks.h"
-#include "fulmen/callback_list.h"
 #include "fulmen/prediction.h"
+#include "fulmen/callback_list.h"
 #include "fulmen/loggers.h"
 
 #endif  /* FULMEN_H */

@@ -59,13 +59,11 @@ type PredictionValueWriter struct {
 func (t *Trainer) AddPredictionValueWriter(writeInterval string, w PredictionValueWriter) error {
 	wi := optCString(writeInterval)
 	defer freeCString(wi)
-	h := cgo.NewHandle(w)
-	err := check(C.fulmen_go_add_prediction_value_writer(t.ptr(), wi, C.bool(w.WriteOnBatchEnd != nil),
-		C.bool(w.WriteOnEpochEnd != nil), C.uintptr_t(h)))
+	err := withHandle(w, func(h C.uintptr_t) cErr {
+		return C.fulmen_go_add_prediction_value_writer(t.ptr(), wi, C.bool(w.WriteOnBatchEnd != nil),
+			C.bool(w.WriteOnEpochEnd != nil), h)
+	})
 	runtime.KeepAlive(t)
-	if err != nil {
-		h.Delete() // the library does not call userdata_free on failure
-	}
 	return err
 }
 

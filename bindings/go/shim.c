@@ -497,6 +497,27 @@ fulmen_error *fulmen_go_add_prediction_value_writer(fulmen_trainer *trainer, con
                                                       free_handle);
 }
 
+fulmen_error *fulmen_go_callback_list_add_backbone_finetuning_lambda(fulmen_callback_list *list,
+                                                                     const fulmen_backbone_finetuning_options *options,
+                                                                     uintptr_t handle) {
+    return fulmen_callback_list_add_backbone_finetuning_lambda(list, options, backbone_lambda, (void *)handle,
+                                                               free_handle);
+}
+
+fulmen_error *fulmen_go_callback_list_add_prediction_writer(fulmen_callback_list *list, const char *write_interval,
+                                                            bool on_batch, bool on_epoch, uintptr_t handle) {
+    return fulmen_callback_list_add_prediction_writer(list, write_interval, on_batch ? write_batch : NULL,
+                                                      on_epoch ? write_epoch : NULL, (void *)handle, free_handle);
+}
+
+fulmen_error *fulmen_go_callback_list_add_prediction_value_writer(fulmen_callback_list *list,
+                                                                  const char *write_interval, bool on_batch,
+                                                                  bool on_epoch, uintptr_t handle) {
+    return fulmen_callback_list_add_prediction_value_writer(list, write_interval, on_batch ? write_value_batch : NULL,
+                                                            on_epoch ? write_value_epoch : NULL, (void *)handle,
+                                                            free_handle);
+}
+
 static fulmen_error *hopt_step(void *ud, const fulmen_optimizer_step_context *ctx) {
     return fulmenGoHostOptimizerStep((uintptr_t)ud, (fulmen_optimizer_step_context *)ctx);
 }

@@ -91,6 +91,16 @@ fulmen_error *fulmen_go_add_prediction_writer(fulmen_trainer *trainer, const cha
 fulmen_error *fulmen_go_add_prediction_value_writer(fulmen_trainer *trainer, const char *write_interval,
                                                     bool on_batch, bool on_epoch, uintptr_t handle);
 
+/* The fulmen_callback_list_ forms of the three above, for ConfigureCallbacks. */
+fulmen_error *fulmen_go_callback_list_add_backbone_finetuning_lambda(fulmen_callback_list *list,
+                                                                     const fulmen_backbone_finetuning_options *options,
+                                                                     uintptr_t handle);
+fulmen_error *fulmen_go_callback_list_add_prediction_writer(fulmen_callback_list *list, const char *write_interval,
+                                                            bool on_batch, bool on_epoch, uintptr_t handle);
+fulmen_error *fulmen_go_callback_list_add_prediction_value_writer(fulmen_callback_list *list,
+                                                                  const char *write_interval, bool on_batch,
+                                                                  bool on_epoch, uintptr_t handle);
+
 /* fulmen_measure_flops over a Go function. */
 fulmen_error *fulmen_go_measure_flops(uintptr_t handle, uint64_t *flops);
 

@@ -339,12 +339,10 @@ func (t *Trainer) AddBackboneFinetuningFunc(opts BackboneFinetuningOptions, lamb
 	b := cString(opts.Backbone)
 	defer freeCString(b)
 	c := opts.toC(b)
-	h := cgo.NewHandle(lambdaFunc)
-	err := check(C.fulmen_go_add_backbone_finetuning_lambda(t.ptr(), &c, C.uintptr_t(h)))
+	err := withHandle(lambdaFunc, func(h C.uintptr_t) cErr {
+		return C.fulmen_go_add_backbone_finetuning_lambda(t.ptr(), &c, h)
+	})
 	runtime.KeepAlive(t)
-	if err != nil {
-		h.Delete() // the library does not call userdata_free on failure
-	}
 	return err
 }
 

@@ -11,6 +11,8 @@
 #define FULMEN_CALLBACK_LIST_H
 
 #include "base.h"
+#include "callbacks.h"
+#include "prediction.h"
 
 /**
  * The callbacks a LightningModule's `configure_callbacks` adds (see
@@ -176,6 +178,57 @@ struct fulmen_error *fulmen_callback_list_add_spike_detection(struct fulmen_call
 struct fulmen_error *fulmen_callback_list_add_on_exception_checkpoint(struct fulmen_callback_list *list,
                                                                       const char *dirpath,
                                                                       const char *filename);
+
+/**
+ * In `configure_callbacks`: adds a prediction writer (arguments as for
+ * `fulmen_trainer_add_prediction_writer`), replacing the trainer's
+ * prediction writers for the run and the ones after it, as Lightning
+ * replaces the callbacks of the types a module returns. `configure_callbacks`
+ * runs at every run's start, so a module that adds a writer there adds a
+ * new one each time (the one before is replaced, and its `userdata_free`
+ * runs): give each call userdata of its own, or a NULL `userdata_free`.
+ * On success the writer owns `userdata`; on failure nothing is taken.
+ *
+ * Errors: as `fulmen_trainer_add_prediction_writer`.
+ */
+struct fulmen_error *fulmen_callback_list_add_prediction_writer(struct fulmen_callback_list *list,
+                                                                const char *write_interval,
+                                                                fulmen_prediction_batch_fn write_on_batch_end,
+                                                                fulmen_prediction_epoch_fn write_on_epoch_end,
+                                                                void *userdata,
+                                                                void (*userdata_free)(void*));
+
+/**
+ * In `configure_callbacks`: adds a prediction writer of whole values
+ * (arguments as for `fulmen_trainer_add_prediction_value_writer`),
+ * replacing the trainer's prediction writers (of either form) as
+ * `fulmen_callback_list_add_prediction_writer` does, with the same rules
+ * for `userdata`.
+ *
+ * Errors: as `fulmen_trainer_add_prediction_value_writer`.
+ */
+struct fulmen_error *fulmen_callback_list_add_prediction_value_writer(struct fulmen_callback_list *list,
+                                                                      const char *write_interval,
+                                                                      fulmen_prediction_value_batch_fn write_on_batch_end,
+                                                                      fulmen_prediction_value_epoch_fn write_on_epoch_end,
+                                                                      void *userdata,
+                                                                      void (*userdata_free)(void*));
+
+/**
+ * In `configure_callbacks`: adds a BackboneFinetuning whose backbone lr
+ * follows the host's `lambda_func` (arguments as for
+ * `fulmen_trainer_add_backbone_finetuning_lambda`), replacing the
+ * trainer's BackboneFinetuning. `userdata` as for
+ * `fulmen_callback_list_add_prediction_writer`: owned on success, a new
+ * one each run.
+ *
+ * Errors: as `fulmen_trainer_add_backbone_finetuning_lambda`.
+ */
+struct fulmen_error *fulmen_callback_list_add_backbone_finetuning_lambda(struct fulmen_callback_list *list,
+                                                                         const struct fulmen_backbone_finetuning_options *options,
+                                                                         fulmen_backbone_lambda_fn lambda_func,
+                                                                         void *userdata,
+                                                                         void (*userdata_free)(void*));
 
 #ifdef __cplusplus
 }  // extern "C"

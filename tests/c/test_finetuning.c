@@ -7,7 +7,8 @@
  * nothing; an optimizer that already holds the backbone, a path the model
  * lacks and bad options are refused. With StochasticWeightAveraging
  * taking over after the unfreeze, a resume puts SWALR back over both
- * groups. A host's lambda_func replaces the constant factor.
+ * groups. A host's lambda_func replaces the constant factor, also from
+ * the module's configure_callbacks, replacing the trainer's.
  * fulmen_model_parameters lists all or
  * the trainable parameters.
  */
@@ -55,6 +56,13 @@ static fulmen_error *configure(void *ud, fulmen_optimizer_config *config) {
     return e;
 }
 
+static fulmen_error *module_callbacks(void *ud, fulmen_callback_list *list);
+
+/* When set, the modules `seeded` makes add a BackboneFinetuning with this
+ * record's lambda_func in configure_callbacks (module_callbacks), which
+ * reads it at each run's start. */
+static void *module_lambda;
+
 /* Sequential(Sequential(Linear(2, 8), BatchNorm(8), Tanh), Linear(8, 2)),
  * seeded: the backbone is "0". */
 static fulmen_lightning_module *seeded(state *s, bool all_params) {
@@ -78,6 +86,7 @@ static fulmen_lightning_module *seeded(state *s, bool all_params) {
     vt.userdata = s;
     vt.training_step = step;
     vt.configure_optimizers = all_params ? fixture_configure_sgd : configure;
+    if (module_lambda != NULL) vt.configure_callbacks = module_callbacks;
     fulmen_lightning_module *m = NULL;
     CHECK_OK(fulmen_lightning_module_new(&vt, s->model, &m));
     return m;
@@ -275,6 +284,45 @@ static fulmen_error *lambda_fit(fulmen_lightning_module *m, fulmen_loader *loade
     return e;
 }
 
+/* BackboneFinetuning unfreezing "0" at epoch 1, its lr growing by
+ * module_lambda's lambda_func. */
+static fulmen_error *module_callbacks(void *ud, fulmen_callback_list *list) {
+    (void)ud;
+    fulmen_backbone_finetuning_options o = fulmen_backbone_finetuning_options_default();
+    o.backbone = "0";
+    o.unfreeze_backbone_at_epoch = 1;
+    return fulmen_callback_list_add_backbone_finetuning_lambda(list, &o, lambda_func, module_lambda, lambda_free);
+}
+
+/* The module's lambda BackboneFinetuning replaces the trainer's (factor
+ * 1e6) and trains as the trainer's own factor-2 one; a second run adds a
+ * new one, the first freed then. */
+static void test_lambda_from_the_module(fulmen_loader *loader) {
+    state constant, hosted;
+    fulmen_lightning_module *mc = seeded(&constant, false);
+    CHECK_OK(finetune_fit(mc, loader, 4, NULL, NULL, NULL, NULL));
+    lambda_record r = {.factor = 2.0};
+    module_lambda = &r;
+    fulmen_lightning_module *mh = seeded(&hosted, false);
+    fulmen_backbone_finetuning_options o = fulmen_backbone_finetuning_options_default();
+    o.backbone = "0";
+    o.unfreeze_backbone_at_epoch = 1;
+    o.lambda_factor = 1e6;
+    fulmen_trainer *t = fixture_trainer(NULL, 4);
+    CHECK_OK(fulmen_trainer_add_backbone_finetuning(t, &o));
+    CHECK_OK(fulmen_trainer_fit(t, mh, loader, NULL, NULL));
+    CHECK(r.calls == 2 && r.epochs[0] == 3 && r.epochs[1] == 4 && r.freed == 0);
+    CHECK(fixture_max_diff(constant.model, hosted.model) == 0.0);
+    /* a second run's configure_callbacks adds a new one */
+    CHECK_OK(fulmen_trainer_fit(t, mh, loader, NULL, NULL));
+    CHECK(r.freed == 1);
+    fulmen_trainer_free(t);
+    CHECK(r.freed == 2);
+    module_lambda = NULL;
+    free_run(&hosted, mh);
+    free_run(&constant, mc);
+}
+
 /* lambda_func: asked for each epoch after the unfreeze, plus one, as
  * Lightning asks; a function answering 2 trains as the constant factor 2
  * does; its error, or a factor that is not finite and >= 0, fails the
@@ -366,6 +414,7 @@ int main(void) {
     test_resume(root, loader);
     test_with_swa(root, loader);
     test_lambda(loader);
+    test_lambda_from_the_module(loader);
     test_refused(loader);
     fulmen_loader_free(loader);
     fulmen_dataset_free(ds);

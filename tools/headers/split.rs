@@ -49,12 +49,12 @@ pub const AREAS: &[Area] = &[
     },
     Area { name: "callbacks", title: "Hooks and callbacks: built-in callbacks and host callbacks." },
     Area {
-        name: "callback_list",
-        title: "configure_callbacks: the callbacks a LightningModule adds, host and built-in, replacing the trainer's.",
-    },
-    Area {
         name: "prediction",
         title: "Prediction writers (Lightning's BasePredictionWriter): tensors, or whole predictions as values.",
+    },
+    Area {
+        name: "callback_list",
+        title: "configure_callbacks: the callbacks a LightningModule adds, host and built-in, replacing the trainer's.",
     },
     Area {
         name: "loggers",

@@ -242,3 +242,56 @@ TEST_F(LightningCallbacksTest, ConfigureCallbacksAddsTheOtherBuiltIns) {
     EXPECT_EQ(second_swa, FULMEN_CODE_INVALID_ARGUMENT);
     EXPECT_EQ(trainer.global_step(), 2);
 }
+
+// configure_callbacks' callbacks with C++ functions: the module's
+// prediction writers replace the trainer's (a new one each run), and its
+// BackboneFinetuning asks the module's lambda for each later epoch.
+TEST_F(LightningCallbacksTest, ConfigureCallbacksAddsWritersAndBackboneLambdas) {
+    Dataset ds = fulmen_test::blobs(32, 1);
+    Loader loader(ds, 8);
+    Model model = fulmen_test::mlp();
+    int runs = 0, module_batches = 0, module_epochs = 0, value_tensors = 0, trainer_batches = 0;
+    std::vector<int64_t> asked;
+    LightningModule module =
+        LightningModule::builder(model)
+            .training_step([&model](StepContext&, const Batch& batch) {
+                return fulmen::loss::cross_entropy(model.forward(batch[0]), batch[1]);
+            })
+            .predict_step([&model](StepContext&, const Batch& batch) -> std::optional<Tensor> {
+                return model.forward(batch[0]);
+            })
+            .configure_optimizers([&model](OptimizerConfig& config) {
+                std::vector<Tensor> params = model.parameters(true);
+                fulmen::TensorList list(params.begin(), params.end());
+                config.add(Optimizer::sgd(list, fulmen::SgdOptions(0.1)));
+            })
+            .configure_callbacks([&](fulmen::CallbackList& list) {
+                runs++;
+                list.add_prediction_writer(
+                    "batch_and_epoch", [&](const fulmen::BatchPrediction&) { module_batches++; },
+                    [&](const fulmen::EpochPredictions& e) { module_epochs += e.predictions.size() == 4; });
+                list.add_prediction_value_writer("batch", [&](const fulmen::BatchPredictionValue& p) {
+                    value_tensors += p.prediction.kind() == fulmen::ValueKind::Tensor;
+                });
+                fulmen::BackboneFinetuningOptions o;
+                o.unfreeze_backbone_at_epoch = 1;
+                list.add_backbone_finetuning("0", [&](int64_t epoch) {
+                    asked.push_back(epoch);
+                    return 1.5;
+                }, o);
+            })
+            .build();
+    Trainer trainer(fulmen_test::quiet_options(4).set("logger", false));
+    trainer.add_prediction_writer("batch", [&](const fulmen::BatchPrediction&) { trainer_batches++; });
+    trainer.predict(module, loader);
+    trainer.predict(module, loader);
+    EXPECT_EQ(runs, 2);
+    EXPECT_EQ(trainer_batches, 0);
+    EXPECT_EQ(module_batches, 8);
+    EXPECT_EQ(module_epochs, 2);
+    // both writers run: the value writer is of the same kind, yet the list
+    // keeps every callback it adds, as Lightning keeps a module's list
+    EXPECT_EQ(value_tensors, 8);
+    trainer.fit(module, loader);
+    EXPECT_EQ(asked, (std::vector<int64_t>{3, 4}));
+}

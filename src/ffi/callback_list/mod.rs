@@ -18,6 +18,8 @@ use crate::ffi::callbacks::{averaging, finetuning, spike, swa};
 use crate::trainer::Callback;
 use std::ffi::c_char;
 
+mod host_functions;
+
 /// The callbacks a LightningModule's `configure_callbacks` adds (see
 /// `fulmen_module_vtable`). Borrowed: valid only during that callback.
 pub struct fulmen_callback_list {

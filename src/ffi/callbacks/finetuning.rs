@@ -64,6 +64,30 @@ pub(crate) unsafe fn core_options(
 pub type fulmen_backbone_lambda_fn =
     Option<unsafe extern "C" fn(userdata: *mut c_void, epoch: i64, out: *mut f64) -> *mut fulmen_error>;
 
+/// The host lambda form's arguments, checked: the callback of `options`
+/// and the function (FULMEN_CODE_NULL_ARGUMENT when NULL).
+pub(crate) unsafe fn lambda_callback(
+    options: *const fulmen_backbone_finetuning_options,
+    lambda_func: fulmen_backbone_lambda_fn,
+) -> Result<(BackboneFinetuning, LambdaFn)> {
+    let f = lambda_func.ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `lambda_func` is NULL"))?;
+    Ok((BackboneFinetuning::new(core_options(options)?)?, f))
+}
+
+/// The non-NULL `fulmen_backbone_lambda_fn`.
+pub(crate) type LambdaFn = unsafe extern "C" fn(*mut c_void, i64, *mut f64) -> *mut fulmen_error;
+
+/// `callback` with the host's `f` as its `lambda_func`, owning `held`.
+pub(crate) fn with_host_lambda(callback: BackboneFinetuning, f: LambdaFn, held: Userdata) -> BackboneFinetuning {
+    let lambda: BackboneLambda = Box::new(move |epoch| {
+        let mut v = f64::NAN;
+        // SAFETY: the host's function with its own userdata, on the fit's thread.
+        call_host(&format!("BackboneFinetuning lambda_func({epoch})"), || unsafe { f(held.ptr(), epoch, &mut v) })?;
+        Ok(v)
+    });
+    callback.with_lambda(lambda)
+}
+
 /// Adds Lightning's `BackboneFinetuning` as
 /// `fulmen_trainer_add_backbone_finetuning` does, with a host function in
 /// place of `options.lambda_factor` (not used, but checked as there): at each epoch
@@ -91,18 +115,10 @@ pub unsafe extern "C" fn fulmen_trainer_add_backbone_finetuning_lambda(
     userdata_free: Option<unsafe extern "C" fn(*mut c_void)>,
 ) -> *mut fulmen_error {
     guard!(|| {
-        let f = lambda_func.ok_or_else(|| Error::new(ErrorCode::NullArgument, "argument `lambda_func` is NULL"))?;
-        let callback = BackboneFinetuning::new(core_options(options)?)?;
+        let (callback, f) = lambda_callback(options, lambda_func)?;
         let mut t = handle::borrow_mut(trainer, "trainer")?;
         // Nothing fails from here on, so the destructor is armed at once.
-        let held = Userdata::new(userdata, userdata_free);
-        let lambda: BackboneLambda = Box::new(move |epoch| {
-            let mut v = f64::NAN;
-            // SAFETY: the host's function with its own userdata, on the fit's thread.
-            call_host(&format!("BackboneFinetuning lambda_func({epoch})"), || unsafe { f(held.ptr(), epoch, &mut v) })?;
-            Ok(v)
-        });
-        t.inner.add_callback(Box::new(callback.with_lambda(lambda)));
+        t.inner.add_callback(Box::new(with_host_lambda(callback, f, Userdata::new(userdata, userdata_free))));
         Ok(())
     })
 }

@@ -245,13 +245,41 @@ fn value_epoch_writer(f: ValueEpochFn, ud: Rc<Userdata>) -> WriteEpochFn {
 
 /// Reads `write_interval` (NULL: "batch") and checks that the functions
 /// it uses are there.
-unsafe fn interval_of(write_interval: *const c_char, batch: bool, epoch: bool) -> Result<WriteInterval> {
+pub(crate) unsafe fn interval_of(write_interval: *const c_char, batch: bool, epoch: bool) -> Result<WriteInterval> {
     let interval = match opt_str(write_interval, "write_interval")? {
         Some(s) => WriteInterval::parse(&s)?,
         None => WriteInterval::Batch,
     };
     interval.check_writers(batch, epoch)?;
     Ok(interval)
+}
+
+/// The writer of the host's tensor functions (those `interval` uses),
+/// owning `ud`; `interval` comes from [`interval_of`].
+pub(crate) fn tensor_writer(
+    interval: WriteInterval,
+    on_batch: fulmen_prediction_batch_fn,
+    on_epoch: fulmen_prediction_epoch_fn,
+    ud: Userdata,
+) -> PredictionWriter {
+    let ud = Rc::new(ud);
+    let on_batch = on_batch.filter(|_| interval.on_batch()).map(|f| batch_writer(f, ud.clone()));
+    let on_epoch = on_epoch.filter(|_| interval.on_epoch()).map(|f| epoch_writer(f, ud.clone()));
+    PredictionWriter::new(interval, on_batch, on_epoch)
+}
+
+/// The writer of the host's value functions (those `interval` uses),
+/// owning `ud`; `interval` comes from [`interval_of`].
+pub(crate) fn value_writer(
+    interval: WriteInterval,
+    on_batch: fulmen_prediction_value_batch_fn,
+    on_epoch: fulmen_prediction_value_epoch_fn,
+    ud: Userdata,
+) -> PredictionWriter {
+    let ud = Rc::new(ud);
+    let on_batch = on_batch.filter(|_| interval.on_batch()).map(|f| value_batch_writer(f, ud.clone()));
+    let on_epoch = on_epoch.filter(|_| interval.on_epoch()).map(|f| value_epoch_writer(f, ud.clone()));
+    PredictionWriter::new(interval, on_batch, on_epoch)
 }
 
 /// Adds Lightning's `BasePredictionWriter` with host functions: during
@@ -291,10 +319,8 @@ pub unsafe extern "C" fn fulmen_trainer_add_prediction_writer(
         let interval = interval_of(write_interval, write_on_batch_end.is_some(), write_on_epoch_end.is_some())?;
         let mut t = handle::borrow_mut(trainer, "trainer")?;
         // Nothing fails from here on, so the destructor is armed at once.
-        let ud = Rc::new(Userdata::new(userdata, userdata_free));
-        let on_batch = write_on_batch_end.filter(|_| interval.on_batch()).map(|f| batch_writer(f, ud.clone()));
-        let on_epoch = write_on_epoch_end.filter(|_| interval.on_epoch()).map(|f| epoch_writer(f, ud.clone()));
-        t.inner.add_callback(Box::new(PredictionWriter::new(interval, on_batch, on_epoch)));
+        let ud = Userdata::new(userdata, userdata_free);
+        t.inner.add_callback(Box::new(tensor_writer(interval, write_on_batch_end, write_on_epoch_end, ud)));
         Ok(())
     })
 }
@@ -322,10 +348,8 @@ pub unsafe extern "C" fn fulmen_trainer_add_prediction_value_writer(
         let interval = interval_of(write_interval, write_on_batch_end.is_some(), write_on_epoch_end.is_some())?;
         let mut t = handle::borrow_mut(trainer, "trainer")?;
         // Nothing fails from here on, so the destructor is armed at once.
-        let ud = Rc::new(Userdata::new(userdata, userdata_free));
-        let on_batch = write_on_batch_end.filter(|_| interval.on_batch()).map(|f| value_batch_writer(f, ud.clone()));
-        let on_epoch = write_on_epoch_end.filter(|_| interval.on_epoch()).map(|f| value_epoch_writer(f, ud.clone()));
-        t.inner.add_callback(Box::new(PredictionWriter::new(interval, on_batch, on_epoch)));
+        let ud = Userdata::new(userdata, userdata_free);
+        t.inner.add_callback(Box::new(value_writer(interval, write_on_batch_end, write_on_epoch_end, ud)));
         Ok(())
     })
 }

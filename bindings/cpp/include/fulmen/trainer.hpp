@@ -298,6 +298,48 @@ struct PredictionWriterBox {
     }
     static void free(void* ud) noexcept { delete static_cast<PredictionWriterBox*>(ud); }
 };
+
+/// Adds the writer in `box` through `add`, a C adder called as
+/// `add(interval, on_batch, on_epoch, userdata, userdata_free)`: the
+/// trainer's or a configure_callbacks list's. Empty functions go as NULL.
+template <class BatchFn, class EpochFn, class Box, class Add>
+void add_writer_box(Add add, const std::string& write_interval, Box box_value) {
+    auto box = std::make_unique<Box>(std::move(box_value));
+    BatchFn on_batch = nullptr;
+    EpochFn on_epoch = nullptr;
+    if (box->on_batch) on_batch = &Box::batch;
+    if (box->on_epoch) on_epoch = &Box::epoch;
+    check(add(write_interval.c_str(), on_batch, on_epoch, box.get(), &Box::free));
+    box.release();  // fulmen owns it now and calls userdata_free once
+}
+
+/// Adds a prediction writer of tensors through `add` (see add_writer_box).
+template <class Add>
+void add_prediction_writer(Add add, const std::string& write_interval, WriteOnBatchEnd write_on_batch_end,
+                           WriteOnEpochEnd write_on_epoch_end) {
+    add_writer_box<fulmen_prediction_batch_fn, fulmen_prediction_epoch_fn>(
+        add, write_interval, PredictionWriterBox{std::move(write_on_batch_end), std::move(write_on_epoch_end)});
+}
+
+/// Adds a prediction writer of whole values through `add`.
+template <class Add>
+void add_prediction_value_writer(Add add, const std::string& write_interval, WriteValueOnBatchEnd write_on_batch_end,
+                                 WriteValuesOnEpochEnd write_on_epoch_end) {
+    add_writer_box<fulmen_prediction_value_batch_fn, fulmen_prediction_value_epoch_fn>(
+        add, write_interval,
+        PredictionValueWriterBox{std::move(write_on_batch_end), std::move(write_on_epoch_end)});
+}
+
+/// Adds BackboneFinetuning with `lambda_func` through `add`, called as
+/// `add(options, call, userdata, userdata_free)`.
+template <class Add>
+void add_backbone_lambda(Add add, const std::string& backbone, BackboneLambda lambda_func,
+                         BackboneFinetuningOptions options) {
+    options.backbone = backbone.c_str();
+    auto box = std::make_unique<BackboneLambdaBox>(BackboneLambdaBox{std::move(lambda_func)});
+    check(add(&options, &BackboneLambdaBox::call, box.get(), &BackboneLambdaBox::free));
+    box.release();  // fulmen owns it now and calls userdata_free once
+}
 }  // namespace detail
 
 /// Options of the batch size finder, default-constructed with Lightning's
@@ -752,6 +794,36 @@ public:
     CallbackList& add_backbone_finetuning(const std::string& backbone, BackboneFinetuningOptions options = {}) {
         options.backbone = backbone.c_str();
         check(fulmen_callback_list_add_backbone_finetuning(list_, &options));
+        return *this;
+    }
+    /// Adds BackboneFinetuning whose backbone lr follows `lambda_func` (as
+    /// Trainer::add_backbone_finetuning with a lambda), replacing the
+    /// trainer's.
+    CallbackList& add_backbone_finetuning(const std::string& backbone, BackboneLambda lambda_func,
+                                          BackboneFinetuningOptions options = {}) {
+        detail::add_backbone_lambda(
+            [this](auto... args) { return fulmen_callback_list_add_backbone_finetuning_lambda(list_, args...); },
+            backbone, std::move(lambda_func), options);
+        return *this;
+    }
+    /// Adds a prediction writer (as Trainer::add_prediction_writer),
+    /// replacing the trainer's prediction writers; configure_callbacks
+    /// runs at every run's start, so each run gets the writer it adds.
+    CallbackList& add_prediction_writer(const std::string& write_interval, WriteOnBatchEnd write_on_batch_end,
+                                        WriteOnEpochEnd write_on_epoch_end = {}) {
+        detail::add_prediction_writer(
+            [this](auto... args) { return fulmen_callback_list_add_prediction_writer(list_, args...); },
+            write_interval, std::move(write_on_batch_end), std::move(write_on_epoch_end));
+        return *this;
+    }
+    /// Adds a prediction writer of whole values (as
+    /// Trainer::add_prediction_value_writer), replacing the trainer's.
+    CallbackList& add_prediction_value_writer(const std::string& write_interval,
+                                              WriteValueOnBatchEnd write_on_batch_end,
+                                              WriteValuesOnEpochEnd write_on_epoch_end = {}) {
+        detail::add_prediction_value_writer(
+            [this](auto... args) { return fulmen_callback_list_add_prediction_value_writer(list_, args...); },
+            write_interval, std::move(write_on_batch_end), std::move(write_on_epoch_end));
         return *this;
     }
     /// Adds StochasticWeightAveraging (as
@@ -1647,11 +1719,9 @@ public:
     /// (Lightning's `lambda_func`) instead of `options.lambda_factor`.
     Trainer& add_backbone_finetuning(const std::string& backbone, BackboneLambda lambda_func,
                                      BackboneFinetuningOptions options = {}) {
-        options.backbone = backbone.c_str();
-        auto box = std::make_unique<detail::BackboneLambdaBox>(detail::BackboneLambdaBox{std::move(lambda_func)});
-        check(fulmen_trainer_add_backbone_finetuning_lambda(get(), &options, &detail::BackboneLambdaBox::call,
-                                                            box.get(), &detail::BackboneLambdaBox::free));
-        box.release();  // the trainer owns it now and calls userdata_free once
+        detail::add_backbone_lambda(
+            [this](auto... args) { return fulmen_trainer_add_backbone_finetuning_lambda(get(), args...); }, backbone,
+            std::move(lambda_func), options);
         return *this;
     }
     /// Adds Lightning's StochasticWeightAveraging: SWALR in place of the
@@ -1700,15 +1770,9 @@ public:
     /// may be empty. The trainer owns them from then on.
     Trainer& add_prediction_writer(const std::string& write_interval, WriteOnBatchEnd write_on_batch_end,
                                    WriteOnEpochEnd write_on_epoch_end = {}) {
-        auto box = std::make_unique<detail::PredictionWriterBox>(
-            detail::PredictionWriterBox{std::move(write_on_batch_end), std::move(write_on_epoch_end)});
-        fulmen_prediction_batch_fn on_batch = nullptr;
-        fulmen_prediction_epoch_fn on_epoch = nullptr;
-        if (box->on_batch) on_batch = &detail::PredictionWriterBox::batch;
-        if (box->on_epoch) on_epoch = &detail::PredictionWriterBox::epoch;
-        check(fulmen_trainer_add_prediction_writer(get(), write_interval.c_str(), on_batch, on_epoch, box.get(),
-                                                   &detail::PredictionWriterBox::free));
-        box.release();  // the trainer owns it now and calls userdata_free once
+        detail::add_prediction_writer(
+            [this](auto... args) { return fulmen_trainer_add_prediction_writer(get(), args...); }, write_interval,
+            std::move(write_on_batch_end), std::move(write_on_epoch_end));
         return *this;
     }
     /// add_prediction_writer with the whole predictions, as Lightning's
@@ -1716,15 +1780,9 @@ public:
     /// tensor, or the tuple or dict of tensors predict_step made).
     Trainer& add_prediction_value_writer(const std::string& write_interval, WriteValueOnBatchEnd write_on_batch_end,
                                          WriteValuesOnEpochEnd write_on_epoch_end = {}) {
-        auto box = std::make_unique<detail::PredictionValueWriterBox>(
-            detail::PredictionValueWriterBox{std::move(write_on_batch_end), std::move(write_on_epoch_end)});
-        fulmen_prediction_value_batch_fn on_batch = nullptr;
-        fulmen_prediction_value_epoch_fn on_epoch = nullptr;
-        if (box->on_batch) on_batch = &detail::PredictionValueWriterBox::batch;
-        if (box->on_epoch) on_epoch = &detail::PredictionValueWriterBox::epoch;
-        check(fulmen_trainer_add_prediction_value_writer(get(), write_interval.c_str(), on_batch, on_epoch,
-                                                         box.get(), &detail::PredictionValueWriterBox::free));
-        box.release();  // the trainer owns it now and calls userdata_free once
+        detail::add_prediction_value_writer(
+            [this](auto... args) { return fulmen_trainer_add_prediction_value_writer(get(), args...); },
+            write_interval, std::move(write_on_batch_end), std::move(write_on_epoch_end));
         return *this;
     }
     /// Adds an OnExceptionCheckpoint: a failed fit saves
