@@ -273,6 +273,19 @@ fn scenario(name: &str) -> Scenario {
             return Scenario { settings: vec![("sync_batchnorm", "true")], kind: Kind2::BatchNorm, strategy: "ddp" }
         }
         "sync_batch_norm_fsdp" => (vec![full, wrap, ("sync_batchnorm", "true")], Kind2::BatchNorm),
+        // DDP with every encoder layer's activations checkpointed (set on
+        // the model in train_with: the policy option is FSDP's).
+        "checkpointed_ddp" => {
+            return Scenario { settings: vec![("gradient_clip_val", "0.5")], kind: Kind2::Transformer, strategy: "ddp" }
+        }
+        // DDP with StochasticWeightAveraging from epoch 1 of 2 (added in
+        // train_with): SWALR and the average of the replicated weights.
+        "swa_ddp" => return Scenario { settings: vec![], kind: mlp, strategy: "ddp" },
+        // The same layers checkpointed under DDP's search for unused
+        // parameters: refused.
+        "checkpointed_unused" => {
+            return Scenario { settings: vec![], kind: Kind2::Transformer, strategy: "ddp_find_unused_parameters_true" }
+        }
         "sharded" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded")], mlp),
         // predict with ckpt_path instead of fit.
         "sharded_predict" => (vec![full, wrap, ("fsdp_state_dict_type", "sharded")], mlp),
@@ -405,7 +418,16 @@ fn train_with(
         t.add_callback(Box::new(LateRankOne));
         t.add_callback(Box::new(fulmen::callbacks::ModelCheckpoint::new(opts).unwrap()));
     }
+    if name == "swa_ddp" {
+        let opts = fulmen::callbacks::StochasticWeightAveragingOptions::new(vec![0.02]);
+        t.add_callback(Box::new(fulmen::callbacks::StochasticWeightAveraging::new(opts).unwrap()));
+    }
     let mut net = model(sc.kind);
+    if name == "checkpointed_ddp" || name == "checkpointed_unused" {
+        for layer in ["2", "3"] {
+            net.set_activation_checkpointing(layer, true).unwrap();
+        }
+    }
     if name == "sharded_tied" {
         let w = net.state_dict().into_iter().find(|(n, _)| n == "2.0.weight").unwrap().1;
         net.register_parameter_at("4", "tied_weight", &w).unwrap();
@@ -544,10 +566,11 @@ fn fsdp_rank_main() {
     } else {
         train_with(&name, strategy, batch, epochs, Path::new(&work), resume.as_deref(), Some(&after), None)
     };
-    if name == "lbfgs" {
-        let e = trained.expect_err("LBFGS trained under fsdp");
+    if name == "lbfgs" || name == "checkpointed_unused" {
+        let e = trained.expect_err("an unsupported run trained");
         assert_eq!(e.code, fulmen::ErrorCode::Unsupported, "{e}");
-        assert!(e.message.contains("fsdp"), "{e}");
+        let names = if name == "lbfgs" { "fsdp" } else { "find_unused_parameters" };
+        assert!(e.message.contains(names), "{e}");
         println!("RANK-OK");
         return;
     }
@@ -1003,6 +1026,30 @@ fn sync_batch_norm_on_two_ranks_equals_one_process() {
 #[test]
 fn checkpointed_encoder_layers_on_two_ranks_equal_one_process() {
     check_against_one_process("checkpointed", 2);
+}
+
+/// DDP's reducer over encoder layers whose activations are recomputed in
+/// backward (torch's non-reentrant checkpoint, where every parameter's
+/// gradient hook still fires once): the ranks equal one process.
+#[test]
+fn checkpointed_layers_under_ddp_equal_one_process() {
+    check_against_one_process("checkpointed_ddp", 2);
+}
+
+/// DDP's search for unused parameters cannot see inside a checkpointed
+/// module: refused before the first step.
+#[test]
+fn checkpointed_layers_under_ddp_searching_unused_parameters_are_refused() {
+    let work = tempdir("ddp-checkpointed-unused");
+    run_ranks(2, "checkpointed_unused", &work, 1, None);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// StochasticWeightAveraging under DDP: SWALR, and an average of weights
+/// the ranks share, so every rank ends with one process's average.
+#[test]
+fn stochastic_weight_averaging_under_ddp_equals_one_process() {
+    check_against_one_process("swa_ddp", 2);
 }
 
 /// Gathering the next unit ahead (forward and backward, with recomputed

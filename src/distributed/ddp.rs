@@ -12,7 +12,7 @@
 //! forward: the Reducer is armed for backward.
 use super::group::ProcessGroup;
 use super::reducer::{BucketPlan, Reducer};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorCode, Result};
 use crate::nn::Module;
 use std::sync::Arc;
 use tch::Tensor;
@@ -92,6 +92,15 @@ impl Ddp {
     /// buffers to every rank, and hooks gradient averaging.
     pub fn new(group: Arc<ProcessGroup>, model: &Module, options: DdpOptions) -> Result<Ddp> {
         let plan = options.bucket_plan()?;
+        if options.find_unused_parameters && model.checkpoints_any() {
+            return Err(Error::new(
+                ErrorCode::Unsupported,
+                "DDP with find_unused_parameters: the model checkpoints activations, so the search for unused \
+                 parameters cannot see the parameters inside a checkpointed module, and their gradients, made when \
+                 its forward runs again in backward, would be reduced twice (torch fails the same way with a \
+                 reentrant checkpoint); use strategy \"ddp\" or turn activation checkpointing off",
+            ));
+        }
         let params = model.parameters();
         let trainable: Vec<Tensor> = params.iter().filter(|p| p.requires_grad()).map(Tensor::shallow_clone).collect();
         if trainable.is_empty() {

@@ -444,6 +444,11 @@ impl Module {
         self.checkpointed || self.checkpointed_by_strategy
     }
 
+    /// Whether this module or one below it checkpoints its forward.
+    pub(crate) fn checkpoints_any(&self) -> bool {
+        self.is_checkpointed() || self.children().iter().any(|(_, c)| c.checkpoints_any())
+    }
+
     /// Whether the subtree holds a TorchScript or exported module.
     pub(crate) fn holds_script(&self) -> bool {
         matches!(self.node, Node::Script(_) | Node::Exported(_))

@@ -730,8 +730,11 @@ pub unsafe extern "C" fn fulmen_model_set_training(model: *mut fulmen_model, tra
 /// the plain forward; the memory of the module's activations is traded for
 /// a second forward. Nested checkpoints work; a module inside a unit of
 /// strategy "fsdp" may be checkpointed this way too
-/// (`fsdp_activation_checkpointing_policy` does it by class). The setting
-/// stays with the model (checkpoint files do not hold it).
+/// (`fsdp_activation_checkpointing_policy` does it by class), and under
+/// strategy "ddp"; a fit under "ddp_find_unused_parameters_true" of a
+/// model with a checkpointed module fails with FULMEN_CODE_UNSUPPORTED
+/// (that search cannot see inside it). The setting stays with the model
+/// (checkpoint files do not hold it).
 ///
 /// Errors: FULMEN_CODE_INVALID_ARGUMENT (`path` names no module or is not
 /// UTF-8), FULMEN_CODE_UNSUPPORTED (the module holds a TorchScript or
