@@ -452,7 +452,11 @@ pub(crate) unsafe fn ckpt<'a>(p: *const c_char) -> Result<Option<&'a str>> {
 /// `.metadata` and Lightning's `meta.pt`; see `fsdp_state_dict_type`, it
 /// resumes under any strategy and world size), "last" (the newest
 /// last/any checkpoint of this root dir) or "best" (the best checkpoint of
-/// this trainer's previous fit). Callbacks run on the
+/// this trainer's previous fit). Another fit on the same trainer starts
+/// again at epoch 0 and global step 0 from the module's current weights
+/// (Lightning's Trainer keeps its loop's progress, so there a second fit
+/// of a finished run trains nothing): pass `ckpt_path` to continue a run.
+/// Callbacks run on the
 /// calling thread. A failing callback stops training with an error naming
 /// the callback, epoch and step; the parameters keep the last completed
 /// update.
