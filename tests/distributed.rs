@@ -50,6 +50,13 @@ fn collectives_on_three_ranks() {
     assert_all_passed(&run_ranks(3, "collectives"));
 }
 
+/// A step the ranks agree on: rank 1 fails it, so every rank fails, rank 1
+/// with its own error, the others naming rank 1's reason.
+#[test]
+fn a_failure_agreed_on_names_the_failed_rank() {
+    assert_all_passed(&run_ranks(3, "agree"));
+}
+
 #[test]
 fn a_rank_that_never_joins_times_out() {
     // Only rank 0 of a world of 2 starts.
@@ -106,6 +113,21 @@ fn rank_main() {
             pg.verify_params(&[p.shallow_clone()]).unwrap();
             assert_eq!(pg.broadcast(&[t.shallow_clone()], world).unwrap_err().code, ErrorCode::InvalidArgument);
             pg.barrier().unwrap();
+        }
+        "agree" => {
+            assert_eq!(pg.agree(Ok(rank), "a first step").unwrap(), rank);
+            let mine = if rank == 1 { Err(fulmen::Error::io("the disk is full on rank 1")) } else { Ok(()) };
+            let e = pg.agree(mine, "writing").unwrap_err();
+            if rank == 1 {
+                assert_eq!(e.code, ErrorCode::Io, "{e}");
+                assert!(e.message.contains("writing") && e.message.contains("the disk is full"), "{e}");
+            } else {
+                assert_eq!(e.code, ErrorCode::Distributed, "{e}");
+                assert!(
+                    e.message.contains("another rank failed: rank 1 failed: writing: the disk is full on rank 1"),
+                    "{e}"
+                );
+            }
         }
         other => panic!("unknown scenario {other}"),
     }

@@ -436,6 +436,27 @@ impl ProcessGroup {
         self.device
     }
 
+    /// This rank's `result` once every rank has reported its own: an error
+    /// on any rank fails all of them, each failing rank with its own error
+    /// (after recording it in the job's failure board), the others with a
+    /// `Distributed` error naming the first failure recorded. `what` names
+    /// the step in the messages.
+    pub fn agree<T>(&self, result: Result<T>, what: &str) -> Result<T> {
+        if let Err(e) = &result {
+            // Before the collective, so the other ranks find it after.
+            self.report_failure(&format!("{what}: {}", e.message));
+        }
+        let all_ok = self.reduce_decision(result.is_ok(), true).map_err(|e| e.context(what.to_string()))?;
+        match result {
+            Err(e) => Err(e.context(what.to_string())),
+            Ok(_) if !all_ok => {
+                let why = self.first_failure().unwrap_or_else(|| "its error is in its own output".to_string());
+                Err(Error::distributed(format!("{what}: another rank failed: {why}")))
+            }
+            Ok(v) => Ok(v),
+        }
+    }
+
     /// Lightning's `reduce_boolean_decision`: true when every rank's
     /// `decision` is (`all`), or when any rank's is.
     pub fn reduce_decision(&self, decision: bool, all: bool) -> Result<bool> {

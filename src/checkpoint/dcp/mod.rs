@@ -128,7 +128,7 @@ pub(crate) fn save(
         _ => Ok(()),
     };
     let ready = planned.and_then(|p| prepared.map(|()| p));
-    let (meta, converted, shapes) = agree(group, ready, "preparing the sharded checkpoint")?;
+    let (meta, converted, shapes) = group.agree(ready, "preparing the sharded checkpoint")?;
     // The same tree on every rank: an error here is every rank's.
     let leaves = tree::flatten(&converted)?;
     let placements: Vec<Placement> = leaves.iter().map(|leaf| placement(leaf, &shapes)).collect();
@@ -164,7 +164,7 @@ pub(crate) fn save(
             .collect();
         Value::List(records)
     });
-    let records = agree(group, written.and_then(|r| torch_save::to_bytes(&r)), "writing the sharded checkpoint")?;
+    let records = group.agree(written.and_then(|r| torch_save::to_bytes(&r)), "writing the sharded checkpoint")?;
     let all = gather_bytes(group, &records)?;
     let finished = if rank == 0 {
         describe(&leaves, &placements, &all).and_then(|m| metadata::write(&m, &save_id())).and_then(|bytes| {
@@ -174,7 +174,7 @@ pub(crate) fn save(
     } else {
         Ok(())
     };
-    agree(group, finished, "writing the sharded checkpoint's metadata")
+    group.agree(finished, "writing the sharded checkpoint's metadata")
 }
 
 /// The checkpoint's parts: what `meta.pt` holds, the model and optimizer
@@ -460,17 +460,6 @@ pub(crate) fn remove(dir: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         // Something else lives there: the checkpoint's own files are gone.
         Err(_) => Ok(()),
-    }
-}
-
-/// This rank's `result` once every rank has reported: an error on any rank
-/// fails all of them (the rank's own error where it has one).
-fn agree<T>(group: &ProcessGroup, result: Result<T>, what: &str) -> Result<T> {
-    let all_ok = group.reduce_decision(result.is_ok(), true).map_err(|e| e.context(what.to_string()))?;
-    match result {
-        Err(e) => Err(e.context(what.to_string())),
-        Ok(_) if !all_ok => Err(Error::io(format!("{what}: another rank failed (its error is in its own output)"))),
-        Ok(v) => Ok(v),
     }
 }
 
