@@ -208,12 +208,40 @@ pub(crate) fn is_out_of_memory_message(msg: &str) -> bool {
 /// not implemented for 'Half'" (c10's NotImplementedError).
 pub(crate) const DTYPE_KERNEL_MISSING: &str = "\" not implemented for '";
 
+/// Whether a libtorch message is about a tensor's dtype, rather than about
+/// another kind of type (c10's TypeError says both: "points must have a
+/// floating point type", "expected Tensor as element 0 in argument 0, but
+/// got int").
+pub(crate) fn mentions_a_dtype(msg: &str) -> bool {
+    const WORDS: [&str; 16] = [
+        "dtype",
+        "scalar type",
+        "floating",
+        "integer",
+        "integral",
+        "complex",
+        "float",
+        "half",
+        "bfloat16",
+        "'bool'",
+        "'long'",
+        "'int'",
+        "int64",
+        "int32",
+        "uint8",
+        "can't be cast to the desired output type",
+    ];
+    let lower = msg.to_lowercase();
+    classify_torch_message(msg) == ErrorCode::DtypeMismatch || WORDS.iter().any(|w| lower.contains(w))
+}
+
 /// The fulmen code of a libtorch error message: dtype, shape and range
 /// problems keep their meaning, an operator without a kernel for the
 /// tensors' backend is `Unsupported`; anything else is `Torch`.
 pub(crate) fn classify_torch_message(msg: &str) -> ErrorCode {
-    const DTYPE: [&str; 7] = [
+    const DTYPE: [&str; 8] = [
         "expected scalar type",
+        "can't be cast to the desired output type",
         "Expected object of scalar type",
         "must have the same dtype",
         "expected both inputs to have same dtype",
@@ -283,5 +311,11 @@ mod tests {
         let e = Error::from(sparse.f_flip([0]).unwrap_err());
         assert_eq!(e.code, ErrorCode::Unsupported, "{}", e.message);
         assert_eq!(classify_torch_message("something else broke"), ErrorCode::Torch);
+        let cast = "result type Float can't be cast to the desired output type Long";
+        assert_eq!(classify_torch_message(cast), ErrorCode::DtypeMismatch);
+        assert!(mentions_a_dtype("points must have a floating point type"));
+        assert!(mentions_a_dtype("unexpected dtype"));
+        assert!(!mentions_a_dtype("expected Tensor as element 0 in argument 0, but got int"));
+        assert!(!mentions_a_dtype("args must be a tuple"));
     }
 }

@@ -52,6 +52,8 @@ const OK: c_int = 0;
 /// Status of a shim call that needs a part of libtorch this build lacks
 /// (or whose operation libtorch has not implemented there).
 pub(crate) const UNSUPPORTED: c_int = 2;
+/// Status of a shim call that failed with c10's TypeError.
+const TYPE_ERROR: c_int = 6;
 /// The statuses that name their code (`csrc/fulmen_cxx.h`): a part
 /// libtorch lacks (or c10's NotImplementedError), then c10's typed errors:
 /// out of memory, an index error, a value error, a type error, a c10d
@@ -61,7 +63,7 @@ const TYPED: [(c_int, ErrorCode); 6] = [
     (3, ErrorCode::OutOfMemory),
     (4, ErrorCode::OutOfRange),
     (5, ErrorCode::InvalidArgument),
-    (6, ErrorCode::DtypeMismatch),
+    (TYPE_ERROR, ErrorCode::DtypeMismatch),
     (7, ErrorCode::Distributed),
 ];
 /// Size of the error-message buffer handed to the shims.
@@ -100,6 +102,9 @@ pub(crate) fn call(what: &str, f: impl FnOnce(*mut c_char, size_t) -> c_int) -> 
         // dtype ("\"add\" not implemented for 'Bool'"): a dtype problem, as
         // the same message is through tch.
         Some((UNSUPPORTED, _)) if text.contains(crate::error::DTYPE_KERNEL_MISSING) => ErrorCode::DtypeMismatch,
+        // c10's TypeError is about other types too (a list where a tensor
+        // was expected): those are the caller's arguments.
+        Some((TYPE_ERROR, _)) if !crate::error::mentions_a_dtype(&text) => ErrorCode::InvalidArgument,
         Some((_, code)) => *code,
         None => crate::error::classify_torch_message(&text),
     };
@@ -123,7 +128,10 @@ mod tests {
         assert_eq!(status(4, "index 7 is out of bounds").code, ErrorCode::OutOfRange);
         assert_eq!(status(3, "NPU ran dry").code, ErrorCode::OutOfMemory);
         assert_eq!(status(5, "bad value").code, ErrorCode::InvalidArgument);
-        assert_eq!(status(6, "bad type").code, ErrorCode::DtypeMismatch);
+        assert_eq!(status(TYPE_ERROR, "expected scalar type Float but found Long").code, ErrorCode::DtypeMismatch);
+        assert_eq!(status(TYPE_ERROR, "ijk must have an integer type").code, ErrorCode::DtypeMismatch);
+        let not_a_dtype = "expected Tensor as element 0 in argument 0, but got int";
+        assert_eq!(status(TYPE_ERROR, not_a_dtype).code, ErrorCode::InvalidArgument);
         assert_eq!(status(7, "the store is gone").code, ErrorCode::Distributed);
         assert_eq!(status(UNSUPPORTED, "no kernel").code, ErrorCode::Unsupported);
         let dtype_kernel = "\"addmm_impl_cpu_\" not implemented for 'Half'";
