@@ -51,7 +51,8 @@ fn collectives_on_three_ranks() {
 }
 
 /// A step the ranks agree on: rank 1 fails it, so every rank fails, rank 1
-/// with its own error, the others naming rank 1's reason.
+/// with its own error, the others naming rank 1's reason; the group goes
+/// on after it.
 #[test]
 fn a_failure_agreed_on_names_the_failed_rank() {
     assert_all_passed(&run_ranks(3, "agree"));
@@ -128,6 +129,10 @@ fn rank_main() {
                     "{e}"
                 );
             }
+            // Nothing stays behind: the group goes on, and no later error
+            // is blamed on this failure.
+            assert!(pg.first_failure().is_none());
+            assert_eq!(pg.agree(Ok(7), "a later step").unwrap(), 7);
         }
         other => panic!("unknown scenario {other}"),
     }

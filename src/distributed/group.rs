@@ -437,24 +437,57 @@ impl ProcessGroup {
     }
 
     /// This rank's `result` once every rank has reported its own: an error
-    /// on any rank fails all of them, each failing rank with its own error
-    /// (after recording it in the job's failure board), the others with a
-    /// `Distributed` error naming the first failure recorded. `what` names
+    /// on any rank fails all of them, each failing rank with its own error,
+    /// the others with a `Distributed` error naming the first failed rank
+    /// and its reason (the ranks exchange their errors, at most 2 KiB each;
+    /// nothing is left in the job's failure board, so a host loop that goes
+    /// on after such a failure is not blamed for it later). `what` names
     /// the step in the messages.
     pub fn agree<T>(&self, result: Result<T>, what: &str) -> Result<T> {
-        if let Err(e) = &result {
-            // Before the collective, so the other ranks find it after.
-            self.report_failure(&format!("{what}: {}", e.message));
-        }
-        let all_ok = self.reduce_decision(result.is_ok(), true).map_err(|e| e.context(what.to_string()))?;
+        const MAX_REASON: usize = 2048;
+        let mine = match &result {
+            Ok(_) => String::new(),
+            Err(e) => {
+                let mut end = e.message.len().min(MAX_REASON);
+                while !e.message.is_char_boundary(end) {
+                    end -= 1;
+                }
+                format!("{what}: {}", &e.message[..end])
+            }
+        };
+        let all = self.all_gather_bytes(mine.as_bytes()).map_err(|e| e.context(what.to_string()))?;
         match result {
             Err(e) => Err(e.context(what.to_string())),
-            Ok(_) if !all_ok => {
-                let why = self.first_failure().unwrap_or_else(|| "its error is in its own output".to_string());
-                Err(Error::distributed(format!("{what}: another rank failed: {why}")))
-            }
-            Ok(v) => Ok(v),
+            Ok(v) => match all.iter().enumerate().find(|(_, why)| !why.is_empty()) {
+                Some((rank, why)) => Err(Error::distributed(format!(
+                    "{what}: another rank failed: rank {rank} failed: {}",
+                    String::from_utf8_lossy(why)
+                ))),
+                None => Ok(v),
+            },
         }
+    }
+
+    /// Every rank's `bytes`, in rank order (two all-gathers: the lengths, then
+    /// the bytes padded to the longest).
+    pub fn all_gather_bytes(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let device = self.device();
+        let len = Tensor::f_from_slice(&[bytes.len() as i64])?.f_to_device(device)?;
+        let lens = Vec::<i64>::try_from(&self.all_gather(&len)?.f_to_device(tch::Device::Cpu)?.f_flatten(0, -1)?)?;
+        let longest = lens.iter().copied().max().unwrap_or(0).max(1) as usize;
+        let mut padded = bytes.to_vec();
+        padded.resize(longest, 0);
+        let all =
+            self.all_gather(&Tensor::f_from_slice(&padded)?.f_to_device(device)?)?.f_to_device(tch::Device::Cpu)?;
+        let mut out = Vec::with_capacity(lens.len());
+        for (r, n) in lens.iter().enumerate() {
+            let n = usize::try_from(*n).ok().filter(|n| *n <= longest);
+            let n = n.ok_or_else(|| Error::distributed("a rank sent a negative length"))?;
+            let mut v = vec![0u8; n];
+            all.f_get(r as i64)?.f_narrow(0, 0, n as i64)?.f_copy_data_u8(&mut v, n)?;
+            out.push(v);
+        }
+        Ok(out)
     }
 
     /// Lightning's `reduce_boolean_decision`: true when every rank's

@@ -119,7 +119,7 @@ pub(crate) fn save(
     let (rank, world) = (group.rank(), group.world_size());
     // Rank 0's path (Lightning broadcasts it): the others may have named
     // it otherwise (a version suffix for a directory rank 0 just made).
-    let chosen = gather_bytes(group, dir.as_os_str().as_encoded_bytes())?.swap_remove(0);
+    let chosen = group.all_gather_bytes(dir.as_os_str().as_encoded_bytes())?.swap_remove(0);
     let dir: &Path =
         &std::path::PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(chosen));
     let planned = plan(ck, prefix, optimizer_params, sharding);
@@ -165,7 +165,7 @@ pub(crate) fn save(
         Value::List(records)
     });
     let records = group.agree(written.and_then(|r| torch_save::to_bytes(&r)), "writing the sharded checkpoint")?;
-    let all = gather_bytes(group, &records)?;
+    let all = group.all_gather_bytes(&records)?;
     let finished = if rank == 0 {
         describe(&leaves, &placements, &all).and_then(|m| metadata::write(&m, &save_id())).and_then(|bytes| {
             torch_save::save(&dir.join(META_FILE), &meta)?;
@@ -461,27 +461,6 @@ pub(crate) fn remove(dir: &Path) -> Result<()> {
         // Something else lives there: the checkpoint's own files are gone.
         Err(_) => Ok(()),
     }
-}
-
-/// Every rank's `bytes`, in rank order (two all-gathers: the lengths, then
-/// the bytes padded to the longest).
-fn gather_bytes(group: &ProcessGroup, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
-    let device = group.device();
-    let len = Tensor::f_from_slice(&[bytes.len() as i64])?.f_to_device(device)?;
-    let lens = Vec::<i64>::try_from(&group.all_gather(&len)?.f_to_device(tch::Device::Cpu)?.f_flatten(0, -1)?)?;
-    let longest = lens.iter().copied().max().unwrap_or(0).max(1) as usize;
-    let mut padded = bytes.to_vec();
-    padded.resize(longest, 0);
-    let all = group.all_gather(&Tensor::f_from_slice(&padded)?.f_to_device(device)?)?.f_to_device(tch::Device::Cpu)?;
-    let mut out = Vec::with_capacity(lens.len());
-    for (r, n) in lens.iter().enumerate() {
-        let n = usize::try_from(*n).ok().filter(|n| *n <= longest);
-        let n = n.ok_or_else(|| Error::distributed("a rank sent a negative length"))?;
-        let mut v = vec![0u8; n];
-        all.f_get(r as i64)?.f_narrow(0, 0, n as i64)?.f_copy_data_u8(&mut v, n)?;
-        out.push(v);
-    }
-    Ok(out)
 }
 
 /// A name for this save (the metadata's `save_id`).
