@@ -31,28 +31,7 @@ func TestConfigureCallbacksAddsWritersAndBackboneLambdas(t *testing.T) {
 		PredictStep: func(ctx *fulmen.StepContext, bt *fulmen.Batch) (*fulmen.Tensor, error) {
 			return bt.Get(0)
 		},
-		ConfigureOptimizers: func(cfg *fulmen.OptimizerConfig) error {
-			params, err := model.Parameters(true)
-			if err != nil {
-				return err
-			}
-			defer func() {
-				for _, p := range params {
-					p.Close()
-				}
-			}()
-			o := fulmen.DefaultSGDOptions()
-			o.LR = 0.1
-			opt, err := fulmen.NewSGD(nil, params, o)
-			if err != nil {
-				return err
-			}
-			if err := cfg.Add(opt); err != nil {
-				opt.Close()
-				return err
-			}
-			return nil
-		},
+		ConfigureOptimizers: trainableSGD(model, 0.1),
 		ConfigureCallbacks: func(list *fulmen.CallbackList) error {
 			runs++
 			err := list.AddPredictionWriter("batch_and_epoch", fulmen.PredictionWriter{

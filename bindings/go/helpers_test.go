@@ -165,3 +165,30 @@ func sgd(model *fulmen.Model, lr float64) func(cfg *fulmen.OptimizerConfig) erro
 		return nil
 	}
 }
+
+// trainableSGD hands cfg an SGD optimizer over model's parameters that
+// require grad (what BackboneFinetuning leaves trainable).
+func trainableSGD(model *fulmen.Model, lr float64) func(cfg *fulmen.OptimizerConfig) error {
+	return func(cfg *fulmen.OptimizerConfig) error {
+		params, err := model.Parameters(true)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			for _, p := range params {
+				p.Close()
+			}
+		}()
+		o := fulmen.DefaultSGDOptions()
+		o.LR = lr
+		opt, err := fulmen.NewSGD(nil, params, o)
+		if err != nil {
+			return err
+		}
+		if err := cfg.Add(opt); err != nil {
+			opt.Close()
+			return err
+		}
+		return nil
+	}
+}
