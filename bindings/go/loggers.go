@@ -105,6 +105,12 @@ func (l *FileLogger) SetDefaultHPMetric(on bool) error {
 	return err
 }
 
+// SetSubDir (TensorBoard) puts the files in subDir below the run's folder
+// (Lightning's sub_dir; "": none); checkpoints stay in the run's folder.
+func (l *FileLogger) SetSubDir(subDir string) error {
+	return l.setText(subDir, func(p *C.fulmen_logger, s *C.char) cErr { return C.fulmen_logger_set_sub_dir(p, s) })
+}
+
 // LogDir is the run's folder (Lightning's log_dir), made now if needed.
 func (l *FileLogger) LogDir() (string, error) {
 	p := l.ptr()

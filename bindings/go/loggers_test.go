@@ -87,6 +87,36 @@ func TestCSVLogger(t *testing.T) {
 }
 
 // A TensorBoard logger writes images, histograms and texts.
+// A TensorBoard logger's sub_dir: its files go below the run's folder;
+// refused on a CSV logger and outside the save folder.
+func TestTensorBoardLoggerSubDir(t *testing.T) {
+	noLeaks(t)
+	save := t.TempDir()
+	csv := must(fulmen.NewCSVLogger(save))
+	defer csv.Close()
+	if err := csv.SetSubDir("train"); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("sub_dir on a CSV logger: %v", err)
+	}
+	l := must(fulmen.NewTensorBoardLogger(save))
+	defer l.Close()
+	if err := l.SetSubDir("../out"); !errors.Is(err, fulmen.ErrInvalidArgument) {
+		t.Fatalf("sub_dir ../out: %v", err)
+	}
+	ok(t, l.SetSubDir("train"))
+	ok(t, l.LogMetrics(map[string]float64{"loss": 0.5}, 1))
+	dir := must(l.LogDir())
+	if want := filepath.Join(save, "lightning_logs", "version_0", "train"); dir != want {
+		t.Fatalf("log dir %s, want %s", dir, want)
+	}
+	events := must(filepath.Glob(filepath.Join(dir, "events.out.tfevents.*")))
+	if len(events) != 1 {
+		t.Fatalf("event files in %s: %v", dir, events)
+	}
+	if err := l.SetSubDir("later"); !errors.Is(err, fulmen.ErrInvalidState) {
+		t.Fatalf("sub_dir after use: %v", err)
+	}
+}
+
 func TestTensorBoardLoggerMedia(t *testing.T) {
 	noLeaks(t)
 	save := t.TempDir()

@@ -205,7 +205,22 @@ struct fulmen_error *fulmen_logger_set_flush_logs_every_n_steps(struct fulmen_lo
 struct fulmen_error *fulmen_logger_set_default_hp_metric(struct fulmen_logger *logger, bool on);
 
 /**
- * Copies the run's folder (`save_dir/name/version_N`, Lightning's
+ * TensorBoard: writes the event files and `hparams.yaml` to `sub_dir`
+ * below the run's folder (Lightning's `sub_dir`:
+ * `save_dir/name/version_N/sub_dir`, which `fulmen_logger_log_dir` then
+ * gives); NULL or "" for none. A trainer's ModelCheckpoint still writes
+ * to `save_dir/name/version_N/checkpoints`, as Lightning's. Before the
+ * logger's first use only.
+ *
+ * Errors: FULMEN_CODE_INVALID_ARGUMENT (a CSV logger; not UTF-8,
+ * absolute, or holding a ".." component), FULMEN_CODE_INVALID_STATE (the
+ * folder exists).
+ */
+struct fulmen_error *fulmen_logger_set_sub_dir(struct fulmen_logger *logger, const char *sub_dir);
+
+/**
+ * Copies the run's folder (`save_dir/name/version_N`, with the
+ * TensorBoard `sub_dir` below it when set: Lightning's
  * `log_dir`) into `buf` as for `fulmen_model_state_dict_name`, making it
  * (and resolving the version) if the logger was not used yet.
  *

@@ -8,7 +8,7 @@ use super::csv::CsvLogger;
 use super::layout::{check_relative, Layout, Version};
 use super::logger::Logger;
 use super::tensorboard::{Media, TensorBoardLogger};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, ResultExt};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -54,7 +54,14 @@ pub struct FileLogger {
     prefix: String,
     flush_every: u64,
     default_hp_metric: bool,
+    /// TensorBoard: a folder below the run's for the files (Lightning's
+    /// `sub_dir`); empty: none.
+    sub_dir: String,
+    /// The logger, its log folder (the run folder, or `sub_dir` below it)
+    /// and its version, once made.
     opened: Option<(Opened, PathBuf, Version)>,
+    /// The run folder (`save_dir/name/version`), once made.
+    run_folder: Option<PathBuf>,
 }
 
 impl FileLogger {
@@ -70,7 +77,9 @@ impl FileLogger {
             prefix: String::new(),
             flush_every: super::csv::DEFAULT_FLUSH_EVERY,
             default_hp_metric: true,
+            sub_dir: String::new(),
             opened: None,
+            run_folder: None,
         })
     }
 
@@ -150,10 +159,29 @@ impl FileLogger {
         Ok(())
     }
 
+    /// TensorBoard: the files go to `sub_dir` below the run folder
+    /// (Lightning's `sub_dir`; `None` or empty: none), a relative path
+    /// below it. Checkpoints stay in the run folder, as Lightning's.
+    pub fn set_sub_dir(&mut self, sub_dir: Option<&str>) -> Result<()> {
+        self.check_kind(FileLoggerKind::TensorBoard, "sub_dir")?;
+        self.check_unopened("sub_dir")?;
+        let sub_dir = sub_dir.unwrap_or("");
+        check_relative("sub_dir", sub_dir)?;
+        self.sub_dir = sub_dir.to_string();
+        Ok(())
+    }
+
     /// The logger, its folder made (and its version resolved) on first use.
     fn open(&mut self) -> Result<&mut Opened> {
         if self.opened.is_none() {
-            let (dir, version) = self.layout.create()?;
+            let (run, version) = self.layout.create()?;
+            let dir = if self.sub_dir.is_empty() {
+                run.clone()
+            } else {
+                let d = run.join(&self.sub_dir);
+                std::fs::create_dir_all(&d).ctx(format!("creating {}", d.display()))?;
+                d
+            };
             let logger = match self.kind {
                 FileLoggerKind::Csv => {
                     Opened::Csv(CsvLogger::create(&dir)?.with_prefix(&self.prefix).with_flush_every(self.flush_every)?)
@@ -165,6 +193,7 @@ impl FileLogger {
                 ),
             };
             self.opened = Some((logger, dir, version));
+            self.run_folder = Some(run);
         }
         match &mut self.opened {
             Some((logger, _, _)) => Ok(logger),
@@ -172,8 +201,9 @@ impl FileLogger {
         }
     }
 
-    /// The run's folder (`save_dir/name/version_N`, Lightning's
-    /// `log_dir`), made now if needed.
+    /// The log folder (`save_dir/name/version_N`, with a TensorBoard
+    /// logger's `sub_dir` below it: Lightning's `log_dir`), made now if
+    /// needed.
     pub fn folder(&mut self) -> Result<PathBuf> {
         self.open()?;
         Ok(self.opened.as_ref().map(|(_, d, _)| d.clone()).unwrap_or_default())
@@ -246,6 +276,10 @@ impl Logger for FileLogger {
         self.folder().map(Some)
     }
 
+    fn run_dir(&self) -> Option<PathBuf> {
+        self.run_folder.clone().filter(|_| !self.sub_dir.is_empty())
+    }
+
     fn accepts_media(&self) -> bool {
         self.kind == FileLoggerKind::TensorBoard
     }
@@ -316,6 +350,10 @@ impl Logger for SharedFileLogger {
         self.lock().resolve_log_dir()
     }
 
+    fn run_dir(&self) -> Option<PathBuf> {
+        self.lock().run_dir()
+    }
+
     fn accepts_media(&self) -> bool {
         self.kind == FileLoggerKind::TensorBoard
     }
@@ -379,6 +417,24 @@ mod tests {
         unused.set_version(Version::Number(9)).unwrap();
         unused.finalize("success").unwrap();
         assert!(!d.join("lightning_logs/version_9").exists());
+    }
+
+    #[test]
+    fn tensorboard_sub_dir_is_below_the_run_folder() {
+        let d = TempDir::new("file-logger-sub-dir");
+        let mut l = FileLogger::new(FileLoggerKind::TensorBoard, d.to_str().unwrap()).unwrap();
+        assert_eq!(l.set_sub_dir(Some("../x")).unwrap_err().code, ErrorCode::InvalidArgument);
+        l.set_sub_dir(Some("train")).unwrap();
+        assert!(Logger::run_dir(&l).is_none(), "no folder before the first use");
+        assert_eq!(l.folder().unwrap(), d.join("lightning_logs/version_0/train"));
+        assert_eq!(Logger::run_dir(&l), Some(d.join("lightning_logs/version_0")));
+        assert_eq!(l.set_sub_dir(None).unwrap_err().code, ErrorCode::InvalidState);
+        let mut plain = FileLogger::new(FileLoggerKind::TensorBoard, d.to_str().unwrap()).unwrap();
+        plain.set_sub_dir(Some("")).unwrap();
+        assert_eq!(plain.folder().unwrap(), d.join("lightning_logs/version_1"));
+        assert!(Logger::run_dir(&plain).is_none(), "the run folder is the log folder");
+        let mut csv = FileLogger::new(FileLoggerKind::Csv, d.to_str().unwrap()).unwrap();
+        assert_eq!(csv.set_sub_dir(Some("train")).unwrap_err().code, ErrorCode::InvalidArgument);
     }
 
     #[test]

@@ -26,6 +26,12 @@ pub trait Logger {
     fn resolve_log_dir(&mut self) -> Result<Option<PathBuf>> {
         Ok(self.log_dir().map(Path::to_path_buf))
     }
+    /// After [`Logger::resolve_log_dir`]: the run folder
+    /// (`save_dir/name/version`, where ModelCheckpoint writes) when it is
+    /// not the log folder; `None` when it is.
+    fn run_dir(&self) -> Option<PathBuf> {
+        None
+    }
     /// Whether [`Logger::add_media`] records anything (a TensorBoard
     /// logger).
     fn accepts_media(&self) -> bool {

@@ -49,6 +49,7 @@ impl Trainer {
         let choice = self.opts.logger;
         if self.opts.fast_dev_run > 0 || !(choice.csv || choice.tensorboard) || !global_zero {
             self.state.log_dir = None;
+            self.state.run_dir = None;
             return Ok(out);
         }
         let dir = crate::loggers::next_version_dir(&self.opts.default_root_dir)?;
@@ -58,6 +59,7 @@ impl Trainer {
         if choice.tensorboard {
             out.push(Box::new(crate::loggers::TensorBoardLogger::create(&dir)?));
         }
+        self.state.run_dir = Some(dir.clone());
         self.state.log_dir = Some(dir);
         Ok(out)
     }
@@ -87,6 +89,7 @@ impl Trainer {
         if self.state.log_dir.is_none() && global_zero && self.opts.fast_dev_run == 0 {
             for l in self.extra_loggers.iter_mut() {
                 if let Some(dir) = l.resolve_log_dir().ctx(format!("{} logger", l.name()))? {
+                    self.state.run_dir = l.run_dir().or_else(|| Some(dir.clone()));
                     self.state.log_dir = Some(dir);
                     break;
                 }

@@ -348,6 +348,10 @@ pub struct TrainerState {
     pub should_stop: bool,
     /// The log folder of this run, if a logger is active.
     pub log_dir: Option<PathBuf>,
+    /// The first logger's run folder (`save_dir/name/version`), where
+    /// ModelCheckpoint writes: the log folder, unless a TensorBoard
+    /// logger's `sub_dir` puts its files below it.
+    pub run_dir: Option<PathBuf>,
     /// The default root folder.
     pub root_dir: PathBuf,
     /// Whether this is the sanity check's validation.

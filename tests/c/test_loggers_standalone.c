@@ -423,6 +423,49 @@ static void test_trainer_with_handles(fulmen_loader *tl) {
     fulmen_model_free(h.model);
 }
 
+/* A TensorBoard logger's sub_dir (Lightning's): its files and
+ * hparams.yaml go below the run's folder, and so does the trainer's
+ * log_dir, while the default ModelCheckpoint writes to the run's folder's
+ * checkpoints/, as Lightning resolves it from save_dir, name and version.
+ * Refused on a CSV logger, outside the save folder, and after first use. */
+static void test_tensorboard_sub_dir(fulmen_loader *tl) {
+    hooked h = {.model = fixture_mlp(8, 0), .media_code = -1};
+    fulmen_lightning_module *m = fixture_module(h.model, &h, step, on_hook);
+    CHECK_OK(fulmen_lightning_module_set_hparam(m, "lr", "0.1"));
+    char save[400], tb_dir[700], run_dir[700], path[900];
+    snprintf(save, sizeof save, "%s/sub", root);
+    fulmen_logger *csv = NULL, *tb = NULL;
+    CHECK_OK(fulmen_logger_csv_new(save, &csv));
+    CHECK_ERR(fulmen_logger_set_sub_dir(csv, "train"), FULMEN_CODE_INVALID_ARGUMENT, "sub_dir");
+    fulmen_logger_free(csv);
+    CHECK_OK(fulmen_logger_tensorboard_new(save, &tb));
+    CHECK_ERR(fulmen_logger_set_sub_dir(tb, "../out"), FULMEN_CODE_INVALID_ARGUMENT, "sub_dir");
+    CHECK_ERR(fulmen_logger_set_sub_dir(tb, "/abs"), FULMEN_CODE_INVALID_ARGUMENT, "sub_dir");
+    CHECK_OK(fulmen_logger_set_sub_dir(tb, "train"));
+    fulmen_trainer_options *o = options(save, 1, "false");
+    fulmen_trainer *t = NULL;
+    CHECK_OK(fulmen_trainer_new(o, &t));
+    fulmen_trainer_options_free(o);
+    CHECK_OK(fulmen_trainer_add_file_logger(t, tb));
+    CHECK_OK(fulmen_trainer_fit(t, m, tl, NULL, NULL));
+    log_dir_of(tb, tb_dir, sizeof tb_dir);
+    size_t len = 0;
+    CHECK_OK(fulmen_trainer_log_dir(t, run_dir, sizeof run_dir, &len));
+    CHECK(strcmp(run_dir, tb_dir) == 0 && strstr(tb_dir, "/sub/lightning_logs/version_0/train") != NULL);
+    CHECK(event_has(tb_dir, "train_loss"));
+    snprintf(path, sizeof path, "%s/hparams.yaml", tb_dir);
+    CHECK(file_is(path, "lr: 0.1\n"));
+    snprintf(path, sizeof path, "%s/lightning_logs/version_0/checkpoints/epoch=0-step=4.ckpt", save);
+    CHECK(exists(path));
+    snprintf(path, sizeof path, "%s/checkpoints", tb_dir);
+    CHECK(!exists(path));
+    CHECK_ERR(fulmen_logger_set_sub_dir(tb, "later"), FULMEN_CODE_INVALID_STATE, "sub_dir");
+    fulmen_logger_free(tb);
+    fulmen_trainer_free(t);
+    fulmen_lightning_module_free(m);
+    fulmen_model_free(h.model);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/fulmen-test-loggers-standalone-XXXXXX");
     if (mkdtemp(root) == NULL) return 2;
@@ -431,6 +474,7 @@ int main(void) {
     fulmen_dataset *ds = fixture_blobs(32, 1, 2.0f);
     fulmen_loader *tl = fixture_loader(ds, 8, true, 7);
     test_trainer_with_handles(tl);
+    test_tensorboard_sub_dir(tl);
     fulmen_loader_free(tl);
     fulmen_dataset_free(ds);
     char cmd[300];

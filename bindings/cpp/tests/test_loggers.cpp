@@ -60,6 +60,26 @@ LightningModule module_for(const Model& model) {
 
 class LoggerTest : public FulmenTest {};
 
+// A TensorBoard logger's sub_dir: its files go below the run's folder;
+// refused on a CSV logger and outside the save folder.
+TEST_F(LoggerTest, TensorBoardSubDirHoldsTheFiles) {
+    const std::string save = fulmen_test::fresh_dir("tb-sub-dir");
+    FileLogger csv = FileLogger::csv(save);
+    EXPECT_EQ(fulmen_test::error_code([&] { csv.sub_dir("train"); }), FULMEN_CODE_INVALID_ARGUMENT);
+    FileLogger logger = FileLogger::tensorboard(save);
+    EXPECT_EQ(fulmen_test::error_code([&] { logger.sub_dir("../out"); }), FULMEN_CODE_INVALID_ARGUMENT);
+    logger.sub_dir("train");
+    logger.log_metrics({{"loss", 0.5}}, 1);
+    const std::filesystem::path dir = logger.log_dir();
+    EXPECT_EQ(dir, std::filesystem::path(save) / "lightning_logs" / "version_0" / "train");
+    size_t events = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        events += e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+    }
+    EXPECT_EQ(events, 1u);
+    EXPECT_EQ(fulmen_test::error_code([&] { logger.sub_dir("later"); }), FULMEN_CODE_INVALID_STATE);
+}
+
 TEST_F(LoggerTest, CsvLoggerWritesLightningsFile) {
     const std::string save = fulmen_test::fresh_dir("csv-logger");
     std::filesystem::create_directories(std::filesystem::path(save) / "exp" / "version_2_old");

@@ -253,7 +253,29 @@ pub unsafe extern "C" fn fulmen_logger_set_default_hp_metric(
     guard!(|| with_logger(logger, |l| l.set_default_hp_metric(on)))
 }
 
-/// Copies the run's folder (`save_dir/name/version_N`, Lightning's
+/// TensorBoard: writes the event files and `hparams.yaml` to `sub_dir`
+/// below the run's folder (Lightning's `sub_dir`:
+/// `save_dir/name/version_N/sub_dir`, which `fulmen_logger_log_dir` then
+/// gives); NULL or "" for none. A trainer's ModelCheckpoint still writes
+/// to `save_dir/name/version_N/checkpoints`, as Lightning's. Before the
+/// logger's first use only.
+///
+/// Errors: FULMEN_CODE_INVALID_ARGUMENT (a CSV logger; not UTF-8,
+/// absolute, or holding a ".." component), FULMEN_CODE_INVALID_STATE (the
+/// folder exists).
+#[no_mangle]
+pub unsafe extern "C" fn fulmen_logger_set_sub_dir(
+    logger: *mut fulmen_logger,
+    sub_dir: *const c_char,
+) -> *mut fulmen_error {
+    guard!(|| {
+        let d = if sub_dir.is_null() { None } else { Some(str_arg(sub_dir, "sub_dir")?) };
+        with_logger(logger, |l| l.set_sub_dir(d))
+    })
+}
+
+/// Copies the run's folder (`save_dir/name/version_N`, with the
+/// TensorBoard `sub_dir` below it when set: Lightning's
 /// `log_dir`) into `buf` as for `fulmen_model_state_dict_name`, making it
 /// (and resolving the version) if the logger was not used yet.
 ///

@@ -79,6 +79,15 @@ public:
     }
     /// Sets default_hp_metric on a temporary and passes it on.
     FileLogger&& default_hp_metric(bool on) && { return std::move(default_hp_metric(on)); }
+    /// TensorBoard: the files go to `sub_dir` below the run's folder
+    /// (Lightning's sub_dir; nullopt or "": none); checkpoints stay in the
+    /// run's folder.
+    FileLogger& sub_dir(const std::optional<std::string>& dir) & {
+        check(fulmen_logger_set_sub_dir(get(), dir ? dir->c_str() : nullptr));
+        return *this;
+    }
+    /// Sets sub_dir on a temporary and passes it on.
+    FileLogger&& sub_dir(const std::optional<std::string>& dir) && { return std::move(sub_dir(dir)); }
 
     /// The run's folder (Lightning's log_dir), made now if needed.
     std::string log_dir() {
