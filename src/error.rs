@@ -213,7 +213,7 @@ pub(crate) const DTYPE_KERNEL_MISSING: &str = "\" not implemented for '";
 /// floating point type", "expected Tensor as element 0 in argument 0, but
 /// got int").
 pub(crate) fn mentions_a_dtype(msg: &str) -> bool {
-    const WORDS: [&str; 16] = [
+    const WORDS: [&str; 15] = [
         "dtype",
         "scalar type",
         "floating",
@@ -229,7 +229,6 @@ pub(crate) fn mentions_a_dtype(msg: &str) -> bool {
         "int64",
         "int32",
         "uint8",
-        "can't be cast to the desired output type",
     ];
     let lower = msg.to_lowercase();
     classify_torch_message(msg) == ErrorCode::DtypeMismatch || WORDS.iter().any(|w| lower.contains(w))

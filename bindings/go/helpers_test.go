@@ -151,19 +151,7 @@ func accuracy(logits *fulmen.Tensor, b *fulmen.Batch) (float64, error) {
 
 // sgd hands an SGD optimizer over model to cfg.
 func sgd(model *fulmen.Model, lr float64) func(cfg *fulmen.OptimizerConfig) error {
-	return func(cfg *fulmen.OptimizerConfig) error {
-		o := fulmen.DefaultSGDOptions()
-		o.LR = lr
-		opt, err := fulmen.NewSGD(model, nil, o)
-		if err != nil {
-			return err
-		}
-		if err := cfg.Add(opt); err != nil {
-			opt.Close()
-			return err
-		}
-		return nil
-	}
+	return func(cfg *fulmen.OptimizerConfig) error { return addSGD(cfg, model, nil, lr) }
 }
 
 // trainableSGD hands cfg an SGD optimizer over model's parameters that
@@ -179,16 +167,21 @@ func trainableSGD(model *fulmen.Model, lr float64) func(cfg *fulmen.OptimizerCon
 				p.Close()
 			}
 		}()
-		o := fulmen.DefaultSGDOptions()
-		o.LR = lr
-		opt, err := fulmen.NewSGD(nil, params, o)
-		if err != nil {
-			return err
-		}
-		if err := cfg.Add(opt); err != nil {
-			opt.Close()
-			return err
-		}
-		return nil
+		return addSGD(cfg, nil, params, lr)
 	}
+}
+
+// addSGD adds SGD at lr over model (or params) to cfg.
+func addSGD(cfg *fulmen.OptimizerConfig, model *fulmen.Model, params []*fulmen.Tensor, lr float64) error {
+	o := fulmen.DefaultSGDOptions()
+	o.LR = lr
+	opt, err := fulmen.NewSGD(model, params, o)
+	if err != nil {
+		return err
+	}
+	if err := cfg.Add(opt); err != nil {
+		opt.Close()
+		return err
+	}
+	return nil
 }

@@ -59,7 +59,7 @@ fn headline(rank: usize) -> String {
 }
 
 /// `text` cut to at most `max` bytes at a character boundary.
-fn truncate(text: &str, max: usize) -> &str {
+pub(super) fn truncate(text: &str, max: usize) -> &str {
     if text.len() <= max {
         return text;
     }

@@ -447,13 +447,7 @@ impl ProcessGroup {
         const MAX_REASON: usize = 2048;
         let mine = match &result {
             Ok(_) => String::new(),
-            Err(e) => {
-                let mut end = e.message.len().min(MAX_REASON);
-                while !e.message.is_char_boundary(end) {
-                    end -= 1;
-                }
-                format!("{what}: {}", &e.message[..end])
-            }
+            Err(e) => format!("{what}: {}", super::failures::truncate(&e.message, MAX_REASON)),
         };
         let all = self.all_gather_bytes(mine.as_bytes()).map_err(|e| e.context(what.to_string()))?;
         match result {
